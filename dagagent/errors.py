@@ -1,0 +1,214 @@
+"""Every error a user of dagagent can cause has a class here.
+
+The tree::
+
+    DagagentError
+    ├── PlanError                     the plan itself is unusable
+    │   ├── PlanLoadError             not JSON / not a plan shape / file unreadable
+    │   └── PlanValidationError       graph or registry issues (``.issues``)
+    ├── ToolError                     registry and tool definition problems
+    │   ├── ToolDefinitionError       a function cannot become a tool / duplicate name
+    │   ├── UnknownToolError          a name not in the registry
+    │   └── ToolArgumentsError        arguments do not fit the tool's schema
+    ├── TaskError                     raised *inside* a run for one task (kept in TaskResult)
+    │   ├── ReferenceResolutionError  ``${id.path}`` could not be resolved
+    │   ├── TaskTimeoutError          the task ran past its timeout
+    │   └── TaskDeniedError           an interceptor / approval rule refused the call
+    ├── RunFailedError                ``RunResult.raise_for_status()`` on a failed run
+    ├── LLMError                      talking to a model went wrong
+    │   ├── LLMConnectionError        could not reach the server (after retries)
+    │   ├── LLMTimeoutError           the server did not answer in time
+    │   ├── LLMAuthError              401/403: the key is wrong or missing
+    │   ├── LLMRateLimitError         429 after every retry
+    │   ├── LLMServerError            5xx after every retry
+    │   ├── LLMBadRequestError        400 and friends: the provider's own error text
+    │   └── LLMResponseError          the body is not what the wire format promises
+    ├── PlanningError                 the planner gave up (``.attempts``)
+    ├── AgentError                    the ReAct agent cannot run (no llm, bad config)
+    ├── StoreError                    the run store cannot be used / run not found
+    └── ConfigError                   bad option value (executor name, model spec, ...)
+
+Messages always name the task (when there is one) and the problem. The CLI maps
+``PlanError`` / ``ConfigError`` / ``ToolError`` to exit code 2, a failed run to 1 and
+``PlanningError`` to 3.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+__all__ = [
+    "AgentError",
+    "ConfigError",
+    "DagagentError",
+    "Issue",
+    "LLMAuthError",
+    "LLMBadRequestError",
+    "LLMConnectionError",
+    "LLMError",
+    "LLMRateLimitError",
+    "LLMResponseError",
+    "LLMServerError",
+    "LLMTimeoutError",
+    "PlanError",
+    "PlanLoadError",
+    "PlanValidationError",
+    "PlanningError",
+    "ReferenceResolutionError",
+    "RunFailedError",
+    "StoreError",
+    "TaskDeniedError",
+    "TaskError",
+    "TaskTimeoutError",
+    "ToolArgumentsError",
+    "ToolDefinitionError",
+    "ToolError",
+    "UnknownToolError",
+]
+
+
+class DagagentError(Exception):
+    """Base of every error dagagent raises on purpose."""
+
+
+class Issue(NamedTuple):
+    """One problem found in a plan: a stable ``code``, the task it concerns, a message."""
+
+    code: str
+    task_id: str | None
+    message: str
+
+    def __str__(self) -> str:
+        where = f"task {self.task_id!r}" if self.task_id is not None else "plan"
+        return f"[{self.code}] {where}: {self.message}"
+
+
+class PlanError(DagagentError):
+    """The plan cannot be used."""
+
+
+class PlanLoadError(PlanError):
+    """The plan could not be read or parsed into the plan model."""
+
+
+class PlanValidationError(PlanError):
+    """The plan has one or more issues; ``.issues`` lists every one of them."""
+
+    def __init__(self, issues: list[Issue]) -> None:
+        self.issues = list(issues)
+        lines = "\n".join(f"  {i}" for i in self.issues)
+        n = len(self.issues)
+        super().__init__(f"plan has {n} issue{'s' if n != 1 else ''}:\n{lines}")
+
+
+class ToolError(DagagentError):
+    """Problems with tool definitions or calls."""
+
+
+class ToolDefinitionError(ToolError):
+    """A function cannot be registered as a tool."""
+
+
+class UnknownToolError(ToolError):
+    """The tool name is not in the registry."""
+
+    def __init__(self, name: str, known: list[str] | None = None) -> None:
+        self.name = name
+        hint = f" (known tools: {', '.join(sorted(known))})" if known else ""
+        super().__init__(f"unknown tool {name!r}{hint}")
+
+
+class ToolArgumentsError(ToolError):
+    """Arguments do not fit the tool's schema. ``.errors`` holds one line per problem."""
+
+    def __init__(self, tool: str, errors: list[str]) -> None:
+        self.tool = tool
+        self.errors = list(errors)
+        super().__init__(f"bad arguments for tool {tool!r}: " + "; ".join(self.errors))
+
+
+class TaskError(DagagentError):
+    """Raised while running a single task; ends up in that task's ``TaskResult.error``."""
+
+
+class ReferenceResolutionError(TaskError):
+    """A ``${id.path}`` reference could not be resolved against upstream outputs."""
+
+
+class TaskTimeoutError(TaskError):
+    """The task did not finish within its timeout."""
+
+
+class TaskDeniedError(TaskError):
+    """An interceptor or approval rule refused the call.
+
+    ``decided_by`` says who or what decided (a rule, a person, a policy file).
+    """
+
+    def __init__(self, reason: str, *, decided_by: str = "policy") -> None:
+        self.reason = reason
+        self.decided_by = decided_by
+        super().__init__(f"denied by {decided_by}: {reason}")
+
+
+class RunFailedError(DagagentError):
+    """A run did not succeed (raised by ``RunResult.raise_for_status()``)."""
+
+    def __init__(self, message: str, result: Any = None) -> None:
+        self.result = result
+        super().__init__(message)
+
+
+class LLMError(DagagentError):
+    """Talking to a language model went wrong."""
+
+
+class LLMConnectionError(LLMError):
+    """The model server could not be reached (after retries)."""
+
+
+class LLMTimeoutError(LLMError):
+    """The model server did not answer in time."""
+
+
+class LLMAuthError(LLMError):
+    """The server refused the credentials (401/403): the key is wrong or missing."""
+
+
+class LLMRateLimitError(LLMError):
+    """429 Too Many Requests persisted through every retry."""
+
+
+class LLMServerError(LLMError):
+    """5xx persisted through every retry."""
+
+
+class LLMBadRequestError(LLMError):
+    """The provider rejected the request; the message carries the provider's own error text."""
+
+
+class LLMResponseError(LLMError):
+    """The response body is not what the provider's wire format promises."""
+
+
+class PlanningError(DagagentError):
+    """The planner could not produce a valid plan within its attempts.
+
+    ``attempts`` is a list of ``(raw_text, issues)`` pairs, one per attempt.
+    """
+
+    def __init__(self, message: str, attempts: list[tuple[str, list[Issue]]] | None = None) -> None:
+        self.attempts = list(attempts or [])
+        super().__init__(message)
+
+
+class AgentError(DagagentError):
+    """The ReAct agent cannot run as configured."""
+
+
+class StoreError(DagagentError):
+    """The run store cannot be used, or a run id is invalid or unknown."""
+
+
+class ConfigError(DagagentError):
+    """An option has a value dagagent does not accept."""
