@@ -1,3 +1,72 @@
-"""dagagent: plan-and-execute DAG orchestration for LLM agents."""
+"""dagagent: plan-and-execute DAG orchestration for LLM agents.
+
+A plan (tasks with dependencies) is validated as a graph, then run concurrently by an
+executor that hands each task to one shared task runner.
+
+    import dagagent
+
+    registry = dagagent.Registry()
+
+    @registry.tool
+    async def get_weather(city: str) -> dict: ...
+
+    result = await dagagent.execute(plan, registry, executor="dataflow")
+"""
+
+from .api import execute, execute_sync, new_run_id
+from .errors import (
+    DagagentError,
+    Issue,
+    PlanError,
+    PlanLoadError,
+    PlanningError,
+    PlanValidationError,
+    RunFailedError,
+    TaskDeniedError,
+    ToolArgumentsError,
+    ToolDefinitionError,
+    UnknownToolError,
+)
+from .events import Event, Listener
+from .graph import PlanGraph, validate
+from .plan import Plan, Task, load_plan
+from .results import RunResult, RunStatus, TaskResult, TaskStatus
+from .runner import Interceptor, RetryPolicy, ToolCall
+from .tools import Registry, Tool, tool
 
 __version__ = "0.1.0"
+
+__all__ = [
+    "DagagentError",
+    "Event",
+    "Interceptor",
+    "Issue",
+    "Listener",
+    "Plan",
+    "PlanError",
+    "PlanGraph",
+    "PlanLoadError",
+    "PlanValidationError",
+    "PlanningError",
+    "Registry",
+    "RetryPolicy",
+    "RunFailedError",
+    "RunResult",
+    "RunStatus",
+    "Task",
+    "TaskDeniedError",
+    "TaskResult",
+    "TaskStatus",
+    "Tool",
+    "ToolArgumentsError",
+    "ToolCall",
+    "ToolDefinitionError",
+    "UnknownToolError",
+    "__version__",
+    "execute",
+    "execute_sync",
+    "load_plan",
+    "new_run_id",
+    "tool",
+    "validate",
+]

@@ -1,0 +1,169 @@
+"""``execute`` and ``execute_sync``: validate a plan, run it, return a :class:`RunResult`."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from .errors import ConfigError
+from .events import Listener, RunFinished, RunStarted, get_logger
+from .executors import Executor, finish_unstarted, get_executor
+from .graph import PlanGraph, critical_path, validate
+from .plan import Plan
+from .results import RunResult, RunStatus, TaskStatus
+from .runner import AgentTaskRunner, Interceptor, RetryPolicy, TaskRunner
+
+if TYPE_CHECKING:
+    from .tools import Registry
+
+__all__ = ["execute", "execute_sync", "new_run_id"]
+
+
+def new_run_id() -> str:
+    """A new run id: 12 lowercase hex digits."""
+    return uuid.uuid4().hex[:12]
+
+
+async def execute(
+    plan: Plan | PlanGraph | Mapping[str, Any] | str | Path,
+    registry: Registry | None = None,
+    *,
+    executor: str | Executor = "levels",
+    on_failure: str = "cancel",
+    max_concurrency: int | None = None,
+    retry: RetryPolicy | None = None,
+    interceptors: Sequence[Interceptor] = (),
+    listeners: Sequence[Listener] = (),
+    llm: Any = None,
+    agent_runner: AgentTaskRunner | None = None,
+    reuse: Mapping[str, tuple[str, Any]] | None = None,
+    run_id: str | None = None,
+    parent_id: str | None = None,
+) -> RunResult:
+    """Validate ``plan`` against ``registry`` and run it.
+
+    - ``executor``: ``"levels"`` (default; one topological level at a time), ``"dataflow"``
+      (each task as soon as its own dependencies are done), ``"serial"``, ``"dask"``, or an
+      executor object.
+    - ``on_failure``: ``"cancel"`` (default; cancel running tasks, mark the rest) or
+      ``"continue"`` (independent branches run on; descendants of a failure are skipped).
+    - ``max_concurrency``: at most this many tasks run at once across the run.
+    - ``interceptors``: middleware around every tool call (see :class:`~dagagent.runner.ToolCall`).
+    - ``listeners``: callables receiving every run event (see :mod:`dagagent.events`).
+    - ``llm``: the model that agent tasks (``instruction``) use.
+    - ``reuse``: ``{task_id: (fingerprint, output)}`` from an earlier run; a task whose
+      fingerprint is unchanged is not run again and gets status ``reused``.
+
+    Raises :class:`~dagagent.errors.PlanValidationError` before anything runs if the plan is
+    invalid. Task failures do not raise: inspect the result or call ``raise_for_status()``.
+    Nothing is left running when this returns or raises; cancelling the caller cancels the run.
+    """
+    if on_failure not in ("cancel", "continue"):
+        raise ConfigError(f"on_failure must be 'cancel' or 'continue', not {on_failure!r}")
+    if max_concurrency is not None and max_concurrency < 1:
+        raise ConfigError(f"max_concurrency must be at least 1, not {max_concurrency}")
+    graph = plan if isinstance(plan, PlanGraph) else validate(plan, registry)
+    exe = get_executor(executor)
+    run_id = run_id or new_run_id()
+    log = get_logger(run_id=run_id)
+    if llm is not None and agent_runner is None and any(t.is_agent for t in graph.plan.tasks):
+        agent_runner = _default_agent_runner()
+    listeners = tuple(listeners)
+
+    async with exe.session():
+        runner = TaskRunner(
+            graph,
+            registry,
+            run_id=run_id,
+            retry=retry,
+            max_concurrency=max_concurrency,
+            interceptors=interceptors,
+            listeners=listeners,
+            invoker=exe.invoker,
+            llm=llm,
+            agent_runner=agent_runner,
+            reuse=reuse,
+            logger=log,
+        )
+        if listeners:
+            runner._emit(RunStarted(run_id, graph.plan, exe.name, parent_id))
+        log.info("run.started", tasks=len(graph), executor=exe.name)
+        started = time.time()
+        interrupted = False
+        try:
+            await exe.run(graph, runner, on_failure)  # type: ignore[arg-type]
+        except BaseException:
+            interrupted = True
+            raise
+        finally:
+            finish_unstarted(graph, runner)
+            result = _result(graph, runner, exe.name, started, interrupted, parent_id)
+            if listeners:
+                runner._emit(RunFinished(run_id, result))
+            log.info("run.finished", status=result.status.value, **result.counts())
+    return result
+
+
+def _result(
+    graph: PlanGraph,
+    runner: TaskRunner,
+    executor: str,
+    started: float,
+    interrupted: bool,
+    parent_id: str | None,
+) -> RunResult:
+    results = runner.results
+    tasks = {t: results[t] for t in graph.tasks}
+    if interrupted:
+        status = RunStatus.CANCELLED
+    elif all(r.status.ok for r in tasks.values()):
+        status = RunStatus.SUCCEEDED
+    else:
+        status = RunStatus.FAILED
+    durations = {
+        t: (r.finished_at - r.started_at)
+        for t, r in tasks.items()
+        if r.started_at is not None
+        and r.finished_at is not None
+        and r.status is not TaskStatus.REUSED
+    }
+    cp_len, cp = critical_path(graph.order, graph.dependencies, durations)
+    return RunResult.model_construct(
+        run_id=runner.run_id,
+        status=status,
+        goal=graph.plan.goal,
+        executor=executor,
+        tasks=tasks,
+        started_at=started,
+        finished_at=time.time(),
+        critical_path=cp,
+        critical_path_s=cp_len,
+        parent_id=parent_id,
+        usage=None,
+    )
+
+
+def _default_agent_runner() -> AgentTaskRunner | None:
+    try:
+        from .agent.node import run_agent_node
+    except ImportError:  # the agent package is optional at this layer
+        return None
+    return run_agent_node
+
+
+def execute_sync(
+    plan: Plan | PlanGraph | Mapping[str, Any] | str | Path,
+    registry: Registry | None = None,
+    **options: Any,
+) -> RunResult:
+    """:func:`execute` for scripts: runs its own event loop (do not call it from async code)."""
+
+    async def main() -> RunResult:
+        return await execute(plan, registry, **options)
+
+    return anyio.run(main)

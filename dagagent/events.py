@@ -1,0 +1,142 @@
+"""Run events, listeners, and structlog binding.
+
+Listeners are plain callables ``(event) -> None`` given to ``execute(listeners=[...])``; they
+run on the event loop, so they must be quick (the run store and the live progress display
+are listeners). Nothing is built for events when no listener is registered.
+
+Logging goes through structlog. When the application has not configured structlog, dagagent
+logs only warnings and errors (to stderr), so a library user never sees debug noise; configure
+structlog to see ``task.started`` / ``task.finished`` at debug level.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Union
+
+import structlog
+
+if TYPE_CHECKING:
+    from .plan import Plan
+    from .results import RunResult, TaskResult
+
+__all__ = [
+    "Event",
+    "Listener",
+    "RunFinished",
+    "RunStarted",
+    "TaskDecision",
+    "TaskFinished",
+    "TaskRetrying",
+    "TaskStarted",
+    "configure_logging",
+    "get_logger",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class RunStarted:
+    run_id: str
+    plan: Plan
+    executor: str
+    parent_id: str | None = None
+    kind: str = field(default="run.started", init=False)
+
+
+@dataclass(frozen=True, slots=True)
+class TaskStarted:
+    run_id: str
+    task_id: str
+    at: float
+    kind: str = field(default="task.started", init=False)
+
+
+@dataclass(frozen=True, slots=True)
+class TaskRetrying:
+    run_id: str
+    task_id: str
+    attempt: int
+    error: str
+    delay_s: float
+    kind: str = field(default="task.retrying", init=False)
+
+
+@dataclass(frozen=True, slots=True)
+class TaskDecision:
+    """An approval decision (allow / deny / edit) about one tool call of a task."""
+
+    run_id: str
+    task_id: str
+    tool: str
+    decision: str
+    decided_by: str
+    reason: str | None = None
+    kind: str = field(default="task.decision", init=False)
+
+
+@dataclass(frozen=True, slots=True)
+class TaskFinished:
+    run_id: str
+    result: TaskResult
+    kind: str = field(default="task.finished", init=False)
+
+
+@dataclass(frozen=True, slots=True)
+class RunFinished:
+    run_id: str
+    result: RunResult
+    kind: str = field(default="run.finished", init=False)
+
+
+Event = Union[RunStarted, TaskStarted, TaskRetrying, TaskDecision, TaskFinished, RunFinished]
+Listener = Callable[[Event], None]
+
+_fallback: Any = None
+
+
+def get_logger(**bound: Any) -> Any:
+    """The dagagent logger: the application's structlog setup if there is one, else a
+    warnings-only logger on stderr."""
+    global _fallback
+    if structlog.is_configured():
+        return structlog.get_logger("dagagent").bind(**bound)
+    if _fallback is None:
+        _fallback = structlog.wrap_logger(
+            structlog.PrintLogger(sys.stderr),
+            wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING),
+            processors=[
+                structlog.processors.add_log_level,
+                structlog.processors.TimeStamper(fmt="iso"),
+                structlog.dev.ConsoleRenderer(colors=False),
+            ],
+        )
+    return _fallback.bind(**bound)
+
+
+def debug_enabled(logger: Any) -> bool:
+    """Whether ``logger.debug`` would emit anything (checked once per run, not per task)."""
+    try:
+        return bool(logger.is_enabled_for(logging.DEBUG))
+    except AttributeError:
+        return True
+
+
+def configure_logging(level: int = logging.WARNING, *, json: bool = False) -> None:
+    """Configure structlog for command-line use: level-filtered, to stderr."""
+    renderer: Any = (
+        structlog.processors.JSONRenderer() if json else structlog.dev.ConsoleRenderer(colors=False)
+    )
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso"),
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(level),
+        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+        cache_logger_on_first_use=True,
+    )

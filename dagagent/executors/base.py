@@ -1,0 +1,107 @@
+"""What every executor shares: the protocol, and how unstarted tasks are finally marked."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
+
+from ..results import TaskStatus
+
+if TYPE_CHECKING:
+    from ..graph import PlanGraph
+    from ..runner import Invoker, TaskRunner
+
+__all__ = ["Executor", "FailurePolicy", "block_descendants", "finish_unstarted"]
+
+FailurePolicy = Literal["cancel", "continue"]
+
+
+@runtime_checkable
+class Executor(Protocol):
+    """Decides *when* each task starts; :class:`~dagagent.runner.TaskRunner` does the rest.
+
+    ``run`` calls ``runner.run_task(id)`` for tasks whose dependencies all succeeded, and
+    ``runner.mark(id, status, reason)`` for tasks it decides never to start. Under
+    ``on_failure="cancel"`` a failure stops the run: running tasks are cancelled. Under
+    ``"continue"`` independent branches run to the end and only descendants of a failure
+    are skipped. Whatever is left unmarked when ``run`` returns is marked by
+    :func:`finish_unstarted`.
+    """
+
+    name: str
+
+    @property
+    def invoker(self) -> Invoker | None: ...
+
+    def session(self) -> contextlib.AbstractAsyncContextManager[None]: ...
+
+    async def run(
+        self, graph: PlanGraph, runner: TaskRunner, on_failure: FailurePolicy
+    ) -> None: ...
+
+
+class BaseExecutor:
+    """Defaults for executors that run tools in-process and need no setup."""
+
+    name = "base"
+
+    @property
+    def invoker(self) -> Invoker | None:
+        return None
+
+    @contextlib.asynccontextmanager
+    async def session(self) -> AsyncIterator[None]:
+        yield
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+
+def _blocker(graph: PlanGraph, runner: TaskRunner, task_id: str) -> str | None:
+    outputs = runner.outputs
+    for d in graph.dependencies[task_id]:
+        if d not in outputs:
+            return d
+    return None
+
+
+def block_descendants(graph: PlanGraph, runner: TaskRunner, failed: str) -> None:
+    """Mark every not-yet-started descendant of ``failed`` as skipped, right away."""
+    results = runner.results
+    stack = list(graph.dependents[failed])
+    while stack:
+        n = stack.pop()
+        if n in results:
+            continue
+        d = _blocker(graph, runner, n) or failed
+        runner.mark(n, TaskStatus.SKIPPED, f"not run: upstream task {d!r} {_status_of(runner, d)}")
+        stack.extend(graph.dependents[n])
+
+
+def _status_of(runner: TaskRunner, task_id: str) -> str:
+    r = runner.results.get(task_id)
+    return r.status.value if r is not None else "did not finish"
+
+
+def finish_unstarted(graph: PlanGraph, runner: TaskRunner) -> None:
+    """Give every task without a result its final status, in topological order: ``skipped``
+    when a dependency did not succeed, else ``cancelled`` (the run stopped first)."""
+    results = runner.results
+    if len(results) == len(graph.tasks):
+        return
+    cause = next(
+        (r.task_id for r in results.values() if r.status in (TaskStatus.FAILED, TaskStatus.DENIED)),
+        None,
+    )
+    because = f" after task {cause!r} failed" if cause else ""
+    for n in graph.order:
+        if n in results:
+            continue
+        d = _blocker(graph, runner, n)
+        if d is not None:
+            runner.mark(
+                n, TaskStatus.SKIPPED, f"not run: upstream task {d!r} {_status_of(runner, d)}"
+            )
+        else:
+            runner.mark(n, TaskStatus.CANCELLED, f"not run: the run was stopped{because}")

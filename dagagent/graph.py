@@ -1,0 +1,303 @@
+"""Checking a plan as a graph (networkx), and what the graph tells: levels, critical path.
+
+:func:`validate` reports every issue at once. Issue codes:
+
+==========================  =====================================================================
+``empty_plan``              the plan has no tasks
+``invalid_id``              a task id breaks the id rule (see :mod:`dagagent.plan`)
+``duplicate_id``            two tasks share an id
+``missing_dependency``      ``depends_on`` or a ``${ref}`` names a task that is not in the plan
+``self_dependency``         a task depends on (or references) itself
+``cycle``                   tasks depend on each other in a loop; the message shows the loop
+``unknown_tool``            ``tool`` (or a name in an agent task's ``tools``) is not registered
+``bad_arguments``           literal arguments do not fit the tool's schema
+``bad_reference``           a ``${`` that is not a well-formed reference
+``tool_and_instruction``    a task has both ``tool`` and ``instruction``
+``missing_instruction``     an agent task (no ``tool``) has no instruction
+``agent_args``              an agent task has ``args`` (agents take an instruction, not args)
+==========================  =====================================================================
+
+Warnings (do not stop a run): ``no_llm`` — the plan has agent tasks but no model was given.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import networkx as nx
+
+from .errors import Issue, PlanValidationError
+from .plan import ID_RE, Plan, Task, Template, load_plan
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from .tools import Registry
+
+__all__ = ["PlanGraph", "critical_path", "validate"]
+
+
+class PlanGraph:
+    """A validated plan: its tasks, the dependency graph, compiled references and levels.
+
+    Built once per plan by :func:`validate`; executors read ``dependencies``,
+    ``dependents``, ``order`` and ``levels`` from it.
+    """
+
+    def __init__(
+        self,
+        plan: Plan,
+        graph: nx.DiGraph,
+        templates: dict[str, Template],
+        warnings: list[Issue],
+    ) -> None:
+        self.plan = plan
+        self.graph = graph
+        self.tasks: dict[str, Task] = {t.id: t for t in plan.tasks}
+        self.templates = templates
+        self.warnings = warnings
+        self.dependencies: dict[str, tuple[str, ...]] = {
+            n: tuple(graph.predecessors(n)) for n in self.tasks
+        }
+        self.dependents: dict[str, tuple[str, ...]] = {
+            n: tuple(graph.successors(n)) for n in self.tasks
+        }
+        self.levels: list[list[str]] = [
+            sorted(g, key=self._index) for g in nx.topological_generations(graph)
+        ]
+        self.order: list[str] = [n for level in self.levels for n in level]
+
+    def _index(self, task_id: str) -> int:
+        return self._positions[task_id]
+
+    @property
+    def _positions(self) -> dict[str, int]:
+        pos: dict[str, int] | None = self.__dict__.get("_pos")
+        if pos is None:
+            pos = {t.id: i for i, t in enumerate(self.plan.tasks)}
+            self.__dict__["_pos"] = pos
+        return pos
+
+    def __len__(self) -> int:
+        return len(self.tasks)
+
+    @property
+    def roots(self) -> list[str]:
+        return self.levels[0] if self.levels else []
+
+    def descendants(self, task_id: str) -> set[str]:
+        return set(nx.descendants(self.graph, task_id))
+
+    def critical_path(self, durations: Mapping[str, float]) -> tuple[float, list[str]]:
+        """Longest path through the graph when each task takes ``durations[id]`` (missing: 0)."""
+        return critical_path(self.order, self.dependencies, durations)
+
+    def level_bound(self, durations: Mapping[str, float]) -> float:
+        """Sum over levels of the slowest task: the best a level-barrier executor can do."""
+        return sum(
+            max((durations.get(t, 0.0) for t in level), default=0.0) for level in self.levels
+        )
+
+
+def critical_path(
+    order: Sequence[str],
+    dependencies: Mapping[str, Sequence[str]],
+    durations: Mapping[str, float],
+) -> tuple[float, list[str]]:
+    """Length and tasks of the longest path, for tasks given in topological ``order``."""
+    finish: dict[str, float] = {}
+    via: dict[str, str | None] = {}
+    for n in order:
+        best, best_dep = 0.0, None
+        for d in dependencies.get(n, ()):
+            f = finish.get(d, 0.0)
+            if f > best or best_dep is None:
+                best, best_dep = f, d
+        finish[n] = best + durations.get(n, 0.0)
+        via[n] = best_dep
+    if not finish:
+        return 0.0, []
+    end = max(finish, key=lambda k: finish[k])
+    path = [end]
+    node = via[end]
+    while node is not None:
+        path.append(node)
+        node = via[node]
+    path.reverse()
+    return finish[end], path
+
+
+def _cycle_issues(graph: nx.DiGraph) -> list[Issue]:
+    issues = []
+    for comp in nx.strongly_connected_components(graph):
+        if len(comp) < 2:
+            continue
+        sub = graph.subgraph(comp)
+        start = min(comp)
+        try:
+            edges = nx.find_cycle(sub, source=start)
+        except nx.NetworkXNoCycle:  # pragma: no cover - an SCC of size >= 2 has a cycle
+            continue
+        path = [edges[0][0]] + [e[1] for e in edges]
+        issues.append(
+            Issue("cycle", path[0], "dependency cycle: " + " -> ".join(str(p) for p in path))
+        )
+    return issues
+
+
+def _scan(
+    plan: Plan, registry: Registry | None
+) -> tuple[list[Issue], dict[str, Template], nx.DiGraph]:
+    issues: list[Issue] = []
+    if not plan.tasks:
+        issues.append(Issue("empty_plan", None, "the plan has no tasks"))
+    ids = set()
+    seen_dupes = set()
+    for t in plan.tasks:
+        if t.id in ids and t.id not in seen_dupes:
+            issues.append(Issue("duplicate_id", t.id, f"task id {t.id!r} is used more than once"))
+            seen_dupes.add(t.id)
+        ids.add(t.id)
+        if not ID_RE.match(t.id):
+            issues.append(
+                Issue(
+                    "invalid_id",
+                    t.id,
+                    f"task id {t.id!r} is not valid: use 1-64 letters, digits, '_' or '-', "
+                    "not starting with '-' (dots are reserved for reference paths)",
+                )
+            )
+
+    graph = nx.DiGraph()
+    graph.add_nodes_from(ids)
+    templates: dict[str, Template] = {}
+    edges: list[tuple[str, str]] = []
+    for t in plan.tasks:
+        tid = t.id
+        if t.tool is not None and t.instruction is not None:
+            issues.append(
+                Issue(
+                    "tool_and_instruction",
+                    tid,
+                    "a task has either 'tool' or 'instruction', not both",
+                )
+            )
+        if t.tool is None:
+            if not (t.instruction and t.instruction.strip()):
+                issues.append(
+                    Issue(
+                        "missing_instruction",
+                        tid,
+                        "the task has no 'tool', so it is an agent task, and it has no 'instruction'",
+                    )
+                )
+            if t.args:
+                issues.append(
+                    Issue("agent_args", tid, "an agent task takes an 'instruction', not 'args'")
+                )
+        source: Any = t.args if t.tool is not None else (t.instruction or "")
+        tmpl = Template(source)
+        templates[tid] = tmpl
+        for bad in tmpl.malformed:
+            shown = bad if len(bad) <= 60 else bad[:57] + "..."
+            issues.append(
+                Issue(
+                    "bad_reference",
+                    tid,
+                    f"malformed reference in {shown!r}: write ${{task_id}} or ${{task_id.path}}"
+                    " (and $${ for a literal '${')",
+                )
+            )
+        deps: dict[str, str] = {}
+        for d in t.depends_on:
+            deps.setdefault(d, "depends_on")
+        for ref in tmpl.refs:
+            deps.setdefault(ref.task_id, f"reference {ref.text}")
+        for d, why in deps.items():
+            if d == tid:
+                issues.append(Issue("self_dependency", tid, f"the task depends on itself ({why})"))
+            elif d not in ids:
+                what = "depends on" if why == "depends_on" else f"has {why} to"
+                issues.append(Issue("missing_dependency", tid, f"{what} unknown task {d!r}"))
+            else:
+                edges.append((d, tid))
+
+        if registry is not None:
+            if t.tool is not None:
+                if t.tool not in registry:
+                    issues.append(
+                        Issue(
+                            "unknown_tool",
+                            tid,
+                            f"unknown tool {t.tool!r} (known: {', '.join(sorted(registry.names)) or 'none'})",
+                        )
+                    )
+                else:
+                    tool = registry.get(t.tool)
+                    literal = tmpl.literal_keys() if tmpl.has_refs else t.args
+                    referenced = [k for k in t.args if k not in literal]
+                    problems = tool.check_partial(literal, referenced)
+                    if problems:
+                        issues.append(
+                            Issue(
+                                "bad_arguments",
+                                tid,
+                                f"arguments for tool {t.tool!r} do not fit its schema: "
+                                + "; ".join(problems),
+                            )
+                        )
+            for name in t.tools or ():
+                if name not in registry:
+                    issues.append(
+                        Issue("unknown_tool", tid, f"agent tool {name!r} is not registered")
+                    )
+    graph.add_edges_from(edges)
+    return issues, templates, graph
+
+
+def validate(
+    plan: Plan | Mapping[str, Any] | str | Path,
+    registry: Registry | None = None,
+    *,
+    llm: Any = None,
+    check_llm: bool = False,
+) -> PlanGraph:
+    """Check ``plan`` and return its :class:`PlanGraph`.
+
+    Raises :class:`PlanValidationError` with every issue found. Without a ``registry`` the
+    tool and argument checks are skipped. With ``check_llm=True`` and no ``llm``, a plan that
+    has agent tasks gets a ``no_llm`` warning in ``PlanGraph.warnings``.
+    """
+    plan = load_plan(plan)
+    issues, templates, graph = _scan(plan, registry)
+    issues.extend(_cycle_issues(graph))
+    if issues:
+        raise PlanValidationError(issues)
+    warnings: list[Issue] = []
+    if check_llm and llm is None:
+        agents = [t.id for t in plan.tasks if t.is_agent]
+        for tid in agents:
+            warnings.append(
+                Issue(
+                    "no_llm",
+                    tid,
+                    "agent task needs a model (llm=...), none was given; it will fail",
+                )
+            )
+    return PlanGraph(plan, graph, templates, warnings)
+
+
+def issues_of(plan: Plan, registry: Registry | None = None) -> list[Issue]:
+    """Every issue of ``plan`` as a list (empty when the plan is valid)."""
+    try:
+        validate(plan, registry)
+    except PlanValidationError as exc:
+        return exc.issues
+    return []
+
+
+def subgraph_ids(graph: PlanGraph, ids: Iterable[str]) -> list[str]:
+    """``ids`` in topological order."""
+    wanted = set(ids)
+    return [n for n in graph.order if n in wanted]

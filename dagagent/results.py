@@ -1,0 +1,172 @@
+"""Outcomes: the status of each task and the result of a run."""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic_core import to_jsonable_python
+
+from .errors import RunFailedError
+
+__all__ = ["RunResult", "RunStatus", "TaskResult", "TaskStatus", "jsonable"]
+
+
+class TaskStatus(str, enum.Enum):
+    """What happened to a task.
+
+    - ``succeeded`` / ``reused``: it has an output (``reused``: taken from an earlier run).
+    - ``failed``: it raised, timed out, or its arguments were bad, after every retry.
+    - ``denied``: an interceptor or approval rule refused its call; treated like a failure.
+    - ``cancelled``: it was running, or had not started, when the run was stopped.
+    - ``skipped``: it never started because a task it depends on did not succeed.
+    """
+
+    SUCCEEDED = "succeeded"
+    REUSED = "reused"
+    FAILED = "failed"
+    DENIED = "denied"
+    CANCELLED = "cancelled"
+    SKIPPED = "skipped"
+
+    @property
+    def ok(self) -> bool:
+        return self in (TaskStatus.SUCCEEDED, TaskStatus.REUSED)
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class RunStatus(str, enum.Enum):
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+def jsonable(value: Any) -> Any:
+    """A JSON-compatible version of a tool output (falls back to ``str``)."""
+    return to_jsonable_python(value, fallback=str)
+
+
+class TaskResult(BaseModel):
+    """The outcome of one task. Times are Unix timestamps (seconds)."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    task_id: str
+    status: TaskStatus
+    output: Any = None
+    error: str | None = None
+    error_type: str | None = None
+    attempts: int = 0
+    started_at: float | None = None
+    finished_at: float | None = None
+    args: Any = Field(default=None, description="The resolved, validated arguments of the call.")
+    steps: list[dict[str, Any]] | None = Field(
+        default=None, description="Agent tasks: the ReAct steps that produced the answer."
+    )
+    decisions: list[dict[str, Any]] | None = Field(
+        default=None, description="Approval decisions taken for this task's calls."
+    )
+
+    @property
+    def duration_s(self) -> float | None:
+        if self.started_at is None or self.finished_at is None:
+            return None
+        return self.finished_at - self.started_at
+
+    @property
+    def ok(self) -> bool:
+        return self.status.ok
+
+    def to_json_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "task_id": self.task_id,
+            "status": self.status.value,
+            "output": jsonable(self.output),
+            "error": self.error,
+            "error_type": self.error_type,
+            "attempts": self.attempts,
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
+            "duration_s": self.duration_s,
+        }
+        if self.args is not None:
+            d["args"] = jsonable(self.args)
+        if self.steps is not None:
+            d["steps"] = jsonable(self.steps)
+        if self.decisions is not None:
+            d["decisions"] = jsonable(self.decisions)
+        return d
+
+
+class RunResult(BaseModel):
+    """The outcome of a run: one :class:`TaskResult` per task, in plan order."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    run_id: str
+    status: RunStatus
+    goal: str = ""
+    executor: str = ""
+    tasks: dict[str, TaskResult]
+    started_at: float
+    finished_at: float
+    critical_path: list[str] = Field(default_factory=list)
+    critical_path_s: float = 0.0
+    parent_id: str | None = None
+    usage: dict[str, Any] | None = None
+
+    @property
+    def wall_time_s(self) -> float:
+        return self.finished_at - self.started_at
+
+    @property
+    def outputs(self) -> dict[str, Any]:
+        """Outputs of the tasks that have one (succeeded or reused)."""
+        return {k: r.output for k, r in self.tasks.items() if r.status.ok}
+
+    @property
+    def ok(self) -> bool:
+        return self.status is RunStatus.SUCCEEDED
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for r in self.tasks.values():
+            out[r.status.value] = out.get(r.status.value, 0) + 1
+        return out
+
+    def failures(self) -> list[TaskResult]:
+        return [
+            r for r in self.tasks.values() if r.status in (TaskStatus.FAILED, TaskStatus.DENIED)
+        ]
+
+    def raise_for_status(self) -> RunResult:
+        """Return self if the run succeeded, else raise :class:`RunFailedError` naming the failures."""
+        if self.status is RunStatus.SUCCEEDED:
+            return self
+        lines = [f"{r.task_id}: {r.status.value}: {r.error}" for r in self.failures()]
+        counts = ", ".join(f"{n} {s}" for s, n in sorted(self.counts().items()))
+        detail = ("\n  " + "\n  ".join(lines)) if lines else ""
+        raise RunFailedError(f"run {self.run_id} {self.status.value} ({counts}){detail}", self)
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "parent_id": self.parent_id,
+            "status": self.status.value,
+            "goal": self.goal,
+            "executor": self.executor,
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
+            "wall_time_s": self.wall_time_s,
+            "critical_path": self.critical_path,
+            "critical_path_s": self.critical_path_s,
+            "counts": self.counts(),
+            "usage": self.usage,
+            "tasks": {k: r.to_json_dict() for k, r in self.tasks.items()},
+        }

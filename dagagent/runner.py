@@ -1,0 +1,526 @@
+"""Running ONE task: references → arguments → call → timeout / retries → TaskResult + events.
+
+Executors decide *when* a task starts and call :meth:`TaskRunner.run_task`; everything about
+*what* running it means lives here, so that every executor behaves the same. The runner has
+two seams of its own:
+
+- **interceptors** wrap every tool call (tracing, caching, redaction, approval rules);
+- the **invoker** performs the call itself (in-process by default; the Dask executor ships
+  it to a worker). Only the tool call travels; references, validation, retries, records and
+  events stay here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from .errors import (
+    AgentError,
+    ReferenceResolutionError,
+    TaskDeniedError,
+    TaskTimeoutError,
+    ToolArgumentsError,
+    UnknownToolError,
+)
+from .events import Listener, TaskDecision, TaskFinished, TaskRetrying, TaskStarted, debug_enabled
+from .results import TaskResult, TaskStatus, jsonable
+
+if TYPE_CHECKING:
+    from .graph import PlanGraph
+    from .plan import Task
+    from .tools import Registry, Tool
+
+__all__ = [
+    "AgentTaskRunner",
+    "Interceptor",
+    "Invoker",
+    "RetryPolicy",
+    "TaskRunner",
+    "ToolCall",
+    "task_fingerprint",
+]
+
+Invoker = Callable[["Tool", Mapping[str, Any]], Awaitable[Any]]
+CallNext = Callable[["ToolCall"], Awaitable[Any]]
+Interceptor = Callable[["ToolCall", CallNext], Awaitable[Any]]
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Backoff between attempts: ``base_delay_s * 2**(attempt-1)``, capped, with ±jitter."""
+
+    base_delay_s: float = 0.2
+    max_delay_s: float = 30.0
+    jitter: float = 0.5
+
+    def delay(self, attempt: int) -> float:
+        d = min(self.max_delay_s, self.base_delay_s * (2 ** (attempt - 1)))
+        if self.jitter:
+            d *= 1 + random.uniform(-self.jitter, self.jitter)
+        return max(0.0, d)
+
+
+@dataclass
+class ToolCall:
+    """One tool call as interceptors see it. Interceptors may replace ``args`` (then they are
+    validated again; assign a new dict rather than mutating it), return a result without calling ``call_next``, or raise
+    :class:`~dagagent.errors.TaskDeniedError` to refuse the call."""
+
+    run_id: str
+    task_id: str
+    tool: Tool
+    args: dict[str, Any]
+    attempt: int = 1
+    source: str = "plan"  # "plan" for a tool task, "agent" for a call made by a ReAct node
+    decisions: list[dict[str, Any]] = field(default_factory=list)
+    _emit: Callable[[Any], None] | None = field(default=None, repr=False)
+    _validated: dict[str, Any] | None = field(default=None, repr=False)
+
+    @property
+    def tool_name(self) -> str:
+        return self.tool.name
+
+    def decide(self, decision: str, decided_by: str, reason: str | None = None) -> None:
+        """Record an approval decision (allow / deny / edit) for the run's record and events."""
+        entry = {
+            "tool": self.tool.name,
+            "decision": decision,
+            "decided_by": decided_by,
+            "reason": reason,
+            "args": jsonable(self.args),
+            "at": time.time(),
+        }
+        self.decisions.append(entry)
+        if self._emit is not None:
+            self._emit(
+                TaskDecision(
+                    self.run_id, self.task_id, self.tool.name, decision, decided_by, reason
+                )
+            )
+
+
+@dataclass
+class AgentNode:
+    """What an agent task gets: its task, the resolved instruction, and a way to call tools
+    through the same interceptors as plan tasks."""
+
+    run_id: str
+    task: Task
+    instruction: str
+    tools: Registry
+    context: dict[str, Any]
+    call_tool: Callable[[Tool, dict[str, Any]], Awaitable[Any]]
+    llm: Any
+
+
+AgentTaskRunner = Callable[[AgentNode], Awaitable[tuple[Any, list[dict[str, Any]] | None]]]
+
+_NOT_RETRIED = (
+    ToolArgumentsError,
+    ReferenceResolutionError,
+    TaskDeniedError,
+    UnknownToolError,
+    AgentError,
+)
+
+
+def task_fingerprint(task: Task, resolved: Any) -> str:
+    """What makes a task's output reusable: its id, tool (or instruction and tool subset) and
+    its resolved inputs. Equal fingerprints → the earlier output may be reused."""
+    payload = {
+        "id": task.id,
+        "tool": task.tool,
+        "tools": task.tools,
+        "input": jsonable(resolved),
+    }
+    blob = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+class TaskRunner:
+    """Runs the tasks of one run. ``results`` and ``outputs`` fill in as tasks finish."""
+
+    def __init__(
+        self,
+        graph: PlanGraph,
+        registry: Registry | None,
+        *,
+        run_id: str,
+        retry: RetryPolicy | None = None,
+        max_concurrency: int | None = None,
+        interceptors: Sequence[Interceptor] = (),
+        listeners: Sequence[Listener] = (),
+        invoker: Invoker | None = None,
+        llm: Any = None,
+        agent_runner: AgentTaskRunner | None = None,
+        reuse: Mapping[str, tuple[str, Any]] | None = None,
+        logger: Any = None,
+    ) -> None:
+        from .tools import Registry
+
+        self.graph = graph
+        self.tasks = graph.tasks
+        self.templates = graph.templates
+        self.registry = registry if registry is not None else Registry()
+        self.run_id = run_id
+        self.retry = retry or RetryPolicy()
+        self.results: dict[str, TaskResult] = {}
+        self.outputs: dict[str, Any] = {}
+        self.listeners = tuple(listeners)
+        self._emit_fn = self._emit if self.listeners else None
+        self._invoker = invoker
+        self._interceptors = tuple(interceptors)
+        self.llm = llm
+        self._agent_runner = agent_runner
+        self._reuse = dict(reuse or {})
+        self._limiter = anyio.CapacityLimiter(max_concurrency) if max_concurrency else None
+        self._tool_limiters = {
+            t.name: anyio.CapacityLimiter(t.max_concurrency)
+            for t in self.registry
+            if t.max_concurrency
+        }
+        self._log = logger
+        self._debug = logger is not None and debug_enabled(logger)
+        self._cancelled_exc = anyio.get_cancelled_exc_class()
+        self._chain: CallNext = self._compose()
+
+    # -- events ---------------------------------------------------------------------------
+
+    def _emit(self, event: Any) -> None:
+        for listener in self.listeners:
+            try:
+                listener(event)
+            except Exception as exc:  # a broken listener must not break the run
+                if self._log is not None:
+                    self._log.warning("listener.failed", error=repr(exc), event=event.kind)
+
+    # -- the tool call seam ---------------------------------------------------------------
+
+    def _compose(self) -> CallNext:
+        async def invoke(call: ToolCall) -> Any:
+            return await self._invoke(call.tool, call.args)
+
+        chain: CallNext = invoke
+        for icpt in reversed(self._interceptors):
+            chain = _bind(icpt, chain)
+        return chain
+
+    async def _invoke(self, tool: Tool, args: Mapping[str, Any]) -> Any:
+        lim = self._tool_limiters.get(tool.name) if self._tool_limiters else None
+        if lim is not None:
+            async with lim:
+                return await (self._invoker or _local)(tool, args)
+        if self._invoker is not None:
+            return await self._invoker(tool, args)
+        return await tool.acall(args)
+
+    async def call_tool(
+        self,
+        task_id: str,
+        tool: Tool,
+        args: Mapping[str, Any],
+        *,
+        attempt: int = 1,
+        source: str = "plan",
+        decisions: list[dict[str, Any]] | None = None,
+    ) -> Any:
+        """Validate ``args`` and call ``tool`` through the interceptors and the invoker."""
+        validated = tool.validate_args(args)
+        if not self._interceptors:
+            return await self._invoke(tool, validated)
+        call = ToolCall(
+            self.run_id,
+            task_id,
+            tool,
+            validated,
+            attempt,
+            source,
+            _emit=self._emit_fn,
+            _validated=validated,
+        )
+        try:
+            return await self._chain(call)
+        finally:
+            if decisions is not None:
+                decisions.extend(call.decisions)
+
+    # -- one task -------------------------------------------------------------------------
+
+    def mark(self, task_id: str, status: TaskStatus, error: str | None = None) -> TaskResult:
+        """Record a task that never started (skipped or cancelled)."""
+        r = TaskResult.model_construct(
+            task_id=task_id,
+            status=status,
+            output=None,
+            error=error,
+            error_type=None,
+            attempts=0,
+            started_at=None,
+            finished_at=None,
+            args=None,
+            steps=None,
+            decisions=None,
+        )
+        self.results[task_id] = r
+        if self._emit_fn is not None:
+            self._emit_fn(TaskFinished(self.run_id, r))
+        return r
+
+    async def run_task(self, task_id: str) -> TaskResult:
+        """Run one task to its final status. Never raises, except the cancellation of the
+        surrounding scope (after recording the task as cancelled)."""
+        task = self.tasks[task_id]
+        started = time.time()
+        emit = self._emit_fn
+        if emit is not None:
+            emit(TaskStarted(self.run_id, task_id, started))
+        if self._debug:
+            self._log.debug("task.started", run_id=self.run_id, task_id=task_id)
+        attempts = 0
+        resolved: Any = None
+        steps: list[dict[str, Any]] | None = None
+        decisions: list[dict[str, Any]] | None = [] if self._interceptors else None
+        status = TaskStatus.FAILED
+        output: Any = None
+        error: str | None = None
+        error_type: str | None = None
+        try:
+            tmpl = self.templates[task_id]
+            resolved = tmpl.resolve(self.outputs) if tmpl.refs else tmpl.literal
+            if self._reuse and task_id in self._reuse:
+                fp, prev = self._reuse[task_id]
+                if fp == task_fingerprint(task, resolved):
+                    return self._finish(
+                        task_id,
+                        TaskStatus.REUSED,
+                        prev,
+                        None,
+                        None,
+                        0,
+                        started,
+                        resolved,
+                        None,
+                        None,
+                    )
+            if task.tool is not None:
+                tool = self.registry.get(task.tool)
+                retries = task.retries if task.retries is not None else tool.retries
+                timeout = task.timeout_s if task.timeout_s is not None else tool.timeout_s
+            else:
+                tool = None
+                retries = task.retries or 0
+                timeout = task.timeout_s
+            while True:
+                attempts += 1
+                try:
+                    if tool is not None:
+                        output = await self._attempt_tool(
+                            task_id, tool, resolved, timeout, attempts, decisions
+                        )
+                    else:
+                        output, steps = await self._attempt_agent(
+                            task, resolved, timeout, decisions
+                        )
+                    status = TaskStatus.SUCCEEDED
+                    break
+                except _NOT_RETRIED:
+                    raise
+                except Exception as exc:
+                    if attempts > retries:
+                        raise
+                    delay = self.retry.delay(attempts)
+                    if emit is not None:
+                        emit(TaskRetrying(self.run_id, task_id, attempts, _describe(exc), delay))
+                    if self._log is not None:
+                        self._log.info(
+                            "task.retrying",
+                            run_id=self.run_id,
+                            task_id=task_id,
+                            attempt=attempts,
+                            error=_describe(exc),
+                            delay_s=delay,
+                        )
+                    if delay:
+                        await anyio.sleep(delay)
+        except self._cancelled_exc:
+            with anyio.CancelScope(shield=True):
+                self._finish(
+                    task_id,
+                    TaskStatus.CANCELLED,
+                    None,
+                    "cancelled while running",
+                    None,
+                    attempts,
+                    started,
+                    resolved,
+                    steps,
+                    decisions,
+                )
+            raise
+        except TaskDeniedError as exc:
+            status, error, error_type = TaskStatus.DENIED, str(exc), type(exc).__name__
+        except Exception as exc:
+            status, error, error_type = TaskStatus.FAILED, _describe(exc), type(exc).__name__
+        return self._finish(
+            task_id,
+            status,
+            output,
+            error,
+            error_type,
+            attempts,
+            started,
+            resolved,
+            steps,
+            decisions,
+        )
+
+    def _finish(
+        self,
+        task_id: str,
+        status: TaskStatus,
+        output: Any,
+        error: str | None,
+        error_type: str | None,
+        attempts: int,
+        started: float,
+        resolved: Any,
+        steps: list[dict[str, Any]] | None,
+        decisions: list[dict[str, Any]] | None,
+    ) -> TaskResult:
+        r = TaskResult.model_construct(
+            task_id=task_id,
+            status=status,
+            output=output,
+            error=error,
+            error_type=error_type,
+            attempts=attempts,
+            started_at=started,
+            finished_at=time.time(),
+            args=resolved,
+            steps=steps,
+            decisions=decisions or None,
+        )
+        self.results[task_id] = r
+        if status is TaskStatus.SUCCEEDED or status is TaskStatus.REUSED:
+            self.outputs[task_id] = output
+        if self._emit_fn is not None:
+            self._emit_fn(TaskFinished(self.run_id, r))
+        if self._debug:
+            self._log.debug(
+                "task.finished",
+                run_id=self.run_id,
+                task_id=task_id,
+                status=status.value,
+                attempts=attempts,
+                error=error,
+            )
+        elif error is not None and self._log is not None and status is not TaskStatus.CANCELLED:
+            self._log.info(
+                "task.failed", run_id=self.run_id, task_id=task_id, status=status.value, error=error
+            )
+        return r
+
+    async def _attempt_tool(
+        self,
+        task_id: str,
+        tool: Tool,
+        args: Any,
+        timeout: float | None,
+        attempt: int,
+        decisions: list[dict[str, Any]] | None,
+    ) -> Any:
+        limiter = self._limiter
+        if limiter is not None:
+            await limiter.acquire()
+        try:
+            if timeout is None:
+                return await self.call_tool(
+                    task_id, tool, args, attempt=attempt, decisions=decisions
+                )
+            try:
+                with anyio.fail_after(timeout):
+                    return await self.call_tool(
+                        task_id, tool, args, attempt=attempt, decisions=decisions
+                    )
+            except TimeoutError:
+                raise TaskTimeoutError(f"timed out after {timeout:g} s") from None
+        finally:
+            if limiter is not None:
+                limiter.release()
+
+    async def _attempt_agent(
+        self,
+        task: Task,
+        instruction: Any,
+        timeout: float | None,
+        decisions: list[dict[str, Any]] | None,
+    ) -> tuple[Any, list[dict[str, Any]] | None]:
+        if self.llm is None or self._agent_runner is None:
+            raise AgentError(
+                "this is an agent task (it has an 'instruction') and needs a model: pass "
+                "llm=... to execute(), or --model to the CLI"
+            )
+        tools = self.registry.subset(task.tools) if task.tools is not None else self.registry
+        context = {d: self.outputs.get(d) for d in self.graph.dependencies[task.id]}
+
+        async def call(tool: Tool, args: dict[str, Any]) -> Any:
+            return await self.call_tool(task.id, tool, args, source="agent", decisions=decisions)
+
+        node = AgentNode(self.run_id, task, str(instruction), tools, context, call, self.llm)
+        limiter = self._limiter
+        if limiter is not None:
+            await limiter.acquire()
+        try:
+            if timeout is None:
+                return await self._agent_runner(node)
+            try:
+                with anyio.fail_after(timeout):
+                    return await self._agent_runner(node)
+            except TimeoutError:
+                raise TaskTimeoutError(f"timed out after {timeout:g} s") from None
+        finally:
+            if limiter is not None:
+                limiter.release()
+
+
+def _bind(icpt: Interceptor, nxt: CallNext) -> CallNext:
+    async def step(call: ToolCall) -> Any:
+        async def call_next(c: ToolCall) -> Any:
+            if c.args is not c._validated:
+                c.args = c.tool.validate_args(c.args)
+                c._validated = c.args
+            return await nxt(c)
+
+        return await icpt(call, call_next)
+
+    return step
+
+
+async def _local(tool: Tool, args: Mapping[str, Any]) -> Any:
+    return await tool.acall(args)
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(
+        exc,
+        (
+            ToolArgumentsError,
+            ReferenceResolutionError,
+            TaskTimeoutError,
+            TaskDeniedError,
+            AgentError,
+            UnknownToolError,
+        ),
+    ):
+        return str(exc)
+    text = str(exc)
+    name = type(exc).__name__
+    return f"{name}: {text}" if text else name

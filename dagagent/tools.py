@@ -1,0 +1,410 @@
+"""Tools from plain functions, and the registry that holds them.
+
+A tool is a sync or async function. Its name is the function name, its description the
+docstring's first paragraph, its argument schema comes from the type hints through pydantic,
+and per-parameter descriptions come from the docstring (Google ``Args:`` sections, Sphinx
+``:param x:`` fields or NumPy ``Parameters`` sections). Arguments are validated and coerced
+by pydantic before every call; unknown arguments are rejected. Sync functions run in worker
+threads so that they never block the event loop.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import functools
+import inspect
+import re
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from typing import Any, TypeVar, overload
+
+import anyio.to_thread
+from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+from pydantic.fields import FieldInfo
+
+from .errors import ToolArgumentsError, ToolDefinitionError, UnknownToolError
+
+__all__ = ["Registry", "Tool", "tool"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")
+
+
+def _parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
+    """Split a docstring into (description, {param: description})."""
+    if not doc:
+        return "", {}
+    text = inspect.cleandoc(doc)
+    lines = text.splitlines()
+    params: dict[str, str] = {}
+    desc_lines: list[str] = []
+    i = 0
+    section: str | None = None
+    current: str | None = None
+    header_re = re.compile(
+        r"^(Args|Arguments|Parameters|Params|Returns|Return|Raises|Yields|"
+        r"Examples?|Notes?|See Also|Attributes)\s*:?\s*$"
+    )
+    sphinx_re = re.compile(r"^:param\s+(?:[^:\s]+\s+)?(\w+)\s*:\s*(.*)$")
+    google_re = re.compile(r"^\s{0,8}(\*{0,2}\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)$")
+    numpy_re = re.compile(r"^(\w+)\s*(?::.*)?$")
+    while i < len(lines):
+        line = lines[i]
+        stripped = line.strip()
+        m = header_re.match(stripped)
+        if m:
+            section = m.group(1).lower()
+            current = None
+            i += 1
+            if i < len(lines) and set(lines[i].strip()) == {"-"}:
+                i += 1  # numpy underline
+            continue
+        sm = sphinx_re.match(stripped)
+        if sm:
+            section, current = "sphinx", sm.group(1)
+            params[current] = sm.group(2).strip()
+        elif stripped.startswith(":"):
+            section, current = "sphinx", None
+        elif section in ("args", "arguments", "parameters", "params"):
+            indent = len(line) - len(line.lstrip())
+            gm = google_re.match(line) if indent <= 8 else None
+            nm = numpy_re.match(stripped) if indent == 0 else None
+            if gm and (current is None or indent <= _indent_of(lines, current)):
+                current = gm.group(1).lstrip("*")
+                params[current] = gm.group(2).strip()
+            elif nm and stripped:
+                current = nm.group(1)
+                params[current] = ""
+            elif current and stripped:
+                params[current] = (params[current] + " " + stripped).strip()
+        elif section is None:
+            desc_lines.append(line)
+        elif section == "sphinx" and current and stripped:
+            params[current] = (params[current] + " " + stripped).strip()
+        i += 1
+    description = "\n".join(desc_lines).strip()
+    # Keep the first paragraph only as the short description.
+    description = description.split("\n\n")[0].replace("\n", " ").strip()
+    return description, params
+
+
+def _indent_of(lines: list[str], name: str) -> int:
+    for line in lines:
+        if line.strip().startswith(name):
+            return len(line) - len(line.lstrip())
+    return 0
+
+
+class Tool:
+    """A callable exposed to plans and agents.
+
+    ``Tool`` objects stay callable like the function they wrap; ``acall`` is the validated,
+    async entry point the runner uses.
+    """
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        timeout_s: float | None = None,
+        retries: int = 0,
+        max_concurrency: int | None = None,
+        side_effects: bool = False,
+        tags: Iterable[str] = (),
+    ) -> None:
+        if not callable(fn):
+            raise ToolDefinitionError(f"tool must be a function, got {type(fn).__name__}")
+        self.fn = fn
+        self.name = name or getattr(fn, "__name__", "")
+        if not _NAME_RE.match(self.name):
+            raise ToolDefinitionError(
+                f"tool name {self.name!r} is not valid: use letters, digits, '_', '.', '-' "
+                "(at most 64, starting with a letter or '_')"
+            )
+        if retries < 0:
+            raise ToolDefinitionError(f"tool {self.name!r}: retries must be >= 0")
+        if timeout_s is not None and timeout_s <= 0:
+            raise ToolDefinitionError(f"tool {self.name!r}: timeout_s must be > 0")
+        if max_concurrency is not None and max_concurrency < 1:
+            raise ToolDefinitionError(f"tool {self.name!r}: max_concurrency must be >= 1")
+        doc_desc, param_docs = _parse_docstring(inspect.getdoc(fn))
+        self.description = description if description is not None else doc_desc
+        self.timeout_s = timeout_s
+        self.retries = retries
+        self.max_concurrency = max_concurrency
+        self.side_effects = side_effects
+        self.tags = frozenset(tags)
+        target = fn
+        self._is_async = inspect.iscoroutinefunction(target) or inspect.iscoroutinefunction(
+            getattr(target, "__call__", None)  # noqa: B004 - callable objects with async __call__
+        )
+        self._model = self._build_model(fn, param_docs)
+        self._fields = tuple(self._model.model_fields)
+        self._param_names = frozenset(self._fields)
+        functools.update_wrapper(self, fn)  # type: ignore[arg-type]
+
+    def _build_model(self, fn: Callable[..., Any], docs: Mapping[str, str]) -> type[BaseModel]:
+        try:
+            sig = inspect.signature(fn)
+        except (TypeError, ValueError) as exc:
+            raise ToolDefinitionError(f"tool {self.name!r}: cannot read signature: {exc}") from None
+        try:
+            hints = inspect.get_annotations(fn, eval_str=True) if inspect.isfunction(fn) else {}
+        except Exception as exc:
+            raise ToolDefinitionError(
+                f"tool {self.name!r}: cannot evaluate type hints: {exc}"
+            ) from None
+        fields: dict[str, Any] = {}
+        for pname, param in sig.parameters.items():
+            if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+                raise ToolDefinitionError(
+                    f"tool {self.name!r}: *args / **kwargs parameters cannot be described "
+                    f"by a schema ({pname!r}); list the parameters explicitly"
+                )
+            if param.kind is param.POSITIONAL_ONLY:
+                raise ToolDefinitionError(
+                    f"tool {self.name!r}: positional-only parameter {pname!r} is not supported"
+                )
+            annotation = hints.get(pname, param.annotation)
+            if annotation is inspect.Parameter.empty:
+                annotation = Any
+            default = param.default
+            if isinstance(default, FieldInfo):
+                info = default
+                if info.description is None and pname in docs:
+                    info.description = docs[pname]
+            else:
+                info = FieldInfo(
+                    default=... if default is inspect.Parameter.empty else default,
+                    description=docs.get(pname) or None,
+                )
+            fields[pname] = (annotation, info)
+        model_name = re.sub(r"\W", "_", self.name) + "_args"
+        try:
+            model: type[BaseModel] = create_model(  # type: ignore[call-overload]
+                model_name,
+                __config__=ConfigDict(extra="forbid", arbitrary_types_allowed=True),
+                **fields,
+            )
+            model.model_json_schema()
+        except Exception as exc:
+            raise ToolDefinitionError(
+                f"tool {self.name!r}: its parameters have no JSON schema: {exc}"
+            ) from None
+        return model
+
+    # -- schema -------------------------------------------------------------------------------
+
+    @functools.cached_property
+    def parameters_schema(self) -> dict[str, Any]:
+        """JSON schema of the arguments (an object schema, no extra properties)."""
+        schema = self._model.model_json_schema()
+        schema.pop("title", None)
+        for prop in schema.get("properties", {}).values():
+            if isinstance(prop, dict):
+                prop.pop("title", None)
+        schema["additionalProperties"] = False
+        return schema
+
+    def spec(self) -> dict[str, Any]:
+        """The tool as a model sees it: name, description, parameters."""
+        return {
+            "name": self.name,
+            "description": self.description,
+            "parameters": self.parameters_schema,
+        }
+
+    @property
+    def is_async(self) -> bool:
+        return self._is_async
+
+    # -- validation and calls -----------------------------------------------------------------
+
+    def validate_args(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        """Validate and coerce ``args``; raise :class:`ToolArgumentsError` listing every problem."""
+        try:
+            m = self._model.model_validate(args)
+        except ValidationError as exc:
+            raise ToolArgumentsError(self.name, format_validation_errors(exc)) from None
+        d = m.__dict__
+        return {k: d[k] for k in self._fields}
+
+    def check_partial(self, literal: Mapping[str, Any], referenced: Iterable[str]) -> list[str]:
+        """Problems with the literal arguments of a plan task, ignoring referenced ones.
+
+        ``referenced`` are argument names whose values come from references: they count as
+        present, and their values are checked at run time.
+        """
+        referenced = set(referenced)
+        problems = [f"{k}: unexpected argument" for k in referenced if k not in self._param_names]
+        try:
+            self._model.model_validate(literal)
+        except ValidationError as exc:
+            for err in exc.errors():
+                loc = err["loc"]
+                if loc and loc[0] in referenced:
+                    continue
+                problems.append(_format_error(err))
+        return problems
+
+    async def acall(self, args: Mapping[str, Any]) -> Any:
+        """Call with already validated arguments; sync functions run in a worker thread."""
+        if self._is_async:
+            return await self.fn(**args)
+        return await anyio.to_thread.run_sync(
+            functools.partial(self.fn, **args), abandon_on_cancel=True
+        )
+
+    async def run(self, args: Mapping[str, Any]) -> Any:
+        """Validate then call."""
+        return await self.acall(self.validate_args(args))
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.fn(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"Tool({self.name!r})"
+
+    def __reduce__(self) -> Any:
+        return (_rebuild_tool, (self.fn, self._options()))
+
+    def _options(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "description": self.description,
+            "timeout_s": self.timeout_s,
+            "retries": self.retries,
+            "max_concurrency": self.max_concurrency,
+            "side_effects": self.side_effects,
+            "tags": tuple(self.tags),
+        }
+
+
+def _rebuild_tool(fn: Callable[..., Any], options: dict[str, Any]) -> Tool:
+    return Tool(fn, **options)
+
+
+def _format_error(err: Any) -> str:
+    loc = ".".join(str(p) for p in err["loc"]) or "arguments"
+    if err["type"] == "extra_forbidden":
+        return f"{loc}: unexpected argument"
+    if err["type"] == "missing":
+        return f"{loc}: required argument is missing"
+    inp = err.get("input")
+    shown = repr(inp)
+    if len(shown) > 60:
+        shown = shown[:57] + "..."
+    return f"{loc}: {err['msg']} (got {shown})"
+
+
+def format_validation_errors(exc: ValidationError) -> list[str]:
+    return [_format_error(e) for e in exc.errors()]
+
+
+@overload
+def tool(fn: F, /) -> Tool: ...
+@overload
+def tool(
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    timeout_s: float | None = None,
+    retries: int = 0,
+    max_concurrency: int | None = None,
+    side_effects: bool = False,
+    tags: Iterable[str] = (),
+) -> Callable[[F], Tool]: ...
+def tool(fn: Any = None, /, **options: Any) -> Any:
+    """Turn a function into a :class:`Tool` (usable bare, ``@tool``, or with options)."""
+    if fn is not None:
+        return Tool(fn, **options)
+
+    def deco(f: F) -> Tool:
+        return Tool(f, **options)
+
+    return deco
+
+
+class Registry:
+    """Named tools. ``@registry.tool`` registers a function; names must be unique."""
+
+    def __init__(self, tools: Iterable[Tool | Callable[..., Any]] = ()) -> None:
+        self._tools: dict[str, Tool] = {}
+        for t in tools:
+            self.add(t)
+
+    @overload
+    def tool(self, fn: F, /) -> Tool: ...
+    @overload
+    def tool(
+        self,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        timeout_s: float | None = None,
+        retries: int = 0,
+        max_concurrency: int | None = None,
+        side_effects: bool = False,
+        tags: Iterable[str] = (),
+    ) -> Callable[[F], Tool]: ...
+    def tool(self, fn: Any = None, /, **options: Any) -> Any:
+        if fn is not None:
+            return self.add(Tool(fn, **options))
+
+        def deco(f: F) -> Tool:
+            return self.add(Tool(f, **options))
+
+        return deco
+
+    def add(self, t: Tool | Callable[..., Any]) -> Tool:
+        if not isinstance(t, Tool):
+            t = Tool(t)
+        if t.name in self._tools:
+            raise ToolDefinitionError(f"a tool named {t.name!r} is already registered")
+        self._tools[t.name] = t
+        return t
+
+    def get(self, name: str) -> Tool:
+        try:
+            return self._tools[name]
+        except KeyError:
+            raise UnknownToolError(name, list(self._tools)) from None
+
+    def __getitem__(self, name: str) -> Tool:
+        return self.get(name)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tools
+
+    def __iter__(self) -> Iterator[Tool]:
+        return iter(self._tools.values())
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+    def __repr__(self) -> str:
+        return f"Registry({sorted(self._tools)})"
+
+    @property
+    def names(self) -> list[str]:
+        return list(self._tools)
+
+    def specs(self) -> list[dict[str, Any]]:
+        """Every tool's name, description and argument schema."""
+        return [t.spec() for t in self._tools.values()]
+
+    def subset(self, names: Iterable[str]) -> Registry:
+        """A registry holding only ``names`` (unknown names raise :class:`UnknownToolError`)."""
+        return Registry(self.get(n) for n in names)
+
+    def select(self, pattern: str) -> list[Tool]:
+        """Tools whose name matches a shell-style pattern."""
+        return [t for n, t in self._tools.items() if fnmatch.fnmatchcase(n, pattern)]
+
+    def merge(self, other: Registry) -> Registry:
+        return Registry([*self, *other])
+
+
+ToolFunction = Callable[..., Any | Awaitable[Any]]
