@@ -91,7 +91,9 @@ class RunFinished:
     kind: str = field(default="run.finished", init=False)
 
 
-Event = Union[RunStarted, TaskStarted, TaskRetrying, TaskDecision, TaskFinished, RunFinished]
+Event = Union[  # noqa: UP007 - a runtime alias, kept valid on 3.10
+    RunStarted, TaskStarted, TaskRetrying, TaskDecision, TaskFinished, RunFinished
+]
 Listener = Callable[[Event], None]
 
 _fallback: Any = None

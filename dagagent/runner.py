@@ -351,19 +351,18 @@ class TaskRunner:
                     if delay:
                         await anyio.sleep(delay)
         except self._cancelled_exc:
-            with anyio.CancelScope(shield=True):
-                self._finish(
-                    task_id,
-                    TaskStatus.CANCELLED,
-                    None,
-                    "cancelled while running",
-                    None,
-                    attempts,
-                    started,
-                    resolved,
-                    steps,
-                    decisions,
-                )
+            self._finish(
+                task_id,
+                TaskStatus.CANCELLED,
+                None,
+                "cancelled while running",
+                None,
+                attempts,
+                started,
+                resolved,
+                steps,
+                decisions,
+            )
             raise
         except TaskDeniedError as exc:
             status, error, error_type = TaskStatus.DENIED, str(exc), type(exc).__name__

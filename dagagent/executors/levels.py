@@ -32,7 +32,7 @@ class LevelsExecutor(BaseExecutor):
             async with anyio.create_task_group() as tg:
                 scope = tg.cancel_scope
 
-                async def one(task_id: str) -> None:
+                async def one(task_id: str, scope: anyio.CancelScope = scope) -> None:
                     r = await run_task(task_id)
                     if not r.status.ok:
                         failed.append(task_id)

@@ -1,0 +1,188 @@
+"""The typer app, shared helpers, and the mapping from errors to exit codes."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import logging
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NoReturn, TypeVar
+
+import typer
+from rich.console import Console
+
+from ..errors import (
+    ConfigError,
+    DagagentError,
+    PlanError,
+    PlanLoadError,
+    PlanningError,
+    PlanValidationError,
+    StoreError,
+    ToolError,
+)
+from ..events import configure_logging
+from ..tools import Registry, Tool
+
+__all__ = [
+    "EXIT_FAILED",
+    "EXIT_INTERRUPTED",
+    "EXIT_OK",
+    "EXIT_PLANNING",
+    "EXIT_STORE",
+    "EXIT_USAGE",
+    "app",
+    "err",
+    "fail",
+    "guard",
+    "load_registry",
+    "main",
+    "out",
+]
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_PLANNING = 3
+EXIT_STORE = 4
+EXIT_INTERRUPTED = 130
+
+DEFAULT_TOOLS = "dagagent.toolkits.demo:registry"
+
+app = typer.Typer(
+    name="dagagent",
+    help="Plan-and-execute DAG orchestration for LLM agents.\n\n"
+    "Exit codes: 0 success, 1 run failed, 2 invalid plan or usage, 3 planning failed, "
+    "4 run/store not found, 130 interrupted.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+out = Console(soft_wrap=True)
+err = Console(stderr=True, soft_wrap=True)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@app.callback()
+def _root(
+    verbose: int = typer.Option(0, "--verbose", "-v", count=True, help="More logs on stderr."),
+) -> None:
+    level = {0: logging.WARNING, 1: logging.INFO}.get(verbose, logging.DEBUG)
+    configure_logging(level)
+
+
+def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
+    err.print(f"error: {message}", markup=False, highlight=False)
+    raise typer.Exit(code)
+
+
+def exit_code_for(exc: DagagentError) -> int:
+    if isinstance(exc, PlanningError):
+        return EXIT_PLANNING
+    if isinstance(exc, StoreError):
+        return EXIT_STORE
+    if isinstance(exc, (PlanError, ConfigError, ToolError)):
+        return EXIT_USAGE
+    return EXIT_FAILED
+
+
+def report_error(exc: DagagentError) -> int:
+    """Print a user-caused error as one clear message per issue; return the exit code."""
+    if isinstance(exc, PlanValidationError):
+        n = len(exc.issues)
+        err.print(f"error: invalid plan ({n} issue{'s' if n != 1 else ''}):", markup=False)
+        for issue in exc.issues:
+            err.print(f"  {issue}", markup=False, highlight=False)
+    elif isinstance(exc, PlanLoadError) and getattr(exc, "issues", None):
+        err.print("error: the plan does not fit the plan format:", markup=False)
+        for issue in exc.issues:  # type: ignore[attr-defined]
+            err.print(f"  {issue}", markup=False, highlight=False)
+    elif isinstance(exc, PlanningError):
+        err.print(f"error: {exc}", markup=False, highlight=False)
+        for i, (_raw, issues) in enumerate(exc.attempts, 1):
+            err.print(f"  attempt {i}:", markup=False)
+            for issue in issues:
+                err.print(f"    {issue}", markup=False, highlight=False)
+    else:
+        err.print(f"error: {exc}", markup=False, highlight=False)
+    return exit_code_for(exc)
+
+
+def guard(fn: F) -> F:
+    """Turn user-caused errors into messages and exit codes, never tracebacks."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except DagagentError as exc:
+            raise typer.Exit(report_error(exc)) from None
+        except KeyboardInterrupt:
+            err.print("interrupted", markup=False)
+            raise typer.Exit(EXIT_INTERRUPTED) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def load_registry(spec: str | None) -> Registry:
+    """Load tools from ``MODULE:ATTR`` or ``path/to/file.py:ATTR``.
+
+    ATTR may be a Registry, a Tool, a list of tools/functions, or a function returning one of
+    those. Without a spec: ``$DAGAGENT_TOOLS``, else the bundled demo tools.
+    """
+    spec = spec or os.environ.get("DAGAGENT_TOOLS") or DEFAULT_TOOLS
+    target, sep, attr = spec.rpartition(":")
+    if not sep or not target or not attr:
+        raise ConfigError(f"--tools must look like MODULE:ATTR or path/file.py:ATTR, got {spec!r}")
+    try:
+        if target.endswith(".py") or os.sep in target:
+            path = Path(target)
+            if not path.is_file():
+                raise ConfigError(f"--tools: file not found: {target}")
+            mod_name = f"_dagagent_tools_{abs(hash(path.resolve()))}"
+            loader_spec = importlib.util.spec_from_file_location(mod_name, path)
+            if loader_spec is None or loader_spec.loader is None:
+                raise ConfigError(f"--tools: cannot import {target}")
+            module = importlib.util.module_from_spec(loader_spec)
+            sys.modules[mod_name] = module
+            sys.path.insert(0, str(path.parent.resolve()))
+            loader_spec.loader.exec_module(module)
+        else:
+            module = importlib.import_module(target)
+    except ConfigError:
+        raise
+    except ToolError:
+        raise
+    except Exception as exc:
+        raise ConfigError(f"--tools: cannot import {target!r}: {type(exc).__name__}: {exc}") from None
+    try:
+        obj = getattr(module, attr)
+    except AttributeError:
+        raise ConfigError(f"--tools: {target!r} has no attribute {attr!r}") from None
+    if callable(obj) and not isinstance(obj, (Registry, Tool)):
+        obj = obj()
+    if isinstance(obj, Registry):
+        return obj
+    if isinstance(obj, Tool):
+        return Registry([obj])
+    if isinstance(obj, (list, tuple)):
+        return Registry(obj)
+    raise ConfigError(
+        f"--tools: {spec!r} is a {type(obj).__name__}; expected a Registry, a Tool or a list of tools"
+    )
+
+
+def main() -> None:
+    """Console-script entry point."""
+    try:
+        app()
+    except KeyboardInterrupt:  # pragma: no cover - typer normally handles this
+        err.print("interrupted", markup=False)
+        sys.exit(EXIT_INTERRUPTED)

@@ -1,0 +1,99 @@
+"""``dagagent validate`` and ``dagagent run``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import anyio
+import typer
+
+from ..api import execute
+from ..executors import EXECUTORS
+from ..graph import PlanGraph, validate
+from ..results import RunResult
+from ._app import EXIT_FAILED, EXIT_OK, app, err, guard, load_registry, out
+from .render import plan_table, result_table
+
+__all__ = ["print_result", "run_graph"]
+
+PLAN_ARG = typer.Argument(..., help="Plan file (JSON).", metavar="PLAN")
+TOOLS_OPT = typer.Option(
+    None, "--tools", "-t", metavar="MODULE:ATTR",
+    help="Tools: a Registry (or list of tools) as module:attr or path/file.py:attr. "
+    "Default: $DAGAGENT_TOOLS, else the bundled demo tools.",
+)
+
+
+@app.command("validate")
+@guard
+def validate_cmd(
+    plan: Path = PLAN_ARG,
+    tools: str | None = TOOLS_OPT,
+    json_out: bool = typer.Option(False, "--json", help="Print the levels as JSON."),
+) -> None:
+    """Check a plan (graph, tools, arguments) and report every issue at once."""
+    registry = load_registry(tools)
+    graph = validate(plan, registry, check_llm=True)
+    if json_out:
+        out.print_json(json.dumps({"valid": True, "tasks": len(graph), "levels": graph.levels,
+                                   "warnings": [list(w) for w in graph.warnings]}))
+        return
+    out.print(plan_table(graph))
+    for w in graph.warnings:
+        err.print(f"warning: {w}", markup=False, highlight=False)
+    out.print(f"valid: {len(graph)} tasks in {len(graph.levels)} levels", markup=False)
+
+
+def print_result(result: RunResult, *, as_json: bool) -> int:
+    if as_json:
+        out.print_json(json.dumps(result.to_json_dict(), default=str))
+    else:
+        out.print(result_table(result))
+        counts = ", ".join(f"{n} {s}" for s, n in sorted(result.counts().items()))
+        out.print(
+            f"{result.status.value} in {result.wall_time_s:.3f}s ({counts}); "
+            f"critical path {result.critical_path_s:.3f}s: {' -> '.join(result.critical_path)}",
+            markup=False, highlight=False,
+        )
+    return EXIT_OK if result.ok else EXIT_FAILED
+
+
+def run_graph(graph: PlanGraph, registry: Any, *, as_json: bool, **options: Any) -> int:
+    """Run a validated plan from the command line and print the result; return the exit code."""
+
+    async def main() -> RunResult:
+        return await execute(graph, registry, **options)
+
+    result = anyio.run(main)
+    return print_result(result, as_json=as_json)
+
+
+@app.command("run")
+@guard
+def run_cmd(
+    plan: Path = PLAN_ARG,
+    tools: str | None = TOOLS_OPT,
+    executor: str = typer.Option(
+        "levels", "--executor", "-e", help=f"When tasks start: {', '.join(EXECUTORS)}."
+    ),
+    on_failure: str = typer.Option(
+        "cancel", "--on-failure", help="cancel: stop the run at the first failure; "
+        "continue: run independent branches to the end."
+    ),
+    max_concurrency: int | None = typer.Option(
+        None, "--max-concurrency", "-j", min=1, help="At most N tasks at once."
+    ),
+    json_out: bool = typer.Option(False, "--json", help="Print only the result, as JSON."),
+) -> None:
+    """Validate and run a plan. Exit 0 if every task succeeded, 1 if the run failed."""
+    registry = load_registry(tools)
+    graph = validate(plan, registry, check_llm=True)
+    for w in graph.warnings:
+        err.print(f"warning: {w}", markup=False, highlight=False)
+    code = run_graph(
+        graph, registry, as_json=json_out, executor=executor, on_failure=on_failure,
+        max_concurrency=max_concurrency,
+    )
+    raise typer.Exit(code)

@@ -1,0 +1,1 @@
+"""Bundled tools that run offline: used by the examples, the tests and the benchmarks."""

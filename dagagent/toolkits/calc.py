@@ -1,0 +1,87 @@
+"""A safe arithmetic evaluator (an ``ast`` walk over a whitelist; never ``eval``)."""
+
+from __future__ import annotations
+
+import ast
+import math
+import operator
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["CalcError", "evaluate"]
+
+
+class CalcError(ValueError):
+    """The expression is not valid arithmetic, or is too large to compute."""
+
+
+_BIN: dict[type[ast.operator], Callable[[Any, Any], Any]] = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+    ast.Pow: operator.pow,
+}
+_UNARY: dict[type[ast.unaryop], Callable[[Any], Any]] = {
+    ast.UAdd: operator.pos,
+    ast.USub: operator.neg,
+}
+_FUNCS: dict[str, Callable[..., Any]] = {
+    "abs": abs,
+    "round": round,
+    "min": min,
+    "max": max,
+    "sqrt": math.sqrt,
+    "log": math.log,
+    "exp": math.exp,
+}
+_CONSTS = {"pi": math.pi, "e": math.e}
+_MAX_EXPONENT = 1000
+_MAX_LEN = 2000
+
+
+def evaluate(expression: str) -> float | int:
+    """Evaluate arithmetic such as ``"(3 + 4) * 2 / 7"`` or ``"max(1, 2) ** 2"``."""
+    if len(expression) > _MAX_LEN:
+        raise CalcError(f"expression is too long ({len(expression)} characters)")
+    try:
+        tree = ast.parse(expression.strip(), mode="eval")
+    except SyntaxError as exc:
+        raise CalcError(f"not an arithmetic expression: {expression!r} ({exc.msg})") from None
+    try:
+        result = _eval(tree.body)
+    except ZeroDivisionError:
+        raise CalcError(f"division by zero in {expression!r}") from None
+    except (OverflowError, ValueError) as exc:
+        if isinstance(exc, CalcError):
+            raise
+        raise CalcError(f"cannot compute {expression!r}: {exc}") from None
+    if isinstance(result, bool) or not isinstance(result, (int, float)):
+        raise CalcError(f"{expression!r} does not evaluate to a number")
+    return result
+
+
+def _eval(node: ast.AST) -> Any:
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)):
+        if isinstance(node.value, bool):
+            raise CalcError("booleans are not numbers here")
+        return node.value
+    if isinstance(node, ast.BinOp) and type(node.op) in _BIN:
+        left, right = _eval(node.left), _eval(node.right)
+        if isinstance(node.op, ast.Pow) and abs(right) > _MAX_EXPONENT:
+            raise CalcError(f"exponent {right} is too large")
+        return _BIN[type(node.op)](left, right)
+    if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
+        return _UNARY[type(node.op)](_eval(node.operand))
+    if isinstance(node, ast.Name) and node.id in _CONSTS:
+        return _CONSTS[node.id]
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id in _FUNCS
+        and not node.keywords
+    ):
+        return _FUNCS[node.func.id](*(_eval(a) for a in node.args))
+    raise CalcError(f"not allowed in arithmetic: {ast.unparse(node)!r}")

@@ -1,0 +1,74 @@
+"""Shared fixtures: the anyio backend, a registry of recording test tools."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import anyio
+import pytest
+
+import dagagent
+
+os.environ.setdefault("DAGAGENT_DEMO_LATENCY", "0")
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+class Recorder:
+    """Records (task name, start, end) intervals and call counts of test tools."""
+
+    def __init__(self) -> None:
+        self.intervals: dict[str, tuple[float, float]] = {}
+        self.calls: dict[str, int] = {}
+        self.order: list[str] = []
+
+    def start(self, name: str) -> float:
+        self.calls[name] = self.calls.get(name, 0) + 1
+        self.order.append(name)
+        return anyio.current_time()
+
+    def end(self, name: str, started: float) -> None:
+        self.intervals[name] = (started, anyio.current_time())
+
+    def overlap(self, a: str, b: str) -> bool:
+        (s1, e1), (s2, e2) = self.intervals[a], self.intervals[b]
+        return s1 < e2 and s2 < e1
+
+
+@pytest.fixture
+def recorder() -> Recorder:
+    return Recorder()
+
+
+@pytest.fixture
+def registry(recorder: Recorder) -> Iterator[dagagent.Registry]:
+    reg = dagagent.Registry()
+
+    @reg.tool
+    async def work(name: str, seconds: float = 0.0, value: Any = None, fail: bool = False) -> Any:
+        """Sleep, record the interval, return value (or name); optionally raise."""
+        t0 = recorder.start(name)
+        try:
+            await anyio.sleep(seconds)
+            if fail:
+                raise RuntimeError(f"{name} failed on purpose")
+            return name if value is None else value
+        finally:
+            recorder.end(name, t0)
+
+    @reg.tool
+    def add(a: int, b: int) -> int:
+        """Add two integers."""
+        return a + b
+
+    @reg.tool
+    def echo(value: Any) -> Any:
+        """Return the value."""
+        return value
+
+    yield reg
