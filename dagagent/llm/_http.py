@@ -16,7 +16,7 @@ import email.utils
 import json
 import os
 import random
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import aclosing, asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -26,6 +26,7 @@ from urllib.parse import urlsplit
 import anyio
 import httpx
 import structlog
+from pydantic import ValidationError
 
 from dagagent.errors import (
     LLMAuthError,
@@ -352,7 +353,9 @@ class HTTPChatClient:
                 f"could not connect to {self.provider} within {seconds}s",
             )
         if isinstance(exc, httpx.PoolTimeout):
-            return LLMTimeoutError(f"no free connection to {self.provider} within {self.timeout.pool}s")
+            return LLMTimeoutError(
+                f"no free connection to {self.provider} within {self.timeout.pool}s"
+            )
         if mid_stream:
             message = f"the stream from {self.provider} stalled: no data for {self.timeout.read}s"
         else:
@@ -422,6 +425,18 @@ class HTTPChatClient:
             f"body: {self._scrub(excerpt(body))}"
         )
 
+    def _shape_error(self, exc: ValidationError, data: Any) -> LLMResponseError:
+        """A wire-format validation failure, described in one line."""
+        problems = []
+        for err in exc.errors()[:3]:
+            where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+            problems.append(f"{where}: {err['msg']}")
+        try:
+            body = json.dumps(data, ensure_ascii=False)
+        except (TypeError, ValueError):
+            body = repr(data)
+        return self._response_error("; ".join(problems), body)
+
     def _json_body(self, response: httpx.Response) -> Any:
         try:
             return json.loads(response.content)
@@ -467,7 +482,10 @@ class HTTPChatClient:
         text = str(exc)
         clean = self._scrub(text)
         log.warning(
-            "llm.error", provider=self.provider, model=self.model, error=type(exc).__name__,
+            "llm.error",
+            provider=self.provider,
+            model=self.model,
+            error=type(exc).__name__,
             message=clean,
         )
         if clean == text:
@@ -503,14 +521,12 @@ class HTTPChatClient:
                 waited += delay
                 await self.retry.sleep(delay)
 
-    async def _call(
-        self, path: str, body: Any, parse: Callable[[Any, str], LLMResponse]
-    ) -> LLMResponse:
-        """One non-streaming call: send, parse with ``parse(json, body_text)``, count usage."""
+    async def _call(self, path: str, body: Any, parse: Callable[[Any], LLMResponse]) -> LLMResponse:
+        """One non-streaming call: send, ``parse`` the JSON answer, count usage."""
         try:
             async with self._client_scope() as client:
                 data = await self._send_json(client, path, body)
-            result = parse(data, json.dumps(data)[:1000])
+            result = parse(data)
         except LLMError as exc:
             raise self._safe_error(exc) from exc.__cause__
         self.usage.record(result.usage)
@@ -521,8 +537,8 @@ class HTTPChatClient:
         client: httpx.AsyncClient,
         path: str,
         body: Any,
-        consume: Callable[[httpx.Response], AsyncIterator[T]],
-    ) -> AsyncIterator[T]:
+        consume: Callable[[httpx.Response], AsyncGenerator[T, None]],
+    ) -> AsyncGenerator[T, None]:
         got_response = False
         try:
             async with client.stream(
@@ -555,8 +571,8 @@ class HTTPChatClient:
         self,
         path: str,
         body: Any,
-        consume: Callable[[httpx.Response], AsyncIterator[T]],
-    ) -> AsyncIterator[T]:
+        consume: Callable[[httpx.Response], AsyncGenerator[T, None]],
+    ) -> AsyncGenerator[T, None]:
         """A streaming call with retries while nothing has been yielded yet."""
         try:
             async with self._client_scope() as client:

@@ -243,7 +243,7 @@ MessagesInput: TypeAlias = str | Sequence[Message | Mapping[str, Any]]
 plain string (one user message)."""
 
 _MESSAGE_ADAPTER: TypeAdapter[Message] = TypeAdapter(
-    Annotated[Message, Field(discriminator="role")]  # type: ignore[arg-type]
+    Annotated[Message, Field(discriminator="role")]
 )
 
 

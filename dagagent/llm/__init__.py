@@ -1,0 +1,71 @@
+"""Talking to language models.
+
+One protocol, :class:`LLM` (``complete`` and ``stream``), implemented by
+:class:`OpenAIChat` (chat completions: OpenAI, vLLM, Ollama, llama.cpp, LM Studio),
+:class:`AnthropicChat` (Messages API) and :class:`ScriptedLLM` (tests and examples).
+Build a client with :func:`from_spec` (``"openai:gpt-4o-mini"``) or :func:`from_env`.
+Failures raise the ``LLM*Error`` classes of :mod:`dagagent.errors`.
+"""
+
+from dagagent.llm._http import HTTPChatClient, RetryPolicy
+from dagagent.llm.anthropic import AnthropicChat
+from dagagent.llm.openai import OpenAIChat
+from dagagent.llm.scripted import ScriptedLLM, ScriptError, ScriptItem, WireItem
+from dagagent.llm.spec import from_env, from_spec
+from dagagent.llm.types import (
+    LLM,
+    AssistantMessage,
+    LLMRequest,
+    LLMResponse,
+    Message,
+    MessagesInput,
+    ResponseFormat,
+    StreamEnd,
+    StreamEvent,
+    SystemMessage,
+    TextDelta,
+    ToolCall,
+    ToolCallDelta,
+    ToolResultMessage,
+    ToolSpec,
+    Usage,
+    UsageTracker,
+    UserMessage,
+    collect_stream,
+    normalize_messages,
+    parse_tool_arguments,
+)
+
+__all__ = [
+    "LLM",
+    "AnthropicChat",
+    "AssistantMessage",
+    "HTTPChatClient",
+    "LLMRequest",
+    "LLMResponse",
+    "Message",
+    "MessagesInput",
+    "OpenAIChat",
+    "ResponseFormat",
+    "RetryPolicy",
+    "ScriptError",
+    "ScriptItem",
+    "ScriptedLLM",
+    "StreamEnd",
+    "StreamEvent",
+    "SystemMessage",
+    "TextDelta",
+    "ToolCall",
+    "ToolCallDelta",
+    "ToolResultMessage",
+    "ToolSpec",
+    "Usage",
+    "UsageTracker",
+    "UserMessage",
+    "WireItem",
+    "collect_stream",
+    "from_env",
+    "from_spec",
+    "normalize_messages",
+    "parse_tool_arguments",
+]

@@ -1,0 +1,574 @@
+"""Client for the Anthropic Messages API (``POST {base_url}/v1/messages``).
+
+How dagagent's provider-neutral requests map onto it:
+
+* system messages are joined and sent apart, as ``system``;
+* consecutive messages of one role are merged into one message, so all tool results of
+  a turn become ONE user message of ``tool_result`` blocks (placed before any text);
+* ``max_tokens`` is required by Anthropic, so it defaults to 4096;
+* ``stop`` becomes ``stop_sequences``;
+* ``response_format`` has no Anthropic equivalent and is emulated with a forced tool
+  whose ``input_schema`` is the schema (``tool_choice: {"type": "tool"}``, or ``"any"``
+  when other tools are offered too). The tool's input comes back as JSON text in
+  ``LLMResponse.content`` (not as a tool call) and ``finish_reason`` is ``"stop"``.
+  Schemas whose top level is not an object are wrapped in ``{"value": ...}`` on the way
+  out and unwrapped on the way back.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncGenerator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+from pydantic import BaseModel, ValidationError
+
+from dagagent.errors import (
+    LLMAuthError,
+    LLMBadRequestError,
+    LLMError,
+    LLMRateLimitError,
+    LLMResponseError,
+    LLMServerError,
+)
+from dagagent.llm._http import HTTPChatClient, Retryable, is_event_stream, iter_sse
+from dagagent.llm.types import (
+    AssistantMessage,
+    LLMRequest,
+    LLMResponse,
+    Message,
+    MessagesInput,
+    ResponseFormat,
+    StreamEnd,
+    StreamEvent,
+    TextDelta,
+    ToolCall,
+    ToolCallDelta,
+    ToolResultMessage,
+    ToolSpec,
+    Usage,
+    UsageTracker,
+    UserMessage,
+    wire_name,
+)
+
+__all__ = ["ANTHROPIC_VERSION", "AnthropicChat", "anthropic_messages"]
+
+DEFAULT_BASE_URL = "https://api.anthropic.com"
+ANTHROPIC_VERSION = "2023-06-01"
+DEFAULT_MAX_TOKENS = 4096
+
+_FINISH_REASONS = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "max_tokens": "length",
+    "tool_use": "tool_calls",
+    "refusal": "content_filter",
+}
+
+# Anthropic error type -> (error class, worth retrying)
+_ERROR_TYPES: dict[str, tuple[type[LLMError], bool]] = {
+    "overloaded_error": (LLMServerError, True),
+    "api_error": (LLMServerError, True),
+    "rate_limit_error": (LLMRateLimitError, True),
+    "authentication_error": (LLMAuthError, False),
+    "permission_error": (LLMAuthError, False),
+    "invalid_request_error": (LLMBadRequestError, False),
+    "not_found_error": (LLMBadRequestError, False),
+    "request_too_large": (LLMBadRequestError, False),
+}
+
+
+def anthropic_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
+    """Typed messages as Messages API ``messages`` (system messages are left out)."""
+    out: list[dict[str, Any]] = []
+    for m in messages:
+        blocks: list[dict[str, Any]] = []
+        if isinstance(m, UserMessage):
+            role = "user"
+            if m.content:
+                blocks.append({"type": "text", "text": m.content})
+        elif isinstance(m, AssistantMessage):
+            role = "assistant"
+            if m.content:
+                blocks.append({"type": "text", "text": m.content})
+            for call in m.tool_calls:
+                blocks.append(
+                    {"type": "tool_use", "id": call.id, "name": call.name, "input": call.arguments}
+                )
+        elif isinstance(m, ToolResultMessage):
+            role = "user"
+            block: dict[str, Any] = {
+                "type": "tool_result",
+                "tool_use_id": m.tool_call_id,
+                "content": m.content,
+            }
+            if m.is_error:
+                block["is_error"] = True
+            blocks.append(block)
+        else:  # system messages travel apart
+            continue
+        if not blocks:
+            continue
+        if out and out[-1]["role"] == role:
+            out[-1]["content"].extend(blocks)
+        else:
+            out.append({"role": role, "content": blocks})
+    for message in out:
+        if message["role"] == "user":
+            # Anthropic wants tool results before anything else in a user turn.
+            message["content"].sort(key=lambda b: b["type"] != "tool_result")
+    if out and out[-1]["role"] == "assistant":
+        # A trailing assistant turn is a prefill, which may not end in whitespace.
+        last = out[-1]["content"][-1]
+        if last["type"] == "text":
+            last["text"] = last["text"].rstrip()
+    return out
+
+
+@dataclass(frozen=True)
+class _FormatTool:
+    """The forced tool that emulates ``response_format``."""
+
+    name: str
+    wrapped: bool
+
+    @classmethod
+    def for_format(cls, fmt: ResponseFormat) -> tuple[_FormatTool, dict[str, Any]]:
+        schema = dict(fmt.schema)
+        is_object = schema.get("type") == "object" or (
+            "type" not in schema and "properties" in schema
+        )
+        name = wire_name(fmt.name)
+        if is_object:
+            input_schema = schema
+        else:
+            defs = schema.pop("$defs", None)
+            input_schema = {
+                "type": "object",
+                "properties": {"value": schema},
+                "required": ["value"],
+            }
+            if defs is not None:
+                input_schema["$defs"] = defs
+        spec = {
+            "name": name,
+            "description": (
+                "Give your final answer by calling this tool exactly once; its input is "
+                "the answer, as JSON matching the schema."
+            ),
+            "input_schema": input_schema,
+        }
+        return cls(name=name, wrapped=not is_object), spec
+
+    def content_from_input(self, value: Any) -> str:
+        if self.wrapped and isinstance(value, dict):
+            value = value.get("value")
+        return json.dumps(value, ensure_ascii=False)
+
+    def content_from_text(self, text: str) -> str:
+        if not self.wrapped:
+            return text
+        try:
+            return self.content_from_input(json.loads(text))
+        except ValueError:
+            return text
+
+
+# ---------------------------------------------------------------------------- wire shapes
+
+
+class _Block(BaseModel):
+    type: str
+    text: str | None = None
+    id: str | None = None
+    name: str | None = None
+    input: Any = None
+
+
+class _Usage(BaseModel):
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cache_creation_input_tokens: int | None = None
+    cache_read_input_tokens: int | None = None
+
+    def input_total(self) -> int:
+        return (
+            (self.input_tokens or 0)
+            + (self.cache_creation_input_tokens or 0)
+            + (self.cache_read_input_tokens or 0)
+        )
+
+
+class _Message(BaseModel):
+    model: str | None = None
+    content: list[_Block]
+    stop_reason: str | None = None
+    usage: _Usage | None = None
+
+
+class _StartMessage(BaseModel):
+    model: str | None = None
+    usage: _Usage | None = None
+
+
+class _Event(BaseModel):
+    type: str
+    index: int | None = None
+    message: _StartMessage | None = None
+    content_block: _Block | None = None
+    delta: dict[str, Any] | None = None
+    usage: _Usage | None = None
+    error: Any = None
+
+
+def _finish_reason(stop_reason: str | None, structured: bool, other_calls: bool) -> str | None:
+    if stop_reason is None:
+        return None
+    if structured and stop_reason == "tool_use" and not other_calls:
+        return "stop"
+    return _FINISH_REASONS.get(stop_reason, stop_reason)
+
+
+class _PartialBlock:
+    def __init__(self, block: _Block, tool_index: int | None) -> None:
+        self.type = block.type
+        self.id = block.id
+        self.name = block.name
+        self.tool_index = tool_index
+        self.parts: list[str] = [block.text] if block.text else []
+        self.initial_input = block.input
+
+
+class _StreamState:
+    def __init__(self, fmt: _FormatTool | None) -> None:
+        self.fmt = fmt
+        self.blocks: dict[int, _PartialBlock] = {}
+        self.order: list[int] = []
+        self.tool_count = 0
+        self.model: str | None = None
+        self.input_tokens = 0
+        self.output_tokens = 0
+        self.stop_reason: str | None = None
+
+    def is_format(self, block: _PartialBlock) -> bool:
+        return self.fmt is not None and block.type == "tool_use" and block.name == self.fmt.name
+
+    def finish(self, model: str, raw: Any) -> LLMResponse:
+        texts: list[str] = []
+        calls: list[ToolCall] = []
+        structured: str | None = None
+        for i in self.order:
+            block = self.blocks[i]
+            if block.type == "text":
+                texts.append("".join(block.parts))
+            elif block.type == "tool_use":
+                text = "".join(block.parts)
+                if self.is_format(block):
+                    assert self.fmt is not None
+                    if text:
+                        structured = self.fmt.content_from_text(text)
+                    else:
+                        structured = self.fmt.content_from_input(block.initial_input or {})
+                else:
+                    source: str | Mapping[str, Any] | None = text
+                    if not text and isinstance(block.initial_input, dict):
+                        source = block.initial_input
+                    calls.append(ToolCall.from_raw(block.id or "", block.name or "", source))
+        return LLMResponse(
+            content=structured if structured is not None else "".join(texts),
+            tool_calls=calls,
+            usage=Usage(input_tokens=self.input_tokens, output_tokens=self.output_tokens),
+            finish_reason=_finish_reason(self.stop_reason, structured is not None, bool(calls)),
+            model=self.model or model,
+            raw=raw,
+        )
+
+
+# ---------------------------------------------------------------------------- client
+
+
+class AnthropicChat(HTTPChatClient):
+    """A Claude model behind the Messages API.
+
+    Sends ``x-api-key`` (from ``api_key`` or ``ANTHROPIC_API_KEY``) and
+    ``anthropic-version: 2023-06-01``. ``max_tokens`` (default 4096) and ``temperature``
+    given here are defaults for every call; ``extra_body`` is merged into every body.
+    See the module docstring for how ``response_format`` is emulated.
+    """
+
+    provider_label = "Anthropic"
+    official_host = "api.anthropic.com"
+    api_key_env = "ANTHROPIC_API_KEY"
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str = DEFAULT_BASE_URL,
+        api_key: str | None = None,
+        timeout: float | httpx.Timeout = 60.0,
+        max_retries: int = 3,
+        retry_base_delay_s: float = 0.5,
+        max_retry_wait_s: float = 60.0,
+        client: httpx.AsyncClient | None = None,
+        headers: Mapping[str, str] | None = None,
+        usage: UsageTracker | None = None,
+        max_tokens: int = DEFAULT_MAX_TOKENS,
+        temperature: float | None = None,
+        extra_body: Mapping[str, Any] | None = None,
+    ) -> None:
+        super().__init__(
+            model,
+            base_url=base_url,
+            api_key=api_key,
+            timeout=timeout,
+            max_retries=max_retries,
+            retry_base_delay_s=retry_base_delay_s,
+            max_retry_wait_s=max_retry_wait_s,
+            client=client,
+            headers=headers,
+            usage=usage,
+        )
+        self.max_tokens = max_tokens
+        self.temperature = temperature
+        self.extra_body = dict(extra_body or {})
+
+    @property
+    def path(self) -> str:
+        """``/v1/messages``, or ``/messages`` when ``base_url`` already ends in ``/v1``."""
+        return "/messages" if self.base_url.endswith("/v1") else "/v1/messages"
+
+    def _auth_headers(self) -> dict[str, str]:
+        headers = {"anthropic-version": ANTHROPIC_VERSION}
+        if self._key is not None:
+            headers["x-api-key"] = self._key.reveal()
+        return headers
+
+    def build_body(self, request: LLMRequest) -> tuple[dict[str, Any], _FormatTool | None]:
+        """The JSON body for ``request`` and the format tool emulating its response_format."""
+        body: dict[str, Any] = {
+            "model": self.model,
+            "max_tokens": request.max_tokens if request.max_tokens is not None else self.max_tokens,
+            "messages": anthropic_messages(request.messages),
+        }
+        if request.system:
+            body["system"] = request.system
+        tools: list[dict[str, Any]] = [
+            {"name": t.name, "description": t.description, "input_schema": t.parameters}
+            for t in request.tools
+        ]
+        fmt: _FormatTool | None = None
+        if request.response_format is not None:
+            fmt, spec = _FormatTool.for_format(request.response_format)
+            tools.append(spec)
+            if request.tools:
+                body["tool_choice"] = {"type": "any"}
+            else:
+                body["tool_choice"] = {"type": "tool", "name": fmt.name}
+        if tools:
+            body["tools"] = tools
+        if request.stop:
+            body["stop_sequences"] = list(request.stop)
+        temperature = request.temperature if request.temperature is not None else self.temperature
+        if temperature is not None:
+            body["temperature"] = temperature
+        if request.stream:
+            body["stream"] = True
+        body.update(self.extra_body)
+        return body, fmt
+
+    # -- parsing -------------------------------------------------------------------
+
+    def _error_event(self, error: Any, where: str) -> Exception:
+        kind_name = error.get("type") if isinstance(error, dict) else None
+        message = error.get("message") if isinstance(error, dict) else None
+        text = self._scrub(str(message) if message else json.dumps(error)[:500])
+        kind, retry = _ERROR_TYPES.get(str(kind_name), (LLMServerError, True))
+        full = f"{self.provider} reported an error {where}: {text} [{kind_name}]"
+        return Retryable(kind, full) if retry else kind(full)
+
+    def parse_response(self, data: Any, fmt: _FormatTool | None = None) -> LLMResponse:
+        """An :class:`LLMResponse` from a Messages API JSON body."""
+        if isinstance(data, dict) and data.get("type") == "error":
+            raise self._error_event(data.get("error"), "in a 200 response")
+        try:
+            message = _Message.model_validate(data)
+        except ValidationError as exc:
+            raise self._shape_error(exc, data) from None
+        texts: list[str] = []
+        calls: list[ToolCall] = []
+        structured: str | None = None
+        for block in message.content:
+            if block.type == "text":
+                texts.append(block.text or "")
+            elif block.type == "tool_use":
+                if fmt is not None and block.name == fmt.name:
+                    structured = fmt.content_from_input(block.input)
+                    continue
+                raw_input = block.input
+                if not isinstance(raw_input, dict | str) and raw_input is not None:
+                    raw_input = json.dumps(raw_input)
+                calls.append(ToolCall.from_raw(block.id or "", block.name or "", raw_input))
+        usage = message.usage or _Usage()
+        return LLMResponse(
+            content=structured if structured is not None else "".join(texts),
+            tool_calls=calls,
+            usage=Usage(input_tokens=usage.input_total(), output_tokens=usage.output_tokens or 0),
+            finish_reason=_finish_reason(message.stop_reason, structured is not None, bool(calls)),
+            model=message.model or self.model,
+            raw=data,
+        )
+
+    async def _consume(
+        self, response: httpx.Response, fmt: _FormatTool | None
+    ) -> AsyncGenerator[StreamEvent, None]:
+        if not is_event_stream(response):
+            await response.aread()
+            result = self.parse_response(self._json_body(response), fmt)
+            self.usage.record(result.usage)
+            if result.content:
+                yield TextDelta(result.content)
+            for i, call in enumerate(result.tool_calls):
+                yield ToolCallDelta(i, call.id, call.name, call.arguments_json())
+            yield StreamEnd(result)
+            return
+        state = _StreamState(fmt)
+        raw: list[Any] = []
+        done = False
+        async for sse in iter_sse(response.aiter_lines()):
+            try:
+                data = json.loads(sse.data)
+            except ValueError:
+                raise self._response_error("a stream event is not JSON", sse.data) from None
+            raw.append(data)
+            if not isinstance(data, dict):
+                raise self._response_error("a stream event is not an object", sse.data)
+            data.setdefault("type", sse.event)
+            try:
+                event = _Event.model_validate(data)
+            except ValidationError as exc:
+                raise self._shape_error(exc, data) from None
+            for item in self._apply(state, event, sse.data):
+                yield item
+            if event.type == "message_stop":
+                done = True
+                break
+        if not done:
+            raise Retryable(
+                LLMResponseError,
+                f"the stream from {self.provider} ended early: the connection closed "
+                "before message_stop",
+            )
+        result = state.finish(self.model, raw)
+        self.usage.record(result.usage)
+        yield StreamEnd(result)
+
+    def _apply(self, state: _StreamState, event: _Event, text: str) -> list[StreamEvent]:
+        """Update ``state`` with one stream event; return what to yield for it."""
+        kind = event.type
+        if kind == "error":
+            raise self._error_event(event.error, "mid-stream")
+        if kind == "message_start":
+            if event.message is not None:
+                state.model = event.message.model or state.model
+                if event.message.usage is not None:
+                    state.input_tokens = event.message.usage.input_total()
+                    state.output_tokens = event.message.usage.output_tokens or 0
+            return []
+        if kind == "message_delta":
+            if event.delta is not None and isinstance(event.delta.get("stop_reason"), str):
+                state.stop_reason = event.delta["stop_reason"]
+            if event.usage is not None:
+                if event.usage.output_tokens is not None:
+                    state.output_tokens = event.usage.output_tokens
+                if event.usage.input_total():
+                    state.input_tokens = event.usage.input_total()
+            return []
+        if kind == "content_block_start":
+            if event.index is None or event.content_block is None:
+                raise self._response_error("content_block_start without index or block", text)
+            block = event.content_block
+            tool_index = None
+            partial = _PartialBlock(block, None)
+            if block.type == "tool_use" and not state.is_format(partial):
+                tool_index = partial.tool_index = state.tool_count
+                state.tool_count += 1
+            state.blocks[event.index] = partial
+            state.order.append(event.index)
+            if tool_index is not None:
+                return [ToolCallDelta(tool_index, block.id, block.name, "")]
+            if block.type == "text" and block.text:
+                return [TextDelta(block.text)]
+            return []
+        if kind == "content_block_delta":
+            if event.index is None or event.delta is None or event.index not in state.blocks:
+                raise self._response_error("content_block_delta for an unknown block", text)
+            partial = state.blocks[event.index]
+            delta_type = event.delta.get("type")
+            if delta_type == "text_delta":
+                piece = event.delta.get("text")
+                if not isinstance(piece, str):
+                    raise self._response_error("text_delta without text", text)
+                partial.parts.append(piece)
+                return [TextDelta(piece)] if piece else []
+            if delta_type == "input_json_delta":
+                piece = event.delta.get("partial_json")
+                if not isinstance(piece, str):
+                    raise self._response_error("input_json_delta without partial_json", text)
+                partial.parts.append(piece)
+                if not piece:
+                    return []
+                if partial.tool_index is not None:
+                    return [ToolCallDelta(partial.tool_index, arguments=piece)]
+                if state.fmt is not None and not state.fmt.wrapped:
+                    return [TextDelta(piece)]
+            return []  # thinking, signatures and future delta types
+        return []  # ping, content_block_stop and unknown events
+
+    # -- the LLM protocol ----------------------------------------------------------
+
+    async def complete(
+        self,
+        messages: MessagesInput,
+        *,
+        tools: Sequence[ToolSpec] | None = None,
+        response_format: ResponseFormat | Mapping[str, Any] | None = None,
+        stop: str | Sequence[str] | None = None,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+    ) -> LLMResponse:
+        request = LLMRequest.build(
+            messages,
+            tools=tools,
+            response_format=response_format,
+            stop=stop,
+            max_tokens=max_tokens,
+            temperature=temperature,
+        )
+        body, fmt = self.build_body(request)
+        return await self._call(self.path, body, lambda data: self.parse_response(data, fmt))
+
+    def stream(
+        self,
+        messages: MessagesInput,
+        *,
+        tools: Sequence[ToolSpec] | None = None,
+        response_format: ResponseFormat | Mapping[str, Any] | None = None,
+        stop: str | Sequence[str] | None = None,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+    ) -> AsyncGenerator[StreamEvent, None]:
+        request = LLMRequest.build(
+            messages,
+            tools=tools,
+            response_format=response_format,
+            stop=stop,
+            max_tokens=max_tokens,
+            temperature=temperature,
+            stream=True,
+        )
+        body, fmt = self.build_body(request)
+        return self._call_stream(self.path, body, lambda response: self._consume(response, fmt))

@@ -1,0 +1,380 @@
+"""A model that answers from a script, for tests and examples.
+
+Plain mode answers with typed values::
+
+    with ScriptedLLM(["first answer", LLMResponse(tool_calls=[...]), lambda req: "..."]) as llm:
+        ...  # code under test calls llm.complete(...) / llm.stream(...)
+    # leaving the block fails if the script was not used up
+
+Wire mode scripts provider JSON bodies and runs the real :class:`OpenAIChat` /
+:class:`AnthropicChat` code (request building, parsing, SSE assembly, retries) over an
+``httpx.MockTransport``::
+
+    llm = ScriptedLLM.openai([wire.openai_tool_calls([("search", {"q": "x"})]), "done"])
+    llm = ScriptedLLM.anthropic([httpx.Response(529), wire.anthropic_text("ok")])
+
+In wire mode every script item answers one HTTP request (so a 529 followed by a body is
+one ``complete`` call with one retry) and ``wire_requests`` holds the JSON bodies sent.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from collections.abc import (
+    AsyncGenerator,
+    Awaitable,
+    Callable,
+    Iterable,
+    Mapping,
+    Sequence,
+)
+from contextlib import aclosing
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
+
+import httpx
+
+from dagagent.llm import wire
+from dagagent.llm.anthropic import AnthropicChat
+from dagagent.llm.openai import OpenAIChat
+from dagagent.llm.types import (
+    LLMRequest,
+    LLMResponse,
+    MessagesInput,
+    ResponseFormat,
+    StreamEnd,
+    StreamEvent,
+    TextDelta,
+    ToolCallDelta,
+    ToolSpec,
+    UsageTracker,
+)
+
+if TYPE_CHECKING:
+    from dagagent.llm.types import LLM
+
+__all__ = ["ScriptError", "ScriptItem", "ScriptedLLM", "WireItem"]
+
+_Answer: TypeAlias = LLMResponse | str
+ScriptItem: TypeAlias = (
+    LLMResponse | str | BaseException | Callable[[LLMRequest], _Answer | Awaitable[_Answer]]
+)
+"""A plain-mode answer: a response, its content as a str, an exception to raise, or a
+callable ``(LLMRequest) -> LLMResponse | str`` (sync or async)."""
+
+_WireAnswer: TypeAlias = Mapping[str, Any] | str | LLMResponse | httpx.Response
+WireItem: TypeAlias = (
+    _WireAnswer | BaseException | Callable[[dict[str, Any]], _WireAnswer | Awaitable[_WireAnswer]]
+)
+"""A wire-mode answer to one HTTP request: a JSON body (sent with status 200, or as SSE
+when the request streams), an ``httpx.Response`` (sent as is: any status, headers,
+body), a str or LLMResponse (converted to the provider's body), an exception (raised by
+the transport: ``httpx.ConnectError(...)`` acts like a dead server), or a callable
+``(request_json) -> any of those``."""
+
+
+class ScriptError(AssertionError):
+    """The code under test called the scripted model more or fewer times than scripted."""
+
+
+class ScriptedLLM:
+    """An :class:`~dagagent.llm.LLM` that answers from a script, in order.
+
+    Every call is recorded in ``requests`` (typed :class:`LLMRequest`). Calling more
+    often than scripted raises :class:`ScriptError` (an ``AssertionError``) naming the
+    call; ``assert_exhausted()`` — or leaving ``with ScriptedLLM(...) as llm:`` — fails
+    if calls were missing or in excess. ``stream`` cuts the content into ``chunk_size``
+    pieces.
+    """
+
+    def __init__(
+        self,
+        script: Iterable[ScriptItem] = (),
+        *,
+        model: str = "scripted",
+        chunk_size: int = 8,
+    ) -> None:
+        self.model = model
+        self.chunk_size = chunk_size
+        self.requests: list[LLMRequest] = []
+        self.wire_requests: list[dict[str, Any]] = []
+        self.usage = UsageTracker()
+        self.backend: OpenAIChat | AnthropicChat | None = None
+        self._script: list[Any] = list(script)
+        self._pos = 0
+        self._failures: list[str] = []
+        self._wire: Literal["openai", "anthropic"] | None = None
+        self._http: httpx.AsyncClient | None = None
+
+    # -- wire mode -----------------------------------------------------------------
+
+    @classmethod
+    def openai(
+        cls,
+        script: Iterable[WireItem] = (),
+        *,
+        model: str = "gpt-test",
+        chunk_size: int = 8,
+        **client_options: Any,
+    ) -> ScriptedLLM:
+        """Script ``chat.completion`` bodies answered through a real :class:`OpenAIChat`.
+
+        ``client_options`` go to ``OpenAIChat`` (defaults here: no retry delay).
+        """
+        self = cls(model=model, chunk_size=chunk_size)
+        self._script = list(script)
+        self._wire = "openai"
+        self._http = httpx.AsyncClient(transport=httpx.MockTransport(self._handle))
+        options: dict[str, Any] = {
+            "base_url": "http://scripted.invalid/v1",
+            "retry_base_delay_s": 0.0,
+        }
+        options.update(client_options)
+        self.backend = OpenAIChat(model, client=self._http, usage=self.usage, **options)
+        return self
+
+    @classmethod
+    def anthropic(
+        cls,
+        script: Iterable[WireItem] = (),
+        *,
+        model: str = "claude-test",
+        chunk_size: int = 8,
+        **client_options: Any,
+    ) -> ScriptedLLM:
+        """Script Messages API bodies answered through a real :class:`AnthropicChat`."""
+        self = cls(model=model, chunk_size=chunk_size)
+        self._script = list(script)
+        self._wire = "anthropic"
+        self._http = httpx.AsyncClient(transport=httpx.MockTransport(self._handle))
+        options: dict[str, Any] = {"base_url": "http://scripted.invalid", "retry_base_delay_s": 0.0}
+        options.update(client_options)
+        self.backend = AnthropicChat(model, client=self._http, usage=self.usage, **options)
+        return self
+
+    async def _handle(self, request: httpx.Request) -> httpx.Response:
+        try:
+            body = json.loads(request.content)
+        except ValueError:
+            body = {}
+        self.wire_requests.append(body)
+        item = self._next(f"HTTP request #{len(self.wire_requests)}", self._describe_wire(body))
+        if isinstance(item, BaseException):
+            raise item
+        if callable(item):
+            item = item(body)
+            if inspect.isawaitable(item):
+                item = await item
+        return self._wire_response(item, bool(body.get("stream")))
+
+    def _wire_response(self, item: Any, stream: bool) -> httpx.Response:
+        if isinstance(item, httpx.Response):
+            return item
+        openai = self._wire == "openai"
+        if isinstance(item, LLMResponse):
+            data = (
+                wire.openai_from_response(item, model=self.model)
+                if openai
+                else wire.anthropic_from_response(item, model=self.model)
+            )
+        elif isinstance(item, str):
+            data = (
+                wire.openai_text(item, model=self.model)
+                if openai
+                else wire.anthropic_text(item, model=self.model)
+            )
+        else:
+            data = dict(item)
+        if stream:
+            try:
+                events = (
+                    wire.openai_events(data, chunk_size=self.chunk_size)
+                    if openai
+                    else wire.anthropic_events(data, chunk_size=self.chunk_size)
+                )
+            except (KeyError, IndexError, TypeError, AttributeError):
+                return httpx.Response(200, json=data)  # not a body we can stream: send as is
+            return httpx.Response(
+                200, headers={"content-type": "text/event-stream"}, content=wire.encode_sse(events)
+            )
+        return httpx.Response(200, json=data)
+
+    @staticmethod
+    def _describe_wire(body: dict[str, Any]) -> str:
+        messages = body.get("messages") or []
+        return f"last message: {json.dumps(messages[-1])[:200]}" if messages else "no messages"
+
+    # -- script bookkeeping --------------------------------------------------------
+
+    def push(self, *items: ScriptItem | WireItem) -> None:
+        """Append answers to the script."""
+        self._script.extend(items)
+
+    @property
+    def calls(self) -> int:
+        """How many times ``complete`` / ``stream`` were called."""
+        return len(self.requests)
+
+    @property
+    def remaining(self) -> int:
+        """Script items not used yet."""
+        return len(self._script) - self._pos
+
+    @property
+    def last_request(self) -> LLMRequest:
+        if not self.requests:
+            raise ScriptError("ScriptedLLM was never called")
+        return self.requests[-1]
+
+    def _next(self, what: str, context: str) -> Any:
+        if self._pos >= len(self._script):
+            n = len(self._script)
+            message = (
+                f"ScriptedLLM: {what} was not scripted (the script has {n} "
+                f"item{'s' if n != 1 else ''}); {context}"
+            )
+            self._failures.append(message)
+            raise ScriptError(message)
+        item = self._script[self._pos]
+        self._pos += 1
+        return item
+
+    def assert_exhausted(self) -> None:
+        """Fail unless every script item was used, and no call went past the script."""
+        if self._failures:
+            raise ScriptError(self._failures[0])
+        if self.remaining:
+            unit = "HTTP answer" if self._wire else "answer"
+            raise ScriptError(
+                f"ScriptedLLM: {self.remaining} of {len(self._script)} scripted "
+                f"{unit}{'s' if len(self._script) != 1 else ''} never used "
+                f"(the model was called {self.calls} time{'s' if self.calls != 1 else ''})"
+            )
+
+    def __enter__(self) -> ScriptedLLM:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, *rest: object) -> None:
+        if exc_type is None:
+            self.assert_exhausted()
+
+    async def __aenter__(self) -> ScriptedLLM:
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, *rest: object) -> None:
+        await self.aclose()
+        if exc_type is None:
+            self.assert_exhausted()
+
+    async def aclose(self) -> None:
+        if self._http is not None:
+            await self._http.aclose()
+
+    def __repr__(self) -> str:
+        mode = f", wire={self._wire!r}" if self._wire else ""
+        counts = f"calls={self.calls}, remaining={self.remaining}"
+        return f"ScriptedLLM(model={self.model!r}{mode}, {counts})"
+
+    # -- answering -----------------------------------------------------------------
+
+    async def _answer(self, request: LLMRequest) -> LLMResponse:
+        last = request.last_message
+        context = f"last message: {last!r}"[:300] if last is not None else "no messages"
+        item = self._next(f"call #{self.calls}", context)
+        if isinstance(item, BaseException):
+            raise item
+        if callable(item) and not isinstance(item, LLMResponse):
+            item = item(request)
+            if inspect.isawaitable(item):
+                item = await item
+        if isinstance(item, str):
+            response = LLMResponse(content=item, finish_reason="stop", model=self.model)
+        elif isinstance(item, LLMResponse):
+            response = item if item.model else item.model_copy(update={"model": self.model})
+        else:
+            raise ScriptError(
+                f"ScriptedLLM: call #{self.calls} got {type(item).__name__}; script items "
+                "must be LLMResponse, str, an exception or a callable returning LLMResponse/str"
+            )
+        self.usage.record(response.usage)
+        return response
+
+    async def complete(
+        self,
+        messages: MessagesInput,
+        *,
+        tools: Sequence[ToolSpec] | None = None,
+        response_format: ResponseFormat | Mapping[str, Any] | None = None,
+        stop: str | Sequence[str] | None = None,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+    ) -> LLMResponse:
+        request = LLMRequest.build(
+            messages,
+            tools=tools,
+            response_format=response_format,
+            stop=stop,
+            max_tokens=max_tokens,
+            temperature=temperature,
+        )
+        self.requests.append(request)
+        if self.backend is not None:
+            return await self.backend.complete(
+                request.messages,
+                tools=request.tools,
+                response_format=request.response_format,
+                stop=request.stop,
+                max_tokens=max_tokens,
+                temperature=temperature,
+            )
+        return await self._answer(request)
+
+    def stream(
+        self,
+        messages: MessagesInput,
+        *,
+        tools: Sequence[ToolSpec] | None = None,
+        response_format: ResponseFormat | Mapping[str, Any] | None = None,
+        stop: str | Sequence[str] | None = None,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+    ) -> AsyncGenerator[StreamEvent, None]:
+        request = LLMRequest.build(
+            messages,
+            tools=tools,
+            response_format=response_format,
+            stop=stop,
+            max_tokens=max_tokens,
+            temperature=temperature,
+            stream=True,
+        )
+        return self._stream(request)
+
+    async def _stream(self, request: LLMRequest) -> AsyncGenerator[StreamEvent, None]:
+        self.requests.append(request)
+        if self.backend is not None:
+            events = self.backend.stream(
+                request.messages,
+                tools=request.tools,
+                response_format=request.response_format,
+                stop=request.stop,
+                max_tokens=request.max_tokens,
+                temperature=request.temperature,
+            )
+            async with aclosing(events) as stream:
+                async for event in stream:
+                    yield event
+            return
+        response = await self._answer(request)
+        size = max(1, self.chunk_size)
+        for start in range(0, len(response.content), size):
+            yield TextDelta(response.content[start : start + size])
+        for i, call in enumerate(response.tool_calls):
+            yield ToolCallDelta(i, call.id, call.name, call.arguments_json())
+        yield StreamEnd(response)
+
+
+if TYPE_CHECKING:
+
+    def _implements_protocol(a: ScriptedLLM, b: OpenAIChat, c: AnthropicChat) -> list[LLM]:
+        return [a, b, c]
