@@ -71,8 +71,11 @@ class RetryPolicy:
 @dataclass
 class ToolCall:
     """One tool call as interceptors see it. Interceptors may replace ``args`` (then they are
-    validated again; assign a new dict rather than mutating it), return a result without calling ``call_next``, or raise
-    :class:`~dagagent.errors.TaskDeniedError` to refuse the call."""
+    validated again; assign a new dict rather than mutating it), return a result without
+    calling ``call_next``, or raise :class:`~dagagent.errors.TaskDeniedError` to refuse it.
+
+    ``timeout`` (the task's timeout, if any) applies to the innermost call only, so time an
+    interceptor spends waiting (e.g. for a person to approve) does not count against it."""
 
     run_id: str
     task_id: str
@@ -81,6 +84,7 @@ class ToolCall:
     attempt: int = 1
     source: str = "plan"  # "plan" for a tool task, "agent" for a call made by a ReAct node
     decisions: list[dict[str, Any]] = field(default_factory=list)
+    timeout: float | None = None
     _emit: Callable[[Any], None] | None = field(default=None, repr=False)
     _validated: dict[str, Any] | None = field(default=None, repr=False)
 
@@ -206,7 +210,9 @@ class TaskRunner:
 
     def _compose(self) -> CallNext:
         async def invoke(call: ToolCall) -> Any:
-            return await self._invoke(call.tool, call.args)
+            if call.timeout is None:
+                return await self._invoke(call.tool, call.args)
+            return await self._invoke_timed(call.tool, call.args, call.timeout)
 
         chain: CallNext = invoke
         for icpt in reversed(self._interceptors):
@@ -222,6 +228,13 @@ class TaskRunner:
             return await self._invoker(tool, args)
         return await tool.acall(args)
 
+    async def _invoke_timed(self, tool: Tool, args: Mapping[str, Any], timeout: float) -> Any:
+        try:
+            with anyio.fail_after(timeout):
+                return await self._invoke(tool, args)
+        except TimeoutError:
+            raise TaskTimeoutError(f"timed out after {timeout:g} s") from None
+
     async def call_tool(
         self,
         task_id: str,
@@ -231,11 +244,15 @@ class TaskRunner:
         attempt: int = 1,
         source: str = "plan",
         decisions: list[dict[str, Any]] | None = None,
+        timeout: float | None = None,
     ) -> Any:
-        """Validate ``args`` and call ``tool`` through the interceptors and the invoker."""
+        """Validate ``args`` and call ``tool`` through the interceptors and the invoker
+        (``timeout`` bounds the invoker call, not the interceptors)."""
         validated = tool.validate_args(args)
         if not self._interceptors:
-            return await self._invoke(tool, validated)
+            if timeout is None:
+                return await self._invoke(tool, validated)
+            return await self._invoke_timed(tool, validated, timeout)
         call = ToolCall(
             self.run_id,
             task_id,
@@ -243,6 +260,7 @@ class TaskRunner:
             validated,
             attempt,
             source,
+            timeout=timeout,
             _emit=self._emit_fn,
             _validated=validated,
         )
@@ -440,17 +458,9 @@ class TaskRunner:
         if limiter is not None:
             await limiter.acquire()
         try:
-            if timeout is None:
-                return await self.call_tool(
-                    task_id, tool, args, attempt=attempt, decisions=decisions
-                )
-            try:
-                with anyio.fail_after(timeout):
-                    return await self.call_tool(
-                        task_id, tool, args, attempt=attempt, decisions=decisions
-                    )
-            except TimeoutError:
-                raise TaskTimeoutError(f"timed out after {timeout:g} s") from None
+            return await self.call_tool(
+                task_id, tool, args, attempt=attempt, decisions=decisions, timeout=timeout
+            )
         finally:
             if limiter is not None:
                 limiter.release()
