@@ -189,7 +189,8 @@ def _scan(
                     Issue(
                         "missing_instruction",
                         tid,
-                        "the task has no 'tool', so it is an agent task, and it has no 'instruction'",
+                        "the task has no 'tool', so it is an agent task, "
+                        "and it has no 'instruction'",
                     )
                 )
             if t.args:
@@ -230,7 +231,8 @@ def _scan(
                         Issue(
                             "unknown_tool",
                             tid,
-                            f"unknown tool {t.tool!r} (known: {', '.join(sorted(registry.names)) or 'none'})",
+                            f"unknown tool {t.tool!r} "
+                            f"(known: {', '.join(sorted(registry.names)) or 'none'})",
                         )
                     )
                 else:

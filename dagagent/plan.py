@@ -42,7 +42,8 @@ _REF_RE = re.compile(r"\$\$\{|\$\{([A-Za-z0-9_][A-Za-z0-9_-]*)((?:\.[^.}\s]+)*)\
 
 
 class Task(BaseModel):
-    """One node of a plan: a tool call (``tool`` + ``args``) or an agent sub-goal (``instruction``)."""
+    """One node of a plan: a tool call (``tool`` + ``args``) or an agent sub-goal
+    (``instruction``)."""
 
     model_config = ConfigDict(extra="forbid")
 

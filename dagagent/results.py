@@ -146,7 +146,8 @@ class RunResult(BaseModel):
         ]
 
     def raise_for_status(self) -> RunResult:
-        """Return self if the run succeeded, else raise :class:`RunFailedError` naming the failures."""
+        """Return self if the run succeeded, else raise :class:`RunFailedError` naming
+        the failures."""
         if self.status is RunStatus.SUCCEEDED:
             return self
         lines = [f"{r.task_id}: {r.status.value}: {r.error}" for r in self.failures()]

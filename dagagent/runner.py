@@ -204,7 +204,7 @@ class TaskRunner:
                 listener(event)
             except Exception as exc:  # a broken listener must not break the run
                 if self._log is not None:
-                    self._log.warning("listener.failed", error=repr(exc), event=event.kind)
+                    self._log.warning("listener.failed", error=repr(exc), event_kind=event.kind)
 
     # -- the tool call seam ---------------------------------------------------------------
 

@@ -88,6 +88,27 @@ def _parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
     return description, params
 
 
+def _annotations(fn: Callable[..., Any]) -> dict[str, Any]:
+    """Evaluated annotations; names local to the defining scope are looked up in the calling
+    frames (tools are often defined inside functions under
+    ``from __future__ import annotations``)."""
+    if not inspect.isfunction(fn):
+        return {}
+    try:
+        return inspect.get_annotations(fn, eval_str=True)
+    except NameError:
+        frame = inspect.currentframe()
+        localns: dict[str, Any] = {}
+        depth = 0
+        while frame is not None and depth < 8:
+            for k, v in frame.f_locals.items():
+                localns.setdefault(k, v)
+            frame = frame.f_back
+            depth += 1
+        del frame
+        return inspect.get_annotations(fn, eval_str=True, locals=localns)
+
+
 def _indent_of(lines: list[str], name: str) -> int:
     for line in lines:
         if line.strip().startswith(name):
@@ -151,7 +172,7 @@ class Tool:
         except (TypeError, ValueError) as exc:
             raise ToolDefinitionError(f"tool {self.name!r}: cannot read signature: {exc}") from None
         try:
-            hints = inspect.get_annotations(fn, eval_str=True) if inspect.isfunction(fn) else {}
+            hints = _annotations(fn)
         except Exception as exc:
             raise ToolDefinitionError(
                 f"tool {self.name!r}: cannot evaluate type hints: {exc}"

@@ -161,13 +161,20 @@ def load_registry(spec: str | None) -> Registry:
     except ToolError:
         raise
     except Exception as exc:
-        raise ConfigError(f"--tools: cannot import {target!r}: {type(exc).__name__}: {exc}") from None
+        raise ConfigError(
+            f"--tools: cannot import {target!r}: {type(exc).__name__}: {exc}"
+        ) from None
     try:
         obj = getattr(module, attr)
     except AttributeError:
         raise ConfigError(f"--tools: {target!r} has no attribute {attr!r}") from None
-    if callable(obj) and not isinstance(obj, (Registry, Tool)):
-        obj = obj()
+    if callable(obj) and not isinstance(obj, (Registry, Tool, type)):
+        try:
+            obj = obj()
+        except Exception as exc:
+            raise ConfigError(
+                f"--tools: calling {spec!r} to get the tools failed: {type(exc).__name__}: {exc}"
+            ) from None
     if isinstance(obj, Registry):
         return obj
     if isinstance(obj, Tool):
@@ -175,7 +182,8 @@ def load_registry(spec: str | None) -> Registry:
     if isinstance(obj, (list, tuple)):
         return Registry(obj)
     raise ConfigError(
-        f"--tools: {spec!r} is a {type(obj).__name__}; expected a Registry, a Tool or a list of tools"
+        f"--tools: {spec!r} is a {type(obj).__name__}; "
+        "expected a Registry, a Tool or a list of tools"
     )
 
 

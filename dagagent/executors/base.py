@@ -99,9 +99,8 @@ def finish_unstarted(graph: PlanGraph, runner: TaskRunner) -> None:
         if n in results:
             continue
         d = _blocker(graph, runner, n)
-        if d is not None:
-            runner.mark(
-                n, TaskStatus.SKIPPED, f"not run: upstream task {d!r} {_status_of(runner, d)}"
-            )
+        dep = results.get(d) if d is not None else None
+        if dep is not None and dep.status is not TaskStatus.CANCELLED:
+            runner.mark(n, TaskStatus.SKIPPED, f"not run: upstream task {d!r} {dep.status.value}")
         else:
             runner.mark(n, TaskStatus.CANCELLED, f"not run: the run was stopped{because}")

@@ -1,0 +1,168 @@
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from dagagent.cli import app
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "examples"
+runner = CliRunner()
+
+
+def invoke(*args: str) -> Any:
+    return runner.invoke(app, list(args), catch_exceptions=False)
+
+
+def write(tmp_path: Path, name: str, content: Any) -> str:
+    p = tmp_path / name
+    p.write_text(content if isinstance(content, str) else json.dumps(content))
+    return str(p)
+
+
+def test_validate_reports_all_four_issues_with_exit_2() -> None:
+    r = invoke("validate", str(EXAMPLES / "invalid.json"))
+    assert r.exit_code == 2
+    text = r.stderr
+    for code in ("duplicate_id", "unknown_tool", "missing_dependency", "cycle"):
+        assert f"[{code}]" in text
+    assert "a -> b -> c -> a" in text
+    assert "Traceback" not in r.output
+
+
+def test_run_example_json_exit_0() -> None:
+    r = invoke("run", str(EXAMPLES / "weather.json"), "--json")
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    assert data["status"] == "succeeded"
+    assert {t["status"] for t in data["tasks"].values()} == {"succeeded"}
+    assert data["tasks"]["cmp"]["output"]["larger"] == "Tokyo"
+
+
+@pytest.mark.parametrize("executor", ["serial", "levels", "dataflow"])
+def test_run_failing_example_exit_1(executor: str) -> None:
+    r = invoke(
+        "run", str(EXAMPLES / "failing.json"), "--json", "-e", executor, "--on-failure", "continue"
+    )
+    assert r.exit_code == 1
+    data = json.loads(r.stdout)
+    assert data["tasks"]["atlantis"]["status"] == "failed"
+    assert "no weather for 'Atlantis'" in data["tasks"]["atlantis"]["error"]
+    assert data["tasks"]["mean"]["status"] == "skipped"
+    assert data["tasks"]["paris"]["status"] == "succeeded"
+
+
+MALFORMED: list[tuple[str, Any, str]] = [
+    ("not_json", "{tasks: [", "not valid JSON"),
+    ("scalar", "42", "JSON object"),
+    ("wrong_field", {"tasks": [{"id": "a", "tool": "sleep", "arg": {}}]}, "unknown field"),
+    ("wrong_type", {"tasks": [{"id": "a", "tool": "sleep", "depends_on": "b"}]}, "depends_on"),
+    ("empty", {"goal": "x", "tasks": []}, "empty_plan"),
+    ("no_tool", {"tasks": [{"id": "a"}]}, "missing_instruction"),
+    (
+        "bad_args",
+        {"tasks": [{"id": "a", "tool": "sleep", "args": {"seconds": "soon"}}]},
+        "bad_arguments",
+    ),
+    (
+        "self",
+        {"tasks": [{"id": "a", "tool": "sleep", "args": {"seconds": 0}, "depends_on": ["a"]}]},
+        "self_dependency",
+    ),
+    (
+        "bad_ref",
+        {"tasks": [{"id": "a", "tool": "sleep", "args": {"seconds": "${b"}}]},
+        "bad_reference",
+    ),
+    ("bad_id", {"tasks": [{"id": "a.b", "tool": "sleep", "args": {"seconds": 0}}]}, "invalid_id"),
+    ("null_task", {"tasks": [None]}, "tasks[0]"),
+]
+
+
+@pytest.mark.parametrize(("name", "content", "expect"), MALFORMED, ids=[m[0] for m in MALFORMED])
+def test_malformed_plans_exit_2_with_clear_error(
+    tmp_path: Path, name: str, content: Any, expect: str
+) -> None:
+    path = write(tmp_path, f"{name}.json", content)
+    for cmd in ("validate", "run"):
+        r = invoke(cmd, path)
+        assert r.exit_code == 2, (cmd, r.output)
+        assert expect in r.stderr
+        assert "Traceback" not in r.output
+
+
+def test_missing_file_and_bad_tools_spec(tmp_path: Path) -> None:
+    r = invoke("run", str(tmp_path / "nope.json"))
+    assert r.exit_code == 2 and "not found" in r.stderr
+    plan = str(EXAMPLES / "weather.json")
+    for spec, msg in [
+        ("nomodule_xyz:reg", "cannot import"),
+        ("dagagent.toolkits.demo:nope", "no attribute"),
+        ("justtext", "MODULE:ATTR"),
+        ("json:dumps", "failed"),
+        ("json:JSONDecoder", "expected a Registry"),
+    ]:
+        r = invoke("run", plan, "--tools", spec)
+        assert r.exit_code == 2, spec
+        assert msg in r.stderr, (spec, r.stderr)
+
+
+def test_tools_from_a_file(tmp_path: Path) -> None:
+    tools = tmp_path / "mytools.py"
+    tools.write_text(
+        "import dagagent\nregistry = dagagent.Registry()\n"
+        "@registry.tool\ndef shout(text: str) -> str:\n    return text.upper()\n"
+    )
+    plan = write(
+        tmp_path, "p.json", {"tasks": [{"id": "s", "tool": "shout", "args": {"text": "hi"}}]}
+    )
+    r = invoke("run", plan, "--tools", f"{tools}:registry", "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["tasks"]["s"]["output"] == "HI"
+
+
+def test_bad_options_exit_2() -> None:
+    plan = str(EXAMPLES / "weather.json")
+    assert invoke("run", plan, "--executor", "warp").exit_code == 2
+    assert invoke("run", plan, "--on-failure", "shrug").exit_code == 2
+    assert invoke("run", plan, "--max-concurrency", "0").exit_code == 2
+
+
+def test_failing_task_cancels_ten_second_sibling_quickly(tmp_path: Path) -> None:
+    plan = write(
+        tmp_path,
+        "p.json",
+        {
+            "tasks": [
+                {"id": "long", "tool": "sleep", "args": {"seconds": 10}},
+                {"id": "bad", "tool": "fail", "args": {"message": "nope"}},
+            ]
+        },
+    )
+    t0 = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-m", "dagagent", "run", plan, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    elapsed = time.monotonic() - t0
+    assert proc.returncode == 1, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["tasks"]["long"]["status"] == "cancelled"
+    assert data["tasks"]["long"]["duration_s"] < 1.0
+    assert elapsed < 8  # interpreter start-up included; the sleep alone would be 10 s
+
+
+def test_console_script_and_module_entry_points() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "dagagent", "--help"], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0 and "validate" in proc.stdout and "run" in proc.stdout

@@ -1,0 +1,308 @@
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import pytest
+
+import dagagent
+from dagagent import RetryPolicy, RunStatus, TaskStatus, execute
+from dagagent.errors import ConfigError, RunFailedError
+
+pytestmark = pytest.mark.anyio
+
+EXECUTORS = ["serial", "levels", "dataflow"]
+PARALLEL = ["levels", "dataflow"]
+FAST_RETRY = RetryPolicy(base_delay_s=0.001, max_delay_s=0.01)
+
+
+def w(id: str, seconds: float = 0.0, deps: tuple[str, ...] = (), **kw: Any) -> dict[str, Any]:
+    args = {"name": id, "seconds": seconds, **kw.pop("args", {})}
+    return {"id": id, "tool": "work", "args": args, "depends_on": list(deps), **kw}
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+async def test_outputs_flow_through_references(executor: str, registry: dagagent.Registry) -> None:
+    plan = {
+        "goal": "sum",
+        "tasks": [
+            w("a", args={"value": 2}),
+            w("b", args={"value": 3}),
+            {"id": "s", "tool": "add", "args": {"a": "${a}", "b": "${b}"}},
+            {"id": "t", "tool": "echo", "args": {"value": "total=${s}"}},
+        ],
+    }
+    result = await execute(plan, registry, executor=executor)
+    assert result.status is RunStatus.SUCCEEDED
+    assert result.outputs == {"a": 2, "b": 3, "s": 5, "t": "total=5"}
+    assert result.tasks["s"].args == {"a": 2, "b": 3}
+    assert result.raise_for_status() is result
+
+
+@pytest.mark.parametrize("executor", PARALLEL)
+async def test_independent_tasks_overlap(
+    executor: str, registry: dagagent.Registry, recorder: Any
+) -> None:
+    plan = {"tasks": [w(f"t{i}", 0.2) for i in range(4)]}
+    await execute(plan, registry, executor=executor)
+    assert all(recorder.overlap("t0", f"t{i}") for i in range(1, 4))
+
+
+async def test_serial_never_overlaps(registry: dagagent.Registry, recorder: Any) -> None:
+    plan = {"tasks": [w(f"t{i}", 0.05) for i in range(3)]}
+    await execute(plan, registry, executor="serial")
+    assert not recorder.overlap("t0", "t1") and not recorder.overlap("t1", "t2")
+
+
+async def test_levels_barrier_holds(registry: dagagent.Registry, recorder: Any) -> None:
+    # c depends only on the fast task a, but levels waits for the slow b of the same level.
+    plan = {"tasks": [w("a", 0.0), w("b", 0.3), w("c", 0.0, ("a",))]}
+    await execute(plan, registry, executor="levels")
+    assert recorder.intervals["c"][0] >= recorder.intervals["b"][1]
+
+
+async def test_dataflow_starts_without_waiting_for_unrelated_slow_task(
+    registry: dagagent.Registry, recorder: Any
+) -> None:
+    plan = {"tasks": [w("a", 0.0), w("b", 0.5), w("c", 0.0, ("a",))]}
+    await execute(plan, registry, executor="dataflow")
+    assert recorder.intervals["c"][1] < recorder.intervals["b"][1]
+    assert recorder.intervals["c"][0] >= recorder.intervals["a"][1]
+
+
+@pytest.mark.parametrize("executor", PARALLEL)
+async def test_failure_cancels_sleeping_sibling_promptly(
+    executor: str, registry: dagagent.Registry, recorder: Any
+) -> None:
+    plan = {
+        "tasks": [
+            w("boom", 0.05, args={"fail": True}),
+            w("sleeper", 10.0),
+            w("after", 0.0, ("boom",)),
+            w("other", 0.0, ("sleeper",)),
+        ]
+    }
+    with anyio.fail_after(3):
+        result = await execute(plan, registry, executor=executor)
+    tasks = result.tasks
+    assert result.status is RunStatus.FAILED
+    assert tasks["boom"].status is TaskStatus.FAILED
+    assert "boom failed on purpose" in (tasks["boom"].error or "")
+    assert tasks["sleeper"].status is TaskStatus.CANCELLED
+    assert tasks["after"].status is TaskStatus.SKIPPED
+    assert tasks["other"].status is TaskStatus.CANCELLED
+    assert recorder.intervals["sleeper"][1] - recorder.intervals["sleeper"][0] < 2.0
+    assert "other" not in recorder.calls
+    with pytest.raises(RunFailedError, match="boom"):
+        result.raise_for_status()
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+async def test_continue_runs_independent_branches_and_skips_descendants(
+    executor: str, registry: dagagent.Registry, recorder: Any
+) -> None:
+    plan = {
+        "tasks": [
+            w("bad", 0.01, args={"fail": True}),
+            w("child", 0.0, ("bad",)),
+            w("grandchild", 0.0, ("child",)),
+            w("good", 0.1),
+            w("good2", 0.0, ("good",)),
+            w("mixed", 0.0, ("good", "bad")),
+        ]
+    }
+    result = await execute(plan, registry, executor=executor, on_failure="continue")
+    st = {k: r.status for k, r in result.tasks.items()}
+    assert st == {
+        "bad": TaskStatus.FAILED,
+        "child": TaskStatus.SKIPPED,
+        "grandchild": TaskStatus.SKIPPED,
+        "good": TaskStatus.SUCCEEDED,
+        "good2": TaskStatus.SUCCEEDED,
+        "mixed": TaskStatus.SKIPPED,
+    }
+    assert "upstream task 'bad'" in (result.tasks["child"].error or "")
+    assert set(recorder.calls) == {"bad", "good", "good2"}
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+async def test_timeout(executor: str, registry: dagagent.Registry) -> None:
+    plan = {"tasks": [w("slow", 5.0, timeout_s=0.1)]}
+    with anyio.fail_after(3):
+        result = await execute(plan, registry, executor=executor)
+    r = result.tasks["slow"]
+    assert r.status is TaskStatus.FAILED
+    assert r.error == "timed out after 0.1 s" and r.error_type == "TaskTimeoutError"
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+async def test_retries_until_success(executor: str) -> None:
+    calls = 0
+    reg = dagagent.Registry()
+
+    @reg.tool(retries=3)
+    def flaky() -> str:
+        nonlocal calls
+        calls += 1
+        if calls < 3:
+            raise ConnectionError(f"attempt {calls} failed")
+        return "ok"
+
+    events: list[Any] = []
+    result = await execute(
+        {"tasks": [{"id": "f", "tool": "flaky"}]},
+        reg,
+        executor=executor,
+        retry=FAST_RETRY,
+        listeners=[events.append],
+    )
+    assert result.tasks["f"].status is TaskStatus.SUCCEEDED
+    assert result.tasks["f"].attempts == 3 and calls == 3
+    assert [e.attempt for e in events if e.kind == "task.retrying"] == [1, 2]
+
+
+async def test_retries_exhausted_and_task_override(
+    registry: dagagent.Registry, recorder: Any
+) -> None:
+    plan = {"tasks": [w("x", 0.0, args={"fail": True}, retries=2)]}
+    result = await execute(plan, registry, retry=FAST_RETRY)
+    assert result.tasks["x"].attempts == 3 and recorder.calls["x"] == 3
+    assert result.tasks["x"].status is TaskStatus.FAILED
+
+
+async def test_bad_arguments_from_reference_fail_clearly_without_retry(
+    registry: dagagent.Registry,
+) -> None:
+    plan = {
+        "tasks": [
+            {"id": "s", "tool": "echo", "args": {"value": "not a number"}},
+            {"id": "n", "tool": "add", "args": {"a": "${s}", "b": 1}, "retries": 3},
+        ]
+    }
+    result = await execute(plan, registry, retry=FAST_RETRY)
+    r = result.tasks["n"]
+    assert r.status is TaskStatus.FAILED and r.attempts == 1
+    assert "bad arguments for tool 'add'" in (r.error or "") and "a:" in (r.error or "")
+
+
+async def test_missing_reference_path_fails_the_task(registry: dagagent.Registry) -> None:
+    plan = {
+        "tasks": [
+            {"id": "s", "tool": "echo", "args": {"value": {"x": 1}}},
+            {"id": "n", "tool": "echo", "args": {"value": "${s.y}"}},
+        ]
+    }
+    result = await execute(plan, registry)
+    r = result.tasks["n"]
+    assert r.status is TaskStatus.FAILED
+    assert r.error_type == "ReferenceResolutionError"
+    assert "${s.y}" in (r.error or "") and "no key 'y'" in (r.error or "")
+
+
+@pytest.mark.parametrize("executor", PARALLEL)
+async def test_max_concurrency_limits_the_run(executor: str) -> None:
+    running = peak = 0
+    reg = dagagent.Registry()
+
+    @reg.tool
+    async def job(i: int) -> int:
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        await anyio.sleep(0.02)
+        running -= 1
+        return i
+
+    plan = {"tasks": [{"id": f"j{i}", "tool": "job", "args": {"i": i}} for i in range(10)]}
+    result = await execute(plan, reg, executor=executor, max_concurrency=3)
+    assert result.ok and peak == 3
+
+
+async def test_per_tool_max_concurrency() -> None:
+    running = peak = 0
+    reg = dagagent.Registry()
+
+    @reg.tool(max_concurrency=2)
+    async def limited(i: int) -> int:
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        await anyio.sleep(0.02)
+        running -= 1
+        return i
+
+    plan = {"tasks": [{"id": f"j{i}", "tool": "limited", "args": {"i": i}} for i in range(6)]}
+    assert (await execute(plan, reg, executor="dataflow")).ok and peak == 2
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+async def test_cancelling_the_caller_cancels_the_run(
+    executor: str, registry: dagagent.Registry, recorder: Any
+) -> None:
+    seen: list[Any] = []
+    plan = {"tasks": [w("a", 10.0), w("b", 0.0, ("a",))]}
+    with anyio.move_on_after(0.2):
+        await execute(plan, registry, executor=executor, listeners=[seen.append])
+    finished = [e.result for e in seen if e.kind == "run.finished"]
+    assert finished and finished[0].status is RunStatus.CANCELLED
+    assert finished[0].tasks["a"].status is TaskStatus.CANCELLED
+    assert finished[0].tasks["b"].status is TaskStatus.CANCELLED
+    assert recorder.intervals["a"][1] - recorder.intervals["a"][0] < 1.0
+
+
+async def test_events_in_order(registry: dagagent.Registry) -> None:
+    seen: list[Any] = []
+    await execute({"tasks": [w("a"), w("b", 0.0, ("a",))]}, registry, listeners=[seen.append])
+    kinds = [
+        (
+            e.kind,
+            getattr(e, "task_id", None) or getattr(getattr(e, "result", None), "task_id", None),
+        )
+        for e in seen
+    ]
+    assert kinds[0][0] == "run.started" and kinds[-1][0] == "run.finished"
+    assert kinds[1:-1] == [
+        ("task.started", "a"),
+        ("task.finished", "a"),
+        ("task.started", "b"),
+        ("task.finished", "b"),
+    ]
+
+
+async def test_broken_listener_does_not_break_the_run(registry: dagagent.Registry) -> None:
+    def broken(event: Any) -> None:
+        raise ValueError("listener bug")
+
+    assert (await execute({"tasks": [w("a")]}, registry, listeners=[broken])).ok
+
+
+async def test_run_result_critical_path_uses_measured_durations(
+    registry: dagagent.Registry,
+) -> None:
+    plan = {"tasks": [w("a", 0.05), w("b", 0.25), w("c", 0.05, ("a",)), w("d", 0.0, ("b", "c"))]}
+    result = await execute(plan, registry, executor="dataflow")
+    assert result.critical_path == ["b", "d"]
+    assert 0.2 < result.critical_path_s <= result.wall_time_s + 0.01
+
+
+async def test_invalid_options_and_plans(registry: dagagent.Registry) -> None:
+    with pytest.raises(ConfigError, match="on_failure"):
+        await execute({"tasks": [w("a")]}, registry, on_failure="explode")
+    with pytest.raises(ConfigError, match="unknown executor"):
+        await execute({"tasks": [w("a")]}, registry, executor="warp")
+    with pytest.raises(dagagent.PlanValidationError):
+        await execute({"tasks": [w("a", 0.0, ("zz",))]}, registry)
+
+
+async def test_agent_task_without_llm_fails_clearly(registry: dagagent.Registry) -> None:
+    plan = {"tasks": [{"id": "n", "instruction": "think"}]}
+    result = await execute(plan, registry)
+    assert result.tasks["n"].status is TaskStatus.FAILED
+    assert "needs a model" in (result.tasks["n"].error or "")
+
+
+def test_execute_sync(registry: dagagent.Registry) -> None:
+    result = dagagent.execute_sync({"tasks": [w("a", args={"value": 7})]}, registry)
+    assert result.outputs == {"a": 7}
+    payload = result.to_json_dict()
+    assert payload["tasks"]["a"]["status"] == "succeeded" and payload["counts"] == {"succeeded": 1}

@@ -1,0 +1,131 @@
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import dagagent
+from dagagent import PlanValidationError, validate
+
+
+def codes(
+    plan: dict[str, Any], registry: dagagent.Registry | None = None
+) -> list[tuple[str, str | None]]:
+    with pytest.raises(PlanValidationError) as ei:
+        validate(plan, registry)
+    return [(i.code, i.task_id) for i in ei.value.issues]
+
+
+def t(id: str, tool: str = "add", **kw: Any) -> dict[str, Any]:
+    return {"id": id, "tool": tool, "args": kw.pop("args", {"a": 1, "b": 2}), **kw}
+
+
+def test_empty_plan() -> None:
+    assert codes({"tasks": []}) == [("empty_plan", None)]
+
+
+def test_duplicate_id() -> None:
+    assert codes({"tasks": [t("a"), t("a")]}) == [("duplicate_id", "a")]
+
+
+def test_missing_dependency_and_unknown_reference() -> None:
+    found = codes(
+        {"tasks": [t("a", depends_on=["ghost"]), t("b", args={"a": "${nope.x}", "b": 1})]}
+    )
+    assert found == [("missing_dependency", "a"), ("missing_dependency", "b")]
+
+
+def test_self_dependency() -> None:
+    assert codes({"tasks": [t("a", depends_on=["a"])]}) == [("self_dependency", "a")]
+
+
+def test_cycle_names_its_path() -> None:
+    plan = {"tasks": [t("a", depends_on=["c"]), t("b", depends_on=["a"]), t("c", depends_on=["b"])]}
+    with pytest.raises(PlanValidationError) as ei:
+        validate(plan)
+    (issue,) = ei.value.issues
+    assert issue.code == "cycle"
+    assert "a -> b -> c -> a" in issue.message
+
+
+def test_cycle_through_references() -> None:
+    plan = {"tasks": [t("a", args={"a": "${b}", "b": 1}), t("b", args={"a": "${a}", "b": 1})]}
+    assert [c for c, _ in codes(plan)] == ["cycle"]
+
+
+def test_unknown_tool_and_bad_arguments(registry: dagagent.Registry) -> None:
+    plan = {
+        "tasks": [
+            t("a", tool="nope"),
+            t("b", args={"a": "x", "b": 1}),
+            t("c", args={"a": 1}),
+            t("d", args={"a": 1, "b": 2, "c": 3}),
+        ]
+    }
+    assert codes(plan, registry) == [
+        ("unknown_tool", "a"),
+        ("bad_arguments", "b"),
+        ("bad_arguments", "c"),
+        ("bad_arguments", "d"),
+    ]
+
+
+def test_referenced_arguments_are_checked_at_run_time_only(registry: dagagent.Registry) -> None:
+    plan = {"tasks": [t("a"), t("b", args={"a": "${a}", "b": 2})]}
+    g = validate(plan, registry)
+    assert g.levels == [["a"], ["b"]]
+
+
+def test_agent_task_without_instruction_and_other_shape_issues() -> None:
+    plan = {
+        "tasks": [
+            {"id": "x"},
+            {"id": "y", "tool": "add", "instruction": "do"},
+            {"id": "z", "instruction": "do it", "args": {"q": 1}},
+            {"id": "bad.id", "tool": "add"},
+            {"id": "w", "tool": "add", "args": {"a": "${oops"}},
+        ]
+    }
+    assert codes(plan) == [
+        ("invalid_id", "bad.id"),
+        ("missing_instruction", "x"),
+        ("tool_and_instruction", "y"),
+        ("agent_args", "z"),
+        ("bad_reference", "w"),
+    ]
+
+
+def test_unknown_agent_tools(registry: dagagent.Registry) -> None:
+    plan = {"tasks": [{"id": "n", "instruction": "go", "tools": ["add", "nope"]}]}
+    assert codes(plan, registry) == [("unknown_tool", "n")]
+
+
+def test_all_issues_reported_together(registry: dagagent.Registry) -> None:
+    plan = {
+        "tasks": [
+            t("a", depends_on=["c"]),
+            t("b", depends_on=["a"]),
+            t("c", depends_on=["b"]),
+            t("a"),
+            t("d", tool="teleport"),
+            t("e", depends_on=["nowhere"]),
+        ]
+    }
+    found = {c for c, _ in codes(plan, registry)}
+    assert found == {"cycle", "duplicate_id", "missing_dependency", "unknown_tool"}
+
+
+def test_levels_and_critical_path() -> None:
+    plan = {"tasks": [t("a"), t("b"), t("c", depends_on=["a"]), t("d", depends_on=["b", "c"])]}
+    g = validate(plan)
+    assert g.levels == [["a", "b"], ["c"], ["d"]]
+    length, path = g.critical_path({"a": 1.0, "b": 5.0, "c": 1.0, "d": 1.0})
+    assert path == ["b", "d"] and length == 6.0
+    length, path = g.critical_path({"a": 3.0, "b": 1.0, "c": 3.0, "d": 1.0})
+    assert path == ["a", "c", "d"] and length == 7.0
+    assert g.level_bound({"a": 1.0, "b": 5.0, "c": 1.0, "d": 1.0}) == 7.0
+
+
+def test_no_llm_warning() -> None:
+    g = validate({"tasks": [{"id": "n", "instruction": "go"}]}, check_llm=True)
+    assert [w.code for w in g.warnings] == ["no_llm"]
