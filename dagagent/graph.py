@@ -48,7 +48,7 @@ class PlanGraph:
     def __init__(
         self,
         plan: Plan,
-        graph: nx.DiGraph,
+        graph: nx.DiGraph[str],
         templates: dict[str, Template],
         warnings: list[Issue],
     ) -> None:
@@ -128,7 +128,7 @@ def critical_path(
     return finish[end], path
 
 
-def _cycle_issues(graph: nx.DiGraph) -> list[Issue]:
+def _cycle_issues(graph: nx.DiGraph[str]) -> list[Issue]:
     issues = []
     for comp in nx.strongly_connected_components(graph):
         if len(comp) < 2:
@@ -148,7 +148,7 @@ def _cycle_issues(graph: nx.DiGraph) -> list[Issue]:
 
 def _scan(
     plan: Plan, registry: Registry | None
-) -> tuple[list[Issue], dict[str, Template], nx.DiGraph]:
+) -> tuple[list[Issue], dict[str, Template], nx.DiGraph[str]]:
     issues: list[Issue] = []
     if not plan.tasks:
         issues.append(Issue("empty_plan", None, "the plan has no tasks"))
@@ -169,7 +169,7 @@ def _scan(
                 )
             )
 
-    graph = nx.DiGraph()
+    graph: nx.DiGraph[str] = nx.DiGraph()
     graph.add_nodes_from(ids)
     templates: dict[str, Template] = {}
     edges: list[tuple[str, str]] = []

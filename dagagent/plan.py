@@ -250,8 +250,9 @@ def _compile_string(s: str, refs: list[Reference], bad: list[str]) -> Any:
     pos = 0
     for m in _REF_RE.finditer(s):
         if m.start() > pos:
-            parts.append(s[pos : m.start()])
-            if "${" in parts[-1]:
+            text = s[pos : m.start()]
+            parts.append(text)
+            if "${" in text:
                 bad.append(s)
         if m.group(0) == "$${":
             parts.append("${")
@@ -262,8 +263,9 @@ def _compile_string(s: str, refs: list[Reference], bad: list[str]) -> Any:
             parts.append(ref)
         pos = m.end()
     if pos < len(s):
-        parts.append(s[pos:])
-        if "${" in parts[-1]:
+        tail = s[pos:]
+        parts.append(tail)
+        if "${" in tail:
             bad.append(s)
     if len(parts) == 1 and isinstance(parts[0], Reference):
         return parts[0]

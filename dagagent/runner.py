@@ -62,7 +62,7 @@ class RetryPolicy:
     jitter: float = 0.5
 
     def delay(self, attempt: int) -> float:
-        d = min(self.max_delay_s, self.base_delay_s * (2 ** (attempt - 1)))
+        d: float = min(self.max_delay_s, self.base_delay_s * 2.0 ** (attempt - 1))
         if self.jitter:
             d *= 1 + random.uniform(-self.jitter, self.jitter)
         return max(0.0, d)

@@ -138,7 +138,7 @@ class Tool:
         if not callable(fn):
             raise ToolDefinitionError(f"tool must be a function, got {type(fn).__name__}")
         self.fn = fn
-        self.name = name or getattr(fn, "__name__", "")
+        self.name: str = name or str(getattr(fn, "__name__", ""))
         if not _NAME_RE.match(self.name):
             raise ToolDefinitionError(
                 f"tool name {self.name!r} is not valid: use letters, digits, '_', '.', '-' "
@@ -164,7 +164,7 @@ class Tool:
         self._model = self._build_model(fn, param_docs)
         self._fields = tuple(self._model.model_fields)
         self._param_names = frozenset(self._fields)
-        functools.update_wrapper(self, fn)  # type: ignore[arg-type]
+        functools.update_wrapper(self, fn)
 
     def _build_model(self, fn: Callable[..., Any], docs: Mapping[str, str]) -> type[BaseModel]:
         try:
@@ -204,7 +204,7 @@ class Tool:
             fields[pname] = (annotation, info)
         model_name = re.sub(r"\W", "_", self.name) + "_args"
         try:
-            model: type[BaseModel] = create_model(  # type: ignore[call-overload]
+            model: type[BaseModel] = create_model(
                 model_name,
                 __config__=ConfigDict(extra="forbid", arbitrary_types_allowed=True),
                 **fields,
@@ -361,6 +361,7 @@ class Registry:
     @overload
     def tool(
         self,
+        /,
         *,
         name: str | None = None,
         description: str | None = None,

@@ -38,5 +38,6 @@ def get_executor(spec: str | Executor, **options: Any) -> Executor:
     if spec == "dask":
         from .dask import DaskExecutor  # optional dependency
 
-        return DaskExecutor(**options)
+        dask_executor: Executor = DaskExecutor(**options)
+        return dask_executor
     raise ConfigError(f"unknown executor {spec!r}: choose one of {', '.join(EXECUTORS)}")
