@@ -13,7 +13,8 @@ The tree::
     ├── TaskError                     raised *inside* a run for one task (kept in TaskResult)
     │   ├── ReferenceResolutionError  ``${id.path}`` could not be resolved
     │   ├── TaskTimeoutError          the task ran past its timeout
-    │   └── TaskDeniedError           an interceptor / approval rule refused the call
+    │   ├── TaskDeniedError           an interceptor / approval rule refused the call
+    │   └── WorkerLostError           the remote worker running the tool died / was lost
     ├── RunFailedError                ``RunResult.raise_for_status()`` on a failed run
     ├── LLMError                      talking to a model went wrong
     │   ├── LLMConnectionError        could not reach the server (after retries)
@@ -64,6 +65,7 @@ __all__ = [
     "ToolDefinitionError",
     "ToolError",
     "UnknownToolError",
+    "WorkerLostError",
 ]
 
 
@@ -212,3 +214,8 @@ class StoreError(DagagentError):
 
 class ConfigError(DagagentError):
     """An option has a value dagagent does not accept."""
+
+
+class WorkerLostError(TaskError):
+    """The remote worker running a tool call died, or the connection to it was lost (Dask
+    executor). Retried like any other failure when the task allows retries."""
