@@ -1,0 +1,215 @@
+"""Ready-made interceptors: tracing, caching, argument redaction.
+
+Each is a few lines on the runner's interceptor seam (see :class:`~dagagent.runner.ToolCall`)
+and is given to ``execute(..., interceptors=[...])``; the first interceptor is the outermost.
+
+    spans: list[Span] = []
+    result = await dagagent.execute(
+        plan, registry,
+        interceptors=[tracing(spans.append), redacting(args=["*token*"]), caching()],
+    )
+
+Approval rules (:class:`dagagent.approval.Policy`) are interceptors too.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import re
+import time
+from collections.abc import Callable, Iterable, MutableMapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .events import debug_enabled, get_logger
+from .results import jsonable
+
+if TYPE_CHECKING:
+    from .runner import CallNext, Interceptor, ToolCall
+
+__all__ = ["SECRET_ARG_NAMES", "Span", "cache_key", "caching", "redacting", "tracing"]
+
+
+def _name_filter(tools: str | Iterable[str]) -> Callable[[str], bool]:
+    pats = [tools] if isinstance(tools, str) else list(tools)
+    rx = re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p in pats) or "(?!)")
+    return lambda name: rx.match(name) is not None
+
+
+# -- tracing --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """One tool call as the tracing interceptor saw it (times: Unix seconds)."""
+
+    run_id: str
+    task_id: str
+    tool: str
+    source: str
+    attempt: int
+    args: dict[str, Any]
+    started_at: float
+    duration_s: float
+    ok: bool
+    error: str | None = None
+
+
+def tracing(sink: Callable[[Span], None] | None = None) -> Interceptor:
+    """Time every call and hand a :class:`Span` to ``sink`` (e.g. ``spans.append``) when it
+    ends, failed, denied or cancelled alike. Without a sink, spans are logged at debug level
+    (``tool.call``); nothing is built when debug logging is off. ``args`` are the arguments
+    the inner layers and the tool saw (after any rewrite)."""
+    if sink is None:
+        log = get_logger()
+        if not debug_enabled(log):
+
+            async def passthrough(call: ToolCall, call_next: CallNext) -> Any:
+                return await call_next(call)
+
+            return passthrough
+
+        def sink(span: Span) -> None:
+            log.debug(
+                "tool.call",
+                run_id=span.run_id,
+                task_id=span.task_id,
+                tool=span.tool,
+                duration_s=round(span.duration_s, 6),
+                ok=span.ok,
+                error=span.error,
+            )
+
+    emit = sink
+
+    async def trace(call: ToolCall, call_next: CallNext) -> Any:
+        started, t0 = time.time(), time.perf_counter()
+        error: str | None = None
+        try:
+            return await call_next(call)
+        except BaseException as exc:
+            error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            raise
+        finally:
+            emit(
+                Span(
+                    call.run_id,
+                    call.task_id,
+                    call.tool.name,
+                    call.source,
+                    call.attempt,
+                    call.args,
+                    started,
+                    time.perf_counter() - t0,
+                    error is None,
+                    error,
+                )
+            )
+
+    return trace
+
+
+# -- caching --------------------------------------------------------------------------------------
+
+
+def cache_key(tool: str, args: Any) -> str:
+    """The cache key of a call: the tool name and its arguments as canonical JSON."""
+    return json.dumps([tool, jsonable(args)], sort_keys=True, separators=(",", ":"), default=str)
+
+
+def caching(
+    cache: MutableMapping[str, Any] | None = None,
+    *,
+    tools: str | Iterable[str] = "*",
+    side_effects: bool = False,
+) -> Interceptor:
+    """Answer a repeated call (same tool, same validated arguments) from ``cache`` instead of
+    calling the tool again. Only successful outputs are cached; the cached object itself is
+    returned (do not mutate it). ``tools``: globs of the tool names to cache. Tools that
+    declared side effects are never cached unless ``side_effects=True``. ``cache``: any
+    mutable mapping (default: a new dict; pass a shared one to cache across runs)."""
+    store: MutableMapping[str, Any] = {} if cache is None else cache
+    wanted = _name_filter(tools)
+
+    async def cached(call: ToolCall, call_next: CallNext) -> Any:
+        tool = call.tool
+        if (tool.side_effects and not side_effects) or not wanted(tool.name):
+            return await call_next(call)
+        key = cache_key(tool.name, call.args)
+        if key in store:
+            return store[key]
+        out = await call_next(call)
+        store[key] = out
+        return out
+
+    return cached
+
+
+# -- redaction ------------------------------------------------------------------------------------
+
+SECRET_ARG_NAMES: tuple[str, ...] = (
+    "*password*",
+    "*passwd*",
+    "*secret*",
+    "*token*",
+    "*api_key*",
+    "*apikey*",
+    "*credential*",
+)
+"""Argument-name globs whose values :func:`redacting` hides by default."""
+
+
+def redacting(
+    *,
+    args: Iterable[str] = SECRET_ARG_NAMES,
+    patterns: Iterable[str | re.Pattern[str]] = (),
+    replacement: str = "[redacted]",
+    tools: str | Iterable[str] = "*",
+) -> Interceptor:
+    """Rewrite string arguments before inner layers and the tool see them.
+
+    - ``args``: globs on argument names (case-insensitive); every string in such an argument
+      (also inside lists and dicts) becomes ``replacement``.
+    - ``patterns``: regular expressions; every match inside any string argument becomes
+      ``replacement`` (e.g. e-mail addresses before text goes to a third-party tool).
+
+    The rewritten arguments are validated again by the runner. Put it before (outside) a
+    tracing interceptor or an approval policy to keep secrets out of their records."""
+    name_rx = re.compile(
+        "|".join(f"(?:{fnmatch.translate(p.lower())})" for p in args) or "(?!)"
+    )
+    rxs = [p if isinstance(p, re.Pattern) else re.compile(p) for p in patterns]
+    wanted = _name_filter(tools)
+
+    def scrub_all(value: Any) -> Any:
+        if isinstance(value, str):
+            return replacement
+        if isinstance(value, list):
+            return [scrub_all(v) for v in value]
+        if isinstance(value, dict):
+            return {k: scrub_all(v) for k, v in value.items()}
+        return value
+
+    def scrub_text(value: Any) -> Any:
+        if isinstance(value, str):
+            for rx in rxs:
+                value = rx.sub(replacement, value)
+            return value
+        if isinstance(value, list):
+            return [scrub_text(v) for v in value]
+        if isinstance(value, dict):
+            return {k: scrub_text(v) for k, v in value.items()}
+        return value
+
+    async def redact(call: ToolCall, call_next: CallNext) -> Any:
+        if wanted(call.tool.name):
+            new = {
+                k: scrub_all(v) if name_rx.match(k.lower()) else scrub_text(v) if rxs else v
+                for k, v in call.args.items()
+            }
+            if new != call.args:
+                call.args = new
+        return await call_next(call)
+
+    return redact
