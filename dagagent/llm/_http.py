@@ -13,9 +13,11 @@ has been yielded to the caller yet. 401/403 and other 4xx are never retried.
 from __future__ import annotations
 
 import email.utils
+import functools
 import json
 import os
 import random
+import ssl
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import aclosing, asynccontextmanager
 from dataclasses import dataclass, field
@@ -237,6 +239,16 @@ async def iter_sse(lines: AsyncIterator[str]) -> AsyncIterator[SSEEvent]:
             last_id = value
 
 
+@functools.cache
+def _ssl_context() -> ssl.SSLContext:
+    # Building a context loads the CA bundle (~25 ms); one per process is enough.
+    return httpx.create_ssl_context()
+
+
+def _new_client(timeout: httpx.Timeout) -> httpx.AsyncClient:
+    return httpx.AsyncClient(timeout=timeout, verify=_ssl_context())
+
+
 def is_event_stream(response: httpx.Response) -> bool:
     return "text/event-stream" in response.headers.get("content-type", "")
 
@@ -321,7 +333,7 @@ class HTTPChatClient:
 
     async def __aenter__(self) -> HTTPChatClient:
         if self._client is None and self._session is None:
-            self._session = httpx.AsyncClient(timeout=self.timeout)
+            self._session = _new_client(self.timeout)
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
@@ -340,7 +352,7 @@ class HTTPChatClient:
         elif self._session is not None:
             yield self._session
         else:
-            async with httpx.AsyncClient(timeout=self.timeout) as client:
+            async with _new_client(self.timeout) as client:
                 yield client
 
     # -- failures --------------------------------------------------------------------

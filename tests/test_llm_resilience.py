@@ -1,0 +1,440 @@
+"""Retries, error mapping and secret handling, against a real loopback server, for both
+providers."""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import socket
+from collections.abc import Iterator
+from dataclasses import replace
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from llm_server import FLAVORS, OPENAI, Flavor, Hangup, LLMTestServer, Reply, record_sleeps
+from structlog.testing import capture_logs
+
+from dagagent.errors import (
+    LLMAuthError,
+    LLMBadRequestError,
+    LLMConnectionError,
+    LLMError,
+    LLMRateLimitError,
+    LLMResponseError,
+    LLMServerError,
+    LLMTimeoutError,
+)
+from dagagent.llm import Usage, UsageTracker, UserMessage, collect_stream
+
+pytestmark = pytest.mark.anyio
+
+KEY = "sk-test-SECRET-0123456789abcdef"
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+def server() -> Iterator[LLMTestServer]:
+    with LLMTestServer() as srv:
+        yield srv
+        srv.check()
+
+
+@pytest.fixture(params=FLAVORS, ids=lambda f: f.name)
+def flavor(request: pytest.FixtureRequest) -> Flavor:
+    return request.param  # type: ignore[no-any-return]
+
+
+MESSAGES = [UserMessage("hi")]
+
+
+# ---------------------------------------------------------------------------- retries
+
+
+async def test_429_with_retry_after_seconds_then_success(server: LLMTestServer, flavor: Flavor):
+    server.push(
+        Reply(
+            429,
+            json=flavor.error("slow down", type="rate_limit_error"),
+            headers={"Retry-After": "7"},
+        ),
+        Reply(json=flavor.text("ok")),
+    )
+    llm = flavor.client(server, api_key=KEY)
+    sleeps = record_sleeps(llm)
+    response = await llm.complete(MESSAGES)
+    assert response.content == "ok"
+    assert sleeps.delays == [7.0]
+    assert len(server.requests) == 2
+
+
+async def test_429_with_retry_after_http_date(server: LLMTestServer, flavor: Flavor):
+    when = datetime.now(timezone.utc) + timedelta(seconds=30)
+    server.push(
+        Reply(
+            429,
+            json=flavor.error("slow down"),
+            headers={"Retry-After": email.utils.format_datetime(when, usegmt=True)},
+        ),
+        Reply(json=flavor.text("ok")),
+    )
+    llm = flavor.client(server)
+    sleeps = record_sleeps(llm)
+    assert (await llm.complete(MESSAGES)).content == "ok"
+    assert len(sleeps.delays) == 1
+    assert 28.0 <= sleeps.delays[0] <= 30.0
+
+
+async def test_retry_after_ms_header(server: LLMTestServer, flavor: Flavor):
+    server.push(
+        Reply(429, json=flavor.error("slow"), headers={"retry-after-ms": "250"}),
+        Reply(json=flavor.text("ok")),
+    )
+    llm = flavor.client(server)
+    sleeps = record_sleeps(llm)
+    await llm.complete(MESSAGES)
+    assert sleeps.delays == [0.25]
+
+
+async def test_500_then_success_really_sleeps(server: LLMTestServer, flavor: Flavor):
+    server.push(
+        Reply(500, json=flavor.error("boom", type="api_error")), Reply(json=flavor.text("ok"))
+    )
+    llm = flavor.client(server, retry_base_delay_s=0.01)
+    with capture_logs() as logs:
+        assert (await llm.complete(MESSAGES)).content == "ok"
+    assert len(server.requests) == 2
+    retries = [entry for entry in logs if entry["event"] == "llm.retry"]
+    assert len(retries) == 1
+    assert "HTTP 500" in retries[0]["reason"] and "boom" in retries[0]["reason"]
+
+
+@pytest.mark.parametrize("status", [502, 503, 504, 529, 408])
+async def test_other_transient_statuses_are_retried(
+    server: LLMTestServer, flavor: Flavor, status: int
+):
+    server.push(Reply(status, body="upstream trouble"), Reply(json=flavor.text("ok")))
+    llm = flavor.client(server)
+    record_sleeps(llm)
+    assert (await llm.complete(MESSAGES)).content == "ok"
+
+
+async def test_server_errors_exhaust_retries(server: LLMTestServer, flavor: Flavor):
+    server.push(*[Reply(503, json=flavor.error("overloaded", type="overloaded_error"))] * 3)
+    llm = flavor.client(server, max_retries=2)
+    sleeps = record_sleeps(llm)
+    with pytest.raises(LLMServerError) as info:
+        await llm.complete(MESSAGES)
+    assert len(server.requests) == 3
+    assert len(sleeps.delays) == 2
+    assert "HTTP 503" in str(info.value)
+    assert "overloaded" in str(info.value)
+    assert "gave up after 3 attempts" in str(info.value)
+
+
+async def test_rate_limit_exhausts_retries(server: LLMTestServer, flavor: Flavor):
+    server.push(*[Reply(429, json=flavor.error("quota"), headers={"Retry-After": "1"})] * 2)
+    llm = flavor.client(server, max_retries=1)
+    record_sleeps(llm)
+    with pytest.raises(LLMRateLimitError, match="quota"):
+        await llm.complete(MESSAGES)
+
+
+async def test_retry_after_past_the_budget_gives_up_at_once(server: LLMTestServer, flavor: Flavor):
+    server.push(Reply(429, json=flavor.error("later"), headers={"Retry-After": "3600"}))
+    llm = flavor.client(server, max_retry_wait_s=10)
+    sleeps = record_sleeps(llm)
+    with pytest.raises(LLMRateLimitError, match="retry budget"):
+        await llm.complete(MESSAGES)
+    assert sleeps.delays == []
+    assert len(server.requests) == 1
+
+
+async def test_backoff_grows_and_respects_the_wait_budget(server: LLMTestServer, flavor: Flavor):
+    server.push(*[Reply(500, body="x")] * 4)
+    llm = flavor.client(server, max_retries=10, retry_base_delay_s=1.0, max_retry_wait_s=8.0)
+    sleeps = record_sleeps(llm)
+    with pytest.raises(LLMServerError, match=r"retry budget of 8\.0s used up"):
+        await llm.complete(MESSAGES)
+    # jittered exponential backoff: base * 2**n scaled into [0.5, 1]
+    for n, delay in enumerate(sleeps.delays):
+        assert 0.5 * 2**n <= delay <= 2**n
+    assert sum(sleeps.delays) <= 8.0
+    assert len(server.requests) == len(sleeps.delays) + 1
+
+
+async def test_max_retries_zero_means_one_attempt(server: LLMTestServer, flavor: Flavor):
+    server.push(Reply(500, body="x"))
+    llm = flavor.client(server, max_retries=0)
+    with pytest.raises(LLMServerError, match="gave up after 1 attempt\\)"):
+        await llm.complete(MESSAGES)
+
+
+async def test_connection_refused_is_retried_then_raised(flavor: Flavor):
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    base = f"http://127.0.0.1:{port}" + ("/v1" if flavor.name == "openai" else "")
+    llm = flavor.client_cls("m", base_url=base, max_retries=2)
+    sleeps = record_sleeps(llm)
+    with pytest.raises(LLMConnectionError, match="could not connect") as info:
+        await llm.complete(MESSAGES)
+    assert len(sleeps.delays) == 2
+    assert "gave up after 3 attempts" in str(info.value)
+
+
+async def test_hangup_without_answer_is_retried(server: LLMTestServer, flavor: Flavor):
+    server.push(Hangup(), Reply(json=flavor.text("ok")))
+    llm = flavor.client(server)
+    record_sleeps(llm)
+    assert (await llm.complete(MESSAGES)).content == "ok"
+
+
+# ---------------------------------------------------------------------------- timeouts
+
+
+async def test_read_timeout_raises_timeout_error_without_retry(
+    server: LLMTestServer, flavor: Flavor
+):
+    server.push(Reply(json=flavor.text("late"), delay=5))
+    llm = flavor.client(server, timeout=0.2)
+    sleeps = record_sleeps(llm)
+    with pytest.raises(LLMTimeoutError, match=r"did not answer within 0\.2s"):
+        await llm.complete(MESSAGES)
+    assert sleeps.delays == []
+
+
+async def test_read_timeout_retried_when_asked(server: LLMTestServer, flavor: Flavor):
+    server.push(Reply(json=flavor.text("late"), delay=5), Reply(json=flavor.text("ok")))
+    llm = flavor.client(server, timeout=0.2)
+    sleeps = record_sleeps(llm)
+    llm.retry = replace(llm.retry, retry_timeouts=True)
+    assert (await llm.complete(MESSAGES)).content == "ok"
+    assert len(sleeps.delays) == 1
+
+
+async def test_stream_timeout(server: LLMTestServer, flavor: Flavor):
+    server.push(Reply(json=flavor.text("late"), delay=5))
+    llm = flavor.client(server, timeout=0.2)
+    with pytest.raises(LLMTimeoutError):
+        await collect_stream(llm.stream(MESSAGES))
+
+
+# ---------------------------------------------------------------------------- 4xx
+
+
+async def test_401_without_key_says_the_key_is_missing(
+    server: LLMTestServer, flavor: Flavor, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.delenv(flavor.key_env, raising=False)
+    server.push(Reply(401, json=flavor.error("no auth header", type="authentication_error")))
+    llm = flavor.client(server)
+    with pytest.raises(LLMAuthError) as info:
+        await llm.complete(MESSAGES)
+    text = str(info.value)
+    assert "missing" in text and flavor.key_env in text and "no auth header" in text
+    assert len(server.requests) == 1  # never retried
+
+
+@pytest.mark.parametrize("status", [401, 403])
+async def test_bad_key_says_so_and_never_leaks(server: LLMTestServer, flavor: Flavor, status: int):
+    server.push(
+        Reply(
+            status,
+            json=flavor.error(f"Incorrect API key provided: {KEY}.", type="authentication_error"),
+        )
+    )
+    llm = flavor.client(server, api_key=KEY)
+    with pytest.raises(LLMAuthError) as info:
+        await llm.complete(MESSAGES)
+    text = str(info.value)
+    assert "wrong" in text and flavor.key_env in text and f"HTTP {status}" in text
+    assert KEY not in text and KEY not in repr(info.value)
+    assert len(server.requests) == 1
+
+
+async def test_400_shows_the_providers_error_text(server: LLMTestServer, flavor: Flavor):
+    server.push(Reply(400, json=flavor.error("messages.0.content: must not be empty")))
+    llm = flavor.client(server)
+    with pytest.raises(LLMBadRequestError, match=r"messages\.0\.content: must not be empty"):
+        await llm.complete(MESSAGES)
+    assert len(server.requests) == 1
+
+
+async def test_404_hints_at_model_and_base_url(server: LLMTestServer, flavor: Flavor):
+    server.push(Reply(404, json=flavor.error("model not found", type="not_found_error")))
+    llm = flavor.client(server)
+    with pytest.raises(LLMBadRequestError) as info:
+        await llm.complete(MESSAGES)
+    assert "model not found" in str(info.value) and "'test-model'" in str(info.value)
+
+
+async def test_422_detail_from_fastapi_style_servers(server: LLMTestServer, flavor: Flavor):
+    server.push(
+        Reply(422, json={"detail": [{"loc": ["body", "messages"], "msg": "field required"}]})
+    )
+    llm = flavor.client(server)
+    with pytest.raises(LLMBadRequestError, match="field required"):
+        await llm.complete(MESSAGES)
+
+
+async def test_streaming_request_errors_are_mapped_too(server: LLMTestServer, flavor: Flavor):
+    server.push(
+        Reply(429, json=flavor.error("slow"), headers={"Retry-After": "0"}),
+        flavor.sse(flavor.text("ok")),
+    )
+    server.push(Reply(400, json=flavor.error("bad stop sequence")))
+    llm = flavor.client(server)
+    assert (await collect_stream(llm.stream(MESSAGES))).content == "ok"
+    with pytest.raises(LLMBadRequestError, match="bad stop sequence"):
+        await collect_stream(llm.stream(MESSAGES))
+
+
+# ---------------------------------------------------------------------------- malformed bodies
+
+
+async def test_non_json_body_is_a_response_error_with_an_excerpt(
+    server: LLMTestServer, flavor: Flavor
+):
+    server.push(
+        Reply(
+            200,
+            body="<html><body>Gateway says hello</body></html>",
+            headers={"Content-Type": "text/html"},
+        )
+    )
+    llm = flavor.client(server)
+    with pytest.raises(LLMResponseError) as info:
+        await llm.complete(MESSAGES)
+    assert "not JSON" in str(info.value) and "Gateway says hello" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"id": "x"},
+        {"choices": "nope", "content": "nope"},
+        {"choices": [{"message": None}], "content": [{"text": "no type"}]},
+        [1, 2, 3],
+        "just a string",
+        None,
+    ],
+)
+async def test_json_of_the_wrong_shape_is_a_response_error(
+    server: LLMTestServer, flavor: Flavor, body: object
+):
+    server.push(Reply(200, body=json.dumps(body), headers={"Content-Type": "application/json"}))
+    llm = flavor.client(server)
+    with pytest.raises(LLMResponseError, match="unexpected response"):
+        await llm.complete(MESSAGES)
+
+
+async def test_empty_choices_is_a_response_error(server: LLMTestServer):
+    server.push(Reply(json={"id": "x", "choices": [], "model": "m"}))
+    with pytest.raises(LLMResponseError, match="no choices"):
+        await OPENAI.client(server).complete(MESSAGES)
+
+
+# ---------------------------------------------------------------------------- secrets
+
+
+async def test_key_never_leaks_into_errors_logs_or_repr(
+    server: LLMTestServer, flavor: Flavor, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setenv(flavor.key_env, KEY)
+    llm = flavor.client(server)  # key from the environment
+    assert llm.has_api_key
+    assert KEY not in repr(llm) and KEY not in str(vars(llm))
+    echo = f"we saw key {KEY} here"
+    server.push(
+        Reply(500, json=flavor.error(echo)),
+        Reply(500, json=flavor.error(echo)),
+        Reply(400, json=flavor.error(echo)),
+        Reply(200, body=echo),
+        Reply(429, json=flavor.error(echo)),
+        Reply(429, json=flavor.error(echo)),
+        Reply(401, json=flavor.error(echo)),
+    )
+    record_sleeps(llm)
+    llm.retry = replace(llm.retry, max_retries=1)
+    errors: list[LLMError] = []
+    with capture_logs() as logs:
+        for _ in range(5):
+            with pytest.raises(LLMError) as info:
+                await llm.complete(MESSAGES)
+            errors.append(info.value)
+    assert [type(e) for e in errors] == [
+        LLMServerError,
+        LLMBadRequestError,
+        LLMResponseError,
+        LLMRateLimitError,
+        LLMAuthError,
+    ]
+    for error in errors:
+        assert KEY not in str(error) and KEY not in repr(error)
+        assert "***" in str(error)
+    assert logs, "retries and errors are logged"
+    assert KEY not in repr(logs)
+    # the key did reach the server, in the right header
+    sent = server.requests[0].headers
+    assert KEY in (sent.get("authorization", "") + sent.get("x-api-key", ""))
+
+
+async def test_no_key_means_no_auth_header(
+    server: LLMTestServer, flavor: Flavor, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.delenv(flavor.key_env, raising=False)
+    server.push(Reply(json=flavor.text("ok")))
+    llm = flavor.client(server)
+    assert not llm.has_api_key
+    await llm.complete(MESSAGES)
+    headers = server.requests[0].headers
+    assert "authorization" not in headers and "x-api-key" not in headers
+
+
+# ---------------------------------------------------------------------------- usage
+
+
+async def test_usage_is_summed_over_calls_and_can_be_shared(server: LLMTestServer, flavor: Flavor):
+    tracker = UsageTracker()
+    server.push(
+        Reply(json=flavor.text("a", input_tokens=10, output_tokens=1)),
+        flavor.sse(flavor.text("b", input_tokens=20, output_tokens=2)),
+        Reply(json=flavor.text("c", input_tokens=30, output_tokens=3)),
+    )
+    llm = flavor.client(server, usage=tracker)
+    other = flavor.client(server, usage=tracker)
+    first = await llm.complete(MESSAGES)
+    second = await collect_stream(llm.stream(MESSAGES))
+    await other.complete(MESSAGES)
+    assert first.usage.input_tokens == 10 and second.usage.output_tokens == 2
+    assert (tracker.calls, tracker.input_tokens, tracker.output_tokens) == (3, 60, 6)
+    assert tracker.total == first.usage + second.usage + Usage(input_tokens=30, output_tokens=3)
+    assert llm.usage is tracker
+
+
+async def test_failed_calls_do_not_count_usage(server: LLMTestServer, flavor: Flavor):
+    server.push(Reply(400, json=flavor.error("no")))
+    llm = flavor.client(server)
+    with pytest.raises(LLMBadRequestError):
+        await llm.complete(MESSAGES)
+    assert llm.usage.calls == 0
+
+
+# ---------------------------------------------------------------------------- pooling
+
+
+async def test_async_with_keeps_one_connection_pool(server: LLMTestServer, flavor: Flavor):
+    server.push(*[Reply(json=flavor.text("ok"))] * 4)
+    llm = flavor.client(server)
+    async with llm:
+        await llm.complete(MESSAGES)
+        await llm.complete(MESSAGES)
+    await llm.complete(MESSAGES)
+    await llm.complete(MESSAGES)
+    ports = [r.client_port for r in server.requests]
+    assert ports[0] == ports[1]  # reused inside the block
+    assert ports[2] != ports[3]  # a fresh pool per call outside it
