@@ -19,6 +19,7 @@ from .results import RunResult, RunStatus, TaskStatus
 from .runner import AgentTaskRunner, Interceptor, RetryPolicy, TaskRunner
 
 if TYPE_CHECKING:
+    from .store import RunStore
     from .tools import Registry
 
 __all__ = ["execute", "execute_sync", "new_run_id"]
@@ -44,6 +45,7 @@ async def execute(
     reuse: Mapping[str, tuple[str, Any]] | None = None,
     run_id: str | None = None,
     parent_id: str | None = None,
+    store: RunStore | str | Path | None = None,
 ) -> RunResult:
     """Validate ``plan`` against ``registry`` and run it.
 
@@ -58,6 +60,8 @@ async def execute(
     - ``llm``: the model that agent tasks (``instruction``) use.
     - ``reuse``: ``{task_id: (fingerprint, output)}`` from an earlier run; a task whose
       fingerprint is unchanged is not run again and gets status ``reused``.
+    - ``store``: record the run (plan and every task result, durable as each task finishes)
+      in this :class:`~dagagent.store.RunStore` or SQLite file (see :mod:`dagagent.store`).
 
     Raises :class:`~dagagent.errors.PlanValidationError` before anything runs if the plan is
     invalid. Task failures do not raise: inspect the result or call ``raise_for_status()``.
@@ -74,6 +78,12 @@ async def execute(
     if llm is not None and agent_runner is None and any(t.is_agent for t in graph.plan.tasks):
         agent_runner = _default_agent_runner()
     listeners = tuple(listeners)
+    recorder = None
+    if store is not None:
+        from .store import RunRecorder
+
+        recorder = RunRecorder(store, run_id)  # checks the run id; starts nothing yet
+        listeners = (*listeners, recorder)
 
     async with exe.session():
         runner = TaskRunner(
@@ -90,6 +100,8 @@ async def execute(
             reuse=reuse,
             logger=log,
         )
+        if recorder is not None:
+            recorder.start()
         if listeners:
             runner._emit(RunStarted(run_id, graph.plan, exe.name, parent_id))
         log.info("run.started", tasks=len(graph), executor=exe.name)
@@ -101,10 +113,14 @@ async def execute(
             interrupted = True
             raise
         finally:
-            finish_unstarted(graph, runner)
-            result = _result(graph, runner, exe.name, started, interrupted, parent_id)
-            if listeners:
-                runner._emit(RunFinished(run_id, result))
+            try:
+                finish_unstarted(graph, runner)
+                result = _result(graph, runner, exe.name, started, interrupted, parent_id)
+                if listeners:
+                    runner._emit(RunFinished(run_id, result))
+            finally:
+                if recorder is not None:
+                    recorder.close()  # flush: every result so far is durable
             log.info("run.finished", status=result.status.value, **result.counts())
     return result
 
