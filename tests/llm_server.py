@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import socket
+import sys
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -75,6 +76,11 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = False
     block_on_close = True
     owner: LLMTestServer
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        error = sys.exc_info()[1]
+        if not isinstance(error, OSError):  # a client going away is normal here
+            self.owner.unexpected.append(f"server error: {error!r}")
 
 
 class _Handler(BaseHTTPRequestHandler):

@@ -139,7 +139,7 @@ class ToolCall(BaseModel):
 
     If the model produced arguments that are not a JSON object, ``arguments`` is ``{}``,
     ``arguments_error`` explains the problem (quoting the text) and ``raw_arguments``
-    keeps the text exactly as received.
+    keeps the text exactly as received (it is ``None`` for arguments that parsed).
     """
 
     model_config = ConfigDict(frozen=True)
@@ -159,7 +159,7 @@ class ToolCall(BaseModel):
             name=name,
             arguments=arguments,
             arguments_error=error,
-            raw_arguments=raw if isinstance(raw, str) else None,
+            raw_arguments=raw if error is not None and isinstance(raw, str) else None,
         )
 
     def arguments_json(self) -> str:

@@ -1,0 +1,439 @@
+"""OpenAIChat against a real loopback server speaking the chat completions format."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from llm_server import OPENAI, Hangup, LLMTestServer, Reply, SSEReply, record_sleeps
+
+from dagagent.errors import LLMResponseError, LLMServerError
+from dagagent.llm import (
+    AssistantMessage,
+    OpenAIChat,
+    ResponseFormat,
+    StreamEnd,
+    StreamEvent,
+    SystemMessage,
+    TextDelta,
+    ToolCall,
+    ToolCallDelta,
+    ToolResultMessage,
+    ToolSpec,
+    UserMessage,
+    collect_stream,
+    wire,
+)
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+def server() -> Iterator[LLMTestServer]:
+    with LLMTestServer() as srv:
+        yield srv
+        srv.check()
+
+
+def client(server: LLMTestServer, **options: Any) -> OpenAIChat:
+    llm = OPENAI.client(server, **options)
+    assert isinstance(llm, OpenAIChat)
+    return llm
+
+
+async def events_of(llm: OpenAIChat, *args: Any, **kwargs: Any) -> list[StreamEvent]:
+    return [event async for event in llm.stream(*args, **kwargs)]
+
+
+TOOLS = [
+    ToolSpec(
+        "get_weather",
+        "Weather for a city",
+        {"type": "object", "properties": {"city": {"type": "string"}}},
+    ),
+    ToolSpec(
+        "get_time", "Local time", {"type": "object", "properties": {"tz": {"type": "string"}}}
+    ),
+]
+PLAN_SCHEMA = {
+    "type": "object",
+    "properties": {"tasks": {"type": "array", "items": {"type": "string"}}},
+    "required": ["tasks"],
+    "additionalProperties": False,
+}
+
+
+async def test_text_completion_request_and_response(server: LLMTestServer):
+    server.push(
+        Reply(
+            json=wire.openai_text("Hello!", model="gpt-4o-2024", input_tokens=12, output_tokens=3)
+        )
+    )
+    llm = client(server, api_key="sk-abc-123456")
+    response = await llm.complete(
+        [SystemMessage("Be brief."), UserMessage("Hi")],
+        stop=["\n\n", "END"],
+        max_tokens=50,
+        temperature=0.2,
+    )
+    assert response.content == "Hello!"
+    assert response.tool_calls == []
+    assert response.finish_reason == "stop"
+    assert response.model == "gpt-4o-2024"
+    assert (response.usage.input_tokens, response.usage.output_tokens) == (12, 3)
+    assert response.raw["id"] == "chatcmpl-test"
+    sent = server.requests[0]
+    assert sent.path == "/v1/chat/completions"
+    assert sent.headers["authorization"] == "Bearer sk-abc-123456"
+    assert sent.json == {
+        "model": "test-model",
+        "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}],
+        "stop": ["\n\n", "END"],
+        "max_tokens": 50,
+        "temperature": 0.2,
+    }
+
+
+async def test_defaults_extra_body_and_max_tokens_field(server: LLMTestServer):
+    server.push(Reply(json=wire.openai_text("x")), Reply(json=wire.openai_text("y")))
+    llm = client(
+        server,
+        max_tokens=100,
+        temperature=0.0,
+        extra_body={"seed": 7},
+        max_tokens_field="max_completion_tokens",
+    )
+    await llm.complete("hi", stop="STOP")
+    await llm.complete("hi", max_tokens=5, temperature=1.0)
+    first, second = (r.json for r in server.requests)
+    assert first["max_completion_tokens"] == 100 and "max_tokens" not in first
+    assert first["temperature"] == 0.0 and first["seed"] == 7 and first["stop"] == ["STOP"]
+    assert first["messages"] == [{"role": "user", "content": "hi"}]
+    assert second["max_completion_tokens"] == 5 and second["temperature"] == 1.0
+
+
+async def test_parallel_tool_calls_and_the_history_that_follows(server: LLMTestServer):
+    server.push(
+        Reply(
+            json=wire.openai_tool_calls(
+                [("get_weather", {"city": "Paris"}), ("get_time", {"tz": "Europe/Paris"})],
+                content="Let me check.",
+            )
+        ),
+        Reply(json=wire.openai_text("Sunny, 14:00")),
+    )
+    llm = client(server)
+    messages: list[Any] = [UserMessage("Weather and time in Paris?")]
+    first = await llm.complete(messages, tools=TOOLS)
+    assert first.finish_reason == "tool_calls"
+    assert first.content == "Let me check."
+    assert [(c.id, c.name, c.arguments) for c in first.tool_calls] == [
+        ("call_1", "get_weather", {"city": "Paris"}),
+        ("call_2", "get_time", {"tz": "Europe/Paris"}),
+    ]
+    assert all(c.arguments_error is None for c in first.tool_calls)
+    messages += [
+        first.to_message(),
+        ToolResultMessage("call_1", "sunny"),
+        ToolResultMessage("call_2", "no clock", is_error=True),
+    ]
+    final = await llm.complete(messages, tools=TOOLS)
+    assert final.content == "Sunny, 14:00"
+
+    body = server.requests[0].json
+    assert body["tools"][0] == {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Weather for a city",
+            "parameters": TOOLS[0].parameters,
+        },
+    }
+    history = server.requests[1].json["messages"]
+    assert history[1] == {
+        "role": "assistant",
+        "content": "Let me check.",
+        "tool_calls": [
+            {
+                "id": "call_1",
+                "type": "function",
+                "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+            },
+            {
+                "id": "call_2",
+                "type": "function",
+                "function": {"name": "get_time", "arguments": '{"tz": "Europe/Paris"}'},
+            },
+        ],
+    }
+    assert history[2] == {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}
+    assert history[3] == {"role": "tool", "tool_call_id": "call_2", "content": "Error: no clock"}
+
+
+async def test_assistant_tool_call_without_text_sends_null_content(server: LLMTestServer):
+    server.push(Reply(json=wire.openai_text("ok")))
+    call = ToolCall(id="c1", name="get_time", arguments={})
+    await client(server).complete(
+        [UserMessage("t?"), AssistantMessage(tool_calls=[call]), ToolResultMessage("c1", "noon")]
+    )
+    assert server.requests[0].json["messages"][1]["content"] is None
+
+
+async def test_invalid_tool_arguments_are_kept_not_fatal(server: LLMTestServer):
+    server.push(
+        Reply(
+            json=wire.openai_tool_calls(
+                [("get_weather", '{"city": "Par'), ("get_time", "[1, 2]"), ("get_time", "")]
+            )
+        ),
+        Reply(json=wire.openai_text("ok")),
+    )
+    llm = client(server)
+    response = await llm.complete("x", tools=TOOLS)
+    broken, not_object, empty = response.tool_calls
+    assert broken.arguments == {} and broken.raw_arguments == '{"city": "Par'
+    assert broken.arguments_error is not None and '{"city": "Par' in broken.arguments_error
+    assert not_object.arguments == {} and "JSON object" in (not_object.arguments_error or "")
+    assert empty.arguments == {} and empty.arguments_error is None
+    # sent back verbatim, so the model sees its own mistake
+    await llm.complete([UserMessage("x"), response.to_message()])
+    sent = server.requests[1].json["messages"][1]["tool_calls"][0]["function"]["arguments"]
+    assert sent == '{"city": "Par'
+
+
+async def test_json_schema_response_format(server: LLMTestServer):
+    server.push(
+        Reply(json=wire.openai_text('{"tasks": ["a", "b"]}')), Reply(json=wire.openai_text("{}"))
+    )
+    llm = client(server)
+    response = await llm.complete("plan", response_format=ResponseFormat("plan", PLAN_SCHEMA))
+    assert json.loads(response.content) == {"tasks": ["a", "b"]}
+    assert server.requests[0].json["response_format"] == {
+        "type": "json_schema",
+        "json_schema": {"name": "plan", "schema": PLAN_SCHEMA, "strict": True},
+    }
+    await llm.complete("plan", response_format={"type": "object"})
+    assert server.requests[1].json["response_format"]["json_schema"] == {
+        "name": "response",
+        "schema": {"type": "object"},
+        "strict": False,
+    }
+
+
+async def test_stream_text_with_usage(server: LLMTestServer):
+    body = wire.openai_text("The quick brown fox jumps", input_tokens=9, output_tokens=6)
+    server.push(SSEReply(wire.openai_events(body, chunk_size=5)))
+    llm = client(server)
+    events = await events_of(llm, "hi", stop=["x"])
+    deltas = [e.text for e in events if isinstance(e, TextDelta)]
+    assert len(deltas) > 3 and "".join(deltas) == "The quick brown fox jumps"
+    assert isinstance(events[-1], StreamEnd)
+    final = events[-1].response
+    assert final.content == "The quick brown fox jumps"
+    assert (final.usage.input_tokens, final.usage.output_tokens) == (9, 6)
+    assert final.finish_reason == "stop"
+    sent = server.requests[0]
+    assert sent.json["stream"] is True and sent.json["stream_options"] == {"include_usage": True}
+    assert sent.headers["accept"] == "text/event-stream"
+    assert llm.usage.calls == 1 and llm.usage.input_tokens == 9
+
+
+async def test_stream_parallel_tool_calls_assembled_by_index(server: LLMTestServer):
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> tuple[None, dict[str, Any]]:
+        return (
+            None,
+            {"model": "m", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]},
+        )
+
+    def tc(index: int, **fields: Any) -> dict[str, Any]:
+        return {"tool_calls": [{"index": index, **fields}]}
+
+    events = [
+        chunk({"role": "assistant", "content": None}),
+        chunk(
+            tc(0, id="call_a", type="function", function={"name": "get_weather", "arguments": ""})
+        ),
+        chunk(
+            tc(1, id="call_b", type="function", function={"name": "get_time", "arguments": '{"tz"'})
+        ),
+        chunk(tc(0, function={"arguments": '{"city": '})),
+        chunk(tc(1, function={"arguments": ': "UTC"}'})),
+        chunk(tc(0, function={"arguments": '"Oslo"}'})),
+        chunk({}, "tool_calls"),
+        (
+            None,
+            {"model": "m", "choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 7}},
+        ),
+        (None, "[DONE]"),
+    ]
+    server.push(SSEReply(events))
+    out = await events_of(client(server), "x", tools=TOOLS)
+    deltas = [e for e in out if isinstance(e, ToolCallDelta)]
+    assert deltas[0] == ToolCallDelta(0, "call_a", "get_weather", "")
+    assert deltas[1] == ToolCallDelta(1, "call_b", "get_time", '{"tz"')
+    assert "".join(d.arguments for d in deltas if d.index == 0) == '{"city": "Oslo"}'
+    final = out[-1]
+    assert isinstance(final, StreamEnd)
+    calls = final.response.tool_calls
+    assert [(c.id, c.name, c.arguments) for c in calls] == [
+        ("call_a", "get_weather", {"city": "Oslo"}),
+        ("call_b", "get_time", {"tz": "UTC"}),
+    ]
+    assert final.response.finish_reason == "tool_calls"
+    assert final.response.usage.output_tokens == 7
+
+
+async def test_stream_tool_calls_without_index_from_lenient_servers(server: LLMTestServer):
+    def chunk(delta: dict[str, Any]) -> tuple[None, dict[str, Any]]:
+        return (None, {"choices": [{"index": 0, "delta": delta, "finish_reason": None}]})
+
+    events = [
+        chunk(
+            {
+                "tool_calls": [
+                    {"id": "c1", "function": {"name": "get_time", "arguments": '{"tz": "UTC"}'}}
+                ]
+            }
+        ),
+        chunk(
+            {
+                "tool_calls": [
+                    {
+                        "id": "c2",
+                        "function": {"name": "get_weather", "arguments": '{"city": "Rome"}'},
+                    }
+                ]
+            }
+        ),
+        (None, "[DONE]"),
+    ]
+    server.push(SSEReply(events))
+    final = await collect_stream(client(server).stream("x", tools=TOOLS))
+    assert [(c.id, c.arguments) for c in final.tool_calls] == [
+        ("c1", {"tz": "UTC"}),
+        ("c2", {"city": "Rome"}),
+    ]
+    assert final.usage.input_tokens == 0  # no usage chunk: zero, not a crash
+
+
+async def test_stream_matches_complete(server: LLMTestServer):
+    body = wire.openai_tool_calls(
+        [("get_weather", {"city": "Lima"}), ("get_time", '{"tz": ')], content="hm"
+    )
+    server.push(Reply(json=body), SSEReply(wire.openai_events(body)))
+    llm = client(server)
+    whole = await llm.complete("x", tools=TOOLS)
+    streamed = await collect_stream(llm.stream("x", tools=TOOLS))
+    assert whole.model_dump() == streamed.model_dump()
+    assert streamed.tool_calls[1].arguments_error is not None
+
+
+async def test_stream_cut_off_mid_way(server: LLMTestServer):
+    body = wire.openai_text("a long answer that never finishes")
+    server.push(SSEReply(wire.openai_events(body, chunk_size=4), cut_after=4))
+    llm = client(server)
+    record_sleeps(llm)
+    received: list[str] = []
+    with pytest.raises(LLMResponseError, match="ended early") as info:
+        async for event in llm.stream("x"):
+            if isinstance(event, TextDelta):
+                received.append(event.text)
+    assert received  # part of the answer arrived before the cut
+    assert "not retried" in str(info.value)
+    assert len(server.requests) == 1
+
+
+async def test_stream_closed_cleanly_without_done(server: LLMTestServer):
+    events = wire.openai_events(wire.openai_text("abc"), done=False)
+    server.push(SSEReply(events, chunked=False))
+    with pytest.raises(LLMResponseError, match=r"ended early.*\[DONE\]"):
+        await collect_stream(client(server).stream("x"))
+
+
+async def test_stream_cut_before_any_event_is_retried(server: LLMTestServer):
+    events = wire.openai_events(wire.openai_text("fine"))
+    server.push(SSEReply(events, cut_after=0), Hangup(), SSEReply(events))
+    llm = client(server)
+    sleeps = record_sleeps(llm)
+    assert (await collect_stream(llm.stream("x"))).content == "fine"
+    assert len(sleeps.delays) == 2
+
+
+async def test_stream_error_chunk(server: LLMTestServer):
+    server.push(
+        SSEReply([(None, {"error": {"message": "model crashed", "type": "server_error"}})]),
+        SSEReply([(None, {"error": {"message": "model crashed", "type": "server_error"}})]),
+    )
+    llm = client(server, max_retries=1)
+    record_sleeps(llm)
+    with pytest.raises(LLMServerError, match="model crashed"):
+        await collect_stream(llm.stream("x"))
+
+
+async def test_stream_event_that_is_not_json(server: LLMTestServer):
+    server.push(SSEReply([(None, "{not json")]))
+    with pytest.raises(LLMResponseError, match="not JSON"):
+        await collect_stream(client(server).stream("x"))
+
+
+async def test_server_that_ignores_stream_true(server: LLMTestServer):
+    server.push(
+        Reply(json=wire.openai_tool_calls([("get_time", {"tz": "UTC"})], content="one sec"))
+    )
+    events = await events_of(client(server), "x", tools=TOOLS)
+    assert events[0] == TextDelta("one sec")
+    assert events[1] == ToolCallDelta(0, "call_1", "get_time", '{"tz": "UTC"}')
+    assert (
+        isinstance(events[-1], StreamEnd) and events[-1].response.tool_calls[0].name == "get_time"
+    )
+
+
+async def test_breaking_out_of_a_stream_closes_it(server: LLMTestServer):
+    body = wire.openai_text("x" * 200)
+    server.push(
+        SSEReply(wire.openai_events(body, chunk_size=10)), Reply(json=wire.openai_text("next"))
+    )
+    llm = client(server)
+    async with llm:
+        stream = llm.stream("x")
+        async for event in stream:
+            assert isinstance(event, TextDelta)
+            break
+        await stream.aclose()  # type: ignore[attr-defined]
+        assert (await llm.complete("again")).content == "next"
+
+
+async def test_stream_usage_can_be_turned_off(server: LLMTestServer):
+    server.push(SSEReply(wire.openai_events(wire.openai_text("a"))))
+    await collect_stream(client(server, stream_usage=False).stream("x"))
+    assert "stream_options" not in server.requests[0].json
+
+
+async def test_content_as_list_of_parts_and_missing_usage(server: LLMTestServer):
+    body = {
+        "choices": [
+            {"message": {"content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}}
+        ]
+    }
+    server.push(Reply(json=body))
+    response = await client(server).complete("x")
+    assert response.content == "ab"
+    assert response.usage.total_tokens == 0
+    assert response.model == "test-model"
+    assert response.finish_reason is None
+
+
+def test_repr_and_provider_label() -> None:
+    official = OpenAIChat("gpt-4o", api_key="sk-very-secret-key")
+    assert repr(official) == "OpenAIChat(model='gpt-4o', base_url='https://api.openai.com/v1')"
+    assert official.provider == "OpenAI"
+    local = OpenAIChat("llama3", base_url="http://localhost:11434/v1/")
+    assert local.base_url == "http://localhost:11434/v1"
+    assert local.provider == "OpenAI-compatible server at http://localhost:11434/v1"
