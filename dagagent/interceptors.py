@@ -175,7 +175,8 @@ def redacting(
       ``replacement`` (e.g. e-mail addresses before text goes to a third-party tool).
 
     The rewritten arguments are validated again by the runner. Put it before (outside) a
-    tracing interceptor or an approval policy to keep secrets out of their records."""
+    tracing interceptor or an approval policy to keep secrets out of their records. (The
+    task's ``TaskResult.args`` holds the arguments as resolved *before* any interceptor.)"""
     name_rx = re.compile(
         "|".join(f"(?:{fnmatch.translate(p.lower())})" for p in args) or "(?!)"
     )

@@ -6,14 +6,16 @@ import json
 from pathlib import Path
 from typing import Any
 
-import anyio
 import typer
 
-from ..api import execute
-from ..executors import EXECUTORS
+from ..errors import ConfigError
+from ..executors import EXECUTORS, get_executor
 from ..graph import PlanGraph, validate
 from ..results import RunResult
+from ..store import default_store_path
 from ._app import EXIT_FAILED, EXIT_OK, app, err, guard, load_registry, out
+from .approve import APPROVE_OPT, ASK_OPT, POLICY_OPT, run_interceptors
+from .progress import run_recorded
 from .render import plan_table, result_table
 
 __all__ = ["print_result", "run_graph"]
@@ -60,14 +62,33 @@ def print_result(result: RunResult, *, as_json: bool) -> int:
     return EXIT_OK if result.ok else EXIT_FAILED
 
 
-def run_graph(graph: PlanGraph, registry: Any, *, as_json: bool, **options: Any) -> int:
-    """Run a validated plan from the command line and print the result; return the exit code."""
+STORE_OPT = typer.Option(
+    None, "--store", metavar="PATH",
+    help="Run store file. Default: $DAGAGENT_HOME/runs.db, else .dagagent/runs.db.",
+)
 
-    async def main() -> RunResult:
-        return await execute(graph, registry, **options)
 
-    result = anyio.run(main)
-    return print_result(result, as_json=as_json)
+def run_graph(
+    graph: PlanGraph,
+    registry: Any,
+    *,
+    as_json: bool,
+    store: str | Path | None = None,
+    live: bool = True,
+    **options: Any,
+) -> int:
+    """Run a validated plan from the command line, recorded in the run store, with progress
+    (none with ``as_json``); print the result; return the exit code."""
+    result = run_recorded(
+        graph, registry, console=None if as_json else out, store=store, live=live, **options
+    )
+    code = print_result(result, as_json=as_json)
+    if not as_json:
+        err.print(
+            f"recorded as run {result.run_id} in {default_store_path(store)}",
+            markup=False, highlight=False,
+        )
+    return code
 
 
 @app.command("run")
@@ -86,14 +107,31 @@ def run_cmd(
         None, "--max-concurrency", "-j", min=1, help="At most N tasks at once."
     ),
     json_out: bool = typer.Option(False, "--json", help="Print only the result, as JSON."),
+    approve: bool = APPROVE_OPT,
+    ask: list[str] | None = ASK_OPT,
+    policy_file: Path | None = POLICY_OPT,
+    store: Path | None = STORE_OPT,
+    dask_address: str | None = typer.Option(
+        None, "--dask-address", metavar="tcp://HOST:PORT",
+        help="With --executor dask: the Dask scheduler to use. Default: a local cluster "
+        "started and shut down with the run.",
+    ),
 ) -> None:
-    """Validate and run a plan. Exit 0 if every task succeeded, 1 if the run failed."""
+    """Validate and run a plan, recording it in the run store (review it with 'dagagent show',
+    revise it with 'dagagent replan'). Exit 0 if every task succeeded, 1 if the run failed."""
+    if dask_address is not None and executor != "dask":
+        raise ConfigError("--dask-address needs --executor dask")
     registry = load_registry(tools)
     graph = validate(plan, registry, check_llm=True)
     for w in graph.warnings:
         err.print(f"warning: {w}", markup=False, highlight=False)
+    exe: Any = get_executor("dask", address=dask_address) if dask_address else executor
+    interceptors = run_interceptors(
+        graph, registry, approve=approve, asks=ask or [], policy_file=policy_file
+    )
     code = run_graph(
-        graph, registry, as_json=json_out, executor=executor, on_failure=on_failure,
-        max_concurrency=max_concurrency,
+        graph, registry, as_json=json_out, executor=exe, on_failure=on_failure,
+        max_concurrency=max_concurrency, interceptors=interceptors, store=store,
+        live=not (ask or policy_file),  # questions on the terminal: no live display over them
     )
     raise typer.Exit(code)

@@ -1,0 +1,325 @@
+"""Terminal approval for ``dagagent run``: the plan shown before a run (``--approve``) and
+questions before tool calls (``--ask TOOL``, ``--policy FILE``).
+
+Questions and the plan go to stderr, so that ``--json`` output on stdout stays clean. Answers
+are read from stdin in a daemon thread, so the event loop keeps running other tasks while a
+question waits, and a question left unanswered never keeps the process alive.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from concurrent.futures import Future
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
+
+import anyio
+import anyio.to_thread
+import typer
+from rich.console import Console
+
+from ..approval import Approval, ApprovalRequest, Policy, Rule, load_policy
+from ..errors import ConfigError, ToolArgumentsError, UnknownToolError
+from ..results import jsonable
+from ._app import EXIT_FAILED, err, fail
+from .render import plan_table
+
+if TYPE_CHECKING:
+    from ..graph import PlanGraph
+    from ..runner import Interceptor
+    from ..tools import Registry
+
+__all__ = [
+    "APPROVE_OPT",
+    "ASK_OPT",
+    "POLICY_OPT",
+    "LineReader",
+    "TerminalAsker",
+    "confirm_plan",
+    "dag_drawing",
+    "deny_without_terminal",
+    "run_interceptors",
+    "stdin_is_terminal",
+]
+
+
+APPROVE_OPT = typer.Option(
+    False, "--approve",
+    help="Show the plan and ask before running it (needs a terminal; answering no exits 1).",
+)
+ASK_OPT = typer.Option(
+    None, "--ask", metavar="TOOL",
+    help="Ask on the terminal before each call of TOOL (glob; repeatable). Without a terminal, "
+    "such calls are denied.",
+)
+POLICY_OPT = typer.Option(
+    None, "--policy", metavar="FILE",
+    help="Approval rules file: JSON (or TOML on Python 3.11+). --ask rules are checked first.",
+)
+
+
+def stdin_is_terminal() -> bool:
+    try:
+        return sys.stdin is not None and sys.stdin.isatty()
+    except (ValueError, OSError):  # closed or detached stdin
+        return False
+
+
+class LineReader:
+    """Reads answers line by line from a stream without blocking the event loop.
+
+    Each read happens in a daemon thread (a blocked read never keeps the process alive); the
+    waiting question sleeps in a worker thread that is released as soon as the line arrives
+    or the question is withdrawn. A read whose question was withdrawn (its task was
+    cancelled) is kept and serves the next question; a line typed before that next question
+    was shown is discarded, so that it cannot answer a question it was not meant for.
+    """
+
+    def __init__(self, stream: TextIO | None = None) -> None:
+        self._stream = stream
+        self._pending: Future[tuple[str, float]] | None = None
+
+    def _read(self, fut: Future[tuple[str, float]]) -> None:
+        try:
+            line = (self._stream or sys.stdin).readline()
+        except BaseException as exc:  # reported to the waiting question
+            fut.set_exception(exc)
+        else:
+            fut.set_result((line, time.monotonic()))
+
+    async def readline(self, *, since: float = float("-inf")) -> str | None:
+        """The next line typed after ``since`` (``time.monotonic()``), without its newline;
+        ``None`` at end of input."""
+        while True:
+            fut = self._pending
+            if fut is None:
+                fut = self._pending = Future()
+                threading.Thread(
+                    target=self._read, args=(fut,), name="dagagent-answer", daemon=True
+                ).start()
+            if not fut.done():
+                await _wait_for(fut)
+            self._pending = None
+            try:
+                line, at = fut.result()
+            except Exception:
+                return None
+            if not line:
+                return None
+            if at >= since:
+                return line.rstrip("\r\n")
+
+
+async def _wait_for(fut: Future[Any]) -> None:
+    arrived = threading.Event()
+    fut.add_done_callback(lambda _: arrived.set())
+    try:
+        await anyio.to_thread.run_sync(arrived.wait, abandon_on_cancel=True)
+    finally:
+        arrived.set()  # releases the worker thread when the question is withdrawn
+
+
+class TerminalAsker:
+    """An ``ask`` callback that asks on the terminal: ``y`` approves, ``n`` denies (with an
+    optional reason), ``e`` edits the arguments as a JSON object (its keys replace those
+    arguments; they are checked before the question ends). End of input denies."""
+
+    decided_by = "user"
+
+    def __init__(self, console: Console | None = None, reader: LineReader | None = None) -> None:
+        self.console = console or err
+        self.reader = reader or LineReader()
+
+    def _say(self, text: str, *, end: str = "\n") -> None:
+        self.console.print(text, end=end, markup=False, highlight=False)
+
+    async def _read(self, prompt: str) -> str | None:
+        self._say(prompt, end="")
+        return await self.reader.readline(since=time.monotonic())
+
+    async def __call__(self, request: ApprovalRequest) -> Approval:
+        by = self.decided_by
+        self._say("")
+        self._say(f"approval needed: {request.describe()} ({request.rule_label})")
+        self._say(f"  arguments: {_json(request.args)}")
+        try:
+            while True:
+                answer = await self._read("approve? [y]es / [n]o / [e]dit arguments: ")
+                if answer is None:
+                    self._say("")
+                    return Approval.deny("no answer (end of input)", by=by)
+                choice = answer.strip().lower()
+                if choice in ("y", "yes"):
+                    return Approval.approve(by=by)
+                if choice in ("n", "no"):
+                    why = await self._read("reason (optional, Enter to skip): ")
+                    return Approval.deny((why or "").strip() or "not approved", by=by)
+                if choice in ("e", "edit"):
+                    edited = await self._edit(request)
+                    if edited is not None:
+                        return Approval.edit(edited, by=by)
+                    continue
+                self._say("please answer y, n or e")
+        except anyio.get_cancelled_exc_class():
+            self._say(f"\n(question withdrawn: task {request.task_id!r} was cancelled)")
+            raise
+
+    async def _edit(self, request: ApprovalRequest) -> dict[str, Any] | None:
+        while True:
+            text = await self._read("arguments as JSON (keys replace; Enter to go back): ")
+            if text is None or not text.strip():
+                return None
+            try:
+                given = json.loads(text)
+            except json.JSONDecodeError as exc:
+                self._say(f"not valid JSON: {exc.msg} (column {exc.colno})")
+                continue
+            if not isinstance(given, dict):
+                self._say('give a JSON object, e.g. {"city": "Lyon"}')
+                continue
+            edited = {**request.args, **given}
+            try:
+                request.tool.validate_args(edited)
+            except ToolArgumentsError as exc:
+                self._say(f"{exc}; try again")
+                continue
+            return edited
+
+
+async def deny_without_terminal(request: ApprovalRequest) -> Approval:
+    """The ``ask`` callback when stdin is not a terminal: deny, and say why."""
+    return Approval.deny(
+        f"approval needed for tool {request.tool_name!r} but no terminal is attached "
+        "(stdin is not a terminal)",
+        by=request.rule_label,
+    )
+
+
+# -- the plan, before it runs ---------------------------------------------------------------------
+
+
+def _json(value: Any) -> str:
+    return json.dumps(jsonable(value), ensure_ascii=False)
+
+
+def dag_drawing(
+    graph: PlanGraph, registry: Registry | None = None, policy: Policy | None = None
+) -> str:
+    """The plan as levels with their incoming edges, in plain ASCII::
+
+        level 0  paris (get_weather)
+                 tokyo (get_weather)
+                   |
+        level 1  cmp (compare) <- paris, tokyo
+
+    With a policy, each tool task is marked with the action it will meet: ``[ask]``,
+    ``[deny]``, or ``[ask?]`` when that depends on arguments not known before the run.
+    """
+    lines: list[str] = []
+    for i, level in enumerate(graph.levels):
+        if i:
+            lines.append("           |")
+        for j, tid in enumerate(level):
+            task = graph.tasks[tid]
+            head = f"level {i:<2} " if j == 0 else " " * 9
+            what = task.tool if task.tool is not None else "agent"
+            line = f"{head}{tid} ({what})"
+            deps = graph.dependencies[tid]
+            if deps:
+                line += " <- " + ", ".join(deps)
+            mark = _preview(graph, registry, policy, tid)
+            if mark:
+                line += f"  [{mark}]"
+            lines.append(line)
+    return "\n".join(lines)
+
+
+def _preview(
+    graph: PlanGraph, registry: Registry | None, policy: Policy | None, task_id: str
+) -> str | None:
+    task = graph.tasks[task_id]
+    if policy is None or registry is None or task.tool is None:
+        return None
+    try:
+        tool = registry.get(task.tool)
+    except UnknownToolError:
+        return None
+    action = policy.preview(tool, graph.templates[task_id].literal_keys(), task_id)
+    return None if action == "allow" else action
+
+
+def confirm_plan(
+    graph: PlanGraph,
+    registry: Registry | None = None,
+    policy: Policy | None = None,
+    *,
+    console: Console | None = None,
+    stream: TextIO | None = None,
+) -> bool:
+    """Show the plan (table, drawing, approval rules) and ask whether to run it."""
+    c = console or err
+    c.print(plan_table(graph))
+    c.print(dag_drawing(graph, registry, policy), markup=False, highlight=False)
+    if policy is not None:
+        c.print("approval rules (first match wins):", markup=False)
+        for line in policy.describe():
+            c.print(f"  {line}", markup=False, highlight=False)
+    n = len(graph)
+    c.print(f"Run this plan ({n} task{'s' if n != 1 else ''})? [y/N] ", end="", markup=False)
+    line = (stream or sys.stdin).readline()
+    if not line:
+        c.print("", markup=False)
+    return line.strip().lower() in ("y", "yes")
+
+
+def run_interceptors(
+    graph: PlanGraph,
+    registry: Registry,
+    *,
+    approve: bool,
+    asks: Sequence[str],
+    policy_file: Path | None,
+) -> list[Interceptor]:
+    """What ``dagagent run`` does with ``--approve``, ``--ask`` and ``--policy``: build the
+    policy (``--ask`` rules first, then the file's rules, then the file's default), ask for
+    the plan if requested, and return the interceptors for the run.
+
+    Exits 2 when ``--approve`` has no terminal to ask on, 1 when the plan is not approved."""
+    for pattern in asks:
+        if not pattern.strip():
+            raise ConfigError("--ask needs a tool name or glob, e.g. --ask 'write_*'")
+    interactive = stdin_is_terminal()
+    policy: Policy | None = None
+    if asks or policy_file is not None:
+        base = load_policy(policy_file) if policy_file is not None else Policy()
+        ask_rules = [Rule(action="ask", tool=p, name=f"--ask {p}") for p in asks]
+        policy = base.replace(
+            rules=(*ask_rules, *base.rules),
+            ask=TerminalAsker() if interactive else deny_without_terminal,
+        )
+        for pattern in asks:
+            if not registry.select(pattern):
+                err.print(f"warning: --ask {pattern!r} matches no tool", markup=False)
+        if not interactive and _may_ask(policy):
+            err.print(
+                "warning: no terminal is attached: calls that need approval will be denied",
+                markup=False,
+            )
+    if approve:
+        if not interactive:
+            fail(
+                "--approve needs a terminal to ask on, but stdin is not a terminal "
+                "(run without --approve, or from a terminal)"
+            )
+        if not confirm_plan(graph, registry, policy):
+            err.print("run not approved: nothing was run", markup=False)
+            raise typer.Exit(EXIT_FAILED)
+    return [policy] if policy is not None else []
+
+
+def _may_ask(policy: Policy) -> bool:
+    return policy.default == "ask" or any(r.action == "ask" for r in policy.rules)
