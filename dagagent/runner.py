@@ -136,6 +136,76 @@ _NOT_RETRIED = (
 )
 
 
+_SUCCEEDED = TaskStatus.SUCCEEDED
+_REUSED = TaskStatus.REUSED
+_FAILED = TaskStatus.FAILED
+_CANCELLED = TaskStatus.CANCELLED
+
+_RESULT_FIELDS = (
+    "task_id",
+    "status",
+    "output",
+    "error",
+    "error_type",
+    "attempts",
+    "started_at",
+    "finished_at",
+    "args",
+    "steps",
+    "decisions",
+)
+_RESULT_FIELDS_SET = set(_RESULT_FIELDS)
+# What ``TaskResult.model_construct`` does when every field is given, without its generic
+# per-field loop (one result is built per task). Only while TaskResult stays a plain model.
+_FAST_RESULTS = (
+    tuple(TaskResult.model_fields) == _RESULT_FIELDS
+    and not TaskResult.__pydantic_post_init__
+    and not TaskResult.__pydantic_root_model__
+    and TaskResult.model_config.get("extra") != "allow"
+    and all(
+        f.alias is None and f.validation_alias is None for f in TaskResult.model_fields.values()
+    )
+)
+_new = object.__new__
+_set = object.__setattr__
+
+
+def _task_result(
+    task_id: str,
+    status: TaskStatus,
+    output: Any,
+    error: str | None,
+    error_type: str | None,
+    attempts: int,
+    started_at: float | None,
+    finished_at: float | None,
+    args: Any,
+    steps: list[dict[str, Any]] | None,
+    decisions: list[dict[str, Any]] | None,
+) -> TaskResult:
+    values = {
+        "task_id": task_id,
+        "status": status,
+        "output": output,
+        "error": error,
+        "error_type": error_type,
+        "attempts": attempts,
+        "started_at": started_at,
+        "finished_at": finished_at,
+        "args": args,
+        "steps": steps,
+        "decisions": decisions,
+    }
+    if not _FAST_RESULTS:
+        return TaskResult.model_construct(**values)
+    r: TaskResult = _new(TaskResult)
+    _set(r, "__dict__", values)
+    _set(r, "__pydantic_fields_set__", _RESULT_FIELDS_SET.copy())
+    _set(r, "__pydantic_extra__", None)
+    _set(r, "__pydantic_private__", None)
+    return r
+
+
 def task_fingerprint(task: Task, resolved: Any) -> str:
     """What makes a task's output reusable: its id, tool (or instruction and tool subset) and
     its resolved inputs. Equal fingerprints → the earlier output may be reused."""
@@ -194,6 +264,10 @@ class TaskRunner:
         self._log = logger
         self._debug = logger is not None and debug_enabled(logger)
         self._cancelled_exc = anyio.get_cancelled_exc_class()
+        # Nothing between the runner and an async tool: call it directly (see run_task).
+        self._direct = (
+            self._limiter is None and not self._interceptors and self._invoker is None
+        )
         self._chain: CallNext = self._compose()
 
     # -- events ---------------------------------------------------------------------------
@@ -274,19 +348,7 @@ class TaskRunner:
 
     def mark(self, task_id: str, status: TaskStatus, error: str | None = None) -> TaskResult:
         """Record a task that never started (skipped or cancelled)."""
-        r = TaskResult.model_construct(
-            task_id=task_id,
-            status=status,
-            output=None,
-            error=error,
-            error_type=None,
-            attempts=0,
-            started_at=None,
-            finished_at=None,
-            args=None,
-            steps=None,
-            decisions=None,
-        )
+        r = _task_result(task_id, status, None, error, None, 0, None, None, None, None, None)
         self.results[task_id] = r
         if self._emit_fn is not None:
             self._emit_fn(TaskFinished(self.run_id, r))
@@ -306,7 +368,7 @@ class TaskRunner:
         resolved: Any = None
         steps: list[dict[str, Any]] | None = None
         decisions: list[dict[str, Any]] | None = [] if self._interceptors else None
-        status = TaskStatus.FAILED
+        status = _FAILED
         output: Any = None
         error: str | None = None
         error_type: str | None = None
@@ -332,14 +394,25 @@ class TaskRunner:
                 tool = self.registry.get(task.tool)
                 retries = task.retries if task.retries is not None else tool.retries
                 timeout = task.timeout_s if task.timeout_s is not None else tool.timeout_s
+                # No limiter, interceptor, invoker or timeout in the way of an async tool:
+                # what _attempt_tool -> call_tool -> _invoke -> Tool.acall would do, inline.
+                direct = (
+                    self._direct
+                    and timeout is None
+                    and tool._is_async
+                    and tool.name not in self._tool_limiters
+                )
             else:
                 tool = None
                 retries = task.retries or 0
                 timeout = task.timeout_s
+                direct = False
             while True:
                 attempts += 1
                 try:
-                    if tool is not None:
+                    if direct:
+                        output = await tool.fn(**tool.validate_args(resolved))  # type: ignore[union-attr]
+                    elif tool is not None:
                         output = await self._attempt_tool(
                             task_id, tool, resolved, timeout, attempts, decisions
                         )
@@ -347,7 +420,7 @@ class TaskRunner:
                         output, steps = await self._attempt_agent(
                             task, resolved, timeout, decisions
                         )
-                    status = TaskStatus.SUCCEEDED
+                    status = _SUCCEEDED
                     break
                 except _NOT_RETRIED:
                     raise
@@ -412,21 +485,21 @@ class TaskRunner:
         steps: list[dict[str, Any]] | None,
         decisions: list[dict[str, Any]] | None,
     ) -> TaskResult:
-        r = TaskResult.model_construct(
-            task_id=task_id,
-            status=status,
-            output=output,
-            error=error,
-            error_type=error_type,
-            attempts=attempts,
-            started_at=started,
-            finished_at=time.time(),
-            args=resolved,
-            steps=steps,
-            decisions=decisions or None,
+        r = _task_result(
+            task_id,
+            status,
+            output,
+            error,
+            error_type,
+            attempts,
+            started,
+            time.time(),
+            resolved,
+            steps,
+            decisions or None,
         )
         self.results[task_id] = r
-        if status is TaskStatus.SUCCEEDED or status is TaskStatus.REUSED:
+        if status is _SUCCEEDED or status is _REUSED:
             self.outputs[task_id] = output
         if self._emit_fn is not None:
             self._emit_fn(TaskFinished(self.run_id, r))
@@ -439,7 +512,7 @@ class TaskRunner:
                 attempts=attempts,
                 error=error,
             )
-        elif error is not None and self._log is not None and status is not TaskStatus.CANCELLED:
+        elif error is not None and self._log is not None and status is not _CANCELLED:
             self._log.info(
                 "task.failed", run_id=self.run_id, task_id=task_id, status=status.value, error=error
             )

@@ -164,6 +164,8 @@ class Tool:
         self._model = self._build_model(fn, param_docs)
         self._fields = tuple(self._model.model_fields)
         self._param_names = frozenset(self._fields)
+        # Called once per tool call: the validator itself, without model_validate's wrapper.
+        self._validate = self._model.__pydantic_validator__.validate_python
         functools.update_wrapper(self, fn)
 
     def _build_model(self, fn: Callable[..., Any], docs: Mapping[str, str]) -> type[BaseModel]:
@@ -245,12 +247,16 @@ class Tool:
 
     def validate_args(self, args: Mapping[str, Any]) -> dict[str, Any]:
         """Validate and coerce ``args``; raise :class:`ToolArgumentsError` listing every problem."""
+        if not self._fields and type(args) is dict and not args:
+            return {}  # a tool without parameters, called without arguments
         try:
-            m = self._model.model_validate(args)
+            m = self._validate(args)
         except ValidationError as exc:
             raise ToolArgumentsError(self.name, format_validation_errors(exc)) from None
-        d = m.__dict__
-        return {k: d[k] for k in self._fields}
+        # The model forbids extra keys, so its __dict__ holds exactly the parameters, in
+        # order; a fresh instance is dropped here, so its dict can be handed out as is.
+        d: dict[str, Any] = m.__dict__
+        return d if m is not args else dict(d)
 
     def check_partial(self, literal: Mapping[str, Any], referenced: Iterable[str]) -> list[str]:
         """Problems with the literal arguments of a plan task, ignoring referenced ones.

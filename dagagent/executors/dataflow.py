@@ -1,7 +1,8 @@
 """Each task starts as soon as its own dependencies have succeeded (event-driven).
 
 No level barrier and no polling: when a task finishes, it counts down its dependents and
-starts those whose last dependency it was, in the same task group.
+queues those whose last dependency it was in a :class:`~dagagent.executors._pool.WorkerPool`,
+which starts them at once in the same task group.
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from typing import TYPE_CHECKING
 
 import anyio
 
+from ..results import TaskStatus
+from ._pool import WorkerPool
 from .base import BaseExecutor, FailurePolicy, block_descendants
 
 if TYPE_CHECKING:
@@ -17,6 +20,9 @@ if TYPE_CHECKING:
     from ..runner import TaskRunner
 
 __all__ = ["DataflowExecutor"]
+
+SUCCEEDED = TaskStatus.SUCCEEDED
+REUSED = TaskStatus.REUSED
 
 
 class DataflowExecutor(BaseExecutor):
@@ -29,20 +35,22 @@ class DataflowExecutor(BaseExecutor):
         cancel = on_failure == "cancel"
 
         async with anyio.create_task_group() as tg:
-            start = tg.start_soon
+            pool: WorkerPool
 
             async def one(task_id: str) -> None:
-                r = await run_task(task_id)
-                if r.status.ok:
+                status = (await run_task(task_id)).status
+                if status is SUCCEEDED or status is REUSED:
                     for child in dependents[task_id]:
                         left = waiting[child] - 1
                         waiting[child] = left
                         if left == 0:
-                            start(one, child)
+                            push(child)
                 elif cancel:
                     tg.cancel_scope.cancel()
                 else:
                     block_descendants(graph, runner, task_id)
 
-            for task_id in graph.levels[0] if graph.levels else ():
-                start(one, task_id)
+            pool = WorkerPool(tg, one)
+            push = pool.push
+            pool.extend(graph.levels[0] if graph.levels else ())
+            await pool.drive()

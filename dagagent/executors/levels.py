@@ -1,7 +1,9 @@
 """One topological level at a time, each in an anyio task group.
 
 A level starts when the previous one has finished (the *level barrier*). Within a level,
-a failure under ``on_failure="cancel"`` cancels the running siblings at once.
+a failure under ``on_failure="cancel"`` cancels the running siblings at once. The tasks of a
+level run in a :class:`~dagagent.executors._pool.WorkerPool`: all of them concurrently, without
+a spawned task each for those that never block.
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ from typing import TYPE_CHECKING
 
 import anyio
 
+from ..results import TaskStatus
+from ._pool import WorkerPool
 from .base import BaseExecutor, FailurePolicy, block_descendants
 
 if TYPE_CHECKING:
@@ -17,6 +21,9 @@ if TYPE_CHECKING:
     from ..runner import TaskRunner
 
 __all__ = ["LevelsExecutor"]
+
+SUCCEEDED = TaskStatus.SUCCEEDED
+REUSED = TaskStatus.REUSED
 
 
 class LevelsExecutor(BaseExecutor):
@@ -33,15 +40,15 @@ class LevelsExecutor(BaseExecutor):
                 scope = tg.cancel_scope
 
                 async def one(task_id: str, scope: anyio.CancelScope = scope) -> None:
-                    r = await run_task(task_id)
-                    if not r.status.ok:
+                    status = (await run_task(task_id)).status
+                    if status is not SUCCEEDED and status is not REUSED:
                         failed.append(task_id)
                         if cancel:
                             scope.cancel()
 
-                for task_id in level:
-                    if task_id not in results:
-                        tg.start_soon(one, task_id)
+                pool = WorkerPool(tg, one)
+                pool.extend(t for t in level if t not in results)
+                await pool.drive()
             if failed:
                 if cancel:
                     return

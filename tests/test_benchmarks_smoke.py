@@ -1,0 +1,225 @@
+"""The benchmark scripts run (tiny sizes, so they cannot rot), and the engine's speed-ups keep
+its behaviour: the worker pool of the levels/dataflow executors, the direct tool call, the
+cheap TaskResult and the parameterless-tool fast path."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+import pytest
+
+import dagagent
+from dagagent.executors import _pool
+from dagagent.results import TaskResult, TaskStatus
+from dagagent.runner import _task_result
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+# ---------------------------------------------------------------------------------------------
+# The worker pool
+
+
+def _fan(n: int, tool: str = "noop", **args: Any) -> dict[str, Any]:
+    tasks: list[dict[str, Any]] = [{"id": "root", "tool": tool, "args": dict(args)}]
+    tasks += [
+        {"id": f"t{i}", "tool": tool, "args": dict(args), "depends_on": ["root"]} for i in range(n)
+    ]
+    tasks.append({"id": "join", "tool": tool, "args": dict(args), "depends_on": ["t0", "t1"]})
+    return {"tasks": tasks}
+
+
+@pytest.fixture
+def tasks_seen() -> dict[str, set[int]]:
+    return {"ids": set()}
+
+
+@pytest.fixture
+def pool_registry(tasks_seen: dict[str, set[int]]) -> dagagent.Registry:
+    reg = dagagent.Registry()
+
+    @reg.tool
+    async def noop() -> str:
+        """Record which asyncio task ran it; never block."""
+        tasks_seen["ids"].add(id(asyncio.current_task()))
+        return "ok"
+
+    @reg.tool
+    async def nap(seconds: float) -> str:
+        """Sleep."""
+        tasks_seen["ids"].add(id(asyncio.current_task()))
+        await anyio.sleep(seconds)
+        return "ok"
+
+    @reg.tool
+    async def spin(seconds: float) -> None:
+        """Busy-wait without yielding to the event loop."""
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            pass
+
+    @reg.tool
+    async def fail() -> None:
+        """Fail at once."""
+        raise RuntimeError("failed on purpose")
+
+    return reg
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("executor", ["levels", "dataflow"])
+async def test_tasks_that_never_block_share_a_worker(
+    executor: str, pool_registry: dagagent.Registry, tasks_seen: dict[str, set[int]]
+) -> None:
+    result = await dagagent.execute(_fan(300), pool_registry, executor=executor)
+    assert result.ok and len(result.tasks) == 302
+    # One spawned task per task would be 302; a few workers is what the pool promises.
+    assert len(tasks_seen["ids"]) <= 4
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("executor", ["levels", "dataflow"])
+async def test_tasks_that_block_still_run_concurrently(
+    executor: str, pool_registry: dagagent.Registry
+) -> None:
+    # Non-blocking tasks first, then 30 sleepers of 0.2 s each behind them in the same level.
+    plan: dict[str, Any] = {"tasks": [{"id": f"quick{i}", "tool": "noop"} for i in range(100)]}
+    plan["tasks"] += [{"id": f"nap{i}", "tool": "nap", "args": {"seconds": 0.2}} for i in range(30)]
+    t0 = time.perf_counter()
+    result = await dagagent.execute(plan, pool_registry, executor=executor)
+    elapsed = time.perf_counter() - t0
+    assert result.ok
+    assert elapsed < 1.5, f"30 sleepers of 0.2 s took {elapsed:.2f} s: they did not overlap"
+    starts = sorted(result.tasks[f"nap{i}"].started_at or 0 for i in range(30))
+    assert starts[-1] - starts[0] < 0.1
+
+
+@pytest.mark.anyio
+async def test_dataflow_child_of_a_blocked_task_does_not_wait(
+    pool_registry: dagagent.Registry,
+) -> None:
+    # a (quick) readies b (slow) and c (quick) -> d; c and d must not wait for b.
+    plan = {
+        "tasks": [
+            {"id": "a", "tool": "noop"},
+            {"id": "b", "tool": "nap", "args": {"seconds": 0.5}, "depends_on": ["a"]},
+            {"id": "c", "tool": "nap", "args": {"seconds": 0.01}, "depends_on": ["a"]},
+            {"id": "d", "tool": "noop", "depends_on": ["c"]},
+        ]
+    }
+    result = await dagagent.execute(plan, pool_registry, executor="dataflow")
+    assert result.ok
+    assert (result.tasks["d"].finished_at or 0) < (result.tasks["b"].finished_at or 0) - 0.3
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("executor", ["levels", "dataflow"])
+async def test_a_long_run_of_quick_tasks_does_not_starve_the_loop(
+    executor: str, pool_registry: dagagent.Registry
+) -> None:
+    ticks = 0
+    done = False
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while not done:
+            ticks += 1
+            await anyio.lowlevel.checkpoint()
+
+    plan = {"tasks": [{"id": f"t{i}", "tool": "noop"} for i in range(2000)]}
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(ticker)
+        result = await dagagent.execute(plan, pool_registry, executor=executor)
+        done = True
+    assert result.ok
+    assert ticks >= 2000 // _pool.YIELD_EVERY // 2
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("executor", ["levels", "dataflow"])
+async def test_failure_stops_the_queue(executor: str, pool_registry: dagagent.Registry) -> None:
+    plan: dict[str, Any] = {"tasks": [{"id": f"a{i}", "tool": "noop"} for i in range(5)]}
+    plan["tasks"].append({"id": "bad", "tool": "fail"})
+    plan["tasks"] += [{"id": f"b{i}", "tool": "noop"} for i in range(50)]
+    result = await dagagent.execute(plan, pool_registry, executor=executor)
+    assert result.tasks["bad"].status is TaskStatus.FAILED
+    assert all(result.tasks[f"a{i}"].status is TaskStatus.SUCCEEDED for i in range(5))
+    # Queued behind the failure: never started, marked cancelled.
+    for i in range(50):
+        r = result.tasks[f"b{i}"]
+        assert r.status is TaskStatus.CANCELLED and r.attempts == 0, r
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("executor", ["levels", "dataflow"])
+async def test_outer_cancellation_reaches_a_run_of_tasks_that_never_block(
+    executor: str, pool_registry: dagagent.Registry
+) -> None:
+    # 400 tasks x 2 ms of busy work that never yields = 0.8 s if nothing stops it.
+    plan = {
+        "tasks": [{"id": f"t{i}", "tool": "spin", "args": {"seconds": 0.002}} for i in range(400)]
+    }
+    t0 = time.perf_counter()
+    with anyio.move_on_after(0.05):
+        await dagagent.execute(plan, pool_registry, executor=executor)
+    assert time.perf_counter() - t0 < 0.5
+
+
+# ---------------------------------------------------------------------------------------------
+# Cheap results and argument validation
+
+
+def test_fast_task_result_is_a_normal_model() -> None:
+    values: dict[str, Any] = {
+        "task_id": "a",
+        "status": TaskStatus.SUCCEEDED,
+        "output": {"x": 1},
+        "error": None,
+        "error_type": None,
+        "attempts": 1,
+        "started_at": 1.0,
+        "finished_at": 2.5,
+        "args": {"q": 1},
+        "steps": None,
+        "decisions": None,
+    }
+    fast = _task_result(*values.values())
+    slow = TaskResult.model_construct(**values)
+    assert fast == slow
+    assert fast.model_dump() == slow.model_dump()
+    assert fast.model_fields_set == slow.model_fields_set == set(TaskResult.model_fields)
+    assert fast.duration_s == 1.5 and fast.to_json_dict() == slow.to_json_dict()
+    fast.error = "changed"  # fields stay assignable
+    assert fast.error == "changed" and slow.error is None
+    assert fast.model_copy(update={"attempts": 3}).attempts == 3
+    assert TaskResult.model_validate(fast.model_dump()) == fast
+
+
+def test_parameterless_tool_fast_path_keeps_errors() -> None:
+    @dagagent.tool
+    async def noop() -> None:
+        """Nothing."""
+
+    first = noop.validate_args({})
+    first["x"] = 1  # the result is the caller's own dict
+    assert noop.validate_args({}) == {}
+    with pytest.raises(dagagent.ToolArgumentsError, match="x: unexpected argument"):
+        noop.validate_args({"x": 1})
+    with pytest.raises(dagagent.ToolArgumentsError):
+        noop.validate_args(None)  # type: ignore[arg-type]
+
+
+def test_validated_arguments_are_fresh_and_in_parameter_order() -> None:
+    @dagagent.tool
+    def f(a: int, b: str = "x", c: float = 1.0) -> None:
+        """F."""
+
+    one = f.validate_args({"c": "2.5", "a": "3"})
+    assert list(one) == ["a", "b", "c"] and one == {"a": 3, "b": "x", "c": 2.5}
+    one["a"] = 99
+    assert f.validate_args({"a": 3})["a"] == 3
