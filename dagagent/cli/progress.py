@@ -1,0 +1,226 @@
+"""Live progress of a run, as a listener, and running a plan from the CLI with a record.
+
+- On a terminal, :class:`LiveProgress` shows tasks moving through their states in a rich
+  ``Live`` display. The listener only updates counters; rendering happens on rich's refresh
+  thread at a bounded rate (4 per second), never per event.
+- On a pipe, :class:`PlainProgress` prints one plain line per finished task
+  (``id status duration``), flushing at most every 0.2 s and at the end of the run.
+- ``--json`` shows no progress at all: only the result is printed.
+
+:func:`run_recorded` is what the commands that run plans share: it records the run in the run
+store (the CLI always records) with the right progress display attached.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections import deque
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any
+
+import anyio
+from rich.console import Console, Group, RenderableType
+from rich.live import Live
+from rich.progress_bar import ProgressBar
+from rich.table import Table
+from rich.text import Text
+
+from ..api import execute, new_run_id
+from ..events import RunFinished, TaskFinished, TaskRetrying, TaskStarted
+from ..graph import PlanGraph
+from ..results import RunResult
+from ..store import default_store_path
+from .render import STATUS_STYLE
+
+__all__ = ["LiveProgress", "PlainProgress", "progress_for", "run_recorded"]
+
+_FINAL_ORDER = ("succeeded", "reused", "failed", "denied", "cancelled", "skipped")
+_STYLE = {s.value: style for s, style in STATUS_STYLE.items()}
+
+
+class PlainProgress:
+    """One line per finished task on ``stream``: ``id status duration``."""
+
+    def __init__(self, stream: IO[str], *, flush_interval_s: float = 0.2) -> None:
+        self._write = stream.write
+        self._flush = stream.flush
+        self._interval = flush_interval_s
+        self._last_flush = time.monotonic()
+
+    def __call__(self, event: Any) -> None:
+        kind = type(event)
+        if kind is TaskFinished:
+            r = event.result
+            d = r.duration_s
+            took = f"{d:.3f}s" if d is not None else "-"
+            self._write(f"{r.task_id} {r.status.value} {took}\n")
+            now = time.monotonic()
+            if now - self._last_flush >= self._interval:
+                self._last_flush = now
+                self._flush()
+        elif kind is RunFinished:
+            self._flush()
+
+    def __enter__(self) -> PlainProgress:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        with contextlib.suppress(OSError, ValueError):  # the pipe is gone: nothing to show
+            self._flush()
+
+
+class LiveProgress:
+    """A live table of the run on a terminal: counts by state, a progress bar, the tasks
+    running now and the last few that finished.
+
+    The listener part only updates a few dicts under a lock; rich renders a snapshot on its
+    own refresh thread ``refresh_per_second`` times a second.
+    """
+
+    def __init__(
+        self,
+        graph: PlanGraph,
+        console: Console,
+        *,
+        refresh_per_second: float = 4,
+        show_running: int = 8,
+        show_finished: int = 5,
+    ) -> None:
+        self.total = len(graph)
+        self.console = console
+        self.refresh_per_second = refresh_per_second
+        self._show_running = show_running
+        self._lock = threading.Lock()
+        self._running: dict[str, float] = {}  # task id -> started (monotonic)
+        self._retrying: dict[str, int] = {}
+        self._counts: dict[str, int] = {}
+        self._done = 0
+        self._recent: deque[tuple[str, str, float | None]] = deque(maxlen=show_finished)
+        self._started = time.monotonic()
+        self._live: Live | None = None
+
+    # -- the listener (event loop) ---------------------------------------------------------
+
+    def __call__(self, event: Any) -> None:
+        kind = type(event)
+        if kind is TaskStarted:
+            with self._lock:
+                self._running[event.task_id] = time.monotonic()
+        elif kind is TaskFinished:
+            r = event.result
+            status = r.status.value
+            with self._lock:
+                self._running.pop(r.task_id, None)
+                self._retrying.pop(r.task_id, None)
+                self._counts[status] = self._counts.get(status, 0) + 1
+                self._done += 1
+                self._recent.append((r.task_id, status, r.duration_s))
+        elif kind is TaskRetrying:
+            with self._lock:
+                self._retrying[event.task_id] = event.attempt
+
+    # -- rendering (rich's refresh thread) --------------------------------------------------
+
+    def __rich__(self) -> RenderableType:
+        now = time.monotonic()
+        with self._lock:
+            running = list(self._running.items())
+            retrying = dict(self._retrying)
+            counts = dict(self._counts)
+            done = self._done
+            recent = list(self._recent)
+        pending = self.total - done - len(running)
+        head = Text()
+        head.append(f"{done}/{self.total} done", style="bold")
+        head.append(f"  {len(running)} running  {max(pending, 0)} waiting")
+        for st in _FINAL_ORDER:
+            if counts.get(st):
+                head.append(f"  {counts[st]} {st}", style=_STYLE.get(st, ""))
+        head.append(f"  {now - self._started:.1f}s", style="dim")
+        bar = ProgressBar(total=max(self.total, 1), completed=done, width=40)
+        table = Table(box=None, show_header=False, padding=(0, 1))
+        table.add_column("state")
+        table.add_column("id")
+        table.add_column("time", justify="right")
+        for tid, t0 in running[: self._show_running]:
+            state = f"retry {retrying[tid]}" if tid in retrying else "running"
+            table.add_row(Text(state, style="blue"), tid, f"{now - t0:.1f}s")
+        if len(running) > self._show_running:
+            table.add_row("", Text(f"... {len(running) - self._show_running} more", "dim"), "")
+        for tid, st, dur in reversed(recent):
+            table.add_row(
+                Text(st, style=_STYLE.get(st, "")), tid, f"{dur:.2f}s" if dur is not None else "-"
+            )
+        return Group(head, bar, table)
+
+    def __enter__(self) -> LiveProgress:
+        self._started = time.monotonic()
+        self._live = Live(
+            self,
+            console=self.console,
+            refresh_per_second=self.refresh_per_second,
+            transient=True,
+            redirect_stdout=False,
+            redirect_stderr=False,
+        )
+        self._live.__enter__()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._live is not None:
+            self._live.__exit__(exc_type, exc, tb)
+            self._live = None
+
+
+def progress_for(
+    graph: PlanGraph, console: Console, *, live: bool = True
+) -> LiveProgress | PlainProgress:
+    """Live display on a terminal (unless ``live`` is false: e.g. when approval questions may
+    be asked on the terminal during the run), plain lines otherwise."""
+    if live and console.is_terminal:
+        return LiveProgress(graph, console)
+    return PlainProgress(console.file)
+
+
+def run_recorded(
+    graph: PlanGraph,
+    registry: Any,
+    *,
+    console: Console | None,
+    store: str | Path | None = None,
+    run_id: str | None = None,
+    listeners: tuple[Any, ...] = (),
+    live: bool = True,
+    **options: Any,
+) -> RunResult:
+    """Run a validated plan, recording it in the run store (``store``, or the default path),
+    with progress on ``console`` (``None``: no progress; ``live=False``: plain lines even on a
+    terminal). Returns the result."""
+    run_id = run_id or new_run_id()
+    path = default_store_path(store)
+    progress = progress_for(graph, console, live=live) if console is not None else None
+    if progress is not None:
+        listeners = (*listeners, progress)
+
+    async def main() -> RunResult:
+        return await execute(
+            graph, registry, store=path, run_id=run_id, listeners=listeners, **options
+        )
+
+    if progress is None:
+        return anyio.run(main)
+    with progress:
+        return anyio.run(main)

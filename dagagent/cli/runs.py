@@ -1,0 +1,424 @@
+"""``dagagent runs``, ``show``, ``graph`` and ``replan``: reviewing recorded runs and revising
+failed plans. Business logic lives in :mod:`dagagent.store` and :mod:`dagagent.review`."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich import box
+from rich.table import Table
+from rich.text import Text
+
+from ..errors import ConfigError
+from ..executors import EXECUTORS
+from ..graph import PlanGraph, critical_path, validate
+from ..plan import Plan, load_plan
+from ..review import (
+    PlanDiff,
+    ReuseDecision,
+    RunReview,
+    diff_plans,
+    format_diff,
+    format_review,
+    predict_reuse,
+    reuse_map,
+    review_run,
+)
+from ..store import RunRecord, RunStore, check_run_id, default_store_path
+from ._app import EXIT_FAILED, EXIT_OK, app, err, fail, guard, load_registry, out
+from .diagram import FORMATS, render_graph
+from .progress import run_recorded
+from .render import STATUS_STYLE, short
+from .run import TOOLS_OPT, print_result
+
+__all__ = ["find_run"]
+
+STORE_OPT = typer.Option(
+    None, "--store", metavar="PATH",
+    help="Run store file. Default: $DAGAGENT_HOME/runs.db, else .dagagent/runs.db.",
+)
+LAST_OPT = typer.Option(False, "--last", help="The most recent run.")
+FROM_OPT = typer.Option(
+    None, "--from", metavar="FILE", help="The revised plan, edited by hand (JSON)."
+)
+OUT_OPT = typer.Option(
+    None, "--out", "-o", metavar="FILE",
+    help="Write the revised plan here (without a revision: the run's plan, to edit).",
+)
+RUN_ARG = typer.Argument(
+    None, metavar="RUN", help="Run id (12 hex digits, or a unique prefix of at least 4)."
+)
+
+_STYLE: dict[str, str] = {s.value: style for s, style in STATUS_STYLE.items()}
+_STYLE.update({"running": "blue", "interrupted": "yellow", "unrecorded": "dim"})
+_STATUS_ORDER = ("succeeded", "reused", "failed", "denied", "cancelled", "skipped")
+
+
+def _when(ts: float | None, *, seconds: bool = True) -> str:
+    if ts is None:
+        return "-"
+    return time.strftime("%Y-%m-%d %H:%M:%S" if seconds else "%Y-%m-%d %H:%M", time.localtime(ts))
+
+
+def _counts_text(counts: dict[str, int], unrecorded: int = 0) -> Text:
+    text = Text()
+    parts = [(s, counts[s]) for s in _STATUS_ORDER if counts.get(s)]
+    parts += [(s, n) for s, n in sorted(counts.items()) if s not in _STATUS_ORDER]
+    if unrecorded:
+        parts.append(("unrecorded", unrecorded))
+    for i, (s, n) in enumerate(parts):
+        if i:
+            text.append(", ")
+        text.append(f"{n} {s}", style=_STYLE.get(s, ""))
+    return text
+
+
+def _open_store(store: Path | None) -> RunStore:
+    return RunStore(store, create=False)
+
+
+def find_run(st: RunStore, run: str | None, last: bool) -> RunRecord:
+    """The record named by ``RUN`` or ``--last`` (exactly one of them)."""
+    if run is not None and last:
+        fail("give a RUN id or --last, not both")
+    if run is None and not last:
+        fail("give a RUN id (see 'dagagent runs') or --last")
+    if last:
+        return st.last_run()
+    assert run is not None
+    return st.get_run(run)
+
+
+# ---------------------------------------------------------------------------------------------
+# runs
+
+
+@app.command("runs")
+@guard
+def runs_cmd(
+    limit: int = typer.Option(20, "--limit", "-n", min=1, help="Show at most N runs."),
+    store: Path | None = STORE_OPT,
+    json_out: bool = typer.Option(False, "--json", help="Print the runs as JSON."),
+) -> None:
+    """List recorded runs, most recent first: id, when, goal, status, task counts."""
+    with _open_store(store) as st:
+        runs = st.list_runs(limit)
+        path = st.path
+    if json_out:
+        out.print_json(json.dumps([{**r.model_dump(), "unrecorded": r.unrecorded} for r in runs]))
+        return
+    if not runs:
+        out.print(f"no runs recorded in {path}", markup=False, highlight=False)
+        return
+    table = Table(title=f"runs in {path}", box=box.SIMPLE_HEAD, title_justify="left")
+    table.add_column("id", no_wrap=True)
+    table.add_column("when", no_wrap=True)
+    table.add_column("status", no_wrap=True)
+    table.add_column("tasks", min_width=12)
+    table.add_column("goal", min_width=12)
+    for r in runs:
+        goal = short(r.goal, 60) + (f" (replans {r.parent_id})" if r.parent_id else "")
+        table.add_row(
+            r.id,
+            _when(r.created, seconds=False),
+            Text(r.status, style=_STYLE.get(r.status, "")),
+            _counts_text(r.counts, r.unrecorded),
+            goal,
+        )
+    out.print(table)
+
+
+# ---------------------------------------------------------------------------------------------
+# show
+
+
+def _graph_of(plan: Plan) -> PlanGraph:
+    return validate(plan)  # the graph only: tools are not needed to draw or measure it
+
+
+def _critical(record: RunRecord, graph: PlanGraph) -> tuple[float, list[str]]:
+    if record.critical_path:
+        return record.critical_path_s or 0.0, record.critical_path
+    durations = {
+        t: r.duration_s
+        for t, r in record.tasks.items()
+        if r.duration_s is not None and r.status.value != "reused"
+    }
+    return critical_path(graph.order, graph.dependencies, durations)
+
+
+@app.command("show")
+@guard
+def show_cmd(
+    run: str | None = RUN_ARG,
+    last: bool = LAST_OPT,
+    store: Path | None = STORE_OPT,
+    json_out: bool = typer.Option(False, "--json", help="Print the record as JSON."),
+) -> None:
+    """Show a recorded run: each task's status, duration, attempts, output or error, and the
+    critical path."""
+    with _open_store(store) as st:
+        record = find_run(st, run, last)
+    graph = _graph_of(record.plan)
+    cp_s, cp = _critical(record, graph)
+    if json_out:
+        doc = record.to_json_dict()
+        doc["critical_path"], doc["critical_path_s"] = cp, cp_s
+        out.print_json(json.dumps(doc, default=str))
+        return
+    head = Text(f"run {record.id}: ")
+    head.append(record.status, style=_STYLE.get(record.status, ""))
+    if record.parent_id:
+        head.append(f" (replans run {record.parent_id})")
+    out.print(head)
+    if record.goal:
+        out.print(f"goal: {record.goal}", markup=False, highlight=False)
+    wall = f"{record.wall_time_s:.3f}s" if record.wall_time_s is not None else "-"
+    out.print(
+        f"executor {record.executor or '-'}; started {_when(record.started_at or record.created)};"
+        f" wall time {wall}",
+        markup=False, highlight=False,
+    )
+    table = Table()
+    table.add_column("id")
+    table.add_column("tool")
+    table.add_column("status")
+    table.add_column("time", justify="right")
+    table.add_column("tries", justify="right")
+    table.add_column("output / error")
+    for t in record.plan.tasks:
+        r = record.tasks.get(t.id)
+        what = t.tool if t.tool is not None else "agent"
+        if r is None:
+            table.add_row(t.id, what, Text("unrecorded", style="dim"), "-", "-", "")
+            continue
+        dur = r.duration_s
+        detail = r.error if r.error else short(r.output)
+        table.add_row(
+            t.id,
+            what,
+            Text(r.status.value, style=_STYLE.get(r.status.value, "")),
+            f"{dur:.3f}s" if dur is not None else "-",
+            str(r.attempts),
+            Text(detail or "", style="red" if r.error and not r.status.ok else ""),
+        )
+    out.print(table)
+    out.print("tasks: ", _counts_text(record.counts, len(record.unrecorded)), sep="")
+    out.print(
+        f"critical path {cp_s:.3f}s: {' -> '.join(cp) if cp else '-'}",
+        markup=False, highlight=False,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# graph
+
+
+@app.command("graph")
+@guard
+def graph_cmd(
+    target: str | None = typer.Argument(
+        None, metavar="PLAN_OR_RUN", help="A plan file, or a run id (statuses are shown)."
+    ),
+    last: bool = LAST_OPT,
+    fmt: str = typer.Option(
+        "ascii", "--format", "-f", metavar="FORMAT", help=f"One of: {', '.join(FORMATS)}."
+    ),
+    store: Path | None = STORE_OPT,
+) -> None:
+    """Draw a plan's graph (a plan file), or a recorded run's graph marked by task status."""
+    if fmt not in FORMATS:
+        raise ConfigError(f"--format must be one of {', '.join(FORMATS)}, not {fmt!r}")
+    statuses: dict[str, str] | None = None
+    if target is not None and not last and _is_plan_path(target):
+        graph = validate(Path(target))
+    else:
+        with _open_store(store) as st:
+            record = find_run(st, target, last)
+        graph = _graph_of(record.plan)
+        statuses = {t: r.status.value for t, r in record.tasks.items()}
+    out.print(render_graph(graph, fmt, statuses), markup=False, highlight=False)
+
+
+def _is_plan_path(target: str) -> bool:
+    """A file that exists, or anything that cannot be a run id (reported as a missing plan)."""
+    if Path(target).is_file():
+        return True
+    try:
+        check_run_id(target)
+    except Exception:
+        return True
+    return False
+
+
+# ---------------------------------------------------------------------------------------------
+# replan
+
+
+def _print_reuse(decisions: dict[str, ReuseDecision]) -> None:
+    groups: dict[str, list[str]] = {"reuse": [], "maybe": [], "run": []}
+    for d in decisions.values():
+        groups[d.action].append(d.task_id if d.action == "reuse" else f"{d.task_id} ({d.reason})")
+    if groups["reuse"]:
+        out.print(f"will reuse: {', '.join(groups['reuse'])}", markup=False, highlight=False)
+    if groups["maybe"]:
+        out.print(
+            "reused if their inputs come out the same: " + "; ".join(groups["maybe"]),
+            markup=False, highlight=False,
+        )
+    if groups["run"]:
+        out.print(f"will run: {'; '.join(groups['run'])}", markup=False, highlight=False)
+
+
+def _revised_plan(
+    record: RunRecord, from_file: Path | None, model: str | None, registry: Any
+) -> Plan | None:
+    if from_file is not None and model is not None:
+        fail("give --from FILE or --model SPEC, not both")
+    if from_file is not None:
+        return load_plan(from_file)
+    if model is not None:
+        return _replan_with_model(record, model, registry)
+    return None
+
+
+def _replan_with_model(record: RunRecord, model: str, registry: Any) -> Plan:
+    raise ConfigError("--model is not available in this build")  # replaced below when wired
+
+
+@app.command("replan")
+@guard
+def replan_cmd(
+    run: str | None = RUN_ARG,
+    last: bool = LAST_OPT,
+    from_file: Path | None = FROM_OPT,
+    model: str | None = typer.Option(
+        None, "--model", "-m", metavar="SPEC",
+        help="Ask this model for a revised plan (e.g. openai:gpt-4o-mini).",
+    ),
+    out_file: Path | None = OUT_OPT,
+    execute_it: bool = typer.Option(
+        False, "--execute", "-x",
+        help="Run the revised plan (without a revision: the same plan again) as a new run "
+        "linked to this one, reusing every unchanged success.",
+    ),
+    tools: str | None = TOOLS_OPT,
+    executor: str = typer.Option(
+        "levels", "--executor", "-e", help=f"When tasks start: {', '.join(EXECUTORS)}."
+    ),
+    on_failure: str = typer.Option(
+        "cancel", "--on-failure", help="cancel: stop the run at the first failure; "
+        "continue: run independent branches to the end."
+    ),
+    max_concurrency: int | None = typer.Option(
+        None, "--max-concurrency", "-j", min=1, help="At most N tasks at once."
+    ),
+    store: Path | None = STORE_OPT,
+    json_out: bool = typer.Option(False, "--json", help="Print everything as one JSON object."),
+) -> None:
+    """Review a run (what failed and why, what it blocked, what succeeded), compare it with a
+    revised plan (--from FILE or --model SPEC) and optionally run that plan (--execute),
+    reusing the outputs of every task whose id, tool, arguments and inputs are unchanged.
+    Exit 0 after a review; with --execute, the new run's exit code (0 ok, 1 failed)."""
+    with _open_store(store) as st:
+        record = find_run(st, run, last)
+        path = st.path
+    registry = load_registry(tools)
+    review = review_run(record)
+    if not json_out:
+        out.print(format_review(review), markup=False, highlight=False)
+    revised = _revised_plan(record, from_file, model, registry)
+    plan = revised if revised is not None else record.plan
+    diff: PlanDiff | None = None
+    decisions: dict[str, ReuseDecision] | None = None
+    graph: PlanGraph | None = None
+    if revised is not None or execute_it:
+        graph = validate(plan, registry, check_llm=True)
+        decisions = predict_reuse(record, plan)
+    if revised is not None:
+        diff = diff_plans(record.plan, revised)
+        if not json_out:
+            out.print("")
+            out.print(f"changes to the plan of run {record.id}:", markup=False, highlight=False)
+            out.print(format_diff(diff, record.plan, revised), markup=False, highlight=False)
+    if decisions is not None and not json_out:
+        _print_reuse(decisions)
+    if out_file is not None:
+        _write_plan(out_file, plan)
+        if not json_out:
+            if revised is not None:
+                err.print(f"wrote the revised plan to {out_file}", markup=False)
+            else:
+                err.print(
+                    f"wrote the plan of run {record.id} to {out_file}; edit it, then: "
+                    f"dagagent replan {record.id} --from {out_file} --execute",
+                    markup=False, highlight=False,
+                )
+    doc: dict[str, Any] = {"review": review.to_json_dict()}
+    if json_out:
+        doc["diff"] = diff.to_json_dict() if diff is not None else None
+        doc["plan"] = plan.model_dump(mode="json", exclude_defaults=True)
+        doc["reuse"] = (
+            {k: {"action": d.action, "reason": d.reason} for k, d in decisions.items()}
+            if decisions is not None
+            else None
+        )
+    if not execute_it:
+        if json_out:
+            doc["result"] = None
+            out.print_json(json.dumps(doc, default=str))
+        elif revised is None and out_file is None:
+            _hint(record, review)
+        raise typer.Exit(EXIT_OK)
+    assert graph is not None
+    for w in graph.warnings:
+        err.print(f"warning: {w}", markup=False, highlight=False)
+    if not json_out:
+        out.print("")
+        out.print(f"running it as a new run (parent {record.id}):", markup=False)
+    result = run_recorded(
+        graph,
+        registry,
+        console=None if json_out else out,
+        store=path,
+        reuse=reuse_map(record),
+        parent_id=record.id,
+        executor=executor,
+        on_failure=on_failure,
+        max_concurrency=max_concurrency,
+    )
+    if json_out:
+        doc["result"] = result.to_json_dict()
+        out.print_json(json.dumps(doc, default=str))
+        raise typer.Exit(EXIT_OK if result.ok else EXIT_FAILED)
+    code = print_result(result, as_json=False)
+    reused = result.counts().get("reused", 0)
+    err.print(
+        f"recorded as run {result.run_id} (parent {record.id}, {reused} reused) in "
+        f"{default_store_path(path)}",
+        markup=False, highlight=False,
+    )
+    raise typer.Exit(code)
+
+
+def _hint(record: RunRecord, review: RunReview) -> None:
+    if not (review.failed or review.blocked or review.unrecorded):
+        return
+    out.print("")
+    out.print(
+        f"to revise it: dagagent replan {record.id} --out plan.json, edit plan.json, then "
+        f"dagagent replan {record.id} --from plan.json --execute",
+        markup=False, highlight=False,
+    )
+
+
+def _write_plan(path: Path, plan: Plan) -> None:
+    try:
+        path.write_text(plan.to_json(indent=2) + "\n", encoding="utf-8")
+    except OSError as exc:
+        fail(f"cannot write the plan to {path}: {exc}")
+
