@@ -1,0 +1,540 @@
+"""Approval rules and policies: matching, first match wins, allow / deny / ask (approve, deny,
+edit), records and events, serialized asks, policy files, agent calls."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+import dagagent
+from dagagent.approval import Approval, ApprovalRequest, Policy, Rule, load_policy
+from dagagent.errors import ConfigError, TaskDeniedError
+from dagagent.events import TaskDecision
+from dagagent.runner import AgentNode
+
+pytestmark = pytest.mark.anyio
+
+
+def plan(*tasks: dict[str, Any]) -> dict[str, Any]:
+    return {"goal": "approval test", "tasks": list(tasks)}
+
+
+def work(tid: str, depends_on: list[str] | None = None, **args: Any) -> dict[str, Any]:
+    t: dict[str, Any] = {"id": tid, "tool": "work", "args": {"name": tid, **args}}
+    if depends_on:
+        t["depends_on"] = depends_on
+    return t
+
+
+@pytest.fixture
+def side_registry(registry: dagagent.Registry) -> dagagent.Registry:
+    """The shared test registry plus a side-effecting ``write`` tool that counts its calls."""
+    writes: list[dict[str, Any]] = []
+
+    @registry.tool(side_effects=True)
+    def write(path: str, text: str = "", count: int = 1) -> str:
+        writes.append({"path": path, "text": text, "count": count})
+        return f"wrote {path}"
+
+    registry.writes = writes  # type: ignore[attr-defined]
+    return registry
+
+
+def writes(reg: dagagent.Registry) -> list[dict[str, Any]]:
+    return reg.writes  # type: ignore[attr-defined,no-any-return]
+
+
+# -- rules ------------------------------------------------------------------------------------
+
+
+def test_rule_matching(side_registry: dagagent.Registry) -> None:
+    write, work_, add = side_registry["write"], side_registry["work"], side_registry["add"]
+    args = {"path": "/etc/passwd", "text": "x", "count": 3}
+
+    assert Rule(action="deny").matches(write, args)
+    assert Rule(action="deny", tool="wr*").matches(write, args)
+    assert not Rule(action="deny", tool="wr*").matches(work_, {"name": "a"})
+    assert Rule(action="deny", tool=["add", "write"]).matches(write, args)
+    assert Rule(action="deny", args={"path": "/etc/*"}).matches(write, args)
+    assert not Rule(action="deny", args={"path": "/tmp/*"}).matches(write, args)
+    assert not Rule(action="deny", args={"nope": "*"}).matches(write, args)  # missing arg
+    assert Rule(action="deny", args={"path": re.compile(r"pass")}).matches(write, args)
+    assert Rule(action="deny", args={"path": {"regex": "^/etc/"}}).matches(write, args)
+    assert not Rule(action="deny", args={"path": {"regex": "^/tmp/"}}).matches(write, args)
+    assert Rule(action="deny", args={"count": 3}).matches(write, args)
+    assert Rule(action="deny", args={"count": "3"}).matches(write, args)  # glob on JSON text
+    assert not Rule(action="deny", args={"count": {"equals": "3"}}).matches(write, args)
+    assert Rule(action="deny", args={"count": lambda v: v > 2}).matches(write, args)
+    assert Rule(action="deny", args={"path": "/etc/*", "count": 3}).matches(write, args)
+    assert not Rule(action="deny", args={"path": "/etc/*", "count": 4}).matches(write, args)
+    assert Rule(action="deny", args=lambda a: a["count"] == 3).matches(write, args)
+    assert Rule(action="ask", side_effects=True).matches(write, args)
+    assert not Rule(action="ask", side_effects=True).matches(add, {"a": 1, "b": 2})
+    assert Rule(action="ask", side_effects=False).matches(add, {"a": 1, "b": 2})
+    assert Rule(action="ask", task="save-*").matches(write, args, task_id="save-1")
+    assert not Rule(action="ask", task="save-*").matches(write, args, task_id="load-1")
+    assert Rule(action="ask", source="agent").matches(write, args, source="agent")
+    assert not Rule(action="ask", source="agent").matches(write, args, source="plan")
+
+
+def test_rule_and_policy_reject_bad_definitions() -> None:
+    with pytest.raises(ConfigError, match="action must be one of allow, deny, ask"):
+        Rule(action="maybe")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="source must be 'plan' or 'agent'"):
+        Rule(action="ask", source="human")
+    with pytest.raises(ConfigError, match="bad regular expression"):
+        Rule(action="ask", args={"x": {"regex": "("}})
+    with pytest.raises(ConfigError, match="rule tool must be"):
+        Rule(action="ask", tool=[])
+    with pytest.raises(ConfigError, match="policy default must be"):
+        Policy(default="never")  # type: ignore[arg-type]
+
+
+def test_first_matching_rule_wins_then_the_default(side_registry: dagagent.Registry) -> None:
+    write = side_registry["write"]
+    policy = Policy(
+        [
+            Rule(action="allow", tool="write", args={"path": "/tmp/*"}),
+            Rule(action="deny", tool="write", reason="only /tmp"),
+            Rule(action="allow", tool="write"),  # never reached
+        ],
+        default="ask",
+    )
+    assert policy.match(write, {"path": "/tmp/a"})[0] == "allow"
+    action, rule, label = policy.match(write, {"path": "/home/a"})
+    assert (action, rule) == ("deny", policy.rules[1])
+    assert label == "rule #2 (deny tool write)"
+    assert policy.match(side_registry["add"], {"a": 1, "b": 2}) == ("ask", None, "policy default")
+    assert Rule(action="deny", name="no-etc").label(7) == "rule 'no-etc'"
+
+
+# -- allow / deny through execute ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("executor", ["serial", "levels", "dataflow"])
+async def test_deny_rule_denies_the_task_records_and_emits(
+    side_registry: dagagent.Registry, recorder: Any, executor: str
+) -> None:
+    events: list[Any] = []
+    policy = Policy(
+        [
+            Rule(action="deny", tool="write", args={"path": "/etc/*"}, reason="system files"),
+            Rule(action="allow", tool="work"),
+        ]
+    )
+    p = plan(
+        {"id": "w", "tool": "write", "args": {"path": "/etc/hosts"}},
+        work("a"),
+        {"id": "s", "tool": "add", "args": {"a": 1, "b": 1}},
+    )
+    result = await dagagent.execute(
+        p,
+        side_registry,
+        executor=executor,
+        on_failure="continue",
+        interceptors=[policy],
+        listeners=[events.append],
+    )
+    w, a, s = result.tasks["w"], result.tasks["a"], result.tasks["s"]
+    assert w.status is dagagent.TaskStatus.DENIED
+    label = "rule #1 (deny tool write if path=/etc/*)"
+    assert w.error == f"denied by {label}: system files"
+    assert w.decisions is not None and len(w.decisions) == 1
+    d = w.decisions[0]
+    assert (d["decision"], d["decided_by"], d["reason"], d["rule"]) == (
+        "deny", label, "system files", label
+    )
+    assert d["args"] == {"path": "/etc/hosts", "text": "", "count": 1}
+    assert a.ok and a.decisions is not None and a.decisions[0]["decision"] == "allow"
+    assert s.ok and s.decisions is None  # default allow: nothing decided, nothing recorded
+    decisions = sorted((e.task_id, e.decision) for e in events if isinstance(e, TaskDecision))
+    assert decisions == [("a", "allow"), ("w", "deny")]
+    assert writes(side_registry) == []
+    assert recorder.calls == {"a": 1}
+
+
+async def test_default_deny_with_reason(side_registry: dagagent.Registry, recorder: Any) -> None:
+    policy = Policy([Rule(action="allow", tool="work")], default="deny",
+                    default_reason="not on the allow list")
+    result = await dagagent.execute(
+        plan(work("a"), {"id": "s", "tool": "add", "args": {"a": 1, "b": 1}}),
+        side_registry,
+        on_failure="continue",
+        interceptors=[policy],
+    )
+    assert result.tasks["a"].ok
+    assert result.tasks["s"].error == "denied by policy default: not on the allow list"
+    assert recorder.calls == {"a": 1}
+
+
+async def test_side_effects_rule_targets_declared_tools(
+    side_registry: dagagent.Registry, recorder: Any
+) -> None:
+    policy = Policy([Rule(side_effects=True, action="deny", reason="read-only run")])
+    result = await dagagent.execute(
+        plan({"id": "w", "tool": "write", "args": {"path": "f"}}, work("a")),
+        side_registry,
+        on_failure="continue",
+        interceptors=[policy],
+    )
+    assert result.tasks["w"].status is dagagent.TaskStatus.DENIED
+    assert "read-only run" in (result.tasks["w"].error or "")
+    assert result.tasks["a"].ok
+    assert writes(side_registry) == [] and recorder.calls == {"a": 1}
+
+
+# -- ask ----------------------------------------------------------------------------------------
+
+
+async def test_ask_approve_deny_and_edit(side_registry: dagagent.Registry) -> None:
+    asked: list[tuple[str, str, dict[str, Any], str]] = []
+
+    def decide(req: ApprovalRequest) -> Approval:  # sync: runs in a worker thread
+        asked.append((req.task_id, req.tool_name, dict(req.args), req.rule_label))
+        if req.task_id == "ok":
+            return Approval.approve("looks fine", by="ann")
+        if req.task_id == "no":
+            return Approval.deny("wrong file", by="ann")
+        return Approval.edit({**req.args, "path": "/tmp/safe"}, "moved", by="ann")
+
+    policy = Policy([Rule(action="ask", tool="write", name="writes")], ask=decide)
+    p = plan(
+        {"id": "ok", "tool": "write", "args": {"path": "a"}},
+        {"id": "no", "tool": "write", "args": {"path": "b"}},
+        {"id": "ed", "tool": "write", "args": {"path": "/etc/c", "text": "t"}},
+    )
+    result = await dagagent.execute(
+        p, side_registry, executor="serial", on_failure="continue", interceptors=[policy]
+    )
+    t = result.tasks
+    assert [a[0] for a in asked] == ["ok", "no", "ed"]
+    assert asked[0][1:] == ("write", {"path": "a", "text": "", "count": 1}, "rule 'writes'")
+    assert t["ok"].ok and t["ok"].output == "wrote a"
+    assert t["no"].status is dagagent.TaskStatus.DENIED
+    assert t["no"].error == "denied by ann: wrong file"
+    assert t["ed"].ok and t["ed"].output == "wrote /tmp/safe"
+    assert writes(side_registry) == [
+        {"path": "a", "text": "", "count": 1},
+        {"path": "/tmp/safe", "text": "t", "count": 1},
+    ]
+    recs = {k: r.decisions[0] for k, r in t.items() if r.decisions}
+    assert (recs["ok"]["decision"], recs["ok"]["decided_by"], recs["ok"]["reason"]) == (
+        "allow", "ann", "looks fine"
+    )
+    assert (recs["no"]["decision"], recs["no"]["reason"]) == ("deny", "wrong file")
+    assert (recs["ed"]["decision"], recs["ed"]["reason"]) == ("edit", "moved")
+    assert recs["ed"]["args"]["path"] == "/tmp/safe"  # the decision shows the edited call
+    assert recs["ed"]["rule"] == "rule 'writes'"
+    assert t["ed"].args == {"path": "/etc/c", "text": "t"}  # what the plan asked for
+
+
+async def test_ask_callback_may_be_async_and_return_bools(
+    side_registry: dagagent.Registry,
+) -> None:
+    async def decide(req: ApprovalRequest) -> bool:
+        await anyio.sleep(0.01)
+        return bool(req.args["path"] != "b")
+
+    policy = Policy([Rule(action="ask", tool="write")], ask=decide)
+    result = await dagagent.execute(
+        plan({"id": "a", "tool": "write", "args": {"path": "a"}},
+             {"id": "b", "tool": "write", "args": {"path": "b"}}),
+        side_registry,
+        on_failure="continue",
+        interceptors=[policy],
+    )
+    assert result.tasks["a"].ok
+    b = result.tasks["b"]
+    assert b.status is dagagent.TaskStatus.DENIED
+    assert b.error == "denied by ask callback 'decide': not approved"
+    assert [p["path"] for p in writes(side_registry)] == ["a"]
+
+
+async def test_edit_to_invalid_arguments_fails_the_task_clearly(
+    side_registry: dagagent.Registry,
+) -> None:
+    def decide(req: ApprovalRequest) -> Approval:
+        return Approval.edit({"path": "x", "count": "many"}, by="bob")
+
+    policy = Policy([Rule(action="ask", tool="write")], ask=decide)
+    result = await dagagent.execute(
+        plan({"id": "w", "tool": "write", "args": {"path": "a"}}), side_registry,
+        interceptors=[policy],
+    )
+    w = result.tasks["w"]
+    assert w.status is dagagent.TaskStatus.FAILED
+    assert w.error_type == "ToolArgumentsError"
+    assert "bad arguments for tool 'write': count:" in (w.error or "")
+    assert "(arguments edited by bob)" in (w.error or "")
+    assert w.decisions is not None and w.decisions[0]["decision"] == "edit"
+    assert writes(side_registry) == []
+
+
+async def test_ask_without_a_callback_denies_and_says_why(
+    side_registry: dagagent.Registry,
+) -> None:
+    result = await dagagent.execute(
+        plan({"id": "w", "tool": "write", "args": {"path": "a"}}),
+        side_registry,
+        interceptors=[Policy([Rule(action="ask", tool="write")])],
+    )
+    w = result.tasks["w"]
+    assert w.status is dagagent.TaskStatus.DENIED
+    assert w.error == (
+        "denied by rule #1 (ask tool write): approval needed for tool 'write' but no ask "
+        "callback was given"
+    )
+    assert writes(side_registry) == []
+
+
+async def test_ask_callback_returning_nonsense_fails_the_task(
+    side_registry: dagagent.Registry,
+) -> None:
+    def decide(req: ApprovalRequest) -> Any:
+        return "yes please"
+
+    result = await dagagent.execute(
+        plan({"id": "w", "tool": "write", "args": {"path": "a"}}),
+        side_registry,
+        interceptors=[Policy([Rule(action="ask", tool="write")], ask=decide)],
+    )
+    w = result.tasks["w"]
+    assert w.status is dagagent.TaskStatus.FAILED
+    assert "returned str; expected an Approval or a bool" in (w.error or "")
+    assert writes(side_registry) == []
+
+
+@pytest.mark.parametrize("serialize", [True, False])
+async def test_concurrent_asks_are_serialized(
+    side_registry: dagagent.Registry, serialize: bool
+) -> None:
+    active = 0
+    most = 0
+
+    async def decide(req: ApprovalRequest) -> bool:
+        nonlocal active, most
+        active += 1
+        most = max(most, active)
+        await anyio.sleep(0.05)
+        active -= 1
+        return True
+
+    policy = Policy([Rule(action="ask", tool="write")], ask=decide, serialize_asks=serialize)
+    p = plan(*({"id": f"w{i}", "tool": "write", "args": {"path": str(i)}} for i in range(4)))
+    result = await dagagent.execute(p, side_registry, executor="levels", interceptors=[policy])
+    assert result.ok
+    assert len(writes(side_registry)) == 4
+    assert most == (1 if serialize else 4)
+
+
+async def test_a_blocking_sync_ask_does_not_block_the_event_loop(
+    side_registry: dagagent.Registry, recorder: Any
+) -> None:
+    threads: list[threading.Thread] = []
+    released = threading.Event()
+
+    def decide(req: ApprovalRequest) -> bool:
+        threads.append(threading.current_thread())
+        released.wait(5)  # like input(): blocks its thread until someone answers
+        return True
+
+    async def other_work_then_answer(call: Any, call_next: Any) -> Any:
+        out = await call_next(call)
+        if call.task_id == "free":
+            released.set()  # only reachable if the loop kept running while 'w' waited
+        return out
+
+    policy = Policy([Rule(action="ask", tool="write")], ask=decide)
+    result = await dagagent.execute(
+        plan({"id": "w", "tool": "write", "args": {"path": "a"}}, work("free", seconds=0.05)),
+        side_registry,
+        executor="levels",
+        interceptors=[policy, other_work_then_answer],
+    )
+    assert result.ok
+    assert threads and threads[0] is not threading.main_thread()
+    assert recorder.calls == {"free": 1} and len(writes(side_registry)) == 1
+    w, free = result.tasks["w"], result.tasks["free"]
+    assert free.finished_at is not None and w.finished_at is not None
+    assert free.finished_at <= w.finished_at
+
+
+async def test_denied_ask_in_a_level_with_cancel_withdraws_pending_questions(
+    side_registry: dagagent.Registry, recorder: Any
+) -> None:
+    asked: list[str] = []
+
+    async def decide(req: ApprovalRequest) -> Approval:
+        asked.append(req.task_id)
+        if req.task_id == "no":
+            await anyio.sleep(0.1)  # 'wait' is being asked meanwhile
+            return Approval.deny("stop", by="ann")
+        await anyio.sleep(5)  # a question nobody answers
+        return Approval.approve()
+
+    policy = Policy([Rule(action="ask", tool="write")], ask=decide, serialize_asks=False)
+    start = anyio.current_time()
+    result = await dagagent.execute(
+        plan({"id": "no", "tool": "write", "args": {"path": "a"}},
+             {"id": "wait", "tool": "write", "args": {"path": "b"}},
+             work("next", depends_on=["wait"])),
+        side_registry,
+        executor="levels",
+        interceptors=[policy],
+    )
+    assert anyio.current_time() - start < 3
+    assert result.tasks["no"].status is dagagent.TaskStatus.DENIED
+    assert result.tasks["wait"].status is dagagent.TaskStatus.CANCELLED
+    assert result.tasks["next"].status is dagagent.TaskStatus.CANCELLED
+    assert sorted(asked) == ["no", "wait"]
+    assert writes(side_registry) == [] and recorder.calls == {}
+
+
+# -- preview and description --------------------------------------------------------------------
+
+
+def test_preview_and_describe(side_registry: dagagent.Registry) -> None:
+    write, add = side_registry["write"], side_registry["add"]
+    policy = Policy(
+        [
+            Rule(action="deny", tool="write", args={"path": "/etc/*"}),
+            Rule(action="ask", side_effects=True, name="effects"),
+        ]
+    )
+    assert policy.preview(write, {"path": "/etc/x"}) == "deny"
+    assert policy.preview(write, {"path": "/tmp/x"}) == "ask"
+    assert policy.preview(write, {}) == "deny?"  # path comes from a reference
+    assert policy.preview(add, {"a": 1}) == "allow"
+    assert policy.describe() == [
+        "rule #1 (deny tool write if path=/etc/*)",
+        "rule 'effects': ask any tool with side effects",
+        "default: allow",
+    ]
+
+
+# -- policy files -------------------------------------------------------------------------------
+
+POLICY = {
+    "default": "deny",
+    "default_reason": "unlisted",
+    "rules": [
+        {"tool": "write", "args": {"path": {"regex": "^/etc/"}}, "action": "deny",
+         "reason": "system files", "name": "no-etc"},
+        {"tool": ["write", "work"], "action": "allow"},
+        {"side_effects": True, "source": "agent", "action": "ask"},
+    ],
+}
+
+
+async def test_json_policy_file_drives_a_run(
+    tmp_path: Path, side_registry: dagagent.Registry, recorder: Any
+) -> None:
+    path = tmp_path / "policy.json"
+    path.write_text(json.dumps(POLICY))
+    policy = load_policy(path)
+    assert policy.default == "deny" and len(policy.rules) == 3
+    assert policy.rules[1].tool == ("write", "work")
+    result = await dagagent.execute(
+        plan({"id": "etc", "tool": "write", "args": {"path": "/etc/x"}},
+             {"id": "tmp", "tool": "write", "args": {"path": "/tmp/x"}},
+             work("a"),
+             {"id": "s", "tool": "add", "args": {"a": 1, "b": 1}}),
+        side_registry,
+        on_failure="continue",
+        interceptors=[policy],
+    )
+    t = result.tasks
+    assert t["etc"].error == "denied by rule 'no-etc': system files"
+    assert t["tmp"].ok and t["a"].ok
+    assert t["s"].error == "denied by policy default: unlisted"
+    assert [w["path"] for w in writes(side_registry)] == ["/tmp/x"]
+    assert recorder.calls == {"a": 1}
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="tomllib")
+def test_toml_policy_file(tmp_path: Path, side_registry: dagagent.Registry) -> None:
+    path = tmp_path / "policy.toml"
+    path.write_text(
+        'default = "allow"\n'
+        "[[rules]]\n"
+        'tool = "write"\n'
+        'action = "deny"\n'
+        'reason = "no writes"\n'
+        "[rules.args]\n"
+        'path = "/etc/*"\n'
+    )
+    policy = load_policy(path)
+    write = side_registry["write"]
+    assert policy.match(write, {"path": "/etc/a"})[0] == "deny"
+    assert policy.match(write, {"path": "/tmp/a"})[0] == "allow"
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("{not json", "not valid JSON: Expecting property name"),
+        ("[1, 2]", "must be an object"),
+        ('{"rules": [{"tool": "x"}]}', "rules.0.action: Field required"),
+        ('{"rules": [{"tool": "x", "action": "nope"}]}', "rules.0.action: Input should be"),
+        ('{"rules": [{"tool": "x", "action": "ask", "color": 1}]}', "rules.0.color: Extra"),
+        ('{"default": "maybe"}', "default: Input should be 'allow', 'deny' or 'ask'"),
+        ('{"rules": [{"action": "ask", "args": {"x": {"regex": "("}}}]}',
+         "rule #1: bad regular expression '('"),
+    ],
+)
+def test_bad_policy_files_are_clear_errors(tmp_path: Path, content: str, message: str) -> None:
+    path = tmp_path / "p.json"
+    path.write_text(content)
+    with pytest.raises(ConfigError) as info:
+        load_policy(path)
+    assert f"policy file {str(path)!r}" in str(info.value)
+    assert message in str(info.value)
+
+
+def test_missing_policy_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read it"):
+        load_policy(tmp_path / "nope.json")
+
+
+# -- calls made by an agent node ------------------------------------------------------------------
+
+
+async def test_agent_calls_go_through_the_policy_and_a_denial_reaches_the_agent(
+    side_registry: dagagent.Registry,
+) -> None:
+    """The agent node calls tools through ``node.call_tool``; a denial arrives there as
+    TaskDeniedError, which a ReAct loop turns into the observation of its step."""
+    observations: list[str] = []
+
+    async def agent(node: AgentNode) -> tuple[Any, list[dict[str, Any]] | None]:
+        for path in ("/tmp/ok", "/etc/bad"):
+            try:
+                observations.append(await node.call_tool(node.tools.get("write"), {"path": path}))
+            except TaskDeniedError as exc:
+                observations.append(f"refused: {exc}")
+        return "done", None
+
+    policy = Policy([Rule(action="deny", source="agent", args={"path": "/etc/*"},
+                          reason="agents may not touch /etc")])
+    result = await dagagent.execute(
+        plan({"id": "ag", "instruction": "write two files", "tools": ["write"]}),
+        side_registry,
+        llm=object(),
+        agent_runner=agent,
+        interceptors=[policy],
+    )
+    ag = result.tasks["ag"]
+    assert ag.ok and ag.output == "done"
+    assert observations[0] == "wrote /tmp/ok"
+    assert observations[1].startswith("refused: denied by rule #1")
+    assert observations[1].endswith("agents may not touch /etc")
+    assert ag.decisions is not None
+    assert [(d["decision"], d["args"]["path"]) for d in ag.decisions] == [("deny", "/etc/bad")]
+    assert [w["path"] for w in writes(side_registry)] == ["/tmp/ok"]
