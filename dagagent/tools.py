@@ -423,6 +423,12 @@ class Registry:
         """Every tool's name, description and argument schema."""
         return [t.spec() for t in self._tools.values()]
 
+    def plan_schema(self, *, strict: bool = False, agent_tasks: bool = False) -> dict[str, Any]:
+        """JSON Schema of the plans these tools can run (see :mod:`dagagent.planners.schema`)."""
+        from .planners.schema import plan_json_schema
+
+        return plan_json_schema(self, strict=strict, agent_tasks=agent_tasks)
+
     def subset(self, names: Iterable[str]) -> Registry:
         """A registry holding only ``names`` (unknown names raise :class:`UnknownToolError`)."""
         return Registry(self.get(n) for n in names)

@@ -1,0 +1,41 @@
+"""From a goal to a validated plan, and from a failed run to a revised one.
+
+- :class:`LLMPlanner`: goal → plan, with the registry's plan schema as the response format
+  and a self-healing loop that feeds validation issues back to the model.
+- :class:`LLMReplanner`: goal + old plan + task results → revised plan that keeps every
+  successful task unchanged, so its output can be reused.
+- :func:`plan_json_schema`: the JSON Schema of a plan for a registry
+  (also ``registry.plan_schema()``).
+- :func:`parse_llmcompiler`: LLMCompiler plan text (``1. tool(args)`` lines) → plan.
+"""
+
+from .heal import PlanAttempt, PlanHealer, PlanningResult, extract_json, parse_plan_answer
+from .llmcompiler import parse_llmcompiler
+from .planner import LLMPlanner
+from .prompts import system_prompt, tool_catalog
+from .replan import LLMReplanner
+from .schema import (
+    PLAN_FORMAT_NAME,
+    REFERENCE_PATTERN,
+    plan_json_schema,
+    plan_response_format,
+    strict_problems,
+)
+
+__all__ = [
+    "PLAN_FORMAT_NAME",
+    "REFERENCE_PATTERN",
+    "LLMPlanner",
+    "LLMReplanner",
+    "PlanAttempt",
+    "PlanHealer",
+    "PlanningResult",
+    "extract_json",
+    "parse_llmcompiler",
+    "parse_plan_answer",
+    "plan_json_schema",
+    "plan_response_format",
+    "strict_problems",
+    "system_prompt",
+    "tool_catalog",
+]

@@ -1,0 +1,354 @@
+"""The self-healing loop shared by the planner and the replanner: ask, parse, validate, and
+send the specific problems back until the plan is valid or the attempts run out.
+
+Parsing is tolerant: the JSON may sit in a code fence or after some prose, and a bare list
+of tasks is read as a plan. Problems found (each an :class:`~dagagent.errors.Issue`):
+
+=====================  ==========================================================================
+``empty_answer``       the model answered with no text
+``truncated``          the answer was cut off (``finish_reason`` "length", or unterminated JSON)
+``not_json``           no JSON plan in the answer (the JSON error is quoted)
+``schema``             the JSON does not fit the plan format (from :func:`dagagent.load_plan`)
+``agent_task``         an agent task from a planner that plans tool calls only
+(graph codes)          every issue of :func:`dagagent.validate`: ``cycle``, ``unknown_tool``,
+                       ``bad_arguments``, ``missing_dependency``, ...
+(caller codes)         extra checks, e.g. the replanner's ``changed_success``
+=====================  ==========================================================================
+
+An answer cut off by the output limit (``finish_reason == "length"``) is always rejected,
+even when what arrived happens to parse: a structured-output backend may close the JSON of
+a partial plan, and a silently shortened plan is worse than another attempt.
+
+After ``max_attempts`` rejected answers, :class:`~dagagent.errors.PlanningError` carries
+every attempt's raw text and issues. Errors talking to the model (``LLMError``) are not
+caught: they propagate as themselves.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import ConfigError, Issue, PlanLoadError, PlanningError, PlanValidationError
+from ..events import get_logger
+from ..graph import PlanGraph, validate
+from ..llm import LLM, AssistantMessage, Message, ResponseFormat, Usage, UserMessage
+from ..plan import Plan, load_plan
+from ..tools import Registry
+from .prompts import feedback_prompt
+from .schema import drop_null_optionals, plan_response_format
+
+__all__ = [
+    "Check",
+    "PlanAttempt",
+    "PlanHealer",
+    "PlanningResult",
+    "extract_json",
+    "parse_plan_answer",
+]
+
+Check = Callable[[Plan, PlanGraph], Sequence[Issue]]
+"""An extra check on a valid plan: returns issues to feed back (empty: accept)."""
+
+_ECHO_CHARS = 12_000  # how much of a rejected answer goes back into the conversation
+
+
+@dataclass(frozen=True)
+class PlanAttempt:
+    """One answer of the model: its raw text, what was wrong with it (empty: accepted)."""
+
+    raw: str
+    issues: tuple[Issue, ...]
+    usage: Usage = field(default_factory=Usage)
+    finish_reason: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return not self.issues
+
+
+@dataclass(frozen=True)
+class PlanningResult:
+    """A valid plan and how it was obtained: every attempt (the last one was accepted), the
+    tokens used, and warnings that did not block the plan."""
+
+    plan: Plan
+    graph: PlanGraph
+    attempts: tuple[PlanAttempt, ...]
+    warnings: tuple[Issue, ...] = ()
+
+    @property
+    def usage(self) -> Usage:
+        """Tokens over every attempt."""
+        return sum((a.usage for a in self.attempts), Usage())
+
+    @property
+    def calls(self) -> int:
+        """Model calls made (one per attempt; HTTP retries inside a call are not counted)."""
+        return len(self.attempts)
+
+    def usage_dict(self) -> dict[str, int]:
+        """``attempts``, ``calls``, ``input_tokens``, ``output_tokens``, ``total_tokens``."""
+        usage = self.usage
+        return {
+            "attempts": len(self.attempts),
+            "calls": self.calls,
+            "input_tokens": usage.input_tokens,
+            "output_tokens": usage.output_tokens,
+            "total_tokens": usage.total_tokens,
+        }
+
+    def summary(self) -> str:
+        """``"2 attempts, 2 calls, 812 input + 230 output tokens"``."""
+        n, usage = len(self.attempts), self.usage
+        return (
+            f"{n} attempt{'s' if n != 1 else ''}, {self.calls} call{'s' if self.calls != 1 else ''}"
+            f", {usage.input_tokens} input + {usage.output_tokens} output tokens"
+        )
+
+
+# ---------------------------------------------------------------------------- parsing
+
+
+def _value_end(text: str, start: int) -> int | None:
+    """End (exclusive) of the bracketed value starting at ``start``; None if it never closes."""
+    depth = 0
+    in_string = False
+    escaped = False
+    for i in range(start, len(text)):
+        c = text[i]
+        if in_string:
+            if escaped:
+                escaped = False
+            elif c == "\\":
+                escaped = True
+            elif c == '"':
+                in_string = False
+        elif c == '"':
+            in_string = True
+        elif c in "{[":
+            depth += 1
+        elif c in "}]":
+            depth -= 1
+            if depth == 0:
+                return i + 1
+    return None
+
+
+def _looks_like_json(text: str, start: int) -> bool:
+    """Whether the bracket at ``start`` opens JSON rather than prose like ``[1 of 3]``."""
+    rest = text[start + 1 : start + 200].lstrip()
+    if text[start] == "{":
+        return rest[:1] in ('"', "}", "")
+    return rest[:1] in ("{", "]", "")
+
+
+def extract_json(text: str) -> tuple[Any, Issue | None]:
+    """The first JSON object or array in ``text`` (code fences and prose around it are
+    fine). Returns ``(value, None)``, or ``(None, issue)`` with code ``empty_answer``,
+    ``truncated`` or ``not_json``."""
+    if not text.strip():
+        return None, Issue("empty_answer", None, "the answer is empty: expected a JSON plan")
+    first_error: str | None = None
+    pos = 0
+    while True:
+        starts = [i for i in (text.find("{", pos), text.find("[", pos)) if i >= 0]
+        if not starts:
+            break
+        start = min(starts)
+        end = _value_end(text, start)
+        if end is None:
+            if _looks_like_json(text, start):
+                return None, Issue(
+                    "truncated",
+                    None,
+                    "the JSON never ends (the answer was cut off): brackets opened at "
+                    f"character {start} are not closed",
+                )
+            pos = start + 1
+            continue
+        try:
+            value = json.loads(text[start:end])
+        except ValueError as exc:
+            if first_error is None and _looks_like_json(text, start):
+                first_error = str(exc)
+            pos = start + 1 if not _looks_like_json(text, start) else end
+            continue
+        if isinstance(value, (dict, list)):
+            return value, None
+        pos = end
+    if first_error is not None:
+        return None, Issue("not_json", None, f"the plan is not valid JSON: {first_error}")
+    excerpt = " ".join(text.split())
+    excerpt = excerpt if len(excerpt) <= 80 else excerpt[:77] + "..."
+    return None, Issue("not_json", None, f"the answer holds no JSON object; it begins: {excerpt!r}")
+
+
+def parse_plan_answer(
+    raw: str,
+    registry: Registry,
+    *,
+    goal: str,
+    finish_reason: str | None = None,
+    null_optionals: bool = False,
+    agent_tasks: bool = False,
+) -> tuple[PlanGraph | None, list[Issue]]:
+    """Read one model answer as a plan for ``goal`` and validate it against ``registry``.
+
+    Returns ``(graph, [])`` for a valid plan, else ``(None, issues)``. The plan's goal is
+    always ``goal`` (the model's restatement is dropped). ``null_optionals``: the answer
+    followed a strict schema, so ``null`` optional arguments mean "not given".
+    """
+    if finish_reason == "length":
+        return None, [
+            Issue(
+                "truncated",
+                None,
+                "the answer was cut off by the output token limit (finish_reason 'length')",
+            )
+        ]
+    value, problem = extract_json(raw)
+    if problem is not None:
+        return None, [problem]
+    if isinstance(value, list):
+        value = {"tasks": value}
+    elif "tasks" not in value and len(value) == 1:
+        (inner,) = value.values()
+        if isinstance(inner, dict) and "tasks" in inner:
+            value = inner  # {"plan": {...}}
+    value["goal"] = goal
+    if null_optionals:
+        drop_null_optionals(value, registry)
+    try:
+        plan = load_plan(value)
+    except PlanLoadError as exc:
+        found = getattr(exc, "issues", None)
+        return None, list(found) if found else [Issue("schema", None, str(exc))]
+    issues: list[Issue] = []
+    if not agent_tasks:
+        issues += [
+            Issue(
+                "agent_task",
+                t.id,
+                "the task has no 'tool': every task must call one of the listed tools",
+            )
+            for t in plan.tasks
+            if t.tool is None
+        ]
+    flagged = {i.task_id for i in issues}
+    try:
+        graph = validate(plan, registry)
+    except PlanValidationError as exc:
+        issues += [
+            i for i in exc.issues if not (i.code == "missing_instruction" and i.task_id in flagged)
+        ]
+        return None, issues
+    if issues:
+        return None, issues
+    return graph, []
+
+
+# ---------------------------------------------------------------------------- the loop
+
+
+class PlanHealer:
+    """Asks ``llm`` for a plan with the registry's plan schema as the response format,
+    validates each answer and feeds its issues back, up to ``max_attempts`` answers.
+
+    ``strict``: ``None`` sends a strict schema when the registry allows one (see
+    :mod:`dagagent.planners.schema`), ``True`` insists (``ConfigError`` if impossible),
+    ``False`` never. ``structured=False`` sends no response format at all (for servers that
+    reject ``response_format``; the prompt alone describes the format).
+    """
+
+    def __init__(
+        self,
+        llm: LLM,
+        registry: Registry,
+        *,
+        max_attempts: int = 3,
+        strict: bool | None = None,
+        structured: bool = True,
+        agent_tasks: bool = False,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+    ) -> None:
+        if max_attempts < 1:
+            raise ConfigError(f"max_attempts must be at least 1, not {max_attempts}")
+        if not len(registry) and not agent_tasks:
+            raise ConfigError("cannot plan with an empty registry: register some tools first")
+        self.llm = llm
+        self.registry = registry
+        self.max_attempts = max_attempts
+        self.agent_tasks = agent_tasks
+        self.max_tokens = max_tokens
+        self.temperature = temperature
+        self.response_format: ResponseFormat | None = (
+            plan_response_format(registry, strict=strict, agent_tasks=agent_tasks)
+            if structured
+            else None
+        )
+
+    @property
+    def strict(self) -> bool:
+        return self.response_format is not None and self.response_format.strict
+
+    async def run(
+        self,
+        messages: Sequence[Message],
+        *,
+        goal: str,
+        check: Check | None = None,
+        warn: Callable[[Plan, PlanGraph], Sequence[Issue]] | None = None,
+        what: str = "plan",
+    ) -> PlanningResult:
+        """Ask until a valid plan comes back; raise :class:`PlanningError` after
+        ``max_attempts`` rejected answers."""
+        log = get_logger(planner=what)
+        history: list[Message] = list(messages)
+        attempts: list[PlanAttempt] = []
+        for n in range(1, self.max_attempts + 1):
+            response = await self.llm.complete(
+                history,
+                response_format=self.response_format,
+                max_tokens=self.max_tokens,
+                temperature=self.temperature,
+            )
+            raw = response.content
+            graph, issues = parse_plan_answer(
+                raw,
+                self.registry,
+                goal=goal,
+                finish_reason=response.finish_reason,
+                null_optionals=self.strict,
+                agent_tasks=self.agent_tasks,
+            )
+            if graph is not None and check is not None:
+                issues = list(check(graph.plan, graph))
+            attempt = PlanAttempt(raw, tuple(issues), response.usage, response.finish_reason)
+            attempts.append(attempt)
+            if graph is not None and not issues:
+                warnings = tuple(warn(graph.plan, graph)) if warn is not None else ()
+                log.info("planning succeeded", attempt=n, tasks=len(graph))
+                return PlanningResult(graph.plan, graph, tuple(attempts), warnings)
+            log.info(
+                "planning attempt rejected",
+                attempt=n,
+                issues=[str(i) for i in issues[:5]],
+            )
+            echo = raw if len(raw) <= _ECHO_CHARS else raw[:_ECHO_CHARS] + "…"
+            truncated = any(i.code == "truncated" for i in issues)
+            history.append(AssistantMessage(echo or "(empty answer)"))
+            history.append(UserMessage(feedback_prompt(issues, truncated=truncated)))
+        raise PlanningError(
+            f"no valid {what} after {len(attempts)} attempt{'s' if len(attempts) != 1 else ''}"
+            f" (goal: {_short(goal)})",
+            attempts=[(a.raw, list(a.issues)) for a in attempts],
+        )
+
+
+def _short(text: str, width: int = 80) -> str:
+    text = " ".join(text.split())
+    return repr(text if len(text) <= width else text[: width - 3] + "...")

@@ -1,0 +1,107 @@
+"""``LLMPlanner``: a goal in, a validated plan out.
+
+::
+
+    planner = LLMPlanner(llm, registry)
+    plan = await planner.plan("Compare the weather in Paris and Tokyo")
+    report = await planner.plan_with_report("...")   # plan, graph, attempts, usage
+
+The prompt carries the tool catalog, the plan format and the reference syntax and asks for
+a plan as parallel as the goal allows; the registry's plan schema goes along as the
+response format (see :mod:`dagagent.planners.schema`); answers are parsed, validated and
+healed by :class:`~dagagent.planners.heal.PlanHealer`.
+"""
+
+from __future__ import annotations
+
+from ..errors import ConfigError
+from ..llm import LLM, Message, ResponseFormat, SystemMessage, Usage, UserMessage
+from ..plan import Plan
+from ..tools import Registry
+from .heal import PlanHealer, PlanningResult
+from .prompts import plan_user_prompt, system_prompt
+
+__all__ = ["LLMPlanner"]
+
+
+class LLMPlanner:
+    """Turns goals into validated plans for ``registry`` with ``llm``.
+
+    - ``max_attempts``: answers to try (the first one plus repairs) before
+      :class:`~dagagent.errors.PlanningError`.
+    - ``strict``: ``None`` (default) sends an OpenAI strict schema when the registry allows
+      one, else a non-strict one; ``True`` insists; ``False`` never.
+    - ``structured=False``: send no response format (servers that reject it).
+    - ``agent_tasks=True``: the plan may also hold agent tasks (``instruction``).
+    - ``max_tokens`` / ``temperature``: passed to every call.
+    - ``system_prompt``: replace the generated system prompt (the catalog included).
+
+    ``last_result`` / ``last_usage`` describe the latest ``plan()`` call; when planning
+    concurrently with one planner, use ``plan_with_report()`` instead.
+    """
+
+    def __init__(
+        self,
+        llm: LLM,
+        registry: Registry,
+        *,
+        max_attempts: int = 3,
+        strict: bool | None = None,
+        structured: bool = True,
+        agent_tasks: bool = False,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+        system_prompt: str | None = None,
+    ) -> None:
+        self.llm = llm
+        self.registry = registry
+        self.healer = PlanHealer(
+            llm,
+            registry,
+            max_attempts=max_attempts,
+            strict=strict,
+            structured=structured,
+            agent_tasks=agent_tasks,
+            max_tokens=max_tokens,
+            temperature=temperature,
+        )
+        self._system = system_prompt
+        self.last_result: PlanningResult | None = None
+
+    @property
+    def max_attempts(self) -> int:
+        return self.healer.max_attempts
+
+    @property
+    def response_format(self) -> ResponseFormat | None:
+        """What is sent as the response format (the plan schema, strict or not)."""
+        return self.healer.response_format
+
+    @property
+    def last_usage(self) -> Usage | None:
+        return self.last_result.usage if self.last_result is not None else None
+
+    def system_prompt(self) -> str:
+        if self._system is None:
+            self._system = system_prompt(self.registry, agent_tasks=self.healer.agent_tasks)
+        return self._system
+
+    def messages(self, goal: str) -> list[Message]:
+        """The conversation the first attempt sends."""
+        return [SystemMessage(self.system_prompt()), UserMessage(plan_user_prompt(goal))]
+
+    async def plan_with_report(self, goal: str) -> PlanningResult:
+        """A valid plan for ``goal`` with its graph, attempts and usage.
+
+        Raises :class:`~dagagent.errors.PlanningError` (every attempt's raw text and issues)
+        when no answer was valid; model errors (``LLMError``) propagate as themselves.
+        """
+        if not goal.strip():
+            raise ConfigError("the goal is empty: say what the plan should achieve")
+        result = await self.healer.run(self.messages(goal), goal=goal.strip())
+        self.last_result = result
+        return result
+
+    async def plan(self, goal: str) -> Plan:
+        """A valid plan for ``goal`` (see :meth:`plan_with_report`)."""
+        return (await self.plan_with_report(goal)).plan

@@ -1,0 +1,279 @@
+"""What the planner and the replanner say to the model.
+
+The system prompt carries the tool catalog (name, signature, description, argument notes),
+the plan format, the ``${id.path}`` reference syntax and the rules that make plans wide and
+shallow. The feedback prompt lists every problem of a rejected answer as
+``[code] task 'id': message`` so the model can fix exactly those.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel
+
+from ..errors import Issue
+from ..plan import Plan
+from ..results import TaskResult, TaskStatus, jsonable
+
+if TYPE_CHECKING:
+    from ..tools import Registry, Tool
+
+__all__ = [
+    "feedback_prompt",
+    "plan_user_prompt",
+    "replan_user_prompt",
+    "shorten",
+    "system_prompt",
+    "tool_catalog",
+]
+
+
+def shorten(value: Any, width: int) -> str:
+    """A one-line rendering of ``value`` (JSON for data), cut to ``width`` characters."""
+    if isinstance(value, str):
+        text = value
+    else:
+        try:
+            text = json.dumps(jsonable(value), ensure_ascii=False)
+        except (TypeError, ValueError):
+            text = repr(value)
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: max(0, width - 15)] + f"… [{len(text)} chars]"
+
+
+# ---------------------------------------------------------------------------- the catalog
+
+
+def _def_name(ref: str) -> str:
+    name = ref.rsplit("/", 1)[-1]
+    return name.rsplit("__", 1)[-1]
+
+
+def _type_text(schema: Any, defs: Mapping[str, Any], depth: int = 0) -> str:
+    """A short type for a JSON schema: ``string``, ``list[number]``, ``{a: int, b?: str}``."""
+    if not isinstance(schema, Mapping) or not schema:
+        return "any"
+    if "$ref" in schema:
+        name = _def_name(str(schema["$ref"]))
+        target = defs.get(name)
+        if depth < 2 and isinstance(target, Mapping) and target.get("properties"):
+            return _type_text(target, defs, depth + 1)
+        return name
+    if "anyOf" in schema:
+        return " | ".join(dict.fromkeys(_type_text(s, defs, depth) for s in schema["anyOf"]))
+    if "const" in schema:
+        return json.dumps(schema["const"])
+    if "enum" in schema:
+        return " | ".join(json.dumps(v) for v in schema["enum"])
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        return " | ".join(str(k) for k in kind)
+    if kind == "array":
+        if "prefixItems" in schema:
+            parts = ", ".join(_type_text(s, defs, depth) for s in schema["prefixItems"])
+            return f"[{parts}]"
+        return f"list[{_type_text(schema.get('items'), defs, depth)}]"
+    if kind == "object":
+        props = schema.get("properties")
+        if isinstance(props, Mapping) and props and depth < 3:
+            required = set(schema.get("required", ()))
+            fields = ", ".join(
+                f"{k}{'' if k in required else '?'}: {_type_text(v, defs, depth + 1)}"
+                for k, v in props.items()
+            )
+            return "{" + fields + "}"
+        extra = schema.get("additionalProperties")
+        if isinstance(extra, Mapping) and extra:
+            return f"dict[string, {_type_text(extra, defs, depth)}]"
+        return "object"
+    return str(kind) if kind else "any"
+
+
+def _returns_text(tool: Tool) -> str:
+    try:
+        annotation = inspect.signature(tool.fn).return_annotation
+    except (TypeError, ValueError):
+        return ""
+    if annotation is inspect.Signature.empty:
+        return ""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        schema = annotation.model_json_schema()
+        return _type_text(schema, schema.get("$defs", {}))
+    if isinstance(annotation, str):
+        return annotation
+    if isinstance(annotation, type):
+        return annotation.__name__
+    return re.sub(r"\btyping\.", "", repr(annotation))
+
+
+def _tool_entry(tool: Tool) -> str:
+    schema = tool.parameters_schema
+    defs = schema.get("$defs", {})
+    props: Mapping[str, Any] = schema.get("properties", {})
+    required = set(schema.get("required", ()))
+    params = []
+    notes = []
+    for name, sub in props.items():
+        text = f"{name}: {_type_text(sub, defs)}"
+        if name not in required:
+            default = sub.get("default") if isinstance(sub, Mapping) else None
+            text += f" = {json.dumps(default, default=str)}"
+        params.append(text)
+        if isinstance(sub, Mapping) and sub.get("description"):
+            notes.append(f"    {name}: {' '.join(str(sub['description']).split())}")
+    returns = _returns_text(tool)
+    head = f"- {tool.name}({', '.join(params)})" + (f" -> {returns}" if returns else "")
+    lines = [head]
+    if tool.description:
+        lines.append(f"    {' '.join(tool.description.split())}")
+    lines.extend(notes)
+    return "\n".join(lines)
+
+
+def tool_catalog(registry: Registry, names: Iterable[str] | None = None) -> str:
+    """One entry per tool: signature with types and defaults, return type, description and
+    argument notes."""
+    wanted = None if names is None else set(names)
+    return "\n".join(_tool_entry(t) for t in registry if wanted is None or t.name in wanted)
+
+
+# ---------------------------------------------------------------------------- prompts
+
+_FORMAT = """\
+Answer with one JSON object and nothing else:
+{"goal": "<the goal>", "tasks": [<task>, ...]}
+where each task is
+{"id": "<id>", "tool": "<tool name>", "args": {<argument>: <value>, ...}, "depends_on": [<id>, ...]}
+- id: 1-64 letters, digits, "_" or "-" (no dots, no spaces), unique in the plan.
+- tool: exactly one of the tools listed above; args: that tool's arguments, matching their types.
+- depends_on: ids of tasks that must finish first; leave it empty ([]) when the task only
+  needs the outputs it references."""
+
+_AGENT_FORMAT = """\
+A task may instead be an agent task, for a sub-goal that needs several tool calls or judgement:
+{"id": "<id>", "instruction": "<what to find out or do, may contain ${...} references>",
+ "tools": [<tool names the agent may use>], "depends_on": [<id>, ...]}
+Prefer plain tool tasks whenever one call does the job."""
+
+_REFERENCES = """\
+To use the output of another task, write a reference in an argument:
+- "${id}" is the whole output of task id; "${id.key}" or "${id.key.0}" walks into it
+  (dictionary keys and list indexes). Only use keys you know the output has (see the tool's
+  return type); if unsure, pass the whole output "${id}".
+- A value that is exactly one reference keeps the referenced value's type (a number stays a
+  number), so "a": "${paris.temp_c}" is fine for a number argument.
+- References inside longer text are filled in as text: "Temperature: ${paris.temp_c} C".
+- A reference makes the task wait for the referenced task; do not also list it in depends_on.
+- Never reference a task that is not in the plan, the task itself, or a later task in a loop."""
+
+_PARALLEL = """\
+Make the plan as parallel as the goal allows: every task runs as soon as the tasks it
+references are done, and tasks that do not depend on each other run at the same time.
+- Put each independent look-up in its own task, with no dependency between them (e.g. one
+  task per city, per entity, per question), instead of one task after another.
+- Add a dependency only when a task really needs another task's output.
+- Keep the plan short: no task whose output nothing uses, unless it is part of the answer."""
+
+_EXAMPLE = """\
+Example of the format (these tools are made up; use only the tools listed above):
+{"goal": "Which is warmer, Oslo or Rome?", "tasks": [
+  {"id": "oslo", "tool": "weather", "args": {"city": "Oslo"}, "depends_on": []},
+  {"id": "rome", "tool": "weather", "args": {"city": "Rome"}, "depends_on": []},
+  {"id": "warmer", "tool": "compare", "args": {"a": "${oslo.temp}", "b": "${rome.temp}"},
+   "depends_on": []}]}"""
+
+
+def system_prompt(
+    registry: Registry, *, agent_tasks: bool = False, replanning: bool = False
+) -> str:
+    """The system prompt of the planner (and, with ``replanning=True``, the replanner)."""
+    role = "You revise plans that partly failed." if replanning else "You are a planner."
+    parts = [
+        f"{role} You turn a goal into a plan: a set of tasks, each one call of a tool, "
+        "connected by the outputs they use. The plan is checked and then run by a program, "
+        "so it must be exactly in the format below.",
+        "Tools:\n" + (tool_catalog(registry) or "(none)"),
+        _FORMAT,
+    ]
+    if agent_tasks:
+        parts.append(_AGENT_FORMAT)
+    parts += [_REFERENCES, _PARALLEL, _EXAMPLE]
+    return "\n\n".join(parts)
+
+
+def plan_user_prompt(goal: str) -> str:
+    return f"Goal: {goal.strip()}\n\nAnswer with the JSON plan only."
+
+
+def feedback_prompt(issues: Sequence[Issue], *, truncated: bool = False) -> str:
+    """The message that sends a rejected answer's problems back to the model."""
+    if truncated:
+        head = (
+            "Your answer was cut off before the JSON plan ended (the output limit was "
+            "reached). Answer again with a shorter plan: fewer or more compact tasks, no prose."
+        )
+    else:
+        n = len(issues)
+        head = f"Your plan cannot be used; it has {n} problem{'s' if n != 1 else ''}:"
+    lines = [head]
+    lines += [f"- {issue}" for issue in issues]
+    lines.append(
+        "Answer again with the complete corrected plan as one JSON object, nothing else. "
+        "Keep what was right; fix every problem listed."
+    )
+    return "\n".join(lines)
+
+
+def _result_line(result: TaskResult, output_chars: int) -> str:
+    if result.status.ok:
+        output = shorten(result.output, output_chars)
+        return f"- {result.task_id}: {result.status.value}, output: {output}"
+    detail = result.error or "no error message"
+    if result.error_type:
+        detail = f"{result.error_type}: {detail}"
+    return f"- {result.task_id}: {result.status.value}: {shorten(detail, output_chars)}"
+
+
+def replan_user_prompt(
+    goal: str,
+    plan: Plan,
+    results: Mapping[str, TaskResult],
+    *,
+    output_chars: int = 300,
+) -> str:
+    """Goal, previous plan, what succeeded (outputs shortened), what failed and why."""
+    ok = [r for r in results.values() if r.status.ok]
+    failed = [r for r in results.values() if r.status in (TaskStatus.FAILED, TaskStatus.DENIED)]
+    other = [r for r in results.values() if not r.status.ok and r not in failed]
+    missing = [t.id for t in plan.tasks if t.id not in results]
+    parts = [
+        f"Goal: {goal.strip()}",
+        "The previous plan:\n" + plan.model_dump_json(exclude_defaults=True),
+    ]
+    if ok:
+        parts.append(
+            "These tasks succeeded:\n" + "\n".join(_result_line(r, output_chars) for r in ok)
+        )
+    if failed:
+        parts.append(
+            "These tasks failed:\n" + "\n".join(_result_line(r, output_chars) for r in failed)
+        )
+    if other or missing:
+        lines = [_result_line(r, output_chars) for r in other]
+        lines += [f"- {tid}: did not run" for tid in missing]
+        parts.append("These tasks did not finish (not their own fault):\n" + "\n".join(lines))
+    parts.append(
+        "Write a revised plan that reaches the goal:\n"
+        "- Keep every task that succeeded with the SAME id, tool and args, copied exactly, so "
+        "its output is reused instead of computed again.\n"
+        "- Fix or replace the failed tasks: other arguments, another tool, or another way to "
+        "the goal. Give a replaced task a new id if it does something different.\n"
+        "- Keep, fix or drop the tasks that did not finish, as the goal needs.\n"
+        "Answer with the complete JSON plan only."
+    )
+    return "\n\n".join(parts)

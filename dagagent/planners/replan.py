@@ -1,0 +1,176 @@
+"""``LLMReplanner``: a partly failed run in, a revised plan out, reusing every success.
+
+::
+
+    replanner = LLMReplanner(llm, registry)
+    new_plan = await replanner.replan(goal, old_plan, run_result.tasks)
+
+The model sees the goal, the old plan, the outputs of the tasks that succeeded (shortened)
+and the errors of those that failed, and is asked to keep the successful tasks exactly
+(same id, tool and args: their fingerprints stay equal, so ``execute(..., reuse=...)``
+reuses their outputs) and to fix or replace the failed ones. The answer goes through the
+same parse → validate → feedback loop as the planner (:class:`PlanHealer`), plus one more
+check:
+
+- a successful task kept under its id but with another tool or other args is an **issue**
+  (``changed_success``) fed back to the model: the id would then name a different
+  computation, its output could not be reused, and the run history would be misleading.
+  The model may keep the task unchanged or give the changed task a new id.
+- a successful task that the revised plan drops is a **warning** (``dropped_success``) in
+  ``PlanningResult.warnings``: the model may have found a better path.
+- a failed task kept unchanged is a warning (``unchanged_failure``): it may fail again, but
+  failures can be transient (timeouts, rate limits).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from ..errors import Issue
+from ..graph import PlanGraph
+from ..llm import LLM, Message, ResponseFormat, SystemMessage, Usage, UserMessage
+from ..plan import Plan, Task
+from ..results import TaskResult, TaskStatus
+from ..tools import Registry
+from .heal import PlanHealer, PlanningResult
+from .prompts import replan_user_prompt, shorten, system_prompt
+
+__all__ = ["LLMReplanner", "replan_issues", "replan_warnings"]
+
+
+def _same(a: Task, b: Task) -> bool:
+    return (a.tool, a.args, a.instruction, a.tools) == (b.tool, b.args, b.instruction, b.tools)
+
+
+def _succeeded(results: Mapping[str, TaskResult]) -> list[str]:
+    return [tid for tid, r in results.items() if r.status.ok]
+
+
+def replan_issues(old: Plan, new: Plan, results: Mapping[str, TaskResult]) -> list[Issue]:
+    """``changed_success`` for each successful task the new plan changed under its id."""
+    before = {t.id: t for t in old.tasks}
+    after = {t.id: t for t in new.tasks}
+    issues = []
+    for tid in _succeeded(results):
+        if tid in before and tid in after and not _same(before[tid], after[tid]):
+            was = before[tid]
+            what = (
+                f"tool {was.tool!r} with args {shorten(was.args, 200)}"
+                if was.tool is not None
+                else f"instruction {shorten(was.instruction, 200)}"
+            )
+            issues.append(
+                Issue(
+                    "changed_success",
+                    tid,
+                    f"this task succeeded in the previous run; keep it exactly as it was "
+                    f"({what}) so its output is reused, or give the changed task a new id",
+                )
+            )
+    return issues
+
+
+def replan_warnings(old: Plan, new: Plan, results: Mapping[str, TaskResult]) -> list[Issue]:
+    """``dropped_success`` and ``unchanged_failure`` warnings."""
+    before = {t.id: t for t in old.tasks}
+    after = {t.id: t for t in new.tasks}
+    warnings = [
+        Issue("dropped_success", tid, "succeeded before but the revised plan leaves it out")
+        for tid in _succeeded(results)
+        if tid in before and tid not in after
+    ]
+    for tid, r in results.items():
+        if (
+            r.status in (TaskStatus.FAILED, TaskStatus.DENIED)
+            and tid in before
+            and tid in after
+            and _same(before[tid], after[tid])
+        ):
+            warnings.append(
+                Issue("unchanged_failure", tid, f"{r.status.value} before and kept unchanged")
+            )
+    return warnings
+
+
+class LLMReplanner:
+    """Revises a partly failed plan with ``llm``; the options are those of
+    :class:`~dagagent.planners.LLMPlanner`, plus ``output_chars``: how much of each
+    successful output the model sees."""
+
+    def __init__(
+        self,
+        llm: LLM,
+        registry: Registry,
+        *,
+        max_attempts: int = 3,
+        strict: bool | None = None,
+        structured: bool = True,
+        agent_tasks: bool = False,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+        output_chars: int = 300,
+    ) -> None:
+        self.llm = llm
+        self.registry = registry
+        self.output_chars = output_chars
+        self.healer = PlanHealer(
+            llm,
+            registry,
+            max_attempts=max_attempts,
+            strict=strict,
+            structured=structured,
+            agent_tasks=agent_tasks,
+            max_tokens=max_tokens,
+            temperature=temperature,
+        )
+        self._system: str | None = None
+        self.last_result: PlanningResult | None = None
+
+    @property
+    def max_attempts(self) -> int:
+        return self.healer.max_attempts
+
+    @property
+    def response_format(self) -> ResponseFormat | None:
+        return self.healer.response_format
+
+    @property
+    def last_usage(self) -> Usage | None:
+        return self.last_result.usage if self.last_result is not None else None
+
+    def messages(self, goal: str, plan: Plan, results: Mapping[str, TaskResult]) -> list[Message]:
+        """The conversation the first attempt sends."""
+        if self._system is None:
+            self._system = system_prompt(
+                self.registry, agent_tasks=self.healer.agent_tasks, replanning=True
+            )
+        text = replan_user_prompt(goal, plan, results, output_chars=self.output_chars)
+        return [SystemMessage(self._system), UserMessage(text)]
+
+    async def replan_with_report(
+        self, goal: str, plan: Plan, results: Mapping[str, TaskResult]
+    ) -> PlanningResult:
+        """A valid revised plan, its attempts, usage and warnings.
+
+        Raises :class:`~dagagent.errors.PlanningError` when no answer was valid; model
+        errors (``LLMError``) propagate as themselves.
+        """
+        goal = (goal or plan.goal).strip()
+
+        def check(new: Plan, graph: PlanGraph) -> list[Issue]:
+            return replan_issues(plan, new, results)
+
+        def warn(new: Plan, graph: PlanGraph) -> list[Issue]:
+            return replan_warnings(plan, new, results)
+
+        messages = self.messages(goal, plan, results)
+        result = await self.healer.run(
+            messages, goal=goal, check=check, warn=warn, what="revised plan"
+        )
+        self.last_result = result
+        return result
+
+    async def replan(self, goal: str, plan: Plan, results: Mapping[str, TaskResult]) -> Plan:
+        """A revised plan that keeps the successful tasks of ``plan`` unchanged (see the
+        module docstring)."""
+        return (await self.replan_with_report(goal, plan, results)).plan
