@@ -30,6 +30,7 @@ from .errors import (
 from .events import Event, Listener
 from .graph import PlanGraph, validate
 from .plan import Plan, Task, load_plan
+from .planners import LLMPlanner, LLMReplanner, PlanningResult, parse_llmcompiler
 from .results import RunResult, RunStatus, TaskResult, TaskStatus
 from .runner import Interceptor, RetryPolicy, ToolCall
 from .tools import Registry, Tool, tool
@@ -41,6 +42,8 @@ __all__ = [
     "Event",
     "Interceptor",
     "Issue",
+    "LLMPlanner",
+    "LLMReplanner",
     "Listener",
     "Plan",
     "PlanError",
@@ -48,6 +51,7 @@ __all__ = [
     "PlanLoadError",
     "PlanValidationError",
     "PlanningError",
+    "PlanningResult",
     "Registry",
     "RetryPolicy",
     "RunFailedError",
@@ -67,6 +71,7 @@ __all__ = [
     "execute_sync",
     "load_plan",
     "new_run_id",
+    "parse_llmcompiler",
     "tool",
     "validate",
 ]
