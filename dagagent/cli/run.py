@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +92,17 @@ def run_graph(
     return code
 
 
+def agent_model(model: str | None, base_url: str | None) -> Any:
+    """The model for agent tasks: ``--model``, else ``$DAGAGENT_MODEL``, else none."""
+    if model is None and not os.environ.get("DAGAGENT_MODEL", "").strip():
+        if base_url is not None:
+            raise ConfigError("--base-url needs a model: pass --model or set DAGAGENT_MODEL")
+        return None
+    from ..llm import from_env
+
+    return from_env(model, base_url)
+
+
 @app.command("run")
 @guard
 def run_cmd(
@@ -116,13 +128,24 @@ def run_cmd(
         help="With --executor dask: the Dask scheduler to use. Default: a local cluster "
         "started and shut down with the run.",
     ),
+    model: str | None = typer.Option(
+        None, "--model", "-m", metavar="SPEC",
+        help="Model for agent tasks (instruction), e.g. openai:gpt-4o-mini or "
+        "anthropic:claude-sonnet-4-5. Default: $DAGAGENT_MODEL.",
+    ),
+    base_url: str | None = typer.Option(
+        None, "--base-url", metavar="URL",
+        help="Server for --model (any OpenAI-compatible server: vLLM, Ollama, ...). "
+        "Default: $DAGAGENT_BASE_URL.",
+    ),
 ) -> None:
     """Validate and run a plan, recording it in the run store (review it with 'dagagent show',
     revise it with 'dagagent replan'). Exit 0 if every task succeeded, 1 if the run failed."""
     if dask_address is not None and executor != "dask":
         raise ConfigError("--dask-address needs --executor dask")
     registry = load_registry(tools)
-    graph = validate(plan, registry, check_llm=True)
+    llm = agent_model(model, base_url)
+    graph = validate(plan, registry, llm=llm, check_llm=True)
     for w in graph.warnings:
         err.print(f"warning: {w}", markup=False, highlight=False)
     exe: Any = get_executor("dask", address=dask_address) if dask_address else executor
@@ -131,7 +154,7 @@ def run_cmd(
     )
     code = run_graph(
         graph, registry, as_json=json_out, executor=exe, on_failure=on_failure,
-        max_concurrency=max_concurrency, interceptors=interceptors, store=store,
+        max_concurrency=max_concurrency, interceptors=interceptors, store=store, llm=llm,
         live=not (ask or policy_file),  # questions on the terminal: no live display over them
     )
     raise typer.Exit(code)
