@@ -1,0 +1,303 @@
+"""Agent tasks in plans: execute() with an llm, the CLI's --model, and failures."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from llm_server import LLMTestServer, Reply
+from typer.testing import CliRunner
+
+import dagagent
+from dagagent import Registry, TaskDeniedError, TaskStatus
+from dagagent.agent import AgentStoppedError, Budget, make_agent_runner, run_agent_node
+from dagagent.cli import app
+from dagagent.errors import AgentError
+from dagagent.llm import (
+    LLMRequest,
+    LLMResponse,
+    ScriptedLLM,
+    ToolCall,
+    ToolResultMessage,
+    UserMessage,
+    wire,
+)
+from dagagent.runner import ToolCall as PlanToolCall
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def tools() -> Registry:
+    reg = Registry()
+
+    @reg.tool
+    async def weather(city: str) -> dict[str, Any]:
+        """Current weather for a city."""
+        return {"city": city, "temp_c": {"Paris": 18, "Tokyo": 24}[city]}
+
+    @reg.tool
+    def add(a: int, b: int) -> int:
+        """Add two integers."""
+        return a + b
+
+    @reg.tool
+    def shout(text: str) -> str:
+        """Upper-case a text."""
+        return text.upper()
+
+    return reg
+
+
+PLAN = {
+    "goal": "A note about Paris",
+    "tasks": [
+        {"id": "paris", "tool": "weather", "args": {"city": "Paris"}},
+        {
+            "id": "note",
+            "instruction": "Write one sentence: Paris is ${paris.temp_c} C, plus 2.",
+            "tools": ["add"],
+        },
+        {"id": "loud", "tool": "shout", "args": {"text": "${note}"}},
+    ],
+}
+
+
+def call(id: str, name: str, **args: Any) -> ToolCall:
+    return ToolCall(id=id, name=name, arguments=args)
+
+
+def user_text(request: LLMRequest) -> str:
+    return "\n".join(m.content for m in request.messages if isinstance(m, UserMessage))
+
+
+@pytest.mark.parametrize("executor", ["levels", "dataflow", "serial"])
+async def test_plan_mixing_tool_and_agent_tasks(tools: Registry, executor: str) -> None:
+    with ScriptedLLM(
+        [
+            LLMResponse(content="adding", tool_calls=[call("c1", "add", a=18, b=2)]),
+            "Paris is 20 C.",
+        ]
+    ) as llm:
+        result = await dagagent.execute(PLAN, tools, llm=llm, executor=executor)
+
+    assert result.ok, result.tasks
+    assert result.outputs == {
+        "paris": {"city": "Paris", "temp_c": 18},
+        "note": "Paris is 20 C.",
+        "loud": "PARIS IS 20 C.",  # the agent's answer fed the next task through ${note}
+    }
+    first = llm.requests[0]
+    assert [t.name for t in first.tools] == ["add"]  # limited to the task's tools
+    text = user_text(first)
+    assert text.startswith("Write one sentence: Paris is 18 C, plus 2.")  # reference resolved
+    assert '- paris: {"city": "Paris", "temp_c": 18}' in text  # dependency output as context
+    note = result.tasks["note"]
+    assert note.steps is not None and note.status is TaskStatus.SUCCEEDED
+    assert note.steps[0]["calls"] == [
+        {"id": "c1", "tool": "add", "args": {"a": 18, "b": 2}, "observation": "20"}
+    ]
+    assert note.steps[-1]["answer"] == "Paris is 20 C."
+    assert json.loads(json.dumps(result.to_json_dict()))["tasks"]["note"]["steps"] == note.steps
+
+
+async def test_text_mode_runner(tools: Registry) -> None:
+    runner = make_agent_runner(mode="text", budget=Budget(max_steps=4))
+    with ScriptedLLM(
+        ['Thought: add\nAction: add\nAction Input: {"a": 18, "b": 2}', "Final Answer: 20 C"]
+    ) as llm:
+        result = await dagagent.execute(PLAN, tools, llm=llm, agent_runner=runner)
+    assert result.outputs["loud"] == "20 C"
+    assert llm.requests[0].stop == ["Observation:"] and "[add]" in llm.requests[0].system
+    with pytest.raises(AgentError, match="mode"):
+        make_agent_runner(mode="chat")  # type: ignore[arg-type]
+
+
+async def test_through_the_openai_wire_format(tools: Registry) -> None:
+    async with ScriptedLLM.openai(
+        [wire.openai_tool_calls([("add", {"a": 18, "b": 2})]), wire.openai_text("20")]
+    ) as llm:
+        result = await dagagent.execute(PLAN, tools, llm=llm)
+    assert result.outputs["loud"] == "20"
+    sent = llm.wire_requests[1]["messages"]
+    assert sent[-1] == {"role": "tool", "tool_call_id": "call_1", "content": "20"}
+
+
+async def test_without_llm_the_agent_task_fails_clearly(tools: Registry) -> None:
+    graph = dagagent.validate(PLAN, tools, check_llm=True)
+    assert [(w.code, w.task_id) for w in graph.warnings] == [("no_llm", "note")]
+    assert dagagent.validate(PLAN, tools, llm=ScriptedLLM(), check_llm=True).warnings == []
+    result = await dagagent.execute(PLAN, tools)
+    note = result.tasks["note"]
+    assert note.status is TaskStatus.FAILED and note.error_type == "AgentError"
+    assert "needs a model" in (note.error or "") and "llm=" in (note.error or "")
+    assert result.tasks["loud"].status in (TaskStatus.SKIPPED, TaskStatus.CANCELLED)
+    assert result.tasks["paris"].ok
+
+
+async def test_a_stop_without_answer_fails_the_task(tools: Registry) -> None:
+    plan = json.loads(json.dumps(PLAN))
+    plan["tasks"][1]["retries"] = 2  # a stopped agent is not retried
+    runner = make_agent_runner(budget=Budget(max_steps=2))
+    with ScriptedLLM(
+        [
+            LLMResponse(tool_calls=[call("c1", "add", a=1, b=2)]),
+            LLMResponse(tool_calls=[call("c2", "add", a=2, b=2)]),
+        ]
+    ) as llm:
+        result = await dagagent.execute(plan, tools, llm=llm, agent_runner=runner)
+    note = result.tasks["note"]
+    assert note.status is TaskStatus.FAILED and note.attempts == 1
+    assert note.error_type == "AgentStoppedError"
+    error = note.error or ""
+    assert error.startswith("agent task 'note' stopped without an answer (max_steps): ")
+    assert 'last steps: #1 add({"a": 1, "b": 2}) -> 3; #2 add({"a": 2, "b": 2}) (not run)' in error
+    with pytest.raises(dagagent.RunFailedError, match="max_steps"):
+        result.raise_for_status()
+
+
+async def test_stopped_error_carries_the_steps(tools: Registry) -> None:
+    graph = dagagent.validate(PLAN, tools)
+    seen: list[AgentStoppedError] = []
+
+    async def keep(node: Any) -> Any:
+        try:
+            return await make_agent_runner(budget=Budget(max_parse_retries=0))(node)
+        except AgentStoppedError as exc:
+            seen.append(exc)
+            raise
+
+    with ScriptedLLM([""]) as llm:
+        await dagagent.execute(graph, tools, llm=llm, agent_runner=keep)
+    (exc,) = seen
+    assert exc.stop_reason == "no_answer" and exc.task_id == "note"
+    assert exc.steps == [{"step": 1, "error": "the reply was empty (no text, no tool call)"}]
+
+
+async def test_denied_call_is_an_observation_in_a_plan(tools: Registry) -> None:
+    async def no_agent_shouting(call: PlanToolCall, call_next: Any) -> Any:
+        if call.source == "agent" and call.tool_name == "shout":
+            call.decide("deny", "rule:quiet", "agents may not shout")
+            raise TaskDeniedError("agents may not shout", decided_by="rule:quiet")
+        return await call_next(call)
+
+    plan = {
+        "goal": "g",
+        "tasks": [{"id": "a", "instruction": "Say hi loudly", "tools": ["shout"]}],
+    }
+    with ScriptedLLM(
+        [LLMResponse(tool_calls=[call("c1", "shout", text="hi")]), "hi (quietly)"]
+    ) as llm:
+        result = await dagagent.execute(plan, tools, llm=llm, interceptors=[no_agent_shouting])
+    task = result.tasks["a"]
+    assert task.status is TaskStatus.SUCCEEDED and task.output == "hi (quietly)"
+    (msg,) = [m for m in llm.requests[1].messages if isinstance(m, ToolResultMessage)]
+    assert msg.is_error and msg.content == "denied: agents may not shout"
+    assert task.decisions is not None and task.decisions[0]["decision"] == "deny"
+    assert task.steps is not None and task.steps[0]["calls"][0]["is_error"] is True
+
+
+async def test_task_timeout_wraps_the_agent_run(tools: Registry) -> None:
+    async def slow(request: LLMRequest) -> str:
+        await anyio.sleep(10)
+        return "late"
+
+    plan = {"goal": "g", "tasks": [{"id": "a", "instruction": "think", "timeout_s": 0.1}]}
+    with ScriptedLLM([slow]) as llm:
+        with anyio.fail_after(5):
+            result = await dagagent.execute(plan, tools, llm=llm)
+    assert result.tasks["a"].status is TaskStatus.FAILED
+    assert result.tasks["a"].error == "timed out after 0.1 s"
+
+
+async def test_default_runner_is_used_when_an_llm_is_given(tools: Registry) -> None:
+    from dagagent.api import _default_agent_runner
+
+    assert _default_agent_runner() is run_agent_node
+
+
+# ---------------------------------------------------------------------------- CLI
+
+cli = CliRunner()
+AGENT_PLAN = {
+    "goal": "Paris note",
+    "tasks": [
+        {"id": "paris", "tool": "get_weather", "args": {"city": "Paris"}},
+        {"id": "note", "instruction": "Describe ${paris.condition}", "tools": ["calculate"]},
+        {"id": "upper", "tool": "format_report", "args": {"title": "${note}", "lines": []}},
+    ],
+}
+
+
+def write_plan(tmp_path: Path) -> str:
+    p = tmp_path / "plan.json"
+    p.write_text(json.dumps(AGENT_PLAN))
+    return str(p)
+
+
+def test_cli_run_with_model_against_a_loopback_server(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("DAGAGENT_MODEL", raising=False)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    plan = write_plan(tmp_path)
+    with LLMTestServer() as server:
+        server.push(
+            Reply(json=wire.openai_tool_calls([("calculate", {"expression": "6*7"})])),
+            Reply(json=wire.openai_text("A fine day (42).")),
+        )
+        r = cli.invoke(
+            app,
+            [
+                "run", plan, "--json", "--store", str(tmp_path / "runs.db"),
+                "--model", "openai:test-model", "--base-url", server.url + "/v1",
+            ],
+        )  # fmt: skip
+        server.check()
+        sent = [req.json for req in server.requests]
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    assert data["tasks"]["note"]["output"] == "A fine day (42)."
+    assert data["tasks"]["note"]["steps"][0]["calls"][0]["observation"] == "42"
+    assert data["tasks"]["upper"]["output"].startswith("A fine day (42).")
+    assert sent[0]["model"] == "test-model"
+    assert [t["function"]["name"] for t in sent[0]["tools"]] == ["calculate"]
+
+
+def test_cli_model_from_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    plan = write_plan(tmp_path)
+    with LLMTestServer() as server:
+        server.push(Reply(json=wire.openai_text("ok")))
+        monkeypatch.setenv("DAGAGENT_MODEL", "openai:env-model")
+        monkeypatch.setenv("DAGAGENT_BASE_URL", server.url + "/v1")
+        r = cli.invoke(app, ["run", plan, "--json", "--store", str(tmp_path / "runs.db")])
+        server.check()
+        assert server.requests[0].json["model"] == "env-model"
+    assert r.exit_code == 0, r.output
+
+
+def test_cli_without_model_warns_and_fails_the_agent_task(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("DAGAGENT_MODEL", raising=False)
+    plan = write_plan(tmp_path)
+    r = cli.invoke(app, ["run", plan, "--json", "--store", str(tmp_path / "runs.db")])
+    assert r.exit_code == 1
+    assert "[no_llm] task 'note'" in r.stderr
+    data = json.loads(r.stdout)
+    assert "needs a model" in data["tasks"]["note"]["error"]
+    assert "--model" in data["tasks"]["note"]["error"]
+    assert "Traceback" not in r.output
+
+
+def test_cli_model_option_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("DAGAGENT_MODEL", raising=False)
+    plan = write_plan(tmp_path)
+    r = cli.invoke(app, ["run", plan, "--base-url", "http://127.0.0.1:9/v1"])
+    assert r.exit_code == 2 and "--base-url needs a model" in r.stderr
+    r = cli.invoke(app, ["run", plan, "--model", "nonsense"])
+    assert r.exit_code == 2 and "unknown model spec 'nonsense'" in r.stderr
+    assert "Traceback" not in r.output
