@@ -148,7 +148,9 @@ def run_cmd(
     graph = validate(plan, registry, llm=llm, check_llm=True)
     for w in graph.warnings:
         err.print(f"warning: {w}", markup=False, highlight=False)
-    exe: Any = get_executor("dask", address=dask_address) if dask_address else executor
+    exe: Any = executor
+    if dask_address is not None:
+        exe = get_executor("dask", address=dask_address)
     interceptors = run_interceptors(
         graph, registry, approve=approve, asks=ask or [], policy_file=policy_file
     )

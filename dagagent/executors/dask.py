@@ -1,0 +1,620 @@
+"""Scale-out: tool calls run on Dask workers; everything else stays on the driver.
+
+:class:`DaskExecutor` schedules like :class:`~dagagent.executors.dataflow.DataflowExecutor`
+(a task starts as soon as its own dependencies have succeeded) and differs only in its
+*invoker*: the call ``tool.fn(**validated_args)`` is submitted to a Dask cluster and the
+driver awaits the Dask future on its own event loop. References, argument validation,
+interceptors, timeouts, retries, records and events stay in the
+:class:`~dagagent.runner.TaskRunner` on the driver.
+
+- **Session.** ``session()`` connects an asynchronous ``distributed.Client`` on the running
+  event loop: to the given client, to ``address``, or to a ``LocalCluster`` it starts and
+  shuts down with the run.
+- **Shipping.** Before any task runs, every tool the plan can call is pickled once with
+  cloudpickle and loaded on every worker; a tool that cannot be pickled or loaded there
+  raises :class:`~dagagent.errors.ConfigError` naming the tool and its tasks. Workers cache
+  the loaded functions, so a task ships only its arguments and a few hundred bytes of pickled
+  function. Workers living in the driver's process (``processes=False``) call the very
+  function object registered on the driver.
+- **Sync and async tools.** Sync tools run in a worker thread; async tools run on the
+  worker's event loop (Dask awaits coroutine functions natively). Either way a worker runs
+  at most ``threads_per_worker`` tool calls at once.
+- **Cancellation.** When the awaiting coroutine is cancelled (fail-fast, a timeout, an
+  interrupt) it cancels its Dask future. A sync tool already running in a worker thread runs
+  to its end there; its result is dropped.
+- **Lost workers.** A worker that dies mid-call (``KilledWorker``), a lost scheduler
+  connection or a future cancelled on the cluster becomes
+  :class:`~dagagent.errors.WorkerLostError`, retried if the task allows retries. The local
+  cluster is started with ``allowed_failures=0`` so that Dask reports a dead worker at once
+  instead of silently re-running the call on another worker; dagagent's own retry policy
+  decides.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import importlib.machinery
+import itertools
+import sys
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from ..errors import ConfigError, WorkerLostError
+from .dataflow import DataflowExecutor
+
+if TYPE_CHECKING:
+    from distributed import Client
+
+    from ..graph import PlanGraph
+    from ..runner import Invoker, TaskRunner
+    from ..tools import Registry, Tool
+    from .base import FailurePolicy
+
+__all__ = ["INSTALL_HINT", "DaskExecutor"]
+
+INSTALL_HINT = 'the dask executor needs Dask: pip install "dagagent[dask]"'
+
+# Seconds allowed for telling the scheduler to cancel a future whose caller was cancelled.
+_CANCEL_TIMEOUT_S = 5.0
+# Interval (s) at which a client this executor creates batches messages to the scheduler:
+# Dask's default (10 ms) adds up to 10 ms to every hop of a chain of dependent tasks.
+_CLIENT_SEND_INTERVAL_S = 0.001
+
+
+def _import_dask() -> None:
+    try:
+        import cloudpickle  # type: ignore[import-untyped]  # noqa: F401
+        import distributed  # noqa: F401
+    except ImportError as exc:
+        raise ConfigError(f"{INSTALL_HINT} ({exc})") from None
+
+
+# -- worker side ----------------------------------------------------------------------------
+# These run on Dask workers. They are module-level so that they pickle by reference: workers
+# need dagagent installed (and whatever the tools themselves import).
+
+# token -> function registered by a driver living in this process (in-process workers).
+_LOCAL: dict[str, Callable[..., Any]] = {}
+# token -> function unpickled on this worker, so that each tool is unpickled once per worker.
+_LOADED: dict[str, Callable[..., Any]] = {}
+_LOADED_MAX = 1024
+
+
+class _Fn:
+    """A tool function as it travels to the workers: a token, the pickled function, a name.
+
+    Small on the wire, shown as ``<tool 'name'>`` in Dask's task reprs and logs, and
+    unpickled at most once per worker process.
+    """
+
+    __slots__ = ("blob", "name", "token")
+
+    def __init__(self, token: str, blob: bytes, name: str) -> None:
+        self.token = token
+        self.blob = blob
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"<tool {self.name!r}>"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_Fn, (self.token, self.blob, self.name))
+
+    def load(self) -> Callable[..., Any]:
+        fn = _LOCAL.get(self.token)
+        if fn is None:
+            fn = _LOADED.get(self.token)
+            if fn is None:
+                import cloudpickle
+
+                fn = cloudpickle.loads(self.blob)
+                if len(_LOADED) >= _LOADED_MAX:
+                    _LOADED.clear()
+                _LOADED[self.token] = fn
+        return fn
+
+
+def _call(fn: _Fn, args: dict[str, Any]) -> Any:
+    """Run a sync tool (in a worker thread)."""
+    return fn.load()(**args)
+
+
+async def _acall(fn: _Fn, args: dict[str, Any]) -> Any:
+    """Run an async tool (on the worker's event loop)."""
+    return await fn.load()(**args)
+
+
+def _load_all(fns: list[_Fn]) -> dict[str, str]:
+    """Load every tool on this worker; return ``{token: problem}`` for those that fail."""
+    problems: dict[str, str] = {}
+    for fn in fns:
+        try:
+            fn.load()
+        except Exception as exc:
+            problems[fn.token] = _brief(exc)
+    return problems
+
+
+def _brief(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+# -- driver side ----------------------------------------------------------------------------
+
+
+def _importable_by_name(module_name: str) -> bool:
+    """Whether a fresh interpreter with the same ``sys.path`` could import ``module_name``."""
+    top = module_name.partition(".")[0]
+    if top in sys.builtin_module_names:
+        return True
+    try:
+        return importlib.machinery.PathFinder.find_spec(top) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _dumps_function(fn: Callable[..., Any]) -> bytes:
+    """Pickle a tool function for the workers.
+
+    - A function reachable by name from an importable module (directly, or as the ``fn`` of a
+      :class:`~dagagent.tools.Tool` bound to that name by ``@tool``) travels *by name*: the
+      worker imports the module, so module-level state (clients, tables) is the worker's own
+      and need not be picklable.
+    - Anything else travels *by value* with cloudpickle: functions of ``__main__``, local
+      functions and closures, and functions of a module loaded from a file under a name that
+      cannot be imported again (``dagagent run --tools path/file.py:attr``), so that workers
+      need not see the file.
+    """
+    import cloudpickle
+
+    module_name = getattr(fn, "__module__", None) or ""
+    qualname = getattr(fn, "__qualname__", None) or ""
+    module = sys.modules.get(module_name)
+    importable = (
+        module is not None and module_name != "__main__" and _importable_by_name(module_name)
+    )
+    if importable and "<" not in qualname and _resolve(module_name, qualname) is fn:
+        return bytes(cloudpickle.dumps(_ByName(module_name, qualname)))
+    if importable or module is None or module_name == "__main__":
+        return bytes(cloudpickle.dumps(fn))
+    if module_name in cloudpickle.list_registry_pickle_by_value():
+        return bytes(cloudpickle.dumps(fn))
+    cloudpickle.register_pickle_by_value(module)
+    try:
+        return bytes(cloudpickle.dumps(fn))
+    finally:
+        cloudpickle.unregister_pickle_by_value(module)
+
+
+def _resolve(module_name: str, qualname: str) -> Any:
+    """``module.qualname``, unwrapping a :class:`~dagagent.tools.Tool` to its function."""
+    from ..tools import Tool
+
+    obj: Any = importlib.import_module(module_name)
+    try:
+        for part in qualname.split("."):
+            obj = getattr(obj, part)
+    except AttributeError:
+        return None
+    return obj.fn if isinstance(obj, Tool) else obj
+
+
+class _ByName:
+    """Unpickles as :func:`_resolve` of a module and a qualified name, on the worker."""
+
+    __slots__ = ("module", "qualname")
+
+    def __init__(self, module: str, qualname: str) -> None:
+        self.module = module
+        self.qualname = qualname
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_resolve_or_fail, (self.module, self.qualname))
+
+
+def _resolve_or_fail(module_name: str, qualname: str) -> Any:
+    fn = _resolve(module_name, qualname)
+    if fn is None:
+        raise AttributeError(f"module {module_name!r} has no attribute {qualname!r}")
+    return fn
+
+
+@dataclass(frozen=True)
+class _Shipped:
+    """A tool ready to be called on workers."""
+
+    caller: Callable[..., Any]
+    fn: _Fn
+    prefix: str  # Dask key prefix: the tool name, so the dashboard groups calls by tool
+
+
+@dataclass
+class _Session:
+    # Dask's sync/async dual API is typed for sync use: awaited calls are Any here.
+    client: Any
+    cluster: Any
+    own_client: bool
+    keys: Iterator[int] = field(default_factory=itertools.count)
+    shipped: dict[Tool, _Shipped] = field(default_factory=dict)
+    users: int = 0
+
+    def ship(self, tool: Tool) -> _Shipped:
+        """Pickle ``tool`` once for this session (raises what pickling raises)."""
+        shipped = self.shipped.get(tool)
+        if shipped is None:
+            blob = _dumps_function(tool.fn)
+            token = uuid.uuid4().hex
+            _LOCAL[token] = tool.fn
+            caller = _acall if tool.is_async else _call
+            fn = _Fn(token, blob, tool.name)
+            shipped = _Shipped(caller, fn, f"{tool.name}-{token[:8]}-")
+            self.shipped[tool] = shipped
+        return shipped
+
+    def forget(self) -> None:
+        for shipped in self.shipped.values():
+            _LOCAL.pop(shipped.fn.token, None)
+        self.shipped.clear()
+
+
+class DaskExecutor(DataflowExecutor):
+    """Dataflow scheduling on the driver; tool calls on Dask workers.
+
+    Give a ``client`` (any ``distributed.Client``; one that is not asynchronous on the
+    running loop is used through a second, asynchronous client to the same scheduler), or a
+    scheduler ``address`` (``tcp://host:port``), or neither: then a ``LocalCluster`` is
+    started for the run (``n_workers``, ``threads_per_worker``, ``processes`` and any other
+    ``cluster_options`` are passed to it) and shut down after it. ``allowed_failures``
+    applies to that local cluster: how many times Dask itself re-runs a call whose worker
+    died before reporting it (default 0: dagagent's retries decide). ``connect_timeout_s``
+    bounds connecting to the scheduler, waiting for a first worker and checking the workers.
+
+    One executor may serve several runs at once; they share its client and cluster.
+    """
+
+    name = "dask"
+
+    def __init__(
+        self,
+        client: Client | None = None,
+        address: str | None = None,
+        *,
+        n_workers: int | None = None,
+        threads_per_worker: int | None = None,
+        processes: bool = True,
+        cluster_options: Mapping[str, Any] | None = None,
+        allowed_failures: int = 0,
+        connect_timeout_s: float = 30.0,
+    ) -> None:
+        _import_dask()
+        if client is not None and address is not None:
+            raise ConfigError("dask executor: give a client or an address, not both")
+        if address is not None and (not isinstance(address, str) or not address.strip()):
+            raise ConfigError(f"dask executor: the scheduler address must be a string like "
+                              f"tcp://host:8786, not {address!r}")
+        for label, value in (("n_workers", n_workers), ("threads_per_worker", threads_per_worker)):
+            if value is not None and value < 1:
+                raise ConfigError(f"dask executor: {label} must be at least 1, not {value}")
+        if allowed_failures < 0:
+            raise ConfigError(
+                f"dask executor: allowed_failures must be >= 0, not {allowed_failures}"
+            )
+        if connect_timeout_s <= 0:
+            raise ConfigError(
+                f"dask executor: connect_timeout_s must be > 0, not {connect_timeout_s}"
+            )
+        self.client = client
+        self.address = address.strip() if address is not None else None
+        self.n_workers = n_workers
+        self.threads_per_worker = threads_per_worker
+        self.processes = processes
+        self.cluster_options = dict(cluster_options or {})
+        self.allowed_failures = allowed_failures
+        self.connect_timeout_s = connect_timeout_s
+        self._session: _Session | None = None
+        self._opening: anyio.Event | None = None
+
+    def __repr__(self) -> str:
+        if self.client is not None:
+            return f"DaskExecutor(client={self.client!r})"
+        if self.address is not None:
+            return f"DaskExecutor(address={self.address!r})"
+        return f"DaskExecutor(local cluster, processes={self.processes})"
+
+    # -- session --------------------------------------------------------------------------
+
+    @property
+    def invoker(self) -> Invoker | None:
+        return self._invoke
+
+    @contextlib.asynccontextmanager
+    async def session(self) -> AsyncIterator[None]:
+        state = await self._acquire()
+        try:
+            yield
+        finally:
+            state.users -= 1
+            if state.users == 0:
+                if self._session is state:
+                    self._session = None
+                with anyio.CancelScope(shield=True):
+                    await self._close(state)
+
+    async def _acquire(self) -> _Session:
+        while self._opening is not None:  # another run is connecting: share its session
+            await self._opening.wait()
+        state = self._session
+        if state is None:
+            opening = self._opening = anyio.Event()
+            try:
+                state = self._session = await self._open()
+            finally:
+                self._opening = None
+                opening.set()
+        state.users += 1
+        return state
+
+    async def _open(self) -> _Session:
+        from distributed import Client
+
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            raise ConfigError(
+                "the dask executor needs the asyncio event loop (anyio backend 'asyncio')"
+            ) from None
+        given = self.client
+        if given is not None:
+            if given.asynchronous and getattr(given.loop, "asyncio_loop", None) is loop:
+                return _Session(given, None, own_client=False)
+            target: Any = _any(given).scheduler.address
+        else:
+            target = self.address
+        cluster = None
+        if target is None:
+            cluster = await self._start_cluster()
+            target = cluster
+        where = target if isinstance(target, str) else "the local cluster"
+        try:
+            client: Any = _any(Client)(
+                target, asynchronous=True, timeout=self.connect_timeout_s
+            )
+        except Exception as exc:
+            if cluster is not None:
+                with anyio.CancelScope(shield=True):
+                    await _quietly(cluster.close())
+            raise ConfigError(f"cannot connect to the Dask scheduler at {where}: "
+                              f"{_brief(exc)}") from None
+        try:
+            await client
+        except BaseException as exc:
+            with anyio.CancelScope(shield=True):
+                await _quietly(client.close())
+                if cluster is not None:
+                    await _quietly(cluster.close())
+            if not isinstance(exc, Exception):
+                raise
+            raise ConfigError(
+                f"cannot connect to the Dask scheduler at {where} "
+                f"(within {self.connect_timeout_s:g} s): {_brief(exc)}"
+            ) from None
+        comm = getattr(client, "scheduler_comm", None)
+        if comm is not None and hasattr(comm, "interval"):
+            comm.interval = _CLIENT_SEND_INTERVAL_S
+        return _Session(client, cluster, own_client=True)
+
+    async def _start_cluster(self) -> Any:
+        from distributed import LocalCluster
+
+        options: dict[str, Any] = {
+            "processes": self.processes,
+            "dashboard_address": ":0",  # never collide with another cluster's 8787
+        }
+        if self.n_workers is not None:
+            options["n_workers"] = self.n_workers
+        if self.threads_per_worker is not None:
+            options["threads_per_worker"] = self.threads_per_worker
+        options.update(self.cluster_options)
+        scheduler_kwargs = {"dashboard": False, "allowed_failures": self.allowed_failures}
+        scheduler_kwargs.update(options.pop("scheduler_kwargs", None) or {})
+        if "dashboard_address" in self.cluster_options:
+            scheduler_kwargs.pop("dashboard", None)
+        try:
+            cluster = _any(LocalCluster)(
+                asynchronous=True, scheduler_kwargs=scheduler_kwargs, **options
+            )
+        except Exception as exc:
+            raise ConfigError(f"cannot create a local Dask cluster: {_brief(exc)}") from None
+        try:
+            await cluster
+        except BaseException as exc:
+            with anyio.CancelScope(shield=True):
+                await _quietly(cluster.close())
+            if not isinstance(exc, Exception):
+                raise
+            raise ConfigError(
+                f"cannot start a local Dask cluster: {_brief(exc)} (with process workers, a "
+                "script must start the run under `if __name__ == \"__main__\":`)"
+            ) from None
+        return cluster
+
+    @staticmethod
+    async def _close(state: _Session) -> None:
+        state.forget()
+        if state.own_client:
+            await _quietly(state.client.close())
+        if state.cluster is not None:
+            await _quietly(state.cluster.close())
+
+    # -- run ------------------------------------------------------------------------------
+
+    async def run(self, graph: PlanGraph, runner: TaskRunner, on_failure: FailurePolicy) -> None:
+        state = self._session
+        if state is None:
+            raise ConfigError("DaskExecutor.run() must be called inside DaskExecutor.session()")
+        await self._prepare(state, graph, runner.registry)
+        await super().run(graph, runner, on_failure)
+
+    async def _prepare(self, state: _Session, graph: PlanGraph, registry: Registry) -> None:
+        """Ship every tool the plan can call to the workers, or say which cannot go."""
+        used: dict[Tool, list[str]] = {}
+        for task_id, task in graph.tasks.items():
+            if task.tool is not None:
+                names: Iterable[str] = (task.tool,)
+            elif task.tools is not None:
+                names = task.tools
+            else:
+                names = registry.names
+            for name in names:
+                if name in registry:
+                    used.setdefault(registry.get(name), []).append(task_id)
+        problems: list[str] = []
+        fresh: dict[str, Tool] = {}
+        for tool, task_ids in used.items():
+            if tool in state.shipped:
+                continue
+            try:
+                fresh[state.ship(tool).fn.token] = tool
+            except Exception as exc:
+                problems.append(
+                    f"tool {tool.name!r} ({_tasks(task_ids)}) cannot be pickled: {_brief(exc)}"
+                )
+        try:
+            if fresh and not problems:
+                problems = await self._check_workers(state, fresh, used)
+        finally:
+            if problems or sys.exc_info()[0] is not None:
+                for tool in fresh.values():  # a later run checks these tools again
+                    shipped = state.shipped.pop(tool, None)
+                    if shipped is not None:
+                        _LOCAL.pop(shipped.fn.token, None)
+        if problems:
+            raise ConfigError(
+                "cannot run this plan on Dask:\n  "
+                + "\n  ".join(problems)
+                + "\ntools must be picklable with cloudpickle and importable on every worker "
+                "(define them in a module the workers can import, not around local state)"
+            )
+
+    async def _check_workers(
+        self, state: _Session, fresh: dict[str, Tool], used: dict[Tool, list[str]]
+    ) -> list[str]:
+        """Load the new tools on every worker (out of band, not queued behind tasks)."""
+        client = state.client
+        timeout = self.connect_timeout_s
+        fns = [state.shipped[tool].fn for tool in fresh.values()]
+        try:
+            with anyio.fail_after(timeout):
+                info = await client.scheduler.identity()
+                if not info.get("workers"):
+                    await client.wait_for_workers(1)
+                replies = await client.run(_load_all, fns, on_error="return")
+        except TimeoutError:
+            raise ConfigError(
+                f"dask executor: no worker of the scheduler at {client.scheduler.address} "
+                f"answered within {timeout:g} s"
+            ) from None
+        problems: list[str] = []
+        for worker, reply in sorted(replies.items()):
+            if isinstance(reply, BaseException):
+                problems.append(
+                    f"worker {worker} cannot run dagagent tool calls: {_brief(reply)} "
+                    "(install dagagent and the tools' dependencies on every worker)"
+                )
+                continue
+            for token, problem in reply.items():
+                tool = fresh[token]
+                problems.append(
+                    f"tool {tool.name!r} ({_tasks(used[tool])}) cannot be loaded on worker "
+                    f"{worker}: {problem}"
+                )
+        return problems
+
+    # -- the invoker (per tool call: keep it lean) ----------------------------------------
+
+    async def _invoke(self, tool: Tool, args: Mapping[str, Any]) -> Any:
+        state = self._session
+        if state is None:
+            raise ConfigError("the dask executor's invoker is used outside its session()")
+        shipped = state.shipped.get(tool)
+        if shipped is None:  # not seen by _prepare (e.g. an invoker used on its own)
+            try:
+                shipped = state.ship(tool)
+            except Exception as exc:
+                raise ConfigError(
+                    f"tool {tool.name!r} cannot be pickled for Dask: {_brief(exc)}"
+                ) from None
+        client = state.client
+        future = client.submit(
+            shipped.caller,
+            shipped.fn,
+            args,
+            key=f"{shipped.prefix}{next(state.keys)}",
+            pure=False,
+        )
+        try:
+            return await future
+        except _killed_worker() as exc:
+            raise WorkerLostError(
+                f"the Dask worker running tool {tool.name!r} died"
+                f"{_last_worker(exc)}; see that worker's log"
+            ) from None
+        except concurrent.futures.CancelledError as exc:  # cancelled on the cluster, not by us
+            raise WorkerLostError(
+                f"the Dask task running tool {tool.name!r} was cancelled on the cluster: {exc}"
+            ) from None
+        except _comm_closed() as exc:
+            raise WorkerLostError(
+                f"lost the connection to the Dask scheduler while running tool {tool.name!r}: "
+                f"{_brief(exc)}"
+            ) from None
+        except BaseException:  # our caller was cancelled (fail-fast, timeout, interrupt)
+            if not future.done():
+                with anyio.CancelScope(shield=True), anyio.move_on_after(_CANCEL_TIMEOUT_S):
+                    await _quietly(client.cancel([future]))
+            raise
+        finally:
+            # Forget the key now rather than when the future is garbage collected (an error's
+            # traceback keeps it alive): the scheduler and workers drop the result or error.
+            future.release()
+
+
+def _killed_worker() -> type[Exception]:
+    from distributed import KilledWorker
+
+    return KilledWorker
+
+
+def _comm_closed() -> type[Exception]:
+    from distributed.comm.core import CommClosedError
+
+    return CommClosedError
+
+
+def _last_worker(exc: BaseException) -> str:
+    worker = getattr(getattr(exc, "last_worker", None), "address", None)
+    return f" ({worker})" if worker else ""
+
+
+def _any(obj: Any) -> Any:
+    """Dask's sync/async dual API is typed for synchronous use; we use it asynchronously."""
+    return obj
+
+
+def _tasks(task_ids: list[str]) -> str:
+    shown = ", ".join(repr(t) for t in task_ids[:5])
+    more = f" and {len(task_ids) - 5} more" if len(task_ids) > 5 else ""
+    return f"task{'s' if len(task_ids) > 1 else ''} {shown}{more}"
+
+
+async def _quietly(awaitable: Any) -> None:
+    """Await a Dask cleanup call; a failure to clean up must not hide the run's outcome."""
+    with contextlib.suppress(Exception):
+        await awaitable

@@ -1,0 +1,62 @@
+"""Tools for the Dask executor tests that run on worker *processes*.
+
+They live in an importable module rather than in the test file: ``tests/`` is on
+``sys.path`` under pytest, and a ``LocalCluster``'s worker processes start with the
+driver's ``sys.path``, so the workers import this module and these tools travel *by name*,
+exactly as tools installed on a real cluster would. (Tools defined inside a test function
+travel by value instead; the in-process tests cover that path.)
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from dagagent import Registry
+
+registry = Registry()
+
+
+@registry.tool
+def where(value: int) -> dict[str, Any]:
+    """Return the value and the id of the process that ran the call.
+
+    Args:
+        value: Any integer.
+    """
+    return {"pid": os.getpid(), "value": value}
+
+
+@registry.tool
+async def awhere(value: int, seconds: float = 0.0) -> dict[str, Any]:
+    """Async: sleep, then return the value and the id of the process that ran the call.
+
+    Args:
+        value: Any integer.
+        seconds: How long to sleep first.
+    """
+    await anyio.sleep(seconds)
+    return {"pid": os.getpid(), "value": value}
+
+
+@registry.tool
+def die() -> None:
+    """Kill the worker process running this call."""
+    os._exit(1)
+
+
+@registry.tool
+def die_once(marker: str) -> str:
+    """Kill the worker process the first time (creating ``marker``), succeed afterwards.
+
+    Args:
+        marker: A file path that records the first call.
+    """
+    path = Path(marker)
+    if not path.exists():
+        path.write_text("died once")
+        os._exit(1)
+    return "survived"

@@ -1,0 +1,391 @@
+"""The Dask executor: tool calls on Dask workers, dataflow scheduling on the driver.
+
+Most tests start an in-process cluster (``processes=False``, a few tens of milliseconds) per
+run, so the recording tools of ``conftest.py`` see every call. A few tests share one
+module-scoped cluster of worker *processes* (``n_workers=2, threads_per_worker=1``), which
+is slow to start; their tools live in ``tests/dask_tools.py`` so that workers can import them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from typer.testing import CliRunner
+
+import dagagent
+from dagagent.cli import app
+from dagagent.errors import ConfigError
+from dagagent.executors import get_executor
+from dagagent.runner import RetryPolicy
+from dagagent.tools import Registry, Tool
+
+distributed = pytest.importorskip("distributed")
+from dagagent.executors.dask import DaskExecutor  # noqa: E402
+
+import dask_tools  # noqa: E402  (tests/ is on sys.path under pytest)
+
+ROOT = Path(__file__).resolve().parents[1]
+FAST_RETRY = RetryPolicy(base_delay_s=0.01, jitter=0)
+
+
+def in_process(**options: Any) -> DaskExecutor:
+    return DaskExecutor(processes=False, n_workers=2, threads_per_worker=4, **options)
+
+
+def plan(*tasks: dict[str, Any]) -> dict[str, Any]:
+    return {"goal": "dask test", "tasks": list(tasks)}
+
+
+# -- in-process cluster --------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_runs_plan_on_dask_respecting_dependencies(
+    registry: Registry, recorder: Any
+) -> None:
+    p = plan(
+        {"id": "a", "tool": "work", "args": {"name": "a", "seconds": 0.1, "value": 2}},
+        {"id": "b", "tool": "work", "args": {"name": "b", "seconds": 0.1, "value": 3}},
+        {"id": "sum", "tool": "add", "args": {"a": "${a}", "b": "${b}"}},
+        {"id": "c", "tool": "work", "args": {"name": "c", "value": "${sum}"}},
+        {"id": "echo", "tool": "echo", "args": {"value": "got ${c}"}},
+    )
+    result = await dagagent.execute(p, registry, executor=in_process())
+    assert result.ok, result.tasks
+    assert result.executor == "dask"
+    assert result.outputs == {"a": 2, "b": 3, "sum": 5, "c": 5, "echo": "got 5"}
+    # the recording tool ran once per call, in this process (in-process workers call the
+    # very function registered here), and the dependencies were respected
+    assert recorder.calls == {"a": 1, "b": 1, "c": 1}
+    assert recorder.overlap("a", "b")
+    c_start = recorder.intervals["c"][0]
+    assert c_start >= recorder.intervals["a"][1] and c_start >= recorder.intervals["b"][1]
+    assert result.tasks["sum"].args == {"a": 2, "b": 3}
+    assert result.tasks["sum"].started_at >= max(  # type: ignore[operator]
+        result.tasks["a"].finished_at, result.tasks["b"].finished_at  # type: ignore[type-var]
+    )
+
+
+@pytest.mark.anyio
+async def test_executor_by_name_and_sync_execute(registry: Registry) -> None:
+    exe = get_executor("dask", processes=False, n_workers=1)
+    assert isinstance(exe, DaskExecutor) and exe.name == "dask"
+
+    def run() -> dagagent.RunResult:
+        p = plan({"id": "x", "tool": "add", "args": {"a": 1, "b": 41}})
+        return dagagent.execute_sync(p, registry, executor=exe)
+
+    result = await anyio.to_thread.run_sync(run)  # execute_sync runs its own event loop
+    assert result.ok and result.outputs == {"x": 42}
+
+
+@pytest.mark.anyio
+async def test_fail_fast_cancels_running_sibling_and_its_dask_future(
+    registry: Registry, recorder: Any
+) -> None:
+    from distributed import Client, LocalCluster
+
+    p = plan(
+        {"id": "slow", "tool": "work", "args": {"name": "slow", "seconds": 30}},
+        {"id": "bad", "tool": "work", "args": {"name": "bad", "seconds": 0.2, "fail": True}},
+        {"id": "after", "tool": "echo", "args": {"value": "${bad}"}},
+    )
+    async with (
+        LocalCluster(
+            processes=False, n_workers=1, threads_per_worker=4, asynchronous=True,
+            dashboard_address=":0", scheduler_kwargs={"dashboard": False},
+        ) as cluster,
+        Client(cluster, asynchronous=True) as client,
+    ):
+        t0 = time.perf_counter()
+        result = await dagagent.execute(p, registry, executor=DaskExecutor(client=client))
+        elapsed = time.perf_counter() - t0
+        assert elapsed < 5, elapsed
+        statuses = {t: r.status.value for t, r in result.tasks.items()}
+        assert statuses == {"slow": "cancelled", "bad": "failed", "after": "skipped"}
+        assert "bad failed on purpose" in (result.tasks["bad"].error or "")
+        assert recorder.calls.get("slow") == 1  # it had started on the worker
+        # the driver told the scheduler to cancel the sibling's future, and the scheduler
+        # holds nothing of this run any more
+        with anyio.fail_after(5):
+            while not any(
+                msg.get("action") == "cancel" for _, msg in await client.get_events(client.id)
+            ) or await client.run_on_scheduler(_task_count):
+                await anyio.sleep(0.02)
+        # the given client stays open and usable
+        assert await client.submit(sum, [1, 2], pure=False) == 3
+
+
+def _task_count(dask_scheduler: Any) -> int:
+    return len(dask_scheduler.tasks)
+
+
+@pytest.mark.anyio
+async def test_timeout_cancels_the_call(registry: Registry) -> None:
+    p = plan({"id": "slow", "tool": "work", "args": {"name": "slow", "seconds": 30},
+              "timeout_s": 0.3})
+    t0 = time.perf_counter()
+    result = await dagagent.execute(p, registry, executor=in_process())
+    assert time.perf_counter() - t0 < 5
+    r = result.tasks["slow"]
+    assert r.status.value == "failed" and r.error_type == "TaskTimeoutError"
+    assert "timed out after 0.3 s" in (r.error or "")
+
+
+@pytest.mark.anyio
+async def test_retries_run_again_on_dask(registry: Registry) -> None:
+    calls: list[int] = []
+
+    @registry.tool(retries=2)
+    def flaky(n: int) -> int:
+        """Fail on the first two calls."""
+        calls.append(n)
+        if len(calls) < 3:
+            raise ConnectionError(f"attempt {len(calls)} failed")
+        return n * 2
+
+    p = plan({"id": "f", "tool": "flaky", "args": {"n": 21}})
+    result = await dagagent.execute(p, registry, executor=in_process(), retry=FAST_RETRY)
+    r = result.tasks["f"]
+    assert r.status.value == "succeeded" and r.output == 42 and r.attempts == 3
+    assert calls == [21, 21, 21]
+
+    calls.clear()
+    p = plan({"id": "f", "tool": "flaky", "args": {"n": 1}, "retries": 1})
+    result = await dagagent.execute(p, registry, executor=in_process(), retry=FAST_RETRY)
+    r = result.tasks["f"]
+    assert r.status.value == "failed" and r.attempts == 2
+    assert r.error == "ConnectionError: attempt 2 failed"
+    assert r.error_type == "ConnectionError"
+
+
+@pytest.mark.anyio
+async def test_unpicklable_tool_is_refused_before_any_task_runs(
+    registry: Registry, recorder: Any
+) -> None:
+    lock = threading.Lock()
+
+    @registry.tool
+    def guarded(x: int) -> int:
+        """Uses a lock from the driver: it cannot be sent to a worker."""
+        with lock:
+            return x
+
+    p = plan(
+        {"id": "first", "tool": "work", "args": {"name": "first"}},
+        {"id": "g", "tool": "guarded", "args": {"x": "${first}"}},
+    )
+    events: list[Any] = []
+    with pytest.raises(ConfigError) as info:
+        await dagagent.execute(p, registry, executor=in_process(), listeners=[events.append])
+    text = str(info.value)
+    assert "tool 'guarded' (task 'g') cannot be pickled" in text
+    assert "lock" in text
+    assert "work" not in text.split("\n")[1]  # only the tool that cannot go is named
+    assert recorder.calls == {}  # nothing ran
+    assert not [e for e in events if e.kind == "task_started"]
+
+
+@pytest.mark.anyio
+async def test_agent_tasks_ship_their_tool_subset(registry: Registry) -> None:
+    lock = threading.Lock()
+
+    @registry.tool
+    def guarded() -> None:
+        """Cannot be pickled."""
+        with lock:
+            pass
+
+    # an agent task that may call every tool needs every tool shipped
+    p = plan({"id": "ask", "instruction": "use the tools"})
+    with pytest.raises(ConfigError, match=r"tool 'guarded' \(task 'ask'\)"):
+        await dagagent.execute(p, registry, executor=in_process())
+
+
+@pytest.mark.anyio
+async def test_async_and_sync_tools_on_file_loaded_module(tmp_path: Path) -> None:
+    from dagagent.cli._app import load_registry
+
+    source = tmp_path / "mytools.py"
+    source.write_text(
+        "import anyio\n"
+        "from dagagent import Registry\n"
+        "SCALE = 10\n"
+        "def scale(x: int) -> int:\n"
+        "    return x * SCALE\n"
+        "async def later(x: int) -> int:\n"
+        "    await anyio.sleep(0.01)\n"
+        "    return x + 1\n"
+        "registry = Registry([scale, later])\n"
+    )
+    reg = load_registry(f"{source}:registry")
+    p = plan(
+        {"id": "s", "tool": "scale", "args": {"x": 4}},
+        {"id": "l", "tool": "later", "args": {"x": "${s}"}},
+    )
+    result = await dagagent.execute(p, reg, executor=in_process())
+    assert result.ok and result.outputs == {"s": 40, "l": 41}
+
+
+def test_options_are_checked() -> None:
+    with pytest.raises(ConfigError, match="a client or an address, not both"):
+        DaskExecutor(client=object(), address="tcp://127.0.0.1:8786")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="n_workers must be at least 1"):
+        DaskExecutor(n_workers=0)
+    with pytest.raises(ConfigError, match="scheduler address"):
+        DaskExecutor(address=" ")
+    assert "tcp://h:1" in repr(DaskExecutor(address="tcp://h:1"))
+
+
+@pytest.mark.anyio
+async def test_unreachable_scheduler_is_a_clear_error(registry: Registry) -> None:
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    exe = DaskExecutor(address=f"tcp://127.0.0.1:{port}", connect_timeout_s=0.5)
+    p = plan({"id": "x", "tool": "add", "args": {"a": 1, "b": 2}})
+    t0 = time.perf_counter()
+    with pytest.raises(ConfigError, match=rf"cannot connect to the Dask scheduler at tcp://127.0.0.1:{port}"):
+        await dagagent.execute(p, registry, executor=exe)
+    assert time.perf_counter() - t0 < 10
+
+
+def test_without_dask_says_how_to_install(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setitem(sys.modules, "distributed", None)  # import distributed -> ImportError
+    with pytest.raises(ConfigError, match=r'pip install "dagagent\[dask\]"'):
+        DaskExecutor()
+    r = CliRunner().invoke(
+        app,
+        ["run", str(ROOT / "examples" / "weather.json"), "--executor", "dask",
+         "--store", str(tmp_path / "runs.db")],
+        catch_exceptions=False,
+    )
+    assert r.exit_code == 2, r.output
+    assert 'pip install "dagagent[dask]"' in r.stderr
+    assert "Traceback" not in r.output
+
+
+def test_cli_dask_address_needs_dask_executor(tmp_path: Path) -> None:
+    r = CliRunner().invoke(
+        app,
+        ["run", str(ROOT / "examples" / "weather.json"), "--dask-address", "tcp://h:1",
+         "--store", str(tmp_path / "runs.db")],
+        catch_exceptions=False,
+    )
+    assert r.exit_code == 2
+    assert "--dask-address needs --executor dask" in r.stderr
+
+
+# -- worker processes ----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def process_cluster() -> Iterator[Any]:
+    """Two single-threaded worker processes; a worker that dies is reported at once."""
+    from distributed import LocalCluster
+
+    cluster = LocalCluster(
+        n_workers=2,
+        threads_per_worker=1,
+        processes=True,
+        dashboard_address=":0",
+        scheduler_kwargs={"dashboard": False, "allowed_failures": 0},
+    )
+    try:
+        yield cluster
+    finally:
+        cluster.close()
+
+
+@pytest.mark.anyio
+async def test_process_workers_run_sync_and_async_tools(process_cluster: Any) -> None:
+    p = plan(
+        {"id": "s", "tool": "where", "args": {"value": 1}},
+        {"id": "a", "tool": "awhere", "args": {"value": "${s.value}", "seconds": 0.01}},
+        {"id": "s2", "tool": "where", "args": {"value": "${a.value}"}},
+    )
+    exe = DaskExecutor(address=process_cluster.scheduler_address)
+    result = await dagagent.execute(p, dask_tools.registry, executor=exe)
+    assert result.ok, result.tasks
+    assert [result.outputs[t]["value"] for t in ("s", "a", "s2")] == [1, 1, 1]
+    worker_pids = {result.outputs[t]["pid"] for t in ("s", "a", "s2")}
+    assert os.getpid() not in worker_pids  # the calls ran in worker processes
+
+
+@pytest.mark.anyio
+async def test_tool_not_importable_on_workers_is_refused_before_running(
+    process_cluster: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a module the driver can import (its folder joins sys.path only now) but the worker
+    # processes, started earlier, cannot: its functions travel by name and fail there
+    (tmp_path / "driver_only_tools.py").write_text("def shout(text: str) -> str:\n"
+                                                   "    return text.upper()\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "driver_only_tools", raising=False)  # gone after the test
+    import driver_only_tools  # type: ignore[import-not-found]
+
+    reg = Registry([Tool(driver_only_tools.shout), *dask_tools.registry])
+    p = plan(
+        {"id": "w", "tool": "where", "args": {"value": 1}},
+        {"id": "loud", "tool": "shout", "args": {"text": "hi"}},
+    )
+    events: list[Any] = []
+    exe = DaskExecutor(address=process_cluster.scheduler_address)
+    with pytest.raises(ConfigError) as info:
+        await dagagent.execute(p, reg, executor=exe, listeners=[events.append])
+    text = str(info.value)
+    assert "tool 'shout' (task 'loud') cannot be loaded on worker tcp://" in text
+    assert "No module named 'driver_only_tools'" in text
+    assert "'where'" not in text
+    assert not [e for e in events if e.kind == "task_started"]
+
+
+@pytest.mark.anyio
+async def test_worker_killed_mid_task_fails_clearly(process_cluster: Any) -> None:
+    p = plan({"id": "boom", "tool": "die", "args": {}})
+    exe = DaskExecutor(address=process_cluster.scheduler_address)
+    t0 = time.perf_counter()
+    result = await dagagent.execute(p, dask_tools.registry, executor=exe)
+    assert time.perf_counter() - t0 < 20
+    r = result.tasks["boom"]
+    assert r.status.value == "failed" and r.attempts == 1
+    assert r.error_type == "WorkerLostError"
+    assert "the Dask worker running tool 'die' died (tcp://" in (r.error or "")
+
+
+@pytest.mark.anyio
+async def test_worker_killed_mid_task_is_retried(process_cluster: Any, tmp_path: Path) -> None:
+    marker = tmp_path / "died"
+    p = plan({"id": "once", "tool": "die_once", "args": {"marker": str(marker)}, "retries": 1})
+    exe = DaskExecutor(address=process_cluster.scheduler_address)
+    result = await dagagent.execute(p, dask_tools.registry, executor=exe, retry=FAST_RETRY)
+    r = result.tasks["once"]
+    assert marker.exists()  # the first attempt did kill its worker
+    assert r.status.value == "succeeded" and r.output == "survived" and r.attempts == 2
+
+
+def test_cli_runs_on_a_dask_scheduler(process_cluster: Any, tmp_path: Path) -> None:
+    r = CliRunner().invoke(
+        app,
+        ["run", str(ROOT / "examples" / "weather.json"), "--executor", "dask", "--json",
+         "--dask-address", process_cluster.scheduler_address,
+         "--store", str(tmp_path / "runs.db")],
+        catch_exceptions=False,
+    )
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    assert data["status"] == "succeeded" and data["executor"] == "dask"
+    assert data["tasks"]["cmp"]["output"]["larger"] == "Tokyo"
