@@ -13,8 +13,10 @@ executor that hands each task to one shared task runner.
     result = await dagagent.execute(plan, registry, executor="dataflow")
 """
 
+from .agent import AgentResult, AgentState, Budget, ReActAgent, make_agent_runner
 from .api import execute, execute_sync, new_run_id
 from .errors import (
+    AgentError,
     DagagentError,
     Issue,
     PlanError,
@@ -38,6 +40,10 @@ from .tools import Registry, Tool, tool
 __version__ = "0.1.0"
 
 __all__ = [
+    "AgentError",
+    "AgentResult",
+    "AgentState",
+    "Budget",
     "DagagentError",
     "Event",
     "Interceptor",
@@ -52,6 +58,7 @@ __all__ = [
     "PlanValidationError",
     "PlanningError",
     "PlanningResult",
+    "ReActAgent",
     "Registry",
     "RetryPolicy",
     "RunFailedError",
@@ -70,6 +77,7 @@ __all__ = [
     "execute",
     "execute_sync",
     "load_plan",
+    "make_agent_runner",
     "new_run_id",
     "parse_llmcompiler",
     "tool",
