@@ -58,7 +58,8 @@ ASK_OPT = typer.Option(
 )
 POLICY_OPT = typer.Option(
     None, "--policy", metavar="FILE",
-    help="Approval rules file: JSON (or TOML on Python 3.11+). --ask rules are checked first.",
+    help="Approval rules file: JSON (or TOML on Python 3.11+). Checked before --ask; a call "
+    "runs only if both allow it.",
 )
 
 
@@ -133,6 +134,7 @@ class TerminalAsker:
     def __init__(self, console: Console | None = None, reader: LineReader | None = None) -> None:
         self.console = console or err
         self.reader = reader or LineReader()
+        self._lock = anyio.Lock()  # one question at a time, even across several policies
 
     def _say(self, text: str, *, end: str = "\n") -> None:
         self.console.print(text, end=end, markup=False, highlight=False)
@@ -142,6 +144,10 @@ class TerminalAsker:
         return await self.reader.readline(since=time.monotonic())
 
     async def __call__(self, request: ApprovalRequest) -> Approval:
+        async with self._lock:
+            return await self._ask(request)
+
+    async def _ask(self, request: ApprovalRequest) -> Approval:
         by = self.decided_by
         self._say("")
         self._say(f"approval needed: {request.describe()} ({request.rule_label})")
@@ -207,7 +213,7 @@ def _json(value: Any) -> str:
 
 
 def dag_drawing(
-    graph: PlanGraph, registry: Registry | None = None, policy: Policy | None = None
+    graph: PlanGraph, registry: Registry | None = None, policies: Sequence[Policy] = ()
 ) -> str:
     """The plan as levels with their incoming edges, in plain ASCII::
 
@@ -216,8 +222,9 @@ def dag_drawing(
                    |
         level 1  cmp (compare) <- paris, tokyo
 
-    With a policy, each tool task is marked with the action it will meet: ``[ask]``,
-    ``[deny]``, or ``[ask?]`` when that depends on arguments not known before the run.
+    With policies, each tool task is marked with the first action other than ``allow`` it
+    will meet: ``[ask]``, ``[deny]``, or ``[ask?]`` when that depends on arguments not known
+    before the run (they come from references).
     """
     lines: list[str] = []
     for i, level in enumerate(graph.levels):
@@ -231,7 +238,7 @@ def dag_drawing(
             deps = graph.dependencies[tid]
             if deps:
                 line += " <- " + ", ".join(deps)
-            mark = _preview(graph, registry, policy, tid)
+            mark = _preview(graph, registry, policies, tid)
             if mark:
                 line += f"  [{mark}]"
             lines.append(line)
@@ -239,35 +246,44 @@ def dag_drawing(
 
 
 def _preview(
-    graph: PlanGraph, registry: Registry | None, policy: Policy | None, task_id: str
+    graph: PlanGraph, registry: Registry | None, policies: Sequence[Policy], task_id: str
 ) -> str | None:
     task = graph.tasks[task_id]
-    if policy is None or registry is None or task.tool is None:
+    if not policies or registry is None or task.tool is None:
         return None
     try:
         tool = registry.get(task.tool)
     except UnknownToolError:
         return None
-    action = policy.preview(tool, graph.templates[task_id].literal_keys(), task_id)
-    return None if action == "allow" else action
+    known = graph.templates[task_id].literal_keys()
+    for policy in policies:
+        action = policy.preview(tool, known, task_id)
+        if action != "allow":
+            return action
+    return None
 
 
 def confirm_plan(
     graph: PlanGraph,
     registry: Registry | None = None,
-    policy: Policy | None = None,
+    policies: Sequence[tuple[str, Policy]] = (),
     *,
     console: Console | None = None,
     stream: TextIO | None = None,
 ) -> bool:
-    """Show the plan (table, drawing, approval rules) and ask whether to run it."""
+    """Show the plan (table, drawing, approval rules) and ask whether to run it.
+    ``policies``: ``(title, policy)`` pairs, in the order they check each call."""
     c = console or err
     c.print(plan_table(graph))
-    c.print(dag_drawing(graph, registry, policy), markup=False, highlight=False)
-    if policy is not None:
-        c.print("approval rules (first match wins):", markup=False)
-        for line in policy.describe():
-            c.print(f"  {line}", markup=False, highlight=False)
+    c.print(dag_drawing(graph, registry, [p for _, p in policies]), markup=False,
+            highlight=False)
+    if policies:
+        c.print("approval, checked in this order (first matching rule of each wins):",
+                markup=False)
+        for title, policy in policies:
+            c.print(f"  {title}:", markup=False, highlight=False)
+            for line in policy.describe():
+                c.print(f"    {line}", markup=False, highlight=False)
     n = len(graph)
     c.print(f"Run this plan ({n} task{'s' if n != 1 else ''})? [y/N] ", end="", markup=False)
     line = (stream or sys.stdin).readline()
@@ -284,41 +300,43 @@ def run_interceptors(
     asks: Sequence[str],
     policy_file: Path | None,
 ) -> list[Interceptor]:
-    """What ``dagagent run`` does with ``--approve``, ``--ask`` and ``--policy``: build the
-    policy (``--ask`` rules first, then the file's rules, then the file's default), ask for
-    the plan if requested, and return the interceptors for the run.
+    """What ``dagagent run`` does with ``--approve``, ``--ask`` and ``--policy``.
 
-    Exits 2 when ``--approve`` has no terminal to ask on, 1 when the plan is not approved."""
+    Each call is checked by the policy file first (its rules, then its default), then by the
+    ``--ask`` rules: a call runs only if both let it, so a question on the command line never
+    overrides a file's ``deny``, and a file's catch-all ``allow`` never silences ``--ask``.
+    Questions go to the terminal; without one, they are denied. With ``--approve`` the plan
+    is shown and confirmed first. Exits 2 when ``--approve`` has no terminal to ask on, 1 when
+    the plan is not approved."""
     for pattern in asks:
         if not pattern.strip():
             raise ConfigError("--ask needs a tool name or glob, e.g. --ask 'write_*'")
     interactive = stdin_is_terminal()
-    policy: Policy | None = None
-    if asks or policy_file is not None:
-        base = load_policy(policy_file) if policy_file is not None else Policy()
-        ask_rules = [Rule(action="ask", tool=p, name=f"--ask {p}") for p in asks]
-        policy = base.replace(
-            rules=(*ask_rules, *base.rules),
-            ask=TerminalAsker() if interactive else deny_without_terminal,
-        )
+    ask = TerminalAsker() if interactive else deny_without_terminal
+    policies: list[tuple[str, Policy]] = []
+    if policy_file is not None:
+        policies.append((f"policy file {policy_file}", load_policy(policy_file, ask=ask)))
+    if asks:
+        rules = [Rule(action="ask", tool=p, name=f"--ask {p}") for p in asks]
+        policies.append(("--ask", Policy(rules, ask=ask)))
         for pattern in asks:
             if not registry.select(pattern):
                 err.print(f"warning: --ask {pattern!r} matches no tool", markup=False)
-        if not interactive and _may_ask(policy):
-            err.print(
-                "warning: no terminal is attached: calls that need approval will be denied",
-                markup=False,
-            )
+    if not interactive and any(_may_ask(p) for _, p in policies):
+        err.print(
+            "warning: no terminal is attached: calls that need approval will be denied",
+            markup=False,
+        )
     if approve:
         if not interactive:
             fail(
                 "--approve needs a terminal to ask on, but stdin is not a terminal "
                 "(run without --approve, or from a terminal)"
             )
-        if not confirm_plan(graph, registry, policy):
+        if not confirm_plan(graph, registry, policies):
             err.print("run not approved: nothing was run", markup=False)
             raise typer.Exit(EXIT_FAILED)
-    return [policy] if policy is not None else []
+    return [p for _, p in policies]
 
 
 def _may_ask(policy: Policy) -> bool:
