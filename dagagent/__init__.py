@@ -15,6 +15,7 @@ executor that hands each task to one shared task runner.
 
 from .agent import AgentResult, AgentState, Budget, ReActAgent, make_agent_runner
 from .api import execute, execute_sync, new_run_id
+from .approval import Approval, ApprovalRequest, Policy, Rule, load_policy
 from .errors import (
     AgentError,
     DagagentError,
@@ -43,6 +44,8 @@ __all__ = [
     "AgentError",
     "AgentResult",
     "AgentState",
+    "Approval",
+    "ApprovalRequest",
     "Budget",
     "DagagentError",
     "Event",
@@ -58,9 +61,11 @@ __all__ = [
     "PlanValidationError",
     "PlanningError",
     "PlanningResult",
+    "Policy",
     "ReActAgent",
     "Registry",
     "RetryPolicy",
+    "Rule",
     "RunFailedError",
     "RunResult",
     "RunStatus",
@@ -77,6 +82,7 @@ __all__ = [
     "execute",
     "execute_sync",
     "load_plan",
+    "load_policy",
     "make_agent_runner",
     "new_run_id",
     "parse_llmcompiler",
