@@ -1,0 +1,176 @@
+"""``dagagent plan GOAL``: ask a model for a plan, show it, save it or run it.
+
+Exit codes: 0 planned (and, with ``--execute``, the run succeeded); 1 the run failed;
+2 usage, no model configured, or the model could not be used (unreachable server, refused
+key, provider error: one line on stderr); 3 no valid plan after every attempt (each
+attempt's issues listed).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import anyio
+import typer
+
+from ..errors import LLMError
+from ..executors import EXECUTORS
+from ..llm import from_env
+from ..planners import LLMPlanner, PlanningResult
+from ._app import EXIT_OK, EXIT_USAGE, app, err, fail, guard, load_registry, out
+from .approve import APPROVE_OPT, ASK_OPT, POLICY_OPT, run_interceptors
+from .diagram import to_ascii
+from .render import plan_table
+from .run import STORE_OPT, TOOLS_OPT, run_graph
+
+__all__ = ["plan_cmd", "planning_summary"]
+
+OUT_OPT = typer.Option(None, "--out", "-o", metavar="FILE", help="Write the plan (JSON) to FILE.")
+
+
+def planning_summary(result: PlanningResult) -> dict[str, Any]:
+    """What ``--json`` prints: the plan, its levels, the planning usage and warnings."""
+    return {
+        "goal": result.plan.goal,
+        "plan": json.loads(result.plan.to_json(indent=None)),
+        "levels": result.graph.levels,
+        "usage": result.usage_dict(),
+        "warnings": [list(w) for w in result.warnings],
+    }
+
+
+def _make_planner(
+    model: str | None,
+    base_url: str | None,
+    registry: Any,
+    *,
+    max_attempts: int,
+    agent_tasks: bool,
+    structured: bool,
+) -> tuple[Any, LLMPlanner]:
+    if not (model or os.environ.get("DAGAGENT_MODEL", "").strip()):
+        fail(
+            "no model configured: pass --model SPEC (e.g. --model openai:gpt-4o-mini, or "
+            "--model openai:llama3.1 --base-url http://localhost:11434/v1) or set "
+            "DAGAGENT_MODEL (and DAGAGENT_BASE_URL for a local server)"
+        )
+    llm = from_env(model, base_url)
+    planner = LLMPlanner(
+        llm, registry, max_attempts=max_attempts, agent_tasks=agent_tasks, structured=structured
+    )
+    return llm, planner
+
+
+def _plan(llm: Any, planner: LLMPlanner, goal: str) -> PlanningResult:
+    async def main() -> PlanningResult:
+        async with llm:
+            return await planner.plan_with_report(goal)
+
+    try:
+        return anyio.run(main)
+    except LLMError as exc:
+        fail(f"the model could not be used: {' '.join(str(exc).split())}", EXIT_USAGE)
+
+
+def _write(path: Path, text: str) -> None:
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        fail(f"cannot write the plan to {path}: {exc.strerror or exc}")
+
+
+@app.command("plan")
+@guard
+def plan_cmd(
+    goal: str = typer.Argument(..., help="What the plan should achieve.", metavar="GOAL"),
+    tools: str | None = TOOLS_OPT,
+    model: str | None = typer.Option(
+        None, "--model", "-m", metavar="SPEC",
+        help="Planning model: openai:MODEL (OpenAI or any OpenAI-compatible server) or "
+        "anthropic:MODEL. Default: $DAGAGENT_MODEL.",
+    ),
+    base_url: str | None = typer.Option(
+        None, "--base-url", metavar="URL",
+        help="Server for the model, e.g. http://localhost:11434/v1 (Ollama). Default: "
+        "$DAGAGENT_BASE_URL, else $OPENAI_BASE_URL / $ANTHROPIC_BASE_URL.",
+    ),
+    out_file: Path | None = OUT_OPT,
+    execute: bool = typer.Option(
+        False, "--execute", "-x", help="Run the plan right away, as 'dagagent run' would."
+    ),
+    json_out: bool = typer.Option(
+        False, "--json",
+        help="Print JSON: the plan and planning usage; with --execute, the run result "
+        "(planning usage then goes to stderr).",
+    ),
+    max_attempts: int = typer.Option(
+        3, "--max-attempts", min=1,
+        help="Answers to try (invalid ones are sent back with their issues).",
+    ),
+    agent_tasks: bool = typer.Option(
+        False, "--agent-tasks",
+        help="Allow agent tasks (sub-goals solved by a ReAct agent with the same model).",
+    ),
+    no_schema: bool = typer.Option(
+        False, "--no-schema",
+        help="Send no response format (for servers that reject json_schema); the prompt "
+        "still describes the plan format.",
+    ),
+    executor: str = typer.Option(
+        "levels", "--executor", "-e",
+        help=f"With --execute: when tasks start ({', '.join(EXECUTORS)}).",
+    ),
+    on_failure: str = typer.Option(
+        "cancel", "--on-failure", help="With --execute: cancel or continue after a failure."
+    ),
+    max_concurrency: int | None = typer.Option(
+        None, "--max-concurrency", "-j", min=1, help="With --execute: at most N tasks at once."
+    ),
+    approve: bool = APPROVE_OPT,
+    ask: list[str] | None = ASK_OPT,
+    policy_file: Path | None = POLICY_OPT,
+    store: Path | None = STORE_OPT,
+) -> None:
+    """Ask a model for a plan reaching GOAL with the given tools; show it as a table and a
+    DAG, save it (--out) or run it (--execute). Exit 3 if no valid plan came back, 2 if the
+    model could not be used."""
+    if not goal.strip():
+        fail("the goal is empty: say what the plan should achieve")
+    registry = load_registry(tools)
+    llm, planner = _make_planner(
+        model, base_url, registry, max_attempts=max_attempts, agent_tasks=agent_tasks,
+        structured=not no_schema,
+    )
+    result = _plan(llm, planner, goal)
+    graph = result.graph
+    usage_line = f"planned with {llm.model}: {result.summary()}"
+    if json_out and not execute:
+        out.print_json(json.dumps(planning_summary(result)))
+    elif not json_out:
+        out.print(plan_table(graph))
+        out.print(to_ascii(graph), markup=False, highlight=False)
+        out.print(
+            f"{len(graph)} tasks in {len(graph.levels)} levels; {usage_line}",
+            markup=False, highlight=False,
+        )
+    else:
+        err.print(usage_line, markup=False, highlight=False)
+    for w in result.warnings:
+        err.print(f"warning: {w}", markup=False, highlight=False)
+    if out_file is not None:
+        _write(out_file, result.plan.to_json(indent=2) + "\n")
+        err.print(f"plan written to {out_file}", markup=False, highlight=False)
+    if not execute:
+        raise typer.Exit(EXIT_OK)
+    interceptors = run_interceptors(
+        graph, registry, approve=approve, asks=ask or [], policy_file=policy_file
+    )
+    code = run_graph(
+        graph, registry, as_json=json_out, executor=executor, on_failure=on_failure,
+        max_concurrency=max_concurrency, interceptors=interceptors, store=store,
+        llm=llm if agent_tasks else None, live=not (ask or policy_file),
+    )
+    raise typer.Exit(code)
