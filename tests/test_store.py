@@ -1,0 +1,435 @@
+"""The SQLite run store: what execute(store=...) records, durability, run ids, migrations."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+import dagagent
+from dagagent.errors import StoreError
+from dagagent.plan import Plan
+from dagagent.runner import task_fingerprint
+from dagagent.store import (
+    MIGRATIONS,
+    SCHEMA_VERSION,
+    RunRecorder,
+    RunStore,
+    check_run_id,
+    default_store_path,
+)
+
+pytestmark = pytest.mark.anyio
+
+
+def w(id: str, seconds: float = 0.0, deps: tuple[str, ...] = (), **args: Any) -> dict[str, Any]:
+    return {"id": id, "tool": "work", "args": {"name": id, "seconds": seconds, **args},
+            "depends_on": list(deps)}
+
+
+def user_version(path: Path) -> int:
+    with sqlite3.connect(path) as conn:
+        return int(conn.execute("PRAGMA user_version").fetchone()[0])
+
+
+# ---------------------------------------------------------------------------------------------
+# What is recorded
+
+
+async def test_execute_records_the_run_and_every_task(
+    tmp_path: Path, registry: dagagent.Registry
+) -> None:
+    plan = {
+        "goal": "sum and fail",
+        "tasks": [
+            w("a", value=2),
+            w("b", value={"n": 3, "tags": ["x", "y"]}),
+            {"id": "s", "tool": "add", "args": {"a": "${a}", "b": "${b.n}"}},
+            w("boom", 0.01, fail=True),
+            {"id": "after", "tool": "echo", "args": {"value": "${boom}"}},
+        ],
+    }
+    db = tmp_path / "runs.db"
+    result = await dagagent.execute(
+        plan, registry, store=db, executor="dataflow", on_failure="continue"
+    )
+    with RunStore(db, create=False) as st:
+        rec = st.get_run(result.run_id)
+    assert rec.id == result.run_id and rec.parent_id is None
+    assert rec.status == "failed" and rec.goal == "sum and fail" and rec.executor == "dataflow"
+    assert rec.plan == Plan.model_validate(plan)
+    assert list(rec.tasks) == ["a", "b", "s", "boom", "after"]  # plan order
+    assert {k: r.status.value for k, r in rec.tasks.items()} == {
+        "a": "succeeded", "b": "succeeded", "s": "succeeded", "boom": "failed",
+        "after": "skipped",
+    }
+    assert rec.tasks["b"].output == {"n": 3, "tags": ["x", "y"]}
+    assert rec.tasks["s"].output == 5
+    assert rec.tasks["s"].args == {"a": 2, "b": 3}  # resolved arguments
+    assert rec.tasks["boom"].error == "RuntimeError: boom failed on purpose"
+    assert rec.tasks["boom"].error_type == "RuntimeError" and rec.tasks["boom"].attempts == 1
+    assert rec.tasks["boom"].output is None
+    assert "boom" in (rec.tasks["after"].error or "")
+    for tid in ("a", "b", "s", "boom"):
+        r, live = rec.tasks[tid], result.tasks[tid]
+        assert r.started_at == pytest.approx(live.started_at)
+        assert r.finished_at == pytest.approx(live.finished_at)
+    tasks = {t.id: t for t in rec.plan.tasks}
+    for tid in ("a", "b", "s"):
+        assert rec.fingerprints[tid] == task_fingerprint(tasks[tid], result.tasks[tid].args)
+    assert "after" not in rec.fingerprints  # never resolved
+    assert rec.started_at == pytest.approx(result.started_at)
+    assert rec.finished_at == pytest.approx(result.finished_at)
+    assert rec.critical_path == result.critical_path
+    assert rec.counts == result.counts()
+
+
+async def test_store_accepts_a_runstore_and_records_parent_and_decisions(
+    tmp_path: Path, registry: dagagent.Registry
+) -> None:
+    async def note(call: dagagent.ToolCall, call_next: Any) -> Any:
+        call.decide("allow", "test-rule", "fine")
+        return await call_next(call)
+
+    with RunStore(tmp_path / "r.db") as st:
+        first = await dagagent.execute({"tasks": [w("a")]}, registry, store=st)
+        second = await dagagent.execute(
+            {"tasks": [w("a")]}, registry, store=st, parent_id=first.run_id, interceptors=[note]
+        )
+        rec = st.get_run(second.run_id)
+        assert [r.id for r in st.list_runs()] == [second.run_id, first.run_id]
+    assert rec.parent_id == first.run_id
+    (decision,) = rec.tasks["a"].decisions or []
+    assert decision["decision"] == "allow" and decision["decided_by"] == "test-rule"
+
+
+async def test_outputs_that_are_not_json_are_stored_as_text(tmp_path: Path) -> None:
+    reg = dagagent.Registry()
+
+    class Thing:
+        def __str__(self) -> str:
+            return "a thing"
+
+    @reg.tool
+    def make() -> Any:
+        """Return an object JSON cannot hold."""
+        return {"thing": Thing(), "pair": (1, 2)}
+
+    result = await dagagent.execute({"tasks": [{"id": "m", "tool": "make"}]}, reg,
+                                    store=tmp_path / "r.db")
+    with RunStore(tmp_path / "r.db") as st:
+        assert st.get_run(result.run_id).tasks["m"].output == {"thing": "a thing", "pair": [1, 2]}
+
+
+def test_no_secrets_enter_the_store(
+    tmp_path: Path, registry: dagagent.Registry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    secret = "sk-test-0123456789abcdef-secret"
+    monkeypatch.setenv("OPENAI_API_KEY", secret)
+    monkeypatch.setenv("DAGAGENT_SOME_TOKEN", secret)
+    db = tmp_path / "r.db"
+    dagagent.execute_sync({"goal": "g", "tasks": [w("a", value="visible")]}, registry, store=db)
+    blob = b"".join(p.read_bytes() for p in tmp_path.iterdir() if p.name.startswith("r.db"))
+    assert b"visible" in blob
+    assert secret.encode() not in blob
+
+
+# ---------------------------------------------------------------------------------------------
+# Durability
+
+
+async def test_a_finished_task_is_durable_while_the_run_goes_on(
+    tmp_path: Path, registry: dagagent.Registry
+) -> None:
+    db = tmp_path / "r.db"
+    run_id = dagagent.new_run_id()
+    plan = {"tasks": [w("fast", 0.0), w("slow", 1.5)]}
+    seen_after: list[float] = []
+
+    async def watch() -> None:
+        while True:
+            await anyio.sleep(0.01)
+            if not db.exists():
+                continue
+            # a separate connection, as another process would read it
+            with sqlite3.connect(db) as conn:
+                try:
+                    row = conn.execute(
+                        "SELECT finished_at FROM tasks WHERE run_id = ? AND task_id = 'fast'",
+                        (run_id,),
+                    ).fetchone()
+                except sqlite3.OperationalError:
+                    continue
+            if row is not None:
+                seen_after.append(time.time() - row[0])
+                return
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(watch)
+        result = await dagagent.execute(plan, registry, store=db, run_id=run_id,
+                                        executor="dataflow")
+    assert result.ok
+    # Visible within the flush delay (0.05 s) plus generous slack, long before the run ended.
+    assert seen_after and seen_after[0] < 0.6
+    assert result.tasks["fast"].finished_at + seen_after[0] < result.tasks["slow"].finished_at
+
+
+async def test_cancelling_the_run_flushes_what_finished(
+    tmp_path: Path, registry: dagagent.Registry
+) -> None:
+    db = tmp_path / "r.db"
+    run_id = dagagent.new_run_id()
+    with anyio.move_on_after(0.4):
+        await dagagent.execute({"tasks": [w("fast"), w("slow", 30.0)]}, registry, store=db,
+                               run_id=run_id, executor="dataflow")
+    with RunStore(db) as st:
+        rec = st.get_run(run_id)
+    assert rec.status == "cancelled"
+    assert rec.tasks["fast"].status.value == "succeeded"
+    assert rec.tasks["slow"].status.value == "cancelled"
+
+
+async def test_a_locked_database_delays_writes_but_loses_nothing(
+    tmp_path: Path, registry: dagagent.Registry
+) -> None:
+    db = tmp_path / "r.db"
+    RunStore(db).close()
+    run_id = dagagent.new_run_id()
+    locked = threading.Event()
+
+    def hold_the_write_lock() -> None:  # as another process writing for a while would
+        blocker = sqlite3.connect(db, isolation_level=None, check_same_thread=False)
+        blocker.execute("BEGIN IMMEDIATE")
+        locked.set()
+        time.sleep(0.5)
+        blocker.execute("COMMIT")
+        blocker.close()
+
+    holder = threading.Thread(target=hold_the_write_lock)
+    holder.start()
+    locked.wait()
+    result = await dagagent.execute({"tasks": [w(f"t{i}", 0.05 * i) for i in range(6)]},
+                                    registry, store=db, run_id=run_id, executor="dataflow")
+    holder.join()
+    with RunStore(db) as st:
+        rec = st.get_run(run_id)
+    assert rec.status == "succeeded" and len(rec.tasks) == 6
+    assert rec.counts == result.counts()
+
+
+def test_a_killed_run_is_shown_as_interrupted(tmp_path: Path) -> None:
+    db = tmp_path / "r.db"
+    RunStore(db).close()
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    with sqlite3.connect(db) as conn:
+        conn.execute(
+            "INSERT INTO runs (id, created, plan, n_tasks, status, pid) VALUES (?, ?, ?, 1, ?, ?)",
+            ("0123456789ab", time.time(), '{"tasks": [{"id": "a", "tool": "x"}]}', "running",
+             dead.pid),
+        )
+    with RunStore(db) as st:
+        (summary,) = st.list_runs()
+        rec = st.get_run("0123")
+    assert summary.status == "interrupted" and summary.unrecorded == 1
+    assert rec.status == "interrupted" and rec.unrecorded == ["a"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Run ids
+
+
+@pytest.mark.parametrize(
+    "bad", ["", "abc", "xyz123456789", "0123456789abc", "'; DROP TABLE runs; --", "01 23", "../x"]
+)
+def test_bad_run_ids_are_refused_before_any_sql(bad: str) -> None:
+    with pytest.raises(StoreError, match="is not a run id"):
+        check_run_id(bad)
+
+
+def test_run_ids_and_prefixes(tmp_path: Path) -> None:
+    assert check_run_id("ABCDEF") == "abcdef"
+    with pytest.raises(StoreError):
+        check_run_id("abcdef", prefix=False)
+    db = tmp_path / "r.db"
+    with RunStore(db) as st:
+        for rid in ("aaaa11112222", "aaaa33334444", "bbbb11112222"):
+            st._conn.execute(  # type: ignore[union-attr]
+                "INSERT INTO runs (id, created, plan, status) VALUES (?, ?, '{}', 'succeeded')",
+                (rid, time.time()),
+            )
+        assert st.resolve("bbbb") == "bbbb11112222"
+        assert st.resolve("AAAA1111") == "aaaa11112222"
+        with pytest.raises(StoreError, match="ambiguous"):
+            st.resolve("aaaa")
+        with pytest.raises(StoreError, match="no run whose id starts with cccc"):
+            st.resolve("cccc")
+        with pytest.raises(StoreError, match="no run cccc11112222"):
+            st.get_run("cccc11112222")
+        assert st.last_run_id() == "bbbb11112222"
+
+
+async def test_execute_refuses_a_bad_or_duplicate_run_id_before_running(
+    tmp_path: Path, registry: dagagent.Registry, recorder: Any
+) -> None:
+    db = tmp_path / "r.db"
+    with pytest.raises(StoreError, match="is not a run id"):
+        await dagagent.execute({"tasks": [w("a")]}, registry, store=db, run_id="my-run")
+    first = await dagagent.execute({"tasks": [w("a")]}, registry, store=db)
+    with pytest.raises(StoreError, match="already recorded"):
+        await dagagent.execute({"tasks": [w("a")]}, registry, store=db, run_id=first.run_id)
+    assert recorder.calls == {"a": 1}
+
+
+def test_default_store_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("DAGAGENT_HOME", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert default_store_path() == tmp_path / ".dagagent" / "runs.db"
+    monkeypatch.setenv("DAGAGENT_HOME", str(tmp_path / "home"))
+    assert default_store_path() == tmp_path / "home" / "runs.db"
+    assert default_store_path(tmp_path / "x.db") == tmp_path / "x.db"
+    with RunStore() as st:
+        assert st.path == tmp_path / "home" / "runs.db" and st.path.is_file()
+
+
+def test_missing_or_unusable_store_files(tmp_path: Path) -> None:
+    with pytest.raises(StoreError, match="no run store at"):
+        RunStore(tmp_path / "missing.db", create=False)
+    assert not (tmp_path / "missing.db").exists()
+    junk = tmp_path / "junk.db"
+    junk.write_text("this is not a database, just text " * 100)
+    with pytest.raises(StoreError, match="not a dagagent run store"):
+        RunStore(junk)
+    with pytest.raises(StoreError, match="is a directory"):
+        RunStore(tmp_path)
+    with RunStore(tmp_path / "empty.db") as st:
+        with pytest.raises(StoreError, match="no runs recorded"):
+            st.last_run_id()
+        assert st.list_runs() == []
+    st.close()  # idempotent
+    with pytest.raises(StoreError, match="closed"):
+        st.list_runs()
+
+
+# ---------------------------------------------------------------------------------------------
+# Schema versions and migrations
+
+
+def _v1_db(path: Path) -> None:
+    """A store as schema version 1 wrote it, with one run in it."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    for stmt in MIGRATIONS[0]:
+        assert isinstance(stmt, str)
+        conn.execute(stmt)
+    conn.execute("PRAGMA user_version = 1")
+    conn.execute(
+        "INSERT INTO runs (id, created, goal, plan, n_tasks, status, executor) "
+        "VALUES ('00000000abcd', 1.0, 'old', ?, 1, 'succeeded', 'levels')",
+        ('{"goal": "old", "tasks": [{"id": "a", "tool": "echo", "args": {"value": 1}}]}',),
+    )
+    conn.execute(
+        "INSERT INTO tasks (run_id, task_id, status, output, attempts, started_at, finished_at, "
+        "args, fingerprint) VALUES ('00000000abcd', 'a', 'succeeded', '1', 1, 1.0, 2.0, "
+        "'{\"value\": 1}', 'fp')"
+    )
+    conn.close()
+
+
+def test_a_new_file_and_an_empty_v0_database_get_the_current_schema(tmp_path: Path) -> None:
+    with RunStore(tmp_path / "new.db") as st:
+        assert st.schema_version == SCHEMA_VERSION
+    assert user_version(tmp_path / "new.db") == SCHEMA_VERSION
+    v0 = tmp_path / "v0.db"
+    sqlite3.connect(v0).close()  # an existing, empty database: version 0
+    assert user_version(v0) == 0
+    with RunStore(v0) as st:
+        assert st.list_runs() == []
+    assert user_version(v0) == SCHEMA_VERSION
+    with sqlite3.connect(v0) as conn:
+        mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
+    assert mode == "wal"
+
+
+def test_a_v1_database_opens_and_reads(tmp_path: Path) -> None:
+    db = tmp_path / "v1.db"
+    _v1_db(db)
+    with RunStore(db, create=False) as st:
+        rec = st.get_run("00000000abcd")
+    assert rec.goal == "old" and rec.tasks["a"].output == 1 and rec.fingerprints == {"a": "fp"}
+
+
+def test_a_v1_database_migrates_forward_to_an_added_v2(tmp_path: Path) -> None:
+    db = tmp_path / "v1.db"
+    _v1_db(db)
+    v2 = [*MIGRATIONS, ("ALTER TABLE runs ADD COLUMN note TEXT",
+                        "UPDATE runs SET note = 'migrated'")]
+    with RunStore(db, migrations=v2) as st:
+        assert st.schema_version == len(v2)
+        assert st.get_run("00000000abcd").tasks["a"].output == 1
+    assert user_version(db) == len(v2)
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT note FROM runs").fetchall() == [("migrated",)]
+    # Opening it again does not run the step again.
+    with RunStore(db, migrations=v2) as st:
+        assert st.schema_version == len(v2)
+
+
+def test_a_failing_migration_changes_nothing(tmp_path: Path) -> None:
+    db = tmp_path / "v1.db"
+    _v1_db(db)
+    broken = [*MIGRATIONS, ("ALTER TABLE runs ADD COLUMN note TEXT", "SELECT nonsense FROM x")]
+    with pytest.raises(StoreError, match="from schema version 1 to 2"):
+        RunStore(db, migrations=broken)
+    assert user_version(db) == 1
+    with sqlite3.connect(db) as conn:
+        cols = [r[1] for r in conn.execute("PRAGMA table_info(runs)")]
+    assert "note" not in cols
+
+
+def test_a_newer_store_is_refused(tmp_path: Path) -> None:
+    db = tmp_path / "future.db"
+    with sqlite3.connect(db) as conn:
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 5}")
+    with pytest.raises(StoreError, match="upgrade dagagent"):
+        RunStore(db)
+
+
+def test_a_foreign_database_is_not_taken_over(tmp_path: Path) -> None:
+    db = tmp_path / "other.db"
+    with sqlite3.connect(db) as conn:
+        conn.execute("CREATE TABLE runs (x INTEGER)")
+    with pytest.raises(StoreError, match="is it a dagagent run store"):
+        RunStore(db)
+    assert user_version(db) == 0
+
+
+# ---------------------------------------------------------------------------------------------
+# The recorder on its own
+
+
+def test_recorder_listener_only_enqueues_and_close_is_idempotent(tmp_path: Path) -> None:
+    rec = RunRecorder(tmp_path / "r.db", dagagent.new_run_id())
+    rec(object())  # not an event it records: ignored
+    assert rec._queue.qsize() == 0
+    rec.close()  # never started: nothing to do
+    rec.close()
+    with pytest.raises(StoreError, match="flush_interval_s"):
+        RunRecorder(tmp_path / "r.db", dagagent.new_run_id(), flush_interval_s=-1)
+
+
+def test_env_var_home_is_created_on_first_use(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = tmp_path / "deep" / "home"
+    monkeypatch.setenv("DAGAGENT_HOME", str(home))
+    RunStore().close()
+    assert (home / "runs.db").is_file()
+    assert os.access(home, os.W_OK)
