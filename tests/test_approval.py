@@ -17,6 +17,8 @@ import dagagent
 from dagagent.approval import Approval, ApprovalRequest, Policy, Rule, load_policy
 from dagagent.errors import ConfigError, TaskDeniedError
 from dagagent.events import TaskDecision
+from dagagent.llm import LLMRequest, LLMResponse, ScriptedLLM, ToolResultMessage
+from dagagent.llm import ToolCall as ModelToolCall
 from dagagent.runner import AgentNode
 
 pytestmark = pytest.mark.anyio
@@ -538,3 +540,38 @@ async def test_agent_calls_go_through_the_policy_and_a_denial_reaches_the_agent(
     assert ag.decisions is not None
     assert [(d["decision"], d["args"]["path"]) for d in ag.decisions] == [("deny", "/etc/bad")]
     assert [w["path"] for w in writes(side_registry)] == ["/tmp/ok"]
+
+
+async def test_react_agent_sees_a_refusal_as_its_observation(
+    side_registry: dagagent.Registry,
+) -> None:
+    seen: list[ToolResultMessage] = []
+
+    def after_refusal(request: LLMRequest) -> str:
+        seen.extend(m for m in request.messages if isinstance(m, ToolResultMessage))
+        return "I was not allowed to write there."
+
+    def decide(req: ApprovalRequest) -> Approval:
+        assert req.source == "agent"
+        return Approval.deny("pick a file under /tmp", by="ann")
+
+    script = [
+        LLMResponse(tool_calls=[ModelToolCall(id="c1", name="write", arguments={"path": "/x"})]),
+        after_refusal,
+    ]
+    with ScriptedLLM(script) as llm:
+        result = await dagagent.execute(
+            plan({"id": "ag", "instruction": "save a note", "tools": ["write"]}),
+            side_registry,
+            llm=llm,
+            interceptors=[Policy([Rule(action="ask", side_effects=True)], ask=decide)],
+        )
+    ag = result.tasks["ag"]
+    assert ag.ok and ag.output == "I was not allowed to write there."
+    assert len(seen) == 1 and seen[0].is_error
+    assert seen[0].content == "denied: pick a file under /tmp"
+    assert ag.decisions is not None
+    assert [(d["decision"], d["decided_by"], d["reason"]) for d in ag.decisions] == [
+        ("deny", "ann", "pick a file under /tmp")
+    ]
+    assert writes(side_registry) == []
