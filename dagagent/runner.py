@@ -554,7 +554,9 @@ class TaskRunner:
         context = {d: self.outputs.get(d) for d in self.graph.dependencies[task.id]}
 
         async def call(tool: Tool, args: dict[str, Any]) -> Any:
-            return await self.call_tool(task.id, tool, args, source="agent", decisions=decisions)
+            return await self.call_tool(
+                task.id, tool, args, source="agent", decisions=decisions, timeout=tool.timeout_s
+            )
 
         node = AgentNode(self.run_id, task, str(instruction), tools, context, call, self.llm)
         limiter = self._limiter

@@ -301,3 +301,21 @@ def test_cli_model_option_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     r = cli.invoke(app, ["run", plan, "--model", "nonsense"])
     assert r.exit_code == 2 and "unknown model spec 'nonsense'" in r.stderr
     assert "Traceback" not in r.output
+
+
+async def test_tool_timeouts_apply_to_agent_calls() -> None:
+    reg = Registry()
+
+    @reg.tool(timeout_s=0.05)
+    async def hang() -> str:
+        """Never answers in time."""
+        await anyio.sleep(10)
+        return "late"
+
+    plan = {"goal": "g", "tasks": [{"id": "a", "instruction": "try it"}]}
+    with ScriptedLLM([LLMResponse(tool_calls=[call("c1", "hang")]), "it hung"]) as llm:
+        with anyio.fail_after(3):
+            result = await dagagent.execute(plan, reg, llm=llm)
+    assert result.tasks["a"].output == "it hung"
+    (msg,) = [m for m in llm.requests[1].messages if isinstance(m, ToolResultMessage)]
+    assert msg.is_error and msg.content == "tool 'hang' timed out after 0.05 s"

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Mapping
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any, get_args
@@ -226,7 +226,7 @@ class ReActAgent:
         context: Mapping[str, Any] | None = None,
         *,
         state: AgentState | None = None,
-    ) -> AsyncIterator[AgentEvent]:
+    ) -> AsyncGenerator[AgentEvent, None]:
         """Run like :meth:`run`, yielding an :class:`~dagagent.agent.AgentEvent` for every
         thought, tool call, tool result, answer and error; :attr:`result` is set once the
         iteration ends. Stopping the iteration early stops the run (close the iterator, e.g.
@@ -531,7 +531,9 @@ class ReActAgent:
                 output = await _default_call(tool, call.arguments)
         except TaskDeniedError as exc:
             return f"denied: {exc.reason}", True
-        except (ToolArgumentsError, TaskTimeoutError, UnknownToolError) as exc:
+        except TaskTimeoutError as exc:  # "timed out after N s"
+            return f"tool {tool.name!r} {exc}", True
+        except (ToolArgumentsError, UnknownToolError) as exc:
             return str(exc), True
         except Exception as exc:
             detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
@@ -591,7 +593,7 @@ async def _default_call(tool: Tool, args: dict[str, Any]) -> Any:
         with anyio.fail_after(tool.timeout_s):
             return await tool.acall(validated)
     except TimeoutError:
-        raise TaskTimeoutError(f"tool {tool.name!r} timed out after {tool.timeout_s:g} s") from None
+        raise TaskTimeoutError(f"timed out after {tool.timeout_s:g} s") from None
 
 
 def _clip(text: str, limit: int) -> str:
