@@ -502,7 +502,7 @@ async def test_loop_detection(tools: Registry, calls: Calls) -> None:
     assert result.detail == 'stuck: asked for add({"a": 1, "b": 2}) 3 times'
     assert calls.names() == ["add", "add"]  # the third identical call is not made
     # different arguments are not a loop; argument order does not matter
-    varied = [
+    varied: list[Any] = [
         turn(call("c1", "add", a=1, b=2)),
         turn(call("c2", "add", a=2, b=1)),
         turn(ToolCall(id="c3", name="add", arguments={"b": 2, "a": 1})),
