@@ -18,6 +18,7 @@ from dagagent.approval import Approval, ApprovalRequest, Policy, Rule, load_poli
 from dagagent.errors import ConfigError, TaskDeniedError
 from dagagent.events import TaskDecision
 from dagagent.llm import LLMRequest, LLMResponse, ScriptedLLM, ToolResultMessage
+from dagagent.llm.scripted import ScriptItem
 from dagagent.llm import ToolCall as ModelToolCall
 from dagagent.runner import AgentNode
 
@@ -555,7 +556,7 @@ async def test_react_agent_sees_a_refusal_as_its_observation(
         assert req.source == "agent"
         return Approval.deny("pick a file under /tmp", by="ann")
 
-    script = [
+    script: list[ScriptItem] = [
         LLMResponse(tool_calls=[ModelToolCall(id="c1", name="write", arguments={"path": "/x"})]),
         after_refusal,
     ]
