@@ -18,8 +18,8 @@ from dagagent.approval import Approval, ApprovalRequest, Policy, Rule, load_poli
 from dagagent.errors import ConfigError, TaskDeniedError
 from dagagent.events import TaskDecision
 from dagagent.llm import LLMRequest, LLMResponse, ScriptedLLM, ToolResultMessage
-from dagagent.llm.scripted import ScriptItem
 from dagagent.llm import ToolCall as ModelToolCall
+from dagagent.llm.scripted import ScriptItem
 from dagagent.runner import AgentNode
 
 pytestmark = pytest.mark.anyio
