@@ -1,0 +1,342 @@
+"""``dagagent run`` records; ``runs``, ``show``, ``graph`` read the records; progress display;
+a SIGKILLed run keeps every task that finished before the kill."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from rich.console import Console
+from typer.testing import CliRunner
+
+import dagagent
+from dagagent.cli import _app as cli_app
+from dagagent.cli import app
+from dagagent.cli.progress import LiveProgress, PlainProgress, progress_for
+from dagagent.store import RunStore
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+FAILING = str(EXAMPLES / "failing.json")
+WEATHER = str(EXAMPLES / "weather.json")
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("DAGAGENT_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("DAGAGENT_DEMO_LATENCY", "0")
+    monkeypatch.setattr(cli_app.out, "_width", 200)  # wide tables: no wrapped cells
+    return tmp_path / "home"
+
+
+def cli(*args: str) -> Any:
+    return CliRunner().invoke(app, list(args))
+
+
+def only_run(home: Path) -> str:
+    with RunStore(home / "runs.db", create=False) as st:
+        (summary,) = st.list_runs()
+    return summary.id
+
+
+# ---------------------------------------------------------------------------------------------
+# run records, with plain progress on a pipe
+
+
+def test_run_records_and_prints_progress_lines(home: Path) -> None:
+    res = cli("run", FAILING, "--executor", "dataflow", "--on-failure", "continue")
+    assert res.exit_code == 1, res.output
+    run_id = only_run(home)
+    lines = res.stdout.splitlines()
+    progress = [ln for ln in lines if ln.split(" ")[0] in ("paris", "atlantis", "tokyo", "mean")
+                and len(ln.split(" ")) == 3]
+    assert sorted(ln.split(" ")[1] for ln in progress) == [
+        "failed", "skipped", "succeeded", "succeeded"
+    ]
+    assert "mean skipped -" in progress
+    assert any(ln.startswith("atlantis failed ") and ln.endswith("s") for ln in progress)
+    assert f"recorded as run {run_id} in {home / 'runs.db'}" in res.stderr
+    with RunStore(home / "runs.db") as st:
+        rec = st.get_run(run_id)
+    assert rec.status == "failed" and rec.executor == "dataflow"
+    assert rec.counts == {"succeeded": 2, "failed": 1, "skipped": 1}
+
+
+def test_run_json_prints_only_the_result(home: Path) -> None:
+    res = cli("run", WEATHER, "--json")
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)  # nothing but the result on stdout
+    assert doc["status"] == "succeeded" and doc["run_id"] == only_run(home)
+    assert "recorded as" not in res.stderr
+
+
+def test_run_store_option(tmp_path: Path, home: Path) -> None:
+    db = tmp_path / "elsewhere" / "my.db"
+    res = cli("run", WEATHER, "--store", str(db))
+    assert res.exit_code == 0, res.output
+    assert db.is_file() and not (home / "runs.db").exists()
+    res = cli("runs", "--store", str(db))
+    assert res.exit_code == 0 and "succeeded" in res.stdout
+
+
+# ---------------------------------------------------------------------------------------------
+# runs / show / graph on real records
+
+
+def test_runs_lists_recent_runs_with_counts(home: Path) -> None:
+    assert cli("run", WEATHER).exit_code == 0
+    assert cli("run", FAILING, "--on-failure", "continue").exit_code == 1
+    with RunStore(home / "runs.db") as st:
+        newest, oldest = (r.id for r in st.list_runs())
+    res = cli("runs")
+    assert res.exit_code == 0, res.output
+    out = res.stdout
+    assert out.index(newest) < out.index(oldest)
+    assert "2 succeeded, 1 failed, 1 skipped" in " ".join(out.split())
+    res = cli("runs", "--limit", "1", "--json")
+    (doc,) = json.loads(res.stdout)
+    assert doc["id"] == newest and doc["status"] == "failed"
+    assert doc["counts"] == {"succeeded": 2, "failed": 1, "skipped": 1}
+
+
+def test_runs_on_an_empty_store(home: Path) -> None:
+    RunStore(home / "runs.db").close()
+    res = cli("runs")
+    assert res.exit_code == 0 and "no runs recorded in" in res.stdout
+
+
+def test_show_a_run(home: Path) -> None:
+    cli("run", FAILING, "--executor", "dataflow", "--on-failure", "continue")
+    run_id = only_run(home)
+    res = cli("show", run_id[:6])
+    assert res.exit_code == 0, res.output
+    text = " ".join(res.stdout.split())
+    assert f"run {run_id}: failed" in text
+    assert "goal: Weather for three cities" in text
+    assert "executor dataflow" in text
+    assert "LookupError: no weather for 'Atlantis'" in text
+    assert "tasks: 2 succeeded, 1 failed, 1 skipped" in text
+    assert "critical path" in text
+    res = cli("show", "--last", "--json")
+    doc = json.loads(res.stdout)
+    assert doc["run_id"] == run_id and doc["status"] == "failed"
+    assert doc["tasks"]["paris"]["output"]["city"] == "Paris"
+    assert doc["tasks"]["paris"]["fingerprint"]
+    assert doc["tasks"]["atlantis"]["attempts"] == 1
+    assert doc["tasks"]["mean"]["status"] == "skipped"
+    assert doc["plan"]["tasks"][0]["id"] == "paris"
+    assert doc["critical_path"]
+
+
+def test_graph_of_a_plan_file_and_of_a_run(home: Path) -> None:
+    res = cli("graph", WEATHER, "--format", "mermaid")
+    assert res.exit_code == 0, res.output
+    assert res.stdout.startswith("flowchart TD") and "classDef" not in res.stdout
+    res = cli("graph", WEATHER, "-f", "dot")
+    assert res.stdout.startswith("digraph plan {") and '"cmp" -> "report";' in res.stdout
+    res = cli("graph", WEATHER)
+    assert "level 0" in res.stdout and "report" in res.stdout
+    cli("run", FAILING, "--on-failure", "continue")
+    run_id = only_run(home)
+    res = cli("graph", run_id, "-f", "ascii")
+    assert res.exit_code == 0, res.output
+    assert "[failed]    atlantis" in res.stdout and "[skipped]   mean" in res.stdout
+    res = cli("graph", "--last", "-f", "mermaid")
+    assert "classDef failed" in res.stdout and "classDef skipped" in res.stdout
+    res = cli("graph", run_id, "-f", "dot")
+    assert 'fillcolor="#ffcdd2"' in res.stdout
+
+
+# ---------------------------------------------------------------------------------------------
+# Bad ids, missing stores, bad options
+
+
+def test_bad_run_ids_and_missing_runs_exit_4(home: Path) -> None:
+    res = cli("show", "abc")
+    assert res.exit_code == 4  # no store yet
+    assert "no run store at" in res.stderr and "Traceback" not in res.output
+    cli("run", WEATHER)
+    for bad in ("abc", "not-a-run", "'; DROP TABLE runs; --", "0123456789abcdef"):
+        res = cli("show", bad)
+        assert res.exit_code == 4, (bad, res.output)
+        assert "is not a run id" in res.stderr
+    res = cli("show", "abcdef012345")
+    assert res.exit_code == 4 and "no run abcdef012345" in res.stderr
+    res = cli("replan", "ffff")
+    assert res.exit_code == 4 and "no run whose id starts with ffff" in res.stderr
+    res = cli("graph", "ffff")
+    assert res.exit_code == 4
+    assert cli("runs").exit_code == 0  # the store is untouched
+
+
+def test_usage_errors_exit_2(home: Path) -> None:
+    cli("run", WEATHER)
+    run_id = only_run(home)
+    res = cli("show")
+    assert res.exit_code == 2 and "give a RUN id" in res.stderr
+    res = cli("show", run_id, "--last")
+    assert res.exit_code == 2 and "not both" in res.stderr
+    res = cli("graph", WEATHER, "--format", "png")
+    assert res.exit_code == 2 and "--format must be one of ascii, mermaid, dot" in res.stderr
+    res = cli("graph", "no-such-plan.json")
+    assert res.exit_code == 2 and "plan file not found" in res.stderr
+    res = cli("graph", str(EXAMPLES / "invalid.json"))
+    assert res.exit_code == 2 and "cycle" in res.stderr
+
+
+def test_an_unusable_store_path_exits_4(tmp_path: Path, home: Path) -> None:
+    junk = tmp_path / "junk.db"
+    junk.write_text("not a database " * 200)
+    res = cli("run", WEATHER, "--store", str(junk))
+    assert res.exit_code == 4 and "not a dagagent run store" in res.stderr
+    res = cli("runs", "--store", str(junk))
+    assert res.exit_code == 4
+
+
+# ---------------------------------------------------------------------------------------------
+# Progress listeners
+
+
+def test_progress_for_picks_live_on_a_terminal_and_plain_on_a_pipe() -> None:
+    graph = dagagent.validate({"tasks": [{"id": "a", "tool": "x"}]})
+    tty = Console(file=io.StringIO(), force_terminal=True)
+    pipe = Console(file=io.StringIO(), force_terminal=False)
+    assert isinstance(progress_for(graph, tty), LiveProgress)
+    assert isinstance(progress_for(graph, tty, live=False), PlainProgress)
+    assert isinstance(progress_for(graph, pipe), PlainProgress)
+
+
+def test_live_progress_renders_at_a_bounded_rate_not_per_event(
+    registry: dagagent.Registry,
+) -> None:
+    plan = {"tasks": [{"id": f"t{i}", "tool": "work", "args": {"name": f"t{i}", "seconds": 0.002}}
+                      for i in range(300)]}
+    graph = dagagent.validate(plan, registry)
+    console = Console(file=io.StringIO(), force_terminal=True, width=100)
+    live = LiveProgress(graph, console, refresh_per_second=10)
+    renders = 0
+    rich_fn = live.__rich__
+
+    def counting() -> Any:
+        nonlocal renders
+        renders += 1
+        return rich_fn()
+
+    live.__rich__ = counting  # type: ignore[method-assign]
+    events = 0
+
+    def count(_: Any) -> None:
+        nonlocal events
+        events += 1
+
+    started = time.monotonic()
+    with live:
+        dagagent.execute_sync(graph, registry, listeners=[count, live], max_concurrency=4,
+                              executor="dataflow")
+    took = time.monotonic() - started
+    assert events >= 600
+    assert renders <= 10 * took + 5  # refresh rate, not event rate
+    snapshot = Console(file=io.StringIO(), width=100, force_terminal=False)
+    snapshot.print(rich_fn())
+    shown = snapshot.file.getvalue()  # type: ignore[attr-defined]
+    assert "300/300 done" in shown and "300 succeeded" in shown
+
+
+def test_plain_progress_writes_in_the_background_and_at_the_end() -> None:
+    stream = io.StringIO()
+    progress = PlainProgress(stream, flush_interval_s=0.05)
+    r = dagagent.TaskResult(task_id="a", status=dagagent.TaskStatus.SUCCEEDED,
+                            started_at=1.0, finished_at=1.25)
+    with progress:
+        progress(dagagent.events.TaskFinished("run", r))
+        deadline = time.monotonic() + 2
+        while not stream.getvalue() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert stream.getvalue() == "a succeeded 0.250s\n"  # before the run ends
+        skipped = dagagent.TaskResult(task_id="b", status=dagagent.TaskStatus.SKIPPED)
+        progress(dagagent.events.TaskFinished("run", skipped))
+    assert stream.getvalue() == "a succeeded 0.250s\nb skipped -\n"
+
+
+# ---------------------------------------------------------------------------------------------
+# Records survive SIGKILL
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL")
+def test_a_killed_run_keeps_every_task_that_finished(tmp_path: Path) -> None:
+    # 15 independent tasks finishing 0.2 s, 0.4 s, ... 3.0 s after the run starts.
+    plan = {"goal": "slow", "tasks": [
+        {"id": f"t{i:02d}", "tool": "sleep", "args": {"seconds": round(0.2 * i, 1), "value": i}}
+        for i in range(1, 16)]}
+    plan_file = tmp_path / "slow.json"
+    plan_file.write_text(json.dumps(plan))
+    home = tmp_path / "home"
+    env = {**os.environ, "DAGAGENT_HOME": str(home), "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dagagent", "run", str(plan_file), "--executor", "dataflow"],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
+    )
+    seen: list[tuple[float, str]] = []  # (when the test read it, task id)
+    got_four = threading.Event()
+
+    def read() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            parts = line.split()
+            if len(parts) == 3 and parts[1] == "succeeded":
+                seen.append((time.monotonic(), parts[0]))
+                if len(seen) >= 4:
+                    got_four.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        assert got_four.wait(60), "the run did not report four finished tasks"
+        time.sleep(0.4)  # well past the store's flush delay (0.05 s)
+        killed_at = time.monotonic()
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        reader.join(5)
+        assert proc.stdout is not None
+        proc.stdout.close()
+    assert proc.returncode == -signal.SIGKILL
+    finished_before = {tid for at, tid in seen if at <= killed_at - 0.3}
+    assert len(finished_before) >= 4
+    with RunStore(home / "runs.db", create=False) as st:
+        rec = st.last_run()
+    assert rec.status == "interrupted"
+    recorded = {tid for tid, r in rec.tasks.items()}
+    assert finished_before <= recorded
+    assert all(r.status.value == "succeeded" for r in rec.tasks.values())
+    assert all(rec.tasks[t].output == int(t[1:]) for t in recorded)
+    assert len(recorded) < 15  # killed part-way
+    # and the CLI shows it so
+    res = CliRunner().invoke(app, ["show", rec.id, "--store", str(home / "runs.db")])
+    assert res.exit_code == 0 and "interrupted" in res.stdout and "unrecorded" in res.stdout
+
+
+def test_records_are_written_by_execute_in_an_async_program(
+    tmp_path: Path, registry: dagagent.Registry
+) -> None:
+    async def main() -> str:
+        r = await dagagent.execute({"tasks": [{"id": "a", "tool": "echo", "args": {"value": 1}}]},
+                                   registry, store=tmp_path / "r.db")
+        return r.run_id
+
+    run_id = anyio.run(main)
+    res = CliRunner().invoke(app, ["show", run_id, "--store", str(tmp_path / "r.db"), "--json"])
+    assert json.loads(res.stdout)["tasks"]["a"]["output"] == 1
