@@ -104,6 +104,8 @@ _Matcher = Callable[[Any], bool]
 def _text(value: Any) -> str:
     if isinstance(value, str):
         return value
+    if value is None or isinstance(value, (bool, int, float)):
+        return json.dumps(value)
     try:
         return json.dumps(jsonable(value), ensure_ascii=False)
     except (TypeError, ValueError):
@@ -211,15 +213,21 @@ class Rule:
 
     # -- matching --------------------------------------------------------------------------
 
-    def matches_call(self, tool: Tool, task_id: str = "", source: str = "plan") -> bool:
-        """Whether the parts of the rule that do not look at arguments match."""
+    def matches_tool(self, tool: Tool) -> bool:
+        """Whether the tool name and the side-effects flag match."""
         if self._tool_rx.match(tool.name) is None:
             return False
-        if self.side_effects is not None and bool(tool.side_effects) is not self.side_effects:
-            return False
+        return self.side_effects is None or bool(tool.side_effects) is self.side_effects
+
+    def matches_context(self, task_id: str = "", source: str = "plan") -> bool:
+        """Whether the task id and the caller match."""
         if self._task_rx is not None and self._task_rx.match(task_id) is None:
             return False
         return self.source is None or self.source == source
+
+    def matches_call(self, tool: Tool, task_id: str = "", source: str = "plan") -> bool:
+        """Whether the parts of the rule that do not look at arguments match."""
+        return self.matches_tool(tool) and self.matches_context(task_id, source)
 
     @property
     def looks_at_args(self) -> bool:
@@ -386,6 +394,8 @@ class Policy:
         self.default_reason = default_reason
         self.ask = ask
         self._labeled = tuple((r, r.label(i)) for i, r in enumerate(self.rules, 1))
+        # rules that can match a tool, by (name, side effects): computed once per tool
+        self._by_tool: dict[tuple[str, bool], tuple[tuple[Rule, str], ...]] = {}
         self._ask_async = ask is not None and _is_async(ask)
         self._ask_name = _callable_name(ask) if ask is not None else ""
         self._lock = anyio.Lock() if serialize_asks else None
@@ -411,8 +421,16 @@ class Policy:
         self, tool: Tool, args: Mapping[str, Any], task_id: str = "", source: str = "plan"
     ) -> tuple[Action, Rule | None, str]:
         """``(action, rule, label)`` for a call; ``rule`` is ``None`` for the default."""
-        for rule, label in self._labeled:
-            if rule.matches(tool, args, task_id, source):
+        key = (tool.name, bool(tool.side_effects))
+        candidates = self._by_tool.get(key)
+        if candidates is None:
+            candidates = tuple((r, lb) for r, lb in self._labeled if r.matches_tool(tool))
+            if len(self._by_tool) < 4096:
+                self._by_tool[key] = candidates
+        for rule, label in candidates:
+            if rule.matches_context(task_id, source) and (
+                not rule.looks_at_args or rule.matches_args(args)
+            ):
                 return rule.action, rule, label
         return self.default, None, "policy default"
 
