@@ -234,7 +234,7 @@ def _result_line(result: TaskResult, output_chars: int) -> str:
         output = shorten(result.output, output_chars)
         return f"- {result.task_id}: {result.status.value}, output: {output}"
     detail = result.error or "no error message"
-    if result.error_type:
+    if result.error_type and not detail.startswith(result.error_type):
         detail = f"{result.error_type}: {detail}"
     return f"- {result.task_id}: {result.status.value}: {shorten(detail, output_chars)}"
 
