@@ -4,7 +4,7 @@
   ``Live`` display. The listener only updates counters; rendering happens on rich's refresh
   thread at a bounded rate (4 per second), never per event.
 - On a pipe, :class:`PlainProgress` prints one plain line per finished task
-  (``id status duration``), flushing at most every 0.2 s and at the end of the run.
+  (``id status duration``), written in batches every 0.2 s by a small thread.
 - ``--json`` shows no progress at all: only the result is printed.
 
 :func:`run_recorded` is what the commands that run plans share: it records the run in the run
@@ -13,7 +13,6 @@ store (the CLI always records) with the right progress display attached.
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
 from collections import deque
@@ -29,7 +28,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..api import execute, new_run_id
-from ..events import RunFinished, TaskFinished, TaskRetrying, TaskStarted
+from ..events import TaskFinished, TaskRetrying, TaskStarted
 from ..graph import PlanGraph
 from ..results import RunResult
 from ..store import default_store_path
@@ -42,29 +41,50 @@ _STYLE = {s.value: style for s, style in STATUS_STYLE.items()}
 
 
 class PlainProgress:
-    """One line per finished task on ``stream``: ``id status duration``."""
+    """One line per finished task on ``stream``: ``id status duration``.
+
+    The listener only appends the result to a deque; a small daemon thread formats and writes
+    the lines every ``flush_interval_s`` (and once more when the run ends), so a line is never
+    more than that late and the event loop never waits on the stream.
+    """
 
     def __init__(self, stream: IO[str], *, flush_interval_s: float = 0.2) -> None:
-        self._write = stream.write
-        self._flush = stream.flush
+        self._stream = stream
         self._interval = flush_interval_s
-        self._last_flush = time.monotonic()
+        self._pending: deque[Any] = deque()
+        self._append = self._pending.append
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._broken = False
 
     def __call__(self, event: Any) -> None:
-        kind = type(event)
-        if kind is TaskFinished:
-            r = event.result
+        if type(event) is TaskFinished:
+            self._append(event.result)
+
+    def _drain(self) -> None:
+        pending = self._pending
+        lines = []
+        while True:
+            try:
+                r = pending.popleft()
+            except IndexError:
+                break
             d = r.duration_s
-            took = f"{d:.3f}s" if d is not None else "-"
-            self._write(f"{r.task_id} {r.status.value} {took}\n")
-            now = time.monotonic()
-            if now - self._last_flush >= self._interval:
-                self._last_flush = now
-                self._flush()
-        elif kind is RunFinished:
-            self._flush()
+            lines.append(f"{r.task_id} {r.status.value} {f'{d:.3f}s' if d is not None else '-'}\n")
+        if lines and not self._broken:
+            try:
+                self._stream.write("".join(lines))
+                self._stream.flush()
+            except (OSError, ValueError):  # the pipe is gone: nothing more to show
+                self._broken = True
+
+    def _work(self) -> None:
+        while not self._stop.wait(self._interval):
+            self._drain()
 
     def __enter__(self) -> PlainProgress:
+        self._thread = threading.Thread(target=self._work, name="dagagent-progress", daemon=True)
+        self._thread.start()
         return self
 
     def __exit__(
@@ -73,8 +93,11 @@ class PlainProgress:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        with contextlib.suppress(OSError, ValueError):  # the pipe is gone: nothing to show
-            self._flush()
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        self._drain()
 
 
 class LiveProgress:
