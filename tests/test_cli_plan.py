@@ -1,0 +1,212 @@
+"""``dagagent plan`` against a real loopback server speaking the OpenAI (and Anthropic) wire
+format."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from llm_server import LLMTestServer, Reply
+from typer.testing import CliRunner
+
+import dagagent
+from dagagent.cli import app
+from dagagent.llm import wire
+from dagagent.planners import PLAN_FORMAT_NAME
+from dagagent.toolkits.demo import registry as demo
+
+runner = CliRunner()
+
+PLAN = {
+    "goal": "-",
+    "tasks": [
+        {"id": "paris", "tool": "get_weather", "args": {"city": "Paris"}},
+        {"id": "tokyo", "tool": "get_weather", "args": {"city": "Tokyo"}},
+        {
+            "id": "cmp",
+            "tool": "compare",
+            "args": {"a": "${paris.temp_c}", "b": "${tokyo.temp_c}",
+                     "label_a": "Paris", "label_b": "Tokyo"},
+        },
+    ],
+}
+GOAL = "Which is warmer, Paris or Tokyo?"
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    for name in ("DAGAGENT_MODEL", "DAGAGENT_BASE_URL", "OPENAI_BASE_URL", "ANTHROPIC_BASE_URL",
+                 "OPENAI_API_KEY", "ANTHROPIC_API_KEY", "DAGAGENT_TOOLS"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("DAGAGENT_HOME", str(tmp_path / "home"))
+
+
+@pytest.fixture
+def server() -> Iterator[LLMTestServer]:
+    with LLMTestServer() as srv:
+        yield srv
+        srv.check()
+
+
+def answer(plan: Any) -> Reply:
+    return Reply(json=wire.openai_text(plan if isinstance(plan, str) else json.dumps(plan)))
+
+
+def plan_cli(server: LLMTestServer, *args: str) -> Any:
+    return runner.invoke(
+        app,
+        ["plan", GOAL, "--model", "openai:test-model", "--base-url", server.url + "/v1", *args],
+        catch_exceptions=False,
+    )
+
+
+def test_plan_shows_table_dag_and_usage(server: LLMTestServer):
+    server.push(answer(PLAN))
+    r = plan_cli(server)
+    assert r.exit_code == 0, r.output
+    text = r.stdout
+    for tid in ("paris", "tokyo", "cmp"):
+        assert tid in text
+    assert "level 0" in text and "level 1" in text
+    assert "<- paris, tokyo" in text
+    assert "3 tasks in 2 levels; planned with test-model: 1 attempt, 1 call, " in text
+    assert "10 input + 5 output tokens" in text
+    (request,) = server.requests
+    assert request.path == "/v1/chat/completions"
+    body = request.json
+    fmt = body["response_format"]["json_schema"]
+    assert fmt["name"] == PLAN_FORMAT_NAME
+    assert fmt["schema"] == demo.plan_schema()
+    tools = [v["properties"]["tool"]["enum"][0]
+             for v in fmt["schema"]["properties"]["tasks"]["items"]["anyOf"]]
+    assert tools == demo.names
+    assert GOAL in body["messages"][-1]["content"]
+
+
+def test_json_output(server: LLMTestServer):
+    server.push(answer("```json\n" + json.dumps(PLAN) + "\n```"))
+    r = plan_cli(server, "--json")
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    assert data["goal"] == GOAL
+    assert [t["id"] for t in data["plan"]["tasks"]] == ["paris", "tokyo", "cmp"]
+    assert data["levels"] == [["paris", "tokyo"], ["cmp"]]
+    assert data["usage"] == {"attempts": 1, "calls": 1, "input_tokens": 10,
+                             "output_tokens": 5, "total_tokens": 15}
+
+
+def test_out_writes_a_plan_that_validates(server: LLMTestServer, tmp_path: Path):
+    server.push(answer(PLAN))
+    target = tmp_path / "plan.json"
+    r = plan_cli(server, "--out", str(target))
+    assert r.exit_code == 0, r.output
+    assert f"plan written to {target}" in r.stderr
+    plan = dagagent.load_plan(target)
+    assert plan.goal == GOAL
+    assert dagagent.validate(plan, demo).levels == [["paris", "tokyo"], ["cmp"]]
+    r = runner.invoke(app, ["validate", str(target)], catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+
+
+def test_out_to_an_unwritable_place_is_exit_2(server: LLMTestServer, tmp_path: Path):
+    server.push(answer(PLAN))
+    r = plan_cli(server, "--out", str(tmp_path / "missing-dir" / "plan.json"))
+    assert r.exit_code == 2
+    assert "cannot write the plan to" in r.stderr and "Traceback" not in r.output
+
+
+def test_execute_runs_the_plan_like_run(server: LLMTestServer, tmp_path: Path):
+    server.push(answer(PLAN))
+    r = plan_cli(server, "--execute", "--json", "--store", str(tmp_path / "runs.db"),
+                 "--executor", "dataflow")
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    assert data["status"] == "succeeded"
+    assert data["executor"] == "dataflow"
+    assert data["goal"] == GOAL
+    assert data["tasks"]["cmp"]["output"]["larger"] == "Tokyo"
+    assert "planned with test-model: 1 attempt" in r.stderr
+    assert (tmp_path / "runs.db").exists()
+
+
+def test_execute_failed_run_is_exit_1(server: LLMTestServer, tmp_path: Path):
+    failing = {"tasks": [{"id": "boom", "tool": "fail", "args": {"message": "kaboom"}}]}
+    server.push(answer(failing))
+    r = plan_cli(server, "--execute", "--store", str(tmp_path / "runs.db"))
+    assert r.exit_code == 1, r.output
+    assert "kaboom" in r.stdout
+
+
+def test_repair_then_success(server: LLMTestServer):
+    bad = {"tasks": [{"id": "t", "tool": "teleport", "args": {}}]}
+    server.push(answer(bad), answer(PLAN))
+    r = plan_cli(server, "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["usage"]["attempts"] == 2
+    feedback = server.requests[1].json["messages"][-1]["content"]
+    assert "[unknown_tool] task 't'" in feedback
+
+
+def test_exhausted_attempts_exit_3_listing_every_attempt(server: LLMTestServer):
+    bad = {"tasks": [{"id": "t", "tool": "teleport", "args": {}}]}
+    server.push(answer("I cannot plan this."), answer(bad))
+    r = plan_cli(server, "--max-attempts", "2")
+    assert r.exit_code == 3, r.output
+    err = r.stderr
+    assert "error: no valid plan after 2 attempts" in err
+    assert "attempt 1:" in err and "[not_json]" in err
+    assert "attempt 2:" in err and "[unknown_tool] task 't'" in err
+    assert "Traceback" not in r.output
+    assert r.stdout == ""
+
+
+def test_model_and_base_url_from_the_environment(
+    server: LLMTestServer, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setenv("DAGAGENT_MODEL", "openai:env-model")
+    monkeypatch.setenv("DAGAGENT_BASE_URL", server.url + "/v1")
+    server.push(answer(PLAN))
+    r = runner.invoke(app, ["plan", GOAL, "--json"], catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    assert server.requests[0].json["model"] == "env-model"
+
+
+def test_no_model_is_exit_2_saying_how_to_set_one():
+    r = runner.invoke(app, ["plan", GOAL], catch_exceptions=False)
+    assert r.exit_code == 2
+    assert "no model configured" in r.stderr
+    assert "--model" in r.stderr and "DAGAGENT_MODEL" in r.stderr
+
+
+def test_bad_model_spec_is_exit_2():
+    r = runner.invoke(app, ["plan", GOAL, "--model", "gpt-4o"], catch_exceptions=False)
+    assert r.exit_code == 2
+    assert "unknown model spec 'gpt-4o'" in r.stderr
+
+
+def test_refused_key_is_one_line_exit_2(server: LLMTestServer):
+    server.push(Reply(401, json=wire.openai_error("Incorrect API key provided")))
+    r = plan_cli(server)
+    assert r.exit_code == 2
+    lines = [line for line in r.stderr.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1
+    assert lines[0].startswith("error: the model could not be used:")
+    assert "Incorrect API key provided" in lines[0]
+    assert "Traceback" not in r.output
+
+
+def test_anthropic_model(server: LLMTestServer):
+    server.push(Reply(json=wire.anthropic_tool_use([(PLAN_FORMAT_NAME, PLAN)])))
+    r = runner.invoke(
+        app,
+        ["plan", GOAL, "--model", "anthropic:claude-test", "--base-url", server.url, "--json"],
+        catch_exceptions=False,
+    )
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["levels"] == [["paris", "tokyo"], ["cmp"]]
+    (request,) = server.requests
+    assert request.path == "/v1/messages"
+    assert request.json["tools"][0]["input_schema"] == demo.plan_schema()
