@@ -32,8 +32,8 @@ parsing, and the planner feeds violations back to the model), ``const`` becomes 
 one-value ``enum``. Registries whose tools cannot be expressed that way (free-form
 arguments, tuples, optional fields inside nested models) raise :class:`ConfigError` listing
 why; :func:`plan_response_format` with ``strict=None`` (the planner's default) then falls
-back to a non-strict schema, which OpenAI treats as guidance and local servers with guided
-decoding (vLLM, llama.cpp, Ollama) still enforce.
+back to a non-strict schema, which OpenAI treats as guidance and servers with guided
+decoding (such as vLLM or the llama.cpp server) still enforce.
 """
 
 from __future__ import annotations
