@@ -16,7 +16,9 @@ flushed and stopped when ``execute`` returns or raises (also on cancellation).
 else ``.dagagent/runs.db`` under the current directory.
 
 **What is stored.** The plan, the resolved arguments, the outputs, errors, steps and
-decisions, and nothing else: no environment values, no model settings, no keys.
+decisions, and the run's ``context`` (what the caller chose to record about where the run
+came from; the CLI records its ``--tools`` spec so that ``replan`` can load the same tools),
+and nothing else: no environment values, no model settings, no keys.
 
 **Schema versions.** ``PRAGMA user_version`` holds the schema version. :data:`MIGRATIONS`
 is the list of forward steps; entry ``i`` moves a database from version ``i`` to ``i + 1``
@@ -36,7 +38,7 @@ import re
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Union
 
@@ -106,6 +108,8 @@ MIGRATIONS: list[Sequence[Migration]] = [
             PRIMARY KEY (run_id, task_id)
         ) WITHOUT ROWID""",
     ),
+    # v2: the context a run was started in (e.g. the CLI's --tools spec), as a JSON object.
+    ("ALTER TABLE runs ADD COLUMN context TEXT",),
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -205,6 +209,7 @@ class RunRecord(BaseModel):
     plan: Plan
     tasks: dict[str, TaskResult]
     fingerprints: dict[str, str]
+    context: dict[str, Any] = Field(default_factory=dict)
 
     @property
     def counts(self) -> dict[str, int]:
@@ -239,6 +244,7 @@ class RunRecord(BaseModel):
             "critical_path_s": self.critical_path_s,
             "counts": self.counts,
             "unrecorded": self.unrecorded,
+            "context": self.context,
             "plan": self.plan.model_dump(mode="json", exclude_defaults=True),
             "tasks": {
                 k: {**r.to_json_dict(), "fingerprint": self.fingerprints.get(k)}
@@ -304,7 +310,9 @@ class RunStore:
 
     ``RunStore(path)`` opens (and creates, or migrates forward) the store; ``path=None`` uses
     :func:`default_store_path`. With ``create=False`` a missing file is a :class:`StoreError`
-    (for commands that only read). Use it as a context manager or call :meth:`close`.
+    (for commands that only read). ``context`` (JSON-able values) is recorded with every run
+    recorded through this object; never put secrets in it. Use it as a context manager or
+    call :meth:`close`.
     """
 
     def __init__(
@@ -313,8 +321,10 @@ class RunStore:
         *,
         create: bool = True,
         migrations: Sequence[Sequence[Migration]] | None = None,
+        context: Mapping[str, Any] | None = None,
     ) -> None:
         self.path = default_store_path(path)
+        self.context: dict[str, Any] = dict(context or {})
         if not create and not self.path.is_file():
             raise StoreError(
                 f"no run store at {self.path}: nothing has been recorded there yet "
@@ -441,7 +451,7 @@ class RunStore:
         run_id = self.resolve(ref)
         rows = self._query(
             "SELECT id, parent_id, created, goal, plan, status, executor, started_at, "
-            "finished_at, critical_path, critical_path_s, pid FROM runs WHERE id = ?",
+            "finished_at, critical_path, critical_path_s, pid, context FROM runs WHERE id = ?",
             (run_id,),
         )
         if not rows:  # pragma: no cover - resolve() just found it
@@ -490,6 +500,7 @@ class RunStore:
             plan=plan,
             tasks=tasks,
             fingerprints=fingerprints,
+            context=_unjson(r[12]) or {},
         )
 
     def last_run(self) -> RunRecord:
@@ -541,17 +552,20 @@ class RunRecorder:
             if store.exists(run_id):
                 raise StoreError(f"run {run_id} is already recorded in {store.path}")
             path = store.path
+            context = store.context
         else:
             with RunStore(store) as opened:
                 if opened.exists(run_id):
                     raise StoreError(f"run {run_id} is already recorded in {opened.path}")
                 path = opened.path
+            context = {}
         if flush_interval_s < 0:
             raise StoreError(f"flush_interval_s must be >= 0, not {flush_interval_s}")
         self.path = path
         self.run_id = run_id
         self.flush_interval_s = flush_interval_s
         self.error: str | None = None
+        self._context = _json(context) if context else None
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._put = self._queue.put
         self._thread: threading.Thread | None = None
@@ -651,6 +665,7 @@ class RunRecorder:
                         RUNNING,
                         ev.executor,
                         os.getpid(),
+                        self._context,
                     )
                 )
             elif type(ev) is RunFinished:
@@ -670,7 +685,7 @@ class RunRecorder:
             if starts:
                 conn.executemany(
                     "INSERT INTO runs (id, parent_id, created, goal, plan, n_tasks, status, "
-                    "executor, pid) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    "executor, pid, context) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     starts,
                 )
             if rows:

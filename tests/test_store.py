@@ -358,40 +358,49 @@ def test_a_new_file_and_an_empty_v0_database_get_the_current_schema(tmp_path: Pa
     assert mode == "wal"
 
 
-def test_a_v1_database_opens_and_reads(tmp_path: Path) -> None:
+def test_a_v1_database_migrates_to_the_current_schema_and_reads(tmp_path: Path) -> None:
     db = tmp_path / "v1.db"
     _v1_db(db)
     with RunStore(db, create=False) as st:
+        assert st.schema_version == SCHEMA_VERSION == 2
         rec = st.get_run("00000000abcd")
-    assert rec.goal == "old" and rec.tasks["a"].output == 1 and rec.fingerprints == {"a": "fp"}
+        assert rec.goal == "old" and rec.tasks["a"].output == 1 and rec.fingerprints == {"a": "fp"}
+        assert rec.context == {}  # v2 added the run context column
+    assert user_version(db) == SCHEMA_VERSION
 
 
-def test_a_v1_database_migrates_forward_to_an_added_v2(tmp_path: Path) -> None:
+async def test_the_run_context_is_recorded(tmp_path: Path, registry: dagagent.Registry) -> None:
+    with RunStore(tmp_path / "r.db", context={"tools": "my.module:registry"}) as st:
+        result = await dagagent.execute({"tasks": [w("a")]}, registry, store=st)
+        assert st.get_run(result.run_id).context == {"tools": "my.module:registry"}
+
+
+def test_an_added_migration_step_runs_once(tmp_path: Path) -> None:
     db = tmp_path / "v1.db"
     _v1_db(db)
-    v2 = [*MIGRATIONS, ("ALTER TABLE runs ADD COLUMN note TEXT",
-                        "UPDATE runs SET note = 'migrated'")]
-    with RunStore(db, migrations=v2) as st:
-        assert st.schema_version == len(v2)
+    more = [*MIGRATIONS, ("ALTER TABLE runs ADD COLUMN note TEXT",
+                          "UPDATE runs SET note = 'migrated'")]
+    with RunStore(db, migrations=more) as st:
+        assert st.schema_version == len(more)
         assert st.get_run("00000000abcd").tasks["a"].output == 1
-    assert user_version(db) == len(v2)
+    assert user_version(db) == len(more)
     with sqlite3.connect(db) as conn:
         assert conn.execute("SELECT note FROM runs").fetchall() == [("migrated",)]
-    # Opening it again does not run the step again.
-    with RunStore(db, migrations=v2) as st:
-        assert st.schema_version == len(v2)
+    # Opening it again does not run the step again (ADD COLUMN twice would fail).
+    with RunStore(db, migrations=more) as st:
+        assert st.schema_version == len(more)
 
 
 def test_a_failing_migration_changes_nothing(tmp_path: Path) -> None:
     db = tmp_path / "v1.db"
     _v1_db(db)
     broken = [*MIGRATIONS, ("ALTER TABLE runs ADD COLUMN note TEXT", "SELECT nonsense FROM x")]
-    with pytest.raises(StoreError, match="from schema version 1 to 2"):
+    with pytest.raises(StoreError, match=f"from schema version 1 to {len(broken)}"):
         RunStore(db, migrations=broken)
     assert user_version(db) == 1
     with sqlite3.connect(db) as conn:
         cols = [r[1] for r in conn.execute("PRAGMA table_info(runs)")]
-    assert "note" not in cols
+    assert "note" not in cols and "context" not in cols  # the v2 step was rolled back too
 
 
 def test_a_newer_store_is_refused(tmp_path: Path) -> None:

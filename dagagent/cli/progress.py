@@ -13,6 +13,7 @@ store (the CLI always records) with the right progress display attached.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections import deque
@@ -31,10 +32,17 @@ from ..api import execute, new_run_id
 from ..events import TaskFinished, TaskRetrying, TaskStarted
 from ..graph import PlanGraph
 from ..results import RunResult
-from ..store import default_store_path
+from ..store import RunStore
+from ._app import DEFAULT_TOOLS
 from .render import STATUS_STYLE
 
-__all__ = ["LiveProgress", "PlainProgress", "progress_for", "run_recorded"]
+__all__ = [
+    "LiveProgress",
+    "PlainProgress",
+    "progress_for",
+    "recorded_tools_spec",
+    "run_recorded",
+]
 
 _FINAL_ORDER = ("succeeded", "reused", "failed", "denied", "cancelled", "skipped")
 _STYLE = {s.value: style for s, style in STATUS_STYLE.items()}
@@ -227,23 +235,36 @@ def run_recorded(
     run_id: str | None = None,
     listeners: tuple[Any, ...] = (),
     live: bool = True,
+    tools_spec: str | None = None,
     **options: Any,
 ) -> RunResult:
     """Run a validated plan, recording it in the run store (``store``, or the default path),
     with progress on ``console`` (``None``: no progress; ``live=False``: plain lines even on a
-    terminal). Returns the result."""
+    terminal). ``tools_spec`` (the ``--tools`` value) is recorded with the run, so that
+    ``replan`` loads the same tools by default. Returns the result."""
     run_id = run_id or new_run_id()
-    path = default_store_path(store)
+    context = {"tools": recorded_tools_spec(tools_spec)}
     progress = progress_for(graph, console, live=live) if console is not None else None
     if progress is not None:
         listeners = (*listeners, progress)
+    with RunStore(store, context=context) as run_store:
 
-    async def main() -> RunResult:
-        return await execute(
-            graph, registry, store=path, run_id=run_id, listeners=listeners, **options
-        )
+        async def main() -> RunResult:
+            return await execute(
+                graph, registry, store=run_store, run_id=run_id, listeners=listeners, **options
+            )
 
-    if progress is None:
-        return anyio.run(main)
-    with progress:
-        return anyio.run(main)
+        if progress is None:
+            return anyio.run(main)
+        with progress:
+            return anyio.run(main)
+
+
+def recorded_tools_spec(spec: str | None) -> str:
+    """The tools a CLI run loads (``--tools``, else ``$DAGAGENT_TOOLS``, else the demo tools),
+    with a file path made absolute so that it still works from another directory."""
+    spec = spec or os.environ.get("DAGAGENT_TOOLS") or DEFAULT_TOOLS
+    target, sep, attr = spec.rpartition(":")
+    if sep and (target.endswith(".py") or os.sep in target) and Path(target).is_file():
+        return f"{Path(target).resolve()}:{attr}"
+    return spec

@@ -158,5 +158,6 @@ def run_cmd(
         graph, registry, as_json=json_out, executor=exe, on_failure=on_failure,
         max_concurrency=max_concurrency, interceptors=interceptors, store=store, llm=llm,
         live=not (ask or policy_file),  # questions on the terminal: no live display over them
+        tools_spec=tools,  # recorded with the run: replan loads the same tools by default
     )
     raise typer.Exit(code)

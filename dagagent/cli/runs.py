@@ -33,7 +33,7 @@ from ._app import EXIT_FAILED, EXIT_OK, app, err, fail, guard, load_registry, ou
 from .diagram import FORMATS, render_graph
 from .progress import run_recorded
 from .render import STATUS_STYLE, short
-from .run import TOOLS_OPT, print_result
+from .run import print_result
 
 __all__ = ["find_run"]
 
@@ -178,9 +178,10 @@ def show_cmd(
     if record.goal:
         out.print(f"goal: {record.goal}", markup=False, highlight=False)
     wall = f"{record.wall_time_s:.3f}s" if record.wall_time_s is not None else "-"
+    tools = record.context.get("tools")
     out.print(
         f"executor {record.executor or '-'}; started {_when(record.started_at or record.created)};"
-        f" wall time {wall}",
+        f" wall time {wall}" + (f"; tools {tools}" if tools else ""),
         markup=False, highlight=False,
     )
     table = Table()
@@ -306,7 +307,10 @@ def replan_cmd(
         help="Run the revised plan (without a revision: the same plan again) as a new run "
         "linked to this one, reusing every unchanged success.",
     ),
-    tools: str | None = TOOLS_OPT,
+    tools: str | None = typer.Option(
+        None, "--tools", "-t", metavar="MODULE:ATTR",
+        help="Tools for the revised plan. Default: the tools the run used.",
+    ),
     executor: str = typer.Option(
         "levels", "--executor", "-e", help=f"When tasks start: {', '.join(EXECUTORS)}."
     ),
@@ -327,7 +331,7 @@ def replan_cmd(
     with _open_store(store) as st:
         record = find_run(st, run, last)
         path = st.path
-    registry = load_registry(tools)
+    spec, registry = _registry_for(record, tools)
     review = review_run(record)
     if not json_out:
         out.print(format_review(review), markup=False, highlight=False)
@@ -390,6 +394,7 @@ def replan_cmd(
         executor=executor,
         on_failure=on_failure,
         max_concurrency=max_concurrency,
+        tools_spec=spec,
     )
     if json_out:
         doc["result"] = result.to_json_dict()
@@ -403,6 +408,22 @@ def replan_cmd(
         markup=False, highlight=False,
     )
     raise typer.Exit(code)
+
+
+def _registry_for(record: RunRecord, tools: str | None) -> tuple[str | None, Any]:
+    """``--tools`` if given, else the tools recorded with the run, else the default."""
+    if tools is not None:
+        return tools, load_registry(tools)
+    recorded = record.context.get("tools")
+    if not isinstance(recorded, str):
+        return None, load_registry(None)
+    try:
+        return recorded, load_registry(recorded)
+    except ConfigError as exc:
+        raise ConfigError(
+            f"cannot load the tools run {record.id} used ({recorded}): {exc}; "
+            "pass --tools MODULE:ATTR"
+        ) from None
 
 
 def _hint(record: RunRecord, review: RunReview) -> None:

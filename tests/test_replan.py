@@ -1,0 +1,281 @@
+"""``dagagent replan``: review, revised plan from a file, diff, reuse of unchanged successes
+(counted with a tool module that logs every call), ``--out``, ``--json``, parent links."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from dagagent.cli import _app as cli_app
+from dagagent.cli import app
+from dagagent.plan import load_plan
+from dagagent.store import RunStore
+
+TOOLS = '''
+import os
+from pathlib import Path
+
+import dagagent
+
+registry = dagagent.Registry()
+PRICES = {"apple": 3, "pear": 4, "plum": 5}
+
+
+def _count(call: str) -> None:
+    with Path(os.environ["DAGAGENT_TEST_CALLS"]).open("a") as f:
+        f.write(call + "\\n")
+
+
+@registry.tool
+def price(item: str) -> int:
+    """Price of an item."""
+    _count(f"price:{item}")
+    if item not in PRICES:
+        raise LookupError(f"no price for {item!r}")
+    return PRICES[item]
+
+
+@registry.tool
+def price_again(item: str) -> int:
+    """The same prices, by another tool."""
+    _count(f"price_again:{item}")
+    return PRICES[item]
+
+
+@registry.tool
+def total(a: int, b: int) -> int:
+    """Add two prices."""
+    _count(f"total:{a}+{b}")
+    return a + b
+'''
+
+
+def task(id: str, tool: str, **args: Any) -> dict[str, Any]:
+    return {"id": id, "tool": tool, "args": args}
+
+
+PLAN = {
+    "goal": "total price",
+    "tasks": [
+        task("apple", "price", item="apple"),
+        task("pear", "price", item="pear"),
+        task("kiwi", "price", item="kiwi"),
+        task("sum1", "total", a="${apple}", b="${pear}"),
+        task("sum2", "total", a="${sum1}", b="${kiwi}"),
+    ],
+}
+
+
+class Env:
+    def __init__(self, tmp_path: Path) -> None:
+        self.dir = tmp_path
+        self.tools = tmp_path / "pricing.py"
+        self.tools.write_text(TOOLS)
+        self.calls_file = tmp_path / "calls.log"
+        self.db = tmp_path / "home" / "runs.db"
+
+    def cli(self, *args: str) -> Any:
+        return CliRunner().invoke(app, list(args))
+
+    def calls(self) -> Counter[str]:
+        if not self.calls_file.exists():
+            return Counter()
+        return Counter(self.calls_file.read_text().split())
+
+    def plan_file(self, plan: dict[str, Any], name: str = "plan.json") -> str:
+        path = self.dir / name
+        path.write_text(json.dumps(plan))
+        return str(path)
+
+    def run_ids(self) -> list[str]:
+        with RunStore(self.db) as st:
+            return [r.id for r in st.list_runs()]
+
+    def first_run(self) -> str:
+        res = self.cli("run", self.plan_file(PLAN, "orig.json"), "--tools",
+                       f"{self.tools}:registry", "--on-failure", "continue")
+        assert res.exit_code == 1, res.output
+        (run_id,) = self.run_ids()
+        return run_id
+
+
+@pytest.fixture
+def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Env:
+    e = Env(tmp_path)
+    monkeypatch.setenv("DAGAGENT_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("DAGAGENT_TEST_CALLS", str(e.calls_file))
+    monkeypatch.setattr(cli_app.out, "_width", 200)
+    return e
+
+
+def fixed(**changes: dict[str, Any]) -> dict[str, Any]:
+    tasks = [dict(t, **changes.get(t["id"], {})) for t in PLAN["tasks"]]
+    return {"goal": PLAN["goal"], "tasks": tasks}
+
+
+def test_replan_from_a_file_reuses_every_unchanged_success(env: Env) -> None:
+    parent = env.first_run()
+    assert env.calls() == Counter(["price:apple", "price:pear", "price:kiwi", "total:3+4"])
+    new_plan = env.plan_file(fixed(kiwi={"args": {"item": "plum"}}), "fixed.json")
+    res = env.cli("replan", parent, "--from", new_plan, "--execute", "--tools",
+                  f"{env.tools}:registry", "--executor", "dataflow")
+    assert res.exit_code == 0, res.output
+    out = res.stdout
+    # the review
+    assert "failed (1):" in out and "kiwi [price, 1 attempt] failed: LookupError: no price" in out
+    assert "sum2 [total] skipped (because of kiwi)" in out
+    assert "apple [price] = 3" in out and "sum1 [total] = 7" in out
+    # the diff and the prediction
+    assert '~ kiwi: args.item: "kiwi" -> "plum"' in out
+    assert "0 added, 0 removed, 1 changed, 4 unchanged" in out
+    assert "will reuse: apple, pear, sum1" in out
+    assert "will run: kiwi (failed before); sum2 (skipped before)" in out
+    # the new run: unchanged successes were not called again
+    assert env.calls() == Counter(["price:apple", "price:pear", "price:kiwi", "total:3+4",
+                                   "price:plum", "total:7+5"])
+    child, _ = env.run_ids()
+    with RunStore(env.db) as st:
+        rec = st.get_run(child)
+    assert rec.parent_id == parent and rec.status == "succeeded"
+    assert {k: r.status.value for k, r in rec.tasks.items()} == {
+        "apple": "reused", "pear": "reused", "kiwi": "succeeded", "sum1": "reused",
+        "sum2": "succeeded",
+    }
+    assert rec.tasks["sum2"].output == 12
+    assert f"recorded as run {child} (parent {parent}, 3 reused)" in res.stderr
+
+
+def test_a_changed_upstream_output_defeats_reuse(env: Env) -> None:
+    parent = env.first_run()
+    before = env.calls()
+    new_plan = env.plan_file(fixed(pear={"args": {"item": "plum"}},
+                                   kiwi={"args": {"item": "apple"}}))
+    res = env.cli("replan", parent, "--from", new_plan, "-x", "--tools", f"{env.tools}:registry")
+    assert res.exit_code == 0, res.output
+    assert "sum1 (unchanged, but pear runs again)" in res.stdout
+    # sum1's own definition is unchanged, but its input (pear's output) changed: run again.
+    assert env.calls() - before == Counter(["price:plum", "price:apple", "total:3+5",
+                                            "total:8+3"])
+    child = env.run_ids()[0]
+    with RunStore(env.db) as st:
+        statuses = {k: r.status.value for k, r in st.get_run(child).tasks.items()}
+    assert statuses["apple"] == "reused" and statuses["sum1"] == "succeeded"
+
+
+def test_an_equal_upstream_output_keeps_reuse(env: Env) -> None:
+    parent = env.first_run()
+    before = env.calls()
+    # pear runs again through another tool, with the same output: sum1 is still reused.
+    new_plan = env.plan_file(fixed(pear={"tool": "price_again"},
+                                   kiwi={"args": {"item": "plum"}}))
+    res = env.cli("replan", parent, "--from", new_plan, "-x", "--tools", f"{env.tools}:registry")
+    assert res.exit_code == 0, res.output
+    assert "sum1 (unchanged, but pear runs again)" in res.stdout
+    assert env.calls() - before == Counter(["price_again:pear", "price:plum", "total:7+5"])
+
+
+def test_replan_without_a_revision_reviews_and_writes_the_plan_to_edit(env: Env) -> None:
+    parent = env.first_run()
+    out_file = env.dir / "edit-me.json"
+    res = env.cli("replan", "--last", "--out", str(out_file))
+    assert res.exit_code == 0, res.output
+    assert f"run {parent}: failed - total price" in res.stdout
+    assert load_plan(out_file) == load_plan(PLAN)  # type: ignore[arg-type]
+    assert f"dagagent replan {parent} --from {out_file} --execute" in res.stderr
+    assert env.run_ids() == [parent]  # nothing ran
+    res = env.cli("replan", parent[:5])
+    assert res.exit_code == 0 and "to revise it: dagagent replan" in res.stdout
+
+
+def test_replan_execute_without_a_revision_retries_only_what_did_not_succeed(env: Env) -> None:
+    parent = env.first_run()
+    before = env.calls()
+    res = env.cli("replan", parent, "--execute", "--tools", f"{env.tools}:registry",
+                  "--on-failure", "continue")
+    assert res.exit_code == 1  # kiwi still has no price
+    assert env.calls() - before == Counter(["price:kiwi"])
+    child = env.run_ids()[0]
+    with RunStore(env.db) as st:
+        assert st.get_run(child).parent_id == parent
+
+
+def test_replan_json(env: Env) -> None:
+    parent = env.first_run()
+    new_plan = env.plan_file(fixed(kiwi={"args": {"item": "plum"}}))
+    res = env.cli("replan", parent, "--from", new_plan, "--json")
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc["review"]["failed"][0]["task_id"] == "kiwi"
+    assert doc["diff"]["changed"] == {
+        "kiwi": [{"field": "args.item", "old": "kiwi", "new": "plum"}]
+    }
+    assert doc["reuse"]["apple"] == {"action": "reuse", "reason": "unchanged success"}
+    assert doc["plan"]["tasks"][2]["args"] == {"item": "plum"}
+    assert doc["result"] is None
+    res = env.cli("replan", parent, "--from", new_plan, "--json", "-x",
+                  "--tools", f"{env.tools}:registry")
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc["result"]["parent_id"] == parent
+    assert doc["result"]["counts"] == {"reused": 3, "succeeded": 2}
+
+
+def test_an_invalid_revision_runs_nothing(env: Env) -> None:
+    parent = env.first_run()
+    before = env.calls()
+    bad = fixed(kiwi={"tool": "teleport"}, sum2={"depends_on": ["nowhere"]})
+    res = env.cli("replan", parent, "--from", env.plan_file(bad), "-x",
+                  "--tools", f"{env.tools}:registry")
+    assert res.exit_code == 2
+    assert "unknown tool 'teleport'" in res.stderr and "unknown task 'nowhere'" in res.stderr
+    assert env.calls() == before and env.run_ids() == [parent]
+    res = env.cli("replan", parent, "--from", str(env.dir / "missing.json"))
+    assert res.exit_code == 2 and "plan file not found" in res.stderr
+
+
+def test_replan_usage_errors(env: Env) -> None:
+    parent = env.first_run()
+    res = env.cli("replan")
+    assert res.exit_code == 2 and "give a RUN id" in res.stderr
+    res = env.cli("replan", parent, "--from", "x.json", "--model", "openai:gpt-4o-mini")
+    assert res.exit_code == 2 and "not both" in res.stderr
+    res = env.cli("replan", "zz")
+    assert res.exit_code == 4 and "is not a run id" in res.stderr
+
+
+def test_replans_chain_and_runs_shows_the_parent(env: Env) -> None:
+    first = env.first_run()
+    step = env.plan_file(fixed(kiwi={"args": {"item": "plum"}}, sum2={"retries": 1}))
+    assert env.cli("replan", first, "--from", step, "-x", "--tools",
+                   f"{env.tools}:registry").exit_code == 0
+    second = env.run_ids()[0]
+    before = env.calls()
+    assert env.cli("replan", "--last", "-x", "--tools", f"{env.tools}:registry").exit_code == 0
+    third = env.run_ids()[0]
+    assert env.calls() == before  # everything reused from the second run
+    with RunStore(env.db) as st:
+        assert st.get_run(third).parent_id == second
+        assert set(st.get_run(third).counts) == {"reused"}
+    res = env.cli("runs")
+    assert f"(replans {second})" in res.stdout and f"(replans {first})" in res.stdout
+
+
+def test_replan_loads_the_tools_the_run_used(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    parent = env.first_run()  # ran with --tools pricing.py:registry
+    res = env.cli("show", parent)
+    assert f"tools {env.tools.resolve()}:registry" in res.stdout
+    monkeypatch.chdir(env.dir / "home")  # somewhere else: the recorded path is absolute
+    new_plan = env.plan_file(fixed(kiwi={"args": {"item": "plum"}}))
+    res = env.cli("replan", parent, "--from", new_plan, "--execute")  # no --tools
+    assert res.exit_code == 0, res.output
+    assert env.calls()["price:plum"] == 1
+    env.tools.unlink()
+    res = env.cli("replan", parent, "--from", new_plan)
+    assert res.exit_code == 2
+    assert f"cannot load the tools run {parent} used" in res.stderr
+    assert "pass --tools" in res.stderr
