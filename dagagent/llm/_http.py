@@ -12,6 +12,7 @@ has been yielded to the caller yet. 401/403 and other 4xx are never retried.
 
 from __future__ import annotations
 
+import contextlib
 import email.utils
 import functools
 import json
@@ -53,7 +54,18 @@ __all__ = [
     "provider_error_text",
 ]
 
-log = structlog.get_logger("dagagent.llm")
+
+def _log(event: str, **fields: Any) -> None:
+    """A warning on the ``dagagent.llm`` logger (retries and errors only).
+
+    The logger is looked up per event so a structlog configuration made later by the
+    application applies, and a broken logging setup (say, a closed stream) never turns
+    a model call into a crash: like the standard library's handlers, logging failures
+    are swallowed.
+    """
+    with contextlib.suppress(Exception):
+        structlog.get_logger("dagagent.llm").warning(event, **fields)
+
 
 T = TypeVar("T")
 
@@ -479,7 +491,7 @@ class HTTPChatClient:
                     f"gave up after {attempts} attempt{plural}: retry budget of "
                     f"{policy.max_retry_wait_s}s used up"
                 ) from failure.__cause__
-        log.warning(
+        _log(
             "llm.retry",
             provider=self.provider,
             model=self.model,
@@ -493,7 +505,7 @@ class HTTPChatClient:
         """Log an error, and make sure its text cannot carry the API key."""
         text = str(exc)
         clean = self._scrub(text)
-        log.warning(
+        _log(
             "llm.error",
             provider=self.provider,
             model=self.model,
