@@ -28,10 +28,11 @@ from dagagent.executors import get_executor
 from dagagent.runner import RetryPolicy
 from dagagent.tools import Registry, Tool
 
-distributed = pytest.importorskip("distributed")
-from dagagent.executors.dask import DaskExecutor  # noqa: E402
+pytest.importorskip("distributed")
 
-import dask_tools  # noqa: E402  (tests/ is on sys.path under pytest)
+import dask_tools  # tests/ is on sys.path under pytest; see dask_tools.py
+
+from dagagent.executors.dask import DaskExecutor
 
 ROOT = Path(__file__).resolve().parents[1]
 FAST_RETRY = RetryPolicy(base_delay_s=0.01, jitter=0)
@@ -116,11 +117,14 @@ async def test_fail_fast_cancels_running_sibling_and_its_dask_future(
         assert recorder.calls.get("slow") == 1  # it had started on the worker
         # the driver told the scheduler to cancel the sibling's future, and the scheduler
         # holds nothing of this run any more
-        with anyio.fail_after(5):
-            while not any(
-                msg.get("action") == "cancel" for _, msg in await client.get_events(client.id)
-            ) or await client.run_on_scheduler(_task_count):
-                await anyio.sleep(0.02)
+        for _ in range(250):  # up to 5 s
+            events = await client.get_events(client.id)
+            cancelled = any(msg.get("action") == "cancel" for _, msg in events)
+            if cancelled and not await client.run_on_scheduler(_task_count):
+                break
+            await anyio.sleep(0.02)
+        else:
+            pytest.fail(f"the sibling's future was not cancelled: {events}")
         # the given client stays open and usable
         assert await client.submit(sum, [1, 2], pure=False) == 3
 
@@ -192,7 +196,8 @@ async def test_unpicklable_tool_is_refused_before_any_task_runs(
     assert "lock" in text
     assert "work" not in text.split("\n")[1]  # only the tool that cannot go is named
     assert recorder.calls == {}  # nothing ran
-    assert not [e for e in events if e.kind == "task_started"]
+    kinds = [e.kind for e in events]
+    assert "run.started" in kinds and "task.started" not in kinds  # no task ever started
 
 
 @pytest.mark.anyio
@@ -234,6 +239,46 @@ async def test_async_and_sync_tools_on_file_loaded_module(tmp_path: Path) -> Non
     )
     result = await dagagent.execute(p, reg, executor=in_process())
     assert result.ok and result.outputs == {"s": 40, "l": 41}
+
+
+@pytest.mark.anyio
+async def test_own_cluster_reports_dead_workers_at_once_and_is_closed_after() -> None:
+    exe = in_process()
+    assert exe.dask_client is None
+    async with exe.session():
+        client = exe.dask_client
+        assert client is not None and client.asynchronous
+        assert await client.run_on_scheduler(_allowed_failures) == 0
+    assert exe.dask_client is None
+    assert client.status == "closed"
+
+
+def _allowed_failures(dask_scheduler: Any) -> int:
+    return int(dask_scheduler.allowed_failures)
+
+
+@pytest.mark.anyio
+async def test_concurrent_runs_share_one_session(registry: Registry, recorder: Any) -> None:
+    exe = in_process()
+    clients: list[Any] = []
+
+    def on_event(event: Any) -> None:
+        if event.kind == "run.started":
+            clients.append(exe.dask_client)
+
+    results: dict[str, dagagent.RunResult] = {}
+
+    async def run(name: str) -> None:
+        p = plan({"id": name, "tool": "work", "args": {"name": name, "seconds": 0.3}})
+        results[name] = await dagagent.execute(p, registry, executor=exe, listeners=[on_event])
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run, "one")
+        tg.start_soon(run, "two")
+    assert results["one"].ok and results["two"].ok
+    assert recorder.overlap("one", "two")
+    assert len(clients) == 2 and clients[0] is clients[1] is not None
+    assert exe.dask_client is None  # closed with the last run
 
 
 def test_options_are_checked() -> None:
@@ -350,7 +395,8 @@ async def test_tool_not_importable_on_workers_is_refused_before_running(
     assert "tool 'shout' (task 'loud') cannot be loaded on worker tcp://" in text
     assert "No module named 'driver_only_tools'" in text
     assert "'where'" not in text
-    assert not [e for e in events if e.kind == "task_started"]
+    kinds = [e.kind for e in events]
+    assert "run.started" in kinds and "task.started" not in kinds  # no task ever started
 
 
 @pytest.mark.anyio
@@ -375,6 +421,18 @@ async def test_worker_killed_mid_task_is_retried(process_cluster: Any, tmp_path:
     r = result.tasks["once"]
     assert marker.exists()  # the first attempt did kill its worker
     assert r.status.value == "succeeded" and r.output == "survived" and r.attempts == 2
+
+
+@pytest.mark.anyio
+async def test_a_synchronous_client_is_used_through_an_async_one(process_cluster: Any) -> None:
+    from distributed import Client
+
+    with Client(process_cluster) as sync_client:
+        exe = DaskExecutor(client=sync_client)
+        p = plan({"id": "s", "tool": "where", "args": {"value": 7}})
+        result = await dagagent.execute(p, dask_tools.registry, executor=exe)
+        assert result.ok and result.outputs["s"]["value"] == 7
+        assert sync_client.status == "running"  # the given client is left open
 
 
 def test_cli_runs_on_a_dask_scheduler(process_cluster: Any, tmp_path: Path) -> None:

@@ -35,7 +35,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import importlib.machinery
+import importlib
 import itertools
 import sys
 import uuid
@@ -150,14 +150,22 @@ def _brief(exc: BaseException) -> str:
 
 
 def _importable_by_name(module_name: str) -> bool:
-    """Whether a fresh interpreter with the same ``sys.path`` could import ``module_name``."""
+    """Whether a fresh interpreter with the same ``sys.path`` could import ``module_name``.
+
+    Asks the import system's finders directly: ``importlib.util.find_spec`` would answer from
+    ``sys.modules``, where a module loaded from a file under a made-up name also sits.
+    """
     top = module_name.partition(".")[0]
-    if top in sys.builtin_module_names:
-        return True
-    try:
-        return importlib.machinery.PathFinder.find_spec(top) is not None
-    except (ImportError, ValueError):
-        return False
+    for finder in sys.meta_path:
+        find_spec = getattr(finder, "find_spec", None)
+        if find_spec is None:
+            continue
+        try:
+            if find_spec(top, None) is not None:
+                return True
+        except Exception:  # a finder that cannot answer for this name
+            continue
+    return False
 
 
 def _dumps_function(fn: Callable[..., Any]) -> bytes:
@@ -333,6 +341,13 @@ class DaskExecutor(DataflowExecutor):
     @property
     def invoker(self) -> Invoker | None:
         return self._invoke
+
+    @property
+    def dask_client(self) -> Client | None:
+        """The asynchronous client of the open session (``None`` outside a session): for
+        dashboards, events or anything else a run wants from the cluster."""
+        state = self._session
+        return state.client if state is not None else None
 
     @contextlib.asynccontextmanager
     async def session(self) -> AsyncIterator[None]:
