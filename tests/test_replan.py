@@ -59,7 +59,7 @@ def task(id: str, tool: str, **args: Any) -> dict[str, Any]:
     return {"id": id, "tool": tool, "args": args}
 
 
-PLAN = {
+PLAN: dict[str, Any] = {
     "goal": "total price",
     "tasks": [
         task("apple", "price", item="apple"),
@@ -185,7 +185,7 @@ def test_replan_without_a_revision_reviews_and_writes_the_plan_to_edit(env: Env)
     res = env.cli("replan", "--last", "--out", str(out_file))
     assert res.exit_code == 0, res.output
     assert f"run {parent}: failed - total price" in res.stdout
-    assert load_plan(out_file) == load_plan(PLAN)  # type: ignore[arg-type]
+    assert load_plan(out_file) == load_plan(PLAN)
     assert f"dagagent replan {parent} --from {out_file} --execute" in res.stderr
     assert env.run_ids() == [parent]  # nothing ran
     res = env.cli("replan", parent[:5])
@@ -279,3 +279,62 @@ def test_replan_loads_the_tools_the_run_used(env: Env, monkeypatch: pytest.Monke
     assert res.exit_code == 2
     assert f"cannot load the tools run {parent} used" in res.stderr
     assert "pass --tools" in res.stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# --model: the revised plan comes from a (scripted) model
+
+
+def scripted(monkeypatch: pytest.MonkeyPatch, *answers: str) -> Any:
+    from dagagent.cli import runs as runs_cmds
+    from dagagent.llm import ScriptedLLM
+
+    llm = ScriptedLLM(list(answers))
+    made: list[tuple[str, str | None]] = []
+
+    def make_model(model: str, base_url: str | None) -> Any:
+        made.append((model, base_url))
+        return llm
+
+    monkeypatch.setattr(runs_cmds, "make_model", make_model)
+    llm.made = made  # type: ignore[attr-defined]
+    return llm
+
+
+def test_replan_with_a_model_reuses_successes(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    parent = env.first_run()
+    before = env.calls()
+    llm = scripted(monkeypatch, json.dumps(fixed(kiwi={"args": {"item": "plum"}})))
+    res = env.cli("replan", parent, "--model", "openai:test-model", "--execute")
+    assert res.exit_code == 0, res.output
+    assert llm.made == [("openai:test-model", None)]
+    llm.assert_exhausted()
+    # the model was told what failed and why
+    prompt = " ".join(str(getattr(m, "content", "")) for m in llm.requests[0].messages)
+    assert "no price for 'kiwi'" in prompt and "kiwi" in prompt
+    assert "revised by scripted: 1 attempt" in res.stderr
+    assert '~ kiwi: args.item: "kiwi" -> "plum"' in res.stdout
+    assert env.calls() - before == Counter(["price:plum", "total:7+5"])
+    with RunStore(env.db) as st:
+        child = st.last_run()
+    assert child.parent_id == parent and child.counts == {"reused": 3, "succeeded": 2}
+
+
+def test_a_model_that_never_gives_a_valid_plan_exits_3(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    parent = env.first_run()
+    before = env.calls()
+    bad = json.dumps({"goal": "x", "tasks": [{"id": "kiwi", "tool": "teleport"}]})
+    llm = scripted(monkeypatch, bad, bad)
+    res = env.cli("replan", parent, "--model", "openai:m", "--max-attempts", "2", "-x")
+    assert res.exit_code == 3, res.output
+    assert "teleport" in res.stderr
+    llm.assert_exhausted()
+    assert env.calls() == before and env.run_ids() == [parent]
+
+
+def test_base_url_needs_a_model(env: Env) -> None:
+    parent = env.first_run()
+    res = env.cli("replan", parent, "--base-url", "http://127.0.0.1:9/v1")
+    assert res.exit_code == 2 and "--base-url needs --model" in res.stderr

@@ -179,7 +179,8 @@ async def test_a_finished_task_is_durable_while_the_run_goes_on(
     assert result.ok
     # Visible within the flush delay (0.05 s) plus generous slack, long before the run ended.
     assert seen_after and seen_after[0] < 0.6
-    assert result.tasks["fast"].finished_at + seen_after[0] < result.tasks["slow"].finished_at
+    fast, slow = result.tasks["fast"].finished_at, result.tasks["slow"].finished_at
+    assert fast is not None and slow is not None and fast + seen_after[0] < slow
 
 
 async def test_cancelling_the_run_flushes_what_finished(

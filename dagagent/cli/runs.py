@@ -8,12 +8,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+import anyio
 import typer
 from rich import box
 from rich.table import Table
 from rich.text import Text
 
-from ..errors import ConfigError
+from ..errors import ConfigError, LLMError
 from ..executors import EXECUTORS
 from ..graph import PlanGraph, critical_path, validate
 from ..plan import Plan, load_plan
@@ -29,7 +30,7 @@ from ..review import (
     review_run,
 )
 from ..store import RunRecord, RunStore, check_run_id, default_store_path
-from ._app import EXIT_FAILED, EXIT_OK, app, err, fail, guard, load_registry, out
+from ._app import EXIT_FAILED, EXIT_OK, EXIT_USAGE, app, err, fail, guard, load_registry, out
 from .diagram import FORMATS, render_graph
 from .progress import run_recorded
 from .render import STATUS_STYLE, short
@@ -275,20 +276,37 @@ def _print_reuse(decisions: dict[str, ReuseDecision]) -> None:
         out.print(f"will run: {'; '.join(groups['run'])}", markup=False, highlight=False)
 
 
-def _revised_plan(
-    record: RunRecord, from_file: Path | None, model: str | None, registry: Any
-) -> Plan | None:
-    if from_file is not None and model is not None:
-        fail("give --from FILE or --model SPEC, not both")
-    if from_file is not None:
-        return load_plan(from_file)
-    if model is not None:
-        return _replan_with_model(record, model, registry)
-    return None
+def make_model(model: str, base_url: str | None) -> Any:
+    """The model client for ``--model`` (a seam: tests put a scripted model here)."""
+    from ..llm import from_env
+
+    return from_env(model, base_url)
 
 
-def _replan_with_model(record: RunRecord, model: str, registry: Any) -> Plan:
-    raise ConfigError("--model is not available in this build")  # replaced below when wired
+def _replan_with_model(
+    record: RunRecord, llm: Any, registry: Any, *, max_attempts: int, quiet: bool
+) -> Plan:
+    from ..planners import LLMReplanner
+
+    replanner = LLMReplanner(llm, registry, max_attempts=max_attempts)
+
+    async def main() -> Any:
+        async with llm:
+            return await replanner.replan_with_report(record.goal, record.plan, record.tasks)
+
+    try:
+        result = anyio.run(main)
+    except LLMError as exc:
+        fail(f"the model could not be used: {' '.join(str(exc).split())}", EXIT_USAGE)
+    if not quiet:
+        err.print(
+            f"revised by {getattr(llm, 'model', 'the model')}: {result.summary()}",
+            markup=False, highlight=False,
+        )
+        for w in result.warnings:
+            err.print(f"warning: {w}", markup=False, highlight=False)
+    plan: Plan = result.plan
+    return plan
 
 
 @app.command("replan")
@@ -299,7 +317,16 @@ def replan_cmd(
     from_file: Path | None = FROM_OPT,
     model: str | None = typer.Option(
         None, "--model", "-m", metavar="SPEC",
-        help="Ask this model for a revised plan (e.g. openai:gpt-4o-mini).",
+        help="Ask this model for a revised plan: openai:MODEL (OpenAI or any "
+        "OpenAI-compatible server) or anthropic:MODEL. Keys come from the environment.",
+    ),
+    base_url: str | None = typer.Option(
+        None, "--base-url", metavar="URL",
+        help="Server for --model, e.g. http://localhost:11434/v1. "
+        "Default: $DAGAGENT_BASE_URL.",
+    ),
+    max_attempts: int = typer.Option(
+        3, "--max-attempts", min=1, help="--model: attempts before giving up (exit 3)."
     ),
     out_file: Path | None = OUT_OPT,
     execute_it: bool = typer.Option(
@@ -327,15 +354,28 @@ def replan_cmd(
     """Review a run (what failed and why, what it blocked, what succeeded), compare it with a
     revised plan (--from FILE or --model SPEC) and optionally run that plan (--execute),
     reusing the outputs of every task whose id, tool, arguments and inputs are unchanged.
-    Exit 0 after a review; with --execute, the new run's exit code (0 ok, 1 failed)."""
+    Exit 0 after a review; with --execute, the new run's exit code (0 ok, 1 failed); 3 when
+    the model gave no valid plan in --max-attempts."""
     with _open_store(store) as st:
         record = find_run(st, run, last)
         path = st.path
+    if from_file is not None and model is not None:
+        fail("give --from FILE or --model SPEC, not both")
+    if base_url is not None and model is None:
+        fail("--base-url needs --model")
     spec, registry = _registry_for(record, tools)
     review = review_run(record)
     if not json_out:
         out.print(format_review(review), markup=False, highlight=False)
-    revised = _revised_plan(record, from_file, model, registry)
+    llm: Any = None
+    revised: Plan | None = None
+    if from_file is not None:
+        revised = load_plan(from_file)
+    elif model is not None:
+        llm = make_model(model, base_url)
+        revised = _replan_with_model(
+            record, llm, registry, max_attempts=max_attempts, quiet=json_out
+        )
     plan = revised if revised is not None else record.plan
     diff: PlanDiff | None = None
     decisions: dict[str, ReuseDecision] | None = None
@@ -395,6 +435,7 @@ def replan_cmd(
         on_failure=on_failure,
         max_concurrency=max_concurrency,
         tools_spec=spec,
+        llm=llm if llm is not None and any(t.is_agent for t in plan.tasks) else None,
     )
     if json_out:
         doc["result"] = result.to_json_dict()
