@@ -25,6 +25,7 @@ from .errors import (
     PlanningError,
     PlanValidationError,
     RunFailedError,
+    StoreError,
     TaskDeniedError,
     ToolArgumentsError,
     ToolDefinitionError,
@@ -35,7 +36,9 @@ from .graph import PlanGraph, validate
 from .plan import Plan, Task, load_plan
 from .planners import LLMPlanner, LLMReplanner, PlanningResult, parse_llmcompiler
 from .results import RunResult, RunStatus, TaskResult, TaskStatus
+from .review import diff_plans, reuse_map, review_run
 from .runner import Interceptor, RetryPolicy, ToolCall
+from .store import RunRecord, RunStore
 from .tools import Registry, Tool, tool
 
 __version__ = "0.1.0"
@@ -67,8 +70,11 @@ __all__ = [
     "RetryPolicy",
     "Rule",
     "RunFailedError",
+    "RunRecord",
     "RunResult",
     "RunStatus",
+    "RunStore",
+    "StoreError",
     "Task",
     "TaskDeniedError",
     "TaskResult",
@@ -79,6 +85,7 @@ __all__ = [
     "ToolDefinitionError",
     "UnknownToolError",
     "__version__",
+    "diff_plans",
     "execute",
     "execute_sync",
     "load_plan",
@@ -86,6 +93,8 @@ __all__ = [
     "make_agent_runner",
     "new_run_id",
     "parse_llmcompiler",
+    "reuse_map",
+    "review_run",
     "tool",
     "validate",
 ]
