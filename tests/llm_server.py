@@ -41,6 +41,7 @@ class SSEReply:
 
     ``cut_after=n`` closes the connection after n events, without finishing the body.
     ``chunked=False`` sends no length and ends the body by closing the connection.
+    ``pause`` waits before each event from number ``pause_from`` on.
     """
 
     events: list[tuple[str | None, Any]]
@@ -50,6 +51,7 @@ class SSEReply:
     cut_after: int | None = None
     chunked: bool = True
     pause: float = 0.0
+    pause_from: int = 0
 
 
 @dataclass
@@ -232,7 +234,7 @@ class LLMTestServer:
             if reply.cut_after is not None and i >= reply.cut_after:
                 h.close_connection = True
                 return
-            if reply.pause and self._stop.wait(reply.pause):
+            if reply.pause and i >= reply.pause_from and self._stop.wait(reply.pause):
                 return
             raw = encode_sse([event])
             if reply.chunked:

@@ -386,6 +386,18 @@ async def test_malformed_stream_events(server: LLMTestServer):
         await collect_stream(llm.stream("x"))
 
 
+async def test_overloaded_error_body_with_200_status_is_retried(server: LLMTestServer):
+    server.push(
+        Reply(json=wire.anthropic_error("Overloaded", type="overloaded_error")),
+        Reply(json=wire.anthropic_error("Overloaded", type="overloaded_error")),
+    )
+    llm = client(server, max_retries=1)
+    sleeps = record_sleeps(llm)
+    with pytest.raises(LLMServerError, match=r"Overloaded.*gave up after 2 attempts"):
+        await llm.complete("x")
+    assert len(sleeps.delays) == 1
+
+
 async def test_error_body_with_200_status(server: LLMTestServer):
     server.push(Reply(json=wire.anthropic_error("bad things", type="invalid_request_error")))
     with pytest.raises(LLMBadRequestError, match="bad things"):

@@ -11,7 +11,16 @@ from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
 import pytest
-from llm_server import FLAVORS, OPENAI, Flavor, Hangup, LLMTestServer, Reply, record_sleeps
+from llm_server import (
+    FLAVORS,
+    OPENAI,
+    Flavor,
+    Hangup,
+    LLMTestServer,
+    Reply,
+    SSEReply,
+    record_sleeps,
+)
 from structlog.testing import capture_logs
 
 from dagagent.errors import (
@@ -221,6 +230,18 @@ async def test_stream_timeout(server: LLMTestServer, flavor: Flavor):
     llm = flavor.client(server, timeout=0.2)
     with pytest.raises(LLMTimeoutError):
         await collect_stream(llm.stream(MESSAGES))
+
+
+async def test_stream_that_stalls_mid_way(server: LLMTestServer, flavor: Flavor):
+    events = flavor.events(flavor.text("abcdefghijklmnop"))
+    server.push(SSEReply(events, pause=0.5, pause_from=4))
+    llm = flavor.client(server, timeout=0.2)
+    sleeps = record_sleeps(llm)
+    received: list[object] = []
+    with pytest.raises(LLMTimeoutError, match=r"stalled: no data for 0\.2s"):
+        async for event in llm.stream(MESSAGES):
+            received.append(event)
+    assert received and sleeps.delays == []
 
 
 # ---------------------------------------------------------------------------- 4xx

@@ -68,6 +68,7 @@ def _log(event: str, **fields: Any) -> None:
 
 
 T = TypeVar("T")
+_Client = TypeVar("_Client", bound="HTTPChatClient")
 
 # ---------------------------------------------------------------------------- secrets
 
@@ -343,7 +344,7 @@ class HTTPChatClient:
 
     # -- connection pool -------------------------------------------------------------
 
-    async def __aenter__(self) -> HTTPChatClient:
+    async def __aenter__(self: _Client) -> _Client:
         if self._client is None and self._session is None:
             self._session = _new_client(self.timeout)
         return self
@@ -520,41 +521,44 @@ class HTTPChatClient:
 
     # -- requests --------------------------------------------------------------------
 
-    async def _send_json(self, client: httpx.AsyncClient, path: str, body: Any) -> Any:
-        """POST ``body`` with retries; return the decoded JSON of the 2xx answer."""
-        retry_number = 0
-        waited = 0.0
-        while True:
-            try:
-                try:
-                    response = await client.post(
-                        self._url(path),
-                        json=body,
-                        headers=self._headers(stream=False),
-                        timeout=self.timeout,
-                    )
-                except httpx.TimeoutException as exc:
-                    raise self._timeout_failure(exc, mid_stream=False) from exc
-                except httpx.TransportError as exc:
-                    raise self._transport_failure(exc) from exc
-                self._check_status(response)
-                return self._json_body(response)
-            except Retryable as failure:
-                delay = self._retry_delay(failure, retry_number, waited)
-                retry_number += 1
-                waited += delay
-                await self.retry.sleep(delay)
-
     async def _call(self, path: str, body: Any, parse: Callable[[Any], LLMResponse]) -> LLMResponse:
-        """One non-streaming call: send, ``parse`` the JSON answer, count usage."""
+        """One non-streaming call with retries: send, ``parse`` the JSON answer, count usage.
+
+        ``parse`` may raise :class:`Retryable` (an "overloaded" error inside a 200 body).
+        """
         try:
             async with self._client_scope() as client:
-                data = await self._send_json(client, path, body)
-            result = parse(data)
+                retry_number = 0
+                waited = 0.0
+                while True:
+                    try:
+                        result = parse(await self._post_json(client, path, body))
+                        break
+                    except Retryable as failure:
+                        delay = self._retry_delay(failure, retry_number, waited)
+                        retry_number += 1
+                        waited += delay
+                        await self.retry.sleep(delay)
         except LLMError as exc:
             raise self._safe_error(exc) from exc.__cause__
         self.usage.record(result.usage)
         return result
+
+    async def _post_json(self, client: httpx.AsyncClient, path: str, body: Any) -> Any:
+        """One POST; the decoded JSON of a 2xx answer, else an error or :class:`Retryable`."""
+        try:
+            response = await client.post(
+                self._url(path),
+                json=body,
+                headers=self._headers(stream=False),
+                timeout=self.timeout,
+            )
+        except httpx.TimeoutException as exc:
+            raise self._timeout_failure(exc, mid_stream=False) from exc
+        except httpx.TransportError as exc:
+            raise self._transport_failure(exc) from exc
+        self._check_status(response)
+        return self._json_body(response)
 
     async def _stream_once(
         self,
