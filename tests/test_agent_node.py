@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
+import structlog
 from llm_server import LLMTestServer, Reply
 from typer.testing import CliRunner
 
@@ -222,6 +224,16 @@ async def test_default_runner_is_used_when_an_llm_is_given(tools: Registry) -> N
 # ---------------------------------------------------------------------------- CLI
 
 cli = CliRunner()
+
+
+@pytest.fixture(autouse=True)
+def _restore_structlog() -> Iterator[None]:
+    """The CLI configures structlog to print to the stderr CliRunner captures (and closes):
+    put the defaults back so later tests do not log to a closed stream."""
+    yield
+    structlog.reset_defaults()
+
+
 AGENT_PLAN = {
     "goal": "Paris note",
     "tasks": [
