@@ -398,3 +398,11 @@ async def test_plan_response_in_plain_mode_with_usage(registry: dagagent.Registr
     result = await planner.plan_with_report("g")
     assert result.summary() == "2 attempts, 2 calls, 14 input + 6 output tokens"
     assert planner.last_usage == Usage(input_tokens=14, output_tokens=6)
+
+
+def test_pathological_answers_end_quickly():
+    # many stray brackets: the search for the JSON is bounded, never quadratic
+    value, issue = extract_json("[" * 20000 + " no json")
+    assert value is None and issue is not None and issue.code == "not_json"
+    value, issue = extract_json("see [note] " * 2000 + json.dumps(GOOD))
+    assert issue is None and value == GOOD

@@ -53,6 +53,7 @@ Check = Callable[[Plan, PlanGraph], Sequence[Issue]]
 """An extra check on a valid plan: returns issues to feed back (empty: accept)."""
 
 _ECHO_CHARS = 12_000  # how much of a rejected answer goes back into the conversation
+_SCAN_BUDGET = 1_000_000  # characters scanned looking for the JSON, plus 4x the answer length
 
 
 @dataclass(frozen=True)
@@ -112,12 +113,14 @@ class PlanningResult:
 # ---------------------------------------------------------------------------- parsing
 
 
-def _value_end(text: str, start: int) -> int | None:
-    """End (exclusive) of the bracketed value starting at ``start``; None if it never closes."""
+def _value_end(text: str, start: int, budget: int) -> tuple[int | None, int]:
+    """End (exclusive) of the bracketed value starting at ``start`` (None if it never closes
+    within ``budget`` characters) and the number of characters scanned."""
     depth = 0
     in_string = False
     escaped = False
-    for i in range(start, len(text)):
+    stop = min(len(text), start + budget)
+    for i in range(start, stop):
         c = text[i]
         if in_string:
             if escaped:
@@ -133,8 +136,8 @@ def _value_end(text: str, start: int) -> int | None:
         elif c in "}]":
             depth -= 1
             if depth == 0:
-                return i + 1
-    return None
+                return i + 1, i + 1 - start
+    return None, stop - start
 
 
 def _looks_like_json(text: str, start: int) -> bool:
@@ -153,14 +156,17 @@ def extract_json(text: str) -> tuple[Any, Issue | None]:
         return None, Issue("empty_answer", None, "the answer is empty: expected a JSON plan")
     first_error: str | None = None
     pos = 0
-    while True:
+    # Bounded work: an answer full of stray brackets must not make the search quadratic.
+    budget = _SCAN_BUDGET + 4 * len(text)
+    while budget > 0:
         starts = [i for i in (text.find("{", pos), text.find("[", pos)) if i >= 0]
         if not starts:
             break
         start = min(starts)
-        end = _value_end(text, start)
+        end, scanned = _value_end(text, start, budget)
+        budget -= scanned
         if end is None:
-            if _looks_like_json(text, start):
+            if budget > 0 and _looks_like_json(text, start):
                 return None, Issue(
                     "truncated",
                     None,
