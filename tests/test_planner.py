@@ -406,3 +406,12 @@ def test_pathological_answers_end_quickly():
     assert value is None and issue is not None and issue.code == "not_json"
     value, issue = extract_json("see [note] " * 2000 + json.dumps(GOOD))
     assert issue is None and value == GOOD
+
+
+def test_deeply_nested_json_is_refused_before_anything_recurses(registry: dagagent.Registry):
+    deep = "[" * 5000 + "]" * 5000
+    text = '{"tasks": [{"id": "e", "tool": "echo", "args": {"value": ' + deep + "}}]}"
+    graph, issues = parse_plan_answer(text, registry, goal="G")
+    assert graph is None
+    assert [i.code for i in issues] == ["not_json"]
+    assert "nested 5004 levels deep" in issues[0].message

@@ -53,6 +53,7 @@ Check = Callable[[Plan, PlanGraph], Sequence[Issue]]
 """An extra check on a valid plan: returns issues to feed back (empty: accept)."""
 
 _ECHO_CHARS = 12_000  # how much of a rejected answer goes back into the conversation
+_MAX_DEPTH = 64  # a plan needs a few levels; deeper JSON is refused before anything recurses
 _SCAN_BUDGET = 1_000_000  # characters scanned looking for the JSON, plus 4x the answer length
 
 
@@ -113,10 +114,10 @@ class PlanningResult:
 # ---------------------------------------------------------------------------- parsing
 
 
-def _value_end(text: str, start: int, budget: int) -> tuple[int | None, int]:
+def _value_end(text: str, start: int, budget: int) -> tuple[int | None, int, int]:
     """End (exclusive) of the bracketed value starting at ``start`` (None if it never closes
-    within ``budget`` characters) and the number of characters scanned."""
-    depth = 0
+    within ``budget`` characters), the number of characters scanned, the deepest nesting."""
+    depth = deepest = 0
     in_string = False
     escaped = False
     stop = min(len(text), start + budget)
@@ -133,11 +134,12 @@ def _value_end(text: str, start: int, budget: int) -> tuple[int | None, int]:
             in_string = True
         elif c in "{[":
             depth += 1
+            deepest = max(deepest, depth)
         elif c in "}]":
             depth -= 1
             if depth == 0:
-                return i + 1, i + 1 - start
-    return None, stop - start
+                return i + 1, i + 1 - start, deepest
+    return None, stop - start, deepest
 
 
 def _looks_like_json(text: str, start: int) -> bool:
@@ -163,7 +165,7 @@ def extract_json(text: str) -> tuple[Any, Issue | None]:
         if not starts:
             break
         start = min(starts)
-        end, scanned = _value_end(text, start, budget)
+        end, scanned, deepest = _value_end(text, start, budget)
         budget -= scanned
         if end is None:
             if budget > 0 and _looks_like_json(text, start):
@@ -175,9 +177,13 @@ def extract_json(text: str) -> tuple[Any, Issue | None]:
                 )
             pos = start + 1
             continue
+        if deepest > _MAX_DEPTH and _looks_like_json(text, start):
+            return None, Issue(
+                "not_json", None, f"the JSON is nested {deepest} levels deep (at most {_MAX_DEPTH})"
+            )
         try:
             value = json.loads(text[start:end])
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             if first_error is None and _looks_like_json(text, start):
                 first_error = str(exc)
             pos = start + 1 if not _looks_like_json(text, start) else end
