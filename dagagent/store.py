@@ -2,8 +2,14 @@
 
 Every run the CLI starts (and every ``execute(..., store=...)``) is written here: the run
 (id, parent id, when, goal, plan, executor, status, timings) and one row per task result
-(status, output, error, attempts, start, end, resolved arguments, fingerprint, agent steps,
-approval decisions). ``dagagent runs``, ``show``, ``graph`` and ``replan`` read it back.
+(status, output, error, attempts, start, end, resolved arguments, agent steps, approval
+decisions). ``dagagent runs``, ``show``, ``graph`` and ``replan`` read it back.
+
+**Fingerprints.** A task's reuse fingerprint (:func:`dagagent.runner.task_fingerprint` of the
+task and its resolved arguments) is derived from the recorded plan and arguments when a record
+is read (``RunRecord.fingerprints``), not computed on the write path: it would be the most
+expensive part of a row, and deriving it with the current fingerprint function keeps old
+records reusable if that function ever changes.
 
 **Durability.** Recording is a listener (:class:`RunRecorder`). On the event loop it only
 puts the event on a queue; a background writer thread serializes results to JSON and writes
@@ -47,7 +53,7 @@ from pydantic_core import to_json
 
 from .errors import StoreError
 from .events import RunFinished, RunStarted, TaskFinished, get_logger
-from .plan import Plan, Task
+from .plan import Plan
 from .results import TaskResult, TaskStatus
 from .runner import task_fingerprint
 
@@ -102,7 +108,6 @@ MIGRATIONS: list[Sequence[Migration]] = [
             started_at REAL,
             finished_at REAL,
             args TEXT,
-            fingerprint TEXT,
             steps TEXT,
             decisions TEXT,
             PRIMARY KEY (run_id, task_id)
@@ -208,7 +213,10 @@ class RunRecord(BaseModel):
     critical_path_s: float | None
     plan: Plan
     tasks: dict[str, TaskResult]
-    fingerprints: dict[str, str]
+    fingerprints: dict[str, str] = Field(
+        default_factory=dict,
+        description="task_fingerprint(task, args) of every task with recorded arguments",
+    )
     context: dict[str, Any] = Field(default_factory=dict)
 
     @property
@@ -463,11 +471,12 @@ class RunStore:
             raise StoreError(f"run {run_id}: the recorded plan cannot be read: {exc}") from None
         task_rows = self._query(
             "SELECT task_id, status, output, error, error_type, attempts, started_at, "
-            "finished_at, args, fingerprint, steps, decisions FROM tasks WHERE run_id = ?",
+            "finished_at, args, steps, decisions FROM tasks WHERE run_id = ?",
             (run_id,),
         )
         by_id: dict[str, TaskResult] = {}
         fingerprints: dict[str, str] = {}
+        plan_tasks = {t.id: t for t in plan.tasks}
         for t in task_rows:
             by_id[t[0]] = TaskResult.model_construct(
                 task_id=t[0],
@@ -479,11 +488,12 @@ class RunStore:
                 started_at=t[6],
                 finished_at=t[7],
                 args=_unjson(t[8]),
-                steps=_unjson(t[10]),
-                decisions=_unjson(t[11]),
+                steps=_unjson(t[9]),
+                decisions=_unjson(t[10]),
             )
-            if t[9] is not None:
-                fingerprints[t[0]] = t[9]
+            task = plan_tasks.get(t[0])
+            if t[8] is not None and task is not None:
+                fingerprints[t[0]] = task_fingerprint(task, by_id[t[0]].args)
         order = [t.id for t in plan.tasks]
         tasks = {k: by_id[k] for k in order if k in by_id}
         return RunRecord(
@@ -571,7 +581,6 @@ class RunRecorder:
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
         self._closed = False
-        self._tasks: dict[str, Task] = {}
         self._created = time.time()
 
     def __call__(self, event: Any) -> None:
@@ -653,7 +662,6 @@ class RunRecorder:
                 rows.append(self._task_row(ev.result))
             elif type(ev) is RunStarted:
                 plan = ev.plan
-                self._tasks = {t.id: t for t in plan.tasks}
                 starts.append(
                     (
                         ev.run_id,
@@ -691,8 +699,8 @@ class RunRecorder:
             if rows:
                 conn.executemany(
                     "INSERT OR REPLACE INTO tasks (run_id, task_id, status, output, error, "
-                    "error_type, attempts, started_at, finished_at, args, fingerprint, steps, "
-                    "decisions) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    "error_type, attempts, started_at, finished_at, args, steps, decisions) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     rows,
                 )
             if finishes:
@@ -708,23 +716,19 @@ class RunRecorder:
             raise
 
     def _task_row(self, r: TaskResult) -> tuple[Any, ...]:
-        fingerprint = None
-        if r.args is not None:
-            task = self._tasks.get(r.task_id)
-            if task is not None:
-                fingerprint = task_fingerprint(task, r.args)
+        status = r.status
+        steps, decisions = r.steps, r.decisions
         return (
             self.run_id,
             r.task_id,
-            r.status.value,
-            _json(r.output) if r.status.ok else None,
+            status.value,
+            _json(r.output) if status.ok else None,
             r.error,
             r.error_type,
             r.attempts,
             r.started_at,
             r.finished_at,
             _json(r.args),
-            fingerprint,
-            _json(r.steps),
-            _json(r.decisions),
+            None if steps is None else _json(steps),
+            None if decisions is None else _json(decisions),
         )
