@@ -107,7 +107,7 @@ def get_logger(**bound: Any) -> Any:
         return structlog.get_logger("dagagent").bind(**bound)
     if _fallback is None:
         _fallback = structlog.wrap_logger(
-            structlog.PrintLogger(sys.stderr),
+            structlog.PrintLogger(_Stderr()),  # type: ignore[arg-type]
             wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING),
             processors=[
                 structlog.processors.add_log_level,
@@ -126,6 +126,17 @@ def debug_enabled(logger: Any) -> bool:
         return True
 
 
+class _Stderr:
+    """Writes to whatever ``sys.stderr`` is at the time of writing (it may be replaced, e.g.
+    by a test harness capturing output, after logging was configured)."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
 def configure_logging(level: int = logging.WARNING, *, json: bool = False) -> None:
     """Configure structlog for command-line use: level-filtered, to stderr."""
     renderer: Any = (
@@ -139,6 +150,6 @@ def configure_logging(level: int = logging.WARNING, *, json: bool = False) -> No
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(level),
-        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+        logger_factory=structlog.PrintLoggerFactory(_Stderr()),  # type: ignore[arg-type]
         cache_logger_on_first_use=True,
     )
