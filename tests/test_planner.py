@@ -10,6 +10,7 @@ from typing import Any
 
 import httpx
 import pytest
+from pydantic import BaseModel
 
 import dagagent
 from dagagent.errors import ConfigError, Issue, LLMAuthError, PlanningError
@@ -415,3 +416,30 @@ def test_deeply_nested_json_is_refused_before_anything_recurses(registry: dagage
     assert graph is None
     assert [i.code for i in issues] == ["not_json"]
     assert "nested 5004 levels deep" in issues[0].message
+
+
+
+class Weather(BaseModel):
+    city: str
+    temp_c: float
+
+
+def test_catalog_shows_what_a_tool_returns():
+    reg = dagagent.Registry()
+
+    @reg.tool
+    def get_weather(city: str) -> Weather:
+        """Current weather.
+
+        Args:
+            city: The city.
+
+        Returns:
+            The city and its temperature
+            in degrees Celsius.
+        """
+        return Weather(city=city, temp_c=20.0)
+
+    text = dagagent.planners.tool_catalog(reg)
+    assert "- get_weather(city: string) -> {city: string, temp_c: number}" in text
+    assert "returns: The city and its temperature in degrees Celsius." in text

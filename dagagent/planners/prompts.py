@@ -8,6 +8,7 @@ shallow. The feedback prompt lists every problem of a rejected answer as
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
 import re
@@ -101,6 +102,10 @@ def _returns_text(tool: Tool) -> str:
         return ""
     if annotation is inspect.Signature.empty:
         return ""
+    if isinstance(annotation, str) and inspect.isfunction(tool.fn):
+        # postponed annotations: resolve in the function's module when possible
+        with contextlib.suppress(Exception):
+            annotation = inspect.get_annotations(tool.fn, eval_str=True).get("return", annotation)
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         schema = annotation.model_json_schema()
         return _type_text(schema, schema.get("$defs", {}))
@@ -109,6 +114,35 @@ def _returns_text(tool: Tool) -> str:
     if isinstance(annotation, type):
         return annotation.__name__
     return re.sub(r"\btyping\.", "", repr(annotation))
+
+
+_RETURNS_RE = re.compile(r"^(?:Returns?|Yields?)\s*:\s*(.*)$")
+_SECTION_RE = re.compile(r"^[A-Z][A-Za-z ]*:\s*$|^:\w")
+
+
+def _returns_doc(tool: Tool) -> str:
+    """The docstring's ``Returns:`` section (or ``:returns:`` field) as one line."""
+    doc = inspect.getdoc(tool.fn) or ""
+    lines = doc.splitlines()
+    for i, line in enumerate(lines):
+        stripped = line.strip()
+        m = _RETURNS_RE.match(stripped) or re.match(r"^:returns?:\s*(.*)$", stripped)
+        numpy = (
+            stripped in ("Returns", "Yields")
+            and i + 1 < len(lines)
+            and set(lines[i + 1].strip()) == {"-"}
+        )
+        if m is None and not numpy:
+            continue
+        parts = [m.group(1).strip() if m is not None else ""]
+        for nxt in lines[i + (2 if numpy else 1) :]:
+            if not nxt.strip() or _SECTION_RE.match(nxt.strip()) or set(nxt.strip()) == {"-"}:
+                if not nxt.strip() and parts == [""]:
+                    continue
+                break
+            parts.append(nxt.strip())
+        return " ".join(p for p in parts if p)
+    return ""
 
 
 def _tool_entry(tool: Tool) -> str:
@@ -132,6 +166,9 @@ def _tool_entry(tool: Tool) -> str:
     if tool.description:
         lines.append(f"    {' '.join(tool.description.split())}")
     lines.extend(notes)
+    returns_doc = _returns_doc(tool)
+    if returns_doc:
+        lines.append(f"    returns: {returns_doc}")
     return "\n".join(lines)
 
 
