@@ -91,10 +91,10 @@ def finish_unstarted(graph: PlanGraph, runner: TaskRunner) -> None:
     if len(results) == len(graph.tasks):
         return
     cause = next(
-        (r.task_id for r in results.values() if r.status in (TaskStatus.FAILED, TaskStatus.DENIED)),
+        (r for r in results.values() if r.status in (TaskStatus.FAILED, TaskStatus.DENIED)),
         None,
     )
-    because = f" after task {cause!r} failed" if cause else ""
+    because = f" after task {cause.task_id!r} {cause.status.value}" if cause else ""
     for n in graph.order:
         if n in results:
             continue
