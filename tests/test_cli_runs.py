@@ -34,6 +34,7 @@ WEATHER = str(EXAMPLES / "weather.json")
 def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("DAGAGENT_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("DAGAGENT_DEMO_LATENCY", "0")
+    monkeypatch.delenv("DAGAGENT_TOOLS", raising=False)
     monkeypatch.setattr(cli_app.out, "_width", 200)  # wide tables: no wrapped cells
     return tmp_path / "home"
 
@@ -69,6 +70,7 @@ def test_run_records_and_prints_progress_lines(home: Path) -> None:
         rec = st.get_run(run_id)
     assert rec.status == "failed" and rec.executor == "dataflow"
     assert rec.counts == {"succeeded": 2, "failed": 1, "skipped": 1}
+    assert rec.context == {"tools": "dagagent.toolkits.demo:registry"}  # the default tools
 
 
 def test_run_json_prints_only_the_result(home: Path) -> None:

@@ -240,10 +240,10 @@ def run_recorded(
 ) -> RunResult:
     """Run a validated plan, recording it in the run store (``store``, or the default path),
     with progress on ``console`` (``None``: no progress; ``live=False``: plain lines even on a
-    terminal). ``tools_spec`` (the ``--tools`` value) is recorded with the run, so that
-    ``replan`` loads the same tools by default. Returns the result."""
+    terminal). ``tools_spec`` (see :func:`recorded_tools_spec`) is recorded with the run, so
+    that ``replan`` loads the same tools by default. Returns the result."""
     run_id = run_id or new_run_id()
-    context = {"tools": recorded_tools_spec(tools_spec)}
+    context = {"tools": tools_spec} if tools_spec else None
     progress = progress_for(graph, console, live=live) if console is not None else None
     if progress is not None:
         listeners = (*listeners, progress)

@@ -16,7 +16,7 @@ from ..results import RunResult
 from ..store import default_store_path
 from ._app import EXIT_FAILED, EXIT_OK, app, err, guard, load_registry, out
 from .approve import APPROVE_OPT, ASK_OPT, POLICY_OPT, run_interceptors
-from .progress import run_recorded
+from .progress import recorded_tools_spec, run_recorded
 from .render import plan_table, result_table
 
 __all__ = ["print_result", "run_graph"]
@@ -158,6 +158,6 @@ def run_cmd(
         graph, registry, as_json=json_out, executor=exe, on_failure=on_failure,
         max_concurrency=max_concurrency, interceptors=interceptors, store=store, llm=llm,
         live=not (ask or policy_file),  # questions on the terminal: no live display over them
-        tools_spec=tools,  # recorded with the run: replan loads the same tools by default
+        tools_spec=recorded_tools_spec(tools),  # recorded: replan loads the same tools
     )
     raise typer.Exit(code)

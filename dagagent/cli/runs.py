@@ -32,7 +32,7 @@ from ..review import (
 from ..store import RunRecord, RunStore, check_run_id, default_store_path
 from ._app import EXIT_FAILED, EXIT_OK, EXIT_USAGE, app, err, fail, guard, load_registry, out
 from .diagram import FORMATS, render_graph
-from .progress import run_recorded
+from .progress import recorded_tools_spec, run_recorded
 from .render import STATUS_STYLE, short
 from .run import print_result
 
@@ -434,7 +434,7 @@ def replan_cmd(
         executor=executor,
         on_failure=on_failure,
         max_concurrency=max_concurrency,
-        tools_spec=spec,
+        tools_spec=recorded_tools_spec(spec),
         llm=llm if llm is not None and any(t.is_agent for t in plan.tasks) else None,
     )
     if json_out:
