@@ -459,6 +459,7 @@ class TaskRunner:
             status, error, error_type = TaskStatus.DENIED, str(exc), type(exc).__name__
         except Exception as exc:
             status, error, error_type = TaskStatus.FAILED, _describe(exc), type(exc).__name__
+            steps = getattr(exc, "steps", None) or steps  # an agent that stopped keeps its steps
         return self._finish(
             task_id,
             status,

@@ -306,3 +306,20 @@ def test_execute_sync(registry: dagagent.Registry) -> None:
     assert result.outputs == {"a": 7}
     payload = result.to_json_dict()
     assert payload["tasks"]["a"]["status"] == "succeeded" and payload["counts"] == {"succeeded": 1}
+
+
+async def test_failed_agent_task_keeps_the_steps_it_took(registry: dagagent.Registry) -> None:
+    class Stopped(dagagent.errors.AgentError):
+        def __init__(self) -> None:
+            super().__init__("stopped without an answer (max_steps)")
+            self.steps = [{"kind": "thought", "text": "hmm"}]
+
+    async def agent_runner(node: Any) -> Any:
+        raise Stopped()
+
+    plan = {"tasks": [{"id": "n", "instruction": "think"}]}
+    result = await execute(plan, registry, llm=object(), agent_runner=agent_runner)
+    r = result.tasks["n"]
+    assert r.status is TaskStatus.FAILED and r.attempts == 1
+    assert r.steps == [{"kind": "thought", "text": "hmm"}]
+    assert "max_steps" in (r.error or "")
