@@ -166,3 +166,14 @@ def test_console_script_and_module_entry_points() -> None:
         [sys.executable, "-m", "dagagent", "--help"], capture_output=True, text=True, timeout=60
     )
     assert proc.returncode == 0 and "validate" in proc.stdout and "run" in proc.stdout
+
+
+def test_validate_warns_about_agent_tasks_only_without_a_model(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("DAGAGENT_MODEL", raising=False)
+    plan = write(tmp_path, "p.json", {"tasks": [{"id": "n", "instruction": "summarise"}]})
+    r = invoke("validate", plan)
+    assert r.exit_code == 0 and "no_llm" in r.stderr
+    r = invoke("validate", plan, "--model", "openai:some-model")
+    assert r.exit_code == 0 and "no_llm" not in r.stderr

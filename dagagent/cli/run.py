@@ -35,10 +35,16 @@ def validate_cmd(
     plan: Path = PLAN_ARG,
     tools: str | None = TOOLS_OPT,
     json_out: bool = typer.Option(False, "--json", help="Print the levels as JSON."),
+    model: str | None = typer.Option(
+        None, "--model", "-m", metavar="SPEC",
+        help="The model agent tasks would use (only checked for presence; nothing is sent). "
+        "Default: $DAGAGENT_MODEL.",
+    ),
 ) -> None:
     """Check a plan (graph, tools, arguments) and report every issue at once."""
     registry = load_registry(tools)
-    graph = validate(plan, registry, check_llm=True)
+    has_model = bool(model or os.environ.get("DAGAGENT_MODEL", "").strip())
+    graph = validate(plan, registry, check_llm=not has_model)
     if json_out:
         out.print_json(json.dumps({"valid": True, "tasks": len(graph), "levels": graph.levels,
                                    "warnings": [list(w) for w in graph.warnings]}))
