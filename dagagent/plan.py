@@ -37,6 +37,7 @@ __all__ = [
 
 ID_PATTERN = r"[A-Za-z0-9_][A-Za-z0-9_-]{0,63}"
 ID_RE = re.compile(rf"^{ID_PATTERN}$")
+MAX_DEPTH = 100  # nesting limit for args: deeper JSON is refused, not a RecursionError
 # ${id} or ${id.path.seg}; path segments are anything but '.', '}' and whitespace.
 _REF_RE = re.compile(r"\$\$\{|\$\{([A-Za-z0-9_][A-Za-z0-9_-]*)((?:\.[^.}\s]+)*)\}")
 
@@ -135,6 +136,8 @@ def load_plan(source: Plan | Mapping[str, Any] | str | Path) -> Plan:
             raise PlanLoadError(
                 f"{origin} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
             ) from None
+        except RecursionError:
+            raise PlanLoadError(f"{origin} is nested too deeply to be a plan") from None
     else:
         data = source
     if isinstance(data, list):
@@ -143,6 +146,8 @@ def load_plan(source: Plan | Mapping[str, Any] | str | Path) -> Plan:
         raise PlanLoadError(f"{origin} must be a JSON object with 'goal' and 'tasks'")
     try:
         return Plan.model_validate(data)
+    except RecursionError:
+        raise PlanLoadError(f"{origin} is nested too deeply to be a plan") from None
     except ValidationError as exc:
         issues = _issues_from_validation(exc, data)
         err = PlanLoadError(
@@ -289,13 +294,17 @@ class Template:
         self._compiled = self._compile(value)
         self.literal = value if not self.refs else None
 
-    def _compile(self, value: Any) -> Any:
+    def _compile(self, value: Any, depth: int = 0) -> Any:
         if isinstance(value, str):
             return _compile_string(value, self.refs, self.malformed)
+        if depth >= MAX_DEPTH:
+            if isinstance(value, (dict, list)):
+                raise PlanLoadError(f"arguments are nested more than {MAX_DEPTH} levels deep")
+            return value
         if isinstance(value, dict):
-            return {k: self._compile(v) for k, v in value.items()}
+            return {k: self._compile(v, depth + 1) for k, v in value.items()}
         if isinstance(value, list):
-            return [self._compile(v) for v in value]
+            return [self._compile(v, depth + 1) for v in value]
         return value
 
     @property

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -86,3 +87,16 @@ def test_plan_round_trips_to_json() -> None:
     plan = Plan.load({"goal": "g", "tasks": [{"id": "a", "tool": "t"}]})
     again = Plan.load(plan.to_json())
     assert again == plan
+
+
+def test_deeply_nested_arguments_are_refused_clearly() -> None:
+    import dagagent
+
+    deep: Any = "x"
+    for _ in range(600):
+        deep = [deep]
+    with pytest.raises(PlanLoadError, match="nested"):
+        dagagent.validate({"tasks": [{"id": "a", "tool": "t", "args": {"v": deep}}]})
+    text = '{"tasks": [{"id": "a", "tool": "t", "args": {"v": ' + "[" * 100000 + "]" * 100000 + "}}]}"
+    with pytest.raises(PlanLoadError, match="nested too deeply"):
+        load_plan(text)

@@ -17,6 +17,7 @@ from rich.console import Console
 from ..errors import (
     ConfigError,
     DagagentError,
+    LLMError,
     PlanError,
     PlanLoadError,
     PlanningError,
@@ -87,7 +88,7 @@ def exit_code_for(exc: DagagentError) -> int:
         return EXIT_PLANNING
     if isinstance(exc, StoreError):
         return EXIT_STORE
-    if isinstance(exc, (PlanError, ConfigError, ToolError)):
+    if isinstance(exc, (PlanError, ConfigError, ToolError, LLMError)):
         return EXIT_USAGE
     return EXIT_FAILED
 

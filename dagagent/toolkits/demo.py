@@ -52,6 +52,9 @@ async def get_weather(city: str) -> dict[str, Any]:
 
     Args:
         city: City name, e.g. "Paris".
+
+    Returns:
+        {"city": str, "temp_c": float, "condition": str, "humidity": int}
     """
     await _latency.sleep(city, 0.05, 0.3)
     try:
@@ -67,6 +70,10 @@ async def lookup(entity: str) -> dict[str, Any]:
 
     Args:
         entity: What to look up, e.g. "Mount Everest".
+
+    Returns:
+        {"name": str, plus one numeric fact such as "height_m", "depth_m", "speed_kmh",
+        "length_km" or "area_km2"}
     """
     await _latency.sleep(entity, 0.05, 0.3)
     try:
@@ -95,6 +102,9 @@ def compare(a: float, b: float, label_a: str = "a", label_b: str = "b") -> dict[
         b: Second number.
         label_a: Name for the first number.
         label_b: Name for the second number.
+
+    Returns:
+        {"larger": label or "neither", "difference": float, "a": float, "b": float}
     """
     larger = label_a if a > b else label_b if b > a else "neither"
     return {"larger": larger, "difference": abs(a - b), "a": a, "b": b}
