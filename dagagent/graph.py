@@ -22,7 +22,7 @@ Warnings (do not stop a run): ``no_llm`` — the plan has agent tasks but no mod
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence, Sized
 from typing import TYPE_CHECKING, Any
 
 import networkx as nx
@@ -42,42 +42,54 @@ class PlanGraph:
     """A validated plan: its tasks, the dependency graph, compiled references and levels.
 
     Built once per plan by :func:`validate`; executors read ``dependencies``,
-    ``dependents``, ``order`` and ``levels`` from it.
+    ``dependents``, ``order`` and ``levels`` from it. ``graph`` (a networkx ``DiGraph``) is
+    built on first use: nothing on the run path needs it.
     """
 
     def __init__(
         self,
         plan: Plan,
-        graph: nx.DiGraph[str],
+        graph: nx.DiGraph[str] | None,
         templates: dict[str, Template],
         warnings: list[Issue],
+        *,
+        structure: _Structure | None = None,
     ) -> None:
         self.plan = plan
-        self.graph = graph
+        self._graph = graph
         self.tasks: dict[str, Task] = {t.id: t for t in plan.tasks}
         self.templates = templates
         self.warnings = warnings
-        self.dependencies: dict[str, tuple[str, ...]] = {
-            n: tuple(graph.predecessors(n)) for n in self.tasks
-        }
-        self.dependents: dict[str, tuple[str, ...]] = {
-            n: tuple(graph.successors(n)) for n in self.tasks
-        }
-        self.levels: list[list[str]] = [
-            sorted(g, key=self._index) for g in nx.topological_generations(graph)
-        ]
+        pos = {t.id: i for i, t in enumerate(plan.tasks)}
+        self._pos = pos
+        if structure is None:
+            if graph is None:
+                raise ValueError("PlanGraph needs a graph or its structure")
+            structure = _structure_of(graph, self.tasks)
+        dependencies, dependents, generations = structure
+        self.dependencies: dict[str, tuple[str, ...]] = dependencies
+        self.dependents: dict[str, tuple[str, ...]] = dependents
+        self.levels: list[list[str]] = [sorted(g, key=pos.__getitem__) for g in generations]
         self.order: list[str] = [n for level in self.levels for n in level]
 
+    @property
+    def graph(self) -> nx.DiGraph[str]:
+        """The dependency graph as a networkx ``DiGraph`` (an edge runs from a dependency to
+        its dependent)."""
+        g = self._graph
+        if g is None:
+            g = nx.DiGraph()
+            g.add_nodes_from(self.tasks)
+            g.add_edges_from((d, n) for n, ds in self.dependencies.items() for d in ds)
+            self._graph = g
+        return g
+
     def _index(self, task_id: str) -> int:
-        return self._positions[task_id]
+        return self._pos[task_id]
 
     @property
     def _positions(self) -> dict[str, int]:
-        pos: dict[str, int] | None = self.__dict__.get("_pos")
-        if pos is None:
-            pos = {t.id: i for i, t in enumerate(self.plan.tasks)}
-            self.__dict__["_pos"] = pos
-        return pos
+        return self._pos
 
     def __len__(self) -> int:
         return len(self.tasks)
@@ -87,7 +99,15 @@ class PlanGraph:
         return self.levels[0] if self.levels else []
 
     def descendants(self, task_id: str) -> set[str]:
-        return set(nx.descendants(self.graph, task_id))
+        dependents = self.dependents
+        seen: set[str] = set()
+        stack = list(dependents[task_id])
+        while stack:
+            n = stack.pop()
+            if n not in seen:
+                seen.add(n)
+                stack.extend(dependents[n])
+        return seen
 
     def critical_path(self, durations: Mapping[str, float]) -> tuple[float, list[str]]:
         """Longest path through the graph when each task takes ``durations[id]`` (missing: 0)."""
@@ -128,6 +148,39 @@ def critical_path(
     return finish[end], path
 
 
+# dependencies, dependents (both in edge order) and topological generations (unsorted)
+_Structure = tuple[dict[str, tuple[str, ...]], dict[str, tuple[str, ...]], list[list[str]]]
+
+
+def _structure_of(graph: nx.DiGraph[str], tasks: Iterable[str]) -> _Structure:
+    dependencies = {n: tuple(graph.predecessors(n)) for n in tasks}
+    dependents = {n: tuple(graph.successors(n)) for n in dependencies}
+    return dependencies, dependents, [list(g) for g in nx.topological_generations(graph)]
+
+
+def _generations(
+    preds: Mapping[str, Sized], succs: Mapping[str, Iterable[str]]
+) -> tuple[list[list[str]], int]:
+    """Kahn's algorithm by generations: (levels, number of tasks placed). Fewer placed than
+    tasks means a cycle."""
+    indegree = {n: len(p) for n, p in preds.items()}
+    current = [n for n, k in indegree.items() if not k]
+    levels: list[list[str]] = []
+    placed = 0
+    while current:
+        levels.append(current)
+        placed += len(current)
+        following: list[str] = []
+        for n in current:
+            for c in succs[n]:
+                k = indegree[c] - 1
+                indegree[c] = k
+                if not k:
+                    following.append(c)
+        current = following
+    return levels, placed
+
+
 def _cycle_issues(graph: nx.DiGraph[str]) -> list[Issue]:
     issues = []
     for comp in nx.strongly_connected_components(graph):
@@ -148,7 +201,11 @@ def _cycle_issues(graph: nx.DiGraph[str]) -> list[Issue]:
 
 def _scan(
     plan: Plan, registry: Registry | None
-) -> tuple[list[Issue], dict[str, Template], nx.DiGraph[str]]:
+) -> tuple[
+    list[Issue], dict[str, Template], dict[str, tuple[str, ...]], dict[str, list[str]]
+]:
+    """Every issue but cycles; the templates; dependencies and dependents of each task, in
+    edge order (with duplicate ids, an issue, a task's edges are those of all its copies)."""
     issues: list[Issue] = []
     if not plan.tasks:
         issues.append(Issue("empty_plan", None, "the plan has no tasks"))
@@ -169,10 +226,9 @@ def _scan(
                 )
             )
 
-    graph: nx.DiGraph[str] = nx.DiGraph()
-    graph.add_nodes_from(ids)
+    preds: dict[str, tuple[str, ...]] = {}
+    succs: dict[str, list[str]] = {t.id: [] for t in plan.tasks}
     templates: dict[str, Template] = {}
-    edges: list[tuple[str, str]] = []
     for t in plan.tasks:
         tid = t.id
         if t.tool is not None and t.instruction is not None:
@@ -210,11 +266,10 @@ def _scan(
                     " (and $${ for a literal '${')",
                 )
             )
-        deps: dict[str, str] = {}
-        for d in t.depends_on:
-            deps.setdefault(d, "depends_on")
+        deps: dict[str, str] = dict.fromkeys(t.depends_on, "depends_on")
         for ref in tmpl.refs:
             deps.setdefault(ref.task_id, f"reference {ref.text}")
+        mine: list[str] = []
         for d, why in deps.items():
             if d == tid:
                 issues.append(Issue("self_dependency", tid, f"the task depends on itself ({why})"))
@@ -222,7 +277,10 @@ def _scan(
                 what = "depends on" if why == "depends_on" else f"has {why} to"
                 issues.append(Issue("missing_dependency", tid, f"{what} unknown task {d!r}"))
             else:
-                edges.append((d, tid))
+                mine.append(d)
+                succs[d].append(tid)
+        prev = preds.get(tid)
+        preds[tid] = tuple(mine) if prev is None else prev + tuple(mine)
 
         if registry is not None:
             if t.tool is not None:
@@ -237,8 +295,11 @@ def _scan(
                     )
                 else:
                     tool = registry.get(t.tool)
-                    literal = tmpl.literal_keys() if tmpl.has_refs else t.args
-                    referenced = [k for k in t.args if k not in literal]
+                    if tmpl.refs:
+                        literal = tmpl.literal_keys()
+                        referenced = [k for k in t.args if k not in literal]
+                    else:
+                        literal, referenced = t.args, []
                     problems = tool.check_partial(literal, referenced)
                     if problems:
                         issues.append(
@@ -254,8 +315,14 @@ def _scan(
                     issues.append(
                         Issue("unknown_tool", tid, f"agent tool {name!r} is not registered")
                     )
-    graph.add_edges_from(edges)
-    return issues, templates, graph
+    return issues, templates, preds, succs
+
+
+def _nx_graph(preds: Mapping[str, Iterable[str]]) -> nx.DiGraph[str]:
+    graph: nx.DiGraph[str] = nx.DiGraph()
+    graph.add_nodes_from(preds)
+    graph.add_edges_from((d, n) for n, ds in preds.items() for d in ds)
+    return graph
 
 
 def validate(
@@ -272,8 +339,10 @@ def validate(
     has agent tasks gets a ``no_llm`` warning in ``PlanGraph.warnings``.
     """
     plan = load_plan(plan)
-    issues, templates, graph = _scan(plan, registry)
-    issues.extend(_cycle_issues(graph))
+    issues, templates, preds, succs = _scan(plan, registry)
+    generations, placed = _generations(preds, succs)
+    if placed < len(preds):  # some tasks wait on each other: find and show the loops
+        issues.extend(_cycle_issues(_nx_graph(preds)))
     if issues:
         raise PlanValidationError(issues)
     warnings: list[Issue] = []
@@ -287,7 +356,8 @@ def validate(
                     "agent task needs a model (llm=...), none was given; it will fail",
                 )
             )
-    return PlanGraph(plan, graph, templates, warnings)
+    structure = (preds, {n: tuple(cs) for n, cs in succs.items()}, generations)
+    return PlanGraph(plan, None, templates, warnings, structure=structure)
 
 
 def issues_of(plan: Plan, registry: Registry | None = None) -> list[Issue]:

@@ -267,7 +267,7 @@ class Tool:
         referenced = set(referenced)
         problems = [f"{k}: unexpected argument" for k in referenced if k not in self._param_names]
         try:
-            self._model.model_validate(literal)
+            self._validate(literal)
         except ValidationError as exc:
             for err in exc.errors():
                 loc = err["loc"]

@@ -160,14 +160,14 @@ async def test_failure_stops_the_queue(executor: str, pool_registry: dagagent.Re
 async def test_outer_cancellation_reaches_a_run_of_tasks_that_never_block(
     executor: str, pool_registry: dagagent.Registry
 ) -> None:
-    # 400 tasks x 2 ms of busy work that never yields = 0.8 s if nothing stops it.
+    # 1000 tasks x 2 ms of busy work that never yields = 2 s if nothing stops it.
     plan = {
-        "tasks": [{"id": f"t{i}", "tool": "spin", "args": {"seconds": 0.002}} for i in range(400)]
+        "tasks": [{"id": f"t{i}", "tool": "spin", "args": {"seconds": 0.002}} for i in range(1000)]
     }
     t0 = time.perf_counter()
     with anyio.move_on_after(0.05):
         await dagagent.execute(plan, pool_registry, executor=executor)
-    assert time.perf_counter() - t0 < 0.5
+    assert time.perf_counter() - t0 < 1.0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -223,3 +223,53 @@ def test_validated_arguments_are_fresh_and_in_parameter_order() -> None:
     assert list(one) == ["a", "b", "c"] and one == {"a": 3, "b": "x", "c": 2.5}
     one["a"] = 99
     assert f.validate_args({"a": 3})["a"] == 3
+
+
+# ---------------------------------------------------------------------------------------------
+# Validation without networkx on the hot path
+
+
+def _random_plan(seed: int, n: int) -> dict[str, Any]:
+    import random
+
+    rng = random.Random(seed)
+    tasks: list[dict[str, Any]] = []
+    for i in range(n):
+        earlier = [f"t{j}" for j in range(i)]
+        deps = rng.sample(earlier, min(len(earlier), rng.randint(0, 3)))
+        refs = rng.sample(earlier, min(len(earlier), rng.randint(0, 1)))
+        args = {"value": [f"${{{r}}}" for r in refs]} if refs else {"value": i}
+        tasks.append({"id": f"t{i}", "tool": "echo", "args": args, "depends_on": deps})
+    rng.shuffle(tasks)  # plan order is not topological order
+    return {"tasks": tasks}
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_plan_graph_structure_matches_networkx(seed: int, registry: dagagent.Registry) -> None:
+    import networkx as nx
+
+    g = dagagent.validate(_random_plan(seed, 40), registry)
+    nxg = g.graph  # built on first use from the dependencies
+    assert set(nxg.nodes) == set(g.tasks)
+    for n in g.tasks:
+        assert g.dependencies[n] == tuple(nxg.predecessors(n))
+        assert g.dependents[n] == tuple(nxg.successors(n))
+        assert g.descendants(n) == nx.descendants(nxg, n)
+    position = {t.id: i for i, t in enumerate(g.plan.tasks)}
+    expected = [sorted(gen, key=position.__getitem__) for gen in nx.topological_generations(nxg)]
+    assert g.levels == expected
+    assert g.order == [n for level in expected for n in level]
+
+
+def test_cycles_are_still_found_and_shown(registry: dagagent.Registry) -> None:
+    plan = _random_plan(3, 30)
+    plan["tasks"].append({"id": "x", "tool": "echo", "args": {"value": "${y}"}})
+    plan["tasks"].append({"id": "y", "tool": "echo", "args": {"value": 1}, "depends_on": ["x"]})
+    with pytest.raises(dagagent.PlanValidationError) as info:
+        dagagent.validate(plan, registry)
+    cycles = [i for i in info.value.issues if i.code == "cycle"]
+    assert len(cycles) == 1
+    assert cycles[0].message in (
+        "dependency cycle: x -> y -> x",
+        "dependency cycle: y -> x -> y",
+    )
