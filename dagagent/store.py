@@ -148,7 +148,10 @@ def check_run_id(ref: str, *, prefix: bool = True) -> str:
 def _json(value: Any) -> str | None:
     if value is None:
         return None
-    return to_json(value, fallback=str).decode()
+    try:
+        return to_json(value, fallback=str).decode()
+    except Exception as exc:  # e.g. a value mutated by another task while being written
+        return to_json(f"<not recordable: {type(exc).__name__}: {exc}>").decode()
 
 
 def _unjson(text: str | None) -> Any:
@@ -648,7 +651,7 @@ class RunRecorder:
                 self._write(conn, pending)
                 pending = []
                 self.error = None
-            except (sqlite3.Error, StoreError, OSError, ValueError, TypeError) as exc:
+            except Exception as exc:  # kept for the next batch; reported at close()
                 self.error = f"{type(exc).__name__}: {exc}"
         if conn is not None:
             conn.close()

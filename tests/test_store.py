@@ -129,6 +129,32 @@ async def test_outputs_that_are_not_json_are_stored_as_text(tmp_path: Path) -> N
         assert st.get_run(result.run_id).tasks["m"].output == {"thing": "a thing", "pair": [1, 2]}
 
 
+async def test_an_output_that_cannot_be_written_does_not_stop_the_record(tmp_path: Path) -> None:
+    reg = dagagent.Registry()
+
+    class Unprintable:
+        def __str__(self) -> str:
+            raise RuntimeError("no text for you")
+
+    @reg.tool
+    def odd() -> Any:
+        """Return an object that cannot even become text."""
+        return Unprintable()
+
+    @reg.tool
+    def fine() -> int:
+        """Return 1."""
+        return 1
+
+    plan = {"tasks": [{"id": "odd", "tool": "odd"}, {"id": "fine", "tool": "fine"}]}
+    result = await dagagent.execute(plan, reg, store=tmp_path / "r.db")
+    with RunStore(tmp_path / "r.db") as st:
+        rec = st.get_run(result.run_id)
+    assert rec.status == "succeeded" and rec.tasks["fine"].output == 1
+    assert rec.tasks["odd"].output.startswith("<not recordable: ")
+    assert "no text for you" in rec.tasks["odd"].output
+
+
 def test_no_secrets_enter_the_store(
     tmp_path: Path, registry: dagagent.Registry, monkeypatch: pytest.MonkeyPatch
 ) -> None:
