@@ -5,6 +5,9 @@ cheap TaskResult and the parameterless-tool fast path."""
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -19,6 +22,75 @@ from dagagent.results import TaskResult, TaskStatus
 from dagagent.runner import _task_result
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+# ---------------------------------------------------------------------------------------------
+# The scripts
+
+
+def _script(name: str, *args: str | Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(BENCH / name), *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize("name", ["serial_vs_parallel.py", "overhead.py"])
+def test_scripts_have_help(name: str) -> None:
+    proc = _script(name, "--help")
+    assert proc.returncode == 0, proc.stderr
+    assert "--executors" in proc.stdout and "--repeats" in proc.stdout
+
+
+def test_serial_vs_parallel_runs_tiny(tmp_path: Path) -> None:
+    proc = _script(
+        "serial_vs_parallel.py", "--quick", "--scale", "0.05", "--repeats", "1", "--out", tmp_path
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "simulated" in proc.stdout
+    data = json.loads((tmp_path / "serial_vs_parallel.json").read_text())
+    shapes = {r["shape"] for r in data["results"]}
+    assert shapes == {"fan", "chain", "diamond", "random", "skewed", "parallelqa"}
+    for r in data["results"]:
+        assert set(r["executors"]) == {"serial", "levels", "dataflow"}
+        assert 0 < r["critical_path_s"] <= r["level_bound_s"] + 1e-9 <= r["work_s"] + 2e-9
+        for e in r["executors"].values():
+            # No executor beats the bound it is measured against (sleeps never end early).
+            assert e["over_critical_path"] >= 0.99
+        assert r["executors"]["serial"]["makespan_s"] >= r["work_s"] * 0.99
+    md = (tmp_path / "serial_vs_parallel.md").read_text()
+    assert "| dataflow |" in md and "Command: `python benchmarks/serial_vs_parallel.py" in md
+
+
+def test_serial_vs_parallel_missing_dataset_is_a_clear_error(tmp_path: Path) -> None:
+    proc = _script(
+        "serial_vs_parallel.py", "--quick", "--shapes", "parallelqa", "--dataset", tmp_path
+    )
+    assert proc.returncode != 0
+    assert "ParallelQA dataset is missing" in proc.stderr and "--dataset" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_unknown_executor_is_a_usage_error() -> None:
+    proc = _script("serial_vs_parallel.py", "--executors", "levels,warp")
+    assert proc.returncode == 2 and "unknown executor 'warp'" in proc.stderr
+
+
+def test_overhead_runs_tiny(tmp_path: Path) -> None:
+    proc = _script(
+        "overhead.py", "--sizes", "300", "--repeats", "1", "--width", "20", "--out", tmp_path
+    )
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads((tmp_path / "overhead.json").read_text())
+    assert [(r["shape"], r["tasks"]) for r in data["results"]] == [("layered", 300), ("fan", 300)]
+    for r in data["results"]:
+        assert set(r["run_s"]) == {"floor", "serial", "levels", "dataflow"}
+        assert r["peak_rss_mb"] > 0 and min(r["validate_s"]) > 0
+        assert all(x > 0 for x in r["summary"]["x_floor"].values())
+    assert (tmp_path / "overhead.md").read_text().startswith("# Overhead")
 
 
 # ---------------------------------------------------------------------------------------------

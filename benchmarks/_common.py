@@ -1,0 +1,196 @@
+"""Helpers shared by the benchmark scripts: machine facts, tables, result files, statistics.
+
+The scripts import this module as ``_common`` (they run as ``python benchmarks/<name>.py``,
+which puts ``benchmarks/`` first on ``sys.path``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "REPO",
+    "RESULTS_DIR",
+    "fmt",
+    "machine_info",
+    "markdown_table",
+    "median",
+    "text_table",
+    "usable_executors",
+    "write_results",
+]
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS_DIR = REPO / "benchmarks" / "results"
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.lower().startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def _git_commit() -> str | None:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
+def machine_info() -> dict[str, Any]:
+    """What the numbers were measured on: cores, CPU, Python, load, commit."""
+    try:
+        usable = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        usable = os.cpu_count() or 0
+    try:
+        load = list(os.getloadavg())
+    except OSError:
+        load = []
+    import anyio
+
+    import dagagent
+
+    return {
+        "nproc": usable,
+        "cpu_model": _cpu_model(),
+        "python": platform.python_version(),
+        "implementation": platform.python_implementation(),
+        "platform": platform.platform(),
+        "dagagent": dagagent.__version__,
+        "anyio": getattr(anyio, "__version__", None) or _dist_version("anyio"),
+        "git_commit": _git_commit(),
+        "loadavg_at_start": [round(x, 2) for x in load],
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %z"),
+    }
+
+
+def _dist_version(name: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return None
+
+
+def machine_line(info: dict[str, Any]) -> str:
+    return (
+        f"{info['nproc']} cores ({info['cpu_model']}), {info['implementation']} "
+        f"{info['python']}, load average at start {info['loadavg_at_start']}"
+    )
+
+
+def median(values: Sequence[float]) -> float:
+    return float(statistics.median(values)) if values else float("nan")
+
+
+def fmt(value: Any, digits: int = 2) -> str:
+    """A table cell: floats rounded, None as a dash."""
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        if value != value:  # NaN
+            return "-"
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def text_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A plain, right-aligned text table for the terminal."""
+    cells = [[str(h) for h in headers], *[[str(c) for c in r] for r in rows]]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    lines = []
+    for i, r in enumerate(cells):
+        lines.append(
+            "  ".join(
+                c.ljust(w) if j == 0 else c.rjust(w)
+                for j, (c, w) in enumerate(zip(r, widths, strict=True))
+            )
+        )
+        if i == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    out = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def write_results(out_dir: Path, name: str, data: dict[str, Any], markdown: str) -> list[Path]:
+    """Write ``<name>.json`` and ``<name>.md`` under ``out_dir``; return their paths."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    json_path = out_dir / f"{name}.json"
+    md_path = out_dir / f"{name}.md"
+    json_path.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
+    md_path.write_text(markdown.rstrip() + "\n", encoding="utf-8")
+    return [json_path, md_path]
+
+
+def command_line() -> str:
+    """The command that produced these results, as a user would type it."""
+    script = Path(sys.argv[0])
+    try:
+        shown = script.resolve().relative_to(REPO)
+    except ValueError:
+        shown = script
+    return " ".join(["python", str(shown), *sys.argv[1:]])
+
+
+def usable_executors(parser: argparse.ArgumentParser, names: Sequence[str]) -> list[str]:
+    """The executors of ``names`` that can run here; ``dask`` is dropped (with a note) when
+    ``distributed`` or dagagent's dask executor cannot be imported. Unknown names are errors."""
+    from dagagent.executors import EXECUTORS
+
+    if not names:
+        parser.error("--executors names no executor")
+    kept = []
+    for name in names:
+        if name not in EXECUTORS:
+            parser.error(f"unknown executor {name!r}: choose from {', '.join(EXECUTORS)}")
+        if name == "dask":
+            why = _dask_missing()
+            if why:
+                print(f"note: skipping the dask executor: {why}", file=sys.stderr)
+                continue
+        if name not in kept:
+            kept.append(name)
+    if not kept:
+        parser.error("none of the requested executors can run here")
+    return kept
+
+
+def _dask_missing() -> str | None:
+    if importlib.util.find_spec("distributed") is None:
+        return "'distributed' is not installed (pip install 'dagagent[dask]')"
+    try:
+        importlib.import_module("dagagent.executors.dask")
+    except ImportError as exc:
+        return f"dagagent.executors.dask cannot be imported ({exc})"
+    return None

@@ -1,0 +1,385 @@
+"""Engine overhead: no-op tools at 1,000 / 10,000 / 100,000 tasks.
+
+For each DAG size (each in a fresh subprocess, so that peak RSS is per size) this measures:
+
+- microseconds per task of ``dagagent.execute`` with each executor, on an already validated
+  plan, with a tool that does nothing;
+- the same for a *floor* measured in the same process on the same DAG: plain asyncio with
+  ``graphlib.TopologicalSorter`` (``get_ready``/``done`` loop), each ready node run as an
+  ``asyncio.create_task`` of a no-op coroutine. It has no arguments, results, events or
+  failure handling; it is the least any asyncio scheduler must do;
+- the time ``dagagent.validate`` takes to check the plan (pydantic model, graph, cycles, tools);
+- peak RSS of the process (``resource.getrusage(RUSAGE_SELF).ru_maxrss``).
+
+Each measurement is repeated (``--repeats``) with runs of the different executors interleaved;
+the headline is the minimum (noise on a shared machine only ever adds time), the median is in
+the JSON. Ratios to the floor matter more than absolute times.
+
+DAG shapes: ``layered`` (seeded random layers of ``--width`` tasks, each task depending on two
+distinct tasks of the layer before) and ``fan`` (one root, n-2 parallel tasks, one join).
+
+    python benchmarks/overhead.py
+    python benchmarks/overhead.py --sizes 1000,10000 --shapes layered --repeats 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import graphlib
+import json
+import random
+import resource
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import _common as common
+
+SHAPES = ("layered", "fan")
+DEFAULT_EXECUTORS = ("serial", "levels", "dataflow")
+FLOOR = "floor"
+
+
+# ---------------------------------------------------------------------------------------------
+# DAGs
+
+
+def build_deps(shape: str, n: int, width: int, seed: int) -> dict[str, list[str]]:
+    """``{task_id: [dependency ids]}`` in plan order."""
+    if shape == "fan":
+        if n < 3:
+            raise SystemExit("the fan shape needs at least 3 tasks")
+        deps: dict[str, list[str]] = {"root": []}
+        middle = [f"t{i}" for i in range(n - 2)]
+        for t in middle:
+            deps[t] = ["root"]
+        deps["join"] = middle
+        return deps
+    if shape == "layered":
+        rng = random.Random(seed)
+        deps = {}
+        prev: list[str] = []
+        i = 0
+        while i < n:
+            layer = [f"t{j}" for j in range(i, min(n, i + width))]
+            for t in layer:
+                deps[t] = rng.sample(prev, min(2, len(prev))) if prev else []
+            prev = layer
+            i += len(layer)
+        return deps
+    raise SystemExit(f"unknown shape {shape!r}: choose from {', '.join(SHAPES)}")
+
+
+def to_plan(deps: dict[str, list[str]]) -> dict[str, Any]:
+    return {
+        "goal": "overhead benchmark: no-op tasks",
+        "tasks": [{"id": t, "tool": "noop", "depends_on": d} for t, d in deps.items()],
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# The floor: plain asyncio + graphlib
+
+
+async def _noop() -> None:
+    return None
+
+
+async def floor_run(deps: dict[str, list[str]]) -> None:
+    """Run every node of ``deps`` as an asyncio task of a no-op coroutine, in dependency order."""
+    ts: graphlib.TopologicalSorter[str] = graphlib.TopologicalSorter(deps)
+    ts.prepare()
+    finished: asyncio.Queue[str] = asyncio.Queue()
+    running: dict[str, asyncio.Task[None]] = {}
+
+    async def one(node: str) -> None:
+        await _noop()
+        finished.put_nowait(node)
+
+    create = asyncio.create_task
+    while ts.is_active():
+        for node in ts.get_ready():
+            running[node] = create(one(node))
+        node = await finished.get()
+        del running[node]
+        ts.done(node)
+        while not finished.empty():
+            node = finished.get_nowait()
+            del running[node]
+            ts.done(node)
+
+
+# ---------------------------------------------------------------------------------------------
+# One size, in a child process
+
+
+def _registry() -> Any:
+    import dagagent
+
+    registry = dagagent.Registry()
+
+    @registry.tool
+    async def noop() -> None:
+        """Do nothing."""
+        return None
+
+    return registry
+
+
+def measure(
+    shape: str, n: int, width: int, seed: int, executors: list[str], repeats: int
+) -> dict[str, Any]:
+    import dagagent
+
+    deps = build_deps(shape, n, width, seed)
+    plan = to_plan(deps)
+    registry = _registry()
+    edges = sum(len(d) for d in deps.values())
+
+    validate_s: list[float] = []
+    graph = None
+    for _ in range(repeats):
+        graph = None
+        gc.collect()
+        t0 = time.perf_counter()
+        graph = dagagent.validate(plan, registry)
+        validate_s.append(time.perf_counter() - t0)
+    assert graph is not None
+    rss_after_validate = _peak_rss_mb()
+
+    async def run_dagagent(name: str) -> None:
+        result = await dagagent.execute(graph, registry, executor=name)
+        if not result.ok:
+            raise SystemExit(f"{name}: the no-op run did not succeed: {result.counts()}")
+
+    runners: dict[str, Callable[[], Awaitable[None]]] = {FLOOR: lambda: floor_run(deps)}
+    for name in executors:
+        runners[name] = lambda name=name: run_dagagent(name)  # type: ignore[misc]
+    times: dict[str, list[float]] = {k: [] for k in runners}
+
+    async def main() -> None:
+        for _ in range(repeats):
+            for name, fn in runners.items():
+                gc.collect()
+                t0 = time.perf_counter()
+                await fn()
+                times[name].append(time.perf_counter() - t0)
+
+    asyncio.run(main())
+
+    return {
+        "shape": shape,
+        "tasks": n,
+        "edges": edges,
+        "levels": len(graph.levels),
+        "repeats": repeats,
+        "validate_s": validate_s,
+        "run_s": times,
+        "peak_rss_mb": _peak_rss_mb(),
+        "peak_rss_mb_after_validate": rss_after_validate,
+    }
+
+
+def _peak_rss_mb() -> float:
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    # Linux reports kilobytes, macOS bytes.
+    return rss / (1024 * 1024) if sys.platform == "darwin" else rss / 1024
+
+
+# ---------------------------------------------------------------------------------------------
+# The parent: one subprocess per (shape, size), then the table
+
+
+def _child(args: argparse.Namespace) -> None:
+    data = measure(
+        args.child_shape, args.child_size, args.width, args.seed, args.executors, args.repeats
+    )
+    print(json.dumps(data))
+
+
+def _run_child(shape: str, n: int, args: argparse.Namespace) -> dict[str, Any]:
+    cmd = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--child-shape",
+        shape,
+        "--child-size",
+        str(n),
+        "--width",
+        str(args.width),
+        "--seed",
+        str(args.seed),
+        "--repeats",
+        str(args.repeats),
+        "--executors",
+        ",".join(args.executors),
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        sys.stderr.write(proc.stderr)
+        raise SystemExit(f"the measurement of {shape} x {n} failed (exit {proc.returncode})")
+    return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
+
+
+def summarize(data: dict[str, Any], executors: list[str]) -> dict[str, Any]:
+    n = data["tasks"]
+    best = {k: min(v) for k, v in data["run_s"].items()}
+    med = {k: common.median(v) for k, v in data["run_s"].items()}
+    floor = best[FLOOR]
+    return {
+        "us_per_task": {k: v / n * 1e6 for k, v in best.items()},
+        "us_per_task_median": {k: v / n * 1e6 for k, v in med.items()},
+        "x_floor": {k: best[k] / floor for k in executors},
+        "x_floor_median": {k: med[k] / med[FLOOR] for k in executors},
+        "run_s": best,
+        "validate_s": min(data["validate_s"]),
+        "validate_s_median": common.median(data["validate_s"]),
+    }
+
+
+def _targets(results: list[dict[str, Any]]) -> list[tuple[str, bool | None, str]]:
+    out: list[tuple[str, bool | None, str]] = []
+    layered = [r for r in results if r["shape"] == "layered"]
+    at10k = [r for r in layered if r["tasks"] == 10_000]
+    for name in ("dataflow", "levels"):
+        for r in at10k:
+            x = r["summary"]["x_floor"].get(name)
+            if x is not None:
+                out.append(
+                    (f"{name} overhead at 10,000 tasks <= 2 x floor", x <= 2.0, f"{x:.2f} x")
+                )
+    for r in [r for r in layered if r["tasks"] == 100_000]:
+        v = r["summary"]["validate_s"]
+        out.append(("validation of 100,000 tasks <= 2 s", v <= 2.0, f"{v:.2f} s"))
+        for name, t in r["summary"]["run_s"].items():
+            if name != FLOOR:
+                out.append((f"no-op run of 100,000 tasks ({name}) <= 5 s", t <= 5.0, f"{t:.2f} s"))
+        rss = r["peak_rss_mb"]
+        out.append(("peak RSS at 100,000 tasks <= 600 MB", rss <= 600, f"{rss:.0f} MB"))
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        description="Per-task overhead of each executor next to a plain asyncio + graphlib "
+        "floor, validation time and peak RSS, for no-op DAGs of growing size (each size in "
+        "a fresh subprocess). Writes overhead.json and overhead.md.",
+    )
+    parser.add_argument(
+        "--sizes",
+        default="1000,10000,100000",
+        help="comma-separated task counts (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--shapes",
+        default="layered,fan",
+        help=f"comma-separated DAG shapes from {', '.join(SHAPES)} (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--executors",
+        default=",".join(DEFAULT_EXECUTORS),
+        help="comma-separated executors to measure (default: %(default)s)",
+    )
+    parser.add_argument("--repeats", type=int, default=3, help="runs per measurement (min is kept)")
+    parser.add_argument("--width", type=int, default=100, help="tasks per layer of 'layered'")
+    parser.add_argument("--seed", type=int, default=7, help="seed of the random layered DAG")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=common.RESULTS_DIR,
+        help="directory for overhead.json / overhead.md (default: benchmarks/results)",
+    )
+    parser.add_argument("--no-write", action="store_true", help="print only, write no files")
+    parser.add_argument("--child-shape", help=argparse.SUPPRESS)
+    parser.add_argument("--child-size", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+
+    args.executors = [e.strip() for e in args.executors.split(",") if e.strip()]
+    if args.repeats < 1:
+        parser.error("--repeats must be at least 1")
+    if args.width < 1:
+        parser.error("--width must be at least 1")
+    if args.child_shape:
+        _child(args)
+        return
+    try:
+        sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
+    except ValueError:
+        parser.error(f"--sizes must be comma-separated integers, not {args.sizes!r}")
+    shapes = [s.strip() for s in args.shapes.split(",") if s.strip()]
+    for s in shapes:
+        if s not in SHAPES:
+            parser.error(f"unknown shape {s!r}: choose from {', '.join(SHAPES)}")
+    args.executors = common.usable_executors(parser, args.executors)
+
+    info = common.machine_info()
+    print(f"machine: {common.machine_line(info)}")
+    results: list[dict[str, Any]] = []
+    for shape in shapes:
+        for n in sizes:
+            print(f"measuring {shape} x {n} ...", flush=True)
+            data = _run_child(shape, n, args)
+            data["summary"] = summarize(data, args.executors)
+            results.append(data)
+
+    headers = ["shape", "tasks", "floor us/task"]
+    for e in args.executors:
+        headers += [f"{e} us/task", f"{e} x floor"]
+    headers += ["validate s", "peak RSS MB"]
+    rows = []
+    for r in results:
+        s = r["summary"]
+        row: list[Any] = [r["shape"], f"{r['tasks']:,}", common.fmt(s["us_per_task"][FLOOR], 1)]
+        for e in args.executors:
+            row += [common.fmt(s["us_per_task"][e], 1), common.fmt(s["x_floor"][e])]
+        row += [common.fmt(s["validate_s"], 3), common.fmt(r["peak_rss_mb"], 0)]
+        rows.append(row)
+    targets = _targets(results)
+
+    print()
+    print(common.text_table(headers, rows))
+    if targets:
+        print()
+        for what, ok, got in targets:
+            print(f"  {'met   ' if ok else 'MISSED'}  {what}: {got}")
+
+    command = common.command_line()
+    md = [
+        "# Overhead: no-op tasks, dagagent next to a plain asyncio + graphlib floor",
+        "",
+        f"Command: `{command}`  ",
+        f"Machine: {common.machine_line(info)}  ",
+        f"Best of {args.repeats} runs per cell; each size measured in a fresh process.",
+        "",
+        common.markdown_table(headers, rows),
+    ]
+    if targets:
+        md += ["", "Targets:", ""]
+        md += [f"- {'met' if ok else '**missed**'}: {what} — {got}" for what, ok, got in targets]
+    data_out = {
+        "benchmark": "overhead",
+        "command": command,
+        "machine": info,
+        "options": {
+            "sizes": sizes,
+            "shapes": shapes,
+            "executors": args.executors,
+            "repeats": args.repeats,
+            "width": args.width,
+            "seed": args.seed,
+        },
+        "results": results,
+        "targets": [{"target": w, "met": ok, "value": g} for w, ok, g in targets],
+    }
+    if not args.no_write:
+        for p in common.write_results(args.out, "overhead", data_out, "\n".join(md)):
+            print(f"wrote {p}")
+
+
+if __name__ == "__main__":
+    main()
