@@ -538,6 +538,7 @@ def _effective_status(status: str, pid: int | None) -> str:
 # The recorder: a listener feeding a writer thread
 
 _STOP = object()
+_MAX_BATCH_FAILURES = 3  # then write event by event, dropping what cannot be written
 _RECORDED = frozenset((RunStarted, TaskFinished, RunFinished))
 
 
@@ -629,6 +630,7 @@ class RunRecorder:
         pending: list[Any] = []
         conn: sqlite3.Connection | None = None
         stop = False
+        failures = 0
         while not stop:
             item = get()  # sleep until there is something to write
             if item is not _STOP and interval > 0:
@@ -650,11 +652,24 @@ class RunRecorder:
                     conn = _connect(self.path)
                 self._write(conn, pending)
                 pending = []
+                failures = 0
                 self.error = None
             except Exception as exc:  # kept for the next batch; reported at close()
                 self.error = f"{type(exc).__name__}: {exc}"
+                failures += 1
+                if (failures >= _MAX_BATCH_FAILURES or stop) and conn is not None:
+                    pending = self._write_each(conn, pending)  # what still fails is dropped
+                    failures = 0
         if conn is not None:
             conn.close()
+
+    def _write_each(self, conn: sqlite3.Connection, events: list[Any]) -> list[Any]:
+        for ev in events:
+            try:
+                self._write(conn, [ev])
+            except Exception as exc:
+                self.error = f"{type(exc).__name__}: {exc} (an event was not recorded)"
+        return []
 
     def _write(self, conn: sqlite3.Connection, events: list[Any]) -> None:
         starts: list[tuple[Any, ...]] = []

@@ -469,3 +469,24 @@ def test_env_var_home_is_created_on_first_use(
     RunStore().close()
     assert (home / "runs.db").is_file()
     assert os.access(home, os.W_OK)
+
+
+async def test_an_event_that_cannot_be_written_is_dropped_not_the_whole_record(
+    tmp_path: Path, registry: dagagent.Registry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = RunRecorder._task_row
+
+    def poisoned(self: RunRecorder, r: Any) -> Any:
+        if r.task_id == "b":
+            raise RuntimeError("cannot write b")
+        return real(self, r)
+
+    monkeypatch.setattr(RunRecorder, "_task_row", poisoned)
+    db = tmp_path / "r.db"
+    result = await dagagent.execute({"tasks": [w("a"), w("b"), w("c", 0.2)]}, registry, store=db,
+                                    executor="dataflow")
+    assert result.ok
+    with RunStore(db) as st:
+        rec = st.get_run(result.run_id)
+    assert rec.status == "succeeded"  # the run row and its finish were written
+    assert set(rec.tasks) == {"a", "c"}
