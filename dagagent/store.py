@@ -538,6 +538,29 @@ def _effective_status(status: str, pid: int | None) -> str:
 # The recorder: a listener feeding a writer thread
 
 _STOP = object()
+_TASK_COLUMNS = (
+    "run_id, task_id, status, output, error, error_type, attempts, started_at, finished_at, "
+    "args, steps, decisions"
+)
+_N_COLUMNS = 12
+# Rows per INSERT: several rows per statement means one GIL release per statement rather than
+# per row (executemany), which matters when the event loop thread is busy. SQLite before 3.32
+# allows at most 999 parameters in a statement.
+_ROWS_PER_INSERT = min(200, (32766 if sqlite3.sqlite_version_info >= (3, 32) else 999) // 12)
+_insert_sql: dict[int, str] = {}
+
+
+def _insert_rows(conn: sqlite3.Connection, rows: list[tuple[Any, ...]]) -> None:
+    step = _ROWS_PER_INSERT
+    for start in range(0, len(rows), step):
+        part = rows[start : start + step]
+        n = len(part)
+        sql = _insert_sql.get(n)
+        if sql is None:
+            one = "(" + ",".join("?" * _N_COLUMNS) + ")"
+            sql = f"INSERT OR REPLACE INTO tasks ({_TASK_COLUMNS}) VALUES " + ",".join([one] * n)
+            _insert_sql[n] = sql
+        conn.execute(sql, [v for row in part for v in row])
 _MAX_BATCH_FAILURES = 3  # then write event by event, dropping what cannot be written
 _RECORDED = frozenset((RunStarted, TaskFinished, RunFinished))
 
@@ -715,12 +738,7 @@ class RunRecorder:
                     starts,
                 )
             if rows:
-                conn.executemany(
-                    "INSERT OR REPLACE INTO tasks (run_id, task_id, status, output, error, "
-                    "error_type, attempts, started_at, finished_at, args, steps, decisions) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    rows,
-                )
+                _insert_rows(conn, rows)
             if finishes:
                 conn.executemany(
                     "UPDATE runs SET status = ?, started_at = ?, finished_at = ?, "
