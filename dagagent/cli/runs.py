@@ -356,13 +356,13 @@ def replan_cmd(
     reusing the outputs of every task whose id, tool, arguments and inputs are unchanged.
     Exit 0 after a review; with --execute, the new run's exit code (0 ok, 1 failed); 3 when
     the model gave no valid plan in --max-attempts."""
-    with _open_store(store) as st:
-        record = find_run(st, run, last)
-        path = st.path
     if from_file is not None and model is not None:
         fail("give --from FILE or --model SPEC, not both")
     if base_url is not None and model is None:
         fail("--base-url needs --model")
+    with _open_store(store) as st:
+        record = find_run(st, run, last)
+        path = st.path
     spec, registry = _registry_for(record, tools)
     review = review_run(record)
     if not json_out:
