@@ -299,7 +299,7 @@ class DaskExecutor(DataflowExecutor):
         processes: bool = True,
         cluster_options: Mapping[str, Any] | None = None,
         allowed_failures: int = 0,
-        connect_timeout_s: float = 30.0,
+        connect_timeout_s: float = 10.0,
     ) -> None:
         _import_dask()
         if client is not None and address is not None:
