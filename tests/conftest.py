@@ -19,6 +19,14 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
+@pytest.fixture(autouse=True)
+def _private_run_store(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """CLI runs record to a store; keep each test's records out of the working tree."""
+    monkeypatch.setenv("DAGAGENT_HOME", str(tmp_path_factory.mktemp("dagagent-home")))
+
+
 class Recorder:
     """Records (task name, start, end) intervals and call counts of test tools."""
 

@@ -97,6 +97,8 @@ def test_deeply_nested_arguments_are_refused_clearly() -> None:
         deep = [deep]
     with pytest.raises(PlanLoadError, match="nested"):
         dagagent.validate({"tasks": [{"id": "a", "tool": "t", "args": {"v": deep}}]})
-    text = '{"tasks": [{"id": "a", "tool": "t", "args": {"v": ' + "[" * 100000 + "]" * 100000 + "}}]}"
+    text = (
+        '{"tasks": [{"id": "a", "tool": "t", "args": {"v": ' + "[" * 100000 + "]" * 100000 + "}}]}"
+    )
     with pytest.raises(PlanLoadError, match="nested too deeply"):
         load_plan(text)

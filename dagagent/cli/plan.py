@@ -23,6 +23,7 @@ from ..planners import LLMPlanner, PlanningResult
 from ._app import EXIT_OK, EXIT_USAGE, app, err, fail, guard, load_registry, out
 from .approve import APPROVE_OPT, ASK_OPT, POLICY_OPT, run_interceptors
 from .diagram import to_ascii
+from .progress import recorded_tools_spec
 from .render import plan_table
 from .run import STORE_OPT, TOOLS_OPT, run_graph
 
@@ -172,5 +173,6 @@ def plan_cmd(
         graph, registry, as_json=json_out, executor=executor, on_failure=on_failure,
         max_concurrency=max_concurrency, interceptors=interceptors, store=store,
         llm=llm if agent_tasks else None, live=not (ask or policy_file),
+        tools_spec=recorded_tools_spec(tools),  # recorded: replan loads the same tools
     )
     raise typer.Exit(code)
