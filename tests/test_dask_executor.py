@@ -54,8 +54,8 @@ async def test_runs_plan_on_dask_respecting_dependencies(
     registry: Registry, recorder: Any
 ) -> None:
     p = plan(
-        {"id": "a", "tool": "work", "args": {"name": "a", "seconds": 0.1, "value": 2}},
-        {"id": "b", "tool": "work", "args": {"name": "b", "seconds": 0.1, "value": 3}},
+        {"id": "a", "tool": "work", "args": {"name": "a", "seconds": 0.3, "value": 2}},
+        {"id": "b", "tool": "work", "args": {"name": "b", "seconds": 0.3, "value": 3}},
         {"id": "sum", "tool": "add", "args": {"a": "${a}", "b": "${b}"}},
         {"id": "c", "tool": "work", "args": {"name": "c", "value": "${sum}"}},
         {"id": "echo", "tool": "echo", "args": {"value": "got ${c}"}},
