@@ -86,6 +86,9 @@ async def execute(
         listeners = (*listeners, recorder)
 
     async with exe.session():
+        prepare = getattr(exe, "prepare", None)
+        if prepare is not None:
+            await prepare(graph, registry)  # e.g. ship tools to workers; fails before any record
         runner = TaskRunner(
             graph,
             registry,

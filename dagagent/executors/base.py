@@ -11,6 +11,7 @@ from ..results import TaskStatus
 if TYPE_CHECKING:
     from ..graph import PlanGraph
     from ..runner import Invoker, TaskRunner
+    from ..tools import Registry
 
 __all__ = ["Executor", "FailurePolicy", "block_descendants", "finish_unstarted"]
 
@@ -36,6 +37,11 @@ class Executor(Protocol):
 
     def session(self) -> contextlib.AbstractAsyncContextManager[None]: ...
 
+    async def prepare(self, graph: PlanGraph, registry: Registry | None) -> None:
+        """Called inside ``session()`` before the run starts (and before anything is
+        recorded): refuse a plan this executor cannot run, with a clear error."""
+        ...
+
     async def run(
         self, graph: PlanGraph, runner: TaskRunner, on_failure: FailurePolicy
     ) -> None: ...
@@ -53,6 +59,9 @@ class BaseExecutor:
     @contextlib.asynccontextmanager
     async def session(self) -> AsyncIterator[None]:
         yield
+
+    async def prepare(self, graph: PlanGraph, registry: Registry | None) -> None:
+        return None
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"

@@ -470,11 +470,21 @@ class DaskExecutor(DataflowExecutor):
 
     # -- run ------------------------------------------------------------------------------
 
+    async def prepare(self, graph: PlanGraph, registry: Registry | None) -> None:
+        """Ship every tool the plan can call before the run starts (``execute`` calls this
+        inside ``session()``, before anything is recorded)."""
+        state = self._session
+        if state is None:
+            raise ConfigError("DaskExecutor.prepare() must be called inside DaskExecutor.session()")
+        from ..tools import Registry
+
+        await self._prepare(state, graph, registry if registry is not None else Registry())
+
     async def run(self, graph: PlanGraph, runner: TaskRunner, on_failure: FailurePolicy) -> None:
         state = self._session
         if state is None:
             raise ConfigError("DaskExecutor.run() must be called inside DaskExecutor.session()")
-        await self._prepare(state, graph, runner.registry)
+        await self._prepare(state, graph, runner.registry)  # a no-op for tools already shipped
         await super().run(graph, runner, on_failure)
 
     async def _prepare(self, state: _Session, graph: PlanGraph, registry: Registry) -> None:
