@@ -177,3 +177,25 @@ def test_validate_warns_about_agent_tasks_only_without_a_model(
     assert r.exit_code == 0 and "no_llm" in r.stderr
     r = invoke("validate", plan, "--model", "openai:some-model")
     assert r.exit_code == 0 and "no_llm" not in r.stderr
+
+
+def test_a_sync_tool_that_ignores_its_timeout_does_not_keep_the_cli_alive(tmp_path: Path) -> None:
+    tools = tmp_path / "stuck_tools.py"
+    tools.write_text(
+        "import time\nimport dagagent\nregistry = dagagent.Registry()\n"
+        "@registry.tool(timeout_s=0.3)\ndef stuck(seconds: float) -> str:\n"
+        "    time.sleep(seconds)\n    return 'late'\n"
+    )
+    plan = write(
+        tmp_path, "p.json", {"tasks": [{"id": "s", "tool": "stuck", "args": {"seconds": 30}}]}
+    )
+    t0 = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-m", "dagagent", "run", plan, "--tools", f"{tools}:registry", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert json.loads(proc.stdout)["tasks"]["s"]["error"] == "timed out after 0.3 s"
+    assert time.monotonic() - t0 < 15  # not the tool's 30 s

@@ -7,6 +7,7 @@ import importlib.util
 import logging
 import os
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
@@ -188,10 +189,30 @@ def load_registry(spec: str | None) -> Registry:
     )
 
 
+def _abandoned_threads() -> list[threading.Thread]:
+    """Worker threads still running a sync tool that timed out or was cancelled: Python cannot
+    stop them, and interpreter shutdown would wait for them."""
+    return [
+        t
+        for t in threading.enumerate()
+        if t is not threading.current_thread() and not t.daemon and t.name == "AnyIO worker thread"
+    ]
+
+
 def main() -> None:
     """Console-script entry point."""
+    code: int | str | None = 0
     try:
         app()
+    except SystemExit as exc:
+        code = exc.code
     except KeyboardInterrupt:  # pragma: no cover - typer normally handles this
         err.print("interrupted", markup=False)
-        sys.exit(EXIT_INTERRUPTED)
+        code = EXIT_INTERRUPTED
+    if _abandoned_threads():
+        # The run is over and recorded; do not let a tool thread that ignored its timeout or
+        # cancellation keep the process alive.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code if isinstance(code, int) else EXIT_FAILED)
+    sys.exit(code)
