@@ -395,7 +395,7 @@ def main(argv: list[str] | None = None) -> None:
         rows.append(row)
     targets = _targets(results) if args.tool == "noop" else []
     name = "overhead" if args.tool == "noop" else f"overhead_{args.tool}"
-    what = {
+    subject = {
         "noop": "no-op tasks",
         "yield": "tasks that yield to the event loop once (each needs a task of its own)",
     }[args.tool]
@@ -409,7 +409,7 @@ def main(argv: list[str] | None = None) -> None:
 
     command = common.command_line()
     md = [
-        f"# Overhead: {what}, dagagent next to a plain asyncio + graphlib floor",
+        f"# Overhead: {subject}, dagagent next to a plain asyncio + graphlib floor",
         "",
         f"Command: `{command}`  ",
         f"Machine: {common.machine_line(info)}  ",

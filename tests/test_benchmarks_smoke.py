@@ -90,7 +90,7 @@ def test_overhead_runs_tiny(tmp_path: Path) -> None:
         assert set(r["run_s"]) == {"floor", "serial", "levels", "dataflow"}
         assert r["peak_rss_mb"] > 0 and min(r["validate_s"]) > 0
         assert all(x > 0 for x in r["summary"]["x_floor"].values())
-    assert (tmp_path / "overhead.md").read_text().startswith("# Overhead")
+    assert (tmp_path / "overhead.md").read_text().startswith("# Overhead: no-op tasks,")
 
 
 # ---------------------------------------------------------------------------------------------
