@@ -45,9 +45,34 @@ def test_scripts_have_help(name: str) -> None:
     assert "--executors" in proc.stdout and "--repeats" in proc.stdout
 
 
+def _dataset_dir(tmp_path: Path) -> Path:
+    """The shared ParallelQA data beside the repository, or (on a machine without it) a small
+    file of the same shape, so the smoke test runs anywhere."""
+    shared = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
+    if (shared / "parallelqa_dataset.json").is_file():
+        return shared
+    data = tmp_path / "data"
+    data.mkdir()
+    rows = [
+        {"id": str(i), "question": f"q{i}", "answer": "a", "branch": b}
+        for i, b in enumerate([2, 3, 4, 5], 1)
+    ]
+    (data / "parallelqa_dataset.json").write_text(json.dumps(rows))
+    return data
+
+
 def test_serial_vs_parallel_runs_tiny(tmp_path: Path) -> None:
     proc = _script(
-        "serial_vs_parallel.py", "--quick", "--scale", "0.05", "--repeats", "1", "--out", tmp_path
+        "serial_vs_parallel.py",
+        "--quick",
+        "--scale",
+        "0.05",
+        "--repeats",
+        "1",
+        "--out",
+        tmp_path,
+        "--dataset",
+        _dataset_dir(tmp_path),
     )
     assert proc.returncode == 0, proc.stderr
     assert "simulated" in proc.stdout
