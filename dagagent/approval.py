@@ -434,9 +434,7 @@ class Policy:
                 return rule.action, rule, label
         return self.default, None, "policy default"
 
-    def preview(
-        self, tool: Tool, literal_args: Mapping[str, Any] | None, task_id: str = ""
-    ) -> str:
+    def preview(self, tool: Tool, literal_args: Mapping[str, Any] | None, task_id: str = "") -> str:
         """The action a plan task will meet, before it runs: ``allow`` / ``deny`` / ``ask``,
         or ``"ask?"`` (etc.) when a rule's decision depends on arguments that are not known
         yet (they come from references). ``literal_args``: the arguments known now."""

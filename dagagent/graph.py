@@ -201,9 +201,7 @@ def _cycle_issues(graph: nx.DiGraph[str]) -> list[Issue]:
 
 def _scan(
     plan: Plan, registry: Registry | None
-) -> tuple[
-    list[Issue], dict[str, Template], dict[str, tuple[str, ...]], dict[str, list[str]]
-]:
+) -> tuple[list[Issue], dict[str, Template], dict[str, tuple[str, ...]], dict[str, list[str]]]:
     """Every issue but cycles; the templates; dependencies and dependents of each task, in
     edge order (with duplicate ids, an issue, a task's edges are those of all its copies)."""
     issues: list[Issue] = []

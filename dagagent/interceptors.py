@@ -177,9 +177,7 @@ def redacting(
     The rewritten arguments are validated again by the runner. Put it before (outside) a
     tracing interceptor or an approval policy to keep secrets out of their records. (The
     task's ``TaskResult.args`` holds the arguments as resolved *before* any interceptor.)"""
-    name_rx = re.compile(
-        "|".join(f"(?:{fnmatch.translate(p.lower())})" for p in args) or "(?!)"
-    )
+    name_rx = re.compile("|".join(f"(?:{fnmatch.translate(p.lower())})" for p in args) or "(?!)")
     rxs = [p if isinstance(p, re.Pattern) else re.compile(p) for p in patterns]
     wanted = _name_filter(tools)
 

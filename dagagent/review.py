@@ -164,9 +164,7 @@ def review_run(record: RunRecord, *, width: int = 80) -> RunReview:
         tool, dur = _what(tasks.get(t.id)), r.duration_s
         if r.status in _FAILED:
             failed.append(
-                TaskOutcome(
-                    t.id, r.status.value, tool, r.attempts, dur, r.error, r.error_type
-                )
+                TaskOutcome(t.id, r.status.value, tool, r.attempts, dur, r.error, r.error_type)
             )
         elif r.status in _BLOCKED:
             if r.status is TaskStatus.SKIPPED:
@@ -225,8 +223,16 @@ def format_review(review: RunReview) -> str:
 # ---------------------------------------------------------------------------------------------
 # Plan diff
 
-_FIELDS = ("tool", "instruction", "args", "tools", "depends_on", "retries", "timeout_s",
-           "description")
+_FIELDS = (
+    "tool",
+    "instruction",
+    "args",
+    "tools",
+    "depends_on",
+    "retries",
+    "timeout_s",
+    "description",
+)
 
 
 @dataclass(frozen=True)
@@ -423,9 +429,7 @@ def predict_reuse(record: RunRecord, new: Plan) -> dict[str, ReuseDecision]:
         elif not _same_call(old, t):
             decided[tid] = ReuseDecision(tid, "run", "changed")
         else:
-            rerun = sorted(
-                d for d in _refs_of(t) if d in decided and decided[d].action != "reuse"
-            )
+            rerun = sorted(d for d in _refs_of(t) if d in decided and decided[d].action != "reuse")
             if rerun:
                 decided[tid] = ReuseDecision(
                     tid, "maybe", f"unchanged, but {', '.join(rerun)} runs again"

@@ -265,9 +265,7 @@ class TaskRunner:
         self._debug = logger is not None and debug_enabled(logger)
         self._cancelled_exc = anyio.get_cancelled_exc_class()
         # Nothing between the runner and an async tool: call it directly (see run_task).
-        self._direct = (
-            self._limiter is None and not self._interceptors and self._invoker is None
-        )
+        self._direct = self._limiter is None and not self._interceptors and self._invoker is None
         self._chain: CallNext = self._compose()
 
     # -- events ---------------------------------------------------------------------------

@@ -185,8 +185,10 @@ class RunSummary(BaseModel):
     parent_id: str | None
     created: float
     goal: str
-    status: str = Field(description="running, succeeded, failed, cancelled, or interrupted "
-                        "(the process that ran it is gone without finishing it)")
+    status: str = Field(
+        description="running, succeeded, failed, cancelled, or interrupted "
+        "(the process that ran it is gone without finishing it)"
+    )
     executor: str
     started_at: float | None
     finished_at: float | None
@@ -269,9 +271,7 @@ class RunRecord(BaseModel):
 
 
 def _connect(path: Path) -> sqlite3.Connection:
-    conn = sqlite3.connect(
-        str(path), timeout=10.0, isolation_level=None, check_same_thread=False
-    )
+    conn = sqlite3.connect(str(path), timeout=10.0, isolation_level=None, check_same_thread=False)
     try:
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")
@@ -561,6 +561,8 @@ def _insert_rows(conn: sqlite3.Connection, rows: list[tuple[Any, ...]]) -> None:
             sql = f"INSERT OR REPLACE INTO tasks ({_TASK_COLUMNS}) VALUES " + ",".join([one] * n)
             _insert_sql[n] = sql
         conn.execute(sql, [v for row in part for v in row])
+
+
 _MAX_BATCH_FAILURES = 3  # then write event by event, dropping what cannot be written
 _RECORDED = frozenset((RunStarted, TaskFinished, RunFinished))
 

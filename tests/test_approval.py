@@ -152,7 +152,10 @@ async def test_deny_rule_denies_the_task_records_and_emits(
     assert w.decisions is not None and len(w.decisions) == 1
     d = w.decisions[0]
     assert (d["decision"], d["decided_by"], d["reason"], d["rule"]) == (
-        "deny", label, "system files", label
+        "deny",
+        label,
+        "system files",
+        label,
     )
     assert d["args"] == {"path": "/etc/hosts", "text": "", "count": 1}
     assert a.ok and a.decisions is not None and a.decisions[0]["decision"] == "allow"
@@ -164,8 +167,9 @@ async def test_deny_rule_denies_the_task_records_and_emits(
 
 
 async def test_default_deny_with_reason(side_registry: dagagent.Registry, recorder: Any) -> None:
-    policy = Policy([Rule(action="allow", tool="work")], default="deny",
-                    default_reason="not on the allow list")
+    policy = Policy(
+        [Rule(action="allow", tool="work")], default="deny", default_reason="not on the allow list"
+    )
     result = await dagagent.execute(
         plan(work("a"), {"id": "s", "tool": "add", "args": {"a": 1, "b": 1}}),
         side_registry,
@@ -229,7 +233,9 @@ async def test_ask_approve_deny_and_edit(side_registry: dagagent.Registry) -> No
     ]
     recs = {k: r.decisions[0] for k, r in t.items() if r.decisions}
     assert (recs["ok"]["decision"], recs["ok"]["decided_by"], recs["ok"]["reason"]) == (
-        "allow", "ann", "looks fine"
+        "allow",
+        "ann",
+        "looks fine",
     )
     assert (recs["no"]["decision"], recs["no"]["reason"]) == ("deny", "wrong file")
     assert (recs["ed"]["decision"], recs["ed"]["reason"]) == ("edit", "moved")
@@ -247,8 +253,10 @@ async def test_ask_callback_may_be_async_and_return_bools(
 
     policy = Policy([Rule(action="ask", tool="write")], ask=decide)
     result = await dagagent.execute(
-        plan({"id": "a", "tool": "write", "args": {"path": "a"}},
-             {"id": "b", "tool": "write", "args": {"path": "b"}}),
+        plan(
+            {"id": "a", "tool": "write", "args": {"path": "a"}},
+            {"id": "b", "tool": "write", "args": {"path": "b"}},
+        ),
         side_registry,
         on_failure="continue",
         interceptors=[policy],
@@ -268,7 +276,8 @@ async def test_edit_to_invalid_arguments_fails_the_task_clearly(
 
     policy = Policy([Rule(action="ask", tool="write")], ask=decide)
     result = await dagagent.execute(
-        plan({"id": "w", "tool": "write", "args": {"path": "a"}}), side_registry,
+        plan({"id": "w", "tool": "write", "args": {"path": "a"}}),
+        side_registry,
         interceptors=[policy],
     )
     w = result.tasks["w"]
@@ -385,9 +394,11 @@ async def test_denied_ask_in_a_level_with_cancel_withdraws_pending_questions(
     policy = Policy([Rule(action="ask", tool="write")], ask=decide, serialize_asks=False)
     start = anyio.current_time()
     result = await dagagent.execute(
-        plan({"id": "no", "tool": "write", "args": {"path": "a"}},
-             {"id": "wait", "tool": "write", "args": {"path": "b"}},
-             work("next", depends_on=["wait"])),
+        plan(
+            {"id": "no", "tool": "write", "args": {"path": "a"}},
+            {"id": "wait", "tool": "write", "args": {"path": "b"}},
+            work("next", depends_on=["wait"]),
+        ),
         side_registry,
         executor="levels",
         interceptors=[policy],
@@ -428,8 +439,13 @@ POLICY = {
     "default": "deny",
     "default_reason": "unlisted",
     "rules": [
-        {"tool": "write", "args": {"path": {"regex": "^/etc/"}}, "action": "deny",
-         "reason": "system files", "name": "no-etc"},
+        {
+            "tool": "write",
+            "args": {"path": {"regex": "^/etc/"}},
+            "action": "deny",
+            "reason": "system files",
+            "name": "no-etc",
+        },
         {"tool": ["write", "work"], "action": "allow"},
         {"side_effects": True, "source": "agent", "action": "ask"},
     ],
@@ -445,10 +461,12 @@ async def test_json_policy_file_drives_a_run(
     assert policy.default == "deny" and len(policy.rules) == 3
     assert policy.rules[1].tool == ("write", "work")
     result = await dagagent.execute(
-        plan({"id": "etc", "tool": "write", "args": {"path": "/etc/x"}},
-             {"id": "tmp", "tool": "write", "args": {"path": "/tmp/x"}},
-             work("a"),
-             {"id": "s", "tool": "add", "args": {"a": 1, "b": 1}}),
+        plan(
+            {"id": "etc", "tool": "write", "args": {"path": "/etc/x"}},
+            {"id": "tmp", "tool": "write", "args": {"path": "/tmp/x"}},
+            work("a"),
+            {"id": "s", "tool": "add", "args": {"a": 1, "b": 1}},
+        ),
         side_registry,
         on_failure="continue",
         interceptors=[policy],
@@ -488,8 +506,10 @@ def test_toml_policy_file(tmp_path: Path, side_registry: dagagent.Registry) -> N
         ('{"rules": [{"tool": "x", "action": "nope"}]}', "rules.0.action: Input should be"),
         ('{"rules": [{"tool": "x", "action": "ask", "color": 1}]}', "rules.0.color: Extra"),
         ('{"default": "maybe"}', "default: Input should be 'allow', 'deny' or 'ask'"),
-        ('{"rules": [{"action": "ask", "args": {"x": {"regex": "("}}}]}',
-         "rule #1: bad regular expression '('"),
+        (
+            '{"rules": [{"action": "ask", "args": {"x": {"regex": "("}}}]}',
+            "rule #1: bad regular expression '('",
+        ),
     ],
 )
 def test_bad_policy_files_are_clear_errors(tmp_path: Path, content: str, message: str) -> None:
@@ -524,8 +544,16 @@ async def test_agent_calls_go_through_the_policy_and_a_denial_reaches_the_agent(
                 observations.append(f"refused: {exc}")
         return "done", None
 
-    policy = Policy([Rule(action="deny", source="agent", args={"path": "/etc/*"},
-                          reason="agents may not touch /etc")])
+    policy = Policy(
+        [
+            Rule(
+                action="deny",
+                source="agent",
+                args={"path": "/etc/*"},
+                reason="agents may not touch /etc",
+            )
+        ]
+    )
     result = await dagagent.execute(
         plan({"id": "ag", "instruction": "write two files", "tools": ["write"]}),
         side_registry,

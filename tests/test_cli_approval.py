@@ -86,8 +86,16 @@ class Setup:
         }
 
     def args(self, *extra: str) -> list[str]:
-        return [sys.executable, "-m", "dagagent", "run", str(self.plan),
-                "--tools", f"{self.tools}:registry", *extra]
+        return [
+            sys.executable,
+            "-m",
+            "dagagent",
+            "run",
+            str(self.plan),
+            "--tools",
+            f"{self.tools}:registry",
+            *extra,
+        ]
 
     def calls(self) -> list[dict[str, Any]]:
         if not self.log.exists():
@@ -225,14 +233,20 @@ def test_ask_approve_deny_with_feedback_and_edit(setup: Setup) -> None:
         {"tool": "note", "text": "one K"},
         {"tool": "note", "text": "two, edited"},
     ]
-    result = json.loads(term.buffer[term.buffer.index("{\r\n"):].replace("\r\n", "\n"))
+    result = json.loads(term.buffer[term.buffer.index("{\r\n") :].replace("\r\n", "\n"))
     tasks = result["tasks"]
     assert tasks["n3"]["status"] == "denied"
     assert tasks["n3"]["error"] == "denied by user: three is too many"
-    decisions = {k: [(d["decision"], d["decided_by"]) for d in t.get("decisions") or []]
-                 for k, t in tasks.items()}
-    assert decisions == {"r": [], "n1": [("allow", "user")], "n2": [("edit", "user")],
-                         "n3": [("deny", "user")]}
+    decisions = {
+        k: [(d["decision"], d["decided_by"]) for d in t.get("decisions") or []]
+        for k, t in tasks.items()
+    }
+    assert decisions == {
+        "r": [],
+        "n1": [("allow", "user")],
+        "n2": [("edit", "user")],
+        "n3": [("deny", "user")],
+    }
     assert tasks["n2"]["decisions"][0]["args"] == {"text": "two, edited"}
     assert tasks["n2"]["output"] == "two, edited"
 
@@ -244,7 +258,11 @@ def test_ask_approve_deny_with_feedback_and_edit(setup: Setup) -> None:
 def test_ask_without_a_terminal_denies_with_a_clear_message(setup: Setup) -> None:
     proc = subprocess.run(
         setup.args("--ask", "note", "--json"),
-        stdin=subprocess.DEVNULL, capture_output=True, text=True, env=setup.env, timeout=60,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        env=setup.env,
+        timeout=60,
     )
     assert proc.returncode == 1
     assert "Traceback" not in proc.stderr
@@ -265,7 +283,11 @@ def test_ask_without_a_terminal_denies_with_a_clear_message(setup: Setup) -> Non
 def test_approve_without_a_terminal_refuses_with_exit_2(setup: Setup) -> None:
     proc = subprocess.run(
         setup.args("--approve"),
-        stdin=subprocess.DEVNULL, capture_output=True, text=True, env=setup.env, timeout=60,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        env=setup.env,
+        timeout=60,
     )
     assert proc.returncode == 2
     assert "error: --approve needs a terminal to ask on, but stdin is not a terminal" in (
@@ -282,13 +304,34 @@ cli = CliRunner()
 
 def test_policy_file_denies_and_allows(setup: Setup) -> None:
     policy = setup.dir / "policy.json"
-    policy.write_text(json.dumps({
-        "default": "allow",
-        "rules": [{"tool": "note", "args": {"text": "t*"}, "action": "deny",
-                   "reason": "no t-notes", "name": "no-t"}],
-    }))
-    r = cli.invoke(app, ["run", str(setup.plan), "--tools", f"{setup.tools}:registry",
-                         "--policy", str(policy), "--json"])
+    policy.write_text(
+        json.dumps(
+            {
+                "default": "allow",
+                "rules": [
+                    {
+                        "tool": "note",
+                        "args": {"text": "t*"},
+                        "action": "deny",
+                        "reason": "no t-notes",
+                        "name": "no-t",
+                    }
+                ],
+            }
+        )
+    )
+    r = cli.invoke(
+        app,
+        [
+            "run",
+            str(setup.plan),
+            "--tools",
+            f"{setup.tools}:registry",
+            "--policy",
+            str(policy),
+            "--json",
+        ],
+    )
     assert r.exit_code == 1, r.output
     tasks = json.loads(r.stdout)["tasks"]
     assert tasks["n2"]["status"] == "denied"
@@ -299,19 +342,52 @@ def test_policy_file_denies_and_allows(setup: Setup) -> None:
 
 def test_policy_file_then_ask_both_must_allow(setup: Setup) -> None:
     policy = setup.dir / "policy.json"
-    policy.write_text(json.dumps({"rules": [
-        {"tool": "note", "args": {"text": "two"}, "action": "deny", "reason": "not two"},
-        {"tool": "*", "action": "allow"},
-    ]}))
+    policy.write_text(
+        json.dumps(
+            {
+                "rules": [
+                    {
+                        "tool": "note",
+                        "args": {"text": "two"},
+                        "action": "deny",
+                        "reason": "not two",
+                    },
+                    {"tool": "*", "action": "allow"},
+                ]
+            }
+        )
+    )
     flat = setup.dir / "flat.json"
-    flat.write_text(json.dumps({"goal": "flat", "tasks": [
-        {"id": "r", "tool": "read", "args": {"key": "k"}},
-        {"id": "n1", "tool": "note", "args": {"text": "one"}},
-        {"id": "n2", "tool": "note", "args": {"text": "two"}},
-    ]}))
-    r = cli.invoke(app, ["run", str(flat), "--tools", f"{setup.tools}:registry",
-                         "--policy", str(policy), "--ask", "no*", "--ask", "zzz", "--json",
-                         "--on-failure", "continue"])
+    flat.write_text(
+        json.dumps(
+            {
+                "goal": "flat",
+                "tasks": [
+                    {"id": "r", "tool": "read", "args": {"key": "k"}},
+                    {"id": "n1", "tool": "note", "args": {"text": "one"}},
+                    {"id": "n2", "tool": "note", "args": {"text": "two"}},
+                ],
+            }
+        )
+    )
+    r = cli.invoke(
+        app,
+        [
+            "run",
+            str(flat),
+            "--tools",
+            f"{setup.tools}:registry",
+            "--policy",
+            str(policy),
+            "--ask",
+            "no*",
+            "--ask",
+            "zzz",
+            "--json",
+            "--on-failure",
+            "continue",
+        ],
+    )
     assert r.exit_code == 1
     assert "warning: --ask 'zzz' matches no tool" in r.stderr
     tasks = json.loads(r.stdout)["tasks"]
@@ -337,8 +413,18 @@ def test_bad_policy_file_exits_2_before_anything_runs(
 ) -> None:
     policy = setup.dir / "bad.json"
     policy.write_text(content)
-    r = cli.invoke(app, ["run", str(setup.plan), "--tools", f"{setup.tools}:registry",
-                         "--policy", str(policy), "--approve"])
+    r = cli.invoke(
+        app,
+        [
+            "run",
+            str(setup.plan),
+            "--tools",
+            f"{setup.tools}:registry",
+            "--policy",
+            str(policy),
+            "--approve",
+        ],
+    )
     assert r.exit_code == 2
     assert r.stderr.startswith(f"error: policy file {str(policy)!r}: ")
     assert message in r.stderr
@@ -346,8 +432,17 @@ def test_bad_policy_file_exits_2_before_anything_runs(
 
 
 def test_missing_policy_file_exits_2(setup: Setup) -> None:
-    r = cli.invoke(app, ["run", str(setup.plan), "--tools", f"{setup.tools}:registry",
-                         "--policy", str(setup.dir / "nope.json")])
+    r = cli.invoke(
+        app,
+        [
+            "run",
+            str(setup.plan),
+            "--tools",
+            f"{setup.tools}:registry",
+            "--policy",
+            str(setup.dir / "nope.json"),
+        ],
+    )
     assert r.exit_code == 2
     assert "cannot read it" in r.stderr
     assert setup.calls() == []

@@ -28,8 +28,12 @@ PLAN = {
         {
             "id": "cmp",
             "tool": "compare",
-            "args": {"a": "${paris.temp_c}", "b": "${tokyo.temp_c}",
-                     "label_a": "Paris", "label_b": "Tokyo"},
+            "args": {
+                "a": "${paris.temp_c}",
+                "b": "${tokyo.temp_c}",
+                "label_a": "Paris",
+                "label_b": "Tokyo",
+            },
         },
     ],
 }
@@ -38,8 +42,15 @@ GOAL = "Which is warmer, Paris or Tokyo?"
 
 @pytest.fixture(autouse=True)
 def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    for name in ("DAGAGENT_MODEL", "DAGAGENT_BASE_URL", "OPENAI_BASE_URL", "ANTHROPIC_BASE_URL",
-                 "OPENAI_API_KEY", "ANTHROPIC_API_KEY", "DAGAGENT_TOOLS"):
+    for name in (
+        "DAGAGENT_MODEL",
+        "DAGAGENT_BASE_URL",
+        "OPENAI_BASE_URL",
+        "ANTHROPIC_BASE_URL",
+        "OPENAI_API_KEY",
+        "ANTHROPIC_API_KEY",
+        "DAGAGENT_TOOLS",
+    ):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("DAGAGENT_HOME", str(tmp_path / "home"))
 
@@ -80,8 +91,10 @@ def test_plan_shows_table_dag_and_usage(server: LLMTestServer):
     fmt = body["response_format"]["json_schema"]
     assert fmt["name"] == PLAN_FORMAT_NAME
     assert fmt["schema"] == demo.plan_schema()
-    tools = [v["properties"]["tool"]["enum"][0]
-             for v in fmt["schema"]["properties"]["tasks"]["items"]["anyOf"]]
+    tools = [
+        v["properties"]["tool"]["enum"][0]
+        for v in fmt["schema"]["properties"]["tasks"]["items"]["anyOf"]
+    ]
     assert tools == demo.names
     assert GOAL in body["messages"][-1]["content"]
 
@@ -94,8 +107,13 @@ def test_json_output(server: LLMTestServer):
     assert data["goal"] == GOAL
     assert [t["id"] for t in data["plan"]["tasks"]] == ["paris", "tokyo", "cmp"]
     assert data["levels"] == [["paris", "tokyo"], ["cmp"]]
-    assert data["usage"] == {"attempts": 1, "calls": 1, "input_tokens": 10,
-                             "output_tokens": 5, "total_tokens": 15}
+    assert data["usage"] == {
+        "attempts": 1,
+        "calls": 1,
+        "input_tokens": 10,
+        "output_tokens": 5,
+        "total_tokens": 15,
+    }
 
 
 def test_out_writes_a_plan_that_validates(server: LLMTestServer, tmp_path: Path):
@@ -120,8 +138,15 @@ def test_out_to_an_unwritable_place_is_exit_2(server: LLMTestServer, tmp_path: P
 
 def test_execute_runs_the_plan_like_run(server: LLMTestServer, tmp_path: Path):
     server.push(answer(PLAN))
-    r = plan_cli(server, "--execute", "--json", "--store", str(tmp_path / "runs.db"),
-                 "--executor", "dataflow")
+    r = plan_cli(
+        server,
+        "--execute",
+        "--json",
+        "--store",
+        str(tmp_path / "runs.db"),
+        "--executor",
+        "dataflow",
+    )
     assert r.exit_code == 0, r.output
     data = json.loads(r.stdout)
     assert data["status"] == "succeeded"

@@ -58,10 +58,16 @@ def test_run_records_and_prints_progress_lines(home: Path) -> None:
     assert res.exit_code == 1, res.output
     run_id = only_run(home)
     lines = res.stdout.splitlines()
-    progress = [ln for ln in lines if ln.split(" ")[0] in ("paris", "atlantis", "tokyo", "mean")
-                and len(ln.split(" ")) == 3]
+    progress = [
+        ln
+        for ln in lines
+        if ln.split(" ")[0] in ("paris", "atlantis", "tokyo", "mean") and len(ln.split(" ")) == 3
+    ]
     assert sorted(ln.split(" ")[1] for ln in progress) == [
-        "failed", "skipped", "succeeded", "succeeded"
+        "failed",
+        "skipped",
+        "succeeded",
+        "succeeded",
     ]
     assert "mean skipped -" in progress
     assert any(ln.startswith("atlantis failed ") and ln.endswith("s") for ln in progress)
@@ -220,8 +226,12 @@ def test_progress_for_picks_live_on_a_terminal_and_plain_on_a_pipe() -> None:
 def test_live_progress_renders_at_a_bounded_rate_not_per_event(
     registry: dagagent.Registry,
 ) -> None:
-    plan = {"tasks": [{"id": f"t{i}", "tool": "work", "args": {"name": f"t{i}", "seconds": 0.002}}
-                      for i in range(300)]}
+    plan = {
+        "tasks": [
+            {"id": f"t{i}", "tool": "work", "args": {"name": f"t{i}", "seconds": 0.002}}
+            for i in range(300)
+        ]
+    }
     graph = dagagent.validate(plan, registry)
     console = Console(file=io.StringIO(), force_terminal=True, width=100)
     live = LiveProgress(graph, console, refresh_per_second=10)
@@ -242,8 +252,9 @@ def test_live_progress_renders_at_a_bounded_rate_not_per_event(
 
     started = time.monotonic()
     with live:
-        dagagent.execute_sync(graph, registry, listeners=[count, live], max_concurrency=4,
-                              executor="dataflow")
+        dagagent.execute_sync(
+            graph, registry, listeners=[count, live], max_concurrency=4, executor="dataflow"
+        )
     took = time.monotonic() - started
     assert events >= 600
     assert renders <= 10 * took + 5  # refresh rate, not event rate
@@ -256,8 +267,9 @@ def test_live_progress_renders_at_a_bounded_rate_not_per_event(
 def test_plain_progress_writes_in_the_background_and_at_the_end() -> None:
     stream = io.StringIO()
     progress = PlainProgress(stream, flush_interval_s=0.05)
-    r = dagagent.TaskResult(task_id="a", status=dagagent.TaskStatus.SUCCEEDED,
-                            started_at=1.0, finished_at=1.25)
+    r = dagagent.TaskResult(
+        task_id="a", status=dagagent.TaskStatus.SUCCEEDED, started_at=1.0, finished_at=1.25
+    )
     with progress:
         progress(dagagent.events.TaskFinished("run", r))
         deadline = time.monotonic() + 2
@@ -277,16 +289,23 @@ def test_plain_progress_writes_in_the_background_and_at_the_end() -> None:
 @pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL")
 def test_a_killed_run_keeps_every_task_that_finished(tmp_path: Path) -> None:
     # 15 independent tasks finishing 0.2 s, 0.4 s, ... 3.0 s after the run starts.
-    plan = {"goal": "slow", "tasks": [
-        {"id": f"t{i:02d}", "tool": "sleep", "args": {"seconds": round(0.2 * i, 1), "value": i}}
-        for i in range(1, 16)]}
+    plan = {
+        "goal": "slow",
+        "tasks": [
+            {"id": f"t{i:02d}", "tool": "sleep", "args": {"seconds": round(0.2 * i, 1), "value": i}}
+            for i in range(1, 16)
+        ],
+    }
     plan_file = tmp_path / "slow.json"
     plan_file.write_text(json.dumps(plan))
     home = tmp_path / "home"
     env = {**os.environ, "DAGAGENT_HOME": str(home), "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(
         [sys.executable, "-m", "dagagent", "run", str(plan_file), "--executor", "dataflow"],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=env,
     )
     seen: list[tuple[float, str]] = []  # (when the test read it, task id)
     got_four = threading.Event()
@@ -335,8 +354,11 @@ def test_records_are_written_by_execute_in_an_async_program(
     tmp_path: Path, registry: dagagent.Registry
 ) -> None:
     async def main() -> str:
-        r = await dagagent.execute({"tasks": [{"id": "a", "tool": "echo", "args": {"value": 1}}]},
-                                   registry, store=tmp_path / "r.db")
+        r = await dagagent.execute(
+            {"tasks": [{"id": "a", "tool": "echo", "args": {"value": 1}}]},
+            registry,
+            store=tmp_path / "r.db",
+        )
         return r.run_id
 
     run_id = anyio.run(main)

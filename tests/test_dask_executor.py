@@ -50,9 +50,7 @@ def plan(*tasks: dict[str, Any]) -> dict[str, Any]:
 
 
 @pytest.mark.anyio
-async def test_runs_plan_on_dask_respecting_dependencies(
-    registry: Registry, recorder: Any
-) -> None:
+async def test_runs_plan_on_dask_respecting_dependencies(registry: Registry, recorder: Any) -> None:
     p = plan(
         {"id": "a", "tool": "work", "args": {"name": "a", "seconds": 0.3, "value": 2}},
         {"id": "b", "tool": "work", "args": {"name": "b", "seconds": 0.3, "value": 3}},
@@ -72,7 +70,8 @@ async def test_runs_plan_on_dask_respecting_dependencies(
     assert c_start >= recorder.intervals["a"][1] and c_start >= recorder.intervals["b"][1]
     assert result.tasks["sum"].args == {"a": 2, "b": 3}
     assert result.tasks["sum"].started_at >= max(  # type: ignore[operator]
-        result.tasks["a"].finished_at, result.tasks["b"].finished_at  # type: ignore[type-var]
+        result.tasks["a"].finished_at,
+        result.tasks["b"].finished_at,  # type: ignore[type-var]
     )
 
 
@@ -102,8 +101,12 @@ async def test_fail_fast_cancels_running_sibling_and_its_dask_future(
     )
     async with (
         LocalCluster(
-            processes=False, n_workers=1, threads_per_worker=4, asynchronous=True,
-            dashboard_address=":0", scheduler_kwargs={"dashboard": False},
+            processes=False,
+            n_workers=1,
+            threads_per_worker=4,
+            asynchronous=True,
+            dashboard_address=":0",
+            scheduler_kwargs={"dashboard": False},
         ) as cluster,
         Client(cluster, asynchronous=True) as client,
     ):
@@ -135,8 +138,9 @@ def _task_count(dask_scheduler: Any) -> int:
 
 @pytest.mark.anyio
 async def test_timeout_cancels_the_call(registry: Registry) -> None:
-    p = plan({"id": "slow", "tool": "work", "args": {"name": "slow", "seconds": 30},
-              "timeout_s": 0.3})
+    p = plan(
+        {"id": "slow", "tool": "work", "args": {"name": "slow", "seconds": 30}, "timeout_s": 0.3}
+    )
     t0 = time.perf_counter()
     result = await dagagent.execute(p, registry, executor=in_process())
     assert time.perf_counter() - t0 < 5
@@ -301,21 +305,27 @@ async def test_unreachable_scheduler_is_a_clear_error(registry: Registry) -> Non
     exe = DaskExecutor(address=f"tcp://127.0.0.1:{port}", connect_timeout_s=0.5)
     p = plan({"id": "x", "tool": "add", "args": {"a": 1, "b": 2}})
     t0 = time.perf_counter()
-    with pytest.raises(ConfigError, match=rf"cannot connect to the Dask scheduler at tcp://127.0.0.1:{port}"):
+    with pytest.raises(
+        ConfigError, match=rf"cannot connect to the Dask scheduler at tcp://127.0.0.1:{port}"
+    ):
         await dagagent.execute(p, registry, executor=exe)
     assert time.perf_counter() - t0 < 10
 
 
-def test_without_dask_says_how_to_install(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
+def test_without_dask_says_how_to_install(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setitem(sys.modules, "distributed", None)  # import distributed -> ImportError
     with pytest.raises(ConfigError, match=r'pip install "dagagent\[dask\]"'):
         DaskExecutor()
     r = CliRunner().invoke(
         app,
-        ["run", str(ROOT / "examples" / "weather.json"), "--executor", "dask",
-         "--store", str(tmp_path / "runs.db")],
+        [
+            "run",
+            str(ROOT / "examples" / "weather.json"),
+            "--executor",
+            "dask",
+            "--store",
+            str(tmp_path / "runs.db"),
+        ],
         catch_exceptions=False,
     )
     assert r.exit_code == 2, r.output
@@ -326,8 +336,14 @@ def test_without_dask_says_how_to_install(
 def test_cli_dask_address_needs_dask_executor(tmp_path: Path) -> None:
     r = CliRunner().invoke(
         app,
-        ["run", str(ROOT / "examples" / "weather.json"), "--dask-address", "tcp://h:1",
-         "--store", str(tmp_path / "runs.db")],
+        [
+            "run",
+            str(ROOT / "examples" / "weather.json"),
+            "--dask-address",
+            "tcp://h:1",
+            "--store",
+            str(tmp_path / "runs.db"),
+        ],
         catch_exceptions=False,
     )
     assert r.exit_code == 2
@@ -376,8 +392,9 @@ async def test_tool_not_importable_on_workers_is_refused_before_running(
 ) -> None:
     # a module the driver can import (its folder joins sys.path only now) but the worker
     # processes, started earlier, cannot: its functions travel by name and fail there
-    (tmp_path / "driver_only_tools.py").write_text("def shout(text: str) -> str:\n"
-                                                   "    return text.upper()\n")
+    (tmp_path / "driver_only_tools.py").write_text(
+        "def shout(text: str) -> str:\n    return text.upper()\n"
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, "driver_only_tools", raising=False)  # gone after the test
     import driver_only_tools  # type: ignore[import-not-found]
@@ -438,9 +455,17 @@ async def test_a_synchronous_client_is_used_through_an_async_one(process_cluster
 def test_cli_runs_on_a_dask_scheduler(process_cluster: Any, tmp_path: Path) -> None:
     r = CliRunner().invoke(
         app,
-        ["run", str(ROOT / "examples" / "weather.json"), "--executor", "dask", "--json",
-         "--dask-address", process_cluster.scheduler_address,
-         "--store", str(tmp_path / "runs.db")],
+        [
+            "run",
+            str(ROOT / "examples" / "weather.json"),
+            "--executor",
+            "dask",
+            "--json",
+            "--dask-address",
+            process_cluster.scheduler_address,
+            "--store",
+            str(tmp_path / "runs.db"),
+        ],
         catch_exceptions=False,
     )
     assert r.exit_code == 0, r.output

@@ -84,8 +84,11 @@ async def test_every_call_of_every_task_goes_through_the_interceptor(
     )
     result = await dagagent.execute(p, registry, executor="dataflow", interceptors=[spy])
     assert result.ok and result.outputs["e"] == 3
-    assert sorted(seen) == [("a", "work", 1, "plan"), ("e", "echo", 1, "plan"),
-                            ("s", "add", 1, "plan")]
+    assert sorted(seen) == [
+        ("a", "work", 1, "plan"),
+        ("e", "echo", 1, "plan"),
+        ("s", "add", 1, "plan"),
+    ]
     assert recorder.calls == {"a": 1}
 
 
@@ -380,8 +383,10 @@ async def test_caching_skips_side_effects_other_tools_and_failures(
         return x
 
     icpt = caching(tools=["send", "shaky"])
-    p = plan({"id": "s", "tool": "send", "args": {"to": "ann"}},
-             {"id": "k", "tool": "shaky", "args": {"x": 5}})
+    p = plan(
+        {"id": "s", "tool": "send", "args": {"to": "ann"}},
+        {"id": "k", "tool": "shaky", "args": {"x": 5}},
+    )
     for _ in range(2):
         await dagagent.execute(p, registry, interceptors=[icpt], on_failure="continue")
     third = await dagagent.execute(p, registry, interceptors=[icpt])
@@ -406,20 +411,28 @@ async def test_redacting_rewrites_secrets_before_inner_layers_and_the_tool(
         return "posted"
 
     spans: list[Span] = []
-    p = plan({
-        "id": "p",
-        "tool": "post",
-        "args": {"text": "mail ann@example.com or bob@example.org", "api_token": "s3cr3t",
-                 "tags": ["x", "carol@example.net"]},
-    })
+    p = plan(
+        {
+            "id": "p",
+            "tool": "post",
+            "args": {
+                "text": "mail ann@example.com or bob@example.org",
+                "api_token": "s3cr3t",
+                "tags": ["x", "carol@example.net"],
+            },
+        }
+    )
     result = await dagagent.execute(
         p,
         registry,
         interceptors=[redacting(patterns=[r"[\w.]+@[\w.]+"]), tracing(spans.append)],
     )
     assert result.ok
-    expected = {"text": "mail [redacted] or [redacted]", "api_token": "[redacted]",
-                "tags": ["x", "[redacted]"]}
+    expected = {
+        "text": "mail [redacted] or [redacted]",
+        "api_token": "[redacted]",
+        "tags": ["x", "[redacted]"],
+    }
     assert received == [expected]
     assert spans[0].args == expected  # the inner tracer never saw the secrets
 

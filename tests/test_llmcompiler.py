@@ -86,7 +86,7 @@ def test_keywords_numbers_bare_references_and_types(reg: dagagent.Registry):
     text = (
         "1. search(query='price of gold')\n"
         "2. scale($1, factor=2.5)\n"
-        "3. scale(value=${2}, unit=\"g\")\n"
+        '3. scale(value=${2}, unit="g")\n'
         "4. math('''sum of $2 and $3''', context=('$2', \"$3\"))\n"
         "5. join()"
     )

@@ -144,8 +144,17 @@ async def test_strict_schema_sent_when_the_registry_allows_it():
         """Weather for a city."""
         return {"city": city, "unit": unit}
 
-    plan = {"goal": "", "tasks": [{"id": "p", "tool": "get_weather",
-                                   "args": {"city": "Paris", "unit": None}, "depends_on": []}]}
+    plan = {
+        "goal": "",
+        "tasks": [
+            {
+                "id": "p",
+                "tool": "get_weather",
+                "args": {"city": "Paris", "unit": None},
+                "depends_on": [],
+            }
+        ],
+    }
     llm = ScriptedLLM.openai([wire.openai_text(json.dumps(plan))])
     async with llm:
         planner = LLMPlanner(llm, reg)
@@ -186,19 +195,27 @@ async def test_plain_scripted_model_and_last_usage(registry: dagagent.Registry):
 
 # ---------------------------------------------------------------------------- repairs
 
-CYCLE = {"tasks": [
-    {"id": "a", "tool": "add", "args": {"a": "${b}", "b": 1}},
-    {"id": "b", "tool": "add", "args": {"a": "${a}", "b": 2}},
-]}
-MISSING_DEP = {"tasks": [
-    {"id": "s", "tool": "add", "args": {"a": 1, "b": 2}, "depends_on": ["ghost"]},
-]}
-UNKNOWN_TOOL = {"tasks": [
-    {"id": "t", "tool": "teleport", "args": {"where": "Mars"}},
-]}
-BAD_ARGS = {"tasks": [
-    {"id": "s", "tool": "add", "args": {"a": "two", "b": 2}},
-]}
+CYCLE = {
+    "tasks": [
+        {"id": "a", "tool": "add", "args": {"a": "${b}", "b": 1}},
+        {"id": "b", "tool": "add", "args": {"a": "${a}", "b": 2}},
+    ]
+}
+MISSING_DEP = {
+    "tasks": [
+        {"id": "s", "tool": "add", "args": {"a": 1, "b": 2}, "depends_on": ["ghost"]},
+    ]
+}
+UNKNOWN_TOOL = {
+    "tasks": [
+        {"id": "t", "tool": "teleport", "args": {"where": "Mars"}},
+    ]
+}
+BAD_ARGS = {
+    "tasks": [
+        {"id": "s", "tool": "add", "args": {"a": "two", "b": 2}},
+    ]
+}
 
 
 @pytest.mark.parametrize(
@@ -242,9 +259,7 @@ async def test_non_json_text_is_sent_back(w: Wire, registry: dagagent.Registry):
     assert "[not_json] plan:" in feedback and "I would add the numbers" in feedback
 
 
-async def test_answer_cut_off_by_the_token_limit_is_sent_back(
-    w: Wire, registry: dagagent.Registry
-):
+async def test_answer_cut_off_by_the_token_limit_is_sent_back(w: Wire, registry: dagagent.Registry):
     partial = {"tasks": GOOD["tasks"][:1]} if w is ANTHROPIC else json.dumps(GOOD)[:60]
     result, llm = await plan_with(w, registry, [w.cut(partial), w.plan(GOOD)])
     (issue,) = result.attempts[0].issues
@@ -268,8 +283,12 @@ async def test_all_issues_of_one_answer_go_back_together(w: Wire, registry: daga
     bad = {"tasks": CYCLE["tasks"] + UNKNOWN_TOOL["tasks"] + MISSING_DEP["tasks"]}
     _, llm = await plan_with(w, registry, [w.plan(bad), w.plan(GOOD)])
     feedback = w.last_user_text(llm, 1)
-    for needle in ("[cycle] task 'a'", "[unknown_tool] task 't'",
-                   "[missing_dependency] task 's'", "3 problems"):
+    for needle in (
+        "[cycle] task 'a'",
+        "[unknown_tool] task 't'",
+        "[missing_dependency] task 's'",
+        "3 problems",
+    ):
         assert needle in feedback
 
 
@@ -307,7 +326,9 @@ async def test_attempts_exhausted_raise_planning_error_with_every_raw_text(
     assert json.loads(raws[1])["tasks"] == CYCLE["tasks"]
     assert json.loads(raws[2])["tasks"] == UNKNOWN_TOOL["tasks"]
     assert [[i.code for i in issues] for _, issues in err.attempts] == [
-        ["not_json"], ["cycle"], ["unknown_tool"]
+        ["not_json"],
+        ["cycle"],
+        ["unknown_tool"],
     ]
     assert len(llm.wire_requests) == 3  # never more calls than max_attempts
 
@@ -393,8 +414,12 @@ def test_system_prompt_for_replanning_differs(registry: dagagent.Registry):
 
 async def test_plan_response_in_plain_mode_with_usage(registry: dagagent.Registry):
     usage = Usage(input_tokens=7, output_tokens=3)
-    llm = ScriptedLLM([LLMResponse(content="nope", usage=usage),
-                       LLMResponse(content=json.dumps(GOOD), usage=usage)])
+    llm = ScriptedLLM(
+        [
+            LLMResponse(content="nope", usage=usage),
+            LLMResponse(content=json.dumps(GOOD), usage=usage),
+        ]
+    )
     planner = LLMPlanner(llm, registry)
     result = await planner.plan_with_report("g")
     assert result.summary() == "2 attempts, 2 calls, 14 input + 6 output tokens"
@@ -416,7 +441,6 @@ def test_deeply_nested_json_is_refused_before_anything_recurses(registry: dagage
     assert graph is None
     assert [i.code for i in issues] == ["not_json"]
     assert "nested 5004 levels deep" in issues[0].message
-
 
 
 class Weather(BaseModel):

@@ -97,8 +97,14 @@ class Env:
             return [r.id for r in st.list_runs()]
 
     def first_run(self) -> str:
-        res = self.cli("run", self.plan_file(PLAN, "orig.json"), "--tools",
-                       f"{self.tools}:registry", "--on-failure", "continue")
+        res = self.cli(
+            "run",
+            self.plan_file(PLAN, "orig.json"),
+            "--tools",
+            f"{self.tools}:registry",
+            "--on-failure",
+            "continue",
+        )
         assert res.exit_code == 1, res.output
         (run_id,) = self.run_ids()
         return run_id
@@ -122,8 +128,17 @@ def test_replan_from_a_file_reuses_every_unchanged_success(env: Env) -> None:
     parent = env.first_run()
     assert env.calls() == Counter(["price:apple", "price:pear", "price:kiwi", "total:3+4"])
     new_plan = env.plan_file(fixed(kiwi={"args": {"item": "plum"}}), "fixed.json")
-    res = env.cli("replan", parent, "--from", new_plan, "--execute", "--tools",
-                  f"{env.tools}:registry", "--executor", "dataflow")
+    res = env.cli(
+        "replan",
+        parent,
+        "--from",
+        new_plan,
+        "--execute",
+        "--tools",
+        f"{env.tools}:registry",
+        "--executor",
+        "dataflow",
+    )
     assert res.exit_code == 0, res.output
     out = res.stdout
     # the review
@@ -136,14 +151,18 @@ def test_replan_from_a_file_reuses_every_unchanged_success(env: Env) -> None:
     assert "will reuse: apple, pear, sum1" in out
     assert "will run: kiwi (failed before); sum2 (skipped before)" in out
     # the new run: unchanged successes were not called again
-    assert env.calls() == Counter(["price:apple", "price:pear", "price:kiwi", "total:3+4",
-                                   "price:plum", "total:7+5"])
+    assert env.calls() == Counter(
+        ["price:apple", "price:pear", "price:kiwi", "total:3+4", "price:plum", "total:7+5"]
+    )
     child, _ = env.run_ids()
     with RunStore(env.db) as st:
         rec = st.get_run(child)
     assert rec.parent_id == parent and rec.status == "succeeded"
     assert {k: r.status.value for k, r in rec.tasks.items()} == {
-        "apple": "reused", "pear": "reused", "kiwi": "succeeded", "sum1": "reused",
+        "apple": "reused",
+        "pear": "reused",
+        "kiwi": "succeeded",
+        "sum1": "reused",
         "sum2": "succeeded",
     }
     assert rec.tasks["sum2"].output == 12
@@ -153,14 +172,14 @@ def test_replan_from_a_file_reuses_every_unchanged_success(env: Env) -> None:
 def test_a_changed_upstream_output_defeats_reuse(env: Env) -> None:
     parent = env.first_run()
     before = env.calls()
-    new_plan = env.plan_file(fixed(pear={"args": {"item": "plum"}},
-                                   kiwi={"args": {"item": "apple"}}))
+    new_plan = env.plan_file(
+        fixed(pear={"args": {"item": "plum"}}, kiwi={"args": {"item": "apple"}})
+    )
     res = env.cli("replan", parent, "--from", new_plan, "-x", "--tools", f"{env.tools}:registry")
     assert res.exit_code == 0, res.output
     assert "sum1 (unchanged, but pear runs again)" in res.stdout
     # sum1's own definition is unchanged, but its input (pear's output) changed: run again.
-    assert env.calls() - before == Counter(["price:plum", "price:apple", "total:3+5",
-                                            "total:8+3"])
+    assert env.calls() - before == Counter(["price:plum", "price:apple", "total:3+5", "total:8+3"])
     child = env.run_ids()[0]
     with RunStore(env.db) as st:
         statuses = {k: r.status.value for k, r in st.get_run(child).tasks.items()}
@@ -171,8 +190,7 @@ def test_an_equal_upstream_output_keeps_reuse(env: Env) -> None:
     parent = env.first_run()
     before = env.calls()
     # pear runs again through another tool, with the same output: sum1 is still reused.
-    new_plan = env.plan_file(fixed(pear={"tool": "price_again"},
-                                   kiwi={"args": {"item": "plum"}}))
+    new_plan = env.plan_file(fixed(pear={"tool": "price_again"}, kiwi={"args": {"item": "plum"}}))
     res = env.cli("replan", parent, "--from", new_plan, "-x", "--tools", f"{env.tools}:registry")
     assert res.exit_code == 0, res.output
     assert "sum1 (unchanged, but pear runs again)" in res.stdout
@@ -195,8 +213,15 @@ def test_replan_without_a_revision_reviews_and_writes_the_plan_to_edit(env: Env)
 def test_replan_execute_without_a_revision_retries_only_what_did_not_succeed(env: Env) -> None:
     parent = env.first_run()
     before = env.calls()
-    res = env.cli("replan", parent, "--execute", "--tools", f"{env.tools}:registry",
-                  "--on-failure", "continue")
+    res = env.cli(
+        "replan",
+        parent,
+        "--execute",
+        "--tools",
+        f"{env.tools}:registry",
+        "--on-failure",
+        "continue",
+    )
     assert res.exit_code == 1  # kiwi still has no price
     assert env.calls() - before == Counter(["price:kiwi"])
     child = env.run_ids()[0]
@@ -217,8 +242,9 @@ def test_replan_json(env: Env) -> None:
     assert doc["reuse"]["apple"] == {"action": "reuse", "reason": "unchanged success"}
     assert doc["plan"]["tasks"][2]["args"] == {"item": "plum"}
     assert doc["result"] is None
-    res = env.cli("replan", parent, "--from", new_plan, "--json", "-x",
-                  "--tools", f"{env.tools}:registry")
+    res = env.cli(
+        "replan", parent, "--from", new_plan, "--json", "-x", "--tools", f"{env.tools}:registry"
+    )
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
     assert doc["result"]["parent_id"] == parent
@@ -229,8 +255,9 @@ def test_an_invalid_revision_runs_nothing(env: Env) -> None:
     parent = env.first_run()
     before = env.calls()
     bad = fixed(kiwi={"tool": "teleport"}, sum2={"depends_on": ["nowhere"]})
-    res = env.cli("replan", parent, "--from", env.plan_file(bad), "-x",
-                  "--tools", f"{env.tools}:registry")
+    res = env.cli(
+        "replan", parent, "--from", env.plan_file(bad), "-x", "--tools", f"{env.tools}:registry"
+    )
     assert res.exit_code == 2
     assert "unknown tool 'teleport'" in res.stderr and "unknown task 'nowhere'" in res.stderr
     assert env.calls() == before and env.run_ids() == [parent]
@@ -251,8 +278,10 @@ def test_replan_usage_errors(env: Env) -> None:
 def test_replans_chain_and_runs_shows_the_parent(env: Env) -> None:
     first = env.first_run()
     step = env.plan_file(fixed(kiwi={"args": {"item": "plum"}}, sum2={"retries": 1}))
-    assert env.cli("replan", first, "--from", step, "-x", "--tools",
-                   f"{env.tools}:registry").exit_code == 0
+    assert (
+        env.cli("replan", first, "--from", step, "-x", "--tools", f"{env.tools}:registry").exit_code
+        == 0
+    )
     second = env.run_ids()[0]
     before = env.calls()
     assert env.cli("replan", "--last", "-x", "--tools", f"{env.tools}:registry").exit_code == 0

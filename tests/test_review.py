@@ -74,8 +74,9 @@ def test_review_groups_failures_what_they_blocked_and_successes(failed: RunRecor
 def test_review_of_a_cancelled_run_names_the_failure_that_stopped_it(
     tmp_path: Path, registry: dagagent.Registry
 ) -> None:
-    plan = {"tasks": [w("boom", fail=True, seconds=0.05), w("slow", seconds=5.0),
-                      w("later", ("slow",))]}
+    plan = {
+        "tasks": [w("boom", fail=True, seconds=0.05), w("slow", seconds=5.0), w("later", ("slow",))]
+    }
     rec = record_of(tmp_path, registry, plan, executor="dataflow")
     review = review_run(rec)
     assert [o.task_id for o in review.failed] == ["boom"]
@@ -98,18 +99,25 @@ def test_review_of_a_clean_run(tmp_path: Path, registry: dagagent.Registry) -> N
 
 def test_diff_lists_added_removed_and_changed_fields() -> None:
     old = Plan.model_validate(PLAN)
-    new = Plan.model_validate({
-        "goal": "a fixed plan",
-        "tasks": [
-            w("a", value={"n": 1, "text": "x" * 200}),
-            w("b", value=3),
-            {"id": "c", "tool": "echo", "args": {"value": "${a.n}"}, "depends_on": ["b"],
-             "retries": 2},
-            {"id": "d", "tool": "echo", "args": {"value": "${c}"}},
-            {"id": "e", "tool": "echo", "args": {"value": "${d}"}},
-            {"id": "f", "tool": "add", "args": {"a": 1, "b": 2}},
-        ],
-    })
+    new = Plan.model_validate(
+        {
+            "goal": "a fixed plan",
+            "tasks": [
+                w("a", value={"n": 1, "text": "x" * 200}),
+                w("b", value=3),
+                {
+                    "id": "c",
+                    "tool": "echo",
+                    "args": {"value": "${a.n}"},
+                    "depends_on": ["b"],
+                    "retries": 2,
+                },
+                {"id": "d", "tool": "echo", "args": {"value": "${c}"}},
+                {"id": "e", "tool": "echo", "args": {"value": "${d}"}},
+                {"id": "f", "tool": "add", "args": {"a": 1, "b": 2}},
+            ],
+        }
+    )
     diff = diff_plans(old, new)
     assert diff.added == ["f"] and diff.removed == ["bad"] and diff.unchanged == ["a", "e"]
     assert diff.goal == ("a failing plan", "a fixed plan")
@@ -128,7 +136,7 @@ def test_diff_lists_added_removed_and_changed_fields() -> None:
     }
     text = format_diff(diff, old, new)
     assert text.splitlines()[0] == '~ goal: "a failing plan" -> "a fixed plan"'
-    assert "+ f: add({\"a\": 1, \"b\": 2})" in text
+    assert '+ f: add({"a": 1, "b": 2})' in text
     assert "- bad: work(" in text
     assert "~ b: args.value: 2 -> 3" in text
     assert text.splitlines()[-1] == "1 added, 1 removed, 3 changed, 2 unchanged"
@@ -138,10 +146,12 @@ def test_diff_lists_added_removed_and_changed_fields() -> None:
 
 
 def test_diff_sees_type_changes_and_list_items() -> None:
-    old = Plan.model_validate({"tasks": [{"id": "x", "tool": "echo",
-                                          "args": {"value": [1, "a", 3]}}]})
-    new = Plan.model_validate({"tasks": [{"id": "x", "tool": "echo",
-                                          "args": {"value": [1, "b", 3.0]}}]})
+    old = Plan.model_validate(
+        {"tasks": [{"id": "x", "tool": "echo", "args": {"value": [1, "a", 3]}}]}
+    )
+    new = Plan.model_validate(
+        {"tasks": [{"id": "x", "tool": "echo", "args": {"value": [1, "b", 3.0]}}]}
+    )
     assert [str(c) for c in diff_plans(old, new).changed["x"]] == [
         'args.value.1: "a" -> "b"',
         "args.value.2: 3 -> 3.0",
@@ -155,14 +165,18 @@ def test_reuse_map_holds_successes_with_their_fingerprints(failed: RunRecord) ->
 
 
 def test_predict_reuse(failed: RunRecord) -> None:
-    new = Plan.model_validate({"tasks": [
-        w("a", value={"n": 1, "text": "x" * 200}),
-        w("b", value=5),  # changed
-        {"id": "bad", "tool": "work", "args": {"name": "bad", "value": "${a.n}"}},  # fixed
-        {"id": "c", "tool": "add", "args": {"a": "${a.n}", "b": "${b}"}},  # b runs again
-        {"id": "d", "tool": "echo", "args": {"value": "${bad}"}},
-        {"id": "g", "tool": "echo", "args": {"value": "new"}},
-    ]})
+    new = Plan.model_validate(
+        {
+            "tasks": [
+                w("a", value={"n": 1, "text": "x" * 200}),
+                w("b", value=5),  # changed
+                {"id": "bad", "tool": "work", "args": {"name": "bad", "value": "${a.n}"}},  # fixed
+                {"id": "c", "tool": "add", "args": {"a": "${a.n}", "b": "${b}"}},  # b runs again
+                {"id": "d", "tool": "echo", "args": {"value": "${bad}"}},
+                {"id": "g", "tool": "echo", "args": {"value": "new"}},
+            ]
+        }
+    )
     got = {k: (d.action, d.reason) for k, d in predict_reuse(failed, new).items()}
     assert got == {
         "a": ("reuse", "unchanged success"),
@@ -179,11 +193,15 @@ def test_prediction_matches_what_the_runner_does(
     failed: RunRecord, registry: dagagent.Registry, recorder: Any
 ) -> None:
     # b changes its value; c references b, so c cannot be reused; a is unchanged.
-    new = Plan.model_validate({"tasks": [
-        w("a", value={"n": 1, "text": "x" * 200}),
-        w("b", value=5),
-        {"id": "c", "tool": "add", "args": {"a": "${a.n}", "b": "${b}"}},
-    ]})
+    new = Plan.model_validate(
+        {
+            "tasks": [
+                w("a", value={"n": 1, "text": "x" * 200}),
+                w("b", value=5),
+                {"id": "c", "tool": "add", "args": {"a": "${a.n}", "b": "${b}"}},
+            ]
+        }
+    )
     before = dict(recorder.calls)
     result = dagagent.execute_sync(new, registry, reuse=reuse_map(failed))
     statuses = {k: r.status.value for k, r in result.tasks.items()}
@@ -236,8 +254,9 @@ def test_run_drawings_mark_status(failed: RunRecord) -> None:
 
 
 def test_drawings_escape_labels() -> None:
-    plan = Plan.model_validate({"goal": 'say "hi" <b>', "tasks": [
-        {"id": "q", "instruction": 'quote " and <tag>'}]})
+    plan = Plan.model_validate(
+        {"goal": 'say "hi" <b>', "tasks": [{"id": "q", "instruction": 'quote " and <tag>'}]}
+    )
     graph = dagagent.validate(plan)
     assert 't0["q<br/>agent"]' in to_mermaid(graph)
     assert 'label="say \\"hi\\" <b>";' in to_dot(graph)

@@ -31,8 +31,12 @@ pytestmark = pytest.mark.anyio
 
 
 def w(id: str, seconds: float = 0.0, deps: tuple[str, ...] = (), **args: Any) -> dict[str, Any]:
-    return {"id": id, "tool": "work", "args": {"name": id, "seconds": seconds, **args},
-            "depends_on": list(deps)}
+    return {
+        "id": id,
+        "tool": "work",
+        "args": {"name": id, "seconds": seconds, **args},
+        "depends_on": list(deps),
+    }
 
 
 def user_version(path: Path) -> int:
@@ -68,7 +72,10 @@ async def test_execute_records_the_run_and_every_task(
     assert rec.plan == Plan.model_validate(plan)
     assert list(rec.tasks) == ["a", "b", "s", "boom", "after"]  # plan order
     assert {k: r.status.value for k, r in rec.tasks.items()} == {
-        "a": "succeeded", "b": "succeeded", "s": "succeeded", "boom": "failed",
+        "a": "succeeded",
+        "b": "succeeded",
+        "s": "succeeded",
+        "boom": "failed",
         "after": "skipped",
     }
     assert rec.tasks["b"].output == {"n": 3, "tags": ["x", "y"]}
@@ -123,8 +130,9 @@ async def test_outputs_that_are_not_json_are_stored_as_text(tmp_path: Path) -> N
         """Return an object JSON cannot hold."""
         return {"thing": Thing(), "pair": (1, 2)}
 
-    result = await dagagent.execute({"tasks": [{"id": "m", "tool": "make"}]}, reg,
-                                    store=tmp_path / "r.db")
+    result = await dagagent.execute(
+        {"tasks": [{"id": "m", "tool": "make"}]}, reg, store=tmp_path / "r.db"
+    )
     with RunStore(tmp_path / "r.db") as st:
         assert st.get_run(result.run_id).tasks["m"].output == {"thing": "a thing", "pair": [1, 2]}
 
@@ -200,8 +208,9 @@ async def test_a_finished_task_is_durable_while_the_run_goes_on(
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(watch)
-        result = await dagagent.execute(plan, registry, store=db, run_id=run_id,
-                                        executor="dataflow")
+        result = await dagagent.execute(
+            plan, registry, store=db, run_id=run_id, executor="dataflow"
+        )
     assert result.ok
     # Visible within the flush delay (0.05 s) plus generous slack, long before the run ended.
     assert seen_after and seen_after[0] < 0.6
@@ -215,8 +224,13 @@ async def test_cancelling_the_run_flushes_what_finished(
     db = tmp_path / "r.db"
     run_id = dagagent.new_run_id()
     with anyio.move_on_after(0.4):
-        await dagagent.execute({"tasks": [w("fast"), w("slow", 30.0)]}, registry, store=db,
-                               run_id=run_id, executor="dataflow")
+        await dagagent.execute(
+            {"tasks": [w("fast"), w("slow", 30.0)]},
+            registry,
+            store=db,
+            run_id=run_id,
+            executor="dataflow",
+        )
     with RunStore(db) as st:
         rec = st.get_run(run_id)
     assert rec.status == "cancelled"
@@ -243,8 +257,13 @@ async def test_a_locked_database_delays_writes_but_loses_nothing(
     holder = threading.Thread(target=hold_the_write_lock)
     holder.start()
     locked.wait()
-    result = await dagagent.execute({"tasks": [w(f"t{i}", 0.05 * i) for i in range(6)]},
-                                    registry, store=db, run_id=run_id, executor="dataflow")
+    result = await dagagent.execute(
+        {"tasks": [w(f"t{i}", 0.05 * i) for i in range(6)]},
+        registry,
+        store=db,
+        run_id=run_id,
+        executor="dataflow",
+    )
     holder.join()
     with RunStore(db) as st:
         rec = st.get_run(run_id)
@@ -260,8 +279,13 @@ def test_a_killed_run_is_shown_as_interrupted(tmp_path: Path) -> None:
     with sqlite3.connect(db) as conn:
         conn.execute(
             "INSERT INTO runs (id, created, plan, n_tasks, status, pid) VALUES (?, ?, ?, 1, ?, ?)",
-            ("0123456789ab", time.time(), '{"tasks": [{"id": "a", "tool": "x"}]}', "running",
-             dead.pid),
+            (
+                "0123456789ab",
+                time.time(),
+                '{"tasks": [{"id": "a", "tool": "x"}]}',
+                "running",
+                dead.pid,
+            ),
         )
     with RunStore(db) as st:
         (summary,) = st.list_runs()
@@ -405,8 +429,10 @@ async def test_the_run_context_is_recorded(tmp_path: Path, registry: dagagent.Re
 def test_an_added_migration_step_runs_once(tmp_path: Path) -> None:
     db = tmp_path / "v1.db"
     _v1_db(db)
-    more = [*MIGRATIONS, ("ALTER TABLE runs ADD COLUMN note TEXT",
-                          "UPDATE runs SET note = 'migrated'")]
+    more = [
+        *MIGRATIONS,
+        ("ALTER TABLE runs ADD COLUMN note TEXT", "UPDATE runs SET note = 'migrated'"),
+    ]
     with RunStore(db, migrations=more) as st:
         assert st.schema_version == len(more)
         assert st.get_run("00000000abcd").tasks["a"].output == 1
@@ -483,8 +509,9 @@ async def test_an_event_that_cannot_be_written_is_dropped_not_the_whole_record(
 
     monkeypatch.setattr(RunRecorder, "_task_row", poisoned)
     db = tmp_path / "r.db"
-    result = await dagagent.execute({"tasks": [w("a"), w("b"), w("c", 0.2)]}, registry, store=db,
-                                    executor="dataflow")
+    result = await dagagent.execute(
+        {"tasks": [w("a"), w("b"), w("c", 0.2)]}, registry, store=db, executor="dataflow"
+    )
     assert result.ok
     with RunStore(db) as st:
         rec = st.get_run(result.run_id)

@@ -48,16 +48,21 @@ __all__ = [
 
 
 APPROVE_OPT = typer.Option(
-    False, "--approve",
+    False,
+    "--approve",
     help="Show the plan and ask before running it (needs a terminal; answering no exits 1).",
 )
 ASK_OPT = typer.Option(
-    None, "--ask", metavar="TOOL",
+    None,
+    "--ask",
+    metavar="TOOL",
     help="Ask on the terminal before each call of TOOL (glob; repeatable). Without a terminal, "
     "such calls are denied.",
 )
 POLICY_OPT = typer.Option(
-    None, "--policy", metavar="FILE",
+    None,
+    "--policy",
+    metavar="FILE",
     help="Approval rules file: JSON (or TOML on Python 3.11+). Checked before --ask; a call "
     "runs only if both allow it.",
 )
@@ -275,11 +280,9 @@ def confirm_plan(
     ``policies``: ``(title, policy)`` pairs, in the order they check each call."""
     c = console or err
     c.print(plan_table(graph))
-    c.print(dag_drawing(graph, registry, [p for _, p in policies]), markup=False,
-            highlight=False)
+    c.print(dag_drawing(graph, registry, [p for _, p in policies]), markup=False, highlight=False)
     if policies:
-        c.print("approval, checked in this order (first matching rule of each wins):",
-                markup=False)
+        c.print("approval, checked in this order (first matching rule of each wins):", markup=False)
         for title, policy in policies:
             c.print(f"  {title}:", markup=False, highlight=False)
             for line in policy.describe():

@@ -89,12 +89,17 @@ def plan_cmd(
     goal: str = typer.Argument(..., help="What the plan should achieve.", metavar="GOAL"),
     tools: str | None = TOOLS_OPT,
     model: str | None = typer.Option(
-        None, "--model", "-m", metavar="SPEC",
+        None,
+        "--model",
+        "-m",
+        metavar="SPEC",
         help="Planning model: openai:MODEL (OpenAI or any OpenAI-compatible server) or "
         "anthropic:MODEL. Default: $DAGAGENT_MODEL.",
     ),
     base_url: str | None = typer.Option(
-        None, "--base-url", metavar="URL",
+        None,
+        "--base-url",
+        metavar="URL",
         help="Server for the model, e.g. http://localhost:11434/v1 (Ollama). Default: "
         "$DAGAGENT_BASE_URL, else $OPENAI_BASE_URL / $ANTHROPIC_BASE_URL.",
     ),
@@ -103,25 +108,32 @@ def plan_cmd(
         False, "--execute", "-x", help="Run the plan right away, as 'dagagent run' would."
     ),
     json_out: bool = typer.Option(
-        False, "--json",
+        False,
+        "--json",
         help="Print JSON: the plan and planning usage; with --execute, the run result "
         "(planning usage then goes to stderr).",
     ),
     max_attempts: int = typer.Option(
-        3, "--max-attempts", min=1,
+        3,
+        "--max-attempts",
+        min=1,
         help="Answers to try (invalid ones are sent back with their issues).",
     ),
     agent_tasks: bool = typer.Option(
-        False, "--agent-tasks",
+        False,
+        "--agent-tasks",
         help="Allow agent tasks (sub-goals solved by a ReAct agent with the same model).",
     ),
     no_schema: bool = typer.Option(
-        False, "--no-schema",
+        False,
+        "--no-schema",
         help="Send no response format (for servers that reject json_schema); the prompt "
         "still describes the plan format.",
     ),
     executor: str = typer.Option(
-        "levels", "--executor", "-e",
+        "levels",
+        "--executor",
+        "-e",
         help=f"With --execute: when tasks start ({', '.join(EXECUTORS)}).",
     ),
     on_failure: str = typer.Option(
@@ -142,7 +154,11 @@ def plan_cmd(
         fail("the goal is empty: say what the plan should achieve")
     registry = load_registry(tools)
     llm, planner = _make_planner(
-        model, base_url, registry, max_attempts=max_attempts, agent_tasks=agent_tasks,
+        model,
+        base_url,
+        registry,
+        max_attempts=max_attempts,
+        agent_tasks=agent_tasks,
         structured=not no_schema,
     )
     result = _plan(llm, planner, goal)
@@ -155,7 +171,8 @@ def plan_cmd(
         out.print(to_ascii(graph), markup=False, highlight=False)
         out.print(
             f"{len(graph)} tasks in {len(graph.levels)} levels; {usage_line}",
-            markup=False, highlight=False,
+            markup=False,
+            highlight=False,
         )
     else:
         err.print(usage_line, markup=False, highlight=False)
@@ -170,9 +187,16 @@ def plan_cmd(
         graph, registry, approve=approve, asks=ask or [], policy_file=policy_file
     )
     code = run_graph(
-        graph, registry, as_json=json_out, executor=executor, on_failure=on_failure,
-        max_concurrency=max_concurrency, interceptors=interceptors, store=store,
-        llm=llm if agent_tasks else None, live=not (ask or policy_file),
+        graph,
+        registry,
+        as_json=json_out,
+        executor=executor,
+        on_failure=on_failure,
+        max_concurrency=max_concurrency,
+        interceptors=interceptors,
+        store=store,
+        llm=llm if agent_tasks else None,
+        live=not (ask or policy_file),
         tools_spec=recorded_tools_spec(tools),  # recorded: replan loads the same tools
     )
     raise typer.Exit(code)

@@ -23,7 +23,10 @@ __all__ = ["print_result", "run_graph"]
 
 PLAN_ARG = typer.Argument(..., help="Plan file (JSON).", metavar="PLAN")
 TOOLS_OPT = typer.Option(
-    None, "--tools", "-t", metavar="MODULE:ATTR",
+    None,
+    "--tools",
+    "-t",
+    metavar="MODULE:ATTR",
     help="Tools: a Registry (or list of tools) as module:attr or path/file.py:attr. "
     "Default: $DAGAGENT_TOOLS, else the bundled demo tools.",
 )
@@ -36,7 +39,10 @@ def validate_cmd(
     tools: str | None = TOOLS_OPT,
     json_out: bool = typer.Option(False, "--json", help="Print the levels as JSON."),
     model: str | None = typer.Option(
-        None, "--model", "-m", metavar="SPEC",
+        None,
+        "--model",
+        "-m",
+        metavar="SPEC",
         help="The model agent tasks would use (only checked for presence; nothing is sent). "
         "Default: $DAGAGENT_MODEL.",
     ),
@@ -46,8 +52,16 @@ def validate_cmd(
     has_model = bool(model or os.environ.get("DAGAGENT_MODEL", "").strip())
     graph = validate(plan, registry, check_llm=not has_model)
     if json_out:
-        out.print_json(json.dumps({"valid": True, "tasks": len(graph), "levels": graph.levels,
-                                   "warnings": [list(w) for w in graph.warnings]}))
+        out.print_json(
+            json.dumps(
+                {
+                    "valid": True,
+                    "tasks": len(graph),
+                    "levels": graph.levels,
+                    "warnings": [list(w) for w in graph.warnings],
+                }
+            )
+        )
         return
     out.print(plan_table(graph))
     for w in graph.warnings:
@@ -64,13 +78,16 @@ def print_result(result: RunResult, *, as_json: bool) -> int:
         out.print(
             f"{result.status.value} in {result.wall_time_s:.3f}s ({counts}); "
             f"critical path {result.critical_path_s:.3f}s: {' -> '.join(result.critical_path)}",
-            markup=False, highlight=False,
+            markup=False,
+            highlight=False,
         )
     return EXIT_OK if result.ok else EXIT_FAILED
 
 
 STORE_OPT = typer.Option(
-    None, "--store", metavar="PATH",
+    None,
+    "--store",
+    metavar="PATH",
     help="Run store file. Default: $DAGAGENT_HOME/runs.db, else .dagagent/runs.db.",
 )
 
@@ -93,7 +110,8 @@ def run_graph(
     if not as_json:
         err.print(
             f"recorded as run {result.run_id} in {default_store_path(store)}",
-            markup=False, highlight=False,
+            markup=False,
+            highlight=False,
         )
     return code
 
@@ -118,8 +136,10 @@ def run_cmd(
         "levels", "--executor", "-e", help=f"When tasks start: {', '.join(EXECUTORS)}."
     ),
     on_failure: str = typer.Option(
-        "cancel", "--on-failure", help="cancel: stop the run at the first failure; "
-        "continue: run independent branches to the end."
+        "cancel",
+        "--on-failure",
+        help="cancel: stop the run at the first failure; "
+        "continue: run independent branches to the end.",
     ),
     max_concurrency: int | None = typer.Option(
         None, "--max-concurrency", "-j", min=1, help="At most N tasks at once."
@@ -130,17 +150,24 @@ def run_cmd(
     policy_file: Path | None = POLICY_OPT,
     store: Path | None = STORE_OPT,
     dask_address: str | None = typer.Option(
-        None, "--dask-address", metavar="tcp://HOST:PORT",
+        None,
+        "--dask-address",
+        metavar="tcp://HOST:PORT",
         help="With --executor dask: the Dask scheduler to use. Default: a local cluster "
         "started and shut down with the run.",
     ),
     model: str | None = typer.Option(
-        None, "--model", "-m", metavar="SPEC",
+        None,
+        "--model",
+        "-m",
+        metavar="SPEC",
         help="Model for agent tasks (instruction), e.g. openai:gpt-4o-mini or "
         "anthropic:claude-sonnet-4-5. Default: $DAGAGENT_MODEL.",
     ),
     base_url: str | None = typer.Option(
-        None, "--base-url", metavar="URL",
+        None,
+        "--base-url",
+        metavar="URL",
         help="Server for --model (any OpenAI-compatible server: vLLM, Ollama, ...). "
         "Default: $DAGAGENT_BASE_URL.",
     ),
@@ -161,8 +188,15 @@ def run_cmd(
         graph, registry, approve=approve, asks=ask or [], policy_file=policy_file
     )
     code = run_graph(
-        graph, registry, as_json=json_out, executor=exe, on_failure=on_failure,
-        max_concurrency=max_concurrency, interceptors=interceptors, store=store, llm=llm,
+        graph,
+        registry,
+        as_json=json_out,
+        executor=exe,
+        on_failure=on_failure,
+        max_concurrency=max_concurrency,
+        interceptors=interceptors,
+        store=store,
+        llm=llm,
         live=not (ask or policy_file),  # questions on the terminal: no live display over them
         tools_spec=recorded_tools_spec(tools),  # recorded: replan loads the same tools
     )

@@ -39,7 +39,9 @@ from .run import print_result
 __all__ = ["find_run"]
 
 STORE_OPT = typer.Option(
-    None, "--store", metavar="PATH",
+    None,
+    "--store",
+    metavar="PATH",
     help="Run store file. Default: $DAGAGENT_HOME/runs.db, else .dagagent/runs.db.",
 )
 LAST_OPT = typer.Option(False, "--last", help="The most recent run.")
@@ -47,7 +49,10 @@ FROM_OPT = typer.Option(
     None, "--from", metavar="FILE", help="The revised plan, edited by hand (JSON)."
 )
 OUT_OPT = typer.Option(
-    None, "--out", "-o", metavar="FILE",
+    None,
+    "--out",
+    "-o",
+    metavar="FILE",
     help="Write the revised plan here (without a revision: the run's plan, to edit).",
 )
 RUN_ARG = typer.Argument(
@@ -183,7 +188,8 @@ def show_cmd(
     out.print(
         f"executor {record.executor or '-'}; started {_when(record.started_at or record.created)};"
         f" wall time {wall}" + (f"; tools {tools}" if tools else ""),
-        markup=False, highlight=False,
+        markup=False,
+        highlight=False,
     )
     table = Table()
     table.add_column("id")
@@ -212,7 +218,8 @@ def show_cmd(
     out.print("tasks: ", _counts_text(record.counts, len(record.unrecorded)), sep="")
     out.print(
         f"critical path {cp_s:.3f}s: {' -> '.join(cp) if cp else '-'}",
-        markup=False, highlight=False,
+        markup=False,
+        highlight=False,
     )
 
 
@@ -270,7 +277,8 @@ def _print_reuse(decisions: dict[str, ReuseDecision]) -> None:
     if groups["maybe"]:
         out.print(
             "reused if their inputs come out the same: " + "; ".join(groups["maybe"]),
-            markup=False, highlight=False,
+            markup=False,
+            highlight=False,
         )
     if groups["run"]:
         out.print(f"will run: {'; '.join(groups['run'])}", markup=False, highlight=False)
@@ -301,7 +309,8 @@ def _replan_with_model(
     if not quiet:
         err.print(
             f"revised by {getattr(llm, 'model', 'the model')}: {result.summary()}",
-            markup=False, highlight=False,
+            markup=False,
+            highlight=False,
         )
         for w in result.warnings:
             err.print(f"warning: {w}", markup=False, highlight=False)
@@ -316,34 +325,45 @@ def replan_cmd(
     last: bool = LAST_OPT,
     from_file: Path | None = FROM_OPT,
     model: str | None = typer.Option(
-        None, "--model", "-m", metavar="SPEC",
+        None,
+        "--model",
+        "-m",
+        metavar="SPEC",
         help="Ask this model for a revised plan: openai:MODEL (OpenAI or any "
         "OpenAI-compatible server) or anthropic:MODEL. Keys come from the environment.",
     ),
     base_url: str | None = typer.Option(
-        None, "--base-url", metavar="URL",
-        help="Server for --model, e.g. http://localhost:11434/v1. "
-        "Default: $DAGAGENT_BASE_URL.",
+        None,
+        "--base-url",
+        metavar="URL",
+        help="Server for --model, e.g. http://localhost:11434/v1. Default: $DAGAGENT_BASE_URL.",
     ),
     max_attempts: int = typer.Option(
         3, "--max-attempts", min=1, help="--model: attempts before giving up (exit 3)."
     ),
     out_file: Path | None = OUT_OPT,
     execute_it: bool = typer.Option(
-        False, "--execute", "-x",
+        False,
+        "--execute",
+        "-x",
         help="Run the revised plan (without a revision: the same plan again) as a new run "
         "linked to this one, reusing every unchanged success.",
     ),
     tools: str | None = typer.Option(
-        None, "--tools", "-t", metavar="MODULE:ATTR",
+        None,
+        "--tools",
+        "-t",
+        metavar="MODULE:ATTR",
         help="Tools for the revised plan. Default: the tools the run used.",
     ),
     executor: str = typer.Option(
         "levels", "--executor", "-e", help=f"When tasks start: {', '.join(EXECUTORS)}."
     ),
     on_failure: str = typer.Option(
-        "cancel", "--on-failure", help="cancel: stop the run at the first failure; "
-        "continue: run independent branches to the end."
+        "cancel",
+        "--on-failure",
+        help="cancel: stop the run at the first failure; "
+        "continue: run independent branches to the end.",
     ),
     max_concurrency: int | None = typer.Option(
         None, "--max-concurrency", "-j", min=1, help="At most N tasks at once."
@@ -400,7 +420,8 @@ def replan_cmd(
                 err.print(
                     f"wrote the plan of run {record.id} to {out_file}; edit it, then: "
                     f"dagagent replan {record.id} --from {out_file} --execute",
-                    markup=False, highlight=False,
+                    markup=False,
+                    highlight=False,
                 )
     doc: dict[str, Any] = {"review": review.to_json_dict()}
     if json_out:
@@ -446,7 +467,8 @@ def replan_cmd(
     err.print(
         f"recorded as run {result.run_id} (parent {record.id}, {reused} reused) in "
         f"{default_store_path(path)}",
-        markup=False, highlight=False,
+        markup=False,
+        highlight=False,
     )
     raise typer.Exit(code)
 
@@ -474,7 +496,8 @@ def _hint(record: RunRecord, review: RunReview) -> None:
     out.print(
         f"to revise it: dagagent replan {record.id} --out plan.json, edit plan.json, then "
         f"dagagent replan {record.id} --from plan.json --execute",
-        markup=False, highlight=False,
+        markup=False,
+        highlight=False,
     )
 
 
@@ -483,4 +506,3 @@ def _write_plan(path: Path, plan: Plan) -> None:
         path.write_text(plan.to_json(indent=2) + "\n", encoding="utf-8")
     except OSError as exc:
         fail(f"cannot write the plan to {path}: {exc}")
-

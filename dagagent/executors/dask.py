@@ -305,8 +305,10 @@ class DaskExecutor(DataflowExecutor):
         if client is not None and address is not None:
             raise ConfigError("dask executor: give a client or an address, not both")
         if address is not None and (not isinstance(address, str) or not address.strip()):
-            raise ConfigError(f"dask executor: the scheduler address must be a string like "
-                              f"tcp://host:8786, not {address!r}")
+            raise ConfigError(
+                f"dask executor: the scheduler address must be a string like "
+                f"tcp://host:8786, not {address!r}"
+            )
         for label, value in (("n_workers", n_workers), ("threads_per_worker", threads_per_worker)):
             if value is not None and value < 1:
                 raise ConfigError(f"dask executor: {label} must be at least 1, not {value}")
@@ -398,15 +400,14 @@ class DaskExecutor(DataflowExecutor):
             target = cluster
         where = target if isinstance(target, str) else "the local cluster"
         try:
-            client: Any = _any(Client)(
-                target, asynchronous=True, timeout=self.connect_timeout_s
-            )
+            client: Any = _any(Client)(target, asynchronous=True, timeout=self.connect_timeout_s)
         except Exception as exc:
             if cluster is not None:
                 with anyio.CancelScope(shield=True):
                     await _quietly(cluster.close())
-            raise ConfigError(f"cannot connect to the Dask scheduler at {where}: "
-                              f"{_brief(exc)}") from None
+            raise ConfigError(
+                f"cannot connect to the Dask scheduler at {where}: {_brief(exc)}"
+            ) from None
         try:
             await client
         except BaseException as exc:
@@ -456,7 +457,7 @@ class DaskExecutor(DataflowExecutor):
                 raise
             raise ConfigError(
                 f"cannot start a local Dask cluster: {_brief(exc)} (with process workers, a "
-                "script must start the run under `if __name__ == \"__main__\":`)"
+                'script must start the run under `if __name__ == "__main__":`)'
             ) from None
         return cluster
 
