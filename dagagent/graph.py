@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import networkx as nx
 
-from .errors import Issue, PlanValidationError
+from .errors import Issue, PlanLoadError, PlanValidationError
 from .plan import ID_RE, Plan, Task, Template, load_plan
 
 if TYPE_CHECKING:
@@ -252,7 +252,11 @@ def _scan(
                     Issue("agent_args", tid, "an agent task takes an 'instruction', not 'args'")
                 )
         source: Any = t.args if t.tool is not None else (t.instruction or "")
-        tmpl = Template(source)
+        try:
+            tmpl = Template(source)
+        except PlanLoadError as exc:  # arguments nested too deeply
+            issues.append(Issue("bad_arguments", tid, str(exc)))
+            tmpl = Template({})
         templates[tid] = tmpl
         for bad in tmpl.malformed:
             shown = bad if len(bad) <= 60 else bad[:57] + "..."

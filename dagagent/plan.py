@@ -8,9 +8,11 @@ at most 64 characters, not starting with ``-``. Dots are reserved: in a referenc
 ``${fetch.items.0}`` the first segment is the task id and the rest is a path into its output.
 
 **References.** ``${id}`` is the whole output of task ``id``; ``${id.key.0}`` walks into it
-(mapping keys, list indexes, attributes). A string that is exactly one reference takes the
-referenced value with its type; references inside longer text are interpolated with ``str()``
-(JSON for dicts and lists). ``$${`` writes a literal ``${``. A reference implies a dependency.
+(mapping keys, list indexes, and the public data attributes of objects such as pydantic models
+and dataclasses: never a name starting with ``_``, never a method). A string that is exactly
+one reference takes the referenced value with its type; references inside longer text are
+interpolated with ``str()`` (JSON for dicts and lists). ``$${`` writes a literal ``${``. A
+reference implies a dependency.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ __all__ = [
 ]
 
 ID_PATTERN = r"[A-Za-z0-9_][A-Za-z0-9_-]{0,63}"
-ID_RE = re.compile(rf"^{ID_PATTERN}$")
+ID_RE = re.compile(rf"{ID_PATTERN}\Z")  # \Z, not $: "a\n" is not an id
 MAX_DEPTH = 100  # nesting limit for args: deeper JSON is refused, not a RecursionError
 # ${id} or ${id.path.seg}; path segments are anything but '.', '}' and whitespace.
 _REF_RE = re.compile(r"\$\$\{|\$\{([A-Za-z0-9_][A-Za-z0-9_-]*)((?:\.[^.}\s]+)*)\}")
@@ -120,7 +122,7 @@ def load_plan(source: Plan | Mapping[str, Any] | str | Path) -> Plan:
     ):
         path = Path(source)
         try:
-            text = path.read_text(encoding="utf-8")
+            text = path.read_text(encoding="utf-8-sig")  # a BOM (Windows editors) is fine
         except FileNotFoundError:
             raise PlanLoadError(f"plan file not found: {path}") from None
         except (OSError, UnicodeDecodeError) as exc:
@@ -138,6 +140,10 @@ def load_plan(source: Plan | Mapping[str, Any] | str | Path) -> Plan:
             ) from None
         except RecursionError:
             raise PlanLoadError(f"{origin} is nested too deeply to be a plan") from None
+        except ValueError as exc:  # e.g. an integer of more than 4300 digits
+            raise PlanLoadError(f"{origin} is not a usable plan: {exc}") from None
+        if _SURROGATE_ESCAPE.search(text):
+            _check_unicode(data, origin)
     else:
         data = source
     if isinstance(data, list):
@@ -155,6 +161,42 @@ def load_plan(source: Plan | Mapping[str, Any] | str | Path) -> Plan:
         )
         err.issues = issues  # type: ignore[attr-defined]
         raise err from None
+
+
+# A JSON escape of a UTF-16 surrogate: the only way a lone surrogate gets into parsed text.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def _check_unicode(data: Any, origin: str) -> None:
+    """Refuse strings holding a lone surrogate (half of an escaped emoji, say): they cannot be
+    written as UTF-8, so nothing could print or record them."""
+
+    def bad(value: Any) -> bool:
+        if isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                return True
+            return False
+        if isinstance(value, dict):
+            return any(bad(k) or bad(v) for k, v in value.items())
+        if isinstance(value, list):
+            return any(bad(v) for v in value)
+        return False
+
+    where = "the plan"
+    if isinstance(data, dict):
+        tasks = data.get("tasks")
+        for i, task in enumerate(tasks if isinstance(tasks, list) else ()):
+            if bad(task):
+                tid = task.get("id") if isinstance(task, dict) else None
+                where = f"task {tid!r}" if isinstance(tid, str) and not bad(tid) else f"tasks[{i}]"
+                break
+    if bad(data):
+        raise PlanLoadError(
+            f"{origin}: {where} holds an invalid \\u escape (a lone UTF-16 surrogate, such as "
+            "half of an emoji): write the character itself or its full surrogate pair"
+        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -207,11 +249,24 @@ def _step(value: Any, seg: str, walked: str, text: str) -> Any:
             raise ReferenceResolutionError(
                 f"{text}: index {idx} is out of range for {walked} (length {len(value)})"
             ) from None
+    if seg.startswith("_"):
+        # A reference reads data, not internals: no private names, no dunders
+        # (``${x.__class__.__init__.__globals__}`` would reach a module's globals).
+        raise ReferenceResolutionError(
+            f"{text}: {seg!r} is a private attribute of {walked} (a {type(value).__name__}); "
+            "references may not read names that start with '_'"
+        )
     if isinstance(value, BaseModel) or hasattr(value, "__dict__"):
         try:
-            return getattr(value, seg)
+            found = getattr(value, seg)
         except AttributeError:
             pass
+        else:
+            if callable(found):
+                raise ReferenceResolutionError(
+                    f"{text}: {walked}.{seg} is a method, not data (a {type(value).__name__})"
+                )
+            return found
     raise ReferenceResolutionError(
         f"{text}: cannot look up {seg!r} in {walked} (a {type(value).__name__})"
     )

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from dagagent import Plan, load_plan
-from dagagent.errors import PlanLoadError, ReferenceResolutionError
+from dagagent.errors import PlanLoadError, PlanValidationError, ReferenceResolutionError
 from dagagent.plan import Template
 
 
@@ -95,8 +95,10 @@ def test_deeply_nested_arguments_are_refused_clearly() -> None:
     deep: Any = "x"
     for _ in range(600):
         deep = [deep]
-    with pytest.raises(PlanLoadError, match="nested"):
+    with pytest.raises(PlanValidationError) as info:
         dagagent.validate({"tasks": [{"id": "a", "tool": "t", "args": {"v": deep}}]})
+    assert [(i.code, i.task_id) for i in info.value.issues] == [("bad_arguments", "a")]
+    assert "nested more than 100 levels" in info.value.issues[0].message
     text = (
         '{"tasks": [{"id": "a", "tool": "t", "args": {"v": ' + "[" * 100000 + "]" * 100000 + "}}]}"
     )
