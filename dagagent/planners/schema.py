@@ -62,8 +62,13 @@ __all__ = [
 PLAN_FORMAT_NAME = "dagagent_plan"
 """The name the plan format travels under (OpenAI ``json_schema.name``, Anthropic tool)."""
 
-REFERENCE_PATTERN = r"^\$\{[A-Za-z0-9_][A-Za-z0-9_-]*(\.[^.}\s]+)*\}$"
-"""A string that is exactly one ``${id}`` / ``${id.path}`` reference."""
+REFERENCE_PATTERN = r'^\$\{[A-Za-z0-9_][A-Za-z0-9_-]*(\.[^.}"\\\x00-\x20]+)*\}$'
+r"""A string that is exactly one ``${id}`` / ``${id.path}`` reference.
+
+Written in the regex subset every guided decoder translates: llama.cpp and Ollama copy a
+pattern into a GBNF grammar, whose character classes know no ``\s``/``\d``/``\w`` (the
+server then rejects the request), and the pattern is matched inside a JSON string, so a
+path segment excludes ``"``, ``\`` and control characters as well as spaces."""
 
 _ID_SCHEMA: dict[str, Any] = {"type": "string", "pattern": f"^{ID_PATTERN}$"}
 _REF_SCHEMA: dict[str, Any] = {
