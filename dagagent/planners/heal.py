@@ -150,6 +150,25 @@ def _looks_like_json(text: str, start: int) -> bool:
     return rest[:1] in ("{", "]", "")
 
 
+def _reject_constant(name: str) -> Any:
+    # Python's json reads NaN and Infinity; JSON has no such values, and a plan holding
+    # them would be written back out with null in their place.
+    raise ValueError(f"{name} is not a JSON value")
+
+
+def _check_unicode(value: Any) -> None:
+    """Refuse strings that are not Unicode text (a ``\\ud800`` escape alone decodes to a
+    lone surrogate, which no output, file or database can encode)."""
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        bad = exc.object[exc.start : exc.end] if isinstance(exc.object, str) else ""
+        code = f"U+{ord(bad[0]):04X}" if bad else "a lone surrogate"
+        raise ValueError(
+            f"a string holds {code}, half of a UTF-16 surrogate pair, not a character"
+        ) from None
+
+
 def extract_json(text: str) -> tuple[Any, Issue | None]:
     """The first JSON object or array in ``text`` (code fences and prose around it are
     fine). Returns ``(value, None)``, or ``(None, issue)`` with code ``empty_answer``,
@@ -182,7 +201,8 @@ def extract_json(text: str) -> tuple[Any, Issue | None]:
                 "not_json", None, f"the JSON is nested {deepest} levels deep (at most {_MAX_DEPTH})"
             )
         try:
-            value = json.loads(text[start:end])
+            value = json.loads(text[start:end], parse_constant=_reject_constant)
+            _check_unicode(value)
         except (ValueError, RecursionError) as exc:
             if first_error is None and _looks_like_json(text, start):
                 first_error = str(exc)

@@ -1,0 +1,57 @@
+"""Planner answers a small model really gives: values JSON has no words for, text that is
+not Unicode, plans delivered as a tool call."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from dagagent.llm import ScriptedLLM
+from dagagent.planners import LLMPlanner
+from dagagent.planners.heal import parse_plan_answer
+from dagagent.toolkits.demo import registry as demo
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+GOOD = {"tasks": [{"id": "p", "tool": "get_weather", "args": {"city": "Paris"}}]}
+
+
+@pytest.mark.parametrize(
+    ("answer", "says"),
+    [
+        ('{"tasks":[{"id":"c","tool":"compare","args":{"a":NaN,"b":1}}]}', "NaN"),
+        ('{"tasks":[{"id":"c","tool":"compare","args":{"a":Infinity,"b":1}}]}', "Infinity"),
+        ('{"tasks":[{"id":"p","tool":"sleep","args":{"seconds":-Infinity}}]}', "-Infinity"),
+        ('{"tasks":[{"id":"p","tool":"get_weather","args":{"city":"\\ud800"}}]}', "U+D800"),
+        ('{"tasks":[{"id":"p","tool":"get_weather","args":{"\\udfff":"x"}}]}', "U+DFFF"),
+        ('{"tasks":[{"id":"p","tool":"get_weather","args":{"city":"\ud800"}}]}', "U+D800"),
+    ],
+)
+def test_values_a_plan_cannot_carry_are_sent_back(answer: str, says: str):
+    graph, issues = parse_plan_answer(answer, demo, goal="g")
+    assert graph is None
+    assert [i.code for i in issues] == ["not_json"]
+    assert says in issues[0].message
+
+
+def test_a_surrogate_pair_is_one_character_and_fine():
+    answer = '{"tasks":[{"id":"p","tool":"get_weather","args":{"city":"\\ud83d\\ude00"}}]}'
+    graph, issues = parse_plan_answer(answer, demo, goal="g")
+    assert issues == [] and graph is not None
+    assert json.loads(graph.plan.to_json())["tasks"][0]["args"]["city"] == "\U0001f600"
+
+
+async def test_the_accepted_plan_always_serializes():
+    bad = '{"tasks":[{"id":"p","tool":"get_weather","args":{"city":"\\udc00"}}]}'
+    llm = ScriptedLLM([bad, json.dumps(GOOD)])
+    report = await LLMPlanner(llm, demo).plan_with_report("weather")
+    assert [a.ok for a in report.attempts] == [False, True]
+    assert "U+DC00" in llm.requests[1].messages[-1].content  # the feedback names it
+    report.plan.to_json()
