@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from dagagent.llm import ScriptedLLM
+from dagagent.llm import LLMResponse, ScriptedLLM, ToolCall
 from dagagent.planners import LLMPlanner
 from dagagent.planners.heal import parse_plan_answer
 from dagagent.toolkits.demo import registry as demo
@@ -55,3 +55,20 @@ async def test_the_accepted_plan_always_serializes():
     assert [a.ok for a in report.attempts] == [False, True]
     assert "U+DC00" in llm.requests[1].messages[-1].content  # the feedback names it
     report.plan.to_json()
+
+
+async def test_a_plan_delivered_as_a_tool_call_is_read():
+    call = ToolCall.from_raw("call_1", "dagagent_plan", json.dumps(GOOD))
+    llm = ScriptedLLM([LLMResponse(tool_calls=[call], finish_reason="tool_calls")])
+    report = await LLMPlanner(llm, demo).plan_with_report("weather in Paris")
+    assert [t.id for t in report.plan.tasks] == ["p"]
+
+
+async def test_a_broken_tool_call_goes_back_as_text_not_as_a_dangling_call():
+    call = ToolCall.from_raw("call_1", "json", '{"tasks": [')
+    llm = ScriptedLLM([LLMResponse(tool_calls=[call]), json.dumps(GOOD)])
+    report = await LLMPlanner(llm, demo).plan_with_report("weather in Paris")
+    assert [i.code for i in report.attempts[0].issues] == ["truncated"]
+    echoed = llm.requests[1].messages[-2]
+    assert echoed.role == "assistant" and echoed.content == '{"tasks": ['
+    assert not echoed.tool_calls  # a call without a result would be refused by the server

@@ -34,7 +34,15 @@ from typing import Any
 from ..errors import ConfigError, Issue, PlanLoadError, PlanningError, PlanValidationError
 from ..events import get_logger
 from ..graph import PlanGraph, validate
-from ..llm import LLM, AssistantMessage, Message, ResponseFormat, Usage, UserMessage
+from ..llm import (
+    LLM,
+    AssistantMessage,
+    LLMResponse,
+    Message,
+    ResponseFormat,
+    Usage,
+    UserMessage,
+)
 from ..plan import Plan, load_plan
 from ..tools import Registry
 from .prompts import feedback_prompt
@@ -348,7 +356,7 @@ class PlanHealer:
                 max_tokens=self.max_tokens,
                 temperature=self.temperature,
             )
-            raw = response.content
+            raw = _answer_text(response)
             graph, issues = parse_plan_answer(
                 raw,
                 self.registry,
@@ -379,6 +387,18 @@ class PlanHealer:
             f" (goal: {_short(goal)})",
             attempts=[(a.raw, list(a.issues)) for a in attempts],
         )
+
+
+def _answer_text(response: LLMResponse) -> str:
+    """The text of an answer. A model that was offered no tools but answered with a tool
+    call anyway (small models behind OpenAI-compatible servers do, with the plan as the
+    call's arguments) is read by those arguments."""
+    if response.content.strip() or not response.tool_calls:
+        return response.content
+    call = response.tool_calls[0]
+    if call.arguments_error is not None:
+        return call.raw_arguments or ""
+    return json.dumps(call.arguments, ensure_ascii=False)
 
 
 def _short(text: str, width: int = 80) -> str:
