@@ -12,8 +12,10 @@ two seams of its own:
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
+import math
 import random
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -32,6 +34,7 @@ from .errors import (
 )
 from .events import Listener, TaskDecision, TaskFinished, TaskRetrying, TaskStarted, debug_enabled
 from .results import TaskResult, TaskStatus, jsonable
+from .tools import GENERATOR_TYPES, materialize_async
 
 if TYPE_CHECKING:
     from .graph import PlanGraph
@@ -410,6 +413,8 @@ class TaskRunner:
                 try:
                     if direct:
                         output = await tool.fn(**tool.validate_args(resolved))  # type: ignore[union-attr]
+                        if type(output) in GENERATOR_TYPES:
+                            output = await materialize_async(output)
                     elif tool is not None:
                         output = await self._attempt_tool(
                             task_id, tool, resolved, timeout, attempts, decisions
@@ -439,25 +444,39 @@ class TaskRunner:
                         )
                     if delay:
                         await anyio.sleep(delay)
-        except self._cancelled_exc:
-            self._finish(
-                task_id,
-                TaskStatus.CANCELLED,
-                None,
-                "cancelled while running",
-                None,
-                attempts,
-                started,
-                resolved,
-                steps,
-                decisions,
-            )
-            raise
+        except self._cancelled_exc as exc:
+            if not _really_cancelled():
+                # The tool raised a cancellation of its own (it awaited a future someone
+                # else cancelled, say) while nobody cancelled this task: a failure of this
+                # task, not a reason to stop its siblings or to lose the run.
+                status, error_type = _FAILED, type(exc).__name__
+                error = f"{_describe(exc)} (raised by the task itself; nothing cancelled it)"
+            else:
+                self._finish(
+                    task_id,
+                    TaskStatus.CANCELLED,
+                    None,
+                    "cancelled while running",
+                    None,
+                    attempts,
+                    started,
+                    resolved,
+                    steps,
+                    decisions,
+                )
+                raise
         except TaskDeniedError as exc:
             status, error, error_type = TaskStatus.DENIED, str(exc), type(exc).__name__
         except Exception as exc:
             status, error, error_type = TaskStatus.FAILED, _describe(exc), type(exc).__name__
             steps = getattr(exc, "steps", None) or steps  # an agent that stopped keeps its steps
+        except BaseException as exc:
+            # SystemExit (a tool calling sys.exit()), KeyboardInterrupt or GeneratorExit raised
+            # by a tool, a custom BaseException: the task fails (not retried). Let through, it
+            # would end the run abruptly and lose every other task's result. (A real Ctrl-C
+            # arrives as the cancellation of the run, above.)
+            status, error_type = _FAILED, type(exc).__name__
+            error = f"{_describe(exc)} (raised by the task; a BaseException, not retried)"
         return self._finish(
             task_id,
             status,
@@ -589,6 +608,19 @@ def _bind(icpt: Interceptor, nxt: CallNext) -> CallNext:
 
 async def _local(tool: Tool, args: Mapping[str, Any]) -> Any:
     return await tool.acall(args)
+
+
+def _really_cancelled() -> bool:
+    """Whether the current task is being cancelled (and not merely handed a cancellation
+    exception raised by the code it ran)."""
+    if anyio.current_effective_deadline() == -math.inf:
+        return True  # an enclosing anyio cancel scope was cancelled
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:  # not on asyncio: trio's Cancelled cannot be raised by user code
+        return True
+    cancelling = getattr(task, "cancelling", None)  # Python 3.11+
+    return task is None or cancelling is None or cancelling() > 0
 
 
 def _describe(exc: BaseException) -> str:

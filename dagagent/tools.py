@@ -15,6 +15,7 @@ import functools
 import inspect
 import re
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from types import AsyncGeneratorType, GeneratorType
 from typing import Any, TypeVar, overload
 
 import anyio.to_thread
@@ -277,12 +278,21 @@ class Tool:
         return problems
 
     async def acall(self, args: Mapping[str, Any]) -> Any:
-        """Call with already validated arguments; sync functions run in a worker thread."""
+        """Call with already validated arguments; sync functions run in a worker thread.
+
+        A generator the tool returns (or a generator function's output) is drained into a
+        list: an output is data that several references may read, and a run records it."""
         if self._is_async:
-            return await self.fn(**args)
-        return await anyio.to_thread.run_sync(
-            functools.partial(self.fn, **args), abandon_on_cancel=True
+            result = await self.fn(**args)
+            return await materialize_async(result) if type(result) in GENERATOR_TYPES else result
+        result = await anyio.to_thread.run_sync(
+            functools.partial(call_sync, self.fn, args), abandon_on_cancel=True
         )
+        if type(result) is _Raised:
+            raise result.exc
+        if type(result) is AsyncGeneratorType:
+            return await materialize_async(result)
+        return result
 
     async def run(self, args: Mapping[str, Any]) -> Any:
         """Validate then call."""
@@ -307,6 +317,39 @@ class Tool:
             "side_effects": self.side_effects,
             "tags": tuple(self.tags),
         }
+
+
+GENERATOR_TYPES = (GeneratorType, AsyncGeneratorType)
+
+
+class _Raised:
+    """A GeneratorExit a sync tool raised in its worker thread, carried back as a value:
+    set on the thread's future it would be thrown into the awaiting coroutine, and a thrown
+    GeneratorExit closes every frame of the task on its way out (PEP 380), so no runner could
+    catch it and record the task."""
+
+    __slots__ = ("exc",)
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+
+def call_sync(fn: Callable[..., Any], args: Mapping[str, Any]) -> Any:
+    """Call a sync tool function (in a worker thread); drain a generator it returns."""
+    try:
+        result = fn(**args)
+        return list(result) if type(result) is GeneratorType else result
+    except GeneratorExit as exc:
+        return _Raised(exc)
+
+
+async def materialize_async(result: Any) -> Any:
+    """A generator or async generator drained into a list; anything else unchanged."""
+    if type(result) is AsyncGeneratorType:
+        return [item async for item in result]
+    if type(result) is GeneratorType:
+        return list(result)
+    return result
 
 
 def _rebuild_tool(fn: Callable[..., Any], options: dict[str, Any]) -> Tool:

@@ -41,11 +41,13 @@ import sys
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from types import AsyncGeneratorType, GeneratorType
 from typing import TYPE_CHECKING, Any
 
 import anyio
 
 from ..errors import ConfigError, WorkerLostError
+from ..tools import materialize_async
 from .dataflow import DataflowExecutor
 
 if TYPE_CHECKING:
@@ -121,13 +123,18 @@ class _Fn:
 
 
 def _call(fn: _Fn, args: dict[str, Any]) -> Any:
-    """Run a sync tool (in a worker thread)."""
-    return fn.load()(**args)
+    """Run a sync tool (in a worker thread); a generator it returns travels as a list."""
+    result = fn.load()(**args)
+    if type(result) is GeneratorType:
+        return list(result)
+    if type(result) is AsyncGeneratorType:  # no event loop in this thread: a short one
+        return asyncio.run(materialize_async(result))
+    return result
 
 
 async def _acall(fn: _Fn, args: dict[str, Any]) -> Any:
     """Run an async tool (on the worker's event loop)."""
-    return await fn.load()(**args)
+    return await materialize_async(await fn.load()(**args))
 
 
 def _load_all(fns: list[_Fn]) -> dict[str, str]:
