@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import networkx as nx
 
 from .plan import Plan, Task, Template
-from .results import TaskStatus, jsonable
+from .results import TaskResult, TaskStatus, jsonable
 
 if TYPE_CHECKING:
     from .store import RunRecord
@@ -182,11 +182,8 @@ def review_run(record: RunRecord, *, width: int = 80) -> RunReview:
                 TaskOutcome(t.id, r.status.value, tool, r.attempts, dur, r.error, caused_by=causes)
             )
         else:
-            succeeded.append(
-                TaskOutcome(
-                    t.id, r.status.value, tool, r.attempts, dur, output=shorten(r.output, width)
-                )
-            )
+            shown = shorten(f"({r.error})" if _output_lost(r) else r.output, width)
+            succeeded.append(TaskOutcome(t.id, r.status.value, tool, r.attempts, dur, output=shown))
     return RunReview(record.id, record.goal, record.status, failed, blocked, succeeded, unrecorded)
 
 
@@ -375,9 +372,16 @@ def reuse_map(record: RunRecord) -> dict[str, tuple[str, Any]]:
     out: dict[str, tuple[str, Any]] = {}
     for tid, r in record.tasks.items():
         fp = record.fingerprints.get(tid)
-        if r.status.ok and fp is not None:
+        if r.status.ok and fp is not None and not _output_lost(r):
             out[tid] = (fp, r.output)
     return out
+
+
+def _output_lost(r: TaskResult) -> bool:
+    """A success whose output the store could not write: nothing to reuse."""
+    from .store import OUTPUT_NOT_RECORDED
+
+    return r.error_type == OUTPUT_NOT_RECORDED
 
 
 @dataclass(frozen=True)
@@ -425,7 +429,10 @@ def predict_reuse(record: RunRecord, new: Plan) -> dict[str, ReuseDecision]:
         elif r is None:
             decided[tid] = ReuseDecision(tid, "run", "no recorded result")
         elif tid not in reusable:
-            decided[tid] = ReuseDecision(tid, "run", f"{r.status.value} before")
+            why = f"{r.status.value} before"
+            if r.status.ok:
+                why += ", output not recorded" if _output_lost(r) else ", arguments not recorded"
+            decided[tid] = ReuseDecision(tid, "run", why)
         elif not _same_call(old, t):
             decided[tid] = ReuseDecision(tid, "run", "changed")
         else:

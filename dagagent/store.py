@@ -151,7 +151,17 @@ def _json(value: Any) -> str | None:
     try:
         return to_json(value, fallback=str).decode()
     except Exception as exc:  # e.g. a value mutated by another task while being written
-        return to_json(f"<not recordable: {type(exc).__name__}: {exc}>").decode()
+        return to_json(f"<not recordable: {_why(exc)}>").decode()
+
+
+def _why(exc: Exception) -> str:
+    return " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+
+
+#: ``error_type`` of a succeeded task whose output could not be written (e.g. bytes that are
+#: not UTF-8, a circular structure): its ``error`` says why, its output is not recorded, and
+#: it is never reused (there is nothing faithful to reuse).
+OUTPUT_NOT_RECORDED = "OutputNotRecorded"
 
 
 def _unjson(text: str | None) -> Any:
@@ -270,15 +280,37 @@ class RunRecord(BaseModel):
 # The store
 
 
+def _refuse_foreign(conn: sqlite3.Connection, path: Path) -> None:
+    """A store at schema version 0 is a new, empty file: never add our tables to (or switch
+    the journal of) another application's database, e.g. a --store pointed at the wrong file."""
+    foreign = [
+        r[0]
+        for r in conn.execute(
+            "SELECT name FROM sqlite_master WHERE name NOT LIKE 'sqlite_%' LIMIT 6"
+        )
+    ]
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
+        raise StoreError(
+            f"{path} is not a dagagent run store: it is a SQLite database of something else "
+            f"(it has {shown}); choose another --store file"
+        )
+
+
 def _connect(path: Path) -> sqlite3.Connection:
     conn = sqlite3.connect(str(path), timeout=10.0, isolation_level=None, check_same_thread=False)
     try:
+        if int(conn.execute("PRAGMA user_version").fetchone()[0]) == 0:
+            _refuse_foreign(conn, path)
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")
         conn.execute("PRAGMA foreign_keys=ON")
     except sqlite3.DatabaseError as exc:
         conn.close()
         raise StoreError(f"{path} is not a dagagent run store: {exc}") from None
+    except StoreError:
+        conn.close()
+        raise
     return conn
 
 
@@ -298,6 +330,12 @@ def _migrate(
         conn.execute("BEGIN IMMEDIATE")
         # Another process may have migrated while we waited for the write lock.
         version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+        if version == 0:
+            try:
+                _refuse_foreign(conn, path)
+            except StoreError:
+                conn.execute("ROLLBACK")
+                raise
         for step in migrations[version:]:
             for stmt in step:
                 if isinstance(stmt, str):
@@ -564,6 +602,7 @@ def _insert_rows(conn: sqlite3.Connection, rows: list[tuple[Any, ...]]) -> None:
 
 
 _MAX_BATCH_FAILURES = 3  # then write event by event, dropping what cannot be written
+_RUN_START_WAIT_S = 30.0  # at most this long for the run row (the store may be busy)
 _RECORDED = frozenset((RunStarted, TaskFinished, RunFinished))
 
 
@@ -611,10 +650,17 @@ class RunRecorder:
         self._stopping = threading.Event()
         self._closed = False
         self._created = time.time()
+        self._run_written = threading.Event()
 
     def __call__(self, event: Any) -> None:
-        if type(event) in _RECORDED:
+        kind = type(event)
+        if kind in _RECORDED:
             self._put(event)
+            if kind is RunStarted and self._thread is not None:
+                # The run row is committed before any task starts: a process killed at any
+                # moment after this leaves a record (shown as interrupted), never a run whose
+                # tools ran with no trace of it. One short wait per run.
+                self._run_written.wait(_RUN_START_WAIT_S)
 
     def start(self) -> RunRecorder:
         if self._thread is None and not self._closed:
@@ -658,7 +704,7 @@ class RunRecorder:
         failures = 0
         while not stop:
             item = get()  # sleep until there is something to write
-            if item is not _STOP and interval > 0:
+            if item is not _STOP and interval > 0 and type(item) is not RunStarted:
                 # Let the batch fill: one wake-up and one transaction per batch, not per event.
                 stopping.wait(interval)
             while True:
@@ -685,6 +731,8 @@ class RunRecorder:
                 if (failures >= _MAX_BATCH_FAILURES or stop) and conn is not None:
                     pending = self._write_each(conn, pending)  # what still fails is dropped
                     failures = 0
+            finally:
+                self._run_written.set()  # written, or failed: the run goes on either way
         if conn is not None:
             conn.close()
 
@@ -756,13 +804,22 @@ class RunRecorder:
     def _task_row(self, r: TaskResult) -> tuple[Any, ...]:
         status = r.status
         steps, decisions = r.steps, r.decisions
+        output, error, error_type = None, r.error, r.error_type
+        if status.ok and r.output is not None:
+            try:
+                output = to_json(r.output, fallback=str).decode()
+            except Exception as exc:
+                # Not a placeholder in its place: a replan would reuse the placeholder as if
+                # it were the output. Say why, and leave the output out (never reused).
+                error = f"the output could not be recorded: {_why(exc)}"
+                error_type = OUTPUT_NOT_RECORDED
         return (
             self.run_id,
             r.task_id,
             status.value,
-            _json(r.output) if status.ok else None,
-            r.error,
-            r.error_type,
+            output,
+            error,
+            error_type,
             r.attempts,
             r.started_at,
             r.finished_at,
