@@ -48,8 +48,54 @@ class RunStatus(str, enum.Enum):
 
 
 def jsonable(value: Any) -> Any:
-    """A JSON-compatible version of a tool output (falls back to ``str``)."""
-    return to_jsonable_python(value, fallback=str)
+    """A JSON-compatible version of a tool output (falls back to ``str``).
+
+    Never raises: a value that refers to itself has ``"<circular reference>"`` where the loop
+    closes, and a value nested too deeply is cut off with ``"<nested too deeply>"``."""
+    try:
+        return to_jsonable_python(value, fallback=str)
+    except (ValueError, RecursionError):  # a cycle, or nesting beyond the serializer's limit
+        return _walk(value, set(), 0)
+
+
+_MAX_DEPTH = 200
+
+
+def _walk(value: Any, active: set[int], depth: int) -> Any:
+    """:func:`jsonable`, one container at a time, for values the serializer refuses."""
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    key = id(value)
+    if isinstance(value, BaseModel):
+        value = dict(value)
+    elif isinstance(value, (set, frozenset)):
+        value = list(value)
+    if not isinstance(value, (dict, list, tuple)):
+        try:
+            return to_jsonable_python(value, fallback=str)
+        except (ValueError, RecursionError):
+            return _str(value)
+    if key in active:
+        return "<circular reference>"
+    if depth >= _MAX_DEPTH:
+        return "<nested too deeply>"
+    active.add(key)
+    try:
+        if isinstance(value, dict):
+            return {
+                k if isinstance(k, str) else _str(k): _walk(v, active, depth + 1)
+                for k, v in value.items()
+            }
+        return [_walk(v, active, depth + 1) for v in value]
+    finally:
+        active.discard(key)
+
+
+def _str(value: Any) -> str:
+    try:
+        return str(value)
+    except Exception:
+        return f"<{type(value).__name__} object>"
 
 
 class TaskResult(BaseModel):

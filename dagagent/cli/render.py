@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from ..graph import PlanGraph
 from ..results import RunResult, TaskStatus, jsonable
 
-__all__ = ["STATUS_STYLE", "plan_table", "result_table", "short"]
+__all__ = ["STATUS_STYLE", "plan_table", "print_json", "result_table", "short"]
 
 STATUS_STYLE = {
     TaskStatus.SUCCEEDED: "green",
@@ -75,3 +76,31 @@ def result_table(result: RunResult) -> Table:
             Text(detail or "", style="red" if r.error and not r.status.ok else ""),
         )
     return table
+
+
+def print_json(console: Console, data: Any) -> None:
+    """Print ``data`` as strict JSON (RFC 8259) that any parser reads: NaN and infinities
+    become the strings ``"NaN"``, ``"Infinity"`` and ``"-Infinity"``, and text that UTF-8
+    cannot carry (lone surrogates from a tool) is written as ``\\u`` escapes."""
+    try:
+        text = json.dumps(data, default=str, allow_nan=False, ensure_ascii=False)
+    except ValueError:  # NaN or an infinity somewhere
+        text = json.dumps(_finite(data), default=str, ensure_ascii=False)
+    try:
+        text.encode("utf-8")
+        ascii_only = False
+    except UnicodeEncodeError:
+        ascii_only = True
+    console.print_json(text, ensure_ascii=ascii_only)
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and value != value:
+        return "NaN"
+    if isinstance(value, float) and value in (float("inf"), float("-inf")):
+        return "Infinity" if value > 0 else "-Infinity"
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value

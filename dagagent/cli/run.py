@@ -17,7 +17,7 @@ from ..store import default_store_path
 from ._app import EXIT_FAILED, EXIT_OK, app, err, guard, load_registry, out
 from .approve import APPROVE_OPT, ASK_OPT, POLICY_OPT, run_interceptors
 from .progress import recorded_tools_spec, run_recorded
-from .render import plan_table, result_table
+from .render import plan_table, print_json, result_table
 
 __all__ = ["print_result", "run_graph"]
 
@@ -71,7 +71,7 @@ def validate_cmd(
 
 def print_result(result: RunResult, *, as_json: bool) -> int:
     if as_json:
-        out.print_json(json.dumps(result.to_json_dict(), default=str))
+        print_json(out, result.to_json_dict())
     else:
         out.print(result_table(result))
         counts = ", ".join(f"{n} {s}" for s, n in sorted(result.counts().items()))
