@@ -7,9 +7,9 @@ The parser is tolerant of what models actually write:
   or behind a heading or list marker (``## Thought:``, ``- Action:``);
 - text before the first label counts as the thought;
 - an ``Action Input`` that is a JSON object (bare or in a code fence, with trailing text
-  after it), a JSON string, or a bare string (for single-parameter tools the caller maps
-  it onto that parameter); ``Action: tool[input]`` / ``Action: tool(input)`` when there is
-  no ``Action Input`` line;
+  after it), a Python-style dict (``{'city': 'Paris'}``), a JSON string, or a bare string
+  (for single-parameter tools the caller maps it onto that parameter); ``Action:
+  tool[input]`` / ``Action: tool(input)`` when there is no ``Action Input`` line;
 - a hallucinated ``Observation:`` and everything after it is ignored (the stop sequence
   normally prevents it, but not every server honours stop sequences).
 
@@ -21,6 +21,7 @@ text after it is ignored.
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 from dataclasses import dataclass
@@ -28,15 +29,21 @@ from typing import Any
 
 __all__ = ["ReActFormatError", "ReActReply", "cut_observation", "parse_input", "parse_react"]
 
+# The emphasis that opens a label ("**Action:**", "**Action**:", "**Final Answer: 42**") is
+# closed by the same marks: only those are taken, so "Final Answer: **Paris** is warmer"
+# keeps its own bold.
 _LABEL_RE = re.compile(
-    r"^[ \t]*(?:(?:#{1,6}|[-*>])[ \t]+)?[*_]{0,3}[ \t]*"
+    r"^[ \t]*(?:(?:#{1,6}|[-*>])[ \t]+)?(?P<open>[*_]{0,3})[ \t]*"
     r"(?P<label>thought|action[ \t_]*input|action|final[ \t_]*answer|observation)"
-    r"(?:[ \t]*\d+)?[ \t]*[*_]{0,3}[ \t]*:[ \t]*[*_]{0,3}",
+    r"(?:[ \t]*\d+)?[ \t]*(?:(?P<shut>(?P=open))[ \t]*:|:(?:[ \t]*(?P<after>(?P=open)))?)",
     re.IGNORECASE | re.MULTILINE,
 )
 _FENCE_RE = re.compile(r"^\s*```[\w+-]*[ \t]*\n?(?P<body>.*?)\n?[ \t]*```", re.DOTALL)
 _INLINE_CALL_RE = re.compile(r"^(?P<name>[A-Za-z_][\w.-]*)\s*[\[(](?P<arg>.*)[\])]$", re.DOTALL)
-_NAME_STRIP = " \t\r\n`'\"*_"
+_FENCE_OPEN_RE = re.compile(r"```[\w+-]*[ \t]*\n?")
+_PY_CONSTANT_RE = re.compile(r"\b(?:True|False|None)\b")
+_NAME_STRIP = " \t\r\n`'\"*"
+_DECODER = json.JSONDecoder()
 
 
 class ReActFormatError(ValueError):
@@ -81,19 +88,34 @@ def _sections(text: str) -> list[tuple[str, int, str]]:
         if label == "observation":
             break
         end = matches[i + 1].start() if i + 1 < len(matches) else len(text)
-        content = text[m.end() : end].strip()
-        if label != "action_input":
-            content = _strip_closing_emphasis(content)
+        unclosed = "" if m.group("shut") is not None or m.group("after") else m.group("open")
+        content = _strip_emphasis(text[m.end() : end].strip(), unclosed)
         out.append((label, m.start(), content))
     return out
 
 
-def _strip_closing_emphasis(text: str) -> str:
-    # "**Final Answer:** 42" leaves nothing to strip; "**Final Answer: 42**" leaves "42**".
-    for mark in ("**", "__"):
-        if text.endswith(mark) and text.count(mark) % 2 == 1:
-            return text[: -len(mark)].rstrip()
+def _strip_emphasis(text: str, opened: str) -> str:
+    """``text`` without the emphasis its label ``opened`` (and did not close), or wrapping
+    all of it in bold.
+
+    "**Final Answer: 42**" leaves "42**" after the label: the label's own "**" is cut. A
+    section that is bold as a whole ("Final Answer: **42**") loses the bold; bold inside
+    the text ("**Paris** is warmer") stays.
+    """
+    if opened and text.endswith(opened):
+        return text[: -len(opened)].rstrip()
+    if len(text) > 4 and text.startswith("**") and text.endswith("**") and "**" not in text[2:-2]:
+        return text[2:-2].strip()
     return text
+
+
+def _tool_name(line: str) -> str:
+    """The tool named on an ``Action:`` line, without quotes, backticks or emphasis
+    (``**search**``, ``_search_``); underscores that belong to the name stay (``_private``)."""
+    name = line.strip(_NAME_STRIP)
+    while len(name) > 2 and name[0] == name[-1] == "_":
+        name = name[1:-1]
+    return name
 
 
 def _unfence(text: str) -> str:
@@ -101,22 +123,53 @@ def _unfence(text: str) -> str:
     return m.group("body").strip() if m else text
 
 
+def _decode(text: str) -> tuple[Any, str | None]:
+    """``(value, error)`` for the JSON value at the start of ``text`` (text may follow it)."""
+    try:
+        return _DECODER.raw_decode(text)[0], None
+    except ValueError as exc:
+        return None, str(exc)
+    except RecursionError:
+        return None, "nested too deeply"
+
+
+def _python_literal(text: str) -> Any:
+    """A dict or list written as a Python literal (single quotes, True / None), if ``text``
+    is exactly one and holds only JSON types; else ``None``."""
+    if "'" not in text and not _PY_CONSTANT_RE.search(text):
+        return None
+    try:
+        value = ast.literal_eval(text)
+        json.dumps(value, allow_nan=False)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return None
+    return value if isinstance(value, (dict, list)) else None
+
+
 def parse_input(raw: str) -> tuple[Any, str | None]:
     """Read an Action Input: ``(value, error)``; see :class:`ReActReply` for the value."""
-    text = _unfence(raw.strip())
+    text = raw.strip()
+    opening = _FENCE_OPEN_RE.match(text)
+    if opening is not None:
+        # Read the JSON first: a string in it may hold a fence of its own (markdown, code),
+        # which would end the block early if the block were cut at the first ``` seen.
+        body = text[opening.end() :].lstrip()
+        if body[:1] in ("{", "["):
+            value, error = _decode(body)
+            if error is None:
+                return value, None
+        text = _unfence(text)
     if not text:
         return None, None
     if text[0] in "{[":
-        try:
-            return json.loads(text), None
-        except ValueError:
-            pass
-        try:  # a JSON value followed by chatter ("{...} (the city)")
-            value, _ = json.JSONDecoder().raw_decode(text)
+        value, error = _decode(text)  # a JSON value, maybe followed by chatter ("(the city)")
+        if error is None:
             return value, None
-        except ValueError as exc:
-            shown = text if len(text) <= 500 else text[:500] + "…"
-            return None, f"Action Input is not valid JSON ({exc}): {shown}"
+        literal = _python_literal(text)
+        if literal is not None:  # {'city': 'Paris'}: Python, not JSON, but unambiguous
+            return literal, None
+        shown = text if len(text) <= 500 else text[:500] + "…"
+        return None, f"Action Input is not valid JSON ({error}): {shown}"
     if text[0] == '"':
         try:
             value = json.loads(text)
@@ -153,7 +206,7 @@ def parse_react(text: str) -> ReActReply:
 
     pos, content = action
     lines = content.splitlines()
-    name = lines[0].strip(_NAME_STRIP) if lines else ""
+    name = _tool_name(lines[0]) if lines else ""
     given = next((c for label, p, c in sections if label == "action_input" and p > pos), None)
     value: Any = None
     error: str | None = None
