@@ -14,9 +14,11 @@ store (the CLI always records) with the right progress display attached.
 from __future__ import annotations
 
 import os
+import signal
 import threading
 import time
 from collections import deque
+from collections.abc import Coroutine
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
@@ -250,14 +252,61 @@ def run_recorded(
     with RunStore(store, context=context) as run_store:
 
         async def main() -> RunResult:
-            return await execute(
-                graph, registry, store=run_store, run_id=run_id, listeners=listeners, **options
+            return await _stoppable(
+                execute(
+                    graph, registry, store=run_store, run_id=run_id, listeners=listeners, **options
+                )
             )
 
         if progress is None:
             return anyio.run(main)
         with progress:
             return anyio.run(main)
+
+
+def _stop_signals() -> list[int]:
+    """SIGTERM and SIGHUP, unless ignored (``nohup``) or not ours to handle (not the main
+    thread, or no such signals)."""
+    if os.name == "nt" or threading.current_thread() is not threading.main_thread():
+        return []
+    found = []
+    for name in ("SIGTERM", "SIGHUP"):
+        sig = getattr(signal, name, None)
+        if sig is not None and signal.getsignal(sig) is not signal.SIG_IGN:
+            found.append(sig)
+    return found
+
+
+async def _stoppable(run: Coroutine[Any, Any, RunResult]) -> RunResult:
+    """Run ``run``; SIGTERM or SIGHUP stop it the way Ctrl-C does: the run is cancelled
+    (running tasks recorded as cancelled, the record flushed), then ``KeyboardInterrupt``
+    (exit 130). A second signal, while the run winds down, ends the process at once."""
+    signals = _stop_signals()
+    if not signals:
+        return await run
+    result: RunResult | None = None
+    error: BaseException | None = None
+    async with anyio.create_task_group() as tg:
+
+        async def watch() -> None:
+            with anyio.open_signal_receiver(*signals) as received:
+                async for _ in received:
+                    tg.cancel_scope.cancel()
+                    return  # the default handlers are back: a second signal kills
+
+        tg.start_soon(watch)
+        try:
+            result = await run
+        except anyio.get_cancelled_exc_class():
+            raise
+        except BaseException as exc:  # raised below as itself, not in an exception group
+            error = exc
+        tg.cancel_scope.cancel()
+    if error is not None:
+        raise error
+    if result is None:  # the run was cancelled by a signal (execute raises otherwise)
+        raise KeyboardInterrupt
+    return result
 
 
 def recorded_tools_spec(spec: str | None) -> str:

@@ -1,0 +1,165 @@
+"""Stopping a real ``dagagent run`` process (SIGTERM, SIGKILL), then reviewing and replanning
+it the way a user would, counting which tools run again (the tools append to a log file)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dagagent.store import RunStore
+
+pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+
+TOOLS = '''
+import os
+import time
+
+from dagagent import Registry
+
+registry = Registry()
+LOG = os.environ["QA_SIGNALS_LOG"]
+SLOW = os.environ["QA_SIGNALS_SLOW"]
+
+
+def _log(line: str) -> None:
+    with open(LOG, "a", encoding="utf-8") as f:
+        f.write(line + "\\n")
+
+
+@registry.tool
+def step(name: str) -> str:
+    """Log a call; block while the SLOW file exists and the name starts with 'slow'."""
+    _log(f"start {name}")
+    while name.startswith("slow") and os.path.exists(SLOW):
+        time.sleep(0.02)
+    _log(f"end {name}")
+    return name.upper()
+'''
+
+PLAN = {
+    "goal": "stop me",
+    "tasks": [
+        {"id": "a", "tool": "step", "args": {"name": "a"}},
+        {"id": "slow", "tool": "step", "args": {"name": "slow"}},
+        {"id": "c", "tool": "step", "args": {"name": "${a}-${slow}"}},
+    ],
+}
+
+
+class Env:
+    def __init__(self, tmp_path: Path) -> None:
+        (tmp_path / "qa_signal_tools.py").write_text(TOOLS)
+        self.tools = f"{tmp_path / 'qa_signal_tools.py'}:registry"
+        self.plan = tmp_path / "plan.json"
+        self.plan.write_text(json.dumps(PLAN))
+        self.log = tmp_path / "calls.log"
+        self.slow = tmp_path / "slow.flag"
+        self.db = tmp_path / "runs.db"
+        self.env = {
+            **os.environ,
+            "QA_SIGNALS_LOG": str(self.log),
+            "QA_SIGNALS_SLOW": str(self.slow),
+            "DAGAGENT_HOME": str(tmp_path),
+            "NO_COLOR": "1",
+        }
+
+    def lines(self) -> list[str]:
+        return self.log.read_text().splitlines() if self.log.exists() else []
+
+    def start(self, executor: str) -> subprocess.Popen[str]:
+        self.slow.write_text("x")
+        return subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "dagagent",
+                "run",
+                str(self.plan),
+                "--tools",
+                self.tools,
+                "--executor",
+                executor,
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=self.env,
+        )
+
+    def wait_for(self, *lines: str, proc: subprocess.Popen[str]) -> None:
+        deadline = time.monotonic() + 60
+        while not all(x in self.lines() for x in lines):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                out, err = proc.communicate()
+                raise AssertionError(f"never saw {lines}: {self.lines()}\n{out}\n{err}")
+            time.sleep(0.02)
+
+    def replan(self) -> dict[str, Any]:
+        self.slow.unlink(missing_ok=True)
+        self.log.write_text("")
+        proc = subprocess.run(
+            [sys.executable, "-m", "dagagent", "replan", "--last", "--execute", "--json"],
+            capture_output=True,
+            text=True,
+            env=self.env,
+            timeout=120,
+        )
+        assert proc.returncode == 0, proc.stderr
+        doc: dict[str, Any] = json.loads(proc.stdout)
+        return doc
+
+
+@pytest.mark.parametrize("executor", ["levels", "dataflow"])
+def test_sigterm_stops_the_run_like_ctrl_c_and_replan_reruns_only_the_rest(
+    tmp_path: Path, executor: str
+) -> None:
+    env = Env(tmp_path)
+    proc = env.start(executor)
+    env.wait_for("end a", "start slow", proc=proc)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, (out, err)
+    assert "interrupted" in err and "Traceback" not in err
+    with RunStore(env.db, create=False) as st:
+        rec = st.last_run()
+    assert rec.status == "cancelled"  # recorded by the process itself, not guessed later
+    assert {k: r.status.value for k, r in rec.tasks.items()} == {
+        "a": "succeeded",
+        "slow": "cancelled",
+        "c": "cancelled",
+    }
+    doc = env.replan()
+    statuses = {k: t["status"] for k, t in doc["result"]["tasks"].items()}
+    assert statuses == {"a": "reused", "slow": "succeeded", "c": "succeeded"}
+    assert env.lines() == ["start slow", "end slow", "start A-SLOW", "end A-SLOW"]
+
+
+def test_sigkill_mid_run_leaves_an_interrupted_record_that_replan_completes(
+    tmp_path: Path,
+) -> None:
+    env = Env(tmp_path)
+    proc = env.start("dataflow")
+    env.wait_for("end a", "start slow", proc=proc)
+    time.sleep(1.0)  # well past the store's flush delay after 'a' finished
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate(timeout=60)
+    with RunStore(env.db, create=False) as st:
+        rec = st.last_run()
+    assert rec.status == "interrupted"
+    assert {k: r.status.value for k, r in rec.tasks.items()} == {"a": "succeeded"}
+    assert rec.unrecorded == ["slow", "c"]
+    doc = env.replan()
+    assert doc["result"]["parent_id"] == rec.id
+    statuses = {k: t["status"] for k, t in doc["result"]["tasks"].items()}
+    assert statuses == {"a": "reused", "slow": "succeeded", "c": "succeeded"}
+    assert env.lines() == ["start slow", "end slow", "start A-SLOW", "end A-SLOW"]
