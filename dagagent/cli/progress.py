@@ -264,12 +264,12 @@ def run_recorded(
             return anyio.run(main)
 
 
-def _stop_signals() -> list[int]:
+def _stop_signals() -> list[signal.Signals]:
     """SIGTERM and SIGHUP, unless ignored (``nohup``) or not ours to handle (not the main
     thread, or no such signals)."""
     if os.name == "nt" or threading.current_thread() is not threading.main_thread():
         return []
-    found = []
+    found: list[signal.Signals] = []
     for name in ("SIGTERM", "SIGHUP"):
         sig = getattr(signal, name, None)
         if sig is not None and signal.getsignal(sig) is not signal.SIG_IGN:
