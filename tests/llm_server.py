@@ -62,6 +62,18 @@ class Hangup:
 
 
 @dataclass
+class RawReply:
+    """Bytes written to the socket exactly as given (status line and headers included).
+
+    ``parts`` are written in order; a number is a pause in seconds instead. The connection
+    is closed after the last part, so a body without a length ends there.
+    """
+
+    parts: list[bytes | float]
+    delay: float = 0.0
+
+
+@dataclass
 class Recorded:
     method: str
     path: str
@@ -110,9 +122,15 @@ class _Handler(BaseHTTPRequestHandler):
     do_GET = do_POST
 
 
+Responder = Callable[["Recorded"], "Reply | SSEReply | Hangup | RawReply"]
+
+
 class LLMTestServer:
-    def __init__(self) -> None:
-        self._replies: deque[Reply | SSEReply | Hangup] = deque()
+    """``responder``, when given, answers every request that finds no queued reply."""
+
+    def __init__(self, responder: Responder | None = None) -> None:
+        self.responder = responder
+        self._replies: deque[Reply | SSEReply | Hangup | RawReply] = deque()
         self.requests: list[Recorded] = []
         self.unexpected: list[str] = []
         self._lock = threading.Lock()
@@ -129,7 +147,7 @@ class LLMTestServer:
         host, port = self._server.server_address[:2]
         return f"http://{host!s}:{port}"
 
-    def push(self, *replies: Reply | SSEReply | Hangup) -> None:
+    def push(self, *replies: Reply | SSEReply | Hangup | RawReply) -> None:
         with self._lock:
             self._replies.extend(replies)
 
@@ -186,6 +204,8 @@ class LLMTestServer:
             self.requests.append(record)
             reply = self._replies.popleft() if self._replies else None
         try:
+            if reply is None and self.responder is not None:
+                reply = self.responder(record)
             if reply is None:
                 self.unexpected.append(f"unexpected request #{len(self.requests)}: {h.path}")
                 self._write_plain(h, Reply(418, json={"error": {"message": "nothing queued"}}))
@@ -197,10 +217,21 @@ class LLMTestServer:
                 h.close_connection = True
             elif isinstance(reply, SSEReply):
                 self._write_sse(h, reply)
+            elif isinstance(reply, RawReply):
+                self._write_raw(h, reply)
             else:
                 self._write_plain(h, reply)
         except OSError:  # the client went away (timeouts, early close)
             h.close_connection = True
+
+    def _write_raw(self, h: _Handler, reply: RawReply) -> None:
+        h.close_connection = True
+        for part in reply.parts:
+            if isinstance(part, bytes):
+                h.wfile.write(part)
+                h.wfile.flush()
+            elif self._stop.wait(part):
+                return
 
     @staticmethod
     def _write_plain(h: _Handler, reply: Reply) -> None:

@@ -351,10 +351,14 @@ async def test_stream_cut_off_mid_way(server: LLMTestServer):
 
 
 async def test_stream_closed_cleanly_without_done(server: LLMTestServer):
-    events = wire.openai_events(wire.openai_text("abc"), done=False)
-    server.push(SSEReply(events, chunked=False))
-    with pytest.raises(LLMResponseError, match=r"ended early.*\[DONE\]"):
-        await collect_stream(client(server).stream("x"))
+    # Before the answer finished: an error. After finish_reason: the answer is whole.
+    events = wire.openai_events(wire.openai_text("abc", output_tokens=3), done=False)
+    server.push(SSEReply(events[:-2], chunked=False), SSEReply(events, chunked=False))
+    llm = client(server, max_retries=0)
+    with pytest.raises(LLMResponseError, match=r"ended early.*no finish_reason, no \[DONE\]"):
+        await collect_stream(llm.stream("x"))
+    final = await collect_stream(llm.stream("x"))
+    assert (final.content, final.finish_reason, final.usage.output_tokens) == ("abc", "stop", 3)
 
 
 async def test_stream_cut_before_any_event_is_retried(server: LLMTestServer):

@@ -234,11 +234,13 @@ async def test_stream_timeout(server: LLMTestServer, flavor: Flavor):
 
 async def test_stream_that_stalls_mid_way(server: LLMTestServer, flavor: Flavor):
     events = flavor.events(flavor.text("abcdefghijklmnop"))
-    server.push(SSEReply(events, pause=0.5, pause_from=4))
+    # stalls after some text, before the answer finished (an OpenAI stream that stalls
+    # after its finish_reason is a finished answer)
+    server.push(SSEReply(events, pause=0.5, pause_from=3 if flavor is OPENAI else 4))
     llm = flavor.client(server, timeout=0.2)
     sleeps = record_sleeps(llm)
     received: list[object] = []
-    with pytest.raises(LLMTimeoutError, match=r"stalled: no data for 0\.2s"):
+    with pytest.raises(LLMTimeoutError, match=r"stalled: no (data|complete event) for 0\.2s"):
         async for event in llm.stream(MESSAGES):
             received.append(event)
     assert received and sleeps.delays == []

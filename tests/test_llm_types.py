@@ -223,7 +223,7 @@ def test_retry_after_parsing() -> None:
         ('{"error": "model \\"x\\" not found"}', 'model "x" not found'),
         ('{"detail": "Not Found"}', "Not Found"),
         ('{"message": "nope"}', "nope"),
-        ("<html>502 Bad Gateway</html>", "<html>502 Bad Gateway</html>"),
+        ("<html>502 Bad Gateway</html>", "502 Bad Gateway"),
         ("", "(empty body)"),
     ],
 )

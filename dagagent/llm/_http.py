@@ -15,9 +15,11 @@ from __future__ import annotations
 import contextlib
 import email.utils
 import functools
+import html
 import json
 import os
 import random
+import re
 import ssl
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import aclosing, asynccontextmanager
@@ -48,6 +50,7 @@ __all__ = [
     "RetryPolicy",
     "SSEEvent",
     "Secret",
+    "StreamIdleTimeout",
     "excerpt",
     "iter_sse",
     "parse_retry_after",
@@ -127,6 +130,8 @@ def provider_error_text(body: str) -> str:
     try:
         data = json.loads(body)
     except ValueError:
+        if _HTML_RE.match(body):
+            return excerpt(_html_text(body), 500)
         return excerpt(body, 500)
     if isinstance(data, dict):
         error = data.get("error")
@@ -145,6 +150,23 @@ def provider_error_text(body: str) -> str:
             if value:
                 return excerpt(json.dumps(value), 500)
     return excerpt(body, 500)
+
+
+_HTML_RE = re.compile(r"\s*(<!doctype html|<html|<head|<body|<\?xml|<center|<h1)", re.IGNORECASE)
+_HTML_DROP_RE = re.compile(r"<(script|style)\b.*?</\1\s*>|<!--.*?-->", re.IGNORECASE | re.DOTALL)
+_HTML_TAG_RE = re.compile(r"<[^>]*>")
+
+
+def _html_text(body: str) -> str:
+    """The words of an HTML error page (a proxy's "502 Bad Gateway"), without its markup;
+    a title repeated as the heading is said once."""
+    text = html.unescape(_HTML_TAG_RE.sub(" ", _HTML_DROP_RE.sub(" ", body)))
+    words: list[str] = []
+    for line in text.splitlines():
+        line = " ".join(line.split())
+        if line and line not in words:
+            words.append(line)
+    return " ".join(words)
 
 
 def parse_retry_after(headers: Mapping[str, str], now: datetime | None = None) -> float | None:
@@ -226,17 +248,52 @@ class SSEEvent:
         return json.loads(self.data)
 
 
-async def iter_sse(lines: AsyncIterator[str]) -> AsyncIterator[SSEEvent]:
+class StreamIdleTimeout(httpx.ReadTimeout):
+    """No complete event arrived in time, though bytes may have (keep-alive comments, or
+    a server trickling its answer byte by byte, which a read timeout alone never catches
+    because every byte restarts it)."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(f"no complete event for {seconds:g}s")
+        self.seconds = seconds
+
+
+IdleLimit = float | Callable[[], float | None] | None
+"""Seconds each server-sent event may take to arrive, a function giving them (asked before
+each event), or None for no limit."""
+
+
+async def iter_sse(lines: AsyncIterator[str], *, idle: IdleLimit = None) -> AsyncIterator[SSEEvent]:
     """Parse ``text/event-stream`` lines into events (an unterminated last event is dropped,
-    as the SSE spec says)."""
+    as the SSE spec says).
+
+    With ``idle``, each event (counted from the previous one, or from the start) must be
+    complete within that many seconds, else :class:`StreamIdleTimeout` is raised; comment
+    lines and bytes that do not complete an event do not count.
+    """
     event = ""
     data: list[str] = []
     last_id: str | None = None
-    async for raw in lines:
+    iterator = aiter(lines)
+    limit = idle() if callable(idle) else idle
+    deadline = None if limit is None else anyio.current_time() + limit
+    while True:
+        try:
+            if deadline is None:
+                raw = await anext(iterator)
+            else:
+                with anyio.move_on_after(deadline - anyio.current_time()) as scope:
+                    raw = await anext(iterator)
+                if scope.cancelled_caught:
+                    raise StreamIdleTimeout(limit or 0.0)
+        except StopAsyncIteration:
+            return
         line = raw.rstrip("\r\n")
         if not line:
             if data:
                 yield SSEEvent(event=event or "message", data="\n".join(data), id=last_id)
+                limit = idle() if callable(idle) else idle
+                deadline = None if limit is None else anyio.current_time() + limit
             event, data = "", []
             continue
         if line.startswith(":"):
@@ -381,10 +438,23 @@ class HTTPChatClient:
             return LLMTimeoutError(
                 f"no free connection to {self.provider} within {self.timeout.pool}s"
             )
-        if mid_stream:
+        if isinstance(exc, StreamIdleTimeout):
+            message = (
+                f"the stream from {self.provider} stalled: no complete event for {exc.seconds:g}s"
+            )
+        elif mid_stream:
             message = f"the stream from {self.provider} stalled: no data for {self.timeout.read}s"
         else:
             message = f"{self.provider} did not answer within {self.timeout.read}s (timeout)"
+        if self.retry.retry_timeouts:
+            return Retryable(LLMTimeoutError, message)
+        return LLMTimeoutError(message)
+
+    def _deadline_failure(self, seconds: float | None, *, what: str) -> Exception:
+        message = (
+            f"{self.provider} did not send the whole {what} within {seconds:g}s (it trickled "
+            "it, or kept the connection open without finishing)"
+        )
         if self.retry.retry_timeouts:
             return Retryable(LLMTimeoutError, message)
         return LLMTimeoutError(message)
@@ -415,32 +485,46 @@ class HTTPChatClient:
         status = response.status_code
         if 200 <= status < 300:
             return
-        text = self._scrub(provider_error_text(response.text))
-        retry_after = parse_retry_after(response.headers)
+        raise self.status_error(
+            status,
+            self._scrub(provider_error_text(response.text)),
+            retry_after=parse_retry_after(response.headers),
+            location=response.headers.get("location", "?"),
+        )
+
+    def status_error(
+        self,
+        status: int,
+        text: str,
+        *,
+        retry_after: float | None = None,
+        location: str = "?",
+    ) -> Exception:
+        """The error (or :class:`Retryable`) for an HTTP ``status`` with the provider's
+        ``text``; also used for errors a server reports inside a 200 answer."""
         if status in (401, 403):
-            raise LLMAuthError(self._auth_message(status, text))
+            return LLMAuthError(self._auth_message(status, text))
         if status == 429:
-            raise Retryable(
+            return Retryable(
                 LLMRateLimitError,
                 f"{self.provider} is rate limiting (HTTP 429): {text}",
                 retry_after,
             )
         if status == 408:
-            raise Retryable(LLMTimeoutError, f"{self.provider} timed out (HTTP 408): {text}")
+            return Retryable(LLMTimeoutError, f"{self.provider} timed out (HTTP 408): {text}")
         if status >= 500:
             what = "is overloaded" if status == 529 else "had a server error"
-            raise Retryable(
+            return Retryable(
                 LLMServerError, f"{self.provider} {what} (HTTP {status}): {text}", retry_after
             )
         if 300 <= status < 400:
-            where = response.headers.get("location", "?")
-            raise LLMBadRequestError(
-                f"{self.provider} redirected to {where} (HTTP {status}); check base_url"
+            return LLMBadRequestError(
+                f"{self.provider} redirected to {location} (HTTP {status}); check base_url"
             )
         hint = ""
         if status == 404:
             hint = f" (check the model name {self.model!r} and base_url {self.base_url!r})"
-        raise LLMBadRequestError(
+        return LLMBadRequestError(
             f"{self.provider} rejected the request (HTTP {status}): {text}{hint}"
         )
 
@@ -467,8 +551,15 @@ class HTTPChatClient:
             return json.loads(response.content)
         except ValueError:
             ctype = response.headers.get("content-type", "no content-type")
+            text = response.text
+            if _HTML_RE.match(text):
+                raise self._response_error(
+                    f"the body is an HTML page, not JSON (HTTP {response.status_code}); is "
+                    f"{self.base_url!r} the API's base URL?",
+                    _html_text(text),
+                ) from None
             raise self._response_error(
-                f"the body is not JSON (HTTP {response.status_code}, {ctype})", response.text
+                f"the body is not JSON (HTTP {response.status_code}, {ctype})", text
             ) from None
 
     def _retry_delay(self, failure: Retryable, retry_number: int, waited: float) -> float:
@@ -544,15 +635,39 @@ class HTTPChatClient:
         self.usage.record(result.usage)
         return result
 
+    def answer_deadline_s(self) -> float | None:
+        """Seconds one attempt may take from sending the request to the last byte of a whole
+        answer (or, for a stream, to its headers): the sum of the connect, write and read
+        timeouts. httpx's timeouts bound each wait for bytes, so a server that trickles its
+        answer a byte at a time would otherwise hold the call forever. None when reads may
+        wait forever."""
+        t = self.timeout
+        if t.read is None:
+            return None
+        return t.read + (t.connect or 0.0) + (t.write or 0.0)
+
+    async def _read_whole(self, response: httpx.Response) -> None:
+        """Read a whole body (a stream request answered in one piece) within the deadline."""
+        deadline = self.answer_deadline_s()
+        try:
+            with anyio.fail_after(deadline):
+                await response.aread()
+        except TimeoutError:
+            raise self._deadline_failure(deadline, what="answer") from None
+
     async def _post_json(self, client: httpx.AsyncClient, path: str, body: Any) -> Any:
         """One POST; the decoded JSON of a 2xx answer, else an error or :class:`Retryable`."""
+        deadline = self.answer_deadline_s()
         try:
-            response = await client.post(
-                self._url(path),
-                json=body,
-                headers=self._headers(stream=False),
-                timeout=self.timeout,
-            )
+            with anyio.fail_after(deadline):
+                response = await client.post(
+                    self._url(path),
+                    json=body,
+                    headers=self._headers(stream=False),
+                    timeout=self.timeout,
+                )
+        except TimeoutError:
+            raise self._deadline_failure(deadline, what="answer") from None
         except httpx.TimeoutException as exc:
             raise self._timeout_failure(exc, mid_stream=False) from exc
         except httpx.TransportError as exc:
@@ -568,21 +683,34 @@ class HTTPChatClient:
         consume: Callable[[httpx.Response], AsyncGenerator[T, None]],
     ) -> AsyncGenerator[T, None]:
         got_response = False
+        request = client.build_request(
+            "POST",
+            self._url(path),
+            json=body,
+            headers=self._headers(stream=True),
+            timeout=self.timeout,
+        )
+        deadline = self.answer_deadline_s()
         try:
-            async with client.stream(
-                "POST",
-                self._url(path),
-                json=body,
-                headers=self._headers(stream=True),
-                timeout=self.timeout,
-            ) as response:
+            try:
+                with anyio.fail_after(deadline):
+                    response = await client.send(request, stream=True)
+            except TimeoutError:
+                raise self._deadline_failure(deadline, what="stream's headers") from None
+            try:
                 got_response = True
                 if not 200 <= response.status_code < 300:
-                    await response.aread()
+                    try:
+                        with anyio.fail_after(deadline):
+                            await response.aread()
+                    except TimeoutError:
+                        raise self._deadline_failure(deadline, what="error body") from None
                     self._check_status(response)
                 async with aclosing(consume(response)) as items:
                     async for item in items:
                         yield item
+            finally:
+                await response.aclose()
         except httpx.TimeoutException as exc:
             raise self._timeout_failure(exc, mid_stream=got_response) from exc
         except httpx.TransportError as exc:

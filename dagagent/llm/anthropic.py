@@ -426,7 +426,7 @@ class AnthropicChat(HTTPChatClient):
         self, response: httpx.Response, fmt: _FormatTool | None
     ) -> AsyncGenerator[StreamEvent, None]:
         if not is_event_stream(response):
-            await response.aread()
+            await self._read_whole(response)
             result = self.parse_response(self._json_body(response), fmt)
             self.usage.record(result.usage)
             if result.content:
@@ -438,7 +438,7 @@ class AnthropicChat(HTTPChatClient):
         state = _StreamState(fmt)
         raw: list[Any] = []
         done = False
-        async for sse in iter_sse(response.aiter_lines()):
+        async for sse in iter_sse(response.aiter_lines(), idle=self.timeout.read):
             try:
                 data = json.loads(sse.data)
             except ValueError:

@@ -13,7 +13,7 @@ from collections.abc import AsyncGenerator, Mapping, Sequence
 from typing import Any
 
 import httpx
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from dagagent.errors import LLMResponseError, LLMServerError
 from dagagent.llm._http import HTTPChatClient, Retryable, is_event_stream, iter_sse
@@ -35,6 +35,7 @@ from dagagent.llm.types import (
     Usage,
     UsageTracker,
     UserMessage,
+    parse_tool_arguments,
     wire_name,
 )
 
@@ -43,6 +44,7 @@ __all__ = ["OpenAIChat", "openai_messages"]
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 
 _FINISH_REASONS = {"function_call": "tool_calls"}
+_AFTER_FINISH_S = 2.0  # wait for the usage chunk and [DONE] once finish_reason has come
 
 
 def openai_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
@@ -77,7 +79,16 @@ def openai_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
 
 class _Function(BaseModel):
     name: str | None = None
+    # A JSON string per the spec; Ollama sends an object; anything else is kept as text so
+    # the call fails on its own (arguments_error) instead of failing the whole answer.
     arguments: str | dict[str, Any] | None = None
+
+    @field_validator("arguments", mode="before")
+    @classmethod
+    def _odd_arguments(cls, value: Any) -> Any:
+        if value is None or isinstance(value, str | dict):
+            return value
+        return json.dumps(value)
 
 
 class _ToolCall(BaseModel):
@@ -123,11 +134,29 @@ class _ChunkChoice(BaseModel):
     delta: _Delta = Field(default_factory=_Delta)
     finish_reason: str | None = None
 
+    @field_validator("delta", mode="before")
+    @classmethod
+    def _null_delta(cls, value: Any) -> Any:
+        return {} if value is None else value
+
 
 class _Chunk(BaseModel):
     model: str | None = None
     choices: list[_ChunkChoice] = Field(default_factory=list)
     usage: _Usage | None = None
+
+    @field_validator("choices", mode="before")
+    @classmethod
+    def _null_choices(cls, value: Any) -> Any:
+        return [] if value is None else value
+
+
+def _finish_reason(reason: str | None, calls: Sequence[ToolCall]) -> str | None:
+    """The normalised finish reason. Ollama and others say ``"stop"`` after tool calls."""
+    if not reason:
+        return None
+    reason = _FINISH_REASONS.get(reason, reason)
+    return "tool_calls" if reason == "stop" and calls else reason
 
 
 def _text_of(content: str | list[Any] | None) -> str:
@@ -165,16 +194,34 @@ class _StreamState:
         self.usage = Usage()
         self.model: str | None = None
 
+    def _continues(self, slot: int, delta: _ToolCall) -> bool:
+        """Whether ``delta`` (no id, or the same id) adds to the call in ``slot``.
+
+        Not when it names a tool and that call already has a name and complete JSON
+        arguments: servers that send each call whole in one delta (Ollama, llama.cpp) may
+        give every call index 0, or no index and no id at all.
+        """
+        call = self.calls[slot]
+        fn = delta.function or _Function()
+        if not fn.name or call.name is None or delta.id is not None:
+            return True
+        if fn.name == call.name and not fn.arguments:
+            return True  # a server repeating the name on a later piece
+        _, error = parse_tool_arguments("".join(call.arguments) or "{}")
+        return error is not None
+
     def _slot(self, delta: _ToolCall) -> int:
         if delta.index is not None and delta.index in self.by_index:
             slot = self.by_index[delta.index]
             known = self.calls[slot].id
-            if delta.id is None or known is None or delta.id == known:
+            if (delta.id is None or known is None or delta.id == known) and self._continues(
+                slot, delta
+            ):
                 return slot
         elif delta.index is None:
             if delta.id is not None and delta.id in self.by_id:
                 return self.by_id[delta.id]
-            if delta.id is None and self.calls:
+            if delta.id is None and self.calls and self._continues(len(self.calls) - 1, delta):
                 return len(self.calls) - 1
         slot = len(self.calls)
         self.calls.append(_PartialCall(delta.id))
@@ -221,12 +268,11 @@ class _StreamState:
             ToolCall.from_raw(c.id or _new_call_id(), c.name or "", "".join(c.arguments))
             for c in self.calls
         ]
-        reason = self.finish_reason
         return LLMResponse(
             content="".join(self.text),
             tool_calls=calls,
             usage=self.usage,
-            finish_reason=_FINISH_REASONS.get(reason, reason) if reason else None,
+            finish_reason=_finish_reason(self.finish_reason, calls),
             model=self.model or model,
             raw=raw,
         )
@@ -344,9 +390,27 @@ class OpenAIChat(HTTPChatClient):
 
     # -- parsing -------------------------------------------------------------------
 
+    def _stream_error(self, error: Any) -> Exception:
+        """The error for an ``{"error": ...}`` event in a 200 stream (vLLM, llama.cpp, TGI).
+
+        The status in the error object decides, as it would for an HTTP error: a refused
+        request (400, say "context too long") is not retried; a server failure is.
+        """
+        text = self._scrub(_error_text(error))
+        status = _error_status(error)
+        if status is None:
+            return Retryable(
+                LLMServerError, f"{self.provider} reported an error mid-stream: {text}"
+            )
+        return self.status_error(status, f"{text} (reported mid-stream)")
+
     def parse_response(self, data: Any) -> LLMResponse:
         """An :class:`LLMResponse` from a ``chat.completion`` JSON body."""
         if isinstance(data, dict) and data.get("error") and "choices" not in data:
+            # An error inside a 200 answer: its own status (if any) decides what it is.
+            status = _error_status(data["error"])
+            if status is not None:
+                raise self.status_error(status, self._scrub(_error_text(data["error"])))
             raise self._response_error("the body is an error, not a completion", json.dumps(data))
         try:
             completion = _Completion.model_validate(data)
@@ -359,12 +423,11 @@ class OpenAIChat(HTTPChatClient):
         for tc in choice.message.tool_calls or []:
             fn = tc.function or _Function()
             calls.append(ToolCall.from_raw(tc.id or _new_call_id(), fn.name or "", fn.arguments))
-        reason = choice.finish_reason
         return LLMResponse(
             content=_text_of(choice.message.content),
             tool_calls=calls,
             usage=completion.usage.to_usage() if completion.usage else Usage(),
-            finish_reason=_FINISH_REASONS.get(reason, reason) if reason else None,
+            finish_reason=_finish_reason(choice.finish_reason, calls),
             model=completion.model or self.model,
             raw=data,
         )
@@ -372,7 +435,7 @@ class OpenAIChat(HTTPChatClient):
     async def _consume(self, response: httpx.Response) -> AsyncGenerator[StreamEvent, None]:
         if not is_event_stream(response):
             # The server ignored ``stream: true`` and answered in one piece.
-            await response.aread()
+            await self._read_whole(response)
             result = self.parse_response(self._json_body(response))
             self.usage.record(result.usage)
             for event in _events_for(result):
@@ -381,30 +444,46 @@ class OpenAIChat(HTTPChatClient):
         state = _StreamState()
         raw: list[Any] = []
         done = False
-        async for sse in iter_sse(response.aiter_lines()):
-            if sse.data.strip() == "[DONE]":
-                done = True
-                break
-            try:
-                data = json.loads(sse.data)
-            except ValueError:
-                raise self._response_error("a stream event is not JSON", sse.data) from None
-            raw.append(data)
-            if isinstance(data, dict) and data.get("error"):
-                text = self._scrub(_error_text(data["error"]))
-                raise Retryable(
-                    LLMServerError, f"{self.provider} reported an error mid-stream: {text}"
-                )
-            try:
-                chunk = _Chunk.model_validate(data)
-            except ValidationError as exc:
-                raise self._shape_error(exc, data) from None
-            for event in state.feed(chunk):
-                yield event
-        if not done:
+
+        def idle() -> float | None:
+            # Once the answer is finished, only the usage chunk and [DONE] may follow: a
+            # server that then holds the connection open is not waited for long.
+            read = self.timeout.read
+            if state.finish_reason is None:
+                return read
+            return _AFTER_FINISH_S if read is None else min(read, _AFTER_FINISH_S)
+
+        events = iter_sse(response.aiter_lines(), idle=idle)
+        try:
+            async for sse in events:
+                if sse.data.strip() == "[DONE]":
+                    done = True
+                    break
+                try:
+                    data = json.loads(sse.data)
+                except ValueError:
+                    raise self._response_error("a stream event is not JSON", sse.data) from None
+                raw.append(data)
+                if isinstance(data, dict) and data.get("error"):
+                    raise self._stream_error(data["error"])
+                if sse.event == "error":
+                    raise self._stream_error(data)
+                try:
+                    chunk = _Chunk.model_validate(data)
+                except ValidationError as exc:
+                    raise self._shape_error(exc, data) from None
+                for event in state.feed(chunk):
+                    yield event
+        except httpx.TransportError:
+            # Closed, cut or held open after the answer was finished: many servers end a
+            # stream that way instead of sending [DONE]; what arrived is the whole answer.
+            if state.finish_reason is None:
+                raise
+        if not done and state.finish_reason is None:
             raise Retryable(
                 LLMResponseError,
-                f"the stream from {self.provider} ended early: the connection closed before [DONE]",
+                f"the stream from {self.provider} ended early: the connection closed before "
+                "the answer finished (no finish_reason, no [DONE])",
             )
         result = state.finish(self.model, raw)
         self.usage.record(result.usage)
@@ -457,4 +536,19 @@ class OpenAIChat(HTTPChatClient):
 def _error_text(error: Any) -> str:
     if isinstance(error, dict) and isinstance(error.get("message"), str):
         return str(error["message"])
+    if isinstance(error, str):
+        return error[:500]
     return json.dumps(error)[:500]
+
+
+def _error_status(error: Any) -> int | None:
+    """The HTTP status an error object carries (vLLM and llama.cpp put it in ``code``)."""
+    if not isinstance(error, dict):
+        return None
+    for key in ("code", "status", "status_code"):
+        value = error.get(key)
+        if isinstance(value, str) and value.isdigit():
+            value = int(value)
+        if isinstance(value, int) and 400 <= value <= 599:
+            return value
+    return None
