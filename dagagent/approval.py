@@ -24,6 +24,7 @@ task id (glob), the caller (``source="plan"`` or ``"agent"``), whether the tool 
 - a string: a glob matched against the value (non-string values against their JSON text);
 - a compiled ``re.Pattern`` or ``{"regex": "..."}``: ``search`` in the value's text;
 - ``{"glob": "..."}`` or ``{"equals": value}``: explicit forms (JSON policy files use them);
+  any other mapping is an error (a misspelt form would otherwise never match);
 - a callable: a predicate on the value;
 - anything else: equality.
 
@@ -123,6 +124,14 @@ def _glob(pattern: str) -> re.Pattern[str]:
     return re.compile(fnmatch.translate(pattern))
 
 
+_MATCHER_FORMS = ("regex", "glob", "equals")
+
+
+def _short(value: Any, width: int = 60) -> str:
+    text = _text(value)
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
 def _matcher(spec: Any) -> tuple[_Matcher, str]:
     """Compile one argument matcher; return it with a short description."""
     if isinstance(spec, str):
@@ -131,7 +140,15 @@ def _matcher(spec: Any) -> tuple[_Matcher, str]:
     if isinstance(spec, re.Pattern):
         pat: re.Pattern[str] = spec
         return (lambda v: pat.search(_text(v)) is not None), f"/{pat.pattern}/"
-    if isinstance(spec, Mapping) and len(spec) == 1:
+    if isinstance(spec, Mapping):
+        # Only the explicit forms: a typo such as {"regx": ...} would otherwise compare the
+        # argument with that dict, never match, and silently disable a deny rule.
+        if len(spec) != 1 or next(iter(spec)) not in _MATCHER_FORMS:
+            raise ConfigError(
+                f"argument matcher {_short(spec)} is not one of "
+                + ", ".join(f'{{"{k}": ...}}' for k in _MATCHER_FORMS)
+                + ' (to compare with a dict, use {"equals": {...}})'
+            )
         ((kind, val),) = spec.items()
         if kind == "regex":
             if not isinstance(val, str):
@@ -536,13 +553,16 @@ class Policy:
         try:
             spec = _PolicySpec.model_validate(data)
         except ValidationError as exc:
-            problems = "; ".join(
-                f"{'.'.join(str(p) for p in e['loc']) or 'policy'}: {e['msg']}"
-                for e in exc.errors()
-            )
-            raise ConfigError(f"{origin}: {problems}") from None
+            raise ConfigError(f"{origin}: {_spec_problems(exc, 'policy')}") from None
         rules: list[Rule] = []
-        for i, r in enumerate(spec.rules, 1):
+        for i, raw in enumerate(spec.rules, 1):
+            where = f"{origin}: {_rule_name(raw, i)}"
+            if not isinstance(raw, dict):
+                raise ConfigError(f"{where}: must be an object with an 'action', not {raw!r}")
+            try:
+                r = _RuleSpec.model_validate(raw)
+            except ValidationError as exc:
+                raise ConfigError(f"{where}: {_spec_problems(exc, 'rule')}") from None
             try:
                 rules.append(
                     Rule(
@@ -557,7 +577,7 @@ class Policy:
                     )
                 )
             except ConfigError as exc:
-                raise ConfigError(f"{origin}: rule #{i}: {exc}") from None
+                raise ConfigError(f"{where}: {exc}") from None
         return cls(rules, default=spec.default, default_reason=spec.default_reason, ask=ask)
 
     @classmethod
@@ -600,7 +620,7 @@ def _load_toml(text: str, origin: str) -> Any:
 
 
 class _RuleSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     action: Action
     tool: str | list[str] = "*"
@@ -613,11 +633,34 @@ class _RuleSpec(BaseModel):
 
 
 class _PolicySpec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     default: Action = "allow"
     default_reason: str | None = None
-    rules: list[_RuleSpec] = Field(default_factory=list)
+    rules: list[Any] = Field(default_factory=list)  # each checked as a _RuleSpec, by position
+
+
+_RULE_KEYS = tuple(_RuleSpec.model_fields)
+
+
+def _spec_problems(exc: ValidationError, where: str) -> str:
+    """Pydantic's errors in words: ``key 'reson' is not a rule key (...)``."""
+    out = []
+    for e in exc.errors():
+        loc = ".".join(str(p) for p in e["loc"] if not str(p).startswith(("list[", "str")))
+        if e["type"] == "extra_forbidden":
+            keys = _RULE_KEYS if where == "rule" else ("default", "default_reason", "rules")
+            out.append(f"{loc!r} is not a {where} key (keys: {', '.join(keys)})")
+        elif loc:
+            out.append(f"{loc}: {e['msg']}")
+        else:
+            out.append(e["msg"])
+    return "; ".join(dict.fromkeys(out))
+
+
+def _rule_name(raw: Any, position: int) -> str:
+    name = raw.get("name") if isinstance(raw, dict) else None
+    return f"rule #{position}" + (f" ({name!r})" if isinstance(name, str) and name else "")
 
 
 # -- helpers ------------------------------------------------------------------------------------

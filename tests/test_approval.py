@@ -502,9 +502,9 @@ def test_toml_policy_file(tmp_path: Path, side_registry: dagagent.Registry) -> N
     [
         ("{not json", "not valid JSON: Expecting property name"),
         ("[1, 2]", "must be an object"),
-        ('{"rules": [{"tool": "x"}]}', "rules.0.action: Field required"),
-        ('{"rules": [{"tool": "x", "action": "nope"}]}', "rules.0.action: Input should be"),
-        ('{"rules": [{"tool": "x", "action": "ask", "color": 1}]}', "rules.0.color: Extra"),
+        ('{"rules": [{"tool": "x"}]}', "rule #1: action: Field required"),
+        ('{"rules": [{"tool": "x", "action": "nope"}]}', "rule #1: action: Input should be"),
+        ('{"rules": [{"tool": "x", "action": "ask", "color": 1}]}', "rule #1: 'color' is not a rule key"),
         ('{"default": "maybe"}', "default: Input should be 'allow', 'deny' or 'ask'"),
         (
             '{"rules": [{"action": "ask", "args": {"x": {"regex": "("}}}]}',

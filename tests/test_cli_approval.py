@@ -405,7 +405,7 @@ def test_policy_file_then_ask_both_must_allow(setup: Setup) -> None:
     ("content", "message"),
     [
         ("{", "not valid JSON"),
-        ('{"rules": [{"tool": "note", "action": "perhaps"}]}', "rules.0.action: Input should be"),
+        ('{"rules": [{"tool": "note", "action": "perhaps"}]}', "rule #1: action: Input should be"),
     ],
 )
 def test_bad_policy_file_exits_2_before_anything_runs(
