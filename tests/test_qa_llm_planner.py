@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+import dagagent
 from dagagent.llm import LLMResponse, ScriptedLLM, ToolCall
 from dagagent.planners import LLMPlanner
 from dagagent.planners.heal import parse_plan_answer
@@ -72,3 +73,36 @@ async def test_a_broken_tool_call_goes_back_as_text_not_as_a_dangling_call():
     echoed = llm.requests[1].messages[-2]
     assert echoed.role == "assistant" and echoed.content == '{"tasks": ['
     assert not echoed.tool_calls  # a call without a result would be refused by the server
+
+
+def test_null_for_an_optional_argument_that_cannot_be_null_means_the_default():
+    answer = {
+        "tasks": [
+            {"id": "a", "tool": "compare", "args": {"a": 1, "b": 2, "label_a": None}},
+            {"id": "s", "tool": "sleep", "args": {"seconds": 0, "value": None}},
+        ]
+    }
+    graph, issues = parse_plan_answer(json.dumps(answer), demo, goal="g")
+    assert issues == [] and graph is not None
+    assert graph.plan.tasks[0].args == {"a": 1, "b": 2}
+    assert graph.plan.tasks[1].args == {"seconds": 0, "value": None}  # null is a value here
+
+
+def test_null_for_a_required_argument_is_still_reported():
+    answer = {"tasks": [{"id": "a", "tool": "compare", "args": {"a": None, "b": 2}}]}
+    graph, issues = parse_plan_answer(json.dumps(answer), demo, goal="g")
+    assert graph is None and [(i.code, i.task_id) for i in issues] == [("bad_arguments", "a")]
+
+
+def test_nullable_optional_keeps_its_null():
+    reg = dagagent.Registry()
+
+    @reg.tool
+    def pick(x: int, unit: str | None = "C", n: int | None = None) -> int:
+        """Pick."""
+        return x
+
+    answer = {"tasks": [{"id": "p", "tool": "pick", "args": {"x": 1, "unit": None, "n": None}}]}
+    graph, issues = parse_plan_answer(json.dumps(answer), reg, goal="g")
+    assert issues == [] and graph is not None
+    assert graph.plan.tasks[0].args == {"x": 1, "unit": None, "n": None}

@@ -238,8 +238,9 @@ def parse_plan_answer(
     """Read one model answer as a plan for ``goal`` and validate it against ``registry``.
 
     Returns ``(graph, [])`` for a valid plan, else ``(None, issues)``. The plan's goal is
-    always ``goal`` (the model's restatement is dropped). ``null_optionals``: the answer
-    followed a strict schema, so ``null`` optional arguments mean "not given".
+    always ``goal`` (the model's restatement is dropped). ``null`` for an optional argument
+    that cannot be ``null`` means "not given" (the default); ``null_optionals``: the answer
+    followed a strict schema, so every ``null`` optional argument means that.
     """
     if finish_reason == "length":
         return None, [
@@ -259,8 +260,7 @@ def parse_plan_answer(
         if isinstance(inner, dict) and "tasks" in inner:
             value = inner  # {"plan": {...}}
     value["goal"] = goal
-    if null_optionals:
-        drop_null_optionals(value, registry)
+    drop_null_optionals(value, registry, keep_nullable=not null_optionals)
     try:
         plan = load_plan(value)
     except PlanLoadError as exc:

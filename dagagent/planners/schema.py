@@ -398,9 +398,15 @@ def plan_response_format(
     return ResponseFormat(PLAN_FORMAT_NAME, schema, strict=strict)
 
 
-def drop_null_optionals(data: Any, registry: Registry) -> None:
-    """Undo strict mode's nullable optionals: remove ``null`` optional arguments in place
-    (and a ``null`` agent ``tools`` list)."""
+def drop_null_optionals(data: Any, registry: Registry, *, keep_nullable: bool = False) -> None:
+    """Read ``null`` optional arguments as "not given": remove them in place (and a ``null``
+    agent ``tools`` list).
+
+    Strict mode makes every optional argument nullable for this purpose. Without it, pass
+    ``keep_nullable=True``: an argument that may legitimately be ``null`` keeps it, and a
+    ``null`` only goes where it could not be meant as a value (small models write ``null``
+    for the optional arguments they do not want to set).
+    """
     tasks = data.get("tasks") if isinstance(data, MutableMapping) else data
     if not isinstance(tasks, list):
         return
@@ -412,7 +418,29 @@ def drop_null_optionals(data: Any, registry: Registry) -> None:
         name, args = task.get("tool"), task.get("args")
         if not isinstance(name, str) or name not in registry or not isinstance(args, dict):
             continue
-        _drop(args, optional_args(registry.get(name)))
+        tool = registry.get(name)
+        names: Iterable[str] = optional_args(tool)
+        if keep_nullable:
+            props = tool.parameters_schema.get("properties", {})
+            names = [n for n in names if not _accepts_null(props.get(n))]
+        _drop(args, names)
+
+
+def _accepts_null(node: Any) -> bool:
+    """Whether a (tool argument) schema admits ``null``; unresolved ``$ref`` s do not."""
+    if not isinstance(node, dict):
+        return True
+    kind = node.get("type")
+    if kind == "null" or (isinstance(kind, list) and "null" in kind):
+        return True
+    if "enum" in node:
+        return None in node["enum"]
+    if "const" in node:
+        return node["const"] is None
+    branches = [*node.get("anyOf", ()), *node.get("oneOf", ())]
+    if branches:
+        return any(_accepts_null(b) for b in branches)
+    return kind is None and "$ref" not in node  # no type at all: any value
 
 
 def _drop(args: MutableMapping[str, Any], names: Iterable[str]) -> None:
