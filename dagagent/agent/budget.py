@@ -3,9 +3,10 @@
 A :class:`Budget` bounds one agent run: model turns (``max_steps``), tokens (the sum of the
 usage of every model call, ``max_tokens``), wall-clock time (``deadline_s``), corrective
 messages for replies that fit no format (``max_parse_retries``) and identical tool calls
-(``max_repeats``: the same tool with the same arguments that many times means the agent is
-stuck). Steps and tokens count over the whole life of an :class:`~dagagent.agent.AgentState`,
-resumes included; the deadline counts from the start of each ``run`` / ``resume`` call.
+(``max_repeats``: the same tool with the same arguments — as the tool would receive them —
+in that many turns means the agent is stuck). Steps and tokens count over the whole life of
+an :class:`~dagagent.agent.AgentState`, resumes included; the deadline counts from the start
+of each ``run`` / ``resume`` call.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ STOP_REASONS: Final = (
     "max_steps",  # every allowed model turn was used
     "max_tokens",  # the summed usage reached max_tokens
     "deadline",  # deadline_s passed (a model or tool call in flight was cut short)
-    "loop",  # the same tool with the same arguments was requested max_repeats times
+    "loop",  # the same tool with the same arguments was requested in max_repeats turns
     "parse_error",  # text mode: replies fit no format, max_parse_retries corrections in a row
     "no_answer",  # the model kept replying with nothing (no text, no tool call)
 )
@@ -51,8 +52,8 @@ class Budget(BaseModel):
     max_repeats: int | None = Field(
         default=3,
         ge=2,
-        description="The same tool with the same arguments this many times stops the run "
-        "as stuck (loop); the repeated call is not made.",
+        description="The same tool with the same arguments (as the tool would receive them) "
+        "in this many turns stops the run as stuck (loop); the repeated call is not made.",
     )
 
 

@@ -8,7 +8,7 @@ The parser is tolerant of what models actually write:
 - text before the first label counts as the thought;
 - an ``Action Input`` that is a JSON object (bare or in a code fence, with trailing text
   after it), a Python-style dict (``{'city': 'Paris'}``), a JSON string, or a bare string
-  (for single-parameter tools the caller maps it onto that parameter); ``Action:
+  (the caller maps it onto the tool's only parameter, or only required one); ``Action:
   tool[input]`` / ``Action: tool(input)`` when there is no ``Action Input`` line;
 - a hallucinated ``Observation:`` and everything after it is ignored (the stop sequence
   normally prevents it, but not every server honours stop sequences).

@@ -174,9 +174,20 @@ class ReActAgent:
 
         # Everything that does not change between steps is worked out once, here.
         self._lookup: dict[str, Tool] = {t.name: t for t in self.tools}
+        folded: dict[str, list[Tool]] = {}
+        for t in self.tools:
+            folded.setdefault(t.name.casefold(), []).append(t)
+        self._folded = {k: ts[0] for k, ts in folded.items() if len(ts) == 1}
         self._params: dict[str, list[str]] = {
             t.name: list(t.parameters_schema.get("properties", {})) for t in self.tools
         }
+        # The parameter a bare Action Input fills: the only one, or the only required one.
+        self._bare: dict[str, str] = {}
+        for t in self.tools:
+            params = self._params[t.name]
+            required = [p for p in params if p in t.parameters_schema.get("required", ())]
+            if len(params) == 1 or len(required) == 1:
+                self._bare[t.name] = params[0] if len(params) == 1 else required[0]
         specs: list[ToolSpec] = []
         for t in self.tools:
             wire = _WIRE_NAME_RE.sub("_", t.name)[:64]
@@ -374,8 +385,12 @@ class ReActAgent:
         if limit is None:
             return None
         stuck: _Call | None = None
+        seen: set[str] = set()
         for c in calls:
-            key = call_signature(c.name, c.args)
+            key = self._signature(c)
+            if key in seen:  # the same call twice in one turn is not being stuck
+                continue
+            seen.add(key)
             n = st.call_counts[key] = st.call_counts.get(key, 0) + 1
             if n >= limit and stuck is None:
                 stuck = c
@@ -383,6 +398,18 @@ class ReActAgent:
             return None
         args = _clip(json.dumps(jsonable(stuck.args), ensure_ascii=False), 200)
         return "loop", f"stuck: asked for {stuck.name}({args}) {limit} times"
+
+    @staticmethod
+    def _signature(c: _Call) -> str:
+        """What makes two calls the same: the tool and the arguments it would get, so that
+        ``{"a": 1}`` / ``{"a": 1.0}`` / ``{"a": "1"}`` for an int, or a bare ``Paris`` and
+        ``{"city": "Paris"}`` in text mode, count as one call."""
+        if c.tool is None or c.problem is not None:
+            return call_signature(c.name, c.args)
+        try:
+            return call_signature(c.tool.name, c.tool.validate_args(c.arguments))
+        except ToolArgumentsError:
+            return call_signature(c.tool.name, c.arguments)
 
     def _stop(
         self, st: AgentState, reason: str, detail: str | None, *, log: Any = None
@@ -432,12 +459,16 @@ class ReActAgent:
                     call_id, fixed = f"call_{step}_{i}", True
                 seen.add(call_id)
                 args: Any = tc.raw_arguments if tc.arguments_error else tc.arguments
-                calls.append(self._resolve(call_id, tc.name, args, tc.arguments_error, False))
+                call = self._resolve(call_id, tc.name, args, tc.arguments_error, False)
+                fixed = fixed or call.args is not args  # too deep to keep: not sent back either
+                calls.append(call)
             if fixed:
                 message = AssistantMessage(
                     response.content,
                     [
                         tc.model_copy(update={"id": c.id})
+                        if c.args is not _TOO_DEEP
+                        else tc.model_copy(update={"id": c.id, "arguments": {}})
                         for tc, c in zip(response.tool_calls, calls, strict=True)
                     ],
                 )
@@ -472,8 +503,14 @@ class ReActAgent:
     def _resolve(
         self, call_id: str, name: str, args: Any, args_error: str | None, text: bool
     ) -> _Call:
+        if _too_deep(args):  # nobody could store, show or send it back
+            call = _Call(call_id, name, _TOO_DEEP)
+            call.problem = f"the arguments of {name!r} are {_TOO_DEEP}"
+            return call
         call = _Call(call_id, name, args)
         tool = self._lookup.get(name)
+        if tool is None:
+            tool = self._folded.get(name.casefold())  # "Search" for "search", if unambiguous
         if tool is None:
             call.problem = str(UnknownToolError(name, self.tools.names or None))
             if not self.tools.names:
@@ -490,8 +527,8 @@ class ReActAgent:
             params = self._params[tool.name]
             if args is None or (not params and args == ""):
                 call.arguments = {}
-            elif len(params) == 1:
-                call.arguments = {params[0]: args}
+            elif tool.name in self._bare:
+                call.arguments = {self._bare[tool.name]: args}
             else:
                 wanted = ", ".join(params) if params else "none"
                 call.problem = (
@@ -594,6 +631,27 @@ async def _default_call(tool: Tool, args: dict[str, Any]) -> Any:
             return await tool.acall(validated)
     except TimeoutError:
         raise TaskTimeoutError(f"timed out after {tool.timeout_s:g} s") from None
+
+
+_MAX_ARGS_DEPTH = 64
+_TOO_DEEP = f"nested more than {_MAX_ARGS_DEPTH} levels deep"
+
+
+def _too_deep(value: Any, limit: int = _MAX_ARGS_DEPTH) -> bool:
+    """Whether ``value`` nests lists / dicts more than ``limit`` levels (without recursing)."""
+    if not isinstance(value, (dict, list)):
+        return False
+    level: list[Any] = [value]
+    for _ in range(limit):
+        level = [
+            v
+            for item in level
+            for v in (item.values() if isinstance(item, dict) else item)
+            if isinstance(v, (dict, list))
+        ]
+        if not level:
+            return False
+    return True
 
 
 def _clip(text: str, limit: int) -> str:
