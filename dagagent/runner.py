@@ -33,6 +33,7 @@ from .errors import (
     UnknownToolError,
 )
 from .events import Listener, TaskDecision, TaskFinished, TaskRetrying, TaskStarted, debug_enabled
+from .plan import _interp_text
 from .results import TaskResult, TaskStatus, jsonable
 from .tools import GENERATOR_TYPES, materialize_async
 
@@ -576,7 +577,10 @@ class TaskRunner:
                 task.id, tool, args, source="agent", decisions=decisions, timeout=tool.timeout_s
             )
 
-        node = AgentNode(self.run_id, task, str(instruction), tools, context, call, self.llm)
+        # An instruction that is one reference ("${paris}") keeps the value's type: show it as
+        # a reference inside longer text would be shown (JSON for a dict, not its repr).
+        text = instruction if isinstance(instruction, str) else _interp_text(instruction)
+        node = AgentNode(self.run_id, task, text, tools, context, call, self.llm)
         limiter = self._limiter
         if limiter is not None:
             await limiter.acquire()

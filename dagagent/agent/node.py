@@ -11,7 +11,9 @@ denied call is an observation for the model, not a task failure) and invoker. Th
 becomes the task's output and the steps are kept in ``TaskResult.steps``; a run that stops
 without an answer fails the task with :class:`AgentStoppedError`, whose message names the
 stop reason and sums up the last steps (the runner keeps no steps for failed tasks, so the
-message carries them; the exception carries them too, as ``.steps``).
+message carries them; the exception carries them too, as ``.steps``). A model error
+(:class:`~dagagent.errors.LLMError`) is raised as it is — the task's ``retries`` apply —
+with the steps taken before it as ``.steps``, so a task it fails keeps them.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from dagagent.errors import AgentError
+from dagagent.errors import AgentError, LLMError
 from dagagent.events import get_logger
 from dagagent.results import jsonable
 from dagagent.runner import AgentNode, AgentTaskRunner
@@ -96,7 +98,14 @@ def make_agent_runner(
             max_tokens_per_call=max_tokens_per_call,
             logger=get_logger(run_id=node.run_id, task_id=node.task.id),
         )
-        result = await agent.run(node.instruction, context=node.context or None)
+        try:
+            result = await agent.run(node.instruction, context=node.context or None)
+        except LLMError as exc:
+            # Retried or not by the task's retries, like any model error; if it fails the
+            # task, the record keeps what the agent did before the model failed.
+            if agent.state is not None and agent.state.steps:
+                exc.steps = agent.state.steps_json()  # type: ignore[attr-defined]
+            raise
         if not result.ok:
             raise AgentStoppedError(node.task.id, result)
         return result.answer, result.steps_json()

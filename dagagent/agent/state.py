@@ -79,6 +79,10 @@ class AgentState(BaseModel):
         """Whether the run ended with an answer (resuming it returns that answer)."""
         return self.stop_reason == "answer"
 
+    def steps_json(self) -> list[dict[str, Any]]:
+        """The steps so far as JSON-able dicts (see :meth:`AgentResult.steps_json`)."""
+        return _steps_json(self.steps)
+
 
 @dataclass(frozen=True, slots=True)
 class AgentEvent:
@@ -131,4 +135,8 @@ class AgentResult(BaseModel):
 
     def steps_json(self) -> list[dict[str, Any]]:
         """The steps as JSON-able dicts (what a plan node keeps in ``TaskResult.steps``)."""
-        return [s.model_dump(mode="json", exclude_defaults=True) for s in self.steps]
+        return _steps_json(self.steps)
+
+
+def _steps_json(steps: list[Step]) -> list[dict[str, Any]]:
+    return [s.model_dump(mode="json", exclude_defaults=True) for s in steps]
