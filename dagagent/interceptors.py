@@ -28,7 +28,11 @@ from .results import jsonable
 if TYPE_CHECKING:
     from .runner import CallNext, Interceptor, ToolCall
 
-__all__ = ["SECRET_ARG_NAMES", "Span", "cache_key", "caching", "redacting", "tracing"]
+__all__ = ["REDACT", "SECRET_ARG_NAMES", "Span", "cache_key", "caching", "redacting", "tracing"]
+
+#: The ``decision`` of the entry :func:`redacting` adds to a task's decisions when it rewrites
+#: a call's arguments; its ``args`` are the redacted arguments.
+REDACT = "redact"
 
 
 def _name_filter(tools: str | Iterable[str]) -> Callable[[str], bool]:
@@ -175,8 +179,13 @@ def redacting(
       ``replacement`` (e.g. e-mail addresses before text goes to a third-party tool).
 
     The rewritten arguments are validated again by the runner. Put it before (outside) a
-    tracing interceptor or an approval policy to keep secrets out of their records. (The
-    task's ``TaskResult.args`` holds the arguments as resolved *before* any interceptor.)"""
+    tracing interceptor or an approval policy to keep secrets out of their records.
+
+    Each rewrite is recorded in the task's ``decisions`` (``decision="redact"``, the names
+    of the redacted arguments as ``reason``, the redacted ``args``). The in-memory
+    ``TaskResult.args`` still holds the arguments as resolved *before* any interceptor; the
+    run store records the redacted ones instead, and such a task is not reused by a replan
+    (its real arguments are not on record to compare)."""
     name_rx = re.compile("|".join(f"(?:{fnmatch.translate(p.lower())})" for p in args) or "(?!)")
     rxs = [p if isinstance(p, re.Pattern) else re.compile(p) for p in patterns]
     wanted = _name_filter(tools)
@@ -208,7 +217,12 @@ def redacting(
                 for k, v in call.args.items()
             }
             if new != call.args:
+                hidden = [k for k, v in new.items() if v != call.args.get(k)]
                 call.args = new
+                # Recorded with the task (no values, only which arguments): the run store
+                # then keeps these redacted arguments, not the secrets (see dagagent.store).
+                call.decide(REDACT, "redacting", f"redacted: {', '.join(hidden)}")
+                call.decisions[-1]["source"] = call.source
         return await call_next(call)
 
     return redact

@@ -431,7 +431,14 @@ def predict_reuse(record: RunRecord, new: Plan) -> dict[str, ReuseDecision]:
         elif tid not in reusable:
             why = f"{r.status.value} before"
             if r.status.ok:
-                why += ", output not recorded" if _output_lost(r) else ", arguments not recorded"
+                from .store import _redacted_args
+
+                if _output_lost(r):
+                    why += ", output not recorded"
+                elif _redacted_args(r.decisions) is not None:
+                    why += ", arguments redacted"
+                else:
+                    why += ", arguments not recorded"
             decided[tid] = ReuseDecision(tid, "run", why)
         elif not _same_call(old, t):
             decided[tid] = ReuseDecision(tid, "run", "changed")

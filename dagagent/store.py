@@ -24,7 +24,11 @@ else ``.dagagent/runs.db`` under the current directory.
 **What is stored.** The plan, the resolved arguments, the outputs, errors, steps and
 decisions, and the run's ``context`` (what the caller chose to record about where the run
 came from; the CLI records its ``--tools`` spec so that ``replan`` can load the same tools),
-and nothing else: no environment values, no model settings, no keys.
+and nothing else: no environment values, no model settings, no keys. A task whose arguments
+a :func:`~dagagent.interceptors.redacting` interceptor rewrote is recorded with the redacted
+arguments (what its tool received), not the resolved ones, so a secret it hid never reaches
+the store; such a task has no fingerprint (its real arguments are not on record) and is not
+reused.
 
 **Schema versions.** ``PRAGMA user_version`` holds the schema version. :data:`MIGRATIONS`
 is the list of forward steps; entry ``i`` moves a database from version ``i`` to ``i + 1``
@@ -53,6 +57,7 @@ from pydantic_core import to_json
 
 from .errors import StoreError
 from .events import RunFinished, RunStarted, TaskFinished, get_logger
+from .interceptors import REDACT
 from .plan import Plan
 from .results import TaskResult, TaskStatus
 from .runner import task_fingerprint
@@ -230,7 +235,8 @@ class RunRecord(BaseModel):
     tasks: dict[str, TaskResult]
     fingerprints: dict[str, str] = Field(
         default_factory=dict,
-        description="task_fingerprint(task, args) of every task with recorded arguments",
+        description="task_fingerprint(task, args) of every task with recorded arguments "
+        "(not redacted ones)",
     )
     context: dict[str, Any] = Field(default_factory=dict)
 
@@ -533,7 +539,11 @@ class RunStore:
                 decisions=_unjson(t[10]),
             )
             task = plan_tasks.get(t[0])
-            if t[8] is not None and task is not None:
+            if (
+                t[8] is not None
+                and task is not None
+                and _redacted_args(by_id[t[0]].decisions) is None
+            ):
                 fingerprints[t[0]] = task_fingerprint(task, by_id[t[0]].args)
         order = [t.id for t in plan.tasks]
         tasks = {k: by_id[k] for k in order if k in by_id}
@@ -576,6 +586,18 @@ def _effective_status(status: str, pid: int | None) -> str:
 # The recorder: a listener feeding a writer thread
 
 _STOP = object()
+
+
+def _redacted_args(decisions: Sequence[Mapping[str, Any]] | None) -> Any:
+    """The arguments of a plan task's call as the ``redacting`` interceptor left them (the
+    last rewrite), or ``None`` if nothing was redacted."""
+    found = None
+    for d in decisions or ():
+        if d.get("decision") == REDACT and d.get("source", "plan") == "plan":
+            found = d.get("args")
+    return found
+
+
 _TASK_COLUMNS = (
     "run_id, task_id, status, output, error, error_type, attempts, started_at, finished_at, "
     "args, steps, decisions"
@@ -813,6 +835,11 @@ class RunRecorder:
                 # it were the output. Say why, and leave the output out (never reused).
                 error = f"the output could not be recorded: {_why(exc)}"
                 error_type = OUTPUT_NOT_RECORDED
+        args = r.args
+        if decisions:
+            redacted = _redacted_args(decisions)
+            if redacted is not None:
+                args = redacted  # never the secrets a redacting interceptor hid
         return (
             self.run_id,
             r.task_id,
@@ -823,7 +850,7 @@ class RunRecorder:
             r.attempts,
             r.started_at,
             r.finished_at,
-            _json(r.args),
+            _json(args),
             None if steps is None else _json(steps),
             None if decisions is None else _json(decisions),
         )

@@ -166,3 +166,53 @@ def test_cli_on_a_foreign_database_exits_4_without_touching_it(tmp_path: Path) -
         assert "not a dagagent run store" in res.output
     with sqlite3.connect(db) as conn:
         assert [r[0] for r in conn.execute("SELECT name FROM sqlite_master")] == ["notes"]
+
+
+def test_a_redacted_secret_never_reaches_the_store(tmp_path: Path) -> None:
+    from dagagent.interceptors import redacting
+
+    secret = "hunter2-0123456789-very-secret"
+    seen: list[str] = []
+    reg = dagagent.Registry()
+
+    @reg.tool
+    def vault(name: str) -> dict[str, str]:
+        """Hand out a password."""
+        return {"password": secret}
+
+    @reg.tool
+    def login(user: str, password: str) -> str:
+        """Log in."""
+        seen.append(password)
+        return f"hello {user}"
+
+    plan = {
+        "goal": "log in",
+        "tasks": [
+            {"id": "v", "tool": "vault", "args": {"name": "db"}},
+            {"id": "in", "tool": "login", "args": {"user": "ann", "password": "${v.password}"}},
+        ],
+    }
+    db = tmp_path / "r.db"
+    result = dagagent.execute_sync(plan, reg, store=db, interceptors=[redacting()])
+    assert result.ok and seen == ["[redacted]"]
+    with RunStore(db) as st:
+        rec = st.get_run(result.run_id)
+    with sqlite3.connect(db) as conn:
+        rows = conn.execute("SELECT * FROM runs").fetchall()
+        rows += conn.execute("SELECT * FROM tasks WHERE task_id != 'v'").fetchall()
+    assert rows and not any(secret in str(col) for row in rows for col in row)
+    # The vault's own output holds it (outputs are recorded as they are)...
+    assert rec.tasks["v"].output == {"password": secret}
+    # ...but not the redacted call: its arguments are recorded as the tool received them.
+    assert rec.tasks["in"].args == {"user": "ann", "password": "[redacted]"}
+    (note,) = rec.tasks["in"].decisions or []
+    assert note["decision"] == "redact" and note["reason"] == "redacted: password"
+    # Not reusable: the real arguments are not on record to compare.
+    assert "in" not in rec.fingerprints and set(reuse_map(rec)) == {"v"}
+    assert predict_reuse(rec, rec.plan)["in"].reason == "succeeded before, arguments redacted"
+    seen.clear()
+    again = dagagent.execute_sync(
+        plan, reg, reuse=reuse_map(rec), parent_id=rec.id, interceptors=[redacting()]
+    )
+    assert again.tasks["v"].status.value == "reused" and seen == ["[redacted]"]
