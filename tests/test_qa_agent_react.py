@@ -191,3 +191,33 @@ async def test_shallow_arguments_are_kept_as_written(tools: Registry) -> None:
     assert result.steps[0].calls[0].observation == "echoed"
     (msg,) = [m for m in llm.requests[1].messages if isinstance(m, ToolResultMessage)]
     assert not msg.is_error
+
+
+# ---------------------------------------------------------------------------- call ids
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+async def test_call_ids_reused_across_turns_are_made_unique(provider: str, tools: Registry) -> None:
+    # Servers that number each reply's calls from the start again ("call_1" every turn):
+    # the Messages API refuses a history whose tool_use ids repeat (HTTP 400).
+    one, two = ("add", {"a": 1, "b": 1}), ("add", {"a": 2, "b": 2})
+    if provider == "openai":
+        script = [wire.openai_tool_calls([one]), wire.openai_tool_calls([two])]
+        llm = ScriptedLLM.openai([*script, wire.openai_text("done")])
+    else:
+        script = [wire.anthropic_tool_use([one]), wire.anthropic_tool_use([two])]
+        llm = ScriptedLLM.anthropic([*script, wire.anthropic_text("done")])
+    async with llm:
+        result = await ReActAgent(llm, tools).run("add twice")
+    assert result.answer == "done"
+    ids = [c.id for s in result.steps for c in s.calls]
+    assert len(set(ids)) == 2 and ids[0] == ("call_1" if provider == "openai" else "toolu_1")
+    history = llm.wire_requests[-1]["messages"]
+    if provider == "openai":
+        asked = [c["id"] for m in history for c in m.get("tool_calls") or []]
+        answered = [m["tool_call_id"] for m in history if m["role"] == "tool"]
+    else:
+        blocks = [b for m in history if isinstance(m["content"], list) for b in m["content"]]
+        asked = [b["id"] for b in blocks if b["type"] == "tool_use"]
+        answered = [b["tool_use_id"] for b in blocks if b["type"] == "tool_result"]
+    assert asked == answered == ids

@@ -276,7 +276,7 @@ class ReActAgent:
                     return
                 st.step += 1
                 st.usage = st.usage + response.usage
-                turn = self._read(response, st.step)
+                turn = self._read(response, st)
                 step = Step(step=st.step, thought=turn.thought, usage=response.usage)
                 if turn.thought:
                     yield self._event(log, AgentEvent("thought", st.step, text=turn.thought))
@@ -445,18 +445,26 @@ class ReActAgent:
             return await self.llm.complete(messages, **self._options)
         return None
 
-    def _read(self, response: LLMResponse, step: int) -> _Turn:
+    def _read(self, response: LLMResponse, st: AgentState) -> _Turn:
+        step = st.step
         if self.mode == "text":
             return self._read_text(response, step)
         message = response.to_message()
         if response.tool_calls:
             calls = []
-            seen: set[str] = set()
+            # Ids must be unique in the whole conversation, not only in this turn: some
+            # servers number the calls of each reply from 0 again.
+            seen = {
+                tc.id for m in st.messages if isinstance(m, AssistantMessage) for tc in m.tool_calls
+            }
             fixed = False
             for i, tc in enumerate(response.tool_calls, 1):
                 call_id = tc.id
                 if not call_id or call_id in seen:  # the results must match unique ids
-                    call_id, fixed = f"call_{step}_{i}", True
+                    call_id, n, fixed = f"call_{step}_{i}", 1, True
+                    while call_id in seen:
+                        n += 1
+                        call_id = f"call_{step}_{i}_{n}"
                 seen.add(call_id)
                 args: Any = tc.raw_arguments if tc.arguments_error else tc.arguments
                 call = self._resolve(call_id, tc.name, args, tc.arguments_error, False)
