@@ -17,7 +17,7 @@ from dagagent.errors import (
     LLMServerError,
     LLMTimeoutError,
 )
-from dagagent.llm import OpenAIChat, ToolSpec, collect_stream
+from dagagent.llm import OpenAIChat, ToolResultMessage, ToolSpec, UserMessage, collect_stream
 
 pytestmark = pytest.mark.anyio
 
@@ -310,3 +310,39 @@ async def test_slow_loris_json_body(server: LLMTestServer, stream: bool):
             await collect_stream(llm.stream("x"))
         else:
             await llm.complete("x")
+
+
+# ---------------------------------------------------------------------------- text
+
+
+async def test_lone_surrogate_escapes_become_replacement_characters(server: LLMTestServer):
+    call = {
+        "id": "c",
+        "type": "function",
+        "function": {"name": "get_time", "arguments": '{"tz": "\\udc00"}'},
+    }
+    body = {"choices": [{"message": {"content": "a\\ud800b", "tool_calls": [call]}}]}
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n"
+    # json.dumps would escape the backslashes: write the escapes as the server does
+    raw = json.dumps(body).replace("\\\\ud800", "\\ud800").replace("\\\\\\\\udc00", "\\\\udc00")
+    server.push(
+        RawReply([head, raw.encode()]),
+        RawReply(
+            [
+                SSE_HEAD,
+                b'data: {"choices": [{"index": 0, "delta": {"content": "\\udfff"}}]}\n\n',
+                chunk({}, "stop"),
+                DONE,
+            ]
+        ),
+    )
+    llm = client(server)
+    response = await llm.complete("x", tools=TOOLS)
+    assert response.content == "a\ufffdb"
+    assert response.tool_calls[0].arguments == {"tz": "\ufffd"}
+    # the answer goes back in the history (and to a store) without an encoding error
+    history = [UserMessage("x"), response.to_message(), ToolResultMessage("c", "out\udcff")]
+    final = await collect_stream(llm.stream(history, tools=TOOLS))
+    assert final.content == "\ufffd"
+    sent = server.requests[1].json["messages"]
+    assert sent[1]["content"] == "a\ufffdb" and sent[2]["content"] == "out\ufffd"

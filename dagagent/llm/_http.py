@@ -43,7 +43,7 @@ from dagagent.errors import (
     LLMServerError,
     LLMTimeoutError,
 )
-from dagagent.llm.types import LLMResponse, UsageTracker
+from dagagent.llm.types import LLMResponse, UsageTracker, clean_text, loads_json
 
 __all__ = [
     "HTTPChatClient",
@@ -245,7 +245,7 @@ class SSEEvent:
     id: str | None = None
 
     def json(self) -> Any:
-        return json.loads(self.data)
+        return loads_json(self.data)
 
 
 class StreamIdleTimeout(httpx.ReadTimeout):
@@ -390,8 +390,23 @@ class HTTPChatClient:
     def _auth_headers(self) -> dict[str, str]:
         raise NotImplementedError
 
+    def _encode_body(self, body: Any) -> bytes:
+        """The request as UTF-8 JSON. Text that is not Unicode (a lone surrogate, from a
+        tool's output say) is sent with U+FFFD in its place rather than failing the call."""
+        try:
+            text = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        except ValueError as exc:
+            raise LLMBadRequestError(f"the request to {self.provider} is not JSON: {exc}") from None
+        try:
+            return text.encode("utf-8")
+        except UnicodeEncodeError:
+            return self._encode_body(clean_text(body))
+
     def _headers(self, *, stream: bool) -> dict[str, str]:
-        headers = {"accept": "text/event-stream" if stream else "application/json"}
+        headers = {
+            "accept": "text/event-stream" if stream else "application/json",
+            "content-type": "application/json",
+        }
         headers.update(self._extra_headers)
         headers.update(self._auth_headers())
         return headers
@@ -548,7 +563,7 @@ class HTTPChatClient:
 
     def _json_body(self, response: httpx.Response) -> Any:
         try:
-            return json.loads(response.content)
+            return loads_json(response.content)
         except ValueError:
             ctype = response.headers.get("content-type", "no content-type")
             text = response.text
@@ -662,7 +677,7 @@ class HTTPChatClient:
             with anyio.fail_after(deadline):
                 response = await client.post(
                     self._url(path),
-                    json=body,
+                    content=self._encode_body(body),
                     headers=self._headers(stream=False),
                     timeout=self.timeout,
                 )
@@ -686,7 +701,7 @@ class HTTPChatClient:
         request = client.build_request(
             "POST",
             self._url(path),
-            json=body,
+            content=self._encode_body(body),
             headers=self._headers(stream=True),
             timeout=self.timeout,
         )

@@ -51,6 +51,7 @@ from dagagent.llm.types import (
     Usage,
     UsageTracker,
     UserMessage,
+    loads_json,
     wire_name,
 )
 
@@ -172,7 +173,7 @@ class _FormatTool:
         if not self.wrapped:
             return text
         try:
-            return self.content_from_input(json.loads(text))
+            return self.content_from_input(loads_json(text))
         except ValueError:
             return text
 
@@ -440,7 +441,7 @@ class AnthropicChat(HTTPChatClient):
         done = False
         async for sse in iter_sse(response.aiter_lines(), idle=self.timeout.read):
             try:
-                data = json.loads(sse.data)
+                data = loads_json(sse.data)
             except ValueError:
                 raise self._response_error("a stream event is not JSON", sse.data) from None
             raw.append(data)

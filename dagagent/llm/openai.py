@@ -35,6 +35,7 @@ from dagagent.llm.types import (
     Usage,
     UsageTracker,
     UserMessage,
+    loads_json,
     parse_tool_arguments,
     wire_name,
 )
@@ -460,7 +461,7 @@ class OpenAIChat(HTTPChatClient):
                     done = True
                     break
                 try:
-                    data = json.loads(sse.data)
+                    data = loads_json(sse.data)
                 except ValueError:
                     raise self._response_error("a stream event is not JSON", sse.data) from None
                 raw.append(data)

@@ -108,6 +108,38 @@ class UsageTracker:
         )
 
 
+# ---------------------------------------------------------------------------- JSON text
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+_MAYBE_SURROGATE_STR = re.compile("\\\\u[dD][89a-fA-F]|[\ud800-\udfff]")
+_MAYBE_SURROGATE_BYTES = re.compile(b"\\\\u[dD][89a-fA-F]|\xed[\xa0-\xbf]")
+
+
+def clean_text(value: Any) -> Any:
+    """``value`` with every lone UTF-16 surrogate in its strings (and keys) replaced by
+    U+FFFD. A ``\\ud800`` escape alone decodes to one; such a string cannot be encoded as
+    UTF-8, so it would break the next request, a saved plan or the run store."""
+    if isinstance(value, str):
+        return _LONE_SURROGATE.sub("\ufffd", value) if _LONE_SURROGATE.search(value) else value
+    if isinstance(value, list):
+        return [clean_text(v) for v in value]
+    if isinstance(value, dict):
+        return {clean_text(k): clean_text(v) for k, v in value.items()}
+    return value
+
+
+def loads_json(text: str | bytes) -> Any:
+    """``json.loads`` for what a model server sent: strings come out as valid Unicode text
+    (see :func:`clean_text`). Raises ``ValueError`` for text that is not JSON."""
+    value = json.loads(text)
+    maybe = (
+        _MAYBE_SURROGATE_STR.search(text)
+        if isinstance(text, str)
+        else _MAYBE_SURROGATE_BYTES.search(text)
+    )
+    return clean_text(value) if maybe else value
+
+
 # ---------------------------------------------------------------------------- tool calls
 
 
@@ -121,12 +153,12 @@ def parse_tool_arguments(raw: str | Mapping[str, Any] | None) -> tuple[dict[str,
     if raw is None:
         return {}, None
     if isinstance(raw, Mapping):
-        return dict(raw), None
+        return clean_text(dict(raw)), None
     if not raw.strip():
         return {}, None
     quoted = raw if len(raw) <= 2000 else raw[:2000] + "…"
     try:
-        value = json.loads(raw)
+        value = loads_json(raw)
     except ValueError as exc:
         return {}, f"arguments are not valid JSON ({exc}): {quoted}"
     if not isinstance(value, dict):
