@@ -235,3 +235,11 @@ def test_anthropic_model(server: LLMTestServer):
     (request,) = server.requests
     assert request.path == "/v1/messages"
     assert request.json["tools"][0]["input_schema"] == demo.plan_schema()
+
+
+def test_timeout_bounds_a_slow_model(server: LLMTestServer):
+    server.push(Reply(json=wire.openai_text(json.dumps(PLAN)), delay=3))
+    r = plan_cli(server, "--timeout", "0.3")
+    assert r.exit_code == 2
+    [line] = [x for x in r.stderr.splitlines() if x.startswith("error:")]
+    assert "did not answer within 0.3s" in line

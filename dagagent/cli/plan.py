@@ -51,6 +51,7 @@ def _make_planner(
     max_attempts: int,
     agent_tasks: bool,
     structured: bool,
+    timeout: float = 60.0,
 ) -> tuple[Any, LLMPlanner]:
     if not (model or os.environ.get("DAGAGENT_MODEL", "").strip()):
         fail(
@@ -58,7 +59,7 @@ def _make_planner(
             "--model openai:llama3.1 --base-url http://localhost:11434/v1) or set "
             "DAGAGENT_MODEL (and DAGAGENT_BASE_URL for a local server)"
         )
-    llm = from_env(model, base_url)
+    llm = from_env(model, base_url, timeout=timeout)
     planner = LLMPlanner(
         llm, registry, max_attempts=max_attempts, agent_tasks=agent_tasks, structured=structured
     )
@@ -130,6 +131,13 @@ def plan_cmd(
         help="Send no response format (for servers that reject json_schema); the prompt "
         "still describes the plan format.",
     ),
+    timeout: float = typer.Option(
+        60.0,
+        "--timeout",
+        min=0.1,
+        metavar="SECONDS",
+        help="How long the model may take to answer (a slow local model may need more).",
+    ),
     executor: str = typer.Option(
         "levels",
         "--executor",
@@ -160,6 +168,7 @@ def plan_cmd(
         max_attempts=max_attempts,
         agent_tasks=agent_tasks,
         structured=not no_schema,
+        timeout=timeout,
     )
     result = _plan(llm, planner, goal)
     graph = result.graph
