@@ -6,8 +6,8 @@ removed and changed tasks (and what changed in each); :func:`reuse_map` is the
 ``reuse={task_id: (fingerprint, output)}`` argument of :func:`dagagent.execute` built from a
 parent run; :func:`predict_reuse` tells, before running, which tasks of a revised plan will be
 reused. The runner makes the final decision at run time by comparing fingerprints (id, tool,
-resolved arguments), so a changed upstream output defeats reuse even when the task's own
-definition is unchanged.
+resolved arguments) and the outputs of the task's dependencies with the parent run's, so a
+changed upstream output defeats reuse even when the task's own definition is unchanged.
 """
 
 from __future__ import annotations
@@ -389,7 +389,7 @@ class ReuseDecision:
     """The prediction for one task of a revised plan.
 
     ``action``: ``reuse`` (unchanged success, inputs unchanged), ``maybe`` (unchanged success,
-    but a task it references runs again: reused only if that task's output comes out equal),
+    but a task it depends on runs again: reused only if that task's output comes out equal),
     or ``run``.
     """
 
@@ -443,7 +443,7 @@ def predict_reuse(record: RunRecord, new: Plan) -> dict[str, ReuseDecision]:
         elif not _same_call(old, t):
             decided[tid] = ReuseDecision(tid, "run", "changed")
         else:
-            rerun = sorted(d for d in _refs_of(t) if d in decided and decided[d].action != "reuse")
+            rerun = sorted(d for d in _deps_of(t) if d in decided and decided[d].action != "reuse")
             if rerun:
                 decided[tid] = ReuseDecision(
                     tid, "maybe", f"unchanged, but {', '.join(rerun)} runs again"

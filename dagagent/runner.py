@@ -348,6 +348,21 @@ class TaskRunner:
 
     # -- one task -------------------------------------------------------------------------
 
+    def _same_upstream(self, task_id: str) -> bool:
+        """Whether every task ``task_id`` depends on has the output it had in the run being
+        reused (reused itself, or run again with an equal result). Arguments are not all of a
+        task's inputs: an agent task sees its dependencies' outputs, and a ``depends_on``
+        may stand for a side effect (a file written upstream)."""
+        reuse, outputs = self._reuse, self.outputs
+        for d in self.graph.dependencies[task_id]:
+            before = reuse.get(d)
+            if before is None or d not in outputs:
+                return False
+            now = outputs[d]
+            if now is not before[1] and not _same_output(now, before[1]):
+                return False
+        return True
+
     def mark(self, task_id: str, status: TaskStatus, error: str | None = None) -> TaskResult:
         """Record a task that never started (skipped or cancelled)."""
         r = _task_result(task_id, status, None, error, None, 0, None, None, None, None, None)
@@ -379,7 +394,7 @@ class TaskRunner:
             resolved = tmpl.resolve(self.outputs) if tmpl.refs else tmpl.literal
             if self._reuse and task_id in self._reuse:
                 fp, prev = self._reuse[task_id]
-                if fp == task_fingerprint(task, resolved):
+                if fp == task_fingerprint(task, resolved) and self._same_upstream(task_id):
                     return self._finish(
                         task_id,
                         TaskStatus.REUSED,
@@ -595,6 +610,18 @@ class TaskRunner:
         finally:
             if limiter is not None:
                 limiter.release()
+
+
+def _same_output(a: Any, b: Any) -> bool:
+    """Equal as recorded: a live output against its JSON record (a set against a list...)."""
+    try:
+        return _canonical(a) == _canonical(b)
+    except Exception:  # cannot be compared: not the same, as far as reuse is concerned
+        return False
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(jsonable(value), sort_keys=True, separators=(",", ":"), default=str)
 
 
 def _bind(icpt: Interceptor, nxt: CallNext) -> CallNext:
