@@ -468,6 +468,26 @@ class Policy:
                 return rule.action
         return self.default
 
+    def check(self, tools: Iterable[Tool]) -> list[str]:
+        """Mistakes a rule cannot be told from before a run: a rule that looks at an
+        argument none of the tools it applies to has (it never matches, so a ``deny`` rule
+        denies nothing). One line per problem."""
+        tools = list(tools)
+        problems = []
+        for rule, label in self._labeled:
+            applies = [t for t in tools if rule.matches_tool(t)]
+            if not applies:
+                continue
+            for name, _, _ in rule._arg_matchers:
+                if not any(name in t.parameters_schema.get("properties", {}) for t in applies):
+                    names = ", ".join(t.name for t in applies[:5])
+                    more = ", ..." if len(applies) > 5 else ""
+                    problems.append(
+                        f"{label} looks at argument {name!r}, which no tool it applies to has "
+                        f"({names}{more}): it never matches"
+                    )
+        return problems
+
     def describe(self) -> list[str]:
         """One line per rule, then the default."""
         lines = [f"{label}: {r.summary()}" if r.name else label for r, label in self._labeled]

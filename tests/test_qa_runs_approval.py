@@ -158,3 +158,37 @@ def test_a_misspelt_matcher_form_is_refused_in_python_too() -> None:
         Rule(action="deny", args={"path": {"regx": "^/etc"}})
     rule = Rule(action="deny", args={"opts": {"equals": {"a": 1}}})  # comparing with a dict
     assert rule.matches_args({"opts": {"a": 1}}) and not rule.matches_args({"opts": {"a": 2}})
+
+
+def test_a_rule_on_an_argument_no_tool_has_is_reported() -> None:
+    reg = _registry([])
+    policy = Policy(
+        [
+            Rule(tool="*_file", args={"filename": "/etc/*"}, action="deny", name="no-etc"),
+            Rule(tool="*_file", args={"path": "/etc/*"}, action="deny"),  # fine
+            Rule(tool="nothing_*", args={"x": 1}, action="deny"),  # no such tool: not a mistake
+        ]
+    )
+    (problem,) = policy.check(reg)
+    assert problem.startswith("rule 'no-etc' looks at argument 'filename'")
+    assert "(write_file, delete_file)" in problem and "never matches" in problem
+
+
+def test_cli_warns_about_a_rule_that_never_matches(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from dagagent.cli import app
+
+    plan = tmp_path / "plan.json"
+    plan.write_text(
+        json.dumps({"tasks": [{"id": "p", "tool": "get_weather", "args": {"city": "Paris"}}]})
+    )
+    policy = tmp_path / "policy.json"
+    policy.write_text(
+        json.dumps(
+            {"rules": [{"tool": "get_weather", "args": {"town": "Paris"}, "action": "deny"}]}
+        )
+    )
+    res = CliRunner().invoke(app, ["run", str(plan), "--policy", str(policy), "--json"])
+    assert res.exit_code == 0
+    assert "rule #1 (deny tool get_weather if town=Paris) looks at argument 'town'" in res.stderr

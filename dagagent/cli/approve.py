@@ -318,7 +318,10 @@ def run_interceptors(
     ask = TerminalAsker() if interactive else deny_without_terminal
     policies: list[tuple[str, Policy]] = []
     if policy_file is not None:
-        policies.append((f"policy file {policy_file}", load_policy(policy_file, ask=ask)))
+        policy = load_policy(policy_file, ask=ask)
+        for problem in policy.check(registry):
+            err.print(f"warning: policy file {policy_file}: {problem}", markup=False)
+        policies.append((f"policy file {policy_file}", policy))
     if asks:
         rules = [Rule(action="ask", tool=p, name=f"--ask {p}") for p in asks]
         policies.append(("--ask", Policy(rules, ask=ask)))
