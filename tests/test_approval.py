@@ -504,7 +504,10 @@ def test_toml_policy_file(tmp_path: Path, side_registry: dagagent.Registry) -> N
         ("[1, 2]", "must be an object"),
         ('{"rules": [{"tool": "x"}]}', "rule #1: action: Field required"),
         ('{"rules": [{"tool": "x", "action": "nope"}]}', "rule #1: action: Input should be"),
-        ('{"rules": [{"tool": "x", "action": "ask", "color": 1}]}', "rule #1: 'color' is not a rule key"),
+        (
+            '{"rules": [{"tool": "x", "action": "ask", "color": 1}]}',
+            "rule #1: 'color' is not a rule key",
+        ),
         ('{"default": "maybe"}', "default: Input should be 'allow', 'deny' or 'ask'"),
         (
             '{"rules": [{"action": "ask", "args": {"x": {"regex": "("}}}]}',
