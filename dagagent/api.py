@@ -54,7 +54,8 @@ async def execute(
       executor object.
     - ``on_failure``: ``"cancel"`` (default; cancel running tasks, mark the rest) or
       ``"continue"`` (independent branches run on; descendants of a failure are skipped).
-    - ``max_concurrency``: at most this many tasks run at once across the run.
+    - ``max_concurrency``: at most this many tasks run at once across the run (a task takes
+      its slot before it starts and holds it until it finishes, retries included).
     - ``interceptors``: middleware around every tool call (see :class:`~dagagent.runner.ToolCall`).
     - ``listeners``: callables receiving every run event (see :mod:`dagagent.events`).
     - ``llm``: the model that agent tasks (``instruction``) use.

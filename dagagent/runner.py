@@ -260,6 +260,11 @@ class TaskRunner:
         self._agent_runner = agent_runner
         self._reuse = dict(reuse or {})
         self._limiter = anyio.CapacityLimiter(max_concurrency) if max_concurrency else None
+        if self._limiter is not None:
+            # A task takes its slot before it starts and keeps it until it finishes (retries
+            # included): at most max_concurrency tasks are ever between TaskStarted and
+            # TaskFinished, and a task waiting for a slot has not started.
+            self.run_task = self._run_task_limited  # type: ignore[method-assign]
         self._tool_limiters = {
             t.name: anyio.CapacityLimiter(t.max_concurrency)
             for t in self.registry
@@ -370,6 +375,18 @@ class TaskRunner:
         if self._emit_fn is not None:
             self._emit_fn(TaskFinished(self.run_id, r))
         return r
+
+    async def _run_task_limited(self, task_id: str) -> TaskResult:
+        limiter = self._limiter
+        assert limiter is not None
+        await limiter.acquire()
+        try:
+            # The run may have been stopped while this task waited: a slot handed over just
+            # before the cancellation does not let the task start after it.
+            await anyio.lowlevel.checkpoint_if_cancelled()
+            return await TaskRunner.run_task(self, task_id)
+        finally:
+            limiter.release()
 
     async def run_task(self, task_id: str) -> TaskResult:
         """Run one task to its final status. Never raises, except the cancellation of the
@@ -561,16 +578,9 @@ class TaskRunner:
         attempt: int,
         decisions: list[dict[str, Any]] | None,
     ) -> Any:
-        limiter = self._limiter
-        if limiter is not None:
-            await limiter.acquire()
-        try:
-            return await self.call_tool(
-                task_id, tool, args, attempt=attempt, decisions=decisions, timeout=timeout
-            )
-        finally:
-            if limiter is not None:
-                limiter.release()
+        return await self.call_tool(
+            task_id, tool, args, attempt=attempt, decisions=decisions, timeout=timeout
+        )
 
     async def _attempt_agent(
         self,
@@ -596,20 +606,13 @@ class TaskRunner:
         # a reference inside longer text would be shown (JSON for a dict, not its repr).
         text = instruction if isinstance(instruction, str) else _interp_text(instruction)
         node = AgentNode(self.run_id, task, text, tools, context, call, self.llm)
-        limiter = self._limiter
-        if limiter is not None:
-            await limiter.acquire()
+        if timeout is None:
+            return await self._agent_runner(node)
         try:
-            if timeout is None:
+            with anyio.fail_after(timeout):
                 return await self._agent_runner(node)
-            try:
-                with anyio.fail_after(timeout):
-                    return await self._agent_runner(node)
-            except TimeoutError:
-                raise TaskTimeoutError(f"timed out after {timeout:g} s") from None
-        finally:
-            if limiter is not None:
-                limiter.release()
+        except TimeoutError:
+            raise TaskTimeoutError(f"timed out after {timeout:g} s") from None
 
 
 def _same_output(a: Any, b: Any) -> bool:

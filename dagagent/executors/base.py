@@ -107,9 +107,19 @@ def finish_unstarted(graph: PlanGraph, runner: TaskRunner) -> None:
     for n in graph.order:
         if n in results:
             continue
-        d = _blocker(graph, runner, n)
-        dep = results.get(d) if d is not None else None
-        if dep is not None and dep.status is not TaskStatus.CANCELLED:
+        # A dependency that failed, was denied or skipped means the task could never have run:
+        # skipped, whichever executor stopped first and whatever else it waited for.
+        d, dep = next(
+            (
+                (d, r)
+                for d in graph.dependencies[n]
+                if (r := results.get(d)) is not None
+                and not r.status.ok
+                and r.status is not TaskStatus.CANCELLED
+            ),
+            (None, None),
+        )
+        if dep is not None:
             runner.mark(n, TaskStatus.SKIPPED, f"not run: upstream task {d!r} {dep.status.value}")
         else:
             runner.mark(n, TaskStatus.CANCELLED, f"not run: the run was stopped{because}")
