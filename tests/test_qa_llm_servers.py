@@ -18,6 +18,7 @@ from dagagent.errors import (
     LLMTimeoutError,
 )
 from dagagent.llm import OpenAIChat, ToolResultMessage, ToolSpec, UserMessage, collect_stream
+from dagagent.llm.types import loads_json
 
 pytestmark = pytest.mark.anyio
 
@@ -346,3 +347,20 @@ async def test_lone_surrogate_escapes_become_replacement_characters(server: LLMT
     assert final.content == "\ufffd"
     sent = server.requests[1].json["messages"]
     assert sent[1]["content"] == "a\ufffdb" and sent[2]["content"] == "out\ufffd"
+
+
+def test_surrogate_repair_keeps_escaped_backslashes_and_any_depth():
+    assert loads_json(
+        '["\\\\ud800", "\\\\\\ud800", "\\ud83d\\ude00", "\\udc00\\udc00\\udc00"]'
+    ) == [
+        "\\ud800",
+        "\\\ufffd",
+        "\U0001f600",
+        "\ufffd\ufffd\ufffd",
+    ]
+    deep = '{"a": ' * 600 + '"\\ud800"' + "}" * 600
+    value = loads_json(deep)
+    for _ in range(600):
+        value = value["a"]
+    assert value == "\ufffd"
+    assert loads_json(b'"\xed\xa0\x80"') == "\ufffd" * 3  # surrogate bytes, not UTF-8

@@ -43,7 +43,7 @@ from dagagent.errors import (
     LLMServerError,
     LLMTimeoutError,
 )
-from dagagent.llm.types import LLMResponse, UsageTracker, clean_text, loads_json
+from dagagent.llm.types import LLMResponse, UsageTracker, dumps_json, loads_json
 
 __all__ = [
     "HTTPChatClient",
@@ -394,13 +394,9 @@ class HTTPChatClient:
         """The request as UTF-8 JSON. Text that is not Unicode (a lone surrogate, from a
         tool's output say) is sent with U+FFFD in its place rather than failing the call."""
         try:
-            text = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+            return dumps_json(body)
         except ValueError as exc:
             raise LLMBadRequestError(f"the request to {self.provider} is not JSON: {exc}") from None
-        try:
-            return text.encode("utf-8")
-        except UnicodeEncodeError:
-            return self._encode_body(clean_text(body))
 
     def _headers(self, *, stream: bool) -> dict[str, str]:
         headers = {

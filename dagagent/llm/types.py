@@ -110,34 +110,49 @@ class UsageTracker:
 
 # ---------------------------------------------------------------------------- JSON text
 
-_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
-_MAYBE_SURROGATE_STR = re.compile("\\\\u[dD][89a-fA-F]|[\ud800-\udfff]")
-_MAYBE_SURROGATE_BYTES = re.compile(b"\\\\u[dD][89a-fA-F]|\xed[\xa0-\xbf]")
+# Every backslash escape in JSON text, so an escaped backslash is never read as the start
+# of a \\u escape; a \\u escape of a surrogate with the one that may follow it.
+_ESCAPE = re.compile(r"\\(u[dD][89a-fA-F][0-9a-fA-F]{2}(?:\\u[dD][c-fC-F][0-9a-fA-F]{2})?|.)")
+_MAYBE_SURROGATE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
-def clean_text(value: Any) -> Any:
-    """``value`` with every lone UTF-16 surrogate in its strings (and keys) replaced by
-    U+FFFD. A ``\\ud800`` escape alone decodes to one; such a string cannot be encoded as
-    UTF-8, so it would break the next request, a saved plan or the run store."""
-    if isinstance(value, str):
-        return _LONE_SURROGATE.sub("\ufffd", value) if _LONE_SURROGATE.search(value) else value
-    if isinstance(value, list):
-        return [clean_text(v) for v in value]
-    if isinstance(value, dict):
-        return {clean_text(k): clean_text(v) for k, v in value.items()}
-    return value
+def _surrogate_escape(match: re.Match[str]) -> str:
+    body = match.group(1)
+    if len(body) == 5 and body[0] == "u" and int(body[1:], 16) >= 0xD800:
+        return "\\ufffd"  # a lone surrogate: not a character
+    if len(body) == 11 and int(body[1:5], 16) >= 0xDC00:
+        return "\\ufffd" + match.group(0)[6:]  # a low surrogate, then another one
+    return match.group(0)
 
 
-def loads_json(text: str | bytes) -> Any:
-    """``json.loads`` for what a model server sent: strings come out as valid Unicode text
-    (see :func:`clean_text`). Raises ``ValueError`` for text that is not JSON."""
-    value = json.loads(text)
-    maybe = (
-        _MAYBE_SURROGATE_STR.search(text)
-        if isinstance(text, str)
-        else _MAYBE_SURROGATE_BYTES.search(text)
-    )
-    return clean_text(value) if maybe else value
+def fix_surrogate_escapes(text: str) -> str:
+    """JSON ``text`` with every ``\\u`` escape of a lone UTF-16 surrogate replaced by
+    ``\\ufffd``. Such an escape decodes to a string that cannot be encoded as UTF-8, so it
+    would break the next request, a saved plan or the run store."""
+    if not _MAYBE_SURROGATE.search(text):
+        return text
+    fixed = _ESCAPE.sub(_surrogate_escape, text)
+    return fixed if fixed == text else _ESCAPE.sub(_surrogate_escape, fixed)
+
+
+def loads_json(data: str | bytes) -> Any:
+    """``json.loads`` for what a model server sent: strings always come out as valid
+    Unicode text (bytes that are not UTF-8 and lone surrogate escapes become U+FFFD).
+    Raises ``ValueError`` for text that is not JSON."""
+    if isinstance(data, bytes | bytearray):
+        data = bytes(data).decode(json.detect_encoding(data), "replace")
+    return json.loads(fix_surrogate_escapes(data))
+
+
+def dumps_json(value: Any) -> bytes:
+    """``value`` as compact UTF-8 JSON; text that is not Unicode (a lone surrogate, from a
+    tool's output say) is sent as U+FFFD. Raises ``ValueError`` for NaN or infinity."""
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        ascii_text = json.dumps(value, separators=(",", ":"), allow_nan=False)
+        return fix_surrogate_escapes(ascii_text).encode("utf-8")
 
 
 # ---------------------------------------------------------------------------- tool calls
@@ -153,7 +168,7 @@ def parse_tool_arguments(raw: str | Mapping[str, Any] | None) -> tuple[dict[str,
     if raw is None:
         return {}, None
     if isinstance(raw, Mapping):
-        return clean_text(dict(raw)), None
+        return dict(raw), None
     if not raw.strip():
         return {}, None
     quoted = raw if len(raw) <= 2000 else raw[:2000] + "…"
