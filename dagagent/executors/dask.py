@@ -122,19 +122,61 @@ class _Fn:
         return fn
 
 
+class _RaisedBase(Exception):
+    """A BaseException a tool raised on a worker (``sys.exit()``, ``KeyboardInterrupt``...),
+    carried to the driver as an ordinary error: let through, SystemExit would stop the
+    worker process and take every call running there with it. The driver raises it again
+    (:meth:`rebuild`), so the task fails exactly as it would in-process."""
+
+    def __init__(self, name: str, args: tuple[Any, ...], text: str) -> None:
+        super().__init__(name, args, text)
+        self.name = name
+        self.exc_args = args
+        self.text = text
+
+    def rebuild(self) -> BaseException:
+        import builtins
+
+        cls = getattr(builtins, self.name, None)
+        if isinstance(cls, type) and issubclass(cls, BaseException):
+            try:
+                return cls(*self.exc_args)
+            except Exception:
+                pass
+        # A class of the tool's own: the same name, so the task's error reads the same.
+        own: type[BaseException] = type(self.name, (BaseException,), {"__module__": "worker"})
+        return own(self.text)
+
+
+def _picklable_args(exc: BaseException) -> tuple[Any, ...]:
+    return tuple(
+        a if isinstance(a, (str, int, float, bool, type(None))) else str(a) for a in exc.args
+    )
+
+
 def _call(fn: _Fn, args: dict[str, Any]) -> Any:
     """Run a sync tool (in a worker thread); a generator it returns travels as a list."""
-    result = fn.load()(**args)
-    if type(result) is GeneratorType:
-        return list(result)
-    if type(result) is AsyncGeneratorType:  # no event loop in this thread: a short one
-        return asyncio.run(materialize_async(result))
-    return result
+    try:
+        result = fn.load()(**args)
+        if type(result) is GeneratorType:
+            return list(result)
+        if type(result) is AsyncGeneratorType:  # no event loop in this thread: a short one
+            return asyncio.run(materialize_async(result))
+        return result
+    except Exception:
+        raise
+    except BaseException as exc:
+        raise _RaisedBase(type(exc).__name__, _picklable_args(exc), str(exc)) from None
 
 
 async def _acall(fn: _Fn, args: dict[str, Any]) -> Any:
     """Run an async tool (on the worker's event loop)."""
-    return await materialize_async(await fn.load()(**args))
+    try:
+        return await materialize_async(await fn.load()(**args))
+    except (Exception, asyncio.CancelledError):  # cancelled: Dask cancelled the call
+        raise
+    except BaseException as exc:
+        raise _RaisedBase(type(exc).__name__, _picklable_args(exc), str(exc)) from None
 
 
 def _load_all(fns: list[_Fn]) -> dict[str, str]:
@@ -594,6 +636,8 @@ class DaskExecutor(DataflowExecutor):
         )
         try:
             return await future
+        except _RaisedBase as exc:
+            raise exc.rebuild() from None
         except _killed_worker() as exc:
             raise WorkerLostError(
                 f"the Dask worker running tool {tool.name!r} died"
