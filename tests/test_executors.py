@@ -323,3 +323,21 @@ async def test_failed_agent_task_keeps_the_steps_it_took(registry: dagagent.Regi
     assert r.status is TaskStatus.FAILED and r.attempts == 1
     assert r.steps == [{"kind": "thought", "text": "hmm"}]
     assert "max_steps" in (r.error or "")
+
+
+@pytest.mark.parametrize("executor", PARALLEL)
+async def test_skip_reason_names_the_dependency_that_failed(
+    executor: str, registry: dagagent.Registry
+) -> None:
+    # 'join' waits on a slow task and a failing one; the skip names the failure, not the
+    # dependency that was still running when the failure was seen.
+    plan = {
+        "tasks": [
+            w("slow", 0.2),
+            w("bad", 0.0, args={"fail": True}),
+            w("join", 0.0, ("slow", "bad")),
+        ]
+    }
+    result = await execute(plan, registry, executor=executor, on_failure="continue")
+    assert result.tasks["join"].status is TaskStatus.SKIPPED
+    assert result.tasks["join"].error == "not run: upstream task 'bad' failed"

@@ -68,11 +68,22 @@ class BaseExecutor:
 
 
 def _blocker(graph: PlanGraph, runner: TaskRunner, task_id: str) -> str | None:
+    """The dependency that keeps ``task_id`` from running: one that failed, was denied or
+    skipped if there is one, else one that was cancelled, else one that has not finished."""
     outputs = runner.outputs
+    results = runner.results
+    cancelled = pending = None
     for d in graph.dependencies[task_id]:
-        if d not in outputs:
+        if d in outputs:
+            continue
+        r = results.get(d)
+        if r is None:
+            pending = pending or d
+        elif r.status is TaskStatus.CANCELLED:
+            cancelled = cancelled or d
+        else:
             return d
-    return None
+    return cancelled or pending
 
 
 def block_descendants(graph: PlanGraph, runner: TaskRunner, failed: str) -> None:
