@@ -127,6 +127,17 @@ class AgentNode:
     context: dict[str, Any]
     call_tool: Callable[[Tool, dict[str, Any]], Awaitable[Any]]
     llm: Any
+    # Set by the agent runner: the steps taken so far, so that a task that times out or is
+    # cancelled mid-agent keeps them in its record.
+    steps_so_far: Callable[[], list[dict[str, Any]] | None] | None = None
+
+    def partial_steps(self) -> list[dict[str, Any]] | None:
+        if self.steps_so_far is None:
+            return None
+        try:
+            return self.steps_so_far()
+        except Exception:  # a record of the steps must never turn into a second failure
+            return None
 
 
 AgentTaskRunner = Callable[[AgentNode], Awaitable[tuple[Any, list[dict[str, Any]] | None]]]
@@ -259,6 +270,7 @@ class TaskRunner:
         self.llm = llm
         self._agent_runner = agent_runner
         self._reuse = dict(reuse or {})
+        self._partial_steps: dict[str, list[dict[str, Any]] | None] = {}  # agent tasks cut off
         self._limiter = anyio.CapacityLimiter(max_concurrency) if max_concurrency else None
         if self._limiter is not None:
             # A task takes its slot before it starts and keeps it until it finishes (retries
@@ -485,6 +497,8 @@ class TaskRunner:
                 status, error_type = _FAILED, type(exc).__name__
                 error = f"{_describe(exc)} (raised by the task itself; nothing cancelled it)"
             else:
+                if self._partial_steps:
+                    steps = self._partial_steps.pop(task_id, None) or steps
                 self._finish(
                     task_id,
                     TaskStatus.CANCELLED,
@@ -606,13 +620,18 @@ class TaskRunner:
         # a reference inside longer text would be shown (JSON for a dict, not its repr).
         text = instruction if isinstance(instruction, str) else _interp_text(instruction)
         node = AgentNode(self.run_id, task, text, tools, context, call, self.llm)
-        if timeout is None:
-            return await self._agent_runner(node)
         try:
+            if timeout is None:
+                return await self._agent_runner(node)
             with anyio.fail_after(timeout):
                 return await self._agent_runner(node)
         except TimeoutError:
-            raise TaskTimeoutError(f"timed out after {timeout:g} s") from None
+            err = TaskTimeoutError(f"timed out after {timeout:g} s")
+            err.steps = node.partial_steps()  # type: ignore[attr-defined]
+            raise err from None
+        except self._cancelled_exc:
+            self._partial_steps[task.id] = node.partial_steps()
+            raise
 
 
 def _same_output(a: Any, b: Any) -> bool:

@@ -215,6 +215,45 @@ async def test_task_timeout_wraps_the_agent_run(tools: Registry) -> None:
     assert result.tasks["a"].error == "timed out after 0.1 s"
 
 
+async def test_an_agent_task_cut_off_keeps_the_steps_it_took(tools: Registry) -> None:
+    async def slow(request: LLMRequest) -> str:
+        await anyio.sleep(10)
+        return "late"
+
+    def first_step() -> LLMResponse:
+        return LLMResponse(tool_calls=[call("c1", "add", a=1, b=2)])
+
+    # Timed out while waiting on the model for its second step.
+    plan = {"goal": "g", "tasks": [{"id": "a", "instruction": "think", "timeout_s": 0.3}]}
+    with ScriptedLLM([first_step(), slow]) as llm:
+        with anyio.fail_after(5):
+            result = await dagagent.execute(plan, tools, llm=llm)
+    task = result.tasks["a"]
+    assert task.status is TaskStatus.FAILED and task.error == "timed out after 0.3 s"
+    assert task.steps is not None and task.steps[0]["calls"][0]["observation"] == "3"
+
+    # Cancelled (a sibling failed) while waiting on the model for its second step.
+    plan = {
+        "goal": "g",
+        "tasks": [
+            {"id": "a", "instruction": "think"},
+            {"id": "boom", "tool": "weather", "args": {"city": "Atlantis"}, "depends_on": []},
+        ],
+    }
+
+    async def late_failure(city: str) -> None:
+        await anyio.sleep(0.3)
+        raise LookupError(city)
+
+    failing = Registry([tools.get("add"), dagagent.Tool(late_failure, name="weather")])
+    with ScriptedLLM([first_step(), slow]) as llm:
+        with anyio.fail_after(5):
+            result = await dagagent.execute(plan, failing, llm=llm, executor="dataflow")
+    task = result.tasks["a"]
+    assert task.status is TaskStatus.CANCELLED
+    assert task.steps is not None and task.steps[0]["calls"][0]["observation"] == "3"
+
+
 async def test_default_runner_is_used_when_an_llm_is_given(tools: Registry) -> None:
     from dagagent.api import _default_agent_runner
 

@@ -10,8 +10,9 @@ sees them as context. Its tool calls go through the run's interceptors (approval
 denied call is an observation for the model, not a task failure) and invoker. The answer
 becomes the task's output and the steps are kept in ``TaskResult.steps``; a run that stops
 without an answer fails the task with :class:`AgentStoppedError`, whose message names the
-stop reason and sums up the last steps (the runner keeps no steps for failed tasks, so the
-message carries them; the exception carries them too, as ``.steps``). A model error
+stop reason and sums up the last steps (the exception carries them as ``.steps``, and the
+runner keeps them in the task's record; a task that times out or is cancelled keeps the
+steps taken so far too). A model error
 (:class:`~dagagent.errors.LLMError`) is raised as it is — the task's ``retries`` apply —
 with the steps taken before it as ``.steps``, so a task it fails keeps them.
 """
@@ -98,6 +99,8 @@ def make_agent_runner(
             max_tokens_per_call=max_tokens_per_call,
             logger=get_logger(run_id=node.run_id, task_id=node.task.id),
         )
+        # A timeout or a cancellation of the task keeps what the agent did so far.
+        node.steps_so_far = lambda: agent.state.steps_json() if agent.state else None
         try:
             result = await agent.run(node.instruction, context=node.context or None)
         except LLMError as exc:
