@@ -24,7 +24,7 @@ from ._app import EXIT_OK, EXIT_USAGE, app, err, fail, guard, load_registry, out
 from .approve import APPROVE_OPT, ASK_OPT, POLICY_OPT, run_interceptors
 from .diagram import to_ascii
 from .progress import recorded_tools_spec
-from .render import plan_table
+from .render import plan_table, print_json
 from .run import STORE_OPT, TOOLS_OPT, run_graph
 
 __all__ = ["plan_cmd", "planning_summary"]
@@ -174,7 +174,7 @@ def plan_cmd(
     graph = result.graph
     usage_line = f"planned with {llm.model}: {result.summary()}"
     if json_out and not execute:
-        out.print_json(json.dumps(planning_summary(result)))
+        print_json(out, planning_summary(result))
     elif not json_out:
         out.print(plan_table(graph))
         out.print(to_ascii(graph), markup=False, highlight=False)

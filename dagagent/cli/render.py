@@ -91,6 +91,13 @@ def print_json(console: Console, data: Any) -> None:
         ascii_only = False
     except UnicodeEncodeError:
         ascii_only = True
+    if not console.is_terminal:
+        # A pipe or a file: plain indented JSON, without rich's highlighting pass (which costs
+        # about a second for a plan of a few hundred tasks).
+        doc = json.loads(text)
+        console.file.write(json.dumps(doc, indent=2, ensure_ascii=ascii_only) + "\n")
+        console.file.flush()
+        return
     console.print_json(text, ensure_ascii=ascii_only)
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -52,15 +51,14 @@ def validate_cmd(
     has_model = bool(model or os.environ.get("DAGAGENT_MODEL", "").strip())
     graph = validate(plan, registry, check_llm=not has_model)
     if json_out:
-        out.print_json(
-            json.dumps(
-                {
-                    "valid": True,
-                    "tasks": len(graph),
-                    "levels": graph.levels,
-                    "warnings": [list(w) for w in graph.warnings],
-                }
-            )
+        print_json(
+            out,
+            {
+                "valid": True,
+                "tasks": len(graph),
+                "levels": graph.levels,
+                "warnings": [list(w) for w in graph.warnings],
+            },
         )
         return
     out.print(plan_table(graph))

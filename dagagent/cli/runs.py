@@ -3,7 +3,6 @@ failed plans. Business logic lives in :mod:`dagagent.store` and :mod:`dagagent.r
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any
@@ -33,7 +32,7 @@ from ..store import RunRecord, RunStore, check_run_id, default_store_path
 from ._app import EXIT_FAILED, EXIT_OK, EXIT_USAGE, app, err, fail, guard, load_registry, out
 from .diagram import FORMATS, render_graph
 from .progress import recorded_tools_spec, run_recorded
-from .render import STATUS_STYLE, short
+from .render import STATUS_STYLE, print_json, short
 from .run import print_result
 
 __all__ = ["find_run"]
@@ -115,7 +114,7 @@ def runs_cmd(
         runs = st.list_runs(limit)
         path = st.path
     if json_out:
-        out.print_json(json.dumps([{**r.model_dump(), "unrecorded": r.unrecorded} for r in runs]))
+        print_json(out, [{**r.model_dump(), "unrecorded": r.unrecorded} for r in runs])
         return
     if not runs:
         out.print(f"no runs recorded in {path}", markup=False, highlight=False)
@@ -174,7 +173,7 @@ def show_cmd(
     if json_out:
         doc = record.to_json_dict()
         doc["critical_path"], doc["critical_path_s"] = cp, cp_s
-        out.print_json(json.dumps(doc, default=str))
+        print_json(out, doc)
         return
     head = Text(f"run {record.id}: ")
     head.append(record.status, style=_STYLE.get(record.status, ""))
@@ -435,7 +434,7 @@ def replan_cmd(
     if not execute_it:
         if json_out:
             doc["result"] = None
-            out.print_json(json.dumps(doc, default=str))
+            print_json(out, doc)
         elif revised is None and out_file is None:
             _hint(record, review)
         raise typer.Exit(EXIT_OK)
@@ -460,7 +459,7 @@ def replan_cmd(
     )
     if json_out:
         doc["result"] = result.to_json_dict()
-        out.print_json(json.dumps(doc, default=str))
+        print_json(out, doc)
         raise typer.Exit(EXIT_OK if result.ok else EXIT_FAILED)
     code = print_result(result, as_json=False)
     reused = result.counts().get("reused", 0)
