@@ -94,10 +94,6 @@ class PlanGraph:
     def __len__(self) -> int:
         return len(self.tasks)
 
-    @property
-    def roots(self) -> list[str]:
-        return self.levels[0] if self.levels else []
-
     def descendants(self, task_id: str) -> set[str]:
         dependents = self.dependents
         seen: set[str] = set()
@@ -360,18 +356,3 @@ def validate(
             )
     structure = (preds, {n: tuple(cs) for n, cs in succs.items()}, generations)
     return PlanGraph(plan, None, templates, warnings, structure=structure)
-
-
-def issues_of(plan: Plan, registry: Registry | None = None) -> list[Issue]:
-    """Every issue of ``plan`` as a list (empty when the plan is valid)."""
-    try:
-        validate(plan, registry)
-    except PlanValidationError as exc:
-        return exc.issues
-    return []
-
-
-def subgraph_ids(graph: PlanGraph, ids: Iterable[str]) -> list[str]:
-    """``ids`` in topological order."""
-    wanted = set(ids)
-    return [n for n in graph.order if n in wanted]

@@ -33,13 +33,13 @@ __all__ = [
     "Reference",
     "Task",
     "Template",
-    "compile_template",
     "load_plan",
 ]
 
 ID_PATTERN = r"[A-Za-z0-9_][A-Za-z0-9_-]{0,63}"
 ID_RE = re.compile(rf"{ID_PATTERN}\Z")  # \Z, not $: "a\n" is not an id
 MAX_DEPTH = 100  # nesting limit for args: deeper JSON is refused, not a RecursionError
+MAX_RETRIES = 100  # a plan asking for more (a model's 1e20, say) would retry practically forever
 # ${id} or ${id.path.seg}; path segments are anything but '.', '}' and whitespace.
 _REF_RE = re.compile(r"\$\$\{|\$\{([A-Za-z0-9_][A-Za-z0-9_-]*)((?:\.[^.}\s]+)*)\}")
 
@@ -57,7 +57,9 @@ class Task(BaseModel):
     )
     args: dict[str, Any] = Field(default_factory=dict, description="Tool arguments.")
     depends_on: list[str] = Field(default_factory=list, description="Ids this task waits for.")
-    retries: int | None = Field(default=None, ge=0, description="Extra attempts after a failure.")
+    retries: int | None = Field(
+        default=None, ge=0, le=MAX_RETRIES, description="Extra attempts after a failure."
+    )
     timeout_s: float | None = Field(default=None, gt=0, description="Per-attempt timeout.")
     description: str | None = None
     tools: list[str] | None = Field(
@@ -396,7 +398,3 @@ def _resolve(c: Any, outputs: Mapping[str, Any]) -> Any:
     if isinstance(c, list):
         return [_resolve(v, outputs) for v in c]
     return c
-
-
-def compile_template(value: Any) -> Template:
-    return Template(value)

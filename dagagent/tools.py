@@ -14,7 +14,7 @@ import fnmatch
 import functools
 import inspect
 import re
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from types import AsyncGeneratorType, GeneratorType
 from typing import Any, TypeVar, overload
 
@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 from pydantic.fields import FieldInfo
 
 from .errors import ToolArgumentsError, ToolDefinitionError, UnknownToolError
+from .plan import MAX_RETRIES
 
 __all__ = ["Registry", "Tool", "tool"]
 
@@ -145,8 +146,8 @@ class Tool:
                 f"tool name {self.name!r} is not valid: use letters, digits, '_', '.', '-' "
                 "(at most 64, starting with a letter or '_')"
             )
-        if retries < 0:
-            raise ToolDefinitionError(f"tool {self.name!r}: retries must be >= 0")
+        if not 0 <= retries <= MAX_RETRIES:
+            raise ToolDefinitionError(f"tool {self.name!r}: retries must be 0 to {MAX_RETRIES}")
         if timeout_s is not None and timeout_s <= 0:
             raise ToolDefinitionError(f"tool {self.name!r}: timeout_s must be > 0")
         if max_concurrency is not None and max_concurrency < 1:
@@ -479,9 +480,3 @@ class Registry:
     def select(self, pattern: str) -> list[Tool]:
         """Tools whose name matches a shell-style pattern."""
         return [t for n, t in self._tools.items() if fnmatch.fnmatchcase(n, pattern)]
-
-    def merge(self, other: Registry) -> Registry:
-        return Registry([*self, *other])
-
-
-ToolFunction = Callable[..., Any | Awaitable[Any]]

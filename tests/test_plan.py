@@ -104,3 +104,9 @@ def test_deeply_nested_arguments_are_refused_clearly() -> None:
     )
     with pytest.raises(PlanLoadError, match="nested too deeply"):
         load_plan(text)
+
+
+def test_retries_are_bounded() -> None:
+    with pytest.raises(PlanLoadError, match=r"tasks\[0\].retries"):
+        load_plan({"tasks": [{"id": "a", "tool": "t", "retries": 10**20}]})
+    assert load_plan({"tasks": [{"id": "a", "tool": "t", "retries": 100}]}).tasks[0].retries == 100
