@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
+import dagagent.runner
 from dagagent.cli import app
 
 runner = CliRunner()
@@ -119,6 +120,19 @@ def mutated_plans(draw: st.DrawFn) -> Any:
         else:
             plan[draw(st.sampled_from(["goal", "tasks", "extra"]))] = draw(field_values)
     return plan
+
+
+@pytest.fixture(autouse=True)
+def _no_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fuzzed plans may ask for up to 100 retries of a task that always fails or times out;
+    with the real backoff (up to 30 s a retry) one such example would run for most of an
+    hour. The retry count and order are what is under test here, not the waiting."""
+
+    class NoBackoff(dagagent.runner.RetryPolicy):
+        def delay(self, attempt: int) -> float:
+            return 0.0
+
+    monkeypatch.setattr(dagagent.runner, "RetryPolicy", NoBackoff)
 
 
 @pytest.fixture(scope="module")
