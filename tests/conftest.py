@@ -8,10 +8,17 @@ from typing import Any
 
 import anyio
 import pytest
+from hypothesis import settings
 
 import dagagent
 
 os.environ.setdefault("DAGAGENT_DEMO_LATENCY", "0")
+
+# CI explores the same examples every run (a failure there is reproducible, never a fluke of
+# the day's random seed); locally hypothesis keeps searching new ones.
+settings.register_profile("ci", derandomize=True, database=None, deadline=None)
+if os.environ.get("CI"):
+    settings.load_profile("ci")
 
 
 @pytest.fixture
