@@ -319,10 +319,10 @@ def scripted(monkeypatch: pytest.MonkeyPatch, *answers: str) -> Any:
     from dagagent.llm import ScriptedLLM
 
     llm = ScriptedLLM(list(answers))
-    made: list[tuple[str, str | None]] = []
+    made: list[tuple[str, str | None, float]] = []
 
-    def make_model(model: str, base_url: str | None) -> Any:
-        made.append((model, base_url))
+    def make_model(model: str, base_url: str | None, *, timeout: float = 60.0) -> Any:
+        made.append((model, base_url, timeout))
         return llm
 
     monkeypatch.setattr(runs_cmds, "make_model", make_model)
@@ -334,9 +334,9 @@ def test_replan_with_a_model_reuses_successes(env: Env, monkeypatch: pytest.Monk
     parent = env.first_run()
     before = env.calls()
     llm = scripted(monkeypatch, json.dumps(fixed(kiwi={"args": {"item": "plum"}})))
-    res = env.cli("replan", parent, "--model", "openai:test-model", "--execute")
+    res = env.cli("replan", parent, "--model", "openai:test-model", "--execute", "--timeout", "300")
     assert res.exit_code == 0, res.output
-    assert llm.made == [("openai:test-model", None)]
+    assert llm.made == [("openai:test-model", None, 300.0)]
     llm.assert_exhausted()
     # the model was told what failed and why
     prompt = " ".join(str(getattr(m, "content", "")) for m in llm.requests[0].messages)

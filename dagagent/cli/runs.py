@@ -283,11 +283,11 @@ def _print_reuse(decisions: dict[str, ReuseDecision]) -> None:
         out.print(f"will run: {'; '.join(groups['run'])}", markup=False, highlight=False)
 
 
-def make_model(model: str, base_url: str | None) -> Any:
+def make_model(model: str, base_url: str | None, *, timeout: float = 60.0) -> Any:
     """The model client for ``--model`` (a seam: tests put a scripted model here)."""
     from ..llm import from_env
 
-    return from_env(model, base_url)
+    return from_env(model, base_url, timeout=timeout)
 
 
 def _replan_with_model(
@@ -369,6 +369,13 @@ def replan_cmd(
     ),
     store: Path | None = STORE_OPT,
     json_out: bool = typer.Option(False, "--json", help="Print everything as one JSON object."),
+    timeout: float = typer.Option(
+        60.0,
+        "--timeout",
+        min=0.1,
+        metavar="SECONDS",
+        help="With --model: how long the model may take to answer.",
+    ),
 ) -> None:
     """Review a run (what failed and why, what it blocked, what succeeded), compare it with a
     revised plan (--from FILE or --model SPEC) and optionally run that plan (--execute),
@@ -391,7 +398,7 @@ def replan_cmd(
     if from_file is not None:
         revised = load_plan(from_file)
     elif model is not None:
-        llm = make_model(model, base_url)
+        llm = make_model(model, base_url, timeout=timeout)
         revised = _replan_with_model(
             record, llm, registry, max_attempts=max_attempts, quiet=json_out
         )
