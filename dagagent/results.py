@@ -191,6 +191,15 @@ class RunResult(BaseModel):
             r for r in self.tasks.values() if r.status in (TaskStatus.FAILED, TaskStatus.DENIED)
         ]
 
+    def __repr__(self) -> str:
+        # Short on purpose: a run may hold 100,000 task results, and reprs get built in
+        # places nobody reads (asyncio formats the finished task that returned this result).
+        counts = ", ".join(f"{n} {s}" for s, n in sorted(self.counts().items()))
+        return (
+            f"RunResult(run_id={self.run_id!r}, status={self.status.value!r}, "
+            f"tasks={len(self.tasks)} ({counts}), wall_time_s={self.wall_time_s:.3f})"
+        )
+
     def raise_for_status(self) -> RunResult:
         """Return self if the run succeeded, else raise :class:`RunFailedError` naming
         the failures."""

@@ -341,3 +341,11 @@ async def test_skip_reason_names_the_dependency_that_failed(
     result = await execute(plan, registry, executor=executor, on_failure="continue")
     assert result.tasks["join"].status is TaskStatus.SKIPPED
     assert result.tasks["join"].error == "not run: upstream task 'bad' failed"
+
+
+def test_run_result_repr_is_short(registry: dagagent.Registry) -> None:
+    plan = {"tasks": [w(f"t{i}") for i in range(200)]}
+    result = dagagent.execute_sync(plan, registry, executor="dataflow")
+    text = repr(result)
+    assert text.startswith(f"RunResult(run_id={result.run_id!r}, status='succeeded', tasks=200")
+    assert len(text) < 200  # not one entry per task
