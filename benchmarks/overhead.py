@@ -31,8 +31,10 @@ import graphlib
 import json
 import random
 import resource
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -165,8 +167,18 @@ def measure(
     assert graph is not None
     rss_after_validate = _peak_rss_mb()
 
+    store_dir = Path(tempfile.mkdtemp(prefix="dagagent-overhead-"))
+    store_runs = 0
+
     async def run_dagagent(name: str) -> None:
-        result = await dagagent.execute(graph, registry, executor=name)
+        # "NAME+store": the same executor, recording the run to a fresh SQLite run store.
+        nonlocal store_runs
+        executor, _, recorded = name.partition("+")
+        store = None
+        if recorded:
+            store_runs += 1
+            store = store_dir / f"runs-{store_runs}.db"
+        result = await dagagent.execute(graph, registry, executor=executor, store=store)
         if not result.ok:
             raise SystemExit(f"{name}: the {tool} run did not succeed: {result.counts()}")
 
@@ -186,6 +198,7 @@ def measure(
                 cpu[name].append(time.process_time() - c0)
 
     asyncio.run(main())
+    shutil.rmtree(store_dir, ignore_errors=True)
 
     return {
         "shape": shape,
@@ -341,6 +354,12 @@ def main(argv: list[str] | None = None) -> None:
         "asyncio.sleep(0) once, so every task blocks and needs a task of its own. Results go "
         "to overhead.json (noop) or overhead_yield.json",
     )
+    parser.add_argument(
+        "--store",
+        action="store_true",
+        help="also measure each in-process executor recording to a SQLite run store "
+        "(shown as NAME+store)",
+    )
     parser.add_argument("--seed", type=int, default=7, help="seed of the random layered DAG")
     parser.add_argument(
         "--out",
@@ -370,6 +389,8 @@ def main(argv: list[str] | None = None) -> None:
         if s not in SHAPES:
             parser.error(f"unknown shape {s!r}: choose from {', '.join(SHAPES)}")
     args.executors = common.usable_executors(parser, args.executors)
+    if args.store:
+        args.executors += [f"{e}+store" for e in args.executors if e != "dask"]
 
     info = common.machine_info()
     print(f"machine: {common.machine_line(info)}")

@@ -118,6 +118,29 @@ def test_overhead_runs_tiny(tmp_path: Path) -> None:
     assert (tmp_path / "overhead.md").read_text().startswith("# Overhead: no-op tasks,")
 
 
+def test_overhead_with_the_run_store(tmp_path: Path) -> None:
+    proc = _script(
+        "overhead.py",
+        "--sizes",
+        "200",
+        "--shapes",
+        "layered",
+        "--executors",
+        "dataflow",
+        "--store",
+        "--repeats",
+        "1",
+        "--width",
+        "20",
+        "--out",
+        tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    (r,) = json.loads((tmp_path / "overhead.json").read_text())["results"]
+    assert set(r["run_s"]) == {"floor", "dataflow", "dataflow+store"}
+    assert "dataflow+store" in proc.stdout
+
+
 # ---------------------------------------------------------------------------------------------
 # The worker pool
 
