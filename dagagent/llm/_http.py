@@ -21,7 +21,14 @@ import os
 import random
 import re
 import ssl
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Mapping,
+    Sequence,
+)
 from contextlib import aclosing, asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -43,7 +50,17 @@ from dagagent.errors import (
     LLMServerError,
     LLMTimeoutError,
 )
-from dagagent.llm.types import LLMResponse, UsageTracker, dumps_json, loads_json
+from dagagent.llm.types import (
+    LLMRequest,
+    LLMResponse,
+    MessagesInput,
+    ResponseFormat,
+    StreamEvent,
+    ToolSpec,
+    UsageTracker,
+    dumps_json,
+    loads_json,
+)
 
 __all__ = [
     "HTTPChatClient",
@@ -409,6 +426,55 @@ class HTTPChatClient:
 
     def _url(self, path: str) -> str:
         return self.base_url + path
+
+    # -- the LLM protocol: one request shape; each provider sends and parses it -------
+
+    async def complete(
+        self,
+        messages: MessagesInput,
+        *,
+        tools: Sequence[ToolSpec] | None = None,
+        response_format: ResponseFormat | Mapping[str, Any] | None = None,
+        stop: str | Sequence[str] | None = None,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+    ) -> LLMResponse:
+        request = LLMRequest.build(
+            messages,
+            tools=tools,
+            response_format=response_format,
+            stop=stop,
+            max_tokens=max_tokens,
+            temperature=temperature,
+        )
+        return await self._complete(request)
+
+    def stream(
+        self,
+        messages: MessagesInput,
+        *,
+        tools: Sequence[ToolSpec] | None = None,
+        response_format: ResponseFormat | Mapping[str, Any] | None = None,
+        stop: str | Sequence[str] | None = None,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+    ) -> AsyncGenerator[StreamEvent, None]:
+        request = LLMRequest.build(
+            messages,
+            tools=tools,
+            response_format=response_format,
+            stop=stop,
+            max_tokens=max_tokens,
+            temperature=temperature,
+            stream=True,
+        )
+        return self._stream(request)
+
+    async def _complete(self, request: LLMRequest) -> LLMResponse:
+        raise NotImplementedError
+
+    def _stream(self, request: LLMRequest) -> AsyncGenerator[StreamEvent, None]:
+        raise NotImplementedError
 
     # -- connection pool -------------------------------------------------------------
 

@@ -39,7 +39,6 @@ from dagagent.llm.types import (
     LLMRequest,
     LLMResponse,
     Message,
-    MessagesInput,
     ResponseFormat,
     StreamEnd,
     StreamEvent,
@@ -47,7 +46,6 @@ from dagagent.llm.types import (
     ToolCall,
     ToolCallDelta,
     ToolResultMessage,
-    ToolSpec,
     Usage,
     UsageTracker,
     UserMessage,
@@ -529,47 +527,12 @@ class AnthropicChat(HTTPChatClient):
             return []  # thinking, signatures and future delta types
         return []  # ping, content_block_stop and unknown events
 
-    # -- the LLM protocol ----------------------------------------------------------
+    # -- the LLM protocol (complete / stream come from HTTPChatClient) ----------------
 
-    async def complete(
-        self,
-        messages: MessagesInput,
-        *,
-        tools: Sequence[ToolSpec] | None = None,
-        response_format: ResponseFormat | Mapping[str, Any] | None = None,
-        stop: str | Sequence[str] | None = None,
-        max_tokens: int | None = None,
-        temperature: float | None = None,
-    ) -> LLMResponse:
-        request = LLMRequest.build(
-            messages,
-            tools=tools,
-            response_format=response_format,
-            stop=stop,
-            max_tokens=max_tokens,
-            temperature=temperature,
-        )
+    async def _complete(self, request: LLMRequest) -> LLMResponse:
         body, fmt = self.build_body(request)
         return await self._call(self.path, body, lambda data: self.parse_response(data, fmt))
 
-    def stream(
-        self,
-        messages: MessagesInput,
-        *,
-        tools: Sequence[ToolSpec] | None = None,
-        response_format: ResponseFormat | Mapping[str, Any] | None = None,
-        stop: str | Sequence[str] | None = None,
-        max_tokens: int | None = None,
-        temperature: float | None = None,
-    ) -> AsyncGenerator[StreamEvent, None]:
-        request = LLMRequest.build(
-            messages,
-            tools=tools,
-            response_format=response_format,
-            stop=stop,
-            max_tokens=max_tokens,
-            temperature=temperature,
-            stream=True,
-        )
+    def _stream(self, request: LLMRequest) -> AsyncGenerator[StreamEvent, None]:
         body, fmt = self.build_body(request)
         return self._call_stream(self.path, body, lambda response: self._consume(response, fmt))

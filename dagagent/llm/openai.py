@@ -22,8 +22,6 @@ from dagagent.llm.types import (
     LLMRequest,
     LLMResponse,
     Message,
-    MessagesInput,
-    ResponseFormat,
     StreamEnd,
     StreamEvent,
     SystemMessage,
@@ -31,7 +29,6 @@ from dagagent.llm.types import (
     ToolCall,
     ToolCallDelta,
     ToolResultMessage,
-    ToolSpec,
     Usage,
     UsageTracker,
     UserMessage,
@@ -490,47 +487,12 @@ class OpenAIChat(HTTPChatClient):
         self.usage.record(result.usage)
         yield StreamEnd(result)
 
-    # -- the LLM protocol ----------------------------------------------------------
+    # -- the LLM protocol (complete / stream come from HTTPChatClient) ----------------
 
-    async def complete(
-        self,
-        messages: MessagesInput,
-        *,
-        tools: Sequence[ToolSpec] | None = None,
-        response_format: ResponseFormat | Mapping[str, Any] | None = None,
-        stop: str | Sequence[str] | None = None,
-        max_tokens: int | None = None,
-        temperature: float | None = None,
-    ) -> LLMResponse:
-        request = LLMRequest.build(
-            messages,
-            tools=tools,
-            response_format=response_format,
-            stop=stop,
-            max_tokens=max_tokens,
-            temperature=temperature,
-        )
+    async def _complete(self, request: LLMRequest) -> LLMResponse:
         return await self._call("/chat/completions", self.build_body(request), self.parse_response)
 
-    def stream(
-        self,
-        messages: MessagesInput,
-        *,
-        tools: Sequence[ToolSpec] | None = None,
-        response_format: ResponseFormat | Mapping[str, Any] | None = None,
-        stop: str | Sequence[str] | None = None,
-        max_tokens: int | None = None,
-        temperature: float | None = None,
-    ) -> AsyncGenerator[StreamEvent, None]:
-        request = LLMRequest.build(
-            messages,
-            tools=tools,
-            response_format=response_format,
-            stop=stop,
-            max_tokens=max_tokens,
-            temperature=temperature,
-            stream=True,
-        )
+    def _stream(self, request: LLMRequest) -> AsyncGenerator[StreamEvent, None]:
         return self._call_stream("/chat/completions", self.build_body(request), self._consume)
 
 
