@@ -82,6 +82,18 @@ def print_result(result: RunResult, *, as_json: bool) -> int:
     return EXIT_OK if result.ok else EXIT_FAILED
 
 
+EXECUTOR_OPT = typer.Option(
+    "levels", "--executor", "-e", help=f"When tasks start: {', '.join(EXECUTORS)}."
+)
+ON_FAILURE_OPT = typer.Option(
+    "cancel",
+    "--on-failure",
+    help="cancel: stop the run at the first failure; "
+    "continue: run independent branches to the end.",
+)
+MAX_CONCURRENCY_OPT = typer.Option(
+    None, "--max-concurrency", "-j", min=1, help="At most N tasks at once."
+)
 STORE_OPT = typer.Option(
     None,
     "--store",
@@ -130,18 +142,9 @@ def agent_model(model: str | None, base_url: str | None) -> Any:
 def run_cmd(
     plan: Path = PLAN_ARG,
     tools: str | None = TOOLS_OPT,
-    executor: str = typer.Option(
-        "levels", "--executor", "-e", help=f"When tasks start: {', '.join(EXECUTORS)}."
-    ),
-    on_failure: str = typer.Option(
-        "cancel",
-        "--on-failure",
-        help="cancel: stop the run at the first failure; "
-        "continue: run independent branches to the end.",
-    ),
-    max_concurrency: int | None = typer.Option(
-        None, "--max-concurrency", "-j", min=1, help="At most N tasks at once."
-    ),
+    executor: str = EXECUTOR_OPT,
+    on_failure: str = ON_FAILURE_OPT,
+    max_concurrency: int | None = MAX_CONCURRENCY_OPT,
     json_out: bool = typer.Option(False, "--json", help="Print only the result, as JSON."),
     approve: bool = APPROVE_OPT,
     ask: list[str] | None = ASK_OPT,

@@ -14,7 +14,6 @@ from rich.table import Table
 from rich.text import Text
 
 from ..errors import ConfigError, LLMError
-from ..executors import EXECUTORS
 from ..graph import PlanGraph, critical_path, validate
 from ..plan import Plan, load_plan
 from ..review import (
@@ -33,7 +32,7 @@ from ._app import EXIT_FAILED, EXIT_OK, EXIT_USAGE, app, err, fail, guard, load_
 from .diagram import FORMATS, render_graph
 from .progress import recorded_tools_spec, run_recorded
 from .render import STATUS_STYLE, print_json, short
-from .run import print_result
+from .run import EXECUTOR_OPT, MAX_CONCURRENCY_OPT, ON_FAILURE_OPT, print_result
 
 __all__ = ["find_run"]
 
@@ -355,18 +354,9 @@ def replan_cmd(
         metavar="MODULE:ATTR",
         help="Tools for the revised plan. Default: the tools the run used.",
     ),
-    executor: str = typer.Option(
-        "levels", "--executor", "-e", help=f"When tasks start: {', '.join(EXECUTORS)}."
-    ),
-    on_failure: str = typer.Option(
-        "cancel",
-        "--on-failure",
-        help="cancel: stop the run at the first failure; "
-        "continue: run independent branches to the end.",
-    ),
-    max_concurrency: int | None = typer.Option(
-        None, "--max-concurrency", "-j", min=1, help="At most N tasks at once."
-    ),
+    executor: str = EXECUTOR_OPT,
+    on_failure: str = ON_FAILURE_OPT,
+    max_concurrency: int | None = MAX_CONCURRENCY_OPT,
     store: Path | None = STORE_OPT,
     json_out: bool = typer.Option(False, "--json", help="Print everything as one JSON object."),
     timeout: float = typer.Option(
