@@ -404,3 +404,47 @@ def _answer_text(response: LLMResponse) -> str:
 def _short(text: str, width: int = 80) -> str:
     text = " ".join(text.split())
     return repr(text if len(text) <= width else text[: width - 3] + "...")
+
+
+class HealingPlanner:
+    """What the planner and the replanner share: a model, a registry, the
+    :class:`PlanHealer` loop, and the latest result (``last_result`` / ``last_usage``)."""
+
+    def __init__(
+        self,
+        llm: LLM,
+        registry: Registry,
+        *,
+        max_attempts: int = 3,
+        strict: bool | None = None,
+        structured: bool = True,
+        agent_tasks: bool = False,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+    ) -> None:
+        self.llm = llm
+        self.registry = registry
+        self.healer = PlanHealer(
+            llm,
+            registry,
+            max_attempts=max_attempts,
+            strict=strict,
+            structured=structured,
+            agent_tasks=agent_tasks,
+            max_tokens=max_tokens,
+            temperature=temperature,
+        )
+        self.last_result: PlanningResult | None = None
+
+    @property
+    def max_attempts(self) -> int:
+        return self.healer.max_attempts
+
+    @property
+    def response_format(self) -> ResponseFormat | None:
+        """What is sent as the response format (the plan schema, strict or not)."""
+        return self.healer.response_format
+
+    @property
+    def last_usage(self) -> Usage | None:
+        return self.last_result.usage if self.last_result is not None else None

@@ -15,16 +15,16 @@ healed by :class:`~dagagent.planners.heal.PlanHealer`.
 from __future__ import annotations
 
 from ..errors import ConfigError
-from ..llm import LLM, Message, ResponseFormat, SystemMessage, Usage, UserMessage
+from ..llm import LLM, Message, SystemMessage, UserMessage
 from ..plan import Plan
 from ..tools import Registry
-from .heal import PlanHealer, PlanningResult
+from .heal import HealingPlanner, PlanningResult
 from .prompts import plan_user_prompt, system_prompt
 
 __all__ = ["LLMPlanner"]
 
 
-class LLMPlanner:
+class LLMPlanner(HealingPlanner):
     """Turns goals into validated plans for ``registry`` with ``llm``.
 
     - ``max_attempts``: answers to try (the first one plus repairs) before
@@ -53,9 +53,7 @@ class LLMPlanner:
         temperature: float | None = None,
         system_prompt: str | None = None,
     ) -> None:
-        self.llm = llm
-        self.registry = registry
-        self.healer = PlanHealer(
+        super().__init__(
             llm,
             registry,
             max_attempts=max_attempts,
@@ -66,20 +64,6 @@ class LLMPlanner:
             temperature=temperature,
         )
         self._system = system_prompt
-        self.last_result: PlanningResult | None = None
-
-    @property
-    def max_attempts(self) -> int:
-        return self.healer.max_attempts
-
-    @property
-    def response_format(self) -> ResponseFormat | None:
-        """What is sent as the response format (the plan schema, strict or not)."""
-        return self.healer.response_format
-
-    @property
-    def last_usage(self) -> Usage | None:
-        return self.last_result.usage if self.last_result is not None else None
 
     def system_prompt(self) -> str:
         if self._system is None:

@@ -28,11 +28,11 @@ from collections.abc import Mapping
 
 from ..errors import Issue
 from ..graph import PlanGraph
-from ..llm import LLM, Message, ResponseFormat, SystemMessage, Usage, UserMessage
+from ..llm import LLM, Message, SystemMessage, UserMessage
 from ..plan import Plan, Task
 from ..results import TaskResult, TaskStatus
 from ..tools import Registry
-from .heal import PlanHealer, PlanningResult
+from .heal import HealingPlanner, PlanningResult
 from .prompts import replan_user_prompt, shorten, system_prompt
 
 __all__ = ["LLMReplanner", "replan_issues", "replan_warnings"]
@@ -92,7 +92,7 @@ def replan_warnings(old: Plan, new: Plan, results: Mapping[str, TaskResult]) -> 
     return warnings
 
 
-class LLMReplanner:
+class LLMReplanner(HealingPlanner):
     """Revises a partly failed plan with ``llm``; the options are those of
     :class:`~dagagent.planners.LLMPlanner`, plus ``output_chars``: how much of each
     successful output the model sees."""
@@ -110,10 +110,7 @@ class LLMReplanner:
         temperature: float | None = None,
         output_chars: int = 300,
     ) -> None:
-        self.llm = llm
-        self.registry = registry
-        self.output_chars = output_chars
-        self.healer = PlanHealer(
+        super().__init__(
             llm,
             registry,
             max_attempts=max_attempts,
@@ -123,20 +120,8 @@ class LLMReplanner:
             max_tokens=max_tokens,
             temperature=temperature,
         )
+        self.output_chars = output_chars
         self._system: str | None = None
-        self.last_result: PlanningResult | None = None
-
-    @property
-    def max_attempts(self) -> int:
-        return self.healer.max_attempts
-
-    @property
-    def response_format(self) -> ResponseFormat | None:
-        return self.healer.response_format
-
-    @property
-    def last_usage(self) -> Usage | None:
-        return self.last_result.usage if self.last_result is not None else None
 
     def messages(self, goal: str, plan: Plan, results: Mapping[str, TaskResult]) -> list[Message]:
         """The conversation the first attempt sends."""
