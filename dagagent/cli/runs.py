@@ -32,7 +32,7 @@ from ._app import EXIT_FAILED, EXIT_OK, EXIT_USAGE, app, err, fail, guard, load_
 from .diagram import FORMATS, render_graph
 from .progress import recorded_tools_spec, run_recorded
 from .render import STATUS_STYLE, print_json, short
-from .run import EXECUTOR_OPT, MAX_CONCURRENCY_OPT, ON_FAILURE_OPT, print_result
+from .run import EXECUTOR_OPT, MAX_CONCURRENCY_OPT, ON_FAILURE_OPT, agent_model, print_result
 
 __all__ = ["find_run"]
 
@@ -393,11 +393,13 @@ def replan_cmd(
             record, llm, registry, max_attempts=max_attempts, quiet=json_out
         )
     plan = revised if revised is not None else record.plan
+    if llm is None and execute_it and any(t.is_agent for t in plan.tasks):
+        llm = agent_model(None, None)  # $DAGAGENT_MODEL, as for 'dagagent run'
     diff: PlanDiff | None = None
     decisions: dict[str, ReuseDecision] | None = None
     graph: PlanGraph | None = None
     if revised is not None or execute_it:
-        graph = validate(plan, registry, check_llm=True)
+        graph = validate(plan, registry, llm=llm, check_llm=True)
         decisions = predict_reuse(record, plan)
     if revised is not None:
         diff = diff_plans(record.plan, revised)
