@@ -1,0 +1,203 @@
+"""README.md's offline examples, run as the README writes them, so its claims cannot rot.
+
+The shell blocks run through the CLI in process (in a scratch directory holding a copy of
+``examples/``); the Python blocks run as written, ``await`` included.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import shlex
+import shutil
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+import typer.main
+from typer.testing import CliRunner
+
+from dagagent.cli import app
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+runner = CliRunner()
+
+
+def section(title: str) -> str:
+    """The text of the ``## title`` section, up to the next ``## `` heading."""
+    start = README.index(f"\n## {title}\n")
+    end = README.find("\n## ", start + 1)
+    return README[start : end if end != -1 else len(README)]
+
+
+def blocks(text: str, lang: str) -> list[str]:
+    return re.findall(rf"^```{lang}\n(.*?)^```", text, re.S | re.M)
+
+
+def block_with(text: str, lang: str, marker: str) -> str:
+    found = [b for b in blocks(text, lang) if marker in b]
+    assert len(found) == 1, f"expected one {lang} block with {marker!r} in the README"
+    return found[0]
+
+
+def commands(block: str) -> list[tuple[str, str]]:
+    """``(command, comment)`` for each line of a shell block."""
+    out = []
+    for line in block.splitlines():
+        if line.strip():
+            command, _, comment = line.partition("  #")
+            out.append((command.strip(), comment.strip()))
+    return out
+
+
+def dagagent(command: str) -> Any:
+    argv = shlex.split(command)
+    assert argv[0] == "dagagent", command
+    return runner.invoke(app, argv[1:], catch_exceptions=False)
+
+
+@pytest.fixture
+def scratch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A new user's directory: a copy of the examples, nothing else."""
+    shutil.copytree(ROOT / "examples", tmp_path / "examples")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def run_python(source: str, namespace: dict[str, Any]) -> None:
+    """Run a README snippet as written; top-level ``await`` runs on an event loop."""
+    code = compile(source, "<README.md>", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+    pending = eval(code, namespace)
+    if pending is not None:
+
+        async def main() -> None:
+            await pending
+
+        anyio.run(main)
+
+
+def test_install_and_test_commands_come_first_and_are_what_ci_runs() -> None:
+    headings = re.findall(r"^## (.+)$", README, re.M)
+    assert headings[:2] == ["Install and test", "Run the bundled example (offline, no key)"]
+    assert len(headings) == len(set(headings)), "a section is duplicated"
+    assert commands(block_with(section("Install and test"), "bash", "pip")) == [
+        ('pip install -e ".[dev]"', ""),
+        ("pytest", ""),
+    ]
+    ci = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
+    assert any(re.fullmatch(r'pip install (--quiet )?-e "\.\[dev\]"', line) for line in ci)
+    assert "pytest" in ci
+
+
+def test_offline_example_runs_as_described(scratch: Path) -> None:
+    block = block_with(section("Run the bundled example (offline, no key)"), "bash", "dagagent")
+    ran = []
+    for command, comment in commands(block):
+        m = re.search(r"exit (\d+)", comment)
+        expected = int(m.group(1)) if m else 0
+        r = dagagent(command)
+        assert r.exit_code == expected, (command, r.output)
+        assert "Traceback" not in r.output
+        ran.append(command.split()[1])
+        if "four problems" in comment:
+            issues = re.findall(r"^\s+\[(\w+)\] task", r.stderr, re.M)
+            assert sorted(issues) == ["cycle", "duplicate_id", "missing_dependency", "unknown_tool"]
+            assert "a -> b -> c -> a" in r.stderr
+    assert ran == ["run", "run", "validate"]
+
+
+def test_failing_run_and_replan_walkthrough(scratch: Path) -> None:
+    text = section("Run records, review and replanning")
+    walkthrough = commands(block_with(text, "bash", "examples/failing.json"))
+    expected_codes = [1, 0, None, 0]  # None: the sed line
+    assert len(walkthrough) == len(expected_codes)
+    outputs = []
+    for (command, _), code in zip(walkthrough, expected_codes, strict=True):
+        if command.startswith("sed "):
+            sed = re.fullmatch(r"sed -i 's/(\w+)/(\w+)/' (\S+)", command)
+            assert sed is not None, command
+            old, new, name = sed.groups()
+            path = scratch / name
+            path.write_text(path.read_text().replace(old, new))
+            continue
+        r = dagagent(command)
+        assert r.exit_code == code, (command, r.output)
+        outputs.append(r.stdout)
+    first = outputs[0]
+    assert re.search(r"^atlantis failed ", first, re.M)
+    assert re.search(r"^mean skipped ", first, re.M)
+    assert (scratch / "fixed.json").exists()
+    # The output shown right after the walkthrough is what the last command prints.
+    shown = blocks(text[text.index("examples/failing.json") :], "text")[0]
+    for line in shown.splitlines():
+        assert line in outputs[-1].splitlines(), line
+    assert re.search(r"^paris reused ", outputs[-1], re.M)
+
+    # The graph of that run, as the README draws it.
+    drawing = block_with(text, "text", "$ dagagent graph")
+    prompt, *expected = drawing.rstrip("\n").splitlines()
+    r = dagagent(prompt.removeprefix("$ "))
+    assert r.exit_code == 0, r.output
+    assert [line.rstrip() for line in r.stdout.rstrip("\n").splitlines()] == expected
+
+
+def test_from_python_snippet(scratch: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    source = block_with(section("From Python"), "python", "execute_sync")
+    namespace: dict[str, Any] = {}
+    run_python(source, namespace)
+    assert capsys.readouterr().out.splitlines() == [
+        "succeeded {'paris': {'city': 'Paris', 'temp_c': 20.0}, "
+        "'tokyo': {'city': 'Tokyo', 'temp_c': 20.0}, "
+        "'both': {'city': 'Paris and Tokyo', 'temp_c': 20.0}}"
+    ]
+    # The async form given in the closing comment.
+    m = re.search(r"^# in async code: (.+)$", source, re.M)
+    assert m is not None
+    run_python(m.group(1), namespace)
+    assert namespace["result"].status == "succeeded"
+    assert namespace["result"].outputs["both"] == {"city": "Paris and Tokyo", "temp_c": 20.0}
+
+
+def test_interceptor_policy_and_store_snippets(scratch: Path) -> None:
+    """The awaited snippets of later sections, on the registry and plan of "From Python"."""
+    namespace: dict[str, Any] = {}
+    run_python(block_with(section("From Python"), "python", "execute_sync"), namespace)
+
+    run_python(block_with(section("Interceptors and approval"), "python", "tracing("), namespace)
+    assert namespace["result"].status == "succeeded"
+    assert len(namespace["spans"]) == 3
+
+    run_python(block_with(section("Interceptors and approval"), "python", "Policy("), namespace)
+    assert namespace["result"].status == "succeeded"
+
+    run_python(
+        block_with(section("Run records, review and replanning"), "python", "store="), namespace
+    )
+    assert namespace["record"].tasks["paris"].output == {"city": "Paris", "temp_c": 20.0}
+    assert (scratch / "runs.db").exists()
+
+
+def test_commands_table_lists_every_command_and_the_readme_every_option() -> None:
+    group = typer.main.get_command(app)
+    cmds: dict[str, Any] = getattr(group, "commands", {})
+    assert {"validate", "run", "plan", "runs", "show", "graph", "replan"} <= set(cmds)
+    table = section("Command line")
+
+    def options(command: Any) -> list[list[str]]:
+        return [
+            p.opts for p in command.params if p.param_type_name == "option" and p.name != "help"
+        ]
+
+    def mentioned(option: str) -> bool:
+        return re.search(rf"(?<![\w-]){re.escape(option)}(?![\w-])", README) is not None
+
+    for name, command in cmds.items():
+        assert f"| `dagagent {name} " in table, f"'dagagent {name}' is not in the commands table"
+        for opts in options(command):
+            assert any(mentioned(o) for o in opts), (
+                f"dagagent {name} {'/'.join(opts)} is not in the README"
+            )
+    for opts in options(group):
+        assert any(mentioned(o) for o in opts), "/".join(opts)
