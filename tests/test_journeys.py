@@ -334,6 +334,12 @@ FAN_PLAN: dict[str, Any] = {
             "tool": "format_report",
             "args": {"title": "Mean ${avg}", "lines": ["${paris.condition}", "${london.city}"]},
         },
+        {"id": "atlantis", "tool": "get_weather", "args": {"city": "Atlantis"}},
+        {
+            "id": "after",
+            "tool": "format_report",
+            "args": {"title": "${atlantis.city}", "lines": []},
+        },
     ],
 }
 
@@ -341,18 +347,29 @@ FAN_PLAN: dict[str, Any] = {
 def test_executors_agree(user: Journey) -> None:
     pytest.importorskip("distributed")
     plan = user.write_plan(FAN_PLAN)
-    outputs: dict[str, Any] = {}
+    seen: dict[str, Any] = {}
     for executor in ("serial", "levels", "dataflow", "dask"):
         user.reset_calls()
-        result = user.json("run", plan, "--tools", TOOLS, "--executor", executor)
-        assert result["status"] == "succeeded", (executor, result)
-        outputs[executor] = {tid: t["output"] for tid, t in result["tasks"].items()}
-        assert len(user.calls()) == 5, (executor, user.calls())
-    assert outputs["serial"]["report"] == "# Mean 18.833333333333332\ncloudy\nLondon"
-    for executor, out in outputs.items():
-        assert out == outputs["serial"], executor
+        # one task fails (an unknown city): its error is an ordinary task failure on every
+        # executor, never a worker's traceback on the terminal (checked by user())
+        result = user.json(
+            "run", plan, "--tools", TOOLS, "-e", executor, "--on-failure", "continue", code=1
+        )
+        seen[executor] = {
+            tid: (t["status"], t["output"], t["error_type"], t["error"])
+            for tid, t in result["tasks"].items()
+        }
+        assert len(user.calls()) == 6, (executor, user.calls())
+    assert seen["serial"]["report"][:2] == (
+        "succeeded",
+        "# Mean 18.833333333333332\ncloudy\nLondon",
+    )
+    assert seen["serial"]["atlantis"][0::2] == ("failed", "LookupError")
+    assert seen["serial"]["after"][0] == "skipped"
+    for executor, tasks in seen.items():
+        assert tasks == seen["serial"], executor
     runs = user.json("runs")
-    assert len(runs) == 4 and all(r["status"] == "succeeded" for r in runs)
+    assert [r["executor"] for r in runs] == ["dask", "dataflow", "levels", "serial"]
 
 
 # -- 5. Ctrl-C mid-way, then replan re-runs only what did not finish --------------------------

@@ -122,21 +122,30 @@ class _Fn:
         return fn
 
 
-class _RaisedBase(Exception):
-    """A BaseException a tool raised on a worker (``sys.exit()``, ``KeyboardInterrupt``...),
-    carried to the driver as an ordinary error: let through, SystemExit would stop the
-    worker process and take every call running there with it. The driver raises it again
-    (:meth:`rebuild`), so the task fails exactly as it would in-process."""
+class _Raised:
+    """What a tool raised on a worker, *returned* as the call's value rather than raised.
 
-    def __init__(self, name: str, args: tuple[Any, ...], text: str) -> None:
-        super().__init__(name, args, text)
-        self.name = name
-        self.exc_args = args
-        self.text = text
+    A raised exception is a failed Dask task, which the worker logs at ERROR level with its
+    traceback ("Compute Failed") - on a local cluster straight into the user's terminal, for
+    what is an ordinary task failure (a city the tool does not know). A BaseException
+    (``sys.exit()``, ``KeyboardInterrupt``...) must not be let through either: SystemExit would
+    stop the worker process and take every call running there with it. The driver raises it
+    again (:meth:`rebuild`), so the task fails exactly as it would in-process.
+    """
+
+    def __init__(self, exc: BaseException) -> None:
+        self.name = type(exc).__name__
+        self.exc_args = _picklable_args(exc)
+        self.text = str(exc)
+        self.ordinary = isinstance(exc, Exception)
+        # the exception itself when it survives the trip to the driver (the same type there)
+        self.exc: BaseException | None = exc if self.ordinary and _round_trips(exc) else None
 
     def rebuild(self) -> BaseException:
         import builtins
 
+        if self.exc is not None:
+            return self.exc
         cls = getattr(builtins, self.name, None)
         if isinstance(cls, type) and issubclass(cls, BaseException):
             try:
@@ -144,8 +153,19 @@ class _RaisedBase(Exception):
             except Exception:
                 pass
         # A class of the tool's own: the same name, so the task's error reads the same.
-        own: type[BaseException] = type(self.name, (BaseException,), {"__module__": "worker"})
+        base: type[BaseException] = Exception if self.ordinary else BaseException
+        own: type[BaseException] = type(self.name, (base,), {"__module__": "worker"})
         return own(self.text)
+
+
+def _round_trips(exc: BaseException) -> bool:
+    import cloudpickle
+
+    try:
+        cloudpickle.loads(cloudpickle.dumps(exc))
+    except Exception:
+        return False
+    return True
 
 
 def _picklable_args(exc: BaseException) -> tuple[Any, ...]:
@@ -163,20 +183,18 @@ def _call(fn: _Fn, args: dict[str, Any]) -> Any:
         if type(result) is AsyncGeneratorType:  # no event loop in this thread: a short one
             return asyncio.run(materialize_async(result))
         return result
-    except Exception:
-        raise
     except BaseException as exc:
-        raise _RaisedBase(type(exc).__name__, _picklable_args(exc), str(exc)) from None
+        return _Raised(exc)
 
 
 async def _acall(fn: _Fn, args: dict[str, Any]) -> Any:
     """Run an async tool (on the worker's event loop)."""
     try:
         return await materialize_async(await fn.load()(**args))
-    except (Exception, asyncio.CancelledError):  # cancelled: Dask cancelled the call
+    except asyncio.CancelledError:  # Dask cancelled the call
         raise
     except BaseException as exc:
-        raise _RaisedBase(type(exc).__name__, _picklable_args(exc), str(exc)) from None
+        return _Raised(exc)
 
 
 def _load_all(fns: list[_Fn]) -> dict[str, str]:
@@ -635,9 +653,7 @@ class DaskExecutor(DataflowExecutor):
             pure=False,
         )
         try:
-            return await future
-        except _RaisedBase as exc:
-            raise exc.rebuild() from None
+            result = await future
         except _killed_worker() as exc:
             raise WorkerLostError(
                 f"the Dask worker running tool {tool.name!r} died"
@@ -661,6 +677,9 @@ class DaskExecutor(DataflowExecutor):
             # Forget the key now rather than when the future is garbage collected (an error's
             # traceback keeps it alive): the scheduler and workers drop the result or error.
             future.release()
+        if isinstance(result, _Raised):
+            raise result.rebuild() from None
+        return result
 
 
 def _killed_worker() -> type[Exception]:
