@@ -4,8 +4,8 @@ answers.
 ``dagagent`` subprocesses load ``registry`` with ``--tools tests/journey_model.py:registry``.
 Every tool call appends ``start NAME`` / ``end NAME`` (NAME: the tool and its main argument)
 to the file named by ``$JOURNEY_LOG``, so a test can count which tools really ran. The
-``slow`` tool, for a name starting with "slow", blocks while the file ``$JOURNEY_SLOW`` exists (so a test can interrupt it
-mid-way and let the rerun finish at once).
+``slow`` tool, for a name starting with "slow", blocks while the file ``$JOURNEY_SLOW``
+exists (so a test can interrupt it mid-way and let the rerun finish at once).
 """
 
 from __future__ import annotations
