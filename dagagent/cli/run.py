@@ -64,7 +64,11 @@ def validate_cmd(
     out.print(plan_table(graph))
     for w in graph.warnings:
         err.print(f"warning: {w}", markup=False, highlight=False)
-    out.print(f"valid: {len(graph)} tasks in {len(graph.levels)} levels", markup=False)
+    n, k = len(graph), len(graph.levels)
+    out.print(
+        f"valid: {n} task{'s' if n != 1 else ''} in {k} level{'s' if k != 1 else ''}",
+        markup=False,
+    )
 
 
 def print_result(result: RunResult, *, as_json: bool) -> int:
