@@ -113,7 +113,11 @@ def runs_cmd(
         runs = st.list_runs(limit)
         path = st.path
     if json_out:
-        print_json(out, [{**r.model_dump(), "unrecorded": r.unrecorded} for r in runs])
+        # "run_id" too: the key 'show --json' and 'run --json' use for the same value.
+        print_json(
+            out,
+            [{"run_id": r.id, **r.model_dump(), "unrecorded": r.unrecorded} for r in runs],
+        )
         return
     if not runs:
         out.print(f"no runs recorded in {path}", markup=False, highlight=False)
