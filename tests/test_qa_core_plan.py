@@ -56,7 +56,7 @@ def test_an_integer_too_long_to_parse_is_a_clear_error(tmp_path: Path, cmd: str)
     r = _cli(tmp_path, text, cmd)
     assert r.exit_code == 2, r.output
     assert not isinstance(r.exception, ValueError)
-    assert "error:" in r.stderr and "4300 digits" in r.stderr
+    assert "error:" in r.stderr and "4300" in r.stderr  # the limit, in any Python's wording
 
 
 @pytest.mark.parametrize("cmd", ["validate", "run"])

@@ -4,6 +4,7 @@ Nothing may hang, end the run abruptly or lose the other tasks' results."""
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -60,6 +61,11 @@ def _registry() -> dagagent.Registry:
 def test_a_tool_raising_a_base_exception_fails_its_task_only(
     executor: str, mode: str, kind: str
 ) -> None:
+    if kind == "CancelledError" and sys.version_info < (3, 11):
+        pytest.skip(
+            "before 3.11 asyncio cannot tell a CancelledError a tool raised from a real "
+            "cancellation (Task.cancelling() is new in 3.11): it is treated as cancellation"
+        )
     plan = {
         "tasks": [
             {"id": "first", "tool": "ok"},

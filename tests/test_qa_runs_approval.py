@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -144,6 +145,7 @@ def test_policy_file_mistakes_name_the_rule(
     assert message in text
 
 
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="TOML policy files need tomllib (3.11+)")
 def test_a_named_rule_is_named_in_the_error(tmp_path: Path) -> None:
     path = tmp_path / "policy.toml"
     path.write_text(

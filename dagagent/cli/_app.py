@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import importlib.util
 import logging
@@ -134,7 +135,9 @@ def guard(fn: F) -> F:
             return fn(*args, **kwargs)
         except DagagentError as exc:
             raise typer.Exit(report_error(exc)) from None
-        except KeyboardInterrupt:
+        except (KeyboardInterrupt, asyncio.CancelledError):
+            # Ctrl-C. On Python 3.11+ the event loop turns it into KeyboardInterrupt once the
+            # run is cancelled; on 3.10 the cancellation itself comes out of anyio.run.
             err.print("interrupted", markup=False)
             raise typer.Exit(EXIT_INTERRUPTED) from None
 
