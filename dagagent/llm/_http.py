@@ -27,7 +27,6 @@ from collections.abc import (
     Awaitable,
     Callable,
     Mapping,
-    Sequence,
 )
 from contextlib import aclosing, asynccontextmanager
 from dataclasses import dataclass, field
@@ -51,12 +50,8 @@ from dagagent.errors import (
     LLMTimeoutError,
 )
 from dagagent.llm.types import (
-    LLMRequest,
     LLMResponse,
-    MessagesInput,
-    ResponseFormat,
-    StreamEvent,
-    ToolSpec,
+    RequestLLM,
     UsageTracker,
     dumps_json,
     loads_json,
@@ -343,7 +338,7 @@ def is_event_stream(response: httpx.Response) -> bool:
 # ---------------------------------------------------------------------------- client base
 
 
-class HTTPChatClient:
+class HTTPChatClient(RequestLLM):
     """Base of the HTTP model clients: configuration, secrets, retries, error mapping.
 
     A client may be used as ``async with client:`` to keep one connection pool for all
@@ -426,55 +421,6 @@ class HTTPChatClient:
 
     def _url(self, path: str) -> str:
         return self.base_url + path
-
-    # -- the LLM protocol: one request shape; each provider sends and parses it -------
-
-    async def complete(
-        self,
-        messages: MessagesInput,
-        *,
-        tools: Sequence[ToolSpec] | None = None,
-        response_format: ResponseFormat | Mapping[str, Any] | None = None,
-        stop: str | Sequence[str] | None = None,
-        max_tokens: int | None = None,
-        temperature: float | None = None,
-    ) -> LLMResponse:
-        request = LLMRequest.build(
-            messages,
-            tools=tools,
-            response_format=response_format,
-            stop=stop,
-            max_tokens=max_tokens,
-            temperature=temperature,
-        )
-        return await self._complete(request)
-
-    def stream(
-        self,
-        messages: MessagesInput,
-        *,
-        tools: Sequence[ToolSpec] | None = None,
-        response_format: ResponseFormat | Mapping[str, Any] | None = None,
-        stop: str | Sequence[str] | None = None,
-        max_tokens: int | None = None,
-        temperature: float | None = None,
-    ) -> AsyncGenerator[StreamEvent, None]:
-        request = LLMRequest.build(
-            messages,
-            tools=tools,
-            response_format=response_format,
-            stop=stop,
-            max_tokens=max_tokens,
-            temperature=temperature,
-            stream=True,
-        )
-        return self._stream(request)
-
-    async def _complete(self, request: LLMRequest) -> LLMResponse:
-        raise NotImplementedError
-
-    def _stream(self, request: LLMRequest) -> AsyncGenerator[StreamEvent, None]:
-        raise NotImplementedError
 
     # -- connection pool -------------------------------------------------------------
 

@@ -27,7 +27,6 @@ from collections.abc import (
     Callable,
     Iterable,
     Mapping,
-    Sequence,
 )
 from contextlib import aclosing
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
@@ -40,13 +39,11 @@ from dagagent.llm.openai import OpenAIChat
 from dagagent.llm.types import (
     LLMRequest,
     LLMResponse,
-    MessagesInput,
-    ResponseFormat,
+    RequestLLM,
     StreamEnd,
     StreamEvent,
     TextDelta,
     ToolCallDelta,
-    ToolSpec,
     UsageTracker,
 )
 
@@ -77,7 +74,7 @@ class ScriptError(AssertionError):
     """The code under test called the scripted model more or fewer times than scripted."""
 
 
-class ScriptedLLM:
+class ScriptedLLM(RequestLLM):
     """An :class:`~dagagent.llm.LLM` that answers from a script, in order.
 
     Every call is recorded in ``requests`` (typed :class:`LLMRequest`). Calling more
@@ -299,24 +296,7 @@ class ScriptedLLM:
         self.usage.record(response.usage)
         return response
 
-    async def complete(
-        self,
-        messages: MessagesInput,
-        *,
-        tools: Sequence[ToolSpec] | None = None,
-        response_format: ResponseFormat | Mapping[str, Any] | None = None,
-        stop: str | Sequence[str] | None = None,
-        max_tokens: int | None = None,
-        temperature: float | None = None,
-    ) -> LLMResponse:
-        request = LLMRequest.build(
-            messages,
-            tools=tools,
-            response_format=response_format,
-            stop=stop,
-            max_tokens=max_tokens,
-            temperature=temperature,
-        )
+    async def _complete(self, request: LLMRequest) -> LLMResponse:
         self.requests.append(request)
         if self.backend is not None:
             return await self.backend.complete(
@@ -324,31 +304,10 @@ class ScriptedLLM:
                 tools=request.tools,
                 response_format=request.response_format,
                 stop=request.stop,
-                max_tokens=max_tokens,
-                temperature=temperature,
+                max_tokens=request.max_tokens,
+                temperature=request.temperature,
             )
         return await self._answer(request)
-
-    def stream(
-        self,
-        messages: MessagesInput,
-        *,
-        tools: Sequence[ToolSpec] | None = None,
-        response_format: ResponseFormat | Mapping[str, Any] | None = None,
-        stop: str | Sequence[str] | None = None,
-        max_tokens: int | None = None,
-        temperature: float | None = None,
-    ) -> AsyncGenerator[StreamEvent, None]:
-        request = LLMRequest.build(
-            messages,
-            tools=tools,
-            response_format=response_format,
-            stop=stop,
-            max_tokens=max_tokens,
-            temperature=temperature,
-            stream=True,
-        )
-        return self._stream(request)
 
     async def _stream(self, request: LLMRequest) -> AsyncGenerator[StreamEvent, None]:
         self.requests.append(request)

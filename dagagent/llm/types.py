@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import re
 import threading
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal, Protocol, TypeAlias, runtime_checkable
 
@@ -474,6 +474,59 @@ async def collect_stream(events: AsyncIterator[StreamEvent]) -> LLMResponse:
 
 
 # ---------------------------------------------------------------------------- protocol
+
+
+class RequestLLM:
+    """Implements the :class:`LLM` protocol's ``complete`` / ``stream`` by normalising the
+    arguments into one :class:`LLMRequest`; subclasses answer it in ``_complete`` /
+    ``_stream`` (the HTTP clients send it, :class:`~dagagent.llm.ScriptedLLM` scripts it)."""
+
+    async def complete(
+        self,
+        messages: MessagesInput,
+        *,
+        tools: Sequence[ToolSpec] | None = None,
+        response_format: ResponseFormat | Mapping[str, Any] | None = None,
+        stop: str | Sequence[str] | None = None,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+    ) -> LLMResponse:
+        request = LLMRequest.build(
+            messages,
+            tools=tools,
+            response_format=response_format,
+            stop=stop,
+            max_tokens=max_tokens,
+            temperature=temperature,
+        )
+        return await self._complete(request)
+
+    def stream(
+        self,
+        messages: MessagesInput,
+        *,
+        tools: Sequence[ToolSpec] | None = None,
+        response_format: ResponseFormat | Mapping[str, Any] | None = None,
+        stop: str | Sequence[str] | None = None,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+    ) -> AsyncGenerator[StreamEvent, None]:
+        request = LLMRequest.build(
+            messages,
+            tools=tools,
+            response_format=response_format,
+            stop=stop,
+            max_tokens=max_tokens,
+            temperature=temperature,
+            stream=True,
+        )
+        return self._stream(request)
+
+    async def _complete(self, request: LLMRequest) -> LLMResponse:
+        raise NotImplementedError(f"{type(self).__name__} does not implement _complete")
+
+    def _stream(self, request: LLMRequest) -> AsyncGenerator[StreamEvent, None]:
+        raise NotImplementedError(f"{type(self).__name__} does not implement _stream")
 
 
 @runtime_checkable
