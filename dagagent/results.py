@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import json
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -10,7 +11,7 @@ from pydantic_core import to_jsonable_python
 
 from .errors import RunFailedError
 
-__all__ = ["RunResult", "RunStatus", "TaskResult", "TaskStatus", "jsonable"]
+__all__ = ["RunResult", "RunStatus", "TaskResult", "TaskStatus", "as_text", "jsonable"]
 
 
 class TaskStatus(str, enum.Enum):
@@ -96,6 +97,17 @@ def _str(value: Any) -> str:
         return str(value)
     except Exception:
         return f"<{type(value).__name__} object>"
+
+
+def as_text(value: Any) -> str:
+    """A value as text to show a person or a model: a string as it is, anything else as JSON
+    (``repr`` if even :func:`jsonable` cannot make JSON of it)."""
+    if isinstance(value, str):
+        return value
+    try:
+        return json.dumps(jsonable(value), ensure_ascii=False)
+    except (TypeError, ValueError):
+        return repr(value)
 
 
 class TaskResult(BaseModel):

@@ -47,7 +47,7 @@ from dagagent.llm import (
     ToolSpec,
     UserMessage,
 )
-from dagagent.results import jsonable
+from dagagent.results import as_text, jsonable
 from dagagent.tools import Registry, Tool
 
 from .budget import Budget, call_signature
@@ -599,14 +599,7 @@ class ReActAgent:
     # -- text ----------------------------------------------------------------------------
 
     def _render(self, value: Any) -> str:
-        if isinstance(value, str):
-            text = value
-        else:
-            try:
-                text = json.dumps(jsonable(value), ensure_ascii=False)
-            except (TypeError, ValueError):
-                text = str(value)
-        return _clip(text, self.max_observation_chars)
+        return _clip(as_text(value), self.max_observation_chars)
 
     def _task_message(self, goal: str, context: Mapping[str, Any] | None) -> str:
         if not context:

@@ -10,7 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..graph import PlanGraph
-from ..results import RunResult, TaskStatus, jsonable
+from ..results import RunResult, TaskStatus, as_text
 
 __all__ = ["STATUS_STYLE", "plan_table", "print_json", "result_table", "short"]
 
@@ -26,14 +26,7 @@ STATUS_STYLE = {
 
 def short(value: Any, width: int = 60) -> str:
     """A one-line, shortened rendering of a value."""
-    if isinstance(value, str):
-        text = value
-    else:
-        try:
-            text = json.dumps(jsonable(value), ensure_ascii=False)
-        except (TypeError, ValueError):
-            text = repr(value)
-    text = " ".join(text.split())
+    text = " ".join(as_text(value).split())
     return text if len(text) <= width else text[: width - 1] + "…"
 
 

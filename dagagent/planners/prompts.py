@@ -19,7 +19,7 @@ from pydantic import BaseModel
 
 from ..errors import Issue
 from ..plan import Plan
-from ..results import TaskResult, TaskStatus, jsonable
+from ..results import TaskResult, TaskStatus, as_text
 
 if TYPE_CHECKING:
     from ..tools import Registry, Tool
@@ -36,14 +36,7 @@ __all__ = [
 
 def shorten(value: Any, width: int) -> str:
     """A one-line rendering of ``value`` (JSON for data), cut to ``width`` characters."""
-    if isinstance(value, str):
-        text = value
-    else:
-        try:
-            text = json.dumps(jsonable(value), ensure_ascii=False)
-        except (TypeError, ValueError):
-            text = repr(value)
-    text = " ".join(text.split())
+    text = " ".join(as_text(value).split())
     return text if len(text) <= width else text[: max(0, width - 15)] + f"… [{len(text)} chars]"
 
 
