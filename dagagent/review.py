@@ -431,11 +431,11 @@ def predict_reuse(record: RunRecord, new: Plan) -> dict[str, ReuseDecision]:
         elif tid not in reusable:
             why = f"{r.status.value} before"
             if r.status.ok:
-                from .store import _redacted_args
+                from .store import redacted_args
 
                 if _output_lost(r):
                     why += ", output not recorded"
-                elif _redacted_args(r.decisions) is not None:
+                elif redacted_args(r.decisions) is not None:
                     why += ", arguments redacted"
                 else:
                     why += ", arguments not recorded"

@@ -1,0 +1,71 @@
+"""Durable run records: a SQLite run store (stdlib ``sqlite3``, WAL).
+
+Every run the CLI starts (and every ``execute(..., store=...)``) is written here: the run
+(id, parent id, when, goal, plan, executor, status, timings) and one row per task result
+(status, output, error, attempts, start, end, resolved arguments, agent steps, approval
+decisions). ``dagagent runs``, ``show``, ``graph`` and ``replan`` read it back.
+
+**Fingerprints.** A task's reuse fingerprint (:func:`dagagent.runner.task_fingerprint` of the
+task and its resolved arguments) is derived from the recorded plan and arguments when a record
+is read (``RunRecord.fingerprints``), not computed on the write path: it would be the most
+expensive part of a row, and deriving it with the current fingerprint function keeps old
+records reusable if that function ever changes.
+
+**Durability.** Recording is a listener (:class:`RunRecorder`). On the event loop it only
+puts the event on a queue; a background writer thread serializes results to JSON and writes
+them in batched transactions, at most ``flush_interval_s`` (default 0.05 s) after the first
+unwritten event, plus the time one write takes. A committed transaction survives the process
+being killed (WAL), so a SIGKILL loses only what finished within that delay. The recorder is
+flushed and stopped when ``execute`` returns or raises (also on cancellation).
+
+**Where.** :func:`default_store_path`: an explicit path, else ``$DAGAGENT_HOME/runs.db``,
+else ``.dagagent/runs.db`` under the current directory.
+
+**What is stored.** The plan, the resolved arguments, the outputs, errors, steps and
+decisions, and the run's ``context`` (what the caller chose to record about where the run
+came from; the CLI records its ``--tools`` spec so that ``replan`` can load the same tools),
+and nothing else: no environment values, no model settings, no keys. A task whose arguments
+a :func:`~dagagent.interceptors.redacting` interceptor rewrote is recorded with the redacted
+arguments (what its tool received), not the resolved ones, so a secret it hid never reaches
+the store; such a task has no fingerprint (its real arguments are not on record) and is not
+reused.
+
+**Schema versions.** ``PRAGMA user_version`` holds the schema version. :data:`MIGRATIONS`
+is the list of forward steps; entry ``i`` moves a database from version ``i`` to ``i + 1``
+(version 0 is an empty file). To change the schema, append a step: opening an older store
+applies the missing steps in one transaction. A store newer than this dagagent is refused.
+
+**Run ids** are 12 lowercase hex digits (:func:`dagagent.new_run_id`). Lookups accept a
+unique prefix of at least 4 digits. Anything else is refused before it reaches SQL.
+
+**Where each part lives.** :mod:`._schema` opens the file and migrates it; :mod:`.models` holds
+the records read back; :mod:`._store` is :class:`RunStore` (the queries); :mod:`._writer` is
+:class:`RunRecorder` and its writer thread; :mod:`._redaction` says which arguments a redacted
+call is recorded with; :mod:`._ids` checks run ids; :mod:`._codec` turns values into column
+text and back.
+"""
+
+from __future__ import annotations
+
+from ._ids import RUN_ID_RE, check_run_id
+from ._redaction import redacted_args
+from ._schema import MIGRATIONS, SCHEMA_VERSION, Migration
+from ._store import DEFAULT_FLUSH_INTERVAL_S, RunStore, default_store_path
+from ._writer import OUTPUT_NOT_RECORDED, RunRecorder
+from .models import RunRecord, RunSummary
+
+__all__ = [
+    "DEFAULT_FLUSH_INTERVAL_S",
+    "MIGRATIONS",
+    "OUTPUT_NOT_RECORDED",
+    "RUN_ID_RE",
+    "SCHEMA_VERSION",
+    "Migration",
+    "RunRecord",
+    "RunRecorder",
+    "RunStore",
+    "RunSummary",
+    "check_run_id",
+    "default_store_path",
+    "redacted_args",
+]

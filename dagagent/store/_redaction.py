@@ -1,0 +1,20 @@
+"""What the store records for a call that a redacting interceptor rewrote."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..interceptors import REDACT
+
+__all__ = ["redacted_args"]
+
+
+def redacted_args(decisions: Sequence[Mapping[str, Any]] | None) -> Any:
+    """The arguments of a plan task's call as the ``redacting`` interceptor left them (the
+    last rewrite), or ``None`` if nothing was redacted."""
+    found = None
+    for d in decisions or ():
+        if d.get("decision") == REDACT and d.get("source", "plan") == "plan":
+            found = d.get("args")
+    return found

@@ -1,0 +1,130 @@
+"""The store's SQLite file: opening it (WAL), refusing foreign databases, and the schema
+migrations (``PRAGMA user_version`` is the schema version; see :data:`MIGRATIONS`)."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Union
+
+from ..errors import StoreError
+
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "Migration", "connect", "migrate"]
+
+Migration = Union[str, Callable[[sqlite3.Connection], None]]  # noqa: UP007 - runtime alias
+
+#: Forward schema steps: ``MIGRATIONS[i]`` takes a store from version ``i`` to ``i + 1``.
+MIGRATIONS: list[Sequence[Migration]] = [
+    # v1: runs and their task results.
+    (
+        """CREATE TABLE runs (
+            id TEXT PRIMARY KEY,
+            parent_id TEXT,
+            created REAL NOT NULL,
+            goal TEXT NOT NULL DEFAULT '',
+            plan TEXT NOT NULL,
+            n_tasks INTEGER NOT NULL DEFAULT 0,
+            status TEXT NOT NULL,
+            executor TEXT NOT NULL DEFAULT '',
+            started_at REAL,
+            finished_at REAL,
+            critical_path TEXT,
+            critical_path_s REAL,
+            pid INTEGER
+        )""",
+        "CREATE INDEX runs_by_created ON runs (created)",
+        "CREATE INDEX runs_by_parent ON runs (parent_id)",
+        """CREATE TABLE tasks (
+            run_id TEXT NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+            task_id TEXT NOT NULL,
+            status TEXT NOT NULL,
+            output TEXT,
+            error TEXT,
+            error_type TEXT,
+            attempts INTEGER NOT NULL DEFAULT 0,
+            started_at REAL,
+            finished_at REAL,
+            args TEXT,
+            steps TEXT,
+            decisions TEXT,
+            PRIMARY KEY (run_id, task_id)
+        ) WITHOUT ROWID""",
+    ),
+    # v2: the context a run was started in (e.g. the CLI's --tools spec), as a JSON object.
+    ("ALTER TABLE runs ADD COLUMN context TEXT",),
+]
+
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+def _refuse_foreign(conn: sqlite3.Connection, path: Path) -> None:
+    """A store at schema version 0 is a new, empty file: never add our tables to (or switch
+    the journal of) another application's database, e.g. a --store pointed at the wrong file."""
+    foreign = [
+        r[0]
+        for r in conn.execute(
+            "SELECT name FROM sqlite_master WHERE name NOT LIKE 'sqlite_%' LIMIT 6"
+        )
+    ]
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
+        raise StoreError(
+            f"{path} is not a dagagent run store: it is a SQLite database of something else "
+            f"(it has {shown}); choose another --store file"
+        )
+
+
+def connect(path: Path) -> sqlite3.Connection:
+    conn = sqlite3.connect(str(path), timeout=10.0, isolation_level=None, check_same_thread=False)
+    try:
+        if int(conn.execute("PRAGMA user_version").fetchone()[0]) == 0:
+            _refuse_foreign(conn, path)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        conn.execute("PRAGMA foreign_keys=ON")
+    except sqlite3.DatabaseError as exc:
+        conn.close()
+        raise StoreError(f"{path} is not a dagagent run store: {exc}") from None
+    except StoreError:
+        conn.close()
+        raise
+    return conn
+
+
+def migrate(conn: sqlite3.Connection, path: Path, migrations: Sequence[Sequence[Migration]]) -> int:
+    target = len(migrations)
+    version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+    if version == target:
+        return version
+    if version > target:
+        raise StoreError(
+            f"{path} has run store schema version {version}; this dagagent reads up to "
+            f"version {target}: upgrade dagagent to use it"
+        )
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        # Another process may have migrated while we waited for the write lock.
+        version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+        if version == 0:
+            try:
+                _refuse_foreign(conn, path)
+            except StoreError:
+                conn.execute("ROLLBACK")
+                raise
+        for step in migrations[version:]:
+            for stmt in step:
+                if isinstance(stmt, str):
+                    conn.execute(stmt)
+                else:
+                    stmt(conn)
+        conn.execute(f"PRAGMA user_version = {target:d}")
+        conn.execute("COMMIT")
+    except sqlite3.Error as exc:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise StoreError(
+            f"cannot bring run store {path} from schema version {version} to {target}: {exc} "
+            "(is it a dagagent run store?)"
+        ) from None
+    return target

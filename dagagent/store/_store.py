@@ -1,0 +1,279 @@
+"""The run store: opening a store file and reading runs back (:class:`RunStore`)."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import StoreError
+from ..plan import Plan
+from ..results import TaskResult, TaskStatus
+from ..runner import task_fingerprint
+from ._codec import from_column
+from ._ids import check_run_id
+from ._redaction import redacted_args
+from ._schema import MIGRATIONS, Migration, connect, migrate
+from .models import RunRecord, RunSummary
+
+if TYPE_CHECKING:
+    from ._writer import RunRecorder
+
+__all__ = ["DEFAULT_FLUSH_INTERVAL_S", "RunStore", "default_store_path"]
+
+DEFAULT_FLUSH_INTERVAL_S = 0.05
+
+RUNNING = "running"
+INTERRUPTED = "interrupted"
+
+
+def default_store_path(path: str | Path | None = None) -> Path:
+    """The store file: ``path`` if given, else ``$DAGAGENT_HOME/runs.db``, else
+    ``.dagagent/runs.db`` under the current directory."""
+    if path is not None and str(path) != "":
+        return Path(path)
+    home = os.environ.get("DAGAGENT_HOME")
+    if home:
+        return Path(home) / "runs.db"
+    return Path.cwd() / ".dagagent" / "runs.db"
+
+
+def _pid_alive(pid: int | None) -> bool:
+    if pid is None or os.name == "nt":  # no cheap, safe liveness check on Windows
+        return True
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # exists but belongs to someone else
+        return True
+    return True
+
+
+class RunStore:
+    """A SQLite file of run records.
+
+    ``RunStore(path)`` opens (and creates, or migrates forward) the store; ``path=None`` uses
+    :func:`default_store_path`. With ``create=False`` a missing file is a :class:`StoreError`
+    (for commands that only read). ``context`` (JSON-able values) is recorded with every run
+    recorded through this object; never put secrets in it. Use it as a context manager or
+    call :meth:`close`.
+    """
+
+    def __init__(
+        self,
+        path: str | Path | None = None,
+        *,
+        create: bool = True,
+        migrations: Sequence[Sequence[Migration]] | None = None,
+        context: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.path = default_store_path(path)
+        self.context: dict[str, Any] = dict(context or {})
+        if not create and not self.path.is_file():
+            raise StoreError(
+                f"no run store at {self.path}: nothing has been recorded there yet "
+                "(runs are recorded by 'dagagent run'; see --store and DAGAGENT_HOME)"
+            )
+        if self.path.is_dir():
+            raise StoreError(f"run store path {self.path} is a directory, not a file")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(
+                f"cannot create the run store directory {self.path.parent}: {exc}"
+            ) from None
+        try:
+            conn = connect(self.path)
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open run store {self.path}: {exc}") from None
+        try:
+            self.schema_version = migrate(
+                conn, self.path, MIGRATIONS if migrations is None else migrations
+            )
+        except BaseException:
+            conn.close()
+            raise
+        self._conn: sqlite3.Connection | None = conn
+        self._lock = threading.Lock()
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+    def __enter__(self) -> RunStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"RunStore({str(self.path)!r})"
+
+    def _query(self, sql: str, params: Iterable[Any] = ()) -> list[tuple[Any, ...]]:
+        with self._lock:
+            if self._conn is None:
+                raise StoreError(f"run store {self.path} is closed")
+            try:
+                return self._conn.execute(sql, tuple(params)).fetchall()
+            except sqlite3.Error as exc:
+                raise StoreError(f"cannot read run store {self.path}: {exc}") from None
+
+    # -- lookups ----------------------------------------------------------------------------
+
+    def resolve(self, ref: str) -> str:
+        """The full id of the run ``ref`` names (a full id or a unique prefix of ≥ 4 digits)."""
+        ref = check_run_id(ref)
+        if len(ref) == 12:
+            if self._query("SELECT 1 FROM runs WHERE id = ?", (ref,)):
+                return ref
+            raise StoreError(f"no run {ref} in {self.path}")
+        rows = self._query(
+            "SELECT id FROM runs WHERE substr(id, 1, ?) = ? ORDER BY created DESC LIMIT 6",
+            (len(ref), ref),
+        )
+        if not rows:
+            raise StoreError(f"no run whose id starts with {ref} in {self.path}")
+        if len(rows) > 1:
+            ids = ", ".join(r[0] for r in rows[:5])
+            raise StoreError(
+                f"run id prefix {ref} is ambiguous (matches {ids}...); give more digits"
+            )
+        return str(rows[0][0])
+
+    def exists(self, run_id: str) -> bool:
+        run_id = check_run_id(run_id, prefix=False)
+        return bool(self._query("SELECT 1 FROM runs WHERE id = ?", (run_id,)))
+
+    def last_run_id(self) -> str:
+        rows = self._query("SELECT id FROM runs ORDER BY created DESC, rowid DESC LIMIT 1")
+        if not rows:
+            raise StoreError(f"no runs recorded in {self.path} yet")
+        return str(rows[0][0])
+
+    def list_runs(self, limit: int | None = 20) -> list[RunSummary]:
+        """The most recent runs first, with their task counts by status."""
+        sql = (
+            "SELECT id, parent_id, created, goal, status, executor, started_at, finished_at, "
+            "n_tasks, pid FROM runs ORDER BY created DESC, rowid DESC"
+        )
+        params: tuple[Any, ...] = ()
+        if limit is not None:
+            sql += " LIMIT ?"
+            params = (int(limit),)
+        rows = self._query(sql, params)
+        counts: dict[str, dict[str, int]] = {r[0]: {} for r in rows}
+        if rows:
+            marks = ",".join("?" * len(rows))
+            for run_id, status, n in self._query(
+                f"SELECT run_id, status, COUNT(*) FROM tasks WHERE run_id IN ({marks}) "
+                "GROUP BY run_id, status",
+                [r[0] for r in rows],
+            ):
+                counts[run_id][status] = int(n)
+        return [
+            RunSummary(
+                id=r[0],
+                parent_id=r[1],
+                created=r[2],
+                goal=r[3],
+                status=_effective_status(r[4], r[9]),
+                executor=r[5],
+                started_at=r[6],
+                finished_at=r[7],
+                n_tasks=r[8],
+                counts=counts[r[0]],
+            )
+            for r in rows
+        ]
+
+    def get_run(self, ref: str) -> RunRecord:
+        """The full record of run ``ref`` (a run id or a unique prefix)."""
+        run_id = self.resolve(ref)
+        rows = self._query(
+            "SELECT id, parent_id, created, goal, plan, status, executor, started_at, "
+            "finished_at, critical_path, critical_path_s, pid, context FROM runs WHERE id = ?",
+            (run_id,),
+        )
+        if not rows:  # pragma: no cover - resolve() just found it
+            raise StoreError(f"no run {run_id} in {self.path}")
+        r = rows[0]
+        try:
+            plan = Plan.model_validate_json(r[4])
+        except ValueError as exc:
+            raise StoreError(f"run {run_id}: the recorded plan cannot be read: {exc}") from None
+        task_rows = self._query(
+            "SELECT task_id, status, output, error, error_type, attempts, started_at, "
+            "finished_at, args, steps, decisions FROM tasks WHERE run_id = ?",
+            (run_id,),
+        )
+        by_id: dict[str, TaskResult] = {}
+        fingerprints: dict[str, str] = {}
+        plan_tasks = {t.id: t for t in plan.tasks}
+        for t in task_rows:
+            by_id[t[0]] = TaskResult.model_construct(
+                task_id=t[0],
+                status=TaskStatus(t[1]),
+                output=from_column(t[2]),
+                error=t[3],
+                error_type=t[4],
+                attempts=t[5],
+                started_at=t[6],
+                finished_at=t[7],
+                args=from_column(t[8]),
+                steps=from_column(t[9]),
+                decisions=from_column(t[10]),
+            )
+            task = plan_tasks.get(t[0])
+            if (
+                t[8] is not None
+                and task is not None
+                and redacted_args(by_id[t[0]].decisions) is None
+            ):
+                fingerprints[t[0]] = task_fingerprint(task, by_id[t[0]].args)
+        order = [t.id for t in plan.tasks]
+        tasks = {k: by_id[k] for k in order if k in by_id}
+        return RunRecord(
+            id=r[0],
+            parent_id=r[1],
+            created=r[2],
+            goal=r[3],
+            status=_effective_status(r[5], r[11]),
+            executor=r[6],
+            started_at=r[7],
+            finished_at=r[8],
+            critical_path=from_column(r[9]) or [],
+            critical_path_s=r[10],
+            plan=plan,
+            tasks=tasks,
+            fingerprints=fingerprints,
+            context=from_column(r[12]) or {},
+        )
+
+    def last_run(self) -> RunRecord:
+        return self.get_run(self.last_run_id())
+
+    # -- recording --------------------------------------------------------------------------
+
+    def recorder(
+        self, run_id: str, *, flush_interval_s: float = DEFAULT_FLUSH_INTERVAL_S
+    ) -> RunRecorder:
+        """A listener that records run ``run_id`` (see :class:`RunRecorder`)."""
+        from ._writer import RunRecorder
+
+        return RunRecorder(self, run_id, flush_interval_s=flush_interval_s)
+
+
+def _effective_status(status: str, pid: int | None) -> str:
+    if status == RUNNING and not _pid_alive(pid):
+        return INTERRUPTED
+    return status

@@ -1,0 +1,104 @@
+"""The records a run store gives back: :class:`RunSummary` (one line of ``dagagent runs``) and
+:class:`RunRecord` (a whole run)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..plan import Plan
+from ..results import TaskResult
+
+__all__ = ["RunRecord", "RunSummary"]
+
+
+class RunSummary(BaseModel):
+    """One line of ``dagagent runs``."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    parent_id: str | None
+    created: float
+    goal: str
+    status: str = Field(
+        description="running, succeeded, failed, cancelled, or interrupted "
+        "(the process that ran it is gone without finishing it)"
+    )
+    executor: str
+    started_at: float | None
+    finished_at: float | None
+    n_tasks: int
+    counts: dict[str, int]
+
+    @property
+    def unrecorded(self) -> int:
+        """Tasks of the plan without a recorded result (the run did not get to finish)."""
+        return max(0, self.n_tasks - sum(self.counts.values()))
+
+
+class RunRecord(BaseModel):
+    """A recorded run: its plan and every recorded task result (in plan order)."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    id: str
+    parent_id: str | None
+    created: float
+    goal: str
+    status: str
+    executor: str
+    started_at: float | None
+    finished_at: float | None
+    critical_path: list[str]
+    critical_path_s: float | None
+    plan: Plan
+    tasks: dict[str, TaskResult]
+    fingerprints: dict[str, str] = Field(
+        default_factory=dict,
+        description="task_fingerprint(task, args) of every task with recorded arguments "
+        "(not redacted ones)",
+    )
+    context: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for r in self.tasks.values():
+            out[r.status.value] = out.get(r.status.value, 0) + 1
+        return out
+
+    @property
+    def unrecorded(self) -> list[str]:
+        """Plan tasks without a result: the run was killed before they finished."""
+        return [t.id for t in self.plan.tasks if t.id not in self.tasks]
+
+    @property
+    def wall_time_s(self) -> float | None:
+        if self.started_at is None or self.finished_at is None:
+            return None
+        return self.finished_at - self.started_at
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return {
+            "run_id": self.id,
+            "parent_id": self.parent_id,
+            "created": self.created,
+            "status": self.status,
+            "goal": self.goal,
+            "executor": self.executor,
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
+            "wall_time_s": self.wall_time_s,
+            "critical_path": self.critical_path,
+            "critical_path_s": self.critical_path_s,
+            "counts": self.counts,
+            "unrecorded": self.unrecorded,
+            "context": self.context,
+            "plan": self.plan.model_dump(mode="json", exclude_defaults=True),
+            "tasks": {
+                k: {**r.to_json_dict(), "fingerprint": self.fingerprints.get(k)}
+                for k, r in self.tasks.items()
+            },
+        }
