@@ -31,7 +31,10 @@ from dagagent.llm import (
     normalize_messages,
     parse_tool_arguments,
 )
-from dagagent.llm._http import RetryPolicy, Secret, iter_sse, parse_retry_after, provider_error_text
+from dagagent.llm._error_text import provider_error_text
+from dagagent.llm._retry import HTTPRetryPolicy, parse_retry_after
+from dagagent.llm._secret import Secret
+from dagagent.llm._sse import iter_sse
 
 pytestmark = pytest.mark.anyio
 
@@ -232,7 +235,7 @@ def test_provider_error_text(body: str, expected: str) -> None:
 
 
 def test_backoff_is_exponential_with_jitter_and_capped() -> None:
-    policy = RetryPolicy(base_delay_s=1.0, max_delay_s=5.0)
+    policy = HTTPRetryPolicy(base_delay_s=1.0, max_delay_s=5.0)
     for n in range(6):
         delay = policy.backoff(n)
         cap = min(5.0, 2.0**n)
@@ -247,3 +250,10 @@ def test_secret_hides_itself() -> None:
     assert secret.scrub("key sk-live-abcdef!") == "key ***!"
     with pytest.raises(TypeError):
         pickle.dumps(secret)
+
+
+def test_old_name_of_the_http_retry_policy_still_works_and_warns() -> None:
+    import dagagent.llm
+
+    with pytest.warns(DeprecationWarning, match="HTTPRetryPolicy"):
+        assert dagagent.llm.RetryPolicy is HTTPRetryPolicy

@@ -7,7 +7,11 @@ Build a client with :func:`from_spec` (``"openai:gpt-4o-mini"``) or :func:`from_
 Failures raise the ``LLM*Error`` classes of :mod:`dagagent.errors`.
 """
 
-from dagagent.llm._http import HTTPChatClient, RetryPolicy
+import warnings
+from typing import Any
+
+from dagagent.llm._http import HTTPChatClient
+from dagagent.llm._retry import HTTPRetryPolicy
 from dagagent.llm.anthropic import AnthropicChat
 from dagagent.llm.openai import OpenAIChat
 from dagagent.llm.scripted import ScriptedLLM, ScriptError, ScriptItem, WireItem
@@ -41,13 +45,13 @@ __all__ = [
     "AnthropicChat",
     "AssistantMessage",
     "HTTPChatClient",
+    "HTTPRetryPolicy",
     "LLMRequest",
     "LLMResponse",
     "Message",
     "MessagesInput",
     "OpenAIChat",
     "ResponseFormat",
-    "RetryPolicy",
     "ScriptError",
     "ScriptItem",
     "ScriptedLLM",
@@ -69,3 +73,18 @@ __all__ = [
     "normalize_messages",
     "parse_tool_arguments",
 ]
+
+_RENAMED = {"RetryPolicy": "HTTPRetryPolicy"}
+
+
+def __getattr__(name: str) -> Any:
+    """Old names, kept for one release with a DeprecationWarning (see CHANGELOG.md)."""
+    new = _RENAMED.get(name)
+    if new is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    warnings.warn(
+        f"dagagent.llm.{name} is deprecated; use dagagent.llm.{new}",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return globals()[new]

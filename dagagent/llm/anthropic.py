@@ -33,7 +33,9 @@ from dagagent.errors import (
     LLMResponseError,
     LLMServerError,
 )
-from dagagent.llm._http import HTTPChatClient, Retryable, is_event_stream, iter_sse
+from dagagent.llm._http import HTTPChatClient
+from dagagent.llm._retry import Retryable
+from dagagent.llm._sse import is_event_stream, iter_sse
 from dagagent.llm.types import (
     AssistantMessage,
     LLMRequest,
