@@ -23,7 +23,7 @@ from ..planners import LLMPlanner, PlanningResult
 from ._app import EXIT_OK, EXIT_USAGE, app, err, fail, guard, load_registry, out
 from .approve import APPROVE_OPT, ASK_OPT, POLICY_OPT, run_interceptors
 from .diagram import to_ascii
-from .progress import recorded_tools_spec
+from .recording import recorded_tools_spec
 from .render import plan_table, print_json
 from .run import STORE_OPT, TOOLS_OPT, run_graph
 

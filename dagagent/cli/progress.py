@@ -1,4 +1,4 @@
-"""Live progress of a run, as a listener, and running a plan from the CLI with a record.
+"""Live progress of a run, as a listener.
 
 - On a terminal, :class:`LiveProgress` shows tasks moving through their states in a rich
   ``Live`` display. The listener only updates counters; rendering happens on rich's refresh
@@ -7,43 +7,31 @@
   (``id status duration``), written in batches every 0.2 s by a small thread.
 - ``--json`` shows no progress at all: only the result is printed.
 
-:func:`run_recorded` is what the commands that run plans share: it records the run in the run
-store (the CLI always records) with the right progress display attached.
+:func:`dagagent.cli.recording.run_recorded` attaches the display that fits.
 """
 
 from __future__ import annotations
 
-import os
-import signal
 import threading
 import time
 from collections import deque
-from collections.abc import Coroutine
-from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
-import anyio
 from rich.console import Console, Group, RenderableType
 from rich.live import Live
 from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from ..api import execute, new_run_id
 from ..events import TaskFinished, TaskRetrying, TaskStarted
 from ..graph import PlanGraph
-from ..results import RunResult
-from ..store import RunStore
-from ._app import DEFAULT_TOOLS
 from .render import STATUS_STYLE
 
 __all__ = [
     "LiveProgress",
     "PlainProgress",
     "progress_for",
-    "recorded_tools_spec",
-    "run_recorded",
 ]
 
 _FINAL_ORDER = ("succeeded", "reused", "failed", "denied", "cancelled", "skipped")
@@ -226,94 +214,3 @@ def progress_for(
     if live and console.is_terminal:
         return LiveProgress(graph, console)
     return PlainProgress(console.file)
-
-
-def run_recorded(
-    graph: PlanGraph,
-    registry: Any,
-    *,
-    console: Console | None,
-    store: str | Path | None = None,
-    run_id: str | None = None,
-    listeners: tuple[Any, ...] = (),
-    live: bool = True,
-    tools_spec: str | None = None,
-    **options: Any,
-) -> RunResult:
-    """Run a validated plan, recording it in the run store (``store``, or the default path),
-    with progress on ``console`` (``None``: no progress; ``live=False``: plain lines even on a
-    terminal). ``tools_spec`` (see :func:`recorded_tools_spec`) is recorded with the run, so
-    that ``replan`` loads the same tools by default. Returns the result."""
-    run_id = run_id or new_run_id()
-    context = {"tools": tools_spec} if tools_spec else None
-    progress = progress_for(graph, console, live=live) if console is not None else None
-    if progress is not None:
-        listeners = (*listeners, progress)
-    with RunStore(store, context=context) as run_store:
-
-        async def main() -> RunResult:
-            return await _stoppable(
-                execute(
-                    graph, registry, store=run_store, run_id=run_id, listeners=listeners, **options
-                )
-            )
-
-        if progress is None:
-            return anyio.run(main)
-        with progress:
-            return anyio.run(main)
-
-
-def _stop_signals() -> list[signal.Signals]:
-    """SIGTERM and SIGHUP, unless ignored (``nohup``) or not ours to handle (not the main
-    thread, or no such signals)."""
-    if os.name == "nt" or threading.current_thread() is not threading.main_thread():
-        return []
-    found: list[signal.Signals] = []
-    for name in ("SIGTERM", "SIGHUP"):
-        sig = getattr(signal, name, None)
-        if sig is not None and signal.getsignal(sig) is not signal.SIG_IGN:
-            found.append(sig)
-    return found
-
-
-async def _stoppable(run: Coroutine[Any, Any, RunResult]) -> RunResult:
-    """Run ``run``; SIGTERM or SIGHUP stop it the way Ctrl-C does: the run is cancelled
-    (running tasks recorded as cancelled, the record flushed), then ``KeyboardInterrupt``
-    (exit 130). A second signal, while the run winds down, ends the process at once."""
-    signals = _stop_signals()
-    if not signals:
-        return await run
-    result: RunResult | None = None
-    error: BaseException | None = None
-    async with anyio.create_task_group() as tg:
-
-        async def watch() -> None:
-            with anyio.open_signal_receiver(*signals) as received:
-                async for _ in received:
-                    tg.cancel_scope.cancel()
-                    return  # the default handlers are back: a second signal kills
-
-        tg.start_soon(watch)
-        try:
-            result = await run
-        except anyio.get_cancelled_exc_class():
-            raise
-        except BaseException as exc:  # raised below as itself, not in an exception group
-            error = exc
-        tg.cancel_scope.cancel()
-    if error is not None:
-        raise error
-    if result is None:  # the run was cancelled by a signal (execute raises otherwise)
-        raise KeyboardInterrupt
-    return result
-
-
-def recorded_tools_spec(spec: str | None) -> str:
-    """The tools a CLI run loads (``--tools``, else ``$DAGAGENT_TOOLS``, else the demo tools),
-    with a file path made absolute so that it still works from another directory."""
-    spec = spec or os.environ.get("DAGAGENT_TOOLS") or DEFAULT_TOOLS
-    target, sep, attr = spec.rpartition(":")
-    if sep and (target.endswith(".py") or os.sep in target) and Path(target).is_file():
-        return f"{Path(target).resolve()}:{attr}"
-    return spec

@@ -15,7 +15,7 @@ from ..results import RunResult
 from ..store import default_store_path
 from ._app import EXIT_FAILED, EXIT_OK, app, err, guard, load_registry, out
 from .approve import APPROVE_OPT, ASK_OPT, POLICY_OPT, run_interceptors
-from .progress import recorded_tools_spec, run_recorded
+from .recording import recorded_tools_spec, run_recorded
 from .render import plan_table, print_json, result_table
 
 __all__ = ["print_result", "run_graph"]

@@ -30,7 +30,7 @@ from ..review import (
 from ..store import RunRecord, RunStore, check_run_id, default_store_path
 from ._app import EXIT_FAILED, EXIT_OK, EXIT_USAGE, app, err, fail, guard, load_registry, out
 from .diagram import FORMATS, render_graph
-from .progress import recorded_tools_spec, run_recorded
+from .recording import recorded_tools_spec, run_recorded
 from .render import STATUS_STYLE, print_json, short
 from .run import EXECUTOR_OPT, MAX_CONCURRENCY_OPT, ON_FAILURE_OPT, agent_model, print_result
 

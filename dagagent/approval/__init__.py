@@ -1,0 +1,81 @@
+"""Approval rules: allow, deny or ask before a tool is called.
+
+A :class:`Policy` is an interceptor (see :class:`~dagagent.runner.ToolCall`): give it to
+``execute(..., interceptors=[policy])`` and it checks every tool call of the run, whether the
+call comes from a plan task or from a ReAct agent node. Its :class:`Rule` objects are tried in
+order and **the first matching rule wins**; when none matches, the policy's ``default`` action
+applies.
+
+    policy = Policy(
+        [
+            Rule(tool="get_weather", action="allow"),
+            Rule(tool="delete_*", args={"path": "/etc/*"}, action="deny", reason="system files"),
+            Rule(side_effects=True, action="ask"),
+        ],
+        default="allow",
+        ask=confirm,  # sync or async: (ApprovalRequest) -> Approval | bool
+    )
+
+A rule matches on the tool name (shell-style globs, one pattern or several), optionally on the
+task id (glob), the caller (``source="plan"`` or ``"agent"``), whether the tool declared
+``side_effects=True``, and the call's validated arguments: either a predicate
+``(args) -> bool`` or a mapping of argument name to matcher, where a matcher is
+
+- a string: a glob matched against the value (non-string values against their JSON text);
+- a compiled ``re.Pattern`` or ``{"regex": "..."}``: ``search`` in the value's text;
+- ``{"glob": "..."}`` or ``{"equals": value}``: explicit forms (JSON policy files use them);
+  any other mapping is an error (a misspelt form would otherwise never match);
+- a callable: a predicate on the value;
+- anything else: equality.
+
+Actions:
+
+- ``allow``: the call goes ahead;
+- ``deny``: the call is refused with the rule's ``reason``; the task gets status ``denied``
+  (treated like a failure by the failure policy) and an agent node sees the refusal as the
+  observation of its step;
+- ``ask``: the ``ask`` callback decides, one question at a time (asks are serialized with a
+  lock, so that concurrent tasks never prompt over each other): it returns an
+  :class:`Approval` — approve, deny with feedback, or edit the arguments (they are validated
+  again) — or simply ``True`` / ``False``. Sync callbacks run in a worker thread, so they may
+  block (e.g. on ``input()``). Without a callback, ``ask`` denies and says why.
+
+Every decision taken by a rule or a callback is recorded: it is appended to the task's
+``TaskResult.decisions`` (``tool``, ``decision`` — ``allow`` / ``deny`` / ``edit`` —,
+``decided_by``, ``reason``, ``args``, ``at``, ``rule``) and emitted as a
+:class:`~dagagent.events.TaskDecision` event. A call that no rule matched and that the
+default allows is not recorded: nothing was decided about it.
+
+Policy files (:func:`load_policy`) are JSON, or TOML on Python 3.11+::
+
+    {"default": "allow",
+     "rules": [
+       {"tool": "get_weather", "action": "allow"},
+       {"tool": "delete_*", "args": {"path": "/etc/*"}, "action": "deny", "reason": "system"},
+       {"tool": "calculate", "args": {"expression": {"regex": "\\\\*\\\\*"}}, "action": "ask"},
+       {"side_effects": true, "action": "ask", "name": "side-effects"}
+     ]}
+
+The parts: the matcher language (``_matchers``), :class:`Rule` (``_rules``), asking
+(``_asking``: :class:`ApprovalRequest`, :class:`Approval`), policy files (``_files``) and the
+:class:`Policy` interceptor (``_policy``).
+"""
+
+from __future__ import annotations
+
+from ._asking import Approval, ApprovalRequest, AskCallback, AskResult
+from ._policy import Policy, load_policy
+from ._rules import ACTIONS, Action, ArgsPredicate, Rule
+
+__all__ = [
+    "ACTIONS",
+    "Action",
+    "Approval",
+    "ApprovalRequest",
+    "ArgsPredicate",
+    "AskCallback",
+    "AskResult",
+    "Policy",
+    "Rule",
+    "load_policy",
+]

@@ -1,0 +1,93 @@
+"""The argument matcher language of approval rules: globs, regular expressions, explicit
+``{"glob"|"regex"|"equals": ...}`` forms, predicates and plain values (see
+:mod:`dagagent.approval`)."""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ..errors import ConfigError
+from ..results import jsonable
+
+__all__ = [
+    "MATCHER_FORMS",
+    "Matcher",
+    "compile_glob",
+    "compile_matcher",
+    "compile_regex",
+    "value_text",
+]
+
+Matcher = Callable[[Any], bool]
+
+
+def value_text(value: Any) -> str:
+    """What a matcher sees of a value: a string as is, anything else as its JSON text."""
+    if isinstance(value, str):
+        return value
+    if value is None or isinstance(value, (bool, int, float)):
+        return json.dumps(value)
+    try:
+        return json.dumps(jsonable(value), ensure_ascii=False)
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def compile_regex(pattern: str) -> re.Pattern[str]:
+    """``pattern`` compiled; a bad one is a :class:`ConfigError`."""
+    try:
+        return re.compile(pattern)
+    except re.error as exc:
+        raise ConfigError(f"bad regular expression {pattern!r}: {exc}") from None
+
+
+def compile_glob(pattern: str) -> re.Pattern[str]:
+    """A shell-style glob as a compiled pattern (matched against the whole text)."""
+    return re.compile(fnmatch.translate(pattern))
+
+
+MATCHER_FORMS = ("regex", "glob", "equals")
+
+
+def short(value: Any, width: int = 60) -> str:
+    text = value_text(value)
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def compile_matcher(spec: Any) -> tuple[Matcher, str]:
+    """Compile one argument matcher; return it with a short description."""
+    if isinstance(spec, str):
+        rx = compile_glob(spec)
+        return (lambda v: rx.match(value_text(v)) is not None), spec
+    if isinstance(spec, re.Pattern):
+        pat: re.Pattern[str] = spec
+        return (lambda v: pat.search(value_text(v)) is not None), f"/{pat.pattern}/"
+    if isinstance(spec, Mapping):
+        # Only the explicit forms: a typo such as {"regx": ...} would otherwise compare the
+        # argument with that dict, never match, and silently disable a deny rule.
+        if len(spec) != 1 or next(iter(spec)) not in MATCHER_FORMS:
+            raise ConfigError(
+                f"argument matcher {short(spec)} is not one of "
+                + ", ".join(f'{{"{k}": ...}}' for k in MATCHER_FORMS)
+                + ' (to compare with a dict, use {"equals": {...}})'
+            )
+        ((kind, val),) = spec.items()
+        if kind == "regex":
+            if not isinstance(val, str):
+                raise ConfigError(f"{{'regex': ...}} needs a string, got {val!r}")
+            return compile_matcher(compile_regex(val))
+        if kind == "glob":
+            if not isinstance(val, str):
+                raise ConfigError(f"{{'glob': ...}} needs a string, got {val!r}")
+            return compile_matcher(val)
+        if kind == "equals":
+            return (lambda v: bool(v == val)), f"== {val!r}"
+    if callable(spec):
+        fn: Callable[[Any], Any] = spec
+        name = getattr(fn, "__name__", type(fn).__name__)
+        return (lambda v: bool(fn(v))), f"{name}()"
+    return (lambda v: bool(v == spec)), f"== {spec!r}"

@@ -1,0 +1,196 @@
+"""The :class:`Policy`: ordered rules and a default action, as an interceptor."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import ConfigError, TaskDeniedError, ToolArgumentsError
+from ._asking import ApprovalRequest, AskCallback, Asker
+from ._files import read_policy_file, rules_from_dict
+from ._rules import ACTIONS, Action, Rule
+
+if TYPE_CHECKING:
+    from ..runner import CallNext, ToolCall
+    from ..tools import Tool
+
+__all__ = ["Policy", "load_policy"]
+
+
+class Policy:
+    """Ordered approval rules, a default action and an ``ask`` callback; an interceptor.
+
+    - ``rules``: tried in order; the first that matches decides.
+    - ``default``: the action when no rule matches (``"allow"`` unless said otherwise).
+    - ``default_reason``: the reason recorded (and shown on denial) for the default action.
+    - ``ask``: decides ``ask`` calls (sync or async; see :class:`ApprovalRequest`,
+      :class:`Approval`). Without it, ``ask`` means deny.
+    - ``serialize_asks``: one question at a time (default ``True``; turn off only for a
+      callback that can handle concurrent questions).
+    """
+
+    def __init__(
+        self,
+        rules: Iterable[Rule] = (),
+        *,
+        default: Action = "allow",
+        default_reason: str | None = None,
+        ask: AskCallback | None = None,
+        serialize_asks: bool = True,
+    ) -> None:
+        if default not in ACTIONS:
+            raise ConfigError(
+                f"policy default must be one of {', '.join(ACTIONS)}, not {default!r}"
+            )
+        self.rules: tuple[Rule, ...] = tuple(rules)
+        for r in self.rules:
+            if not isinstance(r, Rule):
+                raise ConfigError(f"policy rules must be Rule objects, got {type(r).__name__}")
+        self.default: Action = default
+        self.default_reason = default_reason
+        self.ask = ask
+        self._labeled = tuple((r, r.label(i)) for i, r in enumerate(self.rules, 1))
+        # rules that can match a tool, by (name, side effects): computed once per tool
+        self._by_tool: dict[tuple[str, bool], tuple[tuple[Rule, str], ...]] = {}
+        self._asker = Asker(ask, serialize=serialize_asks)
+
+    def __repr__(self) -> str:
+        return f"Policy({len(self.rules)} rules, default={self.default!r})"
+
+    def replace(self, **changes: Any) -> Policy:
+        """A copy with some constructor arguments changed (e.g. ``ask=`` or ``rules=``)."""
+        options: dict[str, Any] = {
+            "rules": self.rules,
+            "default": self.default,
+            "default_reason": self.default_reason,
+            "ask": self.ask,
+            "serialize_asks": self._asker.serialize,
+        }
+        options.update(changes)
+        return Policy(options.pop("rules"), **options)
+
+    # -- matching --------------------------------------------------------------------------
+
+    def match(
+        self, tool: Tool, args: Mapping[str, Any], task_id: str = "", source: str = "plan"
+    ) -> tuple[Action, Rule | None, str]:
+        """``(action, rule, label)`` for a call; ``rule`` is ``None`` for the default."""
+        key = (tool.name, bool(tool.side_effects))
+        candidates = self._by_tool.get(key)
+        if candidates is None:
+            candidates = tuple((r, lb) for r, lb in self._labeled if r.matches_tool(tool))
+            if len(self._by_tool) < 4096:
+                self._by_tool[key] = candidates
+        for rule, label in candidates:
+            if rule.matches_context(task_id, source) and (
+                not rule.looks_at_args or rule.matches_args(args)
+            ):
+                return rule.action, rule, label
+        return self.default, None, "policy default"
+
+    def preview(self, tool: Tool, literal_args: Mapping[str, Any] | None, task_id: str = "") -> str:
+        """The action a plan task will meet, before it runs: ``allow`` / ``deny`` / ``ask``,
+        or ``"ask?"`` (etc.) when a rule's decision depends on arguments that are not known
+        yet (they come from references). ``literal_args``: the arguments known now."""
+        for rule in self.rules:
+            if not rule.matches_call(tool, task_id, "plan"):
+                continue
+            if not rule.looks_at_args:
+                return rule.action
+            known = literal_args or {}
+            if rule.has_predicate or any(n not in known for n in rule.arg_names):
+                return f"{rule.action}?"
+            if rule.matches_args(known):
+                return rule.action
+        return self.default
+
+    def check(self, tools: Iterable[Tool]) -> list[str]:
+        """Mistakes a rule cannot be told from before a run: a rule that looks at an
+        argument none of the tools it applies to has (it never matches, so a ``deny`` rule
+        denies nothing). One line per problem."""
+        tools = list(tools)
+        problems = []
+        for rule, label in self._labeled:
+            applies = [t for t in tools if rule.matches_tool(t)]
+            if not applies:
+                continue
+            for name in rule.arg_names:
+                if not any(name in t.parameters_schema.get("properties", {}) for t in applies):
+                    names = ", ".join(t.name for t in applies[:5])
+                    more = ", ..." if len(applies) > 5 else ""
+                    problems.append(
+                        f"{label} looks at argument {name!r}, which no tool it applies to has "
+                        f"({names}{more}): it never matches"
+                    )
+        return problems
+
+    def describe(self) -> list[str]:
+        """One line per rule, then the default."""
+        lines = [f"{label}: {r.summary()}" if r.name else label for r, label in self._labeled]
+        lines.append(f"default: {self.default}")
+        return lines
+
+    # -- the interceptor ----------------------------------------------------------------------
+
+    async def __call__(self, call: ToolCall, call_next: CallNext) -> Any:
+        action, rule, label = self.match(call.tool, call.args, call.task_id, call.source)
+        if rule is None:
+            if action == "allow":
+                return await call_next(call)
+            reason = self.default_reason
+        else:
+            reason = rule.reason
+        if action == "allow":
+            _decide(call, "allow", label, reason, label)
+            return await call_next(call)
+        if action == "deny":
+            reason = reason or f"tool {call.tool.name!r} is not allowed"
+            _decide(call, "deny", label, reason, label)
+            raise TaskDeniedError(reason, decided_by=label)
+        approval = await self._asker(ApprovalRequest(call, rule, label))
+        who = approval.decided_by or self._asker.name or label
+        if not approval.approved:
+            why = approval.reason or "not approved"
+            _decide(call, "deny", who, why, label)
+            raise TaskDeniedError(why, decided_by=who)
+        if approval.args is None:
+            _decide(call, "allow", who, approval.reason, label)
+            return await call_next(call)
+        edited = dict(approval.args)
+        try:
+            call.tool.validate_args(edited)
+        except ToolArgumentsError as exc:
+            call.args = edited
+            _decide(call, "edit", who, approval.reason, label)
+            raise ToolArgumentsError(
+                call.tool.name, [f"{e} (arguments edited by {who})" for e in exc.errors]
+            ) from None
+        call.args = edited
+        _decide(call, "edit", who, approval.reason, label)
+        return await call_next(call)
+
+    # -- files ----------------------------------------------------------------------------------
+
+    @classmethod
+    def from_dict(
+        cls, data: Mapping[str, Any], *, ask: AskCallback | None = None, origin: str = "policy"
+    ) -> Policy:
+        """Build a policy from its file form (see :mod:`dagagent.approval`)."""
+        rules, default, default_reason = rules_from_dict(data, origin)
+        return cls(rules, default=default, default_reason=default_reason, ask=ask)
+
+    @classmethod
+    def from_file(cls, path: str | Path, *, ask: AskCallback | None = None) -> Policy:
+        return load_policy(path, ask=ask)
+
+
+def load_policy(path: str | Path, *, ask: AskCallback | None = None) -> Policy:
+    """Read a policy file: JSON, or TOML (``.toml``, Python 3.11+)."""
+    data, origin = read_policy_file(path)
+    return Policy.from_dict(data, ask=ask, origin=origin)
+
+
+def _decide(call: ToolCall, decision: str, by: str, reason: str | None, rule: str) -> None:
+    call.decide(decision, by, reason)
+    call.decisions[-1]["rule"] = rule

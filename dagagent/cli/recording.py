@@ -1,0 +1,67 @@
+"""Running a plan from the CLI: always recorded in the run store, with the right progress
+display attached and stop signals handled (:func:`run_recorded`)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import anyio
+from rich.console import Console
+
+from ..api import execute, new_run_id
+from ..graph import PlanGraph
+from ..results import RunResult
+from ..store import RunStore
+from ._app import DEFAULT_TOOLS
+from .progress import progress_for
+from .signals import stoppable
+
+__all__ = ["recorded_tools_spec", "run_recorded"]
+
+
+def run_recorded(
+    graph: PlanGraph,
+    registry: Any,
+    *,
+    console: Console | None,
+    store: str | Path | None = None,
+    run_id: str | None = None,
+    listeners: tuple[Any, ...] = (),
+    live: bool = True,
+    tools_spec: str | None = None,
+    **options: Any,
+) -> RunResult:
+    """Run a validated plan, recording it in the run store (``store``, or the default path),
+    with progress on ``console`` (``None``: no progress; ``live=False``: plain lines even on a
+    terminal). ``tools_spec`` (see :func:`recorded_tools_spec`) is recorded with the run, so
+    that ``replan`` loads the same tools by default. Returns the result."""
+    run_id = run_id or new_run_id()
+    context = {"tools": tools_spec} if tools_spec else None
+    progress = progress_for(graph, console, live=live) if console is not None else None
+    if progress is not None:
+        listeners = (*listeners, progress)
+    with RunStore(store, context=context) as run_store:
+
+        async def main() -> RunResult:
+            return await stoppable(
+                execute(
+                    graph, registry, store=run_store, run_id=run_id, listeners=listeners, **options
+                )
+            )
+
+        if progress is None:
+            return anyio.run(main)
+        with progress:
+            return anyio.run(main)
+
+
+def recorded_tools_spec(spec: str | None) -> str:
+    """The tools a CLI run loads (``--tools``, else ``$DAGAGENT_TOOLS``, else the demo tools),
+    with a file path made absolute so that it still works from another directory."""
+    spec = spec or os.environ.get("DAGAGENT_TOOLS") or DEFAULT_TOOLS
+    target, sep, attr = spec.rpartition(":")
+    if sep and (target.endswith(".py") or os.sep in target) and Path(target).is_file():
+        return f"{Path(target).resolve()}:{attr}"
+    return spec
