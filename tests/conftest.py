@@ -1,4 +1,9 @@
-"""Shared fixtures: the anyio backend, a registry of recording test tools."""
+"""Shared fixtures: the anyio backend, a private run store, a registry of recording test tools,
+a loopback LLM server.
+
+Test modules mirror the ``dagagent`` packages (``tests/llm/`` guards ``dagagent/llm/``, ...).
+The helper modules (``llm_server``, ``journey_model``, ``dask_tools``) sit in ``tests/``, which
+pytest puts on ``sys.path`` for this file, so every test imports them by their plain names."""
 
 from __future__ import annotations
 
@@ -9,6 +14,7 @@ from typing import Any
 import anyio
 import pytest
 from hypothesis import settings
+from llm_server import LLMTestServer
 
 import dagagent
 
@@ -87,3 +93,11 @@ def registry(recorder: Recorder) -> Iterator[dagagent.Registry]:
         return value
 
     yield reg
+
+
+@pytest.fixture
+def server() -> Iterator[LLMTestServer]:
+    """A loopback server speaking the providers' wire formats; it checks its script was used up."""
+    with LLMTestServer() as srv:
+        yield srv
+        srv.check()

@@ -15,7 +15,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -84,13 +83,6 @@ class Journey:
 
     def reset_calls(self) -> None:
         self.log.write_text("")
-
-
-@pytest.fixture
-def server() -> Iterator[LLMTestServer]:
-    with LLMTestServer() as srv:
-        yield srv
-        srv.check()
 
 
 @pytest.fixture

@@ -1,12 +1,17 @@
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import BaseModel
+from typer.testing import CliRunner
 
+import dagagent
 from dagagent import Plan, load_plan
+from dagagent.cli import app
 from dagagent.errors import PlanLoadError, PlanValidationError, ReferenceResolutionError
 from dagagent.plan import Template
 
@@ -110,3 +115,189 @@ def test_retries_are_bounded() -> None:
     with pytest.raises(PlanLoadError, match=r"tasks\[0\].retries"):
         load_plan({"tasks": [{"id": "a", "tool": "t", "retries": 10**20}]})
     assert load_plan({"tasks": [{"id": "a", "tool": "t", "retries": 100}]}).tasks[0].retries == 100
+
+
+# ----------------------------------------------------------------------------------------------
+# Plans a user keeps aside to break dagagent: each must end in a clear error naming the task
+# and the problem, never a traceback; and references must read data, never internals.
+# ----------------------------------------------------------------------------------------------
+
+
+runner = CliRunner()
+
+
+def _cli(tmp_path: Path, content: str | bytes, *args: str) -> Any:
+    p = tmp_path / "plan.json"
+    if isinstance(content, str):
+        content = content.encode("utf-8", "surrogatepass")
+    p.write_bytes(content)
+    return runner.invoke(app, [*args, str(p)])
+
+
+def _codes(exc: PlanValidationError) -> set[tuple[str, str | None]]:
+    return {(i.code, i.task_id) for i in exc.issues}
+
+
+def test_an_id_with_a_trailing_newline_is_invalid() -> None:
+    plan = {"tasks": [{"id": "a\n", "tool": "echo", "args": {"value": 1}}]}
+    with pytest.raises(PlanValidationError) as info:
+        dagagent.validate(plan)
+    assert ("invalid_id", "a\n") in _codes(info.value)
+
+
+@pytest.mark.parametrize("tid", ["0", "_", "a-b", "A" * 64, "_-_"])
+def test_edge_ids_are_valid(tid: str) -> None:
+    dagagent.validate({"tasks": [{"id": tid, "tool": "x"}]})
+
+
+@pytest.mark.parametrize("tid", ["a" * 65, "-a", "a.b", "é", "", "a b"])
+def test_bad_ids_are_reported(tid: str) -> None:
+    with pytest.raises(PlanValidationError) as info:
+        dagagent.validate({"tasks": [{"id": tid, "tool": "x"}]})
+    assert ("invalid_id", tid) in _codes(info.value)
+
+
+@pytest.mark.parametrize("cmd", ["validate", "run"])
+def test_an_integer_too_long_to_parse_is_a_clear_error(tmp_path: Path, cmd: str) -> None:
+    number = "9" * 5000
+    text = '{"tasks": [{"id": "a", "tool": "calculate", "args": {"expression": ' + number + "}}]}"
+    r = _cli(tmp_path, text, cmd)
+    assert r.exit_code == 2, r.output
+    assert not isinstance(r.exception, ValueError)
+    assert "error:" in r.stderr and "4300" in r.stderr  # the limit, in any Python's wording
+
+
+@pytest.mark.parametrize("cmd", ["validate", "run"])
+def test_arguments_nested_too_deeply_name_the_task(tmp_path: Path, cmd: str) -> None:
+    deep = "[" * 150 + "]" * 150
+    text = '{"tasks": [{"id": "ok", "tool": "lookup", "args": {"entity": "x"}},'
+    text += ' {"id": "deep", "tool": "lookup", "args": {"entity": ' + deep + "}}]}"
+    r = _cli(tmp_path, text, cmd)
+    assert r.exit_code == 2, r.output
+    assert "[bad_arguments] task 'deep': arguments are nested more than 100" in r.stderr
+
+
+def test_a_utf8_bom_is_accepted(tmp_path: Path) -> None:
+    r = _cli(
+        tmp_path,
+        '\ufeff{"tasks": [{"id": "a", "tool": "lookup", "args": {"entity": "Paris"}}]}',
+        "validate",
+    )
+    assert r.exit_code == 0, r.output
+
+
+@pytest.mark.parametrize("cmd", ["validate", "run"])
+def test_a_lone_surrogate_escape_is_refused_naming_the_task(tmp_path: Path, cmd: str) -> None:
+    text = '{"tasks": [{"id": "ok", "tool": "lookup", "args": {"entity": "\\ud83d\\ude00"}},'
+    text += ' {"id": "broken", "tool": "lookup", "args": {"entity": "half \\ud83d"}}]}'
+    r = _cli(tmp_path, text, cmd)
+    assert r.exit_code == 2, r.output
+    assert "task 'broken'" in r.stderr and "surrogate" in r.stderr
+
+
+def test_a_full_surrogate_pair_is_fine() -> None:
+    plan = dagagent.Plan.load('{"goal": "\\ud83d\\ude00", "tasks": [{"id": "a", "tool": "x"}]}')
+    assert plan.goal == "😀"
+
+
+# -- references read data, not internals --------------------------------------------------
+
+
+class Weather(BaseModel):
+    temp_c: float = 21.5
+    tags: list[str] = ["warm"]
+
+
+@dataclasses.dataclass
+class Point:
+    x: int = 3
+
+    @property
+    def double(self) -> int:
+        return self.x * 2
+
+    def method(self) -> int:  # pragma: no cover - must not be reachable
+        return 0
+
+
+def _refs_registry() -> dagagent.Registry:
+    reg = dagagent.Registry()
+
+    @reg.tool
+    def model() -> Weather:
+        return Weather()
+
+    @reg.tool
+    def point() -> Point:
+        return Point()
+
+    @reg.tool
+    def echo(value: Any) -> Any:
+        return value
+
+    return reg
+
+
+@pytest.mark.parametrize(
+    ("ref", "expected"),
+    [
+        ("${m.temp_c}", 21.5),
+        ("${m.tags.0}", "warm"),
+        ("${p.x}", 3),
+        ("${p.double}", 6),
+        ("t=${m.temp_c} x=${p.x}", "t=21.5 x=3"),
+    ],
+)
+def test_references_walk_into_models_and_dataclasses(ref: str, expected: Any) -> None:
+    plan = {
+        "tasks": [
+            {"id": "m", "tool": "model"},
+            {"id": "p", "tool": "point"},
+            {"id": "e", "tool": "echo", "args": {"value": ref}},
+        ]
+    }
+    result = dagagent.execute_sync(plan, _refs_registry())
+    assert result.tasks["e"].status == "succeeded", result.tasks["e"].error
+    assert result.outputs["e"] == expected
+
+
+@pytest.mark.parametrize(
+    ("ref", "message"),
+    [
+        ("${p.__class__.__init__.__globals__}", "private attribute"),
+        ("${m.__dict__}", "private attribute"),
+        ("${m._secret}", "private attribute"),
+        ("${p.method}", "is a method, not data"),
+        ("${m.model_dump}", "is a method, not data"),
+    ],
+)
+def test_references_cannot_reach_private_attributes_or_methods(ref: str, message: str) -> None:
+    plan = {
+        "tasks": [
+            {"id": "m", "tool": "model"},
+            {"id": "p", "tool": "point"},
+            {"id": "e", "tool": "echo", "args": {"value": ref}},
+        ]
+    }
+    result = dagagent.execute_sync(plan, _refs_registry())
+    e = result.tasks["e"]
+    assert e.status == "failed"
+    assert e.error_type == "ReferenceResolutionError"
+    assert message in (e.error or "")
+    assert ref in (e.error or "")
+
+
+def test_a_mapping_key_starting_with_underscore_is_still_data() -> None:
+    reg = _refs_registry()
+
+    @reg.tool
+    def d() -> dict[str, int]:
+        return {"_id": 7}
+
+    plan = {
+        "tasks": [
+            {"id": "d", "tool": "d"},
+            {"id": "e", "tool": "echo", "args": {"value": "${d._id}"}},
+        ]
+    }
+    assert dagagent.execute_sync(plan, reg).outputs["e"] == 7

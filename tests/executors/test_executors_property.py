@@ -1,31 +1,4 @@
-"""Random DAGs with random failures, under both failure policies, on every executor.
-
-What holds, stated precisely (``bad(t)``: ``t`` fails on purpose, or a dependency of ``t`` is
-``bad``):
-
-Both policies
-  1. Every task has one final status; it is started (``TaskStarted``) at most once, and its
-     tool is called at most once, only if it started, and always if it succeeded or failed.
-     In-process executors call the tool of every task they start (a task waiting for a
-     ``max_concurrency`` slot has not started); Dask may cancel a submitted call before a
-     worker runs it.
-  2. A task starts only after every dependency has finished with ``succeeded``.
-  3. ``succeeded`` tasks have their tool's output; ``failed`` tasks are tasks that fail on
-     purpose; ``skipped`` tasks never started and have a dependency that is ``failed`` or
-     ``skipped`` (so some ancestor failed).
-  4. The run succeeded iff every task succeeded, which is iff no task is ``bad``.
-
-``on_failure="continue"``
-  5. Nothing is cancelled: a task succeeded iff it is not ``bad``; failed iff it fails on
-     purpose and no dependency is ``bad``; skipped otherwise.
-
-``on_failure="cancel"``
-  6. No task starts after the first ``failed`` result is emitted.
-  7. Every task that never started is ``skipped`` or ``cancelled`` (attempts 0); a started
-     task that did not finish is ``cancelled`` ("cancelled while running").
-  8. If some task failed, the run failed; a task left unstarted is ``cancelled`` unless a
-     dependency is failed or skipped.
-"""
+"""For random DAGs, every executor runs each task exactly once and never before its dependencies."""
 
 from __future__ import annotations
 
@@ -33,12 +6,95 @@ import asyncio
 from collections.abc import Iterator
 from typing import Any
 
+import anyio
+import anyio.lowlevel
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import dagagent
 from dagagent.events import TaskFinished, TaskStarted
+
+
+@st.composite
+def dags(draw: st.DrawFn) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    n = draw(st.integers(min_value=1, max_value=25))
+    tasks = []
+    delays = {}
+    for i in range(n):
+        deps = draw(st.lists(st.integers(0, i - 1), unique=True, max_size=min(i, 4))) if i else []
+        tid = f"t{i}"
+        delays[tid] = draw(st.integers(0, 3))
+        tasks.append(
+            {
+                "id": tid,
+                "tool": "step",
+                "args": {"name": tid, "ticks": delays[tid]},
+                "depends_on": [f"t{d}" for d in deps],
+            }
+        )
+    order = draw(st.permutations(tasks))
+    return list(order), delays
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(dags(), st.sampled_from(["serial", "levels", "dataflow"]), st.integers(1, 4) | st.none())
+def test_each_task_once_and_after_its_dependencies(
+    dag: tuple[list[dict[str, Any]], dict[str, int]], executor: str, limit: int | None
+) -> None:
+    tasks, _ = dag
+    events: list[tuple[str, str]] = []
+    reg = dagagent.Registry()
+
+    @reg.tool
+    async def step(name: str, ticks: int) -> str:
+        events.append(("start", name))
+        for _ in range(ticks):
+            await anyio.lowlevel.checkpoint()
+        events.append(("end", name))
+        return name
+
+    result = dagagent.execute_sync({"tasks": tasks}, reg, executor=executor, max_concurrency=limit)
+    assert result.ok
+    starts = [n for kind, n in events if kind == "start"]
+    assert sorted(starts) == sorted(t["id"] for t in tasks)  # exactly once each
+    ended_at = {n: i for i, (kind, n) in enumerate(events) if kind == "end"}
+    started_at = {n: i for i, (kind, n) in enumerate(events) if kind == "start"}
+    for t in tasks:
+        for d in t["depends_on"]:
+            assert ended_at[d] < started_at[t["id"]], f"{t['id']} started before {d} ended"
+
+
+# ----------------------------------------------------------------------------------------------
+# Random DAGs with random failures, under both failure policies, on every executor.
+#
+# What holds, stated precisely (``bad(t)``: ``t`` fails on purpose, or a dependency of ``t`` is
+# ``bad``):
+#
+# Both policies
+# 1. Every task has one final status; it is started (``TaskStarted``) at most once, and its
+# tool is called at most once, only if it started, and always if it succeeded or failed.
+# In-process executors call the tool of every task they start (a task waiting for a
+# ``max_concurrency`` slot has not started); Dask may cancel a submitted call before a
+# worker runs it.
+# 2. A task starts only after every dependency has finished with ``succeeded``.
+# 3. ``succeeded`` tasks have their tool's output; ``failed`` tasks are tasks that fail on
+# purpose; ``skipped`` tasks never started and have a dependency that is ``failed`` or
+# ``skipped`` (so some ancestor failed).
+# 4. The run succeeded iff every task succeeded, which is iff no task is ``bad``.
+#
+# ``on_failure="continue"``
+# 5. Nothing is cancelled: a task succeeded iff it is not ``bad``; failed iff it fails on
+# purpose and no dependency is ``bad``; skipped otherwise.
+#
+# ``on_failure="cancel"``
+# 6. No task starts after the first ``failed`` result is emitted.
+# 7. Every task that never started is ``skipped`` or ``cancelled`` (attempts 0); a started
+# task that did not finish is ``cancelled`` ("cancelled while running").
+# 8. If some task failed, the run failed; a task left unstarted is ``cancelled`` unless a
+# dependency is failed or skipped.
+# ----------------------------------------------------------------------------------------------
+
 
 DAG = tuple[list[dict[str, Any]], dict[str, bool]]
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -29,18 +28,6 @@ from dagagent.llm import (
 from dagagent.llm.anthropic import anthropic_messages
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-def server() -> Iterator[LLMTestServer]:
-    with LLMTestServer() as srv:
-        yield srv
-        srv.check()
 
 
 def client(server: LLMTestServer, **options: Any) -> AnthropicChat:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import email.utils
 import json
 import socket
-from collections.abc import Iterator
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
@@ -38,18 +37,6 @@ from dagagent.llm import Usage, UsageTracker, UserMessage, collect_stream
 pytestmark = pytest.mark.anyio
 
 KEY = "sk-test-SECRET-0123456789abcdef"
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-def server() -> Iterator[LLMTestServer]:
-    with LLMTestServer() as srv:
-        yield srv
-        srv.check()
 
 
 @pytest.fixture(params=FLAVORS, ids=lambda f: f.name)

@@ -32,11 +32,6 @@ from dagagent.llm import (
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 TOOL = ToolSpec(
     "search", "Search the web", {"type": "object", "properties": {"q": {"type": "string"}}}
 )

@@ -39,11 +39,6 @@ from dagagent.llm._sse import iter_sse
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def test_usage_adds_up() -> None:
     a = Usage(input_tokens=3, output_tokens=1)
     b = Usage(input_tokens=4, output_tokens=2)

@@ -4,7 +4,6 @@ format."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -53,13 +52,6 @@ def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     ):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("DAGAGENT_HOME", str(tmp_path / "home"))
-
-
-@pytest.fixture
-def server() -> Iterator[LLMTestServer]:
-    with LLMTestServer() as srv:
-        yield srv
-        srv.check()
 
 
 def answer(plan: Any) -> Reply:

@@ -25,7 +25,7 @@ from dagagent.cli import app
 from dagagent.cli.progress import LiveProgress, PlainProgress, progress_for
 from dagagent.store import RunStore
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 FAILING = str(EXAMPLES / "failing.json")
 WEATHER = str(EXAMPLES / "weather.json")
 

@@ -1,0 +1,88 @@
+"""The in-process executors' scheduling: overlap, the levels barrier, dataflow starts, and
+concurrency limits."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import pytest
+
+import dagagent
+from dagagent import execute
+
+pytestmark = pytest.mark.anyio
+
+PARALLEL = ["levels", "dataflow"]
+
+
+def w(id: str, seconds: float = 0.0, deps: tuple[str, ...] = (), **kw: Any) -> dict[str, Any]:
+    args = {"name": id, "seconds": seconds, **kw.pop("args", {})}
+    return {"id": id, "tool": "work", "args": args, "depends_on": list(deps), **kw}
+
+
+@pytest.mark.parametrize("executor", PARALLEL)
+async def test_independent_tasks_overlap(
+    executor: str, registry: dagagent.Registry, recorder: Any
+) -> None:
+    plan = {"tasks": [w(f"t{i}", 0.2) for i in range(4)]}
+    await execute(plan, registry, executor=executor)
+    assert all(recorder.overlap("t0", f"t{i}") for i in range(1, 4))
+
+
+async def test_serial_never_overlaps(registry: dagagent.Registry, recorder: Any) -> None:
+    plan = {"tasks": [w(f"t{i}", 0.05) for i in range(3)]}
+    await execute(plan, registry, executor="serial")
+    assert not recorder.overlap("t0", "t1") and not recorder.overlap("t1", "t2")
+
+
+async def test_levels_barrier_holds(registry: dagagent.Registry, recorder: Any) -> None:
+    # c depends only on the fast task a, but levels waits for the slow b of the same level.
+    plan = {"tasks": [w("a", 0.0), w("b", 0.3), w("c", 0.0, ("a",))]}
+    await execute(plan, registry, executor="levels")
+    assert recorder.intervals["c"][0] >= recorder.intervals["b"][1]
+
+
+async def test_dataflow_starts_without_waiting_for_unrelated_slow_task(
+    registry: dagagent.Registry, recorder: Any
+) -> None:
+    plan = {"tasks": [w("a", 0.0), w("b", 0.5), w("c", 0.0, ("a",))]}
+    await execute(plan, registry, executor="dataflow")
+    assert recorder.intervals["c"][1] < recorder.intervals["b"][1]
+    assert recorder.intervals["c"][0] >= recorder.intervals["a"][1]
+
+
+@pytest.mark.parametrize("executor", PARALLEL)
+async def test_max_concurrency_limits_the_run(executor: str) -> None:
+    running = peak = 0
+    reg = dagagent.Registry()
+
+    @reg.tool
+    async def job(i: int) -> int:
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        await anyio.sleep(0.02)
+        running -= 1
+        return i
+
+    plan = {"tasks": [{"id": f"j{i}", "tool": "job", "args": {"i": i}} for i in range(10)]}
+    result = await execute(plan, reg, executor=executor, max_concurrency=3)
+    assert result.ok and peak == 3
+
+
+async def test_per_tool_max_concurrency() -> None:
+    running = peak = 0
+    reg = dagagent.Registry()
+
+    @reg.tool(max_concurrency=2)
+    async def limited(i: int) -> int:
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        await anyio.sleep(0.02)
+        running -= 1
+        return i
+
+    plan = {"tasks": [{"id": f"j{i}", "tool": "limited", "args": {"i": i}} for i in range(6)]}
+    assert (await execute(plan, reg, executor="dataflow")).ok and peak == 2
