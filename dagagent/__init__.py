@@ -20,11 +20,13 @@ from .errors import (
     AgentError,
     DagagentError,
     Issue,
+    JoinerError,
     PlanError,
     PlanLoadError,
     PlanningError,
     PlanValidationError,
     RunFailedError,
+    SolveError,
     StoreError,
     TaskDeniedError,
     ToolArgumentsError,
@@ -40,6 +42,7 @@ from .review import diff_plans, reuse_map, review_run
 from .runner import Interceptor, RetryPolicy, ToolCall
 from .store import RunRecord, RunStore
 from .tools import Registry, Tool, tool
+from .workflows import Solution, SolveStatus, replan_run, revise_run, solve, solve_sync
 
 __version__ = "0.1.0"
 
@@ -54,6 +57,7 @@ __all__ = [
     "Event",
     "Interceptor",
     "Issue",
+    "JoinerError",
     "LLMPlanner",
     "LLMReplanner",
     "Listener",
@@ -74,6 +78,9 @@ __all__ = [
     "RunResult",
     "RunStatus",
     "RunStore",
+    "Solution",
+    "SolveError",
+    "SolveStatus",
     "StoreError",
     "Task",
     "TaskDeniedError",
@@ -93,8 +100,12 @@ __all__ = [
     "make_agent_runner",
     "new_run_id",
     "parse_llmcompiler",
+    "replan_run",
     "reuse_map",
     "review_run",
+    "revise_run",
+    "solve",
+    "solve_sync",
     "tool",
     "validate",
 ]

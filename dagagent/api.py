@@ -58,7 +58,8 @@ async def execute(
       its slot before it starts and holds it until it finishes, retries included).
     - ``interceptors``: middleware around every tool call (see :class:`~dagagent.runner.ToolCall`).
     - ``listeners``: callables receiving every run event (see :mod:`dagagent.events`).
-    - ``llm``: the model that agent tasks (``instruction``) use.
+    - ``llm``: the model that agent tasks (``instruction``) use; what they used (``calls``,
+      ``input_tokens``, ``output_tokens``, ``total_tokens``) is ``RunResult.usage``.
     - ``reuse``: ``{task_id: (fingerprint, output)}`` from an earlier run; a task whose
       fingerprint is unchanged is not run again and gets status ``reused``.
     - ``store``: record the run (plan and every task result, durable as each task finishes)
@@ -76,8 +77,14 @@ async def execute(
     exe = get_executor(executor)
     run_id = run_id or new_run_id()
     log = get_logger(run_id=run_id)
-    if llm is not None and agent_runner is None and any(t.is_agent for t in graph.plan.tasks):
-        agent_runner = _default_agent_runner()
+    meter = None
+    if llm is not None and any(t.is_agent for t in graph.plan.tasks):
+        if agent_runner is None:
+            agent_runner = _default_agent_runner()
+        from .llm import MeteredLLM, UsageTracker
+
+        meter = UsageTracker()
+        llm = MeteredLLM(llm, meter)  # RunResult.usage: what the agent tasks used
     listeners = tuple(listeners)
     recorder = None
     if store is not None:
@@ -120,6 +127,8 @@ async def execute(
             try:
                 finish_unstarted(graph, runner)
                 result = _result(graph, runner, exe.name, started, interrupted, parent_id)
+                if meter is not None and meter.calls:
+                    result.usage = meter.as_dict()
                 if listeners:
                     runner._emit(RunFinished(run_id, result))
             finally:

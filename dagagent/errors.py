@@ -25,6 +25,8 @@ The tree::
     │   ├── LLMBadRequestError        400 and friends: the provider's own error text
     │   └── LLMResponseError          the body is not what the wire format promises
     ├── PlanningError                 the planner gave up (``.attempts``)
+    ├── JoinerError                   the joiner gave no usable decision (``.attempts``)
+    ├── SolveError                    ``Solution.raise_for_status()``: gave up or failed
     ├── AgentError                    the ReAct agent cannot run (no llm, bad config)
     ├── StoreError                    the run store cannot be used / run not found
     └── ConfigError                   bad option value (executor name, model spec, ...)
@@ -43,6 +45,7 @@ __all__ = [
     "ConfigError",
     "DagagentError",
     "Issue",
+    "JoinerError",
     "LLMAuthError",
     "LLMBadRequestError",
     "LLMConnectionError",
@@ -57,6 +60,7 @@ __all__ = [
     "PlanningError",
     "ReferenceResolutionError",
     "RunFailedError",
+    "SolveError",
     "StoreError",
     "TaskDeniedError",
     "TaskError",
@@ -201,6 +205,27 @@ class PlanningError(DagagentError):
 
     def __init__(self, message: str, attempts: list[tuple[str, list[Issue]]] | None = None) -> None:
         self.attempts = list(attempts or [])
+        super().__init__(message)
+
+
+class JoinerError(DagagentError):
+    """The joiner (who reads a round's results and answers the goal or asks for another
+    plan) gave no usable decision within its attempts.
+
+    ``attempts`` is a list of ``(raw_text, issues)`` pairs, one per attempt.
+    """
+
+    def __init__(self, message: str, attempts: list[tuple[str, list[Issue]]] | None = None) -> None:
+        self.attempts = list(attempts or [])
+        super().__init__(message)
+
+
+class SolveError(DagagentError):
+    """A solve ended without an answer (raised by ``Solution.raise_for_status()``); the
+    ``solution`` says why and keeps every round."""
+
+    def __init__(self, message: str, solution: Any = None) -> None:
+        self.solution = solution
         super().__init__(message)
 
 

@@ -25,7 +25,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Event",
+    "JoinerDecided",
     "Listener",
+    "RoundFinished",
+    "RoundStarted",
     "RunFinished",
     "RunStarted",
     "TaskDecision",
@@ -91,8 +94,59 @@ class RunFinished:
     kind: str = field(default="run.finished", init=False)
 
 
+@dataclass(frozen=True, slots=True)
+class RoundStarted:
+    """A round of :func:`dagagent.solve` begins: planning (round 1) or replanning the run
+    ``parent_id`` with the joiner's ``feedback``. ``at``: Unix time."""
+
+    solve_id: str
+    round: int
+    goal: str
+    at: float
+    parent_id: str | None = None
+    feedback: str | None = None
+    kind: str = field(default="round.started", init=False)
+
+
+@dataclass(frozen=True, slots=True)
+class JoinerDecided:
+    """The joiner's decision about a round's run: ``finish`` (``answer``, ``cites``) or
+    ``replan`` (``feedback``)."""
+
+    solve_id: str
+    round: int
+    run_id: str
+    action: str
+    answer: Any = None
+    cites: tuple[str, ...] = ()
+    feedback: str = ""
+    kind: str = field(default="joiner.decided", init=False)
+
+
+@dataclass(frozen=True, slots=True)
+class RoundFinished:
+    """A round of :func:`dagagent.solve` ended. ``outcome``: ``answered``, ``replan`` (another
+    round follows), ``gave_up`` or ``failed``; ``reason`` says why for the last two.
+    ``run_id`` is the round's run (``None`` if nothing ran)."""
+
+    solve_id: str
+    round: int
+    run_id: str | None
+    outcome: str
+    reason: str = ""
+    kind: str = field(default="round.finished", init=False)
+
+
 Event = Union[  # noqa: UP007 - a runtime alias, kept valid on 3.10
-    RunStarted, TaskStarted, TaskRetrying, TaskDecision, TaskFinished, RunFinished
+    RunStarted,
+    TaskStarted,
+    TaskRetrying,
+    TaskDecision,
+    TaskFinished,
+    RunFinished,
+    RoundStarted,
+    JoinerDecided,
+    RoundFinished,
 ]
 Listener = Callable[[Event], None]
 

@@ -20,14 +20,12 @@ from ..review import (
     PlanDiff,
     ReuseDecision,
     RunReview,
-    diff_plans,
     format_diff,
     format_review,
-    predict_reuse,
-    reuse_map,
     review_run,
 )
 from ..store import RunRecord, RunStore, check_run_id, default_store_path
+from ..workflows.replan import Revision, revise_run
 from ._app import EXIT_FAILED, EXIT_OK, EXIT_USAGE, app, err, fail, guard, load_registry, out
 from .diagram import FORMATS, render_graph
 from .recording import recorded_tools_spec, run_recorded
@@ -293,31 +291,40 @@ def make_model(model: str, base_url: str | None, *, timeout: float = 60.0) -> An
     return from_env(model, base_url, timeout=timeout)
 
 
-def _replan_with_model(
-    record: RunRecord, llm: Any, registry: Any, *, max_attempts: int, quiet: bool
-) -> Plan:
+def _revise(
+    record: RunRecord,
+    registry: Any,
+    *,
+    plan: Plan | None,
+    llm: Any,
+    agent_llm: Any,
+    max_attempts: int,
+    quiet: bool,
+) -> Revision:
+    """The replan workflow's revision step (:func:`dagagent.workflows.revise_run`)."""
     from ..planners import LLMReplanner
 
-    replanner = LLMReplanner(llm, registry, max_attempts=max_attempts)
+    replanner = LLMReplanner(llm, registry, max_attempts=max_attempts) if llm is not None else None
 
-    async def main() -> Any:
+    async def main() -> Revision:
+        if llm is None:
+            return await revise_run(record, registry, plan=plan, agent_llm=agent_llm)
         async with llm:
-            return await replanner.replan_with_report(record.goal, record.plan, record.tasks)
+            return await revise_run(record, registry, replanner=replanner, agent_llm=agent_llm)
 
     try:
-        result = anyio.run(main)
+        revision = anyio.run(main)
     except LLMError as exc:
         fail(f"the model could not be used: {' '.join(str(exc).split())}", EXIT_USAGE)
-    if not quiet:
+    if revision.planning is not None and not quiet:
         err.print(
-            f"revised by {getattr(llm, 'model', 'the model')}: {result.summary()}",
+            f"revised by {getattr(llm, 'model', 'the model')}: {revision.planning.summary()}",
             markup=False,
             highlight=False,
         )
-        for w in result.warnings:
+        for w in revision.planning.warnings:
             err.print(f"warning: {w}", markup=False, highlight=False)
-    plan: Plan = result.plan
-    return plan
+    return revision
 
 
 @app.command("replan")
@@ -388,35 +395,36 @@ def replan_cmd(
     if not json_out:
         out.print(format_review(review), markup=False, highlight=False)
     llm: Any = None
-    revised: Plan | None = None
-    if from_file is not None:
-        revised = load_plan(from_file)
-    elif model is not None:
+    edited: Plan | None = load_plan(from_file) if from_file is not None else None
+    if model is not None:
         llm = make_model(model, base_url, timeout=timeout)
-        revised = _replan_with_model(
-            record, llm, registry, max_attempts=max_attempts, quiet=json_out
+    agent_llm = llm
+    if llm is None and execute_it and any(t.is_agent for t in (edited or record.plan).tasks):
+        agent_llm = agent_model(None, None)  # $DAGAGENT_MODEL, as for 'dagagent run'
+    revision: Revision | None = None
+    if edited is not None or llm is not None or execute_it:
+        revision = _revise(
+            record,
+            registry,
+            plan=edited,
+            llm=llm,
+            agent_llm=agent_llm,
+            max_attempts=max_attempts,
+            quiet=json_out,
         )
-    plan = revised if revised is not None else record.plan
-    if llm is None and execute_it and any(t.is_agent for t in plan.tasks):
-        llm = agent_model(None, None)  # $DAGAGENT_MODEL, as for 'dagagent run'
-    diff: PlanDiff | None = None
-    decisions: dict[str, ReuseDecision] | None = None
-    graph: PlanGraph | None = None
-    if revised is not None or execute_it:
-        graph = validate(plan, registry, llm=llm, check_llm=True)
-        decisions = predict_reuse(record, plan)
-    if revised is not None:
-        diff = diff_plans(record.plan, revised)
-        if not json_out:
-            out.print("")
-            out.print(f"changes to the plan of run {record.id}:", markup=False, highlight=False)
-            out.print(format_diff(diff, record.plan, revised), markup=False, highlight=False)
+    plan = revision.plan if revision is not None else record.plan
+    diff: PlanDiff | None = revision.diff if revision is not None else None
+    decisions: dict[str, ReuseDecision] | None = revision.reuse if revision is not None else None
+    if diff is not None and revision is not None and not json_out:
+        out.print("")
+        out.print(f"changes to the plan of run {record.id}:", markup=False, highlight=False)
+        out.print(format_diff(diff, record.plan, revision.plan), markup=False, highlight=False)
     if decisions is not None and not json_out:
         _print_reuse(decisions)
     if out_file is not None:
         _write_plan(out_file, plan)
         if not json_out:
-            if revised is not None:
+            if diff is not None:
                 err.print(f"wrote the revised plan to {out_file}", markup=False)
             else:
                 err.print(
@@ -438,27 +446,27 @@ def replan_cmd(
         if json_out:
             doc["result"] = None
             print_json(out, doc)
-        elif revised is None and out_file is None:
+        elif diff is None and out_file is None:
             _hint(record, review)
         raise typer.Exit(EXIT_OK)
-    assert graph is not None
-    for w in graph.warnings:
+    assert revision is not None
+    for w in revision.graph.warnings:
         err.print(f"warning: {w}", markup=False, highlight=False)
     if not json_out:
         out.print("")
         out.print(f"running it as a new run (parent {record.id}):", markup=False)
     result = run_recorded(
-        graph,
+        revision.graph,
         registry,
         console=None if json_out else out,
         store=path,
-        reuse=reuse_map(record),
+        reuse=revision.reuse_map(),
         parent_id=record.id,
         executor=executor,
         on_failure=on_failure,
         max_concurrency=max_concurrency,
         tools_spec=recorded_tools_spec(spec),
-        llm=llm if llm is not None and any(t.is_agent for t in plan.tasks) else None,
+        llm=agent_llm if any(t.is_agent for t in plan.tasks) else None,
     )
     if json_out:
         doc["result"] = result.to_json_dict()

@@ -13,6 +13,7 @@ from typing import Any
 from dagagent.llm._http import HTTPChatClient
 from dagagent.llm._retry import HTTPRetryPolicy
 from dagagent.llm.anthropic import AnthropicChat
+from dagagent.llm.metered import MeteredLLM
 from dagagent.llm.openai import OpenAIChat
 from dagagent.llm.scripted import ScriptedLLM, ScriptError, ScriptItem, WireItem
 from dagagent.llm.spec import from_env, from_spec
@@ -50,6 +51,7 @@ __all__ = [
     "LLMResponse",
     "Message",
     "MessagesInput",
+    "MeteredLLM",
     "OpenAIChat",
     "ResponseFormat",
     "ScriptError",

@@ -97,6 +97,16 @@ class UsageTracker:
     def total_tokens(self) -> int:
         return self.input_tokens + self.output_tokens
 
+    def as_dict(self) -> dict[str, int]:
+        """``calls``, ``input_tokens``, ``output_tokens``, ``total_tokens``."""
+        with self._lock:
+            return {
+                "calls": self.calls,
+                "input_tokens": self.input_tokens,
+                "output_tokens": self.output_tokens,
+                "total_tokens": self.input_tokens + self.output_tokens,
+            }
+
     def reset(self) -> None:
         with self._lock:
             self.calls = self.input_tokens = self.output_tokens = 0

@@ -4,12 +4,15 @@
   and a self-healing loop that feeds validation issues back to the model.
 - :class:`LLMReplanner`: goal + old plan + task results → revised plan that keeps every
   successful task unchanged, so its output can be reused.
+- :class:`Joiner`: goal + plan + task results → ``finish(answer, cites)`` or
+  ``replan(feedback)``.
 - :func:`plan_json_schema`: the JSON Schema of a plan for a registry
   (also ``registry.plan_schema()``).
 - :func:`parse_llmcompiler`: LLMCompiler plan text (``1. tool(args)`` lines) → plan.
 """
 
 from .heal import PlanAttempt, PlanHealer, PlanningResult, extract_json, parse_plan_answer
+from .joiner import JoinDecision, Joiner, JoinReport, parse_join_answer
 from .llmcompiler import parse_llmcompiler
 from .planner import LLMPlanner
 from .prompts import system_prompt, tool_catalog
@@ -25,12 +28,16 @@ from .schema import (
 __all__ = [
     "PLAN_FORMAT_NAME",
     "REFERENCE_PATTERN",
+    "JoinDecision",
+    "JoinReport",
+    "Joiner",
     "LLMPlanner",
     "LLMReplanner",
     "PlanAttempt",
     "PlanHealer",
     "PlanningResult",
     "extract_json",
+    "parse_join_answer",
     "parse_llmcompiler",
     "parse_plan_answer",
     "plan_json_schema",

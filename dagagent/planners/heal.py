@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from ..errors import ConfigError, Issue, PlanLoadError, PlanningError, PlanValidationError
 from ..events import get_logger
@@ -53,9 +53,12 @@ __all__ = [
     "PlanAttempt",
     "PlanHealer",
     "PlanningResult",
+    "ask_until_valid",
     "extract_json",
     "parse_plan_answer",
 ]
+
+T = TypeVar("T")
 
 Check = Callable[[Plan, PlanGraph], Sequence[Issue]]
 """An extra check on a valid plan: returns issues to feed back (empty: accept)."""
@@ -67,7 +70,8 @@ _SCAN_BUDGET = 1_000_000  # characters scanned looking for the JSON, plus 4x the
 
 @dataclass(frozen=True)
 class PlanAttempt:
-    """One answer of the model: its raw text, what was wrong with it (empty: accepted)."""
+    """One answer of the model (a plan, or a joiner's decision): its raw text, what was wrong
+    with it (empty: accepted)."""
 
     raw: str
     issues: tuple[Issue, ...]
@@ -346,17 +350,8 @@ class PlanHealer:
     ) -> PlanningResult:
         """Ask until a valid plan comes back; raise :class:`PlanningError` after
         ``max_attempts`` rejected answers."""
-        log = get_logger(planner=what)
-        history: list[Message] = list(messages)
-        attempts: list[PlanAttempt] = []
-        for n in range(1, self.max_attempts + 1):
-            response = await self.llm.complete(
-                history,
-                response_format=self.response_format,
-                max_tokens=self.max_tokens,
-                temperature=self.temperature,
-            )
-            raw = _answer_text(response)
+
+        def parse(raw: str, response: LLMResponse) -> tuple[PlanGraph | None, list[Issue]]:
             graph, issues = parse_plan_answer(
                 raw,
                 self.registry,
@@ -367,26 +362,70 @@ class PlanHealer:
             )
             if graph is not None and check is not None:
                 issues = list(check(graph.plan, graph))
-            attempt = PlanAttempt(raw, tuple(issues), response.usage, response.finish_reason)
-            attempts.append(attempt)
-            if graph is not None and not issues:
-                warnings = tuple(warn(graph.plan, graph)) if warn is not None else ()
-                log.info("planning succeeded", attempt=n, tasks=len(graph))
-                return PlanningResult(graph.plan, graph, tuple(attempts), warnings)
-            log.info(
-                "planning attempt rejected",
-                attempt=n,
-                issues=[str(i) for i in issues[:5]],
-            )
-            echo = raw if len(raw) <= _ECHO_CHARS else raw[:_ECHO_CHARS] + "…"
-            truncated = any(i.code == "truncated" for i in issues)
-            history.append(AssistantMessage(echo or "(empty answer)"))
-            history.append(UserMessage(feedback_prompt(issues, truncated=truncated)))
+            return graph, issues
+
+        graph, attempts = await ask_until_valid(
+            self.llm,
+            messages,
+            parse,
+            feedback=lambda issues: feedback_prompt(
+                issues, truncated=any(i.code == "truncated" for i in issues)
+            ),
+            max_attempts=self.max_attempts,
+            response_format=self.response_format,
+            max_tokens=self.max_tokens,
+            temperature=self.temperature,
+            what=what,
+        )
+        if graph is not None:
+            warnings = tuple(warn(graph.plan, graph)) if warn is not None else ()
+            return PlanningResult(graph.plan, graph, tuple(attempts), warnings)
         raise PlanningError(
             f"no valid {what} after {len(attempts)} attempt{'s' if len(attempts) != 1 else ''}"
             f" (goal: {_short(goal)})",
             attempts=[(a.raw, list(a.issues)) for a in attempts],
         )
+
+
+async def ask_until_valid(
+    llm: LLM,
+    messages: Sequence[Message],
+    parse: Callable[[str, LLMResponse], tuple[T | None, Sequence[Issue]]],
+    *,
+    feedback: Callable[[Sequence[Issue]], str],
+    max_attempts: int = 3,
+    response_format: ResponseFormat | None = None,
+    max_tokens: int | None = None,
+    temperature: float | None = None,
+    what: str = "plan",
+) -> tuple[T | None, list[PlanAttempt]]:
+    """The healing loop itself, for any structured answer (a plan, a joiner's decision).
+
+    Asks ``llm``; ``parse(text, response)`` reads the answer into a value or issues. An
+    answer with issues goes back into the conversation (cut to 12,000 characters) followed
+    by ``feedback(issues)``, up to ``max_attempts`` answers. Returns the accepted value
+    (``None`` if every answer was rejected) and every attempt. Model errors propagate."""
+    log = get_logger(planner=what)
+    history: list[Message] = list(messages)
+    attempts: list[PlanAttempt] = []
+    for n in range(1, max_attempts + 1):
+        response = await llm.complete(
+            history,
+            response_format=response_format,
+            max_tokens=max_tokens,
+            temperature=temperature,
+        )
+        raw = _answer_text(response)
+        value, issues = parse(raw, response)
+        attempts.append(PlanAttempt(raw, tuple(issues), response.usage, response.finish_reason))
+        if value is not None and not issues:
+            log.info(f"{what} accepted", attempt=n)
+            return value, attempts
+        log.info(f"{what} attempt rejected", attempt=n, issues=[str(i) for i in issues[:5]])
+        echo = raw if len(raw) <= _ECHO_CHARS else raw[:_ECHO_CHARS] + "…"
+        history.append(AssistantMessage(echo or "(empty answer)"))
+        history.append(UserMessage(feedback(issues)))
+    return None, attempts
 
 
 def _answer_text(response: LLMResponse) -> str:

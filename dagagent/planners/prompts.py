@@ -28,6 +28,7 @@ __all__ = [
     "feedback_prompt",
     "plan_user_prompt",
     "replan_user_prompt",
+    "results_sections",
     "shorten",
     "system_prompt",
     "tool_catalog",
@@ -269,22 +270,16 @@ def _result_line(result: TaskResult, output_chars: int) -> str:
     return f"- {result.task_id}: {result.status.value}: {shorten(detail, output_chars)}"
 
 
-def replan_user_prompt(
-    goal: str,
-    plan: Plan,
-    results: Mapping[str, TaskResult],
-    *,
-    output_chars: int = 300,
-) -> str:
-    """Goal, previous plan, what succeeded (outputs shortened), what failed and why."""
+def results_sections(
+    plan: Plan, results: Mapping[str, TaskResult], *, output_chars: int = 300
+) -> list[str]:
+    """What succeeded (outputs shortened to ``output_chars``), what failed and why, and what
+    did not finish: one section each, the empty ones left out."""
     ok = [r for r in results.values() if r.status.ok]
     failed = [r for r in results.values() if r.status in (TaskStatus.FAILED, TaskStatus.DENIED)]
     other = [r for r in results.values() if not r.status.ok and r not in failed]
     missing = [t.id for t in plan.tasks if t.id not in results]
-    parts = [
-        f"Goal: {goal.strip()}",
-        "The previous plan:\n" + plan.model_dump_json(exclude_defaults=True),
-    ]
+    parts = []
     if ok:
         parts.append(
             "These tasks succeeded:\n" + "\n".join(_result_line(r, output_chars) for r in ok)
@@ -297,6 +292,29 @@ def replan_user_prompt(
         lines = [_result_line(r, output_chars) for r in other]
         lines += [f"- {tid}: did not run" for tid in missing]
         parts.append("These tasks did not finish (not their own fault):\n" + "\n".join(lines))
+    return parts
+
+
+def replan_user_prompt(
+    goal: str,
+    plan: Plan,
+    results: Mapping[str, TaskResult],
+    *,
+    output_chars: int = 300,
+    feedback: str | None = None,
+) -> str:
+    """Goal, previous plan, what succeeded (outputs shortened), what failed and why, and
+    ``feedback`` on what the results still lack (from the joiner, or a person)."""
+    parts = [
+        f"Goal: {goal.strip()}",
+        "The previous plan:\n" + plan.model_dump_json(exclude_defaults=True),
+        *results_sections(plan, results, output_chars=output_chars),
+    ]
+    if feedback and feedback.strip():
+        parts.append(
+            "What the results still lack to reach the goal (feedback on the previous plan):\n"
+            + feedback.strip()
+        )
     parts.append(
         "Write a revised plan that reaches the goal:\n"
         "- Keep every task that succeeded with the SAME id, tool and args, copied exactly, so "
@@ -304,6 +322,11 @@ def replan_user_prompt(
         "- Fix or replace the failed tasks: other arguments, another tool, or another way to "
         "the goal. Give a replaced task a new id if it does something different.\n"
         "- Keep, fix or drop the tasks that did not finish, as the goal needs.\n"
-        "Answer with the complete JSON plan only."
+        + (
+            "- Add the tasks the feedback asks for, with new ids.\n"
+            if feedback and feedback.strip()
+            else ""
+        )
+        + "Answer with the complete JSON plan only."
     )
     return "\n\n".join(parts)

@@ -123,19 +123,34 @@ class LLMReplanner(HealingPlanner):
         self.output_chars = output_chars
         self._system: str | None = None
 
-    def messages(self, goal: str, plan: Plan, results: Mapping[str, TaskResult]) -> list[Message]:
+    def messages(
+        self,
+        goal: str,
+        plan: Plan,
+        results: Mapping[str, TaskResult],
+        *,
+        feedback: str | None = None,
+    ) -> list[Message]:
         """The conversation the first attempt sends."""
         if self._system is None:
             self._system = system_prompt(
                 self.registry, agent_tasks=self.healer.agent_tasks, replanning=True
             )
-        text = replan_user_prompt(goal, plan, results, output_chars=self.output_chars)
+        text = replan_user_prompt(
+            goal, plan, results, output_chars=self.output_chars, feedback=feedback
+        )
         return [SystemMessage(self._system), UserMessage(text)]
 
     async def replan_with_report(
-        self, goal: str, plan: Plan, results: Mapping[str, TaskResult]
+        self,
+        goal: str,
+        plan: Plan,
+        results: Mapping[str, TaskResult],
+        *,
+        feedback: str | None = None,
     ) -> PlanningResult:
-        """A valid revised plan, its attempts, usage and warnings.
+        """A valid revised plan, its attempts, usage and warnings. ``feedback``: what the
+        results still lack (a joiner's or a person's words), shown to the model.
 
         Raises :class:`~dagagent.errors.PlanningError` when no answer was valid; model
         errors (``LLMError``) propagate as themselves.
@@ -148,14 +163,21 @@ class LLMReplanner(HealingPlanner):
         def warn(new: Plan, graph: PlanGraph) -> list[Issue]:
             return replan_warnings(plan, new, results)
 
-        messages = self.messages(goal, plan, results)
+        messages = self.messages(goal, plan, results, feedback=feedback)
         result = await self.healer.run(
             messages, goal=goal, check=check, warn=warn, what="revised plan"
         )
         self.last_result = result
         return result
 
-    async def replan(self, goal: str, plan: Plan, results: Mapping[str, TaskResult]) -> Plan:
+    async def replan(
+        self,
+        goal: str,
+        plan: Plan,
+        results: Mapping[str, TaskResult],
+        *,
+        feedback: str | None = None,
+    ) -> Plan:
         """A revised plan that keeps the successful tasks of ``plan`` unchanged (see the
         module docstring)."""
-        return (await self.replan_with_report(goal, plan, results)).plan
+        return (await self.replan_with_report(goal, plan, results, feedback=feedback)).plan

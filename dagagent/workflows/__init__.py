@@ -1,0 +1,26 @@
+"""From a goal to an answer, and from a failed run to its revision: the workflows that
+combine planners, the joiner and execution.
+
+- :func:`solve` / :func:`solve_sync`: goal → plan → run → join (finish or replan) → …
+  → :class:`Solution`.
+- :func:`revise_run`, :func:`run_revision`, :func:`replan_run`: review a run, revise its
+  plan (a model's or a person's), diff it, predict reuse, run it as a child of the run.
+"""
+
+from .replan import Revision, record_of, replan_run, revise_run, run_revision
+from .solve import CallUsage, Round, Solution, SolveStatus, SolveUsage, solve, solve_sync
+
+__all__ = [
+    "CallUsage",
+    "Revision",
+    "Round",
+    "Solution",
+    "SolveStatus",
+    "SolveUsage",
+    "record_of",
+    "replan_run",
+    "revise_run",
+    "run_revision",
+    "solve",
+    "solve_sync",
+]

@@ -1,0 +1,199 @@
+"""The replan workflow: review a run → revised plan → diff → reuse prediction → run the
+revision, reusing every unchanged success, as a child of the run.
+
+::
+
+    with dagagent.RunStore("runs.db") as store:
+        record = store.last_run()
+    revision = await revise_run(record, registry, llm=llm)      # or plan=edited_plan
+    print(format_diff(revision.diff, record.plan, revision.plan))
+    result = await run_revision(revision, registry, store="runs.db")
+    # or both at once: revision, result = await replan_run(record, registry, llm=llm)
+
+``dagagent replan`` is these calls plus printing, and :func:`dagagent.solve` replans its
+rounds with them. A run that is not recorded (a :class:`~dagagent.RunResult` in memory)
+becomes a record with :func:`record_of`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..api import execute
+from ..graph import PlanGraph, validate
+from ..plan import Plan
+from ..planners import LLMReplanner, PlanningResult
+from ..results import RunResult
+from ..review import (
+    PlanDiff,
+    ReuseDecision,
+    RunReview,
+    diff_plans,
+    predict_reuse,
+    reuse_map,
+    review_run,
+)
+from ..runner import task_fingerprint
+from ..store import RunRecord
+
+if TYPE_CHECKING:
+    from ..llm import LLM
+    from ..tools import Registry
+
+__all__ = ["Revision", "record_of", "replan_run", "revise_run", "run_revision"]
+
+
+@dataclass(frozen=True)
+class Revision:
+    """A run's review and what will run next: the revised plan (the run's own plan when
+    nothing revised it), its graph, the diff with the run's plan (``None`` without a
+    revision), which tasks will be reused, and how the model planned it (``planning``,
+    ``None`` when the plan came from elsewhere)."""
+
+    parent: RunRecord
+    review: RunReview
+    plan: Plan
+    graph: PlanGraph
+    diff: PlanDiff | None
+    reuse: dict[str, ReuseDecision]
+    planning: PlanningResult | None = None
+    feedback: str | None = None
+    warnings: tuple[Any, ...] = field(default=())
+
+    @property
+    def revised(self) -> bool:
+        return self.diff is not None
+
+    @property
+    def unchanged(self) -> bool:
+        """The revised plan has the same tasks as the run's plan."""
+        return self.diff is not None and not (
+            self.diff.added or self.diff.removed or self.diff.changed
+        )
+
+    def reuse_map(self) -> dict[str, tuple[str, Any]]:
+        """The ``reuse=`` argument of :func:`dagagent.execute` for this revision."""
+        return reuse_map(self.parent)
+
+
+def record_of(plan: Plan, result: RunResult) -> RunRecord:
+    """A :class:`~dagagent.store.RunRecord` of a run that is in memory rather than in a
+    store: every success with its arguments can be reused (the arguments are the real
+    ones, not a redacted copy as in the store)."""
+    tasks = {t.id: t for t in plan.tasks}
+    fingerprints = {
+        tid: task_fingerprint(tasks[tid], r.args)
+        for tid, r in result.tasks.items()
+        if tid in tasks and r.status.ok and r.args is not None
+    }
+    return RunRecord(
+        id=result.run_id,
+        parent_id=result.parent_id,
+        created=result.started_at,
+        goal=result.goal or plan.goal,
+        status=result.status.value,
+        executor=result.executor,
+        started_at=result.started_at,
+        finished_at=result.finished_at,
+        critical_path=list(result.critical_path),
+        critical_path_s=result.critical_path_s,
+        plan=plan,
+        tasks=dict(result.tasks),
+        fingerprints=fingerprints,
+    )
+
+
+async def revise_run(
+    record: RunRecord,
+    registry: Registry,
+    *,
+    llm: LLM | None = None,
+    replanner: LLMReplanner | None = None,
+    plan: Plan | Mapping[str, Any] | str | Path | None = None,
+    feedback: str | None = None,
+    agent_llm: Any = None,
+    goal: str | None = None,
+) -> Revision:
+    """Review ``record`` and revise its plan: ``plan`` (edited by a person), else a model's
+    (``replanner``, or an :class:`~dagagent.planners.LLMReplanner` over ``llm``; ``feedback``
+    tells it what the results still lack), else none (the run's own plan, to run again).
+
+    The plan is validated against ``registry`` (``agent_llm``: the model agent tasks will
+    have; without one they get a ``no_llm`` warning). Raises
+    :class:`~dagagent.errors.PlanValidationError` for an invalid plan,
+    :class:`~dagagent.errors.PlanningError` when the model gave no valid plan; model errors
+    propagate."""
+    review = review_run(record)
+    planning: PlanningResult | None = None
+    revised: Plan | None = None
+    if plan is not None:
+        graph = validate(plan, registry, llm=agent_llm, check_llm=True)
+        revised = graph.plan
+    elif replanner is not None or llm is not None:
+        if replanner is None:
+            assert llm is not None
+            replanner = LLMReplanner(llm, registry)
+        planning = await replanner.replan_with_report(
+            goal or record.goal, record.plan, record.tasks, feedback=feedback
+        )
+        revised = planning.plan
+        graph = planning.graph
+        if agent_llm is None and any(t.is_agent for t in revised.tasks):
+            graph = validate(revised, registry, check_llm=True)  # the no_llm warnings
+    else:
+        graph = validate(record.plan, registry, llm=agent_llm, check_llm=True)
+    chosen = graph.plan
+    warnings = tuple(planning.warnings) if planning is not None else ()
+    return Revision(
+        parent=record,
+        review=review,
+        plan=chosen,
+        graph=graph,
+        diff=diff_plans(record.plan, revised) if revised is not None else None,
+        reuse=predict_reuse(record, chosen),
+        planning=planning,
+        feedback=feedback,
+        warnings=(*warnings, *graph.warnings),
+    )
+
+
+async def run_revision(revision: Revision, registry: Registry | None, **options: Any) -> RunResult:
+    """Run ``revision.plan`` as a new run whose parent is the reviewed run, reusing the
+    outputs of every unchanged success. ``options`` are those of :func:`dagagent.execute`
+    (``executor``, ``store``, ``llm``, ``listeners``, ...)."""
+    return await execute(
+        revision.graph,
+        registry,
+        reuse=revision.reuse_map(),
+        parent_id=revision.parent.id,
+        **options,
+    )
+
+
+async def replan_run(
+    record: RunRecord,
+    registry: Registry,
+    *,
+    llm: LLM | None = None,
+    replanner: LLMReplanner | None = None,
+    plan: Plan | Mapping[str, Any] | str | Path | None = None,
+    feedback: str | None = None,
+    **options: Any,
+) -> tuple[Revision, RunResult]:
+    """:func:`revise_run` then :func:`run_revision`. Agent tasks of the revised plan use
+    ``options["llm"]`` when given, else ``llm``."""
+    agent_llm = options.pop("llm", None) or llm
+    revision = await revise_run(
+        record,
+        registry,
+        llm=llm,
+        replanner=replanner,
+        plan=plan,
+        feedback=feedback,
+        agent_llm=agent_llm,
+    )
+    result = await run_revision(revision, registry, llm=agent_llm, **options)
+    return revision, result

@@ -1,0 +1,633 @@
+"""``solve``: from a goal to an answer, in rounds of plan → run → join.
+
+::
+
+    solution = await dagagent.solve("Which is warmer, Paris or Tokyo?", registry, llm)
+    solution.status, solution.answer, solution.cites, solution.usage
+
+Round 1 plans the goal (:class:`~dagagent.planners.LLMPlanner`) and runs the plan. The
+joiner (:class:`~dagagent.planners.Joiner`) reads the results and either finishes (the
+answer and the tasks it rests on) or asks for another plan with feedback; the next round's
+plan then comes from the replanner (:func:`~dagagent.workflows.replan.revise_run`) and runs
+as a child of the previous round's run, reusing every unchanged success. The last allowed
+round forces a finish. The solve gives up (``gave_up``, with the reason) when a revised plan
+is the same as the one before, or when a round adds no new success. Model trouble (no valid
+plan, no usable decision, a model that cannot be reached) ends it as ``failed`` with the
+error kept in ``Solution.error``; only a bad option raises.
+"""
+
+from __future__ import annotations
+
+import enum
+import importlib
+import inspect
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Union
+
+import anyio
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..api import execute, new_run_id
+from ..errors import ConfigError, JoinerError, LLMError, PlanningError, SolveError
+from ..events import JoinerDecided, Listener, RoundFinished, RoundStarted, get_logger
+from ..graph import PlanGraph
+from ..llm import MeteredLLM, UsageTracker
+from ..plan import Plan
+from ..planners import JoinDecision, Joiner, JoinReport, LLMPlanner, LLMReplanner, PlanningResult
+from ..results import RunResult, TaskStatus, as_text, jsonable
+from ..runner import Interceptor
+from .replan import record_of, revise_run
+
+if TYPE_CHECKING:
+    from ..approval import Policy
+    from ..llm import LLM
+    from ..store import RunStore
+    from ..tools import Registry
+
+__all__ = [
+    "CallUsage",
+    "Round",
+    "Solution",
+    "SolveStatus",
+    "SolveUsage",
+    "solve",
+    "solve_sync",
+]
+
+Confirm = Callable[[PlanGraph], Union[bool, Awaitable[bool]]]  # noqa: UP007 - runtime alias
+
+
+class SolveStatus(str, enum.Enum):
+    """How a solve ended: ``answered``, ``gave_up`` (no progress left to make) or
+    ``failed`` (a model gave nothing usable, or could not be reached)."""
+
+    ANSWERED = "answered"
+    GAVE_UP = "gave_up"
+    FAILED = "failed"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class CallUsage(BaseModel):
+    """Model calls and tokens of one role (planner, agent tasks or joiner)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+    @classmethod
+    def of(cls, tracker: UsageTracker) -> CallUsage:
+        return cls(
+            calls=tracker.calls,
+            input_tokens=tracker.input_tokens,
+            output_tokens=tracker.output_tokens,
+        )
+
+    def __add__(self, other: CallUsage) -> CallUsage:
+        return CallUsage(
+            calls=self.calls + other.calls,
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+        )
+
+    def to_json_dict(self) -> dict[str, int]:
+        return {
+            "calls": self.calls,
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "total_tokens": self.total_tokens,
+        }
+
+
+class SolveUsage(BaseModel):
+    """What a solve used, split by role: ``planner`` (planning and replanning, repairs
+    included), ``agents`` (agent tasks of every round) and ``joiner``."""
+
+    model_config = ConfigDict(frozen=True)
+
+    planner: CallUsage = Field(default_factory=CallUsage)
+    agents: CallUsage = Field(default_factory=CallUsage)
+    joiner: CallUsage = Field(default_factory=CallUsage)
+
+    @property
+    def total(self) -> CallUsage:
+        return self.planner + self.agents + self.joiner
+
+    def to_json_dict(self) -> dict[str, dict[str, int]]:
+        return {
+            "planner": self.planner.to_json_dict(),
+            "agents": self.agents.to_json_dict(),
+            "joiner": self.joiner.to_json_dict(),
+            "total": self.total.to_json_dict(),
+        }
+
+    def summary(self) -> str:
+        """``"4 model calls (planner 2, agents 0, joiner 2), 1812 input + 230 output tokens"``."""
+        t = self.total
+        return (
+            f"{t.calls} model call{'s' if t.calls != 1 else ''} (planner {self.planner.calls}, "
+            f"agents {self.agents.calls}, joiner {self.joiner.calls}), "
+            f"{t.input_tokens} input + {t.output_tokens} output tokens"
+        )
+
+
+class Round(BaseModel):
+    """One round of a solve: the plan (``None`` if planning failed), how it was planned
+    (``planning``: attempts and usage), the run (``None`` if nothing ran), the joiner's
+    decision (``None`` if the joiner did not decide) and how it was obtained (``joining``),
+    the ``feedback`` the plan was revised with, and how the round ended
+    (``outcome``: ``answered``, ``replan``, ``gave_up`` or ``failed``, with a ``reason``)."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    number: int
+    plan: Plan | None = None
+    planning: PlanningResult | None = Field(default=None, repr=False)
+    result: RunResult | None = None
+    decision: JoinDecision | None = None
+    joining: JoinReport | None = Field(default=None, repr=False)
+    feedback: str | None = None
+    outcome: str = ""
+    reason: str = ""
+
+    @property
+    def run_id(self) -> str | None:
+        return self.result.run_id if self.result is not None else None
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return {
+            "round": self.number,
+            "run_id": self.run_id,
+            "parent_id": self.result.parent_id if self.result is not None else None,
+            "feedback": self.feedback,
+            "plan": self.plan.model_dump(mode="json", exclude_defaults=True)
+            if self.plan is not None
+            else None,
+            "planning": self.planning.usage_dict() if self.planning is not None else None,
+            "result": self.result.to_json_dict() if self.result is not None else None,
+            "decision": self.decision.to_json_dict() if self.decision is not None else None,
+            "joining": {"attempts": len(self.joining.attempts), **_usage(self.joining)}
+            if self.joining is not None
+            else None,
+            "outcome": self.outcome,
+            "reason": self.reason,
+        }
+
+
+class Solution(BaseModel):
+    """The outcome of :func:`solve`.
+
+    ``status`` (``answered`` | ``gave_up`` | ``failed``) and ``reason``; for an answered
+    goal, ``answer`` (text, or JSON data) and ``cites`` (the ids of the tasks it rests on, in
+    the last round's run); every ``round``; ``usage`` split by role; ``error``, the exception
+    behind a ``failed`` solve (:class:`~dagagent.errors.PlanningError`,
+    :class:`~dagagent.errors.JoinerError`, an :class:`~dagagent.errors.LLMError`...).
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    solve_id: str
+    goal: str
+    status: SolveStatus
+    reason: str = ""
+    answer: Any = None
+    cites: list[str] = Field(default_factory=list)
+    rounds: list[Round] = Field(default_factory=list)
+    usage: SolveUsage = Field(default_factory=SolveUsage)
+    error: Exception | None = Field(default=None, repr=False, exclude=True)
+
+    @property
+    def ok(self) -> bool:
+        return self.status is SolveStatus.ANSWERED
+
+    @property
+    def run_id(self) -> str | None:
+        """The last round's run (the one the answer's ``cites`` refer to)."""
+        for r in reversed(self.rounds):
+            if r.run_id is not None:
+                return r.run_id
+        return None
+
+    @property
+    def answer_text(self) -> str:
+        """The answer as text: a string as it is, data as JSON ("" without an answer)."""
+        return "" if self.answer is None else as_text(self.answer)
+
+    def raise_for_status(self) -> Solution:
+        """Return self if the goal was answered, else raise
+        :class:`~dagagent.errors.SolveError` with the reason."""
+        if self.ok:
+            return self
+        raise SolveError(f"{self.status.value}: {self.reason}", self)
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return {
+            "solve_id": self.solve_id,
+            "goal": self.goal,
+            "status": self.status.value,
+            "reason": self.reason,
+            "answer": jsonable(self.answer),
+            "cites": list(self.cites),
+            "run_id": self.run_id,
+            "usage": self.usage.to_json_dict(),
+            "error": None
+            if self.error is None
+            else {"type": type(self.error).__name__, "message": str(self.error)},
+            "rounds": [r.to_json_dict() for r in self.rounds],
+        }
+
+
+def _usage(report: JoinReport) -> dict[str, int]:
+    u = report.usage
+    return {
+        "calls": report.calls,
+        "input_tokens": u.input_tokens,
+        "output_tokens": u.output_tokens,
+        "total_tokens": u.total_tokens,
+    }
+
+
+# ---------------------------------------------------------------------------- the loop
+
+
+def _streamed_planning() -> Any:
+    """Streamed planning (tasks start while the plan is being written), when available."""
+    try:
+        module = importlib.import_module("dagagent.planners.streaming")
+    except ImportError:
+        return None
+    return getattr(module, "plan_and_execute_streamed", None)
+
+
+def _new_successes(result: RunResult, before: dict[str, Any]) -> list[str]:
+    """Tasks that succeeded in ``result`` with an output no earlier round had for them."""
+    return [
+        tid
+        for tid, r in result.tasks.items()
+        if r.status is TaskStatus.SUCCEEDED
+        and not (tid in before and jsonable(before[tid]) == jsonable(r.output))
+    ]
+
+
+def _failure_summary(result: RunResult, limit: int = 3) -> str:
+    failures = result.failures()
+    if not failures:
+        counts = ", ".join(f"{n} {s}" for s, n in sorted(result.counts().items()))
+        return counts or "no task ran"
+    parts = []
+    for r in failures[:limit]:
+        detail = " ".join((r.error or "no error message").split())
+        detail = detail if len(detail) <= 120 else detail[:117] + "..."
+        parts.append(f"{r.task_id} {r.status.value}: {detail}")
+    more = len(failures) - limit
+    return "; ".join(parts) + (f"; {more} more" if more > 0 else "")
+
+
+class _Solve:
+    """The state of one solve: its models, options, rounds and what each role used."""
+
+    def __init__(
+        self,
+        goal: str,
+        registry: Registry,
+        llm: LLM,
+        *,
+        solve_id: str,
+        max_rounds: int,
+        stream: bool,
+        run_options: dict[str, Any],
+        listeners: Sequence[Listener],
+        agent_tasks: bool,
+        max_attempts: int,
+        structured: bool,
+        confirm: Confirm | None,
+        policy: Policy | None,
+    ) -> None:
+        self.goal = goal
+        self.policy = policy
+        self.registry = registry
+        self.solve_id = solve_id
+        self.max_rounds = max_rounds
+        self.stream = stream and confirm is None
+        self.run_options = run_options
+        self.listeners = tuple(listeners)
+        self.confirm = confirm
+        self.log = get_logger(solve_id=solve_id)
+        self.planner_usage = UsageTracker()
+        self.agent_usage = UsageTracker()
+        self.joiner_usage = UsageTracker()
+        planner_llm = MeteredLLM(llm, self.planner_usage)
+        self.planner = LLMPlanner(
+            planner_llm,
+            registry,
+            agent_tasks=agent_tasks,
+            max_attempts=max_attempts,
+            structured=structured,
+        )
+        self.replanner = LLMReplanner(
+            planner_llm,
+            registry,
+            agent_tasks=agent_tasks,
+            max_attempts=max_attempts,
+            structured=structured,
+        )
+        self.joiner = Joiner(
+            MeteredLLM(llm, self.joiner_usage), max_attempts=max_attempts, structured=structured
+        )
+        self.agent_llm = MeteredLLM(llm, self.agent_usage) if agent_tasks else None
+        self.rounds: list[Round] = []
+
+    def emit(self, event: Any) -> None:
+        for listener in self.listeners:
+            listener(event)
+
+    @property
+    def usage(self) -> SolveUsage:
+        return SolveUsage(
+            planner=CallUsage.of(self.planner_usage),
+            agents=CallUsage.of(self.agent_usage),
+            joiner=CallUsage.of(self.joiner_usage),
+        )
+
+    def end(
+        self,
+        status: SolveStatus,
+        reason: str,
+        *,
+        decision: JoinDecision | None = None,
+        error: Exception | None = None,
+    ) -> Solution:
+        self.log.info("solve.finished", status=status.value, rounds=len(self.rounds))
+        return Solution(
+            solve_id=self.solve_id,
+            goal=self.goal,
+            status=status,
+            reason=reason,
+            answer=decision.answer if decision is not None else None,
+            cites=list(decision.cites) if decision is not None else [],
+            rounds=self.rounds,
+            usage=self.usage,
+            error=error,
+        )
+
+    def close_round(self, rnd: Round, outcome: str, reason: str = "") -> None:
+        rnd.outcome, rnd.reason = outcome, reason
+        self.emit(RoundFinished(self.solve_id, rnd.number, rnd.run_id, outcome, reason))
+
+    async def run(self) -> Solution:
+        previous: Round | None = None
+        feedback: str | None = None
+        outputs: dict[str, Any] = {}  # every success so far: task id -> output
+        for n in range(1, self.max_rounds + 1):
+            parent_id = previous.run_id if previous is not None else None
+            self.emit(RoundStarted(self.solve_id, n, self.goal, time.time(), parent_id, feedback))
+            rnd = Round(number=n, feedback=feedback)
+            self.rounds.append(rnd)
+            try:
+                stop = await self.plan_and_run(rnd, previous, feedback)
+            except (PlanningError, LLMError) as exc:
+                what = "no valid plan" if n == 1 else "no valid revised plan"
+                reason = (
+                    f"round {n}: {what}: {exc}"
+                    if isinstance(exc, PlanningError)
+                    else f"round {n}: the model could not be used: {' '.join(str(exc).split())}"
+                )
+                self.close_round(rnd, "failed", reason)
+                return self.end(SolveStatus.FAILED, reason, error=exc)
+            if stop is not None:
+                self.close_round(rnd, "gave_up", stop)
+                return self.end(SolveStatus.GAVE_UP, stop)
+            assert rnd.plan is not None and rnd.result is not None
+            result = rnd.result
+            if previous is not None and not _new_successes(result, outputs):
+                reason = f"round {n} added no new success ({_failure_summary(result)})"
+                self.close_round(rnd, "gave_up", reason)
+                return self.end(SolveStatus.GAVE_UP, reason)
+            outputs.update(result.outputs)
+            last = n == self.max_rounds
+            try:
+                report = await self.joiner.join(self.goal, rnd.plan, result.tasks, must_finish=last)
+            except (JoinerError, LLMError) as exc:
+                reason = (
+                    f"round {n}: {exc}"
+                    if isinstance(exc, JoinerError)
+                    else f"round {n}: the joiner's model could not be used: "
+                    f"{' '.join(str(exc).split())}"
+                )
+                self.close_round(rnd, "failed", reason)
+                return self.end(SolveStatus.FAILED, reason, error=exc)
+            rnd.joining = report
+            decision = rnd.decision = report.decision
+            self.emit(
+                JoinerDecided(
+                    self.solve_id,
+                    n,
+                    result.run_id,
+                    decision.action,
+                    decision.answer,
+                    tuple(decision.cites),
+                    decision.feedback,
+                )
+            )
+            self.log.info("solve.joined", round=n, action=decision.action)
+            if decision.finished:
+                reason = f"answered in round {n}"
+                self.close_round(rnd, "answered")
+                return self.end(SolveStatus.ANSWERED, reason, decision=decision)
+            self.close_round(rnd, "replan")
+            previous, feedback = rnd, decision.feedback
+        raise AssertionError("the last round always finishes")  # pragma: no cover
+
+    async def plan_and_run(
+        self, rnd: Round, previous: Round | None, feedback: str | None
+    ) -> str | None:
+        """Plan (or revise) and run one round, filling ``rnd``. Returns why the solve gives
+        up before running anything, or ``None``."""
+        record = (
+            record_of(previous.plan, previous.result)
+            if previous is not None and previous.plan is not None and previous.result is not None
+            else None
+        )
+        run_id = new_run_id()
+        streamed = _streamed_planning() if self.stream else None
+        if streamed is not None:
+            round_ = await streamed(
+                self.planner if record is None else self.replanner,
+                self.goal,
+                self.registry,
+                llm=self.agent_llm,
+                replan_of=record,
+                feedback=feedback,
+                reuse=_reuse_of(record),
+                parent_id=record.id if record is not None else None,
+                run_id=run_id,
+                listeners=self.listeners,
+                policy=self.policy,
+                **self.run_options,
+            )
+            rnd.plan, rnd.planning, rnd.result = round_.plan, round_.planning, round_.result
+            if (
+                previous is not None
+                and previous.plan is not None
+                and _same_tasks(previous.plan, round_.plan)
+            ):
+                return _same_plan_reason(rnd.number)
+            return None
+        if record is None:
+            planning = await self.planner.plan_with_report(self.goal)
+            rnd.plan, rnd.planning = planning.plan, planning
+            graph = planning.graph
+            reuse = None
+        else:
+            revision = await revise_run(
+                record,
+                self.registry,
+                replanner=self.replanner,
+                feedback=feedback,
+                agent_llm=self.agent_llm,
+                goal=self.goal,
+            )
+            rnd.plan, rnd.planning = revision.plan, revision.planning
+            if revision.unchanged:
+                return _same_plan_reason(rnd.number)
+            graph = revision.graph
+            reuse = revision.reuse_map()
+        if self.confirm is not None:
+            answer = self.confirm(graph)
+            if inspect.isawaitable(answer):
+                answer = await answer
+            if not answer:
+                return f"round {rnd.number}: the plan was not approved; nothing of it ran"
+        rnd.result = await execute(
+            graph,
+            self.registry,
+            llm=self.agent_llm,
+            reuse=reuse,
+            parent_id=record.id if record is not None else None,
+            run_id=run_id,
+            listeners=self.listeners,
+            **self.run_options,
+        )
+        return None
+
+
+def _reuse_of(record: Any) -> dict[str, tuple[str, Any]] | None:
+    if record is None:
+        return None
+    from ..review import reuse_map
+
+    return reuse_map(record)
+
+
+def _same_tasks(old: Plan, new: Plan) -> bool:
+    from ..review import diff_plans
+
+    diff = diff_plans(old, new)
+    return not (diff.added or diff.removed or diff.changed)
+
+
+def _same_plan_reason(n: int) -> str:
+    return (
+        f"round {n}: the revised plan is the same as round {n - 1}'s; running it again would "
+        "change nothing"
+    )
+
+
+async def solve(
+    goal: str,
+    registry: Registry,
+    llm: LLM,
+    *,
+    max_rounds: int = 3,
+    stream: bool = True,
+    executor: str | Any = "dataflow",
+    on_failure: str = "continue",
+    max_concurrency: int | None = None,
+    interceptors: Sequence[Interceptor] = (),
+    listeners: Sequence[Listener] = (),
+    store: RunStore | str | Path | None = None,
+    policy: Policy | str | Path | None = None,
+    agent_tasks: bool = False,
+    max_attempts: int = 3,
+    structured: bool = True,
+    confirm: Confirm | None = None,
+    solve_id: str | None = None,
+) -> Solution:
+    """Answer ``goal`` with the tools of ``registry`` and the model ``llm``: plan, run,
+    join, and replan when the joiner asks, for at most ``max_rounds`` rounds (see the module
+    docstring). Returns a :class:`Solution`.
+
+    - ``stream``: start tasks while the plan is still being written (when streamed planning
+      is available; else, and with ``confirm``, the whole plan is made first).
+    - ``executor``, ``on_failure`` (default ``"continue"``: the joiner sees every result it
+      can get), ``max_concurrency``, ``interceptors``, ``listeners`` and ``store``: as for
+      :func:`dagagent.execute`, for every round's run. Listeners also get
+      :class:`~dagagent.events.RoundStarted`, :class:`~dagagent.events.JoinerDecided` and
+      :class:`~dagagent.events.RoundFinished`.
+    - ``policy``: an approval :class:`~dagagent.Policy` (or a policy file) checking every
+      tool call, before the other interceptors.
+    - ``agent_tasks``: plans may hold agent tasks, run by a ReAct agent with ``llm``.
+    - ``max_attempts`` / ``structured``: for the planner, replanner and joiner (answers to
+      try; ``structured=False`` sends no response format).
+    - ``confirm``: called with each round's plan (a :class:`~dagagent.PlanGraph`) before it
+      runs; a false answer ends the solve as ``gave_up``.
+
+    Raises :class:`~dagagent.errors.ConfigError` for a bad option before anything runs;
+    cancelling the caller cancels the solve (the running round's run is recorded as
+    cancelled).
+    """
+    if not goal.strip():
+        raise ConfigError("the goal is empty: say what the answer should be about")
+    if max_rounds < 1:
+        raise ConfigError(f"max_rounds must be at least 1, not {max_rounds}")
+    if on_failure not in ("cancel", "continue"):
+        raise ConfigError(f"on_failure must be 'cancel' or 'continue', not {on_failure!r}")
+    if max_concurrency is not None and max_concurrency < 1:
+        raise ConfigError(f"max_concurrency must be at least 1, not {max_concurrency}")
+    chain = list(interceptors)
+    if policy is not None:
+        if isinstance(policy, (str, Path)):
+            from ..approval import load_policy
+
+            policy = load_policy(policy)
+        chain.insert(0, policy)
+    state = _Solve(
+        goal.strip(),
+        registry,
+        llm,
+        solve_id=solve_id or new_run_id(),
+        max_rounds=max_rounds,
+        stream=stream,
+        run_options={
+            "executor": executor,
+            "on_failure": on_failure,
+            "max_concurrency": max_concurrency,
+            "interceptors": chain,
+            "store": store,
+        },
+        listeners=listeners,
+        agent_tasks=agent_tasks,
+        max_attempts=max_attempts,
+        structured=structured,
+        confirm=confirm,
+        policy=policy,
+    )
+    return await state.run()
+
+
+def solve_sync(goal: str, registry: Registry, llm: LLM, **options: Any) -> Solution:
+    """:func:`solve` for scripts: runs its own event loop (do not call it from async code)."""
+
+    async def main() -> Solution:
+        return await solve(goal, registry, llm, **options)
+
+    return anyio.run(main)
