@@ -37,7 +37,7 @@ from .events import Event, Listener
 from .graph import PlanGraph, validate
 from .plan import Plan, Task, load_plan
 from .planners import LLMPlanner, LLMReplanner, PlanningResult, parse_llmcompiler
-from .results import RunResult, RunStatus, TaskResult, TaskStatus
+from .results import AgentStep, CallDecision, RunResult, RunStatus, TaskResult, TaskStatus
 from .review import diff_plans, reuse_map, review_run
 from .runner import Interceptor, RetryPolicy, ToolCall
 from .store import RunRecord, RunStore
@@ -50,9 +50,11 @@ __all__ = [
     "AgentError",
     "AgentResult",
     "AgentState",
+    "AgentStep",
     "Approval",
     "ApprovalRequest",
     "Budget",
+    "CallDecision",
     "DagagentError",
     "Event",
     "Interceptor",

@@ -222,7 +222,6 @@ def redacting(
                 # Recorded with the task (no values, only which arguments): the run store
                 # then keeps these redacted arguments, not the secrets (see dagagent.store).
                 call.decide(REDACT, "redacting", f"redacted: {', '.join(hidden)}")
-                call.decisions[-1]["source"] = call.source
         return await call_next(call)
 
     return redact

@@ -1,4 +1,5 @@
-"""Outcomes: the status of each task and the result of a run."""
+"""Outcomes: the status of each task, its records (agent steps, call decisions), the result of
+a run."""
 
 from __future__ import annotations
 
@@ -6,12 +7,33 @@ import enum
 import json
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializationInfo,
+    SerializerFunctionWrapHandler,
+    TypeAdapter,
+    model_serializer,
+)
 from pydantic_core import to_jsonable_python
 
 from .errors import RunFailedError
+from .llm.types import Usage
 
-__all__ = ["RunResult", "RunStatus", "TaskResult", "TaskStatus", "as_text", "jsonable"]
+__all__ = [
+    "AgentStep",
+    "CallDecision",
+    "CallRecord",
+    "RunResult",
+    "RunStatus",
+    "TaskResult",
+    "TaskStatus",
+    "as_text",
+    "jsonable",
+    "load_decisions",
+    "load_steps",
+]
 
 
 class TaskStatus(str, enum.Enum):
@@ -110,6 +132,77 @@ def as_text(value: Any) -> str:
         return repr(value)
 
 
+class CallRecord(BaseModel):
+    """One tool call an agent's model asked for, and what it saw in return.
+
+    ``args`` are the arguments as the model wrote them (text mode: possibly a bare string);
+    ``observation`` is ``None`` when the call was not made because the run stopped first.
+    """
+
+    id: str
+    tool: str
+    args: Any = None
+    observation: str | None = None
+    is_error: bool = False
+
+
+class AgentStep(BaseModel):
+    """One model turn of an agent: its thought, the calls it made (or its answer), its usage.
+
+    ``error`` says why the turn was not usable (a reply that fits no format, an empty reply);
+    the model was told and asked again.
+
+    Serialised (``model_dump``, JSON, the run store), a step leaves out every field still at
+    its default, here and in its calls: the shape agent steps have always been recorded in.
+    """
+
+    step: int
+    thought: str = ""
+    calls: list[CallRecord] = Field(default_factory=list)
+    answer: str | None = None
+    error: str | None = None
+    usage: Usage = Field(default_factory=Usage)
+
+    @model_serializer(mode="wrap")
+    def _as_record(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> Any:
+        if info.exclude_defaults:  # already without defaults (the call below, nested ones)
+            return handler(self)
+        return self.model_dump(mode=info.mode, exclude_defaults=True, round_trip=info.round_trip)
+
+
+class CallDecision(BaseModel):
+    """A decision taken about one tool call of a task, as ``TaskResult.decisions`` keeps it.
+
+    ``decision`` is ``allow`` / ``deny`` / ``edit`` (an approval rule or a person; ``rule``
+    names the rule) or ``redact`` (the ``redacting`` interceptor hid arguments). ``args`` are
+    the call's arguments when it was decided (JSON-able; after an edit or a redaction, the new
+    ones), ``source`` whether the call was the plan task's own (``plan``) or one its agent
+    made (``agent``), ``at`` a Unix timestamp."""
+
+    tool: str
+    decision: str
+    decided_by: str
+    reason: str | None = None
+    args: Any = None
+    at: float
+    rule: str | None = None
+    source: str = "plan"
+
+
+_STEPS: TypeAdapter[list[AgentStep]] = TypeAdapter(list[AgentStep])
+_DECISIONS: TypeAdapter[list[CallDecision]] = TypeAdapter(list[CallDecision])
+
+
+def load_steps(data: Any) -> list[AgentStep] | None:
+    """Agent steps from their JSON record (e.g. a run store row); ``None`` stays ``None``."""
+    return None if data is None else _STEPS.validate_python(data)
+
+
+def load_decisions(data: Any) -> list[CallDecision] | None:
+    """Call decisions from their JSON record (records older than ``source`` read as ``plan``)."""
+    return None if data is None else _DECISIONS.validate_python(data)
+
+
 class TaskResult(BaseModel):
     """The outcome of one task. Times are Unix timestamps (seconds)."""
 
@@ -124,11 +217,11 @@ class TaskResult(BaseModel):
     started_at: float | None = None
     finished_at: float | None = None
     args: Any = Field(default=None, description="The resolved, validated arguments of the call.")
-    steps: list[dict[str, Any]] | None = Field(
+    steps: list[AgentStep] | None = Field(
         default=None, description="Agent tasks: the ReAct steps that produced the answer."
     )
-    decisions: list[dict[str, Any]] | None = Field(
-        default=None, description="Approval decisions taken for this task's calls."
+    decisions: list[CallDecision] | None = Field(
+        default=None, description="Decisions (approval, redaction) taken about this task's calls."
     )
 
     @property

@@ -34,7 +34,7 @@ from .errors import (
 )
 from .events import Listener, TaskDecision, TaskFinished, TaskRetrying, TaskStarted, debug_enabled
 from .plan import _interp_text
-from .results import TaskResult, TaskStatus, jsonable
+from .results import AgentStep, CallDecision, TaskResult, TaskStatus, jsonable
 from .tools import GENERATOR_TYPES, materialize_async
 
 if TYPE_CHECKING:
@@ -87,7 +87,7 @@ class ToolCall:
     args: dict[str, Any]
     attempt: int = 1
     source: str = "plan"  # "plan" for a tool task, "agent" for a call made by a ReAct node
-    decisions: list[dict[str, Any]] = field(default_factory=list)
+    decisions: list[CallDecision] = field(default_factory=list)
     timeout: float | None = None
     _emit: Callable[[Any], None] | None = field(default=None, repr=False)
     _validated: dict[str, Any] | None = field(default=None, repr=False)
@@ -96,16 +96,21 @@ class ToolCall:
     def tool_name(self) -> str:
         return self.tool.name
 
-    def decide(self, decision: str, decided_by: str, reason: str | None = None) -> None:
-        """Record an approval decision (allow / deny / edit) for the run's record and events."""
-        entry = {
-            "tool": self.tool.name,
-            "decision": decision,
-            "decided_by": decided_by,
-            "reason": reason,
-            "args": jsonable(self.args),
-            "at": time.time(),
-        }
+    def decide(
+        self, decision: str, decided_by: str, reason: str | None = None, *, rule: str | None = None
+    ) -> CallDecision:
+        """Record a decision about this call (allow / deny / edit by an approval ``rule``,
+        redact...) in the task's record, and emit it as an event."""
+        entry = CallDecision(
+            tool=self.tool.name,
+            decision=decision,
+            decided_by=decided_by,
+            reason=reason,
+            args=jsonable(self.args),
+            at=time.time(),
+            rule=rule,
+            source=self.source,
+        )
         self.decisions.append(entry)
         if self._emit is not None:
             self._emit(
@@ -113,6 +118,7 @@ class ToolCall:
                     self.run_id, self.task_id, self.tool.name, decision, decided_by, reason
                 )
             )
+        return entry
 
 
 @dataclass
@@ -127,20 +133,20 @@ class AgentNode:
     context: dict[str, Any]
     call_tool: Callable[[Tool, dict[str, Any]], Awaitable[Any]]
     llm: Any
-    # Set by the agent runner: the steps taken so far, so that a task that times out or is
-    # cancelled mid-agent keeps them in its record.
-    steps_so_far: Callable[[], list[dict[str, Any]] | None] | None = None
+    # Set by the agent runner: the steps taken so far. Whenever the agent does not return
+    # (it fails, times out or is cancelled), the task's record keeps these steps.
+    steps_so_far: Callable[[], list[AgentStep] | None] | None = None
 
-    def partial_steps(self) -> list[dict[str, Any]] | None:
+    def partial_steps(self) -> list[AgentStep] | None:
         if self.steps_so_far is None:
             return None
         try:
-            return self.steps_so_far()
+            return self.steps_so_far() or None
         except Exception:  # a record of the steps must never turn into a second failure
             return None
 
 
-AgentTaskRunner = Callable[[AgentNode], Awaitable[tuple[Any, list[dict[str, Any]] | None]]]
+AgentTaskRunner = Callable[[AgentNode], Awaitable[tuple[Any, list[AgentStep] | None]]]
 
 _NOT_RETRIED = (
     ToolArgumentsError,
@@ -195,8 +201,8 @@ def _task_result(
     started_at: float | None,
     finished_at: float | None,
     args: Any,
-    steps: list[dict[str, Any]] | None,
-    decisions: list[dict[str, Any]] | None,
+    steps: list[AgentStep] | None,
+    decisions: list[CallDecision] | None,
 ) -> TaskResult:
     values = {
         "task_id": task_id,
@@ -270,7 +276,7 @@ class TaskRunner:
         self.llm = llm
         self._agent_runner = agent_runner
         self._reuse = dict(reuse or {})
-        self._partial_steps: dict[str, list[dict[str, Any]] | None] = {}  # agent tasks cut off
+        self._partial_steps: dict[str, list[AgentStep] | None] = {}  # agent tasks cut off
         self._limiter = anyio.CapacityLimiter(max_concurrency) if max_concurrency else None
         if self._limiter is not None:
             # A task takes its slot before it starts and keeps it until it finishes (retries
@@ -336,7 +342,7 @@ class TaskRunner:
         *,
         attempt: int = 1,
         source: str = "plan",
-        decisions: list[dict[str, Any]] | None = None,
+        decisions: list[CallDecision] | None = None,
         timeout: float | None = None,
     ) -> Any:
         """Validate ``args`` and call ``tool`` through the interceptors and the invoker
@@ -412,8 +418,8 @@ class TaskRunner:
             self._log.debug("task.started", run_id=self.run_id, task_id=task_id)
         attempts = 0
         resolved: Any = None
-        steps: list[dict[str, Any]] | None = None
-        decisions: list[dict[str, Any]] | None = [] if self._interceptors else None
+        steps: list[AgentStep] | None = None
+        decisions: list[CallDecision] | None = [] if self._interceptors else None
         status = _FAILED
         output: Any = None
         error: str | None = None
@@ -516,7 +522,8 @@ class TaskRunner:
             status, error, error_type = TaskStatus.DENIED, str(exc), type(exc).__name__
         except Exception as exc:
             status, error, error_type = TaskStatus.FAILED, _describe(exc), type(exc).__name__
-            steps = getattr(exc, "steps", None) or steps  # an agent that stopped keeps its steps
+            if self._partial_steps:  # an agent that did not answer keeps the steps it took
+                steps = self._partial_steps.pop(task_id, None) or steps
         except BaseException as exc:
             # SystemExit (a tool calling sys.exit()), KeyboardInterrupt or GeneratorExit raised
             # by a tool, a custom BaseException: the task fails (not retried). Let through, it
@@ -547,8 +554,8 @@ class TaskRunner:
         attempts: int,
         started: float,
         resolved: Any,
-        steps: list[dict[str, Any]] | None,
-        decisions: list[dict[str, Any]] | None,
+        steps: list[AgentStep] | None,
+        decisions: list[CallDecision] | None,
     ) -> TaskResult:
         r = _task_result(
             task_id,
@@ -590,7 +597,7 @@ class TaskRunner:
         args: Any,
         timeout: float | None,
         attempt: int,
-        decisions: list[dict[str, Any]] | None,
+        decisions: list[CallDecision] | None,
     ) -> Any:
         return await self.call_tool(
             task_id, tool, args, attempt=attempt, decisions=decisions, timeout=timeout
@@ -601,8 +608,8 @@ class TaskRunner:
         task: Task,
         instruction: Any,
         timeout: float | None,
-        decisions: list[dict[str, Any]] | None,
-    ) -> tuple[Any, list[dict[str, Any]] | None]:
+        decisions: list[CallDecision] | None,
+    ) -> tuple[Any, list[AgentStep] | None]:
         if self.llm is None or self._agent_runner is None:
             raise AgentError(
                 "this is an agent task (it has an 'instruction') and needs a model: pass "
@@ -621,17 +628,18 @@ class TaskRunner:
         text = instruction if isinstance(instruction, str) else _interp_text(instruction)
         node = AgentNode(self.run_id, task, text, tools, context, call, self.llm)
         try:
-            if timeout is None:
-                return await self._agent_runner(node)
-            with anyio.fail_after(timeout):
-                return await self._agent_runner(node)
+            with anyio.fail_after(timeout):  # None: no limit
+                answer = await self._agent_runner(node)
         except TimeoutError:
-            err = TaskTimeoutError(f"timed out after {timeout:g} s")
-            err.steps = node.partial_steps()  # type: ignore[attr-defined]
-            raise err from None
-        except self._cancelled_exc:
+            self._partial_steps[task.id] = node.partial_steps()
+            if timeout is None:  # raised by the agent itself, not by the task's timeout
+                raise
+            raise TaskTimeoutError(f"timed out after {timeout:g} s") from None
+        except BaseException:  # failed, or cancelled: the record keeps the steps taken so far
             self._partial_steps[task.id] = node.partial_steps()
             raise
+        self._partial_steps.pop(task.id, None)  # an earlier attempt's steps
+        return answer
 
 
 def _same_output(a: Any, b: Any) -> bool:

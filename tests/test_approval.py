@@ -151,14 +151,14 @@ async def test_deny_rule_denies_the_task_records_and_emits(
     assert w.error == f"denied by {label}: system files"
     assert w.decisions is not None and len(w.decisions) == 1
     d = w.decisions[0]
-    assert (d["decision"], d["decided_by"], d["reason"], d["rule"]) == (
+    assert (d.decision, d.decided_by, d.reason, d.rule) == (
         "deny",
         label,
         "system files",
         label,
     )
-    assert d["args"] == {"path": "/etc/hosts", "text": "", "count": 1}
-    assert a.ok and a.decisions is not None and a.decisions[0]["decision"] == "allow"
+    assert d.args == {"path": "/etc/hosts", "text": "", "count": 1}
+    assert a.ok and a.decisions is not None and a.decisions[0].decision == "allow"
     assert s.ok and s.decisions is None  # default allow: nothing decided, nothing recorded
     decisions = sorted((e.task_id, e.decision) for e in events if isinstance(e, TaskDecision))
     assert decisions == [("a", "allow"), ("w", "deny")]
@@ -232,15 +232,15 @@ async def test_ask_approve_deny_and_edit(side_registry: dagagent.Registry) -> No
         {"path": "/tmp/safe", "text": "t", "count": 1},
     ]
     recs = {k: r.decisions[0] for k, r in t.items() if r.decisions}
-    assert (recs["ok"]["decision"], recs["ok"]["decided_by"], recs["ok"]["reason"]) == (
+    assert (recs["ok"].decision, recs["ok"].decided_by, recs["ok"].reason) == (
         "allow",
         "ann",
         "looks fine",
     )
-    assert (recs["no"]["decision"], recs["no"]["reason"]) == ("deny", "wrong file")
-    assert (recs["ed"]["decision"], recs["ed"]["reason"]) == ("edit", "moved")
-    assert recs["ed"]["args"]["path"] == "/tmp/safe"  # the decision shows the edited call
-    assert recs["ed"]["rule"] == "rule 'writes'"
+    assert (recs["no"].decision, recs["no"].reason) == ("deny", "wrong file")
+    assert (recs["ed"].decision, recs["ed"].reason) == ("edit", "moved")
+    assert recs["ed"].args["path"] == "/tmp/safe"  # the decision shows the edited call
+    assert recs["ed"].rule == "rule 'writes'"
     assert t["ed"].args == {"path": "/etc/c", "text": "t"}  # what the plan asked for
 
 
@@ -285,7 +285,7 @@ async def test_edit_to_invalid_arguments_fails_the_task_clearly(
     assert w.error_type == "ToolArgumentsError"
     assert "bad arguments for tool 'write': count:" in (w.error or "")
     assert "(arguments edited by bob)" in (w.error or "")
-    assert w.decisions is not None and w.decisions[0]["decision"] == "edit"
+    assert w.decisions is not None and w.decisions[0].decision == "edit"
     assert writes(side_registry) == []
 
 
@@ -570,7 +570,7 @@ async def test_agent_calls_go_through_the_policy_and_a_denial_reaches_the_agent(
     assert observations[1].startswith("refused: denied by rule #1")
     assert observations[1].endswith("agents may not touch /etc")
     assert ag.decisions is not None
-    assert [(d["decision"], d["args"]["path"]) for d in ag.decisions] == [("deny", "/etc/bad")]
+    assert [(d.decision, d.args["path"]) for d in ag.decisions] == [("deny", "/etc/bad")]
     assert [w["path"] for w in writes(side_registry)] == ["/tmp/ok"]
 
 
@@ -603,7 +603,7 @@ async def test_react_agent_sees_a_refusal_as_its_observation(
     assert len(seen) == 1 and seen[0].is_error
     assert seen[0].content == "denied: pick a file under /tmp"
     assert ag.decisions is not None
-    assert [(d["decision"], d["decided_by"], d["reason"]) for d in ag.decisions] == [
+    assert [(d.decision, d.decided_by, d.reason) for d in ag.decisions] == [
         ("deny", "ann", "pick a file under /tmp")
     ]
     assert writes(side_registry) == []
@@ -693,12 +693,12 @@ async def test_denied_calls_never_happen_and_edited_calls_use_the_edit(
     # Every call that happened was allowed, and what happened is what the record says.
     for r in result.tasks.values():
         if r.status.value == "denied":
-            assert r.decisions and r.decisions[-1]["decision"] == "deny"
+            assert r.decisions and r.decisions[-1].decision == "deny"
     if st["d_tmp"] == "succeeded":
         assert ("delete_file", "/tmp/old.bak") in made
         assert result.tasks["d_tmp"].output == "/tmp/old.bak"
         (edit,) = result.tasks["d_tmp"].decisions or []
-        assert edit["decision"] == "edit" and edit["args"] == {"path": "/tmp/old.bak"}
+        assert edit.decision == "edit" and edit.args == {"path": "/tmp/old.bak"}
     n_succeeded_side_effects = sum(1 for k in ("w_tmp", "d_tmp") if st[k] == "succeeded")
     assert len(made) == n_succeeded_side_effects
     if on_failure == "continue":

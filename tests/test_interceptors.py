@@ -276,13 +276,13 @@ async def test_decide_records_into_the_task_result_and_emits_events(
     )
     yes, no = result.tasks["yes"], result.tasks["no"]
     assert yes.decisions is not None and no.decisions is not None
-    assert [(d["decision"], d["decided_by"], d["reason"]) for d in yes.decisions] == [
+    assert [(d.decision, d.decided_by, d.reason) for d in yes.decisions] == [
         ("allow", "judge", None)
     ]
-    assert [(d["decision"], d["decided_by"], d["reason"]) for d in no.decisions] == [
+    assert [(d.decision, d.decided_by, d.reason) for d in no.decisions] == [
         ("deny", "judge", "nope")
     ]
-    assert no.decisions[0]["args"]["name"] == "no"
+    assert no.decisions[0].args["name"] == "no"
     assert no.to_json_dict()["decisions"][0]["decision"] == "deny"
     decisions = sorted(
         (e.task_id, e.decision, e.decided_by) for e in events if isinstance(e, TaskDecision)

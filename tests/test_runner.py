@@ -16,6 +16,8 @@ import pytest
 import dagagent
 from dagagent import RetryPolicy, RunStatus, TaskStatus, execute
 from dagagent.errors import ConfigError, RunFailedError
+from dagagent.results import AgentStep
+from dagagent.runner import AgentNode
 
 pytestmark = pytest.mark.anyio
 
@@ -253,16 +255,16 @@ async def test_failed_agent_task_keeps_the_steps_it_took(registry: dagagent.Regi
     class Stopped(dagagent.errors.AgentError):
         def __init__(self) -> None:
             super().__init__("stopped without an answer (max_steps)")
-            self.steps = [{"kind": "thought", "text": "hmm"}]
 
-    async def agent_runner(node: Any) -> Any:
+    async def agent_runner(node: AgentNode) -> Any:
+        node.steps_so_far = lambda: [AgentStep(step=1, thought="hmm")]
         raise Stopped()
 
     plan = {"tasks": [{"id": "n", "instruction": "think"}]}
     result = await execute(plan, registry, llm=object(), agent_runner=agent_runner)
     r = result.tasks["n"]
     assert r.status is TaskStatus.FAILED and r.attempts == 1
-    assert r.steps == [{"kind": "thought", "text": "hmm"}]
+    assert r.steps == [AgentStep(step=1, thought="hmm")]
     assert "max_steps" in (r.error or "")
 
 

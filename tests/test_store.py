@@ -119,7 +119,7 @@ async def test_store_accepts_a_runstore_and_records_parent_and_decisions(
         assert [r.id for r in st.list_runs()] == [second.run_id, first.run_id]
     assert rec.parent_id == first.run_id
     (decision,) = rec.tasks["a"].decisions or []
-    assert decision["decision"] == "allow" and decision["decided_by"] == "test-rule"
+    assert decision.decision == "allow" and decision.decided_by == "test-rule"
 
 
 async def test_outputs_that_are_not_json_are_stored_as_text(tmp_path: Path) -> None:
@@ -718,7 +718,7 @@ def test_a_redacted_secret_never_reaches_the_store(tmp_path: Path) -> None:
     # ...but not the redacted call: its arguments are recorded as the tool received them.
     assert rec.tasks["in"].args == {"user": "ann", "password": "[redacted]"}
     (note,) = rec.tasks["in"].decisions or []
-    assert note["decision"] == "redact" and note["reason"] == "redacted: password"
+    assert note.decision == "redact" and note.reason == "redacted: password"
     # Not reusable: the real arguments are not on record to compare.
     assert "in" not in rec.fingerprints and set(reuse_map(rec)) == {"v"}
     assert predict_reuse(rec, rec.plan)["in"].reason == "succeeded before, arguments redacted"

@@ -8,13 +8,13 @@ The task runner has already resolved the references in the instruction, limited 
 to the task's ``tools`` and collected the outputs of the task's dependencies; the agent
 sees them as context. Its tool calls go through the run's interceptors (approval rules: a
 denied call is an observation for the model, not a task failure) and invoker. The answer
-becomes the task's output and the steps are kept in ``TaskResult.steps``; a run that stops
-without an answer fails the task with :class:`AgentStoppedError`, whose message names the
-stop reason and sums up the last steps (the exception carries them as ``.steps``, and the
-runner keeps them in the task's record; a task that times out or is cancelled keeps the
-steps taken so far too). A model error
-(:class:`~dagagent.errors.LLMError`) is raised as it is — the task's ``retries`` apply —
-with the steps taken before it as ``.steps``, so a task it fails keeps them.
+becomes the task's output and the steps (:class:`~dagagent.results.AgentStep`) are kept in
+``TaskResult.steps``; a run that stops without an answer fails the task with
+:class:`AgentStoppedError`, whose message names the stop reason and sums up the last steps
+(``.steps`` has them all). A model error (:class:`~dagagent.errors.LLMError`) is raised as it
+is — the task's ``retries`` apply. Whenever the agent does not answer (it stopped, its model
+failed, the task timed out or was cancelled), the task's record keeps the steps taken so far:
+the agent runner reports them through ``node.steps_so_far``.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from dagagent.errors import AgentError, LLMError
+from dagagent.errors import AgentError
 from dagagent.events import get_logger
-from dagagent.results import jsonable
+from dagagent.results import AgentStep, jsonable
 from dagagent.runner import AgentNode, AgentTaskRunner
 
 from .budget import Budget
@@ -36,13 +36,19 @@ __all__ = ["AgentStoppedError", "make_agent_runner", "run_agent_node"]
 
 class AgentStoppedError(AgentError):
     """An agent task's run stopped without an answer. ``stop_reason``, ``detail`` and the
-    ``steps`` (JSON-able dicts) say how far it got."""
+    ``steps`` say how far it got."""
+
+    task_id: str
+    stop_reason: str
+    detail: str | None
+    steps: list[AgentStep]
+    result: AgentResult
 
     def __init__(self, task_id: str, result: AgentResult) -> None:
         self.task_id = task_id
         self.stop_reason = result.stop_reason
         self.detail = result.detail
-        self.steps = result.steps_json()
+        self.steps = list(result.steps)
         self.result = result
         n = len(result.steps)
         summary = _summary(self.steps[-3:])
@@ -53,16 +59,16 @@ class AgentStoppedError(AgentError):
         )
 
 
-def _summary(steps: list[dict[str, Any]]) -> str:
+def _summary(steps: list[AgentStep]) -> str:
     parts = []
     for s in steps:
-        if s.get("error"):
-            parts.append(f"#{s['step']} error: {_clip(s['error'], 120)}")
-        for c in s.get("calls", []):
-            args = _clip(json.dumps(jsonable(c.get("args")), ensure_ascii=False), 80)
-            seen = c.get("observation")
+        if s.error:
+            parts.append(f"#{s.step} error: {_clip(s.error, 120)}")
+        for c in s.calls:
+            args = _clip(json.dumps(jsonable(c.args), ensure_ascii=False), 80)
+            seen = c.observation
             parts.append(
-                f"#{s['step']} {c['tool']}({args})"
+                f"#{s.step} {c.tool}({args})"
                 + (f" -> {_clip(seen, 80)}" if seen is not None else " (not run)")
             )
     return "; ".join(parts)
@@ -86,7 +92,7 @@ def make_agent_runner(
         raise AgentError(f"agent mode must be 'tools' or 'text', not {mode!r}")
     budget = budget if budget is not None else Budget()
 
-    async def run(node: AgentNode) -> tuple[Any, list[dict[str, Any]] | None]:
+    async def run(node: AgentNode) -> tuple[Any, list[AgentStep] | None]:
         agent = ReActAgent(
             node.llm,
             node.tools,
@@ -99,19 +105,13 @@ def make_agent_runner(
             max_tokens_per_call=max_tokens_per_call,
             logger=get_logger(run_id=node.run_id, task_id=node.task.id),
         )
-        # A timeout or a cancellation of the task keeps what the agent did so far.
-        node.steps_so_far = lambda: agent.state.steps_json() if agent.state else None
-        try:
-            result = await agent.run(node.instruction, context=node.context or None)
-        except LLMError as exc:
-            # Retried or not by the task's retries, like any model error; if it fails the
-            # task, the record keeps what the agent did before the model failed.
-            if agent.state is not None and agent.state.steps:
-                exc.steps = agent.state.steps_json()  # type: ignore[attr-defined]
-            raise
+        # If the agent does not answer (a model error, a stop, a timeout or a cancellation of
+        # the task), the task's record keeps what it did so far.
+        node.steps_so_far = lambda: list(agent.state.steps) if agent.state else None
+        result = await agent.run(node.instruction, context=node.context or None)
         if not result.ok:
             raise AgentStoppedError(node.task.id, result)
-        return result.answer, result.steps_json()
+        return result.answer, list(result.steps)
 
     return run
 
@@ -119,6 +119,6 @@ def make_agent_runner(
 _default_runner = make_agent_runner()
 
 
-async def run_agent_node(node: AgentNode) -> tuple[Any, list[dict[str, Any]] | None]:
+async def run_agent_node(node: AgentNode) -> tuple[Any, list[AgentStep] | None]:
     """Fill one agent task with the ReAct agent (tools mode, default budget)."""
     return await _default_runner(node)

@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, Field
 
 from dagagent.llm import Message, Usage
+from dagagent.results import AgentStep, CallRecord
 
 __all__ = ["AgentEvent", "AgentResult", "AgentState", "CallRecord", "EventKind", "Mode", "Step"]
 
@@ -24,33 +25,9 @@ EventKind = Literal["thought", "tool_call", "tool_result", "answer", "error"]
 _AnyMessage = Annotated[Message, Field(discriminator="role")]
 
 
-class CallRecord(BaseModel):
-    """One tool call the model asked for, and what it saw in return.
-
-    ``args`` are the arguments as the model wrote them (text mode: possibly a bare string);
-    ``observation`` is ``None`` when the call was not made because the run stopped first.
-    """
-
-    id: str
-    tool: str
-    args: Any = None
-    observation: str | None = None
-    is_error: bool = False
-
-
-class Step(BaseModel):
-    """One model turn: its thought, the calls it made (or its answer), and its usage.
-
-    ``error`` says why the turn was not usable (a reply that fits no format, an empty reply);
-    the model was told and asked again.
-    """
-
-    step: int
-    thought: str = ""
-    calls: list[CallRecord] = Field(default_factory=list)
-    answer: str | None = None
-    error: str | None = None
-    usage: Usage = Field(default_factory=Usage)
+Step = AgentStep
+"""One model turn (the same class as :class:`dagagent.AgentStep`, the record a plan's agent task
+keeps in ``TaskResult.steps``)."""
 
 
 class AgentState(BaseModel):
@@ -138,5 +115,5 @@ class AgentResult(BaseModel):
         return _steps_json(self.steps)
 
 
-def _steps_json(steps: list[Step]) -> list[dict[str, Any]]:
-    return [s.model_dump(mode="json", exclude_defaults=True) for s in steps]
+def _steps_json(steps: list[AgentStep]) -> list[dict[str, Any]]:
+    return [s.model_dump(mode="json") for s in steps]  # fields at their defaults left out

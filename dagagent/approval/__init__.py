@@ -41,8 +41,9 @@ Actions:
   block (e.g. on ``input()``). Without a callback, ``ask`` denies and says why.
 
 Every decision taken by a rule or a callback is recorded: it is appended to the task's
-``TaskResult.decisions`` (``tool``, ``decision`` — ``allow`` / ``deny`` / ``edit`` —,
-``decided_by``, ``reason``, ``args``, ``at``, ``rule``) and emitted as a
+``TaskResult.decisions`` (a :class:`~dagagent.results.CallDecision`: ``tool``, ``decision``
+— ``allow`` / ``deny`` / ``edit`` —, ``decided_by``, ``reason``, ``args``, ``at``, ``rule``,
+``source``) and emitted as a
 :class:`~dagagent.events.TaskDecision` event. A call that no rule matched and that the
 default allows is not recorded: nothing was decided about it.
 

@@ -192,5 +192,4 @@ def load_policy(path: str | Path, *, ask: AskCallback | None = None) -> Policy:
 
 
 def _decide(call: ToolCall, decision: str, by: str, reason: str | None, rule: str) -> None:
-    call.decide(decision, by, reason)
-    call.decisions[-1]["rule"] = rule
+    call.decide(decision, by, reason, rule=rule)

@@ -2,19 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from ..interceptors import REDACT
+from ..results import CallDecision
 
 __all__ = ["redacted_args"]
 
 
-def redacted_args(decisions: Sequence[Mapping[str, Any]] | None) -> Any:
+def redacted_args(decisions: Sequence[CallDecision] | None) -> Any:
     """The arguments of a plan task's call as the ``redacting`` interceptor left them (the
     last rewrite), or ``None`` if nothing was redacted."""
     found = None
     for d in decisions or ():
-        if d.get("decision") == REDACT and d.get("source", "plan") == "plan":
-            found = d.get("args")
+        if d.decision == REDACT and d.source == "plan":
+            found = d.args
     return found

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import StoreError
 from ..plan import Plan
-from ..results import TaskResult, TaskStatus
+from ..results import TaskResult, TaskStatus, load_decisions, load_steps
 from ..runner import task_fingerprint
 from ._codec import from_column
 from ._ids import check_run_id
@@ -230,8 +230,8 @@ class RunStore:
                 started_at=t[6],
                 finished_at=t[7],
                 args=from_column(t[8]),
-                steps=from_column(t[9]),
-                decisions=from_column(t[10]),
+                steps=load_steps(from_column(t[9])),
+                decisions=load_decisions(from_column(t[10])),
             )
             task = plan_tasks.get(t[0])
             if (

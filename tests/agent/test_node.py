@@ -28,6 +28,7 @@ from dagagent.llm import (
     UserMessage,
     wire,
 )
+from dagagent.results import AgentStep, CallRecord, jsonable
 from dagagent.runner import ToolCall as PlanToolCall
 
 pytestmark = pytest.mark.anyio
@@ -100,11 +101,13 @@ async def test_plan_mixing_tool_and_agent_tasks(tools: Registry, executor: str) 
     assert '- paris: {"city": "Paris", "temp_c": 18}' in text  # dependency output as context
     note = result.tasks["note"]
     assert note.steps is not None and note.status is TaskStatus.SUCCEEDED
-    assert note.steps[0]["calls"] == [
-        {"id": "c1", "tool": "add", "args": {"a": 18, "b": 2}, "observation": "20"}
+    assert note.steps[0].calls == [
+        CallRecord(id="c1", tool="add", args={"a": 18, "b": 2}, observation="20")
     ]
-    assert note.steps[-1]["answer"] == "Paris is 20 C."
-    assert json.loads(json.dumps(result.to_json_dict()))["tasks"]["note"]["steps"] == note.steps
+    assert note.steps[-1].answer == "Paris is 20 C."
+    assert json.loads(json.dumps(result.to_json_dict()))["tasks"]["note"]["steps"] == jsonable(
+        note.steps
+    )
 
 
 async def test_text_mode_runner(tools: Registry) -> None:
@@ -177,7 +180,7 @@ async def test_stopped_error_carries_the_steps(tools: Registry) -> None:
         await dagagent.execute(graph, tools, llm=llm, agent_runner=keep)
     (exc,) = seen
     assert exc.stop_reason == "no_answer" and exc.task_id == "note"
-    assert exc.steps == [{"step": 1, "error": "the reply was empty (no text, no tool call)"}]
+    assert exc.steps == [AgentStep(step=1, error="the reply was empty (no text, no tool call)")]
 
 
 async def test_denied_call_is_an_observation_in_a_plan(tools: Registry) -> None:
@@ -199,8 +202,8 @@ async def test_denied_call_is_an_observation_in_a_plan(tools: Registry) -> None:
     assert task.status is TaskStatus.SUCCEEDED and task.output == "hi (quietly)"
     (msg,) = [m for m in llm.requests[1].messages if isinstance(m, ToolResultMessage)]
     assert msg.is_error and msg.content == "denied: agents may not shout"
-    assert task.decisions is not None and task.decisions[0]["decision"] == "deny"
-    assert task.steps is not None and task.steps[0]["calls"][0]["is_error"] is True
+    assert task.decisions is not None and task.decisions[0].decision == "deny"
+    assert task.steps is not None and task.steps[0].calls[0].is_error is True
 
 
 async def test_task_timeout_wraps_the_agent_run(tools: Registry) -> None:
@@ -231,7 +234,7 @@ async def test_an_agent_task_cut_off_keeps_the_steps_it_took(tools: Registry) ->
             result = await dagagent.execute(plan, tools, llm=llm)
     task = result.tasks["a"]
     assert task.status is TaskStatus.FAILED and task.error == "timed out after 0.3 s"
-    assert task.steps is not None and task.steps[0]["calls"][0]["observation"] == "3"
+    assert task.steps is not None and task.steps[0].calls[0].observation == "3"
 
     # Cancelled (a sibling failed) while waiting on the model for its second step.
     plan = {
@@ -252,7 +255,7 @@ async def test_an_agent_task_cut_off_keeps_the_steps_it_took(tools: Registry) ->
             result = await dagagent.execute(plan, failing, llm=llm, executor="dataflow")
     task = result.tasks["a"]
     assert task.status is TaskStatus.CANCELLED
-    assert task.steps is not None and task.steps[0]["calls"][0]["observation"] == "3"
+    assert task.steps is not None and task.steps[0].calls[0].observation == "3"
 
 
 async def test_default_runner_is_used_when_an_llm_is_given(tools: Registry) -> None:
@@ -417,11 +420,11 @@ async def test_a_model_that_dies_mid_agent_keeps_the_steps_taken(
     assert task.status is TaskStatus.FAILED and task.error_type == "LLMServerError"
     assert "HTTP 500" in (task.error or "") and "upstream down" in (task.error or "")
     assert task.steps is not None
-    assert task.steps[0]["calls"][0]["observation"] == "3"  # done before the model died
+    assert task.steps[0].calls[0].observation == "3"  # done before the model died
 
     shown = CliRunner().invoke(app, ["show", result.run_id, "--json", "--store", str(store)])
     assert shown.exit_code == 0, shown.output
-    assert json.loads(shown.stdout)["tasks"]["sum"]["steps"] == task.steps
+    assert json.loads(shown.stdout)["tasks"]["sum"]["steps"] == jsonable(task.steps)
 
 
 async def test_a_model_error_is_retried_by_the_tasks_retries(flaky_tools: Registry) -> None:
@@ -448,7 +451,7 @@ async def test_stopped_agent_steps_are_recorded_by_the_store(
     assert task.error_type == "AgentStoppedError" and "(max_steps)" in (task.error or "")
     assert task.steps is not None and len(task.steps) == 10
     shown = CliRunner().invoke(app, ["show", result.run_id, "--json", "--store", str(store)])
-    assert json.loads(shown.stdout)["tasks"]["sum"]["steps"] == task.steps
+    assert json.loads(shown.stdout)["tasks"]["sum"]["steps"] == jsonable(task.steps)
 
 
 async def test_an_instruction_that_is_one_reference_is_shown_as_json(flaky_tools: Registry) -> None:
