@@ -14,7 +14,9 @@ The tree::
     │   ├── ReferenceResolutionError  ``${id.path}`` could not be resolved
     │   ├── TaskTimeoutError          the task ran past its timeout
     │   ├── TaskDeniedError           an interceptor / approval rule refused the call
-    │   └── WorkerLostError           the remote worker running the tool died / was lost
+    │   ├── WorkerLostError           the remote worker running the tool died / was lost
+    │   ├── MCPToolError              an MCP server answered a call with an error (isError)
+    │   └── MCPServerLostError        the MCP server died, or is not connected, mid-call
     ├── RunFailedError                ``RunResult.raise_for_status()`` on a failed run
     ├── LLMError                      talking to a model went wrong
     │   ├── LLMConnectionError        could not reach the server (after retries)
@@ -30,6 +32,7 @@ The tree::
     ├── AgentError                    the ReAct agent cannot run (no llm, bad config)
     ├── StoreError                    the run store cannot be used / run not found
     └── ConfigError                   bad option value (executor name, model spec, ...)
+        └── MCPConnectError           an MCP server cannot be started, reached or listed
 
 Messages always name the task (when there is one) and the problem. The CLI maps
 ``PlanError`` / ``ConfigError`` / ``ToolError`` to exit code 2, a failed run to 1 and
@@ -54,6 +57,9 @@ __all__ = [
     "LLMResponseError",
     "LLMServerError",
     "LLMTimeoutError",
+    "MCPConnectError",
+    "MCPServerLostError",
+    "MCPToolError",
     "PlanError",
     "PlanLoadError",
     "PlanValidationError",
@@ -244,3 +250,18 @@ class ConfigError(DagagentError):
 class WorkerLostError(TaskError):
     """The remote worker running a tool call died, or the connection to it was lost (Dask
     executor). Retried like any other failure when the task allows retries."""
+
+
+class MCPConnectError(ConfigError):
+    """An MCP server could not be started or reached, did not complete the MCP handshake in
+    time, or its tools could not be listed. Raised before anything runs."""
+
+
+class MCPToolError(TaskError):
+    """An MCP server answered a tool call with an error (``isError``, or an MCP error
+    response); the message is the server's own."""
+
+
+class MCPServerLostError(TaskError):
+    """The MCP server died or closed the connection while a call was running, or a tool of
+    a server that is not connected was called."""

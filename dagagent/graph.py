@@ -11,6 +11,8 @@
 ``cycle``                   tasks depend on each other in a loop; the message shows the loop
 ``unknown_tool``            ``tool`` (or a name in an agent task's ``tools``) is not registered
 ``bad_arguments``           literal arguments do not fit the tool's schema
+``not_retryable``           ``retries`` on a tool that may not be called again (an MCP tool not
+                            declared idempotent or read-only)
 ``bad_reference``           a ``${`` that is not a well-formed reference
 ``tool_and_instruction``    a task has both ``tool`` and ``instruction``
 ``missing_instruction``     an agent task (no ``tool``) has no instruction
@@ -306,6 +308,15 @@ def _scan(
                                 tid,
                                 f"arguments for tool {t.tool!r} do not fit its schema: "
                                 + "; ".join(problems),
+                            )
+                        )
+                    if t.retries and not tool.retryable:
+                        issues.append(
+                            Issue(
+                                "not_retryable",
+                                tid,
+                                f"tool {t.tool!r} may not be retried (it does not declare that "
+                                "calling it again is safe): remove 'retries'",
                             )
                         )
             for name in t.tools or ():

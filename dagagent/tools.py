@@ -14,7 +14,8 @@ import fnmatch
 import functools
 import inspect
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from types import AsyncGeneratorType, GeneratorType
 from typing import Any, TypeVar, overload
 
@@ -25,7 +26,7 @@ from pydantic.fields import FieldInfo
 from .errors import ToolArgumentsError, ToolDefinitionError, UnknownToolError
 from .plan import MAX_RETRIES
 
-__all__ = ["Registry", "Tool", "tool"]
+__all__ = ["Registry", "Tool", "connected", "tool"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -125,6 +126,13 @@ class Tool:
     async entry point the runner uses.
     """
 
+    #: What a call needs open while the run lasts (an MCP session, say); ``execute`` enters
+    #: it around the run, and executors that ship calls elsewhere call the tool in place.
+    connection: AbstractAsyncContextManager[Any] | None = None
+    #: Whether a failed call may be tried again (a plan's ``retries`` on a tool that is not
+    #: retryable is a validation issue).
+    retryable: bool = True
+
     def __init__(
         self,
         fn: Callable[..., Any],
@@ -137,6 +145,36 @@ class Tool:
         side_effects: bool = False,
         tags: Iterable[str] = (),
     ) -> None:
+        self._init_options(
+            fn,
+            name,
+            timeout_s=timeout_s,
+            retries=retries,
+            max_concurrency=max_concurrency,
+            side_effects=side_effects,
+            tags=tags,
+        )
+        doc_desc, param_docs = _parse_docstring(inspect.getdoc(fn))
+        self.description = description if description is not None else doc_desc
+        self._model = self._build_model(fn, param_docs)
+        self._fields = tuple(self._model.model_fields)
+        self._param_names = frozenset(self._fields)
+        # Called once per tool call: the validator itself, without model_validate's wrapper.
+        self._validate = self._model.__pydantic_validator__.validate_python
+        functools.update_wrapper(self, fn)
+
+    def _init_options(
+        self,
+        fn: Callable[..., Any],
+        name: str | None,
+        *,
+        timeout_s: float | None,
+        retries: int,
+        max_concurrency: int | None,
+        side_effects: bool,
+        tags: Iterable[str],
+    ) -> None:
+        """Check and set what every kind of tool has (all but its arguments' schema)."""
         if not callable(fn):
             raise ToolDefinitionError(f"tool must be a function, got {type(fn).__name__}")
         self.fn = fn
@@ -152,23 +190,14 @@ class Tool:
             raise ToolDefinitionError(f"tool {self.name!r}: timeout_s must be > 0")
         if max_concurrency is not None and max_concurrency < 1:
             raise ToolDefinitionError(f"tool {self.name!r}: max_concurrency must be >= 1")
-        doc_desc, param_docs = _parse_docstring(inspect.getdoc(fn))
-        self.description = description if description is not None else doc_desc
         self.timeout_s = timeout_s
         self.retries = retries
         self.max_concurrency = max_concurrency
         self.side_effects = side_effects
         self.tags = frozenset(tags)
-        target = fn
-        self._is_async = inspect.iscoroutinefunction(target) or inspect.iscoroutinefunction(
-            getattr(target, "__call__", None)  # noqa: B004 - callable objects with async __call__
+        self._is_async = inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
+            getattr(fn, "__call__", None)  # noqa: B004 - callable objects with async __call__
         )
-        self._model = self._build_model(fn, param_docs)
-        self._fields = tuple(self._model.model_fields)
-        self._param_names = frozenset(self._fields)
-        # Called once per tool call: the validator itself, without model_validate's wrapper.
-        self._validate = self._model.__pydantic_validator__.validate_python
-        functools.update_wrapper(self, fn)
 
     def _build_model(self, fn: Callable[..., Any], docs: Mapping[str, str]) -> type[BaseModel]:
         try:
@@ -480,3 +509,17 @@ class Registry:
     def select(self, pattern: str) -> list[Tool]:
         """Tools whose name matches a shell-style pattern."""
         return [t for n, t in self._tools.items() if fnmatch.fnmatchcase(n, pattern)]
+
+
+@asynccontextmanager
+async def connected(tools: Iterable[Tool]) -> AsyncIterator[None]:
+    """Open the :attr:`~Tool.connection` of every tool that has one (each once) for as long as
+    the block runs, and close them when it ends, also on failure or cancellation."""
+    async with AsyncExitStack() as stack:
+        opened: list[AbstractAsyncContextManager[Any]] = []
+        for t in tools:
+            c = t.connection
+            if c is not None and not any(c is o for o in opened):
+                opened.append(c)
+                await stack.enter_async_context(c)
+        yield

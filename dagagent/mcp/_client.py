@@ -1,0 +1,445 @@
+"""One MCP server as dagagent connects to it: the session's life, listing, calls.
+
+The SDK's transports and session are async context managers that run task groups, so they
+must be entered and left by one task. :class:`MCPClient` gives them a task of their own (the
+*owner*), started in a task group that the first ``async with client`` opens and the same
+block closes. Every other user (tool calls from any task, nested ``async with`` from other
+runs) only talks to the session. So a transport that breaks (an HTTP server gone, a crashed
+subprocess) ends the owner task, never the run: the owner notes why, and every call still
+waiting fails with :class:`~dagagent.errors.MCPServerLostError` instead of hanging.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import shlex
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
+from contextlib import AsyncExitStack, suppress
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, TextIO
+
+import anyio
+
+from ..errors import ConfigError, MCPConnectError, MCPServerLostError, MCPToolError
+from ._results import call_output
+
+if TYPE_CHECKING:
+    from mcp import Client
+    from mcp_types import Tool as MCPToolSpec
+
+    from ..tools import Registry
+    from ._tools import MCPTool
+
+__all__ = ["MCPClient"]
+
+INSTALL_HINT = 'MCP servers need the MCP SDK: pip install "dagagent[mcp]"'
+
+_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,31}$")
+_MAX_PAGES = 1000  # a server whose listing never ends is not listed forever
+_STDERR_TAIL = 400  # characters of a failed server's stderr shown in the error
+
+
+class MCPClient:
+    """A connection to one MCP server: a command run as a subprocess (stdio) or a URL
+    (streamable HTTP, with ``headers`` sent on every request).
+
+    ``async with client:`` opens the session (a configuration error,
+    :class:`~dagagent.errors.MCPConnectError`, if the server cannot be started, reached or
+    does not complete the MCP handshake within ``connect_timeout_s``) and closes it when the
+    block ends, also on failure and cancellation. Entering it again (from any task) while it
+    is open shares the session; the first block closes it once the others have left.
+    :func:`~dagagent.execute` opens the clients of the tools a run uses, so a client needs no
+    block of its own unless it should stay open across several runs.
+
+    ``timeout_s`` is the default timeout of its tools' calls (a task's ``timeout_s`` overrides
+    it; ``None``: none). A subprocess gets the MCP SDK's minimal environment (``PATH``,
+    ``HOME``...) plus ``env``, so dagagent's own keys do not reach it; its stderr is kept and
+    its last lines are shown when it fails (pass ``stderr`` to see it as it comes).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        command: str | None = None,
+        args: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
+        cwd: str | Path | None = None,
+        url: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        connect_timeout_s: float = 60.0,
+        timeout_s: float | None = 300.0,
+        stderr: TextIO | None = None,
+    ) -> None:
+        if not isinstance(name, str) or not _NAME_RE.match(name):
+            raise ConfigError(
+                f"MCP server name {name!r} is not valid: use 1-32 letters, digits, '_' or '-', "
+                "starting with a letter or '_'"
+            )
+        if (command is None) == (url is None):
+            raise ConfigError(f"MCP server {name!r}: give a command or a URL (one of them)")
+        if command is not None and not command.strip():
+            raise ConfigError(f"MCP server {name!r}: the command is empty")
+        if url is not None and not re.match(r"^https?://", url):
+            raise ConfigError(f"MCP server {name!r}: the URL must start with http:// or https://")
+        if url is None and headers:
+            raise ConfigError(f"MCP server {name!r}: headers are for a server reached by URL")
+        if connect_timeout_s <= 0:
+            raise ConfigError(f"MCP server {name!r}: connect_timeout_s must be > 0")
+        if timeout_s is not None and timeout_s <= 0:
+            raise ConfigError(f"MCP server {name!r}: timeout_s must be > 0")
+        self.name = name
+        self.command = command
+        self.args = tuple(args)
+        self.env = dict(env) if env else None
+        self.cwd = cwd
+        self.url = url
+        self.headers = dict(headers) if headers else None
+        self.connect_timeout_s = connect_timeout_s
+        self.timeout_s = timeout_s
+        self._stderr = stderr
+        # -- the open session (see the module docstring) --
+        self._stack: AsyncExitStack | None = None  # holds the owner's task group while open
+        self._client: Client | None = None
+        self._opening: anyio.Event | None = None
+        self._open_error: str | None = None
+        self._opener: int | None = None  # id of the task whose block opened the session
+        self._opener_depth = 0
+        self._others = 0  # blocks of other tasks inside the opener's
+        self._idle: anyio.Event | None = None
+        self._closing: anyio.Event | None = None
+        self._lost: str | None = None
+        self._calls: set[anyio.CancelScope] = set()
+        self._errlog: Path | None = None
+
+    @classmethod
+    def stdio(cls, name: str, command: str, args: Sequence[str] = (), **options: Any) -> MCPClient:
+        """A server started as ``command args...``, speaking MCP over its stdin/stdout."""
+        return cls(name, command=command, args=args, **options)
+
+    @classmethod
+    def http(
+        cls, name: str, url: str, headers: Mapping[str, str] | None = None, **options: Any
+    ) -> MCPClient:
+        """A server reached over streamable HTTP at ``url``."""
+        return cls(name, url=url, headers=headers, **options)
+
+    @classmethod
+    def parse(cls, spec: str, **options: Any) -> MCPClient:
+        """``NAME=URL`` (http:// or https://) or ``NAME=COMMAND ARGS...`` (split like a shell
+        would), as ``--mcp`` takes it."""
+        name, sep, target = spec.partition("=")
+        name, target = name.strip(), target.strip()
+        if not sep or not name or not target:
+            raise ConfigError(f"--mcp must look like NAME=COMMAND... or NAME=URL, got {spec!r}")
+        if re.match(r"^https?://", target):
+            return cls.http(name, target, **options)
+        try:
+            words = shlex.split(target)
+        except ValueError as exc:
+            raise ConfigError(f"--mcp {name}: cannot split the command: {exc}") from None
+        return cls.stdio(name, words[0], words[1:], **options)
+
+    def __repr__(self) -> str:
+        return f"MCPClient({self.name!r}, {self.where})"
+
+    @property
+    def where(self) -> str:
+        """The command or URL (never the headers, which may hold credentials)."""
+        if self.url is not None:
+            return self.url
+        return shlex.join([self.command or "", *self.args])
+
+    @property
+    def is_open(self) -> bool:
+        return self._client is not None
+
+    # -- the session ----------------------------------------------------------------------
+
+    async def __aenter__(self) -> MCPClient:
+        me = anyio.get_current_task().id
+        if self._opening is not None:  # another task is opening it: share the outcome
+            await self._opening.wait()
+            if self._stack is None:
+                raise MCPConnectError(self._open_error or f"MCP server {self.name!r} failed")
+        if self._stack is not None:
+            if me == self._opener:
+                self._opener_depth += 1
+            else:
+                if self._others == 0:
+                    self._idle = anyio.Event()
+                self._others += 1
+            return self
+        _import_sdk()
+        opening = self._opening = anyio.Event()
+        stack = self._stack = AsyncExitStack()
+        self._opener, self._opener_depth, self._others = me, 1, 0
+        try:
+            tg = await stack.enter_async_context(anyio.create_task_group())
+            await tg.start(self._own)
+        except BaseException as exc:
+            self._stack = None
+            self._open_error = str(exc)
+            await stack.aclose()  # no task left in it: returns at once
+            raise
+        finally:
+            self._opening = None
+            opening.set()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if anyio.get_current_task().id != self._opener:
+            self._others -= 1
+            if self._others == 0 and self._idle is not None:
+                self._idle.set()
+            return
+        self._opener_depth -= 1
+        if self._opener_depth:
+            return
+        try:
+            if self._others and self._idle is not None:
+                await self._idle.wait()  # the runs sharing the session finish first
+        finally:
+            stack, self._stack = self._stack, None
+            if self._closing is not None:
+                self._closing.set()
+            if stack is not None:
+                await stack.aclose()  # the owner leaves the SDK's contexts
+            self._opener = None
+
+    async def _own(self, *, task_status: anyio.abc.TaskStatus[None]) -> None:
+        """The owner task: open the SDK's transport and session, keep them until closed."""
+        started = False
+        self._lost = None
+        self._closing = closing = anyio.Event()
+        try:
+            deadline = anyio.current_time() + self.connect_timeout_s
+            with anyio.CancelScope(deadline=deadline) as scope:
+                async with AsyncExitStack() as stack:
+                    client = await self._connect(stack)
+                    scope.deadline = math.inf
+                    self._client = client
+                    started = True
+                    task_status.started()
+                    await closing.wait()
+            if scope.cancelled_caught and not started:
+                raise MCPConnectError(
+                    f"MCP server {self.name!r} ({self.where}) did not complete the MCP "
+                    f"handshake within {self.connect_timeout_s:g} s{self._stderr_tail()}"
+                )
+        except MCPConnectError:
+            raise
+        except Exception as exc:
+            if not started:
+                raise MCPConnectError(
+                    f"cannot connect to MCP server {self.name!r} ({self.where}): "
+                    f"{_brief(exc)}{self._stderr_tail()}"
+                ) from None
+            self._lost = _brief(exc)  # the transport broke: the run goes on, its calls fail
+        finally:
+            self._client = None
+            for call in self._calls:
+                call.cancel()
+            self._forget_errlog()
+
+    async def _connect(self, stack: AsyncExitStack) -> Client:
+        from mcp import Client, Implementation, StdioServerParameters
+        from mcp.client.stdio import stdio_client
+        from mcp.client.streamable_http import streamable_http_client
+
+        from .. import __version__
+
+        transport: Any
+        if self.url is not None:
+            import httpx2
+
+            http = httpx2.AsyncClient(
+                headers=self.headers, timeout=httpx2.Timeout(30.0, read=300.0)
+            )
+            await stack.enter_async_context(http)
+            transport = streamable_http_client(self.url, http_client=http)
+        else:
+            assert self.command is not None
+            params = StdioServerParameters(
+                command=self.command, args=list(self.args), env=self.env, cwd=self.cwd
+            )
+            transport = stdio_client(params, errlog=self._open_errlog(stack))
+        info = Implementation(name="dagagent", version=__version__)
+        return await stack.enter_async_context(Client(transport, cache=None, client_info=info))
+
+    # -- the server's stderr --------------------------------------------------------------
+
+    def _open_errlog(self, stack: AsyncExitStack) -> TextIO:
+        if self._stderr is not None:
+            return self._stderr
+        self._forget_errlog()
+        fd, path = tempfile.mkstemp(prefix=f"dagagent-mcp-{self.name}-", suffix=".log")
+        self._errlog = Path(path)
+        f = os.fdopen(fd, "w")
+        stack.callback(f.close)
+        return f
+
+    def _stderr_tail(self) -> str:
+        path = self._errlog
+        if path is None:
+            return ""
+        try:
+            with path.open("rb") as f:
+                f.seek(0, os.SEEK_END)
+                f.seek(max(0, f.tell() - 4 * _STDERR_TAIL))
+                text = f.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
+        text = text.strip()[-_STDERR_TAIL:].strip()
+        return f"; its stderr ends with:\n{text}" if text else ""
+
+    def _forget_errlog(self) -> None:
+        path, self._errlog = self._errlog, None
+        if path is not None:
+            with suppress(OSError):
+                path.unlink()
+
+    # -- listing and calls ----------------------------------------------------------------
+
+    async def list_tools(self) -> list[MCPToolSpec]:
+        """Every tool the server offers (all pages), as the SDK describes them. Opens the
+        session for the listing if it is not open."""
+        if not self.is_open:
+            async with self:
+                return await self.list_tools()
+        client = self._live()
+        tools: list[MCPToolSpec] = []
+        cursor: str | None = None
+        seen: set[str] = set()
+        try:
+            with anyio.fail_after(self.connect_timeout_s):
+                for _ in range(_MAX_PAGES):
+                    page = await client.list_tools(cursor=cursor)
+                    tools.extend(page.tools)
+                    cursor = page.next_cursor
+                    if cursor is None:
+                        return tools
+                    if cursor in seen:
+                        raise MCPConnectError(
+                            f"MCP server {self.name!r}: its tool listing repeats page "
+                            f"{cursor[:40]!r}"
+                        )
+                    seen.add(cursor)
+        except TimeoutError:
+            raise MCPConnectError(
+                f"MCP server {self.name!r} did not list its tools within "
+                f"{self.connect_timeout_s:g} s"
+            ) from None
+        except MCPConnectError:
+            raise
+        except Exception as exc:
+            raise MCPConnectError(
+                f"cannot list the tools of MCP server {self.name!r}: {_brief(exc)}"
+                f"{self._stderr_tail()}"
+            ) from None
+        raise MCPConnectError(
+            f"MCP server {self.name!r}: its tool listing has more than {_MAX_PAGES} pages"
+        )
+
+    async def tools(
+        self,
+        *,
+        prefix: str | None = None,
+        include: str | Iterable[str] | None = None,
+        exclude: str | Iterable[str] | None = None,
+    ) -> list[MCPTool]:
+        """The server's tools as dagagent tools (see :mod:`dagagent.mcp`): named
+        ``prefix + name``, only those whose server-side name matches a glob of ``include``
+        (default: all) and none of ``exclude``."""
+        from ._tools import build_tools
+
+        return build_tools(self, await self.list_tools(), prefix, include, exclude)
+
+    async def add_to(
+        self,
+        registry: Registry,
+        *,
+        prefix: str | None = None,
+        include: str | Iterable[str] | None = None,
+        exclude: str | Iterable[str] | None = None,
+    ) -> list[MCPTool]:
+        """Add the server's tools to ``registry`` (see :meth:`tools`); return them."""
+        tools = await self.tools(prefix=prefix, include=include, exclude=exclude)
+        for t in tools:
+            registry.add(t)
+        return tools
+
+    def _live(self) -> Client:
+        client = self._client
+        if client is None:
+            raise MCPServerLostError(self._lost_message())
+        return client
+
+    def _lost_message(self, tool: str | None = None) -> str:
+        """Why a call cannot be answered; the first call to find out records it for the
+        rest (``tool``: the call that was running when the connection went)."""
+        if self._lost is not None:
+            return f"lost the connection to MCP server {self.name!r} earlier: {self._lost}"
+        if self._stack is None:
+            return (
+                f"MCP server {self.name!r} is not connected: its tools are called during "
+                "execute() (which opens it) or inside `async with client:`"
+            )
+        self._lost = f"it closed the connection{self._stderr_tail()}"
+        what = f" while tool {tool!r} was running" if tool else ""
+        return f"MCP server {self.name!r} closed the connection{what}{self._stderr_tail()}"
+
+    async def call(self, tool: str, arguments: Mapping[str, Any]) -> Any:
+        """Call the server's tool ``tool``; return its output (see :mod:`dagagent.mcp`)."""
+        from mcp import MCPError
+        from mcp_types import CONNECTION_CLOSED
+
+        client = self._live()
+        scope = anyio.CancelScope()
+        self._calls.add(scope)
+        try:
+            with scope:
+                result = await client.call_tool(tool, dict(arguments))
+        except MCPError as exc:
+            if exc.code == CONNECTION_CLOSED:
+                raise MCPServerLostError(self._lost_message(tool)) from None
+            raise MCPToolError(f"MCP server {self.name!r}: {exc.message}") from None
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream):
+            raise MCPServerLostError(self._lost_message(tool)) from None
+        except Exception as exc:  # an answer that does not fit its schema or the protocol
+            raise MCPToolError(f"MCP server {self.name!r}: {_brief(exc)}") from None
+        finally:
+            self._calls.discard(scope)
+        if scope.cancelled_caught:
+            raise MCPServerLostError(self._lost_message(tool))
+        return call_output(result, self.name)
+
+
+def _import_sdk() -> None:
+    try:
+        import mcp  # noqa: F401
+    except ImportError as exc:
+        raise ConfigError(f"{INSTALL_HINT} ({exc})") from None
+
+
+def _brief(exc: BaseException) -> str:
+    """The first real error inside (exception groups unwrapped), as ``Type: message``."""
+    inner = getattr(exc, "exceptions", None)
+    while isinstance(inner, tuple) and inner:
+        exc = inner[0]
+        inner = getattr(exc, "exceptions", None)
+    from mcp import MCPError
+
+    if isinstance(exc, MCPError):
+        return exc.message
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

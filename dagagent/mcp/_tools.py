@@ -1,0 +1,156 @@
+"""MCP tools as dagagent tools: names, schemas, and what their annotations allow."""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from ..errors import ToolDefinitionError
+from ..schema_tools import SchemaTool
+
+if TYPE_CHECKING:
+    from mcp_types import Tool as MCPToolSpec
+
+    from ._client import MCPClient
+
+__all__ = ["MCPTool", "build_tools"]
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
+
+
+class _RemoteCall:
+    """The function of an :class:`MCPTool`: one tool of one server, called by name."""
+
+    __slots__ = ("client", "remote")
+
+    def __init__(self, client: MCPClient, remote: str) -> None:
+        self.client = client
+        self.remote = remote
+
+    async def __call__(self, **arguments: Any) -> Any:
+        return await self.client.call(self.remote, arguments)
+
+    def __repr__(self) -> str:
+        return f"<MCP tool {self.remote!r} of server {self.client.name!r}>"
+
+
+class MCPTool(SchemaTool):
+    """A tool of an MCP server. Its argument schema is the server's ``inputSchema``; its
+    annotations can only make it safer to use:
+
+    - side effects unless it is declared read-only (``readOnlyHint``) and not destructive
+      (``destructiveHint``): approval rules on side effects apply to it, streamed planning
+      holds it until the plan is complete, and the caching interceptor leaves it alone;
+    - retries allowed (a plan may give its task ``retries``) only when it is declared
+      idempotent (``idempotentHint``) or read-only.
+
+    ``server`` is the client's name, ``remote_name`` the tool's name on the server,
+    ``annotations`` the hints as the server sent them.
+    """
+
+    def __init__(self, client: MCPClient, spec: MCPToolSpec, name: str) -> None:
+        hints = spec.annotations
+        read_only = hints is not None and hints.read_only_hint is True
+        destructive = hints is not None and hints.destructive_hint is True
+        idempotent = hints is not None and hints.idempotent_hint is True
+        title = spec.title or (hints.title if hints is not None else None)
+        super().__init__(
+            _RemoteCall(client, spec.name),
+            name=name,
+            parameters=spec.input_schema,
+            description=spec.description or title or "",
+            timeout_s=client.timeout_s,
+            side_effects=destructive or not read_only,
+            tags=("mcp", f"mcp:{client.name}"),
+            connection=client,
+            retryable=(read_only and not destructive) or idempotent,
+        )
+        self.server = client.name
+        self.remote_name = spec.name
+        self.annotations: dict[str, Any] = (
+            hints.model_dump(exclude_none=True) if hints is not None else {}
+        )
+
+    def __repr__(self) -> str:
+        return f"MCPTool({self.name!r}, server={self.server!r})"
+
+    def __reduce__(self) -> Any:
+        raise TypeError(
+            f"tool {self.name!r} is bound to the session of MCP server {self.server!r} "
+            "and cannot be pickled"
+        )
+
+
+def build_tools(
+    client: MCPClient,
+    specs: Iterable[MCPToolSpec],
+    prefix: str | None,
+    include: str | Iterable[str] | None,
+    exclude: str | Iterable[str] | None,
+) -> list[MCPTool]:
+    """The tools ``specs`` of ``client`` that pass the filters, named ``prefix + name``."""
+    wanted = _globs(include)
+    unwanted = _globs(exclude) or []
+    if prefix and _UNSAFE.search(prefix):
+        raise ToolDefinitionError(
+            f"MCP server {client.name!r}: tool name prefix {prefix!r} may hold only letters, "
+            "digits, '_', '.' and '-'"
+        )
+    tools: list[MCPTool] = []
+    names: dict[str, str] = {}
+    for spec in specs:
+        remote = spec.name
+        if wanted is not None and not _matches(remote, wanted):
+            continue
+        if _matches(remote, unwanted):
+            continue
+        name = _local_name(prefix or "", remote)
+        where = f"MCP server {client.name!r}, tool {remote!r}"
+        if len(name) > 64:
+            raise ToolDefinitionError(
+                f"{where}: the name {name!r} is longer than 64 characters (leave the tool out "
+                "with exclude=..., or use a shorter prefix)"
+            )
+        if name in names:
+            raise ToolDefinitionError(
+                f"{where}: its name {name!r} is also that of tool {names[name]!r}"
+            )
+        names[name] = remote
+        try:
+            tools.append(MCPTool(client, spec, name))
+        except ToolDefinitionError as exc:
+            message = str(exc).removeprefix(f"tool {name!r}: ")
+            raise ToolDefinitionError(
+                f"{where}: {message} (leave the tool out with exclude=...)"
+            ) from None
+    return tools
+
+
+def _local_name(prefix: str, remote: str) -> str:
+    """``prefix + remote`` with what a dagagent tool name cannot hold replaced by ``_``."""
+    name = prefix + _UNSAFE.sub("_", remote)
+    return name if re.match(r"^[A-Za-z_]", name) else "_" + name
+
+
+def _globs(value: str | Iterable[str] | None) -> list[str] | None:
+    if value is None:
+        return None
+    return [value] if isinstance(value, str) else list(value)
+
+
+def _matches(name: str, globs: list[str]) -> bool:
+    return any(fnmatch.fnmatchcase(name, g) for g in globs)
+
+
+def describe_hints(annotations: Mapping[str, Any]) -> str:
+    """The annotations a tool listing shows (``read-only, idempotent``)."""
+    words = {
+        "read_only_hint": "read-only",
+        "destructive_hint": "destructive",
+        "idempotent_hint": "idempotent",
+        "open_world_hint": "open-world",
+    }
+    shown = [w for k, w in words.items() if annotations.get(k) is True]
+    return ", ".join(shown)
