@@ -21,6 +21,9 @@ from .errors import (
     DagagentError,
     Issue,
     JoinerError,
+    MCPConnectError,
+    MCPServerLostError,
+    MCPToolError,
     PlanError,
     PlanLoadError,
     PlanningError,
@@ -40,6 +43,7 @@ from .planners import LLMPlanner, LLMReplanner, PlanningResult, parse_llmcompile
 from .results import AgentStep, CallDecision, RunResult, RunStatus, TaskResult, TaskStatus
 from .review import diff_plans, reuse_map, review_run
 from .runner import Interceptor, RetryPolicy, ToolCall
+from .schema_tools import SchemaTool
 from .store import RunRecord, RunStore
 from .tools import Registry, Tool, tool
 from .workflows import Solution, SolveStatus, replan_run, revise_run, solve, solve_sync
@@ -63,6 +67,9 @@ __all__ = [
     "LLMPlanner",
     "LLMReplanner",
     "Listener",
+    "MCPConnectError",
+    "MCPServerLostError",
+    "MCPToolError",
     "Plan",
     "PlanError",
     "PlanGraph",
@@ -80,6 +87,7 @@ __all__ = [
     "RunResult",
     "RunStatus",
     "RunStore",
+    "SchemaTool",
     "Solution",
     "SolveError",
     "SolveStatus",

@@ -17,10 +17,11 @@ from .graph import PlanGraph, critical_path, validate
 from .plan import Plan
 from .results import RunResult, RunStatus, TaskStatus
 from .runner import AgentTaskRunner, Interceptor, RetryPolicy, TaskRunner
+from .tools import connected
 
 if TYPE_CHECKING:
     from .store import RunStore
-    from .tools import Registry
+    from .tools import Registry, Tool
 
 __all__ = ["execute", "execute_sync", "new_run_id"]
 
@@ -93,7 +94,9 @@ async def execute(
         recorder = RunRecorder(store, run_id)  # checks the run id; starts nothing yet
         listeners = (*listeners, recorder)
 
-    async with exe.session():
+    # Tools bound to a connection (MCP sessions) get it for the run; one that cannot be
+    # opened is a configuration error before anything is recorded.
+    async with connected(_used_tools(graph, registry)), exe.session():
         prepare = getattr(exe, "prepare", None)
         if prepare is not None:
             await prepare(graph, registry)  # e.g. ship tools to workers; fails before any record
@@ -136,6 +139,21 @@ async def execute(
                     recorder.close()  # flush: every result so far is durable
             log.info("run.finished", status=result.status.value, **result.counts())
     return result
+
+
+def _used_tools(graph: PlanGraph, registry: Registry | None) -> list[Tool]:
+    """The tools the plan's tasks can call (an agent task without a subset: all)."""
+    if registry is None:
+        return []
+    names: dict[str, None] = {}
+    for task in graph.plan.tasks:
+        if task.tool is not None:
+            names[task.tool] = None
+        elif task.tools is not None:
+            names.update(dict.fromkeys(task.tools))
+        else:
+            return list(registry)
+    return [registry.get(n) for n in names if n in registry]
 
 
 def _result(

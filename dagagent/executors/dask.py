@@ -16,6 +16,8 @@ interceptors, timeouts, retries, records and events stay in the
   the loaded functions, so a task ships only its arguments and a few hundred bytes of pickled
   function. Workers living in the driver's process (``processes=False``) call the very
   function object registered on the driver.
+- **Tools bound to a connection** (:attr:`~dagagent.tools.Tool.connection`, tools from MCP
+  servers) are called on the driver, which holds their sessions; they are not shipped.
 - **Sync and async tools.** Sync tools run in a worker thread; async tools run on the
   worker's event loop (Dask awaits coroutine functions natively). Either way a worker runs
   at most ``threads_per_worker`` tool calls at once.
@@ -571,8 +573,8 @@ class DaskExecutor(DataflowExecutor):
         problems: list[str] = []
         fresh: dict[str, Tool] = {}
         for tool, task_ids in used.items():
-            if tool in state.shipped:
-                continue
+            if tool in state.shipped or tool.connection is not None:
+                continue  # shipped already, or called here (its session lives on the driver)
             try:
                 fresh[state.ship(tool).fn.token] = tool
             except Exception as exc:
@@ -633,6 +635,8 @@ class DaskExecutor(DataflowExecutor):
     # -- the invoker (per tool call: keep it lean) ----------------------------------------
 
     async def _invoke(self, tool: Tool, args: Mapping[str, Any]) -> Any:
+        if tool.connection is not None:  # an MCP session cannot travel: call it here
+            return await tool.acall(args)
         state = self._session
         if state is None:
             raise ConfigError("the dask executor's invoker is used outside its session()")

@@ -1,0 +1,378 @@
+"""Tools from MCP servers against real servers (mcp_servers.py) over stdio and HTTP: listing,
+argument schemas, results, server errors, crashes, hangs, sessions, annotations."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import Any
+
+import anyio
+import pytest
+from mcp_helpers import SERVERS, Connect, http_server, stdio_client
+
+import dagagent
+from dagagent import PlanValidationError, Registry, RunStore, TaskStatus, ToolDefinitionError
+from dagagent.approval import Policy, Rule
+from dagagent.errors import MCPConnectError
+from dagagent.events import TaskFinished
+from dagagent.mcp import MCPClient
+from dagagent.planners.schema import plan_json_schema
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+
+RUN_BOUND_S = 90.0  # generous: nothing here should come near it unless something hangs
+
+
+def plan(*tasks: dict[str, Any]) -> dict[str, Any]:
+    return {"goal": "use an MCP server", "tasks": list(tasks)}
+
+
+async def kit_registry(client: MCPClient, **filters: Any) -> Registry:
+    registry = Registry()
+    await client.add_to(registry, **filters)
+    return registry
+
+
+def gone(pid: int, within_s: float = 20.0) -> bool:
+    """Whether process ``pid`` has exited (waiting a little: shutdown is asynchronous)."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+# -- listing and schemas -------------------------------------------------------------------
+
+
+async def test_listing_names_tools_with_a_prefix_and_filters(connect: Connect) -> None:
+    client = connect("kit")
+    registry = await kit_registry(
+        client, prefix="kit.", include=["weather", "shout", "delete_*", "put"], exclude="shout"
+    )
+    assert registry.names == ["kit.weather", "kit.delete_file", "kit.put"]
+    weather = registry.get("kit.weather")
+    assert weather.description == "Weather forecast for a city."
+    schema = weather.parameters_schema
+    assert schema["properties"]["city"]["type"] == "string"
+    assert schema["required"] == ["city"]
+    assert not client.is_open  # opened for the listing, closed after it
+
+
+async def test_listing_follows_every_page(connect: Connect) -> None:
+    tools = await connect("paged").tools()
+    assert [t.name for t in tools] == [f"tool_{i}" for i in range(7)]
+    assert tools[4].description == "Tool number 4"
+
+
+async def test_plans_and_the_planner_schema_check_arguments_by_the_input_schema(
+    connect: Connect,
+) -> None:
+    registry = await kit_registry(connect("kit"), prefix="kit.")
+    with pytest.raises(PlanValidationError) as info:
+        dagagent.validate(
+            plan({"id": "w", "tool": "kit.weather", "args": {"town": "Oslo", "days": "two"}}),
+            registry,
+        )
+    message = str(info.value)
+    assert "town: unexpected argument" in message
+    assert "days: 'two' is not of type 'integer'" in message
+    assert "city: required argument is missing" in message
+    # a referenced argument counts as present; its value is checked when it is known
+    dagagent.validate(
+        plan(
+            {"id": "s", "tool": "kit.shout", "args": {"text": "oslo"}},
+            {"id": "w", "tool": "kit.weather", "args": {"city": "${s}"}},
+        ),
+        registry,
+    )
+    schema = plan_json_schema(registry)
+    assert "kit.weather" in str(schema) and "'city'" in str(schema)
+
+
+# -- calls ---------------------------------------------------------------------------------
+
+
+async def test_outputs_are_structured_content_else_text_with_other_content_described(
+    connect: Connect,
+) -> None:
+    client = connect("kit")
+    registry = await kit_registry(client)
+    with anyio.fail_after(RUN_BOUND_S):
+        result = await dagagent.execute(
+            plan(
+                {"id": "w", "tool": "weather", "args": {"city": "Oslo"}},
+                {"id": "s", "tool": "shout", "args": {"text": "${w.city}"}},
+                {"id": "p", "tool": "picture", "args": {}},
+            ),
+            registry,
+            executor="dataflow",
+        )
+    assert result.ok, result.tasks
+    assert result.tasks["w"].output == {"city": "Oslo", "days": 1, "temp_c": 21.5}
+    assert result.tasks["s"].output == "OSLO"
+    caption, image = result.tasks["p"].output.split("\n")
+    assert caption == "a red dot"
+    assert image.startswith("[image: image/png, ") and "kB" in image
+    assert not client.is_open
+
+
+async def test_is_error_fails_the_task_with_the_servers_message(connect: Connect) -> None:
+    registry = await kit_registry(connect("kit"))
+    with anyio.fail_after(RUN_BOUND_S):
+        result = await dagagent.execute(
+            plan({"id": "r", "tool": "refuse", "args": {"reason": "the vault is locked"}}),
+            registry,
+        )
+    r = result.tasks["r"]
+    assert r.status is TaskStatus.FAILED
+    assert r.error_type == "MCPToolError"
+    assert "the vault is locked" in (r.error or "")
+
+
+async def test_a_server_that_never_answers_is_bounded_by_the_task_timeout(
+    connect: Connect,
+) -> None:
+    registry = await kit_registry(connect("kit"))
+    with anyio.fail_after(RUN_BOUND_S):
+        result = await dagagent.execute(
+            plan(
+                {"id": "h", "tool": "hang", "args": {}, "timeout_s": 1},
+                {"id": "w", "tool": "weather", "args": {"city": "Oslo"}},
+            ),
+            registry,
+            on_failure="continue",
+        )
+    assert result.tasks["h"].status is TaskStatus.FAILED
+    assert result.tasks["h"].error_type == "TaskTimeoutError"
+    assert result.tasks["w"].status is TaskStatus.SUCCEEDED  # the session is still usable
+
+
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+async def test_a_server_that_dies_mid_call_fails_its_running_tasks(transport: str) -> None:
+    tasks = plan(
+        {"id": "c", "tool": "crash", "args": {}},
+        {"id": "s", "tool": "slow", "args": {"seconds": 60}},
+        {"id": "after", "tool": "weather", "args": {"city": "Oslo"}, "depends_on": ["c"]},
+    )
+    if transport == "stdio":
+        client = stdio_client("kit")
+        registry = await kit_registry(client)
+        with anyio.fail_after(RUN_BOUND_S):
+            result = await dagagent.execute(tasks, registry, executor="dataflow")
+    else:
+        with http_server("kit") as (url, _):
+            client = MCPClient.http("kit", url)
+            registry = await kit_registry(client)
+            with anyio.fail_after(RUN_BOUND_S):
+                result = await dagagent.execute(tasks, registry, executor="dataflow")
+    crashed = result.tasks["c"]
+    assert crashed.status is TaskStatus.FAILED
+    assert crashed.error_type == "MCPServerLostError"
+    assert "MCP server 'kit'" in (crashed.error or "")
+    if transport == "stdio":  # the server's last words are in the message
+        assert "crashing on purpose" in (crashed.error or "")
+    assert result.tasks["s"].status in (TaskStatus.FAILED, TaskStatus.CANCELLED)
+    assert result.tasks["after"].status is TaskStatus.SKIPPED
+    assert not client.is_open
+
+
+async def test_a_server_that_cannot_start_is_a_configuration_error_before_anything_runs(
+    tmp_path: Any,
+) -> None:
+    client = stdio_client("kit")
+    registry = await kit_registry(client)
+    client.args = (SERVERS, "no-such-kind", "stdio")  # the same tools, a server that fails
+    store = tmp_path / "runs.db"
+    with anyio.fail_after(RUN_BOUND_S), pytest.raises(MCPConnectError) as info:
+        await dagagent.execute(
+            plan({"id": "w", "tool": "weather", "args": {"city": "Oslo"}}), registry, store=store
+        )
+    message = str(info.value)
+    assert "MCP server 'kit'" in message
+    assert "KeyError: 'no-such-kind'" in message  # from the server's stderr
+    assert isinstance(info.value, dagagent.errors.ConfigError)
+    assert not store.exists() or RunStore(store).list_runs() == []
+
+
+async def test_a_command_that_is_not_there_is_a_configuration_error() -> None:
+    client = MCPClient.stdio("ghost", "dagagent-no-such-mcp-server")
+    with anyio.fail_after(RUN_BOUND_S), pytest.raises(MCPConnectError) as info:
+        await client.tools()
+    assert "MCP server 'ghost'" in str(info.value)
+    assert "dagagent-no-such-mcp-server" in str(info.value)
+
+
+async def test_a_server_that_never_shakes_hands_is_a_configuration_error() -> None:
+    client = MCPClient.stdio(
+        "mute", sys.executable, ["-c", "import time; time.sleep(120)"], connect_timeout_s=1
+    )
+    with anyio.fail_after(RUN_BOUND_S), pytest.raises(MCPConnectError) as info:
+        await client.tools()
+    assert "did not complete the MCP handshake within 1 s" in str(info.value)
+
+
+async def test_a_tool_whose_schema_is_invalid_is_named_and_can_be_left_out(
+    connect: Connect,
+) -> None:
+    client = connect("badschema")
+    with anyio.fail_after(RUN_BOUND_S), pytest.raises(ToolDefinitionError) as info:
+        await client.tools()
+    assert "tool 'broken'" in str(info.value) and "integr" in str(info.value)
+    assert [t.name for t in await client.tools(exclude="broken")] == ["fine"]
+
+
+# -- sessions ------------------------------------------------------------------------------
+
+
+async def _pid_of_run(registry: Registry, *tasks: dict[str, Any], **options: Any) -> int:
+    result = await dagagent.execute(plan(*tasks), registry, on_failure="continue", **options)
+    return int(result.tasks["p"].output["result"])
+
+
+async def test_each_run_opens_a_session_and_closes_it_when_it_ends() -> None:
+    client = stdio_client("kit")
+    registry = await kit_registry(client)
+    with anyio.fail_after(RUN_BOUND_S):
+        pid = await _pid_of_run(registry, {"id": "p", "tool": "pid", "args": {}})
+        assert gone(pid)
+        # a failed run closes it too
+        failed = await _pid_of_run(
+            registry,
+            {"id": "p", "tool": "pid", "args": {}},
+            {"id": "r", "tool": "refuse", "args": {"reason": "no"}},
+        )
+        assert failed != pid and gone(failed)
+
+
+async def test_a_cancelled_run_closes_its_session() -> None:
+    client = stdio_client("kit")
+    registry = await kit_registry(client)
+    pids: list[int] = []
+    got_pid = anyio.Event()
+
+    def listen(event: Any) -> None:
+        if isinstance(event, TaskFinished) and event.result.task_id == "p":
+            pids.append(int(event.result.output["result"]))
+            got_pid.set()
+
+    with anyio.fail_after(RUN_BOUND_S):
+        async with anyio.create_task_group() as tg:
+
+            async def run() -> None:
+                await dagagent.execute(
+                    plan(
+                        {"id": "p", "tool": "pid", "args": {}},
+                        {"id": "h", "tool": "hang", "args": {}, "depends_on": ["p"]},
+                    ),
+                    registry,
+                    listeners=[listen],
+                )
+
+            tg.start_soon(run)
+            await got_pid.wait()
+            await anyio.sleep(0.2)  # the hanging call is under way
+            tg.cancel_scope.cancel()
+    assert pids and gone(pids[0])
+    assert not client.is_open
+
+
+async def test_an_open_client_serves_several_runs_at_once_with_one_session() -> None:
+    client = stdio_client("kit")
+    registry = Registry()
+    pids: list[int] = []
+    with anyio.fail_after(RUN_BOUND_S):
+        async with client:
+            await client.add_to(registry)
+            async with anyio.create_task_group() as tg:
+                for _ in range(3):
+
+                    async def one() -> None:
+                        pids.append(await _pid_of_run(registry, {"id": "p", "tool": "pid"}))
+
+                    tg.start_soon(one)
+            assert client.is_open
+    assert len(pids) == 3 and len(set(pids)) == 1
+    assert not client.is_open and gone(pids[0])
+
+
+async def test_a_tool_called_with_no_session_says_so() -> None:
+    client = stdio_client("kit")
+    weather = (await client.tools(include="weather"))[0]
+    with pytest.raises(dagagent.errors.MCPServerLostError, match="is not connected"):
+        await weather.run({"city": "Oslo"})
+
+
+# -- annotations ---------------------------------------------------------------------------
+
+
+async def test_annotations_only_ever_make_a_tool_safer(connect: Connect) -> None:
+    tools = {t.name: t for t in await connect("kit").tools()}
+    assert (tools["weather"].side_effects, tools["weather"].retryable) == (False, True)
+    assert (tools["delete_file"].side_effects, tools["delete_file"].retryable) == (True, False)
+    assert (tools["put"].side_effects, tools["put"].retryable) == (True, True)
+    assert (tools["shout"].side_effects, tools["shout"].retryable) == (True, False)
+    registry = Registry(tools.values())
+    with pytest.raises(PlanValidationError, match="not_retryable"):
+        dagagent.validate(
+            plan({"id": "s", "tool": "shout", "args": {"text": "a"}, "retries": 2}), registry
+        )
+    dagagent.validate(
+        plan({"id": "p", "tool": "put", "args": {"key": "k", "value": "v"}, "retries": 2}),
+        registry,
+    )
+
+
+async def test_approval_rules_on_side_effects_hold_the_tools_not_declared_read_only(
+    connect: Connect,
+) -> None:
+    registry = await kit_registry(connect("kit"), prefix="kit.")
+    policy = Policy([Rule(action="deny", side_effects=True, reason="read-only session")])
+    with anyio.fail_after(RUN_BOUND_S):
+        result = await dagagent.execute(
+            plan(
+                {"id": "w", "tool": "kit.weather", "args": {"city": "Oslo"}},
+                {"id": "d", "tool": "kit.delete_file", "args": {"path": "/etc/hosts"}},
+                {"id": "s", "tool": "kit.shout", "args": {"text": "hi"}},
+            ),
+            registry,
+            interceptors=[policy],
+            on_failure="continue",
+        )
+    assert result.tasks["w"].status is TaskStatus.SUCCEEDED
+    assert result.tasks["d"].status is TaskStatus.DENIED
+    assert result.tasks["s"].status is TaskStatus.DENIED  # unannotated: side effects
+
+
+# -- executors -----------------------------------------------------------------------------
+
+
+async def test_the_dask_executor_calls_mcp_tools_on_the_driver() -> None:
+    pytest.importorskip("distributed")
+    from dagagent.executors.dask import DaskExecutor
+
+    client = stdio_client("kit")
+    registry = await kit_registry(client)
+    registry.add(dagagent.tool(_increment))
+    with anyio.fail_after(RUN_BOUND_S):
+        result = await dagagent.execute(
+            plan(
+                {"id": "w", "tool": "weather", "args": {"city": "Oslo"}},
+                {"id": "i", "tool": "_increment", "args": {"x": 1}},
+            ),
+            registry,
+            executor=DaskExecutor(processes=False, n_workers=1),
+        )
+    assert result.ok, result.tasks
+    assert result.tasks["w"].output["city"] == "Oslo"
+    assert result.tasks["i"].output == 2
+    assert not client.is_open
+
+
+def _increment(x: int) -> int:
+    return x + 1
