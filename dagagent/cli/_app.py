@@ -11,7 +11,7 @@ import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import Any, TypeVar
 
 import typer
 from rich.console import Console
@@ -39,11 +39,11 @@ __all__ = [
     "EXIT_USAGE",
     "app",
     "err",
-    "fail",
     "guard",
     "load_registry",
     "main",
     "out",
+    "tools_spec",
 ]
 
 EXIT_OK = 0
@@ -80,12 +80,8 @@ def _root(
     configure_logging(level)
 
 
-def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
-    err.print(f"error: {message}", markup=False, highlight=False)
-    raise typer.Exit(code)
-
-
 def exit_code_for(exc: DagagentError) -> int:
+    """The exit code of a user-caused error: the one place that maps errors to exit codes."""
     if isinstance(exc, PlanningError):
         return EXIT_PLANNING
     if isinstance(exc, StoreError):
@@ -120,6 +116,9 @@ def report_error(exc: DagagentError) -> int:
             err.print(f"  attempt {i}:", markup=False)
             for issue in issues:
                 err.print(f"    {issue}", markup=False, highlight=False)
+    elif isinstance(exc, LLMError):  # e.g. an unreachable server, a refused key: one line
+        message = " ".join(str(exc).split())
+        err.print(f"error: the model could not be used: {message}", markup=False, highlight=False)
     else:
         err.print(f"error: {exc}", markup=False, highlight=False)
     return exit_code_for(exc)
@@ -144,13 +143,18 @@ def guard(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+def tools_spec(spec: str | None) -> str:
+    """The tools a command loads: ``--tools``, else ``$DAGAGENT_TOOLS``, else the demo tools."""
+    return spec or os.environ.get("DAGAGENT_TOOLS") or DEFAULT_TOOLS
+
+
 def load_registry(spec: str | None) -> Registry:
     """Load tools from ``MODULE:ATTR`` or ``path/to/file.py:ATTR``.
 
     ATTR may be a Registry, a Tool, a list of tools/functions, or a function returning one of
     those. Without a spec: ``$DAGAGENT_TOOLS``, else the bundled demo tools.
     """
-    spec = spec or os.environ.get("DAGAGENT_TOOLS") or DEFAULT_TOOLS
+    spec = tools_spec(spec)
     target, sep, attr = spec.rpartition(":")
     if not sep or not target or not attr:
         raise ConfigError(f"--tools must look like MODULE:ATTR or path/file.py:ATTR, got {spec!r}")

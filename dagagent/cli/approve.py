@@ -25,7 +25,7 @@ from rich.console import Console
 from ..approval import Approval, ApprovalRequest, Policy, Rule, load_policy
 from ..errors import ConfigError, ToolArgumentsError, UnknownToolError
 from ..results import jsonable
-from ._app import EXIT_FAILED, err, fail
+from ._app import EXIT_FAILED, err
 from .render import plan_table
 
 if TYPE_CHECKING:
@@ -34,9 +34,6 @@ if TYPE_CHECKING:
     from ..tools import Registry
 
 __all__ = [
-    "APPROVE_OPT",
-    "ASK_OPT",
-    "POLICY_OPT",
     "LineReader",
     "TerminalAsker",
     "confirm_plan",
@@ -45,27 +42,6 @@ __all__ = [
     "run_interceptors",
     "stdin_is_terminal",
 ]
-
-
-APPROVE_OPT = typer.Option(
-    False,
-    "--approve",
-    help="Show the plan and ask before running it (needs a terminal; answering no exits 1).",
-)
-ASK_OPT = typer.Option(
-    None,
-    "--ask",
-    metavar="TOOL",
-    help="Ask on the terminal before each call of TOOL (glob; repeatable). Without a terminal, "
-    "such calls are denied.",
-)
-POLICY_OPT = typer.Option(
-    None,
-    "--policy",
-    metavar="FILE",
-    help="Approval rules file: JSON (or TOML on Python 3.11+). Checked before --ask; a call "
-    "runs only if both allow it.",
-)
 
 
 def stdin_is_terminal() -> bool:
@@ -335,7 +311,7 @@ def run_interceptors(
         )
     if approve:
         if not interactive:
-            fail(
+            raise ConfigError(
                 "--approve needs a terminal to ask on, but stdin is not a terminal "
                 "(run without --approve, or from a terminal)"
             )

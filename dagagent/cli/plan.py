@@ -16,20 +16,29 @@ from typing import Any
 import anyio
 import typer
 
-from ..errors import LLMError
-from ..executors import EXECUTORS
+from ..errors import ConfigError
 from ..llm import from_env
 from ..planners import LLMPlanner, PlanningResult
-from ._app import EXIT_OK, EXIT_USAGE, app, err, fail, guard, load_registry, out
-from .approve import APPROVE_OPT, ASK_OPT, POLICY_OPT, run_interceptors
+from ._app import EXIT_OK, app, err, guard, load_registry, out
 from .diagram import to_ascii
-from .recording import recorded_tools_spec
+from .options import (
+    ApproveOpt,
+    AskOpt,
+    ExecutorOpt,
+    MaxAttemptsOpt,
+    MaxConcurrencyOpt,
+    OnFailureOpt,
+    OutOpt,
+    PolicyOpt,
+    RunOptions,
+    StoreOpt,
+    TimeoutOpt,
+    ToolsOpt,
+)
 from .render import plan_table, print_json
-from .run import STORE_OPT, TOOLS_OPT, run_graph
+from .run import run_graph
 
 __all__ = ["plan_cmd", "planning_summary"]
-
-OUT_OPT = typer.Option(None, "--out", "-o", metavar="FILE", help="Write the plan (JSON) to FILE.")
 
 
 def planning_summary(result: PlanningResult) -> dict[str, Any]:
@@ -54,7 +63,7 @@ def _make_planner(
     timeout: float = 60.0,
 ) -> tuple[Any, LLMPlanner]:
     if not (model or os.environ.get("DAGAGENT_MODEL", "").strip()):
-        fail(
+        raise ConfigError(
             "no model configured: pass --model SPEC (e.g. --model openai:gpt-4o-mini, or "
             "--model openai:llama3.1 --base-url http://localhost:11434/v1) or set "
             "DAGAGENT_MODEL (and DAGAGENT_BASE_URL for a local server)"
@@ -71,24 +80,21 @@ def _plan(llm: Any, planner: LLMPlanner, goal: str) -> PlanningResult:
         async with llm:
             return await planner.plan_with_report(goal)
 
-    try:
-        return anyio.run(main)
-    except LLMError as exc:
-        fail(f"the model could not be used: {' '.join(str(exc).split())}", EXIT_USAGE)
+    return anyio.run(main)  # an LLMError is reported by guard: "the model could not be used"
 
 
 def _write(path: Path, text: str) -> None:
     try:
         path.write_text(text, encoding="utf-8")
     except OSError as exc:
-        fail(f"cannot write the plan to {path}: {exc.strerror or exc}")
+        raise ConfigError(f"cannot write the plan to {path}: {exc.strerror or exc}") from None
 
 
 @app.command("plan")
 @guard
 def plan_cmd(
     goal: str = typer.Argument(..., help="What the plan should achieve.", metavar="GOAL"),
-    tools: str | None = TOOLS_OPT,
+    tools: ToolsOpt = None,
     model: str | None = typer.Option(
         None,
         "--model",
@@ -104,7 +110,7 @@ def plan_cmd(
         help="Server for the model, e.g. http://localhost:11434/v1 (Ollama). Default: "
         "$DAGAGENT_BASE_URL, else $OPENAI_BASE_URL / $ANTHROPIC_BASE_URL.",
     ),
-    out_file: Path | None = OUT_OPT,
+    out_file: OutOpt = None,
     execute: bool = typer.Option(
         False, "--execute", "-x", help="Run the plan right away, as 'dagagent run' would."
     ),
@@ -114,12 +120,7 @@ def plan_cmd(
         help="Print JSON: the plan and planning usage; with --execute, the run result "
         "(planning usage then goes to stderr).",
     ),
-    max_attempts: int = typer.Option(
-        3,
-        "--max-attempts",
-        min=1,
-        help="Answers to try (invalid ones are sent back with their issues).",
-    ),
+    max_attempts: MaxAttemptsOpt = 3,
     agent_tasks: bool = typer.Option(
         False,
         "--agent-tasks",
@@ -131,35 +132,30 @@ def plan_cmd(
         help="Send no response format (for servers that reject json_schema); the prompt "
         "still describes the plan format.",
     ),
-    timeout: float = typer.Option(
-        60.0,
-        "--timeout",
-        min=0.1,
-        metavar="SECONDS",
-        help="How long the model may take to answer (a slow local model may need more).",
-    ),
-    executor: str = typer.Option(
-        "levels",
-        "--executor",
-        "-e",
-        help=f"With --execute: when tasks start ({', '.join(EXECUTORS)}).",
-    ),
-    on_failure: str = typer.Option(
-        "cancel", "--on-failure", help="With --execute: cancel or continue after a failure."
-    ),
-    max_concurrency: int | None = typer.Option(
-        None, "--max-concurrency", "-j", min=1, help="With --execute: at most N tasks at once."
-    ),
-    approve: bool = APPROVE_OPT,
-    ask: list[str] | None = ASK_OPT,
-    policy_file: Path | None = POLICY_OPT,
-    store: Path | None = STORE_OPT,
+    timeout: TimeoutOpt = 60.0,
+    executor: ExecutorOpt = "levels",
+    on_failure: OnFailureOpt = "cancel",
+    max_concurrency: MaxConcurrencyOpt = None,
+    approve: ApproveOpt = False,
+    ask: AskOpt = None,
+    policy_file: PolicyOpt = None,
+    store: StoreOpt = None,
 ) -> None:
     """Ask a model for a plan reaching GOAL with the given tools; show it as a table and a
     DAG, save it (--out) or run it (--execute). Exit 3 if no valid plan came back, 2 if the
     model could not be used."""
     if not goal.strip():
-        fail("the goal is empty: say what the plan should achieve")
+        raise ConfigError("the goal is empty: say what the plan should achieve")
+    options = RunOptions(
+        executor=executor,
+        on_failure=on_failure,
+        max_concurrency=max_concurrency,
+        store=store,
+        tools=tools,
+        approve=approve,
+        asks=tuple(ask or ()),
+        policy_file=policy_file,
+    )
     registry = load_registry(tools)
     llm, planner = _make_planner(
         model,
@@ -192,20 +188,5 @@ def plan_cmd(
         err.print(f"plan written to {out_file}", markup=False, highlight=False)
     if not execute:
         raise typer.Exit(EXIT_OK)
-    interceptors = run_interceptors(
-        graph, registry, approve=approve, asks=ask or [], policy_file=policy_file
-    )
-    code = run_graph(
-        graph,
-        registry,
-        as_json=json_out,
-        executor=executor,
-        on_failure=on_failure,
-        max_concurrency=max_concurrency,
-        interceptors=interceptors,
-        store=store,
-        llm=llm if agent_tasks else None,
-        live=not (ask or policy_file),
-        tools_spec=recorded_tools_spec(tools),  # recorded: replan loads the same tools
-    )
+    code = run_graph(graph, registry, options, as_json=json_out, llm=llm if agent_tasks else None)
     raise typer.Exit(code)

@@ -14,7 +14,7 @@ from ..api import execute, new_run_id
 from ..graph import PlanGraph
 from ..results import RunResult
 from ..store import RunStore
-from ._app import DEFAULT_TOOLS
+from ._app import tools_spec
 from .progress import progress_for
 from .signals import stoppable
 
@@ -60,7 +60,7 @@ def run_recorded(
 def recorded_tools_spec(spec: str | None) -> str:
     """The tools a CLI run loads (``--tools``, else ``$DAGAGENT_TOOLS``, else the demo tools),
     with a file path made absolute so that it still works from another directory."""
-    spec = spec or os.environ.get("DAGAGENT_TOOLS") or DEFAULT_TOOLS
+    spec = tools_spec(spec)
     target, sep, attr = spec.rpartition(":")
     if sep and (target.endswith(".py") or os.sep in target) and Path(target).is_file():
         return f"{Path(target).resolve()}:{attr}"

@@ -3,39 +3,38 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Any
 
 import typer
 
 from ..errors import ConfigError
-from ..executors import EXECUTORS, get_executor
 from ..graph import PlanGraph, validate
 from ..results import RunResult
 from ..store import default_store_path
 from ._app import EXIT_FAILED, EXIT_OK, app, err, guard, load_registry, out
-from .approve import APPROVE_OPT, ASK_OPT, POLICY_OPT, run_interceptors
-from .recording import recorded_tools_spec, run_recorded
+from .options import (
+    ApproveOpt,
+    AskOpt,
+    ExecutorOpt,
+    MaxConcurrencyOpt,
+    OnFailureOpt,
+    PlanArg,
+    PolicyOpt,
+    RunOptions,
+    StoreOpt,
+    ToolsOpt,
+)
+from .recording import run_recorded
 from .render import plan_table, print_json, result_table
 
-__all__ = ["print_result", "run_graph"]
-
-PLAN_ARG = typer.Argument(..., help="Plan file (JSON).", metavar="PLAN")
-TOOLS_OPT = typer.Option(
-    None,
-    "--tools",
-    "-t",
-    metavar="MODULE:ATTR",
-    help="Tools: a Registry (or list of tools) as module:attr or path/file.py:attr. "
-    "Default: $DAGAGENT_TOOLS, else the bundled demo tools.",
-)
+__all__ = ["agent_model", "print_result", "run_graph"]
 
 
 @app.command("validate")
 @guard
 def validate_cmd(
-    plan: Path = PLAN_ARG,
-    tools: str | None = TOOLS_OPT,
+    plan: PlanArg,
+    tools: ToolsOpt = None,
     json_out: bool = typer.Option(False, "--json", help="Print the levels as JSON."),
     model: str | None = typer.Option(
         None,
@@ -86,44 +85,28 @@ def print_result(result: RunResult, *, as_json: bool) -> int:
     return EXIT_OK if result.ok else EXIT_FAILED
 
 
-EXECUTOR_OPT = typer.Option(
-    "levels", "--executor", "-e", help=f"When tasks start: {', '.join(EXECUTORS)}."
-)
-ON_FAILURE_OPT = typer.Option(
-    "cancel",
-    "--on-failure",
-    help="cancel: stop the run at the first failure; "
-    "continue: run independent branches to the end.",
-)
-MAX_CONCURRENCY_OPT = typer.Option(
-    None, "--max-concurrency", "-j", min=1, help="At most N tasks at once."
-)
-STORE_OPT = typer.Option(
-    None,
-    "--store",
-    metavar="PATH",
-    help="Run store file. Default: $DAGAGENT_HOME/runs.db, else .dagagent/runs.db.",
-)
-
-
 def run_graph(
-    graph: PlanGraph,
-    registry: Any,
-    *,
-    as_json: bool,
-    store: str | Path | None = None,
-    live: bool = True,
-    **options: Any,
+    graph: PlanGraph, registry: Any, options: RunOptions, *, as_json: bool, llm: Any = None
 ) -> int:
-    """Run a validated plan from the command line, recorded in the run store, with progress
-    (none with ``as_json``); print the result; return the exit code."""
+    """What ``run`` and ``plan --execute`` do with a validated plan: confirm it and set up
+    approval as the options say, run it recorded in the run store with progress (none with
+    ``as_json``), print the result; return the exit code."""
+    execute_options = options.execute_options()
+    interceptors = options.interceptors(graph, registry)
     result = run_recorded(
-        graph, registry, console=None if as_json else out, store=store, live=live, **options
+        graph,
+        registry,
+        console=None if as_json else out,
+        store=options.store,
+        live=options.live,  # questions on the terminal: no live display over them
+        interceptors=interceptors,
+        llm=llm,
+        **execute_options,
     )
     code = print_result(result, as_json=as_json)
     if not as_json:
         err.print(
-            f"recorded as run {result.run_id} in {default_store_path(store)}",
+            f"recorded as run {result.run_id} in {default_store_path(options.store)}",
             markup=False,
             highlight=False,
         )
@@ -144,16 +127,16 @@ def agent_model(model: str | None, base_url: str | None) -> Any:
 @app.command("run")
 @guard
 def run_cmd(
-    plan: Path = PLAN_ARG,
-    tools: str | None = TOOLS_OPT,
-    executor: str = EXECUTOR_OPT,
-    on_failure: str = ON_FAILURE_OPT,
-    max_concurrency: int | None = MAX_CONCURRENCY_OPT,
+    plan: PlanArg,
+    tools: ToolsOpt = None,
+    executor: ExecutorOpt = "levels",
+    on_failure: OnFailureOpt = "cancel",
+    max_concurrency: MaxConcurrencyOpt = None,
     json_out: bool = typer.Option(False, "--json", help="Print only the result, as JSON."),
-    approve: bool = APPROVE_OPT,
-    ask: list[str] | None = ASK_OPT,
-    policy_file: Path | None = POLICY_OPT,
-    store: Path | None = STORE_OPT,
+    approve: ApproveOpt = False,
+    ask: AskOpt = None,
+    policy_file: PolicyOpt = None,
+    store: StoreOpt = None,
     dask_address: str | None = typer.Option(
         None,
         "--dask-address",
@@ -179,30 +162,20 @@ def run_cmd(
 ) -> None:
     """Validate and run a plan, recording it in the run store (review it with 'dagagent show',
     revise it with 'dagagent replan'). Exit 0 if every task succeeded, 1 if the run failed."""
-    if dask_address is not None and executor != "dask":
-        raise ConfigError("--dask-address needs --executor dask")
+    options = RunOptions(
+        executor=executor,
+        on_failure=on_failure,
+        max_concurrency=max_concurrency,
+        store=store,
+        tools=tools,
+        approve=approve,
+        asks=tuple(ask or ()),
+        policy_file=policy_file,
+        dask_address=dask_address,
+    )
     registry = load_registry(tools)
     llm = agent_model(model, base_url)
     graph = validate(plan, registry, llm=llm, check_llm=True)
     for w in graph.warnings:
         err.print(f"warning: {w}", markup=False, highlight=False)
-    exe: Any = executor
-    if dask_address is not None:
-        exe = get_executor("dask", address=dask_address)
-    interceptors = run_interceptors(
-        graph, registry, approve=approve, asks=ask or [], policy_file=policy_file
-    )
-    code = run_graph(
-        graph,
-        registry,
-        as_json=json_out,
-        executor=exe,
-        on_failure=on_failure,
-        max_concurrency=max_concurrency,
-        interceptors=interceptors,
-        store=store,
-        llm=llm,
-        live=not (ask or policy_file),  # questions on the terminal: no live display over them
-        tools_spec=recorded_tools_spec(tools),  # recorded: replan loads the same tools
-    )
-    raise typer.Exit(code)
+    raise typer.Exit(run_graph(graph, registry, options, as_json=json_out, llm=llm))

@@ -1,11 +1,17 @@
 """``dagagent runs``, ``show``, ``graph`` and ``replan``: reviewing recorded runs and revising
-failed plans. Business logic lives in :mod:`dagagent.store` and :mod:`dagagent.review`."""
+failed plans. Business logic lives in :mod:`dagagent.store` and :mod:`dagagent.review`.
+
+One concern, the commands over recorded runs: each finds a run the same way (:func:`find_run`:
+``RUN`` or ``--last`` in ``--store``) and shows it with the same styles. It is longer than the
+other command modules because ``replan`` shows a review, a diff and the reuse forecast in text
+and JSON, then runs the revised plan; what each of those means lives in :mod:`dagagent.review`.
+"""
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import anyio
 import typer
@@ -13,7 +19,7 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
-from ..errors import ConfigError, LLMError
+from ..errors import ConfigError
 from ..graph import PlanGraph, critical_path, validate
 from ..plan import Plan, load_plan
 from ..review import (
@@ -26,34 +32,31 @@ from ..review import (
 )
 from ..store import RunRecord, RunStore, check_run_id, default_store_path
 from ..workflows.replan import Revision, revise_run
-from ._app import EXIT_FAILED, EXIT_OK, EXIT_USAGE, app, err, fail, guard, load_registry, out
+from ._app import EXIT_FAILED, EXIT_OK, app, err, guard, load_registry, out
 from .diagram import FORMATS, render_graph
-from .recording import recorded_tools_spec, run_recorded
+from .options import (
+    ExecutorOpt,
+    LastOpt,
+    MaxAttemptsOpt,
+    MaxConcurrencyOpt,
+    OnFailureOpt,
+    OutOpt,
+    RunArg,
+    RunOptions,
+    StoreOpt,
+    TimeoutOpt,
+    ToolsOpt,
+)
+from .recording import run_recorded
 from .render import STATUS_STYLE, print_json, short
-from .run import EXECUTOR_OPT, MAX_CONCURRENCY_OPT, ON_FAILURE_OPT, agent_model, print_result
+from .run import agent_model, print_result
 
-__all__ = ["find_run"]
+__all__ = ["find_run", "make_model"]
 
-STORE_OPT = typer.Option(
-    None,
-    "--store",
-    metavar="PATH",
-    help="Run store file. Default: $DAGAGENT_HOME/runs.db, else .dagagent/runs.db.",
-)
-LAST_OPT = typer.Option(False, "--last", help="The most recent run.")
-FROM_OPT = typer.Option(
-    None, "--from", metavar="FILE", help="The revised plan, edited by hand (JSON)."
-)
-OUT_OPT = typer.Option(
-    None,
-    "--out",
-    "-o",
-    metavar="FILE",
-    help="Write the revised plan here (without a revision: the run's plan, to edit).",
-)
-RUN_ARG = typer.Argument(
-    None, metavar="RUN", help="Run id (12 hex digits, or a unique prefix of at least 4)."
-)
+FromOpt = Annotated[
+    Path | None,
+    typer.Option("--from", metavar="FILE", help="The revised plan, edited by hand (JSON)."),
+]
 
 _STYLE: dict[str, str] = {s.value: style for s, style in STATUS_STYLE.items()}
 _STYLE.update({"running": "blue", "interrupted": "yellow", "unrecorded": "dim"})
@@ -86,9 +89,9 @@ def _open_store(store: Path | None) -> RunStore:
 def find_run(st: RunStore, run: str | None, last: bool) -> RunRecord:
     """The record named by ``RUN`` or ``--last`` (exactly one of them)."""
     if run is not None and last:
-        fail("give a RUN id or --last, not both")
+        raise ConfigError("give a RUN id or --last, not both")
     if run is None and not last:
-        fail("give a RUN id (see 'dagagent runs') or --last")
+        raise ConfigError("give a RUN id (see 'dagagent runs') or --last")
     if last:
         return st.last_run()
     assert run is not None
@@ -103,7 +106,7 @@ def find_run(st: RunStore, run: str | None, last: bool) -> RunRecord:
 @guard
 def runs_cmd(
     limit: int = typer.Option(20, "--limit", "-n", min=1, help="Show at most N runs."),
-    store: Path | None = STORE_OPT,
+    store: StoreOpt = None,
     json_out: bool = typer.Option(False, "--json", help="Print the runs as JSON."),
 ) -> None:
     """List recorded runs, most recent first: id, when, goal, status, task counts."""
@@ -160,9 +163,9 @@ def _critical(record: RunRecord, graph: PlanGraph) -> tuple[float, list[str]]:
 @app.command("show")
 @guard
 def show_cmd(
-    run: str | None = RUN_ARG,
-    last: bool = LAST_OPT,
-    store: Path | None = STORE_OPT,
+    run: RunArg = None,
+    last: LastOpt = False,
+    store: StoreOpt = None,
     json_out: bool = typer.Option(False, "--json", help="Print the record as JSON."),
 ) -> None:
     """Show a recorded run: each task's status, duration, attempts, output or error, and the
@@ -233,11 +236,11 @@ def graph_cmd(
     target: str | None = typer.Argument(
         None, metavar="PLAN_OR_RUN", help="A plan file, or a run id (statuses are shown)."
     ),
-    last: bool = LAST_OPT,
+    last: LastOpt = False,
     fmt: str = typer.Option(
         "ascii", "--format", "-f", metavar="FORMAT", help=f"One of: {', '.join(FORMATS)}."
     ),
-    store: Path | None = STORE_OPT,
+    store: StoreOpt = None,
 ) -> None:
     """Draw a plan's graph (a plan file), or a recorded run's graph marked by task status."""
     if fmt not in FORMATS:
@@ -312,10 +315,8 @@ def _revise(
         async with llm:
             return await revise_run(record, registry, replanner=replanner, agent_llm=agent_llm)
 
-    try:
-        revision = anyio.run(main)
-    except LLMError as exc:
-        fail(f"the model could not be used: {' '.join(str(exc).split())}", EXIT_USAGE)
+    # an LLMError is reported by guard: "the model could not be used"
+    revision = anyio.run(main)
     if revision.planning is not None and not quiet:
         err.print(
             f"revised by {getattr(llm, 'model', 'the model')}: {revision.planning.summary()}",
@@ -330,9 +331,9 @@ def _revise(
 @app.command("replan")
 @guard
 def replan_cmd(
-    run: str | None = RUN_ARG,
-    last: bool = LAST_OPT,
-    from_file: Path | None = FROM_OPT,
+    run: RunArg = None,
+    last: LastOpt = False,
+    from_file: FromOpt = None,
     model: str | None = typer.Option(
         None,
         "--model",
@@ -347,10 +348,8 @@ def replan_cmd(
         metavar="URL",
         help="Server for --model, e.g. http://localhost:11434/v1. Default: $DAGAGENT_BASE_URL.",
     ),
-    max_attempts: int = typer.Option(
-        3, "--max-attempts", min=1, help="--model: attempts before giving up (exit 3)."
-    ),
-    out_file: Path | None = OUT_OPT,
+    max_attempts: MaxAttemptsOpt = 3,
+    out_file: OutOpt = None,
     execute_it: bool = typer.Option(
         False,
         "--execute",
@@ -358,25 +357,13 @@ def replan_cmd(
         help="Run the revised plan (without a revision: the same plan again) as a new run "
         "linked to this one, reusing every unchanged success.",
     ),
-    tools: str | None = typer.Option(
-        None,
-        "--tools",
-        "-t",
-        metavar="MODULE:ATTR",
-        help="Tools for the revised plan. Default: the tools the run used.",
-    ),
-    executor: str = EXECUTOR_OPT,
-    on_failure: str = ON_FAILURE_OPT,
-    max_concurrency: int | None = MAX_CONCURRENCY_OPT,
-    store: Path | None = STORE_OPT,
+    tools: ToolsOpt = None,
+    executor: ExecutorOpt = "levels",
+    on_failure: OnFailureOpt = "cancel",
+    max_concurrency: MaxConcurrencyOpt = None,
+    store: StoreOpt = None,
     json_out: bool = typer.Option(False, "--json", help="Print everything as one JSON object."),
-    timeout: float = typer.Option(
-        60.0,
-        "--timeout",
-        min=0.1,
-        metavar="SECONDS",
-        help="With --model: how long the model may take to answer.",
-    ),
+    timeout: TimeoutOpt = 60.0,
 ) -> None:
     """Review a run (what failed and why, what it blocked, what succeeded), compare it with a
     revised plan (--from FILE or --model SPEC) and optionally run that plan (--execute),
@@ -384,9 +371,9 @@ def replan_cmd(
     Exit 0 after a review; with --execute, the new run's exit code (0 ok, 1 failed); 3 when
     the model gave no valid plan in --max-attempts."""
     if from_file is not None and model is not None:
-        fail("give --from FILE or --model SPEC, not both")
+        raise ConfigError("give --from FILE or --model SPEC, not both")
     if base_url is not None and model is None:
-        fail("--base-url needs --model")
+        raise ConfigError("--base-url needs --model")
     with _open_store(store) as st:
         record = find_run(st, run, last)
         path = st.path
@@ -455,6 +442,9 @@ def replan_cmd(
     if not json_out:
         out.print("")
         out.print(f"running it as a new run (parent {record.id}):", markup=False)
+    options = RunOptions(
+        executor=executor, on_failure=on_failure, max_concurrency=max_concurrency, store=path
+    )
     result = run_recorded(
         revision.graph,
         registry,
@@ -462,11 +452,8 @@ def replan_cmd(
         store=path,
         reuse=revision.reuse_map(),
         parent_id=record.id,
-        executor=executor,
-        on_failure=on_failure,
-        max_concurrency=max_concurrency,
-        tools_spec=recorded_tools_spec(spec),
         llm=agent_llm if any(t.is_agent for t in plan.tasks) else None,
+        **options.execute_options(tools_spec=spec),
     )
     if json_out:
         doc["result"] = result.to_json_dict()
@@ -515,4 +502,4 @@ def _write_plan(path: Path, plan: Plan) -> None:
     try:
         path.write_text(plan.to_json(indent=2) + "\n", encoding="utf-8")
     except OSError as exc:
-        fail(f"cannot write the plan to {path}: {exc}")
+        raise ConfigError(f"cannot write the plan to {path}: {exc}") from None

@@ -1,0 +1,183 @@
+"""The options that several commands share, each declared once (``Annotated`` aliases), and
+:class:`RunOptions`: what the options of a command that runs a plan (``run``, ``plan
+--execute``, ``replan --execute``) become, in one place."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from ..errors import ConfigError
+from ..executors import EXECUTORS, get_executor
+from .recording import recorded_tools_spec
+
+if TYPE_CHECKING:
+    from ..graph import PlanGraph
+    from ..runner import Interceptor
+    from ..tools import Registry
+
+__all__ = [
+    "ApproveOpt",
+    "AskOpt",
+    "ExecutorOpt",
+    "LastOpt",
+    "MaxAttemptsOpt",
+    "MaxConcurrencyOpt",
+    "OnFailureOpt",
+    "OutOpt",
+    "PlanArg",
+    "PolicyOpt",
+    "RunArg",
+    "RunOptions",
+    "StoreOpt",
+    "TimeoutOpt",
+    "ToolsOpt",
+]
+
+PlanArg = Annotated[Path, typer.Argument(help="Plan file (JSON).", metavar="PLAN")]
+RunArg = Annotated[
+    str | None,
+    typer.Argument(metavar="RUN", help="Run id (12 hex digits, or a unique prefix of at least 4)."),
+]
+ToolsOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--tools",
+        "-t",
+        metavar="MODULE:ATTR",
+        help="Tools: a Registry (or list of tools) as module:attr or path/file.py:attr. "
+        "Default: $DAGAGENT_TOOLS, else the bundled demo tools (replan: the tools the run "
+        "used).",
+    ),
+]
+StoreOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--store",
+        metavar="PATH",
+        help="Run store file. Default: $DAGAGENT_HOME/runs.db, else .dagagent/runs.db.",
+    ),
+]
+OutOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--out",
+        "-o",
+        metavar="FILE",
+        help="Write the plan (JSON) to FILE (replan: the revised plan; without a revision, the "
+        "run's plan, to edit).",
+    ),
+]
+LastOpt = Annotated[bool, typer.Option("--last", help="The most recent run.")]
+ExecutorOpt = Annotated[
+    str, typer.Option("--executor", "-e", help=f"When tasks start: {', '.join(EXECUTORS)}.")
+]
+OnFailureOpt = Annotated[
+    str,
+    typer.Option(
+        "--on-failure",
+        help="cancel: stop the run at the first failure; "
+        "continue: run independent branches to the end.",
+    ),
+]
+MaxConcurrencyOpt = Annotated[
+    int | None,
+    typer.Option("--max-concurrency", "-j", min=1, help="At most N tasks at once."),
+]
+ApproveOpt = Annotated[
+    bool,
+    typer.Option(
+        "--approve",
+        help="Show the plan and ask before running it (needs a terminal; answering no exits 1).",
+    ),
+]
+AskOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--ask",
+        metavar="TOOL",
+        help="Ask on the terminal before each call of TOOL (glob; repeatable). Without a "
+        "terminal, such calls are denied.",
+    ),
+]
+PolicyOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--policy",
+        metavar="FILE",
+        help="Approval rules file: JSON (or TOML on Python 3.11+). Checked before --ask; a call "
+        "runs only if both allow it.",
+    ),
+]
+MaxAttemptsOpt = Annotated[
+    int,
+    typer.Option(
+        "--max-attempts",
+        min=1,
+        help="Answers to ask the model for before giving up (exit 3); invalid ones are sent "
+        "back with their issues.",
+    ),
+]
+TimeoutOpt = Annotated[
+    float,
+    typer.Option(
+        "--timeout",
+        min=0.1,
+        metavar="SECONDS",
+        help="How long the model may take to answer (a slow local model may need more).",
+    ),
+]
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """The options of a command that runs a plan, as given on the command line."""
+
+    executor: str = "levels"
+    on_failure: str = "cancel"
+    max_concurrency: int | None = None
+    store: Path | None = None
+    tools: str | None = None
+    approve: bool = False
+    asks: tuple[str, ...] = ()
+    policy_file: Path | None = None
+    dask_address: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.dask_address is not None and self.executor != "dask":
+            raise ConfigError("--dask-address needs --executor dask")
+
+    @property
+    def live(self) -> bool:
+        """A live display, unless questions may be asked on the terminal during the run."""
+        return not (self.asks or self.policy_file)
+
+    def interceptors(self, graph: PlanGraph, registry: Registry) -> list[Interceptor]:
+        """The approval interceptors of ``--approve``, ``--ask`` and ``--policy`` (see
+        :func:`dagagent.cli.approve.run_interceptors`)."""
+        from .approve import run_interceptors
+
+        return run_interceptors(
+            graph,
+            registry,
+            approve=self.approve,
+            asks=list(self.asks),
+            policy_file=self.policy_file,
+        )
+
+    def execute_options(self, tools_spec: str | None = None) -> dict[str, Any]:
+        """Keyword arguments of :func:`~dagagent.cli.recording.run_recorded`: the executor,
+        the failure policy, the concurrency limit and the tools spec recorded with the run
+        (``tools_spec``, default ``--tools``), so that ``replan`` loads the same tools."""
+        executor: Any = self.executor
+        if self.dask_address is not None:
+            executor = get_executor("dask", address=self.dask_address)
+        return {
+            "executor": executor,
+            "on_failure": self.on_failure,
+            "max_concurrency": self.max_concurrency,
+            "tools_spec": recorded_tools_spec(self.tools if tools_spec is None else tools_spec),
+        }
