@@ -24,7 +24,7 @@ Warnings (do not stop a run): ``no_llm`` — the plan has agent tasks but no mod
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence, Sized
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence, Sized
 from typing import TYPE_CHECKING, Any
 
 import networkx as nx
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
     from .tools import Registry
 
-__all__ = ["PlanGraph", "critical_path", "validate"]
+__all__ = ["PlanGraph", "check_task", "critical_path", "validate"]
 
 
 class PlanGraph:
@@ -47,6 +47,12 @@ class PlanGraph:
     ``dependents``, ``order`` and ``levels`` from it. ``graph`` (a networkx ``DiGraph``) is
     built on first use: nothing on the run path needs it.
     """
+
+    complete = True
+    """``False`` while tasks are still being added (a streamed plan: see
+    :class:`~dagagent.growing.GrowingGraph`); a validated plan is complete."""
+    aborted = False
+    """Whether planning stopped early (an invalid task): only a growing graph can be."""
 
     def __init__(
         self,
@@ -73,6 +79,14 @@ class PlanGraph:
         self.dependents: dict[str, tuple[str, ...]] = dependents
         self.levels: list[list[str]] = [sorted(g, key=pos.__getitem__) for g in generations]
         self.order: list[str] = [n for level in self.levels for n in level]
+
+    def watch(self, watcher: Callable[[str | None], None]) -> None:
+        """Tell ``watcher`` about tasks added later, then ``None`` when the plan is complete.
+        A validated plan is complete already: ``watcher(None)`` at once."""
+        watcher(None)
+
+    def unwatch(self, watcher: Callable[[str | None], None]) -> None:
+        """Stop telling ``watcher``."""
 
     @property
     def graph(self) -> nx.DiGraph[str]:
@@ -227,104 +241,115 @@ def _scan(
     templates: dict[str, Template] = {}
     for t in plan.tasks:
         tid = t.id
-        if t.tool is not None and t.instruction is not None:
-            issues.append(
-                Issue(
-                    "tool_and_instruction",
-                    tid,
-                    "a task has either 'tool' or 'instruction', not both",
-                )
-            )
-        if t.tool is None:
-            if not (t.instruction and t.instruction.strip()):
-                issues.append(
-                    Issue(
-                        "missing_instruction",
-                        tid,
-                        "the task has no 'tool', so it is an agent task, "
-                        "and it has no 'instruction'",
-                    )
-                )
-            if t.args:
-                issues.append(
-                    Issue("agent_args", tid, "an agent task takes an 'instruction', not 'args'")
-                )
-        source: Any = t.args if t.tool is not None else (t.instruction or "")
-        try:
-            tmpl = Template(source)
-        except PlanLoadError as exc:  # arguments nested too deeply
-            issues.append(Issue("bad_arguments", tid, str(exc)))
-            tmpl = Template({})
-        templates[tid] = tmpl
-        for bad in tmpl.malformed:
-            shown = bad if len(bad) <= 60 else bad[:57] + "..."
-            issues.append(
-                Issue(
-                    "bad_reference",
-                    tid,
-                    f"malformed reference in {shown!r}: write ${{task_id}} or ${{task_id.path}}"
-                    " (and $${ for a literal '${')",
-                )
-            )
-        deps: dict[str, str] = dict.fromkeys(t.depends_on, "depends_on")
-        for ref in tmpl.refs:
-            deps.setdefault(ref.task_id, f"reference {ref.text}")
-        mine: list[str] = []
-        for d, why in deps.items():
-            if d == tid:
-                issues.append(Issue("self_dependency", tid, f"the task depends on itself ({why})"))
-            elif d not in ids:
-                what = "depends on" if why == "depends_on" else f"has {why} to"
-                issues.append(Issue("missing_dependency", tid, f"{what} unknown task {d!r}"))
-            else:
-                mine.append(d)
-                succs[d].append(tid)
+        found, templates[tid], mine = check_task(t, ids, registry)
+        issues.extend(found)
+        for d in mine:
+            succs[d].append(tid)
         prev = preds.get(tid)
         preds[tid] = tuple(mine) if prev is None else prev + tuple(mine)
+    return issues, templates, preds, succs
 
-        if registry is not None:
-            if t.tool is not None:
-                if t.tool not in registry:
+
+def check_task(
+    t: Task, known: Container[str], registry: Registry | None
+) -> tuple[list[Issue], Template, list[str]]:
+    """The checks of one task against the ids ``known`` so far: its kind, its references,
+    its dependencies (each must be in ``known``), its tool and literal arguments (with a
+    ``registry``). Returns the issues, the compiled template and the task's dependencies
+    that are known, in edge order. Used by :func:`validate` for a whole plan and by
+    :class:`~dagagent.growing.PlanChecker` for a plan that arrives task by task."""
+    issues: list[Issue] = []
+    tid = t.id
+    if t.tool is not None and t.instruction is not None:
+        issues.append(
+            Issue(
+                "tool_and_instruction",
+                tid,
+                "a task has either 'tool' or 'instruction', not both",
+            )
+        )
+    if t.tool is None:
+        if not (t.instruction and t.instruction.strip()):
+            issues.append(
+                Issue(
+                    "missing_instruction",
+                    tid,
+                    "the task has no 'tool', so it is an agent task, and it has no 'instruction'",
+                )
+            )
+        if t.args:
+            issues.append(
+                Issue("agent_args", tid, "an agent task takes an 'instruction', not 'args'")
+            )
+    source: Any = t.args if t.tool is not None else (t.instruction or "")
+    try:
+        tmpl = Template(source)
+    except PlanLoadError as exc:  # arguments nested too deeply
+        issues.append(Issue("bad_arguments", tid, str(exc)))
+        tmpl = Template({})
+    for bad in tmpl.malformed:
+        shown = bad if len(bad) <= 60 else bad[:57] + "..."
+        issues.append(
+            Issue(
+                "bad_reference",
+                tid,
+                f"malformed reference in {shown!r}: write ${{task_id}} or ${{task_id.path}}"
+                " (and $${ for a literal '${')",
+            )
+        )
+    deps: dict[str, str] = dict.fromkeys(t.depends_on, "depends_on")
+    for ref in tmpl.refs:
+        deps.setdefault(ref.task_id, f"reference {ref.text}")
+    mine: list[str] = []
+    for d, why in deps.items():
+        if d == tid:
+            issues.append(Issue("self_dependency", tid, f"the task depends on itself ({why})"))
+        elif d not in known:
+            what = "depends on" if why == "depends_on" else f"has {why} to"
+            issues.append(Issue("missing_dependency", tid, f"{what} unknown task {d!r}"))
+        else:
+            mine.append(d)
+    if registry is not None:
+        if t.tool is not None:
+            if t.tool not in registry:
+                issues.append(
+                    Issue(
+                        "unknown_tool",
+                        tid,
+                        f"unknown tool {t.tool!r} "
+                        f"(known: {', '.join(sorted(registry.names)) or 'none'})",
+                    )
+                )
+            else:
+                tool = registry.get(t.tool)
+                if tmpl.refs:
+                    literal = tmpl.literal_keys()
+                    referenced = [k for k in t.args if k not in literal]
+                else:
+                    literal, referenced = t.args, []
+                problems = tool.check_partial(literal, referenced)
+                if problems:
                     issues.append(
                         Issue(
-                            "unknown_tool",
+                            "bad_arguments",
                             tid,
-                            f"unknown tool {t.tool!r} "
-                            f"(known: {', '.join(sorted(registry.names)) or 'none'})",
+                            f"arguments for tool {t.tool!r} do not fit its schema: "
+                            + "; ".join(problems),
                         )
                     )
-                else:
-                    tool = registry.get(t.tool)
-                    if tmpl.refs:
-                        literal = tmpl.literal_keys()
-                        referenced = [k for k in t.args if k not in literal]
-                    else:
-                        literal, referenced = t.args, []
-                    problems = tool.check_partial(literal, referenced)
-                    if problems:
-                        issues.append(
-                            Issue(
-                                "bad_arguments",
-                                tid,
-                                f"arguments for tool {t.tool!r} do not fit its schema: "
-                                + "; ".join(problems),
-                            )
-                        )
-                    if t.retries and not tool.retryable:
-                        issues.append(
-                            Issue(
-                                "not_retryable",
-                                tid,
-                                f"tool {t.tool!r} may not be retried (it does not declare that "
-                                "calling it again is safe): remove 'retries'",
-                            )
-                        )
-            for name in t.tools or ():
-                if name not in registry:
+                if t.retries and not tool.retryable:
                     issues.append(
-                        Issue("unknown_tool", tid, f"agent tool {name!r} is not registered")
+                        Issue(
+                            "not_retryable",
+                            tid,
+                            f"tool {t.tool!r} may not be retried (it does not declare that "
+                            "calling it again is safe): remove 'retries'",
+                        )
                     )
-    return issues, templates, preds, succs
+        for name in t.tools or ():
+            if name not in registry:
+                issues.append(Issue("unknown_tool", tid, f"agent tool {name!r} is not registered"))
+    return issues, tmpl, mine
 
 
 def _nx_graph(preds: Mapping[str, Iterable[str]]) -> nx.DiGraph[str]:

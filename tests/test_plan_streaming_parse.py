@@ -1,0 +1,274 @@
+"""Streamed plans, piece by piece: incremental JSON and LLMCompiler parsing, per-task checks,
+and the graph that grows while it runs."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import dagagent
+from dagagent.growing import GrowingGraph, PlanChecker
+from dagagent.plan import Task
+from dagagent.planners import parse_llmcompiler
+from dagagent.planners.incremental import JsonTaskStream, StreamedPlanError
+from dagagent.planners.llmcompiler import LLMCompilerStream
+
+TASKS = [
+    {"id": "a", "tool": "add", "args": {"a": 12, "b": 3}},
+    {"id": "b", "tool": "echo", "args": {"value": {"nested": [1, {"x": "}]{["}], "n": 1.5}}},
+    {"id": "c", "tool": "add", "args": {"a": "${a}", "b": 100}, "depends_on": ["b"]},
+]
+
+
+def feed_all(stream: JsonTaskStream, text: str, size: int) -> list[tuple[int, Any]]:
+    """(position after the piece, task) for every task returned, then those of finish()."""
+    out = []
+    for start in range(0, len(text), size):
+        for task in stream.feed(text[start : start + size]):
+            out.append((start + size, task))
+    out += [(len(text), task) for task in stream.finish()]
+    return out
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        json.dumps({"goal": "g", "tasks": TASKS}),
+        json.dumps(TASKS, indent=2),
+        "Here is the plan [1 of 1]:\n```json\n" + json.dumps({"tasks": TASKS}) + "\n```\nDone.",
+        json.dumps({"plan": {"goal": "g", "tasks": TASKS}}),
+    ],
+    ids=["object", "bare-list", "prose-and-fence", "wrapped"],
+)
+@pytest.mark.parametrize("size", [1, 2, 7, 64, 10_000])
+def test_every_chunking_yields_the_tasks_in_order(text: str, size: int) -> None:
+    got = feed_all(JsonTaskStream(), text, size)
+    assert [t for _, t in got] == TASKS
+
+
+@given(st.lists(st.integers(min_value=1, max_value=40), min_size=1, max_size=80))
+def test_streamed_json_tasks_are_never_cut_whatever_the_pieces(cuts: list[int]) -> None:
+    text = json.dumps({"goal": "g", "tasks": TASKS})
+    stream = JsonTaskStream()
+    got: list[Any] = []
+    pos = 0
+    for n in cuts:
+        got += stream.feed(text[pos : pos + n])
+        pos += n
+    got += stream.feed(text[pos:])
+    got += stream.finish()
+    assert got == TASKS
+
+
+def test_a_task_is_returned_only_once_the_next_one_begins_or_the_json_ends() -> None:
+    text = json.dumps({"goal": "g", "tasks": TASKS})
+    got = feed_all(JsonTaskStream(), text, 1)
+    # Task a holds the number 12: after "1" a cut parse would give 1. It comes when b begins.
+    begin_b = text.index('{"id": "b"')
+    assert got[0] == (begin_b + 1, TASKS[0])
+    begin_c = text.index('{"id": "c"')
+    assert got[1] == (begin_c + 1, TASKS[1])
+    # The last task: when the plan's JSON ends, not before.
+    assert got[2] == (len(text), TASKS[2])
+
+
+def test_the_last_task_comes_when_the_json_closes_even_if_the_model_talks_on() -> None:
+    stream = JsonTaskStream()
+    text = json.dumps({"tasks": TASKS})
+    assert stream.feed(text[:-1]) == TASKS[:2]
+    assert stream.feed(text[-1]) == [TASKS[2]]
+    assert stream.closed
+    assert stream.feed("\nI hope this plan helps! {") == []
+    assert stream.finish() == []
+
+
+def test_an_answer_cut_off_is_truncated_at_the_end() -> None:
+    stream = JsonTaskStream()
+    text = json.dumps({"tasks": TASKS})
+    assert stream.feed(text[:-30]) == TASKS[:2]
+    with pytest.raises(StreamedPlanError) as err:
+        stream.finish()
+    assert err.value.issue.code == "truncated"
+
+
+@pytest.mark.parametrize(
+    ("text", "code"),
+    [("", "empty_answer"), ("I cannot plan this.", "not_json"), ('{"steps": []}', "schema")],
+)
+def test_answers_that_are_no_plan(text: str, code: str) -> None:
+    stream = JsonTaskStream()
+    with pytest.raises(StreamedPlanError) as err:
+        stream.feed(text)
+        stream.finish()
+    assert err.value.issue.code == code
+
+
+def test_invalid_json_stops_the_stream_at_once() -> None:
+    stream = JsonTaskStream()
+    assert stream.feed('{"tasks": [{"id": "a", "tool": "add", "args": {}},') == []
+    with pytest.raises(StreamedPlanError) as err:
+        stream.feed(' {"id": b}]}')
+    assert err.value.issue.code == "not_json"
+
+
+def test_a_task_that_never_ends_is_cut_off_early() -> None:
+    stream = JsonTaskStream(max_task_chars=500)
+    assert stream.feed('{"tasks": [{"id": "a", "tool": "echo", "args": {}}, ') == []
+    stream.feed('{"id": "b", "tool": "echo", "args": {"value": "')
+    with pytest.raises(StreamedPlanError) as err:
+        for _ in range(100):
+            stream.feed("la la ")
+    assert err.value.issue.code == "runaway"
+    assert "task 2" in err.value.issue.message
+    assert len(stream.text) < 700
+
+
+def test_prose_that_never_reaches_a_plan_is_cut_off() -> None:
+    stream = JsonTaskStream(max_task_chars=300)
+    with pytest.raises(StreamedPlanError) as err:
+        for _ in range(100):
+            stream.feed("thinking about it some more... ")
+    assert err.value.issue.code == "runaway"
+
+
+# ---------------------------------------------------------------------------- LLMCompiler
+
+
+@pytest.fixture
+def reg() -> dagagent.Registry:
+    reg = dagagent.Registry()
+
+    @reg.tool
+    def search(query: str) -> str:
+        """Search."""
+        return query
+
+    @reg.tool
+    def math(problem: str, context: list[str] | None = None) -> float:
+        """Math."""
+        return 0.0
+
+    return reg
+
+
+LLMC = (
+    "Thought: both caps first.\n"
+    '1. search("Microsoft Market Cap")\n'
+    "2. search('Apple Market Cap')\n"
+    'Thought: then compare\n3. math("$1 / $2 and $100", ["$1", $2])\n'
+    "4. join()<END_OF_PLAN>\n"
+    "5. search('never read')\n"
+)
+
+
+@pytest.mark.parametrize("size", [1, 3, 16, 1000])
+def test_llmcompiler_lines_stream_into_the_tasks_the_batch_parser_reads(
+    reg: dagagent.Registry, size: int
+) -> None:
+    stream = LLMCompilerStream(reg)
+    got: list[Task] = []
+    for start in range(0, len(LLMC), size):
+        got += stream.feed(LLMC[start : start + size])
+    got += stream.finish()
+    assert stream.ended
+    assert got == parse_llmcompiler(LLMC, reg).tasks
+    assert got[2].description == "then compare"
+    assert got[2].args == {"problem": "${1} / ${2} and $100", "context": ["${1}", "${2}"]}
+
+
+def test_a_llmcompiler_task_comes_with_its_line_end(reg: dagagent.Registry) -> None:
+    stream = LLMCompilerStream(reg)
+    assert stream.feed('1. search("a")') == []
+    assert [t.id for t in stream.feed("\n2. sea")] == ["1"]
+    with pytest.raises(dagagent.PlanLoadError, match="line 2"):
+        stream.finish()  # the answer ended inside line 2: "2. sea" is no task line
+    stream = LLMCompilerStream(reg)
+    stream.feed('1. search("a")\n2. search("b")')
+    assert [t.id for t in stream.finish()] == ["2"]
+
+
+def test_llmcompiler_forward_references_are_references_for_the_checks(
+    reg: dagagent.Registry,
+) -> None:
+    stream = LLMCompilerStream(reg)
+    tasks = stream.feed('1. search("${2} then ${1} for $5")\n2. math($3)\n')
+    assert tasks[0].args == {"query": "${2} then ${1} for $5"}
+    assert tasks[1].args == {"problem": "${3}"}
+    checker = PlanChecker(reg)
+    issues = checker.check(tasks[0]).issues
+    assert {i.code for i in issues} == {"missing_dependency", "self_dependency"}
+    assert "listed before it" in next(i for i in issues if i.code == "missing_dependency").message
+
+
+def test_a_malformed_llmcompiler_line_names_itself(reg: dagagent.Registry) -> None:
+    stream = LLMCompilerStream(reg)
+    with pytest.raises(dagagent.PlanLoadError, match="line 2"):
+        stream.feed('1. search("a")\nwhat is this\n')
+
+
+# ---------------------------------------------------------------------------- checks, graph
+
+
+def task(tid: str, tool: str = "add", **fields: Any) -> Task:
+    return Task(id=tid, tool=tool, **fields)
+
+
+def test_each_task_is_checked_against_the_tasks_before_it(registry: dagagent.Registry) -> None:
+    checker = PlanChecker(registry, agent_tasks=False)
+    assert checker.check(task("a", args={"a": 1, "b": 2})).ok
+    cases = {
+        "unknown_tool": task("x", tool="nope"),
+        "bad_arguments": task("y", args={"a": "many", "b": 2}),
+        "missing_dependency": task("z", args={"a": "${later}", "b": 2}),
+        "duplicate_id": task("a", args={"a": 1, "b": 2}),
+        "agent_task": Task(id="w", instruction="think"),
+    }
+    for code, bad in cases.items():
+        found = checker.check(bad)
+        assert [i.code for i in found.issues] == [code], code
+    assert checker.ids == {"a"}  # no rejected task counts as seen
+    ok = checker.check(task("b", args={"a": "${a}", "b": 2}))
+    assert ok.ok and ok.dependencies == ("a",)
+
+
+def test_a_growing_graph_ends_with_the_levels_validate_computes(
+    registry: dagagent.Registry,
+) -> None:
+    plan = [
+        task("a", args={"a": 1, "b": 2}),
+        task("b", args={"a": "${a}", "b": 2}),
+        task("c", args={"a": 1, "b": 2}),
+        task("d", args={"a": "${b}", "b": "${c}"}),
+        task("e", args={"a": 5, "b": 6}, depends_on=["a"]),
+    ]
+    checker = PlanChecker(registry)
+    graph = GrowingGraph("goal")
+    told: list[str | None] = []
+    graph.watch(told.append)
+    assert not graph.complete
+    for t in plan:
+        graph.add(checker.check(t))
+    graph.close()
+    assert told == ["a", "b", "c", "d", "e", None]
+    whole = dagagent.validate(dagagent.Plan(goal="goal", tasks=plan), registry)
+    assert graph.levels == whole.levels
+    assert graph.order == whole.order
+    assert graph.dependencies == whole.dependencies
+    assert graph.dependents == whole.dependents
+    assert graph.plan == whole.plan
+    late: list[str | None] = []
+    graph.watch(late.append)
+    assert late == [None]
+    with pytest.raises(RuntimeError):
+        graph.add(checker.check(task("f", args={"a": 1, "b": 2})))
+
+
+def test_a_validated_graph_is_complete_for_its_watchers(registry: dagagent.Registry) -> None:
+    graph = dagagent.validate({"tasks": [{"id": "a", "tool": "add", "args": {"a": 1, "b": 2}}]})
+    told: list[str | None] = []
+    graph.watch(told.append)
+    assert graph.complete and told == [None]
