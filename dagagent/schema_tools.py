@@ -44,7 +44,8 @@ class SchemaTool(Tool):
     schema that is not valid JSON Schema, or that cannot be used (a ``$ref`` that resolves
     nowhere), raises :class:`~dagagent.errors.ToolDefinitionError`. ``connection`` is what a
     call needs open during a run (see :attr:`Tool.connection`); ``retryable=False`` forbids
-    plans to retry the tool. The other options are those of :class:`~dagagent.tools.Tool`.
+    plans to retry the tool; ``output_schema`` describes its output to the planner. The other
+    options are those of :class:`~dagagent.tools.Tool`.
     """
 
     def __init__(
@@ -61,6 +62,7 @@ class SchemaTool(Tool):
         tags: Iterable[str] = (),
         connection: AbstractAsyncContextManager[Any] | None = None,
         retryable: bool = True,
+        output_schema: Mapping[str, Any] | None = None,
     ) -> None:
         self._init_options(
             fn,
@@ -80,6 +82,7 @@ class SchemaTool(Tool):
         self.description = description
         self.connection = connection
         self.retryable = retryable
+        self.output_schema = dict(output_schema) if output_schema is not None else None
         self._schema = _object_schema(self.name, parameters)
         self._validator = _validator(self.name, self._schema)
         self._properties: Mapping[str, Any] = self._schema.get("properties") or {}
@@ -160,7 +163,10 @@ class SchemaTool(Tool):
     def _options(self) -> dict[str, Any]:
         options = super()._options()
         options.update(
-            parameters=self._schema, connection=self.connection, retryable=self.retryable
+            parameters=self._schema,
+            connection=self.connection,
+            retryable=self.retryable,
+            output_schema=self.output_schema,
         )
         return options
 

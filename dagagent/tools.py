@@ -132,6 +132,8 @@ class Tool:
     #: Whether a failed call may be tried again (a plan's ``retries`` on a tool that is not
     #: retryable is a validation issue).
     retryable: bool = True
+    #: JSON schema of the output, when its source declares one (shown to the planner).
+    output_schema: dict[str, Any] | None = None
 
     def __init__(
         self,

@@ -244,7 +244,8 @@ class MCPClient:
                     f"cannot connect to MCP server {self.name!r} ({self.where}): "
                     f"{_brief(exc)}{self._stderr_tail()}"
                 ) from None
-            self._lost = _brief(exc)  # the transport broke: the run goes on, its calls fail
+            # the transport broke: the run goes on, the calls fail
+            self._lost = f"broke the connection ({_brief(exc)})"
         finally:
             self._client = None
             for call in self._calls:
@@ -384,19 +385,19 @@ class MCPClient:
             raise MCPServerLostError(self._lost_message())
         return client
 
-    def _lost_message(self, tool: str | None = None) -> str:
-        """Why a call cannot be answered; the first call to find out records it for the
-        rest (``tool``: the call that was running when the connection went)."""
-        if self._lost is not None:
-            return f"lost the connection to MCP server {self.name!r} earlier: {self._lost}"
+    def _lost_message(self, tool: str | None = None, *, lost_before: bool = True) -> str:
+        """Why a call cannot be answered. ``tool`` was running when the connection went,
+        unless it was gone before the call (``lost_before``); the first call to find out
+        records it, for the calls after it."""
         if self._stack is None:
             return (
                 f"MCP server {self.name!r} is not connected: its tools are called during "
                 "execute() (which opens it) or inside `async with client:`"
             )
-        self._lost = f"it closed the connection{self._stderr_tail()}"
-        what = f" while tool {tool!r} was running" if tool else ""
-        return f"MCP server {self.name!r} closed the connection{what}{self._stderr_tail()}"
+        if self._lost is None:
+            self._lost = "closed the connection"
+        when = " earlier" if lost_before or tool is None else f" while tool {tool!r} was running"
+        return f"MCP server {self.name!r} {self._lost}{when}{self._stderr_tail()}"
 
     async def call(self, tool: str, arguments: Mapping[str, Any]) -> Any:
         """Call the server's tool ``tool``; return its output (see :mod:`dagagent.mcp`)."""
@@ -404,6 +405,7 @@ class MCPClient:
         from mcp_types import CONNECTION_CLOSED
 
         client = self._live()
+        lost_before = self._lost is not None
         scope = anyio.CancelScope()
         self._calls.add(scope)
         try:
@@ -411,16 +413,18 @@ class MCPClient:
                 result = await client.call_tool(tool, dict(arguments))
         except MCPError as exc:
             if exc.code == CONNECTION_CLOSED:
-                raise MCPServerLostError(self._lost_message(tool)) from None
+                raise MCPServerLostError(
+                    self._lost_message(tool, lost_before=lost_before)
+                ) from None
             raise MCPToolError(f"MCP server {self.name!r}: {exc.message}") from None
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream):
-            raise MCPServerLostError(self._lost_message(tool)) from None
+            raise MCPServerLostError(self._lost_message(tool, lost_before=lost_before)) from None
         except Exception as exc:  # an answer that does not fit its schema or the protocol
             raise MCPToolError(f"MCP server {self.name!r}: {_brief(exc)}") from None
         finally:
             self._calls.discard(scope)
         if scope.cancelled_caught:
-            raise MCPServerLostError(self._lost_message(tool))
+            raise MCPServerLostError(self._lost_message(tool, lost_before=lost_before))
         return call_output(result, self.name)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fnmatch
+import inspect
 import re
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -35,6 +36,11 @@ class _RemoteCall:
     def __repr__(self) -> str:
         return f"<MCP tool {self.remote!r} of server {self.client.name!r}>"
 
+    @property
+    def __signature__(self) -> inspect.Signature:
+        """No Python signature to show: the tool's schemas say what it takes and gives."""
+        return inspect.Signature()
+
 
 class MCPTool(SchemaTool):
     """A tool of an MCP server. Its argument schema is the server's ``inputSchema``; its
@@ -66,6 +72,7 @@ class MCPTool(SchemaTool):
             tags=("mcp", f"mcp:{client.name}"),
             connection=client,
             retryable=(read_only and not destructive) or idempotent,
+            output_schema=spec.output_schema,
         )
         self.server = client.name
         self.remote_name = spec.name

@@ -90,6 +90,9 @@ def _type_text(schema: Any, defs: Mapping[str, Any], depth: int = 0) -> str:
 
 
 def _returns_text(tool: Tool) -> str:
+    if tool.output_schema is not None:  # declared by its source (an MCP server's outputSchema)
+        schema = tool.output_schema
+        return _type_text(schema, schema.get("$defs") or schema.get("definitions") or {})
     try:
         annotation = inspect.signature(tool.fn).return_annotation
     except (TypeError, ValueError):

@@ -18,6 +18,7 @@ from dagagent.approval import Policy, Rule
 from dagagent.errors import MCPConnectError
 from dagagent.events import TaskFinished
 from dagagent.mcp import MCPClient
+from dagagent.planners.prompts import tool_catalog
 from dagagent.planners.schema import plan_json_schema
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
@@ -93,6 +94,10 @@ async def test_plans_and_the_planner_schema_check_arguments_by_the_input_schema(
     )
     schema = plan_json_schema(registry)
     assert "kit.weather" in str(schema) and "'city'" in str(schema)
+    # the planner's catalog shows what a tool gives when the server declares it
+    catalog = tool_catalog(registry)
+    assert "- kit.pid() -> {result: integer}" in catalog
+    assert "- kit.shout(text: string)\n" in catalog
 
 
 # -- calls ---------------------------------------------------------------------------------
