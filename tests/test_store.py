@@ -417,11 +417,12 @@ def test_a_v1_database_migrates_to_the_current_schema_and_reads(tmp_path: Path) 
     db = tmp_path / "v1.db"
     _v1_db(db)
     with RunStore(db, create=False) as st:
-        assert st.schema_version == SCHEMA_VERSION == 2
+        assert st.schema_version == SCHEMA_VERSION == 3
         rec = st.get_run("00000000abcd")
         assert rec.goal == "old" and rec.tasks["a"].output == 1
         assert rec.fingerprints == {"a": task_fingerprint(rec.plan.tasks[0], {"value": 1})}
         assert rec.context == {}  # v2 added the run context column
+        assert st.solve_of_run(rec.id) is None  # v3 added the solve records
     assert user_version(db) == SCHEMA_VERSION
 
 

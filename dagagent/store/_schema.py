@@ -53,6 +53,35 @@ MIGRATIONS: list[Sequence[Migration]] = [
     ),
     # v2: the context a run was started in (e.g. the CLI's --tools spec), as a JSON object.
     ("ALTER TABLE runs ADD COLUMN context TEXT",),
+    # v3: solves (dagagent.solve / dagagent ask): the answer, and each round's run and
+    # joiner decision.
+    (
+        """CREATE TABLE solves (
+            id TEXT PRIMARY KEY,
+            goal TEXT NOT NULL,
+            created REAL NOT NULL,
+            status TEXT NOT NULL,
+            reason TEXT,
+            answer TEXT,
+            cites TEXT,
+            run_id TEXT,
+            usage TEXT,
+            finished_at REAL,
+            pid INTEGER
+        )""",
+        """CREATE TABLE solve_rounds (
+            solve_id TEXT NOT NULL REFERENCES solves (id) ON DELETE CASCADE,
+            round INTEGER NOT NULL,
+            run_id TEXT,
+            outcome TEXT NOT NULL,
+            reason TEXT,
+            decision TEXT,
+            feedback TEXT,
+            at REAL NOT NULL,
+            PRIMARY KEY (solve_id, round)
+        ) WITHOUT ROWID""",
+        "CREATE INDEX solve_rounds_by_run ON solve_rounds (run_id)",
+    ),
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -17,6 +17,7 @@ from ._codec import from_column
 from ._ids import check_run_id
 from ._redaction import redacted_args
 from ._schema import MIGRATIONS, Migration, connect, migrate
+from ._solves import SolveQueries
 from .models import RunRecord, RunSummary
 
 if TYPE_CHECKING:
@@ -55,8 +56,8 @@ def _pid_alive(pid: int | None) -> bool:
     return True
 
 
-class RunStore:
-    """A SQLite file of run records.
+class RunStore(SolveQueries):
+    """A SQLite file of run records (and of solves: see :class:`SolveQueries`).
 
     ``RunStore(path)`` opens (and creates, or migrates forward) the store; ``path=None`` uses
     :func:`default_store_path`. With ``create=False`` a missing file is a :class:`StoreError`

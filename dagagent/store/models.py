@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..plan import Plan
 from ..results import TaskResult
 
-__all__ = ["RunRecord", "RunSummary"]
+__all__ = ["RoundRecord", "RunRecord", "RunSummary", "SolveRecord"]
 
 
 class RunSummary(BaseModel):
@@ -101,4 +101,63 @@ class RunRecord(BaseModel):
                 k: {**r.to_json_dict(), "fingerprint": self.fingerprints.get(k)}
                 for k, r in self.tasks.items()
             },
+        }
+
+
+class RoundRecord(BaseModel):
+    """One recorded round of a solve: its run (``None`` if nothing ran), how it ended
+    (``answered``, ``replan``, ``gave_up``, ``failed``) and why, the joiner's decision
+    (``{"action": "finish", "answer", "cites"}`` or ``{"action": "replan", "feedback"}``),
+    and the feedback its plan was revised with."""
+
+    model_config = ConfigDict(frozen=True)
+
+    round: int
+    run_id: str | None
+    outcome: str
+    reason: str = ""
+    decision: dict[str, Any] | None = None
+    feedback: str | None = None
+    at: float
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+
+class SolveRecord(BaseModel):
+    """A recorded solve: the goal, how it ended (``running`` while under way,
+    ``interrupted`` if its process died first), the answer in full and the tasks it cites
+    (in run ``run_id``), the usage by role, and every round recorded so far."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    goal: str
+    created: float
+    status: str
+    reason: str = ""
+    answer: Any = None
+    cites: list[str] = Field(default_factory=list)
+    run_id: str | None = None
+    usage: dict[str, Any] | None = None
+    finished_at: float | None = None
+    rounds: list[RoundRecord] = Field(default_factory=list)
+
+    def round_of(self, run_id: str) -> RoundRecord | None:
+        """The round whose run is ``run_id``."""
+        return next((r for r in self.rounds if r.run_id == run_id), None)
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return {
+            "solve_id": self.id,
+            "goal": self.goal,
+            "created": self.created,
+            "status": self.status,
+            "reason": self.reason,
+            "answer": self.answer,
+            "cites": list(self.cites),
+            "run_id": self.run_id,
+            "usage": self.usage,
+            "finished_at": self.finished_at,
+            "rounds": [r.to_json_dict() for r in self.rounds],
         }

@@ -30,7 +30,7 @@ import anyio
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..api import execute, new_run_id
-from ..errors import ConfigError, JoinerError, LLMError, PlanningError, SolveError
+from ..errors import ConfigError, JoinerError, LLMError, PlanningError, SolveError, StoreError
 from ..events import JoinerDecided, Listener, RoundFinished, RoundStarted, get_logger
 from ..graph import PlanGraph
 from ..llm import MeteredLLM, UsageTracker
@@ -38,12 +38,12 @@ from ..plan import Plan
 from ..planners import JoinDecision, Joiner, JoinReport, LLMPlanner, LLMReplanner, PlanningResult
 from ..results import RunResult, TaskStatus, as_text, jsonable
 from ..runner import Interceptor
+from ..store import RunStore
 from .replan import record_of, revise_run
 
 if TYPE_CHECKING:
     from ..approval import Policy
     from ..llm import LLM
-    from ..store import RunStore
     from ..tools import Registry
 
 __all__ = [
@@ -311,9 +311,11 @@ class _Solve:
         structured: bool,
         confirm: Confirm | None,
         policy: Policy | None,
+        store: RunStore | None,
     ) -> None:
         self.goal = goal
         self.policy = policy
+        self.store = store
         self.registry = registry
         self.solve_id = solve_id
         self.max_rounds = max_rounds
@@ -350,6 +352,16 @@ class _Solve:
         for listener in self.listeners:
             listener(event)
 
+    def record(self, what: str, **values: Any) -> None:
+        """Write to the run store, if there is one; a failed write is logged, never fatal
+        (the solution is still returned, and the runs are recorded on their own)."""
+        if self.store is None:
+            return
+        try:
+            getattr(self.store, what)(self.solve_id, **values)
+        except StoreError as exc:
+            self.log.warning("solve.not_recorded", what=what, error=str(exc))
+
     @property
     def usage(self) -> SolveUsage:
         return SolveUsage(
@@ -367,7 +379,7 @@ class _Solve:
         error: Exception | None = None,
     ) -> Solution:
         self.log.info("solve.finished", status=status.value, rounds=len(self.rounds))
-        return Solution(
+        solution = Solution(
             solve_id=self.solve_id,
             goal=self.goal,
             status=status,
@@ -378,12 +390,39 @@ class _Solve:
             usage=self.usage,
             error=error,
         )
+        self.record(
+            "finish_solve",
+            status=status.value,
+            reason=reason,
+            answer=jsonable(solution.answer),
+            cites=solution.cites,
+            run_id=solution.run_id,
+            usage=solution.usage.to_json_dict(),
+        )
+        return solution
 
     def close_round(self, rnd: Round, outcome: str, reason: str = "") -> None:
         rnd.outcome, rnd.reason = outcome, reason
+        self.record(
+            "record_round",
+            round=rnd.number,
+            run_id=rnd.run_id,
+            outcome=outcome,
+            reason=reason,
+            decision=jsonable(rnd.decision.to_json_dict()) if rnd.decision is not None else None,
+            feedback=rnd.feedback,
+        )
         self.emit(RoundFinished(self.solve_id, rnd.number, rnd.run_id, outcome, reason))
 
     async def run(self) -> Solution:
+        try:
+            return await self._rounds()
+        except BaseException:
+            # cancelled (Ctrl-C) or a bug: the record says the solve did not finish
+            self.record("finish_solve", status="cancelled", reason="the solve was stopped")
+            raise
+
+    async def _rounds(self) -> Solution:
         previous: Round | None = None
         feedback: str | None = None
         outputs: dict[str, Any] = {}  # every success so far: task id -> output
@@ -570,7 +609,9 @@ async def solve(
       is available; else, and with ``confirm``, the whole plan is made first).
     - ``executor``, ``on_failure`` (default ``"continue"``: the joiner sees every result it
       can get), ``max_concurrency``, ``interceptors``, ``listeners`` and ``store``: as for
-      :func:`dagagent.execute`, for every round's run. Listeners also get
+      :func:`dagagent.execute`, for every round's run. The store also records the solve:
+      its rounds and the joiner's decisions as they end, and the answer
+      (:meth:`~dagagent.store.RunStore.get_solve`). Listeners also get
       :class:`~dagagent.events.RoundStarted`, :class:`~dagagent.events.JoinerDecided` and
       :class:`~dagagent.events.RoundFinished`.
     - ``policy``: an approval :class:`~dagagent.Policy` (or a policy file) checking every
@@ -600,6 +641,9 @@ async def solve(
 
             policy = load_policy(policy)
         chain.insert(0, policy)
+    opened: RunStore | None = None
+    if store is not None:
+        opened = store if isinstance(store, RunStore) else RunStore(store)
     state = _Solve(
         goal.strip(),
         registry,
@@ -612,7 +656,7 @@ async def solve(
             "on_failure": on_failure,
             "max_concurrency": max_concurrency,
             "interceptors": chain,
-            "store": store,
+            "store": opened if opened is not None else store,
         },
         listeners=listeners,
         agent_tasks=agent_tasks,
@@ -620,8 +664,14 @@ async def solve(
         structured=structured,
         confirm=confirm,
         policy=policy,
+        store=opened,
     )
-    return await state.run()
+    try:
+        state.record("start_solve", goal=state.goal)
+        return await state.run()
+    finally:
+        if opened is not None and opened is not store:
+            opened.close()
 
 
 def solve_sync(goal: str, registry: Registry, llm: LLM, **options: Any) -> Solution:

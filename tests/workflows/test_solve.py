@@ -374,3 +374,56 @@ async def test_revise_with_an_edited_plan_and_a_run_in_memory(world: World):
     assert again.unchanged
     none = await revise_run(record, world.registry)
     assert none.diff is None and none.plan == old
+
+
+# ---------------------------------------------------------------------------------------------
+# records in the run store
+
+
+async def test_the_store_keeps_the_answer_rounds_and_decisions(world: World, tmp_path: Any):
+    long_answer = "Tokyo. " + "x" * 5000
+    llm = openai(
+        plan(PARIS, ATLANTIS, WARMER),
+        replan("look up Tokyo"),
+        plan(
+            PARIS,
+            weather("tokyo2", "Tokyo"),
+            WARMER | {"id": "cmp2", "args": {"a": "${paris}", "b": "${tokyo2}"}},
+        ),
+        finish(long_answer, ["cmp2"]),
+    )
+    path = tmp_path / "runs.db"
+    async with llm:
+        solution = await dagagent.solve(GOAL, world.registry, llm, stream=False, store=path)
+    first, second = solution.rounds
+    assert first.result is not None and second.result is not None
+    with dagagent.RunStore(path) as st:
+        record = st.get_solve(solution.solve_id)
+        assert st.solve_of_run(first.result.run_id) == record
+        run1 = st.get_run(first.result.run_id)
+        run2 = st.get_run(second.result.run_id)
+    assert record.status == "answered" and record.answer == long_answer  # in full
+    assert record.cites == ["cmp2"] and record.run_id == second.result.run_id
+    assert record.usage is not None and record.usage["joiner"]["calls"] == 2
+    assert [(r.round, r.run_id, r.outcome) for r in record.rounds] == [
+        (1, first.result.run_id, "replan"),
+        (2, second.result.run_id, "answered"),
+    ]
+    assert record.rounds[0].decision == {"action": "replan", "feedback": "look up Tokyo"}
+    assert record.rounds[1].decision is not None
+    assert record.rounds[1].decision["answer"] == long_answer
+    assert record.rounds[1].feedback == "look up Tokyo"
+    # the rounds are parent and child runs; the second reused Paris
+    assert run1.parent_id is None and run2.parent_id == run1.id
+    assert run2.tasks["paris"].status is TaskStatus.REUSED
+
+
+async def test_a_solve_that_failed_is_recorded_with_its_reason(world: World, tmp_path: Any):
+    llm = openai("no plan", "none", "nothing")
+    path = tmp_path / "runs.db"
+    async with llm:
+        solution = await dagagent.solve(GOAL, world.registry, llm, stream=False, store=path)
+    with dagagent.RunStore(path) as st:
+        record = st.get_solve(solution.solve_id)
+    assert record.status == "failed" and "no valid plan" in record.reason
+    assert [(r.round, r.run_id, r.outcome) for r in record.rounds] == [(1, None, "failed")]

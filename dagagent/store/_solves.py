@@ -1,0 +1,147 @@
+"""Recording solves (:func:`dagagent.solve`, ``dagagent ask``): the goal, each round's run
+and joiner decision as it ends, and the answer. A part of :class:`~dagagent.store.RunStore`.
+
+A solve's rounds are runs like any other (each round after the first is a child of the round
+before, as ``replan`` makes them); these tables add what runs do not hold: which solve and
+round a run belongs to, the joiner's decision about it, and the solve's outcome and answer.
+Rows are written when a round or the solve ends (a few per solve), straight from the caller:
+a solve whose process dies keeps every round that ended and shows as ``interrupted``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..errors import StoreError
+from ._codec import from_column, to_column
+from ._ids import check_run_id
+from .models import RoundRecord, SolveRecord
+
+__all__ = ["SolveQueries"]
+
+
+class SolveQueries:
+    """The solve records of a run store (mixed into :class:`~dagagent.store.RunStore`)."""
+
+    path: Path
+
+    def _query(self, sql: str, params: Iterable[Any] = ()) -> list[tuple[Any, ...]]:
+        raise NotImplementedError  # pragma: no cover - RunStore provides it
+
+    # -- writing ----------------------------------------------------------------------------
+
+    def start_solve(self, solve_id: str, goal: str) -> None:
+        """Record that solve ``solve_id`` (12 hex digits, like a run id) has begun."""
+        solve_id = check_run_id(solve_id, prefix=False)
+        self._query(
+            "INSERT INTO solves (id, goal, created, status, pid) VALUES (?, ?, ?, 'running', ?)",
+            (solve_id, goal, time.time(), os.getpid()),
+        )
+
+    def record_round(
+        self,
+        solve_id: str,
+        round: int,
+        *,
+        run_id: str | None,
+        outcome: str,
+        reason: str = "",
+        decision: Mapping[str, Any] | None = None,
+        feedback: str | None = None,
+    ) -> None:
+        """Record how round ``round`` of the solve ended."""
+        self._query(
+            "INSERT OR REPLACE INTO solve_rounds (solve_id, round, run_id, outcome, reason, "
+            "decision, feedback, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                solve_id,
+                round,
+                run_id,
+                outcome,
+                reason,
+                to_column(dict(decision)) if decision is not None else None,
+                feedback,
+                time.time(),
+            ),
+        )
+
+    def finish_solve(
+        self,
+        solve_id: str,
+        *,
+        status: str,
+        reason: str = "",
+        answer: Any = None,
+        cites: Sequence[str] = (),
+        run_id: str | None = None,
+        usage: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Record how the solve ended and its answer (in full)."""
+        self._query(
+            "UPDATE solves SET status = ?, reason = ?, answer = ?, cites = ?, run_id = ?, "
+            "usage = ?, finished_at = ? WHERE id = ?",
+            (
+                status,
+                reason,
+                to_column(answer),
+                to_column(list(cites)),
+                run_id,
+                to_column(dict(usage)) if usage is not None else None,
+                time.time(),
+                solve_id,
+            ),
+        )
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def get_solve(self, solve_id: str) -> SolveRecord:
+        """The record of solve ``solve_id`` (its full id)."""
+        solve_id = check_run_id(solve_id, prefix=False)
+        rows = self._query(
+            "SELECT id, goal, created, status, reason, answer, cites, run_id, usage, "
+            "finished_at, pid FROM solves WHERE id = ?",
+            (solve_id,),
+        )
+        if not rows:
+            raise StoreError(f"no solve {solve_id} in {self.path}")
+        r = rows[0]
+        rounds = [
+            RoundRecord(
+                round=x[0],
+                run_id=x[1],
+                outcome=x[2],
+                reason=x[3] or "",
+                decision=from_column(x[4]),
+                feedback=x[5],
+                at=x[6],
+            )
+            for x in self._query(
+                "SELECT round, run_id, outcome, reason, decision, feedback, at "
+                "FROM solve_rounds WHERE solve_id = ? ORDER BY round",
+                (solve_id,),
+            )
+        ]
+        from ._store import _effective_status
+
+        return SolveRecord(
+            id=r[0],
+            goal=r[1],
+            created=r[2],
+            status=_effective_status(r[3], r[10]),
+            reason=r[4] or "",
+            answer=from_column(r[5]),
+            cites=from_column(r[6]) or [],
+            run_id=r[7],
+            usage=from_column(r[8]),
+            finished_at=r[9],
+            rounds=rounds,
+        )
+
+    def solve_of_run(self, run_id: str) -> SolveRecord | None:
+        """The solve run ``run_id`` is a round of, or ``None``."""
+        rows = self._query("SELECT solve_id FROM solve_rounds WHERE run_id = ? LIMIT 1", (run_id,))
+        return self.get_solve(rows[0][0]) if rows else None
