@@ -201,3 +201,14 @@ def test_commands_table_lists_every_command_and_the_readme_every_option() -> Non
             )
     for opts in options(group):
         assert any(mentioned(o) for o in opts), "/".join(opts)
+
+
+def test_solve_snippet(scratch: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The goal-to-answer example, on the registry of "From Python", with its scripted model."""
+    namespace: dict[str, Any] = {}
+    run_python(block_with(section("From Python"), "python", "execute_sync"), namespace)
+    capsys.readouterr()
+    run_python(block_with(section("From a goal to an answer"), "python", "solve("), namespace)
+    assert capsys.readouterr().out == "answered It is 20 C in Paris. ['paris']\n"
+    solution = namespace["solution"]
+    assert solution.rounds[0].result.outputs == {"paris": {"city": "Paris", "temp_c": 20.0}}

@@ -272,7 +272,7 @@ def confirm_plan(
 
 
 def run_interceptors(
-    graph: PlanGraph,
+    graph: PlanGraph | None,
     registry: Registry,
     *,
     approve: bool,
@@ -285,7 +285,8 @@ def run_interceptors(
     ``--ask`` rules: a call runs only if both let it, so a question on the command line never
     overrides a file's ``deny``, and a file's catch-all ``allow`` never silences ``--ask``.
     Questions go to the terminal; without one, they are denied. With ``--approve`` the plan
-    is shown and confirmed first. Exits 2 when ``--approve`` has no terminal to ask on, 1 when
+    is shown and confirmed first (``graph=None``: no plan yet, ``approve`` must be false).
+    Exits 2 when ``--approve`` has no terminal to ask on, 1 when
     the plan is not approved."""
     for pattern in asks:
         if not pattern.strip():
@@ -315,6 +316,7 @@ def run_interceptors(
                 "--approve needs a terminal to ask on, but stdin is not a terminal "
                 "(run without --approve, or from a terminal)"
             )
+        assert graph is not None, "--approve needs the plan"
         if not confirm_plan(graph, registry, policies):
             err.print("run not approved: nothing was run", markup=False)
             raise typer.Exit(EXIT_FAILED)

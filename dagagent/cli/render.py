@@ -12,7 +12,14 @@ from rich.text import Text
 from ..graph import PlanGraph
 from ..results import RunResult, TaskStatus, as_text
 
-__all__ = ["STATUS_STYLE", "plan_table", "print_json", "result_table", "short"]
+__all__ = [
+    "STATUS_STYLE",
+    "plan_table",
+    "print_json",
+    "result_table",
+    "short",
+    "terminal_text",
+]
 
 STATUS_STYLE = {
     TaskStatus.SUCCEEDED: "green",
@@ -28,6 +35,16 @@ def short(value: Any, width: int = 60) -> str:
     """A one-line, shortened rendering of a value."""
     text = " ".join(as_text(value).split())
     return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def terminal_text(text: str) -> str:
+    """Untrusted text (a model's answer, a tool's output) made safe to print whole: line
+    breaks and tabs stay, every other control or format character (ANSI escapes, carriage
+    returns, bidi overrides) is shown escaped (``\\x1b``). Print it with ``markup=False`` so
+    that ``[brackets]`` stay text too."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() or c in "\n\t" else repr(c)[1:-1] for c in text)
 
 
 def plan_table(graph: PlanGraph) -> Table:

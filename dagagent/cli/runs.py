@@ -22,6 +22,7 @@ from rich.text import Text
 from ..errors import ConfigError
 from ..graph import PlanGraph, critical_path, validate
 from ..plan import Plan, load_plan
+from ..results import as_text
 from ..review import (
     PlanDiff,
     ReuseDecision,
@@ -30,7 +31,7 @@ from ..review import (
     format_review,
     review_run,
 )
-from ..store import RunRecord, RunStore, check_run_id, default_store_path
+from ..store import RunRecord, RunStore, SolveRecord, check_run_id, default_store_path
 from ..workflows.replan import Revision, revise_run
 from ._app import EXIT_FAILED, EXIT_OK, app, err, guard, load_registry, out
 from .diagram import FORMATS, render_graph
@@ -48,7 +49,7 @@ from .options import (
     ToolsOpt,
 )
 from .recording import run_recorded
-from .render import STATUS_STYLE, print_json, short
+from .render import STATUS_STYLE, print_json, short, terminal_text
 from .run import agent_model, print_result
 
 __all__ = ["find_run", "make_model"]
@@ -172,11 +173,13 @@ def show_cmd(
     critical path."""
     with _open_store(store) as st:
         record = find_run(st, run, last)
+        solve = st.solve_of_run(record.id)
     graph = _graph_of(record.plan)
     cp_s, cp = _critical(record, graph)
     if json_out:
         doc = record.to_json_dict()
         doc["critical_path"], doc["critical_path_s"] = cp, cp_s
+        doc["solve"] = solve.to_json_dict() if solve is not None else None
         print_json(out, doc)
         return
     head = Text(f"run {record.id}: ")
@@ -224,6 +227,26 @@ def show_cmd(
         markup=False,
         highlight=False,
     )
+    if solve is not None:
+        _show_solve(solve, record.id)
+
+
+def _show_solve(solve: SolveRecord, run_id: str) -> None:
+    """The round this run was, the joiner's decision about it and, for the run the answer
+    came from, the answer in full (untrusted text: control characters escaped, no markup)."""
+    rnd = solve.round_of(run_id)
+    where = f"round {rnd.round} of solve {solve.id}" if rnd is not None else f"solve {solve.id}"
+    out.print(f"{where} ({solve.status})", markup=False, highlight=False)
+    decision = rnd.decision if rnd is not None else None
+    if rnd is not None and decision is not None and decision.get("action") == "replan":
+        feedback = terminal_text(str(decision.get("feedback", "")))
+        out.print(f"the joiner asked for another plan: {feedback}", markup=False)
+    elif rnd is not None and rnd.outcome in ("gave_up", "failed"):
+        out.print(f"{rnd.outcome}: {terminal_text(rnd.reason)}", markup=False, highlight=False)
+    if solve.run_id == run_id and solve.status == "answered":
+        cites = ", ".join(solve.cites) or "no task"
+        out.print(f"answer (cites {cites}):", markup=False, highlight=False)
+        out.print(terminal_text(as_text(solve.answer)), markup=False, highlight=False)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -7,13 +7,13 @@ import os
 import signal
 import threading
 from collections.abc import Coroutine
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 
-from ..results import RunResult
-
 __all__ = ["stoppable"]
+
+T = TypeVar("T")
 
 
 def _stop_signals() -> list[signal.Signals]:
@@ -29,14 +29,14 @@ def _stop_signals() -> list[signal.Signals]:
     return found
 
 
-async def stoppable(run: Coroutine[Any, Any, RunResult]) -> RunResult:
+async def stoppable(run: Coroutine[Any, Any, T]) -> T:
     """Run ``run``; SIGTERM or SIGHUP stop it the way Ctrl-C does: the run is cancelled
     (running tasks recorded as cancelled, the record flushed), then ``KeyboardInterrupt``
     (exit 130). A second signal, while the run winds down, ends the process at once."""
     signals = _stop_signals()
     if not signals:
         return await run
-    result: RunResult | None = None
+    result: T | None = None
     error: BaseException | None = None
     async with anyio.create_task_group() as tg:
 

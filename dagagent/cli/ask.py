@@ -1,0 +1,270 @@
+"""``dagagent ask GOAL``: from a goal to an answer (:func:`dagagent.solve`).
+
+Progress goes to stderr as it happens (rounds, tasks as they are planned and finish, the
+joiner's decisions); the answer comes last, whole, on stdout. ``--json`` prints the whole
+solution as one JSON object instead.
+
+Exit codes: 0 answered; 1 gave up, or the joiner gave no usable decision; 2 a bad option, no
+model configured, or a model that cannot be used; 3 no valid plan; 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import anyio
+import typer
+
+from ..errors import ConfigError, JoinerError, LLMError, PlanningError
+from ..events import (
+    Event,
+    JoinerDecided,
+    RoundFinished,
+    RoundStarted,
+    RunStarted,
+    TaskFinished,
+)
+from ..llm import from_env
+from ..results import TaskStatus
+from ..store import RunStore, default_store_path
+from ..workflows import Solution, SolveStatus, solve
+from ._app import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_PLANNING,
+    EXIT_USAGE,
+    app,
+    err,
+    guard,
+    load_registry,
+    one_line,
+    out,
+)
+from .approve import (
+    confirm_plan,
+    run_interceptors,
+    stdin_is_terminal,
+)
+from .options import (
+    ApproveOpt,
+    AskOpt,
+    ExecutorOpt,
+    MaxAttemptsOpt,
+    MaxConcurrencyOpt,
+    PolicyOpt,
+    StoreOpt,
+    TimeoutOpt,
+    ToolsOpt,
+)
+from .recording import recorded_tools_spec
+from .render import print_json, short, terminal_text
+from .signals import stoppable
+
+__all__ = ["ask_cmd", "exit_code_of"]
+
+
+class AskProgress:
+    """A listener printing one line per step of a solve to stderr: rounds, tasks as they are
+    planned (streamed planning) and as they finish, the joiner's decision. Untrusted text
+    (ids, outputs, errors, feedback) is shortened and printed with control characters
+    escaped and no markup."""
+
+    def __init__(self) -> None:
+        self.round = 0
+
+    def _line(self, text: str) -> None:
+        err.print(one_line(text), markup=False, highlight=False)
+
+    def __call__(self, event: Event | Any) -> None:
+        if isinstance(event, RoundStarted):
+            self.round = event.round
+            if event.parent_id is None:
+                self._line(f"round {event.round}: planning")
+            else:
+                self._line(
+                    f"round {event.round}: replanning run {event.parent_id}"
+                    + (f" ({short(event.feedback, 100)})" if event.feedback else "")
+                )
+        elif isinstance(event, RunStarted):
+            n = len(event.plan.tasks)
+            self._line(
+                f"round {self.round}: running {n} task{'s' if n != 1 else ''} (run {event.run_id})"
+            )
+        elif isinstance(event, TaskFinished):
+            r = event.result
+            detail = ""
+            if r.status in (TaskStatus.FAILED, TaskStatus.DENIED) and r.error:
+                detail = f": {short(r.error, 100)}"
+            duration = f" {r.duration_s:.2f}s" if r.duration_s is not None else ""
+            self._line(f"  {r.task_id} {r.status.value}{duration}{detail}")
+        elif isinstance(event, JoinerDecided):
+            if event.action == "finish":
+                cites = f" (cites {', '.join(event.cites)})" if event.cites else ""
+                self._line(f"round {event.round}: the joiner answered{cites}")
+            else:
+                self._line(
+                    f"round {event.round}: the joiner asks for another plan: "
+                    f"{short(event.feedback, 160)}"
+                )
+        elif isinstance(event, RoundFinished):
+            if event.outcome in ("gave_up", "failed"):
+                self._line(f"round {event.round}: {event.outcome.replace('_', ' ')}")
+        elif getattr(event, "kind", "") == "task.parsed":  # streamed planning: a task is ready
+            self._line(f"  planned {getattr(event, 'task_id', '?')}")
+
+
+def exit_code_of(solution: Solution) -> int:
+    """0 answered; 3 no valid plan; 2 a model that cannot be used; 1 otherwise."""
+    if solution.ok:
+        return EXIT_OK
+    if isinstance(solution.error, PlanningError):
+        return EXIT_PLANNING
+    if isinstance(solution.error, LLMError):
+        return EXIT_USAGE
+    return EXIT_FAILED
+
+
+def _report(solution: Solution, path: Path) -> None:
+    """What stderr says once the solve is over (the answer itself goes to stdout)."""
+    where = f"solve {solution.solve_id} recorded in {path}"
+    if solution.ok:
+        n = len(solution.rounds)
+        err.print(
+            f"answered in {n} round{'s' if n != 1 else ''} (run {solution.run_id}; "
+            f"cites {', '.join(solution.cites) or 'no task'}); {solution.usage.summary()}; "
+            f"{where}",
+            markup=False,
+            highlight=False,
+        )
+        return
+    label = "gave up" if solution.status is SolveStatus.GAVE_UP else "error"
+    err.print(f"{label}: {one_line(solution.reason)}", markup=False, highlight=False)
+    error = solution.error
+    if isinstance(error, (PlanningError, JoinerError)):
+        for i, (_raw, issues) in enumerate(error.attempts, 1):
+            err.print(f"  attempt {i}:", markup=False)
+            for issue in issues:
+                err.print(f"    {one_line(str(issue))}", markup=False, highlight=False)
+    err.print(f"{solution.usage.summary()}; {where}", markup=False, highlight=False)
+
+
+@app.command("ask")
+@guard
+def ask_cmd(
+    goal: str = typer.Argument(..., help="The question or goal to answer.", metavar="GOAL"),
+    tools: ToolsOpt = None,
+    model: str | None = typer.Option(
+        None,
+        "--model",
+        "-m",
+        metavar="SPEC",
+        help="The model that plans, joins and runs agent tasks: openai:MODEL (OpenAI or any "
+        "OpenAI-compatible server) or anthropic:MODEL. Default: $DAGAGENT_MODEL.",
+    ),
+    base_url: str | None = typer.Option(
+        None,
+        "--base-url",
+        metavar="URL",
+        help="Server for the model, e.g. http://localhost:11434/v1 (Ollama). Default: "
+        "$DAGAGENT_BASE_URL, else $OPENAI_BASE_URL / $ANTHROPIC_BASE_URL.",
+    ),
+    max_rounds: int = typer.Option(
+        3,
+        "--max-rounds",
+        min=1,
+        help="Rounds of plan, run and join at most (the last one must answer).",
+    ),
+    no_stream: bool = typer.Option(
+        False,
+        "--no-stream",
+        help="Wait for the whole plan before running any task.",
+    ),
+    executor: ExecutorOpt = "dataflow",
+    on_failure: str = typer.Option(
+        "continue",
+        "--on-failure",
+        help="continue (default): run every branch that can run, so the joiner sees all it "
+        "can; cancel: stop a round at its first failure.",
+    ),
+    max_concurrency: MaxConcurrencyOpt = None,
+    max_attempts: MaxAttemptsOpt = 3,
+    agent_tasks: bool = typer.Option(
+        False,
+        "--agent-tasks",
+        help="Allow agent tasks (sub-goals solved by a ReAct agent with the same model).",
+    ),
+    no_schema: bool = typer.Option(
+        False,
+        "--no-schema",
+        help="Send no response format (for servers that reject json_schema).",
+    ),
+    timeout: TimeoutOpt = 60.0,
+    approve: ApproveOpt = False,
+    ask: AskOpt = None,
+    policy_file: PolicyOpt = None,
+    store: StoreOpt = None,
+    json_out: bool = typer.Option(
+        False, "--json", help="Print the whole solution (answer, rounds, usage) as JSON."
+    ),
+) -> None:
+    """Answer GOAL: plan with the model, run the plan, let the model answer from the results
+    or plan again (reusing every success), for at most --max-rounds rounds. Progress on
+    stderr, the answer on stdout. Exit 0 answered, 1 gave up, 2 model unusable, 3 no valid
+    plan."""
+    if not goal.strip():
+        raise ConfigError("the goal is empty: say what the answer should be about")
+    if not (model or os.environ.get("DAGAGENT_MODEL", "").strip()):
+        raise ConfigError(
+            "no model configured: pass --model SPEC (e.g. --model openai:gpt-4o-mini, or "
+            "--model openai:llama3.1 --base-url http://localhost:11434/v1) or set "
+            "DAGAGENT_MODEL (and DAGAGENT_BASE_URL for a local server)"
+        )
+    if approve and not stdin_is_terminal():
+        raise ConfigError(
+            "--approve needs a terminal to ask on, but stdin is not a terminal "
+            "(run without --approve, or from a terminal)"
+        )
+    registry = load_registry(tools)
+    interceptors = run_interceptors(
+        None, registry, approve=False, asks=ask or [], policy_file=policy_file
+    )
+    llm = from_env(model, base_url, timeout=timeout)
+    path = default_store_path(store)
+    spec = recorded_tools_spec(tools)
+
+    def confirm(graph: Any) -> bool:
+        return confirm_plan(graph, registry)
+
+    with RunStore(path, context={"tools": spec} if spec else None) as run_store:
+
+        async def main() -> Solution:
+            async with llm:
+                return await stoppable(
+                    solve(
+                        goal,
+                        registry,
+                        llm,
+                        max_rounds=max_rounds,
+                        stream=not no_stream,
+                        executor=executor,
+                        on_failure=on_failure,
+                        max_concurrency=max_concurrency,
+                        interceptors=interceptors,
+                        listeners=[AskProgress()],
+                        store=run_store,
+                        agent_tasks=agent_tasks,
+                        max_attempts=max_attempts,
+                        structured=not no_schema,
+                        confirm=confirm if approve else None,
+                    )
+                )
+
+        solution = anyio.run(main)
+    _report(solution, path)
+    if json_out:
+        print_json(out, solution.to_json_dict())
+    elif solution.ok:
+        out.print(terminal_text(solution.answer_text), markup=False, highlight=False)
+    raise typer.Exit(exit_code_of(solution))

@@ -1,0 +1,226 @@
+"""``dagagent ask`` end to end: real ``python -m dagagent`` processes against a loopback model
+server speaking the OpenAI or the Anthropic wire format, with the counted tools of
+``tests/journey_model.py``.
+
+The server answers each request from a queue of bodies, as JSON or, when the client asks
+for a stream, as the provider's server-sent events, so the same test holds whether the plan
+is streamed or not."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from collections import deque
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from llm_server import LLMTestServer, Recorded, Reply, SSEReply
+
+from dagagent.llm import wire
+from dagagent.planners import PLAN_FORMAT_NAME
+
+TOOLS = f"{Path(__file__).resolve().parents[1] / 'journey_model.py'}:registry"
+GOAL = "Which is warmer, Paris or Tokyo?"
+
+
+class Model:
+    """The loopback model: answers queued bodies in the wire format of ``flavor``."""
+
+    def __init__(self, flavor: str) -> None:
+        self.flavor = flavor
+        self.answers: deque[dict[str, Any]] = deque()
+        self.server = LLMTestServer(self.respond)
+
+    def respond(self, request: Recorded) -> Reply | SSEReply:
+        if not self.answers:
+            return Reply(500, json={"error": {"message": "no more answers scripted"}})
+        body = self.answers.popleft()
+        if request.json.get("stream"):
+            events = wire.openai_events if self.flavor == "openai" else wire.anthropic_events
+            return SSEReply(events(body))
+        return Reply(json=body)
+
+    # what the model says, in its wire format
+    def plan(self, *tasks: dict[str, Any]) -> None:
+        plan = {"goal": GOAL, "tasks": list(tasks)}
+        if self.flavor == "openai":
+            self.answers.append(wire.openai_text(json.dumps(plan)))
+        else:
+            self.answers.append(wire.anthropic_tool_use([(PLAN_FORMAT_NAME, plan)]))
+
+    def decide(self, decision: dict[str, Any]) -> None:
+        if self.flavor == "openai":
+            self.answers.append(wire.openai_text(json.dumps(decision)))
+        else:
+            self.answers.append(wire.anthropic_tool_use([("join_decision", decision)]))
+
+    def text(self, text: str) -> None:
+        body = wire.openai_text(text) if self.flavor == "openai" else wire.anthropic_text(text)
+        self.answers.append(body)
+
+    @property
+    def spec(self) -> list[str]:
+        base = self.server.url + ("/v1" if self.flavor == "openai" else "")
+        return ["--model", f"{self.flavor}:fake", "--base-url", base]
+
+
+class User:
+    def __init__(self, tmp_path: Path, model: Model) -> None:
+        self.dir = tmp_path
+        self.model = model
+        self.log = tmp_path / "calls.log"
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("DAGAGENT_", "OPENAI_", "ANTHROPIC_"))
+        }
+        self.env = {
+            **env,
+            "DAGAGENT_HOME": str(tmp_path / "home"),
+            "JOURNEY_LOG": str(self.log),
+            "OPENAI_API_KEY": "sk-test",
+            "ANTHROPIC_API_KEY": "sk-ant-test",
+            "NO_COLOR": "1",
+            "COLUMNS": "200",
+        }
+
+    def __call__(self, *args: str, code: int) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run(
+            [sys.executable, "-m", "dagagent", *args],
+            cwd=self.dir,
+            env=self.env,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert "Traceback" not in proc.stderr + proc.stdout, proc.stderr
+        assert proc.returncode == code, (args, proc.returncode, proc.stdout, proc.stderr)
+        return proc
+
+    def ask(self, *args: str, code: int = 0) -> subprocess.CompletedProcess[str]:
+        return self("ask", GOAL, *self.model.spec, "--tools", TOOLS, *args, code=code)
+
+    def calls(self) -> list[str]:
+        if not self.log.exists():
+            return []
+        lines = self.log.read_text().splitlines()
+        return sorted(x[len("start ") :] for x in lines if x.startswith("start "))
+
+
+@pytest.fixture(params=["openai", "anthropic"])
+def model(request: pytest.FixtureRequest) -> Iterator[Model]:
+    m = Model(request.param)
+    with m.server:
+        yield m
+    assert not m.answers, "scripted answers left unused"
+    m.server.check()
+
+
+@pytest.fixture
+def user(tmp_path: Path, model: Model) -> User:
+    return User(tmp_path, model)
+
+
+def weather(tid: str, city: str) -> dict[str, Any]:
+    return {"id": tid, "tool": "get_weather", "args": {"city": city}}
+
+
+def finish(answer: Any, cites: list[str]) -> dict[str, Any]:
+    return {"action": "finish", "answer": answer, "cites": cites}
+
+
+def test_answered_in_one_round(user: User, model: Model) -> None:
+    model.plan(weather("paris", "Paris"), weather("tokyo", "Tokyo"))
+    model.decide(finish("Tokyo is warmer: 24.5 C against 18 C.", ["paris", "tokyo"]))
+    proc = user.ask()
+    assert proc.stdout.strip().splitlines()[-1] == "Tokyo is warmer: 24.5 C against 18 C."
+    assert "round 1: planning" in proc.stderr
+    assert "paris succeeded" in proc.stderr and "the joiner answered" in proc.stderr
+    assert "answered in 1 round" in proc.stderr and "2 model calls" in proc.stderr
+    assert user.calls() == ["get_weather Paris", "get_weather Tokyo"]
+    # the answer is on record: show prints it in full, --json includes it
+    shown = user("show", "--last", code=0)
+    assert "answer (cites paris, tokyo):" in shown.stdout
+    assert "Tokyo is warmer: 24.5 C against 18 C." in shown.stdout
+    doc = json.loads(user("show", "--last", "--json", code=0).stdout)
+    assert doc["solve"]["answer"] == "Tokyo is warmer: 24.5 C against 18 C."
+    assert doc["solve"]["status"] == "answered"
+
+
+def test_replan_reuses_what_succeeded(user: User, model: Model) -> None:
+    model.plan(weather("paris", "Paris"), weather("tokyo", "Atlantis"))
+    model.decide({"action": "replan", "feedback": "Atlantis is not Tokyo: look up Tokyo"})
+    model.plan(weather("paris", "Paris"), weather("tokyo2", "Tokyo"))
+    model.decide(finish({"warmer": "Tokyo"}, ["paris", "tokyo2"]))
+    doc = json.loads(user.ask("--json").stdout)
+    assert doc["status"] == "answered" and doc["answer"] == {"warmer": "Tokyo"}
+    first, second = doc["rounds"]
+    assert first["decision"]["action"] == "replan"
+    assert second["parent_id"] == first["run_id"]
+    assert second["result"]["tasks"]["paris"]["status"] == "reused"
+    assert doc["usage"]["planner"]["calls"] == 2 and doc["usage"]["joiner"]["calls"] == 2
+    # Paris was looked up once over both rounds
+    assert user.calls() == ["get_weather Atlantis", "get_weather Paris", "get_weather Tokyo"]
+    runs = json.loads(user("runs", "--json", code=0).stdout)
+    assert {r["run_id"] for r in runs} == {first["run_id"], second["run_id"]}
+
+
+def test_gave_up_exits_1(user: User, model: Model) -> None:
+    model.plan(weather("x", "Atlantis"))
+    model.decide({"action": "replan", "feedback": "try again"})
+    model.plan(weather("x", "Atlantis"))
+    proc = user.ask(code=1)
+    assert proc.stdout == ""
+    assert "gave up: round 2: the revised plan is the same as round 1's" in proc.stderr
+
+
+def test_no_valid_plan_exits_3(user: User, model: Model) -> None:
+    for _ in range(2):
+        model.text("I cannot make a plan.")
+    proc = user.ask("--max-attempts", "2", "--no-stream", code=3)
+    assert "no valid plan after 2 attempts" in proc.stderr
+    assert "attempt 2:" in proc.stderr and "[not_json]" in proc.stderr
+    assert user.calls() == []
+
+
+def test_untrusted_answer_is_shown_as_text(user: User, model: Model) -> None:
+    model.plan(weather("paris", "Paris"))
+    model.decide(finish("[/INST] [bold]18 C[/bold] \x1b[2J\x1b[31mred\rover", ["paris"]))
+    proc = user.ask()
+    last = proc.stdout.strip().splitlines()[-1]
+    assert last == "[/INST] [bold]18 C[/bold] \\x1b[2J\\x1b[31mred\\rover"
+    assert "\x1b" not in proc.stdout
+
+
+def test_model_unreachable_exits_2(tmp_path: Path) -> None:
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    model = Model("openai")
+    user = User(tmp_path, model)
+    proc = user(
+        "ask",
+        GOAL,
+        "--model",
+        "openai:fake",
+        "--base-url",
+        f"http://127.0.0.1:{port}/v1",
+        "--tools",
+        TOOLS,
+        "--timeout",
+        "5",
+        code=2,
+    )
+    assert "the model could not be used" in proc.stderr
+
+
+def test_no_model_configured_exits_2(tmp_path: Path) -> None:
+    user = User(tmp_path, Model("openai"))
+    proc = user("ask", GOAL, "--tools", TOOLS, code=2)
+    assert "no model configured" in proc.stderr
