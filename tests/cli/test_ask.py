@@ -70,7 +70,7 @@ class Model:
 
 
 class User:
-    def __init__(self, tmp_path: Path, model: Model) -> None:
+    def __init__(self, tmp_path: Path, model: list[str]) -> None:
         self.dir = tmp_path
         self.model = model
         self.log = tmp_path / "calls.log"
@@ -104,7 +104,7 @@ class User:
         return proc
 
     def ask(self, *args: str, code: int = 0) -> subprocess.CompletedProcess[str]:
-        return self("ask", GOAL, *self.model.spec, "--tools", TOOLS, *args, code=code)
+        return self("ask", GOAL, *self.model, "--tools", TOOLS, *args, code=code)
 
     def calls(self) -> list[str]:
         if not self.log.exists():
@@ -124,7 +124,7 @@ def model(request: pytest.FixtureRequest) -> Iterator[Model]:
 
 @pytest.fixture
 def user(tmp_path: Path, model: Model) -> User:
-    return User(tmp_path, model)
+    return User(tmp_path, model.spec)
 
 
 def weather(tid: str, city: str) -> dict[str, Any]:
@@ -202,25 +202,11 @@ def test_model_unreachable_exits_2(tmp_path: Path) -> None:
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    model = Model("openai")
-    user = User(tmp_path, model)
-    proc = user(
-        "ask",
-        GOAL,
-        "--model",
-        "openai:fake",
-        "--base-url",
-        f"http://127.0.0.1:{port}/v1",
-        "--tools",
-        TOOLS,
-        "--timeout",
-        "5",
-        code=2,
-    )
+    user = User(tmp_path, ["--model", "openai:fake", "--base-url", f"http://127.0.0.1:{port}/v1"])
+    proc = user.ask("--timeout", "5", code=2)
     assert "the model could not be used" in proc.stderr
 
 
 def test_no_model_configured_exits_2(tmp_path: Path) -> None:
-    user = User(tmp_path, Model("openai"))
-    proc = user("ask", GOAL, "--tools", TOOLS, code=2)
+    proc = User(tmp_path, []).ask(code=2)
     assert "no model configured" in proc.stderr
