@@ -17,6 +17,7 @@ from typing import Any
 import anyio
 import typer
 
+from ..approval import Policy
 from ..errors import ConfigError, JoinerError, LLMError, PlanningError
 from ..events import (
     Event,
@@ -227,9 +228,12 @@ def ask_cmd(
             "(run without --approve, or from a terminal)"
         )
     registry = load_registry(tools)
-    interceptors = run_interceptors(
+    # The first policy goes to solve as its policy: streamed planning holds back the tasks
+    # it may ask about or deny until the whole plan is known; it still checks calls first.
+    policies = run_interceptors(
         None, registry, approve=False, asks=ask or [], policy_file=policy_file
     )
+    first = policies[0] if policies and isinstance(policies[0], Policy) else None
     llm = from_env(model, base_url, timeout=timeout)
     path = default_store_path(store)
     spec = recorded_tools_spec(tools)
@@ -251,7 +255,8 @@ def ask_cmd(
                         executor=executor,
                         on_failure=on_failure,
                         max_concurrency=max_concurrency,
-                        interceptors=interceptors,
+                        policy=first,
+                        interceptors=policies[1:] if first is not None else policies,
                         listeners=[AskProgress()],
                         store=run_store,
                         agent_tasks=agent_tasks,

@@ -1,5 +1,6 @@
 """Recording solves (:func:`dagagent.solve`, ``dagagent ask``): the goal, each round's run
-and joiner decision as it ends, and the answer. A part of :class:`~dagagent.store.RunStore`.
+(named as the round starts) and joiner decision as it ends, and the answer. A part of
+:class:`~dagagent.store.RunStore`.
 
 A solve's rounds are runs like any other (each round after the first is a child of the round
 before, as ``replan`` makes them); these tables add what runs do not hold: which solve and
@@ -125,13 +126,19 @@ class SolveQueries:
                 (solve_id,),
             )
         ]
-        from ._store import _effective_status
+        from ._store import INTERRUPTED, _effective_status
 
+        status = _effective_status(r[3], r[10])
+        if status == INTERRUPTED:  # the round under way when the process died
+            rounds = [
+                x.model_copy(update={"outcome": INTERRUPTED}) if x.outcome == "running" else x
+                for x in rounds
+            ]
         return SolveRecord(
             id=r[0],
             goal=r[1],
             created=r[2],
-            status=_effective_status(r[3], r[10]),
+            status=status,
             reason=r[4] or "",
             answer=from_column(r[5]),
             cites=from_column(r[6]) or [],

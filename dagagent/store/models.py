@@ -106,7 +106,8 @@ class RunRecord(BaseModel):
 
 class RoundRecord(BaseModel):
     """One recorded round of a solve: its run (``None`` if nothing ran), how it ended
-    (``answered``, ``replan``, ``gave_up``, ``failed``) and why, the joiner's decision
+    (``answered``, ``replan``, ``gave_up``, ``failed``; ``running`` while under way,
+    ``cancelled`` if stopped, ``interrupted`` if its process died) and why, the joiner's decision
     (``{"action": "finish", "answer", "cites"}`` or ``{"action": "replan", "feedback"}``),
     and the feedback its plan was revised with."""
 

@@ -347,6 +347,7 @@ class _Solve:
         )
         self.agent_llm = MeteredLLM(llm, self.agent_usage) if agent_tasks else None
         self.rounds: list[Round] = []
+        self.running: str | None = None  # the id of the round's run, once it is chosen
 
     def emit(self, event: Any) -> None:
         for listener in self.listeners:
@@ -419,6 +420,16 @@ class _Solve:
             return await self._rounds()
         except BaseException:
             # cancelled (Ctrl-C) or a bug: the record says the solve did not finish
+            if self.rounds and not self.rounds[-1].outcome:
+                rnd = self.rounds[-1]
+                self.record(
+                    "record_round",
+                    round=rnd.number,
+                    run_id=rnd.run_id or self.running,
+                    outcome="cancelled",
+                    reason="the solve was stopped",
+                    feedback=rnd.feedback,
+                )
             self.record("finish_solve", status="cancelled", reason="the solve was stopped")
             raise
 
@@ -496,7 +507,15 @@ class _Solve:
             if previous is not None and previous.plan is not None and previous.result is not None
             else None
         )
-        run_id = new_run_id()
+        run_id = self.running = new_run_id()
+        # On record from the start, so that a solve killed mid-round still names its run.
+        self.record(
+            "record_round",
+            round=rnd.number,
+            run_id=run_id,
+            outcome="running",
+            feedback=feedback,
+        )
         streamed = _streamed_planning() if self.stream else None
         if streamed is not None:
             round_ = await streamed(

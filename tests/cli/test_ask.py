@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
+import time
 from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
@@ -210,3 +212,100 @@ def test_model_unreachable_exits_2(tmp_path: Path) -> None:
 def test_no_model_configured_exits_2(tmp_path: Path) -> None:
     proc = User(tmp_path, []).ask(code=2)
     assert "no model configured" in proc.stderr
+
+
+def _wait_for_line(user: User, proc: subprocess.Popen[str], line: str) -> None:
+    deadline = time.monotonic() + 60
+    while not (user.log.exists() and line in user.log.read_text().splitlines()):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            out, err = proc.communicate()
+            raise AssertionError(f"never saw {line!r}\n{out}\n{err}")
+        time.sleep(0.02)
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGKILL"])
+def test_killed_mid_solve_keeps_what_ended(user: User, model: Model, sig: str) -> None:
+    """Round 1 ends (the joiner asks for more); round 2 blocks in a slow tool and the process
+    is stopped (SIGTERM: exit 130, recorded as cancelled) or killed (SIGKILL: shown as
+    interrupted). The store keeps round 1 whole and names round 2's run."""
+    flag = user.dir / "slow.flag"
+    flag.write_text("x")
+    user.env["JOURNEY_SLOW"] = str(flag)
+    model.plan(weather("paris", "Paris"))
+    model.decide({"action": "replan", "feedback": "also Tokyo, slowly"})
+    model.plan(
+        weather("paris", "Paris"), {"id": "wait", "tool": "slow", "args": {"name": "slow-1"}}
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dagagent", "ask", GOAL, *model.spec, "--tools", TOOLS],
+        cwd=user.dir,
+        env=user.env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        _wait_for_line(user, proc, "start slow slow-1")
+        if sig == "SIGKILL":
+            time.sleep(0.5)  # a kill loses what finished in the last 0.05 s: let it be written
+        proc.send_signal(getattr(signal, sig))
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    flag.unlink()
+    assert "Traceback" not in out + err
+    runs = json.loads(user("runs", "--json", code=0).stdout)
+    first_id = next(r["run_id"] for r in runs if r["parent_id"] is None)
+    second_id = next(r["run_id"] for r in runs if r["parent_id"] is not None)
+    first = json.loads(user("show", first_id, "--json", code=0).stdout)
+    solve = first["solve"]
+    assert [(r["round"], r["run_id"]) for r in solve["rounds"]] == [
+        (1, first_id),
+        (2, second_id),
+    ]
+    assert solve["rounds"][0]["decision"] == {
+        "action": "replan",
+        "feedback": "also Tokyo, slowly",
+    }
+    second = json.loads(user("show", second_id, "--json", code=0).stdout)
+    if sig == "SIGTERM":
+        assert proc.returncode == 130 and "interrupted" in err
+        assert solve["status"] == "cancelled"
+        assert solve["rounds"][1]["outcome"] == "cancelled"
+        assert second["status"] == "cancelled"
+        assert second["tasks"]["wait"]["status"] == "cancelled"
+    else:
+        assert proc.returncode == -signal.SIGKILL
+        assert solve["status"] == "interrupted"
+        assert solve["rounds"][1]["outcome"] == "interrupted"
+        assert second["status"] == "interrupted"
+    assert second["tasks"]["paris"]["status"] == "reused"
+
+
+def test_a_policy_file_decides_every_call(user: User, model: Model) -> None:
+    (user.dir / "policy.json").write_text(
+        json.dumps(
+            {
+                "rules": [
+                    {
+                        "tool": "get_weather",
+                        "args": {"city": "Tokyo"},
+                        "action": "deny",
+                        "reason": "no Tokyo today",
+                    }
+                ]
+            }
+        )
+    )
+    model.plan(weather("paris", "Paris"), weather("tokyo", "Tokyo"))
+    model.decide(finish("Only Paris is known: 18 C.", ["paris"]))
+    doc = json.loads(user.ask("--policy", "policy.json", "--json").stdout)
+    tasks = doc["rounds"][0]["result"]["tasks"]
+    assert tasks["tokyo"]["status"] == "denied" and "no Tokyo today" in tasks["tokyo"]["error"]
+    assert doc["answer"] == "Only Paris is known: 18 C."
+    assert user.calls() == ["get_weather Paris"]
