@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from .errors import ConfigError
-from .events import Listener, RunFinished, RunStarted, get_logger
+from .events import Listener, PlanExtended, RunFinished, RunStarted, get_logger
 from .executors import Executor, finish_unstarted, get_executor
 from .graph import PlanGraph, critical_path, validate
 from .plan import Plan
@@ -66,6 +66,10 @@ async def execute(
     - ``store``: record the run (plan and every task result, durable as each task finishes)
       in this :class:`~dagagent.store.RunStore` or SQLite file (see :mod:`dagagent.store`).
 
+    ``plan`` may also be a :class:`~dagagent.growing.GrowingGraph` that is still being
+    written (a streamed plan): tasks start as they are added and the run ends once the graph
+    is closed and its tasks are done; the run's record follows the plan as it grows.
+
     Raises :class:`~dagagent.errors.PlanValidationError` before anything runs if the plan is
     invalid. Task failures do not raise: inspect the result or call ``raise_for_status()``.
     Nothing is left running when this returns or raises; cancelling the caller cancels the run.
@@ -79,7 +83,8 @@ async def execute(
     run_id = run_id or new_run_id()
     log = get_logger(run_id=run_id)
     meter = None
-    if llm is not None and any(t.is_agent for t in graph.plan.tasks):
+    growing = not graph.complete  # a streamed plan: tasks arrive while it runs
+    if llm is not None and (growing or any(t.is_agent for t in graph.plan.tasks)):
         if agent_runner is None:
             agent_runner = _default_agent_runner()
         from .llm import MeteredLLM, UsageTracker
@@ -117,7 +122,16 @@ async def execute(
         if recorder is not None:
             recorder.start()
         if listeners:
-            runner._emit(RunStarted(run_id, graph.plan, exe.name, parent_id))
+            plan_now = _snapshot(graph.plan) if growing else graph.plan
+            runner._emit(RunStarted(run_id, plan_now, exe.name, parent_id))
+        extended = None
+        if listeners and growing:
+
+            def extended(task_id: str | None) -> None:
+                if task_id is not None:  # before the task can start: its record needs it
+                    runner._emit(PlanExtended(run_id, _snapshot(graph.plan)))
+
+            graph.watch(extended)
         log.info("run.started", tasks=len(graph), executor=exe.name)
         started = time.time()
         interrupted = False
@@ -127,6 +141,8 @@ async def execute(
             interrupted = True
             raise
         finally:
+            if extended is not None:
+                graph.unwatch(extended)
             try:
                 finish_unstarted(graph, runner)
                 result = _result(graph, runner, exe.name, started, interrupted, parent_id)
@@ -141,10 +157,17 @@ async def execute(
     return result
 
 
+def _snapshot(plan: Plan) -> Plan:
+    """The plan as it is now, for a record written later (a growing plan keeps changing)."""
+    return Plan.model_construct(goal=plan.goal, tasks=list(plan.tasks))
+
+
 def _used_tools(graph: PlanGraph, registry: Registry | None) -> list[Tool]:
     """The tools the plan's tasks can call (an agent task without a subset: all)."""
     if registry is None:
         return []
+    if not graph.complete:
+        return list(registry)  # a plan still arriving may call any of them
     names: dict[str, None] = {}
     for task in graph.plan.tasks:
         if task.tool is not None:

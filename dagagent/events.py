@@ -20,19 +20,21 @@ from typing import TYPE_CHECKING, Any, Union
 import structlog
 
 if TYPE_CHECKING:
-    from .plan import Plan
+    from .plan import Plan, Task
     from .results import RunResult, TaskResult
 
 __all__ = [
     "Event",
     "JoinerDecided",
     "Listener",
+    "PlanExtended",
     "RoundFinished",
     "RoundStarted",
     "RunFinished",
     "RunStarted",
     "TaskDecision",
     "TaskFinished",
+    "TaskParsed",
     "TaskRetrying",
     "TaskStarted",
     "configure_logging",
@@ -137,6 +139,30 @@ class RoundFinished:
     kind: str = field(default="round.finished", init=False)
 
 
+@dataclass(frozen=True, slots=True)
+class TaskParsed:
+    """A task of a streamed plan, read and checked the moment the model finished writing it,
+    ``since_s`` seconds after planning began. ``held``: it waits for the whole plan to
+    validate before it may run (side effects, or an approval rule may ask or deny)."""
+
+    run_id: str
+    task_id: str
+    task: Task
+    since_s: float
+    held: bool = False
+    kind: str = field(default="task.parsed", init=False)
+
+
+@dataclass(frozen=True, slots=True)
+class PlanExtended:
+    """The plan of a run that is still being written gained tasks; ``plan`` is the plan so
+    far (a copy: it does not change afterwards). The run store keeps its record up to date."""
+
+    run_id: str
+    plan: Plan
+    kind: str = field(default="run.plan_extended", init=False)
+
+
 Event = Union[  # noqa: UP007 - a runtime alias, kept valid on 3.10
     RunStarted,
     TaskStarted,
@@ -147,6 +173,8 @@ Event = Union[  # noqa: UP007 - a runtime alias, kept valid on 3.10
     RoundStarted,
     JoinerDecided,
     RoundFinished,
+    TaskParsed,
+    PlanExtended,
 ]
 Listener = Callable[[Event], None]
 

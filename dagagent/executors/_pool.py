@@ -11,6 +11,9 @@ back to back in one worker, and a task that blocks delays its queued siblings by
 turn of the event loop — then each of them has a worker of its own and they run
 concurrently, exactly as if each had been spawned.
 
+A pool made with ``open=True`` (a plan still arriving) keeps driving, waiting for more ids,
+until :meth:`WorkerPool.close` is called.
+
 Workers stop taking ids once the task group is cancelled, and yield to the event loop every
 :data:`YIELD_EVERY` tasks, so a long run of non-blocking tasks neither starves the loop nor
 outlives a cancellation.
@@ -35,11 +38,12 @@ class WorkerPool:
 
     ``push`` may be called by ``handle`` itself (a finished task making its dependents ready).
     :meth:`drive` must be awaited by the task that owns ``tg``; it returns when the queue is
-    empty and no worker is left.
+    empty and no worker is left (and, for an ``open`` pool, once it has been closed).
     """
 
     __slots__ = (
         "_handle",
+        "_open",
         "_pausing",
         "_queue",
         "_scope",
@@ -49,8 +53,15 @@ class WorkerPool:
         "_workers",
     )
 
-    def __init__(self, tg: anyio.abc.TaskGroup, handle: Callable[[str], Awaitable[object]]) -> None:
+    def __init__(
+        self,
+        tg: anyio.abc.TaskGroup,
+        handle: Callable[[str], Awaitable[object]],
+        *,
+        open: bool = False,
+    ) -> None:
         self._tg = tg
+        self._open = open
         self._scope = tg.cancel_scope
         self._handle = handle
         self._queue: deque[str] = deque()
@@ -71,6 +82,13 @@ class WorkerPool:
             self._waiting = False
             self._wake.set()
 
+    def close(self) -> None:
+        """No more ids will come: ``drive`` returns once the queued ones are done."""
+        self._open = False
+        if self._waiting:
+            self._waiting = False
+            self._wake.set()
+
     async def _worker(self) -> None:
         queue = self._queue
         handle = self._handle
@@ -88,7 +106,7 @@ class WorkerPool:
                         self._pausing -= 1
         finally:
             self._workers -= 1
-            if self._waiting and not self._workers:
+            if self._waiting and not self._workers and not self._open:
                 self._waiting = False
                 self._wake.set()
 
@@ -112,7 +130,7 @@ class WorkerPool:
                     start(self._worker)
                 await checkpoint()
                 continue
-            if not self._workers:
+            if not self._workers and not self._open:
                 return
             self._wake = anyio.Event()
             self._waiting = True

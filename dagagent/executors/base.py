@@ -1,10 +1,23 @@
-"""What every executor shares: the protocol, and how unstarted tasks are finally marked."""
+"""What every executor shares: the protocol, how unstarted tasks are finally marked, and
+following a plan that is still arriving.
+
+**A growing graph.** When a plan streams from a model, ``run`` gets a graph that is not
+complete yet (``graph.complete`` is false; see :class:`~dagagent.growing.GrowingGraph`).
+Executors ``watch`` it: each added task is considered as soon as it arrives, and ``run``
+returns only once the graph is complete and its tasks are done. No executor polls. When the
+graph is closed as ``aborted`` (a later task of the plan was invalid), the run stops like a
+failure would stop it: under ``on_failure="cancel"`` running tasks are cancelled, under
+``"continue"`` the tasks already added run to their end. A task that arrives after one of its
+dependencies failed is skipped at once.
+"""
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
+
+import anyio
 
 from ..results import TaskStatus
 
@@ -13,7 +26,14 @@ if TYPE_CHECKING:
     from ..runner import Invoker, TaskRunner
     from ..tools import Registry
 
-__all__ = ["Executor", "FailurePolicy", "block_descendants", "finish_unstarted"]
+__all__ = [
+    "Executor",
+    "FailurePolicy",
+    "Wakeup",
+    "block_descendants",
+    "finish_unstarted",
+    "skip_if_blocked",
+]
 
 FailurePolicy = Literal["cancel", "continue"]
 
@@ -97,6 +117,42 @@ def block_descendants(graph: PlanGraph, runner: TaskRunner, failed: str) -> None
         d = _blocker(graph, runner, n) or failed
         runner.mark(n, TaskStatus.SKIPPED, f"not run: upstream task {d!r} {_status_of(runner, d)}")
         stack.extend(graph.dependents[n])
+
+
+def skip_if_blocked(graph: PlanGraph, runner: TaskRunner, task_id: str) -> bool:
+    """For a task that arrived after the run began: mark it skipped (and say ``True``) when
+    one of its dependencies has already finished without succeeding."""
+    outputs, results = runner.outputs, runner.results
+    for d in graph.dependencies[task_id]:
+        if d not in outputs and d in results:
+            runner.mark(
+                task_id,
+                TaskStatus.SKIPPED,
+                f"not run: upstream task {d!r} {results[d].status.value}",
+            )
+            return True
+    return False
+
+
+class Wakeup:
+    """A flag an executor waits on while a growing graph has nothing for it to do: ``set``
+    (from a graph watcher) wakes the waiter, or makes its next ``wait`` return at once."""
+
+    __slots__ = ("_event", "_flag")
+
+    def __init__(self) -> None:
+        self._event = anyio.Event()
+        self._flag = False
+
+    def set(self) -> None:
+        self._flag = True
+        self._event.set()
+
+    async def wait(self) -> None:
+        if not self._flag:
+            await self._event.wait()
+        self._flag = False
+        self._event = anyio.Event()
 
 
 def _status_of(runner: TaskRunner, task_id: str) -> str:

@@ -560,6 +560,10 @@ class DaskExecutor(DataflowExecutor):
     async def _prepare(self, state: _Session, graph: PlanGraph, registry: Registry) -> None:
         """Ship every tool the plan can call to the workers, or say which cannot go."""
         used: dict[Tool, list[str]] = {}
+        if not graph.complete:
+            # A plan still arriving may call any tool: ship them all before the run starts.
+            for tool in registry:
+                used[tool] = []
         for task_id, task in graph.tasks.items():
             if task.tool is not None:
                 names: Iterable[str] = (task.tool,)
@@ -709,6 +713,8 @@ def _any(obj: Any) -> Any:
 
 
 def _tasks(task_ids: list[str]) -> str:
+    if not task_ids:
+        return "for the tasks of a plan still arriving"
     shown = ", ".join(repr(t) for t in task_ids[:5])
     more = f" and {len(task_ids) - 5} more" if len(task_ids) > 5 else ""
     return f"task{'s' if len(task_ids) > 1 else ''} {shown}{more}"

@@ -3,6 +3,9 @@
 No level barrier and no polling: when a task finishes, it counts down its dependents and
 queues those whose last dependency it was in a :class:`~dagagent.executors._pool.WorkerPool`,
 which starts them at once in the same task group.
+
+A plan still arriving: each task is considered when it arrives, and queued at once if its
+dependencies have all succeeded by then; the pool stays open until the plan is complete.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import anyio
 
 from ..results import TaskStatus
 from ._pool import WorkerPool
-from .base import BaseExecutor, FailurePolicy, block_descendants
+from .base import BaseExecutor, FailurePolicy, block_descendants, skip_if_blocked
 
 if TYPE_CHECKING:
     from ..graph import PlanGraph
@@ -29,6 +32,9 @@ class DataflowExecutor(BaseExecutor):
     name = "dataflow"
 
     async def run(self, graph: PlanGraph, runner: TaskRunner, on_failure: FailurePolicy) -> None:
+        if not graph.complete:
+            await self._run_growing(graph, runner, on_failure)
+            return
         dependents = graph.dependents
         waiting = {n: len(d) for n, d in graph.dependencies.items()}
         run_task = runner.run_task
@@ -54,3 +60,52 @@ class DataflowExecutor(BaseExecutor):
             push = pool.push
             pool.extend(graph.levels[0] if graph.levels else ())
             await pool.drive()
+
+    async def _run_growing(
+        self, graph: PlanGraph, runner: TaskRunner, on_failure: FailurePolicy
+    ) -> None:
+        dependents = graph.dependents
+        dependencies = graph.dependencies
+        outputs, results = runner.outputs, runner.results
+        waiting: dict[str, int] = {}
+        run_task = runner.run_task
+        cancel = on_failure == "cancel"
+
+        async with anyio.create_task_group() as tg:
+            pool: WorkerPool
+
+            async def one(task_id: str) -> None:
+                status = (await run_task(task_id)).status
+                if status is SUCCEEDED or status is REUSED:
+                    for child in dependents[task_id]:
+                        left = waiting[child] - 1
+                        waiting[child] = left
+                        if left == 0:
+                            pool.push(child)
+                elif cancel:
+                    tg.cancel_scope.cancel()
+                else:
+                    block_descendants(graph, runner, task_id)
+
+            def told(task_id: str | None) -> None:
+                if task_id is None:
+                    if graph.aborted and cancel:
+                        tg.cancel_scope.cancel()
+                    pool.close()
+                    return
+                if task_id in results or skip_if_blocked(graph, runner, task_id):
+                    waiting[task_id] = -1  # never counts down to 0
+                    return
+                left = sum(1 for d in dependencies[task_id] if d not in outputs)
+                waiting[task_id] = left
+                if left == 0:
+                    pool.push(task_id)
+
+            pool = WorkerPool(tg, one, open=True)
+            for task in list(graph.plan.tasks):
+                told(task.id)
+            graph.watch(told)
+            try:
+                await pool.drive()
+            finally:
+                graph.unwatch(told)

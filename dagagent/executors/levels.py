@@ -4,6 +4,14 @@ A level starts when the previous one has finished (the *level barrier*). Within 
 a failure under ``on_failure="cancel"`` cancels the running siblings at once. The tasks of a
 level run in a :class:`~dagagent.executors._pool.WorkerPool`: all of them concurrently, without
 a spawned task each for those that never block.
+
+**A plan still arriving.** A task's level is the depth it will have in the whole plan, but no
+level of a plan that is still being written is ever known to be full: a task that depends on
+nothing may come last. So while the plan arrives, a level is a *wave*: every task known whose
+dependencies have all succeeded starts together, and the next wave starts when the whole
+wave has finished. A task that arrives while a wave runs waits for the next one: no task can
+join a wave once it has started, and the barrier between waves holds as it does between
+levels. For a plan that is complete when the run starts, the waves are exactly the levels.
 """
 
 from __future__ import annotations
@@ -14,7 +22,7 @@ import anyio
 
 from ..results import TaskStatus
 from ._pool import WorkerPool
-from .base import BaseExecutor, FailurePolicy, block_descendants
+from .base import BaseExecutor, FailurePolicy, Wakeup, block_descendants, skip_if_blocked
 
 if TYPE_CHECKING:
     from ..graph import PlanGraph
@@ -30,6 +38,9 @@ class LevelsExecutor(BaseExecutor):
     name = "levels"
 
     async def run(self, graph: PlanGraph, runner: TaskRunner, on_failure: FailurePolicy) -> None:
+        if not graph.complete:
+            await self._run_growing(graph, runner, on_failure)
+            return
         results = runner.results
         run_task = runner.run_task
         cancel = on_failure == "cancel"
@@ -55,3 +66,69 @@ class LevelsExecutor(BaseExecutor):
                 for task_id in failed:
                     block_descendants(graph, runner, task_id)
                 failed.clear()
+
+    async def _run_growing(
+        self, graph: PlanGraph, runner: TaskRunner, on_failure: FailurePolicy
+    ) -> None:
+        results, outputs = runner.results, runner.outputs
+        run_task = runner.run_task
+        cancel = on_failure == "cancel"
+        tasks = graph.plan.tasks
+        wake = Wakeup()
+        running: list[anyio.CancelScope] = []
+        stopped = False
+        failed: list[str] = []
+
+        def told(task_id: str | None) -> None:
+            nonlocal stopped
+            if task_id is None and graph.aborted and cancel:
+                stopped = True
+                for scope in running:
+                    scope.cancel()
+            wake.set()
+
+        graph.watch(told)
+        try:
+            waiting: list[str] = []
+            seen = 0
+            while not stopped:
+                waiting.extend(t.id for t in tasks[seen:])
+                seen = len(tasks)
+                wave: list[str] = []
+                later: list[str] = []
+                for task_id in waiting:
+                    if task_id in results or skip_if_blocked(graph, runner, task_id):
+                        continue
+                    if all(d in outputs for d in graph.dependencies[task_id]):
+                        wave.append(task_id)
+                    else:
+                        later.append(task_id)
+                waiting = later
+                if not wave:
+                    if graph.complete:
+                        return
+                    await wake.wait()
+                    continue
+                async with anyio.create_task_group() as tg:
+                    scope = tg.cancel_scope
+                    running.append(scope)
+
+                    async def one(task_id: str, scope: anyio.CancelScope = scope) -> None:
+                        status = (await run_task(task_id)).status
+                        if status is not SUCCEEDED and status is not REUSED:
+                            failed.append(task_id)
+                            if cancel:
+                                scope.cancel()
+
+                    pool = WorkerPool(tg, one)
+                    pool.extend(wave)
+                    await pool.drive()
+                running.clear()
+                if failed:
+                    if cancel:
+                        return
+                    for task_id in failed:
+                        block_descendants(graph, runner, task_id)
+                    failed.clear()
+        finally:
+            graph.unwatch(told)

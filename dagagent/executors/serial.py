@@ -1,10 +1,17 @@
-"""One task at a time, in topological order: the baseline, and the easiest to debug."""
+"""One task at a time, in topological order: the baseline, and the easiest to debug.
+
+A plan still arriving runs in the order its tasks arrive (each depends only on tasks before
+it, so that order is topological); when the run has caught up with the plan, it waits for
+the next task.
+"""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .base import BaseExecutor, FailurePolicy, block_descendants
+import anyio
+
+from .base import BaseExecutor, FailurePolicy, Wakeup, block_descendants, skip_if_blocked
 
 if TYPE_CHECKING:
     from ..graph import PlanGraph
@@ -17,6 +24,9 @@ class SerialExecutor(BaseExecutor):
     name = "serial"
 
     async def run(self, graph: PlanGraph, runner: TaskRunner, on_failure: FailurePolicy) -> None:
+        if not graph.complete:
+            await self._run_growing(graph, runner, on_failure)
+            return
         results = runner.results
         for task_id in graph.order:
             if task_id in results:  # skipped because of an earlier failure
@@ -26,3 +36,38 @@ class SerialExecutor(BaseExecutor):
                 if on_failure == "cancel":
                     return
                 block_descendants(graph, runner, task_id)
+
+    async def _run_growing(
+        self, graph: PlanGraph, runner: TaskRunner, on_failure: FailurePolicy
+    ) -> None:
+        results = runner.results
+        tasks = graph.plan.tasks
+        cancel = on_failure == "cancel"
+        wake = Wakeup()
+        scope = anyio.CancelScope()
+
+        def told(task_id: str | None) -> None:
+            if task_id is None and graph.aborted and cancel:
+                scope.cancel()
+            wake.set()
+
+        graph.watch(told)
+        try:
+            with scope:
+                done = 0
+                while True:
+                    while done < len(tasks):
+                        task_id = tasks[done].id
+                        done += 1
+                        if task_id in results or skip_if_blocked(graph, runner, task_id):
+                            continue
+                        r = await runner.run_task(task_id)
+                        if not r.status.ok:
+                            if cancel:
+                                return
+                            block_descendants(graph, runner, task_id)
+                    if graph.complete:
+                        return
+                    await wake.wait()
+        finally:
+            graph.unwatch(told)

@@ -31,6 +31,7 @@ from collections.abc import (
 from contextlib import aclosing
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
+import anyio
 import httpx
 
 from dagagent.llm import wire
@@ -81,7 +82,9 @@ class ScriptedLLM(RequestLLM):
     often than scripted raises :class:`ScriptError` (an ``AssertionError``) naming the
     call; ``assert_exhausted()`` — or leaving ``with ScriptedLLM(...) as llm:`` — fails
     if calls were missing or in excess. ``stream`` cuts the content into ``chunk_size``
-    pieces.
+    pieces. ``chunk_delay_s`` (plain mode) plays a model writing at that pace: ``stream``
+    waits that long before each piece, ``complete`` as long as streaming the whole answer
+    would take.
     """
 
     def __init__(
@@ -90,9 +93,11 @@ class ScriptedLLM(RequestLLM):
         *,
         model: str = "scripted",
         chunk_size: int = 8,
+        chunk_delay_s: float = 0.0,
     ) -> None:
         self.model = model
         self.chunk_size = chunk_size
+        self.chunk_delay_s = chunk_delay_s
         self.requests: list[LLMRequest] = []
         self.wire_requests: list[dict[str, Any]] = []
         self.usage = UsageTracker()
@@ -307,7 +312,11 @@ class ScriptedLLM(RequestLLM):
                 max_tokens=request.max_tokens,
                 temperature=request.temperature,
             )
-        return await self._answer(request)
+        response = await self._answer(request)
+        if self.chunk_delay_s:
+            pieces = -(-len(response.content) // max(1, self.chunk_size))
+            await anyio.sleep(self.chunk_delay_s * pieces)
+        return response
 
     async def _stream(self, request: LLMRequest) -> AsyncGenerator[StreamEvent, None]:
         self.requests.append(request)
@@ -327,6 +336,8 @@ class ScriptedLLM(RequestLLM):
         response = await self._answer(request)
         size = max(1, self.chunk_size)
         for start in range(0, len(response.content), size):
+            if self.chunk_delay_s:
+                await anyio.sleep(self.chunk_delay_s)
             yield TextDelta(response.content[start : start + size])
         for i, call in enumerate(response.tool_calls):
             yield ToolCallDelta(i, call.id, call.name, call.arguments_json())

@@ -13,7 +13,7 @@ from typing import Any
 from pydantic_core import to_json
 
 from ..errors import StoreError
-from ..events import RunFinished, RunStarted, TaskFinished, get_logger
+from ..events import PlanExtended, RunFinished, RunStarted, TaskFinished, get_logger
 from ..results import TaskResult
 from ._codec import to_column, why
 from ._ids import check_run_id
@@ -58,7 +58,7 @@ def _insert_rows(conn: sqlite3.Connection, rows: list[tuple[Any, ...]]) -> None:
 
 _MAX_BATCH_FAILURES = 3  # then write event by event, dropping what cannot be written
 _RUN_START_WAIT_S = 30.0  # at most this long for the run row (the store may be busy)
-_RECORDED = frozenset((RunStarted, TaskFinished, RunFinished))
+_RECORDED = frozenset((RunStarted, TaskFinished, RunFinished, PlanExtended))
 
 
 class RunRecorder:
@@ -203,6 +203,7 @@ class RunRecorder:
         starts: list[tuple[Any, ...]] = []
         rows: list[tuple[Any, ...]] = []
         finishes: list[tuple[Any, ...]] = []
+        grown: PlanExtended | None = None  # the latest plan of a run still being planned
         for ev in events:
             if type(ev) is TaskFinished:
                 rows.append(self._task_row(ev.result))
@@ -222,6 +223,8 @@ class RunRecorder:
                         self._context,
                     )
                 )
+            elif type(ev) is PlanExtended:
+                grown = ev
             elif type(ev) is RunFinished:
                 res = ev.result
                 finishes.append(
@@ -241,6 +244,11 @@ class RunRecorder:
                     "INSERT INTO runs (id, parent_id, created, goal, plan, n_tasks, status, "
                     "executor, pid, context) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     starts,
+                )
+            if grown is not None:
+                conn.execute(
+                    "UPDATE runs SET plan = ?, n_tasks = ? WHERE id = ?",
+                    (grown.plan.to_json(indent=None), len(grown.plan.tasks), grown.run_id),
                 )
             if rows:
                 _insert_rows(conn, rows)

@@ -1,0 +1,263 @@
+"""Reading one streamed answer of the planner's model into a growing plan.
+
+:class:`StreamedAnswer` takes the answer's events (text deltas, or the first tool call's
+argument deltas), turns them into tasks with
+:class:`~dagagent.planners.incremental.JsonTaskStream`, checks each task the moment it is
+complete, and adds it to the run's :class:`~dagagent.growing.GrowingGraph` or holds it until
+the whole plan has validated. What it refuses ends the answer with a :class:`StreamStop`
+carrying the issues. :mod:`dagagent.planners.streaming` runs the attempts around it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any, Protocol
+
+from ..errors import Issue, PlanLoadError
+from ..events import Listener, TaskParsed
+from ..growing import GrowingGraph, PlanChecker, TaskCheck
+from ..llm import LLMResponse, StreamEnd, TextDelta, ToolCallDelta, Usage
+from ..plan import Plan, Task, load_plan
+from .incremental import JsonTaskStream, StreamedPlanError
+from .prompts import shorten
+from .replan import replan_issues
+from .schema import drop_null_optionals
+
+if TYPE_CHECKING:
+    from ..approval import Policy
+    from ..tools import Registry
+
+__all__ = ["StreamSettings", "StreamStop", "StreamedAnswer", "call_key", "closing"]
+
+
+class StreamSettings(Protocol):
+    """What reading an answer needs to know of the round it belongs to."""
+
+    registry: Registry
+    agent_tasks: bool
+    strict: bool
+    replan_of: Any
+    policy: Policy | None
+    listeners: tuple[Listener, ...]
+    max_tasks: int
+    max_task_chars: int
+    max_repeats: int
+    began: float
+    run_id_now: str
+
+    def emit(self, event: Any) -> None: ...
+
+
+class StreamStop(Exception):
+    """Ends an attempt's stream: these issues reject it."""
+
+    def __init__(self, issues: list[Issue]) -> None:
+        super().__init__("; ".join(str(i) for i in issues))
+        self.issues = issues
+
+
+def call_key(task: Task) -> str:
+    """What makes two tasks the same call, whatever their ids."""
+    return json.dumps(
+        [task.tool, task.instruction, task.args, task.tools, sorted(task.depends_on)],
+        sort_keys=True,
+        default=str,
+    )
+
+
+class StreamedAnswer:
+    """One streamed answer: reads it, checks each task, feeds the graph or holds the task."""
+
+    def __init__(
+        self,
+        owner: StreamSettings,
+        graph: GrowingGraph,
+        seeded: Mapping[str, Task],
+    ) -> None:
+        self.owner = owner
+        self.graph = graph
+        self.checker = PlanChecker(owner.registry, agent_tasks=owner.agent_tasks)
+        self.seeded = seeded
+        self.held: list[TaskCheck] = []
+        self.held_ids: set[str] = set()
+        self.calls: dict[str, int] = {}
+        self.count = 0
+        self.raw = ""
+        self.usage = Usage()
+        self.finish_reason: str | None = None
+        for task in seeded.values():
+            check = self.checker.check(task)
+            if check.ok:
+                graph.add(check)
+
+    # -- one task -------------------------------------------------------------------------
+
+    def take(self, raw: Any) -> None:
+        """A complete task object from the stream: check it, then run or hold it."""
+        owner = self.owner
+        index = self.count
+        task = self._load(raw, index)
+        seeded = self.seeded.get(task.id)
+        if seeded is not None and call_key(seeded) == call_key(task):
+            return  # a task that ran in an earlier attempt, planned again: it is that task
+        self.count += 1
+        if self.count > owner.max_tasks:
+            raise StreamStop(
+                [
+                    Issue(
+                        "too_many_tasks",
+                        task.id,
+                        f"the plan has more than {owner.max_tasks} tasks: plan fewer, larger steps",
+                    )
+                ]
+            )
+        key = call_key(task)
+        seen = self.calls.get(key, 0) + 1
+        self.calls[key] = seen
+        if seen > owner.max_repeats + 1:
+            raise StreamStop(
+                [
+                    Issue(
+                        "repeated_task",
+                        task.id,
+                        f"the same call ({task.tool or 'agent'} with the same arguments) is "
+                        f"planned {seen} times: the plan repeats itself; plan each call once",
+                    )
+                ]
+            )
+        check = self.checker.check(task)
+        issues = list(check.issues)
+        if check.ok and owner.replan_of is not None:
+            issues += replan_issues(owner.replan_of.plan, Plan(tasks=[task]), owner.replan_of.tasks)
+        if issues:
+            raise StreamStop(issues)
+        held = self._must_hold(check)
+        owner.emit(
+            TaskParsed(owner.run_id_now, task.id, task, time.monotonic() - owner.began, held)
+        )
+        if held:
+            self.held.append(check)
+            self.held_ids.add(task.id)
+        else:
+            self.graph.add(check)
+
+    def _load(self, raw: Any, index: int) -> Task:
+        if not isinstance(raw, dict):
+            raise StreamStop(
+                [Issue("schema", None, f"tasks[{index}] is not a JSON object: {shorten(raw, 80)}")]
+            )
+        value: dict[str, Any] = {"goal": "", "tasks": [raw]}
+        drop_null_optionals(value, self.owner.registry, keep_nullable=not self.owner.strict)
+        try:
+            return load_plan(value).tasks[0]
+        except PlanLoadError as exc:
+            found = getattr(exc, "issues", None) or [Issue("schema", None, str(exc))]
+            tid = raw.get("id") if isinstance(raw.get("id"), str) else None
+            raise StreamStop(
+                [
+                    Issue(
+                        i.code, i.task_id or tid, i.message.replace("tasks[0]", f"tasks[{index}]")
+                    )
+                    for i in found
+                ]
+            ) from None
+
+    def _must_hold(self, check: TaskCheck) -> bool:
+        if any(d in self.held_ids for d in check.dependencies):
+            return True
+        task = check.task
+        registry, policy = self.owner.registry, self.owner.policy
+        if task.tool is None:
+            names = task.tools if task.tools is not None else registry.names
+            tools = [registry.get(n) for n in names if n in registry]
+            if any(t.side_effects for t in tools):
+                return True
+            return policy is not None and any(
+                policy.preview(t, None, task.id) != "allow" for t in tools
+            )
+        tool = registry.get(task.tool)
+        if tool.side_effects:
+            return True
+        if policy is None:
+            return False
+        literal = check.template.literal_keys() if check.template.refs else task.args
+        return policy.preview(tool, literal, task.id) != "allow"
+
+    # -- the stream -----------------------------------------------------------------------
+
+    async def read(self, events: AsyncIterator[Any]) -> None:
+        """Read the answer, taking each task as it completes; raise :class:`StreamStop`."""
+        text = JsonTaskStream(max_task_chars=self.owner.max_task_chars)
+        call = JsonTaskStream(max_task_chars=self.owner.max_task_chars)
+        final: LLMResponse | None = None
+        after = 0  # characters the model wrote after the plan's JSON ended
+        try:
+            async with closing(events) as stream:
+                async for event in stream:
+                    if text.closed or call.closed:
+                        if isinstance(event, StreamEnd):
+                            final = event.response
+                            break
+                        after += len(getattr(event, "text", "") or getattr(event, "arguments", ""))
+                        if after > self.owner.max_task_chars:
+                            break  # the plan is whole; what the model adds is not read
+                        continue
+                    if isinstance(event, TextDelta):
+                        tasks = text.feed(event.text)
+                        if call.started:
+                            tasks = []
+                    elif isinstance(event, ToolCallDelta):
+                        if event.index != 0:
+                            continue
+                        tasks = call.feed(event.arguments)
+                        if text.started:
+                            tasks = []
+                    elif isinstance(event, StreamEnd):
+                        final = event.response
+                        continue
+                    else:
+                        continue
+                    for raw in tasks:
+                        self.take(raw)
+        except StreamedPlanError as exc:
+            self.raw = text.text or call.text
+            raise StreamStop([exc.issue]) from None
+        finally:
+            self.raw = (call.text if call.started and not text.started else text.text) or call.text
+        if final is not None:
+            self.usage = final.usage
+            self.finish_reason = final.finish_reason
+        if final is not None and final.finish_reason == "length":
+            raise StreamStop(
+                [
+                    Issue(
+                        "truncated",
+                        None,
+                        "the answer was cut off by the output token limit (finish_reason "
+                        "'length'): plan fewer or more compact tasks",
+                    )
+                ]
+            )
+        source = call if call.started and not text.started else text
+        try:
+            rest = source.finish()
+        except StreamedPlanError as exc:
+            raise StreamStop([exc.issue]) from None
+        for raw in rest:
+            self.take(raw)
+        if not self.graph.tasks and not self.held:
+            raise StreamStop([Issue("empty_plan", None, "the plan has no tasks")])
+
+
+@asynccontextmanager
+async def closing(events: AsyncIterator[Any]) -> AsyncIterator[AsyncIterator[Any]]:
+    """Close the model's stream (and its connection) however reading it ends."""
+    try:
+        yield events
+    finally:
+        aclose = getattr(events, "aclose", None)
+        if aclose is not None:
+            await aclose()

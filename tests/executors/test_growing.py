@@ -1,0 +1,180 @@
+"""Every executor runs a plan that is still arriving: tasks start as they come, the run ends
+when the plan is complete, and a plan cut short stops the run as ``on_failure`` says."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import pytest
+
+import dagagent
+from dagagent.events import PlanExtended, TaskStarted
+from dagagent.executors import Executor, get_executor
+from dagagent.growing import GrowingGraph, PlanChecker
+from dagagent.plan import Task
+
+pytestmark = pytest.mark.anyio
+
+EXECUTORS = ["serial", "levels", "dataflow", "dask"]
+
+
+def make(name: str) -> Executor:
+    if name == "dask":
+        pytest.importorskip("distributed")
+        return get_executor("dask", processes=False, n_workers=1, threads_per_worker=4)
+    return get_executor(name)
+
+
+def work(tid: str, seconds: float = 0.0, **fields: Any) -> Task:
+    return Task(id=tid, tool="work", args={"name": tid, "seconds": seconds, **fields})
+
+
+class Feed:
+    """Adds checked tasks to a growing graph, as a streamed plan would."""
+
+    def __init__(self, registry: dagagent.Registry) -> None:
+        self.graph = GrowingGraph("goal")
+        self.checker = PlanChecker(registry)
+        self.added_at: dict[str, float] = {}
+
+    def add(self, task: Task) -> None:
+        check = self.checker.check(task)
+        assert check.ok, check.issues
+        self.added_at[task.id] = anyio.current_time()
+        self.graph.add(check)
+
+
+async def run_while(
+    feed: Feed,
+    registry: dagagent.Registry,
+    executor: str,
+    script: Any,
+    **options: Any,
+) -> dagagent.RunResult:
+    result: list[dagagent.RunResult] = []
+
+    async def run() -> None:
+        result.append(
+            await dagagent.execute(feed.graph, registry, executor=make(executor), **options)
+        )
+
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run)
+            await script()
+    return result[0]
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+async def test_tasks_start_while_the_plan_grows(
+    executor: str, registry: dagagent.Registry, recorder: Any
+) -> None:
+    feed = Feed(registry)
+    extended: list[int] = []
+
+    def listener(event: Any) -> None:
+        if isinstance(event, PlanExtended):
+            extended.append(len(event.plan.tasks))
+
+    async def script() -> None:
+        feed.add(work("a"))
+        await anyio.sleep(0.8)
+        feed.add(work("b", value="${a}"))  # depends on a, which has finished by now
+        feed.add(work("c", 0.2))
+        await anyio.sleep(0.8)
+        feed.add(Task(id="d", tool="add", args={"a": 1, "b": 2}, depends_on=["b", "c"]))
+        feed.graph.close()
+
+    result = await run_while(feed, registry, executor, script, listeners=[listener])
+    assert result.status is dagagent.RunStatus.SUCCEEDED, result.tasks
+    assert set(result.tasks) == {"a", "b", "c", "d"}
+    assert result.tasks["b"].output == "a"
+    assert result.tasks["d"].output == 3
+    # a ran long before the plan was complete; b waited for its turn, not for the plan
+    assert recorder.intervals["a"][1] < feed.added_at["b"]
+    assert recorder.intervals["b"][0] < feed.added_at["d"]
+    # the run's record follows the plan (a was there when the run began)
+    assert extended == sorted(extended) and extended[-1] == 4
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+async def test_a_plan_cut_short_cancels_what_runs(
+    executor: str, registry: dagagent.Registry, recorder: Any
+) -> None:
+    feed = Feed(registry)
+
+    async def script() -> None:
+        feed.add(work("slow", 10.0))
+        await anyio.sleep(0.3)
+        feed.graph.close(aborted=True)
+
+    t0 = anyio.current_time()
+    result = await run_while(feed, registry, executor, script, on_failure="cancel")
+    assert anyio.current_time() - t0 < 5
+    assert result.tasks["slow"].status is dagagent.TaskStatus.CANCELLED
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+async def test_a_plan_cut_short_lets_running_tasks_finish_under_continue(
+    executor: str, registry: dagagent.Registry, recorder: Any
+) -> None:
+    feed = Feed(registry)
+
+    async def script() -> None:
+        feed.add(work("a", 0.4))
+        feed.add(work("b", value="${a}"))
+        await anyio.sleep(0.1)
+        feed.graph.close(aborted=True)
+
+    result = await run_while(feed, registry, executor, script, on_failure="continue")
+    assert result.status is dagagent.RunStatus.SUCCEEDED
+    assert result.tasks["b"].output == "a"
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+async def test_a_task_arriving_after_its_dependency_failed_is_skipped(
+    executor: str, registry: dagagent.Registry, recorder: Any
+) -> None:
+    feed = Feed(registry)
+
+    async def script() -> None:
+        feed.add(work("bad", fail=True))
+        feed.add(work("fine", 0.3))
+        await anyio.sleep(0.6)
+        feed.add(work("late", value="${bad}"))
+        feed.add(work("other"))
+        feed.graph.close()
+
+    result = await run_while(feed, registry, executor, script, on_failure="continue")
+    statuses = {t: r.status.value for t, r in result.tasks.items()}
+    assert statuses == {
+        "bad": "failed",
+        "fine": "succeeded",
+        "late": "skipped",
+        "other": "succeeded",
+    }
+    assert "bad" in (result.tasks["late"].error or "")
+    assert "late" not in recorder.calls
+
+
+async def test_levels_runs_waves_while_the_plan_arrives(
+    registry: dagagent.Registry, recorder: Any
+) -> None:
+    """A task that arrives while a wave runs waits for the next wave (the level barrier)."""
+    feed = Feed(registry)
+    started: list[str] = []
+
+    def listener(event: Any) -> None:
+        if isinstance(event, TaskStarted):
+            started.append(event.task_id)
+
+    async def script() -> None:
+        feed.add(work("first", 0.5))
+        await anyio.sleep(0.1)
+        feed.add(work("joins_late"))  # no dependency, but the first wave already started
+        feed.graph.close()
+
+    await run_while(feed, registry, "levels", script, listeners=[listener])
+    assert recorder.intervals["joins_late"][0] >= recorder.intervals["first"][1]
+    assert started == ["first", "joins_late"]

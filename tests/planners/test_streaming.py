@@ -1,0 +1,313 @@
+"""Streamed planning: tasks run while the plan is still being written."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncGenerator, Sequence
+from typing import Any
+
+import anyio
+import pytest
+from llm_server import OPENAI, LLMTestServer
+
+import dagagent
+from dagagent.approval import Policy, Rule
+from dagagent.events import TaskParsed
+from dagagent.llm import LLMResponse, ScriptedLLM, StreamEnd, StreamEvent, wire
+from dagagent.planners import LLMPlanner
+from dagagent.planners.streaming import plan_and_execute_streamed
+
+pytestmark = pytest.mark.anyio
+
+
+def plan_text(*tasks: dict[str, Any], tail: str = "") -> str:
+    return json.dumps({"goal": "g", "tasks": list(tasks)}) + tail
+
+
+def work(tid: str, seconds: float = 0.0, **extra: Any) -> dict[str, Any]:
+    task: dict[str, Any] = {"id": tid, "tool": "work", "args": {"name": tid, "seconds": seconds}}
+    task.update(extra)
+    return task
+
+
+class Timed:
+    """A model that streams a scripted answer and notes when its last piece came."""
+
+    def __init__(self, inner: ScriptedLLM) -> None:
+        self.inner = inner
+        self.ended: list[float] = []
+
+    async def complete(self, messages: Sequence[Any], **options: Any) -> LLMResponse:
+        return await self.inner.complete(messages, **options)
+
+    async def stream(self, messages: Sequence[Any], **options: Any) -> AsyncGenerator[StreamEvent]:
+        async for event in self.inner.stream(messages, **options):
+            if isinstance(event, StreamEnd):
+                self.ended.append(anyio.current_time())
+            yield event
+
+
+def events_of(kind: type) -> tuple[list[Any], Any]:
+    seen: list[Any] = []
+
+    def listener(event: Any) -> None:
+        if isinstance(event, kind):
+            seen.append(event)
+
+    return seen, listener
+
+
+async def test_the_first_tool_starts_before_the_plan_ends(
+    registry: dagagent.Registry, recorder: Any
+) -> None:
+    tasks = [work("first")] + [work(f"t{i}") for i in range(6)]
+    answer = plan_text(*tasks)
+    llm = Timed(ScriptedLLM([answer], chunk_size=8, chunk_delay_s=0.01))
+    parsed, listener = events_of(TaskParsed)
+    round_ = await plan_and_execute_streamed(
+        LLMPlanner(llm, registry), "go", registry, listeners=[listener]
+    )
+    assert round_.result.status is dagagent.RunStatus.SUCCEEDED
+    assert [t.id for t in round_.plan.tasks] == [t["id"] for t in tasks]
+    started_first = recorder.intervals["first"][0]
+    # The answer takes about len/8 * 0.01 s (0.5 s or more); "first" starts after 2 tasks' text.
+    assert llm.ended[0] - started_first > 0.3
+    assert [e.task_id for e in parsed] == [t["id"] for t in tasks]
+    assert parsed[0].since_s < parsed[-1].since_s
+
+
+async def test_a_fan_out_of_slow_tools_is_faster_streamed(
+    registry: dagagent.Registry,
+) -> None:
+    fan = [work(f"slow{i}", 0.6) for i in range(5)]
+    note = {
+        "id": "note",
+        "tool": "echo",
+        "args": {
+            "value": "summary of " + " ".join(f"${{slow{i}}}" for i in range(5)) + " " + "x" * 300
+        },
+    }
+    answer = plan_text(*fan, note)
+    timings = {}
+    for stream in (True, False):
+        llm = ScriptedLLM([answer], chunk_size=8, chunk_delay_s=0.01)
+        planner = LLMPlanner(llm, registry)
+        t0 = time.perf_counter()
+        if stream:
+            round_ = await plan_and_execute_streamed(planner, "go", registry)
+            result = round_.result
+        else:
+            plan = await planner.plan("go")
+            result = await dagagent.execute(plan, registry, executor="dataflow")
+        timings[stream] = time.perf_counter() - t0
+        assert result.status is dagagent.RunStatus.SUCCEEDED
+    # Planning takes ~1 s either way; streamed, the slow tools run while it goes on.
+    assert timings[True] < timings[False] - 0.3, timings
+
+
+class Endless:
+    """A model whose streamed answer never ends: ``head``, then ``piece(n)`` forever."""
+
+    def __init__(self, head: str, piece: Any, delay: float = 0.001) -> None:
+        self.head, self.piece, self.delay = head, piece, delay
+        self.sent = 0
+        self.closed = False
+
+    async def complete(self, messages: Sequence[Any], **options: Any) -> LLMResponse:
+        raise AssertionError("streamed planning streams")
+
+    async def stream(self, messages: Sequence[Any], **options: Any) -> AsyncGenerator[StreamEvent]:
+        from dagagent.llm import TextDelta
+
+        try:
+            yield TextDelta(self.head)
+            n = 0
+            while True:
+                n += 1
+                self.sent += 1
+                await anyio.sleep(self.delay)
+                yield TextDelta(self.piece(n))
+        finally:
+            self.closed = True
+
+
+async def test_a_model_repeating_the_same_task_forever_is_cut_off(
+    registry: dagagent.Registry, recorder: Any
+) -> None:
+    llm = Endless(
+        '{"tasks": [', lambda n: json.dumps(work(f"again{n}") | {"args": {"name": "x"}}) + ", "
+    )
+    t0 = time.perf_counter()
+    with pytest.raises(dagagent.PlanningError) as err:
+        await plan_and_execute_streamed(LLMPlanner(llm, registry, max_attempts=1), "go", registry)
+    assert time.perf_counter() - t0 < 5
+    assert llm.closed and llm.sent < 10
+    ((_raw, issues),) = err.value.attempts
+    assert [i.code for i in issues] == ["repeated_task"]
+    assert "repeats itself" in issues[0].message
+    assert recorder.calls.get("x", 0) <= 2  # the copies allowed before the cut ran, no more
+
+
+async def test_a_model_that_never_closes_the_json_is_cut_off(
+    registry: dagagent.Registry, recorder: Any
+) -> None:
+    head = '{"tasks": [' + json.dumps(work("a")) + ", " + json.dumps(work("b")) + '], "goal": "'
+    llm = Endless(head, lambda n: "and so on ")
+    t0 = time.perf_counter()
+    with pytest.raises(dagagent.PlanningError) as err:
+        await plan_and_execute_streamed(
+            LLMPlanner(llm, registry, max_attempts=1), "go", registry, max_task_chars=2_000
+        )
+    assert time.perf_counter() - t0 < 5
+    assert llm.closed and llm.sent < 400
+    ((_raw, issues),) = err.value.attempts
+    assert [i.code for i in issues] == ["runaway"]
+    assert recorder.calls == {"a": 1}  # a was complete once b began; b never was
+
+
+@pytest.mark.parametrize(
+    ("bad", "code"),
+    [
+        ({"id": "b", "tool": "nope", "args": {}}, "unknown_tool"),
+        ({"id": "b", "tool": "add", "args": {"a": "many", "b": 1}}, "bad_arguments"),
+        ({"id": "b", "tool": "echo", "args": {"value": "${later}"}}, "missing_dependency"),
+    ],
+)
+async def test_an_invalid_task_stops_the_stream_and_the_model_plans_the_rest(
+    registry: dagagent.Registry, recorder: Any, bad: dict[str, Any], code: str
+) -> None:
+    first = plan_text(
+        work("a"), bad, work("never"), {"id": "later", "tool": "add", "args": {"a": 1, "b": 2}}
+    )
+    second = plan_text(
+        {"id": "b", "tool": "echo", "args": {"value": "${a}"}},
+    )
+    llm = ScriptedLLM([first, second], chunk_size=16)
+    round_ = await plan_and_execute_streamed(LLMPlanner(llm, registry), "go", registry)
+    rejected, accepted = round_.planning.attempts
+    assert [i.code for i in rejected.issues] == [code]
+    assert accepted.ok
+    feedback = llm.requests[1].messages[-1].content
+    assert code.split("_")[0] in feedback or "unknown" in feedback
+    assert "already ran" in feedback and "- a: output" in feedback
+    # a ran once, in the first attempt's run, and is reused by the second; "never" never ran.
+    assert recorder.calls == {"a": 1}
+    result = round_.result
+    assert result.tasks["a"].status is dagagent.TaskStatus.REUSED
+    assert result.tasks["b"].output == "a"
+    assert [t.id for t in round_.plan.tasks] == ["a", "b"]
+    assert len(round_.runs) == 2 and result.parent_id == round_.runs[0].run_id
+
+
+async def test_a_side_effecting_tool_is_held_until_the_plan_is_whole(
+    registry: dagagent.Registry, recorder: Any
+) -> None:
+    sent: list[float] = []
+
+    @registry.tool(side_effects=True)
+    async def send(to: str) -> str:
+        """Send a message."""
+        sent.append(anyio.current_time())
+        return to
+
+    tasks = [{"id": "mail", "tool": "send", "args": {"to": "bob"}}, work("after_mail")]
+    tasks += [work(f"t{i}") for i in range(5)]
+    llm = Timed(ScriptedLLM([plan_text(*tasks)], chunk_size=8, chunk_delay_s=0.01))
+    parsed, listener = events_of(TaskParsed)
+    round_ = await plan_and_execute_streamed(
+        LLMPlanner(llm, registry), "go", registry, listeners=[listener]
+    )
+    assert round_.result.status is dagagent.RunStatus.SUCCEEDED
+    assert sent and sent[0] >= llm.ended[0]
+    assert recorder.intervals["after_mail"][0] < llm.ended[0]  # not held: nothing to wait for
+    assert [e.held for e in parsed] == [True] + [False] * 6
+    assert [t.id for t in round_.plan.tasks][-1] == "mail"  # held tasks join last
+
+
+async def test_a_held_task_never_runs_when_the_plan_is_rejected(
+    registry: dagagent.Registry, recorder: Any
+) -> None:
+    calls: list[str] = []
+
+    @registry.tool(side_effects=True)
+    def send(to: str) -> str:
+        """Send a message."""
+        calls.append(to)
+        return to
+
+    answer = plan_text(
+        {"id": "mail", "tool": "send", "args": {"to": "bob"}},
+        work("a"),
+        {"id": "x", "tool": "nope"},
+    )
+    llm = ScriptedLLM([answer])
+    with pytest.raises(dagagent.PlanningError):
+        await plan_and_execute_streamed(LLMPlanner(llm, registry, max_attempts=1), "go", registry)
+    assert calls == []
+
+
+async def test_a_task_a_policy_would_ask_about_is_held(
+    registry: dagagent.Registry, recorder: Any
+) -> None:
+    asked: list[str] = []
+    policy = Policy(
+        [Rule(tool="work", args={"name": "ask*"}, action="ask")],
+        ask=lambda r: asked.append(r.task_id) or True,
+    )
+    answer = plan_text(work("ask_me"), work("free"))
+    parsed, listener = events_of(TaskParsed)
+    round_ = await plan_and_execute_streamed(
+        LLMPlanner(ScriptedLLM([answer]), registry),
+        "go",
+        registry,
+        policy=policy,
+        interceptors=[policy],
+        listeners=[listener],
+    )
+    assert round_.result.status is dagagent.RunStatus.SUCCEEDED
+    assert [(e.task_id, e.held) for e in parsed] == [("ask_me", True), ("free", False)]
+    assert asked == ["ask_me"]
+
+
+async def test_streaming_over_sse_from_an_openai_compatible_server(
+    registry: dagagent.Registry, recorder: Any, server: LLMTestServer
+) -> None:
+    answer = plan_text(work("a"), {"id": "b", "tool": "echo", "args": {"value": "${a}"}})
+    server.push(OPENAI.sse(wire.openai_text(answer)))
+    async with OPENAI.client(server) as llm:
+        round_ = await plan_and_execute_streamed(LLMPlanner(llm, registry), "go", registry)
+    body = server.requests[0].json
+    assert body["stream"] is True and body["max_tokens"] > 0
+    assert round_.result.tasks["b"].output == "a"
+
+
+async def test_streaming_anthropic_style(registry: dagagent.Registry, recorder: Any) -> None:
+    plan = {
+        "goal": "g",
+        "tasks": [work("a"), {"id": "b", "tool": "echo", "args": {"value": "${a}"}}],
+    }
+    llm = ScriptedLLM.anthropic([wire.anthropic_tool_use([("dagagent_plan", plan)])], chunk_size=5)
+    async with llm:
+        round_ = await plan_and_execute_streamed(LLMPlanner(llm, registry), "go", registry)
+    assert llm.wire_requests[0]["stream"] is True
+    assert round_.result.tasks["b"].output == "a"
+    assert round_.planning.usage.output_tokens >= 0
+
+
+async def test_the_store_keeps_every_attempt_with_its_whole_plan(
+    registry: dagagent.Registry, recorder: Any, tmp_path: Any
+) -> None:
+    first = plan_text(work("a"), {"id": "b", "tool": "nope", "args": {}})
+    second = plan_text({"id": "b", "tool": "echo", "args": {"value": "${a}"}})
+    store = dagagent.RunStore(tmp_path / "runs.db")
+    round_ = await plan_and_execute_streamed(
+        LLMPlanner(ScriptedLLM([first, second]), registry), "go", registry, store=store
+    )
+    stopped, final = (store.get_run(r.run_id) for r in round_.runs)
+    assert [t.id for t in stopped.plan.tasks] == ["a"]  # the invalid task never joined
+    assert stopped.tasks["a"].status is dagagent.TaskStatus.SUCCEEDED
+    assert [t.id for t in final.plan.tasks] == ["a", "b"]
+    assert final.parent_id == stopped.id
+    assert final.tasks["a"].status is dagagent.TaskStatus.REUSED
+    assert final.tasks["b"].output == "a"
