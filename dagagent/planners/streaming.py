@@ -270,12 +270,20 @@ async def _attempt_and_run(
     graph = attempt.graph
     issues: list[Issue] = []
     result: RunResult | None = None
-
-    async def run() -> None:
-        nonlocal result
-        result = await execute(graph, registry, **options)
+    # Errors leave the task group as themselves (not wrapped in an exception group), once
+    # the run has ended: a model that fails mid-answer stops the run as a failure would.
+    failure: Exception | None = None
 
     async with anyio.create_task_group() as tg:
+
+        async def run() -> None:
+            nonlocal result, failure
+            try:
+                result = await execute(graph, registry, **options)
+            except Exception as exc:  # e.g. a tool Dask cannot ship: planning stops too
+                failure = exc
+                tg.cancel_scope.cancel()
+
         tg.start_soon(run)
         try:
             events = owner.llm.stream(
@@ -288,6 +296,9 @@ async def _attempt_and_run(
         except StreamStop as stop:
             issues = stop.issues
             graph.close(aborted=True)
+        except Exception as exc:
+            failure = failure or exc
+            graph.close(aborted=True)
         except BaseException:
             graph.close(aborted=True)
             raise
@@ -295,6 +306,8 @@ async def _attempt_and_run(
             for check in attempt.held:
                 graph.add(check)
             graph.close()
+    if failure is not None:
+        raise failure
     assert result is not None
     return issues, result
 

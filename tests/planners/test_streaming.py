@@ -311,3 +311,22 @@ async def test_the_store_keeps_every_attempt_with_its_whole_plan(
     assert final.parent_id == stopped.id
     assert final.tasks["a"].status is dagagent.TaskStatus.REUSED
     assert final.tasks["b"].output == "a"
+
+
+async def test_a_model_failing_mid_answer_raises_its_own_error_after_the_run(
+    registry: dagagent.Registry, recorder: Any
+) -> None:
+    from dagagent.errors import LLMConnectionError
+
+    def piece(n: int) -> str:
+        if n == 3:
+            raise LLMConnectionError("the connection dropped")
+        return json.dumps(work(f"t{n}", 0.3)) + ", "
+
+    llm = Endless('{"tasks": [', piece)
+    with pytest.raises(LLMConnectionError, match="dropped"):
+        await plan_and_execute_streamed(
+            LLMPlanner(llm, registry), "go", registry, on_failure="continue"
+        )
+    assert recorder.calls == {"t1": 1}  # t1 was complete (t2 had begun) and ran to its end
+    assert recorder.intervals["t1"][1] - recorder.intervals["t1"][0] >= 0.3
