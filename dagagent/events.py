@@ -32,6 +32,7 @@ __all__ = [
     "RoundStarted",
     "RunFinished",
     "RunStarted",
+    "TaskAgentEvent",
     "TaskDecision",
     "TaskFinished",
     "TaskParsed",
@@ -94,6 +95,26 @@ class RunFinished:
     run_id: str
     result: RunResult
     kind: str = field(default="run.finished", init=False)
+
+
+@dataclass(frozen=True, slots=True)
+class TaskAgentEvent:
+    """One thing the ReAct agent of an agent task did (``action``): a ``thought`` (``text``),
+    a ``tool_call`` (``tool``, ``call_id``, ``args``), a ``tool_result`` (``text`` is the
+    observation, ``is_error`` marks a failed call), its ``answer`` (``text``) or an ``error``
+    (``text``; with a ``stop_reason`` the agent stopped without an answer), at ``step``."""
+
+    run_id: str
+    task_id: str
+    action: str
+    step: int
+    text: str | None = None
+    tool: str | None = None
+    call_id: str | None = None
+    args: Any = None
+    is_error: bool = False
+    stop_reason: str | None = None
+    kind: str = field(default="task.agent", init=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,6 +191,7 @@ Event = Union[  # noqa: UP007 - a runtime alias, kept valid on 3.10
     TaskDecision,
     TaskFinished,
     RunFinished,
+    TaskAgentEvent,
     RoundStarted,
     JoinerDecided,
     RoundFinished,

@@ -32,7 +32,15 @@ from .errors import (
     ToolArgumentsError,
     UnknownToolError,
 )
-from .events import Listener, TaskDecision, TaskFinished, TaskRetrying, TaskStarted, debug_enabled
+from .events import (
+    Listener,
+    TaskAgentEvent,
+    TaskDecision,
+    TaskFinished,
+    TaskRetrying,
+    TaskStarted,
+    debug_enabled,
+)
 from .plan import _interp_text
 from .results import AgentStep, CallDecision, TaskResult, TaskStatus, jsonable
 from .tools import GENERATOR_TYPES, materialize_async
@@ -136,6 +144,9 @@ class AgentNode:
     # Set by the agent runner: the steps taken so far. Whenever the agent does not return
     # (it fails, times out or is cancelled), the task's record keeps these steps.
     steps_so_far: Callable[[], list[AgentStep] | None] | None = None
+    # Set by the runner when the run has listeners: the agent runner reports each thing the
+    # agent does (``kind``, ``step`` and the fields of a ``TaskAgentEvent``) through it.
+    on_event: Callable[..., None] | None = None
 
     def partial_steps(self) -> list[AgentStep] | None:
         if self.steps_so_far is None:
@@ -627,6 +638,14 @@ class TaskRunner:
         # a reference inside longer text would be shown (JSON for a dict, not its repr).
         text = instruction if isinstance(instruction, str) else _interp_text(instruction)
         node = AgentNode(self.run_id, task, text, tools, context, call, self.llm)
+        emit = self._emit_fn
+        if emit is not None:
+            run_id, task_id = self.run_id, task.id
+
+            def on_event(kind: str, step: int, **fields: Any) -> None:
+                emit(TaskAgentEvent(run_id, task_id, kind, step, **fields))
+
+            node.on_event = on_event
         try:
             with anyio.fail_after(timeout):  # None: no limit
                 answer = await self._agent_runner(node)

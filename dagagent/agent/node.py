@@ -14,12 +14,15 @@ becomes the task's output and the steps (:class:`~dagagent.results.AgentStep`) a
 (``.steps`` has them all). A model error (:class:`~dagagent.errors.LLMError`) is raised as it
 is — the task's ``retries`` apply. Whenever the agent does not answer (it stopped, its model
 failed, the task timed out or was cancelled), the task's record keeps the steps taken so far:
-the agent runner reports them through ``node.steps_so_far``.
+the agent runner reports them through ``node.steps_so_far``. When the run has listeners,
+each thing the agent does reaches them as it happens (a
+:class:`~dagagent.events.TaskAgentEvent`, reported through ``node.on_event``).
 """
 
 from __future__ import annotations
 
 import json
+from contextlib import aclosing
 from typing import Any
 
 from dagagent.errors import AgentError
@@ -108,7 +111,25 @@ def make_agent_runner(
         # If the agent does not answer (a model error, a stop, a timeout or a cancellation of
         # the task), the task's record keeps what it did so far.
         node.steps_so_far = lambda: list(agent.state.steps) if agent.state else None
-        result = await agent.run(node.instruction, context=node.context or None)
+        report = node.on_event
+        if report is None:
+            result = await agent.run(node.instruction, context=node.context or None)
+        else:  # the run has listeners: each thing the agent does reaches them as it happens
+            events = agent.stream(node.instruction, context=node.context or None)
+            async with aclosing(events) as stream:
+                async for e in stream:
+                    report(
+                        e.kind,
+                        e.step,
+                        text=e.text,
+                        tool=e.tool,
+                        call_id=e.call_id,
+                        args=e.args,
+                        is_error=e.is_error,
+                        stop_reason=e.stop_reason,
+                    )
+            assert agent.result is not None
+            result = agent.result
         if not result.ok:
             raise AgentStoppedError(node.task.id, result)
         return result.answer, list(result.steps)

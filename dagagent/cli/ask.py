@@ -25,6 +25,7 @@ from ..events import (
     RoundFinished,
     RoundStarted,
     RunStarted,
+    TaskAgentEvent,
     TaskFinished,
 )
 from ..llm import from_env
@@ -100,6 +101,9 @@ class AskProgress:
                 detail = f": {short(r.error, 100)}"
             duration = f" {r.duration_s:.2f}s" if r.duration_s is not None else ""
             self._line(f"  {r.task_id} {r.status.value}{duration}{detail}")
+        elif isinstance(event, TaskAgentEvent):
+            if event.action == "tool_call":
+                self._line(f"  {event.task_id}: calls {event.tool}({short(event.args, 80)})")
         elif isinstance(event, JoinerDecided):
             if event.action == "finish":
                 cites = f" (cites {', '.join(event.cites)})" if event.cites else ""

@@ -19,6 +19,7 @@ from dagagent import Registry, TaskDeniedError, TaskStatus
 from dagagent.agent import AgentStoppedError, Budget, make_agent_runner, run_agent_node
 from dagagent.cli import app
 from dagagent.errors import AgentError
+from dagagent.events import TaskAgentEvent, TaskFinished, TaskStarted
 from dagagent.llm import (
     LLMRequest,
     LLMResponse,
@@ -108,6 +109,41 @@ async def test_plan_mixing_tool_and_agent_tasks(tools: Registry, executor: str) 
     assert json.loads(json.dumps(result.to_json_dict()))["tasks"]["note"]["steps"] == jsonable(
         note.steps
     )
+
+
+async def test_agent_steps_reach_listeners_as_events(tools: Registry) -> None:
+    events: list[Any] = []
+    with ScriptedLLM(
+        [
+            LLMResponse(content="adding", tool_calls=[call("c1", "add", a=18, b=2)]),
+            "Paris is 20 C.",
+        ]
+    ) as llm:
+        result = await dagagent.execute(PLAN, tools, llm=llm, listeners=[events.append])
+    assert result.ok
+    agent = [e for e in events if isinstance(e, TaskAgentEvent)]
+    assert {e.task_id for e in agent} == {"note"} and {e.run_id for e in agent} == {result.run_id}
+    assert [(e.action, e.step) for e in agent] == [
+        ("thought", 1),
+        ("tool_call", 1),
+        ("tool_result", 1),
+        ("answer", 2),
+    ]
+    assert agent[1].tool == "add" and agent[1].args == {"a": 18, "b": 2}
+    assert agent[2].text == "20" and not agent[2].is_error
+    assert agent[3].text == "Paris is 20 C."
+    # they come while the task runs: after it started, before it finished
+    started = next(
+        i for i, e in enumerate(events) if isinstance(e, TaskStarted) and e.task_id == "note"
+    )
+    finished = next(
+        i
+        for i, e in enumerate(events)
+        if isinstance(e, TaskFinished) and e.result.task_id == "note"
+    )
+    positions = [i for i, e in enumerate(events) if isinstance(e, TaskAgentEvent)]
+    assert started < min(positions) and max(positions) < finished
+    assert result.usage == {"calls": 2, "input_tokens": 0, "output_tokens": 0, "total_tokens": 0}
 
 
 async def test_text_mode_runner(tools: Registry) -> None:
