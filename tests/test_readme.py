@@ -212,3 +212,15 @@ def test_solve_snippet(scratch: Path, capsys: pytest.CaptureFixture[str]) -> Non
     assert capsys.readouterr().out == "answered It is 20 C in Paris. ['paris']\n"
     solution = namespace["solution"]
     assert solution.rounds[0].result.outputs == {"paris": {"city": "Paris", "temp_c": 20.0}}
+
+
+def test_streamed_planning_snippet(scratch: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The streamed-planning example, on the registry of "From Python"."""
+    namespace: dict[str, Any] = {}
+    run_python(block_with(section("From Python"), "python", "execute_sync"), namespace)
+    run_python(block_with(section("From a goal to an answer"), "python", "solve("), namespace)
+    capsys.readouterr()
+    source = block_with(section("Streamed planning"), "python", "plan_and_execute_streamed(")
+    run_python(source, namespace)
+    assert capsys.readouterr().out == "['paris', 'tokyo'] succeeded\n"
+    assert namespace["round_"].result.outputs["tokyo"] == {"city": "Tokyo", "temp_c": 20.0}

@@ -134,28 +134,36 @@ def _bounded(fmt: ResponseFormat, max_tasks: int) -> ResponseFormat:
 class _Streamer:
     """The options of one streamed round, and what its attempts share."""
 
-    def __init__(self, planner: HealingPlanner, registry: Registry, **options: Any) -> None:
+    def __init__(
+        self,
+        planner: HealingPlanner,
+        registry: Registry,
+        *,
+        replan_of: Any,
+        policy: Policy | None,
+        listeners: tuple[Listener, ...],
+        max_tasks: int,
+        max_task_chars: int,
+        max_repeats: int,
+    ) -> None:
         healer = planner.healer
-        self.planner = planner
         self.llm = healer.llm
         self.registry = registry
         self.agent_tasks = healer.agent_tasks
         self.strict = healer.strict
         self.max_attempts = healer.max_attempts
         self.temperature = healer.temperature
-        self.__dict__.update(options)
-        self.max_tokens = healer.max_tokens or default_max_tokens(self.max_tasks)
+        self.replan_of = replan_of
+        self.policy = policy
+        self.listeners = listeners
+        self.max_tasks = max_tasks
+        self.max_task_chars = max_task_chars
+        self.max_repeats = max_repeats
+        self.max_tokens = healer.max_tokens or default_max_tokens(max_tasks)
         fmt = healer.response_format
-        self.response_format = _bounded(fmt, self.max_tasks) if fmt is not None else None
+        self.response_format = _bounded(fmt, max_tasks) if fmt is not None else None
         self.began = time.monotonic()
-        self.run_id_now = ""
-
-    replan_of: Any
-    policy: Policy | None
-    listeners: tuple[Listener, ...]
-    max_tasks: int
-    max_task_chars: int
-    max_repeats: int
+        self.run_id_now = ""  # the run of the attempt being read (for TaskParsed)
 
     def emit(self, event: Any) -> None:
         for listener in self.listeners:

@@ -143,6 +143,9 @@ def test_answered_in_one_round(user: User, model: Model) -> None:
     proc = user.ask()
     assert proc.stdout.strip().splitlines()[-1] == "Tokyo is warmer: 24.5 C against 18 C."
     assert "round 1: planning" in proc.stderr
+    # the plan was streamed (server-sent events) and its tasks shown as they were parsed
+    assert model.server.requests[0].json.get("stream") is True
+    assert "planned paris" in proc.stderr and "planned tokyo" in proc.stderr
     assert "paris succeeded" in proc.stderr and "the joiner answered" in proc.stderr
     assert "answered in 1 round" in proc.stderr and "2 model calls" in proc.stderr
     assert user.calls() == ["get_weather Paris", "get_weather Tokyo"]

@@ -330,3 +330,22 @@ async def test_a_model_failing_mid_answer_raises_its_own_error_after_the_run(
         )
     assert recorder.calls == {"t1": 1}  # t1 was complete (t2 had begun) and ran to its end
     assert recorder.intervals["t1"][1] - recorder.intervals["t1"][0] >= 0.3
+
+
+async def test_a_solve_over_a_fan_out_of_slow_tools_is_faster_streamed(
+    registry: dagagent.Registry, recorder: Any
+) -> None:
+    fan = [work(f"slow{i}", 0.6) for i in range(5)]
+    refs = " ".join(f"${{slow{i}}}" for i in range(5))
+    note = {"id": "note", "tool": "echo", "args": {"value": f"all of {refs} " + "x" * 300}}
+    answer = plan_text(*fan, note)
+    finish = json.dumps({"action": "finish", "answer": "done", "cites": ["note"]})
+    timings = {}
+    for stream in (False, True):
+        llm = ScriptedLLM([answer, finish], chunk_size=8, chunk_delay_s=0.01)
+        t0 = time.perf_counter()
+        solution = await dagagent.solve("go", registry, llm, stream=stream)
+        timings[stream] = time.perf_counter() - t0
+        assert solution.ok and solution.answer == "done"
+    # The plan takes ~1 s to write either way; streamed, the slow tools run meanwhile.
+    assert timings[True] < timings[False] - 0.3, timings
