@@ -312,3 +312,10 @@ def test_a_policy_file_decides_every_call(user: User, model: Model) -> None:
     assert tasks["tokyo"]["status"] == "denied" and "no Tokyo today" in tasks["tokyo"]["error"]
     assert doc["answer"] == "Only Paris is known: 18 C."
     assert user.calls() == ["get_weather Paris"]
+
+
+def test_approve_without_a_terminal_exits_2_before_anything(tmp_path: Path) -> None:
+    user = User(tmp_path, ["--model", "openai:fake", "--base-url", "http://127.0.0.1:9/v1"])
+    proc = user.ask("--approve", code=2)
+    assert "--approve needs a terminal" in proc.stderr
+    assert user.calls() == []
