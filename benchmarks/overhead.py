@@ -180,7 +180,7 @@ def measure(
             store = store_dir / f"runs-{store_runs}.db"
         result = await dagagent.execute(graph, registry, executor=executor, store=store)
         if not result.ok:
-            raise SystemExit(f"{name}: the {tool} run did not succeed: {result.counts()}")
+            raise SystemExit(f"{name}: the {tool} run did not succeed: {result.counts}")
 
     runners: dict[str, Callable[[], Awaitable[None]]] = {FLOOR: lambda: floor_run(deps, tool)}
     for name in executors:

@@ -153,7 +153,7 @@ async def execute(
             finally:
                 if recorder is not None:
                     recorder.close()  # flush: every result so far is durable
-            log.info("run.finished", status=result.status.value, **result.counts())
+            log.info("run.finished", status=result.status.value, **result.counts)
     return result
 
 

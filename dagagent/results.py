@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import enum
 import json
+import warnings
+from collections.abc import Iterable
 from typing import Any
 
 from pydantic import (
@@ -27,6 +29,7 @@ __all__ = [
     "CallRecord",
     "RunResult",
     "RunStatus",
+    "StatusCounts",
     "TaskResult",
     "TaskStatus",
     "as_text",
@@ -62,9 +65,15 @@ class TaskStatus(str, enum.Enum):
 
 
 class RunStatus(str, enum.Enum):
+    """How a run ended: ``succeeded``, ``failed`` or ``cancelled`` (a :class:`RunResult` is
+    always one of these). A run store record may also be ``running`` (not finished yet) or
+    ``interrupted`` (the process that ran it is gone without finishing it)."""
+
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     CANCELLED = "cancelled"
+    RUNNING = "running"
+    INTERRUPTED = "interrupted"
 
     def __str__(self) -> str:
         return self.value
@@ -255,6 +264,30 @@ class TaskResult(BaseModel):
         return d
 
 
+class StatusCounts(dict[str, int]):
+    """How many tasks ended in each status, by status value: ``{"succeeded": 3, "failed": 1}``.
+
+    Calling it returns it unchanged, with a :class:`DeprecationWarning`: ``RunResult.counts``
+    used to be a method (``result.counts()``); it is now the same kind of member as
+    ``RunRecord.counts`` and ``RunSummary.counts``."""
+
+    @classmethod
+    def of(cls, results: Iterable[TaskResult]) -> StatusCounts:
+        counts = cls()
+        for r in results:
+            key = r.status.value
+            counts[key] = counts.get(key, 0) + 1
+        return counts
+
+    def __call__(self) -> StatusCounts:
+        warnings.warn(
+            "RunResult.counts() is deprecated: counts is a property (use result.counts)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self
+
+
 class RunResult(BaseModel):
     """The outcome of a run: one :class:`TaskResult` per task, in plan order."""
 
@@ -285,11 +318,10 @@ class RunResult(BaseModel):
     def ok(self) -> bool:
         return self.status is RunStatus.SUCCEEDED
 
-    def counts(self) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for r in self.tasks.values():
-            out[r.status.value] = out.get(r.status.value, 0) + 1
-        return out
+    @property
+    def counts(self) -> StatusCounts:
+        """How many tasks ended in each status."""
+        return StatusCounts.of(self.tasks.values())
 
     def failures(self) -> list[TaskResult]:
         return [
@@ -299,7 +331,7 @@ class RunResult(BaseModel):
     def __repr__(self) -> str:
         # Short on purpose: a run may hold 100,000 task results, and reprs get built in
         # places nobody reads (asyncio formats the finished task that returned this result).
-        counts = ", ".join(f"{n} {s}" for s, n in sorted(self.counts().items()))
+        counts = ", ".join(f"{n} {s}" for s, n in sorted(self.counts.items()))
         return (
             f"RunResult(run_id={self.run_id!r}, status={self.status.value!r}, "
             f"tasks={len(self.tasks)} ({counts}), wall_time_s={self.wall_time_s:.3f})"
@@ -311,7 +343,7 @@ class RunResult(BaseModel):
         if self.status is RunStatus.SUCCEEDED:
             return self
         lines = [f"{r.task_id}: {r.status.value}: {r.error}" for r in self.failures()]
-        counts = ", ".join(f"{n} {s}" for s, n in sorted(self.counts().items()))
+        counts = ", ".join(f"{n} {s}" for s, n in sorted(self.counts.items()))
         detail = ("\n  " + "\n  ".join(lines)) if lines else ""
         raise RunFailedError(f"run {self.run_id} {self.status.value} ({counts}){detail}", self)
 
@@ -327,7 +359,7 @@ class RunResult(BaseModel):
             "wall_time_s": self.wall_time_s,
             "critical_path": self.critical_path,
             "critical_path_s": self.critical_path_s,
-            "counts": self.counts(),
+            "counts": dict(self.counts),
             "usage": self.usage,
             "tasks": {k: r.to_json_dict() for k, r in self.tasks.items()},
         }

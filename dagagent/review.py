@@ -184,7 +184,9 @@ def review_run(record: RunRecord, *, width: int = 80) -> RunReview:
         else:
             shown = shorten(f"({r.error})" if _output_lost(r) else r.output, width)
             succeeded.append(TaskOutcome(t.id, r.status.value, tool, r.attempts, dur, output=shown))
-    return RunReview(record.id, record.goal, record.status, failed, blocked, succeeded, unrecorded)
+    return RunReview(
+        record.run_id, record.goal, record.status.value, failed, blocked, succeeded, unrecorded
+    )
 
 
 def _plural(n: int, word: str) -> str:

@@ -96,7 +96,7 @@ class Env:
 
     def run_ids(self) -> list[str]:
         with RunStore(self.db) as st:
-            return [r.id for r in st.list_runs()]
+            return [r.run_id for r in st.list_runs()]
 
     def first_run(self) -> str:
         res = self.cli(
@@ -443,7 +443,7 @@ def _again(
 ) -> dict[str, str]:
     calls.clear()
     result = dagagent.execute_sync(
-        plan, _registry(calls, disk), reuse=reuse_map(rec), parent_id=rec.id, executor="serial"
+        plan, _registry(calls, disk), reuse=reuse_map(rec), parent_id=rec.run_id, executor="serial"
     )
     assert result.ok
     return {k: r.status.value for k, r in result.tasks.items()}

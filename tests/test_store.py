@@ -71,7 +71,7 @@ async def test_execute_records_the_run_and_every_task(
     )
     with RunStore(db, create=False) as st:
         rec = st.get_run(result.run_id)
-    assert rec.id == result.run_id and rec.parent_id is None
+    assert rec.run_id == result.run_id and rec.parent_id is None
     assert rec.status == "failed" and rec.goal == "sum and fail" and rec.executor == "dataflow"
     assert rec.plan == Plan.model_validate(plan)
     assert list(rec.tasks) == ["a", "b", "s", "boom", "after"]  # plan order
@@ -100,7 +100,7 @@ async def test_execute_records_the_run_and_every_task(
     assert rec.started_at == pytest.approx(result.started_at)
     assert rec.finished_at == pytest.approx(result.finished_at)
     assert rec.critical_path == result.critical_path
-    assert rec.counts == result.counts()
+    assert rec.counts == result.counts
 
 
 async def test_store_accepts_a_runstore_and_records_parent_and_decisions(
@@ -116,7 +116,7 @@ async def test_store_accepts_a_runstore_and_records_parent_and_decisions(
             {"tasks": [w("a")]}, registry, store=st, parent_id=first.run_id, interceptors=[note]
         )
         rec = st.get_run(second.run_id)
-        assert [r.id for r in st.list_runs()] == [second.run_id, first.run_id]
+        assert [r.run_id for r in st.list_runs()] == [second.run_id, first.run_id]
     assert rec.parent_id == first.run_id
     (decision,) = rec.tasks["a"].decisions or []
     assert decision.decision == "allow" and decision.decided_by == "test-rule"
@@ -273,7 +273,7 @@ async def test_a_locked_database_delays_writes_but_loses_nothing(
     with RunStore(db) as st:
         rec = st.get_run(run_id)
     assert rec.status == "succeeded" and len(rec.tasks) == 6
-    assert rec.counts == result.counts()
+    assert rec.counts == result.counts
 
 
 def test_a_killed_run_is_shown_as_interrupted(tmp_path: Path) -> None:
@@ -638,7 +638,7 @@ async def test_an_output_the_store_cannot_write_is_never_reused(tmp_path: Path, 
 
     calls.clear()
     again = await dagagent.execute(
-        plan, reg, store=db, reuse=reuse_map(rec), parent_id=rec.id, executor="serial"
+        plan, reg, store=db, reuse=reuse_map(rec), parent_id=rec.run_id, executor="serial"
     )
     assert again.tasks["r"].status.value == "succeeded"  # ran again
     assert again.tasks["ok"].status.value == "reused"
@@ -725,6 +725,6 @@ def test_a_redacted_secret_never_reaches_the_store(tmp_path: Path) -> None:
     assert predict_reuse(rec, rec.plan)["in"].reason == "succeeded before, arguments redacted"
     seen.clear()
     again = dagagent.execute_sync(
-        plan, reg, reuse=reuse_map(rec), parent_id=rec.id, interceptors=[redacting()]
+        plan, reg, reuse=reuse_map(rec), parent_id=rec.run_id, interceptors=[redacting()]
     )
     assert again.tasks["v"].status.value == "reused" and seen == ["[redacted]"]

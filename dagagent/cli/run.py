@@ -75,7 +75,7 @@ def print_result(result: RunResult, *, as_json: bool) -> int:
         print_json(out, result.to_json_dict())
     else:
         out.print(result_table(result))
-        counts = ", ".join(f"{n} {s}" for s, n in sorted(result.counts().items()))
+        counts = ", ".join(f"{n} {s}" for s, n in sorted(result.counts.items()))
         out.print(
             f"{result.status.value} in {result.wall_time_s:.3f}s ({counts}); "
             f"critical path {result.critical_path_s:.3f}s: {' -> '.join(result.critical_path)}",

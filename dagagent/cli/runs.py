@@ -118,7 +118,15 @@ def runs_cmd(
         # "run_id" too: the key 'show --json' and 'run --json' use for the same value.
         print_json(
             out,
-            [{"run_id": r.id, **r.model_dump(), "unrecorded": r.unrecorded} for r in runs],
+            [
+                {
+                    "run_id": r.run_id,
+                    "id": r.run_id,  # the old name, kept in the JSON output
+                    **r.model_dump(mode="json"),
+                    "unrecorded": r.unrecorded,
+                }
+                for r in runs
+            ],
         )
         return
     if not runs:
@@ -133,9 +141,9 @@ def runs_cmd(
     for r in runs:
         goal = short(r.goal, 60) + (f" (replans {r.parent_id})" if r.parent_id else "")
         table.add_row(
-            r.id,
+            r.run_id,
             _when(r.created, seconds=False),
-            Text(r.status, style=_STYLE.get(r.status, "")),
+            Text(r.status.value, style=_STYLE.get(r.status.value, "")),
             _counts_text(r.counts, r.unrecorded),
             goal,
         )
@@ -182,8 +190,8 @@ def show_cmd(
         doc["solve"] = solve.to_json_dict() if solve is not None else None
         print_json(out, doc)
         return
-    head = Text(f"run {record.id}: ")
-    head.append(record.status, style=_STYLE.get(record.status, ""))
+    head = Text(f"run {record.run_id}: ")
+    head.append(record.status.value, style=_STYLE.get(record.status.value, ""))
     if record.parent_id:
         head.append(f" (replans run {record.parent_id})")
     out.print(head)
@@ -427,7 +435,7 @@ def replan_cmd(
     decisions: dict[str, ReuseDecision] | None = revision.reuse if revision is not None else None
     if diff is not None and revision is not None and not json_out:
         out.print("")
-        out.print(f"changes to the plan of run {record.id}:", markup=False, highlight=False)
+        out.print(f"changes to the plan of run {record.run_id}:", markup=False, highlight=False)
         out.print(format_diff(diff, record.plan, revision.plan), markup=False, highlight=False)
     if decisions is not None and not json_out:
         _print_reuse(decisions)
@@ -438,8 +446,8 @@ def replan_cmd(
                 err.print(f"wrote the revised plan to {out_file}", markup=False)
             else:
                 err.print(
-                    f"wrote the plan of run {record.id} to {out_file}; edit it, then: "
-                    f"dagagent replan {record.id} --from {out_file} --execute",
+                    f"wrote the plan of run {record.run_id} to {out_file}; edit it, then: "
+                    f"dagagent replan {record.run_id} --from {out_file} --execute",
                     markup=False,
                     highlight=False,
                 )
@@ -464,7 +472,7 @@ def replan_cmd(
         err.print(f"warning: {w}", markup=False, highlight=False)
     if not json_out:
         out.print("")
-        out.print(f"running it as a new run (parent {record.id}):", markup=False)
+        out.print(f"running it as a new run (parent {record.run_id}):", markup=False)
     options = RunOptions(
         executor=executor, on_failure=on_failure, max_concurrency=max_concurrency, store=path
     )
@@ -474,7 +482,7 @@ def replan_cmd(
         console=None if json_out else out,
         store=path,
         reuse=revision.reuse_map(),
-        parent_id=record.id,
+        parent_id=record.run_id,
         llm=agent_llm if any(t.is_agent for t in plan.tasks) else None,
         **options.execute_options(tools_spec=spec),
     )
@@ -483,9 +491,9 @@ def replan_cmd(
         print_json(out, doc)
         raise typer.Exit(EXIT_OK if result.ok else EXIT_FAILED)
     code = print_result(result, as_json=False)
-    reused = result.counts().get("reused", 0)
+    reused = result.counts.get("reused", 0)
     err.print(
-        f"recorded as run {result.run_id} (parent {record.id}, {reused} reused) in "
+        f"recorded as run {result.run_id} (parent {record.run_id}, {reused} reused) in "
         f"{default_store_path(path)}",
         markup=False,
         highlight=False,
@@ -504,7 +512,7 @@ def _registry_for(record: RunRecord, tools: str | None) -> tuple[str | None, Any
         return recorded, load_registry(recorded)
     except ConfigError as exc:
         raise ConfigError(
-            f"cannot load the tools run {record.id} used ({recorded}): {exc}; "
+            f"cannot load the tools run {record.run_id} used ({recorded}): {exc}; "
             "pass --tools MODULE:ATTR"
         ) from None
 
@@ -514,8 +522,8 @@ def _hint(record: RunRecord, review: RunReview) -> None:
         return
     out.print("")
     out.print(
-        f"to revise it: dagagent replan {record.id} --out plan.json, edit plan.json, then "
-        f"dagagent replan {record.id} --from plan.json --execute",
+        f"to revise it: dagagent replan {record.run_id} --out plan.json, edit plan.json, then "
+        f"dagagent replan {record.run_id} --from plan.json --execute",
         markup=False,
         highlight=False,
     )

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import StoreError
 from ..plan import Plan
-from ..results import TaskResult, TaskStatus, load_decisions, load_steps
+from ..results import RunStatus, TaskResult, TaskStatus, load_decisions, load_steps
 from ..runner import task_fingerprint
 from ._codec import from_column
 from ._ids import check_run_id
@@ -26,9 +26,6 @@ if TYPE_CHECKING:
 __all__ = ["DEFAULT_FLUSH_INTERVAL_S", "RunStore", "default_store_path"]
 
 DEFAULT_FLUSH_INTERVAL_S = 0.05
-
-RUNNING = "running"
-INTERRUPTED = "interrupted"
 
 
 def default_store_path(path: str | Path | None = None) -> Path:
@@ -183,7 +180,7 @@ class RunStore(SolveQueries):
                 counts[run_id][status] = int(n)
         return [
             RunSummary(
-                id=r[0],
+                run_id=r[0],
                 parent_id=r[1],
                 created=r[2],
                 goal=r[3],
@@ -244,7 +241,7 @@ class RunStore(SolveQueries):
         order = [t.id for t in plan.tasks]
         tasks = {k: by_id[k] for k in order if k in by_id}
         return RunRecord(
-            id=r[0],
+            run_id=r[0],
             parent_id=r[1],
             created=r[2],
             goal=r[3],
@@ -274,7 +271,7 @@ class RunStore(SolveQueries):
         return RunRecorder(self, run_id, flush_interval_s=flush_interval_s)
 
 
-def _effective_status(status: str, pid: int | None) -> str:
-    if status == RUNNING and not _pid_alive(pid):
-        return INTERRUPTED
-    return status
+def _effective_status(status: str, pid: int | None) -> RunStatus:
+    if status == RunStatus.RUNNING and not _pid_alive(pid):
+        return RunStatus.INTERRUPTED
+    return RunStatus(status)

@@ -14,12 +14,12 @@ from pydantic_core import to_json
 
 from ..errors import StoreError
 from ..events import PlanExtended, RunFinished, RunStarted, TaskFinished, get_logger
-from ..results import TaskResult
+from ..results import RunStatus, TaskResult
 from ._codec import to_column, why
 from ._ids import check_run_id
 from ._redaction import redacted_args
 from ._schema import connect
-from ._store import DEFAULT_FLUSH_INTERVAL_S, RUNNING, RunStore
+from ._store import DEFAULT_FLUSH_INTERVAL_S, RunStore
 
 __all__ = ["OUTPUT_NOT_RECORDED", "RunRecorder"]
 
@@ -217,7 +217,7 @@ class RunRecorder:
                         plan.goal,
                         plan.to_json(indent=None),
                         len(plan.tasks),
-                        RUNNING,
+                        RunStatus.RUNNING.value,
                         ev.executor,
                         os.getpid(),
                         self._context,

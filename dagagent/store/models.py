@@ -3,14 +3,22 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..plan import Plan
-from ..results import TaskResult
+from ..results import RunStatus, StatusCounts, TaskResult
 
 __all__ = ["RoundRecord", "RunRecord", "RunSummary", "SolveRecord"]
+
+# The three run models share their names: run_id, status (a RunStatus), counts (a member
+# holding {status value: n}), parent_id, goal, executor, started_at, finished_at.
+
+
+def _renamed(old: str, new: str) -> None:
+    warnings.warn(f"{old} is deprecated: use {new}", DeprecationWarning, stacklevel=3)
 
 
 class RunSummary(BaseModel):
@@ -18,11 +26,11 @@ class RunSummary(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    id: str
+    run_id: str
     parent_id: str | None
     created: float
     goal: str
-    status: str = Field(
+    status: RunStatus = Field(
         description="running, succeeded, failed, cancelled, or interrupted "
         "(the process that ran it is gone without finishing it)"
     )
@@ -37,17 +45,23 @@ class RunSummary(BaseModel):
         """Tasks of the plan without a recorded result (the run did not get to finish)."""
         return max(0, self.n_tasks - sum(self.counts.values()))
 
+    @property
+    def id(self) -> str:
+        """Deprecated: ``run_id``, as on :class:`RunRecord` and ``RunResult``."""
+        _renamed("RunSummary.id", "RunSummary.run_id")
+        return self.run_id
+
 
 class RunRecord(BaseModel):
     """A recorded run: its plan and every recorded task result (in plan order)."""
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
-    id: str
+    run_id: str
     parent_id: str | None
     created: float
     goal: str
-    status: str
+    status: RunStatus
     executor: str
     started_at: float | None
     finished_at: float | None
@@ -63,11 +77,15 @@ class RunRecord(BaseModel):
     context: dict[str, Any] = Field(default_factory=dict)
 
     @property
-    def counts(self) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for r in self.tasks.values():
-            out[r.status.value] = out.get(r.status.value, 0) + 1
-        return out
+    def id(self) -> str:
+        """Deprecated: ``run_id``, as on :class:`RunSummary` and ``RunResult``."""
+        _renamed("RunRecord.id", "RunRecord.run_id")
+        return self.run_id
+
+    @property
+    def counts(self) -> StatusCounts:
+        """How many recorded tasks ended in each status."""
+        return StatusCounts.of(self.tasks.values())
 
     @property
     def unrecorded(self) -> list[str]:
@@ -82,10 +100,10 @@ class RunRecord(BaseModel):
 
     def to_json_dict(self) -> dict[str, Any]:
         return {
-            "run_id": self.id,
+            "run_id": self.run_id,
             "parent_id": self.parent_id,
             "created": self.created,
-            "status": self.status,
+            "status": self.status.value,
             "goal": self.goal,
             "executor": self.executor,
             "started_at": self.started_at,
@@ -93,7 +111,7 @@ class RunRecord(BaseModel):
             "wall_time_s": self.wall_time_s,
             "critical_path": self.critical_path,
             "critical_path_s": self.critical_path_s,
-            "counts": self.counts,
+            "counts": dict(self.counts),
             "unrecorded": self.unrecorded,
             "context": self.context,
             "plan": self.plan.model_dump(mode="json", exclude_defaults=True),

@@ -90,11 +90,11 @@ def record_of(plan: Plan, result: RunResult) -> RunRecord:
         if tid in tasks and r.status.ok and r.args is not None
     }
     return RunRecord(
-        id=result.run_id,
+        run_id=result.run_id,
         parent_id=result.parent_id,
         created=result.started_at,
         goal=result.goal or plan.goal,
-        status=result.status.value,
+        status=result.status,
         executor=result.executor,
         started_at=result.started_at,
         finished_at=result.finished_at,
@@ -168,7 +168,7 @@ async def run_revision(revision: Revision, registry: Registry | None, **options:
         revision.graph,
         registry,
         reuse=revision.reuse_map(),
-        parent_id=revision.parent.id,
+        parent_id=revision.parent.run_id,
         **options,
     )
 

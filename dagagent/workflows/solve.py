@@ -281,7 +281,7 @@ def _new_successes(result: RunResult, before: dict[str, Any]) -> list[str]:
 def _failure_summary(result: RunResult, limit: int = 3) -> str:
     failures = result.failures()
     if not failures:
-        counts = ", ".join(f"{n} {s}" for s, n in sorted(result.counts().items()))
+        counts = ", ".join(f"{n} {s}" for s, n in sorted(result.counts.items()))
         return counts or "no task ran"
     parts = []
     for r in failures[:limit]:
@@ -526,7 +526,7 @@ class _Solve:
                 replan_of=record,
                 feedback=feedback,
                 reuse=_reuse_of(record),
-                parent_id=record.id if record is not None else None,
+                parent_id=record.run_id if record is not None else None,
                 run_id=run_id,
                 listeners=self.listeners,
                 policy=self.policy,
@@ -570,7 +570,7 @@ class _Solve:
             self.registry,
             llm=self.agent_llm,
             reuse=reuse,
-            parent_id=record.id if record is not None else None,
+            parent_id=record.run_id if record is not None else None,
             run_id=run_id,
             listeners=self.listeners,
             **self.run_options,

@@ -159,7 +159,7 @@ def test_sigkill_mid_run_leaves_an_interrupted_record_that_replan_completes(
     assert {k: r.status.value for k, r in rec.tasks.items()} == {"a": "succeeded"}
     assert rec.unrecorded == ["slow", "c"]
     doc = env.replan()
-    assert doc["result"]["parent_id"] == rec.id
+    assert doc["result"]["parent_id"] == rec.run_id
     statuses = {k: t["status"] for k, t in doc["result"]["tasks"].items()}
     assert statuses == {"a": "reused", "slow": "succeeded", "c": "succeeded"}
     assert env.lines() == ["start slow", "end slow", "start A-SLOW", "end A-SLOW"]

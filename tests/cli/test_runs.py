@@ -46,7 +46,7 @@ def cli(*args: str) -> Any:
 def only_run(home: Path) -> str:
     with RunStore(home / "runs.db", create=False) as st:
         (summary,) = st.list_runs()
-    return summary.id
+    return summary.run_id
 
 
 # ---------------------------------------------------------------------------------------------
@@ -104,7 +104,7 @@ def test_runs_lists_recent_runs_with_counts(home: Path) -> None:
     assert cli("run", WEATHER).exit_code == 0
     assert cli("run", FAILING, "--on-failure", "continue").exit_code == 1
     with RunStore(home / "runs.db") as st:
-        newest, oldest = (r.id for r in st.list_runs())
+        newest, oldest = (r.run_id for r in st.list_runs())
     res = cli("runs")
     assert res.exit_code == 0, res.output
     out = res.stdout
@@ -346,7 +346,7 @@ def test_a_killed_run_keeps_every_task_that_finished(tmp_path: Path) -> None:
     assert all(rec.tasks[t].output == int(t[1:]) for t in recorded)
     assert len(recorded) < 15  # killed part-way
     # and the CLI shows it so
-    res = CliRunner().invoke(app, ["show", rec.id, "--store", str(home / "runs.db")])
+    res = CliRunner().invoke(app, ["show", rec.run_id, "--store", str(home / "runs.db")])
     assert res.exit_code == 0 and "interrupted" in res.stdout and "unrecorded" in res.stdout
 
 
