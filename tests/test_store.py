@@ -422,7 +422,7 @@ def test_a_v1_database_migrates_to_the_current_schema_and_reads(tmp_path: Path) 
         assert rec.goal == "old" and rec.tasks["a"].output == 1
         assert rec.fingerprints == {"a": task_fingerprint(rec.plan.tasks[0], {"value": 1})}
         assert rec.context == {}  # v2 added the run context column
-        assert st.solve_of_run(rec.id) is None  # v3 added the solve records
+        assert st.solve_of_run(rec.run_id) is None  # v3 added the solve records
     assert user_version(db) == SCHEMA_VERSION
 
 

@@ -181,7 +181,7 @@ def show_cmd(
     critical path."""
     with _open_store(store) as st:
         record = find_run(st, run, last)
-        solve = st.solve_of_run(record.id)
+        solve = st.solve_of_run(record.run_id)
     graph = _graph_of(record.plan)
     cp_s, cp = _critical(record, graph)
     if json_out:
@@ -236,7 +236,7 @@ def show_cmd(
         highlight=False,
     )
     if solve is not None:
-        _show_solve(solve, record.id)
+        _show_solve(solve, record.run_id)
 
 
 def _show_solve(solve: SolveRecord, run_id: str) -> None:
