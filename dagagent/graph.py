@@ -31,6 +31,7 @@ import networkx as nx
 
 from .errors import Issue, PlanLoadError, PlanValidationError
 from .plan import ID_RE, Plan, Task, Template, load_plan
+from .text import shorten
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -288,7 +289,7 @@ def check_task(
         issues.append(Issue("bad_arguments", tid, str(exc)))
         tmpl = Template({})
     for bad in tmpl.malformed:
-        shown = bad if len(bad) <= 60 else bad[:57] + "..."
+        shown = shorten(bad, 60, one_line=False)
         issues.append(
             Issue(
                 "bad_reference",

@@ -23,16 +23,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .events import debug_enabled, get_logger
-from .results import jsonable
+from .results import (
+    REDACT,  # what redacting() records; re-exported here
+    jsonable,
+)
 
 if TYPE_CHECKING:
     from .runner import CallNext, Interceptor, ToolCall
 
 __all__ = ["REDACT", "SECRET_ARG_NAMES", "Span", "cache_key", "caching", "redacting", "tracing"]
-
-#: The ``decision`` of the entry :func:`redacting` adds to a task's decisions when it rewrites
-#: a call's arguments; its ``args`` are the redacted arguments.
-REDACT = "redact"
 
 
 def _name_filter(tools: str | Iterable[str]) -> Callable[[str], bool]:

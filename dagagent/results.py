@@ -4,7 +4,6 @@ a run."""
 from __future__ import annotations
 
 import enum
-import json
 import warnings
 from collections.abc import Iterable
 from typing import Any
@@ -18,12 +17,13 @@ from pydantic import (
     TypeAdapter,
     model_serializer,
 )
-from pydantic_core import to_jsonable_python
 
 from .errors import RunFailedError
 from .llm.types import Usage
+from .text import as_text, jsonable
 
 __all__ = [
+    "REDACT",
     "AgentStep",
     "CallDecision",
     "CallRecord",
@@ -79,68 +79,6 @@ class RunStatus(str, enum.Enum):
         return self.value
 
 
-def jsonable(value: Any) -> Any:
-    """A JSON-compatible version of a tool output (falls back to ``str``).
-
-    Never raises: a value that refers to itself has ``"<circular reference>"`` where the loop
-    closes, and a value nested too deeply is cut off with ``"<nested too deeply>"``."""
-    try:
-        return to_jsonable_python(value, fallback=str)
-    except (ValueError, RecursionError):  # a cycle, or nesting beyond the serializer's limit
-        return _walk(value, set(), 0)
-
-
-_MAX_DEPTH = 200
-
-
-def _walk(value: Any, active: set[int], depth: int) -> Any:
-    """:func:`jsonable`, one container at a time, for values the serializer refuses."""
-    if isinstance(value, (str, int, float, bool)) or value is None:
-        return value
-    key = id(value)
-    if isinstance(value, BaseModel):
-        value = dict(value)
-    elif isinstance(value, (set, frozenset)):
-        value = list(value)
-    if not isinstance(value, (dict, list, tuple)):
-        try:
-            return to_jsonable_python(value, fallback=str)
-        except (ValueError, RecursionError):
-            return _str(value)
-    if key in active:
-        return "<circular reference>"
-    if depth >= _MAX_DEPTH:
-        return "<nested too deeply>"
-    active.add(key)
-    try:
-        if isinstance(value, dict):
-            return {
-                k if isinstance(k, str) else _str(k): _walk(v, active, depth + 1)
-                for k, v in value.items()
-            }
-        return [_walk(v, active, depth + 1) for v in value]
-    finally:
-        active.discard(key)
-
-
-def _str(value: Any) -> str:
-    try:
-        return str(value)
-    except Exception:
-        return f"<{type(value).__name__} object>"
-
-
-def as_text(value: Any) -> str:
-    """A value as text to show a person or a model: a string as it is, anything else as JSON
-    (``repr`` if even :func:`jsonable` cannot make JSON of it)."""
-    if isinstance(value, str):
-        return value
-    try:
-        return json.dumps(jsonable(value), ensure_ascii=False)
-    except (TypeError, ValueError):
-        return repr(value)
-
-
 class CallRecord(BaseModel):
     """One tool call an agent's model asked for, and what it saw in return.
 
@@ -179,6 +117,11 @@ class AgentStep(BaseModel):
         return self.model_dump(mode=info.mode, exclude_defaults=True, round_trip=info.round_trip)
 
 
+#: The ``decision`` of the :class:`CallDecision` that the ``redacting`` interceptor records
+#: when it rewrites a call's arguments; its ``args`` are the redacted arguments.
+REDACT = "redact"
+
+
 class CallDecision(BaseModel):
     """A decision taken about one tool call of a task, as ``TaskResult.decisions`` keeps it.
 
@@ -196,6 +139,11 @@ class CallDecision(BaseModel):
     at: float
     rule: str | None = None
     source: str = "plan"
+
+    @property
+    def redacts_task_call(self) -> bool:
+        """Whether this is a redaction of the task's own call (not of one its agent made)."""
+        return self.decision == REDACT and self.source == "plan"
 
 
 _STEPS: TypeAdapter[list[AgentStep]] = TypeAdapter(list[AgentStep])
@@ -242,6 +190,18 @@ class TaskResult(BaseModel):
     @property
     def ok(self) -> bool:
         return self.status.ok
+
+    @property
+    def redacted_args(self) -> Any:
+        """The arguments of the task's own call as a redacting interceptor left them (its last
+        rewrite), or ``None`` if none was redacted. The run store records these instead of
+        ``args``, so that a secret it hid never reaches the store, and such a task is never
+        reused (its real arguments are not on record to compare)."""
+        found = None
+        for d in self.decisions or ():
+            if d.redacts_task_call:
+                found = d.args
+        return found
 
     def to_json_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {

@@ -21,6 +21,7 @@ import networkx as nx
 
 from .plan import Plan, Task, Template
 from .results import TaskResult, TaskStatus, jsonable
+from .text import shorten as _shorten
 
 if TYPE_CHECKING:
     from .store import RunRecord
@@ -45,18 +46,9 @@ _BLOCKED = (TaskStatus.CANCELLED, TaskStatus.SKIPPED)
 
 
 def shorten(value: Any, width: int = 80) -> str:
-    """One line, at most ``width`` characters (JSON for structured values)."""
-    if isinstance(value, str):
-        text = value
-    else:
-        try:
-            text = json.dumps(jsonable(value), ensure_ascii=False, sort_keys=False)
-        except (TypeError, ValueError):
-            text = repr(value)
-    text = " ".join(text.split())
-    if len(text) <= width:
-        return text
-    return text[: max(0, width - 3)] + "..."
+    """One line, at most ``width`` characters (JSON for structured values), cut with ``...``:
+    the review is plain ASCII text (see :func:`dagagent.text.shorten`)."""
+    return _shorten(value, width, ellipsis="...")
 
 
 def _what(task: Task | None) -> str:
@@ -433,11 +425,9 @@ def predict_reuse(record: RunRecord, new: Plan) -> dict[str, ReuseDecision]:
         elif tid not in reusable:
             why = f"{r.status.value} before"
             if r.status.ok:
-                from .store import redacted_args
-
                 if _output_lost(r):
                     why += ", output not recorded"
-                elif redacted_args(r.decisions) is not None:
+                elif r.redacted_args is not None:
                     why += ", arguments redacted"
                 else:
                     why += ", arguments not recorded"

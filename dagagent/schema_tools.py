@@ -26,6 +26,7 @@ from typing import Any
 from urllib.parse import unquote
 
 from .errors import ToolArgumentsError, ToolDefinitionError
+from .text import shorten
 from .tools import Tool
 
 __all__ = ["SchemaTool"]
@@ -135,7 +136,10 @@ class SchemaTool(Tool):
         try:
             errors = list(self._validator.iter_errors(dict(args)))
         except Exception as exc:  # the schema cannot check these arguments (a remote $ref...)
-            return [f"arguments: cannot be checked against the tool's schema: {_clip(str(exc))}"]
+            return [
+                "arguments: cannot be checked against the tool's schema: "
+                + shorten(str(exc), _MAX_MESSAGE, one_line=False)
+            ]
         for error in errors:
             path = list(error.absolute_path)
             if path and path[0] in referenced:
@@ -199,7 +203,8 @@ def _object_schema(name: str, parameters: Any) -> dict[str, Any]:
     if schema.get("type") != "object":
         raise ToolDefinitionError(
             f"tool {name!r}: its argument schema must describe an object "
-            f'("type": "object"), not {_short(schema.get("type"))}'
+            '("type": "object"), not '
+            + shorten(repr(schema.get("type")), _MAX_MESSAGE, one_line=False)
         )
     props = schema.get("properties", {})
     if not isinstance(props, Mapping) or not all(
@@ -225,12 +230,13 @@ def _validator(name: str, schema: dict[str, Any]) -> Any:
         where = "/".join(str(p) for p in exc.absolute_path) or "its root"
         raise ToolDefinitionError(
             f"tool {name!r}: its argument schema is not valid JSON Schema "
-            f"(at {where}: {_clip(exc.message)})"
+            f"(at {where}: {shorten(exc.message, _MAX_MESSAGE, one_line=False)})"
         ) from None
     for ref in _refs(schema):  # valid JSON Schema, and still unusable: a $ref to nowhere
         if not _resolves(schema, ref):
             raise ToolDefinitionError(
-                f"tool {name!r}: its argument schema refers to {_short(ref)}, "
+                f"tool {name!r}: its argument schema refers to "
+                f"{shorten(repr(ref), _MAX_MESSAGE, one_line=False)}, "
                 "which is not in the schema"
             )
     return cls(schema)
@@ -274,12 +280,4 @@ def _compiles(pattern: str) -> bool:
 
 def _format(path: list[Any], message: str) -> str:
     loc = ".".join(str(p) for p in path) or "arguments"
-    return f"{loc}: {_clip(message)}"
-
-
-def _clip(text: str) -> str:
-    return text if len(text) <= _MAX_MESSAGE else text[: _MAX_MESSAGE - 3] + "..."
-
-
-def _short(value: Any) -> str:
-    return _clip(repr(value))
+    return f"{loc}: {shorten(message, _MAX_MESSAGE, one_line=False)}"

@@ -25,6 +25,7 @@ from pydantic.fields import FieldInfo
 
 from .errors import ToolArgumentsError, ToolDefinitionError, UnknownToolError
 from .plan import MAX_RETRIES
+from .text import shorten
 
 __all__ = ["Registry", "Tool", "connected", "tool"]
 
@@ -395,9 +396,7 @@ def _format_error(err: Any) -> str:
     if err["type"] == "missing":
         return f"{loc}: required argument is missing"
     inp = err.get("input")
-    shown = repr(inp)
-    if len(shown) > 60:
-        shown = shown[:57] + "..."
+    shown = shorten(repr(inp), 60, one_line=False)
     return f"{loc}: {err['msg']} (got {shown})"
 
 

@@ -29,6 +29,7 @@ from dagagent.errors import AgentError
 from dagagent.events import get_logger
 from dagagent.results import AgentStep, jsonable
 from dagagent.runner import AgentNode, AgentTaskRunner
+from dagagent.text import shorten
 
 from .budget import Budget
 from .react import ReActAgent
@@ -66,19 +67,15 @@ def _summary(steps: list[AgentStep]) -> str:
     parts = []
     for s in steps:
         if s.error:
-            parts.append(f"#{s.step} error: {_clip(s.error, 120)}")
+            parts.append(f"#{s.step} error: {shorten(s.error, 120, one_line=False)}")
         for c in s.calls:
-            args = _clip(json.dumps(jsonable(c.args), ensure_ascii=False), 80)
+            args = shorten(json.dumps(jsonable(c.args), ensure_ascii=False), 80, one_line=False)
             seen = c.observation
             parts.append(
                 f"#{s.step} {c.tool}({args})"
-                + (f" -> {_clip(seen, 80)}" if seen is not None else " (not run)")
+                + (f" -> {shorten(seen, 80, one_line=False)}" if seen is not None else " (not run)")
             )
     return "; ".join(parts)
-
-
-def _clip(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def make_agent_runner(

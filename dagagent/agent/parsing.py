@@ -27,6 +27,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from dagagent.text import shorten
+
 __all__ = ["ReActFormatError", "ReActReply", "cut_observation", "parse_input", "parse_react"]
 
 # The emphasis that opens a label ("**Action:**", "**Action**:", "**Final Answer: 42**") is
@@ -168,7 +170,7 @@ def parse_input(raw: str) -> tuple[Any, str | None]:
         literal = _python_literal(text)
         if literal is not None:  # {'city': 'Paris'}: Python, not JSON, but unambiguous
             return literal, None
-        shown = text if len(text) <= 500 else text[:500] + "…"
+        shown = shorten(text, 500, one_line=False, fit=False)
         return None, f"Action Input is not valid JSON ({error}): {shown}"
     if text[0] == '"':
         try:

@@ -47,7 +47,8 @@ from dagagent.llm import (
     ToolSpec,
     UserMessage,
 )
-from dagagent.results import as_text, jsonable
+from dagagent.results import jsonable
+from dagagent.text import shorten
 from dagagent.tools import Registry, Tool
 
 from .budget import Budget, call_signature
@@ -100,6 +101,9 @@ _TEXT_CORRECTION = (
     "either 'Action: <tool name>' and 'Action Input: <JSON object>', or 'Final Answer: ...'."
 )
 _EMPTY_CORRECTION = "Your reply was empty. Call a tool, or reply with the final answer to the task."
+
+# How a cut observation ends: the model is told how much it is not seeing.
+_CUT = "… [cut: {rest} more characters]"
 
 
 @dataclass
@@ -357,7 +361,8 @@ class ReActAgent:
             )
         if goal != saved.goal:
             raise AgentError(
-                f"the saved agent state is for another goal ({_clip(saved.goal, 80)!r}); "
+                f"the saved agent state is for another goal "
+                f"({shorten(saved.goal, 80, one_line=False)!r}); "
                 "resume it with agent.resume(state)"
             )
         st = saved.model_copy(deep=True)
@@ -396,7 +401,7 @@ class ReActAgent:
                 stuck = c
         if stuck is None:
             return None
-        args = _clip(json.dumps(jsonable(stuck.args), ensure_ascii=False), 200)
+        args = shorten(json.dumps(jsonable(stuck.args), ensure_ascii=False), 200, one_line=False)
         return "loop", f"stuck: asked for {stuck.name}({args}) {limit} times"
 
     @staticmethod
@@ -599,7 +604,7 @@ class ReActAgent:
     # -- text ----------------------------------------------------------------------------
 
     def _render(self, value: Any) -> str:
-        return _clip(as_text(value), self.max_observation_chars)
+        return shorten(value, self.max_observation_chars, one_line=False, ellipsis=_CUT, fit=False)
 
     def _task_message(self, goal: str, context: Mapping[str, Any] | None) -> str:
         if not context:
@@ -653,9 +658,3 @@ def _too_deep(value: Any, limit: int = _MAX_ARGS_DEPTH) -> bool:
         if not level:
             return False
     return True
-
-
-def _clip(text: str, limit: int) -> str:
-    if len(text) <= limit:
-        return text
-    return f"{text[:limit]}… [cut: {len(text) - limit} more characters]"

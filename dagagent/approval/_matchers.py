@@ -12,6 +12,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..results import jsonable
+from ..text import shorten
 
 __all__ = [
     "MATCHER_FORMS",
@@ -53,11 +54,6 @@ def compile_glob(pattern: str) -> re.Pattern[str]:
 MATCHER_FORMS = ("regex", "glob", "equals")
 
 
-def short(value: Any, width: int = 60) -> str:
-    text = value_text(value)
-    return text if len(text) <= width else text[: width - 3] + "..."
-
-
 def compile_matcher(spec: Any) -> tuple[Matcher, str]:
     """Compile one argument matcher; return it with a short description."""
     if isinstance(spec, str):
@@ -71,7 +67,7 @@ def compile_matcher(spec: Any) -> tuple[Matcher, str]:
         # argument with that dict, never match, and silently disable a deny rule.
         if len(spec) != 1 or next(iter(spec)) not in MATCHER_FORMS:
             raise ConfigError(
-                f"argument matcher {short(spec)} is not one of "
+                f"argument matcher {shorten(value_text(spec), 60, one_line=False)} is not one of "
                 + ", ".join(f'{{"{k}": ...}}' for k in MATCHER_FORMS)
                 + ' (to compare with a dict, use {"equals": {...}})'
             )

@@ -31,6 +31,7 @@ from ..events import (
 from ..llm import from_env
 from ..results import TaskStatus
 from ..store import RunStore, default_store_path
+from ..text import shorten
 from ..workflows import Solution, SolveStatus, solve
 from ._app import (
     EXIT_FAILED,
@@ -61,7 +62,7 @@ from .options import (
     ToolsOpt,
 )
 from .recording import recorded_tools_spec
-from .render import print_json, short, terminal_text
+from .render import print_json, terminal_text
 from .signals import stoppable
 
 __all__ = ["ask_cmd", "exit_code_of"]
@@ -87,7 +88,7 @@ class AskProgress:
             else:
                 self._line(
                     f"round {event.round}: replanning run {event.parent_id}"
-                    + (f" ({short(event.feedback, 100)})" if event.feedback else "")
+                    + (f" ({shorten(event.feedback, 100)})" if event.feedback else "")
                 )
         elif isinstance(event, RunStarted):
             n = len(event.plan.tasks)
@@ -98,12 +99,12 @@ class AskProgress:
             r = event.result
             detail = ""
             if r.status in (TaskStatus.FAILED, TaskStatus.DENIED) and r.error:
-                detail = f": {short(r.error, 100)}"
+                detail = f": {shorten(r.error, 100)}"
             duration = f" {r.duration_s:.2f}s" if r.duration_s is not None else ""
             self._line(f"  {r.task_id} {r.status.value}{duration}{detail}")
         elif isinstance(event, TaskAgentEvent):
             if event.action == "tool_call":
-                self._line(f"  {event.task_id}: calls {event.tool}({short(event.args, 80)})")
+                self._line(f"  {event.task_id}: calls {event.tool}({shorten(event.args, 80)})")
         elif isinstance(event, JoinerDecided):
             if event.action == "finish":
                 cites = f" (cites {', '.join(event.cites)})" if event.cites else ""
@@ -111,7 +112,7 @@ class AskProgress:
             else:
                 self._line(
                     f"round {event.round}: the joiner asks for another plan: "
-                    f"{short(event.feedback, 160)}"
+                    f"{shorten(event.feedback, 160)}"
                 )
         elif isinstance(event, RoundFinished):
             if event.outcome in ("gave_up", "failed"):

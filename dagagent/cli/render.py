@@ -10,14 +10,14 @@ from rich.table import Table
 from rich.text import Text
 
 from ..graph import PlanGraph
-from ..results import RunResult, TaskStatus, as_text
+from ..results import RunResult, TaskStatus
+from ..text import shorten
 
 __all__ = [
     "STATUS_STYLE",
     "plan_table",
     "print_json",
     "result_table",
-    "short",
     "terminal_text",
 ]
 
@@ -29,12 +29,6 @@ STATUS_STYLE = {
     TaskStatus.CANCELLED: "yellow",
     TaskStatus.SKIPPED: "dim",
 }
-
-
-def short(value: Any, width: int = 60) -> str:
-    """A one-line, shortened rendering of a value."""
-    text = " ".join(as_text(value).split())
-    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def terminal_text(text: str) -> str:
@@ -57,12 +51,12 @@ def plan_table(graph: PlanGraph) -> Table:
     table.add_column("depends on")
     for tid in graph.order:
         t = graph.tasks[tid]
-        what = t.tool if t.tool is not None else f"agent: {short(t.instruction, 50)}"
+        what = t.tool if t.tool is not None else f"agent: {shorten(t.instruction, 50)}"
         table.add_row(
             str(level_of[tid]),
             tid,
             what,
-            short(t.args, 50) if t.tool is not None else "",
+            shorten(t.args, 50) if t.tool is not None else "",
             ", ".join(graph.dependencies[tid]),
         )
     return table
@@ -77,7 +71,7 @@ def result_table(result: RunResult) -> Table:
     table.add_column("output / error")
     for tid, r in result.tasks.items():
         dur = r.duration_s
-        detail = r.error if r.error else short(r.output)
+        detail = r.error if r.error else shorten(r.output, 60)
         table.add_row(
             tid,
             Text(r.status.value, style=STATUS_STYLE.get(r.status, "")),

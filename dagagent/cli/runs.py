@@ -32,6 +32,7 @@ from ..review import (
     review_run,
 )
 from ..store import RunRecord, RunStore, SolveRecord, check_run_id, default_store_path
+from ..text import shorten
 from ..workflows.replan import Revision, revise_run
 from ._app import EXIT_FAILED, EXIT_OK, app, err, guard, load_registry, out
 from .diagram import FORMATS, render_graph
@@ -49,7 +50,7 @@ from .options import (
     ToolsOpt,
 )
 from .recording import run_recorded
-from .render import STATUS_STYLE, print_json, short, terminal_text
+from .render import STATUS_STYLE, print_json, terminal_text
 from .run import agent_model, print_result
 
 __all__ = ["find_run", "make_model"]
@@ -139,7 +140,7 @@ def runs_cmd(
     table.add_column("tasks", min_width=12)
     table.add_column("goal", min_width=12)
     for r in runs:
-        goal = short(r.goal, 60) + (f" (replans {r.parent_id})" if r.parent_id else "")
+        goal = shorten(r.goal, 60) + (f" (replans {r.parent_id})" if r.parent_id else "")
         table.add_row(
             r.run_id,
             _when(r.created, seconds=False),
@@ -219,7 +220,7 @@ def show_cmd(
             table.add_row(t.id, what, Text("unrecorded", style="dim"), "-", "-", "")
             continue
         dur = r.duration_s
-        detail = r.error if r.error else short(r.output)
+        detail = r.error if r.error else shorten(r.output, 60)
         table.add_row(
             t.id,
             what,

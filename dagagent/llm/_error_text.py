@@ -10,15 +10,14 @@ import html
 import json
 import re
 
+from ..text import shorten
+
 __all__ = ["excerpt", "html_text", "is_html", "provider_error_text"]
 
 
 def excerpt(text: str, limit: int = 200) -> str:
     """A one-line, length-capped quote of ``text`` for error messages."""
-    one_line = " ".join(text.split())
-    if not one_line:
-        return "(empty body)"
-    return one_line if len(one_line) <= limit else one_line[:limit] + "…"
+    return shorten(text, limit, fit=False) or "(empty body)"
 
 
 def provider_error_text(body: str) -> str:

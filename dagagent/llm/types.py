@@ -19,6 +19,8 @@ from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from dagagent.errors import LLMResponseError
 
+from ..text import shorten
+
 __all__ = [
     "LLM",
     "AssistantMessage",
@@ -181,7 +183,7 @@ def parse_tool_arguments(raw: str | Mapping[str, Any] | None) -> tuple[dict[str,
         return dict(raw), None
     if not raw.strip():
         return {}, None
-    quoted = raw if len(raw) <= 2000 else raw[:2000] + "…"
+    quoted = shorten(raw, 2000, one_line=False, fit=False)
     try:
         value = loads_json(raw)
     except ValueError as exc:

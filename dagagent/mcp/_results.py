@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import MCPToolError
+from ..text import shorten
 
 __all__ = ["call_output", "content_text"]
 
@@ -23,8 +24,7 @@ def call_output(result: Any, server: str) -> Any:
     """The output of a ``CallToolResult``, or :class:`MCPToolError` if it is an error."""
     if result.is_error:
         text = content_text(result.content).strip() or "the tool reported an error, no message"
-        if len(text) > _MAX_ERROR:
-            text = text[: _MAX_ERROR - 3] + "..."
+        text = shorten(text, _MAX_ERROR, one_line=False)
         raise MCPToolError(f"MCP server {server!r}: {text}")
     if result.structured_content is not None:
         return result.structured_content

@@ -44,6 +44,7 @@ from ..llm import (
     UserMessage,
 )
 from ..plan import Plan, load_plan
+from ..text import shorten
 from ..tools import Registry
 from .prompts import feedback_prompt
 from .schema import drop_null_optionals, plan_response_format
@@ -225,8 +226,7 @@ def extract_json(text: str) -> tuple[Any, Issue | None]:
         pos = end
     if first_error is not None:
         return None, Issue("not_json", None, f"the plan is not valid JSON: {first_error}")
-    excerpt = " ".join(text.split())
-    excerpt = excerpt if len(excerpt) <= 80 else excerpt[:77] + "..."
+    excerpt = shorten(text, 80)
     return None, Issue("not_json", None, f"the answer holds no JSON object; it begins: {excerpt!r}")
 
 
@@ -382,7 +382,7 @@ class PlanHealer:
             return PlanningResult(graph.plan, graph, tuple(attempts), warnings)
         raise PlanningError(
             f"no valid {what} after {len(attempts)} attempt{'s' if len(attempts) != 1 else ''}"
-            f" (goal: {_short(goal)})",
+            f" (goal: {shorten(goal, 80)!r})",
             attempts=[(a.raw, list(a.issues)) for a in attempts],
         )
 
@@ -422,7 +422,7 @@ async def ask_until_valid(
             log.info(f"{what} accepted", attempt=n)
             return value, attempts
         log.info(f"{what} attempt rejected", attempt=n, issues=[str(i) for i in issues[:5]])
-        echo = raw if len(raw) <= _ECHO_CHARS else raw[:_ECHO_CHARS] + "…"
+        echo = shorten(raw, _ECHO_CHARS, one_line=False, fit=False)
         history.append(AssistantMessage(echo or "(empty answer)"))
         history.append(UserMessage(feedback(issues)))
     return None, attempts
@@ -438,11 +438,6 @@ def _answer_text(response: LLMResponse) -> str:
     if call.arguments_error is not None:
         return call.raw_arguments or ""
     return json.dumps(call.arguments, ensure_ascii=False)
-
-
-def _short(text: str, width: int = 80) -> str:
-    text = " ".join(text.split())
-    return repr(text if len(text) <= width else text[: width - 3] + "...")
 
 
 class HealingPlanner:

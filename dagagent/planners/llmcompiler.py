@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import PlanLoadError
 from ..plan import Plan, Task
+from ..text import shorten
 
 if TYPE_CHECKING:
     from ..tools import Registry
@@ -125,7 +126,7 @@ def _literal(node: ast.expr, where: str) -> Any:
         value = ast.literal_eval(node)
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
         shown = ast.unparse(node)
-        shown = shown if len(shown) <= 60 else shown[:57] + "..."
+        shown = shorten(shown, 60, one_line=False)
         raise PlanLoadError(
             f"{where}: {shown!r} is not a literal (use strings, numbers, lists, dicts, "
             "True/False/None or $N references)"
@@ -303,4 +304,4 @@ class _SeenOrLater:
 
 def _shown(line: str) -> str:
     line = line.strip()
-    return repr(line if len(line) <= 60 else line[:57] + "...")
+    return repr(shorten(line, 60, one_line=False))

@@ -19,7 +19,8 @@ from pydantic import BaseModel
 
 from ..errors import Issue
 from ..plan import Plan
-from ..results import TaskResult, TaskStatus, as_text
+from ..results import TaskResult, TaskStatus
+from ..text import shorten as _shorten
 
 if TYPE_CHECKING:
     from ..tools import Registry, Tool
@@ -36,9 +37,9 @@ __all__ = [
 
 
 def shorten(value: Any, width: int) -> str:
-    """A one-line rendering of ``value`` (JSON for data), cut to ``width`` characters."""
-    text = " ".join(as_text(value).split())
-    return text if len(text) <= width else text[: max(0, width - 15)] + f"… [{len(text)} chars]"
+    """A one-line rendering of ``value`` (JSON for data), cut to ``width`` characters; a cut
+    says how long the whole was, so the model knows it is not seeing all of it."""
+    return _shorten(value, width, ellipsis="… [{total} chars]")
 
 
 # ---------------------------------------------------------------------------- the catalog

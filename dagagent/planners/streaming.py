@@ -78,6 +78,7 @@ from ..llm import (
 from ..plan import Plan, Task
 from ..results import RunResult, TaskStatus
 from ..runner import task_fingerprint
+from ..text import shorten as shorten_text
 from ._answer import StreamedAnswer, StreamStop
 from .heal import HealingPlanner, PlanAttempt, PlanningResult
 from .planner import LLMPlanner
@@ -254,7 +255,7 @@ async def plan_and_execute_streamed(
             "streamed planning attempt rejected", attempt=n, issues=[str(i) for i in issues[:5]]
         )
         ran = _carry_over(graph, result, seeded, reused)
-        echo = attempt.raw if len(attempt.raw) <= 12_000 else attempt.raw[:12_000] + "…"
+        echo = shorten_text(attempt.raw, 12_000, one_line=False, fit=False)
         history.append(AssistantMessage(echo or "(empty answer)"))
         history.append(UserMessage(_feedback(issues, ran, result)))
         parent_id, run_id = run_id, new_run_id()

@@ -40,15 +40,14 @@ unique prefix of at least 4 digits. Anything else is refused before it reaches S
 
 **Where each part lives.** :mod:`._schema` opens the file and migrates it; :mod:`.models` holds
 the records read back; :mod:`._store` is :class:`RunStore` (the queries); :mod:`._writer` is
-:class:`RunRecorder` and its writer thread; :mod:`._redaction` says which arguments a redacted
-call is recorded with; :mod:`._solves` records solves (answers, rounds, joiner decisions);
+:class:`RunRecorder` and its writer thread (a redacted call is recorded with
+``TaskResult.redacted_args``); :mod:`._solves` records solves (answers, rounds, joiner decisions);
 :mod:`._ids` checks run ids; :mod:`._codec` turns values into column text and back.
 """
 
 from __future__ import annotations
 
 from ._ids import RUN_ID_RE, check_run_id
-from ._redaction import redacted_args
 from ._schema import MIGRATIONS, SCHEMA_VERSION, Migration
 from ._store import DEFAULT_FLUSH_INTERVAL_S, RunStore, default_store_path
 from ._writer import OUTPUT_NOT_RECORDED, RunRecorder
@@ -69,5 +68,4 @@ __all__ = [
     "SolveRecord",
     "check_run_id",
     "default_store_path",
-    "redacted_args",
 ]

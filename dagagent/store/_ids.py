@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from ..errors import StoreError
+from ..text import shorten
 
 __all__ = ["RUN_ID_RE", "check_run_id"]
 
@@ -18,6 +19,6 @@ def check_run_id(ref: str, *, prefix: bool = True) -> str:
     norm = ref.strip().lower() if isinstance(ref, str) else ""
     if (_RUN_REF_RE if prefix else RUN_ID_RE).match(norm):
         return norm
-    shown = ref if isinstance(ref, str) and len(ref) <= 40 else f"{str(ref)[:37]}..."
+    shown = shorten(ref if isinstance(ref, str) else str(ref), 40, one_line=False)
     hint = " (or a unique prefix of at least 4)" if prefix else ""
     raise StoreError(f"{shown!r} is not a run id: run ids are 12 hex digits{hint}")

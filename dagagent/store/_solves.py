@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import StoreError
+from ..results import RunStatus
 from ._codec import from_column, to_column
 from ._ids import check_run_id
 from .models import RoundRecord, SolveRecord
@@ -126,12 +127,14 @@ class SolveQueries:
                 (solve_id,),
             )
         ]
-        from ._store import INTERRUPTED, _effective_status
+        from ._store import effective_status
 
-        status = _effective_status(r[3], r[10])
-        if status == INTERRUPTED:  # the round under way when the process died
+        status = effective_status(r[3], r[10])
+        if status == RunStatus.INTERRUPTED:  # the round under way when the process died
             rounds = [
-                x.model_copy(update={"outcome": INTERRUPTED}) if x.outcome == "running" else x
+                x.model_copy(update={"outcome": RunStatus.INTERRUPTED.value})
+                if x.outcome == "running"
+                else x
                 for x in rounds
             ]
         return SolveRecord(

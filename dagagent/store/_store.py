@@ -15,7 +15,6 @@ from ..results import RunStatus, TaskResult, TaskStatus, load_decisions, load_st
 from ..runner import task_fingerprint
 from ._codec import from_column
 from ._ids import check_run_id
-from ._redaction import redacted_args
 from ._schema import MIGRATIONS, Migration, connect, migrate
 from ._solves import SolveQueries
 from .models import RunRecord, RunSummary
@@ -184,7 +183,7 @@ class RunStore(SolveQueries):
                 parent_id=r[1],
                 created=r[2],
                 goal=r[3],
-                status=_effective_status(r[4], r[9]),
+                status=RunStatus(effective_status(r[4], r[9])),
                 executor=r[5],
                 started_at=r[6],
                 finished_at=r[7],
@@ -232,11 +231,7 @@ class RunStore(SolveQueries):
                 decisions=load_decisions(from_column(t[10])),
             )
             task = plan_tasks.get(t[0])
-            if (
-                t[8] is not None
-                and task is not None
-                and redacted_args(by_id[t[0]].decisions) is None
-            ):
+            if t[8] is not None and task is not None and by_id[t[0]].redacted_args is None:
                 fingerprints[t[0]] = task_fingerprint(task, by_id[t[0]].args)
         order = [t.id for t in plan.tasks]
         tasks = {k: by_id[k] for k in order if k in by_id}
@@ -245,7 +240,7 @@ class RunStore(SolveQueries):
             parent_id=r[1],
             created=r[2],
             goal=r[3],
-            status=_effective_status(r[5], r[11]),
+            status=RunStatus(effective_status(r[5], r[11])),
             executor=r[6],
             started_at=r[7],
             finished_at=r[8],
@@ -271,7 +266,9 @@ class RunStore(SolveQueries):
         return RunRecorder(self, run_id, flush_interval_s=flush_interval_s)
 
 
-def _effective_status(status: str, pid: int | None) -> RunStatus:
-    if status == RunStatus.RUNNING and not _pid_alive(pid):
-        return RunStatus.INTERRUPTED
-    return RunStatus(status)
+def effective_status(status: str, pid: int | None) -> str:
+    """A recorded status (of a run or a solve) as it stands now: ``running`` whose process is
+    gone is ``interrupted``."""
+    if status == "running" and not _pid_alive(pid):
+        return "interrupted"
+    return status

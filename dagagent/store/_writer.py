@@ -17,7 +17,6 @@ from ..events import PlanExtended, RunFinished, RunStarted, TaskFinished, get_lo
 from ..results import RunStatus, TaskResult
 from ._codec import to_column, why
 from ._ids import check_run_id
-from ._redaction import redacted_args
 from ._schema import connect
 from ._store import DEFAULT_FLUSH_INTERVAL_S, RunStore
 
@@ -278,7 +277,7 @@ class RunRecorder:
                 error_type = OUTPUT_NOT_RECORDED
         args = r.args
         if decisions:
-            redacted = redacted_args(decisions)
+            redacted = r.redacted_args
             if redacted is not None:
                 args = redacted  # never the secrets a redacting interceptor hid
         return (

@@ -39,6 +39,7 @@ from ..planners import JoinDecision, Joiner, JoinReport, LLMPlanner, LLMReplanne
 from ..results import RunResult, TaskStatus, as_text, jsonable
 from ..runner import Interceptor
 from ..store import RunStore
+from ..text import shorten
 from .replan import record_of, revise_run
 
 if TYPE_CHECKING:
@@ -285,8 +286,7 @@ def _failure_summary(result: RunResult, limit: int = 3) -> str:
         return counts or "no task ran"
     parts = []
     for r in failures[:limit]:
-        detail = " ".join((r.error or "no error message").split())
-        detail = detail if len(detail) <= 120 else detail[:117] + "..."
+        detail = shorten(r.error or "no error message", 120)
         parts.append(f"{r.task_id} {r.status.value}: {detail}")
     more = len(failures) - limit
     return "; ".join(parts) + (f"; {more} more" if more > 0 else "")

@@ -414,7 +414,7 @@ async def test_the_store_keeps_the_answer_rounds_and_decisions(world: World, tmp
     assert record.rounds[1].decision["answer"] == long_answer
     assert record.rounds[1].feedback == "look up Tokyo"
     # the rounds are parent and child runs; the second reused Paris
-    assert run1.parent_id is None and run2.parent_id == run1.id
+    assert run1.parent_id is None and run2.parent_id == run1.run_id
     assert run2.tasks["paris"].status is TaskStatus.REUSED
 
 

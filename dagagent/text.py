@@ -1,0 +1,112 @@
+"""Values shown to a person or a model: :func:`jsonable` makes any value JSON-compatible,
+:func:`as_text` renders it as text, and :func:`shorten` bounds that text. Every place that cuts
+text for a table, a message, a prompt or an observation goes through :func:`shorten`, so that a
+cut always looks the same.
+
+This module imports nothing else of dagagent: every layer, down to the model clients, may use
+it."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pydantic import BaseModel
+from pydantic_core import to_jsonable_python
+
+__all__ = ["ELLIPSIS", "as_text", "jsonable", "shorten"]
+
+#: What ends a cut text.
+ELLIPSIS = "…"
+
+
+def jsonable(value: Any) -> Any:
+    """A JSON-compatible version of a tool output (falls back to ``str``).
+
+    Never raises: a value that refers to itself has ``"<circular reference>"`` where the loop
+    closes, and a value nested too deeply is cut off with ``"<nested too deeply>"``."""
+    try:
+        return to_jsonable_python(value, fallback=str)
+    except (ValueError, RecursionError):  # a cycle, or nesting beyond the serializer's limit
+        return _walk(value, set(), 0)
+
+
+_MAX_DEPTH = 200
+
+
+def _walk(value: Any, active: set[int], depth: int) -> Any:
+    """:func:`jsonable`, one container at a time, for values the serializer refuses."""
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    key = id(value)
+    if isinstance(value, BaseModel):
+        value = dict(value)
+    elif isinstance(value, (set, frozenset)):
+        value = list(value)
+    if not isinstance(value, (dict, list, tuple)):
+        try:
+            return to_jsonable_python(value, fallback=str)
+        except (ValueError, RecursionError):
+            return _str(value)
+    if key in active:
+        return "<circular reference>"
+    if depth >= _MAX_DEPTH:
+        return "<nested too deeply>"
+    active.add(key)
+    try:
+        if isinstance(value, dict):
+            return {
+                k if isinstance(k, str) else _str(k): _walk(v, active, depth + 1)
+                for k, v in value.items()
+            }
+        return [_walk(v, active, depth + 1) for v in value]
+    finally:
+        active.discard(key)
+
+
+def _str(value: Any) -> str:
+    try:
+        return str(value)
+    except Exception:
+        return f"<{type(value).__name__} object>"
+
+
+def as_text(value: Any) -> str:
+    """A value as text to show a person or a model: a string as it is, anything else as JSON
+    (``repr`` if even :func:`jsonable` cannot make JSON of it)."""
+    if isinstance(value, str):
+        return value
+    try:
+        return json.dumps(jsonable(value), ensure_ascii=False)
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+def shorten(
+    value: Any,
+    width: int,
+    *,
+    one_line: bool = True,
+    ellipsis: str = ELLIPSIS,
+    fit: bool = True,
+) -> str:
+    """``value`` as text (:func:`as_text`) of at most ``width`` characters.
+
+    - ``one_line``: runs of whitespace, line breaks included, become one space first.
+    - ``ellipsis``: ends a cut text; it may name ``{total}`` (the length of the whole text)
+      and ``{rest}`` (how many characters were cut), e.g. ``"… [{total} chars]"`` tells a
+      model how much it is not seeing.
+    - ``fit``: the ellipsis counts towards ``width`` (default); with ``fit=False``, ``width``
+      characters are kept and the ellipsis follows them (for a model that is promised that much).
+    """
+    text = as_text(value)
+    if one_line:
+        text = " ".join(text.split())
+    if len(text) <= width:
+        return text
+    if not fit:
+        return text[:width] + ellipsis.format(total=len(text), rest=len(text) - width)
+    tail = ellipsis.format(total=len(text), rest=len(text))
+    cut = max(0, width - len(tail))
+    tail = ellipsis.format(total=len(text), rest=len(text) - cut)
+    return text[:cut] + tail
