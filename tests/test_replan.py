@@ -317,7 +317,7 @@ def test_replan_loads_the_tools_the_run_used(env: Env, monkeypatch: pytest.Monke
 
 
 def scripted(monkeypatch: pytest.MonkeyPatch, *answers: str) -> Any:
-    from dagagent.cli import runs as runs_cmds
+    from dagagent.cli import replan as runs_cmds
     from dagagent.llm import ScriptedLLM
 
     llm = ScriptedLLM(list(answers))

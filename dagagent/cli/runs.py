@@ -1,64 +1,35 @@
-"""``dagagent runs``, ``show``, ``graph`` and ``replan``: reviewing recorded runs and revising
-failed plans. Business logic lives in :mod:`dagagent.store` and :mod:`dagagent.review`.
+"""``dagagent runs``, ``show`` and ``graph``: reviewing recorded runs (``replan``, which revises
+them, is in :mod:`dagagent.cli.replan`). Business logic lives in :mod:`dagagent.store`.
 
-One concern, the commands over recorded runs: each finds a run the same way (:func:`find_run`:
-``RUN`` or ``--last`` in ``--store``) and shows it with the same styles. It is longer than the
-other command modules because ``replan`` shows a review, a diff and the reuse forecast in text
-and JSON, then runs the revised plan; what each of those means lives in :mod:`dagagent.review`.
+:func:`find_run` is how every command over recorded runs finds one: ``RUN`` or ``--last`` in
+``--store``.
 """
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Annotated, Any
 
-import anyio
 import typer
 from rich import box
 from rich.table import Table
 from rich.text import Text
 
 from ..errors import ConfigError
-from ..graph import PlanGraph, critical_path, validate
-from ..plan import Plan, load_plan
-from ..results import as_text
-from ..review import (
-    PlanDiff,
-    ReuseDecision,
-    RunReview,
-    format_diff,
-    format_review,
-    review_run,
-)
-from ..store import RunRecord, RunStore, SolveRecord, check_run_id, default_store_path
-from ..text import shorten
-from ..workflows.replan import Revision, revise_run
-from ._app import EXIT_FAILED, EXIT_OK, app, err, guard, load_registry, out
+from ..graph import PlanGraph, validate
+from ..plan import Plan
+from ..store import RunRecord, RunStore, SolveRecord, check_run_id
+from ..text import as_text, shorten
+from ._app import app, guard, out
 from .diagram import FORMATS, render_graph
 from .options import (
-    ExecutorOpt,
     LastOpt,
-    MaxAttemptsOpt,
-    MaxConcurrencyOpt,
-    OnFailureOpt,
-    OutOpt,
     RunArg,
-    RunOptions,
     StoreOpt,
-    TimeoutOpt,
-    ToolsOpt,
 )
-from .recording import run_recorded
 from .render import STATUS_STYLE, print_json, terminal_text
-from .run import agent_model, print_result
 
-__all__ = ["find_run", "make_model"]
-
-FromOpt = Annotated[
-    Path | None,
-    typer.Option("--from", metavar="FILE", help="The revised plan, edited by hand (JSON)."),
-]
+__all__ = ["find_run", "open_store"]
 
 _STYLE: dict[str, str] = {s.value: style for s, style in STATUS_STYLE.items()}
 _STYLE.update({"running": "blue", "interrupted": "yellow", "unrecorded": "dim"})
@@ -84,7 +55,7 @@ def _counts_text(counts: dict[str, int], unrecorded: int = 0) -> Text:
     return text
 
 
-def _open_store(store: Path | None) -> RunStore:
+def open_store(store: Path | None) -> RunStore:
     return RunStore(store, create=False)
 
 
@@ -112,7 +83,7 @@ def runs_cmd(
     json_out: bool = typer.Option(False, "--json", help="Print the runs as JSON."),
 ) -> None:
     """List recorded runs, most recent first: id, when, goal, status, task counts."""
-    with _open_store(store) as st:
+    with open_store(store) as st:
         runs = st.list_runs(limit)
         path = st.path
     if json_out:
@@ -159,17 +130,6 @@ def _graph_of(plan: Plan) -> PlanGraph:
     return validate(plan)  # the graph only: tools are not needed to draw or measure it
 
 
-def _critical(record: RunRecord, graph: PlanGraph) -> tuple[float, list[str]]:
-    if record.critical_path:
-        return record.critical_path_s or 0.0, record.critical_path
-    durations = {
-        t: r.duration_s
-        for t, r in record.tasks.items()
-        if r.duration_s is not None and r.status.value != "reused"
-    }
-    return critical_path(graph.order, graph.dependencies, durations)
-
-
 @app.command("show")
 @guard
 def show_cmd(
@@ -180,11 +140,10 @@ def show_cmd(
 ) -> None:
     """Show a recorded run: each task's status, duration, attempts, output or error, and the
     critical path."""
-    with _open_store(store) as st:
+    with open_store(store) as st:
         record = find_run(st, run, last)
         solve = st.solve_of_run(record.run_id)
-    graph = _graph_of(record.plan)
-    cp_s, cp = _critical(record, graph)
+    cp_s, cp = record.measured_critical_path()
     if json_out:
         doc = record.to_json_dict()
         doc["critical_path"], doc["critical_path_s"] = cp, cp_s
@@ -281,7 +240,7 @@ def graph_cmd(
     if target is not None and not last and _is_plan_path(target):
         graph = validate(Path(target))
     else:
-        with _open_store(store) as st:
+        with open_store(store) as st:
             record = find_run(st, target, last)
         graph = _graph_of(record.plan)
         statuses = {t: r.status.value for t, r in record.tasks.items()}
@@ -297,241 +256,3 @@ def _is_plan_path(target: str) -> bool:
     except Exception:
         return True
     return False
-
-
-# ---------------------------------------------------------------------------------------------
-# replan
-
-
-def _print_reuse(decisions: dict[str, ReuseDecision]) -> None:
-    groups: dict[str, list[str]] = {"reuse": [], "maybe": [], "run": []}
-    for d in decisions.values():
-        groups[d.action].append(d.task_id if d.action == "reuse" else f"{d.task_id} ({d.reason})")
-    if groups["reuse"]:
-        out.print(f"will reuse: {', '.join(groups['reuse'])}", markup=False, highlight=False)
-    if groups["maybe"]:
-        out.print(
-            "reused if their inputs come out the same: " + "; ".join(groups["maybe"]),
-            markup=False,
-            highlight=False,
-        )
-    if groups["run"]:
-        out.print(f"will run: {'; '.join(groups['run'])}", markup=False, highlight=False)
-
-
-def make_model(model: str, base_url: str | None, *, timeout: float = 60.0) -> Any:
-    """The model client for ``--model`` (a seam: tests put a scripted model here)."""
-    from ..llm import from_env
-
-    return from_env(model, base_url, timeout=timeout)
-
-
-def _revise(
-    record: RunRecord,
-    registry: Any,
-    *,
-    plan: Plan | None,
-    llm: Any,
-    agent_llm: Any,
-    max_attempts: int,
-    quiet: bool,
-) -> Revision:
-    """The replan workflow's revision step (:func:`dagagent.workflows.revise_run`)."""
-    from ..planners import LLMReplanner
-
-    replanner = LLMReplanner(llm, registry, max_attempts=max_attempts) if llm is not None else None
-
-    async def main() -> Revision:
-        if llm is None:
-            return await revise_run(record, registry, plan=plan, agent_llm=agent_llm)
-        async with llm:
-            return await revise_run(record, registry, replanner=replanner, agent_llm=agent_llm)
-
-    # an LLMError is reported by guard: "the model could not be used"
-    revision = anyio.run(main)
-    if revision.planning is not None and not quiet:
-        err.print(
-            f"revised by {getattr(llm, 'model', 'the model')}: {revision.planning.summary()}",
-            markup=False,
-            highlight=False,
-        )
-        for w in revision.planning.warnings:
-            err.print(f"warning: {w}", markup=False, highlight=False)
-    return revision
-
-
-@app.command("replan")
-@guard
-def replan_cmd(
-    run: RunArg = None,
-    last: LastOpt = False,
-    from_file: FromOpt = None,
-    model: str | None = typer.Option(
-        None,
-        "--model",
-        "-m",
-        metavar="SPEC",
-        help="Ask this model for a revised plan: openai:MODEL (OpenAI or any "
-        "OpenAI-compatible server) or anthropic:MODEL. Keys come from the environment.",
-    ),
-    base_url: str | None = typer.Option(
-        None,
-        "--base-url",
-        metavar="URL",
-        help="Server for --model, e.g. http://localhost:11434/v1. Default: $DAGAGENT_BASE_URL.",
-    ),
-    max_attempts: MaxAttemptsOpt = 3,
-    out_file: OutOpt = None,
-    execute_it: bool = typer.Option(
-        False,
-        "--execute",
-        "-x",
-        help="Run the revised plan (without a revision: the same plan again) as a new run "
-        "linked to this one, reusing every unchanged success.",
-    ),
-    tools: ToolsOpt = None,
-    executor: ExecutorOpt = "levels",
-    on_failure: OnFailureOpt = "cancel",
-    max_concurrency: MaxConcurrencyOpt = None,
-    store: StoreOpt = None,
-    json_out: bool = typer.Option(False, "--json", help="Print everything as one JSON object."),
-    timeout: TimeoutOpt = 60.0,
-) -> None:
-    """Review a run (what failed and why, what it blocked, what succeeded), compare it with a
-    revised plan (--from FILE or --model SPEC) and optionally run that plan (--execute),
-    reusing the outputs of every task whose id, tool, arguments and inputs are unchanged.
-    Exit 0 after a review; with --execute, the new run's exit code (0 ok, 1 failed); 3 when
-    the model gave no valid plan in --max-attempts."""
-    if from_file is not None and model is not None:
-        raise ConfigError("give --from FILE or --model SPEC, not both")
-    if base_url is not None and model is None:
-        raise ConfigError("--base-url needs --model")
-    with _open_store(store) as st:
-        record = find_run(st, run, last)
-        path = st.path
-    spec, registry = _registry_for(record, tools)
-    review = review_run(record)
-    if not json_out:
-        out.print(format_review(review), markup=False, highlight=False)
-    llm: Any = None
-    edited: Plan | None = load_plan(from_file) if from_file is not None else None
-    if model is not None:
-        llm = make_model(model, base_url, timeout=timeout)
-    agent_llm = llm
-    if llm is None and execute_it and any(t.is_agent for t in (edited or record.plan).tasks):
-        agent_llm = agent_model(None, None)  # $DAGAGENT_MODEL, as for 'dagagent run'
-    revision: Revision | None = None
-    if edited is not None or llm is not None or execute_it:
-        revision = _revise(
-            record,
-            registry,
-            plan=edited,
-            llm=llm,
-            agent_llm=agent_llm,
-            max_attempts=max_attempts,
-            quiet=json_out,
-        )
-    plan = revision.plan if revision is not None else record.plan
-    diff: PlanDiff | None = revision.diff if revision is not None else None
-    decisions: dict[str, ReuseDecision] | None = revision.reuse if revision is not None else None
-    if diff is not None and revision is not None and not json_out:
-        out.print("")
-        out.print(f"changes to the plan of run {record.run_id}:", markup=False, highlight=False)
-        out.print(format_diff(diff, record.plan, revision.plan), markup=False, highlight=False)
-    if decisions is not None and not json_out:
-        _print_reuse(decisions)
-    if out_file is not None:
-        _write_plan(out_file, plan)
-        if not json_out:
-            if diff is not None:
-                err.print(f"wrote the revised plan to {out_file}", markup=False)
-            else:
-                err.print(
-                    f"wrote the plan of run {record.run_id} to {out_file}; edit it, then: "
-                    f"dagagent replan {record.run_id} --from {out_file} --execute",
-                    markup=False,
-                    highlight=False,
-                )
-    doc: dict[str, Any] = {"review": review.to_json_dict()}
-    if json_out:
-        doc["diff"] = diff.to_json_dict() if diff is not None else None
-        doc["plan"] = plan.model_dump(mode="json", exclude_defaults=True)
-        doc["reuse"] = (
-            {k: {"action": d.action, "reason": d.reason} for k, d in decisions.items()}
-            if decisions is not None
-            else None
-        )
-    if not execute_it:
-        if json_out:
-            doc["result"] = None
-            print_json(out, doc)
-        elif diff is None and out_file is None:
-            _hint(record, review)
-        raise typer.Exit(EXIT_OK)
-    assert revision is not None
-    for w in revision.graph.warnings:
-        err.print(f"warning: {w}", markup=False, highlight=False)
-    if not json_out:
-        out.print("")
-        out.print(f"running it as a new run (parent {record.run_id}):", markup=False)
-    options = RunOptions(
-        executor=executor, on_failure=on_failure, max_concurrency=max_concurrency, store=path
-    )
-    result = run_recorded(
-        revision.graph,
-        registry,
-        console=None if json_out else out,
-        store=path,
-        reuse=revision.reuse_map(),
-        parent_id=record.run_id,
-        llm=agent_llm if any(t.is_agent for t in plan.tasks) else None,
-        **options.execute_options(tools_spec=spec),
-    )
-    if json_out:
-        doc["result"] = result.to_json_dict()
-        print_json(out, doc)
-        raise typer.Exit(EXIT_OK if result.ok else EXIT_FAILED)
-    code = print_result(result, as_json=False)
-    reused = result.counts.get("reused", 0)
-    err.print(
-        f"recorded as run {result.run_id} (parent {record.run_id}, {reused} reused) in "
-        f"{default_store_path(path)}",
-        markup=False,
-        highlight=False,
-    )
-    raise typer.Exit(code)
-
-
-def _registry_for(record: RunRecord, tools: str | None) -> tuple[str | None, Any]:
-    """``--tools`` if given, else the tools recorded with the run, else the default."""
-    if tools is not None:
-        return tools, load_registry(tools)
-    recorded = record.context.get("tools")
-    if not isinstance(recorded, str):
-        return None, load_registry(None)
-    try:
-        return recorded, load_registry(recorded)
-    except ConfigError as exc:
-        raise ConfigError(
-            f"cannot load the tools run {record.run_id} used ({recorded}): {exc}; "
-            "pass --tools MODULE:ATTR"
-        ) from None
-
-
-def _hint(record: RunRecord, review: RunReview) -> None:
-    if not (review.failed or review.blocked or review.unrecorded):
-        return
-    out.print("")
-    out.print(
-        f"to revise it: dagagent replan {record.run_id} --out plan.json, edit plan.json, then "
-        f"dagagent replan {record.run_id} --from plan.json --execute",
-        markup=False,
-        highlight=False,
-    )
-
-
-def _write_plan(path: Path, plan: Plan) -> None:
-    try:
-        path.write_text(plan.to_json(indent=2) + "\n", encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"cannot write the plan to {path}: {exc}") from None

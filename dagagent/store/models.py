@@ -8,8 +8,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..graph import critical_path, validate
 from ..plan import Plan
-from ..results import RunStatus, StatusCounts, TaskResult
+from ..results import RunStatus, StatusCounts, TaskResult, TaskStatus
 
 __all__ = ["RoundRecord", "RunRecord", "RunSummary", "SolveRecord"]
 
@@ -91,6 +92,20 @@ class RunRecord(BaseModel):
     def unrecorded(self) -> list[str]:
         """Plan tasks without a result: the run was killed before they finished."""
         return [t.id for t in self.plan.tasks if t.id not in self.tasks]
+
+    def measured_critical_path(self) -> tuple[float, list[str]]:
+        """``(seconds, task ids)`` of the run's critical path: the recorded one, or, for a run
+        that did not finish (so none was recorded), the one its recorded durations give
+        (reused tasks take no time)."""
+        if self.critical_path:
+            return self.critical_path_s or 0.0, self.critical_path
+        graph = validate(self.plan)  # the graph only: no tools are needed to measure it
+        durations = {
+            t: r.duration_s
+            for t, r in self.tasks.items()
+            if r.duration_s is not None and r.status is not TaskStatus.REUSED
+        }
+        return critical_path(graph.order, graph.dependencies, durations)
 
     @property
     def wall_time_s(self) -> float | None:

@@ -308,7 +308,7 @@ async def test_the_store_keeps_every_attempt_with_its_whole_plan(
     assert [t.id for t in stopped.plan.tasks] == ["a"]  # the invalid task never joined
     assert stopped.tasks["a"].status is dagagent.TaskStatus.SUCCEEDED
     assert [t.id for t in final.plan.tasks] == ["a", "b"]
-    assert final.parent_id == stopped.id
+    assert final.parent_id == stopped.run_id
     assert final.tasks["a"].status is dagagent.TaskStatus.REUSED
     assert final.tasks["b"].output == "a"
 
