@@ -11,6 +11,7 @@ carrying the issues. :mod:`dagagent.planners.streaming` runs the attempts around
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
@@ -22,6 +23,7 @@ from ..growing import GrowingGraph, PlanChecker, TaskCheck
 from ..llm import LLMResponse, StreamEnd, TextDelta, ToolCallDelta, Usage
 from ..plan import Plan, Task, load_plan
 from .incremental import JsonTaskStream, StreamedPlanError
+from .llmcompiler import LLMCompilerStream
 from .prompts import shorten
 from .replan import replan_issues
 from .schema import drop_null_optionals
@@ -30,7 +32,14 @@ if TYPE_CHECKING:
     from ..approval import Policy
     from ..tools import Registry
 
-__all__ = ["StreamSettings", "StreamStop", "StreamedAnswer", "call_key", "closing"]
+__all__ = [
+    "StreamSettings",
+    "StreamStop",
+    "StreamedAnswer",
+    "TextAnswer",
+    "call_key",
+    "closing",
+]
 
 
 class StreamSettings(Protocol):
@@ -96,10 +105,11 @@ class StreamedAnswer:
     # -- one task -------------------------------------------------------------------------
 
     def take(self, raw: Any) -> None:
-        """A complete task object from the stream: check it, then run or hold it."""
+        """A complete task from the stream (a parsed JSON object, or a task read from an
+        LLMCompiler line): check it, then run or hold it."""
         owner = self.owner
         index = self.count
-        task = self._load(raw, index)
+        task = raw if isinstance(raw, Task) else self._load(raw, index)
         seeded = self.seeded.get(task.id)
         if seeded is not None and call_key(seeded) == call_key(task):
             return  # a task that ran in an earlier attempt, planned again: it is that task
@@ -190,7 +200,7 @@ class StreamedAnswer:
 
     async def read(self, events: AsyncIterator[Any]) -> None:
         """Read the answer, taking each task as it completes; raise :class:`StreamStop`."""
-        text = JsonTaskStream(max_task_chars=self.owner.max_task_chars)
+        text = TextAnswer(self.owner.registry, max_task_chars=self.owner.max_task_chars)
         call = JsonTaskStream(max_task_chars=self.owner.max_task_chars)
         final: LLMResponse | None = None
         after = 0  # characters the model wrote after the plan's JSON ended
@@ -261,3 +271,84 @@ async def closing(events: AsyncIterator[Any]) -> AsyncIterator[AsyncIterator[Any
         aclose = getattr(events, "aclose", None)
         if aclose is not None:
             await aclose()
+
+
+_LLMCOMPILER_START = re.compile(r"(?:\d+\s*[.):]|thought\s*:)", re.IGNORECASE)
+
+
+def _format_of(text: str) -> str | None:
+    """``"llmcompiler"`` when the answer begins like an LLMCompiler plan (``1. tool(...)``
+    or ``Thought: ...``), ``"json"`` when it cannot, ``None`` while too little has come."""
+    begin = text.lstrip()
+    if not begin:
+        return None
+    if _LLMCOMPILER_START.match(begin):
+        return "llmcompiler"
+    head = begin[:9].lower()
+    if head.rstrip("0123456789 \t") == "" or "thought:".startswith(head.rstrip(" ")):
+        return None  # "12" or "Thou": the format shows with the next characters
+    return "json"
+
+
+class TextAnswer:
+    """The text of an answer: a JSON plan, or LLMCompiler's numbered lines, told apart by how
+    the answer begins. The same interface as
+    :class:`~dagagent.planners.incremental.JsonTaskStream`; LLMCompiler lines come as tasks
+    (``1. search("...")`` → task ``"1"``) and end at ``join()`` / ``<END_OF_PLAN>``."""
+
+    def __init__(self, registry: Registry, *, max_task_chars: int) -> None:
+        self.max_task_chars = max_task_chars
+        self.json = JsonTaskStream(max_task_chars=max_task_chars)
+        self.lines = LLMCompilerStream(registry)
+        self.mode: str | None = None
+        self.text = ""
+
+    @property
+    def started(self) -> bool:
+        return self.json.started if self.mode == "json" else self.mode == "llmcompiler"
+
+    @property
+    def closed(self) -> bool:
+        if self.mode == "llmcompiler":
+            return self.lines.ended
+        return self.json.closed
+
+    def feed(self, piece: str) -> list[Any]:
+        self.text += piece
+        if self.mode is None:
+            self.mode = _format_of(self.text)
+            if self.mode is None:
+                self._check(len(self.text), "the text before the plan")
+                return []
+            piece = self.text
+        if self.mode == "json":
+            return self.json.feed(piece)
+        try:
+            tasks = self.lines.feed(piece)
+        except PlanLoadError as exc:
+            raise StreamedPlanError(Issue("schema", None, str(exc))) from None
+        self._check(len(self.lines.pending), f"line {self.lines.tasks + 1} of the plan")
+        return tasks
+
+    def finish(self) -> list[Any]:
+        if self.mode == "llmcompiler":
+            try:
+                tasks = self.lines.finish()
+            except PlanLoadError as exc:
+                raise StreamedPlanError(Issue("schema", None, str(exc))) from None
+            return tasks
+        if self.mode is None:
+            self.mode = "json"
+            self.json.feed(self.text)
+        return self.json.finish()
+
+    def _check(self, size: int, what: str) -> None:
+        if size > self.max_task_chars:
+            raise StreamedPlanError(
+                Issue(
+                    "runaway",
+                    None,
+                    f"{what} went on for more than {self.max_task_chars} characters without "
+                    "ending: keep each task short",
+                )
+            )

@@ -207,3 +207,25 @@ def test_a_malformed_llmcompiler_line_names_itself(reg: dagagent.Registry) -> No
     stream = LLMCompilerStream(reg)
     with pytest.raises(dagagent.PlanLoadError, match="line 2"):
         stream.feed('1. search("a")\nwhat is this\n')
+
+
+@pytest.mark.parametrize(
+    ("text", "mode"),
+    [
+        ("", None),
+        ("  \n", None),
+        ("12", None),
+        ("Thou", None),
+        ("1. search('x')", "llmcompiler"),
+        ("  12) search('x')", "llmcompiler"),
+        ("Thought: first", "llmcompiler"),
+        ('{"tasks"', "json"),
+        ("Here is the plan:", "json"),
+        ("```json", "json"),
+        ("123 apples", "json"),
+    ],
+)
+def test_the_answer_format_shows_in_its_first_characters(text: str, mode: str | None) -> None:
+    from dagagent.planners._answer import _format_of
+
+    assert _format_of(text) == mode

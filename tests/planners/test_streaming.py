@@ -349,3 +349,37 @@ async def test_a_solve_over_a_fan_out_of_slow_tools_is_faster_streamed(
         assert solution.ok and solution.answer == "done"
     # The plan takes ~1 s to write either way; streamed, the slow tools run meanwhile.
     assert timings[True] < timings[False] - 0.3, timings
+
+
+async def test_an_llmcompiler_answer_streams_line_by_line(
+    registry: dagagent.Registry, recorder: Any
+) -> None:
+    answer = (
+        "Thought: look both up.\n"
+        '1. work("p", 0.6)\n'
+        '2. work("q")\n'
+        "Thought: then echo\n"
+        "3. echo($1)\n"
+        + "".join(f"{n}. add({n}, {n})\n" for n in range(4, 30))
+        + "30. join()<END_OF_PLAN>\nthis is never read"
+    )
+    llm = Timed(ScriptedLLM([answer], chunk_size=4, chunk_delay_s=0.01))
+    round_ = await plan_and_execute_streamed(LLMPlanner(llm, registry), "go", registry)
+    assert round_.result.status is dagagent.RunStatus.SUCCEEDED
+    assert round_.result.tasks["3"].output == "p"
+    assert round_.plan.tasks[2].description == "then echo"
+    assert len(round_.plan.tasks) == 29
+    assert llm.ended[0] - recorder.intervals["p"][0] > 0.3  # started while lines kept coming
+
+
+async def test_a_malformed_llmcompiler_line_stops_the_stream(
+    registry: dagagent.Registry, recorder: Any
+) -> None:
+    answer = '1. work("p")\n2. this is not a call\n3. work("never")\n'
+    with pytest.raises(dagagent.PlanningError) as err:
+        await plan_and_execute_streamed(
+            LLMPlanner(ScriptedLLM([answer]), registry, max_attempts=1), "go", registry
+        )
+    ((_raw, issues),) = err.value.attempts
+    assert issues[0].code == "schema" and "line 2" in issues[0].message
+    assert "never" not in recorder.calls
