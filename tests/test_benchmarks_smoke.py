@@ -38,7 +38,7 @@ def _script(name: str, *args: str | Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-@pytest.mark.parametrize("name", ["serial_vs_parallel.py", "overhead.py"])
+@pytest.mark.parametrize("name", ["serial_vs_parallel.py", "overhead.py", "streamed_planning.py"])
 def test_scripts_have_help(name: str) -> None:
     proc = _script(name, "--help")
     assert proc.returncode == 0, proc.stderr
@@ -59,6 +59,33 @@ def _dataset_dir(tmp_path: Path) -> Path:
     ]
     (data / "parallelqa_dataset.json").write_text(json.dumps(rows))
     return data
+
+
+def test_streamed_planning_runs_tiny(tmp_path: Path) -> None:
+    proc = _script(
+        "streamed_planning.py",
+        "--tools",
+        "2",
+        "--tool-s",
+        "0.01",
+        "--chunk-delay",
+        "0.001",
+        "--repeats",
+        "1",
+        "--executors",
+        "serial,levels",
+        "--out",
+        tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "serial/streamed" in proc.stdout and "levels/plan first" in proc.stdout
+    data = json.loads((tmp_path / "streamed_planning.json").read_text())
+    assert set(data["runs"]) == {
+        "serial/plan first",
+        "serial/streamed",
+        "levels/plan first",
+        "levels/streamed",
+    }
 
 
 def test_serial_vs_parallel_runs_tiny(tmp_path: Path) -> None:
