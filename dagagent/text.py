@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic_core import to_jsonable_python
 
-__all__ = ["ELLIPSIS", "as_text", "jsonable", "shorten"]
+__all__ = ["ELLIPSIS", "as_text", "jsonable", "printable", "shorten"]
 
 #: What ends a cut text.
 ELLIPSIS = "…"
@@ -110,3 +110,15 @@ def shorten(
     cut = max(0, width - len(tail))
     tail = ellipsis.format(total=len(text), rest=len(text) - cut)
     return text[:cut] + tail
+
+
+def printable(text: str, *, lines: bool = False) -> str:
+    """``text`` safe to print on a terminal: every control or format character (line breaks,
+    carriage returns, ANSI escapes, bidi overrides) is shown escaped (``\\n``, ``\\x1b``), so
+    that an issue stays on one line; with ``lines``, line breaks and tabs stay (the lines of an
+    answer). Print the result without markup (rich: ``markup=False``) so that ``[brackets]``
+    stay text too."""
+    if text.isprintable():
+        return text
+    keep = "\n\t" if lines else ""
+    return "".join(c if c.isprintable() or c in keep else repr(c)[1:-1] for c in text)

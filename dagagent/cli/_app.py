@@ -28,6 +28,7 @@ from ..errors import (
     ToolError,
 )
 from ..events import configure_logging
+from ..text import printable
 from ..tools import Registry, Tool
 
 __all__ = [
@@ -91,25 +92,17 @@ def exit_code_for(exc: DagagentError) -> int:
     return EXIT_FAILED
 
 
-def one_line(text: str) -> str:
-    """``text`` with line breaks and other control characters escaped (``\\n``), so that an id
-    or a key holding them cannot break the one-line-per-issue output."""
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
-
-
 def report_error(exc: DagagentError) -> int:
     """Print a user-caused error as one clear message per issue; return the exit code."""
     if isinstance(exc, PlanValidationError):
         n = len(exc.issues)
         err.print(f"error: invalid plan ({n} issue{'s' if n != 1 else ''}):", markup=False)
         for issue in exc.issues:
-            err.print(f"  {one_line(str(issue))}", markup=False, highlight=False)
+            err.print(f"  {printable(str(issue))}", markup=False, highlight=False)
     elif isinstance(exc, PlanLoadError) and getattr(exc, "issues", None):
         err.print("error: the plan does not fit the plan format:", markup=False)
         for issue in exc.issues:  # type: ignore[attr-defined]
-            err.print(f"  {one_line(str(issue))}", markup=False, highlight=False)
+            err.print(f"  {printable(str(issue))}", markup=False, highlight=False)
     elif isinstance(exc, PlanningError):
         err.print(f"error: {exc}", markup=False, highlight=False)
         for i, (_raw, issues) in enumerate(exc.attempts, 1):

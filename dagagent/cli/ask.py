@@ -31,7 +31,7 @@ from ..events import (
 from ..llm import from_env
 from ..results import TaskStatus
 from ..store import RunStore, default_store_path
-from ..text import shorten
+from ..text import printable, shorten
 from ..workflows import Solution, SolveStatus, solve
 from ._app import (
     EXIT_FAILED,
@@ -42,7 +42,6 @@ from ._app import (
     err,
     guard,
     load_registry,
-    one_line,
     out,
 )
 from .approve import (
@@ -62,7 +61,7 @@ from .options import (
     ToolsOpt,
 )
 from .recording import recorded_tools_spec
-from .render import print_json, terminal_text
+from .render import print_json
 from .signals import stoppable
 
 __all__ = ["ask_cmd", "exit_code_of"]
@@ -78,7 +77,7 @@ class AskProgress:
         self.round = 0
 
     def _line(self, text: str) -> None:
-        err.print(one_line(text), markup=False, highlight=False)
+        err.print(printable(text), markup=False, highlight=False)
 
     def __call__(self, event: Event | Any) -> None:
         if isinstance(event, RoundStarted):
@@ -146,13 +145,13 @@ def _report(solution: Solution, path: Path) -> None:
         )
         return
     label = "gave up" if solution.status is SolveStatus.GAVE_UP else "error"
-    err.print(f"{label}: {one_line(solution.reason)}", markup=False, highlight=False)
+    err.print(f"{label}: {printable(solution.reason)}", markup=False, highlight=False)
     error = solution.error
     if isinstance(error, (PlanningError, JoinerError)):
         for i, (_raw, issues) in enumerate(error.attempts, 1):
             err.print(f"  attempt {i}:", markup=False)
             for issue in issues:
-                err.print(f"    {one_line(str(issue))}", markup=False, highlight=False)
+                err.print(f"    {printable(str(issue))}", markup=False, highlight=False)
     err.print(f"{solution.usage.summary()}; {where}", markup=False, highlight=False)
 
 
@@ -276,5 +275,5 @@ def ask_cmd(
     if json_out:
         print_json(out, solution.to_json_dict())
     elif solution.ok:
-        out.print(terminal_text(solution.answer_text), markup=False, highlight=False)
+        out.print(printable(solution.answer_text, lines=True), markup=False, highlight=False)
     raise typer.Exit(exit_code_of(solution))

@@ -18,7 +18,6 @@ __all__ = [
     "plan_table",
     "print_json",
     "result_table",
-    "terminal_text",
 ]
 
 STATUS_STYLE = {
@@ -29,16 +28,6 @@ STATUS_STYLE = {
     TaskStatus.CANCELLED: "yellow",
     TaskStatus.SKIPPED: "dim",
 }
-
-
-def terminal_text(text: str) -> str:
-    """Untrusted text (a model's answer, a tool's output) made safe to print whole: line
-    breaks and tabs stay, every other control or format character (ANSI escapes, carriage
-    returns, bidi overrides) is shown escaped (``\\x1b``). Print it with ``markup=False`` so
-    that ``[brackets]`` stay text too."""
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() or c in "\n\t" else repr(c)[1:-1] for c in text)
 
 
 def plan_table(graph: PlanGraph) -> Table:

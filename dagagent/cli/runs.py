@@ -19,7 +19,7 @@ from ..errors import ConfigError
 from ..graph import PlanGraph, validate
 from ..plan import Plan
 from ..store import RunRecord, RunStore, SolveRecord, check_run_id
-from ..text import as_text, shorten
+from ..text import as_text, printable, shorten
 from ._app import app, guard, out
 from .diagram import FORMATS, render_graph
 from .options import (
@@ -27,7 +27,7 @@ from .options import (
     RunArg,
     StoreOpt,
 )
-from .render import STATUS_STYLE, print_json, terminal_text
+from .render import STATUS_STYLE, print_json
 
 __all__ = ["find_run", "open_store"]
 
@@ -207,14 +207,16 @@ def _show_solve(solve: SolveRecord, run_id: str) -> None:
     out.print(f"{where} ({solve.status})", markup=False, highlight=False)
     decision = rnd.decision if rnd is not None else None
     if rnd is not None and decision is not None and decision.get("action") == "replan":
-        feedback = terminal_text(str(decision.get("feedback", "")))
+        feedback = printable(str(decision.get("feedback", "")), lines=True)
         out.print(f"the joiner asked for another plan: {feedback}", markup=False)
     elif rnd is not None and rnd.outcome in ("gave_up", "failed"):
-        out.print(f"{rnd.outcome}: {terminal_text(rnd.reason)}", markup=False, highlight=False)
+        out.print(
+            f"{rnd.outcome}: {printable(rnd.reason, lines=True)}", markup=False, highlight=False
+        )
     if solve.run_id == run_id and solve.status == "answered":
         cites = ", ".join(solve.cites) or "no task"
         out.print(f"answer (cites {cites}):", markup=False, highlight=False)
-        out.print(terminal_text(as_text(solve.answer)), markup=False, highlight=False)
+        out.print(printable(as_text(solve.answer), lines=True), markup=False, highlight=False)
 
 
 # ---------------------------------------------------------------------------------------------
