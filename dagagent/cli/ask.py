@@ -85,15 +85,11 @@ class AskProgress:
             if event.parent_id is None:
                 self._line(f"round {event.round}: planning")
             else:
-                self._line(
-                    f"round {event.round}: replanning run {event.parent_id}"
-                    + (f" ({shorten(event.feedback, 100)})" if event.feedback else "")
-                )
+                self._line(f"round {event.round}: replanning run {event.parent_id}")
         elif isinstance(event, RunStarted):
             n = len(event.plan.tasks)
-            self._line(
-                f"round {self.round}: running {n} task{'s' if n != 1 else ''} (run {event.run_id})"
-            )
+            what = f"{n} task{'s' if n != 1 else ''}" if n else "tasks as they are planned"
+            self._line(f"round {self.round}: run {event.run_id} runs {what}")
         elif isinstance(event, TaskFinished):
             r = event.result
             detail = ""
