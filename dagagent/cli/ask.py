@@ -27,6 +27,7 @@ from ..events import (
     RunStarted,
     TaskAgentEvent,
     TaskFinished,
+    TaskParsed,
 )
 from ..llm import from_env
 from ..results import TaskStatus
@@ -112,8 +113,9 @@ class AskProgress:
         elif isinstance(event, RoundFinished):
             if event.outcome in ("gave_up", "failed"):
                 self._line(f"round {event.round}: {event.outcome.replace('_', ' ')}")
-        elif getattr(event, "kind", "") == "task.parsed":  # streamed planning: a task is ready
-            self._line(f"  planned {getattr(event, 'task_id', '?')}")
+        elif isinstance(event, TaskParsed):  # streamed planning: a task is ready
+            held = " (held until the plan is whole)" if event.held else ""
+            self._line(f"  planned {event.task_id} after {event.since_s:.2f}s{held}")
 
 
 def exit_code_of(solution: Solution) -> int:

@@ -7,7 +7,9 @@ each role gets its own ``MeteredLLM`` around the same client, so its usage can b
     planner = LLMPlanner(MeteredLLM(llm, planner_usage), registry)
 
 A call is counted when its answer is complete (``complete`` returned, or the stream reached
-its :class:`~dagagent.llm.StreamEnd`); a call that failed is not counted.
+its :class:`~dagagent.llm.StreamEnd`), or when the reader closed the stream before its end
+(streamed planning cuts off an answer it rejects: a call whose tokens are not known, so it
+counts none); a call that failed is not counted.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from .types import (
     StreamEnd,
     StreamEvent,
     ToolSpec,
+    Usage,
     UsageTracker,
 )
 
@@ -88,8 +91,15 @@ class MeteredLLM:
             max_tokens=max_tokens,
             temperature=temperature,
         )
-        async with aclosing(events) as inner:  # type: ignore[type-var]
-            async for event in inner:
-                if isinstance(event, StreamEnd):
-                    self.usage.record(event.response.usage)
-                yield event
+        ended = False
+        try:
+            async with aclosing(events) as inner:  # type: ignore[type-var]
+                async for event in inner:
+                    if isinstance(event, StreamEnd):
+                        ended = True
+                        self.usage.record(event.response.usage)
+                    yield event
+        except GeneratorExit:
+            if not ended:  # the reader stopped the answer (streamed planning cut it off)
+                self.usage.record(Usage())
+            raise

@@ -19,7 +19,6 @@ error kept in ``Solution.error``; only a bad option raises.
 from __future__ import annotations
 
 import enum
-import importlib
 import inspect
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -36,6 +35,7 @@ from ..graph import PlanGraph
 from ..llm import MeteredLLM, UsageTracker
 from ..plan import Plan
 from ..planners import JoinDecision, Joiner, JoinReport, LLMPlanner, LLMReplanner, PlanningResult
+from ..planners.streaming import plan_and_execute_streamed
 from ..results import RunResult, TaskStatus, as_text, jsonable
 from ..runner import Interceptor
 from ..store import RunStore
@@ -258,15 +258,6 @@ def _usage(report: JoinReport) -> dict[str, int]:
 
 
 # ---------------------------------------------------------------------------- the loop
-
-
-def _streamed_planning() -> Any:
-    """Streamed planning (tasks start while the plan is being written), when available."""
-    try:
-        module = importlib.import_module("dagagent.planners.streaming")
-    except ImportError:
-        return None
-    return getattr(module, "plan_and_execute_streamed", None)
 
 
 def _new_successes(result: RunResult, before: dict[str, Any]) -> list[str]:
@@ -516,9 +507,8 @@ class _Solve:
             outcome="running",
             feedback=feedback,
         )
-        streamed = _streamed_planning() if self.stream else None
-        if streamed is not None:
-            round_ = await streamed(
+        if self.stream:
+            round_ = await plan_and_execute_streamed(
                 self.planner if record is None else self.replanner,
                 self.goal,
                 self.registry,
@@ -624,8 +614,8 @@ async def solve(
     join, and replan when the joiner asks, for at most ``max_rounds`` rounds (see the module
     docstring). Returns a :class:`Solution`.
 
-    - ``stream``: start tasks while the plan is still being written (when streamed planning
-      is available; else, and with ``confirm``, the whole plan is made first).
+    - ``stream``: start tasks while the plan is still being written (see
+      :mod:`dagagent.planners.streaming`; with ``confirm``, the whole plan is made first).
     - ``executor``, ``on_failure`` (default ``"continue"``: the joiner sees every result it
       can get), ``max_concurrency``, ``interceptors``, ``listeners`` and ``store``: as for
       :func:`dagagent.execute`, for every round's run. The store also records the solve:

@@ -383,3 +383,20 @@ async def test_a_malformed_llmcompiler_line_stops_the_stream(
     ((_raw, issues),) = err.value.attempts
     assert issues[0].code == "schema" and "line 2" in issues[0].message
     assert "never" not in recorder.calls
+
+
+async def test_a_solve_counts_the_planner_answers_it_cut_off(
+    registry: dagagent.Registry, recorder: Any
+) -> None:
+    bad = plan_text(work("a"), {"id": "b", "tool": "nope", "args": {}}, work("c"))
+    good = plan_text({"id": "b", "tool": "echo", "args": {"value": "${a}"}})
+    finish = json.dumps({"action": "finish", "answer": "a", "cites": ["b"]})
+    events: list[Any] = []
+    solution = await dagagent.solve(
+        "go", registry, ScriptedLLM([bad, good, finish]), listeners=[events.append]
+    )
+    assert solution.ok and solution.answer == "a"
+    assert solution.usage.planner.calls == 2  # the rejected answer was a call too
+    assert recorder.calls == {"a": 1}
+    parsed = [e.task_id for e in events if isinstance(e, TaskParsed)]
+    assert parsed == ["a", "b"]  # the first answer's a, then the second's b; never c
