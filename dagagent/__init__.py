@@ -13,6 +13,9 @@ executor that hands each task to one shared task runner.
     result = await dagagent.execute(plan, registry, executor="dataflow")
 """
 
+import warnings
+from typing import Any
+
 from .agent import AgentResult, AgentState, Budget, ReActAgent, make_agent_runner
 from .api import execute, execute_sync, new_run_id
 from .approval import Approval, ApprovalRequest, Policy, Rule, load_policy
@@ -42,7 +45,7 @@ from .plan import Plan, Task, load_plan
 from .planners import LLMPlanner, LLMReplanner, PlanningResult, parse_llmcompiler
 from .results import AgentStep, CallDecision, RunResult, RunStatus, TaskResult, TaskStatus
 from .review import diff_plans, reuse_map, review_run
-from .runner import Interceptor, RetryPolicy, ToolCall
+from .runner import Interceptor, TaskRetryPolicy, ToolInvocation
 from .schema_tools import SchemaTool
 from .store import RunRecord, RunStore
 from .tools import Registry, Tool, tool
@@ -80,7 +83,6 @@ __all__ = [
     "Policy",
     "ReActAgent",
     "Registry",
-    "RetryPolicy",
     "Rule",
     "RunFailedError",
     "RunRecord",
@@ -95,11 +97,12 @@ __all__ = [
     "Task",
     "TaskDeniedError",
     "TaskResult",
+    "TaskRetryPolicy",
     "TaskStatus",
     "Tool",
     "ToolArgumentsError",
-    "ToolCall",
     "ToolDefinitionError",
+    "ToolInvocation",
     "UnknownToolError",
     "__version__",
     "diff_plans",
@@ -119,3 +122,14 @@ __all__ = [
     "tool",
     "validate",
 ]
+
+_RENAMED = {"RetryPolicy": "TaskRetryPolicy", "ToolCall": "ToolInvocation"}
+
+
+def __getattr__(name: str) -> Any:
+    """Old names, kept for one release with a DeprecationWarning (see CHANGELOG.md)."""
+    new = _RENAMED.get(name)
+    if new is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    warnings.warn(f"dagagent.{name} is deprecated; use dagagent.{new}", DeprecationWarning, 2)
+    return globals()[new]

@@ -11,12 +11,12 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from .errors import ConfigError
-from .events import Listener, PlanExtended, RunFinished, RunStarted, get_logger
+from .events import Emitter, Listener, PlanExtended, RunFinished, RunStarted, get_logger
 from .executors import Executor, finish_unstarted, get_executor
 from .graph import PlanGraph, critical_path, validate
 from .plan import Plan
 from .results import RunResult, RunStatus, TaskStatus
-from .runner import AgentTaskRunner, Interceptor, RetryPolicy, TaskRunner
+from .runner import AgentTaskRunner, Interceptor, TaskRetryPolicy, TaskRunner
 from .tools import connected
 
 if TYPE_CHECKING:
@@ -38,7 +38,7 @@ async def execute(
     executor: str | Executor = "levels",
     on_failure: str = "cancel",
     max_concurrency: int | None = None,
-    retry: RetryPolicy | None = None,
+    retry: TaskRetryPolicy | None = None,
     interceptors: Sequence[Interceptor] = (),
     listeners: Sequence[Listener] = (),
     llm: Any = None,
@@ -57,7 +57,8 @@ async def execute(
       ``"continue"`` (independent branches run on; descendants of a failure are skipped).
     - ``max_concurrency``: at most this many tasks run at once across the run (a task takes
       its slot before it starts and holds it until it finishes, retries included).
-    - ``interceptors``: middleware around every tool call (see :class:`~dagagent.runner.ToolCall`).
+    - ``interceptors``: middleware around every tool call (see
+      :class:`~dagagent.runner.ToolInvocation`).
     - ``listeners``: callables receiving every run event (see :mod:`dagagent.events`).
     - ``llm``: the model that agent tasks (``instruction``) use; what they used (``calls``,
       ``input_tokens``, ``output_tokens``, ``total_tokens``) is ``RunResult.usage``.
@@ -99,12 +100,10 @@ async def execute(
         recorder = RunRecorder(store, run_id)  # checks the run id; starts nothing yet
         listeners = (*listeners, recorder)
 
+    emit = Emitter(listeners, log) if listeners else None
     # Tools bound to a connection (MCP sessions) get it for the run; one that cannot be
     # opened is a configuration error before anything is recorded.
     async with connected(_used_tools(graph, registry)), exe.session():
-        prepare = getattr(exe, "prepare", None)
-        if prepare is not None:
-            await prepare(graph, registry)  # e.g. ship tools to workers; fails before any record
         runner = TaskRunner(
             graph,
             registry,
@@ -119,17 +118,21 @@ async def execute(
             reuse=reuse,
             logger=log,
         )
+        prepare = getattr(exe, "prepare", None)
+        if prepare is not None:  # e.g. ship the tools to workers; fails before any record
+            await prepare(graph, runner)
         if recorder is not None:
             recorder.start()
-        if listeners:
+        if emit is not None:
             plan_now = _snapshot(graph.plan) if growing else graph.plan
-            runner._emit(RunStarted(run_id, plan_now, exe.name, parent_id))
+            emit(RunStarted(run_id, plan_now, exe.name, parent_id))
         extended = None
-        if listeners and growing:
+        if emit is not None and growing:
+            on_extended = emit
 
             def extended(task_id: str | None) -> None:
                 if task_id is not None:  # before the task can start: its record needs it
-                    runner._emit(PlanExtended(run_id, _snapshot(graph.plan)))
+                    on_extended(PlanExtended(run_id, _snapshot(graph.plan)))
 
             graph.watch(extended)
         log.info("run.started", tasks=len(graph), executor=exe.name)
@@ -148,8 +151,8 @@ async def execute(
                 result = _result(graph, runner, exe.name, started, interrupted, parent_id)
                 if meter is not None and meter.calls:
                     result.usage = meter.as_dict()
-                if listeners:
-                    runner._emit(RunFinished(run_id, result))
+                if emit is not None:
+                    emit(RunFinished(run_id, result))
             finally:
                 if recorder is not None:
                     recorder.close()  # flush: every result so far is durable
@@ -179,6 +182,9 @@ def _used_tools(graph: PlanGraph, registry: Registry | None) -> list[Tool]:
     return [registry.get(n) for n in names if n in registry]
 
 
+_OK = (TaskStatus.SUCCEEDED, TaskStatus.REUSED)
+
+
 def _result(
     graph: PlanGraph,
     runner: TaskRunner,
@@ -191,7 +197,7 @@ def _result(
     tasks = {t: results[t] for t in graph.tasks}
     if interrupted:
         status = RunStatus.CANCELLED
-    elif all(r.status.ok for r in tasks.values()):
+    elif all(r.status in _OK for r in tasks.values()):
         status = RunStatus.SUCCEEDED
     else:
         status = RunStatus.FAILED

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Union
 
@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from .results import RunResult, TaskResult
 
 __all__ = [
+    "Emitter",
     "Event",
     "JoinerDecided",
     "Listener",
@@ -199,6 +200,26 @@ Event = Union[  # noqa: UP007 - a runtime alias, kept valid on 3.10
     PlanExtended,
 ]
 Listener = Callable[[Event], None]
+
+
+class Emitter:
+    """Hands each event to every listener, in order. A listener that raises is logged (with
+    ``logger``, if given) and skipped: a broken listener must not break the run."""
+
+    __slots__ = ("_log", "listeners")
+
+    def __init__(self, listeners: Sequence[Listener], logger: Any = None) -> None:
+        self.listeners = tuple(listeners)
+        self._log = logger
+
+    def __call__(self, event: Event) -> None:
+        for listener in self.listeners:
+            try:
+                listener(event)
+            except Exception as exc:
+                if self._log is not None:
+                    self._log.warning("listener.failed", error=repr(exc), event_kind=event.kind)
+
 
 _fallback: Any = None
 

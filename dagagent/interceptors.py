@@ -1,6 +1,6 @@
 """Ready-made interceptors: tracing, caching, argument redaction.
 
-Each is a few lines on the runner's interceptor seam (see :class:`~dagagent.runner.ToolCall`)
+Each is a few lines on the runner's interceptor seam (see :class:`~dagagent.runner.ToolInvocation`)
 and is given to ``execute(..., interceptors=[...])``; the first interceptor is the outermost.
 
     spans: list[Span] = []
@@ -29,7 +29,7 @@ from .results import (
 )
 
 if TYPE_CHECKING:
-    from .runner import CallNext, Interceptor, ToolCall
+    from .runner import CallNext, Interceptor, ToolInvocation
 
 __all__ = ["REDACT", "SECRET_ARG_NAMES", "Span", "cache_key", "caching", "redacting", "tracing"]
 
@@ -68,7 +68,7 @@ def tracing(sink: Callable[[Span], None] | None = None) -> Interceptor:
         log = get_logger()
         if not debug_enabled(log):
 
-            async def passthrough(call: ToolCall, call_next: CallNext) -> Any:
+            async def passthrough(call: ToolInvocation, call_next: CallNext) -> Any:
                 return await call_next(call)
 
             return passthrough
@@ -86,7 +86,7 @@ def tracing(sink: Callable[[Span], None] | None = None) -> Interceptor:
 
     emit = sink
 
-    async def trace(call: ToolCall, call_next: CallNext) -> Any:
+    async def trace(call: ToolInvocation, call_next: CallNext) -> Any:
         started, t0 = time.time(), time.perf_counter()
         error: str | None = None
         try:
@@ -135,7 +135,7 @@ def caching(
     store: MutableMapping[str, Any] = {} if cache is None else cache
     wanted = _name_filter(tools)
 
-    async def cached(call: ToolCall, call_next: CallNext) -> Any:
+    async def cached(call: ToolInvocation, call_next: CallNext) -> Any:
         tool = call.tool
         if (tool.side_effects and not side_effects) or not wanted(tool.name):
             return await call_next(call)
@@ -209,7 +209,7 @@ def redacting(
             return {k: scrub_text(v) for k, v in value.items()}
         return value
 
-    async def redact(call: ToolCall, call_next: CallNext) -> Any:
+    async def redact(call: ToolInvocation, call_next: CallNext) -> Any:
         if wanted(call.tool.name):
             new = {
                 k: scrub_all(v) if name_rx.match(k.lower()) else scrub_text(v) if rxs else v

@@ -19,7 +19,7 @@ import pytest
 import dagagent
 from dagagent.executors import _pool
 from dagagent.results import TaskResult, TaskStatus
-from dagagent.runner import _task_result
+from dagagent.runner._record import task_result
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 
@@ -335,7 +335,7 @@ def test_fast_task_result_is_a_normal_model() -> None:
         "steps": None,
         "decisions": None,
     }
-    fast = _task_result(*values.values())
+    fast = task_result(*values.values())
     slow = TaskResult.model_construct(**values)
     assert fast == slow
     assert fast.model_dump() == slow.model_dump()

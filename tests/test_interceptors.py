@@ -13,11 +13,11 @@ import dagagent
 from dagagent.errors import TaskDeniedError
 from dagagent.events import TaskDecision
 from dagagent.interceptors import Span, caching, redacting, tracing
-from dagagent.runner import ToolCall
+from dagagent.runner import ToolInvocation
 
 pytestmark = pytest.mark.anyio
 
-CallNext = Callable[[ToolCall], Awaitable[Any]]
+CallNext = Callable[[ToolInvocation], Awaitable[Any]]
 EXECUTORS = ["serial", "levels", "dataflow"]
 
 
@@ -33,7 +33,7 @@ def work(tid: str, depends_on: list[str] | None = None, **args: Any) -> dict[str
 
 
 def deny_task(task_id: str) -> Any:
-    async def icpt(call: ToolCall, call_next: CallNext) -> Any:
+    async def icpt(call: ToolInvocation, call_next: CallNext) -> Any:
         if call.task_id == task_id:
             raise TaskDeniedError(f"{task_id} is off limits", decided_by="test")
         return await call_next(call)
@@ -51,7 +51,7 @@ async def test_interceptors_compose_in_order_first_is_outermost(
     trail: list[str] = []
 
     def layer(name: str) -> Any:
-        async def icpt(call: ToolCall, call_next: CallNext) -> Any:
+        async def icpt(call: ToolInvocation, call_next: CallNext) -> Any:
             trail.append(f"{name}>{call.task_id}")
             out = await call_next(call)
             trail.append(f"{name}<{call.task_id}")
@@ -73,7 +73,7 @@ async def test_every_call_of_every_task_goes_through_the_interceptor(
 ) -> None:
     seen: list[tuple[str, str, int, str]] = []
 
-    async def spy(call: ToolCall, call_next: CallNext) -> Any:
+    async def spy(call: ToolInvocation, call_next: CallNext) -> Any:
         seen.append((call.task_id, call.tool.name, call.attempt, call.source))
         return await call_next(call)
 
@@ -104,7 +104,7 @@ async def test_each_retry_attempt_is_intercepted(registry: dagagent.Registry) ->
             raise RuntimeError("not yet")
         return "ok"
 
-    async def spy(call: ToolCall, call_next: CallNext) -> Any:
+    async def spy(call: ToolInvocation, call_next: CallNext) -> Any:
         attempts.append(call.attempt)
         return await call_next(call)
 
@@ -112,7 +112,7 @@ async def test_each_retry_attempt_is_intercepted(registry: dagagent.Registry) ->
         plan({"id": "f", "tool": "flaky"}),
         registry,
         interceptors=[spy],
-        retry=dagagent.RetryPolicy(base_delay_s=0.0, jitter=0.0),
+        retry=dagagent.TaskRetryPolicy(base_delay_s=0.0, jitter=0.0),
     )
     assert result.ok
     assert attempts == [1, 2, 3]
@@ -127,11 +127,11 @@ async def test_rewritten_arguments_are_validated_before_the_next_layer(
 ) -> None:
     seen_by_inner: list[Any] = []
 
-    async def rewrite(call: ToolCall, call_next: CallNext) -> Any:
+    async def rewrite(call: ToolInvocation, call_next: CallNext) -> Any:
         call.args = {**call.args, "b": "40"}  # a string: must be coerced to int again
         return await call_next(call)
 
-    async def inner(call: ToolCall, call_next: CallNext) -> Any:
+    async def inner(call: ToolInvocation, call_next: CallNext) -> Any:
         seen_by_inner.append(call.args["b"])
         return await call_next(call)
 
@@ -150,7 +150,7 @@ async def test_rewritten_arguments_are_validated_before_the_next_layer(
 async def test_rewrite_to_invalid_arguments_fails_the_task_clearly(
     registry: dagagent.Registry, recorder: Any
 ) -> None:
-    async def breaker(call: ToolCall, call_next: CallNext) -> Any:
+    async def breaker(call: ToolInvocation, call_next: CallNext) -> Any:
         call.args = {**call.args, "seconds": "soon"}
         return await call_next(call)
 
@@ -172,7 +172,7 @@ async def test_rewrite_to_invalid_arguments_fails_the_task_clearly(
 async def test_short_circuit_returns_without_calling_the_tool(
     registry: dagagent.Registry, recorder: Any
 ) -> None:
-    async def stub(call: ToolCall, call_next: CallNext) -> Any:
+    async def stub(call: ToolInvocation, call_next: CallNext) -> Any:
         if call.args["name"] == "b":
             return "stubbed"
         return await call_next(call)
@@ -193,7 +193,7 @@ async def test_short_circuit_returns_without_calling_the_tool(
 async def test_deny_in_a_level_with_cancel_cancels_the_sibling(
     registry: dagagent.Registry, recorder: Any
 ) -> None:
-    async def deny_later(call: ToolCall, call_next: CallNext) -> Any:
+    async def deny_later(call: ToolInvocation, call_next: CallNext) -> Any:
         if call.task_id == "bad":
             await anyio.sleep(0.1)  # let the sibling start first
             raise TaskDeniedError("not today", decided_by="test")
@@ -260,7 +260,7 @@ async def test_decide_records_into_the_task_result_and_emits_events(
 ) -> None:
     events: list[Any] = []
 
-    async def judge(call: ToolCall, call_next: CallNext) -> Any:
+    async def judge(call: ToolInvocation, call_next: CallNext) -> Any:
         if call.task_id == "no":
             call.decide("deny", "judge", "nope")
             raise TaskDeniedError("nope", decided_by="judge")
@@ -297,7 +297,7 @@ async def test_decide_records_into_the_task_result_and_emits_events(
 async def test_time_spent_in_interceptors_does_not_count_against_the_timeout(
     registry: dagagent.Registry, recorder: Any
 ) -> None:
-    async def slow_reviewer(call: ToolCall, call_next: CallNext) -> Any:
+    async def slow_reviewer(call: ToolInvocation, call_next: CallNext) -> Any:
         await anyio.sleep(0.3)  # e.g. a person thinking about an approval
         return await call_next(call)
 

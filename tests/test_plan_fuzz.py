@@ -128,11 +128,11 @@ def _no_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
     with the real backoff (up to 30 s a retry) one such example would run for most of an
     hour. The retry count and order are what is under test here, not the waiting."""
 
-    class NoBackoff(dagagent.runner.RetryPolicy):
+    class NoBackoff(dagagent.runner.TaskRetryPolicy):
         def delay(self, attempt: int) -> float:
             return 0.0
 
-    monkeypatch.setattr(dagagent.runner, "RetryPolicy", NoBackoff)
+    monkeypatch.setattr(dagagent.runner._task, "TaskRetryPolicy", NoBackoff)
 
 
 @pytest.fixture(scope="module")

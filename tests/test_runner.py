@@ -14,7 +14,7 @@ import anyio.lowlevel
 import pytest
 
 import dagagent
-from dagagent import RetryPolicy, RunStatus, TaskStatus, execute
+from dagagent import RunStatus, TaskRetryPolicy, TaskStatus, execute
 from dagagent.errors import ConfigError, RunFailedError
 from dagagent.results import AgentStep
 from dagagent.runner import AgentNode
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.anyio
 
 EXECUTORS = ["serial", "levels", "dataflow"]
 PARALLEL = ["levels", "dataflow"]
-FAST_RETRY = RetryPolicy(base_delay_s=0.001, max_delay_s=0.01)
+FAST_RETRY = TaskRetryPolicy(base_delay_s=0.001, max_delay_s=0.01)
 
 
 def w(id: str, seconds: float = 0.0, deps: tuple[str, ...] = (), **kw: Any) -> dict[str, Any]:
@@ -454,3 +454,13 @@ def test_generator_outputs_are_lists_every_reference_can_read(executor: str) -> 
     assert result.outputs["r1"] == result.outputs["r2"] == [0, 1, 4, 9]
     assert result.outputs["r3"] == "9 b [0, 1, 2] [0, 1]"
     assert result.to_json_dict()["tasks"]["g1"]["output"] == [0, 1, 4, 9]
+
+
+def test_old_names_of_the_runners_retry_policy_and_tool_call_still_work_with_a_warning() -> None:
+    import dagagent.runner
+
+    for module in (dagagent, dagagent.runner):
+        with pytest.warns(DeprecationWarning, match="TaskRetryPolicy"):
+            assert module.RetryPolicy is dagagent.TaskRetryPolicy
+        with pytest.warns(DeprecationWarning, match="ToolInvocation"):
+            assert module.ToolCall is dagagent.ToolInvocation

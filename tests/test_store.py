@@ -106,7 +106,7 @@ async def test_execute_records_the_run_and_every_task(
 async def test_store_accepts_a_runstore_and_records_parent_and_decisions(
     tmp_path: Path, registry: dagagent.Registry
 ) -> None:
-    async def note(call: dagagent.ToolCall, call_next: Any) -> Any:
+    async def note(call: dagagent.ToolInvocation, call_next: Any) -> Any:
         call.decide("allow", "test-rule", "fine")
         return await call_next(call)
 

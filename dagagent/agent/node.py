@@ -23,10 +23,11 @@ from __future__ import annotations
 
 import json
 from contextlib import aclosing
-from typing import Any
+from typing import Any, cast
 
 from dagagent.errors import AgentError
 from dagagent.events import get_logger
+from dagagent.llm import LLM
 from dagagent.results import AgentStep, jsonable
 from dagagent.runner import AgentNode, AgentTaskRunner
 from dagagent.text import shorten
@@ -94,7 +95,7 @@ def make_agent_runner(
 
     async def run(node: AgentNode) -> tuple[Any, list[AgentStep] | None]:
         agent = ReActAgent(
-            node.llm,
+            cast(LLM, node.llm),  # what execute(llm=...) was given; the runner does not look
             node.tools,
             mode=mode,
             budget=budget,

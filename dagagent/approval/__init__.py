@@ -1,6 +1,6 @@
 """Approval rules: allow, deny or ask before a tool is called.
 
-A :class:`Policy` is an interceptor (see :class:`~dagagent.runner.ToolCall`): give it to
+A :class:`Policy` is an interceptor (see :class:`~dagagent.runner.ToolInvocation`): give it to
 ``execute(..., interceptors=[policy])`` and it checks every tool call of the run, whether the
 call comes from a plan task or from a ReAct agent node. Its :class:`Rule` objects are tried in
 order and **the first matching rule wins**; when none matches, the policy's ``default`` action

@@ -14,7 +14,7 @@ import anyio.to_thread
 from ..errors import ConfigError
 
 if TYPE_CHECKING:
-    from ..runner import ToolCall
+    from ..runner import ToolInvocation
     from ..tools import Tool
     from ._rules import Rule
 
@@ -52,7 +52,7 @@ class ApprovalRequest:
     """What an ``ask`` callback is asked about: the call and the rule that wants the question
     (``None`` when the policy's default is ``ask``)."""
 
-    call: ToolCall
+    call: ToolInvocation
     rule: Rule | None
     rule_label: str
 

@@ -12,7 +12,7 @@ from ._files import read_policy_file, rules_from_dict
 from ._rules import ACTIONS, Action, Rule
 
 if TYPE_CHECKING:
-    from ..runner import CallNext, ToolCall
+    from ..runner import CallNext, ToolInvocation
     from ..tools import Tool
 
 __all__ = ["Policy", "load_policy"]
@@ -133,7 +133,7 @@ class Policy:
 
     # -- the interceptor ----------------------------------------------------------------------
 
-    async def __call__(self, call: ToolCall, call_next: CallNext) -> Any:
+    async def __call__(self, call: ToolInvocation, call_next: CallNext) -> Any:
         action, rule, label = self.match(call.tool, call.args, call.task_id, call.source)
         if rule is None:
             if action == "allow":
@@ -191,5 +191,5 @@ def load_policy(path: str | Path, *, ask: AskCallback | None = None) -> Policy:
     return Policy.from_dict(data, ask=ask, origin=origin)
 
 
-def _decide(call: ToolCall, decision: str, by: str, reason: str | None, rule: str) -> None:
+def _decide(call: ToolInvocation, decision: str, by: str, reason: str | None, rule: str) -> None:
     call.decide(decision, by, reason, rule=rule)

@@ -24,7 +24,6 @@ from ..results import TaskStatus
 if TYPE_CHECKING:
     from ..graph import PlanGraph
     from ..runner import Invoker, TaskRunner
-    from ..tools import Registry
 
 __all__ = [
     "Executor",
@@ -57,9 +56,10 @@ class Executor(Protocol):
 
     def session(self) -> contextlib.AbstractAsyncContextManager[None]: ...
 
-    async def prepare(self, graph: PlanGraph, registry: Registry | None) -> None:
+    async def prepare(self, graph: PlanGraph, runner: TaskRunner) -> None:
         """Called inside ``session()`` before the run starts (and before anything is
-        recorded): refuse a plan this executor cannot run, with a clear error."""
+        recorded): refuse a plan this executor cannot run, with a clear error, or get ready
+        for it (the Dask executor ships :meth:`TaskRunner.tools_in_use` to its workers)."""
         ...
 
     async def run(
@@ -80,7 +80,7 @@ class BaseExecutor:
     async def session(self) -> AsyncIterator[None]:
         yield
 
-    async def prepare(self, graph: PlanGraph, registry: Registry | None) -> None:
+    async def prepare(self, graph: PlanGraph, runner: TaskRunner) -> None:
         return None
 
     def __repr__(self) -> str:

@@ -41,7 +41,7 @@ import importlib
 import itertools
 import sys
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import AsyncGeneratorType, GeneratorType
 from typing import TYPE_CHECKING, Any
@@ -57,7 +57,7 @@ if TYPE_CHECKING:
 
     from ..graph import PlanGraph
     from ..runner import Invoker, TaskRunner
-    from ..tools import Registry, Tool
+    from ..tools import Tool
     from .base import FailurePolicy
 
 __all__ = ["INSTALL_HINT", "DaskExecutor"]
@@ -124,7 +124,7 @@ class _Fn:
         return fn
 
 
-class _Raised:
+class _RaisedOnWorker:
     """What a tool raised on a worker, *returned* as the call's value rather than raised.
 
     A raised exception is a failed Dask task, which the worker logs at ERROR level with its
@@ -186,7 +186,7 @@ def _call(fn: _Fn, args: dict[str, Any]) -> Any:
             return asyncio.run(materialize_async(result))
         return result
     except BaseException as exc:
-        return _Raised(exc)
+        return _RaisedOnWorker(exc)
 
 
 async def _acall(fn: _Fn, args: dict[str, Any]) -> Any:
@@ -196,7 +196,7 @@ async def _acall(fn: _Fn, args: dict[str, Any]) -> Any:
     except asyncio.CancelledError:  # Dask cancelled the call
         raise
     except BaseException as exc:
-        return _Raised(exc)
+        return _RaisedOnWorker(exc)
 
 
 def _load_all(fns: list[_Fn]) -> dict[str, str]:
@@ -540,40 +540,23 @@ class DaskExecutor(DataflowExecutor):
 
     # -- run ------------------------------------------------------------------------------
 
-    async def prepare(self, graph: PlanGraph, registry: Registry | None) -> None:
+    async def prepare(self, graph: PlanGraph, runner: TaskRunner) -> None:
         """Ship every tool the plan can call before the run starts (``execute`` calls this
         inside ``session()``, before anything is recorded)."""
         state = self._session
         if state is None:
             raise ConfigError("DaskExecutor.prepare() must be called inside DaskExecutor.session()")
-        from ..tools import Registry
-
-        await self._prepare(state, graph, registry if registry is not None else Registry())
+        await self._prepare(state, runner.tools_in_use())
 
     async def run(self, graph: PlanGraph, runner: TaskRunner, on_failure: FailurePolicy) -> None:
         state = self._session
         if state is None:
             raise ConfigError("DaskExecutor.run() must be called inside DaskExecutor.session()")
-        await self._prepare(state, graph, runner.registry)  # a no-op for tools already shipped
+        await self._prepare(state, runner.tools_in_use())  # a no-op for tools already shipped
         await super().run(graph, runner, on_failure)
 
-    async def _prepare(self, state: _Session, graph: PlanGraph, registry: Registry) -> None:
+    async def _prepare(self, state: _Session, used: Mapping[Tool, Sequence[str]]) -> None:
         """Ship every tool the plan can call to the workers, or say which cannot go."""
-        used: dict[Tool, list[str]] = {}
-        if not graph.complete:
-            # A plan still arriving may call any tool: ship them all before the run starts.
-            for tool in registry:
-                used[tool] = []
-        for task_id, task in graph.tasks.items():
-            if task.tool is not None:
-                names: Iterable[str] = (task.tool,)
-            elif task.tools is not None:
-                names = task.tools
-            else:
-                names = registry.names
-            for name in names:
-                if name in registry:
-                    used.setdefault(registry.get(name), []).append(task_id)
         problems: list[str] = []
         fresh: dict[str, Tool] = {}
         for tool, task_ids in used.items():
@@ -603,7 +586,7 @@ class DaskExecutor(DataflowExecutor):
             )
 
     async def _check_workers(
-        self, state: _Session, fresh: dict[str, Tool], used: dict[Tool, list[str]]
+        self, state: _Session, fresh: dict[str, Tool], used: Mapping[Tool, Sequence[str]]
     ) -> list[str]:
         """Load the new tools on every worker (out of band, not queued behind tasks)."""
         client = state.client
@@ -685,7 +668,7 @@ class DaskExecutor(DataflowExecutor):
             # Forget the key now rather than when the future is garbage collected (an error's
             # traceback keeps it alive): the scheduler and workers drop the result or error.
             future.release()
-        if isinstance(result, _Raised):
+        if isinstance(result, _RaisedOnWorker):
             raise result.rebuild() from None
         return result
 
@@ -712,7 +695,7 @@ def _any(obj: Any) -> Any:
     return obj
 
 
-def _tasks(task_ids: list[str]) -> str:
+def _tasks(task_ids: Sequence[str]) -> str:
     if not task_ids:
         return "for the tasks of a plan still arriving"
     shown = ", ".join(repr(t) for t in task_ids[:5])

@@ -88,7 +88,7 @@ from .replan import LLMReplanner, replan_warnings
 if TYPE_CHECKING:
     from ..approval import Policy
     from ..executors import Executor
-    from ..runner import Interceptor, RetryPolicy
+    from ..runner import Interceptor, TaskRetryPolicy
     from ..store import RunStore
     from ..tools import Registry
 
@@ -192,7 +192,7 @@ async def plan_and_execute_streamed(
     policy: Policy | None = None,
     parent_id: str | None = None,
     run_id: str | None = None,
-    retry: RetryPolicy | None = None,
+    retry: TaskRetryPolicy | None = None,
     max_tasks: int = DEFAULT_MAX_TASKS,
     max_task_chars: int = 20_000,
     max_repeats: int = 1,

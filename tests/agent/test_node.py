@@ -30,7 +30,7 @@ from dagagent.llm import (
     wire,
 )
 from dagagent.results import AgentStep, CallRecord, jsonable
-from dagagent.runner import ToolCall as PlanToolCall
+from dagagent.runner import ToolInvocation
 
 pytestmark = pytest.mark.anyio
 
@@ -220,7 +220,7 @@ async def test_stopped_error_carries_the_steps(tools: Registry) -> None:
 
 
 async def test_denied_call_is_an_observation_in_a_plan(tools: Registry) -> None:
-    async def no_agent_shouting(call: PlanToolCall, call_next: Any) -> Any:
+    async def no_agent_shouting(call: ToolInvocation, call_next: Any) -> Any:
         if call.source == "agent" and call.tool_name == "shout":
             call.decide("deny", "rule:quiet", "agents may not shout")
             raise TaskDeniedError("agents may not shout", decided_by="rule:quiet")

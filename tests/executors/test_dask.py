@@ -25,7 +25,7 @@ import dagagent
 from dagagent.cli import app
 from dagagent.errors import ConfigError
 from dagagent.executors import get_executor
-from dagagent.runner import RetryPolicy
+from dagagent.runner import TaskRetryPolicy
 from dagagent.tools import Registry, Tool
 
 pytest.importorskip("distributed")
@@ -35,7 +35,7 @@ import dask_tools  # tests/ is on sys.path under pytest; see dask_tools.py
 from dagagent.executors.dask import DaskExecutor
 
 ROOT = Path(__file__).resolve().parents[2]
-FAST_RETRY = RetryPolicy(base_delay_s=0.01, jitter=0)
+FAST_RETRY = TaskRetryPolicy(base_delay_s=0.01, jitter=0)
 
 
 def in_process(**options: Any) -> DaskExecutor:

@@ -1,0 +1,192 @@
+"""The tool-call seam: how a validated call reaches its tool.
+
+A call goes through the run's **interceptors** (tracing, caching, redaction, approval rules;
+the first is the outermost), then a per-tool concurrency limit, then the **invoker**, which
+performs it (in-process by default; the Dask executor ships it to a worker). The task's
+timeout bounds only the innermost call, so time an interceptor spends waiting (say, for a
+person to approve) does not count against it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from ..errors import TaskTimeoutError
+from ..events import TaskDecision
+from ..results import CallDecision, jsonable
+
+if TYPE_CHECKING:
+    from ..events import Emitter
+    from ..tools import Registry, Tool
+
+__all__ = ["CallNext", "Interceptor", "Invoker", "ToolCalls", "ToolInvocation", "invoke_local"]
+
+Invoker = Callable[["Tool", Mapping[str, Any]], Awaitable[Any]]
+"""``async (tool, validated_args) -> output``: performs one call (see ``Executor.invoker``)."""
+CallNext = Callable[["ToolInvocation"], Awaitable[Any]]
+Interceptor = Callable[["ToolInvocation", CallNext], Awaitable[Any]]
+"""``async (invocation, call_next) -> output``: middleware around every tool call."""
+
+
+@dataclass
+class ToolInvocation:
+    """One call of a tool by a task, as interceptors see it. Interceptors may replace
+    ``args`` (then they are validated again; assign a new dict rather than mutating it),
+    return a result without calling ``call_next``, or raise
+    :class:`~dagagent.errors.TaskDeniedError` to refuse it.
+
+    ``timeout`` (the task's timeout, if any) applies to the innermost call only, so time an
+    interceptor spends waiting (e.g. for a person to approve) does not count against it.
+
+    (Not :class:`dagagent.llm.ToolCall`, which is a call a model asks for.)"""
+
+    run_id: str
+    task_id: str
+    tool: Tool
+    args: dict[str, Any]
+    attempt: int = 1
+    source: str = "plan"  # "plan" for a tool task, "agent" for a call made by a ReAct node
+    decisions: list[CallDecision] = field(default_factory=list)
+    timeout: float | None = None
+    _emit: Emitter | None = field(default=None, repr=False)
+    _validated: dict[str, Any] | None = field(default=None, repr=False)
+
+    @property
+    def tool_name(self) -> str:
+        return self.tool.name
+
+    def decide(
+        self, decision: str, decided_by: str, reason: str | None = None, *, rule: str | None = None
+    ) -> CallDecision:
+        """Record a decision about this call (allow / deny / edit by an approval ``rule``,
+        redact...) in the task's record, and emit it as an event."""
+        entry = CallDecision(
+            tool=self.tool.name,
+            decision=decision,
+            decided_by=decided_by,
+            reason=reason,
+            args=jsonable(self.args),
+            at=time.time(),
+            rule=rule,
+            source=self.source,
+        )
+        self.decisions.append(entry)
+        if self._emit is not None:
+            self._emit(
+                TaskDecision(
+                    self.run_id, self.task_id, self.tool.name, decision, decided_by, reason
+                )
+            )
+        return entry
+
+
+async def invoke_local(tool: Tool, args: Mapping[str, Any]) -> Any:
+    """The default invoker: call the tool in this process."""
+    return await tool.acall(args)
+
+
+class ToolCalls:
+    """The call seam of one run: its interceptors, per-tool limits and invoker, composed once."""
+
+    def __init__(
+        self,
+        run_id: str,
+        registry: Registry,
+        interceptors: Sequence[Interceptor],
+        invoker: Invoker | None,
+        emit: Emitter | None,
+    ) -> None:
+        self.run_id = run_id
+        self._interceptors = tuple(interceptors)
+        self._invoker = invoker or invoke_local
+        self._emit = emit
+        self._limits = {
+            t.name: anyio.CapacityLimiter(t.max_concurrency) for t in registry if t.max_concurrency
+        }
+        #: Nothing between a task and an in-process async tool (see :meth:`is_direct`).
+        self._plain = not self._interceptors and invoker is None
+        chain: CallNext = self._innermost
+        for icpt in reversed(self._interceptors):
+            chain = _bind(icpt, chain)
+        self._chain = chain
+
+    @property
+    def intercepted(self) -> bool:
+        """Whether calls go through interceptors (which may record decisions)."""
+        return bool(self._interceptors)
+
+    def is_direct(self, tool: Tool, timeout: float | None) -> bool:
+        """Whether a call of ``tool`` is just ``tool.acall``: no interceptor, invoker, limit
+        or timeout in the way of an async tool (then the runner may skip this seam)."""
+        return self._plain and timeout is None and tool.is_async and tool.name not in self._limits
+
+    async def call(
+        self,
+        task_id: str,
+        tool: Tool,
+        args: Mapping[str, Any],
+        *,
+        attempt: int = 1,
+        source: str = "plan",
+        decisions: list[CallDecision] | None = None,
+        timeout: float | None = None,
+    ) -> Any:
+        """Validate ``args`` and call ``tool`` through the interceptors and the invoker
+        (``timeout`` bounds the invoker call, not the interceptors); decisions taken about
+        the call are added to ``decisions``."""
+        validated = tool.validate_args(args)
+        if not self._interceptors:
+            return await self._invoke(tool, validated, timeout)
+        call = ToolInvocation(
+            self.run_id,
+            task_id,
+            tool,
+            validated,
+            attempt,
+            source,
+            timeout=timeout,
+            _emit=self._emit,
+            _validated=validated,
+        )
+        try:
+            return await self._chain(call)
+        finally:
+            if decisions is not None:
+                decisions.extend(call.decisions)
+
+    async def _innermost(self, call: ToolInvocation) -> Any:
+        return await self._invoke(call.tool, call.args, call.timeout)
+
+    async def _invoke(self, tool: Tool, args: Mapping[str, Any], timeout: float | None) -> Any:
+        if timeout is None:
+            return await self._limited(tool, args)
+        try:
+            with anyio.fail_after(timeout):
+                return await self._limited(tool, args)
+        except TimeoutError:
+            raise TaskTimeoutError(f"timed out after {timeout:g} s") from None
+
+    async def _limited(self, tool: Tool, args: Mapping[str, Any]) -> Any:
+        limit = self._limits.get(tool.name) if self._limits else None
+        if limit is None:
+            return await self._invoker(tool, args)
+        async with limit:
+            return await self._invoker(tool, args)
+
+
+def _bind(icpt: Interceptor, nxt: CallNext) -> CallNext:
+    async def step(call: ToolInvocation) -> Any:
+        async def call_next(c: ToolInvocation) -> Any:
+            if c.args is not c._validated:  # an interceptor replaced them: validate again
+                c.args = c.tool.validate_args(c.args)
+                c._validated = c.args
+            return await nxt(c)
+
+        return await icpt(call, call_next)
+
+    return step

@@ -1,0 +1,359 @@
+"""Running ONE task, top to bottom: resolve its references → reuse an earlier output if it
+may → attempt it, with retries and a timeout → record its result and emit its events."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import anyio.lowlevel
+
+from ..errors import AgentError, TaskDeniedError, TaskTimeoutError
+from ..events import (
+    Emitter,
+    Listener,
+    TaskAgentEvent,
+    TaskFinished,
+    TaskRetrying,
+    TaskStarted,
+    debug_enabled,
+)
+from ..plan import _interp_text
+from ..results import CallDecision, TaskResult, TaskStatus
+from ..tools import Registry, Tool
+from ._agent import AgentNode, AgentTaskRunner
+from ._calls import Interceptor, Invoker, ToolCalls
+from ._cancel import really_cancelled
+from ._record import TaskRun, describe, task_result
+from ._retry import NOT_RETRIED, TaskRetryPolicy
+from ._reuse import same_upstream, task_fingerprint
+
+if TYPE_CHECKING:
+    from ..graph import PlanGraph
+    from ..plan import Task
+
+__all__ = ["TaskRunner"]
+
+_SUCCEEDED = TaskStatus.SUCCEEDED
+_REUSED = TaskStatus.REUSED
+_FAILED = TaskStatus.FAILED
+_DENIED = TaskStatus.DENIED
+_CANCELLED = TaskStatus.CANCELLED
+
+Attempt = Callable[[TaskRun], Awaitable[Any]]
+"""One attempt at a task: its output, or it raises."""
+
+
+class TaskRunner:
+    """Runs the tasks of one run. ``results`` and ``outputs`` fill in as tasks finish."""
+
+    def __init__(
+        self,
+        graph: PlanGraph,
+        registry: Registry | None,
+        *,
+        run_id: str,
+        retry: TaskRetryPolicy | None = None,
+        max_concurrency: int | None = None,
+        interceptors: Sequence[Interceptor] = (),
+        listeners: Sequence[Listener] = (),
+        invoker: Invoker | None = None,
+        llm: object = None,
+        agent_runner: AgentTaskRunner | None = None,
+        reuse: Mapping[str, tuple[str, Any]] | None = None,
+        logger: Any = None,
+    ) -> None:
+        self.graph = graph
+        self.tasks = graph.tasks
+        self.templates = graph.templates
+        self.registry = registry if registry is not None else Registry()
+        self.run_id = run_id
+        self.retry = retry or TaskRetryPolicy()
+        self.results: dict[str, TaskResult] = {}
+        self.outputs: dict[str, Any] = {}
+        self.listeners = tuple(listeners)
+        #: Emits run events to the listeners (``None`` without listeners: nothing is built).
+        self.emit = Emitter(self.listeners, logger) if self.listeners else None
+        #: The tool-call seam: interceptors, per-tool limits, the invoker.
+        self.calls = ToolCalls(run_id, self.registry, interceptors, invoker, self.emit)
+        self._intercepted = self.calls.intercepted
+        # Tools a task may call directly when it has no timeout (worked out once per run).
+        self._direct = frozenset(t.name for t in self.registry if self.calls.is_direct(t, None))
+        self.llm = llm
+        self._agent_runner = agent_runner
+        self._reuse = dict(reuse or {})
+        # A task takes a slot before it starts and keeps it until it finishes (retries
+        # included): at most max_concurrency tasks are ever between TaskStarted and
+        # TaskFinished, and a task waiting for a slot has not started.
+        self._slots = anyio.CapacityLimiter(max_concurrency) if max_concurrency else None
+        self._log = logger
+        self._debug = logger is not None and debug_enabled(logger)
+        self._cancelled_exc = anyio.get_cancelled_exc_class()
+
+    # -- one task ---------------------------------------------------------------------------
+
+    async def run_task(self, task_id: str) -> TaskResult:
+        """Run one task to its final status. Never raises, except the cancellation of the
+        surrounding scope (after recording the task as cancelled)."""
+        slots = self._slots
+        if slots is not None:
+            await _take(slots)
+        task = self.tasks[task_id]
+        run = TaskRun(task_id, time.time(), decisions=[] if self._intercepted else None)
+        if self.emit is not None:
+            self.emit(TaskStarted(self.run_id, task_id, run.started_at))
+        if self._debug:
+            self._log.debug("task.started", run_id=self.run_id, task_id=task_id)
+        try:
+            tmpl = self.templates[task_id]  # its references, resolved
+            run.args = tmpl.resolve(self.outputs) if tmpl.refs else tmpl.literal
+            if self._reuse and self._reusable(task, run.args):
+                return self._finish(run, _REUSED, self._reuse[task_id][1])
+            attempt, retries = self._attempt_for(task)
+            while True:
+                run.attempts += 1
+                try:
+                    if isinstance(attempt, Tool):  # hot path: nothing in the way of the tool
+                        output = await attempt.acall(attempt.validate_args(run.args))
+                    else:
+                        output = await attempt(run)
+                    break
+                except NOT_RETRIED:
+                    raise
+                except Exception as exc:
+                    if run.attempts > retries:
+                        raise
+                    await self._wait_to_retry(run, exc)
+        except self._cancelled_exc as exc:
+            if really_cancelled():
+                self._finish(run, _CANCELLED, error="cancelled while running")
+                raise
+            # The tool raised a cancellation of its own (it awaited a future someone else
+            # cancelled, say) while nobody cancelled this task: a failure of this task, not
+            # a reason to stop its siblings or to lose the run.
+            why = f"{describe(exc)} (raised by the task itself; nothing cancelled it)"
+            return self._finish(run, _FAILED, error=why, error_type=type(exc).__name__)
+        except TaskDeniedError as exc:
+            return self._finish(run, _DENIED, error=str(exc), error_type=type(exc).__name__)
+        except Exception as exc:
+            return self._finish(run, _FAILED, error=describe(exc), error_type=type(exc).__name__)
+        except BaseException as exc:
+            # SystemExit (a tool calling sys.exit()), KeyboardInterrupt or GeneratorExit raised
+            # by a tool, a custom BaseException: the task fails (not retried). Let through, it
+            # would end the run abruptly and lose every other task's result. (A real Ctrl-C
+            # arrives as the cancellation of the run, above.)
+            why = f"{describe(exc)} (raised by the task; a BaseException, not retried)"
+            return self._finish(run, _FAILED, error=why, error_type=type(exc).__name__)
+        else:
+            return self._finish(run, _SUCCEEDED, output)
+        finally:
+            if slots is not None:
+                slots.release()  # after the task's result and events
+
+    def _reusable(self, task: Task, resolved: Any) -> bool:
+        """Whether the earlier run's output stands: same fingerprint, same upstream outputs."""
+        before = self._reuse.get(task.id)
+        return (
+            before is not None
+            and before[0] == task_fingerprint(task, resolved)
+            and same_upstream(self.graph.dependencies[task.id], self.outputs, self._reuse)
+        )
+
+    def _attempt_for(self, task: Task) -> tuple[Tool | Attempt, int]:
+        """How to attempt ``task``, by its kind, and how many retries it has. A tool task
+        whose call has nothing in the way (see :meth:`ToolCalls.is_direct`) gets its tool,
+        to be called directly."""
+        if task.tool is None:
+            return partial(self._attempt_agent, task), task.retries or 0
+        tool = self.registry.get(task.tool)
+        retries = task.retries if task.retries is not None else tool.retries
+        timeout = task.timeout_s if task.timeout_s is not None else tool.timeout_s
+        if timeout is None and tool.name in self._direct:
+            return tool, retries
+        return partial(self._attempt_tool, tool, timeout), retries
+
+    def _attempt_tool(self, tool: Tool, timeout: float | None, run: TaskRun) -> Awaitable[Any]:
+        return self.calls.call(
+            run.task_id,
+            tool,
+            run.args,
+            attempt=run.attempts,
+            decisions=run.decisions,
+            timeout=timeout,
+        )
+
+    async def _attempt_agent(self, task: Task, run: TaskRun) -> Any:
+        if self.llm is None or self._agent_runner is None:
+            raise AgentError(
+                "this is an agent task (it has an 'instruction') and needs a model: pass "
+                "llm=... to execute(), or --model to the CLI"
+            )
+        node = self._agent_node(task, run)
+        timeout = task.timeout_s
+        try:
+            with anyio.fail_after(timeout):  # None: no limit
+                output, run.steps = await self._agent_runner(node)
+        except TimeoutError:
+            run.steps = node.partial_steps()
+            if timeout is None:  # raised by the agent itself, not by the task's timeout
+                raise
+            raise TaskTimeoutError(f"timed out after {timeout:g} s") from None
+        except BaseException:  # failed, or cancelled: the record keeps the steps taken so far
+            run.steps = node.partial_steps()
+            raise
+        return output
+
+    def _agent_node(self, task: Task, run: TaskRun) -> AgentNode:
+        tools = self.registry.subset(task.tools) if task.tools is not None else self.registry
+        context = {d: self.outputs.get(d) for d in self.graph.dependencies[task.id]}
+        decisions = run.decisions
+
+        async def call(tool: Tool, args: dict[str, Any]) -> Any:
+            return await self.calls.call(
+                task.id, tool, args, source="agent", decisions=decisions, timeout=tool.timeout_s
+            )
+
+        # An instruction that is one reference ("${paris}") keeps the value's type: show it as
+        # a reference inside longer text would be shown (JSON for a dict, not its repr).
+        text = run.args if isinstance(run.args, str) else _interp_text(run.args)
+        node = AgentNode(self.run_id, task, text, tools, context, call, self.llm)
+        emit = self.emit
+        if emit is not None:
+            run_id, task_id = self.run_id, task.id
+
+            def on_event(kind: str, step: int, **fields: Any) -> None:
+                emit(TaskAgentEvent(run_id, task_id, kind, step, **fields))
+
+            node.on_event = on_event
+        return node
+
+    async def _wait_to_retry(self, run: TaskRun, exc: Exception) -> None:
+        delay = self.retry.delay(run.attempts)
+        if self.emit is not None:
+            self.emit(TaskRetrying(self.run_id, run.task_id, run.attempts, describe(exc), delay))
+        if self._log is not None:
+            self._log.info(
+                "task.retrying",
+                run_id=self.run_id,
+                task_id=run.task_id,
+                attempt=run.attempts,
+                error=describe(exc),
+                delay_s=delay,
+            )
+        if delay:
+            await anyio.sleep(delay)
+
+    # -- records and events -----------------------------------------------------------------
+
+    def _finish(
+        self,
+        run: TaskRun,
+        status: TaskStatus,
+        output: Any = None,
+        *,
+        error: str | None = None,
+        error_type: str | None = None,
+    ) -> TaskResult:
+        r = task_result(
+            run.task_id,
+            status,
+            output,
+            error,
+            error_type,
+            run.attempts,
+            run.started_at,
+            time.time(),
+            run.args,
+            run.steps,
+            run.decisions or None,
+        )
+        self.results[run.task_id] = r
+        if status is _SUCCEEDED or status is _REUSED:
+            self.outputs[run.task_id] = output
+        if self.emit is not None:
+            self.emit(TaskFinished(self.run_id, r))
+        if self._debug:
+            self._log.debug(
+                "task.finished",
+                run_id=self.run_id,
+                task_id=run.task_id,
+                status=status.value,
+                attempts=run.attempts,
+                error=error,
+            )
+        elif error is not None and self._log is not None and status is not _CANCELLED:
+            self._log.info(
+                "task.failed",
+                run_id=self.run_id,
+                task_id=run.task_id,
+                status=status.value,
+                error=error,
+            )
+        return r
+
+    def mark(self, task_id: str, status: TaskStatus, error: str | None = None) -> TaskResult:
+        """Record a task that never started (skipped or cancelled)."""
+        r = task_result(task_id, status, None, error, None, 0, None, None, None, None, None)
+        self.results[task_id] = r
+        if self.emit is not None:
+            self.emit(TaskFinished(self.run_id, r))
+        return r
+
+    # -- the seams, for the tasks' own use ---------------------------------------------------
+
+    async def call_tool(
+        self,
+        task_id: str,
+        tool: Tool,
+        args: Mapping[str, Any],
+        *,
+        attempt: int = 1,
+        source: str = "plan",
+        decisions: list[CallDecision] | None = None,
+        timeout: float | None = None,
+    ) -> Any:
+        """Validate ``args`` and call ``tool`` through the interceptors and the invoker
+        (``timeout`` bounds the invoker call, not the interceptors)."""
+        return await self.calls.call(
+            task_id,
+            tool,
+            args,
+            attempt=attempt,
+            source=source,
+            decisions=decisions,
+            timeout=timeout,
+        )
+
+    def tools_in_use(self) -> dict[Tool, list[str]]:
+        """Every tool the plan can call, with the ids of the tasks that can call it (an agent
+        task can call each tool of its ``tools``, or of the registry). While the plan is still
+        arriving (a growing graph), every tool of the registry is in use."""
+        used: dict[Tool, list[str]] = {}
+        registry = self.registry
+        if not self.graph.complete:
+            used = {tool: [] for tool in registry}
+        for task_id, task in self.tasks.items():
+            if task.tool is not None:
+                names: Sequence[str] = (task.tool,)
+            elif task.tools is not None:
+                names = task.tools
+            else:
+                names = registry.names
+            for name in names:
+                if name in registry:
+                    used.setdefault(registry.get(name), []).append(task_id)
+        return used
+
+
+async def _take(slots: anyio.CapacityLimiter) -> None:
+    """Wait for a slot. The run may have been stopped while the task waited: a slot handed
+    over just before the cancellation does not let the task start after it."""
+    await slots.acquire()
+    try:
+        await anyio.lowlevel.checkpoint_if_cancelled()
+    except BaseException:
+        slots.release()
+        raise
