@@ -10,6 +10,7 @@ import ast
 import re
 import shlex
 import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -224,3 +225,26 @@ def test_streamed_planning_snippet(scratch: Path, capsys: pytest.CaptureFixture[
     run_python(source, namespace)
     assert capsys.readouterr().out == "['paris', 'tokyo'] succeeded\n"
     assert namespace["round_"].result.outputs["tokyo"] == {"city": "Tokyo", "temp_c": 20.0}
+
+
+@pytest.mark.slow
+def test_mcp_examples_run_as_written(scratch: Path) -> None:
+    """The MCP section's commands and snippet, against examples/mcp_server.py (offline)."""
+    pytest.importorskip("mcp")
+    text = section("Tools from MCP servers")
+    here = f"{sys.executable} examples/"  # the interpreter running the tests, as `python`
+    shell = block_with(text, "bash", "dagagent tools").replace("\\\n", " ")
+    ran = 0
+    for command, _ in commands(shell):
+        if command.startswith("pip ") or "example.com" in command:
+            continue  # installing, and a server that is only an example of a URL
+        result = dagagent(command.replace("python examples/", here))
+        assert result.exit_code == 0, (command, result.output)
+        ran += 1
+    assert ran == 2
+    source = block_with(text, "python", "MCPClient.stdio(")
+    namespace: dict[str, Any] = {}
+    run_python(source.replace('"python"', repr(sys.executable)), namespace)
+    result = namespace["result"]
+    assert result.ok and result.tasks["t"].output["sky"] == "sleet"
+    assert [t.name for t in namespace["registry"]] == ["forecast.tomorrow"]

@@ -9,9 +9,9 @@ import logging
 import os
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 import typer
 from rich.console import Console
@@ -136,9 +136,17 @@ def guard(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-def tools_spec(spec: str | None) -> str:
-    """The tools a command loads: ``--tools``, else ``$DAGAGENT_TOOLS``, else the demo tools."""
-    return spec or os.environ.get("DAGAGENT_TOOLS") or DEFAULT_TOOLS
+@overload
+def tools_spec(spec: str | None) -> str: ...
+@overload
+def tools_spec(spec: str | None, mcp: Sequence[str]) -> str | None: ...
+def tools_spec(spec: str | None, mcp: Sequence[str] = ()) -> str | None:
+    """The module tools a command loads: ``--tools``, else ``$DAGAGENT_TOOLS``, else the demo
+    tools; none of them (``None``) when MCP servers (``mcp``) give the tools instead."""
+    spec = spec or os.environ.get("DAGAGENT_TOOLS")
+    if spec:
+        return spec
+    return None if mcp else DEFAULT_TOOLS
 
 
 def load_registry(spec: str | None) -> Registry:

@@ -26,6 +26,7 @@ __all__ = [
     "LastOpt",
     "MaxAttemptsOpt",
     "MaxConcurrencyOpt",
+    "McpOpt",
     "OnFailureOpt",
     "OutOpt",
     "PlanArg",
@@ -51,6 +52,16 @@ ToolsOpt = Annotated[
         help="Tools: a Registry (or list of tools) as module:attr or path/file.py:attr. "
         "Default: $DAGAGENT_TOOLS, else the bundled demo tools (replan: the tools the run "
         "used).",
+    ),
+]
+McpOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--mcp",
+        metavar="NAME=COMMAND|URL",
+        help="Tools of an MCP server, named NAME.TOOL: NAME=COMMAND ARGS... starts a server "
+        "speaking over stdio, NAME=URL (http/https) reaches one over streamable HTTP "
+        "(repeatable). Beside --tools, or instead: with --mcp, the demo tools are left out.",
     ),
 ]
 StoreOpt = Annotated[
@@ -141,6 +152,7 @@ class RunOptions:
     max_concurrency: int | None = None
     store: Path | None = None
     tools: str | None = None
+    mcp: tuple[str, ...] = ()
     approve: bool = False
     asks: tuple[str, ...] = ()
     policy_file: Path | None = None
@@ -168,16 +180,23 @@ class RunOptions:
             policy_file=self.policy_file,
         )
 
-    def execute_options(self, tools_spec: str | None = None) -> dict[str, Any]:
+    def execute_options(
+        self, tools_spec: str | None = None, mcp: tuple[str, ...] | None = None
+    ) -> dict[str, Any]:
         """Keyword arguments of :func:`~dagagent.cli.recording.run_recorded`: the executor,
-        the failure policy, the concurrency limit and the tools spec recorded with the run
-        (``tools_spec``, default ``--tools``), so that ``replan`` loads the same tools."""
+        the failure policy, the concurrency limit and the tools recorded with the run
+        (``tools_spec`` and ``mcp``, default ``--tools`` and ``--mcp``), so that ``replan``
+        loads the same tools."""
         executor: Any = self.executor
         if self.dask_address is not None:
             executor = get_executor("dask", address=self.dask_address)
+        mcp = self.mcp if mcp is None else mcp
         return {
             "executor": executor,
             "on_failure": self.on_failure,
             "max_concurrency": self.max_concurrency,
-            "tools_spec": recorded_tools_spec(self.tools if tools_spec is None else tools_spec),
+            "tools_spec": recorded_tools_spec(
+                self.tools if tools_spec is None else tools_spec, mcp
+            ),
+            "mcp_specs": mcp,
         }

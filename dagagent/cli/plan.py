@@ -19,7 +19,7 @@ import typer
 from ..errors import ConfigError
 from ..llm import from_env
 from ..planners import LLMPlanner, PlanningResult
-from ._app import EXIT_OK, app, err, guard, load_registry, out
+from ._app import EXIT_OK, app, err, guard, out
 from .diagram import to_ascii
 from .options import (
     ApproveOpt,
@@ -27,6 +27,7 @@ from .options import (
     ExecutorOpt,
     MaxAttemptsOpt,
     MaxConcurrencyOpt,
+    McpOpt,
     OnFailureOpt,
     OutOpt,
     PolicyOpt,
@@ -37,6 +38,7 @@ from .options import (
 )
 from .render import plan_table, print_json
 from .run import run_graph
+from .tools import load_tools
 
 __all__ = ["plan_cmd", "planning_summary"]
 
@@ -95,6 +97,7 @@ def _write(path: Path, text: str) -> None:
 def plan_cmd(
     goal: str = typer.Argument(..., help="What the plan should achieve.", metavar="GOAL"),
     tools: ToolsOpt = None,
+    mcp: McpOpt = None,
     model: str | None = typer.Option(
         None,
         "--model",
@@ -152,11 +155,12 @@ def plan_cmd(
         max_concurrency=max_concurrency,
         store=store,
         tools=tools,
+        mcp=tuple(mcp or ()),
         approve=approve,
         asks=tuple(ask or ()),
         policy_file=policy_file,
     )
-    registry = load_registry(tools)
+    registry = load_tools(tools, mcp)
     llm, planner = _make_planner(
         model,
         base_url,

@@ -4,6 +4,7 @@ display attached and stop signals handled (:func:`run_recorded`)."""
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,18 +32,22 @@ def run_recorded(
     listeners: tuple[Any, ...] = (),
     live: bool = True,
     tools_spec: str | None = None,
+    mcp_specs: tuple[str, ...] = (),
     **options: Any,
 ) -> RunResult:
     """Run a validated plan, recording it in the run store (``store``, or the default path),
     with progress on ``console`` (``None``: no progress; ``live=False``: plain lines even on a
-    terminal). ``tools_spec`` (see :func:`recorded_tools_spec`) is recorded with the run, so
-    that ``replan`` loads the same tools by default. Returns the result."""
+    terminal). ``tools_spec`` (see :func:`recorded_tools_spec`) and ``mcp_specs`` (``--mcp``)
+    are recorded with the run, so that ``replan`` loads the same tools by default. Returns the
+    result."""
     run_id = run_id or new_run_id()
-    context = {"tools": tools_spec} if tools_spec else None
+    context: dict[str, Any] = {"tools": tools_spec} if tools_spec else {}
+    if mcp_specs:
+        context["mcp"] = list(mcp_specs)
     progress = progress_for(graph, console, live=live) if console is not None else None
     if progress is not None:
         listeners = (*listeners, progress)
-    with RunStore(store, context=context) as run_store:
+    with RunStore(store, context=context or None) as run_store:
 
         async def main() -> RunResult:
             return await stoppable(
@@ -57,10 +62,13 @@ def run_recorded(
             return anyio.run(main)
 
 
-def recorded_tools_spec(spec: str | None) -> str:
-    """The tools a CLI run loads (``--tools``, else ``$DAGAGENT_TOOLS``, else the demo tools),
-    with a file path made absolute so that it still works from another directory."""
-    spec = tools_spec(spec)
+def recorded_tools_spec(spec: str | None, mcp: Sequence[str] = ()) -> str | None:
+    """The module tools a CLI run loads (``--tools``, else ``$DAGAGENT_TOOLS``, else, without
+    ``--mcp``, the demo tools), with a file path made absolute so that it still works from
+    another directory."""
+    spec = tools_spec(spec, mcp)
+    if spec is None:
+        return None
     target, sep, attr = spec.rpartition(":")
     if sep and (target.endswith(".py") or os.sep in target) and Path(target).is_file():
         return f"{Path(target).resolve()}:{attr}"

@@ -22,12 +22,13 @@ from ..review import (
 )
 from ..store import RunRecord, default_store_path
 from ..workflows.replan import Revision, revise_run
-from ._app import EXIT_FAILED, EXIT_OK, app, err, guard, load_registry, out
+from ._app import EXIT_FAILED, EXIT_OK, app, err, guard, out
 from .options import (
     ExecutorOpt,
     LastOpt,
     MaxAttemptsOpt,
     MaxConcurrencyOpt,
+    McpOpt,
     OnFailureOpt,
     OutOpt,
     RunArg,
@@ -40,6 +41,7 @@ from .recording import run_recorded
 from .render import print_json
 from .run import agent_model, print_result
 from .runs import find_run, open_store
+from .tools import load_tools
 
 __all__ = ["make_model", "replan_cmd"]
 
@@ -136,6 +138,7 @@ def replan_cmd(
         "linked to this one, reusing every unchanged success.",
     ),
     tools: ToolsOpt = None,
+    mcp: McpOpt = None,
     executor: ExecutorOpt = "levels",
     on_failure: OnFailureOpt = "cancel",
     max_concurrency: MaxConcurrencyOpt = None,
@@ -155,7 +158,7 @@ def replan_cmd(
     with open_store(store) as st:
         record = find_run(st, run, last)
         path = st.path
-    spec, registry = _registry_for(record, tools)
+    spec, mcp_specs, registry = _registry_for(record, tools, mcp)
     review = review_run(record)
     if not json_out:
         out.print(format_review(review), markup=False, highlight=False)
@@ -231,7 +234,7 @@ def replan_cmd(
         reuse=revision.reuse_map(),
         parent_id=record.run_id,
         llm=agent_llm if any(t.is_agent for t in plan.tasks) else None,
-        **options.execute_options(tools_spec=spec),
+        **options.execute_options(tools_spec=spec, mcp=mcp_specs),
     )
     if json_out:
         doc["result"] = result.to_json_dict()
@@ -248,19 +251,28 @@ def replan_cmd(
     raise typer.Exit(code)
 
 
-def _registry_for(record: RunRecord, tools: str | None) -> tuple[str | None, Any]:
-    """``--tools`` if given, else the tools recorded with the run, else the default."""
-    if tools is not None:
-        return tools, load_registry(tools)
+def _registry_for(
+    record: RunRecord, tools: str | None, mcp: list[str] | None
+) -> tuple[str | None, tuple[str, ...], Any]:
+    """``--tools`` and ``--mcp`` if given, else the tools recorded with the run, else the
+    default: ``(tools spec, MCP server specs, registry)``."""
+    if tools is not None or mcp:
+        return tools, tuple(mcp or ()), load_tools(tools, mcp)
     recorded = record.context.get("tools")
-    if not isinstance(recorded, str):
-        return None, load_registry(None)
+    spec = recorded if isinstance(recorded, str) else None
+    listed = record.context.get("mcp")
+    servers = tuple(m for m in listed if isinstance(m, str)) if isinstance(listed, list) else ()
+    if spec is None and not servers:
+        return None, (), load_tools(None)
     try:
-        return recorded, load_registry(recorded)
+        return spec, servers, load_tools(spec, servers)
     except ConfigError as exc:
+        used = " and ".join(
+            ([spec] if spec else []) + [f"--mcp {s.partition('=')[0]}" for s in servers]
+        )
         raise ConfigError(
-            f"cannot load the tools run {record.run_id} used ({recorded}): {exc}; "
-            "pass --tools MODULE:ATTR"
+            f"cannot load the tools run {record.run_id} used ({used}): {exc}; "
+            "pass --tools MODULE:ATTR or --mcp NAME=..."
         ) from None
 
 

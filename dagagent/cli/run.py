@@ -11,12 +11,13 @@ from ..errors import ConfigError
 from ..graph import PlanGraph, validate
 from ..results import RunResult
 from ..store import default_store_path
-from ._app import EXIT_FAILED, EXIT_OK, app, err, guard, load_registry, out
+from ._app import EXIT_FAILED, EXIT_OK, app, err, guard, out
 from .options import (
     ApproveOpt,
     AskOpt,
     ExecutorOpt,
     MaxConcurrencyOpt,
+    McpOpt,
     OnFailureOpt,
     PlanArg,
     PolicyOpt,
@@ -26,6 +27,7 @@ from .options import (
 )
 from .recording import run_recorded
 from .render import plan_table, print_json, result_table
+from .tools import load_tools
 
 __all__ = ["agent_model", "print_result", "run_graph"]
 
@@ -35,6 +37,7 @@ __all__ = ["agent_model", "print_result", "run_graph"]
 def validate_cmd(
     plan: PlanArg,
     tools: ToolsOpt = None,
+    mcp: McpOpt = None,
     json_out: bool = typer.Option(False, "--json", help="Print the levels as JSON."),
     model: str | None = typer.Option(
         None,
@@ -46,7 +49,7 @@ def validate_cmd(
     ),
 ) -> None:
     """Check a plan (graph, tools, arguments) and report every issue at once."""
-    registry = load_registry(tools)
+    registry = load_tools(tools, mcp)
     has_model = bool(model or os.environ.get("DAGAGENT_MODEL", "").strip())
     graph = validate(plan, registry, check_llm=not has_model)
     if json_out:
@@ -129,6 +132,7 @@ def agent_model(model: str | None, base_url: str | None) -> Any:
 def run_cmd(
     plan: PlanArg,
     tools: ToolsOpt = None,
+    mcp: McpOpt = None,
     executor: ExecutorOpt = "levels",
     on_failure: OnFailureOpt = "cancel",
     max_concurrency: MaxConcurrencyOpt = None,
@@ -168,12 +172,13 @@ def run_cmd(
         max_concurrency=max_concurrency,
         store=store,
         tools=tools,
+        mcp=tuple(mcp or ()),
         approve=approve,
         asks=tuple(ask or ()),
         policy_file=policy_file,
         dask_address=dask_address,
     )
-    registry = load_registry(tools)
+    registry = load_tools(tools, mcp)
     llm = agent_model(model, base_url)
     graph = validate(plan, registry, llm=llm, check_llm=True)
     for w in graph.warnings:

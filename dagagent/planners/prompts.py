@@ -33,6 +33,7 @@ __all__ = [
     "shorten",
     "system_prompt",
     "tool_catalog",
+    "tool_signature",
 ]
 
 
@@ -143,24 +144,31 @@ def _returns_doc(tool: Tool) -> str:
     return ""
 
 
-def _tool_entry(tool: Tool) -> str:
+def tool_signature(tool: Tool) -> str:
+    """``name(arg: type, opt: type = default) -> output type``, as the planner sees it."""
     schema = tool.parameters_schema
     defs = schema.get("$defs", {})
     props: Mapping[str, Any] = schema.get("properties", {})
     required = set(schema.get("required", ()))
     params = []
-    notes = []
     for name, sub in props.items():
         text = f"{name}: {_type_text(sub, defs)}"
         if name not in required:
             default = sub.get("default") if isinstance(sub, Mapping) else None
             text += f" = {json.dumps(default, default=str)}"
         params.append(text)
-        if isinstance(sub, Mapping) and sub.get("description"):
-            notes.append(f"    {name}: {' '.join(str(sub['description']).split())}")
     returns = _returns_text(tool)
-    head = f"- {tool.name}({', '.join(params)})" + (f" -> {returns}" if returns else "")
-    lines = [head]
+    return f"{tool.name}({', '.join(params)})" + (f" -> {returns}" if returns else "")
+
+
+def _tool_entry(tool: Tool) -> str:
+    props: Mapping[str, Any] = tool.parameters_schema.get("properties", {})
+    notes = [
+        f"    {name}: {' '.join(str(sub['description']).split())}"
+        for name, sub in props.items()
+        if isinstance(sub, Mapping) and sub.get("description")
+    ]
+    lines = [f"- {tool_signature(tool)}"]
     if tool.description:
         lines.append(f"    {' '.join(tool.description.split())}")
     lines.extend(notes)

@@ -1,0 +1,117 @@
+"""Where a command's tools come from (``--tools`` modules and ``--mcp`` servers), and
+``dagagent tools``, which lists them as the planner would see them."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import anyio
+import typer
+from rich.text import Text
+
+from ..errors import ConfigError, DagagentError
+from ..planners.prompts import tool_signature
+from ..tools import Registry, Tool
+from ._app import app, err, guard, load_registry, out, tools_spec
+from .options import McpOpt, ToolsOpt
+from .render import print_json
+
+__all__ = ["load_tools"]
+
+
+def load_tools(tools: str | None, mcp: Sequence[str] | None = None) -> Registry:
+    """The tools of ``--tools`` (see :func:`~dagagent.cli._app.load_registry`; without it and
+    with ``--mcp``, only ``$DAGAGENT_TOOLS``, not the demo tools) and of every ``--mcp``
+    server, named ``NAME.TOOL``. Each server is started (or reached) and listed, then let go:
+    a run opens it again for as long as it lasts."""
+    mcp = list(mcp or ())
+    spec = tools_spec(tools, mcp)
+    registry = load_registry(spec) if spec is not None else Registry()
+    if mcp:
+        _add_mcp_tools(registry, mcp)
+    return registry
+
+
+def _add_mcp_tools(registry: Registry, specs: list[str]) -> None:
+    try:
+        from ..mcp import MCPClient
+    except ImportError as exc:  # the SDK is an extra
+        raise ConfigError(f'--mcp needs the MCP SDK: pip install "dagagent[mcp]" ({exc})') from None
+    clients = [MCPClient.parse(s) for s in specs]
+    names = [c.name for c in clients]
+    for name in names:
+        if names.count(name) > 1:
+            raise ConfigError(f"--mcp: two servers are named {name!r}")
+    listed: dict[str, list[Tool]] = {}
+    failures: list[DagagentError] = []
+
+    async def list_one(client: MCPClient) -> None:
+        try:
+            listed[client.name] = list(await client.tools(prefix=f"{client.name}."))
+        except DagagentError as exc:  # reported below, one at a time, as any other error
+            failures.append(exc)
+
+    async def list_all() -> None:
+        async with anyio.create_task_group() as tg:
+            for c in clients:
+                tg.start_soon(list_one, c)
+
+    anyio.run(list_all)
+    if failures:
+        raise failures[0]
+    for c in clients:
+        for t in listed[c.name]:
+            registry.add(t)
+
+
+def _source(t: Tool) -> str:
+    server = getattr(t, "server", None)
+    return f"MCP server {server}" if server is not None else str(getattr(t.fn, "__module__", ""))
+
+
+def _safety(t: Tool) -> str:
+    notes = ["side effects" if t.side_effects else "no side effects"]
+    if not t.retryable:
+        notes.append("not retried")
+    return ", ".join(notes)
+
+
+@app.command("tools")
+@guard
+def tools_cmd(
+    tools: ToolsOpt = None,
+    mcp: McpOpt = None,
+    json_out: bool = typer.Option(
+        False, "--json", help="Print each tool's name, description and JSON schemas as JSON."
+    ),
+) -> None:
+    """List the tools a plan can use (those --tools and --mcp give, as 'run' and 'plan' would
+    load them), each with its arguments as the planner sees them."""
+    registry = load_tools(tools, mcp)
+    if json_out:
+        doc: list[dict[str, Any]] = [
+            {
+                **t.spec(),
+                "output_schema": t.output_schema,
+                "source": _source(t),
+                "side_effects": t.side_effects,
+                "retryable": t.retryable,
+            }
+            for t in registry
+        ]
+        print_json(out, doc)
+        return
+    for t in registry:
+        # Text without markup: a server's names and descriptions are shown, never interpreted.
+        lines = [_one_line(tool_signature(t))]
+        if t.description:
+            lines.append(f"    {_one_line(t.description)}")
+        lines.append(f"    from {_source(t)}; {_safety(t)}")
+        out.print(Text("\n".join(lines)), soft_wrap=True)
+    err.print(f"{len(registry)} tool{'s' if len(registry) != 1 else ''}", markup=False)
+
+
+def _one_line(text: str) -> str:
+    flat = " ".join(text.split())
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in flat)

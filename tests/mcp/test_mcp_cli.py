@@ -1,0 +1,100 @@
+"""``dagagent run/validate/replan --mcp`` and ``dagagent tools`` in real processes, against
+the servers of mcp_servers.py."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp_helpers import SERVERS, http_server
+
+pytestmark = pytest.mark.slow
+
+KIT = f"kit={sys.executable} {SERVERS} kit stdio"
+
+
+def dagagent(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "dagagent", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def write_plan(tmp_path: Path, *tasks: dict[str, Any]) -> str:
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps({"goal": "use the kit", "tasks": list(tasks)}))
+    return str(path)
+
+
+def test_run_with_mcp_end_to_end_then_replan_reconnects_and_reuses(tmp_path: Path) -> None:
+    plan = write_plan(
+        tmp_path,
+        {"id": "w", "tool": "kit.weather", "args": {"city": "Oslo"}},
+        {"id": "s", "tool": "kit.shout", "args": {"text": "${w.city}"}},
+        {"id": "r", "tool": "kit.refuse", "args": {"reason": "the vault is locked"}},
+        {"id": "p", "tool": "kit.pid", "args": {}},
+    )
+    proc = dagagent("run", plan, "--mcp", KIT, "--on-failure", "continue", "--json")
+    assert proc.returncode == 1, proc.stderr  # one task failed, by the server's own word
+    assert "Traceback" not in proc.stderr
+    tasks = json.loads(proc.stdout)["tasks"]
+    assert tasks["w"]["output"] == {"city": "Oslo", "days": 1, "temp_c": 21.5}
+    assert tasks["s"]["output"] == "OSLO"
+    assert tasks["r"]["status"] == "failed"
+    assert "the vault is locked" in tasks["r"]["error"]
+    pid = tasks["p"]["output"]["result"]
+    # the session closed with the run: the server process is gone
+    from test_mcp_tools import gone
+
+    assert gone(pid)
+    # replan finds the server the run used, starts it again, and reuses what succeeded
+    proc = dagagent("replan", "--last", "--execute", "--on-failure", "continue", "--json")
+    assert proc.returncode == 1, proc.stderr
+    again = json.loads(proc.stdout)["result"]["tasks"]
+    assert again["w"]["status"] == "reused" and again["s"]["status"] == "reused"
+    assert again["r"]["status"] == "failed"
+
+
+def test_tools_lists_module_and_mcp_tools_with_their_arguments(tmp_path: Path) -> None:
+    with http_server("paged") as (url, _):
+        proc = dagagent(
+            "tools", "--tools", "dagagent.toolkits.demo:registry", "--mcp", KIT,
+            "--mcp", f"paged={url}",
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        listed = dagagent("tools", "--mcp", KIT, "--mcp", f"paged={url}", "--json")
+    text = proc.stdout
+    assert "kit.weather(city: string, days: integer = 1) -> object\n" in text
+    assert "    Weather forecast for a city.\n    from MCP server kit; no side effects\n" in text
+    assert "paged.tool_6(x: integer)\n" in text
+    assert text.startswith("get_weather(")  # a demo tool, from --tools, listed first
+    tools = {t["name"]: t for t in json.loads(listed.stdout)}
+    assert "get_weather" not in tools  # --mcp without --tools: no demo tools
+    assert len([n for n in tools if n.startswith("paged.")]) == 7
+    assert tools["kit.weather"]["parameters"]["required"] == ["city"]
+    assert tools["kit.weather"]["side_effects"] is False
+    assert tools["kit.delete_file"]["side_effects"] is True
+    assert tools["kit.shout"]["retryable"] is False
+
+
+def test_validate_checks_mcp_arguments_and_a_dead_server_is_a_usage_error(
+    tmp_path: Path,
+) -> None:
+    plan = write_plan(tmp_path, {"id": "w", "tool": "kit.weather", "args": {"days": "two"}})
+    proc = dagagent("validate", plan, "--mcp", KIT)
+    assert proc.returncode == 2
+    assert "city: required argument is missing" in proc.stderr
+    assert "days: 'two' is not of type 'integer'" in proc.stderr
+    proc = dagagent("run", plan, "--mcp", f"kit={sys.executable} {SERVERS} no-such-kind stdio")
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("error: cannot connect to MCP server 'kit'")
+    assert "Traceback" not in proc.stderr.split("stderr ends with")[0]
+    proc = dagagent("run", plan, "--mcp", "kit")
+    assert proc.returncode == 2 and "NAME=COMMAND" in proc.stderr
