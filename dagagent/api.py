@@ -166,7 +166,8 @@ def _snapshot(plan: Plan) -> Plan:
 
 
 def _used_tools(graph: PlanGraph, registry: Registry | None) -> list[Tool]:
-    """The tools the plan's tasks can call (an agent task without a subset: all)."""
+    """The tools the plan's tasks can call (an agent task without a subset, or a plan still
+    being written: all)."""
     if registry is None:
         return []
     if not graph.complete:

@@ -42,7 +42,6 @@ from ._app import (
     app,
     err,
     guard,
-    load_registry,
     out,
 )
 from .approve import (
@@ -56,6 +55,7 @@ from .options import (
     ExecutorOpt,
     MaxAttemptsOpt,
     MaxConcurrencyOpt,
+    McpOpt,
     PolicyOpt,
     StoreOpt,
     TimeoutOpt,
@@ -64,6 +64,7 @@ from .options import (
 from .recording import recorded_tools_spec
 from .render import print_json
 from .signals import stoppable
+from .tools import load_tools
 
 __all__ = ["ask_cmd", "exit_code_of"]
 
@@ -158,6 +159,7 @@ def _report(solution: Solution, path: Path) -> None:
 def ask_cmd(
     goal: str = typer.Argument(..., help="The question or goal to answer.", metavar="GOAL"),
     tools: ToolsOpt = None,
+    mcp: McpOpt = None,
     model: str | None = typer.Option(
         None,
         "--model",
@@ -229,7 +231,7 @@ def ask_cmd(
             "--approve needs a terminal to ask on, but stdin is not a terminal "
             "(run without --approve, or from a terminal)"
         )
-    registry = load_registry(tools)
+    registry = load_tools(tools, mcp)
     # The first policy goes to solve as its policy: streamed planning holds back the tasks
     # it may ask about or deny until the whole plan is known; it still checks calls first.
     policies = run_interceptors(
@@ -238,12 +240,15 @@ def ask_cmd(
     first = policies[0] if policies and isinstance(policies[0], Policy) else None
     llm = from_env(model, base_url, timeout=timeout)
     path = default_store_path(store)
-    spec = recorded_tools_spec(tools)
+    spec = recorded_tools_spec(tools, mcp or ())
+    context: dict[str, Any] = {"tools": spec} if spec else {}
+    if mcp:
+        context["mcp"] = list(mcp)  # replan of one of its runs connects to them again
 
     def confirm(graph: Any) -> bool:
         return confirm_plan(graph, registry)
 
-    with RunStore(path, context={"tools": spec} if spec else None) as run_store:
+    with RunStore(path, context=context or None) as run_store:
 
         async def main() -> Solution:
             async with llm:

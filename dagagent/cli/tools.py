@@ -12,6 +12,7 @@ from rich.text import Text
 
 from ..errors import ConfigError, DagagentError
 from ..planners.prompts import tool_signature
+from ..text import printable
 from ..tools import Registry, Tool
 from ._app import app, err, guard, load_registry, out, tools_spec
 from .options import McpOpt, ToolsOpt
@@ -113,5 +114,4 @@ def tools_cmd(
 
 
 def _one_line(text: str) -> str:
-    flat = " ".join(text.split())
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in flat)
+    return printable(" ".join(text.split()))
