@@ -47,8 +47,8 @@ class MCPTool(SchemaTool):
     annotations can only make it safer to use:
 
     - side effects unless it is declared read-only (``readOnlyHint``) and not destructive
-      (``destructiveHint``): approval rules on side effects apply to it, and the caching
-      interceptor leaves it alone;
+      (``destructiveHint``): approval rules on side effects apply to it, streamed planning
+      holds its tasks until the plan is complete, and the caching interceptor leaves it alone;
     - retries allowed (a plan may give its task ``retries``) only when it is declared
       idempotent (``idempotentHint``) or read-only.
 
