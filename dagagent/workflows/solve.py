@@ -13,12 +13,16 @@ as a child of the previous round's run, reusing every unchanged success. The las
 round forces a finish. The solve gives up (``gave_up``, with the reason) when a revised plan
 is the same as the one before, or when a round adds no new success. Model trouble (no valid
 plan, no usable decision, a model that cannot be reached) ends it as ``failed`` with the
-error kept in ``Solution.error``; only a bad option raises.
+error kept in ``Solution.error``; only a bad option raises. What a solve returns is in
+:mod:`dagagent.workflows.solution`.
+
+About 500 lines for one concern, the round loop: its state, the decisions between rounds
+(finish, replan, give up, fail), the records and events it writes, and the two ways a round
+is planned and run (streamed, or the whole plan first), next to :func:`solve`'s options.
 """
 
 from __future__ import annotations
 
-import enum
 import inspect
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -26,21 +30,21 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Union
 
 import anyio
-from pydantic import BaseModel, ConfigDict, Field
 
 from ..api import execute, new_run_id
-from ..errors import ConfigError, JoinerError, LLMError, PlanningError, SolveError, StoreError
+from ..errors import ConfigError, JoinerError, LLMError, PlanningError, StoreError
 from ..events import JoinerDecided, Listener, RoundFinished, RoundStarted, get_logger
 from ..graph import PlanGraph
 from ..llm import MeteredLLM, UsageTracker
 from ..plan import Plan
-from ..planners import JoinDecision, Joiner, JoinReport, LLMPlanner, LLMReplanner, PlanningResult
+from ..planners import JoinDecision, Joiner, LLMPlanner, LLMReplanner
 from ..planners.streaming import plan_and_execute_streamed
-from ..results import RunResult, TaskStatus, as_text, jsonable
+from ..results import RunResult, TaskStatus, jsonable
 from ..runner import Interceptor
 from ..store import RunStore
 from ..text import shorten
 from .replan import record_of, revise_run
+from .solution import CallUsage, Round, Solution, SolveStatus, SolveUsage
 
 if TYPE_CHECKING:
     from ..approval import Policy
@@ -58,203 +62,6 @@ __all__ = [
 ]
 
 Confirm = Callable[[PlanGraph], Union[bool, Awaitable[bool]]]  # noqa: UP007 - runtime alias
-
-
-class SolveStatus(str, enum.Enum):
-    """How a solve ended: ``answered``, ``gave_up`` (no progress left to make) or
-    ``failed`` (a model gave nothing usable, or could not be reached)."""
-
-    ANSWERED = "answered"
-    GAVE_UP = "gave_up"
-    FAILED = "failed"
-
-    def __str__(self) -> str:
-        return self.value
-
-
-class CallUsage(BaseModel):
-    """Model calls and tokens of one role (planner, agent tasks or joiner)."""
-
-    model_config = ConfigDict(frozen=True)
-
-    calls: int = 0
-    input_tokens: int = 0
-    output_tokens: int = 0
-
-    @property
-    def total_tokens(self) -> int:
-        return self.input_tokens + self.output_tokens
-
-    @classmethod
-    def of(cls, tracker: UsageTracker) -> CallUsage:
-        return cls(
-            calls=tracker.calls,
-            input_tokens=tracker.input_tokens,
-            output_tokens=tracker.output_tokens,
-        )
-
-    def __add__(self, other: CallUsage) -> CallUsage:
-        return CallUsage(
-            calls=self.calls + other.calls,
-            input_tokens=self.input_tokens + other.input_tokens,
-            output_tokens=self.output_tokens + other.output_tokens,
-        )
-
-    def to_json_dict(self) -> dict[str, int]:
-        return {
-            "calls": self.calls,
-            "input_tokens": self.input_tokens,
-            "output_tokens": self.output_tokens,
-            "total_tokens": self.total_tokens,
-        }
-
-
-class SolveUsage(BaseModel):
-    """What a solve used, split by role: ``planner`` (planning and replanning, repairs
-    included), ``agents`` (agent tasks of every round) and ``joiner``."""
-
-    model_config = ConfigDict(frozen=True)
-
-    planner: CallUsage = Field(default_factory=CallUsage)
-    agents: CallUsage = Field(default_factory=CallUsage)
-    joiner: CallUsage = Field(default_factory=CallUsage)
-
-    @property
-    def total(self) -> CallUsage:
-        return self.planner + self.agents + self.joiner
-
-    def to_json_dict(self) -> dict[str, dict[str, int]]:
-        return {
-            "planner": self.planner.to_json_dict(),
-            "agents": self.agents.to_json_dict(),
-            "joiner": self.joiner.to_json_dict(),
-            "total": self.total.to_json_dict(),
-        }
-
-    def summary(self) -> str:
-        """``"4 model calls (planner 2, agents 0, joiner 2), 1812 input + 230 output tokens"``."""
-        t = self.total
-        return (
-            f"{t.calls} model call{'s' if t.calls != 1 else ''} (planner {self.planner.calls}, "
-            f"agents {self.agents.calls}, joiner {self.joiner.calls}), "
-            f"{t.input_tokens} input + {t.output_tokens} output tokens"
-        )
-
-
-class Round(BaseModel):
-    """One round of a solve: the plan (``None`` if planning failed), how it was planned
-    (``planning``: attempts and usage), the run (``None`` if nothing ran), the joiner's
-    decision (``None`` if the joiner did not decide) and how it was obtained (``joining``),
-    the ``feedback`` the plan was revised with, and how the round ended
-    (``outcome``: ``answered``, ``replan``, ``gave_up`` or ``failed``, with a ``reason``)."""
-
-    model_config = ConfigDict(arbitrary_types_allowed=True)
-
-    number: int
-    plan: Plan | None = None
-    planning: PlanningResult | None = Field(default=None, repr=False)
-    result: RunResult | None = None
-    decision: JoinDecision | None = None
-    joining: JoinReport | None = Field(default=None, repr=False)
-    feedback: str | None = None
-    outcome: str = ""
-    reason: str = ""
-
-    @property
-    def run_id(self) -> str | None:
-        return self.result.run_id if self.result is not None else None
-
-    def to_json_dict(self) -> dict[str, Any]:
-        return {
-            "round": self.number,
-            "run_id": self.run_id,
-            "parent_id": self.result.parent_id if self.result is not None else None,
-            "feedback": self.feedback,
-            "plan": self.plan.model_dump(mode="json", exclude_defaults=True)
-            if self.plan is not None
-            else None,
-            "planning": self.planning.usage_dict() if self.planning is not None else None,
-            "result": self.result.to_json_dict() if self.result is not None else None,
-            "decision": self.decision.to_json_dict() if self.decision is not None else None,
-            "joining": {"attempts": len(self.joining.attempts), **_usage(self.joining)}
-            if self.joining is not None
-            else None,
-            "outcome": self.outcome,
-            "reason": self.reason,
-        }
-
-
-class Solution(BaseModel):
-    """The outcome of :func:`solve`.
-
-    ``status`` (``answered`` | ``gave_up`` | ``failed``) and ``reason``; for an answered
-    goal, ``answer`` (text, or JSON data) and ``cites`` (the ids of the tasks it rests on, in
-    the last round's run); every ``round``; ``usage`` split by role; ``error``, the exception
-    behind a ``failed`` solve (:class:`~dagagent.errors.PlanningError`,
-    :class:`~dagagent.errors.JoinerError`, an :class:`~dagagent.errors.LLMError`...).
-    """
-
-    model_config = ConfigDict(arbitrary_types_allowed=True)
-
-    solve_id: str
-    goal: str
-    status: SolveStatus
-    reason: str = ""
-    answer: Any = None
-    cites: list[str] = Field(default_factory=list)
-    rounds: list[Round] = Field(default_factory=list)
-    usage: SolveUsage = Field(default_factory=SolveUsage)
-    error: Exception | None = Field(default=None, repr=False, exclude=True)
-
-    @property
-    def ok(self) -> bool:
-        return self.status is SolveStatus.ANSWERED
-
-    @property
-    def run_id(self) -> str | None:
-        """The last round's run (the one the answer's ``cites`` refer to)."""
-        for r in reversed(self.rounds):
-            if r.run_id is not None:
-                return r.run_id
-        return None
-
-    @property
-    def answer_text(self) -> str:
-        """The answer as text: a string as it is, data as JSON ("" without an answer)."""
-        return "" if self.answer is None else as_text(self.answer)
-
-    def raise_for_status(self) -> Solution:
-        """Return self if the goal was answered, else raise
-        :class:`~dagagent.errors.SolveError` with the reason."""
-        if self.ok:
-            return self
-        raise SolveError(f"{self.status.value}: {self.reason}", self)
-
-    def to_json_dict(self) -> dict[str, Any]:
-        return {
-            "solve_id": self.solve_id,
-            "goal": self.goal,
-            "status": self.status.value,
-            "reason": self.reason,
-            "answer": jsonable(self.answer),
-            "cites": list(self.cites),
-            "run_id": self.run_id,
-            "usage": self.usage.to_json_dict(),
-            "error": None
-            if self.error is None
-            else {"type": type(self.error).__name__, "message": str(self.error)},
-            "rounds": [r.to_json_dict() for r in self.rounds],
-        }
-
-
-def _usage(report: JoinReport) -> dict[str, int]:
-    u = report.usage
-    return {
-        "calls": report.calls,
-        "input_tokens": u.input_tokens,
-        "output_tokens": u.output_tokens,
-        "total_tokens": u.total_tokens,
-    }
 
 
 # ---------------------------------------------------------------------------- the loop
