@@ -202,12 +202,11 @@ def _result(
         status = RunStatus.SUCCEEDED
     else:
         status = RunStatus.FAILED
+    reused = TaskStatus.REUSED
     durations = {
         t: (r.finished_at - r.started_at)
         for t, r in tasks.items()
-        if r.started_at is not None
-        and r.finished_at is not None
-        and r.status is not TaskStatus.REUSED
+        if r.started_at is not None and r.finished_at is not None and r.status is not reused
     }
     cp_len, cp = critical_path(graph.order, graph.dependencies, durations)
     return RunResult.model_construct(

@@ -59,10 +59,13 @@ class TaskStatus(str, enum.Enum):
 
     @property
     def ok(self) -> bool:
-        return self in (TaskStatus.SUCCEEDED, TaskStatus.REUSED)
+        return self in _HAS_OUTPUT  # asked once per task by the executors
 
     def __str__(self) -> str:
         return self.value
+
+
+_HAS_OUTPUT = frozenset({TaskStatus.SUCCEEDED, TaskStatus.REUSED})
 
 
 class RunStatus(str, enum.Enum):

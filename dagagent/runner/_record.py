@@ -31,10 +31,10 @@ class TaskRun:
 
     task_id: str
     started_at: float
+    decisions: list[CallDecision] | None  # filled by interceptors (e.g. approval), if any
     attempts: int = 0
     args: Any = None  # the resolved arguments (a tool task) or instruction (an agent task)
     steps: list[AgentStep] | None = None  # an agent task's steps, when it has any
-    decisions: list[CallDecision] | None = None  # filled by interceptors (e.g. approval)
 
 
 def describe(exc: BaseException) -> str:

@@ -96,13 +96,17 @@ class TaskRunner:
     # -- one task ---------------------------------------------------------------------------
 
     async def run_task(self, task_id: str) -> TaskResult:
-        """Run one task to its final status. Never raises, except the cancellation of the
-        surrounding scope (after recording the task as cancelled)."""
+        """Run one task to its final status: take a slot (with ``max_concurrency``), resolve
+        its references, reuse an earlier output if it may, else attempt it (by its kind, with
+        its retries and timeout), then record its result and emit its events.
+
+        Never raises, except the cancellation of the surrounding scope (after recording the
+        task as cancelled)."""
         slots = self._slots
         if slots is not None:
             await _take(slots)
         task = self.tasks[task_id]
-        run = TaskRun(task_id, time.time(), decisions=[] if self._intercepted else None)
+        run = TaskRun(task_id, time.time(), [] if self._intercepted else None)
         if self.emit is not None:
             self.emit(TaskStarted(self.run_id, task_id, run.started_at))
         if self._debug:
