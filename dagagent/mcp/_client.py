@@ -11,6 +11,7 @@ waiting fails with :class:`~dagagent.errors.MCPServerLostError` instead of hangi
 
 from __future__ import annotations
 
+import importlib.metadata
 import math
 import os
 import re
@@ -242,7 +243,7 @@ class MCPClient:
             if not started:
                 raise MCPConnectError(
                     f"cannot connect to MCP server {self.name!r} ({self.where}): "
-                    f"{_brief(exc)}{self._stderr_tail()}"
+                    f"{_startup_failure(exc)}{self._stderr_tail()}"
                 ) from None
             # the transport broke: the run goes on, the calls fail
             self._lost = f"broke the connection ({_brief(exc)})"
@@ -256,8 +257,6 @@ class MCPClient:
         from mcp import Client, Implementation, StdioServerParameters
         from mcp.client.stdio import stdio_client
         from mcp.client.streamable_http import streamable_http_client
-
-        from .. import __version__
 
         transport: Any
         if self.url is not None:
@@ -274,7 +273,7 @@ class MCPClient:
                 command=self.command, args=list(self.args), env=self.env, cwd=self.cwd
             )
             transport = stdio_client(params, errlog=self._open_errlog(stack))
-        info = Implementation(name="dagagent", version=__version__)
+        info = Implementation(name="dagagent", version=_version())
         return await stack.enter_async_context(Client(transport, cache=None, client_info=info))
 
     # -- the server's stderr --------------------------------------------------------------
@@ -428,6 +427,13 @@ class MCPClient:
         return call_output(result, self.name)
 
 
+def _version() -> str:
+    try:
+        return importlib.metadata.version("dagagent")
+    except importlib.metadata.PackageNotFoundError:  # run from a checkout, not installed
+        return "0"
+
+
 def _import_sdk() -> None:
     try:
         import mcp  # noqa: F401
@@ -435,12 +441,29 @@ def _import_sdk() -> None:
         raise ConfigError(f"{INSTALL_HINT} ({exc})") from None
 
 
-def _brief(exc: BaseException) -> str:
-    """The first real error inside (exception groups unwrapped), as ``Type: message``."""
+def _startup_failure(exc: BaseException) -> str:
+    """Why a server could not be connected to, in a user's words where the SDK's are terse."""
+    from mcp import MCPError
+    from mcp_types import CONNECTION_CLOSED
+
+    leaf = _leaf(exc)
+    if isinstance(leaf, MCPError) and leaf.code == CONNECTION_CLOSED:
+        return "it closed the connection before the MCP handshake was done (it exited?)"
+    return _brief(leaf)
+
+
+def _leaf(exc: BaseException) -> BaseException:
+    """The first real error inside exception groups."""
     inner = getattr(exc, "exceptions", None)
     while isinstance(inner, tuple) and inner:
         exc = inner[0]
         inner = getattr(exc, "exceptions", None)
+    return exc
+
+
+def _brief(exc: BaseException) -> str:
+    """The first real error inside (exception groups unwrapped), as ``Type: message``."""
+    exc = _leaf(exc)
     from mcp import MCPError
 
     if isinstance(exc, MCPError):

@@ -3,7 +3,8 @@
     python mcp_servers.py KIND stdio
     python mcp_servers.py KIND http PORT
 
-KIND is ``kit`` (an MCPServer with well-behaved and badly-behaved tools), ``paged`` (a
+KIND is ``kit`` (an MCPServer with well-behaved and badly-behaved tools), ``guarded`` (the
+kit over HTTP, answering only requests with the header ``X-Token: let-me-in``), ``paged`` (a
 low-level server that lists its tools three per page) or ``badschema`` (a low-level server
 one of whose tools has an input schema that is not JSON Schema).
 """
@@ -146,9 +147,23 @@ async def _serve_lowlevel_stdio(server: Server[Any]) -> None:
         await server.run(read, write, server.create_initialization_options())
 
 
+def require_token(app: Any) -> Any:
+    """The ASGI ``app``, refusing HTTP requests without ``X-Token: let-me-in`` (401)."""
+
+    async def guarded(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and dict(scope["headers"]).get(b"x-token") != b"let-me-in":
+            await send({"type": "http.response.start", "status": 401, "headers": []})
+            await send({"type": "http.response.body", "body": b"no token"})
+            return
+        await app(scope, receive, send)
+
+    return guarded
+
+
 def main() -> None:
     kind, transport = sys.argv[1], sys.argv[2]
-    server = {"kit": kit, "paged": paged, "badschema": badschema}[kind]()
+    make = {"kit": kit, "guarded": kit, "paged": paged, "badschema": badschema}[kind]
+    server = make()
     if transport == "stdio":
         if isinstance(server, MCPServer):
             server.run("stdio")
@@ -159,6 +174,8 @@ def main() -> None:
 
     port = int(sys.argv[3])
     app = server.streamable_http_app()
+    if kind == "guarded":
+        app = require_token(app)
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
 
 

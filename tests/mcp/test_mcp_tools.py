@@ -3,6 +3,7 @@ argument schemas, results, server errors, crashes, hangs, sessions, annotations.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -205,6 +206,22 @@ async def test_a_server_that_cannot_start_is_a_configuration_error_before_anythi
     assert not store.exists() or RunStore(store).list_runs() == []
 
 
+async def test_headers_go_with_every_request_to_an_http_server() -> None:
+    with http_server("guarded") as (url, _):
+        refused = MCPClient.http("kit", url, connect_timeout_s=60)
+        with anyio.fail_after(RUN_BOUND_S), pytest.raises(MCPConnectError) as info:
+            await refused.tools()
+        assert "MCP server 'kit'" in str(info.value)
+        client = MCPClient.http("kit", url, headers={"X-Token": "let-me-in"})
+        registry = await kit_registry(client)
+        assert "let-me-in" not in repr(client)  # headers may be credentials: never shown
+        with anyio.fail_after(RUN_BOUND_S):
+            result = await dagagent.execute(
+                plan({"id": "w", "tool": "weather", "args": {"city": "Oslo"}}), registry
+            )
+    assert result.ok and result.tasks["w"].output["city"] == "Oslo"
+
+
 async def test_a_command_that_is_not_there_is_a_configuration_error() -> None:
     client = MCPClient.stdio("ghost", "dagagent-no-such-mcp-server")
     with anyio.fail_after(RUN_BOUND_S), pytest.raises(MCPConnectError) as info:
@@ -381,3 +398,34 @@ async def test_the_dask_executor_calls_mcp_tools_on_the_driver() -> None:
 
 def _increment(x: int) -> int:
     return x + 1
+
+
+async def test_streamed_planning_runs_read_only_tools_at_once_and_holds_the_rest() -> None:
+    from dagagent.events import TaskParsed
+    from dagagent.llm import ScriptedLLM
+    from dagagent.planners import LLMPlanner
+    from dagagent.planners.streaming import plan_and_execute_streamed
+
+    client = stdio_client("kit")
+    registry = await kit_registry(client)
+    answer = {
+        "goal": "g",
+        "tasks": [
+            {"id": "s", "tool": "shout", "args": {"text": "oslo"}},
+            {"id": "w", "tool": "weather", "args": {"city": "Oslo"}},
+        ],
+    }
+    llm = ScriptedLLM([json.dumps(answer)], chunk_size=8)
+    parsed: list[Any] = []
+    with anyio.fail_after(RUN_BOUND_S):
+        round_ = await plan_and_execute_streamed(
+            LLMPlanner(llm, registry),
+            "g",
+            registry,
+            listeners=[lambda e: parsed.append(e) if isinstance(e, TaskParsed) else None],
+        )
+    assert round_.result.ok, round_.result.tasks
+    # unannotated: side effects, so it waits for the whole plan; read-only runs at once
+    assert [(e.task_id, e.held) for e in parsed] == [("s", True), ("w", False)]
+    assert round_.result.tasks["s"].output == "OSLO"
+    assert not client.is_open
