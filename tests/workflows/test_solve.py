@@ -427,3 +427,16 @@ async def test_a_solve_that_failed_is_recorded_with_its_reason(world: World, tmp
         record = st.get_solve(solution.solve_id)
     assert record.status == "failed" and "no valid plan" in record.reason
     assert [(r.round, r.run_id, r.outcome) for r in record.rounds] == [(1, None, "failed")]
+
+
+async def test_a_joiner_model_that_fails_ends_the_solve_as_failed(world: World):
+    from dagagent.errors import LLMServerError
+
+    llm = ScriptedLLM([plan(PARIS), LLMServerError("503 after every retry")])
+    solution = await dagagent.solve(GOAL, world.registry, llm, stream=False)
+    assert solution.status is SolveStatus.FAILED
+    assert isinstance(solution.error, LLMServerError)
+    assert "the joiner's model could not be used: 503 after every retry" in solution.reason
+    (rnd,) = solution.rounds
+    assert rnd.result is not None and rnd.result.ok and rnd.outcome == "failed"
+    assert world.calls["get_weather Paris"] == 1
