@@ -11,7 +11,7 @@ import importlib
 from ._app import app, main
 
 # Each command module registers its commands on ``app`` when imported.
-_COMMAND_MODULES = ("run", "runs", "replan", "plan", "ask", "tools")
+_COMMAND_MODULES = ("run", "runs", "replan", "plan", "ask", "tools", "view")
 
 for _name in _COMMAND_MODULES:
     importlib.import_module(f"{__name__}.{_name}")

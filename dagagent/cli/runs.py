@@ -137,6 +137,12 @@ def show_cmd(
     last: LastOpt = False,
     store: StoreOpt = None,
     json_out: bool = typer.Option(False, "--json", help="Print the record as JSON."),
+    timeline: bool = typer.Option(
+        False,
+        "--timeline",
+        help="Print the run's timeline instead: one bar per task from start to end, the "
+        "waits before them and the critical path.",
+    ),
 ) -> None:
     """Show a recorded run: each task's status, duration, attempts, output or error, and the
     critical path."""
@@ -144,6 +150,15 @@ def show_cmd(
         record = find_run(st, run, last)
         solve = st.solve_of_run(record.run_id)
     cp_s, cp = record.measured_critical_path()
+    if timeline:
+        from ..ui import build_view, timeline_text
+
+        out.print(
+            timeline_text(build_view(record), width=max(60, out.width)),
+            markup=False,
+            highlight=False,
+        )
+        return
     if json_out:
         doc = record.to_json_dict()
         doc["critical_path"], doc["critical_path_s"] = cp, cp_s

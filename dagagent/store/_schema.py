@@ -104,7 +104,19 @@ def _refuse_foreign(conn: sqlite3.Connection, path: Path) -> None:
         )
 
 
-def connect(path: Path) -> sqlite3.Connection:
+def connect(path: Path, *, read_only: bool = False) -> sqlite3.Connection:
+    """A connection to the store file (``read_only``: one that cannot write to it)."""
+    if read_only:
+        uri = path.resolve().as_uri() + "?mode=ro"
+        conn = sqlite3.connect(
+            uri, uri=True, timeout=10.0, isolation_level=None, check_same_thread=False
+        )
+        try:
+            conn.execute("PRAGMA user_version").fetchone()
+        except sqlite3.DatabaseError as exc:
+            conn.close()
+            raise StoreError(f"{path} is not a dagagent run store: {exc}") from None
+        return conn
     conn = sqlite3.connect(str(path), timeout=10.0, isolation_level=None, check_same_thread=False)
     try:
         if int(conn.execute("PRAGMA user_version").fetchone()[0]) == 0:

@@ -57,9 +57,11 @@ class RunStore(SolveQueries):
 
     ``RunStore(path)`` opens (and creates, or migrates forward) the store; ``path=None`` uses
     :func:`default_store_path`. With ``create=False`` a missing file is a :class:`StoreError`
-    (for commands that only read). ``context`` (JSON-able values) is recorded with every run
-    recorded through this object; never put secrets in it. Use it as a context manager or
-    call :meth:`close`.
+    (for commands that only read). ``read_only=True`` opens an existing store so that nothing
+    can be written to it (the viewer): it is neither created nor migrated, and a store of
+    another schema version is a :class:`StoreError`. ``context`` (JSON-able values) is
+    recorded with every run recorded through this object; never put secrets in it. Use it as
+    a context manager or call :meth:`close`.
     """
 
     def __init__(
@@ -69,16 +71,24 @@ class RunStore(SolveQueries):
         create: bool = True,
         migrations: Sequence[Sequence[Migration]] | None = None,
         context: Mapping[str, Any] | None = None,
+        read_only: bool = False,
     ) -> None:
         self.path = default_store_path(path)
         self.context: dict[str, Any] = dict(context or {})
-        if not create and not self.path.is_file():
+        self.read_only = read_only
+        self._conn: sqlite3.Connection | None = None
+        if (read_only or not create) and not self.path.is_file():
             raise StoreError(
                 f"no run store at {self.path}: nothing has been recorded there yet "
                 "(runs are recorded by 'dagagent run'; see --store and DAGAGENT_HOME)"
             )
         if self.path.is_dir():
             raise StoreError(f"run store path {self.path} is a directory, not a file")
+        if read_only:
+            self.schema_version = len(MIGRATIONS if migrations is None else migrations)
+            self._conn = self._open_read_only(self.schema_version)
+            self._lock = threading.Lock()
+            return
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -96,8 +106,29 @@ class RunStore(SolveQueries):
         except BaseException:
             conn.close()
             raise
-        self._conn: sqlite3.Connection | None = conn
+        self._conn = conn
         self._lock = threading.Lock()
+
+    def _open_read_only(self, target: int) -> sqlite3.Connection:
+        try:
+            conn = connect(self.path, read_only=True)
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open run store {self.path}: {exc}") from None
+        version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+        if version != target:
+            conn.close()
+            if version == 0:
+                raise StoreError(f"{self.path} is not a dagagent run store")
+            if version > target:
+                raise StoreError(
+                    f"{self.path} has run store schema version {version}; this dagagent reads "
+                    f"up to version {target}: upgrade dagagent to use it"
+                )
+            raise StoreError(
+                f"{self.path} has the older run store schema version {version}; open it once "
+                f"with a command that may upgrade it (dagagent runs --store {self.path})"
+            )
+        return conn
 
     # -- lifecycle --------------------------------------------------------------------------
 

@@ -1,0 +1,221 @@
+"""The web app: a Starlette application over a run store, opened read-only.
+
+Routes (all ``GET``; no endpoint writes, and the store connection cannot)::
+
+    /                               runs, newest first (?status=, ?limit=)
+    /runs/{run}                     one run (?status=, ?level=, ?page= for its task table)
+    /runs/{run}/live                the part of the run page a running run refreshes
+    /runs/{run}/tasks/{task}        one task's panel
+    /static/app.css, /static/app.js the viewer's only stylesheet and script
+
+Why Starlette and uvicorn: a small ASGI toolkit with explicit routing (this table is the
+whole app), no framework magic, and both are widely used and well kept.
+
+Every response carries a Content-Security-Policy that allows only the app's own script and
+stylesheet, so even a value that escaped escaping could not run. Served on a loopback
+address, requests must name a loopback host (a page elsewhere cannot reach the viewer
+through DNS rebinding).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from ..errors import StoreError
+from ..store import RunRecord, RunStore, RunSummary
+from .render import STATIC, Page, render_panel, render_run, render_runs
+from .view import STATUSES, build_view
+
+__all__ = ["LOOPBACK_HOSTS", "answers_of", "create_app", "related_runs"]
+
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
+
+_HEADERS = [
+    (
+        b"content-security-policy",
+        b"default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+        b"connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+    ),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"no-referrer"),
+    (b"cache-control", b"no-store"),
+]
+
+
+class _SecurityHeaders:
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = list(message.get("headers", [])) + _HEADERS
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
+
+
+def answers_of(store: RunStore, run_ids: list[str]) -> dict[str, Any]:
+    """The answer a solve gave in each of these runs (the run it answered from)."""
+    solve_of = getattr(store, "solve_of_run", None)
+    if solve_of is None:
+        return {}
+    out: dict[str, Any] = {}
+    for run_id in run_ids:
+        solve = solve_of(run_id)
+        answer = getattr(solve, "answer", None)
+        if solve is not None and getattr(solve, "run_id", None) == run_id and answer is not None:
+            out[run_id] = answer
+    return out
+
+
+def related_runs(
+    store: RunStore, record: RunRecord, limit: int = 500
+) -> tuple[RunRecord | None, list[RunSummary]]:
+    """The run ``record`` replans (if still in the store) and the runs that replan it."""
+    parent = None
+    if record.parent_id is not None:
+        with contextlib.suppress(StoreError):
+            parent = store.get_run(record.parent_id)
+    children = [r for r in store.list_runs(limit) if r.parent_id == record.id]
+    return parent, children
+
+
+def _int(q: Mapping[str, str], name: str, default: int | None) -> int | None:
+    raw = q.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise HTTPException(400, f"{name} must be a number") from None
+
+
+def _status(q: Mapping[str, str]) -> str | None:
+    s = q.get("status") or None
+    if s is not None and s not in (*STATUSES, "running", "interrupted"):
+        raise HTTPException(400, "unknown status")
+    return s
+
+
+def create_app(
+    store: str | Path | RunStore | None = None, *, loopback_only: bool = True
+) -> Starlette:
+    """The viewer over the store at ``store`` (default: the usual run store), opened
+    read-only. ``loopback_only``: answer only requests addressed to a loopback host."""
+    st = store if isinstance(store, RunStore) else RunStore(store, read_only=True)
+    page = Page(mode="app", store=str(st.path))
+
+    def get_run(run: str) -> RunRecord:
+        try:
+            return st.get_run(run)
+        except StoreError as exc:
+            raise HTTPException(404, str(exc)) from None
+
+    def runs_page(request: Request) -> Response:
+        limit = max(1, min(_int(request.query_params, "limit", 200) or 200, 5000))
+        runs = st.list_runs(limit)
+        status = request.query_params.get("status") or None
+        html = render_runs(
+            runs,
+            page=page,
+            status=status,
+            answers=answers_of(st, [r.id for r in runs]),
+            limit=limit,
+        )
+        return HTMLResponse(html)
+
+    def run_page(request: Request) -> Response:
+        record = get_run(request.path_params["run"])
+        parent, children = related_runs(st, record)
+        answer = answers_of(st, [record.id]).get(record.id)
+        q = request.query_params
+        html = render_run(
+            record,
+            page=page,
+            parent=parent,
+            children=children,
+            answer=answer,
+            status=_status(q),
+            level=_int(q, "level", None),
+            page_no=_int(q, "page", 1) or 1,
+        )
+        return HTMLResponse(html)
+
+    def live_part(request: Request) -> Response:
+        record = get_run(request.path_params["run"])
+        q = request.query_params
+        html = render_run(
+            record,
+            page=page,
+            status=_status(q),
+            level=_int(q, "level", None),
+            page_no=_int(q, "page", 1) or 1,
+            live_only=True,
+            now=time.time(),
+        )
+        return HTMLResponse(html, headers={"X-Run-Status": record.status})
+
+    def task_panel(request: Request) -> Response:
+        record = get_run(request.path_params["run"])
+        task_id = request.path_params["task"]
+        view = build_view(record)
+        if task_id not in view.graph.tasks:
+            raise HTTPException(404, f"run {record.id} has no task {task_id!r}")
+        return HTMLResponse(render_panel(view, task_id, page=page))
+
+    async def not_found(request: Request, exc: Exception) -> Response:
+        code = getattr(exc, "status_code", 500)
+        detail = getattr(exc, "detail", "error")
+        from html import escape
+
+        body = (
+            '<!doctype html><meta charset="utf-8"><title>dagagent</title>'
+            f'<link rel="stylesheet" href="/static/app.css"><main><h1>{code}</h1>'
+            f'<p>{escape(str(detail))}</p><p><a href="/">all runs</a></p></main>'
+        )
+        return HTMLResponse(body, status_code=code)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            if not isinstance(store, RunStore):
+                st.close()
+
+    middleware = [Middleware(_SecurityHeaders)]
+    if loopback_only:
+        middleware.append(Middleware(TrustedHostMiddleware, allowed_hosts=list(LOOPBACK_HOSTS)))
+    app = Starlette(
+        routes=[
+            Route("/", runs_page),
+            Route("/runs/{run}", run_page),
+            Route("/runs/{run}/live", live_part),
+            Route("/runs/{run}/tasks/{task:path}", task_panel),
+            Mount("/static", StaticFiles(directory=str(STATIC)), name="static"),
+        ],
+        middleware=middleware,
+        exception_handlers={HTTPException: not_found},
+        lifespan=lifespan,
+    )
+    app.state.store = st
+    return app

@@ -1,0 +1,290 @@
+"""Pages as HTML: Jinja2 templates with autoescape on, so every value from a plan, a tool or a
+model is escaped where it is shown. Nothing from a run is marked safe; the only text not
+escaped again is the viewer's own stylesheet and script, inlined into a report, and the task
+panels a report embeds, which the same autoescaping templates rendered.
+
+The same templates serve the web app (``mode="app"``: assets linked from ``/static``, task
+panels fetched from the server, the task table paged by the server) and a report
+(``mode="report"``: one file with the stylesheet, the script and every task panel inline, the
+task table paged by the script).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlencode
+
+from jinja2 import Environment, FileSystemLoader, StrictUndefined
+from markupsafe import Markup
+
+from ..results import jsonable
+from ..review import PlanDiff, diff_plans
+from ..store import RunRecord, RunSummary
+from .view import PAGE_SIZE, STATUSES, RunView, build_view, fmt_s, task_kind, task_what
+
+__all__ = ["Page", "render_panel", "render_report", "render_run", "render_runs"]
+
+HERE = Path(__file__).parent
+STATIC = HERE / "static"
+#: A value longer than this is cut in a report (the web app shows it whole).
+REPORT_VALUE_LIMIT = 200_000
+
+
+def _pretty(value: Any, limit: int | None = None) -> str:
+    """A value as readable text: a string as is, anything else as indented JSON."""
+    if isinstance(value, str):
+        text = value
+    else:
+        try:
+            text = json.dumps(jsonable(value), indent=2, ensure_ascii=False)
+        except (TypeError, ValueError):
+            text = repr(value)
+    if limit is not None and len(text) > limit:
+        text = text[:limit] + f"\n… ({len(text) - limit:,} more characters not in this report)"
+    return text
+
+
+def _when(ts: float | None) -> str:
+    if ts is None:
+        return "–"
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
+
+
+def _dur(s: float | None) -> str:
+    return "–" if s is None else fmt_s(s)
+
+
+def _preview(value: Any, n: int = 140) -> str:
+    text = " ".join(_pretty(value, n * 2).split())
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+def _env() -> Environment:
+    env = Environment(
+        loader=FileSystemLoader(str(HERE / "templates")),
+        autoescape=True,
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters.update(
+        pretty=_pretty,
+        when=_when,
+        dur=_dur,
+        preview=_preview,
+        q=lambda s: quote(str(s), safe=""),
+        num=lambda x: f"{x:.1f}",
+    )
+    env.globals.update(task_kind=task_kind, task_what=task_what, STATUSES=STATUSES)
+    return env
+
+
+_ENV = _env()
+
+
+def _asset(name: str) -> str:
+    text = (STATIC / name).read_text(encoding="utf-8")
+    # Inlined into <style>/<script>: our own files, which must never close the element early.
+    if "</" in text.lower().replace("<\\/", ""):
+        raise ValueError(f"static/{name} contains '</' and cannot be inlined")
+    return text
+
+
+@dataclass
+class Page:
+    """Where a page is: the app (``base`` is the URL prefix) or a report file."""
+
+    mode: str = "app"
+    store: str = ""
+    base: str = ""
+
+    @property
+    def report(self) -> bool:
+        return self.mode == "report"
+
+    def assets(self) -> dict[str, str]:
+        if not self.report:
+            return {}
+        return {"css": _asset("app.css"), "js": _asset("app.js")}
+
+
+def _common(page: Page) -> dict[str, Any]:
+    return {"page": page, "assets": page.assets(), "generated": _when(time.time())}
+
+
+def _chains(runs: Sequence[RunSummary]) -> list[tuple[RunSummary, int]]:
+    """Runs with replans right under the run they revise (depth = replans from the root)."""
+    by_id = {r.id: r for r in runs}
+    children: dict[str, list[RunSummary]] = {}
+    roots: list[RunSummary] = []
+    for r in runs:
+        if r.parent_id is not None and r.parent_id in by_id:
+            children.setdefault(r.parent_id, []).append(r)
+        else:
+            roots.append(r)
+    out: list[tuple[RunSummary, int]] = []
+    seen: set[str] = set()
+
+    def walk(r: RunSummary, depth: int) -> None:
+        if r.id in seen:
+            return
+        seen.add(r.id)
+        out.append((r, depth))
+        for c in sorted(children.get(r.id, []), key=lambda c: c.created):
+            walk(c, depth + 1)
+
+    for r in roots:
+        walk(r, 0)
+    for r in runs:  # a loop of parents (never made by dagagent, but a store is a file)
+        walk(r, 0)
+    return out
+
+
+def render_runs(
+    runs: Sequence[RunSummary],
+    *,
+    page: Page,
+    status: str | None = None,
+    answers: Mapping[str, Any] | None = None,
+    limit: int = 200,
+) -> str:
+    """The runs list (``status``: only runs of that status)."""
+    counts: dict[str, int] = {}
+    for r in runs:
+        counts[r.status] = counts.get(r.status, 0) + 1
+    shown = [r for r in runs if status is None or r.status == status]
+    rows = _chains(shown)
+    return _ENV.get_template("runs.html").render(
+        **_common(page),
+        rows=rows,
+        n_runs=len(runs),
+        counts=sorted(counts.items(), key=lambda kv: -kv[1]),
+        status=status,
+        answers=answers or {},
+        limit=limit,
+        now=time.time(),
+    )
+
+
+@dataclass
+class _TableQuery:
+    status: str | None = None
+    level: int | None = None
+    page: int = 1
+
+    def url(self, base: str, **change: Any) -> str:
+        q = {"status": self.status, "level": self.level, "page": self.page, **change}
+        q = {k: v for k, v in q.items() if v is not None and not (k == "page" and v == 1)}
+        return base + ("?" + urlencode(q) if q else "")
+
+
+def _run_context(
+    view: RunView,
+    *,
+    page: Page,
+    status: str | None,
+    level: int | None,
+    page_no: int,
+) -> dict[str, Any]:
+    record = view.record
+    ids = view.task_ids(status=status, level=level)
+    if page.report:
+        rows, pages, page_no = ids, max(1, -(-len(ids) // PAGE_SIZE)), 1
+    else:
+        pages = max(1, -(-len(ids) // PAGE_SIZE))
+        page_no = min(max(1, page_no), pages)
+        rows = ids[(page_no - 1) * PAGE_SIZE : page_no * PAGE_SIZE]
+    return {
+        "v": view,
+        "r": record,
+        "tasks": view.graph.tasks,
+        "rows": rows,
+        "n_rows": len(ids),
+        "pages": pages,
+        "page_no": page_no,
+        "tq": _TableQuery(status, level, page_no),
+        "run_url": f"{page.base}/runs/{record.id}",
+        "n_levels": len(view.graph.levels),
+    }
+
+
+def render_run(
+    record: RunRecord,
+    *,
+    page: Page,
+    parent: RunRecord | None = None,
+    children: Sequence[RunSummary] = (),
+    answer: Any = None,
+    status: str | None = None,
+    level: int | None = None,
+    page_no: int = 1,
+    live_only: bool = False,
+    now: float | None = None,
+) -> str:
+    """The run page (``live_only``: only the part a running run's page refreshes)."""
+    view = build_view(record, now=now if now is not None else time.time())
+    ctx = _run_context(view, page=page, status=status, level=level, page_no=page_no)
+    if live_only:
+        return _ENV.get_template("_live.html").render(**_common(page), **ctx)
+    diff: PlanDiff | None = None
+    parent_view: RunView | None = None
+    if parent is not None:
+        diff = diff_plans(parent.plan, record.plan)
+        parent_view = build_view(parent)
+    panels: list[tuple[str, Markup]] = []
+    if page.report:
+        # Rendered by the autoescaping panel template: HTML already, not text to escape again.
+        panels = [(t.id, Markup(render_panel(view, t.id, page=page))) for t in record.plan.tasks]
+    return _ENV.get_template("run.html").render(
+        **_common(page),
+        **ctx,
+        parent=parent,
+        parent_view=parent_view,
+        diff=diff,
+        reused=[t for t, s in view.status_of.items() if s == "reused"],
+        children=children,
+        answer=answer,
+        panels=panels,
+    )
+
+
+def render_panel(view: RunView, task_id: str, *, page: Page) -> str:
+    """The panel of one task: its definition, arguments, output or error, attempts, approval
+    decisions and agent steps."""
+    task = view.graph.tasks[task_id]
+    r = view.record.tasks.get(task_id)
+    return _ENV.get_template("_panel.html").render(
+        **_common(page),
+        v=view,
+        tid=task_id,
+        task=task,
+        res=r,
+        kind=task_kind(task),
+        status=view.status_of[task_id],
+        limit=REPORT_VALUE_LIMIT if page.report else None,
+        traceback=getattr(r, "traceback", None),
+        wait=view.waits.get(task_id),
+    )
+
+
+def render_report(
+    record: RunRecord,
+    *,
+    parent: RunRecord | None = None,
+    children: Sequence[RunSummary] = (),
+    answer: Any = None,
+    store: str = "",
+) -> str:
+    """The run page as one self-contained HTML file: no request leaves it."""
+    return render_run(
+        record,
+        page=Page(mode="report", store=store),
+        parent=parent,
+        children=children,
+        answer=answer,
+    )

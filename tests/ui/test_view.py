@@ -1,0 +1,125 @@
+"""What the viewer computes and serves, without a browser: the view of a run, the text
+timeline, the report, the limits that keep a 10,000-task run usable, the read-only store,
+and the app over real HTTP (security headers, escaping, no writes)."""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from dagagent.errors import StoreError
+from dagagent.store import RunStore
+from dagagent.ui import build_view, timeline_text
+from dagagent.ui.render import render_report
+from dagagent.ui.view import MAX_BARS, PAGE_SIZE
+from ui import runs as made
+from ui.conftest import Server, Store
+
+
+def test_the_view_lays_out_levels_and_marks_the_critical_path(store: Store) -> None:
+    with RunStore(store.path, read_only=True) as st:
+        view = build_view(st.get_run(store.finished))
+    assert view.critical == ["fetch", "rank", "report"]
+    xs = {n.id: n.x for n in view.dag.nodes}
+    assert xs["fetch"] == xs["parse"] == xs["hostile"] < xs["rank"] == xs["merge"] < xs["report"]
+    crit_edges = {(e.src, e.dst) for e in view.dag.edges if e.critical}
+    assert crit_edges == {("fetch", "rank"), ("rank", "report")}
+    bars = {b.task_id: b for b in view.timeline.bars}
+    # merge waited for parse only, not for the level (dataflow): it starts as parse ends.
+    assert bars["merge"].start == pytest.approx(bars["parse"].end, abs=0.05)
+    assert bars["rank"].duration_s == pytest.approx(0.6, abs=0.3)
+
+
+def test_show_timeline_prints_bars_in_start_order(store: Store) -> None:
+    with RunStore(store.path, read_only=True) as st:
+        text = timeline_text(build_view(st.get_run(store.finished)), width=90)
+    lines = text.splitlines()
+    rows = lines[1:-2]
+    assert len(rows) == 6
+    assert {r.split()[0] for r in rows[:3]} == {"fetch", "parse", "hostile"}
+    assert all(len(ln) <= 90 for ln in lines)
+    rank = next(r for r in rows if r.startswith("rank"))
+    fetch = next(r for r in rows if r.startswith("fetch"))
+    assert rank.split()[1] == "*" and fetch.index("█") < rank.index("█")
+    assert fetch.rindex("█") <= rank.index("█")
+    assert "critical path" in lines[-2]
+
+
+def test_the_report_is_one_file_with_hostile_text_escaped(store: Store) -> None:
+    with RunStore(store.path, read_only=True) as st:
+        html = render_report(st.get_run(store.finished))
+    assert made.XSS not in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    assert 'src="' not in html and "<link" not in html  # nothing loaded from elsewhere
+    assert html.count("<script>") == 1 and html.count("<style>") == 1
+
+
+def test_a_read_only_store_cannot_be_written(store: Store, tmp_path: Path) -> None:
+    with RunStore(store.path, read_only=True) as st:
+        with pytest.raises(StoreError):
+            st._query("DELETE FROM runs")
+        assert st.exists(store.finished)
+    with pytest.raises(StoreError, match="no run store"):
+        RunStore(tmp_path / "missing.db", read_only=True)
+    assert not (tmp_path / "missing.db").exists()
+    other = tmp_path / "other.db"
+    sqlite3.connect(other).execute("CREATE TABLE x (y)").connection.commit()
+    with pytest.raises(StoreError, match="not a dagagent run store"):
+        RunStore(other, read_only=True)
+
+
+def test_the_app_serves_escaped_pages_with_a_strict_policy_and_writes_nothing(
+    server: Server, store: Store
+) -> None:
+    before = store.path.stat().st_mtime_ns, store.path.with_name("runs.db-wal").stat().st_size
+    with httpx.Client(base_url=server.url) as client:
+        r = client.get("/")
+        assert r.status_code == 200
+        assert "script-src 'self'" in r.headers["content-security-policy"]
+        assert made.XSS not in r.text and "&lt;script&gt;alert(1)" in r.text
+        page = client.get(f"/runs/{store.finished}")
+        assert page.status_code == 200 and made.XSS not in page.text
+        panel = client.get(f"/runs/{store.finished}/tasks/hostile")
+        assert panel.status_code == 200 and made.XSS not in panel.text
+        assert client.get(f"/runs/{store.finished}/tasks/nope").status_code == 404
+        missing = client.get("/runs/abcdef")
+        assert missing.status_code == 404 and "no run" in missing.text
+        assert client.get("/runs/%3Cscript%3E").status_code == 404
+        for method in ("POST", "PUT", "DELETE", "PATCH"):
+            assert client.request(method, f"/runs/{store.finished}").status_code == 405
+        # DNS rebinding: a request naming another host is refused.
+        assert client.get("/", headers={"host": "evil.example"}).status_code == 400
+        assert client.get("/static/app.js").status_code == 200
+    after = store.path.stat().st_mtime_ns, store.path.with_name("runs.db-wal").stat().st_size
+    assert before == after
+
+
+def test_a_10000_task_run_stays_usable(tmp_path: Path) -> None:
+    path = tmp_path / "runs.db"
+    run_id = made.record_big(path)
+    with Server(path) as server, httpx.Client(base_url=server.url, timeout=60) as client:
+        started = time.perf_counter()
+        r = client.get(f"/runs/{run_id}")
+        took = time.perf_counter() - started
+        assert r.status_code == 200
+        html = r.text
+        # Bounded: the DAG is one box per level, the timeline capped, the table paged.
+        assert html.count('class="level-box"') == 20
+        assert html.count('class="node ') == 0
+        assert html.count('<g class="bar ') == MAX_BARS
+        assert html.count('class="task-row') == PAGE_SIZE
+        assert len(html) < 1_000_000, len(html)
+        print(f"10,000-task run page: {len(html):,} bytes in {took:.2f} s")
+        assert took < 20, took  # seconds, on a busy CI machine; about 1 s idle
+        level = client.get(f"/runs/{run_id}?level=3&status=succeeded&page=2")
+        assert level.status_code == 200
+        levels = re.findall(r'class="task-row[^>]*data-level="(\d+)"', level.text)
+        assert levels == ["3"] * PAGE_SIZE
+        assert "page 2 of 5" in level.text
+        panel = client.get(f"/runs/{run_id}/tasks/t19_499")
+        assert panel.status_code == 200 and "t18_" in panel.text
