@@ -115,12 +115,12 @@ def report_cmd(
     with RunStore(store, read_only=True) as st:
         record = find_run(st, run, last)
         parent, children = ui_app.related_runs(st, record)
-        answer = ui_app.answers_of(st, [record.id]).get(record.id)
+        answer = ui_app.answers_of(st, [record.run_id]).get(record.run_id)
         path = st.path
     html = render.render_report(
         record, parent=parent, children=children, answer=answer, store=str(path)
     )
-    target = out_file if out_file is not None else Path(f"run-{record.id}.html")
+    target = out_file if out_file is not None else Path(f"run-{record.run_id}.html")
     try:
         target.write_text(html, encoding="utf-8")
     except OSError as exc:

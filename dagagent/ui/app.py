@@ -95,7 +95,7 @@ def related_runs(
     if record.parent_id is not None:
         with contextlib.suppress(StoreError):
             parent = store.get_run(record.parent_id)
-    children = [r for r in store.list_runs(limit) if r.parent_id == record.id]
+    children = [r for r in store.list_runs(limit) if r.parent_id == record.run_id]
     return parent, children
 
 
@@ -138,7 +138,7 @@ def create_app(
             runs,
             page=page,
             status=status,
-            answers=answers_of(st, [r.id for r in runs]),
+            answers=answers_of(st, [r.run_id for r in runs]),
             limit=limit,
         )
         return HTMLResponse(html)
@@ -146,7 +146,7 @@ def create_app(
     def run_page(request: Request) -> Response:
         record = get_run(request.path_params["run"])
         parent, children = related_runs(st, record)
-        answer = answers_of(st, [record.id]).get(record.id)
+        answer = answers_of(st, [record.run_id]).get(record.run_id)
         q = request.query_params
         html = render_run(
             record,
@@ -172,14 +172,14 @@ def create_app(
             live_only=True,
             now=time.time(),
         )
-        return HTMLResponse(html, headers={"X-Run-Status": record.status})
+        return HTMLResponse(html, headers={"X-Run-Status": str(record.status)})
 
     def task_panel(request: Request) -> Response:
         record = get_run(request.path_params["run"])
         task_id = request.path_params["task"]
         view = build_view(record)
         if task_id not in view.graph.tasks:
-            raise HTTPException(404, f"run {record.id} has no task {task_id!r}")
+            raise HTTPException(404, f"run {record.run_id} has no task {task_id!r}")
         return HTMLResponse(render_panel(view, task_id, page=page))
 
     async def not_found(request: Request, exc: Exception) -> Response:

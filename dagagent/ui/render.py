@@ -119,7 +119,7 @@ def _common(page: Page) -> dict[str, Any]:
 
 def _chains(runs: Sequence[RunSummary]) -> list[tuple[RunSummary, int]]:
     """Runs with replans right under the run they revise (depth = replans from the root)."""
-    by_id = {r.id: r for r in runs}
+    by_id = {r.run_id: r for r in runs}
     children: dict[str, list[RunSummary]] = {}
     roots: list[RunSummary] = []
     for r in runs:
@@ -131,11 +131,11 @@ def _chains(runs: Sequence[RunSummary]) -> list[tuple[RunSummary, int]]:
     seen: set[str] = set()
 
     def walk(r: RunSummary, depth: int) -> None:
-        if r.id in seen:
+        if r.run_id in seen:
             return
-        seen.add(r.id)
+        seen.add(r.run_id)
         out.append((r, depth))
-        for c in sorted(children.get(r.id, []), key=lambda c: c.created):
+        for c in sorted(children.get(r.run_id, []), key=lambda c: c.created):
             walk(c, depth + 1)
 
     for r in roots:
@@ -208,7 +208,7 @@ def _run_context(
         "pages": pages,
         "page_no": page_no,
         "tq": _TableQuery(status, level, page_no),
-        "run_url": f"{page.base}/runs/{record.id}",
+        "run_url": f"{page.base}/runs/{record.run_id}",
         "n_levels": len(view.graph.levels),
     }
 
