@@ -75,15 +75,11 @@ class _SecurityHeaders:
 
 def answers_of(store: RunStore, run_ids: list[str]) -> dict[str, Any]:
     """The answer a solve gave in each of these runs (the run it answered from)."""
-    solve_of = getattr(store, "solve_of_run", None)
-    if solve_of is None:
-        return {}
     out: dict[str, Any] = {}
     for run_id in run_ids:
-        solve = solve_of(run_id)
-        answer = getattr(solve, "answer", None)
-        if solve is not None and getattr(solve, "run_id", None) == run_id and answer is not None:
-            out[run_id] = answer
+        solve = store.solve_of_run(run_id)
+        if solve is not None and solve.run_id == run_id and solve.answer is not None:
+            out[run_id] = solve.answer
     return out
 
 

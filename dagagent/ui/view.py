@@ -288,7 +288,7 @@ def _collapsed_dag(levels: list[list[str]], status_of: Mapping[str, str]) -> Dag
     box_h = 64.0
     gap = 18.0
     boxes: list[LevelBox] = []
-    per_row = 8
+    per_row = 5
     for li, level in enumerate(levels):
         row, col = divmod(li, per_row)
         x = PAD + col * (NODE_W + COL_GAP)

@@ -13,9 +13,11 @@ import httpx
 import pytest
 
 from dagagent.errors import StoreError
-from dagagent.store import RunStore
+from dagagent.plan import Plan
+from dagagent.results import AgentStep, CallDecision, CallRecord, TaskResult, TaskStatus
+from dagagent.store import RunRecord, RunStore
 from dagagent.ui import build_view, timeline_text
-from dagagent.ui.render import render_report
+from dagagent.ui.render import Page, render_panel, render_report
 from dagagent.ui.view import MAX_BARS, PAGE_SIZE
 from ui import runs as made
 from ui.conftest import Server, Store
@@ -123,3 +125,73 @@ def test_a_10000_task_run_stays_usable(tmp_path: Path) -> None:
         assert "page 2 of 5" in level.text
         panel = client.get(f"/runs/{run_id}/tasks/t19_499")
         assert panel.status_code == 200 and "t18_" in panel.text
+
+
+def test_the_runs_list_shows_a_solves_answer_as_text(tmp_path: Path) -> None:
+    path = tmp_path / "runs.db"
+    run_id = made.record_finished(path)
+    with RunStore(path) as st:
+        st.start_solve("abcdef012345", "a goal")
+        st.record_round("abcdef012345", 1, run_id=run_id, outcome="answered")
+        st.finish_solve(
+            "abcdef012345", status="answered", answer=f"It is {made.XSS}", run_id=run_id
+        )
+    with Server(path) as server, httpx.Client(base_url=server.url) as client:
+        runs = client.get("/").text
+        page = client.get(f"/runs/{run_id}").text
+    assert "It is &lt;script&gt;alert(1)&lt;/script&gt;" in runs
+    assert 'class="answer card"' in page and "It is &lt;script&gt;" in page
+    assert made.XSS not in runs + page
+
+
+def test_an_agent_tasks_steps_and_decisions_are_shown_escaped() -> None:
+    plan = Plan.model_validate(
+        {"goal": "g", "tasks": [{"id": "note", "instruction": f"Write {made.XSS}"}]}
+    )
+    step = AgentStep(
+        step=1,
+        thought=f"think {made.XSS}",
+        calls=[CallRecord(id="c1", tool="search", args={"q": made.XSS}, observation=made.XSS)],
+    )
+    answer = AgentStep(step=2, answer=f"done {made.XSS}")
+    decision = CallDecision(
+        tool="search",
+        decision="deny",
+        decided_by=made.XSS,
+        reason=made.XSS,
+        at=2.0,
+        source="agent",
+    )
+    result = TaskResult(
+        task_id="note",
+        status=TaskStatus.FAILED,
+        error=f"stopped {made.XSS}",
+        error_type="AgentStoppedError",
+        attempts=1,
+        started_at=1.0,
+        finished_at=3.0,
+        steps=[step, answer],
+        decisions=[decision],
+    )
+    record = RunRecord(
+        run_id="abcdef012345",
+        parent_id=None,
+        created=1.0,
+        goal=made.XSS,
+        status="failed",
+        executor="levels",
+        started_at=1.0,
+        finished_at=3.0,
+        critical_path=[],
+        critical_path_s=None,
+        plan=plan,
+        tasks={"note": result},
+    )
+    html = render_panel(build_view(record), "note", page=Page())
+    assert made.XSS not in html
+    for text in ("think &lt;script&gt;", "done &lt;script&gt;", "stopped &lt;script&gt;"):
+        assert text in html
+    assert html.count('class="step"') == 2 and 'class="call"' in html
+    assert "d-deny" in html and "AgentStoppedError" in html
+    report = render_report(record)
+    assert made.XSS not in report and report.count('class="panel-src"') == 1
