@@ -191,11 +191,13 @@ def test_a_running_run_updates_without_reloading(page: Any, tmp_path: Path) -> N
 
 
 def _recorded(path: Path, task: str) -> bool:
-    with RunStore(path, read_only=True) as st:
-        try:
+    # The recorder creates the file before it writes the schema: until then a reader sees a
+    # file that is not (yet) a run store.
+    try:
+        with RunStore(path, read_only=True) as st:
             return task in st.last_run().tasks
-        except dagagent.errors.StoreError:
-            return False
+    except dagagent.errors.StoreError:
+        return False
 
 
 def test_the_report_opens_from_a_file_with_everything_inline(
