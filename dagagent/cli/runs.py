@@ -218,7 +218,11 @@ def _show_solve(solve: SolveRecord, run_id: str) -> None:
     """The round this run was, the joiner's decision about it and, for the run the answer
     came from, the answer in full (untrusted text: control characters escaped, no markup)."""
     rnd = solve.round_of(run_id)
-    where = f"round {rnd.round} of solve {solve.id}" if rnd is not None else f"solve {solve.id}"
+    where = (
+        f"round {rnd.round} of solve {solve.solve_id}"
+        if rnd is not None
+        else f"solve {solve.solve_id}"
+    )
     out.print(f"{where} ({solve.status})", markup=False, highlight=False)
     decision = rnd.decision if rnd is not None else None
     if rnd is not None and decision is not None and decision.get("action") == "replan":

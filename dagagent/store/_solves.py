@@ -138,7 +138,7 @@ class SolveQueries:
                 for x in rounds
             ]
         return SolveRecord(
-            id=r[0],
+            solve_id=r[0],
             goal=r[1],
             created=r[2],
             status=status,

@@ -165,7 +165,7 @@ class SolveRecord(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    id: str
+    solve_id: str
     goal: str
     created: float
     status: str
@@ -177,13 +177,19 @@ class SolveRecord(BaseModel):
     finished_at: float | None = None
     rounds: list[RoundRecord] = Field(default_factory=list)
 
+    @property
+    def id(self) -> str:
+        """Deprecated: ``solve_id``, as runs say ``run_id``."""
+        _renamed("SolveRecord.id", "SolveRecord.solve_id")
+        return self.solve_id
+
     def round_of(self, run_id: str) -> RoundRecord | None:
         """The round whose run is ``run_id``."""
         return next((r for r in self.rounds if r.run_id == run_id), None)
 
     def to_json_dict(self) -> dict[str, Any]:
         return {
-            "solve_id": self.id,
+            "solve_id": self.solve_id,
             "goal": self.goal,
             "created": self.created,
             "status": self.status,
