@@ -30,9 +30,15 @@ The tree::
     ├── JoinerError                   the joiner gave no usable decision (``.attempts``)
     ├── SolveError                    ``Solution.raise_for_status()``: gave up or failed
     ├── AgentError                    the ReAct agent cannot run (no llm, bad config)
+    │   ├── AgentStoppedError         an agent task stopped without an answer (``.steps``)
+    │   └── ReActFormatError          a reply in none of the ReAct shapes (also a ValueError)
     ├── StoreError                    the run store cannot be used / run not found
     └── ConfigError                   bad option value (executor name, model spec, ...)
         └── MCPConnectError           an MCP server cannot be started, reached or listed
+
+    AssertionError
+    └── ScriptError                   a ScriptedLLM was called more or fewer times than
+                                      scripted (a failed test, not a dagagent error)
 
 Messages always name the task (when there is one) and the problem. The CLI maps
 ``PlanError`` / ``ConfigError`` / ``ToolError`` to exit code 2, a failed run to 1 and
@@ -41,10 +47,15 @@ Messages always name the task (when there is one) and the problem. The CLI maps
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+if TYPE_CHECKING:  # for annotations only: results is a data module that imports this one
+    from dagagent.results import AgentStep
 
 __all__ = [
     "AgentError",
+    "AgentStoppedError",
     "ConfigError",
     "DagagentError",
     "Issue",
@@ -64,8 +75,10 @@ __all__ = [
     "PlanLoadError",
     "PlanValidationError",
     "PlanningError",
+    "ReActFormatError",
     "ReferenceResolutionError",
     "RunFailedError",
+    "ScriptError",
     "SolveError",
     "StoreError",
     "TaskDeniedError",
@@ -239,6 +252,35 @@ class AgentError(DagagentError):
     """The ReAct agent cannot run as configured."""
 
 
+class AgentStoppedError(AgentError):
+    """An agent task's run stopped without an answer. ``stop_reason`` and ``detail`` say
+    why, ``steps`` how far it got (the agent's steps, oldest first) and ``result`` is the
+    agent's whole result (:class:`dagagent.agent.AgentResult`)."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        task_id: str,
+        stop_reason: str,
+        detail: str | None = None,
+        steps: Sequence[AgentStep] = (),
+        result: Any = None,
+    ) -> None:
+        self.task_id = task_id
+        self.stop_reason = stop_reason
+        self.detail = detail
+        self.steps: list[AgentStep] = list(steps)
+        self.result = result
+        super().__init__(message)
+
+
+class ReActFormatError(AgentError, ValueError):
+    """A model's reply follows none of the ReAct shapes; the message says what is missing.
+    The agent shows it to the model and asks again (a ``ValueError`` too, as it always was).
+    """
+
+
 class StoreError(DagagentError):
     """The run store cannot be used, or a run id is invalid or unknown."""
 
@@ -265,3 +307,8 @@ class MCPToolError(TaskError):
 class MCPServerLostError(TaskError):
     """The MCP server died or closed the connection while a call was running, or a tool of
     a server that is not connected was called."""
+
+
+class ScriptError(AssertionError):
+    """The code under test called a :class:`~dagagent.llm.ScriptedLLM` more or fewer times
+    than scripted. An ``AssertionError``, as it reports a failed test."""

@@ -25,7 +25,7 @@ import json
 from contextlib import aclosing
 from typing import Any, cast
 
-from dagagent.errors import AgentError
+from dagagent.errors import AgentError, AgentStoppedError
 from dagagent.events import get_logger
 from dagagent.llm import LLM
 from dagagent.results import AgentStep, jsonable
@@ -39,29 +39,22 @@ from .state import AgentResult, Mode
 __all__ = ["AgentStoppedError", "make_agent_runner", "run_agent_node"]
 
 
-class AgentStoppedError(AgentError):
-    """An agent task's run stopped without an answer. ``stop_reason``, ``detail`` and the
-    ``steps`` say how far it got."""
-
-    task_id: str
-    stop_reason: str
-    detail: str | None
-    steps: list[AgentStep]
-    result: AgentResult
-
-    def __init__(self, task_id: str, result: AgentResult) -> None:
-        self.task_id = task_id
-        self.stop_reason = result.stop_reason
-        self.detail = result.detail
-        self.steps = list(result.steps)
-        self.result = result
-        n = len(result.steps)
-        summary = _summary(self.steps[-3:])
-        super().__init__(
-            f"agent task {task_id!r} stopped without an answer ({result.stop_reason}): "
-            f"{result.detail}; {n} step{'s' if n != 1 else ''}, "
-            f"{result.usage.total_tokens} tokens" + (f"; last steps: {summary}" if summary else "")
-        )
+def _stopped(task_id: str, result: AgentResult) -> AgentStoppedError:
+    """The error for an agent run that stopped without an answer: the stop reason, and a
+    summary of the last steps."""
+    steps = list(result.steps)
+    n = len(steps)
+    summary = _summary(steps[-3:])
+    return AgentStoppedError(
+        f"agent task {task_id!r} stopped without an answer ({result.stop_reason}): "
+        f"{result.detail}; {n} step{'s' if n != 1 else ''}, "
+        f"{result.usage.total_tokens} tokens" + (f"; last steps: {summary}" if summary else ""),
+        task_id=task_id,
+        stop_reason=result.stop_reason,
+        detail=result.detail,
+        steps=steps,
+        result=result,
+    )
 
 
 def _summary(steps: list[AgentStep]) -> str:
@@ -129,7 +122,7 @@ def make_agent_runner(
             assert agent.result is not None
             result = agent.result
         if not result.ok:
-            raise AgentStoppedError(node.task.id, result)
+            raise _stopped(node.task.id, result)
         return result.answer, list(result.steps)
 
     return run

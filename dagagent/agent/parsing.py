@@ -27,6 +27,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from dagagent.errors import ReActFormatError
 from dagagent.text import shorten
 
 __all__ = ["ReActFormatError", "ReActReply", "cut_observation", "parse_input", "parse_react"]
@@ -46,10 +47,6 @@ _FENCE_OPEN_RE = re.compile(r"```[\w+-]*[ \t]*\n?")
 _PY_CONSTANT_RE = re.compile(r"\b(?:True|False|None)\b")
 _NAME_STRIP = " \t\r\n`'\"*"
 _DECODER = json.JSONDecoder()
-
-
-class ReActFormatError(ValueError):
-    """A reply that follows none of the ReAct shapes; the message says what is missing."""
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 import anyio
 import httpx
 
+from dagagent.errors import ScriptError
 from dagagent.llm import wire
 from dagagent.llm.anthropic import AnthropicChat
 from dagagent.llm.openai import OpenAIChat
@@ -69,10 +70,6 @@ when the request streams), an ``httpx.Response`` (sent as is: any status, header
 body), a str or LLMResponse (converted to the provider's body), an exception (raised by
 the transport: ``httpx.ConnectError(...)`` acts like a dead server), or a callable
 ``(request_json) -> any of those``."""
-
-
-class ScriptError(AssertionError):
-    """The code under test called the scripted model more or fewer times than scripted."""
 
 
 class ScriptedLLM(RequestLLM):
