@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ..errors import ConfigError
 from ..graph import PlanGraph
 from ..plan import Task
 
@@ -131,11 +130,11 @@ def to_ascii(graph: PlanGraph, statuses: Mapping[str, str] | None = None) -> str
 
 
 def render_graph(graph: PlanGraph, fmt: str, statuses: Mapping[str, str] | None = None) -> str:
-    """``fmt``: one of :data:`FORMATS` (else :class:`~dagagent.errors.ConfigError`)."""
+    """``fmt``: one of :data:`FORMATS`."""
     if fmt == "mermaid":
         return to_mermaid(graph, statuses)
     if fmt == "dot":
         return to_dot(graph, statuses)
     if fmt == "ascii":
         return to_ascii(graph, statuses)
-    raise ConfigError(f"unknown graph format {fmt!r}: expected one of {', '.join(FORMATS)}")
+    raise ValueError(f"unknown graph format {fmt!r}")
