@@ -14,6 +14,7 @@ import anyio.lowlevel
 import pytest
 
 import dagagent
+import dagagent.runner
 from dagagent import RunStatus, TaskRetryPolicy, TaskStatus, execute
 from dagagent.errors import ConfigError, RunFailedError
 from dagagent.results import AgentStep
@@ -464,3 +465,28 @@ def test_old_names_of_the_runners_retry_policy_and_tool_call_still_work_with_a_w
             assert module.RetryPolicy is dagagent.TaskRetryPolicy
         with pytest.warns(DeprecationWarning, match="ToolInvocation"):
             assert module.ToolCall is dagagent.ToolInvocation
+
+
+async def test_tools_in_use_are_what_each_task_can_call() -> None:
+    """What an executor is told to get ready (the Dask executor ships these tools): a tool
+    task's tool, an agent task's subset, and every tool for an agent task without one."""
+    reg = dagagent.Registry()
+
+    @reg.tool
+    async def a() -> int:
+        return 1
+
+    @reg.tool
+    async def b() -> int:
+        return 2
+
+    plan = {
+        "tasks": [
+            {"id": "t", "tool": "a"},
+            {"id": "some", "instruction": "use b", "tools": ["b"]},
+            {"id": "any", "instruction": "use anything"},
+        ]
+    }
+    runner = dagagent.runner.TaskRunner(dagagent.validate(plan, reg), reg, run_id="r")
+    used = {tool.name: list(ids) for tool, ids in runner.tools_in_use().items()}
+    assert used == {"a": ["t", "any"], "b": ["some", "any"]}
