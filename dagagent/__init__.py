@@ -58,7 +58,7 @@ from .errors import (
 )
 from .events import Event, Listener
 from .graph import PlanGraph, validate
-from .plan import Plan, Task, load_plan
+from .plan import AgentTask, Plan, Task, ToolTask, load_plan
 from .planners import LLMPlanner, LLMReplanner, PlanningResult, parse_llmcompiler
 from .results import AgentStep, CallDecision, RunResult, RunStatus, TaskResult, TaskStatus
 from .review import diff_plans, reuse_map, review_run
@@ -76,6 +76,7 @@ __all__ = [
     "AgentState",
     "AgentStep",
     "AgentStoppedError",
+    "AgentTask",
     "Approval",
     "ApprovalRequest",
     "Budget",
@@ -136,6 +137,7 @@ __all__ = [
     "ToolDefinitionError",
     "ToolError",
     "ToolInvocation",
+    "ToolTask",
     "UnknownToolError",
     "WorkerLostError",
     "__version__",

@@ -14,7 +14,7 @@ from .errors import ConfigError
 from .events import Emitter, Listener, PlanExtended, RunFinished, RunStarted, get_logger
 from .executors import Executor, finish_unstarted, get_executor
 from .graph import PlanGraph, critical_path, validate
-from .plan import Plan
+from .plan import AgentTask, Plan
 from .results import RunResult, RunStatus, TaskStatus
 from .runner import AgentTaskRunner, Interceptor, TaskRetryPolicy, TaskRunner
 from .tools import connected
@@ -85,7 +85,7 @@ async def execute(
     log = get_logger(run_id=run_id)
     meter = None
     growing = not graph.complete  # a streamed plan: tasks arrive while it runs
-    if llm is not None and (growing or any(t.is_agent for t in graph.plan.tasks)):
+    if llm is not None and (growing or any(isinstance(t, AgentTask) for t in graph.plan.tasks)):
         if agent_runner is None:
             agent_runner = _default_agent_runner()
         from .llm import MeteredLLM, UsageTracker
@@ -174,12 +174,10 @@ def _used_tools(graph: PlanGraph, registry: Registry | None) -> list[Tool]:
         return list(registry)  # a plan still arriving may call any of them
     names: dict[str, None] = {}
     for task in graph.plan.tasks:
-        if task.tool is not None:
-            names[task.tool] = None
-        elif task.tools is not None:
-            names.update(dict.fromkeys(task.tools))
-        else:
+        used = task.tool_names
+        if used is None:
             return list(registry)
+        names.update(dict.fromkeys(used))
     return [registry.get(n) for n in names if n in registry]
 
 

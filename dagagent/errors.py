@@ -113,7 +113,12 @@ class PlanError(DagagentError):
 
 
 class PlanLoadError(PlanError):
-    """The plan could not be read or parsed into the plan model."""
+    """The plan could not be read or parsed into the plan model; ``.issues`` lists the
+    problems found in its fields (empty when it could not be read at all)."""
+
+    def __init__(self, message: str, issues: Sequence[Issue] = ()) -> None:
+        self.issues = list(issues)
+        super().__init__(message)
 
 
 class PlanValidationError(PlanError):

@@ -17,7 +17,12 @@
 ``tool_and_instruction``    a task has both ``tool`` and ``instruction``
 ``missing_instruction``     an agent task (no ``tool``) has no instruction
 ``agent_args``              an agent task has ``args`` (agents take an instruction, not args)
+``tool_tools``              a tool task has ``tools`` (a tools subset is for agent tasks)
 ==========================  =====================================================================
+
+The last four are about a task's kind (see :mod:`dagagent.plan`): a plan read from JSON or a
+dict is read leniently (:func:`~dagagent.plan.read_plan`), so that they are reported together
+with every other issue.
 
 Warnings (do not stop a run): ``no_llm`` — the plan has agent tasks but no model was given.
 """
@@ -30,7 +35,8 @@ from typing import TYPE_CHECKING, Any
 import networkx as nx
 
 from .errors import Issue, PlanLoadError, PlanValidationError
-from .plan import ID_RE, Plan, Task, Template, load_plan
+from .plan import ID_RE, AgentTask, Plan, Task, read_plan
+from .references import Template
 from .text import shorten
 
 if TYPE_CHECKING:
@@ -38,7 +44,14 @@ if TYPE_CHECKING:
 
     from .tools import Registry
 
-__all__ = ["PlanGraph", "check_task", "critical_path", "validate"]
+__all__ = [
+    "PlanGraph",
+    "check_task",
+    "critical_path",
+    "dependencies_of",
+    "dependency_graph",
+    "validate",
+]
 
 
 class PlanGraph:
@@ -58,26 +71,21 @@ class PlanGraph:
     def __init__(
         self,
         plan: Plan,
-        graph: nx.DiGraph[str] | None,
         templates: dict[str, Template],
         warnings: list[Issue],
         *,
-        structure: _Structure | None = None,
+        dependencies: dict[str, tuple[str, ...]],
+        dependents: dict[str, tuple[str, ...]],
+        generations: list[list[str]],
     ) -> None:
         self.plan = plan
-        self._graph = graph
+        self._graph: nx.DiGraph[str] | None = None
         self.tasks: dict[str, Task] = {t.id: t for t in plan.tasks}
         self.templates = templates
         self.warnings = warnings
+        self.dependencies = dependencies
+        self.dependents = dependents
         pos = {t.id: i for i, t in enumerate(plan.tasks)}
-        self._pos = pos
-        if structure is None:
-            if graph is None:
-                raise ValueError("PlanGraph needs a graph or its structure")
-            structure = _structure_of(graph, self.tasks)
-        dependencies, dependents, generations = structure
-        self.dependencies: dict[str, tuple[str, ...]] = dependencies
-        self.dependents: dict[str, tuple[str, ...]] = dependents
         self.levels: list[list[str]] = [sorted(g, key=pos.__getitem__) for g in generations]
         self.order: list[str] = [n for level in self.levels for n in level]
 
@@ -93,20 +101,9 @@ class PlanGraph:
     def graph(self) -> nx.DiGraph[str]:
         """The dependency graph as a networkx ``DiGraph`` (an edge runs from a dependency to
         its dependent)."""
-        g = self._graph
-        if g is None:
-            g = nx.DiGraph()
-            g.add_nodes_from(self.tasks)
-            g.add_edges_from((d, n) for n, ds in self.dependencies.items() for d in ds)
-            self._graph = g
-        return g
-
-    def _index(self, task_id: str) -> int:
-        return self._pos[task_id]
-
-    @property
-    def _positions(self) -> dict[str, int]:
-        return self._pos
+        if self._graph is None:
+            self._graph = _nx_graph(self.dependencies)
+        return self._graph
 
     def __len__(self) -> int:
         return len(self.tasks)
@@ -161,16 +158,6 @@ def critical_path(
     return finish[end], path
 
 
-# dependencies, dependents (both in edge order) and topological generations (unsorted)
-_Structure = tuple[dict[str, tuple[str, ...]], dict[str, tuple[str, ...]], list[list[str]]]
-
-
-def _structure_of(graph: nx.DiGraph[str], tasks: Iterable[str]) -> _Structure:
-    dependencies = {n: tuple(graph.predecessors(n)) for n in tasks}
-    dependents = {n: tuple(graph.successors(n)) for n in dependencies}
-    return dependencies, dependents, [list(g) for g in nx.topological_generations(graph)]
-
-
 def _generations(
     preds: Mapping[str, Sized], succs: Mapping[str, Iterable[str]]
 ) -> tuple[list[list[str]], int]:
@@ -212,11 +199,31 @@ def _cycle_issues(graph: nx.DiGraph[str]) -> list[Issue]:
     return issues
 
 
-def _scan(
-    plan: Plan, registry: Registry | None
-) -> tuple[list[Issue], dict[str, Template], dict[str, tuple[str, ...]], dict[str, list[str]]]:
-    """Every issue but cycles; the templates; dependencies and dependents of each task, in
-    edge order (with duplicate ids, an issue, a task's edges are those of all its copies)."""
+def dependencies_of(task: Task, template: Template) -> dict[str, str]:
+    """The ids ``task`` waits for, each with the reason: its ``depends_on`` first, then the
+    tasks its ``template`` references (a reference implies a dependency). As written: ids that
+    are not in the plan, or the task's own, are for the caller to judge."""
+    deps = dict.fromkeys(task.depends_on, "depends_on")
+    for ref in template.refs:
+        deps.setdefault(ref.task_id, f"reference {ref.text}")
+    return deps
+
+
+def dependency_graph(plan: Plan) -> nx.DiGraph[str]:
+    """The dependency graph of a plan that need not be valid: an edge from each dependency
+    to its dependent, for the dependencies that are other tasks of the plan."""
+    graph: nx.DiGraph[str] = nx.DiGraph()
+    ids = {t.id for t in plan.tasks}
+    graph.add_nodes_from(ids)
+    for t in plan.tasks:
+        for dep in dependencies_of(t, Template(t.template_source)):
+            if dep in ids and dep != t.id:
+                graph.add_edge(dep, t.id)
+    return graph
+
+
+def _id_issues(plan: Plan) -> tuple[list[Issue], set[str]]:
+    """``empty_plan``, ``duplicate_id`` and ``invalid_id``; the set of ids."""
     issues: list[Issue] = []
     if not plan.tasks:
         issues.append(Issue("empty_plan", None, "the plan has no tasks"))
@@ -236,73 +243,120 @@ def _scan(
                     "not starting with '-' (dots are reserved for reference paths)",
                 )
             )
-
-    preds: dict[str, tuple[str, ...]] = {}
-    succs: dict[str, list[str]] = {t.id: [] for t in plan.tasks}
-    templates: dict[str, Template] = {}
-    for t in plan.tasks:
-        tid = t.id
-        found, templates[tid], mine = check_task(t, ids, registry)
-        issues.extend(found)
-        for d in mine:
-            succs[d].append(tid)
-        prev = preds.get(tid)
-        preds[tid] = tuple(mine) if prev is None else prev + tuple(mine)
-    return issues, templates, preds, succs
+    return issues, ids
 
 
-def check_task(
-    t: Task, known: Container[str], registry: Registry | None
-) -> tuple[list[Issue], Template, list[str]]:
-    """The checks of one task against the ids ``known`` so far: its kind, its references,
-    its dependencies (each must be in ``known``), its tool and literal arguments (with a
-    ``registry``). Returns the issues, the compiled template and the task's dependencies
-    that are known, in edge order. Used by :func:`validate` for a whole plan and by
-    :class:`~dagagent.growing.PlanChecker` for a plan that arrives task by task."""
-    issues: list[Issue] = []
-    tid = t.id
-    if t.tool is not None and t.instruction is not None:
-        issues.append(
-            Issue(
-                "tool_and_instruction",
-                tid,
-                "a task has either 'tool' or 'instruction', not both",
-            )
-        )
-    if t.tool is None:
-        if not (t.instruction and t.instruction.strip()):
-            issues.append(
-                Issue(
-                    "missing_instruction",
-                    tid,
-                    "the task has no 'tool', so it is an agent task, and it has no 'instruction'",
-                )
-            )
-        if t.args:
-            issues.append(
-                Issue("agent_args", tid, "an agent task takes an 'instruction', not 'args'")
-            )
-    source: Any = t.args if t.tool is not None else (t.instruction or "")
+def _template(task: Task, issues: list[Issue]) -> Template:
+    """The task's compiled template; ``bad_arguments`` (nested too deeply), ``bad_reference``."""
     try:
-        tmpl = Template(source)
+        tmpl = Template(task.template_source)
     except PlanLoadError as exc:  # arguments nested too deeply
-        issues.append(Issue("bad_arguments", tid, str(exc)))
-        tmpl = Template({})
+        issues.append(Issue("bad_arguments", task.id, str(exc)))
+        return Template({})
     for bad in tmpl.malformed:
         shown = shorten(bad, 60, one_line=False)
         issues.append(
             Issue(
                 "bad_reference",
-                tid,
+                task.id,
                 f"malformed reference in {shown!r}: write ${{task_id}} or ${{task_id.path}}"
                 " (and $${ for a literal '${')",
             )
         )
-    deps: dict[str, str] = dict.fromkeys(t.depends_on, "depends_on")
-    for ref in tmpl.refs:
-        deps.setdefault(ref.task_id, f"reference {ref.text}")
+    return tmpl
+
+
+def _tool_issues(task: Task, tmpl: Template, registry: Registry, issues: list[Issue]) -> None:
+    """``unknown_tool``, ``bad_arguments`` (for the arguments known before the run) and
+    ``not_retryable``."""
+    tid = task.id
+    if isinstance(task, AgentTask):
+        for name in task.tools or ():
+            if name not in registry:
+                issues.append(Issue("unknown_tool", tid, f"agent tool {name!r} is not registered"))
+        return
+    if task.tool not in registry:
+        known = ", ".join(sorted(registry.names)) or "none"
+        issues.append(Issue("unknown_tool", tid, f"unknown tool {task.tool!r} (known: {known})"))
+        return
+    if tmpl.refs:
+        literal = tmpl.literal_keys()
+        referenced = [k for k in task.args if k not in literal]
+    else:
+        literal, referenced = task.args, []
+    tool = registry.get(task.tool)
+    problems = tool.check_partial(literal, referenced)
+    if problems:
+        issues.append(
+            Issue(
+                "bad_arguments",
+                tid,
+                f"arguments for tool {task.tool!r} do not fit its schema: " + "; ".join(problems),
+            )
+        )
+    if task.retries and not tool.retryable:
+        issues.append(
+            Issue(
+                "not_retryable",
+                tid,
+                f"tool {task.tool!r} may not be retried (it does not declare that "
+                "calling it again is safe): remove 'retries'",
+            )
+        )
+
+
+def _scan(
+    plan: Plan, registry: Registry | None, kind_issues: list[Issue]
+) -> tuple[list[Issue], dict[str, Template], dict[str, tuple[str, ...]], dict[str, list[str]]]:
+    """Every issue but cycles, each task's in turn (``kind_issues``, found while reading the
+    plan, at their task's turn); the templates; dependencies and dependents of each task, in
+    edge order (with duplicate ids, an issue, a task's edges are those of all its copies)."""
+    issues, ids = _id_issues(plan)
+    mixed: dict[str | None, list[Issue]] = {}
+    for issue in kind_issues:
+        mixed.setdefault(issue.task_id, []).append(issue)
+    preds: dict[str, tuple[str, ...]] = {}
+    succs: dict[str, list[str]] = {t.id: [] for t in plan.tasks}
+    templates: dict[str, Template] = {}
+    for t in plan.tasks:
+        tid = t.id
+        found, templates[tid], mine = check_task(t, ids, registry, mixed.pop(tid, ()))
+        issues.extend(found)
+        for d in mine:
+            succs[d].append(tid)
+        prev = preds.get(tid)
+        preds[tid] = tuple(mine) if prev is None else prev + tuple(mine)
+    for rest in mixed.values():  # a task that could not be told apart by its id
+        issues.extend(rest)
+    return issues, templates, preds, succs
+
+
+def check_task(
+    t: Task,
+    known: Container[str],
+    registry: Registry | None,
+    kind_issues: Iterable[Issue] = (),
+) -> tuple[list[Issue], Template, list[str]]:
+    """The checks of one task against the ids ``known`` so far: its kind (``kind_issues``:
+    what reading it found), its references, its dependencies (each must be in ``known``), its
+    tool and literal arguments (with a ``registry``). Returns the issues, the compiled template
+    and the task's dependencies that are known, in edge order. Used by :func:`validate` for a
+    whole plan and by :class:`~dagagent.growing.PlanChecker` for a plan that arrives task by
+    task."""
+    issues: list[Issue] = []
+    tid = t.id
+    if isinstance(t, AgentTask) and not t.instruction.strip():
+        issues.append(
+            Issue(
+                "missing_instruction",
+                tid,
+                "the task has no 'tool', so it is an agent task, and it has no 'instruction'",
+            )
+        )
+    issues.extend(kind_issues)
+    tmpl = _template(t, issues)
     mine: list[str] = []
-    for d, why in deps.items():
+    for d, why in dependencies_of(t, tmpl).items():
         if d == tid:
             issues.append(Issue("self_dependency", tid, f"the task depends on itself ({why})"))
         elif d not in known:
@@ -311,45 +365,7 @@ def check_task(
         else:
             mine.append(d)
     if registry is not None:
-        if t.tool is not None:
-            if t.tool not in registry:
-                issues.append(
-                    Issue(
-                        "unknown_tool",
-                        tid,
-                        f"unknown tool {t.tool!r} "
-                        f"(known: {', '.join(sorted(registry.names)) or 'none'})",
-                    )
-                )
-            else:
-                tool = registry.get(t.tool)
-                if tmpl.refs:
-                    literal = tmpl.literal_keys()
-                    referenced = [k for k in t.args if k not in literal]
-                else:
-                    literal, referenced = t.args, []
-                problems = tool.check_partial(literal, referenced)
-                if problems:
-                    issues.append(
-                        Issue(
-                            "bad_arguments",
-                            tid,
-                            f"arguments for tool {t.tool!r} do not fit its schema: "
-                            + "; ".join(problems),
-                        )
-                    )
-                if t.retries and not tool.retryable:
-                    issues.append(
-                        Issue(
-                            "not_retryable",
-                            tid,
-                            f"tool {t.tool!r} may not be retried (it does not declare that "
-                            "calling it again is safe): remove 'retries'",
-                        )
-                    )
-        for name in t.tools or ():
-            if name not in registry:
-                issues.append(Issue("unknown_tool", tid, f"agent tool {name!r} is not registered"))
+        _tool_issues(t, tmpl, registry, issues)
     return issues, tmpl, mine
 
 
@@ -369,12 +385,13 @@ def validate(
 ) -> PlanGraph:
     """Check ``plan`` and return its :class:`PlanGraph`.
 
-    Raises :class:`PlanValidationError` with every issue found. Without a ``registry`` the
-    tool and argument checks are skipped. With ``check_llm=True`` and no ``llm``, a plan that
-    has agent tasks gets a ``no_llm`` warning in ``PlanGraph.warnings``.
+    Raises :class:`PlanValidationError` with every issue found (:class:`PlanLoadError` if it
+    cannot be read as a plan at all). Without a ``registry`` the tool and argument checks are
+    skipped. With ``check_llm=True`` and no ``llm``, a plan that has agent tasks gets a
+    ``no_llm`` warning in ``PlanGraph.warnings``.
     """
-    plan = load_plan(plan)
-    issues, templates, preds, succs = _scan(plan, registry)
+    plan, kind_issues = read_plan(plan)
+    issues, templates, preds, succs = _scan(plan, registry, kind_issues)
     generations, placed = _generations(preds, succs)
     if placed < len(preds):  # some tasks wait on each other: find and show the loops
         issues.extend(_cycle_issues(_nx_graph(preds)))
@@ -382,14 +399,18 @@ def validate(
         raise PlanValidationError(issues)
     warnings: list[Issue] = []
     if check_llm and llm is None:
-        agents = [t.id for t in plan.tasks if t.is_agent]
-        for tid in agents:
-            warnings.append(
-                Issue(
-                    "no_llm",
-                    tid,
-                    "agent task needs a model (llm=...), none was given; it will fail",
-                )
+        warnings = [
+            Issue(
+                "no_llm", t.id, "agent task needs a model (llm=...), none was given; it will fail"
             )
-    structure = (preds, {n: tuple(cs) for n, cs in succs.items()}, generations)
-    return PlanGraph(plan, None, templates, warnings, structure=structure)
+            for t in plan.tasks
+            if isinstance(t, AgentTask)
+        ]
+    return PlanGraph(
+        plan,
+        templates,
+        warnings,
+        dependencies=preds,
+        dependents={n: tuple(cs) for n, cs in succs.items()},
+        generations=generations,
+    )

@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING
 
 from .errors import Issue
 from .graph import PlanGraph, check_task
-from .plan import ID_RE, Plan, Task, Template
+from .plan import ID_RE, AgentTask, Plan, Task
+from .references import Template
 
 if TYPE_CHECKING:
     from .tools import Registry
@@ -88,7 +89,7 @@ class PlanChecker:
                     "not starting with '-' (dots are reserved for reference paths)",
                 )
             )
-        if not self.agent_tasks and task.tool is None:
+        if not self.agent_tasks and isinstance(task, AgentTask):
             issues.append(
                 Issue(
                     "agent_task",
@@ -122,7 +123,9 @@ class GrowingGraph(PlanGraph):
     """
 
     def __init__(self, goal: str = "") -> None:
-        super().__init__(Plan(goal=goal, tasks=[]), None, {}, [], structure=({}, {}, []))
+        super().__init__(
+            Plan(goal=goal, tasks=[]), {}, [], dependencies={}, dependents={}, generations=[]
+        )
         self.complete = False
         self.aborted = False
         self._depth: dict[str, int] = {}
@@ -155,7 +158,6 @@ class GrowingGraph(PlanGraph):
         self.plan.tasks.append(task)
         self.tasks[tid] = task
         self.templates[tid] = check.template
-        self._pos[tid] = len(self._pos)
         self.dependencies[tid] = deps
         self.dependents[tid] = ()
         for d in deps:

@@ -1,74 +1,273 @@
-"""The plan: tasks with dependencies, and ``${id.path}`` references between them.
+"""The plan: a goal and its tasks, each a tool call or an agent's sub-goal, as typed data.
 
 A plan is data (pydantic models with ``extra="forbid"``); checking it as a graph is the job
-of :mod:`dagagent.graph`.
+of :mod:`dagagent.graph`, and ``${id.path}`` references are :mod:`dagagent.references`.
+
+**Two kinds of task**, one type each, sharing :class:`BaseTask` (``id``, ``depends_on``,
+``retries``, ``timeout_s``, ``description``): a :class:`ToolTask` calls a registered ``tool``
+with ``args``; an :class:`AgentTask` gives an ``instruction`` to the ReAct micro-agent, with an
+optional ``tools`` subset. :data:`Task` is their union. A plan file has no key naming the kind:
+a task with a ``tool`` (not ``null``) is a tool task, any other an agent task. A task that mixes
+the kinds (``tool`` and ``instruction``, an agent task with ``args``, a tool task with ``tools``)
+is reported as an issue of that task (``tool_and_instruction``, ``agent_args``, ``tool_tools``).
 
 **Task ids** must match ``[A-Za-z0-9_][A-Za-z0-9_-]{0,63}``: letters, digits, ``_`` and ``-``,
 at most 64 characters, not starting with ``-``. Dots are reserved: in a reference
 ``${fetch.items.0}`` the first segment is the task id and the rest is a path into its output.
 
-**References.** ``${id}`` is the whole output of task ``id``; ``${id.key.0}`` walks into it
-(mapping keys, list indexes, and the public data attributes of objects such as pydantic models
-and dataclasses: never a name starting with ``_``, never a method). A string that is exactly
-one reference takes the referenced value with its type; references inside longer text are
-interpolated with ``str()`` (JSON for dicts and lists). ``$${`` writes a literal ``${``. A
-reference implies a dependency.
+**Fingerprints.** :func:`task_fingerprint` is what makes a task's output reusable by a later run:
+its id, what it calls, and its resolved input.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
-from collections.abc import Callable, Mapping
+from abc import abstractmethod
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, ClassVar, Literal, TypeAlias
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Discriminator,
+    Field,
+    SerializerFunctionWrapHandler,
+    Tag,
+    ValidationError,
+    ValidationInfo,
+    model_serializer,
+)
+from pydantic_core import PydanticCustomError
 
-from .errors import Issue, PlanLoadError, ReferenceResolutionError
+from .errors import Issue, PlanLoadError
+from .references import Reference, Template
+from .results import jsonable
 
 __all__ = [
     "ID_PATTERN",
+    "AgentTask",
+    "BaseTask",
     "Plan",
     "Reference",
     "Task",
     "Template",
+    "ToolTask",
     "load_plan",
+    "read_plan",
+    "same_call",
+    "task_fingerprint",
 ]
 
 ID_PATTERN = r"[A-Za-z0-9_][A-Za-z0-9_-]{0,63}"
 ID_RE = re.compile(rf"{ID_PATTERN}\Z")  # \Z, not $: "a\n" is not an id
-MAX_DEPTH = 100  # nesting limit for args: deeper JSON is refused, not a RecursionError
 MAX_RETRIES = 100  # a plan asking for more (a model's 1e20, say) would retry practically forever
-# ${id} or ${id.path.seg}; path segments are anything but '.', '}' and whitespace.
-_REF_RE = re.compile(r"\$\$\{|\$\{([A-Za-z0-9_][A-Za-z0-9_-]*)((?:\.[^.}\s]+)*)\}")
+
+# The order of a task's keys in plan JSON, whichever class declares them.
+_KEY_ORDER = {
+    k: i
+    for i, k in enumerate(
+        (
+            "id",
+            "tool",
+            "instruction",
+            "args",
+            "depends_on",
+            "retries",
+            "timeout_s",
+            "description",
+            "tools",
+        )
+    )
+}
 
 
-class Task(BaseModel):
-    """One node of a plan: a tool call (``tool`` + ``args``) or an agent sub-goal
-    (``instruction``)."""
+class BaseTask(BaseModel):
+    """What every task has, whatever it does: an id, what it waits for, retries, a timeout."""
 
     model_config = ConfigDict(extra="forbid")
 
+    kind: ClassVar[Literal["tool", "agent"]]
+
     id: str = Field(description="Unique id; see the id rule in the module docstring.")
-    tool: str | None = Field(default=None, description="Registered tool to call.")
-    instruction: str | None = Field(
-        default=None, description="Sub-goal for the ReAct micro-agent (agent task)."
-    )
-    args: dict[str, Any] = Field(default_factory=dict, description="Tool arguments.")
     depends_on: list[str] = Field(default_factory=list, description="Ids this task waits for.")
     retries: int | None = Field(
         default=None, ge=0, le=MAX_RETRIES, description="Extra attempts after a failure."
     )
     timeout_s: float | None = Field(default=None, gt=0, description="Per-attempt timeout.")
     description: str | None = None
+
+    @property
+    @abstractmethod
+    def template_source(self) -> Any:
+        """What may hold ``${...}`` references: a tool task's args, an agent's instruction."""
+
+    @property
+    @abstractmethod
+    def label(self) -> str:
+        """What the task does, in a word: its tool's name, or ``agent``."""
+
+    @property
+    @abstractmethod
+    def tool_names(self) -> tuple[str, ...] | None:
+        """The tools the task may call; ``None``: any tool of the registry."""
+
+    @abstractmethod
+    def fingerprint(self, resolved: Any) -> str:
+        """See :func:`task_fingerprint`."""
+
+    @model_serializer(mode="wrap")
+    def _in_plan_order(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        return {k: data[k] for k in sorted(data, key=_KEY_ORDER.__getitem__)}
+
+
+class ToolTask(BaseTask):
+    """A call of a registered tool with arguments (which may hold references)."""
+
+    kind: ClassVar[Literal["tool"]] = "tool"
+
+    tool: str = Field(description="Registered tool to call.")
+    args: dict[str, Any] = Field(default_factory=dict, description="Tool arguments.")
+
+    @property
+    def template_source(self) -> dict[str, Any]:
+        return self.args
+
+    @property
+    def label(self) -> str:
+        return self.tool
+
+    @property
+    def tool_names(self) -> tuple[str, ...]:
+        return (self.tool,)
+
+    def fingerprint(self, resolved: Any) -> str:
+        return _fingerprint(self.id, self.tool, None, resolved)
+
+
+class AgentTask(BaseTask):
+    """A sub-goal for the ReAct micro-agent, which may use the registry's tools (or a subset)."""
+
+    kind: ClassVar[Literal["agent"]] = "agent"
+
+    instruction: str = Field(description="Sub-goal for the ReAct micro-agent (agent task).")
     tools: list[str] | None = Field(
         default=None, description="Agent task: the subset of tools the agent may use."
     )
 
     @property
-    def is_agent(self) -> bool:
-        return self.tool is None
+    def template_source(self) -> str:
+        return self.instruction
+
+    @property
+    def label(self) -> str:
+        return "agent"
+
+    @property
+    def tool_names(self) -> tuple[str, ...] | None:
+        return None if self.tools is None else tuple(self.tools)
+
+    def fingerprint(self, resolved: Any) -> str:
+        return _fingerprint(self.id, None, self.tools, resolved)
+
+
+def _fingerprint(task_id: str, tool: str | None, tools: list[str] | None, resolved: Any) -> str:
+    payload = {"id": task_id, "tool": tool, "tools": tools, "input": jsonable(resolved)}
+    blob = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def task_fingerprint(task: Task, resolved: Any) -> str:
+    """What makes a task's output reusable: its id, tool (or instruction and tool subset) and
+    its resolved inputs. Equal fingerprints → the earlier output may be reused."""
+    return task.fingerprint(resolved)
+
+
+def same_call(a: Task, b: Task) -> bool:
+    """Whether ``a`` and ``b`` make the same call as written, before references resolve: the
+    same fingerprint of their unresolved inputs."""
+    return a.fingerprint(a.template_source) == b.fingerprint(b.template_source)
+
+
+# ---------------------------------------------------------------------------------------------
+# Telling the kinds apart in plan JSON
+
+
+class _KindIssues(list[Issue]):
+    """Validation context of :func:`read_plan`: a task mixing the two kinds is recorded here
+    (and the stray key set aside) instead of failing validation."""
+
+
+def _mixed(info: ValidationInfo, data: dict[str, Any], key: str, code: str, message: str) -> None:
+    if not isinstance(info.context, _KindIssues):
+        raise PydanticCustomError(code, message)
+    task_id = data.get("id")
+    info.context.append(Issue(code, task_id if isinstance(task_id, str) else None, message))
+    del data[key]
+
+
+def _as_tool_task(value: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+    """A tool task with a null ``instruction`` or ``tools`` key, or a stray one."""
+    data = dict(value)
+    if data.get("instruction") is not None:
+        msg = "a task has either 'tool' or 'instruction', not both"
+        _mixed(info, data, "instruction", "tool_and_instruction", msg)
+    if data.get("tools") is not None:
+        msg = "a tool task takes 'args', not 'tools' (a tools subset is for agent tasks)"
+        _mixed(info, data, "tools", "tool_tools", msg)
+    data.pop("instruction", None)
+    data.pop("tools", None)
+    return data
+
+
+def _as_agent_task(value: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+    """An agent task with a null ``tool``, empty ``args`` or no instruction, or stray args.
+
+    A missing instruction reads as an empty one, which :func:`dagagent.validate` reports
+    (``missing_instruction``) together with the plan's other issues."""
+    data = dict(value)
+    data.pop("tool", None)  # None, or the task would be a tool task
+    if data.get("args"):
+        _mixed(info, data, "args", "agent_args", "an agent task takes an 'instruction', not 'args'")
+    data.pop("args", None)
+    if data.get("instruction") is None:
+        data["instruction"] = ""
+    return data
+
+
+def _kind(value: Any) -> str | None:
+    """The union member for ``value``: a task's kind, and whether its keys need tidying first."""
+    if isinstance(value, dict):
+        if value.get("tool") is not None:
+            return "tool" if "instruction" not in value and "tools" not in value else "tool?"
+        if "tool" in value or "args" in value or value.get("instruction") is None:
+            return "agent?"
+        return "agent"
+    if isinstance(value, BaseTask):
+        return value.kind
+    return None
+
+
+_TAGS = frozenset({"tool", "agent", "tool?", "agent?"})
+
+Task: TypeAlias = Annotated[
+    (
+        Annotated[ToolTask, Tag("tool")]
+        | Annotated[AgentTask, Tag("agent")]
+        | Annotated[ToolTask, BeforeValidator(_as_tool_task), Tag("tool?")]
+        | Annotated[AgentTask, BeforeValidator(_as_agent_task), Tag("agent?")]
+    ),
+    Discriminator(
+        _kind,
+        custom_error_type="task_type",
+        custom_error_message="Input should be a valid dictionary or instance of Task",
+    ),
+]
+"""A task of a plan: a :class:`ToolTask` or an :class:`AgentTask`."""
 
 
 class Plan(BaseModel):
@@ -87,12 +286,18 @@ class Plan(BaseModel):
         return self.model_dump_json(indent=indent, exclude_defaults=True)
 
 
+# ---------------------------------------------------------------------------------------------
+# Loading
+
+
 def _issues_from_validation(exc: ValidationError, data: Any) -> list[Issue]:
     tasks = data.get("tasks") if isinstance(data, Mapping) else None
     issues = []
     for err in exc.errors():
         loc = err["loc"]
         task_id: str | None = None
+        if len(loc) >= 3 and loc[0] == "tasks" and loc[2] in _TAGS:
+            loc = loc[:2] + loc[3:]  # the union member is no part of where the problem is
         where = ".".join(str(p) for p in loc)
         if len(loc) >= 2 and loc[0] == "tasks" and isinstance(loc[1], int):
             if (
@@ -116,53 +321,80 @@ def load_plan(source: Plan | Mapping[str, Any] | str | Path) -> Plan:
 
     Raises :class:`PlanLoadError` naming every problem (with the task id where known).
     """
+    plan, issues = read_plan(source)
+    if issues:
+        raise PlanLoadError(_not_a_plan(_origin(source), issues), issues)
+    return plan
+
+
+def read_plan(source: Plan | Mapping[str, Any] | str | Path) -> tuple[Plan, list[Issue]]:
+    """:func:`load_plan`, except that a task mixing the two kinds does not stop the reading: the
+    stray key is set aside and the task's issue returned with the plan, so that
+    :func:`dagagent.validate` can report it together with every other issue of the plan."""
     if isinstance(source, Plan):
+        return source, []
+    origin = _origin(source)
+    data = _parse(source, origin)
+    if isinstance(data, list):
+        data = {"tasks": data}
+    if not isinstance(data, Mapping):
+        raise PlanLoadError(f"{origin} must be a JSON object with 'goal' and 'tasks'")
+    mixed = _KindIssues()
+    try:
+        return Plan.model_validate(data, context=mixed), list(mixed)
+    except RecursionError:
+        raise PlanLoadError(f"{origin} is nested too deeply to be a plan") from None
+    except ValidationError as exc:
+        issues = _issues_from_validation(exc, data)
+        raise PlanLoadError(_not_a_plan(origin, issues), issues) from None
+
+
+def _path_of(source: object) -> Path | None:
+    """The file ``source`` names, if it names one (a string that does not begin like JSON)."""
+    if isinstance(source, Path):
         return source
-    data: Any
-    if isinstance(source, Path) or (
-        isinstance(source, str) and not source.lstrip().startswith(("{", "["))
-    ):
-        path = Path(source)
+    if isinstance(source, str) and not source.lstrip().startswith(("{", "[")):
+        return Path(source)
+    return None
+
+
+def _origin(source: object) -> str:
+    """How messages name the plan: its file, or "plan"."""
+    path = _path_of(source)
+    return "plan" if path is None else str(path)
+
+
+def _not_a_plan(origin: str, issues: list[Issue]) -> str:
+    return f"{origin} does not fit the plan format:\n" + "\n".join(f"  {i}" for i in issues)
+
+
+def _parse(source: Mapping[str, Any] | str | Path, origin: str) -> Any:
+    """The JSON value of a file or a string; a mapping as it is."""
+    path = _path_of(source)
+    if path is not None:
         try:
             text = path.read_text(encoding="utf-8-sig")  # a BOM (Windows editors) is fine
         except FileNotFoundError:
             raise PlanLoadError(f"plan file not found: {path}") from None
         except (OSError, UnicodeDecodeError) as exc:
             raise PlanLoadError(f"cannot read plan file {path}: {exc}") from None
-        origin = str(path)
+    elif isinstance(source, str):
+        text = source
     else:
-        text = source if isinstance(source, str) else None  # type: ignore[assignment]
-        origin = "plan"
-    if text is not None:
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise PlanLoadError(
-                f"{origin} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
-            ) from None
-        except RecursionError:
-            raise PlanLoadError(f"{origin} is nested too deeply to be a plan") from None
-        except ValueError as exc:  # e.g. an integer of more than 4300 digits
-            raise PlanLoadError(f"{origin} is not a usable plan: {exc}") from None
-        if _SURROGATE_ESCAPE.search(text):
-            _check_unicode(data, origin)
-    else:
-        data = source
-    if isinstance(data, list):
-        data = {"tasks": data}
-    if not isinstance(data, Mapping):
-        raise PlanLoadError(f"{origin} must be a JSON object with 'goal' and 'tasks'")
+        return source
     try:
-        return Plan.model_validate(data)
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise PlanLoadError(
+            f"{origin} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+        ) from None
     except RecursionError:
         raise PlanLoadError(f"{origin} is nested too deeply to be a plan") from None
-    except ValidationError as exc:
-        issues = _issues_from_validation(exc, data)
-        err = PlanLoadError(
-            f"{origin} does not fit the plan format:\n" + "\n".join(f"  {i}" for i in issues)
-        )
-        err.issues = issues  # type: ignore[attr-defined]
-        raise err from None
+    except ValueError as exc:  # e.g. an integer of more than 4300 digits
+        raise PlanLoadError(f"{origin} is not a usable plan: {exc}") from None
+    if _SURROGATE_ESCAPE.search(text):
+        _check_unicode(data, origin)
+    return data
 
 
 # A JSON escape of a UTF-16 surrogate: the only way a lone surrogate gets into parsed text.
@@ -199,202 +431,3 @@ def _check_unicode(data: Any, origin: str) -> None:
             f"{origin}: {where} holds an invalid \\u escape (a lone UTF-16 surrogate, such as "
             "half of an emoji): write the character itself or its full surrogate pair"
         )
-
-
-# ---------------------------------------------------------------------------------------------
-# References
-
-
-class Reference:
-    """A parsed ``${task.path}`` reference."""
-
-    __slots__ = ("path", "task_id", "text")
-
-    def __init__(self, task_id: str, path: tuple[str, ...], text: str) -> None:
-        self.task_id = task_id
-        self.path = path
-        self.text = text
-
-    def __repr__(self) -> str:
-        return f"Reference({self.text!r})"
-
-    def resolve(self, outputs: Mapping[str, Any]) -> Any:
-        try:
-            value = outputs[self.task_id]
-        except KeyError:
-            raise ReferenceResolutionError(
-                f"{self.text}: task {self.task_id!r} has no output"
-            ) from None
-        walked = self.task_id
-        for seg in self.path:
-            value = _step(value, seg, walked, self.text)
-            walked = f"{walked}.{seg}"
-        return value
-
-
-def _step(value: Any, seg: str, walked: str, text: str) -> Any:
-    if isinstance(value, Mapping):
-        if seg in value:
-            return value[seg]
-        keys = ", ".join(repr(k) for k in list(value)[:10])
-        raise ReferenceResolutionError(f"{text}: {walked} has no key {seg!r} (keys: {keys})")
-    if isinstance(value, (list, tuple)):
-        try:
-            idx = int(seg)
-        except ValueError:
-            raise ReferenceResolutionError(
-                f"{text}: {walked} is a list; {seg!r} is not an index"
-            ) from None
-        try:
-            return value[idx]
-        except IndexError:
-            raise ReferenceResolutionError(
-                f"{text}: index {idx} is out of range for {walked} (length {len(value)})"
-            ) from None
-    if seg.startswith("_"):
-        # A reference reads data, not internals: no private names, no dunders
-        # (``${x.__class__.__init__.__globals__}`` would reach a module's globals).
-        raise ReferenceResolutionError(
-            f"{text}: {seg!r} is a private attribute of {walked} (a {type(value).__name__}); "
-            "references may not read names that start with '_'"
-        )
-    if isinstance(value, BaseModel) or hasattr(value, "__dict__"):
-        try:
-            found = getattr(value, seg)
-        except AttributeError:
-            pass
-        else:
-            if callable(found):
-                raise ReferenceResolutionError(
-                    f"{text}: {walked}.{seg} is a method, not data (a {type(value).__name__})"
-                )
-            return found
-    raise ReferenceResolutionError(
-        f"{text}: cannot look up {seg!r} in {walked} (a {type(value).__name__})"
-    )
-
-
-def _interp_text(value: Any) -> str:
-    if isinstance(value, str):
-        return value
-    if isinstance(value, (dict, list, tuple)):
-        try:
-            return json.dumps(value, default=str)
-        except (TypeError, ValueError):
-            return str(value)
-    if isinstance(value, BaseModel):
-        return value.model_dump_json()
-    return str(value)
-
-
-class _Interp:
-    """A string with embedded references, split into literal parts and references."""
-
-    __slots__ = ("parts",)
-
-    def __init__(self, parts: list[str | Reference]) -> None:
-        self.parts = parts
-
-    def resolve(self, outputs: Mapping[str, Any]) -> str:
-        return "".join(
-            p if isinstance(p, str) else _interp_text(p.resolve(outputs)) for p in self.parts
-        )
-
-
-Resolver = Callable[[Mapping[str, Any]], Any]
-
-
-def _compile_string(s: str, refs: list[Reference], bad: list[str]) -> Any:
-    """Return a literal string, a Reference (whole-string) or an _Interp."""
-    if "${" not in s:
-        return s
-    parts: list[str | Reference] = []
-    pos = 0
-    for m in _REF_RE.finditer(s):
-        if m.start() > pos:
-            text = s[pos : m.start()]
-            parts.append(text)
-            if "${" in text:
-                bad.append(s)
-        if m.group(0) == "$${":
-            parts.append("${")
-        else:
-            path = tuple(m.group(2)[1:].split(".")) if m.group(2) else ()
-            ref = Reference(m.group(1), path, m.group(0))
-            refs.append(ref)
-            parts.append(ref)
-        pos = m.end()
-    if pos < len(s):
-        tail = s[pos:]
-        parts.append(tail)
-        if "${" in tail:
-            bad.append(s)
-    if len(parts) == 1 and isinstance(parts[0], Reference):
-        return parts[0]
-    if all(isinstance(p, str) for p in parts):
-        return "".join(p for p in parts if isinstance(p, str))
-    return _Interp(parts)
-
-
-class Template:
-    """Arguments (or an instruction) with their references compiled once.
-
-    ``resolve(outputs)`` builds the concrete value. A template without references returns its
-    literal value unchanged, so the hot path pays nothing for plans that use no references.
-    """
-
-    __slots__ = ("_compiled", "literal", "malformed", "refs")
-
-    def __init__(self, value: Any) -> None:
-        self.refs: list[Reference] = []
-        self.malformed: list[str] = []
-        self._compiled = self._compile(value)
-        self.literal = value if not self.refs else None
-
-    def _compile(self, value: Any, depth: int = 0) -> Any:
-        if isinstance(value, str):
-            return _compile_string(value, self.refs, self.malformed)
-        if depth >= MAX_DEPTH:
-            if isinstance(value, (dict, list)):
-                raise PlanLoadError(f"arguments are nested more than {MAX_DEPTH} levels deep")
-            return value
-        if isinstance(value, dict):
-            return {k: self._compile(v, depth + 1) for k, v in value.items()}
-        if isinstance(value, list):
-            return [self._compile(v, depth + 1) for v in value]
-        return value
-
-    @property
-    def has_refs(self) -> bool:
-        return bool(self.refs)
-
-    def resolve(self, outputs: Mapping[str, Any]) -> Any:
-        if not self.refs:
-            return self.literal
-        return _resolve(self._compiled, outputs)
-
-    def literal_keys(self) -> dict[str, Any]:
-        """For a dict template: the top-level entries that hold no reference at all."""
-        if not isinstance(self._compiled, dict):
-            return {}
-        return {k: v for k, v in self._compiled.items() if not _has_ref(v)}
-
-
-def _has_ref(c: Any) -> bool:
-    if isinstance(c, (Reference, _Interp)):
-        return True
-    if isinstance(c, dict):
-        return any(_has_ref(v) for v in c.values())
-    if isinstance(c, list):
-        return any(_has_ref(v) for v in c)
-    return False
-
-
-def _resolve(c: Any, outputs: Mapping[str, Any]) -> Any:
-    if isinstance(c, (Reference, _Interp)):
-        return c.resolve(outputs)
-    if isinstance(c, dict):
-        return {k: _resolve(v, outputs) for k, v in c.items()}
-    if isinstance(c, list):
-        return [_resolve(v, outputs) for v in c]
-    return c

@@ -5,9 +5,10 @@ cancelled or skipped because of it and what succeeded; :func:`diff_plans` lists 
 removed and changed tasks (and what changed in each); :func:`reuse_map` is the
 ``reuse={task_id: (fingerprint, output)}`` argument of :func:`dagagent.execute` built from a
 parent run; :func:`predict_reuse` tells, before running, which tasks of a revised plan will be
-reused. The runner makes the final decision at run time by comparing fingerprints (id, tool,
-resolved arguments) and the outputs of the task's dependencies with the parent run's, so a
-changed upstream output defeats reuse even when the task's own definition is unchanged.
+reused. The runner makes the final decision at run time by comparing fingerprints
+(:func:`dagagent.plan.task_fingerprint`: id, tool, resolved arguments) and the outputs of the
+task's dependencies with the parent run's, so a changed upstream output defeats reuse even when
+the task's own definition is unchanged.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 import networkx as nx
 
-from .plan import Plan, Task, Template
+from .graph import dependency_graph
+from .plan import Plan, Task, ToolTask, same_call
 from .results import TaskResult, TaskStatus, jsonable
 from .text import shorten as _shorten
 
@@ -49,35 +51,6 @@ def shorten(value: Any, width: int = 80) -> str:
     """One line, at most ``width`` characters (JSON for structured values), cut with ``...``:
     the review is plain ASCII text (see :func:`dagagent.text.shorten`)."""
     return _shorten(value, width, ellipsis="...")
-
-
-def _what(task: Task | None) -> str:
-    if task is None:
-        return "?"
-    if task.tool is not None:
-        return task.tool
-    return "agent"
-
-
-def _dependency_graph(plan: Plan) -> nx.DiGraph[str]:
-    """Edges from ``depends_on`` and ``${ref}`` references, for tasks that exist."""
-    g: nx.DiGraph[str] = nx.DiGraph()
-    ids = {t.id for t in plan.tasks}
-    g.add_nodes_from(ids)
-    for t in plan.tasks:
-        for dep in _deps_of(t):
-            if dep in ids and dep != t.id:
-                g.add_edge(dep, t.id)
-    return g
-
-
-def _refs_of(task: Task) -> set[str]:
-    source: Any = task.args if task.tool is not None else (task.instruction or "")
-    return {r.task_id for r in Template(source).refs}
-
-
-def _deps_of(task: Task) -> set[str]:
-    return set(task.depends_on) | _refs_of(task)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -140,9 +113,8 @@ def review_run(record: RunRecord, *, width: int = 80) -> RunReview:
     """Group the tasks of ``record`` into failed, blocked (cancelled/skipped), succeeded and
     unrecorded, with errors, the failures that blocked each task, and shortened outputs."""
     plan = record.plan
-    tasks = {t.id: t for t in plan.tasks}
     results = record.tasks
-    graph = _dependency_graph(plan)
+    graph = dependency_graph(plan)
     failed_ids = [t for t, r in results.items() if r.status in _FAILED]
     failed: list[TaskOutcome] = []
     blocked: list[TaskOutcome] = []
@@ -151,9 +123,9 @@ def review_run(record: RunRecord, *, width: int = 80) -> RunReview:
     for t in plan.tasks:
         r = results.get(t.id)
         if r is None:
-            unrecorded.append(TaskOutcome(t.id, "unrecorded", _what(t)))
+            unrecorded.append(TaskOutcome(t.id, "unrecorded", t.label))
             continue
-        tool, dur = _what(tasks.get(t.id)), r.duration_s
+        tool, dur = t.label, r.duration_s
         if r.status in _FAILED:
             failed.append(
                 TaskOutcome(t.id, r.status.value, tool, r.attempts, dur, r.error, r.error_type)
@@ -292,10 +264,16 @@ def _value_changes(path: str, old: Any, new: Any) -> Iterator[Change]:
     yield Change(path, old, new)
 
 
+# What a field of the other kind reads as: a tool task has no instruction, an agent no args.
+_ABSENT_FIELD: dict[str, Any] = {"args": {}}
+
+
 def _task_changes(old: Task, new: Task) -> list[Change]:
     changes: list[Change] = []
     for name in _FIELDS:
-        a, b = getattr(old, name), getattr(new, name)
+        default = _ABSENT_FIELD.get(name)
+        a: Any = getattr(old, name, default)
+        b: Any = getattr(new, name, default)
         if name == "depends_on":
             if set(a) != set(b):
                 changes.append(Change(name, sorted(a), sorted(b)))
@@ -326,10 +304,10 @@ def diff_plans(old: Plan, new: Plan) -> PlanDiff:
 
 
 def _describe_task(task: Task) -> str:
-    if task.tool is not None:
+    if isinstance(task, ToolTask):
         text = f"{task.tool}({shorten(task.args, 60)})"
     else:
-        text = f"agent: {shorten(task.instruction or '', 60)}"
+        text = f"agent: {shorten(task.instruction, 60)}"
     if task.depends_on:
         text += f" after {', '.join(task.depends_on)}"
     return text
@@ -392,22 +370,12 @@ class ReuseDecision:
     reason: str
 
 
-def _same_call(old: Task, new: Task) -> bool:
-    """The fields a fingerprint covers (besides the resolved inputs)."""
-    return (
-        old.tool == new.tool
-        and old.instruction == new.instruction
-        and old.tools == new.tools
-        and jsonable(old.args) == jsonable(new.args)
-    )
-
-
 def predict_reuse(record: RunRecord, new: Plan) -> dict[str, ReuseDecision]:
     """For each task of ``new`` (in plan order): will running it with ``reuse_map(record)``
     reuse the recorded output? A static prediction; the runner decides at run time."""
     before = {t.id: t for t in record.plan.tasks}
     reusable = reuse_map(record)
-    graph = _dependency_graph(new)
+    graph = dependency_graph(new)
     try:
         order = list(nx.topological_sort(graph))
     except nx.NetworkXUnfeasible:  # an invalid plan: no prediction is worth making
@@ -432,10 +400,12 @@ def predict_reuse(record: RunRecord, new: Plan) -> dict[str, ReuseDecision]:
                 else:
                     why += ", arguments not recorded"
             decided[tid] = ReuseDecision(tid, "run", why)
-        elif not _same_call(old, t):
+        elif not same_call(old, t):
             decided[tid] = ReuseDecision(tid, "run", "changed")
         else:
-            rerun = sorted(d for d in _deps_of(t) if d in decided and decided[d].action != "reuse")
+            rerun = sorted(
+                d for d in graph.predecessors(tid) if d in decided and decided[d].action != "reuse"
+            )
             if rerun:
                 decided[tid] = ReuseDecision(
                     tid, "maybe", f"unchanged, but {', '.join(rerun)} runs again"

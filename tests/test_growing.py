@@ -9,11 +9,11 @@ import pytest
 
 import dagagent
 from dagagent.growing import GrowingGraph, PlanChecker
-from dagagent.plan import Task
+from dagagent.plan import AgentTask, ToolTask
 
 
-def task(tid: str, tool: str = "add", **fields: Any) -> Task:
-    return Task(id=tid, tool=tool, **fields)
+def task(tid: str, tool: str = "add", **fields: Any) -> ToolTask:
+    return ToolTask(id=tid, tool=tool, **fields)
 
 
 def test_each_task_is_checked_against_the_tasks_before_it(registry: dagagent.Registry) -> None:
@@ -24,7 +24,7 @@ def test_each_task_is_checked_against_the_tasks_before_it(registry: dagagent.Reg
         "bad_arguments": task("y", args={"a": "many", "b": 2}),
         "missing_dependency": task("z", args={"a": "${later}", "b": 2}),
         "duplicate_id": task("a", args={"a": 1, "b": 2}),
-        "agent_task": Task(id="w", instruction="think"),
+        "agent_task": AgentTask(id="w", instruction="think"),
     }
     for code, bad in cases.items():
         found = checker.check(bad)

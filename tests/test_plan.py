@@ -301,3 +301,119 @@ def test_a_mapping_key_starting_with_underscore_is_still_data() -> None:
         ]
     }
     assert dagagent.execute_sync(plan, reg).outputs["e"] == 7
+
+
+# ---------------------------------------------------------------------------------------------
+# The two kinds of task
+
+
+def test_a_task_parses_to_the_class_of_its_kind() -> None:
+    from dagagent.plan import AgentTask, ToolTask
+
+    plan = load_plan(
+        {
+            "tasks": [
+                {"id": "a", "tool": "t", "args": {"x": 1}},
+                {"id": "b", "instruction": "sum up ${a}", "tools": ["t"]},
+                {"id": "c", "tool": "t", "instruction": None, "tools": None},  # null: not given
+                {"id": "d", "tool": None, "instruction": "go", "args": {}},
+            ]
+        }
+    )
+    a, b, c, d = plan.tasks
+    assert isinstance(a, ToolTask) and (a.tool, a.args, a.label) == ("t", {"x": 1}, "t")
+    assert isinstance(b, AgentTask) and (b.instruction, b.tools, b.label) == (
+        "sum up ${a}",
+        ["t"],
+        "agent",
+    )
+    assert isinstance(c, ToolTask) and isinstance(d, AgentTask)
+    assert a.template_source == {"x": 1} and b.template_source == "sum up ${a}"
+    # the file format is unchanged: no kind key, the keys in their usual order
+    assert json.loads(plan.to_json())["tasks"][:2] == [
+        {"id": "a", "tool": "t", "args": {"x": 1}},
+        {"id": "b", "instruction": "sum up ${a}", "tools": ["t"]},
+    ]
+    text = Plan(
+        tasks=[ToolTask(id="x", tool="t", args={"k": 1}, depends_on=["y"], description="d")]
+    ).to_json(indent=None)
+    assert text == (
+        '{"tasks":[{"id":"x","tool":"t","args":{"k":1},"depends_on":["y"],"description":"d"}]}'
+    )
+    assert Plan.model_validate_json(plan.to_json()) == plan
+
+
+@pytest.mark.parametrize(
+    ("task", "code"),
+    [
+        ({"id": "y", "tool": "add", "instruction": "do"}, "tool_and_instruction"),
+        ({"id": "y", "instruction": "do", "args": {"q": 1}}, "agent_args"),
+        ({"id": "y", "tool": "add", "tools": ["add"]}, "tool_tools"),
+    ],
+)
+def test_a_task_mixing_the_kinds_is_one_issue_of_that_task(task: dict[str, Any], code: str):
+    import pydantic
+
+    import dagagent
+
+    with pytest.raises(PlanValidationError) as v:
+        dagagent.validate({"tasks": [task, {"id": "z", "tool": "add", "depends_on": ["nope"]}]})
+    assert [(i.code, i.task_id) for i in v.value.issues] == [
+        (code, "y"),
+        ("missing_dependency", "z"),
+    ]
+    with pytest.raises(PlanLoadError) as loaded:
+        load_plan({"tasks": [task]})
+    assert loaded.value.issues == v.value.issues[:1]
+    assert f"[{code}] task 'y'" in str(loaded.value)
+    with pytest.raises(pydantic.ValidationError) as direct:
+        Plan.model_validate({"tasks": [task]})
+    assert [e["type"] for e in direct.value.errors()] == [code]
+
+
+def test_an_agent_task_without_instruction_loads_and_fails_validation() -> None:
+    import dagagent
+
+    assert load_plan({"tasks": [{"id": "x"}]}).tasks[0].instruction == ""
+    with pytest.raises(PlanValidationError) as v:
+        dagagent.validate({"tasks": [{"id": "x", "instruction": "  "}]})
+    assert [(i.code, i.task_id) for i in v.value.issues] == [("missing_instruction", "x")]
+
+
+def test_schema_issues_name_the_task_and_the_field_not_the_kind() -> None:
+    with pytest.raises(PlanLoadError) as ei:
+        load_plan({"tasks": [{"id": "a", "tool": "t", "depends_on": "b"}, None, {"id": "c"}]})
+    assert [(i.code, i.task_id, i.message) for i in ei.value.issues] == [
+        ("schema", "a", "tasks[0].depends_on: Input should be a valid list"),
+        ("schema", None, "tasks[1]: Input should be a valid dictionary or instance of Task"),
+    ]
+    with pytest.raises(PlanLoadError) as unreadable:
+        load_plan('{"tasks": [')
+    assert unreadable.value.issues == []
+
+
+def test_fingerprints_are_those_recorded_by_earlier_versions() -> None:
+    """A parent run's fingerprints are compared with new ones: the payload must not drift."""
+    import hashlib
+
+    from dagagent.plan import AgentTask, ToolTask, task_fingerprint
+
+    def sha(payload: str) -> str:
+        return hashlib.sha256(payload.encode()).hexdigest()
+
+    tool = ToolTask(id="a", tool="t", args={"x": "${b}"})
+    agent = AgentTask(id="n", instruction="go", tools=["t"])
+    assert task_fingerprint(tool, {"x": 1}) == sha(
+        '{"id":"a","input":{"x":1},"tool":"t","tools":null}'
+    )
+    assert task_fingerprint(agent, "go") == sha('{"id":"n","input":"go","tool":null,"tools":["t"]}')
+
+
+def test_same_call_is_the_fingerprint_of_the_task_as_written() -> None:
+    from dagagent.plan import AgentTask, ToolTask, same_call
+
+    a = ToolTask(id="a", tool="t", args={"n": 1}, description="one")
+    assert same_call(a, ToolTask(id="a", tool="t", args={"n": 1}, retries=3))
+    assert not same_call(a, ToolTask(id="a", tool="t", args={"n": 1.0}))  # 1.0 runs again
+    assert not same_call(a, ToolTask(id="a", tool="u", args={"n": 1}))
+    assert not same_call(AgentTask(id="a", instruction="x"), AgentTask(id="a", instruction="y"))

@@ -99,9 +99,9 @@ def report_error(exc: DagagentError) -> int:
         err.print(f"error: invalid plan ({n} issue{'s' if n != 1 else ''}):", markup=False)
         for issue in exc.issues:
             err.print(f"  {printable(str(issue))}", markup=False, highlight=False)
-    elif isinstance(exc, PlanLoadError) and getattr(exc, "issues", None):
+    elif isinstance(exc, PlanLoadError) and exc.issues:
         err.print("error: the plan does not fit the plan format:", markup=False)
-        for issue in exc.issues:  # type: ignore[attr-defined]
+        for issue in exc.issues:
             err.print(f"  {printable(str(issue))}", markup=False, highlight=False)
     elif isinstance(exc, PlanningError):
         err.print(f"error: {exc}", markup=False, highlight=False)

@@ -24,6 +24,7 @@ from rich.console import Console
 
 from ..approval import Approval, ApprovalRequest, Policy, Rule, load_policy
 from ..errors import ConfigError, ToolArgumentsError, UnknownToolError
+from ..plan import ToolTask
 from ..results import jsonable
 from ._app import EXIT_FAILED, err
 from .render import plan_table
@@ -214,8 +215,7 @@ def dag_drawing(
         for j, tid in enumerate(level):
             task = graph.tasks[tid]
             head = f"level {i:<2} " if j == 0 else " " * 9
-            what = task.tool if task.tool is not None else "agent"
-            line = f"{head}{tid} ({what})"
+            line = f"{head}{tid} ({task.label})"
             deps = graph.dependencies[tid]
             if deps:
                 line += " <- " + ", ".join(deps)
@@ -230,7 +230,7 @@ def _preview(
     graph: PlanGraph, registry: Registry | None, policies: Sequence[Policy], task_id: str
 ) -> str | None:
     task = graph.tasks[task_id]
-    if not policies or registry is None or task.tool is None:
+    if not policies or registry is None or not isinstance(task, ToolTask):
         return None
     try:
         tool = registry.get(task.tool)

@@ -30,7 +30,7 @@ _COLOURS: dict[str, tuple[str, str]] = {
 
 
 def _what(task: Task) -> str:
-    return task.tool if task.tool is not None else "agent"
+    return task.label
 
 
 def _status_of(task_id: str, statuses: Mapping[str, str] | None) -> str | None:

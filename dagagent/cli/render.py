@@ -10,6 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..graph import PlanGraph
+from ..plan import ToolTask
 from ..results import RunResult, TaskStatus
 from ..text import shorten
 
@@ -40,12 +41,15 @@ def plan_table(graph: PlanGraph) -> Table:
     table.add_column("depends on")
     for tid in graph.order:
         t = graph.tasks[tid]
-        what = t.tool if t.tool is not None else f"agent: {shorten(t.instruction, 50)}"
+        if isinstance(t, ToolTask):
+            what, args = t.tool, shorten(t.args, 50)
+        else:
+            what, args = f"agent: {shorten(t.instruction, 50)}", ""
         table.add_row(
             str(level_of[tid]),
             tid,
             what,
-            shorten(t.args, 50) if t.tool is not None else "",
+            args,
             ", ".join(graph.dependencies[tid]),
         )
     return table

@@ -11,7 +11,7 @@ import anyio
 import typer
 
 from ..errors import ConfigError
-from ..plan import Plan, load_plan
+from ..plan import AgentTask, Plan, load_plan
 from ..review import (
     PlanDiff,
     ReuseDecision,
@@ -167,7 +167,11 @@ def replan_cmd(
     if model is not None:
         llm = make_model(model, base_url, timeout=timeout)
     agent_llm = llm
-    if llm is None and execute_it and any(t.is_agent for t in (edited or record.plan).tasks):
+    if (
+        llm is None
+        and execute_it
+        and any(isinstance(t, AgentTask) for t in (edited or record.plan).tasks)
+    ):
         agent_llm = agent_model(None, None)  # $DAGAGENT_MODEL, as for 'dagagent run'
     revision: Revision | None = None
     if edited is not None or llm is not None or execute_it:
@@ -233,7 +237,7 @@ def replan_cmd(
         store=path,
         reuse=revision.reuse_map(),
         parent_id=record.run_id,
-        llm=agent_llm if any(t.is_agent for t in plan.tasks) else None,
+        llm=agent_llm if any(isinstance(t, AgentTask) for t in plan.tasks) else None,
         **options.execute_options(tools_spec=spec, mcp=mcp_specs),
     )
     if json_out:

@@ -189,7 +189,7 @@ def show_cmd(
     table.add_column("output / error")
     for t in record.plan.tasks:
         r = record.tasks.get(t.id)
-        what = t.tool if t.tool is not None else "agent"
+        what = t.label
         if r is None:
             table.add_row(t.id, what, Text("unrecorded", style="dim"), "-", "-", "")
             continue

@@ -21,7 +21,7 @@ from ..errors import Issue, PlanLoadError
 from ..events import Listener, TaskParsed
 from ..growing import GrowingGraph, PlanChecker, TaskCheck
 from ..llm import LLMResponse, StreamEnd, TextDelta, ToolCallDelta, Usage
-from ..plan import Plan, Task, load_plan
+from ..plan import AgentTask, Plan, Task, ToolTask, load_plan
 from .incremental import JsonTaskStream, StreamedPlanError
 from .llmcompiler import LLMCompilerStream
 from .prompts import shorten
@@ -70,11 +70,12 @@ class StreamStop(Exception):
 
 def call_key(task: Task) -> str:
     """What makes two tasks the same call, whatever their ids."""
-    return json.dumps(
-        [task.tool, task.instruction, task.args, task.tools, sorted(task.depends_on)],
-        sort_keys=True,
-        default=str,
-    )
+    call: list[Any]
+    if isinstance(task, ToolTask):
+        call = [task.tool, None, task.args, None]
+    else:
+        call = [None, task.instruction, {}, task.tools]
+    return json.dumps([*call, sorted(task.depends_on)], sort_keys=True, default=str)
 
 
 class StreamedAnswer:
@@ -109,7 +110,7 @@ class StreamedAnswer:
         LLMCompiler line): check it, then run or hold it."""
         owner = self.owner
         index = self.count
-        task = raw if isinstance(raw, Task) else self._load(raw, index)
+        task = raw if isinstance(raw, (ToolTask, AgentTask)) else self._load(raw, index)
         seeded = self.seeded.get(task.id)
         if seeded is not None and call_key(seeded) == call_key(task):
             return  # a task that ran in an earlier attempt, planned again: it is that task
@@ -133,7 +134,7 @@ class StreamedAnswer:
                     Issue(
                         "repeated_task",
                         task.id,
-                        f"the same call ({task.tool or 'agent'} with the same arguments) is "
+                        f"the same call ({task.label} with the same arguments) is "
                         f"planned {seen} times: the plan repeats itself; plan each call once",
                     )
                 ]
@@ -164,7 +165,7 @@ class StreamedAnswer:
         try:
             return load_plan(value).tasks[0]
         except PlanLoadError as exc:
-            found = getattr(exc, "issues", None) or [Issue("schema", None, str(exc))]
+            found = exc.issues or [Issue("schema", None, str(exc))]
             tid = raw.get("id") if isinstance(raw.get("id"), str) else None
             raise StreamStop(
                 [
@@ -180,9 +181,9 @@ class StreamedAnswer:
             return True
         task = check.task
         registry, policy = self.owner.registry, self.owner.policy
-        if task.tool is None:
-            names = task.tools if task.tools is not None else registry.names
-            tools = [registry.get(n) for n in names if n in registry]
+        if isinstance(task, AgentTask):
+            names = task.tool_names
+            tools = [registry.get(n) for n in names or registry.names if n in registry]
             if any(t.side_effects for t in tools):
                 return True
             return policy is not None and any(

@@ -43,7 +43,7 @@ from ..llm import (
     Usage,
     UserMessage,
 )
-from ..plan import Plan, load_plan
+from ..plan import AgentTask, Plan, read_plan
 from ..text import shorten
 from ..tools import Registry
 from .prompts import feedback_prompt
@@ -266,11 +266,9 @@ def parse_plan_answer(
     value["goal"] = goal
     drop_null_optionals(value, registry, keep_nullable=not null_optionals)
     try:
-        plan = load_plan(value)
+        plan, issues = read_plan(value)  # with the issues of tasks that mix the two kinds
     except PlanLoadError as exc:
-        found = getattr(exc, "issues", None)
-        return None, list(found) if found else [Issue("schema", None, str(exc))]
-    issues: list[Issue] = []
+        return None, exc.issues or [Issue("schema", None, str(exc))]
     if not agent_tasks:
         issues += [
             Issue(
@@ -279,7 +277,7 @@ def parse_plan_answer(
                 "the task has no 'tool': every task must call one of the listed tools",
             )
             for t in plan.tasks
-            if t.tool is None
+            if isinstance(t, AgentTask)
         ]
     flagged = {i.task_id for i in issues}
     try:

@@ -27,7 +27,7 @@ from collections.abc import Container
 from typing import TYPE_CHECKING, Any
 
 from ..errors import PlanLoadError
-from ..plan import Plan, Task
+from ..plan import Plan, Task, ToolTask
 from ..text import shorten
 
 if TYPE_CHECKING:
@@ -202,7 +202,7 @@ def _task_from(
             raise PlanLoadError(f"{where}: argument {key!r} is given twice")
         args[key] = value
     args = {k: _convert_refs(v, ids, braced) for k, v in args.items()}
-    return Task(id=tid, tool=name, args=args, description=description)
+    return ToolTask(id=tid, tool=name, args=args, description=description)
 
 
 def parse_llmcompiler(text: str, registry: Registry, *, goal: str = "") -> Plan:

@@ -29,17 +29,13 @@ from collections.abc import Mapping
 from ..errors import Issue
 from ..graph import PlanGraph
 from ..llm import LLM, Message, SystemMessage, UserMessage
-from ..plan import Plan, Task
+from ..plan import Plan, ToolTask, same_call
 from ..results import TaskResult, TaskStatus
 from ..tools import Registry
 from .heal import HealingPlanner, PlanningResult
 from .prompts import replan_user_prompt, shorten, system_prompt
 
 __all__ = ["LLMReplanner", "replan_issues", "replan_warnings"]
-
-
-def _same(a: Task, b: Task) -> bool:
-    return (a.tool, a.args, a.instruction, a.tools) == (b.tool, b.args, b.instruction, b.tools)
 
 
 def _succeeded(results: Mapping[str, TaskResult]) -> list[str]:
@@ -52,11 +48,11 @@ def replan_issues(old: Plan, new: Plan, results: Mapping[str, TaskResult]) -> li
     after = {t.id: t for t in new.tasks}
     issues = []
     for tid in _succeeded(results):
-        if tid in before and tid in after and not _same(before[tid], after[tid]):
+        if tid in before and tid in after and not same_call(before[tid], after[tid]):
             was = before[tid]
             what = (
                 f"tool {was.tool!r} with args {shorten(was.args, 200)}"
-                if was.tool is not None
+                if isinstance(was, ToolTask)
                 else f"instruction {shorten(was.instruction, 200)}"
             )
             issues.append(
@@ -84,7 +80,7 @@ def replan_warnings(old: Plan, new: Plan, results: Mapping[str, TaskResult]) -> 
             r.status in (TaskStatus.FAILED, TaskStatus.DENIED)
             and tid in before
             and tid in after
-            and _same(before[tid], after[tid])
+            and same_call(before[tid], after[tid])
         ):
             warnings.append(
                 Issue("unchanged_failure", tid, f"{r.status.value} before and kept unchanged")

@@ -75,7 +75,7 @@ from ..llm import (
     ResponseFormat,
     UserMessage,
 )
-from ..plan import Plan, Task
+from ..plan import Plan, Task, ToolTask
 from ..results import RunResult, TaskStatus
 from ..runner import task_fingerprint
 from ..text import shorten as shorten_text
@@ -347,7 +347,7 @@ def _carry_over(
     ran = []
     for tid, r in result.tasks.items():
         task = graph.tasks[tid]
-        if r.status.ok and task.tool is not None:
+        if r.status.ok and isinstance(task, ToolTask):
             seeded[tid] = task
             if r.status is TaskStatus.SUCCEEDED:
                 reused[tid] = (task_fingerprint(task, r.args), r.output)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from ..results import AgentStep
 
 if TYPE_CHECKING:
-    from ..plan import Task
+    from ..plan import AgentTask
     from ..tools import Registry, Tool
 
 __all__ = ["AgentNode", "AgentTaskRunner"]
@@ -27,7 +27,7 @@ class AgentNode:
     the outputs of its dependencies, a way to call tools, and the run's model."""
 
     run_id: str
-    task: Task
+    task: AgentTask
     instruction: str
     tools: Registry
     context: dict[str, Any]

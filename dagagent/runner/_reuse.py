@@ -1,31 +1,16 @@
-"""When a task's output from an earlier run may stand for running it again."""
+"""When a task's output from an earlier run may stand for running it again: the same
+:func:`~dagagent.plan.task_fingerprint` (re-exported here) and the same upstream outputs."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from ..plan import task_fingerprint
 from ..results import jsonable
 
-if TYPE_CHECKING:
-    from ..plan import Task
-
 __all__ = ["same_upstream", "task_fingerprint"]
-
-
-def task_fingerprint(task: Task, resolved: Any) -> str:
-    """What makes a task's output reusable: its id, tool (or instruction and tool subset) and
-    its resolved inputs. Equal fingerprints → the earlier output may be reused."""
-    payload = {
-        "id": task.id,
-        "tool": task.tool,
-        "tools": task.tools,
-        "input": jsonable(resolved),
-    }
-    blob = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()
 
 
 def same_upstream(

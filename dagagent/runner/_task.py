@@ -21,7 +21,8 @@ from ..events import (
     TaskStarted,
     debug_enabled,
 )
-from ..plan import _interp_text
+from ..plan import AgentTask
+from ..references import reference_text
 from ..results import CallDecision, TaskResult, TaskStatus
 from ..tools import Registry, Tool
 from ._agent import AgentNode, AgentTaskRunner
@@ -170,7 +171,7 @@ class TaskRunner:
         """How to attempt ``task``, by its kind, and how many retries it has. A tool task
         whose call has nothing in the way (see :meth:`ToolCalls.is_direct`) gets its tool,
         to be called directly."""
-        if task.tool is None:
+        if isinstance(task, AgentTask):
             return partial(self._attempt_agent, task), task.retries or 0
         tool = self.registry.get(task.tool)
         retries = task.retries if task.retries is not None else tool.retries
@@ -189,7 +190,7 @@ class TaskRunner:
             timeout=timeout,
         )
 
-    async def _attempt_agent(self, task: Task, run: TaskRun) -> Any:
+    async def _attempt_agent(self, task: AgentTask, run: TaskRun) -> Any:
         if self.llm is None or self._agent_runner is None:
             raise AgentError(
                 "this is an agent task (it has an 'instruction') and needs a model: pass "
@@ -210,7 +211,7 @@ class TaskRunner:
             raise
         return output
 
-    def _agent_node(self, task: Task, run: TaskRun) -> AgentNode:
+    def _agent_node(self, task: AgentTask, run: TaskRun) -> AgentNode:
         tools = self.registry.subset(task.tools) if task.tools is not None else self.registry
         context = {d: self.outputs.get(d) for d in self.graph.dependencies[task.id]}
         decisions = run.decisions
@@ -222,7 +223,7 @@ class TaskRunner:
 
         # An instruction that is one reference ("${paris}") keeps the value's type: show it as
         # a reference inside longer text would be shown (JSON for a dict, not its repr).
-        text = run.args if isinstance(run.args, str) else _interp_text(run.args)
+        text = run.args if isinstance(run.args, str) else reference_text(run.args)
         node = AgentNode(self.run_id, task, text, tools, context, call, self.llm)
         emit = self.emit
         if emit is not None:
@@ -340,13 +341,8 @@ class TaskRunner:
         if not self.graph.complete:
             used = {tool: [] for tool in registry}
         for task_id, task in self.tasks.items():
-            if task.tool is not None:
-                names: Sequence[str] = (task.tool,)
-            elif task.tools is not None:
-                names = task.tools
-            else:
-                names = registry.names
-            for name in names:
+            names = task.tool_names
+            for name in registry.names if names is None else names:
                 if name in registry:
                     used.setdefault(registry.get(name), []).append(task_id)
         return used

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..api import execute
 from ..graph import PlanGraph, validate
-from ..plan import Plan
+from ..plan import AgentTask, Plan
 from ..planners import LLMReplanner, PlanningResult
 from ..results import RunResult
 from ..review import (
@@ -141,7 +141,7 @@ async def revise_run(
         )
         revised = planning.plan
         graph = planning.graph
-        if agent_llm is None and any(t.is_agent for t in revised.tasks):
+        if agent_llm is None and any(isinstance(t, AgentTask) for t in revised.tasks):
             graph = validate(revised, registry, check_llm=True)  # the no_llm warnings
     else:
         graph = validate(record.plan, registry, llm=agent_llm, check_llm=True)

@@ -12,7 +12,7 @@ import dagagent
 from dagagent.events import PlanExtended, TaskStarted
 from dagagent.executors import Executor, get_executor
 from dagagent.growing import GrowingGraph, PlanChecker
-from dagagent.plan import Task
+from dagagent.plan import Task, ToolTask
 
 pytestmark = pytest.mark.anyio
 
@@ -26,8 +26,8 @@ def make(name: str) -> Executor:
     return get_executor(name)
 
 
-def work(tid: str, seconds: float = 0.0, **fields: Any) -> Task:
-    return Task(id=tid, tool="work", args={"name": tid, "seconds": seconds, **fields})
+def work(tid: str, seconds: float = 0.0, **fields: Any) -> ToolTask:
+    return ToolTask(id=tid, tool="work", args={"name": tid, "seconds": seconds, **fields})
 
 
 class Feed:
@@ -83,7 +83,7 @@ async def test_tasks_start_while_the_plan_grows(
         feed.add(work("b", value="${a}"))  # depends on a, which has finished by now
         feed.add(work("c", 0.2))
         await anyio.sleep(0.8)
-        feed.add(Task(id="d", tool="add", args={"a": 1, "b": 2}, depends_on=["b", "c"]))
+        feed.add(ToolTask(id="d", tool="add", args={"a": 1, "b": 2}, depends_on=["b", "c"]))
         feed.graph.close()
 
     result = await run_while(feed, registry, executor, script, listeners=[listener])
