@@ -21,12 +21,15 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "DATA_DIR",
     "REPO",
     "RESULTS_DIR",
+    "add_output_options",
     "fmt",
     "machine_info",
     "markdown_table",
     "median",
+    "result_dir",
     "text_table",
     "usable_executors",
     "write_results",
@@ -34,6 +37,7 @@ __all__ = [
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS_DIR = REPO / "benchmarks" / "results"
+DATA_DIR = REPO / "benchmarks" / "data"
 
 
 def _cpu_model() -> str:
@@ -141,6 +145,34 @@ def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str
     out = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
     out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
     return "\n".join(out)
+
+
+def add_output_options(parser: argparse.ArgumentParser) -> None:
+    """``--write`` / ``--out`` / ``--no-write``: published results change only when asked."""
+    parser.add_argument(
+        "--write",
+        action="store_true",
+        help="overwrite the published results in benchmarks/results (never done by default)",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="write the result files to this directory instead (default: print only)",
+    )
+    parser.add_argument("--no-write", action="store_true", help="print only, write no files")
+
+
+def result_dir(args: argparse.Namespace) -> Path | None:
+    """Where this run's result files go: ``--out``, the published folder with ``--write``, or
+    nowhere (printed only) when neither was given or ``--no-write`` was."""
+    if args.no_write:
+        return None
+    if args.out is not None:
+        return Path(args.out)
+    if args.write:
+        return RESULTS_DIR
+    return None
 
 
 def write_results(out_dir: Path, name: str, data: dict[str, Any], markdown: str) -> list[Path]:

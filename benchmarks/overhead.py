@@ -361,15 +361,9 @@ def main(argv: list[str] | None = None) -> None:
         "(shown as NAME+store)",
     )
     parser.add_argument("--seed", type=int, default=7, help="seed of the random layered DAG")
-    parser.add_argument(
-        "--out",
-        type=Path,
-        default=common.RESULTS_DIR,
-        help="directory for overhead.json / overhead.md (default: benchmarks/results)",
-    )
-    parser.add_argument("--no-write", action="store_true", help="print only, write no files")
     parser.add_argument("--child-shape", help=argparse.SUPPRESS)
     parser.add_argument("--child-size", type=int, help=argparse.SUPPRESS)
+    common.add_output_options(parser)
     args = parser.parse_args(argv)
 
     args.executors = [e.strip() for e in args.executors.split(",") if e.strip()]
@@ -458,8 +452,11 @@ def main(argv: list[str] | None = None) -> None:
         "results": results,
         "targets": [{"target": w, "met": ok, "value": g} for w, ok, g in targets],
     }
-    if not args.no_write:
-        for p in common.write_results(args.out, name, data_out, "\n".join(md)):
+    out = common.result_dir(args)
+    if out is None:
+        print("results not written (pass --write to update benchmarks/results, or --out DIR)")
+    else:
+        for p in common.write_results(out, name, data_out, "\n".join(md)):
             print(f"wrote {p}")
 
 

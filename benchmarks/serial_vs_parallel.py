@@ -45,7 +45,7 @@ from dagagent.toolkits.calc import evaluate
 
 SHAPES = ("fan", "chain", "diamond", "random", "skewed", "parallelqa")
 DEFAULT_EXECUTORS = ("serial", "levels", "dataflow")
-DEFAULT_DATASET = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
+DEFAULT_DATASET = common.DATA_DIR
 DATASET_FILE = "parallelqa_dataset.json"
 SIMULATED_NOTE = (
     "The tools are simulated (offline): each task sleeps for a seeded latency fixed before the "
@@ -515,7 +515,7 @@ def main(argv: list[str] | None = None) -> None:
         "--dataset",
         type=Path,
         default=DEFAULT_DATASET,
-        help=f"directory holding {DATASET_FILE} (default: ../shared/data next to the repo)",
+        help=f"directory holding {DATASET_FILE} (default: benchmarks/data)",
     )
     parser.add_argument(
         "--questions",
@@ -528,13 +528,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--dask-threads", type=int, default=32, help="dask: concurrent calls per worker"
     )
-    parser.add_argument(
-        "--out",
-        type=Path,
-        default=common.RESULTS_DIR,
-        help="directory for the result files (default: benchmarks/results)",
-    )
-    parser.add_argument("--no-write", action="store_true", help="print only, write no files")
+    common.add_output_options(parser)
     args = parser.parse_args(argv)
 
     if args.repeats < 1:
@@ -627,8 +621,11 @@ def main(argv: list[str] | None = None) -> None:
         "results": rows,
         "targets": [{"target": w, "met": ok, "value": g} for w, ok, g in checks],
     }
-    if not args.no_write:
-        for p in common.write_results(args.out, "serial_vs_parallel", data, "\n".join(md)):
+    out = common.result_dir(args)
+    if out is None:
+        print("results not written (pass --write to update benchmarks/results, or --out DIR)")
+    else:
+        for p in common.write_results(out, "serial_vs_parallel", data, "\n".join(md)):
             print(f"wrote {p}")
 
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from pathlib import Path
 from typing import Any
 
 import _common as common
@@ -118,7 +117,7 @@ def main() -> None:
     parser.add_argument("--chunk-delay", type=float, default=0.01, help="seconds per piece")
     parser.add_argument("--executors", default="dataflow", help="comma-separated executors")
     parser.add_argument("--repeats", type=int, default=3, help="runs per way (best is shown)")
-    parser.add_argument("--out", type=Path, default=common.RESULTS_DIR, help="results folder")
+    common.add_output_options(parser)
     args = parser.parse_args()
     executors = common.usable_executors(parser, args.executors.split(","))
     text = plan_text(args.tools)
@@ -173,8 +172,12 @@ def main() -> None:
         ]
     )
     result = {"machine": info, "options": vars(args), "floor_s": floor, **data}
-    for path in common.write_results(args.out, "streamed_planning", result, markdown):
-        print(f"wrote {path}")
+    out = common.result_dir(args)
+    if out is None:
+        print("results not written (pass --write to update benchmarks/results, or --out DIR)")
+    else:
+        for path in common.write_results(out, "streamed_planning", result, markdown):
+            print(f"wrote {path}")
 
 
 if __name__ == "__main__":

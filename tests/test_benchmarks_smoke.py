@@ -45,20 +45,20 @@ def test_scripts_have_help(name: str) -> None:
     assert "--executors" in proc.stdout and "--repeats" in proc.stdout
 
 
-def _dataset_dir(tmp_path: Path) -> Path:
-    """The shared ParallelQA data beside the repository, or (on a machine without it) a small
-    file of the same shape, so the smoke test runs anywhere."""
-    shared = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
-    if (shared / "parallelqa_dataset.json").is_file():
-        return shared
-    data = tmp_path / "data"
-    data.mkdir()
-    rows = [
-        {"id": str(i), "question": f"q{i}", "answer": "a", "branch": b}
-        for i, b in enumerate([2, 3, 4, 5], 1)
-    ]
-    (data / "parallelqa_dataset.json").write_text(json.dumps(rows))
-    return data
+def test_the_dataset_is_in_the_repository_with_its_licence() -> None:
+    rows = json.loads((BENCH / "data" / "parallelqa_dataset.json").read_text())
+    assert len(rows) == 113 and {r["branch"] for r in rows} == {2, 3, 4, 5}
+    notice = (BENCH / "data" / "NOTICE").read_text()
+    assert "SqueezeAILab/LLMCompiler" in notice and "MIT License" in notice
+
+
+def test_published_results_are_not_overwritten_unless_asked() -> None:
+    results = BENCH / "results"
+    before = {p.name: p.stat().st_mtime_ns for p in results.iterdir()}
+    proc = _script("overhead.py", "--sizes", "50", "--repeats", "1", "--width", "5")
+    assert proc.returncode == 0, proc.stderr
+    assert "pass --write" in proc.stdout
+    assert {p.name: p.stat().st_mtime_ns for p in results.iterdir()} == before
 
 
 def test_streamed_planning_runs_tiny(tmp_path: Path) -> None:
@@ -98,8 +98,6 @@ def test_serial_vs_parallel_runs_tiny(tmp_path: Path) -> None:
         "1",
         "--out",
         tmp_path,
-        "--dataset",
-        _dataset_dir(tmp_path),
     )
     assert proc.returncode == 0, proc.stderr
     assert "simulated" in proc.stdout
