@@ -418,3 +418,31 @@ def test_cycles_are_still_found_and_shown(registry: dagagent.Registry) -> None:
         "dependency cycle: x -> y -> x",
         "dependency cycle: y -> x -> y",
     )
+
+
+def test_agent_vs_react_runs_a_handful_of_questions_in_every_mode(tmp_path: Path) -> None:
+    help_text = _script("agent_vs_react.py", "--help").stdout
+    assert all(o in help_text for o in ("--base-url", "--model", "--write", "--ttft", "--price-in"))
+    proc = _script("agent_vs_react.py", "--questions", "4", "--scale", "0.2", "--out", tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads((tmp_path / "agent_vs_react.json").read_text())
+    summary = data["summary"]
+    assert set(summary) == {"react", "react-parallel", "plan", "solve"}
+    for mode, rows in data["questions"].items():
+        assert {r["branch"] for r in rows} == {2, 3, 4, 5}, mode
+        assert all(r["right"] for r in rows), (mode, [r["answer"] for r in rows])
+    for r in data["questions"]["react"]:
+        # one model call per tool call (k searches and one sum), then one for the answer
+        assert r["tool_calls"] == r["branch"] + 1 and r["calls"] == r["tool_calls"] + 1
+    for r in data["questions"]["react-parallel"]:
+        assert r["tool_calls"] == r["branch"] + 1 and r["calls"] == 3
+    for mode in ("plan", "solve"):
+        assert all(r["calls"] == 2 for r in data["questions"][mode])  # planner and joiner
+    mean = {m: s["mean_s"] for m, s in summary.items()}
+    # the order the latency model implies: k+2 model calls in a row for react, 3 for parallel
+    # calls, 2 for plan-and-execute; streaming overlaps the searches with the plan's writing
+    assert mean["react"] > 1.3 * mean["react-parallel"]
+    assert mean["react-parallel"] > mean["plan"]
+    assert mean["solve"] < 1.1 * mean["plan"]
+    assert summary["solve"]["input_tokens"] < summary["react"]["input_tokens"]
+    assert "| solve |" in (tmp_path / "agent_vs_react.md").read_text()
