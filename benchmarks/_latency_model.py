@@ -99,6 +99,11 @@ def _call(i: int, name: str, args: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+class _Quiet(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that hangs up (the benchmark's connections closing) is not news."""
+
+
 class ModelServer:
     """``with ModelServer(world, latency) as server: server.base_url``: a threaded HTTP server
     on 127.0.0.1, one thread per request (sleeping for the latency model)."""
@@ -109,7 +114,7 @@ class ModelServer:
         self.parallel = parallel
         self.calls = 0
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._server = _Quiet(("127.0.0.1", 0), self._handler())
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 

@@ -40,6 +40,7 @@ from typing import Any
 
 import _common as common
 import _latency_model as lm
+import _png
 import anyio
 
 import dagagent
@@ -276,18 +277,25 @@ def report(
             for k in branches
         }
     base = summary.get("react")
+    high = {
+        mode: statistics.fmean(r["latency_s"] for r in rows if r["branch"] >= 4)
+        for mode, rows in per_mode.items()
+        if any(r["branch"] >= 4 for r in rows)
+    }
     headers = ["mode", "mean s", "p50 s", "p95 s", "calls", "in tok", "out tok", "cost $", "right"]
-    headers += ["× react"] + [f"× react k={k}" for k in branches]
+    headers += ["× react"] + [f"× react k={k}" for k in branches] + ["× react k=4–5"]
     rows = []
     for mode, s in summary.items():
-        row = [mode, *(common.fmt(s[k], 3) for k in ("mean_s", "p50_s", "p95_s")), s["calls"]]
+        row = [mode, *(common.fmt(s[k], 3) for k in ("mean_s", "p50_s", "p95_s"))]
+        row.append(common.fmt(s["calls"], 2))
         row.append(round(s["input_tokens"]))
         row += [round(s["output_tokens"]), f"{s['cost_usd']:.6f}", f"{s['accuracy']:.0%}"]
         if base:
             row.append(f"{base['mean_s'] / s['mean_s']:.2f}")
             row += [f"{by_branch['react'][str(k)] / by_branch[mode][str(k)]:.2f}" for k in branches]
+            row.append(f"{high['react'] / high[mode]:.2f}" if high else "-")
         else:
-            row += ["-"] * (1 + len(branches))
+            row += ["-"] * (2 + len(branches))
         rows.append(row)
     source = (
         f"real model {args.model} at {args.base_url}"
@@ -313,6 +321,7 @@ def report(
         "latency_model": vars(latency),
         "summary": summary,
         "by_branch": by_branch,
+        "branch_4_5": high,
         "questions": per_mode,
     }
     markdown = "\n\n".join(
@@ -330,6 +339,14 @@ def report(
         return
     for p in common.write_results(out, "agent_vs_react", data, markdown):
         print(f"wrote {p}")
+    png = out / "agent_vs_react.png"
+    _png.bar_chart(
+        png,
+        f"mean latency in s - goal to answer ({len(questions)} parallelqa questions)",
+        ["all", *(f"k={k}" for k in branches)],
+        {m: [summary[m]["mean_s"], *(by_branch[m][str(k)] for k in branches)] for m in summary},
+    )
+    print(f"wrote {png}")
 
 
 if __name__ == "__main__":
