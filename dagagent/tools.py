@@ -498,8 +498,8 @@ class Registry:
         return [t.spec() for t in self._tools.values()]
 
     def plan_schema(self, *, strict: bool = False, agent_tasks: bool = False) -> dict[str, Any]:
-        """JSON Schema of the plans these tools can run (see :mod:`dagagent.planners.schema`)."""
-        from .planners.schema import plan_json_schema
+        """JSON Schema of the plans these tools can run (see :mod:`dagagent.plan_schema`)."""
+        from .plan_schema import plan_json_schema  # imported late: it reads this module
 
         return plan_json_schema(self, strict=strict, agent_tasks=agent_tasks)
 

@@ -1,0 +1,453 @@
+"""A JSON Schema for the plans a registry can run: the planner's constrained output format.
+
+It lives beside the registry (which offers it as ``registry.plan_schema()``) rather than
+among the planners, so the registry knows no planner; :mod:`dagagent.planners.schema`
+re-exports it.
+
+:func:`plan_json_schema` derives it from the registry (also ``registry.plan_schema()``)::
+
+    {"type": "object",
+     "properties": {"goal": {...}, "tasks": {"type": "array", "minItems": 1,
+                    "items": {"anyOf": [<one variant per tool>, ...]}}},
+     "required": ["goal", "tasks"], "additionalProperties": false}
+
+Each tool variant fixes ``tool`` to the tool's name (``{"type": "string", "enum": [name]}``;
+``enum`` rather than ``const`` because every structured-output backend accepts it), uses the
+tool's own argument schema for ``args`` and has the plan's id pattern on ``id`` and on every
+``depends_on`` entry; no object allows extra properties. So a constrained decoder can only
+emit a registered tool with that tool's arguments.
+
+**References in arguments.** Any argument may be a ``${id.path}`` reference instead of a
+literal. A string argument already accepts one (references inside text are interpolated);
+every other argument schema, at every depth, becomes ``anyOf: [<schema>, <reference>]``
+where ``<reference>`` is a string matching :data:`REFERENCE_PATTERN` -- exactly one
+reference, because only a string that is exactly one reference keeps the referenced value's
+type (a number stays a number).
+
+**Strict mode.** OpenAI's ``strict`` structured outputs accept a subset of JSON Schema:
+every property listed in ``required``, ``additionalProperties: false`` on every object, no
+free-form values (``Any``, ``dict[str, Any]``), no ``oneOf``/``allOf``/``not``/
+``prefixItems``. ``plan_json_schema(registry, strict=True)`` rewrites the schema to fit:
+optional arguments become required but nullable (``null`` means "leave it out, use the
+default": :func:`drop_null_optionals` removes them again before validation), optional task
+fields other than ``depends_on`` are left out, ``title``/``default``/``examples`` and the
+length/uniqueness keywords are dropped (pydantic still checks those constraints after
+parsing, and the planner feeds violations back to the model), ``const`` becomes a
+one-value ``enum``. Registries whose tools cannot be expressed that way (free-form
+arguments, tuples, optional fields inside nested models) raise :class:`ConfigError` listing
+why; :func:`plan_response_format` with ``strict=None`` (the planner's default) then falls
+back to a non-strict schema, which OpenAI treats as guidance and servers with guided
+decoding (such as vLLM or the llama.cpp server) still enforce.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable, MutableMapping
+from typing import TYPE_CHECKING, Any
+
+from .errors import ConfigError
+from .llm import ResponseFormat
+from .plan import ID_PATTERN
+
+if TYPE_CHECKING:
+    from .tools import Registry, Tool
+
+__all__ = [
+    "PLAN_FORMAT_NAME",
+    "REFERENCE_PATTERN",
+    "drop_null_optionals",
+    "optional_args",
+    "plan_json_schema",
+    "plan_response_format",
+    "strict_problems",
+]
+
+PLAN_FORMAT_NAME = "dagagent_plan"
+"""The name the plan format travels under (OpenAI ``json_schema.name``, Anthropic tool)."""
+
+REFERENCE_PATTERN = r'^\$\{[A-Za-z0-9_][A-Za-z0-9_-]*(\.[^.}"\\\x00-\x20]+)*\}$'
+r"""A string that is exactly one ``${id}`` / ``${id.path}`` reference.
+
+Written in the regex subset every guided decoder translates: llama.cpp and Ollama copy a
+pattern into a GBNF grammar, whose character classes know no ``\s``/``\d``/``\w`` (the
+server then rejects the request), and the pattern is matched inside a JSON string, so a
+path segment excludes ``"``, ``\`` and control characters as well as spaces."""
+
+_ID_SCHEMA: dict[str, Any] = {"type": "string", "pattern": f"^{ID_PATTERN}$"}
+_REF_SCHEMA: dict[str, Any] = {
+    "type": "string",
+    "pattern": REFERENCE_PATTERN,
+    "description": "a ${task_id} or ${task_id.path} reference to an upstream output",
+}
+# Keywords dropped in strict mode: annotations, and constraints pydantic checks after parsing.
+_STRICT_DROP = frozenset(
+    {
+        "title",
+        "default",
+        "examples",
+        "minLength",
+        "maxLength",
+        "uniqueItems",
+        "minProperties",
+        "maxProperties",
+    }
+)
+# Keywords strict mode cannot express at all.
+_STRICT_UNSUPPORTED = frozenset(
+    {
+        "oneOf",
+        "allOf",
+        "not",
+        "prefixItems",
+        "patternProperties",
+        "if",
+        "then",
+        "else",
+        "dependentRequired",
+        "dependentSchemas",
+        "propertyNames",
+        "unevaluatedProperties",
+        "unevaluatedItems",
+        "contains",
+    }
+)
+
+
+def optional_args(tool: Tool) -> frozenset[str]:
+    """Names of the tool's arguments that have a default."""
+    schema = tool.parameters_schema
+    return frozenset(schema.get("properties", {})) - frozenset(schema.get("required", ()))
+
+
+# ---------------------------------------------------------------------------- references
+
+
+def _is_plain_string(node: dict[str, Any]) -> bool:
+    return node.get("type") == "string" and not (
+        {"enum", "const", "pattern", "format"} & node.keys()
+    )
+
+
+def _with_ref(node: dict[str, Any]) -> dict[str, Any]:
+    """``node`` or a reference string; annotations move to the wrapper."""
+    if "anyOf" in node:
+        return {**node, "anyOf": [*node["anyOf"], _REF_SCHEMA]}
+    inner = dict(node)
+    wrapper: dict[str, Any] = {}
+    for key in ("description", "default", "title"):
+        if key in inner:
+            wrapper[key] = inner.pop(key)
+    wrapper["anyOf"] = [inner, _REF_SCHEMA]
+    return wrapper
+
+
+def _allow_refs(node: Any) -> Any:
+    """Let every non-string position of an argument schema hold a whole reference."""
+    if not isinstance(node, dict) or not node:
+        return node  # {} accepts anything, references included
+    node = dict(node)
+    if "anyOf" in node:
+        node["anyOf"] = [_strip_ref_branch(_allow_refs(b)) for b in node["anyOf"]]
+        if any(isinstance(b, dict) and _is_plain_string(b) for b in node["anyOf"]):
+            return node
+        return _with_ref(node)
+    if "$ref" in node:
+        return _with_ref(node)
+    kind = node.get("type")
+    if kind == "string":
+        return node if _is_plain_string(node) else _with_ref(node)
+    if kind == "array" and isinstance(node.get("items"), dict):
+        node["items"] = _allow_refs(node["items"])
+    if kind == "object" and isinstance(node.get("properties"), dict):
+        node["properties"] = {k: _allow_refs(v) for k, v in node["properties"].items()}
+    if kind is None and not ({"enum", "const"} & node.keys()):
+        return node  # an annotation-only schema: accepts anything
+    return _with_ref(node)
+
+
+def _strip_ref_branch(node: Any) -> Any:
+    """Inside an ``anyOf`` branch, the reference alternative is added once, at the top."""
+    if isinstance(node, dict) and "anyOf" in node and _REF_SCHEMA in node["anyOf"]:
+        branches = [b for b in node["anyOf"] if b is not _REF_SCHEMA and b != _REF_SCHEMA]
+        rest = {k: v for k, v in node.items() if k != "anyOf"}
+        if len(branches) == 1 and isinstance(branches[0], dict):
+            return {**branches[0], **rest}
+        return {**rest, "anyOf": branches}
+    return node
+
+
+# ---------------------------------------------------------------------------- $defs
+
+
+def _rename_refs(node: Any, prefix: str) -> Any:
+    if isinstance(node, dict):
+        out = {}
+        for k, v in node.items():
+            if k == "$ref" and isinstance(v, str) and v.startswith("#/$defs/"):
+                out[k] = "#/$defs/" + prefix + v[len("#/$defs/") :]
+            else:
+                out[k] = _rename_refs(v, prefix)
+        return out
+    if isinstance(node, list):
+        return [_rename_refs(v, prefix) for v in node]
+    return node
+
+
+# ---------------------------------------------------------------------------- strict mode
+
+
+def _strictify(node: Any, where: str, problems: list[str]) -> Any:
+    """Rewrite a schema node for OpenAI strict mode; record what cannot be expressed."""
+    if not isinstance(node, dict):
+        return node
+    if not node or ("type" not in node and not ({"anyOf", "$ref", "enum", "const"} & node.keys())):
+        problems.append(f"{where} accepts any JSON value (strict mode needs a type)")
+        return node
+    bad = sorted(_STRICT_UNSUPPORTED & node.keys())
+    if bad:
+        problems.append(f"{where} uses {', '.join(bad)}")
+    out: dict[str, Any] = {}
+    for k, v in node.items():
+        if k in _STRICT_DROP:
+            continue
+        if k == "const":
+            if "enum" not in node:
+                out["enum"] = [v]
+            continue
+        if k == "anyOf":
+            out[k] = [_strictify(b, where, problems) for b in v]
+        elif k == "items":
+            out[k] = _strictify(v, f"{where}[]", problems)
+        elif k == "properties":
+            out[k] = {p: _strictify(s, f"{where}.{p}", problems) for p, s in v.items()}
+        else:
+            out[k] = v
+    kinds = node.get("type")
+    if kinds == "object" or (isinstance(kinds, list) and "object" in kinds):
+        props = node.get("properties")
+        extra = node.get("additionalProperties", True)
+        if isinstance(extra, dict) and extra:
+            problems.append(f"{where} is a mapping with free keys (strict mode needs names)")
+        elif not props and extra is not False:
+            problems.append(f"{where} is a free-form object (strict mode needs its properties)")
+        else:
+            missing = sorted(set(props or {}) - set(node.get("required", ())))
+            if missing:
+                problems.append(
+                    f"{where} has optional fields ({', '.join(missing)}) inside a nested object"
+                )
+            out["additionalProperties"] = False
+            out["required"] = list(props or {})
+    return out
+
+
+def _nullable(node: dict[str, Any]) -> dict[str, Any]:
+    null = {"type": "null"}
+    if "anyOf" in node:
+        branches = node["anyOf"]
+        if null in branches:
+            return node
+        return {**node, "anyOf": [*branches, null]}
+    wrapper: dict[str, Any] = {}
+    inner = dict(node)
+    if "description" in inner:
+        wrapper["description"] = inner.pop("description")
+    wrapper["anyOf"] = [inner, null]
+    return wrapper
+
+
+# ---------------------------------------------------------------------------- the schema
+
+
+def _tool_args_schema(
+    tool: Tool, strict: bool, defs: dict[str, Any], problems: list[str]
+) -> dict[str, Any]:
+    raw = copy.deepcopy(tool.parameters_schema)
+    prefix = f"{tool.name}__"
+    raw = _rename_refs(raw, prefix)
+    for name, sub in raw.pop("$defs", {}).items():
+        where = f"tool {tool.name!r}: model {name!r}"
+        sub = _allow_refs_in_def(sub)
+        defs[prefix + name] = _strictify(sub, where, problems) if strict else sub
+    properties: dict[str, Any] = raw.get("properties", {})
+    required: list[str] = list(raw.get("required", []))
+    args: dict[str, Any] = {"type": "object", "properties": {}}
+    for pname, sub in properties.items():
+        sub = _allow_refs(sub)
+        if strict:
+            sub = _strictify(sub, f"tool {tool.name!r}: argument {pname!r}", problems)
+            if pname not in required:
+                sub = _nullable(sub)
+        args["properties"][pname] = sub
+    args["required"] = list(properties) if strict else required
+    args["additionalProperties"] = False
+    return args
+
+
+def _allow_refs_in_def(node: Any) -> Any:
+    if isinstance(node, dict) and isinstance(node.get("properties"), dict):
+        return {**node, "properties": {k: _allow_refs(v) for k, v in node["properties"].items()}}
+    return node
+
+
+def _tool_variant(tool: Tool, strict: bool, defs: dict[str, Any], problems: list[str]) -> Any:
+    properties: dict[str, Any] = {
+        "id": dict(_ID_SCHEMA),
+        "tool": {"type": "string", "enum": [tool.name]},
+        "args": _tool_args_schema(tool, strict, defs, problems),
+        "depends_on": {
+            "type": "array",
+            "items": dict(_ID_SCHEMA),
+            "description": "ids of tasks that must finish first (references imply this)",
+        },
+    }
+    if not strict:
+        properties["description"] = {"type": "string"}
+        properties["retries"] = {"type": "integer", "minimum": 0}
+        properties["timeout_s"] = {"type": "number", "exclusiveMinimum": 0}
+    variant: dict[str, Any] = {"type": "object"}
+    if tool.description:
+        variant["description"] = tool.description
+    variant["properties"] = properties
+    variant["required"] = list(properties) if strict else ["id", "tool", "args"]
+    variant["additionalProperties"] = False
+    return variant
+
+
+def _agent_variant(names: list[str], strict: bool) -> dict[str, Any]:
+    tools_schema: dict[str, Any] = {
+        "type": "array",
+        "items": {"type": "string", "enum": names},
+        "description": "the tools the agent may use (default: all)",
+    }
+    properties: dict[str, Any] = {
+        "id": dict(_ID_SCHEMA),
+        "instruction": {
+            "type": "string",
+            "description": "a sub-goal for a tool-using agent; may contain ${...} references",
+        },
+        "tools": _nullable(tools_schema) if strict else tools_schema,
+        "depends_on": {"type": "array", "items": dict(_ID_SCHEMA)},
+    }
+    return {
+        "type": "object",
+        "description": "an agent task: a sub-goal that needs several steps or judgement",
+        "properties": properties,
+        "required": list(properties) if strict else ["id", "instruction"],
+        "additionalProperties": False,
+    }
+
+
+def _build(
+    registry: Registry, *, strict: bool, agent_tasks: bool
+) -> tuple[dict[str, Any], list[str]]:
+    problems: list[str] = []
+    defs: dict[str, Any] = {}
+    variants: list[Any] = [_tool_variant(t, strict, defs, problems) for t in registry]
+    if agent_tasks:
+        variants.append(_agent_variant(sorted(registry.names), strict))
+    if not variants:
+        problems.append("the registry has no tools")
+    items: dict[str, Any] = {"anyOf": variants} if len(variants) != 1 else variants[0]
+    schema: dict[str, Any] = {
+        "type": "object",
+        "properties": {
+            "goal": {"type": "string", "description": "the goal, restated"},
+            "tasks": {
+                "type": "array",
+                "minItems": 1,
+                "items": items,
+                "description": "the tasks; independent tasks run in parallel",
+            },
+        },
+        "required": ["goal", "tasks"] if strict else ["tasks"],
+        "additionalProperties": False,
+    }
+    if defs:
+        schema["$defs"] = defs
+    return copy.deepcopy(schema), problems
+
+
+def plan_json_schema(
+    registry: Registry, *, strict: bool = False, agent_tasks: bool = False
+) -> dict[str, Any]:
+    """The JSON Schema of a plan for ``registry`` (see the module docstring).
+
+    ``strict=True`` produces OpenAI strict-mode form and raises :class:`ConfigError` naming
+    every tool argument that strict mode cannot express. ``agent_tasks=True`` adds a
+    variant for agent tasks (``instruction`` + optional ``tools`` subset).
+    """
+    schema, problems = _build(registry, strict=strict, agent_tasks=agent_tasks)
+    if strict and problems:
+        raise ConfigError("the plan schema cannot be strict: " + "; ".join(dict.fromkeys(problems)))
+    return schema
+
+
+def strict_problems(registry: Registry, *, agent_tasks: bool = False) -> list[str]:
+    """Why the registry's plan schema cannot be strict (empty when it can)."""
+    return list(dict.fromkeys(_build(registry, strict=True, agent_tasks=agent_tasks)[1]))
+
+
+def plan_response_format(
+    registry: Registry, *, strict: bool | None = None, agent_tasks: bool = False
+) -> ResponseFormat:
+    """The structured-output request for a plan. ``strict=None``: strict when possible."""
+    if strict is None:
+        schema, problems = _build(registry, strict=True, agent_tasks=agent_tasks)
+        if not problems:
+            return ResponseFormat(PLAN_FORMAT_NAME, schema, strict=True)
+        strict = False
+    schema = plan_json_schema(registry, strict=strict, agent_tasks=agent_tasks)
+    return ResponseFormat(PLAN_FORMAT_NAME, schema, strict=strict)
+
+
+def drop_null_optionals(data: Any, registry: Registry, *, keep_nullable: bool = False) -> None:
+    """Read ``null`` optional arguments as "not given": remove them in place (and a ``null``
+    agent ``tools`` list).
+
+    Strict mode makes every optional argument nullable for this purpose. Without it, pass
+    ``keep_nullable=True``: an argument that may legitimately be ``null`` keeps it, and a
+    ``null`` only goes where it could not be meant as a value (small models write ``null``
+    for the optional arguments they do not want to set).
+    """
+    tasks = data.get("tasks") if isinstance(data, MutableMapping) else data
+    if not isinstance(tasks, list):
+        return
+    for task in tasks:
+        if not isinstance(task, MutableMapping):
+            continue
+        if task.get("tools", 0) is None:
+            del task["tools"]
+        name, args = task.get("tool"), task.get("args")
+        if not isinstance(name, str) or name not in registry or not isinstance(args, dict):
+            continue
+        tool = registry.get(name)
+        names: Iterable[str] = optional_args(tool)
+        if keep_nullable:
+            props = tool.parameters_schema.get("properties", {})
+            names = [n for n in names if not _accepts_null(props.get(n))]
+        _drop(args, names)
+
+
+def _accepts_null(node: Any) -> bool:
+    """Whether a (tool argument) schema admits ``null``; unresolved ``$ref`` s do not."""
+    if not isinstance(node, dict):
+        return True
+    kind = node.get("type")
+    if kind == "null" or (isinstance(kind, list) and "null" in kind):
+        return True
+    if "enum" in node:
+        return None in node["enum"]
+    if "const" in node:
+        return node["const"] is None
+    branches = [*node.get("anyOf", ()), *node.get("oneOf", ())]
+    if branches:
+        return any(_accepts_null(b) for b in branches)
+    return kind is None and "$ref" not in node  # no type at all: any value
+
+
+def _drop(args: MutableMapping[str, Any], names: Iterable[str]) -> None:
+    for key in names:
+        if key in args and args[key] is None:
+            del args[key]
