@@ -45,7 +45,7 @@ from pydantic_core import PydanticCustomError
 
 from .errors import Issue, PlanLoadError
 from .references import Reference, Template
-from .results import jsonable
+from .text import jsonable
 
 __all__ = [
     "ID_PATTERN",
