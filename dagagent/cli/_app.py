@@ -73,9 +73,24 @@ err = Console(stderr=True, soft_wrap=True)
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from .. import __version__
+
+        out.print(f"dagagent {__version__}", markup=False, highlight=False)
+        raise typer.Exit(EXIT_OK)
+
+
 @app.callback()
 def _root(
     verbose: int = typer.Option(0, "--verbose", "-v", count=True, help="More logs on stderr."),
+    version: bool = typer.Option(
+        False,
+        "--version",
+        is_eager=True,
+        callback=_print_version,
+        help="Print the version and exit.",
+    ),
 ) -> None:
     level = {0: logging.WARNING, 1: logging.INFO}.get(verbose, logging.DEBUG)
     configure_logging(level)
@@ -149,6 +164,25 @@ def tools_spec(spec: str | None, mcp: Sequence[str] = ()) -> str | None:
     return None if mcp else DEFAULT_TOOLS
 
 
+def _import_module(target: str, attr: str) -> Any:
+    """Import ``target`` the way ``module:attr`` CLIs do: the current directory first, then
+    the installed packages; when it is not found, say where it looked."""
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.insert(0, cwd)
+    try:
+        return importlib.import_module(target)
+    except ModuleNotFoundError as exc:
+        if exc.name is None or not (target == exc.name or target.startswith(exc.name + ".")):
+            raise  # the module was found; something it imports was not
+        guess = target.replace(".", os.sep) + ".py"
+        raise ConfigError(
+            f"--tools: no module named {target!r} in the current directory ({cwd}) nor among "
+            f"the installed packages; to load a file, give its path: --tools "
+            f"path/to/{guess}:{attr}"
+        ) from None
+
+
 def load_registry(spec: str | None) -> Registry:
     """Load tools from ``MODULE:ATTR`` or ``path/to/file.py:ATTR``.
 
@@ -173,7 +207,7 @@ def load_registry(spec: str | None) -> Registry:
             sys.path.insert(0, str(path.parent.resolve()))
             loader_spec.loader.exec_module(module)
         else:
-            module = importlib.import_module(target)
+            module = _import_module(target, attr)
     except ConfigError:
         raise
     except ToolError:

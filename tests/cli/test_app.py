@@ -105,7 +105,7 @@ def test_missing_file_and_bad_tools_spec(tmp_path: Path) -> None:
     assert r.exit_code == 2 and "not found" in r.stderr
     plan = str(EXAMPLES / "weather.json")
     for spec, msg in [
-        ("nomodule_xyz:reg", "cannot import"),
+        ("nomodule_xyz:reg", "path/to/nomodule_xyz.py:reg"),
         ("dagagent.toolkits.demo:nope", "no attribute"),
         ("justtext", "MODULE:ATTR"),
         ("json:dumps", "failed"),
@@ -128,6 +128,48 @@ def test_tools_from_a_file(tmp_path: Path) -> None:
     r = invoke("run", plan, "--tools", f"{tools}:registry", "--json")
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout)["tasks"]["s"]["output"] == "HI"
+
+
+def _console_script(tmp_path: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run the CLI as its console script does: the current directory is not on sys.path."""
+    entry = tmp_path / "bin" / "dagagent_entry.py"
+    entry.parent.mkdir(exist_ok=True)
+    entry.write_text("import sys\nfrom dagagent.cli import main\nsys.exit(main())\n")
+    env = {**__import__("os").environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run(
+        [sys.executable, str(entry), *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_tools_module_found_in_the_current_directory(tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "mytools.py").write_text(
+        "import dagagent\nregistry = dagagent.Registry()\n"
+        "@registry.tool\ndef shout(text: str) -> str:\n    return text.upper()\n"
+    )
+    plan = {"tasks": [{"id": "s", "tool": "shout", "args": {"text": "hi"}}]}
+    (project / "p.json").write_text(json.dumps(plan))
+    r = _console_script(tmp_path, project, "run", "p.json", "--tools", "mytools:registry", "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["tasks"]["s"]["output"] == "HI"
+    # A module that is nowhere: the message says where it looked and how to name a file.
+    r = _console_script(tmp_path, project, "validate", "p.json", "--tools", "mytoolz:registry")
+    assert r.returncode == 2
+    assert "Traceback" not in r.stderr
+    assert "current directory" in r.stderr and str(project) in r.stderr
+    assert "--tools path/to/mytoolz.py:registry" in r.stderr
+
+
+def test_version() -> None:
+    r = invoke("--version")
+    assert r.exit_code == 0
+    assert r.stdout.strip() == f"dagagent {dagagent.__version__}"
 
 
 def test_bad_options_exit_2() -> None:
