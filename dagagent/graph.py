@@ -37,7 +37,7 @@ import networkx as nx
 from .errors import Issue, PlanLoadError, PlanValidationError
 from .plan import ID_RE, AgentTask, Plan, Task, read_plan
 from .references import Template
-from .text import shorten
+from .text import did_you_mean, shorten
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -273,11 +273,17 @@ def _tool_issues(task: Task, tmpl: Template, registry: Registry, issues: list[Is
     if isinstance(task, AgentTask):
         for name in task.tools or ():
             if name not in registry:
-                issues.append(Issue("unknown_tool", tid, f"agent tool {name!r} is not registered"))
+                hint = did_you_mean(name, registry.names)
+                issues.append(
+                    Issue("unknown_tool", tid, f"agent tool {name!r} is not registered{hint}")
+                )
         return
     if task.tool not in registry:
         known = ", ".join(sorted(registry.names)) or "none"
-        issues.append(Issue("unknown_tool", tid, f"unknown tool {task.tool!r} (known: {known})"))
+        hint = did_you_mean(task.tool, registry.names)
+        issues.append(
+            Issue("unknown_tool", tid, f"unknown tool {task.tool!r}{hint} (known: {known})")
+        )
         return
     if tmpl.refs:
         literal = tmpl.literal_keys()

@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import sys
 from abc import abstractmethod
 from collections.abc import Mapping
 from pathlib import Path
@@ -45,7 +46,7 @@ from pydantic_core import PydanticCustomError
 
 from .errors import Issue, PlanLoadError
 from .references import Reference, Template
-from .text import jsonable
+from .text import did_you_mean, jsonable
 
 __all__ = [
     "ID_PATTERN",
@@ -311,13 +312,17 @@ def _issues_from_validation(exc: ValidationError, data: Any) -> list[Issue]:
             where = f"tasks[{loc[1]}].{field}" if loc[2:] else f"tasks[{loc[1]}]"
         msg = err["msg"]
         if err["type"] == "extra_forbidden":
-            msg = "unknown field (not part of the plan format)"
+            fields = {*ToolTask.model_fields, *AgentTask.model_fields}
+            known = fields if len(loc) == 3 and loc[0] == "tasks" else set()
+            hint = did_you_mean(str(loc[-1]), known)
+            msg = f"unknown field (not part of the plan format){hint}"
         issues.append(Issue("schema", task_id, f"{where}: {msg}"))
     return issues
 
 
 def load_plan(source: Plan | Mapping[str, Any] | str | Path) -> Plan:
-    """Read a plan from a Plan, a dict, a JSON string or a path to a JSON file.
+    """Read a plan from a Plan, a dict, a JSON string or a path to a JSON file
+    (``Path("-")``: the JSON on standard input).
 
     Raises :class:`PlanLoadError` naming every problem (with the task id where known).
     """
@@ -358,8 +363,14 @@ def _path_of(source: object) -> Path | None:
     return None
 
 
+def _is_stdin(source: object) -> bool:
+    return isinstance(source, Path) and str(source) == "-"
+
+
 def _origin(source: object) -> str:
-    """How messages name the plan: its file, or "plan"."""
+    """How messages name the plan: its file, "the plan on stdin", or "plan"."""
+    if _is_stdin(source):
+        return "the plan on stdin"
     path = _path_of(source)
     return "plan" if path is None else str(path)
 
@@ -369,9 +380,11 @@ def _not_a_plan(origin: str, issues: list[Issue]) -> str:
 
 
 def _parse(source: Mapping[str, Any] | str | Path, origin: str) -> Any:
-    """The JSON value of a file or a string; a mapping as it is."""
+    """The JSON value of a file (``-``: standard input) or a string; a mapping as it is."""
     path = _path_of(source)
-    if path is not None:
+    if _is_stdin(source):
+        text = sys.stdin.read()
+    elif path is not None:
         try:
             text = path.read_text(encoding="utf-8-sig")  # a BOM (Windows editors) is fine
         except FileNotFoundError:
@@ -385,9 +398,7 @@ def _parse(source: Mapping[str, Any] | str | Path, origin: str) -> Any:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise PlanLoadError(
-            f"{origin} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
-        ) from None
+        raise PlanLoadError(_json_error(origin, text, exc)) from None
     except RecursionError:
         raise PlanLoadError(f"{origin} is nested too deeply to be a plan") from None
     except ValueError as exc:  # e.g. an integer of more than 4300 digits
@@ -395,6 +406,24 @@ def _parse(source: Mapping[str, Any] | str | Path, origin: str) -> Any:
     if _SURROGATE_ESCAPE.search(text):
         _check_unicode(data, origin)
     return data
+
+
+def _json_error(origin: str, text: str, exc: json.JSONDecodeError) -> str:
+    """Why ``text`` is not JSON, saying so when it is YAML or has a trailing comma."""
+    before = text[: exc.pos].rstrip()
+    if before.endswith(",") and exc.msg.startswith(("Expecting property name", "Expecting value")):
+        line = before.count("\n") + 1
+        return (
+            f"{origin} is not valid JSON: a trailing comma at line {line} (JSON allows no comma "
+            "after the last item of a list or object)"
+        )
+    stripped = text.lstrip()
+    if exc.pos == len(text) - len(stripped) and re.match(r"(---|-\s|[\w\"' -]+:)", stripped):
+        return (
+            f"{origin} is not valid JSON: it looks like YAML (line {exc.lineno}); plans are "
+            "JSON: an object with 'goal' and 'tasks'"
+        )
+    return f"{origin} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
 
 
 # A JSON escape of a UTF-16 surrogate: the only way a lone surrogate gets into parsed text.

@@ -8,13 +8,15 @@ it."""
 
 from __future__ import annotations
 
+import difflib
 import json
+from collections.abc import Iterable
 from typing import Any
 
 from pydantic import BaseModel
 from pydantic_core import to_jsonable_python
 
-__all__ = ["ELLIPSIS", "as_text", "jsonable", "printable", "shorten"]
+__all__ = ["ELLIPSIS", "as_text", "did_you_mean", "jsonable", "printable", "shorten"]
 
 #: What ends a cut text.
 ELLIPSIS = "…"
@@ -122,3 +124,10 @@ def printable(text: str, *, lines: bool = False) -> str:
         return text
     keep = "\n\t" if lines else ""
     return "".join(c if c.isprintable() or c in keep else repr(c)[1:-1] for c in text)
+
+
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    """`` (did you mean 'x'?)`` when ``name`` looks like a misspelling of one of ``known``,
+    else ``""``: the tail of a message about an unknown name."""
+    close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""

@@ -38,7 +38,9 @@ __all__ = [
     "ToolsOpt",
 ]
 
-PlanArg = Annotated[Path, typer.Argument(help="Plan file (JSON).", metavar="PLAN")]
+PlanArg = Annotated[
+    Path, typer.Argument(help="Plan file (JSON); - reads it from stdin.", metavar="PLAN")
+]
 RunArg = Annotated[
     str | None,
     typer.Argument(metavar="RUN", help="Run id (12 hex digits, or a unique prefix of at least 4)."),
@@ -84,7 +86,13 @@ OutOpt = Annotated[
 ]
 LastOpt = Annotated[bool, typer.Option("--last", help="The most recent run.")]
 ExecutorOpt = Annotated[
-    str, typer.Option("--executor", "-e", help=f"When tasks start: {', '.join(EXECUTORS)}.")
+    str,
+    typer.Option(
+        "--executor",
+        "-e",
+        metavar="|".join(EXECUTORS),
+        help=f"When tasks start: {', '.join(EXECUTORS)}.",
+    ),
 ]
 OnFailureOpt = Annotated[
     str,

@@ -166,6 +166,28 @@ def test_tools_module_found_in_the_current_directory(tmp_path: Path) -> None:
     assert "--tools path/to/mytoolz.py:registry" in r.stderr
 
 
+def test_plan_on_stdin_and_messages_that_say_what_is_wrong() -> None:
+    plan = {"tasks": [{"id": "a", "tool": "lookup", "args": {"entity": "x"}}]}
+    r = runner.invoke(app, ["validate", "-"], input=json.dumps(plan))
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(app, ["validate", "-"], input="goal: x\ntasks:\n  - id: a\n")
+    assert r.exit_code == 2 and "looks like YAML" in r.stderr
+    comma = '{"tasks": [\n {"id": "a", "tool": "lookup",\n  "args": {"entity": "x"}},\n]}'
+    r = runner.invoke(app, ["validate", "-"], input=comma)
+    assert r.exit_code == 2 and "trailing comma at line 3" in r.stderr, r.stderr
+    r = runner.invoke(app, ["validate", "-"], input='{"tasks": [{"id": "a", "tol": "lookup"}]}')
+    assert r.exit_code == 2 and "tol: unknown field" in r.stderr
+    assert "did you mean 'tool'?" in r.stderr
+    typo = {"tasks": [{"id": "a", "tool": "get_wether", "args": {"city": "x"}}]}
+    r = runner.invoke(app, ["validate", "-"], input=json.dumps(typo))
+    assert r.exit_code == 2 and "did you mean 'get_weather'?" in r.stderr
+
+
+def test_help_lists_the_executors() -> None:
+    r = invoke("run", "--help")
+    assert "serial|levels|dataflow|dask" in r.stdout
+
+
 def test_version() -> None:
     r = invoke("--version")
     assert r.exit_code == 0
