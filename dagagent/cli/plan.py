@@ -190,6 +190,13 @@ def plan_cmd(
     if out_file is not None:
         _write(out_file, result.plan.to_json(indent=2) + "\n")
         err.print(f"plan written to {out_file}", markup=False, highlight=False)
+    elif not execute:
+        err.print(
+            "the plan is not saved: add --out FILE to keep it (then 'dagagent run FILE'), "
+            "or --execute to run it now",
+            markup=False,
+            highlight=False,
+        )
     if not execute:
         raise typer.Exit(EXIT_OK)
     code = run_graph(graph, registry, options, as_json=json_out, llm=llm if agent_tasks else None)

@@ -87,13 +87,11 @@ def runs_cmd(
         runs = st.list_runs(limit)
         path = st.path
     if json_out:
-        # "run_id" too: the key 'show --json' and 'run --json' use for the same value.
+        # one id key, "run_id": the key 'show --json' and 'run --json' use too
         print_json(
             out,
             [
                 {
-                    "run_id": r.run_id,
-                    "id": r.run_id,  # the old name, kept in the JSON output
                     **r.model_dump(mode="json"),
                     "unrecorded": r.unrecorded,
                 }

@@ -121,6 +121,13 @@ def test_out_writes_a_plan_that_validates(server: LLMTestServer, tmp_path: Path)
     assert r.exit_code == 0, r.output
 
 
+def test_without_out_says_how_to_keep_the_plan(server: LLMTestServer):
+    server.push(answer(PLAN))
+    r = plan_cli(server)
+    assert r.exit_code == 0, r.output
+    assert "add --out FILE to keep it" in r.stderr
+
+
 def test_out_to_an_unwritable_place_is_exit_2(server: LLMTestServer, tmp_path: Path):
     server.push(answer(PLAN))
     r = plan_cli(server, "--out", str(tmp_path / "missing-dir" / "plan.json"))
