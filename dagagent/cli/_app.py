@@ -15,6 +15,7 @@ from typing import Any, TypeVar, overload
 
 import typer
 from rich.console import Console
+from typer.core import TyperArgument, TyperGroup
 
 from ..errors import (
     ConfigError,
@@ -56,8 +57,30 @@ EXIT_INTERRUPTED = 130
 
 DEFAULT_TOOLS = "dagagent.toolkits.demo:registry"
 
+
+class _Argument(TyperArgument):
+    """A positional argument shown in usage lines as ``PLAN`` (or ``[RUN]`` when optional),
+    not ``{PLAN}``."""
+
+    def get_usage_pieces(self, ctx: Any) -> list[str]:
+        name = self.metavar or (self.name or "").upper()
+        return [name if self.required else f"[{name}]"]
+
+
+class _Group(TyperGroup):
+    """The command group: its commands' positional arguments read as in the README."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for command in self.commands.values():
+            for param in command.params:
+                if type(param) is TyperArgument:
+                    param.__class__ = _Argument
+
+
 app = typer.Typer(
     name="dagagent",
+    cls=_Group,
     help="Plan-and-execute DAG orchestration for LLM agents.\n\n"
     "Exit codes: 0 success, 1 run failed, 2 invalid plan or usage, 3 planning failed, "
     "4 run/store not found, 130 interrupted.",

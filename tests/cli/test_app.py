@@ -183,9 +183,12 @@ def test_plan_on_stdin_and_messages_that_say_what_is_wrong() -> None:
     assert r.exit_code == 2 and "did you mean 'get_weather'?" in r.stderr
 
 
-def test_help_lists_the_executors() -> None:
+def test_help_lists_the_executors_and_names_arguments_plainly() -> None:
     r = invoke("run", "--help")
     assert "serial|levels|dataflow|dask" in r.stdout
+    assert "Usage: dagagent run [OPTIONS] PLAN\n" in r.stdout
+    assert "Usage: dagagent ask [OPTIONS] GOAL\n" in invoke("ask", "--help").stdout
+    assert "Usage: dagagent show [OPTIONS] [RUN]\n" in invoke("show", "--help").stdout
 
 
 def test_version() -> None:
