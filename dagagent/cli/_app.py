@@ -155,6 +155,28 @@ def report_error(exc: DagagentError) -> int:
     return exit_code_for(exc)
 
 
+def error_json(exc: DagagentError, exit_code: int) -> dict[str, Any]:
+    """What ``--json`` prints on stdout for a user-caused error: its kind (the error class),
+    the message, every issue (code, task, message) and the exit code."""
+    issues: list[Any] = list(getattr(exc, "issues", None) or ())
+    if isinstance(exc, PlanningError):
+        issues = [issue for _raw, attempt in exc.attempts for issue in attempt]
+    return {
+        "ok": False,
+        "error": {
+            "code": type(exc).__name__,
+            "message": str(exc),
+            "issues": [
+                {"code": i.code, "task_id": i.task_id, "message": i.message}
+                if hasattr(i, "code")
+                else {"code": None, "task_id": None, "message": str(i)}
+                for i in issues
+            ],
+            "exit_code": exit_code,
+        },
+    }
+
+
 def guard(fn: F) -> F:
     """Turn user-caused errors into messages and exit codes, never tracebacks."""
     import functools
@@ -164,7 +186,12 @@ def guard(fn: F) -> F:
         try:
             return fn(*args, **kwargs)
         except DagagentError as exc:
-            raise typer.Exit(report_error(exc)) from None
+            code = report_error(exc)
+            if kwargs.get("json_out"):  # --json: stdout still carries one JSON object
+                from .render import print_json
+
+                print_json(out, error_json(exc, code))
+            raise typer.Exit(code) from None
         except (KeyboardInterrupt, asyncio.CancelledError):
             # Ctrl-C. On Python 3.11+ the event loop turns it into KeyboardInterrupt once the
             # run is cancelled; on 3.10 the cancellation itself comes out of anyio.run.

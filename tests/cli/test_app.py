@@ -191,6 +191,31 @@ def test_help_lists_the_executors_and_names_arguments_plainly() -> None:
     assert "Usage: dagagent show [OPTIONS] [RUN]\n" in invoke("show", "--help").stdout
 
 
+@pytest.mark.parametrize(
+    ("args", "code", "kind"),
+    [
+        (["validate", str(EXAMPLES / "invalid.json")], 2, "PlanValidationError"),
+        (["run", "nope.json"], 2, "PlanLoadError"),
+        (["run", str(EXAMPLES / "weather.json"), "--tools", "nomod_q:x"], 2, "ConfigError"),
+        (["show", "ffffffff", "--store", "{tmp}/none.db"], 4, "StoreError"),
+        (["runs", "--store", "{tmp}/none.db"], 4, "StoreError"),
+        (["tools", "--tools", "nomod_q:x"], 2, "ConfigError"),
+        (["replan", "ffffffff", "--store", "{tmp}/none.db"], 4, "StoreError"),
+    ],
+)
+def test_json_prints_one_object_on_errors_too(
+    tmp_path: Path, args: list[str], code: int, kind: str
+) -> None:
+    args = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    r = runner.invoke(app, [*args, "--json"], catch_exceptions=False)
+    assert r.exit_code == code, r.output
+    doc = json.loads(r.stdout)  # exactly one JSON document, nothing else
+    assert doc["ok"] is False and doc["error"]["code"] == kind
+    assert doc["error"]["exit_code"] == code and doc["error"]["message"]
+    if kind == "PlanValidationError":
+        assert {i["code"] for i in doc["error"]["issues"]} >= {"cycle", "duplicate_id"}
+
+
 def test_version() -> None:
     r = invoke("--version")
     assert r.exit_code == 0
