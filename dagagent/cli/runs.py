@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich import box
@@ -19,7 +20,7 @@ from ..errors import ConfigError
 from ..graph import PlanGraph, validate
 from ..plan import Plan
 from ..store import RunRecord, RunStore, SolveRecord, check_run_id
-from ..text import as_text, printable, shorten
+from ..text import as_text, did_you_mean, printable, shorten
 from ._app import app, guard, out
 from .diagram import FORMATS, render_graph
 from .options import (
@@ -141,12 +142,21 @@ def show_cmd(
         help="Print the run's timeline instead: one bar per task from start to end, the "
         "waits before them and the critical path.",
     ),
+    task: str | None = typer.Option(
+        None,
+        "--task",
+        metavar="ID",
+        help="Show one task in full instead: its arguments, output, error and attempts.",
+    ),
 ) -> None:
     """Show a recorded run: each task's status, duration, attempts, output or error, and the
     critical path."""
     with open_store(store) as st:
         record = find_run(st, run, last)
         solve = st.solve_of_run(record.run_id)
+    if task is not None:
+        _show_task(record, task, as_json=json_out)
+        return
     cp_s, cp = record.measured_critical_path()
     if timeline:
         from ..ui import build_view, timeline_text
@@ -210,6 +220,42 @@ def show_cmd(
     )
     if solve is not None:
         _show_solve(solve, record.run_id)
+
+
+def _show_task(record: RunRecord, task_id: str, *, as_json: bool) -> None:
+    """One task of a run in full: nothing cut, untrusted text escaped."""
+    planned = {t.id: t for t in record.plan.tasks}
+    if task_id not in planned:
+        raise ConfigError(
+            f"run {record.run_id} has no task {task_id!r}{did_you_mean(task_id, planned)} "
+            f"(tasks: {', '.join(planned)})"
+        )
+    t, r = planned[task_id], record.tasks.get(task_id)
+    if as_json:
+        doc: dict[str, Any] = {"run_id": record.run_id}
+        doc["task"] = t.model_dump(mode="json", exclude_none=True)
+        doc["result"] = r.model_dump(mode="json") if r is not None else None
+        print_json(out, doc)
+        return
+
+    def line(label: str, value: str) -> None:
+        out.print(f"{label}: {value}", markup=False, highlight=False)
+
+    line("task", f"{task_id} of run {record.run_id}")
+    line("tool", t.tool if t.tool is not None else "agent")
+    if r is None:
+        line("status", "unrecorded (the run did not get to it)")
+        return
+    dur = r.duration_s
+    line("status", r.status.value + (f" in {dur:.3f}s" if dur is not None else ""))
+    line("attempts", str(r.attempts))
+    args = r.args if r.args is not None else t.args  # the store keeps redacted arguments
+    line("arguments", printable(as_text(args), lines=True))
+    if r.error:
+        line("error", printable(r.error, lines=True))
+    if r.output is not None:
+        out.print("output:", markup=False)
+        out.print(printable(as_text(r.output), lines=True), markup=False, highlight=False)
 
 
 def _show_solve(solve: SolveRecord, run_id: str) -> None:

@@ -364,3 +364,21 @@ def test_records_are_written_by_execute_in_an_async_program(
     run_id = anyio.run(main)
     res = CliRunner().invoke(app, ["show", run_id, "--store", str(tmp_path / "r.db"), "--json"])
     assert json.loads(res.stdout)["tasks"]["a"]["output"] == 1
+
+
+def test_show_task_prints_one_task_in_full(home: Path, tmp_path: Path) -> None:
+    long = "x" * 300 + "\x1b[31m"
+    plan = {"tasks": [{"id": "a", "tool": "lookup", "args": {"entity": long}}]}
+    (tmp_path / "p.json").write_text(json.dumps(plan))
+    assert cli("run", str(tmp_path / "p.json")).exit_code == 1
+    run_id = only_run(home)
+    r = cli("show", run_id, "--task", "a")
+    assert r.exit_code == 0, r.output
+    assert "status: failed" in r.stdout and "attempts: 1" in r.stdout
+    # nothing cut, and the escape sequence shown, not obeyed
+    assert "x" * 300 + "\\x1b[31m" in r.stdout and "\x1b" not in r.stdout
+    doc = json.loads(cli("show", run_id, "--task", "a", "--json").stdout)
+    assert doc["result"]["status"] == "failed" and doc["task"]["args"]["entity"] == long
+    r = cli("show", run_id, "--task", "b")
+    assert r.exit_code == 2 and "has no task 'b'" in r.stderr
+    assert "did you mean 'a'" not in r.stderr
