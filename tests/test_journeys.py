@@ -161,7 +161,7 @@ def test_plan_run_fail_replan_succeed(user: Journey, server: LLMTestServer) -> N
     assert second["tasks"]["paris"]["output"]["temp_c"] == 18.0
 
     runs = user.json("runs")
-    assert [r["id"] for r in runs] == [second["run_id"], first["run_id"]]
+    assert [r["run_id"] for r in runs] == [second["run_id"], first["run_id"]]
     assert runs[0]["parent_id"] == first["run_id"]
     assert runs[1]["parent_id"] is None
 

@@ -55,7 +55,10 @@ def plan_table(graph: PlanGraph) -> Table:
     return table
 
 
-def result_table(result: RunResult) -> Table:
+def result_table(result: RunResult, *, width: int = 80) -> Table:
+    """The run's tasks, one row each; the output or error cut to fit a terminal ``width``
+    columns wide (never under 60 characters)."""
+    cut = max(60, width - 40)
     table = Table(title=f"run {result.run_id}: {result.status.value}")
     table.add_column("id")
     table.add_column("status")
@@ -64,7 +67,7 @@ def result_table(result: RunResult) -> Table:
     table.add_column("output / error")
     for tid, r in result.tasks.items():
         dur = r.duration_s
-        detail = r.error if r.error else shorten(r.output, 60)
+        detail = r.error if r.error else shorten(r.output, cut)
         table.add_row(
             tid,
             Text(r.status.value, style=STATUS_STYLE.get(r.status, "")),

@@ -11,6 +11,7 @@ from ..errors import ConfigError
 from ..graph import PlanGraph, validate
 from ..results import RunResult
 from ..store import default_store_path
+from ..text import as_text, printable
 from ._app import EXIT_FAILED, EXIT_OK, app, err, guard, out
 from .options import (
     ApproveOpt,
@@ -73,11 +74,42 @@ def validate_cmd(
     )
 
 
-def print_result(result: RunResult, *, as_json: bool) -> int:
+#: At most this many final tasks have their output printed in full after a run.
+MAX_FINAL_OUTPUTS = 3
+
+
+def final_tasks(graph: PlanGraph) -> list[str]:
+    """The tasks nothing depends on, in plan order: what a run produces."""
+    g = graph.graph
+    return [t.id for t in graph.plan.tasks if g.out_degree(t.id) == 0]
+
+
+def print_result(result: RunResult, *, as_json: bool, graph: PlanGraph | None = None) -> int:
+    """Print a run's result: its table (cells cut to the terminal's width), the output of its
+    final tasks in full (``graph``: the plan that ran), then one summary line."""
     if as_json:
         print_json(out, result.to_json_dict())
     else:
-        out.print(result_table(result))
+        out.print(result_table(result, width=out.width))
+        finals = [
+            tid
+            for tid in (final_tasks(graph) if graph is not None else ())
+            if tid in result.tasks and result.tasks[tid].ok and result.tasks[tid].output is not None
+        ]
+        for tid in finals[:MAX_FINAL_OUTPUTS]:
+            out.print(f"output of {tid}:", markup=False, highlight=False)
+            out.print(
+                printable(as_text(result.tasks[tid].output), lines=True),
+                markup=False,
+                highlight=False,
+            )
+        if len(finals) > MAX_FINAL_OUTPUTS:
+            out.print(
+                f"({len(finals) - MAX_FINAL_OUTPUTS} more final tasks: "
+                "dagagent show --last --task ID)",
+                markup=False,
+                highlight=False,
+            )
         counts = ", ".join(f"{n} {s}" for s, n in sorted(result.counts.items()))
         out.print(
             f"{result.status.value} in {result.wall_time_s:.3f}s ({counts}); "
@@ -106,7 +138,7 @@ def run_graph(
         llm=llm,
         **execute_options,
     )
-    code = print_result(result, as_json=as_json)
+    code = print_result(result, as_json=as_json, graph=graph)
     if not as_json:
         err.print(
             f"recorded as run {result.run_id} in {default_store_path(options.store)}",

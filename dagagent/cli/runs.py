@@ -202,7 +202,7 @@ def show_cmd(
             table.add_row(t.id, what, Text("unrecorded", style="dim"), "-", "-", "")
             continue
         dur = r.duration_s
-        detail = r.error if r.error else shorten(r.output, 60)
+        detail = r.error if r.error else shorten(r.output, max(60, out.width - 60))
         table.add_row(
             t.id,
             what,

@@ -382,3 +382,29 @@ def test_show_task_prints_one_task_in_full(home: Path, tmp_path: Path) -> None:
     r = cli("show", run_id, "--task", "b")
     assert r.exit_code == 2 and "has no task 'b'" in r.stderr
     assert "did you mean 'a'" not in r.stderr
+
+
+def test_run_prints_the_final_output_in_full_and_cells_use_the_width(
+    home: Path, tmp_path: Path
+) -> None:
+    lines = [f"line {i} " + "y" * 90 for i in range(3)]
+    plan = {
+        "tasks": [
+            {"id": "p", "tool": "get_weather", "args": {"city": "Paris"}},
+            {
+                "id": "rep",
+                "tool": "format_report",
+                "args": {"title": "T", "lines": lines},
+                "depends_on": ["p"],
+            },
+        ]
+    }
+    (tmp_path / "p.json").write_text(json.dumps(plan))
+    r = cli("run", str(tmp_path / "p.json"))  # 200 columns wide (the fixture)
+    assert r.exit_code == 0, r.output
+    # the final task (nothing depends on it) in full, after the table; not 'p'
+    assert "output of rep:\nT\n- line 0 " + "y" * 90 + "\n" in r.stdout
+    assert "output of p:" not in r.stdout
+    # a 200-column table cuts cells far later than at 60 characters
+    row = next(x for x in r.stdout.splitlines() if x.startswith("│ rep"))
+    assert "line 0 " + "y" * 90 in row
