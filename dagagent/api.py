@@ -35,7 +35,7 @@ async def execute(
     plan: Plan | PlanGraph | Mapping[str, Any] | str | Path,
     registry: Registry | None = None,
     *,
-    executor: str | Executor = "levels",
+    executor: str | Executor = "dataflow",
     on_failure: str = "cancel",
     max_concurrency: int | None = None,
     retry: TaskRetryPolicy | None = None,
@@ -50,8 +50,8 @@ async def execute(
 ) -> RunResult:
     """Validate ``plan`` against ``registry`` and run it.
 
-    - ``executor``: ``"levels"`` (default; one topological level at a time), ``"dataflow"``
-      (each task as soon as its own dependencies are done), ``"serial"``, ``"dask"``, or an
+    - ``executor``: ``"dataflow"`` (default; each task as soon as its own dependencies are
+      done), ``"levels"`` (one topological level at a time), ``"serial"``, ``"dask"``, or an
       executor object.
     - ``on_failure``: ``"cancel"`` (default; cancel running tasks, mark the rest) or
       ``"continue"`` (independent branches run on; descendants of a failure are skipped).

@@ -248,3 +248,13 @@ def test_mcp_examples_run_as_written(scratch: Path) -> None:
     result = namespace["result"]
     assert result.ok and result.tasks["t"].output["sky"] == "sleet"
     assert [t.name for t in namespace["registry"]] == ["forecast.tomorrow"]
+
+
+def test_the_default_executor_is_the_one_the_readme_names() -> None:
+    import inspect
+
+    from dagagent.api import execute
+
+    default = inspect.signature(execute).parameters["executor"].default
+    assert default == "dataflow"
+    assert f"| `{default}` (default) |" in README

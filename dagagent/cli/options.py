@@ -155,7 +155,7 @@ TimeoutOpt = Annotated[
 class RunOptions:
     """The options of a command that runs a plan, as given on the command line."""
 
-    executor: str = "levels"
+    executor: str = "dataflow"
     on_failure: str = "cancel"
     max_concurrency: int | None = None
     store: Path | None = None

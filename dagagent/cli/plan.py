@@ -136,7 +136,7 @@ def plan_cmd(
         "still describes the plan format.",
     ),
     timeout: TimeoutOpt = 60.0,
-    executor: ExecutorOpt = "levels",
+    executor: ExecutorOpt = "dataflow",
     on_failure: OnFailureOpt = "cancel",
     max_concurrency: MaxConcurrencyOpt = None,
     approve: ApproveOpt = False,

@@ -139,7 +139,7 @@ def replan_cmd(
     ),
     tools: ToolsOpt = None,
     mcp: McpOpt = None,
-    executor: ExecutorOpt = "levels",
+    executor: ExecutorOpt = "dataflow",
     on_failure: OnFailureOpt = "cancel",
     max_concurrency: MaxConcurrencyOpt = None,
     store: StoreOpt = None,

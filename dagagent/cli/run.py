@@ -165,7 +165,7 @@ def run_cmd(
     plan: PlanArg,
     tools: ToolsOpt = None,
     mcp: McpOpt = None,
-    executor: ExecutorOpt = "levels",
+    executor: ExecutorOpt = "dataflow",
     on_failure: OnFailureOpt = "cancel",
     max_concurrency: MaxConcurrencyOpt = None,
     json_out: bool = typer.Option(False, "--json", help="Print only the result, as JSON."),
