@@ -18,7 +18,7 @@ from rich.text import Text
 
 from ..errors import ConfigError
 from ..graph import PlanGraph, validate
-from ..plan import Plan
+from ..plan import Plan, ToolTask
 from ..store import RunRecord, RunStore, SolveRecord, check_run_id
 from ..text import as_text, did_you_mean, printable, shorten
 from ._app import app, guard, out
@@ -242,14 +242,15 @@ def _show_task(record: RunRecord, task_id: str, *, as_json: bool) -> None:
         out.print(f"{label}: {value}", markup=False, highlight=False)
 
     line("task", f"{task_id} of run {record.run_id}")
-    line("tool", t.tool if t.tool is not None else "agent")
+    line("tool", t.label)
     if r is None:
         line("status", "unrecorded (the run did not get to it)")
         return
     dur = r.duration_s
     line("status", r.status.value + (f" in {dur:.3f}s" if dur is not None else ""))
     line("attempts", str(r.attempts))
-    args = r.args if r.args is not None else t.args  # the store keeps redacted arguments
+    planned_args = t.args if isinstance(t, ToolTask) else None
+    args = r.args if r.args is not None else planned_args  # the store keeps redacted arguments
     line("arguments", printable(as_text(args), lines=True))
     if r.error:
         line("error", printable(r.error, lines=True))
