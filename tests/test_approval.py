@@ -790,3 +790,70 @@ def test_cli_warns_about_a_rule_that_never_matches(tmp_path: Path) -> None:
     res = CliRunner().invoke(app, ["run", str(plan), "--policy", str(policy), "--json"])
     assert res.exit_code == 0
     assert "rule #1 (deny tool get_weather if town=Paris) looks at argument 'town'" in res.stderr
+
+
+# -- deny rules cannot be walked around ---------------------------------------------------------
+
+
+async def test_a_glob_matches_a_path_argument_as_the_tool_receives_it(tmp_path: Path) -> None:
+    registry = dagagent.Registry()
+    opened: list[Path] = []
+
+    @registry.tool(side_effects=True)
+    def remove(path: Path, count: int = 1) -> str:
+        opened.append(path)
+        return "gone"
+
+    policy = Policy([Rule(action="deny", tool="remove", args={"path": "/etc/*", "count": "5"})])
+    the_plan = {
+        "goal": "g",
+        "tasks": [{"id": "r", "tool": "remove", "args": {"path": "/etc/x", "count": "5"}}],
+    }
+    # the preview and the run take the same decision
+    assert policy.preview(registry["remove"], {"path": "/etc/x", "count": "5"}) == "deny"
+    result = await dagagent.execute(the_plan, registry, interceptors=[policy])
+    assert result.tasks["r"].status is dagagent.TaskStatus.DENIED
+    assert opened == []
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/etc/passwd",
+        "//etc/passwd",
+        "/./etc/passwd",
+        "/tmp/../etc/passwd",
+        " /etc/passwd",
+        "/etc//passwd",
+        "/etc/ssh/../passwd",
+    ],
+)
+async def test_a_path_glob_matches_the_file_a_path_names(path: str) -> None:
+    registry = dagagent.Registry()
+    calls: list[str] = []
+
+    @registry.tool(side_effects=True)
+    def remove(path: str) -> str:
+        calls.append(path)
+        return "gone"
+
+    policy = Policy([Rule(action="deny", tool="remove", args={"path": {"path": "/etc/*"}})])
+    assert policy.preview(registry["remove"], {"path": path}) == "deny"
+    the_plan = {"goal": "g", "tasks": [{"id": "r", "tool": "remove", "args": {"path": path}}]}
+    result = await dagagent.execute(the_plan, registry, interceptors=[policy])
+    assert result.tasks["r"].status is dagagent.TaskStatus.DENIED
+    assert calls == []
+    # a plain glob matches the text as it is, as the README says
+    assert not Rule(action="deny", args={"path": "/etc/*"}).matches_args({"path": "//etc/x"})
+
+
+def test_a_path_glob_resolves_symbolic_links_and_relative_paths(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "secret").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "secret")
+    monkeypatch.chdir(tmp_path)
+    rule = Rule(action="deny", args={"path": {"path": f"{tmp_path}/secret/*"}})
+    assert rule.matches_args({"path": "link/key"})
+    assert rule.matches_args({"path": Path("./secret/../secret/key")})
+    assert not rule.matches_args({"path": "other/key"})

@@ -21,7 +21,10 @@ task id (glob), the caller (``source="plan"`` or ``"agent"``), whether the tool 
 ``side_effects=True``, and the call's validated arguments: either a predicate
 ``(args) -> bool`` or a mapping of argument name to matcher, where a matcher is
 
-- a string: a glob matched against the value (non-string values against their JSON text);
+- a string: a glob matched against the whole value as the tool receives it (a path as its text,
+  a number or a list as its JSON text);
+- ``{"path": "..."}``: a glob matched against the file a path names (absolute, with ``.``,
+  ``..``, repeated slashes and symbolic links resolved; see ``normal_path`` in ``_matchers``);
 - a compiled ``re.Pattern`` or ``{"regex": "..."}``: ``search`` in the value's text;
 - ``{"glob": "..."}`` or ``{"equals": value}``: explicit forms (JSON policy files use them);
   any other mapping is an error (a misspelt form would otherwise never match);

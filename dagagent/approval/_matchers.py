@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import os
 import re
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -20,6 +21,7 @@ __all__ = [
     "compile_glob",
     "compile_matcher",
     "compile_regex",
+    "normal_path",
     "value_text",
 ]
 
@@ -27,15 +29,31 @@ Matcher = Callable[[Any], bool]
 
 
 def value_text(value: Any) -> str:
-    """What a matcher sees of a value: a string as is, anything else as its JSON text."""
+    """What a matcher sees of a value, as the tool receives it: a string as is, a path
+    (``os.PathLike``) as its text, anything else whose JSON form is a string (a ``UUID``, a
+    ``datetime``) as that string, and other values as their JSON text (``5``, ``true``,
+    ``["a"]``)."""
     if isinstance(value, str):
         return value
+    if isinstance(value, os.PathLike):
+        return os.fsdecode(value)
     if value is None or isinstance(value, (bool, int, float)):
         return json.dumps(value)
     try:
-        return json.dumps(jsonable(value), ensure_ascii=False)
+        data = jsonable(value)
+        if isinstance(data, str):
+            return data
+        return json.dumps(data, ensure_ascii=False)
     except (TypeError, ValueError):
         return str(value)
+
+
+def normal_path(value: Any) -> str:
+    """The file a path value names, as ``{"path": glob}`` matchers see it: surrounding
+    whitespace dropped, made absolute against the working directory, ``.``, ``..``, repeated
+    slashes and symbolic links resolved (``//etc/./x/../passwd`` is ``/etc/passwd``)."""
+    text = value_text(value).strip()
+    return os.path.realpath(os.path.expanduser(text) if text.startswith("~") else text)
 
 
 def compile_regex(pattern: str) -> re.Pattern[str]:
@@ -51,7 +69,7 @@ def compile_glob(pattern: str) -> re.Pattern[str]:
     return re.compile(fnmatch.translate(pattern))
 
 
-MATCHER_FORMS = ("regex", "glob", "equals")
+MATCHER_FORMS = ("regex", "glob", "path", "equals")
 
 
 def compile_matcher(spec: Any) -> tuple[Matcher, str]:
@@ -80,6 +98,11 @@ def compile_matcher(spec: Any) -> tuple[Matcher, str]:
             if not isinstance(val, str):
                 raise ConfigError(f"{{'glob': ...}} needs a string, got {val!r}")
             return compile_matcher(val)
+        if kind == "path":
+            if not isinstance(val, str):
+                raise ConfigError(f"{{'path': ...}} needs a string, got {val!r}")
+            prx = compile_glob(val)
+            return (lambda v: prx.match(normal_path(v)) is not None), f"path {val}"
         if kind == "equals":
             return (lambda v: bool(v == val)), f"== {val!r}"
     if callable(spec):

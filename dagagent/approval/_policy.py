@@ -93,15 +93,22 @@ class Policy:
         """The action a plan task will meet, before it runs: ``allow`` / ``deny`` / ``ask``,
         or ``"ask?"`` (etc.) when a rule's decision depends on arguments that are not known
         yet (they come from references). ``literal_args``: the arguments known now."""
+        # Rules see the arguments as the tool will receive them (validated and coerced: a
+        # string may become a Path or a number), so the preview matches the same values;
+        # when they cannot be validated yet, an argument rule's decision is not known.
+        validated: Mapping[str, Any] | None
+        try:
+            validated = tool.validate_args(literal_args or {})
+        except ToolArgumentsError:
+            validated = None
         for rule in self.rules:
             if not rule.matches_call(tool, task_id, "plan"):
                 continue
             if not rule.looks_at_args:
                 return rule.action
-            known = literal_args or {}
-            if rule.has_predicate or any(n not in known for n in rule.arg_names):
+            if validated is None:
                 return f"{rule.action}?"
-            if rule.matches_args(known):
+            if rule.matches_args(validated):
                 return rule.action
         return self.default
 
