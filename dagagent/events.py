@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any, Union
 
 import structlog
 
+from .text import printable
+
 if TYPE_CHECKING:
     from .plan import Plan, Task
     from .results import RunResult, TaskResult
@@ -262,6 +264,12 @@ class _Stderr:
         sys.stderr.flush()
 
 
+def _printable_values(_logger: Any, _name: str, event: dict[str, Any]) -> dict[str, Any]:
+    """Text in a log line (a tool's output, a model's answer) with its control characters
+    shown escaped, so that a log line cannot drive the terminal."""
+    return {k: printable(v, lines=True) if isinstance(v, str) else v for k, v in event.items()}
+
+
 def configure_logging(level: int = logging.WARNING, *, json: bool = False) -> None:
     """Configure structlog for command-line use: level-filtered, to stderr."""
     renderer: Any = (
@@ -272,6 +280,7 @@ def configure_logging(level: int = logging.WARNING, *, json: bool = False) -> No
             structlog.contextvars.merge_contextvars,
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso"),
+            *(() if json else (_printable_values,)),
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(level),

@@ -9,12 +9,13 @@ import logging
 import os
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar, overload
 
 import typer
 from rich.console import Console
+from rich.segment import Segment
 from typer.core import TyperArgument, TyperGroup
 
 from ..errors import (
@@ -90,8 +91,31 @@ app = typer.Typer(
     rich_markup_mode=None,
 )
 
-out = Console(soft_wrap=True)
-err = Console(stderr=True, soft_wrap=True)
+
+class TerminalConsole(Console):
+    """The one way the command line prints: text is never read as rich markup (``[/bold]``
+    in a goal stays those characters) nor highlighted, and every control or format character
+    in what is printed (ANSI and OSC escapes, C1 controls, bidi overrides) is shown escaped
+    (:func:`dagagent.text.printable`), whatever renderable carried it; only the styles and
+    cursor moves rich itself emits reach the terminal."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("markup", False)
+        kwargs.setdefault("highlight", False)
+        kwargs.setdefault("emoji", False)
+        super().__init__(**kwargs)
+
+    def _render_buffer(self, buffer: Iterable[Segment]) -> str:
+        # Rich's last step before writing: text segments are what was printed, control
+        # segments are rich's own cursor moves; styles are rendered from Style objects.
+        return super()._render_buffer(
+            seg if seg.control else Segment(printable(seg.text, lines=True), seg.style)
+            for seg in buffer
+        )
+
+
+out = TerminalConsole(soft_wrap=True)
+err = TerminalConsole(stderr=True, soft_wrap=True)
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -255,7 +255,7 @@ def confirm_plan(
     """Show the plan (table, drawing, approval rules) and ask whether to run it.
     ``policies``: ``(title, policy)`` pairs, in the order they check each call."""
     c = console or err
-    c.print(plan_table(graph))
+    c.print(plan_table(graph, whole=True))
     c.print(dag_drawing(graph, registry, [p for _, p in policies]), markup=False, highlight=False)
     if policies:
         c.print("approval, checked in this order (first matching rule of each wins):", markup=False)

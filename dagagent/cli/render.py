@@ -31,20 +31,23 @@ STATUS_STYLE = {
 }
 
 
-def plan_table(graph: PlanGraph) -> Table:
+def plan_table(graph: PlanGraph, *, whole: bool = False) -> Table:
+    """The plan's tasks as a table; ``whole``: arguments and instructions in full (what an
+    approval is asked for), not cut to fit."""
+    width = 10**9 if whole else 50
     level_of = {t: i for i, level in enumerate(graph.levels) for t in level}
     table = Table(title=graph.plan.goal or None, show_lines=False)
     table.add_column("level", justify="right")
     table.add_column("id")
-    table.add_column("tool / instruction")
-    table.add_column("args")
+    table.add_column("tool / instruction", overflow="fold")
+    table.add_column("args", overflow="fold")  # a long word is folded, never cut
     table.add_column("depends on")
     for tid in graph.order:
         t = graph.tasks[tid]
         if isinstance(t, ToolTask):
-            what, args = t.tool, shorten(t.args, 50)
+            what, args = t.tool, shorten(t.args, width, one_line=not whole)
         else:
-            what, args = f"agent: {shorten(t.instruction, 50)}", ""
+            what, args = f"agent: {shorten(t.instruction, width, one_line=not whole)}", ""
         table.add_row(
             str(level_of[tid]),
             tid,

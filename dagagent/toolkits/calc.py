@@ -39,6 +39,10 @@ _FUNCS: dict[str, Callable[..., Any]] = {
 }
 _CONSTS = {"pi": math.pi, "e": math.e}
 _MAX_EXPONENT = 1000
+#: The largest integer a result may be, in bits (about 3,000 decimal digits): checked before
+#: each product or power is computed, since the size of ``((9**999)**999)**19`` comes from
+#: nesting, not from any one operator, and computing it would hold the process for minutes.
+_MAX_BITS = 10_000
 _MAX_LEN = 2000
 
 
@@ -63,6 +67,25 @@ def evaluate(expression: str) -> float | int:
     return result
 
 
+def _bits(value: Any) -> int:
+    return value.bit_length() if isinstance(value, int) else 0
+
+
+def _check_size(op: ast.operator, left: Any, right: Any) -> None:
+    """Refuse an operation whose integer result would exceed :data:`_MAX_BITS`, before it
+    is computed (floats overflow on their own, with an ``OverflowError``)."""
+    too_large = False
+    if isinstance(op, ast.Pow):
+        if abs(right) > _MAX_EXPONENT:
+            raise CalcError(f"exponent {right} is too large")
+        if isinstance(left, int) and isinstance(right, int) and right > 0:
+            too_large = max(_bits(left) - 1, 0) * right > _MAX_BITS
+    elif isinstance(op, ast.Mult):
+        too_large = _bits(left) + _bits(right) > _MAX_BITS + 1
+    if too_large:
+        raise CalcError(f"the result is too large (more than {_MAX_BITS} bits)")
+
+
 def _eval(node: ast.AST) -> Any:
     if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)):
         if isinstance(node.value, bool):
@@ -70,8 +93,7 @@ def _eval(node: ast.AST) -> Any:
         return node.value
     if isinstance(node, ast.BinOp) and type(node.op) in _BIN:
         left, right = _eval(node.left), _eval(node.right)
-        if isinstance(node.op, ast.Pow) and abs(right) > _MAX_EXPONENT:
-            raise CalcError(f"exponent {right} is too large")
+        _check_size(node.op, left, right)
         return _BIN[type(node.op)](left, right)
     if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
         return _UNARY[type(node.op)](_eval(node.operand))
