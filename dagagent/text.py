@@ -10,13 +10,22 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 from collections.abc import Iterable
 from typing import Any
 
 from pydantic import BaseModel
 from pydantic_core import to_jsonable_python
 
-__all__ = ["ELLIPSIS", "as_text", "did_you_mean", "jsonable", "printable", "shorten"]
+__all__ = [
+    "ELLIPSIS",
+    "as_text",
+    "did_you_mean",
+    "jsonable",
+    "printable",
+    "shorten",
+    "strip_url_credentials",
+]
 
 #: What ends a cut text.
 ELLIPSIS = "…"
@@ -131,3 +140,14 @@ def did_you_mean(name: str, known: Iterable[str]) -> str:
     else ``""``: the tail of a message about an unknown name."""
     close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
     return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+_URL_CREDENTIALS = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^\s/@?#'\"<>]+@")
+
+
+def strip_url_credentials(text: str) -> str:
+    """``text`` with the ``user:password@`` of every URL in it replaced by ``***@``
+    (``http://ann:s3cret@host/v1`` becomes ``http://***@host/v1``)."""
+    if "@" not in text:
+        return text
+    return _URL_CREDENTIALS.sub(r"\1***@", text)

@@ -29,6 +29,7 @@ from dagagent.llm._retry import HTTPRetryPolicy, Retryable, parse_retry_after
 from dagagent.llm._secret import Secret
 from dagagent.llm._sse import StreamIdleTimeout
 from dagagent.llm.types import loads_json
+from dagagent.text import strip_url_credentials
 
 __all__ = ["HTTPFailures"]
 
@@ -60,7 +61,9 @@ class HTTPFailures:
         return self._key is not None
 
     def _scrub(self, text: str) -> str:
-        return self._key.scrub(text) if self._key is not None else text
+        """``text`` without the API key, pieces of it, or URL credentials (before any cut,
+        and again after it, so that a key cut short is not shown either)."""
+        return self._key.scrub(text) if self._key is not None else strip_url_credentials(text)
 
     def _timeout_failure(self, exc: httpx.TimeoutException, *, mid_stream: bool) -> Exception:
         if isinstance(exc, httpx.ConnectTimeout):
@@ -122,7 +125,7 @@ class HTTPFailures:
             return
         raise self.status_error(
             status,
-            self._scrub(provider_error_text(response.text)),
+            self._scrub(provider_error_text(self._scrub(response.text))),
             retry_after=parse_retry_after(response.headers),
             location=response.headers.get("location", "?"),
         )
@@ -166,7 +169,7 @@ class HTTPFailures:
     def _response_error(self, problem: str, body: str) -> LLMResponseError:
         return LLMResponseError(
             f"{self.provider} sent an unexpected response: {problem}; "
-            f"body: {self._scrub(excerpt(body))}"
+            f"body: {self._scrub(excerpt(self._scrub(body)))}"
         )
 
     def _shape_error(self, exc: ValidationError, data: Any) -> LLMResponseError:

@@ -39,6 +39,7 @@ from dagagent.llm.types import (
     UsageTracker,
     dumps_json,
 )
+from dagagent.text import strip_url_credentials
 
 __all__ = ["HTTPChatClient"]
 
@@ -96,7 +97,10 @@ class HTTPChatClient(HTTPFailures, RequestLLM):
         usage: UsageTracker | None = None,
     ) -> None:
         self.model = model
-        self.base_url = base_url.rstrip("/")
+        # Credentials in the URL (http://user:pass@host) are sent, never shown: base_url,
+        # messages, logs and records see the URL without them.
+        self._request_base = base_url.rstrip("/")
+        self.base_url = strip_url_credentials(self._request_base)
         self._key = resolve_api_key(api_key, self.api_key_env)
         self.timeout = timeout if isinstance(timeout, httpx.Timeout) else httpx.Timeout(timeout)
         self.retry = HTTPRetryPolicy(
@@ -135,7 +139,7 @@ class HTTPChatClient(HTTPFailures, RequestLLM):
         return headers
 
     def _url(self, path: str) -> str:
-        return self.base_url + path
+        return self._request_base + path
 
     # -- connection pool -------------------------------------------------------------
 

@@ -5,7 +5,13 @@ from __future__ import annotations
 import os
 from typing import Any
 
-__all__ = ["Secret", "resolve_api_key"]
+from ..text import strip_url_credentials
+
+__all__ = ["FRAGMENT", "Secret", "resolve_api_key"]
+
+#: The shortest piece of a key that is scrubbed on its own (a server that echoes part of the
+#: key, or a key cut by an excerpt): any run of at least this many of its characters.
+FRAGMENT = 8
 
 
 class Secret:
@@ -20,10 +26,27 @@ class Secret:
         return self._value
 
     def scrub(self, text: str) -> str:
-        """``text`` with every occurrence of the key replaced by ``***``."""
-        if len(self._value) >= 3 and self._value in text:
-            return text.replace(self._value, "***")
-        return text
+        """``text`` with the key replaced by ``***``: every occurrence of the whole key, every
+        piece of it at least :data:`FRAGMENT` characters long (an echo of part of the key, or
+        a key cut short), and any ``user:password@`` in a URL."""
+        text = strip_url_credentials(text)
+        key = self._value
+        if len(key) < 3:
+            return text
+        if key in text:
+            text = text.replace(key, "***")
+        if len(key) <= FRAGMENT:
+            return text
+        covered = bytearray(len(text))
+        found = False
+        for i in range(len(key) - FRAGMENT + 1):
+            piece = key[i : i + FRAGMENT]
+            at = text.find(piece)
+            while at >= 0:
+                covered[at : at + FRAGMENT] = b"\x01" * FRAGMENT
+                found = True
+                at = text.find(piece, at + 1)
+        return _mask(text, covered) if found else text
 
     def __repr__(self) -> str:
         return "Secret('***')"
@@ -39,3 +62,17 @@ def resolve_api_key(explicit: str | None, env_var: str) -> Secret | None:
     value = explicit if explicit is not None else os.environ.get(env_var)
     value = (value or "").strip()
     return Secret(value) if value else None
+
+
+def _mask(text: str, covered: bytearray) -> str:
+    out: list[str] = []
+    i = 0
+    while i < len(text):
+        if covered[i]:
+            while i < len(text) and covered[i]:
+                i += 1
+            out.append("***")
+        else:
+            out.append(text[i])
+            i += 1
+    return "".join(out)

@@ -452,3 +452,44 @@ async def test_async_with_keeps_one_connection_pool(server: LLMTestServer, flavo
     ports = [r.client_port for r in server.requests]
     assert ports[0] == ports[1]  # reused inside the block
     assert ports[2] != ports[3]  # a fresh pool per call outside it
+
+
+# ---------------------------------------------------------------- keys in partial echoes
+
+LONG_KEY = "sk-proj-" + "".join(f"{i:02x}Q" for i in range(66))  # 206 characters
+
+
+@pytest.mark.parametrize("before", [0, 420, 495])
+async def test_a_key_cut_by_the_error_excerpt_or_echoed_in_part_is_not_shown(
+    server: LLMTestServer, flavor: Flavor, before: int
+) -> None:
+    # the key straddles the 500-character cut, and the server echoes a middle piece of it
+    body = "x" * before + "bad key " + LONG_KEY + " piece: " + LONG_KEY[50:120]
+    server.push(Reply(401, body=body))
+    llm = flavor.client(server, api_key=LONG_KEY, max_retries=0)
+    with capture_logs() as logs, pytest.raises(LLMAuthError) as caught:
+        await llm.complete(MESSAGES)
+    shown = str(caught.value) + json.dumps(logs, default=str)
+    for i in range(len(LONG_KEY) - 8 + 1):
+        assert LONG_KEY[i : i + 8] not in shown, (i, shown)
+
+
+async def test_credentials_in_the_base_url_are_sent_but_never_shown(flavor: Flavor) -> None:
+    with LLMTestServer() as server:
+        server.push(Reply(500, body="boom"))
+        llm = flavor.client(server, max_retries=0)
+        host = server.url.removeprefix("http://")
+        llm = type(llm)(
+            "m", base_url=llm.base_url.replace(host, f"ann:hunter2pw@{host}"), max_retries=0
+        )
+        assert "hunter2pw" not in repr(llm) and "hunter2pw" not in llm.base_url
+        with capture_logs() as logs, pytest.raises(LLMServerError) as caught:
+            await llm.complete(MESSAGES)
+        assert server.requests[0].headers.get("authorization", "").startswith("Basic ")
+    # a server that went away: the connection error names the URL, without its password
+    with pytest.raises(LLMConnectionError) as gone:
+        await type(llm)("m", base_url=f"http://ann:hunter2pw@{host}", max_retries=0).complete(
+            MESSAGES
+        )
+    shown = str(caught.value) + str(gone.value) + json.dumps(logs, default=str)
+    assert "hunter2pw" not in shown and "ann:" not in shown
