@@ -159,6 +159,9 @@ SECRET_ARG_NAMES: tuple[str, ...] = (
     "*api_key*",
     "*apikey*",
     "*credential*",
+    "*authorization*",
+    "*private_key*",
+    "*cookie*",
 )
 """Argument-name globs whose values :func:`redacting` hides by default."""
 
@@ -172,8 +175,9 @@ def redacting(
 ) -> Interceptor:
     """Rewrite string arguments before inner layers and the tool see them.
 
-    - ``args``: globs on argument names (case-insensitive); every string in such an argument
-      (also inside lists and dicts) becomes ``replacement``.
+    - ``args``: globs on argument names (case-insensitive), also matched against the keys of
+      dicts inside arguments (``config.password``, ``headers.Authorization``); every string in
+      such a value (also inside lists and dicts) becomes ``replacement``.
     - ``patterns``: regular expressions; every match inside any string argument becomes
       ``replacement`` (e.g. e-mail addresses before text goes to a third-party tool).
 
@@ -188,6 +192,9 @@ def redacting(
     name_rx = re.compile("|".join(f"(?:{fnmatch.translate(p.lower())})" for p in args) or "(?!)")
     rxs = [p if isinstance(p, re.Pattern) else re.compile(p) for p in patterns]
     wanted = _name_filter(tools)
+
+    def secret_name(key: Any) -> bool:
+        return isinstance(key, str) and name_rx.match(key.lower()) is not None
 
     def scrub_all(value: Any) -> Any:
         if isinstance(value, str):
@@ -206,13 +213,19 @@ def redacting(
         if isinstance(value, list):
             return [scrub_text(v) for v in value]
         if isinstance(value, dict):
-            return {k: scrub_text(v) for k, v in value.items()}
+            # nested keys count too: config.password, headers.Authorization
+            return {
+                k: scrub_all(v)
+                if isinstance(k, str) and name_rx.match(k.lower())
+                else scrub_text(v)
+                for k, v in value.items()
+            }
         return value
 
     async def redact(call: ToolInvocation, call_next: CallNext) -> Any:
         if wanted(call.tool.name):
             new = {
-                k: scrub_all(v) if name_rx.match(k.lower()) else scrub_text(v) if rxs else v
+                k: scrub_all(v) if name_rx.match(k.lower()) else scrub_text(v)
                 for k, v in call.args.items()
             }
             if new != call.args:

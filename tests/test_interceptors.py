@@ -3,6 +3,7 @@ policies, timeouts, and the ready-made tracing / caching / redaction interceptor
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -452,3 +453,34 @@ async def test_redacting_leaves_clean_calls_and_other_tools_alone(
     await dagagent.execute(p, registry, interceptors=[redacting()])
     assert received == ["pw", "[redacted]"]
     assert recorder.calls == {"a": 2}
+
+
+async def test_redacting_hides_nested_secret_keys(registry: dagagent.Registry) -> None:
+    received: list[dict[str, Any]] = []
+
+    @registry.tool
+    def fetch(url: str, config: dict[str, Any], headers: dict[str, str]) -> str:
+        received.append({"config": config, "headers": headers})
+        return "fetched"
+
+    spans: list[Span] = []
+    p = plan(
+        {
+            "id": "f",
+            "tool": "fetch",
+            "args": {
+                "url": "https://example.com",
+                "config": {"retries": 2, "db": {"password": "pw-1"}, "Api_Key": "k-2"},
+                "headers": {"Authorization": "Bearer tok-3", "Accept": "text/plain"},
+            },
+        }
+    )
+    result = await dagagent.execute(p, registry, interceptors=[redacting(), tracing(spans.append)])
+    assert result.ok
+    expected = {
+        "config": {"retries": 2, "db": {"password": "[redacted]"}, "Api_Key": "[redacted]"},
+        "headers": {"Authorization": "[redacted]", "Accept": "text/plain"},
+    }
+    assert received == [expected]
+    text = json.dumps([s.args for s in spans])
+    assert "pw-1" not in text and "k-2" not in text and "tok-3" not in text
