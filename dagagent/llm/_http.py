@@ -95,8 +95,10 @@ class HTTPChatClient(HTTPFailures, RequestLLM):
         client: httpx.AsyncClient | None = None,
         headers: Mapping[str, str] | None = None,
         usage: UsageTracker | None = None,
+        max_response_bytes: int = 32 * 1024 * 1024,
     ) -> None:
         self.model = model
+        self.max_response_bytes = max_response_bytes
         # Credentials in the URL (http://user:pass@host) are sent, never shown: base_url,
         # messages, logs and records see the URL without them.
         self._request_base = base_url.rstrip("/")
@@ -240,21 +242,47 @@ class HTTPChatClient(HTTPFailures, RequestLLM):
         deadline = self.answer_deadline_s()
         try:
             with anyio.fail_after(deadline):
-                await response.aread()
+                await self._read_capped(response)
         except TimeoutError:
             raise self._deadline_failure(deadline, what="answer") from None
+
+    async def _read_capped(self, response: httpx.Response) -> None:
+        """Read a streamed body, decoded, into ``response`` (so ``.content``, ``.text`` and
+        ``.json()`` work), failing with :class:`LLMResponseError` as soon as it grows past
+        ``max_response_bytes``: a hostile or broken server cannot make the client hold
+        more than that in memory."""
+        limit = self.max_response_bytes
+        chunks: list[bytes] = []
+        total = 0
+        async for chunk in response.aiter_bytes():
+            total += len(chunk)
+            if total > limit:
+                await response.aclose()
+                raise LLMResponseError(
+                    f"the answer from {self.provider} is larger than {limit:,} bytes "
+                    f"(HTTP {response.status_code}); raise max_response_bytes if that is expected"
+                )
+            chunks.append(chunk)
+        # httpx keeps a read body here; aread() would read it again without a bound
+        response._content = b"".join(chunks)
 
     async def _post_json(self, client: httpx.AsyncClient, path: str, body: Any) -> Any:
         """One POST; the decoded JSON of a 2xx answer, else an error or :class:`Retryable`."""
         deadline = self.answer_deadline_s()
         try:
             with anyio.fail_after(deadline):
-                response = await client.post(
+                request = client.build_request(
+                    "POST",
                     self._url(path),
                     content=self._encode_body(body),
                     headers=self._headers(stream=False),
                     timeout=self.timeout,
                 )
+                response = await client.send(request, stream=True)
+                try:
+                    await self._read_capped(response)
+                finally:
+                    await response.aclose()
         except TimeoutError:
             raise self._deadline_failure(deadline, what="answer") from None
         except httpx.TimeoutException as exc:
@@ -291,7 +319,7 @@ class HTTPChatClient(HTTPFailures, RequestLLM):
                 if not 200 <= response.status_code < 300:
                     try:
                         with anyio.fail_after(deadline):
-                            await response.aread()
+                            await self._read_capped(response)
                     except TimeoutError:
                         raise self._deadline_failure(deadline, what="error body") from None
                     self._check_status(response)

@@ -493,3 +493,34 @@ async def test_credentials_in_the_base_url_are_sent_but_never_shown(flavor: Flav
         )
     shown = str(caught.value) + str(gone.value) + json.dumps(logs, default=str)
     assert "hunter2pw" not in shown and "ann:" not in shown
+
+
+# ---------------------------------------------------------------- answers too large to hold
+
+
+@pytest.mark.parametrize("status", [200, 500])
+async def test_an_answer_larger_than_the_cap_fails_clearly_without_retrying(
+    server: LLMTestServer, flavor: Flavor, status: int
+) -> None:
+    huge = b'{"a": "' + b"x" * (3 * 1024 * 1024) + b'"}'
+    server.push(Reply(status, body=huge, headers={"content-type": "application/json"}))
+    llm = flavor.client(server, max_response_bytes=1024 * 1024)
+    with pytest.raises(LLMResponseError, match="larger than 1,048,576 bytes"):
+        await llm.complete(MESSAGES)
+    assert len(server.requests) == 1  # not read again on a retry
+
+
+async def test_a_stream_answered_in_one_huge_piece_is_capped(
+    server: LLMTestServer, flavor: Flavor
+) -> None:
+    huge = b'{"a": "' + b"x" * (3 * 1024 * 1024) + b'"}'
+    server.push(Reply(200, body=huge, headers={"content-type": "application/json"}))
+    llm = flavor.client(server, max_response_bytes=1024 * 1024)
+    with pytest.raises(LLMResponseError, match="larger than"):
+        await collect_stream(llm.stream(MESSAGES))
+
+
+async def test_an_answer_under_the_cap_is_read(server: LLMTestServer, flavor: Flavor) -> None:
+    server.push(Reply(json=flavor.text("y" * 5000)))
+    llm = flavor.client(server, max_response_bytes=64 * 1024)
+    assert (await llm.complete(MESSAGES)).content == "y" * 5000
