@@ -61,6 +61,14 @@ def test_the_runs_list_shows_every_run_with_replans_under_their_parent(
     assert page.locator("tr.run-row").get_attribute("data-run") == store.failed
 
 
+def _geometry(page: Any, selector: str) -> dict[str, float]:
+    """The x and width of an SVG shape in its user space, without its stroke."""
+    box: dict[str, float] = page.locator(selector).evaluate(
+        "e => { const b = e.getBBox(); return {x: b.x, width: b.width}; }"
+    )
+    return box
+
+
 def _check_run_page(page: Any, store: Store) -> None:
     with RunStore(store.path) as st:
         record = st.get_run(store.finished)
@@ -93,10 +101,15 @@ def _check_run_page(page: Any, store: Store) -> None:
     for tid in ("fetch", "parse", "merge", "report"):
         expected = record.tasks[tid].duration_s * px_per_s
         assert widths[tid] == pytest.approx(expected, rel=0.05, abs=2.0), tid
-    # rank starts after fetch ends: its bar starts where fetch's ends.
-    fetch = page.locator('.timeline .bar[data-task="fetch"] rect.run').bounding_box()
-    rank = page.locator('.timeline .bar[data-task="rank"] rect.run').bounding_box()
-    assert rank["x"] >= fetch["x"] + fetch["width"] - 2
+    # rank starts after fetch ends: its bar starts where fetch's ends. The bars' geometry
+    # (getBBox: a critical bar's 2 px stroke left out), compared within 1 px, since the
+    # coordinates are floats written to one decimal.
+    fetch = _geometry(page, '.timeline .bar[data-task="fetch"] rect.run')
+    rank = _geometry(page, '.timeline .bar[data-task="rank"] rect.run')
+    assert rank["x"] >= fetch["x"] + fetch["width"] - 1
+    # ... exactly as much later as recorded (rank waits a few milliseconds for fetch)
+    gap_s = record.tasks["rank"].started_at - record.tasks["fetch"].finished_at
+    assert rank["x"] == pytest.approx(fetch["x"] + fetch["width"] + gap_s * px_per_s, abs=1.0)
     # A task panel: its output, arguments and approval decision; hostile output is text.
     page.click('.dag .node[data-task="hostile"]')
     panel = page.locator("#panel")
