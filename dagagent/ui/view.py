@@ -342,6 +342,21 @@ def fmt_s(s: float) -> str:
     return f"{h}h{m:02d}m"
 
 
+def _decimals(x: float) -> int:
+    return min(3, len(f"{x:.3f}".rstrip("0").rstrip(".").partition(".")[2]))
+
+
+def _tick_label(t: float, step: float) -> str:
+    """A tick's time, with as many decimals as the step between ticks needs."""
+    if t == 0:
+        return "0"
+    if t >= 60:
+        return fmt_s(t)
+    if t >= 1 or step >= 1:
+        return f"{t:.{_decimals(step)}f}s"
+    return f"{t * 1000:.{_decimals(step * 1000)}f}ms"
+
+
 def waits_of(record: RunRecord, graph: PlanGraph) -> dict[str, tuple[float, float]]:
     """``task -> (ready_at, started_at)`` (Unix times): a task was ready when the run started
     or when its last dependency finished; what lies between is time it waited for a slot or a
@@ -429,10 +444,11 @@ def _timeline(
         bars.append(bar)
     step = _nice_step(span)
     ticks: list[tuple[float, str]] = []
-    t = 0.0
-    while t <= span * 1.0001:
-        ticks.append((LABEL_W + t * scale, fmt_s(t)))
-        t += step
+    i = 0
+    while i * step <= span * 1.0001:
+        t = round(i * step, 9)
+        ticks.append((LABEL_W + t * scale, _tick_label(t, step)))
+        i += 1
     now_x = None
     if now is not None and record.status == "running":
         now_x = LABEL_W + (now - origin) * scale

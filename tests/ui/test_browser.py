@@ -134,6 +134,7 @@ def test_a_run_page_draws_its_graph_timeline_and_task_panel(
     page.screenshot(path=str(shots / "run-panel.png"), full_page=False)
     if os.environ.get("DAGAGENT_UPDATE_DOCS"):
         page.click("#panel .close")
+        page.locator(".top .where").evaluate("e => { e.textContent = '.dagagent/runs.db'; }")
         page.screenshot(path=str(ROOT / "docs" / "viewer-run.png"), full_page=True)
 
 
