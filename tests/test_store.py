@@ -27,8 +27,12 @@ from dagagent.store import (
     SCHEMA_VERSION,
     RunRecorder,
     RunStore,
+    StoreLocation,
+    StoreSource,
     check_run_id,
     default_store_path,
+    locate_store,
+    user_data_dir,
 )
 
 pytestmark = pytest.mark.anyio
@@ -345,15 +349,85 @@ async def test_execute_refuses_a_bad_or_duplicate_run_id_before_running(
     assert recorder.calls == {"a": 1}
 
 
-def test_default_store_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture
+def user_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A home directory of our own (never the real one) and no $DAGAGENT_HOME."""
+    if any((parent / ".dagagent").is_dir() for parent in tmp_path.parents):
+        pytest.skip("a .dagagent/ directory above the temporary directory would be found first")
+    home = tmp_path / "user"
+    home.mkdir()
     monkeypatch.delenv("DAGAGENT_HOME", raising=False)
-    monkeypatch.chdir(tmp_path)
-    assert default_store_path() == tmp_path / ".dagagent" / "runs.db"
+    monkeypatch.delenv("XDG_DATA_HOME", raising=False)
+    monkeypatch.setenv("HOME", str(home))
+    return home
+
+
+def test_default_store_path(
+    tmp_path: Path, user_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    # outside any project: the per-user store, and nothing is created in the directory
+    assert default_store_path() == user_home / ".local" / "share" / "dagagent" / "runs.db"
+    assert not (work / ".dagagent").exists()
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+    assert default_store_path() == tmp_path / "xdg" / "dagagent" / "runs.db"
+    monkeypatch.setenv("XDG_DATA_HOME", "relative/data")  # invalid by the spec: ignored
+    assert default_store_path() == user_home / ".local" / "share" / "dagagent" / "runs.db"
     monkeypatch.setenv("DAGAGENT_HOME", str(tmp_path / "home"))
     assert default_store_path() == tmp_path / "home" / "runs.db"
     assert default_store_path(tmp_path / "x.db") == tmp_path / "x.db"
     with RunStore() as st:
         assert st.path == tmp_path / "home" / "runs.db" and st.path.is_file()
+
+
+def test_the_nearest_dagagent_directory_is_the_store_as_git_finds_its_repository(
+    tmp_path: Path, user_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    project = tmp_path / "project"
+    deep = project / "src" / "pkg"
+    deep.mkdir(parents=True)
+    (project / ".dagagent").mkdir()
+    for here in (project, project / "src", deep):
+        monkeypatch.chdir(here)
+        found = locate_store()
+        assert found == StoreLocation(project / ".dagagent" / "runs.db", StoreSource.project)
+        assert "nearest .dagagent/" in found.describe()
+    # a nearer one wins; a file named .dagagent is not a store directory
+    (deep / ".dagagent").mkdir()
+    assert locate_store(cwd=deep).path == deep / ".dagagent" / "runs.db"
+    (project / "src" / ".dagagent").write_text("not a directory")
+    assert locate_store(cwd=project / "src").path == project / ".dagagent" / "runs.db"
+    # outside the project: the user's store, which says how to start a project's own
+    elsewhere = locate_store(cwd=tmp_path)
+    assert elsewhere.source is StoreSource.user
+    assert elsewhere.path == user_home / ".local" / "share" / "dagagent" / "runs.db"
+    assert "mkdir .dagagent" in elsewhere.describe()
+    # $DAGAGENT_HOME wins over the project's store, --store over both
+    monkeypatch.setenv("DAGAGENT_HOME", str(tmp_path / "home"))
+    assert locate_store(cwd=deep) == StoreLocation(tmp_path / "home" / "runs.db", StoreSource.env)
+    given = locate_store(tmp_path / "x.db", cwd=deep)
+    assert given == StoreLocation(tmp_path / "x.db", StoreSource.given)
+    with RunStore(cwd_db := tmp_path / "y.db") as st:
+        assert st.location == StoreLocation(cwd_db, StoreSource.given)
+
+
+@pytest.mark.parametrize(
+    ("platform", "environ", "expected"),
+    [
+        ("linux", {}, "/h/.local/share/dagagent"),
+        ("linux", {"XDG_DATA_HOME": "/data"}, "/data/dagagent"),
+        ("freebsd13", {}, "/h/.local/share/dagagent"),
+        ("darwin", {"XDG_DATA_HOME": "/data"}, "/h/Library/Application Support/dagagent"),
+        ("win32", {"LOCALAPPDATA": "/appdata/local"}, "/appdata/local/dagagent"),
+        ("win32", {}, "/h/AppData/Local/dagagent"),
+    ],
+)
+def test_the_per_user_store_is_where_each_platform_keeps_application_data(
+    platform: str, environ: dict[str, str], expected: str
+) -> None:
+    assert user_data_dir(platform=platform, environ=environ, home=Path("/h")) == Path(expected)
 
 
 def test_missing_or_unusable_store_files(tmp_path: Path) -> None:

@@ -71,7 +71,9 @@ StoreOpt = Annotated[
     typer.Option(
         "--store",
         metavar="PATH",
-        help="Run store file. Default: $DAGAGENT_HOME/runs.db, else .dagagent/runs.db.",
+        help="Run store file. Default: $DAGAGENT_HOME/runs.db, else runs.db in the nearest "
+        ".dagagent/ directory here or above, else the per-user store ('dagagent runs' says "
+        "which).",
     ),
 ]
 OutOpt = Annotated[

@@ -19,7 +19,15 @@ from rich.text import Text
 from ..errors import ConfigError
 from ..graph import PlanGraph, validate
 from ..plan import Plan, ToolTask
-from ..store import RunRecord, RunStore, SolveRecord, check_run_id
+from ..store import (
+    RunRecord,
+    RunStore,
+    RunSummary,
+    SolveRecord,
+    StoreSource,
+    check_run_id,
+    locate_store,
+)
 from ..text import as_text, did_you_mean, printable, shorten
 from ._app import app, guard, out
 from .diagram import FORMATS, render_graph
@@ -84,9 +92,14 @@ def runs_cmd(
     json_out: bool = typer.Option(False, "--json", help="Print the runs as JSON."),
 ) -> None:
     """List recorded runs, most recent first: id, when, goal, status, task counts."""
-    with open_store(store) as st:
-        runs = st.list_runs(limit)
-        path = st.path
+    location = locate_store(store)
+    path, why = location.path, location.describe()
+    runs: list[RunSummary] = []
+    # a store named with --store must exist (a typo is an error); the one found by default
+    # may simply have nothing recorded yet
+    if location.source is StoreSource.given or path.exists():
+        with open_store(store) as st:
+            runs = st.list_runs(limit)
     if json_out:
         # one id key, "run_id": the key 'show --json' and 'run --json' use too
         print_json(
@@ -100,10 +113,12 @@ def runs_cmd(
             ],
         )
         return
+    # which store, and why that one: the same command elsewhere may read another
+    out.print(f"{'runs' if runs else 'no runs recorded'} in {path}", markup=False, highlight=False)
+    out.print(f"({why})", style="dim", markup=False, highlight=False)
     if not runs:
-        out.print(f"no runs recorded in {path}", markup=False, highlight=False)
         return
-    table = Table(title=f"runs in {path}", box=box.SIMPLE_HEAD, title_justify="left")
+    table = Table(box=box.SIMPLE_HEAD)
     table.add_column("id", no_wrap=True)
     table.add_column("when", no_wrap=True)
     table.add_column("status", no_wrap=True)

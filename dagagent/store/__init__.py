@@ -18,8 +18,11 @@ unwritten event, plus the time one write takes. A committed transaction survives
 being killed (WAL), so a SIGKILL loses only what finished within that delay. The recorder is
 flushed and stopped when ``execute`` returns or raises (also on cancellation).
 
-**Where.** :func:`default_store_path`: an explicit path, else ``$DAGAGENT_HOME/runs.db``,
-else ``.dagagent/runs.db`` under the current directory.
+**Where** (:func:`locate_store`, in :mod:`._location`): an explicit path, else
+``$DAGAGENT_HOME/runs.db``, else ``runs.db`` in the nearest ``.dagagent/`` directory of the
+current directory or a parent (as git finds its repository), else the per-user store
+(:func:`user_data_dir`: ``$XDG_DATA_HOME/dagagent`` or ``~/.local/share/dagagent`` on Linux,
+``~/Library/Application Support/dagagent`` on macOS, ``%LOCALAPPDATA%\\dagagent`` on Windows).
 
 **What is stored.** The plan, the resolved arguments, the outputs, errors, steps and
 decisions, and the run's ``context`` (what the caller chose to record about where the run
@@ -42,12 +45,14 @@ unique prefix of at least 4 digits. Anything else is refused before it reaches S
 the records read back; :mod:`._store` is :class:`RunStore` (the queries); :mod:`._writer` is
 :class:`RunRecorder` and its writer thread (a redacted call is recorded with
 ``TaskResult.redacted_args``); :mod:`._solves` records solves (answers, rounds, joiner decisions);
-:mod:`._ids` checks run ids; :mod:`._codec` turns values into column text and back.
+:mod:`._ids` checks run ids; :mod:`._location` finds the store file; :mod:`._codec` turns
+values into column text and back.
 """
 
 from __future__ import annotations
 
 from ._ids import RUN_ID_RE, check_run_id
+from ._location import StoreLocation, StoreSource, locate_store, user_data_dir
 from ._schema import MIGRATIONS, SCHEMA_VERSION, Migration
 from ._store import DEFAULT_FLUSH_INTERVAL_S, RunStore, default_store_path
 from ._writer import OUTPUT_NOT_RECORDED, RunRecorder
@@ -66,6 +71,10 @@ __all__ = [
     "RunStore",
     "RunSummary",
     "SolveRecord",
+    "StoreLocation",
+    "StoreSource",
     "check_run_id",
     "default_store_path",
+    "locate_store",
+    "user_data_dir",
 ]

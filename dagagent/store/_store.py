@@ -15,6 +15,7 @@ from ..results import RunStatus, TaskResult, TaskStatus, load_decisions, load_st
 from ..runner import task_fingerprint
 from ._codec import from_column
 from ._ids import check_run_id
+from ._location import StoreLocation, locate_store
 from ._schema import MIGRATIONS, Migration, connect, migrate
 from ._solves import SolveQueries
 from .models import RunRecord, RunSummary
@@ -28,14 +29,10 @@ DEFAULT_FLUSH_INTERVAL_S = 0.05
 
 
 def default_store_path(path: str | Path | None = None) -> Path:
-    """The store file: ``path`` if given, else ``$DAGAGENT_HOME/runs.db``, else
-    ``.dagagent/runs.db`` under the current directory."""
-    if path is not None and str(path) != "":
-        return Path(path)
-    home = os.environ.get("DAGAGENT_HOME")
-    if home:
-        return Path(home) / "runs.db"
-    return Path.cwd() / ".dagagent" / "runs.db"
+    """The store file: ``path`` if given, else ``$DAGAGENT_HOME/runs.db``, else ``runs.db`` in
+    the nearest ``.dagagent/`` of the current directory or a parent, else the per-user store
+    (:func:`~dagagent.store.locate_store` says which and why)."""
+    return locate_store(path).path
 
 
 def _pid_alive(pid: int | None) -> bool:
@@ -56,9 +53,10 @@ class RunStore(SolveQueries):
     """A SQLite file of run records (and of solves: see :class:`SolveQueries`).
 
     ``RunStore(path)`` opens (and creates, or migrates forward) the store; ``path=None`` uses
-    :func:`default_store_path`. With ``create=False`` a missing file is a :class:`StoreError`
-    (for commands that only read). ``read_only=True`` opens an existing store so that nothing
-    can be written to it (the viewer): it is neither created nor migrated, and a store of
+    :func:`default_store_path` (``.location`` says where it was found and why). With
+    ``create=False`` a missing file is a :class:`StoreError` (for commands that only read).
+    ``read_only=True`` opens an existing store so that nothing can be written to it (the
+    viewer): it is neither created nor migrated, and a store of
     another schema version is a :class:`StoreError`. ``context`` (JSON-able values) is
     recorded with every run recorded through this object; never put secrets in it. Use it as
     a context manager or call :meth:`close`.
@@ -73,14 +71,16 @@ class RunStore(SolveQueries):
         context: Mapping[str, Any] | None = None,
         read_only: bool = False,
     ) -> None:
-        self.path = default_store_path(path)
+        self.location: StoreLocation = locate_store(path)
+        self.path = self.location.path
         self.context: dict[str, Any] = dict(context or {})
         self.read_only = read_only
         self._conn: sqlite3.Connection | None = None
         if (read_only or not create) and not self.path.is_file():
             raise StoreError(
-                f"no run store at {self.path}: nothing has been recorded there yet "
-                "(runs are recorded by 'dagagent run'; see --store and DAGAGENT_HOME)"
+                f"no run store at {self.path} ({self.location.describe()}): nothing has been "
+                "recorded there yet (runs are recorded by 'dagagent run'; see --store and "
+                "DAGAGENT_HOME)"
             )
         if self.path.is_dir():
             raise StoreError(f"run store path {self.path} is a directory, not a file")

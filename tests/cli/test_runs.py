@@ -50,6 +50,62 @@ def only_run(home: Path) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
+# which store: found as git finds its repository
+
+
+def test_history_follows_the_project_not_the_current_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if any((parent / ".dagagent").is_dir() for parent in tmp_path.parents):
+        pytest.skip("a .dagagent/ directory above the temporary directory would be found first")
+    user = tmp_path / "user"  # never the real home
+    monkeypatch.setenv("HOME", str(user))
+    monkeypatch.delenv("XDG_DATA_HOME", raising=False)
+    monkeypatch.delenv("DAGAGENT_HOME", raising=False)
+    monkeypatch.setenv("DAGAGENT_DEMO_LATENCY", "0")
+    monkeypatch.delenv("DAGAGENT_TOOLS", raising=False)
+    monkeypatch.setattr(cli_app.out, "_width", 200)
+    user_store = user / ".local" / "share" / "dagagent" / "runs.db"
+
+    # outside any project: one store per user, and no .dagagent/ left behind
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.chdir(scratch)
+    res = cli("runs")  # nothing recorded yet is not an error
+    assert res.exit_code == 0, res.output
+    assert res.stdout.startswith(f"no runs recorded in {user_store}\n(the per-user store")
+    assert cli("runs", "--json").stdout.strip() == "[]"
+    assert not user_store.exists()
+    res = cli("run", WEATHER)
+    assert res.exit_code == 0, res.output
+    assert f"in {user_store}" in res.stderr
+    assert not (scratch / ".dagagent").exists()
+    assert user_store.is_file()
+    res = cli("runs")
+    assert f"runs in {user_store}\n(the per-user store; 'mkdir .dagagent'" in res.stdout
+
+    # a project's own store is found from any directory below it
+    project = tmp_path / "project"
+    (project / "src" / "deep").mkdir(parents=True)
+    (project / ".dagagent").mkdir()
+    monkeypatch.chdir(project / "src" / "deep")
+    res = cli("run", FAILING, "--on-failure", "continue")
+    assert res.exit_code == 1, res.output
+    run_id = only_run(project / ".dagagent")
+    monkeypatch.chdir(project / "src")
+    res = cli("runs")
+    assert res.exit_code == 0, res.output
+    where = f"runs in {project / '.dagagent' / 'runs.db'}\n(the nearest .dagagent/ directory)"
+    assert where in res.stdout
+    assert run_id in res.stdout
+    assert cli("show", run_id).exit_code == 0  # found here too
+    monkeypatch.chdir(scratch)
+    res = cli("show", run_id)
+    assert res.exit_code == 4 and "no run" in res.stderr  # not in the user's store
+    assert not (project / "src" / ".dagagent").exists()
+
+
+# ---------------------------------------------------------------------------------------------
 # run records, with plain progress on a pipe
 
 
