@@ -16,7 +16,13 @@ from .executors import Executor, finish_unstarted, get_executor
 from .graph import PlanGraph, critical_path, validate
 from .plan import AgentTask, Plan
 from .results import RunResult, RunStatus, TaskStatus
-from .runner import AgentTaskRunner, Interceptor, TaskRetryPolicy, TaskRunner
+from .runner import (
+    DEFAULT_MAX_ELEMENTS,
+    AgentTaskRunner,
+    Interceptor,
+    TaskRetryPolicy,
+    TaskRunner,
+)
 from .tools import connected
 
 if TYPE_CHECKING:
@@ -38,6 +44,7 @@ async def execute(
     executor: str | Executor = "dataflow",
     on_failure: str = "cancel",
     max_concurrency: int | None = None,
+    max_elements: int = DEFAULT_MAX_ELEMENTS,
     retry: TaskRetryPolicy | None = None,
     interceptors: Sequence[Interceptor] = (),
     listeners: Sequence[Listener] = (),
@@ -56,7 +63,10 @@ async def execute(
     - ``on_failure``: ``"cancel"`` (default; cancel running tasks, mark the rest) or
       ``"continue"`` (independent branches run on; descendants of a failure are skipped).
     - ``max_concurrency``: at most this many tasks run at once across the run (a task takes
-      its slot before it starts and holds it until it finishes, retries included).
+      its slot before it starts and holds it until it finishes, retries included; each
+      element of a map task takes one).
+    - ``max_elements``: the longest list a map task (``for_each``) may expand (default
+      10,000); a longer one fails that task with :class:`~dagagent.errors.MapError`.
     - ``interceptors``: middleware around every tool call (see
       :class:`~dagagent.runner.ToolInvocation`).
     - ``listeners``: callables receiving every run event (see :mod:`dagagent.events`).
@@ -79,6 +89,8 @@ async def execute(
         raise ConfigError(f"on_failure must be 'cancel' or 'continue', not {on_failure!r}")
     if max_concurrency is not None and max_concurrency < 1:
         raise ConfigError(f"max_concurrency must be at least 1, not {max_concurrency}")
+    if max_elements < 0:
+        raise ConfigError(f"max_elements must be at least 0, not {max_elements}")
     graph = plan if isinstance(plan, PlanGraph) else validate(plan, registry)
     exe = get_executor(executor)
     run_id = run_id or new_run_id()
@@ -117,6 +129,8 @@ async def execute(
             agent_runner=agent_runner,
             reuse=reuse,
             logger=log,
+            on_failure=on_failure,
+            max_elements=max_elements,
         )
         prepare = getattr(exe, "prepare", None)
         if prepare is not None:  # e.g. ship the tools to workers; fails before any record

@@ -12,6 +12,7 @@ The tree::
     │   └── ToolArgumentsError        arguments do not fit the tool's schema
     ├── TaskError                     raised *inside* a run for one task (kept in TaskResult)
     │   ├── ReferenceResolutionError  ``${id.path}`` could not be resolved
+    │   ├── MapError                  a map task's ``for_each`` is not a list, or too long
     │   ├── TaskTimeoutError          the task ran past its timeout
     │   ├── TaskDeniedError           an interceptor / approval rule refused the call
     │   ├── WorkerLostError           the remote worker running the tool died / was lost
@@ -71,6 +72,7 @@ __all__ = [
     "MCPConnectError",
     "MCPServerLostError",
     "MCPToolError",
+    "MapError",
     "PlanError",
     "PlanLoadError",
     "PlanValidationError",
@@ -163,6 +165,11 @@ class TaskError(DagagentError):
 
 class ReferenceResolutionError(TaskError):
     """A ``${id.path}`` reference could not be resolved against upstream outputs."""
+
+
+class MapError(TaskError):
+    """A map task's ``for_each`` is not a list at run time, or has more elements than the run
+    allows (``max_elements``)."""
 
 
 class TaskTimeoutError(TaskError):

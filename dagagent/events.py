@@ -37,6 +37,7 @@ __all__ = [
     "RunStarted",
     "TaskAgentEvent",
     "TaskDecision",
+    "TaskElementFinished",
     "TaskFinished",
     "TaskParsed",
     "TaskRetrying",
@@ -91,6 +92,19 @@ class TaskFinished:
     run_id: str
     result: TaskResult
     kind: str = field(default="task.finished", init=False)
+
+
+@dataclass(frozen=True, slots=True)
+class TaskElementFinished:
+    """One element of a map task finished (its ``result.task_id`` is ``"<task>[<index>]"``);
+    the map task's own :class:`TaskFinished`, holding every element, follows when the last
+    one is done."""
+
+    run_id: str
+    task_id: str
+    index: int
+    result: TaskResult
+    kind: str = field(default="task.element_finished", init=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,6 +207,7 @@ Event = Union[  # noqa: UP007 - a runtime alias, kept valid on 3.10
     TaskRetrying,
     TaskDecision,
     TaskFinished,
+    TaskElementFinished,
     RunFinished,
     TaskAgentEvent,
     RoundStarted,

@@ -20,6 +20,9 @@
 ``tool_tools``              a tool task has ``tools`` (a tools subset is for agent tasks)
 ==========================  =====================================================================
 
+Map tasks (``for_each``) add ``bad_for_each``, ``for_each_not_list``, ``element_outside_map``,
+``unknown_element`` and ``map_option``: see :mod:`dagagent.map_checks`.
+
 The last four are about a task's kind (see :mod:`dagagent.plan`): a plan read from JSON or a
 dict is read leniently (:func:`~dagagent.plan.read_plan`), so that they are reported together
 with every other issue.
@@ -35,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 import networkx as nx
 
 from .errors import Issue, PlanLoadError, PlanValidationError
+from .map_checks import element_issues, for_each_reference, map_issues
 from .plan import ID_RE, AgentTask, Plan, Task, read_plan
 from .references import Template
 from .text import did_you_mean, shorten
@@ -201,11 +205,17 @@ def _cycle_issues(graph: nx.DiGraph[str]) -> list[Issue]:
 
 def dependencies_of(task: Task, template: Template) -> dict[str, str]:
     """The ids ``task`` waits for, each with the reason: its ``depends_on`` first, then the
-    tasks its ``template`` references (a reference implies a dependency). As written: ids that
-    are not in the plan, or the task's own, are for the caller to judge."""
+    task its ``for_each`` references, then the tasks its ``template`` references (a reference
+    implies a dependency; ``${@item}`` names no task). As written: ids that are not in the
+    plan, or the task's own, are for the caller to judge."""
     deps = dict.fromkeys(task.depends_on, "depends_on")
+    if task.for_each is not None:
+        ref = for_each_reference(task)
+        if ref is not None and not ref.element:
+            deps.setdefault(ref.task_id, f"for_each {ref.text}")
     for ref in template.refs:
-        deps.setdefault(ref.task_id, f"reference {ref.text}")
+        if not ref.element:
+            deps.setdefault(ref.task_id, f"reference {ref.text}")
     return deps
 
 
@@ -222,18 +232,19 @@ def dependency_graph(plan: Plan) -> nx.DiGraph[str]:
     return graph
 
 
-def _id_issues(plan: Plan) -> tuple[list[Issue], set[str]]:
-    """``empty_plan``, ``duplicate_id`` and ``invalid_id``; the set of ids."""
+def _id_issues(plan: Plan) -> tuple[list[Issue], dict[str, Task]]:
+    """``empty_plan``, ``duplicate_id`` and ``invalid_id``; the tasks by id (the first of
+    each id)."""
     issues: list[Issue] = []
     if not plan.tasks:
         issues.append(Issue("empty_plan", None, "the plan has no tasks"))
-    ids = set()
+    ids: dict[str, Task] = {}
     seen_dupes = set()
     for t in plan.tasks:
         if t.id in ids and t.id not in seen_dupes:
             issues.append(Issue("duplicate_id", t.id, f"task id {t.id!r} is used more than once"))
             seen_dupes.add(t.id)
-        ids.add(t.id)
+        ids.setdefault(t.id, t)
         if not ID_RE.match(t.id):
             issues.append(
                 Issue(
@@ -326,7 +337,7 @@ def _scan(
     templates: dict[str, Template] = {}
     for t in plan.tasks:
         tid = t.id
-        found, templates[tid], mine = check_task(t, ids, registry, mixed.pop(tid, ()))
+        found, templates[tid], mine = check_task(t, ids, registry, mixed.pop(tid, ()), tasks=ids)
         issues.extend(found)
         for d in mine:
             succs[d].append(tid)
@@ -342,10 +353,13 @@ def check_task(
     known: Container[str],
     registry: Registry | None,
     kind_issues: Iterable[Issue] = (),
+    *,
+    tasks: Mapping[str, Task] | None = None,
 ) -> tuple[list[Issue], Template, list[str]]:
     """The checks of one task against the ids ``known`` so far: its kind (``kind_issues``:
     what reading it found), its references, its dependencies (each must be in ``known``), its
-    tool and literal arguments (with a ``registry``). Returns the issues, the compiled template
+    tool and literal arguments (with a ``registry``), its ``for_each`` (against what the tasks
+    in ``tasks`` declare they return). Returns the issues, the compiled template
     and the task's dependencies that are known, in edge order. Used by :func:`validate` for a
     whole plan and by :class:`~dagagent.growing.PlanChecker` for a plan that arrives task by
     task."""
@@ -361,17 +375,24 @@ def check_task(
         )
     issues.extend(kind_issues)
     tmpl = _template(t, issues)
+    if tmpl.refs:
+        issues.extend(element_issues(t, tmpl))
     mine: list[str] = []
     for d, why in dependencies_of(t, tmpl).items():
         if d == tid:
             issues.append(Issue("self_dependency", tid, f"the task depends on itself ({why})"))
         elif d not in known:
             what = "depends on" if why == "depends_on" else f"has {why} to"
-            issues.append(Issue("missing_dependency", tid, f"{what} unknown task {d!r}"))
+            hint = ""
+            if t.for_each is not None and d in ("item", "index"):
+                hint = f" (the element of a map is ${{@{d}}}, with an '@')"
+            issues.append(Issue("missing_dependency", tid, f"{what} unknown task {d!r}{hint}"))
         else:
             mine.append(d)
     if registry is not None:
         _tool_issues(t, tmpl, registry, issues)
+    if t.for_each is not None or t.max_concurrency is not None or t.allow_partial:
+        issues.extend(map_issues(t, tmpl, tasks, registry))
     return issues, tmpl, mine
 
 

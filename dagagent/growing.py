@@ -73,6 +73,7 @@ class PlanChecker:
         self.registry = registry
         self.agent_tasks = agent_tasks
         self.ids: set[str] = set(known)
+        self.tasks: dict[str, Task] = {}  # accepted so far: what a map's list may be read from
 
     def check(self, task: Task) -> TaskCheck:
         """Check ``task``; when it is valid, it counts as seen for the tasks after it."""
@@ -97,7 +98,7 @@ class PlanChecker:
                     "the task has no 'tool': every task must call one of the listed tools",
                 )
             )
-        found, template, deps = check_task(task, self.ids, self.registry)
+        found, template, deps = check_task(task, self.ids, self.registry, tasks=self.tasks)
         for issue in found:
             if issue.code == "missing_dependency":
                 issue = Issue(
@@ -110,6 +111,7 @@ class PlanChecker:
             issues.append(issue)
         if not issues:
             self.ids.add(tid)
+            self.tasks[tid] = task
         return TaskCheck(task, issues, template, deps)
 
 

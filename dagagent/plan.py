@@ -15,6 +15,15 @@ is reported as an issue of that task (``tool_and_instruction``, ``agent_args``, 
 at most 64 characters, not starting with ``-``. Dots are reserved: in a reference
 ``${fetch.items.0}`` the first segment is the task id and the rest is a path into its output.
 
+**Map tasks.** Either kind of task may carry ``for_each``: a ``${ref}`` to a list an upstream
+task returns, or a literal list. The task then runs once per element (an *element run*), and
+its output is the list of the elements' outputs, in order. In its ``args`` (or instruction)
+``${@item}`` is the current element and ``${@index}`` its position from 0 (see
+:mod:`dagagent.references`; ``@`` is never part of a task id, so these never name a task).
+``max_concurrency`` bounds how many of its elements run at once (the run's own bound holds
+too); with ``allow_partial`` the task succeeds when some elements fail, its output holding
+``null`` for them.
+
 **Fingerprints.** :func:`task_fingerprint` is what makes a task's output reusable by a later run:
 its id, what it calls, and its resolved input.
 """
@@ -40,6 +49,7 @@ from pydantic import (
     Tag,
     ValidationError,
     ValidationInfo,
+    field_validator,
     model_serializer,
 )
 from pydantic_core import PydanticCustomError
@@ -81,9 +91,15 @@ _KEY_ORDER = {
             "timeout_s",
             "description",
             "tools",
+            "for_each",
+            "max_concurrency",
+            "allow_partial",
         )
     )
 }
+
+
+_JSON_KINDS = {dict: "an object", int: "a number", float: "a number", bool: "true or false"}
 
 
 class BaseTask(BaseModel):
@@ -100,6 +116,36 @@ class BaseTask(BaseModel):
     )
     timeout_s: float | None = Field(default=None, gt=0, description="Per-attempt timeout.")
     description: str | None = None
+    for_each: str | list[Any] | None = Field(
+        default=None,
+        description=(
+            "Run the task once per element of this list: a ${task_id.path} reference or a "
+            "literal list; ${@item} is the element and ${@index} its position."
+        ),
+    )
+    max_concurrency: int | None = Field(
+        default=None, ge=1, description="A map task: at most this many elements at once."
+    )
+    allow_partial: bool = Field(
+        default=False,
+        description="A map task: succeed with null for the elements that failed.",
+    )
+
+    @field_validator("for_each", mode="before")
+    @classmethod
+    def _list_or_reference(cls, value: Any) -> Any:
+        if value is None or isinstance(value, (str, list)):
+            return value
+        raise PydanticCustomError(
+            "for_each",
+            "for_each must be a list, or one ${task_id.path} reference to a list, not {kind}",
+            {"kind": _JSON_KINDS.get(type(value), type(value).__name__)},
+        )
+
+    @property
+    def is_map(self) -> bool:
+        """Whether the task runs once per element of a list (it has ``for_each``)."""
+        return self.for_each is not None
 
     @property
     @abstractmethod
@@ -190,8 +236,11 @@ def task_fingerprint(task: Task, resolved: Any) -> str:
 
 def same_call(a: Task, b: Task) -> bool:
     """Whether ``a`` and ``b`` make the same call as written, before references resolve: the
-    same fingerprint of their unresolved inputs."""
-    return a.fingerprint(a.template_source) == b.fingerprint(b.template_source)
+    same fingerprint of their unresolved inputs (and, for a map, the same list)."""
+    return (
+        a.fingerprint(a.template_source) == b.fingerprint(b.template_source)
+        and a.for_each == b.for_each
+    )
 
 
 # ---------------------------------------------------------------------------------------------

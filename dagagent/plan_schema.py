@@ -30,7 +30,8 @@ free-form values (``Any``, ``dict[str, Any]``), no ``oneOf``/``allOf``/``not``/
 ``prefixItems``. ``plan_json_schema(registry, strict=True)`` rewrites the schema to fit:
 optional arguments become required but nullable (``null`` means "leave it out, use the
 default": :func:`drop_null_optionals` removes them again before validation), optional task
-fields other than ``depends_on`` are left out, ``title``/``default``/``examples`` and the
+fields other than ``depends_on`` and ``for_each`` (a nullable reference: ``null`` is no map)
+are left out, ``title``/``default``/``examples`` and the
 length/uniqueness keywords are dropped (pydantic still checks those constraints after
 parsing, and the planner feeds violations back to the model), ``const`` becomes a
 one-value ``enum``. Registries whose tools cannot be expressed that way (free-form
@@ -66,8 +67,9 @@ __all__ = [
 PLAN_FORMAT_NAME = "dagagent_plan"
 """The name the plan format travels under (OpenAI ``json_schema.name``, Anthropic tool)."""
 
-REFERENCE_PATTERN = r'^\$\{[A-Za-z0-9_][A-Za-z0-9_-]*(\.[^.}"\\\x00-\x20]+)*\}$'
-r"""A string that is exactly one ``${id}`` / ``${id.path}`` reference.
+REFERENCE_PATTERN = r'^\$\{@?[A-Za-z0-9_][A-Za-z0-9_-]*(\.[^.}"\\\x00-\x20]+)*\}$'
+r"""A string that is exactly one ``${id}`` / ``${id.path}`` reference (or, in a map task,
+``${@item}`` / ``${@item.path}`` / ``${@index}``: the current element).
 
 Written in the regex subset every guided decoder translates: llama.cpp and Ollama copy a
 pattern into a GBNF grammar, whose character classes know no ``\s``/``\d``/``\w`` (the
@@ -75,6 +77,37 @@ server then rejects the request), and the pattern is matched inside a JSON strin
 path segment excludes ``"``, ``\`` and control characters as well as spaces."""
 
 _ID_SCHEMA: dict[str, Any] = {"type": "string", "pattern": f"^{ID_PATTERN}$"}
+_FOR_EACH_DESCRIPTION = (
+    "run the task once per element of this list (a ${task_id.path} reference or a literal "
+    "list); its args name the element ${@item} and its position ${@index}"
+)
+_LIST_REF_SCHEMA: dict[str, Any] = {
+    "type": "string",
+    "pattern": r'^\$\{[A-Za-z0-9_][A-Za-z0-9_-]*(\.[^.}"\\\x00-\x20]+)*\}$',
+}
+
+
+def _map_properties(strict: bool) -> dict[str, Any]:
+    """``for_each`` (and, outside strict mode, the map options) of a task variant. Strict
+    mode offers ``for_each`` as a nullable reference: a free-form literal list cannot be
+    expressed there."""
+    if strict:
+        return {
+            "for_each": {
+                "anyOf": [dict(_LIST_REF_SCHEMA), {"type": "null"}],
+                "description": _FOR_EACH_DESCRIPTION,
+            }
+        }
+    return {
+        "for_each": {
+            "anyOf": [dict(_LIST_REF_SCHEMA), {"type": "array"}],
+            "description": _FOR_EACH_DESCRIPTION,
+        },
+        "max_concurrency": {"type": "integer", "minimum": 1},
+        "allow_partial": {"type": "boolean"},
+    }
+
+
 _REF_SCHEMA: dict[str, Any] = {
     "type": "string",
     "pattern": REFERENCE_PATTERN,
@@ -302,6 +335,7 @@ def _tool_variant(tool: Tool, strict: bool, defs: dict[str, Any], problems: list
             "description": "ids of tasks that must finish first (references imply this)",
         },
     }
+    properties.update(_map_properties(strict))
     if not strict:
         properties["description"] = {"type": "string"}
         properties["retries"] = {"type": "integer", "minimum": 0}
@@ -329,6 +363,7 @@ def _agent_variant(names: list[str], strict: bool) -> dict[str, Any]:
         },
         "tools": _nullable(tools_schema) if strict else tools_schema,
         "depends_on": {"type": "array", "items": dict(_ID_SCHEMA)},
+        **_map_properties(strict),
     }
     return {
         "type": "object",

@@ -6,24 +6,44 @@ indexes, and the public data attributes of objects such as pydantic models and d
 never a name starting with ``_``, never a method). A string that is exactly one reference takes
 the referenced value with its type; references inside longer text are interpolated with
 :func:`reference_text`. ``$${`` writes a literal ``${``.
+
+**The element of a map.** In a task with ``for_each`` (see :mod:`dagagent.plan`),
+``${@item}`` is the current element of the list and ``${@index}`` its position (0-based);
+``${@item.key}`` walks into the element like any reference. The ``@`` keeps these names apart
+from task ids, which cannot contain it: a plan may well have a task called ``item``.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from pydantic import BaseModel
 
 from .errors import PlanLoadError, ReferenceResolutionError
 
-__all__ = ["MAX_DEPTH", "Reference", "Template", "reference_text"]
+__all__ = [
+    "ELEMENT_NAMES",
+    "INDEX",
+    "ITEM",
+    "MAX_DEPTH",
+    "ElementScope",
+    "Reference",
+    "Template",
+    "reference_text",
+]
 
 MAX_DEPTH = 100  # nesting limit for args: deeper JSON is refused, not a RecursionError
-# ${id} or ${id.path.seg}; path segments are anything but '.', '}' and whitespace.
-_REF_RE = re.compile(r"\$\$\{|\$\{([A-Za-z0-9_][A-Za-z0-9_-]*)((?:\.[^.}\s]+)*)\}")
+ITEM = "@item"
+"""The name of a map task's current element: ``${@item}``."""
+INDEX = "@index"
+"""The name of a map task's current element's position (from 0): ``${@index}``."""
+ELEMENT_NAMES = frozenset({ITEM, INDEX})
+# ${id} or ${id.path.seg}, or ${@name...} (a map's element); path segments are anything but
+# '.', '}' and whitespace.
+_REF_RE = re.compile(r"\$\$\{|\$\{(@?[A-Za-z0-9_][A-Za-z0-9_-]*)((?:\.[^.}\s]+)*)\}")
 
 
 class Reference:
@@ -39,6 +59,11 @@ class Reference:
     def __repr__(self) -> str:
         return f"Reference({self.text!r})"
 
+    @property
+    def element(self) -> bool:
+        """Whether this names a map's element (``${@item}``, ``${@index}``), not a task."""
+        return self.task_id.startswith("@")
+
     def resolve(self, outputs: Mapping[str, Any]) -> Any:
         try:
             value = outputs[self.task_id]
@@ -51,6 +76,36 @@ class Reference:
             value = _step(value, seg, walked, self.text)
             walked = f"{walked}.{seg}"
         return value
+
+
+class ElementScope(Mapping[str, Any]):
+    """The outputs a map element's references read: the run's outputs, and the element
+    itself as ``@item`` and its position as ``@index``."""
+
+    __slots__ = ("_index", "_item", "_outputs")
+
+    def __init__(self, outputs: Mapping[str, Any], item: Any, index: int) -> None:
+        self._outputs = outputs
+        self._item = item
+        self._index = index
+
+    def __getitem__(self, key: str) -> Any:
+        if key == ITEM:
+            return self._item
+        if key == INDEX:
+            return self._index
+        return self._outputs[key]
+
+    def __contains__(self, key: object) -> bool:
+        return key in ELEMENT_NAMES or key in self._outputs
+
+    def __iter__(self) -> Iterator[str]:
+        yield ITEM
+        yield INDEX
+        yield from self._outputs
+
+    def __len__(self) -> int:
+        return len(self._outputs) + 2
 
 
 def _step(value: Any, seg: str, walked: str, text: str) -> Any:

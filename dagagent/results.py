@@ -184,6 +184,12 @@ class TaskResult(BaseModel):
     decisions: list[CallDecision] | None = Field(
         default=None, description="Decisions (approval, redaction) taken about this task's calls."
     )
+    elements: list[TaskResult] | None = Field(
+        default=None,
+        description=(
+            "Map tasks: one result per element of the list, in order (task_id '<task>[<index>]')."
+        ),
+    )
 
     @property
     def duration_s(self) -> float | None:
@@ -225,6 +231,8 @@ class TaskResult(BaseModel):
             d["steps"] = jsonable(self.steps)
         if self.decisions is not None:
             d["decisions"] = jsonable(self.decisions)
+        if self.elements is not None:
+            d["elements"] = [e.to_json_dict() for e in self.elements]
         return d
 
 

@@ -333,6 +333,7 @@ def test_fast_task_result_is_a_normal_model() -> None:
         "args": {"q": 1},
         "steps": None,
         "decisions": None,
+        "elements": None,
     }
     fast = task_result(*values.values())
     slow = TaskResult.model_construct(**values)

@@ -258,3 +258,11 @@ def test_the_default_executor_is_the_one_the_readme_names() -> None:
     default = inspect.signature(execute).parameters["executor"].default
     assert default == "dataflow"
     assert f"| `{default}` (default) |" in README
+
+
+def test_map_tasks_snippet(capsys: pytest.CaptureFixture[str]) -> None:
+    source = block_with(section("Plan format"), "python", "for_each")
+    run_python(source, {})
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0].startswith("[{'city': 'Tokyo', 'temp_c': 10}, {'city': 'Yokohama'")
+    assert printed[1] == "['succeeded', 'succeeded', 'succeeded']"

@@ -2,7 +2,7 @@
 
 A plan still arriving runs in the order its tasks arrive (each depends only on tasks before
 it, so that order is topological); when the run has caught up with the plan, it waits for
-the next task.
+the next task. The elements of a map task run one at a time too.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ class SerialExecutor(BaseExecutor):
     name = "serial"
 
     async def run(self, graph: PlanGraph, runner: TaskRunner, on_failure: FailurePolicy) -> None:
+        runner.element_concurrency = 1
         if not graph.complete:
             await self._run_growing(graph, runner, on_failure)
             return

@@ -214,6 +214,16 @@ To use the output of another task, write a reference in an argument:
 - A reference makes the task wait for the referenced task; do not also list it in depends_on.
 - Never reference a task that is not in the plan, the task itself, or a later task in a loop."""
 
+_MAP = """\
+When a task must run once per element of a list that another task returns (one look-up per
+search result, say), write it once with "for_each": the list, as a reference ("${id}" or
+"${id.key}"), or a literal list. In its args "${@item}" is the current element ("${@item.key}"
+walks into it) and "${@index}" its position. It runs once per element, all at the same time,
+and its output is the list of their outputs in order:
+  {"id": "weather", "tool": "weather", "for_each": "${cities}", "args": {"city": "${@item}"}}
+Optional: "max_concurrency": at most this many elements at once; "allow_partial": true keeps
+the elements that succeeded when some fail (null for the failed ones)."""
+
 _PARALLEL = """\
 Make the plan as parallel as the goal allows: every task runs as soon as the tasks it
 references are done, and tasks that do not depend on each other run at the same time.
@@ -245,7 +255,7 @@ def system_prompt(
     ]
     if agent_tasks:
         parts.append(_AGENT_FORMAT)
-    parts += [_REFERENCES, _PARALLEL, _EXAMPLE]
+    parts += [_REFERENCES, _MAP, _PARALLEL, _EXAMPLE]
     return "\n\n".join(parts)
 
 

@@ -12,6 +12,7 @@ Executors decide *when* a task starts and call :meth:`TaskRunner.run_task`; ever
   an :data:`AgentTaskRunner`; the runner knows no agent type;
 - :mod:`._record`: the record a task fills while it runs and the
   :class:`~dagagent.results.TaskResult` it becomes (the marked hot path);
+- :mod:`._map`: a map task (``for_each``): its list expanded into one element run per element;
 - :mod:`._retry`: :class:`TaskRetryPolicy`, the wait between a task's attempts;
 - :mod:`._reuse`: when an earlier run's output stands (:func:`task_fingerprint`);
 - :mod:`._cancel`: telling a real cancellation from a tool that raised one.
@@ -24,11 +25,13 @@ from typing import Any
 
 from ._agent import AgentNode, AgentTaskRunner
 from ._calls import CallNext, Interceptor, Invoker, ToolCalls, ToolInvocation, invoke_local
+from ._map import DEFAULT_MAX_ELEMENTS
 from ._retry import TaskRetryPolicy
 from ._reuse import task_fingerprint
 from ._task import TaskRunner
 
 __all__ = [
+    "DEFAULT_MAX_ELEMENTS",
     "AgentNode",
     "AgentTaskRunner",
     "CallNext",

@@ -70,6 +70,7 @@ _FIELDS = (
     "args",
     "steps",
     "decisions",
+    "elements",
 )
 _FIELDS_SET = frozenset(_FIELDS)
 # The shortcut below is exactly model_construct only while TaskResult stays a plain model:
@@ -99,6 +100,7 @@ def task_result(
     args: Any,
     steps: list[AgentStep] | None,
     decisions: list[CallDecision] | None,
+    elements: list[TaskResult] | None = None,
 ) -> TaskResult:
     """``TaskResult.model_construct`` of every field, without its generic per-field loop."""
     values = {
@@ -113,6 +115,7 @@ def task_result(
         "args": args,
         "steps": steps,
         "decisions": decisions,
+        "elements": elements,
     }
     if not _FAST:
         return TaskResult.model_construct(**values)

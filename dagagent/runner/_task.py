@@ -28,6 +28,7 @@ from ..tools import Registry, Tool
 from ._agent import AgentNode, AgentTaskRunner
 from ._calls import Interceptor, Invoker, ToolCalls
 from ._cancel import really_cancelled
+from ._map import DEFAULT_MAX_ELEMENTS, run_map
 from ._record import TaskRun, describe, task_result
 from ._retry import NOT_RETRIED, TaskRetryPolicy
 from ._reuse import same_upstream, task_fingerprint
@@ -66,6 +67,8 @@ class TaskRunner:
         agent_runner: AgentTaskRunner | None = None,
         reuse: Mapping[str, tuple[str, Any]] | None = None,
         logger: Any = None,
+        on_failure: str = "cancel",
+        max_elements: int = DEFAULT_MAX_ELEMENTS,
     ) -> None:
         self.graph = graph
         self.tasks = graph.tasks
@@ -90,6 +93,15 @@ class TaskRunner:
         # included): at most max_concurrency tasks are ever between TaskStarted and
         # TaskFinished, and a task waiting for a slot has not started.
         self._slots = anyio.CapacityLimiter(max_concurrency) if max_concurrency else None
+        self.max_concurrency = max_concurrency
+        #: Map tasks (``for_each``; see :mod:`._map`): how a failed element ends the others
+        #: (the run's ``on_failure``), the longest list a map may expand, and a bound on the
+        #: elements of one map at once that an executor may set (the serial executor: 1).
+        self.on_failure = on_failure
+        self.max_elements = max_elements
+        self.element_concurrency: int | None = None
+        # Whether a task may be a map: checked once per task only when one may be.
+        self._maps = not graph.complete or any(t.for_each is not None for t in self.tasks.values())
         self._log = logger
         self._debug = logger is not None and debug_enabled(logger)
         self._cancelled_exc = anyio.get_cancelled_exc_class()
@@ -101,8 +113,13 @@ class TaskRunner:
         its references, reuse an earlier output if it may, else attempt it (by its kind, with
         its retries and timeout), then record its result and emit its events.
 
+        A map task (``for_each``) runs once per element of its list instead (see
+        :mod:`._map`): each element takes a slot, the task itself none.
+
         Never raises, except the cancellation of the surrounding scope (after recording the
         task as cancelled)."""
+        if self._maps and self.tasks[task_id].for_each is not None:
+            return await self._run_map(task_id)
         slots = self._slots
         if slots is not None:
             await _take(slots)
@@ -157,6 +174,13 @@ class TaskRunner:
         finally:
             if slots is not None:
                 slots.release()  # after the task's result and events
+
+    async def _run_map(self, task_id: str) -> TaskResult:
+        task = self.tasks[task_id]
+        run = TaskRun(task_id, time.time(), None)
+        if self.emit is not None:
+            self.emit(TaskStarted(self.run_id, task_id, run.started_at))
+        return await run_map(self, task, run)
 
     def _reusable(self, task: Task, resolved: Any) -> bool:
         """Whether the earlier run's output stands: same fingerprint, same upstream outputs."""
@@ -261,6 +285,7 @@ class TaskRunner:
         *,
         error: str | None = None,
         error_type: str | None = None,
+        elements: list[TaskResult] | None = None,
     ) -> TaskResult:
         r = task_result(
             run.task_id,
@@ -274,6 +299,7 @@ class TaskRunner:
             run.args,
             run.steps,
             run.decisions or None,
+            elements,
         )
         self.results[run.task_id] = r
         if status is _SUCCEEDED or status is _REUSED:

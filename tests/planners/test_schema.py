@@ -343,3 +343,42 @@ def test_reference_pattern_cannot_break_out_of_the_json_string():
         assert not ref.match(bad), bad
     # the pattern survives the JSON round trip of the request body unchanged
     assert json.loads(json.dumps({"p": REFERENCE_PATTERN}))["p"] == REFERENCE_PATTERN
+
+
+def test_every_task_may_be_mapped_over_a_list(typed: dagagent.Registry):
+    jsonschema = pytest.importorskip("jsonschema")
+    for strict in (False, True):
+        schema = plan_json_schema(typed, strict=strict, agent_tasks=True)
+        for name, variant in variants(schema).items():
+            assert "for_each" in variant["properties"], (strict, name)
+            assert ("max_concurrency" in variant["properties"]) is not strict
+        validator = jsonschema.Draft202012Validator(schema)
+        mapped = {
+            "id": "m",
+            "tool": "add",
+            "for_each": "${w.values}",
+            "args": {"a": "${@item}", "b": "${@index}"},
+            "depends_on": [],
+        }
+        agent = {"id": "n", "instruction": "about ${@item}", "for_each": "${m}", "depends_on": []}
+        if strict:
+            mapped["args"]["b"] = "${@item.b}"
+            agent["tools"] = None
+        else:
+            mapped["max_concurrency"] = 2
+            mapped["allow_partial"] = True
+        assert list(validator.iter_errors({"goal": "g", "tasks": [mapped, agent]})) == [], strict
+        for bad in ("w", "${@item}", "${w} and ${v}"):
+            wrong = {**mapped, "for_each": bad}
+            assert list(validator.iter_errors({"goal": "g", "tasks": [wrong]})), (strict, bad)
+    loose = jsonschema.Draft202012Validator(plan_json_schema(typed))
+    literal = {"id": "m", "tool": "add", "for_each": [1, 2], "args": {"a": "${@item}"}}
+    assert list(loose.iter_errors({"tasks": [literal]})) == []
+
+
+def test_the_prompt_offers_for_each(typed: dagagent.Registry):
+    from dagagent.planners.prompts import system_prompt
+
+    prompt = system_prompt(typed)
+    assert '"for_each": "${cities}"' in prompt and '"${@item}"' in prompt
+    assert '"allow_partial": true' in prompt and '"max_concurrency"' in prompt

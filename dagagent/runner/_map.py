@@ -1,0 +1,286 @@
+"""Running a map task: its ``for_each`` list, resolved at run time, expanded into one element
+run per element.
+
+Each element run is the story of a task in small: resolve the arguments (``${@item}``,
+``${@index}``), reuse an earlier output if its input is unchanged, attempt it with the task's
+retries and timeout, record it. The elements share the run's ``max_concurrency`` slots (an
+element takes one, the map task itself none) and the task's own ``max_concurrency``.
+
+- **Output.** The list of the elements' outputs, in the order of the list; an empty list
+  gives ``[]`` and the task succeeds.
+- **Failure.** Under the run's ``on_failure="cancel"`` the first failed element fails the
+  task and cancels the elements still running or waiting; under ``"continue"`` every element
+  runs and the task fails if one did. With ``allow_partial`` every element runs and the task
+  succeeds unless all failed: its output holds ``None`` for each failed element.
+- **Records.** Every element has a :class:`~dagagent.results.TaskResult` (task id
+  ``"<task>[<index>]"``) in the map task's ``elements``, in order; each is announced by a
+  :class:`~dagagent.events.TaskElementFinished` when it ends.
+- **Reuse.** An element is reused when the run being reused has an element of the same task
+  with the same fingerprint (its resolved input), wherever it stood in the list, and the
+  task's other dependencies have the outputs they had. The reuse map holds those elements
+  under ``"<task>@<fingerprint>"`` (see :func:`dagagent.review.reuse_map`); ``@`` is never part
+  of a task id.
+- **Cap.** A list longer than the run's ``max_elements`` (default
+  :data:`DEFAULT_MAX_ELEMENTS`) fails the task with :class:`~dagagent.errors.MapError` before
+  any element starts.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from ..errors import MapError, TaskDeniedError
+from ..events import TaskElementFinished
+from ..references import ElementScope, Template
+from ..results import TaskResult, TaskStatus
+from ..tools import Tool
+from ._cancel import really_cancelled
+from ._record import TaskRun, describe, task_result
+from ._retry import NOT_RETRIED
+from ._reuse import same_upstream
+
+if TYPE_CHECKING:
+    from ..plan import Task
+    from ._task import Attempt, TaskRunner
+
+__all__ = ["DEFAULT_MAX_ELEMENTS", "element_key", "run_map"]
+
+DEFAULT_MAX_ELEMENTS = 10_000
+"""The longest list a map task expands by default (``execute(max_elements=...)``)."""
+
+_SUCCEEDED = TaskStatus.SUCCEEDED
+_REUSED = TaskStatus.REUSED
+_FAILED = TaskStatus.FAILED
+_DENIED = TaskStatus.DENIED
+_CANCELLED = TaskStatus.CANCELLED
+
+
+def element_key(task_id: str, fingerprint: str) -> str:
+    """Where the reuse map keeps an element of task ``task_id`` with this fingerprint."""
+    return f"{task_id}@{fingerprint}"
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, dict):
+        return "an object"
+    if isinstance(value, str):
+        return "a string"
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true or false"
+    if isinstance(value, (int, float)):
+        return "a number"
+    return f"a {type(value).__name__}"
+
+
+class MapRun:
+    """One map task while it runs: its elements' results fill in as they end."""
+
+    def __init__(self, runner: TaskRunner, task: Task, run: TaskRun) -> None:
+        self.runner = runner
+        self.task = task
+        self.run = run
+        self.items: list[Any] = []
+        self.results: list[TaskResult | None] = []
+        self.first_failure: int | None = None
+
+    def expand(self) -> list[Any]:
+        """The list, resolved now; :class:`MapError` if it is not a list or too long."""
+        task, runner = self.task, self.runner
+        source = task.for_each
+        if isinstance(source, list):
+            items: Any = source
+        else:
+            items = Template(source).resolve(runner.outputs)
+        if isinstance(items, tuple):
+            items = list(items)
+        if not isinstance(items, list):
+            raise MapError(f"for_each {source} is {_kind(items)}, not a list")
+        if len(items) > runner.max_elements:
+            raise MapError(
+                f"for_each {source if isinstance(source, str) else 'list'} has "
+                f"{len(items):,} elements, more than this run allows ({runner.max_elements:,}; "
+                "raise it with max_elements, or --max-elements on the command line)"
+            )
+        return items
+
+    async def __call__(self) -> tuple[TaskStatus, Any, str | None, str | None]:
+        """Run every element (see the module docstring): the task's status, output, error
+        and error type. ``self.results`` holds what each element did."""
+        runner, task = self.runner, self.task
+        self.items = items = self.expand()
+        self.run.args = items
+        n = len(items)
+        self.results = [None] * n
+        if not n:
+            return _SUCCEEDED, [], None, None
+        attempt, retries = runner._attempt_for(task)
+        cancel_siblings = runner.on_failure == "cancel" and not task.allow_partial
+        width = n
+        for bound in (task.max_concurrency, runner.element_concurrency, runner.max_concurrency):
+            if bound is not None:
+                width = min(width, bound)
+        following = iter(range(n))
+        source_task = _for_each_task(task)
+        upstream = tuple(d for d in runner.graph.dependencies[task.id] if d != source_task)
+
+        async with anyio.create_task_group() as tg:
+
+            async def worker() -> None:
+                for i in following:
+                    r = await self._element(i, attempt, retries, upstream)
+                    if not r.status.ok and self.first_failure is None:
+                        self.first_failure = i
+                        if cancel_siblings:
+                            tg.cancel_scope.cancel()
+
+            for _ in range(width):
+                tg.start_soon(worker)
+        return self._outcome(cancel_siblings)
+
+    def finish_unstarted(self, why: str) -> list[TaskResult]:
+        """Every element's result, those that never started marked cancelled."""
+        out = []
+        for i, r in enumerate(self.results):
+            if r is None:
+                r = task_result(
+                    f"{self.task.id}[{i}]", _CANCELLED, None, why, None, 0, None, None,
+                    None, None, None,
+                )  # fmt: skip
+                self.results[i] = r
+            out.append(r)
+        return out
+
+    def _outcome(self, cancel_siblings: bool) -> tuple[TaskStatus, Any, str | None, str | None]:
+        n = len(self.items)
+        first = self.first_failure
+        if first is None:
+            done = self.finish_unstarted("not run")
+            everything_reused = all(r.status is _REUSED for r in done)
+            return (
+                (_REUSED if everything_reused else _SUCCEEDED),
+                [r.output for r in done],
+                None,
+                None,
+            )
+        failed = self.results[first]
+        assert failed is not None
+        done = self.finish_unstarted(f"not run: element {first} {failed.status.value}")
+        bad = [r for r in done if not r.status.ok and r.status is not _CANCELLED]
+        if self.task.allow_partial and len(bad) < n:
+            return _SUCCEEDED, [r.output if r.status.ok else None for r in done], None, None
+        status = _DENIED if failed.status is _DENIED else _FAILED
+        what = f"element {first} ({_shown(self.items[first])}) {failed.status.value}"
+        if cancel_siblings:
+            error = f"{what}: {failed.error}"
+        else:
+            error = f"{len(bad)} of {n} elements failed; {what}: {failed.error}"
+        return status, None, error, failed.error_type
+
+    async def _element(
+        self, i: int, attempt: Tool | Attempt, retries: int, upstream: tuple[str, ...]
+    ) -> TaskResult:
+        runner, task = self.runner, self.task
+        slots = runner._slots
+        if slots is not None:
+            await slots.acquire()
+        run = TaskRun(task.id, time.time(), [] if runner._intercepted else None)
+        status, output, error, error_type = _FAILED, None, None, None
+        try:
+            tmpl = runner.templates[task.id]
+            scope = ElementScope(runner.outputs, self.items[i], i)
+            run.args = tmpl.resolve(scope) if tmpl.refs else tmpl.literal
+            before = runner._reuse.get(element_key(task.id, task.fingerprint(run.args)))
+            if before is not None and same_upstream(upstream, runner.outputs, runner._reuse):
+                status, output = _REUSED, before[1]
+            else:
+                output = await _attempts(runner, run, attempt, retries)
+                status = _SUCCEEDED
+        except runner._cancelled_exc as exc:
+            if really_cancelled():
+                status, error = _CANCELLED, "cancelled while running"
+                raise
+            error = f"{describe(exc)} (raised by the task itself; nothing cancelled it)"
+            error_type = type(exc).__name__
+        except TaskDeniedError as exc:
+            status, error, error_type = _DENIED, str(exc), type(exc).__name__
+        except Exception as exc:
+            error, error_type = describe(exc), type(exc).__name__
+        except BaseException as exc:
+            error = f"{describe(exc)} (raised by the task; a BaseException, not retried)"
+            error_type = type(exc).__name__
+        finally:
+            r = task_result(
+                f"{task.id}[{i}]",
+                status,
+                output if status.ok else None,
+                error,
+                error_type,
+                run.attempts,
+                run.started_at,
+                time.time(),
+                run.args,
+                run.steps,
+                run.decisions or None,
+            )
+            self.results[i] = r
+            if runner.emit is not None:
+                runner.emit(TaskElementFinished(runner.run_id, task.id, i, r))
+            if slots is not None:
+                slots.release()
+        return r
+
+
+async def _attempts(runner: TaskRunner, run: TaskRun, attempt: Tool | Attempt, retries: int) -> Any:
+    while True:
+        run.attempts += 1
+        try:
+            if isinstance(attempt, Tool):
+                return await attempt.acall(attempt.validate_args(run.args))
+            return await attempt(run)
+        except NOT_RETRIED:
+            raise
+        except Exception as exc:
+            if run.attempts > retries:
+                raise
+            await runner._wait_to_retry(run, exc)
+
+
+def _for_each_task(task: Task) -> str | None:
+    """The task whose output the list is (``None``: a literal list)."""
+    if not isinstance(task.for_each, str):
+        return None
+    refs = Template(task.for_each).refs
+    return refs[0].task_id if refs else None
+
+
+def _shown(item: Any) -> str:
+    from ..text import shorten
+
+    return shorten(item, 40)
+
+
+async def run_map(runner: TaskRunner, task: Task, run: TaskRun) -> TaskResult:
+    """Run map task ``task`` (see the module docstring) and record its result."""
+    mapping = MapRun(runner, task, run)
+    run.attempts = 1
+    try:
+        status, output, error, error_type = await mapping()
+    except runner._cancelled_exc:
+        elements = mapping.finish_unstarted("not run: the run was stopped")
+        runner._finish(run, _CANCELLED, error="cancelled while running", elements=elements)
+        raise
+    except MapError as exc:
+        return runner._finish(run, _FAILED, error=str(exc), error_type="MapError", elements=[])
+    except Exception as exc:  # the list's reference could not be resolved
+        return runner._finish(
+            run, _FAILED, error=describe(exc), error_type=type(exc).__name__, elements=[]
+        )
+    elements = [r for r in mapping.results if r is not None]
+    return runner._finish(
+        run, status, output, error=error, error_type=error_type, elements=elements
+    )
