@@ -75,7 +75,8 @@ async def execute(
     - ``reuse``: ``{task_id: (fingerprint, output)}`` from an earlier run; a task whose
       fingerprint is unchanged is not run again and gets status ``reused``.
     - ``store``: record the run (plan and every task result, durable as each task finishes)
-      in this :class:`~dagagent.store.RunStore` or SQLite file (see :mod:`dagagent.store`).
+      in this :class:`~dagagent.store.RunStore` or SQLite file (see :mod:`dagagent.store`);
+      what the store could not write is ``RunResult.record_loss``.
 
     ``plan`` may also be a :class:`~dagagent.growing.GrowingGraph` that is still being
     written (a streamed plan): tasks start as they are added and the run ends once the graph
@@ -170,6 +171,8 @@ async def execute(
             finally:
                 if recorder is not None:
                     recorder.close()  # flush: every result so far is durable
+            if recorder is not None and recorder.loss is not None:
+                result.record_loss = recorder.loss  # never claim a record that is not there
             log.info("run.finished", status=result.status.value, **result.counts)
     return result
 

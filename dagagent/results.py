@@ -28,6 +28,7 @@ __all__ = [
     "AgentStep",
     "CallDecision",
     "CallRecord",
+    "RecordLoss",
     "RunResult",
     "RunStatus",
     "StatusCounts",
@@ -257,8 +258,52 @@ class StatusCounts(dict[str, int]):
         return self
 
 
+class RecordLoss(BaseModel):
+    """What of a run the run store could not write (``RunResult.record_loss``), and why.
+
+    - ``run``: nothing of the run is in the store (its first row could not be written, so no
+      task's result could be either);
+    - ``tasks``: the tasks whose result is not in the store;
+    - ``outputs``: the tasks recorded without their output (the row says why; never reused);
+    - ``finish``: the run's end (status, times, critical path) is not in the store, so the
+      record reads as running or interrupted;
+    - ``plan``: the plan as it grew while the run was planned is not in the store;
+    - ``error``: the store's error (the last one), e.g. ``database is locked``.
+    """
+
+    run: bool = False
+    tasks: list[str] = Field(default_factory=list)
+    outputs: list[str] = Field(default_factory=list)
+    finish: bool = False
+    plan: bool = False
+    error: str = ""
+
+    @property
+    def parts(self) -> list[str]:
+        """What is missing, in words (``["the result of task b", ...]``)."""
+        if self.run:
+            return ["the whole run"]
+        parts = [f"the result of task {t}" for t in self.tasks[:10]]
+        if len(self.tasks) > 10:
+            parts.append(f"the results of {len(self.tasks) - 10} more tasks")
+        parts += [f"the output of task {t}" for t in self.outputs[:10]]
+        if len(self.outputs) > 10:
+            parts.append(f"the outputs of {len(self.outputs) - 10} more tasks")
+        if self.plan:
+            parts.append("the plan as it grew")
+        if self.finish:
+            parts.append("how the run ended")
+        return parts
+
+    def __str__(self) -> str:
+        return f"not written: {', '.join(self.parts)} ({self.error})"
+
+
 class RunResult(BaseModel):
-    """The outcome of a run: one :class:`TaskResult` per task, in plan order."""
+    """The outcome of a run: one :class:`TaskResult` per task, in plan order.
+
+    ``record_loss`` is ``None`` unless the run was recorded in a run store that could not
+    write all of it: then it says what is missing (:class:`RecordLoss`)."""
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
@@ -273,6 +318,7 @@ class RunResult(BaseModel):
     critical_path_s: float = 0.0
     parent_id: str | None = None
     usage: dict[str, Any] | None = None
+    record_loss: RecordLoss | None = None
 
     @property
     def wall_time_s(self) -> float:
@@ -330,5 +376,6 @@ class RunResult(BaseModel):
             "critical_path_s": self.critical_path_s,
             "counts": dict(self.counts),
             "usage": self.usage,
+            "record_loss": None if self.record_loss is None else self.record_loss.model_dump(),
             "tasks": {k: r.to_json_dict() for k, r in self.tasks.items()},
         }

@@ -38,6 +38,7 @@ __all__ = [
     "EXIT_INTERRUPTED",
     "EXIT_OK",
     "EXIT_PLANNING",
+    "EXIT_RECORD",
     "EXIT_STORE",
     "EXIT_USAGE",
     "app",
@@ -54,6 +55,7 @@ EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_PLANNING = 3
 EXIT_STORE = 4
+EXIT_RECORD = 5  # the run ran, but the run store could not write all of its record
 EXIT_INTERRUPTED = 130
 
 DEFAULT_TOOLS = "dagagent.toolkits.demo:registry"

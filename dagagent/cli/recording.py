@@ -14,12 +14,12 @@ from rich.console import Console
 from ..api import execute, new_run_id
 from ..graph import PlanGraph
 from ..results import RunResult
-from ..store import RunStore
-from ._app import tools_spec
+from ..store import RunStore, default_store_path
+from ._app import err, tools_spec
 from .progress import progress_for
 from .signals import stoppable
 
-__all__ = ["recorded_tools_spec", "run_recorded"]
+__all__ = ["recorded_tools_spec", "run_recorded", "say_recorded"]
 
 
 def run_recorded(
@@ -73,3 +73,29 @@ def recorded_tools_spec(spec: str | None, mcp: Sequence[str] = ()) -> str | None
     if sep and (target.endswith(".py") or os.sep in target) and Path(target).is_file():
         return f"{Path(target).resolve()}:{attr}"
     return spec
+
+
+def say_recorded(
+    result: RunResult, store: str | Path | None, *, detail: str = "", quiet: bool = False
+) -> bool:
+    """Say on stderr where the run is recorded (``detail`` inside the parentheses), unless
+    ``quiet``; but only if the store holds all of it. If it does not, say what is missing
+    whatever ``quiet`` says, and return ``False``."""
+    path = default_store_path(store)
+    loss = result.record_loss
+    if loss is None:
+        if not quiet:
+            extra = f" ({detail})" if detail else ""
+            err.print(
+                f"recorded as run {result.run_id}{extra} in {path}", markup=False, highlight=False
+            )
+        return True
+    if loss.run:
+        message = f"error: run {result.run_id} was NOT recorded in {path}: {loss.error}"
+    else:
+        message = (
+            f"error: the record of run {result.run_id} in {path} is incomplete: "
+            f"{', '.join(loss.parts)} could not be written ({loss.error})"
+        )
+    err.print(message, markup=False, highlight=False)
+    return False

@@ -20,9 +20,9 @@ from ..review import (
     format_review,
     review_run,
 )
-from ..store import RunRecord, default_store_path
+from ..store import RunRecord
 from ..workflows.replan import Revision, revise_run
-from ._app import EXIT_FAILED, EXIT_OK, app, err, guard, out
+from ._app import EXIT_FAILED, EXIT_OK, EXIT_RECORD, app, err, guard, out
 from .options import (
     ExecutorOpt,
     LastOpt,
@@ -37,7 +37,7 @@ from .options import (
     TimeoutOpt,
     ToolsOpt,
 )
-from .recording import run_recorded
+from .recording import run_recorded, say_recorded
 from .render import print_json
 from .run import agent_model, print_result
 from .runs import find_run, open_store
@@ -243,15 +243,13 @@ def replan_cmd(
     if json_out:
         doc["result"] = result.to_json_dict()
         print_json(out, doc)
-        raise typer.Exit(EXIT_OK if result.ok else EXIT_FAILED)
-    code = print_result(result, as_json=False)
+        code = EXIT_OK if result.ok else EXIT_FAILED
+    else:
+        code = print_result(result, as_json=False)
     reused = result.counts.get("reused", 0)
-    err.print(
-        f"recorded as run {result.run_id} (parent {record.run_id}, {reused} reused) in "
-        f"{default_store_path(path)}",
-        markup=False,
-        highlight=False,
-    )
+    detail = f"parent {record.run_id}, {reused} reused"
+    if not say_recorded(result, path, detail=detail, quiet=json_out):
+        code = EXIT_RECORD
     raise typer.Exit(code)
 
 

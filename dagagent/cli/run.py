@@ -10,9 +10,8 @@ import typer
 from ..errors import ConfigError
 from ..graph import PlanGraph, validate
 from ..results import RunResult
-from ..store import default_store_path
 from ..text import as_text, printable
-from ._app import EXIT_FAILED, EXIT_OK, app, err, guard, out
+from ._app import EXIT_FAILED, EXIT_OK, EXIT_RECORD, app, err, guard, out
 from .options import (
     ApproveOpt,
     AskOpt,
@@ -26,7 +25,7 @@ from .options import (
     StoreOpt,
     ToolsOpt,
 )
-from .recording import run_recorded
+from .recording import run_recorded, say_recorded
 from .render import plan_table, print_json, result_table
 from .tools import load_tools
 
@@ -139,12 +138,8 @@ def run_graph(
         **execute_options,
     )
     code = print_result(result, as_json=as_json, graph=graph)
-    if not as_json:
-        err.print(
-            f"recorded as run {result.run_id} in {default_store_path(options.store)}",
-            markup=False,
-            highlight=False,
-        )
+    if not say_recorded(result, options.store, quiet=as_json):
+        return EXIT_RECORD
     return code
 
 

@@ -10,7 +10,7 @@ from typing import Union
 
 from ..errors import StoreError
 
-__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "Migration", "connect", "migrate"]
+__all__ = ["BUSY_TIMEOUT_S", "MIGRATIONS", "SCHEMA_VERSION", "Migration", "connect", "migrate"]
 
 Migration = Union[str, Callable[[sqlite3.Connection], None]]  # noqa: UP007 - runtime alias
 
@@ -104,30 +104,89 @@ def _refuse_foreign(conn: sqlite3.Connection, path: Path) -> None:
         )
 
 
-def connect(path: Path, *, read_only: bool = False) -> sqlite3.Connection:
-    """A connection to the store file (``read_only``: one that cannot write to it)."""
-    if read_only:
-        uri = path.resolve().as_uri() + "?mode=ro"
-        conn = sqlite3.connect(
-            uri, uri=True, timeout=10.0, isolation_level=None, check_same_thread=False
+def _failure(exc: sqlite3.Error) -> str:
+    """What kind of failure ``exc`` is: ``busy`` (another process holds a lock), ``readonly``,
+    ``cantopen``, or ``other`` (e.g. not a database, a damaged file)."""
+    name = getattr(exc, "sqlite_errorname", "")  # Python 3.11+
+    text = str(exc)
+    if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) or (not name and "locked" in text):
+        return "busy"
+    if name.startswith("SQLITE_READONLY") or (not name and "readonly" in text):
+        return "readonly"
+    if name.startswith("SQLITE_CANTOPEN") or (not name and "unable to open" in text):
+        return "cantopen"
+    return "other"
+
+
+def _open_error(path: Path, exc: sqlite3.Error, doing: str = "open") -> StoreError:
+    """The error of a store that cannot be opened, saying why: another process holds it
+    locked, it cannot be written, it cannot be opened at all, or it is not a store."""
+    kind = _failure(exc)
+    if kind == "busy":
+        return StoreError(
+            f"run store {path} is locked by another process (waited {BUSY_TIMEOUT_S:g} s "
+            f"to {doing} it): try again when that process is done"
         )
+    if kind == "readonly":
+        return StoreError(
+            f"run store {path} cannot be written: it is read-only ({exc}); commands that "
+            "only read runs can still read it; or choose another --store"
+        )
+    if kind == "cantopen":
+        return StoreError(f"cannot {doing} run store {path}: {exc}")
+    return StoreError(f"{path} is not a dagagent run store: {exc}")
+
+
+#: How long a connection waits for another process's lock (SQLite's busy timeout).
+BUSY_TIMEOUT_S = 10.0
+
+
+def connect(path: Path, *, read_only: bool = False) -> sqlite3.Connection:
+    """A connection to the store file (``read_only``: one that cannot write to it, and that
+    also opens a store in a directory it cannot write to)."""
+    if read_only:
+        uri = path.resolve().as_uri()
         try:
-            conn.execute("PRAGMA user_version").fetchone()
-        except sqlite3.DatabaseError as exc:
-            conn.close()
-            raise StoreError(f"{path} is not a dagagent run store: {exc}") from None
+            conn = _connect_ro(uri + "?mode=ro")
+        except sqlite3.OperationalError as exc:
+            # A WAL store whose directory is read-only: its shared-memory file cannot be
+            # made. Nobody can write the store there, so it may be read as unchanging.
+            if _failure(exc) not in ("cantopen", "readonly"):
+                raise _open_error(path, exc, "read") from None
+            try:
+                conn = _connect_ro(uri + "?immutable=1")
+            except sqlite3.Error as exc2:
+                raise _open_error(path, exc2, "read") from None
+        except sqlite3.Error as exc:
+            raise _open_error(path, exc, "read") from None
         return conn
-    conn = sqlite3.connect(str(path), timeout=10.0, isolation_level=None, check_same_thread=False)
+    conn = sqlite3.connect(
+        str(path), timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
+    )
     try:
         if int(conn.execute("PRAGMA user_version").fetchone()[0]) == 0:
             _refuse_foreign(conn, path)
-        conn.execute("PRAGMA journal_mode=WAL")
+        # Switching to WAL writes to the file: only when it is not in WAL mode yet.
+        if str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower() != "wal":
+            conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")
         conn.execute("PRAGMA foreign_keys=ON")
-    except sqlite3.DatabaseError as exc:
+    except sqlite3.Error as exc:
         conn.close()
-        raise StoreError(f"{path} is not a dagagent run store: {exc}") from None
+        raise _open_error(path, exc) from None
     except StoreError:
+        conn.close()
+        raise
+    return conn
+
+
+def _connect_ro(uri: str) -> sqlite3.Connection:
+    conn = sqlite3.connect(
+        uri, uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
+    )
+    try:
+        conn.execute("PRAGMA user_version").fetchone()
+    except BaseException:
         conn.close()
         raise
     return conn
@@ -164,6 +223,8 @@ def migrate(conn: sqlite3.Connection, path: Path, migrations: Sequence[Sequence[
     except sqlite3.Error as exc:
         if conn.in_transaction:
             conn.execute("ROLLBACK")
+        if _failure(exc) != "other":
+            raise _open_error(path, exc, "upgrade") from None
         raise StoreError(
             f"cannot bring run store {path} from schema version {version} to {target}: {exc} "
             "(is it a dagagent run store?)"

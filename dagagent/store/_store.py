@@ -49,15 +49,29 @@ def _pid_alive(pid: int | None) -> bool:
     return True
 
 
+def _writable(path: Path) -> bool:
+    """Whether this process may write the store file (and, to keep its WAL files beside it,
+    its directory). A file that does not exist yet is writable if its directory is, or will
+    be once made."""
+    if path.exists():
+        return os.access(path, os.W_OK) and os.access(path.parent, os.W_OK | os.X_OK)
+    parent = path.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    return os.access(parent, os.W_OK | os.X_OK)
+
+
 class RunStore(SolveQueries):
     """A SQLite file of run records (and of solves: see :class:`SolveQueries`).
 
     ``RunStore(path)`` opens (and creates, or migrates forward) the store; ``path=None`` uses
     :func:`default_store_path` (``.location`` says where it was found and why). With
-    ``create=False`` a missing file is a :class:`StoreError` (for commands that only read).
+    ``create=False`` a missing file is a :class:`StoreError` (for commands that only read; a
+    store this process may not write, e.g. a read-only file or directory, is then opened as
+    with ``read_only``, and with ``create=True`` it is a :class:`StoreError`).
     ``read_only=True`` opens an existing store so that nothing can be written to it (the
-    viewer): it is neither created nor migrated, and a store of
-    another schema version is a :class:`StoreError`. ``context`` (JSON-able values) is
+    viewer): it is neither created nor migrated, and a store of another schema version is a
+    :class:`StoreError`. ``context`` (JSON-able values) is
     recorded with every run recorded through this object; never put secrets in it. Use it as
     a context manager or call :meth:`close`.
     """
@@ -84,6 +98,14 @@ class RunStore(SolveQueries):
             )
         if self.path.is_dir():
             raise StoreError(f"run store path {self.path} is a directory, not a file")
+        if not read_only and not _writable(self.path):
+            if create:  # to record runs: say so now, not after the run
+                raise StoreError(
+                    f"run store {self.path} cannot be written: it is read-only (the file or "
+                    "its directory); commands that only read runs can still read it; or "
+                    "choose another --store"
+                )
+            read_only = self.read_only = True  # only reading: no need to write it
         if read_only:
             self.schema_version = len(MIGRATIONS if migrations is None else migrations)
             self._conn = self._open_read_only(self.schema_version)

@@ -14,7 +14,7 @@ from pydantic_core import to_json
 
 from ..errors import StoreError
 from ..events import PlanExtended, RunFinished, RunStarted, TaskFinished, get_logger
-from ..results import RunStatus, TaskResult
+from ..results import RecordLoss, RunStatus, TaskResult
 from ._codec import to_column, why
 from ._ids import check_run_id
 from ._schema import connect
@@ -55,9 +55,30 @@ def _insert_rows(conn: sqlite3.Connection, rows: list[tuple[Any, ...]]) -> None:
         conn.execute(sql, [v for row in part for v in row])
 
 
-_MAX_BATCH_FAILURES = 3  # then write event by event, dropping what cannot be written
-_RUN_START_WAIT_S = 30.0  # at most this long for the run row (the store may be busy)
+#: At most this long for the run's first row before its tasks start (it normally takes a few
+#: milliseconds); a store that another process holds locked does not hold up the run's tasks.
+_RUN_START_WAIT_S = 5.0
+#: How long the first write waits for another process's write lock (SQLite's busy timeout)
+#: before the run goes on without its row: the writer keeps trying in the background.
+_FIRST_WRITE_BUSY_MS = 250
+_STORE_BUSY_MS = 10_000  # afterwards (SQLite's busy timeout of the store's connections)
+_BUSY_RETRY_S = 0.5  # while the store is locked, try again this often
 _RECORDED = frozenset((RunStarted, TaskFinished, RunFinished, PlanExtended))
+_BATCHED = _RECORDED - {RunStarted}  # the run's first row is written at once
+
+
+def _busy(exc: BaseException) -> bool:
+    """Another connection holds the lock: the write may succeed later, as it was."""
+    if not isinstance(exc, sqlite3.OperationalError):
+        return False
+    name = getattr(exc, "sqlite_errorname", "")  # Python 3.11+
+    if name:
+        return name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED"))
+    return "locked" in str(exc) or "busy" in str(exc)
+
+
+def _reason(exc: BaseException) -> str:
+    return str(exc) if isinstance(exc, StoreError) else f"{type(exc).__name__}: {exc}"
 
 
 class RunRecorder:
@@ -67,9 +88,18 @@ class RunRecorder:
     nothing else; :meth:`start` starts the writer thread, :meth:`close` flushes and stops it.
     ``execute(..., store=...)`` does all of this. Calling the recorder (the listener) only puts
     the event on a queue; JSON encoding and SQL happen in the writer thread, which commits a
-    batch at most ``flush_interval_s`` after its first event. A write that fails (e.g. the
-    database is locked for longer than its timeout) is retried with the next batch; if it
-    still fails at :meth:`close`, ``error`` holds the reason.
+    batch at most ``flush_interval_s`` after its first event.
+
+    What is durable when: the run's first row is committed before its first task starts,
+    unless another process holds the store's write lock at that moment (then the tasks start
+    anyway, and the row is written as soon as the lock is free); each task's result is
+    committed within ``flush_interval_s`` of its end, or as soon as the lock is free. A store
+    locked by another process is retried, never given up on while the run lasts, and for up to
+    ``write_timeout_s`` after it (in :meth:`close`). A write that fails for another reason (a
+    full disk, a file size limit, a damaged file) is retried event by event, a task's row
+    without its output if only that fails. What could not be written is in :attr:`loss` (a
+    :class:`~dagagent.results.RecordLoss`) and ``execute`` puts it in
+    ``RunResult.record_loss``; ``error`` holds the last error.
     """
 
     def __init__(
@@ -78,9 +108,12 @@ class RunRecorder:
         run_id: str,
         *,
         flush_interval_s: float = DEFAULT_FLUSH_INTERVAL_S,
+        write_timeout_s: float = 60.0,
     ) -> None:
         run_id = check_run_id(run_id, prefix=False)
         if isinstance(store, RunStore):
+            if store.read_only:
+                raise StoreError(f"run store {store.path} is open read-only: cannot record")
             if store.exists(run_id):
                 raise StoreError(f"run {run_id} is already recorded in {store.path}")
             path = store.path
@@ -93,10 +126,15 @@ class RunRecorder:
             context = {}
         if flush_interval_s < 0:
             raise StoreError(f"flush_interval_s must be >= 0, not {flush_interval_s}")
+        if write_timeout_s < 0:
+            raise StoreError(f"write_timeout_s must be >= 0, not {write_timeout_s}")
         self.path = path
         self.run_id = run_id
         self.flush_interval_s = flush_interval_s
+        self.write_timeout_s = write_timeout_s
         self.error: str | None = None
+        self._loss = RecordLoss()
+        self._lost_any = False
         self._context = to_column(context) if context else None
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._put = self._queue.put
@@ -105,6 +143,13 @@ class RunRecorder:
         self._closed = False
         self._created = time.time()
         self._run_written = threading.Event()
+        self._run_row = False  # the run's first row is in the store
+        self._run_row_lost = False
+
+    @property
+    def loss(self) -> RecordLoss | None:
+        """What could not be written (after :meth:`close`), or ``None``: all of it was."""
+        return self._loss if self._lost_any else None
 
     def __call__(self, event: Any) -> None:
         kind = type(event)
@@ -113,7 +158,8 @@ class RunRecorder:
             if kind is RunStarted and self._thread is not None:
                 # The run row is committed before any task starts: a process killed at any
                 # moment after this leaves a record (shown as interrupted), never a run whose
-                # tools ran with no trace of it. One short wait per run.
+                # tools ran with no trace of it. One short wait per run; none if the store is
+                # locked by another process (the writer then keeps trying).
                 self._run_written.wait(_RUN_START_WAIT_S)
 
     def start(self) -> RunRecorder:
@@ -126,7 +172,8 @@ class RunRecorder:
         return self
 
     def close(self) -> None:
-        """Write everything still queued, then stop the writer thread. Idempotent."""
+        """Write everything still queued (waiting up to ``write_timeout_s`` for a store another
+        process holds locked), then stop the writer thread. Idempotent."""
         if self._closed:
             return
         self._closed = True
@@ -135,9 +182,9 @@ class RunRecorder:
         self._stopping.set()
         self._put(_STOP)
         self._thread.join()
-        if self.error is not None:
+        if self._lost_any:
             get_logger(run_id=self.run_id).warning(
-                "store.write_failed", path=str(self.path), error=self.error
+                "store.record_incomplete", path=str(self.path), lost=str(self._loss)
             )
 
     def __enter__(self) -> RunRecorder:
@@ -155,48 +202,140 @@ class RunRecorder:
         pending: list[Any] = []
         conn: sqlite3.Connection | None = None
         stop = False
-        failures = 0
-        while not stop:
-            item = get()  # sleep until there is something to write
-            if item is not _STOP and interval > 0 and type(item) is not RunStarted:
-                # Let the batch fill: one wake-up and one transaction per batch, not per event.
-                stopping.wait(interval)
+        deadline: float | None = None  # once stopping: when to give up on a locked store
+        warned = False
+        busy_ms = -1  # the connection's busy timeout
+        while True:
+            try:
+                # Sleep until there is something to write, or until it is time to try a
+                # locked store again.
+                item = get(timeout=_BUSY_RETRY_S) if pending else get()
+            except queue.Empty:
+                item = None
+            if interval > 0 and not stop and item is not None and type(item) in _BATCHED:
+                stopping.wait(interval)  # let the batch fill: one transaction per batch
             while True:
                 if item is _STOP:
                     stop = True
-                else:
+                    deadline = time.monotonic() + self.write_timeout_s
+                elif item is not None:
                     pending.append(item)
                 try:
                     item = get_nowait()
                 except queue.Empty:
                     break
-            if not pending:
-                continue
-            try:
-                if conn is None:
-                    conn = connect(self.path)
-                self._write(conn, pending)
-                pending = []
-                failures = 0
-                self.error = None
-            except Exception as exc:  # kept for the next batch; reported at close()
-                self.error = f"{type(exc).__name__}: {exc}"
-                failures += 1
-                if (failures >= _MAX_BATCH_FAILURES or stop) and conn is not None:
-                    pending = self._write_each(conn, pending)  # what still fails is dropped
-                    failures = 0
-            finally:
-                self._run_written.set()  # written, or failed: the run goes on either way
+            if pending:
+                try:
+                    if conn is None:
+                        conn = connect(self.path)
+                        busy_ms = -1
+                    # How long to wait for another process's write lock: briefly for the
+                    # first write (the tasks wait for it), at most the time left once closing.
+                    want = _STORE_BUSY_MS if self._run_row else _FIRST_WRITE_BUSY_MS
+                    if deadline is not None:
+                        left = int((deadline - time.monotonic()) * 1000)
+                        want = max(0, min(want, left))
+                    if want != busy_ms:
+                        conn.execute(f"PRAGMA busy_timeout = {want:d}")
+                        busy_ms = want
+                    self._write(conn, pending)
+                    self._wrote(pending)
+                    pending = []
+                    self.error = None
+                except Exception as exc:
+                    self.error = _reason(exc)
+                    if not _busy(exc):
+                        # Not a lock that will pass: write what can be written, one event at
+                        # a time, and account for the rest.
+                        pending = self._write_each(conn, pending)
+                    elif deadline is not None and time.monotonic() >= deadline:
+                        self._lose(pending)
+                        pending = []
+                    elif not warned:
+                        warned = True
+                        get_logger(run_id=self.run_id).warning(
+                            "store.locked",
+                            path=str(self.path),
+                            detail="another process holds the run store's write lock: the "
+                            f"record is written once it is free (waiting up to "
+                            f"{self.write_timeout_s:g} s after the run)",
+                        )
+                finally:
+                    # Written, or not now: the run goes on either way (the writer retries).
+                    self._run_written.set()
+            if stop and not pending:
+                break
         if conn is not None:
             conn.close()
 
-    def _write_each(self, conn: sqlite3.Connection, events: list[Any]) -> list[Any]:
+    def _wrote(self, events: list[Any]) -> None:
+        if not self._run_row and any(type(ev) is RunStarted for ev in events):
+            self._run_row = True
+
+    def _write_each(self, conn: sqlite3.Connection | None, events: list[Any]) -> list[Any]:
+        """Write ``events`` one by one (a task's row without its output if the row does not
+        fit), recording what cannot be written; returns the events to try again later (those
+        that failed only because the store became locked)."""
+        later: list[Any] = []
         for ev in events:
+            if later:  # keep the order once the store is locked again
+                later.append(ev)
+                continue
+            if conn is None or self._run_row_lost:
+                self._lose([ev])
+                continue
             try:
                 self._write(conn, [ev])
+                self._wrote([ev])
+                continue
             except Exception as exc:
-                self.error = f"{type(exc).__name__}: {exc} (an event was not recorded)"
-        return []
+                self.error = _reason(exc)
+                if _busy(exc):
+                    later.append(ev)
+                    continue
+            if type(ev) is TaskFinished and ev.result.status.ok and ev.result.output is not None:
+                try:
+                    self._write_rows(conn, [self._task_row(ev.result, output_lost=self.error)])
+                    self._mark_lost()
+                    self._loss.outputs.append(ev.result.task_id)
+                    continue
+                except Exception as exc:
+                    self.error = _reason(exc)
+            self._lose([ev])
+        return later
+
+    def _mark_lost(self) -> None:
+        self._lost_any = True
+        self._loss.error = self.error or "unknown error"
+
+    def _lose(self, events: list[Any]) -> None:
+        """Account for ``events`` that will never be written."""
+        if not events:
+            return
+        self._mark_lost()
+        loss = self._loss
+        for ev in events:
+            kind = type(ev)
+            if kind is RunStarted:
+                if not self._run_row:
+                    self._run_row_lost = True
+                    loss.run = True
+            elif kind is TaskFinished:
+                loss.tasks.append(ev.result.task_id)
+            elif kind is RunFinished:
+                loss.finish = True
+            elif kind is PlanExtended:
+                loss.plan = True
+
+    def _write_rows(self, conn: sqlite3.Connection, rows: list[tuple[Any, ...]]) -> None:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            _insert_rows(conn, rows)
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
 
     def _write(self, conn: sqlite3.Connection, events: list[Any]) -> None:
         starts: list[tuple[Any, ...]] = []
@@ -263,11 +402,14 @@ class RunRecorder:
                 conn.execute("ROLLBACK")
             raise
 
-    def _task_row(self, r: TaskResult) -> tuple[Any, ...]:
+    def _task_row(self, r: TaskResult, *, output_lost: str | None = None) -> tuple[Any, ...]:
         status = r.status
         steps, decisions = r.steps, r.decisions
         output, error, error_type = None, r.error, r.error_type
-        if status.ok and r.output is not None:
+        if output_lost is not None:
+            error = f"the output could not be written to the run store: {output_lost}"
+            error_type = OUTPUT_NOT_RECORDED
+        elif status.ok and r.output is not None:
             try:
                 output = to_json(r.output, fallback=str).decode()
             except Exception as exc:
