@@ -56,7 +56,7 @@ from pydantic_core import PydanticCustomError
 
 from .errors import Issue, PlanLoadError
 from .references import Reference, Template
-from .text import did_you_mean, jsonable
+from .text import did_you_mean, jsonable, read_bounded
 
 __all__ = [
     "ID_PATTERN",
@@ -75,6 +75,8 @@ __all__ = [
 
 ID_PATTERN = r"[A-Za-z0-9_][A-Za-z0-9_-]{0,63}"
 ID_RE = re.compile(rf"{ID_PATTERN}\Z")  # \Z, not $: "a\n" is not an id
+#: The most a plan file (or a plan on stdin) may hold: several times a 100,000-task plan.
+MAX_PLAN_BYTES = 64 * 1024 * 1024
 MAX_RETRIES = 100  # a plan asking for more (a model's 1e20, say) would retry practically forever
 
 # The order of a task's keys in plan JSON, whichever class declares them.
@@ -432,13 +434,24 @@ def _parse(source: Mapping[str, Any] | str | Path, origin: str) -> Any:
     """The JSON value of a file (``-``: standard input) or a string; a mapping as it is."""
     path = _path_of(source)
     if _is_stdin(source):
-        text = sys.stdin.read()
+        stream = getattr(sys.stdin, "buffer", None)
+        try:
+            if stream is not None:
+                text = read_bounded(stream, MAX_PLAN_BYTES, what="plan")
+            else:  # a text stream put in its place
+                text = sys.stdin.read(MAX_PLAN_BYTES + 1)
+                if len(text) > MAX_PLAN_BYTES:
+                    raise ValueError(f"larger than {MAX_PLAN_BYTES:,} characters")
+        except (OSError, ValueError) as exc:
+            raise PlanLoadError(f"cannot read the plan on stdin: {exc}") from None
     elif path is not None:
         try:
-            text = path.read_text(encoding="utf-8-sig")  # a BOM (Windows editors) is fine
+            # At most MAX_PLAN_BYTES (run /dev/zero ends here, not in a MemoryError); a BOM
+            # (Windows editors) is fine.
+            text = read_bounded(path, MAX_PLAN_BYTES, what="plan")
         except FileNotFoundError:
             raise PlanLoadError(f"plan file not found: {path}") from None
-        except (OSError, UnicodeDecodeError) as exc:
+        except (OSError, ValueError) as exc:  # UnicodeDecodeError is a ValueError
             raise PlanLoadError(f"cannot read plan file {path}: {exc}") from None
     elif isinstance(source, str):
         text = source

@@ -12,7 +12,8 @@ import difflib
 import json
 import re
 from collections.abc import Iterable
-from typing import Any
+from pathlib import Path
+from typing import IO, Any
 
 from pydantic import BaseModel
 from pydantic_core import to_jsonable_python
@@ -23,6 +24,7 @@ __all__ = [
     "did_you_mean",
     "jsonable",
     "printable",
+    "read_bounded",
     "shorten",
     "strip_url_credentials",
 ]
@@ -151,3 +153,18 @@ def strip_url_credentials(text: str) -> str:
     if "@" not in text:
         return text
     return _URL_CREDENTIALS.sub(r"\1***@", text)
+
+
+def read_bounded(source: str | Path | IO[bytes], limit: int, *, what: str = "file") -> str:
+    """The UTF-8 text of a file (a path) or a binary stream, reading at most ``limit`` bytes
+    (a leading byte order mark dropped). More than that is a :class:`ValueError` saying so,
+    raised after reading ``limit + 1`` bytes: ``/dev/zero`` or an endless pipe cannot fill
+    memory. ``OSError`` and ``UnicodeDecodeError`` pass through."""
+    if isinstance(source, (str, Path)):
+        with open(source, "rb") as f:
+            data = f.read(limit + 1)
+    else:
+        data = source.read(limit + 1)
+    if len(data) > limit:
+        raise ValueError(f"larger than {limit:,} bytes, the most a {what} may be")
+    return data.decode("utf-8-sig")

@@ -12,9 +12,13 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import ConfigError
+from ..text import read_bounded
 from ._rules import Action, Rule
 
-__all__ = ["read_policy_file", "rules_from_dict"]
+__all__ = ["MAX_POLICY_BYTES", "read_policy_file", "rules_from_dict"]
+
+#: The most a policy file may hold (rules are a few lines each).
+MAX_POLICY_BYTES = 16 * 1024 * 1024
 
 
 def read_policy_file(path: str | Path) -> tuple[dict[str, Any], str]:
@@ -22,9 +26,11 @@ def read_policy_file(path: str | Path) -> tuple[dict[str, Any], str]:
     p = Path(path)
     origin = f"policy file {str(p)!r}"
     try:
-        text = p.read_text(encoding="utf-8")
+        text = read_bounded(p, MAX_POLICY_BYTES, what="policy file")  # --policy /dev/zero
     except OSError as exc:
         raise ConfigError(f"{origin}: cannot read it: {exc.strerror or exc}") from None
+    except ValueError as exc:  # too large, or not UTF-8
+        raise ConfigError(f"{origin}: cannot read it: {exc}") from None
     data: Any
     if p.suffix.lower() == ".toml":
         data = _load_toml(text, origin)

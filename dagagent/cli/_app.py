@@ -42,6 +42,7 @@ __all__ = [
     "EXIT_STORE",
     "EXIT_USAGE",
     "app",
+    "check_output_path",
     "err",
     "guard",
     "load_registry",
@@ -86,7 +87,7 @@ app = typer.Typer(
     cls=_Group,
     help="Plan-and-execute DAG orchestration for LLM agents.\n\n"
     "Exit codes: 0 success, 1 run failed, 2 invalid plan or usage, 3 planning failed, "
-    "4 run/store not found, 130 interrupted.",
+    "4 run/store not found or unusable, 5 run not fully recorded, 130 interrupted.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -143,6 +144,38 @@ def _root(
 ) -> None:
     level = {0: logging.WARNING, 1: logging.INFO}.get(verbose, logging.DEBUG)
     configure_logging(level)
+
+
+_SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def check_output_path(path: Path, store: str | Path | None, what: str) -> None:
+    """Refuse to write ``what`` (a plan, a report) over the run store, its WAL files, or any
+    other SQLite database: ``replan --out .dagagent/runs.db`` would destroy every record."""
+    from ..store import default_store_path
+
+    if not path.exists():
+        return
+    store_path = default_store_path(store)
+    targets = [store_path, *(Path(f"{store_path}{x}") for x in ("-wal", "-shm", "-journal"))]
+    same = False
+    for target in targets:
+        try:
+            same = same or path.samefile(target)
+        except OSError:
+            continue
+    header = b""
+    if not same and path.is_file():
+        try:
+            with open(path, "rb") as f:
+                header = f.read(len(_SQLITE_HEADER))
+        except OSError:
+            pass
+    if same or header == _SQLITE_HEADER:
+        kind = "the run store" if same else "a SQLite database (a run store?)"
+        raise ConfigError(
+            f"{path} is {kind}: writing the {what} there would destroy it; choose another file"
+        )
 
 
 def exit_code_for(exc: DagagentError) -> int:

@@ -19,7 +19,7 @@ import typer
 from ..errors import ConfigError
 from ..llm import from_env
 from ..planners import LLMPlanner, PlanningResult
-from ._app import EXIT_OK, app, err, guard, out
+from ._app import EXIT_OK, app, check_output_path, err, guard, out
 from .diagram import to_ascii
 from .options import (
     ApproveOpt,
@@ -149,6 +149,8 @@ def plan_cmd(
     model could not be used."""
     if not goal.strip():
         raise ConfigError("the goal is empty: say what the plan should achieve")
+    if out_file is not None:  # before any model call
+        check_output_path(out_file, store, "plan")
     options = RunOptions(
         executor=executor,
         on_failure=on_failure,

@@ -22,7 +22,7 @@ from ..review import (
 )
 from ..store import RunRecord
 from ..workflows.replan import Revision, revise_run
-from ._app import EXIT_FAILED, EXIT_OK, EXIT_RECORD, app, err, guard, out
+from ._app import EXIT_FAILED, EXIT_OK, EXIT_RECORD, app, check_output_path, err, guard, out
 from .options import (
     ExecutorOpt,
     LastOpt,
@@ -155,6 +155,8 @@ def replan_cmd(
         raise ConfigError("give --from FILE or --model SPEC, not both")
     if base_url is not None and model is None:
         raise ConfigError("--base-url needs --model")
+    if out_file is not None:  # before any model call
+        check_output_path(out_file, store, "plan")
     with open_store(store) as st:
         record = find_run(st, run, last)
         path = st.path

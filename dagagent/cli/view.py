@@ -12,7 +12,7 @@ from typing import Annotated, Any
 import typer
 
 from ..errors import ConfigError
-from ._app import app, err, guard, out
+from ._app import app, check_output_path, err, guard, out
 from .options import LastOpt, RunArg, StoreOpt
 from .runs import find_run
 
@@ -121,6 +121,7 @@ def report_cmd(
         record, parent=parent, children=children, answer=answer, store=str(path)
     )
     target = out_file if out_file is not None else Path(f"run-{record.run_id}.html")
+    check_output_path(target, path, "report")
     try:
         target.write_text(html, encoding="utf-8")
     except OSError as exc:
