@@ -28,6 +28,10 @@ dict is read leniently (:func:`~dagagent.plan.read_plan`), so that they are repo
 with every other issue.
 
 Warnings (do not stop a run): ``no_llm`` — the plan has agent tasks but no model was given.
+
+Over 400 lines: checking a plan task by task (:func:`check_task`, shared by :func:`validate`
+and streamed plans) and what the checked graph tells (:class:`PlanGraph`: levels, critical
+path) read the same dependency edges and issue codes.
 """
 
 from __future__ import annotations

@@ -26,6 +26,10 @@ too); with ``allow_partial`` the task succeeds when some elements fail, its outp
 
 **Fingerprints.** :func:`task_fingerprint` is what makes a task's output reusable by a later run:
 its id, what it calls, and its resolved input.
+
+Over 400 lines: the task models and the reader that tells their kinds apart and reports
+every issue of a plan file at once (:func:`read_plan`) change together whenever the plan
+format does.
 """
 
 from __future__ import annotations

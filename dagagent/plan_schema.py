@@ -47,6 +47,13 @@ import copy
 from collections.abc import Iterable, MutableMapping
 from typing import TYPE_CHECKING, Any
 
+from ._json_schema import (
+    REFERENCE_PATTERN,
+    allow_refs,
+    nullable,
+    rename_refs,
+    strictify,
+)
 from .errors import ConfigError
 from .llm import ResponseFormat
 from .plan import ID_PATTERN
@@ -66,15 +73,6 @@ __all__ = [
 
 PLAN_FORMAT_NAME = "dagagent_plan"
 """The name the plan format travels under (OpenAI ``json_schema.name``, Anthropic tool)."""
-
-REFERENCE_PATTERN = r'^\$\{@?[A-Za-z0-9_][A-Za-z0-9_-]*(\.[^.}"\\\x00-\x20]+)*\}$'
-r"""A string that is exactly one ``${id}`` / ``${id.path}`` reference (or, in a map task,
-``${@item}`` / ``${@item.path}`` / ``${@index}``: the current element).
-
-Written in the regex subset every guided decoder translates: llama.cpp and Ollama copy a
-pattern into a GBNF grammar, whose character classes know no ``\s``/``\d``/``\w`` (the
-server then rejects the request), and the pattern is matched inside a JSON string, so a
-path segment excludes ``"``, ``\`` and control characters as well as spaces."""
 
 _ID_SCHEMA: dict[str, Any] = {"type": "string", "pattern": f"^{ID_PATTERN}$"}
 _FOR_EACH_DESCRIPTION = (
@@ -108,186 +106,10 @@ def _map_properties(strict: bool) -> dict[str, Any]:
     }
 
 
-_REF_SCHEMA: dict[str, Any] = {
-    "type": "string",
-    "pattern": REFERENCE_PATTERN,
-    "description": "a ${task_id} or ${task_id.path} reference to an upstream output",
-}
-# Keywords dropped in strict mode: annotations, and constraints pydantic checks after parsing.
-_STRICT_DROP = frozenset(
-    {
-        "title",
-        "default",
-        "examples",
-        "minLength",
-        "maxLength",
-        "uniqueItems",
-        "minProperties",
-        "maxProperties",
-    }
-)
-# Keywords strict mode cannot express at all.
-_STRICT_UNSUPPORTED = frozenset(
-    {
-        "oneOf",
-        "allOf",
-        "not",
-        "prefixItems",
-        "patternProperties",
-        "if",
-        "then",
-        "else",
-        "dependentRequired",
-        "dependentSchemas",
-        "propertyNames",
-        "unevaluatedProperties",
-        "unevaluatedItems",
-        "contains",
-    }
-)
-
-
 def optional_args(tool: Tool) -> frozenset[str]:
     """Names of the tool's arguments that have a default."""
     schema = tool.parameters_schema
     return frozenset(schema.get("properties", {})) - frozenset(schema.get("required", ()))
-
-
-# ---------------------------------------------------------------------------- references
-
-
-def _is_plain_string(node: dict[str, Any]) -> bool:
-    return node.get("type") == "string" and not (
-        {"enum", "const", "pattern", "format"} & node.keys()
-    )
-
-
-def _with_ref(node: dict[str, Any]) -> dict[str, Any]:
-    """``node`` or a reference string; annotations move to the wrapper."""
-    if "anyOf" in node:
-        return {**node, "anyOf": [*node["anyOf"], _REF_SCHEMA]}
-    inner = dict(node)
-    wrapper: dict[str, Any] = {}
-    for key in ("description", "default", "title"):
-        if key in inner:
-            wrapper[key] = inner.pop(key)
-    wrapper["anyOf"] = [inner, _REF_SCHEMA]
-    return wrapper
-
-
-def _allow_refs(node: Any) -> Any:
-    """Let every non-string position of an argument schema hold a whole reference."""
-    if not isinstance(node, dict) or not node:
-        return node  # {} accepts anything, references included
-    node = dict(node)
-    if "anyOf" in node:
-        node["anyOf"] = [_strip_ref_branch(_allow_refs(b)) for b in node["anyOf"]]
-        if any(isinstance(b, dict) and _is_plain_string(b) for b in node["anyOf"]):
-            return node
-        return _with_ref(node)
-    if "$ref" in node:
-        return _with_ref(node)
-    kind = node.get("type")
-    if kind == "string":
-        return node if _is_plain_string(node) else _with_ref(node)
-    if kind == "array" and isinstance(node.get("items"), dict):
-        node["items"] = _allow_refs(node["items"])
-    if kind == "object" and isinstance(node.get("properties"), dict):
-        node["properties"] = {k: _allow_refs(v) for k, v in node["properties"].items()}
-    if kind is None and not ({"enum", "const"} & node.keys()):
-        return node  # an annotation-only schema: accepts anything
-    return _with_ref(node)
-
-
-def _strip_ref_branch(node: Any) -> Any:
-    """Inside an ``anyOf`` branch, the reference alternative is added once, at the top."""
-    if isinstance(node, dict) and "anyOf" in node and _REF_SCHEMA in node["anyOf"]:
-        branches = [b for b in node["anyOf"] if b is not _REF_SCHEMA and b != _REF_SCHEMA]
-        rest = {k: v for k, v in node.items() if k != "anyOf"}
-        if len(branches) == 1 and isinstance(branches[0], dict):
-            return {**branches[0], **rest}
-        return {**rest, "anyOf": branches}
-    return node
-
-
-# ---------------------------------------------------------------------------- $defs
-
-
-def _rename_refs(node: Any, prefix: str) -> Any:
-    if isinstance(node, dict):
-        out = {}
-        for k, v in node.items():
-            if k == "$ref" and isinstance(v, str) and v.startswith("#/$defs/"):
-                out[k] = "#/$defs/" + prefix + v[len("#/$defs/") :]
-            else:
-                out[k] = _rename_refs(v, prefix)
-        return out
-    if isinstance(node, list):
-        return [_rename_refs(v, prefix) for v in node]
-    return node
-
-
-# ---------------------------------------------------------------------------- strict mode
-
-
-def _strictify(node: Any, where: str, problems: list[str]) -> Any:
-    """Rewrite a schema node for OpenAI strict mode; record what cannot be expressed."""
-    if not isinstance(node, dict):
-        return node
-    if not node or ("type" not in node and not ({"anyOf", "$ref", "enum", "const"} & node.keys())):
-        problems.append(f"{where} accepts any JSON value (strict mode needs a type)")
-        return node
-    bad = sorted(_STRICT_UNSUPPORTED & node.keys())
-    if bad:
-        problems.append(f"{where} uses {', '.join(bad)}")
-    out: dict[str, Any] = {}
-    for k, v in node.items():
-        if k in _STRICT_DROP:
-            continue
-        if k == "const":
-            if "enum" not in node:
-                out["enum"] = [v]
-            continue
-        if k == "anyOf":
-            out[k] = [_strictify(b, where, problems) for b in v]
-        elif k == "items":
-            out[k] = _strictify(v, f"{where}[]", problems)
-        elif k == "properties":
-            out[k] = {p: _strictify(s, f"{where}.{p}", problems) for p, s in v.items()}
-        else:
-            out[k] = v
-    kinds = node.get("type")
-    if kinds == "object" or (isinstance(kinds, list) and "object" in kinds):
-        props = node.get("properties")
-        extra = node.get("additionalProperties", True)
-        if isinstance(extra, dict) and extra:
-            problems.append(f"{where} is a mapping with free keys (strict mode needs names)")
-        elif not props and extra is not False:
-            problems.append(f"{where} is a free-form object (strict mode needs its properties)")
-        else:
-            missing = sorted(set(props or {}) - set(node.get("required", ())))
-            if missing:
-                problems.append(
-                    f"{where} has optional fields ({', '.join(missing)}) inside a nested object"
-                )
-            out["additionalProperties"] = False
-            out["required"] = list(props or {})
-    return out
-
-
-def _nullable(node: dict[str, Any]) -> dict[str, Any]:
-    null = {"type": "null"}
-    if "anyOf" in node:
-        branches = node["anyOf"]
-        if null in branches:
-            return node
-        return {**node, "anyOf": [*branches, null]}
-    wrapper: dict[str, Any] = {}
-    inner = dict(node)
-    if "description" in inner:
-        wrapper["description"] = inner.pop("description")
-    wrapper["anyOf"] = [inner, null]
-    return wrapper
 
 
 # ---------------------------------------------------------------------------- the schema
@@ -298,20 +120,20 @@ def _tool_args_schema(
 ) -> dict[str, Any]:
     raw = copy.deepcopy(tool.parameters_schema)
     prefix = f"{tool.name}__"
-    raw = _rename_refs(raw, prefix)
+    raw = rename_refs(raw, prefix)
     for name, sub in raw.pop("$defs", {}).items():
         where = f"tool {tool.name!r}: model {name!r}"
         sub = _allow_refs_in_def(sub)
-        defs[prefix + name] = _strictify(sub, where, problems) if strict else sub
+        defs[prefix + name] = strictify(sub, where, problems) if strict else sub
     properties: dict[str, Any] = raw.get("properties", {})
     required: list[str] = list(raw.get("required", []))
     args: dict[str, Any] = {"type": "object", "properties": {}}
     for pname, sub in properties.items():
-        sub = _allow_refs(sub)
+        sub = allow_refs(sub)
         if strict:
-            sub = _strictify(sub, f"tool {tool.name!r}: argument {pname!r}", problems)
+            sub = strictify(sub, f"tool {tool.name!r}: argument {pname!r}", problems)
             if pname not in required:
-                sub = _nullable(sub)
+                sub = nullable(sub)
         args["properties"][pname] = sub
     args["required"] = list(properties) if strict else required
     args["additionalProperties"] = False
@@ -320,7 +142,7 @@ def _tool_args_schema(
 
 def _allow_refs_in_def(node: Any) -> Any:
     if isinstance(node, dict) and isinstance(node.get("properties"), dict):
-        return {**node, "properties": {k: _allow_refs(v) for k, v in node["properties"].items()}}
+        return {**node, "properties": {k: allow_refs(v) for k, v in node["properties"].items()}}
     return node
 
 
@@ -361,7 +183,7 @@ def _agent_variant(names: list[str], strict: bool) -> dict[str, Any]:
             "type": "string",
             "description": "a sub-goal for a tool-using agent; may contain ${...} references",
         },
-        "tools": _nullable(tools_schema) if strict else tools_schema,
+        "tools": nullable(tools_schema) if strict else tools_schema,
         "depends_on": {"type": "array", "items": dict(_ID_SCHEMA)},
         **_map_properties(strict),
     }

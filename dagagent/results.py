@@ -20,7 +20,7 @@ from pydantic import (
 )
 
 from .errors import RunFailedError
-from .llm.types import Usage
+from .llm.usage import Usage
 from .text import as_text, jsonable
 
 __all__ = [

@@ -16,6 +16,11 @@ observation the model can react to (``is_error=True`` in tools mode), never a cr
 The run stops with a ``stop_reason`` (see :data:`~dagagent.agent.budget.STOP_REASONS`);
 errors of the model client itself (:class:`~dagagent.errors.LLMError`) and cancellation
 propagate, leaving :attr:`ReActAgent.state` at the last whole step, ready to resume.
+
+Over 400 lines for one concern, the loop: the two modes share every step of a turn (the
+budget, the calls, the observations, the state a stop or a cancellation leaves), so each
+mode's part is a branch of the same turn rather than a module of its own. Parsing the text
+format is :mod:`dagagent.agent.parsing`, the budget :mod:`dagagent.agent.budget`.
 """
 
 from __future__ import annotations

@@ -30,6 +30,10 @@ interceptors, timeouts, retries, records and events stay in the
   cluster is started with ``allowed_failures=0`` so that Dask reports a dead worker at once
   instead of silently re-running the call on another worker; dagagent's own retry policy
   decides.
+
+Over 400 lines for one concern, the Dask invoker: shipping tools, the session and telling
+a lost worker from a failing tool all serve the one call submitted to the cluster, and the
+module is imported only when ``distributed`` is installed and the executor is chosen.
 """
 
 from __future__ import annotations

@@ -15,10 +15,10 @@ from dagagent.llm._retry import HTTPRetryPolicy
 from dagagent.llm.anthropic import AnthropicChat
 from dagagent.llm.metered import MeteredLLM
 from dagagent.llm.openai import OpenAIChat
+from dagagent.llm.protocol import LLM
 from dagagent.llm.scripted import ScriptedLLM, ScriptError, ScriptItem, WireItem
 from dagagent.llm.spec import from_env, from_spec
 from dagagent.llm.types import (
-    LLM,
     AssistantMessage,
     LLMRequest,
     LLMResponse,
@@ -33,13 +33,12 @@ from dagagent.llm.types import (
     ToolCallDelta,
     ToolResultMessage,
     ToolSpec,
-    Usage,
-    UsageTracker,
     UserMessage,
     collect_stream,
     normalize_messages,
     parse_tool_arguments,
 )
+from dagagent.llm.usage import Usage, UsageTracker
 
 __all__ = [
     "LLM",

@@ -25,10 +25,10 @@ from dagagent.errors import (
     LLMTimeoutError,
 )
 from dagagent.llm._error_text import excerpt, html_text, is_html, provider_error_text
+from dagagent.llm._json import loads_json
 from dagagent.llm._retry import HTTPRetryPolicy, Retryable, parse_retry_after
 from dagagent.llm._secret import Secret
 from dagagent.llm._sse import StreamIdleTimeout
-from dagagent.llm.types import loads_json
 from dagagent.text import strip_url_credentials
 
 __all__ = ["HTTPFailures"]

@@ -31,14 +31,12 @@ from dagagent.errors import (
     LLMResponseError,
 )
 from dagagent.llm._failures import HTTPFailures
+from dagagent.llm._json import dumps_json
 from dagagent.llm._retry import HTTPRetryPolicy, Retryable
 from dagagent.llm._secret import resolve_api_key
-from dagagent.llm.types import (
-    LLMResponse,
-    RequestLLM,
-    UsageTracker,
-    dumps_json,
-)
+from dagagent.llm.protocol import RequestLLM
+from dagagent.llm.types import LLMResponse
+from dagagent.llm.usage import UsageTracker
 from dagagent.text import strip_url_credentials
 
 __all__ = ["HTTPChatClient"]

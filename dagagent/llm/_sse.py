@@ -10,7 +10,7 @@ from typing import Any
 import anyio
 import httpx
 
-from dagagent.llm.types import loads_json
+from dagagent.llm._json import loads_json
 
 __all__ = ["IdleLimit", "SSEEvent", "StreamIdleTimeout", "is_event_stream", "iter_sse"]
 

@@ -18,277 +18,47 @@ How dagagent's provider-neutral requests map onto it:
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncGenerator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import AsyncGenerator, Mapping
 from typing import Any
 
 import httpx
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
 from dagagent.errors import (
-    LLMAuthError,
-    LLMBadRequestError,
-    LLMError,
-    LLMRateLimitError,
     LLMResponseError,
     LLMServerError,
 )
+from dagagent.llm._anthropic_format import (
+    ERROR_TYPES,
+    Event,
+    FormatTool,
+    PartialBlock,
+    StreamState,
+    WireMessage,
+    WireUsage,
+    anthropic_messages,
+    finish_reason,
+)
 from dagagent.llm._http import HTTPChatClient
+from dagagent.llm._json import loads_json
 from dagagent.llm._retry import Retryable
 from dagagent.llm._sse import is_event_stream, iter_sse
 from dagagent.llm.types import (
-    AssistantMessage,
     LLMRequest,
     LLMResponse,
-    Message,
-    ResponseFormat,
     StreamEnd,
     StreamEvent,
     TextDelta,
     ToolCall,
     ToolCallDelta,
-    ToolResultMessage,
-    Usage,
-    UsageTracker,
-    UserMessage,
-    loads_json,
-    wire_name,
 )
+from dagagent.llm.usage import Usage, UsageTracker
 
 __all__ = ["ANTHROPIC_VERSION", "AnthropicChat", "anthropic_messages"]
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 ANTHROPIC_VERSION = "2023-06-01"
 DEFAULT_MAX_TOKENS = 4096
-
-_FINISH_REASONS = {
-    "end_turn": "stop",
-    "stop_sequence": "stop",
-    "max_tokens": "length",
-    "tool_use": "tool_calls",
-    "refusal": "content_filter",
-}
-
-# Anthropic error type -> (error class, worth retrying)
-_ERROR_TYPES: dict[str, tuple[type[LLMError], bool]] = {
-    "overloaded_error": (LLMServerError, True),
-    "api_error": (LLMServerError, True),
-    "rate_limit_error": (LLMRateLimitError, True),
-    "authentication_error": (LLMAuthError, False),
-    "permission_error": (LLMAuthError, False),
-    "invalid_request_error": (LLMBadRequestError, False),
-    "not_found_error": (LLMBadRequestError, False),
-    "request_too_large": (LLMBadRequestError, False),
-}
-
-
-def anthropic_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
-    """Typed messages as Messages API ``messages`` (system messages are left out)."""
-    out: list[dict[str, Any]] = []
-    for m in messages:
-        blocks: list[dict[str, Any]] = []
-        if isinstance(m, UserMessage):
-            role = "user"
-            if m.content:
-                blocks.append({"type": "text", "text": m.content})
-        elif isinstance(m, AssistantMessage):
-            role = "assistant"
-            if m.content:
-                blocks.append({"type": "text", "text": m.content})
-            for call in m.tool_calls:
-                blocks.append(
-                    {"type": "tool_use", "id": call.id, "name": call.name, "input": call.arguments}
-                )
-        elif isinstance(m, ToolResultMessage):
-            role = "user"
-            block: dict[str, Any] = {
-                "type": "tool_result",
-                "tool_use_id": m.tool_call_id,
-                "content": m.content,
-            }
-            if m.is_error:
-                block["is_error"] = True
-            blocks.append(block)
-        else:  # system messages travel apart
-            continue
-        if not blocks:
-            continue
-        if out and out[-1]["role"] == role:
-            out[-1]["content"].extend(blocks)
-        else:
-            out.append({"role": role, "content": blocks})
-    for message in out:
-        if message["role"] == "user":
-            # Anthropic wants tool results before anything else in a user turn.
-            message["content"].sort(key=lambda b: b["type"] != "tool_result")
-    if out and out[-1]["role"] == "assistant":
-        # A trailing assistant turn is a prefill, which may not end in whitespace.
-        last = out[-1]["content"][-1]
-        if last["type"] == "text":
-            last["text"] = last["text"].rstrip()
-    return out
-
-
-@dataclass(frozen=True)
-class _FormatTool:
-    """The forced tool that emulates ``response_format``."""
-
-    name: str
-    wrapped: bool
-
-    @classmethod
-    def for_format(cls, fmt: ResponseFormat) -> tuple[_FormatTool, dict[str, Any]]:
-        schema = dict(fmt.schema)
-        is_object = schema.get("type") == "object" or (
-            "type" not in schema and "properties" in schema
-        )
-        name = wire_name(fmt.name)
-        if is_object:
-            input_schema = schema
-        else:
-            defs = schema.pop("$defs", None)
-            input_schema = {
-                "type": "object",
-                "properties": {"value": schema},
-                "required": ["value"],
-            }
-            if defs is not None:
-                input_schema["$defs"] = defs
-        spec = {
-            "name": name,
-            "description": (
-                "Give your final answer by calling this tool exactly once; its input is "
-                "the answer, as JSON matching the schema."
-            ),
-            "input_schema": input_schema,
-        }
-        return cls(name=name, wrapped=not is_object), spec
-
-    def content_from_input(self, value: Any) -> str:
-        if self.wrapped and isinstance(value, dict):
-            value = value.get("value")
-        return json.dumps(value, ensure_ascii=False)
-
-    def content_from_text(self, text: str) -> str:
-        if not self.wrapped:
-            return text
-        try:
-            return self.content_from_input(loads_json(text))
-        except ValueError:
-            return text
-
-
-# ---------------------------------------------------------------------------- wire shapes
-
-
-class _Block(BaseModel):
-    type: str
-    text: str | None = None
-    id: str | None = None
-    name: str | None = None
-    input: Any = None
-
-
-class _Usage(BaseModel):
-    input_tokens: int | None = None
-    output_tokens: int | None = None
-    cache_creation_input_tokens: int | None = None
-    cache_read_input_tokens: int | None = None
-
-    def input_total(self) -> int:
-        return (
-            (self.input_tokens or 0)
-            + (self.cache_creation_input_tokens or 0)
-            + (self.cache_read_input_tokens or 0)
-        )
-
-
-class _Message(BaseModel):
-    model: str | None = None
-    content: list[_Block]
-    stop_reason: str | None = None
-    usage: _Usage | None = None
-
-
-class _StartMessage(BaseModel):
-    model: str | None = None
-    usage: _Usage | None = None
-
-
-class _Event(BaseModel):
-    type: str
-    index: int | None = None
-    message: _StartMessage | None = None
-    content_block: _Block | None = None
-    delta: dict[str, Any] | None = None
-    usage: _Usage | None = None
-    error: Any = None
-
-
-def _finish_reason(stop_reason: str | None, structured: bool, other_calls: bool) -> str | None:
-    if stop_reason is None:
-        return None
-    if structured and stop_reason == "tool_use" and not other_calls:
-        return "stop"
-    return _FINISH_REASONS.get(stop_reason, stop_reason)
-
-
-class _PartialBlock:
-    def __init__(self, block: _Block, tool_index: int | None) -> None:
-        self.type = block.type
-        self.id = block.id
-        self.name = block.name
-        self.tool_index = tool_index
-        self.parts: list[str] = [block.text] if block.text else []
-        self.initial_input = block.input
-
-
-class _StreamState:
-    def __init__(self, fmt: _FormatTool | None) -> None:
-        self.fmt = fmt
-        self.blocks: dict[int, _PartialBlock] = {}
-        self.order: list[int] = []
-        self.tool_count = 0
-        self.model: str | None = None
-        self.input_tokens = 0
-        self.output_tokens = 0
-        self.stop_reason: str | None = None
-
-    def is_format(self, block: _PartialBlock) -> bool:
-        return self.fmt is not None and block.type == "tool_use" and block.name == self.fmt.name
-
-    def finish(self, model: str, raw: Any) -> LLMResponse:
-        texts: list[str] = []
-        calls: list[ToolCall] = []
-        structured: str | None = None
-        for i in self.order:
-            block = self.blocks[i]
-            if block.type == "text":
-                texts.append("".join(block.parts))
-            elif block.type == "tool_use":
-                text = "".join(block.parts)
-                if self.is_format(block):
-                    assert self.fmt is not None
-                    if text:
-                        structured = self.fmt.content_from_text(text)
-                    else:
-                        structured = self.fmt.content_from_input(block.initial_input or {})
-                else:
-                    source: str | Mapping[str, Any] | None = text
-                    if not text and isinstance(block.initial_input, dict):
-                        source = block.initial_input
-                    calls.append(ToolCall.from_raw(block.id or "", block.name or "", source))
-        return LLMResponse(
-            content=structured if structured is not None else "".join(texts),
-            tool_calls=calls,
-            usage=Usage(input_tokens=self.input_tokens, output_tokens=self.output_tokens),
-            finish_reason=_finish_reason(self.stop_reason, structured is not None, bool(calls)),
-            model=self.model or model,
-            raw=raw,
-        )
-
-
-# ---------------------------------------------------------------------------- client
 
 
 class AnthropicChat(HTTPChatClient):
@@ -350,7 +120,7 @@ class AnthropicChat(HTTPChatClient):
             headers["x-api-key"] = self._key.reveal()
         return headers
 
-    def build_body(self, request: LLMRequest) -> tuple[dict[str, Any], _FormatTool | None]:
+    def build_body(self, request: LLMRequest) -> tuple[dict[str, Any], FormatTool | None]:
         """The JSON body for ``request`` and the format tool emulating its response_format."""
         body: dict[str, Any] = {
             "model": self.model,
@@ -363,9 +133,9 @@ class AnthropicChat(HTTPChatClient):
             {"name": t.name, "description": t.description, "input_schema": t.parameters}
             for t in request.tools
         ]
-        fmt: _FormatTool | None = None
+        fmt: FormatTool | None = None
         if request.response_format is not None:
-            fmt, spec = _FormatTool.for_format(request.response_format)
+            fmt, spec = FormatTool.for_format(request.response_format)
             tools.append(spec)
             if request.tools:
                 body["tool_choice"] = {"type": "any"}
@@ -389,16 +159,16 @@ class AnthropicChat(HTTPChatClient):
         kind_name = error.get("type") if isinstance(error, dict) else None
         message = error.get("message") if isinstance(error, dict) else None
         text = self._scrub(str(message) if message else json.dumps(error)[:500])
-        kind, retry = _ERROR_TYPES.get(str(kind_name), (LLMServerError, True))
+        kind, retry = ERROR_TYPES.get(str(kind_name), (LLMServerError, True))
         full = f"{self.provider} reported an error {where}: {text} [{kind_name}]"
         return Retryable(kind, full) if retry else kind(full)
 
-    def parse_response(self, data: Any, fmt: _FormatTool | None = None) -> LLMResponse:
+    def parse_response(self, data: Any, fmt: FormatTool | None = None) -> LLMResponse:
         """An :class:`LLMResponse` from a Messages API JSON body."""
         if isinstance(data, dict) and data.get("type") == "error":
             raise self._error_event(data.get("error"), "in a 200 response")
         try:
-            message = _Message.model_validate(data)
+            message = WireMessage.model_validate(data)
         except ValidationError as exc:
             raise self._shape_error(exc, data) from None
         texts: list[str] = []
@@ -415,18 +185,18 @@ class AnthropicChat(HTTPChatClient):
                 if not isinstance(raw_input, dict | str) and raw_input is not None:
                     raw_input = json.dumps(raw_input)
                 calls.append(ToolCall.from_raw(block.id or "", block.name or "", raw_input))
-        usage = message.usage or _Usage()
+        usage = message.usage or WireUsage()
         return LLMResponse(
             content=structured if structured is not None else "".join(texts),
             tool_calls=calls,
             usage=Usage(input_tokens=usage.input_total(), output_tokens=usage.output_tokens or 0),
-            finish_reason=_finish_reason(message.stop_reason, structured is not None, bool(calls)),
+            finish_reason=finish_reason(message.stop_reason, structured is not None, bool(calls)),
             model=message.model or self.model,
             raw=data,
         )
 
     async def _consume(
-        self, response: httpx.Response, fmt: _FormatTool | None
+        self, response: httpx.Response, fmt: FormatTool | None
     ) -> AsyncGenerator[StreamEvent, None]:
         if not is_event_stream(response):
             await self._read_whole(response)
@@ -438,7 +208,7 @@ class AnthropicChat(HTTPChatClient):
                 yield ToolCallDelta(i, call.id, call.name, call.arguments_json())
             yield StreamEnd(result)
             return
-        state = _StreamState(fmt)
+        state = StreamState(fmt)
         raw: list[Any] = []
         done = False
         async for sse in iter_sse(response.aiter_lines(), idle=self.timeout.read):
@@ -451,7 +221,7 @@ class AnthropicChat(HTTPChatClient):
                 raise self._response_error("a stream event is not an object", sse.data)
             data.setdefault("type", sse.event)
             try:
-                event = _Event.model_validate(data)
+                event = Event.model_validate(data)
             except ValidationError as exc:
                 raise self._shape_error(exc, data) from None
             for item in self._apply(state, event, sse.data):
@@ -469,7 +239,7 @@ class AnthropicChat(HTTPChatClient):
         self.usage.record(result.usage)
         yield StreamEnd(result)
 
-    def _apply(self, state: _StreamState, event: _Event, text: str) -> list[StreamEvent]:
+    def _apply(self, state: StreamState, event: Event, text: str) -> list[StreamEvent]:
         """Update ``state`` with one stream event; return what to yield for it."""
         kind = event.type
         if kind == "error":
@@ -495,7 +265,7 @@ class AnthropicChat(HTTPChatClient):
                 raise self._response_error("content_block_start without index or block", text)
             block = event.content_block
             tool_index = None
-            partial = _PartialBlock(block, None)
+            partial = PartialBlock(block, None)
             if block.type == "tool_use" and not state.is_format(partial):
                 tool_index = partial.tool_index = state.tool_count
                 state.tool_count += 1

@@ -18,17 +18,9 @@ from collections.abc import AsyncGenerator, Mapping, Sequence
 from contextlib import aclosing
 from typing import Any
 
-from .types import (
-    LLM,
-    LLMResponse,
-    Message,
-    ResponseFormat,
-    StreamEnd,
-    StreamEvent,
-    ToolSpec,
-    Usage,
-    UsageTracker,
-)
+from .protocol import LLM
+from .types import LLMResponse, Message, ResponseFormat, StreamEnd, StreamEvent, ToolSpec
+from .usage import Usage, UsageTracker
 
 __all__ = ["MeteredLLM"]
 

@@ -38,19 +38,19 @@ from dagagent.errors import ScriptError
 from dagagent.llm import wire
 from dagagent.llm.anthropic import AnthropicChat
 from dagagent.llm.openai import OpenAIChat
+from dagagent.llm.protocol import RequestLLM
 from dagagent.llm.types import (
     LLMRequest,
     LLMResponse,
-    RequestLLM,
     StreamEnd,
     StreamEvent,
     TextDelta,
     ToolCallDelta,
-    UsageTracker,
 )
+from dagagent.llm.usage import UsageTracker
 
 if TYPE_CHECKING:
-    from dagagent.llm.types import LLM
+    from dagagent.llm.protocol import LLM
 
 __all__ = ["ScriptError", "ScriptItem", "ScriptedLLM", "WireItem"]
 

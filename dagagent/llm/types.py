@@ -1,18 +1,19 @@
 """Provider-neutral types for talking to a language model.
 
 Everything a planner or agent needs to speak to a model lives here: typed messages, tool
-specs, structured-output formats, the response (with its token usage), stream events and
-the :class:`LLM` protocol every client implements. Nothing in this module does I/O.
+specs, structured-output formats, the response and stream events. Token usage is
+:mod:`dagagent.llm.usage`, the :class:`~dagagent.llm.LLM` protocol every client implements
+:mod:`dagagent.llm.protocol` (both names are still importable from here). Nothing in this
+module does I/O.
 """
 
 from __future__ import annotations
 
 import json
 import re
-import threading
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Literal, Protocol, TypeAlias, runtime_checkable
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 from pydantic.dataclasses import dataclass as pydantic_dataclass
@@ -20,6 +21,11 @@ from pydantic.dataclasses import dataclass as pydantic_dataclass
 from dagagent.errors import LLMResponseError
 
 from ..text import shorten
+from ._json import dumps_json, fix_surrogate_escapes, loads_json
+from .usage import Usage, UsageTracker
+
+if TYPE_CHECKING:
+    from .protocol import LLM
 
 __all__ = [
     "LLM",
@@ -41,131 +47,12 @@ __all__ = [
     "UsageTracker",
     "UserMessage",
     "collect_stream",
+    "dumps_json",
+    "fix_surrogate_escapes",
+    "loads_json",
     "normalize_messages",
     "parse_tool_arguments",
 ]
-
-# ---------------------------------------------------------------------------- usage
-
-
-class Usage(BaseModel):
-    """Tokens used by one call (or, once added up, by many)."""
-
-    model_config = ConfigDict(frozen=True)
-
-    input_tokens: int = 0
-    output_tokens: int = 0
-
-    @property
-    def total_tokens(self) -> int:
-        return self.input_tokens + self.output_tokens
-
-    def __add__(self, other: Usage) -> Usage:
-        if not isinstance(other, Usage):
-            return NotImplemented
-        return Usage(
-            input_tokens=self.input_tokens + other.input_tokens,
-            output_tokens=self.output_tokens + other.output_tokens,
-        )
-
-    def __radd__(self, other: int) -> Usage:
-        # Lets ``sum(usages)`` work without a start value.
-        if other == 0:
-            return self
-        return NotImplemented
-
-
-class UsageTracker:
-    """Running totals over every call a client made: ``calls``, ``input_tokens``,
-    ``output_tokens``. Thread-safe; one tracker may be shared by several clients."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.calls = 0
-        self.input_tokens = 0
-        self.output_tokens = 0
-
-    def record(self, usage: Usage) -> None:
-        with self._lock:
-            self.calls += 1
-            self.input_tokens += usage.input_tokens
-            self.output_tokens += usage.output_tokens
-
-    @property
-    def total(self) -> Usage:
-        return Usage(input_tokens=self.input_tokens, output_tokens=self.output_tokens)
-
-    @property
-    def total_tokens(self) -> int:
-        return self.input_tokens + self.output_tokens
-
-    def as_dict(self) -> dict[str, int]:
-        """``calls``, ``input_tokens``, ``output_tokens``, ``total_tokens``."""
-        with self._lock:
-            return {
-                "calls": self.calls,
-                "input_tokens": self.input_tokens,
-                "output_tokens": self.output_tokens,
-                "total_tokens": self.input_tokens + self.output_tokens,
-            }
-
-    def reset(self) -> None:
-        with self._lock:
-            self.calls = self.input_tokens = self.output_tokens = 0
-
-    def __repr__(self) -> str:
-        return (
-            f"UsageTracker(calls={self.calls}, input_tokens={self.input_tokens}, "
-            f"output_tokens={self.output_tokens})"
-        )
-
-
-# ---------------------------------------------------------------------------- JSON text
-
-# Every backslash escape in JSON text, so an escaped backslash is never read as the start
-# of a \\u escape; a \\u escape of a surrogate with the one that may follow it.
-_ESCAPE = re.compile(r"\\(u[dD][89a-fA-F][0-9a-fA-F]{2}(?:\\u[dD][c-fC-F][0-9a-fA-F]{2})?|.)")
-_MAYBE_SURROGATE = re.compile(r"\\u[dD][89a-fA-F]")
-
-
-def _surrogate_escape(match: re.Match[str]) -> str:
-    body = match.group(1)
-    if len(body) == 5 and body[0] == "u" and int(body[1:], 16) >= 0xD800:
-        return "\\ufffd"  # a lone surrogate: not a character
-    if len(body) == 11 and int(body[1:5], 16) >= 0xDC00:
-        return "\\ufffd" + match.group(0)[6:]  # a low surrogate, then another one
-    return match.group(0)
-
-
-def fix_surrogate_escapes(text: str) -> str:
-    """JSON ``text`` with every ``\\u`` escape of a lone UTF-16 surrogate replaced by
-    ``\\ufffd``. Such an escape decodes to a string that cannot be encoded as UTF-8, so it
-    would break the next request, a saved plan or the run store."""
-    if not _MAYBE_SURROGATE.search(text):
-        return text
-    fixed = _ESCAPE.sub(_surrogate_escape, text)
-    return fixed if fixed == text else _ESCAPE.sub(_surrogate_escape, fixed)
-
-
-def loads_json(data: str | bytes) -> Any:
-    """``json.loads`` for what a model server sent: strings always come out as valid
-    Unicode text (bytes that are not UTF-8 and lone surrogate escapes become U+FFFD).
-    Raises ``ValueError`` for text that is not JSON."""
-    if isinstance(data, bytes | bytearray):
-        data = bytes(data).decode(json.detect_encoding(data), "replace")
-    return json.loads(fix_surrogate_escapes(data))
-
-
-def dumps_json(value: Any) -> bytes:
-    """``value`` as compact UTF-8 JSON; text that is not Unicode (a lone surrogate, from a
-    tool's output say) is sent as U+FFFD. Raises ``ValueError`` for NaN or infinity."""
-    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-    try:
-        return text.encode("utf-8")
-    except UnicodeEncodeError:
-        ascii_text = json.dumps(value, separators=(",", ":"), allow_nan=False)
-        return fix_surrogate_escapes(ascii_text).encode("utf-8")
-
 
 # ---------------------------------------------------------------------------- tool calls
 
@@ -485,89 +372,10 @@ async def collect_stream(events: AsyncIterator[StreamEvent]) -> LLMResponse:
     return final
 
 
-# ---------------------------------------------------------------------------- protocol
+def __getattr__(name: str) -> Any:
+    # LLM and RequestLLM live in .protocol, which imports this module: read lazily.
+    if name in ("LLM", "RequestLLM"):
+        from . import protocol
 
-
-class RequestLLM:
-    """Implements the :class:`LLM` protocol's ``complete`` / ``stream`` by normalising the
-    arguments into one :class:`LLMRequest`; subclasses answer it in ``_complete`` /
-    ``_stream`` (the HTTP clients send it, :class:`~dagagent.llm.ScriptedLLM` scripts it)."""
-
-    async def complete(
-        self,
-        messages: MessagesInput,
-        *,
-        tools: Sequence[ToolSpec] | None = None,
-        response_format: ResponseFormat | Mapping[str, Any] | None = None,
-        stop: str | Sequence[str] | None = None,
-        max_tokens: int | None = None,
-        temperature: float | None = None,
-    ) -> LLMResponse:
-        request = LLMRequest.build(
-            messages,
-            tools=tools,
-            response_format=response_format,
-            stop=stop,
-            max_tokens=max_tokens,
-            temperature=temperature,
-        )
-        return await self._complete(request)
-
-    def stream(
-        self,
-        messages: MessagesInput,
-        *,
-        tools: Sequence[ToolSpec] | None = None,
-        response_format: ResponseFormat | Mapping[str, Any] | None = None,
-        stop: str | Sequence[str] | None = None,
-        max_tokens: int | None = None,
-        temperature: float | None = None,
-    ) -> AsyncGenerator[StreamEvent, None]:
-        request = LLMRequest.build(
-            messages,
-            tools=tools,
-            response_format=response_format,
-            stop=stop,
-            max_tokens=max_tokens,
-            temperature=temperature,
-            stream=True,
-        )
-        return self._stream(request)
-
-    async def _complete(self, request: LLMRequest) -> LLMResponse:
-        raise NotImplementedError(f"{type(self).__name__} does not implement _complete")
-
-    def _stream(self, request: LLMRequest) -> AsyncGenerator[StreamEvent, None]:
-        raise NotImplementedError(f"{type(self).__name__} does not implement _stream")
-
-
-@runtime_checkable
-class LLM(Protocol):
-    """What dagagent needs from a model client.
-
-    ``complete`` returns the whole answer; ``stream`` yields :class:`TextDelta` and
-    :class:`ToolCallDelta` events and always ends with a :class:`StreamEnd` carrying the
-    same :class:`LLMResponse` ``complete`` would have returned.
-    """
-
-    async def complete(
-        self,
-        messages: Sequence[Message],
-        *,
-        tools: Sequence[ToolSpec] | None = None,
-        response_format: ResponseFormat | Mapping[str, Any] | None = None,
-        stop: str | Sequence[str] | None = None,
-        max_tokens: int | None = None,
-        temperature: float | None = None,
-    ) -> LLMResponse: ...
-
-    def stream(
-        self,
-        messages: Sequence[Message],
-        *,
-        tools: Sequence[ToolSpec] | None = None,
-        response_format: ResponseFormat | Mapping[str, Any] | None = None,
-        stop: str | Sequence[str] | None = None,
-        max_tokens: int | None = None,
-        temperature: float | None = None,
-    ) -> AsyncIterator[StreamEvent]: ...
+        return getattr(protocol, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

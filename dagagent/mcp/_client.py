@@ -7,6 +7,9 @@ block closes. Every other user (tool calls from any task, nested ``async with`` 
 runs) only talks to the session. So a transport that breaks (an HTTP server gone, a crashed
 subprocess) ends the owner task, never the run: the owner notes why, and every call still
 waiting fails with :class:`~dagagent.errors.MCPServerLostError` instead of hanging.
+
+Over 400 lines for one concern, one server's session: starting it, the owner task, listing
+and calling tools and telling a lost server from a failing call all share the owner's state.
 """
 
 from __future__ import annotations

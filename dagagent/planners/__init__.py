@@ -11,9 +11,10 @@
 - :func:`parse_llmcompiler`: LLMCompiler plan text (``1. tool(args)`` lines) → plan.
 """
 
-from .heal import PlanAttempt, PlanHealer, PlanningResult, extract_json, parse_plan_answer
+from .heal import PlanAttempt, PlanHealer, PlanningResult
 from .joiner import JoinDecision, Joiner, JoinReport, parse_join_answer
 from .llmcompiler import parse_llmcompiler
+from .parsing import extract_json, parse_plan_answer
 from .planner import LLMPlanner
 from .prompts import system_prompt, tool_catalog
 from .replan import LLMReplanner

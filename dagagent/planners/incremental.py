@@ -13,7 +13,7 @@ The growing answer is parsed with pydantic-core's incremental JSON parser
 it goes. The last element of a partially read array may be cut (an object missing its last
 fields, a number missing its last digits), so a task counts as complete only once the next
 task has begun or the plan's JSON value has ended. Prose or a code fence before the JSON is
-skipped, as :func:`~dagagent.planners.heal.extract_json` does; the plan may be an object with
+skipped, as :func:`~dagagent.planners.parsing.extract_json` does; the plan may be an object with
 ``tasks``, a bare list of tasks, or an object wrapping one (``{"plan": {"tasks": [...]}}``).
 
 Work is bounded: the answer is parsed again only when a piece holds a bracket (a task can
@@ -29,7 +29,7 @@ from typing import Any
 import pydantic_core
 
 from ..errors import Issue
-from .heal import extract_json
+from .parsing import extract_json
 
 __all__ = ["JsonTaskStream", "StreamedPlanError"]
 

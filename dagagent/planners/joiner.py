@@ -50,7 +50,8 @@ from ..errors import ConfigError, Issue, JoinerError
 from ..llm import LLM, LLMResponse, Message, ResponseFormat, SystemMessage, Usage, UserMessage
 from ..plan import Plan
 from ..results import TaskResult
-from .heal import PlanAttempt, ask_until_valid, extract_json
+from .heal import PlanAttempt, ask_until_valid
+from .parsing import extract_json
 from .prompts import results_sections
 
 __all__ = [

@@ -75,9 +75,8 @@ from ..llm import (
     ResponseFormat,
     UserMessage,
 )
-from ..plan import Plan, Task, ToolTask
+from ..plan import Plan, Task, ToolTask, task_fingerprint
 from ..results import RunResult, TaskStatus
-from ..runner import task_fingerprint
 from ..text import shorten as shorten_text
 from ._answer import StreamedAnswer, StreamStop
 from .heal import HealingPlanner, PlanAttempt, PlanningResult

@@ -10,9 +10,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import StoreError
-from ..plan import Plan
+from ..plan import Plan, task_fingerprint
 from ..results import RunStatus, TaskResult, TaskStatus, load_decisions, load_steps
-from ..runner import task_fingerprint
 from ._codec import from_column
 from ._ids import check_run_id
 from ._location import StoreLocation, locate_store

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..api import execute
 from ..graph import PlanGraph, validate
-from ..plan import AgentTask, Plan
+from ..plan import AgentTask, Plan, task_fingerprint
 from ..planners import LLMReplanner, PlanningResult
 from ..results import RunResult
 from ..review import (
@@ -36,7 +36,6 @@ from ..review import (
     reuse_map,
     review_run,
 )
-from ..runner import task_fingerprint
 from ..store import RunRecord
 
 if TYPE_CHECKING:

@@ -31,7 +31,7 @@ from dagagent.llm import (
     collect_stream,
     wire,
 )
-from dagagent.llm.types import loads_json
+from dagagent.llm._json import loads_json
 
 pytestmark = pytest.mark.anyio
 

@@ -1,0 +1,104 @@
+"""What dagagent needs from a model client: the :class:`LLM` protocol, and :class:`RequestLLM`,
+the base that turns its keyword arguments into one :class:`~dagagent.llm.LLMRequest`."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+from .types import (
+    LLMRequest,
+    LLMResponse,
+    Message,
+    MessagesInput,
+    ResponseFormat,
+    StreamEvent,
+    ToolSpec,
+)
+
+__all__ = ["LLM", "RequestLLM"]
+
+
+class RequestLLM:
+    """Implements the :class:`LLM` protocol's ``complete`` / ``stream`` by normalising the
+    arguments into one :class:`LLMRequest`; subclasses answer it in ``_complete`` /
+    ``_stream`` (the HTTP clients send it, :class:`~dagagent.llm.ScriptedLLM` scripts it)."""
+
+    async def complete(
+        self,
+        messages: MessagesInput,
+        *,
+        tools: Sequence[ToolSpec] | None = None,
+        response_format: ResponseFormat | Mapping[str, Any] | None = None,
+        stop: str | Sequence[str] | None = None,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+    ) -> LLMResponse:
+        request = LLMRequest.build(
+            messages,
+            tools=tools,
+            response_format=response_format,
+            stop=stop,
+            max_tokens=max_tokens,
+            temperature=temperature,
+        )
+        return await self._complete(request)
+
+    def stream(
+        self,
+        messages: MessagesInput,
+        *,
+        tools: Sequence[ToolSpec] | None = None,
+        response_format: ResponseFormat | Mapping[str, Any] | None = None,
+        stop: str | Sequence[str] | None = None,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+    ) -> AsyncGenerator[StreamEvent, None]:
+        request = LLMRequest.build(
+            messages,
+            tools=tools,
+            response_format=response_format,
+            stop=stop,
+            max_tokens=max_tokens,
+            temperature=temperature,
+            stream=True,
+        )
+        return self._stream(request)
+
+    async def _complete(self, request: LLMRequest) -> LLMResponse:
+        raise NotImplementedError(f"{type(self).__name__} does not implement _complete")
+
+    def _stream(self, request: LLMRequest) -> AsyncGenerator[StreamEvent, None]:
+        raise NotImplementedError(f"{type(self).__name__} does not implement _stream")
+
+
+@runtime_checkable
+class LLM(Protocol):
+    """What dagagent needs from a model client.
+
+    ``complete`` returns the whole answer; ``stream`` yields :class:`TextDelta` and
+    :class:`ToolCallDelta` events and always ends with a :class:`StreamEnd` carrying the
+    same :class:`LLMResponse` ``complete`` would have returned.
+    """
+
+    async def complete(
+        self,
+        messages: Sequence[Message],
+        *,
+        tools: Sequence[ToolSpec] | None = None,
+        response_format: ResponseFormat | Mapping[str, Any] | None = None,
+        stop: str | Sequence[str] | None = None,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+    ) -> LLMResponse: ...
+
+    def stream(
+        self,
+        messages: Sequence[Message],
+        *,
+        tools: Sequence[ToolSpec] | None = None,
+        response_format: ResponseFormat | Mapping[str, Any] | None = None,
+        stop: str | Sequence[str] | None = None,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+    ) -> AsyncIterator[StreamEvent]: ...

@@ -1,0 +1,93 @@
+"""What a revised plan may reuse of its parent run: :func:`reuse_map` (the ``reuse=`` argument
+of :func:`dagagent.execute`) and :func:`predict_reuse` (which tasks will be reused)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import networkx as nx
+
+from ..graph import dependency_graph
+from ..plan import Plan, same_call
+from ..results import TaskResult
+
+if TYPE_CHECKING:
+    from ..store import RunRecord
+
+
+def reuse_map(record: RunRecord) -> dict[str, tuple[str, Any]]:
+    """``{task_id: (fingerprint, output)}`` of the run's succeeded and reused tasks: pass it as
+    ``execute(..., reuse=...)`` so that unchanged successes are not run again."""
+    out: dict[str, tuple[str, Any]] = {}
+    for tid, r in record.tasks.items():
+        fp = record.fingerprints.get(tid)
+        if r.status.ok and fp is not None and not output_lost(r):
+            out[tid] = (fp, r.output)
+    return out
+
+
+def output_lost(r: TaskResult) -> bool:
+    """A success whose output the store could not write: nothing to reuse."""
+    from ..store import OUTPUT_NOT_RECORDED
+
+    return r.error_type == OUTPUT_NOT_RECORDED
+
+
+@dataclass(frozen=True)
+class ReuseDecision:
+    """The prediction for one task of a revised plan.
+
+    ``action``: ``reuse`` (unchanged success, inputs unchanged), ``maybe`` (unchanged success,
+    but a task it depends on runs again: reused only if that task's output comes out equal),
+    or ``run``.
+    """
+
+    task_id: str
+    action: str
+    reason: str
+
+
+def predict_reuse(record: RunRecord, new: Plan) -> dict[str, ReuseDecision]:
+    """For each task of ``new`` (in plan order): will running it with ``reuse_map(record)``
+    reuse the recorded output? A static prediction; the runner decides at run time."""
+    before = {t.id: t for t in record.plan.tasks}
+    reusable = reuse_map(record)
+    graph = dependency_graph(new)
+    try:
+        order = list(nx.topological_sort(graph))
+    except nx.NetworkXUnfeasible:  # an invalid plan: no prediction is worth making
+        order = [t.id for t in new.tasks]
+    tasks = {t.id: t for t in new.tasks}
+    decided: dict[str, ReuseDecision] = {}
+    for tid in order:
+        t = tasks[tid]
+        old = before.get(tid)
+        r = record.tasks.get(tid)
+        if old is None:
+            decided[tid] = ReuseDecision(tid, "run", "new task")
+        elif r is None:
+            decided[tid] = ReuseDecision(tid, "run", "no recorded result")
+        elif tid not in reusable:
+            why = f"{r.status.value} before"
+            if r.status.ok:
+                if output_lost(r):
+                    why += ", output not recorded"
+                elif r.redacted_args is not None:
+                    why += ", arguments redacted"
+                else:
+                    why += ", arguments not recorded"
+            decided[tid] = ReuseDecision(tid, "run", why)
+        elif not same_call(old, t):
+            decided[tid] = ReuseDecision(tid, "run", "changed")
+        else:
+            rerun = sorted(
+                d for d in graph.predecessors(tid) if d in decided and decided[d].action != "reuse"
+            )
+            if rerun:
+                decided[tid] = ReuseDecision(
+                    tid, "maybe", f"unchanged, but {', '.join(rerun)} runs again"
+                )
+            else:
+                decided[tid] = ReuseDecision(tid, "reuse", "unchanged success")
+    return {t.id: decided[t.id] for t in new.tasks}
