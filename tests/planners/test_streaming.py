@@ -39,7 +39,9 @@ class Timed:
         self.ended: list[float] = []
 
     async def complete(self, messages: Sequence[Any], **options: Any) -> LLMResponse:
-        return await self.inner.complete(messages, **options)
+        response = await self.inner.complete(messages, **options)
+        self.ended.append(anyio.current_time())
+        return response
 
     async def stream(self, messages: Sequence[Any], **options: Any) -> AsyncGenerator[StreamEvent]:
         async for event in self.inner.stream(messages, **options):
@@ -77,9 +79,11 @@ async def test_the_first_tool_starts_before_the_plan_ends(
     assert parsed[0].since_s < parsed[-1].since_s
 
 
-async def test_a_fan_out_of_slow_tools_is_faster_streamed(
-    registry: dagagent.Registry,
+async def test_streamed_slow_tools_start_while_the_plan_is_written_and_not_before_otherwise(
+    registry: dagagent.Registry, recorder: Any
 ) -> None:
+    # How much faster this makes a run is measured by benchmarks/streamed_planning.py; here
+    # only the order of events, which holds on a machine however busy.
     fan = [work(f"slow{i}", 0.6) for i in range(5)]
     note = {
         "id": "note",
@@ -89,21 +93,21 @@ async def test_a_fan_out_of_slow_tools_is_faster_streamed(
         },
     }
     answer = plan_text(*fan, note)
-    timings = {}
     for stream in (True, False):
-        llm = ScriptedLLM([answer], chunk_size=8, chunk_delay_s=0.01)
+        llm = Timed(ScriptedLLM([answer], chunk_size=8, chunk_delay_s=0.01))
         planner = LLMPlanner(llm, registry)
-        t0 = time.perf_counter()
         if stream:
             round_ = await plan_and_execute_streamed(planner, "go", registry)
             result = round_.result
         else:
             plan = await planner.plan("go")
             result = await dagagent.execute(plan, registry, executor="dataflow")
-        timings[stream] = time.perf_counter() - t0
         assert result.status is dagagent.RunStatus.SUCCEEDED
-    # Planning takes ~1 s either way; streamed, the slow tools run while it goes on.
-    assert timings[True] < timings[False] - 0.3, timings
+        starts = [recorder.intervals[f"slow{i}"][0] for i in range(5)]
+        if stream:  # every slow tool began while the model was still writing the note
+            assert max(starts) < llm.ended[0], (starts, llm.ended)
+        else:
+            assert min(starts) >= llm.ended[0], (starts, llm.ended)
 
 
 class Endless:
@@ -332,7 +336,7 @@ async def test_a_model_failing_mid_answer_raises_its_own_error_after_the_run(
     assert recorder.intervals["t1"][1] - recorder.intervals["t1"][0] >= 0.3
 
 
-async def test_a_solve_over_a_fan_out_of_slow_tools_is_faster_streamed(
+async def test_a_streamed_solve_runs_slow_tools_while_the_plan_is_written(
     registry: dagagent.Registry, recorder: Any
 ) -> None:
     fan = [work(f"slow{i}", 0.6) for i in range(5)]
@@ -340,15 +344,16 @@ async def test_a_solve_over_a_fan_out_of_slow_tools_is_faster_streamed(
     note = {"id": "note", "tool": "echo", "args": {"value": f"all of {refs} " + "x" * 300}}
     answer = plan_text(*fan, note)
     finish = json.dumps({"action": "finish", "answer": "done", "cites": ["note"]})
-    timings = {}
     for stream in (False, True):
-        llm = ScriptedLLM([answer, finish], chunk_size=8, chunk_delay_s=0.01)
-        t0 = time.perf_counter()
+        llm = Timed(ScriptedLLM([answer, finish], chunk_size=8, chunk_delay_s=0.01))
         solution = await dagagent.solve("go", registry, llm, stream=stream)
-        timings[stream] = time.perf_counter() - t0
         assert solution.ok and solution.answer == "done"
-    # The plan takes ~1 s to write either way; streamed, the slow tools run meanwhile.
-    assert timings[True] < timings[False] - 0.3, timings
+        starts = [recorder.intervals[f"slow{i}"][0] for i in range(5)]
+        planned = llm.ended[0]  # the planner's answer ended (the joiner's comes after)
+        if stream:
+            assert max(starts) < planned, (starts, llm.ended)
+        else:
+            assert min(starts) >= planned, (starts, llm.ended)
 
 
 async def test_an_llmcompiler_answer_streams_line_by_line(
