@@ -191,6 +191,11 @@ class TaskResult(BaseModel):
             "Map tasks: one result per element of the list, in order (task_id '<task>[<index>]')."
         ),
     )
+    traceback: str | None = Field(
+        default=None,
+        description="Where the tool's own code failed: the traceback of the exception it raised "
+        "(bounded in size; none for dagagent's own errors, whose message says it all).",
+    )
 
     @property
     def duration_s(self) -> float | None:
@@ -234,6 +239,8 @@ class TaskResult(BaseModel):
             d["decisions"] = jsonable(self.decisions)
         if self.elements is not None:
             d["elements"] = [e.to_json_dict() for e in self.elements]
+        if self.traceback is not None:
+            d["traceback"] = self.traceback
         return d
 
 

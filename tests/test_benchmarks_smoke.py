@@ -334,6 +334,7 @@ def test_fast_task_result_is_a_normal_model() -> None:
         "steps": None,
         "decisions": None,
         "elements": None,
+        "traceback": "Traceback (most recent call last):\n",
     }
     fast = task_result(*values.values())
     slow = TaskResult.model_construct(**values)

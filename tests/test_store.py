@@ -92,6 +92,10 @@ async def test_execute_records_the_run_and_every_task(
     assert rec.tasks["boom"].error == "RuntimeError: boom failed on purpose"
     assert rec.tasks["boom"].error_type == "RuntimeError" and rec.tasks["boom"].attempts == 1
     assert rec.tasks["boom"].output is None
+    # where the tool's own code raised, as the run had it
+    assert rec.tasks["boom"].traceback == result.tasks["boom"].traceback
+    assert "RuntimeError: boom failed on purpose" in (rec.tasks["boom"].traceback or "")
+    assert rec.tasks["a"].traceback is None and rec.tasks["after"].traceback is None
     assert "boom" in (rec.tasks["after"].error or "")
     for tid in ("a", "b", "s", "boom"):
         r, live = rec.tasks[tid], result.tasks[tid]
@@ -491,12 +495,13 @@ def test_a_v1_database_migrates_to_the_current_schema_and_reads(tmp_path: Path) 
     db = tmp_path / "v1.db"
     _v1_db(db)
     with RunStore(db, create=False) as st:
-        assert st.schema_version == SCHEMA_VERSION == 3
+        assert st.schema_version == SCHEMA_VERSION == 4
         rec = st.get_run("00000000abcd")
         assert rec.goal == "old" and rec.tasks["a"].output == 1
         assert rec.fingerprints == {"a": task_fingerprint(rec.plan.tasks[0], {"value": 1})}
         assert rec.context == {}  # v2 added the run context column
         assert st.solve_of_run(rec.run_id) is None  # v3 added the solve records
+        assert rec.tasks["a"].traceback is None  # v4 added the traceback column
     assert user_version(db) == SCHEMA_VERSION
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 from typing import Any
 
 import typer
@@ -140,6 +141,15 @@ def run_graph(
     code = print_result(result, as_json=as_json, graph=graph)
     if not say_recorded(result, options.store, quiet=as_json):
         return EXIT_RECORD
+    raised = [r.task_id for r in result.tasks.values() if r.traceback]
+    if raised and not as_json:
+        where = f" --store {shlex.quote(str(options.store))}" if options.store else ""
+        err.print(
+            f"where the tool of task {raised[0]} failed: "
+            f"dagagent show {result.run_id} --task {shlex.quote(raised[0])}{where}",
+            markup=False,
+            highlight=False,
+        )
     return code
 
 

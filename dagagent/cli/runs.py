@@ -161,7 +161,14 @@ def show_cmd(
         None,
         "--task",
         metavar="ID",
-        help="Show one task in full instead: its arguments, output, error and attempts.",
+        help="Show one task in full instead: its arguments, output, error (with the "
+        "traceback of a tool that raised) and attempts.",
+    ),
+    verbose: bool = typer.Option(
+        False,
+        "--verbose",
+        "-v",
+        help="Also print the traceback of each task whose tool raised.",
     ),
 ) -> None:
     """Show a recorded run: each task's status, duration, attempts, output or error, and the
@@ -233,8 +240,19 @@ def show_cmd(
         markup=False,
         highlight=False,
     )
+    if verbose:
+        _show_tracebacks(record)
     if solve is not None:
         _show_solve(solve, record.run_id)
+
+
+def _show_tracebacks(record: RunRecord) -> None:
+    """The traceback of each task whose tool raised, in plan order."""
+    for t in record.plan.tasks:
+        r = record.tasks.get(t.id)
+        if r is not None and r.traceback:
+            out.print(f"traceback of task {t.id}:", markup=False, highlight=False)
+            out.print(printable(r.traceback, lines=True), markup=False, highlight=False)
 
 
 def _show_task(record: RunRecord, task_id: str, *, as_json: bool) -> None:
@@ -269,6 +287,9 @@ def _show_task(record: RunRecord, task_id: str, *, as_json: bool) -> None:
     line("arguments", printable(as_text(args), lines=True))
     if r.error:
         line("error", printable(r.error, lines=True))
+    if r.traceback:
+        out.print("traceback:", markup=False)
+        out.print(printable(r.traceback, lines=True), markup=False, highlight=False)
     if r.output is not None:
         out.print("output:", markup=False)
         out.print(printable(as_text(r.output), lines=True), markup=False, highlight=False)

@@ -71,6 +71,7 @@ _FIELDS = (
     "steps",
     "decisions",
     "elements",
+    "traceback",
 )
 _FIELDS_SET = frozenset(_FIELDS)
 # The shortcut below is exactly model_construct only while TaskResult stays a plain model:
@@ -101,6 +102,7 @@ def task_result(
     steps: list[AgentStep] | None,
     decisions: list[CallDecision] | None,
     elements: list[TaskResult] | None = None,
+    traceback: str | None = None,
 ) -> TaskResult:
     """``TaskResult.model_construct`` of every field, without its generic per-field loop."""
     values = {
@@ -116,6 +118,7 @@ def task_result(
         "steps": steps,
         "decisions": decisions,
         "elements": elements,
+        "traceback": traceback,
     }
     if not _FAST:
         return TaskResult.model_construct(**values)

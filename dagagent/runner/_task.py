@@ -32,6 +32,7 @@ from ._map import DEFAULT_MAX_ELEMENTS, run_map
 from ._record import TaskRun, describe, task_result
 from ._retry import NOT_RETRIED, TaskRetryPolicy
 from ._reuse import same_upstream, task_fingerprint
+from ._traceback import task_traceback
 
 if TYPE_CHECKING:
     from ..graph import PlanGraph
@@ -157,18 +158,18 @@ class TaskRunner:
             # cancelled, say) while nobody cancelled this task: a failure of this task, not
             # a reason to stop its siblings or to lose the run.
             why = f"{describe(exc)} (raised by the task itself; nothing cancelled it)"
-            return self._finish(run, _FAILED, error=why, error_type=type(exc).__name__)
+            return self._fail(run, exc, why)
         except TaskDeniedError as exc:
             return self._finish(run, _DENIED, error=str(exc), error_type=type(exc).__name__)
         except Exception as exc:
-            return self._finish(run, _FAILED, error=describe(exc), error_type=type(exc).__name__)
+            return self._fail(run, exc, describe(exc))
         except BaseException as exc:
             # SystemExit (a tool calling sys.exit()), KeyboardInterrupt or GeneratorExit raised
             # by a tool, a custom BaseException: the task fails (not retried). Let through, it
             # would end the run abruptly and lose every other task's result. (A real Ctrl-C
             # arrives as the cancellation of the run, above.)
             why = f"{describe(exc)} (raised by the task; a BaseException, not retried)"
-            return self._finish(run, _FAILED, error=why, error_type=type(exc).__name__)
+            return self._fail(run, exc, why)
         else:
             return self._finish(run, _SUCCEEDED, output)
         finally:
@@ -277,6 +278,12 @@ class TaskRunner:
 
     # -- records and events -----------------------------------------------------------------
 
+    def _fail(self, run: TaskRun, exc: BaseException, error: str) -> TaskResult:
+        """Record ``run`` as failed by ``exc``, with the traceback of the tool's own code."""
+        return self._finish(
+            run, _FAILED, error=error, error_type=type(exc).__name__, traceback=task_traceback(exc)
+        )
+
     def _finish(
         self,
         run: TaskRun,
@@ -286,6 +293,7 @@ class TaskRunner:
         error: str | None = None,
         error_type: str | None = None,
         elements: list[TaskResult] | None = None,
+        traceback: str | None = None,
     ) -> TaskResult:
         r = task_result(
             run.task_id,
@@ -300,6 +308,7 @@ class TaskRunner:
             run.steps,
             run.decisions or None,
             elements,
+            traceback,
         )
         self.results[run.task_id] = r
         if status is _SUCCEEDED or status is _REUSED:
@@ -327,7 +336,7 @@ class TaskRunner:
 
     def mark(self, task_id: str, status: TaskStatus, error: str | None = None) -> TaskResult:
         """Record a task that never started (skipped or cancelled)."""
-        r = task_result(task_id, status, None, error, None, 0, None, None, None, None, None)
+        r = task_result(task_id, status, None, error, None, 0, None, None, None, None, None, None)
         self.results[task_id] = r
         if self.emit is not None:
             self.emit(TaskFinished(self.run_id, r))

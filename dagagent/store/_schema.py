@@ -82,6 +82,8 @@ MIGRATIONS: list[Sequence[Migration]] = [
         ) WITHOUT ROWID""",
         "CREATE INDEX solve_rounds_by_run ON solve_rounds (run_id)",
     ),
+    # v4: where a failing tool's own code failed (TaskResult.traceback, bounded).
+    ("ALTER TABLE tasks ADD COLUMN traceback TEXT",),
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

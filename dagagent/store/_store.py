@@ -262,7 +262,7 @@ class RunStore(SolveQueries):
             raise StoreError(f"run {run_id}: the recorded plan cannot be read: {exc}") from None
         task_rows = self._query(
             "SELECT task_id, status, output, error, error_type, attempts, started_at, "
-            "finished_at, args, steps, decisions FROM tasks WHERE run_id = ?",
+            "finished_at, args, steps, decisions, traceback FROM tasks WHERE run_id = ?",
             (run_id,),
         )
         by_id: dict[str, TaskResult] = {}
@@ -281,6 +281,7 @@ class RunStore(SolveQueries):
                 args=from_column(t[8]),
                 steps=load_steps(from_column(t[9])),
                 decisions=load_decisions(from_column(t[10])),
+                traceback=t[11],
             )
             task = plan_tasks.get(t[0])
             if t[8] is not None and task is not None and by_id[t[0]].redacted_args is None:

@@ -32,13 +32,15 @@ _STOP = object()
 
 _TASK_COLUMNS = (
     "run_id, task_id, status, output, error, error_type, attempts, started_at, finished_at, "
-    "args, steps, decisions"
+    "args, steps, decisions, traceback"
 )
-_N_COLUMNS = 12
+_N_COLUMNS = 13
 # Rows per INSERT: several rows per statement means one GIL release per statement rather than
 # per row (executemany), which matters when the event loop thread is busy. SQLite before 3.32
 # allows at most 999 parameters in a statement.
-_ROWS_PER_INSERT = min(200, (32766 if sqlite3.sqlite_version_info >= (3, 32) else 999) // 12)
+_ROWS_PER_INSERT = min(
+    200, (32766 if sqlite3.sqlite_version_info >= (3, 32) else 999) // _N_COLUMNS
+)
 _insert_sql: dict[int, str] = {}
 
 
@@ -435,4 +437,5 @@ class RunRecorder:
             to_column(args),
             None if steps is None else to_column(steps),
             None if decisions is None else to_column(decisions),
+            r.traceback,
         )

@@ -440,6 +440,56 @@ def test_show_task_prints_one_task_in_full(home: Path, tmp_path: Path) -> None:
     assert "did you mean 'a'" not in r.stderr
 
 
+TOOLS_RAISING = """
+import dagagent
+
+registry = dagagent.Registry()
+
+
+def parse(text):
+    return int(text)
+
+
+@registry.tool
+def count(text: str) -> int:
+    \"\"\"Count.\"\"\"
+    return parse(text) + 1
+"""
+
+
+def test_a_tool_that_raises_shows_its_traceback(home: Path, tmp_path: Path) -> None:
+    (tmp_path / "raising_tools.py").write_text(TOOLS_RAISING)
+    tools = f"{tmp_path / 'raising_tools.py'}:registry"
+    plan = {
+        "tasks": [
+            {"id": "bad", "tool": "count", "args": {"text": "seven\x1b[2J"}},
+            {"id": "good", "tool": "count", "args": {"text": "7"}},
+        ]
+    }
+    (tmp_path / "p.json").write_text(json.dumps(plan))
+    r = cli("run", str(tmp_path / "p.json"), "--tools", tools, "--on-failure", "continue")
+    assert r.exit_code == 1, r.output
+    run_id = only_run(home)
+    assert f"dagagent show {run_id} --task bad" in r.stderr  # where to read it
+    shown = cli("show", run_id, "--task", "bad")
+    assert shown.exit_code == 0, shown.output
+    text = shown.stdout
+    assert "traceback:\nTraceback (most recent call last):" in text
+    tb = text.split("traceback:\n", 1)[1]
+    assert tb.index("in count") < tb.index("in parse") < tb.index("ValueError: invalid")
+    assert "\x1b" not in text and "\\x1b[2J" in text  # the tool's text escaped, not obeyed
+    doc = json.loads(cli("show", run_id, "--task", "bad", "--json").stdout)
+    assert "in parse" in doc["result"]["traceback"]
+    # the run's table leaves tracebacks out; -v adds each one, by task
+    plain = cli("show", run_id).stdout
+    assert "Traceback" not in plain
+    verbose = cli("show", run_id, "-v").stdout
+    assert verbose.count("Traceback (most recent call last)") == 1
+    assert "traceback of task bad:" in verbose and "traceback of task good" not in verbose
+    good = cli("show", run_id, "--task", "good").stdout
+    assert "traceback" not in good
+
+
 def test_run_prints_the_final_output_in_full_and_cells_use_the_width(
     home: Path, tmp_path: Path
 ) -> None:

@@ -195,3 +195,36 @@ def test_an_agent_tasks_steps_and_decisions_are_shown_escaped() -> None:
     assert "d-deny" in html and "AgentStoppedError" in html
     report = render_report(record)
     assert made.XSS not in report and report.count('class="panel-src"') == 1
+
+
+def test_a_tasks_traceback_is_shown_escaped_in_its_panel() -> None:
+    plan = Plan.model_validate({"goal": "g", "tasks": [{"id": "p", "tool": "parse", "args": {}}]})
+    tb = "Traceback (most recent call last):\n"
+    tb += f'  File "t.py", line 3, in parse\nValueError: {made.XSS}\n'
+    result = TaskResult(
+        task_id="p",
+        status=TaskStatus.FAILED,
+        error=f"ValueError: {made.XSS}",
+        error_type="ValueError",
+        attempts=1,
+        started_at=1.0,
+        finished_at=2.0,
+        traceback=tb,
+    )
+    record = RunRecord(
+        run_id="abcdef012345",
+        parent_id=None,
+        created=1.0,
+        goal="g",
+        status="failed",
+        executor="dataflow",
+        started_at=1.0,
+        finished_at=2.0,
+        critical_path=[],
+        critical_path_s=None,
+        plan=plan,
+        tasks={"p": result},
+    )
+    html = render_panel(build_view(record), "p", page=Page())
+    assert '<pre class="traceback">Traceback (most recent call last):' in html
+    assert "in parse" in html and made.XSS not in html
