@@ -163,3 +163,24 @@ def test_bound_keeps_short_text_and_cuts_long_text_to_the_limit() -> None:
 def test_an_exception_without_a_traceback_still_gets_its_line() -> None:
     assert task_traceback(RuntimeError("never raised")) == "RuntimeError: never raised\n"
     assert task_traceback(dagagent.errors.TaskTimeoutError("late")) is None
+
+
+async def test_each_failed_element_of_a_map_task_has_its_traceback(
+    reg: dagagent.Registry,
+) -> None:
+    plan = {
+        "tasks": [
+            {
+                "id": "prices",
+                "for_each": ["$1", "one", "$3"],
+                "tool": "price",
+                "args": {"text": "${@item}"},
+            }
+        ]
+    }
+    r = (await execute(plan, reg, on_failure="continue")).tasks["prices"]
+    assert r.status == "failed" and r.elements is not None
+    ok, bad, _ = r.elements
+    assert ok.traceback is None
+    assert bad.traceback is not None and "in parse_price" in bad.traceback
+    assert r.traceback == bad.traceback  # the task's, for the element its error names

@@ -41,6 +41,7 @@ from ._cancel import really_cancelled
 from ._record import TaskRun, describe, task_result
 from ._retry import NOT_RETRIED
 from ._reuse import same_upstream
+from ._traceback import task_traceback
 
 if TYPE_CHECKING:
     from ..plan import Task
@@ -190,6 +191,7 @@ class MapRun:
             await slots.acquire()
         run = TaskRun(task.id, time.time(), [] if runner._intercepted else None)
         status, output, error, error_type = _FAILED, None, None, None
+        traceback = None
         try:
             tmpl = runner.templates[task.id]
             scope = ElementScope(runner.outputs, self.items[i], i)
@@ -205,14 +207,15 @@ class MapRun:
                 status, error = _CANCELLED, "cancelled while running"
                 raise
             error = f"{describe(exc)} (raised by the task itself; nothing cancelled it)"
-            error_type = type(exc).__name__
+            error_type, traceback = type(exc).__name__, task_traceback(exc)
         except TaskDeniedError as exc:
             status, error, error_type = _DENIED, str(exc), type(exc).__name__
         except Exception as exc:
             error, error_type = describe(exc), type(exc).__name__
+            traceback = task_traceback(exc)
         except BaseException as exc:
             error = f"{describe(exc)} (raised by the task; a BaseException, not retried)"
-            error_type = type(exc).__name__
+            error_type, traceback = type(exc).__name__, task_traceback(exc)
         finally:
             r = task_result(
                 f"{task.id}[{i}]",
@@ -226,6 +229,8 @@ class MapRun:
                 run.args,
                 run.steps,
                 run.decisions or None,
+                None,
+                traceback,
             )
             self.results[i] = r
             if runner.emit is not None:
@@ -281,6 +286,14 @@ async def run_map(runner: TaskRunner, task: Task, run: TaskRun) -> TaskResult:
             run, _FAILED, error=describe(exc), error_type=type(exc).__name__, elements=[]
         )
     elements = [r for r in mapping.results if r is not None]
+    first = mapping.first_failure
     return runner._finish(
-        run, status, output, error=error, error_type=error_type, elements=elements
+        run,
+        status,
+        output,
+        error=error,
+        error_type=error_type,
+        elements=elements,
+        # where the element the error names failed (its tool's own code)
+        traceback=elements[first].traceback if error is not None and first is not None else None,
     )
