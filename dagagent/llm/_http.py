@@ -19,7 +19,7 @@ from collections.abc import (
     Mapping,
 )
 from contextlib import aclosing, asynccontextmanager
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import anyio
 import httpx
@@ -78,7 +78,30 @@ class HTTPChatClient(HTTPFailures, RequestLLM):
     calls inside the block; outside such a block every call opens (and closes) its own
     pool, so a client works from any event loop and never leaks sockets. Pass ``client=``
     to use your own ``httpx.AsyncClient`` (it is never closed by dagagent).
+
+    A client class that defines ``wire_format`` (``"openai"``, ``"anthropic"``) is the one
+    :meth:`for_wire_format` returns for that format, so code that scripts a provider's
+    bodies (:meth:`~dagagent.llm.ScriptedLLM.openai`) runs the real client without
+    importing it. Subclasses that inherit the attribute do not replace it.
     """
+
+    wire_format: ClassVar[str] = ""
+    _by_wire_format: ClassVar[dict[str, type[HTTPChatClient]]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        fmt = cls.__dict__.get("wire_format")
+        if isinstance(fmt, str) and fmt:
+            HTTPChatClient._by_wire_format.setdefault(fmt, cls)
+
+    @classmethod
+    def for_wire_format(cls, wire_format: str) -> type[HTTPChatClient]:
+        """The client class that speaks ``wire_format``."""
+        try:
+            return HTTPChatClient._by_wire_format[wire_format]
+        except KeyError:
+            known = ", ".join(sorted(HTTPChatClient._by_wire_format)) or "none"
+            raise LookupError(f"no client speaks {wire_format!r} (known: {known})") from None
 
     def __init__(
         self,

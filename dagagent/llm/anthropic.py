@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncGenerator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 from pydantic import ValidationError
@@ -54,6 +54,9 @@ from dagagent.llm.types import (
 )
 from dagagent.llm.usage import Usage, UsageTracker
 
+if TYPE_CHECKING:
+    from dagagent.llm.protocol import LLM
+
 __all__ = ["ANTHROPIC_VERSION", "AnthropicChat", "anthropic_messages"]
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
@@ -71,6 +74,7 @@ class AnthropicChat(HTTPChatClient):
     """
 
     provider_label = "Anthropic"
+    wire_format = "anthropic"
     official_host = "api.anthropic.com"
     api_key_env = "ANTHROPIC_API_KEY"
 
@@ -310,3 +314,9 @@ class AnthropicChat(HTTPChatClient):
     def _stream(self, request: LLMRequest) -> AsyncGenerator[StreamEvent, None]:
         body, fmt = self.build_body(request)
         return self._call_stream(self.path, body, lambda response: self._consume(response, fmt))
+
+
+if TYPE_CHECKING:
+
+    def _implements_protocol(client: AnthropicChat) -> LLM:
+        return client

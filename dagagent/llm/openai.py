@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncGenerator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 from pydantic import ValidationError
@@ -42,6 +42,9 @@ from dagagent.llm.types import (
 )
 from dagagent.llm.usage import Usage, UsageTracker
 
+if TYPE_CHECKING:
+    from dagagent.llm.protocol import LLM
+
 __all__ = ["OpenAIChat", "openai_messages"]
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
@@ -60,6 +63,7 @@ class OpenAIChat(HTTPChatClient):
     """
 
     provider_label = "OpenAI"
+    wire_format = "openai"
     official_host = "api.openai.com"
     api_key_env = "OPENAI_API_KEY"
 
@@ -255,3 +259,9 @@ class OpenAIChat(HTTPChatClient):
 
     def _stream(self, request: LLMRequest) -> AsyncGenerator[StreamEvent, None]:
         return self._call_stream("/chat/completions", self.build_body(request), self._consume)
+
+
+if TYPE_CHECKING:
+
+    def _implements_protocol(client: OpenAIChat) -> LLM:
+        return client

@@ -8,7 +8,8 @@ Plain mode answers with typed values::
 
 Wire mode scripts provider JSON bodies and runs the real :class:`OpenAIChat` /
 :class:`AnthropicChat` code (request building, parsing, SSE assembly, retries) over an
-``httpx.MockTransport``::
+``httpx.MockTransport``; it finds the client by its wire format
+(:meth:`HTTPChatClient.for_wire_format`), so this module does not import the clients::
 
     llm = ScriptedLLM.openai([wire.openai_tool_calls([("search", {"q": "x"})]), "done"])
     llm = ScriptedLLM.anthropic([httpx.Response(529), wire.anthropic_text("ok")])
@@ -36,8 +37,7 @@ import httpx
 
 from dagagent.errors import ScriptError
 from dagagent.llm import wire
-from dagagent.llm.anthropic import AnthropicChat
-from dagagent.llm.openai import OpenAIChat
+from dagagent.llm._http import HTTPChatClient
 from dagagent.llm.protocol import RequestLLM
 from dagagent.llm.types import (
     LLMRequest,
@@ -98,7 +98,7 @@ class ScriptedLLM(RequestLLM):
         self.requests: list[LLMRequest] = []
         self.wire_requests: list[dict[str, Any]] = []
         self.usage = UsageTracker()
-        self.backend: OpenAIChat | AnthropicChat | None = None
+        self.backend: HTTPChatClient | None = None
         self._script: list[Any] = list(script)
         self._pos = 0
         self._failures: list[str] = []
@@ -129,7 +129,8 @@ class ScriptedLLM(RequestLLM):
             "retry_base_delay_s": 0.0,
         }
         options.update(client_options)
-        self.backend = OpenAIChat(model, client=self._http, usage=self.usage, **options)
+        client_class = HTTPChatClient.for_wire_format("openai")
+        self.backend = client_class(model, client=self._http, usage=self.usage, **options)
         return self
 
     @classmethod
@@ -148,7 +149,8 @@ class ScriptedLLM(RequestLLM):
         self._http = httpx.AsyncClient(transport=httpx.MockTransport(self._handle))
         options: dict[str, Any] = {"base_url": "http://scripted.invalid", "retry_base_delay_s": 0.0}
         options.update(client_options)
-        self.backend = AnthropicChat(model, client=self._http, usage=self.usage, **options)
+        client_class = HTTPChatClient.for_wire_format("anthropic")
+        self.backend = client_class(model, client=self._http, usage=self.usage, **options)
         return self
 
     async def _handle(self, request: httpx.Request) -> httpx.Response:
@@ -343,5 +345,5 @@ class ScriptedLLM(RequestLLM):
 
 if TYPE_CHECKING:
 
-    def _implements_protocol(a: ScriptedLLM, b: OpenAIChat, c: AnthropicChat) -> list[LLM]:
-        return [a, b, c]
+    def _implements_protocol(llm: ScriptedLLM) -> LLM:
+        return llm

@@ -12,8 +12,11 @@ import pytest
 from dagagent.errors import LLMBadRequestError, LLMServerError, LLMTimeoutError
 from dagagent.llm import (
     LLM,
+    AnthropicChat,
+    HTTPChatClient,
     LLMRequest,
     LLMResponse,
+    OpenAIChat,
     ResponseFormat,
     ScriptedLLM,
     ScriptError,
@@ -240,3 +243,15 @@ async def test_wire_mode_passes_client_options():
         with pytest.raises(LLMServerError, match="gave up after 2 attempts"):
             await llm.complete("x")
     assert llm.backend is not None and llm.backend.retry.max_retries == 1
+
+
+def test_wire_mode_finds_the_client_by_its_wire_format() -> None:
+    class MyOpenAI(OpenAIChat):  # inherits wire_format: does not replace OpenAIChat
+        pass
+
+    assert HTTPChatClient.for_wire_format("openai") is OpenAIChat
+    assert HTTPChatClient.for_wire_format("anthropic") is AnthropicChat
+    assert isinstance(ScriptedLLM.anthropic(["ok"]).backend, AnthropicChat)
+    assert MyOpenAI.wire_format == "openai"
+    with pytest.raises(LookupError, match="no client speaks 'gemini'"):
+        HTTPChatClient.for_wire_format("gemini")
