@@ -17,6 +17,7 @@ from dagagent.llm.metered import MeteredLLM
 from dagagent.llm.openai import OpenAIChat
 from dagagent.llm.protocol import LLM
 from dagagent.llm.scripted import ScriptedLLM, ScriptError, ScriptItem, WireItem
+from dagagent.llm.settings import ModelOptions, ModelSettings
 from dagagent.llm.spec import from_env, from_spec
 from dagagent.llm.types import (
     AssistantMessage,
@@ -51,6 +52,8 @@ __all__ = [
     "Message",
     "MessagesInput",
     "MeteredLLM",
+    "ModelOptions",
+    "ModelSettings",
     "OpenAIChat",
     "ResponseFormat",
     "ScriptError",

@@ -24,6 +24,7 @@ from typing import Any, ClassVar, TypeVar
 import anyio
 import httpx
 import structlog
+from typing_extensions import Unpack
 
 from dagagent.errors import (
     LLMBadRequestError,
@@ -32,9 +33,10 @@ from dagagent.errors import (
 )
 from dagagent.llm._failures import HTTPFailures
 from dagagent.llm._json import dumps_json
-from dagagent.llm._retry import HTTPRetryPolicy, Retryable
+from dagagent.llm._retry import Retryable
 from dagagent.llm._secret import resolve_api_key
 from dagagent.llm.protocol import RequestLLM
+from dagagent.llm.settings import ModelOptions, ModelSettings
 from dagagent.llm.types import LLMResponse
 from dagagent.llm.usage import UsageTracker
 from dagagent.text import strip_url_credentials
@@ -109,28 +111,25 @@ class HTTPChatClient(HTTPFailures, RequestLLM):
         *,
         base_url: str,
         api_key: str | None = None,
-        timeout: float | httpx.Timeout = 60.0,
-        max_retries: int = 3,
-        retry_base_delay_s: float = 0.5,
-        max_retry_wait_s: float = 60.0,
+        settings: ModelSettings | None = None,
         client: httpx.AsyncClient | None = None,
         headers: Mapping[str, str] | None = None,
         usage: UsageTracker | None = None,
-        max_response_bytes: int = 32 * 1024 * 1024,
+        **options: Unpack[ModelOptions],
     ) -> None:
         self.model = model
-        self.max_response_bytes = max_response_bytes
+        self.settings = ModelSettings.of(settings, options)
+        self.max_response_bytes = self.settings.max_response_bytes
         # Credentials in the URL (http://user:pass@host) are sent, never shown: base_url,
         # messages, logs and records see the URL without them.
         self._request_base = base_url.rstrip("/")
         self.base_url = strip_url_credentials(self._request_base)
         self._key = resolve_api_key(api_key, self.api_key_env)
-        self.timeout = timeout if isinstance(timeout, httpx.Timeout) else httpx.Timeout(timeout)
-        self.retry = HTTPRetryPolicy(
-            max_retries=max_retries,
-            base_delay_s=retry_base_delay_s,
-            max_retry_wait_s=max_retry_wait_s,
-        )
+        self.timeout = self.settings.http_timeout
+        self.retry = self.settings.retry
+        self.max_tokens = self.settings.max_tokens
+        self.temperature = self.settings.temperature
+        self.extra_body = dict(self.settings.extra_body)
         self.usage = usage if usage is not None else UsageTracker()
         self._client = client
         self._session: httpx.AsyncClient | None = None

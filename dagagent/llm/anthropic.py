@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 from pydantic import ValidationError
+from typing_extensions import Unpack
 
 from dagagent.errors import (
     LLMResponseError,
@@ -43,6 +44,7 @@ from dagagent.llm._http import HTTPChatClient
 from dagagent.llm._json import loads_json
 from dagagent.llm._retry import Retryable
 from dagagent.llm._sse import is_event_stream, iter_sse
+from dagagent.llm.settings import ModelOptions, ModelSettings
 from dagagent.llm.types import (
     LLMRequest,
     LLMResponse,
@@ -68,8 +70,10 @@ class AnthropicChat(HTTPChatClient):
     """A Claude model behind the Messages API.
 
     Sends ``x-api-key`` (from ``api_key`` or ``ANTHROPIC_API_KEY``) and
-    ``anthropic-version: 2023-06-01``. ``max_tokens`` (default 4096) and ``temperature``
-    given here are defaults for every call; ``extra_body`` is merged into every body.
+    ``anthropic-version: 2023-06-01``. ``settings`` (a :class:`~dagagent.llm.ModelSettings`,
+    or its keyword arguments such as ``timeout=``, ``max_retries=``, ``temperature=``) says
+    how to call: ``max_tokens`` (default 4096) and ``temperature`` are defaults for every
+    call; ``extra_body`` is merged into every body.
     See the module docstring for how ``response_format`` is emulated.
     """
 
@@ -84,34 +88,24 @@ class AnthropicChat(HTTPChatClient):
         *,
         base_url: str = DEFAULT_BASE_URL,
         api_key: str | None = None,
-        timeout: float | httpx.Timeout = 60.0,
-        max_retries: int = 3,
-        retry_base_delay_s: float = 0.5,
-        max_retry_wait_s: float = 60.0,
-        max_response_bytes: int = 32 * 1024 * 1024,
+        settings: ModelSettings | None = None,
         client: httpx.AsyncClient | None = None,
         headers: Mapping[str, str] | None = None,
         usage: UsageTracker | None = None,
-        max_tokens: int = DEFAULT_MAX_TOKENS,
-        temperature: float | None = None,
-        extra_body: Mapping[str, Any] | None = None,
+        **options: Unpack[ModelOptions],
     ) -> None:
         super().__init__(
             model,
             base_url=base_url,
             api_key=api_key,
-            timeout=timeout,
-            max_retries=max_retries,
-            retry_base_delay_s=retry_base_delay_s,
-            max_retry_wait_s=max_retry_wait_s,
-            max_response_bytes=max_response_bytes,
+            settings=settings,
             client=client,
             headers=headers,
             usage=usage,
+            **options,
         )
-        self.max_tokens = max_tokens
-        self.temperature = temperature
-        self.extra_body = dict(extra_body or {})
+        if self.max_tokens is None:  # Anthropic requires a limit
+            self.max_tokens = DEFAULT_MAX_TOKENS
 
     @property
     def path(self) -> str:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 from pydantic import ValidationError
+from typing_extensions import Unpack
 
 from dagagent.errors import LLMResponseError, LLMServerError
 from dagagent.llm._http import HTTPChatClient
@@ -32,6 +33,7 @@ from dagagent.llm._openai_format import (
 )
 from dagagent.llm._retry import Retryable
 from dagagent.llm._sse import is_event_stream, iter_sse
+from dagagent.llm.settings import ModelOptions, ModelSettings
 from dagagent.llm.types import (
     LLMRequest,
     LLMResponse,
@@ -55,8 +57,10 @@ _AFTER_FINISH_S = 2.0  # wait for the usage chunk and [DONE] once finish_reason 
 class OpenAIChat(HTTPChatClient):
     """A model behind the chat completions API (``POST {base_url}/chat/completions``).
 
-    ``max_tokens`` / ``temperature`` given here are defaults for every call.
-    ``extra_body`` is merged into every request body (e.g. ``{"seed": 1}``).
+    ``settings`` (a :class:`~dagagent.llm.ModelSettings`, or its keyword arguments such as
+    ``timeout=``, ``max_retries=``, ``temperature=``) says how to call: ``max_tokens`` /
+    ``temperature`` are defaults for every call, ``extra_body`` is merged into every request
+    body (e.g. ``{"seed": 1}``).
     ``max_tokens_field`` names the length limit in the body (``"max_completion_tokens"``
     for OpenAI reasoning models). ``stream_usage=False`` drops ``stream_options`` for
     servers that reject it.
@@ -73,36 +77,24 @@ class OpenAIChat(HTTPChatClient):
         *,
         base_url: str = DEFAULT_BASE_URL,
         api_key: str | None = None,
-        timeout: float | httpx.Timeout = 60.0,
-        max_retries: int = 3,
-        retry_base_delay_s: float = 0.5,
-        max_retry_wait_s: float = 60.0,
-        max_response_bytes: int = 32 * 1024 * 1024,
+        settings: ModelSettings | None = None,
         client: httpx.AsyncClient | None = None,
         headers: Mapping[str, str] | None = None,
         usage: UsageTracker | None = None,
-        max_tokens: int | None = None,
-        temperature: float | None = None,
-        extra_body: Mapping[str, Any] | None = None,
         max_tokens_field: str = "max_tokens",
         stream_usage: bool = True,
+        **options: Unpack[ModelOptions],
     ) -> None:
         super().__init__(
             model,
             base_url=base_url,
             api_key=api_key,
-            timeout=timeout,
-            max_retries=max_retries,
-            retry_base_delay_s=retry_base_delay_s,
-            max_retry_wait_s=max_retry_wait_s,
-            max_response_bytes=max_response_bytes,
+            settings=settings,
             client=client,
             headers=headers,
             usage=usage,
+            **options,
         )
-        self.max_tokens = max_tokens
-        self.temperature = temperature
-        self.extra_body = dict(extra_body or {})
         self.max_tokens_field = max_tokens_field
         self.stream_usage = stream_usage
 

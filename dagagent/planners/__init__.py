@@ -11,7 +11,9 @@
 - :func:`parse_llmcompiler`: LLMCompiler plan text (``1. tool(args)`` lines) → plan.
 """
 
-from .heal import PlanAttempt, PlanHealer, PlanningResult
+from typing import Any
+
+from .heal import HealingPlanner, PlanAttempt, PlanningOptions, PlanningResult
 from .joiner import JoinDecision, Joiner, JoinReport, parse_join_answer
 from .llmcompiler import parse_llmcompiler
 from .parsing import extract_json, parse_plan_answer
@@ -29,13 +31,14 @@ from .schema import (
 __all__ = [
     "PLAN_FORMAT_NAME",
     "REFERENCE_PATTERN",
+    "HealingPlanner",
     "JoinDecision",
     "JoinReport",
     "Joiner",
     "LLMPlanner",
     "LLMReplanner",
     "PlanAttempt",
-    "PlanHealer",
+    "PlanningOptions",
     "PlanningResult",
     "extract_json",
     "parse_join_answer",
@@ -47,3 +50,12 @@ __all__ = [
     "system_prompt",
     "tool_catalog",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """Old names, kept for one release with a DeprecationWarning (see CHANGELOG.md)."""
+    if name == "PlanHealer":
+        from . import heal
+
+        return heal.__getattr__(name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

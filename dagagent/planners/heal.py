@@ -27,9 +27,12 @@ caught: they propagate as themselves.
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypedDict, TypeVar
+
+from typing_extensions import Unpack
 
 from ..errors import ConfigError, Issue, PlanningError
 from ..events import get_logger
@@ -39,6 +42,7 @@ from ..llm import (
     AssistantMessage,
     LLMResponse,
     Message,
+    ModelSettings,
     ResponseFormat,
     Usage,
     UserMessage,
@@ -52,8 +56,9 @@ from .schema import plan_response_format
 
 __all__ = [
     "Check",
+    "HealingPlanner",
     "PlanAttempt",
-    "PlanHealer",
+    "PlanningOptions",
     "PlanningResult",
     "ask_until_valid",
     "extract_json",
@@ -126,96 +131,6 @@ class PlanningResult:
 # ---------------------------------------------------------------------------- the loop
 
 
-class PlanHealer:
-    """Asks ``llm`` for a plan with the registry's plan schema as the response format,
-    validates each answer and feeds its issues back, up to ``max_attempts`` answers.
-
-    ``strict``: ``None`` sends a strict schema when the registry allows one (see
-    :mod:`dagagent.planners.schema`), ``True`` insists (``ConfigError`` if impossible),
-    ``False`` never. ``structured=False`` sends no response format at all (for servers that
-    reject ``response_format``; the prompt alone describes the format).
-    """
-
-    def __init__(
-        self,
-        llm: LLM,
-        registry: Registry,
-        *,
-        max_attempts: int = 3,
-        strict: bool | None = None,
-        structured: bool = True,
-        agent_tasks: bool = False,
-        max_tokens: int | None = None,
-        temperature: float | None = None,
-    ) -> None:
-        if max_attempts < 1:
-            raise ConfigError(f"max_attempts must be at least 1, not {max_attempts}")
-        if not len(registry) and not agent_tasks:
-            raise ConfigError("cannot plan with an empty registry: register some tools first")
-        self.llm = llm
-        self.registry = registry
-        self.max_attempts = max_attempts
-        self.agent_tasks = agent_tasks
-        self.max_tokens = max_tokens
-        self.temperature = temperature
-        self.response_format: ResponseFormat | None = (
-            plan_response_format(registry, strict=strict, agent_tasks=agent_tasks)
-            if structured
-            else None
-        )
-
-    @property
-    def strict(self) -> bool:
-        return self.response_format is not None and self.response_format.strict
-
-    async def run(
-        self,
-        messages: Sequence[Message],
-        *,
-        goal: str,
-        check: Check | None = None,
-        warn: Callable[[Plan, PlanGraph], Sequence[Issue]] | None = None,
-        what: str = "plan",
-    ) -> PlanningResult:
-        """Ask until a valid plan comes back; raise :class:`PlanningError` after
-        ``max_attempts`` rejected answers."""
-
-        def parse(raw: str, response: LLMResponse) -> tuple[PlanGraph | None, list[Issue]]:
-            graph, issues = parse_plan_answer(
-                raw,
-                self.registry,
-                goal=goal,
-                finish_reason=response.finish_reason,
-                null_optionals=self.strict,
-                agent_tasks=self.agent_tasks,
-            )
-            if graph is not None and check is not None:
-                issues = list(check(graph.plan, graph))
-            return graph, issues
-
-        graph, attempts = await ask_until_valid(
-            self.llm,
-            messages,
-            parse,
-            feedback=lambda issues: feedback_prompt(
-                issues, truncated=any(i.code == "truncated" for i in issues)
-            ),
-            max_attempts=self.max_attempts,
-            response_format=self.response_format,
-            max_tokens=self.max_tokens,
-            temperature=self.temperature,
-            what=what,
-        )
-        if graph is not None:
-            warnings = tuple(warn(graph.plan, graph)) if warn is not None else ()
-            return PlanningResult(graph.plan, graph, tuple(attempts), warnings)
-        raise PlanningError(
-            f"no valid {what} after {len(attempts)} attempt{'s' if len(attempts) != 1 else ''}"
-            f" (goal: {shorten(goal, 80)!r})",
-            attempts=[(a.raw, list(a.issues)) for a in attempts],
-        )
-
-
 async def ask_until_valid(
     llm: LLM,
     messages: Sequence[Message],
@@ -269,45 +184,154 @@ def _answer_text(response: LLMResponse) -> str:
     return json.dumps(call.arguments, ensure_ascii=False)
 
 
-class HealingPlanner:
-    """What the planner and the replanner share: a model, a registry, the
-    :class:`PlanHealer` loop, and the latest result (``last_result`` / ``last_usage``)."""
+class PlanningOptions(TypedDict, total=False):
+    """The options every planner takes (:class:`HealingPlanner` and its subclasses).
 
-    def __init__(
-        self,
-        llm: LLM,
-        registry: Registry,
-        *,
-        max_attempts: int = 3,
-        strict: bool | None = None,
-        structured: bool = True,
-        agent_tasks: bool = False,
-        max_tokens: int | None = None,
-        temperature: float | None = None,
-    ) -> None:
+    - ``max_attempts`` (3): answers to try (the first one plus repairs) before
+      :class:`~dagagent.errors.PlanningError`.
+    - ``strict`` (``None``): ``None`` sends an OpenAI strict schema when the registry allows
+      one (see :mod:`dagagent.planners.schema`), else a non-strict one; ``True`` insists
+      (``ConfigError`` if impossible); ``False`` never.
+    - ``structured`` (``True``): ``False`` sends no response format at all (for servers that
+      reject ``response_format``; the prompt alone describes the format).
+    - ``agent_tasks`` (``False``): the plan may also hold agent tasks (``instruction``).
+    - ``settings``: a :class:`~dagagent.llm.ModelSettings` whose ``max_tokens`` and
+      ``temperature`` go with every call; ``max_tokens`` / ``temperature`` given as
+      keywords win over it.
+    """
+
+    max_attempts: int
+    strict: bool | None
+    structured: bool
+    agent_tasks: bool
+    settings: ModelSettings | None
+    max_tokens: int | None
+    temperature: float | None
+
+
+class HealingPlanner:
+    """A planner that heals: asks ``llm`` for a plan with the registry's plan schema as the
+    response format, validates each answer and feeds its issues back, up to
+    ``max_attempts`` answers (:meth:`ask_for_plan`); keeps the latest result
+    (``last_result`` / ``last_usage``). The base of :class:`~dagagent.planners.LLMPlanner`
+    and :class:`~dagagent.planners.LLMReplanner`; its options are :class:`PlanningOptions`.
+    """
+
+    def __init__(self, llm: LLM, registry: Registry, **options: Unpack[PlanningOptions]) -> None:
+        max_attempts = options.get("max_attempts", 3)
+        agent_tasks = options.get("agent_tasks", False)
+        if max_attempts < 1:
+            raise ConfigError(f"max_attempts must be at least 1, not {max_attempts}")
+        if not len(registry) and not agent_tasks:
+            raise ConfigError("cannot plan with an empty registry: register some tools first")
         self.llm = llm
         self.registry = registry
-        self.healer = PlanHealer(
-            llm,
-            registry,
-            max_attempts=max_attempts,
-            strict=strict,
-            structured=structured,
-            agent_tasks=agent_tasks,
-            max_tokens=max_tokens,
-            temperature=temperature,
+        self.max_attempts = max_attempts
+        self.agent_tasks = agent_tasks
+        self.settings = ModelSettings.of(
+            options.get("settings"),
+            {"max_tokens": options.get("max_tokens"), "temperature": options.get("temperature")},
+        )
+        self.max_tokens = self.settings.max_tokens
+        self.temperature = self.settings.temperature
+        self.response_format: ResponseFormat | None = (
+            plan_response_format(registry, strict=options.get("strict"), agent_tasks=agent_tasks)
+            if options.get("structured", True)
+            else None
         )
         self.last_result: PlanningResult | None = None
 
     @property
-    def max_attempts(self) -> int:
-        return self.healer.max_attempts
+    def strict(self) -> bool:
+        """Whether the response format sent is a strict schema."""
+        return self.response_format is not None and self.response_format.strict
 
     @property
-    def response_format(self) -> ResponseFormat | None:
-        """What is sent as the response format (the plan schema, strict or not)."""
-        return self.healer.response_format
+    def healer(self) -> HealingPlanner:
+        """Deprecated: the loop is this planner's own (:meth:`ask_for_plan`)."""
+        warnings.warn(
+            "HealingPlanner.healer is deprecated: the planner is the healer "
+            "(use planner.ask_for_plan and the planner's own attributes)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self
+
+    async def ask_for_plan(
+        self,
+        messages: Sequence[Message],
+        *,
+        goal: str,
+        check: Check | None = None,
+        warn: Callable[[Plan, PlanGraph], Sequence[Issue]] | None = None,
+        what: str = "plan",
+    ) -> PlanningResult:
+        """Ask ``messages`` until a valid plan for ``goal`` comes back; raise
+        :class:`PlanningError` after ``max_attempts`` rejected answers. ``check`` adds
+        issues to feed back, ``warn`` issues to report with an accepted plan."""
+
+        def parse(raw: str, response: LLMResponse) -> tuple[PlanGraph | None, list[Issue]]:
+            graph, issues = parse_plan_answer(
+                raw,
+                self.registry,
+                goal=goal,
+                finish_reason=response.finish_reason,
+                null_optionals=self.strict,
+                agent_tasks=self.agent_tasks,
+            )
+            if graph is not None and check is not None:
+                issues = list(check(graph.plan, graph))
+            return graph, issues
+
+        graph, attempts = await ask_until_valid(
+            self.llm,
+            messages,
+            parse,
+            feedback=lambda issues: feedback_prompt(
+                issues, truncated=any(i.code == "truncated" for i in issues)
+            ),
+            max_attempts=self.max_attempts,
+            response_format=self.response_format,
+            max_tokens=self.max_tokens,
+            temperature=self.temperature,
+            what=what,
+        )
+        if graph is not None:
+            warnings = tuple(warn(graph.plan, graph)) if warn is not None else ()
+            return PlanningResult(graph.plan, graph, tuple(attempts), warnings)
+        raise PlanningError(
+            f"no valid {what} after {len(attempts)} attempt{'s' if len(attempts) != 1 else ''}"
+            f" (goal: {shorten(goal, 80)!r})",
+            attempts=[(a.raw, list(a.issues)) for a in attempts],
+        )
 
     @property
     def last_usage(self) -> Usage | None:
         return self.last_result.usage if self.last_result is not None else None
+
+
+class _PlanHealer(HealingPlanner):
+    """``PlanHealer``, the old name of :class:`HealingPlanner` (its loop was ``run``)."""
+
+    async def run(
+        self,
+        messages: Sequence[Message],
+        *,
+        goal: str,
+        check: Check | None = None,
+        warn: Callable[[Plan, PlanGraph], Sequence[Issue]] | None = None,
+        what: str = "plan",
+    ) -> PlanningResult:
+        return await self.ask_for_plan(messages, goal=goal, check=check, warn=warn, what=what)
+
+
+def __getattr__(name: str) -> Any:
+    """Old names, kept for one release with a DeprecationWarning (see CHANGELOG.md)."""
+    if name == "PlanHealer":
+        warnings.warn(
+            "PlanHealer is deprecated; use HealingPlanner (its loop is ask_for_plan)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return _PlanHealer
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -47,7 +47,16 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import ConfigError, Issue, JoinerError
-from ..llm import LLM, LLMResponse, Message, ResponseFormat, SystemMessage, Usage, UserMessage
+from ..llm import (
+    LLM,
+    LLMResponse,
+    Message,
+    ModelSettings,
+    ResponseFormat,
+    SystemMessage,
+    Usage,
+    UserMessage,
+)
 from ..plan import Plan
 from ..results import TaskResult
 from .heal import PlanAttempt, ask_until_valid
@@ -365,7 +374,8 @@ class Joiner:
       :class:`~dagagent.errors.JoinerError`.
     - ``output_chars``: how much of each task's output (or error) the model sees.
     - ``structured=False``: send no response format (servers that reject it).
-    - ``max_tokens`` / ``temperature``: passed to every call.
+    - ``settings``: a :class:`~dagagent.llm.ModelSettings` whose ``max_tokens`` and
+      ``temperature`` go with every call (the keywords of the same names win over it).
     - ``system_prompt``: replace the joiner's system prompt.
     """
 
@@ -376,6 +386,7 @@ class Joiner:
         max_attempts: int = 3,
         output_chars: int = 2000,
         structured: bool = True,
+        settings: ModelSettings | None = None,
         max_tokens: int | None = None,
         temperature: float | None = None,
         system_prompt: str | None = None,
@@ -386,8 +397,11 @@ class Joiner:
         self.max_attempts = max_attempts
         self.output_chars = output_chars
         self.structured = structured
-        self.max_tokens = max_tokens
-        self.temperature = temperature
+        self.settings = ModelSettings.of(
+            settings, {"max_tokens": max_tokens, "temperature": temperature}
+        )
+        self.max_tokens = self.settings.max_tokens
+        self.temperature = self.settings.temperature
         self.system_prompt = system_prompt if system_prompt is not None else _SYSTEM
 
     def messages(

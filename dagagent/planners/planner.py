@@ -9,16 +9,18 @@
 The prompt carries the tool catalog, the plan format and the reference syntax and asks for
 a plan as parallel as the goal allows; the registry's plan schema goes along as the
 response format (see :mod:`dagagent.planners.schema`); answers are parsed, validated and
-healed by :class:`~dagagent.planners.heal.PlanHealer`.
+healed by :class:`~dagagent.planners.heal.HealingPlanner`.
 """
 
 from __future__ import annotations
+
+from typing_extensions import Unpack
 
 from ..errors import ConfigError
 from ..llm import LLM, Message, SystemMessage, UserMessage
 from ..plan import Plan
 from ..tools import Registry
-from .heal import HealingPlanner, PlanningResult
+from .heal import HealingPlanner, PlanningOptions, PlanningResult
 from .prompts import plan_user_prompt, system_prompt
 
 __all__ = ["LLMPlanner"]
@@ -27,13 +29,8 @@ __all__ = ["LLMPlanner"]
 class LLMPlanner(HealingPlanner):
     """Turns goals into validated plans for ``registry`` with ``llm``.
 
-    - ``max_attempts``: answers to try (the first one plus repairs) before
-      :class:`~dagagent.errors.PlanningError`.
-    - ``strict``: ``None`` (default) sends an OpenAI strict schema when the registry allows
-      one, else a non-strict one; ``True`` insists; ``False`` never.
-    - ``structured=False``: send no response format (servers that reject it).
-    - ``agent_tasks=True``: the plan may also hold agent tasks (``instruction``).
-    - ``max_tokens`` / ``temperature``: passed to every call.
+    - ``max_attempts``, ``strict``, ``structured``, ``agent_tasks``, ``settings``
+      (``max_tokens`` / ``temperature``): see :class:`~dagagent.planners.heal.PlanningOptions`.
     - ``system_prompt``: replace the generated system prompt (the catalog included).
 
     ``last_result`` / ``last_usage`` describe the latest ``plan()`` call; when planning
@@ -45,29 +42,15 @@ class LLMPlanner(HealingPlanner):
         llm: LLM,
         registry: Registry,
         *,
-        max_attempts: int = 3,
-        strict: bool | None = None,
-        structured: bool = True,
-        agent_tasks: bool = False,
-        max_tokens: int | None = None,
-        temperature: float | None = None,
         system_prompt: str | None = None,
+        **options: Unpack[PlanningOptions],
     ) -> None:
-        super().__init__(
-            llm,
-            registry,
-            max_attempts=max_attempts,
-            strict=strict,
-            structured=structured,
-            agent_tasks=agent_tasks,
-            max_tokens=max_tokens,
-            temperature=temperature,
-        )
+        super().__init__(llm, registry, **options)
         self._system = system_prompt
 
     def system_prompt(self) -> str:
         if self._system is None:
-            self._system = system_prompt(self.registry, agent_tasks=self.healer.agent_tasks)
+            self._system = system_prompt(self.registry, agent_tasks=self.agent_tasks)
         return self._system
 
     def messages(self, goal: str) -> list[Message]:
@@ -82,7 +65,7 @@ class LLMPlanner(HealingPlanner):
         """
         if not goal.strip():
             raise ConfigError("the goal is empty: say what the plan should achieve")
-        result = await self.healer.run(self.messages(goal), goal=goal.strip())
+        result = await self.ask_for_plan(self.messages(goal), goal=goal.strip())
         self.last_result = result
         return result
 

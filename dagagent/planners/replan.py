@@ -9,8 +9,8 @@ The model sees the goal, the old plan, the outputs of the tasks that succeeded (
 and the errors of those that failed, and is asked to keep the successful tasks exactly
 (same id, tool and args: their fingerprints stay equal, so ``execute(..., reuse=...)``
 reuses their outputs) and to fix or replace the failed ones. The answer goes through the
-same parse → validate → feedback loop as the planner (:class:`PlanHealer`), plus one more
-check:
+same parse → validate → feedback loop as the planner
+(:class:`~dagagent.planners.heal.HealingPlanner`), plus one more check:
 
 - a successful task kept under its id but with another tool or other args is an **issue**
   (``changed_success``) fed back to the model: the id would then name a different
@@ -26,13 +26,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from typing_extensions import Unpack
+
 from ..errors import Issue
 from ..graph import PlanGraph
 from ..llm import LLM, Message, SystemMessage, UserMessage
 from ..plan import Plan, ToolTask, same_call
 from ..results import TaskResult, TaskStatus
 from ..tools import Registry
-from .heal import HealingPlanner, PlanningResult
+from .heal import HealingPlanner, PlanningOptions, PlanningResult
 from .prompts import replan_user_prompt, shorten, system_prompt
 
 __all__ = ["LLMReplanner", "replan_issues", "replan_warnings"]
@@ -98,24 +100,10 @@ class LLMReplanner(HealingPlanner):
         llm: LLM,
         registry: Registry,
         *,
-        max_attempts: int = 3,
-        strict: bool | None = None,
-        structured: bool = True,
-        agent_tasks: bool = False,
-        max_tokens: int | None = None,
-        temperature: float | None = None,
         output_chars: int = 300,
+        **options: Unpack[PlanningOptions],
     ) -> None:
-        super().__init__(
-            llm,
-            registry,
-            max_attempts=max_attempts,
-            strict=strict,
-            structured=structured,
-            agent_tasks=agent_tasks,
-            max_tokens=max_tokens,
-            temperature=temperature,
-        )
+        super().__init__(llm, registry, **options)
         self.output_chars = output_chars
         self._system: str | None = None
 
@@ -130,7 +118,7 @@ class LLMReplanner(HealingPlanner):
         """The conversation the first attempt sends."""
         if self._system is None:
             self._system = system_prompt(
-                self.registry, agent_tasks=self.healer.agent_tasks, replanning=True
+                self.registry, agent_tasks=self.agent_tasks, replanning=True
             )
         text = replan_user_prompt(
             goal, plan, results, output_chars=self.output_chars, feedback=feedback
@@ -160,7 +148,7 @@ class LLMReplanner(HealingPlanner):
             return replan_warnings(plan, new, results)
 
         messages = self.messages(goal, plan, results, feedback=feedback)
-        result = await self.healer.run(
+        result = await self.ask_for_plan(
             messages, goal=goal, check=check, warn=warn, what="revised plan"
         )
         self.last_result = result

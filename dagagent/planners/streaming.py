@@ -146,21 +146,20 @@ class _Streamer:
         max_task_chars: int,
         max_repeats: int,
     ) -> None:
-        healer = planner.healer
-        self.llm = healer.llm
+        self.llm = planner.llm
         self.registry = registry
-        self.agent_tasks = healer.agent_tasks
-        self.strict = healer.strict
-        self.max_attempts = healer.max_attempts
-        self.temperature = healer.temperature
+        self.agent_tasks = planner.agent_tasks
+        self.strict = planner.strict
+        self.max_attempts = planner.max_attempts
+        self.temperature = planner.temperature
         self.replan_of = replan_of
         self.policy = policy
         self.listeners = listeners
         self.max_tasks = max_tasks
         self.max_task_chars = max_task_chars
         self.max_repeats = max_repeats
-        self.max_tokens = healer.max_tokens or default_max_tokens(max_tasks)
-        fmt = healer.response_format
+        self.max_tokens = planner.max_tokens or default_max_tokens(max_tasks)
+        fmt = planner.response_format
         self.response_format = _bounded(fmt, max_tasks) if fmt is not None else None
         self.began = time.monotonic()
         self.run_id_now = ""  # the run of the attempt being read (for TaskParsed)
