@@ -13,7 +13,7 @@ import anyio
 from .errors import ConfigError
 from .events import Emitter, Listener, PlanExtended, RunFinished, RunStarted, get_logger
 from .executors import Executor, finish_unstarted, get_executor
-from .graph import PlanGraph, critical_path, validate
+from .graph import PlanGraph, finished_critical_path, validate
 from .plan import AgentTask, Plan
 from .results import RunResult, RunStatus, TaskStatus
 from .runner import (
@@ -217,13 +217,7 @@ def _result(
         status = RunStatus.SUCCEEDED
     else:
         status = RunStatus.FAILED
-    reused = TaskStatus.REUSED
-    durations = {
-        t: (r.finished_at - r.started_at)
-        for t, r in tasks.items()
-        if r.started_at is not None and r.finished_at is not None and r.status is not reused
-    }
-    cp_len, cp = critical_path(graph.order, graph.dependencies, durations)
+    cp_len, cp = finished_critical_path(graph.order, graph.dependencies, tasks)
     return RunResult.model_construct(
         run_id=runner.run_id,
         status=status,

@@ -45,6 +45,7 @@ from .errors import Issue, PlanLoadError, PlanValidationError
 from .map_checks import element_issues, for_each_reference, map_issues
 from .plan import ID_RE, AgentTask, Plan, Task, read_plan
 from .references import Template
+from .results import TaskResult, TaskStatus
 from .text import did_you_mean, shorten
 
 if TYPE_CHECKING:
@@ -58,6 +59,7 @@ __all__ = [
     "critical_path",
     "dependencies_of",
     "dependency_graph",
+    "finished_critical_path",
     "validate",
 ]
 
@@ -164,6 +166,26 @@ def critical_path(
         node = via[node]
     path.reverse()
     return finish[end], path
+
+
+_FINISHED = frozenset({TaskStatus.SUCCEEDED, TaskStatus.FAILED, TaskStatus.DENIED})
+
+
+def finished_critical_path(
+    order: Sequence[str],
+    dependencies: Mapping[str, Sequence[str]],
+    results: Mapping[str, TaskResult],
+) -> tuple[float, list[str]]:
+    """The critical path a run measured: the longest chain of tasks that finished (succeeded,
+    failed or were denied, each taking its duration; a reused task takes no time). A task the
+    run cancelled or skipped did not finish, so no path runs through it."""
+    durations: dict[str, float] = {}
+    for task_id, r in results.items():
+        if r.status in _FINISHED and r.started_at is not None and r.finished_at is not None:
+            durations[task_id] = r.finished_at - r.started_at
+        elif r.status is TaskStatus.REUSED:
+            durations[task_id] = 0.0
+    return critical_path([t for t in order if t in durations], dependencies, durations)
 
 
 def _generations(

@@ -25,6 +25,7 @@ from .text import as_text, jsonable
 
 __all__ = [
     "REDACT",
+    "UNANSWERED",
     "AgentStep",
     "CallDecision",
     "CallRecord",
@@ -125,13 +126,17 @@ class AgentStep(BaseModel):
 #: The ``decision`` of the :class:`CallDecision` that the ``redacting`` interceptor records
 #: when it rewrites a call's arguments; its ``args`` are the redacted arguments.
 REDACT = "redact"
+#: The ``decision`` recorded when the run stopped while a question about the call was still
+#: unanswered (the call never started); ``at`` is when the question was withdrawn.
+UNANSWERED = "unanswered"
 
 
 class CallDecision(BaseModel):
     """A decision taken about one tool call of a task, as ``TaskResult.decisions`` keeps it.
 
     ``decision`` is ``allow`` / ``deny`` / ``edit`` (an approval rule or a person; ``rule``
-    names the rule) or ``redact`` (the ``redacting`` interceptor hid arguments). ``args`` are
+    names the rule), ``unanswered`` (the run stopped while the question was open) or
+    ``redact`` (the ``redacting`` interceptor hid arguments). ``args`` are
     the call's arguments when it was decided (JSON-able; after an edit or a redaction, the new
     ones), ``source`` whether the call was the plan task's own (``plan``) or one its agent
     made (``agent``), ``at`` a Unix timestamp."""
@@ -206,6 +211,32 @@ class TaskResult(BaseModel):
     @property
     def ok(self) -> bool:
         return self.status.ok
+
+    @property
+    def approval_wait_s(self) -> float:
+        """Seconds the task's own call waited for approval decisions after the task started
+        (a person answering a question; 0 when nothing was asked): the time from its start
+        to the last decision about its own call. A task cancelled before its question was
+        answered waited all its time."""
+        last = None
+        for d in self.decisions or ():
+            if d.source == "plan" and d.decision != REDACT:
+                last = d
+        if last is None or self.started_at is None:
+            return 0.0
+        end = self.finished_at if self.finished_at is not None else last.at
+        if last.decision == UNANSWERED:
+            return max(0.0, end - self.started_at)
+        return max(0.0, min(last.at, end) - self.started_at)
+
+    @property
+    def run_s(self) -> float | None:
+        """``duration_s`` without :attr:`approval_wait_s`: the time the task spent running
+        (``None`` when it has no duration; 0 when its call never started)."""
+        d = self.duration_s
+        if d is None:
+            return None
+        return max(0.0, d - self.approval_wait_s)
 
     @property
     def redacted_args(self) -> Any:

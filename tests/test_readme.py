@@ -250,6 +250,73 @@ def test_mcp_examples_run_as_written(scratch: Path) -> None:
     assert [t.name for t in namespace["registry"]] == ["forecast.tomorrow"]
 
 
+def test_agent_snippets(scratch: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The ReAct section's two snippets, offline with their scripted models, on the registry
+    of "From Python"."""
+    namespace: dict[str, Any] = {}
+    run_python(block_with(section("From Python"), "python", "execute_sync"), namespace)
+    capsys.readouterr()
+    text = section("ReAct agent nodes")
+    run_python(block_with(text, "python", "llm=llm"), namespace)
+    assert capsys.readouterr().out.splitlines() == [
+        "Paris and Tokyo are both at 20.0 C.",
+        '{"city": "Tokyo", "temp_c": 20.0}',
+    ]
+    assert namespace["result"].ok
+    namespace["llm"].assert_exhausted()
+    run_python(block_with(text, "python", "ReActAgent("), namespace)
+    assert capsys.readouterr().out.splitlines() == [
+        "23.0 C answer 2",
+        "tool_call get_weather",
+        "tool_result get_weather",
+        "answer 23.0 C",
+    ]
+    assert namespace["result"].answer == "23.0 C"  # the resumed run of the checkpoint
+
+
+def test_planning_snippet(scratch: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    namespace: dict[str, Any] = {}
+    run_python(block_with(section("From Python"), "python", "execute_sync"), namespace)
+    capsys.readouterr()
+    run_python(block_with(section("Planning"), "python", "LLMPlanner("), namespace)
+    assert capsys.readouterr().out == "['paris', 'tokyo'] 1 succeeded\n"
+
+
+def test_dask_snippet(scratch: Path) -> None:
+    """The Dask snippet, its local cluster in this process (worker processes would take
+    seconds to start); the scheduler address is only an example and is not reached."""
+    pytest.importorskip("distributed")
+    namespace: dict[str, Any] = {}
+    run_python(block_with(section("From Python"), "python", "execute_sync"), namespace)
+    source = block_with(section("Scale-out with Dask"), "python", "DaskExecutor(")
+    sized = "DaskExecutor(n_workers=4, threads_per_worker=8)"
+    assert sized in source
+    run_python(source.replace(sized, sized[:-1] + ", processes=False)"), namespace)
+    assert namespace["result"].ok and namespace["exe"].startup_s is not None
+
+
+def test_every_python_snippet_is_run_by_a_test() -> None:
+    """Each ``python`` block of the README is one that a test above runs (found by a marker
+    only it holds), so a new snippet cannot go untested."""
+    run = {
+        "From Python": ["execute_sync"],
+        "ReAct agent nodes": ["llm=llm", "ReActAgent("],
+        "Interceptors and approval": ["tracing(", "Policy("],
+        "Planning": ["LLMPlanner("],
+        "From a goal to an answer": ["solve("],
+        "Streamed planning": ["plan_and_execute_streamed("],
+        "Run records, review and replanning": ["store="],
+        "Tools from MCP servers": ["MCPClient.stdio("],
+        "Scale-out with Dask": ["DaskExecutor("],
+    }
+    source = Path(__file__).read_text(encoding="utf-8")
+    for title in re.findall(r"^## (.+)$", README, re.M):
+        for block in blocks(section(title), "python"):
+            markers = [m for m in run.get(title, []) if m in block]
+            assert len(markers) == 1, (title, block[:200])
+            assert f'"python", "{markers[0]}"' in source, (title, markers[0])
+
+
 def test_the_default_executor_is_the_one_the_readme_names() -> None:
     import inspect
 

@@ -179,6 +179,102 @@ async def test_missing_reference_path_fails_the_task(registry: dagagent.Registry
     assert "${s.y}" in (r.error or "") and "no key 'y'" in (r.error or "")
 
 
+@pytest.mark.parametrize("executor", PARALLEL)
+async def test_a_cancelled_task_names_what_stopped_the_run(
+    executor: str, registry: dagagent.Registry
+) -> None:
+    plan = {
+        "tasks": [
+            w("boom", 0.05, args={"fail": True}),
+            w("sleeper", 10.0),
+            w("later", 0.0, ("sleeper",)),
+        ]
+    }
+    with anyio.fail_after(5):
+        result = await execute(plan, registry, executor=executor)
+    tasks = result.tasks
+    assert tasks["sleeper"].error == (
+        "cancelled while running: the run was stopped after task 'boom' failed"
+    )
+    assert tasks["later"].error == "not run: the run was stopped after task 'boom' failed"
+    # the critical path is made of tasks that finished, never of one the run stopped
+    assert result.critical_path == ["boom"]
+    assert result.critical_path_s < 2.0
+
+    # with on_failure="continue" a failure stops nothing: what stops the run is its caller
+    seen: list[Any] = []
+    with anyio.move_on_after(0.5):
+        await execute(
+            plan, registry, executor=executor, on_failure="continue", listeners=[seen.append]
+        )
+    (done,) = [e.result for e in seen if e.kind == "run.finished"]
+    assert done.tasks["boom"].status is TaskStatus.FAILED
+    assert done.tasks["sleeper"].error == (
+        "cancelled while running: the run was interrupted (Ctrl-C, a signal, or its caller)"
+    )
+    assert done.critical_path == ["boom"]
+
+
+@pytest.mark.parametrize("executor", PARALLEL)
+async def test_a_task_stopped_while_waiting_for_approval_never_ran(
+    executor: str, registry: dagagent.Registry, recorder: Any
+) -> None:
+    """Its time is time waited for an answer, not time running, and its record says so."""
+    asked = anyio.Event()
+
+    async def nobody_answers(request: dagagent.ApprovalRequest) -> bool:
+        asked.set()
+        await anyio.sleep_forever()
+        return True
+
+    policy = dagagent.Policy(
+        [dagagent.Rule(tool="work", args={"name": "guarded"}, action="ask")], ask=nobody_answers
+    )
+
+    async def fail_once_asked() -> None:
+        await asked.wait()
+        await anyio.sleep(0.5)
+
+    @registry.tool
+    async def fail_later() -> None:
+        """Fail once the question is open."""
+        await fail_once_asked()
+        raise RuntimeError("no")
+
+    plan = {"tasks": [w("guarded"), {"id": "bad", "tool": "fail_later", "args": {}}]}
+    with anyio.fail_after(10):
+        result = await execute(plan, registry, executor=executor, interceptors=[policy])
+    r = result.tasks["guarded"]
+    assert r.status is TaskStatus.CANCELLED
+    assert r.error == (
+        "cancelled while waiting for approval (its call never started): "
+        "the run was stopped after task 'bad' failed"
+    )
+    assert "guarded" not in recorder.calls
+    assert r.decisions is not None and r.decisions[-1].decision == dagagent.results.UNANSWERED
+    assert r.run_s == 0.0
+    assert r.duration_s is not None and r.approval_wait_s == pytest.approx(r.duration_s)
+    assert r.approval_wait_s >= 0.4
+    assert result.critical_path == ["bad"]
+
+
+async def test_time_waiting_for_approval_is_apart_from_time_running(
+    registry: dagagent.Registry,
+) -> None:
+    async def slow_yes(request: dagagent.ApprovalRequest) -> bool:
+        await anyio.sleep(0.5)
+        return True
+
+    policy = dagagent.Policy([dagagent.Rule(tool="work", action="ask")], ask=slow_yes)
+    result = await execute({"tasks": [w("a", 0.0)]}, registry, interceptors=[policy])
+    r = result.tasks["a"]
+    assert r.ok and r.approval_wait_s >= 0.4
+    assert r.run_s is not None and r.run_s < r.approval_wait_s
+    assert r.run_s + r.approval_wait_s == pytest.approx(r.duration_s)
+    plain = (await execute({"tasks": [w("a", 0.0)]}, registry)).tasks["a"]
+    assert plain.approval_wait_s == 0.0 and plain.run_s == plain.duration_s
+
+
 @pytest.mark.parametrize("executor", EXECUTORS)
 async def test_cancelling_the_caller_cancels_the_run(
     executor: str, registry: dagagent.Registry, recorder: Any

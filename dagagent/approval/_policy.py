@@ -6,7 +6,10 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import anyio
+
 from ..errors import ConfigError, TaskDeniedError, ToolArgumentsError
+from ..results import UNANSWERED
 from ._asking import ApprovalRequest, AskCallback, Asker
 from ._files import read_policy_file, rules_from_dict
 from ._rules import ACTIONS, Action, Rule
@@ -155,7 +158,13 @@ class Policy:
             reason = reason or f"tool {call.tool.name!r} is not allowed"
             _decide(call, "deny", label, reason, label)
             raise TaskDeniedError(reason, decided_by=label)
-        approval = await self._asker(ApprovalRequest(call, rule, label))
+        try:
+            approval = await self._asker(ApprovalRequest(call, rule, label))
+        except anyio.get_cancelled_exc_class():
+            # the run stopped while the question was open: on record, the task waited for an
+            # answer all that time, and its call never started
+            _decide(call, UNANSWERED, "nobody", "the run stopped before an answer came", label)
+            raise
         who = approval.decided_by or self._asker.name or label
         if not approval.approved:
             why = approval.reason or "not approved"

@@ -41,6 +41,7 @@ __all__ = [
     "EXIT_RECORD",
     "EXIT_STORE",
     "EXIT_USAGE",
+    "Interrupted",
     "app",
     "check_output_path",
     "err",
@@ -236,6 +237,15 @@ def error_json(exc: DagagentError, exit_code: int) -> dict[str, Any]:
     }
 
 
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C (or SIGTERM, SIGHUP) stopped a command that has more to say than
+    ``interrupted``: what was kept and how to go on (``message``, printed by :func:`guard`)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
 def guard(fn: F) -> F:
     """Turn user-caused errors into messages and exit codes, never tracebacks."""
     import functools
@@ -251,10 +261,11 @@ def guard(fn: F) -> F:
 
                 print_json(out, error_json(exc, code))
             raise typer.Exit(code) from None
-        except (KeyboardInterrupt, asyncio.CancelledError):
+        except (KeyboardInterrupt, asyncio.CancelledError) as exc:
             # Ctrl-C. On Python 3.11+ the event loop turns it into KeyboardInterrupt once the
             # run is cancelled; on 3.10 the cancellation itself comes out of anyio.run.
-            err.print("interrupted", markup=False)
+            said = exc.message if isinstance(exc, Interrupted) else "interrupted"
+            err.print(said, markup=False, highlight=False)
             raise typer.Exit(EXIT_INTERRUPTED) from None
 
     return wrapper  # type: ignore[return-value]

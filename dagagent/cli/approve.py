@@ -27,6 +27,7 @@ from ..errors import ConfigError, ToolArgumentsError, UnknownToolError
 from ..plan import ToolTask
 from ..results import jsonable
 from ._app import EXIT_FAILED, err
+from .progress import question_on_terminal
 from .render import plan_table
 
 if TYPE_CHECKING:
@@ -127,7 +128,8 @@ class TerminalAsker:
 
     async def __call__(self, request: ApprovalRequest) -> Approval:
         async with self._lock:
-            return await self._ask(request)
+            with question_on_terminal():  # no progress line lands on the prompt
+                return await self._ask(request)
 
     async def _ask(self, request: ApprovalRequest) -> Approval:
         by = self.decided_by

@@ -167,10 +167,24 @@ class RunOptions:
     asks: tuple[str, ...] = ()
     policy_file: Path | None = None
     dask_address: str | None = None
+    dask_workers: int | None = None
+    dask_threads: int | None = None
 
     def __post_init__(self) -> None:
-        if self.dask_address is not None and self.executor != "dask":
-            raise ConfigError("--dask-address needs --executor dask")
+        for given, option in (
+            (self.dask_address, "--dask-address"),
+            (self.dask_workers, "--dask-workers"),
+            (self.dask_threads, "--dask-threads"),
+        ):
+            if given is not None and self.executor != "dask":
+                raise ConfigError(f"{option} needs --executor dask")
+        if self.dask_address is not None and (
+            self.dask_workers is not None or self.dask_threads is not None
+        ):
+            raise ConfigError(
+                "--dask-workers and --dask-threads size the local cluster a run starts; "
+                "with --dask-address the scheduler's own workers run the tools"
+            )
 
     @property
     def live(self) -> bool:
@@ -198,8 +212,13 @@ class RunOptions:
         (``tools_spec`` and ``mcp``, default ``--tools`` and ``--mcp``), so that ``replan``
         loads the same tools."""
         executor: Any = self.executor
-        if self.dask_address is not None:
-            executor = get_executor("dask", address=self.dask_address)
+        if self.executor == "dask":
+            executor = get_executor(
+                "dask",
+                address=self.dask_address,
+                n_workers=self.dask_workers,
+                threads_per_worker=self.dask_threads,
+            )
         mcp = self.mcp if mcp is None else mcp
         return {
             "executor": executor,

@@ -36,7 +36,7 @@ from .options import (
     TimeoutOpt,
     ToolsOpt,
 )
-from .render import plan_table, print_json
+from .render import plan_table, print_json, print_warnings
 from .run import run_graph
 from .tools import load_tools
 
@@ -187,8 +187,7 @@ def plan_cmd(
         )
     else:
         err.print(usage_line, markup=False, highlight=False)
-    for w in result.warnings:
-        err.print(f"warning: {w}", markup=False, highlight=False)
+    print_warnings(err, result.warnings)
     if out_file is not None:
         _write(out_file, result.plan.to_json(indent=2) + "\n")
         err.print(f"plan written to {out_file}", markup=False, highlight=False)

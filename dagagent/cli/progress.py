@@ -15,6 +15,8 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager
 from types import TracebackType
 from typing import IO, Any
 
@@ -32,6 +34,7 @@ __all__ = [
     "LiveProgress",
     "PlainProgress",
     "progress_for",
+    "question_on_terminal",
 ]
 
 _FINAL_ORDER = ("succeeded", "reused", "failed", "denied", "cancelled", "skipped")
@@ -54,12 +57,31 @@ class PlainProgress:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._broken = False
+        self._writing = threading.Lock()
+        self._held = 0  # questions open on the terminal: lines wait until they are answered
 
     def __call__(self, event: Any) -> None:
         if type(event) is TaskFinished:
             self._append(event.result)
 
+    def hold(self) -> None:
+        """A question is about to be asked on the terminal: write what finished so far now,
+        above it, then nothing more until :meth:`release` (a line must not land on the
+        prompt the person is typing at)."""
+        with self._writing:
+            self._write_pending()
+            self._held += 1
+
+    def release(self) -> None:
+        with self._writing:
+            self._held = max(0, self._held - 1)
+
     def _drain(self) -> None:
+        with self._writing:
+            if not self._held:
+                self._write_pending()
+
+    def _write_pending(self) -> None:
         pending = self._pending
         lines = []
         while True:
@@ -81,6 +103,7 @@ class PlainProgress:
             self._drain()
 
     def __enter__(self) -> PlainProgress:
+        _ACTIVE.add(self)
         self._thread = threading.Thread(target=self._work, name="dagagent-progress", daemon=True)
         self._thread.start()
         return self
@@ -95,7 +118,27 @@ class PlainProgress:
         if self._thread is not None:
             self._thread.join()
             self._thread = None
-        self._drain()
+        with self._writing:
+            self._held = 0
+            self._write_pending()
+        _ACTIVE.discard(self)
+
+
+_ACTIVE: set[PlainProgress] = set()
+
+
+@contextmanager
+def question_on_terminal() -> Iterator[None]:
+    """While a question waits for an answer on the terminal, progress lines wait too; the
+    lines of tasks that finished before it are written first, above the question."""
+    held = list(_ACTIVE)
+    for progress in held:
+        progress.hold()
+    try:
+        yield
+    finally:
+        for progress in held:
+            progress.release()
 
 
 class LiveProgress:
@@ -127,6 +170,7 @@ class LiveProgress:
         self._recent: deque[tuple[str, str, float | None]] = deque(maxlen=show_finished)
         self._started = time.monotonic()
         self._live: Live | None = None
+        self._note: str | None = None  # what happens before the first task starts
 
     # -- the listener (event loop) ---------------------------------------------------------
 
@@ -135,6 +179,7 @@ class LiveProgress:
         if kind is TaskStarted:
             with self._lock:
                 self._running[event.task_id] = time.monotonic()
+                self._note = None
         elif kind is TaskFinished:
             r = event.result
             status = r.status.value
@@ -148,6 +193,12 @@ class LiveProgress:
             with self._lock:
                 self._retrying[event.task_id] = event.attempt
 
+    def note(self, text: str) -> None:
+        """Show what the run is waiting for before its first task starts (a Dask cluster
+        starting, say), under the counts, until a task starts."""
+        with self._lock:
+            self._note = text
+
     # -- rendering (rich's refresh thread) --------------------------------------------------
 
     def __rich__(self) -> RenderableType:
@@ -158,6 +209,7 @@ class LiveProgress:
             counts = dict(self._counts)
             done = self._done
             recent = list(self._recent)
+            note = self._note
         pending = self.total - done - len(running)
         head = Text()
         head.append(f"{done}/{self.total} done", style="bold")
@@ -166,7 +218,10 @@ class LiveProgress:
             if counts.get(st):
                 head.append(f"  {counts[st]} {st}", style=_STYLE.get(st, ""))
         head.append(f"  {now - self._started:.1f}s", style="dim")
-        bar = ProgressBar(total=max(self.total, 1), completed=done, width=40)
+        # a grid row ends its line: a bare ProgressBar does not, and the next row would
+        # continue on the bar's line
+        bar = Table.grid()
+        bar.add_row(ProgressBar(total=max(self.total, 1), completed=done, width=40))
         table = Table(box=None, show_header=False, padding=(0, 1))
         table.add_column("state")
         table.add_column("id")
@@ -180,6 +235,8 @@ class LiveProgress:
             table.add_row(
                 Text(st, style=_STYLE.get(st, "")), tid, f"{dur:.2f}s" if dur is not None else "-"
             )
+        if note is not None:
+            return Group(head, bar, Text(note, style="dim"), table)
         return Group(head, bar, table)
 
     def __enter__(self) -> LiveProgress:

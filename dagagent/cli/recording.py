@@ -3,7 +3,9 @@ display attached and stop signals handled (:func:`run_recorded`)."""
 
 from __future__ import annotations
 
+import asyncio
 import os
+import shlex
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -12,14 +14,15 @@ import anyio
 from rich.console import Console
 
 from ..api import execute, new_run_id
+from ..errors import StoreError
 from ..graph import PlanGraph
 from ..results import RunResult
 from ..store import RunStore, default_store_path
-from ._app import err, tools_spec
-from .progress import progress_for
+from ._app import Interrupted, err, tools_spec
+from .progress import LiveProgress, progress_for
 from .signals import stoppable
 
-__all__ = ["recorded_tools_spec", "run_recorded", "say_recorded"]
+__all__ = ["interrupted_message", "recorded_tools_spec", "run_recorded", "say_recorded"]
 
 
 def run_recorded(
@@ -47,6 +50,11 @@ def run_recorded(
     progress = progress_for(graph, console, live=live) if console is not None else None
     if progress is not None:
         listeners = (*listeners, progress)
+    executor: Any = options.get("executor")
+    if getattr(executor, "on_progress", False) is None:  # say what happens while it starts
+        executor.on_progress = (
+            progress.note if isinstance(progress, LiveProgress) else _say_on_stderr
+        )
     with RunStore(store, context=context or None) as run_store:
 
         async def main() -> RunResult:
@@ -56,10 +64,36 @@ def run_recorded(
                 )
             )
 
-        if progress is None:
-            return anyio.run(main)
-        with progress:
-            return anyio.run(main)
+        try:
+            if progress is None:
+                return anyio.run(main)
+            with progress:
+                return anyio.run(main)
+        except (KeyboardInterrupt, asyncio.CancelledError):  # see guard: 3.10 gives the latter
+            raise Interrupted(interrupted_message(run_store, run_id, store)) from None
+
+
+def _say_on_stderr(text: str) -> None:
+    err.print(text, markup=False, highlight=False)
+
+
+def interrupted_message(run_store: RunStore, run_id: str, store: str | Path | None) -> str:
+    """What Ctrl-C during a run leaves behind and how to go on: the run's id and the
+    commands that show it and run the rest of it (``replan --execute`` reuses every task
+    that succeeded)."""
+    try:
+        record = run_store.get_run(run_id)
+    except StoreError:  # stopped before the run was recorded (e.g. while a cluster started)
+        return "interrupted before the run started: nothing was recorded"
+    where = f" --store {shlex.quote(str(store))}" if store is not None and str(store) else ""
+    done = sum(1 for r in record.tasks.values() if r.status.ok)
+    reuses = f"   # reuses the {done} that succeeded" if done else ""
+    return (
+        f"interrupted: run {run_id} is recorded as cancelled ({done} of "
+        f"{len(record.plan.tasks)} tasks succeeded)\n"
+        f"  see it:       dagagent show {run_id}{where}\n"
+        f"  run the rest: dagagent replan {run_id}{where} --execute{reuses}"
+    )
 
 
 def recorded_tools_spec(spec: str | None, mcp: Sequence[str] = ()) -> str | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from typing import Any
 
 from rich.console import Console
@@ -11,14 +12,17 @@ from rich.text import Text
 
 from ..graph import PlanGraph
 from ..plan import ToolTask
-from ..results import RunResult, TaskStatus
+from ..results import RunResult, TaskResult, TaskStatus
 from ..text import shorten
 
 __all__ = [
     "STATUS_STYLE",
     "plan_table",
     "print_json",
+    "print_warnings",
     "result_table",
+    "time_cells",
+    "waited_for_approval",
 ]
 
 STATUS_STYLE = {
@@ -58,27 +62,77 @@ def plan_table(graph: PlanGraph, *, whole: bool = False) -> Table:
     return table
 
 
+#: An approval wait shorter than this is a rule deciding, not a person: not worth a column.
+_NOTICEABLE_WAIT_S = 0.001
+
+
+def waited_for_approval(results: Iterable[TaskResult | None]) -> bool:
+    """Whether any of these tasks waited for an approval decision (then tables show the wait
+    in a column of its own, apart from the time the task ran)."""
+    return any(r is not None and r.approval_wait_s >= _NOTICEABLE_WAIT_S for r in results)
+
+
+def time_cells(r: TaskResult) -> tuple[str, str]:
+    """A task's time running and its time waiting for approval, as table cells."""
+    run = r.run_s
+    wait = r.approval_wait_s
+    return (
+        f"{run:.3f}s" if run is not None and (run > 0 or wait < _NOTICEABLE_WAIT_S) else "-",
+        f"{wait:.3f}s" if wait >= _NOTICEABLE_WAIT_S else "",
+    )
+
+
 def result_table(result: RunResult, *, width: int = 80) -> Table:
     """The run's tasks, one row each; the output or error cut to fit a terminal ``width``
-    columns wide (never under 60 characters)."""
+    columns wide (never under 60 characters). When a task waited for approval, a column
+    ``approval`` holds that wait and ``time`` only the time it ran."""
     cut = max(60, width - 40)
+    waits = waited_for_approval(result.tasks.values())
     table = Table(title=f"run {result.run_id}: {result.status.value}")
     table.add_column("id")
     table.add_column("status")
     table.add_column("time", justify="right")
+    if waits:
+        table.add_column("approval", justify="right")
     table.add_column("tries", justify="right")
     table.add_column("output / error")
     for tid, r in result.tasks.items():
-        dur = r.duration_s
+        ran, waited = time_cells(r)
         detail = r.error if r.error else shorten(r.output, cut)
         table.add_row(
             tid,
             Text(r.status.value, style=STATUS_STYLE.get(r.status, "")),
-            f"{dur:.3f}s" if dur is not None else "-",
+            ran,
+            *((waited,) if waits else ()),
             str(r.attempts),
             Text(detail or "", style="red" if r.error and not r.status.ok else ""),
         )
     return table
+
+
+def print_warnings(console: Console, warnings: Iterable[Any]) -> None:
+    """Print a plan's warnings, one line each, except that every ``no_llm`` warning (agent
+    tasks and no model) makes one line, worded for the command line."""
+    no_model: list[str] = []
+    seen: set[str] = set()
+    for w in warnings:
+        if getattr(w, "code", None) == "no_llm":
+            if w.task_id not in no_model:
+                no_model.append(w.task_id)
+            continue
+        text = f"warning: {w}"
+        if text not in seen:
+            seen.add(text)
+            console.print(text, markup=False, highlight=False)
+    if no_model:
+        tasks = ", ".join(repr(t) for t in no_model)
+        noun = "an agent task" if len(no_model) == 1 else f"{len(no_model)} agent tasks"
+        console.print(
+            f"warning: [no_llm] {noun} ({tasks}) will fail: agent tasks need a model; "
+            "pass --model SPEC (e.g. openai:gpt-4o-mini) or set DAGAGENT_MODEL",
+            markup=False,
+            highlight=False,
+        )
 
 
 def print_json(console: Console, data: Any) -> None:

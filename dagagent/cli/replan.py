@@ -38,7 +38,7 @@ from .options import (
     ToolsOpt,
 )
 from .recording import run_recorded, say_recorded
-from .render import print_json
+from .render import print_json, print_warnings
 from .run import agent_model, print_result
 from .runs import find_run, open_store
 from .tools import load_tools
@@ -103,8 +103,7 @@ def _revise(
             markup=False,
             highlight=False,
         )
-        for w in revision.planning.warnings:
-            err.print(f"warning: {w}", markup=False, highlight=False)
+        print_warnings(err, revision.planning.warnings)
     return revision
 
 
@@ -224,8 +223,7 @@ def replan_cmd(
             _hint(record, review)
         raise typer.Exit(EXIT_OK)
     assert revision is not None
-    for w in revision.graph.warnings:
-        err.print(f"warning: {w}", markup=False, highlight=False)
+    print_warnings(err, revision.graph.warnings)
     if not json_out:
         out.print("")
         out.print(f"running it as a new run (parent {record.run_id}):", markup=False)

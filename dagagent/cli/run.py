@@ -27,7 +27,7 @@ from .options import (
     ToolsOpt,
 )
 from .recording import run_recorded, say_recorded
-from .render import plan_table, print_json, result_table
+from .render import plan_table, print_json, print_warnings, result_table
 from .tools import load_tools
 
 __all__ = ["agent_model", "print_result", "run_graph"]
@@ -65,8 +65,7 @@ def validate_cmd(
         )
         return
     out.print(plan_table(graph))
-    for w in graph.warnings:
-        err.print(f"warning: {w}", markup=False, highlight=False)
+    print_warnings(err, graph.warnings)
     n, k = len(graph), len(graph.levels)
     out.print(
         f"valid: {n} task{'s' if n != 1 else ''} in {k} level{'s' if k != 1 else ''}",
@@ -139,6 +138,15 @@ def run_graph(
         **execute_options,
     )
     code = print_result(result, as_json=as_json, graph=graph)
+    startup = getattr(execute_options["executor"], "startup_s", None)
+    if startup is not None and not as_json:
+        # the run's own time leaves out the cluster's start: say both
+        err.print(
+            f"Dask took {startup:.1f}s to start and receive the tools, the run "
+            f"{result.wall_time_s:.1f}s: {startup + result.wall_time_s:.1f}s in all",
+            markup=False,
+            highlight=False,
+        )
     if not say_recorded(result, options.store, quiet=as_json):
         return EXIT_RECORD
     raised = [r.task_id for r in result.tasks.values() if r.traceback]
@@ -185,6 +193,21 @@ def run_cmd(
         help="With --executor dask: the Dask scheduler to use. Default: a local cluster "
         "started and shut down with the run.",
     ),
+    dask_workers: int | None = typer.Option(
+        None,
+        "--dask-workers",
+        min=1,
+        metavar="N",
+        help="With --executor dask: worker processes of the local cluster. Default: as Dask "
+        "picks for this machine.",
+    ),
+    dask_threads: int | None = typer.Option(
+        None,
+        "--dask-threads",
+        min=1,
+        metavar="N",
+        help="With --executor dask: tool calls each worker of the local cluster runs at once.",
+    ),
     model: str | None = typer.Option(
         None,
         "--model",
@@ -214,10 +237,11 @@ def run_cmd(
         asks=tuple(ask or ()),
         policy_file=policy_file,
         dask_address=dask_address,
+        dask_workers=dask_workers,
+        dask_threads=dask_threads,
     )
     registry = load_tools(tools, mcp)
     llm = agent_model(model, base_url)
     graph = validate(plan, registry, llm=llm, check_llm=True)
-    for w in graph.warnings:
-        err.print(f"warning: {w}", markup=False, highlight=False)
+    print_warnings(err, graph.warnings)
     raise typer.Exit(run_graph(graph, registry, options, as_json=json_out, llm=llm))

@@ -36,7 +36,7 @@ from .options import (
     RunArg,
     StoreOpt,
 )
-from .render import STATUS_STYLE, print_json
+from .render import STATUS_STYLE, print_json, time_cells, waited_for_approval
 
 __all__ = ["find_run", "open_store"]
 
@@ -210,26 +210,31 @@ def show_cmd(
         markup=False,
         highlight=False,
     )
+    waits = waited_for_approval(record.tasks.values())
     table = Table()
     table.add_column("id")
     table.add_column("tool")
     table.add_column("status")
     table.add_column("time", justify="right")
+    if waits:
+        table.add_column("approval", justify="right")
     table.add_column("tries", justify="right")
     table.add_column("output / error")
     for t in record.plan.tasks:
         r = record.tasks.get(t.id)
         what = t.label
         if r is None:
-            table.add_row(t.id, what, Text("unrecorded", style="dim"), "-", "-", "")
+            blank = ("-", "") if waits else ("-",)
+            table.add_row(t.id, what, Text("unrecorded", style="dim"), *blank, "-", "")
             continue
-        dur = r.duration_s
+        ran, waited = time_cells(r)
         detail = r.error if r.error else shorten(r.output, max(60, out.width - 60))
         table.add_row(
             t.id,
             what,
             Text(r.status.value, style=_STYLE.get(r.status.value, "")),
-            f"{dur:.3f}s" if dur is not None else "-",
+            ran,
+            *((waited,) if waits else ()),
             str(r.attempts),
             Text(detail or "", style="red" if r.error and not r.status.ok else ""),
         )
@@ -279,8 +284,11 @@ def _show_task(record: RunRecord, task_id: str, *, as_json: bool) -> None:
     if r is None:
         line("status", "unrecorded (the run did not get to it)")
         return
-    dur = r.duration_s
-    line("status", r.status.value + (f" in {dur:.3f}s" if dur is not None else ""))
+    ran, waited = r.run_s, r.approval_wait_s
+    took = f" in {ran:.3f}s" if ran is not None and ran > 0 else ""
+    if waited >= 0.001:
+        took += f" ({'after ' if took else ''}{waited:.3f}s waiting for approval)"
+    line("status", r.status.value + took)
     line("attempts", str(r.attempts))
     planned_args = t.args if isinstance(t, ToolTask) else None
     args = r.args if r.args is not None else planned_args  # the store keeps redacted arguments

@@ -166,11 +166,7 @@ def finish_unstarted(graph: PlanGraph, runner: TaskRunner) -> None:
     results = runner.results
     if len(results) == len(graph.tasks):
         return
-    cause = next(
-        (r for r in results.values() if r.status in (TaskStatus.FAILED, TaskStatus.DENIED)),
-        None,
-    )
-    because = f" after task {cause.task_id!r} {cause.status.value}" if cause else ""
+    stopped = None
     for n in graph.order:
         if n in results:
             continue
@@ -189,4 +185,5 @@ def finish_unstarted(graph: PlanGraph, runner: TaskRunner) -> None:
         if dep is not None:
             runner.mark(n, TaskStatus.SKIPPED, f"not run: upstream task {d!r} {dep.status.value}")
         else:
-            runner.mark(n, TaskStatus.CANCELLED, f"not run: the run was stopped{because}")
+            stopped = stopped or f"not run: {runner.stop_cause()}"
+            runner.mark(n, TaskStatus.CANCELLED, stopped)

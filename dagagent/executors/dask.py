@@ -44,6 +44,7 @@ import contextlib
 import importlib
 import itertools
 import sys
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -356,6 +357,8 @@ class DaskExecutor(DataflowExecutor):
     applies to that local cluster: how many times Dask itself re-runs a call whose worker
     died before reporting it (default 0: dagagent's retries decide). ``connect_timeout_s``
     bounds connecting to the scheduler, waiting for a first worker and checking the workers.
+    ``on_progress`` is told what happens while the cluster starts (a line of text each step),
+    and ``startup_s`` says how long a run waited for it.
 
     One executor may serve several runs at once; they share its client and cluster.
     """
@@ -373,6 +376,7 @@ class DaskExecutor(DataflowExecutor):
         cluster_options: Mapping[str, Any] | None = None,
         allowed_failures: int = 0,
         connect_timeout_s: float = 10.0,
+        on_progress: Callable[[str], None] | None = None,
     ) -> None:
         _import_dask()
         if client is not None and address is not None:
@@ -401,8 +405,15 @@ class DaskExecutor(DataflowExecutor):
         self.cluster_options = dict(cluster_options or {})
         self.allowed_failures = allowed_failures
         self.connect_timeout_s = connect_timeout_s
+        #: Told, in a line of text, what the executor is doing while it gets ready (starting
+        #: a local cluster takes seconds): for a command line to show.
+        self.on_progress = on_progress
+        #: Seconds the last run waited for the executor to get ready before its first task:
+        #: starting or reaching the cluster, and shipping the tools.
+        self.startup_s: float | None = None
         self._session: _Session | None = None
         self._opening: anyio.Event | None = None
+        self._getting_ready = time.monotonic()
 
     def __repr__(self) -> str:
         if self.client is not None:
@@ -426,7 +437,9 @@ class DaskExecutor(DataflowExecutor):
 
     @contextlib.asynccontextmanager
     async def session(self) -> AsyncIterator[None]:
+        self._getting_ready = time.monotonic()
         state = await self._acquire()
+        self.startup_s = time.monotonic() - self._getting_ready
         try:
             yield
         finally:
@@ -469,8 +482,11 @@ class DaskExecutor(DataflowExecutor):
             target = self.address
         cluster = None
         if target is None:
+            self._say(f"starting a local Dask cluster ({self._cluster_shape()})...")
             cluster = await self._start_cluster()
             target = cluster
+        else:
+            self._say(f"connecting to the Dask scheduler at {target}...")
         where = target if isinstance(target, str) else "the local cluster"
         try:
             client: Any = _any(Client)(target, asynchronous=True, timeout=self.connect_timeout_s)
@@ -498,6 +514,27 @@ class DaskExecutor(DataflowExecutor):
         if comm is not None and hasattr(comm, "interval"):
             comm.interval = _CLIENT_SEND_INTERVAL_S
         return _Session(client, cluster, own_client=True)
+
+    def _say(self, text: str) -> None:
+        if self.on_progress is not None:
+            self.on_progress(text)
+
+    def _cluster_shape(self) -> str:
+        n = self.n_workers
+        if n is None:
+            kind = "processes" if self.processes else "threads of this process"
+            workers = f"worker {kind} as Dask picks for this machine"
+        else:
+            kind = {
+                (True, False): "process",
+                (True, True): "processes",
+                (False, False): "thread of this process",
+                (False, True): "threads of this process",
+            }[(self.processes, n > 1)]
+            workers = f"{n} worker {kind}"
+        if self.threads_per_worker is not None:
+            workers += f", {self.threads_per_worker} threads each"
+        return workers
 
     async def _start_cluster(self) -> Any:
         from distributed import LocalCluster
@@ -551,6 +588,7 @@ class DaskExecutor(DataflowExecutor):
         if state is None:
             raise ConfigError("DaskExecutor.prepare() must be called inside DaskExecutor.session()")
         await self._prepare(state, runner.tools_in_use())
+        self.startup_s = time.monotonic() - self._getting_ready
 
     async def run(self, graph: PlanGraph, runner: TaskRunner, on_failure: FailurePolicy) -> None:
         state = self._session
@@ -600,7 +638,17 @@ class DaskExecutor(DataflowExecutor):
             with anyio.fail_after(timeout):
                 info = await client.scheduler.identity()
                 if not info.get("workers"):
+                    self._say("waiting for a Dask worker...")
                     await client.wait_for_workers(1)
+                    info = await client.scheduler.identity()
+                workers = info.get("workers") or {}
+                threads = sum(int(w.get("nthreads", 0) or 0) for w in workers.values())
+                self._say(
+                    f"Dask ready after {time.monotonic() - self._getting_ready:.1f}s: "
+                    f"{len(workers)} worker{'s' if len(workers) != 1 else ''}, {threads} "
+                    f"thread{'s' if threads != 1 else ''}; shipping {len(fns)} "
+                    f"tool{'s' if len(fns) != 1 else ''}"
+                )
                 replies = await client.run(_load_all, fns, on_error="return")
         except TimeoutError:
             raise ConfigError(

@@ -276,8 +276,9 @@ async def run_map(runner: TaskRunner, task: Task, run: TaskRun) -> TaskResult:
     try:
         status, output, error, error_type = await mapping()
     except runner._cancelled_exc:
-        elements = mapping.finish_unstarted("not run: the run was stopped")
-        runner._finish(run, _CANCELLED, error="cancelled while running", elements=elements)
+        why = runner.stop_cause()
+        elements = mapping.finish_unstarted(f"not run: {why}")
+        runner._finish(run, _CANCELLED, error=f"cancelled while running: {why}", elements=elements)
         raise
     except MapError as exc:
         return runner._finish(run, _FAILED, error=str(exc), error_type="MapError", elements=[])

@@ -23,7 +23,7 @@ from ..events import (
 )
 from ..plan import AgentTask
 from ..references import reference_text
-from ..results import CallDecision, TaskResult, TaskStatus
+from ..results import UNANSWERED, CallDecision, TaskResult, TaskStatus
 from ..tools import Registry, Tool
 from ._agent import AgentNode, AgentTaskRunner
 from ._calls import Interceptor, Invoker, ToolCalls
@@ -106,6 +106,7 @@ class TaskRunner:
         self._log = logger
         self._debug = logger is not None and debug_enabled(logger)
         self._cancelled_exc = anyio.get_cancelled_exc_class()
+        self._stop_cause: str | None = None  # see stop_cause()
 
     # -- one task ---------------------------------------------------------------------------
 
@@ -152,7 +153,7 @@ class TaskRunner:
                     await self._wait_to_retry(run, exc)
         except self._cancelled_exc as exc:
             if really_cancelled():
-                self._finish(run, _CANCELLED, error="cancelled while running")
+                self._finish(run, _CANCELLED, error=self._cancelled_why(run))
                 raise
             # The tool raised a cancellation of its own (it awaited a future someone else
             # cancelled, say) while nobody cancelled this task: a failure of this task, not
@@ -182,6 +183,33 @@ class TaskRunner:
         if self.emit is not None:
             self.emit(TaskStarted(self.run_id, task_id, run.started_at))
         return await run_map(self, task, run)
+
+    def stop_cause(self) -> str:
+        """Why the run stopped, as the records of the tasks it cancelled say it: the first
+        failure when failures stop the run, a plan being written that was rejected, or else
+        something outside the run. Worked out once, when the first task is cancelled."""
+        if self._stop_cause is None:
+            failed = None
+            if self.on_failure == "cancel":  # then a cancellation after a failure is its doing
+                failed = next(
+                    (r for r in self.results.values() if r.status in (_FAILED, _DENIED)), None
+                )
+            if failed is not None:
+                cause = f"the run was stopped after task {failed.task_id!r} {failed.status.value}"
+            elif getattr(self.graph, "aborted", False):
+                cause = "the run was stopped because the plan being written was rejected"
+            else:
+                cause = "the run was interrupted (Ctrl-C, a signal, or its caller)"
+            self._stop_cause = cause
+        return self._stop_cause
+
+    def _cancelled_why(self, run: TaskRun) -> str:
+        decisions = run.decisions
+        if decisions and decisions[-1].decision == UNANSWERED and decisions[-1].source == "plan":
+            what = "cancelled while waiting for approval (its call never started)"
+        else:
+            what = "cancelled while running"
+        return f"{what}: {self.stop_cause()}"
 
     def _reusable(self, task: Task, resolved: Any) -> bool:
         """Whether the earlier run's output stands: same fingerprint, same upstream outputs."""

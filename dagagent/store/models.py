@@ -8,9 +8,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..graph import critical_path, validate
+from ..graph import finished_critical_path, validate
 from ..plan import Plan
-from ..results import RunStatus, StatusCounts, TaskResult, TaskStatus
+from ..results import RunStatus, StatusCounts, TaskResult
 
 __all__ = ["RoundRecord", "RunRecord", "RunSummary", "SolveRecord"]
 
@@ -96,16 +96,12 @@ class RunRecord(BaseModel):
     def measured_critical_path(self) -> tuple[float, list[str]]:
         """``(seconds, task ids)`` of the run's critical path: the recorded one, or, for a run
         that did not finish (so none was recorded), the one its recorded durations give
-        (reused tasks take no time)."""
+        (tasks that finished; reused tasks take no time: see
+        :func:`~dagagent.graph.finished_critical_path`)."""
         if self.critical_path:
             return self.critical_path_s or 0.0, self.critical_path
         graph = validate(self.plan)  # the graph only: no tools are needed to measure it
-        durations = {
-            t: r.duration_s
-            for t, r in self.tasks.items()
-            if r.duration_s is not None and r.status is not TaskStatus.REUSED
-        }
-        return critical_path(graph.order, graph.dependencies, durations)
+        return finished_critical_path(graph.order, graph.dependencies, self.tasks)
 
     @property
     def wall_time_s(self) -> float | None:

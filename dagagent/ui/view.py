@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Any
 
-from ..graph import PlanGraph, critical_path, validate
+from ..graph import PlanGraph, finished_critical_path, validate
 from ..results import TaskResult
 from ..store import RunRecord
 
@@ -211,14 +211,7 @@ def _status_of(record: RunRecord) -> dict[str, str]:
 def _critical(record: RunRecord, graph: PlanGraph) -> tuple[float, list[str]]:
     if record.critical_path:
         return record.critical_path_s or 0.0, list(record.critical_path)
-    durations = {
-        t: d
-        for t, r in record.tasks.items()
-        if (d := r.duration_s) is not None and r.status.value != "reused"
-    }
-    if not durations:
-        return 0.0, []
-    return critical_path(graph.order, graph.dependencies, durations)
+    return finished_critical_path(graph.order, graph.dependencies, record.tasks)
 
 
 def _counts(status_of: Mapping[str, str]) -> list[tuple[str, int]]:

@@ -119,14 +119,14 @@ class Env:
         return doc
 
 
-@pytest.mark.parametrize("executor", ["levels", "dataflow"])
+@pytest.mark.parametrize(("executor", "sig"), [("levels", "SIGTERM"), ("dataflow", "SIGINT")])
 def test_sigterm_stops_the_run_like_ctrl_c_and_replan_reruns_only_the_rest(
-    tmp_path: Path, executor: str
+    tmp_path: Path, executor: str, sig: str
 ) -> None:
     env = Env(tmp_path)
     proc = env.start(executor)
     env.wait_for("end a", "start slow", proc=proc)
-    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(getattr(signal, sig))
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, (out, err)
     assert "interrupted" in err and "Traceback" not in err
@@ -138,6 +138,15 @@ def test_sigterm_stops_the_run_like_ctrl_c_and_replan_reruns_only_the_rest(
         "slow": "cancelled",
         "c": "cancelled",
     }
+    # each task says why: the run was interrupted, not a failure
+    assert rec.tasks["slow"].error == (
+        "cancelled while running: the run was interrupted (Ctrl-C, a signal, or its caller)"
+    )
+    assert rec.tasks["c"].error.startswith("not run: the run was interrupted")
+    # the message names the run and the commands that show it and run the rest of it
+    assert f"interrupted: run {rec.run_id} is recorded as cancelled (1 of 3 tasks" in err
+    assert f"dagagent show {rec.run_id}\n" in err
+    assert f"dagagent replan {rec.run_id} --execute   # reuses the 1 that succeeded" in err
     doc = env.replan()
     statuses = {k: t["status"] for k, t in doc["result"]["tasks"].items()}
     assert statuses == {"a": "reused", "slow": "succeeded", "c": "succeeded"}

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -22,7 +23,12 @@ from typer.testing import CliRunner
 import dagagent
 from dagagent.cli import _app as cli_app
 from dagagent.cli import app
-from dagagent.cli.progress import LiveProgress, PlainProgress, progress_for
+from dagagent.cli.progress import (
+    LiveProgress,
+    PlainProgress,
+    progress_for,
+    question_on_terminal,
+)
 from dagagent.store import RunStore
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -335,6 +341,93 @@ def test_plain_progress_writes_in_the_background_and_at_the_end() -> None:
         skipped = dagagent.TaskResult(task_id="b", status=dagagent.TaskStatus.SKIPPED)
         progress(dagagent.events.TaskFinished("run", skipped))
     assert stream.getvalue() == "a succeeded 0.250s\nb skipped -\n"
+
+
+def test_the_progress_bar_has_a_line_of_its_own(registry: dagagent.Registry) -> None:
+    plan = {"tasks": [{"id": f"t{i}", "tool": "work", "args": {"name": f"t{i}"}} for i in range(3)]}
+    live = LiveProgress(dagagent.validate(plan, registry), Console(file=io.StringIO()))
+    started = dagagent.events.TaskStarted("run", "t0", 1.0)
+    live(started)
+    for width in (80, 200):
+        snapshot = Console(file=io.StringIO(), width=width, force_terminal=False)
+        snapshot.print(live.__rich__())
+        lines = snapshot.file.getvalue().splitlines()  # type: ignore[attr-defined]
+        assert lines[0].startswith("0/3 done  1 running  2 waiting"), lines
+        assert set(lines[1].strip()) <= set("━╺╸ "), lines  # the bar, and nothing else
+        assert lines[2].split() == ["running", "t0", lines[2].split()[-1]], lines
+
+
+def test_progress_lines_wait_while_a_question_is_on_the_terminal() -> None:
+    stream = io.StringIO()
+    progress = PlainProgress(stream, flush_interval_s=0.02)
+
+    def finished(task_id: str) -> None:
+        r = dagagent.TaskResult(
+            task_id=task_id, status=dagagent.TaskStatus.SUCCEEDED, started_at=1.0, finished_at=2.0
+        )
+        progress(dagagent.events.TaskFinished("run", r))
+
+    with progress:
+        finished("before")
+        with question_on_terminal():
+            # what finished before the question is written above it, at once
+            assert stream.getvalue() == "before succeeded 1.000s\n"
+            finished("during")
+            time.sleep(0.5)  # many flush intervals: nothing lands on the prompt
+            assert stream.getvalue() == "before succeeded 1.000s\n"
+        deadline = time.monotonic() + 5
+        while "during" not in stream.getvalue() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert stream.getvalue() == "before succeeded 1.000s\nduring succeeded 1.000s\n"
+
+
+def test_tables_show_time_waiting_for_approval_apart_from_time_running(
+    home: Path, registry: dagagent.Registry
+) -> None:
+    from dagagent.cli.render import result_table
+
+    async def slow_yes(request: dagagent.ApprovalRequest) -> bool:
+        await anyio.sleep(0.5)
+        return True
+
+    policy = dagagent.Policy([dagagent.Rule(tool="add", action="ask")], ask=slow_yes)
+    plan = {
+        "tasks": [
+            {"id": "asked", "tool": "add", "args": {"a": 1, "b": 2}},
+            {"id": "free", "tool": "echo", "args": {"value": 1}},
+        ]
+    }
+    db = home / "runs.db"
+    result = dagagent.execute_sync(plan, registry, interceptors=[policy], store=db)
+    console = Console(file=io.StringIO(), width=200)
+    console.print(result_table(result, width=200))
+    rows = {
+        ln.split("│")[1].strip(): ln.split("│")
+        for ln in console.file.getvalue().splitlines()
+        if "│" in ln
+    }  # type: ignore[attr-defined]
+    header = [c.strip() for c in console.file.getvalue().splitlines()[2].split("┃")]  # type: ignore[attr-defined]
+    assert header[1:6] == ["id", "status", "time", "approval", "tries"]
+    ran, waited = (
+        float(rows["asked"][3].strip().rstrip("s")),
+        float(rows["asked"][4].strip().rstrip("s")),
+    )
+    assert waited >= 0.4 and ran < waited
+    assert rows["free"][4].strip() == ""  # nothing asked, nothing waited
+
+    res = cli("show", result.run_id, "--store", str(db))
+    assert res.exit_code == 0 and "approval" in res.stdout
+    res = cli("show", result.run_id, "--store", str(db), "--task", "asked")
+    assert re.search(
+        r"^status: succeeded in 0\.\d{3}s \(after 0\.[4-9]\d{2}s waiting for approval\)$",
+        res.stdout,
+        re.M,
+    ), res.stdout
+    # a run where nothing waited has no approval column
+    plain = dagagent.execute_sync(plan, registry)
+    console = Console(file=io.StringIO(), width=200)
+    console.print(result_table(plain, width=200))
+    assert "approval" not in console.file.getvalue()  # type: ignore[attr-defined]
 
 
 # ---------------------------------------------------------------------------------------------

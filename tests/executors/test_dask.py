@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import threading
 import time
@@ -350,6 +351,51 @@ def test_cli_dask_address_needs_dask_executor(tmp_path: Path) -> None:
     assert "--dask-address needs --executor dask" in r.stderr
 
 
+@pytest.mark.anyio
+async def test_the_executor_says_what_happens_while_its_cluster_starts(
+    registry: Registry,
+) -> None:
+    said: list[str] = []
+    exe = DaskExecutor(processes=False, n_workers=1, threads_per_worker=2, on_progress=said.append)
+    p = plan({"id": "a", "tool": "add", "args": {"a": 1, "b": 2}})
+    result = await dagagent.execute(p, registry, executor=exe)
+    assert result.ok
+    assert (
+        said[0]
+        == "starting a local Dask cluster (1 worker thread of this process, 2 threads each)..."
+    )
+    assert said[-1].startswith("Dask ready after ")
+    assert said[-1].endswith("s: 1 worker, 2 threads; shipping 1 tool")
+    # how long the run waited for it, apart from the run's own time
+    assert exe.startup_s is not None and exe.startup_s > 0
+    assert DaskExecutor(n_workers=3)._cluster_shape() == "3 worker processes"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--dask-workers", "2"], "--dask-workers needs --executor dask"),
+        (["--dask-threads", "2"], "--dask-threads needs --executor dask"),
+        (
+            ["--executor", "dask", "--dask-address", "tcp://h:1", "--dask-workers", "2"],
+            "with --dask-address the scheduler's own workers run the tools",
+        ),
+        (["--executor", "dask", "--dask-threads", "0"], "--dask-threads"),
+    ],
+)
+def test_cli_dask_cluster_options_are_checked(
+    tmp_path: Path, args: list[str], message: str
+) -> None:
+    r = CliRunner().invoke(
+        app,
+        ["run", str(ROOT / "examples" / "weather.json"), *args, "--store", str(tmp_path / "r.db")],
+        catch_exceptions=False,
+    )
+    assert r.exit_code == 2
+    assert message in r.stderr
+    assert not (tmp_path / "r.db").exists()
+
+
 # -- worker processes ----------------------------------------------------------------------
 
 
@@ -472,6 +518,32 @@ def test_cli_runs_on_a_dask_scheduler(process_cluster: Any, tmp_path: Path) -> N
     data = json.loads(r.stdout)
     assert data["status"] == "succeeded" and data["executor"] == "dask"
     assert data["tasks"]["cmp"]["output"]["larger"] == "Tokyo"
+    # without --json: what happens while it connects, and both times at the end
+    r = CliRunner().invoke(
+        app,
+        [
+            "run",
+            str(ROOT / "examples" / "weather.json"),
+            "--executor",
+            "dask",
+            "--dask-address",
+            process_cluster.scheduler_address,
+            "--store",
+            str(tmp_path / "runs.db"),
+        ],
+        catch_exceptions=False,
+    )
+    assert r.exit_code == 0, r.output
+    lines = r.stderr.splitlines()
+    assert lines[0] == f"connecting to the Dask scheduler at {process_cluster.scheduler_address}..."
+    assert re.fullmatch(
+        r"Dask ready after \d+\.\ds: 2 workers, 2 threads; shipping 4 tools", lines[1]
+    )
+    took = [ln for ln in lines if ln.startswith("Dask took ")]
+    assert len(took) == 1 and re.fullmatch(
+        r"Dask took \d+\.\ds to start and receive the tools, the run \d+\.\ds: \d+\.\ds in all",
+        took[0],
+    )
 
 
 # ----------------------------------------------------------------------------------------------

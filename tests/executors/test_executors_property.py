@@ -90,7 +90,7 @@ def test_each_task_once_and_after_its_dependencies(
 # ``on_failure="cancel"``
 # 6. No task starts after the first ``failed`` result is emitted.
 # 7. Every task that never started is ``skipped`` or ``cancelled`` (attempts 0); a started
-# task that did not finish is ``cancelled`` ("cancelled while running").
+# task that did not finish is ``cancelled`` ("cancelled while running: " and the first failure).
 # 8. If some task failed, the run failed; a task left unstarted is ``cancelled`` unless a
 # dependency is failed or skipped.
 # ----------------------------------------------------------------------------------------------
@@ -212,7 +212,12 @@ def _check(
                     assert not any(status[d] in ("failed", "skipped") for d in deps[t])
                     assert any(status[d] == "failed" for d in status)
             elif s == "cancelled":
-                assert r.error == "cancelled while running"
+                # the cause is named: the first task to fail, which stopped the run
+                first = min((t for t in status if status[t] == "failed"), key=finished.get)
+                assert (
+                    r.error
+                    == f"cancelled while running: the run was stopped after task {first!r} failed"
+                )
         if "failed" in status.values():
             assert result.status == "failed"
 
