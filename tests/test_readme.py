@@ -300,6 +300,7 @@ def test_every_python_snippet_is_run_by_a_test() -> None:
     only it holds), so a new snippet cannot go untested."""
     run = {
         "From Python": ["execute_sync"],
+        "Plan format": ["for_each"],
         "ReAct agent nodes": ["llm=llm", "ReActAgent("],
         "Interceptors and approval": ["tracing(", "Policy("],
         "Planning": ["LLMPlanner("],
