@@ -71,6 +71,7 @@ __all__ = [
     "Task",
     "Template",
     "ToolTask",
+    "element_key",
     "load_plan",
     "read_plan",
     "same_call",
@@ -238,6 +239,13 @@ def task_fingerprint(task: Task, resolved: Any) -> str:
     """What makes a task's output reusable: its id, tool (or instruction and tool subset) and
     its resolved inputs. Equal fingerprints → the earlier output may be reused."""
     return task.fingerprint(resolved)
+
+
+def element_key(task_id: str, fingerprint: str) -> str:
+    """Where a reuse map (``execute(reuse=...)``) keeps an element of map task ``task_id`` whose
+    fingerprint (:func:`task_fingerprint` of its resolved input) is ``fingerprint``: an element
+    is reused for the same input wherever it stands in the list. ``@`` is never in a task id."""
+    return f"{task_id}@{fingerprint}"
 
 
 def same_call(a: Task, b: Task) -> bool:

@@ -495,13 +495,14 @@ def test_a_v1_database_migrates_to_the_current_schema_and_reads(tmp_path: Path) 
     db = tmp_path / "v1.db"
     _v1_db(db)
     with RunStore(db, create=False) as st:
-        assert st.schema_version == SCHEMA_VERSION == 4
+        assert st.schema_version == SCHEMA_VERSION == 5
         rec = st.get_run("00000000abcd")
         assert rec.goal == "old" and rec.tasks["a"].output == 1
         assert rec.fingerprints == {"a": task_fingerprint(rec.plan.tasks[0], {"value": 1})}
         assert rec.context == {}  # v2 added the run context column
         assert st.solve_of_run(rec.run_id) is None  # v3 added the solve records
         assert rec.tasks["a"].traceback is None  # v4 added the traceback column
+        assert rec.tasks["a"].elements is None  # v5 added the elements of map tasks
     assert user_version(db) == SCHEMA_VERSION
 
 
@@ -807,3 +808,93 @@ def test_a_redacted_secret_never_reaches_the_store(tmp_path: Path) -> None:
         plan, reg, reuse=reuse_map(rec), parent_id=rec.run_id, interceptors=[redacting()]
     )
     assert again.tasks["v"].status.value == "reused" and seen == ["[redacted]"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Map tasks
+
+
+def _map_registry(failing: set[str]) -> dagagent.Registry:
+    reg = dagagent.Registry()
+
+    @reg.tool
+    def names() -> Any:
+        return ["ann", "bob", "cy"]
+
+    @reg.tool
+    def greet(name: str, token: str = "") -> Any:
+        if name in failing:
+            raise RuntimeError(f"cannot greet {name}")
+        return {"hello": name, "bytes": b"\xff"} if name == "cy" else f"hello {name}"
+
+    return reg
+
+
+async def test_every_element_of_a_map_task_is_recorded(tmp_path: Path) -> None:
+    plan = {
+        "tasks": [
+            {"id": "who", "tool": "names"},
+            {"id": "hi", "tool": "greet", "for_each": "${who}", "args": {"name": "${@item}"}},
+        ]
+    }
+    db = tmp_path / "r.db"
+    reg = _map_registry({"bob"})
+    result = await dagagent.execute(plan, reg, store=db, on_failure="continue")
+    with RunStore(db) as st:
+        rec = st.get_run(result.run_id)
+    hi = rec.tasks["hi"]
+    assert hi.status.value == "failed" and hi.args == ["ann", "bob", "cy"]
+    assert [e.task_id for e in hi.elements or ()] == ["hi[0]", "hi[1]", "hi[2]"]
+    ann, bob, cy = hi.elements or []
+    live = result.tasks["hi"].elements or []
+    assert (ann.status.value, ann.output, ann.args) == ("succeeded", "hello ann", {"name": "ann"})
+    assert (ann.started_at, ann.finished_at) == (live[0].started_at, live[0].finished_at)
+    assert (bob.status.value, bob.error, bob.error_type) == (
+        "failed",
+        "RuntimeError: cannot greet bob",
+        "RuntimeError",
+    )
+    # an element output the store cannot write is left out and said so, as a task's is
+    assert (cy.status.value, cy.output, cy.error_type) == ("succeeded", None, OUTPUT_NOT_RECORDED)
+    doc = rec.to_json_dict()
+    assert [e["status"] for e in doc["tasks"]["hi"]["elements"]] == [
+        "succeeded",
+        "failed",
+        "succeeded",
+    ]
+    # the elements that succeeded are reusable, each by its own input (not one whose output
+    # could not be written)
+    reusable = reuse_map(rec)
+    fp = task_fingerprint(rec.plan.tasks[1], {"name": "ann"})
+    assert {k: v for k, v in reusable.items() if k.startswith("hi@")} == {
+        f"hi@{fp}": (fp, "hello ann")
+    }
+    assert predict_reuse(rec, rec.plan)["hi"].reason == (
+        "failed before; the 2 of 3 elements that succeeded are reused if their input is unchanged"
+    )
+
+
+async def test_a_redacted_element_is_not_reused(tmp_path: Path) -> None:
+    from dagagent.interceptors import redacting
+
+    plan = {
+        "tasks": [
+            {"id": "who", "tool": "names"},
+            {
+                "id": "hi",
+                "tool": "greet",
+                "for_each": "${who}",
+                "args": {"name": "${@item}", "token": "secret-${@index}-0123456789"},
+            },
+        ]
+    }
+    db = tmp_path / "r.db"
+    result = await dagagent.execute(
+        plan, _map_registry(set()), store=db, interceptors=[redacting()]
+    )
+    with sqlite3.connect(db) as conn:
+        rows = conn.execute("SELECT elements FROM tasks WHERE task_id = 'hi'").fetchall()
+    assert rows and "secret-" not in str(rows) and "[redacted]" in str(rows)
+    with RunStore(db) as st:
+        rec = st.get_run(result.run_id)
+    assert not [k for k in reuse_map(rec) if k.startswith("hi@")]

@@ -2,11 +2,16 @@
 
 Pure functions from a :class:`~dagagent.graph.PlanGraph` (and, for a recorded run, each
 task's status) to text; ``dagagent graph`` prints them.
+
+A map task is one node whatever its count: ``tool ×N`` (``×${ref}`` in a plan whose list is
+not known yet), with, for a recorded run, how its elements ended (``elements``: the element
+statuses of each map task).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections import Counter
+from collections.abc import Mapping, Sequence
 
 from ..graph import PlanGraph
 from ..plan import Task
@@ -29,8 +34,20 @@ _COLOURS: dict[str, tuple[str, str]] = {
 }
 
 
-def _what(task: Task) -> str:
-    return task.label
+Elements = Mapping[str, Sequence[str]]
+"""The statuses of each map task's elements, in order, by task id."""
+
+
+def _what(task: Task, elements: Elements | None = None) -> str:
+    if task.for_each is None:
+        return task.label
+    statuses = elements.get(task.id) if elements is not None else None
+    if statuses is None:
+        n = task.for_each if isinstance(task.for_each, str) else str(len(task.for_each))
+        return f"{task.label} ×{n}"
+    counts = Counter(statuses)
+    told = ", ".join(f"{k} {s}" for s, k in counts.items()) if len(counts) > 1 else ""
+    return f"{task.label} ×{len(statuses)}" + (f" ({told})" if told else "")
 
 
 def _status_of(task_id: str, statuses: Mapping[str, str] | None) -> str | None:
@@ -39,14 +56,16 @@ def _status_of(task_id: str, statuses: Mapping[str, str] | None) -> str | None:
     return statuses.get(task_id, UNRECORDED)
 
 
-def to_mermaid(graph: PlanGraph, statuses: Mapping[str, str] | None = None) -> str:
+def to_mermaid(
+    graph: PlanGraph, statuses: Mapping[str, str] | None = None, elements: Elements | None = None
+) -> str:
     """A Mermaid ``flowchart``; with ``statuses``, nodes are coloured by status."""
     node = {tid: f"t{i}" for i, tid in enumerate(graph.order)}
     lines = ["flowchart TD"]
     if graph.plan.goal:
         lines.append(f"  %% goal: {' '.join(graph.plan.goal.split())}")
     for tid in graph.order:
-        label = f"{tid}<br/>{_what(graph.tasks[tid])}"
+        label = f"{tid}<br/>{_what(graph.tasks[tid], elements)}"
         st = _status_of(tid, statuses)
         if st is not None:
             label += f"<br/>{st}"
@@ -80,7 +99,9 @@ def _dot_str(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
 
 
-def to_dot(graph: PlanGraph, statuses: Mapping[str, str] | None = None) -> str:
+def to_dot(
+    graph: PlanGraph, statuses: Mapping[str, str] | None = None, elements: Elements | None = None
+) -> str:
     """A Graphviz ``digraph``; with ``statuses``, nodes are filled by status."""
     lines = ["digraph plan {", "  rankdir=TB;"]
     if graph.plan.goal:
@@ -88,7 +109,7 @@ def to_dot(graph: PlanGraph, statuses: Mapping[str, str] | None = None) -> str:
         lines.append("  labelloc=t;")
     lines.append('  node [shape=box, style="rounded,filled", fillcolor="#ffffff"];')
     for tid in graph.order:
-        label = f"{tid}\n{_what(graph.tasks[tid])}"
+        label = f"{tid}\n{_what(graph.tasks[tid], elements)}"
         attrs = []
         st = _status_of(tid, statuses)
         if st is not None:
@@ -106,13 +127,16 @@ def to_dot(graph: PlanGraph, statuses: Mapping[str, str] | None = None) -> str:
     return "\n".join(lines)
 
 
-def to_ascii(graph: PlanGraph, statuses: Mapping[str, str] | None = None) -> str:
+def to_ascii(
+    graph: PlanGraph, statuses: Mapping[str, str] | None = None, elements: Elements | None = None
+) -> str:
     """Plain text, one topological level at a time: ``[status] id  tool  <- dependencies``."""
     lines: list[str] = []
     if graph.plan.goal:
         lines.append(f"goal: {' '.join(graph.plan.goal.split())}")
     id_w = max((len(t) for t in graph.order), default=0)
-    what_w = max((len(_what(graph.tasks[t])) for t in graph.order), default=0)
+    what = {t: _what(graph.tasks[t], elements) for t in graph.order}
+    what_w = max((len(w) for w in what.values()), default=0)
     mark_w = 0
     if statuses is not None:
         mark_w = max(len(_status_of(t, statuses) or "") for t in graph.order) + 2
@@ -124,17 +148,22 @@ def to_ascii(graph: PlanGraph, statuses: Mapping[str, str] | None = None) -> str
                 mark = f"[{_status_of(tid, statuses)}]".ljust(mark_w) + " "
             deps = graph.dependencies[tid]
             arrow = f"  <- {', '.join(deps)}" if deps else ""
-            row = f"  {mark}{tid.ljust(id_w)}  {_what(graph.tasks[tid]).ljust(what_w)}{arrow}"
+            row = f"  {mark}{tid.ljust(id_w)}  {what[tid].ljust(what_w)}{arrow}"
             lines.append(row.rstrip())
     return "\n".join(lines)
 
 
-def render_graph(graph: PlanGraph, fmt: str, statuses: Mapping[str, str] | None = None) -> str:
+def render_graph(
+    graph: PlanGraph,
+    fmt: str,
+    statuses: Mapping[str, str] | None = None,
+    elements: Elements | None = None,
+) -> str:
     """``fmt``: one of :data:`FORMATS`."""
     if fmt == "mermaid":
-        return to_mermaid(graph, statuses)
+        return to_mermaid(graph, statuses, elements)
     if fmt == "dot":
-        return to_dot(graph, statuses)
+        return to_dot(graph, statuses, elements)
     if fmt == "ascii":
-        return to_ascii(graph, statuses)
+        return to_ascii(graph, statuses, elements)
     raise ValueError(f"unknown graph format {fmt!r}")

@@ -12,6 +12,7 @@ import typer
 
 from ..errors import ConfigError
 from ..executors import EXECUTORS, get_executor
+from ..runner import DEFAULT_MAX_ELEMENTS
 from .recording import recorded_tools_spec
 
 if TYPE_CHECKING:
@@ -26,6 +27,7 @@ __all__ = [
     "LastOpt",
     "MaxAttemptsOpt",
     "MaxConcurrencyOpt",
+    "MaxElementsOpt",
     "McpOpt",
     "OnFailureOpt",
     "OutOpt",
@@ -108,6 +110,15 @@ MaxConcurrencyOpt = Annotated[
     int | None,
     typer.Option("--max-concurrency", "-j", min=1, help="At most N tasks at once."),
 ]
+MaxElementsOpt = Annotated[
+    int,
+    typer.Option(
+        "--max-elements",
+        min=0,
+        metavar="N",
+        help="The longest list a map task (for_each) may expand; a longer one fails the task.",
+    ),
+]
 ApproveOpt = Annotated[
     bool,
     typer.Option(
@@ -160,6 +171,7 @@ class RunOptions:
     executor: str = "dataflow"
     on_failure: str = "cancel"
     max_concurrency: int | None = None
+    max_elements: int = DEFAULT_MAX_ELEMENTS
     store: Path | None = None
     tools: str | None = None
     mcp: tuple[str, ...] = ()
@@ -224,6 +236,7 @@ class RunOptions:
             "executor": executor,
             "on_failure": self.on_failure,
             "max_concurrency": self.max_concurrency,
+            "max_elements": self.max_elements,
             "tools_spec": recorded_tools_spec(
                 self.tools if tools_spec is None else tools_spec, mcp
             ),

@@ -19,6 +19,7 @@ import typer
 from ..errors import ConfigError
 from ..llm import from_env
 from ..planners import LLMPlanner, PlanningResult
+from ..runner import DEFAULT_MAX_ELEMENTS
 from ._app import EXIT_OK, app, check_output_path, err, guard, out
 from .diagram import to_ascii
 from .options import (
@@ -27,6 +28,7 @@ from .options import (
     ExecutorOpt,
     MaxAttemptsOpt,
     MaxConcurrencyOpt,
+    MaxElementsOpt,
     McpOpt,
     OnFailureOpt,
     OutOpt,
@@ -139,6 +141,7 @@ def plan_cmd(
     executor: ExecutorOpt = "dataflow",
     on_failure: OnFailureOpt = "cancel",
     max_concurrency: MaxConcurrencyOpt = None,
+    max_elements: MaxElementsOpt = DEFAULT_MAX_ELEMENTS,
     approve: ApproveOpt = False,
     ask: AskOpt = None,
     policy_file: PolicyOpt = None,
@@ -155,6 +158,7 @@ def plan_cmd(
         executor=executor,
         on_failure=on_failure,
         max_concurrency=max_concurrency,
+        max_elements=max_elements,
         store=store,
         tools=tools,
         mcp=tuple(mcp or ()),

@@ -20,6 +20,7 @@ from ..review import (
     format_review,
     review_run,
 )
+from ..runner import DEFAULT_MAX_ELEMENTS
 from ..store import RunRecord
 from ..workflows.replan import Revision, revise_run
 from ._app import EXIT_FAILED, EXIT_OK, EXIT_RECORD, app, check_output_path, err, guard, out
@@ -28,6 +29,7 @@ from .options import (
     LastOpt,
     MaxAttemptsOpt,
     MaxConcurrencyOpt,
+    MaxElementsOpt,
     McpOpt,
     OnFailureOpt,
     OutOpt,
@@ -141,6 +143,7 @@ def replan_cmd(
     executor: ExecutorOpt = "dataflow",
     on_failure: OnFailureOpt = "cancel",
     max_concurrency: MaxConcurrencyOpt = None,
+    max_elements: MaxElementsOpt = DEFAULT_MAX_ELEMENTS,
     store: StoreOpt = None,
     json_out: bool = typer.Option(False, "--json", help="Print everything as one JSON object."),
     timeout: TimeoutOpt = 60.0,
@@ -228,7 +231,11 @@ def replan_cmd(
         out.print("")
         out.print(f"running it as a new run (parent {record.run_id}):", markup=False)
     options = RunOptions(
-        executor=executor, on_failure=on_failure, max_concurrency=max_concurrency, store=path
+        executor=executor,
+        on_failure=on_failure,
+        max_concurrency=max_concurrency,
+        max_elements=max_elements,
+        store=path,
     )
     result = run_recorded(
         revision.graph,

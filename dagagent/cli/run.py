@@ -11,6 +11,7 @@ import typer
 from ..errors import ConfigError
 from ..graph import PlanGraph, validate
 from ..results import RunResult
+from ..runner import DEFAULT_MAX_ELEMENTS
 from ..text import as_text, printable
 from ._app import EXIT_FAILED, EXIT_OK, EXIT_RECORD, app, err, guard, out
 from .options import (
@@ -18,6 +19,7 @@ from .options import (
     AskOpt,
     ExecutorOpt,
     MaxConcurrencyOpt,
+    MaxElementsOpt,
     McpOpt,
     OnFailureOpt,
     PlanArg,
@@ -181,6 +183,7 @@ def run_cmd(
     executor: ExecutorOpt = "dataflow",
     on_failure: OnFailureOpt = "cancel",
     max_concurrency: MaxConcurrencyOpt = None,
+    max_elements: MaxElementsOpt = DEFAULT_MAX_ELEMENTS,
     json_out: bool = typer.Option(False, "--json", help="Print only the result, as JSON."),
     approve: ApproveOpt = False,
     ask: AskOpt = None,
@@ -230,6 +233,7 @@ def run_cmd(
         executor=executor,
         on_failure=on_failure,
         max_concurrency=max_concurrency,
+        max_elements=max_elements,
         store=store,
         tools=tools,
         mcp=tuple(mcp or ()),

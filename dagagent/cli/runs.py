@@ -8,6 +8,7 @@ them, is in :mod:`dagagent.cli.replan`). Business logic lives in :mod:`dagagent.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from rich.text import Text
 from ..errors import ConfigError
 from ..graph import PlanGraph, validate
 from ..plan import Plan, ToolTask
+from ..results import TaskResult
 from ..store import (
     RunRecord,
     RunStore,
@@ -227,17 +229,11 @@ def show_cmd(
             blank = ("-", "") if waits else ("-",)
             table.add_row(t.id, what, Text("unrecorded", style="dim"), *blank, "-", "")
             continue
-        ran, waited = time_cells(r)
-        detail = r.error if r.error else shorten(r.output, max(60, out.width - 60))
-        table.add_row(
-            t.id,
-            what,
-            Text(r.status.value, style=_STYLE.get(r.status.value, "")),
-            ran,
-            *((waited,) if waits else ()),
-            str(r.attempts),
-            Text(detail or "", style="red" if r.error and not r.status.ok else ""),
-        )
+        if r.elements is not None:
+            what = f"{what} ×{len(r.elements)}"
+        _add_result_row(table, t.id, what, r, waits)
+        if r.elements:
+            _add_element_rows(table, t.id, r.elements, waits)
     out.print(table)
     out.print("tasks: ", _counts_text(record.counts, len(record.unrecorded)), sep="")
     out.print(
@@ -258,6 +254,39 @@ def _show_tracebacks(record: RunRecord) -> None:
         if r is not None and r.traceback:
             out.print(f"traceback of task {t.id}:", markup=False, highlight=False)
             out.print(printable(r.traceback, lines=True), markup=False, highlight=False)
+
+
+_ELEMENT_ROWS = 10  # the elements of a map task listed under it; show --task lists them all
+
+
+def _add_result_row(table: Table, task_id: str, what: str, r: TaskResult, waits: bool) -> None:
+    ran, waited = time_cells(r)
+    if r.error:
+        detail = r.error
+    elif r.elements:
+        counts = Counter(e.status.value for e in r.elements)
+        detail = f"{len(r.elements)} elements: {_counts_text(dict(counts)).plain}"
+    else:
+        detail = shorten(r.output, max(60, out.width - 60))
+    table.add_row(
+        task_id,
+        what,
+        Text(r.status.value, style=_STYLE.get(r.status.value, "")),
+        ran,
+        *((waited,) if waits else ()),
+        str(r.attempts),
+        Text(detail or "", style="red" if r.error and not r.status.ok else ""),
+    )
+
+
+def _add_element_rows(table: Table, task_id: str, elements: list[TaskResult], waits: bool) -> None:
+    """The first elements of a map task, each as ``  [i]``; failed ones first of all."""
+    shown = sorted(range(len(elements)), key=lambda i: (elements[i].status.ok, i))[:_ELEMENT_ROWS]
+    for i in sorted(shown):
+        _add_result_row(table, f"  [{i}]", "", elements[i], waits)
+    if len(elements) > len(shown):
+        more = Text(f"... {len(elements) - len(shown)} more elements: show --task {task_id}", "dim")
+        table.add_row(*[""] * (len(table.columns) - 1), more)
 
 
 def _show_task(record: RunRecord, task_id: str, *, as_json: bool) -> None:
@@ -292,7 +321,10 @@ def _show_task(record: RunRecord, task_id: str, *, as_json: bool) -> None:
     line("attempts", str(r.attempts))
     planned_args = t.args if isinstance(t, ToolTask) else None
     args = r.args if r.args is not None else planned_args  # the store keeps redacted arguments
-    line("arguments", printable(as_text(args), lines=True))
+    if r.elements is not None and r.args is not None:
+        line("list", printable(as_text(r.args), lines=True))
+    else:
+        line("arguments", printable(as_text(args), lines=True))
     if r.error:
         line("error", printable(r.error, lines=True))
     if r.traceback:
@@ -301,6 +333,17 @@ def _show_task(record: RunRecord, task_id: str, *, as_json: bool) -> None:
     if r.output is not None:
         out.print("output:", markup=False)
         out.print(printable(as_text(r.output), lines=True), markup=False, highlight=False)
+    for e in r.elements or ():
+        dur = e.duration_s
+        took = f" in {dur:.3f}s" if dur is not None else ""
+        tries = f", {e.attempts} attempt{'s' if e.attempts != 1 else ''}" if e.attempts else ""
+        line(f"element {e.task_id}", f"{e.status.value}{took}{tries}")
+        if e.args is not None:
+            line("  arguments", printable(as_text(e.args), lines=True))
+        if e.error:
+            line("  error", printable(e.error, lines=True))
+        if e.output is not None:
+            line("  output", printable(as_text(e.output), lines=True))
 
 
 def _show_solve(solve: SolveRecord, run_id: str) -> None:
@@ -347,6 +390,7 @@ def graph_cmd(
     if fmt not in FORMATS:
         raise ConfigError(f"--format must be one of {', '.join(FORMATS)}, not {fmt!r}")
     statuses: dict[str, str] | None = None
+    elements: dict[str, list[str]] | None = None
     if target is not None and not last and _is_plan_path(target):
         graph = validate(Path(target))
     else:
@@ -354,7 +398,12 @@ def graph_cmd(
             record = find_run(st, target, last)
         graph = _graph_of(record.plan)
         statuses = {t: r.status.value for t, r in record.tasks.items()}
-    out.print(render_graph(graph, fmt, statuses), markup=False, highlight=False)
+        elements = {
+            t: [e.status.value for e in r.elements]
+            for t, r in record.tasks.items()
+            if r.elements is not None
+        }
+    out.print(render_graph(graph, fmt, statuses, elements), markup=False, highlight=False)
 
 
 def _is_plan_path(target: str) -> bool:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import networkx as nx
 
 from ..graph import dependency_graph
-from ..plan import Plan, same_call
+from ..plan import Plan, Task, element_key, same_call
 from ..results import TaskResult
 
 if TYPE_CHECKING:
@@ -18,12 +18,30 @@ if TYPE_CHECKING:
 
 def reuse_map(record: RunRecord) -> dict[str, tuple[str, Any]]:
     """``{task_id: (fingerprint, output)}`` of the run's succeeded and reused tasks: pass it as
-    ``execute(..., reuse=...)`` so that unchanged successes are not run again."""
+    ``execute(..., reuse=...)`` so that unchanged successes are not run again. The elements
+    of a map task that succeeded are there too, each under
+    :func:`~dagagent.plan.element_key` of its fingerprint, even when the task failed: a
+    replan runs only the elements that did not succeed, or whose input changed."""
     out: dict[str, tuple[str, Any]] = {}
     for tid, r in record.tasks.items():
         fp = record.fingerprints.get(tid)
         if r.status.ok and fp is not None and not output_lost(r):
             out[tid] = (fp, r.output)
+    for task in record.plan.tasks:
+        mapped = record.tasks.get(task.id)
+        if mapped is not None and mapped.elements:
+            out.update(_element_reuse(task, mapped.elements))
+    return out
+
+
+def _element_reuse(task: Task, elements: list[TaskResult]) -> dict[str, tuple[str, Any]]:
+    """The elements of a map task that succeeded, under :func:`~dagagent.plan.element_key`
+    (whether or not the task as a whole did)."""
+    out: dict[str, tuple[str, Any]] = {}
+    for e in elements:
+        if e.status.ok and e.args is not None and e.redacted_args is None and not output_lost(e):
+            fp = task.fingerprint(e.args)
+            out[element_key(task.id, fp)] = (fp, e.output)
     return out
 
 
@@ -70,6 +88,10 @@ def predict_reuse(record: RunRecord, new: Plan) -> dict[str, ReuseDecision]:
             decided[tid] = ReuseDecision(tid, "run", "no recorded result")
         elif tid not in reusable:
             why = f"{r.status.value} before"
+            kept = sum(1 for e in r.elements or () if e.status.ok)
+            if kept and not r.status.ok:
+                why += f"; the {kept} of {len(r.elements or ())} elements that succeeded are reused"
+                why += " if their input is unchanged"
             if r.status.ok:
                 if output_lost(r):
                     why += ", output not recorded"

@@ -34,6 +34,7 @@ import anyio
 
 from ..errors import MapError, TaskDeniedError
 from ..events import TaskElementFinished
+from ..plan import element_key
 from ..references import ElementScope, Template
 from ..results import TaskResult, TaskStatus
 from ..tools import Tool
@@ -57,11 +58,6 @@ _REUSED = TaskStatus.REUSED
 _FAILED = TaskStatus.FAILED
 _DENIED = TaskStatus.DENIED
 _CANCELLED = TaskStatus.CANCELLED
-
-
-def element_key(task_id: str, fingerprint: str) -> str:
-    """Where the reuse map keeps an element of task ``task_id`` with this fingerprint."""
-    return f"{task_id}@{fingerprint}"
 
 
 def _kind(value: Any) -> str:

@@ -7,7 +7,26 @@ from typing import Any
 
 from pydantic_core import to_json
 
-__all__ = ["from_column", "to_column", "why"]
+__all__ = ["ELEMENT_KEYS", "from_column", "to_column", "why"]
+
+#: The ``elements`` column of a map task holds a JSON list with one object per element, whose
+#: keys are these task columns and whose values are what that column would hold (JSON text
+#: for outputs, arguments, steps and decisions): an element is written and read back by the
+#: same code as a task row.
+ELEMENT_KEYS = (
+    "task_id",
+    "status",
+    "output",
+    "error",
+    "error_type",
+    "attempts",
+    "started_at",
+    "finished_at",
+    "args",
+    "steps",
+    "decisions",
+    "traceback",
+)
 
 
 def to_column(value: Any) -> str | None:

@@ -84,6 +84,8 @@ MIGRATIONS: list[Sequence[Migration]] = [
     ),
     # v4: where a failing tool's own code failed (TaskResult.traceback, bounded).
     ("ALTER TABLE tasks ADD COLUMN traceback TEXT",),
+    # v5: a map task's elements (a JSON list: one result per element, in order).
+    ("ALTER TABLE tasks ADD COLUMN elements TEXT",),
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import StoreError
 from ..plan import Plan, task_fingerprint
 from ..results import RunStatus, TaskResult, TaskStatus, load_decisions, load_steps
-from ._codec import from_column
+from ._codec import ELEMENT_KEYS, from_column
 from ._ids import check_run_id
 from ._location import StoreLocation, locate_store
 from ._schema import MIGRATIONS, Migration, connect, migrate
@@ -262,27 +262,20 @@ class RunStore(SolveQueries):
             raise StoreError(f"run {run_id}: the recorded plan cannot be read: {exc}") from None
         task_rows = self._query(
             "SELECT task_id, status, output, error, error_type, attempts, started_at, "
-            "finished_at, args, steps, decisions, traceback FROM tasks WHERE run_id = ?",
+            "finished_at, args, steps, decisions, traceback, elements FROM tasks WHERE run_id = ?",
             (run_id,),
         )
         by_id: dict[str, TaskResult] = {}
         fingerprints: dict[str, str] = {}
         plan_tasks = {t.id: t for t in plan.tasks}
         for t in task_rows:
-            by_id[t[0]] = TaskResult.model_construct(
-                task_id=t[0],
-                status=TaskStatus(t[1]),
-                output=from_column(t[2]),
-                error=t[3],
-                error_type=t[4],
-                attempts=t[5],
-                started_at=t[6],
-                finished_at=t[7],
-                args=from_column(t[8]),
-                steps=load_steps(from_column(t[9])),
-                decisions=load_decisions(from_column(t[10])),
-                traceback=t[11],
-            )
+            by_id[t[0]] = _result(t)
+            if t[12] is not None:
+                by_id[t[0]].elements = [
+                    _result(tuple(e.get(k) for k in ELEMENT_KEYS))
+                    for e in from_column(t[12])
+                    if isinstance(e, dict)
+                ]
             task = plan_tasks.get(t[0])
             if t[8] is not None and task is not None and by_id[t[0]].redacted_args is None:
                 fingerprints[t[0]] = task_fingerprint(task, by_id[t[0]].args)
@@ -317,6 +310,25 @@ class RunStore(SolveQueries):
         from ._writer import RunRecorder
 
         return RunRecorder(self, run_id, flush_interval_s=flush_interval_s)
+
+
+def _result(t: Sequence[Any]) -> TaskResult:
+    """A task result from its columns (a task's row, or an element's object)."""
+    return TaskResult.model_construct(
+        task_id=t[0],
+        status=TaskStatus(t[1]),
+        output=from_column(t[2]),
+        error=t[3],
+        error_type=t[4],
+        attempts=t[5],
+        started_at=t[6],
+        finished_at=t[7],
+        args=from_column(t[8]),
+        steps=load_steps(from_column(t[9])),
+        decisions=load_decisions(from_column(t[10])),
+        traceback=t[11],
+        elements=None,
+    )
 
 
 def effective_status(status: str, pid: int | None) -> str:

@@ -15,7 +15,7 @@ from pydantic_core import to_json
 from ..errors import StoreError
 from ..events import PlanExtended, RunFinished, RunStarted, TaskFinished, get_logger
 from ..results import RecordLoss, RunStatus, TaskResult
-from ._codec import to_column, why
+from ._codec import ELEMENT_KEYS, to_column, why
 from ._ids import check_run_id
 from ._schema import connect
 from ._store import DEFAULT_FLUSH_INTERVAL_S, RunStore
@@ -32,9 +32,9 @@ _STOP = object()
 
 _TASK_COLUMNS = (
     "run_id, task_id, status, output, error, error_type, attempts, started_at, finished_at, "
-    "args, steps, decisions, traceback"
+    "args, steps, decisions, traceback, elements"
 )
-_N_COLUMNS = 13
+_N_COLUMNS = 14
 # Rows per INSERT: several rows per statement means one GIL release per statement rather than
 # per row (executemany), which matters when the event loop thread is busy. SQLite before 3.32
 # allows at most 999 parameters in a statement.
@@ -405,6 +405,17 @@ class RunRecorder:
             raise
 
     def _task_row(self, r: TaskResult, *, output_lost: str | None = None) -> tuple[Any, ...]:
+        row = self._result_row(r, output_lost)
+        elements = r.elements
+        if elements is None:
+            return (self.run_id, *row, None)
+        stored = [
+            dict(zip(ELEMENT_KEYS, self._result_row(e, output_lost), strict=True)) for e in elements
+        ]
+        return (self.run_id, *row, to_column(stored))
+
+    def _result_row(self, r: TaskResult, output_lost: str | None) -> tuple[Any, ...]:
+        """A result's columns (an element's keys): outputs as JSON text, redacted arguments."""
         status = r.status
         steps, decisions = r.steps, r.decisions
         output, error, error_type = None, r.error, r.error_type
@@ -425,7 +436,6 @@ class RunRecorder:
             if redacted is not None:
                 args = redacted  # never the secrets a redacting interceptor hid
         return (
-            self.run_id,
             r.task_id,
             status.value,
             output,

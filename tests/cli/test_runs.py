@@ -607,3 +607,56 @@ def test_run_prints_the_final_output_in_full_and_cells_use_the_width(
     # a 200-column table cuts cells far later than at 60 characters
     row = next(x for x in r.stdout.splitlines() if x.startswith("│ rep"))
     assert "line 0 " + "y" * 90 in row
+
+
+def test_map_tasks_in_show_graph_and_run(home: Path, tmp_path: Path) -> None:
+    known = ["Tokyo", "London", "New York", "Sydney", "Cairo", "Reykjavik"]
+    cities = ["Paris", "Atlantis\x1b[31m", *known, *known[:5]]
+    plan = {
+        "goal": "weather in many cities",
+        "tasks": [
+            {"id": "w", "tool": "get_weather", "for_each": cities, "args": {"city": "${@item}"}},
+            {"id": "one", "tool": "get_weather", "args": {"city": "${w.0.city}"}},
+        ],
+    }
+    path = tmp_path / "map.json"
+    path.write_text(json.dumps(plan))
+    res = cli("graph", str(path))
+    assert "w    get_weather ×13" in res.stdout
+    assert cli("run", str(path), "--on-failure", "continue").exit_code == 1
+    run_id = only_run(home)
+
+    res = cli("show", run_id)
+    assert res.exit_code == 0, res.output
+    text = " ".join(res.stdout.split())
+    assert "get_weather ×13" in text
+    assert "1 of 13 elements failed; element 1 (Atlantis\\x1b[31m) failed: LookupError:" in text
+    rows = [line for line in res.stdout.splitlines() if "│   [" in line]
+    assert len(rows) == 10 and "[1]" in rows[1]  # the failed element is among those shown
+    assert "... 3 more elements: show --task w" in text
+    assert "\x1b" not in res.stdout
+
+    res = cli("show", run_id, "--task", "w")
+    assert res.exit_code == 0, res.output
+    assert res.stdout.count("element w[") == 13 and "\x1b" not in res.stdout
+    assert "element w[1]: failed" in res.stdout and "element w[12]: succeeded" in res.stdout
+    assert '  arguments: {"city": "Atlantis\\u001b[31m"}' in res.stdout
+    assert 'list: ["Paris", "Atlantis\\u001b[31m", "Tokyo",' in res.stdout
+
+    res = cli("graph", run_id)
+    assert "[failed]  w    get_weather ×13 (12 succeeded, 1 failed)" in res.stdout
+    res = cli("graph", run_id, "-f", "mermaid")
+    assert "get_weather ×13 (12 succeeded, 1 failed)" in res.stdout
+
+    doc = json.loads(cli("show", run_id, "--json").stdout)
+    assert [e["status"] for e in doc["tasks"]["w"]["elements"]][:3] == [
+        "succeeded",
+        "failed",
+        "succeeded",
+    ]
+
+    # the cap, from the command line
+    res = cli("run", str(path), "--max-elements", "12", "--json")
+    assert res.exit_code == 1
+    w = json.loads(res.stdout)["tasks"]["w"]
+    assert w["error_type"] == "MapError" and "has 13 elements" in w["error"]

@@ -372,3 +372,54 @@ async def test_ten_million_elements_is_a_clear_error() -> None:
         result.tasks["each"].error or ""
     )
     assert not calls
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+async def test_a_replan_runs_only_the_elements_that_failed(
+    executor: str, tools: Tools, tmp_path: Any
+) -> None:
+    from dagagent.review import reuse_map
+    from dagagent.store import RunStore
+
+    db = tmp_path / "runs.db"
+    plan = weather_plan()
+    tools.failing.add("Osaka")
+    first = await execute(
+        plan, tools.registry, executor=executor_for(executor), store=db, on_failure="continue"
+    )
+    assert first.tasks["weather"].status is TaskStatus.FAILED
+    with RunStore(db) as st:
+        record = st.get_run(first.run_id)
+
+    tools.failing.clear()
+    tools.calls.clear()
+    again = await execute(
+        plan,
+        tools.registry,
+        executor=executor_for(executor),
+        store=db,
+        reuse=reuse_map(record),
+        parent_id=first.run_id,
+    )
+    assert again.ok
+    assert tools.calls == Counter({"Osaka": 1, "summary": 1})  # nothing else ran again
+    weather = again.tasks["weather"]
+    assert [e.status.value for e in weather.elements or ()] == ["reused", "succeeded", "reused"]
+    assert weather.status is TaskStatus.SUCCEEDED
+    assert weather.output == [
+        {"city": "Tokyo", "temp_c": 5},
+        {"city": "Osaka", "temp_c": 5},
+        {"city": "Nagoya", "temp_c": 6},
+    ]
+
+    # a longer list: the elements seen before are reused wherever they now stand
+    with RunStore(db) as st:
+        record = st.get_run(again.run_id)
+    plan["tasks"][0]["args"]["n"] = 5
+    tools.calls.clear()
+    third = await execute(
+        plan, tools.registry, executor=executor_for(executor), reuse=reuse_map(record)
+    )
+    assert tools.calls == Counter({"cities": 1, "Sapporo": 1, "Kobe": 1, "summary": 1})
+    statuses = [e.status.value for e in third.tasks["weather"].elements or ()]
+    assert statuses == ["reused", "reused", "reused", "succeeded", "succeeded"]
