@@ -326,7 +326,7 @@ def _tool_issues(task: Task, tmpl: Template, registry: Registry, issues: list[Is
         literal = tmpl.literal_keys()
         referenced = [k for k in task.args if k not in literal]
     else:
-        literal, referenced = task.args, []
+        literal, referenced = tmpl.literal, []  # as the tool gets them: $${ written as ${
     tool = registry.get(task.tool)
     problems = tool.check_partial(literal, referenced)
     if problems:

@@ -115,12 +115,13 @@ def _step(value: Any, seg: str, walked: str, text: str) -> Any:
         keys = ", ".join(repr(k) for k in list(value)[:10])
         raise ReferenceResolutionError(f"{text}: {walked} has no key {seg!r} (keys: {keys})")
     if isinstance(value, (list, tuple)):
-        try:
-            idx = int(seg)
-        except ValueError:
+        # An index is plain ASCII digits: int() would also take '-1', '1_0', ' 3' and '٣'.
+        if not (seg.isascii() and seg.isdigit()):
             raise ReferenceResolutionError(
-                f"{text}: {walked} is a list; {seg!r} is not an index"
-            ) from None
+                f"{text}: {walked} is a list; {seg!r} is not an index "
+                "(an index is written in the digits 0-9)"
+            )
+        idx = int(seg)
         try:
             return value[idx]
         except IndexError:
@@ -180,7 +181,8 @@ class _Interp:
 
 
 def _compile_string(s: str, refs: list[Reference], bad: list[str]) -> Any:
-    """Return a literal string, a Reference (whole-string) or an _Interp."""
+    """Return a literal string (with every ``$${`` written as ``${``), a Reference
+    (whole-string) or an _Interp."""
     if "${" not in s:
         return s
     parts: list[str | Reference] = []
@@ -214,8 +216,10 @@ def _compile_string(s: str, refs: list[Reference], bad: list[str]) -> Any:
 class Template:
     """Arguments (or an instruction) with their references compiled once.
 
-    ``resolve(outputs)`` builds the concrete value. A template without references returns its
-    literal value unchanged, so the hot path pays nothing for plans that use no references.
+    ``resolve(outputs)`` builds the concrete value. A template without references returns
+    ``literal``, built once: the value itself, or a copy with each ``$${`` written as ``${`` (an
+    escape means the same in a task with references and in one without), so the hot path pays
+    nothing for plans that use no references.
     """
 
     __slots__ = ("_compiled", "literal", "malformed", "refs")
@@ -224,7 +228,12 @@ class Template:
         self.refs: list[Reference] = []
         self.malformed: list[str] = []
         self._compiled = self._compile(value)
-        self.literal = value if not self.refs else None
+        if self.refs:
+            self.literal: Any = None
+        elif _has_escape(value):
+            self.literal = self._compiled
+        else:
+            self.literal = value
 
     def _compile(self, value: Any, depth: int = 0) -> Any:
         if isinstance(value, str):
@@ -253,6 +262,16 @@ class Template:
         if not isinstance(self._compiled, dict):
             return {}
         return {k: v for k, v in self._compiled.items() if not _has_ref(v)}
+
+
+def _has_escape(value: Any) -> bool:
+    if isinstance(value, str):
+        return "$${" in value
+    if isinstance(value, dict):
+        return any(_has_escape(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_has_escape(v) for v in value)
+    return False
 
 
 def _has_ref(c: Any) -> bool:

@@ -263,7 +263,7 @@ def _resolves(schema: Mapping[str, Any], ref: str) -> bool:
         part = unquote(part).replace("~1", "/").replace("~0", "~")
         if isinstance(node, Mapping) and part in node:
             node = node[part]
-        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+        elif isinstance(node, list) and part.isascii() and part.isdigit() and int(part) < len(node):
             node = node[int(part)]
         else:
             return False

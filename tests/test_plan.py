@@ -14,6 +14,7 @@ from dagagent import Plan, load_plan
 from dagagent.cli import app
 from dagagent.errors import PlanLoadError, PlanValidationError, ReferenceResolutionError
 from dagagent.plan import Template
+from dagagent.runner import AgentNode
 
 
 def test_load_from_dict_json_string_and_file(tmp_path: Path) -> None:
@@ -60,13 +61,69 @@ def test_embedded_references_interpolate() -> None:
     assert t.resolve({"a": 1, "b": {"c": "two"}, "d": [1, 2]}) == "1 and two and [1, 2]"
 
 
-def test_escape_and_no_refs_is_identity() -> None:
-    lit = {"x": "cost is $${price}"}
+def test_no_refs_is_identity() -> None:
+    lit = {"x": "cost is ${", "y": ["$", "{"]}
     t = Template(lit)
     assert not t.has_refs
-    assert t.resolve({}) == {"x": "cost is $${price}"} or t.resolve({}) is lit
+    assert t.resolve({}) is lit
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ({"x": "cost is $${price}"}, {"x": "cost is ${price}"}),
+        ({"x": ["a", {"y": "$${b}$${c}"}]}, {"x": ["a", {"y": "${b}${c}"}]}),
+        ("say $${hi}", "say ${hi}"),
+    ],
+)
+def test_an_escape_means_the_same_with_or_without_a_reference(value: Any, expected: Any) -> None:
+    assert Template(value).resolve({}) == expected
+    assert Template(value).literal == expected
     t2 = Template({"x": "cost is $${price} for ${a}"})
     assert t2.resolve({"a": "me"}) == {"x": "cost is ${price} for me"}
+
+
+@pytest.mark.parametrize("executor", ["serial", "dataflow"])
+def test_a_tool_gets_an_escaped_literal_in_a_task_without_references(executor: str) -> None:
+    reg = _refs_registry()
+    plan = {
+        "tasks": [
+            {"id": "plain", "tool": "echo", "args": {"value": "cost is $${price}"}},
+            {"id": "a", "tool": "echo", "args": {"value": 1}},
+            {"id": "mixed", "tool": "echo", "args": {"value": "cost is $${price} for ${a}"}},
+        ]
+    }
+    result = dagagent.execute_sync(plan, reg, executor=executor)
+    assert result.outputs["plain"] == "cost is ${price}"
+    assert result.outputs["mixed"] == "cost is ${price} for 1"
+    assert result.tasks["plain"].args == {"value": "cost is ${price}"}
+
+
+def test_an_agent_gets_an_escaped_literal_in_an_instruction_without_references() -> None:
+    seen: list[str] = []
+
+    async def agent_runner(node: AgentNode) -> Any:
+        seen.append(node.instruction)
+        return "done", None
+
+    plan = {"tasks": [{"id": "n", "instruction": "write $${x} literally"}]}
+    result = dagagent.execute_sync(plan, _refs_registry(), llm=object(), agent_runner=agent_runner)
+    assert result.tasks["n"].status == "succeeded", result.tasks["n"].error
+    assert seen == ["write ${x} literally"]
+
+
+@pytest.mark.parametrize("segment", ["-1", "1_0", "\u0663", "+1", "0x1", "\uff11"])
+def test_a_list_index_is_plain_ascii_digits(segment: str) -> None:
+    outputs = {"a": list(range(20))}
+    with pytest.raises(ReferenceResolutionError, match="not an index"):
+        Template("${a." + segment + "}").resolve(outputs)
+
+
+def test_plain_digit_indexes_still_read_lists() -> None:
+    outputs = {"a": list(range(20))}
+    assert Template("${a.0}").resolve(outputs) == 0
+    assert Template("${a.019}").resolve(outputs) == 19
+    assert Template("${a.1}").resolve({"a": ("x", "y")}) == "y"
 
 
 def test_missing_paths_raise_clear_errors() -> None:

@@ -194,7 +194,7 @@ class StreamedAnswer:
             return True
         if policy is None:
             return False
-        literal = check.template.literal_keys() if check.template.refs else task.args
+        literal = check.template.literal_keys() if check.template.refs else check.template.literal
         return policy.preview(tool, literal, task.id) != "allow"
 
     # -- the stream -----------------------------------------------------------------------
