@@ -4,6 +4,7 @@ retries, cancellation, events, results; and tools that misbehave at run time."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -586,3 +587,121 @@ async def test_tools_in_use_are_what_each_task_can_call() -> None:
     runner = dagagent.runner.TaskRunner(dagagent.validate(plan, reg), reg, run_id="r")
     used = {tool.name: list(ids) for tool, ids in runner.tools_in_use().items()}
     assert used == {"a": ["t", "any"], "b": ["some", "any"]}
+
+
+# -- tools that catch their cancellation ----------------------------------------------------
+# A tool may catch the CancelledError of its timeout or of the run's fail-fast and go on. It
+# cannot be forced to stop, but it is never recorded as a success: its output came too late.
+
+
+def _stubborn_registry(seen: list[str]) -> dagagent.Registry:
+    reg = dagagent.Registry()
+
+    @reg.tool
+    async def stubborn(rounds: int = 5, then: str = "return") -> str:
+        """Sleep ``rounds`` times, catching every cancellation, then return or raise."""
+        for _ in range(rounds):
+            try:
+                await asyncio.sleep(0.5)
+            except asyncio.CancelledError:
+                seen.append("caught")
+        if then == "raise":
+            raise ValueError("failed after the cancellation")
+        return "late output"
+
+    @reg.tool
+    async def own_timeout() -> str:
+        raise TimeoutError("the tool's own timeout")
+
+    @reg.tool
+    async def boom() -> str:
+        await asyncio.sleep(0.05)
+        raise RuntimeError("boom")
+
+    return reg
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+@pytest.mark.parametrize("then", ["return", "raise"])
+async def test_a_tool_catching_its_timeout_is_timed_out(executor: str, then: str) -> None:
+    seen: list[str] = []
+    plan = {
+        "tasks": [
+            {"id": "s", "tool": "stubborn", "args": {"then": then}, "timeout_s": 0.4},
+            {"id": "after", "tool": "boom", "depends_on": ["s"]},
+        ]
+    }
+    with anyio.fail_after(20):
+        result = await execute(plan, _stubborn_registry(seen), executor=executor)
+    r = result.tasks["s"]
+    assert seen, "the tool was meant to catch the cancellation of its timeout"
+    assert r.status is TaskStatus.FAILED and r.error_type == "TaskTimeoutError"
+    assert r.output is None and "s" not in result.outputs
+    assert (r.error or "").startswith("timed out after 0.4 s (it caught the cancellation")
+    assert result.tasks["after"].status is TaskStatus.SKIPPED
+
+
+async def test_a_tool_timeout_of_the_tools_own_is_caught_too() -> None:
+    reg = _stubborn_registry([])
+    reg.get("stubborn").timeout_s = 0.4
+    result = await execute({"tasks": [{"id": "s", "tool": "stubborn"}]}, reg)
+    assert result.tasks["s"].error_type == "TaskTimeoutError"
+
+
+async def test_a_tools_own_timeout_error_is_not_the_tasks_timeout() -> None:
+    plan = {"tasks": [{"id": "t", "tool": "own_timeout", "timeout_s": 30}]}
+    result = await execute(plan, _stubborn_registry([]))
+    r = result.tasks["t"]
+    assert r.error_type == "TimeoutError" and "the tool's own timeout" in (r.error or "")
+
+
+@pytest.mark.parametrize("executor", PARALLEL)
+async def test_a_tool_catching_the_runs_cancellation_is_not_a_success(executor: str) -> None:
+    seen: list[str] = []
+    plan = {
+        "tasks": [
+            {"id": "s", "tool": "stubborn"},
+            {"id": "b", "tool": "boom"},
+            {"id": "after", "tool": "boom", "depends_on": ["s"]},
+        ]
+    }
+    with anyio.fail_after(20):
+        result = await execute(plan, _stubborn_registry(seen), executor=executor)
+    assert seen, "the tool was meant to catch the run's cancellation"
+    r = result.tasks["s"]
+    assert r.status is TaskStatus.CANCELLED, r
+    assert "caught the cancellation" in (r.error or "")
+    assert "s" not in result.outputs
+    assert result.tasks["after"].status in (TaskStatus.SKIPPED, TaskStatus.CANCELLED)
+    assert result.status is RunStatus.FAILED
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+async def test_a_tool_catching_the_callers_cancellation_is_not_a_success(executor: str) -> None:
+    seen: list[str] = []
+    records: list[Any] = []
+    plan = {"tasks": [{"id": "s", "tool": "stubborn"}]}
+    with anyio.move_on_after(0.3) as scope:
+        await execute(
+            plan,
+            _stubborn_registry(seen),
+            executor=executor,
+            listeners=[lambda e: records.append(e)],
+        )
+    assert scope.cancelled_caught and seen
+    finished = [e.result for e in records if isinstance(e, dagagent.events.TaskFinished)]
+    assert [(f.task_id, f.status) for f in finished] == [("s", TaskStatus.CANCELLED)]
+
+
+async def test_an_agent_catching_its_timeout_is_timed_out(registry: dagagent.Registry) -> None:
+    async def agent_runner(node: AgentNode) -> Any:
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.sleep(5)
+        return "late answer", [AgentStep(step=1, thought="late")]
+
+    plan = {"tasks": [{"id": "n", "instruction": "think", "timeout_s": 0.4}]}
+    with anyio.fail_after(10):
+        result = await execute(plan, registry, llm=object(), agent_runner=agent_runner)
+    r = result.tasks["n"]
+    assert r.status is TaskStatus.FAILED and r.error_type == "TaskTimeoutError"
+    assert "n" not in result.outputs

@@ -166,10 +166,20 @@ class ToolCalls:
         if timeout is None:
             return await self._limited(tool, args)
         try:
-            with anyio.fail_after(timeout):
-                return await self._limited(tool, args)
+            with anyio.fail_after(timeout) as scope:
+                output = await self._limited(tool, args)
         except TimeoutError:
+            if not scope.cancel_called:  # the tool's own TimeoutError, not the task's timeout
+                raise
             raise TaskTimeoutError(f"timed out after {timeout:g} s") from None
+        except Exception as exc:
+            if not scope.cancel_called:
+                raise
+            # The tool caught its timeout's cancellation, then failed: it timed out.
+            raise TaskTimeoutError(timed_out_late(timeout, exc)) from exc
+        if scope.cancel_called:  # the tool caught its timeout's cancellation, returned later
+            raise TaskTimeoutError(timed_out_late(timeout))
+        return output
 
     async def _limited(self, tool: Tool, args: Mapping[str, Any]) -> Any:
         limit = self._limits.get(tool.name) if self._limits else None
@@ -177,6 +187,16 @@ class ToolCalls:
             return await self._invoker(tool, args)
         async with limit:
             return await self._invoker(tool, args)
+
+
+def timed_out_late(timeout: float | None, exc: BaseException | None = None) -> str:
+    """The error of a task whose tool (or agent) caught the cancellation of its timeout and
+    went on: a timed-out task is never a success, whenever it returns."""
+    then = f"failed ({type(exc).__name__}: {exc})" if exc is not None else "returned"
+    return (
+        f"timed out after {timeout:g} s (it caught the cancellation, then {then} later; "
+        "its output is discarded)"
+    )
 
 
 def _bind(icpt: Interceptor, nxt: CallNext) -> CallNext:

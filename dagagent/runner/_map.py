@@ -31,6 +31,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 import anyio
+import anyio.lowlevel
 
 from ..errors import MapError, TaskDeniedError
 from ..events import TaskElementFinished
@@ -38,7 +39,7 @@ from ..plan import element_key
 from ..references import ElementScope, Template
 from ..results import TaskResult, TaskStatus
 from ..tools import Tool
-from ._cancel import really_cancelled
+from ._cancel import IGNORED_CANCEL, really_cancelled
 from ._record import TaskRun, describe, task_result
 from ._retry import NOT_RETRIED
 from ._reuse import same_upstream
@@ -197,10 +198,14 @@ class MapRun:
                 status, output = _REUSED, before[1]
             else:
                 output = await _attempts(runner, run, attempt, retries)
+                if runner._cancel_ignored():  # caught the run's cancellation, returned anyway
+                    output, error = None, f"{IGNORED_CANCEL}: {runner.stop_cause()}"
+                    await anyio.lowlevel.checkpoint()  # a cancel scope's cancellation, again
+                    raise runner._cancelled_exc()  # a one-time Task.cancel(), caught
                 status = _SUCCEEDED
         except runner._cancelled_exc as exc:
             if really_cancelled():
-                status, error = _CANCELLED, "cancelled while running"
+                status, error = _CANCELLED, error or "cancelled while running"
                 raise
             error = f"{describe(exc)} (raised by the task itself; nothing cancelled it)"
             error_type, traceback = type(exc).__name__, task_traceback(exc)

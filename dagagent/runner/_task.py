@@ -26,8 +26,8 @@ from ..references import reference_text
 from ..results import UNANSWERED, CallDecision, TaskResult, TaskStatus
 from ..tools import Registry, Tool
 from ._agent import AgentNode, AgentTaskRunner
-from ._calls import Interceptor, Invoker, ToolCalls
-from ._cancel import really_cancelled
+from ._calls import Interceptor, Invoker, ToolCalls, timed_out_late
+from ._cancel import IGNORED_CANCEL, cancellation_check, really_cancelled
 from ._map import DEFAULT_MAX_ELEMENTS, run_map
 from ._record import TaskRun, describe, task_result
 from ._retry import NOT_RETRIED, TaskRetryPolicy
@@ -107,6 +107,7 @@ class TaskRunner:
         self._debug = logger is not None and debug_enabled(logger)
         self._cancelled_exc = anyio.get_cancelled_exc_class()
         self._stop_cause: str | None = None  # see stop_cause()
+        self._cancel_ignored = cancellation_check()
 
     # -- one task ---------------------------------------------------------------------------
 
@@ -172,6 +173,12 @@ class TaskRunner:
             why = f"{describe(exc)} (raised by the task; a BaseException, not retried)"
             return self._fail(run, exc, why)
         else:
+            if self._cancel_ignored():
+                # The tool caught the run's cancellation (fail-fast, Ctrl-C) and returned
+                # anyway: it was stopped, so it did not succeed.
+                self._finish(run, _CANCELLED, error=f"{IGNORED_CANCEL}: {self.stop_cause()}")
+                await anyio.lowlevel.checkpoint()  # a cancel scope's cancellation, raised again
+                raise self._cancelled_exc()  # a one-time Task.cancel(), caught by the tool
             return self._finish(run, _SUCCEEDED, output)
         finally:
             if slots is not None:
@@ -252,16 +259,18 @@ class TaskRunner:
         node = self._agent_node(task, run)
         timeout = task.timeout_s
         try:
-            with anyio.fail_after(timeout):  # None: no limit
+            with anyio.fail_after(timeout) as scope:  # None: no limit
                 output, run.steps = await self._agent_runner(node)
         except TimeoutError:
             run.steps = node.partial_steps()
-            if timeout is None:  # raised by the agent itself, not by the task's timeout
+            if not scope.cancel_called:  # raised by the agent itself, not by the task's timeout
                 raise
             raise TaskTimeoutError(f"timed out after {timeout:g} s") from None
         except BaseException:  # failed, or cancelled: the record keeps the steps taken so far
             run.steps = node.partial_steps()
             raise
+        if scope.cancel_called:  # the agent caught its timeout's cancellation and answered late
+            raise TaskTimeoutError(timed_out_late(timeout))
         return output
 
     def _agent_node(self, task: AgentTask, run: TaskRun) -> AgentNode:
