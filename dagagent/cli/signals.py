@@ -1,12 +1,29 @@
-"""SIGTERM and SIGHUP during a CLI run: stop the run the way Ctrl-C does (the run is cancelled
-and its record flushed, then exit 130); a second signal ends the process at once."""
+"""Stop signals during a CLI run (Ctrl-C, SIGTERM, SIGHUP): the first stops the run (the run is
+cancelled and its record flushed, then exit 130); a second one ends the process at once.
+
+Why not Python's own Ctrl-C: asyncio's runner turns a second Ctrl-C into a
+``KeyboardInterrupt`` raised wherever the main thread happens to be (in the event loop's
+bookkeeping, in the middle of a task's step), then shuts down by cancelling every task still
+there and waiting for all of them, without a bound. A task that does not end when cancelled (a
+tool that catches ``CancelledError``, a task whose wake-up the interrupt tore out of the loop)
+then keeps the process alive, at 100 % CPU while anyio delivers the cancellation again on every
+turn of the loop. So a stop signal here never raises into the event loop: the first one is
+handed to the loop (``call_soon_threadsafe``), and the second calls ``os._exit`` from the
+signal handler, which Python runs on the main thread as soon as it runs Python code or waits in
+a call that signals interrupt (``select``, ``sleep``, a lock, a thread join). After the first
+signal, every later one ends the process at once, also while the record is flushed or the
+result is printed.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import signal
 import threading
 from collections.abc import Coroutine
+from types import FrameType
 from typing import Any, TypeVar
 
 import anyio
@@ -15,47 +32,83 @@ __all__ = ["stoppable"]
 
 T = TypeVar("T")
 
+_EXIT_INTERRUPTED = 130  # as dagagent.cli._app.EXIT_INTERRUPTED (that module imports this one)
+
 
 def _stop_signals() -> list[signal.Signals]:
-    """SIGTERM and SIGHUP, unless ignored (``nohup``) or not ours to handle (not the main
-    thread, or no such signals)."""
+    """SIGINT, SIGTERM and SIGHUP, unless ignored (``nohup``, a background job) or not ours to
+    handle (not the main thread, or no such signals)."""
     if os.name == "nt" or threading.current_thread() is not threading.main_thread():
         return []
     found: list[signal.Signals] = []
-    for name in ("SIGTERM", "SIGHUP"):
+    for name in ("SIGINT", "SIGTERM", "SIGHUP"):
         sig = getattr(signal, name, None)
         if sig is not None and signal.getsignal(sig) is not signal.SIG_IGN:
             found.append(sig)
     return found
 
 
+def exit_now(signum: int, frame: FrameType | None = None) -> None:
+    """A second stop signal: say so, give a terminal its cursor back (a live display hides
+    it), and end the process without waiting for anything."""
+    del frame
+    for fd in (2, 1):
+        try:
+            if os.isatty(fd):
+                os.write(fd, b"\x1b[?25h")
+        except OSError:
+            pass
+    with contextlib.suppress(OSError, ValueError):
+        os.write(2, f"\n{signal.Signals(signum).name} again: exiting at once\n".encode())
+    os._exit(_EXIT_INTERRUPTED)
+
+
+class _Stop:
+    """The handler of the stop signals while a run lasts."""
+
+    def __init__(self, scope: anyio.CancelScope, loop: asyncio.AbstractEventLoop) -> None:
+        self._cancel = scope.cancel
+        self._call_soon = loop.call_soon_threadsafe
+        self.received: int | None = None
+
+    def __call__(self, signum: int, frame: FrameType | None) -> None:
+        if self.received is not None:
+            exit_now(signum, frame)
+        self.received = signum
+        with contextlib.suppress(RuntimeError):  # the event loop is closed: the run is over
+            self._call_soon(self._cancel)
+
+
 async def stoppable(run: Coroutine[Any, Any, T]) -> T:
-    """Run ``run``; SIGTERM or SIGHUP stop it the way Ctrl-C does: the run is cancelled
-    (running tasks recorded as cancelled, the record flushed), then ``KeyboardInterrupt``
-    (exit 130). A second signal, while the run winds down, ends the process at once."""
+    """Run ``run``; Ctrl-C, SIGTERM or SIGHUP stop it: the run is cancelled (running tasks
+    recorded as cancelled, the record flushed), then ``KeyboardInterrupt`` (exit 130). A second
+    signal, while the run winds down or afterwards, ends the process at once (exit 130)."""
     signals = _stop_signals()
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:  # not on asyncio
+        signals = []
     if not signals:
         return await run
     result: T | None = None
-    error: BaseException | None = None
-    async with anyio.create_task_group() as tg:
-
-        async def watch() -> None:
-            with anyio.open_signal_receiver(*signals) as received:
-                async for _ in received:
-                    tg.cancel_scope.cancel()
-                    return  # the default handlers are back: a second signal kills
-
-        tg.start_soon(watch)
+    before = {sig: signal.getsignal(sig) for sig in signals}
+    with anyio.CancelScope() as scope:
+        stop = _Stop(scope, loop)
+        for sig in signals:
+            signal.signal(sig, stop)
         try:
             result = await run
-        except anyio.get_cancelled_exc_class():
-            raise
-        except BaseException as exc:  # raised below as itself, not in an exception group
-            error = exc
-        tg.cancel_scope.cancel()
-    if error is not None:
-        raise error
+        finally:
+            for sig in signals:  # after a stop signal, the next one ends the process
+                previous = before[sig]
+                signal.signal(
+                    sig,
+                    exit_now
+                    if stop.received is not None
+                    else signal.SIG_DFL
+                    if previous is None
+                    else previous,
+                )
     if result is None:  # the run was cancelled by a signal (execute raises otherwise)
         raise KeyboardInterrupt
     return result

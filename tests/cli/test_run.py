@@ -172,3 +172,81 @@ def test_sigkill_mid_run_leaves_an_interrupted_record_that_replan_completes(
     statuses = {k: t["status"] for k, t in doc["result"]["tasks"].items()}
     assert statuses == {"a": "reused", "slow": "succeeded", "c": "succeeded"}
     assert env.lines() == ["start slow", "end slow", "start A-SLOW", "end A-SLOW"]
+
+
+# -- a second stop signal ----------------------------------------------------------------------
+
+DEAF_TOOLS = '''
+import asyncio
+import os
+
+from dagagent import Registry
+
+registry = Registry()
+
+
+@registry.tool
+async def deaf() -> str:
+    """Catch everything, cancellations and interrupts included (a bare except), forever."""
+    with open(os.environ["QA_SIGNALS_LOG"], "a", encoding="utf-8") as f:
+        f.write("start deaf\\n")
+    while True:
+        try:
+            await asyncio.sleep(0.5)
+        except:  # noqa: E722
+            pass
+
+
+@registry.tool
+async def quick() -> str:
+    return "quick"
+'''
+
+
+@pytest.mark.parametrize("first", ["SIGINT", "SIGTERM"])
+def test_a_second_signal_ends_the_process_even_when_a_tool_ignores_the_first(
+    tmp_path: Path, first: str
+) -> None:
+    """A tool that catches every exception holds the run after the first signal; the second
+    one must end the process promptly, wherever it lands (asyncio's own second Ctrl-C raised
+    KeyboardInterrupt into the event loop, then waited without end for the tasks to finish)."""
+    env = Env(tmp_path)
+    (tmp_path / "qa_deaf_tools.py").write_text(DEAF_TOOLS)
+    plan = tmp_path / "deaf.json"
+    plan.write_text(
+        json.dumps({"tasks": [{"id": "q", "tool": "quick"}, {"id": "d", "tool": "deaf"}]})
+    )
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "dagagent",
+            "run",
+            str(plan),
+            "--json",
+            "--tools",
+            f"{tmp_path / 'qa_deaf_tools.py'}:registry",
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env.env,
+    )
+    try:
+        env.wait_for("start deaf", proc=proc)
+        proc.send_signal(getattr(signal, first))
+        time.sleep(0.5)
+        assert proc.poll() is None, "the tool was meant to hold the run after one signal"
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130, (out, err)
+    assert "SIGINT again: exiting at once" in err and "Traceback" not in err
+    with RunStore(env.db, create=False) as st:
+        rec = st.last_run()
+    assert rec.status == "interrupted"  # the process ended before the run did
+    assert rec.tasks["q"].status.value == "succeeded"
