@@ -705,3 +705,24 @@ async def test_an_agent_catching_its_timeout_is_timed_out(registry: dagagent.Reg
     r = result.tasks["n"]
     assert r.status is TaskStatus.FAILED and r.error_type == "TaskTimeoutError"
     assert "n" not in result.outputs
+
+
+@pytest.mark.parametrize("executor", PARALLEL)
+async def test_a_map_element_catching_the_runs_cancellation_is_not_a_success(
+    executor: str,
+) -> None:
+    seen: list[str] = []
+    plan = {
+        "tasks": [
+            {"id": "s", "tool": "stubborn", "for_each": [1, 2], "args": {"rounds": "${@item}"}},
+            {"id": "b", "tool": "boom"},
+        ]
+    }
+    with anyio.fail_after(20):
+        result = await execute(plan, _stubborn_registry(seen), executor=executor)
+    assert seen, "the tool was meant to catch the run's cancellation"
+    s = result.tasks["s"]
+    assert s.status is TaskStatus.CANCELLED and "s" not in result.outputs
+    elements = s.elements or []
+    assert elements and all(e.status is not TaskStatus.SUCCEEDED for e in elements), elements
+    assert any("caught the cancellation" in (e.error or "") for e in elements)
