@@ -232,6 +232,9 @@ def test_a_second_signal_ends_the_process_even_when_a_tool_ignores_the_first(
         stderr=subprocess.PIPE,
         text=True,
         env=env.env,
+        # Ctrl-C reaches the process even when these tests run where SIGINT is ignored (a
+        # background job): an ignored signal would stay ignored across exec.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         env.wait_for("start deaf", proc=proc)
