@@ -85,11 +85,22 @@ def final_tasks(graph: PlanGraph) -> list[str]:
     return [t.id for t in graph.plan.tasks if g.out_degree(t.id) == 0]
 
 
-def print_result(result: RunResult, *, as_json: bool, graph: PlanGraph | None = None) -> int:
+def print_result(
+    result: RunResult,
+    *,
+    as_json: bool,
+    graph: PlanGraph | None = None,
+    startup_s: float | None = None,
+) -> int:
     """Print a run's result: its table (cells cut to the terminal's width), the output of its
-    final tasks in full (``graph``: the plan that ran), then one summary line."""
+    final tasks in full (``graph``: the plan that ran), then one summary line. ``startup_s``:
+    how long the run waited for its executor to get ready (a Dask cluster), which the run's
+    own time leaves out; ``--json`` gives it as ``executor_startup_s``."""
     if as_json:
-        print_json(out, result.to_json_dict())
+        doc = result.to_json_dict()
+        if startup_s is not None:
+            doc["executor_startup_s"] = startup_s
+        print_json(out, doc)
     else:
         out.print(result_table(result, width=out.width))
         finals = [
@@ -139,8 +150,8 @@ def run_graph(
         llm=llm,
         **execute_options,
     )
-    code = print_result(result, as_json=as_json, graph=graph)
     startup = getattr(execute_options["executor"], "startup_s", None)
+    code = print_result(result, as_json=as_json, graph=graph, startup_s=startup)
     if startup is not None and not as_json:
         # the run's own time leaves out the cluster's start: say both
         err.print(

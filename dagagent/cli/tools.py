@@ -11,7 +11,7 @@ import typer
 from rich.text import Text
 
 from ..errors import ConfigError, DagagentError
-from ..planners.prompts import tool_signature
+from ..planners.prompts import tool_catalog
 from ..text import printable
 from ..tools import Registry, Tool
 from ._app import app, err, guard, load_registry, out, tools_spec
@@ -104,14 +104,11 @@ def tools_cmd(
         print_json(out, doc)
         return
     for t in registry:
-        # Text without markup: a server's names and descriptions are shown, never interpreted.
-        lines = [_one_line(tool_signature(t))]
-        if t.description:
-            lines.append(f"    {_one_line(t.description)}")
+        # The planner's own catalog entry (signature, description, argument notes, what it
+        # returns), then where the tool comes from. Text without markup: a server's names and
+        # descriptions are shown, never interpreted.
+        entry = tool_catalog(registry, [t.name]).removeprefix("- ").splitlines()
+        lines = [printable(line) for line in entry]
         lines.append(f"    from {_source(t)}; {_safety(t)}")
         out.print(Text("\n".join(lines)), soft_wrap=True)
     err.print(f"{len(registry)} tool{'s' if len(registry) != 1 else ''}", markup=False)
-
-
-def _one_line(text: str) -> str:
-    return printable(" ".join(text.split()))

@@ -216,6 +216,25 @@ def test_json_prints_one_object_on_errors_too(
         assert {i["code"] for i in doc["error"]["issues"]} >= {"cycle", "duplicate_id"}
 
 
+def test_tools_lists_what_the_planner_is_shown() -> None:
+    """Each tool with its signature, description, argument notes and what it returns, in the
+    planner's own words (the catalog its prompt holds), then where it comes from."""
+    from dagagent.planners.prompts import tool_catalog
+    from dagagent.toolkits.demo import registry
+
+    r = CliRunner().invoke(app, ["tools"])
+    assert r.exit_code == 0, r.output
+    shown = r.stdout.splitlines()
+    catalog = tool_catalog(registry).splitlines()
+    assert [ln for ln in shown if not ln.startswith("    from ")] == [
+        ln.removeprefix("- ") for ln in catalog
+    ]
+    assert '    city: City name, e.g. "Paris".' in shown  # an argument note
+    assert any(ln.startswith('    returns: {"city": str') for ln in shown)
+    assert "    from dagagent.toolkits.demo; no side effects" in shown
+    assert r.stderr.strip() == f"{len(registry)} tools"
+
+
 def test_version() -> None:
     r = invoke("--version")
     assert r.exit_code == 0

@@ -518,6 +518,7 @@ def test_cli_runs_on_a_dask_scheduler(process_cluster: Any, tmp_path: Path) -> N
     data = json.loads(r.stdout)
     assert data["status"] == "succeeded" and data["executor"] == "dask"
     assert data["tasks"]["cmp"]["output"]["larger"] == "Tokyo"
+    assert data["executor_startup_s"] > 0  # the wait for the cluster, apart from wall_time_s
     # without --json: what happens while it connects, and both times at the end
     r = CliRunner().invoke(
         app,
