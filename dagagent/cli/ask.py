@@ -10,7 +10,9 @@ model configured, or a model that cannot be used; 3 no valid plan; 130 interrupt
 
 from __future__ import annotations
 
+import asyncio
 import os
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +41,7 @@ from ._app import (
     EXIT_OK,
     EXIT_PLANNING,
     EXIT_USAGE,
+    Interrupted,
     app,
     err,
     guard,
@@ -69,6 +72,20 @@ from .tools import load_tools
 __all__ = ["ask_cmd", "exit_code_of"]
 
 
+def _interrupted(progress: AskProgress, store: Path | None) -> str:
+    """What Ctrl-C during ``ask`` leaves behind: the solve and its last round's run, on
+    record as stopped, and the command that shows them."""
+    if progress.solve_id is None:
+        return "interrupted before the first round started: nothing was recorded"
+    where = f" --store {shlex.quote(str(store))}" if store is not None and str(store) else ""
+    if progress.run_id is None:
+        return f"interrupted: solve {progress.solve_id} is recorded as cancelled"
+    return (
+        f"interrupted: solve {progress.solve_id} is recorded as cancelled in round "
+        f"{progress.round}\n  see its run: dagagent show {progress.run_id}{where}"
+    )
+
+
 class AskProgress:
     """A listener printing one line per step of a solve to stderr: rounds, tasks as they are
     planned (streamed planning) and as they finish, the joiner's decision. Untrusted text
@@ -77,6 +94,8 @@ class AskProgress:
 
     def __init__(self) -> None:
         self.round = 0
+        self.solve_id: str | None = None
+        self.run_id: str | None = None  # the last round's run
 
     def _line(self, text: str) -> None:
         err.print(printable(text), markup=False, highlight=False)
@@ -84,11 +103,13 @@ class AskProgress:
     def __call__(self, event: Event | Any) -> None:
         if isinstance(event, RoundStarted):
             self.round = event.round
+            self.solve_id = event.solve_id
             if event.parent_id is None:
                 self._line(f"round {event.round}: planning")
             else:
                 self._line(f"round {event.round}: replanning run {event.parent_id}")
         elif isinstance(event, RunStarted):
+            self.run_id = event.run_id
             n = len(event.plan.tasks)
             what = f"{n} task{'s' if n != 1 else ''}" if n else "tasks as they are planned"
             self._line(f"round {self.round}: run {event.run_id} runs {what}")
@@ -264,7 +285,7 @@ def ask_cmd(
                         max_concurrency=max_concurrency,
                         policy=first,
                         interceptors=policies[1:] if first is not None else policies,
-                        listeners=[AskProgress()],
+                        listeners=[progress],
                         store=run_store,
                         agent_tasks=agent_tasks,
                         max_attempts=max_attempts,
@@ -273,7 +294,11 @@ def ask_cmd(
                     )
                 )
 
-        solution = anyio.run(main)
+        progress = AskProgress()
+        try:
+            solution = anyio.run(main)
+        except (KeyboardInterrupt, asyncio.CancelledError):  # see guard: 3.10 gives the latter
+            raise Interrupted(_interrupted(progress, store)) from None
     _report(solution, path)
     if json_out:
         print_json(out, solution.to_json_dict())

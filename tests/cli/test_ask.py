@@ -279,6 +279,9 @@ def test_killed_mid_solve_keeps_what_ended(user: User, model: Model, sig: str) -
     second = json.loads(user("show", second_id, "--json", code=0).stdout)
     if sig == "SIGTERM":
         assert proc.returncode == 130 and "interrupted" in err
+        # the message names the solve and the run it stopped, and how to see it
+        assert f"interrupted: solve {solve['solve_id']} is recorded as cancelled in round 2" in err
+        assert f"see its run: dagagent show {second_id}" in err
         assert solve["status"] == "cancelled"
         assert solve["rounds"][1]["outcome"] == "cancelled"
         assert second["status"] == "cancelled"
