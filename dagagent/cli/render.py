@@ -126,10 +126,10 @@ def print_warnings(console: Console, warnings: Iterable[Any]) -> None:
             console.print(text, markup=False, highlight=False)
     if no_model:
         tasks = ", ".join(repr(t) for t in no_model)
-        noun = "an agent task" if len(no_model) == 1 else f"{len(no_model)} agent tasks"
+        noun = "agent task" if len(no_model) == 1 else "agent tasks"
         console.print(
-            f"warning: [no_llm] {noun} ({tasks}) will fail: agent tasks need a model; "
-            "pass --model SPEC (e.g. openai:gpt-4o-mini) or set DAGAGENT_MODEL",
+            f"warning: [no_llm] {noun} {tasks} will fail without a model: pass --model SPEC "
+            "or set DAGAGENT_MODEL",
             markup=False,
             highlight=False,
         )

@@ -379,7 +379,7 @@ def test_cli_without_model_warns_and_fails_the_agent_task(
     assert r.exit_code == 1
     # once, worded for the command line
     (warning,) = [line for line in r.stderr.splitlines() if "no_llm" in line]
-    assert warning.startswith("warning: [no_llm] an agent task ('note') will fail")
+    assert warning.startswith("warning: [no_llm] agent task 'note' will fail without a model")
     assert "--model" in warning and "DAGAGENT_MODEL" in warning and "llm=" not in warning
     data = json.loads(r.stdout)
     assert "needs a model" in data["tasks"]["note"]["error"]
