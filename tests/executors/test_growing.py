@@ -178,3 +178,35 @@ async def test_levels_runs_waves_while_the_plan_arrives(
     await run_while(feed, registry, "levels", script, listeners=[listener])
     assert recorder.intervals["joins_late"][0] >= recorder.intervals["first"][1]
     assert started == ["first", "joins_late"]
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+async def test_a_map_task_in_a_plan_that_grows(
+    executor: str, registry: dagagent.Registry, recorder: Any
+) -> None:
+    feed = Feed(registry)
+
+    async def script() -> None:
+        feed.add(work("names", value=["x", "y", "z"]))
+        await anyio.sleep(0.3)
+        feed.add(
+            ToolTask(
+                id="each",
+                tool="work",
+                for_each="${names}",
+                args={"name": "${@item}", "value": "${@index}"},
+            )
+        )
+        feed.add(ToolTask(id="sum", tool="add", args={"a": "${each.1}", "b": "${each.2}"}))
+        feed.graph.close()
+
+    result = await run_while(feed, registry, executor, script, store=None)
+    assert result.status is dagagent.RunStatus.SUCCEEDED, result.tasks
+    assert result.tasks["each"].output == [0, 1, 2]
+    assert [e.task_id for e in result.tasks["each"].elements or ()] == [
+        "each[0]",
+        "each[1]",
+        "each[2]",
+    ]
+    assert result.tasks["sum"].output == 3
+    assert recorder.calls == {"names": 1, "x": 1, "y": 1, "z": 1}
