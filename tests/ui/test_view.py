@@ -228,3 +228,58 @@ def test_a_tasks_traceback_is_shown_escaped_in_its_panel() -> None:
     html = render_panel(build_view(record), "p", page=Page())
     assert '<pre class="traceback">Traceback (most recent call last):' in html
     assert "in parse" in html and made.XSS not in html
+
+
+def test_a_map_tasks_elements_are_shown_escaped_in_its_panel() -> None:
+    plan = Plan.model_validate(
+        {
+            "goal": "g",
+            "tasks": [
+                {
+                    "id": "m",
+                    "tool": "echo",
+                    "for_each": ["a", made.XSS],
+                    "args": {"text": "${@item}"},
+                }
+            ],
+        }
+    )
+    ok = TaskResult(
+        task_id="m[0]", status=TaskStatus.SUCCEEDED, output="a", args={"text": "a"}, attempts=1
+    )
+    bad = TaskResult(
+        task_id="m[1]",
+        status=TaskStatus.FAILED,
+        error=f"ValueError: {made.XSS}",
+        args={"text": made.XSS},
+        attempts=1,
+        started_at=1.0,
+        finished_at=1.5,
+    )
+    result = TaskResult(
+        task_id="m",
+        status=TaskStatus.FAILED,
+        error="element 1 failed",
+        attempts=1,
+        started_at=1.0,
+        finished_at=2.0,
+        elements=[ok, bad],
+    )
+    record = RunRecord(
+        run_id="abcdef012345",
+        parent_id=None,
+        created=1.0,
+        goal="g",
+        status="failed",
+        executor="dataflow",
+        started_at=1.0,
+        finished_at=2.0,
+        critical_path=[],
+        critical_path_s=None,
+        plan=plan,
+        tasks={"m": result},
+    )
+    html = render_panel(build_view(record), "m", page=Page())
+    assert "<h3>Elements (2)</h3>" in html and "one run per element of the list" in html
+    assert '<span class="badge small s-failed">failed</span>' in html
+    assert "ValueError: &lt;script&gt;" in html and made.XSS not in html
