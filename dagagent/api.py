@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Mapping, Sequence
+from contextlib import nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +21,7 @@ from .runner import (
     DEFAULT_MAX_ELEMENTS,
     AgentTaskRunner,
     Interceptor,
+    RunTelemetry,
     TaskRetryPolicy,
     TaskRunner,
 )
@@ -151,19 +153,25 @@ async def execute(
 
             graph.watch(extended)
         log.info("run.started", tasks=len(graph), executor=exe.name)
+        # OpenTelemetry, when the application set it up (None otherwise: nothing to do).
+        runner.telemetry = otel = RunTelemetry.start(graph, run_id, exe.name, parent_id)
         started = time.time()
         interrupted = False
+        failure: BaseException | None = None
         try:
-            await exe.run(graph, runner, on_failure)  # type: ignore[arg-type]
-        except BaseException:
-            interrupted = True
+            with otel.current() if otel is not None else nullcontext():
+                await exe.run(graph, runner, on_failure)  # type: ignore[arg-type]
+        except BaseException as exc:
+            interrupted, failure = True, exc
             raise
         finally:
             if extended is not None:
                 graph.unwatch(extended)
+            ended: RunResult | None = None
             try:
                 finish_unstarted(graph, runner)
                 result = _result(graph, runner, exe.name, started, interrupted, parent_id)
+                ended = result
                 if meter is not None and meter.calls:
                     result.usage = meter.as_dict()
                 if emit is not None:
@@ -171,6 +179,8 @@ async def execute(
             finally:
                 if recorder is not None:
                     recorder.close()  # flush: every result so far is durable
+                if otel is not None:
+                    otel.end(ended, failure)
             if recorder is not None and recorder.loss is not None:
                 result.record_loss = recorder.loss  # never claim a record that is not there
             log.info("run.finished", status=result.status.value, **result.counts)

@@ -60,3 +60,18 @@ def die_once(marker: str) -> str:
         path.write_text("died once")
         os._exit(1)
     return "survived"
+
+
+@registry.tool
+def trace_context() -> dict[str, Any]:
+    """The trace and span the call runs under, as the worker process sees them."""
+    from opentelemetry import trace
+
+    ctx = trace.get_current_span().get_span_context()
+    return {"pid": os.getpid(), "trace_id": ctx.trace_id, "span_id": ctx.span_id}
+
+
+@registry.tool
+async def atrace_context() -> dict[str, Any]:
+    """``trace_context`` as an async tool (run on the worker's event loop)."""
+    return trace_context.fn()

@@ -334,3 +334,25 @@ def test_map_tasks_snippet(capsys: pytest.CaptureFixture[str]) -> None:
     printed = capsys.readouterr().out.splitlines()
     assert printed[0].startswith("[{'city': 'Tokyo', 'temp_c': 10}, {'city': 'Yokohama'")
     assert printed[1] == "['succeeded', 'succeeded', 'succeeded']"
+
+
+def test_opentelemetry_snippet(capsys: pytest.CaptureFixture[str]) -> None:
+    """The OpenTelemetry example, on the registry of "From Python", with global providers
+    reset afterwards (they may be set once per process)."""
+    from opentelemetry import trace
+    from opentelemetry.util._once import Once
+
+    namespace: dict[str, Any] = {}
+    run_python(block_with(section("From Python"), "python", "execute_sync"), namespace)
+    capsys.readouterr()
+    trace._TRACER_PROVIDER_SET_ONCE = Once()
+    trace._TRACER_PROVIDER = None
+    try:
+        run_python(block_with(section("OpenTelemetry"), "python", "set_tracer_provider"), namespace)
+    finally:
+        trace._TRACER_PROVIDER_SET_ONCE = Once()
+        trace._TRACER_PROVIDER = None
+    printed = capsys.readouterr().out
+    said = re.search(r"prints `(\[.*?\])`", section("OpenTelemetry"), re.S)
+    assert said is not None
+    assert printed.strip() == " ".join(said.group(1).split())

@@ -34,6 +34,7 @@ from typing import Any, get_args
 
 import anyio
 
+from dagagent import telemetry
 from dagagent.errors import (
     AgentError,
     TaskDeniedError,
@@ -580,10 +581,11 @@ class ReActAgent:
             return call.problem or f"unknown tool {call.name!r}", True
         tool = call.tool
         try:
-            if self._call_tool is not None:
-                output = await self._call_tool(tool, call.arguments)
-            else:
-                output = await _default_call(tool, call.arguments)
+            with telemetry.tool_call_id(call.id):  # for the call's span, when tracing
+                if self._call_tool is not None:
+                    output = await self._call_tool(tool, call.arguments)
+                else:
+                    output = await _default_call(tool, call.arguments)
         except TaskDeniedError as exc:
             return f"denied: {exc.reason}", True
         except TaskTimeoutError as exc:  # "timed out after N s"

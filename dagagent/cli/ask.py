@@ -59,11 +59,13 @@ from .options import (
     MaxAttemptsOpt,
     MaxConcurrencyOpt,
     McpOpt,
+    OtelOpt,
     PolicyOpt,
     StoreOpt,
     TimeoutOpt,
     ToolsOpt,
 )
+from .otel import configure_otel
 from .recording import recorded_tools_spec
 from .render import print_json
 from .signals import stoppable
@@ -234,11 +236,14 @@ def ask_cmd(
     json_out: bool = typer.Option(
         False, "--json", help="Print the whole solution (answer, rounds, usage) as JSON."
     ),
+    otel: OtelOpt = False,
 ) -> None:
     """Answer GOAL: plan with the model, run the plan, let the model answer from the results
     or plan again (reusing every success), for at most --max-rounds rounds. Progress on
     stderr, the answer on stdout. Exit 0 answered, 1 gave up, 2 model unusable, 3 no valid
     plan."""
+    if otel:
+        configure_otel()
     if not goal.strip():
         raise ConfigError("the goal is empty: say what the answer should be about")
     if not (model or os.environ.get("DAGAGENT_MODEL", "").strip()):

@@ -106,6 +106,14 @@ OnFailureOpt = Annotated[
         "continue: run independent branches to the end.",
     ),
 ]
+OtelOpt = Annotated[
+    bool,
+    typer.Option(
+        "--otel",
+        help="Send traces and metrics to an OpenTelemetry collector over OTLP, configured by "
+        "the standard OTEL_* variables (OTEL_EXPORTER_OTLP_ENDPOINT...). Needs dagagent[otel].",
+    ),
+]
 MaxConcurrencyOpt = Annotated[
     int | None,
     typer.Option("--max-concurrency", "-j", min=1, help="At most N tasks at once."),

@@ -31,6 +31,7 @@ from .options import (
     MaxElementsOpt,
     McpOpt,
     OnFailureOpt,
+    OtelOpt,
     OutOpt,
     PolicyOpt,
     RunOptions,
@@ -38,6 +39,7 @@ from .options import (
     TimeoutOpt,
     ToolsOpt,
 )
+from .otel import configure_otel
 from .render import plan_table, print_json, print_warnings
 from .run import run_graph
 from .tools import load_tools
@@ -146,10 +148,13 @@ def plan_cmd(
     ask: AskOpt = None,
     policy_file: PolicyOpt = None,
     store: StoreOpt = None,
+    otel: OtelOpt = False,
 ) -> None:
     """Ask a model for a plan reaching GOAL with the given tools; show it as a table and a
     DAG, save it (--out) or run it (--execute). Exit 3 if no valid plan came back, 2 if the
     model could not be used."""
+    if otel:
+        configure_otel()
     if not goal.strip():
         raise ConfigError("the goal is empty: say what the plan should achieve")
     if out_file is not None:  # before any model call

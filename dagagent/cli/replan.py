@@ -32,6 +32,7 @@ from .options import (
     MaxElementsOpt,
     McpOpt,
     OnFailureOpt,
+    OtelOpt,
     OutOpt,
     RunArg,
     RunOptions,
@@ -39,6 +40,7 @@ from .options import (
     TimeoutOpt,
     ToolsOpt,
 )
+from .otel import configure_otel
 from .recording import run_recorded, say_recorded
 from .render import print_json, print_warnings
 from .run import agent_model, print_result
@@ -147,12 +149,15 @@ def replan_cmd(
     store: StoreOpt = None,
     json_out: bool = typer.Option(False, "--json", help="Print everything as one JSON object."),
     timeout: TimeoutOpt = 60.0,
+    otel: OtelOpt = False,
 ) -> None:
     """Review a run (what failed and why, what it blocked, what succeeded), compare it with a
     revised plan (--from FILE or --model SPEC) and optionally run that plan (--execute),
     reusing the outputs of every task whose id, tool, arguments and inputs are unchanged.
     Exit 0 after a review; with --execute, the new run's exit code (0 ok, 1 failed); 3 when
     the model gave no valid plan in --max-attempts."""
+    if otel:
+        configure_otel()
     if from_file is not None and model is not None:
         raise ConfigError("give --from FILE or --model SPEC, not both")
     if base_url is not None and model is None:

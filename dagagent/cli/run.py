@@ -22,12 +22,14 @@ from .options import (
     MaxElementsOpt,
     McpOpt,
     OnFailureOpt,
+    OtelOpt,
     PlanArg,
     PolicyOpt,
     RunOptions,
     StoreOpt,
     ToolsOpt,
 )
+from .otel import configure_otel
 from .recording import run_recorded, say_recorded
 from .render import plan_table, print_json, print_warnings, result_table
 from .tools import load_tools
@@ -237,9 +239,12 @@ def run_cmd(
         help="Server for --model (any OpenAI-compatible server: vLLM, Ollama, ...). "
         "Default: $DAGAGENT_BASE_URL.",
     ),
+    otel: OtelOpt = False,
 ) -> None:
     """Validate and run a plan, recording it in the run store (review it with 'dagagent show',
     revise it with 'dagagent replan'). Exit 0 if every task succeeded, 1 if the run failed."""
+    if otel:
+        configure_otel()
     options = RunOptions(
         executor=executor,
         on_failure=on_failure,

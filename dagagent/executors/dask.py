@@ -53,6 +53,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from .. import telemetry
 from ..errors import ConfigError, WorkerLostError
 from ..tools import materialize_async
 from .dataflow import DataflowExecutor
@@ -181,23 +182,26 @@ def _picklable_args(exc: BaseException) -> tuple[Any, ...]:
     )
 
 
-def _call(fn: _Fn, args: dict[str, Any]) -> Any:
-    """Run a sync tool (in a worker thread); a generator it returns travels as a list."""
+def _call(fn: _Fn, args: dict[str, Any], trace: dict[str, str] | None = None) -> Any:
+    """Run a sync tool (in a worker thread); a generator it returns travels as a list.
+    ``trace``: the task's trace context (with OpenTelemetry on), current while it runs."""
     try:
-        result = fn.load()(**args)
-        if type(result) is GeneratorType:
-            return list(result)
-        if type(result) is AsyncGeneratorType:  # no event loop in this thread: a short one
-            return asyncio.run(materialize_async(result))
-        return result
+        with telemetry.attached(trace):
+            result = fn.load()(**args)
+            if type(result) is GeneratorType:
+                return list(result)
+            if type(result) is AsyncGeneratorType:  # no event loop in this thread: a short one
+                return asyncio.run(materialize_async(result))
+            return result
     except BaseException as exc:
         return _RaisedOnWorker(exc)
 
 
-async def _acall(fn: _Fn, args: dict[str, Any]) -> Any:
+async def _acall(fn: _Fn, args: dict[str, Any], trace: dict[str, str] | None = None) -> Any:
     """Run an async tool (on the worker's event loop)."""
     try:
-        return await materialize_async(await fn.load()(**args))
+        with telemetry.attached(trace):
+            return await materialize_async(await fn.load()(**args))
     except asyncio.CancelledError:  # Dask cancelled the call
         raise
     except BaseException as exc:
@@ -326,6 +330,7 @@ class _Session:
     keys: Iterator[int] = field(default_factory=itertools.count)
     shipped: dict[Tool, _Shipped] = field(default_factory=dict)
     users: int = 0
+    traced: bool = False  # OpenTelemetry is on: calls carry their trace context
 
     def ship(self, tool: Tool) -> _Shipped:
         """Pickle ``tool`` once for this session (raises what pickling raises)."""
@@ -595,6 +600,7 @@ class DaskExecutor(DataflowExecutor):
         if state is None:
             raise ConfigError("DaskExecutor.run() must be called inside DaskExecutor.session()")
         await self._prepare(state, runner.tools_in_use())  # a no-op for tools already shipped
+        state.traced = runner.telemetry is not None and runner.telemetry.tracer is not None
         await super().run(graph, runner, on_failure)
 
     async def _prepare(self, state: _Session, used: Mapping[Tool, Sequence[str]]) -> None:
@@ -688,10 +694,12 @@ class DaskExecutor(DataflowExecutor):
                     f"tool {tool.name!r} cannot be pickled for Dask: {_brief(exc)}"
                 ) from None
         client = state.client
+        extra = (telemetry.carrier(),) if state.traced else ()  # the task's trace context
         future = client.submit(
             shipped.caller,
             shipped.fn,
             args,
+            *extra,
             key=f"{shipped.prefix}{next(state.keys)}",
             pure=False,
         )

@@ -77,6 +77,8 @@ class AnthropicChat(HTTPChatClient):
     See the module docstring for how ``response_format`` is emulated.
     """
 
+    provider_name = "anthropic"
+
     provider_label = "Anthropic"
     wire_format = "anthropic"
     official_host = "api.anthropic.com"

@@ -66,6 +66,8 @@ class OpenAIChat(HTTPChatClient):
     servers that reject it.
     """
 
+    provider_name = "openai"
+
     provider_label = "OpenAI"
     wire_format = "openai"
     official_host = "api.openai.com"

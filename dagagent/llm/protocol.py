@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
+from ._telemetry import model_call
 from .types import (
     LLMRequest,
     LLMResponse,
@@ -22,7 +23,12 @@ __all__ = ["LLM", "RequestLLM"]
 class RequestLLM:
     """Implements the :class:`LLM` protocol's ``complete`` / ``stream`` by normalising the
     arguments into one :class:`LLMRequest`; subclasses answer it in ``_complete`` /
-    ``_stream`` (the HTTP clients send it, :class:`~dagagent.llm.ScriptedLLM` scripts it)."""
+    ``_stream`` (the HTTP clients send it, :class:`~dagagent.llm.ScriptedLLM` scripts it).
+
+    With OpenTelemetry on, each call is a ``chat MODEL`` span (see :mod:`._telemetry`);
+    ``provider_name`` is its ``gen_ai.provider.name``."""
+
+    provider_name = "_OTHER"
 
     async def complete(
         self,
@@ -42,7 +48,10 @@ class RequestLLM:
             max_tokens=max_tokens,
             temperature=temperature,
         )
-        return await self._complete(request)
+        call = model_call(self, request)  # OpenTelemetry, when the application has it
+        if call is None:
+            return await self._complete(request)
+        return await call.complete(self._complete(request))
 
     def stream(
         self,
@@ -63,7 +72,10 @@ class RequestLLM:
             temperature=temperature,
             stream=True,
         )
-        return self._stream(request)
+        call = model_call(self, request)
+        if call is None:
+            return self._stream(request)
+        return call.stream(self._stream(request))
 
     async def _complete(self, request: LLMRequest) -> LLMResponse:
         raise NotImplementedError(f"{type(self).__name__} does not implement _complete")

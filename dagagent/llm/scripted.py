@@ -123,6 +123,7 @@ class ScriptedLLM(RequestLLM):
         self = cls(model=model, chunk_size=chunk_size)
         self._script = list(script)
         self._wire = "openai"
+        self.provider_name = "openai"
         self._http = httpx.AsyncClient(transport=httpx.MockTransport(self._handle))
         options: dict[str, Any] = {
             "base_url": "http://scripted.invalid/v1",
@@ -146,6 +147,7 @@ class ScriptedLLM(RequestLLM):
         self = cls(model=model, chunk_size=chunk_size)
         self._script = list(script)
         self._wire = "anthropic"
+        self.provider_name = "anthropic"
         self._http = httpx.AsyncClient(transport=httpx.MockTransport(self._handle))
         options: dict[str, Any] = {"base_url": "http://scripted.invalid", "retry_base_delay_s": 0.0}
         options.update(client_options)

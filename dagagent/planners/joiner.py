@@ -46,6 +46,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from .. import telemetry
 from ..errors import ConfigError, Issue, JoinerError
 from ..llm import (
     LLM,
@@ -434,19 +435,20 @@ class Joiner:
         def parse(raw: str, response: LLMResponse) -> tuple[JoinDecision | None, list[Issue]]:
             return parse_join_answer(raw, plan, results, response=response, must_finish=must_finish)
 
-        decision, attempts = await ask_until_valid(
-            self.llm,
-            self.messages(goal, plan, results, must_finish=must_finish),
-            parse,
-            feedback=lambda issues: _feedback_prompt(issues, must_finish=must_finish),
-            max_attempts=self.max_attempts,
-            response_format=join_response_format(must_finish=must_finish)
-            if self.structured
-            else None,
-            max_tokens=self.max_tokens,
-            temperature=self.temperature,
-            what="join decision",
-        )
+        with telemetry.operation("invoke_agent joiner", telemetry.JOINING, role="joiner"):
+            decision, attempts = await ask_until_valid(
+                self.llm,
+                self.messages(goal, plan, results, must_finish=must_finish),
+                parse,
+                feedback=lambda issues: _feedback_prompt(issues, must_finish=must_finish),
+                max_attempts=self.max_attempts,
+                response_format=join_response_format(must_finish=must_finish)
+                if self.structured
+                else None,
+                max_tokens=self.max_tokens,
+                temperature=self.temperature,
+                what="join decision",
+            )
         if decision is None:
             n = len(attempts)
             raise JoinerError(

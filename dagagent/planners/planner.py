@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing_extensions import Unpack
 
+from .. import telemetry
 from ..errors import ConfigError
 from ..llm import LLM, Message, SystemMessage, UserMessage
 from ..plan import Plan
@@ -65,7 +66,8 @@ class LLMPlanner(HealingPlanner):
         """
         if not goal.strip():
             raise ConfigError("the goal is empty: say what the plan should achieve")
-        result = await self.ask_for_plan(self.messages(goal), goal=goal.strip())
+        with telemetry.operation("plan planner", telemetry.PLANNING, role="planner"):
+            result = await self.ask_for_plan(self.messages(goal), goal=goal.strip())
         self.last_result = result
         return result
 

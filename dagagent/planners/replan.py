@@ -28,6 +28,7 @@ from collections.abc import Mapping
 
 from typing_extensions import Unpack
 
+from .. import telemetry
 from ..errors import Issue
 from ..graph import PlanGraph
 from ..llm import LLM, Message, SystemMessage, UserMessage
@@ -148,9 +149,10 @@ class LLMReplanner(HealingPlanner):
             return replan_warnings(plan, new, results)
 
         messages = self.messages(goal, plan, results, feedback=feedback)
-        result = await self.ask_for_plan(
-            messages, goal=goal, check=check, warn=warn, what="revised plan"
-        )
+        with telemetry.operation("plan planner", telemetry.PLANNING, role="planner"):
+            result = await self.ask_for_plan(
+                messages, goal=goal, check=check, warn=warn, what="revised plan"
+            )
         self.last_result = result
         return result
 

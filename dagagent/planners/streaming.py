@@ -65,6 +65,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from .. import telemetry
 from ..api import execute, new_run_id
 from ..errors import ConfigError, Issue, PlanningError
 from ..events import Listener, get_logger
@@ -293,13 +294,14 @@ async def _attempt_and_run(
 
         tg.start_soon(run)
         try:
-            events = owner.llm.stream(
-                history,
-                response_format=owner.response_format,
-                max_tokens=owner.max_tokens,
-                temperature=owner.temperature,
-            )
-            await attempt.read(events)
+            with telemetry.operation("plan planner", telemetry.PLANNING, role="planner"):
+                events = owner.llm.stream(
+                    history,
+                    response_format=owner.response_format,
+                    max_tokens=owner.max_tokens,
+                    temperature=owner.temperature,
+                )
+                await attempt.read(events)
         except StreamStop as stop:
             issues = stop.issues
             graph.close(aborted=True)

@@ -15,7 +15,9 @@ Executors decide *when* a task starts and call :meth:`TaskRunner.run_task`; ever
 - :mod:`._map`: a map task (``for_each``): its list expanded into one element run per element;
 - :mod:`._retry`: :class:`TaskRetryPolicy`, the wait between a task's attempts;
 - :mod:`._reuse`: when an earlier run's output stands (:func:`task_fingerprint`);
-- :mod:`._cancel`: telling a real cancellation from a tool that raised one.
+- :mod:`._cancel`: telling a real cancellation from a tool that raised one;
+- :mod:`._traceback`: a failing tool's traceback, as its result keeps it;
+- :mod:`._telemetry`: a run's OpenTelemetry spans and metrics, when the application has them.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from ._map import DEFAULT_MAX_ELEMENTS
 from ._retry import TaskRetryPolicy
 from ._reuse import task_fingerprint
 from ._task import TaskRunner
+from ._telemetry import RunTelemetry
 
 __all__ = [
     "DEFAULT_MAX_ELEMENTS",
@@ -37,6 +40,7 @@ __all__ = [
     "CallNext",
     "Interceptor",
     "Invoker",
+    "RunTelemetry",
     "TaskRetryPolicy",
     "TaskRunner",
     "ToolCalls",

@@ -117,6 +117,8 @@ class MapRun:
         if not n:
             return _SUCCEEDED, [], None, None
         attempt, retries = runner._attempt_for(task)
+        if runner.telemetry is not None:
+            attempt = runner.telemetry.attempts(task, attempt)
         cancel_siblings = runner.on_failure == "cancel" and not task.allow_partial
         width = n
         for bound in (task.max_concurrency, runner.element_concurrency, runner.max_concurrency):

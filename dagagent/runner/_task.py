@@ -37,6 +37,7 @@ from ._traceback import task_traceback
 if TYPE_CHECKING:
     from ..graph import PlanGraph
     from ..plan import Task
+    from ._telemetry import RunTelemetry
 
 __all__ = ["TaskRunner"]
 
@@ -70,6 +71,7 @@ class TaskRunner:
         logger: Any = None,
         on_failure: str = "cancel",
         max_elements: int = DEFAULT_MAX_ELEMENTS,
+        telemetry: RunTelemetry | None = None,
     ) -> None:
         self.graph = graph
         self.tasks = graph.tasks
@@ -108,6 +110,9 @@ class TaskRunner:
         self._cancelled_exc = anyio.get_cancelled_exc_class()
         self._stop_cause: str | None = None  # see stop_cause()
         self._cancel_ignored = cancellation_check()
+        #: The run's OpenTelemetry spans and metrics (``None``, the usual case: no span work
+        #: at all; see :mod:`._telemetry`).
+        self.telemetry = telemetry
 
     # -- one task ---------------------------------------------------------------------------
 
@@ -138,6 +143,8 @@ class TaskRunner:
             if self._reuse and self._reusable(task, run.args):
                 return self._finish(run, _REUSED, self._reuse[task_id][1])
             attempt, retries = self._attempt_for(task)
+            if self.telemetry is not None:
+                attempt = self.telemetry.attempts(task, attempt)
             while True:
                 run.attempts += 1
                 try:
@@ -283,6 +290,15 @@ class TaskRunner:
                 task.id, tool, args, source="agent", decisions=decisions, timeout=tool.timeout_s
             )
 
+        telemetry = self.telemetry
+        if telemetry is not None:
+            untraced = call
+
+            async def call(tool: Tool, args: dict[str, Any]) -> Any:
+                return await telemetry.agent_call(
+                    task.id, tool, args, decisions, partial(untraced, tool, args)
+                )
+
         # An instruction that is one reference ("${paris}") keeps the value's type: show it as
         # a reference inside longer text would be shown (JSON for a dict, not its repr).
         text = run.args if isinstance(run.args, str) else reference_text(run.args)
@@ -348,6 +364,8 @@ class TaskRunner:
             traceback,
         )
         self.results[run.task_id] = r
+        if self.telemetry is not None:
+            self.telemetry.finished(r)
         if status is _SUCCEEDED or status is _REUSED:
             self.outputs[run.task_id] = output
         if self.emit is not None:
@@ -375,6 +393,8 @@ class TaskRunner:
         """Record a task that never started (skipped or cancelled)."""
         r = task_result(task_id, status, None, error, None, 0, None, None, None, None, None, None)
         self.results[task_id] = r
+        if self.telemetry is not None:
+            self.telemetry.finished(r)
         if self.emit is not None:
             self.emit(TaskFinished(self.run_id, r))
         return r

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Union
 
 import anyio
 
+from .. import telemetry
 from ..api import execute, new_run_id
 from ..errors import ConfigError, JoinerError, LLMError, PlanningError, StoreError
 from ..events import JoinerDecided, Listener, RoundFinished, RoundStarted, get_logger
@@ -65,6 +66,9 @@ Confirm = Callable[[PlanGraph], Union[bool, Awaitable[bool]]]  # noqa: UP007 - r
 
 
 # ---------------------------------------------------------------------------- the loop
+
+
+_SOLVE = {telemetry.OPERATION: "invoke_workflow", telemetry.WORKFLOW_NAME: "dagagent.solve"}
 
 
 def _new_successes(result: RunResult, before: dict[str, Any]) -> list[str]:
@@ -146,6 +150,7 @@ class _Solve:
         self.agent_llm = MeteredLLM(llm, self.agent_usage) if agent_tasks else None
         self.rounds: list[Round] = []
         self.running: str | None = None  # the id of the round's run, once it is chosen
+        self.round_span: Any = None  # the round's span, with OpenTelemetry on
 
     def emit(self, event: Any) -> None:
         for listener in self.listeners:
@@ -202,6 +207,12 @@ class _Solve:
 
     def close_round(self, rnd: Round, outcome: str, reason: str = "") -> None:
         rnd.outcome, rnd.reason = outcome, reason
+        span, self.round_span = self.round_span, None
+        if span is not None:
+            span.set_attribute(telemetry.ROUND_OUTCOME, outcome)
+            if rnd.run_id:
+                span.set_attribute(telemetry.RUN_ID, rnd.run_id)
+            span.end()
         self.record(
             "record_round",
             round=rnd.number,
@@ -214,9 +225,17 @@ class _Solve:
         self.emit(RoundFinished(self.solve_id, rnd.number, rnd.run_id, outcome, reason))
 
     async def run(self) -> Solution:
+        attributes = {**_SOLVE, telemetry.SOLVE_ID: self.solve_id}
         try:
-            return await self._rounds()
+            with telemetry.operation("invoke_workflow dagagent.solve", attributes) as span:
+                solution = await self._rounds()
+                if span is not None:
+                    span.set_attribute(telemetry.SOLVE_STATUS, solution.status.value)
+                    span.set_attribute("dagagent.solve.rounds", len(solution.rounds))
+                return solution
         except BaseException:
+            if self.round_span is not None:
+                self.round_span.end()
             # cancelled (Ctrl-C) or a bug: the record says the solve did not finish
             if self.rounds and not self.rounds[-1].outcome:
                 rnd = self.rounds[-1]
@@ -240,8 +259,12 @@ class _Solve:
             self.emit(RoundStarted(self.solve_id, n, self.goal, time.time(), parent_id, feedback))
             rnd = Round(number=n, feedback=feedback)
             self.rounds.append(rnd)
+            self.round_span = telemetry.start_span(
+                "dagagent.round", {telemetry.SOLVE_ID: self.solve_id, telemetry.ROUND: n}
+            )
             try:
-                stop = await self.plan_and_run(rnd, previous, feedback)
+                with telemetry.within(self.round_span):
+                    stop = await self.plan_and_run(rnd, previous, feedback)
             except (PlanningError, LLMError) as exc:
                 what = "no valid plan" if n == 1 else "no valid revised plan"
                 reason = (
@@ -263,7 +286,10 @@ class _Solve:
             outputs.update(result.outputs)
             last = n == self.max_rounds
             try:
-                report = await self.joiner.join(self.goal, rnd.plan, result.tasks, must_finish=last)
+                with telemetry.within(self.round_span):
+                    report = await self.joiner.join(
+                        self.goal, rnd.plan, result.tasks, must_finish=last
+                    )
             except (JoinerError, LLMError) as exc:
                 reason = (
                     f"round {n}: {exc}"

@@ -1,0 +1,122 @@
+"""``--otel``: a real ``dagagent run`` process sends its spans and metrics over OTLP/HTTP to a
+loopback collector the test starts, configured only by the standard ``OTEL_*`` variables."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+    ExportMetricsServiceRequest,
+)
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+pytestmark = pytest.mark.slow
+
+
+class Collector:
+    def __init__(self) -> None:
+        self.requests: list[tuple[str, bytes]] = []
+        collector = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                collector.requests.append((self.path, body))
+                self.send_response(200)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def spans(self) -> list[tuple[str, dict[str, object], str]]:
+        found = []
+        for path, body in self.requests:
+            if path != "/v1/traces":
+                continue
+            req = ExportTraceServiceRequest.FromString(body)
+            for rs in req.resource_spans:
+                service = next(
+                    a.value.string_value for a in rs.resource.attributes if a.key == "service.name"
+                )
+                for ss in rs.scope_spans:
+                    for s in ss.spans:
+                        attrs = {a.key: a.value for a in s.attributes}
+                        found.append((s.name, attrs, service))
+        return found
+
+    def metric_names(self) -> set[str]:
+        names = set()
+        for path, body in self.requests:
+            if path == "/v1/metrics":
+                req = ExportMetricsServiceRequest.FromString(body)
+                for rm in req.resource_metrics:
+                    for sm in rm.scope_metrics:
+                        names.update(m.name for m in sm.metrics)
+        return names
+
+
+@pytest.fixture
+def collector() -> Iterator[Collector]:
+    c = Collector()
+    yield c
+    c.server.shutdown()
+    c.server.server_close()
+
+
+def test_run_with_otel_exports_its_spans_and_metrics(collector: Collector, tmp_path: Path) -> None:
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith("OTEL_") and k != "DAGAGENT_TOOLS"
+    }
+    env.update(
+        DAGAGENT_HOME=str(tmp_path / "home"),
+        DAGAGENT_DEMO_LATENCY="0",
+        OTEL_EXPORTER_OTLP_ENDPOINT=collector.url,
+        OTEL_SERVICE_NAME="weather-service",
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "dagagent", "run", str(EXAMPLES / "weather.json"), "--otel"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    spans = collector.spans()
+    names = sorted(name for name, _, _ in spans)
+    assert names.count("invoke_workflow dagagent.run") == 1
+    assert names.count("execute_tool get_weather") == 3
+    assert {service for _, _, service in spans} == {"weather-service"}
+    (run,) = [a for n, a, _ in spans if n == "invoke_workflow dagagent.run"]
+    assert run["dagagent.run.status"].string_value == "succeeded"
+    assert {"dagagent.tasks", "dagagent.task.duration"} <= collector.metric_names()
+
+
+def test_otel_without_the_sdk_says_how_to_get_it(tmp_path: Path) -> None:
+    (tmp_path / "opentelemetry").mkdir()
+    (tmp_path / "opentelemetry" / "__init__.py").write_text("raise ImportError('not here')\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
+    env["DAGAGENT_HOME"] = str(tmp_path / "home")
+    proc = subprocess.run(
+        [sys.executable, "-m", "dagagent", "run", str(EXAMPLES / "weather.json"), "--otel"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "pip install 'dagagent[otel]'" in proc.stderr and "Traceback" not in proc.stderr
