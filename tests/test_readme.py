@@ -309,6 +309,7 @@ def test_every_python_snippet_is_run_by_a_test() -> None:
         "Run records, review and replanning": ["store="],
         "Tools from MCP servers": ["MCPClient.stdio("],
         "Scale-out with Dask": ["DaskExecutor("],
+        "OpenTelemetry": ["set_tracer_provider"],
     }
     source = Path(__file__).read_text(encoding="utf-8")
     for title in re.findall(r"^## (.+)$", README, re.M):
