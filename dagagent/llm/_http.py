@@ -35,6 +35,7 @@ from dagagent.llm._failures import HTTPFailures
 from dagagent.llm._json import dumps_json
 from dagagent.llm._retry import Retryable
 from dagagent.llm._secret import resolve_api_key
+from dagagent.llm._sse import StreamLimitExceeded, bounded_lines
 from dagagent.llm.protocol import RequestLLM
 from dagagent.llm.settings import ModelOptions, ModelSettings
 from dagagent.llm.types import LLMResponse
@@ -120,6 +121,7 @@ class HTTPChatClient(HTTPFailures, RequestLLM):
         self.model = model
         self.settings = ModelSettings.of(settings, options)
         self.max_response_bytes = self.settings.max_response_bytes
+        self.max_stream_s = self.settings.max_stream_s
         # Credentials in the URL (http://user:pass@host) are sent, never shown: base_url,
         # messages, logs and records see the URL without them.
         self._request_base = base_url.rstrip("/")
@@ -286,6 +288,14 @@ class HTTPChatClient(HTTPFailures, RequestLLM):
         # httpx keeps a read body here; aread() would read it again without a bound
         response._content = b"".join(chunks)
 
+    def _sse_lines(self, response: httpx.Response) -> AsyncIterator[str]:
+        """The lines of an event stream, at most ``max_response_bytes`` of them in all and for
+        at most ``max_stream_s``: a server that streams without end, or sends one gigantic
+        event, ends the call with an :class:`LLMResponseError` (see :meth:`_stream_once`)."""
+        return bounded_lines(
+            response.aiter_text(), max_chars=self.max_response_bytes, max_seconds=self.max_stream_s
+        )
+
     async def _post_json(self, client: httpx.AsyncClient, path: str, body: Any) -> Any:
         """One POST; the decoded JSON of a 2xx answer, else an error or :class:`Retryable`."""
         deadline = self.answer_deadline_s()
@@ -348,6 +358,11 @@ class HTTPChatClient(HTTPFailures, RequestLLM):
                         yield item
             finally:
                 await response.aclose()
+        except StreamLimitExceeded as exc:
+            raise LLMResponseError(
+                f"the stream from {self.provider} {exc}: cut off (raise max_response_bytes or "
+                "max_stream_s if that is expected)"
+            ) from None
         except httpx.TimeoutException as exc:
             raise self._timeout_failure(exc, mid_stream=got_response) from exc
         except httpx.TransportError as exc:

@@ -3,6 +3,7 @@ may take to arrive."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -12,7 +13,15 @@ import httpx
 
 from dagagent.llm._json import loads_json
 
-__all__ = ["IdleLimit", "SSEEvent", "StreamIdleTimeout", "is_event_stream", "iter_sse"]
+__all__ = [
+    "IdleLimit",
+    "SSEEvent",
+    "StreamIdleTimeout",
+    "StreamLimitExceeded",
+    "bounded_lines",
+    "is_event_stream",
+    "iter_sse",
+]
 
 
 @dataclass(frozen=True)
@@ -35,6 +44,48 @@ class StreamIdleTimeout(httpx.ReadTimeout):
     def __init__(self, seconds: float) -> None:
         super().__init__(f"no complete event for {seconds:g}s")
         self.seconds = seconds
+
+
+class StreamLimitExceeded(Exception):
+    """A stream grew past its size, or lasted past its time: a server streaming without end,
+    or one gigantic event, is cut off here rather than filling memory or holding the call."""
+
+
+_EOL = re.compile(r"\r\n|\r|\n")  # the three line ends of text/event-stream
+
+
+async def bounded_lines(
+    chunks: AsyncIterator[str], *, max_chars: int | None = None, max_seconds: float | None = None
+) -> AsyncIterator[str]:
+    """The lines (without their ends) of a stream of text chunks, raising
+    :class:`StreamLimitExceeded` once the stream holds more than ``max_chars`` characters or
+    runs longer than ``max_seconds``. Unlike reading lines whole, a line that never ends is
+    held only up to ``max_chars``; each chunk is looked at once."""
+    total = 0
+    end = None if max_seconds is None else anyio.current_time() + max_seconds
+    pending: list[str] = []  # the start of a line that has not ended yet
+    after_cr = False
+    async for chunk in chunks:
+        total += len(chunk)
+        if max_chars is not None and total > max_chars:
+            raise StreamLimitExceeded(f"is larger than {max_chars:,} characters")
+        if end is not None and anyio.current_time() > end:
+            raise StreamLimitExceeded(f"lasted longer than {max_seconds:g} s")
+        if after_cr and chunk.startswith("\n"):  # a \r\n split between two chunks
+            chunk = chunk[1:]
+        if not chunk:
+            continue
+        after_cr = chunk.endswith("\r")
+        pieces = _EOL.split(chunk)
+        if len(pieces) == 1:
+            pending.append(chunk)
+            continue
+        yield "".join(pending) + pieces[0]
+        for piece in pieces[1:-1]:
+            yield piece
+        pending = [pieces[-1]] if pieces[-1] else []
+    if pending:
+        yield "".join(pending)
 
 
 IdleLimit = float | Callable[[], float | None] | None

@@ -211,7 +211,7 @@ class AnthropicChat(HTTPChatClient):
         state = StreamState(fmt)
         raw: list[Any] = []
         done = False
-        async for sse in iter_sse(response.aiter_lines(), idle=self.timeout.read):
+        async for sse in iter_sse(self._sse_lines(response), idle=self.timeout.read):
             try:
                 data = loads_json(sse.data)
             except ValueError:

@@ -210,7 +210,7 @@ class OpenAIChat(HTTPChatClient):
                 return read
             return _AFTER_FINISH_S if read is None else min(read, _AFTER_FINISH_S)
 
-        events = iter_sse(response.aiter_lines(), idle=idle)
+        events = iter_sse(self._sse_lines(response), idle=idle)
         try:
             async for sse in events:
                 if sse.data.strip() == "[DONE]":

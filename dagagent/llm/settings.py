@@ -34,7 +34,8 @@ DEFAULT_MAX_RESPONSE_BYTES = 32 * 1024 * 1024
 class ModelSettings:
     """What each call asks for (``max_tokens``, ``temperature``, ``extra_body`` merged into
     every request body) and how a client waits and retries (``timeout`` in seconds or an
-    ``httpx.Timeout``, ``retry``, ``max_response_bytes``: a longer answer is an error).
+    ``httpx.Timeout``, ``retry``, ``max_response_bytes``: a longer answer is an error,
+    ``max_stream_s``: a streamed answer lasting longer is an error; ``None``: no limit).
     ``None`` leaves a value to the call, the client or the provider."""
 
     max_tokens: int | None = None
@@ -42,6 +43,7 @@ class ModelSettings:
     timeout: float | httpx.Timeout = 60.0
     retry: HTTPRetryPolicy = field(default_factory=HTTPRetryPolicy)
     max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
+    max_stream_s: float | None = 900.0
     extra_body: Mapping[str, Any] = field(default_factory=dict)
 
     @property
@@ -61,7 +63,9 @@ class ModelSettings:
             for option, name in _RETRY_OPTIONS.items()
             if option in options
         }
-        changes = {k: v for k, v in options.items() if v is not None or k == "timeout"}
+        changes = {
+            k: v for k, v in options.items() if v is not None or k in ("timeout", "max_stream_s")
+        }
         if retry:
             changes["retry"] = dataclasses.replace(self.retry, **retry)
         return dataclasses.replace(self, **changes) if changes else self
@@ -83,6 +87,7 @@ class ModelOptions(TypedDict, total=False):
     retry_base_delay_s: float
     max_retry_wait_s: float
     max_response_bytes: int
+    max_stream_s: float | None
     extra_body: Mapping[str, Any] | None
 
 

@@ -6,9 +6,11 @@ from __future__ import annotations
 import email.utils
 import json
 import socket
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
+import anyio
 import pytest
 from llm_server import (
     FLAVORS,
@@ -16,6 +18,7 @@ from llm_server import (
     Flavor,
     Hangup,
     LLMTestServer,
+    RawReply,
     Reply,
     SSEReply,
     record_sleeps,
@@ -33,6 +36,8 @@ from dagagent.errors import (
     LLMTimeoutError,
 )
 from dagagent.llm import Usage, UsageTracker, UserMessage, collect_stream
+from dagagent.llm._sse import bounded_lines
+from dagagent.llm.wire import encode_sse
 
 pytestmark = pytest.mark.anyio
 
@@ -524,3 +529,75 @@ async def test_an_answer_under_the_cap_is_read(server: LLMTestServer, flavor: Fl
     server.push(Reply(json=flavor.text("y" * 5000)))
     llm = flavor.client(server, max_response_bytes=64 * 1024)
     assert (await llm.complete(MESSAGES)).content == "y" * 5000
+
+
+# ------------------------------------------------- event streams that never end, or grow too big
+
+_SSE_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n"
+
+
+def _prelude_and_delta(flavor: Flavor) -> tuple[bytes, bytes]:
+    """The events of a streamed answer up to its first piece of text, and that piece."""
+    events = flavor.events(flavor.text("abc"))
+    first = next(i for i, (_, data) in enumerate(events) if "abc" in json.dumps(data))
+    return encode_sse(events[:first]), encode_sse([events[first]])
+
+
+def _endless(flavor: Flavor, *, pause: float = 0.0, upto: int = 20 * 1024 * 1024) -> RawReply:
+    """A stream of text deltas that never ends: as fast as it can (until ``upto`` bytes, so
+    that a client without a cap is not fed without end either, then it stalls), or one every
+    ``pause`` seconds."""
+    prelude, delta = _prelude_and_delta(flavor)
+
+    def parts() -> Iterator[bytes | float]:
+        yield _SSE_HEAD + prelude
+        sent = 0
+        while sent < upto:
+            yield delta
+            sent += len(delta)
+            if pause:
+                yield pause
+        yield 60.0
+
+    return RawReply(parts())  # type: ignore[arg-type]  # any iterable of parts does
+
+
+async def test_a_stream_that_never_ends_is_cut_off_at_the_size_cap(
+    server: LLMTestServer, flavor: Flavor
+) -> None:
+    server.push(_endless(flavor))
+    llm = flavor.client(server, max_response_bytes=256 * 1024, timeout=5.0)
+    with anyio.fail_after(30), pytest.raises(LLMResponseError, match="larger than 262,144"):
+        await collect_stream(llm.stream(MESSAGES))
+    assert len(server.requests) == 1  # not asked again
+
+
+async def test_one_gigantic_event_is_cut_off_at_the_size_cap(
+    server: LLMTestServer, flavor: Flavor
+) -> None:
+    prelude, _ = _prelude_and_delta(flavor)
+    # one data line that never ends (8 MB of it, then the server stalls)
+    line = [b"data: {" + b'"x": "'] + [b"x" * 65536] * 128 + [60.0]
+    server.push(RawReply([_SSE_HEAD + prelude, *line]))
+    llm = flavor.client(server, max_response_bytes=256 * 1024, timeout=5.0)
+    with anyio.fail_after(30), pytest.raises(LLMResponseError, match="larger than 262,144"):
+        await collect_stream(llm.stream(MESSAGES))
+
+
+async def test_a_stream_trickling_without_end_is_cut_off_at_the_time_cap(
+    server: LLMTestServer, flavor: Flavor
+) -> None:
+    server.push(_endless(flavor, pause=0.1))
+    llm = flavor.client(server, max_stream_s=1.5, timeout=5.0)
+    started = anyio.current_time()
+    with anyio.fail_after(30), pytest.raises(LLMResponseError, match=r"lasted longer than 1.5 s"):
+        await collect_stream(llm.stream(MESSAGES))
+    assert anyio.current_time() - started < 10
+
+
+async def test_bounded_lines_splits_every_line_end_across_chunks() -> None:
+    async def chunks() -> AsyncIterator[str]:
+        for c in ["a\r", "\nb\rc", "\n", "d", "e\r\n\r\n", "tail"]:
+            yield c
+
+    assert [line async for line in bounded_lines(chunks())] == ["a", "b", "c", "de", "", "tail"]
