@@ -27,11 +27,21 @@ from .results import (
     REDACT,  # what redacting() records; re-exported here
     jsonable,
 )
+from .text import SECRET_NAMES
 
 if TYPE_CHECKING:
     from .runner import CallNext, Interceptor, ToolInvocation
 
-__all__ = ["REDACT", "SECRET_ARG_NAMES", "Span", "cache_key", "caching", "redacting", "tracing"]
+__all__ = [
+    "REDACT",
+    "SECRET_ARG_NAMES",
+    "Redacting",
+    "Span",
+    "cache_key",
+    "caching",
+    "redacting",
+    "tracing",
+]
 
 
 def _name_filter(tools: str | Iterable[str]) -> Callable[[str], bool]:
@@ -151,18 +161,7 @@ def caching(
 
 # -- redaction ------------------------------------------------------------------------------------
 
-SECRET_ARG_NAMES: tuple[str, ...] = (
-    "*password*",
-    "*passwd*",
-    "*secret*",
-    "*token*",
-    "*api_key*",
-    "*apikey*",
-    "*credential*",
-    "*authorization*",
-    "*private_key*",
-    "*cookie*",
-)
+SECRET_ARG_NAMES: tuple[str, ...] = SECRET_NAMES
 """Argument-name globs whose values :func:`redacting` hides by default."""
 
 
@@ -188,46 +187,92 @@ def redacting(
     of the redacted arguments as ``reason``, the redacted ``args``). The in-memory
     ``TaskResult.args`` still holds the arguments as resolved *before* any interceptor; the
     run store records the redacted ones instead, and such a task is not reused by a replan
-    (its real arguments are not on record to compare)."""
-    name_rx = re.compile("|".join(f"(?:{fnmatch.translate(p.lower())})" for p in args) or "(?!)")
-    rxs = [p if isinstance(p, re.Pattern) else re.compile(p) for p in patterns]
-    wanted = _name_filter(tools)
+    (its real arguments are not on record to compare).
 
-    def secret_name(key: Any) -> bool:
-        return isinstance(key, str) and name_rx.match(key.lower()) is not None
+    A task that fails before its call reaches this interceptor (its resolved arguments do not
+    fit the tool, or an interceptor before it refused the call) is redacted all the same when
+    it is recorded: the runner asks :meth:`Redacting.redact_args` for its arguments and
+    :meth:`Redacting.redact_text` for its error message."""
+    return Redacting(args, patterns, replacement, tools)
 
-    def scrub_all(value: Any) -> Any:
-        if isinstance(value, str):
-            return replacement
-        if isinstance(value, list):
-            return [scrub_all(v) for v in value]
+
+class Redacting:
+    """The interceptor :func:`redacting` makes (see there)."""
+
+    def __init__(
+        self,
+        args: Iterable[str],
+        patterns: Iterable[str | re.Pattern[str]],
+        replacement: str,
+        tools: str | Iterable[str],
+    ) -> None:
+        self._names = re.compile(
+            "|".join(f"(?:{fnmatch.translate(p.lower())})" for p in args) or "(?!)"
+        )
+        self._rxs = [p if isinstance(p, re.Pattern) else re.compile(p) for p in patterns]
+        self.replacement = replacement
+        self._wanted = _name_filter(tools)
+
+    def _secret(self, key: Any) -> bool:
+        return isinstance(key, str) and self._names.match(key.lower()) is not None
+
+    def _scrub_all(self, value: Any, hidden: list[str] | None) -> Any:
+        if isinstance(value, (str, bytes)):
+            if hidden is not None:
+                hidden.append(value if isinstance(value, str) else value.decode("utf-8", "replace"))
+            return self.replacement
+        if isinstance(value, (list, tuple)):
+            return [self._scrub_all(v, hidden) for v in value]
         if isinstance(value, dict):
-            return {k: scrub_all(v) for k, v in value.items()}
+            return {k: self._scrub_all(v, hidden) for k, v in value.items()}
         return value
 
-    def scrub_text(value: Any) -> Any:
+    def _scrub_text(self, value: Any, hidden: list[str] | None) -> Any:
         if isinstance(value, str):
-            for rx in rxs:
-                value = rx.sub(replacement, value)
+            for rx in self._rxs:
+                value = rx.sub(self.replacement, value)
             return value
-        if isinstance(value, list):
-            return [scrub_text(v) for v in value]
+        if isinstance(value, (list, tuple)):
+            return [self._scrub_text(v, hidden) for v in value]
         if isinstance(value, dict):
             # nested keys count too: config.password, headers.Authorization
             return {
-                k: scrub_all(v)
-                if isinstance(k, str) and name_rx.match(k.lower())
-                else scrub_text(v)
+                k: self._scrub_all(v, hidden) if self._secret(k) else self._scrub_text(v, hidden)
                 for k, v in value.items()
             }
         return value
 
-    async def redact(call: ToolInvocation, call_next: CallNext) -> Any:
-        if wanted(call.tool.name):
-            new = {
-                k: scrub_all(v) if name_rx.match(k.lower()) else scrub_text(v)
-                for k, v in call.args.items()
-            }
+    def _redacted(self, args: MutableMapping[str, Any] | Any, hidden: list[str] | None) -> Any:
+        return {
+            k: self._scrub_all(v, hidden) if self._secret(k) else self._scrub_text(v, hidden)
+            for k, v in args.items()
+        }
+
+    def redact_args(self, tool: str, args: Any) -> dict[str, Any] | None:
+        """``args`` (of a call of ``tool``) as this interceptor would pass them on, or
+        ``None`` if it would leave them as they are."""
+        if not self._wanted(tool) or not isinstance(args, dict):
+            return None
+        new = self._redacted(args, None)
+        return None if new == args else new
+
+    def redact_text(self, tool: str, args: Any, text: str) -> str:
+        """``text`` (an error message about a call of ``tool`` with ``args``) without the
+        values this interceptor hides in ``args``, nor the matches of its patterns."""
+        if not self._wanted(tool) or not isinstance(args, dict):
+            return text
+        hidden: list[str] = []
+        self._redacted(args, hidden)
+        for secret in sorted(set(hidden), key=len, reverse=True):
+            if len(secret) >= 4:  # shorter ones would blank out ordinary words
+                text = text.replace(secret, self.replacement)
+        for rx in self._rxs:
+            text = rx.sub(self.replacement, text)
+        return text
+
+    async def __call__(self, call: ToolInvocation, call_next: CallNext) -> Any:
+        if self._wanted(call.tool.name):
+            new = self._redacted(call.args, None)
             if new != call.args:
                 hidden = [k for k, v in new.items() if v != call.args.get(k)]
                 call.args = new
@@ -235,5 +280,3 @@ def redacting(
                 # then keeps these redacted arguments, not the secrets (see dagagent.store).
                 call.decide(REDACT, "redacting", f"redacted: {', '.join(hidden)}")
         return await call_next(call)
-
-    return redact

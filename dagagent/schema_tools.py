@@ -26,7 +26,7 @@ from typing import Any
 from urllib.parse import unquote
 
 from .errors import ToolArgumentsError, ToolDefinitionError
-from .text import shorten
+from .text import is_secret_name, shorten
 from .tools import Tool
 
 __all__ = ["SchemaTool"]
@@ -155,6 +155,16 @@ class SchemaTool(Tool):
                 continue
             if not path and error.validator == "additionalProperties":
                 problems.extend(f"{k}: unexpected argument" for k in args if self._unknown(k))
+                continue
+            if any(is_secret_name(part) for part in path):
+                # jsonschema's messages quote the value
+                problems.append(
+                    _format(
+                        path,
+                        f"fails the schema's {error.validator!r} check (the value is "
+                        "not shown: the name says it is a secret)",
+                    )
+                )
                 continue
             problems.append(_format(path, error.message))
         return problems

@@ -9,6 +9,7 @@ it."""
 from __future__ import annotations
 
 import difflib
+import fnmatch
 import json
 import re
 from collections.abc import Iterable
@@ -20,8 +21,10 @@ from pydantic_core import to_jsonable_python
 
 __all__ = [
     "ELLIPSIS",
+    "SECRET_NAMES",
     "as_text",
     "did_you_mean",
+    "is_secret_name",
     "jsonable",
     "printable",
     "read_bounded",
@@ -168,3 +171,27 @@ def read_bounded(source: str | Path | IO[bytes], limit: int, *, what: str = "fil
     if len(data) > limit:
         raise ValueError(f"larger than {limit:,} bytes, the most a {what} may be")
     return data.decode("utf-8-sig")
+
+
+SECRET_NAMES: tuple[str, ...] = (
+    "*password*",
+    "*passwd*",
+    "*secret*",
+    "*token*",
+    "*api_key*",
+    "*apikey*",
+    "*credential*",
+    "*authorization*",
+    "*private_key*",
+    "*cookie*",
+)
+"""Globs (case-insensitive) on names whose values are secrets: never shown in a message, and
+hidden by :func:`dagagent.interceptors.redacting` by default."""
+
+_SECRET_NAME = re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p in SECRET_NAMES))
+
+
+def is_secret_name(name: object) -> bool:
+    """Whether ``name`` (an argument or key name) says its value is a secret."""
+    # headers spell names with hyphens (X-Api-Key): they count as underscores
+    return isinstance(name, str) and _SECRET_NAME.match(name.lower().replace("-", "_")) is not None

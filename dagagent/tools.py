@@ -29,7 +29,7 @@ from pydantic.fields import FieldInfo
 
 from .errors import ToolArgumentsError, ToolDefinitionError, UnknownToolError
 from .plan import MAX_RETRIES
-from .text import shorten
+from .text import is_secret_name, shorten
 
 __all__ = ["Registry", "Tool", "connected", "tool"]
 
@@ -399,6 +399,8 @@ def _format_error(err: Any) -> str:
         return f"{loc}: unexpected argument"
     if err["type"] == "missing":
         return f"{loc}: required argument is missing"
+    if any(is_secret_name(part) for part in err["loc"]):
+        return f"{loc}: {err['msg']} (the value is not shown: the name says it is a secret)"
     inp = err.get("input")
     shown = shorten(repr(inp), 60, one_line=False)
     return f"{loc}: {err['msg']} (got {shown})"

@@ -14,6 +14,7 @@ import dagagent
 from dagagent.errors import TaskDeniedError
 from dagagent.events import TaskDecision
 from dagagent.interceptors import Span, caching, redacting, tracing
+from dagagent.results import jsonable
 from dagagent.runner import ToolInvocation
 
 pytestmark = pytest.mark.anyio
@@ -484,3 +485,86 @@ async def test_redacting_hides_nested_secret_keys(registry: dagagent.Registry) -
     assert received == [expected]
     text = json.dumps([s.args for s in spans])
     assert "pw-1" not in text and "k-2" not in text and "tok-3" not in text
+
+
+async def test_redaction_holds_when_the_arguments_fail_validation(
+    registry: dagagent.Registry, tmp_path: Any
+) -> None:
+    """The redacting interceptor never sees a call whose resolved arguments do not fit the
+    tool; its secrets must stay out of the task's error, the store and the logs all the same."""
+    from structlog.testing import capture_logs
+
+    from dagagent.store import RunStore
+
+    secret = "sk-live-4f9a8b7c6d5e"
+    ssn = "078-05-1120"
+
+    @registry.tool
+    def key() -> dict[str, str]:
+        """A key, as a tool may return one."""
+        return {"key": secret, "ssn": ssn}
+
+    @registry.tool
+    def login(user: str, api_key: int, ssn: int) -> str:
+        """Needs numbers: the strings below do not validate."""
+        return user
+
+    p = plan(
+        {"id": "k", "tool": "key", "args": {}},
+        {
+            "id": "l",
+            "tool": "login",
+            "args": {"user": "ann", "api_key": "${k.key}", "ssn": "${k.ssn}"},
+        },
+    )
+    db = tmp_path / "runs.db"
+    with capture_logs() as logs:
+        result = await dagagent.execute(
+            p,
+            registry,
+            interceptors=[redacting(args=["*api_key*", "ssn"])],
+            store=db,
+            on_failure="continue",
+        )
+    failed = result.tasks["l"]
+    assert failed.status == "failed" and failed.error_type == "ToolArgumentsError"
+    assert "api_key" in (failed.error or "") and "ssn" in (failed.error or "")
+    with RunStore(db) as st:
+        rec = st.get_run(result.run_id).tasks["l"]
+    assert rec.args == {"user": "ann", "api_key": "[redacted]", "ssn": "[redacted]"}
+    shown = json.dumps(
+        [failed.error, rec.error, rec.args, jsonable(rec.decisions), logs], default=str
+    )
+    assert secret not in shown and ssn not in shown
+    assert rec.decisions is not None and rec.decisions[-1].decision == "redact"
+
+
+def test_argument_errors_never_quote_a_value_whose_name_says_it_is_secret(
+    registry: dagagent.Registry,
+) -> None:
+    from dagagent.errors import PlanValidationError, ToolArgumentsError
+
+    @registry.tool
+    def connect(port: int, password: int, headers: dict[str, int]) -> str:
+        """Numbers only."""
+        return "ok"
+
+    tool = registry.get("connect")
+    with pytest.raises(ToolArgumentsError) as caught:
+        tool.validate_args(
+            {"port": "eighty", "password": "hunter2-secret", "headers": {"X-Api-Key": "abc-key"}}
+        )
+    message = str(caught.value)
+    assert "eighty" in message  # an ordinary value is still quoted, to help
+    assert "hunter2-secret" not in message and "abc-key" not in message
+    assert "password:" in message and "headers.X-Api-Key:" in message
+    bad = plan(
+        {
+            "id": "c",
+            "tool": "connect",
+            "args": {"port": 1, "password": "hunter2-secret", "headers": {}},
+        }
+    )
+    with pytest.raises(PlanValidationError) as invalid:
+        dagagent.validate(bad, registry)
+    assert "hunter2-secret" not in str(invalid.value)

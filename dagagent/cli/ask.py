@@ -34,7 +34,7 @@ from ..events import (
 from ..llm import from_env
 from ..results import TaskStatus
 from ..store import RunStore, default_store_path
-from ..text import printable, shorten
+from ..text import printable, shorten, strip_url_credentials
 from ..workflows import Solution, SolveStatus, solve
 from ._app import (
     EXIT_FAILED,
@@ -269,7 +269,7 @@ def ask_cmd(
     spec = recorded_tools_spec(tools, mcp or ())
     context: dict[str, Any] = {"tools": spec} if spec else {}
     if mcp:
-        context["mcp"] = list(mcp)  # replan of one of its runs connects to them again
+        context["mcp"] = [strip_url_credentials(m) for m in mcp]  # replan connects again
 
     def confirm(graph: Any) -> bool:
         return confirm_plan(graph, registry)

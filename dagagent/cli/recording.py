@@ -18,6 +18,7 @@ from ..errors import StoreError
 from ..graph import PlanGraph
 from ..results import RunResult
 from ..store import RunStore, default_store_path
+from ..text import strip_url_credentials
 from ._app import Interrupted, err, tools_spec
 from .progress import LiveProgress, progress_for
 from .signals import stoppable
@@ -46,7 +47,7 @@ def run_recorded(
     run_id = run_id or new_run_id()
     context: dict[str, Any] = {"tools": tools_spec} if tools_spec else {}
     if mcp_specs:
-        context["mcp"] = list(mcp_specs)
+        context["mcp"] = [strip_url_credentials(m) for m in mcp_specs]  # never a password
     progress = progress_for(graph, console, live=live) if console is not None else None
     if progress is not None:
         listeners = (*listeners, progress)

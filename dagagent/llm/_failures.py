@@ -27,9 +27,8 @@ from dagagent.errors import (
 from dagagent.llm._error_text import excerpt, html_text, is_html, provider_error_text
 from dagagent.llm._json import loads_json
 from dagagent.llm._retry import HTTPRetryPolicy, Retryable, parse_retry_after
-from dagagent.llm._secret import Secret
+from dagagent.llm._secret import Scrubber, Secret
 from dagagent.llm._sse import StreamIdleTimeout
-from dagagent.text import strip_url_credentials
 
 __all__ = ["HTTPFailures"]
 
@@ -47,6 +46,7 @@ class HTTPFailures:
     timeout: httpx.Timeout
     retry: HTTPRetryPolicy
     _key: Secret | None
+    _scrubber: Scrubber
 
     @property
     def provider(self) -> str:
@@ -61,9 +61,10 @@ class HTTPFailures:
         return self._key is not None
 
     def _scrub(self, text: str) -> str:
-        """``text`` without the API key, pieces of it, or URL credentials (before any cut,
-        and again after it, so that a key cut short is not shown either)."""
-        return self._key.scrub(text) if self._key is not None else strip_url_credentials(text)
+        """``text`` without the API key, the URL's password, secret headers, pieces of any of
+        them, or URL credentials (before any cut, and again after it, so that a key cut short
+        is not shown either)."""
+        return self._scrubber.scrub(text)
 
     def _timeout_failure(self, exc: httpx.TimeoutException, *, mid_stream: bool) -> Exception:
         if isinstance(exc, httpx.ConnectTimeout):

@@ -9,6 +9,7 @@ failures as ``LLM*Error``), :mod:`._error_text` (what a failed server said) and
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import functools
 import ssl
@@ -20,6 +21,7 @@ from collections.abc import (
 )
 from contextlib import aclosing, asynccontextmanager
 from typing import Any, ClassVar, TypeVar
+from urllib.parse import unquote, urlsplit
 
 import anyio
 import httpx
@@ -34,15 +36,34 @@ from dagagent.errors import (
 from dagagent.llm._failures import HTTPFailures
 from dagagent.llm._json import dumps_json
 from dagagent.llm._retry import Retryable
-from dagagent.llm._secret import resolve_api_key
+from dagagent.llm._secret import Scrubber, Secret, resolve_api_key
 from dagagent.llm._sse import StreamLimitExceeded, bounded_lines
 from dagagent.llm.protocol import RequestLLM
 from dagagent.llm.settings import ModelOptions, ModelSettings
 from dagagent.llm.types import LLMResponse
 from dagagent.llm.usage import UsageTracker
-from dagagent.text import strip_url_credentials
+from dagagent.text import is_secret_name, strip_url_credentials
 
 __all__ = ["HTTPChatClient"]
+
+
+def _sent_secrets(key: Secret | None, url: str, headers: Mapping[str, str]) -> list[Secret]:
+    """What a client sends that must never be shown: the API key, the password of its URL
+    (as written, as ``user:password``, and as the Basic header that carries it; a server may
+    echo any of them) and the values of secret headers (``Authorization``, ``X-Api-Key``)."""
+    found = [key] if key is not None else []
+    parts = urlsplit(url)
+    if parts.password:
+        pair = f"{unquote(parts.username or '')}:{unquote(parts.password)}"
+        basic = base64.b64encode(pair.encode()).decode()
+        found += [Secret(v) for v in (pair, unquote(parts.password), parts.password, basic)]
+    for name, value in headers.items():
+        if is_secret_name(name) and value.strip():
+            found.append(Secret(value.strip()))
+            scheme, _, token = value.strip().partition(" ")
+            if token.strip() and scheme.isalpha():  # "Bearer abc": abc alone too
+                found.append(Secret(token.strip()))
+    return found
 
 
 def _log(event: str, **fields: Any) -> None:
@@ -136,6 +157,7 @@ class HTTPChatClient(HTTPFailures, RequestLLM):
         self._client = client
         self._session: httpx.AsyncClient | None = None
         self._extra_headers = dict(headers or {})
+        self._scrubber = Scrubber(_sent_secrets(self._key, self._request_base, self._extra_headers))
 
     # -- presentation ---------------------------------------------------------------
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from ..text import strip_url_credentials
 
-__all__ = ["FRAGMENT", "Secret", "resolve_api_key"]
+__all__ = ["FRAGMENT", "Scrubber", "Secret", "resolve_api_key"]
 
 #: The shortest piece of a key that is scrubbed on its own (a server that echoes part of the
 #: key, or a key cut by an excerpt): any run of at least this many of its characters.
@@ -55,6 +55,28 @@ class Secret:
 
     def __reduce__(self) -> Any:
         raise TypeError("API keys are not pickled")
+
+
+class Scrubber:
+    """Every secret a client sends (its API key, the password of its URL, a secret header):
+    :meth:`scrub` takes each of them, and pieces of them, out of text."""
+
+    __slots__ = ("_secrets",)
+
+    def __init__(self, secrets: list[Secret]) -> None:
+        self._secrets = secrets
+
+    def scrub(self, text: str) -> str:
+        text = strip_url_credentials(text)
+        for secret in self._secrets:
+            text = secret.scrub(text)
+        return text
+
+    def __repr__(self) -> str:
+        return f"Scrubber({len(self._secrets)} secrets)"
+
+    def __reduce__(self) -> Any:
+        raise TypeError("secrets are not pickled")
 
 
 def resolve_api_key(explicit: str | None, env_var: str) -> Secret | None:

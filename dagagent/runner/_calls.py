@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import anyio
 
@@ -24,13 +24,33 @@ if TYPE_CHECKING:
     from ..events import Emitter
     from ..tools import Registry, Tool
 
-__all__ = ["CallNext", "Interceptor", "Invoker", "ToolCalls", "ToolInvocation", "invoke_local"]
+__all__ = [
+    "ArgumentRedactor",
+    "CallNext",
+    "Interceptor",
+    "Invoker",
+    "ToolCalls",
+    "ToolInvocation",
+    "invoke_local",
+]
 
 Invoker = Callable[["Tool", Mapping[str, Any]], Awaitable[Any]]
 """``async (tool, validated_args) -> output``: performs one call (see ``Executor.invoker``)."""
 CallNext = Callable[["ToolInvocation"], Awaitable[Any]]
 Interceptor = Callable[["ToolInvocation", CallNext], Awaitable[Any]]
 """``async (invocation, call_next) -> output``: middleware around every tool call."""
+
+
+@runtime_checkable
+class ArgumentRedactor(Protocol):
+    """An interceptor that hides secrets in arguments (``dagagent.interceptors.redacting``).
+    When a task fails before its call reaches it (its arguments do not validate, an earlier
+    interceptor refused it), the runner still asks it to redact what the task's record keeps:
+    the arguments and the error message."""
+
+    def redact_args(self, tool: str, args: Any) -> dict[str, Any] | None: ...
+
+    def redact_text(self, tool: str, args: Any, text: str) -> str: ...
 
 
 @dataclass

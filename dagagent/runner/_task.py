@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import anyio
 import anyio.lowlevel
@@ -23,10 +23,10 @@ from ..events import (
 )
 from ..plan import AgentTask
 from ..references import reference_text
-from ..results import UNANSWERED, CallDecision, TaskResult, TaskStatus
+from ..results import REDACT, UNANSWERED, CallDecision, TaskResult, TaskStatus, jsonable
 from ..tools import Registry, Tool
 from ._agent import AgentNode, AgentTaskRunner
-from ._calls import Interceptor, Invoker, ToolCalls, timed_out_late
+from ._calls import ArgumentRedactor, Interceptor, Invoker, ToolCalls, timed_out_late
 from ._cancel import IGNORED_CANCEL, cancellation_check, really_cancelled
 from ._map import DEFAULT_MAX_ELEMENTS, run_map
 from ._record import TaskRun, describe, task_result
@@ -87,6 +87,13 @@ class TaskRunner:
         #: The tool-call seam: interceptors, per-tool limits, the invoker.
         self.calls = ToolCalls(run_id, self.registry, interceptors, invoker, self.emit)
         self._intercepted = self.calls.intercepted
+        #: Interceptors that hide secrets: a task failing before its call reaches them is
+        #: redacted for its record all the same (see :meth:`_redact_failure`).
+        self._redactors = tuple(
+            cast(ArgumentRedactor, i)  # mypy does not narrow a Callable by a Protocol
+            for i in interceptors
+            if isinstance(i, ArgumentRedactor)
+        )
         # Tools a task may call directly when it has no timeout (worked out once per run).
         self._direct = frozenset(t.name for t in self.registry if self.calls.is_direct(t, None))
         self.llm = llm
@@ -190,6 +197,36 @@ class TaskRunner:
         finally:
             if slots is not None:
                 slots.release()  # after the task's result and events
+
+    def _redact_failure(self, run: TaskRun, error: str | None) -> str | None:
+        """Keep secrets out of a failed task's record when its call may not have reached the
+        redacting interceptors: its error message is scrubbed, and the arguments they would
+        have passed on are recorded as a redaction (which the run store keeps instead)."""
+        tool = getattr(self.tasks.get(run.task_id), "tool", None)
+        if not isinstance(tool, str) or not isinstance(run.args, dict):
+            return error
+        args: dict[str, Any] = run.args
+        for redactor in self._redactors:
+            if error is not None:
+                error = redactor.redact_text(tool, run.args, error)
+            new = redactor.redact_args(tool, args)
+            if new is not None:
+                args = new
+        decisions = run.decisions if run.decisions is not None else []
+        if args is not run.args and not any(d.redacts_task_call for d in decisions):
+            decisions.append(
+                CallDecision(
+                    tool=tool,
+                    decision=REDACT,
+                    decided_by="redacting",
+                    reason="redacted for the record (the task failed before its call)",
+                    args=jsonable(args),
+                    at=time.time(),
+                    source="plan",
+                )
+            )
+            run.decisions = decisions
+        return error
 
     async def _run_map(self, task_id: str) -> TaskResult:
         task = self.tasks[task_id]
@@ -348,6 +385,8 @@ class TaskRunner:
         elements: list[TaskResult] | None = None,
         traceback: str | None = None,
     ) -> TaskResult:
+        if self._redactors and status is not _SUCCEEDED and status is not _REUSED:
+            error = self._redact_failure(run, error)
         r = task_result(
             run.task_id,
             status,

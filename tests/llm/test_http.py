@@ -9,6 +9,7 @@ import socket
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
+from typing import Any
 
 import anyio
 import pytest
@@ -601,3 +602,30 @@ async def test_bounded_lines_splits_every_line_end_across_chunks() -> None:
             yield c
 
     assert [line async for line in bounded_lines(chunks())] == ["a", "b", "c", "de", "", "tail"]
+
+
+async def test_a_server_echoing_the_url_password_or_a_secret_header_shows_neither(
+    flavor: Flavor,
+) -> None:
+    """Whatever the client sends that is secret (the URL's password, as written or inside
+    the Basic header that carries it; an Authorization or X-Api-Key header of the caller's)
+    is scrubbed from what a server echoes back, whole or in part."""
+    token = "tok-9f8e7d6c5b4a39281706"
+
+    def echo(request: Any) -> Reply:
+        said = " | ".join(f"{k}={v}" for k, v in request.headers.items())
+        return Reply(400, json=flavor.error(f"you sent {said}; password hunter2pw; {token[3:17]}"))
+
+    with LLMTestServer(echo) as server:
+        host = server.url.removeprefix("http://")
+        base = flavor.client(server).base_url.replace(host, f"ann:hunter2pw@{host}")
+        llm = type(flavor.client(server))(
+            "m", base_url=base, max_retries=0, headers={"X-Api-Key": token}
+        )
+        with capture_logs() as logs, pytest.raises(LLMBadRequestError) as caught:
+            await llm.complete(MESSAGES)
+    shown = str(caught.value) + json.dumps(logs, default=str)
+    basic = "YW5uOmh1bnRlcjJwdw"  # base64 of ann:hunter2pw (its first 18 characters)
+    for secret in ("hunter2pw", basic, token, token[3:17]):
+        assert secret not in shown, secret
+    assert "you sent" in shown  # the rest of the message is kept
