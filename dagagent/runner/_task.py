@@ -198,17 +198,22 @@ class TaskRunner:
             if slots is not None:
                 slots.release()  # after the task's result and events
 
-    def _redact_failure(self, run: TaskRun, error: str | None) -> str | None:
+    def _redact_failure(
+        self, run: TaskRun, error: str | None, traceback: str | None
+    ) -> tuple[str | None, str | None]:
         """Keep secrets out of a failed task's record when its call may not have reached the
-        redacting interceptors: its error message is scrubbed, and the arguments they would
-        have passed on are recorded as a redaction (which the run store keeps instead)."""
+        redacting interceptors: its error message and traceback are scrubbed, and the
+        arguments they would have passed on are recorded as a redaction (which the run store
+        keeps instead)."""
         tool = getattr(self.tasks.get(run.task_id), "tool", None)
         if not isinstance(tool, str) or not isinstance(run.args, dict):
-            return error
+            return error, traceback
         args: dict[str, Any] = run.args
         for redactor in self._redactors:
             if error is not None:
                 error = redactor.redact_text(tool, run.args, error)
+            if traceback is not None:
+                traceback = redactor.redact_text(tool, run.args, traceback)
             new = redactor.redact_args(tool, args)
             if new is not None:
                 args = new
@@ -226,7 +231,7 @@ class TaskRunner:
                 )
             )
             run.decisions = decisions
-        return error
+        return error, traceback
 
     async def _run_map(self, task_id: str) -> TaskResult:
         task = self.tasks[task_id]
@@ -386,7 +391,7 @@ class TaskRunner:
         traceback: str | None = None,
     ) -> TaskResult:
         if self._redactors and status is not _SUCCEEDED and status is not _REUSED:
-            error = self._redact_failure(run, error)
+            error, traceback = self._redact_failure(run, error, traceback)
         r = task_result(
             run.task_id,
             status,
