@@ -88,7 +88,8 @@ def interrupted_message(run_store: RunStore, run_id: str, store: str | Path | No
         return "interrupted before the run started: nothing was recorded"
     where = f" --store {shlex.quote(str(store))}" if store is not None and str(store) else ""
     done = sum(1 for r in record.tasks.values() if r.status.ok)
-    reuses = f"   # reuses the {done} that succeeded" if done else ""
+    those = "that one" if done == 1 else f"those {done}"
+    reuses = f"  # reuses {those}" if done else ""  # the line fits 80 columns
     return (
         f"interrupted: run {run_id} is recorded as cancelled ({done} of "
         f"{len(record.plan.tasks)} tasks succeeded)\n"

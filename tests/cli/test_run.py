@@ -146,7 +146,7 @@ def test_sigterm_stops_the_run_like_ctrl_c_and_replan_reruns_only_the_rest(
     # the message names the run and the commands that show it and run the rest of it
     assert f"interrupted: run {rec.run_id} is recorded as cancelled (1 of 3 tasks" in err
     assert f"dagagent show {rec.run_id}\n" in err
-    assert f"dagagent replan {rec.run_id} --execute   # reuses the 1 that succeeded" in err
+    assert f"  run the rest: dagagent replan {rec.run_id} --execute  # reuses that one\n" in err
     doc = env.replan()
     statuses = {k: t["status"] for k, t in doc["result"]["tasks"].items()}
     assert statuses == {"a": "reused", "slow": "succeeded", "c": "succeeded"}
