@@ -155,6 +155,8 @@ async def execute(
         log.info("run.started", tasks=len(graph), executor=exe.name)
         # OpenTelemetry, when the application set it up (None otherwise: nothing to do).
         runner.telemetry = otel = RunTelemetry.start(graph, run_id, exe.name, parent_id)
+        if otel is not None:
+            otel.scrub = runner.scrub
         started = time.time()
         interrupted = False
         failure: BaseException | None = None

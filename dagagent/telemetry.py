@@ -219,14 +219,20 @@ def content_text(value: Any) -> str:
 # -- spans ------------------------------------------------------------------------------------
 
 
-def end_with_error(span: Span, exc: BaseException, stacktrace: str | None = None) -> None:
+def end_with_error(
+    span: Span, exc: BaseException, stacktrace: str | None = None, message: str | None = None
+) -> None:
     """Mark ``span`` as failed by ``exc``: ``error.type``, an ERROR status and an exception
-    event (with ``stacktrace`` in place of the full one, when given)."""
+    event (with ``stacktrace`` and ``message`` in place of the exception's own, when given:
+    a traceback bounded to the tool's frames, a message with secrets redacted)."""
     from opentelemetry.trace import Status, StatusCode
 
+    text = str(exc) if message is None else message
     span.set_attribute(ERROR_TYPE, type(exc).__qualname__)
-    span.set_status(Status(StatusCode.ERROR, str(exc)[:200] or type(exc).__name__))
-    extra = {"exception.stacktrace": stacktrace} if stacktrace is not None else None
+    span.set_status(Status(StatusCode.ERROR, text[:200] or type(exc).__name__))
+    extra: dict[str, Any] = {"exception.message": text}
+    if stacktrace is not None:
+        extra["exception.stacktrace"] = stacktrace
     span.record_exception(exc, attributes=extra, escaped=True)
 
 

@@ -126,6 +126,11 @@ def reg() -> dagagent.Registry:
         }
 
     @reg.tool
+    def leaky(api_key: str) -> None:
+        """Fails, saying its secret."""
+        raise PermissionError(f"key {api_key} refused")
+
+    @reg.tool
     def add(a: int, b: int) -> int:
         """Add."""
         return a + b
@@ -435,3 +440,13 @@ async def test_the_trace_context_reaches_dask_worker_processes(otel: Telemetry) 
         (span,) = otel.named(f"execute_tool {tool}")
         assert out["pid"] != os.getpid()  # another process, and yet under the task's span:
         assert (out["trace_id"], out["span_id"]) == (span.context.trace_id, span.context.span_id)
+
+
+async def test_a_failures_span_keeps_secrets_out(otel: Telemetry, reg: dagagent.Registry) -> None:
+    plan = {"tasks": [{"id": "k", "tool": "leaky", "args": {"api_key": "sk-123456"}}]}
+    result = await execute(plan, reg, interceptors=[redacting()])
+    assert "sk-123456" not in (result.tasks["k"].traceback or "") + (result.tasks["k"].error or "")
+    (span,) = otel.named("execute_tool leaky")
+    (event,) = [e for e in span.events if e.name == "exception"]
+    shown = str(dict(event.attributes or {})) + str(span.status.description)
+    assert "sk-123456" not in shown and "PermissionError" in shown

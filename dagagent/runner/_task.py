@@ -198,6 +198,16 @@ class TaskRunner:
             if slots is not None:
                 slots.release()  # after the task's result and events
 
+    def scrub(self, task_id: str, args: Any, text: str) -> str:
+        """``text`` about a call of task ``task_id`` with ``args``, as the redacting
+        interceptors would leave it (e.g. an exception's message shown on a span)."""
+        tool = getattr(self.tasks.get(task_id), "tool", None)
+        if not self._redactors or not isinstance(tool, str) or not isinstance(args, dict):
+            return text
+        for redactor in self._redactors:
+            text = redactor.redact_text(tool, args, text)
+        return text
+
     def _redact_failure(
         self, run: TaskRun, error: str | None, traceback: str | None
     ) -> tuple[str | None, str | None]:

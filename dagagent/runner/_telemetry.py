@@ -70,6 +70,9 @@ class RunTelemetry:
         self.span: Span | None = None
         self._context: Context | None = None
         self._cancelled = anyio.get_cancelled_exc_class()
+        #: ``(task_id, args, text) -> text`` as the redacting interceptors leave it: applied to
+        #: what a failure's span says (its message and traceback).
+        self.scrub: Callable[[str, Any, str], str] | None = None
 
     @classmethod
     def start(
@@ -167,7 +170,7 @@ class RunTelemetry:
                     else:
                         output = await attempt(run)
             except BaseException as exc:
-                self._failed(span, exc)
+                self._failed(span, exc, task.id, run.args)
                 raise
             else:
                 span.set_attribute(otel.TASK_STATUS, TaskStatus.SUCCEEDED.value)
@@ -184,14 +187,18 @@ class RunTelemetry:
 
         return traced
 
-    def _failed(self, span: Span, exc: BaseException) -> None:
+    def _failed(self, span: Span, exc: BaseException, task_id: str, args: Any) -> None:
         if isinstance(exc, self._cancelled) and really_cancelled():
             span.set_attribute(otel.TASK_STATUS, TaskStatus.CANCELLED.value)
             return
         denied = isinstance(exc, TaskDeniedError)
         status = TaskStatus.DENIED if denied else TaskStatus.FAILED
         span.set_attribute(otel.TASK_STATUS, status.value)
-        otel.end_with_error(span, exc, task_traceback(exc))
+        message, stack = str(exc), task_traceback(exc)
+        if self.scrub is not None:
+            message = self.scrub(task_id, args, message)
+            stack = None if stack is None else self.scrub(task_id, args, stack)
+        otel.end_with_error(span, exc, stack, message)
 
     # -- an agent's tool calls -------------------------------------------------------------
 
@@ -229,7 +236,7 @@ class RunTelemetry:
             with use_span(span, end_on_exit=False, record_exception=False):
                 output = await call()
         except BaseException as exc:
-            self._failed(span, exc)
+            self._failed(span, exc, task_id, args)
             raise
         else:
             span.set_attribute(otel.TASK_STATUS, TaskStatus.SUCCEEDED.value)
