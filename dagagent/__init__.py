@@ -18,12 +18,13 @@ from typing import Any
 
 from .agent import AgentResult, AgentState, Budget, ReActAgent, make_agent_runner
 from .api import execute, execute_sync, new_run_id
-from .approval import Approval, ApprovalRequest, Policy, Rule, load_policy
+from .approval import Approval, ApprovalRequest, Policy, Rule, ask_later, load_policy
 from .errors import (
     AgentError,
     AgentStoppedError,
     ConfigError,
     DagagentError,
+    DecisionError,
     Issue,
     JoinerError,
     LLMAuthError,
@@ -51,6 +52,7 @@ from .errors import (
     TaskDeniedError,
     TaskError,
     TaskTimeoutError,
+    TaskWaitingError,
     ToolArgumentsError,
     ToolDefinitionError,
     ToolError,
@@ -61,13 +63,30 @@ from .events import Event, Listener
 from .graph import PlanGraph, validate
 from .plan import AgentTask, Plan, Task, ToolTask, load_plan
 from .planners import LLMPlanner, LLMReplanner, PlanningResult, parse_llmcompiler
-from .results import AgentStep, CallDecision, RunResult, RunStatus, TaskResult, TaskStatus
+from .results import (
+    AgentStep,
+    ApprovalAnswer,
+    CallDecision,
+    RunResult,
+    RunStatus,
+    TaskResult,
+    TaskStatus,
+)
 from .review import diff_plans, reuse_map, review_run
 from .runner import Interceptor, TaskRetryPolicy, ToolInvocation
 from .schema_tools import SchemaTool
 from .store import RunRecord, RunStore
 from .tools import Registry, Tool, tool
-from .workflows import Solution, SolveStatus, replan_run, revise_run, solve, solve_sync
+from .workflows import (
+    Solution,
+    SolveStatus,
+    replan_run,
+    resume,
+    resume_sync,
+    revise_run,
+    solve,
+    solve_sync,
+)
 
 __version__ = "0.1.0"
 
@@ -79,11 +98,13 @@ __all__ = [
     "AgentStoppedError",
     "AgentTask",
     "Approval",
+    "ApprovalAnswer",
     "ApprovalRequest",
     "Budget",
     "CallDecision",
     "ConfigError",
     "DagagentError",
+    "DecisionError",
     "Event",
     "Interceptor",
     "Issue",
@@ -134,6 +155,7 @@ __all__ = [
     "TaskRetryPolicy",
     "TaskStatus",
     "TaskTimeoutError",
+    "TaskWaitingError",
     "Tool",
     "ToolArgumentsError",
     "ToolDefinitionError",
@@ -143,6 +165,7 @@ __all__ = [
     "UnknownToolError",
     "WorkerLostError",
     "__version__",
+    "ask_later",
     "diff_plans",
     "execute",
     "execute_sync",
@@ -152,6 +175,8 @@ __all__ = [
     "new_run_id",
     "parse_llmcompiler",
     "replan_run",
+    "resume",
+    "resume_sync",
     "reuse_map",
     "review_run",
     "revise_run",

@@ -6,6 +6,7 @@ import time
 import uuid
 from collections.abc import Mapping, Sequence
 from contextlib import nullcontext
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -16,7 +17,7 @@ from .events import Emitter, Listener, PlanExtended, RunFinished, RunStarted, ge
 from .executors import Executor, finish_unstarted, get_executor
 from .graph import PlanGraph, finished_critical_path, validate
 from .plan import AgentTask, Plan
-from .results import RunResult, RunStatus, TaskStatus
+from .results import ApprovalAnswer, RunResult, RunStatus, TaskResult, TaskStatus
 from .runner import (
     DEFAULT_MAX_ELEMENTS,
     AgentTaskRunner,
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
     from .store import RunStore
     from .tools import Registry, Tool
 
-__all__ = ["execute", "execute_sync", "new_run_id"]
+__all__ = ["Resuming", "execute", "execute_sync", "new_run_id"]
 
 
 def new_run_id() -> str:
@@ -56,6 +57,7 @@ async def execute(
     run_id: str | None = None,
     parent_id: str | None = None,
     store: RunStore | str | Path | None = None,
+    resuming: Resuming | None = None,
 ) -> RunResult:
     """Validate ``plan`` against ``registry`` and run it.
 
@@ -79,6 +81,9 @@ async def execute(
     - ``store``: record the run (plan and every task result, durable as each task finishes)
       in this :class:`~dagagent.store.RunStore` or SQLite file (see :mod:`dagagent.store`);
       what the store could not write is ``RunResult.record_loss``.
+
+    ``resuming`` is how :func:`dagagent.resume` continues a paused run (its id, the results
+    recorded before the pause, the decisions a person took); call that instead.
 
     ``plan`` may also be a :class:`~dagagent.growing.GrowingGraph` that is still being
     written (a streamed plan): tasks start as they are added and the run ends once the graph
@@ -112,7 +117,8 @@ async def execute(
     if store is not None:
         from .store import RunRecorder
 
-        recorder = RunRecorder(store, run_id)  # checks the run id; starts nothing yet
+        # checks the run id; starts nothing yet
+        recorder = RunRecorder(store, run_id, resumed=resuming is not None)
         listeners = (*listeners, recorder)
 
     emit = Emitter(listeners, log) if listeners else None
@@ -131,6 +137,8 @@ async def execute(
             llm=llm,
             agent_runner=agent_runner,
             reuse=reuse,
+            prior=resuming.prior if resuming is not None else None,
+            answers=resuming.answers if resuming is not None else None,
             logger=log,
             on_failure=on_failure,
             max_elements=max_elements,
@@ -211,6 +219,17 @@ def _used_tools(graph: PlanGraph, registry: Registry | None) -> list[Tool]:
 
 
 _OK = (TaskStatus.SUCCEEDED, TaskStatus.REUSED)
+_STOPPED = (TaskStatus.FAILED, TaskStatus.DENIED)
+
+
+@dataclass(frozen=True)
+class Resuming:
+    """What :func:`dagagent.resume` hands :func:`execute` to continue a paused run: the
+    results recorded before the pause (successes stand; an agent task that waited continues
+    from its steps) and the decisions a person took, by task."""
+
+    prior: Mapping[str, TaskResult]
+    answers: Mapping[str, Sequence[ApprovalAnswer]]
 
 
 def _result(
@@ -227,6 +246,10 @@ def _result(
         status = RunStatus.CANCELLED
     elif all(r.status in _OK for r in tasks.values()):
         status = RunStatus.SUCCEEDED
+    elif any(r.status is TaskStatus.WAITING for r in tasks.values()) and not any(
+        r.status in _STOPPED for r in tasks.values()
+    ):
+        status = RunStatus.PAUSED  # nothing else could run: the rest waits for a person
     else:
         status = RunStatus.FAILED
     cp_len, cp = finished_critical_path(graph.order, graph.dependencies, tasks)

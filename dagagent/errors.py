@@ -15,6 +15,7 @@ The tree::
     │   ├── MapError                  a map task's ``for_each`` is not a list, or too long
     │   ├── TaskTimeoutError          the task ran past its timeout
     │   ├── TaskDeniedError           an interceptor / approval rule refused the call
+    │   ├── TaskWaitingError          an ``ask`` rule waits for a person's later decision
     │   ├── WorkerLostError           the remote worker running the tool died / was lost
     │   ├── MCPToolError              an MCP server answered a call with an error (isError)
     │   └── MCPServerLostError        the MCP server died, or is not connected, mid-call
@@ -34,6 +35,7 @@ The tree::
     │   ├── AgentStoppedError         an agent task stopped without an answer (``.steps``)
     │   └── ReActFormatError          a reply in none of the ReAct shapes (also a ValueError)
     ├── StoreError                    the run store cannot be used / run not found
+    ├── DecisionError                 a decision cannot be recorded, or a run resumed
     └── ConfigError                   bad option value (executor name, model spec, ...)
         └── MCPConnectError           an MCP server cannot be started, reached or listed
 
@@ -59,6 +61,7 @@ __all__ = [
     "AgentStoppedError",
     "ConfigError",
     "DagagentError",
+    "DecisionError",
     "Issue",
     "JoinerError",
     "LLMAuthError",
@@ -86,6 +89,7 @@ __all__ = [
     "TaskDeniedError",
     "TaskError",
     "TaskTimeoutError",
+    "TaskWaitingError",
     "ToolArgumentsError",
     "ToolDefinitionError",
     "ToolError",
@@ -186,6 +190,20 @@ class TaskDeniedError(TaskError):
         self.reason = reason
         self.decided_by = decided_by
         super().__init__(f"denied by {decided_by}: {reason}")
+
+
+class TaskWaitingError(TaskError):
+    """An approval rule asked about a call and the answer comes later, from a person: the
+    task gets the status ``waiting`` (with the call's arguments and the rule that asked), the
+    run goes on as far as it can and ends ``paused``; ``dagagent approve`` / ``resume``
+    (or :func:`dagagent.resume`) continue it. Never retried; inside an agent task it pauses
+    the agent, which continues from its recorded steps on resume."""
+
+    def __init__(self, reason: str, *, tool: str, rule: str) -> None:
+        self.reason = reason
+        self.tool = tool
+        self.rule = rule
+        super().__init__(f"waiting for approval of a call of {tool!r} ({rule}): {reason}")
 
 
 class RunFailedError(DagagentError):
@@ -299,6 +317,12 @@ class StoreError(DagagentError):
 
 class ConfigError(DagagentError):
     """An option has a value dagagent does not accept."""
+
+
+class DecisionError(DagagentError):
+    """A decision about a waiting task cannot be recorded (the task is not waiting, it was
+    decided already, a resume used the decision), or a run cannot be resumed (it is not
+    paused, or another process is resuming it). The message names the run and the task."""
 
 
 class WorkerLostError(TaskError):

@@ -26,7 +26,9 @@ from .text import as_text, jsonable
 __all__ = [
     "REDACT",
     "UNANSWERED",
+    "WAIT",
     "AgentStep",
+    "ApprovalAnswer",
     "CallDecision",
     "CallRecord",
     "RecordLoss",
@@ -50,6 +52,8 @@ class TaskStatus(str, enum.Enum):
     - ``denied``: an interceptor or approval rule refused its call; treated like a failure.
     - ``cancelled``: it was running, or had not started, when the run was stopped.
     - ``skipped``: it never started because a task it depends on did not succeed.
+    - ``waiting``: an approval rule asked about its call and a person will answer later
+      (``dagagent approve``); its descendants wait with it (skipped until the run resumes).
     """
 
     SUCCEEDED = "succeeded"
@@ -58,6 +62,7 @@ class TaskStatus(str, enum.Enum):
     DENIED = "denied"
     CANCELLED = "cancelled"
     SKIPPED = "skipped"
+    WAITING = "waiting"
 
     @property
     def ok(self) -> bool:
@@ -71,13 +76,16 @@ _HAS_OUTPUT = frozenset({TaskStatus.SUCCEEDED, TaskStatus.REUSED})
 
 
 class RunStatus(str, enum.Enum):
-    """How a run ended: ``succeeded``, ``failed`` or ``cancelled`` (a :class:`RunResult` is
-    always one of these). A run store record may also be ``running`` (not finished yet) or
-    ``interrupted`` (the process that ran it is gone without finishing it)."""
+    """How a run ended: ``succeeded``, ``failed``, ``cancelled`` or ``paused`` (tasks wait
+    for a person's decision and nothing else could run; resume it once they are decided) —
+    a :class:`RunResult` is always one of these. A run store record may also be ``running``
+    (not finished yet) or ``interrupted`` (the process that ran it is gone without finishing
+    it)."""
 
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     CANCELLED = "cancelled"
+    PAUSED = "paused"
     RUNNING = "running"
     INTERRUPTED = "interrupted"
 
@@ -135,11 +143,12 @@ class CallDecision(BaseModel):
     """A decision taken about one tool call of a task, as ``TaskResult.decisions`` keeps it.
 
     ``decision`` is ``allow`` / ``deny`` / ``edit`` (an approval rule or a person; ``rule``
-    names the rule), ``unanswered`` (the run stopped while the question was open) or
-    ``redact`` (the ``redacting`` interceptor hid arguments). ``args`` are
-    the call's arguments when it was decided (JSON-able; after an edit or a redaction, the new
-    ones), ``source`` whether the call was the plan task's own (``plan``) or one its agent
-    made (``agent``), ``at`` a Unix timestamp."""
+    names the rule), ``wait`` (an ``ask`` rule whose answer comes later), ``unanswered``
+    (the run stopped while the question was open) or ``redact`` (the ``redacting``
+    interceptor hid arguments). ``args`` are the call's arguments when it was decided
+    (JSON-able; after an edit or a redaction, the new ones), ``source`` whether the call was
+    the plan task's own (``plan``) or one its agent made (``agent``), ``at`` a Unix
+    timestamp."""
 
     tool: str
     decision: str
@@ -154,6 +163,31 @@ class CallDecision(BaseModel):
     def redacts_task_call(self) -> bool:
         """Whether this is a redaction of the task's own call (not of one its agent made)."""
         return self.decision == REDACT and self.source == "plan"
+
+
+#: The ``decision`` of the :class:`CallDecision` an ``ask`` rule records when the answer comes
+#: later: the task waits (status ``waiting``); ``args`` are the arguments the person decides on.
+WAIT = "wait"
+
+
+class ApprovalAnswer(BaseModel):
+    """A person's decision about a waiting call, as a resumed run uses it.
+
+    ``tool`` and ``args`` are the call as it was asked about: the decision answers only a call
+    of that tool with those arguments (a call whose arguments changed since, after a replan
+    say, is asked about again). ``decision`` is ``allow``, ``deny`` or ``edit`` (then
+    ``edit_args`` are the arguments to call with instead)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    task_id: str
+    tool: str
+    args: Any = None
+    decision: str
+    decided_by: str
+    reason: str | None = None
+    edit_args: dict[str, Any] | None = None
+    at: float = 0.0
 
 
 _STEPS: TypeAdapter[list[AgentStep]] = TypeAdapter(list[AgentStep])
@@ -380,6 +414,10 @@ class RunResult(BaseModel):
         return [
             r for r in self.tasks.values() if r.status in (TaskStatus.FAILED, TaskStatus.DENIED)
         ]
+
+    def waiting(self) -> list[TaskResult]:
+        """The tasks waiting for a person's decision (the run is ``paused``)."""
+        return [r for r in self.tasks.values() if r.status is TaskStatus.WAITING]
 
     def __repr__(self) -> str:
         # Short on purpose: a run may hold 100,000 task results, and reprs get built in

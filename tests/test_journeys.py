@@ -293,12 +293,14 @@ def test_policy_denies_side_effects_in_tasks_and_agents(
     assert agent_decision["decision"] == "deny" and agent_decision["tool"] == "send_email"
 
 
-def test_ask_without_a_terminal_denies_with_a_clear_message(
+def test_ask_without_a_terminal_and_no_wait_denies_with_a_clear_message(
     user: Journey, server: LLMTestServer
 ) -> None:
     _mail_model(server)
     plan = user.write_plan(MAIL_PLAN)
-    run = user("run", plan, "--tools", TOOLS, *user.model, "--ask", "send_email", code=1)
+    run = user(
+        "run", plan, "--tools", TOOLS, *user.model, "--ask", "send_email", "--no-wait", code=1
+    )
     message = "approval needed for tool 'send_email' but no terminal is attached"
     assert message in run.stdout + run.stderr
     assert message in json.dumps(server.requests[-1].json["messages"])

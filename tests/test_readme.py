@@ -180,6 +180,21 @@ def test_interceptor_policy_and_store_snippets(scratch: Path) -> None:
     assert (scratch / "runs.db").exists()
 
 
+def test_approvals_that_wait_snippet(scratch: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The pause and resume example, on the registry and plan of "From Python"."""
+    namespace: dict[str, Any] = {}
+    run_python(block_with(section("From Python"), "python", "execute_sync"), namespace)
+    capsys.readouterr()
+    run_python(block_with(section("Approvals that wait"), "python", "ask_later"), namespace)
+    printed = capsys.readouterr().out.splitlines()
+    assert printed == [
+        "paused ['tokyo']",
+        "[('tokyo', {'city': 'Tokyo'})]",
+        "succeeded True",
+    ]
+    assert namespace["result"].outputs["both"] == {"city": "Paris and Tokyo", "temp_c": 20.0}
+
+
 def test_commands_table_lists_every_command_and_the_readme_every_option() -> None:
     group = typer.main.get_command(app)
     cmds: dict[str, Any] = getattr(group, "commands", {})
@@ -303,6 +318,7 @@ def test_every_python_snippet_is_run_by_a_test() -> None:
         "Plan format": ["for_each"],
         "ReAct agent nodes": ["llm=llm", "ReActAgent("],
         "Interceptors and approval": ["tracing(", "Policy("],
+        "Approvals that wait": ["ask_later"],
         "Planning": ["LLMPlanner("],
         "From a goal to an answer": ["solve("],
         "Streamed planning": ["plan_and_execute_streamed("],

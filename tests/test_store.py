@@ -495,7 +495,7 @@ def test_a_v1_database_migrates_to_the_current_schema_and_reads(tmp_path: Path) 
     db = tmp_path / "v1.db"
     _v1_db(db)
     with RunStore(db, create=False) as st:
-        assert st.schema_version == SCHEMA_VERSION == 5
+        assert st.schema_version == SCHEMA_VERSION >= 6
         rec = st.get_run("00000000abcd")
         assert rec.goal == "old" and rec.tasks["a"].output == 1
         assert rec.fingerprints == {"a": task_fingerprint(rec.plan.tasks[0], {"value": 1})}
@@ -503,6 +503,7 @@ def test_a_v1_database_migrates_to_the_current_schema_and_reads(tmp_path: Path) 
         assert st.solve_of_run(rec.run_id) is None  # v3 added the solve records
         assert rec.tasks["a"].traceback is None  # v4 added the traceback column
         assert rec.tasks["a"].elements is None  # v5 added the elements of map tasks
+        assert st.approvals(rec.run_id) == []  # v6 added the approvals that wait
     assert user_version(db) == SCHEMA_VERSION
 
 

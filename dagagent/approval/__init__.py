@@ -42,6 +42,11 @@ Actions:
   :class:`Approval` — approve, deny with feedback, or edit the arguments (they are validated
   again) — or simply ``True`` / ``False``. Sync callbacks run in a worker thread, so they may
   block (e.g. on ``input()``). Without a callback, ``ask`` denies and says why.
+  With :func:`ask_later` (a callback returning :meth:`Approval.later`) nobody is asked now:
+  the task waits (status ``waiting``, recorded with its arguments and the rule), the run
+  goes on as far as it can and ends ``paused``; a person decides later (``dagagent approve``)
+  and the run is resumed (``dagagent resume``, :func:`dagagent.resume`). A resumed run hands
+  each recorded decision to the call it was made about: the policy does not ask again.
 
 Every decision taken by a rule or a callback is recorded: it is appended to the task's
 ``TaskResult.decisions`` (a :class:`~dagagent.results.CallDecision`: ``tool``, ``decision``
@@ -67,7 +72,7 @@ The parts: the matcher language (``_matchers``), :class:`Rule` (``_rules``), ask
 
 from __future__ import annotations
 
-from ._asking import Approval, ApprovalRequest, AskCallback, AskResult
+from ._asking import Approval, ApprovalRequest, AskCallback, AskResult, ask_later
 from ._policy import Policy, load_policy
 from ._rules import ACTIONS, Action, ArgsPredicate, Rule
 
@@ -81,5 +86,6 @@ __all__ = [
     "AskResult",
     "Policy",
     "Rule",
+    "ask_later",
     "load_policy",
 ]

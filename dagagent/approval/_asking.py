@@ -14,22 +14,25 @@ import anyio.to_thread
 from ..errors import ConfigError
 
 if TYPE_CHECKING:
+    from ..results import ApprovalAnswer
     from ..runner import ToolInvocation
     from ..tools import Tool
     from ._rules import Rule
 
-__all__ = ["Approval", "ApprovalRequest", "AskCallback", "AskResult", "Asker"]
+__all__ = ["Approval", "ApprovalRequest", "AskCallback", "AskResult", "Asker", "ask_later"]
 
 
 @dataclass(frozen=True)
 class Approval:
-    """The answer of an ``ask`` callback. Build it with :meth:`approve`, :meth:`deny` or
-    :meth:`edit`; ``decided_by`` names who decided (default: the callback)."""
+    """The answer of an ``ask`` callback. Build it with :meth:`approve`, :meth:`deny`,
+    :meth:`edit` or :meth:`later`; ``decided_by`` names who decided (default: the callback).
+    """
 
     approved: bool
     reason: str | None = None
     args: Mapping[str, Any] | None = None
     decided_by: str | None = None
+    wait: bool = False
 
     @classmethod
     def approve(cls, reason: str | None = None, *, by: str | None = None) -> Approval:
@@ -45,6 +48,30 @@ class Approval:
     ) -> Approval:
         """Approve the call with these arguments instead (they are validated again)."""
         return cls(True, reason, dict(args), by)
+
+    @classmethod
+    def later(cls, reason: str | None = None) -> Approval:
+        """No answer now: a person decides later. The task waits (status ``waiting``), the
+        run goes on as far as it can and ends ``paused``; see :func:`ask_later`."""
+        return cls(False, reason, None, None, True)
+
+    @classmethod
+    def from_answer(cls, answer: ApprovalAnswer) -> Approval:
+        """The approval a recorded decision (``dagagent approve``) stands for."""
+        by = answer.decided_by
+        if answer.decision == "deny":
+            return cls.deny(answer.reason or "not approved", by=by)
+        if answer.decision == "edit" and answer.edit_args is not None:
+            return cls.edit(answer.edit_args, answer.reason, by=by)
+        return cls.approve(answer.reason, by=by)
+
+
+def ask_later(request: ApprovalRequest) -> Approval:
+    """The ``ask`` callback of unattended runs: every question is answered later, by a
+    person (``dagagent approve``, or :meth:`dagagent.RunStore.decide`): the task waits and
+    the run ends ``paused`` until it is resumed (``dagagent resume``, :func:`dagagent.resume`).
+    """
+    return Approval.later("a person decides later (dagagent approve)")
 
 
 @dataclass(frozen=True)
@@ -103,6 +130,8 @@ class Asker:
                 f"approval needed for tool {request.tool_name!r} but no ask callback was given",
                 by=request.rule_label,
             )
+        if self.ask is ask_later:  # nothing to wait for here: no thread, no lock
+            return ask_later(request)
         if self._lock is None:
             return await self._call(request)
         async with self._lock:

@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from ..errors import ConfigError, TaskDeniedError, ToolArgumentsError
-from ..results import UNANSWERED
-from ._asking import ApprovalRequest, AskCallback, Asker
+from ..errors import ConfigError, TaskDeniedError, TaskWaitingError, ToolArgumentsError
+from ..results import UNANSWERED, WAIT
+from ._asking import Approval, ApprovalRequest, AskCallback, Asker
 from ._files import read_policy_file, rules_from_dict
 from ._rules import ACTIONS, Action, Rule
 
@@ -28,7 +28,9 @@ class Policy:
     - ``default``: the action when no rule matches (``"allow"`` unless said otherwise).
     - ``default_reason``: the reason recorded (and shown on denial) for the default action.
     - ``ask``: decides ``ask`` calls (sync or async; see :class:`ApprovalRequest`,
-      :class:`Approval`). Without it, ``ask`` means deny.
+      :class:`Approval`). Without it, ``ask`` means deny. :func:`ask_later` (or a callback
+      returning :meth:`Approval.later`) makes the task wait for a person's later decision.
+      A call a person already decided about (a resumed run) is not asked about again.
     - ``serialize_asks``: one question at a time (default ``True``; turn off only for a
       callback that can handle concurrent questions).
     """
@@ -158,13 +160,21 @@ class Policy:
             reason = reason or f"tool {call.tool.name!r} is not allowed"
             _decide(call, "deny", label, reason, label)
             raise TaskDeniedError(reason, decided_by=label)
-        try:
-            approval = await self._asker(ApprovalRequest(call, rule, label))
-        except anyio.get_cancelled_exc_class():
-            # the run stopped while the question was open: on record, the task waited for an
-            # answer all that time, and its call never started
-            _decide(call, UNANSWERED, "nobody", "the run stopped before an answer came", label)
-            raise
+        answer = call.answer()
+        if answer is not None:  # a person decided while the run was paused
+            approval = Approval.from_answer(answer)
+        else:
+            try:
+                approval = await self._asker(ApprovalRequest(call, rule, label))
+            except anyio.get_cancelled_exc_class():
+                # the run stopped while the question was open: on record, the task waited
+                # for an answer all that time, and its call never started
+                _decide(call, UNANSWERED, "nobody", "the run stopped before an answer came", label)
+                raise
+        if approval.wait:
+            why = call.changed_answer_note() or approval.reason or "a person decides later"
+            _decide(call, WAIT, label, why, label)
+            raise TaskWaitingError(why, tool=call.tool.name, rule=label)
         who = approval.decided_by or self._asker.name or label
         if not approval.approved:
             why = approval.reason or "not approved"

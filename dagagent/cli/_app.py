@@ -21,6 +21,7 @@ from typer.core import TyperArgument, TyperGroup
 from ..errors import (
     ConfigError,
     DagagentError,
+    DecisionError,
     LLMError,
     PlanError,
     PlanLoadError,
@@ -37,8 +38,10 @@ __all__ = [
     "EXIT_FAILED",
     "EXIT_INTERRUPTED",
     "EXIT_OK",
+    "EXIT_PAUSED",
     "EXIT_PLANNING",
     "EXIT_RECORD",
+    "EXIT_REFUSED",
     "EXIT_STORE",
     "EXIT_USAGE",
     "Interrupted",
@@ -58,6 +61,8 @@ EXIT_USAGE = 2
 EXIT_PLANNING = 3
 EXIT_STORE = 4
 EXIT_RECORD = 5  # the run ran, but the run store could not write all of its record
+EXIT_PAUSED = 6
+EXIT_REFUSED = 7
 EXIT_INTERRUPTED = 130
 
 DEFAULT_TOOLS = "dagagent.toolkits.demo:registry"
@@ -88,7 +93,8 @@ app = typer.Typer(
     cls=_Group,
     help="Plan-and-execute DAG orchestration for LLM agents.\n\n"
     "Exit codes: 0 success, 1 run failed, 2 invalid plan or usage, 3 planning failed, "
-    "4 run/store not found or unusable, 5 run not fully recorded, 130 interrupted.",
+    "4 run/store not found or unusable, 5 run not fully recorded, 6 paused (tasks wait for "
+    "approval), 7 decision or resume refused, 130 interrupted.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -185,6 +191,8 @@ def exit_code_for(exc: DagagentError) -> int:
         return EXIT_PLANNING
     if isinstance(exc, StoreError):
         return EXIT_STORE
+    if isinstance(exc, DecisionError):
+        return EXIT_REFUSED
     if isinstance(exc, (PlanError, ConfigError, ToolError, LLMError)):
         return EXIT_USAGE
     return EXIT_FAILED

@@ -1,5 +1,6 @@
 """Terminal approval for ``dagagent run``: the plan shown before a run (``--approve``) and
-questions before tool calls (``--ask TOOL``, ``--policy FILE``).
+questions before tool calls (``--ask TOOL``, ``--policy FILE``); without a terminal those
+questions wait for a person (``dagagent approve``), or are denied with ``--no-wait``.
 
 Questions and the plan go to stderr, so that ``--json`` output on stdout stays clean. Answers
 are read from stdin in a daemon thread, so the event loop keeps running other tasks while a
@@ -22,7 +23,15 @@ import anyio.to_thread
 import typer
 from rich.console import Console
 
-from ..approval import Approval, ApprovalRequest, Policy, Rule, load_policy
+from ..approval import (
+    Approval,
+    ApprovalRequest,
+    AskCallback,
+    Policy,
+    Rule,
+    ask_later,
+    load_policy,
+)
 from ..errors import ConfigError, ToolArgumentsError, UnknownToolError
 from ..plan import ToolTask
 from ..results import jsonable
@@ -280,21 +289,25 @@ def run_interceptors(
     approve: bool,
     asks: Sequence[str],
     policy_file: Path | None,
+    no_wait: bool = False,
 ) -> list[Interceptor]:
-    """What ``dagagent run`` does with ``--approve``, ``--ask`` and ``--policy``.
+    """What ``dagagent run`` does with ``--approve``, ``--ask``, ``--policy`` and
+    ``--no-wait``.
 
     Each call is checked by the policy file first (its rules, then its default), then by the
     ``--ask`` rules: a call runs only if both let it, so a question on the command line never
     overrides a file's ``deny``, and a file's catch-all ``allow`` never silences ``--ask``.
-    Questions go to the terminal; without one, they are denied. With ``--approve`` the plan
-    is shown and confirmed first (``graph=None``: no plan yet, ``approve`` must be false).
-    Exits 2 when ``--approve`` has no terminal to ask on, 1 when
+    Questions go to the terminal; without one, the task waits for a person's decision
+    (``dagagent approve``) and the run pauses, or, with ``no_wait``, the call is denied.
+    With ``--approve`` the plan is shown and confirmed first (``graph=None``: no plan yet,
+    ``approve`` must be false). Exits 2 when ``--approve`` has no terminal to ask on, 1 when
     the plan is not approved."""
     for pattern in asks:
         if not pattern.strip():
             raise ConfigError("--ask needs a tool name or glob, e.g. --ask 'write_*'")
     interactive = stdin_is_terminal()
-    ask = TerminalAsker() if interactive else deny_without_terminal
+    later: AskCallback = deny_without_terminal if no_wait else ask_later
+    ask: AskCallback = TerminalAsker() if interactive else later
     policies: list[tuple[str, Policy]] = []
     if policy_file is not None:
         policy = load_policy(policy_file, ask=ask)
@@ -309,7 +322,10 @@ def run_interceptors(
                 err.print(f"warning: --ask {pattern!r} matches no tool", markup=False)
     if not interactive and any(_may_ask(p) for _, p in policies):
         err.print(
-            "warning: no terminal is attached: calls that need approval will be denied",
+            "warning: no terminal is attached: calls that need approval will be denied"
+            if no_wait
+            else "no terminal is attached: calls that need approval will wait for a decision "
+            "(dagagent approvals; --no-wait denies them)",
             markup=False,
         )
     if approve:

@@ -261,7 +261,7 @@ def ask_cmd(
     # The first policy goes to solve as its policy: streamed planning holds back the tasks
     # it may ask about or deny until the whole plan is known; it still checks calls first.
     policies = run_interceptors(
-        None, registry, approve=False, asks=ask or [], policy_file=policy_file
+        None, registry, approve=False, asks=ask or [], policy_file=policy_file, no_wait=True
     )
     first = policies[0] if policies and isinstance(policies[0], Policy) else None
     llm = from_env(model, base_url, timeout=timeout)

@@ -29,6 +29,7 @@ __all__ = [
     "MaxConcurrencyOpt",
     "MaxElementsOpt",
     "McpOpt",
+    "NoWaitOpt",
     "OnFailureOpt",
     "OutOpt",
     "PlanArg",
@@ -140,7 +141,8 @@ AskOpt = Annotated[
         "--ask",
         metavar="TOOL",
         help="Ask on the terminal before each call of TOOL (glob; repeatable). Without a "
-        "terminal, such calls are denied.",
+        "terminal, such calls wait for a person (dagagent approve) and the run pauses; "
+        "--no-wait denies them.",
     ),
 ]
 PolicyOpt = Annotated[
@@ -150,6 +152,14 @@ PolicyOpt = Annotated[
         metavar="FILE",
         help="Approval rules file: JSON (or TOML on Python 3.11+). Checked before --ask; a call "
         "runs only if both allow it.",
+    ),
+]
+NoWaitOpt = Annotated[
+    bool,
+    typer.Option(
+        "--no-wait",
+        help="Without a terminal, deny the calls that need approval instead of leaving them "
+        "for a person (by default such a task waits and the run pauses: dagagent approvals).",
     ),
 ]
 MaxAttemptsOpt = Annotated[
@@ -189,6 +199,7 @@ class RunOptions:
     dask_address: str | None = None
     dask_workers: int | None = None
     dask_threads: int | None = None
+    no_wait: bool = False
 
     def __post_init__(self) -> None:
         for given, option in (
@@ -222,15 +233,17 @@ class RunOptions:
             approve=self.approve,
             asks=list(self.asks),
             policy_file=self.policy_file,
+            no_wait=self.no_wait,
         )
 
     def execute_options(
         self, tools_spec: str | None = None, mcp: tuple[str, ...] | None = None
     ) -> dict[str, Any]:
         """Keyword arguments of :func:`~dagagent.cli.recording.run_recorded`: the executor,
-        the failure policy, the concurrency limit and the tools recorded with the run
+        the failure policy, the concurrency limit, the tools recorded with the run
         (``tools_spec`` and ``mcp``, default ``--tools`` and ``--mcp``), so that ``replan``
-        loads the same tools."""
+        loads the same tools, and the approval rules (``--policy``, ``--ask``), so that
+        ``resume`` asks the same questions."""
         executor: Any = self.executor
         if self.executor == "dask":
             executor = get_executor(
@@ -249,4 +262,18 @@ class RunOptions:
                 self.tools if tools_spec is None else tools_spec, mcp
             ),
             "mcp_specs": mcp,
+            "approval": approval_context(self.policy_file, self.asks),
         }
+
+
+def approval_context(policy_file: Path | None, asks: tuple[str, ...]) -> dict[str, Any] | None:
+    """The approval rules a run is recorded with (the policy file by its absolute path, the
+    ``--ask`` globs): ``dagagent resume`` puts the same questions, answered by the decisions."""
+    if policy_file is None and not asks:
+        return None
+    spec: dict[str, Any] = {}
+    if policy_file is not None:
+        spec["policy"] = str(Path(policy_file).resolve())
+    if asks:
+        spec["ask"] = list(asks)
+    return spec

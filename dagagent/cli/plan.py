@@ -30,6 +30,7 @@ from .options import (
     MaxConcurrencyOpt,
     MaxElementsOpt,
     McpOpt,
+    NoWaitOpt,
     OnFailureOpt,
     OtelOpt,
     OutOpt,
@@ -147,6 +148,7 @@ def plan_cmd(
     approve: ApproveOpt = False,
     ask: AskOpt = None,
     policy_file: PolicyOpt = None,
+    no_wait: NoWaitOpt = False,
     store: StoreOpt = None,
     otel: OtelOpt = False,
 ) -> None:
@@ -170,6 +172,7 @@ def plan_cmd(
         approve=approve,
         asks=tuple(ask or ()),
         policy_file=policy_file,
+        no_wait=no_wait,
     )
     registry = load_tools(tools, mcp)
     llm, planner = _make_planner(

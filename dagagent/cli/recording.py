@@ -37,17 +37,22 @@ def run_recorded(
     live: bool = True,
     tools_spec: str | None = None,
     mcp_specs: tuple[str, ...] = (),
+    approval: dict[str, Any] | None = None,
     **options: Any,
 ) -> RunResult:
     """Run a validated plan, recording it in the run store (``store``, or the default path),
     with progress on ``console`` (``None``: no progress; ``live=False``: plain lines even on a
     terminal). ``tools_spec`` (see :func:`recorded_tools_spec`) and ``mcp_specs`` (``--mcp``)
-    are recorded with the run, so that ``replan`` loads the same tools by default. Returns the
-    result."""
+    are recorded with the run, so that ``replan`` loads the same tools by default, and so are
+    the approval rules (``approval``: see :func:`~dagagent.cli.options.approval_context`) and
+    the failure policy, so that ``resume`` asks the same questions. Returns the result."""
     run_id = run_id or new_run_id()
     context: dict[str, Any] = {"tools": tools_spec} if tools_spec else {}
     if mcp_specs:
         context["mcp"] = [strip_url_credentials(m) for m in mcp_specs]  # never a password
+    if approval:  # what 'dagagent resume' asks with
+        context["approval"] = approval
+        context["on_failure"] = options.get("on_failure", "cancel")
     progress = progress_for(graph, console, live=live) if console is not None else None
     if progress is not None:
         listeners = (*listeners, progress)

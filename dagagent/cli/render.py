@@ -32,6 +32,7 @@ STATUS_STYLE = {
     TaskStatus.DENIED: "magenta",
     TaskStatus.CANCELLED: "yellow",
     TaskStatus.SKIPPED: "dim",
+    TaskStatus.WAITING: "blue",
 }
 
 

@@ -23,7 +23,7 @@ from ..review import (
 from ..runner import DEFAULT_MAX_ELEMENTS
 from ..store import RunRecord
 from ..workflows.replan import Revision, revise_run
-from ._app import EXIT_FAILED, EXIT_OK, EXIT_RECORD, app, check_output_path, err, guard, out
+from ._app import EXIT_OK, EXIT_RECORD, app, check_output_path, err, guard, out
 from .options import (
     ExecutorOpt,
     LastOpt,
@@ -43,7 +43,7 @@ from .options import (
 from .otel import configure_otel
 from .recording import run_recorded, say_recorded
 from .render import print_json, print_warnings
-from .run import agent_model, print_result
+from .run import agent_model, print_result, run_exit_code
 from .runs import find_run, open_store
 from .tools import load_tools
 
@@ -167,7 +167,7 @@ def replan_cmd(
     with open_store(store) as st:
         record = find_run(st, run, last)
         path = st.path
-    spec, mcp_specs, registry = _registry_for(record, tools, mcp)
+    spec, mcp_specs, registry = registry_for(record, tools, mcp)
     review = review_run(record)
     if not json_out:
         out.print(format_review(review), markup=False, highlight=False)
@@ -255,7 +255,7 @@ def replan_cmd(
     if json_out:
         doc["result"] = result.to_json_dict()
         print_json(out, doc)
-        code = EXIT_OK if result.ok else EXIT_FAILED
+        code = run_exit_code(result)
     else:
         code = print_result(result, as_json=False)
     reused = result.counts.get("reused", 0)
@@ -265,7 +265,7 @@ def replan_cmd(
     raise typer.Exit(code)
 
 
-def _registry_for(
+def registry_for(
     record: RunRecord, tools: str | None, mcp: list[str] | None
 ) -> tuple[str | None, tuple[str, ...], Any]:
     """``--tools`` and ``--mcp`` if given, else the tools recorded with the run, else the

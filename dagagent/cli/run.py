@@ -10,10 +10,10 @@ import typer
 
 from ..errors import ConfigError
 from ..graph import PlanGraph, validate
-from ..results import RunResult
+from ..results import RunResult, RunStatus
 from ..runner import DEFAULT_MAX_ELEMENTS
 from ..text import as_text, printable
-from ._app import EXIT_FAILED, EXIT_OK, EXIT_RECORD, app, err, guard, out
+from ._app import EXIT_FAILED, EXIT_OK, EXIT_PAUSED, EXIT_RECORD, app, err, guard, out
 from .options import (
     ApproveOpt,
     AskOpt,
@@ -21,6 +21,7 @@ from .options import (
     MaxConcurrencyOpt,
     MaxElementsOpt,
     McpOpt,
+    NoWaitOpt,
     OnFailureOpt,
     OtelOpt,
     PlanArg,
@@ -34,7 +35,7 @@ from .recording import run_recorded, say_recorded
 from .render import plan_table, print_json, print_warnings, result_table
 from .tools import load_tools
 
-__all__ = ["agent_model", "print_result", "run_graph"]
+__all__ = ["agent_model", "paused_hint", "print_result", "run_exit_code", "run_graph"]
 
 
 @app.command("validate")
@@ -131,7 +132,35 @@ def print_result(
             markup=False,
             highlight=False,
         )
-    return EXIT_OK if result.ok else EXIT_FAILED
+    return run_exit_code(result)
+
+
+def run_exit_code(result: RunResult) -> int:
+    """0 the run succeeded, 6 it paused (tasks wait for a person's decision; the next steps
+    are printed on stderr), 1 otherwise."""
+    if result.ok:
+        return EXIT_OK
+    if result.status is RunStatus.PAUSED:
+        paused_hint(result)
+        return EXIT_PAUSED
+    return EXIT_FAILED
+
+
+def paused_hint(result: RunResult) -> None:
+    """What a paused run waits for, and the commands that continue it (on stderr)."""
+    waiting = result.waiting()
+    n = len(waiting)
+    names = ", ".join(printable(r.task_id) for r in waiting[:10]) + (", ..." if n > 10 else "")
+    run = result.run_id
+    for line in (
+        f"paused: {n} task{'s' if n != 1 else ''} wait{'s' if n == 1 else ''} for a person's "
+        f"decision ({names}); nothing else could run",
+        f"  see them:      dagagent approvals --run {run}",
+        f"  decide:        dagagent approve {run} TASK --allow | --deny [--reason TEXT] "
+        "[--edit ARGS.json]",
+        f"  then continue: dagagent resume {run}",
+    ):
+        err.print(line, markup=False, highlight=False)
 
 
 def run_graph(
@@ -202,6 +231,7 @@ def run_cmd(
     ask: AskOpt = None,
     policy_file: PolicyOpt = None,
     store: StoreOpt = None,
+    no_wait: NoWaitOpt = False,
     dask_address: str | None = typer.Option(
         None,
         "--dask-address",
@@ -242,7 +272,8 @@ def run_cmd(
     otel: OtelOpt = False,
 ) -> None:
     """Validate and run a plan, recording it in the run store (review it with 'dagagent show',
-    revise it with 'dagagent replan'). Exit 0 if every task succeeded, 1 if the run failed."""
+    revise it with 'dagagent replan'). Exit 0 if every task succeeded, 1 if the run failed, 6
+    if it paused (tasks wait for a person's decision: dagagent approvals, approve, resume)."""
     if otel:
         configure_otel()
     options = RunOptions(
@@ -259,6 +290,7 @@ def run_cmd(
         dask_address=dask_address,
         dask_workers=dask_workers,
         dask_threads=dask_threads,
+        no_wait=no_wait,
     )
     registry = load_tools(tools, mcp)
     llm = agent_model(model, base_url)

@@ -4,6 +4,9 @@ No level barrier and no polling: when a task finishes, it counts down its depend
 queues those whose last dependency it was in a :class:`~dagagent.executors._pool.WorkerPool`,
 which starts them at once in the same task group.
 
+A task that waits for a person's decision (``waiting``) never stops the run: its descendants
+wait with it (marked skipped until the run resumes) and the other branches go on.
+
 A plan still arriving: each task is considered when it arrives, and queued at once if its
 dependencies have all succeeded by then; the pool stays open until the plan is complete.
 """
@@ -26,6 +29,7 @@ __all__ = ["DataflowExecutor"]
 
 SUCCEEDED = TaskStatus.SUCCEEDED
 REUSED = TaskStatus.REUSED
+WAITING = TaskStatus.WAITING
 
 
 class DataflowExecutor(BaseExecutor):
@@ -51,9 +55,9 @@ class DataflowExecutor(BaseExecutor):
                         waiting[child] = left
                         if left == 0:
                             push(child)
-                elif cancel:
+                elif cancel and status is not WAITING:
                     tg.cancel_scope.cancel()
-                else:
+                else:  # failed under "continue", or waiting: the rest goes on without it
                     block_descendants(graph, runner, task_id)
 
             pool = WorkerPool(tg, one)
@@ -82,9 +86,9 @@ class DataflowExecutor(BaseExecutor):
                         waiting[child] = left
                         if left == 0:
                             pool.push(child)
-                elif cancel:
+                elif cancel and status is not WAITING:
                     tg.cancel_scope.cancel()
-                else:
+                else:  # failed under "continue", or waiting: the rest goes on without it
                     block_descendants(graph, runner, task_id)
 
             def told(task_id: str | None) -> None:

@@ -5,6 +5,9 @@ a failure under ``on_failure="cancel"`` cancels the running siblings at once. Th
 level run in a :class:`~dagagent.executors._pool.WorkerPool`: all of them concurrently, without
 a spawned task each for those that never block.
 
+A task waiting for a person's decision (``waiting``) does not stop the run: its descendants
+wait with it (marked skipped until the run resumes).
+
 **A plan still arriving.** A task's level is the depth it will have in the whole plan, but no
 level of a plan that is still being written is ever known to be full: a task that depends on
 nothing may come last. So while the plan arrives, a level is a *wave*: every task known whose
@@ -32,6 +35,7 @@ __all__ = ["LevelsExecutor"]
 
 SUCCEEDED = TaskStatus.SUCCEEDED
 REUSED = TaskStatus.REUSED
+WAITING = TaskStatus.WAITING
 
 
 class LevelsExecutor(BaseExecutor):
@@ -54,14 +58,14 @@ class LevelsExecutor(BaseExecutor):
                     status = (await run_task(task_id)).status
                     if status is not SUCCEEDED and status is not REUSED:
                         failed.append(task_id)
-                        if cancel:
+                        if cancel and status is not WAITING:
                             scope.cancel()
 
                 pool = WorkerPool(tg, one)
                 pool.extend(t for t in level if t not in results)
                 await pool.drive()
             if failed:
-                if cancel:
+                if cancel and _stops(runner, failed):
                     return
                 for task_id in failed:
                     block_descendants(graph, runner, task_id)
@@ -117,7 +121,7 @@ class LevelsExecutor(BaseExecutor):
                         status = (await run_task(task_id)).status
                         if status is not SUCCEEDED and status is not REUSED:
                             failed.append(task_id)
-                            if cancel:
+                            if cancel and status is not WAITING:
                                 scope.cancel()
 
                     pool = WorkerPool(tg, one)
@@ -125,10 +129,16 @@ class LevelsExecutor(BaseExecutor):
                     await pool.drive()
                 running.clear()
                 if failed:
-                    if cancel:
+                    if cancel and _stops(runner, failed):
                         return
                     for task_id in failed:
                         block_descendants(graph, runner, task_id)
                     failed.clear()
         finally:
             graph.unwatch(told)
+
+
+def _stops(runner: TaskRunner, ended: list[str]) -> bool:
+    """Whether a level's unsuccessful tasks stop the run: a failure does, a task waiting for
+    a person's decision does not (its descendants wait with it)."""
+    return any(runner.results[t].status is not WAITING for t in ended)

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 
+from ..results import TaskStatus
 from .base import BaseExecutor, FailurePolicy, Wakeup, block_descendants, skip_if_blocked
 
 if TYPE_CHECKING:
@@ -34,7 +35,7 @@ class SerialExecutor(BaseExecutor):
                 continue
             r = await runner.run_task(task_id)
             if not r.status.ok:
-                if on_failure == "cancel":
+                if on_failure == "cancel" and r.status is not TaskStatus.WAITING:
                     return
                 block_descendants(graph, runner, task_id)
 
@@ -64,7 +65,7 @@ class SerialExecutor(BaseExecutor):
                             continue
                         r = await runner.run_task(task_id)
                         if not r.status.ok:
-                            if cancel:
+                            if cancel and r.status is not TaskStatus.WAITING:
                                 return
                             block_descendants(graph, runner, task_id)
                     if graph.complete:

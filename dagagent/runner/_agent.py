@@ -41,6 +41,10 @@ class AgentNode:
     #: Set by the runner when the run has listeners: the agent runner reports each thing the
     #: agent does (``kind``, ``step`` and the fields of a ``TaskAgentEvent``) through it.
     on_event: Callable[..., None] | None = None
+    #: Set by the runner when the run resumes a task whose agent waited for a person's
+    #: decision: the steps recorded then. The agent continues from them (the calls of the
+    #: last step that have no observation yet are made first), not from scratch.
+    resume_steps: list[AgentStep] | None = None
 
     def partial_steps(self) -> list[AgentStep] | None:
         """The steps taken so far (``None`` when there are none or they cannot be had)."""

@@ -18,7 +18,7 @@ import anyio
 
 from ..errors import TaskTimeoutError
 from ..events import TaskDecision
-from ..results import CallDecision, jsonable
+from ..results import ApprovalAnswer, CallDecision, jsonable
 
 if TYPE_CHECKING:
     from ..events import Emitter
@@ -73,12 +73,41 @@ class ToolInvocation:
     source: str = "plan"  # "plan" for a tool task, "agent" for a call made by a ReAct node
     decisions: list[CallDecision] = field(default_factory=list)
     timeout: float | None = None
+    #: Decisions a person recorded about this task's waiting calls (a resumed run).
+    answers: Sequence[ApprovalAnswer] = ()
     _emit: Emitter | None = field(default=None, repr=False)
     _validated: dict[str, Any] | None = field(default=None, repr=False)
+    _answer: ApprovalAnswer | None = field(default=None, repr=False)
 
     @property
     def tool_name(self) -> str:
         return self.tool.name
+
+    def answer(self) -> ApprovalAnswer | None:
+        """The decision a person recorded about this very call (same tool, same arguments as
+        when it was asked), if any: an approval policy uses it instead of asking again. Once
+        found it stays this call's answer (a second policy about the call sees it too)."""
+        if self._answer is None and self.answers:
+            args = jsonable(self.args)
+            name = self.tool.name
+            for a in self.answers:
+                if a.tool == name and a.args == args:
+                    self._answer = a
+                    break
+        return self._answer
+
+    def changed_answer_note(self) -> str | None:
+        """When a person decided about this task's call but its arguments have changed since
+        (a replan), why it is asked about again; else ``None``."""
+        if self._answer is not None:
+            return None
+        other = next((a for a in self.answers if a.tool == self.tool.name), None)
+        if other is None:
+            return None
+        return (
+            f"the arguments changed since {other.decided_by} decided ({other.decision}) "
+            "about this call: asked again"
+        )
 
     def decide(
         self, decision: str, decided_by: str, reason: str | None = None, *, rule: str | None = None
@@ -120,8 +149,10 @@ class ToolCalls:
         interceptors: Sequence[Interceptor],
         invoker: Invoker | None,
         emit: Emitter | None,
+        answers: Mapping[str, Sequence[ApprovalAnswer]] | None = None,
     ) -> None:
         self.run_id = run_id
+        self._answers = dict(answers or {})
         self._interceptors = tuple(interceptors)
         self._invoker = invoker or invoke_local
         self._emit = emit
@@ -170,6 +201,7 @@ class ToolCalls:
             attempt,
             source,
             timeout=timeout,
+            answers=self._answers.get(task_id, ()) if self._answers else (),
             _emit=self._emit,
             _validated=validated,
         )

@@ -9,6 +9,7 @@ from ..errors import (
     AgentError,
     ReferenceResolutionError,
     TaskDeniedError,
+    TaskWaitingError,
     ToolArgumentsError,
     UnknownToolError,
 )
@@ -41,6 +42,7 @@ NOT_RETRIED = (
     ToolArgumentsError,
     ReferenceResolutionError,
     TaskDeniedError,
+    TaskWaitingError,
     UnknownToolError,
     AgentError,
 )

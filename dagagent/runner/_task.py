@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, cast
 import anyio
 import anyio.lowlevel
 
-from ..errors import AgentError, TaskDeniedError, TaskTimeoutError
+from ..errors import AgentError, TaskDeniedError, TaskTimeoutError, TaskWaitingError
 from ..events import (
     Emitter,
     Listener,
@@ -23,7 +23,16 @@ from ..events import (
 )
 from ..plan import AgentTask
 from ..references import reference_text
-from ..results import REDACT, UNANSWERED, CallDecision, TaskResult, TaskStatus, jsonable
+from ..results import (
+    REDACT,
+    UNANSWERED,
+    AgentStep,
+    ApprovalAnswer,
+    CallDecision,
+    TaskResult,
+    TaskStatus,
+    jsonable,
+)
 from ..tools import Registry, Tool
 from ._agent import AgentNode, AgentTaskRunner
 from ._calls import ArgumentRedactor, Interceptor, Invoker, ToolCalls, timed_out_late
@@ -46,6 +55,7 @@ _REUSED = TaskStatus.REUSED
 _FAILED = TaskStatus.FAILED
 _DENIED = TaskStatus.DENIED
 _CANCELLED = TaskStatus.CANCELLED
+_WAITING = TaskStatus.WAITING
 
 Attempt = Callable[[TaskRun], Awaitable[Any]]
 """One attempt at a task: its output, or it raises."""
@@ -68,6 +78,8 @@ class TaskRunner:
         llm: object = None,
         agent_runner: AgentTaskRunner | None = None,
         reuse: Mapping[str, tuple[str, Any]] | None = None,
+        prior: Mapping[str, TaskResult] | None = None,
+        answers: Mapping[str, Sequence[ApprovalAnswer]] | None = None,
         logger: Any = None,
         on_failure: str = "cancel",
         max_elements: int = DEFAULT_MAX_ELEMENTS,
@@ -85,7 +97,7 @@ class TaskRunner:
         #: Emits run events to the listeners (``None`` without listeners: nothing is built).
         self.emit = Emitter(self.listeners, logger) if self.listeners else None
         #: The tool-call seam: interceptors, per-tool limits, the invoker.
-        self.calls = ToolCalls(run_id, self.registry, interceptors, invoker, self.emit)
+        self.calls = ToolCalls(run_id, self.registry, interceptors, invoker, self.emit, answers)
         self._intercepted = self.calls.intercepted
         #: Interceptors that hide secrets: a task failing before its call reaches them is
         #: redacted for its record all the same (see :meth:`_redact_failure`).
@@ -99,6 +111,15 @@ class TaskRunner:
         self.llm = llm
         self._agent_runner = agent_runner
         self._reuse = dict(reuse or {})
+        # A resumed run (see dagagent.resume): what succeeded before the pause stands as it
+        # was recorded; an agent task that waited continues from its recorded steps.
+        prior = prior or {}
+        self._kept = {t: r for t, r in prior.items() if r.status.ok}
+        self._resume_steps: dict[str, list[AgentStep]] = {
+            t: list(r.steps)
+            for t, r in prior.items()
+            if r.status is _WAITING and r.steps and isinstance(self.tasks.get(t), AgentTask)
+        }
         # A task takes a slot before it starts and keeps it until it finishes (retries
         # included): at most max_concurrency tasks are ever between TaskStarted and
         # TaskFinished, and a task waiting for a slot has not started.
@@ -133,6 +154,8 @@ class TaskRunner:
 
         Never raises, except the cancellation of the surrounding scope (after recording the
         task as cancelled)."""
+        if self._kept and task_id in self._kept:  # a resumed run: it succeeded before
+            return self._keep(self._kept[task_id])
         if self._maps and self.tasks[task_id].for_each is not None:
             return await self._run_map(task_id)
         slots = self._slots
@@ -175,6 +198,8 @@ class TaskRunner:
             # a reason to stop its siblings or to lose the run.
             why = f"{describe(exc)} (raised by the task itself; nothing cancelled it)"
             return self._fail(run, exc, why)
+        except TaskWaitingError as exc:
+            return self._finish(run, _WAITING, error=str(exc), error_type=type(exc).__name__)
         except TaskDeniedError as exc:
             return self._finish(run, _DENIED, error=str(exc), error_type=type(exc).__name__)
         except Exception as exc:
@@ -355,6 +380,7 @@ class TaskRunner:
         # a reference inside longer text would be shown (JSON for a dict, not its repr).
         text = run.args if isinstance(run.args, str) else reference_text(run.args)
         node = AgentNode(self.run_id, task, text, tools, context, call, self.llm)
+        node.resume_steps = self._resume_steps.pop(task.id, None)
         emit = self.emit
         if emit is not None:
             run_id, task_id = self.run_id, task.id
@@ -441,6 +467,14 @@ class TaskRunner:
                 status=status.value,
                 error=error,
             )
+        return r
+
+    def _keep(self, r: TaskResult) -> TaskResult:
+        """A task of a resumed run that succeeded before the pause: its record stands."""
+        self.results[r.task_id] = r
+        self.outputs[r.task_id] = r.output
+        if self.emit is not None:
+            self.emit(TaskFinished(self.run_id, r))
         return r
 
     def mark(self, task_id: str, status: TaskStatus, error: str | None = None) -> TaskResult:

@@ -51,19 +51,22 @@ values into column text and back.
 
 from __future__ import annotations
 
+from ._approvals import DECISIONS
 from ._ids import RUN_ID_RE, check_run_id
 from ._location import StoreLocation, StoreSource, locate_store, user_data_dir
 from ._schema import MIGRATIONS, SCHEMA_VERSION, Migration
 from ._store import DEFAULT_FLUSH_INTERVAL_S, RunStore, default_store_path
 from ._writer import OUTPUT_NOT_RECORDED, RunRecorder
-from .models import RoundRecord, RunRecord, RunSummary, SolveRecord
+from .models import ApprovalRecord, RoundRecord, RunRecord, RunSummary, SolveRecord
 
 __all__ = [
+    "DECISIONS",
     "DEFAULT_FLUSH_INTERVAL_S",
     "MIGRATIONS",
     "OUTPUT_NOT_RECORDED",
     "RUN_ID_RE",
     "SCHEMA_VERSION",
+    "ApprovalRecord",
     "Migration",
     "RoundRecord",
     "RunRecord",

@@ -86,6 +86,30 @@ MIGRATIONS: list[Sequence[Migration]] = [
     ("ALTER TABLE tasks ADD COLUMN traceback TEXT",),
     # v5: a map task's elements (a JSON list: one result per element, in order).
     ("ALTER TABLE tasks ADD COLUMN elements TEXT",),
+    # v6: approvals that wait: one row per call an ``ask`` rule left for a person, its
+    # decision, and whether a resume used it (see dagagent.store._approvals).
+    (
+        """CREATE TABLE approvals (
+            run_id TEXT NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+            task_id TEXT NOT NULL,
+            seq INTEGER NOT NULL,
+            tool TEXT NOT NULL,
+            args TEXT,
+            rule TEXT,
+            source TEXT NOT NULL DEFAULT 'plan',
+            asked_at REAL NOT NULL,
+            state TEXT NOT NULL,
+            decision TEXT,
+            decided_by TEXT,
+            decided_at REAL,
+            reason TEXT,
+            edit_args TEXT,
+            used_at REAL,
+            note TEXT,
+            PRIMARY KEY (run_id, task_id, seq)
+        ) WITHOUT ROWID""",
+        "CREATE INDEX approvals_by_state ON approvals (state, run_id)",
+    ),
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

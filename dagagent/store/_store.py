@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import StoreError
 from ..plan import Plan, task_fingerprint
 from ..results import RunStatus, TaskResult, TaskStatus, load_decisions, load_steps
+from ._approvals import ApprovalQueries
 from ._codec import ELEMENT_KEYS, from_column
 from ._ids import check_run_id
 from ._location import StoreLocation, locate_store
@@ -60,8 +62,9 @@ def _writable(path: Path) -> bool:
     return os.access(parent, os.W_OK | os.X_OK)
 
 
-class RunStore(SolveQueries):
-    """A SQLite file of run records (and of solves: see :class:`SolveQueries`).
+class RunStore(SolveQueries, ApprovalQueries):
+    """A SQLite file of run records (and of solves: see :class:`SolveQueries`; and of the
+    approvals that wait for a person: see :class:`ApprovalQueries`).
 
     ``RunStore(path)`` opens (and creates, or migrates forward) the store; ``path=None`` uses
     :func:`default_store_path` (``.location`` says where it was found and why). With
@@ -176,6 +179,35 @@ class RunStore(SolveQueries):
                 return self._conn.execute(sql, tuple(params)).fetchall()
             except sqlite3.Error as exc:
                 raise StoreError(f"cannot read run store {self.path}: {exc}") from None
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        """A write transaction that holds SQLite's write lock from its first statement
+        (``BEGIN IMMEDIATE``): committed if the block ends normally, else rolled back."""
+        with self._lock:
+            conn = self._conn
+            if conn is None:
+                raise StoreError(f"run store {self.path} is closed")
+            if self.read_only:
+                raise StoreError(f"run store {self.path} is open read-only")
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as exc:
+                raise StoreError(f"cannot write to run store {self.path}: {exc}") from None
+            try:
+                yield conn
+            except sqlite3.Error as exc:
+                conn.execute("ROLLBACK")
+                raise StoreError(f"cannot write to run store {self.path}: {exc}") from None
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            try:
+                conn.execute("COMMIT")
+            except sqlite3.Error as exc:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise StoreError(f"cannot write to run store {self.path}: {exc}") from None
 
     # -- lookups ----------------------------------------------------------------------------
 

@@ -14,7 +14,7 @@ from pydantic_core import to_json
 
 from ..errors import StoreError
 from ..events import PlanExtended, RunFinished, RunStarted, TaskFinished, get_logger
-from ..results import RecordLoss, RunStatus, TaskResult
+from ..results import WAIT, RecordLoss, RunStatus, TaskResult, TaskStatus
 from ._codec import ELEMENT_KEYS, to_column, why
 from ._ids import check_run_id
 from ._schema import connect
@@ -88,9 +88,11 @@ class RunRecorder:
 
     ``RunRecorder(store, run_id)`` checks the run id (12 hex digits, not yet recorded) and
     nothing else; :meth:`start` starts the writer thread, :meth:`close` flushes and stops it.
-    ``execute(..., store=...)`` does all of this. Calling the recorder (the listener) only puts
-    the event on a queue; JSON encoding and SQL happen in the writer thread, which commits a
-    batch at most ``flush_interval_s`` after its first event.
+    ``execute(..., store=...)`` does all of this. With ``resumed=True`` the run is already
+    recorded (:func:`dagagent.resume` continues it): its row is updated, not inserted, and
+    the results of the tasks that run again replace theirs. Calling the recorder (the
+    listener) only puts the event on a queue; JSON encoding and SQL happen in the writer
+    thread, which commits a batch at most ``flush_interval_s`` after its first event.
 
     What is durable when: the run's first row is committed before its first task starts,
     unless another process holds the store's write lock at that moment (then the tasks start
@@ -111,19 +113,18 @@ class RunRecorder:
         *,
         flush_interval_s: float = DEFAULT_FLUSH_INTERVAL_S,
         write_timeout_s: float = 60.0,
+        resumed: bool = False,
     ) -> None:
         run_id = check_run_id(run_id, prefix=False)
         if isinstance(store, RunStore):
             if store.read_only:
                 raise StoreError(f"run store {store.path} is open read-only: cannot record")
-            if store.exists(run_id):
-                raise StoreError(f"run {run_id} is already recorded in {store.path}")
+            _check_new(store, run_id, resumed)
             path = store.path
             context = store.context
         else:
             with RunStore(store) as opened:
-                if opened.exists(run_id):
-                    raise StoreError(f"run {run_id} is already recorded in {opened.path}")
+                _check_new(opened, run_id, resumed)
                 path = opened.path
             context = {}
         if flush_interval_s < 0:
@@ -132,6 +133,7 @@ class RunRecorder:
             raise StoreError(f"write_timeout_s must be >= 0, not {write_timeout_s}")
         self.path = path
         self.run_id = run_id
+        self.resumed = resumed
         self.flush_interval_s = flush_interval_s
         self.write_timeout_s = write_timeout_s
         self.error: str | None = None
@@ -342,11 +344,14 @@ class RunRecorder:
     def _write(self, conn: sqlite3.Connection, events: list[Any]) -> None:
         starts: list[tuple[Any, ...]] = []
         rows: list[tuple[Any, ...]] = []
+        asked: list[tuple[Any, ...]] = []  # calls left for a person (waiting tasks)
         finishes: list[tuple[Any, ...]] = []
         grown: PlanExtended | None = None  # the latest plan of a run still being planned
         for ev in events:
             if type(ev) is TaskFinished:
                 rows.append(self._task_row(ev.result))
+                if ev.result.status is TaskStatus.WAITING:
+                    asked.extend(self._asked(ev.result))
             elif type(ev) is RunStarted:
                 plan = ev.plan
                 starts.append(
@@ -370,6 +375,7 @@ class RunRecorder:
                 finishes.append(
                     (
                         res.status.value,
+                        os.getpid(),
                         res.started_at,
                         res.finished_at,
                         to_column(res.critical_path),
@@ -379,7 +385,12 @@ class RunRecorder:
                 )
         conn.execute("BEGIN IMMEDIATE")
         try:
-            if starts:
+            if starts and self.resumed:  # claimed by the resume: running, in this process
+                conn.executemany(
+                    "UPDATE runs SET executor = ?, pid = ? WHERE id = ?",
+                    [(s[7], s[8], s[0]) for s in starts],
+                )
+            elif starts:
                 conn.executemany(
                     "INSERT INTO runs (id, parent_id, created, goal, plan, n_tasks, status, "
                     "executor, pid, context) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -392,17 +403,40 @@ class RunRecorder:
                 )
             if rows:
                 _insert_rows(conn, rows)
+            for row in asked:
+                conn.execute(
+                    "INSERT INTO approvals (run_id, task_id, seq, tool, args, rule, source, "
+                    "asked_at, state) SELECT ?, ?, COALESCE(MAX(seq), 0) + 1, ?, ?, ?, ?, ?, "
+                    "'waiting' FROM approvals WHERE run_id = ? AND task_id = ?",
+                    (*row, row[0], row[1]),
+                )
             if finishes:
+                # A resumed run keeps the time it first started.
                 conn.executemany(
-                    "UPDATE runs SET status = ?, started_at = ?, finished_at = ?, "
-                    "critical_path = ?, critical_path_s = ? WHERE id = ?",
+                    "UPDATE runs SET status = ?, pid = ?, started_at = COALESCE(started_at, ?), "
+                    "finished_at = ?, critical_path = ?, critical_path_s = ? WHERE id = ?",
                     finishes,
+                )
+                ended = [(f"the run ended {f[0]}", f[-1]) for f in finishes if f[0] != "paused"]
+                conn.executemany(  # nobody can decide about a run that will not resume
+                    "UPDATE approvals SET state = 'closed', note = ? "
+                    "WHERE run_id = ? AND state = 'waiting'",
+                    ended,
                 )
             conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise
+
+    def _asked(self, r: TaskResult) -> list[tuple[Any, ...]]:
+        """The calls of a waiting task left for a person: one row each (its ``wait``
+        decisions: the tool, the arguments as the rule saw them, the rule, the caller)."""
+        return [
+            (self.run_id, r.task_id, d.tool, to_column(d.args), d.rule, d.source, d.at)
+            for d in r.decisions or ()
+            if d.decision == WAIT
+        ]
 
     def _task_row(self, r: TaskResult, *, output_lost: str | None = None) -> tuple[Any, ...]:
         row = self._result_row(r, output_lost)
@@ -449,3 +483,11 @@ class RunRecorder:
             None if decisions is None else to_column(decisions),
             r.traceback,
         )
+
+
+def _check_new(store: RunStore, run_id: str, resumed: bool) -> None:
+    """A new run must not be recorded yet; a resumed one must be."""
+    if store.exists(run_id) != resumed:
+        if resumed:
+            raise StoreError(f"no run {run_id} in {store.path} to resume")
+        raise StoreError(f"run {run_id} is already recorded in {store.path}")

@@ -12,7 +12,7 @@ from ..graph import finished_critical_path, validate
 from ..plan import Plan
 from ..results import RunStatus, StatusCounts, TaskResult
 
-__all__ = ["RoundRecord", "RunRecord", "RunSummary", "SolveRecord"]
+__all__ = ["ApprovalRecord", "RoundRecord", "RunRecord", "RunSummary", "SolveRecord"]
 
 # The three run models share their names: run_id, status (a RunStatus), counts (a member
 # holding {status value: n}), parent_id, goal, executor, started_at, finished_at.
@@ -197,3 +197,42 @@ class SolveRecord(BaseModel):
             "finished_at": self.finished_at,
             "rounds": [r.to_json_dict() for r in self.rounds],
         }
+
+
+class ApprovalRecord(BaseModel):
+    """A call an ``ask`` rule left for a person (what ``dagagent approvals`` lists), and what
+    became of it.
+
+    ``state``: ``waiting`` (nobody decided yet), ``decided`` (a decision waits for a resume),
+    ``used`` (a resume used the decision; it is never used again) or ``closed`` (the run
+    moved on without it: a resume asked again, or the run ended; ``note`` says which).
+    ``args`` are the call's arguments when it was asked (after any redaction), ``rule`` the
+    rule that asked, ``seq`` counts the questions about the task (a task asked again after a
+    resume gets the next one)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    run_id: str
+    task_id: str
+    seq: int
+    tool: str
+    args: Any = None
+    rule: str | None = None
+    source: str = "plan"
+    asked_at: float
+    state: str
+    decision: str | None = None
+    decided_by: str | None = None
+    decided_at: float | None = None
+    reason: str | None = None
+    edit_args: dict[str, Any] | None = None
+    used_at: float | None = None
+    note: str | None = None
+
+    @property
+    def open(self) -> bool:
+        """Whether a person may still decide about it."""
+        return self.state == "waiting"
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")

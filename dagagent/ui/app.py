@@ -107,7 +107,7 @@ def _int(q: Mapping[str, str], name: str, default: int | None) -> int | None:
 
 def _status(q: Mapping[str, str]) -> str | None:
     s = q.get("status") or None
-    if s is not None and s not in (*STATUSES, "running", "interrupted"):
+    if s is not None and s not in (*STATUSES, "running", "interrupted", "paused"):
         raise HTTPException(400, "unknown status")
     return s
 

@@ -57,6 +57,7 @@ STATUSES = (
     "denied",
     "cancelled",
     "skipped",
+    "waiting",
     "pending",
     "unrecorded",
 )

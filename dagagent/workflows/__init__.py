@@ -5,9 +5,12 @@ combine planners, the joiner and execution.
   → :class:`Solution`.
 - :func:`revise_run`, :func:`run_revision`, :func:`replan_run`: review a run, revise its
   plan (a model's or a person's), diff it, predict reuse, run it as a child of the run.
+- :func:`resume` / :func:`resume_sync`: continue a paused run once a person has decided
+  about its waiting calls (:func:`record_decision` records a decision).
 """
 
 from .replan import Revision, record_of, replan_run, revise_run, run_revision
+from .resume import record_decision, resume, resume_sync
 from .solve import CallUsage, Round, Solution, SolveStatus, SolveUsage, solve, solve_sync
 
 __all__ = [
@@ -17,8 +20,11 @@ __all__ = [
     "Solution",
     "SolveStatus",
     "SolveUsage",
+    "record_decision",
     "record_of",
     "replan_run",
+    "resume",
+    "resume_sync",
     "revise_run",
     "run_revision",
     "solve",

@@ -255,9 +255,9 @@ def test_ask_approve_deny_with_feedback_and_edit(setup: Setup) -> None:
 
 
 @pytest.mark.slow
-def test_ask_without_a_terminal_denies_with_a_clear_message(setup: Setup) -> None:
+def test_ask_without_a_terminal_and_no_wait_denies_with_a_clear_message(setup: Setup) -> None:
     proc = subprocess.run(
-        setup.args("--ask", "note", "--json"),
+        setup.args("--ask", "note", "--no-wait", "--json"),
         stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,
@@ -383,6 +383,7 @@ def test_policy_file_then_ask_both_must_allow(setup: Setup) -> None:
             "no*",
             "--ask",
             "zzz",
+            "--no-wait",
             "--json",
             "--on-failure",
             "continue",

@@ -1,0 +1,285 @@
+"""``dagagent approvals``, ``approve`` and ``resume``: the calls a paused run leaves for a
+person, a person's decision about one, and the run continued with the decisions.
+
+``approve`` only records (who, when, why; edited arguments checked against the tool's
+schema): nothing runs. ``resume`` continues the run in place through
+:func:`dagagent.resume`, with the tools and approval rules the run was recorded with.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import anyio
+import typer
+from rich.table import Table
+
+from ..errors import ConfigError
+from ..graph import validate
+from ..plan import AgentTask
+from ..store import ApprovalRecord, RunRecord, RunStore
+from ..text import printable, shorten
+from ..workflows.resume import RESUMABLE_EXECUTORS, decider, resume
+from ._app import EXIT_RECORD, app, err, guard, out
+from .approve import run_interceptors
+from .options import (
+    MaxConcurrencyOpt,
+    McpOpt,
+    NoWaitOpt,
+    StoreOpt,
+    ToolsOpt,
+)
+from .progress import progress_for
+from .recording import say_recorded
+from .render import print_json
+from .replan import registry_for
+from .run import agent_model, print_result
+from .signals import stoppable
+
+__all__: list[str] = []
+
+RunId = typer.Argument(
+    ..., metavar="RUN", help="Run id (12 hex digits, or a unique prefix of at least 4)."
+)
+
+
+EditOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--edit",
+        metavar="ARGS.json",
+        help="Allow it with these arguments: a JSON object whose keys replace the call's "
+        "(checked against the tool's schema); - reads it from stdin.",
+    ),
+]
+
+
+def _when(ts: float | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts)) if ts else "-"
+
+
+def _args_text(value: Any, width: int = 60) -> str:
+    return str(printable(shorten(json.dumps(value, ensure_ascii=False, default=str), width)))
+
+
+def _state(r: ApprovalRecord) -> str:
+    if r.state == "decided":
+        return f"{r.decision} by {printable(r.decided_by or '?')} (resume uses it)"
+    return r.state
+
+
+@app.command("approvals")
+@guard
+def approvals_cmd(
+    run: str | None = typer.Option(
+        None, "--run", metavar="RUN", help="Only the calls of this run (id or prefix)."
+    ),
+    store: StoreOpt = None,
+    json_out: bool = typer.Option(False, "--json", help="Print them as JSON."),
+) -> None:
+    """List the calls waiting for a person's decision (and the decisions a resume has not
+    used yet): run, task, tool, arguments, the rule that asked, when."""
+    with RunStore(store, create=False) as st:
+        rows = st.approvals(run)
+    if json_out:
+        print_json(out, {"approvals": [r.to_json_dict() for r in rows]})
+        return
+    if not rows:
+        where = f" in run {run}" if run else ""
+        out.print(f"nothing waits for a decision{where}", markup=False, highlight=False)
+        return
+    table = Table(title="waiting for a decision")
+    for name in ("run", "task", "tool", "arguments", "rule", "asked", "state"):
+        table.add_column(name)
+    for r in rows:
+        table.add_row(
+            r.run_id,
+            printable(r.task_id),
+            printable(r.tool) + (" (agent)" if r.source == "agent" else ""),
+            _args_text(r.args),
+            printable(r.rule or "-"),
+            _when(r.asked_at),
+            _state(r),
+        )
+    out.print(table)
+    first = rows[0]
+    out.print(
+        f"decide: dagagent approve {first.run_id} {printable(first.task_id)} --allow | --deny "
+        "[--reason TEXT] [--edit ARGS.json]; then: dagagent resume RUN",
+        markup=False,
+        highlight=False,
+    )
+
+
+def _read_edit(path: Path) -> dict[str, Any]:
+    try:
+        text = sys.stdin.read() if str(path) == "-" else path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"--edit: cannot read {path}: {exc.strerror or exc}") from None
+    try:
+        given = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(
+            f"--edit: {path} is not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})"
+        ) from None
+    if not isinstance(given, dict):
+        raise ConfigError(
+            f'--edit: {path} must hold a JSON object of arguments, e.g. {{"to": "ann"}}'
+        )
+    return given
+
+
+@app.command("approve")
+@guard
+def approve_cmd(
+    run: str = RunId,
+    task: str = typer.Argument(..., metavar="TASK", help="The waiting task's id."),
+    allow: bool = typer.Option(False, "--allow", help="Let the call run."),
+    deny: bool = typer.Option(False, "--deny", help="Refuse it: the task becomes denied."),
+    reason: str | None = typer.Option(None, "--reason", metavar="TEXT", help="Why."),
+    edit: EditOpt = None,
+    by: str | None = typer.Option(
+        None,
+        "--by",
+        metavar="NAME",
+        help="Who decides. Default: $DAGAGENT_USER, else the login name.",
+    ),
+    tools: ToolsOpt = None,
+    mcp: McpOpt = None,
+    store: StoreOpt = None,
+    json_out: bool = typer.Option(False, "--json", help="Print the recorded decision as JSON."),
+) -> None:
+    """Record a decision about a waiting task of a paused run (who, when, why). Nothing runs:
+    'dagagent resume RUN' continues the run and uses each decision once."""
+    if allow == deny and not (edit is not None and not deny):
+        raise ConfigError("give one of --allow or --deny (--edit allows with new arguments)")
+    if edit is not None and deny:
+        raise ConfigError("--edit allows the call with new arguments: it does not go with --deny")
+    with RunStore(store, create=False) as st:
+        record = st.get_run(run)
+        who = decider(by)
+        if deny:
+            decided = st.decide(record.run_id, task, "deny", by=who, reason=reason)
+        elif edit is None:
+            decided = st.decide(record.run_id, task, "allow", by=who, reason=reason)
+        else:
+            given = _read_edit(edit)
+            _, _, registry = registry_for(record, tools, mcp)
+
+            def check(tool: str, args: dict[str, Any]) -> Any:
+                if tool not in registry:
+                    raise ConfigError(
+                        f"--edit: tool {tool!r} of task {task!r} is not among the loaded tools; "
+                        "pass --tools MODULE:ATTR or --mcp NAME=... to check the arguments"
+                    )
+                return registry.get(tool).validate_args(args)
+
+            decided = st.decide(
+                record.run_id, task, "edit", by=who, reason=reason, edit_args=given, check=check
+            )
+    if json_out:
+        print_json(out, {"ok": True, "decisions": [r.to_json_dict() for r in decided]})
+        return
+    for r in decided:
+        args = f" with {_args_text(r.edit_args)}" if r.edit_args is not None else ""
+        out.print(
+            f"recorded: {r.decision} the call of {printable(r.tool)} by task "
+            f"{printable(r.task_id)!r} of run {r.run_id}{args}, decided by "
+            f"{printable(who)}" + (f" ({printable(reason)})" if reason else ""),
+            markup=False,
+            highlight=False,
+        )
+    err.print(
+        f"nothing ran: 'dagagent resume {record.run_id}' continues the run",
+        markup=False,
+        highlight=False,
+    )
+
+
+def _recorded_rules(record: RunRecord) -> tuple[Path | None, list[str]]:
+    spec = record.context.get("approval")
+    if not isinstance(spec, dict):
+        return None, []
+    policy = spec.get("policy")
+    asks = spec.get("ask")
+    return (
+        Path(policy) if isinstance(policy, str) else None,
+        [a for a in asks if isinstance(a, str)] if isinstance(asks, list) else [],
+    )
+
+
+@app.command("resume")
+@guard
+def resume_cmd(
+    run: str = RunId,
+    tools: ToolsOpt = None,
+    mcp: McpOpt = None,
+    executor: str | None = typer.Option(
+        None,
+        "--executor",
+        "-e",
+        metavar="|".join(RESUMABLE_EXECUTORS),
+        help="When tasks start. Default: the executor the run was started with.",
+    ),
+    max_concurrency: MaxConcurrencyOpt = None,
+    no_wait: NoWaitOpt = False,
+    model: str | None = typer.Option(
+        None,
+        "--model",
+        "-m",
+        metavar="SPEC",
+        help="Model for agent tasks. Default: $DAGAGENT_MODEL.",
+    ),
+    base_url: str | None = typer.Option(
+        None, "--base-url", metavar="URL", help="Server for --model. Default: $DAGAGENT_BASE_URL."
+    ),
+    store: StoreOpt = None,
+    json_out: bool = typer.Option(False, "--json", help="Print only the result, as JSON."),
+) -> None:
+    """Continue a paused run with the decisions taken about it: approved calls run (with
+    their edited arguments), denied ones make their task denied, calls nobody decided about
+    wait again, and nothing that succeeded runs again. Exit as 'run' does (6: paused again)."""
+    with RunStore(store, create=False) as st:
+        record = st.get_run(run)
+        _, _, registry = registry_for(record, tools, mcp)
+        policy_file, asks = _recorded_rules(record)
+        graph = validate(record.plan, registry)
+        interceptors = run_interceptors(
+            graph, registry, approve=False, asks=asks, policy_file=policy_file, no_wait=no_wait
+        )
+        llm = None
+        if any(isinstance(t, AgentTask) for t in record.plan.tasks):
+            llm = agent_model(model, base_url)
+        on_failure = record.context.get("on_failure", "cancel")
+        progress = (
+            progress_for(graph, out, live=not (asks or policy_file)) if not json_out else None
+        )
+
+        async def main() -> Any:
+            return await stoppable(
+                resume(
+                    record.run_id,
+                    registry,
+                    store=st,
+                    interceptors=interceptors,
+                    listeners=(progress,) if progress is not None else (),
+                    executor=executor,
+                    on_failure=on_failure if on_failure in ("cancel", "continue") else "cancel",
+                    max_concurrency=max_concurrency,
+                    llm=llm,
+                )
+            )
+
+        if progress is None:
+            result = anyio.run(main)
+        else:
+            with progress:
+                result = anyio.run(main)
+    code = print_result(result, as_json=json_out, graph=graph)
+    if not say_recorded(result, store, detail="resumed", quiet=json_out):
+        code = EXIT_RECORD
+    raise typer.Exit(code)

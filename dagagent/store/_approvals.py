@@ -1,0 +1,286 @@
+"""Approvals that wait: the calls an ``ask`` rule left for a person, their decisions, and the
+claim a resume makes on them. A part of :class:`~dagagent.store.RunStore`.
+
+A row is written (by the run's recorder, with the task's ``waiting`` result) for every call
+that waits; ``dagagent approve`` (:meth:`ApprovalQueries.decide`) fills in the decision;
+``dagagent resume`` (:meth:`ApprovalQueries.claim_resume`) takes the run from ``paused`` to
+``running`` and every decision from ``decided`` to ``used`` **in one transaction**, so that
+two processes can never both resume a run, nor use one decision twice, nor record a decision
+that a resume already passed by: SQLite's write lock (``BEGIN IMMEDIATE``) orders them.
+
+States of a row: ``waiting`` → ``decided`` → ``used``; or ``waiting`` → ``closed`` when the run
+moves on without a decision (a resume asks again, with a new row; or the run ended).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import time
+from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Any
+
+from ..errors import DecisionError
+from ..results import ApprovalAnswer
+from ..text import shorten
+from ._codec import from_column, to_column
+from .models import ApprovalRecord
+
+__all__ = ["DECISIONS", "ApprovalQueries", "ArgsCheck"]
+
+#: What a person may decide about a waiting call.
+DECISIONS = ("allow", "deny", "edit")
+
+ArgsCheck = Callable[[str, dict[str, Any]], Any]
+"""``(tool name, arguments) -> validated`` (raises when they do not fit the tool's schema)."""
+
+_COLUMNS = (
+    "run_id, task_id, seq, tool, args, rule, source, asked_at, state, decision, decided_by, "
+    "decided_at, reason, edit_args, used_at, note"
+)
+
+
+def _record(row: tuple[Any, ...]) -> ApprovalRecord:
+    return ApprovalRecord(
+        run_id=row[0],
+        task_id=row[1],
+        seq=row[2],
+        tool=row[3],
+        args=from_column(row[4]),
+        rule=row[5],
+        source=row[6],
+        asked_at=row[7],
+        state=row[8],
+        decision=row[9],
+        decided_by=row[10],
+        decided_at=row[11],
+        reason=row[12],
+        edit_args=from_column(row[13]),
+        used_at=row[14],
+        note=row[15],
+    )
+
+
+def _when(at: float | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at or 0))
+
+
+class ApprovalQueries:
+    """The waiting approvals of a run store (mixed into :class:`~dagagent.store.RunStore`)."""
+
+    path: Path
+
+    def _query(self, sql: str, params: Iterable[Any] = ()) -> list[tuple[Any, ...]]:
+        raise NotImplementedError  # pragma: no cover - RunStore provides it
+
+    def _transaction(self) -> AbstractContextManager[sqlite3.Connection]:
+        raise NotImplementedError  # pragma: no cover - RunStore provides it
+
+    def resolve(self, ref: str) -> str:
+        raise NotImplementedError  # pragma: no cover - RunStore provides it
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def approvals(
+        self, run: str | None = None, *, states: Iterable[str] = ("waiting", "decided")
+    ) -> list[ApprovalRecord]:
+        """The calls waiting for a person (``states``: also those decided and not yet used by
+        a resume, by default), oldest first; of one run (an id or a unique prefix) or all."""
+        wanted = tuple(states)
+        marks = ",".join("?" * len(wanted)) or "NULL"
+        sql = f"SELECT {_COLUMNS} FROM approvals WHERE state IN ({marks})"
+        params: list[Any] = list(wanted)
+        if run is not None:
+            sql += " AND run_id = ?"
+            params.append(self.resolve(run))
+        return [_record(r) for r in self._query(sql + " ORDER BY asked_at, task_id, seq", params)]
+
+    def approval_history(self, run: str) -> list[ApprovalRecord]:
+        """Every call of run ``run`` that waited for a person, in every state, oldest first."""
+        return self.approvals(run, states=("waiting", "decided", "used", "closed"))
+
+    # -- deciding ---------------------------------------------------------------------------
+
+    def decide(
+        self,
+        run: str,
+        task_id: str,
+        decision: str,
+        *,
+        by: str,
+        reason: str | None = None,
+        edit_args: dict[str, Any] | None = None,
+        check: ArgsCheck | None = None,
+    ) -> list[ApprovalRecord]:
+        """Record a person's decision about the waiting calls of task ``task_id`` of run
+        ``run``: ``allow``, ``deny``, or ``edit`` (allow with ``edit_args``, whose keys
+        replace the call's arguments; ``check`` validates the result against the tool's
+        schema). Runs nothing; the next resume uses it, once.
+
+        Raises :class:`~dagagent.errors.StoreError` for a run that does not exist and
+        :class:`~dagagent.errors.DecisionError` when the task is not waiting (never was, was
+        decided already, a resume used its decision or asked again)."""
+        if decision not in DECISIONS:
+            raise DecisionError(f"a decision is one of {', '.join(DECISIONS)}, not {decision!r}")
+        if (decision == "edit") != (edit_args is not None):
+            raise DecisionError("edited arguments go with the decision 'edit', and only with it")
+        if not by.strip():
+            raise DecisionError("a decision names who took it (by=...)")
+        run_id = self.resolve(run)
+        now = time.time()
+        with self._transaction() as conn:
+            rows = [
+                _record(r)
+                for r in conn.execute(
+                    f"SELECT {_COLUMNS} FROM approvals WHERE run_id = ? AND task_id = ? "
+                    "ORDER BY seq",
+                    (run_id, task_id),
+                ).fetchall()
+            ]
+            waiting = [r for r in rows if r.state == "waiting"]
+            if not waiting:
+                raise DecisionError(_not_waiting(conn, run_id, task_id, rows))
+            if edit_args is not None and len(waiting) > 1:
+                raise DecisionError(
+                    f"task {task_id!r} of run {run_id} waits on {len(waiting)} calls "
+                    f"({', '.join(r.tool for r in waiting)}): edited arguments would fit only "
+                    "one of them; allow or deny them"
+                )
+            decided: list[ApprovalRecord] = []
+            for r in waiting:
+                edited = None
+                if edit_args is not None:
+                    edited = {**(r.args if isinstance(r.args, dict) else {}), **edit_args}
+                    if check is not None:
+                        check(r.tool, edited)
+                conn.execute(
+                    "UPDATE approvals SET state = 'decided', decision = ?, decided_by = ?, "
+                    "decided_at = ?, reason = ?, edit_args = ? "
+                    "WHERE run_id = ? AND task_id = ? AND seq = ? AND state = 'waiting'",
+                    (decision, by, now, reason, to_column(edited), run_id, task_id, r.seq),
+                )
+                decided.append(
+                    r.model_copy(
+                        update={
+                            "state": "decided",
+                            "decision": decision,
+                            "decided_by": by,
+                            "decided_at": now,
+                            "reason": reason,
+                            "edit_args": edited,
+                        }
+                    )
+                )
+        return decided
+
+    # -- resuming ---------------------------------------------------------------------------
+
+    def claim_resume(self, run: str) -> tuple[str, dict[str, list[ApprovalAnswer]]]:
+        """Take run ``run`` from ``paused`` (or ``interrupted``: its process died) to
+        ``running`` in this process, and every decision recorded for it from ``decided`` to
+        ``used``; calls still undecided are closed (the resumed run asks about them again).
+        All in one transaction: ``(run id, {task id: answers})``.
+
+        Raises :class:`~dagagent.errors.DecisionError` when the run is not paused (running —
+        perhaps another resume —, or finished)."""
+        from ._store import effective_status
+
+        run_id = self.resolve(run)
+        now = time.time()
+        with self._transaction() as conn:
+            status, pid = conn.execute(
+                "SELECT status, pid FROM runs WHERE id = ?", (run_id,)
+            ).fetchone()
+            status = effective_status(status, pid)
+            if status not in ("paused", "interrupted"):
+                raise DecisionError(_not_paused(run_id, status, pid))
+            conn.execute(
+                "UPDATE runs SET status = 'running', pid = ?, finished_at = NULL WHERE id = ?",
+                (os.getpid(), run_id),
+            )
+            decided = [
+                _record(r)
+                for r in conn.execute(
+                    f"SELECT {_COLUMNS} FROM approvals WHERE run_id = ? AND state = 'decided' "
+                    "ORDER BY seq",
+                    (run_id,),
+                ).fetchall()
+            ]
+            conn.execute(
+                "UPDATE approvals SET state = 'used', used_at = ?, note = ? "
+                "WHERE run_id = ? AND state = 'decided'",
+                (now, f"used by the resume of {_when(now)} (pid {os.getpid()})", run_id),
+            )
+            conn.execute(
+                "UPDATE approvals SET state = 'closed', note = ? "
+                "WHERE run_id = ? AND state = 'waiting'",
+                (f"not decided when the run was resumed at {_when(now)}: asked again", run_id),
+            )
+        answers: dict[str, list[ApprovalAnswer]] = {}
+        for r in decided:
+            answers.setdefault(r.task_id, []).append(
+                ApprovalAnswer(
+                    task_id=r.task_id,
+                    tool=r.tool,
+                    args=r.args,
+                    decision=r.decision or "deny",
+                    decided_by=r.decided_by or "unknown",
+                    reason=r.reason,
+                    edit_args=r.edit_args,
+                    at=r.decided_at or now,
+                )
+            )
+        return run_id, answers
+
+    def release_resume(self, run_id: str) -> None:
+        """A resume that stopped before its run was recorded as ended (a tool connection that
+        could not be opened, say): the run is paused again. Its decisions stay used: the calls
+        they were about are asked about again."""
+        with self._transaction() as conn:
+            conn.execute(
+                "UPDATE runs SET status = 'paused' WHERE id = ? AND status = 'running' AND pid = ?",
+                (run_id, os.getpid()),
+            )
+
+
+def _not_waiting(
+    conn: sqlite3.Connection, run_id: str, task_id: str, rows: list[ApprovalRecord]
+) -> str:
+    """Why task ``task_id`` of run ``run_id`` takes no decision, in words."""
+    plan = conn.execute("SELECT plan FROM runs WHERE id = ?", (run_id,)).fetchone()
+    ids = [t.get("id") for t in json.loads(plan[0]).get("tasks", [])] if plan else []
+    if task_id not in ids:
+        shown = ", ".join(str(i) for i in ids[:10]) + (", ..." if len(ids) > 10 else "")
+        return f"run {run_id} has no task {shorten(task_id, 64)!r} (its tasks: {shown})"
+    last = rows[-1] if rows else None
+    if last is None:
+        row = conn.execute(
+            "SELECT status FROM tasks WHERE run_id = ? AND task_id = ?", (run_id, task_id)
+        ).fetchone()
+        now = f"it is {row[0]}" if row else "it has not run"
+        return f"task {task_id!r} of run {run_id} is not waiting for approval ({now})"
+    who = f"{last.decision} by {last.decided_by} at {_when(last.decided_at)}"
+    if last.state == "decided":
+        return (
+            f"task {task_id!r} of run {run_id} is decided already ({who}); "
+            f"the next 'dagagent resume {run_id}' uses that decision"
+        )
+    if last.state == "used":
+        return (
+            f"the decision about task {task_id!r} of run {run_id} ({who}) was used by a "
+            f"resume at {_when(last.used_at)}; a decision is used once, and the task is not "
+            "waiting any more"
+        )
+    return f"task {task_id!r} of run {run_id} is not waiting any more: {last.note}"
+
+
+def _not_paused(run_id: str, status: str, pid: int | None) -> str:
+    if status == "running":
+        return (
+            f"run {run_id} is running (process {pid}), not paused: it cannot be resumed "
+            "while it runs (is another 'dagagent resume' under way?)"
+        )
+    return f"run {run_id} is {status}, not paused: there is nothing to resume"

@@ -1,0 +1,185 @@
+"""Resuming a paused run: decisions in, the same run continued.
+
+A run pauses when an approval rule's question is left for a person (``ask_later``, or the
+CLI without a terminal): those tasks are ``waiting``, everything else ran as far as it
+could. A person decides (``dagagent approve``, :meth:`RunStore.decide`, or ``decisions=``
+here), then :func:`resume` continues the run **in place** (same run id, same record):
+
+- what succeeded before the pause stands as recorded and never runs again;
+- an approved call runs, with its edited arguments if it was edited; a denied one makes its
+  task ``denied``; a call nobody decided about yet waits again (the run pauses again);
+- an agent task whose call waited continues from its recorded steps, not from scratch;
+- every decision is used once: the resume takes the run from ``paused`` to ``running`` and
+  its decisions from ``decided`` to ``used`` in one store transaction, so two resumes (or an
+  ``approve`` racing a resume) can never use one decision twice.
+
+::
+
+    policy = dagagent.Policy([dagagent.Rule(tool="send_*", action="ask")], ask=ask_later)
+    result = await dagagent.execute(plan, registry, interceptors=[policy], store="runs.db")
+    # result.status is paused; later, anywhere:
+    result = await dagagent.resume(result.run_id, registry, store="runs.db",
+                                   decisions={"mail": dagagent.Approval.approve(by="ann")},
+                                   interceptors=[policy])
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from ..api import Resuming, execute
+from ..approval import Approval
+from ..errors import ConfigError
+from ..executors import Executor
+from ..graph import validate
+from ..results import RunResult, TaskStatus
+from ..store import RunStore
+
+if TYPE_CHECKING:
+    from ..events import Listener
+    from ..runner import AgentTaskRunner, Interceptor, TaskRetryPolicy
+    from ..tools import Registry
+
+__all__ = ["RESUMABLE_EXECUTORS", "decider", "record_decision", "resume", "resume_sync"]
+
+RESUMABLE_EXECUTORS = ("serial", "levels", "dataflow")
+
+
+def decider(by: str | None = None) -> str:
+    """Who a decision is recorded as taken by: ``by``, else ``$DAGAGENT_USER``, else the
+    login name."""
+    if by and by.strip():
+        return by.strip()
+    env = os.environ.get("DAGAGENT_USER", "").strip()
+    if env:
+        return env
+    try:
+        return getpass.getuser()
+    except Exception:  # no login name (a container without a passwd entry, say)
+        return "unknown"
+
+
+def record_decision(
+    store: RunStore,
+    run: str,
+    task_id: str,
+    approval: Approval,
+    registry: Registry | None = None,
+    *,
+    by: str | None = None,
+) -> None:
+    """Record ``approval`` (approve, deny or edit) about the waiting calls of a task, as
+    ``dagagent approve`` does; edited arguments are checked against the tool's schema when
+    ``registry`` has the tool."""
+    if approval.wait:
+        raise ConfigError("Approval.later() is not a decision: give approve, deny or edit")
+    who = approval.decided_by or decider(by)
+    if not approval.approved:
+        store.decide(run, task_id, "deny", by=who, reason=approval.reason)
+    elif approval.args is not None:
+        store.decide(
+            run,
+            task_id,
+            "edit",
+            by=who,
+            reason=approval.reason,
+            edit_args=dict(approval.args),
+            check=_checker(registry),
+        )
+    else:
+        store.decide(run, task_id, "allow", by=who, reason=approval.reason)
+
+
+def _checker(registry: Registry | None) -> Any:
+    if registry is None:
+        return None
+
+    def check(tool: str, args: dict[str, Any]) -> Any:
+        if tool not in registry:
+            return args  # checked when the call is made
+        return registry.get(tool).validate_args(args)
+
+    return check
+
+
+async def resume(
+    run: str,
+    registry: Registry | None = None,
+    *,
+    store: RunStore | str | Path | None = None,
+    decisions: Mapping[str, Approval] | None = None,
+    decided_by: str | None = None,
+    interceptors: Sequence[Interceptor] = (),
+    listeners: Sequence[Listener] = (),
+    executor: str | Executor | None = None,
+    on_failure: str = "cancel",
+    max_concurrency: int | None = None,
+    retry: TaskRetryPolicy | None = None,
+    llm: Any = None,
+    agent_runner: AgentTaskRunner | None = None,
+) -> RunResult:
+    """Continue the paused run ``run`` (an id or a unique prefix) recorded in ``store``.
+
+    ``decisions``: ``{task id: Approval}`` recorded first (as ``dagagent approve`` would,
+    ``decided_by`` naming who when the approval does not); decisions recorded earlier are
+    used too. ``interceptors`` should hold the run's approval policy again: it is what
+    hands each decision to its call (and makes a call nobody decided about wait again).
+    The other options are :func:`dagagent.execute`'s (``executor`` defaults to the run's).
+
+    Raises :class:`~dagagent.errors.StoreError` if there is no such run and
+    :class:`~dagagent.errors.DecisionError` if it is not paused (or a decision is refused);
+    nothing runs then. Returns the run's result: ``succeeded``, ``failed``, or ``paused``
+    again when calls still wait."""
+    opened = store if isinstance(store, RunStore) else RunStore(store)
+    try:
+        record = opened.get_run(run)
+        validate(record.plan, registry)  # before anything is claimed: the tools are there
+        for task_id, approval in (decisions or {}).items():
+            record_decision(opened, record.run_id, task_id, approval, registry, by=decided_by)
+        run_id, answers = opened.claim_resume(record.run_id)
+        try:
+            record = opened.get_run(run_id)  # as it is now that this process holds it
+            prior = {
+                t: r
+                for t, r in record.tasks.items()
+                if r.status.ok or r.status is TaskStatus.WAITING
+            }
+            if executor is None:
+                executor = record.executor if record.executor in RESUMABLE_EXECUTORS else "dataflow"
+            return await execute(
+                validate(record.plan, registry),
+                registry,
+                executor=executor,
+                on_failure=on_failure,
+                max_concurrency=max_concurrency,
+                retry=retry,
+                interceptors=interceptors,
+                listeners=listeners,
+                llm=llm,
+                agent_runner=agent_runner,
+                run_id=run_id,
+                parent_id=record.parent_id,
+                store=opened,
+                resuming=Resuming(prior, answers),
+            )
+        except BaseException:
+            opened.release_resume(run_id)  # nothing ran (or it was recorded as it ended)
+            raise
+    finally:
+        if opened is not store:
+            opened.close()
+
+
+def resume_sync(run: str, registry: Registry | None = None, **options: Any) -> RunResult:
+    """:func:`resume` for scripts: runs its own event loop (do not call it from async code)."""
+
+    async def main() -> RunResult:
+        return await resume(run, registry, **options)
+
+    return anyio.run(main)

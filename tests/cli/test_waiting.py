@@ -1,0 +1,330 @@
+"""Approvals that wait, through real ``dagagent`` processes: a run pauses on an ``--ask`` rule
+without a terminal, ``dagagent approve`` records a decision from another process, ``dagagent
+resume`` continues the run; the tools append to a file, so every test counts what really ran.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+TOOLS = '''
+import os, time
+from dagagent import Registry
+
+registry = Registry()
+
+def _log(line):
+    with open(os.environ["WAIT_LOG"], "a", encoding="utf-8") as f:
+        f.write(line + "\\n")
+
+@registry.tool
+def fetch(city: str) -> dict:
+    """Fetch a city."""
+    _log(f"fetch {city}")
+    return {"city": city}
+
+@registry.tool(side_effects=True)
+def send(to: str, text: str = "hi") -> str:
+    """Send a message."""
+    _log(f"send {to} {text}")
+    return f"sent to {to}"
+
+@registry.tool
+def after(note: str) -> str:
+    """Note what happened."""
+    _log(f"after {note}")
+    return note
+
+@registry.tool
+def slow(name: str) -> str:
+    """Block while the flag file exists (at most 60 s)."""
+    _log(f"slow {name}")
+    deadline = time.monotonic() + 60
+    while os.path.exists(os.environ["WAIT_FLAG"]) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return name
+'''
+
+PLAN = {
+    "goal": "fetch, then send, then note",
+    "tasks": [
+        {"id": "a", "tool": "fetch", "args": {"city": "Paris"}},
+        {"id": "mail", "tool": "send", "args": {"to": "${a.city}"}},
+        {"id": "done", "tool": "after", "args": {"note": "${mail}"}},
+        {"id": "b", "tool": "fetch", "args": {"city": "Tokyo"}},
+    ],
+}
+
+TWO = {
+    "goal": "two waiting branches",
+    "tasks": [
+        {"id": "m1", "tool": "send", "args": {"to": "ann"}},
+        {"id": "d1", "tool": "after", "args": {"note": "${m1}"}},
+        {"id": "m2", "tool": "send", "args": {"to": "bob"}},
+        {"id": "d2", "tool": "after", "args": {"note": "${m2}"}},
+    ],
+}
+
+SLOW = {
+    "goal": "a message beside a slow branch",
+    "tasks": [
+        {"id": "mail", "tool": "send", "args": {"to": "ann"}},
+        {"id": "long", "tool": "slow", "args": {"name": "long"}},
+    ],
+}
+
+TIMEOUT = 60
+
+
+class Shell:
+    """A user's shell: a working directory, a store, the tools and their call log."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.dir = tmp_path
+        (tmp_path / "wait_tools.py").write_text(TOOLS)
+        self.log = tmp_path / "calls.log"
+        self.flag = tmp_path / "slow.flag"
+        env = {k: v for k, v in os.environ.items() if not k.startswith("DAGAGENT_")}
+        self.env = {
+            **env,
+            "DAGAGENT_HOME": str(tmp_path / "home"),
+            "DAGAGENT_USER": "ann",
+            "WAIT_LOG": str(self.log),
+            "WAIT_FLAG": str(self.flag),
+            "NO_COLOR": "1",
+            "COLUMNS": "200",
+        }
+        self.tools = ["--tools", "wait_tools.py:registry"]
+
+    def argv(self, *args: str) -> list[str]:
+        return [sys.executable, "-m", "dagagent", *args]
+
+    def __call__(self, *args: str, code: int | None = 0) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run(
+            self.argv(*args),
+            cwd=self.dir,
+            env=self.env,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT,
+        )
+        assert "Traceback" not in proc.stderr + proc.stdout, proc.stderr
+        if code is not None:
+            assert proc.returncode == code, (args, proc.returncode, proc.stdout, proc.stderr)
+        return proc
+
+    def start(self, name: str, *args: str) -> subprocess.Popen[bytes]:
+        """Start a command in the background; its stderr goes to the file ``name.err``."""
+        with open(self.dir / f"{name}.err", "wb") as err:
+            return subprocess.Popen(
+                self.argv(*args),
+                cwd=self.dir,
+                env=self.env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+            )
+
+    def stderr(self, name: str) -> str:
+        return (self.dir / f"{name}.err").read_text()
+
+    def json(self, *args: str, code: int | None = 0) -> Any:
+        return json.loads(self(*args, "--json", code=code).stdout)
+
+    def plan(self, plan: dict[str, Any]) -> str:
+        (self.dir / "plan.json").write_text(json.dumps(plan))
+        return "plan.json"
+
+    def calls(self) -> list[str]:
+        return self.log.read_text().splitlines() if self.log.exists() else []
+
+    def paused_run(self, plan: dict[str, Any] = PLAN) -> str:
+        run = self("run", self.plan(plan), *self.tools, "--ask", "send", "--json", code=6)
+        doc = json.loads(run.stdout)
+        assert doc["status"] == "paused"
+        assert "paused:" in run.stderr and f"dagagent resume {doc['run_id']}" in run.stderr
+        return str(doc["run_id"])
+
+
+def statuses(record: dict[str, Any]) -> dict[str, str]:
+    return {tid: t["status"] for tid, t in record["tasks"].items()}
+
+
+@pytest.fixture
+def sh(tmp_path: Path) -> Shell:
+    return Shell(tmp_path)
+
+
+pytestmark = pytest.mark.slow
+
+
+def test_run_pauses_then_approve_and_resume_succeed(sh: Shell) -> None:
+    run = sh.paused_run()
+    assert sorted(sh.calls()) == ["fetch Paris", "fetch Tokyo"]  # the rest ran on
+    record = sh.json("show", run)
+    assert record["status"] == "paused"
+    assert statuses(record) == {
+        "a": "succeeded",
+        "mail": "waiting",
+        "done": "skipped",
+        "b": "succeeded",
+    }
+    (asked,) = sh.json("approvals", "--run", run)["approvals"]
+    assert (asked["task_id"], asked["tool"], asked["rule"]) == ("mail", "send", "rule '--ask send'")
+    assert asked["args"] == {"to": "Paris", "text": "hi"} and asked["state"] == "waiting"
+    listed = sh("approvals").stdout
+    assert "mail" in listed and "send" in listed and "Paris" in listed
+
+    approved = sh("approve", run, "mail", "--allow", "--reason", "looks fine")
+    assert "recorded: allow" in approved.stdout and "nothing ran" in approved.stderr
+    assert sorted(sh.calls()) == ["fetch Paris", "fetch Tokyo"]  # approving ran nothing
+
+    resumed = sh.json("resume", run, code=0)
+    assert resumed["run_id"] == run and resumed["status"] == "succeeded"
+    assert sorted(sh.calls()) == [
+        "after sent to Paris",
+        "fetch Paris",
+        "fetch Tokyo",
+        "send Paris hi",
+    ]
+    record = sh.json("show", run)
+    decision = record["tasks"]["mail"]["decisions"][-1]
+    assert (decision["decision"], decision["decided_by"], decision["reason"]) == (
+        "allow",
+        "ann",
+        "looks fine",
+    )
+    assert sh.json("approvals")["approvals"] == []
+    # the decision was used: approving again is refused, and so is another resume
+    again = sh("approve", run, "mail", "--deny", code=7)
+    assert "was used by a resume" in again.stderr
+    assert "not paused" in sh("resume", run, code=7).stderr
+    assert len(sh.calls()) == 4
+
+
+def test_deny_denies_the_task_and_nothing_is_sent(sh: Shell) -> None:
+    run = sh.paused_run()
+    sh("approve", run, "mail", "--deny", "--reason", "not today", "--by", "bob")
+    resumed = sh.json("resume", run, code=1)
+    assert statuses(resumed)["mail"] == "denied"
+    assert resumed["tasks"]["mail"]["error"] == "denied by bob: not today"
+    assert statuses(resumed)["done"] == "skipped"
+    assert not [c for c in sh.calls() if c.startswith("send")]
+
+
+def test_edit_is_checked_against_the_schema_then_used(sh: Shell) -> None:
+    run = sh.paused_run()
+    (sh.dir / "bad.json").write_text(json.dumps({"text": 3}))
+    bad = sh("approve", run, "mail", "--edit", "bad.json", code=2)
+    assert "text" in bad.stderr and "send" in bad.stderr
+    assert sh.json("approvals", "--run", run)["approvals"][0]["state"] == "waiting"
+    (sh.dir / "args.json").write_text(json.dumps({"to": "Lyon"}))
+    sh("approve", run, "mail", "--edit", "args.json")
+    resumed = sh.json("resume", run)
+    assert resumed["status"] == "succeeded"
+    assert "send Lyon hi" in sh.calls() and "after sent to Lyon" in sh.calls()
+
+
+def test_two_waiting_branches_are_resumed_one_at_a_time(sh: Shell) -> None:
+    run = sh.paused_run(TWO)
+    assert sh.calls() == []
+    waiting = sh.json("approvals", "--run", run)["approvals"]
+    assert sorted(a["task_id"] for a in waiting) == ["m1", "m2"]
+    sh("approve", run, "m2", "--allow")
+    first = sh.json("resume", run, code=6)
+    assert statuses(first) == {
+        "m1": "waiting",
+        "d1": "skipped",
+        "m2": "succeeded",
+        "d2": "succeeded",
+    }
+    assert sh.calls() == ["send bob hi", "after sent to bob"]
+    (still,) = sh.json("approvals", "--run", run)["approvals"]
+    assert still["task_id"] == "m1"
+    sh("approve", run, "m1", "--allow")
+    second = sh.json("resume", run)
+    assert second["status"] == "succeeded"
+    assert sh.calls() == ["send bob hi", "after sent to bob", "send ann hi", "after sent to ann"]
+
+
+def test_a_decision_survives_a_sigkill_of_the_run_before_the_resume(sh: Shell) -> None:
+    """A branch waits while another still runs; a person approves it from another process;
+    the run's process is killed; the resume uses the decision and runs the rest."""
+    sh.flag.write_text("")
+    proc = sh.start("run", "run", sh.plan(SLOW), *sh.tools, "--ask", "send")
+    try:
+        deadline = time.monotonic() + TIMEOUT
+        while not sh("approvals", code=None).stdout.count("mail"):
+            assert time.monotonic() < deadline, "the call never waited"
+            assert proc.poll() is None
+            time.sleep(0.2)
+        sh("approve", proc_run_id(sh), "mail", "--allow")
+        assert sh.calls() == ["slow long"]
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(TIMEOUT)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    run = proc_run_id(sh)
+    assert sh.json("show", run)["status"] == "interrupted"
+    sh.flag.unlink()
+    resumed = sh.json("resume", run)
+    assert resumed["status"] == "succeeded"
+    assert sh.calls() == ["slow long", "send ann hi", "slow long"] or sh.calls() == [
+        "slow long",
+        "slow long",
+        "send ann hi",
+    ]
+    assert sh.json("approvals")["approvals"] == []
+
+
+def proc_run_id(sh: Shell) -> str:
+    (summary,) = sh.json("runs")
+    return str(summary["run_id"])
+
+
+def test_resume_refuses_a_run_that_is_not_paused(sh: Shell) -> None:
+    done = sh.json(
+        "run", sh.plan({"tasks": [{"id": "a", "tool": "fetch", "args": {"city": "X"}}]}), *sh.tools
+    )
+    refused = sh("resume", done["run_id"], code=7)
+    assert f"run {done['run_id']} is succeeded, not paused" in refused.stderr
+    assert sh("resume", "abcdefabcdef", code=4).stderr.startswith("error: no run")
+    assert "not waiting" in sh("approve", done["run_id"], "a", "--allow", code=7).stderr
+    assert "has no task 'zz'" in sh("approve", done["run_id"], "zz", "--allow", code=7).stderr
+    assert "--allow or --deny" in sh("approve", done["run_id"], "a", code=2).stderr
+    assert sh.calls() == ["fetch X"]
+
+
+def test_concurrent_approve_and_resume_never_use_a_decision_twice(sh: Shell) -> None:
+    run = sh.paused_run()
+    approve = sh.start("approve", "approve", run, "mail", "--allow")
+    resume = sh.start("resume", "resume", run, "--json")
+    second = sh.start("second", "resume", run, "--json")
+    codes = [p.wait(TIMEOUT) for p in (approve, resume, second)]
+    outs = [sh.stderr(name) for name in ("approve", "resume", "second")]
+    assert all("Traceback" not in e for e in outs), outs
+    # one resume holds the run at a time: the other is refused (or finds it finished)
+    assert sorted(codes[1:]) in ([0, 7], [6, 7], [6, 6], [0, 6]), (codes, outs)
+    # whatever the order, the rest goes through, and the message is sent exactly once
+    for _ in range(3):
+        status = sh.json("show", run)["status"]
+        if status == "succeeded":
+            break
+        if sh.json("approvals", "--run", run)["approvals"]:
+            sh("approve", run, "mail", "--allow", code=None)
+        sh("resume", run, code=None)
+    assert sh.json("show", run)["status"] == "succeeded"
+    assert [c for c in sh.calls() if c.startswith("send")] == ["send Paris hi"]
+    assert sh.calls().count("fetch Paris") == 1

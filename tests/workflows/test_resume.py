@@ -1,0 +1,229 @@
+"""Approvals that wait, in Python: a run pauses on an ``ask`` rule answered later, a person's
+decision is recorded in the store, and the same run resumes from the store by id."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import dagagent
+from dagagent import Approval, DecisionError, Policy, Rule, RunStatus, StoreError, ask_later
+
+pytestmark = pytest.mark.anyio
+
+
+def _tools(calls: list[str]) -> dagagent.Registry:
+    registry = dagagent.Registry()
+
+    @registry.tool
+    def fetch(city: str) -> dict[str, Any]:
+        """Fetch a city."""
+        calls.append(f"fetch {city}")
+        return {"city": city}
+
+    @registry.tool(side_effects=True)
+    def send(to: str, text: str = "hi") -> str:
+        """Send a message."""
+        calls.append(f"send {to} {text}")
+        return f"sent to {to}"
+
+    @registry.tool
+    def after(note: str) -> str:
+        """Note what happened."""
+        calls.append(f"after {note}")
+        return note
+
+    return registry
+
+
+PLAN = {
+    "goal": "two branches, one that sends",
+    "tasks": [
+        {"id": "a", "tool": "fetch", "args": {"city": "Paris"}},
+        {"id": "mail", "tool": "send", "args": {"to": "${a.city}"}},
+        {"id": "done", "tool": "after", "args": {"note": "${mail}"}},
+        {"id": "b", "tool": "fetch", "args": {"city": "Tokyo"}},
+    ],
+}
+
+TWO = {
+    "goal": "two waiting branches",
+    "tasks": [
+        {"id": "m1", "tool": "send", "args": {"to": "ann"}},
+        {"id": "d1", "tool": "after", "args": {"note": "${m1}"}},
+        {"id": "m2", "tool": "send", "args": {"to": "bob"}},
+        {"id": "d2", "tool": "after", "args": {"note": "${m2}"}},
+    ],
+}
+
+
+def _policy() -> Policy:
+    return Policy([Rule(tool="send", action="ask", name="mail")], ask=ask_later)
+
+
+async def _paused(tmp_path: Path, calls: list[str], plan: Any = PLAN) -> tuple[Any, Path]:
+    store = tmp_path / "runs.db"
+    result = await dagagent.execute(
+        plan, _tools(calls), interceptors=[_policy()], store=store, on_failure="cancel"
+    )
+    return result, store
+
+
+async def test_a_run_pauses_and_resumes_in_place_with_the_decision(tmp_path: Path) -> None:
+    calls: list[str] = []
+    result, store = await _paused(tmp_path, calls)
+    assert result.status is RunStatus.PAUSED
+    statuses = {k: r.status.value for k, r in result.tasks.items()}
+    assert statuses == {"a": "succeeded", "mail": "waiting", "done": "skipped", "b": "succeeded"}
+    assert sorted(calls) == ["fetch Paris", "fetch Tokyo"]  # the rest went on
+    (wait,) = result.tasks["mail"].decisions or []
+    assert (
+        wait.decision == "wait"
+        and wait.rule == "rule 'mail'"
+        and wait.args
+        == {
+            "to": "Paris",
+            "text": "hi",
+        }
+    )
+    with dagagent.RunStore(store) as s:
+        assert s.get_run(result.run_id).status is RunStatus.PAUSED
+        (asked,) = s.approvals(result.run_id)
+        assert (asked.task_id, asked.tool, asked.rule, asked.state) == (
+            "mail",
+            "send",
+            "rule 'mail'",
+            "waiting",
+        )
+        assert asked.args == {"to": "Paris", "text": "hi"}
+
+    resumed = await dagagent.resume(
+        result.run_id,
+        _tools(calls),
+        store=store,
+        decisions={"mail": Approval.approve("ok", by="ann")},
+        interceptors=[_policy()],
+    )
+    assert resumed.run_id == result.run_id
+    assert resumed.status is RunStatus.SUCCEEDED, resumed.tasks
+    # nothing that succeeded ran again; the approved call ran once
+    assert sorted(calls) == ["after sent to Paris", "fetch Paris", "fetch Tokyo", "send Paris hi"]
+    decision = (resumed.tasks["mail"].decisions or [])[-1]
+    assert (decision.decision, decision.decided_by, decision.reason) == ("allow", "ann", "ok")
+    with dagagent.RunStore(store) as s:
+        record = s.get_run(result.run_id)
+        assert record.status is RunStatus.SUCCEEDED
+        assert {k: r.status.value for k, r in record.tasks.items()} == {
+            "a": "succeeded",
+            "mail": "succeeded",
+            "done": "succeeded",
+            "b": "succeeded",
+        }
+        assert record.tasks["a"].started_at == result.tasks["a"].started_at  # kept as it was
+        (used,) = s.approval_history(result.run_id)
+        assert used.state == "used" and used.decided_by == "ann"
+        assert s.approvals() == []
+        # a decision is used once: not again, and the run is not paused any more
+        with pytest.raises(DecisionError, match="was used by a resume"):
+            s.decide(result.run_id, "mail", "deny", by="bob")
+    with pytest.raises(DecisionError, match="is succeeded, not paused"):
+        await dagagent.resume(result.run_id, _tools(calls), store=store)
+    assert len(calls) == 4
+
+
+async def test_a_denied_call_denies_its_task_and_nothing_is_sent(tmp_path: Path) -> None:
+    calls: list[str] = []
+    result, store = await _paused(tmp_path, calls)
+    resumed = await dagagent.resume(
+        result.run_id,
+        _tools(calls),
+        store=store,
+        decisions={"mail": Approval.deny("not today", by="ann")},
+        interceptors=[_policy()],
+        on_failure="continue",
+    )
+    assert resumed.status is RunStatus.FAILED
+    assert resumed.tasks["mail"].status.value == "denied"
+    assert resumed.tasks["mail"].error == "denied by ann: not today"
+    assert resumed.tasks["done"].status.value == "skipped"
+    assert not any(c.startswith("send") for c in calls)
+
+
+async def test_edited_arguments_are_checked_and_used(tmp_path: Path) -> None:
+    calls: list[str] = []
+    result, store = await _paused(tmp_path, calls)
+    with dagagent.RunStore(store) as s:
+        with pytest.raises(dagagent.ToolArgumentsError):
+            dagagent.workflows.record_decision(
+                s, result.run_id, "mail", Approval.edit({"text": 3}), _tools([])
+            )
+        assert s.approvals(result.run_id)[0].state == "waiting"  # nothing was recorded
+    resumed = await dagagent.resume(
+        result.run_id,
+        _tools(calls),
+        store=store,
+        decisions={"mail": Approval.edit({"to": "Lyon"}, by="ann")},
+        interceptors=[_policy()],
+    )
+    assert resumed.ok
+    assert "send Lyon hi" in calls
+    assert resumed.tasks["done"].output == "sent to Lyon"
+
+
+async def test_two_waiting_branches_resume_one_at_a_time(tmp_path: Path) -> None:
+    calls: list[str] = []
+    result, store = await _paused(tmp_path, calls, TWO)
+    assert [r.task_id for r in result.waiting()] == ["m1", "m2"]
+    with dagagent.RunStore(store) as s:
+        s.decide(result.run_id, "m2", "allow", by="ann")
+    first = await dagagent.resume(
+        result.run_id, _tools(calls), store=store, interceptors=[_policy()]
+    )
+    assert first.status is RunStatus.PAUSED
+    assert calls == ["send bob hi", "after sent to bob"]
+    assert first.tasks["m1"].status.value == "waiting"
+    with dagagent.RunStore(store) as s:
+        (still,) = s.approvals(result.run_id)
+        assert (still.task_id, still.seq) == ("m1", 2)  # asked again by the resume
+        s.decide(result.run_id, "m1", "allow", by="bob")
+    second = await dagagent.resume(
+        result.run_id, _tools(calls), store=store, interceptors=[_policy()]
+    )
+    assert second.ok
+    assert calls == ["send bob hi", "after sent to bob", "send ann hi", "after sent to ann"]
+
+
+async def test_a_decision_about_other_arguments_does_not_carry_over(tmp_path: Path) -> None:
+    calls: list[str] = []
+    result, store = await _paused(tmp_path, calls)
+    with dagagent.RunStore(store) as s:
+        s.decide(result.run_id, "mail", "allow", by="ann")
+        # the recorded question was about other arguments (as after a replan)
+        conn = sqlite3.connect(store)
+        conn.execute('UPDATE approvals SET args = \'{"to": "Rome", "text": "hi"}\'')
+        conn.commit()
+        conn.close()
+    resumed = await dagagent.resume(
+        result.run_id, _tools(calls), store=store, interceptors=[_policy()]
+    )
+    assert resumed.status is RunStatus.PAUSED
+    assert not any(c.startswith("send") for c in calls)
+    assert "the arguments changed since ann decided (allow)" in (resumed.tasks["mail"].error or "")
+
+
+async def test_decisions_are_refused_where_nothing_waits(tmp_path: Path) -> None:
+    calls: list[str] = []
+    result, store = await _paused(tmp_path, calls)
+    with dagagent.RunStore(store) as s:
+        with pytest.raises(DecisionError, match=r"task 'a' of run \w+ is not waiting .*succeeded"):
+            s.decide(result.run_id, "a", "allow", by="ann")
+        with pytest.raises(DecisionError, match="has no task 'nope'"):
+            s.decide(result.run_id, "nope", "allow", by="ann")
+        with pytest.raises(StoreError, match="no run"):
+            s.decide("abcdefabcdef", "mail", "allow", by="ann")
+        s.decide(result.run_id, "mail", "allow", by="ann")
+        with pytest.raises(DecisionError, match="decided already"):
+            s.decide(result.run_id, "mail", "deny", by="bob")
