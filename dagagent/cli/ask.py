@@ -40,6 +40,7 @@ from ._app import (
     EXIT_FAILED,
     EXIT_OK,
     EXIT_PLANNING,
+    EXIT_RECORD,
     EXIT_USAGE,
     Interrupted,
     app,
@@ -143,7 +144,10 @@ class AskProgress:
 
 
 def exit_code_of(solution: Solution) -> int:
-    """0 answered; 3 no valid plan; 2 a model that cannot be used; 1 otherwise."""
+    """0 answered; 3 no valid plan; 2 a model that cannot be used; 5 answered but not all of
+    it recorded; 1 otherwise."""
+    if solution.ok and solution.not_recorded:
+        return EXIT_RECORD
     if solution.ok:
         return EXIT_OK
     if isinstance(solution.error, PlanningError):
@@ -156,6 +160,13 @@ def exit_code_of(solution: Solution) -> int:
 def _report(solution: Solution, path: Path) -> None:
     """What stderr says once the solve is over (the answer itself goes to stdout)."""
     where = f"solve {solution.solve_id} recorded in {path}"
+    if solution.not_recorded:  # never claim a record that is not all there
+        where = f"the record of solve {solution.solve_id} in {path} is incomplete"
+        err.print(
+            f"error: {where}: not written: {'; '.join(solution.not_recorded)}",
+            markup=False,
+            highlight=False,
+        )
     if solution.ok:
         n = len(solution.rounds)
         err.print(

@@ -148,7 +148,9 @@ class Solution(BaseModel):
     goal, ``answer`` (text, or JSON data) and ``cites`` (the ids of the tasks it rests on, in
     the last round's run); every ``round``; ``usage`` split by role; ``error``, the exception
     behind a ``failed`` solve (:class:`~dagagent.errors.PlanningError`,
-    :class:`~dagagent.errors.JoinerError`, an :class:`~dagagent.errors.LLMError`...).
+    :class:`~dagagent.errors.JoinerError`, an :class:`~dagagent.errors.LLMError`...);
+    ``not_recorded``: what of the solve and its rounds' runs the run store could not write
+    (empty when all of it was, or when there is no store).
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
@@ -162,6 +164,7 @@ class Solution(BaseModel):
     rounds: list[Round] = Field(default_factory=list)
     usage: SolveUsage = Field(default_factory=SolveUsage)
     error: Exception | None = Field(default=None, repr=False, exclude=True)
+    not_recorded: list[str] = Field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -200,6 +203,7 @@ class Solution(BaseModel):
             "error": None
             if self.error is None
             else {"type": type(self.error).__name__, "message": str(self.error)},
+            "not_recorded": list(self.not_recorded),
             "rounds": [r.to_json_dict() for r in self.rounds],
         }
 

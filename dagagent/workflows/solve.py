@@ -151,6 +151,7 @@ class _Solve:
         self.rounds: list[Round] = []
         self.running: str | None = None  # the id of the round's run, once it is chosen
         self.round_span: Any = None  # the round's span, with OpenTelemetry on
+        self.not_recorded: list[str] = []  # what the store could not write (Solution says)
 
     def emit(self, event: Any) -> None:
         for listener in self.listeners:
@@ -165,6 +166,7 @@ class _Solve:
             getattr(self.store, what)(self.solve_id, **values)
         except StoreError as exc:
             self.log.warning("solve.not_recorded", what=what, error=str(exc))
+            self.not_recorded.append(f"{what.replace('_', ' ')} ({exc})")
 
     @property
     def usage(self) -> SolveUsage:
@@ -203,6 +205,12 @@ class _Solve:
             run_id=solution.run_id,
             usage=solution.usage.to_json_dict(),
         )
+        lost = [
+            f"run {r.run_id}: {r.result.record_loss}"
+            for r in self.rounds
+            if r.result is not None and r.result.record_loss is not None
+        ]
+        solution.not_recorded = [*self.not_recorded, *lost]  # never claim a missing record
         return solution
 
     def close_round(self, rnd: Round, outcome: str, reason: str = "") -> None:

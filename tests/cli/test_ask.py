@@ -12,6 +12,7 @@ import json
 import os
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
@@ -323,3 +324,27 @@ def test_approve_without_a_terminal_exits_2_before_anything(tmp_path: Path) -> N
     proc = user.ask("--approve", code=2)
     assert "--approve needs a terminal" in proc.stderr
     assert user.calls() == []
+
+
+def test_a_solve_the_store_could_not_write_is_never_reported_as_recorded(
+    user: User, model: Model
+) -> None:
+    model.plan(weather("paris", "Paris"))
+    model.decide(finish("18 C.", ["paris"]))
+    user.ask()  # the store exists, with one solve
+    store = user.dir / "home" / "runs.db"
+    with sqlite3.connect(store) as conn:  # damage the solves table, and only it
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        page = conn.execute("PRAGMA page_size").fetchone()[0]
+        root = conn.execute("SELECT rootpage FROM sqlite_master WHERE name = 'solves'").fetchone()
+    conn.close()
+    with open(store, "r+b") as f:
+        f.seek((root[0] - 1) * page)
+        f.write(b"\xff" * page)
+    model.plan(weather("paris", "Paris"))
+    model.decide(finish("18 C.", ["paris"]))
+    proc = user.ask(code=5)
+    assert proc.stdout.strip().splitlines()[-1] == "18 C."  # the answer is still given
+    assert "recorded in" not in proc.stderr
+    assert "is incomplete: not written: start solve" in proc.stderr
+    assert "malformed" in proc.stderr
