@@ -23,12 +23,12 @@ from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontext
 from types import AsyncGeneratorType, GeneratorType
 from typing import Any, TypeVar, overload
 
-import anyio.to_thread
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 from pydantic.fields import FieldInfo
 
 from .errors import ToolArgumentsError, ToolDefinitionError, UnknownToolError
 from .plan import MAX_RETRIES
+from .sync_threads import sync_threads
 from .text import is_secret_name, shorten
 
 __all__ = ["Registry", "Tool", "connected", "tool"]
@@ -315,16 +315,15 @@ class Tool:
         return problems
 
     async def acall(self, args: Mapping[str, Any]) -> Any:
-        """Call with already validated arguments; sync functions run in a worker thread.
+        """Call with already validated arguments; sync functions run in a worker thread (one of
+        :data:`dagagent.sync_threads.sync_threads`, which a cancelled call leaves behind).
 
         A generator the tool returns (or a generator function's output) is drained into a
         list: an output is data that several references may read, and a run records it."""
         if self._is_async:
             result = await self.fn(**args)
             return await materialize_async(result) if type(result) in GENERATOR_TYPES else result
-        result = await anyio.to_thread.run_sync(
-            functools.partial(call_sync, self.fn, args), abandon_on_cancel=True
-        )
+        result = await sync_threads.run(functools.partial(call_sync, self.fn, args))
         if type(result) is _Raised:
             raise result.exc
         if type(result) is AsyncGeneratorType:
