@@ -75,3 +75,34 @@ def trace_context() -> dict[str, Any]:
 async def atrace_context() -> dict[str, Any]:
     """``trace_context`` as an async tool (run on the worker's event loop)."""
     return trace_context.fn()
+
+
+@registry.tool
+def segfault(log: str, after: float = 0.0) -> None:
+    """Note the call in ``log``, sleep, then crash the worker process with a segfault.
+
+    Args:
+        log: A file each call appends a line to.
+        after: Seconds to sleep first.
+    """
+    import signal
+    import time
+
+    with open(log, "a", encoding="utf-8") as f:
+        f.write(f"{os.getpid()}\n")
+    time.sleep(after)
+    os.kill(os.getpid(), signal.SIGSEGV)
+
+
+@registry.tool
+def nap(value: int, seconds: float) -> dict[str, Any]:
+    """Sleep in a worker thread, then return the value and the worker's process id.
+
+    Args:
+        value: Any integer.
+        seconds: How long to sleep.
+    """
+    import time
+
+    time.sleep(seconds)
+    return {"pid": os.getpid(), "value": value}

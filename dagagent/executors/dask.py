@@ -29,7 +29,11 @@ interceptors, timeouts, retries, records and events stay in the
   :class:`~dagagent.errors.WorkerLostError`, retried if the task allows retries. The local
   cluster is started with ``allowed_failures=0`` so that Dask reports a dead worker at once
   instead of silently re-running the call on another worker; dagagent's own retry policy
-  decides.
+  decides. A call that kills its worker (a segfault in native code, say) takes the other
+  calls running there with it: when a worker dies under several calls, each is run again
+  elsewhere, one at a time, and the one that kills its worker again fails, named as the
+  cause; the others go on as if nothing happened. A worker that died under one call names
+  that call at once.
 
 Over 400 lines for one concern, the Dask invoker: shipping tools, the session and telling
 a lost worker from a failing tool all serve the one call submitted to the cluster, and the
@@ -72,6 +76,10 @@ INSTALL_HINT = 'the dask executor needs Dask: pip install "dagagent[dask]"'
 
 # Seconds allowed for telling the scheduler to cancel a future whose caller was cancelled.
 _CANCEL_TIMEOUT_S = 5.0
+# Seconds a call that died with its worker waits for the other calls of that worker to report
+# their death (Dask reports them together, when the scheduler removes the worker).
+_CRASH_SETTLE_S = 0.2
+_HOW_CALLS_KILL = "a crash in native code such as a segfault, running out of memory, os._exit"
 # Interval (s) at which a client this executor creates batches messages to the scheduler:
 # Dask's default (10 ms) adds up to 10 ms to every hop of a chain of dependent tasks.
 _CLIENT_SEND_INTERVAL_S = 0.001
@@ -331,6 +339,8 @@ class _Session:
     shipped: dict[Tool, _Shipped] = field(default_factory=dict)
     users: int = 0
     traced: bool = False  # OpenTelemetry is on: calls carry their trace context
+    #: Workers that died under calls, by address (a restarted worker has a new one).
+    crashes: dict[str, _Crash] = field(default_factory=dict)
 
     def ship(self, tool: Tool) -> _Shipped:
         """Pickle ``tool`` once for this session (raises what pickling raises)."""
@@ -344,6 +354,12 @@ class _Session:
             shipped = _Shipped(caller, fn, f"{tool.name}-{token[:8]}-")
             self.shipped[tool] = shipped
         return shipped
+
+    def crash(self, killed: _Killed) -> _Crash:
+        """Count a call that died with its worker."""
+        crash = self.crashes.setdefault(killed.key, _Crash())
+        crash.calls += 1
+        return crash
 
     def forget(self) -> None:
         for shipped in self.shipped.values():
@@ -693,6 +709,40 @@ class DaskExecutor(DataflowExecutor):
                 raise ConfigError(
                     f"tool {tool.name!r} cannot be pickled for Dask: {_brief(exc)}"
                 ) from None
+        try:
+            result = await self._submit(state, shipped, tool, args)
+        except _Killed as first:
+            crash = state.crash(first)
+            await anyio.sleep(_CRASH_SETTLE_S)  # the other calls of that worker report too
+            if crash.calls == 1:
+                raise WorkerLostError(
+                    f"the Dask worker running tool {tool.name!r} died ({first.worker}) while "
+                    f"it ran this call and no other, so the call most likely killed it "
+                    f"({_HOW_CALLS_KILL}); see that worker's log"
+                ) from None
+            # Several calls died with the worker, and one of them (or something else) killed
+            # it: run them again elsewhere, one at a time, so that the one that kills its
+            # worker again is known.
+            async with crash.one_at_a_time:
+                try:
+                    result = await self._submit(state, shipped, tool, args)
+                except _Killed as second:
+                    state.crash(second)  # the calls that died with it get their chance
+                    raise WorkerLostError(
+                        f"the Dask worker running tool {tool.name!r} died ({second.worker}), "
+                        f"and so did the worker that ran this call before ({first.worker}), "
+                        f"with {crash.calls - 1} other call(s) that were run again elsewhere: "
+                        f"this call kills its worker ({_HOW_CALLS_KILL}); see the workers' logs"
+                    ) from None
+        if isinstance(result, _RaisedOnWorker):
+            raise result.rebuild() from None
+        return result
+
+    @staticmethod
+    async def _submit(
+        state: _Session, shipped: _Shipped, tool: Tool, args: Mapping[str, Any]
+    ) -> Any:
+        """Submit one call and await it; a worker that died under it is :class:`_Killed`."""
         client = state.client
         extra = (telemetry.carrier(),) if state.traced else ()  # the task's trace context
         future = client.submit(
@@ -704,12 +754,9 @@ class DaskExecutor(DataflowExecutor):
             pure=False,
         )
         try:
-            result = await future
+            return await future
         except _killed_worker() as exc:
-            raise WorkerLostError(
-                f"the Dask worker running tool {tool.name!r} died"
-                f"{_last_worker(exc)}; see that worker's log"
-            ) from None
+            raise _Killed(_last_worker(exc)) from None
         except concurrent.futures.CancelledError as exc:  # cancelled on the cluster, not by us
             raise WorkerLostError(
                 f"the Dask task running tool {tool.name!r} was cancelled on the cluster: {exc}"
@@ -728,9 +775,25 @@ class DaskExecutor(DataflowExecutor):
             # Forget the key now rather than when the future is garbage collected (an error's
             # traceback keeps it alive): the scheduler and workers drop the result or error.
             future.release()
-        if isinstance(result, _RaisedOnWorker):
-            raise result.rebuild() from None
-        return result
+
+
+class _Killed(Exception):
+    """The worker running a call died (Dask's ``KilledWorker``), at ``worker``."""
+
+    def __init__(self, worker: str) -> None:
+        super().__init__(worker)
+        self.worker = worker or "an unnamed worker"
+        # the calls that died with one worker share its address (one a restart gets anew)
+        self.key = worker or uuid.uuid4().hex
+
+
+@dataclass
+class _Crash:
+    """A worker that died: how many calls died with it, and its calls' second chance, taken
+    one at a time."""
+
+    calls: int = 0
+    one_at_a_time: anyio.Lock = field(default_factory=anyio.Lock)
 
 
 def _killed_worker() -> type[Exception]:
@@ -747,7 +810,7 @@ def _comm_closed() -> type[Exception]:
 
 def _last_worker(exc: BaseException) -> str:
     worker = getattr(getattr(exc, "last_worker", None), "address", None)
-    return f" ({worker})" if worker else ""
+    return str(worker) if worker else ""
 
 
 def _any(obj: Any) -> Any:

@@ -486,6 +486,56 @@ async def test_worker_killed_mid_task_is_retried(process_cluster: Any, tmp_path:
     assert r.status.value == "succeeded" and r.output == "survived" and r.attempts == 2
 
 
+@pytest.fixture(scope="module")
+def shared_cluster() -> Iterator[Any]:
+    """Two worker processes of three threads: calls share a worker, and die with it."""
+    from distributed import LocalCluster
+
+    cluster = LocalCluster(
+        n_workers=2,
+        threads_per_worker=3,
+        processes=True,
+        dashboard_address=":0",
+        scheduler_kwargs={"dashboard": False, "allowed_failures": 0},
+    )
+    try:
+        yield cluster
+    finally:
+        cluster.close()
+
+
+@pytest.mark.anyio
+async def test_a_call_that_kills_its_worker_is_named_and_the_others_run_elsewhere(
+    shared_cluster: Any, tmp_path: Path
+) -> None:
+    log = tmp_path / "segfaults.log"
+    p = plan(
+        {"id": "crash", "tool": "segfault", "args": {"log": str(log), "after": 1.0}},
+        *[
+            {
+                "id": f"v{i}",
+                "tool": "nap" if i % 2 else "awhere",
+                "args": {"value": i, "seconds": 3},
+            }
+            for i in range(5)
+        ],
+    )
+    exe = DaskExecutor(address=shared_cluster.scheduler_address)
+    with anyio.fail_after(120):
+        result = await dagagent.execute(p, dask_tools.registry, executor=exe, on_failure="continue")
+    crash = result.tasks["crash"]
+    assert crash.status.value == "failed" and crash.error_type == "WorkerLostError"
+    assert "tool 'segfault'" in (crash.error or "")
+    # The six calls filled both workers: the crash took two calls with it, which ran again
+    # (one at a time with the crashing one, which crashed a second worker and was named).
+    assert len(log.read_text().split()) == 2, log.read_text()
+    assert "this call kills its worker" in (crash.error or ""), crash.error
+    for i in range(5):
+        r = result.tasks[f"v{i}"]
+        assert r.status.value == "succeeded", (r.task_id, r.error)
+        assert r.output["value"] == i and r.attempts == 1
+
+
 @pytest.mark.anyio
 async def test_a_synchronous_client_is_used_through_an_async_one(process_cluster: Any) -> None:
     from distributed import Client
