@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
@@ -16,7 +17,9 @@ from ..results import RunResult, TaskResult, TaskStatus
 from ..text import shorten
 
 __all__ = [
+    "MAX_ROWS",
     "STATUS_STYLE",
+    "path_text",
     "plan_table",
     "print_json",
     "print_warnings",
@@ -36,18 +39,35 @@ STATUS_STYLE = {
 }
 
 
+#: A table shows at most this many tasks; a larger plan or run is summarised under it (a
+#: terminal cannot show 100,000 rows, and drawing them took minutes).
+MAX_ROWS = 100
+
+
 def plan_table(graph: PlanGraph, *, whole: bool = False) -> Table:
-    """The plan's tasks as a table; ``whole``: arguments and instructions in full (what an
-    approval is asked for), not cut to fit."""
+    """The plan's tasks as a table; ``whole``: every task, with its arguments and
+    instruction in full (what an approval is asked for), not cut to fit. Otherwise a plan of
+    more than :data:`MAX_ROWS` tasks shows its first ones and a summary of the rest."""
     width = 10**9 if whole else 50
     level_of = {t: i for i, level in enumerate(graph.levels) for t in level}
     table = Table(title=graph.plan.goal or None, show_lines=False)
+    order = graph.order
+    if not whole and len(order) > MAX_ROWS:
+        rest = order[MAX_ROWS:]
+        by_tool = Counter(graph.tasks[t].label for t in rest)
+        tools = ", ".join(f"{n} {label}" for label, n in by_tool.most_common(5))
+        more = f", {len(by_tool) - 5} more tools" if len(by_tool) > 5 else ""
+        table.caption = (
+            f"… and {len(rest)} more tasks ({tools}{more}), up to level "
+            f"{len(graph.levels) - 1}; --json lists every task"
+        )
+        order = order[:MAX_ROWS]
     table.add_column("level", justify="right")
     table.add_column("id")
     table.add_column("tool / instruction", overflow="fold")
     table.add_column("args", overflow="fold")  # a long word is folded, never cut
     table.add_column("depends on")
-    for tid in graph.order:
+    for tid in order:
         t = graph.tasks[tid]
         if isinstance(t, ToolTask):
             what, args = t.tool, shorten(t.args, width, one_line=not whole)
@@ -86,8 +106,16 @@ def time_cells(r: TaskResult) -> tuple[str, str]:
 def result_table(result: RunResult, *, width: int = 80) -> Table:
     """The run's tasks, one row each; the output or error cut to fit a terminal ``width``
     columns wide (never under 60 characters). When a task waited for approval, a column
-    ``approval`` holds that wait and ``time`` only the time it ran."""
+    ``approval`` holds that wait and ``time`` only the time it ran. A run of more than
+    :data:`MAX_ROWS` tasks shows those that did not succeed first, then the first others,
+    in plan order, and says how many it leaves out."""
     cut = max(60, width - 40)
+    shown = result.tasks
+    if len(shown) > MAX_ROWS:
+        first = [t for t, r in shown.items() if not r.ok][:MAX_ROWS]
+        first += [t for t, r in shown.items() if r.ok][: MAX_ROWS - len(first)]
+        keep = set(first)
+        shown = {t: r for t, r in result.tasks.items() if t in keep}
     waits = waited_for_approval(result.tasks.values())
     table = Table(title=f"run {result.run_id}: {result.status.value}")
     table.add_column("id")
@@ -97,7 +125,7 @@ def result_table(result: RunResult, *, width: int = 80) -> Table:
         table.add_column("approval", justify="right")
     table.add_column("tries", justify="right")
     table.add_column("output / error")
-    for tid, r in result.tasks.items():
+    for tid, r in shown.items():
         ran, waited = time_cells(r)
         detail = r.error if r.error else shorten(r.output, cut)
         table.add_row(
@@ -108,7 +136,22 @@ def result_table(result: RunResult, *, width: int = 80) -> Table:
             str(r.attempts),
             Text(detail or "", style="red" if r.error and not r.status.ok else ""),
         )
+    if len(shown) < len(result.tasks):
+        left = Counter(r.status.value for t, r in result.tasks.items() if t not in shown)
+        counts = ", ".join(f"{n} {status}" for status, n in sorted(left.items()))
+        table.caption = (
+            f"… and {sum(left.values())} more tasks ({counts}); "
+            "dagagent show RUN --task ID shows one, --json every one"
+        )
     return table
+
+
+def path_text(path: list[str], most: int = 10) -> str:
+    """A chain of task ids as ``a -> b -> c``, its middle left out when it is long."""
+    if len(path) <= most:
+        return " -> ".join(path)
+    half = most // 2
+    return " -> ".join([*path[:half], f"… ({len(path) - 2 * half} more)", *path[-half:]])
 
 
 def print_warnings(console: Console, warnings: Iterable[Any]) -> None:

@@ -32,7 +32,7 @@ from .options import (
 )
 from .otel import configure_otel
 from .recording import run_recorded, say_recorded
-from .render import plan_table, print_json, print_warnings, result_table
+from .render import path_text, plan_table, print_json, print_warnings, result_table
 from .tools import load_tools
 
 __all__ = ["agent_model", "paused_hint", "print_result", "run_exit_code", "run_graph"]
@@ -128,7 +128,7 @@ def print_result(
         counts = ", ".join(f"{n} {s}" for s, n in sorted(result.counts.items()))
         out.print(
             f"{result.status.value} in {result.wall_time_s:.3f}s ({counts}); "
-            f"critical path {result.critical_path_s:.3f}s: {' -> '.join(result.critical_path)}",
+            f"critical path {result.critical_path_s:.3f}s: {path_text(result.critical_path)}",
             markup=False,
             highlight=False,
         )
