@@ -17,6 +17,10 @@ failed, the task timed out or was cancelled), the task's record keeps the steps 
 the agent runner reports them through ``node.steps_so_far``. When the run has listeners,
 each thing the agent does reaches them as it happens (a
 :class:`~dagagent.events.TaskAgentEvent`, reported through ``node.on_event``).
+
+A call an approval rule leaves for a person (:class:`~dagagent.errors.TaskWaitingError`)
+pauses the agent and its task waits; when the run resumes, the agent continues from the
+task's recorded steps (``node.resume_steps``), making the call that waited first.
 """
 
 from __future__ import annotations
@@ -104,9 +108,13 @@ def make_agent_runner(
         node.steps_so_far = lambda: list(agent.state.steps) if agent.state else None
         report = node.on_event
         if report is None:
-            result = await agent.run(node.instruction, context=node.context or None)
+            result = await agent.run(
+                node.instruction, context=node.context or None, steps=node.resume_steps
+            )
         else:  # the run has listeners: each thing the agent does reaches them as it happens
-            events = agent.stream(node.instruction, context=node.context or None)
+            events = agent.stream(
+                node.instruction, context=node.context or None, steps=node.resume_steps
+            )
             async with aclosing(events) as stream:
                 async for e in stream:
                     report(

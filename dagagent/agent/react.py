@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Mapping
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any, get_args
@@ -39,6 +39,7 @@ from dagagent.errors import (
     AgentError,
     TaskDeniedError,
     TaskTimeoutError,
+    TaskWaitingError,
     ToolArgumentsError,
     UnknownToolError,
 )
@@ -58,6 +59,7 @@ from dagagent.text import shorten
 from dagagent.tools import Registry, Tool
 
 from .budget import Budget, call_signature
+from .continuing import observations_of, open_calls, reply_of, step_messages
 from .parsing import ReActFormatError, cut_observation, parse_react
 from .state import AgentEvent, AgentResult, AgentState, CallRecord, Mode, Step
 
@@ -106,6 +108,7 @@ _TEXT_CORRECTION = (
     "Your reply could not be used: {problem}. Reply again in the format: 'Thought: ...' then "
     "either 'Action: <tool name>' and 'Action Input: <JSON object>', or 'Final Answer: ...'."
 )
+_EMPTY_PROBLEM = "the reply was empty (no text, no tool call)"
 _EMPTY_CORRECTION = "Your reply was empty. Call a tool, or reply with the final answer to the task."
 
 # How a cut observation ends: the model is told how much it is not seeing.
@@ -227,11 +230,19 @@ class ReActAgent:
         context: Mapping[str, Any] | None = None,
         *,
         state: AgentState | None = None,
+        steps: Sequence[Step] | None = None,
     ) -> AgentResult:
         """Work on ``goal`` until an answer or a stop condition; ``context`` (e.g. outputs of
         earlier tasks) is shown to the model with the goal. With ``state`` (a checkpoint of
-        an earlier run of the same goal), continue from its last step."""
-        async with aclosing(self._loop(goal, context, state)) as events:
+        an earlier run of the same goal), continue from its last step. With ``steps`` (the
+        recorded steps of an earlier run of the same goal and context, e.g. an agent task
+        whose call waited for a person), continue from them: the calls of the last step that
+        have no observation yet are made first (see :mod:`dagagent.agent.continuing`).
+
+        A call that waits for a person's decision (:class:`~dagagent.errors.TaskWaitingError`)
+        pauses the agent: the other calls of the turn finish, the step is kept with that call
+        unanswered, and the error propagates."""
+        async with aclosing(self._loop(goal, context, state, steps)) as events:
             async for _ in events:
                 pass
         assert self.result is not None
@@ -247,19 +258,28 @@ class ReActAgent:
         context: Mapping[str, Any] | None = None,
         *,
         state: AgentState | None = None,
+        steps: Sequence[Step] | None = None,
     ) -> AsyncGenerator[AgentEvent, None]:
         """Run like :meth:`run`, yielding an :class:`~dagagent.agent.AgentEvent` for every
         thought, tool call, tool result, answer and error; :attr:`result` is set once the
         iteration ends. Stopping the iteration early stops the run (close the iterator, e.g.
         with ``contextlib.aclosing``, to do it at once)."""
-        return self._loop(goal, context, state)
+        return self._loop(goal, context, state, steps)
 
     # -- the loop ------------------------------------------------------------------------
 
     async def _loop(
-        self, goal: str, context: Mapping[str, Any] | None, saved: AgentState | None
+        self,
+        goal: str,
+        context: Mapping[str, Any] | None,
+        saved: AgentState | None,
+        recorded: Sequence[Step] | None = None,
     ) -> AsyncGenerator[AgentEvent, None]:
-        st = self._start(goal, context, saved)
+        pending: Step | None = None
+        if recorded:
+            st, pending = self._from_steps(goal, context, recorded)
+        else:
+            st = self._start(goal, context, saved)
         self.state, self.result = st, None
         if st.finished:
             self._stop(st, "answer", None)
@@ -270,6 +290,23 @@ class ReActAgent:
         deadline = started + budget.deadline_s if budget.deadline_s is not None else None
         elapsed_before = st.elapsed_s
         try:
+            waited: dict[int, TaskWaitingError] = {}
+            if pending is not None:  # continue a step whose call waited for a person
+                todo = open_calls(pending)
+                in_text = self.mode == "text"
+                calls = [self._resolve(c.id, c.tool, c.args, None, in_text) for c in todo]
+                outcome = await self._run_calls(calls, deadline, waited)
+                if outcome is None:
+                    yield self._stop(st, "deadline", self._deadline_detail(), log=log)
+                    return
+                events = self._observed(st, todo, calls, outcome, waited, log)
+                if not waited:
+                    st.messages.append(reply_of(self.mode, pending))
+                    st.messages.extend(observations_of(self.mode, pending.calls))
+                for event in events:
+                    yield event
+                if waited:
+                    raise waited[min(waited)]
             while True:
                 over = self._over_budget(st, deadline)
                 if over is not None:
@@ -328,28 +365,77 @@ class ReActAgent:
                         log,
                         AgentEvent("tool_call", st.step, tool=c.name, call_id=c.id, args=c.args),
                     )
-                outcome = await self._run_calls(turn.calls, deadline)
+                waited = {}
+                outcome = await self._run_calls(turn.calls, deadline, waited)
                 if outcome is None:
                     yield self._stop(st, "deadline", self._deadline_detail(), log=log)
                     return
-                for rec, (text, is_error) in zip(step.calls, outcome, strict=True):
-                    rec.observation, rec.is_error = text, is_error
-                st.messages.append(turn.message)
-                st.messages.extend(self._observations(turn.calls, outcome))
-                for c, (text, is_error) in zip(turn.calls, outcome, strict=True):
-                    yield self._event(
-                        log,
-                        AgentEvent(
-                            "tool_result",
-                            st.step,
-                            text=text,
-                            tool=c.name,
-                            call_id=c.id,
-                            is_error=is_error,
-                        ),
-                    )
+                events = self._observed(st, step.calls, turn.calls, outcome, waited, log)
+                if not waited:
+                    st.messages.append(turn.message)
+                    st.messages.extend(self._observations(turn.calls, outcome))
+                for event in events:
+                    yield event
+                if waited:  # a person decides about a call later: the agent pauses here
+                    raise waited[min(waited)]
         finally:
             st.elapsed_s = elapsed_before + (anyio.current_time() - started)
+
+    def _observed(
+        self,
+        st: AgentState,
+        records: list[CallRecord],
+        calls: list[_Call],
+        outcome: list[tuple[str, bool]],
+        waited: Mapping[int, TaskWaitingError],
+        log: Any,
+    ) -> list[AgentEvent]:
+        """Keep what each call returned in its record (a call that waits for a person keeps
+        none), and the ``tool_result`` events to report."""
+        events = []
+        for i, (rec, c, (text, is_error)) in enumerate(zip(records, calls, outcome, strict=True)):
+            if i in waited:
+                continue
+            rec.observation, rec.is_error = text, is_error
+            events.append(
+                self._event(
+                    log,
+                    AgentEvent(
+                        "tool_result",
+                        st.step,
+                        text=text,
+                        tool=c.name,
+                        call_id=c.id,
+                        is_error=is_error,
+                    ),
+                )
+            )
+        return events
+
+    def _from_steps(
+        self, goal: str, context: Mapping[str, Any] | None, recorded: Sequence[Step]
+    ) -> tuple[AgentState, Step | None]:
+        """A state rebuilt from recorded steps (see :mod:`dagagent.agent.continuing`), and
+        the last step if some of its calls have not returned yet."""
+        st = self._start(goal, context, None)
+        steps = [s.model_copy(deep=True) for s in recorded]
+        last = steps[-1]
+        pending = last if last.calls and open_calls(last) else None
+        text = self.mode == "text"
+        for s in steps:
+            if s is not pending:
+                st.messages.extend(step_messages(self.mode, s, self._correction_text))
+            st.usage = st.usage + s.usage
+            st.format_failures = st.format_failures + 1 if s.error else 0
+            seen: set[str] = set()
+            for c in s.calls:  # as _check_loop counted them
+                key = self._signature(self._resolve(c.id, c.tool, c.args, None, text))
+                if key not in seen:
+                    seen.add(key)
+                    st.call_counts[key] = st.call_counts.get(key, 0) + 1
+        st.steps = steps
+        st.step = last.step
+        return st, pending
 
     def _start(
         self, goal: str, context: Mapping[str, Any] | None, saved: AgentState | None
@@ -494,7 +580,7 @@ class ReActAgent:
             return _Turn(message, thought=response.content.strip(), calls=calls)
         text = response.content.strip()
         if not text:
-            return _Turn(message, problem="the reply was empty (no text, no tool call)", empty=True)
+            return _Turn(message, problem=_EMPTY_PROBLEM, empty=True)
         return _Turn(message, answer=text)
 
     def _read_text(self, response: LLMResponse, step: int) -> _Turn:
@@ -516,6 +602,13 @@ class ReActAgent:
         if turn.empty:
             return _EMPTY_CORRECTION
         return _TEXT_CORRECTION.format(problem=turn.problem)
+
+    @staticmethod
+    def _correction_text(problem: str) -> str:
+        """What the model was told about a recorded unusable reply."""
+        if problem == _EMPTY_PROBLEM:
+            return _EMPTY_CORRECTION
+        return _TEXT_CORRECTION.format(problem=problem)
 
     # -- tools ---------------------------------------------------------------------------
 
@@ -557,12 +650,21 @@ class ReActAgent:
         return call
 
     async def _run_calls(
-        self, calls: list[_Call], deadline: float | None
+        self,
+        calls: list[_Call],
+        deadline: float | None,
+        waited: dict[int, TaskWaitingError],
     ) -> list[tuple[str, bool]] | None:
+        """Make the calls (concurrently); ``None`` if the deadline passed first. A call that
+        waits for a person's decision goes into ``waited`` (by position), its siblings run
+        to their end."""
         results: list[tuple[str, bool]] = [("", False)] * len(calls)
 
         async def one(i: int) -> None:
-            results[i] = await self._call_one(calls[i])
+            try:
+                results[i] = await self._call_one(calls[i])
+            except TaskWaitingError as exc:
+                waited[i] = exc
 
         remaining = None if deadline is None else deadline - anyio.current_time()
         with anyio.move_on_after(remaining) as scope:
@@ -588,6 +690,8 @@ class ReActAgent:
                     output = await _default_call(tool, call.arguments)
         except TaskDeniedError as exc:
             return f"denied: {exc.reason}", True
+        except TaskWaitingError:
+            raise  # not an observation: the agent pauses until a person decides
         except TaskTimeoutError as exc:  # "timed out after N s"
             return f"tool {tool.name!r} {exc}", True
         except (ToolArgumentsError, UnknownToolError) as exc:
