@@ -11,7 +11,6 @@ model configured, or a model that cannot be used; 3 no valid plan; 130 interrupt
 from __future__ import annotations
 
 import asyncio
-import os
 import shlex
 from pathlib import Path
 from typing import Any
@@ -31,7 +30,6 @@ from ..events import (
     TaskFinished,
     TaskParsed,
 )
-from ..llm import from_env
 from ..results import TaskStatus
 from ..store import RunStore, default_store_path
 from ..text import printable, shorten, strip_url_credentials
@@ -56,10 +54,13 @@ from .approve import (
 from .options import (
     ApproveOpt,
     AskOpt,
+    BaseUrlOpt,
     ExecutorOpt,
     MaxAttemptsOpt,
     MaxConcurrencyOpt,
     McpOpt,
+    ModelChoice,
+    ModelOpt,
     OtelOpt,
     PolicyOpt,
     StoreOpt,
@@ -194,21 +195,8 @@ def ask_cmd(
     goal: str = typer.Argument(..., help="The question or goal to answer.", metavar="GOAL"),
     tools: ToolsOpt = None,
     mcp: McpOpt = None,
-    model: str | None = typer.Option(
-        None,
-        "--model",
-        "-m",
-        metavar="SPEC",
-        help="The model that plans, joins and runs agent tasks: openai:MODEL (OpenAI or any "
-        "OpenAI-compatible server) or anthropic:MODEL. Default: $DAGAGENT_MODEL.",
-    ),
-    base_url: str | None = typer.Option(
-        None,
-        "--base-url",
-        metavar="URL",
-        help="Server for the model, e.g. http://localhost:11434/v1 (Ollama). Default: "
-        "$DAGAGENT_BASE_URL, else $OPENAI_BASE_URL / $ANTHROPIC_BASE_URL.",
-    ),
+    model: ModelOpt = None,
+    base_url: BaseUrlOpt = None,
     max_rounds: int = typer.Option(
         3,
         "--max-rounds",
@@ -257,12 +245,8 @@ def ask_cmd(
         configure_otel()
     if not goal.strip():
         raise ConfigError("the goal is empty: say what the answer should be about")
-    if not (model or os.environ.get("DAGAGENT_MODEL", "").strip()):
-        raise ConfigError(
-            "no model configured: pass --model SPEC (e.g. --model openai:gpt-4o-mini, or "
-            "--model openai:llama3.1 --base-url http://localhost:11434/v1) or set "
-            "DAGAGENT_MODEL (and DAGAGENT_BASE_URL for a local server)"
-        )
+    choice = ModelChoice(model, base_url, timeout)
+    choice.require()
     if approve and not stdin_is_terminal():
         raise ConfigError(
             "--approve needs a terminal to ask on, but stdin is not a terminal "
@@ -275,7 +259,7 @@ def ask_cmd(
         None, registry, approve=False, asks=ask or [], policy_file=policy_file, no_wait=True
     )
     first = policies[0] if policies and isinstance(policies[0], Policy) else None
-    llm = from_env(model, base_url, timeout=timeout)
+    llm = choice.client()
     path = default_store_path(store)
     spec = recorded_tools_spec(tools, mcp or ())
     context: dict[str, Any] = {"tools": spec} if spec else {}

@@ -1,9 +1,12 @@
 """The options that several commands share, each declared once (``Annotated`` aliases), and
-:class:`RunOptions`: what the options of a command that runs a plan (``run``, ``plan
---execute``, ``replan --execute``) become, in one place."""
+what they become, in one place: :class:`RunOptions` for a command that runs a plan (``run``,
+``plan --execute``, ``replan --execute``), :class:`ModelChoice` for one that talks to a model
+(``--model``, ``--base-url``, ``--timeout`` → a client with its
+:class:`~dagagent.llm.ModelSettings`)."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -12,6 +15,7 @@ import typer
 
 from ..errors import ConfigError
 from ..executors import EXECUTORS, get_executor
+from ..llm import ModelSettings, from_env
 from ..runner import DEFAULT_MAX_ELEMENTS
 from .recording import recorded_tools_spec
 
@@ -23,12 +27,15 @@ if TYPE_CHECKING:
 __all__ = [
     "ApproveOpt",
     "AskOpt",
+    "BaseUrlOpt",
     "ExecutorOpt",
     "LastOpt",
     "MaxAttemptsOpt",
     "MaxConcurrencyOpt",
     "MaxElementsOpt",
     "McpOpt",
+    "ModelChoice",
+    "ModelOpt",
     "NoWaitOpt",
     "OnFailureOpt",
     "OutOpt",
@@ -180,6 +187,65 @@ TimeoutOpt = Annotated[
         help="How long the model may take to answer (a slow local model may need more).",
     ),
 ]
+
+ModelOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--model",
+        "-m",
+        metavar="SPEC",
+        help="The model: openai:MODEL (OpenAI or any OpenAI-compatible server: vLLM, Ollama, "
+        "...) or anthropic:MODEL. Keys come from the environment. Default: $DAGAGENT_MODEL.",
+    ),
+]
+BaseUrlOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--base-url",
+        metavar="URL",
+        help="Server for the model, e.g. http://localhost:11434/v1 (Ollama). Default: "
+        "$DAGAGENT_BASE_URL, else $OPENAI_BASE_URL / $ANTHROPIC_BASE_URL.",
+    ),
+]
+
+
+@dataclass(frozen=True)
+class ModelChoice:
+    """``--model``, ``--base-url`` and ``--timeout`` as given, turned into a client once."""
+
+    model: str | None = None
+    base_url: str | None = None
+    timeout: float = 60.0
+
+    @property
+    def configured(self) -> bool:
+        """A model is named, by ``--model`` or ``$DAGAGENT_MODEL``."""
+        return bool(self.model or os.environ.get("DAGAGENT_MODEL", "").strip())
+
+    def settings(self) -> ModelSettings:
+        return ModelSettings(timeout=self.timeout)
+
+    def require(self) -> None:
+        """:class:`~dagagent.errors.ConfigError` when no model is named."""
+        if not self.configured:
+            raise ConfigError(
+                "no model configured: pass --model SPEC (e.g. --model openai:gpt-4o-mini, or "
+                "--model openai:llama3.1 --base-url http://localhost:11434/v1) or set "
+                "DAGAGENT_MODEL (and DAGAGENT_BASE_URL for a local server)"
+            )
+
+    def client(self) -> Any:
+        """The client (see :meth:`require`)."""
+        self.require()
+        return from_env(self.model, self.base_url, settings=self.settings())
+
+    def client_if_named(self) -> Any:
+        """The client, or ``None`` when no model is named (``--base-url`` alone is an error)."""
+        if not self.configured:
+            if self.base_url is not None:
+                raise ConfigError("--base-url needs a model: pass --model or set DAGAGENT_MODEL")
+            return None
+        return self.client()
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,6 @@ attempt's issues listed).
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,6 @@ import anyio
 import typer
 
 from ..errors import ConfigError
-from ..llm import from_env
 from ..planners import LLMPlanner, PlanningResult
 from ..runner import DEFAULT_MAX_ELEMENTS
 from ._app import EXIT_OK, app, check_output_path, err, guard, out
@@ -25,11 +23,14 @@ from .diagram import to_ascii
 from .options import (
     ApproveOpt,
     AskOpt,
+    BaseUrlOpt,
     ExecutorOpt,
     MaxAttemptsOpt,
     MaxConcurrencyOpt,
     MaxElementsOpt,
     McpOpt,
+    ModelChoice,
+    ModelOpt,
     NoWaitOpt,
     OnFailureOpt,
     OtelOpt,
@@ -69,13 +70,7 @@ def _make_planner(
     structured: bool,
     timeout: float = 60.0,
 ) -> tuple[Any, LLMPlanner]:
-    if not (model or os.environ.get("DAGAGENT_MODEL", "").strip()):
-        raise ConfigError(
-            "no model configured: pass --model SPEC (e.g. --model openai:gpt-4o-mini, or "
-            "--model openai:llama3.1 --base-url http://localhost:11434/v1) or set "
-            "DAGAGENT_MODEL (and DAGAGENT_BASE_URL for a local server)"
-        )
-    llm = from_env(model, base_url, timeout=timeout)
+    llm = ModelChoice(model, base_url, timeout).client()
     planner = LLMPlanner(
         llm, registry, max_attempts=max_attempts, agent_tasks=agent_tasks, structured=structured
     )
@@ -103,21 +98,8 @@ def plan_cmd(
     goal: str = typer.Argument(..., help="What the plan should achieve.", metavar="GOAL"),
     tools: ToolsOpt = None,
     mcp: McpOpt = None,
-    model: str | None = typer.Option(
-        None,
-        "--model",
-        "-m",
-        metavar="SPEC",
-        help="Planning model: openai:MODEL (OpenAI or any OpenAI-compatible server) or "
-        "anthropic:MODEL. Default: $DAGAGENT_MODEL.",
-    ),
-    base_url: str | None = typer.Option(
-        None,
-        "--base-url",
-        metavar="URL",
-        help="Server for the model, e.g. http://localhost:11434/v1 (Ollama). Default: "
-        "$DAGAGENT_BASE_URL, else $OPENAI_BASE_URL / $ANTHROPIC_BASE_URL.",
-    ),
+    model: ModelOpt = None,
+    base_url: BaseUrlOpt = None,
     out_file: OutOpt = None,
     execute: bool = typer.Option(
         False, "--execute", "-x", help="Run the plan right away, as 'dagagent run' would."

@@ -25,12 +25,15 @@ from ..store import RunRecord
 from ..workflows.replan import Revision, revise_run
 from ._app import EXIT_OK, EXIT_RECORD, app, check_output_path, err, guard, out
 from .options import (
+    BaseUrlOpt,
     ExecutorOpt,
     LastOpt,
     MaxAttemptsOpt,
     MaxConcurrencyOpt,
     MaxElementsOpt,
     McpOpt,
+    ModelChoice,
+    ModelOpt,
     OnFailureOpt,
     OtelOpt,
     OutOpt,
@@ -73,9 +76,7 @@ def _print_reuse(decisions: dict[str, ReuseDecision]) -> None:
 
 def make_model(model: str, base_url: str | None, *, timeout: float = 60.0) -> Any:
     """The model client for ``--model`` (a seam: tests put a scripted model here)."""
-    from ..llm import from_env
-
-    return from_env(model, base_url, timeout=timeout)
+    return ModelChoice(model, base_url, timeout).client()
 
 
 def _revise(
@@ -117,20 +118,8 @@ def replan_cmd(
     run: RunArg = None,
     last: LastOpt = False,
     from_file: FromOpt = None,
-    model: str | None = typer.Option(
-        None,
-        "--model",
-        "-m",
-        metavar="SPEC",
-        help="Ask this model for a revised plan: openai:MODEL (OpenAI or any "
-        "OpenAI-compatible server) or anthropic:MODEL. Keys come from the environment.",
-    ),
-    base_url: str | None = typer.Option(
-        None,
-        "--base-url",
-        metavar="URL",
-        help="Server for --model, e.g. http://localhost:11434/v1. Default: $DAGAGENT_BASE_URL.",
-    ),
+    model: ModelOpt = None,
+    base_url: BaseUrlOpt = None,
     max_attempts: MaxAttemptsOpt = 3,
     out_file: OutOpt = None,
     execute_it: bool = typer.Option(

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import os
 import shlex
 from typing import Any
 
 import typer
 
-from ..errors import ConfigError
 from ..graph import PlanGraph, validate
 from ..results import RunResult, RunStatus
 from ..runner import DEFAULT_MAX_ELEMENTS
@@ -17,10 +15,13 @@ from ._app import EXIT_FAILED, EXIT_OK, EXIT_PAUSED, EXIT_RECORD, app, err, guar
 from .options import (
     ApproveOpt,
     AskOpt,
+    BaseUrlOpt,
     ExecutorOpt,
     MaxConcurrencyOpt,
     MaxElementsOpt,
     McpOpt,
+    ModelChoice,
+    ModelOpt,
     NoWaitOpt,
     OnFailureOpt,
     OtelOpt,
@@ -56,8 +57,7 @@ def validate_cmd(
 ) -> None:
     """Check a plan (graph, tools, arguments) and report every issue at once."""
     registry = load_tools(tools, mcp)
-    has_model = bool(model or os.environ.get("DAGAGENT_MODEL", "").strip())
-    graph = validate(plan, registry, check_llm=not has_model)
+    graph = validate(plan, registry, check_llm=not ModelChoice(model).configured)
     if json_out:
         print_json(
             out,
@@ -207,13 +207,7 @@ def run_graph(
 
 def agent_model(model: str | None, base_url: str | None) -> Any:
     """The model for agent tasks: ``--model``, else ``$DAGAGENT_MODEL``, else none."""
-    if model is None and not os.environ.get("DAGAGENT_MODEL", "").strip():
-        if base_url is not None:
-            raise ConfigError("--base-url needs a model: pass --model or set DAGAGENT_MODEL")
-        return None
-    from ..llm import from_env
-
-    return from_env(model, base_url)
+    return ModelChoice(model, base_url).client_if_named()
 
 
 @app.command("run")
@@ -254,21 +248,8 @@ def run_cmd(
         metavar="N",
         help="With --executor dask: tool calls each worker of the local cluster runs at once.",
     ),
-    model: str | None = typer.Option(
-        None,
-        "--model",
-        "-m",
-        metavar="SPEC",
-        help="Model for agent tasks (instruction), e.g. openai:gpt-4o-mini or "
-        "anthropic:claude-sonnet-4-5. Default: $DAGAGENT_MODEL.",
-    ),
-    base_url: str | None = typer.Option(
-        None,
-        "--base-url",
-        metavar="URL",
-        help="Server for --model (any OpenAI-compatible server: vLLM, Ollama, ...). "
-        "Default: $DAGAGENT_BASE_URL.",
-    ),
+    model: ModelOpt = None,
+    base_url: BaseUrlOpt = None,
     otel: OtelOpt = False,
 ) -> None:
     """Validate and run a plan, recording it in the run store (review it with 'dagagent show',

@@ -27,8 +27,10 @@ from ..workflows.resume import RESUMABLE_EXECUTORS, decider, resume
 from ._app import EXIT_RECORD, app, err, guard, out
 from .approve import run_interceptors
 from .options import (
+    BaseUrlOpt,
     MaxConcurrencyOpt,
     McpOpt,
+    ModelOpt,
     NoWaitOpt,
     StoreOpt,
     ToolsOpt,
@@ -227,16 +229,8 @@ def resume_cmd(
     ),
     max_concurrency: MaxConcurrencyOpt = None,
     no_wait: NoWaitOpt = False,
-    model: str | None = typer.Option(
-        None,
-        "--model",
-        "-m",
-        metavar="SPEC",
-        help="Model for agent tasks. Default: $DAGAGENT_MODEL.",
-    ),
-    base_url: str | None = typer.Option(
-        None, "--base-url", metavar="URL", help="Server for --model. Default: $DAGAGENT_BASE_URL."
-    ),
+    model: ModelOpt = None,
+    base_url: BaseUrlOpt = None,
     store: StoreOpt = None,
     json_out: bool = typer.Option(False, "--json", help="Print only the result, as JSON."),
 ) -> None:
