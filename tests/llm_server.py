@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from dagagent.llm import AnthropicChat, HTTPChatClient, OpenAIChat, wire
+from dagagent.llm import LLM, AnthropicChat, HTTPChatClient, OpenAIChat, StreamEvent, ToolSpec, wire
 from dagagent.llm.wire import encode_sse
 
 
@@ -338,3 +338,26 @@ ANTHROPIC = Flavor(
     wire.anthropic_error,
 )
 FLAVORS = [OPENAI, ANTHROPIC]
+
+# What the provider tests send, the same for both.
+TOOLS = [
+    ToolSpec(
+        "get_weather",
+        "Weather for a city",
+        {"type": "object", "properties": {"city": {"type": "string"}}},
+    ),
+    ToolSpec(
+        "get_time", "Local time", {"type": "object", "properties": {"tz": {"type": "string"}}}
+    ),
+]
+PLAN_SCHEMA = {
+    "type": "object",
+    "properties": {"tasks": {"type": "array", "items": {"type": "string"}}},
+    "required": ["tasks"],
+    "additionalProperties": False,
+}
+
+
+async def events_of(llm: LLM, *args: Any, **kwargs: Any) -> list[StreamEvent]:
+    """Every event of ``llm.stream(*args, **kwargs)``."""
+    return [event async for event in llm.stream(*args, **kwargs)]

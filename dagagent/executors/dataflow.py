@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import anyio
+import anyio.abc
 
 from ..results import TaskStatus
 from ._pool import WorkerPool
@@ -32,6 +33,40 @@ REUSED = TaskStatus.REUSED
 WAITING = TaskStatus.WAITING
 
 
+def _counting_pool(
+    tg: anyio.abc.TaskGroup,
+    graph: PlanGraph,
+    runner: TaskRunner,
+    waiting: dict[str, int],
+    *,
+    cancel: bool,
+    open: bool = False,
+) -> WorkerPool:
+    """A pool that runs each task pushed to it, then counts down its dependents' ``waiting``
+    and pushes those that reach 0; a task that did not succeed cancels the run (``cancel``)
+    or blocks its descendants (always, when it waits for a decision). The hot path of the
+    executor: one closure per run."""
+    dependents = graph.dependents
+    run_task = runner.run_task
+
+    async def one(task_id: str) -> None:
+        status = (await run_task(task_id)).status
+        if status is SUCCEEDED or status is REUSED:
+            for child in dependents[task_id]:
+                left = waiting[child] - 1
+                waiting[child] = left
+                if left == 0:
+                    push(child)
+        elif cancel and status is not WAITING:
+            tg.cancel_scope.cancel()
+        else:  # failed under "continue", or waiting: the rest goes on without it
+            block_descendants(graph, runner, task_id)
+
+    pool = WorkerPool(tg, one, open=open)
+    push = pool.push
+    return pool
+
+
 class DataflowExecutor(BaseExecutor):
     name = "dataflow"
 
@@ -39,57 +74,22 @@ class DataflowExecutor(BaseExecutor):
         if not graph.complete:
             await self._run_growing(graph, runner, on_failure)
             return
-        dependents = graph.dependents
         waiting = {n: len(d) for n, d in graph.dependencies.items()}
-        run_task = runner.run_task
-        cancel = on_failure == "cancel"
-
         async with anyio.create_task_group() as tg:
-            pool: WorkerPool
-
-            async def one(task_id: str) -> None:
-                status = (await run_task(task_id)).status
-                if status is SUCCEEDED or status is REUSED:
-                    for child in dependents[task_id]:
-                        left = waiting[child] - 1
-                        waiting[child] = left
-                        if left == 0:
-                            push(child)
-                elif cancel and status is not WAITING:
-                    tg.cancel_scope.cancel()
-                else:  # failed under "continue", or waiting: the rest goes on without it
-                    block_descendants(graph, runner, task_id)
-
-            pool = WorkerPool(tg, one)
-            push = pool.push
+            pool = _counting_pool(tg, graph, runner, waiting, cancel=on_failure == "cancel")
             pool.extend(graph.levels[0] if graph.levels else ())
             await pool.drive()
 
     async def _run_growing(
         self, graph: PlanGraph, runner: TaskRunner, on_failure: FailurePolicy
     ) -> None:
-        dependents = graph.dependents
         dependencies = graph.dependencies
         outputs, results = runner.outputs, runner.results
         waiting: dict[str, int] = {}
-        run_task = runner.run_task
         cancel = on_failure == "cancel"
 
         async with anyio.create_task_group() as tg:
-            pool: WorkerPool
-
-            async def one(task_id: str) -> None:
-                status = (await run_task(task_id)).status
-                if status is SUCCEEDED or status is REUSED:
-                    for child in dependents[task_id]:
-                        left = waiting[child] - 1
-                        waiting[child] = left
-                        if left == 0:
-                            pool.push(child)
-                elif cancel and status is not WAITING:
-                    tg.cancel_scope.cancel()
-                else:  # failed under "continue", or waiting: the rest goes on without it
-                    block_descendants(graph, runner, task_id)
+            pool = _counting_pool(tg, graph, runner, waiting, cancel=cancel, open=True)
 
             def told(task_id: str | None) -> None:
                 if task_id is None:
@@ -105,7 +105,6 @@ class DataflowExecutor(BaseExecutor):
                 if left == 0:
                     pool.push(task_id)
 
-            pool = WorkerPool(tg, one, open=True)
             for task in list(graph.plan.tasks):
                 told(task.id)
             graph.watch(told)

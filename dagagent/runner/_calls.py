@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict, runtime_checkable
 
 import anyio
 
@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ArgumentRedactor",
     "CallNext",
+    "CallOptions",
     "Interceptor",
     "Invoker",
     "ToolCalls",
@@ -137,6 +138,16 @@ class ToolInvocation:
 async def invoke_local(tool: Tool, args: Mapping[str, Any]) -> Any:
     """The default invoker: call the tool in this process."""
     return await tool.acall(args)
+
+
+class CallOptions(TypedDict, total=False):
+    """The keywords of :meth:`ToolCalls.call` past the tool and its arguments, for the seams
+    that pass them on (:meth:`~dagagent.runner.TaskRunner.call_tool`)."""
+
+    attempt: int
+    source: str
+    decisions: list[CallDecision] | None
+    timeout: float | None
 
 
 class ToolCalls:

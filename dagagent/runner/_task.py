@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import anyio
 import anyio.lowlevel
+from typing_extensions import Unpack
 
 from ..errors import AgentError, TaskDeniedError, TaskTimeoutError, TaskWaitingError
 from ..events import (
@@ -35,7 +36,7 @@ from ..results import (
 )
 from ..tools import Registry, Tool
 from ._agent import AgentNode, AgentTaskRunner
-from ._calls import ArgumentRedactor, Interceptor, Invoker, ToolCalls, timed_out_late
+from ._calls import ArgumentRedactor, CallOptions, Interceptor, Invoker, ToolCalls, timed_out_late
 from ._cancel import IGNORED_CANCEL, cancellation_check, really_cancelled
 from ._map import DEFAULT_MAX_ELEMENTS, run_map
 from ._record import TaskRun, describe, task_result
@@ -490,27 +491,12 @@ class TaskRunner:
     # -- the seams, for the tasks' own use ---------------------------------------------------
 
     async def call_tool(
-        self,
-        task_id: str,
-        tool: Tool,
-        args: Mapping[str, Any],
-        *,
-        attempt: int = 1,
-        source: str = "plan",
-        decisions: list[CallDecision] | None = None,
-        timeout: float | None = None,
+        self, task_id: str, tool: Tool, args: Mapping[str, Any], **options: Unpack[CallOptions]
     ) -> Any:
         """Validate ``args`` and call ``tool`` through the interceptors and the invoker
-        (``timeout`` bounds the invoker call, not the interceptors)."""
-        return await self.calls.call(
-            task_id,
-            tool,
-            args,
-            attempt=attempt,
-            source=source,
-            decisions=decisions,
-            timeout=timeout,
-        )
+        (``timeout`` bounds the invoker call, not the interceptors); the options are those
+        of :meth:`ToolCalls.call <dagagent.runner.ToolCalls.call>`."""
+        return await self.calls.call(task_id, tool, args, **options)
 
     def tools_in_use(self) -> dict[Tool, list[str]]:
         """Every tool the plan can call, with the ids of the tasks that can call it (an agent

@@ -6,7 +6,16 @@ import json
 from typing import Any
 
 import pytest
-from llm_server import ANTHROPIC, LLMTestServer, Reply, SSEReply, record_sleeps
+from llm_server import (
+    ANTHROPIC,
+    PLAN_SCHEMA,
+    TOOLS,
+    LLMTestServer,
+    Reply,
+    SSEReply,
+    events_of,
+    record_sleeps,
+)
 
 from dagagent.errors import LLMBadRequestError, LLMResponseError, LLMServerError
 from dagagent.llm import (
@@ -20,7 +29,6 @@ from dagagent.llm import (
     ToolCall,
     ToolCallDelta,
     ToolResultMessage,
-    ToolSpec,
     UserMessage,
     collect_stream,
     wire,
@@ -34,27 +42,6 @@ def client(server: LLMTestServer, **options: Any) -> AnthropicChat:
     llm = ANTHROPIC.client(server, **options)
     assert isinstance(llm, AnthropicChat)
     return llm
-
-
-async def events_of(llm: AnthropicChat, *args: Any, **kwargs: Any) -> list[StreamEvent]:
-    return [event async for event in llm.stream(*args, **kwargs)]
-
-
-TOOLS = [
-    ToolSpec(
-        "get_weather",
-        "Weather for a city",
-        {"type": "object", "properties": {"city": {"type": "string"}}},
-    ),
-    ToolSpec(
-        "get_time", "Local time", {"type": "object", "properties": {"tz": {"type": "string"}}}
-    ),
-]
-PLAN_SCHEMA = {
-    "type": "object",
-    "properties": {"tasks": {"type": "array", "items": {"type": "string"}}},
-    "required": ["tasks"],
-}
 
 
 async def test_text_request_headers_and_body(server: LLMTestServer):

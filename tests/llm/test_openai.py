@@ -7,7 +7,18 @@ import time
 from typing import Any
 
 import pytest
-from llm_server import OPENAI, Hangup, LLMTestServer, RawReply, Reply, SSEReply, record_sleeps
+from llm_server import (
+    OPENAI,
+    PLAN_SCHEMA,
+    TOOLS,
+    Hangup,
+    LLMTestServer,
+    RawReply,
+    Reply,
+    SSEReply,
+    events_of,
+    record_sleeps,
+)
 
 from dagagent.errors import (
     LLMBadRequestError,
@@ -20,7 +31,6 @@ from dagagent.llm import (
     OpenAIChat,
     ResponseFormat,
     StreamEnd,
-    StreamEvent,
     SystemMessage,
     TextDelta,
     ToolCall,
@@ -40,28 +50,6 @@ def client(server: LLMTestServer, **options: Any) -> OpenAIChat:
     llm = OPENAI.client(server, **options)
     assert isinstance(llm, OpenAIChat)
     return llm
-
-
-async def events_of(llm: OpenAIChat, *args: Any, **kwargs: Any) -> list[StreamEvent]:
-    return [event async for event in llm.stream(*args, **kwargs)]
-
-
-TOOLS = [
-    ToolSpec(
-        "get_weather",
-        "Weather for a city",
-        {"type": "object", "properties": {"city": {"type": "string"}}},
-    ),
-    ToolSpec(
-        "get_time", "Local time", {"type": "object", "properties": {"tz": {"type": "string"}}}
-    ),
-]
-PLAN_SCHEMA = {
-    "type": "object",
-    "properties": {"tasks": {"type": "array", "items": {"type": "string"}}},
-    "required": ["tasks"],
-    "additionalProperties": False,
-}
 
 
 async def test_text_completion_request_and_response(server: LLMTestServer):
