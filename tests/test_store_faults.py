@@ -148,6 +148,51 @@ def test_a_store_another_process_holds_locked_does_not_hold_up_the_run_and_loses
     assert rec.status == "succeeded" and rec.tasks["t"].output == "xxx"
 
 
+def test_a_solve_writes_its_rows_without_stalling_the_event_loop(tmp_path: Path) -> None:
+    """A solve records its start, rounds and answer while another process holds the store's
+    write lock: the event loop keeps running (its other tasks, the round's tools) and every
+    row is written once the lock is free."""
+    import time
+
+    import anyio
+
+    from dagagent.llm import ScriptedLLM, wire
+
+    db = tmp_path / "runs.db"
+    _store_with_a_run(db)
+    plan = {"goal": "g", "tasks": [{"id": "t", "tool": "text", "args": {"n": 3}}]}
+    answers = [json.dumps(plan), json.dumps({"action": "finish", "answer": "xxx", "cites": ["t"]})]
+    gaps: list[float] = []
+
+    async def main() -> dagagent.Solution:
+        async def tick() -> None:
+            last = time.monotonic()
+            while True:
+                await anyio.sleep(0.05)
+                now = time.monotonic()
+                gaps.append(now - last)
+                last = now
+
+        with RunStore(db) as store:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(tick)
+                llm = ScriptedLLM.openai([wire.openai_text(a) for a in answers])
+                async with llm:
+                    solution = await dagagent.solve("g", _registry(), llm, store=store)
+                tg.cancel_scope.cancel()
+            return solution
+
+    with _locked(db, 3.0):
+        solution = anyio.run(main)
+    assert solution.ok and solution.answer == "xxx" and not solution.not_recorded
+    # Written straight from the event loop, each row held the loop until the lock was free
+    # (3 s); in a worker thread the loop never stops for long.
+    assert gaps and max(gaps) < 1.5, max(gaps)
+    with RunStore(db) as st:
+        rec = st.get_solve(solution.solve_id)
+    assert rec.status == "answered" and [r.outcome for r in rec.rounds] == ["answered"]
+
+
 def test_a_store_locked_for_longer_than_the_recorder_waits_says_the_run_was_not_recorded(
     tmp_path: Path,
 ) -> None:

@@ -5,7 +5,8 @@
 A solve's rounds are runs like any other (each round after the first is a child of the round
 before, as ``replan`` makes them); these tables add what runs do not hold: which solve and
 round a run belongs to, the joiner's decision about it, and the solve's outcome and answer.
-Rows are written when a round or the solve ends (a few per solve), straight from the caller:
+Rows are written when a round or the solve ends (a few per solve), from a worker thread of
+the caller (a store another process holds locked never stalls its event loop):
 a solve whose process dies keeps every round that ended and shows as ``interrupted``.
 """
 

@@ -26,10 +26,12 @@ from __future__ import annotations
 import inspect
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Union
 
 import anyio
+import anyio.to_thread
 
 from .. import telemetry
 from ..api import execute, new_run_id
@@ -157,13 +159,17 @@ class _Solve:
         for listener in self.listeners:
             listener(event)
 
-    def record(self, what: str, **values: Any) -> None:
-        """Write to the run store, if there is one; a failed write is logged, never fatal
-        (the solution is still returned, and the runs are recorded on their own)."""
+    async def record(self, what: str, **values: Any) -> None:
+        """Write to the run store, if there is one, in a worker thread: a store another
+        process holds locked makes the write wait (up to SQLite's busy timeout), never the
+        event loop and the round's tasks. A failed write is logged, never fatal (the solution
+        is still returned, and the runs are recorded on their own)."""
         if self.store is None:
             return
+        write = partial(getattr(self.store, what), self.solve_id, **values)
         try:
-            getattr(self.store, what)(self.solve_id, **values)
+            with anyio.CancelScope(shield=True):  # a stopped solve still says so
+                await anyio.to_thread.run_sync(write)
         except StoreError as exc:
             self.log.warning("solve.not_recorded", what=what, error=str(exc))
             self.not_recorded.append(f"{what.replace('_', ' ')} ({exc})")
@@ -176,7 +182,7 @@ class _Solve:
             joiner=CallUsage.of(self.joiner_usage),
         )
 
-    def end(
+    async def end(
         self,
         status: SolveStatus,
         reason: str,
@@ -196,7 +202,7 @@ class _Solve:
             usage=self.usage,
             error=error,
         )
-        self.record(
+        await self.record(
             "finish_solve",
             status=status.value,
             reason=reason,
@@ -213,7 +219,7 @@ class _Solve:
         solution.not_recorded = [*self.not_recorded, *lost]  # never claim a missing record
         return solution
 
-    def close_round(self, rnd: Round, outcome: str, reason: str = "") -> None:
+    async def close_round(self, rnd: Round, outcome: str, reason: str = "") -> None:
         rnd.outcome, rnd.reason = outcome, reason
         span, self.round_span = self.round_span, None
         if span is not None:
@@ -221,7 +227,7 @@ class _Solve:
             if rnd.run_id:
                 span.set_attribute(telemetry.RUN_ID, rnd.run_id)
             span.end()
-        self.record(
+        await self.record(
             "record_round",
             round=rnd.number,
             run_id=rnd.run_id,
@@ -247,7 +253,7 @@ class _Solve:
             # cancelled (Ctrl-C) or a bug: the record says the solve did not finish
             if self.rounds and not self.rounds[-1].outcome:
                 rnd = self.rounds[-1]
-                self.record(
+                await self.record(
                     "record_round",
                     round=rnd.number,
                     run_id=rnd.run_id or self.running,
@@ -255,7 +261,7 @@ class _Solve:
                     reason="the solve was stopped",
                     feedback=rnd.feedback,
                 )
-            self.record("finish_solve", status="cancelled", reason="the solve was stopped")
+            await self.record("finish_solve", status="cancelled", reason="the solve was stopped")
             raise
 
     async def _rounds(self) -> Solution:
@@ -280,17 +286,17 @@ class _Solve:
                     if isinstance(exc, PlanningError)
                     else f"round {n}: the model could not be used: {' '.join(str(exc).split())}"
                 )
-                self.close_round(rnd, "failed", reason)
-                return self.end(SolveStatus.FAILED, reason, error=exc)
+                await self.close_round(rnd, "failed", reason)
+                return await self.end(SolveStatus.FAILED, reason, error=exc)
             if stop is not None:
-                self.close_round(rnd, "gave_up", stop)
-                return self.end(SolveStatus.GAVE_UP, stop)
+                await self.close_round(rnd, "gave_up", stop)
+                return await self.end(SolveStatus.GAVE_UP, stop)
             assert rnd.plan is not None and rnd.result is not None
             result = rnd.result
             if previous is not None and not _new_successes(result, outputs):
                 reason = f"round {n} added no new success ({_failure_summary(result)})"
-                self.close_round(rnd, "gave_up", reason)
-                return self.end(SolveStatus.GAVE_UP, reason)
+                await self.close_round(rnd, "gave_up", reason)
+                return await self.end(SolveStatus.GAVE_UP, reason)
             outputs.update(result.outputs)
             last = n == self.max_rounds
             try:
@@ -305,8 +311,8 @@ class _Solve:
                     else f"round {n}: the joiner's model could not be used: "
                     f"{' '.join(str(exc).split())}"
                 )
-                self.close_round(rnd, "failed", reason)
-                return self.end(SolveStatus.FAILED, reason, error=exc)
+                await self.close_round(rnd, "failed", reason)
+                return await self.end(SolveStatus.FAILED, reason, error=exc)
             rnd.joining = report
             decision = rnd.decision = report.decision
             self.emit(
@@ -323,9 +329,9 @@ class _Solve:
             self.log.info("solve.joined", round=n, action=decision.action)
             if decision.finished:
                 reason = f"answered in round {n}"
-                self.close_round(rnd, "answered")
-                return self.end(SolveStatus.ANSWERED, reason, decision=decision)
-            self.close_round(rnd, "replan")
+                await self.close_round(rnd, "answered")
+                return await self.end(SolveStatus.ANSWERED, reason, decision=decision)
+            await self.close_round(rnd, "replan")
             previous, feedback = rnd, decision.feedback
         raise AssertionError("the last round always finishes")  # pragma: no cover
 
@@ -341,7 +347,7 @@ class _Solve:
         )
         run_id = self.running = new_run_id()
         # On record from the start, so that a solve killed mid-round still names its run.
-        self.record(
+        await self.record(
             "record_round",
             round=rnd.number,
             run_id=run_id,
@@ -517,7 +523,7 @@ async def solve(
         store=opened,
     )
     try:
-        state.record("start_solve", goal=state.goal)
+        await state.record("start_solve", goal=state.goal)
         return await state.run()
     finally:
         if opened is not None and opened is not store:
