@@ -192,7 +192,9 @@ def redacting(
     A task that fails before its call reaches this interceptor (its resolved arguments do not
     fit the tool, or an interceptor before it refused the call) is redacted all the same when
     it is recorded: the runner asks :meth:`Redacting.redact_args` for its arguments and
-    :meth:`Redacting.redact_text` for its error message."""
+    :meth:`Redacting.redact_text` for its error message. So are the calls an agent task's
+    model wrote into its steps (every call, also one whose arguments did not fit its tool or
+    whose tool does not exist), and the errors those calls saw back."""
     return Redacting(args, patterns, replacement, tools)
 
 

@@ -811,6 +811,56 @@ def test_a_redacted_secret_never_reaches_the_store(tmp_path: Path) -> None:
     assert again.tasks["v"].status.value == "reused" and seen == ["[redacted]"]
 
 
+def test_an_agents_calls_are_recorded_redacted_even_when_they_never_reached_the_tool(
+    tmp_path: Path,
+) -> None:
+    """The secrets a model writes into its calls never reach the store: not those of a call
+    that ran (the redacting interceptor rewrote it), nor those of a call whose arguments did
+    not fit the tool or whose tool does not exist (it never reached the interceptor)."""
+    from dagagent.interceptors import redacting
+    from dagagent.llm import LLMResponse, ScriptedLLM, ToolCall
+
+    secret = "hunter2-0123456789-very-secret"
+    seen: list[str] = []
+    reg = dagagent.Registry()
+
+    @reg.tool
+    def login(user: str, password: str, tries: int = 1) -> str:
+        """Log in."""
+        seen.append(password)
+        return f"hello {user}"
+
+    turn = LLMResponse(
+        content="",
+        tool_calls=[
+            ToolCall(id="ok", name="login", arguments={"user": "ann", "password": secret}),
+            ToolCall(
+                id="bad",
+                name="login",
+                arguments={"user": "ann", "password": secret, "tries": "many"},
+            ),
+            ToolCall(id="unknown", name="logon", arguments={"api_token": secret}),
+        ],
+    )
+    plan = {"tasks": [{"id": "ag", "instruction": "log in", "tools": ["login"]}]}
+    db = tmp_path / "r.db"
+    with ScriptedLLM([turn, LLMResponse(content="done")]) as llm:
+        result = dagagent.execute_sync(plan, reg, llm=llm, store=db, interceptors=[redacting()])
+    assert result.ok and seen == ["[redacted]"]
+    with sqlite3.connect(db) as conn:
+        rows = conn.execute("SELECT * FROM tasks").fetchall()
+    assert rows and not any(secret in str(col) for row in rows for col in row)
+    with RunStore(db) as st:
+        (step, _answer) = st.get_run(result.run_id).tasks["ag"].steps or []
+    by_id = {c.id: c for c in step.calls}
+    assert by_id["ok"].args == {"user": "ann", "password": "[redacted]"}
+    assert by_id["bad"].args == {"user": "ann", "password": "[redacted]", "tries": "many"}
+    assert by_id["bad"].is_error and "tries" in (by_id["bad"].observation or "")
+    assert by_id["unknown"].args == {"api_token": "[redacted]"}
+    # what the caller gets back is as the store has it
+    assert secret not in str(result.tasks["ag"].steps)
+
+
 # ---------------------------------------------------------------------------------------------
 # Map tasks
 

@@ -269,6 +269,31 @@ class TaskRunner:
             run.decisions = decisions
         return error, traceback
 
+    def _redact_steps(self, steps: list[AgentStep]) -> list[AgentStep]:
+        """An agent's steps as the redacting interceptors would leave them: each call's
+        arguments as they would pass them on, and an error it saw back without the values
+        they hide. Every call, also one that never reached them (its arguments did not fit
+        the tool, the tool is unknown), so that no secret a model wrote reaches the record."""
+        out: list[AgentStep] = []
+        for step in steps:
+            calls = []
+            for c in step.calls:
+                args, observation = c.args, c.observation
+                if isinstance(args, dict):
+                    for redactor in self._redactors:
+                        if observation is not None and c.is_error:
+                            observation = redactor.redact_text(c.tool, c.args, observation)
+                        new = redactor.redact_args(c.tool, args)
+                        if new is not None:
+                            args = new
+                if args is c.args and observation is c.observation:
+                    calls.append(c)
+                else:
+                    calls.append(c.model_copy(update={"args": args, "observation": observation}))
+            changed = any(a is not b for a, b in zip(calls, step.calls, strict=True))
+            out.append(step.model_copy(update={"calls": calls}) if changed else step)
+        return out
+
     async def _run_map(self, task_id: str) -> TaskResult:
         task = self.tasks[task_id]
         run = TaskRun(task_id, time.time(), None)
@@ -427,8 +452,11 @@ class TaskRunner:
         elements: list[TaskResult] | None = None,
         traceback: str | None = None,
     ) -> TaskResult:
-        if self._redactors and status is not _SUCCEEDED and status is not _REUSED:
-            error, traceback = self._redact_failure(run, error, traceback)
+        if self._redactors:
+            if status is not _SUCCEEDED and status is not _REUSED:
+                error, traceback = self._redact_failure(run, error, traceback)
+            if run.steps:
+                run.steps = self._redact_steps(run.steps)
         r = task_result(
             run.task_id,
             status,
