@@ -20,6 +20,10 @@ element takes one, the map task itself none) and the task's own ``max_concurrenc
   task's other dependencies have the outputs they had. The reuse map holds those elements
   under ``"<task>@<fingerprint>"`` (see :func:`dagagent.review.reuse_map`); ``@`` is never part
   of a task id.
+- **Waiting.** An element whose call an ``ask`` rule leaves for a person (see
+  :func:`dagagent.resume`) is ``waiting``, not failed; when no element failed and one waits,
+  the map task is ``waiting`` (its waiting calls are its approvals). A resumed run keeps
+  every other element as it was recorded and runs only the waiting ones again.
 - **Cap.** A list longer than the run's ``max_elements`` (default
   :data:`DEFAULT_MAX_ELEMENTS`) fails the task with :class:`~dagagent.errors.MapError` before
   any element starts.
@@ -33,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import anyio.lowlevel
 
-from ..errors import MapError, TaskDeniedError
+from ..errors import MapError, TaskDeniedError, TaskWaitingError
 from ..events import TaskElementFinished
 from ..plan import element_key
 from ..references import ElementScope, Template
@@ -59,6 +63,7 @@ _REUSED = TaskStatus.REUSED
 _FAILED = TaskStatus.FAILED
 _DENIED = TaskStatus.DENIED
 _CANCELLED = TaskStatus.CANCELLED
+_WAITING = TaskStatus.WAITING
 
 
 def _kind(value: Any) -> str:
@@ -85,6 +90,9 @@ class MapRun:
         self.items: list[Any] = []
         self.results: list[TaskResult | None] = []
         self.first_failure: int | None = None
+        #: A resumed run: the elements recorded before the pause (those that did not wait
+        #: stand as they were; a list of another length means nothing stands).
+        self.prior: list[TaskResult] | None = runner._resume_elements.pop(task.id, None)
 
     def expand(self) -> list[Any]:
         """The list, resolved now; :class:`MapError` if it is not a list or too long."""
@@ -114,17 +122,29 @@ class MapRun:
         self.run.args = items
         n = len(items)
         self.results = [None] * n
+        prior = self.prior
+        if prior is not None and len(prior) == n:
+            for i, before in enumerate(prior):
+                if before.status is not _WAITING:
+                    self.results[i] = before
+                    if not before.status.ok and self.first_failure is None:
+                        self.first_failure = i  # allow_partial: a failure stands too
+                    if runner.emit is not None:
+                        runner.emit(TaskElementFinished(runner.run_id, task.id, i, before))
+            following_ids = [i for i, r in enumerate(self.results) if r is None]
+        else:
+            following_ids = list(range(n))
         if not n:
             return _SUCCEEDED, [], None, None
         attempt, retries = runner._attempt_for(task)
         if runner.telemetry is not None:
             attempt = runner.telemetry.attempts(task, attempt)
         cancel_siblings = runner.on_failure == "cancel" and not task.allow_partial
-        width = n
+        width = max(1, len(following_ids))
         for bound in (task.max_concurrency, runner.element_concurrency, runner.max_concurrency):
             if bound is not None:
                 width = min(width, bound)
-        following = iter(range(n))
+        following = iter(following_ids)
         source_task = _for_each_task(task)
         upstream = tuple(d for d in runner.graph.dependencies[task.id] if d != source_task)
 
@@ -133,7 +153,8 @@ class MapRun:
             async def worker() -> None:
                 for i in following:
                     r = await self._element(i, attempt, retries, upstream)
-                    if not r.status.ok and self.first_failure is None:
+                    # a waiting element is no failure: its siblings go on
+                    if not r.status.ok and r.status is not _WAITING and self.first_failure is None:
                         self.first_failure = i
                         if cancel_siblings:
                             tg.cancel_scope.cancel()
@@ -160,6 +181,8 @@ class MapRun:
         first = self.first_failure
         if first is None:
             done = self.finish_unstarted("not run")
+            if any(r.status is _WAITING for r in done):
+                return self._waiting(done)
             everything_reused = all(r.status is _REUSED for r in done)
             return (
                 (_REUSED if everything_reused else _SUCCEEDED),
@@ -171,6 +194,8 @@ class MapRun:
         assert failed is not None
         done = self.finish_unstarted(f"not run: element {first} {failed.status.value}")
         bad = [r for r in done if not r.status.ok and r.status is not _CANCELLED]
+        if self.task.allow_partial and any(r.status is _WAITING for r in done):
+            return self._waiting(done)
         if self.task.allow_partial and len(bad) < n:
             return _SUCCEEDED, [r.output if r.status.ok else None for r in done], None, None
         status = _DENIED if failed.status is _DENIED else _FAILED
@@ -180,6 +205,16 @@ class MapRun:
         else:
             error = f"{len(bad)} of {n} elements failed; {what}: {failed.error}"
         return status, None, error, failed.error_type
+
+    def _waiting(self, done: list[TaskResult]) -> tuple[TaskStatus, Any, str, str]:
+        n = len(done)
+        waiting = [i for i, r in enumerate(done) if r.status is _WAITING]
+        shown = ", ".join(str(i) for i in waiting[:10]) + (", ..." if len(waiting) > 10 else "")
+        error = (
+            f"{len(waiting)} of {n} element{'s' if n != 1 else ''} wait for a person's "
+            f"decision (element{'s' if len(waiting) != 1 else ''} {shown})"
+        )
+        return _WAITING, None, error, TaskWaitingError.__name__
 
     async def _element(
         self, i: int, attempt: Tool | Attempt, retries: int, upstream: tuple[str, ...]
@@ -211,6 +246,8 @@ class MapRun:
                 raise
             error = f"{describe(exc)} (raised by the task itself; nothing cancelled it)"
             error_type, traceback = type(exc).__name__, task_traceback(exc)
+        except TaskWaitingError as exc:
+            status, error, error_type = _WAITING, str(exc), type(exc).__name__
         except TaskDeniedError as exc:
             status, error, error_type = _DENIED, str(exc), type(exc).__name__
         except Exception as exc:

@@ -121,6 +121,10 @@ class TaskRunner:
             for t, r in prior.items()
             if r.status is _WAITING and r.steps and isinstance(self.tasks.get(t), AgentTask)
         }
+        # ... and a map task that waited runs only its elements that waited.
+        self._resume_elements: dict[str, list[TaskResult]] = {
+            t: list(r.elements) for t, r in prior.items() if r.status is _WAITING and r.elements
+        }
         # A task takes a slot before it starts and keeps it until it finishes (retries
         # included): at most max_concurrency tasks are ever between TaskStarted and
         # TaskFinished, and a task waiting for a slot has not started.

@@ -431,10 +431,14 @@ class RunRecorder:
 
     def _asked(self, r: TaskResult) -> list[tuple[Any, ...]]:
         """The calls of a waiting task left for a person: one row each (its ``wait``
-        decisions: the tool, the arguments as the rule saw them, the rule, the caller)."""
+        decisions, or its waiting elements' of a map task: the tool, the arguments as the rule
+        saw them, the rule, the caller)."""
+        calls = [*(r.decisions or ())]
+        for e in r.elements or ():  # a map task: its elements' calls
+            calls.extend(e.decisions or ())
         return [
             (self.run_id, r.task_id, d.tool, to_column(d.args), d.rule, d.source, d.at)
-            for d in r.decisions or ()
+            for d in calls
             if d.decision == WAIT
         ]
 

@@ -227,3 +227,106 @@ async def test_decisions_are_refused_where_nothing_waits(tmp_path: Path) -> None
         s.decide(result.run_id, "mail", "allow", by="ann")
         with pytest.raises(DecisionError, match="decided already"):
             s.decide(result.run_id, "mail", "deny", by="bob")
+
+
+MAP = {
+    "goal": "mail each person; some mails need a person's approval",
+    "tasks": [
+        {
+            "id": "mail",
+            "tool": "send",
+            "for_each": ["ann", "bob", "cy", "bea"],
+            "args": {"to": "${@item}"},
+        },
+        {"id": "done", "tool": "after", "args": {"note": "${mail.1}"}},
+    ],
+}
+
+
+def _b_policy() -> Policy:
+    """Asks about mails to people whose name starts with b."""
+    return Policy(
+        [Rule(tool="send", action="ask", args=lambda a: a["to"].startswith("b"), name="b")],
+        ask=ask_later,
+    )
+
+
+@pytest.mark.parametrize("executor", ["serial", "dataflow"])
+async def test_a_map_element_waits_and_resume_runs_only_the_waiting_elements(
+    tmp_path: Path, executor: str
+) -> None:
+    calls: list[str] = []
+    store = tmp_path / "runs.db"
+    paused = await dagagent.execute(
+        MAP, _tools(calls), interceptors=[_b_policy()], store=store, executor=executor
+    )
+    assert paused.status is RunStatus.PAUSED
+    mail = paused.tasks["mail"]
+    assert mail.status.value == "waiting" and paused.tasks["done"].status.value == "skipped"
+    assert [e.status.value for e in mail.elements or ()] == [
+        "succeeded",
+        "waiting",
+        "succeeded",
+        "waiting",
+    ]
+    assert mail.error == "2 of 4 elements wait for a person's decision (elements 1, 3)"
+    assert sorted(calls) == ["send ann hi", "send cy hi"]
+    with dagagent.RunStore(store) as s:
+        asked = s.approvals(paused.run_id)
+        record = s.get_run(paused.run_id)
+    assert sorted((a.task_id, a.args["to"], a.state) for a in asked) == [
+        ("mail", "bea", "waiting"),
+        ("mail", "bob", "waiting"),
+    ]
+    assert [e.status.value for e in record.tasks["mail"].elements or ()] == [
+        "succeeded",
+        "waiting",
+        "succeeded",
+        "waiting",
+    ]
+
+    resumed = await dagagent.resume(
+        paused.run_id,
+        _tools(calls),
+        store=store,
+        decisions={"mail": Approval.approve("fine", by="ann")},
+        interceptors=[_b_policy()],
+    )
+    assert resumed.status is RunStatus.SUCCEEDED, resumed.tasks
+    # only the two waiting elements ran; those that succeeded were not sent again
+    assert sorted(calls) == [
+        "after sent to bob",
+        "send ann hi",
+        "send bea hi",
+        "send bob hi",
+        "send cy hi",
+    ]
+    assert resumed.tasks["mail"].output == [
+        "sent to ann",
+        "sent to bob",
+        "sent to cy",
+        "sent to bea",
+    ]
+    with dagagent.RunStore(store) as s:
+        assert [a.state for a in s.approval_history(paused.run_id)] == ["used", "used"]
+        elements = s.get_run(paused.run_id).tasks["mail"].elements or []
+    assert [e.status.value for e in elements] == ["succeeded"] * 4
+    # the elements kept from before the pause keep their own record (their first start)
+    assert elements[0].started_at == (mail.elements or [])[0].started_at
+
+
+async def test_a_denied_map_element_denies_the_map_task(tmp_path: Path) -> None:
+    calls: list[str] = []
+    store = tmp_path / "runs.db"
+    paused = await dagagent.execute(MAP, _tools(calls), interceptors=[_b_policy()], store=store)
+    assert paused.status is RunStatus.PAUSED
+    resumed = await dagagent.resume(
+        paused.run_id,
+        _tools(calls),
+        store=store,
+        decisions={"mail": Approval.deny("no mail to b", by="ann")},
+        interceptors=[_b_policy()],
+    )
+    assert resumed.status is RunStatus.FAILED
+    assert resumed.tasks["mail"].status.value == "denied"
+    assert sorted(calls) == ["send ann hi", "send cy hi"]  # nothing else was sent
