@@ -119,9 +119,11 @@ async def execute(
 
         # checks the run id; starts nothing yet
         recorder = RunRecorder(store, run_id, resumed=resuming is not None)
-        listeners = (*listeners, recorder)
 
-    emit = Emitter(listeners, log) if listeners else None
+    # The recorder hears the run's own events after the listeners, and takes each task's
+    # result straight from the runner (no event is made for it when nobody else listens).
+    run_listeners: tuple[Listener, ...] = listeners if recorder is None else (*listeners, recorder)
+    emit = Emitter(run_listeners, log) if run_listeners else None
     # Tools bound to a connection (MCP sessions) get it for the run; one that cannot be
     # opened is a configuration error before anything is recorded.
     async with connected(_used_tools(graph, registry)), exe.session():
@@ -142,6 +144,7 @@ async def execute(
             logger=log,
             on_failure=on_failure,
             max_elements=max_elements,
+            record=recorder.record if recorder is not None else None,
         )
         prepare = getattr(exe, "prepare", None)
         if prepare is not None:  # e.g. ship the tools to workers; fails before any record

@@ -56,7 +56,7 @@ from pydantic import (
     field_validator,
     model_serializer,
 )
-from pydantic_core import PydanticCustomError
+from pydantic_core import PydanticCustomError, to_json
 
 from .errors import Issue, PlanLoadError
 from .references import Reference, Template
@@ -347,6 +347,12 @@ class Plan(BaseModel):
         return load_plan(source)
 
     def to_json(self, *, indent: int | None = 2) -> str:
+        """The plan as JSON, without the fields left at their defaults (one line when
+        ``indent`` is ``None``: what the run store records before a run's first task)."""
+        if indent is None:
+            compact = _compact_json(self)
+            if compact is not None:
+                return compact
         return self.model_dump_json(indent=indent, exclude_defaults=True)
 
 
@@ -534,3 +540,62 @@ def _check_unicode(data: Any, origin: str) -> None:
             f"{origin}: {where} holds an invalid \\u escape (a lone UTF-16 surrogate, such as "
             "half of an emoji): write the character itself or its full surrogate pair"
         )
+
+
+# ---------------------------------------------------------------------------------------------
+# Plan JSON on one line, fast: the run store writes it before a run's first task may start, and
+# pydantic's exclude_defaults with the per-task key-order serializer costs several
+# microseconds a task. Same text as model_dump_json(exclude_defaults=True) (a test compares).
+
+_NO_DEFAULT: Any = object()
+
+
+def _defaults(cls: type[BaseTask]) -> tuple[tuple[str, Any], ...]:
+    """``(field, default)`` in plan-JSON key order (``_NO_DEFAULT``: a required field)."""
+    fields = []
+    for name, info in cls.model_fields.items():
+        if info.is_required():
+            default = _NO_DEFAULT
+        elif info.default_factory is not None:
+            default = info.default_factory()  # type: ignore[call-arg]  # takes no argument
+        else:
+            default = info.default
+        fields.append((name, default))
+    return tuple(sorted(fields, key=lambda f: _KEY_ORDER[f[0]]))
+
+
+def _changeable(fields: tuple[tuple[str, Any], ...]) -> tuple[tuple[str, Any], ...]:
+    """The fields that may differ from their default without having been set: required ones
+    and those whose default is a list or a dict (which may be changed in place)."""
+    return tuple((k, d) for k, d in fields if d is _NO_DEFAULT or isinstance(d, (list, dict)))
+
+
+# Per task class: every field, and the few to look at when only those were set (most tasks).
+_TASK_FIELDS = {
+    cls: (every, _changeable(every), frozenset(k for k, _ in _changeable(every)))
+    for cls in (ToolTask, AgentTask)
+    for every in (_defaults(cls),)
+}
+
+
+def _compact_json(plan: Plan) -> str | None:
+    """``plan`` as one line of JSON without default fields, or ``None`` if it is not the plain
+    model this knows (a subclass, a field it does not know): then pydantic writes it."""
+    if type(plan) is not Plan or plan.__pydantic_extra__:
+        return None
+    known = _TASK_FIELDS
+    try:
+        tasks = []
+        for t in plan.tasks:
+            every, changeable, names = known[type(t)]
+            fields = changeable if t.__pydantic_fields_set__ <= names else every
+            values = t.__dict__
+            tasks.append({k: v for k, default in fields if (v := values[k]) != default})
+        doc: dict[str, Any] = {}
+        if plan.goal != "":
+            doc["goal"] = plan.goal
+        if tasks:
+            doc["tasks"] = tasks
+        return to_json(doc).decode()
+    except Exception:  # anything unusual: pydantic's own serializer decides
+        return None

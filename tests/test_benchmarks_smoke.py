@@ -161,7 +161,8 @@ def test_overhead_with_the_run_store(tmp_path: Path) -> None:
         tmp_path,
     )
     assert proc.returncode == 0, proc.stderr
-    (r,) = json.loads((tmp_path / "overhead.json").read_text())["results"]
+    assert not (tmp_path / "overhead.json").exists()  # the published no-store figures stay
+    (r,) = json.loads((tmp_path / "overhead_store.json").read_text())["results"]
     assert set(r["run_s"]) == {"floor", "dataflow", "dataflow+store"}
     assert "dataflow+store" in proc.stdout
 

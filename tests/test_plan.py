@@ -13,7 +13,7 @@ import dagagent
 from dagagent import Plan, load_plan
 from dagagent.cli import app
 from dagagent.errors import PlanLoadError, PlanValidationError, ReferenceResolutionError
-from dagagent.plan import Template
+from dagagent.plan import AgentTask, Template, ToolTask
 from dagagent.runner import AgentNode
 
 
@@ -474,3 +474,38 @@ def test_same_call_is_the_fingerprint_of_the_task_as_written() -> None:
     assert not same_call(a, ToolTask(id="a", tool="t", args={"n": 1.0}))  # 1.0 runs again
     assert not same_call(a, ToolTask(id="a", tool="u", args={"n": 1}))
     assert not same_call(AgentTask(id="a", instruction="x"), AgentTask(id="a", instruction="y"))
+
+
+def test_compact_plan_json_is_what_pydantic_writes_without_defaults() -> None:
+    """Plan.to_json(indent=None) writes the run store's plan column by hand, fast; it must be
+    the text model_dump_json(exclude_defaults=True) gives, for every way a field can be set."""
+    plan = Plan.model_validate(
+        {
+            "goal": "every field",
+            "tasks": [
+                {"id": "a", "tool": "t"},
+                {"id": "b", "tool": "t", "args": {"x": [1, {"y": None}], "é": "☃"}},
+                {"id": "c", "tool": "t", "depends_on": [], "retries": None, "args": {}},
+                {"id": "d", "tool": "t", "depends_on": ["a"], "retries": 2, "timeout_s": 1.5},
+                {"id": "e", "tool": "t", "description": "why", "allow_partial": False},
+                {"id": "f", "tool": "t", "for_each": "${a}", "max_concurrency": 2},
+                {"id": "g", "tool": "t", "for_each": [1, 2], "allow_partial": True},
+                {"id": "h", "instruction": "think about ${a}", "tools": ["t"]},
+                {"id": "i", "instruction": "anything", "tools": None, "retries": 0},
+            ],
+        }
+    )
+    late = ToolTask(id="j", tool="t")
+    late.depends_on.append("a")  # changed in place, never set
+    late.args["k"] = 1
+    plan.tasks.append(late)
+    plan.tasks.append(ToolTask.model_construct(id="k", tool="t", retries=1))
+    built = AgentTask(id="l", instruction="x")
+    built.timeout_s = 3.0  # set after construction
+    plan.tasks.append(built)
+    expected = plan.model_dump_json(exclude_defaults=True)
+    assert plan.to_json(indent=None) == expected
+    assert Plan.model_validate_json(expected) == plan
+    for empty in (Plan(), Plan(goal="only a goal"), Plan(tasks=[ToolTask(id="x", tool="t")])):
+        assert empty.to_json(indent=None) == empty.model_dump_json(exclude_defaults=True)
+    assert plan.to_json() == plan.model_dump_json(indent=2, exclude_defaults=True)

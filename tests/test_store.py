@@ -34,6 +34,7 @@ from dagagent.store import (
     locate_store,
     user_data_dir,
 )
+from dagagent.store import _writer as writer
 
 pytestmark = pytest.mark.anyio
 
@@ -595,6 +596,15 @@ async def test_an_event_that_cannot_be_written_is_dropped_not_the_whole_record(
         return real(self, r)
 
     monkeypatch.setattr(RunRecorder, "_task_row", poisoned)
+    # the batch of rows as one JSON document: refused when it holds b, so b goes row by row
+    real_json = writer.insert_json
+
+    def refuse_b(conn: Any, run_id: str, results: Any) -> bool:
+        if any(r.task_id == "b" for r in results):
+            return False
+        return real_json(conn, run_id, results)
+
+    monkeypatch.setattr(writer, "insert_json", refuse_b)
     db = tmp_path / "r.db"
     result = await dagagent.execute(
         {"tasks": [w("a"), w("b"), w("c", 0.2)]}, registry, store=db, executor="dataflow"

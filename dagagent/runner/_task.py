@@ -85,6 +85,7 @@ class TaskRunner:
         on_failure: str = "cancel",
         max_elements: int = DEFAULT_MAX_ELEMENTS,
         telemetry: RunTelemetry | None = None,
+        record: Callable[[TaskResult], None] | None = None,
     ) -> None:
         self.graph = graph
         self.tasks = graph.tasks
@@ -97,6 +98,9 @@ class TaskRunner:
         self.listeners = tuple(listeners)
         #: Emits run events to the listeners (``None`` without listeners: nothing is built).
         self.emit = Emitter(self.listeners, logger) if self.listeners else None
+        #: Takes every final result as it is made (the run store's recorder: a result on its
+        #: queue, no event built for it).
+        self.record = record
         #: The tool-call seam: interceptors, per-tool limits, the invoker.
         self.calls = ToolCalls(run_id, self.registry, interceptors, invoker, self.emit, answers)
         self._intercepted = self.calls.intercepted
@@ -481,6 +485,8 @@ class TaskRunner:
             self.telemetry.finished(r)
         if status is _SUCCEEDED or status is _REUSED:
             self.outputs[run.task_id] = output
+        if self.record is not None:
+            self.record(r)
         if self.emit is not None:
             self.emit(TaskFinished(self.run_id, r))
         if self._debug:
@@ -506,6 +512,8 @@ class TaskRunner:
         """A task of a resumed run that succeeded before the pause: its record stands."""
         self.results[r.task_id] = r
         self.outputs[r.task_id] = r.output
+        if self.record is not None:
+            self.record(r)
         if self.emit is not None:
             self.emit(TaskFinished(self.run_id, r))
         return r
@@ -516,6 +524,8 @@ class TaskRunner:
         self.results[task_id] = r
         if self.telemetry is not None:
             self.telemetry.finished(r)
+        if self.record is not None:
+            self.record(r)
         if self.emit is not None:
             self.emit(TaskFinished(self.run_id, r))
         return r

@@ -11,12 +11,14 @@ is read (``RunRecord.fingerprints``), not computed on the write path: it would b
 expensive part of a row, and deriving it with the current fingerprint function keeps old
 records reusable if that function ever changes.
 
-**Durability.** Recording is a listener (:class:`RunRecorder`). On the event loop it only
-puts the event on a queue; a background writer thread serializes results to JSON and writes
-them in batched transactions, at most ``flush_interval_s`` (default 0.05 s) after the first
-unwritten event, plus the time one write takes. A committed transaction survives the process
-being killed (WAL), so a SIGKILL loses only what finished within that delay. The recorder is
-flushed and stopped when ``execute`` returns or raises (also on cancellation).
+**Durability.** Recording is a listener (:class:`RunRecorder`); ``execute`` hands it each
+task's result directly. On the event loop it only puts the result on a queue; a background
+writer thread writes them in batched transactions (at most one per ``flush_interval_s``,
+default 0.02 s), so a result is committed at most ``flush_interval_s`` after its task
+finished plus the time of one or two writes (see :class:`RunRecorder`). A committed
+transaction survives the process being killed (WAL), so a SIGKILL loses only what finished
+within that window. The recorder is flushed and stopped when ``execute`` returns or raises
+(also on cancellation). :mod:`._rows` says how a batch of rows is written.
 
 **Where** (:func:`locate_store`, in :mod:`._location`): an explicit path, else
 ``$DAGAGENT_HOME/runs.db``, else ``runs.db`` in the nearest ``.dagagent/`` directory of the
@@ -46,7 +48,7 @@ the records read back; :mod:`._store` is :class:`RunStore` (the queries); :mod:`
 :class:`RunRecorder` and its writer thread (a redacted call is recorded with
 ``TaskResult.redacted_args``); :mod:`._solves` records solves (answers, rounds, joiner decisions);
 :mod:`._ids` checks run ids; :mod:`._location` finds the store file; :mod:`._codec` turns
-values into column text and back.
+values into column text and back; :mod:`._rows` writes a batch of task rows.
 """
 
 from __future__ import annotations

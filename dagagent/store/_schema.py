@@ -194,10 +194,10 @@ def connect(path: Path, *, read_only: bool = False) -> sqlite3.Connection:
     try:
         if int(conn.execute("PRAGMA user_version").fetchone()[0]) == 0:
             _refuse_foreign(conn, path)
+        conn.execute("PRAGMA synchronous=NORMAL")  # first: the switch to WAL is then quicker
         # Switching to WAL writes to the file: only when it is not in WAL mode yet.
         if str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower() != "wal":
             conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=NORMAL")
         conn.execute("PRAGMA foreign_keys=ON")
     except sqlite3.Error as exc:
         conn.close()

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 __all__ = ["DEFAULT_FLUSH_INTERVAL_S", "RunStore", "default_store_path"]
 
-DEFAULT_FLUSH_INTERVAL_S = 0.05
+DEFAULT_FLUSH_INTERVAL_S = 0.02
 
 
 def default_store_path(path: str | Path | None = None) -> Path:

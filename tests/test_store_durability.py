@@ -1,0 +1,247 @@
+"""How the run store writes task rows, and what survives a SIGKILL.
+
+Rows go to SQLite a batch at a time, as one JSON document SQLite takes apart (SQLite 3.38+),
+or row by row when a batch cannot go that way: both must write exactly the same rows. And a
+task that finished more than the durability window (flush interval plus a write) before the
+process was killed must be in the record, whichever way its row went.
+"""
+
+from __future__ import annotations
+
+import datetime
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import dagagent
+from dagagent.events import RunStarted, TaskFinished
+from dagagent.plan import Plan
+from dagagent.results import AgentStep, CallDecision, TaskResult, TaskStatus
+from dagagent.store import RunRecorder, RunStore
+from dagagent.store import _rows as rows
+from dagagent.store import _writer as writer
+
+T0 = 1_796_000_000.123456789
+
+
+class Opaque:
+    def __str__(self) -> str:
+        return "<opaque thing>"
+
+
+def _result(task_id: str, status: str = "succeeded", output: Any = None, **kw: Any) -> TaskResult:
+    fields: dict[str, Any] = {
+        "task_id": task_id,
+        "status": TaskStatus(status),
+        "output": output,
+        "attempts": 1,
+        "started_at": T0 + len(task_id) / 7,
+        "finished_at": T0 + len(task_id) / 3,
+        "args": {"q": task_id},
+    }
+    fields.update(kw)
+    return TaskResult(**fields)
+
+
+def _results() -> list[TaskResult]:
+    """Results of every shape a row can have, in an order that mixes both ways of writing."""
+    redacted = CallDecision(
+        tool="t", decision="redact", decided_by="redacting", args={"key": "***"}, at=T0
+    )
+    element = _result("m[0]", output={"x": 1})
+    return [
+        _result("text", output='é \u2028 ☃ 𝄞 "quoted" back\\slash \x01 tab\t'),
+        _result("nested", output={"a": [1, 2.5, None, True, {"b": "c"}], "": {}}),
+        _result("numbers", output=[2**70, -0.0, 1e300, 0.1, 1796105097.2395256, -7]),
+        _result("scalar-null-string", output="null"),
+        _result("none-output", output=None),
+        _result("empty", output=""),
+        _result("when", output=datetime.datetime(2026, 12, 1, 6, 0, tzinfo=datetime.timezone.utc)),
+        _result("opaque", output=Opaque()),  # JSON cannot hold it: written as its text
+        _result(
+            "boom",
+            "failed",
+            error="RuntimeError: it broke",
+            error_type="RuntimeError",
+            traceback='Traceback (most recent call last):\n  File "x.py"\nRuntimeError: it broke',
+            attempts=3,
+        ),
+        _result("cancelled-with-output", "cancelled", output={"late": True}, error="stopped"),
+        _result("skipped", "skipped", started_at=None, finished_at=None, args=None, attempts=0),
+        _result(
+            "agent",
+            output="answer",
+            steps=[AgentStep(step=1, thought="think", answer="answer")],
+            args="do the thing",
+        ),
+        _result("secret", output="ok", decisions=[redacted], args={"key": "hunter2"}),
+        _result("m", output=[{"x": 1}], elements=[element], args=None),
+        _result("nan", output=float("nan")),  # SQLite's JSON reader refuses NaN
+        _result("after-nan", output={"fine": 1}),
+        _result("nul", "failed", error="a NUL \x00 inside", error_type="X"),
+        _result("last", output=[1, "two"]),
+    ]
+
+
+def _record(path: Path, results: list[TaskResult]) -> list[tuple[Any, ...]]:
+    run_id = "0123456789ab"
+    plan = Plan.model_validate(
+        {
+            "tasks": [
+                {"id": r.task_id.replace("[", "").replace("]", ""), "tool": "t"} for r in results
+            ]
+        }
+    )
+    rec = RunRecorder(path, run_id, flush_interval_s=10.0).start()  # one batch: at close
+    rec(RunStarted(run_id, plan, "dataflow"))
+    for r in results:
+        rec.record(r)
+    rec.close()
+    assert rec.loss is None
+    with sqlite3.connect(path) as conn:
+        return conn.execute(f"SELECT {rows.TASK_COLUMNS} FROM tasks ORDER BY task_id").fetchall()
+
+
+@pytest.mark.skipif(not rows.JSON_ROWS, reason="SQLite before 3.38 writes row by row only")
+def test_a_batch_as_one_json_document_writes_the_rows_row_by_row_would(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ways: list[bool] = []
+    real = writer.insert_json
+
+    def spy(conn: Any, run_id: str, results: Any) -> bool:
+        ways.append(real(conn, run_id, results))
+        return ways[-1]
+
+    monkeypatch.setattr(writer, "insert_json", spy)
+    fast = _record(tmp_path / "fast.db", _results())
+    assert True in ways and False in ways  # both ways were taken (NaN, NUL: row by row)
+    monkeypatch.setattr(writer, "JSON_ROWS", False)
+    ways.clear()
+    slow = _record(tmp_path / "slow.db", _results())
+    assert ways == []
+    assert fast == slow
+    by_id = {row[1]: row for row in fast}
+    assert by_id["cancelled-with-output"][3] is None  # only a success keeps an output
+    assert by_id["none-output"][3] is None and by_id["scalar-null-string"][3] == '"null"'
+    assert by_id["nul"][4] == "a NUL \x00 inside"  # not cut at the NUL
+    assert "hunter2" not in repr(by_id["secret"])  # the redacted arguments, not the real ones
+    assert by_id["opaque"][3] == '"<opaque thing>"'
+
+
+def test_the_recorder_takes_results_and_task_finished_events_alike(tmp_path: Path) -> None:
+    db = tmp_path / "r.db"
+    run_id = "0123456789ab"
+    plan = Plan.model_validate({"tasks": [{"id": "a", "tool": "t"}, {"id": "b", "tool": "t"}]})
+    rec = RunRecorder(db, run_id).start()
+    rec(RunStarted(run_id, plan, "serial"))
+    rec.record(_result("a", output=1))
+    rec(TaskFinished(run_id, _result("b", output=2)))
+    rec.close()
+    with RunStore(db) as st:
+        got = st.get_run(run_id)
+    assert {t: r.output for t, r in got.tasks.items()} == {"a": 1, "b": 2}
+
+
+# ---------------------------------------------------------------------------------------------
+# SIGKILL in the middle of a run
+
+RUNNER = """
+import sys
+import anyio
+import dagagent
+
+log, db, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+reg = dagagent.Registry()
+
+
+@reg.tool
+async def step(i: int) -> dict:
+    '''Take a moment, say so in the log, return.'''
+    await anyio.sleep(0.005)
+    with open(log, "a") as f:
+        f.write(f"t{i}\\n")
+    return {"i": i, "text": "é ☃ \\u2028"}
+
+
+plan = {
+    "goal": "killed half-way",
+    "tasks": [
+        {"id": f"t{i}", "tool": "step", "args": {"i": i}, "depends_on": [f"t{i - 4}"][: i // 4]}
+        for i in range(n)
+    ],
+}
+dagagent.execute_sync(plan, reg, store=db)
+"""
+
+# Generous: the window is the flush interval (0.02 s) plus the time of one write, which a
+# busy machine stretches; what finished this long before the kill must be on disk.
+WINDOW_S = 2.0
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL")
+def test_every_task_that_finished_before_a_sigkill_is_in_the_record(tmp_path: Path) -> None:
+    log, db, n = tmp_path / "finished.log", tmp_path / "runs.db", 20_000
+    log.touch()
+    err = tmp_path / "stderr.txt"
+    with err.open("wb") as stderr:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", textwrap.dedent(RUNNER), str(log), str(db), str(n)],
+            stderr=stderr,
+        )
+    try:
+        deadline = time.monotonic() + 60
+        while len(log.read_text().split()) < 300:  # well under way
+            assert proc.poll() is None, err.read_text()
+            assert time.monotonic() < deadline, "the run did not get going"
+            time.sleep(0.05)
+        finished = log.read_text().split()  # finished at least WINDOW_S before the kill
+        time.sleep(WINDOW_S)
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    assert len(log.read_text().split()) < n  # killed mid-way, with tasks still to run
+    with RunStore(db, create=False) as st:
+        rec = st.last_run()
+    assert rec.goal == "killed half-way" and rec.status == "interrupted"
+    missing = [t for t in finished if t not in rec.tasks]
+    assert not missing, f"{len(missing)} finished tasks not on record, e.g. {missing[:5]}"
+    for t in finished:
+        assert rec.tasks[t].status is TaskStatus.SUCCEEDED
+        assert rec.tasks[t].output == {"i": int(t[1:]), "text": "é ☃ \u2028"}
+
+
+def test_results_reach_the_recorder_without_task_events(tmp_path: Path) -> None:
+    """A store alone listens to nothing per task: the runner hands it each result."""
+    reg = dagagent.Registry()
+
+    @reg.tool
+    def one() -> int:
+        """One."""
+        return 1
+
+    seen: list[str] = []
+    result = dagagent.execute_sync(
+        {"tasks": [{"id": "a", "tool": "one"}]}, reg, store=tmp_path / "r.db"
+    )
+    with RunStore(tmp_path / "r.db") as st:
+        assert st.get_run(result.run_id).tasks["a"].output == 1
+    result = dagagent.execute_sync(
+        {"tasks": [{"id": "a", "tool": "one"}]},
+        reg,
+        store=tmp_path / "r.db",
+        listeners=[lambda ev: seen.append(ev.kind)],
+    )
+    assert seen == ["run.started", "task.started", "task.finished", "run.finished"]
+    with RunStore(tmp_path / "r.db") as st:
+        assert st.get_run(result.run_id).tasks["a"].output == 1
