@@ -5,7 +5,9 @@ joiner's decisions); the answer comes last, whole, on stdout. ``--json`` prints 
 solution as one JSON object instead.
 
 Exit codes: 0 answered; 1 gave up, or the joiner gave no usable decision; 2 a bad option, no
-model configured, or a model that cannot be used; 3 no valid plan; 130 interrupted.
+model configured, or a model that cannot be used; 3 no valid plan; 6 paused (a round's run
+waits for a person's decision: ``dagagent approve``, then ``dagagent resume RUN`` continues
+the solve); 130 interrupted.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from ..workflows import Solution, SolveStatus, solve
 from ._app import (
     EXIT_FAILED,
     EXIT_OK,
+    EXIT_PAUSED,
     EXIT_PLANNING,
     EXIT_RECORD,
     EXIT_USAGE,
@@ -61,22 +64,25 @@ from .options import (
     McpOpt,
     ModelChoice,
     ModelOpt,
+    NoWaitOpt,
     OtelOpt,
     PolicyOpt,
     StoreOpt,
     TimeoutOpt,
     ToolsOpt,
+    approval_context,
 )
 from .otel import configure_otel
 from .recording import recorded_tools_spec
 from .render import print_json
+from .run import paused_hint
 from .signals import stoppable
 from .tools import load_tools
 
-__all__ = ["ask_cmd", "exit_code_of"]
+__all__ = ["AskProgress", "ask_cmd", "exit_code_of", "report_solution", "solve_interrupted"]
 
 
-def _interrupted(progress: AskProgress, store: Path | None) -> str:
+def solve_interrupted(progress: AskProgress, store: Path | None) -> str:
     """What Ctrl-C during ``ask`` leaves behind: the solve and its last round's run, on
     record as stopped, and the command that shows them."""
     if progress.solve_id is None:
@@ -145,12 +151,14 @@ class AskProgress:
 
 
 def exit_code_of(solution: Solution) -> int:
-    """0 answered; 3 no valid plan; 2 a model that cannot be used; 5 answered but not all of
-    it recorded; 1 otherwise."""
-    if solution.ok and solution.not_recorded:
+    """0 answered; 3 no valid plan; 2 a model that cannot be used; 5 answered (or paused) but
+    not all of it recorded; 6 paused; 1 otherwise."""
+    if (solution.ok or solution.status is SolveStatus.PAUSED) and solution.not_recorded:
         return EXIT_RECORD
     if solution.ok:
         return EXIT_OK
+    if solution.status is SolveStatus.PAUSED:
+        return EXIT_PAUSED
     if isinstance(solution.error, PlanningError):
         return EXIT_PLANNING
     if isinstance(solution.error, LLMError):
@@ -158,7 +166,7 @@ def exit_code_of(solution: Solution) -> int:
     return EXIT_FAILED
 
 
-def _report(solution: Solution, path: Path) -> None:
+def report_solution(solution: Solution, path: Path) -> None:
     """What stderr says once the solve is over (the answer itself goes to stdout)."""
     where = f"solve {solution.solve_id} recorded in {path}"
     if solution.not_recorded:  # never claim a record that is not all there
@@ -174,6 +182,17 @@ def _report(solution: Solution, path: Path) -> None:
             f"answered in {n} round{'s' if n != 1 else ''} (run {solution.run_id}; "
             f"cites {', '.join(solution.cites) or 'no task'}); {solution.usage.summary()}; "
             f"{where}",
+            markup=False,
+            highlight=False,
+        )
+        return
+    last = solution.rounds[-1].result if solution.rounds else None
+    if solution.status is SolveStatus.PAUSED and last is not None:
+        paused_hint(last)  # what waits, and the commands that decide and continue
+        err.print(
+            f"solve {solution.solve_id} is paused in round {len(solution.rounds)}: 'dagagent "
+            f"resume {last.run_id}' continues its run, then the joiner and the rounds after "
+            f"it; {solution.usage.summary()}; {where}",
             markup=False,
             highlight=False,
         )
@@ -231,6 +250,7 @@ def ask_cmd(
     approve: ApproveOpt = False,
     ask: AskOpt = None,
     policy_file: PolicyOpt = None,
+    no_wait: NoWaitOpt = False,
     store: StoreOpt = None,
     json_out: bool = typer.Option(
         False, "--json", help="Print the whole solution (answer, rounds, usage) as JSON."
@@ -240,7 +260,8 @@ def ask_cmd(
     """Answer GOAL: plan with the model, run the plan, let the model answer from the results
     or plan again (reusing every success), for at most --max-rounds rounds. Progress on
     stderr, the answer on stdout. Exit 0 answered, 1 gave up, 2 model unusable, 3 no valid
-    plan."""
+    plan, 6 paused (a task waits for a person's decision: dagagent approve, then dagagent
+    resume)."""
     if otel:
         configure_otel()
     if not goal.strip():
@@ -256,7 +277,7 @@ def ask_cmd(
     # The first policy goes to solve as its policy: streamed planning holds back the tasks
     # it may ask about or deny until the whole plan is known; it still checks calls first.
     policies = run_interceptors(
-        None, registry, approve=False, asks=ask or [], policy_file=policy_file, no_wait=True
+        None, registry, approve=False, asks=ask or [], policy_file=policy_file, no_wait=no_wait
     )
     first = policies[0] if policies and isinstance(policies[0], Policy) else None
     llm = choice.client()
@@ -265,6 +286,10 @@ def ask_cmd(
     context: dict[str, Any] = {"tools": spec} if spec else {}
     if mcp:
         context["mcp"] = [strip_url_credentials(m) for m in mcp]  # replan connects again
+    approval = approval_context(policy_file, tuple(ask or ()))
+    if approval:  # what 'dagagent resume' asks with
+        context["approval"] = approval
+        context["on_failure"] = on_failure
 
     def confirm(graph: Any) -> bool:
         return confirm_plan(graph, registry)
@@ -298,8 +323,8 @@ def ask_cmd(
         try:
             solution = anyio.run(main)
         except (KeyboardInterrupt, asyncio.CancelledError):  # see guard: 3.10 gives the latter
-            raise Interrupted(_interrupted(progress, store)) from None
-    _report(solution, path)
+            raise Interrupted(solve_interrupted(progress, store)) from None
+    report_solution(solution, path)
     if json_out:
         print_json(out, solution.to_json_dict())
     elif solution.ok:

@@ -360,7 +360,7 @@ def _show_solve(solve: SolveRecord, run_id: str) -> None:
     if rnd is not None and decision is not None and decision.get("action") == "replan":
         feedback = printable(str(decision.get("feedback", "")), lines=True)
         out.print(f"the joiner asked for another plan: {feedback}", markup=False)
-    elif rnd is not None and rnd.outcome in ("gave_up", "failed"):
+    elif rnd is not None and rnd.outcome in ("gave_up", "failed", "paused"):
         out.print(
             f"{rnd.outcome}: {printable(rnd.reason, lines=True)}", markup=False, highlight=False
         )
@@ -368,6 +368,12 @@ def _show_solve(solve: SolveRecord, run_id: str) -> None:
         cites = ", ".join(solve.cites) or "no task"
         out.print(f"answer (cites {cites}):", markup=False, highlight=False)
         out.print(printable(as_text(solve.answer), lines=True), markup=False, highlight=False)
+    if rnd is not None and rnd.outcome == "paused" and solve.status == "paused":
+        out.print(
+            f"once decided, 'dagagent resume {run_id}' continues the solve",
+            markup=False,
+            highlight=False,
+        )
 
 
 # ---------------------------------------------------------------------------------------------

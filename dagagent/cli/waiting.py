@@ -3,11 +3,15 @@ person, a person's decision about one, and the run continued with the decisions.
 
 ``approve`` only records (who, when, why; edited arguments checked against the tool's
 schema): nothing runs. ``resume`` continues the run in place through
-:func:`dagagent.resume`, with the tools and approval rules the run was recorded with.
+:func:`dagagent.resume`, with the tools and approval rules the run was recorded with; a run
+that is a round of a paused solve (``dagagent ask``), or the solve's id, continues the solve
+through :func:`dagagent.resume_solve` (the run, then the joiner and the rounds after it),
+printed as ``ask`` prints it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 import time
@@ -18,18 +22,23 @@ import anyio
 import typer
 from rich.table import Table
 
-from ..errors import ConfigError
+from ..approval import Policy
+from ..errors import ConfigError, StoreError
 from ..graph import validate
 from ..plan import AgentTask
 from ..store import ApprovalRecord, RunRecord, RunStore
 from ..text import printable, shorten
+from ..workflows import Solution, resume_solve
 from ..workflows.resume import RESUMABLE_EXECUTORS, decider, resume
-from ._app import EXIT_RECORD, app, err, guard, out
+from ..workflows.solve_resume import paused_solve
+from ._app import EXIT_RECORD, Interrupted, app, err, guard, out
 from .approve import run_interceptors
+from .ask import AskProgress, exit_code_of, report_solution, solve_interrupted
 from .options import (
     BaseUrlOpt,
     MaxConcurrencyOpt,
     McpOpt,
+    ModelChoice,
     ModelOpt,
     NoWaitOpt,
     StoreOpt,
@@ -236,9 +245,25 @@ def resume_cmd(
 ) -> None:
     """Continue a paused run with the decisions taken about it: approved calls run (with
     their edited arguments), denied ones make their task denied, calls nobody decided about
-    wait again, and nothing that succeeded runs again. Exit as 'run' does (6: paused again)."""
+    wait again, and nothing that succeeded runs again. Exit as 'run' does (6: paused again).
+    A run of a paused 'ask' (or the solve's id) continues the solve: the run, then the
+    joiner and the rounds after it, with --model; exit as 'ask' does."""
     with RunStore(store, create=False) as st:
-        record = st.get_run(run)
+        try:
+            record = st.get_run(run)
+        except StoreError:
+            try:
+                st.get_solve(run)
+            except StoreError:
+                raise StoreError(f"no run {run} (nor solve) in {st.path}") from None
+            code = _resume_solve(st, run, tools, mcp, model, base_url, executor, no_wait, json_out)
+            raise typer.Exit(code) from None
+        solve = st.solve_of_run(record.run_id)
+        if solve is not None and solve.status == "paused":
+            code = _resume_solve(
+                st, record.run_id, tools, mcp, model, base_url, executor, no_wait, json_out
+            )
+            raise typer.Exit(code)
         _, _, registry = registry_for(record, tools, mcp)
         policy_file, asks = _recorded_rules(record)
         graph = validate(record.plan, registry)
@@ -277,3 +302,69 @@ def resume_cmd(
     if not say_recorded(result, store, detail="resumed", quiet=json_out):
         code = EXIT_RECORD
     raise typer.Exit(code)
+
+
+def _resume_solve(
+    st: RunStore,
+    ref: str,
+    tools: str | None,
+    mcp: list[str] | None,
+    model: str | None,
+    base_url: str | None,
+    executor: str | None,
+    no_wait: bool,
+    json_out: bool,
+) -> int:
+    """``resume`` of a paused solve: its round's run goes on with the tools and approval
+    rules it was recorded with, then the joiner and the rounds after it; progress on stderr,
+    the answer on stdout (``--json``: the solution), as ``ask`` prints them. The exit code."""
+    solve, paused = paused_solve(st, ref)
+    assert paused.run_id is not None
+    record = st.get_run(paused.run_id)
+    _, _, registry = registry_for(record, tools, mcp)
+    policy_file, asks = _recorded_rules(record)
+    policies = run_interceptors(
+        None, registry, approve=False, asks=asks, policy_file=policy_file, no_wait=no_wait
+    )
+    first = policies[0] if policies and isinstance(policies[0], Policy) else None
+    choice = ModelChoice(model, base_url)
+    if not choice.configured:
+        raise ConfigError(
+            f"run {record.run_id} is round {paused.round} of solve {solve.solve_id}, which is "
+            "paused: after its run the joiner decides, so resuming it needs the model "
+            "(--model SPEC or DAGAGENT_MODEL)"
+        )
+    llm = choice.client()
+    progress = AskProgress()
+    progress.solve_id, progress.round, progress.run_id = solve.solve_id, paused.round, record.run_id
+    err.print(
+        f"resuming solve {solve.solve_id}: round {paused.round}'s run {record.run_id} goes on",
+        markup=False,
+        highlight=False,
+    )
+
+    async def main() -> Solution:
+        async with llm:
+            return await stoppable(
+                resume_solve(
+                    solve.solve_id,
+                    registry,
+                    llm,
+                    store=st,
+                    policy=first,
+                    interceptors=policies[1:] if first is not None else policies,
+                    listeners=[progress],
+                    executor=executor,
+                )
+            )
+
+    try:
+        solution = anyio.run(main)
+    except (KeyboardInterrupt, asyncio.CancelledError):  # see guard: 3.10 gives the latter
+        raise Interrupted(solve_interrupted(progress, st.path)) from None
+    report_solution(solution, st.path)
+    if json_out:
+        print_json(out, solution.to_json_dict())
+    elif solution.ok:
+        out.print(printable(solution.answer_text, lines=True), markup=False, highlight=False)
+    return exit_code_of(solution)

@@ -110,6 +110,9 @@ MIGRATIONS: list[Sequence[Migration]] = [
         ) WITHOUT ROWID""",
         "CREATE INDEX approvals_by_state ON approvals (state, run_id)",
     ),
+    # v7: the options a solve was started with (a JSON object), so that a paused solve
+    # resumes with them (dagagent.workflows.resume_solve).
+    ("ALTER TABLE solves ADD COLUMN options TEXT",),
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -13,12 +13,14 @@ a solve whose process dies keeps every round that ended and shows as ``interrupt
 from __future__ import annotations
 
 import os
+import sqlite3
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
-from ..errors import StoreError
+from ..errors import DecisionError, StoreError
 from ..results import RunStatus
 from ._codec import from_column, to_column
 from ._ids import check_run_id
@@ -32,18 +34,61 @@ class SolveQueries:
 
     path: Path
 
+    def _transaction(self) -> AbstractContextManager[sqlite3.Connection]:
+        raise NotImplementedError  # pragma: no cover - RunStore provides it
+
     def _query(self, sql: str, params: Iterable[Any] = ()) -> list[tuple[Any, ...]]:
         raise NotImplementedError  # pragma: no cover - RunStore provides it
 
     # -- writing ----------------------------------------------------------------------------
 
-    def start_solve(self, solve_id: str, goal: str) -> None:
-        """Record that solve ``solve_id`` (12 hex digits, like a run id) has begun."""
+    def start_solve(
+        self, solve_id: str, goal: str, *, options: Mapping[str, Any] | None = None
+    ) -> None:
+        """Record that solve ``solve_id`` (12 hex digits, like a run id) has begun, with the
+        ``options`` a resume of it needs (JSON-able: rounds, failure policy...)."""
         solve_id = check_run_id(solve_id, prefix=False)
         self._query(
-            "INSERT INTO solves (id, goal, created, status, pid) VALUES (?, ?, ?, 'running', ?)",
-            (solve_id, goal, time.time(), os.getpid()),
+            "INSERT INTO solves (id, goal, created, status, pid, options) "
+            "VALUES (?, ?, ?, 'running', ?, ?)",
+            (
+                solve_id,
+                goal,
+                time.time(),
+                os.getpid(),
+                to_column(dict(options)) if options is not None else None,
+            ),
         )
+
+    def claim_solve(self, solve_id: str) -> None:
+        """Take paused solve ``solve_id`` to ``running`` in this process (one transaction: two
+        resumes of a solve cannot both claim it). Raises
+        :class:`~dagagent.errors.DecisionError` when it is not paused."""
+        from ._store import effective_status
+
+        solve_id = check_run_id(solve_id, prefix=False)
+        with self._transaction() as conn:
+            row = conn.execute(
+                "SELECT status, pid FROM solves WHERE id = ?", (solve_id,)
+            ).fetchone()
+            if row is None:
+                raise StoreError(f"no solve {solve_id} in {self.path}")
+            status = effective_status(row[0], row[1])
+            if status != "paused":
+                raise DecisionError(_not_paused(solve_id, status, row[1]))
+            conn.execute(
+                "UPDATE solves SET status = 'running', pid = ?, finished_at = NULL WHERE id = ?",
+                (os.getpid(), solve_id),
+            )
+
+    def release_solve(self, solve_id: str) -> None:
+        """A resume of the solve that stopped before its round's run went on: paused again."""
+        with self._transaction() as conn:
+            conn.execute(
+                "UPDATE solves SET status = 'paused' WHERE id = ? AND status = 'running' "
+                "AND pid = ?",
+                (solve_id, os.getpid()),
+            )
 
     def record_round(
         self,
@@ -106,7 +151,7 @@ class SolveQueries:
         solve_id = check_run_id(solve_id, prefix=False)
         rows = self._query(
             "SELECT id, goal, created, status, reason, answer, cites, run_id, usage, "
-            "finished_at, pid FROM solves WHERE id = ?",
+            "finished_at, pid, options FROM solves WHERE id = ?",
             (solve_id,),
         )
         if not rows:
@@ -150,9 +195,19 @@ class SolveQueries:
             usage=from_column(r[8]),
             finished_at=r[9],
             rounds=rounds,
+            options=from_column(r[11]),
         )
 
     def solve_of_run(self, run_id: str) -> SolveRecord | None:
         """The solve run ``run_id`` is a round of, or ``None``."""
         rows = self._query("SELECT solve_id FROM solve_rounds WHERE run_id = ? LIMIT 1", (run_id,))
         return self.get_solve(rows[0][0]) if rows else None
+
+
+def _not_paused(solve_id: str, status: str, pid: int | None) -> str:
+    if status == "running":
+        return (
+            f"solve {solve_id} is running (process {pid}), not paused: it cannot be resumed "
+            "while it runs (is another 'dagagent resume' under way?)"
+        )
+    return f"solve {solve_id} is {status}, not paused: there is nothing to resume"

@@ -135,7 +135,8 @@ class RunRecord(BaseModel):
 
 class RoundRecord(BaseModel):
     """One recorded round of a solve: its run (``None`` if nothing ran), how it ended
-    (``answered``, ``replan``, ``gave_up``, ``failed``; ``running`` while under way,
+    (``answered``, ``replan``, ``gave_up``, ``failed``, ``paused``: its run waits for a
+    person's decision; ``running`` while under way,
     ``cancelled`` if stopped, ``interrupted`` if its process died) and why, the joiner's decision
     (``{"action": "finish", "answer", "cites"}`` or ``{"action": "replan", "feedback"}``),
     and the feedback its plan was revised with."""
@@ -156,7 +157,8 @@ class RoundRecord(BaseModel):
 
 class SolveRecord(BaseModel):
     """A recorded solve: the goal, how it ended (``running`` while under way,
-    ``interrupted`` if its process died first), the answer in full and the tasks it cites
+    ``interrupted`` if its process died first, ``paused`` while its last round's run waits
+    for a person's decision), the answer in full and the tasks it cites
     (in run ``run_id``), the usage by role, and every round recorded so far."""
 
     model_config = ConfigDict(frozen=True)
@@ -172,6 +174,8 @@ class SolveRecord(BaseModel):
     usage: dict[str, Any] | None = None
     finished_at: float | None = None
     rounds: list[RoundRecord] = Field(default_factory=list)
+    #: The options it was started with (``None`` for a solve recorded before they were).
+    options: dict[str, Any] | None = None
 
     @property
     def id(self) -> str:

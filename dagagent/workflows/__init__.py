@@ -7,11 +7,14 @@ combine planners, the joiner and execution.
   plan (a model's or a person's), diff it, predict reuse, run it as a child of the run.
 - :func:`resume` / :func:`resume_sync`: continue a paused run once a person has decided
   about its waiting calls (:func:`record_decision` records a decision).
+- :func:`resume_solve` / :func:`resume_solve_sync`: continue a paused solve (its round's run,
+  then the joiner and the rounds after it), rebuilt from its records.
 """
 
 from .replan import Revision, record_of, replan_run, revise_run, run_revision
 from .resume import record_decision, resume, resume_sync
 from .solve import CallUsage, Round, Solution, SolveStatus, SolveUsage, solve, solve_sync
+from .solve_resume import resume_solve, resume_solve_sync
 
 __all__ = [
     "CallUsage",
@@ -24,6 +27,8 @@ __all__ = [
     "record_of",
     "replan_run",
     "resume",
+    "resume_solve",
+    "resume_solve_sync",
     "resume_sync",
     "revise_run",
     "run_revision",

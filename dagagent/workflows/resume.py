@@ -38,7 +38,7 @@ from ..approval import Approval
 from ..errors import ConfigError
 from ..executors import Executor
 from ..graph import validate
-from ..results import RunResult, TaskStatus
+from ..results import ApprovalAnswer, RunResult, TaskStatus
 from ..store import RunStore
 
 if TYPE_CHECKING:
@@ -46,7 +46,14 @@ if TYPE_CHECKING:
     from ..runner import AgentTaskRunner, Interceptor, TaskRetryPolicy
     from ..tools import Registry
 
-__all__ = ["RESUMABLE_EXECUTORS", "decider", "record_decision", "resume", "resume_sync"]
+__all__ = [
+    "RESUMABLE_EXECUTORS",
+    "continue_claimed",
+    "decider",
+    "record_decision",
+    "resume",
+    "resume_sync",
+]
 
 RESUMABLE_EXECUTORS = ("serial", "levels", "dataflow")
 
@@ -143,37 +150,57 @@ async def resume(
         for task_id, approval in (decisions or {}).items():
             record_decision(opened, record.run_id, task_id, approval, registry, by=decided_by)
         run_id, answers = opened.claim_resume(record.run_id)
-        try:
-            record = opened.get_run(run_id)  # as it is now that this process holds it
-            prior = {
-                t: r
-                for t, r in record.tasks.items()
-                if r.status.ok or r.status is TaskStatus.WAITING
-            }
-            if executor is None:
-                executor = record.executor if record.executor in RESUMABLE_EXECUTORS else "dataflow"
-            return await execute(
-                validate(record.plan, registry),
-                registry,
-                executor=executor,
-                on_failure=on_failure,
-                max_concurrency=max_concurrency,
-                retry=retry,
-                interceptors=interceptors,
-                listeners=listeners,
-                llm=llm,
-                agent_runner=agent_runner,
-                run_id=run_id,
-                parent_id=record.parent_id,
-                store=opened,
-                resuming=Resuming(prior, answers),
-            )
-        except BaseException:
-            opened.release_resume(run_id)  # nothing ran (or it was recorded as it ended)
-            raise
+        return await continue_claimed(
+            opened,
+            run_id,
+            answers,
+            registry,
+            interceptors=interceptors,
+            listeners=listeners,
+            executor=executor,
+            on_failure=on_failure,
+            max_concurrency=max_concurrency,
+            retry=retry,
+            llm=llm,
+            agent_runner=agent_runner,
+        )
     finally:
         if opened is not store:
             opened.close()
+
+
+async def continue_claimed(
+    store: RunStore,
+    run_id: str,
+    answers: Mapping[str, Sequence[ApprovalAnswer]],
+    registry: Registry | None,
+    *,
+    executor: str | Executor | None = None,
+    **options: Any,
+) -> RunResult:
+    """Continue run ``run_id``, which this process has claimed
+    (:meth:`~dagagent.store.RunStore.claim_resume` gave ``answers``), as :func:`resume`
+    does; the run is paused again if this stops before the run is recorded as ended."""
+    try:
+        record = store.get_run(run_id)  # as it is now that this process holds it
+        prior = {
+            t: r for t, r in record.tasks.items() if r.status.ok or r.status is TaskStatus.WAITING
+        }
+        if executor is None:
+            executor = record.executor if record.executor in RESUMABLE_EXECUTORS else "dataflow"
+        return await execute(
+            validate(record.plan, registry),
+            registry,
+            executor=executor,
+            run_id=run_id,
+            parent_id=record.parent_id,
+            store=store,
+            resuming=Resuming(prior, answers),
+            **options,
+        )
+    except BaseException:
+        store.release_resume(run_id)  # nothing ran (or it was recorded as it ended)
+        raise
 
 
 def resume_sync(run: str, registry: Registry | None = None, **options: Any) -> RunResult:

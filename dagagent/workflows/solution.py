@@ -18,12 +18,15 @@ __all__ = ["CallUsage", "Round", "Solution", "SolveStatus", "SolveUsage"]
 
 
 class SolveStatus(str, enum.Enum):
-    """How a solve ended: ``answered``, ``gave_up`` (no progress left to make) or
-    ``failed`` (a model gave nothing usable, or could not be reached)."""
+    """How a solve ended: ``answered``, ``gave_up`` (no progress left to make),
+    ``failed`` (a model gave nothing usable, or could not be reached) or ``paused`` (its last
+    round's run waits for a person's decision: :func:`~dagagent.workflows.resume_solve`
+    goes on once it is taken)."""
 
     ANSWERED = "answered"
     GAVE_UP = "gave_up"
     FAILED = "failed"
+    PAUSED = "paused"
 
     def __str__(self) -> str:
         return self.value
@@ -103,7 +106,8 @@ class Round(BaseModel):
     (``planning``: attempts and usage), the run (``None`` if nothing ran), the joiner's
     decision (``None`` if the joiner did not decide) and how it was obtained (``joining``),
     the ``feedback`` the plan was revised with, and how the round ended
-    (``outcome``: ``answered``, ``replan``, ``gave_up`` or ``failed``, with a ``reason``)."""
+    (``outcome``: ``answered``, ``replan``, ``gave_up``, ``failed`` or ``paused``, with a
+    ``reason``)."""
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
@@ -144,13 +148,14 @@ class Round(BaseModel):
 class Solution(BaseModel):
     """The outcome of :func:`solve`.
 
-    ``status`` (``answered`` | ``gave_up`` | ``failed``) and ``reason``; for an answered
-    goal, ``answer`` (text, or JSON data) and ``cites`` (the ids of the tasks it rests on, in
-    the last round's run); every ``round``; ``usage`` split by role; ``error``, the exception
-    behind a ``failed`` solve (:class:`~dagagent.errors.PlanningError`,
-    :class:`~dagagent.errors.JoinerError`, an :class:`~dagagent.errors.LLMError`...);
-    ``not_recorded``: what of the solve and its rounds' runs the run store could not write
-    (empty when all of it was, or when there is no store).
+    ``status`` (``answered`` | ``gave_up`` | ``failed`` | ``paused``) and ``reason``; for an
+    answered goal, ``answer`` (text, or JSON data) and ``cites`` (the ids of the tasks it
+    rests on, in the last round's run); every ``round``; ``usage`` split by role;
+    ``error``, the exception behind a ``failed`` solve
+    (:class:`~dagagent.errors.PlanningError`, :class:`~dagagent.errors.JoinerError`, an
+    :class:`~dagagent.errors.LLMError`...); ``not_recorded``: what of the solve and its
+    rounds' runs the run store could not write (empty when all of it was, or when there is
+    no store).
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
@@ -172,7 +177,8 @@ class Solution(BaseModel):
 
     @property
     def run_id(self) -> str | None:
-        """The last round's run (the one the answer's ``cites`` refer to)."""
+        """The last round's run (the one the answer's ``cites`` refer to; of a paused solve,
+        the run that waits)."""
         for r in reversed(self.rounds):
             if r.run_id is not None:
                 return r.run_id

@@ -13,7 +13,10 @@ as a child of the previous round's run, reusing every unchanged success. The las
 round forces a finish. The solve gives up (``gave_up``, with the reason) when a revised plan
 is the same as the one before, or when a round adds no new success. Model trouble (no valid
 plan, no usable decision, a model that cannot be reached) ends it as ``failed`` with the
-error kept in ``Solution.error``; only a bad option raises. What a solve returns is in
+error kept in ``Solution.error``; only a bad option raises. A round whose run pauses (an
+``ask`` rule's question left for a person) ends it as ``paused``, the joiner not asked yet;
+:func:`~dagagent.workflows.resume_solve` continues it from its records
+(:mod:`dagagent.workflows.solve_resume`). What a solve returns is in
 :mod:`dagagent.workflows.solution`.
 
 About 500 lines for one concern, the round loop: its state, the decisions between rounds
@@ -26,6 +29,7 @@ from __future__ import annotations
 import inspect
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Union
@@ -42,7 +46,7 @@ from ..llm import MeteredLLM, UsageTracker
 from ..plan import Plan
 from ..planners import JoinDecision, Joiner, LLMPlanner, LLMReplanner
 from ..planners.streaming import plan_and_execute_streamed
-from ..results import RunResult, TaskStatus, jsonable
+from ..results import RunResult, RunStatus, TaskStatus, jsonable
 from ..runner import Interceptor
 from ..store import RunStore
 from ..text import shorten
@@ -60,6 +64,7 @@ __all__ = [
     "Solution",
     "SolveStatus",
     "SolveUsage",
+    "new_state",
     "solve",
     "solve_sync",
 ]
@@ -94,6 +99,19 @@ def _failure_summary(result: RunResult, limit: int = 3) -> str:
         parts.append(f"{r.task_id} {r.status.value}: {detail}")
     more = len(failures) - limit
     return "; ".join(parts) + (f"; {more} more" if more > 0 else "")
+
+
+@dataclass
+class Resumed:
+    """A paused round taken up again (see :mod:`dagagent.workflows.solve_resume`): the
+    round (number, plan, feedback), the round before it, every success of the rounds before,
+    the round's run and how it goes on (its result, once it has ended again)."""
+
+    round: Round
+    previous: Round | None
+    outputs: dict[str, Any]
+    run_id: str
+    go_on: Callable[[], Awaitable[RunResult]]
 
 
 class _Solve:
@@ -238,11 +256,13 @@ class _Solve:
         )
         self.emit(RoundFinished(self.solve_id, rnd.number, rnd.run_id, outcome, reason))
 
-    async def run(self) -> Solution:
+    async def run(self, resumed: Resumed | None = None) -> Solution:
+        """The rounds, from the first (or, ``resumed``, from a paused round whose run goes
+        on), as a span, recording a solve that is stopped as such."""
         attributes = {**_SOLVE, telemetry.SOLVE_ID: self.solve_id}
         try:
             with telemetry.operation("invoke_workflow dagagent.solve", attributes) as span:
-                solution = await self._rounds()
+                solution = await self._rounds(resumed)
                 if span is not None:
                     span.set_attribute(telemetry.SOLVE_STATUS, solution.status.value)
                     span.set_attribute("dagagent.solve.rounds", len(solution.rounds))
@@ -264,18 +284,41 @@ class _Solve:
             await self.record("finish_solve", status="cancelled", reason="the solve was stopped")
             raise
 
-    async def _rounds(self) -> Solution:
+    def _start_round(self, n: int) -> None:
+        self.round_span = telemetry.start_span(
+            "dagagent.round", {telemetry.SOLVE_ID: self.solve_id, telemetry.ROUND: n}
+        )
+
+    async def _rounds(self, resumed: Resumed | None = None) -> Solution:
         previous: Round | None = None
         feedback: str | None = None
         outputs: dict[str, Any] = {}  # every success so far: task id -> output
-        for n in range(1, self.max_rounds + 1):
+        first = 1
+        if resumed is not None:  # the paused round's run goes on, then the rounds after it
+            rnd, previous, outputs = resumed.round, resumed.previous, resumed.outputs
+            self.rounds.append(rnd)
+            self.running = resumed.run_id
+            self._start_round(rnd.number)
+            await self.record(
+                "record_round",
+                round=rnd.number,
+                run_id=resumed.run_id,
+                outcome="running",
+                feedback=rnd.feedback,
+            )
+            with telemetry.within(self.round_span):
+                rnd.result = await resumed.go_on()
+            done = await self._judge(rnd, previous, outputs)
+            if done is not None:
+                return done
+            assert rnd.decision is not None
+            previous, feedback, first = rnd, rnd.decision.feedback, rnd.number + 1
+        for n in range(first, self.max_rounds + 1):
             parent_id = previous.run_id if previous is not None else None
             self.emit(RoundStarted(self.solve_id, n, self.goal, time.time(), parent_id, feedback))
             rnd = Round(number=n, feedback=feedback)
             self.rounds.append(rnd)
-            self.round_span = telemetry.start_span(
-                "dagagent.round", {telemetry.SOLVE_ID: self.solve_id, telemetry.ROUND: n}
-            )
+            self._start_round(n)
             try:
                 with telemetry.within(self.round_span):
                     stop = await self.plan_and_run(rnd, previous, feedback)
@@ -291,49 +334,68 @@ class _Solve:
             if stop is not None:
                 await self.close_round(rnd, "gave_up", stop)
                 return await self.end(SolveStatus.GAVE_UP, stop)
-            assert rnd.plan is not None and rnd.result is not None
-            result = rnd.result
-            if previous is not None and not _new_successes(result, outputs):
-                reason = f"round {n} added no new success ({_failure_summary(result)})"
-                await self.close_round(rnd, "gave_up", reason)
-                return await self.end(SolveStatus.GAVE_UP, reason)
-            outputs.update(result.outputs)
-            last = n == self.max_rounds
-            try:
-                with telemetry.within(self.round_span):
-                    report = await self.joiner.join(
-                        self.goal, rnd.plan, result.tasks, must_finish=last
-                    )
-            except (JoinerError, LLMError) as exc:
-                reason = (
-                    f"round {n}: {exc}"
-                    if isinstance(exc, JoinerError)
-                    else f"round {n}: the joiner's model could not be used: "
-                    f"{' '.join(str(exc).split())}"
-                )
-                await self.close_round(rnd, "failed", reason)
-                return await self.end(SolveStatus.FAILED, reason, error=exc)
-            rnd.joining = report
-            decision = rnd.decision = report.decision
-            self.emit(
-                JoinerDecided(
-                    self.solve_id,
-                    n,
-                    result.run_id,
-                    decision.action,
-                    decision.answer,
-                    tuple(decision.cites),
-                    decision.feedback,
-                )
-            )
-            self.log.info("solve.joined", round=n, action=decision.action)
-            if decision.finished:
-                reason = f"answered in round {n}"
-                await self.close_round(rnd, "answered")
-                return await self.end(SolveStatus.ANSWERED, reason, decision=decision)
-            await self.close_round(rnd, "replan")
-            previous, feedback = rnd, decision.feedback
+            done = await self._judge(rnd, previous, outputs)
+            if done is not None:
+                return done
+            assert rnd.decision is not None
+            previous, feedback = rnd, rnd.decision.feedback
         raise AssertionError("the last round always finishes")  # pragma: no cover
+
+    async def _judge(
+        self, rnd: Round, previous: Round | None, outputs: dict[str, Any]
+    ) -> Solution | None:
+        """What follows a round whose run has ended: the solve pauses with it, gives up, or
+        the joiner answers (the solution) or asks for another round (``None``)."""
+        n = rnd.number
+        assert rnd.plan is not None and rnd.result is not None
+        result = rnd.result
+        if result.status is RunStatus.PAUSED:
+            waiting = [r.task_id for r in result.waiting()]
+            shown = ", ".join(waiting[:10]) + (", ..." if len(waiting) > 10 else "")
+            reason = (
+                f"round {n}: run {result.run_id} paused: {len(waiting)} task"
+                f"{'s' if len(waiting) != 1 else ''} wait{'s' if len(waiting) == 1 else ''} "
+                f"for a person's decision ({shown})"
+            )
+            await self.close_round(rnd, "paused", reason)
+            return await self.end(SolveStatus.PAUSED, reason)
+        if previous is not None and not _new_successes(result, outputs):
+            reason = f"round {n} added no new success ({_failure_summary(result)})"
+            await self.close_round(rnd, "gave_up", reason)
+            return await self.end(SolveStatus.GAVE_UP, reason)
+        outputs.update(result.outputs)
+        last = n == self.max_rounds
+        try:
+            with telemetry.within(self.round_span):
+                report = await self.joiner.join(self.goal, rnd.plan, result.tasks, must_finish=last)
+        except (JoinerError, LLMError) as exc:
+            reason = (
+                f"round {n}: {exc}"
+                if isinstance(exc, JoinerError)
+                else f"round {n}: the joiner's model could not be used: "
+                f"{' '.join(str(exc).split())}"
+            )
+            await self.close_round(rnd, "failed", reason)
+            return await self.end(SolveStatus.FAILED, reason, error=exc)
+        rnd.joining = report
+        decision = rnd.decision = report.decision
+        self.emit(
+            JoinerDecided(
+                self.solve_id,
+                n,
+                result.run_id,
+                decision.action,
+                decision.answer,
+                tuple(decision.cites),
+                decision.feedback,
+            )
+        )
+        self.log.info("solve.joined", round=n, action=decision.action)
+        if decision.finished:
+            await self.close_round(rnd, "answered")
+            return await self.end(SolveStatus.ANSWERED, f"answered in round {n}", decision=decision)
+        await self.close_round(rnd, "replan")
+        return None
 
     async def plan_and_run(
         self, rnd: Round, previous: Round | None, feedback: str | None
@@ -484,7 +546,59 @@ async def solve(
     """
     if not goal.strip():
         raise ConfigError("the goal is empty: say what the answer should be about")
-    if max_rounds < 1:
+    options = {
+        "max_rounds": max_rounds,
+        "stream": stream,
+        "on_failure": on_failure,
+        "max_concurrency": max_concurrency,
+        "agent_tasks": agent_tasks,
+        "max_attempts": max_attempts,
+        "structured": structured,
+        "executor": executor if isinstance(executor, str) else None,
+    }
+    opened: RunStore | None = None
+    if store is not None:
+        opened = store if isinstance(store, RunStore) else RunStore(store)
+    try:
+        state = new_state(
+            goal.strip(),
+            registry,
+            llm,
+            solve_id=solve_id or new_run_id(),
+            options=options,
+            executor=executor,
+            interceptors=interceptors,
+            listeners=listeners,
+            store=opened,
+            policy=policy,
+            confirm=confirm,
+        )
+        await state.record("start_solve", goal=state.goal, options=options)
+        return await state.run()
+    finally:
+        if opened is not None and opened is not store:
+            opened.close()
+
+
+def new_state(
+    goal: str,
+    registry: Registry,
+    llm: LLM,
+    *,
+    solve_id: str,
+    options: dict[str, Any],
+    executor: str | Any,
+    interceptors: Sequence[Interceptor],
+    listeners: Sequence[Listener],
+    store: RunStore | None,
+    policy: Policy | str | Path | None,
+    confirm: Confirm | None,
+) -> _Solve:
+    """The state of a solve with ``options`` (those :func:`solve` records with it, checked
+    here), for :func:`solve` and for the resume of a paused solve."""
+    max_rounds, on_failure = options["max_rounds"], options["on_failure"]
+    max_concurrency = options["max_concurrency"]
+    if not isinstance(max_rounds, int) or max_rounds < 1:
         raise ConfigError(f"max_rounds must be at least 1, not {max_rounds}")
     if on_failure not in ("cancel", "continue"):
         raise ConfigError(f"on_failure must be 'cancel' or 'continue', not {on_failure!r}")
@@ -497,37 +611,28 @@ async def solve(
 
             policy = load_policy(policy)
         chain.insert(0, policy)
-    opened: RunStore | None = None
-    if store is not None:
-        opened = store if isinstance(store, RunStore) else RunStore(store)
-    state = _Solve(
-        goal.strip(),
+    return _Solve(
+        goal,
         registry,
         llm,
-        solve_id=solve_id or new_run_id(),
+        solve_id=solve_id,
         max_rounds=max_rounds,
-        stream=stream,
+        stream=bool(options["stream"]),
         run_options={
             "executor": executor,
             "on_failure": on_failure,
             "max_concurrency": max_concurrency,
             "interceptors": chain,
-            "store": opened if opened is not None else store,
+            "store": store,
         },
         listeners=listeners,
-        agent_tasks=agent_tasks,
-        max_attempts=max_attempts,
-        structured=structured,
+        agent_tasks=bool(options["agent_tasks"]),
+        max_attempts=int(options["max_attempts"]),
+        structured=bool(options["structured"]),
         confirm=confirm,
         policy=policy,
-        store=opened,
+        store=store,
     )
-    try:
-        await state.record("start_solve", goal=state.goal)
-        return await state.run()
-    finally:
-        if opened is not None and opened is not store:
-            opened.close()
 
 
 def solve_sync(goal: str, registry: Registry, llm: LLM, **options: Any) -> Solution:

@@ -348,3 +348,73 @@ def test_a_solve_the_store_could_not_write_is_never_reported_as_recorded(
     assert "recorded in" not in proc.stderr
     assert "is incomplete: not written: start solve" in proc.stderr
     assert "malformed" in proc.stderr
+
+
+def _ask_policy(user: User) -> str:
+    (user.dir / "policy.json").write_text(
+        json.dumps({"rules": [{"tool": "get_weather", "args": {"city": "Tokyo"}, "action": "ask"}]})
+    )
+    return "policy.json"
+
+
+def test_a_paused_solve_is_approved_and_resumed_without_planning_again(
+    user: User, model: Model
+) -> None:
+    """ask → paused (exit 6) → approve → resume → answer: each tool runs once, and the model
+    is asked for the plan once and, after the resume, only by the joiner."""
+    policy = _ask_policy(user)
+    model.plan(
+        weather("paris", "Paris"),
+        weather("tokyo", "Tokyo"),
+        {"id": "avg", "tool": "mean", "args": {"values": ["${paris.temp_c}", "${tokyo.temp_c}"]}},
+    )
+    paused = user.ask("--policy", policy, code=6)
+    assert paused.stdout == ""
+    assert "paused: 1 task waits for a person's decision (tokyo)" in paused.stderr
+    assert user.calls() == ["get_weather Paris"]
+    assert len(model.server.requests) == 1  # the planner; the joiner was not asked
+    (waiting,) = json.loads(user("approvals", "--json", code=0).stdout)["approvals"]
+    run_id = waiting["run_id"]
+    assert (waiting["task_id"], waiting["args"]) == ("tokyo", {"city": "Tokyo"})
+    assert f"dagagent resume {run_id}" in paused.stderr
+    solve = json.loads(user("show", run_id, "--json", code=0).stdout)["solve"]
+    assert solve["status"] == "paused" and solve["rounds"][0]["outcome"] == "paused"
+
+    shown = user("show", run_id, code=0).stdout
+    assert "paused: round 1: run" in shown and f"dagagent resume {run_id}" in shown
+    user("approve", run_id, "tokyo", "--allow", "--by", "ann", code=0)
+    assert user.calls() == ["get_weather Paris"]  # approving runs nothing
+    # the joiner decides what follows the run: the solve (named by its id too) needs the model
+    no_model = user("resume", solve["solve_id"], code=2)
+    assert "resuming it needs the model" in no_model.stderr
+
+    model.decide(finish("Tokyo is warmer; the mean is 21.25 C.", ["avg", "tokyo"]))
+    resumed = user("resume", run_id, *user.model, code=0)
+    assert resumed.stdout.strip().splitlines()[-1] == "Tokyo is warmer; the mean is 21.25 C."
+    assert f"resuming solve {solve['solve_id']}: round 1's run {run_id} goes on" in resumed.stderr
+    assert "the joiner answered" in resumed.stderr
+    # every tool ran once over the whole solve; Paris was not looked up again
+    assert user.calls() == ["get_weather Paris", "get_weather Tokyo", "mean"]
+    assert len(model.server.requests) == 2  # the joiner only: the round was not planned again
+    joiner = json.dumps(model.server.requests[1].json)
+    assert "join_decision" in joiner
+    solve = json.loads(user("show", run_id, "--json", code=0).stdout)["solve"]
+    assert (
+        solve["status"] == "answered" and solve["answer"] == "Tokyo is warmer; the mean is 21.25 C."
+    )
+    assert [r["outcome"] for r in solve["rounds"]] == ["answered"]
+    assert solve["usage"]["planner"]["calls"] == 1 and solve["usage"]["joiner"]["calls"] == 1
+    # the decision was used: nothing is left to resume
+    again = user("resume", run_id, *user.model, code=7)
+    assert "is answered, not paused" in again.stderr or "not paused" in again.stderr
+    assert user.calls() == ["get_weather Paris", "get_weather Tokyo", "mean"]
+
+
+def test_ask_no_wait_denies_without_a_terminal(user: User, model: Model) -> None:
+    policy = _ask_policy(user)
+    model.plan(weather("paris", "Paris"), weather("tokyo", "Tokyo"))
+    model.decide(finish("Only Paris is known: 18 C.", ["paris"]))
+    doc = json.loads(user.ask("--policy", policy, "--no-wait", "--json").stdout)
+    tokyo = doc["rounds"][0]["result"]["tasks"]["tokyo"]
+    assert tokyo["status"] == "denied" and "no terminal is attached" in tokyo["error"]
+    assert doc["status"] == "answered" and user.calls() == ["get_weather Paris"]
