@@ -17,8 +17,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Union
 
-import structlog
-
 from .text import printable
 
 if TYPE_CHECKING:
@@ -244,6 +242,8 @@ _fallback: Any = None
 def get_logger(**bound: Any) -> Any:
     """The dagagent logger: the application's structlog setup if there is one, else a
     warnings-only logger on stderr."""
+    import structlog  # imported when first needed: it takes a quarter of a second
+
     global _fallback
     if structlog.is_configured():
         return structlog.get_logger("dagagent").bind(**bound)
@@ -287,6 +287,8 @@ def _printable_values(_logger: Any, _name: str, event: dict[str, Any]) -> dict[s
 
 def configure_logging(level: int = logging.WARNING, *, json: bool = False) -> None:
     """Configure structlog for command-line use: level-filtered, to stderr."""
+    import structlog
+
     renderer: Any = (
         structlog.processors.JSONRenderer() if json else structlog.dev.ConsoleRenderer(colors=False)
     )

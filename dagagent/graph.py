@@ -31,25 +31,29 @@ Warnings (do not stop a run): ``no_llm`` — the plan has agent tasks but no mod
 
 Over 400 lines: checking a plan task by task (:func:`check_task`, shared by :func:`validate`
 and streamed plans) and what the checked graph tells (:class:`PlanGraph`: levels, critical
-path) read the same dependency edges and issue codes.
+path) read the same dependency edges and issue codes. The one-pass road for plain plans
+(:func:`_scan_plain`) must find what the task-by-task checks find, so it sits beside them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Container, Iterable, Mapping, Sequence, Sized
+import contextlib
+import gc
+import re
+from collections.abc import Callable, Container, Iterable, Iterator, Mapping, Sequence, Sized
 from typing import TYPE_CHECKING, Any
-
-import networkx as nx
 
 from .errors import Issue, PlanLoadError, PlanValidationError
 from .map_checks import element_issues, for_each_reference, map_issues
-from .plan import ID_RE, AgentTask, Plan, Task, read_plan
+from .plan import ID_PATTERN, ID_RE, AgentTask, Plan, Task, ToolTask, read_plan
 from .references import Template
 from .results import TaskResult, TaskStatus
 from .text import did_you_mean, shorten
 
 if TYPE_CHECKING:
     from pathlib import Path
+
+    import networkx as nx
 
     from .tools import Registry
 
@@ -212,6 +216,8 @@ def _generations(
 
 
 def _cycle_issues(graph: nx.DiGraph[str]) -> list[Issue]:
+    import networkx as nx
+
     issues = []
     for comp in nx.strongly_connected_components(graph):
         if len(comp) < 2:
@@ -248,6 +254,8 @@ def dependencies_of(task: Task, template: Template) -> dict[str, str]:
 def dependency_graph(plan: Plan) -> nx.DiGraph[str]:
     """The dependency graph of a plan that need not be valid: an edge from each dependency
     to its dependent, for the dependencies that are other tasks of the plan."""
+    import networkx as nx  # imported when needed: it takes a quarter of a second
+
     graph: nx.DiGraph[str] = nx.DiGraph()
     ids = {t.id for t in plan.tasks}
     graph.add_nodes_from(ids)
@@ -374,6 +382,80 @@ def _scan(
     return issues, templates, preds, succs
 
 
+# The whole of a plain plan in one pass (hot path): tool tasks only, every id valid and
+# unique, dependencies and tools known. It finds what _scan would (when there is nothing to
+# report) at a fraction of the cost per task, and gives up, returning None, at the first sign
+# of an issue, for _scan to find and word every issue. tests/test_graph.py checks both agree.
+
+_IDS_RE = re.compile(rf"(?:{ID_PATTERN}\n)*{ID_PATTERN}")
+
+
+def _scan_plain(
+    plan: Plan, registry: Registry | None
+) -> (
+    tuple[list[Issue], dict[str, Template], dict[str, tuple[str, ...]], dict[str, list[str]]] | None
+):
+    tasks = plan.tasks
+    ids = [t.id for t in tasks]
+    succs: dict[str, list[str]] = {tid: [] for tid in ids}
+    if not ids or len(succs) != len(ids) or not _IDS_RE.fullmatch("\n".join(ids)):
+        return None  # empty, duplicate or invalid ids
+    tools = {t.name: t for t in registry} if registry is not None else None
+    checked: dict[str, bool] = {}  # tool name -> its call without arguments is fine
+    preds: dict[str, tuple[str, ...]] = {}
+    templates: dict[str, Template] = {}
+    tool_task = ToolTask
+    for t in tasks:
+        if type(t) is not tool_task or t.is_map:
+            return None  # an agent task, or a map task: the full checks
+        tid = t.id
+        args = t.args
+        try:
+            tmpl = templates[tid] = Template(args)
+        except PlanLoadError:  # nested too deeply
+            return None
+        if tmpl.malformed:
+            return None
+        refs = tmpl.refs
+        deps = t.depends_on
+        if refs:
+            for r in refs:
+                if r.element:  # ${@item} outside a map: an issue
+                    return None
+            mine = tuple(dict.fromkeys([*deps, *(r.task_id for r in refs)]))
+        elif len(deps) > 1:
+            mine = tuple(dict.fromkeys(deps))
+        else:
+            mine = tuple(deps)
+        for d in mine:
+            if d == tid:
+                return None
+            following = succs.get(d)
+            if following is None:
+                return None
+            following.append(tid)
+        preds[tid] = mine
+        if tools is None:
+            continue
+        tool = tools.get(t.tool)
+        if tool is None or (t.retries and not tool.retryable):
+            return None
+        if args:
+            if refs or tool.check_partial(args, ()):
+                # references (their keys are checked as _tool_issues does) or a problem
+                problems: list[Issue] = []
+                _tool_issues(t, tmpl, registry, problems)  # type: ignore[arg-type]
+                if problems:
+                    return None
+        else:
+            fine = checked.get(tool.name)
+            if fine is None:
+                fine = checked[tool.name] = not tool.check_partial({}, ())
+            if not fine:
+                return None
+    return [], templates, preds, succs
+
+
 def check_task(
     t: Task,
     known: Container[str],
@@ -423,6 +505,8 @@ def check_task(
 
 
 def _nx_graph(preds: Mapping[str, Iterable[str]]) -> nx.DiGraph[str]:
+    import networkx as nx  # imported when needed: it takes a quarter of a second
+
     graph: nx.DiGraph[str] = nx.DiGraph()
     graph.add_nodes_from(preds)
     graph.add_edges_from((d, n) for n, ds in preds.items() for d in ds)
@@ -443,8 +527,37 @@ def validate(
     skipped. With ``check_llm=True`` and no ``llm``, a plan that has agent tasks gets a
     ``no_llm`` warning in ``PlanGraph.warnings``.
     """
+    with _bulk():
+        return _validate(plan, registry, llm, check_llm)
+
+
+@contextlib.contextmanager
+def _bulk() -> Iterator[None]:
+    """Validation makes a few objects per task and frees none: the cyclic garbage collector,
+    which runs every few hundred new objects and each time walks the young ones, would find
+    nothing to free and cost as much as the validation itself. It is paused meanwhile (and
+    resumed as it was, also on an error)."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
+def _validate(
+    plan: Plan | Mapping[str, Any] | str | Path,
+    registry: Registry | None,
+    llm: Any,
+    check_llm: bool,
+) -> PlanGraph:
     plan, kind_issues = read_plan(plan)
-    issues, templates, preds, succs = _scan(plan, registry, kind_issues)
+    scanned = None if kind_issues else _scan_plain(plan, registry)
+    if scanned is None:
+        scanned = _scan(plan, registry, kind_issues)
+    issues, templates, preds, succs = scanned
     generations, placed = _generations(preds, succs)
     if placed < len(preds):  # some tasks wait on each other: find and show the loops
         issues.extend(_cycle_issues(_nx_graph(preds)))

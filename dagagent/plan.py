@@ -29,7 +29,8 @@ its id, what it calls, and its resolved input.
 
 Over 400 lines: the task models and the reader that tells their kinds apart and reports
 every issue of a plan file at once (:func:`read_plan`) change together whenever the plan
-format does.
+format does. The fast road for plain plans (:func:`_plain_plan`) repeats the
+models' construction, so it sits beside them.
 """
 
 from __future__ import annotations
@@ -112,7 +113,7 @@ _JSON_KINDS = {dict: "an object", int: "a number", float: "a number", bool: "tru
 class BaseTask(BaseModel):
     """What every task has, whatever it does: an id, what it waits for, retries, a timeout."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     kind: ClassVar[Literal["tool", "agent"]]
 
@@ -337,7 +338,7 @@ Task: TypeAlias = Annotated[
 class Plan(BaseModel):
     """A goal and the tasks that reach it."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     goal: str = ""
     tasks: list[Task] = Field(default_factory=list)
@@ -413,6 +414,9 @@ def read_plan(source: Plan | Mapping[str, Any] | str | Path) -> tuple[Plan, list
         data = {"tasks": data}
     if not isinstance(data, Mapping):
         raise PlanLoadError(f"{origin} must be a JSON object with 'goal' and 'tasks'")
+    plain = _plain_plan(data)
+    if plain is not None:
+        return plain, []
     mixed = _KindIssues()
     try:
         return Plan.model_validate(data, context=mixed), list(mixed)
@@ -421,6 +425,127 @@ def read_plan(source: Plan | Mapping[str, Any] | str | Path) -> tuple[Plan, list
     except ValidationError as exc:
         issues = _issues_from_validation(exc, data)
         raise PlanLoadError(_not_a_plan(origin, issues), issues) from None
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading a plain plan (hot path)
+#
+# Plans written by programs and by most models are plain: tool tasks whose every field already
+# has its type (a str id and tool, a dict of args, a list of str ids...). For those, pydantic's
+# validation would only copy each value, at several microseconds a task: as much as running
+# the task. _plain_plan builds exactly what it would (the same values, copied the same way,
+# the same fields set) and gives up, returning None, at the first value that is not plain, so
+# that pydantic reads the plan and reports what is wrong. benchmarks/overhead.py measures it;
+# tests/test_plan.py checks it against pydantic.
+
+_TOOL_KEYS = frozenset({"id", "tool", "args", "depends_on", "retries", "timeout_s", "description"})
+_TOOL_FIELDS = (
+    "id",
+    "depends_on",
+    "retries",
+    "timeout_s",
+    "description",
+    "for_each",
+    "max_concurrency",
+    "allow_partial",
+    "tool",
+    "args",
+)
+_PLAN_KEYS = frozenset({"goal", "tasks"})
+# Building the models directly is exactly model_construct while both stay plain models.
+_PLAIN_OK = all(
+    not cls.__pydantic_post_init__
+    and not cls.__pydantic_root_model__
+    and cls.model_config.get("extra") == "forbid"
+    and all(f.alias is None and f.validation_alias is None for f in cls.model_fields.values())
+    for cls in (ToolTask, Plan)
+) and (
+    tuple(ToolTask.model_fields) == _TOOL_FIELDS and tuple(Plan.model_fields) == ("goal", "tasks")
+)
+
+
+_UNSET: Any = object()  # a field the task does not give (a fresh default is made for it)
+# Every field in field order (__dict__'s order); a plain task is no map task.
+_TOOL_DEFAULTS = {
+    **dict.fromkeys(_TOOL_FIELDS, _UNSET),
+    "for_each": None,
+    "max_concurrency": None,
+    "allow_partial": False,
+}
+
+
+def _plain_plan(data: Mapping[str, Any]) -> Plan | None:
+    """``data`` read as a :class:`Plan` without pydantic, if every value in it is plain."""
+    if not _PLAIN_OK or type(data) is not dict or not _PLAN_KEYS.issuperset(data):
+        return None
+    goal = data.get("goal", "")
+    raw = data.get("tasks", [])
+    if type(goal) is not str or type(raw) is not list:
+        return None
+    new, setattr_ = object.__new__, object.__setattr__
+    tool_keys, defaults, unset = _TOOL_KEYS, _TOOL_DEFAULTS, _UNSET
+    str_, dict_, list_, int_, float_ = str, dict, list, int, float
+    tool_task = ToolTask
+    tasks: list[Task] = []
+    append = tasks.append
+    for t in raw:
+        if type(t) is not dict_ or not tool_keys.issuperset(t):
+            return None
+        values = {**defaults, **t}  # every field, in field order
+        if type(values["id"]) is not str_ or type(values["tool"]) is not str_:
+            return None
+        args = values["args"]
+        if args is unset:
+            values["args"] = {}
+        elif type(args) is dict_:
+            for k in args:
+                if type(k) is not str_:
+                    return None
+            values["args"] = args.copy()
+        else:
+            return None
+        deps = values["depends_on"]
+        if deps is unset:
+            values["depends_on"] = []
+        elif type(deps) is list_:
+            for d in deps:
+                if type(d) is not str_:
+                    return None
+            values["depends_on"] = deps.copy()
+        else:
+            return None
+        retries = values["retries"]
+        if retries is unset:
+            values["retries"] = None
+        elif retries is not None and (type(retries) is not int_ or not 0 <= retries <= MAX_RETRIES):
+            return None
+        timeout = values["timeout_s"]
+        if timeout is unset:
+            values["timeout_s"] = None
+        elif timeout is not None:
+            if type(timeout) is int_:
+                timeout = values["timeout_s"] = float(timeout)
+            elif type(timeout) is not float_:
+                return None
+            if not timeout > 0:  # also NaN
+                return None
+        description = values["description"]
+        if description is unset:
+            values["description"] = None
+        elif description is not None and type(description) is not str_:
+            return None
+        task = new(tool_task)
+        setattr_(task, "__dict__", values)
+        setattr_(task, "__pydantic_fields_set__", set(t))
+        setattr_(task, "__pydantic_extra__", None)
+        setattr_(task, "__pydantic_private__", None)
+        append(task)
+    plan = new(Plan)
+    setattr_(plan, "__dict__", {"goal": goal, "tasks": tasks})
+    setattr_(plan, "__pydantic_fields_set__", set(data))
+    setattr_(plan, "__pydantic_extra__", None)
+    setattr_(plan, "__pydantic_private__", None)
+    return plan
 
 
 def _path_of(source: object) -> Path | None:

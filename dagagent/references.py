@@ -227,10 +227,12 @@ class Template:
     def __init__(self, value: Any) -> None:
         self.refs: list[Reference] = []
         self.malformed: list[str] = []
-        self._compiled = self._compile(value)
+        # No arguments at all (a common case, compiled once per task of a plan): nothing to do.
+        empty = type(value) is dict and not value
+        self._compiled = value if empty else self._compile(value)
         if self.refs:
             self.literal: Any = None
-        elif _has_escape(value):
+        elif not empty and _has_escape(value):
             self.literal = self._compiled
         else:
             self.literal = value

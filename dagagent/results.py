@@ -100,6 +100,8 @@ class CallRecord(BaseModel):
     ``observation`` is ``None`` when the call was not made because the run stopped first.
     """
 
+    model_config = ConfigDict(defer_build=True)
+
     id: str
     tool: str
     args: Any = None
@@ -116,6 +118,8 @@ class AgentStep(BaseModel):
     Serialised (``model_dump``, JSON, the run store), a step leaves out every field still at
     its default, here and in its calls: the shape agent steps have always been recorded in.
     """
+
+    model_config = ConfigDict(defer_build=True)
 
     step: int
     thought: str = ""
@@ -150,6 +154,8 @@ class CallDecision(BaseModel):
     the plan task's own (``plan``) or one its agent made (``agent``), ``at`` a Unix
     timestamp."""
 
+    model_config = ConfigDict(defer_build=True)
+
     tool: str
     decision: str
     decided_by: str
@@ -178,7 +184,7 @@ class ApprovalAnswer(BaseModel):
     say, is asked about again). ``decision`` is ``allow``, ``deny`` or ``edit`` (then
     ``edit_args`` are the arguments to call with instead)."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     task_id: str
     tool: str
@@ -207,7 +213,7 @@ def load_decisions(data: Any) -> list[CallDecision] | None:
 class TaskResult(BaseModel):
     """The outcome of one task. Times are Unix timestamps (seconds)."""
 
-    model_config = ConfigDict(arbitrary_types_allowed=True)
+    model_config = ConfigDict(arbitrary_types_allowed=True, defer_build=True)
 
     task_id: str
     status: TaskStatus
@@ -343,6 +349,8 @@ class RecordLoss(BaseModel):
     - ``error``: the store's error (the last one), e.g. ``database is locked``.
     """
 
+    model_config = ConfigDict(defer_build=True)
+
     run: bool = False
     tasks: list[str] = Field(default_factory=list)
     outputs: list[str] = Field(default_factory=list)
@@ -377,7 +385,7 @@ class RunResult(BaseModel):
     ``record_loss`` is ``None`` unless the run was recorded in a run store that could not
     write all of it: then it says what is missing (:class:`RecordLoss`)."""
 
-    model_config = ConfigDict(arbitrary_types_allowed=True)
+    model_config = ConfigDict(arbitrary_types_allowed=True, defer_build=True)
 
     run_id: str
     status: RunStatus

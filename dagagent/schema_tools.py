@@ -176,6 +176,7 @@ class SchemaTool(Tool):
 
     def _options(self) -> dict[str, Any]:
         options = super()._options()
+        del options["blocking"]  # its function is async: it never runs in a thread
         options.update(
             parameters=self._schema,
             connection=self.connection,

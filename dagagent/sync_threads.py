@@ -10,28 +10,47 @@ cannot pile up threads without bound (with retries, every attempt would take ano
 its task's timeout. The places are shared by every run and event loop of the process, since
 an abandoned thread outlives the run (and the loop) that started it.
 
-The threads are anyio's worker threads, so a tool may still use ``anyio.from_thread``.
+On asyncio (the hot path) a call is handed to threads of dagagent's own: the caller's event
+loop gets a future, the call goes on a queue an idle thread takes it from (a thread is started
+only when none is idle, so there are never more than ``limit`` of them), and the thread sets
+the future through the loop's ``call_soon_threadsafe``. That is all a call costs: less than
+``asyncio.to_thread`` (no ``concurrent.futures`` future to chain) and about a third of
+``anyio.to_thread.run_sync``, whose per-call bookkeeping costs more than most sync tools take
+to run. The threads are daemon threads: one still running an abandoned call does not keep the
+process alive once the program ends. Other event loops (trio) use anyio's worker threads,
+within the same places.
+
+Each call runs with a copy of the caller's context variables (as ``asyncio.to_thread`` and
+anyio do), so a trace context or a request id reaches the tool.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
 import math
+import os
+import queue
 import threading
+import weakref
 from collections import deque
 from collections.abc import Callable
-from typing import Generic, TypeVar, cast
+from typing import Any, TypeVar, cast
 
 import anyio
 import anyio.from_thread
 import anyio.lowlevel
 import anyio.to_thread
 
-__all__ = ["DEFAULT_LIMIT", "SyncThreads", "sync_threads"]
+__all__ = ["DEFAULT_LIMIT", "THREAD_NAME", "SyncThreads", "sync_threads"]
 
 T = TypeVar("T")
 
 DEFAULT_LIMIT = 40  # as anyio's own default for worker threads
+
+#: The name of each of dagagent's worker threads (followed by its number).
+THREAD_NAME = "dagagent tool thread"
 
 # A call's states. A call abandoned before its thread took it up never runs.
 _WAITING, _RUNNING, _ABANDONED_WAITING, _ABANDONED_RUNNING, _DONE = range(5)
@@ -48,6 +67,10 @@ class SyncThreads:
         self._running = 0  # calls holding a place: running, or abandoned and still running
         self._abandoned = 0
         self._waiters: deque[_Waiter] = deque()
+        self._jobs: queue.SimpleQueue[_Call] = queue.SimpleQueue()
+        self._idle = 0  # threads that will take the next job without one being started
+        self._started = 0  # threads started, for their names
+        _INSTANCES.add(self)
 
     @property
     def limit(self) -> int:
@@ -71,21 +94,69 @@ class SyncThreads:
         """Calls whose task stopped waiting for them while their function still runs."""
         return self._abandoned
 
-    async def run(self, fn: Callable[[], T]) -> T:
-        """Call ``fn`` in a worker thread once a place is free; a cancellation abandons it."""
-        await self._acquire()
-        call = _Call(self, fn)
+    async def run(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` in a worker thread once a place is free, with the caller's context
+        variables; a cancellation abandons it."""
         try:
-            output = await anyio.to_thread.run_sync(
-                call.work, abandon_on_cancel=True, limiter=_unbounded()
-            )
-            return cast(T, output)  # None only for a call abandoned before it started
+            loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:  # not asyncio
+            loop = None
+        with self._lock:
+            placed = self._running < self._limit and not self._waiters
+            if placed:
+                self._running += 1
+        if not placed:
+            await self._wait_for_place()
+        call = _Call(self, fn, args)
+        try:
+            if loop is None:
+                output = await anyio.to_thread.run_sync(
+                    call.work, abandon_on_cancel=True, limiter=_unbounded()
+                )
+                return cast(T, output)  # None only for a call abandoned before it started
+            future = call.future = loop.create_future()
+            call.loop = loop
+            with self._lock:
+                start = not self._idle
+                if start:
+                    self._started += 1
+                    number = self._started
+                else:
+                    self._idle -= 1
+            self._jobs.put(call)
+            if start:
+                threading.Thread(
+                    target=self._serve, name=f"{THREAD_NAME} {number}", daemon=True
+                ).start()
+            return cast(T, await future)
         finally:
-            call.abandon()  # a no-op once the function has returned
+            if call.state != _DONE:  # a no-op once the function has returned
+                call.abandon()
+
+    # -- dagagent's threads ------------------------------------------------------------------
+
+    def _serve(self) -> None:
+        """A worker thread: take calls from the queue for as long as the process lives."""
+        jobs = self._jobs
+        while True:
+            call = jobs.get()
+            try:
+                output = call.work()
+            except BaseException as exc:  # handed to the caller, whatever it is
+                call.deliver(_set_exception, exc)
+            else:
+                call.deliver(_set_result, output)
+
+    def _forget_threads(self) -> None:
+        """In a child process after ``fork``: no thread of the parent's is there."""
+        self._lock = threading.Lock()
+        self._jobs = queue.SimpleQueue()
+        self._idle = self._running = self._abandoned = 0
+        self._waiters.clear()
 
     # -- places ------------------------------------------------------------------------------
 
-    async def _acquire(self) -> None:
+    async def _wait_for_place(self) -> None:
         with self._lock:
             if self._running < self._limit and not self._waiters:
                 self._running += 1
@@ -155,41 +226,75 @@ def _other_waker(event: anyio.Event) -> Callable[[], object]:
     return wake
 
 
-class _Call(Generic[T]):
+class _Call:
     """One sync call: it holds a place from before its thread takes it up until its function
-    returns, or until it is abandoned before that thread took it up."""
+    returns (or, abandoned before that, until its thread finds it abandoned)."""
 
-    __slots__ = ("fn", "owner", "state")
+    __slots__ = ("args", "context", "fn", "future", "loop", "owner", "state")
 
-    def __init__(self, owner: SyncThreads, fn: Callable[[], T]) -> None:
+    def __init__(self, owner: SyncThreads, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
         self.owner = owner
         self.fn = fn
+        self.args = args
+        self.context = contextvars.copy_context()
         self.state = _WAITING
+        self.future: asyncio.Future[Any] | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
 
-    def work(self) -> T | None:
+    def work(self) -> Any:
         owner = self.owner
         with owner._lock:
-            if self.state == _ABANDONED_WAITING:
-                return None  # its task stopped waiting before a thread took it up
+            if self.state == _ABANDONED_WAITING:  # its task stopped waiting before now
+                if self.loop is not None:  # one of ours: its place was kept until now
+                    self.state = _DONE
+                    owner._idle += 1
+                    owner._release_locked()
+                return None
             self.state = _RUNNING
         try:
-            return self.fn()
+            return self.context.run(self.fn, *self.args)
         finally:
             with owner._lock:
                 if self.state == _ABANDONED_RUNNING:
                     owner._abandoned -= 1
                 self.state = _DONE
+                if self.loop is not None:
+                    owner._idle += 1  # this thread takes the next job
                 owner._release_locked()
+
+    def deliver(self, setter: Callable[[asyncio.Future[Any], Any], None], value: Any) -> None:
+        """Hand the outcome to the waiting coroutine, in its event loop."""
+        if self.loop is None or self.future is None:
+            return
+        with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits for it
+            self.loop.call_soon_threadsafe(setter, self.future, value)
 
     def abandon(self) -> None:
         owner = self.owner
         with owner._lock:
             if self.state == _WAITING:
                 self.state = _ABANDONED_WAITING
-                owner._release_locked()
+                if self.loop is None:  # anyio's thread may never take it up: free it now
+                    owner._release_locked()
+                # else a thread of ours takes it up at once and frees its place then, so
+                # there are never more threads than places
             elif self.state == _RUNNING:
                 self.state = _ABANDONED_RUNNING
                 owner._abandoned += 1
+
+
+def _set_result(future: asyncio.Future[Any], value: Any) -> None:
+    if not future.done():  # not cancelled meanwhile
+        future.set_result(value)
+
+
+def _set_exception(future: asyncio.Future[Any], exc: BaseException) -> None:
+    if not future.done():
+        if isinstance(exc, StopIteration):  # a future refuses it: it would end a generator
+            stop = exc
+            exc = RuntimeError(f"the function raised StopIteration: {stop}")
+            exc.__cause__ = stop
+        future.set_exception(exc)
 
 
 def _checked(limit: int) -> int:
@@ -197,6 +302,16 @@ def _checked(limit: int) -> int:
         raise ValueError(f"the limit of threads for sync tools must be an integer >= 1: {limit!r}")
     return limit
 
+
+_INSTANCES: weakref.WeakSet[SyncThreads] = weakref.WeakSet()
+
+
+def _forget_threads_after_fork() -> None:
+    for instance in list(_INSTANCES):
+        instance._forget_threads()
+
+
+os.register_at_fork(after_in_child=_forget_threads_after_fork)
 
 _LIMITER: anyio.lowlevel.RunVar[anyio.CapacityLimiter] = anyio.lowlevel.RunVar(
     "dagagent_sync_tool_limiter"

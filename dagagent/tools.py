@@ -5,7 +5,9 @@ docstring's first paragraph, its argument schema comes from the type hints throu
 and per-parameter descriptions come from the docstring (Google ``Args:`` sections, Sphinx
 ``:param x:`` fields or NumPy ``Parameters`` sections). Arguments are validated and coerced
 by pydantic before every call; unknown arguments are rejected. Sync functions run in worker
-threads so that they never block the event loop.
+threads so that they never block the event loop, unless declared ``blocking=False`` (a function
+that only computes for a moment): then they are called on the event loop, without the cost of
+a thread.
 
 Over 400 lines: :class:`Tool` is most of it (reading a function's docstring and type hints,
 validating arguments, calling sync and async functions alike); the :class:`Registry` is a
@@ -21,15 +23,17 @@ import re
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from types import AsyncGeneratorType, GeneratorType
-from typing import Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 from pydantic.fields import FieldInfo
 
 from .errors import ToolArgumentsError, ToolDefinitionError, UnknownToolError
 from .plan import MAX_RETRIES
-from .sync_threads import sync_threads
 from .text import is_secret_name, shorten
+
+if TYPE_CHECKING:
+    from .sync_threads import SyncThreads
 
 __all__ = ["Registry", "Tool", "connected", "tool"]
 
@@ -151,6 +155,7 @@ class Tool:
         max_concurrency: int | None = None,
         side_effects: bool = False,
         tags: Iterable[str] = (),
+        blocking: bool = True,
     ) -> None:
         self._init_options(
             fn,
@@ -160,6 +165,7 @@ class Tool:
             max_concurrency=max_concurrency,
             side_effects=side_effects,
             tags=tags,
+            blocking=blocking,
         )
         doc_desc, param_docs = _parse_docstring(inspect.getdoc(fn))
         self.description = description if description is not None else doc_desc
@@ -180,6 +186,7 @@ class Tool:
         max_concurrency: int | None,
         side_effects: bool,
         tags: Iterable[str],
+        blocking: bool = True,
     ) -> None:
         """Check and set what every kind of tool has (all but its arguments' schema)."""
         if not callable(fn):
@@ -205,6 +212,11 @@ class Tool:
         self._is_async = inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
             getattr(fn, "__call__", None)  # noqa: B004 - callable objects with async __call__
         )
+        #: Whether a call may block (wait on I/O, sleep, compute for long): a sync function
+        #: that may runs in a worker thread; one declared ``blocking=False`` is called on the
+        #: event loop, as an async function that never awaits would be.
+        self.blocking = blocking
+        self._inline = not self._is_async and not blocking
 
     def _build_model(self, fn: Callable[..., Any], docs: Mapping[str, str]) -> type[BaseModel]:
         try:
@@ -323,7 +335,10 @@ class Tool:
         if self._is_async:
             result = await self.fn(**args)
             return await materialize_async(result) if type(result) in GENERATOR_TYPES else result
-        result = await sync_threads.run(functools.partial(call_sync, self.fn, args))
+        if self._inline:  # declared never to block: called here, on the event loop
+            result = call_sync(self.fn, args)
+        else:
+            result = await (_threads or _sync_threads()).run(call_sync, self.fn, args)
         if type(result) is _Raised:
             raise result.exc
         if type(result) is AsyncGeneratorType:
@@ -352,6 +367,7 @@ class Tool:
             "max_concurrency": self.max_concurrency,
             "side_effects": self.side_effects,
             "tags": tuple(self.tags),
+            "blocking": self.blocking,
         }
 
 
@@ -368,6 +384,19 @@ class _Raised:
 
     def __init__(self, exc: BaseException) -> None:
         self.exc = exc
+
+
+_threads: SyncThreads | None = None
+
+
+def _sync_threads() -> SyncThreads:
+    """The process's threads for sync tools, imported on the first call (asyncio and anyio
+    are not needed to define or validate tools)."""
+    global _threads
+    from .sync_threads import sync_threads
+
+    _threads = sync_threads
+    return sync_threads
 
 
 def call_sync(fn: Callable[..., Any], args: Mapping[str, Any]) -> Any:
@@ -421,6 +450,7 @@ def tool(
     max_concurrency: int | None = None,
     side_effects: bool = False,
     tags: Iterable[str] = (),
+    blocking: bool = True,
 ) -> Callable[[F], Tool]: ...
 def tool(fn: Any = None, /, **options: Any) -> Any:
     """Turn a function into a :class:`Tool` (usable bare, ``@tool``, or with options)."""
@@ -455,6 +485,7 @@ class Registry:
         max_concurrency: int | None = None,
         side_effects: bool = False,
         tags: Iterable[str] = (),
+        blocking: bool = True,
     ) -> Callable[[F], Tool]: ...
     def tool(self, fn: Any = None, /, **options: Any) -> Any:
         if fn is not None:

@@ -143,6 +143,97 @@ def test_overhead_runs_tiny(tmp_path: Path) -> None:
     assert (tmp_path / "overhead.md").read_text().startswith("# Overhead: no-op tasks,")
 
 
+def test_overhead_through_execute_plan(tmp_path: Path) -> None:
+    proc = _script(
+        "overhead.py",
+        "--sizes",
+        "200",
+        "--shapes",
+        "layered",
+        "--executors",
+        "levels,dataflow",
+        "--from-plan",
+        "--repeats",
+        "1",
+        "--width",
+        "20",
+        "--out",
+        tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    (r,) = json.loads((tmp_path / "overhead.json").read_text())["results"]
+    assert set(r["run_s"]) == {"floor", "levels", "dataflow", "levels+plan", "dataflow+plan"}
+    assert r["summary"]["validate_x_floor"] > 0
+    assert "validate x floor" in (tmp_path / "overhead.md").read_text()
+
+
+def test_peers_runs_tiny(tmp_path: Path) -> None:
+    proc = _script(
+        "peers.py",
+        "--tasks",
+        "20",
+        "--width",
+        "4",
+        "--shapes",
+        "layered",
+        "--systems",
+        "floor,dagagent,dagagent-levels,dask,langgraph",
+        "--repeats",
+        "1",
+        "--out",
+        tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads((tmp_path / "peers.json").read_text())
+    assert {r["kind"] for r in data["results"]} == {"noop", "yield", "sync"}
+    for r in data["results"]:
+        measured = set(r["best_s"]) | {s.split(" ")[0] for s in data["skipped"]}
+        assert {"floor", "dagagent", "dagagent-levels"} <= set(r["best_s"])
+        assert {"dask", "langgraph"} <= measured  # measured, or skipped with the reason
+    assert "dagagent x floor" in (tmp_path / "peers.md").read_text()
+
+
+def test_overhead_with_sync_and_inline_tools(tmp_path: Path) -> None:
+    for tool in ("sync", "inline"):
+        proc = _script(
+            "overhead.py",
+            "--sizes",
+            "100",
+            "--shapes",
+            "layered",
+            "--executors",
+            "dataflow",
+            "--tool",
+            tool,
+            "--repeats",
+            "1",
+            "--width",
+            "10",
+            "--out",
+            tmp_path,
+        )
+        assert proc.returncode == 0, proc.stderr
+        (r,) = json.loads((tmp_path / f"overhead_{tool}.json").read_text())["results"]
+        assert r["tool"] == tool and set(r["run_s"]) == {"floor", "dataflow"}
+
+
+def test_startup_runs(tmp_path: Path) -> None:
+    proc = _script("startup.py", "--repeats", "1", "--out", tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads((tmp_path / "startup.json").read_text())
+    assert set(data["wall_s"]) == {
+        "python -c pass (floor)",
+        "python -c 'import typer' (floor)",
+        "dagagent --help",
+        "dagagent validate small.json",
+    }
+    assert all(v[0] > 0 for v in data["cpu_s"].values())
+    assert [t["target"] for t in data["targets"]] == [
+        "dagagent --help <= 0.3 s wall",
+        "dagagent validate small.json <= 0.3 s wall",
+    ]
+
+
 def test_overhead_with_the_run_store(tmp_path: Path) -> None:
     proc = _script(
         "overhead.py",

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
 import importlib
 import importlib.util
-import logging
 import os
 import sys
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import typer
 from rich.console import Console
@@ -30,9 +28,9 @@ from ..errors import (
     StoreError,
     ToolError,
 )
-from ..events import configure_logging
-from ..text import printable
-from ..tools import Registry, Tool
+
+if TYPE_CHECKING:
+    from ..tools import Registry
 
 __all__ = [
     "EXIT_FAILED",
@@ -118,6 +116,8 @@ class TerminalConsole(Console):
     def _render_buffer(self, buffer: Iterable[Segment]) -> str:
         # Rich's last step before writing: text segments are what was printed, control
         # segments are rich's own cursor moves; styles are rendered from Style objects.
+        from ..text import printable  # here, not on import: `dagagent --help` needs no pydantic
+
         return super()._render_buffer(
             seg if seg.control else Segment(printable(seg.text, lines=True), seg.style)
             for seg in buffer
@@ -138,8 +138,14 @@ def _print_version(value: bool) -> None:
         raise typer.Exit(EXIT_OK)
 
 
+# Commands that read records or a plan and run nothing: they log nothing of their own, so they
+# do not pay for setting up logging (importing structlog) unless asked to (-v).
+_QUIET_COMMANDS = frozenset({"validate", "runs", "show", "graph", "report"})
+
+
 @app.callback()
 def _root(
+    ctx: typer.Context,
     verbose: int = typer.Option(0, "--verbose", "-v", count=True, help="More logs on stderr."),
     version: bool = typer.Option(
         False,
@@ -149,8 +155,13 @@ def _root(
         help="Print the version and exit.",
     ),
 ) -> None:
-    level = {0: logging.WARNING, 1: logging.INFO}.get(verbose, logging.DEBUG)
-    configure_logging(level)
+    if verbose or ctx.invoked_subcommand not in _QUIET_COMMANDS:
+        import logging
+
+        from ..events import configure_logging
+
+        level = {0: logging.WARNING, 1: logging.INFO}.get(verbose, logging.DEBUG)
+        configure_logging(level)
 
 
 _SQLITE_HEADER = b"SQLite format 3\x00"
@@ -200,6 +211,8 @@ def exit_code_for(exc: DagagentError) -> int:
 
 def report_error(exc: DagagentError) -> int:
     """Print a user-caused error as one clear message per issue; return the exit code."""
+    from ..text import printable
+
     if isinstance(exc, PlanValidationError):
         n = len(exc.issues)
         err.print(f"error: invalid plan ({n} issue{'s' if n != 1 else ''}):", markup=False)
@@ -269,7 +282,9 @@ def guard(fn: F) -> F:
 
                 print_json(out, error_json(exc, code))
             raise typer.Exit(code) from None
-        except (KeyboardInterrupt, asyncio.CancelledError) as exc:
+        except BaseException as exc:
+            if not _interrupted(exc):
+                raise
             # Ctrl-C. On Python 3.11+ the event loop turns it into KeyboardInterrupt once the
             # run is cancelled; on 3.10 the cancellation itself comes out of anyio.run.
             said = exc.message if isinstance(exc, Interrupted) else "interrupted"
@@ -277,6 +292,16 @@ def guard(fn: F) -> F:
             raise typer.Exit(EXIT_INTERRUPTED) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+def _interrupted(exc: BaseException) -> bool:
+    """Ctrl-C: a KeyboardInterrupt, or the cancellation of an asyncio run (asyncio is
+    imported only by the commands that run something, so one that never imported it was not
+    cancelled)."""
+    if isinstance(exc, KeyboardInterrupt):
+        return True
+    asyncio = sys.modules.get("asyncio")
+    return asyncio is not None and isinstance(exc, asyncio.CancelledError)
 
 
 @overload
@@ -317,6 +342,8 @@ def load_registry(spec: str | None) -> Registry:
     ATTR may be a Registry, a Tool, a list of tools/functions, or a function returning one of
     those. Without a spec: ``$DAGAGENT_TOOLS``, else the bundled demo tools.
     """
+    from ..tools import Registry, Tool
+
     spec = tools_spec(spec)
     target, sep, attr = spec.rpartition(":")
     if not sep or not target or not attr:
@@ -367,14 +394,16 @@ def load_registry(spec: str | None) -> Registry:
     )
 
 
-def _abandoned_threads() -> list[threading.Thread]:
-    """Worker threads still running a sync tool that timed out or was cancelled: Python cannot
-    stop them, and interpreter shutdown would wait for them."""
-    return [
-        t
+def _abandoned_threads() -> bool:
+    """Whether worker threads still run a sync tool that timed out or was cancelled: Python
+    cannot stop them, and interpreter shutdown would wait for anyio's."""
+    threads = sys.modules.get("dagagent.sync_threads")
+    if threads is not None and threads.sync_threads.running:
+        return True
+    return any(
+        t is not threading.current_thread() and not t.daemon and t.name == "AnyIO worker thread"
         for t in threading.enumerate()
-        if t is not threading.current_thread() and not t.daemon and t.name == "AnyIO worker thread"
-    ]
+    )
 
 
 def main() -> None:

@@ -12,30 +12,13 @@ the solve); 130 interrupted.
 
 from __future__ import annotations
 
-import asyncio
 import shlex
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import anyio
 import typer
 
-from ..approval import Policy
 from ..errors import ConfigError, JoinerError, LLMError, PlanningError
-from ..events import (
-    Event,
-    JoinerDecided,
-    RoundFinished,
-    RoundStarted,
-    RunStarted,
-    TaskAgentEvent,
-    TaskFinished,
-    TaskParsed,
-)
-from ..results import TaskStatus
-from ..store import RunStore, default_store_path
-from ..text import printable, shorten, strip_url_credentials
-from ..workflows import Solution, SolveStatus, solve
 from ._app import (
     EXIT_FAILED,
     EXIT_OK,
@@ -48,11 +31,6 @@ from ._app import (
     err,
     guard,
     out,
-)
-from .approve import (
-    confirm_plan,
-    run_interceptors,
-    stdin_is_terminal,
 )
 from .options import (
     ApproveOpt,
@@ -74,10 +52,12 @@ from .options import (
 )
 from .otel import configure_otel
 from .recording import recorded_tools_spec
-from .render import print_json
 from .run import paused_hint
-from .signals import stoppable
 from .tools import load_tools
+
+if TYPE_CHECKING:
+    from ..events import Event
+    from ..workflows import Solution
 
 __all__ = ["AskProgress", "ask_cmd", "exit_code_of", "report_solution", "solve_interrupted"]
 
@@ -108,9 +88,23 @@ class AskProgress:
         self.run_id: str | None = None  # the last round's run
 
     def _line(self, text: str) -> None:
+        from ..text import printable
+
         err.print(printable(text), markup=False, highlight=False)
 
     def __call__(self, event: Event | Any) -> None:
+        from ..events import (
+            JoinerDecided,
+            RoundFinished,
+            RoundStarted,
+            RunStarted,
+            TaskAgentEvent,
+            TaskFinished,
+            TaskParsed,
+        )
+        from ..results import TaskStatus
+        from ..text import shorten
+
         if isinstance(event, RoundStarted):
             self.round = event.round
             self.solve_id = event.solve_id
@@ -153,6 +147,8 @@ class AskProgress:
 def exit_code_of(solution: Solution) -> int:
     """0 answered; 3 no valid plan; 2 a model that cannot be used; 5 answered (or paused) but
     not all of it recorded; 6 paused; 1 otherwise."""
+    from ..workflows import SolveStatus
+
     if (solution.ok or solution.status is SolveStatus.PAUSED) and solution.not_recorded:
         return EXIT_RECORD
     if solution.ok:
@@ -168,6 +164,9 @@ def exit_code_of(solution: Solution) -> int:
 
 def report_solution(solution: Solution, path: Path) -> None:
     """What stderr says once the solve is over (the answer itself goes to stdout)."""
+    from ..text import printable
+    from ..workflows import SolveStatus
+
     where = f"solve {solution.solve_id} recorded in {path}"
     if solution.not_recorded:  # never claim a record that is not all there
         where = f"the record of solve {solution.solve_id} in {path} is incomplete"
@@ -262,6 +261,18 @@ def ask_cmd(
     stderr, the answer on stdout. Exit 0 answered, 1 gave up, 2 model unusable, 3 no valid
     plan, 6 paused (a task waits for a person's decision: dagagent approve, then dagagent
     resume)."""
+    import asyncio
+
+    import anyio
+
+    from ..approval import Policy
+    from ..store import RunStore, default_store_path
+    from ..text import printable, strip_url_credentials
+    from ..workflows import solve
+    from .approve import confirm_plan, run_interceptors, stdin_is_terminal
+    from .render import print_json
+    from .signals import stoppable
+
     if otel:
         configure_otel()
     if not goal.strip():

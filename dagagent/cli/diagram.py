@@ -12,9 +12,11 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
-from ..graph import PlanGraph
-from ..plan import Task
+if TYPE_CHECKING:
+    from ..graph import PlanGraph
+    from ..plan import Task
 
 __all__ = ["FORMATS", "render_graph", "to_ascii", "to_dot", "to_mermaid"]
 

@@ -15,12 +15,12 @@ import typer
 
 from ..errors import ConfigError
 from ..executors import EXECUTORS, get_executor
-from ..llm import ModelSettings, from_env
-from ..runner import DEFAULT_MAX_ELEMENTS
+from ..limits import DEFAULT_MAX_ELEMENTS
 from .recording import recorded_tools_spec
 
 if TYPE_CHECKING:
     from ..graph import PlanGraph
+    from ..llm import ModelSettings
     from ..runner import Interceptor
     from ..tools import Registry
 
@@ -223,6 +223,8 @@ class ModelChoice:
         return bool(self.model or os.environ.get("DAGAGENT_MODEL", "").strip())
 
     def settings(self) -> ModelSettings:
+        from ..llm import ModelSettings
+
         return ModelSettings(timeout=self.timeout)
 
     def require(self) -> None:
@@ -236,6 +238,8 @@ class ModelChoice:
 
     def client(self) -> Any:
         """The client (see :meth:`require`)."""
+        from ..llm import from_env
+
         self.require()
         return from_env(self.model, self.base_url, settings=self.settings())
 

@@ -10,16 +10,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import anyio
 import typer
 
 from ..errors import ConfigError
-from ..planners import LLMPlanner, PlanningResult
-from ..runner import DEFAULT_MAX_ELEMENTS
+from ..limits import DEFAULT_MAX_ELEMENTS
 from ._app import EXIT_OK, app, check_output_path, err, guard, out
-from .diagram import to_ascii
 from .options import (
     ApproveOpt,
     AskOpt,
@@ -42,9 +39,11 @@ from .options import (
     ToolsOpt,
 )
 from .otel import configure_otel
-from .render import plan_table, print_json, print_warnings
 from .run import run_graph
 from .tools import load_tools
+
+if TYPE_CHECKING:
+    from ..planners import LLMPlanner, PlanningResult
 
 __all__ = ["plan_cmd", "planning_summary"]
 
@@ -70,6 +69,8 @@ def _make_planner(
     structured: bool,
     timeout: float = 60.0,
 ) -> tuple[Any, LLMPlanner]:
+    from ..planners import LLMPlanner
+
     llm = ModelChoice(model, base_url, timeout).client()
     planner = LLMPlanner(
         llm, registry, max_attempts=max_attempts, agent_tasks=agent_tasks, structured=structured
@@ -78,6 +79,8 @@ def _make_planner(
 
 
 def _plan(llm: Any, planner: LLMPlanner, goal: str) -> PlanningResult:
+    import anyio
+
     async def main() -> PlanningResult:
         async with llm:
             return await planner.plan_with_report(goal)
@@ -137,6 +140,9 @@ def plan_cmd(
     """Ask a model for a plan reaching GOAL with the given tools; show it as a table and a
     DAG, save it (--out) or run it (--execute). Exit 3 if no valid plan came back, 2 if the
     model could not be used."""
+    from .diagram import to_ascii
+    from .render import plan_table, print_json, print_warnings
+
     if otel:
         configure_otel()
     if not goal.strip():

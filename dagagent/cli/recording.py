@@ -3,25 +3,20 @@ display attached and stop signals handled (:func:`run_recorded`)."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import shlex
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import anyio
-from rich.console import Console
-
-from ..api import execute, new_run_id
-from ..errors import StoreError
-from ..graph import PlanGraph
-from ..results import RunResult
-from ..store import RunStore, default_store_path
-from ..text import strip_url_credentials
 from ._app import Interrupted, err, tools_spec
-from .progress import LiveProgress, progress_for
-from .signals import stoppable
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from ..graph import PlanGraph
+    from ..results import RunResult
+    from ..store import RunStore
 
 __all__ = ["interrupted_message", "recorded_tools_spec", "run_recorded", "say_recorded"]
 
@@ -46,6 +41,16 @@ def run_recorded(
     are recorded with the run, so that ``replan`` loads the same tools by default, and so are
     the approval rules (``approval``: see :func:`~dagagent.cli.options.approval_context`) and
     the failure policy, so that ``resume`` asks the same questions. Returns the result."""
+    import asyncio
+
+    import anyio
+
+    from ..api import execute, new_run_id
+    from ..store import RunStore
+    from ..text import strip_url_credentials
+    from .progress import LiveProgress, progress_for
+    from .signals import stoppable
+
     run_id = run_id or new_run_id()
     context: dict[str, Any] = {"tools": tools_spec} if tools_spec else {}
     if mcp_specs:
@@ -87,6 +92,8 @@ def interrupted_message(run_store: RunStore, run_id: str, store: str | Path | No
     """What Ctrl-C during a run leaves behind and how to go on: the run's id and the
     commands that show it and run the rest of it (``replan --execute`` reuses every task
     that succeeded)."""
+    from ..errors import StoreError
+
     try:
         record = run_store.get_run(run_id)
     except StoreError:  # stopped before the run was recorded (e.g. while a cluster started)
@@ -122,6 +129,8 @@ def say_recorded(
     """Say on stderr where the run is recorded (``detail`` inside the parentheses), unless
     ``quiet``; but only if the store holds all of it. If it does not, say what is missing
     whatever ``quiet`` says, and return ``False``."""
+    from ..store import default_store_path
+
     path = default_store_path(store)
     loss = result.record_loss
     if loss is None:

@@ -5,24 +5,12 @@ in :mod:`dagagent.review` and :mod:`dagagent.workflows.replan`; this module show
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import anyio
 import typer
 
 from ..errors import ConfigError
-from ..plan import AgentTask, Plan, load_plan
-from ..review import (
-    PlanDiff,
-    ReuseDecision,
-    RunReview,
-    format_diff,
-    format_review,
-    review_run,
-)
-from ..runner import DEFAULT_MAX_ELEMENTS
-from ..store import RunRecord
-from ..workflows.replan import Revision, revise_run
+from ..limits import DEFAULT_MAX_ELEMENTS
 from ._app import EXIT_OK, EXIT_RECORD, app, check_output_path, err, guard, out
 from .options import (
     BaseUrlOpt,
@@ -44,11 +32,15 @@ from .options import (
     ToolsOpt,
 )
 from .otel import configure_otel
-from .recording import run_recorded, say_recorded
-from .render import print_json, print_warnings
 from .run import agent_model, print_result, run_exit_code
 from .runs import find_run, open_store
 from .tools import load_tools
+
+if TYPE_CHECKING:
+    from ..plan import Plan
+    from ..review import ReuseDecision, RunReview
+    from ..store import RunRecord
+    from ..workflows.replan import Revision
 
 __all__ = ["make_model", "replan_cmd"]
 
@@ -90,7 +82,11 @@ def _revise(
     quiet: bool,
 ) -> Revision:
     """The replan workflow's revision step (:func:`dagagent.workflows.revise_run`)."""
+    import anyio
+
     from ..planners import LLMReplanner
+    from ..workflows.replan import revise_run
+    from .render import print_warnings
 
     replanner = LLMReplanner(llm, registry, max_attempts=max_attempts) if llm is not None else None
 
@@ -145,6 +141,11 @@ def replan_cmd(
     reusing the outputs of every task whose id, tool, arguments and inputs are unchanged.
     Exit 0 after a review; with --execute, the new run's exit code (0 ok, 1 failed); 3 when
     the model gave no valid plan in --max-attempts."""
+    from ..plan import AgentTask, load_plan
+    from ..review import PlanDiff, format_diff, format_review, review_run
+    from .recording import run_recorded, say_recorded
+    from .render import print_json, print_warnings
+
     if otel:
         configure_otel()
     if from_file is not None and model is not None:

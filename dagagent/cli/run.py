@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import shlex
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
-from ..graph import PlanGraph, validate
-from ..results import RunResult, RunStatus
-from ..runner import DEFAULT_MAX_ELEMENTS
-from ..text import as_text, printable
+from ..limits import DEFAULT_MAX_ELEMENTS
 from ._app import EXIT_FAILED, EXIT_OK, EXIT_PAUSED, EXIT_RECORD, app, err, guard, out
 from .options import (
     ApproveOpt,
@@ -32,9 +29,11 @@ from .options import (
     ToolsOpt,
 )
 from .otel import configure_otel
-from .recording import run_recorded, say_recorded
-from .render import path_text, plan_table, print_json, print_warnings, result_table
 from .tools import load_tools
+
+if TYPE_CHECKING:
+    from ..graph import PlanGraph
+    from ..results import RunResult
 
 __all__ = ["agent_model", "paused_hint", "print_result", "run_exit_code", "run_graph"]
 
@@ -56,6 +55,9 @@ def validate_cmd(
     ),
 ) -> None:
     """Check a plan (graph, tools, arguments) and report every issue at once."""
+    from ..graph import validate
+    from .render import plan_table, print_json, print_warnings
+
     registry = load_tools(tools, mcp)
     graph = validate(plan, registry, check_llm=not ModelChoice(model).configured)
     if json_out:
@@ -84,8 +86,8 @@ MAX_FINAL_OUTPUTS = 3
 
 def final_tasks(graph: PlanGraph) -> list[str]:
     """The tasks nothing depends on, in plan order: what a run produces."""
-    g = graph.graph
-    return [t.id for t in graph.plan.tasks if g.out_degree(t.id) == 0]
+    dependents = graph.dependents
+    return [t.id for t in graph.plan.tasks if not dependents[t.id]]
 
 
 def print_result(
@@ -99,6 +101,9 @@ def print_result(
     final tasks in full (``graph``: the plan that ran), then one summary line. ``startup_s``:
     how long the run waited for its executor to get ready (a Dask cluster), which the run's
     own time leaves out; ``--json`` gives it as ``executor_startup_s``."""
+    from ..text import as_text, printable
+    from .render import path_text, print_json, result_table
+
     if as_json:
         doc = result.to_json_dict()
         if startup_s is not None:
@@ -138,6 +143,8 @@ def print_result(
 def run_exit_code(result: RunResult) -> int:
     """0 the run succeeded, 6 it paused (tasks wait for a person's decision; the next steps
     are printed on stderr), 1 otherwise."""
+    from ..results import RunStatus
+
     if result.ok:
         return EXIT_OK
     if result.status is RunStatus.PAUSED:
@@ -148,6 +155,8 @@ def run_exit_code(result: RunResult) -> int:
 
 def paused_hint(result: RunResult) -> None:
     """What a paused run waits for, and the commands that continue it (on stderr)."""
+    from ..text import printable
+
     waiting = result.waiting()
     n = len(waiting)
     names = ", ".join(printable(r.task_id) for r in waiting[:10]) + (", ..." if n > 10 else "")
@@ -169,6 +178,8 @@ def run_graph(
     """What ``run`` and ``plan --execute`` do with a validated plan: confirm it and set up
     approval as the options say, run it recorded in the run store with progress (none with
     ``as_json``), print the result; return the exit code."""
+    from .recording import run_recorded, say_recorded
+
     execute_options = options.execute_options()
     interceptors = options.interceptors(graph, registry)
     result = run_recorded(
@@ -255,6 +266,9 @@ def run_cmd(
     """Validate and run a plan, recording it in the run store (review it with 'dagagent show',
     revise it with 'dagagent replan'). Exit 0 if every task succeeded, 1 if the run failed, 6
     if it paused (tasks wait for a person's decision: dagagent approvals, approve, resume)."""
+    from ..graph import validate
+    from .render import print_warnings
+
     if otel:
         configure_otel()
     options = RunOptions(

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich import box
@@ -18,19 +18,6 @@ from rich.table import Table
 from rich.text import Text
 
 from ..errors import ConfigError
-from ..graph import PlanGraph, validate
-from ..plan import Plan, ToolTask
-from ..results import TaskResult
-from ..store import (
-    RunRecord,
-    RunStore,
-    RunSummary,
-    SolveRecord,
-    StoreSource,
-    check_run_id,
-    locate_store,
-)
-from ..text import as_text, did_you_mean, printable, shorten
 from ._app import app, guard, out
 from .diagram import FORMATS, render_graph
 from .options import (
@@ -38,12 +25,28 @@ from .options import (
     RunArg,
     StoreOpt,
 )
-from .render import STATUS_STYLE, print_json, time_cells, waited_for_approval
+
+if TYPE_CHECKING:
+    from ..graph import PlanGraph
+    from ..plan import Plan
+    from ..results import TaskResult
+    from ..store import RunRecord, RunStore, RunSummary, SolveRecord
 
 __all__ = ["find_run", "open_store"]
 
-_STYLE: dict[str, str] = {s.value: style for s, style in STATUS_STYLE.items()}
-_STYLE.update({"running": "blue", "interrupted": "yellow", "unrecorded": "dim"})
+_STYLES: dict[str, str] = {}
+
+
+def _style(status: str) -> str:
+    """The style a status is shown in (a task's, or a recorded run's)."""
+    if not _STYLES:
+        from .render import STATUS_STYLE
+
+        _STYLES.update({s.value: style for s, style in STATUS_STYLE.items()})
+        _STYLES.update({"running": "blue", "interrupted": "yellow", "unrecorded": "dim"})
+    return _STYLES.get(status, "")
+
+
 _STATUS_ORDER = ("succeeded", "reused", "failed", "denied", "cancelled", "skipped")
 
 
@@ -62,11 +65,13 @@ def _counts_text(counts: dict[str, int], unrecorded: int = 0) -> Text:
     for i, (s, n) in enumerate(parts):
         if i:
             text.append(", ")
-        text.append(f"{n} {s}", style=_STYLE.get(s, ""))
+        text.append(f"{n} {s}", style=_style(s))
     return text
 
 
 def open_store(store: Path | None) -> RunStore:
+    from ..store import RunStore
+
     return RunStore(store, create=False)
 
 
@@ -94,6 +99,10 @@ def runs_cmd(
     json_out: bool = typer.Option(False, "--json", help="Print the runs as JSON."),
 ) -> None:
     """List recorded runs, most recent first: id, when, goal, status, task counts."""
+    from ..store import StoreSource, locate_store
+    from ..text import shorten
+    from .render import print_json
+
     location = locate_store(store)
     path, why = location.path, location.describe()
     runs: list[RunSummary] = []
@@ -131,7 +140,7 @@ def runs_cmd(
         table.add_row(
             r.run_id,
             _when(r.created, seconds=False),
-            Text(r.status.value, style=_STYLE.get(r.status.value, "")),
+            Text(r.status.value, style=_style(r.status.value)),
             _counts_text(r.counts, r.unrecorded),
             goal,
         )
@@ -143,6 +152,8 @@ def runs_cmd(
 
 
 def _graph_of(plan: Plan) -> PlanGraph:
+    from ..graph import validate
+
     return validate(plan)  # the graph only: tools are not needed to draw or measure it
 
 
@@ -175,6 +186,8 @@ def show_cmd(
 ) -> None:
     """Show a recorded run: each task's status, duration, attempts, output or error, and the
     critical path."""
+    from .render import print_json, waited_for_approval
+
     with open_store(store) as st:
         record = find_run(st, run, last)
         solve = st.solve_of_run(record.run_id)
@@ -198,7 +211,7 @@ def show_cmd(
         print_json(out, doc)
         return
     head = Text(f"run {record.run_id}: ")
-    head.append(record.status.value, style=_STYLE.get(record.status.value, ""))
+    head.append(record.status.value, style=_style(record.status.value))
     if record.parent_id:
         head.append(f" (replans run {record.parent_id})")
     out.print(head)
@@ -249,6 +262,8 @@ def show_cmd(
 
 def _show_tracebacks(record: RunRecord) -> None:
     """The traceback of each task whose tool raised, in plan order."""
+    from ..text import printable
+
     for t in record.plan.tasks:
         r = record.tasks.get(t.id)
         if r is not None and r.traceback:
@@ -260,6 +275,9 @@ _ELEMENT_ROWS = 10  # the elements of a map task listed under it; show --task li
 
 
 def _add_result_row(table: Table, task_id: str, what: str, r: TaskResult, waits: bool) -> None:
+    from ..text import shorten
+    from .render import time_cells
+
     ran, waited = time_cells(r)
     if r.error:
         detail = r.error
@@ -271,7 +289,7 @@ def _add_result_row(table: Table, task_id: str, what: str, r: TaskResult, waits:
     table.add_row(
         task_id,
         what,
-        Text(r.status.value, style=_STYLE.get(r.status.value, "")),
+        Text(r.status.value, style=_style(r.status.value)),
         ran,
         *((waited,) if waits else ()),
         str(r.attempts),
@@ -291,6 +309,10 @@ def _add_element_rows(table: Table, task_id: str, elements: list[TaskResult], wa
 
 def _show_task(record: RunRecord, task_id: str, *, as_json: bool) -> None:
     """One task of a run in full: nothing cut, untrusted text escaped."""
+    from ..plan import ToolTask
+    from ..text import as_text, did_you_mean, printable
+    from .render import print_json
+
     planned = {t.id: t for t in record.plan.tasks}
     if task_id not in planned:
         raise ConfigError(
@@ -349,6 +371,8 @@ def _show_task(record: RunRecord, task_id: str, *, as_json: bool) -> None:
 def _show_solve(solve: SolveRecord, run_id: str) -> None:
     """The round this run was, the joiner's decision about it and, for the run the answer
     came from, the answer in full (untrusted text: control characters escaped, no markup)."""
+    from ..text import as_text, printable
+
     rnd = solve.round_of(run_id)
     where = (
         f"round {rnd.round} of solve {solve.solve_id}"
@@ -393,6 +417,8 @@ def graph_cmd(
     store: StoreOpt = None,
 ) -> None:
     """Draw a plan's graph (a plan file), or a recorded run's graph marked by task status."""
+    from ..graph import validate
+
     if fmt not in FORMATS:
         raise ConfigError(f"--format must be one of {', '.join(FORMATS)}, not {fmt!r}")
     statuses: dict[str, str] | None = None
@@ -414,6 +440,8 @@ def graph_cmd(
 
 def _is_plan_path(target: str) -> bool:
     """A file that exists, or anything that cannot be a run id (reported as a missing plan)."""
+    from ..store import check_run_id
+
     if Path(target).is_file():
         return True
     try:

@@ -4,19 +4,16 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import anyio
 import typer
-from rich.text import Text
 
 from ..errors import ConfigError, DagagentError
-from ..planners.prompts import tool_catalog
-from ..text import printable
-from ..tools import Registry, Tool
 from ._app import app, err, guard, load_registry, out, tools_spec
 from .options import McpOpt, ToolsOpt
-from .render import print_json
+
+if TYPE_CHECKING:
+    from ..tools import Registry, Tool
 
 __all__ = ["load_tools"]
 
@@ -26,6 +23,8 @@ def load_tools(tools: str | None, mcp: Sequence[str] | None = None) -> Registry:
     with ``--mcp``, only ``$DAGAGENT_TOOLS``, not the demo tools) and of every ``--mcp``
     server, named ``NAME.TOOL``. Each server is started (or reached) and listed, then let go:
     a run opens it again for as long as it lasts."""
+    from ..tools import Registry
+
     mcp = list(mcp or ())
     spec = tools_spec(tools, mcp)
     registry = load_registry(spec) if spec is not None else Registry()
@@ -35,6 +34,8 @@ def load_tools(tools: str | None, mcp: Sequence[str] | None = None) -> Registry:
 
 
 def _add_mcp_tools(registry: Registry, specs: list[str]) -> None:
+    import anyio
+
     try:
         from ..mcp import MCPClient
     except ImportError as exc:  # the SDK is an extra
@@ -89,6 +90,12 @@ def tools_cmd(
 ) -> None:
     """List the tools a plan can use (those --tools and --mcp give, as 'run' and 'plan' would
     load them), each with its arguments as the planner sees them."""
+    from rich.text import Text
+
+    from ..planners.prompts import tool_catalog
+    from ..text import printable
+    from .render import print_json
+
     registry = load_tools(tools, mcp)
     if json_out:
         doc: list[dict[str, Any]] = [

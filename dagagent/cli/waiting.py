@@ -11,28 +11,17 @@ printed as ``ask`` prints it.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import anyio
 import typer
-from rich.table import Table
 
-from ..approval import Policy
 from ..errors import ConfigError, StoreError
-from ..graph import validate
-from ..plan import AgentTask
-from ..store import ApprovalRecord, RunRecord, RunStore
-from ..text import printable, shorten
-from ..workflows import Solution, resume_solve
-from ..workflows.resume import RESUMABLE_EXECUTORS, decider, resume
-from ..workflows.solve_resume import paused_solve
+from ..executors import IN_PROCESS_EXECUTORS
 from ._app import EXIT_RECORD, Interrupted, app, err, guard, out
-from .approve import run_interceptors
 from .ask import AskProgress, exit_code_of, report_solution, solve_interrupted
 from .options import (
     BaseUrlOpt,
@@ -44,12 +33,11 @@ from .options import (
     StoreOpt,
     ToolsOpt,
 )
-from .progress import progress_for
-from .recording import say_recorded
-from .render import print_json
 from .replan import registry_for
 from .run import agent_model, print_result
-from .signals import stoppable
+
+if TYPE_CHECKING:
+    from ..store import ApprovalRecord, RunRecord, RunStore
 
 __all__: list[str] = []
 
@@ -74,10 +62,14 @@ def _when(ts: float | None) -> str:
 
 
 def _args_text(value: Any, width: int = 60) -> str:
+    from ..text import printable, shorten
+
     return str(printable(shorten(json.dumps(value, ensure_ascii=False, default=str), width)))
 
 
 def _state(r: ApprovalRecord) -> str:
+    from ..text import printable
+
     if r.state == "decided":
         return f"{r.decision} by {printable(r.decided_by or '?')} (resume uses it)"
     return r.state
@@ -94,6 +86,12 @@ def approvals_cmd(
 ) -> None:
     """List the calls waiting for a person's decision (and the decisions a resume has not
     used yet): run, task, tool, arguments, the rule that asked, when."""
+    from rich.table import Table
+
+    from ..store import RunStore
+    from ..text import printable
+    from .render import print_json
+
     with RunStore(store, create=False) as st:
         rows = st.approvals(run)
     if json_out:
@@ -166,6 +164,11 @@ def approve_cmd(
 ) -> None:
     """Record a decision about a waiting task of a paused run (who, when, why). Nothing runs:
     'dagagent resume RUN' continues the run and uses each decision once."""
+    from ..store import RunStore
+    from ..text import printable
+    from ..workflows.resume import decider
+    from .render import print_json
+
     if allow == deny and not (edit is not None and not deny):
         raise ConfigError("give one of --allow or --deny (--edit allows with new arguments)")
     if edit is not None and deny:
@@ -233,7 +236,7 @@ def resume_cmd(
         None,
         "--executor",
         "-e",
-        metavar="|".join(RESUMABLE_EXECUTORS),
+        metavar="|".join(IN_PROCESS_EXECUTORS),
         help="When tasks start. Default: the executor the run was started with.",
     ),
     max_concurrency: MaxConcurrencyOpt = None,
@@ -248,6 +251,17 @@ def resume_cmd(
     wait again, and nothing that succeeded runs again. Exit as 'run' does (6: paused again).
     A run of a paused 'ask' (or the solve's id) continues the solve: the run, then the
     joiner and the rounds after it, with --model; exit as 'ask' does."""
+    import anyio
+
+    from ..graph import validate
+    from ..plan import AgentTask
+    from ..store import RunStore
+    from ..workflows.resume import resume
+    from .approve import run_interceptors
+    from .progress import progress_for
+    from .recording import say_recorded
+    from .signals import stoppable
+
     with RunStore(store, create=False) as st:
         try:
             record = st.get_run(run)
@@ -318,6 +332,18 @@ def _resume_solve(
     """``resume`` of a paused solve: its round's run goes on with the tools and approval
     rules it was recorded with, then the joiner and the rounds after it; progress on stderr,
     the answer on stdout (``--json``: the solution), as ``ask`` prints them. The exit code."""
+    import asyncio
+
+    import anyio
+
+    from ..approval import Policy
+    from ..text import printable
+    from ..workflows import Solution, resume_solve
+    from ..workflows.solve_resume import paused_solve
+    from .approve import run_interceptors
+    from .render import print_json
+    from .signals import stoppable
+
     solve, paused = paused_solve(st, ref)
     assert paused.run_id is not None
     record = st.get_run(paused.run_id)

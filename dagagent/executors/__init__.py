@@ -1,17 +1,25 @@
-"""Executors decide *when* each task starts; all of them use the same task runner."""
+"""Executors decide *when* each task starts; all of them use the same task runner.
+
+The executor classes are imported on first use (PEP 562): the names of the executors
+(:data:`EXECUTORS`) are all a command-line ``--help`` needs.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
-from .base import BaseExecutor, Executor, FailurePolicy, finish_unstarted
-from .dataflow import DataflowExecutor
-from .levels import LevelsExecutor
-from .serial import SerialExecutor
+
+if TYPE_CHECKING:
+    from .base import BaseExecutor, Executor, FailurePolicy, finish_unstarted
+    from .dataflow import DataflowExecutor
+    from .levels import LevelsExecutor
+    from .serial import SerialExecutor
 
 __all__ = [
     "EXECUTORS",
+    "IN_PROCESS_EXECUTORS",
     "BaseExecutor",
     "DataflowExecutor",
     "Executor",
@@ -23,6 +31,31 @@ __all__ = [
 ]
 
 EXECUTORS = ("serial", "levels", "dataflow", "dask")
+#: The executors that run every task in this process.
+IN_PROCESS_EXECUTORS = ("serial", "levels", "dataflow")
+
+_LAZY = {
+    "BaseExecutor": "base",
+    "Executor": "base",
+    "FailurePolicy": "base",
+    "finish_unstarted": "base",
+    "DataflowExecutor": "dataflow",
+    "LevelsExecutor": "levels",
+    "SerialExecutor": "serial",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
 
 
 def get_executor(spec: str | Executor, **options: Any) -> Executor:
@@ -30,10 +63,16 @@ def get_executor(spec: str | Executor, **options: Any) -> Executor:
     if not isinstance(spec, str):
         return spec
     if spec == "serial":
+        from .serial import SerialExecutor
+
         return SerialExecutor()
     if spec == "levels":
+        from .levels import LevelsExecutor
+
         return LevelsExecutor()
     if spec == "dataflow":
+        from .dataflow import DataflowExecutor
+
         return DataflowExecutor()
     if spec == "dask":
         from .dask import DaskExecutor  # optional dependency

@@ -7,39 +7,41 @@ Build a client with :func:`from_spec` (``"openai:gpt-4o-mini"``) or :func:`from_
 Failures raise the ``LLM*Error`` classes of :mod:`dagagent.errors`.
 """
 
+import importlib
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from dagagent.llm._http import HTTPChatClient
-from dagagent.llm._retry import HTTPRetryPolicy
-from dagagent.llm.anthropic import AnthropicChat
-from dagagent.llm.metered import MeteredLLM
-from dagagent.llm.openai import OpenAIChat
-from dagagent.llm.protocol import LLM
-from dagagent.llm.scripted import ScriptedLLM, ScriptError, ScriptItem, WireItem
-from dagagent.llm.settings import ModelOptions, ModelSettings
-from dagagent.llm.spec import from_env, from_spec
-from dagagent.llm.types import (
-    AssistantMessage,
-    LLMRequest,
-    LLMResponse,
-    Message,
-    MessagesInput,
-    ResponseFormat,
-    StreamEnd,
-    StreamEvent,
-    SystemMessage,
-    TextDelta,
-    ToolCall,
-    ToolCallDelta,
-    ToolResultMessage,
-    ToolSpec,
-    UserMessage,
-    collect_stream,
-    normalize_messages,
-    parse_tool_arguments,
-)
-from dagagent.llm.usage import Usage, UsageTracker
+if TYPE_CHECKING:
+    from dagagent.llm._http import HTTPChatClient
+    from dagagent.llm._retry import HTTPRetryPolicy
+    from dagagent.llm.anthropic import AnthropicChat
+    from dagagent.llm.metered import MeteredLLM
+    from dagagent.llm.openai import OpenAIChat
+    from dagagent.llm.protocol import LLM
+    from dagagent.llm.scripted import ScriptedLLM, ScriptError, ScriptItem, WireItem
+    from dagagent.llm.settings import ModelOptions, ModelSettings
+    from dagagent.llm.spec import from_env, from_spec
+    from dagagent.llm.types import (
+        AssistantMessage,
+        LLMRequest,
+        LLMResponse,
+        Message,
+        MessagesInput,
+        ResponseFormat,
+        StreamEnd,
+        StreamEvent,
+        SystemMessage,
+        TextDelta,
+        ToolCall,
+        ToolCallDelta,
+        ToolResultMessage,
+        ToolSpec,
+        UserMessage,
+        collect_stream,
+        normalize_messages,
+        parse_tool_arguments,
+    )
+    from dagagent.llm.usage import Usage, UsageTracker
 
 __all__ = [
     "LLM",
@@ -78,11 +80,56 @@ __all__ = [
     "parse_tool_arguments",
 ]
 
+# Each public name with its module, imported on first use (PEP 562): the model clients need
+# httpx, which the rest of dagagent (and most commands) can do without.
+_LAZY: dict[str, str] = {
+    "HTTPChatClient": "_http",
+    "HTTPRetryPolicy": "_retry",
+    "AnthropicChat": "anthropic",
+    "MeteredLLM": "metered",
+    "OpenAIChat": "openai",
+    "LLM": "protocol",
+    "ScriptedLLM": "scripted",
+    "ScriptError": "scripted",
+    "ScriptItem": "scripted",
+    "WireItem": "scripted",
+    "ModelOptions": "settings",
+    "ModelSettings": "settings",
+    "from_env": "spec",
+    "from_spec": "spec",
+    "AssistantMessage": "types",
+    "LLMRequest": "types",
+    "LLMResponse": "types",
+    "Message": "types",
+    "MessagesInput": "types",
+    "ResponseFormat": "types",
+    "StreamEnd": "types",
+    "StreamEvent": "types",
+    "SystemMessage": "types",
+    "TextDelta": "types",
+    "ToolCall": "types",
+    "ToolCallDelta": "types",
+    "ToolResultMessage": "types",
+    "ToolSpec": "types",
+    "UserMessage": "types",
+    "collect_stream": "types",
+    "normalize_messages": "types",
+    "parse_tool_arguments": "types",
+    "Usage": "usage",
+    "UsageTracker": "usage",
+}
+
 _RENAMED = {"RetryPolicy": "HTTPRetryPolicy"}
 
 
 def __getattr__(name: str) -> Any:
-    """Old names, kept for one release with a DeprecationWarning (see CHANGELOG.md)."""
+    """A public name, imported from its module on first use; or an old name, kept for one
+    release with a DeprecationWarning (see CHANGELOG.md)."""
+    module = _LAZY.get(name)
+    if module is not None:
+        value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+        globals()[name] = value
+        return value
     new = _RENAMED.get(name)
     if new is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -91,4 +138,8 @@ def __getattr__(name: str) -> Any:
         DeprecationWarning,
         stacklevel=2,
     )
-    return globals()[new]
+    return __getattr__(new)
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -170,7 +170,7 @@ class ToolCalls:
         self._limits = {
             t.name: anyio.CapacityLimiter(t.max_concurrency) for t in registry if t.max_concurrency
         }
-        #: Nothing between a task and an in-process async tool (see :meth:`is_direct`).
+        #: Nothing between a task and an in-process tool (see :meth:`is_direct`).
         self._plain = not self._interceptors and invoker is None
         chain: CallNext = self._innermost
         for icpt in reversed(self._interceptors):
@@ -185,7 +185,7 @@ class ToolCalls:
     def is_direct(self, tool: Tool, timeout: float | None) -> bool:
         """Whether a call of ``tool`` is just ``tool.acall``: no interceptor, invoker, limit
         or timeout in the way of an async tool (then the runner may skip this seam)."""
-        return self._plain and timeout is None and tool.is_async and tool.name not in self._limits
+        return self._plain and timeout is None and tool.name not in self._limits
 
     async def call(
         self,

@@ -39,6 +39,7 @@ import anyio.lowlevel
 
 from ..errors import MapError, TaskDeniedError, TaskWaitingError
 from ..events import TaskElementFinished
+from ..limits import DEFAULT_MAX_ELEMENTS
 from ..plan import element_key
 from ..references import ElementScope, Template
 from ..results import TaskResult, TaskStatus
@@ -55,8 +56,6 @@ if TYPE_CHECKING:
 
 __all__ = ["DEFAULT_MAX_ELEMENTS", "element_key", "run_map"]
 
-DEFAULT_MAX_ELEMENTS = 10_000
-"""The longest list a map task expands by default (``execute(max_elements=...)``)."""
 
 _SUCCEEDED = TaskStatus.SUCCEEDED
 _REUSED = TaskStatus.REUSED

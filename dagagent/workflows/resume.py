@@ -36,7 +36,7 @@ import anyio
 from ..api import Resuming, execute
 from ..approval import Approval
 from ..errors import ConfigError
-from ..executors import Executor
+from ..executors import IN_PROCESS_EXECUTORS, Executor
 from ..graph import validate
 from ..results import ApprovalAnswer, RunResult, TaskStatus
 from ..store import RunStore
@@ -55,7 +55,7 @@ __all__ = [
     "resume_sync",
 ]
 
-RESUMABLE_EXECUTORS = ("serial", "levels", "dataflow")
+RESUMABLE_EXECUTORS = IN_PROCESS_EXECUTORS
 
 
 def decider(by: str | None = None) -> str:

@@ -1,0 +1,69 @@
+"""What importing dagagent loads: each command imports what it needs when it needs it, so that
+``dagagent --help`` and ``dagagent validate`` start quickly (``benchmarks/startup.py`` times
+them). A broken implementation imports the model clients, networkx or structlog up front."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import dagagent
+
+# Heavy modules that neither --help nor validate needs.
+NOT_NEEDED = ("networkx", "structlog", "httpx", "sqlite3", "dagagent.llm.openai")
+
+
+def _imported(*args: str, cwd: Path) -> set[str]:
+    env = {**os.environ, "PYTHONPATH": str(Path(dagagent.__file__).parents[1])}
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "dagagent", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return {
+        line.rsplit("|", 1)[1].strip()
+        for line in proc.stderr.splitlines()
+        if line.startswith("import time:") and "|" in line
+    }
+
+
+@pytest.mark.parametrize("command", [["--help"], ["validate", "plan.json"]])
+def test_help_and_validate_import_only_what_they_need(tmp_path: Path, command: list[str]) -> None:
+    plan = {"tasks": [{"id": "a", "tool": "calculate", "args": {"expression": "1+2"}}]}
+    (tmp_path / "plan.json").write_text(json.dumps(plan))
+    modules = _imported(*command, cwd=tmp_path)
+    assert "dagagent.cli" in modules  # the measurement itself works
+    assert not modules & set(NOT_NEEDED), sorted(modules & set(NOT_NEEDED))
+
+
+def test_every_public_name_of_the_package_is_there() -> None:
+    code = (
+        "import dagagent, sys\n"
+        "assert 'dagagent.workflows' not in sys.modules\n"
+        "for name in dagagent.__all__: getattr(dagagent, name)\n"
+        "assert dagagent.store.RunStore is dagagent.RunStore\n"
+        "from dagagent import *\n"
+        "import dagagent.llm as llm\n"
+        "for name in llm.__all__: getattr(llm, name)\n"
+        "import dagagent.executors as ex\n"
+        "for name in ex.__all__: getattr(ex, name)\n"
+        "print(len(dir(dagagent)))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(dagagent.__file__).parents[1])}
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert int(proc.stdout) >= len(dagagent.__all__)
+    with pytest.raises(AttributeError, match="no attribute 'nothing_here'"):
+        dagagent.nothing_here  # noqa: B018

@@ -1,0 +1,230 @@
+"""Plain plans take a fast road through validation (``plan._plain_plan`` reads them without
+pydantic, ``graph._scan_plain`` checks them in one pass). These tests hold the fast road to
+what the full one gives: the same plan models, the same graph, and, for anything that is not
+plain, the full road with its own issues."""
+
+from __future__ import annotations
+
+import enum
+import math
+import random
+from typing import Any
+
+import pytest
+
+import dagagent
+from dagagent import Plan, PlanLoadError, PlanValidationError
+from dagagent import graph as graph_module
+from dagagent.plan import _plain_plan, read_plan
+
+
+def _registry() -> dagagent.Registry:
+    registry = dagagent.Registry()
+
+    @registry.tool
+    async def noop() -> None:
+        """Nothing."""
+
+    @registry.tool
+    async def add(a: int, b: int = 0) -> int:
+        """Add."""
+        return a + b
+
+    @registry.tool
+    def echo(text: str, times: int = 1) -> str:
+        """Echo."""
+        return text * times
+
+    return registry
+
+
+def _random_plan(rng: random.Random, n: int) -> dict[str, Any]:
+    tasks: list[dict[str, Any]] = []
+    for i in range(n):
+        earlier = [t["id"] for t in tasks]
+        task: dict[str, Any] = {"id": f"t{i}"}
+        kind = rng.choice(["noop", "add", "echo"])
+        task["tool"] = kind
+        if kind == "add":
+            a: Any = rng.randint(0, 9)
+            if earlier and rng.random() < 0.5:
+                a = "${" + rng.choice(earlier) + "}"
+            task["args"] = {"a": a, "b": rng.randint(0, 9)}
+        elif kind == "echo":
+            text = "x"
+            if earlier and rng.random() < 0.5:
+                text = "value: ${" + rng.choice(earlier) + "} and $${literal}"
+            task["args"] = {"text": text}
+        elif rng.random() < 0.3:
+            task["args"] = {}
+        if earlier and rng.random() < 0.7:
+            deps = rng.sample(earlier, min(len(earlier), rng.randint(1, 3)))
+            if rng.random() < 0.2:
+                deps.append(deps[0])  # a repeated dependency counts once
+            task["depends_on"] = deps
+        if rng.random() < 0.2:
+            task["retries"] = rng.randint(0, 3)
+        if rng.random() < 0.2:
+            task["timeout_s"] = rng.choice([1, 2.5, None])
+        if rng.random() < 0.2:
+            task["description"] = rng.choice(["what it does", None])
+        tasks.append(task)
+    plan: dict[str, Any] = {"tasks": tasks}
+    if rng.random() < 0.8:
+        plan["goal"] = "a goal"
+    return plan
+
+
+def _same_models(fast: Plan, full: Plan) -> None:
+    assert fast == full
+    assert fast.model_dump() == full.model_dump()
+    assert fast.model_fields_set == full.model_fields_set
+    for a, b in zip(fast.tasks, full.tasks, strict=True):
+        assert type(a) is type(b)
+        assert a.__dict__ == b.__dict__
+        assert a.model_fields_set == b.model_fields_set
+        assert type(a.timeout_s) is type(b.timeout_s)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_a_plain_plan_is_read_as_pydantic_reads_it(seed: int) -> None:
+    data = _random_plan(random.Random(seed), 30)
+    fast = _plain_plan(data)
+    assert fast is not None
+    _same_models(fast, Plan.model_validate(data))
+    # values are copied as pydantic copies them: editing the input leaves the plan alone
+    data["tasks"][0].setdefault("args", {})["extra"] = 1
+    data["tasks"][-1].setdefault("depends_on", []).append("t0")
+    assert "extra" not in fast.tasks[0].args
+    assert (
+        fast.tasks[-1].depends_on
+        == Plan.model_validate(_random_plan(random.Random(seed), 30)).tasks[-1].depends_on
+    )
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_a_plain_plan_gets_the_graph_the_full_checks_give(seed: int) -> None:
+    registry = _registry()
+    data = _random_plan(random.Random(seed), 40)
+    plan, _ = read_plan(data)
+    fast = graph_module._scan_plain(plan, registry)
+    assert fast is not None
+    issues, templates, preds, succs = graph_module._scan(plan, registry, [])
+    assert fast[0] == issues == []
+    assert fast[2] == preds
+    assert fast[3] == succs
+    assert templates.keys() == fast[1].keys()
+    outputs = {t: i for i, t in enumerate(templates)}
+    for tid, tmpl in templates.items():
+        assert [r.text for r in fast[1][tid].refs] == [r.text for r in tmpl.refs]
+        assert fast[1][tid].resolve(outputs) == tmpl.resolve(outputs)
+    g = dagagent.validate(data, registry)
+    assert g.levels and sum(len(level) for level in g.levels) == len(plan.tasks)
+
+
+class _Kind(str, enum.Enum):
+    A = "a"
+
+
+class _Str(str):
+    pass
+
+
+NOT_PLAIN: list[Any] = [
+    {"tasks": [{"id": "a", "tool": "noop", "retries": True}]},  # a bool where an int goes
+    {"tasks": [{"id": "a", "tool": "noop", "retries": "2"}]},  # a number as text
+    {"tasks": [{"id": "a", "tool": "noop", "retries": -1}]},
+    {"tasks": [{"id": "a", "tool": "noop", "retries": 101}]},
+    {"tasks": [{"id": "a", "tool": "noop", "timeout_s": 0}]},
+    {"tasks": [{"id": "a", "tool": "noop", "timeout_s": math.nan}]},
+    {"tasks": [{"id": "a", "tool": "noop", "timeout_s": "1"}]},
+    {"tasks": [{"id": "a", "tool": "noop", "depends_on": ("b",)}, {"id": "b", "tool": "noop"}]},
+    {"tasks": [{"id": "a", "tool": "noop", "depends_on": [_Kind.A]}]},
+    {"tasks": [{"id": _Str("a"), "tool": "noop"}]},
+    {"tasks": [{"id": "a", "tool": "add", "args": {1: 2}}]},
+    {"tasks": [{"id": "a", "tool": "noop", "args": None}]},
+    {"tasks": [{"id": "a", "tool": "noop", "depends_on": None}]},
+    {"tasks": [{"id": "a", "tool": "noop", "description": 3}]},
+    {"tasks": [{"id": "a", "tool": "noop", "whatever": 1}]},
+    {"tasks": [{"id": "a", "instruction": "think"}]},  # an agent task
+    {"tasks": [{"id": "a", "tool": None, "instruction": "think"}]},
+    {"tasks": [{"id": 1, "tool": "noop"}]},
+    {"tasks": [{"id": "a", "tool": "add", "args": {"a": "${@item}"}, "for_each": [1, 2]}]},
+    {"tasks": [{"id": "a", "tool": "noop", "max_concurrency": 2}]},
+    {"tasks": [{"id": "a", "tool": "noop", "allow_partial": True}]},
+    {"tasks": [["a", "noop"]]},
+    {"tasks": ({"id": "a", "tool": "noop"},)},
+    {"goal": 3, "tasks": []},
+    {"goal": "g", "tasks": [], "version": 2},
+]
+
+
+@pytest.mark.parametrize("data", NOT_PLAIN, ids=range(len(NOT_PLAIN)))
+def test_anything_not_plain_takes_the_full_road(data: Any) -> None:
+    assert _plain_plan(data) is None
+    try:
+        expected = Plan.model_validate(data)
+    except Exception:
+        with pytest.raises(PlanLoadError):
+            read_plan(data)
+        return
+    plan, _ = read_plan(data)
+    assert plan.model_dump() == expected.model_dump()
+
+
+@pytest.mark.parametrize(
+    ("tasks", "code"),
+    [
+        ([{"id": "a", "tool": "noop"}, {"id": "a", "tool": "noop"}], "duplicate_id"),
+        ([{"id": "a.b", "tool": "noop"}], "invalid_id"),
+        ([{"id": "a\n", "tool": "noop"}], "invalid_id"),
+        ([{"id": "a", "tool": "nope"}], "unknown_tool"),
+        ([{"id": "a", "tool": "noop", "depends_on": ["zz"]}], "missing_dependency"),
+        ([{"id": "a", "tool": "noop", "depends_on": ["a"]}], "self_dependency"),
+        ([{"id": "a", "tool": "add", "args": {"a": "${a}"}}], "self_dependency"),
+        ([{"id": "a", "tool": "add", "args": {"b": 1}}], "bad_arguments"),
+        ([{"id": "a", "tool": "add", "args": {"a": "x"}}], "bad_arguments"),
+        ([{"id": "a", "tool": "noop", "args": {"a": 1}}], "bad_arguments"),
+        ([{"id": "a", "tool": "echo", "args": {"text": "${"}}], "bad_reference"),
+        ([{"id": "a", "tool": "add", "args": {"a": "${@item}"}}], "element_outside_map"),
+        (
+            [{"id": "a", "tool": "noop"}, {"id": "b", "tool": "add", "args": {"c": "${a}"}}],
+            "bad_arguments",
+        ),
+        (
+            [
+                {"id": "a", "tool": "noop", "depends_on": ["b"]},
+                {"id": "b", "tool": "noop", "depends_on": ["a"]},
+            ],
+            "cycle",
+        ),
+    ],
+)
+def test_a_plain_plan_with_an_issue_is_reported_in_full(
+    tasks: list[dict[str, Any]], code: str
+) -> None:
+    registry = _registry()
+    plan, _ = read_plan({"tasks": tasks})
+    if code != "cycle":
+        assert graph_module._scan_plain(plan, registry) is None
+    with pytest.raises(PlanValidationError) as info:
+        dagagent.validate({"tasks": tasks}, registry)
+    assert code in {i.code for i in info.value.issues}
+
+
+def test_validation_leaves_the_garbage_collector_as_it_was() -> None:
+    import gc
+
+    registry = _registry()
+    assert gc.isenabled()
+    dagagent.validate({"tasks": [{"id": "a", "tool": "noop"}]}, registry)
+    assert gc.isenabled()
+    with pytest.raises(PlanValidationError):
+        dagagent.validate({"tasks": [{"id": "a", "tool": "nope"}]}, registry)
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        dagagent.validate({"tasks": [{"id": "a", "tool": "noop"}]}, registry)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
