@@ -23,7 +23,8 @@ element takes one, the map task itself none) and the task's own ``max_concurrenc
 - **Waiting.** An element whose call an ``ask`` rule leaves for a person (see
   :func:`dagagent.resume`) is ``waiting``, not failed; when no element failed and one waits,
   the map task is ``waiting`` (its waiting calls are its approvals). A resumed run keeps
-  every other element as it was recorded and runs only the waiting ones again.
+  every other element as it was recorded and runs only the waiting ones again (an agent
+  element from its recorded steps, as an agent task that waited).
 - **Cap.** A list longer than the run's ``max_elements`` (default
   :data:`DEFAULT_MAX_ELEMENTS`) fails the task with :class:`~dagagent.errors.MapError` before
   any element starts.
@@ -223,6 +224,9 @@ class MapRun:
         if slots is not None:
             await slots.acquire()
         run = TaskRun(task.id, time.time(), [] if runner._intercepted else None)
+        prior = self.prior
+        if prior is not None and len(prior) == len(self.items) and prior[i].steps:
+            run.resume_steps = list(prior[i].steps or ())  # an agent that waited goes on
         status, output, error, error_type = _FAILED, None, None, None
         traceback = None
         try:

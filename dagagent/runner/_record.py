@@ -35,6 +35,8 @@ class TaskRun:
     attempts: int = 0
     args: Any = None  # the resolved arguments (a tool task) or instruction (an agent task)
     steps: list[AgentStep] | None = None  # an agent task's steps, when it has any
+    #: A resumed agent element (of a map task) that waited: the steps it continues from.
+    resume_steps: list[AgentStep] | None = None
 
 
 def describe(exc: BaseException) -> str:

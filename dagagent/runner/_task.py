@@ -414,7 +414,10 @@ class TaskRunner:
         # a reference inside longer text would be shown (JSON for a dict, not its repr).
         text = run.args if isinstance(run.args, str) else reference_text(run.args)
         node = AgentNode(self.run_id, task, text, tools, context, call, self.llm)
-        node.resume_steps = self._resume_steps.pop(task.id, None)
+        if run.resume_steps is not None:  # a map task's element: its own steps
+            node.resume_steps, run.resume_steps = run.resume_steps, None  # once, not on retry
+        else:
+            node.resume_steps = self._resume_steps.pop(task.id, None)
         emit = self.emit
         if emit is not None:
             run_id, task_id = self.run_id, task.id

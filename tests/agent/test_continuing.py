@@ -135,3 +135,54 @@ async def test_a_denied_call_is_an_observation_for_the_continued_agent(tmp_path:
     texts = [m.content for m in llm2.requests[0].messages]
     assert 'Thought: mail\nAction: send\nAction Input: {"to": "ann"}' in texts
     assert "Observation: Error: denied: not now" in texts
+
+
+async def test_a_map_of_agents_resumes_each_waiting_element_from_its_steps(
+    tmp_path: Path,
+) -> None:
+    """A map of two agent elements, where only a mail to bob needs a person: ann's element
+    finishes, bob's waits and, on resume, continues from its recorded step (its fetch is
+    not made again, its first turn not asked for again)."""
+    calls: list[str] = []
+    store = tmp_path / "runs.db"
+    plan = {
+        "tasks": [
+            {
+                "id": "notes",
+                "instruction": "Tell ${@item} the weather in Paris",
+                "for_each": ["ann", "bob"],
+                "tools": ["fetch", "send"],
+            }
+        ]
+    }
+    policy = Policy(
+        [Rule(tool="send", args={"to": "bob"}, action="ask", name="bob")], ask=ask_later
+    )
+
+    def turn(to: str) -> LLMResponse:
+        return LLMResponse(
+            content="", tool_calls=[call("c1", "fetch", city="Paris"), call("c2", "send", to=to)]
+        )
+
+    script = [turn("ann"), LLMResponse(content="told ann"), turn("bob")]
+    with ScriptedLLM(script) as llm:  # the serial executor: ann's element, then bob's
+        paused = await dagagent.execute(
+            plan, _tools(calls), llm=llm, interceptors=[policy], store=store, executor="serial"
+        )
+    assert paused.status is RunStatus.PAUSED
+    ann, bob = paused.tasks["notes"].elements or []
+    assert (ann.status.value, bob.status.value) == ("succeeded", "waiting")
+    assert calls == ["fetch Paris", "send ann", "fetch Paris"]
+    with ScriptedLLM([LLMResponse(content="told bob")]) as llm:
+        resumed = await dagagent.resume(
+            paused.run_id,
+            _tools(calls),
+            store=store,
+            llm=llm,
+            interceptors=[policy],
+            decisions={"notes": Approval.approve(by="ann")},
+        )
+        assert llm.calls == 1  # bob's next turn only
+    assert resumed.status is RunStatus.SUCCEEDED, resumed.tasks
+    assert resumed.tasks["notes"].output == ["told ann", "told bob"]
+    assert calls == ["fetch Paris", "send ann", "fetch Paris", "send bob"]

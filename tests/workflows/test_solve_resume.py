@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -214,3 +215,61 @@ async def test_two_resumes_of_one_solve_cannot_both_go_on(world: World, tmp_path
         one.release_solve(paused.solve_id)  # it stopped before its run went on
         assert two.get_solve(paused.solve_id).status == "paused"
     assert world.calls == Counter({"get_weather Paris": 1})
+
+
+async def test_an_agent_task_that_waits_pauses_the_solve_and_continues_its_steps(
+    tmp_path: Path,
+) -> None:
+    """An agent task's call waits: the solve pauses; on resume the agent makes the approved
+    call and goes on from its recorded steps (the model is not asked for its first turn
+    again), then the joiner answers."""
+    import json
+
+    from dagagent.llm import LLMResponse, ScriptedLLM, ToolCall
+
+    calls: list[str] = []
+    registry = dagagent.Registry()
+
+    @registry.tool
+    def fetch(city: str) -> dict[str, Any]:
+        """Fetch a city's weather."""
+        calls.append(f"fetch {city}")
+        return {"city": city, "temp_c": 18}
+
+    @registry.tool(side_effects=True)
+    def send(to: str) -> str:
+        """Send a message."""
+        calls.append(f"send {to}")
+        return f"sent to {to}"
+
+    def policy() -> Policy:
+        return Policy([Rule(tool="send", action="ask")], ask=ask_later)
+
+    store = tmp_path / "runs.db"
+    agent_plan = {"tasks": [{"id": "note", "instruction": "tell ann", "tools": ["fetch", "send"]}]}
+    turn = LLMResponse(
+        content="",
+        tool_calls=[
+            ToolCall(id="c1", name="fetch", arguments={"city": "Paris"}),
+            ToolCall(id="c2", name="send", arguments={"to": "ann"}),
+        ],
+    )
+    async with ScriptedLLM([json.dumps(agent_plan), turn]) as llm:
+        paused = await dagagent.solve(
+            "tell ann", registry, llm, agent_tasks=True, policy=policy(), store=store, stream=False
+        )
+    assert paused.status is SolveStatus.PAUSED and calls == ["fetch Paris"]
+    finish_ = json.dumps({"action": "finish", "answer": "told ann", "cites": ["note"]})
+    async with ScriptedLLM([LLMResponse(content="I told ann."), finish_]) as later:
+        solution = await dagagent.resume_solve(
+            paused.solve_id,
+            registry,
+            later,
+            store=store,
+            policy=policy(),
+            decisions={"note": Approval.approve(by="ann")},
+        )
+        assert later.calls == 2  # the agent's next turn and the joiner
+    assert solution.status is SolveStatus.ANSWERED and solution.answer == "told ann"
+    assert calls == ["fetch Paris", "send ann"]  # the fetch that returned was not made again
+    assert solution.usage.agents.calls == 2 and solution.usage.planner.calls == 1
