@@ -12,6 +12,7 @@ import difflib
 import fnmatch
 import json
 import re
+import shlex
 from collections.abc import Iterable
 from pathlib import Path
 from typing import IO, Any
@@ -21,6 +22,7 @@ from pydantic_core import to_jsonable_python
 
 __all__ = [
     "ELLIPSIS",
+    "MASK",
     "SECRET_NAMES",
     "as_text",
     "did_you_mean",
@@ -28,6 +30,7 @@ __all__ = [
     "jsonable",
     "printable",
     "read_bounded",
+    "redact_command_line",
     "shorten",
     "strip_url_credentials",
 ]
@@ -195,3 +198,58 @@ def is_secret_name(name: object) -> bool:
     """Whether ``name`` (an argument or key name) says its value is a secret."""
     # headers spell names with hyphens (X-Api-Key): they count as underscores
     return isinstance(name, str) and _SECRET_NAME.match(name.lower().replace("-", "_")) is not None
+
+
+#: What a hidden secret becomes in a command line (as a URL's password does).
+MASK = "***"
+
+# NAME=VALUE (an environment assignment, --NAME=VALUE) or NAME: VALUE (a header)
+_SETTING = re.compile(r"^(?P<name>-{0,2}[A-Za-z_][\w.-]*)(?P<sep>=|:\s*)(?P<value>.+)$", re.S)
+# a URL's query parameter
+_QUERY = re.compile(r"(?P<start>[?&])(?P<name>[^=&#\s]+)=(?P<value>[^&#\s]*)")
+
+
+def _hide_query(url: str) -> str:
+    def hide(m: re.Match[str]) -> str:
+        if not is_secret_name(m["name"]) or not m["value"]:
+            return m[0]
+        return f"{m['start']}{m['name']}={MASK}"
+
+    return _QUERY.sub(hide, url) if "=" in url else url
+
+
+def redact_command_line(command: str) -> str:
+    """``command`` (a command line as a shell splits it, or a URL) with every secret in it
+    replaced by ``***``, by the names :data:`SECRET_NAMES` lists: the value of an environment
+    assignment (``GITHUB_TOKEN=...``), of an option (``--api-key=...``, ``--token ...``), of a
+    header (``Authorization: Bearer ...``) and of a URL's query parameter (``?api_key=...``),
+    and a URL's ``user:password@``. Without a secret, ``command`` comes back unchanged."""
+    if re.match(r"^[a-z][a-z0-9+.-]*://\S*$", command, re.I):  # a URL alone: no shell words
+        return _hide_query(strip_url_credentials(command))
+    try:
+        words = shlex.split(command)
+    except ValueError:  # unbalanced quotes: as the words come
+        words = command.split()
+    hidden = False
+    out: list[str] = []
+    value_next = False
+    for word in words:
+        if value_next:
+            value_next, hidden = False, True
+            out.append(MASK)
+            continue
+        setting = _SETTING.match(word)
+        if setting is not None and is_secret_name(setting["name"].lstrip("-")):
+            hidden = True
+            out.append(f"{setting['name']}{setting['sep']}{MASK}")
+            continue
+        value_next = word.startswith("-") and is_secret_name(word.lstrip("-"))
+        shown = _hide_query(strip_url_credentials(word))
+        hidden = hidden or shown != word
+        out.append(shown)
+    return " ".join(map(_quote, out)) if hidden else command
+
+
+def _quote(word: str) -> str:
+    # as shlex.join, with the mask left bare: the line is to read, not to run
+    return MASK.join(shlex.quote(part) if part else "" for part in word.split(MASK))

@@ -258,13 +258,30 @@ def error_json(exc: DagagentError, exit_code: int) -> dict[str, Any]:
     }
 
 
+def interrupted_json(message: str) -> dict[str, Any]:
+    """What ``--json`` prints on stdout for a command stopped by a signal that kept nothing
+    to show: an error object as for any other error, with exit code 130."""
+    return {
+        "ok": False,
+        "error": {
+            "code": "Interrupted",
+            "message": message,
+            "issues": [],
+            "exit_code": EXIT_INTERRUPTED,
+        },
+    }
+
+
 class Interrupted(KeyboardInterrupt):
     """Ctrl-C (or SIGTERM, SIGHUP) stopped a command that has more to say than
-    ``interrupted``: what was kept and how to go on (``message``, printed by :func:`guard`)."""
+    ``interrupted``: what was kept and how to go on (``message``, printed by :func:`guard`),
+    and what ``--json`` prints for it (``document``: the stopped run's result, status
+    ``cancelled``; ``None``: an error object)."""
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, document: dict[str, Any] | None = None) -> None:
         super().__init__(message)
         self.message = message
+        self.document = document
 
 
 def guard(fn: F) -> F:
@@ -289,6 +306,11 @@ def guard(fn: F) -> F:
             # run is cancelled; on 3.10 the cancellation itself comes out of anyio.run.
             said = exc.message if isinstance(exc, Interrupted) else "interrupted"
             err.print(said, markup=False, highlight=False)
+            if kwargs.get("json_out"):  # --json: stdout still carries one JSON object
+                from .render import print_json
+
+                kept = exc.document if isinstance(exc, Interrupted) else None
+                print_json(out, kept if kept is not None else interrupted_json(said))
             raise typer.Exit(EXIT_INTERRUPTED) from None
 
     return wrapper  # type: ignore[return-value]
@@ -408,6 +430,9 @@ def _abandoned_threads() -> bool:
 
 def main() -> None:
     """Console-script entry point."""
+    from .signals import stop_signals_interrupt
+
+    stop_signals_interrupt()  # SIGTERM and SIGHUP end every command as Ctrl-C does
     code: int | str | None = 0
     try:
         app()

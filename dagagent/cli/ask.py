@@ -51,7 +51,7 @@ from .options import (
     approval_context,
 )
 from .otel import configure_otel
-from .recording import recorded_tools_spec
+from .recording import recorded_tools_spec, tools_context
 from .run import paused_hint
 from .tools import load_tools
 
@@ -267,7 +267,7 @@ def ask_cmd(
 
     from ..approval import Policy
     from ..store import RunStore, default_store_path
-    from ..text import printable, strip_url_credentials
+    from ..text import printable
     from ..workflows import solve
     from .approve import confirm_plan, run_interceptors, stdin_is_terminal
     from .render import print_json
@@ -294,9 +294,7 @@ def ask_cmd(
     llm = choice.client()
     path = default_store_path(store)
     spec = recorded_tools_spec(tools, mcp or ())
-    context: dict[str, Any] = {"tools": spec} if spec else {}
-    if mcp:
-        context["mcp"] = [strip_url_credentials(m) for m in mcp]  # replan connects again
+    context = tools_context(spec, mcp or ())  # replan loads them again
     approval = approval_context(policy_file, tuple(ask or ()))
     if approval:  # what 'dagagent resume' asks with
         context["approval"] = approval

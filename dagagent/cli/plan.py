@@ -79,13 +79,13 @@ def _make_planner(
 
 
 def _plan(llm: Any, planner: LLMPlanner, goal: str) -> PlanningResult:
-    import anyio
+    from .signals import run_stoppable
 
     async def main() -> PlanningResult:
         async with llm:
             return await planner.plan_with_report(goal)
 
-    return anyio.run(main)  # an LLMError is reported by guard: "the model could not be used"
+    return run_stoppable(main)  # an LLMError is reported by guard: "the model could not be used"
 
 
 def _write(path: Path, text: str) -> None:

@@ -16,9 +16,17 @@ if TYPE_CHECKING:
 
     from ..graph import PlanGraph
     from ..results import RunResult
-    from ..store import RunStore
+    from ..store import RunRecord
 
-__all__ = ["interrupted_message", "recorded_tools_spec", "run_recorded", "say_recorded"]
+__all__ = [
+    "interrupted_message",
+    "recorded_mcp_spec",
+    "recorded_tools_spec",
+    "run_recorded",
+    "say_recorded",
+    "stopped_result",
+    "tools_context",
+]
 
 
 def run_recorded(
@@ -46,15 +54,13 @@ def run_recorded(
     import anyio
 
     from ..api import execute, new_run_id
+    from ..errors import StoreError
     from ..store import RunStore
-    from ..text import strip_url_credentials
     from .progress import LiveProgress, progress_for
     from .signals import stoppable
 
     run_id = run_id or new_run_id()
-    context: dict[str, Any] = {"tools": tools_spec} if tools_spec else {}
-    if mcp_specs:
-        context["mcp"] = [strip_url_credentials(m) for m in mcp_specs]  # never a password
+    context = tools_context(tools_spec, mcp_specs)
     if approval:  # what 'dagagent resume' asks with
         context["approval"] = approval
         context["on_failure"] = options.get("on_failure", "cancel")
@@ -81,23 +87,47 @@ def run_recorded(
             with progress:
                 return anyio.run(main)
         except (KeyboardInterrupt, asyncio.CancelledError):  # see guard: 3.10 gives the latter
-            raise Interrupted(interrupted_message(run_store, run_id, store)) from None
+            try:  # execute raises instead of returning the result: its record has it
+                record: RunRecord | None = run_store.get_run(run_id)
+            except StoreError:  # stopped before the run was recorded (a cluster starting)
+                record = None
+            raise Interrupted(
+                interrupted_message(record, store),
+                stopped_result(record).to_json_dict() if record is not None else None,
+            ) from None
+
+
+def stopped_result(record: RunRecord) -> RunResult:
+    """The result of a run stopped by a signal, as its record has it (status ``cancelled``,
+    every task that finished), for ``--json`` to print as it prints a run that ended."""
+    from ..results import RunResult
+
+    started = record.started_at if record.started_at is not None else record.created
+    return RunResult(
+        run_id=record.run_id,
+        status=record.status,
+        goal=record.goal,
+        executor=record.executor,
+        tasks=record.tasks,
+        started_at=started,
+        finished_at=record.finished_at if record.finished_at is not None else started,
+        critical_path=record.critical_path,
+        critical_path_s=record.critical_path_s or 0.0,
+        parent_id=record.parent_id,
+    )
 
 
 def _say_on_stderr(text: str) -> None:
     err.print(text, markup=False, highlight=False)
 
 
-def interrupted_message(run_store: RunStore, run_id: str, store: str | Path | None) -> str:
-    """What Ctrl-C during a run leaves behind and how to go on: the run's id and the
-    commands that show it and run the rest of it (``replan --execute`` reuses every task
-    that succeeded)."""
-    from ..errors import StoreError
-
-    try:
-        record = run_store.get_run(run_id)
-    except StoreError:  # stopped before the run was recorded (e.g. while a cluster started)
+def interrupted_message(record: RunRecord | None, store: str | Path | None) -> str:
+    """What Ctrl-C during a run leaves behind (``record``: ``None`` if nothing) and how to go
+    on: the run's id and the commands that show it and run the rest of it (``replan
+    --execute`` reuses every task that succeeded)."""
+    if record is None:
         return "interrupted before the run started: nothing was recorded"
+    run_id = record.run_id
     where = f" --store {shlex.quote(str(store))}" if store is not None and str(store) else ""
     done = sum(1 for r in record.tasks.values() if r.status.ok)
     those = "that one" if done == 1 else f"those {done}"
@@ -108,6 +138,26 @@ def interrupted_message(run_store: RunStore, run_id: str, store: str | Path | No
         f"  see it:       dagagent show {run_id}{where}\n"
         f"  run the rest: dagagent replan {run_id}{where} --execute{reuses}"
     )
+
+
+def tools_context(tools_spec: str | None, mcp_specs: Sequence[str]) -> dict[str, Any]:
+    """The tools a run or a solve is recorded with (``replan`` and ``resume`` load them
+    again): the module spec (see :func:`recorded_tools_spec`) and the ``--mcp`` servers, each
+    without its secrets (see :func:`recorded_mcp_spec`)."""
+    context: dict[str, Any] = {"tools": tools_spec} if tools_spec else {}
+    if mcp_specs:
+        context["mcp"] = [recorded_mcp_spec(m) for m in mcp_specs]
+    return context
+
+
+def recorded_mcp_spec(spec: str) -> str:
+    """An ``--mcp NAME=COMMAND|URL`` as the store keeps it: every secret in the command or
+    the URL (an environment assignment, an option or header named like a secret, a query
+    parameter, a URL's password) hidden by :func:`~dagagent.text.redact_command_line`."""
+    from ..text import redact_command_line
+
+    name, sep, target = spec.partition("=")
+    return f"{name}{sep}{redact_command_line(target)}" if sep else redact_command_line(spec)
 
 
 def recorded_tools_spec(spec: str | None, mcp: Sequence[str] = ()) -> str | None:

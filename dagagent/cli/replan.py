@@ -11,7 +11,7 @@ import typer
 
 from ..errors import ConfigError
 from ..limits import DEFAULT_MAX_ELEMENTS
-from ._app import EXIT_OK, EXIT_RECORD, app, check_output_path, err, guard, out
+from ._app import EXIT_OK, EXIT_RECORD, Interrupted, app, check_output_path, err, guard, out
 from .options import (
     BaseUrlOpt,
     ExecutorOpt,
@@ -82,11 +82,10 @@ def _revise(
     quiet: bool,
 ) -> Revision:
     """The replan workflow's revision step (:func:`dagagent.workflows.revise_run`)."""
-    import anyio
-
     from ..planners import LLMReplanner
     from ..workflows.replan import revise_run
     from .render import print_warnings
+    from .signals import run_stoppable
 
     replanner = LLMReplanner(llm, registry, max_attempts=max_attempts) if llm is not None else None
 
@@ -97,7 +96,7 @@ def _revise(
             return await revise_run(record, registry, replanner=replanner, agent_llm=agent_llm)
 
     # an LLMError is reported by guard: "the model could not be used"
-    revision = anyio.run(main)
+    revision = run_stoppable(main)
     if revision.planning is not None and not quiet:
         err.print(
             f"revised by {getattr(llm, 'model', 'the model')}: {revision.planning.summary()}",
@@ -232,16 +231,19 @@ def replan_cmd(
         max_elements=max_elements,
         store=path,
     )
-    result = run_recorded(
-        revision.graph,
-        registry,
-        console=None if json_out else out,
-        store=path,
-        reuse=revision.reuse_map(),
-        parent_id=record.run_id,
-        llm=agent_llm if any(isinstance(t, AgentTask) for t in plan.tasks) else None,
-        **options.execute_options(tools_spec=spec, mcp=mcp_specs),
-    )
+    try:
+        result = run_recorded(
+            revision.graph,
+            registry,
+            console=None if json_out else out,
+            store=path,
+            reuse=revision.reuse_map(),
+            parent_id=record.run_id,
+            llm=agent_llm if any(isinstance(t, AgentTask) for t in plan.tasks) else None,
+            **options.execute_options(tools_spec=spec, mcp=mcp_specs),
+        )
+    except Interrupted as stopped:  # --json: the review with the stopped run's result
+        raise Interrupted(stopped.message, {**doc, "result": stopped.document}) from None
     if json_out:
         doc["result"] = result.to_json_dict()
         print_json(out, doc)
@@ -268,6 +270,14 @@ def registry_for(
     servers = tuple(m for m in listed if isinstance(m, str)) if isinstance(listed, list) else ()
     if spec is None and not servers:
         return None, (), load_tools(None)
+    from ..text import MASK
+
+    hidden = [s.partition("=")[0] for s in servers if MASK in s]
+    if hidden:  # a server started with '***' for its token would fail later, or worse
+        raise ConfigError(
+            f"run {record.run_id} used --mcp {' and '.join(hidden)}: a secret in the command "
+            "or URL is not kept by the store, so pass --mcp NAME=... (and --tools) again"
+        )
     try:
         return spec, servers, load_tools(spec, servers)
     except ConfigError as exc:

@@ -1,5 +1,8 @@
-"""Stop signals during a CLI run (Ctrl-C, SIGTERM, SIGHUP): the first stops the run (the run is
-cancelled and its record flushed, then exit 130); a second one ends the process at once.
+"""Stop signals in the CLI (Ctrl-C, SIGTERM, SIGHUP): the first stops what the command is
+doing (a run is cancelled and its record flushed, a model call or an MCP listing abandoned),
+then exit 130 with a message; a second one ends the process at once. Every command's async
+work goes through :func:`run_stoppable`, and :func:`stop_signals_interrupt` makes SIGTERM and
+SIGHUP interrupt the rest as Ctrl-C does, instead of killing the process without a word.
 
 Why not Python's own Ctrl-C: asyncio's runner turns a second Ctrl-C into a
 ``KeyboardInterrupt`` raised wherever the main thread happens to be (in the event loop's
@@ -17,18 +20,20 @@ result is printed.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import signal
 import threading
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from types import FrameType
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-import anyio
+if TYPE_CHECKING:  # the entry point installs a handler from here: nothing heavy at import
+    import asyncio
 
-__all__ = ["stoppable"]
+    import anyio
+
+__all__ = ["run_stoppable", "stop_signals_interrupt", "stoppable"]
 
 T = TypeVar("T")
 
@@ -83,6 +88,10 @@ async def stoppable(run: Coroutine[Any, Any, T]) -> T:
     """Run ``run``; Ctrl-C, SIGTERM or SIGHUP stop it: the run is cancelled (running tasks
     recorded as cancelled, the record flushed), then ``KeyboardInterrupt`` (exit 130). A second
     signal, while the run winds down or afterwards, ends the process at once (exit 130)."""
+    import asyncio
+
+    import anyio
+
     signals = _stop_signals()
     try:
         loop = asyncio.get_running_loop()
@@ -109,6 +118,33 @@ async def stoppable(run: Coroutine[Any, Any, T]) -> T:
                     if previous is None
                     else previous,
                 )
-    if result is None:  # the run was cancelled by a signal (execute raises otherwise)
+    if scope.cancelled_caught:  # stopped by a signal (a run that ends anyway is returned)
         raise KeyboardInterrupt
-    return result
+    return cast(T, result)  # the run returned
+
+
+def run_stoppable(func: Callable[..., Coroutine[Any, Any, T]], *args: Any) -> T:
+    """``anyio.run(func, *args)`` under :func:`stoppable`: a stop signal cancels it and raises
+    ``KeyboardInterrupt``, which :func:`~dagagent.cli._app.guard` turns into its message and
+    exit 130."""
+    import anyio
+
+    async def main() -> T:
+        return await stoppable(func(*args))
+
+    return anyio.run(main)
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    del signum, frame
+    raise KeyboardInterrupt
+
+
+def stop_signals_interrupt() -> None:
+    """Outside :func:`stoppable`, SIGTERM and SIGHUP raise ``KeyboardInterrupt`` as Ctrl-C
+    does (unless ignored, as under ``nohup``): the command then ends with its message and
+    exit 130, as the README says, not killed without a word. For the process's entry point
+    only: a library leaves the signals alone."""
+    for sig in _stop_signals():
+        if sig is not signal.SIGINT:
+            signal.signal(sig, _interrupt)

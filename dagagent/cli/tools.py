@@ -36,6 +36,8 @@ def load_tools(tools: str | None, mcp: Sequence[str] | None = None) -> Registry:
 def _add_mcp_tools(registry: Registry, specs: list[str]) -> None:
     import anyio
 
+    from .signals import run_stoppable
+
     try:
         from ..mcp import MCPClient
     except ImportError as exc:  # the SDK is an extra
@@ -59,7 +61,7 @@ def _add_mcp_tools(registry: Registry, specs: list[str]) -> None:
             for c in clients:
                 tg.start_soon(list_one, c)
 
-    anyio.run(list_all)
+    run_stoppable(list_all)
     if failures:
         raise failures[0]
     for c in clients:

@@ -74,7 +74,7 @@ class Env:
     def lines(self) -> list[str]:
         return self.log.read_text().splitlines() if self.log.exists() else []
 
-    def start(self, executor: str) -> subprocess.Popen[str]:
+    def start(self, executor: str, *more: str) -> subprocess.Popen[str]:
         self.slow.write_text("x")
         return subprocess.Popen(
             [
@@ -87,6 +87,7 @@ class Env:
                 self.tools,
                 "--executor",
                 executor,
+                *more,
             ],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
@@ -151,6 +152,30 @@ def test_sigterm_stops_the_run_like_ctrl_c_and_replan_reruns_only_the_rest(
     statuses = {k: t["status"] for k, t in doc["result"]["tasks"].items()}
     assert statuses == {"a": "reused", "slow": "succeeded", "c": "succeeded"}
     assert env.lines() == ["start slow", "end slow", "start A-SLOW", "end A-SLOW"]
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_an_interrupted_run_json_prints_the_runs_result_and_exits_130(
+    tmp_path: Path, sig: str
+) -> None:
+    """--json promises one JSON object on stdout whatever happens: a stopped run's is its
+    result, cancelled, with what finished (nothing at all was printed)."""
+    env = Env(tmp_path)
+    proc = env.start("dataflow", "--json")
+    env.wait_for("end a", "start slow", proc=proc)
+    proc.send_signal(getattr(signal, sig))
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, (out, err)
+    doc = json.loads(out)
+    with RunStore(env.db, create=False) as st:
+        rec = st.last_run()
+    assert doc["run_id"] == rec.run_id and doc["status"] == "cancelled"
+    assert doc["tasks"]["a"]["status"] == "succeeded" and doc["tasks"]["a"]["output"] == "A"
+    assert doc["tasks"]["slow"]["status"] == "cancelled"
+    assert doc["tasks"]["c"]["status"] == "cancelled"
+    assert doc["counts"] == {"succeeded": 1, "cancelled": 2}
+    assert f"interrupted: run {rec.run_id} is recorded as cancelled" in err
+    assert "Traceback" not in err
 
 
 def test_sigkill_mid_run_leaves_an_interrupted_record_that_replan_completes(

@@ -4,6 +4,7 @@ the servers of mcp_servers.py."""
 from __future__ import annotations
 
 import json
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -98,3 +99,36 @@ def test_validate_checks_mcp_arguments_and_a_dead_server_is_a_usage_error(
     assert "Traceback" not in proc.stderr.split("stderr ends with")[0]
     proc = dagagent("run", plan, "--mcp", "kit")
     assert proc.returncode == 2 and "NAME=COMMAND" in proc.stderr
+
+
+def test_secrets_in_an_mcp_command_or_url_are_not_recorded_and_replan_asks_for_them(
+    tmp_path: Path,
+) -> None:
+    """A token in the server's environment assignment, in its options or in the URL's query
+    runs the server but never reaches the store; replan, which would start the server with
+    '***' for it, asks for the --mcp again instead."""
+    secrets = ["env-tok-1234567", "flag-key-7654321", "next-tok-1122334", "query-tok-9988776"]
+    kit = (
+        f"kit=env API_TOKEN={secrets[0]} {sys.executable} {SERVERS} kit stdio "
+        f"--api-key={secrets[1]} --token {secrets[2]}"
+    )
+    plan = write_plan(tmp_path, {"id": "s", "tool": "kit.shout", "args": {"text": "hi"}})
+    store = str(tmp_path / "runs.db")
+    with http_server("paged") as (url, _):
+        paged = f"paged={url}?access_token={secrets[3]}&page=1"
+        proc = dagagent("run", plan, "--mcp", kit, "--mcp", paged, "--store", store, "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["tasks"]["s"]["output"] == "HI"
+    conn = sqlite3.connect(store)
+    stored = "\n".join(conn.iterdump())
+    conn.close()
+    assert not [s for s in secrets if s in stored]
+    shown = dagagent("show", "--last", "--store", store, "--json")
+    recorded = json.loads(shown.stdout)["context"]["mcp"]
+    assert recorded == [
+        f"kit=env API_TOKEN=*** {sys.executable} {SERVERS} kit stdio --api-key=*** --token ***",
+        f"paged={url}?access_token=***&page=1",
+    ]
+    proc = dagagent("replan", "--last", "--store", store)
+    assert proc.returncode == 2, proc.stderr
+    assert "used --mcp kit and paged: a secret in the command or URL is not kept" in proc.stderr
