@@ -115,6 +115,35 @@ def test_serial_vs_parallel_runs_tiny(tmp_path: Path) -> None:
     assert "| dataflow |" in md and "Command: `python benchmarks/serial_vs_parallel.py" in md
 
 
+@pytest.mark.slow
+def test_dask_futures_runs_tiny(tmp_path: Path) -> None:
+    pytest.importorskip("distributed")
+    proc = _script(
+        "dask_futures.py",
+        "--chain",
+        "3",
+        "--fan",
+        "2",
+        "--repeats",
+        "1",
+        "--workers",
+        "1",
+        "--threads",
+        "2",
+        "--in-process",
+        "--out",
+        tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "x futures" in proc.stdout
+    data = json.loads((tmp_path / "dask_futures.json").read_text())
+    assert set(data["summary"]) == {"chain", "fan"}
+    for shape in data["summary"].values():
+        assert shape["x"] > 0 and set(shape["best_s"]) == {"futures", "dagagent"}
+    md = (tmp_path / "dask_futures.md").read_text()
+    assert md.startswith("# The dask executor next to raw Dask futures")
+
+
 def test_serial_vs_parallel_missing_dataset_is_a_clear_error(tmp_path: Path) -> None:
     proc = _script(
         "serial_vs_parallel.py", "--quick", "--shapes", "parallelqa", "--dataset", tmp_path

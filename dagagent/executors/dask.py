@@ -16,6 +16,9 @@ interceptors, timeouts, retries, records and events stay in the
   the loaded functions, so a task ships only its arguments and a few hundred bytes of pickled
   function. Workers living in the driver's process (``processes=False``) call the very
   function object registered on the driver.
+- **Results.** A result of at most 4 KiB pickled travels back with its call's completion, as
+  an event of the executor's own client (see :func:`_push`), saving the round trip that
+  fetches it; a larger one, or any result when the client was given, is fetched.
 - **Tools bound to a connection** (:attr:`~dagagent.tools.Tool.connection`, tools from MCP
   servers) are called on the driver, which holds their sessions; they are not shipped.
 - **Sync and async tools.** Sync tools run in a worker thread; async tools run on the
@@ -47,6 +50,7 @@ import concurrent.futures
 import contextlib
 import importlib
 import itertools
+import pickle
 import sys
 import time
 import uuid
@@ -80,6 +84,10 @@ _CANCEL_TIMEOUT_S = 5.0
 # their death (Dask reports them together, when the scheduler removes the worker).
 _CRASH_SETTLE_S = 0.2
 _HOW_CALLS_KILL = "a crash in native code such as a segfault, running out of memory, os._exit"
+# Results (pickled) at most this big travel to the driver with the call's completion (see
+# _push); the scheduler keeps the last 1,000 events of a topic while the client lives.
+_PUSH_MAX_BYTES = 4096
+_PUSHED = "dagagent-result"
 # Interval (s) at which a client this executor creates batches messages to the scheduler:
 # Dask's default (10 ms) adds up to 10 ms to every hop of a chain of dependent tasks.
 _CLIENT_SEND_INTERVAL_S = 0.001
@@ -190,30 +198,69 @@ def _picklable_args(exc: BaseException) -> tuple[Any, ...]:
     )
 
 
-def _call(fn: _Fn, args: dict[str, Any], trace: dict[str, str] | None = None) -> Any:
+def _call(
+    fn: _Fn,
+    args: dict[str, Any],
+    trace: dict[str, str] | None = None,
+    push: tuple[str, str] | None = None,
+) -> Any:
     """Run a sync tool (in a worker thread); a generator it returns travels as a list.
-    ``trace``: the task's trace context (with OpenTelemetry on), current while it runs."""
+    ``trace``: the task's trace context (with OpenTelemetry on), current while it runs.
+    ``push``: where to send a small result at once (see :func:`_push`)."""
     try:
         with telemetry.attached(trace):
             result = fn.load()(**args)
             if type(result) is GeneratorType:
-                return list(result)
-            if type(result) is AsyncGeneratorType:  # no event loop in this thread: a short one
-                return asyncio.run(materialize_async(result))
-            return result
+                result = list(result)
+            elif type(result) is AsyncGeneratorType:  # no event loop in this thread: a short one
+                result = asyncio.run(materialize_async(result))
     except BaseException as exc:
-        return _RaisedOnWorker(exc)
+        result = _RaisedOnWorker(exc)
+    if push is not None:
+        _push(push, result)
+    return result
 
 
-async def _acall(fn: _Fn, args: dict[str, Any], trace: dict[str, str] | None = None) -> Any:
+async def _acall(
+    fn: _Fn,
+    args: dict[str, Any],
+    trace: dict[str, str] | None = None,
+    push: tuple[str, str] | None = None,
+) -> Any:
     """Run an async tool (on the worker's event loop)."""
     try:
         with telemetry.attached(trace):
-            return await materialize_async(await fn.load()(**args))
+            result = await materialize_async(await fn.load()(**args))
     except asyncio.CancelledError:  # Dask cancelled the call
         raise
     except BaseException as exc:
-        return _RaisedOnWorker(exc)
+        result = _RaisedOnWorker(exc)
+    if push is not None:
+        _push(push, result)
+    return result
+
+
+def _push(push: tuple[str, str], result: Any) -> None:
+    """Send a small result to the driver with the call's completion instead of after it.
+
+    Dask tells the driver that a task finished, and the driver then asks for its result: one
+    more round trip through the scheduler to the worker, for every call (a chain of calls
+    pays it at every step). A result of at most :data:`_PUSH_MAX_BYTES` pickled goes to the
+    driver's client as an event of the topic named after that client (``push`` is the topic
+    and the call's key), which the scheduler sends on with the task's completion and forgets
+    when the client goes. The result is also returned as usual: anything that cannot go this
+    way, or does not arrive, is fetched."""
+    try:
+        blob = pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception:
+        return
+    if len(blob) > _PUSH_MAX_BYTES:
+        return
+    with contextlib.suppress(Exception):  # no worker here (a plain function call): nothing
+        from distributed import get_worker
+
+        topic, key = push
+        get_worker().log_event(topic, [_PUSHED, key, blob])
 
 
 def _load_all(fns: list[_Fn]) -> dict[str, str]:
@@ -341,6 +388,21 @@ class _Session:
     traced: bool = False  # OpenTelemetry is on: calls carry their trace context
     #: Workers that died under calls, by address (a restarted worker has a new one).
     crashes: dict[str, _Crash] = field(default_factory=dict)
+    #: Calls whose small result may arrive pushed (see _push), by Dask key; ``None``: no
+    #: pushing (a client the executor did not create, whose events it must not fill).
+    waiting: dict[str, asyncio.Future[bytes]] | None = None
+
+    def listen(self) -> None:
+        """Take the results workers push (on the topic named after this client)."""
+        self.waiting = {}
+        self.client.subscribe_topic(self.client.id, self.received)
+
+    def received(self, event: tuple[float, Any]) -> None:
+        msg = event[1]
+        if type(msg) in (list, tuple) and len(msg) == 3 and msg[0] == _PUSHED:
+            waiter = (self.waiting or {}).pop(msg[1], None)
+            if waiter is not None and not waiter.done():
+                waiter.set_result(msg[2])
 
     def ship(self, tool: Tool) -> _Shipped:
         """Pickle ``tool`` once for this session (raises what pickling raises)."""
@@ -534,7 +596,9 @@ class DaskExecutor(DataflowExecutor):
         comm = getattr(client, "scheduler_comm", None)
         if comm is not None and hasattr(comm, "interval"):
             comm.interval = _CLIENT_SEND_INTERVAL_S
-        return _Session(client, cluster, own_client=True)
+        state = _Session(client, cluster, own_client=True)
+        state.listen()
+        return state
 
     def _say(self, text: str) -> None:
         if self.on_progress is not None:
@@ -596,6 +660,9 @@ class DaskExecutor(DataflowExecutor):
     async def _close(state: _Session) -> None:
         state.forget()
         if state.own_client:
+            if state.waiting is not None:  # or the scheduler reports the client's end to it
+                with contextlib.suppress(Exception):
+                    state.client.unsubscribe_topic(state.client.id)
             await _quietly(state.client.close())
         if state.cluster is not None:
             await _quietly(state.cluster.close())
@@ -744,17 +811,25 @@ class DaskExecutor(DataflowExecutor):
     ) -> Any:
         """Submit one call and await it; a worker that died under it is :class:`_Killed`."""
         client = state.client
-        extra = (telemetry.carrier(),) if state.traced else ()  # the task's trace context
-        future = client.submit(
-            shipped.caller,
-            shipped.fn,
-            args,
-            *extra,
-            key=f"{shipped.prefix}{next(state.keys)}",
-            pure=False,
-        )
+        trace = telemetry.carrier() if state.traced else None  # the task's trace context
+        key = f"{shipped.prefix}{next(state.keys)}"
+        waiting = state.waiting
+        waiter: asyncio.Future[bytes] | None = None
+        push = None
+        if waiting is not None:  # a small result comes with the completion (see _push)
+            waiter = waiting[key] = asyncio.get_running_loop().create_future()
+            push = (client.id, key)
+        future = client.submit(shipped.caller, shipped.fn, args, trace, push, key=key, pure=False)
         try:
-            return await future
+            if waiter is not None:
+                finished = asyncio.ensure_future(_finished(future))
+                try:
+                    await asyncio.wait((waiter, finished), return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    finished.cancel()
+                if waiter.done():
+                    return pickle.loads(waiter.result())
+            return await future  # fetched (or what went wrong, raised)
         except _killed_worker() as exc:
             raise _Killed(_last_worker(exc)) from None
         except concurrent.futures.CancelledError as exc:  # cancelled on the cluster, not by us
@@ -772,6 +847,8 @@ class DaskExecutor(DataflowExecutor):
                     await _quietly(client.cancel([future]))
             raise
         finally:
+            if waiting is not None:
+                waiting.pop(key, None)
             # Forget the key now rather than when the future is garbage collected (an error's
             # traceback keeps it alive): the scheduler and workers drop the result or error.
             future.release()
@@ -794,6 +871,24 @@ class _Crash:
 
     calls: int = 0
     one_at_a_time: anyio.Lock = field(default_factory=anyio.Lock)
+
+
+async def _finished(future: Any) -> None:
+    """Until a Dask future is done (finished, failed or cancelled), without fetching it.
+    (``distributed.wait`` would use the default client, which may be a synchronous one.)"""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[None] = loop.create_future()
+
+    def settle() -> None:
+        if not done.done():
+            done.set_result(None)
+
+    def on_done(_: Any) -> None:  # in Dask's callback thread
+        with contextlib.suppress(RuntimeError):  # the loop is gone: nobody is waiting
+            loop.call_soon_threadsafe(settle)
+
+    future.add_done_callback(on_done)
+    await done
 
 
 def _killed_worker() -> type[Exception]:

@@ -678,3 +678,51 @@ def test_base_exceptions_on_a_worker_fail_their_task_and_spare_the_worker(client
     )
     assert (tasks["aexit"].status, tasks["aexit"].error_type) == ("failed", "SystemExit")
     assert set(client.scheduler_info()["workers"]) == workers  # the worker did not die
+
+
+@pytest.mark.anyio
+async def test_small_results_come_with_the_completion_and_large_ones_are_fetched(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A small result is pushed to the driver with its call's completion (no fetch round
+    trip); one too big to push, or an error, still arrives whole and the same."""
+    from dagagent.executors import dask as dask_executor
+
+    reg = Registry()
+
+    @reg.tool
+    def sized(n: int) -> dict[str, Any]:
+        """A result of about n characters."""
+        return {"text": "é" * n, "n": n}
+
+    @reg.tool
+    async def fails(why: str) -> str:
+        """Raise."""
+        raise LookupError(why)
+
+    pushed: list[str] = []
+    real = dask_executor._Session.received
+
+    def spy(self: Any, event: Any) -> None:
+        msg = event[1]
+        if isinstance(msg, list) and msg[:1] == [dask_executor._PUSHED]:
+            pushed.append(msg[1])
+        real(self, event)
+
+    monkeypatch.setattr(dask_executor._Session, "received", spy)
+    result = await dagagent.execute(
+        plan(
+            {"id": "small", "tool": "sized", "args": {"n": 10}},
+            {"id": "large", "tool": "sized", "args": {"n": 100_000}},
+            {"id": "again", "tool": "sized", "args": {"n": "${small.n}"}},
+            {"id": "bad", "tool": "fails", "args": {"why": "no such thing"}},
+        ),
+        reg,
+        executor=in_process(),
+        on_failure="continue",
+    )
+    assert result.tasks["small"].output == {"text": "é" * 10, "n": 10}
+    assert result.tasks["again"].output == {"text": "é" * 10, "n": 10}
+    assert result.tasks["large"].output == {"text": "é" * 100_000, "n": 100_000}
+    assert result.tasks["bad"].error == "LookupError: no such thing"
+    assert sorted(k.split("-")[0] for k in pushed) == ["fails", "sized", "sized"]  # not large
