@@ -236,6 +236,43 @@ def measure(
     }
 
 
+def measure_scale(n: int, width: int, seed: int, executor: str) -> dict[str, Any]:
+    """``--scale``: build the plan of ``n`` no-op tasks, then validate and run it once through
+    ``execute`` in this process; the times and the process's peak RSS."""
+    import dagagent
+
+    deps = build_deps("layered", n, width, seed)
+    plan = to_plan(deps)
+    del deps
+    registry = _registry()
+    gc.collect()
+    c0, t0 = time.process_time(), time.perf_counter()
+    graph = dagagent.validate(plan, registry)
+    validate_s, validate_cpu_s = time.perf_counter() - t0, time.process_time() - c0
+    rss_after_validate = _peak_rss_mb()
+
+    async def run() -> None:
+        result = await dagagent.execute(graph, registry, executor=executor)
+        if not result.ok:
+            raise SystemExit(f"the run of {n} tasks did not succeed: {result.counts}")
+
+    gc.collect()
+    c0, t0 = time.process_time(), time.perf_counter()
+    asyncio.run(run())
+    run_s, run_cpu_s = time.perf_counter() - t0, time.process_time() - c0
+    return {
+        "tasks": n,
+        "executor": executor,
+        "validate_s": validate_s,
+        "validate_cpu_s": validate_cpu_s,
+        "run_s": run_s,
+        "run_cpu_s": run_cpu_s,
+        "us_per_task": (validate_s + run_s) / n * 1e6,
+        "peak_rss_mb": _peak_rss_mb(),
+        "peak_rss_mb_after_validate": rss_after_validate,
+    }
+
+
 def _peak_rss_mb() -> float:
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     # Linux reports kilobytes, macOS bytes.
@@ -247,6 +284,10 @@ def _peak_rss_mb() -> float:
 
 
 def _child(args: argparse.Namespace) -> None:
+    if args.child_scale:
+        executor = args.executors[0] if args.executors else "dataflow"
+        print(json.dumps(measure_scale(args.child_size, args.width, args.seed, executor)))
+        return
     data = measure(
         args.child_shape,
         args.child_size,
@@ -283,6 +324,107 @@ def _run_child(shape: str, n: int, args: argparse.Namespace) -> dict[str, Any]:
         sys.stderr.write(proc.stderr)
         raise SystemExit(f"the measurement of {shape} x {n} failed (exit {proc.returncode})")
     return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
+
+
+SCALE_RSS_MB = 3 * 1024  # the target: peak RSS at --scale tasks
+SCALE_RATIO = 2.0  # the target: cost per task at --scale within this of --scale-base's
+
+
+def _scale(args: argparse.Namespace) -> None:
+    """``--scale N``: validate and run N no-op tasks in one process (each size in a fresh
+    one), next to ``--scale-base`` tasks the same way: cost per task and peak RSS."""
+    executor = args.executors[0]
+    info = common.machine_info()
+    print(f"machine: {common.machine_line(info)}")
+    rows_data = []
+    for n in (args.scale_base, args.scale):
+        print(f"measuring validate + run of {n:,} tasks ({executor}) ...", flush=True)
+        cmd = [
+            sys.executable,
+            str(Path(__file__).resolve()),
+            "--child-scale",
+            "--child-size",
+            str(n),
+            "--width",
+            str(args.width),
+            "--seed",
+            str(args.seed),
+            "--executors",
+            executor,
+        ]
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            sys.stderr.write(proc.stderr)
+            raise SystemExit(f"the measurement of {n} tasks failed (exit {proc.returncode})")
+        rows_data.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    base, big = rows_data
+    headers = [
+        "tasks",
+        "validate s",
+        "run s",
+        "us/task (validate + run)",
+        "x base per task",
+        "peak RSS MB",
+    ]
+    rows = [
+        [
+            f"{r['tasks']:,}",
+            common.fmt(r["validate_s"], 2),
+            common.fmt(r["run_s"], 2),
+            common.fmt(r["us_per_task"], 1),
+            common.fmt(r["us_per_task"] / base["us_per_task"]),
+            common.fmt(r["peak_rss_mb"], 0),
+        ]
+        for r in rows_data
+    ]
+    ratio = big["us_per_task"] / base["us_per_task"]
+    targets = [
+        (
+            f"peak RSS at {big['tasks']:,} tasks <= {SCALE_RSS_MB} MB",
+            big["peak_rss_mb"] <= SCALE_RSS_MB,
+            f"{big['peak_rss_mb']:.0f} MB",
+        ),
+        (
+            f"cost per task at {big['tasks']:,} tasks <= {SCALE_RATIO:g} x the one at "
+            f"{base['tasks']:,}",
+            ratio <= SCALE_RATIO,
+            f"{ratio:.2f} x ({big['us_per_task']:.1f} against {base['us_per_task']:.1f} us)",
+        ),
+    ]
+    print()
+    print(common.text_table(headers, rows))
+    print()
+    for what, ok, got in targets:
+        print(f"  {'met   ' if ok else 'MISSED'}  {what}: {got}")
+    command = common.command_line()
+    md = [
+        f"# Scale: {big['tasks']:,} no-op tasks validated and run in one process",
+        "",
+        f"Command: `{command}`  ",
+        f"Machine: {common.machine_line(info)}  ",
+        f"Each size in a fresh process: the plan built as a dict, `validate`, then `execute` "
+        f"({executor}), once; peak RSS of that process.",
+        "",
+        common.markdown_table(headers, rows),
+        "",
+        "Targets:",
+        "",
+    ]
+    md += [f"- {'met' if ok else '**missed**'}: {what} — {got}" for what, ok, got in targets]
+    data_out = {
+        "benchmark": "overhead_scale",
+        "command": command,
+        "machine": info,
+        "options": {"scale": args.scale, "base": args.scale_base, "executor": executor},
+        "results": rows_data,
+        "targets": [{"target": w, "met": ok, "value": g} for w, ok, g in targets],
+    }
+    out = common.result_dir(args)
+    if out is None:
+        print("results not written (pass --write to update benchmarks/results, or --out DIR)")
+    else:
+        for p in common.write_results(out, "overhead_scale", data_out, "\n".join(md)):
+            print(f"wrote {p}")
 
 
 def summarize(data: dict[str, Any], executors: list[str]) -> dict[str, Any]:
@@ -420,7 +562,20 @@ def main(argv: list[str] | None = None) -> None:
         help="also measure each in-process executor through execute(plan) from the plan's "
         "dict, validation included (shown as NAME+plan)",
     )
+    parser.add_argument(
+        "--scale",
+        type=int,
+        metavar="N",
+        help="instead of the table: validate and run N no-op tasks (layered) in one process, "
+        "next to --scale-base tasks, with the first of --executors; cost per task and peak "
+        "RSS (e.g. --scale 1000000; dataflow unless --executors is given). Results go to "
+        "overhead_scale.json",
+    )
+    parser.add_argument(
+        "--scale-base", type=int, default=10_000, help="the size --scale is compared with"
+    )
     parser.add_argument("--seed", type=int, default=7, help="seed of the random layered DAG")
+    parser.add_argument("--child-scale", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--child-shape", help=argparse.SUPPRESS)
     parser.add_argument("--child-size", type=int, help=argparse.SUPPRESS)
     common.add_output_options(parser)
@@ -431,8 +586,18 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("--repeats must be at least 1")
     if args.width < 1:
         parser.error("--width must be at least 1")
-    if args.child_shape:
+    if args.child_shape or args.child_scale:
         _child(args)
+        return
+    if args.scale is not None:
+        if args.scale < 1 or args.scale_base < 1:
+            parser.error("--scale and --scale-base must be at least 1")
+        if args.executors == list(DEFAULT_EXECUTORS):  # not given: the default executor
+            args.executors = ["dataflow"]
+        args.executors = common.usable_executors(parser, args.executors)
+        if args.executors[0] == "dask":
+            parser.error("--scale measures an in-process executor: put it first in --executors")
+        _scale(args)
         return
     try:
         sizes = [int(s) for s in args.sizes.split(",") if s.strip()]

@@ -287,6 +287,20 @@ def test_overhead_with_the_run_store(tmp_path: Path) -> None:
     assert "dataflow+store" in proc.stdout
 
 
+def test_overhead_at_scale(tmp_path: Path) -> None:
+    proc = _script(
+        "overhead.py", "--scale", "600", "--scale-base", "200", "--width", "20", "--out", tmp_path
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert not (tmp_path / "overhead.json").exists()  # its own results
+    data = json.loads((tmp_path / "overhead_scale.json").read_text())
+    assert [r["tasks"] for r in data["results"]] == [200, 600]
+    assert {r["executor"] for r in data["results"]} == {"dataflow"}
+    assert all(r["peak_rss_mb"] > 0 and r["run_s"] > 0 for r in data["results"])
+    assert [t["met"] is not None for t in data["targets"]] == [True, True]
+    assert "peak RSS at 600 tasks" in proc.stdout
+
+
 # ---------------------------------------------------------------------------------------------
 # The worker pool
 

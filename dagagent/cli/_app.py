@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import importlib
 import importlib.util
 import os
@@ -428,6 +429,20 @@ def _abandoned_threads() -> bool:
     )
 
 
+def _for_command(args: Sequence[str]) -> typer.Typer:
+    """The app as ``dagagent COMMAND ...`` needs it: typer reads every command's signature and
+    builds its options before it runs one, so a command named first gets an app that holds
+    only that command (``app`` itself is left whole). Anything else (``--help``, an option
+    first, an unknown name) gets every command."""
+    name = args[0] if args else None
+    chosen = [c for c in app.registered_commands if name is not None and c.name == name]
+    if len(chosen) != 1 or app.registered_groups:
+        return app
+    narrowed = copy.copy(app)
+    narrowed.registered_commands = chosen
+    return narrowed
+
+
 def main() -> None:
     """Console-script entry point."""
     from .signals import stop_signals_interrupt
@@ -435,7 +450,7 @@ def main() -> None:
     stop_signals_interrupt()  # SIGTERM and SIGHUP end every command as Ctrl-C does
     code: int | str | None = 0
     try:
-        app()
+        _for_command(sys.argv[1:])()
     except SystemExit as exc:
         code = exc.code
     except KeyboardInterrupt:  # pragma: no cover - typer normally handles this
