@@ -75,6 +75,9 @@ def main(argv: list[str] | None = None) -> None:
     commands = {
         "python -c pass (floor)": [py, "-c", "pass"],
         "python -c 'import typer' (floor)": [py, "-c", "import typer"],
+        # what validate needs whatever it does: typer converts its options with pydantic, and
+        # a plan is a pydantic model
+        "python -c 'import typer, pydantic' (floor)": [py, "-c", "import typer, pydantic"],
         "dagagent --help": [py, "-m", "dagagent", "--help"],
         "dagagent validate small.json": [py, "-m", "dagagent", "validate", "small.json"],
     }

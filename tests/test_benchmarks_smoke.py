@@ -253,6 +253,7 @@ def test_startup_runs(tmp_path: Path) -> None:
     assert set(data["wall_s"]) == {
         "python -c pass (floor)",
         "python -c 'import typer' (floor)",
+        "python -c 'import typer, pydantic' (floor)",
         "dagagent --help",
         "dagagent validate small.json",
     }

@@ -89,6 +89,10 @@ _FAST = (
 )
 _new = object.__new__
 _set = object.__setattr__
+# Every field is set, in every result: one set serves them all (pydantic only ever adds to a
+# model's set of fields set, and adding one that is there changes nothing). A set per result
+# would cost about 700 bytes each, 0.7 GB at a million tasks.
+_ALL_SET = set(_FIELDS_SET)
 
 
 def task_result(
@@ -126,7 +130,7 @@ def task_result(
         return TaskResult.model_construct(**values)
     r: TaskResult = _new(TaskResult)
     _set(r, "__dict__", values)
-    _set(r, "__pydantic_fields_set__", set(_FIELDS_SET))
+    _set(r, "__pydantic_fields_set__", _ALL_SET)
     _set(r, "__pydantic_extra__", None)
     _set(r, "__pydantic_private__", None)
     return r
