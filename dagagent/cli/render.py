@@ -147,7 +147,10 @@ def result_table(result: RunResult, *, width: int = 80) -> Table:
 
 
 def path_text(path: list[str], most: int = 10) -> str:
-    """A chain of task ids as ``a -> b -> c``, its middle left out when it is long."""
+    """A chain of task ids as ``a -> b -> c``, its middle left out when it is long; ``-`` when
+    no task finished (a run that paused or was denied before anything ran)."""
+    if not path:
+        return "-"
     if len(path) <= most:
         return " -> ".join(path)
     half = most // 2

@@ -118,7 +118,7 @@ def approvals_cmd(
     first = rows[0]
     out.print(
         f"decide: dagagent approve {first.run_id} {printable(first.task_id)} --allow | --deny "
-        "[--reason TEXT] [--edit ARGS.json]; then: dagagent resume RUN",
+        f"[--reason TEXT] [--edit ARGS.json]; then: dagagent resume {first.run_id}",
         markup=False,
         highlight=False,
     )

@@ -62,3 +62,4 @@ def test_a_long_critical_path_is_shown_by_its_ends() -> None:
         path[-5:]
     )
     assert path_text(path[:3]) == "t0 -> t1 -> t2"
+    assert path_text([]) == "-"  # nothing finished: a paused run ends "critical path 0.000s: -"

@@ -184,6 +184,7 @@ def test_run_pauses_then_approve_and_resume_succeed(sh: Shell) -> None:
     assert asked["args"] == {"to": "Paris", "text": "hi"} and asked["state"] == "waiting"
     listed = sh("approvals").stdout
     assert "mail" in listed and "send" in listed and "Paris" in listed
+    assert f"then: dagagent resume {run}" in " ".join(listed.split())  # the id, not RUN
 
     approved = sh("approve", run, "mail", "--allow", "--reason", "looks fine")
     assert "recorded: allow" in approved.stdout and "nothing ran" in approved.stderr
