@@ -7,7 +7,7 @@ what they become, in one place: :class:`RunOptions` for a command that runs a pl
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -254,7 +254,8 @@ class ModelChoice:
 
 @dataclass(frozen=True)
 class RunOptions:
-    """The options of a command that runs a plan, as given on the command line."""
+    """The options of a command that runs a plan, as given on the command line: built by
+    :meth:`of` from the command's parameters, named as the shared options above name them."""
 
     executor: str = "dataflow"
     on_failure: str = "cancel"
@@ -286,6 +287,20 @@ class RunOptions:
                 "--dask-workers and --dask-threads size the local cluster a run starts; "
                 "with --dask-address the scheduler's own workers run the tools"
             )
+
+    @classmethod
+    def of(cls, ctx: typer.Context, **overrides: Any) -> RunOptions:
+        """The run options among the parameters of the command ``ctx`` runs (``--executor``
+        is ``executor``, ``--ask`` is ``asks``...); those it does not take keep their defaults,
+        and ``overrides`` (by field name) win."""
+        params = ctx.params
+        given: dict[str, Any] = {}
+        for f in fields(cls):
+            name = _PARAMETER.get(f.name, f.name)
+            if name in params:
+                value = params[name]
+                given[f.name] = tuple(value or ()) if f.name in _REPEATABLE else value
+        return cls(**{**given, **overrides})
 
     @property
     def live(self) -> bool:
@@ -334,6 +349,12 @@ class RunOptions:
             "mcp_specs": mcp,
             "approval": approval_context(self.policy_file, self.asks),
         }
+
+
+#: The fields of :class:`RunOptions` whose option has another parameter name.
+_PARAMETER = {"asks": "ask"}
+#: The fields of repeatable options (a list, or ``None`` when not given).
+_REPEATABLE = frozenset(("mcp", "asks"))
 
 
 def approval_context(policy_file: Path | None, asks: tuple[str, ...]) -> dict[str, Any] | None:

@@ -98,6 +98,7 @@ def _write(path: Path, text: str) -> None:
 @app.command("plan")
 @guard
 def plan_cmd(
+    ctx: typer.Context,
     goal: str = typer.Argument(..., help="What the plan should achieve.", metavar="GOAL"),
     tools: ToolsOpt = None,
     mcp: McpOpt = None,
@@ -149,19 +150,7 @@ def plan_cmd(
         raise ConfigError("the goal is empty: say what the plan should achieve")
     if out_file is not None:  # before any model call
         check_output_path(out_file, store, "plan")
-    options = RunOptions(
-        executor=executor,
-        on_failure=on_failure,
-        max_concurrency=max_concurrency,
-        max_elements=max_elements,
-        store=store,
-        tools=tools,
-        mcp=tuple(mcp or ()),
-        approve=approve,
-        asks=tuple(ask or ()),
-        policy_file=policy_file,
-        no_wait=no_wait,
-    )
+    options = RunOptions.of(ctx)  # --executor, --ask...: read from ctx
     registry = load_tools(tools, mcp)
     llm, planner = _make_planner(
         model,

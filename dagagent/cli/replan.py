@@ -110,6 +110,7 @@ def _revise(
 @app.command("replan")
 @guard
 def replan_cmd(
+    ctx: typer.Context,
     run: RunArg = None,
     last: LastOpt = False,
     from_file: FromOpt = None,
@@ -224,13 +225,7 @@ def replan_cmd(
     if not json_out:
         out.print("")
         out.print(f"running it as a new run (parent {record.run_id}):", markup=False)
-    options = RunOptions(
-        executor=executor,
-        on_failure=on_failure,
-        max_concurrency=max_concurrency,
-        max_elements=max_elements,
-        store=path,
-    )
+    options = RunOptions.of(ctx, store=path)  # --executor...: read from ctx
     try:
         result = run_recorded(
             revision.graph,

@@ -224,6 +224,7 @@ def agent_model(model: str | None, base_url: str | None) -> Any:
 @app.command("run")
 @guard
 def run_cmd(
+    ctx: typer.Context,
     plan: PlanArg,
     tools: ToolsOpt = None,
     mcp: McpOpt = None,
@@ -271,22 +272,7 @@ def run_cmd(
 
     if otel:
         configure_otel()
-    options = RunOptions(
-        executor=executor,
-        on_failure=on_failure,
-        max_concurrency=max_concurrency,
-        max_elements=max_elements,
-        store=store,
-        tools=tools,
-        mcp=tuple(mcp or ()),
-        approve=approve,
-        asks=tuple(ask or ()),
-        policy_file=policy_file,
-        dask_address=dask_address,
-        dask_workers=dask_workers,
-        dask_threads=dask_threads,
-        no_wait=no_wait,
-    )
+    options = RunOptions.of(ctx)  # --executor, --ask, --dask-*...: read from ctx
     registry = load_tools(tools, mcp)
     llm = agent_model(model, base_url)
     graph = validate(plan, registry, llm=llm, check_llm=True)
