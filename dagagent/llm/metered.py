@@ -14,12 +14,14 @@ counts none); a call that failed is not counted.
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from contextlib import aclosing
 from typing import Any
 
+from typing_extensions import Unpack
+
 from .protocol import LLM
-from .types import LLMResponse, Message, ResponseFormat, StreamEnd, StreamEvent, ToolSpec
+from .types import LLMResponse, Message, RequestOptions, StreamEnd, StreamEvent
 from .usage import Usage, UsageTracker
 
 __all__ = ["MeteredLLM"]
@@ -45,44 +47,16 @@ class MeteredLLM:
         return f"MeteredLLM({self.llm!r}, {self.usage!r})"
 
     async def complete(
-        self,
-        messages: Sequence[Message],
-        *,
-        tools: Sequence[ToolSpec] | None = None,
-        response_format: ResponseFormat | Mapping[str, Any] | None = None,
-        stop: str | Sequence[str] | None = None,
-        max_tokens: int | None = None,
-        temperature: float | None = None,
+        self, messages: Sequence[Message], **options: Unpack[RequestOptions]
     ) -> LLMResponse:
-        response = await self.llm.complete(
-            messages,
-            tools=tools,
-            response_format=response_format,
-            stop=stop,
-            max_tokens=max_tokens,
-            temperature=temperature,
-        )
+        response = await self.llm.complete(messages, **options)
         self.usage.record(response.usage)
         return response
 
     async def stream(
-        self,
-        messages: Sequence[Message],
-        *,
-        tools: Sequence[ToolSpec] | None = None,
-        response_format: ResponseFormat | Mapping[str, Any] | None = None,
-        stop: str | Sequence[str] | None = None,
-        max_tokens: int | None = None,
-        temperature: float | None = None,
+        self, messages: Sequence[Message], **options: Unpack[RequestOptions]
     ) -> AsyncGenerator[StreamEvent, None]:
-        events = self.llm.stream(
-            messages,
-            tools=tools,
-            response_format=response_format,
-            stop=stop,
-            max_tokens=max_tokens,
-            temperature=temperature,
-        )
+        events = self.llm.stream(messages, **options)
         ended = False
         try:
             async with aclosing(events) as inner:  # type: ignore[type-var]

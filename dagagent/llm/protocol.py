@@ -6,12 +6,15 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
+from typing_extensions import Unpack
+
 from ._telemetry import model_call
 from .types import (
     LLMRequest,
     LLMResponse,
     Message,
     MessagesInput,
+    RequestOptions,
     ResponseFormat,
     StreamEvent,
     ToolSpec,
@@ -31,47 +34,18 @@ class RequestLLM:
     provider_name = "_OTHER"
 
     async def complete(
-        self,
-        messages: MessagesInput,
-        *,
-        tools: Sequence[ToolSpec] | None = None,
-        response_format: ResponseFormat | Mapping[str, Any] | None = None,
-        stop: str | Sequence[str] | None = None,
-        max_tokens: int | None = None,
-        temperature: float | None = None,
+        self, messages: MessagesInput, **options: Unpack[RequestOptions]
     ) -> LLMResponse:
-        request = LLMRequest.build(
-            messages,
-            tools=tools,
-            response_format=response_format,
-            stop=stop,
-            max_tokens=max_tokens,
-            temperature=temperature,
-        )
+        request = LLMRequest.build(messages, **options)
         call = model_call(self, request)  # OpenTelemetry, when the application has it
         if call is None:
             return await self._complete(request)
         return await call.complete(self._complete(request))
 
     def stream(
-        self,
-        messages: MessagesInput,
-        *,
-        tools: Sequence[ToolSpec] | None = None,
-        response_format: ResponseFormat | Mapping[str, Any] | None = None,
-        stop: str | Sequence[str] | None = None,
-        max_tokens: int | None = None,
-        temperature: float | None = None,
+        self, messages: MessagesInput, **options: Unpack[RequestOptions]
     ) -> AsyncGenerator[StreamEvent, None]:
-        request = LLMRequest.build(
-            messages,
-            tools=tools,
-            response_format=response_format,
-            stop=stop,
-            max_tokens=max_tokens,
-            temperature=temperature,
-            stream=True,
-        )
+        request = LLMRequest.build(messages, stream=True, **options)
         call = model_call(self, request)
         if call is None:
             return self._stream(request)

@@ -13,10 +13,11 @@ import json
 import re
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias, TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 from pydantic.dataclasses import dataclass as pydantic_dataclass
+from typing_extensions import Unpack
 
 from dagagent.errors import LLMResponseError
 
@@ -34,6 +35,7 @@ __all__ = [
     "LLMResponse",
     "Message",
     "MessagesInput",
+    "RequestOptions",
     "ResponseFormat",
     "StreamEnd",
     "StreamEvent",
@@ -262,6 +264,22 @@ class ResponseFormat:
         return cls(name=wire_name(model.__name__), schema=model.model_json_schema(), strict=strict)
 
 
+class RequestOptions(TypedDict, total=False):
+    """The keyword arguments of a call to a model past its messages (those of
+    :meth:`LLM.complete <dagagent.llm.LLM.complete>` and ``stream``), declared once for the
+    code that passes them on: :meth:`LLMRequest.build`, :class:`~dagagent.llm.RequestLLM`,
+    :class:`~dagagent.llm.MeteredLLM`."""
+
+    tools: Sequence[ToolSpec] | None
+    response_format: ResponseFormat | Mapping[str, Any] | None
+    stop: str | Sequence[str] | None
+    max_tokens: int | None
+    temperature: float | None
+
+
+_REQUEST_OPTIONS = frozenset(RequestOptions.__annotations__)
+
+
 @dataclass(frozen=True)
 class LLMRequest:
     """One call to a model, normalised: what clients send and what ScriptedLLM records."""
@@ -276,23 +294,19 @@ class LLMRequest:
 
     @classmethod
     def build(
-        cls,
-        messages: MessagesInput,
-        *,
-        tools: Sequence[ToolSpec] | None = None,
-        response_format: ResponseFormat | Mapping[str, Any] | None = None,
-        stop: str | Sequence[str] | None = None,
-        max_tokens: int | None = None,
-        temperature: float | None = None,
-        stream: bool = False,
+        cls, messages: MessagesInput, *, stream: bool = False, **options: Unpack[RequestOptions]
     ) -> LLMRequest:
+        unknown = options.keys() - _REQUEST_OPTIONS
+        if unknown:  # as a signature naming each keyword would
+            raise TypeError(f"unexpected keyword argument(s): {', '.join(sorted(unknown))}")
+        stop = options.get("stop")
         return cls(
             messages=normalize_messages(messages),
-            tools=list(tools or []),
-            response_format=ResponseFormat.coerce(response_format),
+            tools=list(options.get("tools") or []),
+            response_format=ResponseFormat.coerce(options.get("response_format")),
             stop=[stop] if isinstance(stop, str) else list(stop or []),
-            max_tokens=max_tokens,
-            temperature=temperature,
+            max_tokens=options.get("max_tokens"),
+            temperature=options.get("temperature"),
             stream=stream,
         )
 
