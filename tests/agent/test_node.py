@@ -35,28 +35,6 @@ from dagagent.runner import ToolInvocation
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-def tools() -> Registry:
-    reg = Registry()
-
-    @reg.tool
-    async def weather(city: str) -> dict[str, Any]:
-        """Current weather for a city."""
-        return {"city": city, "temp_c": {"Paris": 18, "Tokyo": 24}[city]}
-
-    @reg.tool
-    def add(a: int, b: int) -> int:
-        """Add two integers."""
-        return a + b
-
-    @reg.tool
-    def shout(text: str) -> str:
-        """Upper-case a text."""
-        return text.upper()
-
-    return reg
-
-
 PLAN = {
     "goal": "A note about Paris",
     "tasks": [

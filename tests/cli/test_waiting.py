@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -15,64 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-TOOLS = '''
-import os, time
-from dagagent import Registry
-
-registry = Registry()
-
-def _log(line):
-    with open(os.environ["WAIT_LOG"], "a", encoding="utf-8") as f:
-        f.write(line + "\\n")
-
-@registry.tool
-def fetch(city: str) -> dict:
-    """Fetch a city."""
-    _log(f"fetch {city}")
-    return {"city": city}
-
-@registry.tool(side_effects=True)
-def send(to: str, text: str = "hi") -> str:
-    """Send a message."""
-    _log(f"send {to} {text}")
-    return f"sent to {to}"
-
-@registry.tool
-def after(note: str) -> str:
-    """Note what happened."""
-    _log(f"after {note}")
-    return note
-
-@registry.tool
-def slow(name: str) -> str:
-    """Block while the flag file exists (at most 60 s)."""
-    _log(f"slow {name}")
-    deadline = time.monotonic() + 60
-    while os.path.exists(os.environ["WAIT_FLAG"]) and time.monotonic() < deadline:
-        time.sleep(0.02)
-    return name
-'''
-
-PLAN = {
-    "goal": "fetch, then send, then note",
-    "tasks": [
-        {"id": "a", "tool": "fetch", "args": {"city": "Paris"}},
-        {"id": "mail", "tool": "send", "args": {"to": "${a.city}"}},
-        {"id": "done", "tool": "after", "args": {"note": "${mail}"}},
-        {"id": "b", "tool": "fetch", "args": {"city": "Tokyo"}},
-    ],
-}
-
-TWO = {
-    "goal": "two waiting branches",
-    "tasks": [
-        {"id": "m1", "tool": "send", "args": {"to": "ann"}},
-        {"id": "d1", "tool": "after", "args": {"note": "${m1}"}},
-        {"id": "m2", "tool": "send", "args": {"to": "bob"}},
-        {"id": "d2", "tool": "after", "args": {"note": "${m2}"}},
-    ],
-}
+import wait_tools
+from wait_tools import PLAN, TWO
 
 SLOW = {
     "goal": "a message beside a slow branch",
@@ -90,7 +35,7 @@ class Shell:
 
     def __init__(self, tmp_path: Path) -> None:
         self.dir = tmp_path
-        (tmp_path / "wait_tools.py").write_text(TOOLS)
+        shutil.copy(wait_tools.__file__, tmp_path / "wait_tools.py")
         self.log = tmp_path / "calls.log"
         self.flag = tmp_path / "slow.flag"
         env = {k: v for k, v in os.environ.items() if not k.startswith("DAGAGENT_")}

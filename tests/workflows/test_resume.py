@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from wait_tools import PLAN, TWO, make_registry
 
 import dagagent
 from dagagent import Approval, DecisionError, Policy, Rule, RunStatus, StoreError, ask_later
@@ -16,48 +17,7 @@ pytestmark = pytest.mark.anyio
 
 
 def _tools(calls: list[str]) -> dagagent.Registry:
-    registry = dagagent.Registry()
-
-    @registry.tool
-    def fetch(city: str) -> dict[str, Any]:
-        """Fetch a city."""
-        calls.append(f"fetch {city}")
-        return {"city": city}
-
-    @registry.tool(side_effects=True)
-    def send(to: str, text: str = "hi") -> str:
-        """Send a message."""
-        calls.append(f"send {to} {text}")
-        return f"sent to {to}"
-
-    @registry.tool
-    def after(note: str) -> str:
-        """Note what happened."""
-        calls.append(f"after {note}")
-        return note
-
-    return registry
-
-
-PLAN = {
-    "goal": "two branches, one that sends",
-    "tasks": [
-        {"id": "a", "tool": "fetch", "args": {"city": "Paris"}},
-        {"id": "mail", "tool": "send", "args": {"to": "${a.city}"}},
-        {"id": "done", "tool": "after", "args": {"note": "${mail}"}},
-        {"id": "b", "tool": "fetch", "args": {"city": "Tokyo"}},
-    ],
-}
-
-TWO = {
-    "goal": "two waiting branches",
-    "tasks": [
-        {"id": "m1", "tool": "send", "args": {"to": "ann"}},
-        {"id": "d1", "tool": "after", "args": {"note": "${m1}"}},
-        {"id": "m2", "tool": "send", "args": {"to": "bob"}},
-        {"id": "d2", "tool": "after", "args": {"note": "${m2}"}},
-    ],
-}
+    return make_registry(calls.append)
 
 
 def _policy() -> Policy:
