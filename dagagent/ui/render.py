@@ -25,6 +25,7 @@ from markupsafe import Markup
 from ..results import jsonable
 from ..review import PlanDiff, diff_plans
 from ..store import RunRecord, RunSummary
+from ..text import shorten
 from .view import PAGE_SIZE, STATUSES, RunView, build_view, fmt_s, task_kind, task_what
 
 __all__ = ["Page", "render_panel", "render_report", "render_run", "render_runs"]
@@ -60,8 +61,7 @@ def _dur(s: float | None) -> str:
 
 
 def _preview(value: Any, n: int = 140) -> str:
-    text = " ".join(_pretty(value, n * 2).split())
-    return text if len(text) <= n else text[: n - 1] + "…"
+    return shorten(_pretty(value, n * 2), n)
 
 
 def _env() -> Environment:

@@ -14,6 +14,7 @@ nothing else from the run is printed.
 
 from __future__ import annotations
 
+from ..text import shorten
 from .view import RunView, fmt_s, waits_of
 
 __all__ = ["timeline_text"]
@@ -67,7 +68,7 @@ def timeline_text(view: RunView, *, width: int = 100) -> str:
             k = _cell(min(max(decided), r.finished_at) - origin, span, bar_w)
             for i in range(s, min(k, bar_w)):
                 cells[i] = "▒"
-        label = tid if len(tid) <= label_w else tid[: label_w - 1] + "…"
+        label = shorten(tid, label_w, one_line=False)
         mark = "*" if tid in crit else " "
         tail = f"{fmt_s(r.finished_at - r.started_at):>7}  {r.status.value}"
         lines.append(f"{label:<{label_w}} {mark} {''.join(cells)} {tail}".rstrip())

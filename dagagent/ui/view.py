@@ -25,6 +25,7 @@ from typing import Any
 from ..graph import PlanGraph, finished_critical_path, validate
 from ..results import TaskResult
 from ..store import RunRecord
+from ..text import shorten
 
 __all__ = [
     "MAX_BARS",
@@ -223,7 +224,7 @@ def _counts(status_of: Mapping[str, str]) -> list[tuple[str, int]]:
 
 
 def short_label(text: str, n: int) -> str:
-    return text if len(text) <= n else text[: n - 1] + "…"
+    return shorten(text, n, one_line=False)
 
 
 def _layout_dag(
