@@ -832,6 +832,7 @@ def test_an_agents_calls_are_recorded_redacted_even_when_they_never_reached_the_
 
     secret = "hunter2-0123456789-very-secret"
     seen: list[str] = []
+    events: list[object] = []
     reg = dagagent.Registry()
 
     @reg.tool
@@ -855,8 +856,13 @@ def test_an_agents_calls_are_recorded_redacted_even_when_they_never_reached_the_
     plan = {"tasks": [{"id": "ag", "instruction": "log in", "tools": ["login"]}]}
     db = tmp_path / "r.db"
     with ScriptedLLM([turn, LLMResponse(content="done")]) as llm:
-        result = dagagent.execute_sync(plan, reg, llm=llm, store=db, interceptors=[redacting()])
+        result = dagagent.execute_sync(
+            plan, reg, llm=llm, store=db, interceptors=[redacting()], listeners=[events.append]
+        )
     assert result.ok and seen == ["[redacted]"]
+    # nor what listeners (the CLI's progress lines) are shown of the calls
+    shown = [e.args for e in events if getattr(e, "action", None) == "tool_call"]
+    assert len(shown) == 3 and secret not in str(shown)
     with sqlite3.connect(db) as conn:
         rows = conn.execute("SELECT * FROM tasks").fetchall()
     assert rows and not any(secret in str(col) for row in rows for col in row)

@@ -422,7 +422,19 @@ class TaskRunner:
         if emit is not None:
             run_id, task_id = self.run_id, task.id
 
+            redactors = self._redactors
+
             def on_event(kind: str, step: int, **fields: Any) -> None:
+                # A call's arguments are shown (progress, listeners) as the redacting
+                # interceptors leave them, as they are recorded: a secret the model wrote
+                # is not printed on the terminal either.
+                if redactors and kind == "tool_call" and isinstance(fields.get("args"), dict):
+                    args = fields["args"]
+                    for redactor in redactors:
+                        hidden = redactor.redact_args(fields.get("tool") or "", args)
+                        if hidden is not None:
+                            args = hidden
+                    fields["args"] = args
                 emit(TaskAgentEvent(run_id, task_id, kind, step, **fields))
 
             node.on_event = on_event
