@@ -109,7 +109,7 @@ async def test_continue_runs_independent_branches_and_skips_descendants(
 @pytest.mark.parametrize("executor", EXECUTORS)
 async def test_timeout(executor: str, registry: dagagent.Registry) -> None:
     plan = {"tasks": [w("slow", 5.0, timeout_s=0.1)]}
-    with anyio.fail_after(3):
+    with anyio.fail_after(4.5):  # the 5 s nap must have been cut; generous on a busy machine
         result = await execute(plan, registry, executor=executor)
     r = result.tasks["slow"]
     assert r.status is TaskStatus.FAILED
@@ -488,8 +488,8 @@ def test_a_base_exception_under_cancel_stops_siblings_and_keeps_results(executor
 async def test_cancelling_the_caller_still_cancels_the_run(executor: str) -> None:
     plan = {"tasks": [{"id": "slow", "tool": "nap", "args": {"seconds": 10}}]}
     with pytest.raises(asyncio.TimeoutError):
-        await asyncio.wait_for(dagagent.execute(plan, _registry(), executor=executor), 0.2)
-    with anyio.move_on_after(0.2) as scope:
+        await asyncio.wait_for(dagagent.execute(plan, _registry(), executor=executor), 1.0)
+    with anyio.move_on_after(1.0) as scope:
         await dagagent.execute(plan, _registry(), executor=executor)
     assert scope.cancelled_caught
 

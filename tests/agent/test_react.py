@@ -421,16 +421,17 @@ async def test_deadline_cuts_a_slow_model() -> None:
         return "too late"
 
     with ScriptedLLM([slow_model]) as llm:
-        with anyio.fail_after(3):
+        with anyio.fail_after(4.5):
             t0 = anyio.current_time()
             result = await ReActAgent(llm, [], budget=Budget(deadline_s=0.1)).run("?")
-    assert result.stop_reason == "deadline" and anyio.current_time() - t0 < 1.5
+    # well before the model's 5 s answer, with room for a busy machine
+    assert result.stop_reason == "deadline" and anyio.current_time() - t0 < 4.0
     assert result.detail == "ran past the deadline of 0.1 s"
 
 
 async def test_deadline_cuts_slow_tools(tools: Registry, calls: Calls) -> None:
     with ScriptedLLM([turn(call("c1", "slow", seconds=5))]) as llm:
-        with anyio.fail_after(3):
+        with anyio.fail_after(4.5):
             result = await ReActAgent(llm, tools, budget=Budget(deadline_s=0.2)).run("?")
     assert result.stop_reason == "deadline" and calls.names() == ["slow"]
     # the unfinished step is not in the conversation: a resume replays it whole
