@@ -10,7 +10,6 @@ and that no process ever printed a traceback.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -19,68 +18,28 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_shell import TIMEOUT, Shell, tool_starts
 from journey_model import plan_answer, text_answer, tool_call_answer
 from llm_server import LLMTestServer, Reply
 
 from dagagent.llm import wire
 
 TOOLS = f"{Path(__file__).with_name('journey_model.py')}:registry"
-TIMEOUT = 60
 
 
-class Journey:
+class Journey(Shell):
     """One user's shell: a working directory, an environment, a fake model and a tool log."""
 
     def __init__(self, tmp_path: Path, server: LLMTestServer) -> None:
-        self.dir = tmp_path
-        self.server = server
         self.log = tmp_path / "calls.log"
         self.slow_flag = tmp_path / "slow.flag"
-        env = {
-            k: v
-            for k, v in os.environ.items()
-            if not k.startswith(("DAGAGENT_", "OPENAI_", "ANTHROPIC_"))
-        }
-        self.env = {
-            **env,
-            "DAGAGENT_HOME": str(tmp_path / "home"),
-            "JOURNEY_LOG": str(self.log),
-            "JOURNEY_SLOW": str(self.slow_flag),
-            "NO_COLOR": "1",
-            "COLUMNS": "200",
-        }
+        super().__init__(tmp_path, JOURNEY_LOG=str(self.log), JOURNEY_SLOW=str(self.slow_flag))
+        self.server = server
         self.model = ["--model", "openai:fake", "--base-url", server.url + "/v1"]
-
-    def __call__(self, *args: str, code: int | None = 0) -> subprocess.CompletedProcess[str]:
-        proc = subprocess.run(
-            [sys.executable, "-m", "dagagent", *args],
-            cwd=self.dir,
-            env=self.env,
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=TIMEOUT,
-        )
-        # never a crash (a printed traceback; a failed task's recorded one is a JSON string)
-        assert "Traceback (most recent call last):\n" not in proc.stderr + proc.stdout, proc.stderr
-        if code is not None:
-            assert proc.returncode == code, (args, proc.returncode, proc.stdout, proc.stderr)
-        return proc
-
-    def json(self, *args: str, code: int | None = 0) -> Any:
-        return json.loads(self(*args, "--json", code=code).stdout)
-
-    def write_plan(self, plan: dict[str, Any], name: str = "plan.json") -> str:
-        (self.dir / name).write_text(json.dumps(plan))
-        return name
 
     def calls(self) -> list[str]:
         """The tool calls made since the last ``reset_calls``: ``tool arg`` per start."""
-        if not self.log.exists():
-            return []
-        return sorted(
-            x[len("start ") :] for x in self.log.read_text().splitlines() if x.startswith("start ")
-        )
+        return tool_starts(self.log)
 
     def reset_calls(self) -> None:
         self.log.write_text("")
@@ -398,7 +357,7 @@ def test_interrupt_and_resume(user: Journey, executor: str) -> None:
     plan = user.write_plan(SLOW_PLAN)
     user.slow_flag.write_text("x")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "dagagent", "run", plan, "--tools", TOOLS, "-e", executor],
+        user.argv("run", plan, "--tools", TOOLS, "-e", executor),
         cwd=user.dir,
         env=user.env,
         stdin=subprocess.DEVNULL,

@@ -9,7 +9,6 @@ is streamed or not."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import socket
 import sqlite3
@@ -22,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_shell import Shell, tool_starts
 from llm_server import LLMTestServer, Recorded, Reply, SSEReply
 
 from dagagent.llm import wire
@@ -72,49 +72,22 @@ class Model:
         return ["--model", f"{self.flavor}:fake", "--base-url", base]
 
 
-class User:
+class User(Shell):
     def __init__(self, tmp_path: Path, model: list[str]) -> None:
-        self.dir = tmp_path
-        self.model = model
         self.log = tmp_path / "calls.log"
-        env = {
-            k: v
-            for k, v in os.environ.items()
-            if not k.startswith(("DAGAGENT_", "OPENAI_", "ANTHROPIC_"))
-        }
-        self.env = {
-            **env,
-            "DAGAGENT_HOME": str(tmp_path / "home"),
-            "JOURNEY_LOG": str(self.log),
-            "OPENAI_API_KEY": "sk-test",
-            "ANTHROPIC_API_KEY": "sk-ant-test",
-            "NO_COLOR": "1",
-            "COLUMNS": "200",
-        }
-
-    def __call__(self, *args: str, code: int) -> subprocess.CompletedProcess[str]:
-        proc = subprocess.run(
-            [sys.executable, "-m", "dagagent", *args],
-            cwd=self.dir,
-            env=self.env,
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=60,
+        super().__init__(
+            tmp_path,
+            JOURNEY_LOG=str(self.log),
+            OPENAI_API_KEY="sk-test",
+            ANTHROPIC_API_KEY="sk-ant-test",
         )
-        # never a crash (a printed traceback; a failed task's recorded one is a JSON string)
-        assert "Traceback (most recent call last):\n" not in proc.stderr + proc.stdout, proc.stderr
-        assert proc.returncode == code, (args, proc.returncode, proc.stdout, proc.stderr)
-        return proc
+        self.model = model
 
     def ask(self, *args: str, code: int = 0) -> subprocess.CompletedProcess[str]:
         return self("ask", GOAL, *self.model, "--tools", TOOLS, *args, code=code)
 
     def calls(self) -> list[str]:
-        if not self.log.exists():
-            return []
-        lines = self.log.read_text().splitlines()
-        return sorted(x[len("start ") :] for x in lines if x.startswith("start "))
+        return tool_starts(self.log)
 
 
 @pytest.fixture(params=["openai", "anthropic"])
@@ -244,7 +217,7 @@ def test_killed_mid_solve_keeps_what_ended(user: User, model: Model, sig: str) -
         weather("paris", "Paris"), {"id": "wait", "tool": "slow", "args": {"name": "slow-1"}}
     )
     proc = subprocess.Popen(
-        [sys.executable, "-m", "dagagent", "ask", GOAL, *model.spec, "--tools", TOOLS],
+        user.argv("ask", GOAL, *model.spec, "--tools", TOOLS),
         cwd=user.dir,
         env=user.env,
         stdin=subprocess.DEVNULL,

@@ -6,17 +6,15 @@ resume`` continues the run; the tools append to a file, so every test counts wha
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 import wait_tools
+from cli_shell import TIMEOUT, Shell
 from wait_tools import PLAN, TWO
 
 SLOW = {
@@ -27,68 +25,21 @@ SLOW = {
     ],
 }
 
-TIMEOUT = 60
 
-
-class Shell:
-    """A user's shell: a working directory, a store, the tools and their call log."""
+class WaitShell(Shell):
+    """A user's shell with the waiting tools and their call log."""
 
     def __init__(self, tmp_path: Path) -> None:
-        self.dir = tmp_path
         shutil.copy(wait_tools.__file__, tmp_path / "wait_tools.py")
         self.log = tmp_path / "calls.log"
         self.flag = tmp_path / "slow.flag"
-        env = {k: v for k, v in os.environ.items() if not k.startswith("DAGAGENT_")}
-        self.env = {
-            **env,
-            "DAGAGENT_HOME": str(tmp_path / "home"),
-            "DAGAGENT_USER": "ann",
-            "WAIT_LOG": str(self.log),
-            "WAIT_FLAG": str(self.flag),
-            "NO_COLOR": "1",
-            "COLUMNS": "200",
-        }
+        super().__init__(
+            tmp_path, DAGAGENT_USER="ann", WAIT_LOG=str(self.log), WAIT_FLAG=str(self.flag)
+        )
         self.tools = ["--tools", "wait_tools.py:registry"]
 
-    def argv(self, *args: str) -> list[str]:
-        return [sys.executable, "-m", "dagagent", *args]
-
-    def __call__(self, *args: str, code: int | None = 0) -> subprocess.CompletedProcess[str]:
-        proc = subprocess.run(
-            self.argv(*args),
-            cwd=self.dir,
-            env=self.env,
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=TIMEOUT,
-        )
-        assert "Traceback" not in proc.stderr + proc.stdout, proc.stderr
-        if code is not None:
-            assert proc.returncode == code, (args, proc.returncode, proc.stdout, proc.stderr)
-        return proc
-
-    def start(self, name: str, *args: str) -> subprocess.Popen[bytes]:
-        """Start a command in the background; its stderr goes to the file ``name.err``."""
-        with open(self.dir / f"{name}.err", "wb") as err:
-            return subprocess.Popen(
-                self.argv(*args),
-                cwd=self.dir,
-                env=self.env,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=err,
-            )
-
-    def stderr(self, name: str) -> str:
-        return (self.dir / f"{name}.err").read_text()
-
-    def json(self, *args: str, code: int | None = 0) -> Any:
-        return json.loads(self(*args, "--json", code=code).stdout)
-
     def plan(self, plan: dict[str, Any]) -> str:
-        (self.dir / "plan.json").write_text(json.dumps(plan))
-        return "plan.json"
+        return self.write_plan(plan)
 
     def calls(self) -> list[str]:
         return self.log.read_text().splitlines() if self.log.exists() else []
@@ -106,14 +57,14 @@ def statuses(record: dict[str, Any]) -> dict[str, str]:
 
 
 @pytest.fixture
-def sh(tmp_path: Path) -> Shell:
-    return Shell(tmp_path)
+def sh(tmp_path: Path) -> WaitShell:
+    return WaitShell(tmp_path)
 
 
 pytestmark = pytest.mark.slow
 
 
-def test_run_pauses_then_approve_and_resume_succeed(sh: Shell) -> None:
+def test_run_pauses_then_approve_and_resume_succeed(sh: WaitShell) -> None:
     run = sh.paused_run()
     assert sorted(sh.calls()) == ["fetch Paris", "fetch Tokyo"]  # the rest ran on
     record = sh.json("show", run)
@@ -158,7 +109,7 @@ def test_run_pauses_then_approve_and_resume_succeed(sh: Shell) -> None:
     assert len(sh.calls()) == 4
 
 
-def test_deny_denies_the_task_and_nothing_is_sent(sh: Shell) -> None:
+def test_deny_denies_the_task_and_nothing_is_sent(sh: WaitShell) -> None:
     run = sh.paused_run()
     sh("approve", run, "mail", "--deny", "--reason", "not today", "--by", "bob")
     resumed = sh.json("resume", run, code=1)
@@ -168,7 +119,7 @@ def test_deny_denies_the_task_and_nothing_is_sent(sh: Shell) -> None:
     assert not [c for c in sh.calls() if c.startswith("send")]
 
 
-def test_edit_is_checked_against_the_schema_then_used(sh: Shell) -> None:
+def test_edit_is_checked_against_the_schema_then_used(sh: WaitShell) -> None:
     run = sh.paused_run()
     (sh.dir / "bad.json").write_text(json.dumps({"text": 3}))
     bad = sh("approve", run, "mail", "--edit", "bad.json", code=2)
@@ -181,7 +132,7 @@ def test_edit_is_checked_against_the_schema_then_used(sh: Shell) -> None:
     assert "send Lyon hi" in sh.calls() and "after sent to Lyon" in sh.calls()
 
 
-def test_two_waiting_branches_are_resumed_one_at_a_time(sh: Shell) -> None:
+def test_two_waiting_branches_are_resumed_one_at_a_time(sh: WaitShell) -> None:
     run = sh.paused_run(TWO)
     assert sh.calls() == []
     waiting = sh.json("approvals", "--run", run)["approvals"]
@@ -203,7 +154,7 @@ def test_two_waiting_branches_are_resumed_one_at_a_time(sh: Shell) -> None:
     assert sh.calls() == ["send bob hi", "after sent to bob", "send ann hi", "after sent to ann"]
 
 
-def test_a_decision_survives_a_sigkill_of_the_run_before_the_resume(sh: Shell) -> None:
+def test_a_decision_survives_a_sigkill_of_the_run_before_the_resume(sh: WaitShell) -> None:
     """A branch waits while another still runs; a person approves it from another process;
     the run's process is killed; the resume uses the decision and runs the rest."""
     sh.flag.write_text("")
@@ -235,12 +186,12 @@ def test_a_decision_survives_a_sigkill_of_the_run_before_the_resume(sh: Shell) -
     assert sh.json("approvals")["approvals"] == []
 
 
-def proc_run_id(sh: Shell) -> str:
+def proc_run_id(sh: WaitShell) -> str:
     (summary,) = sh.json("runs")
     return str(summary["run_id"])
 
 
-def test_resume_refuses_a_run_that_is_not_paused(sh: Shell) -> None:
+def test_resume_refuses_a_run_that_is_not_paused(sh: WaitShell) -> None:
     done = sh.json(
         "run", sh.plan({"tasks": [{"id": "a", "tool": "fetch", "args": {"city": "X"}}]}), *sh.tools
     )
@@ -253,7 +204,7 @@ def test_resume_refuses_a_run_that_is_not_paused(sh: Shell) -> None:
     assert sh.calls() == ["fetch X"]
 
 
-def test_concurrent_approve_and_resume_never_use_a_decision_twice(sh: Shell) -> None:
+def test_concurrent_approve_and_resume_never_use_a_decision_twice(sh: WaitShell) -> None:
     run = sh.paused_run()
     approve = sh.start("approve", "approve", run, "mail", "--allow")
     resume = sh.start("resume", "resume", run, "--json")
