@@ -23,10 +23,11 @@ import re
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from types import AsyncGeneratorType, GeneratorType
-from typing import TYPE_CHECKING, Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar, overload
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 from pydantic.fields import FieldInfo
+from typing_extensions import Unpack
 
 from .errors import ToolArgumentsError, ToolDefinitionError, UnknownToolError
 from .plan import MAX_RETRIES
@@ -35,7 +36,7 @@ from .text import is_secret_name, shorten
 if TYPE_CHECKING:
     from .sync_threads import SyncThreads
 
-__all__ = ["Registry", "Tool", "connected", "tool"]
+__all__ = ["Registry", "Tool", "ToolOptions", "connected", "tool"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -438,20 +439,23 @@ def format_validation_errors(exc: ValidationError) -> list[str]:
     return [_format_error(e) for e in exc.errors()]
 
 
+class ToolOptions(TypedDict, total=False):
+    """The options ``@tool(...)`` and ``@registry.tool(...)`` pass on to :class:`Tool`."""
+
+    name: str | None
+    description: str | None
+    timeout_s: float | None
+    retries: int
+    max_concurrency: int | None
+    side_effects: bool
+    tags: Iterable[str]
+    blocking: bool
+
+
 @overload
 def tool(fn: F, /) -> Tool: ...
 @overload
-def tool(
-    *,
-    name: str | None = None,
-    description: str | None = None,
-    timeout_s: float | None = None,
-    retries: int = 0,
-    max_concurrency: int | None = None,
-    side_effects: bool = False,
-    tags: Iterable[str] = (),
-    blocking: bool = True,
-) -> Callable[[F], Tool]: ...
+def tool(**options: Unpack[ToolOptions]) -> Callable[[F], Tool]: ...
 def tool(fn: Any = None, /, **options: Any) -> Any:
     """Turn a function into a :class:`Tool` (usable bare, ``@tool``, or with options)."""
     if fn is not None:
@@ -474,19 +478,7 @@ class Registry:
     @overload
     def tool(self, fn: F, /) -> Tool: ...
     @overload
-    def tool(
-        self,
-        /,
-        *,
-        name: str | None = None,
-        description: str | None = None,
-        timeout_s: float | None = None,
-        retries: int = 0,
-        max_concurrency: int | None = None,
-        side_effects: bool = False,
-        tags: Iterable[str] = (),
-        blocking: bool = True,
-    ) -> Callable[[F], Tool]: ...
+    def tool(self, /, **options: Unpack[ToolOptions]) -> Callable[[F], Tool]: ...
     def tool(self, fn: Any = None, /, **options: Any) -> Any:
         if fn is not None:
             return self.add(Tool(fn, **options))

@@ -175,3 +175,15 @@ def test_any_params() -> None:
         return x
 
     assert anything.validate_args({"x": [1]}) == {"x": [1], "y": None}
+
+
+def test_tool_options_name_every_option_of_tool() -> None:
+    """``@tool(...)``/``@registry.tool(...)`` are typed by ToolOptions: it must list exactly the
+    keyword options Tool takes, or a type checker rejects a real option (or lets a typo by)."""
+    import inspect
+
+    from dagagent.tools import Tool, ToolOptions
+
+    params = inspect.signature(Tool.__init__).parameters.values()
+    keyword_only = {p.name for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY}
+    assert set(ToolOptions.__annotations__) == keyword_only
