@@ -33,6 +33,7 @@ from ._app import (
     out,
 )
 from .options import (
+    AgentTasksOpt,
     ApproveOpt,
     AskOpt,
     BaseUrlOpt,
@@ -42,6 +43,7 @@ from .options import (
     McpOpt,
     ModelChoice,
     ModelOpt,
+    NoSchemaOpt,
     NoWaitOpt,
     OtelOpt,
     PolicyOpt,
@@ -235,16 +237,8 @@ def ask_cmd(
     ),
     max_concurrency: MaxConcurrencyOpt = None,
     max_attempts: MaxAttemptsOpt = 3,
-    agent_tasks: bool = typer.Option(
-        False,
-        "--agent-tasks",
-        help="Allow agent tasks (sub-goals solved by a ReAct agent with the same model).",
-    ),
-    no_schema: bool = typer.Option(
-        False,
-        "--no-schema",
-        help="Send no response format (for servers that reject json_schema).",
-    ),
+    agent_tasks: AgentTasksOpt = False,
+    no_schema: NoSchemaOpt = False,
     timeout: TimeoutOpt = 60.0,
     approve: ApproveOpt = False,
     ask: AskOpt = None,

@@ -178,6 +178,21 @@ MaxAttemptsOpt = Annotated[
         "back with their issues.",
     ),
 ]
+AgentTasksOpt = Annotated[
+    bool,
+    typer.Option(
+        "--agent-tasks",
+        help="Allow agent tasks (sub-goals solved by a ReAct agent with the same model).",
+    ),
+]
+NoSchemaOpt = Annotated[
+    bool,
+    typer.Option(
+        "--no-schema",
+        help="Send no response format (for servers that reject json_schema); the prompt "
+        "still describes the plan format.",
+    ),
+]
 TimeoutOpt = Annotated[
     float,
     typer.Option(

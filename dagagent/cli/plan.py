@@ -18,6 +18,7 @@ from ..errors import ConfigError
 from ..limits import DEFAULT_MAX_ELEMENTS
 from ._app import EXIT_OK, app, check_output_path, err, guard, out
 from .options import (
+    AgentTasksOpt,
     ApproveOpt,
     AskOpt,
     BaseUrlOpt,
@@ -28,6 +29,7 @@ from .options import (
     McpOpt,
     ModelChoice,
     ModelOpt,
+    NoSchemaOpt,
     NoWaitOpt,
     OnFailureOpt,
     OtelOpt,
@@ -115,17 +117,8 @@ def plan_cmd(
         "(planning usage then goes to stderr).",
     ),
     max_attempts: MaxAttemptsOpt = 3,
-    agent_tasks: bool = typer.Option(
-        False,
-        "--agent-tasks",
-        help="Allow agent tasks (sub-goals solved by a ReAct agent with the same model).",
-    ),
-    no_schema: bool = typer.Option(
-        False,
-        "--no-schema",
-        help="Send no response format (for servers that reject json_schema); the prompt "
-        "still describes the plan format.",
-    ),
+    agent_tasks: AgentTasksOpt = False,
+    no_schema: NoSchemaOpt = False,
     timeout: TimeoutOpt = 60.0,
     executor: ExecutorOpt = "dataflow",
     on_failure: OnFailureOpt = "cancel",
