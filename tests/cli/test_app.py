@@ -134,7 +134,7 @@ def _console_script(tmp_path: Path, cwd: Path, *args: str) -> subprocess.Complet
     """Run the CLI as its console script does: the current directory is not on sys.path."""
     entry = tmp_path / "bin" / "dagagent_entry.py"
     entry.parent.mkdir(exist_ok=True)
-    entry.write_text("import sys\nfrom dagagent.cli import main\nsys.exit(main())\n")
+    entry.write_text("import sys\nfrom dagagent.__main__ import main\nsys.exit(main())\n")
     env = {**__import__("os").environ, "PYTHONPATH": str(ROOT)}
     return subprocess.run(
         [sys.executable, str(entry), *args],

@@ -121,3 +121,37 @@ def test_a_stop_signal_ends_a_command_waiting_on_a_server_with_its_message_and_1
     doc = json.loads(out)
     assert doc["ok"] is False
     assert doc["error"]["code"] == "Interrupted" and doc["error"]["exit_code"] == 130
+
+
+# A Ctrl-C that lands while the command line is still importing typer and rich. The import
+# is cut where a real Ctrl-C would cut it: a finder raises KeyboardInterrupt when typer's
+# turn comes (the dagagent package itself is imported by then, as in the console script).
+CUT_IMPORT = """
+import sys
+
+class CtrlC:
+    def find_spec(self, name, path=None, target=None):
+        if name == "typer":
+            raise KeyboardInterrupt
+        return None
+
+sys.meta_path.insert(0, CtrlC())
+sys.argv = ["dagagent", *sys.argv[1:]]
+from dagagent.__main__ import main
+
+main()
+"""
+
+
+@pytest.mark.parametrize("args", [["--help"], ["validate", "plan.json"]])
+def test_ctrl_c_during_the_command_lines_imports_is_an_interrupt_not_a_traceback(
+    tmp_path: Path, args: list[str]
+) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-c", CUT_IMPORT, *args],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (proc.returncode, proc.stdout, proc.stderr) == (130, "", "interrupted\n")
