@@ -126,7 +126,7 @@ class GrowingGraph(PlanGraph):
 
     def __init__(self, goal: str = "") -> None:
         super().__init__(
-            Plan(goal=goal, tasks=[]), {}, [], dependencies={}, dependents={}, generations=[]
+            Plan(goal=goal, tasks=[]), {}, [], dependencies={}, levels=[], dependents={}
         )
         self.complete = False
         self.aborted = False

@@ -225,30 +225,26 @@ class Template:
     __slots__ = ("_compiled", "literal", "malformed", "refs")
 
     def __init__(self, value: Any) -> None:
-        self.refs: list[Reference] = []
-        self.malformed: list[str] = []
-        # No arguments at all (a common case, compiled once per task of a plan): nothing to do.
-        empty = type(value) is dict and not value
-        self._compiled = value if empty else self._compile(value)
-        if self.refs:
-            self.literal: Any = None
-        elif not empty and _has_escape(value):
+        self.refs: tuple[Reference, ...]
+        self.malformed: tuple[str, ...]
+        self.literal: Any
+        if type(value) is dict and not value:
+            # No arguments at all (a common case, compiled once per task of a plan): nothing
+            # to do, and nothing made (the empty tuples are shared).
+            self._compiled = self.literal = value
+            self.refs = self.malformed = ()
+            return
+        refs: list[Reference] = []
+        malformed: list[str] = []
+        self._compiled = _compile(value, refs, malformed)
+        self.refs = tuple(refs)
+        self.malformed = tuple(malformed)
+        if refs:
+            self.literal = None
+        elif _has_escape(value):
             self.literal = self._compiled
         else:
             self.literal = value
-
-    def _compile(self, value: Any, depth: int = 0) -> Any:
-        if isinstance(value, str):
-            return _compile_string(value, self.refs, self.malformed)
-        if depth >= MAX_DEPTH:
-            if isinstance(value, (dict, list)):
-                raise PlanLoadError(f"arguments are nested more than {MAX_DEPTH} levels deep")
-            return value
-        if isinstance(value, dict):
-            return {k: self._compile(v, depth + 1) for k, v in value.items()}
-        if isinstance(value, list):
-            return [self._compile(v, depth + 1) for v in value]
-        return value
 
     @property
     def has_refs(self) -> bool:
@@ -264,6 +260,20 @@ class Template:
         if not isinstance(self._compiled, dict):
             return {}
         return {k: v for k, v in self._compiled.items() if not _has_ref(v)}
+
+
+def _compile(value: Any, refs: list[Reference], bad: list[str], depth: int = 0) -> Any:
+    if isinstance(value, str):
+        return _compile_string(value, refs, bad)
+    if depth >= MAX_DEPTH:
+        if isinstance(value, (dict, list)):
+            raise PlanLoadError(f"arguments are nested more than {MAX_DEPTH} levels deep")
+        return value
+    if isinstance(value, dict):
+        return {k: _compile(v, refs, bad, depth + 1) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_compile(v, refs, bad, depth + 1) for v in value]
+    return value
 
 
 def _has_escape(value: Any) -> bool:

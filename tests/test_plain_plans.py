@@ -109,17 +109,48 @@ def test_a_plain_plan_gets_the_graph_the_full_checks_give(seed: int) -> None:
     plan, _ = read_plan(data)
     fast = graph_module._scan_plain(plan, registry)
     assert fast is not None
+    fast_templates, fast_preds, fast_levels, by_id = fast
     issues, templates, preds, succs = graph_module._scan(plan, registry, [])
-    assert fast[0] == issues == []
-    assert fast[2] == preds
-    assert fast[3] == succs
-    assert templates.keys() == fast[1].keys()
+    assert issues == []
+    assert fast_preds == preds
+    assert graph_module._successors(fast_preds) == succs
+    assert by_id == {t.id: t for t in plan.tasks}
+    assert templates.keys() == fast_templates.keys()
     outputs = {t: i for i, t in enumerate(templates)}
     for tid, tmpl in templates.items():
-        assert [r.text for r in fast[1][tid].refs] == [r.text for r in tmpl.refs]
-        assert fast[1][tid].resolve(outputs) == tmpl.resolve(outputs)
+        assert [r.text for r in fast_templates[tid].refs] == [r.text for r in tmpl.refs]
+        assert fast_templates[tid].resolve(outputs) == tmpl.resolve(outputs)
+    # every task of the random plan comes after its dependencies: the levels come out of the
+    # scan, as Kahn's algorithm gives them, each in plan order
+    position = {t.id: i for i, t in enumerate(plan.tasks)}
+    generations, _ = graph_module._generations(preds, succs)
+    assert fast_levels == [sorted(g, key=position.__getitem__) for g in generations]
     g = dagagent.validate(data, registry)
-    assert g.levels and sum(len(level) for level in g.levels) == len(plan.tasks)
+    assert g.levels == fast_levels
+    assert g.order == [t for level in fast_levels for t in level]
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_a_plan_listing_tasks_before_their_dependencies_gets_the_same_levels(seed: int) -> None:
+    """The scan places tasks on their levels only while each comes after its dependencies;
+    a plan in any other order gets its levels from Kahn's algorithm, the same ones."""
+    registry = _registry()
+    data = _random_plan(random.Random(seed), 40)
+    in_order = dagagent.validate(data, registry)
+    shuffled = {**data, "tasks": random.Random(seed).sample(data["tasks"], len(data["tasks"]))}
+    plan, _ = read_plan(shuffled)
+    fast = graph_module._scan_plain(plan, registry)
+    assert fast is not None
+    assert fast[2] is None  # some task came before one of its dependencies
+    g = dagagent.validate(shuffled, registry)
+    position = {t["id"]: i for i, t in enumerate(shuffled["tasks"])}
+    assert [sorted(level) for level in g.levels] == [sorted(lv) for lv in in_order.levels]
+    for level in g.levels:
+        assert level == sorted(level, key=position.__getitem__)
+    assert g.dependencies == in_order.dependencies
+    assert {t: set(d) for t, d in g.dependents.items()} == {
+        t: set(d) for t, d in in_order.dependents.items()
+    }
 
 
 class _Kind(str, enum.Enum):
@@ -178,6 +209,8 @@ def test_anything_not_plain_takes_the_full_road(data: Any) -> None:
         ([{"id": "a", "tool": "noop"}, {"id": "a", "tool": "noop"}], "duplicate_id"),
         ([{"id": "a.b", "tool": "noop"}], "invalid_id"),
         ([{"id": "a\n", "tool": "noop"}], "invalid_id"),
+        ([{"id": "a\nb", "tool": "noop"}], "invalid_id"),
+        ([{"id": "a", "tool": "noop"}, {"id": "b\nc", "tool": "noop"}], "invalid_id"),
         ([{"id": "a", "tool": "nope"}], "unknown_tool"),
         ([{"id": "a", "tool": "noop", "depends_on": ["zz"]}], "missing_dependency"),
         ([{"id": "a", "tool": "noop", "depends_on": ["a"]}], "self_dependency"),
@@ -212,6 +245,21 @@ def test_a_plain_plan_with_an_issue_is_reported_in_full(
     assert code in {i.code for i in info.value.issues}
 
 
+@pytest.mark.parametrize(
+    "option", [{"max_concurrency": 2}, {"allow_partial": True}], ids=["max_concurrency", "partial"]
+)
+def test_a_map_option_without_a_map_is_reported_from_a_plan_model(option: dict[str, Any]) -> None:
+    """A Plan given as a model skips reading: its tasks still take the full checks when one
+    has a map's option without a map."""
+    registry = _registry()
+    plan = Plan.model_validate({"tasks": [{"id": "a", "tool": "noop", **option}]})
+    assert graph_module._scan_plain(plan, registry) is None
+    for given in (plan, plan.model_dump()):
+        with pytest.raises(PlanValidationError) as info:
+            dagagent.validate(given, registry)
+        assert [i.code for i in info.value.issues] == ["map_option"]
+
+
 def test_validation_leaves_the_garbage_collector_as_it_was() -> None:
     import gc
 
@@ -228,3 +276,65 @@ def test_validation_leaves_the_garbage_collector_as_it_was() -> None:
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+class _Node:
+    """An object that can be in a reference cycle and be watched with a weak reference."""
+
+    def __init__(self) -> None:
+        self.me = self
+
+
+def _many_tasks(n: int) -> dict[str, Any]:
+    return {"tasks": [{"id": f"t{i}", "tool": "noop"} for i in range(n)]}
+
+
+def test_a_large_plan_takes_no_garbage_along_to_the_oldest_generation() -> None:
+    """A plan of many tasks puts what validation made in the collector's oldest generation;
+    the garbage made before it is collected first, not moved there with it (where only a full
+    collection would find it)."""
+    import gc
+    import weakref
+
+    registry = _registry()
+    plan = _many_tasks(graph_module._MANY)
+    gc.collect()
+    node = _Node()
+    dead = weakref.ref(node)
+    del node  # a cycle: only the collector frees it
+    assert dead() is not None
+    graph = dagagent.validate(plan, registry)
+    assert dead() is None
+    assert gc.isenabled()
+    assert gc.get_freeze_count() == 0
+    assert len(graph.order) == graph_module._MANY
+
+
+def test_a_small_plan_leaves_the_collector_alone() -> None:
+    import gc
+    import weakref
+
+    registry = _registry()
+    plan = _many_tasks(3)
+    gc.collect()
+    node = _Node()
+    dead = weakref.ref(node)
+    del node
+    dagagent.validate(plan, registry)
+    assert dead() is not None  # no collection for a few tasks: it costs more than they do
+    gc.collect()
+    assert dead() is None
+
+
+def test_objects_someone_froze_stay_frozen() -> None:
+    import gc
+
+    registry = _registry()
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        assert frozen > 0
+        dagagent.validate(_many_tasks(graph_module._MANY), registry)
+        assert gc.get_freeze_count() == frozen
+    finally:
+        gc.unfreeze()
