@@ -23,6 +23,31 @@ from ui import runs as made
 from ui.conftest import Server, Store
 
 
+def _failed_run(
+    plan: Plan,
+    result: TaskResult,
+    *,
+    goal: str = "g",
+    executor: str = "dataflow",
+    finished_at: float = 2.0,
+) -> RunRecord:
+    """A failed run of ``plan`` whose record holds only ``result``'s task."""
+    return RunRecord(
+        run_id="abcdef012345",
+        parent_id=None,
+        created=1.0,
+        goal=goal,
+        status="failed",
+        executor=executor,
+        started_at=1.0,
+        finished_at=finished_at,
+        critical_path=[],
+        critical_path_s=None,
+        plan=plan,
+        tasks={result.task_id: result},
+    )
+
+
 def test_the_view_lays_out_levels_and_marks_the_critical_path(store: Store) -> None:
     with RunStore(store.path, read_only=True) as st:
         view = build_view(st.get_run(store.finished))
@@ -173,21 +198,8 @@ def test_an_agent_tasks_steps_and_decisions_are_shown_escaped() -> None:
         steps=[step, answer],
         decisions=[decision],
     )
-    record = RunRecord(
-        run_id="abcdef012345",
-        parent_id=None,
-        created=1.0,
-        goal=made.XSS,
-        status="failed",
-        executor="levels",
-        started_at=1.0,
-        finished_at=3.0,
-        critical_path=[],
-        critical_path_s=None,
-        plan=plan,
-        tasks={"note": result},
-    )
-    html = render_panel(build_view(record), "note", page=Page())
+    record = _failed_run(plan, result, goal=made.XSS, executor="levels", finished_at=3.0)
+    html = render_panel(build_view(record), result.task_id, page=Page())
     assert made.XSS not in html
     for text in ("think &lt;script&gt;", "done &lt;script&gt;", "stopped &lt;script&gt;"):
         assert text in html
@@ -211,21 +223,8 @@ def test_a_tasks_traceback_is_shown_escaped_in_its_panel() -> None:
         finished_at=2.0,
         traceback=tb,
     )
-    record = RunRecord(
-        run_id="abcdef012345",
-        parent_id=None,
-        created=1.0,
-        goal="g",
-        status="failed",
-        executor="dataflow",
-        started_at=1.0,
-        finished_at=2.0,
-        critical_path=[],
-        critical_path_s=None,
-        plan=plan,
-        tasks={"p": result},
-    )
-    html = render_panel(build_view(record), "p", page=Page())
+    record = _failed_run(plan, result)
+    html = render_panel(build_view(record), result.task_id, page=Page())
     assert '<pre class="traceback">Traceback (most recent call last):' in html
     assert "in parse" in html and made.XSS not in html
 
@@ -265,21 +264,8 @@ def test_a_map_tasks_elements_are_shown_escaped_in_its_panel() -> None:
         finished_at=2.0,
         elements=[ok, bad],
     )
-    record = RunRecord(
-        run_id="abcdef012345",
-        parent_id=None,
-        created=1.0,
-        goal="g",
-        status="failed",
-        executor="dataflow",
-        started_at=1.0,
-        finished_at=2.0,
-        critical_path=[],
-        critical_path_s=None,
-        plan=plan,
-        tasks={"m": result},
-    )
-    html = render_panel(build_view(record), "m", page=Page())
+    record = _failed_run(plan, result)
+    html = render_panel(build_view(record), result.task_id, page=Page())
     assert "<h3>Elements (2)</h3>" in html and "one run per element of the list" in html
     assert '<span class="badge small s-failed">failed</span>' in html
     assert "ValueError: &lt;script&gt;" in html and made.XSS not in html
