@@ -18,7 +18,9 @@ import pytest
 
 import dagagent
 from dagagent.errors import StoreError
+from dagagent.events import RunStarted
 from dagagent.plan import Plan
+from dagagent.results import TaskResult, TaskStatus
 from dagagent.review import predict_reuse, reuse_map, review_run
 from dagagent.runner import task_fingerprint
 from dagagent.store import (
@@ -505,7 +507,102 @@ def test_a_v1_database_migrates_to_the_current_schema_and_reads(tmp_path: Path) 
         assert rec.tasks["a"].traceback is None  # v4 added the traceback column
         assert rec.tasks["a"].elements is None  # v5 added the elements of map tasks
         assert st.approvals(rec.run_id) == []  # v6 added the approvals that wait
+        # v8: the rows are in task_rows now, still read through the tasks view
+        assert st.list_runs()[0].counts == {"succeeded": 1}
     assert user_version(db) == SCHEMA_VERSION
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT task_id, output FROM tasks").fetchall() == [("a", "1")]
+
+
+def test_the_schema_reads_on_an_sqlite_without_json_operators(tmp_path: Path) -> None:
+    """The tasks view takes batch documents apart with JSON functions every SQLite with JSON
+    support has: ``->`` (3.38+) in the schema would make the whole file unreadable before."""
+    with RunStore(tmp_path / "r.db"):
+        pass
+    with sqlite3.connect(tmp_path / "r.db") as conn:
+        schema = [r[0] for r in conn.execute("SELECT sql FROM sqlite_master WHERE sql NOT NULL")]
+    assert any("json_each" in sql for sql in schema)
+    assert not any("->" in sql for sql in schema)
+
+
+def _plain(task_id: str, status: str = "succeeded", **kw: Any) -> TaskResult:
+    return TaskResult(
+        task_id=task_id,
+        status=TaskStatus(status),
+        attempts=1,
+        started_at=1.5,
+        finished_at=2.5,
+        **kw,
+    )
+
+
+def _task_rows(db: Path, run_id: str) -> list[tuple[Any, ...]]:
+    with sqlite3.connect(db) as conn:
+        return conn.execute(
+            "SELECT task_id, status, output FROM tasks WHERE run_id = ? ORDER BY task_id",
+            (run_id,),
+        ).fetchall()
+
+
+def test_a_task_recorded_again_has_one_row_the_last(tmp_path: Path) -> None:
+    """Batches go to the store as documents, taken apart when read: a task recorded again
+    (in a later batch, in the same batch, after a row of its own) still reads as one row,
+    the last, and the counts by status count it once."""
+    db, run_id = tmp_path / "r.db", "0123456789ab"
+    plan = Plan.model_validate({"tasks": [{"id": t, "tool": "t"} for t in "abcde"]})
+    rec = RunRecorder(db, run_id, flush_interval_s=0).start()
+    rec(RunStarted(run_id, plan, "dataflow"))
+    rec.record(_plain("a", output=1))
+    rec.record(_plain("b", "failed", error="no"))
+    rec.record(_plain("c", output=3, decisions=[]))  # a row of its own
+    while len(_task_rows(db, run_id)) < 3:  # on record before the next ones come
+        time.sleep(0.01)
+    rec.record(_plain("a", output=10))
+    rec.record(_plain("b", output=20))
+    rec.record(_plain("c", "skipped"))
+    rec.record(_plain("d", output=4))
+    rec.record(_plain("d", "cancelled", error="stopped"))
+    rec.record(_plain("e", output=5))
+    rec.close()
+    assert rec.loss is None
+    assert _task_rows(db, run_id) == [
+        ("a", "succeeded", "10"),
+        ("b", "succeeded", "20"),
+        ("c", "skipped", None),
+        ("d", "cancelled", None),
+        ("e", "succeeded", "5"),
+    ]
+    with RunStore(db) as st:
+        assert st.list_runs()[0].counts == {"succeeded": 3, "skipped": 1, "cancelled": 1}
+        got = st.get_run(run_id)
+    assert {t: r.output for t, r in got.tasks.items()} == {
+        "a": 10,
+        "b": 20,
+        "c": None,
+        "d": None,
+        "e": 5,
+    }
+
+
+def test_a_resumed_run_replaces_the_results_it_runs_again(tmp_path: Path) -> None:
+    db, run_id = tmp_path / "r.db", "0123456789ab"
+    plan = Plan.model_validate({"tasks": [{"id": t, "tool": "t"} for t in "abc"]})
+    with RunRecorder(db, run_id) as rec:
+        rec(RunStarted(run_id, plan, "dataflow"))
+        for t in "abc":
+            rec.record(_plain(t, "failed" if t == "b" else "succeeded", output=t))
+    with RunRecorder(db, run_id, resumed=True) as rec:
+        rec(RunStarted(run_id, plan, "dataflow"))
+        rec.record(_plain("a", output="a"))  # kept
+        rec.record(_plain("b", output="b again"))
+    assert rec.loss is None
+    assert _task_rows(db, run_id) == [
+        ("a", "succeeded", '"a"'),
+        ("b", "succeeded", '"b again"'),
+        ("c", "succeeded", '"c"'),
+    ]
+    with RunStore(db) as st:
+        assert st.list_runs()[0].counts == {"succeeded": 3}
 
 
 async def test_the_run_context_is_recorded(tmp_path: Path, registry: dagagent.Registry) -> None:
@@ -803,6 +900,7 @@ def test_a_redacted_secret_never_reaches_the_store(tmp_path: Path) -> None:
         rec = st.get_run(result.run_id)
     with sqlite3.connect(db) as conn:
         rows = conn.execute("SELECT * FROM runs").fetchall()
+        rows += conn.execute("SELECT * FROM run_plans").fetchall()
         rows += conn.execute("SELECT * FROM tasks WHERE task_id != 'v'").fetchall()
     assert rows and not any(secret in str(col) for row in rows for col in row)
     # The vault's own output holds it (outputs are recorded as they are)...

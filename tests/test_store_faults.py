@@ -268,22 +268,27 @@ def test_json_output_carries_the_record_loss_with_exit_5(tmp_path: Path) -> None
     assert doc["record_loss"]["outputs"] == ["huge"] and not doc["record_loss"]["run"]
 
 
-def _damage_the_tasks_table(db: Path) -> None:
+def _damage_the_task_tables(db: Path) -> None:
+    """Both tables a task's result can go to: a batch's log row, or a row of its own."""
     with sqlite3.connect(db) as conn:
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         page = conn.execute("PRAGMA page_size").fetchone()[0]
-        root = conn.execute("SELECT rootpage FROM sqlite_master WHERE name = 'tasks'").fetchone()
+        roots = conn.execute(
+            "SELECT rootpage FROM sqlite_master WHERE name IN ('task_rows', 'task_log')"
+        ).fetchall()
     conn.close()
+    assert len(roots) == 2
     with open(db, "r+b") as f:
-        f.seek((root[0] - 1) * page)
-        f.write(b"\xff" * page)
+        for (root,) in roots:
+            f.seek((root - 1) * page)
+            f.write(b"\xff" * page)
 
 
 def test_a_partly_damaged_store_is_never_reported_as_recorded(tmp_path: Path) -> None:
     tools = _tools(tmp_path)
     db = tmp_path / "runs.db"
     _store_with_a_run(db)
-    _damage_the_tasks_table(db)
+    _damage_the_task_tables(db)
     plan = tmp_path / "small.json"
     plan.write_text(json.dumps({"goal": "g", "tasks": [PLAN["tasks"][0]]}))
     proc = _cli(tmp_path, "run", str(plan), "--tools", tools, "--store", str(db))

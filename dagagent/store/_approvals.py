@@ -27,6 +27,7 @@ from ..errors import DecisionError
 from ..results import ApprovalAnswer
 from ..text import shorten
 from ._codec import from_column, to_column
+from ._schema import PLAN_OF_RUN
 from .models import ApprovalRecord
 
 __all__ = ["DECISIONS", "ApprovalQueries", "ArgsCheck"]
@@ -250,7 +251,7 @@ def _not_waiting(
     conn: sqlite3.Connection, run_id: str, task_id: str, rows: list[ApprovalRecord]
 ) -> str:
     """Why task ``task_id`` of run ``run_id`` takes no decision, in words."""
-    plan = conn.execute("SELECT plan FROM runs WHERE id = ?", (run_id,)).fetchone()
+    plan = conn.execute(f"SELECT {PLAN_OF_RUN} FROM runs WHERE id = ?", (run_id,)).fetchone()
     ids = [t.get("id") for t in json.loads(plan[0]).get("tasks", [])] if plan else []
     if task_id not in ids:
         shown = ", ".join(str(i) for i in ids[:10]) + (", ..." if len(ids) > 10 else "")

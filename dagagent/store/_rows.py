@@ -1,59 +1,76 @@
-"""Task results as rows of the ``tasks`` table, a batch at a time.
+"""Task results into the store, a batch at a time.
 
-**Hot path**: one row per task of every run that has a store, written by the recorder's thread
-while the event loop runs the tasks. The two share the interpreter lock, so what counts is the
-Python work per row, not SQLite's. The usual way (:func:`insert_json`) hands SQLite the whole
-batch as one JSON document, made by ``pydantic_core.to_json`` from the results themselves (no
-Python loop over the fields), and SQLite takes it apart into rows with ``json_each`` in one
-statement, during which the lock is released. A batch that way cannot carry (a text with a
-NUL character, which SQLite's ``->>`` would cut; a float that is not finite; a value that
-does not encode) goes row by row (:func:`insert_tuples`), as every batch does before SQLite
-3.38 (no ``->``/``->>``). Both write the same rows: column values are JSON text for outputs,
-arguments, steps and decisions, as :func:`~dagagent.store._codec.to_column` makes them.
+**Hot path**: every task of every run that has a store, written by the recorder's thread while
+the event loop runs the tasks. The two share the interpreter lock, so what counts is the
+Python work per result and whatever SQLite does while holding the lock, not SQLite's work
+alone. The usual way (:func:`insert_json`) is one row of the ``task_log`` table per batch: a
+JSON document made by ``pydantic_core.to_json`` from a tuple per result (no Python loop over
+the values), stored as it is. Nothing is taken apart on the write path: the ``tasks`` view
+expands each document into one row per task when it is read (its layouts are in
+:mod:`._schema`). A batch that way cannot carry (a text with a NUL character, which SQLite's
+JSON functions would cut; a float that is not finite; a value that does not encode; a
+document SQLite's JSON reader refuses, e.g. nested too deep) goes row by row into
+``task_rows`` (:func:`insert_tuples`), as do results with decisions or elements and every
+result of a resumed run. Both give the same rows: column values are JSON text for outputs,
+arguments and steps, as :func:`~dagagent.store._codec.to_column` makes them.
+
+A task is in ``task_rows`` or in one log row, never both: a result for a task already written
+moves the run's log into ``task_rows`` first (:func:`materialize`), then replaces the row.
 """
 
 from __future__ import annotations
 
 import sqlite3
 from collections.abc import Sequence
+from operator import attrgetter
 from typing import Any
 
 from pydantic_core import to_json
 
 from ..results import TaskResult, TaskStatus
+from ._schema import TASK_COLUMNS
 
-__all__ = ["JSON_ROWS", "TASK_COLUMNS", "insert_json", "insert_tuples", "plain"]
+__all__ = [
+    "JSON_ROWS",
+    "TASK_COLUMNS",
+    "all_plain",
+    "insert_json",
+    "insert_tuples",
+    "materialize",
+    "plain",
+]
 
-TASK_COLUMNS = (
-    "run_id, task_id, status, output, error, error_type, attempts, started_at, finished_at, "
-    "args, steps, decisions, traceback, elements"
-)
 _N_COLUMNS = 14
 
-#: Whether this SQLite has the ``->`` and ``->>`` JSON operators (3.38+) the batch insert uses.
-JSON_ROWS = sqlite3.sqlite_version_info >= (3, 38)
 
-# A batch is one or two statements, each over a JSON document of rows (arrays: SQLite reads
-# them several times faster than objects). ``j -> i`` is the JSON text of a value (what
-# to_column makes; JSON null becomes NULL), ``j ->> i`` a plain value. Most rows are plain
-# successes (no error, traceback or steps), which need only six values each: every value
-# SQLite takes out of a row costs about as much as the rest of its insert. The rest carry
-# eleven. Results with decisions or elements (whose arguments may be redacted) take the
-# row-by-row way.
-_FROM_DOC = "FROM (SELECT value AS j FROM json_each(CAST(?2 AS TEXT)))"
-_INSERT_SUCCESSES = (  # [task_id, output, attempts, started_at, finished_at, args]
-    f"INSERT OR REPLACE INTO tasks ({TASK_COLUMNS}) SELECT ?1, j ->> 0, "
-    f"'{TaskStatus.SUCCEEDED.value}', nullif(j -> 1, 'null'), NULL, NULL, j ->> 2, j ->> 3, "
-    f"j ->> 4, nullif(j -> 5, 'null'), NULL, NULL, NULL, NULL {_FROM_DOC}"
-)
-_INSERT_OTHERS = (  # [task_id, status, output, error, error_type, attempts, started_at,
-    #                  finished_at, args, steps, traceback]
-    f"INSERT OR REPLACE INTO tasks ({TASK_COLUMNS}) SELECT ?1, j ->> 0, j ->> 1, "
-    "nullif(j -> 2, 'null'), j ->> 3, j ->> 4, j ->> 5, j ->> 6, j ->> 7, "
-    f"nullif(j -> 8, 'null'), nullif(j -> 9, 'null'), NULL, j ->> 10, NULL {_FROM_DOC}"
-)
+def _has_json() -> bool:
+    conn = sqlite3.connect(":memory:")
+    try:
+        conn.execute("SELECT json_valid('[]')")
+    except sqlite3.Error:
+        return False
+    finally:
+        conn.close()
+    return True
+
+
+#: Whether this SQLite has the JSON functions (built in since 3.38, and in almost every build
+#: before) that the ``tasks`` view reads batches with; without them, every row is a row.
+JSON_ROWS = _has_json()
+
+_SUCCESS, _OTHER = 0, 1  # task_log.kind: the layout of a document's rows (see _schema)
+_INSERT_DOC = "INSERT INTO task_log (run_id, kind, n, doc) VALUES (?, ?, ?, CAST(? AS TEXT))"
 _SUCCEEDED = TaskStatus.SUCCEEDED
 _HAS_OUTPUT = frozenset(s for s in TaskStatus if s.ok)
+
+
+# The per-result work below is done by C code where it can be (attrgetter, list.count, which
+# compares by identity first): a batch of a thousand plain successes takes no Python loop.
+_CALLS = attrgetter("decisions", "elements")
+_NO_CALLS = (None, None)
+_KIND = attrgetter("status", "error", "error_type", "traceback", "steps")
+_PLAIN_SUCCESS = (_SUCCEEDED, None, None, None, None)
+_SUCCESS_ROW = attrgetter("task_id", "output", "attempts", "started_at", "finished_at", "args")
 
 
 def plain(r: TaskResult) -> bool:
@@ -61,14 +78,22 @@ def plain(r: TaskResult) -> bool:
     return r.decisions is None and r.elements is None
 
 
+def all_plain(results: Sequence[TaskResult]) -> bool:
+    """Whether every one of ``results`` is :func:`plain` (the usual batch)."""
+    return list(map(_CALLS, results)).count(_NO_CALLS) == len(results)
+
+
 def insert_json(conn: sqlite3.Connection, run_id: str, results: Sequence[TaskResult]) -> bool:
-    """Insert ``results`` (each :func:`plain`) as rows of run ``run_id``, in one statement per
-    kind of row; ``False`` if the batch cannot go this way, so that the caller writes it row by
-    row (over what this wrote: the same rows). SQLite errors other than about the document
-    itself (a locked store, a full disk) are raised."""
+    """Insert ``results`` (each :func:`plain`, no task twice, none of them on record yet) as
+    log rows of run ``run_id``: one per layout; ``False``, with nothing written, if the batch
+    cannot go this way, so that the caller writes it row by row. SQLite errors other than
+    about the document itself (a locked store, a full disk) are raised."""
     successes: list[tuple[Any, ...]] = []
     others: list[tuple[Any, ...]] = []
     has_output = _HAS_OUTPUT
+    if list(map(_KIND, results)).count(_PLAIN_SUCCESS) == len(results):
+        successes = list(map(_SUCCESS_ROW, results))
+        results = ()
     for r in results:
         status = r.status
         if (
@@ -95,36 +120,52 @@ def insert_json(conn: sqlite3.Connection, run_id: str, results: Sequence[TaskRes
                     r.traceback,
                 )
             )
-    if successes and others and len({r.task_id for r in results}) < len(results):
-        return False  # a task twice in one batch: the row by row way keeps their order
-    for sql, batch in ((_INSERT_OTHERS, others), (_INSERT_SUCCESSES, successes)):
-        if batch and not _insert_doc(conn, sql, run_id, batch):
-            return False
+    docs: list[tuple[int, int, bytes]] = []
+    for kind, batch in ((_OTHER, others), (_SUCCESS, successes)):
+        if batch:
+            doc = _document(batch)
+            if doc is None:
+                return False
+            docs.append((kind, len(batch), doc))
+    written: list[int] = []
+    try:
+        for kind, n, doc in docs:
+            written.append(conn.execute(_INSERT_DOC, (run_id, kind, n, doc)).lastrowid or 0)
+    except (sqlite3.IntegrityError, sqlite3.DataError):
+        # What SQLite's JSON reader refuses (nesting deeper than it reads: the table's
+        # CHECK) or a document too big for one value fails its statement alone, before any
+        # row: take back the other document, and the batch goes row by row.
+        if not conn.in_transaction:
+            raise
+        for rowid in written:
+            conn.execute("DELETE FROM task_log WHERE id = ?", (rowid,))
+        return False
     return True
 
 
-def _insert_doc(
-    conn: sqlite3.Connection, sql: str, run_id: str, batch: list[tuple[Any, ...]]
-) -> bool:
+def _document(batch: list[tuple[Any, ...]]) -> bytes | None:
+    """The batch as one JSON document, or ``None`` if SQLite could not read it back as it
+    was written."""
     try:
         doc = to_json(batch, fallback=str)
     except Exception:  # e.g. text that is not UTF-8, a circular structure: row by row
-        return False
-    if b"\\u0000" in doc:  # ->> would end the text at its NUL character
-        return False
-    try:
-        conn.execute(sql, (run_id, doc))
-    except sqlite3.OperationalError as exc:
-        # What SQLite's JSON reader refuses (NaN, Infinity, nesting deeper than it reads)
-        # fails the statement alone, before any row: the transaction goes on.
-        if "JSON" in str(exc) and conn.in_transaction:
-            return False
-        raise
-    except sqlite3.DataError:  # too big for one value: row by row
-        if conn.in_transaction:
-            return False
-        raise
-    return True
+        return None
+    if b"\\u0000" in doc:  # SQLite's JSON functions end a text at its NUL character
+        return None
+    if b"NaN" in doc or b"Infinity" in doc:  # not JSON (or a text saying so: row by row too)
+        return None
+    return doc
+
+
+def materialize(conn: sqlite3.Connection, run_id: str) -> None:
+    """Move run ``run_id``'s log rows into ``task_rows`` (one row per task, as the view shows
+    them), so that a row of ``task_rows`` may replace any task's result."""
+    conn.execute(
+        f"INSERT OR REPLACE INTO task_rows ({TASK_COLUMNS}) SELECT {TASK_COLUMNS} "
+        "FROM task_log_rows WHERE run_id = ?",
+        (run_id,),
+    )
+    conn.execute("DELETE FROM task_log WHERE run_id = ?", (run_id,))
 
 
 _insert_sql: dict[int, str] = {}
@@ -137,7 +178,8 @@ _ROWS_PER_INSERT = min(
 
 
 def insert_tuples(conn: sqlite3.Connection, rows: list[tuple[Any, ...]]) -> None:
-    """Insert ``rows`` (tuples of :data:`TASK_COLUMNS`' values), up to 200 per statement."""
+    """Insert ``rows`` (tuples of :data:`TASK_COLUMNS`' values) into ``task_rows``, up to 200
+    per statement; a later row of a task replaces an earlier one."""
     step = _ROWS_PER_INSERT
     for start in range(0, len(rows), step):
         part = rows[start : start + step]
@@ -145,6 +187,6 @@ def insert_tuples(conn: sqlite3.Connection, rows: list[tuple[Any, ...]]) -> None
         sql = _insert_sql.get(n)
         if sql is None:
             one = "(" + ",".join("?" * _N_COLUMNS) + ")"
-            sql = f"INSERT OR REPLACE INTO tasks ({TASK_COLUMNS}) VALUES " + ",".join([one] * n)
+            sql = f"INSERT OR REPLACE INTO task_rows ({TASK_COLUMNS}) VALUES " + ",".join([one] * n)
             _insert_sql[n] = sql
         conn.execute(sql, [v for row in part for v in row])

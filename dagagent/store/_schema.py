@@ -10,9 +10,79 @@ from typing import Union
 
 from ..errors import StoreError
 
-__all__ = ["BUSY_TIMEOUT_S", "MIGRATIONS", "SCHEMA_VERSION", "Migration", "connect", "migrate"]
+__all__ = [
+    "BUSY_TIMEOUT_S",
+    "MIGRATIONS",
+    "PLAN_OF_RUN",
+    "SCHEMA_VERSION",
+    "TASK_COLUMNS",
+    "Migration",
+    "connect",
+    "migrate",
+    "status_counts_sql",
+]
 
 Migration = Union[str, Callable[[sqlite3.Connection], None]]  # noqa: UP007 - runtime alias
+
+#: The columns of a task's row (of the ``tasks`` view, and of the ``task_rows`` table).
+TASK_COLUMNS = (
+    "run_id, task_id, status, output, error, error_type, attempts, started_at, finished_at, "
+    "args, steps, decisions, traceback, elements"
+)
+
+
+def _text(row: str, i: int, n: int) -> str:
+    """The JSON text of element ``i`` of a log row of ``n`` elements (NULL for ``null``),
+    exactly as it was written: the row with every other element removed is ``[value]``
+    (a number keeps its digits; no SQL value comes in between)."""
+    others = ", ".join(f"'$[{k}]'" for k in reversed(range(n)) if k != i)
+    one = f"json_remove({row}, {others})"
+    return f"nullif(substr({one}, 2, length({one}) - 2), 'null')"
+
+
+def _value(row: str, i: int, cast: str = "") -> str:
+    value = f"json_extract({row}, '$[{i}]')"
+    return f"CAST({value} AS {cast})" if cast else value
+
+
+# A row of ``task_log`` is a batch of task results: ``doc`` is a JSON array with one array per
+# result, ``n`` of them, in one of two layouts (``kind``). A plain success (0) is
+# ``[task_id, output, attempts, started_at, finished_at, args]``; any other result without
+# decisions or elements (1) is ``[task_id, status, output, error, error_type, attempts,
+# started_at, finished_at, args, steps, traceback]``. The view gives outputs, arguments and
+# steps as their JSON text as written, the rest as SQL values. It uses only JSON functions
+# that every SQLite with JSON support has (3.9+), never ``->``, so that an older SQLite can
+# still read the schema. A task is either in ``task_rows`` or in one log row, never both (the
+# recorder sees to it), so ``tasks`` is a plain union.
+_J = "j.value"
+_LOG_ROWS = (
+    f"SELECT l.run_id, {_value(_J, 0)}, 'succeeded', {_text(_J, 1, 6)}, NULL, NULL, "
+    f"{_value(_J, 2)}, {_value(_J, 3, 'REAL')}, {_value(_J, 4, 'REAL')}, {_text(_J, 5, 6)}, "
+    "NULL, NULL, NULL, NULL FROM task_log AS l, json_each(l.doc) AS j WHERE l.kind = 0 "
+    f"UNION ALL SELECT l.run_id, {_value(_J, 0)}, {_value(_J, 1)}, {_text(_J, 2, 11)}, "
+    f"{_value(_J, 3)}, {_value(_J, 4)}, {_value(_J, 5)}, {_value(_J, 6, 'REAL')}, "
+    f"{_value(_J, 7, 'REAL')}, {_text(_J, 8, 11)}, {_text(_J, 9, 11)}, NULL, "
+    f"{_value(_J, 10)}, NULL FROM task_log AS l, json_each(l.doc) AS j WHERE l.kind = 1"
+)
+
+#: The plan of a run, in a query of ``runs``: in ``run_plans`` (schema 8 on), else in the row.
+PLAN_OF_RUN = "COALESCE((SELECT p.plan FROM run_plans AS p WHERE p.run_id = runs.id), runs.plan)"
+
+
+def status_counts_sql(n_runs: int) -> str:
+    """A query of ``(run_id, status, count)`` rows for ``n_runs`` run ids (given three times
+    over), whose counts add up to each run's tasks by status: without taking apart the log
+    rows of successes (their ``n`` says how many)."""
+    marks = ",".join("?" * n_runs)
+    return (
+        f"SELECT run_id, status, COUNT(*) FROM task_rows WHERE run_id IN ({marks}) "
+        "GROUP BY run_id, status UNION ALL "
+        f"SELECT run_id, 'succeeded', SUM(n) FROM task_log WHERE run_id IN ({marks}) "
+        "AND kind = 0 GROUP BY run_id UNION ALL "
+        f"SELECT l.run_id, {_value(_J, 1)}, COUNT(*) FROM task_log AS l, json_each(l.doc) AS j "
+        f"WHERE l.run_id IN ({marks}) AND l.kind = 1 GROUP BY 1, 2"
+    )
+
 
 #: Forward schema steps: ``MIGRATIONS[i]`` takes a store from version ``i`` to ``i + 1``.
 MIGRATIONS: list[Sequence[Migration]] = [
@@ -113,6 +183,29 @@ MIGRATIONS: list[Sequence[Migration]] = [
     # v7: the options a solve was started with (a JSON object), so that a paused solve
     # resumes with them (dagagent.workflows.resume_solve).
     ("ALTER TABLE solves ADD COLUMN options TEXT",),
+    # v8: task results a batch at a time. The table of rows becomes ``task_rows``; a batch of
+    # plain results is one row of ``task_log`` (its JSON document as written); ``tasks`` is
+    # the view of both, one row per task as before (see _LOG_ROWS). A run's plan goes to
+    # ``run_plans``: updating the run's row when it ends then no longer writes the plan again
+    # (``runs.plan`` is '' for such a run; older runs keep theirs there).
+    (
+        """CREATE TABLE run_plans (
+            run_id TEXT PRIMARY KEY REFERENCES runs (id) ON DELETE CASCADE,
+            plan TEXT NOT NULL
+        )""",
+        "ALTER TABLE tasks RENAME TO task_rows",
+        """CREATE TABLE task_log (
+            id INTEGER PRIMARY KEY,
+            run_id TEXT NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+            kind INTEGER NOT NULL,
+            n INTEGER NOT NULL,
+            doc TEXT NOT NULL CHECK (json_valid(doc))
+        )""",
+        "CREATE INDEX task_log_by_run ON task_log (run_id)",
+        f"CREATE VIEW task_log_rows ({TASK_COLUMNS}) AS {_LOG_ROWS}",
+        f"CREATE VIEW tasks ({TASK_COLUMNS}) AS SELECT {TASK_COLUMNS} FROM task_rows "
+        f"UNION ALL SELECT {TASK_COLUMNS} FROM task_log_rows",
+    ),
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

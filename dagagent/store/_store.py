@@ -17,7 +17,7 @@ from ._approvals import ApprovalQueries
 from ._codec import ELEMENT_KEYS, from_column
 from ._ids import check_run_id
 from ._location import StoreLocation, locate_store
-from ._schema import MIGRATIONS, Migration, connect, migrate
+from ._schema import MIGRATIONS, PLAN_OF_RUN, Migration, connect, migrate, status_counts_sql
 from ._solves import SolveQueries
 from .models import RunRecord, RunSummary
 
@@ -254,13 +254,10 @@ class RunStore(SolveQueries, ApprovalQueries):
         rows = self._query(sql, params)
         counts: dict[str, dict[str, int]] = {r[0]: {} for r in rows}
         if rows:
-            marks = ",".join("?" * len(rows))
-            for run_id, status, n in self._query(
-                f"SELECT run_id, status, COUNT(*) FROM tasks WHERE run_id IN ({marks}) "
-                "GROUP BY run_id, status",
-                [r[0] for r in rows],
-            ):
-                counts[run_id][status] = int(n)
+            ids = [r[0] for r in rows]
+            for run_id, status, n in self._query(status_counts_sql(len(ids)), ids * 3):
+                by_status = counts[run_id]
+                by_status[status] = by_status.get(status, 0) + int(n)
         return [
             RunSummary(
                 run_id=r[0],
@@ -281,7 +278,7 @@ class RunStore(SolveQueries, ApprovalQueries):
         """The full record of run ``ref`` (a run id or a unique prefix)."""
         run_id = self.resolve(ref)
         rows = self._query(
-            "SELECT id, parent_id, created, goal, plan, status, executor, started_at, "
+            f"SELECT id, parent_id, created, goal, {PLAN_OF_RUN}, status, executor, started_at, "
             "finished_at, critical_path, critical_path_s, pid, context FROM runs WHERE id = ?",
             (run_id,),
         )

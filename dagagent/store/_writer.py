@@ -8,6 +8,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ from ..events import PlanExtended, RunFinished, RunStarted, TaskFinished, get_lo
 from ..results import WAIT, RecordLoss, RunStatus, TaskResult, TaskStatus
 from ._codec import ELEMENT_KEYS, to_column, why
 from ._ids import check_run_id
-from ._rows import JSON_ROWS, insert_json, insert_tuples, plain
+from ._rows import JSON_ROWS, all_plain, insert_json, insert_tuples, materialize, plain
 from ._schema import connect
 from ._store import DEFAULT_FLUSH_INTERVAL_S, RunStore
 
@@ -30,6 +31,7 @@ __all__ = ["OUTPUT_NOT_RECORDED", "RunRecorder"]
 OUTPUT_NOT_RECORDED = "OutputNotRecorded"
 
 _STOP = object()
+_TASK_ID = attrgetter("task_id")
 
 
 #: At most this long for the run's first row before its tasks start (it normally takes a few
@@ -141,6 +143,8 @@ class RunRecorder:
         self._run_written = threading.Event()
         self._run_row = False  # the run's first row is in the store
         self._run_row_lost = False
+        #: The tasks this recorder has put on record (committed), in a log row or a row.
+        self._written: set[str] = set()
         # The store this recorder opened stays open until the writer has its own connection:
         # closing the last connection of a new store checkpoints it (milliseconds, on disk).
         self._opened = opened
@@ -343,14 +347,18 @@ class RunRecorder:
                 loss.plan = True
 
     def _write_rows(self, conn: sqlite3.Connection, rows: list[tuple[Any, ...]]) -> None:
+        ids = {row[1] for row in rows}
         conn.execute("BEGIN IMMEDIATE")
         try:
+            if not self._written.isdisjoint(ids):
+                materialize(conn, self.run_id)
             insert_tuples(conn, rows)
             conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise
+        self._written |= ids
 
     def _write(self, conn: sqlite3.Connection, events: list[Any]) -> None:
         starts: list[tuple[Any, ...]] = []
@@ -402,18 +410,26 @@ class RunRecorder:
                     [(s[7], s[8], s[0]) for s in starts],
                 )
             elif starts:
+                # The plan in a table of its own: the run's row changes when the run ends.
                 conn.executemany(
                     "INSERT INTO runs (id, parent_id, created, goal, plan, n_tasks, status, "
-                    "executor, pid, context) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    starts,
+                    "executor, pid, context) VALUES (?, ?, ?, ?, '', ?, ?, ?, ?, ?)",
+                    [s[:4] + s[5:] for s in starts],
+                )
+                conn.executemany(
+                    "INSERT INTO run_plans (run_id, plan) VALUES (?, ?)",
+                    [(s[0], s[4]) for s in starts],
                 )
             if grown is not None:
                 conn.execute(
-                    "UPDATE runs SET plan = ?, n_tasks = ? WHERE id = ?",
-                    (grown.plan.to_json(indent=None), len(grown.plan.tasks), grown.run_id),
+                    "INSERT OR REPLACE INTO run_plans (run_id, plan) VALUES (?, ?)",
+                    (grown.run_id, grown.plan.to_json(indent=None)),
                 )
-            if results:
-                self._insert(conn, results)
+                conn.execute(
+                    "UPDATE runs SET n_tasks = ? WHERE id = ?",
+                    (len(grown.plan.tasks), grown.run_id),
+                )
+            written = self._insert(conn, results) if results else None
             for row in asked:
                 conn.execute(
                     "INSERT INTO approvals (run_id, task_id, seq, tool, args, rule, source, "
@@ -439,6 +455,8 @@ class RunRecorder:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise
+        if written:
+            self._written |= written
 
     def _asked(self, r: TaskResult) -> list[tuple[Any, ...]]:
         """The calls of a waiting task left for a person: one row each (its ``wait``
@@ -453,9 +471,22 @@ class RunRecorder:
             if d.decision == WAIT
         ]
 
-    def _insert(self, conn: sqlite3.Connection, results: list[TaskResult]) -> None:
-        """Insert the rows of ``results`` in their order: runs of plain results as one JSON
-        document each, the others (and every result, when that way is refused) row by row."""
+    def _insert(self, conn: sqlite3.Connection, results: list[TaskResult]) -> set[str]:
+        """Insert ``results``: the plain ones as log rows (a batch document each), the others
+        (and every result, when that way is refused) row by row; returns their task ids. A
+        task on record already (a resumed run, a task recorded twice) is written row by row
+        over its row, once the run's log rows are rows (a task is never in both)."""
+        ids = set(map(_TASK_ID, results))
+        if self.resumed or len(ids) < len(results) or not self._written.isdisjoint(ids):
+            materialize(conn, self.run_id)
+            insert_tuples(conn, [self._task_row(r) for r in results])
+            return ids
+        if JSON_ROWS and all_plain(results):  # the usual batch: one document
+            if not insert_json(conn, self.run_id, results):
+                insert_tuples(conn, [self._task_row(r) for r in results])
+            return ids
+        # Each stretch of plain results is a batch document (one the document cannot carry
+        # goes row by row alone); the others go row by row.
         start, n = 0, len(results)
         while start < n:
             end = start
@@ -470,6 +501,7 @@ class RunRecorder:
             if end > start:
                 insert_tuples(conn, [self._task_row(r) for r in results[start:end]])
                 start = end
+        return ids
 
     def _elements_column(self, elements: list[TaskResult], output_lost: str | None) -> str | None:
         stored = [
