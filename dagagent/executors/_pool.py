@@ -17,12 +17,28 @@ until :meth:`WorkerPool.close` is called.
 Workers stop taking ids once the task group is cancelled, and yield to the event loop every
 :data:`YIELD_EVERY` tasks, so a long run of non-blocking tasks neither starves the loop nor
 outlives a cancellation.
+
+**How a worker is spawned (the hot path of tasks that block).** ``TaskGroup.start_soon`` gives
+each task a cancel scope, an event and a wrapper coroutine of its own, and costs about four
+times the asyncio task under it — with tools that all block (every task of a level at once),
+more than everything else a task costs. A worker needs none of that: it never raises (a
+task's failure is its result) and nobody waits for it alone. So on asyncio, a worker is an
+asyncio task made *a member of the task group's cancel scope*, the way anyio makes the tasks
+it spawns (:func:`_asyncio_spawner`): anyio's cancellation reaches it exactly as it reaches
+them — at once when the group is cancelled (a failure, or any scope around it), again at every
+await if the tool swallows it, and not inside a shielded scope — and the pool's owner waits
+for every worker before the task group ends, also when it is cancelled. This reads two
+internals of anyio's asyncio backend (its table of task states and a cancel scope's set of
+tasks); where they are not as expected (another anyio, trio, a loop with a task factory) the
+pool spawns with ``start_soon``.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from typing import Any, Generic, TypeVar
 
 import anyio
 import anyio.abc
@@ -32,20 +48,27 @@ __all__ = ["YIELD_EVERY", "WorkerPool"]
 
 YIELD_EVERY = 64
 
+R = TypeVar("R")
 
-class WorkerPool:
-    """Runs ``handle(task_id)`` for every pushed id, inside ``tg``.
+Spawn = Callable[[Callable[[], Coroutine[Any, Any, None]]], object]
 
-    ``push`` may be called by ``handle`` itself (a finished task making its dependents ready).
+
+class WorkerPool(Generic[R]):
+    """Runs ``after(task_id, await run(task_id))`` for every pushed id, inside ``tg``.
+
+    ``push`` may be called by ``after`` (a finished task making its dependents ready).
     :meth:`drive` must be awaited by the task that owns ``tg``; it returns when the queue is
     empty and no worker is left (and, for an ``open`` pool, once it has been closed).
+    ``run`` must not raise, but for the cancellation of ``tg``.
     """
 
     __slots__ = (
-        "_handle",
+        "_after",
+        "_error",
         "_open",
         "_pausing",
         "_queue",
+        "_run",
         "_scope",
         "_tg",
         "_waiting",
@@ -56,19 +79,22 @@ class WorkerPool:
     def __init__(
         self,
         tg: anyio.abc.TaskGroup,
-        handle: Callable[[str], Awaitable[object]],
+        run: Callable[[str], Awaitable[R]],
+        after: Callable[[str, R], object],
         *,
         open: bool = False,
     ) -> None:
         self._tg = tg
         self._open = open
         self._scope = tg.cancel_scope
-        self._handle = handle
+        self._run = run
+        self._after = after
         self._queue: deque[str] = deque()
         self._workers = 0
         self._pausing = 0  # workers yielding to the loop between tasks, not blocked
         self._waiting = False
         self._wake = anyio.Event()
+        self._error: BaseException | None = None  # a worker's, raised by drive()
 
     def push(self, task_id: str) -> None:
         self._queue.append(task_id)
@@ -91,29 +117,60 @@ class WorkerPool:
 
     async def _worker(self) -> None:
         queue = self._queue
-        handle = self._handle
+        run, after = self._run, self._after
         scope = self._scope
         done = 0
+        while queue and not scope.cancel_called:
+            task_id = queue.popleft()
+            after(task_id, await run(task_id))
+            done += 1
+            if done % YIELD_EVERY == 0:
+                self._pausing += 1
+                try:
+                    await checkpoint()
+                finally:
+                    self._pausing -= 1
+
+    async def _spawned_worker(self) -> None:
+        """A worker spawned with ``start_soon``: it counts itself out."""
         try:
-            while queue and not scope.cancel_called:
-                await handle(queue.popleft())
-                done += 1
-                if done % YIELD_EVERY == 0:
-                    self._pausing += 1
-                    try:
-                        await checkpoint()
-                    finally:
-                        self._pausing -= 1
+            await self._worker()
         finally:
-            self._workers -= 1
-            if self._waiting and not self._workers and not self._open:
-                self._waiting = False
-                self._wake.set()
+            self._ended()
+
+    def _ended(self, error: BaseException | None = None) -> None:
+        """A worker is gone (``error``: what it raised, cancellation aside)."""
+        self._workers -= 1
+        if error is not None and self._error is None:
+            self._error = error
+            self._scope.cancel()
+        if self._waiting and (error is not None or (not self._workers and not self._open)):
+            self._waiting = False
+            self._wake.set()
 
     async def drive(self) -> None:
+        spawn = _asyncio_spawner(self) or _group_spawner(self)
+        try:
+            await self._drive(spawn)
+        except BaseException:
+            # Cancelled (or failed): the task group must not end before its workers do.
+            self._scope.cancel()
+            if self._workers:
+                with anyio.CancelScope(shield=True):
+                    await self._wait_for(lambda: not self._workers)
+            if self._error is not None:  # what cancelled the group (a worker's error)
+                raise self._error from None
+            raise
+        if self._error is not None:
+            raise self._error
+
+    async def _drive(self, spawn: Spawn) -> None:
         queue = self._queue
-        start = self._tg.start_soon
+        worker = self._worker
         while True:
+            if self._error is not None:
+                await self._wait_for(lambda: not self._workers)
+                return
             if queue and not self._scope.cancel_called:
                 workers = self._workers
                 if not workers:
@@ -127,11 +184,86 @@ class WorkerPool:
                     n = len(queue)
                 self._workers = workers + n
                 for _ in range(n):
-                    start(self._worker)
+                    spawn(worker)
                 await checkpoint()
                 continue
             if not self._workers and not self._open:
                 return
-            self._wake = anyio.Event()
-            self._waiting = True
-            await self._wake.wait()
+            await self._wait()
+
+    async def _wait(self) -> None:
+        self._wake = anyio.Event()
+        self._waiting = True
+        await self._wake.wait()
+
+    async def _wait_for(self, done: Callable[[], bool]) -> None:
+        while not done():
+            await self._wait()
+
+
+def _group_spawner(pool: WorkerPool[Any]) -> Spawn:
+    start = pool._tg.start_soon
+    return lambda _worker: start(pool._spawned_worker)
+
+
+def _asyncio_spawner(pool: WorkerPool[Any]) -> Spawn | None:
+    """Spawn workers as asyncio tasks that anyio counts in the task group's cancel scope (see
+    the module's docstring), or ``None`` where that cannot be done as anyio does it."""
+    try:
+        loop = asyncio.get_running_loop()
+        host = asyncio.current_task()
+    except RuntimeError:  # not on asyncio
+        return None
+    if host is None or loop.get_task_factory() is not None or _backend is None:
+        return None
+    states, task_state = _backend
+    scope = pool._scope
+    tasks = getattr(scope, "_tasks", None)
+    state = states.get(host)
+    if (
+        not isinstance(tasks, set)
+        or host not in tasks
+        or state is None
+        or getattr(state, "cancel_scope", None) is not scope
+    ):
+        return None  # not the owner of the group, inside its scope, as anyio keeps it
+    parent_id = id(host)
+    cancelled_error = asyncio.CancelledError
+    ended = pool._ended
+    Task = asyncio.Task
+
+    def done(task: asyncio.Task[None]) -> None:
+        tasks.discard(task)  # a finished task has left every scope it entered
+        states.pop(task, None)
+        error = None
+        if not task.cancelled():
+            error = task.exception()
+            if isinstance(error, cancelled_error):
+                error = None
+        ended(error)
+
+    def spawn(worker: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        task = Task(worker(), loop=loop)
+        states[task] = task_state(parent_id, scope)
+        tasks.add(task)
+        task.add_done_callback(done)
+
+    return spawn
+
+
+def _find_backend() -> tuple[Any, Any] | None:
+    """anyio's asyncio backend internals the spawner needs: its table of task states, and
+    the class of a state (``TaskState(parent_id, cancel_scope)``)."""
+    try:
+        from anyio._backends import _asyncio as backend
+
+        states, task_state = backend._task_states, backend.TaskState
+        probe = task_state(None, None)
+        if probe.cancel_scope is not None or probe.parent_id is not None:
+            return None
+    except Exception:  # another anyio: spawn as anyio does
+        return None
+    return states, task_state
+
+
+_backend = _find_backend()

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from ..results import TaskStatus
+from ..results import TaskResult, TaskStatus
 from ._pool import WorkerPool
 from .base import BaseExecutor, FailurePolicy, Wakeup, block_descendants, skip_if_blocked
 
@@ -54,14 +54,14 @@ class LevelsExecutor(BaseExecutor):
             async with anyio.create_task_group() as tg:
                 scope = tg.cancel_scope
 
-                async def one(task_id: str, scope: anyio.CancelScope = scope) -> None:
-                    status = (await run_task(task_id)).status
+                def ended(task_id: str, r: TaskResult, scope: anyio.CancelScope = scope) -> None:
+                    status = r.status
                     if status is not SUCCEEDED and status is not REUSED:
                         failed.append(task_id)
                         if cancel and status is not WAITING:
                             scope.cancel()
 
-                pool = WorkerPool(tg, one)
+                pool = WorkerPool(tg, run_task, ended)
                 pool.extend(t for t in level if t not in results)
                 await pool.drive()
             if failed:
@@ -117,14 +117,16 @@ class LevelsExecutor(BaseExecutor):
                     scope = tg.cancel_scope
                     running.append(scope)
 
-                    async def one(task_id: str, scope: anyio.CancelScope = scope) -> None:
-                        status = (await run_task(task_id)).status
+                    def ended(
+                        task_id: str, r: TaskResult, scope: anyio.CancelScope = scope
+                    ) -> None:
+                        status = r.status
                         if status is not SUCCEEDED and status is not REUSED:
                             failed.append(task_id)
                             if cancel and status is not WAITING:
                                 scope.cancel()
 
-                    pool = WorkerPool(tg, one)
+                    pool = WorkerPool(tg, run_task, ended)
                     pool.extend(wave)
                     await pool.drive()
                 running.clear()

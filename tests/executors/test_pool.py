@@ -1,0 +1,296 @@
+"""The worker pool of the levels and dataflow executors: how its workers are spawned (as members
+of the task group's cancel scope on asyncio, with ``start_soon`` elsewhere) and that anyio's
+cancellation reaches them as it reaches spawned tasks — fail-fast stops every queued task from
+starting, a swallowed cancellation is delivered again, a shielded scope holds, and no worker
+outlives the run."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+import anyio.to_thread
+import pytest
+
+import dagagent
+from dagagent.events import TaskStarted
+from dagagent.executors import _pool
+from dagagent.results import TaskStatus
+
+pytestmark = pytest.mark.anyio
+
+PARALLEL = ["levels", "dataflow"]
+LONG = 30  # a bound no passing test comes near: a worker anyio cannot cancel hangs the run
+
+
+@pytest.fixture(params=["asyncio-tasks", "start_soon"])
+def spawn(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """Every test runs with both ways of spawning a worker."""
+    if request.param == "start_soon":
+        monkeypatch.setattr(_pool, "_backend", None)
+    yield request.param
+
+
+async def test_workers_are_asyncio_tasks_in_the_groups_scope_on_asyncio() -> None:
+    # The fast path is taken where it can be (else every test below runs start_soon twice).
+    async with anyio.create_task_group() as tg:
+        pool: _pool.WorkerPool[None] = _pool.WorkerPool(tg, _nothing, _ignore)
+        assert _pool._asyncio_spawner(pool) is not None
+
+        async def elsewhere() -> None:  # not the group's owner: no fast path
+            assert _pool._asyncio_spawner(pool) is None
+
+        tg.start_soon(elsewhere)
+
+
+async def _nothing(task_id: str) -> None:
+    await anyio.lowlevel.checkpoint()
+
+
+def _ignore(task_id: str, r: None) -> None:
+    pass
+
+
+def _started(events: list[Any]) -> list[str]:
+    return [e.task_id for e in events if isinstance(e, TaskStarted)]
+
+
+@pytest.mark.parametrize("executor", PARALLEL)
+async def test_a_failure_while_a_thousand_blocking_tasks_are_queued_starts_none_of_them(
+    executor: str, spawn: str
+) -> None:
+    # "first" blocks once, so the pool spawns a worker for each of the 1,000 queued tasks;
+    # it fails before any of them has run a step: none of them may start.
+    reg = dagagent.Registry()
+    called: list[str] = []
+
+    @reg.tool
+    async def first() -> None:
+        await anyio.lowlevel.checkpoint()
+        raise RuntimeError("boom")
+
+    @reg.tool
+    async def block(name: str) -> None:
+        called.append(name)
+        await anyio.sleep_forever()
+
+    tasks: list[dict[str, Any]] = [{"id": "first", "tool": "first"}]
+    tasks += [{"id": f"b{i}", "tool": "block", "args": {"name": f"b{i}"}} for i in range(1000)]
+    events: list[Any] = []
+    with anyio.fail_after(LONG):
+        result = await dagagent.execute(
+            {"tasks": tasks}, reg, executor=executor, listeners=[events.append]
+        )
+    assert result.tasks["first"].status is TaskStatus.FAILED
+    assert called == []
+    assert _started(events) == ["first"]
+    queued = [result.tasks[f"b{i}"] for i in range(1000)]
+    assert all(r.status is TaskStatus.CANCELLED and r.attempts == 0 for r in queued)
+
+
+@pytest.mark.parametrize("executor", PARALLEL)
+async def test_a_failure_cancels_running_workers_and_none_waiting_for_a_slot_starts(
+    executor: str, spawn: str
+) -> None:
+    # 10 tasks block forever in their slots, 989 wait for one. When "bad" fails, the 10 must
+    # be cancelled (or the run never ends), and the slots they free go to tasks that must not
+    # start: the run is stopped.
+    reg = dagagent.Registry()
+    called: list[str] = []
+
+    @reg.tool
+    async def bad() -> None:
+        await anyio.sleep(0.05)
+        raise RuntimeError("boom")
+
+    @reg.tool
+    async def block(name: str) -> None:
+        called.append(name)
+        await anyio.sleep_forever()
+
+    tasks: list[dict[str, Any]] = [{"id": "bad", "tool": "bad"}]
+    tasks += [{"id": f"b{i}", "tool": "block", "args": {"name": f"b{i}"}} for i in range(999)]
+    events: list[Any] = []
+    with anyio.fail_after(LONG):
+        result = await dagagent.execute(
+            {"tasks": tasks},
+            reg,
+            executor=executor,
+            max_concurrency=11,
+            listeners=[events.append],
+        )
+    started = _started(events)
+    assert len(started) == 11 and started[0] == "bad"
+    assert sorted(called) == sorted(started[1:])
+    for task_id, r in result.tasks.items():
+        if task_id == "bad":
+            assert r.status is TaskStatus.FAILED
+        elif task_id in started:
+            assert r.status is TaskStatus.CANCELLED and r.attempts == 1
+        else:
+            assert r.status is TaskStatus.CANCELLED and r.attempts == 0, task_id
+
+
+@pytest.mark.parametrize("executor", PARALLEL)
+async def test_a_swallowed_cancellation_is_delivered_again(executor: str, spawn: str) -> None:
+    reg = dagagent.Registry()
+    swallowed = 0
+
+    @reg.tool
+    async def bad() -> None:
+        await anyio.sleep(0.05)
+        raise RuntimeError("boom")
+
+    @reg.tool
+    async def stubborn() -> None:
+        nonlocal swallowed
+        try:
+            await anyio.sleep_forever()
+        except anyio.get_cancelled_exc_class():
+            swallowed += 1
+        await anyio.sleep_forever()  # cancelled again, at once: the run is still stopped
+
+    tasks = [{"id": "bad", "tool": "bad"}] + [{"id": f"s{i}", "tool": "stubborn"} for i in range(5)]
+    with anyio.fail_after(LONG):
+        result = await dagagent.execute({"tasks": tasks}, reg, executor=executor)
+    assert swallowed == 5
+    assert all(result.tasks[f"s{i}"].status is TaskStatus.CANCELLED for i in range(5))
+
+
+@pytest.mark.parametrize("executor", PARALLEL)
+async def test_a_shielded_scope_in_a_worker_holds_and_the_run_waits_for_it(
+    executor: str, spawn: str
+) -> None:
+    reg = dagagent.Registry()
+    finished: list[str] = []
+
+    @reg.tool
+    async def bad() -> None:
+        await anyio.sleep(0.05)
+        raise RuntimeError("boom")
+
+    @reg.tool
+    async def careful(name: str) -> None:
+        with anyio.CancelScope(shield=True):
+            await anyio.sleep(0.3)  # not cut by the run's cancellation
+            finished.append(name)
+        await anyio.sleep_forever()
+
+    tasks: list[dict[str, Any]] = [{"id": "bad", "tool": "bad"}]
+    tasks += [{"id": f"c{i}", "tool": "careful", "args": {"name": f"c{i}"}} for i in range(5)]
+    with anyio.fail_after(LONG):
+        result = await dagagent.execute({"tasks": tasks}, reg, executor=executor)
+    assert sorted(finished) == [f"c{i}" for i in range(5)]  # all of them, before execute ended
+    assert all(result.tasks[f"c{i}"].status is TaskStatus.CANCELLED for i in range(5))
+
+
+@pytest.mark.parametrize("executor", PARALLEL)
+async def test_a_cancelled_caller_leaves_no_worker_running(executor: str, spawn: str) -> None:
+    reg = dagagent.Registry()
+    running = 0
+    entered = anyio.Event()
+
+    @reg.tool
+    async def slow(name: str) -> None:
+        nonlocal running
+        running += 1
+        if running == 100:
+            entered.set()
+        try:
+            await anyio.sleep_forever()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await anyio.sleep(0.01)  # cleanup that awaits
+            running -= 1
+
+    plan = {
+        "tasks": [{"id": f"t{i}", "tool": "slow", "args": {"name": f"t{i}"}} for i in range(100)]
+    }
+    with anyio.fail_after(LONG):
+        async with anyio.create_task_group() as tg:
+
+            async def run() -> None:
+                await dagagent.execute(plan, reg, executor=executor)
+
+            tg.start_soon(run)
+            await entered.wait()
+            tg.cancel_scope.cancel()
+    assert running == 0  # every worker's cleanup ran before the group ended
+
+
+@pytest.mark.parametrize("executor", PARALLEL)
+async def test_a_sync_tools_result_after_the_run_stopped_is_dropped(
+    executor: str, spawn: str
+) -> None:
+    reg = dagagent.Registry()
+    release, all_returned = threading.Event(), threading.Event()
+    returned: list[str] = []
+
+    @reg.tool
+    async def bad() -> None:
+        await anyio.sleep(0.05)
+        raise RuntimeError("boom")
+
+    @reg.tool
+    def held(name: str) -> str:
+        release.wait(LONG)
+        returned.append(name)
+        if len(returned) == 3:
+            all_returned.set()
+        return name
+
+    tasks: list[dict[str, Any]] = [{"id": "bad", "tool": "bad"}]
+    tasks += [{"id": f"h{i}", "tool": "held", "args": {"name": f"h{i}"}} for i in range(3)]
+    try:
+        with anyio.fail_after(LONG):
+            result = await dagagent.execute({"tasks": tasks}, reg, executor=executor)
+    finally:
+        release.set()
+    await anyio.to_thread.run_sync(all_returned.wait, LONG)
+    assert sorted(returned) == ["h0", "h1", "h2"]  # the functions did return...
+    for i in range(3):  # ... after their tasks were recorded as cancelled, which stands
+        r = result.tasks[f"h{i}"]
+        assert r.status is TaskStatus.CANCELLED and r.output is None
+
+
+async def test_an_error_in_a_worker_ends_the_pool_and_is_raised() -> None:
+    # ``after`` is the executor's own code: an exception there is a bug, raised from drive()
+    # once every other worker has been cancelled and has ended.
+    ended: list[str] = []
+
+    async def run(task_id: str) -> str:
+        try:
+            if task_id == "bad":
+                await anyio.lowlevel.checkpoint()
+            else:
+                await anyio.sleep_forever()
+        finally:
+            ended.append(task_id)
+        return task_id
+
+    def after(task_id: str, r: str) -> None:
+        if r == "bad":
+            raise KeyError("a bug")
+
+    for backend in (_pool._backend, None):
+        ended.clear()
+        _pool._backend, saved = backend, _pool._backend
+        try:
+            with anyio.fail_after(LONG), pytest.raises(BaseException) as info:
+                async with anyio.create_task_group() as tg:
+                    pool: _pool.WorkerPool[str] = _pool.WorkerPool(tg, run, after)
+                    pool.extend(["a", "bad", "b", "c"])
+                    await pool.drive()
+        finally:
+            _pool._backend = saved
+        assert _leaf(info.value).args == ("a bug",)
+        assert sorted(ended) == ["a", "b", "bad", "c"]
+
+
+def _leaf(exc: BaseException) -> BaseException:
+    while (group := getattr(exc, "exceptions", None)) is not None:  # an exception group
+        exc = group[0]
+    return exc
