@@ -16,6 +16,11 @@ interceptors, timeouts, retries, records and events stay in the
   the loaded functions, so a task ships only its arguments and a few hundred bytes of pickled
   function. Workers living in the driver's process (``processes=False``) call the very
   function object registered on the driver.
+- **Submission.** The calls made in one turn of the driver's event loop (the tasks a
+  finished task made ready, say) go to the scheduler together, one ``client.map`` per worker
+  function: one graph update instead of one per call (see :meth:`_Session.flush`). A call
+  whose arguments cannot be pickled fails alone with
+  :class:`~dagagent.errors.ToolArgumentsError`; the calls submitted with it run.
 - **Results.** A result of at most 4 KiB pickled travels back with its call's completion, as
   an event of the executor's own client (see :func:`_push`), saving the round trip that
   fetches it; a larger one, or any result when the client was given, is fetched.
@@ -62,7 +67,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from .. import telemetry
-from ..errors import ConfigError, WorkerLostError
+from ..errors import ConfigError, ToolArgumentsError, WorkerLostError
 from ..tools import materialize_async
 from .dataflow import DataflowExecutor
 
@@ -376,6 +381,31 @@ class _Shipped:
     prefix: str  # Dask key prefix: the tool name, so the dashboard groups calls by tool
 
 
+class _Call:
+    """One tool call on its way to the cluster: submitted with the other calls made in the
+    same turn of the event loop (see :meth:`_Session.flush`); ``future`` is its Dask future
+    once ``submitted`` is done."""
+
+    __slots__ = ("args", "future", "key", "push", "shipped", "submitted", "trace")
+
+    def __init__(
+        self,
+        shipped: _Shipped,
+        args: Mapping[str, Any],
+        trace: dict[str, str] | None,
+        push: tuple[str, str] | None,
+        key: str,
+        submitted: asyncio.Future[None],
+    ) -> None:
+        self.shipped = shipped
+        self.args = args
+        self.trace = trace
+        self.push = push
+        self.key = key
+        self.submitted = submitted
+        self.future: Any = None
+
+
 @dataclass
 class _Session:
     # Dask's sync/async dual API is typed for sync use: awaited calls are Any here.
@@ -391,6 +421,74 @@ class _Session:
     #: Calls whose small result may arrive pushed (see _push), by Dask key; ``None``: no
     #: pushing (a client the executor did not create, whose events it must not fill).
     waiting: dict[str, asyncio.Future[bytes]] | None = None
+    #: Calls made in this turn of the event loop, submitted together at its end.
+    batch: list[_Call] = field(default_factory=list)
+
+    def submit(self, call: _Call) -> None:
+        """Queue ``call``; the first call of a turn schedules :meth:`flush`."""
+        if not self.batch:
+            asyncio.get_running_loop().call_soon(self.flush)
+        self.batch.append(call)
+
+    def flush(self) -> None:
+        """Submit the queued calls, all those of one worker function in one message.
+
+        A task fanning out makes its dependents ready at once and the runner reaches the
+        invoker of each in the same turn of the event loop; one ``client.map`` of all their
+        calls is one graph update for the scheduler, where a ``client.submit`` each costs
+        one update (and its event) per call. A call whose caller was cancelled meanwhile is
+        left out. When a batch cannot be sent (an argument that cannot be pickled), each of
+        its calls is submitted on its own, so that only the one at fault fails."""
+        batch, self.batch = self.batch, []
+        groups: dict[Callable[..., Any], list[_Call]] = {}
+        for call in batch:
+            if not call.submitted.done():  # else its caller was cancelled before it went
+                groups.setdefault(call.shipped.caller, []).append(call)
+        map_ = self.client.map
+        for caller, calls in groups.items():
+            if len(calls) > 1:
+                try:
+                    futures = map_(
+                        caller,
+                        [c.shipped.fn for c in calls],
+                        [c.args for c in calls],
+                        [c.trace for c in calls],
+                        [c.push for c in calls],
+                        key=[c.key for c in calls],
+                        pure=False,
+                    )
+                except Exception:
+                    for call in calls:  # under new keys: Dask made futures for the old ones
+                        self.submit_alone(call, fresh=True)
+                    continue
+                for call, future in zip(calls, futures, strict=True):
+                    call.future = future
+                    call.submitted.set_result(None)
+            else:
+                self.submit_alone(calls[0], fresh=False)
+
+    def submit_alone(self, call: _Call, *, fresh: bool) -> None:
+        if fresh:
+            key = call.key = f"{call.shipped.prefix}{next(self.keys)}"
+            if call.push is not None and self.waiting is not None:
+                waiter = self.waiting.pop(call.push[1], None)
+                if waiter is not None:
+                    self.waiting[key] = waiter
+                call.push = (call.push[0], key)
+        try:
+            call.future = self.client.submit(
+                call.shipped.caller,
+                call.shipped.fn,
+                call.args,
+                call.trace,
+                call.push,
+                key=call.key,
+                pure=False,
+            )
+        except Exception as exc:
+            call.submitted.set_exception(_unsendable(call, exc))
+        else:
+            call.submitted.set_result(None)
 
     def listen(self) -> None:
         """Take the results workers push (on the topic named after this client)."""
@@ -814,13 +912,17 @@ class DaskExecutor(DataflowExecutor):
         trace = telemetry.carrier() if state.traced else None  # the task's trace context
         key = f"{shipped.prefix}{next(state.keys)}"
         waiting = state.waiting
+        loop = asyncio.get_running_loop()
         waiter: asyncio.Future[bytes] | None = None
         push = None
         if waiting is not None:  # a small result comes with the completion (see _push)
-            waiter = waiting[key] = asyncio.get_running_loop().create_future()
+            waiter = waiting[key] = loop.create_future()
             push = (client.id, key)
-        future = client.submit(shipped.caller, shipped.fn, args, trace, push, key=key, pure=False)
+        call = _Call(shipped, args, trace, push, key, loop.create_future())
+        state.submit(call)
         try:
+            await call.submitted  # with the other calls of this turn (raises what Dask raised)
+            future = call.future
             if waiter is not None:
                 finished = asyncio.ensure_future(_finished(future))
                 try:
@@ -842,16 +944,18 @@ class DaskExecutor(DataflowExecutor):
                 f"{_brief(exc)}"
             ) from None
         except BaseException:  # our caller was cancelled (fail-fast, timeout, interrupt)
-            if not future.done():
+            future = call.future  # None: it was never submitted
+            if future is not None and not future.done():
                 with anyio.CancelScope(shield=True), anyio.move_on_after(_CANCEL_TIMEOUT_S):
                     await _quietly(client.cancel([future]))
             raise
         finally:
             if waiting is not None:
-                waiting.pop(key, None)
+                waiting.pop(call.key, None)
             # Forget the key now rather than when the future is garbage collected (an error's
             # traceback keeps it alive): the scheduler and workers drop the result or error.
-            future.release()
+            if call.future is not None:
+                call.future.release()
 
 
 class _Killed(Exception):
@@ -893,6 +997,21 @@ async def _finished(future: Any) -> None:
 
     future.add_done_callback(on_done)
     await done
+
+
+def _unsendable(call: _Call, exc: Exception) -> Exception:
+    """What a call that could not be submitted raises: arguments that cannot be pickled are
+    the plan's problem, named as such (and not retried); anything else as Dask raised it."""
+    import cloudpickle
+
+    try:
+        cloudpickle.dumps(call.args)
+    except Exception as why:
+        return ToolArgumentsError(
+            call.shipped.fn.name,
+            [f"they cannot be pickled to travel to the Dask workers ({_brief(why)})"],
+        )
+    return exc
 
 
 def _killed_worker() -> type[Exception]:

@@ -137,6 +137,172 @@ def _task_count(dask_scheduler: Any) -> int:
     return len(dask_scheduler.tasks)
 
 
+def _fan(n: int, tool: str = "add") -> dict[str, Any]:
+    return plan(
+        {"id": "root", "tool": "add", "args": {"a": 1, "b": 1}},
+        *[{"id": f"m{i}", "tool": tool, "args": {"a": "${root}", "b": i}} for i in range(n)],
+        {"id": "join", "tool": "echo", "args": {"value": [f"${{m{i}}}" for i in range(n)]}},
+    )
+
+
+@pytest.mark.anyio
+async def test_a_fan_out_goes_to_the_scheduler_in_a_few_graph_updates(registry: Registry) -> None:
+    """The calls made ready together (by the root of a fan) are submitted together, not one
+    graph update (and one scheduler event) each."""
+    exe = in_process()
+    async with exe.session():
+        client: Any = exe.dask_client
+
+        async def updates() -> int:
+            events = await client.get_events(client.id)
+            return sum(
+                1 for _, m in events if isinstance(m, dict) and m["action"] == "update-graph"
+            )
+
+        before = await updates()
+        result = await dagagent.execute(_fan(12), registry, executor=exe)
+        assert result.ok, result.tasks
+        assert result.outputs["join"] == [2 + i for i in range(12)]
+        sent = await updates() - before
+    # root, the fan (its first call may go alone) and the join: 14 one call at a time
+    assert 3 <= sent <= 6, sent
+
+
+@pytest.mark.anyio
+async def test_an_argument_that_cannot_be_pickled_fails_only_its_call(registry: Registry) -> None:
+    """A batch of calls that cannot be sent is sent call by call: the call whose argument
+    cannot be pickled fails, named, and the calls submitted with it run."""
+
+    @registry.tool
+    def holder() -> dict[str, Any]:
+        """A lock (not picklable) and a number."""
+        return {"lock": threading.Lock(), "n": 1}
+
+    @registry.tool
+    def kind(x: Any) -> str:
+        """The type of x."""
+        return type(x).__name__
+
+    p = plan(
+        {"id": "h", "tool": "holder", "args": {}},
+        {"id": "bad", "tool": "kind", "args": {"x": "${h.lock}"}},
+        *[{"id": f"ok{i}", "tool": "kind", "args": {"x": "${h.n}"}} for i in range(4)],
+    )
+    result = await dagagent.execute(p, registry, executor=in_process(), on_failure="continue")
+    bad = result.tasks["bad"]
+    assert bad.status.value == "failed" and bad.error_type == "ToolArgumentsError"
+    assert bad.attempts == 1
+    assert bad.error == (
+        "bad arguments for tool 'kind': they cannot be pickled to travel to the Dask workers "
+        "(TypeError: cannot pickle '_thread.lock' object)"
+    )
+    assert {result.outputs[f"ok{i}"] for i in range(4)} == {"int"}
+
+
+@pytest.mark.anyio
+async def test_fail_fast_cancels_the_calls_submitted_with_the_failing_one(
+    registry: Registry, recorder: Any
+) -> None:
+    p = plan(
+        {"id": "root", "tool": "work", "args": {"name": "root"}},
+        *[
+            {"id": f"slow{i}", "tool": "work", "args": {"name": f"slow{i}", "seconds": 30}}
+            for i in range(5)
+        ],
+        {"id": "bad", "tool": "work", "args": {"name": "bad", "seconds": 0.5, "fail": True}},
+        {"id": "after", "tool": "echo", "args": {"value": ["${bad}", "${slow0}"]}},
+    )
+    exe = in_process()
+    async with exe.session():
+        client: Any = exe.dask_client
+        t0 = time.perf_counter()
+        result = await dagagent.execute(p, registry, executor=exe)
+        assert time.perf_counter() - t0 < 20  # the slow calls were not waited for
+        statuses = {t: r.status.value for t, r in result.tasks.items()}
+        assert statuses == {
+            "root": "succeeded",
+            **{f"slow{i}": "cancelled" for i in range(5)},
+            "bad": "failed",
+            "after": "skipped",
+        }
+        assert all(recorder.calls.get(f"slow{i}") == 1 for i in range(5))  # they had started
+        for _ in range(250):  # up to 5 s: the scheduler forgets every call of the run
+            if not await client.run_on_scheduler(_task_count):
+                break
+            await anyio.sleep(0.02)
+        else:
+            pytest.fail("the cancelled calls are still on the cluster")
+        events = await client.get_events(client.id)
+        cancelled = sum(
+            m["count"] for _, m in events if isinstance(m, dict) and m["action"] == "cancel"
+        )
+        assert cancelled == 5, events
+
+
+class _FakeClient:
+    """Records what the session submits; ``map`` fails when told to."""
+
+    id = "client-1"
+
+    def __init__(self, map_fails: bool) -> None:
+        self.map_fails = map_fails
+        self.mapped: list[list[str]] = []
+        self.submitted: list[str] = []
+
+    def map(self, fn: Any, *iterables: Any, key: list[str], pure: bool) -> list[str]:
+        if self.map_fails:
+            raise TypeError("Could not serialize object of type LLGExpr")
+        self.mapped.append(list(key))
+        return [f"future of {k}" for k in key]
+
+    def submit(self, fn: Any, *args: Any, key: str, pure: bool) -> str:
+        self.submitted.append(key)
+        return f"future of {key}"
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("map_fails", [False, True])
+async def test_a_batch_leaves_out_cancelled_calls_and_falls_back_to_one_call_each(
+    map_fails: bool,
+) -> None:
+    import asyncio
+
+    from dagagent.executors import dask as dask_executor
+
+    client = _FakeClient(map_fails)
+    state = dask_executor._Session(client, None, own_client=True)
+    state.waiting = {}
+    tool = Tool(lambda x: x, name="ident")
+    shipped = state.ship(tool)
+    loop = asyncio.get_running_loop()
+    calls = []
+    for i in range(3):
+        key = f"k{i}"
+        state.waiting[key] = loop.create_future()
+        call = dask_executor._Call(
+            shipped, {"x": i}, None, (client.id, key), key, loop.create_future()
+        )
+        state.submit(call)
+        calls.append(call)
+    calls[1].submitted.cancel()  # its caller was cancelled before the batch went
+    assert not client.mapped and not client.submitted  # nothing sent within the turn
+    await asyncio.sleep(0)  # the end of the turn: the batch goes
+    assert state.batch == []
+    assert calls[0].submitted.done() and calls[2].submitted.done()
+    if not map_fails:
+        assert client.mapped == [["k0", "k2"]] and client.submitted == []
+        assert [calls[0].key, calls[2].key] == ["k0", "k2"]
+    else:
+        # submitted one by one under fresh keys, the pushed results awaited under those
+        assert client.mapped == [] and client.submitted == [calls[0].key, calls[2].key]
+        assert {calls[0].key, calls[2].key}.isdisjoint({"k0", "k1", "k2"})
+        for call in (calls[0], calls[2]):
+            assert call.push == (client.id, call.key) and call.key in state.waiting
+    assert calls[0].future == f"future of {calls[0].key}"
+    assert calls[1].future is None
+    state.forget()
+
+
 @pytest.mark.anyio
 async def test_timeout_cancels_the_call(registry: Registry) -> None:
     p = plan(
