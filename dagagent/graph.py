@@ -47,7 +47,6 @@ from .errors import Issue, PlanLoadError, PlanValidationError
 from .map_checks import element_issues, for_each_reference, map_issues
 from .plan import ID_PATTERN, ID_RE, AgentTask, Plan, Task, ToolTask, read_plan
 from .references import Template
-from .results import TaskResult, TaskStatus
 from .text import did_you_mean, shorten
 
 if TYPE_CHECKING:
@@ -55,6 +54,7 @@ if TYPE_CHECKING:
 
     import networkx as nx
 
+    from .results import TaskResult
     from .tools import Registry
 
 __all__ = [
@@ -183,9 +183,6 @@ def critical_path(
     return finish[end], path
 
 
-_FINISHED = frozenset({TaskStatus.SUCCEEDED, TaskStatus.FAILED, TaskStatus.DENIED})
-
-
 def finished_critical_path(
     order: Sequence[str],
     dependencies: Mapping[str, Sequence[str]],
@@ -194,9 +191,12 @@ def finished_critical_path(
     """The critical path a run measured: the longest chain of tasks that finished (succeeded,
     failed or were denied, each taking its duration; a reused task takes no time). A task the
     run cancelled or skipped did not finish, so no path runs through it."""
+    from .results import TaskStatus  # here: checking a plan needs no results
+
+    finished = (TaskStatus.SUCCEEDED, TaskStatus.FAILED, TaskStatus.DENIED)
     durations: dict[str, float] = {}
     for task_id, r in results.items():
-        if r.status in _FINISHED and r.started_at is not None and r.finished_at is not None:
+        if r.status in finished and r.started_at is not None and r.finished_at is not None:
             durations[task_id] = r.finished_at - r.started_at
         elif r.status is TaskStatus.REUSED:
             durations[task_id] = 0.0

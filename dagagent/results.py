@@ -196,8 +196,11 @@ class ApprovalAnswer(BaseModel):
     at: float = 0.0
 
 
-_STEPS: TypeAdapter[list[AgentStep]] = TypeAdapter(list[AgentStep])
-_DECISIONS: TypeAdapter[list[CallDecision]] = TypeAdapter(list[CallDecision])
+# Built on first use, as the models are: importing the results costs a command that runs
+# nothing (dagagent validate) no schema.
+_LAZY = ConfigDict(defer_build=True)
+_STEPS: TypeAdapter[list[AgentStep]] = TypeAdapter(list[AgentStep], config=_LAZY)
+_DECISIONS: TypeAdapter[list[CallDecision]] = TypeAdapter(list[CallDecision], config=_LAZY)
 
 
 def load_steps(data: Any) -> list[AgentStep] | None:

@@ -38,7 +38,6 @@ __all__ = [
 ]
 
 _FINAL_ORDER = ("succeeded", "reused", "failed", "denied", "cancelled", "skipped")
-_STYLE = {s.value: style for s, style in STATUS_STYLE.items()}
 
 
 class PlainProgress:
@@ -216,7 +215,7 @@ class LiveProgress:
         head.append(f"  {len(running)} running  {max(pending, 0)} waiting")
         for st in _FINAL_ORDER:
             if counts.get(st):
-                head.append(f"  {counts[st]} {st}", style=_STYLE.get(st, ""))
+                head.append(f"  {counts[st]} {st}", style=STATUS_STYLE.get(st, ""))
         head.append(f"  {now - self._started:.1f}s", style="dim")
         # a grid row ends its line: a bare ProgressBar does not, and the next row would
         # continue on the bar's line
@@ -233,7 +232,9 @@ class LiveProgress:
             table.add_row("", Text(f"... {len(running) - self._show_running} more", "dim"), "")
         for tid, st, dur in reversed(recent):
             table.add_row(
-                Text(st, style=_STYLE.get(st, "")), tid, f"{dur:.2f}s" if dur is not None else "-"
+                Text(st, style=STATUS_STYLE.get(st, "")),
+                tid,
+                f"{dur:.2f}s" if dur is not None else "-",
             )
         if note is not None:
             return Group(head, bar, Text(note, style="dim"), table)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
@@ -13,8 +13,10 @@ from rich.text import Text
 
 from ..graph import PlanGraph
 from ..plan import ToolTask
-from ..results import RunResult, TaskResult, TaskStatus
 from ..text import shorten
+
+if TYPE_CHECKING:
+    from ..results import RunResult, TaskResult
 
 __all__ = [
     "MAX_ROWS",
@@ -28,14 +30,16 @@ __all__ = [
     "waited_for_approval",
 ]
 
-STATUS_STYLE = {
-    TaskStatus.SUCCEEDED: "green",
-    TaskStatus.REUSED: "cyan",
-    TaskStatus.FAILED: "red",
-    TaskStatus.DENIED: "magenta",
-    TaskStatus.CANCELLED: "yellow",
-    TaskStatus.SKIPPED: "dim",
-    TaskStatus.WAITING: "blue",
+# By each TaskStatus's value, which looks up its member too (a str enum): showing a plan
+# (dagagent validate) does not import the results.
+STATUS_STYLE: dict[str, str] = {
+    "succeeded": "green",
+    "reused": "cyan",
+    "failed": "red",
+    "denied": "magenta",
+    "cancelled": "yellow",
+    "skipped": "dim",
+    "waiting": "blue",
 }
 
 

@@ -42,7 +42,7 @@ def _style(status: str) -> str:
     if not _STYLES:
         from .render import STATUS_STYLE
 
-        _STYLES.update({s.value: style for s, style in STATUS_STYLE.items()})
+        _STYLES.update(STATUS_STYLE)
         _STYLES.update({"running": "blue", "interrupted": "yellow", "unrecorded": "dim"})
     return _STYLES.get(status, "")
 

@@ -13,7 +13,7 @@ __all__ = ["Usage", "UsageTracker"]
 class Usage(BaseModel):
     """Tokens used by one call (or, once added up, by many)."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)  # its schema on first use
 
     input_tokens: int = 0
     output_tokens: int = 0

@@ -63,3 +63,29 @@ def test_a_long_critical_path_is_shown_by_its_ends() -> None:
     )
     assert path_text(path[:3]) == "t0 -> t1 -> t2"
     assert path_text([]) == "-"  # nothing finished: a paused run ends "critical path 0.000s: -"
+
+
+def test_every_status_has_its_style_looked_up_by_member_or_value() -> None:
+    from dagagent.cli.render import STATUS_STYLE
+    from dagagent.results import TaskStatus
+
+    assert set(STATUS_STYLE) == {s.value for s in TaskStatus}
+    for status in TaskStatus:
+        assert STATUS_STYLE.get(status) == STATUS_STYLE[status.value] != ""
+
+
+def test_showing_a_plan_imports_no_results() -> None:
+    """dagagent validate draws the plan's table without the run results module (its models
+    cost a start-up that runs nothing)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from dagagent.graph import validate\n"
+        "from dagagent.cli.render import plan_table\n"
+        "plan_table(validate({'tasks': [{'id': 'a', 'tool': 't'}]}))\n"
+        "assert 'dagagent.results' not in sys.modules, 'results imported'\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
