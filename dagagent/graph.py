@@ -437,7 +437,7 @@ def _scan_plain(plan: Plan, registry: Registry | None) -> _Scanned | None:
     ):
         return None
     tools = {t.name: t for t in registry} if registry is not None else None
-    checked: dict[str, bool] = {}  # tool name -> its call without arguments is fine
+    checked: dict[str, bool] = {}  # tool name -> it is known, its call without arguments fine
     preds: dict[str, tuple[str, ...]] = {}
     templates: dict[str, Template] = {}
     depth: dict[str, int] = {}  # the level of each task placed so far
@@ -490,22 +490,25 @@ def _scan_plain(plan: Plan, registry: Registry | None) -> _Scanned | None:
                     levels.append([tid])
         if tools is None:
             continue
+        if not args and not t.retries:  # most tasks: a tool called without arguments
+            fine = checked.get(t.tool)
+            if fine is None:
+                tool = tools.get(t.tool)
+                fine = checked[t.tool] = tool is not None and not tool.check_partial({}, ())
+            if not fine:
+                return None
+            continue
         tool = tools.get(t.tool)
         if tool is None or (t.retries and not tool.retryable):
             return None
-        if args:
-            if refs or tool.check_partial(args, ()):
-                # references (their keys are checked as _tool_issues does) or a problem
-                problems: list[Issue] = []
-                _tool_issues(t, tmpl, registry, problems)  # type: ignore[arg-type]
-                if problems:
-                    return None
-        else:
-            fine = checked.get(tool.name)
-            if fine is None:
-                fine = checked[tool.name] = not tool.check_partial({}, ())
-            if not fine:
+        if refs or (args and tool.check_partial(args, ())):
+            # references (their keys are checked as _tool_issues does) or a problem
+            problems: list[Issue] = []
+            _tool_issues(t, tmpl, registry, problems)  # type: ignore[arg-type]
+            if problems:
                 return None
+        elif not args and tool.check_partial({}, ()):
+            return None
     if levels is None:  # some task came before a dependency: is each one a task, not itself?
         for tid, mine in preds.items():
             for d in mine:

@@ -534,7 +534,7 @@ def _plain_plan(data: Mapping[str, Any]) -> Plan | None:
             return None
         task = new(tool_task)
         set_dict(task, values)
-        set_fields(task, set(t))
+        set_fields(task, {*t})
         set_extra(task, None)
         set_private(task, None)
         append(task)

@@ -35,6 +35,12 @@ def _registry() -> dagagent.Registry:
         """Echo."""
         return text * times
 
+    async def once(**_: Any) -> None:
+        """Not to be called twice."""
+
+    registry.add(
+        dagagent.SchemaTool(once, name="once", parameters={"type": "object"}, retryable=False)
+    )
     return registry
 
 
@@ -216,6 +222,14 @@ def test_anything_not_plain_takes_the_full_road(data: Any) -> None:
         ([{"id": "a", "tool": "noop", "depends_on": ["a"]}], "self_dependency"),
         ([{"id": "a", "tool": "add", "args": {"a": "${a}"}}], "self_dependency"),
         ([{"id": "a", "tool": "add", "args": {"b": 1}}], "bad_arguments"),
+        ([{"id": "a", "tool": "add"}], "bad_arguments"),  # no arguments, one required
+        (
+            [{"id": "a", "tool": "noop"}, {"id": "b", "tool": "noop"}, {"id": "c", "tool": "add"}],
+            "bad_arguments",
+        ),
+        ([{"id": "a", "tool": "noop"}, {"id": "b", "tool": "nope"}], "unknown_tool"),
+        ([{"id": "a", "tool": "once", "retries": 2}], "not_retryable"),
+        ([{"id": "a", "tool": "once"}, {"id": "b", "tool": "once", "retries": 1}], "not_retryable"),
         ([{"id": "a", "tool": "add", "args": {"a": "x"}}], "bad_arguments"),
         ([{"id": "a", "tool": "noop", "args": {"a": 1}}], "bad_arguments"),
         ([{"id": "a", "tool": "echo", "args": {"text": "${"}}], "bad_reference"),
