@@ -23,7 +23,10 @@ interceptors, timeouts, retries, records and events stay in the
   :class:`~dagagent.errors.ToolArgumentsError`; the calls submitted with it run.
 - **Results.** A result of at most 4 KiB pickled travels back with its call's completion, as
   an event of the executor's own client (see :func:`_push`), saving the round trip that
-  fetches it; a larger one, or any result when the client was given, is fetched.
+  fetches it; a larger one, or any result when the client was given, is fetched. The Dask
+  futures of pushed results are released together when the run ends (or every
+  :data:`_HOLD_MAX` of them), not one by one between the calls of a chain (see
+  :meth:`_Session.hold`); the others as soon as their result is in.
 - **Tools bound to a connection** (:attr:`~dagagent.tools.Tool.connection`, tools from MCP
   servers) are called on the driver, which holds their sessions; they are not shipped.
 - **Sync and async tools.** Sync tools run in a worker thread; async tools run on the
@@ -93,6 +96,8 @@ _HOW_CALLS_KILL = "a crash in native code such as a segfault, running out of mem
 # _push); the scheduler keeps the last 1,000 events of a topic while the client lives.
 _PUSH_MAX_BYTES = 4096
 _PUSHED = "dagagent-result"
+# Futures of pushed results held before they are released together (see _Session.hold).
+_HOLD_MAX = 1000
 # Interval (s) at which a client this executor creates batches messages to the scheduler:
 # Dask's default (10 ms) adds up to 10 ms to every hop of a chain of dependent tasks.
 _CLIENT_SEND_INTERVAL_S = 0.001
@@ -423,6 +428,27 @@ class _Session:
     waiting: dict[str, asyncio.Future[bytes]] | None = None
     #: Calls made in this turn of the event loop, submitted together at its end.
     batch: list[_Call] = field(default_factory=list)
+    #: Futures of calls whose result came pushed, released together (see :meth:`hold`).
+    held: list[Any] = field(default_factory=list)
+
+    def hold(self, future: Any) -> None:
+        """Keep the future of a call whose result came pushed until the run ends (or
+        :data:`_HOLD_MAX` are held), then release them all at once.
+
+        Releasing a key makes the scheduler tell the worker holding its result to free it,
+        on the same stream and within the same few milliseconds as the next call of a chain
+        it may be sending that worker: Dask's stream then holds the call back until its
+        send interval (5 ms) has passed. What the held futures keep on the workers is
+        small: a pushed result is at most :data:`_PUSH_MAX_BYTES` pickled."""
+        held = self.held
+        held.append(future)
+        if len(held) >= _HOLD_MAX:
+            self.release_held()
+
+    def release_held(self) -> None:
+        held, self.held = self.held, []
+        for future in held:
+            future.release()
 
     def submit(self, call: _Call) -> None:
         """Queue ``call``; the first call of a turn schedules :meth:`flush`."""
@@ -756,6 +782,7 @@ class DaskExecutor(DataflowExecutor):
 
     @staticmethod
     async def _close(state: _Session) -> None:
+        state.release_held()
         state.forget()
         if state.own_client:
             if state.waiting is not None:  # or the scheduler reports the client's end to it
@@ -782,7 +809,10 @@ class DaskExecutor(DataflowExecutor):
             raise ConfigError("DaskExecutor.run() must be called inside DaskExecutor.session()")
         await self._prepare(state, runner.tools_in_use())  # a no-op for tools already shipped
         state.traced = runner.telemetry is not None and runner.telemetry.tracer is not None
-        await super().run(graph, runner, on_failure)
+        try:
+            await super().run(graph, runner, on_failure)
+        finally:
+            state.release_held()
 
     async def _prepare(self, state: _Session, used: Mapping[Tool, Sequence[str]]) -> None:
         """Ship every tool the plan can call to the workers, or say which cannot go."""
@@ -930,6 +960,8 @@ class DaskExecutor(DataflowExecutor):
                 finally:
                     finished.cancel()
                 if waiter.done():
+                    state.hold(future)  # released with others, off the path of the next call
+                    call.future = None
                     return pickle.loads(waiter.result())
             return await future  # fetched (or what went wrong, raised)
         except _killed_worker() as exc:

@@ -304,6 +304,44 @@ async def test_a_batch_leaves_out_cancelled_calls_and_falls_back_to_one_call_eac
 
 
 @pytest.mark.anyio
+async def test_pushed_results_are_released_together_and_when_the_run_ends(
+    registry: Registry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The futures of pushed results are released in groups (at most _HOLD_MAX held), and
+    the last ones when the run ends: the cluster keeps nothing of a finished run."""
+    from dagagent.executors import dask as dask_executor
+
+    monkeypatch.setattr(dask_executor, "_HOLD_MAX", 3)
+    released: list[int] = []
+    real = dask_executor._Session.release_held
+
+    def spy(self: Any) -> None:
+        released.append(len(self.held))
+        real(self)
+
+    monkeypatch.setattr(dask_executor._Session, "release_held", spy)
+    p = plan(
+        {"id": "t0", "tool": "add", "args": {"a": 0, "b": 1}},
+        *[
+            {"id": f"t{i}", "tool": "add", "args": {"a": f"${{t{i - 1}}}", "b": 1}}
+            for i in range(1, 7)
+        ],
+    )
+    exe = in_process()
+    async with exe.session():
+        result = await dagagent.execute(p, registry, executor=exe)
+        assert result.ok and result.outputs["t6"] == 7
+        assert released == [3, 3, 1]  # 7 results: two full groups, the rest at the end
+        client: Any = exe.dask_client
+        for _ in range(250):  # up to 5 s
+            if not await client.run_on_scheduler(_task_count):
+                break
+            await anyio.sleep(0.02)
+        else:
+            pytest.fail("the run's results are still on the cluster")
+
+
+@pytest.mark.anyio
 async def test_timeout_cancels_the_call(registry: Registry) -> None:
     p = plan(
         {"id": "slow", "tool": "work", "args": {"name": "slow", "seconds": 30}, "timeout_s": 0.3}
