@@ -13,7 +13,9 @@ an abandoned thread outlives the run (and the loop) that started it.
 On asyncio (the hot path) a call is handed to threads of dagagent's own: the caller's event
 loop gets a future, the call goes on a queue an idle thread takes it from (a thread is started
 only when none is idle, so there are never more than ``limit`` of them), and the thread sets
-the future through the loop's ``call_soon_threadsafe``. That is all a call costs: less than
+the future through the loop's ``call_soon_threadsafe``. A call that finds every place taken
+waits in line, and the call that frees a place puts the next one in line on the queue from its
+own thread, with no turn of the event loop in between. That is all a call costs: less than
 ``asyncio.to_thread`` (no ``concurrent.futures`` future to chain) and about a third of
 ``anyio.to_thread.run_sync``, whose per-call bookkeeping costs more than most sync tools take
 to run. The threads are daemon threads: one still running an abandoned call does not keep the
@@ -66,7 +68,8 @@ class SyncThreads:
         self._limit = _checked(limit)
         self._running = 0  # calls holding a place: running, or abandoned and still running
         self._abandoned = 0
-        self._waiters: deque[_Waiter] = deque()
+        # Calls in line for a place (asyncio), and coroutines waiting for one (other loops).
+        self._waiters: deque[_Waiter | _Call] = deque()
         self._jobs: queue.SimpleQueue[_Call] = queue.SimpleQueue()
         self._idle = 0  # threads that will take the next job without one being started
         self._started = 0  # threads started, for their names
@@ -98,9 +101,32 @@ class SyncThreads:
         """``fn(*args)`` in a worker thread once a place is free, with the caller's context
         variables; a cancellation abandons it."""
         try:
-            loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+            loop = asyncio.get_running_loop()
         except RuntimeError:  # not asyncio
-            loop = None
+            return await self._run_elsewhere(fn, args)
+        call = _Call(self, fn, args)
+        future = call.future = loop.create_future()
+        call.loop = loop
+        with self._lock:
+            if self._running < self._limit and not self._waiters:
+                self._running += 1
+                number = self._take_thread()
+            else:  # in line for a place: the call that frees one hands it over, no loop turn
+                call.queued = True
+                self._waiters.append(call)
+                number = 0
+        if not call.queued:
+            self._jobs.put(call)
+            if number:
+                self._start_thread(number)
+        try:
+            return cast(T, await future)
+        finally:
+            if call.state != _DONE:  # a no-op once the function has returned
+                call.abandon()
+
+    async def _run_elsewhere(self, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
+        """Another event loop than asyncio's: anyio's worker threads, within the places."""
         with self._lock:
             placed = self._running < self._limit and not self._waiters
             if placed:
@@ -109,29 +135,25 @@ class SyncThreads:
             await self._wait_for_place()
         call = _Call(self, fn, args)
         try:
-            if loop is None:
-                output = await anyio.to_thread.run_sync(
-                    call.work, abandon_on_cancel=True, limiter=_unbounded()
-                )
-                return cast(T, output)  # None only for a call abandoned before it started
-            future = call.future = loop.create_future()
-            call.loop = loop
-            with self._lock:
-                start = not self._idle
-                if start:
-                    self._started += 1
-                    number = self._started
-                else:
-                    self._idle -= 1
-            self._jobs.put(call)
-            if start:
-                threading.Thread(
-                    target=self._serve, name=f"{THREAD_NAME} {number}", daemon=True
-                ).start()
-            return cast(T, await future)
+            output = await anyio.to_thread.run_sync(
+                call.work, abandon_on_cancel=True, limiter=_unbounded()
+            )
+            return cast(T, output)  # None only for a call abandoned before it started
         finally:
-            if call.state != _DONE:  # a no-op once the function has returned
+            if call.state != _DONE:
                 call.abandon()
+
+    def _take_thread(self) -> int:
+        """A thread for a call handed to the queue (the lock is held): an idle one (0), or the
+        number of one to start."""
+        if self._idle:
+            self._idle -= 1
+            return 0
+        self._started += 1
+        return self._started
+
+    def _start_thread(self, number: int) -> None:
+        threading.Thread(target=self._serve, name=f"{THREAD_NAME} {number}", daemon=True).start()
 
     # -- dagagent's threads ------------------------------------------------------------------
 
@@ -180,9 +202,17 @@ class SyncThreads:
         self._running -= 1
 
     def _hand_over(self) -> bool:
-        """Give a place (counted in ``_running``) to the first waiter whose loop still runs."""
+        """Give a place (counted in ``_running``) to the first waiter whose loop still runs: a
+        call in line goes on the queue at once, a waiting coroutine is woken."""
         while self._waiters:
             waiter = self._waiters.popleft()
+            if isinstance(waiter, _Call):
+                waiter.queued = False
+                self._jobs.put(waiter)
+                number = self._take_thread()
+                if number:
+                    self._start_thread(number)
+                return True
             if waiter.wake():
                 return True
         return False
@@ -230,10 +260,11 @@ class _Call:
     """One sync call: it holds a place from before its thread takes it up until its function
     returns (or, abandoned before that, until its thread finds it abandoned)."""
 
-    __slots__ = ("args", "context", "fn", "future", "loop", "owner", "state")
+    __slots__ = ("args", "context", "fn", "future", "loop", "owner", "queued", "state")
 
     def __init__(self, owner: SyncThreads, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
         self.owner = owner
+        self.queued = False  # in line for a place (it holds none yet)
         self.fn = fn
         self.args = args
         self.context = contextvars.copy_context()
@@ -272,7 +303,11 @@ class _Call:
     def abandon(self) -> None:
         owner = self.owner
         with owner._lock:
-            if self.state == _WAITING:
+            if self.queued:  # still in line for a place: it never runs
+                owner._waiters.remove(self)
+                self.queued = False
+                self.state = _DONE
+            elif self.state == _WAITING:
                 self.state = _ABANDONED_WAITING
                 if self.loop is None:  # anyio's thread may never take it up: free it now
                     owner._release_locked()

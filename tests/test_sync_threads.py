@@ -162,3 +162,44 @@ async def test_raising_the_limit_lets_waiting_calls_in() -> None:
 def test_the_limit_is_a_positive_integer(bad: Any) -> None:
     with pytest.raises(ValueError, match="integer >= 1"):
         SyncThreads(limit=bad)
+
+
+async def test_calls_in_line_run_in_order_of_arrival_and_cancelled_ones_never_run() -> None:
+    # 2 places, 40 calls: 38 wait in line, each started by the call that frees a place. The
+    # 10 whose caller gives up while in line never run, and hold no place.
+    threads = SyncThreads(limit=2)
+    lock = threading.Lock()
+    inside = most = 0
+    ran: list[int] = []
+    gate = threading.Event()
+
+    def work(i: int) -> int:
+        nonlocal inside, most
+        with lock:
+            inside += 1
+            most = max(most, inside)
+            ran.append(i)
+        gate.wait(30)
+        time.sleep(0.001)
+        with lock:
+            inside -= 1
+        return i
+
+    got: list[int] = []
+    scopes: dict[int, anyio.CancelScope] = {}
+
+    async def call(i: int) -> None:
+        with anyio.CancelScope() as scopes[i]:
+            got.append(await threads.run(work, i))
+
+    async with anyio.create_task_group() as tg:
+        for i in range(40):
+            tg.start_soon(call, i)
+        await _until(lambda: len(scopes) == 40 and threads.running == 2)
+        for i in range(20, 30):  # in line: never started
+            scopes[i].cancel()
+        gate.set()
+    expected = [i for i in range(40) if not 20 <= i < 30]
+    assert ran == expected  # in order of arrival, the cancelled ones never
+    assert sorted(got) == expected
+    assert most == 2 and threads.running == 0
