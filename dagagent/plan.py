@@ -707,13 +707,19 @@ def _compact_json(plan: Plan) -> str | None:
     if type(plan) is not Plan or plan.__pydantic_extra__:
         return None
     known = _TASK_FIELDS
+    required = _NO_DEFAULT
     try:
-        tasks = []
-        for t in plan.tasks:
+        tasks: list[dict[str, Any]] = []
+        append = tasks.append
+        for t in plan.tasks:  # a loop, not a comprehension: no frame per task (3.11)
             every, changeable, names = known[type(t)]
-            fields = changeable if t.__pydantic_fields_set__ <= names else every
             values = t.__dict__
-            tasks.append({k: v for k, default in fields if (v := values[k]) != default})
+            task = {}
+            for k, default in changeable if t.__pydantic_fields_set__ <= names else every:
+                v = values[k]
+                if default is required or v != default:
+                    task[k] = v
+            append(task)
         doc: dict[str, Any] = {}
         if plan.goal != "":
             doc["goal"] = plan.goal

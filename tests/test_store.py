@@ -584,6 +584,49 @@ def test_a_task_recorded_again_has_one_row_the_last(tmp_path: Path) -> None:
     }
 
 
+def test_the_log_is_copied_into_the_file_while_the_run_goes_on(tmp_path: Path) -> None:
+    """A checkpoint when about 256 KiB went to the write-ahead log, not all of it when the
+    last connection closes at the end of the run (which the caller of execute waits for)."""
+    db, run_id = tmp_path / "r.db", "0123456789ab"
+    tasks = [{"id": f"t{i}", "tool": "t", "args": {"text": "x" * 100}} for i in range(4000)]
+    plan = Plan.model_validate({"tasks": tasks})  # about 550 KB of JSON
+    rec = RunRecorder(db, run_id, flush_interval_s=0).start()
+    try:
+        rec(RunStarted(run_id, plan, "dataflow"))
+        small = db.stat().st_size
+        rec.record(_plain("t0", output=0))  # the next batch: the checkpoint follows it
+        deadline = time.monotonic() + 60
+        while db.stat().st_size < small + 500_000:
+            assert time.monotonic() < deadline, "the plan never reached the database file"
+            time.sleep(0.01)
+    finally:
+        rec.close()
+    with RunStore(db) as st:
+        assert len(st.get_run(run_id).plan.tasks) == 4000
+
+
+def test_a_recorder_writes_through_the_connection_it_opened(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    opened: list[Path] = []
+    real = writer.connect
+
+    def spy(path: Path, **kw: Any) -> sqlite3.Connection:
+        opened.append(path)
+        return real(path, **kw)
+
+    monkeypatch.setattr(writer, "connect", spy)
+    with RunRecorder(tmp_path / "r.db", "0123456789ab") as rec:
+        rec(RunStarted("0123456789ab", Plan.model_validate({"tasks": []}), "serial"))
+        rec.record(_plain("a", output=1))
+    assert opened == [] and rec.loss is None
+    with RunStore(tmp_path / "r.db") as st:  # a store of its own: the writer connects
+        with RunRecorder(st, "0123456789ac") as rec:
+            rec(RunStarted("0123456789ac", Plan.model_validate({"tasks": []}), "serial"))
+        assert opened == [tmp_path / "r.db"]
+        assert [r.run_id for r in st.list_runs()] == ["0123456789ac", "0123456789ab"]
+
+
 def test_a_resumed_run_replaces_the_results_it_runs_again(tmp_path: Path) -> None:
     db, run_id = tmp_path / "r.db", "0123456789ab"
     plan = Plan.model_validate({"tasks": [{"id": t, "tool": "t"} for t in "abc"]})

@@ -136,6 +136,28 @@ def test_a_batch_as_one_json_document_writes_the_rows_row_by_row_would(
     assert by_id["opaque"][3] == '"<opaque thing>"'
 
 
+@pytest.mark.skipif(not rows.JSON_ROWS, reason="an SQLite without JSON functions: rows only")
+def test_a_batch_of_successes_alone_writes_the_rows_row_by_row_would(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The usual batch (every result a plain success) takes a way of its own to its document."""
+    successes = [r for r in _results() if r.status is TaskStatus.SUCCEEDED and rows.plain(r)]
+    successes = [r for r in successes if r.steps is None and r.task_id != "nan"]
+    assert len(successes) > 5 and rows._all_plain_successes(successes)
+    ways: list[bool] = []
+    real = writer.insert_json
+
+    def spy(conn: Any, run_id: str, results: Any) -> bool:
+        ways.append(real(conn, run_id, results))
+        return ways[-1]
+
+    monkeypatch.setattr(writer, "insert_json", spy)
+    fast = _record(tmp_path / "fast.db", successes)
+    assert ways == [True]
+    monkeypatch.setattr(writer, "JSON_ROWS", False)
+    assert fast == _record(tmp_path / "slow.db", successes)
+
+
 def test_the_recorder_takes_results_and_task_finished_events_alike(tmp_path: Path) -> None:
     db = tmp_path / "r.db"
     run_id = "0123456789ab"

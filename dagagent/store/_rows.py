@@ -64,12 +64,21 @@ _SUCCEEDED = TaskStatus.SUCCEEDED
 _HAS_OUTPUT = frozenset(s for s in TaskStatus if s.ok)
 
 
-# The per-result work below is done by C code where it can be (attrgetter, list.count, which
-# compares by identity first): a batch of a thousand plain successes takes no Python loop.
-_CALLS = attrgetter("decisions", "elements")
-_NO_CALLS = (None, None)
-_KIND = attrgetter("status", "error", "error_type", "traceback", "steps")
-_PLAIN_SUCCESS = (_SUCCEEDED, None, None, None, None)
+# The per-result work below is done by C code where it can (attrgetter, list.count, which
+# compares by identity first): a batch of a thousand plain successes takes no Python loop, and
+# makes no tuple but its rows (a thousand new tuples at once would also start a collection of
+# the cycle collector, over the event loop's young objects too).
+_CALLS = tuple(map(attrgetter, ("decisions", "elements")))
+_SUCCESS_KIND = tuple(
+    (attrgetter(name), value)
+    for name, value in (
+        ("status", _SUCCEEDED),
+        ("error", None),
+        ("error_type", None),
+        ("traceback", None),
+        ("steps", None),
+    )
+)
 _SUCCESS_ROW = attrgetter("task_id", "output", "attempts", "started_at", "finished_at", "args")
 
 
@@ -80,7 +89,13 @@ def plain(r: TaskResult) -> bool:
 
 def all_plain(results: Sequence[TaskResult]) -> bool:
     """Whether every one of ``results`` is :func:`plain` (the usual batch)."""
-    return list(map(_CALLS, results)).count(_NO_CALLS) == len(results)
+    n = len(results)
+    return all(list(map(get, results)).count(None) == n for get in _CALLS)
+
+
+def _all_plain_successes(results: Sequence[TaskResult]) -> bool:
+    n = len(results)
+    return all(list(map(get, results)).count(value) == n for get, value in _SUCCESS_KIND)
 
 
 def insert_json(conn: sqlite3.Connection, run_id: str, results: Sequence[TaskResult]) -> bool:
@@ -91,7 +106,7 @@ def insert_json(conn: sqlite3.Connection, run_id: str, results: Sequence[TaskRes
     successes: list[tuple[Any, ...]] = []
     others: list[tuple[Any, ...]] = []
     has_output = _HAS_OUTPUT
-    if list(map(_KIND, results)).count(_PLAIN_SUCCESS) == len(results):
+    if _all_plain_successes(results):
         successes = list(map(_SUCCESS_ROW, results))
         results = ()
     for r in results:

@@ -162,6 +162,13 @@ class RunStore(SolveQueries, ApprovalQueries):
                 self._conn.close()
                 self._conn = None
 
+    def _detach(self) -> sqlite3.Connection | None:
+        """Hand this store's connection over (to a recorder's writer, which closes it): the
+        store is closed, the connection is not. ``None`` if it was closed already."""
+        with self._lock:
+            conn, self._conn = self._conn, None
+        return conn
+
     def __enter__(self) -> RunStore:
         return self
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import sqlite3
@@ -42,6 +43,10 @@ _RUN_START_WAIT_S = 5.0
 _FIRST_WRITE_BUSY_MS = 250
 _STORE_BUSY_MS = 10_000  # afterwards (SQLite's busy timeout of the store's connections)
 _BUSY_RETRY_S = 0.5  # while the store is locked, try again this often
+# Checkpoint the write-ahead log once about this much has been written to it (the plan's text,
+# and a rough size per result).
+_CHECKPOINT_BYTES = 256 * 1024
+_RESULT_BYTES = 100
 _RECORDED = frozenset((RunStarted, TaskFinished, RunFinished, PlanExtended))
 # What the writer thread gets: a task's result itself (from record() or a TaskFinished), or
 # one of the run's events. The run's first row is written at once, the rest in batches.
@@ -145,8 +150,9 @@ class RunRecorder:
         self._run_row_lost = False
         #: The tasks this recorder has put on record (committed), in a log row or a row.
         self._written: set[str] = set()
-        # The store this recorder opened stays open until the writer has its own connection:
-        # closing the last connection of a new store checkpoints it (milliseconds, on disk).
+        self._unchecked = 0  # about how many bytes were committed since the last checkpoint
+        # The store this recorder opened: its connection becomes the writer's (closing the
+        # last connection of a store checkpoints it: milliseconds, on disk).
         self._opened = opened
 
     @property
@@ -238,9 +244,10 @@ class RunRecorder:
             if pending:
                 try:
                     if conn is None:
-                        conn = connect(self.path)
+                        # The connection of the store this recorder opened, if it did: a
+                        # second one would cost its own opening.
+                        conn = self._take_opened() or connect(self.path)
                         busy_ms = -1
-                        self._close_opened()
                     # How long to wait for another process's write lock: briefly for the
                     # first write (the tasks wait for it), at most the time left once closing.
                     want = _STORE_BUSY_MS if self._run_row else _FIRST_WRITE_BUSY_MS
@@ -278,9 +285,21 @@ class RunRecorder:
                     self._run_written.set()
             if stop and not pending:
                 break
+            if conn is not None and not pending and self._unchecked >= _CHECKPOINT_BYTES:
+                # Copy what the log holds into the database file now, while the run goes on
+                # (the interpreter lock is released), rather than all of it when the last
+                # connection closes at the end of the run, which the caller waits for.
+                # Housekeeping: if it fails, the next checkpoint, or the close, copies it.
+                self._unchecked = 0
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
         if conn is not None:
             conn.close()
         self._close_opened()
+
+    def _take_opened(self) -> sqlite3.Connection | None:
+        opened, self._opened = self._opened, None
+        return opened._detach() if opened is not None else None
 
     def _close_opened(self) -> None:
         opened, self._opened = self._opened, None
@@ -366,6 +385,7 @@ class RunRecorder:
         asked: list[tuple[Any, ...]] = []  # calls left for a person (waiting tasks)
         finishes: list[tuple[Any, ...]] = []
         grown: PlanExtended | None = None  # the latest plan of a run still being planned
+        plan_bytes = 0
         for ev in events:
             if type(ev) is TaskResult:
                 results.append(ev)
@@ -373,13 +393,15 @@ class RunRecorder:
                     asked.extend(self._asked(ev))
             elif type(ev) is RunStarted:
                 plan = ev.plan
+                text = plan.to_json(indent=None)
+                plan_bytes += len(text)
                 starts.append(
                     (
                         ev.run_id,
                         ev.parent_id,
                         self._created,
                         plan.goal,
-                        plan.to_json(indent=None),
+                        text,
                         len(plan.tasks),
                         RunStatus.RUNNING.value,
                         ev.executor,
@@ -421,9 +443,11 @@ class RunRecorder:
                     [(s[0], s[4]) for s in starts],
                 )
             if grown is not None:
+                text = grown.plan.to_json(indent=None)
+                plan_bytes += len(text)
                 conn.execute(
                     "INSERT OR REPLACE INTO run_plans (run_id, plan) VALUES (?, ?)",
-                    (grown.run_id, grown.plan.to_json(indent=None)),
+                    (grown.run_id, text),
                 )
                 conn.execute(
                     "UPDATE runs SET n_tasks = ? WHERE id = ?",
@@ -457,6 +481,7 @@ class RunRecorder:
             raise
         if written:
             self._written |= written
+        self._unchecked += plan_bytes + _RESULT_BYTES * len(results)
 
     def _asked(self, r: TaskResult) -> list[tuple[Any, ...]]:
         """The calls of a waiting task left for a person: one row each (its ``wait``
