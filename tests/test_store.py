@@ -37,6 +37,7 @@ from dagagent.store import (
     user_data_dir,
 )
 from dagagent.store import _writer as writer
+from dagagent.store._plans import plan_from_column, plan_task_ids, plan_to_column
 
 pytestmark = pytest.mark.anyio
 
@@ -625,6 +626,45 @@ def test_a_recorder_writes_through_the_connection_it_opened(
             rec(RunStarted("0123456789ac", Plan.model_validate({"tasks": []}), "serial"))
         assert opened == [tmp_path / "r.db"]
         assert [r.run_id for r in st.list_runs()] == ["0123456789ac", "0123456789ab"]
+
+
+def test_a_plan_is_kept_in_the_short_form_when_it_can_be_and_reads_back_the_same(
+    tmp_path: Path,
+) -> None:
+    plain = Plan.model_validate(
+        {
+            "goal": "g",
+            "tasks": [
+                {"id": "a", "tool": "t"},
+                {"id": "b", "tool": "t", "args": {"x": "${a}", "n": [1, 2.5]}, "depends_on": ["a"]},
+            ],
+        }
+    )
+    other = Plan.model_validate(
+        {
+            "tasks": [
+                {"id": "a", "tool": "t", "retries": 2},
+                {"id": "b", "instruction": "think", "tools": ["t"]},
+            ]
+        }
+    )
+    short, full = plan_to_column(plain), plan_to_column(other)
+    assert short.startswith("[") and full == other.to_json(indent=None)
+    assert plan_to_column(Plan()) == '["",[]]'
+    for plan, text in ((plain, short), (other, full), (plain, plain.to_json(indent=None))):
+        back = plan_from_column(text)
+        assert back.model_dump() == plan.model_dump()
+        assert back.to_json() == plan.to_json()
+        assert plan_task_ids(text) == [t.id for t in plan.tasks]
+    with pytest.raises(ValueError):
+        plan_from_column('["g", [["a"]]]')
+    # what a run records, and reads back
+    db = tmp_path / "r.db"
+    for run_id, plan in (("0123456789ab", plain), ("0123456789ac", other)):
+        with RunRecorder(db, run_id) as rec:
+            rec(RunStarted(run_id, plan, "serial"))
+        with RunStore(db) as st:
+            assert st.get_run(run_id).plan.model_dump() == plan.model_dump()
 
 
 def test_a_resumed_run_replaces_the_results_it_runs_again(tmp_path: Path) -> None:

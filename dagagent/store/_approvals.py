@@ -14,7 +14,6 @@ moves on without a decision (a resume asks again, with a new row; or the run end
 
 from __future__ import annotations
 
-import json
 import os
 import sqlite3
 import time
@@ -27,6 +26,7 @@ from ..errors import DecisionError
 from ..results import ApprovalAnswer
 from ..text import shorten
 from ._codec import from_column, to_column
+from ._plans import plan_task_ids
 from ._schema import PLAN_OF_RUN
 from .models import ApprovalRecord
 
@@ -252,7 +252,7 @@ def _not_waiting(
 ) -> str:
     """Why task ``task_id`` of run ``run_id`` takes no decision, in words."""
     plan = conn.execute(f"SELECT {PLAN_OF_RUN} FROM runs WHERE id = ?", (run_id,)).fetchone()
-    ids = [t.get("id") for t in json.loads(plan[0]).get("tasks", [])] if plan else []
+    ids = plan_task_ids(plan[0]) if plan else []
     if task_id not in ids:
         shown = ", ".join(str(i) for i in ids[:10]) + (", ..." if len(ids) > 10 else "")
         return f"run {run_id} has no task {shorten(task_id, 64)!r} (its tasks: {shown})"

@@ -11,12 +11,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import StoreError
-from ..plan import Plan, task_fingerprint
+from ..plan import task_fingerprint
 from ..results import RunStatus, TaskResult, TaskStatus, load_decisions, load_steps
 from ._approvals import ApprovalQueries
 from ._codec import ELEMENT_KEYS, from_column
 from ._ids import check_run_id
 from ._location import StoreLocation, locate_store
+from ._plans import plan_from_column
 from ._schema import MIGRATIONS, PLAN_OF_RUN, Migration, connect, migrate, status_counts_sql
 from ._solves import SolveQueries
 from .models import RunRecord, RunSummary
@@ -293,7 +294,7 @@ class RunStore(SolveQueries, ApprovalQueries):
             raise StoreError(f"no run {run_id} in {self.path}")
         r = rows[0]
         try:
-            plan = Plan.model_validate_json(r[4])
+            plan = plan_from_column(r[4])
         except ValueError as exc:
             raise StoreError(f"run {run_id}: the recorded plan cannot be read: {exc}") from None
         task_rows = self._query(

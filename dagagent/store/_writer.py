@@ -20,6 +20,7 @@ from ..events import PlanExtended, RunFinished, RunStarted, TaskFinished, get_lo
 from ..results import WAIT, RecordLoss, RunStatus, TaskResult, TaskStatus
 from ._codec import ELEMENT_KEYS, to_column, why
 from ._ids import check_run_id
+from ._plans import plan_to_column
 from ._rows import JSON_ROWS, all_plain, insert_json, insert_tuples, materialize, plain
 from ._schema import connect
 from ._store import DEFAULT_FLUSH_INTERVAL_S, RunStore
@@ -393,7 +394,7 @@ class RunRecorder:
                     asked.extend(self._asked(ev))
             elif type(ev) is RunStarted:
                 plan = ev.plan
-                text = plan.to_json(indent=None)
+                text = plan_to_column(plan)
                 plan_bytes += len(text)
                 starts.append(
                     (
@@ -443,7 +444,7 @@ class RunRecorder:
                     [(s[0], s[4]) for s in starts],
                 )
             if grown is not None:
-                text = grown.plan.to_json(indent=None)
+                text = plan_to_column(grown.plan)
                 plan_bytes += len(text)
                 conn.execute(
                     "INSERT OR REPLACE INTO run_plans (run_id, plan) VALUES (?, ?)",
