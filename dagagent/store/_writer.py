@@ -85,8 +85,9 @@ class RunRecorder:
     unless another process holds the store's write lock at that moment (then the tasks start
     anyway, and the row is written as soon as the lock is free). A task's result is committed
     at most ``flush_interval_s`` after it finished, plus the time of the write in progress
-    then and of its own batch (each about 6-10 µs a row on a 2-core machine: the 1,000 no-op
-    tasks that finish in 0.02 s take under 10 ms), or as soon as a lock another process holds
+    then and of its own batch (the 1,000 no-op tasks that finish in 0.02 s took 2-18 ms on a
+    busy 2-core machine, mostly waiting for the interpreter lock; a checkpoint, after every
+    ~256 KiB written, a few milliseconds more), or as soon as a lock another process holds
     is free. A SIGKILL loses only the results of that window: the tasks that finished in the
     last ``flush_interval_s`` plus one write (``tests/test_store_durability.py`` kills a run
     mid-way and finds every task that finished 2 s before on record). A store
