@@ -3,7 +3,6 @@ pages live in :mod:`dagagent.ui`; this module only parses options and starts the
 
 from __future__ import annotations
 
-import socket
 import threading
 import webbrowser
 from pathlib import Path
@@ -52,6 +51,8 @@ def ui_cmd(
     """Look at recorded runs in a browser: the runs, each run's graph, timeline and task
     details, replans beside their parents; a running run updates live. Read-only."""
     ui_app, _ = _ui_modules()
+    import socket  # here: every other command starts without it
+
     import uvicorn
 
     loopback = _loopback(host)
