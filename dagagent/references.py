@@ -44,6 +44,9 @@ ELEMENT_NAMES = frozenset({ITEM, INDEX})
 # ${id} or ${id.path.seg}, or ${@name...} (a map's element); path segments are anything but
 # '.', '}' and whitespace.
 _REF_RE = re.compile(r"\$\$\{|\$\{(@?[A-Za-z0-9_][A-Za-z0-9_-]*)((?:\.[^.}\s]+)*)\}")
+# A string that is one reference and nothing else (most references are): a reference ends at
+# its first '}', so this matches exactly when _REF_RE's first match is the whole string.
+_WHOLE_REF_RE = re.compile(r"\$\{(@?[A-Za-z0-9_][A-Za-z0-9_-]*)((?:\.[^.}\s]+)*)\}")
 
 
 class Reference:
@@ -185,6 +188,12 @@ def _compile_string(s: str, refs: list[Reference], bad: list[str]) -> Any:
     (whole-string) or an _Interp."""
     if "${" not in s:
         return s
+    whole = _WHOLE_REF_RE.fullmatch(s)
+    if whole is not None:
+        path = whole.group(2)
+        ref = Reference(whole.group(1), tuple(path[1:].split(".")) if path else (), s)
+        refs.append(ref)
+        return ref
     parts: list[str | Reference] = []
     pos = 0
     for m in _REF_RE.finditer(s):

@@ -509,3 +509,28 @@ def test_compact_plan_json_is_what_pydantic_writes_without_defaults() -> None:
     for empty in (Plan(), Plan(goal="only a goal"), Plan(tasks=[ToolTask(id="x", tool="t")])):
         assert empty.to_json(indent=None) == empty.model_dump_json(exclude_defaults=True)
     assert plan.to_json() == plan.model_dump_json(indent=2, exclude_defaults=True)
+
+
+@pytest.mark.parametrize(
+    ("text", "refs", "resolved"),
+    [
+        ("${a}", ["${a}"], {"k": [1, 2]}),
+        ("${a.k.1}", ["${a.k.1}"], 2),
+        ("${@item}", ["${@item}"], None),
+        ("${a}}", ["${a}"], '{"k": [1, 2]}}'),
+        (" ${a.k.0}", ["${a.k.0}"], " 1"),
+        ("${a.k.0} ", ["${a.k.0}"], "1 "),
+        ("${a}${a.k.0}", ["${a}", "${a.k.0}"], '{"k": [1, 2]}1'),
+        ("$${a}", [], "${a}"),
+        ("${a.}", [], "${a.}"),
+    ],
+)
+def test_a_string_that_is_one_reference_keeps_the_value_and_any_other_is_text(
+    text: str, refs: list[str], resolved: Any
+) -> None:
+    t = Template({"x": text})
+    assert [r.text for r in t.refs] == refs
+    if refs and refs[0] == "${@item}":
+        assert t.refs[0].element and t.refs[0].path == ()
+        return
+    assert t.resolve({"a": {"k": [1, 2]}}) == {"x": resolved}
