@@ -198,6 +198,15 @@ class MapRun:
             return self._waiting(done)
         if self.task.allow_partial and len(bad) < n:
             return _SUCCEEDED, [r.output if r.status.ok else None for r in done], None, None
+        if not cancel_siblings:
+            # Every element ran: name the first failure in the list's order, not in time, so
+            # that the message does not depend on which element happened to end first.
+            first = next(
+                i
+                for i, r in enumerate(done)
+                if not r.status.ok and r.status is not _CANCELLED and r.status is not _WAITING
+            )
+            failed = done[first]
         status = _DENIED if failed.status is _DENIED else _FAILED
         what = f"element {first} ({_shown(self.items[first])}) {failed.status.value}"
         if cancel_siblings:

@@ -235,6 +235,36 @@ async def test_allow_partial_keeps_the_successes(
 
 
 @pytest.mark.parametrize("executor", EXECUTORS)
+async def test_the_failure_named_is_the_first_in_the_list_not_in_time(
+    executor: str, tools: Tools
+) -> None:
+    """Every element ran (allow_partial, nothing cancelled) and failed: the message names
+    element 0, which failed last, whatever order the executor finished them in."""
+    tools.failing |= {"Tokyo", "Osaka", "Nagoya"}
+    plan = {
+        "tasks": [
+            {
+                "id": "weather",
+                "tool": "weather",
+                "for_each": [
+                    {"c": "Tokyo", "s": 0.5},
+                    {"c": "Osaka", "s": 0},
+                    {"c": "Nagoya", "s": 0},
+                ],
+                "args": {"city": "${@item.c}", "seconds": "${@item.s}"},
+                "allow_partial": True,
+            }
+        ]
+    }
+    result = await execute(plan, tools.registry, executor=executor_for(executor))
+    assert sorted(tools.calls) == ["Nagoya", "Osaka", "Tokyo"]  # all three ran
+    error = result.tasks["weather"].error or ""
+    assert error.startswith(
+        '3 of 3 elements failed; element 0 ({"c": "Tokyo", "s": 0.5}) failed'
+    ), error
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
 async def test_elements_and_their_positions_in_arguments(executor: str, tools: Tools) -> None:
     plan = {
         "tasks": [
