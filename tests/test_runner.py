@@ -108,12 +108,12 @@ async def test_continue_runs_independent_branches_and_skips_descendants(
 
 @pytest.mark.parametrize("executor", EXECUTORS)
 async def test_timeout(executor: str, registry: dagagent.Registry) -> None:
-    plan = {"tasks": [w("slow", 5.0, timeout_s=0.1)]}
+    plan = {"tasks": [w("slow", 5.0, timeout_s=0.5)]}
     with anyio.fail_after(4.5):  # the 5 s nap must have been cut; generous on a busy machine
         result = await execute(plan, registry, executor=executor)
     r = result.tasks["slow"]
     assert r.status is TaskStatus.FAILED
-    assert r.error == "timed out after 0.1 s" and r.error_type == "TaskTimeoutError"
+    assert r.error == "timed out after 0.5 s" and r.error_type == "TaskTimeoutError"
 
 
 @pytest.mark.parametrize("executor", EXECUTORS)

@@ -225,12 +225,12 @@ async def test_task_timeout_wraps_the_agent_run(tools: Registry) -> None:
         await anyio.sleep(10)
         return "late"
 
-    plan = {"goal": "g", "tasks": [{"id": "a", "instruction": "think", "timeout_s": 0.1}]}
+    plan = {"goal": "g", "tasks": [{"id": "a", "instruction": "think", "timeout_s": 0.5}]}
     with ScriptedLLM([slow]) as llm:
         with anyio.fail_after(5):
             result = await dagagent.execute(plan, tools, llm=llm)
     assert result.tasks["a"].status is TaskStatus.FAILED
-    assert result.tasks["a"].error == "timed out after 0.1 s"
+    assert result.tasks["a"].error == "timed out after 0.5 s"
 
 
 async def test_an_agent_task_cut_off_keeps_the_steps_it_took(tools: Registry) -> None:
@@ -242,12 +242,12 @@ async def test_an_agent_task_cut_off_keeps_the_steps_it_took(tools: Registry) ->
         return LLMResponse(tool_calls=[call("c1", "add", a=1, b=2)])
 
     # Timed out while waiting on the model for its second step.
-    plan = {"goal": "g", "tasks": [{"id": "a", "instruction": "think", "timeout_s": 0.3}]}
+    plan = {"goal": "g", "tasks": [{"id": "a", "instruction": "think", "timeout_s": 1.5}]}
     with ScriptedLLM([first_step(), slow]) as llm:
         with anyio.fail_after(5):
             result = await dagagent.execute(plan, tools, llm=llm)
     task = result.tasks["a"]
-    assert task.status is TaskStatus.FAILED and task.error == "timed out after 0.3 s"
+    assert task.status is TaskStatus.FAILED and task.error == "timed out after 1.5 s"
     assert task.steps is not None and task.steps[0].calls[0].observation == "3"
 
     # Cancelled (a sibling failed) while waiting on the model for its second step.
@@ -378,7 +378,7 @@ def test_cli_model_option_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 async def test_tool_timeouts_apply_to_agent_calls() -> None:
     reg = Registry()
 
-    @reg.tool(timeout_s=0.05)
+    @reg.tool(timeout_s=0.5)
     async def hang() -> str:
         """Never answers in time."""
         await anyio.sleep(10)
@@ -390,7 +390,7 @@ async def test_tool_timeouts_apply_to_agent_calls() -> None:
             result = await dagagent.execute(plan, reg, llm=llm)
     assert result.tasks["a"].output == "it hung"
     (msg,) = [m for m in llm.requests[1].messages if isinstance(m, ToolResultMessage)]
-    assert msg.is_error and msg.content == "tool 'hang' timed out after 0.05 s"
+    assert msg.is_error and msg.content == "tool 'hang' timed out after 0.5 s"
 
 
 # ----------------------------------------------------------------------------------------------
