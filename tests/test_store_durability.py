@@ -109,10 +109,9 @@ def _record(path: Path, results: list[TaskResult]) -> list[tuple[Any, ...]]:
         return conn.execute(f"SELECT {rows.TASK_COLUMNS} FROM tasks ORDER BY task_id").fetchall()
 
 
-@pytest.mark.skipif(not rows.JSON_ROWS, reason="SQLite before 3.38 writes row by row only")
-def test_a_batch_as_one_json_document_writes_the_rows_row_by_row_would(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _ways_taken(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Whether each batch the writer tries as one JSON document went that way (True) or fell
+    back to row by row (False), in the order the batches came."""
     ways: list[bool] = []
     real = writer.insert_json
 
@@ -121,6 +120,14 @@ def test_a_batch_as_one_json_document_writes_the_rows_row_by_row_would(
         return ways[-1]
 
     monkeypatch.setattr(writer, "insert_json", spy)
+    return ways
+
+
+@pytest.mark.skipif(not rows.JSON_ROWS, reason="SQLite before 3.38 writes row by row only")
+def test_a_batch_as_one_json_document_writes_the_rows_row_by_row_would(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ways = _ways_taken(monkeypatch)
     fast = _record(tmp_path / "fast.db", _results())
     assert True in ways and False in ways  # both ways were taken (NaN, NUL: row by row)
     monkeypatch.setattr(writer, "JSON_ROWS", False)
@@ -144,14 +151,7 @@ def test_a_batch_of_successes_alone_writes_the_rows_row_by_row_would(
     successes = [r for r in _results() if r.status is TaskStatus.SUCCEEDED and rows.plain(r)]
     successes = [r for r in successes if r.steps is None and r.task_id != "nan"]
     assert len(successes) > 5 and rows._all_plain_successes(successes)
-    ways: list[bool] = []
-    real = writer.insert_json
-
-    def spy(conn: Any, run_id: str, results: Any) -> bool:
-        ways.append(real(conn, run_id, results))
-        return ways[-1]
-
-    monkeypatch.setattr(writer, "insert_json", spy)
+    ways = _ways_taken(monkeypatch)
     fast = _record(tmp_path / "fast.db", successes)
     assert ways == [True]
     monkeypatch.setattr(writer, "JSON_ROWS", False)
