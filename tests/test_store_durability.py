@@ -172,6 +172,57 @@ def test_the_recorder_takes_results_and_task_finished_events_alike(tmp_path: Pat
     assert {t: r.output for t, r in got.tasks.items()} == {"a": 1, "b": 2}
 
 
+def _committed(db: Path, run_id: str) -> dict[str, Any]:
+    """What another connection finds on record (not the recorder's own)."""
+    with RunStore(db) as st:
+        return {t: r.output for t, r in st.get_run(run_id).tasks.items()}
+
+
+def test_flush_commits_at_once_what_would_wait_for_its_batch(tmp_path: Path) -> None:
+    db, run_id = tmp_path / "r.db", "0123456789ab"
+    plan = Plan.model_validate({"tasks": [{"id": "a", "tool": "t"}, {"id": "b", "tool": "t"}]})
+    rec = RunRecorder(db, run_id, flush_interval_s=60.0).start()
+    try:
+        rec(RunStarted(run_id, plan, "serial"))  # written at once: the tasks wait for it
+        rec.record(_result("a", output=1))  # its batch would wait a minute
+        time.sleep(0.2)
+        assert _committed(db, run_id) == {}
+        assert rec.flush(30.0) is True
+        assert _committed(db, run_id) == {"a": 1}
+        # The writer goes back to batching: b waits for its interval again, until flushed.
+        rec.record(_result("b", output=2))
+        time.sleep(0.2)
+        assert _committed(db, run_id) == {"a": 1}
+        assert writer.flush_recorders(30.0) is True  # every live recorder of the process
+        assert _committed(db, run_id) == {"a": 1, "b": 2}
+    finally:
+        rec.close()
+    assert rec not in writer._LIVE
+    assert rec.flush(0.0) is True  # closed: nothing left to wait for
+
+
+def test_flush_of_a_store_another_process_holds_locked_gives_up_at_its_timeout(
+    tmp_path: Path,
+) -> None:
+    db, run_id = tmp_path / "r.db", "0123456789ab"
+    plan = Plan.model_validate({"tasks": [{"id": "a", "tool": "t"}]})
+    rec = RunRecorder(db, run_id, flush_interval_s=60.0).start()
+    rec(RunStarted(run_id, plan, "serial"))
+    rec.record(_result("a", output=1))
+    holder = sqlite3.connect(db, isolation_level=None)
+    try:
+        holder.execute("BEGIN IMMEDIATE")  # the write lock, as another process would hold it
+        started = time.monotonic()
+        assert rec.flush(1.0) is False
+        assert time.monotonic() - started < 20  # bounded by its timeout, not the store's
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    rec.close()  # the lock is gone: the close writes it
+    assert _committed(db, run_id) == {"a": 1}
+    assert rec.loss is None
+
+
 # ---------------------------------------------------------------------------------------------
 # SIGKILL in the middle of a run
 

@@ -15,7 +15,10 @@ handed to the loop (``call_soon_threadsafe``), and the second calls ``os._exit``
 signal handler, which Python runs on the main thread as soon as it runs Python code or waits in
 a call that signals interrupt (``select``, ``sleep``, a lock, a thread join). After the first
 signal, every later one ends the process at once, also while the record is flushed or the
-result is printed.
+result is printed. "At once" leaves the run store's writers up to :data:`EXIT_FLUSH_S` to
+commit the results of tasks that had finished (milliseconds, with the main thread waiting for
+them rather than spinning in a run that a tool holds up); a third signal does not wait for
+that.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import sys
 import threading
 from collections.abc import Callable, Coroutine
 from types import FrameType
@@ -38,6 +42,9 @@ __all__ = ["run_stoppable", "stop_signals_interrupt", "stoppable"]
 T = TypeVar("T")
 
 _EXIT_INTERRUPTED = 130  # as dagagent.cli._app.EXIT_INTERRUPTED (that module imports this one)
+#: At most this long, on a second stop signal, for the run store to commit the results it has.
+EXIT_FLUSH_S = 2.0
+_exiting = False
 
 
 def _stop_signals() -> list[signal.Signals]:
@@ -55,8 +62,14 @@ def _stop_signals() -> list[signal.Signals]:
 
 def exit_now(signum: int, frame: FrameType | None = None) -> None:
     """A second stop signal: say so, give a terminal its cursor back (a live display hides
-    it), and end the process without waiting for anything."""
+    it), let the run store commit the results it was given (up to :data:`EXIT_FLUSH_S`), and
+    end the process without waiting for anything else. A signal during that wait ends it then.
+    """
     del frame
+    global _exiting
+    if _exiting:
+        os._exit(_EXIT_INTERRUPTED)
+    _exiting = True
     for fd in (2, 1):
         try:
             if os.isatty(fd):
@@ -65,6 +78,10 @@ def exit_now(signum: int, frame: FrameType | None = None) -> None:
             pass
     with contextlib.suppress(OSError, ValueError):
         os.write(2, f"\n{signal.Signals(signum).name} again: exiting at once\n".encode())
+    writer = sys.modules.get("dagagent.store._writer")  # a run is recorded only if imported
+    if writer is not None:
+        with contextlib.suppress(Exception):
+            writer.flush_recorders(EXIT_FLUSH_S)
     os._exit(_EXIT_INTERRUPTED)
 
 

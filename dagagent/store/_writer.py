@@ -25,7 +25,7 @@ from ._rows import JSON_ROWS, all_plain, insert_json, insert_tuples, materialize
 from ._schema import connect
 from ._store import DEFAULT_FLUSH_INTERVAL_S, RunStore
 
-__all__ = ["OUTPUT_NOT_RECORDED", "RunRecorder"]
+__all__ = ["OUTPUT_NOT_RECORDED", "RunRecorder", "flush_recorders"]
 
 #: ``error_type`` of a succeeded task whose output could not be written (e.g. bytes that are
 #: not UTF-8, a circular structure): its ``error`` says why, its output is not recorded, and
@@ -34,6 +34,33 @@ OUTPUT_NOT_RECORDED = "OutputNotRecorded"
 
 _STOP = object()
 _TASK_ID = attrgetter("task_id")
+
+
+class _Flush:
+    """Put on a writer's queue by :meth:`RunRecorder.flush`: commit what came before me now,
+    then set ``done``."""
+
+    __slots__ = ("done",)
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+
+
+#: The recorders of this process whose writer thread runs, for :func:`flush_recorders`.
+_LIVE: set[RunRecorder] = set()
+
+
+def flush_recorders(timeout_s: float) -> bool:
+    """Commit what every recorder of this process has been given so far, waiting at most
+    ``timeout_s`` in all; True if all of it is on record. For a process about to end without
+    closing them (the CLI's second stop signal calls this before ``os._exit``): the writers do
+    not wait out their flush interval, and a main thread blocked here no longer competes with
+    them for the interpreter lock (a tool that ignores cancellation keeps it spinning)."""
+    deadline = time.monotonic() + timeout_s
+    done = True
+    for recorder in list(_LIVE):
+        done = recorder.flush(max(0.0, deadline - time.monotonic())) and done
+    return done
 
 
 #: At most this long for the run's first row before its tasks start (it normally takes a few
@@ -145,6 +172,8 @@ class RunRecorder:
         self.record: Callable[[TaskResult], None] = self._queue.put
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
+        # Wakes the writer from its wait for the batch to fill: set to close or to flush.
+        self._wake = threading.Event()
         self._closed = False
         self._created = time.time()
         self._run_written = threading.Event()
@@ -181,6 +210,7 @@ class RunRecorder:
             self._thread = threading.Thread(
                 target=self._work, name=f"dagagent-store-{self.run_id}", daemon=True
             )
+            _LIVE.add(self)
             self._thread.start()
         return self
 
@@ -195,11 +225,35 @@ class RunRecorder:
             return
         self._stopping.set()
         self._put(_STOP)
+        self._wake.set()
         self._thread.join()
         if self._lost_any:
             get_logger(run_id=self.run_id).warning(
                 "store.record_incomplete", path=str(self.path), lost=str(self._loss)
             )
+
+    def flush(self, timeout_s: float) -> bool:
+        """Commit what this recorder has been given so far now, without waiting out the flush
+        interval, and wait for it up to ``timeout_s``; True if it is on record (or there is no
+        writer to wait for). For a process about to end without :meth:`close` (see
+        :func:`flush_recorders`); a store another process holds locked is waited for, within
+        ``timeout_s``."""
+        thread = self._thread
+        if thread is None or not thread.is_alive():
+            return True
+        deadline = time.monotonic() + timeout_s
+        if self._stopping.is_set():  # closing: the writer writes everything, then ends
+            thread.join(timeout_s)
+            return not thread.is_alive()
+        marker = _Flush()
+        self._put(marker)
+        self._wake.set()  # after the marker: the writer clears it, then takes the marker
+        while not marker.done.wait(min(0.05, max(0.0, deadline - time.monotonic()))):
+            if not thread.is_alive():
+                return not self._queue.qsize()
+            if time.monotonic() >= deadline:
+                return False
+        return True
 
     def __enter__(self) -> RunRecorder:
         return self.start()
@@ -210,10 +264,17 @@ class RunRecorder:
     # -- the writer thread ------------------------------------------------------------------
 
     def _work(self) -> None:
+        try:
+            self._write_until_closed()
+        finally:
+            _LIVE.discard(self)
+
+    def _write_until_closed(self) -> None:
         get, get_nowait = self._queue.get, self._queue.get_nowait
         interval = self.flush_interval_s
-        stopping = self._stopping
+        stopping, wake = self._stopping, self._wake
         pending: list[Any] = []
+        flushes: list[_Flush] = []  # asked to commit what came before them
         conn: sqlite3.Connection | None = None
         stop = False
         deadline: float | None = None  # once stopping: when to give up on a locked store
@@ -231,12 +292,14 @@ class RunRecorder:
                 # Let the batch fill: at most one transaction per interval, counted from the
                 # start of the one before (a write that took longer is followed at once).
                 left = last_write + interval - time.monotonic()
-                if left > 0:
-                    stopping.wait(left)
+                if left > 0 and wake.wait(left) and not stopping.is_set():
+                    wake.clear()  # a flush: its marker is on the queue, taken below
             while True:
                 if item is _STOP:
                     stop = True
                     deadline = time.monotonic() + self.write_timeout_s
+                elif type(item) is _Flush:
+                    flushes.append(item)
                 elif item is not None:
                     pending.append(item)
                 try:
@@ -285,6 +348,10 @@ class RunRecorder:
                 finally:
                     # Written, or not now: the run goes on either way (the writer retries).
                     self._run_written.set()
+            if flushes and not pending:
+                for marker in flushes:
+                    marker.done.set()
+                flushes = []
             if stop and not pending:
                 break
             if conn is not None and not pending and self._unchecked >= _CHECKPOINT_BYTES:
@@ -295,6 +362,8 @@ class RunRecorder:
                 self._unchecked = 0
                 with contextlib.suppress(sqlite3.Error):
                     conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        for marker in flushes:
+            marker.done.set()
         if conn is not None:
             conn.close()
         self._close_opened()
