@@ -106,7 +106,8 @@ class RunRecorder:
     listener), or :attr:`record` with a task's result (what ``execute`` does, without making
     an event), only puts it on a queue; JSON encoding and SQL happen in the writer thread,
     which commits at most one transaction per ``flush_interval_s`` (default 0.02 s), counted
-    from the start of the one before.
+    from the start of the one before; :meth:`flush` commits what it holds without waiting
+    out the interval (the CLI's second stop signal does, before it ends the process).
 
     What is durable when: the run's first row is committed before its first task starts,
     unless another process holds the store's write lock at that moment (then the tasks start
