@@ -515,6 +515,55 @@ def test_a_v1_database_migrates_to_the_current_schema_and_reads(tmp_path: Path) 
         assert conn.execute("SELECT task_id, output FROM tasks").fetchall() == [("a", "1")]
 
 
+def _schema_of(path: Path) -> list[tuple[Any, ...]]:
+    with sqlite3.connect(path) as conn:
+        return conn.execute(
+            "SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY type, name"
+        ).fetchall()
+
+
+def test_a_new_store_gets_in_one_go_the_schema_the_migrations_leave(tmp_path: Path) -> None:
+    """A new file gets SCHEMA, not every step: its schema must be the one a store that went
+    through every step has, text for text, and the two must read a run the same."""
+    fresh, stepped, old = tmp_path / "fresh.db", tmp_path / "stepped.db", tmp_path / "v1.db"
+    RunStore(fresh).close()
+    RunStore(stepped, migrations=MIGRATIONS).close()  # given the steps: replays them
+    _v1_db(old)
+    RunStore(old).close()
+    assert _schema_of(fresh) == _schema_of(stepped) == _schema_of(old)
+    assert len(_schema_of(fresh)) >= 15
+    for db in (fresh, stepped, old):
+        assert user_version(db) == SCHEMA_VERSION
+        with sqlite3.connect(db) as conn:
+            assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+            assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+    run_id = "0123456789ab"
+    plan = Plan.model_validate({"goal": "g", "tasks": [{"id": t, "tool": "t"} for t in "abcd"]})
+    results = [
+        _plain("a", output={"n": [1, 2.5, "x"]}, args={"k": "v"}),
+        _plain("b", "failed", error="no", error_type="ToolError", traceback="tb"),
+        _plain("c", output="three", decisions=[]),  # a row of its own
+        _plain("d", "skipped"),
+    ]
+    records = []
+    for db in (fresh, stepped, old):
+        rec = RunRecorder(db, run_id).start()
+        rec(RunStarted(run_id, plan, "dataflow"))
+        for r in results:
+            rec.record(r)
+        rec.close()
+        assert rec.loss is None
+        with RunStore(db, create=False) as st:
+            got = st.get_run(run_id)
+            counts = {s.run_id: s.counts for s in st.list_runs()}[run_id]
+        records.append((got.model_dump(exclude={"created"}), counts))
+    assert records[0] == records[1] == records[2]
+    tasks = records[0][0]["tasks"]
+    assert tasks["a"]["output"] == {"n": [1, 2.5, "x"]} and tasks["b"]["traceback"] == "tb"
+    assert records[0][1] == {"succeeded": 2, "failed": 1, "skipped": 1}
+
+
 def test_the_schema_reads_on_an_sqlite_without_json_operators(tmp_path: Path) -> None:
     """The tasks view takes batch documents apart with JSON functions every SQLite with JSON
     support has: ``->`` (3.38+) in the schema would make the whole file unreadable before."""

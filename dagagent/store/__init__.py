@@ -38,7 +38,9 @@ reused.
 **Schema versions.** ``PRAGMA user_version`` holds the schema version. :data:`MIGRATIONS`
 is the list of forward steps; entry ``i`` moves a database from version ``i`` to ``i + 1``
 (version 0 is an empty file). To change the schema, append a step: opening an older store
-applies the missing steps in one transaction. A store newer than this dagagent is refused.
+applies the missing steps in one transaction. A new file gets the schema they leave in one
+script instead (``_schema.SCHEMA``: change it with every step; a test compares the two). A
+store newer than this dagagent is refused.
 
 **Run ids** are 12 lowercase hex digits (:func:`dagagent.new_run_id`). Lookups accept a
 unique prefix of at least 4 digits. Anything else is refused before it reaches SQL.

@@ -14,6 +14,7 @@ __all__ = [
     "BUSY_TIMEOUT_S",
     "MIGRATIONS",
     "PLAN_OF_RUN",
+    "SCHEMA",
     "SCHEMA_VERSION",
     "TASK_COLUMNS",
     "Migration",
@@ -84,6 +85,64 @@ def status_counts_sql(n_runs: int) -> str:
     )
 
 
+# The texts of the statements that MIGRATIONS and SCHEMA share (tables and indexes that did
+# not change after the step that made them).
+_RUNS_BY_CREATED = "CREATE INDEX runs_by_created ON runs (created)"
+_RUNS_BY_PARENT = "CREATE INDEX runs_by_parent ON runs (parent_id)"
+_SOLVE_ROUNDS = (
+    """CREATE TABLE solve_rounds (
+            solve_id TEXT NOT NULL REFERENCES solves (id) ON DELETE CASCADE,
+            round INTEGER NOT NULL,
+            run_id TEXT,
+            outcome TEXT NOT NULL,
+            reason TEXT,
+            decision TEXT,
+            feedback TEXT,
+            at REAL NOT NULL,
+            PRIMARY KEY (solve_id, round)
+        ) WITHOUT ROWID""",
+    "CREATE INDEX solve_rounds_by_run ON solve_rounds (run_id)",
+)
+_APPROVALS = (
+    """CREATE TABLE approvals (
+            run_id TEXT NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+            task_id TEXT NOT NULL,
+            seq INTEGER NOT NULL,
+            tool TEXT NOT NULL,
+            args TEXT,
+            rule TEXT,
+            source TEXT NOT NULL DEFAULT 'plan',
+            asked_at REAL NOT NULL,
+            state TEXT NOT NULL,
+            decision TEXT,
+            decided_by TEXT,
+            decided_at REAL,
+            reason TEXT,
+            edit_args TEXT,
+            used_at REAL,
+            note TEXT,
+            PRIMARY KEY (run_id, task_id, seq)
+        ) WITHOUT ROWID""",
+    "CREATE INDEX approvals_by_state ON approvals (state, run_id)",
+)
+_RUN_PLANS = """CREATE TABLE run_plans (
+            run_id TEXT PRIMARY KEY REFERENCES runs (id) ON DELETE CASCADE,
+            plan TEXT NOT NULL
+        )"""
+_TASK_LOG = (
+    """CREATE TABLE task_log (
+            id INTEGER PRIMARY KEY,
+            run_id TEXT NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+            kind INTEGER NOT NULL,
+            n INTEGER NOT NULL,
+            doc TEXT NOT NULL CHECK (json_valid(doc))
+        )""",
+    "CREATE INDEX task_log_by_run ON task_log (run_id)",
+    f"CREATE VIEW task_log_rows ({TASK_COLUMNS}) AS {_LOG_ROWS}",
+    f"CREATE VIEW tasks ({TASK_COLUMNS}) AS SELECT {TASK_COLUMNS} FROM task_rows "
+    f"UNION ALL SELECT {TASK_COLUMNS} FROM task_log_rows",
+)
+
 #: Forward schema steps: ``MIGRATIONS[i]`` takes a store from version ``i`` to ``i + 1``.
 MIGRATIONS: list[Sequence[Migration]] = [
     # v1: runs and their task results.
@@ -103,8 +162,8 @@ MIGRATIONS: list[Sequence[Migration]] = [
             critical_path_s REAL,
             pid INTEGER
         )""",
-        "CREATE INDEX runs_by_created ON runs (created)",
-        "CREATE INDEX runs_by_parent ON runs (parent_id)",
+        _RUNS_BY_CREATED,
+        _RUNS_BY_PARENT,
         """CREATE TABLE tasks (
             run_id TEXT NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
             task_id TEXT NOT NULL,
@@ -139,18 +198,7 @@ MIGRATIONS: list[Sequence[Migration]] = [
             finished_at REAL,
             pid INTEGER
         )""",
-        """CREATE TABLE solve_rounds (
-            solve_id TEXT NOT NULL REFERENCES solves (id) ON DELETE CASCADE,
-            round INTEGER NOT NULL,
-            run_id TEXT,
-            outcome TEXT NOT NULL,
-            reason TEXT,
-            decision TEXT,
-            feedback TEXT,
-            at REAL NOT NULL,
-            PRIMARY KEY (solve_id, round)
-        ) WITHOUT ROWID""",
-        "CREATE INDEX solve_rounds_by_run ON solve_rounds (run_id)",
+        *_SOLVE_ROUNDS,
     ),
     # v4: where a failing tool's own code failed (TaskResult.traceback, bounded).
     ("ALTER TABLE tasks ADD COLUMN traceback TEXT",),
@@ -158,28 +206,7 @@ MIGRATIONS: list[Sequence[Migration]] = [
     ("ALTER TABLE tasks ADD COLUMN elements TEXT",),
     # v6: approvals that wait: one row per call an ``ask`` rule left for a person, its
     # decision, and whether a resume used it (see dagagent.store._approvals).
-    (
-        """CREATE TABLE approvals (
-            run_id TEXT NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
-            task_id TEXT NOT NULL,
-            seq INTEGER NOT NULL,
-            tool TEXT NOT NULL,
-            args TEXT,
-            rule TEXT,
-            source TEXT NOT NULL DEFAULT 'plan',
-            asked_at REAL NOT NULL,
-            state TEXT NOT NULL,
-            decision TEXT,
-            decided_by TEXT,
-            decided_at REAL,
-            reason TEXT,
-            edit_args TEXT,
-            used_at REAL,
-            note TEXT,
-            PRIMARY KEY (run_id, task_id, seq)
-        ) WITHOUT ROWID""",
-        "CREATE INDEX approvals_by_state ON approvals (state, run_id)",
-    ),
+    _APPROVALS,
     # v7: the options a solve was started with (a JSON object), so that a paused solve
     # resumes with them (dagagent.workflows.resume_solve).
     ("ALTER TABLE solves ADD COLUMN options TEXT",),
@@ -189,26 +216,70 @@ MIGRATIONS: list[Sequence[Migration]] = [
     # ``run_plans``: updating the run's row when it ends then no longer writes the plan again
     # (``runs.plan`` is '' for such a run; older runs keep theirs there).
     (
-        """CREATE TABLE run_plans (
-            run_id TEXT PRIMARY KEY REFERENCES runs (id) ON DELETE CASCADE,
-            plan TEXT NOT NULL
-        )""",
+        _RUN_PLANS,
         "ALTER TABLE tasks RENAME TO task_rows",
-        """CREATE TABLE task_log (
-            id INTEGER PRIMARY KEY,
-            run_id TEXT NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
-            kind INTEGER NOT NULL,
-            n INTEGER NOT NULL,
-            doc TEXT NOT NULL CHECK (json_valid(doc))
-        )""",
-        "CREATE INDEX task_log_by_run ON task_log (run_id)",
-        f"CREATE VIEW task_log_rows ({TASK_COLUMNS}) AS {_LOG_ROWS}",
-        f"CREATE VIEW tasks ({TASK_COLUMNS}) AS SELECT {TASK_COLUMNS} FROM task_rows "
-        f"UNION ALL SELECT {TASK_COLUMNS} FROM task_log_rows",
+        *_TASK_LOG,
     ),
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
+
+#: The schema a NEW store file gets, in one transaction, instead of replaying every step of
+#: :data:`MIGRATIONS` (each ALTER TABLE rewrites and checks the whole schema: milliseconds per
+#: new file). It is what the steps leave behind, written as they leave it (ADD COLUMN appends
+#: to a table's text, RENAME quotes the new name), so that ``sqlite_master`` is the same
+#: either way: the tests compare them. A new step goes into :data:`MIGRATIONS` and here.
+SCHEMA: tuple[str, ...] = (
+    """CREATE TABLE runs (
+            id TEXT PRIMARY KEY,
+            parent_id TEXT,
+            created REAL NOT NULL,
+            goal TEXT NOT NULL DEFAULT '',
+            plan TEXT NOT NULL,
+            n_tasks INTEGER NOT NULL DEFAULT 0,
+            status TEXT NOT NULL,
+            executor TEXT NOT NULL DEFAULT '',
+            started_at REAL,
+            finished_at REAL,
+            critical_path TEXT,
+            critical_path_s REAL,
+            pid INTEGER
+        , context TEXT)""",
+    _RUNS_BY_CREATED,
+    _RUNS_BY_PARENT,
+    """CREATE TABLE "task_rows" (
+            run_id TEXT NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+            task_id TEXT NOT NULL,
+            status TEXT NOT NULL,
+            output TEXT,
+            error TEXT,
+            error_type TEXT,
+            attempts INTEGER NOT NULL DEFAULT 0,
+            started_at REAL,
+            finished_at REAL,
+            args TEXT,
+            steps TEXT,
+            decisions TEXT, traceback TEXT, elements TEXT,
+            PRIMARY KEY (run_id, task_id)
+        ) WITHOUT ROWID""",
+    """CREATE TABLE solves (
+            id TEXT PRIMARY KEY,
+            goal TEXT NOT NULL,
+            created REAL NOT NULL,
+            status TEXT NOT NULL,
+            reason TEXT,
+            answer TEXT,
+            cites TEXT,
+            run_id TEXT,
+            usage TEXT,
+            finished_at REAL,
+            pid INTEGER
+        , options TEXT)""",
+    *_SOLVE_ROUNDS,
+    *_APPROVALS,
+    _RUN_PLANS,
+    *_TASK_LOG,
+)
 
 
 def _refuse_foreign(conn: sqlite3.Connection, path: Path) -> None:
@@ -293,7 +364,16 @@ def connect(path: Path, *, read_only: bool = False) -> sqlite3.Connection:
         conn.execute("PRAGMA synchronous=NORMAL")  # first: the switch to WAL is then quicker
         # Switching to WAL writes to the file: only when it is not in WAL mode yet.
         if str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower() != "wal":
-            conn.execute("PRAGMA journal_mode=WAL")
+            # A new file (no page yet) has nothing a journal could restore: it is switched
+            # without one (a rollback journal costs three waits for the disk, often more than
+            # the rest of the store's opening). A process killed meanwhile leaves the empty
+            # file, or the switched one: its first page is one write.
+            new = int(conn.execute("PRAGMA page_count").fetchone()[0]) == 0
+            if new:
+                conn.execute("PRAGMA journal_mode=MEMORY")
+            mode = str(conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]).lower()
+            if new and mode != "wal":  # WAL refused (e.g. no shared memory): the usual journal
+                conn.execute("PRAGMA journal_mode=DELETE")
         conn.execute("PRAGMA foreign_keys=ON")
     except sqlite3.Error as exc:
         conn.close()
@@ -316,7 +396,15 @@ def _connect_ro(uri: str) -> sqlite3.Connection:
     return conn
 
 
-def migrate(conn: sqlite3.Connection, path: Path, migrations: Sequence[Sequence[Migration]]) -> int:
+def migrate(
+    conn: sqlite3.Connection,
+    path: Path,
+    migrations: Sequence[Sequence[Migration]],
+    schema: Sequence[str] | None = None,
+) -> int:
+    """Bring the store to version ``len(migrations)``, in one transaction; a new (version 0)
+    store gets ``schema`` instead of every step, if given (:data:`SCHEMA`, the schema
+    :data:`MIGRATIONS` leave)."""
     target = len(migrations)
     version = int(conn.execute("PRAGMA user_version").fetchone()[0])
     if version == target:
@@ -336,12 +424,16 @@ def migrate(conn: sqlite3.Connection, path: Path, migrations: Sequence[Sequence[
             except StoreError:
                 conn.execute("ROLLBACK")
                 raise
-        for step in migrations[version:]:
-            for stmt in step:
-                if isinstance(stmt, str):
-                    conn.execute(stmt)
-                else:
-                    stmt(conn)
+        if version == 0 and schema is not None:
+            for text in schema:
+                conn.execute(text)
+        else:
+            for step in migrations[version:]:
+                for stmt in step:
+                    if isinstance(stmt, str):
+                        conn.execute(stmt)
+                    else:
+                        stmt(conn)
         conn.execute(f"PRAGMA user_version = {target:d}")
         conn.execute("COMMIT")
     except sqlite3.Error as exc:

@@ -18,7 +18,15 @@ from ._codec import ELEMENT_KEYS, from_column
 from ._ids import check_run_id
 from ._location import StoreLocation, locate_store
 from ._plans import plan_from_column
-from ._schema import MIGRATIONS, PLAN_OF_RUN, Migration, connect, migrate, status_counts_sql
+from ._schema import (
+    MIGRATIONS,
+    PLAN_OF_RUN,
+    SCHEMA,
+    Migration,
+    connect,
+    migrate,
+    status_counts_sql,
+)
 from ._solves import SolveQueries
 from .models import RunRecord, RunSummary
 
@@ -125,9 +133,10 @@ class RunStore(SolveQueries, ApprovalQueries):
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open run store {self.path}: {exc}") from None
         try:
-            self.schema_version = migrate(
-                conn, self.path, MIGRATIONS if migrations is None else migrations
-            )
+            if migrations is None:
+                self.schema_version = migrate(conn, self.path, MIGRATIONS, SCHEMA)
+            else:
+                self.schema_version = migrate(conn, self.path, migrations)
         except BaseException:
             conn.close()
             raise
