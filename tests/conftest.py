@@ -8,6 +8,7 @@ pytest puts on ``sys.path`` for this file, so every test imports them by their p
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,6 +20,12 @@ from llm_server import LLMTestServer
 import dagagent
 
 os.environ.setdefault("DAGAGENT_DEMO_LATENCY", "0")
+
+# The tests stop dagagent processes with Ctrl-C (SIGINT). Where the suite itself runs with
+# SIGINT ignored (started in the background by a shell without job control), every process it
+# starts would inherit that and never stop; a handled signal reverts to its default in them.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # CI explores the same examples every run (a failure there is reproducible, never a fluke of
 # the day's random seed); locally hypothesis keeps searching new ones.

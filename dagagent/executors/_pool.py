@@ -14,6 +14,14 @@ concurrently, exactly as if each had been spawned.
 A pool made with ``open=True`` (a plan still arriving) keeps driving, waiting for more ids,
 until :meth:`WorkerPool.close` is called.
 
+**Batches, one after another** (the levels executor: one level, then the next). Given
+``refill``, :meth:`WorkerPool.drive` asks it for the next batch of ids whenever every id so far
+is done, and returns once it gives none. Workers out of ids then *park* (on asyncio) rather than
+exit, and the next batch wakes them instead of spawning new ones: a level of tasks that all
+block then costs a wake-up each, not a spawned task each. They are woken as spawned ones are
+started: one first, to see whether it gets through the batch alone, then one per id still
+queued.
+
 Workers stop taking ids once the task group is cancelled, and yield to the event loop every
 :data:`YIELD_EVERY` tasks, so a long run of non-blocking tasks neither starves the loop nor
 outlives a cancellation.
@@ -66,6 +74,7 @@ class WorkerPool(Generic[R]):
         "_after",
         "_error",
         "_open",
+        "_parked",
         "_pausing",
         "_queue",
         "_run",
@@ -92,6 +101,9 @@ class WorkerPool(Generic[R]):
         self._queue: deque[str] = deque()
         self._workers = 0
         self._pausing = 0  # workers yielding to the loop between tasks, not blocked
+        #: Workers out of ids, waiting for the next batch (each on a future of its own:
+        #: ``True`` takes more ids, ``False`` ends it). ``None``: workers exit instead.
+        self._parked: list[asyncio.Future[bool]] | None = None
         self._waiting = False
         self._wake = anyio.Event()
         self._error: BaseException | None = None  # a worker's, raised by drive()
@@ -119,17 +131,29 @@ class WorkerPool(Generic[R]):
         queue = self._queue
         run, after = self._run, self._after
         scope = self._scope
+        parked = self._parked
         done = 0
-        while queue and not scope.cancel_called:
-            task_id = queue.popleft()
-            after(task_id, await run(task_id))
-            done += 1
-            if done % YIELD_EVERY == 0:
-                self._pausing += 1
-                try:
-                    await checkpoint()
-                finally:
-                    self._pausing -= 1
+        while True:
+            while queue and not scope.cancel_called:
+                task_id = queue.popleft()
+                after(task_id, await run(task_id))
+                done += 1
+                if done % YIELD_EVERY == 0:
+                    self._pausing += 1
+                    try:
+                        await checkpoint()
+                    finally:
+                        self._pausing -= 1
+            if parked is None or scope.cancel_called:
+                return
+            # Out of ids: wait for the next batch (the owner wakes us, or ends us).
+            wake: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+            parked.append(wake)
+            if self._waiting and len(parked) == self._workers:  # the batch is done
+                self._waiting = False
+                self._wake.set()
+            if not await wake:
+                return
 
     async def _spawned_worker(self) -> None:
         """A worker spawned with ``start_soon``: it counts itself out."""
@@ -148,13 +172,19 @@ class WorkerPool(Generic[R]):
             self._waiting = False
             self._wake.set()
 
-    async def drive(self) -> None:
-        spawn = _asyncio_spawner(self) or _group_spawner(self)
+    async def drive(self, refill: Callable[[], Iterable[str] | None] | None = None) -> None:
+        """Run the queued ids (and those pushed meanwhile); with ``refill``, then the batch it
+        gives, for as long as it gives one (called when every id so far is done)."""
+        spawn = _asyncio_spawner(self)
+        if refill is not None and spawn is not None:
+            self._parked = []
+        spawn = spawn or _group_spawner(self)
         try:
-            await self._drive(spawn)
+            await self._drive(spawn, refill)
         except BaseException:
             # Cancelled (or failed): the task group must not end before its workers do.
             self._scope.cancel()
+            self._unpark(False)
             if self._workers:
                 with anyio.CancelScope(shield=True):
                     await self._wait_for(lambda: not self._workers)
@@ -164,31 +194,56 @@ class WorkerPool(Generic[R]):
         if self._error is not None:
             raise self._error
 
-    async def _drive(self, spawn: Spawn) -> None:
+    def _unpark(self, more: bool, n: int | None = None) -> int:
+        """Wake ``n`` parked workers (all of them: ``None``) to take more ids (``more``) or
+        to end; returns how many were woken."""
+        parked = self._parked
+        if not parked:
+            return 0
+        woken = len(parked) if n is None else min(n, len(parked))
+        for _ in range(woken):
+            wake = parked.pop()
+            if not wake.done():  # a cancelled worker's future is cancelled
+                wake.set_result(more)
+        return woken
+
+    async def _drive(self, spawn: Spawn, refill: Callable[[], Iterable[str] | None] | None) -> None:
         queue = self._queue
         worker = self._worker
+        parked = self._parked if self._parked is not None else ()
         while True:
             if self._error is not None:
                 await self._wait_for(lambda: not self._workers)
                 return
             if queue and not self._scope.cancel_called:
-                workers = self._workers
-                if not workers:
+                active = self._workers - len(parked)
+                if not active:
                     # Start one worker and see whether it gets through the queue alone.
                     n = 1
-                elif self._pausing == workers:
+                elif self._pausing == active:
                     # Every worker only yielded to the loop and will come back for more.
                     n = 0
                 else:
                     # Some worker is blocked: one new worker per queued id.
                     n = len(queue)
-                self._workers = workers + n
+                if n:
+                    n -= self._unpark(True, n)  # parked workers first
+                self._workers += n
                 for _ in range(n):
                     spawn(worker)
                 await checkpoint()
                 continue
-            if not self._workers and not self._open:
-                return
+            if self._workers == len(parked) and not self._open:
+                # Every id so far is done: the next batch, if there is one.
+                if refill is not None and not self._scope.cancel_called:
+                    more = refill()
+                    if more is not None:
+                        queue.extend(more)
+                        continue
+                    refill = None
+                if not self._workers:
+                    return
+                self._unpark(False)  # no more batches: parked workers end
             await self._wait()
 
     async def _wait(self) -> None:

@@ -2,7 +2,8 @@
 
 No level barrier and no polling: when a task finishes, it counts down its dependents and
 queues those whose last dependency it was in a :class:`~dagagent.executors._pool.WorkerPool`,
-which starts them at once in the same task group.
+which starts them at once in the same task group (a worker with nothing left to run waits
+for more while other tasks still run, rather than end).
 
 A task that waits for a person's decision (``waiting``) never stops the run: its descendants
 wait with it (marked skipped until the run resumes) and the other branches go on.
@@ -66,6 +67,12 @@ def _counting_pool(
     return pool
 
 
+def _no_more() -> None:
+    """No batch after the first: given as ``refill``, so that a worker out of ready tasks
+    parks until one of the running tasks makes more ready, rather than end."""
+    return None
+
+
 class DataflowExecutor(BaseExecutor):
     name = "dataflow"
 
@@ -77,7 +84,7 @@ class DataflowExecutor(BaseExecutor):
         async with anyio.create_task_group() as tg:
             pool = _counting_pool(tg, graph, runner, waiting, cancel=on_failure == "cancel")
             pool.extend(graph.levels[0] if graph.levels else ())
-            await pool.drive()
+            await pool.drive(_no_more)
 
     async def _run_growing(
         self, graph: PlanGraph, runner: TaskRunner, on_failure: FailurePolicy

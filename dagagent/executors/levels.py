@@ -1,9 +1,12 @@
-"""One topological level at a time, each in an anyio task group.
+"""One topological level at a time, in an anyio task group.
 
 A level starts when the previous one has finished (the *level barrier*). Within a level,
-a failure under ``on_failure="cancel"`` cancels the running siblings at once. The tasks of a
-level run in a :class:`~dagagent.executors._pool.WorkerPool`: all of them concurrently, without
-a spawned task each for those that never block.
+a failure under ``on_failure="cancel"`` cancels the running siblings at once, and the run
+stops there. The tasks of a level run in a :class:`~dagagent.executors._pool.WorkerPool`: all
+of them concurrently, without a spawned task each for those that never block. One task group
+and one pool serve every level: the pool asks for the next level once every task of the one
+before has ended, and its workers wait for it rather than end (a level of tasks that block
+costs a worker's wake-up each, not a spawned task each).
 
 A task waiting for a person's decision (``waiting``) does not stop the run: its descendants
 wait with it (marked skipped until the run resumes).
@@ -46,30 +49,39 @@ class LevelsExecutor(BaseExecutor):
             await self._run_growing(graph, runner, on_failure)
             return
         results = runner.results
-        run_task = runner.run_task
         cancel = on_failure == "cancel"
         failed: list[str] = []
+        levels = iter(graph.levels)
 
-        for level in graph.levels:
-            async with anyio.create_task_group() as tg:
-                scope = tg.cancel_scope
-
-                def ended(task_id: str, r: TaskResult, scope: anyio.CancelScope = scope) -> None:
-                    status = r.status
-                    if status is not SUCCEEDED and status is not REUSED:
-                        failed.append(task_id)
-                        if cancel and status is not WAITING:
-                            scope.cancel()
-
-                pool = WorkerPool(tg, run_task, ended)
-                pool.extend(t for t in level if t not in results)
-                await pool.drive()
+        def next_level() -> list[str] | None:
+            """The next level's tasks still to run, once the one before has ended (the
+            barrier); ``None`` when the run is over."""
             if failed:
                 if cancel and _stops(runner, failed):
-                    return
+                    return None
                 for task_id in failed:
                     block_descendants(graph, runner, task_id)
                 failed.clear()
+            for level in levels:
+                todo = [t for t in level if t not in results]
+                if todo:
+                    return todo
+            return None
+
+        # One task group and one pool for every level: a failure that stops the run cancels
+        # the level running (what is left of the run), and the workers of a level wait for
+        # the next one rather than end (see WorkerPool.drive's refill).
+        async with anyio.create_task_group() as tg:
+            scope = tg.cancel_scope
+
+            def ended(task_id: str, r: TaskResult) -> None:
+                status = r.status
+                if status is not SUCCEEDED and status is not REUSED:
+                    failed.append(task_id)
+                    if cancel and status is not WAITING:
+                        scope.cancel()
+
+            await WorkerPool(tg, runner.run_task, ended).drive(next_level)
 
     async def _run_growing(
         self, graph: PlanGraph, runner: TaskRunner, on_failure: FailurePolicy

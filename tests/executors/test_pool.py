@@ -6,8 +6,10 @@ outlives the run."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Iterator
+from functools import partial
 from typing import Any
 
 import anyio
@@ -294,3 +296,155 @@ def _leaf(exc: BaseException) -> BaseException:
     while (group := getattr(exc, "exceptions", None)) is not None:  # an exception group
         exc = group[0]
     return exc
+
+
+# -- batches (the levels executor): workers park between levels -------------------------------
+
+
+def _count_workers(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many workers the pools start (each runs ``_worker`` once)."""
+    started = [0]
+    worker = _pool.WorkerPool._worker
+
+    async def counted(self: _pool.WorkerPool[Any]) -> None:
+        started[0] += 1
+        await worker(self)
+
+    monkeypatch.setattr(_pool.WorkerPool, "_worker", counted)
+    return started
+
+
+def _levels_plan(levels: int, width: int, tool: str = "hop") -> dict[str, Any]:
+    return {
+        "tasks": [
+            {
+                "id": f"l{i}-{j}",
+                "tool": tool,
+                "args": {"name": f"l{i}-{j}"},
+                "depends_on": [f"l{i - 1}-{j}"] if i else [],
+            }
+            for i in range(levels)
+            for j in range(width)
+        ]
+    }
+
+
+async def test_the_workers_of_one_level_run_the_next_ones(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # 20 levels of 10 tasks that each block once: 10 workers carry all 200 tasks (a worker
+    # spawned per blocked task would be 200), and each level still waits for the one before.
+    started = _count_workers(monkeypatch)
+    reg = dagagent.Registry()
+    order: list[str] = []
+
+    @reg.tool
+    async def hop(name: str) -> str:
+        order.append(f"start {name}")
+        await anyio.lowlevel.checkpoint()
+        order.append(f"end {name}")
+        return name
+
+    with anyio.fail_after(LONG):
+        result = await dagagent.execute(_levels_plan(20, 10), reg, executor="levels")
+    assert result.ok and len(result.tasks) == 200
+    assert started[0] <= 10
+    for i in range(1, 20):  # the barrier: no task of a level starts before the last one ended
+        last_end = max(order.index(f"end l{i - 1}-{j}") for j in range(10))
+        first_start = min(order.index(f"start l{i}-{j}") for j in range(10))
+        assert last_end < first_start
+
+
+async def test_without_the_asyncio_fast_path_workers_end_with_their_level(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(_pool, "_backend", None)
+    started = _count_workers(monkeypatch)
+    reg = dagagent.Registry()
+
+    @reg.tool
+    async def hop(name: str) -> str:
+        await anyio.lowlevel.checkpoint()
+        return name
+
+    with anyio.fail_after(LONG):
+        result = await dagagent.execute(_levels_plan(5, 4), reg, executor="levels")
+    assert result.ok and started[0] == 20  # one per blocked task: nothing parks
+
+
+async def test_a_failure_in_a_later_level_cancels_it_and_runs_nothing_after(spawn: str) -> None:
+    reg = dagagent.Registry()
+    started: list[str] = []
+
+    @reg.tool
+    async def hop(name: str) -> str:
+        started.append(name)
+        if name == "l2-0":
+            await anyio.lowlevel.checkpoint()
+            raise RuntimeError("boom")
+        if name.startswith("l2-"):
+            await anyio.sleep_forever()
+        await anyio.lowlevel.checkpoint()
+        return name
+
+    with anyio.fail_after(LONG):
+        result = await dagagent.execute(_levels_plan(5, 4), reg, executor="levels")
+    statuses = {t: r.status for t, r in result.tasks.items()}
+    assert statuses["l2-0"] is TaskStatus.FAILED
+    assert {statuses[f"l2-{j}"] for j in (1, 2, 3)} == {TaskStatus.CANCELLED}
+    assert all(statuses[f"l{i}-{j}"] is TaskStatus.SUCCEEDED for i in (0, 1) for j in range(4))
+    assert not [n for n in started if n.startswith(("l3-", "l4-"))]
+
+
+async def test_a_failure_under_continue_skips_its_descendants_and_the_levels_go_on(
+    spawn: str,
+) -> None:
+    reg = dagagent.Registry()
+
+    @reg.tool
+    async def hop(name: str) -> str:
+        await anyio.lowlevel.checkpoint()
+        if name == "l1-2":
+            raise RuntimeError("boom")
+        return name
+
+    with anyio.fail_after(LONG):
+        result = await dagagent.execute(
+            _levels_plan(4, 4), reg, executor="levels", on_failure="continue"
+        )
+    statuses = {t: r.status.value for t, r in result.tasks.items()}
+    assert statuses.pop("l1-2") == "failed"
+    assert statuses.pop("l2-2") == statuses.pop("l3-2") == "skipped"
+    assert set(statuses.values()) == {"succeeded"}
+
+
+async def test_a_cancelled_caller_ends_parked_workers_too() -> None:
+    # Four tasks of the level end at once (their workers park, waiting for the next level);
+    # one blocks. Cancelling the caller must end the parked workers as well as the blocked one.
+    reg = dagagent.Registry()
+    entered = anyio.Event()
+
+    @reg.tool
+    async def hop(name: str) -> str:
+        await anyio.lowlevel.checkpoint()
+        if name == "l0-4":
+            entered.set()
+            await anyio.sleep_forever()
+        return name
+
+    def workers() -> list[Any]:
+        return [
+            t
+            for t in asyncio.all_tasks()
+            if getattr(t.get_coro(), "__qualname__", "") == "WorkerPool._worker" and not t.done()
+        ]
+
+    with anyio.fail_after(LONG):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(partial(dagagent.execute, _levels_plan(3, 5), reg, executor="levels"))
+            await entered.wait()
+            for _ in range(10):
+                await anyio.lowlevel.checkpoint()
+            assert len(workers()) == 5  # four parked, one blocked
+            tg.cancel_scope.cancel()
+    assert workers() == []
