@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import gc
 import importlib
 import importlib.util
 import os
@@ -140,7 +141,8 @@ def _print_version(value: bool) -> None:
 
 
 # Commands that read records or a plan and run nothing: they log nothing of their own, so they
-# do not pay for setting up logging (importing structlog) unless asked to (-v).
+# do not pay for setting up logging (importing structlog) unless asked to (-v), and they end
+# without the interpreter's last garbage collection (_spare_the_final_collection).
 _QUIET_COMMANDS = frozenset({"validate", "runs", "show", "graph", "report"})
 
 
@@ -462,4 +464,30 @@ def main() -> None:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code if isinstance(code, int) else EXIT_FAILED)
+    if _runs_nothing(sys.argv[1:]):
+        _spare_the_final_collection()
     sys.exit(code)
+
+
+def _runs_nothing(args: Sequence[str]) -> bool:
+    """Whether ``dagagent ARGS`` ran nothing: help, the version, or a command that only reads
+    a plan or records (the first argument not an option names the command)."""
+    name = next((a for a in args if not a.startswith("-")), None)
+    return name is None or name in _QUIET_COMMANDS
+
+
+def _spare_the_final_collection() -> None:
+    """Leave every object alive now out of the garbage collection that ends the interpreter.
+
+    A command line is mostly its imports: typer, rich, pydantic and the models they build are
+    tens of thousands of objects, nearly all in reference cycles (classes, functions and
+    their modules), and the last collection frees them one by one only for the process to
+    end: a quarter of what ``dagagent validate`` costs (0.43 s of CPU time without this,
+    0.33 s with it, best of 15 runs each on a busy 2-core machine). :func:`gc.freeze` moves
+    them where no collection looks, so they go with the process. What this skips is what
+    Python never promises at exit anyway, ``__del__`` of objects in cycles; atexit handlers
+    still run and threads are still joined. Only after commands that ran nothing
+    (``_runs_nothing``): after a run, a tool's object that tidies up in ``__del__`` still
+    gets to.
+    """
+    gc.freeze()

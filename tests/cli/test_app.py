@@ -314,6 +314,72 @@ def test_a_sync_tool_that_ignores_its_timeout_does_not_keep_the_cli_alive(tmp_pa
     assert time.monotonic() - t0 < 15  # not the tool's 30 s
 
 
+# A tools module whose object, kept alive only by a reference cycle, writes a file when it is
+# finalised; the atexit handler reports, after the command, whether objects were frozen.
+_TIDY_TOOLS = """
+import pathlib
+import dagagent
+
+registry = dagagent.Registry()
+
+
+class _Tidy:
+    def __init__(self) -> None:
+        self.me = self
+
+    def __del__(self) -> None:
+        pathlib.Path(__file__).with_name("tidied").write_text("yes")
+
+
+@registry.tool
+def make() -> str:
+    _Tidy()
+    return "made"
+"""
+_REPORT_FREEZE = (
+    "import atexit, gc, sys\n"
+    "atexit.register(lambda: sys.stderr.write(f'frozen={gc.get_freeze_count()}\\n'))\n"
+    "from dagagent.__main__ import main\n"
+    "sys.argv[0] = 'dagagent'\n"
+    "main()\n"
+)
+
+
+def test_commands_that_run_nothing_leave_their_objects_to_the_end_of_the_process(
+    tmp_path: Path,
+) -> None:
+    # validate and --help end without the interpreter's last collection walking and freeing
+    # what their imports made; run does not: an object of a tool still gets finalised.
+    tools = tmp_path / "tidy_tools.py"
+    tools.write_text(_TIDY_TOOLS)
+    plan = write(tmp_path, "p.json", {"tasks": [{"id": "m", "tool": "make", "args": {}}]})
+    spec = f"{tools}:registry"
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-c", _REPORT_FREEZE, *args],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**__import__("os").environ, "PYTHONPATH": str(ROOT)},
+        )
+
+    for args in (
+        ["validate", plan, "--tools", spec],
+        ["--help"],
+        ["-v", "validate", plan, "--tools", spec],
+    ):
+        proc = cli(*args)
+        assert proc.returncode == 0, proc.stderr
+        frozen = int(proc.stderr.rsplit("frozen=", 1)[1].split()[0])
+        assert frozen > 1000, (args, proc.stderr)  # typer's, pydantic's, rich's objects
+
+    proc = cli("run", plan, "--tools", spec, "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert "frozen=0" in proc.stderr
+    assert (tmp_path / "tidied").read_text() == "yes"
+
+
 # ----------------------------------------------------------------------------------------------
 # Outputs that are hard to print: cycles, NaN and infinities, text UTF-8 cannot carry.
 # ``run --json`` must stay strict JSON and the run must not crash on them.
