@@ -726,3 +726,32 @@ async def test_a_map_element_catching_the_runs_cancellation_is_not_a_success(
     elements = s.elements or []
     assert elements and all(e.status is not TaskStatus.SUCCEEDED for e in elements), elements
     assert any("caught the cancellation" in (e.error or "") for e in elements)
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+@pytest.mark.parametrize("on_failure", ["cancel", "continue"])
+async def test_the_runs_status_and_critical_path_are_those_of_its_results(
+    executor: str, on_failure: str, registry: dagagent.Registry
+) -> None:
+    # Worked out from the runner's own tables as tasks finish: they must be what the results
+    # say, whichever tasks succeed, fail, are skipped or cancelled.
+    from dagagent.graph import finished_critical_path
+
+    plans = [
+        [w("a", 0.02), w("b", 0.01, ("a",)), w("c", 0.03, ("a",)), w("d", 0.0, ("c", "b"))],
+        [
+            w("a", 0.02),
+            w("b", 0.01, ("a",), args={"fail": True}),
+            w("c", 0.05, ("a",)),
+            w("d", 0.0, ("c",)),
+            w("e", 0.0, ("b",)),
+        ],
+    ]
+    for tasks in plans:
+        result = await execute({"tasks": tasks}, registry, executor=executor, on_failure=on_failure)
+        graph = dagagent.validate({"tasks": tasks}, registry)
+        expected = finished_critical_path(graph.order, graph.dependencies, result.tasks)
+        assert (result.critical_path_s, result.critical_path) == expected
+        assert result.critical_path[0] == "a"
+        ok = all(r.status.ok for r in result.tasks.values())
+        assert (result.status is RunStatus.SUCCEEDED) == ok

@@ -95,6 +95,10 @@ class TaskRunner:
         self.retry = retry or TaskRetryPolicy()
         self.results: dict[str, TaskResult] = {}
         self.outputs: dict[str, Any] = {}
+        #: How long each task that finished took (succeeded, failed or denied; a reused one:
+        #: 0), noted as it finishes: the run's critical path is worked out from these at the
+        #: end, without reading every result again.
+        self.took: dict[str, float] = {}
         self.listeners = tuple(listeners)
         #: Emits run events to the listeners (``None`` without listeners: nothing is built).
         self.emit = Emitter(self.listeners, logger) if self.listeners else None
@@ -480,26 +484,33 @@ class TaskRunner:
                 error, traceback = self._redact_failure(run, error, traceback)
             if run.steps:
                 run.steps = self._redact_steps(run.steps)
+        task_id, started_at, finished_at = run.task_id, run.started_at, time.time()
         r = task_result(
-            run.task_id,
+            task_id,
             status,
             output,
             error,
             error_type,
             run.attempts,
-            run.started_at,
-            time.time(),
+            started_at,
+            finished_at,
             run.args,
             run.steps,
             run.decisions or None,
             elements,
             traceback,
         )
-        self.results[run.task_id] = r
+        self.results[task_id] = r
         if self.telemetry is not None:
             self.telemetry.finished(r)
-        if status is _SUCCEEDED or status is _REUSED:
-            self.outputs[run.task_id] = output
+        if status is _SUCCEEDED:
+            self.outputs[task_id] = output
+            self.took[task_id] = finished_at - started_at
+        elif status is _REUSED:
+            self.outputs[task_id] = output
+            self.took[task_id] = 0.0
+        elif status is _FAILED or status is _DENIED:
+            self.took[task_id] = finished_at - started_at
         if self.record is not None:
             self.record(r)
         if self.emit is not None:
@@ -527,6 +538,10 @@ class TaskRunner:
         """A task of a resumed run that succeeded before the pause: its record stands."""
         self.results[r.task_id] = r
         self.outputs[r.task_id] = r.output
+        if r.status is _REUSED:
+            self.took[r.task_id] = 0.0
+        elif r.started_at is not None and r.finished_at is not None:
+            self.took[r.task_id] = r.finished_at - r.started_at
         if self.record is not None:
             self.record(r)
         if self.emit is not None:

@@ -12,6 +12,7 @@ from wait_tools import PLAN, TWO, make_registry
 
 import dagagent
 from dagagent import Approval, DecisionError, Policy, Rule, RunStatus, StoreError, ask_later
+from dagagent.graph import finished_critical_path
 
 pytestmark = pytest.mark.anyio
 
@@ -69,6 +70,10 @@ async def test_a_run_pauses_and_resumes_in_place_with_the_decision(tmp_path: Pat
     )
     assert resumed.run_id == result.run_id
     assert resumed.status is RunStatus.SUCCEEDED, resumed.tasks
+    # The critical path counts the tasks kept from before the pause as they took then.
+    assert (resumed.critical_path_s, resumed.critical_path) == finished_critical_path(
+        ["a", "mail", "done", "b"], {"mail": ["a"], "done": ["mail"]}, resumed.tasks
+    )
     # nothing that succeeded ran again; the approved call ran once
     assert sorted(calls) == ["after sent to Paris", "fetch Paris", "fetch Tokyo", "send Paris hi"]
     decision = (resumed.tasks["mail"].decisions or [])[-1]
