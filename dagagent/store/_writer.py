@@ -76,9 +76,11 @@ _BUSY_RETRY_S = 0.5  # while the store is locked, try again this often
 _CHECKPOINT_BYTES = 256 * 1024
 _RESULT_BYTES = 100
 _RECORDED = frozenset((RunStarted, TaskFinished, RunFinished, PlanExtended))
-# What the writer thread gets: a task's result itself (from record() or a TaskFinished), or
-# one of the run's events. The run's first row is written at once, the rest in batches.
+# What the writer thread gets on its queue: one of the run's events, or (with a flush interval
+# of 0) a task's result. The run's first row is written at once, the rest in batches.
 _BATCHED = frozenset((TaskResult, RunFinished, PlanExtended))
+_STATUS = attrgetter("status")
+_WAITING = TaskStatus.WAITING
 
 
 def _busy(exc: BaseException) -> bool:
@@ -104,10 +106,12 @@ class RunRecorder:
     recorded (:func:`dagagent.resume` continues it): its row is updated, not inserted, and
     the results of the tasks that run again replace theirs. Calling the recorder (the
     listener), or :attr:`record` with a task's result (what ``execute`` does, without making
-    an event), only puts it on a queue; JSON encoding and SQL happen in the writer thread,
-    which commits at most one transaction per ``flush_interval_s`` (default 0.02 s), counted
-    from the start of the one before; :meth:`flush` commits what it holds without waiting
-    out the interval (the CLI's second stop signal does, before it ends the process).
+    an event), only hands it over (a task's result is appended to a list the writer looks at
+    every ``flush_interval_s`` while the run is recorded; an event goes on a queue); JSON
+    encoding and SQL happen in the writer thread, which commits at most one transaction per
+    ``flush_interval_s`` (default 0.02 s), counted from the start of the one before (with 0,
+    as soon as it can: each result wakes it); :meth:`flush` commits what it holds without
+    waiting out the interval (the CLI's second stop signal does, before it ends the process).
 
     What is durable when: the run's first row is committed before its first task starts,
     unless another process holds the store's write lock at that moment (then the tasks start
@@ -168,9 +172,16 @@ class RunRecorder:
         self._context = to_column(context) if context else None
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._put = self._queue.put
+        # Task results, for the writer to take a slice at a time (it looks every interval):
+        # appending to a list is the cheapest hand-over there is for the event loop, and the
+        # writer takes a thousand results without a Python loop. With no interval, each
+        # result goes on the queue instead, which wakes the writer at once.
+        self._results: list[TaskResult] = []
         #: Takes a task's final result for the record (what a ``TaskFinished`` event carries),
         #: without the event: ``execute`` hands results to the recorder this way.
-        self.record: Callable[[TaskResult], None] = self._queue.put
+        self.record: Callable[[TaskResult], None] = (
+            self._results.append if flush_interval_s > 0 else self._queue.put
+        )
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
         # Wakes the writer from its wait for the batch to fill: set to close or to flush.
@@ -195,7 +206,7 @@ class RunRecorder:
     def __call__(self, event: Any) -> None:
         kind = type(event)
         if kind is TaskFinished:
-            self._put(event.result)
+            self.record(event.result)
         elif kind in _RECORDED:
             self._put(event)
             if kind is RunStarted and self._thread is not None:
@@ -251,7 +262,7 @@ class RunRecorder:
         self._wake.set()  # after the marker: the writer clears it, then takes the marker
         while not marker.done.wait(min(0.05, max(0.0, deadline - time.monotonic()))):
             if not thread.is_alive():
-                return not self._queue.qsize()
+                return not self._queue.qsize() and not self._results
             if time.monotonic() >= deadline:
                 return False
         return True
@@ -272,9 +283,14 @@ class RunRecorder:
 
     def _write_until_closed(self) -> None:
         get, get_nowait = self._queue.get, self._queue.get_nowait
+        given = self._results  # what record() appended, taken a slice at a time
         interval = self.flush_interval_s
+        # With an interval, results come without waking the writer: it looks every interval
+        # (while a run is recorded; the thread ends with the run).
+        poll = interval if interval > 0 else None
         stopping, wake = self._stopping, self._wake
-        pending: list[Any] = []
+        events: list[Any] = []  # the run's events to write, in the order they came
+        results: list[TaskResult] = []  # the task results to write, in the order they came
         flushes: list[_Flush] = []  # asked to commit what came before them
         conn: sqlite3.Connection | None = None
         stop = False
@@ -284,12 +300,16 @@ class RunRecorder:
         last_write = -interval  # when the last write started
         while True:
             try:
-                # Sleep until there is something to write, or until it is time to try a
-                # locked store again.
-                item = get(timeout=_BUSY_RETRY_S) if pending else get()
+                # Sleep until there is something to write (or to look for), or until it is
+                # time to try a locked store again.
+                item = get(timeout=_BUSY_RETRY_S if events or results else poll)
             except queue.Empty:
                 item = None
-            if interval > 0 and not stop and item is not None and type(item) in _BATCHED:
+            if (
+                interval > 0
+                and not stop
+                and (given or (item is not None and type(item) in _BATCHED))
+            ):
                 # Let the batch fill: at most one transaction per interval, counted from the
                 # start of the one before (a write that took longer is followed at once).
                 left = last_write + interval - time.monotonic()
@@ -301,13 +321,21 @@ class RunRecorder:
                     deadline = time.monotonic() + self.write_timeout_s
                 elif type(item) is _Flush:
                     flushes.append(item)
+                elif type(item) is TaskResult:
+                    results.append(item)
                 elif item is not None:
-                    pending.append(item)
+                    events.append(item)
                 try:
                     item = get_nowait()
                 except queue.Empty:
                     break
-            if pending:
+            # The results after the events: every result given before an event taken above
+            # (a run's end, a flush, the close) is taken with it.
+            n = len(given)
+            if n:
+                results += given[:n]
+                del given[:n]  # only those: more may have been appended meanwhile
+            if events or results:
                 try:
                     if conn is None:
                         # The connection of the store this recorder opened, if it did: a
@@ -324,19 +352,19 @@ class RunRecorder:
                         conn.execute(f"PRAGMA busy_timeout = {want:d}")
                         busy_ms = want
                     last_write = time.monotonic()
-                    self._write(conn, pending)
-                    self._wrote(pending)
-                    pending = []
+                    self._write(conn, events, results)
+                    self._wrote(events)
+                    events, results = [], []
                     self.error = None
                 except Exception as exc:
                     self.error = _reason(exc)
                     if not _busy(exc):
                         # Not a lock that will pass: write what can be written, one event at
                         # a time, and account for the rest.
-                        pending = self._write_each(conn, pending)
+                        events, results = self._write_each(conn, events, results)
                     elif deadline is not None and time.monotonic() >= deadline:
-                        self._lose(pending)
-                        pending = []
+                        self._lose([*events, *results])
+                        events, results = [], []
                     elif not warned:
                         warned = True
                         get_logger(run_id=self.run_id).warning(
@@ -349,6 +377,7 @@ class RunRecorder:
                 finally:
                     # Written, or not now: the run goes on either way (the writer retries).
                     self._run_written.set()
+            pending = events or results
             if flushes and not pending:
                 for marker in flushes:
                     marker.done.set()
@@ -382,12 +411,16 @@ class RunRecorder:
         if not self._run_row and any(type(ev) is RunStarted for ev in events):
             self._run_row = True
 
-    def _write_each(self, conn: sqlite3.Connection | None, events: list[Any]) -> list[Any]:
-        """Write ``events`` one by one (a task's row without its output if the row does not
-        fit), recording what cannot be written; returns the events to try again later (those
-        that failed only because the store became locked)."""
+    def _write_each(
+        self, conn: sqlite3.Connection | None, events: list[Any], results: list[TaskResult]
+    ) -> tuple[list[Any], list[TaskResult]]:
+        """Write ``events`` and ``results`` one by one (the run's first row and its plan
+        before the results, the run's end after them; a task's row without its output if the
+        row does not fit), recording what cannot be written; returns the events and results
+        to try again later (those that failed only because the store became locked)."""
+        ends = [ev for ev in events if type(ev) is RunFinished]
         later: list[Any] = []
-        for ev in events:
+        for ev in [*(ev for ev in events if type(ev) is not RunFinished), *results, *ends]:
             if later:  # keep the order once the store is locked again
                 later.append(ev)
                 continue
@@ -395,8 +428,11 @@ class RunRecorder:
                 self._lose([ev])
                 continue
             try:
-                self._write(conn, [ev])
-                self._wrote([ev])
+                if type(ev) is TaskResult:
+                    self._write(conn, [], [ev])
+                else:
+                    self._write(conn, [ev], [])
+                    self._wrote([ev])
                 continue
             except Exception as exc:
                 self.error = _reason(exc)
@@ -412,7 +448,10 @@ class RunRecorder:
                 except Exception as exc:
                     self.error = _reason(exc)
             self._lose([ev])
-        return later
+        return (
+            [ev for ev in later if type(ev) is not TaskResult],
+            [ev for ev in later if type(ev) is TaskResult],
+        )
 
     def _mark_lost(self) -> None:
         self._lost_any = True
@@ -451,19 +490,21 @@ class RunRecorder:
             raise
         self._written |= ids
 
-    def _write(self, conn: sqlite3.Connection, events: list[Any]) -> None:
+    def _write(
+        self, conn: sqlite3.Connection, events: list[Any], results: list[TaskResult]
+    ) -> None:
+        """Write the run's ``events`` and task ``results`` in one transaction."""
         starts: list[tuple[Any, ...]] = []
-        results: list[TaskResult] = []
         asked: list[tuple[Any, ...]] = []  # calls left for a person (waiting tasks)
         finishes: list[tuple[Any, ...]] = []
         grown: PlanExtended | None = None  # the latest plan of a run still being planned
         plan_bytes = 0
+        if _WAITING in map(_STATUS, results):  # rare: looked for without a Python loop
+            for r in results:
+                if r.status is _WAITING:
+                    asked.extend(self._asked(r))
         for ev in events:
-            if type(ev) is TaskResult:
-                results.append(ev)
-                if ev.status is TaskStatus.WAITING:
-                    asked.extend(self._asked(ev))
-            elif type(ev) is RunStarted:
+            if type(ev) is RunStarted:
                 plan = ev.plan
                 text = plan_to_column(plan)
                 plan_bytes += len(text)
