@@ -40,7 +40,10 @@ import json
 import re
 import sys
 from abc import abstractmethod
-from collections.abc import Mapping
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from functools import partial
+from itertools import repeat
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, TypeAlias
 
@@ -75,6 +78,7 @@ __all__ = [
     "element_key",
     "load_plan",
     "read_plan",
+    "read_plan_fields",
     "same_call",
     "task_fingerprint",
 ]
@@ -406,20 +410,31 @@ def read_plan(source: Plan | Mapping[str, Any] | str | Path) -> tuple[Plan, list
     """:func:`load_plan`, except that a task mixing the two kinds does not stop the reading: the
     stray key is set aside and the task's issue returned with the plan, so that
     :func:`dagagent.validate` can report it together with every other issue of the plan."""
+    plan, issues, _ = read_plan_fields(source)
+    return plan, issues
+
+
+def read_plan_fields(
+    source: Plan | Mapping[str, Any] | str | Path,
+) -> tuple[Plan, list[Issue], list[dict[str, Any]] | None]:
+    """:func:`read_plan`, and for a plain plan read from JSON or a dict (see
+    :func:`_plain_plan`) each task's fields: its model's ``__dict__``, to be read, not
+    changed. :mod:`dagagent.graph` checks a plain plan from them, without reading its models'
+    attributes (each read costs several dict lookups: pydantic models have a ``__getattr__``)."""
     if isinstance(source, Plan):
-        return source, []
+        return source, [], None
     origin = _origin(source)
     data = _parse(source, origin)
     if isinstance(data, list):
         data = {"tasks": data}
     if not isinstance(data, Mapping):
         raise PlanLoadError(f"{origin} must be a JSON object with 'goal' and 'tasks'")
-    plain = _plain_plan(data)
+    plain = _read_plain(data)
     if plain is not None:
-        return plain, []
+        return plain[0], [], plain[1]
     mixed = _KindIssues()
     try:
-        return Plan.model_validate(data, context=mixed), list(mixed)
+        return Plan.model_validate(data, context=mixed), list(mixed), None
     except RecursionError:
         raise PlanLoadError(f"{origin} is nested too deeply to be a plan") from None
     except ValidationError as exc:
@@ -453,11 +468,13 @@ _TOOL_FIELDS = (
     "args",
 )
 _PLAN_KEYS = frozenset({"goal", "tasks"})
-# A model's four slots, set as model_construct sets them, by their setters called directly (a
-# quarter of the cost of object.__setattr__ by name).
+# A model's four slots, set as model_construct sets them, by their setters called directly
+# (half the cost of object.__setattr__ by name), by map for all tasks at once.
 _SLOTS = ("__dict__", "__pydantic_fields_set__", "__pydantic_extra__", "__pydantic_private__")
 _SETTERS: list[Any] = [getattr(BaseModel.__dict__.get(k), "__set__", None) for k in _SLOTS]
 _set_dict, _set_fields, _set_extra, _set_private = _SETTERS
+# Runs an iterator to its end, keeping nothing.
+_consume: Callable[[Iterable[Any]], object] = partial(deque, maxlen=0)
 # Building the models directly is exactly model_construct while both stay plain models.
 _PLAIN_OK = (
     all(
@@ -479,19 +496,22 @@ _TOOL_DEFAULTS = {**dict.fromkeys(_TOOL_FIELDS), "allow_partial": False}
 
 def _plain_plan(data: Mapping[str, Any]) -> Plan | None:
     """``data`` read as a :class:`Plan` without pydantic, if every value in it is plain."""
+    read = _read_plain(data)
+    return None if read is None else read[0]
+
+
+def _read_plain(data: Mapping[str, Any]) -> tuple[Plan, list[dict[str, Any]]] | None:
+    """:func:`_plain_plan`, and each task's fields (its ``__dict__``)."""
     if not _PLAIN_OK or type(data) is not dict or not _PLAN_KEYS.issuperset(data):
         return None
     goal = data.get("goal", "")
     raw = data.get("tasks", [])
     if type(goal) is not str or type(raw) is not list:
         return None
-    new = object.__new__
-    set_dict, set_fields, set_extra, set_private = _set_dict, _set_fields, _set_extra, _set_private
     tool_keys, defaults = _TOOL_KEYS, _TOOL_DEFAULTS
     str_, dict_, list_, int_, float_ = str, dict, list, int, float
-    tool_task = ToolTask
-    tasks: list[Task] = []
-    append = tasks.append
+    fields: list[dict[str, Any]] = []  # each task's __dict__
+    add = fields.append
     for t in raw:
         if type(t) is not dict_ or not tool_keys.issuperset(t):
             return None
@@ -499,13 +519,15 @@ def _plain_plan(data: Mapping[str, Any]) -> Plan | None:
         if type(values["id"]) is not str_ or type(values["tool"]) is not str_:
             return None
         args = values["args"]
-        if type(args) is dict_:
+        if args is None:
+            if "args" in t:
+                return None
+            values["args"] = {}
+        elif type(args) is dict_:
             for k in args:
                 if type(k) is not str_:
                     return None
             values["args"] = args.copy()
-        elif args is None and "args" not in t:
-            values["args"] = {}
         else:
             return None
         deps = values["depends_on"]
@@ -532,18 +554,21 @@ def _plain_plan(data: Mapping[str, Any]) -> Plan | None:
         description = values["description"]
         if description is not None and type(description) is not str_:
             return None
-        task = new(tool_task)
-        set_dict(task, values)
-        set_fields(task, {*t})
-        set_extra(task, None)
-        set_private(task, None)
-        append(task)
-    plan = new(Plan)
-    set_dict(plan, {"goal": goal, "tasks": tasks})
-    set_fields(plan, set(data))
-    set_extra(plan, None)
-    set_private(plan, None)
-    return plan
+        add(values)
+    # The models, made as model_construct makes them; each slot set for every task in one
+    # go (map calls the setters without a Python-level call each).
+    n = len(fields)
+    tasks: list[Task] = list(map(object.__new__, repeat(ToolTask, n)))
+    _consume(map(_set_dict, tasks, fields))
+    _consume(map(_set_fields, tasks, map(set, raw)))
+    _consume(map(_set_extra, tasks, repeat(None, n)))
+    _consume(map(_set_private, tasks, repeat(None, n)))
+    plan = object.__new__(Plan)
+    _set_dict(plan, {"goal": goal, "tasks": tasks})
+    _set_fields(plan, set(data))
+    _set_extra(plan, None)
+    _set_private(plan, None)
+    return plan, fields
 
 
 def _path_of(source: object) -> Path | None:

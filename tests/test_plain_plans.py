@@ -15,7 +15,9 @@ import pytest
 import dagagent
 from dagagent import Plan, PlanLoadError, PlanValidationError
 from dagagent import graph as graph_module
+from dagagent import plan as plan_module
 from dagagent.plan import _plain_plan, read_plan
+from dagagent.references import Template
 
 
 def _registry() -> dagagent.Registry:
@@ -352,3 +354,102 @@ def test_objects_someone_froze_stay_frozen() -> None:
         assert gc.get_freeze_count() == frozen
     finally:
         gc.unfreeze()
+
+
+def test_the_fields_handed_to_the_checks_are_the_models_own() -> None:
+    """A plain plan read from a dict comes with each task's fields, which the one-pass checks
+    read instead of the models' attributes: they must be the models' own ``__dict__``."""
+    data = _random_plan(random.Random(3), 30)
+    plan, issues, fields = plan_module.read_plan_fields(data)
+    assert issues == []
+    assert fields is not None
+    assert [f is t.__dict__ for t, f in zip(plan.tasks, fields, strict=True)] == [True] * 30
+    registry = _registry()
+    assert _same_scans(
+        graph_module._scan_plain(plan, registry, fields), graph_module._scan_plain(plan, registry)
+    )
+    # a Plan given as a model, or a plan that is not plain, comes without them
+    assert plan_module.read_plan_fields(plan)[2] is None
+    agent = {"tasks": [{"id": "a", "instruction": "think"}]}
+    assert plan_module.read_plan_fields(agent)[2] is None
+
+
+def _same_scans(a: Any, b: Any) -> bool:
+    assert a is not None
+    assert b is not None
+    templates_a, preds_a, levels_a, by_id_a = a
+    templates_b, preds_b, levels_b, by_id_b = b
+    assert (preds_a, levels_a, by_id_a) == (preds_b, levels_b, by_id_b)
+    assert templates_a.keys() == templates_b.keys()
+    outputs = {t: i for i, t in enumerate(templates_a)}
+    for tid, tmpl in templates_a.items():
+        other = templates_b[tid]
+        assert [r.text for r in tmpl.refs] == [r.text for r in other.refs]
+        assert tmpl.malformed == other.malformed
+        assert tmpl.resolve(outputs) == other.resolve(outputs)
+    return True
+
+
+def _same_template(a: Template, b: Template) -> None:
+    for slot in Template.__slots__:
+        assert getattr(a, slot) == getattr(b, slot), slot
+
+
+def test_a_task_without_arguments_gets_the_template_template_gives_it() -> None:
+    """The one-pass checks build the template of a task without arguments themselves: it
+    must be what Template builds, slot for slot, its literal the task's own arguments."""
+    registry = _registry()
+    graph = dagagent.validate({"tasks": [{"id": "a", "tool": "noop"}]}, registry)
+    task = graph.tasks["a"]
+    tmpl = graph.templates["a"]
+    assert type(tmpl) is Template
+    _same_template(tmpl, Template(task.args))
+    assert tmpl.literal is task.args
+    assert tmpl.resolve({}) == {}
+    assert not tmpl.has_refs
+    assert tmpl.literal_keys() == {}
+
+
+BAD_PLANS: list[Any] = [
+    *NOT_PLAIN,
+    {"tasks": [{"id": "a", "tool": "noop", "retries": 2.5}]},
+    {"tasks": [{"id": "a", "tool": "noop", "timeout_s": -1}]},
+    {"tasks": [{"id": "a", "tool": "noop", "depends_on": "b"}]},
+    {"tasks": [{"id": "a", "tool": "noop", "args": []}]},
+    {"tasks": [{"id": "a", "tool": "noop", "args": {"a": 1}}]},
+    {"tasks": [{"id": "a", "tool": "noop", "depends_on": [1]}]},
+    {"tasks": [{"id": "a", "tool": "noop", "tools": ["noop"]}]},
+    {"tasks": [{"id": "a", "tool": "noop", "instruction": "x"}]},
+    {"tasks": [{"id": "a", "args": {"a": 1}}]},
+    {"tasks": [{"id": "a", "tool": "noop", "dependson": ["b"]}]},
+    {"tasks": [{"tool": "noop"}]},
+    {"tasks": [{"id": "a", "tool": "noop"}], "goal": None},
+    {"tasks": "a"},
+    {"tasks": []},
+    {"tasks": [{"id": "a", "tool": "noop"}, {"id": "a", "tool": "nope"}]},
+    {"tasks": [{"id": "-a", "tool": "noop"}]},
+    {"tasks": [{"id": "a" * 65, "tool": "noop"}]},
+    {"tasks": [{"id": "a", "tool": "noop", "depends_on": ["b", "b"]}]},
+    {"tasks": [{"id": "a", "tool": "noop", "depends_on": ["b"]}, {"id": "b", "tool": "noop"}]},
+]
+
+
+def _outcome(data: Any, registry: dagagent.Registry) -> Any:
+    try:
+        graph = dagagent.validate(data, registry)
+    except (PlanLoadError, PlanValidationError) as exc:
+        return type(exc).__name__, str(exc), [(i.code, i.task_id, i.message) for i in exc.issues]
+    return graph.plan.model_dump(), graph.levels, graph.dependencies
+
+
+@pytest.mark.parametrize("data", BAD_PLANS, ids=range(len(BAD_PLANS)))
+def test_every_plan_gets_what_it_gets_without_the_fast_road(
+    data: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same outcome, word for word, with the fast road and without it (the reading and
+    checks that pydantic and the task-by-task checks do)."""
+    registry = _registry()
+    fast = _outcome(data, registry)
+    monkeypatch.setattr(plan_module, "_PLAIN_OK", False)
+    monkeypatch.setattr(graph_module, "_scan_plain", lambda *_: None)
+    assert _outcome(data, registry) == fast
