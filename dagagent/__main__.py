@@ -8,6 +8,7 @@ Python's traceback of the import it cut short. (Only the interpreter's own start
 
 from __future__ import annotations
 
+import gc
 import sys
 
 __all__ = ["main"]
@@ -16,11 +17,23 @@ _EXIT_INTERRUPTED = 130  # as dagagent.cli._app.EXIT_INTERRUPTED, which this mus
 
 
 def main() -> None:
+    # What the command line imports lives until the process ends: the cyclic garbage
+    # collector, walking those objects again and again as they are made, would find nothing
+    # to free. So it is paused meanwhile, and then they go to its oldest generation at once
+    # (freeze, unfreeze: no walk), as dagagent.graph does with a big plan's objects (not when
+    # something else froze objects: those stay frozen).
+    collecting = gc.isenabled()
+    gc.disable()
     try:
         from .cli import main as command_line
     except KeyboardInterrupt:
         sys.stderr.write("interrupted\n")
         raise SystemExit(_EXIT_INTERRUPTED) from None
+    if collecting:
+        if not gc.get_freeze_count():
+            gc.freeze()
+            gc.unfreeze()
+        gc.enable()
     command_line()
 
 

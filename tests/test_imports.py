@@ -67,3 +67,54 @@ def test_every_public_name_of_the_package_is_there() -> None:
     assert int(proc.stdout) >= len(dagagent.__all__)
     with pytest.raises(AttributeError, match="no attribute 'nothing_here'"):
         dagagent.nothing_here  # noqa: B018
+
+
+def _command_modules_loaded(*args: str, cwd: Path) -> set[str]:
+    """The modules of dagagent.cli loaded by ``dagagent ARGS`` (-X importtime does not list
+    what importlib.import_module imports, so sys.modules is read at exit)."""
+    code = (
+        "import atexit, sys\n"
+        "atexit.register(lambda: sys.stderr.write('LOADED ' + ' '.join(\n"
+        "    m for m in sys.modules if m.startswith('dagagent.cli.')) + '\\n'))\n"
+        "from dagagent.__main__ import main\n"
+        "sys.argv[0] = 'dagagent'\n"
+        "main()\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(dagagent.__file__).parents[1])}
+    proc = subprocess.run(
+        [sys.executable, "-c", code, *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return set(proc.stderr.rsplit("LOADED ", 1)[1].split())
+
+
+def test_a_command_imports_the_module_that_defines_it_and_help_all_of_them(
+    tmp_path: Path,
+) -> None:
+    from dagagent.cli._app import COMMAND_MODULES
+
+    plan = {"tasks": [{"id": "a", "tool": "calculate", "args": {"expression": "1+2"}}]}
+    (tmp_path / "plan.json").write_text(json.dumps(plan))
+    loaded = _command_modules_loaded("validate", "plan.json", cwd=tmp_path)
+    assert "dagagent.cli.run" in loaded
+    others = {f"dagagent.cli.{m}" for m in COMMAND_MODULES.values()} - {
+        "dagagent.cli.run",
+        "dagagent.cli.tools",  # run.py loads tools through it
+    }
+    assert not loaded & others, sorted(loaded & others)
+    assert _command_modules_loaded("runs", "--help", cwd=tmp_path) & others == {"dagagent.cli.runs"}
+    assert _command_modules_loaded("--help", cwd=tmp_path) >= others
+
+
+def test_every_command_is_found_in_the_module_named_for_it() -> None:
+    from dagagent.cli import app
+    from dagagent.cli._app import COMMAND_MODULES
+
+    defined = {c.name: c.callback.__module__ for c in app.registered_commands if c.callback}
+    assert defined == {name: f"dagagent.cli.{m}" for name, m in COMMAND_MODULES.items()}

@@ -338,7 +338,8 @@ def make() -> str:
 """
 _REPORT_FREEZE = (
     "import atexit, gc, sys\n"
-    "atexit.register(lambda: sys.stderr.write(f'frozen={gc.get_freeze_count()}\\n'))\n"
+    "atexit.register(lambda: sys.stderr.write(\n"
+    "    f'frozen={gc.get_freeze_count()} collecting={gc.isenabled()}\\n'))\n"
     "from dagagent.__main__ import main\n"
     "sys.argv[0] = 'dagagent'\n"
     "main()\n"
@@ -348,8 +349,9 @@ _REPORT_FREEZE = (
 def test_commands_that_run_nothing_leave_their_objects_to_the_end_of_the_process(
     tmp_path: Path,
 ) -> None:
-    # validate and --help end without the interpreter's last collection walking and freeing
-    # what their imports made; run does not: an object of a tool still gets finalised.
+    # validate and --help run without the cyclic garbage collector and end without the
+    # interpreter's last collection walking and freeing what their imports made; run keeps
+    # both: an object of a tool still gets finalised.
     tools = tmp_path / "tidy_tools.py"
     tools.write_text(_TIDY_TOOLS)
     plan = write(tmp_path, "p.json", {"tasks": [{"id": "m", "tool": "make", "args": {}}]})
@@ -373,10 +375,11 @@ def test_commands_that_run_nothing_leave_their_objects_to_the_end_of_the_process
         assert proc.returncode == 0, proc.stderr
         frozen = int(proc.stderr.rsplit("frozen=", 1)[1].split()[0])
         assert frozen > 1000, (args, proc.stderr)  # typer's, pydantic's, rich's objects
+        assert "collecting=False" in proc.stderr
 
     proc = cli("run", plan, "--tools", spec, "--json")
     assert proc.returncode == 0, proc.stderr
-    assert "frozen=0" in proc.stderr
+    assert "frozen=0 collecting=True" in proc.stderr
     assert (tmp_path / "tidied").read_text() == "yes"
 
 
