@@ -828,10 +828,10 @@ async def test_an_event_that_cannot_be_written_is_dropped_not_the_whole_record(
     # the batch of rows as one JSON document: refused when it holds b, so b goes row by row
     real_json = writer.insert_json
 
-    def refuse_b(conn: Any, run_id: str, results: Any) -> bool:
+    def refuse_b(conn: Any, run_id: str, results: Any, *rows: Any) -> bool:
         if any(r.task_id == "b" for r in results):
             return False
-        return real_json(conn, run_id, results)
+        return real_json(conn, run_id, results, *rows)
 
     monkeypatch.setattr(writer, "insert_json", refuse_b)
     db = tmp_path / "r.db"

@@ -115,8 +115,8 @@ def _ways_taken(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
     ways: list[bool] = []
     real = writer.insert_json
 
-    def spy(conn: Any, run_id: str, results: Any) -> bool:
-        ways.append(real(conn, run_id, results))
+    def spy(conn: Any, run_id: str, results: Any, *rows: Any) -> bool:
+        ways.append(real(conn, run_id, results, *rows))
         return ways[-1]
 
     monkeypatch.setattr(writer, "insert_json", spy)
@@ -150,7 +150,7 @@ def test_a_batch_of_successes_alone_writes_the_rows_row_by_row_would(
     """The usual batch (every result a plain success) takes a way of its own to its document."""
     successes = [r for r in _results() if r.status is TaskStatus.SUCCEEDED and rows.plain(r)]
     successes = [r for r in successes if r.steps is None and r.task_id != "nan"]
-    assert len(successes) > 5 and rows._success_rows(successes) is not None
+    assert len(successes) > 5 and rows.success_rows(successes) is not None
     ways = _ways_taken(monkeypatch)
     fast = _record(tmp_path / "fast.db", successes)
     assert ways == [True]

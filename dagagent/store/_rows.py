@@ -38,6 +38,7 @@ __all__ = [
     "insert_tuples",
     "materialize",
     "plain",
+    "success_rows",
 ]
 
 _N_COLUMNS = 14
@@ -64,26 +65,19 @@ _SUCCEEDED = TaskStatus.SUCCEEDED
 _HAS_OUTPUT = frozenset(s for s in TaskStatus if s.ok)
 
 
-# The per-result work below is done by C code where it can (itemgetter, list.count, which
-# compares by identity first): a batch of a thousand plain successes takes no Python loop, and
-# makes no tuple but its rows (a thousand new tuples at once would also start a collection of
-# the cycle collector, over the event loop's young objects too). A result's fields are read
-# from its ``__dict__`` (where a pydantic model keeps them): one attribute lookup per result,
-# then a dict lookup per field, rather than an attribute lookup per field (through the
-# model's class, several times slower).
+# The per-result work below is done by C code where it can (attrgetter, itemgetter,
+# list.count, which compares by identity first): a batch of a thousand plain successes takes
+# no Python loop. Their fields are read from each result's ``__dict__`` (where a pydantic
+# model keeps them: one attribute lookup per result, then dict lookups, rather than an
+# attribute lookup per field through the model's class), in two passes: one for what kind of
+# result it is, one for its row. Results come from the event loop's thread, so each look at
+# one is a cache miss on this thread's core: every further pass over a batch costs about as
+# much as the first.
 _FIELDS = attrgetter("__dict__")
-_CALLS = tuple(map(itemgetter, ("decisions", "elements")))
-_SUCCESS_KIND = tuple(
-    (itemgetter(name), value)
-    for name, value in (
-        ("status", _SUCCEEDED),
-        ("error", None),
-        ("error_type", None),
-        ("traceback", None),
-        ("steps", None),
-    )
-)
+_KIND = itemgetter("status", "error", "error_type", "traceback", "steps", "decisions", "elements")
+_PLAIN_SUCCESS = (_SUCCEEDED, None, None, None, None, None, None)
 _SUCCESS_ROW = itemgetter("task_id", "output", "attempts", "started_at", "finished_at", "args")
+_CALLS = tuple(map(attrgetter, ("decisions", "elements")))
 
 
 def plain(r: TaskResult) -> bool:
@@ -92,34 +86,37 @@ def plain(r: TaskResult) -> bool:
 
 
 def all_plain(results: Sequence[TaskResult]) -> bool:
-    """Whether every one of ``results`` is :func:`plain` (the usual batch)."""
-    try:
-        fields = list(map(_FIELDS, results))
-        n = len(fields)
-        return all(list(map(get, fields)).count(None) == n for get in _CALLS)
-    except (AttributeError, KeyError):  # not kept as a model keeps them: one by one
-        return all(map(plain, results))
+    """Whether every one of ``results`` is :func:`plain`."""
+    n = len(results)
+    return all(list(map(get, results)).count(None) == n for get in _CALLS)
 
 
-def _success_rows(results: Sequence[TaskResult]) -> list[tuple[Any, ...]] | None:
-    """The rows of ``results`` (each :func:`plain`) in a document of successes, if every one
-    is a plain success (the usual batch); else ``None``."""
+def success_rows(results: Sequence[TaskResult]) -> list[tuple[Any, ...]] | None:
+    """The rows of ``results`` in a document of successes if every one is a plain success
+    (no error, steps, decisions or elements: the usual batch; the first value of a row is
+    its task's id), else ``None``."""
     try:
         fields = list(map(_FIELDS, results))
-        n = len(fields)
-        if all(list(map(get, fields)).count(value) == n for get, value in _SUCCESS_KIND):
+        if list(map(_KIND, fields)).count(_PLAIN_SUCCESS) == len(fields):
             return list(map(_SUCCESS_ROW, fields))
-    except (AttributeError, KeyError):  # not kept as a model keeps them: one by one below
+    except (AttributeError, KeyError):  # not kept as a model keeps them: looked at one by one
         pass
     return None
 
 
-def insert_json(conn: sqlite3.Connection, run_id: str, results: Sequence[TaskResult]) -> bool:
+def insert_json(
+    conn: sqlite3.Connection,
+    run_id: str,
+    results: Sequence[TaskResult],
+    successes: list[tuple[Any, ...]] | None = None,
+) -> bool:
     """Insert ``results`` (each :func:`plain`, no task twice, none of them on record yet) as
     log rows of run ``run_id``: one per layout; ``False``, with nothing written, if the batch
     cannot go this way, so that the caller writes it row by row. SQLite errors other than
-    about the document itself (a locked store, a full disk) are raised."""
-    successes = _success_rows(results)
+    about the document itself (a locked store, a full disk) are raised. ``successes``: their
+    :func:`success_rows`, when the caller has them (then ``results`` is not looked at)."""
+    if successes is None:
+        successes = success_rows(results)
     if successes is not None:
         results = ()
     else:

@@ -9,7 +9,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,15 @@ from ..results import WAIT, RecordLoss, RunStatus, TaskResult, TaskStatus
 from ._codec import ELEMENT_KEYS, to_column, why
 from ._ids import check_run_id
 from ._plans import plan_to_column
-from ._rows import JSON_ROWS, all_plain, insert_json, insert_tuples, materialize, plain
+from ._rows import (
+    JSON_ROWS,
+    all_plain,
+    insert_json,
+    insert_tuples,
+    materialize,
+    plain,
+    success_rows,
+)
 from ._schema import connect
 from ._store import DEFAULT_FLUSH_INTERVAL_S, RunStore
 
@@ -34,6 +42,7 @@ OUTPUT_NOT_RECORDED = "OutputNotRecorded"
 
 _STOP = object()
 _TASK_ID = attrgetter("task_id")
+_FIRST = itemgetter(0)
 
 
 class _Flush:
@@ -614,12 +623,18 @@ class RunRecorder:
         (and every result, when that way is refused) row by row; returns their task ids. A
         task on record already (a resumed run, a task recorded twice) is written row by row
         over its row, once the run's log rows are rows (a task is never in both)."""
-        ids = set(map(_TASK_ID, results))
+        # The usual batch (plain successes): its rows, whose first values are the task ids.
+        successes = success_rows(results) if JSON_ROWS else None
+        ids = set(map(_TASK_ID, results) if successes is None else map(_FIRST, successes))
         if self.resumed or len(ids) < len(results) or not self._written.isdisjoint(ids):
             materialize(conn, self.run_id)
             insert_tuples(conn, [self._task_row(r) for r in results])
             return ids
-        if JSON_ROWS and all_plain(results):  # the usual batch: one document
+        if successes is not None:  # one document
+            if not insert_json(conn, self.run_id, results, successes):
+                insert_tuples(conn, [self._task_row(r) for r in results])
+            return ids
+        if JSON_ROWS and all_plain(results):  # one document per layout
             if not insert_json(conn, self.run_id, results):
                 insert_tuples(conn, [self._task_row(r) for r in results])
             return ids
