@@ -309,9 +309,21 @@ class RunRecorder:
         last_write = -interval  # when the last write started
         while True:
             try:
-                # Sleep until there is something to write (or to look for), or until it is
-                # time to try a locked store again.
-                item = get(timeout=_BUSY_RETRY_S if events or results else poll)
+                # Sleep until there is something to write, or until it is time to try a
+                # locked store again; with an interval, until the interval since the last
+                # write is up (at once if results wait by then), or, idle, for an interval.
+                if events or results:
+                    item = get(timeout=_BUSY_RETRY_S)
+                elif poll is None:
+                    item = get()
+                else:
+                    left = last_write + poll - time.monotonic()
+                    if left > 0:
+                        item = get(timeout=left)
+                    elif given:
+                        item = get_nowait()
+                    else:
+                        item = get(timeout=poll)
             except queue.Empty:
                 item = None
             if (
