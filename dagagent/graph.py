@@ -91,7 +91,7 @@ class PlanGraph:
         *,
         dependencies: dict[str, tuple[str, ...]],
         levels: list[list[str]],
-        dependents: dict[str, tuple[str, ...]] | None = None,
+        dependents: Mapping[str, Sequence[str]] | None = None,
         tasks: dict[str, Task] | None = None,
     ) -> None:
         """``levels``: the topological levels, each in plan order; ``dependents`` and
@@ -107,7 +107,7 @@ class PlanGraph:
         self.order: list[str] = [n for level in levels for n in level]
 
     @property
-    def dependents(self) -> dict[str, tuple[str, ...]]:
+    def dependents(self) -> Mapping[str, Sequence[str]]:
         """The tasks that depend on each task, in plan order."""
         if self._dependents is None:
             with _bulk(len(self.dependencies)):

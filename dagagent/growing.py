@@ -125,8 +125,14 @@ class GrowingGraph(PlanGraph):
     """
 
     def __init__(self, goal: str = "") -> None:
+        self._children: dict[str, list[str]] = {}
         super().__init__(
-            Plan(goal=goal, tasks=[]), {}, [], dependencies={}, levels=[], dependents={}
+            Plan(goal=goal, tasks=[]),
+            {},
+            [],
+            dependencies={},
+            levels=[],
+            dependents=self._children,
         )
         self.complete = False
         self.aborted = False
@@ -161,9 +167,10 @@ class GrowingGraph(PlanGraph):
         self.tasks[tid] = task
         self.templates[tid] = check.template
         self.dependencies[tid] = deps
-        self.dependents[tid] = ()
+        dependents = self._children
+        dependents[tid] = []
         for d in deps:
-            self.dependents[d] = (*self.dependents[d], tid)
+            dependents[d].append(tid)  # a list: a task many others depend on stays linear
         depth = 1 + max((self._depth[d] for d in deps), default=-1)
         self._depth[tid] = depth
         if depth == len(self.levels):
