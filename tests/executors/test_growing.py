@@ -3,6 +3,7 @@ when the plan is complete, and a plan cut short stops the run as ``on_failure`` 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -77,12 +78,18 @@ async def test_tasks_start_while_the_plan_grows(
         if isinstance(event, PlanExtended):
             extended.append(len(event.plan.tasks))
 
+    async def until(done: Callable[[], bool]) -> None:
+        # Polled: the tools note their ends from Dask's worker threads too. Bounded by
+        # run_while's 30 s: a run that waits for the whole plan before starting fails.
+        while not done():  # noqa: ASYNC110
+            await anyio.sleep(0.02)
+
     async def script() -> None:
         feed.add(work("a"))
-        await anyio.sleep(0.8)
+        await until(lambda: "a" in recorder.intervals)  # a ran to its end meanwhile
         feed.add(work("b", value="${a}"))  # depends on a, which has finished by now
         feed.add(work("c", 0.2))
-        await anyio.sleep(0.8)
+        await until(lambda: "b" in recorder.intervals)
         feed.add(ToolTask(id="d", tool="add", args={"a": 1, "b": 2}, depends_on=["b", "c"]))
         feed.graph.close()
 
