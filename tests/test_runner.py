@@ -755,3 +755,24 @@ async def test_the_runs_status_and_critical_path_are_those_of_its_results(
         assert result.critical_path[0] == "a"
         ok = all(r.status.ok for r in result.tasks.values())
         assert (result.status is RunStatus.SUCCEEDED) == ok
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+async def test_a_tool_class_with_its_own_acall_is_called_through_it(executor: str) -> None:
+    # The runner awaits a plain async tool's function itself; a Tool subclass that changes
+    # how a call is made must still be called through its acall.
+    class Counted(dagagent.Tool):
+        calls = 0
+
+        async def acall(self, args: Any) -> Any:
+            Counted.calls += 1
+            return {"via": "acall", "got": await super().acall(args)}
+
+    async def ping(x: int) -> int:
+        return x + 1
+
+    reg = dagagent.Registry()
+    reg.add(Counted(ping))
+    result = await execute({"tasks": [{"id": "p", "tool": "ping", "args": {"x": 1}}]}, reg)
+    assert result.ok and result.outputs["p"] == {"via": "acall", "got": 2}
+    assert Counted.calls == 1

@@ -34,7 +34,7 @@ from ..results import (
     TaskStatus,
     jsonable,
 )
-from ..tools import Registry, Tool
+from ..tools import GENERATOR_TYPES, Registry, Tool, materialize_async
 from ._agent import AgentNode, AgentTaskRunner
 from ._calls import ArgumentRedactor, CallOptions, Interceptor, Invoker, ToolCalls, timed_out_late
 from ._cancel import IGNORED_CANCEL, cancellation_check, really_cancelled
@@ -117,6 +117,13 @@ class TaskRunner:
         )
         # Tools a task may call directly when it has no timeout (worked out once per run).
         self._direct = frozenset(t.name for t in self.registry if self.calls.is_direct(t, None))
+        # ... and of those, the async functions the runner may await itself (what Tool.acall
+        # does for them, without its coroutine in between).
+        self._awaited = frozenset(
+            t.name
+            for t in self.registry
+            if t.name in self._direct and t.is_async and type(t).acall is Tool.acall
+        )
         self.llm = llm
         self._agent_runner = agent_runner
         self._reuse = dict(reuse or {})
@@ -192,7 +199,12 @@ class TaskRunner:
                 run.attempts += 1
                 try:
                     if isinstance(attempt, Tool):  # hot path: nothing in the way of the tool
-                        output = await attempt.acall(attempt.validate_args(run.args))
+                        if attempt.name in self._awaited:
+                            output = await attempt.fn(**attempt.validate_args(run.args))
+                            if type(output) in GENERATOR_TYPES:
+                                output = await materialize_async(output)
+                        else:
+                            output = await attempt.acall(attempt.validate_args(run.args))
                     else:
                         output = await attempt(run)
                     break
