@@ -524,12 +524,17 @@ def _scan_plain(
             mine = tuple_(dict.fromkeys(deps))
         preds[tid] = mine
         if levels is not None:
-            level = 0
             try:
-                for d in mine:
-                    above = depth[d]
-                    if above >= level:
-                        level = above + 1
+                if len_(mine) == 2:  # the most common case, without a loop
+                    level = depth[mine[0]]
+                    above = depth[mine[1]]
+                    level = (level if level > above else above) + 1
+                else:
+                    level = 0
+                    for d in mine:
+                        above = depth[d]
+                        if above >= level:
+                            level = above + 1
             except KeyError:  # a task not placed yet (or none at all): see below
                 levels = None
             else:
