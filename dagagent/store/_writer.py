@@ -129,11 +129,14 @@ class RunRecorder:
     then and of its own batch (the 1,000 no-op tasks that finish in 0.02 s took 2-18 ms on a
     busy 2-core machine, mostly waiting for the interpreter lock; a checkpoint, after every
     ~256 KiB written, a few milliseconds more), or as soon as a lock another process holds
-    is free. A SIGKILL loses only the results of that window: the tasks that finished in the
-    last ``flush_interval_s`` plus one write (``tests/test_store_durability.py`` kills a run
-    mid-way and finds every task that finished 2 s before on record). A store
-    locked by another process is retried, never given up on while the run lasts, and for up to
-    ``write_timeout_s`` after it (in :meth:`close`). A write that fails for another reason (a
+    is free. The writer needs the interpreter lock between its SQLite calls: an event loop
+    that never waits (thousands of tasks that return at once) can keep it from the writer
+    until the run ends; tools that wait for anything leave it the lock. A SIGKILL loses only
+    the results of that window: the tasks that finished in the last ``flush_interval_s``
+    plus one write (``tests/test_store_durability.py`` kills a run mid-way and finds every
+    task that finished 2 s before on record). A store locked by another process is retried,
+    never given up on while the run lasts, and for up to ``write_timeout_s`` after it (in
+    :meth:`close`). A write that fails for another reason (a
     full disk, a file size limit, a damaged file) is retried event by event, a task's row
     without its output if only that fails. What could not be written is in :attr:`loss` (a
     :class:`~dagagent.results.RecordLoss`) and ``execute`` puts it in
