@@ -580,11 +580,13 @@ def test_agent_vs_react_runs_a_handful_of_questions_in_every_mode(tmp_path: Path
     for mode in ("plan", "solve"):
         assert all(r["calls"] == 2 for r in data["questions"][mode])  # planner and joiner
     mean = {m: s["mean_s"] for m, s in summary.items()}
-    # the order the latency model implies: k+2 model calls in a row for react, 3 for parallel
-    # calls, 2 for plan-and-execute; streaming overlaps the searches with the plan's writing.
-    # Only the order: the ratios are the benchmark's to report, and a busy machine moves them
-    # (solve and plan differ by about a tenth).
-    assert mean["react"] > mean["react-parallel"] > mean["plan"]
+    # The order the latency model implies: k+2 model calls in a row for react, against 3 for
+    # parallel calls and 2 for plan-and-execute (about 1.7 s against 0.8-1.0 s here); streaming
+    # overlaps the searches with the plan's writing. Parallel calls and plan-and-execute are
+    # not ordered: over 4 questions they differ by less than the run's noise (plan's slowest
+    # question moves its mean between 0.78 and 1.03 s from run to run, parallel calls'
+    # stays at 0.90-0.95 s). Only the order: the ratios are the benchmark's to report.
+    assert mean["react"] > 1.2 * max(mean["react-parallel"], mean["plan"], mean["solve"])
     assert mean["solve"] < 1.5 * mean["plan"]
     assert summary["solve"]["input_tokens"] < summary["react"]["input_tokens"]
     assert "| solve |" in (tmp_path / "agent_vs_react.md").read_text()
