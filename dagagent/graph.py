@@ -193,48 +193,14 @@ def finished_critical_path(
     run cancelled or skipped did not finish, so no path runs through it."""
     from .results import TaskStatus  # here: checking a plan needs no results
 
-    # critical_path() over the tasks that finished, in one pass (it runs at the end of every
-    # run, over every task: ~0.5 us a task rather than ~1.6).
-    finished = frozenset((TaskStatus.SUCCEEDED, TaskStatus.FAILED, TaskStatus.DENIED))
-    reused = TaskStatus.REUSED
-    get_result, deps_of = results.get, dependencies.get
-    finish: dict[str, float] = {}
-    via: dict[str, str | None] = {}
-    get_finish = finish.get
-    longest, end = 0.0, None
-    for n in order:
-        r = get_result(n)
-        if r is None:
-            continue
-        status = r.status
-        if status in finished:
-            started, ended = r.started_at, r.finished_at
-            if started is None or ended is None:
-                continue
-            took = ended - started
-        elif status is reused:
-            took = 0.0
-        else:
-            continue
-        best, best_dep = 0.0, None
-        for d in deps_of(n, ()):
-            f = get_finish(d, 0.0)
-            if f > best or best_dep is None:
-                best, best_dep = f, d
-        total = best + took
-        finish[n] = total
-        via[n] = best_dep
-        if end is None or total > longest:  # the first of the longest, as max() picks
-            longest, end = total, n
-    if end is None:
-        return 0.0, []
-    path = [end]
-    node = via[end]
-    while node is not None:
-        path.append(node)
-        node = via[node]
-    path.reverse()
-    return longest, path
+    finished = (TaskStatus.SUCCEEDED, TaskStatus.FAILED, TaskStatus.DENIED)
+    durations: dict[str, float] = {}
+    for task_id, r in results.items():
+        if r.status in finished and r.started_at is not None and r.finished_at is not None:
+            durations[task_id] = r.finished_at - r.started_at
+        elif r.status is TaskStatus.REUSED:
+            durations[task_id] = 0.0
+    return critical_path([t for t in order if t in durations], dependencies, durations)
 
 
 def _successors(preds: Mapping[str, Iterable[str]]) -> dict[str, list[str]]:

@@ -18,10 +18,12 @@ import dagagent
 NOT_NEEDED = ("networkx", "structlog", "httpx", "sqlite3", "dagagent.llm.openai")
 
 
-def _imported(*args: str, cwd: Path) -> set[str]:
+def _stderr(*argv: str, cwd: Path) -> str:
+    """What ``python ARGV`` (this checkout's dagagent first on the path) wrote to stderr; it
+    must succeed."""
     env = {**os.environ, "PYTHONPATH": str(Path(dagagent.__file__).parents[1])}
     proc = subprocess.run(
-        [sys.executable, "-X", "importtime", "-m", "dagagent", *args],
+        [sys.executable, *argv],
         capture_output=True,
         text=True,
         cwd=cwd,
@@ -30,9 +32,13 @@ def _imported(*args: str, cwd: Path) -> set[str]:
         check=False,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc.stderr
+
+
+def _imported(*args: str, cwd: Path) -> set[str]:
     return {
         line.rsplit("|", 1)[1].strip()
-        for line in proc.stderr.splitlines()
+        for line in _stderr("-X", "importtime", "-m", "dagagent", *args, cwd=cwd).splitlines()
         if line.startswith("import time:") and "|" in line
     }
 
@@ -80,18 +86,7 @@ def _command_modules_loaded(*args: str, cwd: Path) -> set[str]:
         "sys.argv[0] = 'dagagent'\n"
         "main()\n"
     )
-    env = {**os.environ, "PYTHONPATH": str(Path(dagagent.__file__).parents[1])}
-    proc = subprocess.run(
-        [sys.executable, "-c", code, *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env=env,
-        timeout=120,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    return set(proc.stderr.rsplit("LOADED ", 1)[1].split())
+    return set(_stderr("-c", code, *args, cwd=cwd).rsplit("LOADED ", 1)[1].split())
 
 
 def test_a_command_imports_the_module_that_defines_it_and_help_all_of_them(
