@@ -145,6 +145,7 @@ async def execute(
             on_failure=on_failure,
             max_elements=max_elements,
             record=recorder.record if recorder is not None else None,
+            record_success=recorder.record_success if recorder is not None else None,
         )
         prepare = getattr(exe, "prepare", None)
         if prepare is not None:  # e.g. ship the tools to workers; fails before any record

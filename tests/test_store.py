@@ -814,6 +814,47 @@ def test_env_var_home_is_created_on_first_use(
     assert os.access(home, os.W_OK)
 
 
+async def test_the_runner_hands_a_plain_success_over_as_its_values_and_the_rest_as_results(
+    tmp_path: Path, registry: dagagent.Registry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[Any] = []
+    real_init = RunRecorder.__init__
+
+    def spying(self: RunRecorder, *args: Any, **kw: Any) -> None:
+        real_init(self, *args, **kw)
+        as_values, as_result = self.record_success, self.record
+
+        def values(row: Any) -> None:
+            seen.append(row)
+            as_values(row)
+
+        def result(r: TaskResult) -> None:
+            seen.append(r.task_id)
+            as_result(r)
+
+        self.record_success, self.record = values, result
+
+    monkeypatch.setattr(RunRecorder, "__init__", spying)
+    mapped = {"id": "m", "tool": "work", "for_each": ["x", "y"], "args": {"name": "${@item}"}}
+    db = tmp_path / "r.db"
+    result = await dagagent.execute(
+        {"tasks": [w("ok"), w("bad", fail=True), mapped]},
+        registry,
+        store=db,
+        on_failure="continue",
+    )
+    ok = result.tasks["ok"]
+    assert sorted(seen, key=str) == [
+        ("ok", "ok", 1, ok.started_at, ok.finished_at, {"name": "ok", "seconds": 0.0}),
+        "bad",  # failed: its error, its traceback
+        "m",  # a map task: its elements
+    ]
+    with RunStore(db) as st:
+        rec = st.get_run(result.run_id)
+    assert rec.tasks["ok"].model_dump() == ok.model_dump()
+    assert rec.tasks["bad"].error_type == "RuntimeError" and rec.tasks["m"].output == ["x", "y"]
+
+
 async def test_an_event_that_cannot_be_written_is_dropped_not_the_whole_record(
     tmp_path: Path, registry: dagagent.Registry, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -828,10 +869,11 @@ async def test_an_event_that_cannot_be_written_is_dropped_not_the_whole_record(
     # the batch of rows as one JSON document: refused when it holds b, so b goes row by row
     real_json = writer.insert_json
 
-    def refuse_b(conn: Any, run_id: str, results: Any, *rows: Any) -> bool:
-        if any(r.task_id == "b" for r in results):
+    def refuse_b(conn: Any, run_id: str, results: Any, rows: Any = None) -> bool:
+        ids = [r.task_id for r in results] + [row[0] for row in rows or ()]
+        if "b" in ids:
             return False
-        return real_json(conn, run_id, results, *rows)
+        return real_json(conn, run_id, results, rows)
 
     monkeypatch.setattr(writer, "insert_json", refuse_b)
     db = tmp_path / "r.db"

@@ -26,6 +26,7 @@ from dagagent.plan import Plan
 from dagagent.results import AgentStep, CallDecision, TaskResult, TaskStatus
 from dagagent.store import RunRecorder, RunStore
 from dagagent.store import _rows as rows
+from dagagent.store import _store as store_module
 from dagagent.store import _writer as writer
 
 T0 = 1_796_000_000.123456789
@@ -90,7 +91,16 @@ def _results() -> list[TaskResult]:
     ]
 
 
-def _record(path: Path, results: list[TaskResult]) -> list[tuple[Any, ...]]:
+def _record(
+    path: Path,
+    results: list[TaskResult],
+    *,
+    as_rows: bool = False,
+    flush_interval_s: float = 10.0,  # one batch: at close
+    resumed: bool = False,
+) -> list[tuple[Any, ...]]:
+    """Record ``results`` as a run, and read its task rows back. ``as_rows``: each plain
+    success handed over as the runner does, as its values (``record_success``)."""
     run_id = "0123456789ab"
     plan = Plan.model_validate(
         {
@@ -99,14 +109,38 @@ def _record(path: Path, results: list[TaskResult]) -> list[tuple[Any, ...]]:
             ]
         }
     )
-    rec = RunRecorder(path, run_id, flush_interval_s=10.0).start()  # one batch: at close
+    if resumed:
+        with RunRecorder(path, run_id) as first:
+            first(RunStarted(run_id, plan, "dataflow"))
+    rec = RunRecorder(path, run_id, flush_interval_s=flush_interval_s, resumed=resumed).start()
     rec(RunStarted(run_id, plan, "dataflow"))
     for r in results:
-        rec.record(r)
+        if as_rows and _plain_success(r):
+            rec.record_success(
+                (r.task_id, r.output, r.attempts, r.started_at, r.finished_at, r.args)
+            )
+        else:
+            rec.record(r)
     rec.close()
     assert rec.loss is None
     with sqlite3.connect(path) as conn:
         return conn.execute(f"SELECT {rows.TASK_COLUMNS} FROM tasks ORDER BY task_id").fetchall()
+
+
+def _plain_success(r: TaskResult) -> bool:
+    """What the runner hands over as its values: a success with nothing more to say."""
+    return (
+        r.status is TaskStatus.SUCCEEDED
+        and (
+            r.error,
+            r.error_type,
+            r.traceback,
+            r.steps,
+            r.decisions,
+            r.elements,
+        )
+        == (None,) * 6
+    )
 
 
 def _ways_taken(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
@@ -156,6 +190,76 @@ def test_a_batch_of_successes_alone_writes_the_rows_row_by_row_would(
     assert ways == [True]
     monkeypatch.setattr(writer, "JSON_ROWS", False)
     assert fast == _record(tmp_path / "slow.db", successes)
+
+
+@pytest.mark.parametrize("flush_interval_s", [10.0, 0.0])  # one batch at close; each at once
+def test_successes_handed_over_as_their_values_write_the_rows_their_results_would(
+    tmp_path: Path, flush_interval_s: float
+) -> None:
+    """``record_success`` (what the runner hands over for a plain success) records the same
+    row as ``record`` with its result: in a batch of successes alone (NaN among them: that
+    batch goes row by row), mixed with every other kind of result, and in a resumed run."""
+    every = _results()
+    successes = [r for r in every if _plain_success(r)]
+    assert 5 < len(successes) < len(every)
+    for i, batch in enumerate((every, successes, [r for r in successes if r.task_id != "nan"])):
+        want = _record(tmp_path / f"results-{i}.db", batch)
+        got = _record(
+            tmp_path / f"rows-{i}.db", batch, as_rows=True, flush_interval_s=flush_interval_s
+        )
+        assert got == want and len(got) == len(batch)
+    resumed = _record(tmp_path / "resumed.db", successes, as_rows=True, resumed=True)
+    assert resumed == _record(tmp_path / "resumed-results.db", successes, resumed=True)
+
+
+@pytest.mark.skipif(not hasattr(sqlite3.Connection, "setlimit"), reason="Python 3.11+")
+def test_a_batch_of_successes_too_big_for_one_value_goes_row_by_row(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A document SQLite refuses (here: longer than the connection takes in one value) is
+    written as rows, whether its batch came alone or with the run's first row."""
+    real = store_module.connect
+
+    def limited(path: Path, **kw: Any) -> sqlite3.Connection:
+        conn = real(path, **kw)
+        conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, 4000)
+        return conn
+
+    successes = [
+        _result(f"t{i:02d}", output="x" * 100, args={"i": i}) for i in range(30)
+    ]  # about 6 kB as one document; 200 bytes a row
+    want = _record(tmp_path / "unlimited.db", successes, as_rows=True)
+    monkeypatch.setattr(store_module, "connect", limited)
+    ways = _ways_taken(monkeypatch)
+    got = _record(tmp_path / "limited.db", successes, as_rows=True)
+    assert got == want and len(got) == 30
+    assert ways == [False, False]  # refused alone (no transaction of ours), then in one
+
+
+def test_a_task_handed_over_twice_keeps_the_result_given_last(tmp_path: Path) -> None:
+    """A success given as its values after a result of the same task is on record (and the
+    other way round) replaces it, as results do."""
+    db, run_id = tmp_path / "r.db", "0123456789ab"
+    plan = Plan.model_validate({"tasks": [{"id": t, "tool": "t"} for t in "ab"]})
+    rec = RunRecorder(db, run_id, flush_interval_s=60.0).start()
+    try:
+        rec(RunStarted(run_id, plan, "dataflow"))
+        rec.record(_result("a", "failed", error="no", error_type="X"))
+        rec.record_success(("b", "first", 1, T0, T0 + 1, {"q": "b"}))
+        assert rec.flush(30.0)
+        rec.record_success(("a", "again", 2, T0, T0 + 2, {"q": "a"}))
+        rec.record(_result("b", "failed", error="later", error_type="X"))
+    finally:
+        rec.close()
+    assert rec.loss is None
+    with RunStore(db) as st:
+        got = st.get_run(run_id).tasks
+    assert (got["a"].status, got["a"].output, got["a"].attempts) == (
+        TaskStatus.SUCCEEDED,
+        "again",
+        2,
+    )
+    assert (got["b"].status, got["b"].output, got["b"].error) == (TaskStatus.FAILED, None, "later")
 
 
 def test_the_recorder_takes_results_and_task_finished_events_alike(tmp_path: Path) -> None:

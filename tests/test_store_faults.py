@@ -19,6 +19,7 @@ import pytest
 
 import dagagent
 from dagagent.errors import StoreError
+from dagagent.events import RunStarted
 from dagagent.store import OUTPUT_NOT_RECORDED, RunRecorder, RunStore
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX processes and limits")
@@ -215,6 +216,22 @@ def test_a_store_locked_for_longer_than_the_recorder_waits_says_the_run_was_not_
     assert str(loss).startswith("not written: the whole run")
     with RunStore(db) as st:
         assert not st.exists(run_id)
+
+
+def test_a_success_handed_over_as_its_values_and_not_written_is_accounted_for(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "runs.db"
+    _store_with_a_run(db)
+    run_id = dagagent.new_run_id()
+    plan = dagagent.Plan.model_validate({"tasks": [{"id": "t", "tool": "text"}]})
+    with _locked(db, 8.0):
+        recorder = RunRecorder(db, run_id, write_timeout_s=1.0).start()
+        recorder(RunStarted(run_id, plan, "serial"))
+        recorder.record_success(("t", "xxx", 1, 1.0, 2.0, {"n": 3}))
+        recorder.close()
+    loss = recorder.loss
+    assert loss is not None and loss.run and loss.tasks == ["t"]
 
 
 def test_a_store_locked_against_readers_is_reported_as_locked_not_as_foreign(

@@ -86,6 +86,7 @@ class TaskRunner:
         max_elements: int = DEFAULT_MAX_ELEMENTS,
         telemetry: RunTelemetry | None = None,
         record: Callable[[TaskResult], None] | None = None,
+        record_success: Callable[[tuple[str, Any, int, float, float, Any]], None] | None = None,
     ) -> None:
         self.graph = graph
         self.tasks = graph.tasks
@@ -105,6 +106,10 @@ class TaskRunner:
         #: Takes every final result as it is made (the run store's recorder: a result on its
         #: queue, no event built for it).
         self.record = record
+        #: With ``record``: takes instead the result of a task that succeeded with nothing
+        #: more to say (no steps, decisions, elements), as ``(task_id, output, attempts,
+        #: started_at, finished_at, args)`` (see ``RunRecorder.record_success``).
+        self.record_success = record_success if record is not None else None
         #: The tool-call seam: interceptors, per-tool limits, the invoker.
         self.calls = ToolCalls(run_id, self.registry, interceptors, invoker, self.emit, answers)
         self._intercepted = self.calls.intercepted
@@ -524,7 +529,23 @@ class TaskRunner:
         elif status is _FAILED or status is _DENIED:
             self.took[task_id] = finished_at - started_at
         if self.record is not None:
-            self.record(r)
+            if (
+                status is _SUCCEEDED
+                and self.record_success is not None
+                and elements is None
+                and run.steps is None
+                and not run.decisions
+                and error is None
+                and error_type is None
+                and traceback is None
+            ):
+                # A plain success: its values as they are at hand (the recorder's thread
+                # reads them from one tuple rather than from the fields of the result).
+                self.record_success(
+                    (task_id, output, run.attempts, started_at, finished_at, run.args)
+                )
+            else:
+                self.record(r)
         if self.emit is not None:
             self.emit(TaskFinished(self.run_id, r))
         if self._debug:

@@ -5,9 +5,11 @@ the event loop runs the tasks. The two share the interpreter lock, so what count
 Python work per result and whatever SQLite does while holding the lock, not SQLite's work
 alone. The usual way (:func:`insert_json`) is one row of the ``task_log`` table per batch: a
 JSON document made by ``pydantic_core.to_json`` from a tuple per result (no Python loop over
-the values), stored as it is. Nothing is taken apart on the write path: the ``tasks`` view
-expands each document into one row per task when it is read (its layouts are in
-:mod:`._schema`). A batch that way cannot carry (a text with a NUL character, which SQLite's
+the values), stored as it is. A plain success comes as that tuple already (a
+:data:`SuccessRow`, made by the runner from the values it has at hand), so the usual batch is
+encoded as it was given. Nothing is taken apart on the write path: the ``tasks`` view expands
+each document into one row per task when it is read (its layouts are in :mod:`._schema`). A
+batch that way cannot carry (a text with a NUL character, which SQLite's
 JSON functions would cut; a float that is not finite; a value that does not encode; a
 document SQLite's JSON reader refuses, e.g. nested too deep) goes row by row into
 ``task_rows`` (:func:`insert_tuples`), as do results with decisions or elements and every
@@ -33,7 +35,9 @@ from ._schema import TASK_COLUMNS
 __all__ = [
     "JSON_ROWS",
     "TASK_COLUMNS",
+    "SuccessRow",
     "all_plain",
+    "as_result",
     "insert_json",
     "insert_tuples",
     "materialize",
@@ -80,6 +84,28 @@ _SUCCESS_ROW = itemgetter("task_id", "output", "attempts", "started_at", "finish
 _CALLS = tuple(map(attrgetter, ("decisions", "elements")))
 
 
+#: A task that succeeded with nothing more to say (no error, steps, decisions, elements or
+#: traceback), as the runner hands it to the recorder: ``(task_id, output, attempts,
+#: started_at, finished_at, args)``, the row of a document of successes.
+SuccessRow = tuple[str, Any, int, "float | None", "float | None", Any]
+
+
+def as_result(r: TaskResult | SuccessRow) -> TaskResult:
+    """``r`` as a :class:`TaskResult` (a :data:`SuccessRow` made one: the same row)."""
+    if not isinstance(r, tuple):
+        return r
+    task_id, output, attempts, started_at, finished_at, args = r
+    return TaskResult.model_construct(
+        task_id=task_id,
+        status=_SUCCEEDED,
+        output=output,
+        attempts=attempts,
+        started_at=started_at,
+        finished_at=finished_at,
+        args=args,
+    )
+
+
 def plain(r: TaskResult) -> bool:
     """Whether ``r`` may go in a batch document (no decisions, no elements)."""
     return r.decisions is None and r.elements is None
@@ -114,7 +140,9 @@ def insert_json(
     log rows of run ``run_id``: one per layout; ``False``, with nothing written, if the batch
     cannot go this way, so that the caller writes it row by row. SQLite errors other than
     about the document itself (a locked store, a full disk) are raised. ``successes``: their
-    :func:`success_rows`, when the caller has them (then ``results`` is not looked at)."""
+    :func:`success_rows`, when the caller has them (then ``results`` is not looked at, and
+    the batch is one document: it may be written outside a transaction, its statement then
+    its own)."""
     if successes is None:
         successes = success_rows(results)
     if successes is not None:
@@ -156,6 +184,8 @@ def insert_json(
             if doc is None:
                 return False
             docs.append((kind, len(batch), doc))
+    if len(docs) > 1 and not conn.in_transaction:  # two statements: the caller's transaction
+        raise sqlite3.ProgrammingError("insert_json: two documents outside a transaction")
     written: list[int] = []
     try:
         for kind, n, doc in docs:
@@ -164,15 +194,15 @@ def insert_json(
         # What SQLite's JSON reader refuses (nesting deeper than it reads: the table's
         # CHECK) or a document too big for one value fails its statement alone, before any
         # row: take back the other document, and the batch goes row by row.
-        if not conn.in_transaction:
-            raise
+        if not conn.in_transaction:  # autocommit: one document, which was not written
+            return False
         for rowid in written:
             conn.execute("DELETE FROM task_log WHERE id = ?", (rowid,))
         return False
     return True
 
 
-def _document(batch: list[tuple[Any, ...]]) -> bytes | None:
+def _document(batch: Sequence[tuple[Any, ...]]) -> bytes | None:
     """The batch as one JSON document, or ``None`` if SQLite could not read it back as it
     was written."""
     try:

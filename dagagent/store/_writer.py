@@ -8,10 +8,10 @@ import queue
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from operator import attrgetter, itemgetter
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from pydantic_core import to_json
 
@@ -23,7 +23,9 @@ from ._ids import check_run_id
 from ._plans import plan_to_column
 from ._rows import (
     JSON_ROWS,
+    SuccessRow,
     all_plain,
+    as_result,
     insert_json,
     insert_tuples,
     materialize,
@@ -115,7 +117,8 @@ class RunRecorder:
     recorded (:func:`dagagent.resume` continues it): its row is updated, not inserted, and
     the results of the tasks that run again replace theirs. Calling the recorder (the
     listener), or :attr:`record` with a task's result (what ``execute`` does, without making
-    an event), only hands it over (a task's result is appended to a list the writer looks at
+    an event; :attr:`record_success` with the values of a plain success), only hands it over
+    (a task's result is appended to a list the writer looks at
     every ``flush_interval_s`` while the run is recorded; an event goes on a queue); JSON
     encoding and SQL happen in the writer thread, which commits at most one transaction per
     ``flush_interval_s`` (default 0.02 s), counted from the start of the one before (with 0,
@@ -188,10 +191,20 @@ class RunRecorder:
         # appending to a list is the cheapest hand-over there is for the event loop, and the
         # writer takes a thousand results without a Python loop. With no interval, each
         # result goes on the queue instead, which wakes the writer at once.
-        self._results: list[TaskResult] = []
+        self._results: list[TaskResult | SuccessRow] = []
         #: Takes a task's final result for the record (what a ``TaskFinished`` event carries),
         #: without the event: ``execute`` hands results to the recorder this way.
         self.record: Callable[[TaskResult], None] = (
+            self._results.append if flush_interval_s > 0 else self._queue.put
+        )
+        #: Takes the result of a task that succeeded with nothing more to say (no error,
+        #: steps, decisions, elements or traceback), as the tuple ``(task_id, output,
+        #: attempts, started_at, finished_at, args)``: what :attr:`record` takes, as the
+        #: runner has it at hand. The writer then reads each result from one small tuple
+        #: made moments before, not from the fields of a model the event loop's thread made
+        #: (a look at each of which misses this thread's cache), and a batch of them is
+        #: written as it is given.
+        self.record_success: Callable[[SuccessRow], None] = (
             self._results.append if flush_interval_s > 0 else self._queue.put
         )
         self._thread: threading.Thread | None = None
@@ -302,7 +315,8 @@ class RunRecorder:
         poll = interval if interval > 0 else None
         stopping, wake = self._stopping, self._wake
         events: list[Any] = []  # the run's events to write, in the order they came
-        results: list[TaskResult] = []  # the task results to write, in the order they came
+        # the task results to write, in the order they came (a plain success as its tuple)
+        results: list[TaskResult | SuccessRow] = []
         flushes: list[_Flush] = []  # asked to commit what came before them
         conn: sqlite3.Connection | None = None
         stop = False
@@ -345,7 +359,7 @@ class RunRecorder:
                     deadline = time.monotonic() + self.write_timeout_s
                 elif type(item) is _Flush:
                     flushes.append(item)
-                elif type(item) is TaskResult:
+                elif type(item) is TaskResult or type(item) is tuple:
                     results.append(item)
                 elif item is not None:
                     events.append(item)
@@ -436,15 +450,19 @@ class RunRecorder:
             self._run_row = True
 
     def _write_each(
-        self, conn: sqlite3.Connection | None, events: list[Any], results: list[TaskResult]
-    ) -> tuple[list[Any], list[TaskResult]]:
+        self,
+        conn: sqlite3.Connection | None,
+        events: list[Any],
+        results: list[TaskResult | SuccessRow],
+    ) -> tuple[list[Any], list[TaskResult | SuccessRow]]:
         """Write ``events`` and ``results`` one by one (the run's first row and its plan
         before the results, the run's end after them; a task's row without its output if the
         row does not fit), recording what cannot be written; returns the events and results
         to try again later (those that failed only because the store became locked)."""
         ends = [ev for ev in events if type(ev) is RunFinished]
         later: list[Any] = []
-        for ev in [*(ev for ev in events if type(ev) is not RunFinished), *results, *ends]:
+        given = map(as_result, results)
+        for ev in [*(ev for ev in events if type(ev) is not RunFinished), *given, *ends]:
             if later:  # keep the order once the store is locked again
                 later.append(ev)
                 continue
@@ -495,6 +513,8 @@ class RunRecorder:
                     loss.run = True
             elif kind is TaskResult:
                 loss.tasks.append(ev.task_id)
+            elif kind is tuple:  # a plain success's values
+                loss.tasks.append(ev[0])
             elif kind is RunFinished:
                 loss.finish = True
             elif kind is PlanExtended:
@@ -515,18 +535,33 @@ class RunRecorder:
         self._written |= ids
 
     def _write(
-        self, conn: sqlite3.Connection, events: list[Any], results: list[TaskResult]
+        self,
+        conn: sqlite3.Connection,
+        events: list[Any],
+        given: Sequence[TaskResult | SuccessRow],
     ) -> None:
-        """Write the run's ``events`` and task ``results`` in one transaction."""
+        """Write the run's ``events`` and task results (``given``) in one transaction."""
         starts: list[tuple[Any, ...]] = []
         asked: list[tuple[Any, ...]] = []  # calls left for a person (waiting tasks)
         finishes: list[tuple[Any, ...]] = []
         grown: PlanExtended | None = None  # the latest plan of a run still being planned
         plan_bytes = 0
-        if _WAITING in map(_STATUS, results):  # rare: looked for without a Python loop
-            for r in results:
-                if r.status is _WAITING:
-                    asked.extend(self._asked(r))
+        n = len(given)
+        rows = list(map(type, given)).count(tuple)
+        successes: list[SuccessRow] | None
+        if rows == n and JSON_ROWS:  # the usual batch: plain successes, written as given
+            successes = cast("list[SuccessRow]", given)
+        else:
+            made = list(map(as_result, given)) if rows else cast("list[TaskResult]", given)
+            successes = success_rows(made) if JSON_ROWS else None
+            if successes is None and _WAITING in map(_STATUS, made):
+                for r in made:  # rare: looked for without a Python loop
+                    if r.status is _WAITING:
+                        asked.extend(self._asked(r))
+            given = made
+        if not events and successes is not None and self._insert_alone(conn, successes):
+            self._unchecked += _RESULT_BYTES * n
+            return
         for ev in events:
             if type(ev) is RunStarted:
                 plan = ev.plan
@@ -590,7 +625,7 @@ class RunRecorder:
                     "UPDATE runs SET n_tasks = ? WHERE id = ?",
                     (len(grown.plan.tasks), grown.run_id),
                 )
-            written = self._insert(conn, results) if results else None
+            written = self._insert(conn, given, successes) if n else None
             for row in asked:
                 conn.execute(
                     "INSERT INTO approvals (run_id, task_id, seq, tool, args, rule, source, "
@@ -618,7 +653,28 @@ class RunRecorder:
             raise
         if written:
             self._written |= written
-        self._unchecked += plan_bytes + _RESULT_BYTES * len(results)
+        self._unchecked += plan_bytes + _RESULT_BYTES * n
+
+    def _insert_alone(self, conn: sqlite3.Connection, successes: list[SuccessRow]) -> bool:
+        """Write a batch of plain successes alone (the usual one while a run goes on) as its
+        log row, in the transaction of that one statement; ``False``, with nothing written,
+        if it cannot go that way (then it goes in a transaction of its own, as any other).
+
+        One statement rather than three (``BEGIN``, the row, ``COMMIT``): each call into
+        SQLite gives up the interpreter lock, which this thread then waits to take back
+        while the event loop holds it, up to the interpreter's switch interval (5 ms) each
+        time: a write of one call keeps up with a busy event loop where one of three does
+        not, and what it has not written is left for the end of the run, which waits for
+        it."""
+        if self.resumed:
+            return False
+        ids = set(map(_FIRST, successes))
+        if len(ids) < len(successes) or not self._written.isdisjoint(ids):
+            return False
+        if not insert_json(conn, self.run_id, (), successes):
+            return False
+        self._written |= ids
+        return True
 
     def _asked(self, r: TaskResult) -> list[tuple[Any, ...]]:
         """The calls of a waiting task left for a person: one row each (its ``wait``
@@ -633,41 +689,47 @@ class RunRecorder:
             if d.decision == WAIT
         ]
 
-    def _insert(self, conn: sqlite3.Connection, results: list[TaskResult]) -> set[str]:
+    def _insert(
+        self,
+        conn: sqlite3.Connection,
+        results: Sequence[TaskResult | SuccessRow],
+        successes: list[SuccessRow] | None,
+    ) -> set[str]:
         """Insert ``results``: the plain ones as log rows (a batch document each), the others
         (and every result, when that way is refused) row by row; returns their task ids. A
         task on record already (a resumed run, a task recorded twice) is written row by row
-        over its row, once the run's log rows are rows (a task is never in both)."""
-        # The usual batch (plain successes): its rows, whose first values are the task ids.
-        successes = success_rows(results) if JSON_ROWS else None
+        over its row, once the run's log rows are rows (a task is never in both).
+        ``successes``: when every result is a plain success, their :func:`success_rows`
+        (then ``results`` may be those rows too, as they were given)."""
         ids = set(map(_TASK_ID, results) if successes is None else map(_FIRST, successes))
         if self.resumed or len(ids) < len(results) or not self._written.isdisjoint(ids):
             materialize(conn, self.run_id)
-            insert_tuples(conn, [self._task_row(r) for r in results])
+            insert_tuples(conn, [self._task_row(as_result(r)) for r in results])
             return ids
         if successes is not None:  # one document
-            if not insert_json(conn, self.run_id, results, successes):
-                insert_tuples(conn, [self._task_row(r) for r in results])
+            if not insert_json(conn, self.run_id, (), successes):
+                insert_tuples(conn, [self._task_row(as_result(r)) for r in results])
             return ids
-        if JSON_ROWS and all_plain(results):  # one document per layout
-            if not insert_json(conn, self.run_id, results):
-                insert_tuples(conn, [self._task_row(r) for r in results])
+        made = cast("list[TaskResult]", results)  # not rows: results, as made
+        if JSON_ROWS and all_plain(made):  # one document per layout
+            if not insert_json(conn, self.run_id, made):
+                insert_tuples(conn, [self._task_row(r) for r in made])
             return ids
         # Each stretch of plain results is a batch document (one the document cannot carry
         # goes row by row alone); the others go row by row.
-        start, n = 0, len(results)
+        start, n = 0, len(made)
         while start < n:
             end = start
-            while end < n and JSON_ROWS and plain(results[end]):
+            while end < n and JSON_ROWS and plain(made[end]):
                 end += 1
             if end > start:
-                if not insert_json(conn, self.run_id, results[start:end]):
-                    insert_tuples(conn, [self._task_row(r) for r in results[start:end]])
+                if not insert_json(conn, self.run_id, made[start:end]):
+                    insert_tuples(conn, [self._task_row(r) for r in made[start:end]])
                 start = end
-            while end < n and not (JSON_ROWS and plain(results[end])):
+            while end < n and not (JSON_ROWS and plain(made[end])):
                 end += 1
             if end > start:
-                insert_tuples(conn, [self._task_row(r) for r in results[start:end]])
+                insert_tuples(conn, [self._task_row(r) for r in made[start:end]])
                 start = end
         return ids
 
