@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from collections.abc import Mapping, Sequence
@@ -13,7 +14,15 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from .errors import ConfigError
-from .events import Emitter, Listener, PlanExtended, RunFinished, RunStarted, get_logger
+from .events import (
+    Emitter,
+    Listener,
+    PlanExtended,
+    RunFinished,
+    RunStarted,
+    enabled_for,
+    get_logger,
+)
 from .executors import Executor, finish_unstarted, get_executor
 from .graph import PlanGraph, critical_path, validate
 from .plan import AgentTask, Plan, ToolTask
@@ -197,7 +206,8 @@ async def execute(
                     otel.end(ended, failure)
             if recorder is not None and recorder.loss is not None:
                 result.record_loss = recorder.loss  # never claim a record that is not there
-            log.info("run.finished", status=result.status.value, **result.counts)
+            if enabled_for(log, logging.INFO):  # counting 10,000 results costs 5 ms
+                log.info("run.finished", status=result.status.value, **result.counts)
     return result
 
 
@@ -261,7 +271,10 @@ def _result(
     else:
         status = RunStatus.FAILED
     took = runner.took  # what finished_critical_path would find in the results
-    cp_len, cp = critical_path([t for t in graph.order if t in took], graph.dependencies, took)
+    order = graph.order
+    if len(took) != len(order):  # only the tasks that finished
+        order = [t for t in order if t in took]
+    cp_len, cp = critical_path(order, graph.dependencies, took)
     return RunResult.model_construct(
         run_id=runner.run_id,
         status=status,

@@ -262,8 +262,14 @@ def get_logger(**bound: Any) -> Any:
 
 def debug_enabled(logger: Any) -> bool:
     """Whether ``logger.debug`` would emit anything (checked once per run, not per task)."""
+    return enabled_for(logger, logging.DEBUG)
+
+
+def enabled_for(logger: Any, level: int) -> bool:
+    """Whether ``logger`` would emit events of ``level``: worth working out what they carry
+    (a logger that cannot tell is taken to emit them)."""
     try:
-        return bool(logger.is_enabled_for(logging.DEBUG))
+        return bool(logger.is_enabled_for(level))
     except AttributeError:
         return True
 

@@ -108,10 +108,11 @@ class PlanGraph:
 
     @property
     def dependents(self) -> Mapping[str, Sequence[str]]:
-        """The tasks that depend on each task, in plan order."""
+        """The tasks that depend on each task, in plan order (lists shared by every run of
+        the graph: read them, do not change them)."""
         if self._dependents is None:
             with _bulk(len(self.dependencies)):
-                self._dependents = _dependents(self.dependencies)
+                self._dependents = _successors(self.dependencies)
         return self._dependents
 
     def watch(self, watcher: Callable[[str | None], None]) -> None:
@@ -160,20 +161,38 @@ def critical_path(
     dependencies: Mapping[str, Sequence[str]],
     durations: Mapping[str, float],
 ) -> tuple[float, list[str]]:
-    """Length and tasks of the longest path, for tasks given in topological ``order``."""
+    """Length and tasks of the longest path, for tasks given in topological ``order``.
+
+    Each task's path comes through its dependency that finishes last (the first of them on a
+    tie); a dependency not in ``order`` finishes at 0. Worked out at the end of every run, so
+    a task of one or two dependencies (most of them) takes no inner loop."""
     finish: dict[str, float] = {}
     via: dict[str, str | None] = {}
+    at, took, deps_of = finish.get, durations.get, dependencies.get
     for n in order:
-        best, best_dep = 0.0, None
-        for d in dependencies.get(n, ()):
-            f = finish.get(d, 0.0)
-            if f > best or best_dep is None:
-                best, best_dep = f, d
-        finish[n] = best + durations.get(n, 0.0)
-        via[n] = best_dep
+        ds = deps_of(n, ())
+        k = len(ds)
+        if k == 2:
+            a, b = ds
+            fa, fb = at(a, 0.0), at(b, 0.0)
+            if fb > fa:
+                fa, a = fb, b
+            finish[n] = fa + took(n, 0.0)
+            via[n] = a
+        elif k:
+            best, best_dep = 0.0, None
+            for d in ds:
+                f = at(d, 0.0)
+                if f > best or best_dep is None:
+                    best, best_dep = f, d
+            finish[n] = best + took(n, 0.0)
+            via[n] = best_dep
+        else:
+            finish[n] = took(n, 0.0)
+            via[n] = None
     if not finish:
         return 0.0, []
-    end = max(finish, key=lambda k: finish[k])
+    end = max(finish, key=finish.__getitem__)
     path = [end]
     node = via[end]
     while node is not None:
@@ -206,14 +225,11 @@ def finished_critical_path(
 def _successors(preds: Mapping[str, Iterable[str]]) -> dict[str, list[str]]:
     """Each task's dependents, in the order of ``preds`` (every dependency must be a key)."""
     succs: dict[str, list[str]] = {n: [] for n in preds}
+    of = succs.__getitem__
     for n, ds in preds.items():
         for d in ds:
-            succs[d].append(n)
+            of(d).append(n)
     return succs
-
-
-def _dependents(preds: Mapping[str, Iterable[str]]) -> dict[str, tuple[str, ...]]:
-    return {n: tuple(cs) for n, cs in _successors(preds).items()}
 
 
 def _generations(
@@ -691,7 +707,7 @@ def _validate(
     if levels is None:
         if succs is None:
             succs = _successors(preds)
-        dependents = {n: tuple(cs) for n, cs in succs.items()}
+        dependents = succs
         generations, placed = _generations(preds, succs)
         if placed < len(preds):  # some tasks wait on each other: find and show the loops
             issues.extend(_cycle_issues(_nx_graph(preds)))

@@ -539,7 +539,7 @@ def test_plan_graph_structure_matches_networkx(seed: int, registry: dagagent.Reg
     assert set(nxg.nodes) == set(g.tasks)
     for n in g.tasks:
         assert g.dependencies[n] == tuple(nxg.predecessors(n))
-        assert g.dependents[n] == tuple(nxg.successors(n))
+        assert list(g.dependents[n]) == list(nxg.successors(n))
         assert g.descendants(n) == nx.descendants(nxg, n)
     position = {t.id: i for i, t in enumerate(g.plan.tasks)}
     expected = [sorted(gen, key=position.__getitem__) for gen in nx.topological_generations(nxg)]

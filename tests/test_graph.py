@@ -1,10 +1,12 @@
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import pytest
 
 import dagagent
+import dagagent.graph
 from dagagent import PlanValidationError, validate
 
 
@@ -124,6 +126,56 @@ def test_levels_and_critical_path() -> None:
     length, path = g.critical_path({"a": 3.0, "b": 1.0, "c": 3.0, "d": 1.0})
     assert path == ["a", "c", "d"] and length == 7.0
     assert g.level_bound({"a": 1.0, "b": 5.0, "c": 1.0, "d": 1.0}) == 7.0
+
+
+def _longest_path_by_the_book(
+    order: list[str], deps: dict[str, tuple[str, ...]], took: dict[str, float]
+) -> tuple[float, list[str]]:
+    """The critical path as its definition says, one dependency at a time: each task's path
+    comes through the first of its dependencies that finishes last."""
+    finish: dict[str, float] = {}
+    via: dict[str, str | None] = {}
+    for n in order:
+        best, best_dep = 0.0, None
+        for d in deps.get(n, ()):
+            f = finish.get(d, 0.0)
+            if best_dep is None or f > best:
+                best, best_dep = f, d
+        finish[n] = best + took.get(n, 0.0)
+        via[n] = best_dep
+    if not finish:
+        return 0.0, []
+    end = max(finish, key=lambda k: finish[k])
+    path: list[str] = []
+    node: str | None = end
+    while node is not None:
+        path.append(node)
+        node = via[node]
+    return finish[end], path[::-1]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_critical_path_matches_its_definition_on_random_graphs(seed: int) -> None:
+    """Tasks of 0 to 4 dependencies (the two-dependency case has a road of its own), with
+    durations drawn from a few values so that ties happen, and some durations missing."""
+    rng = random.Random(seed)
+    n = rng.randint(1, 60)
+    order = [f"t{i}" for i in range(n)]
+    deps = {
+        t: tuple(rng.sample(order[:i], min(i, rng.choice((0, 1, 2, 2, 2, 3, 4)))))
+        for i, t in enumerate(order)
+    }
+    took = {t: rng.choice((0.0, 1.0, 1.0, 2.0, 3.0)) for t in order if rng.random() < 0.9}
+    assert dagagent.graph.critical_path(order, deps, took) == _longest_path_by_the_book(
+        order, deps, took
+    )
+
+
+def test_the_critical_path_breaks_ties_by_the_first_dependency() -> None:
+    deps: dict[str, tuple[str, ...]] = {"a": (), "b": (), "c": ("a", "b"), "d": ("b", "a")}
+    took = {"a": 1.0, "b": 1.0, "c": 1.0, "d": 1.0}
+    assert dagagent.graph.critical_path(["a", "b", "c"], deps, took) == (2.0, ["a", "c"])
+    assert dagagent.graph.critical_path(["a", "b", "d"], deps, took) == (2.0, ["b", "d"])
 
 
 def test_no_llm_warning() -> None:

@@ -776,3 +776,45 @@ async def test_a_tool_class_with_its_own_acall_is_called_through_it(executor: st
     result = await execute({"tasks": [{"id": "p", "tool": "ping", "args": {"x": 1}}]}, reg)
     assert result.ok and result.outputs["p"] == {"via": "acall", "got": 2}
     assert Counted.calls == 1
+
+
+async def test_the_end_of_a_run_is_logged_with_its_counts_when_info_is_logged(
+    registry: dagagent.Registry,
+) -> None:
+    from structlog.testing import capture_logs
+
+    plan = {
+        "tasks": [
+            {"id": "a", "tool": "work", "args": {"name": "a"}},
+            {"id": "b", "tool": "work", "args": {"name": "b", "fail": True}},
+            {"id": "c", "tool": "work", "args": {"name": "c"}, "depends_on": ["b"]},
+        ]
+    }
+    with capture_logs() as logs:
+        result = await execute(plan, registry, on_failure="continue")
+    (ended,) = [e for e in logs if e["event"] == "run.finished"]
+    assert ended["status"] == "failed" == result.status.value
+    assert (ended["succeeded"], ended["failed"], ended["skipped"]) == (1, 1, 1)
+
+
+async def test_results_are_not_counted_for_a_log_line_nobody_writes(
+    registry: dagagent.Registry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without a logging setup, or with one that writes warnings only, the end of a run is
+    not logged, and its 10,000 results (say) are not read again to count them for it."""
+    import structlog
+
+    from dagagent.events import configure_logging
+
+    def counted(self: dagagent.RunResult) -> Any:
+        raise AssertionError("the results were counted")
+
+    monkeypatch.setattr(dagagent.RunResult, "counts", property(counted))
+    plan = {"tasks": [{"id": "a", "tool": "add", "args": {"a": 1, "b": 2}}]}
+    try:
+        for setup in (structlog.reset_defaults, configure_logging):
+            setup()  # no setup (dagagent's own warnings-only logger), then warnings only
+            result = await execute(plan, registry)
+            assert result.ok and result.tasks["a"].output == 3
+    finally:
+        structlog.reset_defaults()
