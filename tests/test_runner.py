@@ -781,6 +781,7 @@ async def test_a_tool_class_with_its_own_acall_is_called_through_it(executor: st
 async def test_the_end_of_a_run_is_logged_with_its_counts_when_info_is_logged(
     registry: dagagent.Registry,
 ) -> None:
+    import structlog
     from structlog.testing import capture_logs
 
     plan = {
@@ -790,8 +791,12 @@ async def test_the_end_of_a_run_is_logged_with_its_counts_when_info_is_logged(
             {"id": "c", "tool": "work", "args": {"name": "c"}, "depends_on": ["b"]},
         ]
     }
-    with capture_logs() as logs:
-        result = await execute(plan, registry, on_failure="continue")
+    structlog.reset_defaults()  # whatever an earlier test set up: every level is logged
+    try:
+        with capture_logs() as logs:
+            result = await execute(plan, registry, on_failure="continue")
+    finally:
+        structlog.reset_defaults()
     (ended,) = [e for e in logs if e["event"] == "run.finished"]
     assert ended["status"] == "failed" == result.status.value
     assert (ended["succeeded"], ended["failed"], ended["skipped"]) == (1, 1, 1)
