@@ -114,7 +114,9 @@ async def execute(
     log = get_logger(run_id=run_id)
     meter = None
     growing = not graph.complete  # a streamed plan: tasks arrive while it runs
-    if llm is not None and (growing or any(isinstance(t, AgentTask) for t in graph.plan.tasks)):
+    if llm is not None and (
+        growing or (not graph.plain and any(isinstance(t, AgentTask) for t in graph.plan.tasks))
+    ):
         if agent_runner is None:
             agent_runner = _default_agent_runner()
         from .llm import MeteredLLM, UsageTracker
@@ -223,6 +225,8 @@ def _used_tools(graph: PlanGraph, registry: Registry | None) -> list[Tool]:
         return []
     if not graph.complete:
         return list(registry)  # a plan still arriving may call any of them
+    if graph.tool_names is not None:  # listed by validation
+        return [registry.get(n) for n in graph.tool_names if n in registry]
     names: dict[str, None] = {}
     for task in graph.plan.tasks:
         if type(task) is ToolTask:  # most tasks: one tool

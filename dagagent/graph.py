@@ -93,9 +93,11 @@ class PlanGraph:
         levels: list[list[str]],
         dependents: Mapping[str, Sequence[str]] | None = None,
         tasks: dict[str, Task] | None = None,
+        plain: bool = False,
+        tool_names: Sequence[str] | None = None,
     ) -> None:
-        """``levels``: the topological levels, each in plan order; ``dependents`` and
-        ``tasks`` (by id): when the caller has them."""
+        """``levels``: the topological levels, each in plan order; ``dependents``, ``tasks``
+        (by id), ``plain`` and ``tool_names``: when the caller knows them."""
         self.plan = plan
         self._graph: nx.DiGraph[str] | None = None
         self.tasks: dict[str, Task] = {t.id: t for t in plan.tasks} if tasks is None else tasks
@@ -105,6 +107,12 @@ class PlanGraph:
         self._dependents = dependents
         self.levels = levels
         self.order: list[str] = [n for level in levels for n in level]
+        #: Whether every task is known to be a tool task that is not a map (what a run then
+        #: need not look for task by task).
+        self.plain = plain
+        #: The tools the tasks call, in plan order, when validation listed them (else
+        #: ``None``: read them from the tasks).
+        self.tool_names = tool_names
 
     @property
     def dependents(self) -> Mapping[str, Sequence[str]]:
@@ -440,6 +448,7 @@ _Scanned = tuple[
     dict[str, tuple[str, ...]],  # dependencies, in plan order
     list[list[str]] | None,  # levels in plan order, if every task comes after its dependencies
     dict[str, Task],  # tasks by id
+    list[str] | None,  # the tools the tasks call, in plan order (None: no registry to check)
 ]
 
 
@@ -464,6 +473,7 @@ def _scan_plain(
             fields.append(f)
     tools = {t.name: t for t in registry} if registry is not None else None
     checked: dict[str, bool] = {}  # tool name -> it is known, its call without arguments fine
+    used: dict[str, None] = {}  # the tools called, in plan order
     by_id: dict[str, Task] = {}
     preds: dict[str, tuple[str, ...]] = {}
     templates: dict[str, Template] = {}
@@ -528,6 +538,7 @@ def _scan_plain(
         if tools is None:
             continue
         name = f["tool"]
+        used[name] = None
         retries = f["retries"]
         if not args and not retries:  # most tasks: a tool called without arguments
             try:
@@ -561,7 +572,7 @@ def _scan_plain(
             for d in mine:
                 if d == tid or d not in by_id:
                     return None
-    return templates, preds, levels, by_id
+    return templates, preds, levels, by_id, None if tools is None else list(used)
 
 
 def check_task(
@@ -697,9 +708,9 @@ def _validate(
 ) -> PlanGraph:
     plan, kind_issues, fields = read_plan_fields(plan)
     scanned = None if kind_issues else _scan_plain(plan, registry, fields)
-    dependents = by_id = succs = None
+    dependents = by_id = succs = tool_names = None
     if scanned is not None:
-        templates, preds, levels, by_id = scanned
+        templates, preds, levels, by_id, tool_names = scanned
         issues: list[Issue] = []
     else:
         issues, templates, preds, succs = _scan(plan, registry, kind_issues)
@@ -716,7 +727,7 @@ def _validate(
     if issues:
         raise PlanValidationError(issues)
     warnings: list[Issue] = []
-    if check_llm and llm is None:
+    if check_llm and llm is None and scanned is None:  # a plain plan has no agent task
         warnings = [
             Issue(
                 "no_llm", t.id, "agent task needs a model (llm=...), none was given; it will fail"
@@ -732,4 +743,6 @@ def _validate(
         levels=levels,
         dependents=dependents,
         tasks=by_id,
+        plain=scanned is not None,
+        tool_names=tool_names,
     )

@@ -117,7 +117,8 @@ def test_a_plain_plan_gets_the_graph_the_full_checks_give(seed: int) -> None:
     plan, _ = read_plan(data)
     fast = graph_module._scan_plain(plan, registry)
     assert fast is not None
-    fast_templates, fast_preds, fast_levels, by_id = fast
+    fast_templates, fast_preds, fast_levels, by_id, tool_names = fast
+    assert tool_names == list(dict.fromkeys(t.tool for t in plan.tasks))  # type: ignore[union-attr]
     issues, templates, preds, succs = graph_module._scan(plan, registry, [])
     assert issues == []
     assert fast_preds == preds
@@ -188,7 +189,7 @@ NOT_PLAIN: list[Any] = [
     {"tasks": [{"id": "a", "instruction": "think"}]},  # an agent task
     {"tasks": [{"id": "a", "tool": None, "instruction": "think"}]},
     {"tasks": [{"id": 1, "tool": "noop"}]},
-    {"tasks": [{"id": "a", "tool": "add", "args": {"a": "${@item}"}, "for_each": [1, 2]}]},
+    {"tasks": [{"id": "a", "tool": "add", "args": {"a": "${@item}"}, "for_each": ["x", "y"]}]},
     {"tasks": [{"id": "a", "tool": "noop", "max_concurrency": 2}]},
     {"tasks": [{"id": "a", "tool": "noop", "allow_partial": True}]},
     {"tasks": [["a", "noop"]]},
@@ -377,9 +378,9 @@ def test_the_fields_handed_to_the_checks_are_the_models_own() -> None:
 def _same_scans(a: Any, b: Any) -> bool:
     assert a is not None
     assert b is not None
-    templates_a, preds_a, levels_a, by_id_a = a
-    templates_b, preds_b, levels_b, by_id_b = b
-    assert (preds_a, levels_a, by_id_a) == (preds_b, levels_b, by_id_b)
+    templates_a, preds_a, levels_a, by_id_a, tools_a = a
+    templates_b, preds_b, levels_b, by_id_b, tools_b = b
+    assert (preds_a, levels_a, by_id_a, tools_a) == (preds_b, levels_b, by_id_b, tools_b)
     assert templates_a.keys() == templates_b.keys()
     outputs = {t: i for i, t in enumerate(templates_a)}
     for tid, tmpl in templates_a.items():
@@ -453,3 +454,48 @@ def test_every_plan_gets_what_it_gets_without_the_fast_road(
     monkeypatch.setattr(plan_module, "_PLAIN_OK", False)
     monkeypatch.setattr(graph_module, "_scan_plain", lambda *_: None)
     assert _outcome(data, registry) == fast
+
+
+@pytest.mark.parametrize("seed", range(5))
+@pytest.mark.anyio
+async def test_a_plain_plan_lists_its_tools_for_the_run(seed: int) -> None:
+    """Validation lists the tools a plain plan calls, and says it is plain: a run then
+    neither reads every task for its tool nor looks for map tasks."""
+    from dagagent.api import _used_tools
+    from dagagent.runner import TaskRunner
+
+    registry = _registry()
+    data = _random_plan(random.Random(seed), 40)
+    g = dagagent.validate(data, registry)
+    assert g.plain and g.tool_names is not None
+    listed = _used_tools(g, registry)
+    g.tool_names = None  # read from the tasks instead
+    assert listed == _used_tools(g, registry)
+    assert [t.name for t in listed] == list(dict.fromkeys(t["tool"] for t in data["tasks"]))
+    assert not TaskRunner(g, registry, run_id="r")._maps
+    # Without a registry the tools are not checked, so not listed; the run reads them.
+    unchecked = dagagent.validate(data)
+    assert unchecked.plain and unchecked.tool_names is None
+    assert _used_tools(unchecked, registry) == listed
+
+
+@pytest.mark.anyio
+async def test_a_plan_with_a_map_or_an_agent_task_is_not_plain() -> None:
+    from dagagent.runner import TaskRunner
+
+    registry = _registry()
+    mapped = dagagent.validate(
+        {
+            "tasks": [
+                {"id": "a", "tool": "noop"},
+                {"id": "m", "tool": "echo", "for_each": ["x", "y"], "args": {"text": "${@item}"}},
+            ]
+        },
+        registry,
+    )
+    assert not mapped.plain and mapped.tool_names is None
+    assert TaskRunner(mapped, registry, run_id="r")._maps
+    agent = dagagent.validate(
+        {"tasks": [{"id": "a", "tool": "noop"}, {"id": "b", "instruction": "think"}]}, registry
+    )
+    assert not agent.plain and agent.tool_names is None

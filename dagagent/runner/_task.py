@@ -157,7 +157,9 @@ class TaskRunner:
         self.max_elements = max_elements
         self.element_concurrency: int | None = None
         # Whether a task may be a map: checked once per task only when one may be.
-        self._maps = not graph.complete or any(t.for_each is not None for t in self.tasks.values())
+        self._maps = not graph.complete or (
+            not graph.plain and any(t.for_each is not None for t in self.tasks.values())
+        )
         self._log = logger
         self._debug = logger is not None and debug_enabled(logger)
         self._cancelled_exc = anyio.get_cancelled_exc_class()
