@@ -217,7 +217,7 @@ def test_a_batch_of_successes_too_big_for_one_value_goes_row_by_row(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A document SQLite refuses (here: longer than the connection takes in one value) is
-    written as rows, whether its batch came alone or with the run's first row."""
+    written as rows."""
     real = store_module.connect
 
     def limited(path: Path, **kw: Any) -> sqlite3.Connection:
@@ -233,7 +233,7 @@ def test_a_batch_of_successes_too_big_for_one_value_goes_row_by_row(
     ways = _ways_taken(monkeypatch)
     got = _record(tmp_path / "limited.db", successes, as_rows=True)
     assert got == want and len(got) == 30
-    assert ways == [False, False]  # refused alone (no transaction of ours), then in one
+    assert ways == [False]
 
 
 def test_a_task_handed_over_twice_keeps_the_result_given_last(tmp_path: Path) -> None:

@@ -140,9 +140,7 @@ def insert_json(
     log rows of run ``run_id``: one per layout; ``False``, with nothing written, if the batch
     cannot go this way, so that the caller writes it row by row. SQLite errors other than
     about the document itself (a locked store, a full disk) are raised. ``successes``: their
-    :func:`success_rows`, when the caller has them (then ``results`` is not looked at, and
-    the batch is one document: it may be written outside a transaction, its statement then
-    its own)."""
+    :func:`success_rows`, when the caller has them (then ``results`` is not looked at)."""
     if successes is None:
         successes = success_rows(results)
     if successes is not None:
@@ -184,8 +182,6 @@ def insert_json(
             if doc is None:
                 return False
             docs.append((kind, len(batch), doc))
-    if len(docs) > 1 and not conn.in_transaction:  # two statements: the caller's transaction
-        raise sqlite3.ProgrammingError("insert_json: two documents outside a transaction")
     written: list[int] = []
     try:
         for kind, n, doc in docs:
@@ -194,8 +190,8 @@ def insert_json(
         # What SQLite's JSON reader refuses (nesting deeper than it reads: the table's
         # CHECK) or a document too big for one value fails its statement alone, before any
         # row: take back the other document, and the batch goes row by row.
-        if not conn.in_transaction:  # autocommit: one document, which was not written
-            return False
+        if not conn.in_transaction:
+            raise
         for rowid in written:
             conn.execute("DELETE FROM task_log WHERE id = ?", (rowid,))
         return False

@@ -559,9 +559,6 @@ class RunRecorder:
                     if r.status is _WAITING:
                         asked.extend(self._asked(r))
             given = made
-        if not events and successes is not None and self._insert_alone(conn, successes):
-            self._unchecked += _RESULT_BYTES * n
-            return
         for ev in events:
             if type(ev) is RunStarted:
                 plan = ev.plan
@@ -654,27 +651,6 @@ class RunRecorder:
         if written:
             self._written |= written
         self._unchecked += plan_bytes + _RESULT_BYTES * n
-
-    def _insert_alone(self, conn: sqlite3.Connection, successes: list[SuccessRow]) -> bool:
-        """Write a batch of plain successes alone (the usual one while a run goes on) as its
-        log row, in the transaction of that one statement; ``False``, with nothing written,
-        if it cannot go that way (then it goes in a transaction of its own, as any other).
-
-        One statement rather than three (``BEGIN``, the row, ``COMMIT``): each call into
-        SQLite gives up the interpreter lock, which this thread then waits to take back
-        while the event loop holds it, up to the interpreter's switch interval (5 ms) each
-        time: a write of one call keeps up with a busy event loop where one of three does
-        not, and what it has not written is left for the end of the run, which waits for
-        it."""
-        if self.resumed:
-            return False
-        ids = set(map(_FIRST, successes))
-        if len(ids) < len(successes) or not self._written.isdisjoint(ids):
-            return False
-        if not insert_json(conn, self.run_id, (), successes):
-            return False
-        self._written |= ids
-        return True
 
     def _asked(self, r: TaskResult) -> list[tuple[Any, ...]]:
         """The calls of a waiting task left for a person: one row each (its ``wait``
