@@ -191,6 +191,11 @@ class WorkerPool(Generic[R]):
             if self._error is not None:  # what cancelled the group (a worker's error)
                 raise self._error from None
             raise
+        finally:
+            # Every worker is gone: nothing runs a task again. An ``after`` that pushes
+            # holds the pool, which holds it: dropping both ends that cycle, which would
+            # keep the run's graph and runner alive until a full collection.
+            self._run, self._after = _stopped_run, _stopped_after
         if self._error is not None:
             raise self._error
 
@@ -254,6 +259,14 @@ class WorkerPool(Generic[R]):
     async def _wait_for(self, done: Callable[[], bool]) -> None:
         while not done():
             await self._wait()
+
+
+async def _stopped_run(task_id: str) -> Any:
+    raise RuntimeError(f"task {task_id!r} pushed to a pool that has stopped")
+
+
+def _stopped_after(task_id: str, result: object) -> None:
+    raise RuntimeError(f"task {task_id!r} ended in a pool that has stopped")
 
 
 def _group_spawner(pool: WorkerPool[Any]) -> Spawn:

@@ -448,3 +448,39 @@ async def test_a_cancelled_caller_ends_parked_workers_too() -> None:
             assert len(workers()) == 5  # four parked, one blocked
             tg.cancel_scope.cancel()
     assert workers() == []
+
+
+@pytest.mark.parametrize("executor", ["serial", "levels", "dataflow"])
+@pytest.mark.parametrize("on_failure", ["cancel", "continue"])
+async def test_a_finished_run_leaves_no_cycle_holding_its_graph(
+    executor: str, on_failure: str
+) -> None:
+    """Once execute() returns, the graph it ran is freed as soon as nobody holds it, without
+    the cycle collector: a pool whose ``after`` pushes dependents holds itself through it,
+    and would keep a run's graph (a million tasks' worth, say) until a full collection."""
+    import gc
+    import weakref
+
+    registry = dagagent.Registry()
+
+    @registry.tool
+    async def step(fail: bool = False) -> None:
+        """A task that may fail."""
+        if fail:
+            raise RuntimeError("on purpose")
+
+    tasks: list[dict[str, Any]] = [{"id": "t0", "tool": "step"}]
+    for i in range(1, 30):
+        tasks.append({"id": f"t{i}", "tool": "step", "depends_on": [f"t{i - 1}", "t0"]})
+    tasks.append({"id": "bad", "tool": "step", "args": {"fail": True}, "depends_on": ["t3"]})
+    graph = dagagent.validate({"tasks": tasks}, registry)
+    held = weakref.ref(graph)
+    gc.collect()
+    gc.disable()
+    try:
+        result = await dagagent.execute(graph, registry, executor=executor, on_failure=on_failure)
+        del graph
+        assert held() is None
+    finally:
+        gc.enable()
+    assert result.tasks["bad"].status == "failed"
