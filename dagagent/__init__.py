@@ -107,6 +107,7 @@ if TYPE_CHECKING:
         RunResult,
         RunStatus,
         TaskResult,
+        TaskResults,
         TaskStatus,
     )
     from .review import (
@@ -210,6 +211,7 @@ __all__ = [
     "TaskDeniedError",
     "TaskError",
     "TaskResult",
+    "TaskResults",
     "TaskRetryPolicy",
     "TaskStatus",
     "TaskTimeoutError",
@@ -321,6 +323,7 @@ _LAZY: dict[str, str] = {
     "RunResult": ".results",
     "RunStatus": ".results",
     "TaskResult": ".results",
+    "TaskResults": ".results",
     "TaskStatus": ".results",
     "diff_plans": ".review",
     "reuse_map": ".review",

@@ -260,20 +260,20 @@ def _result(
     interrupted: bool,
     parent_id: str | None,
 ) -> RunResult:
-    results = runner.results
-    tasks = {t: results[t] for t in graph.tasks}
+    # In plan order, as they are held: a plain success's result is built when read.
+    tasks = runner.results.ordered(graph.tasks)
     # Only the runner's own tables here: reading 10,000 results again from memory costs
     # about a microsecond each. A task has an output exactly when it succeeded or was reused.
     if interrupted:
         status = RunStatus.CANCELLED
     elif len(runner.outputs) == len(tasks):
         status = RunStatus.SUCCEEDED
-    elif any(r.status is TaskStatus.WAITING for r in tasks.values()) and not any(
-        r.status in _STOPPED for r in tasks.values()
-    ):
-        status = RunStatus.PAUSED  # nothing else could run: the rest waits for a person
     else:
-        status = RunStatus.FAILED
+        statuses = [s for _, s in tasks.statuses()]
+        if TaskStatus.WAITING in statuses and not any(s in _STOPPED for s in statuses):
+            status = RunStatus.PAUSED  # nothing else could run: the rest waits for a person
+        else:
+            status = RunStatus.FAILED
     took = runner.took  # what finished_critical_path would find in the results
     order = graph.order
     if len(took) != len(order):  # only the tasks that finished

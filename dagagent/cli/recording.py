@@ -100,7 +100,7 @@ def run_recorded(
 def stopped_result(record: RunRecord) -> RunResult:
     """The result of a run stopped by a signal, as its record has it (status ``cancelled``,
     every task that finished), for ``--json`` to print as it prints a run that ended."""
-    from ..results import RunResult
+    from ..results import RunResult, TaskResults
 
     started = record.started_at if record.started_at is not None else record.created
     return RunResult(
@@ -108,7 +108,7 @@ def stopped_result(record: RunRecord) -> RunResult:
         status=record.status,
         goal=record.goal,
         executor=record.executor,
-        tasks=record.tasks,
+        tasks=TaskResults(record.tasks),
         started_at=started,
         finished_at=record.finished_at if record.finished_at is not None else started,
         critical_path=record.critical_path,

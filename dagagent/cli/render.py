@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
@@ -114,7 +114,7 @@ def result_table(result: RunResult, *, width: int = 80) -> Table:
     :data:`MAX_ROWS` tasks shows those that did not succeed first, then the first others,
     in plan order, and says how many it leaves out."""
     cut = max(60, width - 40)
-    shown = result.tasks
+    shown: Mapping[str, TaskResult] = result.tasks
     if len(shown) > MAX_ROWS:
         first = [t for t, r in shown.items() if not r.ok][:MAX_ROWS]
         first += [t for t, r in shown.items() if r.ok][: MAX_ROWS - len(first)]

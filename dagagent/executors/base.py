@@ -41,7 +41,8 @@ FailurePolicy = Literal["cancel", "continue"]
 class Executor(Protocol):
     """Decides *when* each task starts; :class:`~dagagent.runner.TaskRunner` does the rest.
 
-    ``run`` calls ``runner.run_task(id)`` for tasks whose dependencies all succeeded, and
+    ``run`` calls ``runner.run_task_status(id)`` (or ``runner.run_task(id)``, which returns
+    the task's result rather than its status) for tasks whose dependencies all succeeded, and
     ``runner.mark(id, status, reason)`` for tasks it decides never to start. Under
     ``on_failure="cancel"`` a failure stops the run: running tasks are cancelled. Under
     ``"continue"`` independent branches run to the end and only descendants of a failure
@@ -128,7 +129,7 @@ def skip_if_blocked(graph: PlanGraph, runner: TaskRunner, task_id: str) -> bool:
             runner.mark(
                 task_id,
                 TaskStatus.SKIPPED,
-                f"not run: upstream task {d!r} {results[d].status.value}",
+                f"not run: upstream task {d!r} {results.status(d).value}",
             )
             return True
     return False
@@ -156,8 +157,8 @@ class Wakeup:
 
 
 def _status_of(runner: TaskRunner, task_id: str) -> str:
-    r = runner.results.get(task_id)
-    return r.status.value if r is not None else "did not finish"
+    results = runner.results
+    return results.status(task_id).value if task_id in results else "did not finish"
 
 
 def finish_unstarted(graph: PlanGraph, runner: TaskRunner) -> None:
@@ -174,16 +175,16 @@ def finish_unstarted(graph: PlanGraph, runner: TaskRunner) -> None:
         # skipped, whichever executor stopped first and whatever else it waited for.
         d, dep = next(
             (
-                (d, r)
+                (d, s)
                 for d in graph.dependencies[n]
-                if (r := results.get(d)) is not None
-                and not r.status.ok
-                and r.status is not TaskStatus.CANCELLED
+                if d in results
+                and not (s := results.status(d)).ok
+                and s is not TaskStatus.CANCELLED
             ),
             (None, None),
         )
         if dep is not None:
-            runner.mark(n, TaskStatus.SKIPPED, f"not run: upstream task {d!r} {dep.status.value}")
+            runner.mark(n, TaskStatus.SKIPPED, f"not run: upstream task {d!r} {dep.value}")
         else:
             stopped = stopped or f"not run: {runner.stop_cause()}"
             runner.mark(n, TaskStatus.CANCELLED, stopped)

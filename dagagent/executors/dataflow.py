@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import anyio
 import anyio.abc
 
-from ..results import TaskResult, TaskStatus
+from ..results import TaskStatus
 from ._pool import WorkerPool
 from .base import BaseExecutor, FailurePolicy, block_descendants, skip_if_blocked
 
@@ -42,15 +42,14 @@ def _counting_pool(
     *,
     cancel: bool,
     open: bool = False,
-) -> WorkerPool[TaskResult]:
+) -> WorkerPool[TaskStatus]:
     """A pool that runs each task pushed to it, then counts down its dependents' ``waiting``
     and pushes those that reach 0; a task that did not succeed cancels the run (``cancel``)
     or blocks its descendants (always, when it waits for a decision). The hot path of the
     executor: one closure per run."""
     dependents = graph.dependents
 
-    def ended(task_id: str, r: TaskResult) -> None:
-        status = r.status
+    def ended(task_id: str, status: TaskStatus) -> None:
         if status is SUCCEEDED or status is REUSED:
             for child in dependents[task_id]:
                 left = waiting[child] - 1
@@ -62,7 +61,7 @@ def _counting_pool(
         else:  # failed under "continue", or waiting: the rest goes on without it
             block_descendants(graph, runner, task_id)
 
-    pool = WorkerPool(tg, runner.run_task, ended, open=open)
+    pool = WorkerPool(tg, runner.run_task_status, ended, open=open)
     push = pool.push
     return pool
 

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from ..results import TaskResult, TaskStatus
+from ..results import TaskStatus
 from ._pool import WorkerPool
 from .base import BaseExecutor, FailurePolicy, Wakeup, block_descendants, skip_if_blocked
 
@@ -51,18 +51,23 @@ class LevelsExecutor(BaseExecutor):
         results = runner.results
         cancel = on_failure == "cancel"
         failed: list[str] = []
+        blocked = False  # whether a task of a later level may have a result already
         levels = iter(graph.levels)
 
         def next_level() -> list[str] | None:
             """The next level's tasks still to run, once the one before has ended (the
             barrier); ``None`` when the run is over."""
+            nonlocal blocked
             if failed:
                 if cancel and _stops(runner, failed):
                     return None
                 for task_id in failed:
                     block_descendants(graph, runner, task_id)
                 failed.clear()
+                blocked = True
             for level in levels:
+                if not blocked:
+                    return level  # the pool copies it
                 todo = [t for t in level if t not in results]
                 if todo:
                     return todo
@@ -74,20 +79,19 @@ class LevelsExecutor(BaseExecutor):
         async with anyio.create_task_group() as tg:
             scope = tg.cancel_scope
 
-            def ended(task_id: str, r: TaskResult) -> None:
-                status = r.status
+            def ended(task_id: str, status: TaskStatus) -> None:
                 if status is not SUCCEEDED and status is not REUSED:
                     failed.append(task_id)
                     if cancel and status is not WAITING:
                         scope.cancel()
 
-            await WorkerPool(tg, runner.run_task, ended).drive(next_level)
+            await WorkerPool(tg, runner.run_task_status, ended).drive(next_level)
 
     async def _run_growing(
         self, graph: PlanGraph, runner: TaskRunner, on_failure: FailurePolicy
     ) -> None:
         results, outputs = runner.results, runner.outputs
-        run_task = runner.run_task
+        run_task = runner.run_task_status
         cancel = on_failure == "cancel"
         tasks = graph.plan.tasks
         wake = Wakeup()
@@ -130,9 +134,8 @@ class LevelsExecutor(BaseExecutor):
                     running.append(scope)
 
                     def ended(
-                        task_id: str, r: TaskResult, scope: anyio.CancelScope = scope
+                        task_id: str, status: TaskStatus, scope: anyio.CancelScope = scope
                     ) -> None:
-                        status = r.status
                         if status is not SUCCEEDED and status is not REUSED:
                             failed.append(task_id)
                             if cancel and status is not WAITING:
@@ -155,4 +158,4 @@ class LevelsExecutor(BaseExecutor):
 def _stops(runner: TaskRunner, ended: list[str]) -> bool:
     """Whether a level's unsuccessful tasks stop the run: a failure does, a task waiting for
     a person's decision does not (its descendants wait with it)."""
-    return any(runner.results[t].status is not WAITING for t in ended)
+    return any(runner.results.status(t) is not WAITING for t in ended)

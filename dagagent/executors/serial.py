@@ -33,9 +33,9 @@ class SerialExecutor(BaseExecutor):
         for task_id in graph.order:
             if task_id in results:  # skipped because of an earlier failure
                 continue
-            r = await runner.run_task(task_id)
-            if not r.status.ok:
-                if on_failure == "cancel" and r.status is not TaskStatus.WAITING:
+            status = await runner.run_task_status(task_id)
+            if not status.ok:
+                if on_failure == "cancel" and status is not TaskStatus.WAITING:
                     return
                 block_descendants(graph, runner, task_id)
 
@@ -63,9 +63,9 @@ class SerialExecutor(BaseExecutor):
                         done += 1
                         if task_id in results or skip_if_blocked(graph, runner, task_id):
                             continue
-                        r = await runner.run_task(task_id)
-                        if not r.status.ok:
-                            if cancel and r.status is not TaskStatus.WAITING:
+                        status = await runner.run_task_status(task_id)
+                        if not status.ok:
+                            if cancel and status is not TaskStatus.WAITING:
                                 return
                             block_descendants(graph, runner, task_id)
                     if graph.complete:

@@ -1,6 +1,7 @@
 """Running ONE task: references → reuse → attempts (retries, timeout) → TaskResult + events.
 
-Executors decide *when* a task starts and call :meth:`TaskRunner.run_task`; everything about
+Executors decide *when* a task starts and call :meth:`TaskRunner.run_task_status` (or
+:meth:`TaskRunner.run_task`, which returns the result); everything about
 *what* running it means lives here, so that every executor behaves the same.
 
 - :mod:`._task`: :class:`TaskRunner`, the story of one task, top to bottom;
@@ -11,7 +12,8 @@ Executors decide *when* a task starts and call :meth:`TaskRunner.run_task`; ever
 - :mod:`._agent`: the **agent-task seam**: :class:`AgentNode` in, ``(answer, steps)`` out, from
   an :data:`AgentTaskRunner`; the runner knows no agent type;
 - :mod:`._record`: the record a task fills while it runs and the
-  :class:`~dagagent.results.TaskResult` it becomes (the marked hot path);
+  :class:`~dagagent.results.TaskResult` it becomes, or the values a plain success is held as
+  until read (the marked hot path);
 - :mod:`._map`: a map task (``for_each``): its list expanded into one element run per element;
 - :mod:`._retry`: :class:`TaskRetryPolicy`, the wait between a task's attempts;
 - :mod:`._reuse`: when an earlier run's output stands (:func:`task_fingerprint`);

@@ -321,7 +321,7 @@ def _shown(item: Any) -> str:
     return shorten(item, 40)
 
 
-async def run_map(runner: TaskRunner, task: Task, run: TaskRun) -> TaskResult:
+async def run_map(runner: TaskRunner, task: Task, run: TaskRun) -> TaskStatus:
     """Run map task ``task`` (see the module docstring) and record its result."""
     mapping = MapRun(runner, task, run)
     run.attempts = 1

@@ -30,7 +30,9 @@ from ..results import (
     AgentStep,
     ApprovalAnswer,
     CallDecision,
+    Success,
     TaskResult,
+    TaskResults,
     TaskStatus,
     jsonable,
 )
@@ -63,7 +65,10 @@ Attempt = Callable[[TaskRun], Awaitable[Any]]
 
 
 class TaskRunner:
-    """Runs the tasks of one run. ``results`` and ``outputs`` fill in as tasks finish."""
+    """Runs the tasks of one run. ``results`` and ``outputs`` fill in as tasks finish.
+
+    ``results`` is a :class:`~dagagent.results.TaskResults`: a task that succeeded with
+    nothing more to say is held as its values, its ``TaskResult`` built only when read."""
 
     def __init__(
         self,
@@ -94,7 +99,9 @@ class TaskRunner:
         self.registry = registry if registry is not None else Registry()
         self.run_id = run_id
         self.retry = retry or TaskRetryPolicy()
-        self.results: dict[str, TaskResult] = {}
+        # Each task's result, or a plain success's values (see TaskResults), as tasks end.
+        self._held: dict[str, TaskResult | Success] = {}
+        self.results = TaskResults.holding(self._held)
         self.outputs: dict[str, Any] = {}
         #: How long each task that finished took (succeeded, failed or denied; a reused one:
         #: 0), noted as it finishes: the run's critical path is worked out from these at the
@@ -110,6 +117,10 @@ class TaskRunner:
         #: more to say (no steps, decisions, elements), as ``(task_id, output, attempts,
         #: started_at, finished_at, args)`` (see ``RunRecorder.record_success``).
         self.record_success = record_success if record is not None else None
+        # Whether a plain success may be held as its values: nothing takes its TaskResult as
+        # it ends (no listener; the recorder, if any, takes the values too). Telemetry, set
+        # after the runner is made, is checked as each task ends.
+        self._compact = self.emit is None and (record is None or self.record_success is not None)
         #: The tool-call seam: interceptors, per-tool limits, the invoker.
         self.calls = ToolCalls(run_id, self.registry, interceptors, invoker, self.emit, answers)
         self._intercepted = self.calls.intercepted
@@ -172,9 +183,16 @@ class TaskRunner:
     # -- one task ---------------------------------------------------------------------------
 
     async def run_task(self, task_id: str) -> TaskResult:
+        """Run one task to its final status and return its result (see
+        :meth:`run_task_status`)."""
+        await self.run_task_status(task_id)
+        return self.results[task_id]
+
+    async def run_task_status(self, task_id: str) -> TaskStatus:
         """Run one task to its final status: take a slot (with ``max_concurrency``), resolve
         its references, reuse an earlier output if it may, else attempt it (by its kind, with
-        its retries and timeout), then record its result and emit its events.
+        its retries and timeout), then record its result and emit its events. Returns the
+        status (what an executor needs; the result is in ``results``).
 
         A map task (``for_each``) runs once per element of its list instead (see
         :mod:`._map`): each element takes a slot, the task itself none.
@@ -325,7 +343,7 @@ class TaskRunner:
             out.append(step.model_copy(update={"calls": calls}) if changed else step)
         return out
 
-    async def _run_map(self, task_id: str) -> TaskResult:
+    async def _run_map(self, task_id: str) -> TaskStatus:
         task = self.tasks[task_id]
         run = TaskRun(task_id, time.time(), None)
         if self.emit is not None:
@@ -340,10 +358,10 @@ class TaskRunner:
             failed = None
             if self.on_failure == "cancel":  # then a cancellation after a failure is its doing
                 failed = next(
-                    (r for r in self.results.values() if r.status in (_FAILED, _DENIED)), None
+                    ((t, s) for t, s in self.results.statuses() if s in (_FAILED, _DENIED)), None
                 )
             if failed is not None:
-                cause = f"the run was stopped after task {failed.task_id!r} {failed.status.value}"
+                cause = f"the run was stopped after task {failed[0]!r} {failed[1].value}"
             elif getattr(self.graph, "aborted", False):
                 cause = "the run was stopped because the plan being written was rejected"
             else:
@@ -481,7 +499,7 @@ class TaskRunner:
 
     # -- records and events -----------------------------------------------------------------
 
-    def _fail(self, run: TaskRun, exc: BaseException, error: str) -> TaskResult:
+    def _fail(self, run: TaskRun, exc: BaseException, error: str) -> TaskStatus:
         """Record ``run`` as failed by ``exc``, with the traceback of the tool's own code."""
         return self._finish(
             run, _FAILED, error=error, error_type=type(exc).__name__, traceback=task_traceback(exc)
@@ -497,7 +515,34 @@ class TaskRunner:
         error_type: str | None = None,
         elements: list[TaskResult] | None = None,
         traceback: str | None = None,
-    ) -> TaskResult:
+    ) -> TaskStatus:
+        if (
+            status is _SUCCEEDED
+            and self._compact
+            and elements is None
+            and run.steps is None
+            and not run.decisions
+            and self.telemetry is None
+        ):
+            # A plain success (the most common end of a task): held as its values, its
+            # TaskResult built only if someone reads it (see TaskResults).
+            task_id, started_at, finished_at = run.task_id, run.started_at, time.time()
+            held = (task_id, output, run.attempts, started_at, finished_at, run.args)
+            self._held[task_id] = held
+            self.outputs[task_id] = output
+            self.took[task_id] = finished_at - started_at
+            if self.record_success is not None:
+                self.record_success(held)
+            if self._debug:
+                self._log.debug(
+                    "task.finished",
+                    run_id=self.run_id,
+                    task_id=task_id,
+                    status=status.value,
+                    attempts=run.attempts,
+                    error=None,
+                )
+            return status
         if self._redactors:
             if status is not _SUCCEEDED and status is not _REUSED:
                 error, traceback = self._redact_failure(run, error, traceback)
@@ -519,7 +564,7 @@ class TaskRunner:
             elements,
             traceback,
         )
-        self.results[task_id] = r
+        self._held[task_id] = r
         if self.telemetry is not None:
             self.telemetry.finished(r)
         if status is _SUCCEEDED:
@@ -531,23 +576,7 @@ class TaskRunner:
         elif status is _FAILED or status is _DENIED:
             self.took[task_id] = finished_at - started_at
         if self.record is not None:
-            if (
-                status is _SUCCEEDED
-                and self.record_success is not None
-                and elements is None
-                and run.steps is None
-                and not run.decisions
-                and error is None
-                and error_type is None
-                and traceback is None
-            ):
-                # A plain success: its values as they are at hand (the recorder's thread
-                # reads them from one tuple rather than from the fields of the result).
-                self.record_success(
-                    (task_id, output, run.attempts, started_at, finished_at, run.args)
-                )
-            else:
-                self.record(r)
+            self.record(r)
         if self.emit is not None:
             self.emit(TaskFinished(self.run_id, r))
         if self._debug:
@@ -567,11 +596,11 @@ class TaskRunner:
                 status=status.value,
                 error=error,
             )
-        return r
+        return status
 
-    def _keep(self, r: TaskResult) -> TaskResult:
+    def _keep(self, r: TaskResult) -> TaskStatus:
         """A task of a resumed run that succeeded before the pause: its record stands."""
-        self.results[r.task_id] = r
+        self._held[r.task_id] = r
         self.outputs[r.task_id] = r.output
         if r.status is _REUSED:
             self.took[r.task_id] = 0.0
@@ -581,12 +610,12 @@ class TaskRunner:
             self.record(r)
         if self.emit is not None:
             self.emit(TaskFinished(self.run_id, r))
-        return r
+        return r.status
 
     def mark(self, task_id: str, status: TaskStatus, error: str | None = None) -> TaskResult:
         """Record a task that never started (skipped or cancelled)."""
         r = task_result(task_id, status, None, error, None, 0, None, None, None, None, None, None)
-        self.results[task_id] = r
+        self._held[task_id] = r
         if self.telemetry is not None:
             self.telemetry.finished(r)
         if self.record is not None:

@@ -32,7 +32,7 @@ from ..errors import DecisionError, StoreError
 from ..graph import validate
 from ..llm import UsageTracker
 from ..planners import JoinDecision
-from ..results import RunResult, RunStatus
+from ..results import RunResult, RunStatus, TaskResults
 from ..store import RoundRecord, RunRecord, RunStore, SolveRecord
 from .resume import continue_claimed, record_decision
 from .solution import Round, Solution
@@ -97,7 +97,7 @@ def _result_of(record: RunRecord) -> RunResult:
         status=record.status,
         goal=record.goal,
         executor=record.executor,
-        tasks=dict(record.tasks),
+        tasks=TaskResults(record.tasks),
         started_at=started,
         finished_at=record.finished_at if record.finished_at is not None else started,
         critical_path=list(record.critical_path),
