@@ -40,10 +40,7 @@ import json
 import re
 import sys
 from abc import abstractmethod
-from collections import deque
-from collections.abc import Callable, Iterable, Mapping
-from functools import partial
-from itertools import repeat
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, TypeAlias
 
@@ -62,6 +59,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError, to_json
 
+from ._models import AVAILABLE, SETTERS, construct_all
 from .errors import Issue, PlanLoadError
 from .references import Reference, Template
 from .text import did_you_mean, jsonable, read_bounded
@@ -468,13 +466,8 @@ _TOOL_FIELDS = (
     "args",
 )
 _PLAN_KEYS = frozenset({"goal", "tasks"})
-# A model's four slots, set as model_construct sets them, by their setters called directly
-# (half the cost of object.__setattr__ by name), by map for all tasks at once.
-_SLOTS = ("__dict__", "__pydantic_fields_set__", "__pydantic_extra__", "__pydantic_private__")
-_SETTERS: list[Any] = [getattr(BaseModel.__dict__.get(k), "__set__", None) for k in _SLOTS]
-_set_dict, _set_fields, _set_extra, _set_private = _SETTERS
-# Runs an iterator to its end, keeping nothing.
-_consume: Callable[[Iterable[Any]], object] = partial(deque, maxlen=0)
+# A model's four slots, set as model_construct sets them (see dagagent._models).
+_set_dict, _set_fields, _set_extra, _set_private = SETTERS
 # Building the models directly is exactly model_construct while both stay plain models.
 _PLAIN_OK = (
     all(
@@ -486,7 +479,7 @@ _PLAIN_OK = (
     )
     and tuple(ToolTask.model_fields) == _TOOL_FIELDS
     and tuple(Plan.model_fields) == ("goal", "tasks")
-    and None not in _SETTERS
+    and AVAILABLE
 )
 
 # Every field in field order (__dict__'s order), as a task that does not give it has it (args
@@ -557,12 +550,7 @@ def _read_plain(data: Mapping[str, Any]) -> tuple[Plan, list[dict[str, Any]]] | 
         add(values)
     # The models, made as model_construct makes them; each slot set for every task in one
     # go (map calls the setters without a Python-level call each).
-    n = len(fields)
-    tasks: list[Task] = list(map(object.__new__, repeat(ToolTask, n)))
-    _consume(map(_set_dict, tasks, fields))
-    _consume(map(_set_fields, tasks, map(set, raw)))
-    _consume(map(_set_extra, tasks, repeat(None, n)))
-    _consume(map(_set_private, tasks, repeat(None, n)))
+    tasks: list[Task] = list(construct_all(ToolTask, fields, map(set, raw)))
     plan = object.__new__(Plan)
     _set_dict(plan, {"goal": goal, "tasks": tasks})
     _set_fields(plan, set(data))

@@ -38,13 +38,18 @@ def _plan(fail: bool = False) -> dict[str, Any]:
 def builds(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     """The ids of the held successes whose result gets built, in order."""
     built: list[str] = []
-    real = dagagent.results._from_success
+    one, many = dagagent.results._from_success, dagagent.results._from_successes
 
     def counting(held: Any) -> TaskResult:
         built.append(held[0])
-        return real(held)
+        return one(held)
+
+    def counting_many(held: list[Any]) -> list[TaskResult]:
+        built.extend(h[0] for h in held)
+        return many(held)
 
     monkeypatch.setattr(dagagent.results, "_from_success", counting)
+    monkeypatch.setattr(dagagent.results, "_from_successes", counting_many)
     yield built
 
 
@@ -66,6 +71,22 @@ async def test_a_success_is_built_when_read_and_only_once(
     assert sorted(builds) == ["a", "b", "c", "d", "e"]
 
 
+async def test_values_and_items_build_the_rest_at_once_and_keep_what_was_built(
+    registry: dagagent.Registry, builds: list[str]
+) -> None:
+    result = await execute(_plan(), registry)
+    c = result.tasks["c"]
+    values = list(result.tasks.values())
+    assert sorted(builds) == ["a", "b", "c", "d", "e"] and builds[0] == "c"  # c once
+    assert [r.task_id for r in values] == ["a", "b", "c", "d", "e"] and values[2] is c
+    assert [(t, r) for t, r in result.tasks.items()] == list(zip("abcde", values, strict=True))
+    assert all(type(r) is TaskResult for r in values)
+    assert values[0].output == 2 and values[0].status is TaskStatus.SUCCEEDED
+    assert list(vars(values[0])) == list(TaskResult.model_fields)
+    assert values[0].model_fields_set == set(TaskResult.model_fields)
+    assert len(builds) == 5  # nothing built again
+
+
 @pytest.mark.parametrize("executor", EXECUTORS)
 async def test_a_built_success_is_what_the_runner_builds_at_once(
     executor: str, registry: dagagent.Registry
@@ -73,10 +94,11 @@ async def test_a_built_success_is_what_the_runner_builds_at_once(
     # A listener takes each result as its task ends: then every result is built at once.
     events: list[Any] = []
     eager = await execute(_plan(), registry, executor=executor, listeners=[events.append])
-    lazy = await execute(_plan(), registry, executor=executor)
+    lazy = await execute(_plan(), registry, executor=executor)  # read one by one
+    at_once = dict((await execute(_plan(), registry, executor=executor)).tasks.items())
     assert any(isinstance(e, dagagent.events.TaskFinished) for e in events)
-    for task_id in ("a", "b", "c", "d", "e"):
-        one, other = eager.tasks[task_id], lazy.tasks[task_id]
+    for task_id, other in [*((t, lazy.tasks[t]) for t in "abcde"), *at_once.items()]:
+        one = eager.tasks[task_id]
         assert type(one) is type(other) is TaskResult
         times = {"started_at", "finished_at"}
         assert one.model_dump(exclude=times) == other.model_dump(exclude=times)
