@@ -439,9 +439,10 @@ class TaskResults(Mapping[str, TaskResult]):
     and its :class:`TaskResult` is built the first time it is read, then kept (the same object
     on every read). A run that nobody reads task by task (``result.ok``, ``result.outputs``,
     ``result.counts``) never builds one: at 10,000 tasks that is about a sixth of what
-    ``execute(plan)`` costs (12,000 to 13,000 machine instructions a task). :meth:`statuses` and :meth:`outputs` read them without building them;
-    :meth:`values` and :meth:`items` build every one not built yet in one pass, at about the
-    cost of building them as the tasks ended.
+    ``execute(plan)`` costs (12,000 to 13,000 machine instructions a task). :meth:`statuses`
+    and :meth:`outputs` read them without building them; :meth:`values` and :meth:`items`
+    build every one not built yet in one pass, at about the cost of building them as the
+    tasks ended.
 
     Compares equal to a mapping with the same results; ``dict(tasks)`` is a plain dict.
     """
