@@ -533,16 +533,39 @@ class TaskRunner:
             self.took[task_id] = finished_at - started_at
             if self.record_success is not None:
                 self.record_success(held)
-            if self._debug:
-                self._log.debug(
-                    "task.finished",
-                    run_id=self.run_id,
-                    task_id=task_id,
-                    status=status.value,
-                    attempts=run.attempts,
-                    error=None,
-                )
-            return status
+        else:  # the logs below say the error as the record has it (redacted)
+            error = self._finish_result(run, status, output, error, error_type, elements, traceback)
+        if self._debug:
+            self._log.debug(
+                "task.finished",
+                run_id=self.run_id,
+                task_id=run.task_id,
+                status=status.value,
+                attempts=run.attempts,
+                error=error,
+            )
+        elif error is not None and self._log is not None and status is not _CANCELLED:
+            self._log.info(
+                "task.failed",
+                run_id=self.run_id,
+                task_id=run.task_id,
+                status=status.value,
+                error=error,
+            )
+        return status
+
+    def _finish_result(
+        self,
+        run: TaskRun,
+        status: TaskStatus,
+        output: Any,
+        error: str | None,
+        error_type: str | None,
+        elements: list[TaskResult] | None,
+        traceback: str | None,
+    ) -> str | None:
+        """The end of a task as its TaskResult: built, kept, recorded and announced. Returns
+        its error as recorded (what redacting interceptors left of it)."""
         if self._redactors:
             if status is not _SUCCEEDED and status is not _REUSED:
                 error, traceback = self._redact_failure(run, error, traceback)
@@ -579,24 +602,7 @@ class TaskRunner:
             self.record(r)
         if self.emit is not None:
             self.emit(TaskFinished(self.run_id, r))
-        if self._debug:
-            self._log.debug(
-                "task.finished",
-                run_id=self.run_id,
-                task_id=run.task_id,
-                status=status.value,
-                attempts=run.attempts,
-                error=error,
-            )
-        elif error is not None and self._log is not None and status is not _CANCELLED:
-            self._log.info(
-                "task.failed",
-                run_id=self.run_id,
-                task_id=run.task_id,
-                status=status.value,
-                error=error,
-            )
-        return status
+        return error
 
     def _keep(self, r: TaskResult) -> TaskStatus:
         """A task of a resumed run that succeeded before the pause: its record stands."""
