@@ -20,7 +20,11 @@ is done, and returns once it gives none. Workers out of ids then *park* (on asyn
 exit, and the next batch wakes them instead of spawning new ones: a level of tasks that all
 block then costs a wake-up each, not a spawned task each. They are woken as spawned ones are
 started: one first, to see whether it gets through the batch alone, then one per id still
-queued.
+queued. Two things keep that cheap at both ends of a batch. The last worker busy, out of ids,
+takes the next batch itself rather than park and be woken for it (a chain: a batch of one
+task after another, each with no turn of the event loop in between). And only as many workers
+park as the batches still to come could keep busy (``wanted``): at the end of a wide level
+that only a few tasks follow, the rest end at once rather than wait, alive, to be ended.
 
 Workers stop taking ids once the task group is cancelled, and yield to the event loop every
 :data:`YIELD_EVERY` tasks, so a long run of non-blocking tasks neither starves the loop nor
@@ -77,11 +81,13 @@ class WorkerPool(Generic[R]):
         "_parked",
         "_pausing",
         "_queue",
+        "_refill",
         "_run",
         "_scope",
         "_tg",
         "_waiting",
         "_wake",
+        "_wanted",
         "_workers",
     )
 
@@ -104,6 +110,10 @@ class WorkerPool(Generic[R]):
         #: Workers out of ids, waiting for the next batch (each on a future of its own:
         #: ``True`` takes more ids, ``False`` ends it). ``None``: workers exit instead.
         self._parked: list[asyncio.Future[bool]] | None = None
+        #: How many parked workers the ids still to come could use at most (see drive).
+        self._wanted: Callable[[], int] | None = None
+        #: The next batch (see drive), while there may be one.
+        self._refill: Callable[[], Iterable[str] | None] | None = None
         self._waiting = False
         self._wake = anyio.Event()
         self._error: BaseException | None = None  # a worker's, raised by drive()
@@ -132,6 +142,7 @@ class WorkerPool(Generic[R]):
         run, after = self._run, self._after
         scope = self._scope
         parked = self._parked
+        wanted = self._wanted
         done = 0
         while True:
             while queue and not scope.cancel_called:
@@ -146,6 +157,23 @@ class WorkerPool(Generic[R]):
                         self._pausing -= 1
             if parked is None or scope.cancel_called:
                 return
+            refill = self._refill
+            if refill is not None and self._workers - len(parked) == 1:
+                # The only worker not parked, out of ids: every id so far is done, and the
+                # next batch is this worker's to start, without parking and being woken (a
+                # chain of tasks: a batch of one each). The owner sees to a batch of more.
+                more = refill()
+                if more is None:
+                    self._refill = None
+                else:
+                    queue.extend(more)
+                    if queue:
+                        if self._waiting and len(queue) > 1:
+                            self._waiting = False
+                            self._wake.set()
+                        continue
+            if wanted is not None and len(parked) >= wanted():
+                return  # the ids still to come could not use one more parked worker
             # Out of ids: wait for the next batch (the owner wakes us, or ends us).
             wake: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
             parked.append(wake)
@@ -168,19 +196,33 @@ class WorkerPool(Generic[R]):
         if error is not None and self._error is None:
             self._error = error
             self._scope.cancel()
-        if self._waiting and (error is not None or (not self._workers and not self._open)):
+        if self._waiting and (
+            error is not None
+            or (not self._open and self._workers == (len(self._parked) if self._parked else 0))
+        ):
             self._waiting = False
             self._wake.set()
 
-    async def drive(self, refill: Callable[[], Iterable[str] | None] | None = None) -> None:
+    async def drive(
+        self,
+        refill: Callable[[], Iterable[str] | None] | None = None,
+        wanted: Callable[[], int] | None = None,
+    ) -> None:
         """Run the queued ids (and those pushed meanwhile); with ``refill``, then the batch it
-        gives, for as long as it gives one (called when every id so far is done)."""
+        gives, for as long as it gives one (called when every id so far is done).
+
+        ``wanted``: at most how many workers the ids not yet queued could keep busy at once
+        (asked when a worker runs out of ids): a worker parks only while fewer are parked,
+        else it ends. Without it, every worker out of ids parks until the run is over: at
+        the end of a wide batch, thousands of workers that nothing will wake but to end."""
         spawn = _asyncio_spawner(self)
         if refill is not None and spawn is not None:
             self._parked = []
+            self._wanted = wanted
+        self._refill = refill
         spawn = spawn or _group_spawner(self)
         try:
-            await self._drive(spawn, refill)
+            await self._drive(spawn)
         except BaseException:
             # Cancelled (or failed): the task group must not end before its workers do.
             self._scope.cancel()
@@ -212,7 +254,7 @@ class WorkerPool(Generic[R]):
                 wake.set_result(more)
         return woken
 
-    async def _drive(self, spawn: Spawn, refill: Callable[[], Iterable[str] | None] | None) -> None:
+    async def _drive(self, spawn: Spawn) -> None:
         queue = self._queue
         worker = self._worker
         parked = self._parked if self._parked is not None else ()
@@ -240,12 +282,13 @@ class WorkerPool(Generic[R]):
                 continue
             if self._workers == len(parked) and not self._open:
                 # Every id so far is done: the next batch, if there is one.
+                refill = self._refill
                 if refill is not None and not self._scope.cancel_called:
                     more = refill()
                     if more is not None:
                         queue.extend(more)
                         continue
-                    refill = None
+                    self._refill = None
                 if not self._workers:
                     return
                 self._unpark(False)  # no more batches: parked workers end

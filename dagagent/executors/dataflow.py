@@ -53,8 +53,10 @@ def _counting_pool(
         if status is SUCCEEDED or status is REUSED:
             for child in dependents[task_id]:
                 left = waiting[child] - 1
-                waiting[child] = left
-                if left == 0:
+                if left:
+                    waiting[child] = left
+                else:
+                    del waiting[child]  # what is left in ``waiting`` is still to come
                     push(child)
         elif cancel and status is not WAITING:
             tg.cancel_scope.cancel()
@@ -79,11 +81,13 @@ class DataflowExecutor(BaseExecutor):
         if not graph.complete:
             await self._run_growing(graph, runner, on_failure)
             return
-        waiting = {n: len(d) for n, d in graph.dependencies.items()}
+        waiting = {n: len(d) for n, d in graph.dependencies.items() if d}
         async with anyio.create_task_group() as tg:
             pool = _counting_pool(tg, graph, runner, waiting, cancel=on_failure == "cancel")
             pool.extend(graph.levels[0] if graph.levels else ())
-            await pool.drive(_no_more)
+            # A worker out of tasks parks only while fewer are parked than tasks still to
+            # come (those not yet ready): at the end of a wide level, the rest end at once.
+            await pool.drive(_no_more, waiting.__len__)
 
     async def _run_growing(
         self, graph: PlanGraph, runner: TaskRunner, on_failure: FailurePolicy

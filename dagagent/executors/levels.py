@@ -22,6 +22,8 @@ levels. For a plan that is complete when the run starts, the waves are exactly t
 
 from __future__ import annotations
 
+from functools import partial
+from itertools import accumulate
 from typing import TYPE_CHECKING
 
 import anyio
@@ -53,6 +55,11 @@ class LevelsExecutor(BaseExecutor):
         failed: list[str] = []
         blocked = False  # whether a task of a later level may have a result already
         levels = iter(graph.levels)
+        # The most workers the levels still to come could use (the most tasks of any of
+        # them) is widest[-1], for the levels not handed out yet (one off per level): a
+        # worker out of tasks ends rather than park when that many are parked already.
+        widest = [0, *accumulate(map(len, reversed(graph.levels)), max)]
+        handed_out = widest.pop
 
         def next_level() -> list[str] | None:
             """The next level's tasks still to run, once the one before has ended (the
@@ -66,6 +73,7 @@ class LevelsExecutor(BaseExecutor):
                 failed.clear()
                 blocked = True
             for level in levels:
+                handed_out()
                 if not blocked:
                     return level  # the pool copies it
                 todo = [t for t in level if t not in results]
@@ -85,7 +93,8 @@ class LevelsExecutor(BaseExecutor):
                     if cancel and status is not WAITING:
                         scope.cancel()
 
-            await WorkerPool(tg, runner.run_task_status, ended).drive(next_level)
+            pool = WorkerPool(tg, runner.run_task_status, ended)
+            await pool.drive(next_level, partial(widest.__getitem__, -1))
 
     async def _run_growing(
         self, graph: PlanGraph, runner: TaskRunner, on_failure: FailurePolicy

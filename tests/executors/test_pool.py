@@ -372,6 +372,79 @@ async def test_without_the_asyncio_fast_path_workers_end_with_their_level(
     assert result.ok and started[0] == 20  # one per blocked task: nothing parks
 
 
+@pytest.mark.parametrize("executor", PARALLEL)
+async def test_after_a_wide_level_the_workers_nothing_will_need_end_rather_than_park(
+    executor: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A fan: 200 tasks that block once, then one that joins them. Only one task is still to
+    # come when the 200 end, so at most one of their workers parks for it; the others end
+    # (a parked worker is an asyncio task still alive when the join runs). The last of them
+    # ending, not parking, must still wake the pool's owner: else the run hangs.
+    started = _count_workers(monkeypatch)
+    reg = dagagent.Registry()
+    alive: list[int] = []
+
+    @reg.tool
+    async def hop(name: str) -> str:
+        await anyio.lowlevel.checkpoint()
+        return name
+
+    @reg.tool
+    async def join(names: list[str]) -> int:
+        alive.append(len(asyncio.all_tasks()))
+        return len(names)
+
+    middle = [f"m{i}" for i in range(200)]
+    plan = {
+        "tasks": [
+            {"id": "root", "tool": "hop", "args": {"name": "root"}},
+            *({"id": t, "tool": "hop", "args": {"name": "${root}"}} for t in middle),
+            {"id": "join", "tool": "join", "args": {"names": [f"${{{t}}}" for t in middle]}},
+        ]
+    }
+    with anyio.fail_after(LONG):
+        result = await dagagent.execute(plan, reg, executor=executor)
+    assert result.ok, result.counts
+    assert result.outputs["join"] == 200
+    assert started[0] >= 200  # every blocked task of the level had a worker of its own
+    assert alive and alive[0] <= 5  # the test's task, the join's worker and little else
+
+
+async def test_a_chain_that_never_blocks_takes_no_turn_of_the_loop_per_level() -> None:
+    # Under "levels", a chain is a level of one task after another. The worker that ends a
+    # level starts the next one itself (it is the only one busy, so every task so far is
+    # done) rather than park and wait for the pool's owner to hand it over: a turn of the
+    # event loop per task. Counted in turns of a task that checks in at each one.
+    reg = dagagent.Registry()
+
+    @reg.tool
+    async def step(n: int) -> int:
+        return n + 1
+
+    plan = {
+        "tasks": [
+            {"id": f"s{i}", "tool": "step", "args": {"n": f"${{s{i - 1}}}" if i else 0}}
+            for i in range(300)
+        ]
+    }
+    turns = 0
+    done = False
+
+    async def count_turns() -> None:
+        nonlocal turns
+        while not done:
+            turns += 1
+            await anyio.lowlevel.checkpoint()
+
+    with anyio.fail_after(LONG):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(count_turns)
+            result = await dagagent.execute(plan, reg, executor="levels")
+            done = True
+    assert result.ok and result.outputs["s299"] == 300
+    assert turns < 60, turns  # a turn per level would be 300
+
+
 async def test_a_failure_in_a_later_level_cancels_it_and_runs_nothing_after(spawn: str) -> None:
     reg = dagagent.Registry()
     started: list[str] = []
