@@ -77,6 +77,7 @@ class WorkerPool(Generic[R]):
     __slots__ = (
         "_after",
         "_error",
+        "_on_block",
         "_open",
         "_parked",
         "_pausing",
@@ -98,8 +99,12 @@ class WorkerPool(Generic[R]):
         after: Callable[[str, R], object],
         *,
         open: bool = False,
+        on_block: Callable[[], object] | None = None,
     ) -> None:
+        """``on_block``: called once, the first time the owner finds ids queued while a
+        worker is blocked, before it starts workers for them (it may change the queue)."""
         self._tg = tg
+        self._on_block = on_block
         self._open = open
         self._scope = tg.cancel_scope
         self._run = run
@@ -129,6 +134,12 @@ class WorkerPool(Generic[R]):
         if self._waiting and self._queue:
             self._waiting = False
             self._wake.set()
+
+    def take_queued(self) -> list[str]:
+        """The ids queued and not taken yet, in order, taken off the queue."""
+        queued = list(self._queue)
+        self._queue.clear()
+        return queued
 
     def close(self) -> None:
         """No more ids will come: ``drive`` returns once the queued ones are done."""
@@ -238,6 +249,7 @@ class WorkerPool(Generic[R]):
             # holds the pool, which holds it: dropping both ends that cycle, which would
             # keep the run's graph and runner alive until a full collection.
             self._run, self._after = _stopped_run, _stopped_after
+            self._on_block = self._wanted = self._refill = None
         if self._error is not None:
             raise self._error
 
@@ -270,6 +282,10 @@ class WorkerPool(Generic[R]):
                 elif self._pausing == active:
                     # Every worker only yielded to the loop and will come back for more.
                     n = 0
+                elif self._on_block is not None:
+                    on_block, self._on_block = self._on_block, None
+                    on_block()
+                    continue  # the queue may have changed
                 else:
                     # Some worker is blocked: one new worker per queued id.
                     n = len(queue)

@@ -5,6 +5,13 @@ queues those whose last dependency it was in a :class:`~dagagent.executors._pool
 which starts them at once in the same task group (a worker with nothing left to run waits
 for more while other tasks still run, rather than end).
 
+Until a task blocks, there is nothing to count: every task is queued in topological order
+and one worker runs them one after another, each after all of its dependencies (a plan of
+tools that never block, cached or pure-compute ones, runs so to the end). The first time a
+task blocks with others queued, or one does not succeed, the countdown takes over for the
+tasks not started yet: those whose dependencies have all succeeded stay queued (and start at
+once, beside the blocked one), the others wait for theirs.
+
 A task that waits for a person's decision (``waiting``) never stops the run: its descendants
 wait with it (marked skipped until the run resumes) and the other branches go on.
 
@@ -14,6 +21,7 @@ dependencies have all succeeded by then; the pool stays open until the plan is c
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import anyio
@@ -42,28 +50,59 @@ def _counting_pool(
     *,
     cancel: bool,
     open: bool = False,
+    in_order: bool = False,
 ) -> WorkerPool[TaskStatus]:
     """A pool that runs each task pushed to it, then counts down its dependents' ``waiting``
     and pushes those that reach 0; a task that did not succeed cancels the run (``cancel``)
     or blocks its descendants (always, when it waits for a decision). The hot path of the
-    executor: one closure per run."""
-    dependents = graph.dependents
+    executor: one closure per run.
+
+    ``in_order``: every task is queued at once, in topological order, and nothing is counted
+    while one worker runs them one after another (each task's dependencies have then all
+    succeeded before it starts). The countdown starts the first time a task blocks with
+    others queued, or does not succeed: ``waiting`` is then filled in for the tasks still
+    queued, and only those with nothing left to wait for stay in the queue."""
+    dependents: Mapping[str, Sequence[str]] = {} if in_order else graph.dependents
+    counting = not in_order
+
+    def count() -> None:
+        nonlocal counting, dependents
+        if counting:
+            return
+        counting = True
+        dependents = graph.dependents
+        dependencies, outputs, results = graph.dependencies, runner.outputs, runner.results
+        ready = []
+        for task_id in pool.take_queued():
+            left = 0
+            for d in dependencies[task_id]:
+                if d not in outputs:
+                    left += 1
+            if left:
+                waiting[task_id] = left
+            elif task_id not in results:  # (a task skipped already is not run)
+                ready.append(task_id)
+        pool.extend(ready)
 
     def ended(task_id: str, status: TaskStatus) -> None:
         if status is SUCCEEDED or status is REUSED:
-            for child in dependents[task_id]:
-                left = waiting[child] - 1
-                if left:
-                    waiting[child] = left
-                else:
-                    del waiting[child]  # what is left in ``waiting`` is still to come
-                    push(child)
+            if counting:
+                for child in dependents[task_id]:
+                    left = waiting[child] - 1
+                    if left:
+                        waiting[child] = left
+                    else:
+                        del waiting[child]  # what is left in ``waiting`` is still to come
+                        push(child)
         elif cancel and status is not WAITING:
             tg.cancel_scope.cancel()
         else:  # failed under "continue", or waiting: the rest goes on without it
             block_descendants(graph, runner, task_id)
+            count()
 
-    pool = WorkerPool(tg, runner.run_task_status, ended, open=open)
+    pool = WorkerPool(
+        tg, runner.run_task_status, ended, open=open, on_block=count if in_order else None
+    )
     push = pool.push
     return pool
 
@@ -81,10 +120,12 @@ class DataflowExecutor(BaseExecutor):
         if not graph.complete:
             await self._run_growing(graph, runner, on_failure)
             return
-        waiting = {n: len(d) for n, d in graph.dependencies.items() if d}
+        waiting: dict[str, int] = {}  # filled in when the countdown starts
         async with anyio.create_task_group() as tg:
-            pool = _counting_pool(tg, graph, runner, waiting, cancel=on_failure == "cancel")
-            pool.extend(graph.levels[0] if graph.levels else ())
+            pool = _counting_pool(
+                tg, graph, runner, waiting, cancel=on_failure == "cancel", in_order=True
+            )
+            pool.extend(graph.order)
             # A worker out of tasks parks only while fewer are parked than tasks still to
             # come (those not yet ready): at the end of a wide level, the rest end at once.
             await pool.drive(_no_more, waiting.__len__)

@@ -86,3 +86,65 @@ async def test_per_tool_max_concurrency() -> None:
 
     plan = {"tasks": [{"id": f"j{i}", "tool": "limited", "args": {"i": i}} for i in range(6)]}
     assert (await execute(plan, reg, executor="dataflow")).ok and peak == 2
+
+
+async def test_dataflow_runs_in_order_until_a_task_blocks_then_starts_each_task_when_ready() -> (
+    None
+):
+    # Tasks that never block run one after another in plan order, nothing counted. The
+    # first to block (a, waiting for c) hands the rest to the countdown: c, which does not
+    # depend on a, must start while a waits (else the run never ends), and b, which depends
+    # on a and comes before c, must not start before a ends; d waits for both b and c.
+    reg = dagagent.Registry()
+    log: list[str] = []
+    go = anyio.Event()
+
+    @reg.tool
+    async def step(name: str) -> str:
+        log.append(f"start {name}")
+        if name == "a":
+            await go.wait()
+        elif name == "c":
+            go.set()
+        log.append(f"end {name}")
+        return name
+
+    def t(id: str, *deps: str) -> dict[str, Any]:
+        return {"id": id, "tool": "step", "args": {"name": id}, "depends_on": list(deps)}
+
+    # In order: z, then a and y, then b and c, then d. a blocks with y, b, c and d queued.
+    plan = {"tasks": [t("z"), t("a", "z"), t("y", "z"), t("b", "a"), t("c", "y"), t("d", "b", "c")]}
+    with anyio.fail_after(30):
+        result = await execute(plan, reg, executor="dataflow")
+    assert result.ok, result.counts
+    assert log.index("start c") < log.index("end a")  # c ran while a waited
+    assert log.index("end a") < log.index("start b")
+    assert log.index("end b") < log.index("start d") and log.index("end c") < log.index("start d")
+
+
+async def test_dataflow_failure_before_anything_blocks_skips_only_what_depends_on_it() -> None:
+    # A failure while tasks still run in order (under "continue") starts the countdown:
+    # the failed task's descendants are skipped, tasks after it in the plan that do not
+    # depend on it still run, and so do their dependents.
+    reg = dagagent.Registry()
+
+    @reg.tool
+    async def step(name: str) -> str:
+        if name == "f":
+            raise ValueError("no")
+        return name
+
+    def t(id: str, *deps: str) -> dict[str, Any]:
+        return {"id": id, "tool": "step", "args": {"name": id}, "depends_on": list(deps)}
+
+    plan = {"tasks": [t("a"), t("f", "a"), t("g", "f"), t("h", "a"), t("i", "h", "g"), t("j", "h")]}
+    result = await execute(plan, reg, executor="dataflow", on_failure="continue")
+    statuses = {k: v.status.value for k, v in result.tasks.items()}
+    assert statuses == {
+        "a": "succeeded",
+        "f": "failed",
+        "g": "skipped",
+        "h": "succeeded",
+        "i": "skipped",
+        "j": "succeeded",
+    }
