@@ -16,7 +16,9 @@ validation) interleaved; the headline is the minimum (noise on a shared machine 
 time), the median is in the JSON. Ratios to the floor matter more than absolute times.
 
 DAG shapes: ``layered`` (seeded random layers of ``--width`` tasks, each task depending on two
-distinct tasks of the layer before) and ``fan`` (one root, n-2 parallel tasks, one join).
+distinct tasks of the layer before), ``fan`` (one root, n-2 parallel tasks, one join),
+``chain`` (each task depending on the one before: n levels of one task) and ``wide`` (n tasks
+and no dependencies: one level of n).
 
     python benchmarks/overhead.py
     python benchmarks/overhead.py --sizes 1000,10000 --shapes layered --repeats 5
@@ -42,7 +44,7 @@ from typing import Any
 
 import _common as common
 
-SHAPES = ("layered", "fan")
+SHAPES = ("layered", "fan", "chain", "wide")
 DEFAULT_EXECUTORS = ("serial", "levels", "dataflow")
 FLOOR = "floor"
 
@@ -62,6 +64,10 @@ def build_deps(shape: str, n: int, width: int, seed: int) -> dict[str, list[str]
             deps[t] = ["root"]
         deps["join"] = middle
         return deps
+    if shape == "chain":
+        return {f"t{i}": [f"t{i - 1}"] if i else [] for i in range(n)}
+    if shape == "wide":
+        return {f"t{i}": [] for i in range(n)}
     if shape == "layered":
         rng = random.Random(seed)
         deps = {}

@@ -196,6 +196,33 @@ def test_overhead_through_execute_plan(tmp_path: Path) -> None:
     assert "validate x floor" in (tmp_path / "overhead.md").read_text()
 
 
+def test_overhead_chain_and_wide_shapes(tmp_path: Path) -> None:
+    proc = _script(
+        "overhead.py",
+        "--sizes",
+        "120",
+        "--shapes",
+        "chain,wide",
+        "--executors",
+        "levels,dataflow",
+        "--tool",
+        "yield",
+        "--from-plan",
+        "--repeats",
+        "1",
+        "--out",
+        tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    results = json.loads((tmp_path / "overhead_yield.json").read_text())["results"]
+    assert [(r["shape"], r["tasks"], r["edges"], r["levels"]) for r in results] == [
+        ("chain", 120, 119, 120),
+        ("wide", 120, 0, 1),
+    ]
+    for r in results:
+        assert set(r["run_s"]) == {"floor", "levels", "dataflow", "levels+plan", "dataflow+plan"}
+
+
 def test_peers_runs_tiny(tmp_path: Path) -> None:
     proc = _script(
         "peers.py",
