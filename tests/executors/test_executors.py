@@ -88,6 +88,11 @@ async def test_per_tool_max_concurrency() -> None:
     assert (await execute(plan, reg, executor="dataflow")).ok and peak == 2
 
 
+def t(id: str, *deps: str) -> dict[str, Any]:
+    """A task of the tool ``step`` named after itself."""
+    return {"id": id, "tool": "step", "args": {"name": id}, "depends_on": list(deps)}
+
+
 async def test_dataflow_runs_in_order_until_a_task_blocks_then_starts_each_task_when_ready() -> (
     None
 ):
@@ -108,9 +113,6 @@ async def test_dataflow_runs_in_order_until_a_task_blocks_then_starts_each_task_
             go.set()
         log.append(f"end {name}")
         return name
-
-    def t(id: str, *deps: str) -> dict[str, Any]:
-        return {"id": id, "tool": "step", "args": {"name": id}, "depends_on": list(deps)}
 
     # In order: z, then a and y, then b and c, then d. a blocks with y, b, c and d queued.
     plan = {"tasks": [t("z"), t("a", "z"), t("y", "z"), t("b", "a"), t("c", "y"), t("d", "b", "c")]}
@@ -133,9 +135,6 @@ async def test_dataflow_failure_before_anything_blocks_skips_only_what_depends_o
         if name == "f":
             raise ValueError("no")
         return name
-
-    def t(id: str, *deps: str) -> dict[str, Any]:
-        return {"id": id, "tool": "step", "args": {"name": id}, "depends_on": list(deps)}
 
     plan = {"tasks": [t("a"), t("f", "a"), t("g", "f"), t("h", "a"), t("i", "h", "g"), t("j", "h")]}
     result = await execute(plan, reg, executor="dataflow", on_failure="continue")
