@@ -180,7 +180,11 @@ def critical_path(
     for n in order:
         ds = deps_of(n, ())
         k = len(ds)
-        if k == 2:
+        if k == 1:
+            (a,) = ds
+            finish[n] = at(a, 0.0) + took(n, 0.0)
+            via[n] = a
+        elif k == 2:
             a, b = ds
             fa, fb = at(a, 0.0), at(b, 0.0)
             if fb > fa:

@@ -39,17 +39,23 @@ asyncio task made *a member of the task group's cancel scope*, the way anyio mak
 it spawns (:func:`_asyncio_spawner`): anyio's cancellation reaches it exactly as it reaches
 them — at once when the group is cancelled (a failure, or any scope around it), again at every
 await if the tool swallows it, and not inside a shielded scope — and the pool's owner waits
-for every worker before the task group ends, also when it is cancelled. This reads two
-internals of anyio's asyncio backend (its table of task states and a cancel scope's set of
-tasks); where they are not as expected (another anyio, trio, a loop with a task factory) the
-pool spawns with ``start_soon``.
+for every worker before the task group ends, also when it is cancelled. What anyio does in a
+spawned task's done callback (it leaves the scope and the table of task states), a worker does
+as its own last step: a callback would cost a scheduled handle and a turn of it per worker, and
+in a level that blocks, every task has a worker of its own. This reads internals of anyio's
+asyncio backend (its table of task states, a standard ``WeakKeyDictionary`` whose entries are
+made and dropped directly, and a cancel scope's set of tasks); where they are not as expected
+(another anyio or Python, trio, a loop with a task factory) the pool spawns with
+``start_soon``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import weakref
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from functools import partial
 from typing import Any, Generic, TypeVar
 
 import anyio
@@ -76,7 +82,9 @@ class WorkerPool(Generic[R]):
 
     __slots__ = (
         "_after",
+        "_current",
         "_error",
+        "_leave",
         "_on_block",
         "_open",
         "_parked",
@@ -122,6 +130,10 @@ class WorkerPool(Generic[R]):
         self._waiting = False
         self._wake = anyio.Event()
         self._error: BaseException | None = None  # a worker's, raised by drive()
+        #: Set by the asyncio spawner (see :func:`_asyncio_spawner`): the current task, and
+        #: what a worker does as its last step in place of anyio's done callback.
+        self._current: Callable[[], asyncio.Task[Any] | None] | None = None
+        self._leave: Callable[[asyncio.Task[Any], BaseException | None], None] = _no_leave
 
     def push(self, task_id: str) -> None:
         self._queue.append(task_id)
@@ -149,50 +161,66 @@ class WorkerPool(Generic[R]):
             self._wake.set()
 
     async def _worker(self) -> None:
-        queue = self._queue
-        run, after = self._run, self._after
-        scope = self._scope
-        parked = self._parked
-        wanted = self._wanted
-        done = 0
-        while True:
-            while queue and not scope.cancel_called:
-                task_id = queue.popleft()
-                after(task_id, await run(task_id))
-                done += 1
-                if done % YIELD_EVERY == 0:
-                    self._pausing += 1
-                    try:
-                        await checkpoint()
-                    finally:
-                        self._pausing -= 1
-            if parked is None or scope.cancel_called:
-                return
-            refill = self._refill
-            if refill is not None and self._workers - len(parked) == 1:
-                # The only worker not parked, out of ids: every id so far is done, and the
-                # next batch is this worker's to start, without parking and being woken (a
-                # chain of tasks: a batch of one each). The owner sees to a batch of more.
-                more = refill()
-                if more is None:
-                    self._refill = None
-                else:
-                    queue.extend(more)
-                    if queue:
-                        if self._waiting and len(queue) > 1:
-                            self._waiting = False
-                            self._wake.set()
-                        continue
-            if wanted is not None and len(parked) >= wanted():
-                return  # the ids still to come could not use one more parked worker
-            # Out of ids: wait for the next batch (the owner wakes us, or ends us).
-            wake: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-            parked.append(wake)
-            if self._waiting and len(parked) == self._workers:  # the batch is done
-                self._waiting = False
-                self._wake.set()
-            if not await wake:
-                return
+        # Spawned on asyncio, a worker leaves its task group as its own last step (``_leave``;
+        # see the module's docstring).
+        current = self._current
+        me = current() if current is not None else None  # this worker's task (first step)
+        error: BaseException | None = None
+        try:
+            queue = self._queue
+            run, after = self._run, self._after
+            scope = self._scope
+            parked = self._parked
+            wanted = self._wanted
+            done = 0
+            while True:
+                while queue and not scope.cancel_called:
+                    task_id = queue.popleft()
+                    after(task_id, await run(task_id))
+                    done += 1
+                    if done % YIELD_EVERY == 0:
+                        self._pausing += 1
+                        try:
+                            await checkpoint()
+                        finally:
+                            self._pausing -= 1
+                if parked is None or scope.cancel_called:
+                    return
+                refill = self._refill
+                if refill is not None and self._workers - len(parked) == 1:
+                    # The only worker not parked, out of ids: every id so far is done, and the
+                    # next batch is this worker's to start, without parking and being woken (a
+                    # chain of tasks: a batch of one each). The owner sees to a batch of more.
+                    more = refill()
+                    if more is None:
+                        self._refill = None
+                    else:
+                        queue.extend(more)
+                        if queue:
+                            if self._waiting and len(queue) > 1:
+                                self._waiting = False
+                                self._wake.set()
+                            continue
+                if wanted is not None and len(parked) >= wanted():
+                    return  # the ids still to come could not use one more parked worker
+                # Out of ids: wait for the next batch (the owner wakes us, or ends us).
+                wake: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+                parked.append(wake)
+                if self._waiting and len(parked) == self._workers:  # the batch is done
+                    self._waiting = False
+                    self._wake.set()
+                if not await wake:
+                    return
+        except GeneratorExit:
+            me = None  # closed unfinished with its event loop: nobody is left to tell
+            raise
+        except Exception as exc:
+            if me is None:
+                raise  # spawned with start_soon: anyio sees to it
+            error = exc  # a bug: drive() raises it (cancellations go through, as for a task)
+        finally:
+            if me is not None:
+                self._leave(me, error)
 
     async def _spawned_worker(self) -> None:
         """A worker spawned with ``start_soon``: it counts itself out."""
@@ -250,6 +278,7 @@ class WorkerPool(Generic[R]):
             # keep the run's graph and runner alive until a full collection.
             self._run, self._after = _stopped_run, _stopped_after
             self._on_block = self._wanted = self._refill = None
+            self._leave = _no_leave  # (it holds the pool, through _ended)
         if self._error is not None:
             raise self._error
 
@@ -324,6 +353,10 @@ async def _stopped_run(task_id: str) -> Any:
     raise RuntimeError(f"task {task_id!r} pushed to a pool that has stopped")
 
 
+def _no_leave(task: asyncio.Task[Any], error: BaseException | None) -> None:
+    return None
+
+
 def _stopped_after(task_id: str, result: object) -> None:
     raise RuntimeError(f"task {task_id!r} ended in a pool that has stopped")
 
@@ -355,32 +388,44 @@ def _asyncio_spawner(pool: WorkerPool[Any]) -> Spawn | None:
     ):
         return None  # not the owner of the group, inside its scope, as anyio keeps it
     parent_id = id(host)
-    cancelled_error = asyncio.CancelledError
     ended = pool._ended
     Task = asyncio.Task
+    # The table of task states is a WeakKeyDictionary (checked in _find_backend): its
+    # entries are made and dropped here as its own methods would, without their calls.
+    data, remove, ref = states.data, states._remove, weakref.ref
 
-    def done(task: asyncio.Task[None]) -> None:
+    def leave(task: asyncio.Task[Any], error: BaseException | None) -> None:
         tasks.discard(task)  # a finished task has left every scope it entered
-        states.pop(task, None)
-        error = None
-        if not task.cancelled():
-            error = task.exception()
-            if isinstance(error, cancelled_error):
-                error = None
+        states._dirty_len = True  # what WeakKeyDictionary.pop() does
+        data.pop(ref(task), None)
         ended(error)
+
+    pool._current = _current_task_getter(loop, host)
+    pool._leave = leave
 
     def spawn(worker: Callable[[], Coroutine[Any, Any, None]]) -> None:
         task = Task(worker(), loop=loop)
-        states[task] = task_state(parent_id, scope)
+        data[ref(task, remove)] = task_state(parent_id, scope)
         tasks.add(task)
-        task.add_done_callback(done)
 
     return spawn
 
 
+def _current_task_getter(
+    loop: asyncio.AbstractEventLoop, host: asyncio.Task[Any]
+) -> Callable[[], asyncio.Task[Any] | None]:
+    """``asyncio.current_task`` for ``loop``: a lookup in asyncio's table of current tasks
+    where there is one (the function costs several times that before Python 3.12)."""
+    by_loop = getattr(asyncio.tasks, "_current_tasks", None)
+    if isinstance(by_loop, dict) and by_loop.get(loop) is host:
+        return partial(by_loop.get, loop)
+    return asyncio.current_task
+
+
 def _find_backend() -> tuple[Any, Any] | None:
-    """anyio's asyncio backend internals the spawner needs: its table of task states, and
-    the class of a state (``TaskState(parent_id, cancel_scope)``)."""
+    """anyio's asyncio backend internals the spawner needs: its table of task states (a
+    ``WeakKeyDictionary`` as the standard library makes it), and the class of a state
+    (``TaskState(parent_id, cancel_scope)``)."""
     try:
         from anyio._backends import _asyncio as backend
 
@@ -388,7 +433,14 @@ def _find_backend() -> tuple[Any, Any] | None:
         probe = task_state(None, None)
         if probe.cancel_scope is not None or probe.parent_id is not None:
             return None
-    except Exception:  # another anyio: spawn as anyio does
+        if (
+            type(states) is not weakref.WeakKeyDictionary
+            or type(getattr(states, "data", None)) is not dict
+            or not callable(getattr(states, "_remove", None))
+            or not isinstance(getattr(states, "_dirty_len", None), bool)
+        ):
+            return None
+    except Exception:  # another anyio, or another Python: spawn as anyio does
         return None
     return states, task_state
 

@@ -292,6 +292,89 @@ async def test_an_error_in_a_worker_ends_the_pool_and_is_raised() -> None:
         assert sorted(ended) == ["a", "b", "bad", "c"]
 
 
+async def test_a_workers_error_is_reported_once_and_by_drive_only() -> None:
+    # On asyncio a worker ends by its own last step, not in a done callback that would read
+    # its exception: a bug in ``after`` must be raised by drive() and leave no task whose
+    # exception nobody retrieved (asyncio would report it to the loop when it is collected).
+    import gc
+
+    reported: list[dict[str, Any]] = []
+    loop = asyncio.get_running_loop()
+    loop.set_exception_handler(lambda _loop, context: reported.append(context))
+
+    def after(task_id: str, r: None) -> None:
+        raise KeyError("a bug")
+
+    try:
+        with anyio.fail_after(LONG), pytest.raises(BaseException) as info:
+            async with anyio.create_task_group() as tg:
+                pool: _pool.WorkerPool[None] = _pool.WorkerPool(tg, _nothing, after)
+                pool.extend(["a", "b"])
+                await pool.drive()
+        assert _leaf(info.value).args == ("a bug",)
+        del info, pool  # the error's traceback holds the workers' frames, and they their tasks
+        gc.collect()
+        await anyio.lowlevel.checkpoint()
+    finally:
+        loop.set_exception_handler(None)
+    assert reported == []
+
+
+@pytest.mark.parametrize("executor", PARALLEL)
+async def test_a_worker_that_ends_leaves_the_task_groups_tables(executor: str) -> None:
+    # What anyio does for a task it spawned when the task ends, the pool does for a worker:
+    # it leaves the cancel scope's tasks and anyio's table of task states. Held here (the
+    # table holds its tasks weakly, so a worker nobody holds would leave it anyway).
+    from anyio._backends._asyncio import _task_states
+
+    reg = dagagent.Registry()
+    held: list[asyncio.Task[Any]] = []
+
+    @reg.tool
+    async def hop(name: str) -> str:
+        await anyio.lowlevel.checkpoint()
+        return name
+
+    @reg.tool
+    async def join(names: list[str]) -> int:
+        return len(names)
+
+    plan = _fan_plan(50)
+
+    async def watch() -> None:  # holds every worker it sees while the run goes on
+        while not done:
+            held.extend(t for t in asyncio.all_tasks() if t not in held and _is_worker(t))
+            await anyio.lowlevel.checkpoint()
+
+    done = False
+    with anyio.fail_after(LONG):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(watch)
+            result = await dagagent.execute(plan, reg, executor=executor)
+            done = True
+    assert result.ok and result.outputs["join"] == 50
+    assert len(held) >= 50  # a worker per blocked task of the wide level
+    assert all(t.done() and not t.cancelled() and t.exception() is None for t in held)
+    assert [t for t in held if t in _task_states] == []
+
+
+def _fan_plan(width: int) -> dict[str, Any]:
+    """A task ("root", tool "hop"), ``width`` tasks after it ("hop"), then one joining them
+    all ("join")."""
+    middle = [f"m{i}" for i in range(width)]
+    return {
+        "tasks": [
+            {"id": "root", "tool": "hop", "args": {"name": "root"}},
+            *({"id": t, "tool": "hop", "args": {"name": "${root}"}} for t in middle),
+            {"id": "join", "tool": "join", "args": {"names": [f"${{{t}}}" for t in middle]}},
+        ]
+    }
+
+
+def _is_worker(task: asyncio.Task[Any]) -> bool:
+    return getattr(task.get_coro(), "__qualname__", "") == "WorkerPool._worker"
+
+
 def _leaf(exc: BaseException) -> BaseException:
     while (group := getattr(exc, "exceptions", None)) is not None:  # an exception group
         exc = group[0]
@@ -394,14 +477,7 @@ async def test_after_a_wide_level_the_workers_nothing_will_need_end_rather_than_
         alive.append(len(asyncio.all_tasks()))
         return len(names)
 
-    middle = [f"m{i}" for i in range(200)]
-    plan = {
-        "tasks": [
-            {"id": "root", "tool": "hop", "args": {"name": "root"}},
-            *({"id": t, "tool": "hop", "args": {"name": "${root}"}} for t in middle),
-            {"id": "join", "tool": "join", "args": {"names": [f"${{{t}}}" for t in middle]}},
-        ]
-    }
+    plan = _fan_plan(200)
     with anyio.fail_after(LONG):
         result = await dagagent.execute(plan, reg, executor=executor)
     assert result.ok, result.counts
@@ -506,11 +582,7 @@ async def test_a_cancelled_caller_ends_parked_workers_too() -> None:
         return name
 
     def workers() -> list[Any]:
-        return [
-            t
-            for t in asyncio.all_tasks()
-            if getattr(t.get_coro(), "__qualname__", "") == "WorkerPool._worker" and not t.done()
-        ]
+        return [t for t in asyncio.all_tasks() if _is_worker(t) and not t.done()]
 
     with anyio.fail_after(LONG):
         async with anyio.create_task_group() as tg:
