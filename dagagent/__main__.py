@@ -20,7 +20,7 @@ def main() -> None:
     # What the command line imports lives until the process ends: the cyclic garbage
     # collector, walking those objects again and again as they are made, would find nothing
     # to free. So it is paused meanwhile, and then they go to its oldest generation at once
-    # (freeze, unfreeze: no walk), as dagagent.graph does with a big plan's objects (not when
+    # (freeze, unfreeze: no walk), as dagagent._gc.bulk does with a big plan's objects (not when
     # something else froze objects: those stay frozen).
     collecting = gc.isenabled()
     gc.disable()

@@ -37,12 +37,11 @@ path) read the same dependency edges and issue codes. The one-pass road for plai
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import re
-from collections.abc import Callable, Container, Iterable, Iterator, Mapping, Sequence, Sized
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence, Sized
 from typing import TYPE_CHECKING, Any
 
+from ._gc import bulk
 from .errors import Issue, PlanLoadError, PlanValidationError
 from .map_checks import element_issues, for_each_reference, map_issues
 from .plan import ID_PATTERN, ID_RE, AgentTask, Plan, Task, ToolTask, read_plan_fields
@@ -119,7 +118,7 @@ class PlanGraph:
         """The tasks that depend on each task, in plan order (lists shared by every run of
         the graph: read them, do not change them)."""
         if self._dependents is None:
-            with _bulk(len(self.dependencies)):
+            with bulk(len(self.dependencies)):
                 self._dependents = _successors(self.dependencies)
         return self._dependents
 
@@ -650,7 +649,7 @@ def validate(
     skipped. With ``check_llm=True`` and no ``llm``, a plan that has agent tasks gets a
     ``no_llm`` warning in ``PlanGraph.warnings``.
     """
-    with _bulk(_size(plan)):
+    with bulk(_size(plan)):
         return _validate(plan, registry, llm, check_llm)
 
 
@@ -663,45 +662,6 @@ def _size(plan: object) -> int:
     else:
         return 0
     return len(tasks) if isinstance(tasks, list) else 0
-
-
-# From this many tasks, the objects a plan's graph is made of go straight to the oldest
-# generation of the garbage collector (see _bulk).
-_MANY = 1000
-
-
-@contextlib.contextmanager
-def _bulk(tasks: int) -> Iterator[None]:
-    """Validation makes a few objects per task and frees none: the cyclic garbage collector,
-    which runs every few hundred new objects and each time walks the young ones, would find
-    nothing to free and cost as much as the validation itself. It is paused meanwhile (and
-    resumed as it was, also on an error).
-
-    For a plan of many ``tasks``, what validation made (tens of thousands of objects that
-    live as long as the graph) would still be walked twice when the collector runs again, on
-    their way to its oldest generation: at 10,000 tasks that cost ``execute(plan)`` 15-30 ms
-    on top of runs of 80-100 ms. So they are put there at once (``gc.freeze`` then
-    ``gc.unfreeze``: every tracked object to the oldest generation, without walking any),
-    after a collection of the young generations, so that no garbage made before goes along
-    uncollected. Not when something else froze objects (a pre-fork server, say): those stay
-    frozen.
-    """
-    if not gc.isenabled():
-        yield
-        return
-    promote = tasks >= _MANY and not gc.get_freeze_count()
-    if promote:
-        gc.collect(1)
-    gc.disable()
-    try:
-        yield
-    except BaseException:
-        gc.enable()
-        raise
-    if promote:
-        gc.freeze()
-        gc.unfreeze()
-    gc.enable()
 
 
 def _validate(

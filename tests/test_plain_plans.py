@@ -16,6 +16,7 @@ import dagagent
 from dagagent import Plan, PlanLoadError, PlanValidationError
 from dagagent import graph as graph_module
 from dagagent import plan as plan_module
+from dagagent._gc import MANY
 from dagagent.plan import _plain_plan, read_plan
 from dagagent.references import Template
 
@@ -314,7 +315,7 @@ def test_a_large_plan_takes_no_garbage_along_to_the_oldest_generation() -> None:
     import weakref
 
     registry = _registry()
-    plan = _many_tasks(graph_module._MANY)
+    plan = _many_tasks(MANY)
     gc.collect()
     node = _Node()
     dead = weakref.ref(node)
@@ -324,7 +325,7 @@ def test_a_large_plan_takes_no_garbage_along_to_the_oldest_generation() -> None:
     assert dead() is None
     assert gc.isenabled()
     assert gc.get_freeze_count() == 0
-    assert len(graph.order) == graph_module._MANY
+    assert len(graph.order) == MANY
 
 
 def test_a_small_plan_leaves_the_collector_alone() -> None:
@@ -351,7 +352,7 @@ def test_objects_someone_froze_stay_frozen() -> None:
     try:
         frozen = gc.get_freeze_count()
         assert frozen > 0
-        dagagent.validate(_many_tasks(graph_module._MANY), registry)
+        dagagent.validate(_many_tasks(MANY), registry)
         assert gc.get_freeze_count() == frozen
     finally:
         gc.unfreeze()

@@ -62,13 +62,16 @@ import anyio
 import anyio.abc
 from anyio.lowlevel import checkpoint
 
+from .._gc import MANY, bulk
+
 __all__ = ["YIELD_EVERY", "WorkerPool"]
 
 YIELD_EVERY = 64
 
 R = TypeVar("R")
 
-Spawn = Callable[[Callable[[], Coroutine[Any, Any, None]]], object]
+#: Starts ``n`` workers running the given coroutine function.
+Spawn = Callable[[Callable[[], Coroutine[Any, Any, None]], int], object]
 
 
 class WorkerPool(Generic[R]):
@@ -320,9 +323,9 @@ class WorkerPool(Generic[R]):
                     n = len(queue)
                 if n:
                     n -= self._unpark(True, n)  # parked workers first
-                self._workers += n
-                for _ in range(n):
-                    spawn(worker)
+                if n:
+                    self._workers += n
+                    spawn(worker, n)
                 await checkpoint()
                 continue
             if self._workers == len(parked) and not self._open:
@@ -363,7 +366,13 @@ def _stopped_after(task_id: str, result: object) -> None:
 
 def _group_spawner(pool: WorkerPool[Any]) -> Spawn:
     start = pool._tg.start_soon
-    return lambda _worker: start(pool._spawned_worker)
+    worker = pool._spawned_worker
+
+    def spawn(_worker: Callable[[], Coroutine[Any, Any, None]], n: int) -> None:
+        for _ in range(n):
+            start(worker)
+
+    return spawn
 
 
 def _asyncio_spawner(pool: WorkerPool[Any]) -> Spawn | None:
@@ -403,10 +412,21 @@ def _asyncio_spawner(pool: WorkerPool[Any]) -> Spawn | None:
     pool._current = _current_task_getter(loop, host)
     pool._leave = leave
 
-    def spawn(worker: Callable[[], Coroutine[Any, Any, None]]) -> None:
-        task = Task(worker(), loop=loop)
-        data[ref(task, remove)] = task_state(parent_id, scope)
-        tasks.add(task)
+    def start(worker: Callable[[], Coroutine[Any, Any, None]], n: int) -> None:
+        for _ in range(n):
+            task = Task(worker(), loop=loop)
+            data[ref(task, remove)] = task_state(parent_id, scope)
+            tasks.add(task)
+
+    def spawn(worker: Callable[[], Coroutine[Any, Any, None]], n: int) -> None:
+        if n < MANY:
+            start(worker, n)
+            return
+        # A burst (a wide level that blocks): thousands of workers, each alive until its
+        # task ends, that the collector would walk again and again for nothing. Nothing but
+        # this loop runs meanwhile (no task factory here, and no task starts eagerly).
+        with bulk(n):
+            start(worker, n)
 
     return spawn
 

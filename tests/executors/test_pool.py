@@ -358,6 +358,97 @@ async def test_a_worker_that_ends_leaves_the_task_groups_tables(executor: str) -
     assert [t for t in held if t in _task_states] == []
 
 
+class _Cycle:
+    def __init__(self) -> None:
+        self.me = self
+
+
+def _wide_blocking(n: int) -> tuple[Any, dagagent.Registry, anyio.Event, list[int]]:
+    """A validated plan of ``n`` tasks with no dependencies whose tool waits for the event,
+    its registry, the event, and how many have entered the tool."""
+    reg = dagagent.Registry()
+    release = anyio.Event()
+    entered = [0]
+
+    @reg.tool
+    async def wait() -> None:
+        entered[0] += 1
+        await release.wait()
+
+    plan = {"tasks": [{"id": f"w{i}", "tool": "wait"} for i in range(n)]}
+    return dagagent.validate(plan, reg), reg, release, entered
+
+
+@pytest.mark.parametrize("executor", PARALLEL)
+async def test_a_burst_of_workers_goes_to_the_oldest_generation_with_no_garbage(
+    executor: str,
+) -> None:
+    # A wide level that blocks starts a worker per task at once: they go straight to the
+    # collector's oldest generation (young collections would walk them for nothing), after a
+    # collection of the young ones, so that garbage made before is not moved there with them.
+    import gc
+    import weakref
+
+    from dagagent._gc import MANY
+
+    graph, reg, release, entered = _wide_blocking(MANY + 5)
+    in_oldest: list[bool] = []
+
+    async def look() -> None:
+        while entered[0] < MANY + 5:
+            await anyio.lowlevel.checkpoint()
+        oldest = {id(o) for o in gc.get_objects(generation=2)}
+        in_oldest.extend(id(t) in oldest for t in asyncio.all_tasks() if _is_worker(t))
+        release.set()
+
+    gc.collect()
+    cycle = _Cycle()
+    dead = weakref.ref(cycle)
+    del cycle  # garbage only the collector frees, made before the run
+    with anyio.fail_after(LONG):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(look)
+            result = await dagagent.execute(graph, reg, executor=executor)
+    assert result.ok
+    assert len(in_oldest) >= MANY and all(in_oldest)
+    gc.collect(1)  # the young generations only
+    assert dead() is None
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+
+
+async def test_a_burst_leaves_a_collector_someone_turned_off_or_froze_as_it_was() -> None:
+    import gc
+
+    from dagagent._gc import MANY
+
+    graph, reg, release, entered = _wide_blocking(MANY + 5)
+
+    async def let_go() -> None:
+        while entered[0] < MANY + 5:
+            await anyio.lowlevel.checkpoint()
+        release.set()
+
+    kept = _Cycle()
+    gc.freeze()  # (a frozen object is in no generation the collector walks)
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(let_go)
+            assert (await dagagent.execute(graph, reg, executor="dataflow")).ok
+        assert gc.isenabled() and gc.get_freeze_count()
+        assert not [o for o in gc.get_objects(generation=2) if o is kept]  # still frozen
+    finally:
+        gc.unfreeze()
+    graph, reg, release, entered = _wide_blocking(MANY + 5)
+    gc.disable()
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(let_go)
+            assert (await dagagent.execute(graph, reg, executor="levels")).ok
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
 def _fan_plan(width: int) -> dict[str, Any]:
     """A task ("root", tool "hop"), ``width`` tasks after it ("hop"), then one joining them
     all ("join")."""
