@@ -165,7 +165,8 @@ class WorkerPool(Generic[R]):
 
     async def _worker(self) -> None:
         # Spawned on asyncio, a worker leaves its task group as its own last step (``_leave``;
-        # see the module's docstring).
+        # see the module's docstring). That needs its first step to run: anyio cancels a task
+        # only once it has started, and a worker is no one else's to cancel.
         current = self._current
         me = current() if current is not None else None  # this worker's task (first step)
         error: BaseException | None = None
