@@ -823,3 +823,130 @@ async def test_results_are_not_counted_for_a_log_line_nobody_writes(
             assert result.ok and result.tasks["a"].output == 3
     finally:
         structlog.reset_defaults()
+
+
+def _every_end_registry() -> dagagent.Registry:
+    """Async tools, each awaited directly by the runner, that end every way a task can."""
+    reg = dagagent.Registry()
+
+    @reg.tool
+    async def give(value: Any) -> Any:
+        """Return ``value`` after a turn of the event loop."""
+        await asyncio.sleep(0)
+        return value
+
+    @reg.tool
+    async def fail(value: int) -> int:
+        """Raise."""
+        await asyncio.sleep(0)
+        raise ValueError(f"no good: {value}")
+
+    @reg.tool
+    async def deny() -> None:
+        """Raise a denial, as an approval tool would."""
+        raise dagagent.errors.TaskDeniedError("not allowed")
+
+    @reg.tool
+    async def exits() -> None:
+        """Call sys.exit()."""
+        sys.exit(3)
+
+    @reg.tool
+    async def own_cancel() -> None:
+        """Await a future someone else cancelled."""
+        fut = asyncio.get_running_loop().create_future()
+        fut.cancel()
+        await fut
+
+    @reg.tool
+    async def stream(n: int) -> AsyncIterator[int]:
+        """Yield 0..n-1."""
+        for i in range(n):
+            await asyncio.sleep(0)
+            yield i
+
+    return reg
+
+
+_EVERY_END = {
+    "tasks": [
+        {"id": "v", "tool": "give", "args": {"value": {"n": 2, "word": "two"}}},
+        {"id": "ok", "tool": "give", "args": {"value": "got ${v.n}"}, "depends_on": ["v"]},
+        {"id": "f", "tool": "fail", "args": {"value": "${v.n}"}, "depends_on": ["v"]},
+        {"id": "bad_args", "tool": "fail", "args": {"value": "${v.word}"}, "depends_on": ["v"]},
+        {"id": "no_key", "tool": "give", "args": {"value": "${v.missing}"}, "depends_on": ["v"]},
+        {"id": "d", "tool": "deny"},
+        {"id": "x", "tool": "exits"},
+        {"id": "c", "tool": "own_cancel"},
+        {"id": "s", "tool": "stream", "args": {"n": "${v.n}"}, "depends_on": ["v"]},
+    ]
+}
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+async def test_a_plain_task_ends_every_way_as_a_task_with_listeners_does(executor: str) -> None:
+    """Without listeners, a tool task awaited directly takes the runner's plain path (no
+    record while it runs); with one, the full path. Every end must be recorded alike."""
+    reg = _every_end_registry()
+    plain = await execute(_EVERY_END, reg, executor=executor, on_failure="continue")
+    full = await execute(
+        _EVERY_END, reg, executor=executor, on_failure="continue", listeners=[lambda e: None]
+    )
+    tasks = plain.tasks
+    assert {t: r.status for t, r in tasks.items()} == {
+        "v": TaskStatus.SUCCEEDED,
+        "ok": TaskStatus.SUCCEEDED,
+        "f": TaskStatus.FAILED,
+        "bad_args": TaskStatus.FAILED,
+        "no_key": TaskStatus.FAILED,
+        "d": TaskStatus.DENIED,
+        "x": TaskStatus.FAILED,
+        "c": TaskStatus.FAILED,
+        "s": TaskStatus.SUCCEEDED,
+    }
+    assert plain.outputs == {"v": {"n": 2, "word": "two"}, "ok": "got 2", "s": [0, 1]}
+    assert tasks["f"].args == {"value": 2} and tasks["f"].error == "ValueError: no good: 2"
+    assert "raise ValueError" in (tasks["f"].traceback or "")
+    assert tasks["bad_args"].error_type == "ToolArgumentsError"
+    assert tasks["bad_args"].args == {"value": "two"}
+    assert tasks["no_key"].args is None and "missing" in (tasks["no_key"].error or "")
+    assert "not retried" in (tasks["x"].error or "")
+    assert "nothing cancelled it" in (tasks["c"].error or "")
+    for task_id, r in tasks.items():
+        assert r.attempts == (0 if task_id == "no_key" else 1), r  # no_key: no attempt
+        assert r.started_at is not None and r.finished_at is not None
+        assert r.started_at <= r.finished_at
+        timeless = {"started_at", "finished_at", "duration_s"}
+        assert r.model_dump(exclude=timeless) == full.tasks[task_id].model_dump(exclude=timeless)
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+async def test_a_plain_task_makes_no_record_while_it_runs(
+    executor: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The plain path is the hot path of a run without listeners: a task that succeeds makes
+    no TaskRun; one with a retry, a timeout, or a run with a listener does."""
+    from dagagent.runner._record import TaskRun as real
+
+    made: list[str] = []
+
+    def counted(task_id: str, *args: Any) -> Any:
+        made.append(task_id)
+        return real(task_id, *args)
+
+    monkeypatch.setattr(dagagent.runner._task, "TaskRun", counted)
+    reg = _every_end_registry()
+    plan = {
+        "tasks": [
+            {"id": "a", "tool": "give", "args": {"value": 1}},
+            {"id": "b", "tool": "give", "args": {"value": "${a}"}, "depends_on": ["a"]},
+            {"id": "r", "tool": "give", "args": {"value": 2}, "retries": 1},
+            {"id": "t", "tool": "give", "args": {"value": 3}, "timeout_s": 30},
+        ]
+    }
+    result = await execute(plan, reg, executor=executor)
+    assert result.outputs == {"a": 1, "b": 1, "r": 2, "t": 3}
+    assert sorted(made) == ["r", "t"]
+    made.clear()
+    await execute(plan, reg, executor=executor, listeners=[lambda e: None])
+    assert sorted(made) == ["a", "b", "r", "t"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from functools import partial
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 import anyio
 import anyio.lowlevel
@@ -22,7 +22,7 @@ from ..events import (
     TaskStarted,
     debug_enabled,
 )
-from ..plan import AgentTask
+from ..plan import AgentTask, ToolTask
 from ..references import reference_text
 from ..results import (
     REDACT,
@@ -173,6 +173,21 @@ class TaskRunner:
         )
         self._log = logger
         self._debug = logger is not None and debug_enabled(logger)
+        #: The tools a task may call *plainly* (see run_task_status), by name: awaited
+        #: directly, with no retries and no timeout, in a run where nothing but its result
+        #: is kept of such a task (no listener, limiter, debug log, earlier output or map to
+        #: see to). ``None``: every task takes the full path.
+        self._plain: dict[str, Tool] | None = None
+        if (
+            self._compact
+            and self._slots is None
+            and not (self._kept or self._reuse or self._maps or self._debug)
+        ):
+            self._plain = {
+                t.name: t
+                for t in self.registry
+                if t.name in self._awaited and not t.retries and t.timeout_s is None
+            } or None
         self._cancelled_exc = anyio.get_cancelled_exc_class()
         self._stop_cause: str | None = None  # see stop_cause()
         self._cancel_ignored = cancellation_check()
@@ -198,7 +213,41 @@ class TaskRunner:
         :mod:`._map`): each element takes a slot, the task itself none.
 
         Never raises, except the cancellation of the surrounding scope (after recording the
-        task as cancelled)."""
+        task as cancelled).
+
+        **Plainly.** A tool task whose tool is awaited directly, with no retries and no
+        timeout, in a run that keeps nothing of it but its result (see ``_plain``), is run
+        without the record and the steps every other task goes through: its time stamps, its
+        arguments and its output are all there is to keep. It ends as any task does (a
+        failure, a cancellation, a tool that caught the run's cancellation), through the
+        same code, with the record made then."""
+        plain = self._plain
+        if plain is not None and self.telemetry is None:
+            task = self.tasks[task_id]
+            tool = plain.get(task.tool) if isinstance(task, ToolTask) else None
+            if tool is not None and not task.retries and task.timeout_s is None:
+                started = time.time()
+                args = None  # until resolved (a task whose references fail made no attempt)
+                try:
+                    tmpl = self.templates[task_id]
+                    args = tmpl.resolve(self.outputs) if tmpl.refs else tmpl.literal
+                    output = await tool.fn(**tool.validate_args(args))
+                    if type(output) in GENERATOR_TYPES:
+                        output = await materialize_async(output)
+                except BaseException as exc:
+                    tried = 0 if args is None else 1
+                    return self._ended_by(TaskRun(task_id, started, None, tried, args), exc)
+                if self._cancel_ignored():
+                    await self._stopped_anyway(TaskRun(task_id, started, None, 1, args))
+                # Held as _finish holds a plain success.
+                finished = time.time()
+                held = (task_id, output, 1, started, finished, args)
+                self._held[task_id] = held
+                self.outputs[task_id] = output
+                self.took[task_id] = finished - started
+                if self.record_success is not None:
+                    self.record_success(held)
+                return _SUCCEEDED
         if self._kept and task_id in self._kept:  # a resumed run: it succeeded before
             return self._keep(self._kept[task_id])
         if self._maps and self.tasks[task_id].for_each is not None:
@@ -239,39 +288,48 @@ class TaskRunner:
                     if run.attempts > retries:
                         raise
                     await self._wait_to_retry(run, exc)
-        except self._cancelled_exc as exc:
+        except BaseException as exc:
+            return self._ended_by(run, exc)
+        else:
+            if self._cancel_ignored():
+                await self._stopped_anyway(run)
+            return self._finish(run, _SUCCEEDED, output)
+        finally:
+            if slots is not None:
+                slots.release()  # after the task's result and events
+
+    def _ended_by(self, run: TaskRun, exc: BaseException) -> TaskStatus:
+        """Record ``run`` as ended by ``exc`` (raised by its attempt, or on the way to it) and
+        return its status; the cancellation of the surrounding scope is raised again, once
+        recorded."""
+        if isinstance(exc, self._cancelled_exc):
             if really_cancelled():
                 self._finish(run, _CANCELLED, error=self._cancelled_why(run))
-                raise
+                raise exc
             # The tool raised a cancellation of its own (it awaited a future someone else
             # cancelled, say) while nobody cancelled this task: a failure of this task, not
             # a reason to stop its siblings or to lose the run.
             why = f"{describe(exc)} (raised by the task itself; nothing cancelled it)"
             return self._fail(run, exc, why)
-        except TaskWaitingError as exc:
+        if isinstance(exc, TaskWaitingError):
             return self._finish(run, _WAITING, error=str(exc), error_type=type(exc).__name__)
-        except TaskDeniedError as exc:
+        if isinstance(exc, TaskDeniedError):
             return self._finish(run, _DENIED, error=str(exc), error_type=type(exc).__name__)
-        except Exception as exc:
+        if isinstance(exc, Exception):
             return self._fail(run, exc, describe(exc))
-        except BaseException as exc:
-            # SystemExit (a tool calling sys.exit()), KeyboardInterrupt or GeneratorExit raised
-            # by a tool, a custom BaseException: the task fails (not retried). Let through, it
-            # would end the run abruptly and lose every other task's result. (A real Ctrl-C
-            # arrives as the cancellation of the run, above.)
-            why = f"{describe(exc)} (raised by the task; a BaseException, not retried)"
-            return self._fail(run, exc, why)
-        else:
-            if self._cancel_ignored():
-                # The tool caught the run's cancellation (fail-fast, Ctrl-C) and returned
-                # anyway: it was stopped, so it did not succeed.
-                self._finish(run, _CANCELLED, error=f"{IGNORED_CANCEL}: {self.stop_cause()}")
-                await anyio.lowlevel.checkpoint()  # a cancel scope's cancellation, raised again
-                raise self._cancelled_exc()  # a one-time Task.cancel(), caught by the tool
-            return self._finish(run, _SUCCEEDED, output)
-        finally:
-            if slots is not None:
-                slots.release()  # after the task's result and events
+        # SystemExit (a tool calling sys.exit()), KeyboardInterrupt or GeneratorExit raised by
+        # a tool, a custom BaseException: the task fails (not retried). Let through, it would
+        # end the run abruptly and lose every other task's result. (A real Ctrl-C arrives as
+        # the cancellation of the run, above.)
+        why = f"{describe(exc)} (raised by the task; a BaseException, not retried)"
+        return self._fail(run, exc, why)
+
+    async def _stopped_anyway(self, run: TaskRun) -> NoReturn:
+        """The tool caught the run's cancellation (fail-fast, Ctrl-C) and returned anyway: it
+        was stopped, so it did not succeed. Recorded as cancelled, and cancelled again."""
+        self._finish(run, _CANCELLED, error=f"{IGNORED_CANCEL}: {self.stop_cause()}")
+        await anyio.lowlevel.checkpoint()  # a cancel scope's cancellation, raised again
+        raise self._cancelled_exc()  # a one-time Task.cancel(), caught by the tool
 
     def scrub(self, task_id: str, args: Any, text: str) -> str:
         """``text`` about a call of task ``task_id`` with ``args``, as the redacting
