@@ -6,8 +6,8 @@ it does not succeed. A task that succeeds with nothing more to say ends as a tup
 values, held in ``TaskRunner.results`` (a :class:`~dagagent.results.TaskResults`) until someone
 reads its result; any other end is built at once by :func:`~dagagent.results.task_result`,
 which fills a ``TaskResult`` without pydantic's per-field loop (what
-``TaskResult.model_construct`` does when every field is given). ``benchmarks/overhead.py`` guards this; ``tests/test_benchmarks_smoke.py`` checks
-that the result is a normal model.
+``TaskResult.model_construct`` does when every field is given). ``benchmarks/overhead.py``
+guards this; ``tests/test_benchmarks_smoke.py`` checks that the result is a normal model.
 """
 
 from __future__ import annotations
