@@ -950,3 +950,68 @@ async def test_a_plain_task_makes_no_record_while_it_runs(
     made.clear()
     await execute(plan, reg, executor=executor, listeners=[lambda e: None])
     assert sorted(made) == ["a", "b", "r", "t"]
+
+
+async def test_plain_tasks_are_logged_when_debug_lines_are_written() -> None:
+    """A run whose logger writes debug lines takes the full path, which logs each task."""
+    import structlog
+    from structlog.testing import capture_logs
+
+    plan = {
+        "tasks": [
+            {"id": "a", "tool": "give", "args": {"value": 1}},
+            {"id": "b", "tool": "give", "args": {"value": "${a}"}, "depends_on": ["a"]},
+        ]
+    }
+    structlog.reset_defaults()  # whatever an earlier test set up: every level is logged
+    try:
+        with capture_logs() as logs:
+            result = await execute(plan, _every_end_registry())
+    finally:
+        structlog.reset_defaults()
+    assert result.outputs == {"a": 1, "b": 1}
+    lines = [(e["event"], e.get("task_id")) for e in logs if e["event"].startswith("task.")]
+    assert lines == [
+        ("task.started", "a"),
+        ("task.finished", "a"),
+        ("task.started", "b"),
+        ("task.finished", "b"),
+    ]
+
+
+async def test_a_resumed_run_keeps_what_plain_tasks_did_before_the_pause(tmp_path: Any) -> None:
+    """A tool that raises TaskWaitingError pauses the run; resumed, the plain tasks that
+    succeeded before are kept as recorded, not run again."""
+    calls: list[str] = []
+    reg = dagagent.Registry()
+
+    @reg.tool
+    async def fetch(name: str) -> str:
+        """Count the call."""
+        calls.append(name)
+        await asyncio.sleep(0)
+        return name.upper()
+
+    @reg.tool
+    async def gate(value: str) -> str:
+        """Wait the first time, pass the value on after."""
+        calls.append("gate")
+        if calls.count("gate") == 1:
+            raise dagagent.errors.TaskWaitingError("shut", tool="gate", rule="gatekeeper")
+        return value
+
+    plan = {
+        "tasks": [
+            {"id": "a", "tool": "fetch", "args": {"name": "a"}},
+            {"id": "b", "tool": "fetch", "args": {"name": "b"}},
+            {"id": "g", "tool": "gate", "args": {"value": "${a}"}, "depends_on": ["a"]},
+        ]
+    }
+    store = tmp_path / "runs.db"
+    paused = await execute(plan, reg, store=store)
+    assert paused.status is RunStatus.PAUSED and paused.tasks["g"].status is TaskStatus.WAITING
+    resumed = await dagagent.resume(paused.run_id, reg, store=store)
+    assert resumed.status is RunStatus.SUCCEEDED, resumed.tasks
+    assert resumed.outputs == {"a": "A", "b": "B", "g": "A"}
+    assert sorted(calls) == ["a", "b", "gate", "gate"]  # a and b ran once
+    assert resumed.tasks["a"].started_at == paused.tasks["a"].started_at
