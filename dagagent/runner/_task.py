@@ -175,8 +175,9 @@ class TaskRunner:
         self._debug = logger is not None and debug_enabled(logger)
         #: The tools a task may call *plainly* (see run_task_status), by name: awaited
         #: directly, with no retries and no timeout, in a run where nothing but its result
-        #: is kept of such a task (no listener, limiter, debug log, earlier output or map to
-        #: see to). ``None``: every task takes the full path.
+        #: is kept of such a task (no listener, limiter, debug log, reused output, success
+        #: kept from before a pause, or map to see to). ``None``: every task takes the full
+        #: path.
         self._plain: dict[str, Tool] | None = None
         if (
             self._compact
