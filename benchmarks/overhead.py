@@ -13,7 +13,10 @@ For each DAG size (each in a fresh subprocess, so that peak RSS is per size) thi
 
 Each measurement is repeated (``--repeats``) with runs of the different executors (and the
 validation) interleaved; the headline is the minimum (noise on a shared machine only ever adds
-time), the median is in the JSON. Ratios to the floor matter more than absolute times.
+time). With three runs or more, a second table gives each cell's median against the floor's
+median: on a machine whose speed moves from run to run, a ratio of two minima rests on the two
+luckiest runs and moves with them, a ratio of medians much less. Ratios to the floor matter more
+than absolute times.
 
 DAG shapes: ``layered`` (seeded random layers of ``--width`` tasks, each task depending on two
 distinct tasks of the layer before), ``fan`` (one root, n-2 parallel tasks, one join),
@@ -455,6 +458,7 @@ def summarize(data: dict[str, Any], executors: list[str]) -> dict[str, Any]:
         "validate_x_floor": min(data["validate_s"]) / floor,
         "validate_cpu_s": min(data["validate_cpu_s"]),
         "validate_s_median": common.median(data["validate_s"]),
+        "validate_x_floor_median": common.median(data["validate_s"]) / med[FLOOR],
     }
 
 
@@ -646,6 +650,22 @@ def main(argv: list[str] | None = None) -> None:
         row += [common.fmt(s["validate_s"], 3), common.fmt(s["validate_x_floor"])]
         row += [common.fmt(r["peak_rss_mb"], 0)]
         rows.append(row)
+    # The same cells as medians, when there are enough runs for a median to differ from a mean.
+    median_headers = ["shape", "tasks", "floor us/task"]
+    median_headers += [f"{e} x floor" for e in args.executors] + ["validate x floor"]
+    median_rows: list[list[Any]] = []
+    if args.repeats >= 3:
+        for r in results:
+            s = r["summary"]
+            median_rows.append(
+                [r["shape"], f"{r['tasks']:,}", common.fmt(s["us_per_task_median"][FLOOR], 1)]
+                + [common.fmt(s["x_floor_median"][e]) for e in args.executors]
+                + [common.fmt(s["validate_x_floor_median"])]
+            )
+    median_title = (
+        f"Median of the {args.repeats} runs per cell, against the floor's median (steadier "
+        "than the best of them when the machine's speed moves between runs):"
+    )
     targets = _targets(results) if args.tool == "noop" else []
     name = "overhead" if args.tool == "noop" else f"overhead_{args.tool}"
     if args.store:  # its own results: the store's figures beside the runs they were taken with
@@ -660,6 +680,10 @@ def main(argv: list[str] | None = None) -> None:
 
     print()
     print(common.text_table(headers, rows))
+    if median_rows:
+        print()
+        print(median_title)
+        print(common.text_table(median_headers, median_rows))
     if targets:
         print()
         for what, ok, got in targets:
@@ -676,6 +700,8 @@ def main(argv: list[str] | None = None) -> None:
         "",
         common.markdown_table(headers, rows),
     ]
+    if median_rows:
+        md += ["", median_title, "", common.markdown_table(median_headers, median_rows)]
     if targets:
         md += ["", "Targets:", ""]
         md += [f"- {'met' if ok else '**missed**'}: {what} — {got}" for what, ok, got in targets]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import statistics
 import subprocess
 import sys
 import time
@@ -194,6 +195,46 @@ def test_overhead_through_execute_plan(tmp_path: Path) -> None:
     assert set(r["run_s"]) == {"floor", "levels", "dataflow", "levels+plan", "dataflow+plan"}
     assert r["summary"]["validate_x_floor"] > 0
     assert "validate x floor" in (tmp_path / "overhead.md").read_text()
+    assert "Median of" not in proc.stdout  # one run: no median to speak of
+
+
+def test_overhead_gives_medians_from_three_runs(tmp_path: Path) -> None:
+    proc = _script(
+        "overhead.py",
+        "--sizes",
+        "60",
+        "--shapes",
+        "wide",
+        "--executors",
+        "dataflow",
+        "--from-plan",
+        "--repeats",
+        "3",
+        "--out",
+        tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    (r,) = json.loads((tmp_path / "overhead.json").read_text())["results"]
+    s = r["summary"]
+    assert len(r["run_s"]["dataflow+plan"]) == 3
+    # The ratio of the medians, not of the best runs, is the one in the second table.
+    floor = statistics.median(r["run_s"]["floor"])
+    x = statistics.median(r["run_s"]["dataflow+plan"]) / floor
+    assert s["x_floor_median"]["dataflow+plan"] == pytest.approx(x)
+    v = statistics.median(r["validate_s"]) / floor
+    assert s["validate_x_floor_median"] == pytest.approx(v)
+    md = (tmp_path / "overhead.md").read_text()
+    table = md.split("Median of the 3 runs per cell")[1]
+    header, _, row = table.strip().splitlines()[2:5]
+    assert header.split("|")[1:-1] == [
+        " shape ",
+        " tasks ",
+        " floor us/task ",
+        " dataflow x floor ",
+        " dataflow+plan x floor ",
+        " validate x floor ",
+    ]
+    assert row.split("|")[5].strip() == f"{x:.2f}"
 
 
 def test_overhead_chain_and_wide_shapes(tmp_path: Path) -> None:
