@@ -233,14 +233,23 @@ def finished_critical_path(
     return critical_path([t for t in order if t in durations], dependencies, durations)
 
 
-def _successors(preds: Mapping[str, Iterable[str]]) -> dict[str, list[str]]:
-    """Each task's dependents, in the order of ``preds`` (every dependency must be a key)."""
-    succs: dict[str, list[str]] = {n: [] for n in preds}
-    of = succs.__getitem__
+def _successors(preds: Mapping[str, Iterable[str]]) -> dict[str, Sequence[str]]:
+    """Each task's dependents, in the order of ``preds`` (every dependency must be a key).
+
+    A task nothing depends on (every task of a wide level, the last level of any plan) gets
+    the one empty tuple rather than a list of its own: no object made for it, and none for
+    the garbage collector to walk while the run holds the graph."""
+    succs: dict[str, list[str]] = {}
+    mine = succs.get
     for n, ds in preds.items():
         for d in ds:
-            of(d).append(n)
-    return succs
+            found = mine(d)
+            if found is None:
+                succs[d] = [n]
+            else:
+                found.append(n)
+    none: tuple[str, ...] = ()
+    return {n: mine(n, none) for n in preds}
 
 
 def _generations(
@@ -672,7 +681,8 @@ def _validate(
 ) -> PlanGraph:
     plan, kind_issues, fields = read_plan_fields(plan)
     scanned = None if kind_issues else _scan_plain(plan, registry, fields)
-    dependents = by_id = succs = tool_names = None
+    dependents = by_id = tool_names = None
+    succs: Mapping[str, Sequence[str]] | None = None
     if scanned is not None:
         templates, preds, levels, by_id, tool_names = scanned
         issues: list[Issue] = []
