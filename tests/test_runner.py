@@ -325,7 +325,9 @@ async def test_broken_listener_does_not_break_the_run(registry: dagagent.Registr
 async def test_run_result_critical_path_uses_measured_durations(
     registry: dagagent.Registry,
 ) -> None:
-    plan = {"tasks": [w("a", 0.05), w("b", 0.25), w("c", 0.05, ("a",)), w("d", 0.0, ("b", "c"))]}
+    # b is the longest path by 0.5 s, so that a stall of the event loop while a or c sleeps
+    # (each measured from its own start) cannot make a then c the longer one.
+    plan = {"tasks": [w("a", 0.05), w("b", 0.6), w("c", 0.05, ("a",)), w("d", 0.0, ("b", "c"))]}
     result = await execute(plan, registry, executor="dataflow")
     assert result.critical_path == ["b", "d"]
     assert 0.2 < result.critical_path_s <= result.wall_time_s + 0.01
