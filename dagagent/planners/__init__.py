@@ -6,8 +6,7 @@
   successful task unchanged, so its output can be reused.
 - :class:`Joiner`: goal + plan + task results → ``finish(answer, cites)`` or
   ``replan(feedback)``.
-- :func:`plan_json_schema`: the JSON Schema of a plan for a registry
-  (also ``registry.plan_schema()``).
+- :func:`plan_json_schema`: the JSON Schema of a plan for a registry.
 - :func:`parse_llmcompiler`: LLMCompiler plan text (``1. tool(args)`` lines) → plan.
 """
 

@@ -3,7 +3,7 @@
 :class:`StreamedAnswer` takes the answer's events (text deltas, or the first tool call's
 argument deltas), turns them into tasks with
 :class:`~dagagent.planners.incremental.JsonTaskStream`, checks each task the moment it is
-complete, and adds it to the run's :class:`~dagagent.growing.GrowingGraph` or holds it until
+complete, and adds it to the run's :class:`~dagagent.graph.GrowingGraph` or holds it until
 the whole plan has validated. What it refuses ends the answer with a :class:`StreamStop`
 carrying the issues. :mod:`dagagent.planners.streaming` runs the attempts around it.
 """
@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import Issue, PlanLoadError
 from ..events import Listener, TaskParsed
-from ..growing import GrowingGraph, PlanChecker, TaskCheck
+from ..graph import GrowingGraph, PlanChecker, TaskCheck
 from ..llm import LLMResponse, StreamEnd, TextDelta, ToolCallDelta, Usage
 from ..plan import AgentTask, Plan, Task, ToolTask, load_plan
 from .incremental import JsonTaskStream, StreamedPlanError

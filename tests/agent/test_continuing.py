@@ -13,6 +13,7 @@ import dagagent
 from dagagent import Approval, Policy, Rule, RunStatus, ask_later
 from dagagent.agent import make_agent_runner
 from dagagent.llm import LLMResponse, ScriptedLLM, ToolCall, ToolResultMessage, UserMessage
+from dagagent.settings import RunSettings
 
 pytestmark = pytest.mark.anyio
 
@@ -167,7 +168,12 @@ async def test_a_map_of_agents_resumes_each_waiting_element_from_its_steps(
     script = [turn("ann"), LLMResponse(content="told ann"), turn("bob")]
     with ScriptedLLM(script) as llm:  # the serial executor: ann's element, then bob's
         paused = await dagagent.execute(
-            plan, _tools(calls), llm=llm, interceptors=[policy], store=store, executor="serial"
+            plan,
+            _tools(calls),
+            llm=llm,
+            interceptors=[policy],
+            store=store,
+            settings=RunSettings(executor="serial"),
         )
     assert paused.status is RunStatus.PAUSED
     ann, bob = paused.tasks["notes"].elements or []

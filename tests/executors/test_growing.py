@@ -12,8 +12,9 @@ import pytest
 import dagagent
 from dagagent.events import PlanExtended, TaskStarted
 from dagagent.executors import Executor, get_executor
-from dagagent.growing import GrowingGraph, PlanChecker
+from dagagent.graph import GrowingGraph, PlanChecker
 from dagagent.plan import Task, ToolTask
+from dagagent.settings import RunSettings
 
 pytestmark = pytest.mark.anyio
 
@@ -54,11 +55,10 @@ async def run_while(
     **options: Any,
 ) -> dagagent.RunResult:
     result: list[dagagent.RunResult] = []
+    settings = RunSettings(executor=make(executor), on_failure=options.pop("on_failure", "cancel"))
 
     async def run() -> None:
-        result.append(
-            await dagagent.execute(feed.graph, registry, executor=make(executor), **options)
-        )
+        result.append(await dagagent.execute(feed.graph, registry, settings=settings, **options))
 
     with anyio.fail_after(30):
         async with anyio.create_task_group() as tg:
