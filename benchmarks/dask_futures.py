@@ -101,7 +101,7 @@ async def floor_client(exe: Any) -> Any:
     """A plain asynchronous client to the executor's scheduler, batching as its client does."""
     from distributed import Client
 
-    from dagagent.executors.dask import _CLIENT_SEND_INTERVAL_S
+    from dagagent.executors.dask._executor import _CLIENT_SEND_INTERVAL_S
 
     client: Any = await Client(exe.dask_client.scheduler.address, asynchronous=True)
     client.scheduler_comm.interval = _CLIENT_SEND_INTERVAL_S

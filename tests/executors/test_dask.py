@@ -271,7 +271,7 @@ async def test_a_batch_leaves_out_cancelled_calls_and_falls_back_to_one_call_eac
 ) -> None:
     import asyncio
 
-    from dagagent.executors import dask as dask_executor
+    from dagagent.executors.dask import _calls as dask_executor
 
     client = _FakeClient(map_fails)
     state = dask_executor._Session(client, None, own_client=True)
@@ -313,7 +313,7 @@ async def test_pushed_results_are_released_together_and_when_the_run_ends(
 ) -> None:
     """The futures of pushed results are released in groups (at most _HOLD_MAX held), and
     the last ones when the run ends: the cluster keeps nothing of a finished run."""
-    from dagagent.executors import dask as dask_executor
+    from dagagent.executors.dask import _calls as dask_executor
 
     monkeypatch.setattr(dask_executor, "_HOLD_MAX", 3)
     released: list[int] = []
@@ -910,7 +910,7 @@ async def test_small_results_come_with_the_completion_and_large_ones_are_fetched
 ) -> None:
     """A small result is pushed to the driver with its call's completion (no fetch round
     trip); one too big to push, or an error, still arrives whole and the same."""
-    from dagagent.executors import dask as dask_executor
+    from dagagent.executors.dask import _calls as dask_executor
 
     reg = Registry()
 
