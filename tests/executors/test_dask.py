@@ -550,6 +550,19 @@ def test_without_dask_says_how_to_install(monkeypatch: pytest.MonkeyPatch, tmp_p
     assert "Traceback" not in r.output
 
 
+def test_on_trio_the_dask_executor_refuses_naming_the_event_loop(registry: Registry) -> None:
+    # Dask's client lives on asyncio: the session refuses before it starts anything.
+    exe = DaskExecutor(processes=False, n_workers=1)
+    p = plan({"id": "a", "tool": "add", "args": {"a": 1, "b": 2}})
+
+    async def main() -> None:
+        await dagagent.execute(p, registry, settings=RunSettings(executor=exe))
+
+    with pytest.raises(ConfigError, match=r"asyncio only .* not on trio"):
+        anyio.run(main, backend="trio")
+    assert exe.dask_client is None
+
+
 def test_cli_dask_address_needs_dask_executor(tmp_path: Path) -> None:
     r = CliRunner().invoke(
         app,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sys
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -141,6 +142,7 @@ class DaskExecutor(DataflowExecutor):
 
     @contextlib.asynccontextmanager
     async def session(self) -> AsyncIterator[None]:
+        _require_asyncio()
         self._getting_ready = time.monotonic()
         state = await self._acquire()
         self.startup_s = time.monotonic() - self._getting_ready
@@ -171,12 +173,7 @@ class DaskExecutor(DataflowExecutor):
     async def _open(self) -> _Session:
         from distributed import Client
 
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            raise ConfigError(
-                "the dask executor needs the asyncio event loop (anyio backend 'asyncio')"
-            ) from None
+        loop = asyncio.get_running_loop()
         given = self.client
         if given is not None:
             if given.asynchronous and getattr(given.loop, "asyncio_loop", None) is loop:
@@ -339,6 +336,19 @@ class DaskExecutor(DataflowExecutor):
         if isinstance(result, _RaisedOnWorker):
             raise result.rebuild() from None
         return result
+
+
+def _require_asyncio() -> None:
+    """Refuse, naming it, an event loop other than asyncio's: Dask's client runs on asyncio."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        trio = sys.modules.get("trio")
+        here = "trio" if trio is not None and trio.lowlevel.in_trio_run() else "this event loop"
+        raise ConfigError(
+            f"the dask executor runs on asyncio only (Dask's client is asyncio's), not on "
+            f"{here}: run under asyncio (anyio's backend 'asyncio') or choose another executor"
+        ) from None
 
 
 def _any(obj: Any) -> Any:
