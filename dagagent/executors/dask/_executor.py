@@ -38,10 +38,6 @@ __all__ = ["INSTALL_HINT", "DaskExecutor"]
 
 INSTALL_HINT = 'the dask executor needs Dask: pip install "dagagent[dask]"'
 
-# Interval (s) at which a client this executor creates batches messages to the scheduler:
-# Dask's default (10 ms) adds up to 10 ms to every hop of a chain of dependent tasks.
-_CLIENT_SEND_INTERVAL_S = 0.001
-
 
 def _import_dask() -> None:
     try:
@@ -211,9 +207,6 @@ class DaskExecutor(DataflowExecutor):
                 f"cannot connect to the Dask scheduler at {where} "
                 f"(within {self.connect_timeout_s:g} s): {_brief(exc)}"
             ) from None
-        comm = getattr(client, "scheduler_comm", None)
-        if comm is not None and hasattr(comm, "interval"):
-            comm.interval = _CLIENT_SEND_INTERVAL_S
         state = _Session(client, cluster, own_client=True)
         state.listen()
         return state
