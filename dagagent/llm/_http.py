@@ -40,7 +40,7 @@ from dagagent.llm._secret import Scrubber, Secret, resolve_api_key
 from dagagent.llm._sse import StreamLimitExceeded, bounded_lines
 from dagagent.llm.protocol import RequestLLM
 from dagagent.llm.settings import ModelOptions, ModelSettings
-from dagagent.llm.types import LLMResponse
+from dagagent.llm.types import LLMResponse, closing_stream
 from dagagent.llm.usage import UsageTracker
 from dagagent.text import is_secret_name, strip_url_credentials
 
@@ -298,15 +298,17 @@ class HTTPChatClient(HTTPFailures, RequestLLM):
         limit = self.max_response_bytes
         chunks: list[bytes] = []
         total = 0
-        async for chunk in response.aiter_bytes():
-            total += len(chunk)
-            if total > limit:
-                await response.aclose()
-                raise LLMResponseError(
-                    f"the answer from {self.provider} is larger than {limit:,} bytes "
-                    f"(HTTP {response.status_code}); raise max_response_bytes if that is expected"
-                )
-            chunks.append(chunk)
+        async with closing_stream(response.aiter_bytes()) as body:
+            async for chunk in body:
+                total += len(chunk)
+                if total > limit:
+                    await response.aclose()
+                    raise LLMResponseError(
+                        f"the answer from {self.provider} is larger than {limit:,} bytes "
+                        f"(HTTP {response.status_code}); raise max_response_bytes if that is "
+                        "expected"
+                    )
+                chunks.append(chunk)
         # httpx keeps a read body here; aread() would read it again without a bound
         response._content = b"".join(chunks)
 

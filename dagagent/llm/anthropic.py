@@ -53,6 +53,7 @@ from dagagent.llm.types import (
     TextDelta,
     ToolCall,
     ToolCallDelta,
+    closing_stream,
 )
 from dagagent.llm.usage import Usage, UsageTracker
 
@@ -211,24 +212,26 @@ class AnthropicChat(HTTPChatClient):
         state = StreamState(fmt)
         raw: list[Any] = []
         done = False
-        async for sse in iter_sse(self._sse_lines(response), idle=self.timeout.read):
-            try:
-                data = loads_json(sse.data)
-            except ValueError:
-                raise self._response_error("a stream event is not JSON", sse.data) from None
-            raw.append(data)
-            if not isinstance(data, dict):
-                raise self._response_error("a stream event is not an object", sse.data)
-            data.setdefault("type", sse.event)
-            try:
-                event = Event.model_validate(data)
-            except ValidationError as exc:
-                raise self._shape_error(exc, data) from None
-            for item in self._apply(state, event, sse.data):
-                yield item
-            if event.type == "message_stop":
-                done = True
-                break
+        events = iter_sse(self._sse_lines(response), idle=self.timeout.read)
+        async with closing_stream(events):
+            async for sse in events:
+                try:
+                    data = loads_json(sse.data)
+                except ValueError:
+                    raise self._response_error("a stream event is not JSON", sse.data) from None
+                raw.append(data)
+                if not isinstance(data, dict):
+                    raise self._response_error("a stream event is not an object", sse.data)
+                data.setdefault("type", sse.event)
+                try:
+                    event = Event.model_validate(data)
+                except ValidationError as exc:
+                    raise self._shape_error(exc, data) from None
+                for item in self._apply(state, event, sse.data):
+                    yield item
+                if event.type == "message_stop":
+                    done = True
+                    break
         if not done:
             raise Retryable(
                 LLMResponseError,

@@ -40,6 +40,7 @@ from dagagent.llm.types import (
     StreamEnd,
     StreamEvent,
     ToolCall,
+    closing_stream,
     wire_name,
 )
 from dagagent.llm.usage import Usage, UsageTracker
@@ -212,25 +213,26 @@ class OpenAIChat(HTTPChatClient):
 
         events = iter_sse(self._sse_lines(response), idle=idle)
         try:
-            async for sse in events:
-                if sse.data.strip() == "[DONE]":
-                    done = True
-                    break
-                try:
-                    data = loads_json(sse.data)
-                except ValueError:
-                    raise self._response_error("a stream event is not JSON", sse.data) from None
-                raw.append(data)
-                if isinstance(data, dict) and data.get("error"):
-                    raise self._stream_error(data["error"])
-                if sse.event == "error":
-                    raise self._stream_error(data)
-                try:
-                    chunk = Chunk.model_validate(data)
-                except ValidationError as exc:
-                    raise self._shape_error(exc, data) from None
-                for event in state.feed(chunk):
-                    yield event
+            async with closing_stream(events):
+                async for sse in events:
+                    if sse.data.strip() == "[DONE]":
+                        done = True
+                        break
+                    try:
+                        data = loads_json(sse.data)
+                    except ValueError:
+                        raise self._response_error("a stream event is not JSON", sse.data) from None
+                    raw.append(data)
+                    if isinstance(data, dict) and data.get("error"):
+                        raise self._stream_error(data["error"])
+                    if sse.event == "error":
+                        raise self._stream_error(data)
+                    try:
+                        chunk = Chunk.model_validate(data)
+                    except ValidationError as exc:
+                        raise self._shape_error(exc, data) from None
+                    for event in state.feed(chunk):
+                        yield event
         except httpx.TransportError:
             # Closed, cut or held open after the answer was finished: many servers end a
             # stream that way instead of sending [DONE]; what arrived is the whole answer.
