@@ -39,25 +39,6 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-#: The event loops the engine runs on: the tests of the runner, the executors, maps, streamed
-#: planning and solve run on each (``BOTH_BACKENDS`` as their ``anyio_backend`` fixture).
-BACKENDS = ("asyncio", "trio")
-
-
-def both_backends(request: pytest.FixtureRequest) -> str:
-    """An ``anyio_backend`` fixture body: each test on asyncio and on trio, except those marked
-    ``asyncio_only`` (with the reason), which run on asyncio alone."""
-    backend: str = request.param
-    if backend != "asyncio":
-        marker = request.node.get_closest_marker("asyncio_only")
-        if marker is not None:
-            pytest.skip(f"asyncio only: {marker.args[0] if marker.args else ''}".strip())
-        callspec = getattr(request.node, "callspec", None)
-        if callspec is not None and callspec.params.get("executor") == "dask":
-            pytest.skip("asyncio only: Dask's client runs on asyncio")
-    return backend
-
-
 @pytest.fixture(autouse=True)
 def _private_run_store(
     tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch

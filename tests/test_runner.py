@@ -14,7 +14,7 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 import pytest
-from conftest import BACKENDS, both_backends
+from backends import BACKENDS, both_backends
 
 import dagagent
 import dagagent.runner

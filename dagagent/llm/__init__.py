@@ -8,7 +8,6 @@ Failures raise the ``LLM*Error`` classes of :mod:`dagagent.errors`.
 """
 
 import importlib
-import warnings
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -19,7 +18,7 @@ if TYPE_CHECKING:
     from dagagent.llm.openai import OpenAIChat
     from dagagent.llm.protocol import LLM
     from dagagent.llm.scripted import ScriptedLLM, ScriptError, ScriptItem, WireItem
-    from dagagent.llm.settings import ModelOptions, ModelSettings
+    from dagagent.llm.settings import ModelSettings
     from dagagent.llm.spec import from_env, from_spec
     from dagagent.llm.types import (
         AssistantMessage,
@@ -55,7 +54,6 @@ __all__ = [
     "Message",
     "MessagesInput",
     "MeteredLLM",
-    "ModelOptions",
     "ModelSettings",
     "OpenAIChat",
     "ResponseFormat",
@@ -95,7 +93,6 @@ _LAZY: dict[str, str] = {
     "ScriptError": "scripted",
     "ScriptItem": "scripted",
     "WireItem": "scripted",
-    "ModelOptions": "settings",
     "ModelSettings": "settings",
     "from_env": "spec",
     "from_spec": "spec",
@@ -122,26 +119,15 @@ _LAZY: dict[str, str] = {
     "UsageTracker": "usage",
 }
 
-_RENAMED = {"RetryPolicy": "HTTPRetryPolicy"}
-
 
 def __getattr__(name: str) -> Any:
-    """A public name, imported from its module on first use; or an old name, kept for one
-    release with a DeprecationWarning (see CHANGELOG.md)."""
+    """A public name, imported from its module on first use."""
     module = _LAZY.get(name)
-    if module is not None:
-        value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-        globals()[name] = value
-        return value
-    new = _RENAMED.get(name)
-    if new is None:
+    if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    warnings.warn(
-        f"dagagent.llm.{name} is deprecated; use dagagent.llm.{new}",
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    return __getattr__(new)
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
 
 
 def __dir__() -> list[str]:

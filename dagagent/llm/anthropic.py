@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 from pydantic import ValidationError
-from typing_extensions import Unpack
 
 from dagagent.errors import (
     LLMResponseError,
@@ -44,7 +43,7 @@ from dagagent.llm._http import HTTPChatClient
 from dagagent.llm._json import loads_json
 from dagagent.llm._retry import Retryable
 from dagagent.llm._sse import is_event_stream, iter_sse
-from dagagent.llm.settings import ModelOptions, ModelSettings
+from dagagent.llm.settings import ModelSettings
 from dagagent.llm.types import (
     LLMRequest,
     LLMResponse,
@@ -95,7 +94,6 @@ class AnthropicChat(HTTPChatClient):
         client: httpx.AsyncClient | None = None,
         headers: Mapping[str, str] | None = None,
         usage: UsageTracker | None = None,
-        **options: Unpack[ModelOptions],
     ) -> None:
         super().__init__(
             model,
@@ -105,7 +103,6 @@ class AnthropicChat(HTTPChatClient):
             client=client,
             headers=headers,
             usage=usage,
-            **options,
         )
         if self.max_tokens is None:  # Anthropic requires a limit
             self.max_tokens = DEFAULT_MAX_TOKENS

@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 from pydantic import ValidationError
-from typing_extensions import Unpack
 
 from dagagent.errors import LLMResponseError, LLMServerError
 from dagagent.llm._http import HTTPChatClient
@@ -33,7 +32,7 @@ from dagagent.llm._openai_format import (
 )
 from dagagent.llm._retry import Retryable
 from dagagent.llm._sse import is_event_stream, iter_sse
-from dagagent.llm.settings import ModelOptions, ModelSettings
+from dagagent.llm.settings import ModelSettings
 from dagagent.llm.types import (
     LLMRequest,
     LLMResponse,
@@ -86,7 +85,6 @@ class OpenAIChat(HTTPChatClient):
         usage: UsageTracker | None = None,
         max_tokens_field: str = "max_tokens",
         stream_usage: bool = True,
-        **options: Unpack[ModelOptions],
     ) -> None:
         super().__init__(
             model,
@@ -96,7 +94,6 @@ class OpenAIChat(HTTPChatClient):
             client=client,
             headers=headers,
             usage=usage,
-            **options,
         )
         self.max_tokens_field = max_tokens_field
         self.stream_usage = stream_usage

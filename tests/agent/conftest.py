@@ -7,7 +7,7 @@ from typing import Any
 
 import anyio
 import pytest
-from conftest import BACKENDS, both_backends
+from backends import BACKENDS, both_backends
 
 from dagagent import Registry
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import BACKENDS, both_backends
+from backends import BACKENDS, both_backends
 
 
 @pytest.fixture(params=BACKENDS)
