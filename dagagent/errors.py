@@ -51,7 +51,7 @@ Messages always name the task (when there is one) and the problem. The CLI maps
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:  # for annotations only: the modules of these types import this one
     from dagagent.agent import AgentResult
