@@ -3,86 +3,36 @@ migrations (``PRAGMA user_version`` is the schema version; see :data:`MIGRATIONS
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Union
 
+from pydantic import ValidationError
+from pydantic_core import to_json
+
 from ..errors import StoreError
+from ..plan import Plan
 
 __all__ = [
     "BUSY_TIMEOUT_S",
     "MIGRATIONS",
-    "PLAN_OF_RUN",
     "SCHEMA",
     "SCHEMA_VERSION",
     "TASK_COLUMNS",
     "Migration",
     "connect",
     "migrate",
-    "status_counts_sql",
 ]
 
 Migration = Union[str, Callable[[sqlite3.Connection], None]]  # noqa: UP007 - runtime alias
 
-#: The columns of a task's row (of the ``tasks`` view, and of the ``task_rows`` table).
+#: The columns of a task's row (table ``tasks``).
 TASK_COLUMNS = (
     "run_id, task_id, status, output, error, error_type, attempts, started_at, finished_at, "
     "args, steps, decisions, traceback, elements"
 )
-
-
-def _text(row: str, i: int, n: int) -> str:
-    """The JSON text of element ``i`` of a log row of ``n`` elements (NULL for ``null``),
-    exactly as it was written: the row with every other element removed is ``[value]``
-    (a number keeps its digits; no SQL value comes in between)."""
-    others = ", ".join(f"'$[{k}]'" for k in reversed(range(n)) if k != i)
-    one = f"json_remove({row}, {others})"
-    return f"nullif(substr({one}, 2, length({one}) - 2), 'null')"
-
-
-def _value(row: str, i: int, cast: str = "") -> str:
-    value = f"json_extract({row}, '$[{i}]')"
-    return f"CAST({value} AS {cast})" if cast else value
-
-
-# A row of ``task_log`` is a batch of task results: ``doc`` is a JSON array with one array per
-# result, ``n`` of them, in one of two layouts (``kind``). A plain success (0) is
-# ``[task_id, output, attempts, started_at, finished_at, args]``; any other result without
-# decisions or elements (1) is ``[task_id, status, output, error, error_type, attempts,
-# started_at, finished_at, args, steps, traceback]``. The view gives outputs, arguments and
-# steps as their JSON text as written, the rest as SQL values. It uses only JSON functions
-# that every SQLite with JSON support has (3.9+), never ``->``, so that an older SQLite can
-# still read the schema. A task is either in ``task_rows`` or in one log row, never both (the
-# recorder sees to it), so ``tasks`` is a plain union.
-_J = "j.value"
-_LOG_ROWS = (
-    f"SELECT l.run_id, {_value(_J, 0)}, 'succeeded', {_text(_J, 1, 6)}, NULL, NULL, "
-    f"{_value(_J, 2)}, {_value(_J, 3, 'REAL')}, {_value(_J, 4, 'REAL')}, {_text(_J, 5, 6)}, "
-    "NULL, NULL, NULL, NULL FROM task_log AS l, json_each(l.doc) AS j WHERE l.kind = 0 "
-    f"UNION ALL SELECT l.run_id, {_value(_J, 0)}, {_value(_J, 1)}, {_text(_J, 2, 11)}, "
-    f"{_value(_J, 3)}, {_value(_J, 4)}, {_value(_J, 5)}, {_value(_J, 6, 'REAL')}, "
-    f"{_value(_J, 7, 'REAL')}, {_text(_J, 8, 11)}, {_text(_J, 9, 11)}, NULL, "
-    f"{_value(_J, 10)}, NULL FROM task_log AS l, json_each(l.doc) AS j WHERE l.kind = 1"
-)
-
-#: The plan of a run, in a query of ``runs``: in ``run_plans`` (schema 8 on), else in the row.
-PLAN_OF_RUN = "COALESCE((SELECT p.plan FROM run_plans AS p WHERE p.run_id = runs.id), runs.plan)"
-
-
-def status_counts_sql(n_runs: int) -> str:
-    """A query of ``(run_id, status, count)`` rows for ``n_runs`` run ids (given three times
-    over), whose counts add up to each run's tasks by status: without taking apart the log
-    rows of successes (their ``n`` says how many)."""
-    marks = ",".join("?" * n_runs)
-    return (
-        f"SELECT run_id, status, COUNT(*) FROM task_rows WHERE run_id IN ({marks}) "
-        "GROUP BY run_id, status UNION ALL "
-        f"SELECT run_id, 'succeeded', SUM(n) FROM task_log WHERE run_id IN ({marks}) "
-        "AND kind = 0 GROUP BY run_id UNION ALL "
-        f"SELECT l.run_id, {_value(_J, 1)}, COUNT(*) FROM task_log AS l, json_each(l.doc) AS j "
-        f"WHERE l.run_id IN ({marks}) AND l.kind = 1 GROUP BY 1, 2"
-    )
 
 
 # The texts of the statements that MIGRATIONS and SCHEMA share (tables and indexes that did
@@ -129,19 +79,47 @@ _RUN_PLANS = """CREATE TABLE run_plans (
             run_id TEXT PRIMARY KEY REFERENCES runs (id) ON DELETE CASCADE,
             plan TEXT NOT NULL
         )"""
-_TASK_LOG = (
-    """CREATE TABLE task_log (
-            id INTEGER PRIMARY KEY,
-            run_id TEXT NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
-            kind INTEGER NOT NULL,
-            n INTEGER NOT NULL,
-            doc TEXT NOT NULL CHECK (json_valid(doc))
-        )""",
-    "CREATE INDEX task_log_by_run ON task_log (run_id)",
-    f"CREATE VIEW task_log_rows ({TASK_COLUMNS}) AS {_LOG_ROWS}",
-    f"CREATE VIEW tasks ({TASK_COLUMNS}) AS SELECT {TASK_COLUMNS} FROM task_rows "
-    f"UNION ALL SELECT {TASK_COLUMNS} FROM task_log_rows",
-)
+
+
+def _move_task_log(conn: sqlite3.Connection) -> None:
+    """v9: the task rows of version 8's batch documents (table ``task_log``), as its view
+    ``task_log_rows`` gives them, into the table of rows. The view is the store's own, as
+    version 8 wrote it; a store that never was at version 8 has no documents."""
+    found = conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'task_log'").fetchone()
+    if found is None or conn.execute("SELECT 1 FROM task_log LIMIT 1").fetchone() is None:
+        return
+    # A task is in one document or in a row of its own, never both (version 8 saw to it).
+    conn.execute(
+        f"INSERT OR REPLACE INTO task_rows ({TASK_COLUMNS}) "
+        f"SELECT {TASK_COLUMNS} FROM task_log_rows"
+    )
+
+
+def _plans_as_json(conn: sqlite3.Connection) -> None:
+    """v9: each plan version 8 kept as ``[goal, [[id, tool, args, depends_on], ...]]`` as the
+    plan's JSON, one plan at a time."""
+    short = conn.execute("SELECT run_id FROM run_plans WHERE substr(plan, 1, 1) = '['").fetchall()
+    for (run_id,) in short:
+        (text,) = conn.execute("SELECT plan FROM run_plans WHERE run_id = ?", (run_id,)).fetchone()
+        conn.execute(
+            "UPDATE run_plans SET plan = ? WHERE run_id = ?", (_short_plan_as_json(text), run_id)
+        )
+
+
+def _short_plan_as_json(text: str) -> str:
+    try:
+        goal, rows = json.loads(text)
+        data = {
+            "goal": goal,
+            "tasks": [{"id": i, "tool": t, "args": a, "depends_on": d} for i, t, a, d in rows],
+        }
+    except (TypeError, ValueError):
+        return text  # not a plan: its readers say so
+    try:
+        return Plan.model_validate(data).to_json(indent=None)
+    except ValidationError:
+        return to_json(data).decode()  # its readers say what does not fit
+
 
 #: Forward schema steps: ``MIGRATIONS[i]`` takes a store from version ``i`` to ``i + 1``.
 MIGRATIONS: list[Sequence[Migration]] = [
@@ -210,25 +188,41 @@ MIGRATIONS: list[Sequence[Migration]] = [
     # v7: the options a solve was started with (a JSON object), so that a paused solve
     # resumes with them (dagagent.workflows.resume_solve).
     ("ALTER TABLE solves ADD COLUMN options TEXT",),
-    # v8: task results a batch at a time. The table of rows becomes ``task_rows``; a batch of
-    # plain results is one row of ``task_log`` (its JSON document as written); ``tasks`` is
-    # the view of both, one row per task as before (see _LOG_ROWS). A run's plan goes to
-    # ``run_plans``: updating the run's row when it ends then no longer writes the plan again
-    # (``runs.plan`` is '' for such a run; older runs keep theirs there).
+    # v8: a run's plan in a table of its own, ``run_plans``: updating the run's row when it
+    # ends then does not write the plan again (``runs.plan`` is '' for such a run). The table
+    # of task rows became ``task_rows``. (v8 also wrote task results a batch at a time, as
+    # JSON documents in a table ``task_log`` read through views ``task_log_rows`` and
+    # ``tasks``: a store at version 8 has them, and v9 takes them out; a store that comes from
+    # an older version gets neither.)
     (
         _RUN_PLANS,
         "ALTER TABLE tasks RENAME TO task_rows",
-        *_TASK_LOG,
+    ),
+    # v9: one table of task rows, ``tasks``, and one form of a plan, its JSON. The rows of
+    # version 8's batch documents move into the table of rows (as its view gave them), and
+    # the documents and their views go. Every run's plan is in ``run_plans`` (``runs.plan`` is
+    # '' for every run), as the plan's JSON (version 8 kept a plan of plain tool tasks as
+    # ``[goal, [[id, tool, args, depends_on], ...]]``).
+    (
+        _move_task_log,
+        "DROP VIEW IF EXISTS tasks",
+        "DROP VIEW IF EXISTS task_log_rows",
+        "DROP TABLE IF EXISTS task_log",
+        "ALTER TABLE task_rows RENAME TO tasks",
+        "INSERT OR IGNORE INTO run_plans (run_id, plan) SELECT id, plan FROM runs WHERE plan != ''",
+        "UPDATE runs SET plan = '' WHERE plan != ''",
+        _plans_as_json,
     ),
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
 
 #: The schema a NEW store file gets, in one transaction, instead of replaying every step of
-#: :data:`MIGRATIONS` (each ALTER TABLE rewrites and checks the whole schema: milliseconds per
-#: new file). It is what the steps leave behind, written as they leave it (ADD COLUMN appends
-#: to a table's text, RENAME quotes the new name), so that ``sqlite_master`` is the same
-#: either way: the tests compare them. A new step goes into :data:`MIGRATIONS` and here.
+#: :data:`MIGRATIONS` (each ALTER TABLE rewrites and checks the whole schema). It is what the
+#: steps leave behind, written as they leave it (ADD COLUMN appends to a table's text, RENAME
+#: quotes the new name), so that ``sqlite_master`` is the same either way: the tests compare
+#: them. A new step goes into :data:`MIGRATIONS` and here. (``runs.plan`` is '' for every run
+#: since version 9: the plan is in ``run_plans``, and SQLite before 3.35 cannot drop a column.)
 SCHEMA: tuple[str, ...] = (
     """CREATE TABLE runs (
             id TEXT PRIMARY KEY,
@@ -247,7 +241,7 @@ SCHEMA: tuple[str, ...] = (
         , context TEXT)""",
     _RUNS_BY_CREATED,
     _RUNS_BY_PARENT,
-    """CREATE TABLE "task_rows" (
+    """CREATE TABLE "tasks" (
             run_id TEXT NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
             task_id TEXT NOT NULL,
             status TEXT NOT NULL,
@@ -278,7 +272,6 @@ SCHEMA: tuple[str, ...] = (
     *_SOLVE_ROUNDS,
     *_APPROVALS,
     _RUN_PLANS,
-    *_TASK_LOG,
 )
 
 
