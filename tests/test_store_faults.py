@@ -249,7 +249,7 @@ def test_a_store_locked_against_readers_is_reported_as_locked_not_as_foreign(
 ) -> None:
     db = tmp_path / "runs.db"
     _store_with_a_run(db)
-    monkeypatch.setattr("dagagent.store._schema.BUSY_TIMEOUT_S", 0.5, raising=False)
+    monkeypatch.setattr("dagagent.store._file.BUSY_TIMEOUT_S", 0.5)
     with (
         _locked(db, 10.0, "exclusive"),
         pytest.raises(StoreError, match="is locked by another process") as info,

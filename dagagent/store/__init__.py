@@ -45,14 +45,15 @@ store newer than this dagagent is refused.
 **Run ids** are 12 lowercase hex digits (:func:`dagagent.new_run_id`). Lookups accept a
 unique prefix of at least 4 digits. Anything else is refused before it reaches SQL.
 
-**Where each part lives.** :mod:`._schema` opens the file and migrates it; :mod:`.models` holds
-the records read back; :mod:`._store` is :class:`RunStore` (the queries); :mod:`._recorder` is
-:class:`RunRecorder`, what a run hands its events and results to; :mod:`._writer` is the
-recorder's writer thread (batches, commits, a locked store, what could not be written);
-:mod:`._rows` is what a batch writes (the run's row and plan, one row per task result);
-:mod:`._plans` is how a plan is kept; :mod:`._solves` records solves (answers, rounds, joiner
-decisions); :mod:`._approvals` the calls that wait for a person; :mod:`._ids` checks run ids;
-:mod:`._location` finds the store file; :mod:`._codec` turns values into column text and back.
+**Where each part lives.** :mod:`._file` opens the file; :mod:`._schema` is the schema and
+its versions, and migrates a store; :mod:`.models` holds the records read back; :mod:`._store`
+is :class:`RunStore` (the queries); :mod:`._recorder` is :class:`RunRecorder`, what a run
+hands its events and results to; :mod:`._writer` is the recorder's writer thread (batches,
+commits, a locked store, what could not be written); :mod:`._rows` is what a batch writes (the
+run's row and plan, one row per task result); :mod:`._plans` is how a plan is kept;
+:mod:`._solves` records solves (answers, rounds, joiner decisions); :mod:`._approvals` the
+calls that wait for a person; :mod:`._ids` checks run ids; :mod:`._location` finds the store
+file; :mod:`._codec` turns values into column text and back.
 """
 
 from __future__ import annotations

@@ -15,10 +15,11 @@ from ..plan import task_fingerprint
 from ..results import RunStatus, TaskResult
 from ._approvals import ApprovalQueries
 from ._codec import ELEMENT_KEYS, from_column
+from ._file import connect
 from ._ids import check_run_id
 from ._location import StoreLocation, locate_store
 from ._plans import plan_from_column
-from ._schema import MIGRATIONS, SCHEMA, Migration, connect, migrate
+from ._schema import MIGRATIONS, SCHEMA, Migration, migrate
 from ._solves import SolveQueries
 from .models import RunRecord, RunSummary
 

@@ -43,8 +43,8 @@ from typing import TYPE_CHECKING
 from ..errors import StoreError
 from ..events import PlanExtended, RunFinished, RunStarted, get_logger
 from ..results import RecordLoss, TaskResult
+from ._file import connect
 from ._rows import RunRow, write
-from ._schema import connect
 
 if TYPE_CHECKING:
     from ._store import RunStore
