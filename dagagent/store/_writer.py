@@ -179,6 +179,15 @@ class Writer:
     # -- the thread -------------------------------------------------------------------------
 
     def _work(self) -> None:
+        try:
+            self._write_until_closed()
+        finally:
+            self.run_written.set()  # never a run waiting for a row this thread will not write
+            if self._conn is not None:
+                self._conn.close()
+            self._close_opened()
+
+    def _write_until_closed(self) -> None:
         get, get_nowait = self._queue.get, self._queue.get_nowait
         interval = self.flush_interval_s
         events: list[object] = []  # the run's events to write, in the order they came
@@ -230,9 +239,6 @@ class Writer:
                 self._unchecked = 0
                 with contextlib.suppress(sqlite3.Error):
                     self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
-        if self._conn is not None:
-            self._conn.close()
-        self._close_opened()
 
     def _connection(self, deadline: float | None) -> sqlite3.Connection:
         """The thread's connection, waiting for another process's write lock briefly for the
