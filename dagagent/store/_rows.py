@@ -43,7 +43,7 @@ __all__ = ["OUTPUT_NOT_RECORDED", "RunRow", "task_row", "write"]
 OUTPUT_NOT_RECORDED = "OutputNotRecorded"
 
 #: About how many bytes a task's row adds to the write-ahead log (for its checkpoints).
-RESULT_BYTES = 100
+_RESULT_BYTES = 100
 
 _INSERT_TASK = (
     f"INSERT OR REPLACE INTO tasks ({TASK_COLUMNS}) VALUES "
@@ -119,7 +119,7 @@ def _write(
         asked = [row for r in results if r.status is TaskStatus.WAITING for row in _asked(run, r)]
         if asked:
             conn.executemany(_INSERT_ASKED, [(*row, row[0], row[1]) for row in asked])
-        size += RESULT_BYTES * len(results)
+        size += _RESULT_BYTES * len(results)
     for ev in events:
         if isinstance(ev, RunFinished):
             _finish(conn, run, ev)

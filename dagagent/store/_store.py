@@ -292,9 +292,10 @@ class RunStore(SolveQueries, ApprovalQueries):
         """The full record of run ``ref`` (a run id or a unique prefix)."""
         run_id = self.resolve(ref)
         rows = self._query(
-            "SELECT id, parent_id, created, goal, (SELECT plan FROM run_plans WHERE run_id = id), "
-            "status, executor, started_at, finished_at, critical_path, critical_path_s, pid, "
-            "context FROM runs WHERE id = ?",
+            "SELECT id, parent_id, created, goal, "
+            "(SELECT p.plan FROM run_plans AS p WHERE p.run_id = runs.id), status, executor, "
+            "started_at, finished_at, critical_path, critical_path_s, pid, context "
+            "FROM runs WHERE id = ?",
             (run_id,),
         )
         if not rows:  # pragma: no cover - resolve() just found it
