@@ -16,11 +16,10 @@ In plans, tasks with an ``instruction`` are run by this agent when ``execute`` g
 ``llm`` (see :mod:`dagagent.agent.node`).
 """
 
-from ._calls import CallTool
 from .budget import STOP_REASONS, Budget
 from .node import AgentStoppedError, make_agent_runner, run_agent_node
 from .parsing import ReActFormatError, ReActReply, parse_react
-from .react import ReActAgent
+from .react import CallTool, ReActAgent
 from .state import AgentEvent, AgentResult, AgentState, CallRecord, Step
 
 __all__ = [

@@ -44,7 +44,7 @@ from .budget import Budget
 from .continuing import observations_of, open_calls, reply_of, step_messages
 from .state import AgentEvent, AgentResult, AgentState, CallRecord, Mode, Step
 
-__all__ = ["ReActAgent"]
+__all__ = ["CallTool", "ReActAgent"]
 
 
 class ReActAgent:
