@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
+import anyio.lowlevel
 
 from .events import Emitter, Listener, PlanExtended, RunFinished, RunStarted, get_logger
 from .executors import Executor, finish_unstarted, get_executor
@@ -234,6 +235,11 @@ class _Run:
                     await self.executor.run(graph, runner, self.settings.on_failure)
             else:
                 await self.executor.run(graph, runner, self.settings.on_failure)
+            # An executor may return just as the run is stopped from outside (a stop signal
+            # cancels the run while the plan being written is cut short, and the executor,
+            # woken with nothing left to run, ends before the cancellation reaches it). The
+            # run was stopped all the same: recorded as cancelled, and cancelled.
+            await anyio.lowlevel.checkpoint_if_cancelled()
         except BaseException as exc:
             interrupted, failure = True, exc
             raise

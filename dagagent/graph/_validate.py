@@ -48,6 +48,7 @@ if TYPE_CHECKING:
 
     import networkx as nx
 
+    from ..llm import LLM
     from ..tools import Registry
 
 __all__ = ["check_task", "dependencies_of", "dependency_graph", "validate"]
@@ -272,7 +273,7 @@ def validate(
     plan: Plan | Mapping[str, Any] | str | Path,
     registry: Registry | None = None,
     *,
-    llm: Any = None,
+    llm: LLM | None = None,
     check_llm: bool = False,
 ) -> PlanGraph:
     """Check ``plan`` and return its :class:`PlanGraph`.

@@ -10,8 +10,6 @@
 - :func:`parse_llmcompiler`: LLMCompiler plan text (``1. tool(args)`` lines) → plan.
 """
 
-from typing import Any
-
 from .heal import HealingPlanner, PlanAttempt, PlanningOptions, PlanningResult
 from .joiner import JoinDecision, Joiner, JoinReport, parse_join_answer
 from .llmcompiler import parse_llmcompiler
@@ -49,12 +47,3 @@ __all__ = [
     "system_prompt",
     "tool_catalog",
 ]
-
-
-def __getattr__(name: str) -> Any:
-    """Old names, kept for one release with a DeprecationWarning (see CHANGELOG.md)."""
-    if name == "PlanHealer":
-        from . import heal
-
-        return heal.__getattr__(name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -14,13 +14,12 @@ import json
 import re
 import time
 from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import Issue, PlanLoadError
 from ..events import Listener, TaskParsed
 from ..graph import GrowingGraph, PlanChecker, TaskCheck
-from ..llm import LLMResponse, StreamEnd, TextDelta, ToolCallDelta, Usage
+from ..llm import LLMResponse, StreamEnd, TextDelta, ToolCallDelta, Usage, closing_stream
 from ..plan import AgentTask, Plan, Task, ToolTask, load_plan
 from .incremental import JsonTaskStream, StreamedPlanError
 from .llmcompiler import LLMCompilerStream
@@ -38,7 +37,6 @@ __all__ = [
     "StreamedAnswer",
     "TextAnswer",
     "call_key",
-    "closing",
 ]
 
 
@@ -206,7 +204,7 @@ class StreamedAnswer:
         final: LLMResponse | None = None
         after = 0  # characters the model wrote after the plan's JSON ended
         try:
-            async with closing(events) as stream:
+            async with closing_stream(events) as stream:
                 async for event in stream:
                     if text.closed or call.closed:
                         if isinstance(event, StreamEnd):
@@ -261,17 +259,6 @@ class StreamedAnswer:
             self.take(raw)
         if not self.graph.tasks and not self.held:
             raise StreamStop([Issue("empty_plan", None, "the plan has no tasks")])
-
-
-@asynccontextmanager
-async def closing(events: AsyncIterator[Any]) -> AsyncIterator[AsyncIterator[Any]]:
-    """Close the model's stream (and its connection) however reading it ends."""
-    try:
-        yield events
-    finally:
-        aclose = getattr(events, "aclose", None)
-        if aclose is not None:
-            await aclose()
 
 
 _LLMCOMPILER_START = re.compile(r"(?:\d+\s*[.):]|thought\s*:)", re.IGNORECASE)

@@ -113,7 +113,7 @@ async def revise_run(
     replanner: LLMReplanner | None = None,
     plan: Plan | Mapping[str, Any] | str | Path | None = None,
     feedback: str | None = None,
-    agent_llm: Any = None,
+    agent_llm: LLM | None = None,
     goal: str | None = None,
 ) -> Revision:
     """Review ``record`` and revise its plan: ``plan`` (edited by a person), else a model's

@@ -21,8 +21,10 @@ from dagagent.cli import app
 from dagagent.errors import AgentError
 from dagagent.events import TaskAgentEvent, TaskFinished, TaskStarted
 from dagagent.llm import (
+    HTTPRetryPolicy,
     LLMRequest,
     LLMResponse,
+    ModelSettings,
     ScriptedLLM,
     ToolCall,
     ToolResultMessage,
@@ -432,7 +434,9 @@ async def test_a_model_that_dies_mid_agent_keeps_the_steps_taken(
     dead = httpx.Response(500, json=wire.openai_error("upstream down"))
     script = [wire.openai_tool_calls([("add", {"a": 1, "b": 2})]), dead, dead]
     store = tmp_path / "runs.db"
-    async with ScriptedLLM.openai(script, max_retries=1) as llm:
+    async with ScriptedLLM.openai(
+        script, settings=ModelSettings(retry=HTTPRetryPolicy(max_retries=1))
+    ) as llm:
         result = await dagagent.execute(ONE_AGENT, flaky_tools, llm=llm, store=store)
     task = result.tasks["sum"]
     assert task.status is TaskStatus.FAILED and task.error_type == "LLMServerError"
@@ -451,7 +455,9 @@ async def test_a_model_error_is_retried_by_the_tasks_retries(flaky_tools: Regist
     dead = httpx.Response(500, json=wire.openai_error("down"))
     add = wire.openai_tool_calls([("add", {"a": 1, "b": 2})])
     script = [add, dead, add, wire.openai_text("3")]  # attempt 1 dies after a call; 2 answers
-    async with ScriptedLLM.openai(script, max_retries=0) as llm:
+    async with ScriptedLLM.openai(
+        script, settings=ModelSettings(retry=HTTPRetryPolicy(max_retries=0))
+    ) as llm:
         result = await dagagent.execute(plan, flaky_tools, llm=llm)
     task = result.tasks["sum"]
     assert (task.status, task.attempts, task.output) == (TaskStatus.SUCCEEDED, 2, "3")

@@ -72,15 +72,18 @@ async def test_a_failure_cancels_running_workers_and_none_waiting_for_a_slot_sta
     # start: the run is stopped.
     reg = dagagent.Registry()
     called: list[str] = []
+    full = anyio.Event()  # every slot but bad's is held by a started task
 
     @reg.tool
     async def bad() -> None:
-        await anyio.sleep(0.05)
+        await full.wait()
         raise RuntimeError("boom")
 
     @reg.tool
     async def block(name: str) -> None:
         called.append(name)
+        if len(called) == 10:
+            full.set()
         await anyio.sleep_forever()
 
     tasks: list[dict[str, Any]] = [{"id": "bad", "tool": "bad"}]

@@ -35,6 +35,8 @@ import dask_tools  # tests/ is on sys.path under pytest; see dask_tools.py
 
 from dagagent.executors.dask import DaskExecutor
 
+pytestmark = pytest.mark.asyncio_only("Dask's client runs on asyncio")
+
 ROOT = Path(__file__).resolve().parents[2]
 FAST_RETRY = TaskRetryPolicy(base_delay_s=0.01, jitter=0)
 

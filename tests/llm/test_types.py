@@ -246,10 +246,3 @@ def test_secret_hides_itself() -> None:
     assert secret.scrub("key sk-live-abcdef!") == "key ***!"
     with pytest.raises(TypeError):
         pickle.dumps(secret)
-
-
-def test_old_name_of_the_http_retry_policy_still_works_and_warns() -> None:
-    import dagagent.llm
-
-    with pytest.warns(DeprecationWarning, match="HTTPRetryPolicy"):
-        assert dagagent.llm.RetryPolicy is HTTPRetryPolicy

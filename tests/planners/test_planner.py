@@ -572,17 +572,5 @@ def test_planner_options_and_settings_are_one_object() -> None:
     planner = LLMPlanner(llm, demo, settings=ModelSettings(max_tokens=300, temperature=0.5))
     assert isinstance(planner, HealingPlanner)
     assert (planner.max_tokens, planner.temperature) == (300, 0.5)
-    replanner = LLMReplanner(llm, demo, settings=ModelSettings(max_tokens=300), max_tokens=200)
-    assert replanner.max_tokens == 200  # the keyword wins over the settings
-
-
-def test_plan_healer_is_the_healing_planner_under_its_old_name() -> None:
-    import dagagent.planners
-
-    with pytest.warns(DeprecationWarning, match="use HealingPlanner"):
-        old = dagagent.planners.PlanHealer
-    healer = old(ScriptedLLM(), demo, max_attempts=2)
-    assert isinstance(healer, dagagent.planners.HealingPlanner)
-    assert healer.max_attempts == 2
-    with pytest.warns(DeprecationWarning, match="the planner is the healer"):
-        assert healer.healer is healer
+    replanner = LLMReplanner(llm, demo, settings=ModelSettings(max_tokens=200))
+    assert replanner.max_tokens == 200

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import AsyncGenerator, Sequence
+from contextlib import aclosing
 from typing import Any
 
 import anyio
@@ -45,10 +46,11 @@ class Timed:
         return response
 
     async def stream(self, messages: Sequence[Any], **options: Any) -> AsyncGenerator[StreamEvent]:
-        async for event in self.inner.stream(messages, **options):
-            if isinstance(event, StreamEnd):
-                self.ended.append(anyio.current_time())
-            yield event
+        async with aclosing(self.inner.stream(messages, **options)) as events:
+            async for event in events:
+                if isinstance(event, StreamEnd):
+                    self.ended.append(anyio.current_time())
+                yield event
 
 
 def events_of(kind: type) -> tuple[list[Any], Any]:

@@ -14,7 +14,7 @@ import pytest
 
 import dagagent
 from dagagent.events import JoinerDecided, RoundFinished, RoundStarted
-from dagagent.llm import ScriptedLLM, Usage, wire
+from dagagent.llm import HTTPRetryPolicy, ModelSettings, ScriptedLLM, Usage, wire
 from dagagent.planners import PLAN_FORMAT_NAME
 from dagagent.results import SolveStatus, TaskStatus
 from dagagent.settings import RunSettings
@@ -252,7 +252,10 @@ async def test_no_valid_plan_fails_with_the_planning_error(world: World):
 async def test_a_model_that_cannot_be_reached_fails_the_solve(world: World):
     import httpx
 
-    llm = ScriptedLLM.openai([httpx.ConnectError("refused")], max_retries=0)
+    llm = ScriptedLLM.openai(
+        [httpx.ConnectError("refused")],
+        settings=ModelSettings(retry=HTTPRetryPolicy(max_retries=0)),
+    )
     async with llm:
         solution = await dagagent.solve(GOAL, world.registry, llm, stream=False)
     assert solution.status is SolveStatus.FAILED
