@@ -15,6 +15,7 @@ from typing import Any
 
 import anyio
 import pytest
+from backends import BACKENDS, both_backends
 
 import dagagent
 from dagagent.settings import RunSettings
@@ -23,9 +24,9 @@ from dagagent.tools import SyncThreads, sync_threads
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture(params=["asyncio", "trio"])
+@pytest.fixture(params=BACKENDS)
 def anyio_backend(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
+    return both_backends(request)
 
 
 @pytest.fixture
@@ -248,7 +249,7 @@ async def test_an_abandoned_call_hands_its_place_to_a_waiting_one_when_it_return
     assert got == [7] and threads.running == 0 and threads.abandoned == 0
 
 
-@pytest.mark.parametrize("other", ["asyncio", "trio"])
+@pytest.mark.parametrize("other", BACKENDS)
 async def test_a_call_waits_for_a_place_held_on_another_event_loop(other: str) -> None:
     # The places belong to the process: a run on another loop (another thread) holding the
     # only one makes this loop's call wait, and wakes it when its call returns.

@@ -13,6 +13,7 @@ from typing import Any
 
 import anyio
 import pytest
+from backends import BACKENDS
 
 import dagagent
 from dagagent.tools import sync_threads
@@ -20,7 +21,7 @@ from dagagent.tools import sync_threads
 REQUEST = contextvars.ContextVar("REQUEST", default="none")
 
 # The same threads on both of anyio's event loops.
-backends = pytest.mark.parametrize("backend", ["asyncio", "trio"])
+backends = pytest.mark.parametrize("backend", BACKENDS)
 
 
 def _execute(plan: dict[str, Any], registry: dagagent.Registry, backend: str) -> dagagent.RunResult:
