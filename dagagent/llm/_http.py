@@ -150,6 +150,8 @@ class HTTPChatClient(HTTPFailures, RequestLLM):
         self.retry = self.settings.retry
         self.max_tokens = self.settings.max_tokens
         self.temperature = self.settings.temperature
+        self.tool_choice = self.settings.tool_choice
+        self.parallel_tool_calls = self.settings.parallel_tool_calls
         self.extra_body = dict(self.settings.extra_body)
         self.usage = usage if usage is not None else UsageTracker()
         self._client = client
@@ -240,6 +242,7 @@ class HTTPChatClient(HTTPFailures, RequestLLM):
         if clean == text:
             return exc
         replacement = type(exc)(clean)
+        replacement.__dict__.update(exc.__dict__)  # what the error carries (option, ...)
         replacement.__cause__ = exc.__cause__
         return replacement
 
