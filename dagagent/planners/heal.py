@@ -38,12 +38,13 @@ caught: they propagate as themselves.
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TypedDict, TypeVar
 
-from typing_extensions import Unpack
+from typing_extensions import Self, Unpack
 
 from ..errors import ConfigError, Issue, LLMUnsupportedOptionError, PlanningError
 from ..events import get_logger
@@ -286,6 +287,13 @@ class HealingPlanner:
         #: Set when a server refused the response format: the warning every plan carries.
         self.format_warning: Issue | None = None
         self.last_result: PlanningResult | None = None
+
+    def with_llm(self, llm: LLM) -> Self:
+        """A copy of this planner that asks ``llm`` (say, the same model metered apart)."""
+        clone = copy.copy(self)
+        clone.llm = llm
+        clone.last_result = None
+        return clone
 
     def output_limit(self, max_tasks: int | None = None) -> int:
         """The most tokens one answer may have: the settings' ``max_tokens``, else room for a

@@ -11,15 +11,17 @@
         planner, goal, registry, *, llm=None, replan_of=None, feedback=None, reuse=None,
         settings=None, interceptors=(), listeners=(), store=None, policy=None,
         parent_id=None, run_id=None, max_tasks=None, max_task_chars=20_000, max_repeats=1,
+        agent_runner=None,
     ) -> StreamedRound
 
 ``planner`` is an :class:`~dagagent.planners.LLMPlanner`, or an
 :class:`~dagagent.planners.LLMReplanner` with ``replan_of`` (a record of the run to revise:
-``.plan``, ``.tasks``, ``.id``) and ``feedback``. ``reuse`` and ``parent_id`` are passed to
-the run as :func:`dagagent.execute` takes them; ``policy`` is only read (to hold tasks, see
-below): give it in ``interceptors`` as well to have it decide. Returns a
-:class:`StreamedRound`; raises :class:`~dagagent.errors.PlanningError` when no attempt gave
-a valid plan (every run of those attempts is in the store), and model errors as themselves.
+``.plan``, ``.tasks``, ``.id``) and ``feedback``. ``reuse``, ``parent_id`` and
+``agent_runner`` are passed to the run as :func:`dagagent.execute` takes them; ``policy`` is
+only read (to hold tasks, see below): give it in ``interceptors`` as well to have it decide.
+Returns a :class:`StreamedRound`; raises :class:`~dagagent.errors.PlanningError` when no
+attempt gave a valid plan (every run of those attempts is in the store), and model errors as
+themselves.
 
 **How it goes.** The planner's model is asked for a streamed completion. The answer is read
 as it grows (:class:`~dagagent.planners.incremental.JsonTaskStream`: the text, or the first
@@ -90,7 +92,7 @@ from .replan import LLMReplanner, replan_warnings
 
 if TYPE_CHECKING:
     from ..approval import Policy
-    from ..runner import Interceptor
+    from ..runner import AgentTaskRunner, Interceptor
     from ..settings import RunSettings
     from ..store import RunStore
     from ..tools import Registry
@@ -190,6 +192,7 @@ async def plan_and_execute_streamed(
     max_tasks: int | None = None,
     max_task_chars: int = 20_000,
     max_repeats: int = 1,
+    agent_runner: AgentTaskRunner | None = None,
 ) -> StreamedRound:
     """Plan ``goal`` with a streamed answer and run each task as soon as it is valid (see
     the module docstring)."""
@@ -221,6 +224,7 @@ async def plan_and_execute_streamed(
         "interceptors": interceptors,
         "listeners": owner.listeners,
         "llm": llm,
+        "agent_runner": agent_runner,
         "reuse": reused,
         "store": store,
     }
