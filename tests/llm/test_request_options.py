@@ -295,3 +295,46 @@ def test_settings_refuse_a_limit_that_is_not_one():
         ModelSettings(tool_choice=3)  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="max_tokens_field"):
         OpenAIChat("gpt-4o", max_tokens_field="max_output_tokens")
+
+
+@pytest.mark.parametrize(
+    ("flavor", "body"),
+    [
+        (  # vLLM, the prompt and the limit together longer than the model's context
+            "openai",
+            {
+                "object": "error",
+                "message": "This model's maximum context length is 4096 tokens. However, you "
+                "requested 6200 tokens (1500 in the messages, 4700 in the completion). Please "
+                "reduce the length of the messages or completion.",
+                "type": "BadRequestError",
+                "param": None,
+                "code": 400,
+            },
+        ),
+        (
+            "anthropic",
+            wire.anthropic_error(
+                "max_tokens: 64000 > 32000, which is the maximum allowed number of output "
+                "tokens for claude-test"
+            ),
+        ),
+    ],
+)
+@pytest.mark.parametrize("streaming", [False, True])
+async def test_a_limit_that_does_not_fit_says_how_to_lower_it(
+    server: LLMTestServer, flavor: str, body: dict[str, Any], streaming: bool
+):
+    server.push(Reply(400, json=body))
+    llm = openai(server) if flavor == "openai" else anthropic(server)
+    with pytest.raises(LLMBadRequestError) as caught:
+        if streaming:
+            await collect_stream(llm.stream("hi", max_tokens=4700))
+        else:
+            await llm.complete("hi", max_tokens=4700)
+    message = str(caught.value)
+    assert message.endswith(
+        "(the request asked for at most 4,700 output tokens: a smaller limit may fit, "
+        "ModelSettings(max_tokens=...) in Python, --max-tokens on the command line)"
+    )
+    assert ("maximum context length" if flavor == "openai" else "maximum allowed") in message
