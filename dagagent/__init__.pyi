@@ -35,6 +35,7 @@ from .errors import (
     LLMResponseError as LLMResponseError,
     LLMServerError as LLMServerError,
     LLMTimeoutError as LLMTimeoutError,
+    LLMUnsupportedOptionError as LLMUnsupportedOptionError,
     MapError as MapError,
     MCPConnectError as MCPConnectError,
     MCPServerLostError as MCPServerLostError,

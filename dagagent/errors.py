@@ -27,6 +27,7 @@ The tree::
     │   ├── LLMRateLimitError         429 after every retry
     │   ├── LLMServerError            5xx after every retry
     │   ├── LLMBadRequestError        400 and friends: the provider's own error text
+    │   │   └── LLMUnsupportedOptionError  the server does not take an option sent (``.option``)
     │   └── LLMResponseError          the body is not what the wire format promises
     ├── PlanningError                 the planner gave up (``.attempts``)
     ├── JoinerError                   the joiner gave no usable decision (``.attempts``)
@@ -74,6 +75,7 @@ __all__ = [
     "LLMResponseError",
     "LLMServerError",
     "LLMTimeoutError",
+    "LLMUnsupportedOptionError",
     "MCPConnectError",
     "MCPServerLostError",
     "MCPToolError",
@@ -242,6 +244,18 @@ class LLMServerError(LLMError):
 
 class LLMBadRequestError(LLMError):
     """The provider rejected the request; the message carries the provider's own error text."""
+
+
+class LLMUnsupportedOptionError(LLMBadRequestError):
+    """The server rejected an option of the request that it does not support (a 400 naming
+    it): ``option`` is ``"response_format"`` (no ``json_schema`` response formats: vLLM,
+    llama.cpp and older servers) or ``"max_tokens"`` (OpenAI's reasoning models take
+    ``max_completion_tokens``). The clients and planners fall back on their own where they
+    can (see :class:`~dagagent.llm.OpenAIChat` and :mod:`dagagent.planners.heal`)."""
+
+    def __init__(self, message: str, option: str = "") -> None:
+        self.option = option
+        super().__init__(message)
 
 
 class LLMResponseError(LLMError):

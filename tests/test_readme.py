@@ -297,6 +297,17 @@ def test_planning_snippet(scratch: Path, capsys: pytest.CaptureFixture[str]) -> 
     assert capsys.readouterr().out == "['paris', 'tokyo'] 1 succeeded\n"
 
 
+def test_model_settings_snippet() -> None:
+    namespace: dict[str, Any] = {}
+    run_python(block_with(section("Planning"), "python", "parallel_tool_calls="), namespace)
+    settings = namespace["settings"]
+    assert (settings.max_tokens, settings.tool_choice, settings.parallel_tool_calls) == (
+        2_000,
+        "required",
+        False,
+    )
+
+
 def test_dask_snippet(scratch: Path) -> None:
     """The Dask snippet, its local cluster in this process (worker processes would take
     seconds to start); the scheduler address is only an example and is not reached."""
@@ -319,7 +330,7 @@ def test_every_python_snippet_is_run_by_a_test() -> None:
         "ReAct agent nodes": ["llm=llm", "ReActAgent("],
         "Interceptors and approval": ["tracing(", "Policy("],
         "Approvals that wait": ["ask_later"],
-        "Planning": ["LLMPlanner("],
+        "Planning": ["LLMPlanner(", "parallel_tool_calls="],
         "From a goal to an answer": ["solve("],
         "Streamed planning": ["plan_and_execute_streamed("],
         "Run records, review and replanning": ["store="],

@@ -31,7 +31,7 @@ from typing import Any, cast
 
 from dagagent.errors import AgentError, AgentStoppedError
 from dagagent.events import get_logger
-from dagagent.llm import LLM
+from dagagent.llm import LLM, ModelSettings
 from dagagent.results import AgentStep
 from dagagent.runner import AgentNode, AgentTaskRunner
 from dagagent.text import jsonable, shorten
@@ -82,10 +82,12 @@ def make_agent_runner(
     budget: Budget | None = None,
     instructions: str | None = None,
     max_observation_chars: int = 4000,
-    temperature: float | None = None,
-    max_tokens_per_call: int | None = None,
+    settings: ModelSettings | None = None,
 ) -> AgentTaskRunner:
-    """An ``agent_runner`` for :func:`dagagent.execute` with these agent settings."""
+    """An ``agent_runner`` for :func:`dagagent.execute` with these agent settings (those of
+    :class:`~dagagent.agent.ReActAgent`; ``settings``, a :class:`~dagagent.llm.ModelSettings`,
+    for its model calls: ``max_tokens`` per turn, ``temperature``, ``tool_choice``,
+    ``parallel_tool_calls``)."""
     if mode not in ("tools", "text"):
         raise AgentError(f"agent mode must be 'tools' or 'text', not {mode!r}")
     budget = budget if budget is not None else Budget()
@@ -99,8 +101,7 @@ def make_agent_runner(
             call_tool=node.call_tool,
             instructions=instructions,
             max_observation_chars=max_observation_chars,
-            temperature=temperature,
-            max_tokens_per_call=max_tokens_per_call,
+            settings=settings,
             logger=get_logger(run_id=node.run_id, task_id=node.task.id),
         )
         # If the agent does not answer (a model error, a stop, a timeout or a cancellation of

@@ -33,7 +33,7 @@ import anyio
 
 from dagagent.errors import AgentError, TaskWaitingError
 from dagagent.events import debug_enabled, get_logger
-from dagagent.llm import LLM, LLMResponse, Message, SystemMessage, UserMessage
+from dagagent.llm import LLM, LLMResponse, Message, ModelSettings, SystemMessage, UserMessage
 from dagagent.text import jsonable, shorten
 from dagagent.tools import Registry, Tool
 
@@ -57,7 +57,11 @@ class ReActAgent:
       the tool's ``timeout_s``); plan nodes route calls through the run's interceptors.
     - ``instructions``: extra text for the system prompt.
     - ``max_observation_chars``: longer tool results are cut to this many characters.
-    - ``temperature`` / ``max_tokens_per_call``: passed on every model call.
+    - ``settings``: a :class:`~dagagent.llm.ModelSettings` whose ``max_tokens`` (per turn),
+      ``temperature``, ``tool_choice`` (``"auto"``, ``"none"``, ``"required"`` or a tool's
+      name) and ``parallel_tool_calls`` (``False``: one call per turn) go with every call.
+      Without ``max_tokens``, a turn may write a thought and then an answer or eight calls
+      of its longest tool (:func:`dagagent.limits.agent_turn_tokens`).
 
     :attr:`state` is the current (or last) run's :class:`~dagagent.agent.AgentState` and
     :attr:`result` its :class:`~dagagent.agent.AgentResult`; an agent runs one goal at a time.
@@ -73,8 +77,7 @@ class ReActAgent:
         call_tool: CallTool | None = None,
         instructions: str | None = None,
         max_observation_chars: int = 4000,
-        temperature: float | None = None,
-        max_tokens_per_call: int | None = None,
+        settings: ModelSettings | None = None,
         logger: Any = None,
     ) -> None:
         if llm is None:
@@ -94,9 +97,7 @@ class ReActAgent:
         self._tools = Toolbox(
             self.tools, call_tool=call_tool, max_observation_chars=max_observation_chars
         )
-        self._options = model_options(
-            mode, self.tools, temperature=temperature, max_tokens=max_tokens_per_call
-        )
+        self._options = model_options(mode, self.tools, settings or ModelSettings())
         self.system_prompt = system_prompt(mode, self.tools, instructions)
 
     # -- public API ----------------------------------------------------------------------

@@ -39,20 +39,24 @@ from .options import (
     ApproveOpt,
     AskOpt,
     BaseUrlOpt,
+    ExamplesOpt,
     ExecutorOpt,
     MaxAttemptsOpt,
     MaxConcurrencyOpt,
+    MaxTokensOpt,
     McpOpt,
     ModelChoice,
     ModelOpt,
     NoSchemaOpt,
     NoWaitOpt,
     OtelOpt,
+    PlannerPromptOpt,
     PolicyOpt,
     StoreOpt,
     TimeoutOpt,
     ToolsOpt,
     approval_context,
+    make_planner,
 )
 from .otel import configure_otel
 from .recording import recorded_tools_spec, tools_context
@@ -242,6 +246,9 @@ def ask_cmd(
     agent_tasks: AgentTasksOpt = False,
     no_schema: NoSchemaOpt = False,
     timeout: TimeoutOpt = 60.0,
+    max_tokens: MaxTokensOpt = None,
+    planner_prompt: PlannerPromptOpt = None,
+    examples: ExamplesOpt = None,
     approve: ApproveOpt = False,
     ask: AskOpt = None,
     policy_file: PolicyOpt = None,
@@ -273,7 +280,7 @@ def ask_cmd(
         configure_otel()
     if not goal.strip():
         raise ConfigError("the goal is empty: say what the answer should be about")
-    choice = ModelChoice(model, base_url, timeout)
+    choice = ModelChoice(model, base_url, timeout, max_tokens)
     choice.require()
     if approve and not stdin_is_terminal():
         raise ConfigError(
@@ -288,6 +295,18 @@ def ask_cmd(
     )
     first = policies[0] if policies and isinstance(policies[0], Policy) else None
     llm = choice.client()
+    planner = None
+    if planner_prompt is not None or examples is not None:  # a planner of the user's own
+        planner = make_planner(
+            llm,
+            registry,
+            settings=choice.settings(),
+            prompt_file=planner_prompt,
+            examples_file=examples,
+            agent_tasks=agent_tasks,
+            max_attempts=max_attempts,
+            structured=not no_schema,
+        )
     path = default_store_path(store)
     spec = recorded_tools_spec(tools, mcp or ())
     context = tools_context(spec, mcp or ())  # replan loads them again
@@ -323,6 +342,8 @@ def ask_cmd(
                         max_attempts=max_attempts,
                         structured=not no_schema,
                         confirm=confirm if approve else None,
+                        model_settings=choice.settings(),
+                        planner=planner,
                     )
                 )
 

@@ -1,8 +1,9 @@
 """The options that several commands share, each declared once (``Annotated`` aliases), and
 what they become, in one place: :class:`RunOptions` for a command that runs a plan (``run``,
 ``plan --execute``, ``replan --execute``), :class:`ModelChoice` for one that talks to a model
-(``--model``, ``--base-url``, ``--timeout`` → a client with its
-:class:`~dagagent.llm.ModelSettings`)."""
+(``--model``, ``--base-url``, ``--timeout``, ``--max-tokens`` → a client with its
+:class:`~dagagent.llm.ModelSettings`), :func:`make_planner` for one that plans
+(``--planner-prompt``, ``--examples``)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import typer
 
 from ..errors import ConfigError
 from ..executors import EXECUTORS, get_executor
-from ..limits import DEFAULT_MAX_ELEMENTS
+from ..limits import DEFAULT_ANSWER_CHARS, DEFAULT_MAX_ELEMENTS, DEFAULT_MAX_TASKS
 from ..results import FailurePolicy
 from ..settings import RunSettings
 from .recording import recorded_tools_spec
@@ -23,6 +24,7 @@ from .recording import recorded_tools_spec
 if TYPE_CHECKING:
     from ..graph import PlanGraph
     from ..llm import ModelSettings
+    from ..planners import LLMPlanner
     from ..runner import Interceptor
     from ..tools import Registry
 
@@ -30,11 +32,13 @@ __all__ = [
     "ApproveOpt",
     "AskOpt",
     "BaseUrlOpt",
+    "ExamplesOpt",
     "ExecutorOpt",
     "LastOpt",
     "MaxAttemptsOpt",
     "MaxConcurrencyOpt",
     "MaxElementsOpt",
+    "MaxTokensOpt",
     "McpOpt",
     "ModelChoice",
     "ModelOpt",
@@ -42,12 +46,14 @@ __all__ = [
     "OnFailureOpt",
     "OutOpt",
     "PlanArg",
+    "PlannerPromptOpt",
     "PolicyOpt",
     "RunArg",
     "RunOptions",
     "StoreOpt",
     "TimeoutOpt",
     "ToolsOpt",
+    "make_planner",
 ]
 
 PlanArg = Annotated[
@@ -204,6 +210,37 @@ TimeoutOpt = Annotated[
         help="How long the model may take to answer (a slow local model may need more).",
     ),
 ]
+MaxTokensOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--max-tokens",
+        min=1,
+        metavar="N",
+        help="The most tokens each model call may write (a plan, the joiner's answer, an "
+        "agent's turn). Default: each derives its own from what it writes: room for a plan "
+        f"of {DEFAULT_MAX_TASKS} tasks of the tools given, an answer of "
+        f"{DEFAULT_ANSWER_CHARS:,} characters. Lower it for a small context (a local server "
+        "that refuses the request); reasoning models get room to reason on top.",
+    ),
+]
+PlannerPromptOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--planner-prompt",
+        metavar="FILE",
+        help="The planner's system prompt, from a UTF-8 text file, instead of the built-in "
+        "one; {tools} in it stands for the tool catalog (added at its end when missing).",
+    ),
+]
+ExamplesOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--examples",
+        metavar="FILE",
+        help='Few-shot plans shown to the planner: a JSON array of {"goal": "...", "plan": '
+        '{"tasks": [...]}}, each a valid plan for the tools (checked first: exit 2).',
+    ),
+]
 
 ModelOpt = Annotated[
     str | None,
@@ -228,11 +265,13 @@ BaseUrlOpt = Annotated[
 
 @dataclass(frozen=True)
 class ModelChoice:
-    """``--model``, ``--base-url`` and ``--timeout`` as given, turned into a client once."""
+    """``--model``, ``--base-url``, ``--timeout`` and ``--max-tokens`` as given, turned into a
+    client (and the settings the planners and the joiner call it with) once."""
 
     model: str | None = None
     base_url: str | None = None
     timeout: float = 60.0
+    max_tokens: int | None = None
 
     @property
     def configured(self) -> bool:
@@ -240,9 +279,11 @@ class ModelChoice:
         return bool(self.model or os.environ.get("DAGAGENT_MODEL", "").strip())
 
     def settings(self) -> ModelSettings:
+        """The client's settings, which the planners and the joiner are given too (their
+        ``max_tokens`` is ``--max-tokens``: unset, each derives its own)."""
         from ..llm import ModelSettings
 
-        return ModelSettings(timeout=self.timeout)
+        return ModelSettings(timeout=self.timeout, max_tokens=self.max_tokens)
 
     def require(self) -> None:
         """:class:`~dagagent.errors.ConfigError` when no model is named."""
@@ -267,6 +308,50 @@ class ModelChoice:
                 raise ConfigError("--base-url needs a model: pass --model or set DAGAGENT_MODEL")
             return None
         return self.client()
+
+
+#: The largest planner prompt file read.
+MAX_PROMPT_BYTES = 200_000
+
+
+def make_planner(
+    llm: Any,
+    registry: Registry,
+    *,
+    settings: ModelSettings,
+    prompt_file: Path | None = None,
+    examples_file: Path | None = None,
+    **options: Any,
+) -> LLMPlanner:
+    """The planner of ``plan`` and ``ask``: the built-in prompt, or ``--planner-prompt``'s,
+    with ``--examples``' few-shot plans (a :class:`~dagagent.errors.ConfigError` naming the
+    file when one cannot be read or used); ``options`` are
+    :class:`~dagagent.planners.LLMPlanner`'s."""
+    from ..planners import LLMPlanner
+    from ..text import read_bounded
+
+    prompt = None
+    if prompt_file is not None:
+        try:
+            prompt = read_bounded(prompt_file, MAX_PROMPT_BYTES, what="planner prompt file")
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot read the planner prompt file {str(prompt_file)!r}: {exc.strerror or exc}"
+            ) from None
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise ConfigError(
+                f"cannot read the planner prompt file {str(prompt_file)!r}: {exc}"
+            ) from None
+        if not prompt.strip():
+            raise ConfigError(f"the planner prompt file {str(prompt_file)!r} is empty")
+    return LLMPlanner(
+        llm,
+        registry,
+        system_prompt=prompt,
+        examples=examples_file if examples_file is not None else (),
+        settings=settings,
+        **options,
+    )
 
 
 @dataclass(frozen=True)

@@ -22,10 +22,12 @@ from .options import (
     ApproveOpt,
     AskOpt,
     BaseUrlOpt,
+    ExamplesOpt,
     ExecutorOpt,
     MaxAttemptsOpt,
     MaxConcurrencyOpt,
     MaxElementsOpt,
+    MaxTokensOpt,
     McpOpt,
     ModelChoice,
     ModelOpt,
@@ -34,11 +36,13 @@ from .options import (
     OnFailureOpt,
     OtelOpt,
     OutOpt,
+    PlannerPromptOpt,
     PolicyOpt,
     RunOptions,
     StoreOpt,
     TimeoutOpt,
     ToolsOpt,
+    make_planner,
 )
 from .otel import configure_otel
 from .run import run_graph
@@ -62,20 +66,25 @@ def planning_summary(result: PlanningResult) -> dict[str, Any]:
 
 
 def _make_planner(
-    model: str | None,
-    base_url: str | None,
+    choice: ModelChoice,
     registry: Any,
     *,
     max_attempts: int,
     agent_tasks: bool,
     structured: bool,
-    timeout: float = 60.0,
+    prompt_file: Path | None = None,
+    examples_file: Path | None = None,
 ) -> tuple[Any, LLMPlanner]:
-    from ..planners import LLMPlanner
-
-    llm = ModelChoice(model, base_url, timeout).client()
-    planner = LLMPlanner(
-        llm, registry, max_attempts=max_attempts, agent_tasks=agent_tasks, structured=structured
+    llm = choice.client()
+    planner = make_planner(
+        llm,
+        registry,
+        settings=choice.settings(),
+        prompt_file=prompt_file,
+        examples_file=examples_file,
+        max_attempts=max_attempts,
+        agent_tasks=agent_tasks,
+        structured=structured,
     )
     return llm, planner
 
@@ -120,6 +129,9 @@ def plan_cmd(
     agent_tasks: AgentTasksOpt = False,
     no_schema: NoSchemaOpt = False,
     timeout: TimeoutOpt = 60.0,
+    max_tokens: MaxTokensOpt = None,
+    planner_prompt: PlannerPromptOpt = None,
+    examples: ExamplesOpt = None,
     executor: ExecutorOpt = "dataflow",
     on_failure: OnFailureOpt = "cancel",
     max_concurrency: MaxConcurrencyOpt = None,
@@ -146,13 +158,13 @@ def plan_cmd(
     options = RunOptions.of(ctx)  # --executor, --ask...: read from ctx
     registry = load_tools(tools, mcp)
     llm, planner = _make_planner(
-        model,
-        base_url,
+        ModelChoice(model, base_url, timeout, max_tokens),
         registry,
         max_attempts=max_attempts,
         agent_tasks=agent_tasks,
         structured=not no_schema,
-        timeout=timeout,
+        prompt_file=planner_prompt,
+        examples_file=examples,
     )
     result = _plan(llm, planner, goal)
     graph = result.graph

@@ -17,6 +17,7 @@ from .types import (
     RequestOptions,
     ResponseFormat,
     StreamEvent,
+    ToolChoice,
     ToolSpec,
 )
 
@@ -64,7 +65,9 @@ class LLM(Protocol):
 
     ``complete`` returns the whole answer; ``stream`` yields :class:`TextDelta` and
     :class:`ToolCallDelta` events and always ends with a :class:`StreamEnd` carrying the
-    same :class:`LLMResponse` ``complete`` would have returned.
+    same :class:`LLMResponse` ``complete`` would have returned. dagagent passes
+    ``tool_choice`` and ``parallel_tool_calls`` only when they are set, so a client of
+    one's own written before them keeps working with the planners and the joiner.
     """
 
     async def complete(
@@ -76,6 +79,8 @@ class LLM(Protocol):
         stop: str | Sequence[str] | None = None,
         max_tokens: int | None = None,
         temperature: float | None = None,
+        tool_choice: ToolChoice | None = None,
+        parallel_tool_calls: bool | None = None,
     ) -> LLMResponse: ...
 
     def stream(
@@ -87,4 +92,6 @@ class LLM(Protocol):
         stop: str | Sequence[str] | None = None,
         max_tokens: int | None = None,
         temperature: float | None = None,
+        tool_choice: ToolChoice | None = None,
+        parallel_tool_calls: bool | None = None,
     ) -> AsyncIterator[StreamEvent]: ...

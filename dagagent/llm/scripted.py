@@ -315,6 +315,8 @@ class ScriptedLLM(RequestLLM):
                 stop=request.stop,
                 max_tokens=request.max_tokens,
                 temperature=request.temperature,
+                tool_choice=request.tool_choice,
+                parallel_tool_calls=request.parallel_tool_calls,
             )
         response = await self._answer(request)
         if self.chunk_delay_s:
@@ -332,6 +334,8 @@ class ScriptedLLM(RequestLLM):
                 stop=request.stop,
                 max_tokens=request.max_tokens,
                 temperature=request.temperature,
+                tool_choice=request.tool_choice,
+                parallel_tool_calls=request.parallel_tool_calls,
             )
             async with aclosing(events) as stream:
                 async for event in stream:

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 from .. import telemetry
 from ..errors import ConfigError, Issue, JoinerError
+from ..limits import DEFAULT_ANSWER_CHARS, answer_tokens
 from ..llm import LLM, LLMResponse, Message, ModelSettings, SystemMessage, Usage, UserMessage
 from ..plan import Plan
 from ..results import TaskResult
@@ -68,9 +69,12 @@ class Joiner:
     - ``max_attempts``: replies to try (the first one plus repairs) before
       :class:`~dagagent.errors.JoinerError`.
     - ``output_chars``: how much of each task's output (or error) the model sees.
-    - ``structured=False``: send no response format (servers that reject it).
+    - ``answer_chars``: how long an answer may be; the output limit of each call follows
+      from it (:func:`dagagent.limits.answer_tokens`) unless ``settings`` sets ``max_tokens``.
+    - ``structured=False``: send no response format. A server that refuses it is asked
+      again without it, and the joiner sends none from then on (a warning is logged).
     - ``settings``: a :class:`~dagagent.llm.ModelSettings` whose ``max_tokens`` and
-      ``temperature`` go with every call (the keywords of the same names win over it).
+      ``temperature`` go with every call.
     - ``system_prompt``: replace the joiner's system prompt.
     """
 
@@ -80,6 +84,7 @@ class Joiner:
         *,
         max_attempts: int = 3,
         output_chars: int = 2000,
+        answer_chars: int = DEFAULT_ANSWER_CHARS,
         structured: bool = True,
         settings: ModelSettings | None = None,
         system_prompt: str | None = None,
@@ -91,9 +96,12 @@ class Joiner:
         self.output_chars = output_chars
         self.structured = structured
         self.settings = settings or ModelSettings()
-        self.max_tokens = self.settings.max_tokens
+        self.max_tokens = self.settings.max_tokens or answer_tokens(answer_chars)
         self.temperature = self.settings.temperature
         self.system_prompt = system_prompt if system_prompt is not None else JOIN_SYSTEM_PROMPT
+
+    def _without_format(self, warning: Issue) -> None:
+        self.structured = False  # the server refused it: the prompt describes the format
 
     def messages(
         self,
@@ -138,6 +146,7 @@ class Joiner:
                 max_tokens=self.max_tokens,
                 temperature=self.temperature,
                 what="join decision",
+                without_format=self._without_format,
             )
         if decision is None:
             n = len(attempts)

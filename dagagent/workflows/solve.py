@@ -41,13 +41,13 @@ from .. import telemetry
 from ..errors import ConfigError, JoinerError, LLMError, PlanningError, StoreError
 from ..events import JoinerDecided, Listener, RoundFinished, RoundStarted, get_logger
 from ..graph import PlanGraph
-from ..llm import MeteredLLM, UsageTracker
+from ..llm import MeteredLLM, ModelSettings, UsageTracker
 from ..plan import Plan
 from ..planners import JoinDecision, Joiner, LLMPlanner, LLMReplanner
 from ..planners.streaming import plan_and_execute_streamed
 from ..results import RoundOutcome, RunResult, RunStatus, SolveStatus, TaskStatus
 from ..run import execute, new_run_id
-from ..runner import Interceptor
+from ..runner import AgentTaskRunner, Interceptor
 from ..settings import RunSettings
 from ..store import RunStore
 from ..text import jsonable, shorten
@@ -139,6 +139,8 @@ class _Solve:
         confirm: Confirm | None,
         policy: Policy | None,
         store: RunStore | None,
+        model_settings: ModelSettings | None = None,
+        planner: LLMPlanner | None = None,
     ) -> None:
         self.goal = goal
         self.policy = policy
@@ -155,25 +157,41 @@ class _Solve:
         self.planner_usage = UsageTracker()
         self.agent_usage = UsageTracker()
         self.joiner_usage = UsageTracker()
-        planner_llm = MeteredLLM(llm, self.planner_usage)
-        self.planner = LLMPlanner(
-            planner_llm,
-            registry,
-            agent_tasks=agent_tasks,
-            max_attempts=max_attempts,
-            structured=structured,
-        )
+        if planner is None:
+            planner = LLMPlanner(
+                llm,
+                registry,
+                agent_tasks=agent_tasks,
+                max_attempts=max_attempts,
+                structured=structured,
+                settings=model_settings,
+            )
+        else:
+            _check_planner(planner, registry, agent_tasks)
+        # The planner's calls, its revisions included, are metered apart from the others.
+        self.planner = planner.with_llm(MeteredLLM(planner.llm, self.planner_usage))
         self.replanner = LLMReplanner(
-            planner_llm,
+            self.planner.llm,
             registry,
-            agent_tasks=agent_tasks,
-            max_attempts=max_attempts,
-            structured=structured,
+            agent_tasks=planner.agent_tasks,
+            max_attempts=planner.max_attempts,
+            structured=planner.response_format is not None,
+            strict=planner.strict if planner.response_format is not None else None,
+            max_tasks=planner.max_tasks,
+            settings=planner.settings,
         )
         self.joiner = Joiner(
-            MeteredLLM(llm, self.joiner_usage), max_attempts=max_attempts, structured=structured
+            MeteredLLM(llm, self.joiner_usage),
+            max_attempts=max_attempts,
+            structured=structured,
+            settings=model_settings,
         )
         self.agent_llm = MeteredLLM(llm, self.agent_usage) if agent_tasks else None
+        self.agent_runner: AgentTaskRunner | None = None
+        if agent_tasks and model_settings is not None:
+            from ..agent import make_agent_runner
+
+            self.agent_runner = make_agent_runner(settings=model_settings)
         self.rounds: list[Round] = []
         self.running: str | None = None  # the id of the round's run, once it is chosen
         self.round_span: Any = None  # the round's span, with OpenTelemetry on
@@ -438,6 +456,7 @@ class _Solve:
                 settings=self.settings,
                 interceptors=self.interceptors,
                 store=self.store,
+                agent_runner=self.agent_runner,
             )
             rnd.plan, rnd.planning, rnd.result = round_.plan, round_.planning, round_.result
             if (
@@ -476,6 +495,7 @@ class _Solve:
             graph,
             self.registry,
             llm=self.agent_llm,
+            agent_runner=self.agent_runner,
             reuse=reuse,
             parent_id=record.run_id if record is not None else None,
             run_id=run_id,
@@ -485,6 +505,26 @@ class _Solve:
             store=self.store,
         )
         return None
+
+
+def _check_planner(planner: Any, registry: Registry, agent_tasks: bool) -> None:
+    """A planner of one's own must plan for the solve's tools and agree on agent tasks."""
+    if not isinstance(planner, LLMPlanner):
+        raise ConfigError(
+            f"planner must be an LLMPlanner (with the prompt, examples and settings of your "
+            f"choice), not {type(planner).__name__}"
+        )
+    if planner.registry.names != registry.names:
+        raise ConfigError(
+            "the planner plans for other tools than the solve runs: build it with the same "
+            "registry (LLMPlanner(llm, registry, ...))"
+        )
+    if planner.agent_tasks != agent_tasks:
+        raise ConfigError(
+            f"the planner {'plans' if planner.agent_tasks else 'does not plan'} agent tasks but "
+            f"solve(agent_tasks={agent_tasks}) {'runs none' if not agent_tasks else 'would'}: "
+            "give both the same agent_tasks"
+        )
 
 
 def _reuse_of(record: Any) -> dict[str, tuple[str, Any]] | None:
@@ -526,6 +566,8 @@ async def solve(
     structured: bool = True,
     confirm: Confirm | None = None,
     solve_id: str | None = None,
+    model_settings: ModelSettings | None = None,
+    planner: LLMPlanner | None = None,
 ) -> Solution:
     """Answer ``goal`` with the tools of ``registry`` and the model ``llm``: plan, run,
     join, and replan when the joiner asks, for at most ``max_rounds`` rounds (see the module
@@ -547,6 +589,17 @@ async def solve(
       try; ``structured=False`` sends no response format).
     - ``confirm``: called with each round's plan (a :class:`~dagagent.PlanGraph`) before it
       runs; a false answer ends the solve as ``gave_up``.
+    - ``model_settings``: a :class:`~dagagent.llm.ModelSettings` for every model call of the
+      solve (the planner's, the replanner's, the joiner's, the agent tasks'): its
+      ``max_tokens`` is the output limit of each call, instead of each role's own (see
+      :mod:`dagagent.limits`); ``temperature``, and for the agents ``tool_choice`` and
+      ``parallel_tool_calls``, too.
+    - ``planner``: an :class:`~dagagent.planners.LLMPlanner` of one's own (a system prompt,
+      few-shot ``examples``, settings, another model) for the plans of the solve; the
+      revisions of later rounds are made with its model, settings and options. It must plan
+      for ``registry`` and agree with ``agent_tasks`` (:class:`~dagagent.errors.ConfigError`
+      otherwise); ``model_settings``, ``max_attempts`` and ``structured`` then apply to the
+      joiner and the agents.
 
     Raises :class:`~dagagent.errors.ConfigError` for a bad option before anything runs;
     cancelling the caller cancels the solve (the running round's run is recorded as
@@ -579,6 +632,8 @@ async def solve(
             store=opened,
             policy=policy,
             confirm=confirm,
+            model_settings=model_settings,
+            planner=planner,
         )
         await state.record("start_solve", goal=state.goal, options=options)
         return await state.run()
@@ -600,6 +655,8 @@ def new_state(
     store: RunStore | None,
     policy: Policy | str | Path | None,
     confirm: Confirm | None,
+    model_settings: ModelSettings | None = None,
+    planner: LLMPlanner | None = None,
 ) -> _Solve:
     """The state of a solve with ``options`` (those :func:`solve` records with it, checked
     here) and run ``settings``, for :func:`solve` and for the resume of a paused solve."""
@@ -629,6 +686,8 @@ def new_state(
         confirm=confirm,
         policy=policy,
         store=store,
+        model_settings=model_settings,
+        planner=planner,
     )
 
 

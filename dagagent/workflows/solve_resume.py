@@ -42,7 +42,8 @@ from .solve import SOLVE_SETTINGS, Confirm, Resumed, new_state
 if TYPE_CHECKING:
     from ..approval import Policy
     from ..events import Listener
-    from ..llm import LLM
+    from ..llm import LLM, ModelSettings
+    from ..planners import LLMPlanner
     from ..runner import Interceptor
     from ..tools import Registry
 
@@ -124,6 +125,8 @@ async def resume_solve(
     listeners: Sequence[Listener] = (),
     executor: str | Any | None = None,
     confirm: Confirm | None = None,
+    model_settings: ModelSettings | None = None,
+    planner: LLMPlanner | None = None,
 ) -> Solution:
     """Continue the paused solve ``ref`` (its id, or one of its rounds' run ids) recorded in
     ``store`` (see the module docstring). Returns its :class:`Solution`: every round, those
@@ -134,7 +137,8 @@ async def resume_solve(
     ``policy`` and ``interceptors`` should be the solve's again (the policy hands each
     decision to its call). The other options (rounds, failure policy, agent tasks,
     executor...) are those the solve was started with; ``executor`` overrides the
-    executor, ``confirm`` is :func:`~dagagent.solve`'s, for the rounds after the paused one.
+    executor, ``confirm`` is :func:`~dagagent.solve`'s, for the rounds after the paused one,
+    and so are ``model_settings`` and ``planner`` (not recorded: give them again).
 
     Raises :class:`~dagagent.errors.StoreError` if there is no such solve and
     :class:`~dagagent.errors.DecisionError` if it is not paused (running, perhaps resumed by
@@ -161,6 +165,8 @@ async def resume_solve(
             store=opened,
             policy=policy,
             confirm=confirm,
+            model_settings=model_settings,
+            planner=planner,
         )
         usage = record.usage or {}
         _seed(state.planner_usage, usage.get("planner"))
@@ -220,6 +226,7 @@ def _going_on(
             interceptors=state.interceptors,
             listeners=state.listeners,
             llm=state.agent_llm,
+            agent_runner=state.agent_runner,
         )
 
     return go_on

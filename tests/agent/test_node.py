@@ -84,7 +84,7 @@ async def test_plan_mixing_tool_and_agent_tasks(tools: Registry, executor: str) 
     assert [t.name for t in first.tools] == ["add"]  # limited to the task's tools
     text = user_text(first)
     assert text.startswith("Write one sentence: Paris is 18 C, plus 2.")  # reference resolved
-    assert '- paris: {"city": "Paris", "temp_c": 18}' in text  # dependency output as context
+    assert '- paris: <output>{"city": "Paris", "temp_c": 18}</output>' in text  # as context
     note = result.tasks["note"]
     assert note.steps is not None and note.status is TaskStatus.SUCCEEDED
     assert note.steps[0].calls == [

@@ -391,3 +391,41 @@ def test_ask_no_wait_denies_without_a_terminal(user: User, model: Model) -> None
     tokyo = doc["rounds"][0]["result"]["tasks"]["tokyo"]
     assert tokyo["status"] == "denied" and "no terminal is attached" in tokyo["error"]
     assert doc["status"] == "answered" and user.calls() == ["get_weather Paris"]
+
+
+@pytest.mark.parametrize("stream", [[], ["--no-stream"]])
+def test_every_call_is_bounded(user: User, model: Model, stream: list[str]) -> None:
+    model.plan(weather("paris", "Paris"))
+    model.decide(finish("18 C", ["paris"]))
+    user.ask(*stream)
+    planned, joined = (r.json for r in model.server.requests)
+    assert 1_000 < planned["max_tokens"] < 10_500  # from the tools: no fixed 10,500, never none
+    assert 2_000 < joined["max_tokens"] < 4_000  # room for an answer of 8,000 characters
+
+
+def test_max_tokens_prompt_and_examples_of_ones_own(
+    user: User, model: Model, tmp_path: Path
+) -> None:
+    prompt = tmp_path / "prompt.txt"
+    prompt.write_text("You plan weather look-ups.\n{tools}", encoding="utf-8")
+    examples = tmp_path / "examples.json"
+    example = {"goal": "How warm is Oslo?", "plan": [weather("oslo", "Oslo")]}
+    examples.write_text(json.dumps([example]), encoding="utf-8")
+    model.plan(weather("paris", "Paris"))
+    model.decide(finish("18 C", ["paris"]))
+    args = ["--max-tokens", "700", "--planner-prompt", str(prompt), "--examples", str(examples)]
+    proc = user.ask(*args)
+    assert proc.stdout.strip().splitlines()[-1] == "18 C"
+    planned, joined = (r.json for r in model.server.requests)
+    assert planned["max_tokens"] == joined["max_tokens"] == 700
+    system = planned["system"] if model.flavor == "anthropic" else planned["messages"][0]["content"]
+    assert system.startswith("You plan weather look-ups.\n- get_weather(")
+    assert "How warm is Oslo?" in json.dumps(planned["messages"])
+
+
+def test_a_bad_examples_file_exits_2_before_any_call(user: User, model: Model, tmp_path: Path):
+    examples = tmp_path / "examples.json"
+    examples.write_text('{"goal": "not a list"}', encoding="utf-8")
+    proc = user.ask("--examples", str(examples), code=2)
+    assert "must be a JSON array of examples" in proc.stderr
+    assert model.server.requests == []

@@ -242,3 +242,69 @@ def test_timeout_bounds_a_slow_model(server: LLMTestServer):
     assert r.exit_code == 2
     [line] = [x for x in r.stderr.splitlines() if x.startswith("error:")]
     assert "did not answer within 1.5s" in line
+
+
+def test_every_plan_call_is_bounded(server: LLMTestServer):
+    from dagagent.llm import ScriptedLLM
+    from dagagent.planners import LLMPlanner
+
+    server.push(answer(PLAN), answer(PLAN))
+    assert plan_cli(server).exit_code == 0
+    r = plan_cli(server, "--max-tokens", "900")
+    assert r.exit_code == 0, r.output
+    derived, given = (request.json for request in server.requests)
+    assert derived["max_tokens"] == LLMPlanner(ScriptedLLM(), demo).output_limit()
+    assert given["max_tokens"] == 900
+    assert plan_cli(server, "--max-tokens", "0").exit_code == 2
+
+
+def test_a_planner_prompt_and_examples_of_ones_own(server: LLMTestServer, tmp_path: Path):
+    prompt = tmp_path / "prompt.txt"
+    prompt.write_text("Plan for the weather desk. Tools:\n{tools}\nJSON only.", encoding="utf-8")
+    examples = tmp_path / "examples.json"
+    example = {"goal": "Weather in Oslo?", "plan": [PLAN["tasks"][0] | {"id": "oslo"}]}
+    examples.write_text(json.dumps([example]), encoding="utf-8")
+    server.push(answer(PLAN))
+    r = plan_cli(server, "--planner-prompt", str(prompt), "--examples", str(examples))
+    assert r.exit_code == 0, r.output
+    system, shown_goal, shown_plan, asked = server.requests[0].json["messages"]
+    assert system["content"].startswith("Plan for the weather desk. Tools:\n- get_weather(")
+    assert system["content"].endswith("\nJSON only.")
+    assert "Weather in Oslo?" in shown_goal["content"]
+    assert json.loads(shown_plan["content"])["tasks"][0]["id"] == "oslo"
+    assert GOAL in asked["content"]
+
+
+def test_a_bad_prompt_or_examples_file_is_exit_2_before_any_call(
+    server: LLMTestServer, tmp_path: Path
+):
+    bad = tmp_path / "examples.json"
+    bad.write_text('[{"goal": "Fly", "plan": [{"id": "f", "tool": "fly", "args": {}}]}]')
+    r = plan_cli(server, "--examples", str(bad))
+    assert r.exit_code == 2
+    assert "example 1 ('Fly') is not a valid plan for these tools: [unknown_tool]" in r.output
+    r = plan_cli(server, "--planner-prompt", str(tmp_path / "missing.txt"))
+    assert r.exit_code == 2 and "cannot read the planner prompt file" in r.output
+    empty = tmp_path / "empty.txt"
+    empty.write_text(" \n")
+    r = plan_cli(server, "--planner-prompt", str(empty))
+    assert r.exit_code == 2 and "is empty" in r.output
+    assert server.requests == []
+
+
+def test_a_server_without_json_schema_still_plans_and_says_so(server: LLMTestServer):
+    refusal = {
+        "error": {
+            "code": 400,
+            "message": 'response_format type must be one of "text" or "json_object", but got: '
+            "json_schema",
+            "type": "invalid_request_error",
+        }
+    }
+    server.push(Reply(400, json=refusal), answer(PLAN))
+    r = plan_cli(server, "--json")
+    assert r.exit_code == 0, r.output
+    warnings = json.loads(r.stdout)["warnings"]
+    assert [w[0] for w in warnings] == ["no_response_format"]
+    assert "no_response_format" in r.stderr
+    assert "response_format" not in server.requests[1].json

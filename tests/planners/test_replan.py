@@ -79,8 +79,8 @@ async def test_prompt_has_goal_old_plan_outputs_and_errors(
     text = user.content
     assert "Goal: sum two sums" in text
     assert OLD.model_dump_json(exclude_defaults=True) in text
-    assert "- x: succeeded, output: 3" in text
-    assert "- y: failed: RuntimeError: y failed on purpose" in text
+    assert "- x: succeeded, output: <output>3</output>" in text
+    assert "- y: failed: <error>RuntimeError: y failed on purpose</error>" in text
     assert "- total: skipped" in text
     assert "SAME id, tool and args" in text
 

@@ -111,7 +111,7 @@ async def test_finish_on_round_one(world: World):
     assert join_request["response_format"]["json_schema"]["name"] == "join_decision"
     text = join_request["messages"][-1]["content"]
     assert f"Goal: {GOAL}" in text and '"tool":"warmer"' in text
-    assert '- tokyo: succeeded, output: {"city": "Tokyo", "temp_c": 24.5}' in text
+    assert '- tokyo: succeeded, output: <output>{"city": "Tokyo", "temp_c": 24.5}</output>' in text
     kinds = [e.kind for e in events]
     assert kinds[0] == "round.started" and kinds[-1] == "round.finished"
     assert kinds.index("run.finished") < kinds.index("joiner.decided")
@@ -148,7 +148,7 @@ async def test_replan_then_finish_reuses_successes(world: World):
     # the replanner saw the joiner's feedback
     replan_prompt = llm.wire_requests[2]["messages"][-1]["content"]
     assert "the second city was Atlantis, not Tokyo: look up Tokyo" in replan_prompt
-    assert "- tokyo: failed: LookupError: no weather for 'Atlantis'" in replan_prompt
+    assert "- tokyo: failed: <error>LookupError: no weather for 'Atlantis'</error>" in replan_prompt
     assert solution.usage.planner.calls == 2 and solution.usage.joiner.calls == 2
     started = [e for e in events if isinstance(e, RoundStarted)]
     assert [(e.round, e.parent_id) for e in started] == [(1, None), (2, first.result.run_id)]
