@@ -57,6 +57,19 @@ class Question:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+def _pages(text: str, names: list[str], tail: str) -> dict[str, re.Match[str]]:
+    """Each name's page in ``text``: where the name is followed by ``tail`` (a pattern).
+    Longer names first, each found page blanked out, so that a name inside another name
+    ("Tower" in "Met Life Tower") does not find the other's page."""
+    found: dict[str, re.Match[str]] = {}
+    for name in sorted(set(names), key=len, reverse=True):
+        match = re.search(re.escape(name) + tail, text, re.S)
+        if match is not None:
+            found[name] = match
+            text = text[: match.start()] + " " * (match.end() - match.start()) + text[match.end() :]
+    return found
+
+
 def _norm(text: str) -> str:
     return " ".join(re.sub(r"[^\w\s]", " ", text.lower()).split())
 
@@ -410,10 +423,10 @@ class Movie(Dataset):
         return out
 
     def answer_from(self, q: Question, text: str) -> str:
+        pages = _pages(text, q.queries, r" \(\d{4}\) is a ([a-z-]+) and ([a-z-]+) film")
+
         def genres(title: str) -> list[str]:
-            found = re.search(
-                re.escape(title) + r" \(\d{4}\) is a ([a-z-]+) and ([a-z-]+) film", text
-            )
+            found = pages.get(title)
             return [found.group(1), found.group(2)] if found else []
 
         counts = Counter(g for title in q.extra["liked"] for g in genres(title))
@@ -571,17 +584,14 @@ class HotpotQA(Dataset):
         return out
 
     def answer_from(self, q: Question, text: str) -> str:
-        pages = []
-        for entity in q.queries:
-            found = re.search(
-                re.escape(entity) + r" is a [a-z]+ first described in \d+, listed under the "
-                r"name (.+?)\. Its category is ([a-z]+)\..*?recorded value is (\d+)\.",
-                text,
-                re.S,
-            )
-            if found is None:
-                return "the look-ups did not say"
-            pages.append((found.group(1), found.group(2), int(found.group(3))))
+        tail = (
+            r" is a [a-z]+ first described in \d+, listed under the name (.+?)\. Its category "
+            r"is ([a-z]+)\..*?recorded value is (\d+)\."
+        )
+        found = _pages(text, q.queries, tail)
+        if len(found) < len(q.queries):
+            return "the look-ups did not say"
+        pages = [(m.group(1), m.group(2), int(m.group(3))) for m in map(found.get, q.queries) if m]
         if q.extra["yes_no"]:
             return "yes" if pages[0][1] == pages[1][1] else "no"
         return max(pages, key=lambda p: p[2])[0]

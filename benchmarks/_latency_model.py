@@ -44,8 +44,10 @@ __all__ = [
     "LatencyModel",
     "ModelServer",
     "Preset",
+    "plan_variants",
     "reply_tokens",
     "request_tokens",
+    "schema_tokens",
     "text_tokens",
 ]
 
@@ -91,10 +93,15 @@ def request_tokens(body: dict[str, Any]) -> int:
         f = t.get("function", {})
         n += text_tokens(str(f.get("name", ""))) + text_tokens(str(f.get("description", "")))
         n += text_tokens(json.dumps(f.get("parameters", {})))
+    return n + schema_tokens(body)
+
+
+def schema_tokens(body: dict[str, Any]) -> int:
+    """The input tokens of a request's response format schema (structured output)."""
     fmt = body.get("response_format") or {}
-    if fmt.get("type") == "json_schema":
-        n += text_tokens(json.dumps(fmt.get("json_schema", {}).get("schema", {})))
-    return n
+    if fmt.get("type") != "json_schema":
+        return 0
+    return text_tokens(json.dumps(fmt.get("json_schema", {}).get("schema", {})))
 
 
 def reply_tokens(text: str, calls: list[dict[str, Any]]) -> int:
@@ -173,6 +180,36 @@ class CallRecord:
     end: float
     input_tokens: int
     output_tokens: int
+    schema_tokens: int  # of input_tokens, the response format's schema
+
+
+PLAN_AS_WRITTEN = "as written (strict schema: goal, then id, tool, args, depends_on, for_each)"
+
+
+def plan_variants(dataset: Dataset, q: Question) -> dict[str, str]:
+    """The scripted plan of ``q`` as the planner's strict schema makes a model write it (what
+    the server sends), and, for the estimates of what a leaner format would save, the same
+    tasks without the restated goal, with only id, tool and args, and in LLMCompiler's text
+    format (``1. search("X")`` ... ``join()<END_OF_PLAN>``)."""
+    tasks = dataset.plan_tasks(q)
+    strict = [{**t, "depends_on": [], "for_each": None} for t in tasks]
+    numbered = {t["id"]: i for i, t in enumerate(tasks, 1)}
+
+    def compact(value: Any) -> str:
+        text = json.dumps(value)
+        return re.sub(r"\$\{([^}]+)\}", lambda m: f"${numbered.get(m.group(1), m.group(1))}", text)
+
+    lines = [
+        f"{i}. {t['tool']}({', '.join(compact(v) for v in t['args'].values())})"
+        for i, t in enumerate(tasks, 1)
+    ]
+    lines.append(f"{len(tasks) + 1}. join()<END_OF_PLAN>")
+    return {
+        PLAN_AS_WRITTEN: json.dumps({"goal": q.text, "tasks": strict}),
+        "without the restated goal": json.dumps({"tasks": strict}),
+        "id, tool and args only": json.dumps({"tasks": tasks}),
+        "LLMCompiler's text format": "\n".join(lines),
+    }
 
 
 def _call(i: int, name: str, args: dict[str, Any]) -> dict[str, Any]:
@@ -298,7 +335,8 @@ class ModelServer:
                     finish = "tool_calls" if calls else "stop"
                     choice = {"index": 0, "message": message, "finish_reason": finish}
                     self._json(200, {"model": "latency-model", "choices": [choice], "usage": usage})
-                record = CallRecord(q.id, role, start, time.perf_counter(), n_in, n_out)
+                end = time.perf_counter()
+                record = CallRecord(q.id, role, start, end, n_in, n_out, schema_tokens(body))
                 with outer._lock:
                     outer.records.append(record)
 

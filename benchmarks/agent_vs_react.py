@@ -192,8 +192,13 @@ def attach_timings(rows: list[dict[str, Any]], records: list[lm.CallRecord]) -> 
             row["planner_tokens"] = [
                 sum(r.input_tokens for r in planner),
                 planner[-1].output_tokens,
+                planner[-1].schema_tokens,
             ]
-            row["joiner_tokens"] = [sum(r.input_tokens for r in joiner), joiner[-1].output_tokens]
+            row["joiner_tokens"] = [
+                sum(r.input_tokens for r in joiner),
+                joiner[-1].output_tokens,
+                joiner[-1].schema_tokens,
+            ]
 
 
 def p95(values: list[float]) -> float:
@@ -206,7 +211,9 @@ def mean_of(rows: list[dict[str, Any]], key: str) -> float | None:
     return statistics.fmean(values) if values else None
 
 
-def summarise(rows: list[dict[str, Any]], right: list[bool]) -> dict[str, Any]:
+def summarise(
+    rows: list[dict[str, Any]], right: list[bool], prices: tuple[float, float]
+) -> dict[str, Any]:
     lat = [r["latency_s"] for r in rows]
     n = len(rows)
     tin = sum(r["input_tokens"] for r in rows) / n
@@ -220,7 +227,7 @@ def summarise(rows: list[dict[str, Any]], right: list[bool]) -> dict[str, Any]:
         "tool_calls": sum(r["tool_calls"] for r in rows) / n,
         "input_tokens": tin,
         "output_tokens": tout,
-        "cost_usd": (tin * PRICE_IN + tout * PRICE_OUT) / 1e6,
+        "cost_usd": (tin * prices[0] + tout * prices[1]) / 1e6,
         "accuracy": sum(right) / n,
     }
     for key in ("model_s", "planner_s", "joiner_s", "plan_done_s", "after_plan_s"):
@@ -230,10 +237,7 @@ def summarise(rows: list[dict[str, Any]], right: list[bool]) -> dict[str, Any]:
     for key in ("planner_tokens", "joiner_tokens"):
         pairs = [r[key] for r in rows if key in r]
         if pairs:
-            out[key] = [
-                statistics.fmean(p[0] for p in pairs),
-                statistics.fmean(p[1] for p in pairs),
-            ]
+            out[key] = [statistics.fmean(p[i] for p in pairs) for i in range(3)]
     return out
 
 
@@ -264,6 +268,12 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument(
         "--concurrency", type=int, default=8, help="questions in flight at once per mode"
+    )
+    parser.add_argument(
+        "--price-in", type=float, default=PRICE_IN, help="$ per million input tokens, every mode"
+    )
+    parser.add_argument(
+        "--price-out", type=float, default=PRICE_OUT, help="$ per million output tokens, every mode"
     )
     parser.add_argument("--base-url", help="a real OpenAI-compatible model instead")
     parser.add_argument("--model", default="latency-model", help="model name (with --base-url)")
@@ -318,7 +328,11 @@ def report(
     for rows in per_mode.values():
         for r in rows:
             r["right"] = dataset.is_right(r["answer"], by_id[r["id"]])
-    summary = {m: summarise(rows, [r["right"] for r in rows]) for m, rows in per_mode.items()}
+    prices = (args.price_in, args.price_out)
+    price_source = PRICE_SOURCE if prices == (PRICE_IN, PRICE_OUT) else "given on the command line"
+    summary = {
+        m: summarise(rows, [r["right"] for r in rows], prices) for m, rows in per_mode.items()
+    }
     groups = sorted({q.group for q in questions})
     by_group = {
         mode: {g: statistics.fmean(r["latency_s"] for r in rows if r["group"] == g) for g in groups}
@@ -359,11 +373,30 @@ def report(
             tr.append(common.fmt(s["mean_s"] - s["planner_s"] - s["joiner_s"], 3))
             tr += [common.fmt(s[k], 3) for k in ("plan_done_s", "planner_s", "after_plan_s")]
             tr.append(common.fmt(s["joiner_s"], 3))
-            tr += [f"{s[k][0]:,.0f} / {s[k][1]:,.0f}" for k in ("planner_tokens", "joiner_tokens")]
+            tr += [
+                f"{s[k][0]:,.0f} ({s[k][2]:,.0f} schema) / {s[k][1]:,.0f}"
+                for k in ("planner_tokens", "joiner_tokens")
+            ]
         else:
             tr.append(common.fmt(s["mean_s"] - s["model_s"], 3))
             tr += ["-"] * 6
         time_rows.append(tr)
+
+    # -- what a leaner plan would save (estimates, from the scripted plans) ------------
+    lean_headers = ["plan written", "output tokens", "writing saved s", "plan est. s"]
+    lean_headers += ["× react est."]
+    lean_rows = []
+    variants = [lm.plan_variants(dataset, q) for q in questions]
+    written = statistics.fmean(lm.text_tokens(v[lm.PLAN_AS_WRITTEN]) for v in variants)
+    base = summary.get("plan")
+    for name in variants[0]:
+        toks = statistics.fmean(lm.text_tokens(v[name]) for v in variants)
+        saved = (written - toks) * latency.per_token_s
+        est = base["mean_s"] - saved if base else None
+        lean_rows.append(
+            [name, f"{toks:,.0f}", f"{saved:.2f}", common.fmt(est, 3),
+             _x(react["mean_s"], est) if react and est else "-"]
+        )  # fmt: skip
 
     # -- the paper beside us -----------------------------------------------------------
     paper = PAPER[dataset.name]
@@ -432,8 +465,8 @@ def report(
         f"{' (spread over ' + ', '.join(groups) + ')' if len(groups) > 1 else ''}, "
         f"{args.concurrency} at once per mode; {source}. Look-ups simulated: {SEARCH_SOURCE}, "
         "over synthetic facts (see benchmarks/_datasets.py). Calls, tokens and cost are per "
-        f"question; cost at one price table for every mode: ${PRICE_IN:g} / ${PRICE_OUT:g} "
-        f"per million input / output tokens ({PRICE_SOURCE})."
+        f"question; cost at one price table for every mode: ${prices[0]:g} / ${prices[1]:g} "
+        f"per million input / output tokens ({price_source})."
     )
     time_note = (
         "Where the time goes (means per question, from the model server's record of each "
@@ -459,11 +492,12 @@ def report(
         "preset": {"name": preset.name, "describes": preset.describes, "source": preset.source},
         "latency_model": vars(latency),
         "accounting": lm.ACCOUNTING,
-        "prices_per_million": {"input": PRICE_IN, "output": PRICE_OUT, "source": PRICE_SOURCE},
+        "prices_per_million": {"input": prices[0], "output": prices[1], "source": price_source},
         "summary": summary,
         "by_group": by_group,
         "paper": paper,
         "targets": targets,
+        "leaner_plans": [dict(zip(lean_headers, r, strict=True)) for r in lean_rows],
         "questions": per_mode,
     }
     md = [
@@ -476,6 +510,15 @@ def report(
     ]
     if time_rows:
         md += [time_note, common.markdown_table(time_headers, time_rows)]
+    lean_note = (
+        "What a leaner plan would save (an estimate, not a run): the same plan in other "
+        "formats, its output tokens by the same rule, the writing time that saves at this "
+        "preset's time per output token, and plan-then-execute's measured mean latency less "
+        "that time. The joiner's call (above) is the other fixed cost."
+    )
+    if not args.base_url:
+        md += [lean_note, common.markdown_table(lean_headers, lean_rows)]
+        print(common.text_table(lean_headers, lean_rows))
     md += [
         "## LLMCompiler's published ratios beside ours",
         f"Paper: Kim et al., ICML 2024 (arXiv:2312.04511v3), with {paper['model']}; Tables 1 "
@@ -491,7 +534,7 @@ def report(
         print("results not written (pass --write to update benchmarks/results, or --out DIR)")
         return
     name = f"agent_vs_react_{dataset.name}"
-    if preset.name != "hosted-fast" or args.scale != 1.0:
+    if preset.name != "hosted-fast":
         name += f"_{preset.name}".replace("+", "_")
     for p in common.write_results(out, name, data, "\n\n".join(md)):
         print(f"wrote {p}")
