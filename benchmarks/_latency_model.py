@@ -40,6 +40,7 @@ from _datasets import Dataset, Question
 
 __all__ = [
     "ACCOUNTING",
+    "PLAN_WRITTEN",
     "PRESETS",
     "LatencyModel",
     "ModelServer",
@@ -184,6 +185,11 @@ class CallRecord:
 
 
 PLAN_AS_WRITTEN = "as written (strict schema: goal, then id, tool, args, depends_on, for_each)"
+PLAN_WRITTEN = {  # --plan-written: the fair default, and two leaner formats for estimates
+    "strict": PLAN_AS_WRITTEN,
+    "no-goal": "without the restated goal",
+    "lean": "id, tool and args only",
+}
 
 
 def plan_variants(dataset: Dataset, q: Question) -> dict[str, str]:
@@ -240,8 +246,10 @@ class ModelServer:
         latency: LatencyModel,
         *,
         parallel: bool = False,
+        plan_written: str = "strict",
     ) -> None:
         self.dataset = dataset
+        self.plan_written = PLAN_WRITTEN[plan_written]
         self.questions = questions
         self.by_text = {" ".join(q.text.split()): q for q in questions}
         self.latency = latency
@@ -297,8 +305,7 @@ class ModelServer:
             answer, cites = self.dataset.join_reply(q, user)
             reply = {"action": "finish", "answer": answer, "cites": cites}
             return q, "joiner", json.dumps(reply), []
-        tasks = [{**t, "depends_on": [], "for_each": None} for t in self.dataset.plan_tasks(q)]
-        return q, "planner", json.dumps({"goal": q.text, "tasks": tasks}), []
+        return q, "planner", plan_variants(self.dataset, q)[self.plan_written], []
 
     # -- HTTP -------------------------------------------------------------------------
 

@@ -275,6 +275,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--price-out", type=float, default=PRICE_OUT, help="$ per million output tokens, every mode"
     )
+    parser.add_argument(
+        "--plan-written",
+        choices=list(lm.PLAN_WRITTEN),
+        default="strict",
+        help="what the scripted planner writes: 'strict' (the default, and the fair one: "
+        "every field the planner's strict schema makes a model write); 'no-goal' and 'lean' "
+        "(id, tool and args only) measure what a leaner plan format would save, which the "
+        "library's schema does not allow today",
+    )
     parser.add_argument("--base-url", help="a real OpenAI-compatible model instead")
     parser.add_argument("--model", default="latency-model", help="model name (with --base-url)")
     common.add_output_options(parser)
@@ -295,7 +304,9 @@ def main(argv: list[str] | None = None) -> None:
     with ExitStack() as stack:
         servers: dict[str, lm.ModelServer] = {}
         if not args.base_url:
-            one = stack.enter_context(lm.ModelServer(dataset, questions, latency))
+            one = stack.enter_context(
+                lm.ModelServer(dataset, questions, latency, plan_written=args.plan_written)
+            )
             par = stack.enter_context(lm.ModelServer(dataset, questions, latency, parallel=True))
             servers = {m: (par if m == "react-parallel" else one) for m in modes}
         for mode in modes:
@@ -501,7 +512,13 @@ def report(
         "questions": per_mode,
     }
     md = [
-        f"# Goal to answer against ReAct: {dataset.name} (preset {preset.name})",
+        f"# Goal to answer against ReAct: {dataset.name} (preset {preset.name})"
+        + (
+            ""
+            if args.plan_written == "strict"
+            else f", the planner writing its plan {lm.PLAN_WRITTEN[args.plan_written]}: an "
+            "estimate of a leaner format, not what the library's schema makes a model write"
+        ),
         f"`{common.command_line()}`",
         common.machine_line(info),
         note,
@@ -536,6 +553,8 @@ def report(
     name = f"agent_vs_react_{dataset.name}"
     if preset.name != "hosted-fast":
         name += f"_{preset.name}".replace("+", "_")
+    if args.plan_written != "strict":
+        name += f"_plan_{args.plan_written}".replace("-", "_")
     for p in common.write_results(out, name, data, "\n\n".join(md)):
         print(f"wrote {p}")
     png = out / f"{name}.png"
