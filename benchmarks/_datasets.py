@@ -174,9 +174,10 @@ class Dataset:
             return "", [("search", {self.search_arg: q.queries[len(results)]})]
         return self.answer_from(q, "\n".join(results)), []
 
-    def join_reply(self, q: Question, prompt: str) -> tuple[str, list[str]]:
-        """The joiner's answer and cites, read from the results in its prompt."""
-        return self.answer_from(q, prompt), [f"s{j}" for j in range(1, len(q.queries) + 1)]
+    def join_reply(self, q: Question, prompt: str, ids: list[str]) -> tuple[str, list[str]]:
+        """The joiner's answer and cites (``ids``: the plan's task ids), read from the results
+        in its prompt."""
+        return self.answer_from(q, prompt), ids
 
     def answer_from(self, q: Question, text: str) -> str:
         raise NotImplementedError
@@ -228,9 +229,10 @@ class ParallelQA(Dataset):
             return "", [("math", {"expression": " + ".join(r.strip() for r in results)})]
         return results[-1].strip(), []
 
-    def join_reply(self, q: Question, prompt: str) -> tuple[str, list[str]]:
-        found = re.search(r"^- total: [a-z]+, output: (.+)$", prompt, re.M)
-        return (found.group(1).strip() if found else "unknown"), ["total"]
+    def join_reply(self, q: Question, prompt: str, ids: list[str]) -> tuple[str, list[str]]:
+        total = ids[-1]  # the sum, the plan's last task
+        found = re.search(rf"^- {re.escape(total)}: [a-z]+, output: (.+)$", prompt, re.M)
+        return (found.group(1).strip() if found else "unknown"), [total]
 
     def is_right(self, answer: str | None, q: Question) -> bool:
         """A number within 1 % of the expected one (a real model may write a sentence)."""

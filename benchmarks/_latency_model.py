@@ -185,10 +185,11 @@ class CallRecord:
 
 
 PLAN_AS_WRITTEN = "as written (strict schema: goal, then id, tool, args, depends_on, for_each)"
-PLAN_WRITTEN = {  # --plan-written: the fair default, and two leaner formats for estimates
+PLAN_WRITTEN = {  # --plan-written: the fair default, and three leaner formats for estimates
     "strict": PLAN_AS_WRITTEN,
     "no-goal": "without the restated goal",
     "lean": "id, tool and args only",
+    "llmcompiler": "LLMCompiler's text format",
 }
 
 
@@ -302,7 +303,13 @@ class ModelServer:
             start = len(results)
             return q, "react", text, [_call(start + i, n, a) for i, (n, a) in enumerate(calls)]
         if system.startswith("You are the joiner"):
-            answer, cites = self.dataset.join_reply(q, user)
+            tasks = self.dataset.plan_tasks(q)
+            ids = (
+                [str(i) for i in range(1, len(tasks) + 1)]
+                if self.plan_written == PLAN_WRITTEN["llmcompiler"]
+                else [t["id"] for t in tasks]
+            )
+            answer, cites = self.dataset.join_reply(q, user, ids)
             reply = {"action": "finish", "answer": answer, "cites": cites}
             return q, "joiner", json.dumps(reply), []
         return q, "planner", plan_variants(self.dataset, q)[self.plan_written], []

@@ -281,8 +281,9 @@ def main(argv: list[str] | None = None) -> None:
         default="strict",
         help="what the scripted planner writes: 'strict' (the default, and the fair one: "
         "every field the planner's strict schema makes a model write); 'no-goal' and 'lean' "
-        "(id, tool and args only) measure what a leaner plan format would save, which the "
-        "library's schema does not allow today",
+        "(id, tool and args only) and 'llmcompiler' (LLMCompiler's text format, which the "
+        "planner parses) measure what a leaner plan would save; the planner's strict schema "
+        "does not let a model write them today",
     )
     parser.add_argument("--base-url", help="a real OpenAI-compatible model instead")
     parser.add_argument("--model", default="latency-model", help="model name (with --base-url)")
