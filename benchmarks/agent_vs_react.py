@@ -17,12 +17,14 @@ Modes:
 Per mode: latency mean / p50 / p95, model calls, input and output tokens (one rule for every
 mode: ``_latency_model.ACCOUNTING``), cost at one price table, accuracy, the ratios of mean
 latency and cost against ``react``, where the time goes, LLMCompiler's published ratios beside
-ours, and the issue's targets.
+ours, and the issue's targets. ``--plan-written`` makes the scripted planner write a leaner
+plan than the strict schema allows, to measure what that would save (labelled in the files).
 
     python benchmarks/agent_vs_react.py --dataset movie              # print only
     python benchmarks/agent_vs_react.py --dataset movie --write      # update benchmarks/results
     python benchmarks/agent_vs_react.py --dataset hotpotqa --questions 8 --scale 0.2
     python benchmarks/agent_vs_react.py --preset local --questions 40
+    python benchmarks/agent_vs_react.py --dataset movie --plan-written lean  # a leaner plan
     python benchmarks/agent_vs_react.py --base-url http://localhost:8000/v1 --model NAME
 """
 
