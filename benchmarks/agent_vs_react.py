@@ -46,7 +46,7 @@ import _png
 import anyio
 
 import dagagent
-from dagagent.llm import OpenAIChat, UsageTracker
+from dagagent.llm import HTTPRetryPolicy, ModelSettings, OpenAIChat, UsageTracker
 
 MODES = ("react", "react-parallel", "plan", "solve")
 REACT_ONE = (
@@ -124,7 +124,13 @@ async def run_one(
     mode: str, q: ds.Question, base_url: str, model: str, registry: dagagent.Registry
 ) -> dict[str, Any]:
     usage = UsageTracker()
-    llm = OpenAIChat(model, base_url=base_url, api_key="unused", usage=usage, max_retries=0)
+    llm = OpenAIChat(
+        model,
+        base_url=base_url,
+        api_key="unused",
+        usage=usage,
+        settings=ModelSettings(retry=HTTPRetryPolicy(max_retries=0)),
+    )
     t0 = time.perf_counter()
     answer: str | None
     if mode.startswith("react"):

@@ -4,10 +4,10 @@ The floor is what a Dask user would write by hand: ``client.submit`` of every ta
 each future passed to the tasks that depend on it, so the scheduler hands each result
 straight to its dependents; then one ``client.gather`` of every task's future, because
 dagagent has every result on the driver too (it records them) and the floor must bring
-back the same data. The floor runs on a client of its own, to the same scheduler, batching
-its messages as the executor's client does (every millisecond): the executor's client takes
-the results workers push on the topic named after it, so the scheduler also sends it an
-event for every graph update, which a plain client does not pay for.
+back the same data. The floor runs on a client of its own, to the same scheduler, made as
+Dask makes clients (as the executor's client is): the executor's client takes the results
+workers push on the topic named after it, so the scheduler also sends it an event for every
+graph update, which a plain client does not pay for.
 
 dagagent's ``dask`` executor runs the same plan on the same cluster, in the same process:
 each call is a Dask task, its result comes back to the driver (references, validation,
@@ -35,6 +35,7 @@ from typing import Any
 import _common as common
 
 import dagagent
+from dagagent.settings import RunSettings
 
 
 def add_one(x: int = 0, ms: float = 0.0) -> int:
@@ -97,13 +98,11 @@ async def raw_fan(client: Any, n: int, ms: float) -> int:
 
 
 async def floor_client(exe: Any) -> Any:
-    """A plain asynchronous client to the executor's scheduler, batching as its client does."""
+    """A plain asynchronous client to the executor's scheduler, as Dask makes it (as the
+    executor's own client is)."""
     from distributed import Client
 
-    from dagagent.executors.dask import _CLIENT_SEND_INTERVAL_S
-
     client: Any = await Client(exe.dask_client.scheduler.address, asynchronous=True)
-    client.scheduler_comm.interval = _CLIENT_SEND_INTERVAL_S
     return client
 
 
@@ -134,7 +133,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
         try:
             for graph, raw, n, expected in shapes.values():  # warm up: ship, import
                 assert await raw(client, n, args.tool_ms) == expected
-                result = await dagagent.execute(graph, registry, executor=exe)
+                result = await dagagent.execute(graph, registry, settings=RunSettings(executor=exe))
                 result.raise_for_status()
             for _ in range(args.repeats):
                 for shape, (graph, raw, n, expected) in shapes.items():
@@ -143,7 +142,9 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
                     times[shape]["futures"].append(time.perf_counter() - t0)
                     assert got == expected, (shape, got)
                     t0 = time.perf_counter()
-                    result = await dagagent.execute(graph, registry, executor=exe)
+                    result = await dagagent.execute(
+                        graph, registry, settings=RunSettings(executor=exe)
+                    )
                     times[shape]["dagagent"].append(time.perf_counter() - t0)
                     result.raise_for_status()
         finally:

@@ -23,6 +23,7 @@ from dagagent.plan import Plan
 from dagagent.results import TaskResult, TaskStatus
 from dagagent.review import predict_reuse, reuse_map, review_run
 from dagagent.runner import task_fingerprint
+from dagagent.settings import RunSettings
 from dagagent.store import (
     MIGRATIONS,
     OUTPUT_NOT_RECORDED,
@@ -31,13 +32,13 @@ from dagagent.store import (
     RunStore,
     StoreLocation,
     StoreSource,
+    _rows as rows,
+    _writer as writer,
     check_run_id,
     default_store_path,
     locate_store,
     user_data_dir,
 )
-from dagagent.store import _writer as writer
-from dagagent.store._plans import plan_from_column, plan_task_ids, plan_to_column
 
 pytestmark = pytest.mark.anyio
 
@@ -75,7 +76,7 @@ async def test_execute_records_the_run_and_every_task(
     }
     db = tmp_path / "runs.db"
     result = await dagagent.execute(
-        plan, registry, store=db, executor="dataflow", on_failure="continue"
+        plan, registry, store=db, settings=RunSettings(executor="dataflow", on_failure="continue")
     )
     with RunStore(db, create=False) as st:
         rec = st.get_run(result.run_id)
@@ -226,7 +227,7 @@ async def test_a_finished_task_is_durable_while_the_run_goes_on(
     async with anyio.create_task_group() as tg:
         tg.start_soon(watch)
         result = await dagagent.execute(
-            plan, registry, store=db, run_id=run_id, executor="dataflow"
+            plan, registry, store=db, run_id=run_id, settings=RunSettings(executor="dataflow")
         )
     assert result.ok
     # Visible within the flush delay (0.05 s) plus generous slack, long before the run ended.
@@ -246,7 +247,7 @@ async def test_cancelling_the_run_flushes_what_finished(
             registry,
             store=db,
             run_id=run_id,
-            executor="dataflow",
+            settings=RunSettings(executor="dataflow"),
         )
     with RunStore(db) as st:
         rec = st.get_run(run_id)
@@ -279,7 +280,7 @@ async def test_a_locked_database_delays_writes_but_loses_nothing(
         registry,
         store=db,
         run_id=run_id,
-        executor="dataflow",
+        settings=RunSettings(executor="dataflow"),
     )
     holder.join()
     with RunStore(db) as st:
@@ -295,14 +296,12 @@ def test_a_killed_run_is_shown_as_interrupted(tmp_path: Path) -> None:
     dead.wait()
     with sqlite3.connect(db) as conn:
         conn.execute(
-            "INSERT INTO runs (id, created, plan, n_tasks, status, pid) VALUES (?, ?, ?, 1, ?, ?)",
-            (
-                "0123456789ab",
-                time.time(),
-                '{"tasks": [{"id": "a", "tool": "x"}]}',
-                "running",
-                dead.pid,
-            ),
+            "INSERT INTO runs (id, created, plan, n_tasks, status, pid) VALUES (?, ?, '', 1, ?, ?)",
+            ("0123456789ab", time.time(), "running", dead.pid),
+        )
+        conn.execute(
+            "INSERT INTO run_plans (run_id, plan) VALUES (?, ?)",
+            ("0123456789ab", '{"tasks": [{"id": "a", "tool": "x"}]}'),
         )
     with RunStore(db) as st:
         (summary,) = st.list_runs()
@@ -508,11 +507,56 @@ def test_a_v1_database_migrates_to_the_current_schema_and_reads(tmp_path: Path) 
         assert rec.tasks["a"].traceback is None  # v4 added the traceback column
         assert rec.tasks["a"].elements is None  # v5 added the elements of map tasks
         assert st.approvals(rec.run_id) == []  # v6 added the approvals that wait
-        # v8: the rows are in task_rows now, still read through the tasks view
+        # v9: one table of task rows; every plan in run_plans, as its JSON
         assert st.list_runs()[0].counts == {"succeeded": 1}
     assert user_version(db) == SCHEMA_VERSION
     with sqlite3.connect(db) as conn:
         assert conn.execute("SELECT task_id, output FROM tasks").fetchall() == [("a", "1")]
+        assert conn.execute("SELECT plan FROM runs").fetchall() == [("",)]
+        (plan,) = conn.execute("SELECT plan FROM run_plans").fetchone()
+    assert json.loads(plan)["tasks"] == [{"id": "a", "tool": "echo", "args": {"value": 1}}]
+
+
+DATA = Path(__file__).parent / "data"
+
+
+def _v8_db(path: Path) -> None:
+    """A store as schema version 8 wrote it (made by the code of that version, dumped as SQL):
+    runs whose task results are batch documents of ``task_log`` (both layouts), rows of
+    ``task_rows`` (decisions, map elements, NaN), plans in the short form and as JSON, and a
+    run from version 1 whose plan is in ``runs.plan``."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.executescript((DATA / "store_v8.sql").read_text())
+    conn.execute("PRAGMA user_version = 8")
+    conn.close()
+
+
+def test_a_v8_store_migrates_and_reads_as_it_did(tmp_path: Path) -> None:
+    """Every run, task and count that version 8 read from its store reads the same after the
+    migration to one table of task rows and one form of a plan."""
+    db = tmp_path / "v8.db"
+    _v8_db(db)
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT COUNT(*) FROM task_log").fetchone()[0] == 5
+    expected = json.loads((DATA / "store_v8.json").read_text())
+    with RunStore(db, create=False) as st:
+        assert st.schema_version == SCHEMA_VERSION
+        assert [s.model_dump(mode="json") for s in st.list_runs(limit=None)] == expected["runs"]
+        for run_id, record in expected["records"].items():
+            assert json.loads(json.dumps(st.get_run(run_id).to_json_dict())) == record, run_id
+    with sqlite3.connect(db) as conn:
+        names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
+        plans = conn.execute("SELECT run_id, plan FROM run_plans").fetchall()
+        assert conn.execute("SELECT COUNT(*) FROM runs WHERE plan != ''").fetchone()[0] == 0
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
+    assert {"task_log", "task_log_rows", "task_rows"}.isdisjoint(names) and "tasks" in names
+    assert len(plans) == len(expected["records"])
+    for run_id, text in plans:  # the short ones rewritten as the recorder writes a plan now
+        plan = Plan.model_validate_json(text)
+        assert text == plan.to_json(indent=None) or run_id == "00000000abcd", run_id
+    RunStore(tmp_path / "fresh.db").close()
+    assert _schema_of(db) == _schema_of(tmp_path / "fresh.db")
 
 
 def _schema_of(path: Path) -> list[tuple[Any, ...]]:
@@ -531,7 +575,7 @@ def test_a_new_store_gets_in_one_go_the_schema_the_migrations_leave(tmp_path: Pa
     _v1_db(old)
     RunStore(old).close()
     assert _schema_of(fresh) == _schema_of(stepped) == _schema_of(old)
-    assert len(_schema_of(fresh)) >= 15
+    assert len(_schema_of(fresh)) >= 13
     for db in (fresh, stepped, old):
         assert user_version(db) == SCHEMA_VERSION
         with sqlite3.connect(db) as conn:
@@ -543,7 +587,7 @@ def test_a_new_store_gets_in_one_go_the_schema_the_migrations_leave(tmp_path: Pa
     results = [
         _plain("a", output={"n": [1, 2.5, "x"]}, args={"k": "v"}),
         _plain("b", "failed", error="no", error_type="ToolError", traceback="tb"),
-        _plain("c", output="three", decisions=[]),  # a row of its own
+        _plain("c", output="three", decisions=[]),
         _plain("d", "skipped"),
     ]
     records = []
@@ -564,15 +608,14 @@ def test_a_new_store_gets_in_one_go_the_schema_the_migrations_leave(tmp_path: Pa
     assert records[0][1] == {"succeeded": 2, "failed": 1, "skipped": 1}
 
 
-def test_the_schema_reads_on_an_sqlite_without_json_operators(tmp_path: Path) -> None:
-    """The tasks view takes batch documents apart with JSON functions every SQLite with JSON
-    support has: ``->`` (3.38+) in the schema would make the whole file unreadable before."""
+def test_the_schema_needs_no_json_functions(tmp_path: Path) -> None:
+    """Columns hold JSON text that Python reads back: nothing in the schema asks SQLite to
+    read JSON, so any SQLite reads the file (``->`` is 3.38+; some builds have no JSON)."""
     with RunStore(tmp_path / "r.db"):
         pass
     with sqlite3.connect(tmp_path / "r.db") as conn:
         schema = [r[0] for r in conn.execute("SELECT sql FROM sqlite_master WHERE sql NOT NULL")]
-    assert any("json_each" in sql for sql in schema)
-    assert not any("->" in sql for sql in schema)
+    assert schema and not any("json" in sql.lower() or "->" in sql for sql in schema)
 
 
 def _plain(task_id: str, status: str = "succeeded", **kw: Any) -> TaskResult:
@@ -595,16 +638,16 @@ def _task_rows(db: Path, run_id: str) -> list[tuple[Any, ...]]:
 
 
 def test_a_task_recorded_again_has_one_row_the_last(tmp_path: Path) -> None:
-    """Batches go to the store as documents, taken apart when read: a task recorded again
-    (in a later batch, in the same batch, after a row of its own) still reads as one row,
-    the last, and the counts by status count it once."""
+    """A task recorded again (in a later batch, in the same batch) has one row, the last
+    written, and the counts by status count it once: as a task recorded when it starts and
+    again when it ends would."""
     db, run_id = tmp_path / "r.db", "0123456789ab"
     plan = Plan.model_validate({"tasks": [{"id": t, "tool": "t"} for t in "abcde"]})
     rec = RunRecorder(db, run_id, flush_interval_s=0).start()
     rec(RunStarted(run_id, plan, "dataflow"))
     rec.record(_plain("a", output=1))
     rec.record(_plain("b", "failed", error="no"))
-    rec.record(_plain("c", output=3, decisions=[]))  # a row of its own
+    rec.record(_plain("c", output=3, decisions=[]))
     while len(_task_rows(db, run_id)) < 3:  # on record before the next ones come
         time.sleep(0.01)
     rec.record(_plain("a", output=10))
@@ -677,9 +720,7 @@ def test_a_recorder_writes_through_the_connection_it_opened(
         assert [r.run_id for r in st.list_runs()] == ["0123456789ac", "0123456789ab"]
 
 
-def test_a_plan_is_kept_in_the_short_form_when_it_can_be_and_reads_back_the_same(
-    tmp_path: Path,
-) -> None:
+def test_a_plan_is_kept_as_its_json_and_checked_when_read(tmp_path: Path) -> None:
     plain = Plan.model_validate(
         {
             "goal": "g",
@@ -697,23 +738,25 @@ def test_a_plan_is_kept_in_the_short_form_when_it_can_be_and_reads_back_the_same
             ]
         }
     )
-    short, full = plan_to_column(plain), plan_to_column(other)
-    assert short.startswith("[") and full == other.to_json(indent=None)
-    assert plan_to_column(Plan()) == '["",[]]'
-    for plan, text in ((plain, short), (other, full), (plain, plain.to_json(indent=None))):
-        back = plan_from_column(text)
-        assert back.model_dump() == plan.model_dump()
-        assert back.to_json() == plan.to_json()
-        assert plan_task_ids(text) == [t.id for t in plan.tasks]
-    with pytest.raises(ValueError):
-        plan_from_column('["g", [["a"]]]')
-    # what a run records, and reads back
     db = tmp_path / "r.db"
     for run_id, plan in (("0123456789ab", plain), ("0123456789ac", other)):
         with RunRecorder(db, run_id) as rec:
             rec(RunStarted(run_id, plan, "serial"))
         with RunStore(db) as st:
             assert st.get_run(run_id).plan.model_dump() == plan.model_dump()
+        with sqlite3.connect(db) as conn:
+            (text,) = conn.execute(
+                "SELECT plan FROM run_plans WHERE run_id = ?", (run_id,)
+            ).fetchone()
+        assert text == plan.to_json(indent=None)
+    with sqlite3.connect(db) as conn:  # a plan that is not one any more
+        conn.execute(
+            "UPDATE run_plans SET plan = ? WHERE run_id = '0123456789ab'",
+            ('{"tasks": [{"id": "a", "tool": 3}]}',),
+        )
+    with RunStore(db) as st, pytest.raises(StoreError) as info:
+        st.get_run("0123456789ab")
+    assert "run 0123456789ab: the recorded plan cannot be read" in str(info.value)
 
 
 def test_a_resumed_run_replaces_the_results_it_runs_again(tmp_path: Path) -> None:
@@ -797,7 +840,7 @@ def test_a_foreign_database_is_not_taken_over(tmp_path: Path) -> None:
 def test_recorder_listener_only_enqueues_and_close_is_idempotent(tmp_path: Path) -> None:
     rec = RunRecorder(tmp_path / "r.db", dagagent.new_run_id())
     rec(object())  # not an event it records: ignored
-    assert rec._queue.qsize() == 0
+    assert rec._writer._queue.empty()
     rec.close()  # never started: nothing to do
     rec.close()
     with pytest.raises(StoreError, match="flush_interval_s"):
@@ -814,73 +857,27 @@ def test_env_var_home_is_created_on_first_use(
     assert os.access(home, os.W_OK)
 
 
-async def test_the_runner_hands_a_plain_success_over_as_its_values_and_the_rest_as_results(
-    tmp_path: Path, registry: dagagent.Registry, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    seen: list[Any] = []
-    real_init = RunRecorder.__init__
-
-    def spying(self: RunRecorder, *args: Any, **kw: Any) -> None:
-        real_init(self, *args, **kw)
-        as_values, as_result = self.record_success, self.record
-
-        def values(row: Any) -> None:
-            seen.append(row)
-            as_values(row)
-
-        def result(r: TaskResult) -> None:
-            seen.append(r.task_id)
-            as_result(r)
-
-        self.record_success, self.record = values, result
-
-    monkeypatch.setattr(RunRecorder, "__init__", spying)
-    mapped = {"id": "m", "tool": "work", "for_each": ["x", "y"], "args": {"name": "${@item}"}}
-    db = tmp_path / "r.db"
-    result = await dagagent.execute(
-        {"tasks": [w("ok"), w("bad", fail=True), mapped]},
-        registry,
-        store=db,
-        on_failure="continue",
-    )
-    ok = result.tasks["ok"]
-    assert sorted(seen, key=str) == [
-        ("ok", "ok", 1, ok.started_at, ok.finished_at, {"name": "ok", "seconds": 0.0}),
-        "bad",  # failed: its error, its traceback
-        "m",  # a map task: its elements
-    ]
-    with RunStore(db) as st:
-        rec = st.get_run(result.run_id)
-    assert rec.tasks["ok"].model_dump() == ok.model_dump()
-    assert rec.tasks["bad"].error_type == "RuntimeError" and rec.tasks["m"].output == ["x", "y"]
-
-
 async def test_an_event_that_cannot_be_written_is_dropped_not_the_whole_record(
     tmp_path: Path, registry: dagagent.Registry, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real = RunRecorder._task_row
+    real = rows.task_row
 
-    def poisoned(self: RunRecorder, r: Any) -> Any:
+    def poisoned(run_id: str, r: TaskResult, output_lost: str | None = None) -> Any:
         if r.task_id == "b":
             raise RuntimeError("cannot write b")
-        return real(self, r)
+        return real(run_id, r, output_lost)
 
-    monkeypatch.setattr(RunRecorder, "_task_row", poisoned)
-    # the batch of rows as one JSON document: refused when it holds b, so b goes row by row
-    real_json = writer.insert_json
-
-    def refuse_b(conn: Any, run_id: str, results: Any, rows: Any = None) -> bool:
-        ids = [r.task_id for r in results] + [row[0] for row in rows or ()]
-        if "b" in ids:
-            return False
-        return real_json(conn, run_id, results, rows)
-
-    monkeypatch.setattr(writer, "insert_json", refuse_b)
+    monkeypatch.setattr(rows, "task_row", poisoned)
     db = tmp_path / "r.db"
     result = await dagagent.execute(
-        {"tasks": [w("a"), w("b"), w("c", 0.2)]}, registry, store=db, executor="dataflow"
+        {"tasks": [w("a"), w("b"), w("c", 0.2)]},
+        registry,
+        store=db,
+        settings=RunSettings(executor="dataflow"),
     )
     assert result.ok
+    assert result.record_loss is not None and result.record_loss.tasks == ["b"]
+    assert "cannot write b" in result.record_loss.error
     with RunStore(db) as st:
         rec = st.get_run(result.run_id)
     assert rec.status == "succeeded"  # the run row and its finish were written
@@ -1000,7 +997,12 @@ async def test_an_output_the_store_cannot_write_is_never_reused(tmp_path: Path, 
 
     calls.clear()
     again = await dagagent.execute(
-        plan, reg, store=db, reuse=reuse_map(rec), parent_id=rec.run_id, executor="serial"
+        plan,
+        reg,
+        store=db,
+        reuse=reuse_map(rec),
+        parent_id=rec.run_id,
+        settings=RunSettings(executor="serial"),
     )
     assert again.tasks["r"].status.value == "succeeded"  # ran again
     assert again.tasks["ok"].status.value == "reused"
@@ -1178,7 +1180,9 @@ async def test_every_element_of_a_map_task_is_recorded(tmp_path: Path) -> None:
     }
     db = tmp_path / "r.db"
     reg = _map_registry({"bob"})
-    result = await dagagent.execute(plan, reg, store=db, on_failure="continue")
+    result = await dagagent.execute(
+        plan, reg, store=db, settings=RunSettings(on_failure="continue")
+    )
     with RunStore(db) as st:
         rec = st.get_run(result.run_id)
     hi = rec.tasks["hi"]

@@ -422,9 +422,10 @@ def load_registry(spec: str | None) -> Registry:
 
 
 def _abandoned_threads() -> bool:
-    """Whether worker threads still run a sync tool that timed out or was cancelled: Python
-    cannot stop them, and interpreter shutdown would wait for anyio's."""
-    threads = sys.modules.get("dagagent.sync_threads")
+    """Whether worker threads still run a call the command gave up on (a sync tool that timed
+    out or was cancelled, a question nobody answered): Python cannot stop them, and on asyncio
+    interpreter shutdown would wait for them (anyio's worker threads are not daemon threads)."""
+    threads = sys.modules.get("dagagent.tools._threads")
     if threads is not None and threads.sync_threads.running:
         return True
     return any(

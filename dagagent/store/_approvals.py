@@ -26,8 +26,7 @@ from ..errors import DecisionError
 from ..results import ApprovalAnswer
 from ..text import shorten
 from ._codec import from_column, to_column
-from ._plans import plan_task_ids
-from ._schema import PLAN_OF_RUN
+from ._plans import plan_from_column
 from .models import ApprovalRecord
 
 __all__ = ["DECISIONS", "ApprovalQueries", "ArgsCheck"]
@@ -251,8 +250,8 @@ def _not_waiting(
     conn: sqlite3.Connection, run_id: str, task_id: str, rows: list[ApprovalRecord]
 ) -> str:
     """Why task ``task_id`` of run ``run_id`` takes no decision, in words."""
-    plan = conn.execute(f"SELECT {PLAN_OF_RUN} FROM runs WHERE id = ?", (run_id,)).fetchone()
-    ids = plan_task_ids(plan[0]) if plan else []
+    plan = conn.execute("SELECT plan FROM run_plans WHERE run_id = ?", (run_id,)).fetchone()
+    ids = [t.id for t in plan_from_column(plan[0] if plan else None, run_id).tasks]
     if task_id not in ids:
         shown = ", ".join(str(i) for i in ids[:10]) + (", ..." if len(ids) > 10 else "")
         return f"run {run_id} has no task {shorten(task_id, 64)!r} (its tasks: {shown})"

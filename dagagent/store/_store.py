@@ -12,26 +12,19 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import StoreError
 from ..plan import task_fingerprint
-from ..results import RunStatus, TaskResult, TaskStatus, load_decisions, load_steps
+from ..results import RunStatus, TaskResult
 from ._approvals import ApprovalQueries
 from ._codec import ELEMENT_KEYS, from_column
+from ._file import connect
 from ._ids import check_run_id
 from ._location import StoreLocation, locate_store
 from ._plans import plan_from_column
-from ._schema import (
-    MIGRATIONS,
-    PLAN_OF_RUN,
-    SCHEMA,
-    Migration,
-    connect,
-    migrate,
-    status_counts_sql,
-)
+from ._schema import MIGRATIONS, SCHEMA, Migration, migrate
 from ._solves import SolveQueries
 from .models import RunRecord, RunSummary
 
 if TYPE_CHECKING:
-    from ._writer import RunRecorder
+    from ._recorder import RunRecorder
 
 __all__ = ["DEFAULT_FLUSH_INTERVAL_S", "RunStore", "default_store_path"]
 
@@ -272,9 +265,13 @@ class RunStore(SolveQueries, ApprovalQueries):
         counts: dict[str, dict[str, int]] = {r[0]: {} for r in rows}
         if rows:
             ids = [r[0] for r in rows]
-            for run_id, status, n in self._query(status_counts_sql(len(ids)), ids * 3):
-                by_status = counts[run_id]
-                by_status[status] = by_status.get(status, 0) + int(n)
+            marks = ",".join("?" * len(ids))
+            for run_id, status, n in self._query(
+                f"SELECT run_id, status, COUNT(*) FROM tasks WHERE run_id IN ({marks}) "
+                "GROUP BY run_id, status",
+                ids,
+            ):
+                counts[run_id][status] = int(n)
         return [
             RunSummary(
                 run_id=r[0],
@@ -295,17 +292,16 @@ class RunStore(SolveQueries, ApprovalQueries):
         """The full record of run ``ref`` (a run id or a unique prefix)."""
         run_id = self.resolve(ref)
         rows = self._query(
-            f"SELECT id, parent_id, created, goal, {PLAN_OF_RUN}, status, executor, started_at, "
-            "finished_at, critical_path, critical_path_s, pid, context FROM runs WHERE id = ?",
+            "SELECT id, parent_id, created, goal, "
+            "(SELECT p.plan FROM run_plans AS p WHERE p.run_id = runs.id), status, executor, "
+            "started_at, finished_at, critical_path, critical_path_s, pid, context "
+            "FROM runs WHERE id = ?",
             (run_id,),
         )
         if not rows:  # pragma: no cover - resolve() just found it
             raise StoreError(f"no run {run_id} in {self.path}")
         r = rows[0]
-        try:
-            plan = plan_from_column(r[4])
-        except ValueError as exc:
-            raise StoreError(f"run {run_id}: the recorded plan cannot be read: {exc}") from None
+        plan = plan_from_column(r[4], run_id)
         task_rows = self._query(
             "SELECT task_id, status, output, error, error_type, attempts, started_at, "
             "finished_at, args, steps, decisions, traceback, elements FROM tasks WHERE run_id = ?",
@@ -353,27 +349,29 @@ class RunStore(SolveQueries, ApprovalQueries):
         self, run_id: str, *, flush_interval_s: float = DEFAULT_FLUSH_INTERVAL_S
     ) -> RunRecorder:
         """A listener that records run ``run_id`` (see :class:`RunRecorder`)."""
-        from ._writer import RunRecorder
+        from ._recorder import RunRecorder
 
         return RunRecorder(self, run_id, flush_interval_s=flush_interval_s)
 
 
 def _result(t: Sequence[Any]) -> TaskResult:
-    """A task result from its columns (a task's row, or an element's object)."""
-    return TaskResult.model_construct(
-        task_id=t[0],
-        status=TaskStatus(t[1]),
-        output=from_column(t[2]),
-        error=t[3],
-        error_type=t[4],
-        attempts=t[5],
-        started_at=t[6],
-        finished_at=t[7],
-        args=from_column(t[8]),
-        steps=load_steps(from_column(t[9])),
-        decisions=load_decisions(from_column(t[10])),
-        traceback=t[11],
-        elements=None,
+    """A task result from its columns (a task's row, or an element's object), checked as it
+    comes out of the store."""
+    return TaskResult.validate(
+        {
+            "task_id": t[0],
+            "status": t[1],
+            "output": from_column(t[2]),
+            "error": t[3],
+            "error_type": t[4],
+            "attempts": t[5],
+            "started_at": t[6],
+            "finished_at": t[7],
+            "args": from_column(t[8]),
+            "steps": from_column(t[9]),
+            "decisions": from_column(t[10]),
+            "traceback": t[11],
+        }
     )
 
 

@@ -1,0 +1,30 @@
+"""Running a test module on both of anyio's backends, asyncio and trio.
+
+A module (or a directory's ``conftest.py``) that should run on both defines::
+
+    @pytest.fixture(params=BACKENDS)
+    def anyio_backend(request: pytest.FixtureRequest) -> str:
+        return both_backends(request)
+"""
+
+from __future__ import annotations
+
+import pytest
+
+#: The event loops the engine runs on: the tests of the runner, the executors, maps, streamed
+#: planning and solve run on each (``BOTH_BACKENDS`` as their ``anyio_backend`` fixture).
+BACKENDS = ("asyncio", "trio")
+
+
+def both_backends(request: pytest.FixtureRequest) -> str:
+    """An ``anyio_backend`` fixture body: each test on asyncio and on trio, except those marked
+    ``asyncio_only`` (with the reason), which run on asyncio alone."""
+    backend: str = request.param
+    if backend != "asyncio":
+        marker = request.node.get_closest_marker("asyncio_only")
+        if marker is not None:
+            pytest.skip(f"asyncio only: {marker.args[0] if marker.args else ''}".strip())
+        callspec = getattr(request.node, "callspec", None)
+        if callspec is not None and callspec.params.get("executor") == "dask":
+            pytest.skip("asyncio only: Dask's client runs on asyncio")
+    return backend
