@@ -32,6 +32,7 @@ import math
 import re
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -339,8 +340,17 @@ class ModelServer:
                 lat = outer.latency
                 time.sleep(lat.ttft_s + lat.prefill_s * n_in)
                 usage = {"prompt_tokens": n_in, "completion_tokens": n_out}
+
+                def record() -> None:
+                    """Kept before the reply's last bytes go out: once the client has them,
+                    the benchmark may take the records at any moment."""
+                    end = time.perf_counter()
+                    rec = CallRecord(q.id, role, start, end, n_in, n_out, schema_tokens(body))
+                    with outer._lock:
+                        outer.records.append(rec)
+
                 if body.get("stream"):
-                    self._stream(text, calls, usage, lat.per_token_s)
+                    self._stream(text, calls, usage, lat.per_token_s, record)
                 else:
                     time.sleep(lat.per_token_s * n_out)
                     message: dict[str, Any] = {"role": "assistant", "content": text or None}
@@ -348,11 +358,8 @@ class ModelServer:
                         message["tool_calls"] = calls
                     finish = "tool_calls" if calls else "stop"
                     choice = {"index": 0, "message": message, "finish_reason": finish}
+                    record()
                     self._json(200, {"model": "latency-model", "choices": [choice], "usage": usage})
-                end = time.perf_counter()
-                record = CallRecord(q.id, role, start, end, n_in, n_out, schema_tokens(body))
-                with outer._lock:
-                    outer.records.append(record)
 
             def _json(self, status: int, data: Any) -> None:
                 payload = json.dumps(data).encode()
@@ -374,6 +381,7 @@ class ModelServer:
                 calls: list[dict[str, Any]],
                 usage: dict[str, int],
                 per_token_s: float,
+                record: Callable[[], None],
             ) -> None:
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")
@@ -390,6 +398,7 @@ class ModelServer:
                 finish = "tool_calls" if calls else "stop"
                 self._event({"choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
                 self._event({"choices": [], "usage": usage})
+                record()
                 self._event("[DONE]")
                 self.wfile.write(b"0\r\n\r\n")
                 self.wfile.flush()
