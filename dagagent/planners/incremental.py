@@ -62,8 +62,10 @@ def looks_like_json(text: str, start: int, *, final: bool = False) -> bool | Non
     """Whether the bracket at ``start`` opens JSON rather than prose like ``[1 of 3]``;
     ``None`` while the text after it has not arrived (``final``: it never will)."""
     rest = text[start + 1 : start + 200].lstrip()
-    if not rest:
-        return True if final else None
+    if not rest or rest == "/":
+        return True if final and not rest else None
+    if rest.startswith(("//", "/*")):
+        return True  # a comment: JSON as a model writes it
     if text[start] == "{":
         return rest[0] in ('"', "}")
     return rest[0] in ("{", "]")
