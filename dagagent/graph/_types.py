@@ -22,16 +22,17 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import weakref
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from pydantic import TypeAdapter
 
+from ..errors import Issue
 from ..plan import Task, ToolTask
 from ..references import INDEX, ITEM, Reference, Template, reference_text
 
 if TYPE_CHECKING:
-    from ..errors import Issue
     from ..tools import Registry, Tool
 
 __all__ = ["argument_type_issues", "as_text", "json_type", "output_schema", "text_slots"]
@@ -100,7 +101,19 @@ def output_schema(
 
 
 def returns_schema(tool: Tool) -> Schema | None:
-    """What ``tool`` declares it returns, as a JSON schema (``None``: not declared)."""
+    """What ``tool`` declares it returns, as a JSON schema (``None``: not declared); worked
+    out once per tool (a plan references its tools' outputs many times)."""
+    try:
+        return _RETURNS[tool]
+    except KeyError:
+        found = _RETURNS[tool] = _declared_return(tool)
+        return found
+
+
+_RETURNS: weakref.WeakKeyDictionary[Tool, Schema | None] = weakref.WeakKeyDictionary()
+
+
+def _declared_return(tool: Tool) -> Schema | None:
     if tool.output_schema is not None:
         return tool.output_schema
     try:
@@ -198,10 +211,27 @@ def types(node: Schema, defs: Mapping[str, Any]) -> set[str] | None:
 # -- a task's whole references against its tool's parameters --------------------------------
 
 
-def _parameter_types(tool: Tool, path: tuple[str, ...]) -> set[str] | None:
+def _parameter_types(tool: Tool, path: tuple[str, ...]) -> frozenset[str] | None:
+    """The JSON types the parameter of ``tool`` at ``path`` takes (``None``: any, or not
+    known); worked out once per tool and path."""
+    known = _PARAMETERS.get(tool)
+    if known is None:
+        known = _PARAMETERS[tool] = {}
+    try:
+        return known[path]
+    except KeyError:
+        pass
     schema = tool.parameters_schema
-    node = walk(schema, path, schema.get("$defs") or {})
-    return types(node, schema.get("$defs") or {}) if node is not None else None
+    defs = schema.get("$defs") or {}
+    node = walk(schema, path, defs)
+    found = types(node, defs) if node is not None else None
+    frozen = known[path] = frozenset(found) if found is not None else None
+    return frozen
+
+
+_PARAMETERS: weakref.WeakKeyDictionary[Tool, dict[tuple[str, ...], frozenset[str] | None]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def _whole_references(tmpl: Template) -> Iterator[tuple[tuple[str, ...], Reference]]:
@@ -249,32 +279,36 @@ def as_text(args: Any, slots: tuple[tuple[str | int, ...], ...]) -> Any:
 
 def _reference_types(
     ref: Reference,
-    task: ToolTask,
     tasks: Mapping[str, Task] | None,
     registry: Registry,
     elements: Schema | None,
-) -> tuple[set[str], str] | None:
-    """The JSON types a whole reference will hold, and where they are declared."""
+) -> set[str] | None:
+    """The JSON types a whole reference will hold, when declared."""
     if ref.task_id == INDEX:
-        return {"integer"}, "(the element's position)"
+        return {"integer"}
     if ref.task_id == ITEM:
         if elements is None:
             return None
-        node = walk(elements, ref.path, elements.get("$defs", {}))
-        found = types(node, elements.get("$defs", {})) if node is not None else None
-        return (found, "here") if found is not None else None
+        defs = elements.get("$defs", {})
+        node = walk(elements, ref.path, defs)
+        return types(node, defs) if node is not None else None
     if ref.element or tasks is None:
         return None
-    upstream = tasks.get(ref.task_id)
-    declared = output_schema(upstream, tasks, registry)
-    if declared is None or upstream is None:
+    declared = output_schema(tasks.get(ref.task_id), tasks, registry)
+    if declared is None:
         return None
     schema, defs = declared
     node = walk(schema, ref.path, defs)
-    found = types(node, defs) if node is not None else None
-    if found is None:
-        return None
-    return found, f"(as task {upstream.id!r} ({upstream.label}) declares it)"
+    return types(node, defs) if node is not None else None
+
+
+def _declared_where(ref: Reference, tasks: Mapping[str, Task] | None) -> str:
+    if ref.task_id == INDEX:
+        return "(the element's position)"
+    if ref.task_id == ITEM or tasks is None:
+        return "here"
+    upstream = tasks[ref.task_id]
+    return f"(as task {upstream.id!r} ({upstream.label}) declares it)"
 
 
 def argument_type_issues(
@@ -287,23 +321,22 @@ def argument_type_issues(
     """``bad_arguments`` for the whole references of ``task``'s arguments whose declared type
     its tool's parameter cannot take (see the module docstring); ``tasks``: the plan's tasks
     by id, ``elements``: the schema of a map's elements, when known."""
-    from ..errors import Issue
-
     tool = registry.get(task.tool)
     problems = []
     for path, ref in _whole_references(tmpl):
-        have = _reference_types(ref, task, tasks, registry, elements)
         want = _parameter_types(tool, path)
-        if have is None or want is None:
+        if want is None:
             continue
-        kinds, where = have
+        kinds = _reference_types(ref, tasks, registry, elements)
+        if kinds is None:
+            continue
         takes = set().union(*(_TAKES[k] for k in want))
         possible = kinds - {"null"} or kinds
         if possible.isdisjoint(takes):
             shown = " or ".join(sorted(kinds))
             problems.append(
-                f"{'.'.join(path)}: {ref.text} is {article(shown)} {shown} {where}, and the "
-                "tool takes " + " or ".join(sorted(want))
+                f"{'.'.join(path)}: {ref.text} is {article(shown)} {shown} "
+                f"{_declared_where(ref, tasks)}, and the tool takes " + " or ".join(sorted(want))
             )
     if not problems:
         return []

@@ -15,8 +15,8 @@ JSON's end is not read. Inside the JSON, the habits of models that do not change
 JSON means are taken as they are meant: ``//`` and ``/* */`` comments are dropped, and so is
 a comma before a closing bracket (``[1, 2,]``). Anything else must be JSON (no single quotes,
 no ``NaN``): what is not is an :class:`~dagagent.errors.Issue` for the model. A plan may be an
-object with ``tasks``, a bare list of tasks, or an object wrapping one of them
-(``{"plan": {"tasks": [...]}}``, ``{"plan": [...]}``).
+object with ``tasks``, a bare list of tasks, or an object with one member holding either
+(``{"plan": {"tasks": [...]}}``, ``{"steps": [...]}``).
 
 **How.** :class:`JsonScanner` reads the JSON from its first bracket, piece by piece, into the
 same text without comments and trailing commas, and sees where the value ends; pydantic-core's

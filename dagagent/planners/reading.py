@@ -3,9 +3,10 @@
 A plan comes as JSON (:mod:`dagagent.planners.incremental`: prose and code fences around it,
 comments and trailing commas in it) or in LLMCompiler's text format
 (:mod:`dagagent.planners.llmcompiler`: ``1. search("...")`` lines, with or without
-``Thought:`` lines). :class:`PlanText` tells them apart by what comes first: a line that
-begins an LLMCompiler plan (``1. tool(`` or ``Thought:``), or the opening bracket of the
-JSON; lines of prose before either are skipped. It reads the answer piece by piece and
+``Thought:`` lines). :class:`PlanText` tells them apart by what comes first: a task line of
+an LLMCompiler plan (``1. tool(``), or the opening bracket of the JSON; lines of prose (and
+thoughts) before either are skipped, except that an LLMCompiler plan keeps the ``Thought:``
+lines before its first task. It reads the answer piece by piece and
 returns each task as soon as it is complete; :func:`read_tasks` reads a whole answer the same
 way. Streamed planning (:mod:`dagagent.planners._answer`) and the planner that waits for
 whole answers (:func:`~dagagent.planners.parse_plan_answer`) both read with it, so an answer
@@ -30,8 +31,9 @@ if TYPE_CHECKING:
 
 __all__ = ["PlanText", "plan_format", "read_tasks"]
 
-# The first line of an LLMCompiler plan: "1. tool(" or "Thought:".
-_LLMCOMPILER_LINE = re.compile(r"\s*(?:\d+\s*[.):]\s*[A-Za-z_][\w.-]*\s*\(|thought\s*:)", re.I)
+# A task line of an LLMCompiler plan ("1. tool("), and a thought before it ("Thought:").
+_LLMCOMPILER_TASK = re.compile(r"\s*\d+\s*[.):]\s*[A-Za-z_][\w.-]*\s*\(")
+_THOUGHT = re.compile(r"\s*thought\s*:", re.I)
 
 
 def _json_start(text: str, pos: int) -> int | None:
@@ -52,8 +54,11 @@ def _json_start(text: str, pos: int) -> int | None:
 
 def plan_format(text: str) -> tuple[str, int] | None:
     """How the answer ``text`` (so far) writes its plan: ``("llmcompiler", where its first
-    line begins)``, ``("json", where the JSON begins)``, or ``None`` while it cannot tell."""
+    line begins)`` (its first task line, or the ``Thought:`` line before it),
+    ``("json", where the JSON begins)``, or ``None`` while it cannot tell. A ``Thought:``
+    line alone does not tell: JSON may follow it."""
     json_at = _json_start(text, 0)
+    thought_at: int | None = None
     pos = 0
     while True:
         end = text.find("\n", pos)
@@ -61,12 +66,13 @@ def plan_format(text: str) -> tuple[str, int] | None:
         line = text[pos:end] if complete else text[pos:]
         if json_at is not None and json_at >= 0 and json_at < pos + len(line) + 1:
             # the JSON begins on this line: the line is LLMCompiler's if it begins like one
-            head = text[pos:json_at]
-            if _LLMCOMPILER_LINE.match(line) and _LLMCOMPILER_LINE.match(head):
-                return "llmcompiler", pos
+            if _LLMCOMPILER_TASK.match(line) and _LLMCOMPILER_TASK.match(text[pos:json_at]):
+                return "llmcompiler", pos if thought_at is None else thought_at
             return "json", json_at
-        if _LLMCOMPILER_LINE.match(line):
-            return "llmcompiler", pos
+        if _LLMCOMPILER_TASK.match(line):
+            return "llmcompiler", pos if thought_at is None else thought_at
+        if thought_at is None and _THOUGHT.match(line):
+            thought_at = pos
         if not complete:
             return None  # the line may still become a plan line, or the JSON may begin
         pos = end + 1
