@@ -22,6 +22,7 @@ from ..graph import GrowingGraph, PlanChecker, TaskCheck
 from ..llm import LLMResponse, StreamEnd, TextDelta, ToolCallDelta, Usage, closing_stream
 from ..plan import AgentTask, Task, ToolTask, load_plan
 from .incremental import JsonTaskStream, StreamedPlanError
+from .parsing import task_data
 from .prompts import shorten
 from .reading import PlanText
 from .schema import drop_null_optionals
@@ -159,7 +160,7 @@ class StreamedAnswer:
             raise StreamStop(
                 [Issue("schema", None, f"tasks[{index}] is not a JSON object: {shorten(raw, 80)}")]
             )
-        value: dict[str, Any] = {"goal": "", "tasks": [raw]}
+        value: dict[str, Any] = {"goal": "", "tasks": [task_data(raw)]}
         drop_null_optionals(value, self.owner.registry, keep_nullable=not self.owner.strict)
         try:
             return load_plan(value).tasks[0]

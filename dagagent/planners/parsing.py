@@ -17,7 +17,27 @@ from .incremental import StreamedPlanError, extract_json
 from .reading import read_tasks
 from .schema import drop_null_optionals
 
-__all__ = ["extract_json", "parse_plan_answer", "plan_data"]
+__all__ = ["extract_json", "parse_plan_answer", "plan_data", "task_data"]
+
+
+def task_data(task: dict[str, Any]) -> dict[str, Any]:
+    """A task object as a model wrote it, its integer ids read as the text they are
+    (``"id": 1``, ``"depends_on": [1, 2]``: small models number their tasks)."""
+    tid = task.get("id")
+    deps = task.get("depends_on")
+    numbered = isinstance(deps, list) and any(_integer(d) for d in deps)
+    if not (_integer(tid) or numbered):
+        return task
+    task = dict(task)
+    if _integer(tid):
+        task["id"] = str(tid)
+    if numbered and isinstance(deps, list):
+        task["depends_on"] = [str(d) if _integer(d) else d for d in deps]
+    return task
+
+
+def _integer(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def plan_data(raw: list[Any], goal: str) -> tuple[dict[str, Any] | None, list[Issue]]:
@@ -30,7 +50,7 @@ def plan_data(raw: list[Any], goal: str) -> tuple[dict[str, Any] | None, list[Is
         if isinstance(task, BaseTask):
             tasks.append(task.model_dump(exclude_defaults=True))
         elif isinstance(task, dict):
-            tasks.append(task)
+            tasks.append(task_data(task))
         else:
             issues.append(
                 Issue("schema", None, f"tasks[{index}] is not a JSON object: {shorten(task, 80)}")
