@@ -181,7 +181,7 @@ def test_predict_reuse(failed: RunRecord) -> None:
     got = {k: (d.action, d.reason) for k, d in predict_reuse(failed, new).items()}
     assert got == {
         "a": ("reuse", "unchanged success"),
-        "b": ("run", "changed"),
+        "b": ("run", "a new version: its call changed since it succeeded"),
         "bad": ("run", "failed before"),
         "c": ("maybe", "unchanged, but b runs again"),
         "d": ("run", "skipped before"),

@@ -157,6 +157,20 @@ def _graph_of(plan: Plan) -> PlanGraph:
     return validate(plan)  # the graph only: tools are not needed to draw or measure it
 
 
+def _new_versions(st: RunStore, record: RunRecord) -> list[str]:
+    """The tasks of a replan's run that succeeded in its parent under another call."""
+    from ..errors import StoreError
+    from ..review import new_versions
+
+    if record.parent_id is None:
+        return []
+    try:
+        parent = st.get_run(record.parent_id)
+    except StoreError:  # the parent is gone from the store: nothing to compare with
+        return []
+    return new_versions(parent.plan, record.plan, parent.tasks)
+
+
 @app.command("show")
 @guard
 def show_cmd(
@@ -191,6 +205,7 @@ def show_cmd(
     with open_store(store) as st:
         record = find_run(st, run, last)
         solve = st.solve_of_run(record.run_id)
+        versions = _new_versions(st, record)
     if task is not None:
         _show_task(record, task, as_json=json_out)
         return
@@ -208,6 +223,7 @@ def show_cmd(
         doc = record.to_json_dict()
         doc["critical_path"], doc["critical_path_s"] = cp, cp_s
         doc["solve"] = solve.to_json_dict() if solve is not None else None
+        doc["new_versions"] = versions
         print_json(out, doc)
         return
     head = Text(f"run {record.run_id}: ")
@@ -249,6 +265,13 @@ def show_cmd(
             _add_element_rows(table, t.id, r.elements, waits)
     out.print(table)
     out.print("tasks: ", _counts_text(record.counts, len(record.unrecorded)), sep="")
+    if versions:
+        out.print(
+            f"new versions of tasks that succeeded in run {record.parent_id} (their calls "
+            f"changed, so they ran again): {', '.join(versions)}",
+            markup=False,
+            highlight=False,
+        )
     out.print(
         f"critical path {cp_s:.3f}s: {' -> '.join(cp) if cp else '-'}",
         markup=False,

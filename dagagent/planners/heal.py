@@ -12,7 +12,7 @@ of tasks is read as a plan. Problems found (each an :class:`~dagagent.errors.Iss
 ``agent_task``         an agent task from a planner that plans tool calls only
 (graph codes)          every issue of :func:`dagagent.validate`: ``cycle``, ``unknown_tool``,
                        ``bad_arguments``, ``missing_dependency``, ...
-(caller codes)         extra checks, e.g. the replanner's ``changed_success``
+(caller codes)         extra checks a caller of :meth:`HealingPlanner.ask_for_plan` adds
 =====================  ==========================================================================
 
 An answer cut off by the output limit (``finish_reason == "length"``) is always rejected,

@@ -195,7 +195,8 @@ where each task is
 - id: 1-64 letters, digits, "_" or "-" (no dots, no spaces), unique in the plan.
 - tool: exactly one of the tools listed above; args: that tool's arguments, matching their types.
 - depends_on: ids of tasks that must finish first; leave it empty ([]) when the task only
-  needs the outputs it references."""
+  needs the outputs it references.
+- List each task after the tasks whose outputs it uses."""
 
 _AGENT_FORMAT = """\
 A task may instead be an agent task, for a sub-goal that needs several tool calls or judgement:

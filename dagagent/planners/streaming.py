@@ -24,11 +24,14 @@ attempt gave a valid plan (every run of those attempts is in the store), and mod
 themselves.
 
 **How it goes.** The planner's model is asked for a streamed completion. The answer is read
-as it grows (:class:`~dagagent.planners.incremental.JsonTaskStream`: the text, or the first
-tool call's argument deltas when the model answers with a tool call) and each task is
-checked the moment it is complete (:class:`~dagagent.graph.PlanChecker`: its tool exists,
-its arguments fit, it depends only on tasks before it). A valid task goes straight into the
-run's :class:`~dagagent.graph.GrowingGraph`, which the executor is already running; a
+as it grows, by the reader of every answer (:class:`~dagagent.planners.reading.PlanText`:
+JSON or LLMCompiler's text format; or the first tool call's argument deltas when the model
+answers with a tool call), and each task is checked the moment it is complete
+(:class:`~dagagent.graph.PlanChecker`: its tool exists, its arguments fit). A task that uses
+tasks not written yet waits for them, and is checked again and accepted when the last of them
+is; it is an issue only if the answer ends without them (``missing_dependency``) or they wait
+for it in turn (``cycle``). A valid task goes straight into the run's
+:class:`~dagagent.graph.GrowingGraph`, which the executor is already running; a
 :class:`~dagagent.events.TaskParsed` event tells listeners (with the seconds since planning
 began). When the answer ends and every task was valid, the plan is complete.
 

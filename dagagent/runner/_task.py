@@ -22,8 +22,9 @@ from ..events import (
     TaskStarted,
     debug_enabled,
 )
+from ..graph import as_text, text_slots
 from ..limits import DEFAULT_MAX_ELEMENTS
-from ..plan import AgentTask
+from ..plan import AgentTask, ToolTask
 from ..references import reference_text
 from ..results import (
     FAILURES,
@@ -152,6 +153,7 @@ class TaskRunner:
         self._debug = logger is not None and debug_enabled(logger)
         self._cancelled_exc = anyio.get_cancelled_exc_class()
         self._stop_cause: str | None = None  # see stop_cause()
+        self._text_slots: dict[str, tuple[tuple[str | int, ...], ...]] = {}
 
     # -- one task ---------------------------------------------------------------------------
 
@@ -177,8 +179,7 @@ class TaskRunner:
         try:
             run = self._start(task_id)
             try:
-                tmpl = self.templates[task_id]
-                run.args = tmpl.resolve(self.outputs) if tmpl.refs else tmpl.literal
+                run.args = self.resolve_args(task, self.outputs)
                 if self.reuse and self._reusable(task, run.args):
                     return self.finish(run, _REUSED, self.reuse[task_id][1])
                 output = await self.attempts(run, *self.attempt_for(task))
@@ -200,6 +201,23 @@ class TaskRunner:
         finally:
             if slots is not None:
                 slots.release()  # after the task's result and events
+
+    def resolve_args(self, task: Task, outputs: Mapping[str, Any]) -> Any:
+        """The arguments (or instruction) of ``task`` with its references resolved from
+        ``outputs`` (a map element's scope, for an element): a number or boolean that is a
+        whole argument of a tool parameter taking text is given as its text (see
+        :func:`dagagent.graph.text_slots`)."""
+        tmpl = self.templates[task.id]
+        if not tmpl.refs:
+            return tmpl.literal
+        args = tmpl.resolve(outputs)
+        slots = self._text_slots.get(task.id)
+        if slots is None:
+            slots = ()
+            if isinstance(task, ToolTask) and task.tool in self.registry:
+                slots = text_slots(self.registry.get(task.tool), tmpl)
+            self._text_slots[task.id] = slots
+        return as_text(args, slots) if slots else args
 
     def _start(self, task_id: str) -> TaskRun:
         run = TaskRun(task_id, time.time(), [] if self.calls.intercepted else None)

@@ -151,6 +151,35 @@ def test_replan_reuses_what_succeeded(user: User, model: Model) -> None:
     assert {r["run_id"] for r in runs} == {first["run_id"], second["run_id"]}
 
 
+@pytest.mark.parametrize("stream", [True, False], ids=["streamed", "no-stream"])
+def test_an_llmcompiler_answer_out_of_order_is_read_either_way(
+    user: User, model: Model, stream: bool
+) -> None:
+    model.text(
+        "Here is the plan:\n"
+        "Thought: the report needs both cities.\n"
+        '1. format_report("Paris and Tokyo", ["Paris: ${2.temp_c} C", "Tokyo: ${3.temp_c} C"])\n'
+        '2. get_weather("Paris")\n'
+        '3. get_weather("Tokyo")\n'
+        "4. join()<END_OF_PLAN>"
+    )
+    model.decide(finish("done", ["1"]))
+    proc = user.ask("--json", *([] if stream else ["--no-stream"]))
+    doc = json.loads(proc.stdout)
+    assert doc["status"] == "answered"
+    assert doc["usage"]["planner"]["calls"] == 1  # read at once: not sent back
+    (rnd,) = doc["rounds"]
+    assert {k: t["status"] for k, t in rnd["result"]["tasks"].items()} == dict.fromkeys(
+        ("1", "2", "3"), "succeeded"
+    )
+    assert model.server.requests[0].json.get("stream") is (True if stream else None)
+    assert sorted(user.calls()) == [
+        "format_report Paris and Tokyo",
+        "get_weather Paris",
+        "get_weather Tokyo",
+    ]
+
+
 def test_gave_up_exits_1(user: User, model: Model) -> None:
     model.plan(weather("x", "Atlantis"))
     model.decide({"action": "replan", "feedback": "try again"})

@@ -108,6 +108,30 @@ def test_json_output(server: LLMTestServer):
     }
 
 
+def test_plan_reads_an_llmcompiler_answer_and_json_a_model_wrote_by_hand(
+    server: LLMTestServer,
+) -> None:
+    server.push(
+        answer(
+            "Thought: look both up, then compare.\n"
+            '1. get_weather("Paris")\n'
+            '2. get_weather("Tokyo")\n'
+            '3. compare("${1.temp_c}", "${2.temp_c}", label_a="Paris", label_b="Tokyo")\n'
+            "4. join()<END_OF_PLAN>"
+        )
+    )
+    r = plan_cli(server, "--json")
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    assert [t["id"] for t in data["plan"]["tasks"]] == ["1", "2", "3"]
+    assert data["levels"] == [["1", "2"], ["3"]] and data["usage"]["attempts"] == 1
+    cut = "```json\n// the plan\n" + json.dumps(PLAN)[:-2] + ",],}\n```"  # trailing commas
+    server.push(answer(cut))
+    r = plan_cli(server, "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["levels"] == [["paris", "tokyo"], ["cmp"]]
+
+
 def test_out_writes_a_plan_that_validates(server: LLMTestServer, tmp_path: Path):
     server.push(answer(PLAN))
     target = tmp_path / "plan.json"

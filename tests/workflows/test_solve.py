@@ -156,6 +156,37 @@ async def test_replan_then_finish_reuses_successes(world: World):
     assert finished == [(1, "replan"), (2, "answered")]
 
 
+@pytest.mark.parametrize("stream", [True, False])
+async def test_a_replan_that_changes_a_success_under_its_id_runs_the_new_version(
+    world: World, stream: bool
+):
+    london = weather("paris", "London")  # the id paris, now London
+    llm = openai(
+        plan(PARIS, TOKYO, WARMER),
+        replan("compare London with Tokyo instead"),
+        plan(london, TOKYO, WARMER),
+        finish("Tokyo", ["cmp"]),
+    )
+    async with llm:
+        solution = await dagagent.solve(GOAL, world.registry, llm, stream=stream)
+    assert solution.status is SolveStatus.ANSWERED
+    assert solution.usage.planner.calls == 2  # the revision was taken as it came
+    _, second = solution.rounds
+    assert second.planning is not None
+    assert [(w.code, w.task_id) for w in second.planning.warnings] == [("new_version", "paris")]
+    assert second.result is not None
+    statuses = {k: r.status for k, r in second.result.tasks.items()}
+    assert statuses == {
+        "paris": TaskStatus.SUCCEEDED,  # the new version ran
+        "tokyo": TaskStatus.REUSED,
+        "cmp": TaskStatus.SUCCEEDED,  # its input changed: it ran again
+    }
+    assert second.result.outputs["paris"] == {"city": "London", "temp_c": 14.0}
+    assert world.calls == Counter(
+        {"get_weather Paris": 1, "get_weather Tokyo": 1, "get_weather London": 1, "warmer": 2}
+    )
+
+
 async def test_last_round_forces_a_finish(world: World):
     llm = openai(
         plan(PARIS, TOKYO, WARMER),
