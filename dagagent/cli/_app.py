@@ -9,6 +9,7 @@ import importlib.util
 import os
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, overload
@@ -428,10 +429,21 @@ def _abandoned_threads() -> bool:
     threads = sys.modules.get("dagagent.tools._threads")
     if threads is not None and threads.sync_threads.running:
         return True
-    return any(
-        t is not threading.current_thread() and not t.daemon and t.name == "AnyIO worker thread"
+    # Any other worker thread (an async tool's own to_thread call it gave up on): anyio tells
+    # its idle workers to stop when the run ends, so those end within moments; one still alive
+    # after that runs a call nobody waits for.
+    deadline = time.monotonic() + _WORKERS_STOPPING_S
+    workers = [
+        t
         for t in threading.enumerate()
-    )
+        if t is not threading.current_thread() and not t.daemon and t.name == "AnyIO worker thread"
+    ]
+    for thread in workers:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    return any(thread.is_alive() for thread in workers)
+
+
+_WORKERS_STOPPING_S = 1.0  # how long idle worker threads get to end after the run
 
 
 # The module of dagagent.cli that defines each command.

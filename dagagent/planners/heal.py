@@ -228,9 +228,9 @@ class PlanningOptions(TypedDict, total=False):
 
     - ``max_attempts`` (3): answers to try (the first one plus repairs) before
       :class:`~dagagent.errors.PlanningError`.
-    - ``strict`` (``None``): ``None`` sends an OpenAI strict schema when the registry allows
-      one (see :mod:`dagagent.planners.schema`), else a non-strict one; ``True`` insists
-      (``ConfigError`` if impossible); ``False`` never.
+    - ``strict`` (``None``): ``True`` sends OpenAI's strict schema (``ConfigError`` if the
+      registry cannot have one; every field of every task is then written, which costs
+      output tokens); ``None`` or ``False``, the non-strict one.
     - ``structured`` (``True``): ``False`` sends no response format at all (for servers that
       reject ``response_format``; the prompt alone describes the format).
     - ``agent_tasks`` (``False``): the plan may also hold agent tasks (``instruction``).

@@ -138,7 +138,7 @@ async def test_schema_sent_matches_the_registry(w: Wire, registry: dagagent.Regi
     assert {"type": "integer"} in add_args["properties"]["a"]["anyOf"]
 
 
-async def test_strict_schema_sent_when_the_registry_allows_it():
+async def test_strict_schema_sent_when_asked_and_the_registry_allows_it():
     reg = dagagent.Registry()
 
     @reg.tool
@@ -159,7 +159,7 @@ async def test_strict_schema_sent_when_the_registry_allows_it():
     }
     llm = ScriptedLLM.openai([wire.openai_text(json.dumps(plan))])
     async with llm:
-        planner = LLMPlanner(llm, reg)
+        planner = LLMPlanner(llm, reg, strict=True)
         result = await planner.plan_with_report("weather in Paris")
     schema, strict = OPENAI.schema_sent(llm)
     assert strict is True and schema == plan_json_schema(reg, strict=True)
