@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Union
 
@@ -192,10 +192,13 @@ class TaskParsed:
 @dataclass(frozen=True, slots=True)
 class PlanExtended:
     """The plan of a run that is still being written gained tasks; ``plan`` is the plan so
-    far (a copy: it does not change afterwards). The run store keeps its record up to date."""
+    far (a copy: it does not change afterwards), ``planned_at`` when each of its tasks
+    joined it (Unix times: a task held until the plan was whole joined it then). The run
+    store keeps its record up to date."""
 
     run_id: str
     plan: Plan
+    planned_at: Mapping[str, float] = field(default_factory=dict)
     kind: str = field(default="run.plan_extended", init=False)
 
 

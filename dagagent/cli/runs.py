@@ -152,9 +152,9 @@ def runs_cmd(
 
 
 def _graph_of(plan: Plan) -> PlanGraph:
-    from ..graph import validate
+    from ..graph import recorded_graph
 
-    return validate(plan)  # the graph only: tools are not needed to draw or measure it
+    return recorded_graph(plan)  # the graph only: tools are not needed to draw or measure it
 
 
 @app.command("show")
@@ -225,6 +225,17 @@ def show_cmd(
         markup=False,
         highlight=False,
     )
+    if not record.plan.tasks:
+        # A streamed plan cut short before its first task (rejected, or the model could not
+        # be used): nothing ran. The solve's round below says why.
+        out.print(
+            "tasks: none: no task of its plan was accepted, so nothing ran",
+            markup=False,
+            highlight=False,
+        )
+        if solve is not None:
+            _show_solve(solve, record.run_id)
+        return
     waits = waited_for_approval(record.tasks.values())
     table = Table()
     table.add_column("id")

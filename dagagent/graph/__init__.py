@@ -12,7 +12,7 @@ from ._critical_path import critical_path, finished_critical_path
 from ._graph import PlanGraph
 from ._growing import GrowingGraph, PlanChecker, TaskCheck, Watcher
 from ._maps import element_issues, for_each_reference, map_issues
-from ._validate import check_task, dependencies_of, dependency_graph, validate
+from ._validate import check_task, dependencies_of, dependency_graph, recorded_graph, validate
 
 __all__ = [
     "GrowingGraph",
@@ -28,5 +28,6 @@ __all__ = [
     "finished_critical_path",
     "for_each_reference",
     "map_issues",
+    "recorded_graph",
     "validate",
 ]

@@ -59,6 +59,7 @@ _FAILED = TaskStatus.FAILED
 _DENIED = TaskStatus.DENIED
 _CANCELLED = TaskStatus.CANCELLED
 _WAITING = TaskStatus.WAITING
+_RUNNING = TaskStatus.RUNNING
 
 Attempt = Callable[[TaskRun], Awaitable[Any]]
 """One attempt at a task: its output, or it raises."""
@@ -78,8 +79,8 @@ class TaskRunner:
     """Runs the tasks of one run; ``results`` and ``outputs`` fill in as tasks finish.
 
     Its collaborators come at construction: ``calls`` (the tool-call seam: interceptors,
-    limits, invoker), ``emit`` (run events for the listeners), ``record`` (each final
-    result, for the run store), ``telemetry`` (OpenTelemetry, or ``None``), ``redaction``
+    limits, invoker), ``emit`` (run events for the listeners), ``record`` (for the run store:
+    a ``running`` result as each task starts, then its final result), ``telemetry`` (OpenTelemetry, or ``None``), ``redaction``
     (applied to every result and event that leaves the runner), ``llm`` and ``agent_runner``
     (for agent tasks; the model is opaque here), ``reuse`` (an earlier run's outputs, by
     fingerprint: see :func:`dagagent.review.reuse_map`) and ``prior`` (the results a resumed
@@ -203,6 +204,11 @@ class TaskRunner:
 
     def _start(self, task_id: str) -> TaskRun:
         run = TaskRun(task_id, time.time(), [] if self.calls.intercepted else None)
+        if self.record is not None:
+            # On record as running until its result replaces it (the store writes only the
+            # last of the two when both come in one batch). Nothing else yet: its arguments
+            # are recorded with its result, after any redaction.
+            self.record(TaskResult(task_id=task_id, status=_RUNNING, started_at=run.started_at))
         if self.emit is not None:
             self.emit(TaskStarted(self.run_id, task_id, run.started_at))
         if self._debug:

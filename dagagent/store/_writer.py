@@ -6,7 +6,9 @@ off one queue, in the order it was given, and commits it a batch at a time
 it. Everything else (task results, the plan as it grows, the run's end) waits for the
 batch to fill: at most one transaction per ``flush_interval_s``, counted from the start of
 the one before (a write that took longer is followed at once; with an interval of 0, each
-write follows the one before at once). A flush or the close cuts the wait short. The writer
+write follows the one before at once). A flush or the close cuts the wait short. A task
+comes twice, ``running`` as it starts and its result as it ends: a batch holding both
+writes only the result. The writer
 needs the interpreter lock to take results off the queue and make their rows, and shares it
 with the event loop: tools that wait for anything leave it the lock; an event loop that
 never waits can keep the writer behind until the run ends, when the close writes the rest.
@@ -42,7 +44,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import StoreError
 from ..events import PlanExtended, RunFinished, RunStarted, get_logger
-from ..results import RecordLoss, TaskResult
+from ..results import RecordLoss, TaskResult, TaskStatus
 from ._file import connect
 from ._rows import RunRow, write
 
@@ -72,6 +74,13 @@ class _Flush:
 
 
 _STOP = object()  # put on the queue by Writer.close: write what came before me, then end
+
+
+def _latest(results: list[TaskResult]) -> list[TaskResult]:
+    """The last result of each task of a batch: a task that started and ended within one
+    batch writes its end only, not the ``running`` row its start gave."""
+    latest = {r.task_id: r for r in results}
+    return results if len(latest) == len(results) else list(latest.values())
 
 
 def _busy(exc: BaseException) -> bool:
@@ -226,7 +235,7 @@ class Writer:
                     item = None
             if events or results:
                 last_write = time.monotonic()
-                events, results = self._write(events, results, deadline)
+                events, results = self._write(events, _latest(results), deadline)
             if events or results:
                 continue  # the store is locked: try again
             for marker in flushes:
@@ -352,7 +361,8 @@ class Writer:
                     self._run_row_lost = True
                     loss.run = True
             elif isinstance(item, TaskResult):
-                loss.tasks.append(item.task_id)
+                if item.status is not TaskStatus.RUNNING:  # its end is what the record needs
+                    loss.tasks.append(item.task_id)
             elif isinstance(item, RunFinished):
                 loss.finish = True
             elif isinstance(item, PlanExtended):

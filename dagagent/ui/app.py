@@ -112,6 +112,19 @@ def _status(q: Mapping[str, str]) -> str | None:
     return s
 
 
+def _error_page(code: int, detail: str) -> Response:
+    from html import escape
+
+    title = "not found" if code == 404 else "bad request" if code == 400 else "error"
+    body = (
+        '<!doctype html><meta charset="utf-8"><title>dagagent</title>'
+        '<link rel="stylesheet" href="/static/app.css"><main class="error-page">'
+        f"<h1>{code} {title}</h1><p>{escape(detail)}</p>"
+        '<p><a href="/">all runs</a></p></main>'
+    )
+    return HTMLResponse(body, status_code=code)
+
+
 def create_app(
     store: str | Path | RunStore | None = None, *, loopback_only: bool = True
 ) -> Starlette:
@@ -179,16 +192,18 @@ def create_app(
         return HTMLResponse(render_panel(view, task_id, page=page))
 
     async def not_found(request: Request, exc: Exception) -> Response:
-        code = getattr(exc, "status_code", 500)
-        detail = getattr(exc, "detail", "error")
-        from html import escape
+        return _error_page(getattr(exc, "status_code", 500), str(getattr(exc, "detail", "error")))
 
-        body = (
-            '<!doctype html><meta charset="utf-8"><title>dagagent</title>'
-            f'<link rel="stylesheet" href="/static/app.css"><main><h1>{code}</h1>'
-            f'<p>{escape(str(detail))}</p><p><a href="/">all runs</a></p></main>'
+    async def failed(request: Request, exc: Exception) -> Response:
+        # A bug, or a record the viewer cannot read: a page that says so, never a bare 500.
+        # Starlette raises the exception again once this page is sent, so the server logs it
+        # with its traceback.
+        what = f"{type(exc).__name__}: {exc}"
+        return _error_page(
+            500,
+            f"the viewer could not show {request.url.path}: {what}. The server's log has the "
+            "traceback; please report it.",
         )
-        return HTMLResponse(body, status_code=code)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -210,7 +225,7 @@ def create_app(
             Mount("/static", StaticFiles(directory=str(STATIC)), name="static"),
         ],
         middleware=middleware,
-        exception_handlers={HTTPException: not_found},
+        exception_handlers={HTTPException: not_found, Exception: failed},
         lifespan=lifespan,
     )
     app.state.store = st

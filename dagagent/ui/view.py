@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..graph import PlanGraph, finished_critical_path, validate
+from ..graph import PlanGraph, finished_critical_path, recorded_graph
 from ..store import RunRecord
 from ._bars import MAX_BARS, Bar, TimelineView, layout_timeline, waits_of
 from ._dag import MAX_DAG_NODES, MAX_LEVEL_NODES, DagView, Edge, LevelBox, Node, layout_dag
@@ -77,7 +77,7 @@ class RunView:
 
 def build_view(record: RunRecord, *, now: float | None = None) -> RunView:
     """The viewer's picture of ``record`` (``now``: the time a running run is drawn at)."""
-    graph = validate(record.plan)
+    graph = recorded_graph(record.plan)
     status_of = task_statuses(record)
     level_of = {t: i for i, lv in enumerate(graph.levels) for t in lv}
     critical_s, critical = _critical(record, graph)
