@@ -80,9 +80,10 @@ class TaskRunner:
 
     Its collaborators come at construction: ``calls`` (the tool-call seam: interceptors,
     limits, invoker), ``emit`` (run events for the listeners), ``record`` (for the run store:
-    a ``running`` result as each task starts, then its final result), ``telemetry`` (OpenTelemetry, or ``None``), ``redaction``
-    (applied to every result and event that leaves the runner), ``llm`` and ``agent_runner``
-    (for agent tasks; the model is opaque here), ``reuse`` (an earlier run's outputs, by
+    a ``running`` result as each task starts, then its final result), ``telemetry``
+    (OpenTelemetry, or ``None``), ``redaction`` (applied to every result and event that
+    leaves the runner), ``llm`` and ``agent_runner`` (for agent tasks; the model is opaque
+    here), ``reuse`` (an earlier run's outputs, by
     fingerprint: see :func:`dagagent.review.reuse_map`) and ``prior`` (the results a resumed
     run recorded before its pause)."""
 

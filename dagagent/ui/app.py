@@ -37,10 +37,18 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..errors import StoreError
 from ..store import RunRecord, RunStore, RunSummary
-from .render import STATIC, Page, render_panel, render_run, render_runs
+from .render import (
+    STATIC,
+    Page,
+    RunAround,
+    render_error,
+    render_panel,
+    render_run,
+    render_runs,
+)
 from .view import STATUSES, build_view
 
-__all__ = ["LOOPBACK_HOSTS", "answers_of", "create_app", "related_runs"]
+__all__ = ["LOOPBACK_HOSTS", "answers_of", "create_app", "related_runs", "run_around"]
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
 
@@ -83,6 +91,31 @@ def answers_of(store: RunStore, run_ids: list[str]) -> dict[str, Any]:
     return out
 
 
+def run_around(store: RunStore, record: RunRecord) -> RunAround:
+    """What the page of ``record`` shows beside it: its parent and children, the answer it
+    gave, the calls of it that waited for a person, and what became of its round of a
+    solve."""
+    parent, children = related_runs(store, record)
+    solve = store.solve_of_run(record.run_id)
+    answer = None
+    note = None
+    if solve is not None:
+        if solve.run_id == record.run_id and solve.answer is not None:
+            answer = solve.answer
+        rnd = solve.round_of(record.run_id)
+        if rnd is not None:
+            note = f"round {rnd.round} of solve {solve.solve_id}: {rnd.outcome}"
+            if rnd.reason:
+                note += f": {rnd.reason}"
+    return RunAround(
+        parent=parent,
+        children=children,
+        answer=answer,
+        approvals=store.approval_history(record.run_id),
+        round_note=note,
+    )
+
+
 def related_runs(
     store: RunStore, record: RunRecord, limit: int = 500
 ) -> tuple[RunRecord | None, list[RunSummary]]:
@@ -110,19 +143,6 @@ def _status(q: Mapping[str, str]) -> str | None:
     if s is not None and s not in (*STATUSES, "running", "interrupted", "paused"):
         raise HTTPException(400, "unknown status")
     return s
-
-
-def _error_page(code: int, detail: str) -> Response:
-    from html import escape
-
-    title = "not found" if code == 404 else "bad request" if code == 400 else "error"
-    body = (
-        '<!doctype html><meta charset="utf-8"><title>dagagent</title>'
-        '<link rel="stylesheet" href="/static/app.css"><main class="error-page">'
-        f"<h1>{code} {title}</h1><p>{escape(detail)}</p>"
-        '<p><a href="/">all runs</a></p></main>'
-    )
-    return HTMLResponse(body, status_code=code)
 
 
 def create_app(
@@ -154,15 +174,11 @@ def create_app(
 
     def run_page(request: Request) -> Response:
         record = get_run(request.path_params["run"])
-        parent, children = related_runs(st, record)
-        answer = answers_of(st, [record.run_id]).get(record.run_id)
         q = request.query_params
         html = render_run(
             record,
             page=page,
-            parent=parent,
-            children=children,
-            answer=answer,
+            around=run_around(st, record),
             status=_status(q),
             level=_int(q, "level", None),
             page_no=_int(q, "page", 1) or 1,
@@ -175,6 +191,7 @@ def create_app(
         html = render_run(
             record,
             page=page,
+            around=RunAround(approvals=st.approval_history(record.run_id)),
             status=_status(q),
             level=_int(q, "level", None),
             page_no=_int(q, "page", 1) or 1,
@@ -186,20 +203,29 @@ def create_app(
     def task_panel(request: Request) -> Response:
         record = get_run(request.path_params["run"])
         task_id = request.path_params["task"]
-        view = build_view(record)
+        view = build_view(record, approvals=st.approval_history(record.run_id))
         if task_id not in view.graph.tasks:
             raise HTTPException(404, f"run {record.run_id} has no task {task_id!r}")
         return HTMLResponse(render_panel(view, task_id, page=page))
 
+    def error_page(code: int, detail: str) -> Response:
+        try:
+            html = render_error(code, detail, page=page)
+        except Exception:  # the templates themselves failed: a page all the same
+            from html import escape
+
+            html = f"<!doctype html><title>dagagent</title><h1>{code}</h1><p>{escape(detail)}</p>"
+        return HTMLResponse(html, status_code=code)
+
     async def not_found(request: Request, exc: Exception) -> Response:
-        return _error_page(getattr(exc, "status_code", 500), str(getattr(exc, "detail", "error")))
+        return error_page(getattr(exc, "status_code", 500), str(getattr(exc, "detail", "error")))
 
     async def failed(request: Request, exc: Exception) -> Response:
         # A bug, or a record the viewer cannot read: a page that says so, never a bare 500.
         # Starlette raises the exception again once this page is sent, so the server logs it
         # with its traceback.
         what = f"{type(exc).__name__}: {exc}"
-        return _error_page(
+        return error_page(
             500,
             f"the viewer could not show {request.url.path}: {what}. The server's log has the "
             "traceback; please report it.",

@@ -161,7 +161,9 @@ def test_a_replan_is_shown_beside_its_parent(page: Any, server: Server, store: S
     assert "parser broke" in panel.locator(".error-box").inner_text()
 
 
-def test_a_running_run_updates_without_reloading(page: Any, tmp_path: Path) -> None:
+def test_a_running_run_updates_without_reloading(
+    page: Any, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
     path = tmp_path / "runs.db"
     gate = threading.Event()
     done: list[Any] = []
@@ -187,10 +189,19 @@ def test_a_running_run_updates_without_reloading(page: Any, tmp_path: Path) -> N
             page.goto(f"{server.url}/runs/{run_id}")
             page.locator("h1.goal").evaluate("h => h.setAttribute('data-mark', 'same page')")
             assert page.locator("#live").get_attribute("data-status") == "running"
-            assert (
-                page.locator('.dag .node[data-task="held"]').get_attribute("data-status")
-                == "pending"
-            )
+            # The task that waits at the gate is on record as running since it started: its
+            # node and its bar say so, with the time it has run so far, and the run's time,
+            # which grow with each refresh.
+            held = page.locator('.dag .node[data-task="held"]')
+            assert held.get_attribute("data-status") == "running"
+            assert page.locator('.timeline .bar.s-running[data-task="held"]').count() == 1
+            assert page.locator('.tasks tr[data-task="held"] .badge').inner_text() == "running"
+            so_far = held.locator(".ntime").text_content()
+            elapsed = page.locator(".summary .elapsed").inner_text()
+            assert so_far.endswith("…") and elapsed.endswith("…")
+            expect(held.locator(".ntime")).not_to_have_text(so_far, timeout=20_000)
+            expect(page.locator(".summary .elapsed")).not_to_have_text(elapsed, timeout=20_000)
+            page.screenshot(path=str(artefacts(tmp_path_factory) / "running.png"), full_page=True)
             gate.set()
             expect(page.locator("#live")).to_have_attribute(
                 "data-status", "succeeded", timeout=20_000
