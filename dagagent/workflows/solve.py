@@ -51,6 +51,7 @@ from ..runner import Interceptor
 from ..settings import RunSettings
 from ..store import RunStore
 from ..text import jsonable, shorten
+from ..tools import connected
 from .replan import record_of, revise_run
 from .solution import Round, Solution, SolveUsage
 
@@ -588,8 +589,12 @@ async def solve(
             policy=policy,
             confirm=confirm,
         )
-        await state.record("start_solve", goal=state.goal, options=options)
-        return await state.run()
+        # The tools' servers (MCP), each opened once, all at the same time, and kept for
+        # every round: a round's run finds them open instead of opening them again. One that
+        # cannot be opened is a configuration error before anything is recorded.
+        async with connected(registry):
+            await state.record("start_solve", goal=state.goal, options=options)
+            return await state.run()
     finally:
         if opened is not None and opened is not store:
             opened.close()
