@@ -498,7 +498,11 @@ def main() -> None:
         code = EXIT_INTERRUPTED
     if _abandoned_threads():
         # The run is over and recorded; do not let a tool thread that ignored its timeout or
-        # cancellation keep the process alive.
+        # cancellation keep the process alive (what --otel holds is sent first: exit handlers
+        # do not run).
+        otel = sys.modules.get(f"{__package__}.otel")
+        if otel is not None:
+            otel.shutdown_otel()
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code if isinstance(code, int) else EXIT_FAILED)

@@ -120,8 +120,9 @@ OtelOpt = Annotated[
     bool,
     typer.Option(
         "--otel",
-        help="Send traces and metrics to an OpenTelemetry collector over OTLP, configured by "
-        "the standard OTEL_* variables (OTEL_EXPORTER_OTLP_ENDPOINT...). Needs dagagent[otel].",
+        help="Send traces and metrics where the standard OTEL_* variables say: "
+        "OTEL_TRACES_EXPORTER / OTEL_METRICS_EXPORTER (otlp by default, console, none), "
+        "OTEL_EXPORTER_OTLP_ENDPOINT... Needs dagagent[otel].",
     ),
 ]
 MaxConcurrencyOpt = Annotated[
