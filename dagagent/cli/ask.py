@@ -291,6 +291,7 @@ def ask_cmd(
     path = default_store_path(store)
     spec = recorded_tools_spec(tools, mcp or ())
     context = tools_context(spec, mcp or ())  # replan loads them again
+    context.update(choice.to_record(llm))  # a resume asks the same model, on the same server
     approval = approval_context(policy_file, tuple(ask or ()))
     if approval:  # what 'dagagent resume' asks with
         context["approval"] = approval

@@ -357,12 +357,14 @@ def test_a_paused_solve_is_approved_and_resumed_without_planning_again(
     assert "paused: round 1: run" in shown and f"dagagent resume {run_id}" in shown
     user("approve", run_id, "tokyo", "--allow", "--by", "ann", code=0)
     assert user.calls() == ["get_weather Paris"]  # approving runs nothing
-    # the joiner decides what follows the run: the solve (named by its id too) needs the model
-    no_model = user("resume", solve["solve_id"], code=2)
-    assert "resuming it needs the model" in no_model.stderr
+    # the joiner decides what follows the run: the resume asks the model and server the ask
+    # was given (on record, without the key, which comes from the environment as always)
+    context = json.loads(user("show", run_id, "--json", code=0).stdout)["context"]
+    assert context["model"] == user.model[1] and context["base_url"] == user.model[3]
+    assert "sk-" not in json.dumps(context)
 
     model.decide(finish("Tokyo is warmer; the mean is 21.25 C.", ["avg", "tokyo"]))
-    resumed = user("resume", run_id, *user.model, code=0)
+    resumed = user("resume", solve["solve_id"], code=0)  # the solve, named by its id
     assert resumed.stdout.strip().splitlines()[-1] == "Tokyo is warmer; the mean is 21.25 C."
     assert f"resuming solve {solve['solve_id']}: round 1's run {run_id} goes on" in resumed.stderr
     assert "the joiner answered" in resumed.stderr
@@ -391,3 +393,18 @@ def test_ask_no_wait_denies_without_a_terminal(user: User, model: Model) -> None
     tokyo = doc["rounds"][0]["result"]["tasks"]["tokyo"]
     assert tokyo["status"] == "denied" and "no terminal is attached" in tokyo["error"]
     assert doc["status"] == "answered" and user.calls() == ["get_weather Paris"]
+
+
+def test_the_project_file_names_the_model_its_server_and_the_tools(
+    user: User, model: Model
+) -> None:
+    (user.dir / ".dagagent").mkdir()
+    spec, url = user.model[1], user.model[3]
+    (user.dir / ".dagagent" / "config.toml").write_text(
+        f'model = "{spec}"\nbase_url = "{url}"\ntools = "{TOOLS}"\ntimeout = 30\n'
+    )
+    model.plan(weather("paris", "Paris"))
+    model.decide(finish("18 C in Paris.", ["paris"]))
+    proc = user("ask", GOAL, code=0)  # no --model, --base-url nor --tools
+    assert proc.stdout.strip().splitlines()[-1] == "18 C in Paris."
+    assert user.calls() == ["get_weather Paris"] and "demo tools" not in proc.stderr
