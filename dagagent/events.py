@@ -294,13 +294,19 @@ def _printable_values(_logger: Any, _name: str, event: dict[str, Any]) -> dict[s
     return {k: printable(v, lines=True) if isinstance(v, str) else v for k, v in event.items()}
 
 
-def configure_logging(level: int = logging.WARNING, *, json: bool = False) -> None:
-    """Configure structlog for command-line use: level-filtered, to stderr."""
+def configure_logging(
+    level: int = logging.WARNING, *, json: bool = False, renderer: Any = None
+) -> None:
+    """Configure structlog for command-line use: level-filtered, to stderr; ``renderer``
+    (a structlog processor returning the line) instead of structlog's console renderer."""
     import structlog
 
-    renderer: Any = (
-        structlog.processors.JSONRenderer() if json else structlog.dev.ConsoleRenderer(colors=False)
-    )
+    if renderer is None:
+        renderer = (
+            structlog.processors.JSONRenderer()
+            if json
+            else structlog.dev.ConsoleRenderer(colors=False)
+        )
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,

@@ -166,7 +166,12 @@ def _root(
         from ..events import configure_logging
 
         level = {0: logging.WARNING, 1: logging.INFO}.get(verbose, logging.DEBUG)
-        configure_logging(level)
+        if verbose:
+            configure_logging(level)  # the records as they are
+        else:
+            from .logs import human_line
+
+            configure_logging(level, renderer=human_line)  # a line for a person
     name = ctx.invoked_subcommand
     if name in _PROJECT_COMMANDS:
         _apply_project(ctx, name)

@@ -105,6 +105,7 @@ class AskProgress:
             TaskAgentEvent,
             TaskFinished,
             TaskParsed,
+            TaskRetrying,
         )
         from ..results import TaskStatus
         from ..text import shorten
@@ -128,6 +129,11 @@ class AskProgress:
                 detail = f": {shorten(r.error, 100)}"
             duration = f" {r.duration_s:.2f}s" if r.duration_s is not None else ""
             self._line(f"  {r.task_id} {r.status.value}{duration}{detail}")
+        elif isinstance(event, TaskRetrying):
+            self._line(
+                f"  {event.task_id} failed (attempt {event.attempt}): "
+                f"{shorten(event.error, 100)}; trying again in {event.delay_s:.1f}s"
+            )
         elif isinstance(event, TaskAgentEvent):
             if event.action == "tool_call":
                 self._line(f"  {event.task_id}: calls {event.tool}({shorten(event.args, 80)})")

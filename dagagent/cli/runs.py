@@ -22,8 +22,10 @@ from ._app import app, guard, out
 from .diagram import FORMATS, render_graph
 from .options import (
     LastOpt,
+    McpOpt,
     RunArg,
     StoreOpt,
+    ToolsOpt,
 )
 
 if TYPE_CHECKING:
@@ -98,7 +100,13 @@ def find_run(st: RunStore, run: str | None, last: bool) -> RunRecord:
 def runs_cmd(
     limit: int = typer.Option(20, "--limit", "-n", min=1, help="Show at most N runs."),
     store: StoreOpt = None,
-    json_out: bool = typer.Option(False, "--json", help="Print the runs as JSON."),
+    json_out: bool = typer.Option(
+        False,
+        "--json",
+        help='Print {"store", "found", "runs"} as JSON: the store read, why that one, and '
+        "each run (run_id, parent_id, created, goal, status, executor, started_at, "
+        "finished_at, n_tasks, counts, unrecorded).",
+    ),
 ) -> None:
     """List recorded runs, most recent first: id, when, goal, status, task counts."""
     from ..store import StoreSource, locate_store
@@ -114,16 +122,16 @@ def runs_cmd(
         with open_store(store) as st:
             runs = st.list_runs(limit)
     if json_out:
-        # one id key, "run_id": the key 'show --json' and 'run --json' use too
+        # One object, as every --json prints: the store read (and why that one), then the
+        # runs, newest first. One id key, "run_id": the key 'show --json' and 'run --json'
+        # use too.
         print_json(
             out,
-            [
-                {
-                    **r.model_dump(mode="json"),
-                    "unrecorded": r.unrecorded,
-                }
-                for r in runs
-            ],
+            {
+                "store": str(path),
+                "found": location.source.value,
+                "runs": [{**r.model_dump(mode="json"), "unrecorded": r.unrecorded} for r in runs],
+            },
         )
         return
     # which store, and why that one: the same command elsewhere may read another
@@ -513,8 +521,12 @@ def graph_cmd(
         "ascii", "--format", "-f", metavar="FORMAT", help=f"One of: {', '.join(FORMATS)}."
     ),
     store: StoreOpt = None,
+    tools: ToolsOpt = None,
+    mcp: McpOpt = None,
 ) -> None:
-    """Draw a plan's graph (a plan file), or a recorded run's graph marked by task status."""
+    """Draw a plan's graph (a plan file), or a recorded run's graph marked by task status.
+    With --tools or --mcp, a plan file is checked against those tools as 'validate' does
+    (a run's graph is drawn from its record)."""
     from ..graph import validate
 
     if fmt not in FORMATS:
@@ -522,7 +534,12 @@ def graph_cmd(
     statuses: dict[str, str] | None = None
     elements: dict[str, list[str]] | None = None
     if target is not None and not last and _is_plan_path(target):
-        graph = validate(Path(target))
+        registry = None
+        if tools or mcp:
+            from .tools import load_tools
+
+            registry = load_tools(tools, mcp)
+        graph = validate(Path(target), registry)
     else:
         with open_store(store) as st:
             record = find_run(st, target, last)

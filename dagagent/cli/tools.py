@@ -108,7 +108,10 @@ def tools_cmd(
     tools: ToolsOpt = None,
     mcp: McpOpt = None,
     json_out: bool = typer.Option(
-        False, "--json", help="Print each tool's name, description and JSON schemas as JSON."
+        False,
+        "--json",
+        help='Print {"tools": [...]} as JSON: each tool\'s name, description, JSON schemas, '
+        "source, side effects and whether it may be retried.",
     ),
 ) -> None:
     """List the tools a plan can use (those --tools and --mcp give, as 'run' and 'plan' would
@@ -121,7 +124,7 @@ def tools_cmd(
 
     registry = load_tools(tools, mcp)
     if json_out:
-        doc: list[dict[str, Any]] = [
+        tools_doc: list[dict[str, Any]] = [
             {
                 **t.spec(),
                 "output_schema": t.output_schema,
@@ -131,7 +134,7 @@ def tools_cmd(
             }
             for t in registry
         ]
-        print_json(out, doc)
+        print_json(out, {"tools": tools_doc})  # one object, as every --json prints
         return
     for t in registry:
         # The planner's own catalog entry (signature, description, argument notes, what it

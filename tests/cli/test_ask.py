@@ -36,13 +36,15 @@ class Model:
 
     def __init__(self, flavor: str) -> None:
         self.flavor = flavor
-        self.answers: deque[dict[str, Any]] = deque()
+        self.answers: deque[dict[str, Any] | Reply] = deque()
         self.server = LLMTestServer(self.respond)
 
     def respond(self, request: Recorded) -> Reply | SSEReply:
         if not self.answers:
             return Reply(500, json={"error": {"message": "no more answers scripted"}})
         body = self.answers.popleft()
+        if isinstance(body, Reply):  # an answer as the server sends it: a 503, say
+            return body
         if request.json.get("stream"):
             events = wire.openai_events if self.flavor == "openai" else wire.anthropic_events
             return SSEReply(events(body))
@@ -147,7 +149,7 @@ def test_replan_reuses_what_succeeded(user: User, model: Model) -> None:
     assert doc["usage"]["planner"]["calls"] == 2 and doc["usage"]["joiner"]["calls"] == 2
     # Paris was looked up once over both rounds
     assert user.calls() == ["get_weather Atlantis", "get_weather Paris", "get_weather Tokyo"]
-    runs = json.loads(user("runs", "--json", code=0).stdout)
+    runs = json.loads(user("runs", "--json", code=0).stdout)["runs"]
     assert {r["run_id"] for r in runs} == {first["run_id"], second["run_id"]}
 
 
@@ -237,7 +239,7 @@ def test_killed_mid_solve_keeps_what_ended(user: User, model: Model, sig: str) -
             proc.communicate()
     flag.unlink()
     assert "Traceback" not in out + err
-    runs = json.loads(user("runs", "--json", code=0).stdout)
+    runs = json.loads(user("runs", "--json", code=0).stdout)["runs"]
     first_id = next(r["run_id"] for r in runs if r["parent_id"] is None)
     second_id = next(r["run_id"] for r in runs if r["parent_id"] is not None)
     first = json.loads(user("show", first_id, "--json", code=0).stdout)
@@ -408,3 +410,27 @@ def test_the_project_file_names_the_model_its_server_and_the_tools(
     proc = user("ask", GOAL, code=0)  # no --model, --base-url nor --tools
     assert proc.stdout.strip().splitlines()[-1] == "18 C in Paris."
     assert user.calls() == ["get_weather Paris"] and "demo tools" not in proc.stderr
+
+
+def test_a_model_request_tried_again_is_one_line_of_progress(user: User, model: Model) -> None:
+    model.answers.append(Reply(503, json={"error": {"message": "overloaded, try later"}}))
+    model.plan(weather("paris", "Paris"))
+    model.decide(finish("18 C.", ["paris"]))
+    proc = user.ask()
+    assert proc.stdout.strip().splitlines()[-1] == "18 C."
+    (line,) = [ln for ln in proc.stderr.splitlines() if "trying again" in ln]
+    assert line.startswith("warning: the model did not answer (") and "(retry 1)" in line
+    assert "overloaded" in line
+    # no log record beside the progress: no time stamps, no fields
+    assert "llm.retry" not in proc.stderr and "[warning" not in proc.stderr
+
+
+def test_a_task_tried_again_is_one_line_of_progress(capsys: pytest.CaptureFixture[str]) -> None:
+    from dagagent.cli.ask import AskProgress
+    from dagagent.events import TaskRetrying
+
+    AskProgress()(TaskRetrying("r", "paris", 1, "ConnectionError: \x1b[31mreset", 0.4))
+    err = capsys.readouterr().err
+    assert (
+        err == "  paris failed (attempt 1): ConnectionError: \\x1b[31mreset; trying again in 0.4s\n"
+    )

@@ -122,6 +122,6 @@ def test_an_mcp_server_of_the_project_runs_in_its_folder(project: Path) -> None:
         f'[tool.dagagent.mcp]\nforecast = "{Path(sys.executable).as_posix()} server.py"\n'
     )
     sh = shell_in(project)
-    tools = sh.json("tools")
+    tools = sh.json("tools")["tools"]
     assert "forecast.tomorrow" in [t["name"] for t in tools]
     assert "shout" not in [t["name"] for t in tools]  # with servers, no demo tools either
