@@ -20,8 +20,9 @@ through DNS rebinding).
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,9 @@ __all__ = ["LOOPBACK_HOSTS", "answers_of", "create_app", "related_runs", "run_ar
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
 
+#: Where a page that failed is logged, with its traceback (``dagagent ui`` prints it).
+_log = logging.getLogger("dagagent.ui")
+
 _HEADERS = [
     (
         b"content-security-policy",
@@ -79,6 +83,34 @@ class _SecurityHeaders:
             await send(message)
 
         await self.app(scope, receive, send_with_headers)
+
+
+class _ErrorPages:
+    """Any failure of a page becomes the page ``page(path, exc)`` makes (which logs it),
+    sent as the response: not a bare 500, nor a connection the server drops."""
+
+    def __init__(self, app: ASGIApp, page: Callable[[str, Exception], Response]) -> None:
+        self.app = app
+        self.page = page
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def sending(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        except Exception as exc:
+            if started:  # too late for a page: the server logs it and drops the connection
+                raise
+            await self.page(str(scope.get("path", "")), exc)(scope, receive, send)
 
 
 def answers_of(store: RunStore, run_ids: list[str]) -> dict[str, Any]:
@@ -220,15 +252,15 @@ def create_app(
     async def not_found(request: Request, exc: Exception) -> Response:
         return error_page(getattr(exc, "status_code", 500), str(getattr(exc, "detail", "error")))
 
-    async def failed(request: Request, exc: Exception) -> Response:
-        # A bug, or a record the viewer cannot read: a page that says so, never a bare 500.
-        # Starlette raises the exception again once this page is sent, so the server logs it
-        # with its traceback.
+    def failed(path: str, exc: Exception) -> Response:
+        # A bug, or a record the viewer cannot read: a page that says so, never a bare 500;
+        # the traceback goes to the server's log.
+        _log.error("the viewer could not show %s", path, exc_info=exc)
         what = f"{type(exc).__name__}: {exc}"
         return error_page(
             500,
-            f"the viewer could not show {request.url.path}: {what}. The server's log has the "
-            "traceback; please report it.",
+            f"the viewer could not show {path}: {what}. The server's log has the traceback; "
+            "please report it.",
         )
 
     @contextlib.asynccontextmanager
@@ -239,7 +271,7 @@ def create_app(
             if not isinstance(store, RunStore):
                 st.close()
 
-    middleware = [Middleware(_SecurityHeaders)]
+    middleware = [Middleware(_SecurityHeaders), Middleware(_ErrorPages, page=failed)]
     if loopback_only:
         middleware.append(Middleware(TrustedHostMiddleware, allowed_hosts=list(LOOPBACK_HOSTS)))
     app = Starlette(
@@ -251,7 +283,7 @@ def create_app(
             Mount("/static", StaticFiles(directory=str(STATIC)), name="static"),
         ],
         middleware=middleware,
-        exception_handlers={HTTPException: not_found, Exception: failed},
+        exception_handlers={HTTPException: not_found},
         lifespan=lifespan,
     )
     app.state.store = st

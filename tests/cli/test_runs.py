@@ -713,6 +713,10 @@ def test_a_run_whose_plan_never_came_is_failed_and_every_reader_opens_it(
     made = cli("report", run_id, "--out", str(report))
     assert made.exit_code == 0, made.output
     assert "Nothing ran" in report.read_text()
+    reviewed = cli("replan", run_id)
+    assert reviewed.exit_code == 0 and "no task of its plan was accepted" in reviewed.stdout
+    again = cli("replan", run_id, "--execute")
+    assert again.exit_code == 2 and "nothing to run again" in again.output
 
 
 def test_show_of_a_running_run_shows_each_task_running_with_its_time_so_far(
