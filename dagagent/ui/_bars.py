@@ -163,13 +163,12 @@ def layout_timeline(
     when its tasks waited for a person)."""
     running = record.status == "running"
     people = people or {}
-    if now is None or not running:
-        now = None
+    if now is None or record.status not in ("running", "paused"):
+        now = None  # a paused run waits for a person until now: its timeline goes on too
     timed = [
         (tid, r)
         for tid, r in record.tasks.items()
-        if r.started_at is not None
-        and (r.finished_at is not None or (now is not None and r.status is TaskStatus.RUNNING))
+        if r.started_at is not None and (r.finished_at is not None or (running and now is not None))
     ]
     origin = record.started_at if record.started_at is not None else record.created
     starts = [r.started_at for _, r in timed if r.started_at is not None]

@@ -134,8 +134,8 @@ def build_view(
     status_of = task_statuses(record)
     level_of = {t: i for i, lv in enumerate(graph.levels) for t in lv}
     critical_s, critical = _critical(record, graph)
-    # A question still open waits until the run paused (the run's end), or until now.
-    until = record.finished_at if record.finished_at is not None else now
+    # A question still open waits until now: the run is paused (or still going) for it.
+    until = now if record.status in ("paused", "running") else record.finished_at
     people = person_waits(approvals, until=until)
     return RunView(
         record=record,

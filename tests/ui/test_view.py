@@ -383,7 +383,7 @@ def test_a_paused_run_says_what_to_run_next_in_the_waiting_colour() -> None:
     view = build_view(record, approvals=[asked], now=500.0)
     assert view.waiting_tasks() == ["mail"]
     bar = {b.task_id: b for b in view.timeline.bars}["mail"]
-    assert bar.approvals == [(0.5, 1.0)]  # from its question to the pause
+    assert bar.approvals == [(0.5, 400.0)]  # from its question to now: it still waits
     html = render_report(record)
     next_step = html[html.index('id="next"') :]
     assert "dagagent approve abcdef012345 mail --allow" in next_step
