@@ -207,6 +207,7 @@ class _Run:
             element_concurrency=self.executor.element_concurrency,
             emit=self.task_events,
             record=self.recorder.record if self.recorder is not None else None,
+            started=self.recorder.started if self.recorder is not None else None,
             telemetry=self.telemetry,
             redaction=redaction,
             llm=model,

@@ -1307,15 +1307,15 @@ def test_a_task_that_was_running_when_its_process_died_is_unrecorded(tmp_path: P
     assert rec.status == "interrupted" and rec.tasks == {} and rec.unrecorded == ["a", "b"]
 
 
-def test_a_batch_writes_the_last_result_of_each_task() -> None:
-    running = TaskResult(task_id="a", status=TaskStatus.RUNNING, started_at=1.0)
+def test_a_batch_writes_the_last_row_of_each_task() -> None:
+    started = ("a", 1.0)  # what a task's start hands the writer
     b = _plain("b")
     done = _plain("a")
-    assert writer._latest([running, b, done]) == [done, b]
-    assert writer._latest([running, b]) == [running, b]
+    assert writer._latest([started, b, done]) == [done, b]
+    assert writer._latest([started, b]) == [started, b]
 
 
-def test_a_running_row_that_cannot_be_written_is_not_a_lost_result(tmp_path: Path) -> None:
+def test_a_start_that_cannot_be_written_is_not_a_lost_result(tmp_path: Path) -> None:
     w_ = writer.Writer(
         tmp_path / "r.db",
         "0123456789ab",
@@ -1325,7 +1325,7 @@ def test_a_running_row_that_cannot_be_written_is_not_a_lost_result(tmp_path: Pat
         write_timeout_s=0,
         opened=None,
     )
-    w_._lose([TaskResult(task_id="a", status=TaskStatus.RUNNING, started_at=1.0), _plain("b")])
+    w_._lose([("a", 1.0), _plain("b")])
     assert w_.loss is not None and w_.loss.tasks == ["b"]
 
 

@@ -59,7 +59,6 @@ _FAILED = TaskStatus.FAILED
 _DENIED = TaskStatus.DENIED
 _CANCELLED = TaskStatus.CANCELLED
 _WAITING = TaskStatus.WAITING
-_RUNNING = TaskStatus.RUNNING
 
 Attempt = Callable[[TaskRun], Awaitable[Any]]
 """One attempt at a task: its output, or it raises."""
@@ -79,8 +78,9 @@ class TaskRunner:
     """Runs the tasks of one run; ``results`` and ``outputs`` fill in as tasks finish.
 
     Its collaborators come at construction: ``calls`` (the tool-call seam: interceptors,
-    limits, invoker), ``emit`` (run events for the listeners), ``record`` (for the run store:
-    a ``running`` result as each task starts, then its final result), ``telemetry``
+    limits, invoker), ``emit`` (run events for the listeners), ``started`` and ``record`` (for
+    the run store: each task's id and start as it starts, its final result as it ends),
+    ``telemetry``
     (OpenTelemetry, or ``None``), ``redaction`` (applied to every result and event that
     leaves the runner), ``llm`` and ``agent_runner`` (for agent tasks; the model is opaque
     here), ``reuse`` (an earlier run's outputs, by
@@ -101,6 +101,7 @@ class TaskRunner:
         element_concurrency: int | None = None,
         emit: Callable[[Event], None] | None = None,
         record: Callable[[TaskResult], None] | None = None,
+        started: Callable[[str, float], None] | None = None,
         telemetry: RunTelemetry | None = None,
         redaction: Redaction | None = None,
         llm: object = None,
@@ -126,6 +127,7 @@ class TaskRunner:
         self.element_concurrency = element_concurrency
         self.emit = emit
         self.record = record
+        self.started = started
         self.telemetry = telemetry
         self.redaction = redaction or Redaction(())
         self.llm = llm
@@ -205,11 +207,11 @@ class TaskRunner:
 
     def _start(self, task_id: str) -> TaskRun:
         run = TaskRun(task_id, time.time(), [] if self.calls.intercepted else None)
-        if self.record is not None:
+        if self.started is not None:
             # On record as running until its result replaces it (the store writes only the
             # last of the two when both come in one batch). Nothing else yet: its arguments
             # are recorded with its result, after any redaction.
-            self.record(TaskResult(task_id=task_id, status=_RUNNING, started_at=run.started_at))
+            self.started(task_id, run.started_at)
         if self.emit is not None:
             self.emit(TaskStarted(self.run_id, task_id, run.started_at))
         if self._debug:

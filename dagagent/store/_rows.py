@@ -26,7 +26,7 @@ import os
 import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Union
 
 from pydantic_core import to_json
 
@@ -36,7 +36,7 @@ from ._codec import ELEMENT_KEYS, from_column, to_column, why
 from ._plans import plan_to_column
 from ._schema import TASK_COLUMNS
 
-__all__ = ["OUTPUT_NOT_RECORDED", "PLANNED_AT", "RunRow", "task_row", "write"]
+__all__ = ["OUTPUT_NOT_RECORDED", "PLANNED_AT", "Row", "RunRow", "task_row", "write"]
 
 #: ``error_type`` of a succeeded task whose output could not be written (e.g. bytes that are
 #: not UTF-8, a circular structure): its ``error`` says why, its output is not recorded, and
@@ -74,11 +74,16 @@ class RunRow:
     resumed: bool
 
 
+Row = Union[TaskResult, "tuple[str, float]"]
+"""What a batch writes of a task: its result, or its start, ``(task id, when)``, written as
+``running``."""
+
+
 def write(
     conn: sqlite3.Connection,
     run: RunRow,
     events: Sequence[object],
-    results: Sequence[TaskResult],
+    results: Sequence[Row],
     *,
     output_lost: str | None = None,
 ) -> int:
@@ -101,7 +106,7 @@ def _write(
     conn: sqlite3.Connection,
     run: RunRow,
     events: Sequence[object],
-    results: Sequence[TaskResult],
+    results: Sequence[Row],
     output_lost: str | None,
 ) -> int:
     size = 0
@@ -122,8 +127,20 @@ def _write(
             (len(grown.plan.tasks), _with_planned(run.context, grown), run.run_id),
         )
     if results:
-        conn.executemany(_INSERT_TASK, (task_row(run.run_id, r, output_lost) for r in results))
-        asked = [row for r in results if r.status is TaskStatus.WAITING for row in _asked(run, r)]
+        run_id = run.run_id
+        conn.executemany(
+            _INSERT_TASK,
+            (
+                _started_row(run_id, r) if type(r) is tuple else task_row(run_id, r, output_lost)  # type: ignore[arg-type]
+                for r in results
+            ),
+        )
+        asked = [
+            row
+            for r in results
+            if type(r) is not tuple and r.status is TaskStatus.WAITING  # type: ignore[union-attr]
+            for row in _asked(run, r)  # type: ignore[arg-type]
+        ]
         if asked:
             conn.executemany(_INSERT_ASKED, [(*row, row[0], row[1]) for row in asked])
         size += _RESULT_BYTES * len(results)
@@ -212,6 +229,15 @@ def _asked(run: RunRow, r: TaskResult) -> list[tuple[Any, ...]]:
         for d in calls
         if d.decision == WAIT
     ]
+
+
+_RUNNING = TaskStatus.RUNNING.value
+
+
+def _started_row(run_id: str, start: tuple[str, float]) -> tuple[Any, ...]:
+    """The row of a task that started: ``running`` since then, nothing else yet (its
+    arguments come with its result, after any redaction)."""
+    return (run_id, start[0], _RUNNING, None, None, None, 0, start[1], *(None,) * 6)
 
 
 def task_row(run_id: str, r: TaskResult, output_lost: str | None = None) -> tuple[Any, ...]:
