@@ -45,7 +45,14 @@ def _style(status: str) -> str:
         from .render import STATUS_STYLE
 
         _STYLES.update(STATUS_STYLE)
-        _STYLES.update({"running": "blue", "interrupted": "yellow", "unrecorded": "dim"})
+        _STYLES.update(
+            {
+                "interrupted": "yellow",
+                "unrecorded": "dim",
+                "pending": "dim",
+                "paused": "medium_purple1",
+            }
+        )
     return _STYLES.get(status, "")
 
 
@@ -242,7 +249,7 @@ def show_cmd(
             started,
             record.finished_at or started,
         )
-        if people >= 0.001:
+        if people >= 0.01:
             wall += f" ({people:.3f}s of it waiting for a person's decision)"
     elif record.status == "running":
         wall = f"running for {now - started:.3f}s"
