@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Union
 
@@ -192,10 +192,13 @@ class TaskParsed:
 @dataclass(frozen=True, slots=True)
 class PlanExtended:
     """The plan of a run that is still being written gained tasks; ``plan`` is the plan so
-    far (a copy: it does not change afterwards). The run store keeps its record up to date."""
+    far (a copy: it does not change afterwards), ``planned_at`` when each of its tasks
+    joined it (Unix times: a task held until the plan was whole joined it then). The run
+    store keeps its record up to date."""
 
     run_id: str
     plan: Plan
+    planned_at: Mapping[str, float] = field(default_factory=dict)
     kind: str = field(default="run.plan_extended", init=False)
 
 
@@ -291,13 +294,19 @@ def _printable_values(_logger: Any, _name: str, event: dict[str, Any]) -> dict[s
     return {k: printable(v, lines=True) if isinstance(v, str) else v for k, v in event.items()}
 
 
-def configure_logging(level: int = logging.WARNING, *, json: bool = False) -> None:
-    """Configure structlog for command-line use: level-filtered, to stderr."""
+def configure_logging(
+    level: int = logging.WARNING, *, json: bool = False, renderer: Any = None
+) -> None:
+    """Configure structlog for command-line use: level-filtered, to stderr; ``renderer``
+    (a structlog processor returning the line) instead of structlog's console renderer."""
     import structlog
 
-    renderer: Any = (
-        structlog.processors.JSONRenderer() if json else structlog.dev.ConsoleRenderer(colors=False)
-    )
+    if renderer is None:
+        renderer = (
+            structlog.processors.JSONRenderer()
+            if json
+            else structlog.dev.ConsoleRenderer(colors=False)
+        )
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,

@@ -167,7 +167,39 @@ def _root(
         from ..events import configure_logging
 
         level = {0: logging.WARNING, 1: logging.INFO}.get(verbose, logging.DEBUG)
-        configure_logging(level)
+        if verbose:
+            configure_logging(level)  # the records as they are
+        else:
+            from .logs import human_line
+
+            configure_logging(level, renderer=human_line)  # a line for a person
+    name = ctx.invoked_subcommand
+    if name in _PROJECT_COMMANDS:
+        _apply_project(ctx, name)
+
+
+# The commands a project file gives defaults to (see dagagent.cli.project).
+_PROJECT_COMMANDS = frozenset({"run", "validate", "plan", "ask", "tools", "graph", "replan"})
+
+
+def _apply_project(ctx: typer.Context, name: str) -> None:
+    """The defaults the project file (if any) gives command ``name``'s options, as click's
+    ``default_map``: the command line still wins."""
+    from .project import project
+
+    try:
+        found = project()
+    except DagagentError as exc:  # a project file that cannot be used: said as any error
+        raise typer.Exit(report_error(exc)) from None
+    if found is None:
+        return
+    command = ctx.command.get_command(ctx, name) if hasattr(ctx.command, "get_command") else None
+    if command is None:
+        return
+    params = {p.name for p in command.params if p.name}
+    defaults = found.defaults(name, params)
+    if defaults:
+        ctx.default_map = {name: defaults}
 
 
 _SQLITE_HEADER = b"SQLite format 3\x00"
@@ -347,10 +379,20 @@ def tools_spec(spec: str | None, mcp: Sequence[str] = ()) -> str | None:
 
 def _import_module(target: str, attr: str) -> Any:
     """Import ``target`` the way ``module:attr`` CLIs do: the current directory first, then
-    the installed packages; when it is not found, say where it looked."""
+    the project's directory (see :mod:`dagagent.cli.project`), then the installed packages;
+    when it is not found, say where it looked."""
+    from .project import project
+
     cwd = os.getcwd()
     if cwd not in sys.path and "" not in sys.path:
         sys.path.insert(0, cwd)
+    found = project()
+    places = f"the current directory ({cwd})"
+    if found is not None and str(found.root) != cwd:
+        root = str(found.root)
+        if root not in sys.path:
+            sys.path.insert(1, root)  # after the working directory
+        places += f", the project's ({root})"
     try:
         return importlib.import_module(target)
     except ModuleNotFoundError as exc:
@@ -358,9 +400,8 @@ def _import_module(target: str, attr: str) -> Any:
             raise  # the module was found; something it imports was not
         guess = target.replace(".", os.sep) + ".py"
         raise ConfigError(
-            f"--tools: no module named {target!r} in the current directory ({cwd}) nor among "
-            f"the installed packages; to load a file, give its path: --tools "
-            f"path/to/{guess}:{attr}"
+            f"--tools: no module named {target!r} in {places} nor among the installed "
+            f"packages; to load a file, give its path: --tools path/to/{guess}:{attr}"
         ) from None
 
 
@@ -510,7 +551,11 @@ def main() -> None:
         code = EXIT_INTERRUPTED
     if _abandoned_threads():
         # The run is over and recorded; do not let a tool thread that ignored its timeout or
-        # cancellation keep the process alive.
+        # cancellation keep the process alive (what --otel holds is sent first: exit handlers
+        # do not run).
+        otel = sys.modules.get(f"{__package__}.otel")
+        if otel is not None:
+            otel.shutdown_otel()
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code if isinstance(code, int) else EXIT_FAILED)

@@ -109,6 +109,7 @@ class AskProgress:
             TaskAgentEvent,
             TaskFinished,
             TaskParsed,
+            TaskRetrying,
         )
         from ..results import TaskStatus
         from ..text import shorten
@@ -132,6 +133,11 @@ class AskProgress:
                 detail = f": {shorten(r.error, 100)}"
             duration = f" {r.duration_s:.2f}s" if r.duration_s is not None else ""
             self._line(f"  {r.task_id} {r.status.value}{duration}{detail}")
+        elif isinstance(event, TaskRetrying):
+            self._line(
+                f"  {event.task_id} failed (attempt {event.attempt}): "
+                f"{shorten(event.error, 100)}; trying again in {event.delay_s:.1f}s"
+            )
         elif isinstance(event, TaskAgentEvent):
             if event.action == "tool_call":
                 self._line(f"  {event.task_id}: calls {event.tool}({shorten(event.args, 80)})")
@@ -310,6 +316,7 @@ def ask_cmd(
     path = default_store_path(store)
     spec = recorded_tools_spec(tools, mcp or ())
     context = tools_context(spec, mcp or ())  # replan loads them again
+    context.update(choice.to_record(llm))  # a resume asks the same model, on the same server
     approval = approval_context(policy_file, tuple(ask or ()))
     if approval:  # what 'dagagent resume' asks with
         context["approval"] = approval

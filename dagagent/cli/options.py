@@ -126,8 +126,9 @@ OtelOpt = Annotated[
     bool,
     typer.Option(
         "--otel",
-        help="Send traces and metrics to an OpenTelemetry collector over OTLP, configured by "
-        "the standard OTEL_* variables (OTEL_EXPORTER_OTLP_ENDPOINT...). Needs dagagent[otel].",
+        help="Send traces and metrics where the standard OTEL_* variables say: "
+        "OTEL_TRACES_EXPORTER / OTEL_METRICS_EXPORTER (otlp by default, console, none), "
+        "OTEL_EXPORTER_OTLP_ENDPOINT... Needs dagagent[otel].",
     ),
 ]
 MaxConcurrencyOpt = Annotated[
@@ -300,6 +301,36 @@ class ModelChoice:
 
         self.require()
         return from_env(self.model, self.base_url, settings=self.settings())
+
+    def to_record(self, client: Any) -> dict[str, Any]:
+        """What a run's record keeps of this choice, for ``resume``: the model's spec, its
+        server's URL and the timeout; never a key (a URL that carries a password is left
+        out: a resume then needs ``--base-url`` again)."""
+        kept: dict[str, Any] = {
+            "model": (self.model or os.environ.get("DAGAGENT_MODEL", "")).strip(),
+            "timeout": self.timeout,
+        }
+        url = getattr(client, "base_url", None)
+        if isinstance(url, str) and "***@" not in url:  # the client shows a password so
+            kept["base_url"] = url
+        return kept
+
+    @classmethod
+    def recorded(
+        cls, context: dict[str, Any], model: str | None, base_url: str | None
+    ) -> ModelChoice:
+        """The choice ``resume`` makes: ``--model`` (with ``--base-url``) if given, else the
+        model, server and timeout the run was recorded with (``context``: see
+        :meth:`to_record`), else the environment's."""
+        timeout = context.get("timeout")
+        timeout = float(timeout) if isinstance(timeout, (int, float)) else 60.0
+        if model:
+            return cls(model, base_url, timeout)
+        kept = context.get("model")
+        if not isinstance(kept, str) or not kept:
+            return cls(None, base_url, timeout)
+        url = context.get("base_url")
+        return cls(kept, base_url or (url if isinstance(url, str) else None), timeout)
 
     def client_if_named(self) -> Any:
         """The client, or ``None`` when no model is named (``--base-url`` alone is an error)."""

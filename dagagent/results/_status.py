@@ -33,6 +33,9 @@ class TaskStatus(str, enum.Enum):
     - ``skipped``: it never started because a task it depends on did not succeed.
     - ``waiting``: an approval rule asked about its call and a person will answer later
       (``dagagent approve``); its descendants wait with it (skipped until the run resumes).
+    - ``running``: it started and has not ended yet. Only a record of a run still under way
+      says so (the run store records a task when it starts, and its end over it); a
+      :class:`~dagagent.results.RunResult` never holds it.
     """
 
     SUCCEEDED = "succeeded"
@@ -42,6 +45,7 @@ class TaskStatus(str, enum.Enum):
     CANCELLED = "cancelled"
     SKIPPED = "skipped"
     WAITING = "waiting"
+    RUNNING = "running"
 
     @property
     def ok(self) -> bool:

@@ -3,7 +3,8 @@
 Every run the CLI starts (and every ``execute(..., store=...)``) is written here: the run
 (id, parent id, when, goal, plan, executor, status, timings) and one row per task result
 (status, output, error, attempts, start, end, resolved arguments, agent steps, approval
-decisions). ``dagagent runs``, ``show``, ``graph`` and ``replan`` read it back.
+decisions; ``running`` from the moment the task starts until its result replaces it).
+``dagagent runs``, ``show``, ``graph`` and ``replan`` read it back.
 
 **Fingerprints.** A task's reuse fingerprint (:func:`dagagent.runner.task_fingerprint` of the
 task and its resolved arguments) is derived from the recorded plan and arguments when a record
@@ -58,7 +59,7 @@ file; :mod:`._codec` turns values into column text and back.
 
 from __future__ import annotations
 
-from ._approvals import DECISIONS
+from ._approvals import DECISIONS, person_wait_s, person_waits
 from ._ids import RUN_ID_RE, check_run_id
 from ._location import StoreLocation, StoreSource, locate_store, user_data_dir
 from ._recorder import RunRecorder
@@ -87,5 +88,7 @@ __all__ = [
     "check_run_id",
     "default_store_path",
     "locate_store",
+    "person_wait_s",
+    "person_waits",
     "user_data_dir",
 ]

@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..graph import finished_critical_path, validate
+from ..graph import finished_critical_path, recorded_graph
 from ..llm import Usage
 from ..plan import Plan
 from ..results import (
@@ -76,6 +76,11 @@ class RunRecord(BaseModel):
         "(not redacted ones)",
     )
     context: dict[str, Any] = Field(default_factory=dict)
+    planned_at: dict[str, float] = Field(
+        default_factory=dict,
+        description="a plan written while it ran (streamed): when each task joined the plan "
+        "(Unix times; a task held until the plan was whole joined it then)",
+    )
 
     @property
     def counts(self) -> StatusCounts:
@@ -94,7 +99,7 @@ class RunRecord(BaseModel):
         :func:`~dagagent.graph.finished_critical_path`)."""
         if self.critical_path:
             return self.critical_path_s or 0.0, self.critical_path
-        graph = validate(self.plan)  # the graph only: no tools are needed to measure it
+        graph = recorded_graph(self.plan)  # the graph only: no tools are needed to measure it
         return finished_critical_path(graph.order, graph.dependencies, self.tasks)
 
     @property
@@ -121,6 +126,7 @@ class RunRecord(BaseModel):
         )
 
     def to_json_dict(self) -> dict[str, Any]:
+        planned = {"planned_at": self.planned_at} if self.planned_at else {}
         return {
             "run_id": self.run_id,
             "parent_id": self.parent_id,
@@ -136,6 +142,7 @@ class RunRecord(BaseModel):
             "counts": dict(self.counts),
             "unrecorded": self.unrecorded,
             "context": self.context,
+            **planned,
             "plan": self.plan.model_dump(mode="json", exclude_defaults=True),
             "tasks": {
                 k: {**r.to_json_dict(), "fingerprint": self.fingerprints.get(k)}

@@ -23,11 +23,19 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from markupsafe import Markup
 
 from ..review import PlanDiff, diff_plans
-from ..store import RunRecord, RunSummary
+from ..store import ApprovalRecord, RunRecord, RunSummary
 from ..text import jsonable, shorten
 from .view import PAGE_SIZE, STATUSES, RunView, build_view, fmt_s, task_kind, task_what
 
-__all__ = ["Page", "render_panel", "render_report", "render_run", "render_runs"]
+__all__ = [
+    "Page",
+    "RunAround",
+    "render_error",
+    "render_panel",
+    "render_report",
+    "render_run",
+    "render_runs",
+]
 
 HERE = Path(__file__).parent
 STATIC = HERE / "static"
@@ -212,13 +220,26 @@ def _run_context(
     }
 
 
+@dataclass(frozen=True)
+class RunAround:
+    """What a run's page shows beside its own record, read from the same store (see
+    :func:`dagagent.ui.app.run_around`): the run it replans (``parent``) and those that
+    replan it, the answer a solve gave from it, the calls of it that waited for a person
+    (its :meth:`~dagagent.store.RunStore.approval_history`), and, for a round of a solve,
+    what became of that round (``round_note``)."""
+
+    parent: RunRecord | None = None
+    children: Sequence[RunSummary] = ()
+    answer: Any = None
+    approvals: Sequence[ApprovalRecord] = ()
+    round_note: str | None = None
+
+
 def render_run(
     record: RunRecord,
     *,
     page: Page,
-    parent: RunRecord | None = None,
-    children: Sequence[RunSummary] = (),
-    answer: Any = None,
+    around: RunAround | None = None,
     status: str | None = None,
     level: int | None = None,
     page_no: int = 1,
@@ -226,12 +247,15 @@ def render_run(
     now: float | None = None,
 ) -> str:
     """The run page (``live_only``: only the part a running run's page refreshes)."""
-    view = build_view(record, now=now if now is not None else time.time())
+    around = around or RunAround()
+    view = build_view(record, now=now, approvals=around.approvals)
     ctx = _run_context(view, page=page, status=status, level=level, page_no=page_no)
+    ctx["round_reason"] = around.round_note
     if live_only:
         return _ENV.get_template("_live.html").render(**_common(page), **ctx)
     diff: PlanDiff | None = None
     parent_view: RunView | None = None
+    parent = around.parent
     if parent is not None:
         diff = diff_plans(parent.plan, record.plan)
         parent_view = build_view(parent)
@@ -246,8 +270,9 @@ def render_run(
         parent_view=parent_view,
         diff=diff,
         reused=[t for t, s in view.status_of.items() if s == "reused"],
-        children=children,
-        answer=answer,
+        children=around.children,
+        answer=around.answer,
+        round_note=around.round_note,
         panels=panels,
     )
 
@@ -268,22 +293,19 @@ def render_panel(view: RunView, task_id: str, *, page: Page) -> str:
         limit=REPORT_VALUE_LIMIT if page.report else None,
         traceback=getattr(r, "traceback", None),
         wait=view.waits.get(task_id),
+        people_s=sum(b - a for a, b in view.people.get(task_id, ())),
     )
 
 
-def render_report(
-    record: RunRecord,
-    *,
-    parent: RunRecord | None = None,
-    children: Sequence[RunSummary] = (),
-    answer: Any = None,
-    store: str = "",
-) -> str:
+def render_error(code: int, detail: str, *, page: Page) -> str:
+    """A page that says what went wrong (a run not found, a bad request, a record the viewer
+    could not show)."""
+    title = {400: "bad request", 404: "not found"}.get(code, "error")
+    return _ENV.get_template("error.html").render(
+        **_common(page), code=code, title=title, detail=detail
+    )
+
+
+def render_report(record: RunRecord, *, around: RunAround | None = None, store: str = "") -> str:
     """The run page as one self-contained HTML file: no request leaves it."""
-    return render_run(
-        record,
-        page=Page(mode="report", store=store),
-        parent=parent,
-        children=children,
-        answer=answer,
-    )
+    return render_run(record, page=Page(mode="report", store=store), around=around)

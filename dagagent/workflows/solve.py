@@ -51,6 +51,7 @@ from ..runner import AgentTaskRunner, Interceptor
 from ..settings import RunSettings
 from ..store import RunStore
 from ..text import jsonable, shorten
+from ..tools import connected
 from .replan import record_of, revise_run
 from .solution import Round, Solution, SolveUsage
 
@@ -261,24 +262,29 @@ class _Solve:
         solution.not_recorded = [*self.not_recorded, *lost]  # never claim a missing record
         return solution
 
-    async def close_round(self, rnd: Round, outcome: RoundOutcome, reason: str = "") -> None:
+    async def close_round(
+        self, rnd: Round, outcome: RoundOutcome, reason: str = "", *, run_id: str | None = None
+    ) -> None:
+        """Record how ``rnd`` ended; ``run_id``: the run it left when it has no result (a
+        streamed round whose planning failed left the run of its first attempt)."""
         rnd.outcome, rnd.reason = outcome, reason
+        run_id = rnd.run_id or run_id
         span, self.round_span = self.round_span, None
         if span is not None:
             span.set_attribute(telemetry.ROUND_OUTCOME, outcome)
-            if rnd.run_id:
-                span.set_attribute(telemetry.RUN_ID, rnd.run_id)
+            if run_id:
+                span.set_attribute(telemetry.RUN_ID, run_id)
             span.end()
         await self.record(
             "record_round",
             round=rnd.number,
-            run_id=rnd.run_id,
+            run_id=run_id,
             outcome=outcome,
             reason=reason,
             decision=jsonable(rnd.decision.to_json_dict()) if rnd.decision is not None else None,
             feedback=rnd.feedback,
         )
-        self.emit(RoundFinished(self.solve_id, rnd.number, rnd.run_id, outcome, reason))
+        self.emit(RoundFinished(self.solve_id, rnd.number, run_id, outcome, reason))
 
     async def run(self, resumed: Resumed | None = None) -> Solution:
         """The rounds, from the first (or, ``resumed``, from a paused round whose run goes
@@ -353,7 +359,10 @@ class _Solve:
                     if isinstance(exc, PlanningError)
                     else f"round {n}: the model could not be used: {' '.join(str(exc).split())}"
                 )
-                await self.close_round(rnd, "failed", reason)
+                # A streamed round ran its plan as it came: its first attempt's run is on
+                # record (with nothing, or what ran before the plan was rejected).
+                left = self.running if self.stream else None
+                await self.close_round(rnd, "failed", reason, run_id=left)
                 return await self.end(SolveStatus.FAILED, reason, error=exc)
             if stop is not None:
                 await self.close_round(rnd, "gave_up", stop)
@@ -635,8 +644,12 @@ async def solve(
             model_settings=model_settings,
             planner=planner,
         )
-        await state.record("start_solve", goal=state.goal, options=options)
-        return await state.run()
+        # The tools' servers (MCP), each opened once, all at the same time, and kept for
+        # every round: a round's run finds them open instead of opening them again. One that
+        # cannot be opened is a configuration error before anything is recorded.
+        async with connected(registry):
+            await state.record("start_solve", goal=state.goal, options=options)
+            return await state.run()
     finally:
         if opened is not None and opened is not store:
             opened.close()

@@ -35,6 +35,7 @@ from ..planners import JoinDecision
 from ..results import RunResult, RunStatus
 from ..settings import RunSettings
 from ..store import RoundRecord, RunRecord, RunStore, SolveRecord
+from ..tools import connected
 from .resume import continue_claimed, record_decision
 from .solution import Round, Solution
 from .solve import SOLVE_SETTINGS, Confirm, Resumed, new_state
@@ -180,20 +181,22 @@ async def resume_solve(
         state.rounds.extend(earlier)
         for task_id, approval in (decisions or {}).items():
             record_decision(opened, run.run_id, task_id, approval, registry, by=decided_by)
-        opened.claim_solve(record.solve_id)
-        try:
-            go_on = _going_on(opened, run, registry, state, executor)
-        except BaseException:
-            opened.release_solve(record.solve_id)
-            raise
-        resumed = Resumed(
-            round=Round(number=paused.round, plan=run.plan, feedback=paused.feedback),
-            previous=earlier[-1] if earlier else None,
-            outputs=outputs,
-            run_id=run.run_id,
-            go_on=go_on,
-        )
-        return await state.run(resumed)
+        # The tools' servers, each opened once (all at the same time) for every round left.
+        async with connected(registry):
+            opened.claim_solve(record.solve_id)
+            try:
+                go_on = _going_on(opened, run, registry, state, executor)
+            except BaseException:
+                opened.release_solve(record.solve_id)
+                raise
+            resumed = Resumed(
+                round=Round(number=paused.round, plan=run.plan, feedback=paused.feedback),
+                previous=earlier[-1] if earlier else None,
+                outputs=outputs,
+                run_id=run.run_id,
+                go_on=go_on,
+            )
+            return await state.run(resumed)
     finally:
         if opened is not store:
             opened.close()

@@ -161,7 +161,9 @@ def test_a_replan_is_shown_beside_its_parent(page: Any, server: Server, store: S
     assert "parser broke" in panel.locator(".error-box").inner_text()
 
 
-def test_a_running_run_updates_without_reloading(page: Any, tmp_path: Path) -> None:
+def test_a_running_run_updates_without_reloading(
+    page: Any, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
     path = tmp_path / "runs.db"
     gate = threading.Event()
     done: list[Any] = []
@@ -187,10 +189,19 @@ def test_a_running_run_updates_without_reloading(page: Any, tmp_path: Path) -> N
             page.goto(f"{server.url}/runs/{run_id}")
             page.locator("h1.goal").evaluate("h => h.setAttribute('data-mark', 'same page')")
             assert page.locator("#live").get_attribute("data-status") == "running"
-            assert (
-                page.locator('.dag .node[data-task="held"]').get_attribute("data-status")
-                == "pending"
-            )
+            # The task that waits at the gate is on record as running since it started: its
+            # node and its bar say so, with the time it has run so far, and the run's time,
+            # which grow with each refresh.
+            held = page.locator('.dag .node[data-task="held"]')
+            assert held.get_attribute("data-status") == "running"
+            assert page.locator('.timeline .bar.s-running[data-task="held"]').count() == 1
+            assert page.locator('.tasks tr[data-task="held"] .badge').inner_text() == "running"
+            so_far = held.locator(".ntime").text_content()
+            elapsed = page.locator(".summary .elapsed").inner_text()
+            assert so_far.endswith("…") and elapsed.endswith("…")
+            expect(held.locator(".ntime")).not_to_have_text(so_far, timeout=20_000)
+            expect(page.locator(".summary .elapsed")).not_to_have_text(elapsed, timeout=20_000)
+            page.screenshot(path=str(artefacts(tmp_path_factory) / "running.png"), full_page=True)
             gate.set()
             expect(page.locator("#live")).to_have_attribute(
                 "data-status", "succeeded", timeout=20_000
@@ -234,3 +245,62 @@ def test_the_report_opens_from_a_file_with_everything_inline(
     # The task table's filter works without a server.
     page.click('#tasks .filters [data-filter="succeeded"]')
     assert page.locator("tr.task-row:visible").count() == 6
+
+
+def test_runs_that_are_not_simply_finished_say_what_happened(
+    page: Any, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """A paused run (what to run next, in the waiting colour), a resumed one (how long it
+    waited for a person), a plan written while it ran (not planned yet), a map with a long
+    tool name, and a run of no tasks: each page says what happened."""
+    path = tmp_path / "runs.db"
+    paused, resumed = made.record_paused_and_resumed(path)
+    streamed = made.record_streamed(path)
+    mapped = made.record_map_with_a_long_tool_name(path)
+    nothing = made.record_nothing_planned(path)
+    shots = artefacts(tmp_path_factory)
+    with Server(path) as server:
+        page.goto(f"{server.url}/runs/{paused}")
+        step = page.locator("#next")
+        assert "dagagent approve" in step.inner_text() and "dagagent resume" in step.inner_text()
+        colour = step.evaluate("e => getComputedStyle(e).borderLeftColor")
+        assert colour == "rgb(112, 72, 232)"  # the waiting colour, not an error's red
+        assert page.locator(".timeline .bar[data-task='mail'] rect.approval").count() == 1
+        page.screenshot(path=str(shots / "paused.png"), full_page=True)
+
+        page.goto(f"{server.url}/runs/{resumed}")
+        assert "waiting for a person's decision" in page.locator(".summary .elapsed").inner_text()
+        hatch = page.locator(".timeline .bar[data-task='mail'] rect.approval")
+        assert hatch.count() == 1 and hatch.get_attribute("fill") == "url(#approval-hatch)"
+        page.screenshot(path=str(shots / "resumed.png"), full_page=True)
+
+        page.goto(f"{server.url}/runs/{streamed}")
+        assert page.locator(".timeline .bar[data-task='late'] rect.unplanned").count() == 1
+        assert page.locator(".timeline .bar[data-task='late'] rect.wait").count() == 0
+        assert "not planned yet" in page.locator("#timeline .legend").inner_text()
+        crit = page.locator(".dag .node.crit")
+        assert sorted(crit.nth(i).get_attribute("data-task") for i in range(crit.count())) == [
+            "late",
+            "total",
+        ]
+        page.screenshot(path=str(shots / "streamed.png"), full_page=True)
+
+        page.goto(f"{server.url}/runs/{mapped}")
+        node = page.locator(".dag .node[data-task='all']")
+        assert node.locator(".nwhat").text_content().endswith("×3 (2 succeeded, 1 failed)")
+        for n in range(page.locator(".dag .node").count()):  # every label inside its box
+            g = page.locator(".dag .node").nth(n)
+            box = g.locator("rect.box").bounding_box()
+            for text in ("text.nid", "text.nwhat"):
+                t = g.locator(text).bounding_box()
+                assert t["x"] + t["width"] <= box["x"] + box["width"], text
+        page.screenshot(path=str(shots / "map.png"), full_page=True)
+
+        page.goto(f"{server.url}/runs/{nothing}")
+        assert page.locator("#nothing").count() == 1
+        assert "could not connect" in page.locator(".round-note").inner_text()
+        page.screenshot(path=str(shots / "nothing-ran.png"), full_page=True)
+
+        page.goto(server.url + "/")
+        assert page.locator(f'tr[data-run="{nothing}"]').get_attribute("data-status") == "failed"
+        page.screenshot(path=str(shots / "runs-all-kinds.png"), full_page=True)
