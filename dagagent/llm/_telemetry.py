@@ -52,6 +52,11 @@ class ModelCall:
         if role is not None:
             self.common[otel.ROLE_ATTR] = role
         self.attributes = dict(self.common)
+        given = otel.CALL_ATTRIBUTES.get()  # where the call belongs (solve, round, task)
+        if given:
+            self.attributes.update(given)
+            if otel.ROLE_ATTR in given:
+                self.common[otel.ROLE_ATTR] = given[otel.ROLE_ATTR]
         if request.max_tokens is not None:
             self.attributes[otel.REQUEST_MAX_TOKENS] = request.max_tokens
         if request.temperature is not None:
