@@ -30,6 +30,8 @@ __all__ = [
     "ApproveOpt",
     "AskOpt",
     "BaseUrlOpt",
+    "BudgetOptions",
+    "DeadlineOpt",
     "ExecutorOpt",
     "LastOpt",
     "MaxAttemptsOpt",
@@ -43,6 +45,7 @@ __all__ = [
     "OutOpt",
     "PlanArg",
     "PolicyOpt",
+    "PricesOpt",
     "RunArg",
     "RunOptions",
     "StoreOpt",
@@ -201,7 +204,29 @@ TimeoutOpt = Annotated[
         "--timeout",
         min=0.1,
         metavar="SECONDS",
-        help="How long the model may take to answer (a slow local model may need more).",
+        help="How long each model call may wait for the server: to the first byte of an "
+        "answer, and between two pieces of a streamed one (a slow local model may need more). "
+        "--deadline bounds the whole command.",
+    ),
+]
+PricesOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--prices",
+        metavar="FILE",
+        help="Model prices in US dollars per million tokens, over the built-in table: JSON "
+        '{"openai:MODEL": {"input": N, "output": N}} (TOML on Python 3.11+).',
+    ),
+]
+DeadlineOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--deadline",
+        min=0.1,
+        metavar="SECONDS",
+        help="The whole command's time, model calls and streams included: when it passes, "
+        "what runs is cancelled, what finished is kept and recorded, and the message says what "
+        "was running (exit 8).",
     ),
 ]
 
@@ -228,11 +253,14 @@ BaseUrlOpt = Annotated[
 
 @dataclass(frozen=True)
 class ModelChoice:
-    """``--model``, ``--base-url`` and ``--timeout`` as given, turned into a client once."""
+    """``--model``, ``--base-url`` and ``--timeout`` as given, turned into a client once
+    (``deadline``: the command's ``--deadline``, which then bounds streamed answers instead
+    of the client's own limit on them)."""
 
     model: str | None = None
     base_url: str | None = None
     timeout: float = 60.0
+    deadline: float | None = None
 
     @property
     def configured(self) -> bool:
@@ -242,6 +270,8 @@ class ModelChoice:
     def settings(self) -> ModelSettings:
         from ..llm import ModelSettings
 
+        if self.deadline is not None:  # the deadline bounds a streamed answer, not 900 s
+            return ModelSettings(timeout=self.timeout, max_stream_s=None)
         return ModelSettings(timeout=self.timeout)
 
     def require(self) -> None:
@@ -267,6 +297,37 @@ class ModelChoice:
                 raise ConfigError("--base-url needs a model: pass --model or set DAGAGENT_MODEL")
             return None
         return self.client()
+
+
+@dataclass(frozen=True)
+class BudgetOptions:
+    """``--max-tokens-total``, ``--max-cost``, ``--max-model-calls``, ``--max-tool-calls``
+    and ``--prices`` as given: a :class:`~dagagent.Budget` (``None`` when nothing is
+    limited) and the :class:`~dagagent.Prices` calls are costed at."""
+
+    tokens: int | None = None
+    cost_usd: float | None = None
+    model_calls: int | None = None
+    tool_calls: int | None = None
+    prices_file: Path | None = None
+
+    def budget(self) -> Any:
+        from ..budget import Budget
+
+        if self.cost_usd is not None and self.cost_usd <= 0:
+            raise ConfigError(f"--max-cost must be more than 0 dollars, not {self.cost_usd:g}")
+        budget = Budget(
+            tokens=self.tokens,
+            cost_usd=self.cost_usd,
+            model_calls=self.model_calls,
+            tool_calls=self.tool_calls,
+        )
+        return budget if budget.limited else None
+
+    def prices(self) -> Any:
+        from ..budget import Prices
+
+        return Prices.load(self.prices_file) if self.prices_file is not None else Prices()
 
 
 @dataclass(frozen=True)

@@ -38,19 +38,11 @@ from urllib.parse import urlsplit, urlunsplit
 
 from typing_extensions import Unpack
 
-from .types import (
-    LLMRequest,
-    LLMResponse,
-    Message,
-    RequestOptions,
-    ToolCall,
-    closing_stream,
-    collect_stream,
-)
 from .usage import Usage
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # at run time only Usage: the run store's records import this module
     from .protocol import LLM
+    from .types import LLMRequest, LLMResponse, Message, RequestOptions, ToolCall
 
 __all__ = [
     "CallObserver",
@@ -336,5 +328,7 @@ async def ask_streamed(
     ``complete`` would give, but its observer (and whoever shows progress) sees it being
     written, and a call cut short (a deadline) keeps what came. The planners, the joiner and
     the agent ask this way."""
+    from .types import closing_stream, collect_stream
+
     async with closing_stream(llm.stream(messages, **options)) as events:
         return await collect_stream(events)

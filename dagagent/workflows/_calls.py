@@ -179,12 +179,10 @@ class SolveCalls:
             return
         telemetry.CALL_ATTRIBUTES.set(None)
         usage = call.usage
-        cost = (
-            0.0
-            if call.outcome == "refused"
-            else self.spending.prices.cost(
-                call.model, call.provider, usage.input_tokens, usage.output_tokens
-            )
+        # A refused call used nothing: it cost nothing when the model has a price (and, as
+        # any call of a model without one, has no cost otherwise).
+        cost = self.spending.prices.cost(
+            call.model, call.provider, usage.input_tokens, usage.output_tokens
         )
         if flying.reservation is not None:
             self.spending.settle(flying.reservation, usage, cost)

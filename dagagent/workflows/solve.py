@@ -387,8 +387,8 @@ class _Solve:
             if t.status.ok
         )
         reason = (
-            f"the deadline of {self.deadline_s:g} s passed{where}{what}; kept what finished "
-            f"({kept} task{'s' if kept != 1 else ''} with an output)"
+            f"the deadline passed {self.deadline_s:.1f} s into the solve{where}{what}; kept "
+            f"what finished ({kept} task{'s' if kept != 1 else ''} with an output)"
         )
         if rnd is not None and not rnd.outcome:
             await self.close_round(rnd, "timed_out", reason)
