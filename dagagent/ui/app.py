@@ -2,7 +2,8 @@
 
 Routes (all ``GET``; no endpoint writes, and the store connection cannot)::
 
-    /                               runs, newest first (?status=, ?limit=)
+    /                               solves and runs, newest first (?status=, ?limit=)
+    /solves/{solve}                 one solve: its rounds, timeline and model calls
     /runs/{run}                     one run (?status=, ?level=, ?page= for its task table)
     /runs/{run}/live                the part of the run page a running run refreshes
     /runs/{run}/tasks/{task}        one task's panel
@@ -37,7 +38,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..errors import StoreError
 from ..store import RunRecord, RunStore, RunSummary
-from .render import STATIC, Page, render_panel, render_run, render_runs
+from .render import STATIC, Page, render_panel, render_run, render_runs, render_solve
 from .view import STATUSES, build_view
 
 __all__ = ["LOOPBACK_HOSTS", "answers_of", "create_app", "related_runs"]
@@ -136,8 +137,25 @@ def create_app(
             status=status,
             answers=answers_of(st, [r.run_id for r in runs]),
             limit=limit,
+            solves=st.list_solves(min(limit, 50)),
         )
         return HTMLResponse(html)
+
+    def solve_page(request: Request) -> Response:
+        ref = request.path_params["solve"]
+        try:
+            solve_id = st.resolve_solve(ref)
+            if solve_id is None:
+                raise StoreError(f"no solve {ref} in {st.path}")
+            record = st.get_solve(solve_id)
+        except StoreError as exc:
+            raise HTTPException(404, str(exc)) from None
+        runs: dict[str, RunRecord] = {}
+        for rnd in record.rounds:
+            if rnd.run_id is not None:
+                with contextlib.suppress(StoreError):
+                    runs[rnd.run_id] = st.get_run(rnd.run_id)
+        return HTMLResponse(render_solve(record, runs, page=page, now=time.time()))
 
     def run_page(request: Request) -> Response:
         record = get_run(request.path_params["run"])
@@ -150,6 +168,7 @@ def create_app(
             parent=parent,
             children=children,
             answer=answer,
+            solve=st.solve_of_run(record.run_id),
             status=_status(q),
             level=_int(q, "level", None),
             page_no=_int(q, "page", 1) or 1,
@@ -204,6 +223,7 @@ def create_app(
     app = Starlette(
         routes=[
             Route("/", runs_page),
+            Route("/solves/{solve}", solve_page),
             Route("/runs/{run}", run_page),
             Route("/runs/{run}/live", live_part),
             Route("/runs/{run}/tasks/{task:path}", task_panel),

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 import dagagent
 from dagagent import Registry, TaskDeniedError, TaskStatus
-from dagagent.agent import AgentStoppedError, AgentLimits, make_agent_runner
+from dagagent.agent import AgentLimits, AgentStoppedError, make_agent_runner
 from dagagent.cli import app
 from dagagent.errors import AgentError
 from dagagent.events import TaskAgentEvent, TaskFinished, TaskStarted
@@ -28,7 +28,6 @@ from dagagent.llm import (
     ScriptedLLM,
     ToolCall,
     ToolResultMessage,
-    Usage,
     UserMessage,
     wire,
 )

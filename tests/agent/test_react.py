@@ -12,7 +12,7 @@ import pytest
 import structlog
 
 from dagagent import Registry, TaskDeniedError
-from dagagent.agent import AgentEvent, AgentState, AgentLimits, ReActAgent
+from dagagent.agent import AgentEvent, AgentLimits, AgentState, ReActAgent
 from dagagent.errors import AgentError, LLMServerError
 from dagagent.llm import (
     LLMRequest,
@@ -411,7 +411,9 @@ async def test_max_tokens(tools: Registry, calls: Calls) -> None:
 
 async def test_an_answer_within_the_last_step_or_token_is_kept(tools: Registry) -> None:
     with ScriptedLLM([turn(content="42", tokens=500)]) as llm:
-        result = await ReActAgent(llm, tools, limits=AgentLimits(max_steps=1, max_tokens=10)).run("?")
+        result = await ReActAgent(llm, tools, limits=AgentLimits(max_steps=1, max_tokens=10)).run(
+            "?"
+        )
     assert result.answer == "42" and result.stop_reason == "answer"
 
 
@@ -582,7 +584,9 @@ async def test_stream_events(tools: Registry) -> None:
 
 async def test_stop_without_answer_is_an_error_event(tools: Registry) -> None:
     with ScriptedLLM([turn(call("c1", "add", a=1, b=2))]) as llm:
-        events = [e async for e in ReActAgent(llm, tools, limits=AgentLimits(max_steps=1)).stream("?")]
+        events = [
+            e async for e in ReActAgent(llm, tools, limits=AgentLimits(max_steps=1)).stream("?")
+        ]
     assert events[-1].kind == "error" and events[-1].stop_reason == "max_steps"
 
 
