@@ -54,6 +54,7 @@ from ..events import (
     RoundFinished,
     RoundStarted,
     RunFinished,
+    RunStarted,
     TaskFinished,
     TaskStarted,
     get_logger,
@@ -235,6 +236,8 @@ class _Solve:
             self.started_tasks.get(event.run_id, set()).discard(event.result.task_id)
         elif kind is RunFinished:
             self.ended_runs[event.run_id] = event.result
+        elif kind is RunStarted and self.calls.round is not None:
+            self.calls.run_id = event.run_id  # the round's run now (a streamed plan's attempt)
 
     async def record(self, what: str, **values: Any) -> None:
         """Write to the run store, if there is one, in a worker thread: a store another
@@ -463,6 +466,7 @@ class _Solve:
         n = rnd.number
         assert rnd.plan is not None and rnd.result is not None
         result = rnd.result
+        self.calls.round, self.calls.run_id = n, result.run_id  # the joiner's calls
         if result.status is RunStatus.PAUSED:
             waiting = [r.task_id for r in result.waiting()]
             shown = ", ".join(waiting[:10]) + (", ..." if len(waiting) > 10 else "")
