@@ -18,7 +18,6 @@ from typing import Any
 import pytest
 from llm_server import LLMTestServer, Recorded, Reply, SSEReply
 
-
 from .test_ask import GOAL, TOOLS, Model, User, finish, weather
 
 pytestmark = pytest.mark.slow
