@@ -113,6 +113,7 @@ class ModelProgress:
         self._printed: dict[str, str] = {}
         self._answering: str | None = None
         self._answer_lock = threading.RLock()  # the loop and the ticking thread both print it
+        self._last_line: float | None = None  # when the last plain line was printed
         self.streamed: str | None = None
 
     # -- what happens (event loop) --------------------------------------------------------
@@ -210,23 +211,29 @@ class ModelProgress:
         text = self.line()
         return Group(Text(text, style="dim")) if text else Group()
 
+    def tick(self, now: float) -> None:
+        """What the ticking thread does at ``now`` (``time.monotonic()``): the joiner's answer
+        so far to ``answer_to``; without a terminal, a plain line once ``plain_every_s`` have
+        passed since the last one."""
+        if self.answer_to is not None:
+            with self._lock:
+                joiners = [w for w in self._writing.values() if w.role == "joiner"]
+            for w in joiners:
+                self._stream_answer(w)
+        if self.live_display:
+            return
+        if self._last_line is None:
+            self._last_line = now
+        if now - self._last_line >= self.plain_every_s:
+            self._last_line = now
+            text = self.line()
+            if text is not None:
+                self.console.print(printable(text), markup=False, highlight=False)
+
     def _tick(self) -> None:
-        last = time.monotonic()
         interval = 1 / self.refresh_per_second if self.answer_to is not None else self.plain_every_s
         while not self._stop.wait(min(interval, 0.25)):
-            if self.answer_to is not None:
-                with self._lock:
-                    joiners = [w for w in self._writing.values() if w.role == "joiner"]
-                for w in joiners:
-                    self._stream_answer(w)
-            if self.live_display:
-                continue
-            now = time.monotonic()
-            if now - last >= self.plain_every_s:
-                last = now
-                text = self.line()
-                if text is not None:
-                    self.console.print(printable(text), markup=False, highlight=False)
+            self.tick(time.monotonic())
 
     def __enter__(self) -> ModelProgress:
         if self.live_display:

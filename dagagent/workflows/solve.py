@@ -390,7 +390,7 @@ class _Solve:
             if t.status.ok
         )
         reason = (
-            f"the deadline passed {self.deadline_s:.1f} s into the solve{where}{what}; kept "
+            f"the deadline passed{where} ({self.deadline_s:.1f} s into the solve){what}; kept "
             f"what finished ({kept} task{'s' if kept != 1 else ''} with an output)"
         )
         if rnd is not None and not rnd.outcome:
