@@ -408,6 +408,17 @@ def _show_solve(solve: SolveRecord, run_id: str) -> None:
         else f"solve {solve.solve_id}"
     )
     out.print(f"{where} ({solve.status})", markup=False, highlight=False)
+    calls = solve.calls_of(rnd.round) if rnd is not None else []
+    if calls:
+        from ..llm import Usage
+
+        used = sum((c.usage for c in calls), Usage())
+        out.print(
+            f"model calls of the round: {used.summary()} (each one: dagagent show "
+            f"{solve.solve_id})",
+            markup=False,
+            highlight=False,
+        )
     decision = rnd.decision if rnd is not None else None
     if rnd is not None and decision is not None and decision.get("action") == "replan":
         feedback = printable(str(decision.get("feedback", "")), lines=True)

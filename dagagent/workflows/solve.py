@@ -779,6 +779,10 @@ async def solve(
         "structured": structured,
         **settings.to_record(),
     }
+    if budget is not None and budget.limited:  # a resume of the solve spends the same budget
+        options["budget"] = budget.model_dump(mode="json", exclude_defaults=True)
+    if deadline_s is not None:
+        options["deadline_s"] = deadline_s
     opened: RunStore | None = None
     if store is not None:
         opened = store if isinstance(store, RunStore) else RunStore(store)
@@ -828,6 +832,8 @@ def new_state(
     max_rounds = options["max_rounds"]
     if not isinstance(max_rounds, int) or max_rounds < 1:
         raise ConfigError(f"max_rounds must be at least 1, not {max_rounds}")
+    if budget is None and isinstance(options.get("budget"), dict):  # a resumed solve's
+        budget = Budget.model_validate(options["budget"])
     chain = list(interceptors)
     if policy is not None:
         if isinstance(policy, (str, Path)):
