@@ -479,5 +479,8 @@ async def test_a_solves_chat_spans_name_its_round_and_role_and_rounds_sum_their_
     assert rnd.attributes["dagagent.model_calls"] == 2
     assert rnd.attributes["gen_ai.usage.output_tokens"] == solution.usage.total.output_tokens
     assert rnd.attributes["dagagent.usage.estimated"] is True  # the script reports no usage
+    assert rnd.attributes["dagagent.usage.planner.calls"] == 1
+    assert rnd.attributes["dagagent.usage.joiner.calls"] == 1
     (whole,) = otel.named("invoke_workflow dagagent.solve")
     assert whole.attributes["dagagent.model_calls"] == 2
+    assert whole.attributes["dagagent.usage.joiner.output_tokens"] > 0

@@ -64,7 +64,7 @@ from ..llm import MeteredLLM
 from ..plan import Plan
 from ..planners import JoinDecision, Joiner, JoinReport, LLMPlanner, LLMReplanner
 from ..planners.streaming import plan_and_execute_streamed
-from ..results import RoundOutcome, RunResult, RunStatus, SolveStatus, TaskStatus
+from ..results import MODEL_ROLES, RoundOutcome, RunResult, RunStatus, SolveStatus, TaskStatus
 from ..run import execute, new_run_id
 from ..runner import CallNext, Interceptor, ToolInvocation
 from ..settings import RunSettings
@@ -310,6 +310,10 @@ class _Solve:
         if span is not None:
             span.set_attribute(telemetry.ROUND_OUTCOME, outcome)
             _usage_attributes(span, self.calls.usage(round=rnd.number))
+            for role in MODEL_ROLES:
+                used = self.calls.usage(role, round=rnd.number)
+                if used.calls:
+                    _usage_attributes(span, used, role)
             if rnd.run_id:
                 span.set_attribute(telemetry.RUN_ID, rnd.run_id)
             span.end()
@@ -344,6 +348,10 @@ class _Solve:
                     span.set_attribute(telemetry.SOLVE_STATUS, solution.status.value)
                     span.set_attribute("dagagent.solve.rounds", len(solution.rounds))
                     _usage_attributes(span, solution.usage.total)
+                    for role in MODEL_ROLES:
+                        used = self.calls.usage(role)
+                        if used.calls:
+                            _usage_attributes(span, used, role)
                 return solution
         except BaseException:
             if self.round_span is not None:
@@ -656,14 +664,28 @@ class _Solve:
         return None
 
 
-def _usage_attributes(span: Any, usage: Any) -> None:
-    """What the model calls of a round or a solve used, on its span."""
-    span.set_attribute(telemetry.MODEL_CALLS, usage.calls)
-    span.set_attribute(telemetry.INPUT_TOKENS, usage.input_tokens)
-    span.set_attribute(telemetry.OUTPUT_TOKENS, usage.output_tokens)
-    span.set_attribute(telemetry.ESTIMATED, usage.estimated)
+def _usage_attributes(span: Any, usage: Any, role: str | None = None) -> None:
+    """What the model calls of a round or a solve used (of one ``role``: under
+    ``dagagent.usage.ROLE.*``), on its span."""
+    names: tuple[str, ...]
+    if role is None:
+        names = (
+            telemetry.MODEL_CALLS,
+            telemetry.INPUT_TOKENS,
+            telemetry.OUTPUT_TOKENS,
+            telemetry.ESTIMATED,
+            telemetry.COST,
+        )
+    else:
+        names = tuple(
+            f"dagagent.usage.{role}.{what}"
+            for what in ("calls", "input_tokens", "output_tokens", "estimated", "cost_usd")
+        )
+    values = (usage.calls, usage.input_tokens, usage.output_tokens, usage.estimated)
+    for name, value in zip(names, values, strict=False):
+        span.set_attribute(name, value)
     if usage.cost_usd is not None:
-        span.set_attribute(telemetry.COST, usage.cost_usd)
+        span.set_attribute(names[4], usage.cost_usd)
 
 
 class _BudgetGate:
