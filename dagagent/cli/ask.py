@@ -428,7 +428,11 @@ def ask_cmd(
 
         # What the model writes, while it writes; the joiner's answer to stdout as it is
         # written when stdout is a terminal (--json waits for the whole solution).
-        writing = ModelProgress(err, answer_to=out if out.is_terminal and not json_out else None)
+        writing = ModelProgress(
+            err,
+            answer_to=out if out.is_terminal and not json_out else None,
+            live=not (approve or ask or policy_file),  # questions on the terminal: plain lines
+        )
         progress = AskProgress(writing)
         try:
             with writing:

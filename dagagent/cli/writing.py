@@ -86,21 +86,24 @@ def _answer_so_far(text: str) -> str | None:
 
 
 class ModelProgress:
-    """Shows the model calls under way on ``console`` (stderr): live on a terminal, a plain
-    line now and then otherwise (see the module docstring). ``answer_to``: the console the
-    joiner's answer is streamed to (stdout, when it is a terminal), or ``None``."""
+    """Shows the model calls under way on ``console`` (stderr): live on a terminal (unless
+    ``live`` is false: questions may be asked there), a plain line now and then otherwise
+    (see the module docstring). ``answer_to``: the console the joiner's answer is streamed to
+    (stdout, when it is a terminal), or ``None``."""
 
     def __init__(
         self,
         console: Console,
         *,
         answer_to: Console | None = None,
+        live: bool = True,
         refresh_per_second: float = 4,
         plain_every_s: float = PLAIN_EVERY_S,
     ) -> None:
         self.console = console
         self.answer_to = answer_to
-        self.live_display = console.is_terminal
+        # No live line while questions may be asked on the terminal: it would draw over them.
+        self.live_display = live and console.is_terminal
         self.refresh_per_second = refresh_per_second
         self.plain_every_s = plain_every_s
         self._lock = threading.Lock()

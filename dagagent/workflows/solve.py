@@ -226,6 +226,13 @@ class _Solve:
         for listener in self.listeners:
             listener(event)
 
+    def _last_run(self) -> RunResult | None:
+        """The round's latest run (a streamed plan's last attempt), as it ended."""
+        for run_id in (self.calls.run_id, self.running):
+            if run_id is not None and run_id in self.ended_runs:
+                return self.ended_runs[run_id]
+        return None
+
     def _watch(self, event: Any) -> None:
         """What the solve keeps of its runs' events: each run's result as it ended (a run
         stopped by the deadline too) and the tasks under way."""
@@ -377,8 +384,8 @@ class _Solve:
         running = self.calls.cancelled
         parts = [f.describe() for f in running]
         rnd = self.rounds[-1] if self.rounds else None
-        if rnd is not None and rnd.result is None and self.running in self.ended_runs:
-            rnd.result = self.ended_runs[self.running]  # the run, as the deadline left it
+        if rnd is not None and rnd.result is None:
+            rnd.result = self._last_run()  # the run, as the deadline left it
         if rnd is not None and rnd.result is not None:
             stopped = [
                 tid
@@ -444,8 +451,8 @@ class _Solve:
                 with telemetry.within(self.round_span):
                     stop = await self.plan_and_run(rnd, previous, feedback)
             except BudgetExceededError as exc:  # planning was refused, or cut off
-                if rnd.result is None and self.running in self.ended_runs:
-                    rnd.result = self.ended_runs[self.running]  # what its tasks did
+                if rnd.result is None:
+                    rnd.result = self._last_run()  # what its tasks did
                 return await self._out_of_budget(rnd, previous, outputs, exc)
             except (PlanningError, LLMError) as exc:
                 what = "no valid plan" if n == 1 else "no valid revised plan"

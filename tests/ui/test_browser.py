@@ -4,6 +4,7 @@ opened from a file. Screenshots of both pages are kept as test artefacts."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import threading
 import time
@@ -239,7 +240,9 @@ def test_the_report_opens_from_a_file_with_everything_inline(
 @pytest.fixture(scope="module")
 def solve_store(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     path = tmp_path_factory.mktemp("ui-solve") / "runs.db"
-    return path, made.record_solve(path)
+    # In a thread of its own: the browser's event loop may already run in this one.
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return path, pool.submit(made.record_solve, path).result()
 
 
 def test_a_solve_page_shows_its_rounds_calls_and_timeline(
