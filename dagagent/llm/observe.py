@@ -26,7 +26,6 @@ a task made last through an observed client is that task's (a context variable h
 
 from __future__ import annotations
 
-import itertools
 import math
 import os
 import time
@@ -139,8 +138,9 @@ def server_of(client: object) -> str | None:
     return urlunsplit((parts.scheme, host, parts.path, "", ""))
 
 
-_ids = itertools.count(1)
-_PREFIX = f"{os.getpid():x}-{int(time.time() * 1000) % 0xFFFFFF:x}"
+def _new_id() -> str:
+    """A call's id: 16 random hex digits, unique across processes and stores."""
+    return os.urandom(8).hex()
 
 
 @dataclass(eq=False)
@@ -157,7 +157,7 @@ class LiveCall:
     max_tokens: int | None
     #: The prompt's tokens, estimated when the call starts.
     prompt_tokens: int
-    id: str = field(default_factory=lambda: f"{_PREFIX}-{next(_ids)}")
+    id: str = field(default_factory=_new_id)
     started_at: float = field(default_factory=time.time)
     started: float = field(default_factory=time.perf_counter)
     first_token_s: float | None = None

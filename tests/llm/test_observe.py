@@ -16,6 +16,7 @@ from llm_server import OPENAI, LLMTestServer, SSEReply
 from dagagent.errors import BudgetExceededError, LLMResponseError
 from dagagent.llm import (
     LiveCall,
+    LLMRequest,
     LLMResponse,
     MeteredLLM,
     ScriptedLLM,
@@ -232,3 +233,14 @@ async def test_an_unobserved_client_counts_estimated_usage_for_cut_calls() -> No
     await events.aclose()
     total = llm.usage.total
     assert total.calls == 1 and total.output_tokens == estimate_tokens(10) and total.estimated
+
+
+def test_the_server_is_recorded_without_credentials_or_query() -> None:
+    class Client:
+        model = "m"
+        provider_name = "openai"
+        base_url = "https://ann:s3cret@llm.example.org:8443/v1?api-key=k3y"
+
+    call = LiveCall.of(Client(), LLMRequest.build("q"))
+    assert call.server == "https://llm.example.org:8443/v1"
+    assert len({LiveCall.of(Client(), LLMRequest.build("q")).id for _ in range(100)}) == 100
