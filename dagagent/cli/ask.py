@@ -240,6 +240,8 @@ def report_solution(solution: Solution, path: Path) -> None:
         )
     if solution.ok:
         n = len(solution.rounds)
+        if "budget ran low" in solution.reason:  # the joiner's last answer, within the reserve
+            err.print(f"note: {printable(solution.reason)}", markup=False, highlight=False)
         err.print(
             f"answered in {n} round{'s' if n != 1 else ''} (run {solution.run_id}; "
             f"cites {', '.join(solution.cites) or 'no task'}); {solution.usage.summary()}; "

@@ -313,6 +313,8 @@ class SolveCalls:
 
 def _error_text(error: BaseException) -> str:
     text = " ".join(str(error).split()) or type(error).__name__
+    if isinstance(error, BudgetExceededError):  # the budget's own words say it all
+        return shorten(text, 2000)
     return shorten(f"{type(error).__name__}: {text}", 2000)
 
 
