@@ -20,14 +20,18 @@ from typing import TYPE_CHECKING, Any, Union
 from .text import printable
 
 if TYPE_CHECKING:
+    from .llm import LiveCall
     from .plan import Plan, Task
-    from .results import RunResult, TaskResult
+    from .results import ModelCall, RunResult, TaskResult
 
 __all__ = [
     "Emitter",
     "Event",
     "JoinerDecided",
     "Listener",
+    "ModelCallFinished",
+    "ModelCallRejected",
+    "ModelCallStarted",
     "PlanExtended",
     "RoundFinished",
     "RoundStarted",
@@ -202,6 +206,41 @@ class PlanExtended:
     kind: str = field(default="run.plan_extended", init=False)
 
 
+@dataclass(frozen=True, slots=True)
+class ModelCallStarted:
+    """A model call of a solve began: its ``role`` (planner, replanner, joiner, agent), the
+    ``round``, the agent task it serves (``task_id``). ``call`` is the call as it happens
+    (a :class:`~dagagent.llm.LiveCall`: what the model has written so far, how long it took):
+    it keeps changing until :class:`ModelCallFinished` comes."""
+
+    solve_id: str
+    call: LiveCall
+    role: str
+    round: int | None = None
+    task_id: str | None = None
+    kind: str = field(default="model_call.started", init=False)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelCallFinished:
+    """A model call of a solve ended; ``record`` is what the run store keeps of it."""
+
+    solve_id: str
+    record: ModelCall
+    kind: str = field(default="model_call.finished", init=False)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelCallRejected:
+    """The answer of a model call was rejected by its reader (a plan or a joiner's decision
+    that cannot be used): ``record.issues`` say why; the model is asked again while attempts
+    remain."""
+
+    solve_id: str
+    record: ModelCall
+    kind: str = field(default="model_call.rejected", init=False)
+
+
 Event = Union[  # noqa: UP007 - a runtime alias, kept valid on 3.10
     RunStarted,
     TaskStarted,
@@ -216,6 +255,9 @@ Event = Union[  # noqa: UP007 - a runtime alias, kept valid on 3.10
     RoundFinished,
     TaskParsed,
     PlanExtended,
+    ModelCallStarted,
+    ModelCallFinished,
+    ModelCallRejected,
 ]
 Listener = Callable[[Event], None]
 

@@ -20,8 +20,10 @@ from rich.segment import Segment
 from typer.core import TyperArgument, TyperGroup
 
 from ..errors import (
+    BudgetExceededError,
     ConfigError,
     DagagentError,
+    DeadlineError,
     DecisionError,
     LLMError,
     PlanError,
@@ -37,6 +39,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "COMMAND_MODULES",
+    "EXIT_BUDGET",
+    "EXIT_DEADLINE",
     "EXIT_FAILED",
     "EXIT_INTERRUPTED",
     "EXIT_OK",
@@ -49,6 +53,7 @@ __all__ = [
     "Interrupted",
     "app",
     "check_output_path",
+    "deadline_left",
     "err",
     "guard",
     "load_commands",
@@ -66,9 +71,23 @@ EXIT_STORE = 4
 EXIT_RECORD = 5  # the run ran, but the run store could not write all of its record
 EXIT_PAUSED = 6
 EXIT_REFUSED = 7
+EXIT_DEADLINE = 8  # --deadline passed: what ran was cancelled, what finished is kept
+EXIT_BUDGET = 9  # the budget (--max-tokens-total, --max-cost, ...) ran out before an answer
 EXIT_INTERRUPTED = 130
 
 DEFAULT_TOOLS = "dagagent.toolkits.demo:registry"
+
+#: When the command started (``time.monotonic()``, as this module was first imported): a
+#: ``--deadline`` counts from here, the loading of tools and models included.
+STARTED = time.monotonic()
+
+
+def deadline_left(deadline: float | None) -> float | None:
+    """What is left of ``--deadline`` seconds since the command started (never 0 or less: a
+    deadline already past stops the work at its first step)."""
+    if deadline is None:
+        return None
+    return max(0.001, deadline - (time.monotonic() - STARTED))
 
 
 class _Argument(TyperArgument):
@@ -97,7 +116,8 @@ app = typer.Typer(
     help="Plan-and-execute DAG orchestration for LLM agents.\n\n"
     "Exit codes: 0 success, 1 run failed, 2 invalid plan or usage, 3 planning failed, "
     "4 run/store not found or unusable, 5 run not fully recorded, 6 paused (tasks wait for "
-    "approval), 7 decision or resume refused, 130 interrupted.",
+    "approval), 7 decision or resume refused, 8 the deadline passed (--deadline), 9 the "
+    "budget ran out (--max-tokens-total, --max-cost, ...), 130 interrupted.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -242,6 +262,10 @@ def exit_code_for(exc: DagagentError) -> int:
         return EXIT_STORE
     if isinstance(exc, DecisionError):
         return EXIT_REFUSED
+    if isinstance(exc, DeadlineError):
+        return EXIT_DEADLINE
+    if isinstance(exc, BudgetExceededError):
+        return EXIT_BUDGET
     if isinstance(exc, (PlanError, ConfigError, ToolError, LLMError)):
         return EXIT_USAGE
     return EXIT_FAILED

@@ -17,7 +17,7 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
-from ..errors import ConfigError
+from ..errors import ConfigError, StoreError
 from ._app import app, guard, out
 from .diagram import FORMATS, render_graph
 from .options import (
@@ -172,6 +172,20 @@ def runs_cmd(
 # show
 
 
+def find_run_or_solve(st: RunStore, ref: str | None, last: bool) -> RunRecord | SolveRecord:
+    """The run, or the solve, that ``RUN`` names (``--last``: the last run): a solve's id (the
+    one ``dagagent ask`` prints last) opens the solve."""
+    if ref is not None and not last:
+        solve_id = st.resolve_solve(ref)
+        if solve_id is not None:
+            try:
+                st.resolve(ref)
+            except StoreError:
+                return st.get_solve(solve_id)
+            raise StoreError(f"{ref} begins the id of a run and of a solve: give more digits")
+    return find_run(st, ref, last)
+
+
 def _graph_of(plan: Plan) -> PlanGraph:
     from ..graph import recorded_graph
 
@@ -221,11 +235,24 @@ def show_cmd(
 ) -> None:
     """Show a recorded run: each task's status, duration, attempts, output or error, and the
     critical path."""
-    from ..store import person_wait_s, person_waits
+    from ..store import SolveRecord, person_wait_s, person_waits
     from .render import print_json, waited_for_approval
 
     with open_store(store) as st:
-        record = find_run(st, run, last)
+        found = find_run_or_solve(st, run, last)
+        if isinstance(found, SolveRecord):
+            if task is not None or timeline:
+                runs = ", ".join(r.run_id for r in found.rounds if r.run_id) or "none"
+                raise ConfigError(
+                    f"{found.solve_id} is a solve: --task and --timeline show a run (its "
+                    f"rounds' runs: {runs})"
+                )
+            if json_out:
+                print_json(out, found.to_json_dict())
+            else:
+                _show_solve_record(found, verbose=verbose)
+            return
+        record = found
         solve = st.solve_of_run(record.run_id)
         versions = _new_versions(st, record)
         history = st.approval_history(record.run_id)
@@ -516,6 +543,17 @@ def _show_solve(solve: SolveRecord, run_id: str) -> None:
         else f"solve {solve.solve_id}"
     )
     out.print(f"{where} ({solve.status})", markup=False, highlight=False)
+    calls = solve.calls_of(rnd.round) if rnd is not None else []
+    if calls:
+        from ..llm import Usage
+
+        used = sum((c.usage for c in calls), Usage())
+        out.print(
+            f"model calls of the round: {used.summary()} (each one: dagagent show "
+            f"{solve.solve_id})",
+            markup=False,
+            highlight=False,
+        )
     decision = rnd.decision if rnd is not None else None
     if rnd is not None and decision is not None and decision.get("action") == "replan":
         feedback = printable(str(decision.get("feedback", "")), lines=True)
@@ -534,6 +572,91 @@ def _show_solve(solve: SolveRecord, run_id: str) -> None:
             markup=False,
             highlight=False,
         )
+
+
+def _show_solve_record(solve: SolveRecord, *, verbose: bool = False) -> None:
+    """A solve: how it ended, its rounds, every model call (role, model, time to the first
+    token, duration, tokens, cost, how it ended) and the answer; ``verbose``: what each call
+    wrote, in full (as the store keeps it: redacted, bounded). Untrusted text is escaped."""
+    from ..llm.usage import format_cost
+    from ..text import as_text, printable, shorten
+
+    def line(text: str) -> None:
+        out.print(printable(text), markup=False, highlight=False)
+
+    head = Text(f"solve {solve.solve_id}: ")
+    head.append(solve.status.value, style=_style(solve.status.value))
+    n = len(solve.rounds)
+    head.append(f" ({n} round{'s' if n != 1 else ''})")
+    out.print(head)
+    line(f"goal: {solve.goal}")
+    took = f"; {solve.finished_at - solve.created:.1f} s" if solve.finished_at is not None else ""
+    servers = sorted({c.server for c in solve.calls if c.server})
+    models = ", ".join(solve.models) or "-"
+    at = f" at {', '.join(servers)}" if servers else ""
+    line(f"started {_when(solve.created)}{took}; model {models}{at}")
+    if solve.reason and solve.status.value != "answered":
+        line(f"why: {solve.reason}")
+    spent = solve.spent
+    by_role = ", ".join(f"{role} {u.calls}" for role, u in solve.spent_by_role().items())
+    line(f"model calls: {spent.summary()}" + (f" ({by_role})" if by_role else ""))
+    if solve.calls:
+        table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+        for name, justify in (
+            ("#", "right"),
+            ("rnd", "right"),
+            ("who", "left"),
+            ("status", "left"),
+            ("1st tok", "right"),
+            ("time", "right"),
+            ("in", "right"),
+            ("out", "right"),
+            ("cost", "right"),
+        ):
+            table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+        for c in solve.calls:
+            status = c.status + (" (rejected)" if c.issues else "")
+            if c.finish_reason not in (None, "stop", "tool_calls"):
+                status += f" ({c.finish_reason})"
+            est = "~" if c.estimated else ""
+            table.add_row(
+                str(c.seq),
+                str(c.round) if c.round is not None else "-",
+                f"{c.role} {c.task_id}" if c.task_id else c.role,
+                Text(status, style="red" if c.status in ("failed", "refused") else ""),
+                f"{c.first_token_s:.2f}s" if c.first_token_s is not None else "-",
+                f"{c.duration_s:.2f}s" if c.duration_s is not None else "-",
+                f"{est}{c.input_tokens:,}",
+                f"{est}{c.output_tokens:,}",
+                format_cost(c.cost_usd) if c.cost_usd is not None else "-",
+            )
+        out.print(table)
+        if any(c.estimated for c in solve.calls):
+            out.print("~ estimated: the provider did not report the tokens", style="dim")
+    for r in solve.rounds:
+        what: str = r.outcome
+        decision = r.decision or {}
+        if decision.get("action") == "replan":
+            what += f": {shorten(str(decision.get('feedback', '')), 200)}"
+        elif r.reason and r.outcome not in ("answered", "replan"):
+            what += f": {shorten(r.reason, 200)}"
+        line(f"round {r.round} (run {r.run_id or '-'}): {what}")
+    for c in solve.calls:
+        if c.issues:
+            line(f"call {c.seq} ({c.role}, round {c.round}) was rejected:")
+            for issue in c.issues:
+                line(f"  {issue}")
+        if verbose:
+            line(f"call {c.seq} ({c.role}, round {c.round}) wrote:")
+            out.print(printable(c.text, lines=True), markup=False, highlight=False)
+            if c.cut_chars:
+                line(f"... {c.cut_chars:,} more characters not kept")
+    if solve.status.value == "answered":
+        cites = ", ".join(solve.cites) or "no task"
+        line(f"answer (cites {cites}, in run {solve.run_id}):")
+        out.print(printable(as_text(solve.answer), lines=True), markup=False, highlight=False)
+    if not verbose and solve.calls:
+        line("(-v prints what each model call wrote)")
 
 
 # ---------------------------------------------------------------------------------------------

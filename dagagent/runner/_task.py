@@ -13,6 +13,7 @@ import anyio
 import anyio.lowlevel
 from typing_extensions import Unpack
 
+from .. import telemetry as otel
 from ..errors import AgentError, TaskDeniedError, TaskTimeoutError, TaskWaitingError
 from ..events import (
     Event,
@@ -319,6 +320,7 @@ class TaskRunner:
             )
         node = self._agent_node(task, run, llm)
         timeout = task.timeout_s
+        serving = otel.AGENT_TASK.set((self.run_id, run.task_id))  # its model calls' task
         try:
             with anyio.fail_after(timeout) as scope:  # None: no limit
                 output, run.steps = await agent_runner(node)
@@ -330,6 +332,8 @@ class TaskRunner:
         except BaseException:  # failed, or cancelled: the record keeps the steps taken so far
             run.steps = node.partial_steps()
             raise
+        finally:
+            otel.AGENT_TASK.reset(serving)
         if scope.cancel_called:  # the agent caught its timeout's cancellation and answered late
             raise TaskTimeoutError(timed_out_late(timeout))
         return output

@@ -2,7 +2,8 @@
 
 Routes (all ``GET``; no endpoint writes, and the store connection cannot)::
 
-    /                               runs, newest first (?status=, ?limit=)
+    /                               solves and runs, newest first (?status=, ?limit=)
+    /solves/{solve}                 one solve: its rounds, timeline and model calls
     /runs/{run}                     one run (?status=, ?level=, ?page= for its task table)
     /runs/{run}/live                the part of the run page a running run refreshes
     /runs/{run}/tasks/{task}        one task's panel
@@ -46,6 +47,7 @@ from .render import (
     render_panel,
     render_run,
     render_runs,
+    render_solve,
 )
 from .view import STATUSES, build_view
 
@@ -201,8 +203,25 @@ def create_app(
             status=status,
             answers=answers_of(st, [r.run_id for r in runs]),
             limit=limit,
+            solves=st.list_solves(min(limit, 50)),
         )
         return HTMLResponse(html)
+
+    def solve_page(request: Request) -> Response:
+        ref = request.path_params["solve"]
+        try:
+            solve_id = st.resolve_solve(ref)
+            if solve_id is None:
+                raise StoreError(f"no solve {ref} in {st.path}")
+            record = st.get_solve(solve_id)
+        except StoreError as exc:
+            raise HTTPException(404, str(exc)) from None
+        runs: dict[str, RunRecord] = {}
+        for rnd in record.rounds:
+            if rnd.run_id is not None:
+                with contextlib.suppress(StoreError):
+                    runs[rnd.run_id] = st.get_run(rnd.run_id)
+        return HTMLResponse(render_solve(record, runs, page=page, now=time.time()))
 
     def run_page(request: Request) -> Response:
         record = get_run(request.path_params["run"])
@@ -211,6 +230,7 @@ def create_app(
             record,
             page=page,
             around=run_around(st, record),
+            solve=st.solve_of_run(record.run_id),
             status=_status(q),
             level=_int(q, "level", None),
             page_no=_int(q, "page", 1) or 1,
@@ -277,6 +297,7 @@ def create_app(
     app = Starlette(
         routes=[
             Route("/", runs_page),
+            Route("/solves/{solve}", solve_page),
             Route("/runs/{run}", run_page),
             Route("/runs/{run}/live", live_part),
             Route("/runs/{run}/tasks/{task:path}", task_panel),

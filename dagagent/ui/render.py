@@ -22,9 +22,11 @@ from urllib.parse import quote, urlencode
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from markupsafe import Markup
 
+from ..llm.usage import format_cost
 from ..review import PlanDiff, diff_plans
-from ..store import ApprovalRecord, RunRecord, RunSummary
+from ..store import ApprovalRecord, RunRecord, RunSummary, SolveRecord, SolveSummary
 from ..text import jsonable, shorten
+from ._solve import build_solve_view
 from .view import PAGE_SIZE, STATUSES, RunView, build_view, fmt_s, task_kind, task_what
 
 __all__ = [
@@ -35,6 +37,7 @@ __all__ = [
     "render_report",
     "render_run",
     "render_runs",
+    "render_solve",
 ]
 
 HERE = Path(__file__).parent
@@ -86,6 +89,7 @@ def _env() -> Environment:
         preview=_preview,
         q=lambda s: quote(str(s), safe=""),
         num=lambda x: f"{x:.1f}",
+        cost=lambda usd: "–" if usd is None else format_cost(usd),
     )
     env.globals.update(task_kind=task_kind, task_what=task_what, STATUSES=STATUSES)
     return env
@@ -159,8 +163,10 @@ def render_runs(
     status: str | None = None,
     answers: Mapping[str, Any] | None = None,
     limit: int = 200,
+    solves: Sequence[SolveSummary] = (),
 ) -> str:
-    """The runs list (``status``: only runs of that status)."""
+    """The runs list (``status``: only runs of that status), under the recent ``solves``
+    (their model and what they cost)."""
     counts: dict[str, int] = {}
     for r in runs:
         counts[r.status] = counts.get(r.status, 0) + 1
@@ -175,6 +181,8 @@ def render_runs(
         answers=answers or {},
         limit=limit,
         now=time.time(),
+        solves=solves,
+        solve_of_run={rid: sv.solve_id for sv in solves for rid in sv.run_ids},
     )
 
 
@@ -245,8 +253,10 @@ def render_run(
     page_no: int = 1,
     live_only: bool = False,
     now: float | None = None,
+    solve: SolveRecord | None = None,
 ) -> str:
-    """The run page (``live_only``: only the part a running run's page refreshes)."""
+    """The run page (``live_only``: only the part a running run's page refreshes; ``solve``:
+    the solve the run is a round of)."""
     around = around or RunAround()
     view = build_view(record, now=now, approvals=around.approvals)
     ctx = _run_context(view, page=page, status=status, level=level, page_no=page_no)
@@ -274,7 +284,23 @@ def render_run(
         answer=around.answer,
         round_note=around.round_note,
         panels=panels,
+        solve=solve,
+        solve_round=_round_of(solve, record.run_id),
     )
+
+
+def _round_of(solve: SolveRecord | None, run_id: str) -> int | None:
+    rnd = solve.round_of(run_id) if solve is not None else None
+    return rnd.round if rnd is not None else None
+
+
+def render_solve(
+    record: SolveRecord, runs: Mapping[str, RunRecord], *, page: Page, now: float | None = None
+) -> str:
+    """The page of a solve: the answer on top (what the model wrote one click away), its
+    rounds, one timeline of each round's planner, tasks and joiner, and every model call."""
+    view = build_solve_view(record, runs, now=now if now is not None else time.time())
+    return _ENV.get_template("solve.html").render(**_common(page), s=record, sv=view)
 
 
 def render_panel(view: RunView, task_id: str, *, page: Page) -> str:

@@ -253,3 +253,58 @@ def record_nothing_planned(store: Path) -> str:
         run_id = st.get_solve(solution.solve_id).rounds[0].run_id
     assert run_id is not None
     return run_id
+
+
+#: How long the scripted model waits before each piece of its answers (seconds).
+PIECE_S = 0.004
+
+
+def record_solve(store: Path) -> str:
+    """A solve of two rounds, recorded: round 1's first plan is rejected (hostile text in
+    it); its plan runs a tool task and an agent task that makes a tool call, and the joiner
+    asks for another plan; round 2's revision adds a task, and the joiner answers (hostile
+    text in the answer). Returns the solve's id."""
+    import json
+
+    from dagagent.llm import LLMResponse, ScriptedLLM, ToolCall
+
+    def plan(*tasks: dict[str, Any]) -> str:
+        return json.dumps({"goal": "Sum up the work", "tasks": list(tasks)})
+
+    first = {"id": "fetch", "tool": "work", "args": {"name": "fetch", "seconds": 0.2}}
+    note = {"id": "note", "instruction": "Say what ${fetch} did", "tools": ["echo"]}
+    extra = {"id": "rank", "tool": "work", "args": {"name": "rank", "seconds": 0.15}}
+    llm = ScriptedLLM(
+        [
+            f"Here is my plan {XSS} but no JSON",
+            plan(first, note),
+            LLMResponse(
+                content="",
+                tool_calls=[ToolCall(id="c1", name="echo", arguments={"text": "fetched"})],
+                finish_reason="tool_calls",
+            ),
+            "fetch slept 0.2 s",
+            json.dumps({"action": "replan", "feedback": "rank the work too"}),
+            plan(first, note, extra),
+            json.dumps(
+                {
+                    "action": "finish",
+                    "answer": f"fetch and rank ran; {XSS}",
+                    "cites": ["fetch", "rank"],
+                }
+            ),
+        ],
+        model="scripted-model",
+        chunk_size=6,
+        chunk_delay_s=PIECE_S,
+    )
+    solution = dagagent.solve_sync(
+        "Sum up the work",
+        registry(),
+        llm,
+        store=store,
+        agent_tasks=True,
+        budget=dagagent.Budget(tool_calls=50),
+    )
+    assert solution.ok, solution.reason
+    return solution.solve_id

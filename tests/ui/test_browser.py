@@ -4,6 +4,7 @@ opened from a file. Screenshots of both pages are kept as test artefacts."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import threading
 import time
@@ -304,3 +305,64 @@ def test_runs_that_are_not_simply_finished_say_what_happened(
         page.goto(server.url + "/")
         assert page.locator(f'tr[data-run="{nothing}"]').get_attribute("data-status") == "failed"
         page.screenshot(path=str(shots / "runs-all-kinds.png"), full_page=True)
+
+
+@pytest.fixture(scope="module")
+def solve_store(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    path = tmp_path_factory.mktemp("ui-solve") / "runs.db"
+    # In a thread of its own: the browser's event loop may already run in this one.
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return path, pool.submit(made.record_solve, path).result()
+
+
+def test_a_solve_page_shows_its_rounds_calls_and_timeline(
+    solve_store: tuple[Path, str], page: Any, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    path, solve_id = solve_store
+    with Server(path) as server:
+        # the runs list shows the solve, with its model and what its calls used
+        page.goto(server.url + "/")
+        row = page.locator(f'tr.solve-row[data-solve="{solve_id}"]')
+        expect(row).to_have_count(1)
+        assert "scripted-model" in row.inner_text() and "answered" in row.inner_text()
+        assert made.XSS in row.locator(".answer-line").inner_text()  # text, not a tag
+        shots = artefacts(tmp_path_factory)
+        page.screenshot(path=str(shots / "runs-with-solves.png"), full_page=True)
+        row.locator("a").first.click()
+        page.wait_for_url(f"**/solves/{solve_id}")
+        # the answer on top, what the model wrote for it one click away
+        answer = page.locator("#answer .answer-text")
+        assert made.XSS in answer.inner_text()
+        raw = page.locator("#raw-answer")
+        expect(raw.locator(".raw-text")).not_to_be_visible()
+        raw.locator("summary").click()
+        expect(raw.locator(".raw-text")).to_be_visible()
+        assert '"action": "finish"' in raw.locator(".raw-text").inner_text()
+        # two rounds with their calls; the totals are the calls'
+        rounds = page.locator("table.rounds tbody tr")
+        expect(rounds).to_have_count(2)
+        assert page.locator('[data-fact="calls"]').inner_text() == "7"
+        calls = page.locator("table.calls tbody.mcall")
+        expect(calls).to_have_count(7)
+        roles = [calls.nth(i).get_attribute("data-role") for i in range(7)]
+        assert roles == ["planner", "planner", "agent", "agent", "joiner", "replanner", "joiner"]
+        # the rejected first plan: its text (hostile, shown as text) and its issues
+        first = calls.nth(0)
+        assert "rejected" in first.inner_text()
+        first.locator("summary").click()
+        assert made.XSS in first.locator(".raw-text").inner_text()
+        assert "[not_json]" in first.locator(".issues").inner_text()
+        # one timeline: planner calls, tasks, joiners of both rounds; agent calls as ticks
+        bars = page.locator(".solve-timeline .sbar")
+        labels = [bars.nth(i).locator(".blabel").text_content() for i in range(bars.count())]
+        assert labels[:4] == ["r1 planner #1", "r1 planner #2", "r1 fetch", "r1 note"]
+        assert "r1 joiner #5" in labels and labels[-1] == "r2 joiner #7"
+        assert page.locator(".solve-timeline .tickmark").count() == 2
+        assert page.locator("main script").count() == 0
+        page.screenshot(path=str(shots / "solve.png"), full_page=True)
+        if os.environ.get("DAGAGENT_UPDATE_DOCS"):
+            page.locator(".top .where").evaluate("e => { e.textContent = '.dagagent/runs.db'; }")
+            page.screenshot(path=str(ROOT / "docs" / "viewer-solve.png"), full_page=True)
+        # a round's run names its solve
+        page.locator("table.rounds tbody tr").nth(1).locator("a").click()
+        expect(page.locator(".crumbs")).to_contain_text(f"round 2 of solve {solve_id}")
