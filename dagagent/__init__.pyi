@@ -28,6 +28,8 @@ from .errors import (
     AgentError as AgentError,
     AgentStoppedError as AgentStoppedError,
     BudgetExceededError as BudgetExceededError,
+    ConditionError as ConditionError,
+    ConditionSyntaxError as ConditionSyntaxError,
     ConfigError as ConfigError,
     DagagentError as DagagentError,
     DeadlineError as DeadlineError,
@@ -64,6 +66,7 @@ from .errors import (
     ToolArgumentsError as ToolArgumentsError,
     ToolDefinitionError as ToolDefinitionError,
     ToolError as ToolError,
+    ToolLimitError as ToolLimitError,
     UnknownToolError as UnknownToolError,
     WorkerLostError as WorkerLostError,
 )

@@ -281,7 +281,7 @@ class _Run:
             # A plan cut short while it was written (an invalid task, a model that failed
             # mid-answer, or before its first task): whatever ran, the plan did not.
             status = RunStatus.FAILED
-        elif all(s.ok for s in statuses):
+        elif all(r.settled for r in tasks.values()):  # a condition's skip is no failure
             status = RunStatus.SUCCEEDED
         elif TaskStatus.WAITING in statuses and not any(s in FAILURES for s in statuses):
             status = RunStatus.PAUSED  # nothing else could run: the rest waits for a person

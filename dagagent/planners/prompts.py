@@ -224,7 +224,10 @@ walks into it) and "${@index}" its position. It runs once per element, all at th
 and its output is the list of their outputs in order:
   {"id": "weather", "tool": "weather", "for_each": "${cities}", "args": {"city": "${@item}"}}
 Optional: "max_concurrency": at most this many elements at once; "allow_partial": true keeps
-the elements that succeeded when some fail (null for the failed ones)."""
+the elements that succeeded when some fail (null for the failed ones).
+A task may carry "when": a condition on earlier outputs ("${s.count} > 0", "not ${c.ok}",
+"${k.type} in ['pdf', 'html']"; ==, !=, <, <=, >, >=, in, and, or, not); if it is false the
+task and the tasks using it are skipped. In a map, a condition on "${@item}" skips elements."""
 
 _PARALLEL = """\
 Make the plan as parallel as the goal allows: every task runs as soon as the tasks it

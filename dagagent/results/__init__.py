@@ -12,6 +12,7 @@ from ._records import (
 )
 from ._run import RecordLoss, RunResult, StatusCounts
 from ._status import (
+    CONDITION_FALSE,
     FAILURES,
     REDACT,
     UNANSWERED,
@@ -29,6 +30,7 @@ from ._status import (
 from ._task import TaskResult
 
 __all__ = [
+    "CONDITION_FALSE",
     "FAILURES",
     "MODEL_ROLES",
     "REDACT",

@@ -37,12 +37,14 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from ..conditions import Condition, parse_condition
 from ..errors import MapError, TaskWaitingError
 from ..events import TaskElementFinished
 from ..plan import element_key
 from ..references import ElementScope, Template
-from ..results import TaskResult, TaskStatus
+from ..results import CONDITION_FALSE, TaskResult, TaskStatus
 from ._cancel import IGNORED_CANCEL, cancel_ignored
+from ._condition import condition_false, element_condition
 from ._record import TaskRun, describe
 from ._reuse import same_upstream
 from ._slot import Slot
@@ -60,6 +62,7 @@ _FAILED = TaskStatus.FAILED
 _DENIED = TaskStatus.DENIED
 _CANCELLED = TaskStatus.CANCELLED
 _WAITING = TaskStatus.WAITING
+_SKIPPED = TaskStatus.SKIPPED
 
 
 def _kind(value: Any) -> str:
@@ -89,6 +92,12 @@ class MapRun:
         #: A resumed run: the elements recorded before the pause (those that did not wait
         #: stand as they were; a list of another length means nothing stands).
         self.prior: list[TaskResult] | None = runner.resume_elements.pop(task.id, None)
+        #: A ``when`` that reads the element: decided for each element before it starts.
+        self.condition: Condition | None = None
+        if task.when is not None:
+            condition = parse_condition(task.when)
+            if element_condition(condition):
+                self.condition = condition
 
     def expand(self) -> list[Any]:
         """The list, resolved now; :class:`MapError` if it is not a list or too long."""
@@ -123,7 +132,7 @@ class MapRun:
             for i, before in enumerate(prior):
                 if before.status is not _WAITING:
                     self.results[i] = before
-                    if not before.status.ok and self.first_failure is None:
+                    if not before.settled and self.first_failure is None:
                         self.first_failure = i  # allow_partial: a failure stands too
                     if runner.emit is not None:
                         runner.emit(TaskElementFinished(runner.run_id, task.id, i, before))
@@ -148,7 +157,7 @@ class MapRun:
                 for i in following:
                     r = await self._element(i, attempt, retries, upstream)
                     # a waiting element is no failure: its siblings go on
-                    if not r.status.ok and r.status is not _WAITING and self.first_failure is None:
+                    if not r.settled and r.status is not _WAITING and self.first_failure is None:
                         self.first_failure = i
                         if cancel_siblings:
                             tg.cancel_scope.cancel()
@@ -184,7 +193,7 @@ class MapRun:
         failed = self.results[first]
         assert failed is not None
         done = self.finish_unstarted(f"not run: element {first} {failed.status.value}")
-        bad = [r for r in done if not r.status.ok and r.status is not _CANCELLED]
+        bad = [r for r in done if not r.settled and r.status is not _CANCELLED]
         if self.task.allow_partial and any(r.status is _WAITING for r in done):
             return self._waiting(done)
         if self.task.allow_partial and len(bad) < n:
@@ -195,7 +204,7 @@ class MapRun:
             first = next(
                 i
                 for i, r in enumerate(done)
-                if not r.status.ok and r.status is not _CANCELLED and r.status is not _WAITING
+                if not r.settled and r.status is not _CANCELLED and r.status is not _WAITING
             )
             failed = done[first]
         status = _DENIED if failed.status is _DENIED else _FAILED
@@ -228,16 +237,22 @@ class MapRun:
             status, output, error, error_type, traceback = _FAILED, None, None, None, None
             try:
                 scope = ElementScope(runner.outputs, self.items[i], i)
-                run.args = runner.resolve_args(task, scope)
-                before = runner.reuse.get(element_key(task.id, task.fingerprint(run.args)))
-                if before is not None and same_upstream(upstream, runner.outputs, runner.reuse):
-                    status, output = _REUSED, before[1]
+                condition = self.condition
+                if condition is not None and not condition.decide(scope):
+                    status, error_type = _SKIPPED, CONDITION_FALSE
+                    error = condition_false(condition, scope)
                 else:
-                    output = await runner.attempts(run, attempt, retries)
-                    if cancel_ignored():  # caught the run's cancellation, returned anyway
-                        output, error = None, f"{IGNORED_CANCEL}: {runner.stop_cause()}"
-                        await runner.cancelled_again()
-                    status = _SUCCEEDED
+                    run.args = runner.resolve_args(task, scope)
+                    key = element_key(task.id, task.fingerprint(run.args))
+                    before = runner.reuse.get(key)
+                    if before is not None and same_upstream(upstream, runner.outputs, runner.reuse):
+                        status, output = _REUSED, before[1]
+                    else:
+                        output = await runner.attempts(run, attempt, retries)
+                        if cancel_ignored():  # caught the run's cancellation, returned anyway
+                            output, error = None, f"{IGNORED_CANCEL}: {runner.stop_cause()}"
+                            await runner.cancelled_again()
+                        status = _SUCCEEDED
             except BaseException as exc:
                 ending = runner.ending(exc)
                 if ending is None:

@@ -7,10 +7,12 @@ from typing import Any
 
 from ..errors import (
     AgentError,
+    ConditionError,
     ReferenceResolutionError,
     TaskDeniedError,
     TaskTimeoutError,
     ToolArgumentsError,
+    ToolLimitError,
     UnknownToolError,
 )
 from ..results import AgentStep, CallDecision
@@ -43,6 +45,8 @@ def describe(exc: BaseException) -> str:
 
 
 _SELF_EXPLAINING = (
+    ConditionError,
+    ToolLimitError,
     ToolArgumentsError,
     ReferenceResolutionError,
     TaskTimeoutError,

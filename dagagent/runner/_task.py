@@ -14,7 +14,14 @@ import anyio.lowlevel
 from typing_extensions import Unpack
 
 from .. import telemetry as otel
-from ..errors import AgentError, TaskDeniedError, TaskTimeoutError, TaskWaitingError
+from ..conditions import Condition, parse_condition
+from ..errors import (
+    AgentError,
+    ConditionError,
+    TaskDeniedError,
+    TaskTimeoutError,
+    TaskWaitingError,
+)
 from ..events import (
     Event,
     TaskAgentEvent,
@@ -28,6 +35,7 @@ from ..limits import DEFAULT_MAX_ELEMENTS
 from ..plan import AgentTask, ToolTask
 from ..references import reference_text
 from ..results import (
+    CONDITION_FALSE,
     FAILURES,
     UNANSWERED,
     AgentStep,
@@ -40,6 +48,7 @@ from ..tools import Registry, Tool
 from ._agent import AgentNode, AgentTaskRunner
 from ._calls import CallOptions, ToolCalls, timed_out_late
 from ._cancel import IGNORED_CANCEL, cancel_ignored, really_cancelled
+from ._condition import condition_false, element_condition
 from ._map import run_map
 from ._record import TaskRun, describe
 from ._redaction import Redaction
@@ -61,6 +70,7 @@ _FAILED = TaskStatus.FAILED
 _DENIED = TaskStatus.DENIED
 _CANCELLED = TaskStatus.CANCELLED
 _WAITING = TaskStatus.WAITING
+_SKIPPED = TaskStatus.SKIPPED
 
 Attempt = Callable[[TaskRun], Awaitable[Any]]
 """One attempt at a task: its output, or it raises."""
@@ -175,6 +185,12 @@ class TaskRunner:
         if kept is not None:  # a resumed run: it succeeded before
             return self._keep(kept)
         task = self.tasks[task_id]
+        if task.when is not None:
+            condition = parse_condition(task.when)  # checked when the plan was
+            if not element_condition(condition):
+                settled = self._decide(task_id, condition)
+                if settled is not None:
+                    return settled
         if task.for_each is not None:
             run = self._start(task_id)
             return await run_map(self, task, run)
@@ -206,6 +222,21 @@ class TaskRunner:
         finally:
             if slots is not None:
                 slots.release()  # after the task's result and events
+
+    def _decide(self, task_id: str, condition: Condition) -> TaskResult | None:
+        """Decide a task's ``when`` before it starts: ``None`` when it holds (run the task),
+        else the task's result: skipped (the condition is false) or failed (it could not be
+        decided)."""
+        try:
+            holds = condition.decide(self.outputs)
+        except ConditionError as exc:
+            run = self._start(task_id)
+            return self.finish(run, _FAILED, error=str(exc), error_type=type(exc).__name__)
+        if holds:
+            return None
+        return self.mark(
+            task_id, _SKIPPED, condition_false(condition, self.outputs), CONDITION_FALSE
+        )
 
     def resolve_args(self, task: Task, outputs: Mapping[str, Any]) -> Any:
         """The arguments (or instruction) of ``task`` with its references resolved from
@@ -477,9 +508,16 @@ class TaskRunner:
         self._ended(r)
         return r
 
-    def mark(self, task_id: str, status: TaskStatus, error: str | None = None) -> TaskResult:
-        """Record a task that never started (skipped or cancelled)."""
-        r = TaskResult(task_id=task_id, status=status, error=error)
+    def mark(
+        self,
+        task_id: str,
+        status: TaskStatus,
+        error: str | None = None,
+        error_type: str | None = None,
+    ) -> TaskResult:
+        """Record a task that never started (skipped or cancelled), and why (``error_type``
+        :data:`~dagagent.results.CONDITION_FALSE`: skipped by a condition)."""
+        r = TaskResult(task_id=task_id, status=status, error=error, error_type=error_type)
         self._ended(r)
         return r
 
