@@ -461,6 +461,8 @@ def _show_task(record: RunRecord, task_id: str, *, as_json: bool) -> None:
 
     line("task", f"{task_id} of run {record.run_id}")
     line("tool", t.label)
+    if t.when is not None:
+        line("when", printable(t.when, lines=True))
     if r is None:
         line("status", "unrecorded (the run did not get to it)")
         return
@@ -477,7 +479,7 @@ def _show_task(record: RunRecord, task_id: str, *, as_json: bool) -> None:
     else:
         line("arguments", printable(as_text(args), lines=True))
     if r.error:
-        line("error", printable(r.error, lines=True))
+        line("why skipped" if r.skipped_by_condition else "error", printable(r.error, lines=True))
     if r.traceback:
         out.print("traceback:", markup=False)
         out.print(printable(r.traceback, lines=True), markup=False, highlight=False)
@@ -497,7 +499,8 @@ def _show_task(record: RunRecord, task_id: str, *, as_json: bool) -> None:
         if e.args is not None:
             line("  arguments", printable(as_text(e.args), lines=True))
         if e.error:
-            line("  error", printable(e.error, lines=True))
+            label = "  why skipped" if e.skipped_by_condition else "  error"
+            line(label, printable(e.error, lines=True))
         if e.output is not None:
             line("  output", printable(as_text(e.output), lines=True))
 

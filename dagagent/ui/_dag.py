@@ -18,6 +18,7 @@ from itertools import pairwise
 from ..graph import PlanGraph
 from ..results import TaskResult
 from ..store import RunRecord
+from ..text import shorten
 from ._labels import fmt_s, short_label, status_counts, task_kind, task_what
 
 __all__ = [
@@ -189,7 +190,15 @@ def layout_dag(
                     duration_s=took,
                     running=running,
                     title=" · ".join(
-                        p for p in (tid, f"{what} {count}".strip(), status_of[tid], when) if p
+                        p
+                        for p in (
+                            tid,
+                            f"{what} {count}".strip(),
+                            status_of[tid],
+                            when,
+                            f"when {shorten(task.when, 80)}" if task.when else "",
+                        )
+                        if p
                     ),
                 )
             )

@@ -794,3 +794,26 @@ def test_graph_of_a_plan_file_takes_tools_and_checks_them(home: Path, tmp_path: 
     unknown = cli("graph", str(plan), "--tools", "dagagent.toolkits.demo:registry")
     assert unknown.exit_code == 2 and "unknown_tool" in unknown.output
     assert cli("graph", str(plan)).exit_code == 0  # without tools: the graph alone
+
+
+def test_show_says_why_a_condition_skipped_a_task(home: Path) -> None:
+    res = cli("run", str(EXAMPLES / "conditional.json"))
+    assert res.exit_code == 0, res.output
+    assert "(3 skipped, 2 succeeded)" in res.output
+    run_id = only_run(home)
+    shown = cli("show", run_id)
+    assert shown.exit_code == 0, shown.output
+    assert re.search(r"umbrella\s+│ format_report │ skipped", shown.output)
+    one = cli("show", run_id, "--task", "umbrella")
+    assert one.exit_code == 0, one.output
+    assert "when: ${paris.condition} in ['rain', 'storm']" in one.output
+    assert (
+        "why skipped: condition \"${paris.condition} in ['rain', 'storm']\" is false: "
+        '${paris.condition} = "cloudy"' in one.output
+    )
+    check = cli("show", run_id, "--task", "check")
+    assert "why skipped: not run: upstream task 'umbrella' was skipped by a condition" in (
+        check.output
+    )
+    doc = json.loads(cli("show", run_id, "--json").stdout)
+    assert doc["status"] == "succeeded"

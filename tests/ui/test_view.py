@@ -496,3 +496,44 @@ def test_the_viewer_answers_a_failure_with_a_page_and_logs_it(
     assert '<link rel="stylesheet"' in page.text  # the viewer's own page, not a bare 500
     (logged,) = [r for r in caplog.records if r.name == "dagagent.ui"]
     assert "could not show /runs/" in logged.getMessage() and logged.exc_info is not None
+
+
+def test_a_task_skipped_by_a_condition_says_why_escaped(tmp_path: Path) -> None:
+    import dagagent
+
+    registry = dagagent.Registry()
+
+    @registry.tool
+    def echo(value: Any = None) -> Any:
+        return value
+
+    plan = {
+        "goal": "g",
+        "tasks": [
+            {"id": "probe", "tool": "echo", "args": {"value": {"kind": made.XSS}}},
+            {
+                "id": "gated",
+                "tool": "echo",
+                "when": f"${{probe.kind}} == '{made.XSS}x'",
+                "args": {"value": 1},
+            },
+            {"id": "after", "tool": "echo", "args": {"value": "${gated}"}},
+        ],
+    }
+    store = tmp_path / "runs.db"
+    result = dagagent.execute_sync(plan, registry, store=store)
+    assert result.ok
+    with RunStore(store, read_only=True) as st:
+        record = st.get_run(result.run_id)
+    view = build_view(record)
+    html = render_panel(view, "gated", page=Page())
+    assert "<h3>Skipped by a condition</h3>" in html and 'class="skip-box"' in html
+    assert "error-box" not in html
+    assert "<dt>runs when</dt>" in html
+    assert "is false: ${probe.kind} = &#34;&lt;script&gt;" in html
+    assert made.XSS not in html
+    after = render_panel(view, "after", page=Page())
+    assert "was skipped by a condition" in after and "<h3>Skipped by a condition</h3>" in after
+    page = render_run(record, page=Page())
+    assert made.XSS not in page
+    assert "when ${probe.kind} == &#39;&lt;script&gt;" in page  # the node's title
