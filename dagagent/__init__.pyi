@@ -14,6 +14,7 @@ from .agent import (
 from .approval import (
     Approval as Approval,
     ApprovalRequest as ApprovalRequest,
+    Limit as Limit,
     Policy as Policy,
     Rule as Rule,
     ask_later as ask_later,
@@ -113,6 +114,7 @@ from .run import (
     new_run_id as new_run_id,
 )
 from .runner import (
+    CallLedger as CallLedger,
     Interceptor as Interceptor,
     ToolInvocation as ToolInvocation,
 )
