@@ -397,6 +397,8 @@ def _add_result_row(
         ran = f"{now - r.started_at:.3f}s…"  # so far
     if running:
         detail = ""
+    elif r.partial:
+        detail = f"(partial) {shorten(r.output, max(60, out.width - 70))}"
     elif r.error:
         detail = r.error
     elif r.elements:
@@ -479,7 +481,8 @@ def _show_task(record: RunRecord, task_id: str, *, as_json: bool) -> None:
     else:
         line("arguments", printable(as_text(args), lines=True))
     if r.error:
-        line("why skipped" if r.skipped_by_condition else "error", printable(r.error, lines=True))
+        label = "why skipped" if r.skipped_by_condition else "partial" if r.partial else "error"
+        line(label, printable(r.error, lines=True))
     if r.traceback:
         out.print("traceback:", markup=False)
         out.print(printable(r.traceback, lines=True), markup=False, highlight=False)

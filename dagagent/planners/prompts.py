@@ -294,6 +294,10 @@ def feedback_prompt(issues: Sequence[Issue], *, truncated: bool = False) -> str:
 
 
 def _result_line(result: TaskResult, output_chars: int) -> str:
+    if result.partial:  # an agent stopped before answering: its best so far
+        output = as_data(shorten(result.output, output_chars))
+        why = as_data(shorten(result.error or "", output_chars), "error")
+        return f"- {result.task_id}: PARTIAL answer only, {why}, output so far: {output}"
     if result.status.ok:
         output = as_data(shorten(result.output, output_chars))
         return f"- {result.task_id}: {result.status.value}, output: {output}"

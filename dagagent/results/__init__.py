@@ -2,6 +2,7 @@
 of a run."""
 
 from ._model_calls import MODEL_ROLES, ModelCall, ModelRole
+from ._partial import PARTIAL_ANSWER, PartialAnswer, best_so_far
 from ._records import (
     AgentStep,
     ApprovalAnswer,
@@ -33,6 +34,7 @@ __all__ = [
     "CONDITION_FALSE",
     "FAILURES",
     "MODEL_ROLES",
+    "PARTIAL_ANSWER",
     "REDACT",
     "UNANSWERED",
     "WAIT",
@@ -46,6 +48,7 @@ __all__ = [
     "FailurePolicy",
     "ModelCall",
     "ModelRole",
+    "PartialAnswer",
     "PersonDecision",
     "RecordLoss",
     "RoundOutcome",
@@ -55,6 +58,7 @@ __all__ = [
     "StatusCounts",
     "TaskResult",
     "TaskStatus",
+    "best_so_far",
     "load_decisions",
     "load_steps",
 ]

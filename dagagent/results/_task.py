@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import TypeAdapter
 
 from ..text import jsonable
+from ._partial import PARTIAL_ANSWER
 from ._records import AgentStep, CallDecision
 from ._status import CONDITION_FALSE, REDACT, UNANSWERED, TaskStatus
 
@@ -71,6 +72,13 @@ class TaskResult:
         task it depends on was skipped so (``error`` says why). Such a task is settled, not
         failed: it does not make its run fail."""
         return self.status is TaskStatus.SKIPPED and self.error_type == CONDITION_FALSE
+
+    @property
+    def partial(self) -> bool:
+        """Whether the task succeeded with a partial answer: an agent that stopped before
+        answering (its deadline, its step or token budget) gave its best so far (``error``
+        says why it stopped; see :mod:`dagagent.results._partial`)."""
+        return self.status.ok and self.error_type == PARTIAL_ANSWER
 
     @property
     def settled(self) -> bool:

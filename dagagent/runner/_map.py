@@ -42,7 +42,7 @@ from ..errors import MapError, TaskWaitingError
 from ..events import TaskElementFinished
 from ..plan import element_key
 from ..references import ElementScope, Template
-from ..results import CONDITION_FALSE, TaskResult, TaskStatus
+from ..results import CONDITION_FALSE, PARTIAL_ANSWER, TaskResult, TaskStatus
 from ._cancel import IGNORED_CANCEL, cancel_ignored
 from ._condition import condition_false, element_condition
 from ._record import TaskRun, describe
@@ -261,12 +261,13 @@ class MapRun:
                 status, error, error_type = ending.status, ending.error, ending.error_type
                 traceback = ending.traceback
             finally:
+                partial = status is _SUCCEEDED and run.partial is not None
                 r = TaskResult(
                     task_id=f"{task.id}[{i}]",
                     status=status,
                     output=output if status.ok else None,
-                    error=error,
-                    error_type=error_type,
+                    error=f"partial answer: {run.partial}" if partial else error,
+                    error_type=PARTIAL_ANSWER if partial else error_type,
                     attempts=run.attempts,
                     started_at=run.started_at,
                     finished_at=time.time(),

@@ -37,11 +37,14 @@ from ..references import reference_text
 from ..results import (
     CONDITION_FALSE,
     FAILURES,
+    PARTIAL_ANSWER,
     UNANSWERED,
     AgentStep,
     FailurePolicy,
+    PartialAnswer,
     TaskResult,
     TaskStatus,
+    best_so_far,
 )
 from ..settings import TaskRetryPolicy
 from ..tools import Registry, Tool
@@ -359,14 +362,23 @@ class TaskRunner:
             run.steps = node.partial_steps()
             if not scope.cancel_called:  # raised by the agent itself, not by the task's timeout
                 raise
-            raise TaskTimeoutError(f"timed out after {timeout:g} s") from None
+            why = f"timed out after {timeout:g} s"
+            found = best_so_far(run.steps) if node.best_so_far else None
+            if found is None:
+                raise TaskTimeoutError(why) from None
+            output = PartialAnswer(found, f"{why} before the agent answered")
         except BaseException:  # failed, or cancelled: the record keeps the steps taken so far
             run.steps = node.partial_steps()
             raise
         finally:
             otel.AGENT_TASK.reset(serving)
-        if scope.cancel_called:  # the agent caught its timeout's cancellation and answered late
+        if scope.cancel_called and not isinstance(output, PartialAnswer):
+            # the agent caught its timeout's cancellation and answered late
             raise TaskTimeoutError(timed_out_late(timeout))
+        if isinstance(output, PartialAnswer):
+            run.partial = output.why
+            return output.answer
+        run.partial = None  # a retry that answered
         return output
 
     def _agent_node(self, task: AgentTask, run: TaskRun, llm: object) -> AgentNode:
@@ -458,6 +470,8 @@ class TaskRunner:
                 run.decisions = decisions
             if run.steps:
                 run.steps = self.redaction.steps(run.steps)
+        if status is _SUCCEEDED and run.partial is not None:
+            error, error_type = f"partial answer: {run.partial}", PARTIAL_ANSWER
         r = TaskResult(
             task_id=run.task_id,
             status=status,
