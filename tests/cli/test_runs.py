@@ -800,6 +800,7 @@ def test_show_says_why_a_condition_skipped_a_task(home: Path) -> None:
     res = cli("run", str(EXAMPLES / "conditional.json"))
     assert res.exit_code == 0, res.output
     assert "(3 skipped, 2 succeeded)" in res.output
+    assert "umbrella skipped - (by its condition)\n" in res.output
     run_id = only_run(home)
     shown = cli("show", run_id)
     assert shown.exit_code == 0, shown.output

@@ -52,7 +52,8 @@ def finish(answer: str, cites: list[str]) -> str:
     return json.dumps({"action": "finish", "answer": answer, "cites": cites})
 
 
-async def test_the_joiner_sees_what_a_condition_skipped_and_why() -> None:
+@pytest.mark.parametrize("stream", [False, True])
+async def test_the_joiner_sees_what_a_condition_skipped_and_why(stream: bool) -> None:
     calls: list[str] = []
     umbrella = {
         "id": "umbrella",
@@ -65,7 +66,7 @@ async def test_the_joiner_sees_what_a_condition_skipped_and_why() -> None:
         finish("No umbrella: it is cloudy.", ["paris"]),
     )
     async with llm:
-        solution = await dagagent.solve(GOAL, registry(calls), llm, stream=False)
+        solution = await dagagent.solve(GOAL, registry(calls), llm, stream=stream)
     assert solution.status is SolveStatus.ANSWERED, solution
     (rnd,) = solution.rounds
     assert rnd.result is not None and rnd.result.ok
