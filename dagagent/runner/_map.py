@@ -25,6 +25,11 @@ element takes one, the map task itself none) and the task's own ``max_concurrenc
   the map task is ``waiting`` (its waiting calls are its approvals). A resumed run keeps
   every other element as it was recorded and runs only the waiting ones again (an agent
   element from its recorded steps, as an agent task that waited).
+- **Conditions.** A ``when`` that reads the element (``${@item}``, ``${@index}``) is decided
+  for each element before it starts: an element whose condition is false is ``skipped``
+  (its record says why) and ``None`` in the output, in its place; it is no failure. A
+  ``when`` that does not read the element is decided once, before the list expands (see
+  :meth:`~dagagent.runner.TaskRunner.run_task`).
 - **Cap.** A list longer than the run's ``max_elements`` (default
   :data:`DEFAULT_MAX_ELEMENTS`) fails the task with :class:`~dagagent.errors.MapError` before
   any element starts.

@@ -176,8 +176,9 @@ class TaskRunner:
     # -- one task ---------------------------------------------------------------------------
 
     async def run_task(self, task_id: str) -> TaskResult:
-        """Run one task to its final status and return its result: take a slot (with
-        ``max_concurrency``), resolve its references, reuse an earlier output if it may,
+        """Run one task to its final status and return its result: decide its ``when`` (false:
+        skipped, without starting), take a slot (with ``max_concurrency``), resolve its
+        references, reuse an earlier output if it may,
         else attempt it (by its kind, with its retries and timeout), then record its result
         and emit its events. A map task (``for_each``) runs once per element of its list
         instead (see :mod:`._map`): each element takes a slot, the task itself none.
