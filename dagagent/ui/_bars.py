@@ -127,14 +127,22 @@ def _overlap(spans: Sequence[tuple[float, float]], lo: float, hi: float) -> floa
 
 
 def waits_of(
-    record: RunRecord, graph: PlanGraph, people: PersonWaits | None = None
+    record: RunRecord,
+    graph: PlanGraph,
+    people: PersonWaits | None = None,
+    *,
+    only: str | None = None,
 ) -> dict[str, Waits]:
-    """What came before each task that started (see :class:`Waits`): it was ready once its
-    last dependency finished (or the run began) and it had joined the plan."""
+    """What came before each task that started (see :class:`Waits`), or only task ``only``:
+    it was ready once its last dependency finished (or the run began) and it had joined the
+    plan."""
     out: dict[str, Waits] = {}
     origin = record.started_at if record.started_at is not None else record.created
     planned_at = record.planned_at
-    for tid, r in record.tasks.items():
+    results = record.tasks
+    if only is not None:
+        results = {only: results[only]} if only in results else {}
+    for tid, r in results.items():
         if r.started_at is None or r.status is TaskStatus.REUSED:
             continue
         deps_done = origin
@@ -146,7 +154,8 @@ def waits_of(
         deps_done = min(deps_done, started)
         planned = min(max(planned_at.get(tid, origin), origin), started)
         ready = max(deps_done, planned)
-        waited = _overlap((people or {}).get(tid, ()), ready, started)
+        spans = (people or {}).get(tid)
+        waited = _overlap(spans, ready, started) if spans else 0.0
         out[tid] = Waits(deps_done, planned, ready, started, waited)
     return out
 
@@ -158,9 +167,11 @@ def layout_timeline(
     critical: list[str],
     now: float | None,
     people: PersonWaits | None = None,
+    *,
+    waits: Mapping[str, Waits] | None = None,
 ) -> TimelineView:
     """The timeline of ``record`` (``now``: the time a running run is drawn at; ``people``:
-    when its tasks waited for a person)."""
+    when its tasks waited for a person; ``waits``: :func:`waits_of` the run, if known)."""
     running = record.status == "running"
     people = people or {}
     if now is None or record.status not in ("running", "paused"):
@@ -180,7 +191,8 @@ def layout_timeline(
     if now is not None:
         ends.append(now)
     span = max([e - origin for e in ends] + [1e-3])
-    waits = waits_of(record, graph, people)
+    if waits is None:
+        waits = waits_of(record, graph, people)
     left_out = 0
     if len(timed) > MAX_BARS:
         crit = set(critical)
