@@ -32,6 +32,7 @@ __all__ = [
     "LevelBox",
     "Node",
     "layout_dag",
+    "levels_name",
     "map_count",
 ]
 
@@ -107,9 +108,12 @@ class LevelBox:
     @property
     def name(self) -> str:
         """The levels it holds, for people: ``level 3`` or ``levels 0–1,999``."""
-        if self.last == self.level:
-            return f"level {self.level:,}"
-        return f"levels {self.level:,}–{self.last:,}"
+        return levels_name(self.level, self.last)
+
+
+def levels_name(first: int, last: int) -> str:
+    """Levels ``first`` to ``last`` for people: ``level 3`` or ``levels 0–1,999``."""
+    return f"level {first:,}" if first == last else f"levels {first:,}–{last:,}"
 
 
 @dataclass
@@ -268,9 +272,9 @@ def _collapsed_dag(levels: list[list[str]], status_of: Mapping[str, str]) -> Dag
     boxes: list[LevelBox] = []
     per_row = 5
     band = max(1, -(-len(levels) // MAX_LEVEL_BOXES))
-    last = LevelBox(max(0, len(levels) - band), 0, 0, 0, 0, [], [], last=len(levels) - 1)
     # As wide as the longest name needs ("levels 98,000–99,999"), and no narrower than a node.
-    box_w = max(NODE_W, 12 + len(last.name) * _ID_CHAR_W + 10)
+    longest = levels_name(max(0, len(levels) - band), len(levels) - 1)
+    box_w = max(NODE_W, 12 + len(longest) * _ID_CHAR_W + 10)
     for bi, lo in enumerate(range(0, len(levels), band)):
         hi = min(len(levels), lo + band) - 1
         row, col = divmod(bi, per_row)

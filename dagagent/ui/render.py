@@ -32,6 +32,7 @@ from ..llm.usage import format_cost
 from ..review import PlanDiff, diff_plans
 from ..store import ApprovalRecord, RunRecord, RunSummary, SolveRecord, SolveSummary
 from ..text import jsonable, shorten
+from ._dag import levels_name
 from ._labels import status_counts
 from ._solve import build_solve_view
 from .view import (
@@ -229,10 +230,7 @@ class _TableQuery:
 
     @property
     def level_name(self) -> str:
-        if self.level is None:
-            return ""
-        lo, hi = self.level
-        return f"level {lo:,}" if lo == hi else f"levels {lo:,}–{hi:,}"
+        return "" if self.level is None else levels_name(*self.level)
 
     def url(self, base: str, **change: Any) -> str:
         level = None
