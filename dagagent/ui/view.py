@@ -94,7 +94,7 @@ class RunView:
         """What came before one task (``None``: it did not start), without the others'."""
         if "waits" in self.__dict__:
             return self.waits.get(task_id)
-        return waits_of(self.record, self.graph, self.people, only=task_id).get(task_id)
+        return waits_of(self.record, self.graph, self.people, only=(task_id,)).get(task_id)
 
     @cached_property
     def dag(self) -> DagView:
@@ -111,7 +111,7 @@ class RunView:
             self.critical,
             self.now,
             self.people,
-            waits=self.waits,
+            waits=self.__dict__.get("waits"),
         )
 
     @property
