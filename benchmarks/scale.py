@@ -35,6 +35,7 @@ import asyncio
 import json
 import os
 import resource
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -311,7 +312,7 @@ def main() -> None:
     import dagagent
 
     got = {
-        "command": common.command_line(),
+        "command": shlex.join(["python", "benchmarks/scale.py", *sys.argv[1:]]),
         "code": str(Path(dagagent.__file__).parent),
         "machine": info,
         "chains": chains,
