@@ -331,6 +331,22 @@ def test_startup_runs(tmp_path: Path) -> None:
     ]
 
 
+def test_scale_runs_tiny_and_keeps_other_labels(tmp_path: Path) -> None:
+    for label in ("before", "after"):
+        proc = _script(
+            "scale.py", "--chains", "120", "--maps", "500", "--label", label, "--out", tmp_path
+        )
+        assert proc.returncode == 0, proc.stderr
+    data = json.loads((tmp_path / "scale.json").read_text())
+    assert set(data["labels"]) == {"before", "after"}
+    (chain,) = data["labels"]["after"]["chains"]
+    assert chain["tasks"] == 120 and chain["show_lines"] > 100
+    assert chain["page_bytes"] > chain["panel_bytes"] > 0 and chain["report_bytes"] > 0
+    (mapped,) = data["labels"]["after"]["maps"]
+    assert mapped["elements"] == 500 and mapped["bytes_per_element"] >= 0
+    assert "## before" in (tmp_path / "scale.md").read_text()
+
+
 def test_overhead_with_the_run_store(tmp_path: Path) -> None:
     proc = _script(
         "overhead.py",

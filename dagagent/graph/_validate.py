@@ -346,7 +346,7 @@ def _checked(
     if issues:
         raise PlanValidationError(issues)
     pos = {t.id: i for i, t in enumerate(plan.tasks)}
-    levels = [sorted(g, key=pos.__getitem__) for g in generations_]
+    levels = [sorted(g, key=pos.__getitem__) if len(g) > 1 else list(g) for g in generations_]
     warnings: list[Issue] = []
     if check_llm and llm is None:
         warnings = [

@@ -4,7 +4,10 @@ run per element.
 Each element run is the story of a task in small: resolve the arguments (``${@item}``,
 ``${@index}``), reuse an earlier output if its input is unchanged, attempt it with the task's
 retries and timeout, record it. The elements share the run's ``max_concurrency`` slots (an
-element takes one, the map task itself none) and the task's own ``max_concurrency``.
+element takes one, the map task itself none) and the task's own ``max_concurrency``, which is
+:data:`~dagagent.limits.DEFAULT_ELEMENT_CONCURRENCY` when the task sets none (each element in
+flight costs a worker; a bound keeps a map of a million elements to the memory of its
+results).
 
 - **Output.** The list of the elements' outputs, in the order of the list; an empty list
   gives ``[]`` and the task succeeds.
@@ -45,6 +48,7 @@ import anyio
 from ..conditions import Condition, parse_condition
 from ..errors import MapError, TaskWaitingError
 from ..events import TaskElementFinished
+from ..limits import DEFAULT_ELEMENT_CONCURRENCY
 from ..plan import element_key
 from ..references import ElementScope, Template
 from ..results import CONDITION_FALSE, PARTIAL_ANSWER, TaskResult, TaskStatus
@@ -149,7 +153,14 @@ class MapRun:
         attempt, retries = runner.attempt_for(task)
         cancel_siblings = runner.on_failure == "cancel" and not task.allow_partial
         width = max(1, len(following_ids))
-        for bound in (task.max_concurrency, runner.element_concurrency, runner.max_concurrency):
+        # Each element in flight holds a worker (an anyio task, a few kB): a list of a million
+        # elements with no bound of its own takes DEFAULT_ELEMENT_CONCURRENCY at a time.
+        own = (
+            task.max_concurrency
+            if task.max_concurrency is not None
+            else DEFAULT_ELEMENT_CONCURRENCY
+        )
+        for bound in (own, runner.element_concurrency, runner.max_concurrency):
             if bound is not None:
                 width = min(width, bound)
         following = iter(following_ids)

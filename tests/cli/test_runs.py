@@ -818,3 +818,42 @@ def test_show_says_why_a_condition_skipped_a_task(home: Path) -> None:
     )
     doc = json.loads(cli("show", run_id, "--json").stdout)
     assert doc["status"] == "succeeded"
+
+
+def test_show_of_a_big_run_lists_what_went_wrong_first_and_summarises_the_rest(
+    home: Path,
+) -> None:
+    # A terminal cannot use 3,000 rows (and drawing them took minutes at 100,000): show lists
+    # the tasks that did not succeed first, then the first others, and says what it left out.
+    reg = dagagent.Registry()
+
+    @reg.tool
+    async def step(i: int) -> int:
+        """Fail at 2,998."""
+        if i == 2998:
+            raise ValueError("step 2998 broke")
+        return i
+
+    n = 3000
+    tasks = [
+        {
+            "id": f"t{i}",
+            "tool": "step",
+            "args": {"i": i},
+            **({"depends_on": [f"t{i - 1}"]} if i else {}),
+        }
+        for i in range(n)
+    ]
+    result = anyio.run(lambda: dagagent.execute({"tasks": tasks}, reg, store=home / "runs.db"))
+    assert result.counts == {"succeeded": 2998, "failed": 1, "skipped": 1}
+    r = cli("show", result.run_id)
+    assert r.exit_code == 0, r.output
+    rows = re.findall(r"^│ (t\d+) ", r.output, flags=re.MULTILINE)
+    assert len(rows) == 100
+    assert rows[-2:] == ["t2998", "t2999"] and rows[:3] == ["t0", "t1", "t2"]  # plan order
+    caption = " ".join(r.output.split())
+    assert "100 of 3,000 tasks listed (those that did not succeed first); 2,900 more " in caption
+    assert "(2,900 succeeded)" in caption
+    assert f"dagagent show {result.run_id} --task ID shows one" in caption
+    (path,) = [line for line in r.output.splitlines() if line.startswith("critical path")]
+    assert "… (2989 more) ->" in path and len(path) < 200

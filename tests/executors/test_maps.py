@@ -7,6 +7,7 @@ from collections import Counter
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 import dagagent
@@ -501,3 +502,37 @@ async def test_a_replan_runs_only_the_elements_that_failed(
     assert tools.calls == Counter({"cities": 1, "Sapporo": 1, "Kobe": 1, "summary": 1})
     statuses = [e.status.value for e in third.tasks["weather"].elements or ()]
     assert statuses == ["reused", "reused", "reused", "succeeded", "succeeded"]
+
+
+async def test_a_long_map_with_no_bound_of_its_own_keeps_a_bounded_number_of_elements_in_flight(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Each element in flight holds a worker: a list of a million elements must not start a
+    # million at once. The default bound is lowered here so that a short list shows it.
+    from dagagent.runner import _map
+
+    monkeypatch.setattr(_map, "DEFAULT_ELEMENT_CONCURRENCY", 4, raising=False)
+    reg = dagagent.Registry()
+    state = {"running": 0, "peak": 0}
+
+    @reg.tool
+    async def step(i: int) -> int:
+        """Yield to the loop a few times while counted as running."""
+        state["running"] += 1
+        state["peak"] = max(state["peak"], state["running"])
+        for _ in range(3):
+            await anyio.lowlevel.checkpoint()  # every other ready element gets to start
+        state["running"] -= 1
+        return i
+
+    def plan(**bound: int) -> dict[str, Any]:
+        task = {"id": "m", "tool": "step", "for_each": list(range(40)), "args": {"i": "${@item}"}}
+        return {"tasks": [{**task, **bound}]}
+
+    result = await execute(plan(), reg)
+    assert result.ok and result.outputs["m"] == list(range(40))
+    assert state["peak"] == 4
+    # The task's own bound is the user's word: more at once when it says so.
+    state["peak"] = 0
+    result = await execute(plan(max_concurrency=10), reg)
+    assert result.ok and state["peak"] == 10
