@@ -108,4 +108,4 @@ async def test_max_calls_holds_across_the_rounds_of_a_solve() -> None:
         "tool 'get_weather' may be called at most 2 times in a solve (max_calls=2) and was "
         "called 2 times"
     )
-    assert calls == ["Paris", "Atlantis"]
+    assert sorted(calls) == ["Atlantis", "Paris"]  # the two ran side by side, in any order
