@@ -32,6 +32,8 @@ __all__ = [
     "ApproveOpt",
     "AskOpt",
     "BaseUrlOpt",
+    "BudgetOptions",
+    "DeadlineOpt",
     "ExamplesOpt",
     "ExecutorOpt",
     "LastOpt",
@@ -48,6 +50,7 @@ __all__ = [
     "PlanArg",
     "PlannerPromptOpt",
     "PolicyOpt",
+    "PricesOpt",
     "RunArg",
     "RunOptions",
     "StoreOpt",
@@ -126,8 +129,9 @@ OtelOpt = Annotated[
     bool,
     typer.Option(
         "--otel",
-        help="Send traces and metrics to an OpenTelemetry collector over OTLP, configured by "
-        "the standard OTEL_* variables (OTEL_EXPORTER_OTLP_ENDPOINT...). Needs dagagent[otel].",
+        help="Send traces and metrics where the standard OTEL_* variables say: "
+        "OTEL_TRACES_EXPORTER / OTEL_METRICS_EXPORTER (otlp by default, console, none), "
+        "OTEL_EXPORTER_OTLP_ENDPOINT... Needs dagagent[otel].",
     ),
 ]
 MaxConcurrencyOpt = Annotated[
@@ -207,7 +211,29 @@ TimeoutOpt = Annotated[
         "--timeout",
         min=0.1,
         metavar="SECONDS",
-        help="How long the model may take to answer (a slow local model may need more).",
+        help="How long each model call may wait for the server: to the first byte of an "
+        "answer, and between two pieces of a streamed one (a slow local model may need more). "
+        "--deadline bounds the whole command.",
+    ),
+]
+PricesOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--prices",
+        metavar="FILE",
+        help="Model prices in US dollars per million tokens, over the built-in table: JSON "
+        '{"openai:MODEL": {"input": N, "output": N}} (TOML on Python 3.11+).',
+    ),
+]
+DeadlineOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--deadline",
+        min=0.1,
+        metavar="SECONDS",
+        help="The whole command's time, model calls and streams included: when it passes, "
+        "what runs is cancelled, what finished is kept and recorded, and the message says what "
+        "was running (exit 8).",
     ),
 ]
 MaxTokensOpt = Annotated[
@@ -266,12 +292,15 @@ BaseUrlOpt = Annotated[
 @dataclass(frozen=True)
 class ModelChoice:
     """``--model``, ``--base-url``, ``--timeout`` and ``--max-tokens`` as given, turned into a
-    client (and the settings the planners and the joiner call it with) once."""
+    client (and the settings the planners and the joiner call it with) once (``deadline``: the
+    command's ``--deadline``, which then bounds streamed answers instead of the client's own
+    limit on them)."""
 
     model: str | None = None
     base_url: str | None = None
     timeout: float = 60.0
     max_tokens: int | None = None
+    deadline: float | None = None
 
     @property
     def configured(self) -> bool:
@@ -283,6 +312,10 @@ class ModelChoice:
         ``max_tokens`` is ``--max-tokens``: unset, each derives its own)."""
         from ..llm import ModelSettings
 
+        if self.deadline is not None:  # the deadline bounds a streamed answer, not 900 s
+            return ModelSettings(
+                timeout=self.timeout, max_tokens=self.max_tokens, max_stream_s=None
+            )
         return ModelSettings(timeout=self.timeout, max_tokens=self.max_tokens)
 
     def require(self) -> None:
@@ -300,6 +333,36 @@ class ModelChoice:
 
         self.require()
         return from_env(self.model, self.base_url, settings=self.settings())
+
+    def to_record(self, client: Any) -> dict[str, Any]:
+        """What a run's record keeps of this choice, for ``resume``: the model's spec, its
+        server's URL and the timeout; never a key (a URL that carries a password is left
+        out: a resume then needs ``--base-url`` again)."""
+        kept: dict[str, Any] = {
+            "model": (self.model or os.environ.get("DAGAGENT_MODEL", "")).strip(),
+            "timeout": self.timeout,
+        }
+        url = getattr(client, "base_url", None)
+        if isinstance(url, str) and "***@" not in url:  # the client shows a password so
+            kept["base_url"] = url
+        return kept
+
+    @classmethod
+    def recorded(
+        cls, context: dict[str, Any], model: str | None, base_url: str | None
+    ) -> ModelChoice:
+        """The choice ``resume`` makes: ``--model`` (with ``--base-url``) if given, else the
+        model, server and timeout the run was recorded with (``context``: see
+        :meth:`to_record`), else the environment's."""
+        timeout = context.get("timeout")
+        timeout = float(timeout) if isinstance(timeout, (int, float)) else 60.0
+        if model:
+            return cls(model, base_url, timeout)
+        kept = context.get("model")
+        if not isinstance(kept, str) or not kept:
+            return cls(None, base_url, timeout)
+        url = context.get("base_url")
+        return cls(kept, base_url or (url if isinstance(url, str) else None), timeout)
 
     def client_if_named(self) -> Any:
         """The client, or ``None`` when no model is named (``--base-url`` alone is an error)."""
@@ -352,6 +415,37 @@ def make_planner(
         settings=settings,
         **options,
     )
+
+
+@dataclass(frozen=True)
+class BudgetOptions:
+    """``--max-tokens-total``, ``--max-cost``, ``--max-model-calls``, ``--max-tool-calls``
+    and ``--prices`` as given: a :class:`~dagagent.Budget` (``None`` when nothing is
+    limited) and the :class:`~dagagent.Prices` calls are costed at."""
+
+    tokens: int | None = None
+    cost_usd: float | None = None
+    model_calls: int | None = None
+    tool_calls: int | None = None
+    prices_file: Path | None = None
+
+    def budget(self) -> Any:
+        from ..budget import Budget
+
+        if self.cost_usd is not None and self.cost_usd <= 0:
+            raise ConfigError(f"--max-cost must be more than 0 dollars, not {self.cost_usd:g}")
+        budget = Budget(
+            tokens=self.tokens,
+            cost_usd=self.cost_usd,
+            model_calls=self.model_calls,
+            tool_calls=self.tool_calls,
+        )
+        return budget if budget.limited else None
+
+    def prices(self) -> Any:
+        from ..budget import Prices
+
+        return Prices.load(self.prices_file) if self.prices_file is not None else Prices()
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from ._graph import PlanGraph
 from ._growing import GrowingGraph, PlanChecker, TaskCheck, Watcher
 from ._maps import element_issues, element_schema, for_each_reference, map_issues
 from ._types import argument_type_issues, as_text, text_slots
-from ._validate import check_task, dependencies_of, dependency_graph, validate
+from ._validate import check_task, dependencies_of, dependency_graph, recorded_graph, validate
 
 __all__ = [
     "GrowingGraph",
@@ -35,6 +35,7 @@ __all__ = [
     "finished_critical_path",
     "for_each_reference",
     "map_issues",
+    "recorded_graph",
     "text_slots",
     "validate",
 ]

@@ -54,7 +54,7 @@ if TYPE_CHECKING:
     from ..llm import LLM
     from ..tools import Registry
 
-__all__ = ["check_task", "dependencies_of", "dependency_graph", "validate"]
+__all__ = ["check_task", "dependencies_of", "dependency_graph", "recorded_graph", "validate"]
 
 
 def _cycle_issues(graph: nx.DiGraph[str]) -> list[Issue]:
@@ -290,10 +290,32 @@ def validate(
     ``no_llm`` warning in ``PlanGraph.warnings``.
     """
     plan, kind_issues = read_plan(plan)
+    return _checked(plan, registry, kind_issues, llm=llm, check_llm=check_llm)
+
+
+def recorded_graph(plan: Plan) -> PlanGraph:
+    """The graph of a plan on record (a run's plan, checked when it ran), for the readers
+    that draw or measure it: :func:`validate` without tools, except that a plan of no tasks
+    is an empty graph, not an issue (a streamed plan rejected before its first task, or a
+    model that could not be reached, leaves such a run)."""
+    return _checked(plan, None, [], empty_ok=True)
+
+
+def _checked(
+    plan: Plan,
+    registry: Registry | None,
+    kind_issues: list[Issue],
+    *,
+    llm: LLM | None = None,
+    check_llm: bool = False,
+    empty_ok: bool = False,
+) -> PlanGraph:
     issues, templates, preds, succs = _scan(plan, registry, kind_issues)
     generations_, placed = generations(preds, succs)
     if placed < len(preds):  # some tasks wait on each other: find and show the loops
         issues.extend(_cycle_issues(nx_graph(preds)))
+    if empty_ok:
+        issues = [i for i in issues if i.code != "empty_plan"]
     if issues:
         raise PlanValidationError(issues)
     pos = {t.id: i for i, t in enumerate(plan.tasks)}

@@ -414,7 +414,8 @@ class HTTPChatClient(HTTPFailures, RequestLLM):
         except StreamLimitExceeded as exc:
             raise LLMResponseError(
                 f"the stream from {self.provider} {exc}: cut off (raise max_response_bytes or "
-                "max_stream_s if that is expected)"
+                "max_stream_s if that is expected; on the command line, --deadline bounds a "
+                "streamed answer instead)"
             ) from None
         except httpx.TimeoutException as exc:
             raise self._timeout_failure(exc, mid_stream=got_response) from exc

@@ -59,6 +59,9 @@ from ..llm import (
     ResponseFormat,
     Usage,
     UserMessage,
+    ask_streamed,
+    last_call,
+    reject_last_call,
 )
 from ..plan import Plan
 from ..text import shorten
@@ -171,7 +174,8 @@ async def ask_until_valid(
     for n in range(1, max_attempts + 1):
         while True:
             try:
-                response = await llm.complete(
+                response = await ask_streamed(  # streamed: its progress shows as it is written
+                    llm,
                     history,
                     response_format=response_format,
                     max_tokens=max_tokens,
@@ -187,11 +191,12 @@ async def ask_until_valid(
                     without_format(warning)
         raw = _answer_text(response)
         value, issues = parse(raw, response)
-        attempts.append(PlanAttempt(raw, tuple(issues), response.usage, response.finish_reason))
+        attempts.append(PlanAttempt(raw, tuple(issues), _usage(response), response.finish_reason))
         if value is not None and not issues:
             log.info(f"{what} accepted", attempt=n)
             return value, attempts
         log.info(f"{what} attempt rejected", attempt=n, issues=[str(i) for i in issues[:5]])
+        reject_last_call(issues)  # its observer records why, and says so now
         echo = shorten(raw, _ECHO_CHARS, one_line=False, fit=False)
         history.append(AssistantMessage(echo or "(empty answer)"))
         history.append(UserMessage(feedback(issues)))
@@ -209,6 +214,13 @@ def format_refused(error: LLMUnsupportedOptionError, what: str) -> Issue:
     )
     get_logger(planner=what).warning("planner.no_response_format", detail=issue.message)
     return issue
+
+
+def _usage(response: LLMResponse) -> Usage:
+    """The usage of the call that gave ``response``: as its observer counted it (estimated
+    where the provider said nothing), else as the provider said."""
+    call = last_call()
+    return call.usage if call is not None and call.response is response else response.usage
 
 
 def _answer_text(response: LLMResponse) -> str:

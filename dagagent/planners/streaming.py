@@ -82,6 +82,8 @@ from ..llm import (
     Message,
     ResponseFormat,
     UserMessage,
+    last_call,
+    reject_last_call,
 )
 from ..plan import Plan, Task, ToolTask, task_fingerprint
 from ..results import RunResult, TaskStatus
@@ -236,11 +238,15 @@ async def plan_and_execute_streamed(
         graph = GrowingGraph(goal)
         attempt = StreamedAnswer(owner, graph, seeded)
         options = {**run_options, "run_id": run_id, "parent_id": parent_id}
+        before = last_call()
         issues, result = await _attempt_and_run(owner, attempt, history, registry, options)
         runs.append(result)
-        attempts.append(
-            PlanAttempt(attempt.raw, tuple(issues), attempt.usage, attempt.finish_reason)
-        )
+        call = last_call()  # the attempt's call, as its observer counted it (if it has one)
+        watched = call is not None and call is not before and call.outcome != "running"
+        usage = call.usage if watched and call is not None else attempt.usage
+        attempts.append(PlanAttempt(attempt.raw, tuple(issues), usage, attempt.finish_reason))
+        if watched:
+            reject_last_call(issues)  # its observer records why, and says so now
         if not issues:
             log.info("streamed planning succeeded", attempt=n, tasks=len(graph))
             more = replan_warnings(replan_of.plan, graph.plan, replan_of.tasks) if replan_of else ()

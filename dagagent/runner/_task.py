@@ -13,6 +13,7 @@ import anyio
 import anyio.lowlevel
 from typing_extensions import Unpack
 
+from .. import telemetry as otel
 from ..errors import AgentError, TaskDeniedError, TaskTimeoutError, TaskWaitingError
 from ..events import (
     Event,
@@ -79,10 +80,12 @@ class TaskRunner:
     """Runs the tasks of one run; ``results`` and ``outputs`` fill in as tasks finish.
 
     Its collaborators come at construction: ``calls`` (the tool-call seam: interceptors,
-    limits, invoker), ``emit`` (run events for the listeners), ``record`` (each final
-    result, for the run store), ``telemetry`` (OpenTelemetry, or ``None``), ``redaction``
-    (applied to every result and event that leaves the runner), ``llm`` and ``agent_runner``
-    (for agent tasks; the model is opaque here), ``reuse`` (an earlier run's outputs, by
+    limits, invoker), ``emit`` (run events for the listeners), ``started`` and ``record`` (for
+    the run store: each task's id and start as it starts, its final result as it ends),
+    ``telemetry``
+    (OpenTelemetry, or ``None``), ``redaction`` (applied to every result and event that
+    leaves the runner), ``llm`` and ``agent_runner`` (for agent tasks; the model is opaque
+    here), ``reuse`` (an earlier run's outputs, by
     fingerprint: see :func:`dagagent.review.reuse_map`) and ``prior`` (the results a resumed
     run recorded before its pause)."""
 
@@ -100,6 +103,7 @@ class TaskRunner:
         element_concurrency: int | None = None,
         emit: Callable[[Event], None] | None = None,
         record: Callable[[TaskResult], None] | None = None,
+        started: Callable[[str, float], None] | None = None,
         telemetry: RunTelemetry | None = None,
         redaction: Redaction | None = None,
         llm: object = None,
@@ -125,6 +129,7 @@ class TaskRunner:
         self.element_concurrency = element_concurrency
         self.emit = emit
         self.record = record
+        self.started = started
         self.telemetry = telemetry
         self.redaction = redaction or Redaction(())
         self.llm = llm
@@ -221,6 +226,11 @@ class TaskRunner:
 
     def _start(self, task_id: str) -> TaskRun:
         run = TaskRun(task_id, time.time(), [] if self.calls.intercepted else None)
+        if self.started is not None:
+            # On record as running until its result replaces it (the store writes only the
+            # last of the two when both come in one batch). Nothing else yet: its arguments
+            # are recorded with its result, after any redaction.
+            self.started(task_id, run.started_at)
         if self.emit is not None:
             self.emit(TaskStarted(self.run_id, task_id, run.started_at))
         if self._debug:
@@ -310,6 +320,7 @@ class TaskRunner:
             )
         node = self._agent_node(task, run, llm)
         timeout = task.timeout_s
+        serving = otel.AGENT_TASK.set((self.run_id, run.task_id))  # its model calls' task
         try:
             with anyio.fail_after(timeout) as scope:  # None: no limit
                 output, run.steps = await agent_runner(node)
@@ -321,6 +332,8 @@ class TaskRunner:
         except BaseException:  # failed, or cancelled: the record keeps the steps taken so far
             run.steps = node.partial_steps()
             raise
+        finally:
+            otel.AGENT_TASK.reset(serving)
         if scope.cancel_called:  # the agent caught its timeout's cancellation and answered late
             raise TaskTimeoutError(timed_out_late(timeout))
         return output

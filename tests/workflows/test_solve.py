@@ -104,7 +104,10 @@ async def test_finish_on_round_one(world: World):
     assert solution.run_id == rnd.result.run_id
     assert solution.usage.planner.calls == 1 and solution.usage.joiner.calls == 1
     assert solution.usage.agents.calls == 0
-    assert solution.usage.total.input_tokens == 20 and solution.usage.total.output_tokens == 10
+    assert solution.usage.total.input_tokens == 20
+    # The scripted bodies report 5 output tokens for answers hundreds of characters long, which
+    # no tokenizer gives: not believed, estimated from the characters instead.
+    assert solution.usage.total.estimated and solution.usage.total.output_tokens > 10
     assert solution.raise_for_status() is solution
     # the joiner saw the goal, the plan and the outputs
     join_request = llm.wire_requests[1]
@@ -316,12 +319,11 @@ async def test_structured_answer_and_anthropic_wire(world: World):
     assert llm.wire_requests[1]["tool_choice"] == {"type": "tool", "name": "join_decision"}
     doc = solution.to_json_dict()
     assert doc["answer"] == answer and doc["status"] == "answered"
-    assert doc["usage"]["total"] == {
-        "calls": 2,
-        "input_tokens": 20,
-        "output_tokens": 10,
-        "total_tokens": 30,
-    }
+    total = doc["usage"]["total"]
+    assert total["calls"] == 2 and total["input_tokens"] == 20 and total["cost_usd"] is None
+    # 5 output tokens reported for a whole plan: not believed, estimated from its characters
+    assert total["estimated"] and total["output_tokens"] > 10
+    assert total["total_tokens"] == total["input_tokens"] + total["output_tokens"]
     json.dumps(doc)  # strict JSON
 
 

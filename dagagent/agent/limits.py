@@ -1,12 +1,16 @@
-"""What an agent may spend, and the reasons it stops.
+"""When an agent stops: its limits, and the reasons it stops.
 
-A :class:`Budget` bounds one agent run: model turns (``max_steps``), tokens (the sum of the
+:class:`AgentLimits` bounds one agent run: model turns (``max_steps``), tokens (the sum of the
 usage of every model call, ``max_tokens``), wall-clock time (``deadline_s``), corrective
 messages for replies that fit no format (``max_parse_retries``) and identical tool calls
 (``max_repeats``: the same tool with the same arguments — as the tool would receive them —
 in that many turns means the agent is stuck). Steps and tokens count over the whole life of
 an :class:`~dagagent.agent.AgentState`, resumes included; the deadline counts from the start
 of each ``run`` / ``resume`` call.
+
+These are the stop conditions of one agent run, checked after each turn. What a whole solve
+may spend (tokens, cost, model and tool calls over every role, reserved before each call) is
+another concept: :class:`~dagagent.Budget`, which agent tasks of a solve spend from too.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from typing import Any, Final
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["STOP_REASONS", "Budget", "call_signature"]
+__all__ = ["STOP_REASONS", "AgentLimits", "call_signature"]
 
 STOP_REASONS: Final = (
     "answer",  # the model gave its final answer
@@ -31,7 +35,7 @@ STOP_REASONS: Final = (
 """Every ``AgentResult.stop_reason``; only ``"answer"`` comes with an answer."""
 
 
-class Budget(BaseModel):
+class AgentLimits(BaseModel):
     """Limits of one agent run (``None`` switches a limit off)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
