@@ -24,9 +24,9 @@ token, then ``per_token_s`` per output token. No prompt caching is modelled.
 
 **Token rule** (one rule for every request and reply, every mode; see ``ACCOUNTING``): a
 piece of text is ``ceil(len / 4)`` tokens. A reply costs the text the model writes: its
-content, plus, for each tool call, the tool's name and its arguments JSON -- the call's
-``id`` and the ``type``/``function`` envelope of the wire format are added by the API, not
-written by the model, so neither side pays for them. A plan is content: its JSON text as
+content, plus, for each tool call, one text: the tool's name and its arguments JSON -- the
+call's ``id`` and the ``type``/``function`` envelope of the wire format are added by the API,
+not written by the model, so neither side pays for them. A plan is content: its JSON text as
 written. A request costs, per message, 3 tokens of framing plus its text (for an earlier tool
 call, its name and arguments again), plus every tool definition offered (name, description,
 parameters JSON) and the response format's JSON schema when there is one. The server
@@ -67,9 +67,10 @@ MESSAGE_FRAMING = 3
 
 ACCOUNTING = (
     "Tokens, one rule for every mode: a text is ceil(characters / 4) tokens. Output: what the "
-    "model writes, i.e. its text, and for each tool call the tool's name plus its arguments "
-    "JSON (ReAct's calls), or the plan's text as written (its format is stated with the run; "
-    "by default what the planner's prompt asks for: per task id, tool and args); the call id "
+    "model writes, i.e. its text, and each tool call as one text, the tool's name followed by "
+    "its arguments JSON (ReAct's calls), or the plan's text as written (its format is stated "
+    "with the run; by default what the planner's prompt asks for: per task id, tool and "
+    "args); the call id "
     "and wire envelope an API adds are charged to no one. Input: per message 3 tokens plus "
     "its text (earlier tool calls again as name plus arguments), plus the tool definitions "
     "offered (name, description, parameters JSON) and the JSON schema of the response format "
@@ -90,7 +91,10 @@ def _text_of(message: dict[str, Any]) -> str:
 
 
 def _call_tokens(name: str, arguments: str) -> int:
-    return text_tokens(name) + text_tokens(arguments)
+    """A tool call is one text, its name followed by its arguments JSON, as a plan's task is
+    part of the one text of its plan: both rounded up once, so neither side pays the rounding
+    of more pieces than the other."""
+    return text_tokens(name + arguments)
 
 
 def request_tokens(body: dict[str, Any]) -> int:

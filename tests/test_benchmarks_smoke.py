@@ -702,8 +702,8 @@ def test_a_tool_call_costs_what_the_model_writes_on_both_sides() -> None:
     lm = _bench_module("_latency_model")
     args = json.dumps({"entity": "The Silence of the Lambs"})
     wire = {"id": "call_0", "type": "function", "function": {"name": "search", "arguments": args}}
-    # ReAct's call: the name and the arguments, not the id and envelope the API adds.
-    assert lm.reply_tokens("", [wire]) == lm.text_tokens("search") + lm.text_tokens(args)
+    # ReAct's call: the name and the arguments, one text, not the id and envelope the API adds.
+    assert lm.reply_tokens("", [wire]) == lm.text_tokens("search" + args)
     assert lm.reply_tokens("", [wire]) < lm.text_tokens(json.dumps(wire)) / 2
     # A plan is its text; the same rule counts both.
     plan = '{"tasks": [{"id": "s1", "tool": "search", "args": ' + args + "}]}"
