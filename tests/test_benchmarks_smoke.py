@@ -747,3 +747,15 @@ def test_the_data_sets_are_in_the_repository_and_their_facts_give_the_answers() 
         "Scott Derrickson",
         "Ed Wood",
     ]
+
+
+def test_model_calls_overhead_runs_tiny(tmp_path: Path) -> None:
+    """It reads the ParallelQA questions through the benchmarks' shared data-set module."""
+    proc = _script(
+        "model_calls.py",
+        *("--questions", "2", "--scale", "0.05", "--skip-targets", "--out", tmp_path),
+    )
+    assert proc.returncode == 0, proc.stderr
+    overhead = json.loads((tmp_path / "model_calls.json").read_text())["overhead"]
+    assert overhead["questions"] == 2 and overhead["model_calls_recorded"] == 4
+    assert overhead["right_recorded"] == overhead["right_not_recorded"] == 2
