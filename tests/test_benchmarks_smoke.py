@@ -649,6 +649,48 @@ def test_agent_vs_react_runs_a_handful_of_questions_in_every_mode(
     md = (tmp_path / f"agent_vs_react_{dataset}.md").read_text()
     assert "| solve |" in md and "preset hosted-fast" in md
     assert "LLMCompiler" in md and "## Targets" in md and "Accounting." in md
+    # By default the planner writes what its prompt asks (id, tool, args) and is charged for
+    # the schema it really sends: the non-strict one.
+    _planner_request_and_plan_agree(data, dataset, strict=False)
+
+
+def _planner_request_and_plan_agree(data: dict[str, Any], dataset: str, *, strict: bool) -> None:
+    from dagagent.planners import plan_json_schema
+
+    ds, lm = _bench_module("_datasets"), _bench_module("_latency_model")
+    questions = {q.id: q for q in ds.DATASETS[dataset].load(BENCH / "data", 0, 1)}
+    written = "strict" if strict else "lean"
+    assert data["options"]["plan_written"] == written
+    for mode in ("plan", "solve"):
+        for r in data["questions"][mode]:
+            q = questions[r["id"]]
+            schema = plan_json_schema(ds.DATASETS[dataset].registry(q, 1, 1.0), strict=strict)
+            plan = lm.plan_variants(ds.DATASETS[dataset], q)[written]
+            assert r["planner_strict"] is strict
+            assert r["planner_tokens"][1] == lm.text_tokens(plan)
+            if mode == "plan":  # solve's schema also bounds the number of tasks (maxItems)
+                assert r["planner_tokens"][2] == lm.text_tokens(json.dumps(schema))
+    lean = json.loads(lm.plan_variants(ds.DATASETS[dataset], q)["lean"])
+    assert set(lean) == {"tasks"} and all(set(t) == {"id", "tool", "args"} for t in lean["tasks"])
+
+
+def test_agent_vs_react_strict_sends_the_strict_schema_and_writes_every_field(
+    tmp_path: Path,
+) -> None:
+    proc = _script(
+        "agent_vs_react.py",
+        *("--dataset", "movie", "--questions", "2", "--scale", "0.05", "--out", tmp_path),
+        *("--modes", "plan,solve", "--plan-written", "strict"),
+    )
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads((tmp_path / "agent_vs_react_movie_plan_strict.json").read_text())
+    assert all(r["right"] for rows in data["questions"].values() for r in rows)
+    _planner_request_and_plan_agree(data, "movie", strict=True)
+    lm, ds = _bench_module("_latency_model"), _bench_module("_datasets")
+    q = ds.DATASETS["movie"].load(BENCH / "data", 1, 1)[0]
+    plan = json.loads(lm.plan_variants(ds.DATASETS["movie"], q)["strict"])
+    assert set(plan) == {"tasks"}  # no goal
+    assert all(t["depends_on"] == [] and t["for_each"] is None for t in plan["tasks"])
 
 
 def test_agent_vs_react_help_and_presets() -> None:
@@ -676,8 +718,8 @@ def test_a_tool_call_costs_what_the_model_writes_on_both_sides() -> None:
     lm = _bench_module("_latency_model")
     args = json.dumps({"entity": "The Silence of the Lambs"})
     wire = {"id": "call_0", "type": "function", "function": {"name": "search", "arguments": args}}
-    # ReAct's call: the name and the arguments, not the id and envelope the API adds.
-    assert lm.reply_tokens("", [wire]) == lm.text_tokens("search") + lm.text_tokens(args)
+    # ReAct's call: the name and the arguments, one text, not the id and envelope the API adds.
+    assert lm.reply_tokens("", [wire]) == lm.text_tokens("search" + args)
     assert lm.reply_tokens("", [wire]) < lm.text_tokens(json.dumps(wire)) / 2
     # A plan is its text; the same rule counts both.
     plan = '{"tasks": [{"id": "s1", "tool": "search", "args": ' + args + "}]}"
@@ -721,3 +763,15 @@ def test_the_data_sets_are_in_the_repository_and_their_facts_give_the_answers() 
         "Scott Derrickson",
         "Ed Wood",
     ]
+
+
+def test_model_calls_overhead_runs_tiny(tmp_path: Path) -> None:
+    """It reads the ParallelQA questions through the benchmarks' shared data-set module."""
+    proc = _script(
+        "model_calls.py",
+        *("--questions", "2", "--scale", "0.05", "--skip-targets", "--out", tmp_path),
+    )
+    assert proc.returncode == 0, proc.stderr
+    overhead = json.loads((tmp_path / "model_calls.json").read_text())["overhead"]
+    assert overhead["questions"] == 2 and overhead["model_calls_recorded"] == 4
+    assert overhead["right_recorded"] == overhead["right_not_recorded"] == 2
