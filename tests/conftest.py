@@ -20,6 +20,11 @@ from llm_server import LLMTestServer
 import dagagent
 
 os.environ.setdefault("DAGAGENT_DEMO_LATENCY", "0")
+# The command line's consoles read COLUMNS once, when dagagent.cli is first imported, and
+# pytest-xdist's workers start with COLUMNS=80 in their environment: leave the width to each
+# command's environment instead (tests/cli_shell.py gives 200), as in a serial run.
+for _name in ("COLUMNS", "LINES"):
+    os.environ.pop(_name, None)
 
 # The tests stop dagagent processes with Ctrl-C (SIGINT). Where the suite itself runs with
 # SIGINT ignored (started in the background by a shell without job control), every process it

@@ -20,7 +20,18 @@ from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from dagagent.llm import LLM, AnthropicChat, HTTPChatClient, OpenAIChat, StreamEvent, ToolSpec, wire
+import pytest
+
+from dagagent.llm import (
+    LLM,
+    AnthropicChat,
+    HTTPChatClient,
+    ModelSettings,
+    OpenAIChat,
+    StreamEvent,
+    ToolSpec,
+    wire,
+)
 from dagagent.llm.wire import encode_sse
 
 
@@ -292,6 +303,22 @@ class Sleeps:
 def record_sleeps(client: HTTPChatClient) -> Sleeps:
     sleeps = Sleeps()
     client.retry = replace(client.retry, sleep=sleeps)
+    return sleeps
+
+
+def record_command_line_sleeps(monkeypatch: pytest.MonkeyPatch) -> Sleeps:
+    """The model clients the command line makes (``--model``) record their retry waits
+    instead of waiting: a test skips the back-off's seconds and can count the retries."""
+    from dagagent.cli.options import ModelChoice
+
+    sleeps = Sleeps()
+    made = ModelChoice.settings
+
+    def settings(choice: ModelChoice) -> ModelSettings:
+        given = made(choice)
+        return replace(given, retry=replace(given.retry, sleep=sleeps))
+
+    monkeypatch.setattr(ModelChoice, "settings", settings)
     return sleeps
 
 

@@ -1,10 +1,11 @@
-"""End-to-end user journeys through real ``dagagent`` processes.
+"""End-to-end user journeys through the ``dagagent`` command line.
 
-Each journey runs the CLI as a user would (``python -m dagagent ...`` subprocesses, a run
-store under a temporary ``$DAGAGENT_HOME``), with a loopback OpenAI-compatible server the
-test starts playing the model, and the counted tools of ``tests/journey_model.py``. Each
-asserts what the user would check: exit codes, the recorded runs, which tools really ran,
-and that no process ever printed a traceback.
+Each journey runs the CLI as a user would (``dagagent ...`` commands, run in process by
+``cli_shell.Shell``, a run store under a temporary ``$DAGAGENT_HOME``; a real process where
+Ctrl-C is the point), with a loopback OpenAI-compatible server playing the model, and the
+counted tools of ``tests/journey_model.py``. Each asserts what the user would check: exit
+codes, the recorded runs, which tools really ran, and that no command ever printed a
+traceback.
 """
 
 from __future__ import annotations

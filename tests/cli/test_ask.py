@@ -1,6 +1,6 @@
-"""``dagagent ask`` end to end: real ``python -m dagagent`` processes against a loopback model
-server speaking the OpenAI or the Anthropic wire format, with the counted tools of
-``tests/journey_model.py``.
+"""``dagagent ask`` end to end (in process through ``cli_shell.Shell``; a real process where a
+signal is the point) against a loopback model server speaking the OpenAI or the Anthropic wire
+format, with the counted tools of ``tests/journey_model.py``.
 
 The server answers each request from a queue of bodies, as JSON or, when the client asks
 for a stream, as the provider's server-sent events, so the same test holds whether the plan
@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 from cli_shell import Shell, tool_starts
-from llm_server import LLMTestServer, Recorded, Reply, SSEReply
+from llm_server import LLMTestServer, Recorded, Reply, SSEReply, record_command_line_sleeps
 
 from dagagent.llm import wire
 from dagagent.planners import PLAN_FORMAT_NAME
@@ -178,13 +178,16 @@ def test_untrusted_answer_is_shown_as_text(user: User, model: Model) -> None:
     assert "\x1b" not in proc.stdout
 
 
-def test_model_unreachable_exits_2(tmp_path: Path) -> None:
+def test_model_unreachable_exits_2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    waits = record_command_line_sleeps(monkeypatch)
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     user = User(tmp_path, ["--model", "openai:fake", "--base-url", f"http://127.0.0.1:{port}/v1"])
     proc = user.ask("--timeout", "5", code=2)
     assert "the model could not be used" in proc.stderr
+    assert "gave up after 4 attempts" in proc.stderr
+    assert len(waits.delays) == 3  # refused connections are retried, after a back-off each
 
 
 def test_no_model_configured_exits_2(tmp_path: Path) -> None:

@@ -1,6 +1,8 @@
-"""Approvals that wait, through real ``dagagent`` processes: a run pauses on an ``--ask`` rule
-without a terminal, ``dagagent approve`` records a decision from another process, ``dagagent
-resume`` continues the run; the tools append to a file, so every test counts what really ran.
+"""Approvals that wait, through the ``dagagent`` commands (in process through
+``cli_shell.Shell``; real processes where a SIGKILL or processes racing each other are the
+point): a run pauses on an ``--ask`` rule without a terminal, ``dagagent approve`` records a
+decision, ``dagagent resume`` continues the run; the tools append to a file, so every test
+counts what really ran.
 """
 
 from __future__ import annotations

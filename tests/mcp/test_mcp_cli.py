@@ -1,9 +1,10 @@
-"""``dagagent run/validate/replan --mcp`` and ``dagagent tools`` in real processes, against
-the servers of mcp_servers.py."""
+"""``dagagent run/validate/replan --mcp`` and ``dagagent tools`` (run in process, see
+tests/cli_shell.py) against the servers of mcp_servers.py."""
 
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import subprocess
 import sys
@@ -11,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_shell import run_in_process
 from mcp_helpers import SERVERS, http_server
 
 pytestmark = pytest.mark.slow
@@ -18,14 +20,9 @@ pytestmark = pytest.mark.slow
 KIT = f"kit={sys.executable} {SERVERS} kit stdio"
 
 
-def dagagent(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "dagagent", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        stdin=subprocess.DEVNULL,
-    )
+def dagagent(*args: str) -> subprocess.CompletedProcess[str]:
+    """``dagagent ARGS`` here, with this test's store (``$DAGAGENT_HOME``)."""
+    return run_in_process(args, Path.cwd(), dict(os.environ))
 
 
 def write_plan(tmp_path: Path, *tasks: dict[str, Any]) -> str:
