@@ -14,12 +14,12 @@ import json
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from cli_shell import TIMEOUT, Shell, tool_starts
+from eventually import wait_until
 from journey_model import plan_answer, text_answer, tool_call_answer
 from llm_server import LLMTestServer, Reply
 
@@ -340,16 +340,19 @@ SLOW_PLAN: dict[str, Any] = {
 
 
 def _wait_for(user: Journey, proc: subprocess.Popen[str], *lines: str) -> None:
-    deadline = time.monotonic() + TIMEOUT
-    while True:
-        seen = user.log.read_text().splitlines() if user.log.exists() else []
-        if all(x in seen for x in lines):
-            return
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            out, err = proc.communicate()
-            raise AssertionError(f"never saw {lines} in {seen}\n{out}\n{err}")
-        time.sleep(0.02)
+    def seen() -> list[str]:
+        return user.log.read_text().splitlines() if user.log.exists() else []
+
+    try:
+        wait_until(
+            lambda: all(x in seen() for x in lines),
+            f"the tools logged {lines}",
+            unless=lambda: None if proc.poll() is None else "the process ended",
+        )
+    except AssertionError as exc:
+        proc.kill()
+        out, err = proc.communicate()
+        raise AssertionError(f"{exc}: {seen()}\n{out}\n{err}") from None
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")

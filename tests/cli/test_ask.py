@@ -14,18 +14,19 @@ import socket
 import sqlite3
 import subprocess
 import sys
-import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from cli_shell import Shell, tool_starts
+from eventually import wait_until
 from llm_server import LLMTestServer, Recorded, Reply, SSEReply, record_command_line_sleeps
 
 from dagagent.llm import wire
 from dagagent.planners import PLAN_FORMAT_NAME
+from dagagent.store import RunStore
 
 TOOLS = f"{Path(__file__).resolve().parents[1] / 'journey_model.py'}:registry"
 GOAL = "Which is warmer, Paris or Tokyo?"
@@ -195,14 +196,26 @@ def test_no_model_configured_exits_2(tmp_path: Path) -> None:
     assert "no model configured" in proc.stderr
 
 
-def _wait_for_line(user: User, proc: subprocess.Popen[str], line: str) -> None:
-    deadline = time.monotonic() + 60
-    while not (user.log.exists() and line in user.log.read_text().splitlines()):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            out, err = proc.communicate()
-            raise AssertionError(f"never saw {line!r}\n{out}\n{err}")
-        time.sleep(0.02)
+def _wait_for(proc: subprocess.Popen[str], condition: Callable[[], object], what: str) -> None:
+    try:
+        wait_until(
+            condition, what, unless=lambda: None if proc.poll() is None else "the process ended"
+        )
+    except AssertionError as exc:
+        proc.kill()
+        out, err = proc.communicate()
+        raise AssertionError(f"{exc}\n{out}\n{err}") from None
+
+
+def _round_two_on_record(store: Path) -> bool:
+    """Whether the store holds round 2's run, with the result it reused (a SIGKILL loses what
+    the store had not written yet)."""
+    if not store.exists():
+        return False
+    with RunStore(store, create=False) as st:
+        runs = st.list_runs()
+        second = [r.run_id for r in runs if r.parent_id is not None]
+        return bool(second) and "paris" in st.get_run(second[0]).tasks
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
@@ -229,9 +242,10 @@ def test_killed_mid_solve_keeps_what_ended(user: User, model: Model, sig: str) -
         text=True,
     )
     try:
-        _wait_for_line(user, proc, "start slow slow-1")
+        _wait_for(proc, lambda: "slow slow-1" in user.calls(), "the slow tool started")
         if sig == "SIGKILL":
-            time.sleep(0.5)  # a kill loses what finished in the last 0.05 s: let it be written
+            store = user.dir / "home" / "runs.db"
+            _wait_for(proc, lambda: _round_two_on_record(store), "round 2 on record")
         proc.send_signal(getattr(signal, sig))
         out, err = proc.communicate(timeout=60)
     finally:

@@ -8,8 +8,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import subprocess
-import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -18,7 +16,15 @@ from typing import Any
 
 import jsonschema
 import pytest
-from llm_server import Hangup, LLMTestServer, RawReply, Recorded, Reply
+from cli_shell import clean_environment, run_in_process
+from llm_server import (
+    Hangup,
+    LLMTestServer,
+    RawReply,
+    Recorded,
+    Reply,
+    record_command_line_sleeps,
+)
 from typer.testing import CliRunner
 
 import dagagent
@@ -191,7 +197,8 @@ def server() -> Iterator[LLMTestServer]:
 RUNS = int(os.environ.get("DAGAGENT_QA_PLAN_RUNS", "60"))  # 200+ before a release
 
 
-def test_seeded_runs_in_process(server: LLMTestServer):
+def test_seeded_runs_in_process(server: LLMTestServer, monkeypatch: pytest.MonkeyPatch):
+    record_command_line_sleeps(monkeypatch)  # a 500 is retried at once, not after a back-off
     runner = CliRunner()
     outcomes: Counter[int] = Counter()
     started = time.monotonic()
@@ -210,14 +217,13 @@ def test_seeded_runs_in_process(server: LLMTestServer):
 
 
 @pytest.mark.parametrize("seed", [2, 3, 14])  # exit 0, 1 (Atlantis has no weather), 3
-def test_runs_in_a_subprocess_with_execute(server: LLMTestServer, seed: int, tmp_path: Path):
+def test_plan_execute_runs_what_it_planned(server: LLMTestServer, seed: int, tmp_path: Path):
     server.responder = small_model(seed)
     out = tmp_path / "plan.json"
-    cmd = [sys.executable, "-m", "dagagent", "plan", "weather", "-m", "openai:small"]
-    cmd += ["--base-url", server.url + "/v1", "--timeout", "2", "--json", "--execute"]
-    cmd += ["--out", str(out)]
-    env = {**os.environ, "DAGAGENT_HOME": str(tmp_path / "home"), "NO_COLOR": "1"}
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=env)
+    args = ["plan", "weather", "-m", "openai:small", "--base-url", server.url + "/v1"]
+    args += ["--timeout", "2", "--json", "--execute", "--out", str(out)]
+    env = clean_environment(tmp_path / "home")
+    r = run_in_process(args, tmp_path, env)
     check_outcome(r.returncode, r.stdout, r.stderr, execute=True)
     if r.returncode in (0, 1):
         result = json.loads(r.stdout)  # the run result, as 'run --json' prints it
