@@ -107,9 +107,20 @@ def registry(recorder: Recorder) -> Iterator[dagagent.Registry]:
     yield reg
 
 
-@pytest.fixture
-def server() -> Iterator[LLMTestServer]:
-    """A loopback server speaking the providers' wire formats; it checks its script was used up."""
+@pytest.fixture(scope="session")
+def shared_llm_server() -> Iterator[LLMTestServer]:
+    """The loopback model server, started once per test process (per xdist worker)."""
     with LLMTestServer() as srv:
         yield srv
-        srv.check()
+
+
+@pytest.fixture
+def server(shared_llm_server: LLMTestServer) -> Iterator[LLMTestServer]:
+    """A loopback server speaking the providers' wire formats, fresh for each test (the shared
+    one, reset); it checks its script was used up."""
+    shared_llm_server.reset()
+    yield shared_llm_server
+    try:
+        shared_llm_server.check()
+    finally:
+        shared_llm_server.reset()

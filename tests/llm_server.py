@@ -145,6 +145,7 @@ class LLMTestServer:
         self.requests: list[Recorded] = []
         self.unexpected: list[str] = []
         self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)  # notified as connections close
         self._stop = threading.Event()
         self._connections: set[socket.socket] = set()
         self._server = _Server(("127.0.0.1", 0), _Handler)
@@ -184,13 +185,32 @@ class LLMTestServer:
     def close(self) -> None:
         self._stop.set()
         self._server.shutdown()
+        self._hang_up()
+        self._server.server_close()  # joins the handler threads
+        self._thread.join()
+
+    def reset(self, responder: Responder | None = None) -> None:
+        """Ready for another test, as if new: what the last one left in flight (a delayed
+        reply, a trickling stream, an idle keep-alive connection) is stopped and waited for,
+        and nothing of it is remembered (replies, requests, problems, responder)."""
+        self._stop.set()
+        self._hang_up()
+        with self._idle:
+            ended = self._idle.wait_for(lambda: not self._connections, timeout=30)
+            assert ended, "the LLM test server is still answering the last test's requests"
+            self._replies.clear()
+            self.requests.clear()
+            self.unexpected.clear()
+            self.responder = responder
+            self._stop = threading.Event()
+
+    def _hang_up(self) -> None:
+        """Close every open connection (their handlers then end)."""
         with self._lock:
             connections = list(self._connections)
         for conn in connections:
             with contextlib.suppress(OSError):
                 conn.shutdown(socket.SHUT_RDWR)
-        self._server.server_close()  # joins the handler threads
-        self._thread.join()
 
     def _track(self, conn: socket.socket, *, add: bool) -> None:
         with self._lock:
@@ -198,6 +218,7 @@ class LLMTestServer:
                 self._connections.add(conn)
             else:
                 self._connections.discard(conn)
+                self._idle.notify_all()
 
     # -- serving -------------------------------------------------------------------
 

@@ -35,10 +35,11 @@ GOAL = "Which is warmer, Paris or Tokyo?"
 class Model:
     """The loopback model: answers queued bodies in the wire format of ``flavor``."""
 
-    def __init__(self, flavor: str) -> None:
+    def __init__(self, flavor: str, server: LLMTestServer) -> None:
         self.flavor = flavor
         self.answers: deque[dict[str, Any]] = deque()
-        self.server = LLMTestServer(self.respond)
+        self.server = server
+        server.responder = self.respond
 
     def respond(self, request: Recorded) -> Reply | SSEReply:
         if not self.answers:
@@ -92,12 +93,10 @@ class User(Shell):
 
 
 @pytest.fixture(params=["openai", "anthropic"])
-def model(request: pytest.FixtureRequest) -> Iterator[Model]:
-    m = Model(request.param)
-    with m.server:
-        yield m
+def model(request: pytest.FixtureRequest, server: LLMTestServer) -> Iterator[Model]:
+    m = Model(request.param, server)
+    yield m
     assert not m.answers, "scripted answers left unused"
-    m.server.check()
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from cli_shell import run_in_process
-from mcp_helpers import SERVERS, http_server
+from mcp_helpers import SERVERS, HTTPServers
 
 pytestmark = pytest.mark.slow
 
@@ -60,14 +60,13 @@ def test_run_with_mcp_end_to_end_then_replan_reconnects_and_reuses(tmp_path: Pat
     assert again["r"]["status"] == "failed"
 
 
-def test_tools_lists_module_and_mcp_tools_with_their_arguments(tmp_path: Path) -> None:
-    with http_server("paged") as (url, _):
-        proc = dagagent(
-            "tools", "--tools", "dagagent.toolkits.demo:registry", "--mcp", KIT,
-            "--mcp", f"paged={url}",
-        )  # fmt: skip
-        assert proc.returncode == 0, proc.stderr
-        listed = dagagent("tools", "--mcp", KIT, "--mcp", f"paged={url}", "--json")
+def test_tools_lists_module_and_mcp_tools_with_their_arguments(mcp_http: HTTPServers) -> None:
+    kit, paged = f"kit={mcp_http.url('kit')}", f"paged={mcp_http.url('paged')}"
+    proc = dagagent(
+        "tools", "--tools", "dagagent.toolkits.demo:registry", "--mcp", kit, "--mcp", paged
+    )
+    assert proc.returncode == 0, proc.stderr
+    listed = dagagent("tools", "--mcp", kit, "--mcp", paged, "--json")
     text = proc.stdout
     assert "kit.weather(city: string, days: integer = 1) -> object\n" in text
     assert "    Weather forecast for a city.\n    from MCP server kit; no side effects\n" in text
@@ -83,10 +82,10 @@ def test_tools_lists_module_and_mcp_tools_with_their_arguments(tmp_path: Path) -
 
 
 def test_validate_checks_mcp_arguments_and_a_dead_server_is_a_usage_error(
-    tmp_path: Path,
+    tmp_path: Path, mcp_http: HTTPServers
 ) -> None:
     plan = write_plan(tmp_path, {"id": "w", "tool": "kit.weather", "args": {"days": "two"}})
-    proc = dagagent("validate", plan, "--mcp", KIT)
+    proc = dagagent("validate", plan, "--mcp", f"kit={mcp_http.url('kit')}")
     assert proc.returncode == 2
     assert "city: required argument is missing" in proc.stderr
     assert "days: 'two' is not of type 'integer'" in proc.stderr
@@ -99,7 +98,7 @@ def test_validate_checks_mcp_arguments_and_a_dead_server_is_a_usage_error(
 
 
 def test_secrets_in_an_mcp_command_or_url_are_not_recorded_and_replan_asks_for_them(
-    tmp_path: Path,
+    tmp_path: Path, mcp_http: HTTPServers
 ) -> None:
     """A token in the server's environment assignment, in its options or in the URL's query
     runs the server but never reaches the store; replan, which would start the server with
@@ -111,9 +110,9 @@ def test_secrets_in_an_mcp_command_or_url_are_not_recorded_and_replan_asks_for_t
     )
     plan = write_plan(tmp_path, {"id": "s", "tool": "kit.shout", "args": {"text": "hi"}})
     store = str(tmp_path / "runs.db")
-    with http_server("paged") as (url, _):
-        paged = f"paged={url}?access_token={secrets[3]}&page=1"
-        proc = dagagent("run", plan, "--mcp", kit, "--mcp", paged, "--store", store, "--json")
+    url = mcp_http.url("paged")
+    paged = f"paged={url}?access_token={secrets[3]}&page=1"
+    proc = dagagent("run", plan, "--mcp", kit, "--mcp", paged, "--store", store, "--json")
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["tasks"]["s"]["output"] == "HI"
     conn = sqlite3.connect(store)

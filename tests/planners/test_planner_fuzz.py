@@ -10,7 +10,7 @@ import os
 import random
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -185,13 +185,6 @@ def home(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     for name in ("DAGAGENT_MODEL", "DAGAGENT_BASE_URL", "OPENAI_BASE_URL", "OPENAI_API_KEY"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("DAGAGENT_HOME", str(tmp_path / "home"))
-
-
-@pytest.fixture
-def server() -> Iterator[LLMTestServer]:
-    with LLMTestServer() as srv:
-        yield srv
-        assert not srv.unexpected, srv.unexpected
 
 
 RUNS = int(os.environ.get("DAGAGENT_QA_PLAN_RUNS", "60"))  # 200+ before a release
