@@ -1,5 +1,5 @@
 """Shared fixtures: the anyio backend, a private run store, a registry of recording test tools,
-a loopback LLM server.
+a loopback LLM server; and the rule that keeps ``pytest -m "not slow"`` in process.
 
 Test modules mirror the ``dagagent`` packages (``tests/llm/`` guards ``dagagent/llm/``, ...).
 The helper modules (``llm_server``, ``journey_model``, ``dask_tools``) sit in ``tests/``, which
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -37,6 +38,49 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 settings.register_profile("ci", derandomize=True, database=None, deadline=None)
 if os.environ.get("CI"):
     settings.load_profile("ci")
+
+
+# -- the quick loop ---------------------------------------------------------------------------
+# `pytest -m "not slow"` runs every test that runs in this process. A test that starts a process
+# (a real dagagent command, an MCP server, an interpreter, a browser, a Dask cluster) is marked
+# slow; one that is not and starts one anyway fails, naming what it started, so the quick loop
+# stays quick. (subprocess and os.posix_spawn say so through audit events; multiprocessing's
+# spawn does not, so a test starting a Dask cluster of processes is marked by hand.)
+_STARTS_A_PROCESS = frozenset({"subprocess.Popen", "os.posix_spawn", "os.fork", "os.system"})
+_started: list[list[str]] = []  # while a quick test runs: what it started
+
+
+def _note_processes(event: str, args: tuple[Any, ...]) -> None:
+    if _started and event in _STARTS_A_PROCESS:
+        what = args[1] if event == "subprocess.Popen" else args[:2]
+        _started[-1].append(f"{event} {what!r}"[:200])
+
+
+sys.addaudithook(_note_processes)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
+    if item.get_closest_marker("slow") is not None:
+        return (yield)
+    _started.append([])
+    try:
+        return (yield)
+    finally:
+        _started.pop()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    report = yield
+    if _started and _started[-1] and call.when != "setup" and report.passed:
+        report.outcome = "failed"
+        report.longrepr = (
+            f"{item.nodeid} started a process but is not marked slow (the quick loop, "
+            f"pytest -m 'not slow', runs in process only): {_started[-1][0]}"
+        )
+        _started[-1].clear()
+    return report
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import selectors
 import socket
 import sys
 import threading
@@ -150,9 +151,8 @@ class LLMTestServer:
         self._connections: set[socket.socket] = set()
         self._server = _Server(("127.0.0.1", 0), _Handler)
         self._server.owner = self
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
-        )
+        self._wake, self._woken = socket.socketpair()
+        self._thread = threading.Thread(target=self._accept, daemon=True)
 
     @property
     def url(self) -> str:
@@ -182,12 +182,27 @@ class LLMTestServer:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def _accept(self) -> None:
+        """Take connections until :meth:`close`. The thread wakes for a connection or for
+        close(), never on a timer: an idle server (shared by the tests of a session) runs no
+        code meanwhile, not even to allocate."""
+        with selectors.DefaultSelector() as selector:
+            selector.register(self._server, selectors.EVENT_READ)
+            selector.register(self._woken, selectors.EVENT_READ)
+            while True:
+                ready = [key.fileobj for key, _ in selector.select()]
+                if self._woken in ready:
+                    return
+                self._server.handle_request()
+
     def close(self) -> None:
         self._stop.set()
-        self._server.shutdown()
+        self._wake.send(b"x")
+        self._thread.join()
         self._hang_up()
         self._server.server_close()  # joins the handler threads
-        self._thread.join()
+        self._wake.close()
+        self._woken.close()
 
     def reset(self, responder: Responder | None = None) -> None:
         """Ready for another test, as if new: what the last one left in flight (a delayed

@@ -39,6 +39,7 @@ def _script(name: str, *args: str | Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["serial_vs_parallel.py", "overhead.py", "streamed_planning.py"])
 def test_scripts_have_help(name: str) -> None:
     proc = _script(name, "--help")
@@ -53,6 +54,7 @@ def test_the_dataset_is_in_the_repository_with_its_licence() -> None:
     assert "SqueezeAILab/LLMCompiler" in notice and "MIT License" in notice
 
 
+@pytest.mark.slow
 def test_published_results_are_not_overwritten_unless_asked() -> None:
     results = BENCH / "results"
     before = {p.name: p.stat().st_mtime_ns for p in results.iterdir()}
@@ -62,6 +64,7 @@ def test_published_results_are_not_overwritten_unless_asked() -> None:
     assert {p.name: p.stat().st_mtime_ns for p in results.iterdir()} == before
 
 
+@pytest.mark.slow
 def test_streamed_planning_runs_tiny(tmp_path: Path) -> None:
     proc = _script(
         "streamed_planning.py",
@@ -89,6 +92,7 @@ def test_streamed_planning_runs_tiny(tmp_path: Path) -> None:
     }
 
 
+@pytest.mark.slow
 def test_serial_vs_parallel_runs_tiny(tmp_path: Path) -> None:
     proc = _script(
         "serial_vs_parallel.py",
@@ -145,6 +149,7 @@ def test_dask_futures_runs_tiny(tmp_path: Path) -> None:
     assert md.startswith("# The dask executor next to raw Dask futures")
 
 
+@pytest.mark.slow
 def test_serial_vs_parallel_missing_dataset_is_a_clear_error(tmp_path: Path) -> None:
     proc = _script(
         "serial_vs_parallel.py", "--quick", "--shapes", "parallelqa", "--dataset", tmp_path
@@ -154,11 +159,13 @@ def test_serial_vs_parallel_missing_dataset_is_a_clear_error(tmp_path: Path) -> 
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_unknown_executor_is_a_usage_error() -> None:
     proc = _script("serial_vs_parallel.py", "--executors", "levels,warp")
     assert proc.returncode == 2 and "unknown executor 'warp'" in proc.stderr
 
 
+@pytest.mark.slow
 def test_overhead_runs_tiny(tmp_path: Path) -> None:
     proc = _script(
         "overhead.py", "--sizes", "300", "--repeats", "1", "--width", "20", "--out", tmp_path
@@ -173,6 +180,7 @@ def test_overhead_runs_tiny(tmp_path: Path) -> None:
     assert (tmp_path / "overhead.md").read_text().startswith("# Overhead: no-op tasks,")
 
 
+@pytest.mark.slow
 def test_overhead_through_execute_plan(tmp_path: Path) -> None:
     proc = _script(
         "overhead.py",
@@ -198,6 +206,7 @@ def test_overhead_through_execute_plan(tmp_path: Path) -> None:
     assert "Median of" not in proc.stdout  # one run: no median to speak of
 
 
+@pytest.mark.slow
 def test_overhead_gives_medians_from_three_runs(tmp_path: Path) -> None:
     proc = _script(
         "overhead.py",
@@ -237,6 +246,7 @@ def test_overhead_gives_medians_from_three_runs(tmp_path: Path) -> None:
     assert row.split("|")[5].strip() == f"{x:.2f}"
 
 
+@pytest.mark.slow
 def test_overhead_chain_and_wide_shapes(tmp_path: Path) -> None:
     proc = _script(
         "overhead.py",
@@ -264,6 +274,7 @@ def test_overhead_chain_and_wide_shapes(tmp_path: Path) -> None:
         assert set(r["run_s"]) == {"floor", "levels", "dataflow", "levels+plan", "dataflow+plan"}
 
 
+@pytest.mark.slow
 def test_peers_runs_tiny(tmp_path: Path) -> None:
     proc = _script(
         "peers.py",
@@ -290,6 +301,7 @@ def test_peers_runs_tiny(tmp_path: Path) -> None:
     assert "dagagent x floor" in (tmp_path / "peers.md").read_text()
 
 
+@pytest.mark.slow
 def test_overhead_with_sync_and_inline_tools(tmp_path: Path) -> None:
     for tool in ("sync", "inline"):
         proc = _script(
@@ -314,6 +326,7 @@ def test_overhead_with_sync_and_inline_tools(tmp_path: Path) -> None:
         assert r["tool"] == tool and set(r["run_s"]) == {"floor", "dataflow"}
 
 
+@pytest.mark.slow
 def test_startup_runs(tmp_path: Path) -> None:
     proc = _script("startup.py", "--repeats", "1", "--out", tmp_path)
     assert proc.returncode == 0, proc.stderr
@@ -332,6 +345,7 @@ def test_startup_runs(tmp_path: Path) -> None:
     ]
 
 
+@pytest.mark.slow
 def test_overhead_with_the_run_store(tmp_path: Path) -> None:
     proc = _script(
         "overhead.py",
@@ -356,6 +370,7 @@ def test_overhead_with_the_run_store(tmp_path: Path) -> None:
     assert "dataflow+store" in proc.stdout
 
 
+@pytest.mark.slow
 def test_overhead_at_scale(tmp_path: Path) -> None:
     proc = _script(
         "overhead.py", "--scale", "600", "--scale-base", "200", "--width", "20", "--out", tmp_path
@@ -633,6 +648,7 @@ def test_cycles_are_still_found_and_shown(registry: dagagent.Registry) -> None:
     )
 
 
+@pytest.mark.slow
 def test_agent_vs_react_runs_a_handful_of_questions_in_every_mode(tmp_path: Path) -> None:
     help_text = _script("agent_vs_react.py", "--help").stdout
     assert all(o in help_text for o in ("--base-url", "--model", "--write", "--ttft", "--price-in"))

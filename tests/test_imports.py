@@ -14,6 +14,8 @@ import pytest
 
 import dagagent
 
+pytestmark = pytest.mark.slow  # each test starts a fresh interpreter: what it imports is the point
+
 # Heavy modules that neither --help nor validate needs.
 NOT_NEEDED = ("networkx", "structlog", "httpx", "sqlite3", "dagagent.llm.openai")
 

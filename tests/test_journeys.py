@@ -299,6 +299,7 @@ FAN_PLAN: dict[str, Any] = {
 }
 
 
+@pytest.mark.slow
 def test_executors_agree(user: Journey) -> None:
     pytest.importorskip("distributed")
     plan = user.write_plan(FAN_PLAN)
@@ -355,6 +356,7 @@ def _wait_for(user: Journey, proc: subprocess.Popen[str], *lines: str) -> None:
         raise AssertionError(f"{exc}: {seen()}\n{out}\n{err}") from None
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 @pytest.mark.parametrize("executor", ["levels", "dataflow"])
 def test_interrupt_and_resume(user: Journey, executor: str) -> None:

@@ -288,6 +288,7 @@ async def test_a_locked_database_delays_writes_but_loses_nothing(
     assert rec.counts == result.counts
 
 
+@pytest.mark.slow
 def test_a_killed_run_is_shown_as_interrupted(tmp_path: Path) -> None:
     db = tmp_path / "r.db"
     RunStore(db).close()
@@ -911,6 +912,7 @@ async def test_the_run_row_is_committed_before_any_task_starts(tmp_path: Path) -
     assert seen == [True]
 
 
+@pytest.mark.slow
 def test_a_process_that_dies_in_its_first_task_leaves_an_interrupted_record(
     tmp_path: Path,
 ) -> None:

@@ -275,6 +275,7 @@ def test_a_store_locked_against_readers_is_reported_as_locked_not_as_foreign(
 # -- what cannot be written ---------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_under_a_file_size_limit_the_cli_says_which_output_was_not_recorded_and_exits_5(
     tmp_path: Path,
 ) -> None:
@@ -296,6 +297,7 @@ def test_under_a_file_size_limit_the_cli_says_which_output_was_not_recorded_and_
     assert huge.error is not None and "could not be written to the run store" in huge.error
 
 
+@pytest.mark.slow
 def test_json_output_carries_the_record_loss_with_exit_5(tmp_path: Path) -> None:
     tools = _tools(tmp_path)
     db = tmp_path / "runs.db"
@@ -382,6 +384,7 @@ def _as_cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_a_read_only_store_can_be_read(tmp_path: Path, read_only_store: tuple[Path, str]) -> None:
     db, run_id = read_only_store
     proc = _as_cli(tmp_path, "runs", "--store", str(db), "--json")
@@ -392,6 +395,7 @@ def test_a_read_only_store_can_be_read(tmp_path: Path, read_only_store: tuple[Pa
     assert "first" in proc.stdout
 
 
+@pytest.mark.slow
 def test_recording_into_a_read_only_store_is_refused_before_anything_runs(
     tmp_path: Path, read_only_store: tuple[Path, str]
 ) -> None:

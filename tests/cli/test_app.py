@@ -147,6 +147,7 @@ def _console_script(tmp_path: Path, cwd: Path, *args: str) -> subprocess.Complet
     )
 
 
+@pytest.mark.slow
 def test_tools_module_found_in_the_current_directory(tmp_path: Path) -> None:
     project = tmp_path / "project"
     project.mkdir()
@@ -269,6 +270,7 @@ def test_failing_task_cancels_ten_second_sibling(tmp_path: Path) -> None:
     assert data["tasks"]["long"]["error"].startswith("cancelled while running")
 
 
+@pytest.mark.slow
 def test_console_script_and_module_entry_points() -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "dagagent", "--help"], capture_output=True, text=True, timeout=60
@@ -287,6 +289,7 @@ def test_validate_warns_about_agent_tasks_only_without_a_model(
     assert r.exit_code == 0 and "no_llm" not in r.stderr
 
 
+@pytest.mark.slow
 def test_a_sync_tool_that_ignores_its_timeout_does_not_keep_the_cli_alive(tmp_path: Path) -> None:
     tools = tmp_path / "stuck_tools.py"
     tools.write_text(
@@ -341,6 +344,7 @@ _REPORT_FREEZE = (
 )
 
 
+@pytest.mark.slow
 def test_commands_that_run_nothing_leave_their_objects_to_the_end_of_the_process(
     tmp_path: Path,
 ) -> None:

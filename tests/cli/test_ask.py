@@ -217,6 +217,7 @@ def _round_two_on_record(store: Path) -> bool:
         return bool(second) and "paris" in st.get_run(second[0]).tasks
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 @pytest.mark.parametrize("sig", ["SIGTERM", "SIGKILL"])
 def test_killed_mid_solve_keeps_what_ended(user: User, model: Model, sig: str) -> None:

@@ -18,7 +18,7 @@ from eventually import wait_until
 
 from dagagent.store import RunStore
 
-pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")]
 
 TOOLS = '''
 import os

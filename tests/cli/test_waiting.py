@@ -63,9 +63,6 @@ def sh(tmp_path: Path) -> WaitShell:
     return WaitShell(tmp_path)
 
 
-pytestmark = pytest.mark.slow
-
-
 def test_run_pauses_then_approve_and_resume_succeed(sh: WaitShell) -> None:
     run = sh.paused_run()
     assert sorted(sh.calls()) == ["fetch Paris", "fetch Tokyo"]  # the rest ran on
@@ -156,6 +153,7 @@ def test_two_waiting_branches_are_resumed_one_at_a_time(sh: WaitShell) -> None:
     assert sh.calls() == ["send bob hi", "after sent to bob", "send ann hi", "after sent to ann"]
 
 
+@pytest.mark.slow
 def test_a_decision_survives_a_sigkill_of_the_run_before_the_resume(sh: WaitShell) -> None:
     """A branch waits while another still runs; a person approves it from another process;
     the run's process is killed; the resume uses the decision and runs the rest."""
@@ -206,6 +204,7 @@ def test_resume_refuses_a_run_that_is_not_paused(sh: WaitShell) -> None:
     assert sh.calls() == ["fetch X"]
 
 
+@pytest.mark.slow
 def test_concurrent_approve_and_resume_never_use_a_decision_twice(sh: WaitShell) -> None:
     run = sh.paused_run()
     approve = sh.start("approve", "approve", run, "mail", "--allow")

@@ -621,6 +621,7 @@ def process_cluster() -> Iterator[Any]:
         cluster.close()
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_process_workers_run_sync_and_async_tools(process_cluster: Any) -> None:
     p = plan(
@@ -666,6 +667,7 @@ async def test_tool_not_importable_on_workers_is_refused_before_running(
     assert kinds == []  # refused before the run started: nothing recorded, no task started
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_worker_killed_mid_task_fails_clearly(process_cluster: Any) -> None:
     p = plan({"id": "boom", "tool": "die", "args": {}})
@@ -679,6 +681,7 @@ async def test_worker_killed_mid_task_fails_clearly(process_cluster: Any) -> Non
     assert "the Dask worker running tool 'die' died (tcp://" in (r.error or "")
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_worker_killed_mid_task_is_retried(process_cluster: Any, tmp_path: Path) -> None:
     marker = tmp_path / "died"
@@ -708,6 +711,7 @@ def shared_cluster() -> Iterator[Any]:
         cluster.close()
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_a_call_that_kills_its_worker_is_named_and_the_others_run_elsewhere(
     shared_cluster: Any, tmp_path: Path
