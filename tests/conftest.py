@@ -15,6 +15,7 @@ from typing import Any
 
 import anyio
 import pytest
+from clock import backend
 from hypothesis import settings
 from llm_server import LLMTestServer
 
@@ -84,8 +85,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 
 @pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
+def anyio_backend(request: pytest.FixtureRequest) -> Any:
+    """asyncio; for a test marked ``skip_time``, with a clock that skips the waits (clock.py)."""
+    return backend("asyncio", skip_time=request.node.get_closest_marker("skip_time") is not None)
 
 
 @pytest.fixture(autouse=True)
