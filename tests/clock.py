@@ -4,8 +4,9 @@ nothing else is ready, so a five-second ``anyio.sleep``, a task's ``timeout_s`` 
 ``fail_after(30)`` take no wall-clock time, and fire in the order they would have.
 
 Only for tests whose waiting all happens on the event loop (async tools, timers, events). A
-test that waits for a thread (a sync tool, the run store's writer) or another process would
-see its timers fire while that work is still under way: such a test keeps the real clock.
+test that waits for a thread (a sync tool, the run store's writer) or another process while a
+timer is pending would see the timer fire while that work is still under way: such a test keeps
+the real clock.
 
 On asyncio the loop is a ``SelectorEventLoop`` whose ``time()`` runs ahead by the time
 skipped, over a selector that, when no file descriptor is ready, skips the wait the loop asked

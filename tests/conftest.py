@@ -8,6 +8,7 @@ pytest puts on ``sys.path`` for this file, so every test imports them by their p
 from __future__ import annotations
 
 import os
+import platform
 import signal
 import sys
 from collections.abc import Iterator
@@ -48,6 +49,7 @@ if os.environ.get("CI"):
 # stays quick. (subprocess and os.posix_spawn say so through audit events; multiprocessing's
 # spawn does not, so a test starting a Dask cluster of processes is marked by hand.)
 _STARTS_A_PROCESS = frozenset({"subprocess.Popen", "os.posix_spawn", "os.fork", "os.system"})
+platform.processor()  # runs `uname -p` once per process (Dask asks): here, not in a test
 _started: list[list[str]] = []  # while a quick test runs: what it started
 
 

@@ -9,9 +9,12 @@ writes, a row in a store, a port that starts listening.
 
 from __future__ import annotations
 
+import inspect
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TypeVar
+
+import anyio
 
 T = TypeVar("T")
 
@@ -42,3 +45,20 @@ def wait_until(
         if time.monotonic() > deadline:
             raise AssertionError(f"{what}: never happened in {timeout:g} s")
         time.sleep(INTERVAL)
+
+
+async def until(
+    condition: Callable[[], T | Awaitable[T]], what: str, *, timeout: float = TIMEOUT
+) -> T:
+    """:func:`wait_until` in async code, on the event loop's clock: for a condition that
+    must be awaited (asked of a server, say), or that another thread makes true."""
+    deadline = anyio.current_time() + timeout
+    while True:
+        value = condition()
+        if inspect.isawaitable(value):
+            value = await value
+        if value:
+            return value
+        if anyio.current_time() > deadline:
+            raise AssertionError(f"{what}: never happened in {timeout:g} s")
+        await anyio.sleep(INTERVAL)
