@@ -10,6 +10,7 @@ from typing import Any
 
 import anyio
 import pytest
+from eventually import until, wait_until
 
 import dagagent
 from dagagent.sync_threads import SyncThreads, sync_threads
@@ -57,20 +58,13 @@ def _registry(hung: Hung) -> dagagent.Registry:
     return reg
 
 
-def _wait_until(predicate: Any, seconds: float = 30) -> None:
-    deadline = time.monotonic() + seconds
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out waiting"
-        time.sleep(0.02)
+def _wait_until(predicate: Any) -> None:
+    wait_until(predicate, "another thread changed the state")
 
 
-async def _until(predicate: Any, seconds: float = 30) -> None:
+async def _until(predicate: Any) -> None:
     """Wait for state another thread changes (no event to wait on there)."""
-    for _ in range(int(seconds / 0.01)):
-        if predicate():
-            return
-        await anyio.sleep(0.01)
-    raise AssertionError("timed out waiting")
+    await until(predicate, "another thread changed the state")
 
 
 async def test_hung_sync_tools_hold_no_more_threads_than_the_limit(limit: None) -> None:
@@ -118,7 +112,7 @@ async def test_a_call_waits_for_a_thread_and_gets_the_one_freed(limit: None) -> 
 
 async def _release_later(hung: Hung) -> None:
     await _until(lambda: hung.entered > 0)
-    await anyio.sleep(0.5)  # the second call waits meanwhile
+    await anyio.wait_all_tasks_blocked()  # the second call waits for a thread meanwhile
     assert hung.entered == 1
     hung.release.set()
 
@@ -129,9 +123,17 @@ async def test_a_waiting_call_that_is_cancelled_leaves_no_place_taken() -> None:
     async with anyio.create_task_group() as tg:
         tg.start_soon(threads.run, lambda: release.wait(30))
         await _until(lambda: threads.running == 1)
-        with anyio.move_on_after(0.4):
-            await threads.run(lambda: None)  # waits: the only place is taken
-        assert threads.running == 1
+        in_line = anyio.CancelScope()
+
+        async def wait_in_line() -> None:
+            with in_line:
+                await threads.run(lambda: None)  # waits: the only place is taken
+
+        tg.start_soon(wait_in_line)
+        await anyio.wait_all_tasks_blocked()
+        in_line.cancel()
+        await anyio.wait_all_tasks_blocked()
+        assert in_line.cancelled_caught and threads.running == 1
         release.set()
     assert threads.running == 0
     assert await threads.run(lambda: 7) == 7 and threads.running == 0
@@ -150,7 +152,7 @@ async def test_raising_the_limit_lets_waiting_calls_in() -> None:
         for i in range(3):
             tg.start_soon(call, i)
         await _until(lambda: threads.running == 1)
-        await anyio.sleep(0.2)
+        await anyio.wait_all_tasks_blocked()  # the other two wait in line
         assert threads.running == 1
         threads.limit = 3
         await _until(lambda: threads.running == 3)
