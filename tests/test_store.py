@@ -15,6 +15,7 @@ from typing import Any
 
 import anyio
 import pytest
+from eventually import until, wait_until
 
 import dagagent
 from dagagent.errors import StoreError
@@ -202,37 +203,42 @@ async def test_a_finished_task_is_durable_while_the_run_goes_on(
 ) -> None:
     db = tmp_path / "r.db"
     run_id = dagagent.new_run_id()
-    plan = {"tasks": [w("fast", 0.0), w("slow", 1.5)]}
-    seen_after: list[float] = []
+    seen = anyio.Event()
+
+    @registry.tool
+    async def until_seen() -> str:
+        """Run until a reader of the store has found task "fast" on record."""
+        await seen.wait()
+        return "done"
+
+    def fast_on_record() -> bool:
+        if not db.exists():
+            return False
+        # a separate connection, as another process would read it
+        with sqlite3.connect(db) as conn:
+            try:
+                row = conn.execute(
+                    "SELECT finished_at FROM tasks WHERE run_id = ? AND task_id = 'fast'",
+                    (run_id,),
+                ).fetchone()
+            except sqlite3.OperationalError:
+                return False
+        return row is not None
 
     async def watch() -> None:
-        while True:
-            await anyio.sleep(0.01)
-            if not db.exists():
-                continue
-            # a separate connection, as another process would read it
-            with sqlite3.connect(db) as conn:
-                try:
-                    row = conn.execute(
-                        "SELECT finished_at FROM tasks WHERE run_id = ? AND task_id = 'fast'",
-                        (run_id,),
-                    ).fetchone()
-                except sqlite3.OperationalError:
-                    continue
-            if row is not None:
-                seen_after.append(time.time() - row[0])
-                return
+        await until(fast_on_record, "task fast is on record while the run goes on")
+        seen.set()
 
+    plan = {"tasks": [w("fast", 0.0), {"id": "slow", "tool": "until_seen"}]}
     async with anyio.create_task_group() as tg:
         tg.start_soon(watch)
         result = await dagagent.execute(
             plan, registry, store=db, run_id=run_id, executor="dataflow"
         )
-    assert result.ok
-    # Visible within the flush delay (0.05 s) plus generous slack, long before the run ended.
-    assert seen_after and seen_after[0] < 0.6
+    # "slow" could only end once "fast" was on record: it was, while the run went on
+    assert result.ok and seen.is_set()
     fast, slow = result.tasks["fast"].finished_at, result.tasks["slow"].finished_at
-    assert fast is not None and slow is not None and fast + seen_after[0] < slow
+    assert fast is not None and slow is not None and fast < slow
 
 
 async def test_cancelling_the_run_flushes_what_finished(
@@ -261,26 +267,35 @@ async def test_a_locked_database_delays_writes_but_loses_nothing(
     db = tmp_path / "r.db"
     RunStore(db).close()
     run_id = dagagent.new_run_id()
-    locked = threading.Event()
+    locked, release = threading.Event(), threading.Event()
+    finished: list[str] = []
 
     def hold_the_write_lock() -> None:  # as another process writing for a while would
         blocker = sqlite3.connect(db, isolation_level=None, check_same_thread=False)
         blocker.execute("BEGIN IMMEDIATE")
         locked.set()
-        time.sleep(0.5)
+        release.wait(60)
         blocker.execute("COMMIT")
         blocker.close()
+
+    def let_go_after_the_last_task(event: Any) -> None:
+        if event.kind == "task.finished":
+            finished.append(event.result.task_id)
+            if len(finished) == 6:  # every result waited for the lock meanwhile
+                release.set()
 
     holder = threading.Thread(target=hold_the_write_lock)
     holder.start()
     locked.wait()
     result = await dagagent.execute(
-        {"tasks": [w(f"t{i}", 0.05 * i) for i in range(6)]},
+        {"tasks": [w(f"t{i}", 0.0) for i in range(6)]},
         registry,
         store=db,
         run_id=run_id,
         executor="dataflow",
+        listeners=[let_go_after_the_last_task],
     )
+    release.set()
     holder.join()
     with RunStore(db) as st:
         rec = st.get_run(run_id)
@@ -606,8 +621,7 @@ def test_a_task_recorded_again_has_one_row_the_last(tmp_path: Path) -> None:
     rec.record(_plain("a", output=1))
     rec.record(_plain("b", "failed", error="no"))
     rec.record(_plain("c", output=3, decisions=[]))  # a row of its own
-    while len(_task_rows(db, run_id)) < 3:  # on record before the next ones come
-        time.sleep(0.01)
+    wait_until(lambda: len(_task_rows(db, run_id)) >= 3, "on record before the next ones come")
     rec.record(_plain("a", output=10))
     rec.record(_plain("b", output=20))
     rec.record(_plain("c", "skipped"))
@@ -646,10 +660,9 @@ def test_the_log_is_copied_into_the_file_while_the_run_goes_on(tmp_path: Path) -
         rec(RunStarted(run_id, plan, "dataflow"))
         small = db.stat().st_size
         rec.record(_plain("t0", output=0))  # the next batch: the checkpoint follows it
-        deadline = time.monotonic() + 60
-        while db.stat().st_size < small + 500_000:
-            assert time.monotonic() < deadline, "the plan never reached the database file"
-            time.sleep(0.01)
+        wait_until(
+            lambda: db.stat().st_size >= small + 500_000, "the plan reaches the database file"
+        )
     finally:
         rec.close()
     with RunStore(db) as st:

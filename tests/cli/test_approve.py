@@ -454,16 +454,26 @@ async def test_line_reader_keeps_a_withdrawn_read_and_drops_stale_lines(
 ) -> None:
     stream, pipe = pipe_pair
     reader = LineReader(stream)
-    with anyio.move_on_after(0.5) as scope:  # a question withdrawn before any answer
-        await reader.readline(since=time.monotonic())
-    assert scope.cancelled_caught
+    withdrawn = anyio.CancelScope()
+
+    async def ask() -> None:
+        with withdrawn:
+            await reader.readline(since=time.monotonic())
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(ask)
+        await anyio.wait_all_tasks_blocked()  # a question waits for its answer...
+        withdrawn.cancel()  # ... and is withdrawn before any
+    assert withdrawn.cancelled_caught
     pipe.write("stale\n")
     pipe.flush()
-    await anyio.sleep(0.5)  # the withdrawn read receives the line meant for nobody
+    # wall-clock time: the withdrawn read, in a thread of its own, takes the line meant for
+    # nobody (when it does so is what makes the line stale; nothing here can wait on it)
+    await anyio.sleep(0.5)
     since = time.monotonic()
 
     async def answer_later() -> None:
-        await anyio.sleep(0.1)
+        await anyio.wait_all_tasks_blocked()  # the next question waits for its answer
         pipe.write("fresh\n")
         pipe.flush()
 

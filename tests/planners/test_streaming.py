@@ -19,6 +19,10 @@ from dagagent.planners import LLMPlanner
 from dagagent.planners.streaming import plan_and_execute_streamed
 
 pytestmark = pytest.mark.anyio
+# A test whose model streams from a script, with pauses between chunks, to tools that nap
+# waits only on the event loop: it skips time (the few sync tools run when no pause is
+# pending). One that talks to the loopback server keeps the real clock.
+skip_time = pytest.mark.skip_time
 
 
 def plan_text(*tasks: dict[str, Any], tail: str = "") -> str:
@@ -60,6 +64,7 @@ def events_of(kind: type) -> tuple[list[Any], Any]:
     return seen, listener
 
 
+@skip_time
 async def test_the_first_tool_starts_before_the_plan_ends(
     registry: dagagent.Registry, recorder: Any
 ) -> None:
@@ -79,6 +84,7 @@ async def test_the_first_tool_starts_before_the_plan_ends(
     assert parsed[0].since_s < parsed[-1].since_s
 
 
+@skip_time
 async def test_streamed_slow_tools_start_while_the_plan_is_written_and_not_before_otherwise(
     registry: dagagent.Registry, recorder: Any
 ) -> None:
@@ -136,6 +142,7 @@ class Endless:
             self.closed = True
 
 
+@skip_time
 async def test_a_model_repeating_the_same_task_forever_is_cut_off(
     registry: dagagent.Registry, recorder: Any
 ) -> None:
@@ -153,6 +160,7 @@ async def test_a_model_repeating_the_same_task_forever_is_cut_off(
     assert recorder.calls.get("x", 0) <= 2  # the copies allowed before the cut ran, no more
 
 
+@skip_time
 async def test_a_model_that_never_closes_the_json_is_cut_off(
     registry: dagagent.Registry, recorder: Any
 ) -> None:
@@ -204,6 +212,7 @@ async def test_an_invalid_task_stops_the_stream_and_the_model_plans_the_rest(
     assert len(round_.runs) == 2 and result.parent_id == round_.runs[0].run_id
 
 
+@skip_time
 async def test_a_side_effecting_tool_is_held_until_the_plan_is_whole(
     registry: dagagent.Registry, recorder: Any
 ) -> None:
@@ -336,6 +345,7 @@ async def test_a_model_failing_mid_answer_raises_its_own_error_after_the_run(
     assert recorder.intervals["t1"][1] - recorder.intervals["t1"][0] >= 0.3
 
 
+@skip_time
 async def test_a_streamed_solve_runs_slow_tools_while_the_plan_is_written(
     registry: dagagent.Registry, recorder: Any
 ) -> None:
@@ -356,6 +366,7 @@ async def test_a_streamed_solve_runs_slow_tools_while_the_plan_is_written(
             assert min(starts) >= planned, (starts, llm.ended)
 
 
+@skip_time
 async def test_an_llmcompiler_answer_streams_line_by_line(
     registry: dagagent.Registry, recorder: Any
 ) -> None:
