@@ -390,7 +390,7 @@ async def test_denied_ask_in_a_level_with_cancel_withdraws_pending_questions(
         if req.task_id == "no":
             await anyio.sleep(0.1)  # 'wait' is being asked meanwhile
             return Approval.deny("stop", by="ann")
-        await anyio.sleep(5)  # a question nobody answers
+        await anyio.sleep_forever()  # a question nobody answers
         return Approval.approve()
 
     policy = Policy([Rule(action="ask", tool="write")], ask=decide, serialize_asks=False)

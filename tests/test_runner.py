@@ -735,7 +735,7 @@ async def test_a_tool_catching_the_callers_cancellation_is_not_a_success(executo
 async def test_an_agent_catching_its_timeout_is_timed_out(registry: dagagent.Registry) -> None:
     async def agent_runner(node: AgentNode) -> Any:
         with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.sleep(5)
+            await anyio.sleep_forever()
         return "late answer", [AgentStep(step=1, thought="late")]
 
     plan = {"tasks": [{"id": "n", "instruction": "think", "timeout_s": 0.4}]}

@@ -342,7 +342,7 @@ reg = dagagent.Registry()
 
 @reg.tool
 async def step(i: int) -> dict:
-    '''Take a moment, say so in the log, return.'''
+    '''Take a moment (the run lasts until it is killed), say so in the log, return.'''
     await anyio.sleep(0.005)
     with open(log, "a") as f:
         f.write(f"t{i}\\n")

@@ -223,7 +223,7 @@ async def test_denied_call_is_an_observation_in_a_plan(tools: Registry) -> None:
 @pytest.mark.skip_time
 async def test_task_timeout_wraps_the_agent_run(tools: Registry) -> None:
     async def slow(request: LLMRequest) -> str:
-        await anyio.sleep(10)
+        await anyio.sleep_forever()  # a model that never answers
         return "late"
 
     plan = {"goal": "g", "tasks": [{"id": "a", "instruction": "think", "timeout_s": 0.5}]}
@@ -237,7 +237,7 @@ async def test_task_timeout_wraps_the_agent_run(tools: Registry) -> None:
 @pytest.mark.skip_time  # every tool here is async: all the waiting is on the event loop
 async def test_an_agent_task_cut_off_keeps_the_steps_it_took(tools: Registry) -> None:
     async def slow(request: LLMRequest) -> str:
-        await anyio.sleep(10)
+        await anyio.sleep_forever()  # a model that never answers
         return "late"
 
     async def plus(a: int, b: int) -> int:
@@ -389,7 +389,7 @@ async def test_tool_timeouts_apply_to_agent_calls() -> None:
     @reg.tool(timeout_s=0.5)
     async def hang() -> str:
         """Never answers in time."""
-        await anyio.sleep(10)
+        await anyio.sleep_forever()  # a model that never answers
         return "late"
 
     plan = {"goal": "g", "tasks": [{"id": "a", "instruction": "try it"}]}
@@ -502,7 +502,7 @@ async def test_fail_fast_cancels_an_agent_waiting_on_the_model(
     flaky_tools: Registry, executor: str
 ) -> None:
     async def stalled(body: dict[str, Any]) -> dict[str, Any]:
-        await anyio.sleep(30)
+        await anyio.sleep_forever()  # a model that never answers
         return wire.openai_text("late")
 
     plan = {

@@ -307,7 +307,7 @@ async def test_tool_timeout_is_an_observation() -> None:
     @reg.tool(timeout_s=0.5)
     async def hang() -> str:
         """Never answers in time."""
-        await anyio.sleep(10)
+        await anyio.sleep_forever()
         return "late"
 
     with ScriptedLLM([turn(call("c1", "hang")), "timed out"]) as llm:
@@ -417,7 +417,7 @@ async def test_an_answer_within_the_last_step_or_token_is_kept(tools: Registry) 
 @pytest.mark.skip_time
 async def test_deadline_cuts_a_slow_model() -> None:
     async def slow_model(request: LLMRequest) -> str:
-        await anyio.sleep(5)
+        await anyio.sleep_forever()  # a model that never answers
         return "too late"
 
     with ScriptedLLM([slow_model]) as llm:
