@@ -246,13 +246,19 @@ async def test_cancelling_the_run_flushes_what_finished(
 ) -> None:
     db = tmp_path / "r.db"
     run_id = dagagent.new_run_id()
-    with anyio.move_on_after(0.4):
+    with anyio.CancelScope() as caller:
+
+        def cancel_once_fast_ended(event: Any) -> None:
+            if event.kind == "task.finished" and event.result.task_id == "fast":
+                caller.cancel()  # slow has started (dataflow starts both at once)
+
         await dagagent.execute(
             {"tasks": [w("fast"), w("slow", 30.0)]},
             registry,
             store=db,
             run_id=run_id,
             executor="dataflow",
+            listeners=[cancel_once_fast_ended],
         )
     with RunStore(db) as st:
         rec = st.get_run(run_id)
