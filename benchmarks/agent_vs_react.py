@@ -44,7 +44,7 @@ import _png
 import anyio
 
 import dagagent
-from dagagent.llm import OpenAIChat, UsageTracker
+from dagagent.llm import HTTPRetryPolicy, ModelSettings, OpenAIChat, UsageTracker
 from dagagent.toolkits.calc import evaluate
 
 MODES = ("react", "react-parallel", "plan", "solve")
@@ -112,7 +112,13 @@ async def run_one(
     mode: str, q: dict[str, Any], base_url: str, model: str, registry: dagagent.Registry
 ) -> dict[str, Any]:
     usage = UsageTracker()
-    llm = OpenAIChat(model, base_url=base_url, api_key="unused", usage=usage, max_retries=0)
+    llm = OpenAIChat(
+        model,
+        base_url=base_url,
+        api_key="unused",
+        usage=usage,
+        settings=ModelSettings(retry=HTTPRetryPolicy(max_retries=0)),
+    )
     t0 = time.perf_counter()
     answer: str | None
     if mode.startswith("react"):

@@ -35,6 +35,7 @@ from typing import Any
 import _common as common
 
 import dagagent
+from dagagent.settings import RunSettings
 
 
 def add_one(x: int = 0, ms: float = 0.0) -> int:
@@ -134,7 +135,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
         try:
             for graph, raw, n, expected in shapes.values():  # warm up: ship, import
                 assert await raw(client, n, args.tool_ms) == expected
-                result = await dagagent.execute(graph, registry, executor=exe)
+                result = await dagagent.execute(graph, registry, settings=RunSettings(executor=exe))
                 result.raise_for_status()
             for _ in range(args.repeats):
                 for shape, (graph, raw, n, expected) in shapes.items():
@@ -143,7 +144,9 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
                     times[shape]["futures"].append(time.perf_counter() - t0)
                     assert got == expected, (shape, got)
                     t0 = time.perf_counter()
-                    result = await dagagent.execute(graph, registry, executor=exe)
+                    result = await dagagent.execute(
+                        graph, registry, settings=RunSettings(executor=exe)
+                    )
                     times[shape]["dagagent"].append(time.perf_counter() - t0)
                     result.raise_for_status()
         finally:

@@ -47,6 +47,8 @@ from typing import Any
 
 import _common as common
 
+from dagagent.settings import RunSettings
+
 SHAPES = ("layered", "fan", "chain", "wide")
 DEFAULT_EXECUTORS = ("serial", "levels", "dataflow")
 FLOOR = "floor"
@@ -208,7 +210,9 @@ def measure(
             store_runs += 1
             store = store_dir / f"runs-{store_runs}.db"
         what = plan if mode == "plan" else graph
-        result = await dagagent.execute(what, registry, executor=executor, store=store)
+        result = await dagagent.execute(
+            what, registry, store=store, settings=RunSettings(executor=executor)
+        )
         if not result.ok:
             raise SystemExit(f"{name}: the {tool} run did not succeed: {result.counts}")
 
@@ -264,7 +268,7 @@ def measure_scale(n: int, width: int, seed: int, executor: str) -> dict[str, Any
     rss_after_validate = _peak_rss_mb()
 
     async def run() -> None:
-        result = await dagagent.execute(graph, registry, executor=executor)
+        result = await dagagent.execute(graph, registry, settings=RunSettings(executor=executor))
         if not result.ok:
             raise SystemExit(f"the run of {n} tasks did not succeed: {result.counts}")
 

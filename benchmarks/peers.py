@@ -45,6 +45,8 @@ from typing import Annotated, Any, TypedDict
 import _common as common
 from overhead import build_deps, to_plan
 
+from dagagent.settings import RunSettings
+
 KINDS = ("noop", "yield", "sync")
 SYSTEMS = ("floor", "dagagent", "dagagent-levels", "dask", "langgraph", "prefect")
 FLOOR = "floor"
@@ -124,7 +126,9 @@ def dagagent_runner(executor: str) -> Callable[[dict[str, list[str]], str], Awai
         import dagagent
 
         plan = to_plan(deps, "work")
-        result = await dagagent.execute(plan, _registry(kind), executor=executor)
+        result = await dagagent.execute(
+            plan, _registry(kind), settings=RunSettings(executor=executor)
+        )
         if not result.ok:
             raise RuntimeError(f"dagagent: the run failed: {result.counts}")
 

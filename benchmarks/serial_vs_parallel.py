@@ -41,6 +41,7 @@ import _common as common
 import anyio
 
 import dagagent
+from dagagent.settings import RunSettings
 from dagagent.toolkits.calc import evaluate
 
 SHAPES = ("fan", "chain", "diamond", "random", "skewed", "parallelqa")
@@ -383,7 +384,7 @@ async def run_case(m: Measured, registry: dagagent.Registry, executor: Any, name
     total = 0.0
     for g in m.graphs:
         t0 = time.perf_counter()
-        result = await dagagent.execute(g, registry, executor=executor)
+        result = await dagagent.execute(g, registry, settings=RunSettings(executor=executor))
         total += time.perf_counter() - t0
         if not result.ok:
             failed = "; ".join(f"{r.task_id}: {r.error}" for r in result.failures())

@@ -33,6 +33,7 @@ from dagagent.events import TaskStarted
 from dagagent.llm import ScriptedLLM
 from dagagent.planners import LLMPlanner
 from dagagent.planners.streaming import plan_and_execute_streamed
+from dagagent.settings import RunSettings
 
 
 def build_registry(tool_s: float) -> dagagent.Registry:
@@ -88,12 +89,18 @@ async def one_run(
     t0 = time.perf_counter()
     if streamed:
         round_ = await plan_and_execute_streamed(
-            planner, "combine the look-ups", registry, executor=executor, listeners=[listener]
+            planner,
+            "combine the look-ups",
+            registry,
+            listeners=[listener],
+            settings=RunSettings(executor=executor),
         )
         result = round_.result
     else:
         plan = await planner.plan("combine the look-ups")
-        result = await dagagent.execute(plan, registry, executor=executor, listeners=[listener])
+        result = await dagagent.execute(
+            plan, registry, listeners=[listener], settings=RunSettings(executor=executor)
+        )
     total = time.perf_counter() - t0
     if not result.ok:
         raise SystemExit(f"the run failed: {result.status}")

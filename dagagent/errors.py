@@ -51,10 +51,12 @@ Messages always name the task (when there is one) and the problem. The CLI maps
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
-if TYPE_CHECKING:  # for annotations only: results is a data module that imports this one
-    from dagagent.results import AgentStep
+if TYPE_CHECKING:  # for annotations only: the modules of these types import this one
+    from dagagent.agent import AgentResult
+    from dagagent.results import AgentStep, RunResult
+    from dagagent.workflows import Solution
 
 __all__ = [
     "AgentError",
@@ -209,7 +211,7 @@ class TaskWaitingError(TaskError):
 class RunFailedError(DagagentError):
     """A run did not succeed (raised by ``RunResult.raise_for_status()``)."""
 
-    def __init__(self, message: str, result: Any = None) -> None:
+    def __init__(self, message: str, result: RunResult | None = None) -> None:
         self.result = result
         super().__init__(message)
 
@@ -273,7 +275,7 @@ class SolveError(DagagentError):
     """A solve ended without an answer (raised by ``Solution.raise_for_status()``); the
     ``solution`` says why and keeps every round."""
 
-    def __init__(self, message: str, solution: Any = None) -> None:
+    def __init__(self, message: str, solution: Solution | None = None) -> None:
         self.solution = solution
         super().__init__(message)
 
@@ -295,7 +297,7 @@ class AgentStoppedError(AgentError):
         stop_reason: str,
         detail: str | None = None,
         steps: Sequence[AgentStep] = (),
-        result: Any = None,
+        result: AgentResult | None = None,
     ) -> None:
         self.task_id = task_id
         self.stop_reason = stop_reason

@@ -24,10 +24,10 @@ from typing import TYPE_CHECKING, Any
 
 from .events import debug_enabled, get_logger
 from .results import (
-    REDACT,  # what redacting() records; re-exported here
-    jsonable,
+    REDACT,
+    # what redacting() records; re-exported here,
 )
-from .text import SECRET_NAMES
+from .text import SECRET_NAMES, jsonable
 
 if TYPE_CHECKING:
     from .runner import CallNext, Interceptor, ToolInvocation

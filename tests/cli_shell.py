@@ -69,16 +69,14 @@ def _process_state(cwd: Path, env: Mapping[str, str]) -> Iterator[None]:
     saved_handlers = {sig: signal.getsignal(sig) for sig in _SIGNALS}
     structlog = sys.modules.get("structlog")
     saved_log = (structlog.is_configured(), structlog.get_config()) if structlog else None
-    os.environ.clear()
-    os.environ.update(env)
+    _set_environment(env)
     os.chdir(cwd)
     importlib.invalidate_caches()  # a tools module the test just wrote is found
     try:
         yield
     finally:
         os.chdir(saved_cwd)
-        os.environ.clear()
-        os.environ.update(saved_env)
+        _set_environment(saved_env)
         sys.path[:] = saved_path
         for name in set(sys.modules) - saved_modules:
             if _brought_by_the_command(name, cwd):
@@ -94,6 +92,16 @@ def _process_state(cwd: Path, env: Mapping[str, str]) -> Iterator[None]:
             if saved_log is not None and saved_log[0]:
                 structlog.configure(**saved_log[1])
         assert not changed, f"the command left its handler of {changed} behind"
+
+
+def _set_environment(env: Mapping[str, str]) -> None:
+    """Make ``os.environ`` exactly ``env``, changing only what differs (a thread reading it
+    meanwhile never finds it empty)."""
+    for name in [n for n in os.environ if n not in env]:
+        del os.environ[name]
+    for name, value in env.items():
+        if os.environ.get(name) != value:
+            os.environ[name] = value
 
 
 def _brought_by_the_command(name: str, cwd: Path) -> bool:

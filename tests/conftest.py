@@ -2,8 +2,11 @@
 a loopback LLM server; and the rule that keeps ``pytest -m "not slow"`` in process.
 
 Test modules mirror the ``dagagent`` packages (``tests/llm/`` guards ``dagagent/llm/``, ...).
-The helper modules (``llm_server``, ``journey_model``, ``dask_tools``) sit in ``tests/``, which
-pytest puts on ``sys.path`` for this file, so every test imports them by their plain names."""
+The helper modules (``llm_server``, ``cli_shell``, ``eventually``, ``clock``, ``backends``,
+``journey_model``, ``dask_tools``) sit in ``tests/``, which pytest puts on ``sys.path`` for this
+file, so every test imports them by their plain names. Tests wait for state, not for time:
+``eventually`` for state only a poll can see, ``clock`` (``@pytest.mark.skip_time``) for timers
+on the event loop."""
 
 from __future__ import annotations
 

@@ -27,6 +27,7 @@ from dagagent.llm import (
     LLM,
     AnthropicChat,
     HTTPChatClient,
+    HTTPRetryPolicy,
     ModelSettings,
     OpenAIChat,
     StreamEvent,
@@ -372,7 +373,7 @@ class Flavor:
     error: Callable[..., dict[str, Any]]
 
     def client(self, server: LLMTestServer, **options: Any) -> OpenAIChat | AnthropicChat:
-        options.setdefault("retry_base_delay_s", 0.001)
+        options["settings"] = quick_retries(options.get("settings"))
         base = server.url + ("/v1" if self.client_cls is OpenAIChat else "")
         return self.client_cls("test-model", base_url=base, **options)
 
@@ -424,3 +425,11 @@ PLAN_SCHEMA = {
 async def events_of(llm: LLM, *args: Any, **kwargs: Any) -> list[StreamEvent]:
     """Every event of ``llm.stream(*args, **kwargs)``."""
     return [event async for event in llm.stream(*args, **kwargs)]
+
+
+def quick_retries(settings: ModelSettings | None) -> ModelSettings:
+    """``settings`` whose retries wait a millisecond, unless they set their own delay."""
+    settings = settings or ModelSettings()
+    if settings.retry.base_delay_s != HTTPRetryPolicy().base_delay_s:
+        return settings
+    return settings.but(retry=replace(settings.retry, base_delay_s=0.001))

@@ -17,10 +17,16 @@ import dagagent
 from dagagent.approval import Approval, ApprovalRequest, Policy, Rule, load_policy
 from dagagent.errors import ConfigError, TaskDeniedError
 from dagagent.events import TaskDecision
-from dagagent.llm import LLMRequest, LLMResponse, ScriptedLLM, ToolResultMessage
-from dagagent.llm import ToolCall as ModelToolCall
+from dagagent.llm import (
+    LLMRequest,
+    LLMResponse,
+    ScriptedLLM,
+    ToolCall as ModelToolCall,
+    ToolResultMessage,
+)
 from dagagent.llm.scripted import ScriptItem
 from dagagent.runner import AgentNode
+from dagagent.settings import RunSettings
 
 pytestmark = pytest.mark.anyio
 
@@ -140,10 +146,9 @@ async def test_deny_rule_denies_the_task_records_and_emits(
     result = await dagagent.execute(
         p,
         side_registry,
-        executor=executor,
-        on_failure="continue",
         interceptors=[policy],
         listeners=[events.append],
+        settings=RunSettings(executor=executor, on_failure="continue"),
     )
     w, a, s = result.tasks["w"], result.tasks["a"], result.tasks["s"]
     assert w.status is dagagent.TaskStatus.DENIED
@@ -173,8 +178,8 @@ async def test_default_deny_with_reason(side_registry: dagagent.Registry, record
     result = await dagagent.execute(
         plan(work("a"), {"id": "s", "tool": "add", "args": {"a": 1, "b": 1}}),
         side_registry,
-        on_failure="continue",
         interceptors=[policy],
+        settings=RunSettings(on_failure="continue"),
     )
     assert result.tasks["a"].ok
     assert result.tasks["s"].error == "denied by policy default: not on the allow list"
@@ -188,8 +193,8 @@ async def test_side_effects_rule_targets_declared_tools(
     result = await dagagent.execute(
         plan({"id": "w", "tool": "write", "args": {"path": "f"}}, work("a")),
         side_registry,
-        on_failure="continue",
         interceptors=[policy],
+        settings=RunSettings(on_failure="continue"),
     )
     assert result.tasks["w"].status is dagagent.TaskStatus.DENIED
     assert "read-only run" in (result.tasks["w"].error or "")
@@ -218,7 +223,10 @@ async def test_ask_approve_deny_and_edit(side_registry: dagagent.Registry) -> No
         {"id": "ed", "tool": "write", "args": {"path": "/etc/c", "text": "t"}},
     )
     result = await dagagent.execute(
-        p, side_registry, executor="serial", on_failure="continue", interceptors=[policy]
+        p,
+        side_registry,
+        interceptors=[policy],
+        settings=RunSettings(executor="serial", on_failure="continue"),
     )
     t = result.tasks
     assert [a[0] for a in asked] == ["ok", "no", "ed"]
@@ -258,8 +266,8 @@ async def test_ask_callback_may_be_async_and_return_bools(
             {"id": "b", "tool": "write", "args": {"path": "b"}},
         ),
         side_registry,
-        on_failure="continue",
         interceptors=[policy],
+        settings=RunSettings(on_failure="continue"),
     )
     assert result.tasks["a"].ok
     b = result.tasks["b"]
@@ -341,7 +349,9 @@ async def test_concurrent_asks_are_serialized(
 
     policy = Policy([Rule(action="ask", tool="write")], ask=decide, serialize_asks=serialize)
     p = plan(*({"id": f"w{i}", "tool": "write", "args": {"path": str(i)}} for i in range(4)))
-    result = await dagagent.execute(p, side_registry, executor="levels", interceptors=[policy])
+    result = await dagagent.execute(
+        p, side_registry, interceptors=[policy], settings=RunSettings(executor="levels")
+    )
     assert result.ok
     assert len(writes(side_registry)) == 4
     assert most == (1 if serialize else 4)
@@ -368,8 +378,8 @@ async def test_a_blocking_sync_ask_does_not_block_the_event_loop(
     result = await dagagent.execute(
         plan({"id": "w", "tool": "write", "args": {"path": "a"}}, work("free", seconds=0.05)),
         side_registry,
-        executor="levels",
         interceptors=[policy, other_work_then_answer],
+        settings=RunSettings(executor="levels"),
     )
     assert result.ok
     assert threads and threads[0] is not threading.main_thread()
@@ -402,8 +412,8 @@ async def test_denied_ask_in_a_level_with_cancel_withdraws_pending_questions(
             work("next", depends_on=["wait"]),
         ),
         side_registry,
-        executor="levels",
         interceptors=[policy],
+        settings=RunSettings(executor="levels"),
     )
     assert anyio.current_time() - start < 3
     assert result.tasks["no"].status is dagagent.TaskStatus.DENIED
@@ -470,8 +480,8 @@ async def test_json_policy_file_drives_a_run(
             {"id": "s", "tool": "add", "args": {"a": 1, "b": 1}},
         ),
         side_registry,
-        on_failure="continue",
         interceptors=[policy],
+        settings=RunSettings(on_failure="continue"),
     )
     t = result.tasks
     assert t["etc"].error == "denied by rule 'no-etc': system files"
@@ -682,7 +692,10 @@ async def test_denied_calls_never_happen_and_edited_calls_use_the_edit(
         ask=_ask,
     )
     result = await dagagent.execute(
-        PLAN, _registry(calls), executor=executor, on_failure=on_failure, interceptors=[policy]
+        PLAN,
+        _registry(calls),
+        interceptors=[policy],
+        settings=RunSettings(executor=executor, on_failure=on_failure),
     )
     st = {k: r.status.value for k, r in result.tasks.items()}
     made = [(tool, args["path"]) for tool, args in calls if tool != "read"]

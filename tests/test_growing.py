@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 import dagagent
-from dagagent.growing import GrowingGraph, PlanChecker
+from dagagent.graph import GrowingGraph, PlanChecker
 from dagagent.plan import AgentTask, ToolTask
 
 

@@ -14,8 +14,9 @@ import dagagent
 from dagagent.errors import TaskDeniedError
 from dagagent.events import TaskDecision
 from dagagent.interceptors import Span, caching, redacting, tracing
-from dagagent.results import jsonable
 from dagagent.runner import ToolInvocation
+from dagagent.settings import RunSettings
+from dagagent.text import jsonable
 
 pytestmark = pytest.mark.anyio
 
@@ -62,7 +63,10 @@ async def test_interceptors_compose_in_order_first_is_outermost(
         return icpt
 
     result = await dagagent.execute(
-        plan(work("a")), registry, executor=executor, interceptors=[layer("x"), layer("y")]
+        plan(work("a")),
+        registry,
+        interceptors=[layer("x"), layer("y")],
+        settings=RunSettings(executor=executor),
     )
     assert result.ok
     assert trail == ["x>a", "y>a", "y<a", "x<a"]
@@ -84,7 +88,9 @@ async def test_every_call_of_every_task_goes_through_the_interceptor(
         {"id": "s", "tool": "add", "args": {"a": 1, "b": 2}},
         {"id": "e", "tool": "echo", "args": {"value": "${s}"}},
     )
-    result = await dagagent.execute(p, registry, executor="dataflow", interceptors=[spy])
+    result = await dagagent.execute(
+        p, registry, interceptors=[spy], settings=RunSettings(executor="dataflow")
+    )
     assert result.ok and result.outputs["e"] == 3
     assert sorted(seen) == [
         ("a", "work", 1, "plan"),
@@ -114,7 +120,7 @@ async def test_each_retry_attempt_is_intercepted(registry: dagagent.Registry) ->
         plan({"id": "f", "tool": "flaky"}),
         registry,
         interceptors=[spy],
-        retry=dagagent.TaskRetryPolicy(base_delay_s=0.0, jitter=0.0),
+        settings=RunSettings(retry=dagagent.TaskRetryPolicy(base_delay_s=0.0, jitter=0.0)),
     )
     assert result.ok
     assert attempts == [1, 2, 3]
@@ -205,9 +211,8 @@ async def test_deny_in_a_level_with_cancel_cancels_the_sibling(
     result = await dagagent.execute(
         plan(work("slow", seconds=5), work("bad"), work("after", depends_on=["slow"])),
         registry,
-        executor="levels",
-        on_failure="cancel",
         interceptors=[deny_later],
+        settings=RunSettings(executor="levels", on_failure="cancel"),
     )
     elapsed = anyio.current_time() - start
     t = result.tasks
@@ -234,9 +239,8 @@ async def test_deny_with_continue_lets_the_independent_branch_finish(
             work("b2", depends_on=["b"]),
         ),
         registry,
-        executor=executor,
-        on_failure="continue",
         interceptors=[deny_task("a")],
+        settings=RunSettings(executor=executor, on_failure="continue"),
     )
     t = result.tasks
     assert t["a"].status is dagagent.TaskStatus.DENIED
@@ -272,9 +276,9 @@ async def test_decide_records_into_the_task_result_and_emits_events(
     result = await dagagent.execute(
         plan(work("yes"), work("no")),
         registry,
-        on_failure="continue",
         interceptors=[judge],
         listeners=[events.append],
+        settings=RunSettings(on_failure="continue"),
     )
     yes, no = result.tasks["yes"], result.tasks["no"]
     assert yes.decisions is not None and no.decisions is not None
@@ -307,8 +311,8 @@ async def test_time_spent_in_interceptors_does_not_count_against_the_timeout(
     result = await dagagent.execute(
         plan({**work("quick"), "timeout_s": 1.0}, {**work("late", seconds=5), "timeout_s": 1.0}),
         registry,
-        on_failure="continue",
         interceptors=[slow_reviewer],
+        settings=RunSettings(on_failure="continue"),
     )
     assert result.tasks["quick"].ok
     late = result.tasks["late"]
@@ -328,9 +332,8 @@ async def test_tracing_records_a_span_per_call_with_its_outcome(
     result = await dagagent.execute(
         plan(work("ok", seconds=0.05), work("boom", fail=True), work("no")),
         registry,
-        executor="serial",
-        on_failure="continue",
         interceptors=[tracing(spans.append), deny_task("no")],
+        settings=RunSettings(executor="serial", on_failure="continue"),
     )
     assert not result.ok
     by_task = {s.task_id: s for s in spans}
@@ -391,7 +394,9 @@ async def test_caching_skips_side_effects_other_tools_and_failures(
         {"id": "k", "tool": "shaky", "args": {"x": 5}},
     )
     for _ in range(2):
-        await dagagent.execute(p, registry, interceptors=[icpt], on_failure="continue")
+        await dagagent.execute(
+            p, registry, interceptors=[icpt], settings=RunSettings(on_failure="continue")
+        )
     third = await dagagent.execute(p, registry, interceptors=[icpt])
     assert third.ok and third.outputs["k"] == 5
     assert counts == {"send": 3, "shaky": 2}  # send never cached; the failure not cached
@@ -525,7 +530,7 @@ async def test_redaction_holds_when_the_arguments_fail_validation(
             registry,
             interceptors=[redacting(args=["*api_key*", "ssn"])],
             store=db,
-            on_failure="continue",
+            settings=RunSettings(on_failure="continue"),
         )
     failed = result.tasks["l"]
     assert failed.status == "failed" and failed.error_type == "ToolArgumentsError"

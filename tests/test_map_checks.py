@@ -10,7 +10,7 @@ from pydantic import BaseModel
 
 import dagagent
 from dagagent import PlanLoadError, PlanValidationError, validate
-from dagagent.growing import PlanChecker
+from dagagent.graph import PlanChecker
 from dagagent.plan import Plan, same_call
 from dagagent.references import ElementScope, Template
 

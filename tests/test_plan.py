@@ -13,8 +13,10 @@ import dagagent
 from dagagent import Plan, load_plan
 from dagagent.cli import app
 from dagagent.errors import PlanLoadError, PlanValidationError, ReferenceResolutionError
-from dagagent.plan import AgentTask, Template, ToolTask
+from dagagent.plan import AgentTask, ToolTask
+from dagagent.references import Template
 from dagagent.runner import AgentNode
+from dagagent.settings import RunSettings
 
 
 def test_load_from_dict_json_string_and_file(tmp_path: Path) -> None:
@@ -93,7 +95,7 @@ def test_a_tool_gets_an_escaped_literal_in_a_task_without_references(executor: s
             {"id": "mixed", "tool": "echo", "args": {"value": "cost is $${price} for ${a}"}},
         ]
     }
-    result = dagagent.execute_sync(plan, reg, executor=executor)
+    result = dagagent.execute_sync(plan, reg, settings=RunSettings(executor=executor))
     assert result.outputs["plain"] == "cost is ${price}"
     assert result.outputs["mixed"] == "cost is ${price} for 1"
     assert result.tasks["plain"].args == {"value": "cost is ${price}"}

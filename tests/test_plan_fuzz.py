@@ -12,8 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 from typer.testing import CliRunner
 
 import dagagent.runner
@@ -128,11 +127,7 @@ def _no_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
     with the real backoff (up to 30 s a retry) one such example would run for most of an
     hour. The retry count and order are what is under test here, not the waiting."""
 
-    class NoBackoff(dagagent.runner.TaskRetryPolicy):
-        def delay(self, attempt: int) -> float:
-            return 0.0
-
-    monkeypatch.setattr(dagagent.runner._task, "TaskRetryPolicy", NoBackoff)
+    monkeypatch.setattr(dagagent.TaskRetryPolicy, "delay", lambda self, attempt: 0.0)
 
 
 @pytest.fixture(scope="module")

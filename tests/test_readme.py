@@ -340,11 +340,10 @@ def test_every_python_snippet_is_run_by_a_test() -> None:
 
 
 def test_the_default_executor_is_the_one_the_readme_names() -> None:
-    import inspect
 
-    from dagagent.api import execute
+    from dagagent.settings import RunSettings
 
-    default = inspect.signature(execute).parameters["executor"].default
+    default = RunSettings().executor
     assert default == "dataflow"
     assert f"| `{default}` (default) |" in README
 

@@ -12,10 +12,10 @@ import pytest
 from typer.testing import CliRunner
 
 import dagagent
-from dagagent.cli import _app as cli_app
-from dagagent.cli import app
+from dagagent.cli import _app as cli_app, app
 from dagagent.plan import load_plan
 from dagagent.review import predict_reuse, reuse_map
+from dagagent.settings import RunSettings
 from dagagent.store import RunRecord, RunStore
 
 TOOLS = '''
@@ -443,7 +443,11 @@ def _again(
 ) -> dict[str, str]:
     calls.clear()
     result = dagagent.execute_sync(
-        plan, _registry(calls, disk), reuse=reuse_map(rec), parent_id=rec.run_id, executor="serial"
+        plan,
+        _registry(calls, disk),
+        reuse=reuse_map(rec),
+        parent_id=rec.run_id,
+        settings=RunSettings(executor="serial"),
     )
     assert result.ok
     return {k: r.status.value for k, r in result.tasks.items()}

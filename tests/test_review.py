@@ -19,6 +19,7 @@ from dagagent.review import (
     review_run,
     shorten,
 )
+from dagagent.settings import RunSettings
 from dagagent.store import RunRecord, RunStore
 
 
@@ -41,7 +42,7 @@ PLAN = {
 
 def record_of(tmp_path: Path, registry: dagagent.Registry, plan: Any, **kw: Any) -> RunRecord:
     db = tmp_path / "r.db"
-    result = dagagent.execute_sync(plan, registry, store=db, **kw)
+    result = dagagent.execute_sync(plan, registry, store=db, settings=RunSettings(**kw))
     with RunStore(db) as st:
         return st.get_run(result.run_id)
 

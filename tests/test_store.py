@@ -24,6 +24,7 @@ from dagagent.plan import Plan
 from dagagent.results import TaskResult, TaskStatus
 from dagagent.review import predict_reuse, reuse_map, review_run
 from dagagent.runner import task_fingerprint
+from dagagent.settings import RunSettings
 from dagagent.store import (
     MIGRATIONS,
     OUTPUT_NOT_RECORDED,
@@ -32,12 +33,12 @@ from dagagent.store import (
     RunStore,
     StoreLocation,
     StoreSource,
+    _writer as writer,
     check_run_id,
     default_store_path,
     locate_store,
     user_data_dir,
 )
-from dagagent.store import _writer as writer
 from dagagent.store._plans import plan_from_column, plan_task_ids, plan_to_column
 
 pytestmark = pytest.mark.anyio
@@ -76,7 +77,7 @@ async def test_execute_records_the_run_and_every_task(
     }
     db = tmp_path / "runs.db"
     result = await dagagent.execute(
-        plan, registry, store=db, executor="dataflow", on_failure="continue"
+        plan, registry, store=db, settings=RunSettings(executor="dataflow", on_failure="continue")
     )
     with RunStore(db, create=False) as st:
         rec = st.get_run(result.run_id)
@@ -233,7 +234,7 @@ async def test_a_finished_task_is_durable_while_the_run_goes_on(
     async with anyio.create_task_group() as tg:
         tg.start_soon(watch)
         result = await dagagent.execute(
-            plan, registry, store=db, run_id=run_id, executor="dataflow"
+            plan, registry, store=db, run_id=run_id, settings=RunSettings(executor="dataflow")
         )
     # "slow" could only end once "fast" was on record: it was, while the run went on
     assert result.ok and seen.is_set()
@@ -257,7 +258,7 @@ async def test_cancelling_the_run_flushes_what_finished(
             registry,
             store=db,
             run_id=run_id,
-            executor="dataflow",
+            settings=RunSettings(executor="dataflow"),
             listeners=[cancel_once_fast_ended],
         )
     with RunStore(db) as st:
@@ -298,7 +299,7 @@ async def test_a_locked_database_delays_writes_but_loses_nothing(
         registry,
         store=db,
         run_id=run_id,
-        executor="dataflow",
+        settings=RunSettings(executor="dataflow"),
         listeners=[let_go_after_the_last_task],
     )
     release.set()
@@ -834,47 +835,6 @@ def test_env_var_home_is_created_on_first_use(
     assert os.access(home, os.W_OK)
 
 
-async def test_the_runner_hands_a_plain_success_over_as_its_values_and_the_rest_as_results(
-    tmp_path: Path, registry: dagagent.Registry, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    seen: list[Any] = []
-    real_init = RunRecorder.__init__
-
-    def spying(self: RunRecorder, *args: Any, **kw: Any) -> None:
-        real_init(self, *args, **kw)
-        as_values, as_result = self.record_success, self.record
-
-        def values(row: Any) -> None:
-            seen.append(row)
-            as_values(row)
-
-        def result(r: TaskResult) -> None:
-            seen.append(r.task_id)
-            as_result(r)
-
-        self.record_success, self.record = values, result
-
-    monkeypatch.setattr(RunRecorder, "__init__", spying)
-    mapped = {"id": "m", "tool": "work", "for_each": ["x", "y"], "args": {"name": "${@item}"}}
-    db = tmp_path / "r.db"
-    result = await dagagent.execute(
-        {"tasks": [w("ok"), w("bad", fail=True), mapped]},
-        registry,
-        store=db,
-        on_failure="continue",
-    )
-    ok = result.tasks["ok"]
-    assert sorted(seen, key=str) == [
-        ("ok", "ok", 1, ok.started_at, ok.finished_at, {"name": "ok", "seconds": 0.0}),
-        "bad",  # failed: its error, its traceback
-        "m",  # a map task: its elements
-    ]
-    with RunStore(db) as st:
-        rec = st.get_run(result.run_id)
-    assert rec.tasks["ok"].model_dump() == ok.model_dump()
-    assert rec.tasks["bad"].error_type == "RuntimeError" and rec.tasks["m"].output == ["x", "y"]
-
-
 async def test_an_event_that_cannot_be_written_is_dropped_not_the_whole_record(
     tmp_path: Path, registry: dagagent.Registry, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -898,7 +858,10 @@ async def test_an_event_that_cannot_be_written_is_dropped_not_the_whole_record(
     monkeypatch.setattr(writer, "insert_json", refuse_b)
     db = tmp_path / "r.db"
     result = await dagagent.execute(
-        {"tasks": [w("a"), w("b"), w("c", 0.2)]}, registry, store=db, executor="dataflow"
+        {"tasks": [w("a"), w("b"), w("c", 0.2)]},
+        registry,
+        store=db,
+        settings=RunSettings(executor="dataflow"),
     )
     assert result.ok
     with RunStore(db) as st:
@@ -1021,7 +984,12 @@ async def test_an_output_the_store_cannot_write_is_never_reused(tmp_path: Path, 
 
     calls.clear()
     again = await dagagent.execute(
-        plan, reg, store=db, reuse=reuse_map(rec), parent_id=rec.run_id, executor="serial"
+        plan,
+        reg,
+        store=db,
+        reuse=reuse_map(rec),
+        parent_id=rec.run_id,
+        settings=RunSettings(executor="serial"),
     )
     assert again.tasks["r"].status.value == "succeeded"  # ran again
     assert again.tasks["ok"].status.value == "reused"
@@ -1199,7 +1167,9 @@ async def test_every_element_of_a_map_task_is_recorded(tmp_path: Path) -> None:
     }
     db = tmp_path / "r.db"
     reg = _map_registry({"bob"})
-    result = await dagagent.execute(plan, reg, store=db, on_failure="continue")
+    result = await dagagent.execute(
+        plan, reg, store=db, settings=RunSettings(on_failure="continue")
+    )
     with RunStore(db) as st:
         rec = st.get_run(result.run_id)
     hi = rec.tasks["hi"]

@@ -25,10 +25,13 @@ import dagagent
 from dagagent.events import RunStarted, TaskFinished
 from dagagent.plan import Plan
 from dagagent.results import AgentStep, CallDecision, TaskResult, TaskStatus
-from dagagent.store import RunRecorder, RunStore
-from dagagent.store import _rows as rows
-from dagagent.store import _store as store_module
-from dagagent.store import _writer as writer
+from dagagent.store import (
+    RunRecorder,
+    RunStore,
+    _rows as rows,
+    _store as store_module,
+    _writer as writer,
+)
 
 T0 = 1_796_000_000.123456789
 

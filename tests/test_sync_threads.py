@@ -13,7 +13,8 @@ import pytest
 from eventually import until, wait_until
 
 import dagagent
-from dagagent.sync_threads import SyncThreads, sync_threads
+from dagagent.settings import RunSettings
+from dagagent.tools import SyncThreads, sync_threads
 
 pytestmark = pytest.mark.anyio
 
@@ -79,7 +80,9 @@ async def test_hung_sync_tools_hold_no_more_threads_than_the_limit(limit: None) 
     }
     try:
         with anyio.fail_after(60):
-            result = await dagagent.execute(plan, _registry(hung), on_failure="continue")
+            result = await dagagent.execute(
+                plan, _registry(hung), settings=RunSettings(on_failure="continue")
+            )
         assert {r.error_type for r in result.tasks.values()} == {"TaskTimeoutError"}
         assert all(r.attempts == 2 for r in result.tasks.values())
         # 24 attempts, each abandoned at its timeout: only 3 ever got a thread.

@@ -11,6 +11,7 @@ import pytest
 import dagagent
 from dagagent import TaskRetryPolicy, execute
 from dagagent.runner._traceback import MAX_TRACEBACK_CHARS, bound, task_traceback
+from dagagent.settings import RunSettings
 
 pytestmark = pytest.mark.anyio
 
@@ -77,7 +78,7 @@ async def test_a_sync_tool_that_raises_records_where_its_code_failed(
     executor: str, reg: dagagent.Registry
 ) -> None:
     plan = {"tasks": [{"id": "p", "tool": "price", "args": {"text": "ten dollars"}}]}
-    r = (await execute(plan, reg, executor=executor)).tasks["p"]
+    r = (await execute(plan, reg, settings=RunSettings(executor=executor))).tasks["p"]
     assert r.error == "ValueError: could not convert string to float: 'ten dollars'"
     tb = r.traceback
     assert tb is not None and tb.startswith("Traceback (most recent call last):\n")
@@ -102,7 +103,7 @@ async def test_a_retried_task_keeps_the_traceback_of_its_last_attempt(
     reg: dagagent.Registry,
 ) -> None:
     plan = {"tasks": [{"id": "f", "tool": "flaky", "args": {}, "retries": 2}]}
-    r = (await execute(plan, reg, retry=FAST_RETRY)).tasks["f"]
+    r = (await execute(plan, reg, settings=RunSettings(retry=FAST_RETRY))).tasks["f"]
     assert r.attempts == 3 and r.error == "RuntimeError: attempt 3"
     assert r.traceback is not None and r.traceback.rstrip().endswith("RuntimeError: attempt 3")
     assert "attempt 1" not in r.traceback
@@ -134,7 +135,7 @@ async def test_dagagents_own_errors_explain_themselves_without_a_traceback(
         ]
     }
     plan["tasks"].append({"id": "missing_ref_target", "tool": "aprice", "args": {"text": "$2"}})
-    result = await execute(plan, reg, on_failure="continue")
+    result = await execute(plan, reg, settings=RunSettings(on_failure="continue"))
     assert result.tasks["slow"].error_type == "TaskTimeoutError"
     assert result.tasks["bad"].error_type == "ReferenceResolutionError"
     assert result.tasks["slow"].traceback is None and result.tasks["bad"].traceback is None
@@ -178,7 +179,7 @@ async def test_each_failed_element_of_a_map_task_has_its_traceback(
             }
         ]
     }
-    r = (await execute(plan, reg, on_failure="continue")).tasks["prices"]
+    r = (await execute(plan, reg, settings=RunSettings(on_failure="continue"))).tasks["prices"]
     assert r.status == "failed" and r.elements is not None
     ok, bad, _ = r.elements
     assert ok.traceback is None

@@ -27,6 +27,7 @@ from dagagent.interceptors import redacting
 from dagagent.llm import LLMResponse, ScriptedLLM, ToolCall
 from dagagent.plan import Plan
 from dagagent.runner import task_fingerprint
+from dagagent.settings import RunSettings
 
 pytestmark = pytest.mark.anyio
 
@@ -171,7 +172,9 @@ def agent_llm() -> ScriptedLLM:
 
 async def test_the_span_tree_of_a_run(otel: Telemetry, reg: dagagent.Registry) -> None:
     with agent_llm() as llm:
-        result = await execute(PLAN, reg, llm=llm, on_failure="continue", retry=FAST_RETRY)
+        result = await execute(
+            PLAN, reg, llm=llm, settings=RunSettings(on_failure="continue", retry=FAST_RETRY)
+        )
     assert result.tasks["bad"].status == "failed" and result.tasks["both"].ok
 
     (run,) = otel.named("invoke_workflow dagagent.run")
@@ -283,7 +286,9 @@ async def test_metrics_of_tasks_and_model_tokens_by_role(
     otel: Telemetry, reg: dagagent.Registry
 ) -> None:
     with agent_llm() as llm:
-        await execute(PLAN, reg, llm=llm, on_failure="continue", retry=FAST_RETRY)
+        await execute(
+            PLAN, reg, llm=llm, settings=RunSettings(on_failure="continue", retry=FAST_RETRY)
+        )
     counts = {
         (p.attributes["dagagent.task.status"], p.attributes.get("gen_ai.tool.name")): p.value
         for p in otel.points("dagagent.tasks")
@@ -381,7 +386,7 @@ async def test_no_spans_without_a_provider(reg: dagagent.Registry) -> None:
     exporter = InMemorySpanExporter()
     provider = TracerProvider()  # made, never set as the global one
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    result = await execute(PLAN, reg, on_failure="continue", retry=FAST_RETRY)
+    result = await execute(PLAN, reg, settings=RunSettings(on_failure="continue", retry=FAST_RETRY))
     assert result.tasks["src"].ok and exporter.get_finished_spans() == ()
 
 
@@ -403,7 +408,7 @@ def boom() -> int:
     return 1 // 0
 
 result = dagagent.execute_sync(
-    {"tasks": [{"id": "a", "tool": "boom", "args": {}}]}, reg, executor="dataflow"
+    {"tasks": [{"id": "a", "tool": "boom", "args": {}}]}, reg
 )
 assert result.tasks["a"].traceback, result.tasks["a"]
 assert not any(m == "opentelemetry" or m.startswith("opentelemetry.") for m in sys.modules)
@@ -434,7 +439,7 @@ async def test_the_trace_context_reaches_dask_worker_processes(otel: Telemetry) 
         n_workers=1, threads_per_worker=2, processes=True, dashboard_address=":0"
     ) as cluster:
         exe = DaskExecutor(address=cluster.scheduler_address)
-        result = await execute(plan, dask_tools.registry, executor=exe)
+        result = await execute(plan, dask_tools.registry, settings=RunSettings(executor=exe))
     assert result.ok, result.tasks
     for tid, tool in (("s", "trace_context"), ("a", "atrace_context")):
         out = result.tasks[tid].output

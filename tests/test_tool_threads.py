@@ -1,4 +1,4 @@
-"""Where a sync tool runs: a worker thread of dagagent's own (:mod:`dagagent.sync_threads`,
+"""Where a sync tool runs: a worker thread of dagagent's own (:mod:`dagagent.tools._threads`,
 with the caller's context variables, abandoned when its task is cancelled), or, declared
 ``blocking=False``, right on the event loop. A broken implementation runs a blocking tool on
 the loop (and stalls every other task) or loses the caller's context."""
@@ -14,7 +14,7 @@ import pytest
 from eventually import wait_until
 
 import dagagent
-from dagagent.sync_threads import THREAD_NAME, sync_threads
+from dagagent.tools import THREAD_NAME, sync_threads
 
 REQUEST = contextvars.ContextVar("REQUEST", default="none")
 

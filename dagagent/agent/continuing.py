@@ -15,7 +15,8 @@ import json
 from collections.abc import Callable, Sequence
 
 from dagagent.llm import AssistantMessage, Message, ToolCall, ToolResultMessage, UserMessage
-from dagagent.results import AgentStep, CallRecord, jsonable
+from dagagent.results import AgentStep, CallRecord
+from dagagent.text import jsonable
 
 from .state import Mode
 

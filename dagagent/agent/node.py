@@ -32,9 +32,9 @@ from typing import Any, cast
 from dagagent.errors import AgentError, AgentStoppedError
 from dagagent.events import get_logger
 from dagagent.llm import LLM
-from dagagent.results import AgentStep, jsonable
+from dagagent.results import AgentStep
 from dagagent.runner import AgentNode, AgentTaskRunner
-from dagagent.text import shorten
+from dagagent.text import jsonable, shorten
 
 from .budget import Budget
 from .react import ReActAgent

@@ -54,8 +54,7 @@ from dagagent.llm import (
     ToolSpec,
     UserMessage,
 )
-from dagagent.results import jsonable
-from dagagent.text import shorten
+from dagagent.text import jsonable, shorten
 from dagagent.tools import Registry, Tool
 
 from .budget import Budget, call_signature

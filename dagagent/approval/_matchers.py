@@ -12,8 +12,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..errors import ConfigError
-from ..results import jsonable
-from ..text import shorten
+from ..text import jsonable, shorten
 
 __all__ = [
     "MATCHER_FORMS",

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from ..errors import ConfigError, TaskDeniedError, TaskWaitingError, ToolArgumentsError
-from ..results import UNANSWERED, WAIT
+from ..results import UNANSWERED, WAIT, Decision
 from ._asking import Approval, ApprovalRequest, AskCallback, Asker
 from ._files import read_policy_file, rules_from_dict
 from ._rules import ACTIONS, Action, Rule
@@ -217,5 +217,7 @@ def load_policy(path: str | Path, *, ask: AskCallback | None = None) -> Policy:
     return Policy.from_dict(data, ask=ask, origin=origin)
 
 
-def _decide(call: ToolInvocation, decision: str, by: str, reason: str | None, rule: str) -> None:
+def _decide(
+    call: ToolInvocation, decision: Decision, by: str, reason: str | None, rule: str
+) -> None:
     call.decide(decision, by, reason, rule=rule)

@@ -424,7 +424,7 @@ def load_registry(spec: str | None) -> Registry:
 def _abandoned_threads() -> bool:
     """Whether worker threads still run a sync tool that timed out or was cancelled: Python
     cannot stop them, and interpreter shutdown would wait for anyio's."""
-    threads = sys.modules.get("dagagent.sync_threads")
+    threads = sys.modules.get("dagagent.tools._threads")
     if threads is not None and threads.sync_threads.running:
         return True
     return any(

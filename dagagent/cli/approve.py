@@ -34,7 +34,7 @@ from ..approval import (
 )
 from ..errors import ConfigError, ToolArgumentsError, UnknownToolError
 from ..plan import ToolTask
-from ..results import jsonable
+from ..text import jsonable
 from ._app import EXIT_FAILED, err
 from .progress import question_on_terminal
 from .render import plan_table

@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import typer
 
 from ..errors import ConfigError, JoinerError, LLMError, PlanningError
+from ..results import FailurePolicy
+from ..settings import RunSettings
 from ._app import (
     EXIT_FAILED,
     EXIT_OK,
@@ -149,7 +151,7 @@ class AskProgress:
 def exit_code_of(solution: Solution) -> int:
     """0 answered; 3 no valid plan; 2 a model that cannot be used; 5 answered (or paused) but
     not all of it recorded; 6 paused; 1 otherwise."""
-    from ..workflows import SolveStatus
+    from ..results import SolveStatus
 
     if (solution.ok or solution.status is SolveStatus.PAUSED) and solution.not_recorded:
         return EXIT_RECORD
@@ -166,8 +168,8 @@ def exit_code_of(solution: Solution) -> int:
 
 def report_solution(solution: Solution, path: Path) -> None:
     """What stderr says once the solve is over (the answer itself goes to stdout)."""
+    from ..results import SolveStatus
     from ..text import printable
-    from ..workflows import SolveStatus
 
     where = f"solve {solution.solve_id} recorded in {path}"
     if solution.not_recorded:  # never claim a record that is not all there
@@ -308,9 +310,11 @@ def ask_cmd(
                         llm,
                         max_rounds=max_rounds,
                         stream=not no_stream,
-                        executor=executor,
-                        on_failure=on_failure,
-                        max_concurrency=max_concurrency,
+                        settings=RunSettings(
+                            executor=executor,
+                            on_failure=cast(FailurePolicy, on_failure),  # checked there
+                            max_concurrency=max_concurrency,
+                        ),
                         policy=first,
                         interceptors=policies[1:] if first is not None else policies,
                         listeners=[progress],

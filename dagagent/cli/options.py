@@ -9,13 +9,15 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, cast
 
 import typer
 
 from ..errors import ConfigError
 from ..executors import EXECUTORS, get_executor
 from ..limits import DEFAULT_MAX_ELEMENTS
+from ..results import FailurePolicy
+from ..settings import RunSettings
 from .recording import recorded_tools_spec
 
 if TYPE_CHECKING:
@@ -336,14 +338,8 @@ class RunOptions:
             no_wait=self.no_wait,
         )
 
-    def execute_options(
-        self, tools_spec: str | None = None, mcp: tuple[str, ...] | None = None
-    ) -> dict[str, Any]:
-        """Keyword arguments of :func:`~dagagent.cli.recording.run_recorded`: the executor,
-        the failure policy, the concurrency limit, the tools recorded with the run
-        (``tools_spec`` and ``mcp``, default ``--tools`` and ``--mcp``), so that ``replan``
-        loads the same tools, and the approval rules (``--policy``, ``--ask``), so that
-        ``resume`` asks the same questions."""
+    def settings(self) -> RunSettings:
+        """The run settings the options give (a Dask executor made as ``--dask-*`` say)."""
         executor: Any = self.executor
         if self.executor == "dask":
             executor = get_executor(
@@ -352,12 +348,23 @@ class RunOptions:
                 n_workers=self.dask_workers,
                 threads_per_worker=self.dask_threads,
             )
+        return RunSettings(
+            executor=executor,
+            on_failure=cast(FailurePolicy, self.on_failure),  # checked by RunSettings
+            max_concurrency=self.max_concurrency,
+            max_elements=self.max_elements,
+        )
+
+    def execute_options(
+        self, tools_spec: str | None = None, mcp: tuple[str, ...] | None = None
+    ) -> dict[str, Any]:
+        """Keyword arguments of :func:`~dagagent.cli.recording.run_recorded`: the run's
+        settings, the tools recorded with the run (``tools_spec`` and ``mcp``, default
+        ``--tools`` and ``--mcp``), so that ``replan`` loads the same tools, and the approval
+        rules (``--policy``, ``--ask``), so that ``resume`` asks the same questions."""
         mcp = self.mcp if mcp is None else mcp
         return {
-            "executor": executor,
-            "on_failure": self.on_failure,
-            "max_concurrency": self.max_concurrency,
-            "max_elements": self.max_elements,
+            "settings": self.settings(),
             "tools_spec": recorded_tools_spec(
                 self.tools if tools_spec is None else tools_spec, mcp
             ),

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..settings import RunSettings
 from ._app import Interrupted, err, tools_spec
 
 if TYPE_CHECKING:
@@ -24,7 +25,6 @@ __all__ = [
     "recorded_tools_spec",
     "run_recorded",
     "say_recorded",
-    "stopped_result",
     "tools_context",
 ]
 
@@ -53,21 +53,22 @@ def run_recorded(
 
     import anyio
 
-    from ..api import execute, new_run_id
     from ..errors import StoreError
+    from ..run import execute, new_run_id
     from ..store import RunStore
     from .progress import LiveProgress, progress_for
     from .signals import stoppable
 
     run_id = run_id or new_run_id()
     context = tools_context(tools_spec, mcp_specs)
+    settings: RunSettings = options.get("settings") or RunSettings()
     if approval:  # what 'dagagent resume' asks with
         context["approval"] = approval
-        context["on_failure"] = options.get("on_failure", "cancel")
+        context["on_failure"] = settings.on_failure
     progress = progress_for(graph, console, live=live) if console is not None else None
     if progress is not None:
         listeners = (*listeners, progress)
-    executor: Any = options.get("executor")
+    executor: Any = settings.executor
     if getattr(executor, "on_progress", False) is None:  # say what happens while it starts
         executor.on_progress = (
             progress.note if isinstance(progress, LiveProgress) else _say_on_stderr
@@ -93,28 +94,8 @@ def run_recorded(
                 record = None
             raise Interrupted(
                 interrupted_message(record, store),
-                stopped_result(record).to_json_dict() if record is not None else None,
+                record.as_result().to_json_dict() if record is not None else None,
             ) from None
-
-
-def stopped_result(record: RunRecord) -> RunResult:
-    """The result of a run stopped by a signal, as its record has it (status ``cancelled``,
-    every task that finished), for ``--json`` to print as it prints a run that ended."""
-    from ..results import RunResult, TaskResults
-
-    started = record.started_at if record.started_at is not None else record.created
-    return RunResult(
-        run_id=record.run_id,
-        status=record.status,
-        goal=record.goal,
-        executor=record.executor,
-        tasks=TaskResults(record.tasks),
-        started_at=started,
-        finished_at=record.finished_at if record.finished_at is not None else started,
-        critical_path=record.critical_path,
-        critical_path_s=record.critical_path_s or 0.0,
-        parent_id=record.parent_id,
-    )
 
 
 def _say_on_stderr(text: str) -> None:

@@ -192,7 +192,7 @@ def run_graph(
         llm=llm,
         **execute_options,
     )
-    startup = getattr(execute_options["executor"], "startup_s", None)
+    startup = getattr(execute_options["settings"].executor, "startup_s", None)
     code = print_result(result, as_json=as_json, graph=graph, startup_s=startup)
     if startup is not None and not as_json:
         # the run's own time leaves out the cluster's start: say both

@@ -323,7 +323,7 @@ def _show_task(record: RunRecord, task_id: str, *, as_json: bool) -> None:
     if as_json:
         doc: dict[str, Any] = {"run_id": record.run_id}
         doc["task"] = t.model_dump(mode="json", exclude_none=True)
-        doc["result"] = r.model_dump(mode="json") if r is not None else None
+        doc["result"] = r.to_json_dict() if r is not None else None
         print_json(out, doc)
         return
 

@@ -24,8 +24,7 @@ _MISSING_UI = (
 
 def _ui_modules() -> Any:
     try:
-        from ..ui import app as ui_app
-        from ..ui import render
+        from ..ui import app as ui_app, render
     except ImportError as exc:
         raise ConfigError(f"{_MISSING_UI} ({exc})") from None
     return ui_app, render

@@ -21,6 +21,7 @@ import typer
 
 from ..errors import ConfigError, StoreError
 from ..executors import IN_PROCESS_EXECUTORS
+from ..settings import RunSettings
 from ._app import EXIT_RECORD, Interrupted, app, err, guard, out
 from .ask import AskProgress, exit_code_of, report_solution, solve_interrupted
 from .options import (
@@ -256,7 +257,7 @@ def resume_cmd(
     from ..graph import validate
     from ..plan import AgentTask
     from ..store import RunStore
-    from ..workflows.resume import resume
+    from ..workflows.resume import resumable_executor, resume
     from .approve import run_interceptors
     from .progress import progress_for
     from .recording import say_recorded
@@ -300,9 +301,11 @@ def resume_cmd(
                     store=st,
                     interceptors=interceptors,
                     listeners=(progress,) if progress is not None else (),
-                    executor=executor,
-                    on_failure=on_failure if on_failure in ("cancel", "continue") else "cancel",
-                    max_concurrency=max_concurrency,
+                    settings=RunSettings(
+                        executor=executor or resumable_executor(record.executor),
+                        on_failure="continue" if on_failure == "continue" else "cancel",
+                        max_concurrency=max_concurrency,
+                    ),
                     llm=llm,
                 )
             )

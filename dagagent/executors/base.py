@@ -2,7 +2,7 @@
 following a plan that is still arriving.
 
 **A growing graph.** When a plan streams from a model, ``run`` gets a graph that is not
-complete yet (``graph.complete`` is false; see :class:`~dagagent.growing.GrowingGraph`).
+complete yet (``graph.complete`` is false; see :class:`~dagagent.graph.GrowingGraph`).
 Executors ``watch`` it: each added task is considered as soon as it arrives, and ``run``
 returns only once the graph is complete and its tasks are done. No executor polls. When the
 graph is closed as ``aborted`` (a later task of the plan was invalid), the run stops like a
@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import anyio
 
-from ..results import TaskStatus
+from ..results import FailurePolicy, TaskStatus
 
 if TYPE_CHECKING:
     from ..graph import PlanGraph
@@ -34,15 +34,12 @@ __all__ = [
     "skip_if_blocked",
 ]
 
-FailurePolicy = Literal["cancel", "continue"]
-
 
 @runtime_checkable
 class Executor(Protocol):
     """Decides *when* each task starts; :class:`~dagagent.runner.TaskRunner` does the rest.
 
-    ``run`` calls ``runner.run_task_status(id)`` (or ``runner.run_task(id)``, which returns
-    the task's result rather than its status) for tasks whose dependencies all succeeded, and
+    ``run`` calls ``runner.run_task(id)`` for tasks whose dependencies all succeeded, and
     ``runner.mark(id, status, reason)`` for tasks it decides never to start. Under
     ``on_failure="cancel"`` a failure stops the run: running tasks are cancelled. Under
     ``"continue"`` independent branches run to the end and only descendants of a failure
@@ -51,6 +48,8 @@ class Executor(Protocol):
     """
 
     name: str
+    #: At most this many elements of one map task at once (``None``: no bound of its own).
+    element_concurrency: int | None
 
     @property
     def invoker(self) -> Invoker | None: ...
@@ -72,6 +71,7 @@ class BaseExecutor:
     """Defaults for executors that run tools in-process and need no setup."""
 
     name = "base"
+    element_concurrency: int | None = None
 
     @property
     def invoker(self) -> Invoker | None:
@@ -129,7 +129,7 @@ def skip_if_blocked(graph: PlanGraph, runner: TaskRunner, task_id: str) -> bool:
             runner.mark(
                 task_id,
                 TaskStatus.SKIPPED,
-                f"not run: upstream task {d!r} {results.status(d).value}",
+                f"not run: upstream task {d!r} {results[d].status.value}",
             )
             return True
     return False
@@ -158,7 +158,7 @@ class Wakeup:
 
 def _status_of(runner: TaskRunner, task_id: str) -> str:
     results = runner.results
-    return results.status(task_id).value if task_id in results else "did not finish"
+    return results[task_id].status.value if task_id in results else "did not finish"
 
 
 def finish_unstarted(graph: PlanGraph, runner: TaskRunner) -> None:
@@ -178,7 +178,7 @@ def finish_unstarted(graph: PlanGraph, runner: TaskRunner) -> None:
                 (d, s)
                 for d in graph.dependencies[n]
                 if d in results
-                and not (s := results.status(d)).ok
+                and not (s := results[d].status).ok
                 and s is not TaskStatus.CANCELLED
             ),
             (None, None),

@@ -1010,12 +1010,9 @@ class _Crash:
 
 
 async def _finished(future: Any) -> None:
-    """Until a Dask future is done (finished, failed or cancelled), without fetching it.
-    (``distributed.wait`` would use the default client, which may be a synchronous one.)"""
-    wait = getattr(getattr(future, "_state", None), "wait", None)
-    if wait is not None:  # the event the future's own result() awaits: no thread involved
-        await wait()
-        return
+    """Until a Dask future is done (finished, failed or cancelled), without fetching it: its
+    public done callback, handed to this event loop. (``distributed.wait`` would use the
+    default client, which may be a synchronous one.)"""
     loop = asyncio.get_running_loop()
     done: asyncio.Future[None] = loop.create_future()
 

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from ..results import TaskStatus
-from .base import BaseExecutor, FailurePolicy, Wakeup, block_descendants, skip_if_blocked
+from ..results import FailurePolicy, TaskStatus
+from .base import BaseExecutor, Wakeup, block_descendants, skip_if_blocked
 
 if TYPE_CHECKING:
     from ..graph import PlanGraph
@@ -23,52 +23,40 @@ __all__ = ["SerialExecutor"]
 
 class SerialExecutor(BaseExecutor):
     name = "serial"
+    element_concurrency: int | None = 1
 
     async def run(self, graph: PlanGraph, runner: TaskRunner, on_failure: FailurePolicy) -> None:
-        runner.element_concurrency = 1
-        if not graph.complete:
-            await self._run_growing(graph, runner, on_failure)
-            return
-        results = runner.results
-        for task_id in graph.order:
-            if task_id in results:  # skipped because of an earlier failure
-                continue
-            status = await runner.run_task_status(task_id)
-            if not status.ok:
-                if on_failure == "cancel" and status is not TaskStatus.WAITING:
-                    return
-                block_descendants(graph, runner, task_id)
-
-    async def _run_growing(
-        self, graph: PlanGraph, runner: TaskRunner, on_failure: FailurePolicy
-    ) -> None:
         results = runner.results
         tasks = graph.plan.tasks
         cancel = on_failure == "cancel"
         wake = Wakeup()
-        scope = anyio.CancelScope()
+        stopped = anyio.CancelScope()
 
         def told(task_id: str | None) -> None:
             if task_id is None and graph.aborted and cancel:
-                scope.cancel()
+                stopped.cancel()
             wake.set()
 
         graph.watch(told)
         try:
-            with scope:
+            with stopped:
+                # A complete plan in topological order; a plan still arriving in the order
+                # its tasks arrive (each depends only on tasks before it).
+                order = graph.order if graph.complete else None
                 done = 0
                 while True:
-                    while done < len(tasks):
-                        task_id = tasks[done].id
+                    pending = order if order is not None else [t.id for t in tasks]
+                    while done < len(pending):
+                        task_id = pending[done]
                         done += 1
                         if task_id in results or skip_if_blocked(graph, runner, task_id):
                             continue
-                        status = await runner.run_task_status(task_id)
+                        status = (await runner.run_task(task_id)).status
                         if not status.ok:
                             if cancel and status is not TaskStatus.WAITING:
                                 return
                             block_descendants(graph, runner, task_id)
-                    if graph.complete:
+                    if graph.complete and (order is not None or done == len(tasks)):
                         return
                     await wake.wait()
         finally:

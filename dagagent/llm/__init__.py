@@ -8,7 +8,6 @@ Failures raise the ``LLM*Error`` classes of :mod:`dagagent.errors`.
 """
 
 import importlib
-import warnings
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -19,7 +18,7 @@ if TYPE_CHECKING:
     from dagagent.llm.openai import OpenAIChat
     from dagagent.llm.protocol import LLM
     from dagagent.llm.scripted import ScriptedLLM, ScriptError, ScriptItem, WireItem
-    from dagagent.llm.settings import ModelOptions, ModelSettings
+    from dagagent.llm.settings import ModelSettings
     from dagagent.llm.spec import from_env, from_spec
     from dagagent.llm.types import (
         AssistantMessage,
@@ -37,6 +36,7 @@ if TYPE_CHECKING:
         ToolResultMessage,
         ToolSpec,
         UserMessage,
+        closing_stream,
         collect_stream,
         normalize_messages,
         parse_tool_arguments,
@@ -54,7 +54,6 @@ __all__ = [
     "Message",
     "MessagesInput",
     "MeteredLLM",
-    "ModelOptions",
     "ModelSettings",
     "OpenAIChat",
     "ResponseFormat",
@@ -73,6 +72,7 @@ __all__ = [
     "UsageTracker",
     "UserMessage",
     "WireItem",
+    "closing_stream",
     "collect_stream",
     "from_env",
     "from_spec",
@@ -93,7 +93,6 @@ _LAZY: dict[str, str] = {
     "ScriptError": "scripted",
     "ScriptItem": "scripted",
     "WireItem": "scripted",
-    "ModelOptions": "settings",
     "ModelSettings": "settings",
     "from_env": "spec",
     "from_spec": "spec",
@@ -112,6 +111,7 @@ _LAZY: dict[str, str] = {
     "ToolResultMessage": "types",
     "ToolSpec": "types",
     "UserMessage": "types",
+    "closing_stream": "types",
     "collect_stream": "types",
     "normalize_messages": "types",
     "parse_tool_arguments": "types",
@@ -119,26 +119,15 @@ _LAZY: dict[str, str] = {
     "UsageTracker": "usage",
 }
 
-_RENAMED = {"RetryPolicy": "HTTPRetryPolicy"}
-
 
 def __getattr__(name: str) -> Any:
-    """A public name, imported from its module on first use; or an old name, kept for one
-    release with a DeprecationWarning (see CHANGELOG.md)."""
+    """A public name, imported from its module on first use."""
     module = _LAZY.get(name)
-    if module is not None:
-        value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-        globals()[name] = value
-        return value
-    new = _RENAMED.get(name)
-    if new is None:
+    if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    warnings.warn(
-        f"dagagent.llm.{name} is deprecated; use dagagent.llm.{new}",
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    return __getattr__(new)
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
 
 
 def __dir__() -> list[str]:

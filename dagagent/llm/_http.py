@@ -26,7 +26,6 @@ from urllib.parse import unquote, urlsplit
 import anyio
 import httpx
 import structlog
-from typing_extensions import Unpack
 
 from dagagent.errors import (
     LLMBadRequestError,
@@ -39,8 +38,8 @@ from dagagent.llm._retry import Retryable
 from dagagent.llm._secret import Scrubber, Secret, resolve_api_key
 from dagagent.llm._sse import StreamLimitExceeded, bounded_lines
 from dagagent.llm.protocol import RequestLLM
-from dagagent.llm.settings import ModelOptions, ModelSettings
-from dagagent.llm.types import LLMResponse
+from dagagent.llm.settings import ModelSettings
+from dagagent.llm.types import LLMResponse, closing_stream
 from dagagent.llm.usage import UsageTracker
 from dagagent.text import is_secret_name, strip_url_credentials
 
@@ -137,10 +136,9 @@ class HTTPChatClient(HTTPFailures, RequestLLM):
         client: httpx.AsyncClient | None = None,
         headers: Mapping[str, str] | None = None,
         usage: UsageTracker | None = None,
-        **options: Unpack[ModelOptions],
     ) -> None:
         self.model = model
-        self.settings = ModelSettings.of(settings, options)
+        self.settings = settings or ModelSettings()
         self.max_response_bytes = self.settings.max_response_bytes
         self.max_stream_s = self.settings.max_stream_s
         # Credentials in the URL (http://user:pass@host) are sent, never shown: base_url,
@@ -298,15 +296,17 @@ class HTTPChatClient(HTTPFailures, RequestLLM):
         limit = self.max_response_bytes
         chunks: list[bytes] = []
         total = 0
-        async for chunk in response.aiter_bytes():
-            total += len(chunk)
-            if total > limit:
-                await response.aclose()
-                raise LLMResponseError(
-                    f"the answer from {self.provider} is larger than {limit:,} bytes "
-                    f"(HTTP {response.status_code}); raise max_response_bytes if that is expected"
-                )
-            chunks.append(chunk)
+        async with closing_stream(response.aiter_bytes()) as body:
+            async for chunk in body:
+                total += len(chunk)
+                if total > limit:
+                    await response.aclose()
+                    raise LLMResponseError(
+                        f"the answer from {self.provider} is larger than {limit:,} bytes "
+                        f"(HTTP {response.status_code}); raise max_response_bytes if that is "
+                        "expected"
+                    )
+                chunks.append(chunk)
         # httpx keeps a read body here; aread() would read it again without a bound
         response._content = b"".join(chunks)
 

@@ -12,6 +12,7 @@ import anyio
 import httpx
 
 from dagagent.llm._json import loads_json
+from dagagent.llm.types import closing_stream
 
 __all__ = [
     "IdleLimit",
@@ -55,7 +56,10 @@ _EOL = re.compile(r"\r\n|\r|\n")  # the three line ends of text/event-stream
 
 
 async def bounded_lines(
-    chunks: AsyncIterator[str], *, max_chars: int | None = None, max_seconds: float | None = None
+    chunks: AsyncIterator[str],
+    *,
+    max_chars: int | None = None,
+    max_seconds: float | None = None,
 ) -> AsyncIterator[str]:
     """The lines (without their ends) of a stream of text chunks, raising
     :class:`StreamLimitExceeded` once the stream holds more than ``max_chars`` characters or
@@ -65,25 +69,26 @@ async def bounded_lines(
     end = None if max_seconds is None else anyio.current_time() + max_seconds
     pending: list[str] = []  # the start of a line that has not ended yet
     after_cr = False
-    async for chunk in chunks:
-        total += len(chunk)
-        if max_chars is not None and total > max_chars:
-            raise StreamLimitExceeded(f"is larger than {max_chars:,} characters")
-        if end is not None and anyio.current_time() > end:
-            raise StreamLimitExceeded(f"lasted longer than {max_seconds:g} s")
-        if after_cr and chunk.startswith("\n"):  # a \r\n split between two chunks
-            chunk = chunk[1:]
-        if not chunk:
-            continue
-        after_cr = chunk.endswith("\r")
-        pieces = _EOL.split(chunk)
-        if len(pieces) == 1:
-            pending.append(chunk)
-            continue
-        yield "".join(pending) + pieces[0]
-        for piece in pieces[1:-1]:
-            yield piece
-        pending = [pieces[-1]] if pieces[-1] else []
+    async with closing_stream(chunks):
+        async for chunk in chunks:
+            total += len(chunk)
+            if max_chars is not None and total > max_chars:
+                raise StreamLimitExceeded(f"is larger than {max_chars:,} characters")
+            if end is not None and anyio.current_time() > end:
+                raise StreamLimitExceeded(f"lasted longer than {max_seconds:g} s")
+            if after_cr and chunk.startswith("\n"):  # a \r\n split between two chunks
+                chunk = chunk[1:]
+            if not chunk:
+                continue
+            after_cr = chunk.endswith("\r")
+            pieces = _EOL.split(chunk)
+            if len(pieces) == 1:
+                pending.append(chunk)
+                continue
+            yield "".join(pending) + pieces[0]
+            for piece in pieces[1:-1]:
+                yield piece
+            pending = [pieces[-1]] if pieces[-1] else []
     if pending:
         yield "".join(pending)
 
@@ -105,39 +110,39 @@ async def iter_sse(lines: AsyncIterator[str], *, idle: IdleLimit = None) -> Asyn
     complete within that many seconds, else :class:`StreamIdleTimeout` is raised; comment
     lines and bytes that do not complete an event do not count.
     """
-    event = ""
-    data: list[str] = []
-    last_id: str | None = None
-    iterator = aiter(lines)
-    limit = idle() if callable(idle) else idle
-    deadline = None if limit is None else anyio.current_time() + limit
-    while True:
-        try:
-            if deadline is None:
-                raw = await anext(iterator)
-            else:
-                with anyio.move_on_after(deadline - anyio.current_time()) as scope:
-                    raw = await anext(iterator)
-                if scope.cancelled_caught:
-                    raise StreamIdleTimeout(limit or 0.0)
-        except StopAsyncIteration:
-            return
-        line = raw.rstrip("\r\n")
-        if not line:
-            if data:
-                yield SSEEvent(event=event or "message", data="\n".join(data), id=last_id)
-                limit = idle() if callable(idle) else idle
-                deadline = None if limit is None else anyio.current_time() + limit
-            event, data = "", []
-            continue
-        if line.startswith(":"):
-            continue
-        name, _, value = line.partition(":")
-        if value.startswith(" "):
-            value = value[1:]
-        if name == "event":
-            event = value
-        elif name == "data":
-            data.append(value)
-        elif name == "id":
-            last_id = value
+    async with closing_stream(lines):
+        event = ""
+        data: list[str] = []
+        last_id: str | None = None
+        limit = idle() if callable(idle) else idle
+        deadline = None if limit is None else anyio.current_time() + limit
+        while True:
+            try:
+                if deadline is None:
+                    raw = await anext(lines)
+                else:
+                    with anyio.move_on_after(deadline - anyio.current_time()) as scope:
+                        raw = await anext(lines)
+                    if scope.cancelled_caught:
+                        raise StreamIdleTimeout(limit or 0.0)
+            except StopAsyncIteration:
+                return
+            line = raw.rstrip("\r\n")
+            if not line:
+                if data:
+                    yield SSEEvent(event=event or "message", data="\n".join(data), id=last_id)
+                    limit = idle() if callable(idle) else idle
+                    deadline = None if limit is None else anyio.current_time() + limit
+                event, data = "", []
+                continue
+            if line.startswith(":"):
+                continue
+            name, _, value = line.partition(":")
+            if value.startswith(" "):
+                value = value[1:]
+            if name == "event":
+                event = value
+            elif name == "data":
+                data.append(value)
+            elif name == "id":
+                last_id = value

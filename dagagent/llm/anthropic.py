@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 from pydantic import ValidationError
-from typing_extensions import Unpack
 
 from dagagent.errors import (
     LLMResponseError,
@@ -44,7 +43,7 @@ from dagagent.llm._http import HTTPChatClient
 from dagagent.llm._json import loads_json
 from dagagent.llm._retry import Retryable
 from dagagent.llm._sse import is_event_stream, iter_sse
-from dagagent.llm.settings import ModelOptions, ModelSettings
+from dagagent.llm.settings import ModelSettings
 from dagagent.llm.types import (
     LLMRequest,
     LLMResponse,
@@ -53,6 +52,7 @@ from dagagent.llm.types import (
     TextDelta,
     ToolCall,
     ToolCallDelta,
+    closing_stream,
 )
 from dagagent.llm.usage import Usage, UsageTracker
 
@@ -94,7 +94,6 @@ class AnthropicChat(HTTPChatClient):
         client: httpx.AsyncClient | None = None,
         headers: Mapping[str, str] | None = None,
         usage: UsageTracker | None = None,
-        **options: Unpack[ModelOptions],
     ) -> None:
         super().__init__(
             model,
@@ -104,7 +103,6 @@ class AnthropicChat(HTTPChatClient):
             client=client,
             headers=headers,
             usage=usage,
-            **options,
         )
         if self.max_tokens is None:  # Anthropic requires a limit
             self.max_tokens = DEFAULT_MAX_TOKENS
@@ -211,24 +209,26 @@ class AnthropicChat(HTTPChatClient):
         state = StreamState(fmt)
         raw: list[Any] = []
         done = False
-        async for sse in iter_sse(self._sse_lines(response), idle=self.timeout.read):
-            try:
-                data = loads_json(sse.data)
-            except ValueError:
-                raise self._response_error("a stream event is not JSON", sse.data) from None
-            raw.append(data)
-            if not isinstance(data, dict):
-                raise self._response_error("a stream event is not an object", sse.data)
-            data.setdefault("type", sse.event)
-            try:
-                event = Event.model_validate(data)
-            except ValidationError as exc:
-                raise self._shape_error(exc, data) from None
-            for item in self._apply(state, event, sse.data):
-                yield item
-            if event.type == "message_stop":
-                done = True
-                break
+        events = iter_sse(self._sse_lines(response), idle=self.timeout.read)
+        async with closing_stream(events):
+            async for sse in events:
+                try:
+                    data = loads_json(sse.data)
+                except ValueError:
+                    raise self._response_error("a stream event is not JSON", sse.data) from None
+                raw.append(data)
+                if not isinstance(data, dict):
+                    raise self._response_error("a stream event is not an object", sse.data)
+                data.setdefault("type", sse.event)
+                try:
+                    event = Event.model_validate(data)
+                except ValidationError as exc:
+                    raise self._shape_error(exc, data) from None
+                for item in self._apply(state, event, sse.data):
+                    yield item
+                if event.type == "message_stop":
+                    done = True
+                    break
         if not done:
             raise Retryable(
                 LLMResponseError,

@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 from pydantic import ValidationError
-from typing_extensions import Unpack
 
 from dagagent.errors import LLMResponseError, LLMServerError
 from dagagent.llm._http import HTTPChatClient
@@ -33,13 +32,14 @@ from dagagent.llm._openai_format import (
 )
 from dagagent.llm._retry import Retryable
 from dagagent.llm._sse import is_event_stream, iter_sse
-from dagagent.llm.settings import ModelOptions, ModelSettings
+from dagagent.llm.settings import ModelSettings
 from dagagent.llm.types import (
     LLMRequest,
     LLMResponse,
     StreamEnd,
     StreamEvent,
     ToolCall,
+    closing_stream,
     wire_name,
 )
 from dagagent.llm.usage import Usage, UsageTracker
@@ -85,7 +85,6 @@ class OpenAIChat(HTTPChatClient):
         usage: UsageTracker | None = None,
         max_tokens_field: str = "max_tokens",
         stream_usage: bool = True,
-        **options: Unpack[ModelOptions],
     ) -> None:
         super().__init__(
             model,
@@ -95,7 +94,6 @@ class OpenAIChat(HTTPChatClient):
             client=client,
             headers=headers,
             usage=usage,
-            **options,
         )
         self.max_tokens_field = max_tokens_field
         self.stream_usage = stream_usage
@@ -212,25 +210,26 @@ class OpenAIChat(HTTPChatClient):
 
         events = iter_sse(self._sse_lines(response), idle=idle)
         try:
-            async for sse in events:
-                if sse.data.strip() == "[DONE]":
-                    done = True
-                    break
-                try:
-                    data = loads_json(sse.data)
-                except ValueError:
-                    raise self._response_error("a stream event is not JSON", sse.data) from None
-                raw.append(data)
-                if isinstance(data, dict) and data.get("error"):
-                    raise self._stream_error(data["error"])
-                if sse.event == "error":
-                    raise self._stream_error(data)
-                try:
-                    chunk = Chunk.model_validate(data)
-                except ValidationError as exc:
-                    raise self._shape_error(exc, data) from None
-                for event in state.feed(chunk):
-                    yield event
+            async with closing_stream(events):
+                async for sse in events:
+                    if sse.data.strip() == "[DONE]":
+                        done = True
+                        break
+                    try:
+                        data = loads_json(sse.data)
+                    except ValueError:
+                        raise self._response_error("a stream event is not JSON", sse.data) from None
+                    raw.append(data)
+                    if isinstance(data, dict) and data.get("error"):
+                        raise self._stream_error(data["error"])
+                    if sse.event == "error":
+                        raise self._stream_error(data)
+                    try:
+                        chunk = Chunk.model_validate(data)
+                    except ValidationError as exc:
+                        raise self._shape_error(exc, data) from None
+                    for event in state.feed(chunk):
+                        yield event
         except httpx.TransportError:
             # Closed, cut or held open after the answer was finished: many servers end a
             # stream that way instead of sending [DONE]; what arrived is the whole answer.

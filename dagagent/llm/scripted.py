@@ -38,7 +38,9 @@ import httpx
 from dagagent.errors import ScriptError
 from dagagent.llm import wire
 from dagagent.llm._http import HTTPChatClient
+from dagagent.llm._retry import HTTPRetryPolicy
 from dagagent.llm.protocol import RequestLLM
+from dagagent.llm.settings import ModelSettings
 from dagagent.llm.types import (
     LLMRequest,
     LLMResponse,
@@ -55,6 +57,9 @@ if TYPE_CHECKING:
 __all__ = ["ScriptError", "ScriptItem", "ScriptedLLM", "WireItem"]
 
 _Answer: TypeAlias = LLMResponse | str
+
+#: The settings of a wire-mode client: retries without a delay between them.
+_NO_DELAY = ModelSettings(retry=HTTPRetryPolicy(base_delay_s=0.0))
 ScriptItem: TypeAlias = (
     LLMResponse | str | BaseException | Callable[[LLMRequest], _Answer | Awaitable[_Answer]]
 )
@@ -118,17 +123,15 @@ class ScriptedLLM(RequestLLM):
     ) -> ScriptedLLM:
         """Script ``chat.completion`` bodies answered through a real :class:`OpenAIChat`.
 
-        ``client_options`` go to ``OpenAIChat`` (defaults here: no retry delay).
+        ``client_options`` go to ``OpenAIChat`` (its ``settings`` default here to retries
+        without a delay between them).
         """
         self = cls(model=model, chunk_size=chunk_size)
         self._script = list(script)
         self._wire = "openai"
         self.provider_name = "openai"
         self._http = httpx.AsyncClient(transport=httpx.MockTransport(self._handle))
-        options: dict[str, Any] = {
-            "base_url": "http://scripted.invalid/v1",
-            "retry_base_delay_s": 0.0,
-        }
+        options: dict[str, Any] = {"base_url": "http://scripted.invalid/v1", "settings": _NO_DELAY}
         options.update(client_options)
         client_class = HTTPChatClient.for_wire_format("openai")
         self.backend = client_class(model, client=self._http, usage=self.usage, **options)
@@ -149,7 +152,7 @@ class ScriptedLLM(RequestLLM):
         self._wire = "anthropic"
         self.provider_name = "anthropic"
         self._http = httpx.AsyncClient(transport=httpx.MockTransport(self._handle))
-        options: dict[str, Any] = {"base_url": "http://scripted.invalid", "retry_base_delay_s": 0.0}
+        options: dict[str, Any] = {"base_url": "http://scripted.invalid", "settings": _NO_DELAY}
         options.update(client_options)
         client_class = HTTPChatClient.for_wire_format("anthropic")
         self.backend = client_class(model, client=self._http, usage=self.usage, **options)

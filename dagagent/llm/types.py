@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias, TypedDict
 
@@ -393,3 +394,16 @@ def __getattr__(name: str) -> Any:
 
         return getattr(protocol, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+@asynccontextmanager
+async def closing_stream(stream: AsyncIterator[Any]) -> AsyncIterator[AsyncIterator[Any]]:
+    """``stream``, closed (when it can be: an async generator) however reading it ends. A
+    reader that stops early must close what it read from, or the generator is left for the
+    event loop to finalize (trio warns about each one)."""
+    try:
+        yield stream
+    finally:
+        aclose = getattr(stream, "aclose", None)
+        if aclose is not None:
+            await aclose()

@@ -11,12 +11,14 @@ __all__ = ["Usage", "UsageTracker"]
 
 
 class Usage(BaseModel):
-    """Tokens used by one call (or, once added up, by many)."""
+    """Tokens used by one model call, or added up over many (then ``calls`` says how many
+    calls; the usage of one response leaves it at 0)."""
 
     model_config = ConfigDict(frozen=True, defer_build=True)  # its schema on first use
 
     input_tokens: int = 0
     output_tokens: int = 0
+    calls: int = 0
 
     @property
     def total_tokens(self) -> int:
@@ -28,7 +30,17 @@ class Usage(BaseModel):
         return Usage(
             input_tokens=self.input_tokens + other.input_tokens,
             output_tokens=self.output_tokens + other.output_tokens,
+            calls=self.calls + other.calls,
         )
+
+    def to_json_dict(self) -> dict[str, int]:
+        """``calls``, ``input_tokens``, ``output_tokens``, ``total_tokens``."""
+        return {
+            "calls": self.calls,
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "total_tokens": self.total_tokens,
+        }
 
     def __radd__(self, other: int) -> Usage:
         # Lets ``sum(usages)`` work without a start value.
@@ -55,21 +67,17 @@ class UsageTracker:
 
     @property
     def total(self) -> Usage:
-        return Usage(input_tokens=self.input_tokens, output_tokens=self.output_tokens)
+        """Everything recorded so far, ``calls`` included."""
+        with self._lock:
+            return Usage(
+                input_tokens=self.input_tokens,
+                output_tokens=self.output_tokens,
+                calls=self.calls,
+            )
 
     @property
     def total_tokens(self) -> int:
         return self.input_tokens + self.output_tokens
-
-    def as_dict(self) -> dict[str, int]:
-        """``calls``, ``input_tokens``, ``output_tokens``, ``total_tokens``."""
-        with self._lock:
-            return {
-                "calls": self.calls,
-                "input_tokens": self.input_tokens,
-                "output_tokens": self.output_tokens,
-                "total_tokens": self.input_tokens + self.output_tokens,
-            }
 
     def reset(self) -> None:
         with self._lock:

@@ -14,7 +14,7 @@
 
 A server's tools become :class:`MCPTool` objects: their ``inputSchema`` is their argument
 schema (plans and the planner's schema check their arguments like any other tool's, see
-:mod:`dagagent.schema_tools`); a call returns the result's ``structuredContent``, else its
+:class:`dagagent.tools.SchemaTool`); a call returns the result's ``structuredContent``, else its
 content as text (see :mod:`dagagent.mcp._results`); a result flagged ``isError`` fails the
 task with the server's message (:class:`~dagagent.errors.MCPToolError`). Annotations can only
 make a tool safer to use: anything not declared read-only has side effects, and only tools

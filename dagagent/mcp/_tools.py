@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ToolDefinitionError
-from ..schema_tools import SchemaTool
+from ..tools import SchemaTool
 
 if TYPE_CHECKING:
     from mcp_types import Tool as MCPToolSpec

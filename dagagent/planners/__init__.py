@@ -6,12 +6,9 @@
   successful task unchanged, so its output can be reused.
 - :class:`Joiner`: goal + plan + task results → ``finish(answer, cites)`` or
   ``replan(feedback)``.
-- :func:`plan_json_schema`: the JSON Schema of a plan for a registry
-  (also ``registry.plan_schema()``).
+- :func:`plan_json_schema`: the JSON Schema of a plan for a registry.
 - :func:`parse_llmcompiler`: LLMCompiler plan text (``1. tool(args)`` lines) → plan.
 """
-
-from typing import Any
 
 from .heal import HealingPlanner, PlanAttempt, PlanningOptions, PlanningResult
 from .joiner import JoinDecision, Joiner, JoinReport, parse_join_answer
@@ -50,12 +47,3 @@ __all__ = [
     "system_prompt",
     "tool_catalog",
 ]
-
-
-def __getattr__(name: str) -> Any:
-    """Old names, kept for one release with a DeprecationWarning (see CHANGELOG.md)."""
-    if name == "PlanHealer":
-        from . import heal
-
-        return heal.__getattr__(name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

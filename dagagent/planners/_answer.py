@@ -3,7 +3,7 @@
 :class:`StreamedAnswer` takes the answer's events (text deltas, or the first tool call's
 argument deltas), turns them into tasks with
 :class:`~dagagent.planners.incremental.JsonTaskStream`, checks each task the moment it is
-complete, and adds it to the run's :class:`~dagagent.growing.GrowingGraph` or holds it until
+complete, and adds it to the run's :class:`~dagagent.graph.GrowingGraph` or holds it until
 the whole plan has validated. What it refuses ends the answer with a :class:`StreamStop`
 carrying the issues. :mod:`dagagent.planners.streaming` runs the attempts around it.
 """
@@ -14,13 +14,12 @@ import json
 import re
 import time
 from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import Issue, PlanLoadError
 from ..events import Listener, TaskParsed
-from ..growing import GrowingGraph, PlanChecker, TaskCheck
-from ..llm import LLMResponse, StreamEnd, TextDelta, ToolCallDelta, Usage
+from ..graph import GrowingGraph, PlanChecker, TaskCheck
+from ..llm import LLMResponse, StreamEnd, TextDelta, ToolCallDelta, Usage, closing_stream
 from ..plan import AgentTask, Plan, Task, ToolTask, load_plan
 from .incremental import JsonTaskStream, StreamedPlanError
 from .llmcompiler import LLMCompilerStream
@@ -38,7 +37,6 @@ __all__ = [
     "StreamedAnswer",
     "TextAnswer",
     "call_key",
-    "closing",
 ]
 
 
@@ -206,7 +204,7 @@ class StreamedAnswer:
         final: LLMResponse | None = None
         after = 0  # characters the model wrote after the plan's JSON ended
         try:
-            async with closing(events) as stream:
+            async with closing_stream(events) as stream:
                 async for event in stream:
                     if text.closed or call.closed:
                         if isinstance(event, StreamEnd):
@@ -261,17 +259,6 @@ class StreamedAnswer:
             self.take(raw)
         if not self.graph.tasks and not self.held:
             raise StreamStop([Issue("empty_plan", None, "the plan has no tasks")])
-
-
-@asynccontextmanager
-async def closing(events: AsyncIterator[Any]) -> AsyncIterator[AsyncIterator[Any]]:
-    """Close the model's stream (and its connection) however reading it ends."""
-    try:
-        yield events
-    finally:
-        aclose = getattr(events, "aclose", None)
-        if aclose is not None:
-            await aclose()
 
 
 _LLMCOMPILER_START = re.compile(r"(?:\d+\s*[.):]|thought\s*:)", re.IGNORECASE)

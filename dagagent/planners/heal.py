@@ -27,10 +27,9 @@ caught: they propagate as themselves.
 from __future__ import annotations
 
 import json
-import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypedDict, TypeVar
+from typing import TypedDict, TypeVar
 
 from typing_extensions import Unpack
 
@@ -196,8 +195,7 @@ class PlanningOptions(TypedDict, total=False):
       reject ``response_format``; the prompt alone describes the format).
     - ``agent_tasks`` (``False``): the plan may also hold agent tasks (``instruction``).
     - ``settings``: a :class:`~dagagent.llm.ModelSettings` whose ``max_tokens`` and
-      ``temperature`` go with every call; ``max_tokens`` / ``temperature`` given as
-      keywords win over it.
+      ``temperature`` go with every call.
     """
 
     max_attempts: int
@@ -205,8 +203,6 @@ class PlanningOptions(TypedDict, total=False):
     structured: bool
     agent_tasks: bool
     settings: ModelSettings | None
-    max_tokens: int | None
-    temperature: float | None
 
 
 class HealingPlanner:
@@ -228,10 +224,7 @@ class HealingPlanner:
         self.registry = registry
         self.max_attempts = max_attempts
         self.agent_tasks = agent_tasks
-        self.settings = ModelSettings.of(
-            options.get("settings"),
-            {"max_tokens": options.get("max_tokens"), "temperature": options.get("temperature")},
-        )
+        self.settings = options.get("settings") or ModelSettings()
         self.max_tokens = self.settings.max_tokens
         self.temperature = self.settings.temperature
         self.response_format: ResponseFormat | None = (
@@ -245,17 +238,6 @@ class HealingPlanner:
     def strict(self) -> bool:
         """Whether the response format sent is a strict schema."""
         return self.response_format is not None and self.response_format.strict
-
-    @property
-    def healer(self) -> HealingPlanner:
-        """Deprecated: the loop is this planner's own (:meth:`ask_for_plan`)."""
-        warnings.warn(
-            "HealingPlanner.healer is deprecated: the planner is the healer "
-            "(use planner.ask_for_plan and the planner's own attributes)",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return self
 
     async def ask_for_plan(
         self,
@@ -308,30 +290,3 @@ class HealingPlanner:
     @property
     def last_usage(self) -> Usage | None:
         return self.last_result.usage if self.last_result is not None else None
-
-
-class _PlanHealer(HealingPlanner):
-    """``PlanHealer``, the old name of :class:`HealingPlanner` (its loop was ``run``)."""
-
-    async def run(
-        self,
-        messages: Sequence[Message],
-        *,
-        goal: str,
-        check: Check | None = None,
-        warn: Callable[[Plan, PlanGraph], Sequence[Issue]] | None = None,
-        what: str = "plan",
-    ) -> PlanningResult:
-        return await self.ask_for_plan(messages, goal=goal, check=check, warn=warn, what=what)
-
-
-def __getattr__(name: str) -> Any:
-    """Old names, kept for one release with a DeprecationWarning (see CHANGELOG.md)."""
-    if name == "PlanHealer":
-        warnings.warn(
-            "PlanHealer is deprecated; use HealingPlanner (its loop is ask_for_plan)",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return _PlanHealer
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -388,8 +388,6 @@ class Joiner:
         output_chars: int = 2000,
         structured: bool = True,
         settings: ModelSettings | None = None,
-        max_tokens: int | None = None,
-        temperature: float | None = None,
         system_prompt: str | None = None,
     ) -> None:
         if max_attempts < 1:
@@ -398,9 +396,7 @@ class Joiner:
         self.max_attempts = max_attempts
         self.output_chars = output_chars
         self.structured = structured
-        self.settings = ModelSettings.of(
-            settings, {"max_tokens": max_tokens, "temperature": temperature}
-        )
+        self.settings = settings or ModelSettings()
         self.max_tokens = self.settings.max_tokens
         self.temperature = self.settings.temperature
         self.system_prompt = system_prompt if system_prompt is not None else _SYSTEM

@@ -30,8 +30,8 @@ __all__ = ["LLMPlanner"]
 class LLMPlanner(HealingPlanner):
     """Turns goals into validated plans for ``registry`` with ``llm``.
 
-    - ``max_attempts``, ``strict``, ``structured``, ``agent_tasks``, ``settings``
-      (``max_tokens`` / ``temperature``): see :class:`~dagagent.planners.heal.PlanningOptions`.
+    - ``max_attempts``, ``strict``, ``structured``, ``agent_tasks``, ``settings`` (a
+      :class:`~dagagent.llm.ModelSettings`): see :class:`~dagagent.planners.heal.PlanningOptions`.
     - ``system_prompt``: replace the generated system prompt (the catalog included).
 
     ``last_result`` / ``last_usage`` describe the latest ``plan()`` call; when planning

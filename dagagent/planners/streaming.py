@@ -2,16 +2,16 @@
 
 ::
 
-    round_ = await plan_and_execute_streamed(planner, goal, registry, executor="dataflow")
+    round_ = await plan_and_execute_streamed(planner, goal, registry)
     round_.plan, round_.result, round_.planning   # the final plan, its RunResult, how planned
 
 **The seam** (one call, one round of planning and running)::
 
     async def plan_and_execute_streamed(
         planner, goal, registry, *, llm=None, replan_of=None, feedback=None, reuse=None,
-        executor="dataflow", on_failure="cancel", max_concurrency=None, interceptors=(),
-        listeners=(), store=None, policy=None, parent_id=None, run_id=None, retry=None,
-        max_tasks=DEFAULT_MAX_TASKS, max_task_chars=20_000, max_repeats=1,
+        settings=None, interceptors=(), listeners=(), store=None, policy=None,
+        parent_id=None, run_id=None, max_tasks=DEFAULT_MAX_TASKS, max_task_chars=20_000,
+        max_repeats=1,
     ) -> StreamedRound
 
 ``planner`` is an :class:`~dagagent.planners.LLMPlanner`, or an
@@ -25,9 +25,9 @@ a valid plan (every run of those attempts is in the store), and model errors as 
 **How it goes.** The planner's model is asked for a streamed completion. The answer is read
 as it grows (:class:`~dagagent.planners.incremental.JsonTaskStream`: the text, or the first
 tool call's argument deltas when the model answers with a tool call) and each task is
-checked the moment it is complete (:class:`~dagagent.growing.PlanChecker`: its tool exists,
+checked the moment it is complete (:class:`~dagagent.graph.PlanChecker`: its tool exists,
 its arguments fit, it depends only on tasks before it). A valid task goes straight into the
-run's :class:`~dagagent.growing.GrowingGraph`, which the executor is already running; a
+run's :class:`~dagagent.graph.GrowingGraph`, which the executor is already running; a
 :class:`~dagagent.events.TaskParsed` event tells listeners (with the seconds since planning
 began). When the answer ends and every task was valid, the plan is complete.
 
@@ -66,10 +66,9 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from .. import telemetry
-from ..api import execute, new_run_id
 from ..errors import ConfigError, Issue, PlanningError
 from ..events import Listener, get_logger
-from ..growing import GrowingGraph
+from ..graph import GrowingGraph
 from ..llm import (
     AssistantMessage,
     Message,
@@ -78,6 +77,7 @@ from ..llm import (
 )
 from ..plan import Plan, Task, ToolTask, task_fingerprint
 from ..results import RunResult, TaskStatus
+from ..run import execute, new_run_id
 from ..text import shorten as shorten_text
 from ._answer import StreamedAnswer, StreamStop
 from .heal import HealingPlanner, PlanAttempt, PlanningResult
@@ -87,8 +87,8 @@ from .replan import LLMReplanner, replan_warnings
 
 if TYPE_CHECKING:
     from ..approval import Policy
-    from ..executors import Executor
-    from ..runner import Interceptor, TaskRetryPolicy
+    from ..runner import Interceptor
+    from ..settings import RunSettings
     from ..store import RunStore
     from ..tools import Registry
 
@@ -182,16 +182,13 @@ async def plan_and_execute_streamed(
     replan_of: Any = None,
     feedback: str | None = None,
     reuse: Mapping[str, tuple[str, Any]] | None = None,
-    executor: str | Executor = "dataflow",
-    on_failure: str = "cancel",
-    max_concurrency: int | None = None,
+    settings: RunSettings | None = None,
     interceptors: Sequence[Interceptor] = (),
     listeners: Sequence[Listener] = (),
     store: RunStore | str | Path | None = None,
     policy: Policy | None = None,
     parent_id: str | None = None,
     run_id: str | None = None,
-    retry: TaskRetryPolicy | None = None,
     max_tasks: int = DEFAULT_MAX_TASKS,
     max_task_chars: int = 20_000,
     max_repeats: int = 1,
@@ -203,8 +200,6 @@ async def plan_and_execute_streamed(
         raise ConfigError("the goal is empty: say what the plan should achieve")
     if max_tasks < 1:
         raise ConfigError(f"max_tasks must be at least 1, not {max_tasks}")
-    if on_failure not in ("cancel", "continue"):
-        raise ConfigError(f"on_failure must be 'cancel' or 'continue', not {on_failure!r}")
     owner = _Streamer(
         planner,
         registry,
@@ -223,10 +218,7 @@ async def plan_and_execute_streamed(
     runs: list[RunResult] = []
     run_id = run_id or new_run_id()
     run_options: dict[str, Any] = {
-        "executor": executor,
-        "on_failure": on_failure,
-        "max_concurrency": max_concurrency,
-        "retry": retry,
+        "settings": settings,
         "interceptors": interceptors,
         "listeners": owner.listeners,
         "llm": llm,

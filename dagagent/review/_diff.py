@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..plan import Plan, Task, ToolTask
-from ..results import jsonable
+from ..text import jsonable
 
 if TYPE_CHECKING:
     pass

@@ -18,10 +18,11 @@ import anyio
 
 from ..errors import TaskTimeoutError
 from ..events import TaskDecision
-from ..results import ApprovalAnswer, CallDecision, jsonable
+from ..results import ApprovalAnswer, CallDecision, Decision, DecisionSource
+from ..text import jsonable
 
 if TYPE_CHECKING:
-    from ..events import Emitter
+    from ..events import Event
     from ..tools import Registry, Tool
 
 __all__ = [
@@ -71,12 +72,12 @@ class ToolInvocation:
     tool: Tool
     args: dict[str, Any]
     attempt: int = 1
-    source: str = "plan"  # "plan" for a tool task, "agent" for a call made by a ReAct node
+    source: DecisionSource = "plan"  # "plan": a tool task's call; "agent": its agent's
     decisions: list[CallDecision] = field(default_factory=list)
     timeout: float | None = None
     #: Decisions a person recorded about this task's waiting calls (a resumed run).
     answers: Sequence[ApprovalAnswer] = ()
-    _emit: Emitter | None = field(default=None, repr=False)
+    _emit: Callable[[Event], None] | None = field(default=None, repr=False)
     _validated: dict[str, Any] | None = field(default=None, repr=False)
     _answer: ApprovalAnswer | None = field(default=None, repr=False)
 
@@ -111,7 +112,12 @@ class ToolInvocation:
         )
 
     def decide(
-        self, decision: str, decided_by: str, reason: str | None = None, *, rule: str | None = None
+        self,
+        decision: Decision,
+        decided_by: str,
+        reason: str | None = None,
+        *,
+        rule: str | None = None,
     ) -> CallDecision:
         """Record a decision about this call (allow / deny / edit by an approval ``rule``,
         redact...) in the task's record, and emit it as an event."""
@@ -145,7 +151,7 @@ class CallOptions(TypedDict, total=False):
     that pass them on (:meth:`~dagagent.runner.TaskRunner.call_tool`)."""
 
     attempt: int
-    source: str
+    source: DecisionSource
     decisions: list[CallDecision] | None
     timeout: float | None
 
@@ -157,9 +163,9 @@ class ToolCalls:
         self,
         run_id: str,
         registry: Registry,
-        interceptors: Sequence[Interceptor],
-        invoker: Invoker | None,
-        emit: Emitter | None,
+        interceptors: Sequence[Interceptor] = (),
+        invoker: Invoker | None = None,
+        emit: Callable[[Event], None] | None = None,
         answers: Mapping[str, Sequence[ApprovalAnswer]] | None = None,
     ) -> None:
         self.run_id = run_id
@@ -170,8 +176,6 @@ class ToolCalls:
         self._limits = {
             t.name: anyio.CapacityLimiter(t.max_concurrency) for t in registry if t.max_concurrency
         }
-        #: Nothing between a task and an in-process tool (see :meth:`is_direct`).
-        self._plain = not self._interceptors and invoker is None
         chain: CallNext = self._innermost
         for icpt in reversed(self._interceptors):
             chain = _bind(icpt, chain)
@@ -182,11 +186,6 @@ class ToolCalls:
         """Whether calls go through interceptors (which may record decisions)."""
         return bool(self._interceptors)
 
-    def is_direct(self, tool: Tool, timeout: float | None) -> bool:
-        """Whether a call of ``tool`` is just ``tool.acall``: no interceptor, invoker, limit
-        or timeout in the way of an async tool (then the runner may skip this seam)."""
-        return self._plain and timeout is None and tool.name not in self._limits
-
     async def call(
         self,
         task_id: str,
@@ -194,7 +193,7 @@ class ToolCalls:
         args: Mapping[str, Any],
         *,
         attempt: int = 1,
-        source: str = "plan",
+        source: DecisionSource = "plan",
         decisions: list[CallDecision] | None = None,
         timeout: float | None = None,
     ) -> Any:

@@ -36,26 +36,22 @@ import time
 from typing import TYPE_CHECKING, Any
 
 import anyio
-import anyio.lowlevel
 
-from ..errors import MapError, TaskDeniedError, TaskWaitingError
+from ..errors import MapError, TaskWaitingError
 from ..events import TaskElementFinished
-from ..limits import DEFAULT_MAX_ELEMENTS
 from ..plan import element_key
 from ..references import ElementScope, Template
 from ..results import TaskResult, TaskStatus
-from ..tools import Tool
-from ._cancel import IGNORED_CANCEL, really_cancelled
-from ._record import TaskRun, describe, task_result
-from ._retry import NOT_RETRIED
+from ._cancel import IGNORED_CANCEL, cancel_ignored
+from ._record import TaskRun, describe
 from ._reuse import same_upstream
-from ._traceback import task_traceback
+from ._slot import Slot
 
 if TYPE_CHECKING:
     from ..plan import Task
     from ._task import Attempt, TaskRunner
 
-__all__ = ["DEFAULT_MAX_ELEMENTS", "element_key", "run_map"]
+__all__ = ["run_map"]
 
 
 _SUCCEEDED = TaskStatus.SUCCEEDED
@@ -92,7 +88,7 @@ class MapRun:
         self.first_failure: int | None = None
         #: A resumed run: the elements recorded before the pause (those that did not wait
         #: stand as they were; a list of another length means nothing stands).
-        self.prior: list[TaskResult] | None = runner._resume_elements.pop(task.id, None)
+        self.prior: list[TaskResult] | None = runner.resume_elements.pop(task.id, None)
 
     def expand(self) -> list[Any]:
         """The list, resolved now; :class:`MapError` if it is not a list or too long."""
@@ -136,9 +132,7 @@ class MapRun:
             following_ids = list(range(n))
         if not n:
             return _SUCCEEDED, [], None, None
-        attempt, retries = runner._attempt_for(task)
-        if runner.telemetry is not None:
-            attempt = runner.telemetry.attempts(task, attempt)
+        attempt, retries = runner.attempt_for(task)
         cancel_siblings = runner.on_failure == "cancel" and not task.allow_partial
         width = max(1, len(following_ids))
         for bound in (task.max_concurrency, runner.element_concurrency, runner.max_concurrency):
@@ -168,10 +162,7 @@ class MapRun:
         out = []
         for i, r in enumerate(self.results):
             if r is None:
-                r = task_result(
-                    f"{self.task.id}[{i}]", _CANCELLED, None, why, None, 0, None, None,
-                    None, None, None,
-                )  # fmt: skip
+                r = TaskResult(task_id=f"{self.task.id}[{i}]", status=_CANCELLED, error=why)
                 self.results[i] = r
             out.append(r)
         return out
@@ -226,85 +217,54 @@ class MapRun:
         return _WAITING, None, error, TaskWaitingError.__name__
 
     async def _element(
-        self, i: int, attempt: Tool | Attempt, retries: int, upstream: tuple[str, ...]
+        self, i: int, attempt: Attempt, retries: int, upstream: tuple[str, ...]
     ) -> TaskResult:
         runner, task = self.runner, self.task
-        slots = runner._slots
-        if slots is not None:
-            await slots.acquire()
-        run = TaskRun(task.id, time.time(), [] if runner._intercepted else None)
-        prior = self.prior
-        if prior is not None and len(prior) == len(self.items) and prior[i].steps:
-            run.resume_steps = list(prior[i].steps or ())  # an agent that waited goes on
-        status, output, error, error_type = _FAILED, None, None, None
-        traceback = None
-        try:
-            tmpl = runner.templates[task.id]
-            scope = ElementScope(runner.outputs, self.items[i], i)
-            run.args = tmpl.resolve(scope) if tmpl.refs else tmpl.literal
-            before = runner._reuse.get(element_key(task.id, task.fingerprint(run.args)))
-            if before is not None and same_upstream(upstream, runner.outputs, runner._reuse):
-                status, output = _REUSED, before[1]
-            else:
-                output = await _attempts(runner, run, attempt, retries)
-                if runner._cancel_ignored():  # caught the run's cancellation, returned anyway
-                    output, error = None, f"{IGNORED_CANCEL}: {runner.stop_cause()}"
-                    await anyio.lowlevel.checkpoint()  # a cancel scope's cancellation, again
-                    raise runner._cancelled_exc()  # a one-time Task.cancel(), caught
-                status = _SUCCEEDED
-        except runner._cancelled_exc as exc:
-            if really_cancelled():
-                status, error = _CANCELLED, error or "cancelled while running"
-                raise
-            error = f"{describe(exc)} (raised by the task itself; nothing cancelled it)"
-            error_type, traceback = type(exc).__name__, task_traceback(exc)
-        except TaskWaitingError as exc:
-            status, error, error_type = _WAITING, str(exc), type(exc).__name__
-        except TaskDeniedError as exc:
-            status, error, error_type = _DENIED, str(exc), type(exc).__name__
-        except Exception as exc:
-            error, error_type = describe(exc), type(exc).__name__
-            traceback = task_traceback(exc)
-        except BaseException as exc:
-            error = f"{describe(exc)} (raised by the task; a BaseException, not retried)"
-            error_type, traceback = type(exc).__name__, task_traceback(exc)
-        finally:
-            r = task_result(
-                f"{task.id}[{i}]",
-                status,
-                output if status.ok else None,
-                error,
-                error_type,
-                run.attempts,
-                run.started_at,
-                time.time(),
-                run.args,
-                run.steps,
-                run.decisions or None,
-                None,
-                traceback,
-            )
-            self.results[i] = r
-            if runner.emit is not None:
-                runner.emit(TaskElementFinished(runner.run_id, task.id, i, r))
-            if slots is not None:
-                slots.release()
+        async with Slot(runner.slots):
+            run = TaskRun(task.id, time.time(), [] if runner.calls.intercepted else None)
+            prior = self.prior
+            if prior is not None and len(prior) == len(self.items) and prior[i].steps:
+                run.resume_steps = list(prior[i].steps or ())  # an agent that waited goes on
+            status, output, error, error_type, traceback = _FAILED, None, None, None, None
+            try:
+                tmpl = runner.templates[task.id]
+                scope = ElementScope(runner.outputs, self.items[i], i)
+                run.args = tmpl.resolve(scope) if tmpl.refs else tmpl.literal
+                before = runner.reuse.get(element_key(task.id, task.fingerprint(run.args)))
+                if before is not None and same_upstream(upstream, runner.outputs, runner.reuse):
+                    status, output = _REUSED, before[1]
+                else:
+                    output = await runner.attempts(run, attempt, retries)
+                    if cancel_ignored():  # caught the run's cancellation, returned anyway
+                        output, error = None, f"{IGNORED_CANCEL}: {runner.stop_cause()}"
+                        await runner.cancelled_again()
+                    status = _SUCCEEDED
+            except BaseException as exc:
+                ending = runner.ending(exc)
+                if ending is None:
+                    status, error = _CANCELLED, error or "cancelled while running"
+                    raise
+                status, error, error_type = ending.status, ending.error, ending.error_type
+                traceback = ending.traceback
+            finally:
+                r = TaskResult(
+                    task_id=f"{task.id}[{i}]",
+                    status=status,
+                    output=output if status.ok else None,
+                    error=error,
+                    error_type=error_type,
+                    attempts=run.attempts,
+                    started_at=run.started_at,
+                    finished_at=time.time(),
+                    args=run.args,
+                    steps=run.steps,
+                    decisions=run.decisions or None,
+                    traceback=traceback,
+                )
+                self.results[i] = r
+                if runner.emit is not None:
+                    runner.emit(TaskElementFinished(runner.run_id, task.id, i, r))
         return r
-
-
-async def _attempts(runner: TaskRunner, run: TaskRun, attempt: Tool | Attempt, retries: int) -> Any:
-    while True:
-        run.attempts += 1
-        try:
-            if isinstance(attempt, Tool):
-                return await attempt.acall(attempt.validate_args(run.args))
-            return await attempt(run)
-        except NOT_RETRIED:
-            raise
-        except Exception as exc:
-            if run.attempts > retries:
-                raise
-            await runner._wait_to_retry(run, exc)
 
 
 def _for_each_task(task: Task) -> str | None:
@@ -321,26 +281,26 @@ def _shown(item: Any) -> str:
     return shorten(item, 40)
 
 
-async def run_map(runner: TaskRunner, task: Task, run: TaskRun) -> TaskStatus:
+async def run_map(runner: TaskRunner, task: Task, run: TaskRun) -> TaskResult:
     """Run map task ``task`` (see the module docstring) and record its result."""
     mapping = MapRun(runner, task, run)
     run.attempts = 1
     try:
         status, output, error, error_type = await mapping()
-    except runner._cancelled_exc:
+    except anyio.get_cancelled_exc_class():
         why = runner.stop_cause()
         elements = mapping.finish_unstarted(f"not run: {why}")
-        runner._finish(run, _CANCELLED, error=f"cancelled while running: {why}", elements=elements)
+        runner.finish(run, _CANCELLED, error=f"cancelled while running: {why}", elements=elements)
         raise
     except MapError as exc:
-        return runner._finish(run, _FAILED, error=str(exc), error_type="MapError", elements=[])
+        return runner.finish(run, _FAILED, error=str(exc), error_type="MapError", elements=[])
     except Exception as exc:  # the list's reference could not be resolved
-        return runner._finish(
+        return runner.finish(
             run, _FAILED, error=describe(exc), error_type=type(exc).__name__, elements=[]
         )
     elements = [r for r in mapping.results if r is not None]
     first = mapping.first_failure
-    return runner._finish(
+    return runner.finish(
         run,
         status,
         output,

@@ -1,14 +1,4 @@
-"""The record a task fills while it runs, and the public result it becomes.
-
-**Hot path.** A :class:`TaskRun` (a slots dataclass) is made for a task that goes the task
-runner's full way; a task run *plainly* (see ``TaskRunner.run_task_status``) gets one only if
-it does not succeed. A task that succeeds with nothing more to say ends as a tuple of its
-values, held in ``TaskRunner.results`` (a :class:`~dagagent.results.TaskResults`) until someone
-reads its result; any other end is built at once by :func:`~dagagent.results.task_result`,
-which fills a ``TaskResult`` without pydantic's per-field loop (what
-``TaskResult.model_construct`` does when every field is given). ``benchmarks/overhead.py``
-guards this; ``tests/test_benchmarks_smoke.py`` checks that the result is a normal model.
-"""
+"""The record a task fills while it runs, and how a failure is worded in its result."""
 
 from __future__ import annotations
 
@@ -23,9 +13,9 @@ from ..errors import (
     ToolArgumentsError,
     UnknownToolError,
 )
-from ..results import AgentStep, CallDecision, task_result
+from ..results import AgentStep, CallDecision
 
-__all__ = ["TaskRun", "describe", "task_result"]
+__all__ = ["TaskRun", "describe"]
 
 
 @dataclass(slots=True)

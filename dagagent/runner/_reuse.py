@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..plan import task_fingerprint
-from ..results import jsonable
+from ..text import jsonable
 
 __all__ = ["same_upstream", "task_fingerprint"]
 

@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from ..plan import Task
     from ..results import RunResult
     from ._record import TaskRun
+    from ._redaction import Redaction
 
 __all__ = ["RunTelemetry"]
 
@@ -60,6 +61,7 @@ class RunTelemetry:
         graph: PlanGraph,
         run_id: str,
         executor: str,
+        redaction: Redaction,
     ) -> None:
         self.tracer = tracer
         self.instruments = instruments
@@ -70,20 +72,24 @@ class RunTelemetry:
         self.span: Span | None = None
         self._context: Context | None = None
         self._cancelled = anyio.get_cancelled_exc_class()
-        #: ``(task_id, args, text) -> text`` as the redacting interceptors leave it: applied to
-        #: what a failure's span says (its message and traceback).
-        self.scrub: Callable[[str, Any, str], str] | None = None
+        #: Applied to what a failure's span says (its message and traceback).
+        self.redaction = redaction
 
     @classmethod
     def start(
-        cls, graph: PlanGraph, run_id: str, executor: str, parent_id: str | None
+        cls,
+        graph: PlanGraph,
+        run_id: str,
+        executor: str,
+        parent_id: str | None,
+        redaction: Redaction,
     ) -> RunTelemetry | None:
         """The telemetry of a run starting now, with its span begun; ``None`` when
         OpenTelemetry is off (no tracer and no meter provider set)."""
         tracer, instruments = otel.tracer(), otel.instruments()
         if tracer is None and instruments is None:
             return None
-        self = cls(tracer, instruments, graph, run_id, executor)
+        self = cls(tracer, instruments, graph, run_id, executor, redaction)
         if tracer is not None:
             from opentelemetry import trace
 
@@ -131,7 +137,7 @@ class RunTelemetry:
 
     # -- a task's attempts -----------------------------------------------------------------
 
-    def attempts(self, task: Task, attempt: Tool | Attempt) -> Tool | Attempt:
+    def attempts(self, task: Task, attempt: Attempt) -> Attempt:
         """``attempt`` with a span around each call: ``execute_tool TOOL`` for a tool task,
         ``invoke_agent TASK`` for an agent task (``attempt`` itself when not tracing)."""
         tracer = self.tracer
@@ -165,10 +171,7 @@ class RunTelemetry:
             role = otel.ROLE.set("agent") if agent else None  # its model calls' role
             try:
                 with use_span(span, end_on_exit=False, record_exception=False):
-                    if isinstance(attempt, Tool):
-                        output = await attempt.acall(attempt.validate_args(run.args))
-                    else:
-                        output = await attempt(run)
+                    output = await attempt(run)
             except BaseException as exc:
                 self._failed(span, exc, task.id, run.args)
                 raise
@@ -195,9 +198,10 @@ class RunTelemetry:
         status = TaskStatus.DENIED if denied else TaskStatus.FAILED
         span.set_attribute(otel.TASK_STATUS, status.value)
         message, stack = str(exc), task_traceback(exc)
-        if self.scrub is not None:
-            message = self.scrub(task_id, args, message)
-            stack = None if stack is None else self.scrub(task_id, args, stack)
+        tool = getattr(self.graph.tasks.get(task_id), "tool", None)
+        if self.redaction and isinstance(tool, str):
+            message = self.redaction.text(tool, args, message)
+            stack = None if stack is None else self.redaction.text(tool, args, stack)
         otel.end_with_error(span, exc, stack, message)
 
     # -- an agent's tool calls -------------------------------------------------------------
@@ -300,13 +304,13 @@ class RunTelemetry:
         span.end(end_time=max(end, start))
 
 
-def _as_agent(attempt: Tool | Attempt) -> Attempt:
+def _as_agent(attempt: Attempt) -> Attempt:
     """``attempt`` of an agent task, its model calls marked as the agent's."""
 
     async def as_agent(run: TaskRun) -> Any:
         token = otel.ROLE.set("agent")
         try:
-            return await (attempt(run) if not isinstance(attempt, Tool) else attempt.run(run.args))
+            return await attempt(run)
         finally:
             otel.ROLE.reset(token)
 

@@ -25,7 +25,6 @@ MAX_TRACEBACK_CHARS = 8000
 _PLUMBING = (
     "dagagent.runner",
     "dagagent.tools",
-    "dagagent.sync_threads",
     "dagagent.executors",
     "dagagent.observability",
     "anyio",

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Sequence
-from operator import attrgetter, itemgetter
+from operator import attrgetter
 from typing import Any
 
 from pydantic_core import to_json
@@ -77,10 +77,9 @@ _HAS_OUTPUT = frozenset(s for s in TaskStatus if s.ok)
 # result it is, one for its row. Results come from the event loop's thread, so each look at
 # one is a cache miss on this thread's core: every further pass over a batch costs about as
 # much as the first.
-_FIELDS = attrgetter("__dict__")
-_KIND = itemgetter("status", "error", "error_type", "traceback", "steps", "decisions", "elements")
+_KIND = attrgetter("status", "error", "error_type", "traceback", "steps", "decisions", "elements")
 _PLAIN_SUCCESS = (_SUCCEEDED, None, None, None, None, None, None)
-_SUCCESS_ROW = itemgetter("task_id", "output", "attempts", "started_at", "finished_at", "args")
+_SUCCESS_ROW = attrgetter("task_id", "output", "attempts", "started_at", "finished_at", "args")
 _CALLS = tuple(map(attrgetter, ("decisions", "elements")))
 
 
@@ -95,7 +94,7 @@ def as_result(r: TaskResult | SuccessRow) -> TaskResult:
     if not isinstance(r, tuple):
         return r
     task_id, output, attempts, started_at, finished_at, args = r
-    return TaskResult.model_construct(
+    return TaskResult(
         task_id=task_id,
         status=_SUCCEEDED,
         output=output,
@@ -121,12 +120,8 @@ def success_rows(results: Sequence[TaskResult]) -> list[tuple[Any, ...]] | None:
     """The rows of ``results`` in a document of successes if every one is a plain success
     (no error, steps, decisions or elements: the usual batch; the first value of a row is
     its task's id), else ``None``."""
-    try:
-        fields = list(map(_FIELDS, results))
-        if list(map(_KIND, fields)).count(_PLAIN_SUCCESS) == len(fields):
-            return list(map(_SUCCESS_ROW, fields))
-    except (AttributeError, KeyError):  # not kept as a model keeps them: looked at one by one
-        pass
+    if list(map(_KIND, results)).count(_PLAIN_SUCCESS) == len(results):
+        return list(map(_SUCCESS_ROW, results))
     return None
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import DecisionError, StoreError
-from ..results import RunStatus
+from ..results import RunStatus, SolveStatus
 from ._codec import from_column, to_column
 from ._ids import check_run_id
 from .models import RoundRecord, SolveRecord
@@ -187,7 +187,7 @@ class SolveQueries:
             solve_id=r[0],
             goal=r[1],
             created=r[2],
-            status=status,
+            status=SolveStatus(status),
             reason=r[4] or "",
             answer=from_column(r[5]),
             cites=from_column(r[6]) or [],

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import StoreError
 from ..plan import task_fingerprint
-from ..results import RunStatus, TaskResult, TaskStatus, load_decisions, load_steps
+from ..results import RunStatus, TaskResult
 from ._approvals import ApprovalQueries
 from ._codec import ELEMENT_KEYS, from_column
 from ._ids import check_run_id
@@ -359,21 +359,23 @@ class RunStore(SolveQueries, ApprovalQueries):
 
 
 def _result(t: Sequence[Any]) -> TaskResult:
-    """A task result from its columns (a task's row, or an element's object)."""
-    return TaskResult.model_construct(
-        task_id=t[0],
-        status=TaskStatus(t[1]),
-        output=from_column(t[2]),
-        error=t[3],
-        error_type=t[4],
-        attempts=t[5],
-        started_at=t[6],
-        finished_at=t[7],
-        args=from_column(t[8]),
-        steps=load_steps(from_column(t[9])),
-        decisions=load_decisions(from_column(t[10])),
-        traceback=t[11],
-        elements=None,
+    """A task result from its columns (a task's row, or an element's object), checked as it
+    comes out of the store."""
+    return TaskResult.validate(
+        {
+            "task_id": t[0],
+            "status": t[1],
+            "output": from_column(t[2]),
+            "error": t[3],
+            "error_type": t[4],
+            "attempts": t[5],
+            "started_at": t[6],
+            "finished_at": t[7],
+            "args": from_column(t[8]),
+            "steps": from_column(t[9]),
+            "decisions": from_column(t[10]),
+            "traceback": t[11],
+        }
     )
 
 

@@ -3,23 +3,29 @@
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..graph import finished_critical_path, validate
+from ..llm import Usage
 from ..plan import Plan
-from ..results import RunStatus, StatusCounts, TaskResult
+from ..results import (
+    ApprovalState,
+    DecisionSource,
+    PersonDecision,
+    RoundOutcome,
+    RunResult,
+    RunStatus,
+    SolveStatus,
+    StatusCounts,
+    TaskResult,
+)
 
 __all__ = ["ApprovalRecord", "RoundRecord", "RunRecord", "RunSummary", "SolveRecord"]
 
 # The three run models share their names: run_id, status (a RunStatus), counts (a member
 # holding {status value: n}), parent_id, goal, executor, started_at, finished_at.
-
-
-def _renamed(old: str, new: str) -> None:
-    warnings.warn(f"{old} is deprecated: use {new}", DeprecationWarning, stacklevel=3)
 
 
 class RunSummary(BaseModel):
@@ -45,12 +51,6 @@ class RunSummary(BaseModel):
     def unrecorded(self) -> int:
         """Tasks of the plan without a recorded result (the run did not get to finish)."""
         return max(0, self.n_tasks - sum(self.counts.values()))
-
-    @property
-    def id(self) -> str:
-        """Deprecated: ``run_id``, as on :class:`RunRecord` and ``RunResult``."""
-        _renamed("RunSummary.id", "RunSummary.run_id")
-        return self.run_id
 
 
 class RunRecord(BaseModel):
@@ -78,12 +78,6 @@ class RunRecord(BaseModel):
     context: dict[str, Any] = Field(default_factory=dict)
 
     @property
-    def id(self) -> str:
-        """Deprecated: ``run_id``, as on :class:`RunSummary` and ``RunResult``."""
-        _renamed("RunRecord.id", "RunRecord.run_id")
-        return self.run_id
-
-    @property
     def counts(self) -> StatusCounts:
         """How many recorded tasks ended in each status."""
         return StatusCounts.of(self.tasks.values())
@@ -108,6 +102,23 @@ class RunRecord(BaseModel):
         if self.started_at is None or self.finished_at is None:
             return None
         return self.finished_at - self.started_at
+
+    def as_result(self) -> RunResult:
+        """The run as the :class:`~dagagent.RunResult` it ended with (a run that did not end
+        gets its creation time as its start and end)."""
+        started = self.started_at if self.started_at is not None else self.created
+        return RunResult(
+            run_id=self.run_id,
+            status=self.status,
+            goal=self.goal,
+            executor=self.executor,
+            tasks=self.tasks,
+            started_at=started,
+            finished_at=self.finished_at if self.finished_at is not None else started,
+            critical_path=list(self.critical_path),
+            critical_path_s=self.critical_path_s or 0.0,
+            parent_id=self.parent_id,
+        )
 
     def to_json_dict(self) -> dict[str, Any]:
         return {
@@ -145,7 +156,7 @@ class RoundRecord(BaseModel):
 
     round: int
     run_id: str | None
-    outcome: str
+    outcome: RoundOutcome
     reason: str = ""
     decision: dict[str, Any] | None = None
     feedback: str | None = None
@@ -166,22 +177,17 @@ class SolveRecord(BaseModel):
     solve_id: str
     goal: str
     created: float
-    status: str
+    status: SolveStatus
     reason: str = ""
     answer: Any = None
     cites: list[str] = Field(default_factory=list)
     run_id: str | None = None
-    usage: dict[str, Any] | None = None
+    #: What each role used (``planner``, ``agents``, ``joiner``), as far as it is recorded.
+    usage: dict[str, Usage] | None = None
     finished_at: float | None = None
     rounds: list[RoundRecord] = Field(default_factory=list)
     #: The options it was started with (``None`` for a solve recorded before they were).
     options: dict[str, Any] | None = None
-
-    @property
-    def id(self) -> str:
-        """Deprecated: ``solve_id``, as runs say ``run_id``."""
-        _renamed("SolveRecord.id", "SolveRecord.solve_id")
-        return self.solve_id
 
     def round_of(self, run_id: str) -> RoundRecord | None:
         """The round whose run is ``run_id``."""
@@ -192,12 +198,14 @@ class SolveRecord(BaseModel):
             "solve_id": self.solve_id,
             "goal": self.goal,
             "created": self.created,
-            "status": self.status,
+            "status": self.status.value,
             "reason": self.reason,
             "answer": self.answer,
             "cites": list(self.cites),
             "run_id": self.run_id,
-            "usage": self.usage,
+            "usage": None
+            if self.usage is None
+            else {role: u.to_json_dict() for role, u in self.usage.items()},
             "finished_at": self.finished_at,
             "rounds": [r.to_json_dict() for r in self.rounds],
         }
@@ -222,10 +230,10 @@ class ApprovalRecord(BaseModel):
     tool: str
     args: Any = None
     rule: str | None = None
-    source: str = "plan"
+    source: DecisionSource = "plan"
     asked_at: float
-    state: str
-    decision: str | None = None
+    state: ApprovalState
+    decision: PersonDecision | None = None
     decided_by: str | None = None
     decided_at: float | None = None
     reason: str | None = None

@@ -12,8 +12,8 @@ from typing import Any
 
 import anyio
 
-from ..registry_helpers import Latency
 from ..tools import Registry
+from ._latency import Latency
 from .calc import evaluate
 
 __all__ = ["registry"]

@@ -22,10 +22,9 @@ from urllib.parse import quote, urlencode
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from markupsafe import Markup
 
-from ..results import jsonable
 from ..review import PlanDiff, diff_plans
 from ..store import RunRecord, RunSummary
-from ..text import shorten
+from ..text import jsonable, shorten
 from .view import PAGE_SIZE, STATUSES, RunView, build_view, fmt_s, task_kind, task_what
 
 __all__ = ["Page", "render_panel", "render_report", "render_run", "render_runs"]

@@ -13,15 +13,14 @@ combine planners, the joiner and execution.
 
 from .replan import Revision, record_of, replan_run, revise_run, run_revision
 from .resume import record_decision, resume, resume_sync
-from .solve import CallUsage, Round, Solution, SolveStatus, SolveUsage, solve, solve_sync
+from .solve import SOLVE_SETTINGS, Round, Solution, SolveUsage, solve, solve_sync
 from .solve_resume import resume_solve, resume_solve_sync
 
 __all__ = [
-    "CallUsage",
+    "SOLVE_SETTINGS",
     "Revision",
     "Round",
     "Solution",
-    "SolveStatus",
     "SolveUsage",
     "record_decision",
     "record_of",

@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..api import execute
 from ..graph import PlanGraph, validate
 from ..plan import AgentTask, Plan, task_fingerprint
 from ..planners import LLMReplanner, PlanningResult
@@ -36,6 +35,7 @@ from ..review import (
     reuse_map,
     review_run,
 )
+from ..run import execute
 from ..store import RunRecord
 
 if TYPE_CHECKING:
@@ -113,7 +113,7 @@ async def revise_run(
     replanner: LLMReplanner | None = None,
     plan: Plan | Mapping[str, Any] | str | Path | None = None,
     feedback: str | None = None,
-    agent_llm: Any = None,
+    agent_llm: LLM | None = None,
     goal: str | None = None,
 ) -> Revision:
     """Review ``record`` and revise its plan: ``plan`` (edited by a person), else a model's

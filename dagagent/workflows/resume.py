@@ -33,17 +33,19 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from ..api import Resuming, execute
 from ..approval import Approval
 from ..errors import ConfigError
-from ..executors import IN_PROCESS_EXECUTORS, Executor
+from ..executors import IN_PROCESS_EXECUTORS
 from ..graph import validate
 from ..results import ApprovalAnswer, RunResult, TaskStatus
+from ..run import Resuming, execute
+from ..settings import RunSettings
 from ..store import RunStore
 
 if TYPE_CHECKING:
     from ..events import Listener
-    from ..runner import AgentTaskRunner, Interceptor, TaskRetryPolicy
+    from ..llm import LLM
+    from ..runner import AgentTaskRunner, Interceptor
     from ..tools import Registry
 
 __all__ = [
@@ -51,11 +53,18 @@ __all__ = [
     "continue_claimed",
     "decider",
     "record_decision",
+    "resumable_executor",
     "resume",
     "resume_sync",
 ]
 
 RESUMABLE_EXECUTORS = IN_PROCESS_EXECUTORS
+
+
+def resumable_executor(executor: str) -> str:
+    """The executor a run started with ``executor`` goes on with: the same, when it can
+    continue a run (the in-process ones), else ``dataflow``."""
+    return executor if executor in RESUMABLE_EXECUTORS else "dataflow"
 
 
 def decider(by: str | None = None) -> str:
@@ -124,11 +133,8 @@ async def resume(
     decided_by: str | None = None,
     interceptors: Sequence[Interceptor] = (),
     listeners: Sequence[Listener] = (),
-    executor: str | Executor | None = None,
-    on_failure: str = "cancel",
-    max_concurrency: int | None = None,
-    retry: TaskRetryPolicy | None = None,
-    llm: Any = None,
+    settings: RunSettings | None = None,
+    llm: LLM | None = None,
     agent_runner: AgentTaskRunner | None = None,
 ) -> RunResult:
     """Continue the paused run ``run`` (an id or a unique prefix) recorded in ``store``.
@@ -137,7 +143,8 @@ async def resume(
     ``decided_by`` naming who when the approval does not); decisions recorded earlier are
     used too. ``interceptors`` should hold the run's approval policy again: it is what
     hands each decision to its call (and makes a call nobody decided about wait again).
-    The other options are :func:`dagagent.execute`'s (``executor`` defaults to the run's).
+    The other options are :func:`dagagent.execute`'s; without ``settings``, the run goes on
+    with the executor it was started with.
 
     Raises :class:`~dagagent.errors.StoreError` if there is no such run and
     :class:`~dagagent.errors.DecisionError` if it is not paused (or a decision is refused);
@@ -157,10 +164,7 @@ async def resume(
             registry,
             interceptors=interceptors,
             listeners=listeners,
-            executor=executor,
-            on_failure=on_failure,
-            max_concurrency=max_concurrency,
-            retry=retry,
+            settings=settings,
             llm=llm,
             agent_runner=agent_runner,
         )
@@ -175,7 +179,7 @@ async def continue_claimed(
     answers: Mapping[str, Sequence[ApprovalAnswer]],
     registry: Registry | None,
     *,
-    executor: str | Executor | None = None,
+    settings: RunSettings | None = None,
     **options: Any,
 ) -> RunResult:
     """Continue run ``run_id``, which this process has claimed
@@ -186,12 +190,12 @@ async def continue_claimed(
         prior = {
             t: r for t, r in record.tasks.items() if r.status.ok or r.status is TaskStatus.WAITING
         }
-        if executor is None:
-            executor = record.executor if record.executor in RESUMABLE_EXECUTORS else "dataflow"
+        if settings is None:
+            settings = RunSettings(executor=resumable_executor(record.executor))
         return await execute(
             validate(record.plan, registry),
             registry,
-            executor=executor,
+            settings=settings,
             run_id=run_id,
             parent_id=record.parent_id,
             store=store,

@@ -3,70 +3,18 @@
 
 from __future__ import annotations
 
-import enum
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import SolveError
-from ..llm import UsageTracker
+from ..llm import Usage
 from ..plan import Plan
 from ..planners import JoinDecision, JoinReport, PlanningResult
-from ..results import RunResult, as_text, jsonable
+from ..results import RoundOutcome, RunResult, SolveStatus
+from ..text import as_text, jsonable
 
-__all__ = ["CallUsage", "Round", "Solution", "SolveStatus", "SolveUsage"]
-
-
-class SolveStatus(str, enum.Enum):
-    """How a solve ended: ``answered``, ``gave_up`` (no progress left to make),
-    ``failed`` (a model gave nothing usable, or could not be reached) or ``paused`` (its last
-    round's run waits for a person's decision: :func:`~dagagent.workflows.resume_solve`
-    goes on once it is taken)."""
-
-    ANSWERED = "answered"
-    GAVE_UP = "gave_up"
-    FAILED = "failed"
-    PAUSED = "paused"
-
-    def __str__(self) -> str:
-        return self.value
-
-
-class CallUsage(BaseModel):
-    """Model calls and tokens of one role (planner, agent tasks or joiner)."""
-
-    model_config = ConfigDict(frozen=True)
-
-    calls: int = 0
-    input_tokens: int = 0
-    output_tokens: int = 0
-
-    @property
-    def total_tokens(self) -> int:
-        return self.input_tokens + self.output_tokens
-
-    @classmethod
-    def of(cls, tracker: UsageTracker) -> CallUsage:
-        return cls(
-            calls=tracker.calls,
-            input_tokens=tracker.input_tokens,
-            output_tokens=tracker.output_tokens,
-        )
-
-    def __add__(self, other: CallUsage) -> CallUsage:
-        return CallUsage(
-            calls=self.calls + other.calls,
-            input_tokens=self.input_tokens + other.input_tokens,
-            output_tokens=self.output_tokens + other.output_tokens,
-        )
-
-    def to_json_dict(self) -> dict[str, int]:
-        return {
-            "calls": self.calls,
-            "input_tokens": self.input_tokens,
-            "output_tokens": self.output_tokens,
-            "total_tokens": self.total_tokens,
-        }
+__all__ = ["Round", "Solution", "SolveUsage"]
 
 
 class SolveUsage(BaseModel):
@@ -75,12 +23,12 @@ class SolveUsage(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    planner: CallUsage = Field(default_factory=CallUsage)
-    agents: CallUsage = Field(default_factory=CallUsage)
-    joiner: CallUsage = Field(default_factory=CallUsage)
+    planner: Usage = Field(default_factory=Usage)
+    agents: Usage = Field(default_factory=Usage)
+    joiner: Usage = Field(default_factory=Usage)
 
     @property
-    def total(self) -> CallUsage:
+    def total(self) -> Usage:
         return self.planner + self.agents + self.joiner
 
     def to_json_dict(self) -> dict[str, dict[str, int]]:
@@ -118,7 +66,7 @@ class Round(BaseModel):
     decision: JoinDecision | None = None
     joining: JoinReport | None = Field(default=None, repr=False)
     feedback: str | None = None
-    outcome: str = ""
+    outcome: RoundOutcome | None = None
     reason: str = ""
 
     @property

@@ -38,7 +38,6 @@ import anyio
 import anyio.to_thread
 
 from .. import telemetry
-from ..api import execute, new_run_id
 from ..errors import ConfigError, JoinerError, LLMError, PlanningError, StoreError
 from ..events import JoinerDecided, Listener, RoundFinished, RoundStarted, get_logger
 from ..graph import PlanGraph
@@ -46,12 +45,14 @@ from ..llm import MeteredLLM, UsageTracker
 from ..plan import Plan
 from ..planners import JoinDecision, Joiner, LLMPlanner, LLMReplanner
 from ..planners.streaming import plan_and_execute_streamed
-from ..results import RunResult, RunStatus, TaskStatus, jsonable
+from ..results import RoundOutcome, RunResult, RunStatus, SolveStatus, TaskStatus
+from ..run import execute, new_run_id
 from ..runner import Interceptor
+from ..settings import RunSettings
 from ..store import RunStore
-from ..text import shorten
+from ..text import jsonable, shorten
 from .replan import record_of, revise_run
-from .solution import CallUsage, Round, Solution, SolveStatus, SolveUsage
+from .solution import Round, Solution, SolveUsage
 
 if TYPE_CHECKING:
     from ..approval import Policy
@@ -59,15 +60,18 @@ if TYPE_CHECKING:
     from ..tools import Registry
 
 __all__ = [
-    "CallUsage",
+    "SOLVE_SETTINGS",
     "Round",
     "Solution",
-    "SolveStatus",
     "SolveUsage",
     "new_state",
     "solve",
     "solve_sync",
 ]
+
+#: How a solve runs its rounds unless told otherwise: as :func:`dagagent.execute` would, but
+#: a failure does not stop the other branches (the joiner sees every result it can get).
+SOLVE_SETTINGS = RunSettings(on_failure="continue")
 
 Confirm = Callable[[PlanGraph], Union[bool, Awaitable[bool]]]  # noqa: UP007 - runtime alias
 
@@ -126,7 +130,8 @@ class _Solve:
         solve_id: str,
         max_rounds: int,
         stream: bool,
-        run_options: dict[str, Any],
+        settings: RunSettings,
+        interceptors: Sequence[Interceptor],
         listeners: Sequence[Listener],
         agent_tasks: bool,
         max_attempts: int,
@@ -142,7 +147,8 @@ class _Solve:
         self.solve_id = solve_id
         self.max_rounds = max_rounds
         self.stream = stream and confirm is None
-        self.run_options = run_options
+        self.settings = settings
+        self.interceptors = tuple(interceptors)
         self.listeners = tuple(listeners)
         self.confirm = confirm
         self.log = get_logger(solve_id=solve_id)
@@ -195,9 +201,9 @@ class _Solve:
     @property
     def usage(self) -> SolveUsage:
         return SolveUsage(
-            planner=CallUsage.of(self.planner_usage),
-            agents=CallUsage.of(self.agent_usage),
-            joiner=CallUsage.of(self.joiner_usage),
+            planner=self.planner_usage.total,
+            agents=self.agent_usage.total,
+            joiner=self.joiner_usage.total,
         )
 
     async def end(
@@ -237,7 +243,7 @@ class _Solve:
         solution.not_recorded = [*self.not_recorded, *lost]  # never claim a missing record
         return solution
 
-    async def close_round(self, rnd: Round, outcome: str, reason: str = "") -> None:
+    async def close_round(self, rnd: Round, outcome: RoundOutcome, reason: str = "") -> None:
         rnd.outcome, rnd.reason = outcome, reason
         span, self.round_span = self.round_span, None
         if span is not None:
@@ -429,7 +435,9 @@ class _Solve:
                 run_id=run_id,
                 listeners=self.listeners,
                 policy=self.policy,
-                **self.run_options,
+                settings=self.settings,
+                interceptors=self.interceptors,
+                store=self.store,
             )
             rnd.plan, rnd.planning, rnd.result = round_.plan, round_.planning, round_.result
             if (
@@ -472,7 +480,9 @@ class _Solve:
             parent_id=record.run_id if record is not None else None,
             run_id=run_id,
             listeners=self.listeners,
-            **self.run_options,
+            settings=self.settings,
+            interceptors=self.interceptors,
+            store=self.store,
         )
         return None
 
@@ -504,11 +514,9 @@ async def solve(
     registry: Registry,
     llm: LLM,
     *,
+    settings: RunSettings | None = None,
     max_rounds: int = 3,
     stream: bool = True,
-    executor: str | Any = "dataflow",
-    on_failure: str = "continue",
-    max_concurrency: int | None = None,
     interceptors: Sequence[Interceptor] = (),
     listeners: Sequence[Listener] = (),
     store: RunStore | str | Path | None = None,
@@ -525,9 +533,9 @@ async def solve(
 
     - ``stream``: start tasks while the plan is still being written (see
       :mod:`dagagent.planners.streaming`; with ``confirm``, the whole plan is made first).
-    - ``executor``, ``on_failure`` (default ``"continue"``: the joiner sees every result it
-      can get), ``max_concurrency``, ``interceptors``, ``listeners`` and ``store``: as for
-      :func:`dagagent.execute`, for every round's run. The store also records the solve:
+    - ``settings`` (default: :data:`SOLVE_SETTINGS`, whose ``on_failure="continue"`` lets
+      the joiner see every result it can get), ``interceptors``, ``listeners`` and ``store``:
+      as for :func:`dagagent.execute`, for every round's run. The store also records the solve:
       its rounds and the joiner's decisions as they end, and the answer
       (:meth:`~dagagent.store.RunStore.get_solve`). Listeners also get
       :class:`~dagagent.events.RoundStarted`, :class:`~dagagent.events.JoinerDecided` and
@@ -546,15 +554,14 @@ async def solve(
     """
     if not goal.strip():
         raise ConfigError("the goal is empty: say what the answer should be about")
+    settings = settings or SOLVE_SETTINGS
     options = {
         "max_rounds": max_rounds,
         "stream": stream,
-        "on_failure": on_failure,
-        "max_concurrency": max_concurrency,
         "agent_tasks": agent_tasks,
         "max_attempts": max_attempts,
         "structured": structured,
-        "executor": executor if isinstance(executor, str) else None,
+        **settings.to_record(),
     }
     opened: RunStore | None = None
     if store is not None:
@@ -566,7 +573,7 @@ async def solve(
             llm,
             solve_id=solve_id or new_run_id(),
             options=options,
-            executor=executor,
+            settings=settings,
             interceptors=interceptors,
             listeners=listeners,
             store=opened,
@@ -587,7 +594,7 @@ def new_state(
     *,
     solve_id: str,
     options: dict[str, Any],
-    executor: str | Any,
+    settings: RunSettings,
     interceptors: Sequence[Interceptor],
     listeners: Sequence[Listener],
     store: RunStore | None,
@@ -595,15 +602,10 @@ def new_state(
     confirm: Confirm | None,
 ) -> _Solve:
     """The state of a solve with ``options`` (those :func:`solve` records with it, checked
-    here), for :func:`solve` and for the resume of a paused solve."""
-    max_rounds, on_failure = options["max_rounds"], options["on_failure"]
-    max_concurrency = options["max_concurrency"]
+    here) and run ``settings``, for :func:`solve` and for the resume of a paused solve."""
+    max_rounds = options["max_rounds"]
     if not isinstance(max_rounds, int) or max_rounds < 1:
         raise ConfigError(f"max_rounds must be at least 1, not {max_rounds}")
-    if on_failure not in ("cancel", "continue"):
-        raise ConfigError(f"on_failure must be 'cancel' or 'continue', not {on_failure!r}")
-    if max_concurrency is not None and max_concurrency < 1:
-        raise ConfigError(f"max_concurrency must be at least 1, not {max_concurrency}")
     chain = list(interceptors)
     if policy is not None:
         if isinstance(policy, (str, Path)):
@@ -618,13 +620,8 @@ def new_state(
         solve_id=solve_id,
         max_rounds=max_rounds,
         stream=bool(options["stream"]),
-        run_options={
-            "executor": executor,
-            "on_failure": on_failure,
-            "max_concurrency": max_concurrency,
-            "interceptors": chain,
-            "store": store,
-        },
+        settings=settings,
+        interceptors=chain,
         listeners=listeners,
         agent_tasks=bool(options["agent_tasks"]),
         max_attempts=int(options["max_attempts"]),

@@ -30,13 +30,14 @@ import anyio
 from ..approval import Approval
 from ..errors import DecisionError, StoreError
 from ..graph import validate
-from ..llm import UsageTracker
+from ..llm import Usage, UsageTracker
 from ..planners import JoinDecision
-from ..results import RunResult, RunStatus, TaskResults
+from ..results import RunResult, RunStatus
+from ..settings import RunSettings
 from ..store import RoundRecord, RunRecord, RunStore, SolveRecord
 from .resume import continue_claimed, record_decision
 from .solution import Round, Solution
-from .solve import Confirm, Resumed, new_state
+from .solve import SOLVE_SETTINGS, Confirm, Resumed, new_state
 
 if TYPE_CHECKING:
     from ..approval import Policy
@@ -51,12 +52,10 @@ __all__ = ["paused_solve", "resume_solve", "resume_solve_sync"]
 _DEFAULTS: dict[str, Any] = {
     "max_rounds": 3,
     "stream": True,
-    "on_failure": "continue",
-    "max_concurrency": None,
     "agent_tasks": False,
     "max_attempts": 3,
     "structured": True,
-    "executor": "dataflow",
+    **SOLVE_SETTINGS.to_record(),
 }
 
 
@@ -89,23 +88,6 @@ def paused_solve(store: RunStore, ref: str) -> tuple[SolveRecord, RoundRecord]:
     return record, last
 
 
-def _result_of(record: RunRecord) -> RunResult:
-    """A recorded run as the :class:`RunResult` it ended with."""
-    started = record.started_at if record.started_at is not None else record.created
-    return RunResult(
-        run_id=record.run_id,
-        status=record.status,
-        goal=record.goal,
-        executor=record.executor,
-        tasks=TaskResults(record.tasks),
-        started_at=started,
-        finished_at=record.finished_at if record.finished_at is not None else started,
-        critical_path=list(record.critical_path),
-        critical_path_s=record.critical_path_s or 0.0,
-        parent_id=record.parent_id,
-    )
-
-
 def _earlier_round(store: RunStore, r: RoundRecord) -> Round:
     """A round before the paused one, from its record and its run's."""
     run = store.get_run(r.run_id) if r.run_id is not None else None
@@ -113,7 +95,7 @@ def _earlier_round(store: RunStore, r: RoundRecord) -> Round:
     return Round(
         number=r.round,
         plan=run.plan if run is not None else None,
-        result=_result_of(run) if run is not None else None,
+        result=run.as_result() if run is not None else None,
         decision=decision,
         feedback=r.feedback,
         outcome=r.outcome,
@@ -121,12 +103,12 @@ def _earlier_round(store: RunStore, r: RoundRecord) -> Round:
     )
 
 
-def _seed(tracker: UsageTracker, recorded: Any) -> None:
+def _seed(tracker: UsageTracker, recorded: Usage | None) -> None:
     """What a role had used before the pause, counted on."""
-    if isinstance(recorded, dict):
-        tracker.calls = int(recorded.get("calls") or 0)
-        tracker.input_tokens = int(recorded.get("input_tokens") or 0)
-        tracker.output_tokens = int(recorded.get("output_tokens") or 0)
+    if recorded is not None:
+        tracker.calls = recorded.calls
+        tracker.input_tokens = recorded.input_tokens
+        tracker.output_tokens = recorded.output_tokens
 
 
 async def resume_solve(
@@ -171,7 +153,9 @@ async def resume_solve(
             llm,
             solve_id=record.solve_id,
             options=options,
-            executor=executor if executor is not None else options["executor"] or "dataflow",
+            settings=RunSettings.from_record(
+                options, **({"executor": executor} if executor is not None else {})
+            ),
             interceptors=interceptors,
             listeners=listeners,
             store=opened,
@@ -216,14 +200,15 @@ def _going_on(
     when the rounds start again. A run that was resumed on its own since (``dagagent.resume``)
     and has ended is taken as it ended."""
     if run.status in (RunStatus.SUCCEEDED, RunStatus.FAILED):
-        ended = _result_of(run)
+        ended = run.as_result()
 
         async def as_it_ended() -> RunResult:
             return ended
 
         return as_it_ended
     run_id, answers = store.claim_resume(run.run_id)  # DecisionError: not paused
-    options = state.run_options
+    # The executor the run was started with, unless one was given.
+    settings = state.settings if executor is not None else None
 
     async def go_on() -> RunResult:
         return await continue_claimed(
@@ -231,11 +216,9 @@ def _going_on(
             run_id,
             answers,
             registry,
-            executor=executor,  # None: the executor the run was started with
-            interceptors=options["interceptors"],
+            settings=settings or state.settings.but(executor=run.executor),
+            interceptors=state.interceptors,
             listeners=state.listeners,
-            on_failure=options["on_failure"],
-            max_concurrency=options["max_concurrency"],
             llm=state.agent_llm,
         )
 

@@ -7,8 +7,14 @@ from typing import Any
 
 import anyio
 import pytest
+from backends import BACKENDS, both_backends
 
 from dagagent import Registry
+
+
+@pytest.fixture(params=BACKENDS)
+def anyio_backend(request: pytest.FixtureRequest) -> str:
+    return both_backends(request)
 
 
 class Calls:

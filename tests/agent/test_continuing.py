@@ -13,6 +13,7 @@ import dagagent
 from dagagent import Approval, Policy, Rule, RunStatus, ask_later
 from dagagent.agent import make_agent_runner
 from dagagent.llm import LLMResponse, ScriptedLLM, ToolCall, ToolResultMessage, UserMessage
+from dagagent.settings import RunSettings
 
 pytestmark = pytest.mark.anyio
 
@@ -167,12 +168,18 @@ async def test_a_map_of_agents_resumes_each_waiting_element_from_its_steps(
     script = [turn("ann"), LLMResponse(content="told ann"), turn("bob")]
     with ScriptedLLM(script) as llm:  # the serial executor: ann's element, then bob's
         paused = await dagagent.execute(
-            plan, _tools(calls), llm=llm, interceptors=[policy], store=store, executor="serial"
+            plan,
+            _tools(calls),
+            llm=llm,
+            interceptors=[policy],
+            store=store,
+            settings=RunSettings(executor="serial"),
         )
     assert paused.status is RunStatus.PAUSED
     ann, bob = paused.tasks["notes"].elements or []
     assert (ann.status.value, bob.status.value) == ("succeeded", "waiting")
-    assert calls == ["fetch Paris", "send ann", "fetch Paris"]
+    # the two calls of a turn run side by side: in either order (trio varies it)
+    assert sorted(calls[:2]) == ["fetch Paris", "send ann"] and calls[2:] == ["fetch Paris"]
     with ScriptedLLM([LLMResponse(content="told bob")]) as llm:
         resumed = await dagagent.resume(
             paused.run_id,
@@ -185,4 +192,5 @@ async def test_a_map_of_agents_resumes_each_waiting_element_from_its_steps(
         assert llm.calls == 1  # bob's next turn only
     assert resumed.status is RunStatus.SUCCEEDED, resumed.tasks
     assert resumed.tasks["notes"].output == ["told ann", "told bob"]
-    assert calls == ["fetch Paris", "send ann", "fetch Paris", "send bob"]
+    assert sorted(calls[:2]) == ["fetch Paris", "send ann"]
+    assert calls[2:] == ["fetch Paris", "send bob"]

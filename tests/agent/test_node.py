@@ -16,21 +16,26 @@ from typer.testing import CliRunner
 
 import dagagent
 from dagagent import Registry, TaskDeniedError, TaskStatus
-from dagagent.agent import AgentStoppedError, Budget, make_agent_runner, run_agent_node
+from dagagent.agent import AgentStoppedError, Budget, make_agent_runner
 from dagagent.cli import app
 from dagagent.errors import AgentError
 from dagagent.events import TaskAgentEvent, TaskFinished, TaskStarted
 from dagagent.llm import (
+    HTTPRetryPolicy,
     LLMRequest,
     LLMResponse,
+    ModelSettings,
     ScriptedLLM,
     ToolCall,
     ToolResultMessage,
+    Usage,
     UserMessage,
     wire,
 )
-from dagagent.results import AgentStep, CallRecord, jsonable
+from dagagent.results import AgentStep, CallRecord
 from dagagent.runner import ToolInvocation
+from dagagent.settings import RunSettings
+from dagagent.text import jsonable
 
 pytestmark = pytest.mark.anyio
 
@@ -65,7 +70,9 @@ async def test_plan_mixing_tool_and_agent_tasks(tools: Registry, executor: str) 
             "Paris is 20 C.",
         ]
     ) as llm:
-        result = await dagagent.execute(PLAN, tools, llm=llm, executor=executor)
+        result = await dagagent.execute(
+            PLAN, tools, llm=llm, settings=RunSettings(executor=executor)
+        )
 
     assert result.ok, result.tasks
     assert result.outputs == {
@@ -121,7 +128,7 @@ async def test_agent_steps_reach_listeners_as_events(tools: Registry) -> None:
     )
     positions = [i for i, e in enumerate(events) if isinstance(e, TaskAgentEvent)]
     assert started < min(positions) and max(positions) < finished
-    assert result.usage == {"calls": 2, "input_tokens": 0, "output_tokens": 0, "total_tokens": 0}
+    assert result.usage == Usage(calls=2)
 
 
 async def test_text_mode_runner(tools: Registry) -> None:
@@ -273,16 +280,12 @@ async def test_an_agent_task_cut_off_keeps_the_steps_it_took(tools: Registry) ->
     failing = Registry([tools.get("plus"), dagagent.Tool(late_failure, name="weather")])
     with ScriptedLLM([first_step(), slow]) as llm:
         with anyio.fail_after(5):
-            result = await dagagent.execute(plan, failing, llm=llm, executor="dataflow")
+            result = await dagagent.execute(
+                plan, failing, llm=llm, settings=RunSettings(executor="dataflow")
+            )
     task = result.tasks["a"]
     assert task.status is TaskStatus.CANCELLED
     assert task.steps is not None and task.steps[0].calls[0].observation == "3"
-
-
-async def test_default_runner_is_used_when_an_llm_is_given(tools: Registry) -> None:
-    from dagagent.api import _default_agent_runner
-
-    assert _default_agent_runner() is run_agent_node
 
 
 # ---------------------------------------------------------------------------- CLI
@@ -439,7 +442,9 @@ async def test_a_model_that_dies_mid_agent_keeps_the_steps_taken(
     dead = httpx.Response(500, json=wire.openai_error("upstream down"))
     script = [wire.openai_tool_calls([("add", {"a": 1, "b": 2})]), dead, dead]
     store = tmp_path / "runs.db"
-    async with ScriptedLLM.openai(script, max_retries=1) as llm:
+    async with ScriptedLLM.openai(
+        script, settings=ModelSettings(retry=HTTPRetryPolicy(max_retries=1))
+    ) as llm:
         result = await dagagent.execute(ONE_AGENT, flaky_tools, llm=llm, store=store)
     task = result.tasks["sum"]
     assert task.status is TaskStatus.FAILED and task.error_type == "LLMServerError"
@@ -458,7 +463,9 @@ async def test_a_model_error_is_retried_by_the_tasks_retries(flaky_tools: Regist
     dead = httpx.Response(500, json=wire.openai_error("down"))
     add = wire.openai_tool_calls([("add", {"a": 1, "b": 2})])
     script = [add, dead, add, wire.openai_text("3")]  # attempt 1 dies after a call; 2 answers
-    async with ScriptedLLM.openai(script, max_retries=0) as llm:
+    async with ScriptedLLM.openai(
+        script, settings=ModelSettings(retry=HTTPRetryPolicy(max_retries=0))
+    ) as llm:
         result = await dagagent.execute(plan, flaky_tools, llm=llm)
     task = result.tasks["sum"]
     assert (task.status, task.attempts, task.output) == (TaskStatus.SUCCEEDED, 2, "3")
@@ -489,7 +496,9 @@ async def test_an_instruction_that_is_one_reference_is_shown_as_json(flaky_tools
         ],
     }
     with ScriptedLLM(["a note", "a flag"]) as llm:
-        result = await dagagent.execute(plan, flaky_tools, llm=llm, executor="serial")
+        result = await dagagent.execute(
+            plan, flaky_tools, llm=llm, settings=RunSettings(executor="serial")
+        )
     assert result.ok
     firsts = [next(m for m in r.messages if isinstance(m, UserMessage)) for r in llm.requests]
     assert firsts[0].content.startswith('{"name": "Paris", "coastal": false, "mayor": null}\n')
@@ -515,7 +524,9 @@ async def test_fail_fast_cancels_an_agent_waiting_on_the_model(
     async with ScriptedLLM.openai([stalled]) as llm:
         with anyio.fail_after(10):
             t0 = anyio.current_time()
-            result = await dagagent.execute(plan, flaky_tools, llm=llm, executor=executor)
+            result = await dagagent.execute(
+                plan, flaky_tools, llm=llm, settings=RunSettings(executor=executor)
+            )
             elapsed = anyio.current_time() - t0
     assert elapsed < 5  # not the 30 s the model would take
     assert result.tasks["sensor"].status is TaskStatus.FAILED

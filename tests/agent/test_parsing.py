@@ -6,8 +6,7 @@ import json
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from dagagent.agent import ReActFormatError, parse_react
 from dagagent.agent.parsing import _LABEL_RE, cut_observation, parse_input

@@ -13,7 +13,8 @@ from typer.testing import CliRunner
 
 import dagagent
 from dagagent.cli import app
-from dagagent.results import jsonable
+from dagagent.settings import RunSettings
+from dagagent.text import jsonable
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -486,7 +487,7 @@ def test_a_cyclic_output_is_referenced_and_its_result_serialized(executor: str) 
             {"id": "e", "tool": "echo", "args": {"value": "v=${c.v} all=${c}"}},
         ]
     }
-    result = dagagent.execute_sync(plan, reg, executor=executor)
+    result = dagagent.execute_sync(plan, reg, settings=RunSettings(executor=executor))
     assert result.ok
     assert result.outputs["e"].startswith("v=2 all=")
     json.dumps(result.to_json_dict())

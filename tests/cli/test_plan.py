@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 import dagagent
 from dagagent.cli import app
 from dagagent.llm import wire
-from dagagent.planners import PLAN_FORMAT_NAME
+from dagagent.planners import PLAN_FORMAT_NAME, plan_json_schema
 from dagagent.toolkits.demo import registry as demo
 
 runner = CliRunner()
@@ -82,7 +82,7 @@ def test_plan_shows_table_dag_and_usage(server: LLMTestServer):
     body = request.json
     fmt = body["response_format"]["json_schema"]
     assert fmt["name"] == PLAN_FORMAT_NAME
-    assert fmt["schema"] == demo.plan_schema()
+    assert fmt["schema"] == plan_json_schema(demo)
     tools = [
         v["properties"]["tool"]["enum"][0]
         for v in fmt["schema"]["properties"]["tasks"]["items"]["anyOf"]
@@ -233,7 +233,7 @@ def test_anthropic_model(server: LLMTestServer):
     assert json.loads(r.stdout)["levels"] == [["paris", "tokyo"], ["cmp"]]
     (request,) = server.requests
     assert request.path == "/v1/messages"
-    assert request.json["tools"][0]["input_schema"] == demo.plan_schema()
+    assert request.json["tools"][0]["input_schema"] == plan_json_schema(demo)
 
 
 def test_timeout_bounds_a_slow_model(server: LLMTestServer):

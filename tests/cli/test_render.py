@@ -10,8 +10,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from dagagent.cli import _app as cli_app
-from dagagent.cli import app
+from dagagent.cli import _app as cli_app, app
 from dagagent.cli.render import MAX_ROWS, path_text
 
 N = 1000

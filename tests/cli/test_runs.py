@@ -22,14 +22,14 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 import dagagent
-from dagagent.cli import _app as cli_app
-from dagagent.cli import app
+from dagagent.cli import _app as cli_app, app
 from dagagent.cli.progress import (
     LiveProgress,
     PlainProgress,
     progress_for,
     question_on_terminal,
 )
+from dagagent.settings import RunSettings
 from dagagent.store import RunStore
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -316,7 +316,10 @@ def test_live_progress_renders_at_a_bounded_rate_not_per_event(
     started = time.monotonic()
     with live:
         dagagent.execute_sync(
-            graph, registry, listeners=[count, live], max_concurrency=4, executor="dataflow"
+            graph,
+            registry,
+            listeners=[count, live],
+            settings=RunSettings(max_concurrency=4, executor="dataflow"),
         )
     took = time.monotonic() - started
     assert events >= 600

@@ -14,8 +14,7 @@ import pytest
 from eventually import wait_until
 from typer.testing import CliRunner
 
-from dagagent.cli import _app as cli_app
-from dagagent.cli import app
+from dagagent.cli import _app as cli_app, app
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 FAILING = str(EXAMPLES / "failing.json")

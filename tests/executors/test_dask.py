@@ -27,7 +27,7 @@ import dagagent
 from dagagent.cli import app
 from dagagent.errors import ConfigError
 from dagagent.executors import get_executor
-from dagagent.runner import TaskRetryPolicy
+from dagagent.settings import RunSettings, TaskRetryPolicy
 from dagagent.tools import Registry, Tool
 
 pytest.importorskip("distributed")
@@ -35,6 +35,8 @@ pytest.importorskip("distributed")
 import dask_tools  # tests/ is on sys.path under pytest; see dask_tools.py
 
 from dagagent.executors.dask import DaskExecutor
+
+pytestmark = pytest.mark.asyncio_only("Dask's client runs on asyncio")
 
 ROOT = Path(__file__).resolve().parents[2]
 FAST_RETRY = TaskRetryPolicy(base_delay_s=0.01, jitter=0)
@@ -60,7 +62,7 @@ async def test_runs_plan_on_dask_respecting_dependencies(registry: Registry, rec
         {"id": "c", "tool": "work", "args": {"name": "c", "value": "${sum}"}},
         {"id": "echo", "tool": "echo", "args": {"value": "got ${c}"}},
     )
-    result = await dagagent.execute(p, registry, executor=in_process())
+    result = await dagagent.execute(p, registry, settings=RunSettings(executor=in_process()))
     assert result.ok, result.tasks
     assert result.executor == "dask"
     assert result.outputs == {"a": 2, "b": 3, "sum": 5, "c": 5, "echo": "got 5"}
@@ -84,7 +86,7 @@ async def test_executor_by_name_and_sync_execute(registry: Registry) -> None:
 
     def run() -> dagagent.RunResult:
         p = plan({"id": "x", "tool": "add", "args": {"a": 1, "b": 41}})
-        return dagagent.execute_sync(p, registry, executor=exe)
+        return dagagent.execute_sync(p, registry, settings=RunSettings(executor=exe))
 
     result = await anyio.to_thread.run_sync(run)  # execute_sync runs its own event loop
     assert result.ok and result.outputs == {"x": 42}
@@ -113,7 +115,9 @@ async def test_fail_fast_cancels_running_sibling_and_its_dask_future(
         Client(cluster, asynchronous=True) as client,
     ):
         t0 = time.perf_counter()
-        result = await dagagent.execute(p, registry, executor=DaskExecutor(client=client))
+        result = await dagagent.execute(
+            p, registry, settings=RunSettings(executor=DaskExecutor(client=client))
+        )
         elapsed = time.perf_counter() - t0
         assert elapsed < 5, elapsed
         statuses = {t: r.status.value for t, r in result.tasks.items()}
@@ -167,7 +171,7 @@ async def test_a_fan_out_goes_to_the_scheduler_in_a_few_graph_updates(registry: 
             )
 
         before = await updates()
-        result = await dagagent.execute(_fan(12), registry, executor=exe)
+        result = await dagagent.execute(_fan(12), registry, settings=RunSettings(executor=exe))
         assert result.ok, result.tasks
         assert result.outputs["join"] == [2 + i for i in range(12)]
         sent = await updates() - before
@@ -195,7 +199,9 @@ async def test_an_argument_that_cannot_be_pickled_fails_only_its_call(registry: 
         {"id": "bad", "tool": "kind", "args": {"x": "${h.lock}"}},
         *[{"id": f"ok{i}", "tool": "kind", "args": {"x": "${h.n}"}} for i in range(4)],
     )
-    result = await dagagent.execute(p, registry, executor=in_process(), on_failure="continue")
+    result = await dagagent.execute(
+        p, registry, settings=RunSettings(executor=in_process(), on_failure="continue")
+    )
     bad = result.tasks["bad"]
     assert bad.status.value == "failed" and bad.error_type == "ToolArgumentsError"
     assert bad.attempts == 1
@@ -223,7 +229,7 @@ async def test_fail_fast_cancels_the_calls_submitted_with_the_failing_one(
     async with exe.session():
         client: Any = exe.dask_client
         t0 = time.perf_counter()
-        result = await dagagent.execute(p, registry, executor=exe)
+        result = await dagagent.execute(p, registry, settings=RunSettings(executor=exe))
         assert time.perf_counter() - t0 < 20  # the slow calls were not waited for
         statuses = {t: r.status.value for t, r in result.tasks.items()}
         assert statuses == {
@@ -331,7 +337,7 @@ async def test_pushed_results_are_released_together_and_when_the_run_ends(
     )
     exe = in_process()
     async with exe.session():
-        result = await dagagent.execute(p, registry, executor=exe)
+        result = await dagagent.execute(p, registry, settings=RunSettings(executor=exe))
         assert result.ok and result.outputs["t6"] == 7
         assert released == [3, 3, 1]  # 7 results: two full groups, the rest at the end
         client: Any = exe.dask_client
@@ -344,7 +350,7 @@ async def test_timeout_cancels_the_call(registry: Registry) -> None:
         {"id": "slow", "tool": "work", "args": {"name": "slow", "seconds": 30}, "timeout_s": 0.5}
     )
     t0 = time.perf_counter()
-    result = await dagagent.execute(p, registry, executor=in_process())
+    result = await dagagent.execute(p, registry, settings=RunSettings(executor=in_process()))
     assert time.perf_counter() - t0 < 15  # not the tool's 30 s
     r = result.tasks["slow"]
     assert r.status.value == "failed" and r.error_type == "TaskTimeoutError"
@@ -364,14 +370,18 @@ async def test_retries_run_again_on_dask(registry: Registry) -> None:
         return n * 2
 
     p = plan({"id": "f", "tool": "flaky", "args": {"n": 21}})
-    result = await dagagent.execute(p, registry, executor=in_process(), retry=FAST_RETRY)
+    result = await dagagent.execute(
+        p, registry, settings=RunSettings(executor=in_process(), retry=FAST_RETRY)
+    )
     r = result.tasks["f"]
     assert r.status.value == "succeeded" and r.output == 42 and r.attempts == 3
     assert calls == [21, 21, 21]
 
     calls.clear()
     p = plan({"id": "f", "tool": "flaky", "args": {"n": 1}, "retries": 1})
-    result = await dagagent.execute(p, registry, executor=in_process(), retry=FAST_RETRY)
+    result = await dagagent.execute(
+        p, registry, settings=RunSettings(executor=in_process(), retry=FAST_RETRY)
+    )
     r = result.tasks["f"]
     assert r.status.value == "failed" and r.attempts == 2
     assert r.error == "ConnectionError: attempt 2 failed"
@@ -396,7 +406,9 @@ async def test_unpicklable_tool_is_refused_before_any_task_runs(
     )
     events: list[Any] = []
     with pytest.raises(ConfigError) as info:
-        await dagagent.execute(p, registry, executor=in_process(), listeners=[events.append])
+        await dagagent.execute(
+            p, registry, listeners=[events.append], settings=RunSettings(executor=in_process())
+        )
     text = str(info.value)
     assert "tool 'guarded' (task 'g') cannot be pickled" in text
     assert "lock" in text
@@ -419,7 +431,7 @@ async def test_agent_tasks_ship_their_tool_subset(registry: Registry) -> None:
     # an agent task that may call every tool needs every tool shipped
     p = plan({"id": "ask", "instruction": "use the tools"})
     with pytest.raises(ConfigError, match=r"tool 'guarded' \(task 'ask'\)"):
-        await dagagent.execute(p, registry, executor=in_process())
+        await dagagent.execute(p, registry, settings=RunSettings(executor=in_process()))
 
 
 @pytest.mark.anyio
@@ -443,7 +455,7 @@ async def test_async_and_sync_tools_on_file_loaded_module(tmp_path: Path) -> Non
         {"id": "s", "tool": "scale", "args": {"x": 4}},
         {"id": "l", "tool": "later", "args": {"x": "${s}"}},
     )
-    result = await dagagent.execute(p, reg, executor=in_process())
+    result = await dagagent.execute(p, reg, settings=RunSettings(executor=in_process()))
     assert result.ok and result.outputs == {"s": 40, "l": 41}
 
 
@@ -476,7 +488,9 @@ async def test_concurrent_runs_share_one_session(registry: Registry, recorder: A
 
     async def run(name: str) -> None:
         p = plan({"id": name, "tool": "work", "args": {"name": name, "seconds": 0.3}})
-        results[name] = await dagagent.execute(p, registry, executor=exe, listeners=[on_event])
+        results[name] = await dagagent.execute(
+            p, registry, listeners=[on_event], settings=RunSettings(executor=exe)
+        )
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(run, "one")
@@ -510,7 +524,7 @@ async def test_unreachable_scheduler_is_a_clear_error(registry: Registry) -> Non
     with pytest.raises(
         ConfigError, match=rf"cannot connect to the Dask scheduler at tcp://127.0.0.1:{port}"
     ):
-        await dagagent.execute(p, registry, executor=exe)
+        await dagagent.execute(p, registry, settings=RunSettings(executor=exe))
     assert time.perf_counter() - t0 < 10
 
 
@@ -559,7 +573,7 @@ async def test_the_executor_says_what_happens_while_its_cluster_starts(
     said: list[str] = []
     exe = DaskExecutor(processes=False, n_workers=1, threads_per_worker=2, on_progress=said.append)
     p = plan({"id": "a", "tool": "add", "args": {"a": 1, "b": 2}})
-    result = await dagagent.execute(p, registry, executor=exe)
+    result = await dagagent.execute(p, registry, settings=RunSettings(executor=exe))
     assert result.ok
     assert (
         said[0]
@@ -627,7 +641,7 @@ async def test_process_workers_run_sync_and_async_tools(process_cluster: Any) ->
         {"id": "s2", "tool": "where", "args": {"value": "${a.value}"}},
     )
     exe = DaskExecutor(address=process_cluster.scheduler_address)
-    result = await dagagent.execute(p, dask_tools.registry, executor=exe)
+    result = await dagagent.execute(p, dask_tools.registry, settings=RunSettings(executor=exe))
     assert result.ok, result.tasks
     assert [result.outputs[t]["value"] for t in ("s", "a", "s2")] == [1, 1, 1]
     worker_pids = {result.outputs[t]["pid"] for t in ("s", "a", "s2")}
@@ -655,7 +669,9 @@ async def test_tool_not_importable_on_workers_is_refused_before_running(
     events: list[Any] = []
     exe = DaskExecutor(address=process_cluster.scheduler_address)
     with pytest.raises(ConfigError) as info:
-        await dagagent.execute(p, reg, executor=exe, listeners=[events.append])
+        await dagagent.execute(
+            p, reg, listeners=[events.append], settings=RunSettings(executor=exe)
+        )
     text = str(info.value)
     assert "tool 'shout' (task 'loud') cannot be loaded on worker tcp://" in text
     assert "No module named 'driver_only_tools'" in text
@@ -670,7 +686,7 @@ async def test_worker_killed_mid_task_fails_clearly(process_cluster: Any) -> Non
     p = plan({"id": "boom", "tool": "die", "args": {}})
     exe = DaskExecutor(address=process_cluster.scheduler_address)
     t0 = time.perf_counter()
-    result = await dagagent.execute(p, dask_tools.registry, executor=exe)
+    result = await dagagent.execute(p, dask_tools.registry, settings=RunSettings(executor=exe))
     assert time.perf_counter() - t0 < 20
     r = result.tasks["boom"]
     assert r.status.value == "failed" and r.attempts == 1
@@ -684,7 +700,9 @@ async def test_worker_killed_mid_task_is_retried(process_cluster: Any, tmp_path:
     marker = tmp_path / "died"
     p = plan({"id": "once", "tool": "die_once", "args": {"marker": str(marker)}, "retries": 1})
     exe = DaskExecutor(address=process_cluster.scheduler_address)
-    result = await dagagent.execute(p, dask_tools.registry, executor=exe, retry=FAST_RETRY)
+    result = await dagagent.execute(
+        p, dask_tools.registry, settings=RunSettings(executor=exe, retry=FAST_RETRY)
+    )
     r = result.tasks["once"]
     assert marker.exists()  # the first attempt did kill its worker
     assert r.status.value == "succeeded" and r.output == "survived" and r.attempts == 2
@@ -727,7 +745,9 @@ async def test_a_call_that_kills_its_worker_is_named_and_the_others_run_elsewher
     )
     exe = DaskExecutor(address=shared_cluster.scheduler_address)
     with anyio.fail_after(120):
-        result = await dagagent.execute(p, dask_tools.registry, executor=exe, on_failure="continue")
+        result = await dagagent.execute(
+            p, dask_tools.registry, settings=RunSettings(executor=exe, on_failure="continue")
+        )
     crash = result.tasks["crash"]
     assert crash.status.value == "failed" and crash.error_type == "WorkerLostError"
     assert "tool 'segfault'" in (crash.error or "")
@@ -748,7 +768,7 @@ async def test_a_synchronous_client_is_used_through_an_async_one(process_cluster
     with Client(process_cluster) as sync_client:
         exe = DaskExecutor(client=sync_client)
         p = plan({"id": "s", "tool": "where", "args": {"value": 7}})
-        result = await dagagent.execute(p, dask_tools.registry, executor=exe)
+        result = await dagagent.execute(p, dask_tools.registry, settings=RunSettings(executor=exe))
         assert result.ok and result.outputs["s"]["value"] == 7
         assert sync_client.status == "running"  # the given client is left open
 
@@ -868,7 +888,9 @@ def test_base_exceptions_on_a_worker_fail_their_task_and_spare_the_worker(client
     async def run() -> dagagent.RunResult:
         with anyio.fail_after(60):  # without the fix, a worker killed by SystemExit hung here
             return await dagagent.execute(
-                plan, registry, executor=DaskExecutor(client=client), on_failure="continue"
+                plan,
+                registry,
+                settings=RunSettings(executor=DaskExecutor(client=client), on_failure="continue"),
             )
 
     result = anyio.run(run)
@@ -923,8 +945,7 @@ async def test_small_results_come_with_the_completion_and_large_ones_are_fetched
             {"id": "bad", "tool": "fails", "args": {"why": "no such thing"}},
         ),
         reg,
-        executor=in_process(),
-        on_failure="continue",
+        settings=RunSettings(executor=in_process(), on_failure="continue"),
     )
     assert result.tasks["small"].output == {"text": "é" * 10, "n": 10}
     assert result.tasks["again"].output == {"text": "é" * 10, "n": 10}

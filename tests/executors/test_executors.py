@@ -10,6 +10,7 @@ import pytest
 
 import dagagent
 from dagagent import execute
+from dagagent.settings import RunSettings
 
 pytestmark = pytest.mark.anyio
 
@@ -26,20 +27,20 @@ async def test_independent_tasks_overlap(
     executor: str, registry: dagagent.Registry, recorder: Any
 ) -> None:
     plan = {"tasks": [w(f"t{i}", 0.2) for i in range(4)]}
-    await execute(plan, registry, executor=executor)
+    await execute(plan, registry, settings=RunSettings(executor=executor))
     assert all(recorder.overlap("t0", f"t{i}") for i in range(1, 4))
 
 
 async def test_serial_never_overlaps(registry: dagagent.Registry, recorder: Any) -> None:
     plan = {"tasks": [w(f"t{i}", 0.05) for i in range(3)]}
-    await execute(plan, registry, executor="serial")
+    await execute(plan, registry, settings=RunSettings(executor="serial"))
     assert not recorder.overlap("t0", "t1") and not recorder.overlap("t1", "t2")
 
 
 async def test_levels_barrier_holds(registry: dagagent.Registry, recorder: Any) -> None:
     # c depends only on the fast task a, but levels waits for the slow b of the same level.
     plan = {"tasks": [w("a", 0.0), w("b", 0.3), w("c", 0.0, ("a",))]}
-    await execute(plan, registry, executor="levels")
+    await execute(plan, registry, settings=RunSettings(executor="levels"))
     assert recorder.intervals["c"][0] >= recorder.intervals["b"][1]
 
 
@@ -47,7 +48,7 @@ async def test_dataflow_starts_without_waiting_for_unrelated_slow_task(
     registry: dagagent.Registry, recorder: Any
 ) -> None:
     plan = {"tasks": [w("a", 0.0), w("b", 0.5), w("c", 0.0, ("a",))]}
-    await execute(plan, registry, executor="dataflow")
+    await execute(plan, registry, settings=RunSettings(executor="dataflow"))
     assert recorder.intervals["c"][1] < recorder.intervals["b"][1]
     assert recorder.intervals["c"][0] >= recorder.intervals["a"][1]
 
@@ -68,7 +69,7 @@ async def test_max_concurrency_limits_the_run(executor: str) -> None:
         return i
 
     plan = {"tasks": [{"id": f"j{i}", "tool": "job", "args": {"i": i}} for i in range(10)]}
-    result = await execute(plan, reg, executor=executor, max_concurrency=3)
+    result = await execute(plan, reg, settings=RunSettings(executor=executor, max_concurrency=3))
     assert result.ok and peak == 3
 
 
@@ -87,7 +88,7 @@ async def test_per_tool_max_concurrency() -> None:
         return i
 
     plan = {"tasks": [{"id": f"j{i}", "tool": "limited", "args": {"i": i}} for i in range(6)]}
-    assert (await execute(plan, reg, executor="dataflow")).ok and peak == 2
+    assert (await execute(plan, reg, settings=RunSettings(executor="dataflow"))).ok and peak == 2
 
 
 def t(id: str, *deps: str) -> dict[str, Any]:
@@ -119,7 +120,7 @@ async def test_dataflow_runs_in_order_until_a_task_blocks_then_starts_each_task_
     # In order: z, then a and y, then b and c, then d. a blocks with y, b, c and d queued.
     plan = {"tasks": [t("z"), t("a", "z"), t("y", "z"), t("b", "a"), t("c", "y"), t("d", "b", "c")]}
     with anyio.fail_after(30):
-        result = await execute(plan, reg, executor="dataflow")
+        result = await execute(plan, reg, settings=RunSettings(executor="dataflow"))
     assert result.ok, result.counts
     assert log.index("start c") < log.index("end a")  # c ran while a waited
     assert log.index("end a") < log.index("start b")
@@ -139,7 +140,9 @@ async def test_dataflow_failure_before_anything_blocks_skips_only_what_depends_o
         return name
 
     plan = {"tasks": [t("a"), t("f", "a"), t("g", "f"), t("h", "a"), t("i", "h", "g"), t("j", "h")]}
-    result = await execute(plan, reg, executor="dataflow", on_failure="continue")
+    result = await execute(
+        plan, reg, settings=RunSettings(executor="dataflow", on_failure="continue")
+    )
     statuses = {k: v.status.value for k, v in result.tasks.items()}
     assert statuses == {
         "a": "succeeded",

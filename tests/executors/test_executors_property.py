@@ -8,11 +8,11 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 import dagagent
 from dagagent.events import TaskFinished, TaskStarted
+from dagagent.settings import RunSettings
 
 
 @st.composite
@@ -53,7 +53,9 @@ def test_each_task_once_and_after_its_dependencies(
         events.append(("end", name))
         return name
 
-    result = dagagent.execute_sync({"tasks": tasks}, reg, executor=executor, max_concurrency=limit)
+    result = dagagent.execute_sync(
+        {"tasks": tasks}, reg, settings=RunSettings(executor=executor, max_concurrency=limit)
+    )
     assert result.ok
     starts = [n for kind, n in events if kind == "start"]
     assert sorted(starts) == sorted(t["id"] for t in tasks)  # exactly once each
@@ -144,10 +146,8 @@ def _check(
     result = dagagent.execute_sync(
         {"tasks": tasks},
         reg,
-        executor=executor,
-        on_failure=policy,
-        max_concurrency=limit,
         listeners=[events.append],
+        settings=RunSettings(executor=executor, on_failure=policy, max_concurrency=limit),
     )
     status = {k: r.status.value for k, r in result.tasks.items()}
     started = [e.task_id for e in events if isinstance(e, TaskStarted)]
@@ -276,7 +276,10 @@ def test_max_concurrency_one_is_serial_order(dag: DAG, executor: str) -> None:
     events: list[Any] = []
     graph = dagagent.validate({"tasks": tasks}, _registry(calls))
     result = dagagent.execute_sync(
-        graph, _registry(calls), executor=executor, max_concurrency=1, listeners=[events.append]
+        graph,
+        _registry(calls),
+        listeners=[events.append],
+        settings=RunSettings(executor=executor, max_concurrency=1),
     )
     assert result.ok
     assert calls == graph.order

@@ -12,8 +12,9 @@ from eventually import until
 import dagagent
 from dagagent.events import PlanExtended, TaskStarted
 from dagagent.executors import Executor, get_executor
-from dagagent.growing import GrowingGraph, PlanChecker
+from dagagent.graph import GrowingGraph, PlanChecker
 from dagagent.plan import Task, ToolTask
+from dagagent.settings import RunSettings
 
 pytestmark = pytest.mark.anyio
 
@@ -57,11 +58,10 @@ async def run_while(
     **options: Any,
 ) -> dagagent.RunResult:
     result: list[dagagent.RunResult] = []
+    settings = RunSettings(executor=make(executor), on_failure=options.pop("on_failure", "cancel"))
 
     async def run() -> None:
-        result.append(
-            await dagagent.execute(feed.graph, registry, executor=make(executor), **options)
-        )
+        result.append(await dagagent.execute(feed.graph, registry, settings=settings, **options))
 
     with anyio.fail_after(30):
         async with anyio.create_task_group() as tg:
@@ -216,3 +216,43 @@ async def test_a_map_task_in_a_plan_that_grows(
     ]
     assert result.tasks["sum"].output == 3
     assert recorder.calls == {"names": 1, "x": 1, "y": 1, "z": 1}
+
+
+@pytest.mark.parametrize("executor", ["serial", "levels", "dataflow"])
+@pytest.mark.parametrize("on_failure", ["cancel", "continue"])
+async def test_a_run_stopped_while_its_plan_is_cut_short_is_recorded_cancelled(
+    executor: str, on_failure: str, registry: dagagent.Registry, tmp_path: Any
+) -> None:
+    """The race of a stop signal during streamed planning: the plan being written is closed
+    (aborted) and the run's scope cancelled in the same step, so the executor wakes from its
+    wait for more tasks with nothing left to run and returns before the cancellation reaches
+    it. The run was stopped all the same: it is recorded ``cancelled``, as the solve is."""
+    feed = Feed(registry)
+    store = tmp_path / "runs.db"
+    ended = anyio.Event()
+
+    def listener(event: Any) -> None:
+        if event.kind == "task.finished":
+            ended.set()
+
+    with anyio.CancelScope() as stop:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(
+                lambda: dagagent.execute(
+                    feed.graph,
+                    registry,
+                    store=store,
+                    run_id="0123456789ab",
+                    listeners=[listener],
+                    settings=RunSettings(executor=make(executor), on_failure=on_failure),
+                )
+            )
+            feed.add(work("a"))
+            await ended.wait()
+            await anyio.wait_all_tasks_blocked()  # the executor waits for the next task
+            feed.graph.close(aborted=True)  # the planner, stopped, cuts the plan short...
+            stop.cancel()  # ...in the same step as the stop signal cancels the run
+    with dagagent.RunStore(store) as st:
+        record = st.get_run("0123456789ab")
+    assert record.status is dagagent.RunStatus.CANCELLED
+    assert record.tasks["a"].status is dagagent.TaskStatus.SUCCEEDED

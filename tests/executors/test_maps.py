@@ -15,6 +15,7 @@ from dagagent.events import TaskElementFinished, TaskFinished
 from dagagent.executors import Executor
 from dagagent.results import AgentStep, TaskStatus
 from dagagent.runner import AgentNode
+from dagagent.settings import RunSettings
 
 pytestmark = pytest.mark.anyio
 
@@ -110,7 +111,9 @@ def weather_plan(**map_options: Any) -> dict[str, Any]:
 
 @pytest.mark.parametrize("executor", EXECUTORS)
 async def test_map_over_a_tools_output(executor: str, tools: Tools) -> None:
-    result = await execute(weather_plan(), tools.registry, executor=executor_for(executor))
+    result = await execute(
+        weather_plan(), tools.registry, settings=RunSettings(executor=executor_for(executor))
+    )
     assert result.ok, result.tasks
     weather = result.tasks["weather"]
     assert weather.output == [
@@ -134,18 +137,26 @@ async def test_elements_run_together_within_the_bounds(executor: str, tools: Too
     plan = weather_plan()
     plan["tasks"][0]["args"]["n"] = 5
     plan["tasks"][1]["args"]["seconds"] = 0.3
-    result = await execute(plan, tools.registry, executor=executor_for(executor))
+    result = await execute(
+        plan, tools.registry, settings=RunSettings(executor=executor_for(executor))
+    )
     assert result.ok
     assert tools.peak == (1 if executor == "serial" else 5)
 
     tools.peak = 0
     plan["tasks"][1]["max_concurrency"] = 2
-    result = await execute(plan, tools.registry, executor=executor_for(executor))
+    result = await execute(
+        plan, tools.registry, settings=RunSettings(executor=executor_for(executor))
+    )
     assert result.ok and tools.peak == (1 if executor == "serial" else 2)
 
     tools.peak = 0
     del plan["tasks"][1]["max_concurrency"]
-    result = await execute(plan, tools.registry, executor=executor_for(executor), max_concurrency=3)
+    result = await execute(
+        plan,
+        tools.registry,
+        settings=RunSettings(executor=executor_for(executor), max_concurrency=3),
+    )
     assert result.ok and tools.peak == (1 if executor == "serial" else 3)
 
 
@@ -153,7 +164,9 @@ async def test_elements_run_together_within_the_bounds(executor: str, tools: Too
 async def test_an_empty_list_gives_an_empty_list(executor: str, tools: Tools) -> None:
     plan = weather_plan()
     plan["tasks"][0]["args"]["n"] = 0
-    result = await execute(plan, tools.registry, executor=executor_for(executor))
+    result = await execute(
+        plan, tools.registry, settings=RunSettings(executor=executor_for(executor))
+    )
     assert result.ok
     assert result.tasks["weather"].status is TaskStatus.SUCCEEDED
     assert result.tasks["weather"].output == [] and result.tasks["weather"].elements == []
@@ -165,7 +178,9 @@ async def test_an_empty_list_gives_an_empty_list(executor: str, tools: Tools) ->
 async def test_a_list_that_is_not_a_list_at_run_time(executor: str, tools: Tools) -> None:
     plan = weather_plan()
     plan["tasks"][0] = {"id": "top", "tool": "not_a_list"}
-    result = await execute(plan, tools.registry, executor=executor_for(executor))
+    result = await execute(
+        plan, tools.registry, settings=RunSettings(executor=executor_for(executor))
+    )
     weather = result.tasks["weather"]
     assert weather.status is TaskStatus.FAILED and weather.error_type == "MapError"
     assert weather.error == "for_each ${top} is an object, not a list"
@@ -179,7 +194,9 @@ async def test_one_failed_element_cancels_its_siblings(executor: str, tools: Too
     plan["tasks"][0]["args"]["n"] = 5
     plan["tasks"][1]["args"]["seconds"] = "${@index}"  # Tokyo fails at once, the rest later
     tools.failing.add("Tokyo")
-    result = await execute(plan, tools.registry, executor=executor_for(executor))
+    result = await execute(
+        plan, tools.registry, settings=RunSettings(executor=executor_for(executor))
+    )
     weather = result.tasks["weather"]
     assert weather.status is TaskStatus.FAILED
     assert weather.error == "element 0 (Tokyo) failed: RuntimeError: no weather for Tokyo"
@@ -195,7 +212,9 @@ async def test_continue_runs_and_records_every_element(executor: str, tools: Too
     plan = weather_plan()
     tools.failing.add("Osaka")
     result = await execute(
-        plan, tools.registry, executor=executor_for(executor), on_failure="continue"
+        plan,
+        tools.registry,
+        settings=RunSettings(executor=executor_for(executor), on_failure="continue"),
     )
     weather = result.tasks["weather"]
     assert weather.status is TaskStatus.FAILED and weather.output is None
@@ -223,7 +242,9 @@ async def test_allow_partial_keeps_the_successes(
     plan = weather_plan(allow_partial=True)
     tools.failing.add("Osaka")
     result = await execute(
-        plan, tools.registry, executor=executor_for(executor), on_failure=on_failure
+        plan,
+        tools.registry,
+        settings=RunSettings(executor=executor_for(executor), on_failure=on_failure),
     )
     weather = result.tasks["weather"]
     assert weather.status is TaskStatus.SUCCEEDED and result.ok
@@ -232,7 +253,9 @@ async def test_allow_partial_keeps_the_successes(
     assert tools.calls["summary"] == 1
 
     tools.failing |= {"Tokyo", "Nagoya"}  # every element failed: nothing to keep
-    result = await execute(plan, tools.registry, executor=executor_for(executor))
+    result = await execute(
+        plan, tools.registry, settings=RunSettings(executor=executor_for(executor))
+    )
     assert result.tasks["weather"].status is TaskStatus.FAILED
     assert result.tasks["weather"].error.startswith("3 of 3 elements failed; element 0 (Tokyo)")
 
@@ -259,7 +282,9 @@ async def test_the_failure_named_is_the_first_in_the_list_not_in_time(
             }
         ]
     }
-    result = await execute(plan, tools.registry, executor=executor_for(executor))
+    result = await execute(
+        plan, tools.registry, settings=RunSettings(executor=executor_for(executor))
+    )
     assert sorted(tools.calls) == ["Nagoya", "Osaka", "Tokyo"]  # all three ran
     error = result.tasks["weather"].error or ""
     assert error.startswith(
@@ -281,7 +306,9 @@ async def test_elements_and_their_positions_in_arguments(executor: str, tools: T
             {"id": "second", "tool": "summary", "args": {"temps": ["${labels.1}"]}},
         ]
     }
-    result = await execute(plan, tools.registry, executor=executor_for(executor))
+    result = await execute(
+        plan, tools.registry, settings=RunSettings(executor=executor_for(executor))
+    )
     assert result.ok
     assert result.tasks["labels"].output == ["0:a-b", "1:b-b"]
     assert result.tasks["second"].output == "1:b-b"
@@ -299,7 +326,9 @@ async def test_a_literal_list(executor: str, tools: Tools) -> None:
             }
         ]
     }
-    result = await execute(plan, tools.registry, executor=executor_for(executor))
+    result = await execute(
+        plan, tools.registry, settings=RunSettings(executor=executor_for(executor))
+    )
     assert result.tasks["w"].output == [
         {"city": "Rome", "temp_c": 4},
         {"city": "Oslo", "temp_c": 4},
@@ -323,7 +352,11 @@ async def test_a_mapped_agent_task(executor: str, tools: Tools) -> None:
         ]
     }
     result = await execute(
-        plan, tools.registry, executor=executor_for(executor), llm=object(), agent_runner=agent
+        plan,
+        tools.registry,
+        llm=object(),
+        agent_runner=agent,
+        settings=RunSettings(executor=executor_for(executor)),
     )
     ask = result.tasks["ask"]
     assert ask.status is TaskStatus.SUCCEEDED
@@ -354,7 +387,12 @@ async def test_stopping_the_run_mid_map_records_every_element(executor: str, too
                 scope.cancel()  # element 0 is done, element 1 is running
 
     with anyio.CancelScope() as scope:
-        await execute(plan, tools.registry, executor=executor_for(executor), listeners=[listen])
+        await execute(
+            plan,
+            tools.registry,
+            listeners=[listen],
+            settings=RunSettings(executor=executor_for(executor)),
+        )
     weather = next(r for r in finished if r.task_id == "weather")
     assert weather.status is TaskStatus.CANCELLED
     statuses = [e.status.value for e in weather.elements or ()]
@@ -368,7 +406,9 @@ async def test_stopping_the_run_mid_map_records_every_element(executor: str, too
 async def test_the_expansion_cap(executor: str, tools: Tools) -> None:
     plan = weather_plan()
     plan["tasks"][0]["args"]["n"] = 5
-    result = await execute(plan, tools.registry, executor=executor_for(executor), max_elements=4)
+    result = await execute(
+        plan, tools.registry, settings=RunSettings(executor=executor_for(executor), max_elements=4)
+    )
     weather = result.tasks["weather"]
     assert weather.status is TaskStatus.FAILED and weather.error_type == "MapError"
     assert weather.error == (
@@ -376,7 +416,9 @@ async def test_the_expansion_cap(executor: str, tools: Tools) -> None:
         "max_elements, or --max-elements on the command line)"
     )
     assert tools.calls == Counter({"cities": 1})
-    result = await execute(plan, tools.registry, executor=executor_for(executor), max_elements=5)
+    result = await execute(
+        plan, tools.registry, settings=RunSettings(executor=executor_for(executor), max_elements=5)
+    )
     assert result.ok
 
 
@@ -418,7 +460,10 @@ async def test_a_replan_runs_only_the_elements_that_failed(
     plan = weather_plan()
     tools.failing.add("Osaka")
     first = await execute(
-        plan, tools.registry, executor=executor_for(executor), store=db, on_failure="continue"
+        plan,
+        tools.registry,
+        store=db,
+        settings=RunSettings(executor=executor_for(executor), on_failure="continue"),
     )
     assert first.tasks["weather"].status is TaskStatus.FAILED
     with RunStore(db) as st:
@@ -429,10 +474,10 @@ async def test_a_replan_runs_only_the_elements_that_failed(
     again = await execute(
         plan,
         tools.registry,
-        executor=executor_for(executor),
         store=db,
         reuse=reuse_map(record),
         parent_id=first.run_id,
+        settings=RunSettings(executor=executor_for(executor)),
     )
     assert again.ok
     assert tools.calls == Counter({"Osaka": 1, "summary": 1})  # nothing else ran again
@@ -451,7 +496,10 @@ async def test_a_replan_runs_only_the_elements_that_failed(
     plan["tasks"][0]["args"]["n"] = 5
     tools.calls.clear()
     third = await execute(
-        plan, tools.registry, executor=executor_for(executor), reuse=reuse_map(record)
+        plan,
+        tools.registry,
+        reuse=reuse_map(record),
+        settings=RunSettings(executor=executor_for(executor)),
     )
     assert tools.calls == Counter({"cities": 1, "Sapporo": 1, "Kobe": 1, "summary": 1})
     statuses = [e.status.value for e in third.tasks["weather"].elements or ()]

@@ -7,10 +7,10 @@ from typing import Any
 
 import anyio
 import anyio.lowlevel
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 import dagagent
+from dagagent.settings import RunSettings
 
 
 @st.composite
@@ -71,7 +71,9 @@ def test_each_element_once_and_after_its_inputs(
         events.append(("end", f"{name}[{index}]"))
         return [index]  # a map's output is a list: another map may run over it
 
-    result = dagagent.execute_sync({"tasks": tasks}, reg, executor=executor, max_concurrency=limit)
+    result = dagagent.execute_sync(
+        {"tasks": tasks}, reg, settings=RunSettings(executor=executor, max_concurrency=limit)
+    )
     assert result.ok, {t: r.error for t, r in result.tasks.items() if r.error}
 
     # What each task should have run: its elements (as many as its list had), or itself.

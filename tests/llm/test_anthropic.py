@@ -21,6 +21,8 @@ from dagagent.errors import LLMBadRequestError, LLMResponseError, LLMServerError
 from dagagent.llm import (
     AnthropicChat,
     AssistantMessage,
+    HTTPRetryPolicy,
+    ModelSettings,
     ResponseFormat,
     StreamEnd,
     StreamEvent,
@@ -301,7 +303,7 @@ async def test_stream_cut_off_mid_way(server: LLMTestServer):
 async def test_stream_closed_cleanly_before_message_stop(server: LLMTestServer):
     events = wire.anthropic_events(wire.anthropic_text("abc"))[:-1]
     server.push(SSEReply(events, chunked=False))
-    llm = client(server, max_retries=0)
+    llm = client(server, settings=ModelSettings(retry=HTTPRetryPolicy(max_retries=0)))
     with pytest.raises(LLMResponseError, match=r"ended early.*message_stop"):
         await collect_stream(llm.stream("x"))
 
@@ -365,7 +367,7 @@ async def test_overloaded_error_body_with_200_status_is_retried(server: LLMTestS
         Reply(json=wire.anthropic_error("Overloaded", type="overloaded_error")),
         Reply(json=wire.anthropic_error("Overloaded", type="overloaded_error")),
     )
-    llm = client(server, max_retries=1)
+    llm = client(server, settings=ModelSettings(retry=HTTPRetryPolicy(max_retries=1)))
     sleeps = record_sleeps(llm)
     with pytest.raises(LLMServerError, match=r"Overloaded.*gave up after 2 attempts"):
         await llm.complete("x")

@@ -36,11 +36,20 @@ from dagagent.errors import (
     LLMServerError,
     LLMTimeoutError,
 )
-from dagagent.llm import Usage, UsageTracker, UserMessage, collect_stream
+from dagagent.llm import (
+    HTTPRetryPolicy,
+    ModelSettings,
+    Usage,
+    UsageTracker,
+    UserMessage,
+    collect_stream,
+)
 from dagagent.llm._sse import bounded_lines
 from dagagent.llm.wire import encode_sse
 
 pytestmark = pytest.mark.anyio
+
+NO_RETRY = ModelSettings(retry=HTTPRetryPolicy(max_retries=0))
 
 KEY = "sk-test-SECRET-0123456789abcdef"
 
@@ -105,7 +114,7 @@ async def test_500_then_success_really_sleeps(server: LLMTestServer, flavor: Fla
     server.push(
         Reply(500, json=flavor.error("boom", type="api_error")), Reply(json=flavor.text("ok"))
     )
-    llm = flavor.client(server, retry_base_delay_s=0.01)
+    llm = flavor.client(server, settings=ModelSettings(retry=HTTPRetryPolicy(base_delay_s=0.01)))
     with capture_logs() as logs:
         assert (await llm.complete(MESSAGES)).content == "ok"
     assert len(server.requests) == 2
@@ -126,7 +135,7 @@ async def test_other_transient_statuses_are_retried(
 
 async def test_server_errors_exhaust_retries(server: LLMTestServer, flavor: Flavor):
     server.push(*[Reply(503, json=flavor.error("overloaded", type="overloaded_error"))] * 3)
-    llm = flavor.client(server, max_retries=2)
+    llm = flavor.client(server, settings=ModelSettings(retry=HTTPRetryPolicy(max_retries=2)))
     sleeps = record_sleeps(llm)
     with pytest.raises(LLMServerError) as info:
         await llm.complete(MESSAGES)
@@ -139,7 +148,7 @@ async def test_server_errors_exhaust_retries(server: LLMTestServer, flavor: Flav
 
 async def test_rate_limit_exhausts_retries(server: LLMTestServer, flavor: Flavor):
     server.push(*[Reply(429, json=flavor.error("quota"), headers={"Retry-After": "1"})] * 2)
-    llm = flavor.client(server, max_retries=1)
+    llm = flavor.client(server, settings=ModelSettings(retry=HTTPRetryPolicy(max_retries=1)))
     record_sleeps(llm)
     with pytest.raises(LLMRateLimitError, match="quota"):
         await llm.complete(MESSAGES)
@@ -147,7 +156,7 @@ async def test_rate_limit_exhausts_retries(server: LLMTestServer, flavor: Flavor
 
 async def test_retry_after_past_the_budget_gives_up_at_once(server: LLMTestServer, flavor: Flavor):
     server.push(Reply(429, json=flavor.error("later"), headers={"Retry-After": "3600"}))
-    llm = flavor.client(server, max_retry_wait_s=10)
+    llm = flavor.client(server, settings=ModelSettings(retry=HTTPRetryPolicy(max_retry_wait_s=10)))
     sleeps = record_sleeps(llm)
     with pytest.raises(LLMRateLimitError, match="retry budget"):
         await llm.complete(MESSAGES)
@@ -157,7 +166,12 @@ async def test_retry_after_past_the_budget_gives_up_at_once(server: LLMTestServe
 
 async def test_backoff_grows_and_respects_the_wait_budget(server: LLMTestServer, flavor: Flavor):
     server.push(*[Reply(500, body="x")] * 4)
-    llm = flavor.client(server, max_retries=10, retry_base_delay_s=1.0, max_retry_wait_s=8.0)
+    llm = flavor.client(
+        server,
+        settings=ModelSettings(
+            retry=HTTPRetryPolicy(max_retries=10, base_delay_s=1.0, max_retry_wait_s=8.0)
+        ),
+    )
     sleeps = record_sleeps(llm)
     with pytest.raises(LLMServerError, match=r"retry budget of 8\.0s used up"):
         await llm.complete(MESSAGES)
@@ -170,7 +184,7 @@ async def test_backoff_grows_and_respects_the_wait_budget(server: LLMTestServer,
 
 async def test_max_retries_zero_means_one_attempt(server: LLMTestServer, flavor: Flavor):
     server.push(Reply(500, body="x"))
-    llm = flavor.client(server, max_retries=0)
+    llm = flavor.client(server, settings=ModelSettings(retry=HTTPRetryPolicy(max_retries=0)))
     with pytest.raises(LLMServerError, match="gave up after 1 attempt\\)"):
         await llm.complete(MESSAGES)
 
@@ -180,7 +194,9 @@ async def test_connection_refused_is_retried_then_raised(flavor: Flavor):
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     base = f"http://127.0.0.1:{port}" + ("/v1" if flavor.name == "openai" else "")
-    llm = flavor.client_cls("m", base_url=base, max_retries=2)
+    llm = flavor.client_cls(
+        "m", base_url=base, settings=ModelSettings(retry=HTTPRetryPolicy(max_retries=2))
+    )
     sleeps = record_sleeps(llm)
     with pytest.raises(LLMConnectionError, match="could not connect") as info:
         await llm.complete(MESSAGES)
@@ -206,7 +222,7 @@ async def test_read_timeout_raises_timeout_error_without_retry(
     server: LLMTestServer, flavor: Flavor
 ):
     server.push(Reply(json=flavor.text("late"), delay=5))
-    llm = flavor.client(server, timeout=1.0)
+    llm = flavor.client(server, settings=ModelSettings(timeout=1.0))
     sleeps = record_sleeps(llm)
     with pytest.raises(LLMTimeoutError, match=r"did not answer within 1(\.0)?s"):
         await llm.complete(MESSAGES)
@@ -215,7 +231,7 @@ async def test_read_timeout_raises_timeout_error_without_retry(
 
 async def test_read_timeout_retried_when_asked(server: LLMTestServer, flavor: Flavor):
     server.push(Reply(json=flavor.text("late"), delay=5), Reply(json=flavor.text("ok")))
-    llm = flavor.client(server, timeout=1.0)
+    llm = flavor.client(server, settings=ModelSettings(timeout=1.0))
     sleeps = record_sleeps(llm)
     llm.retry = replace(llm.retry, retry_timeouts=True)
     assert (await llm.complete(MESSAGES)).content == "ok"
@@ -224,7 +240,7 @@ async def test_read_timeout_retried_when_asked(server: LLMTestServer, flavor: Fl
 
 async def test_stream_timeout(server: LLMTestServer, flavor: Flavor):
     server.push(Reply(json=flavor.text("late"), delay=5))
-    llm = flavor.client(server, timeout=1.0)
+    llm = flavor.client(server, settings=ModelSettings(timeout=1.0))
     with pytest.raises(LLMTimeoutError):
         await collect_stream(llm.stream(MESSAGES))
 
@@ -234,7 +250,7 @@ async def test_stream_that_stalls_mid_way(server: LLMTestServer, flavor: Flavor)
     # stalls after some text, before the answer finished (an OpenAI stream that stalls
     # after its finish_reason is a finished answer)
     server.push(SSEReply(events, pause=5, pause_from=3 if flavor is OPENAI else 4))
-    llm = flavor.client(server, timeout=1.0)
+    llm = flavor.client(server, settings=ModelSettings(timeout=1.0))
     sleeps = record_sleeps(llm)
     received: list[object] = []
     with pytest.raises(LLMTimeoutError, match=r"stalled: no (data|complete event) for 1(\.0)?s"):
@@ -432,7 +448,8 @@ async def test_usage_is_summed_over_calls_and_can_be_shared(server: LLMTestServe
     await other.complete(MESSAGES)
     assert first.usage.input_tokens == 10 and second.usage.output_tokens == 2
     assert (tracker.calls, tracker.input_tokens, tracker.output_tokens) == (3, 60, 6)
-    assert tracker.total == first.usage + second.usage + Usage(input_tokens=30, output_tokens=3)
+    third = Usage(input_tokens=30, output_tokens=3)
+    assert tracker.total == (first.usage + second.usage + third).model_copy(update={"calls": 3})
     assert llm.usage is tracker
 
 
@@ -472,7 +489,9 @@ async def test_a_key_cut_by_the_error_excerpt_or_echoed_in_part_is_not_shown(
     # the key straddles the 500-character cut, and the server echoes a middle piece of it
     body = "x" * before + "bad key " + LONG_KEY + " piece: " + LONG_KEY[50:120]
     server.push(Reply(401, body=body))
-    llm = flavor.client(server, api_key=LONG_KEY, max_retries=0)
+    llm = flavor.client(
+        server, api_key=LONG_KEY, settings=ModelSettings(retry=HTTPRetryPolicy(max_retries=0))
+    )
     with capture_logs() as logs, pytest.raises(LLMAuthError) as caught:
         await llm.complete(MESSAGES)
     shown = str(caught.value) + json.dumps(logs, default=str)
@@ -483,10 +502,10 @@ async def test_a_key_cut_by_the_error_excerpt_or_echoed_in_part_is_not_shown(
 async def test_credentials_in_the_base_url_are_sent_but_never_shown(flavor: Flavor) -> None:
     with LLMTestServer() as server:
         server.push(Reply(500, body="boom"))
-        llm = flavor.client(server, max_retries=0)
+        llm = flavor.client(server, settings=ModelSettings(retry=HTTPRetryPolicy(max_retries=0)))
         host = server.url.removeprefix("http://")
         llm = type(llm)(
-            "m", base_url=llm.base_url.replace(host, f"ann:hunter2pw@{host}"), max_retries=0
+            "m", base_url=llm.base_url.replace(host, f"ann:hunter2pw@{host}"), settings=NO_RETRY
         )
         assert "hunter2pw" not in repr(llm) and "hunter2pw" not in llm.base_url
         with capture_logs() as logs, pytest.raises(LLMServerError) as caught:
@@ -494,7 +513,7 @@ async def test_credentials_in_the_base_url_are_sent_but_never_shown(flavor: Flav
         assert server.requests[0].headers.get("authorization", "").startswith("Basic ")
     # a server that went away: the connection error names the URL, without its password
     with pytest.raises(LLMConnectionError) as gone:
-        await type(llm)("m", base_url=f"http://ann:hunter2pw@{host}", max_retries=0).complete(
+        await type(llm)("m", base_url=f"http://ann:hunter2pw@{host}", settings=NO_RETRY).complete(
             MESSAGES
         )
     shown = str(caught.value) + str(gone.value) + json.dumps(logs, default=str)
@@ -510,7 +529,7 @@ async def test_an_answer_larger_than_the_cap_fails_clearly_without_retrying(
 ) -> None:
     huge = b'{"a": "' + b"x" * (3 * 1024 * 1024) + b'"}'
     server.push(Reply(status, body=huge, headers={"content-type": "application/json"}))
-    llm = flavor.client(server, max_response_bytes=1024 * 1024)
+    llm = flavor.client(server, settings=ModelSettings(max_response_bytes=1024 * 1024))
     with pytest.raises(LLMResponseError, match="larger than 1,048,576 bytes"):
         await llm.complete(MESSAGES)
     assert len(server.requests) == 1  # not read again on a retry
@@ -521,14 +540,14 @@ async def test_a_stream_answered_in_one_huge_piece_is_capped(
 ) -> None:
     huge = b'{"a": "' + b"x" * (3 * 1024 * 1024) + b'"}'
     server.push(Reply(200, body=huge, headers={"content-type": "application/json"}))
-    llm = flavor.client(server, max_response_bytes=1024 * 1024)
+    llm = flavor.client(server, settings=ModelSettings(max_response_bytes=1024 * 1024))
     with pytest.raises(LLMResponseError, match="larger than"):
         await collect_stream(llm.stream(MESSAGES))
 
 
 async def test_an_answer_under_the_cap_is_read(server: LLMTestServer, flavor: Flavor) -> None:
     server.push(Reply(json=flavor.text("y" * 5000)))
-    llm = flavor.client(server, max_response_bytes=64 * 1024)
+    llm = flavor.client(server, settings=ModelSettings(max_response_bytes=64 * 1024))
     assert (await llm.complete(MESSAGES)).content == "y" * 5000
 
 
@@ -567,7 +586,7 @@ async def test_a_stream_that_never_ends_is_cut_off_at_the_size_cap(
     server: LLMTestServer, flavor: Flavor
 ) -> None:
     server.push(_endless(flavor))
-    llm = flavor.client(server, max_response_bytes=256 * 1024, timeout=5.0)
+    llm = flavor.client(server, settings=ModelSettings(max_response_bytes=256 * 1024, timeout=5.0))
     with anyio.fail_after(30), pytest.raises(LLMResponseError, match="larger than 262,144"):
         await collect_stream(llm.stream(MESSAGES))
     assert len(server.requests) == 1  # not asked again
@@ -580,7 +599,7 @@ async def test_one_gigantic_event_is_cut_off_at_the_size_cap(
     # one data line that never ends (8 MB of it, then the server stalls)
     line = [b"data: {" + b'"x": "'] + [b"x" * 65536] * 128 + [60.0]
     server.push(RawReply([_SSE_HEAD + prelude, *line]))
-    llm = flavor.client(server, max_response_bytes=256 * 1024, timeout=5.0)
+    llm = flavor.client(server, settings=ModelSettings(max_response_bytes=256 * 1024, timeout=5.0))
     with anyio.fail_after(30), pytest.raises(LLMResponseError, match="larger than 262,144"):
         await collect_stream(llm.stream(MESSAGES))
 
@@ -589,7 +608,7 @@ async def test_a_stream_trickling_without_end_is_cut_off_at_the_time_cap(
     server: LLMTestServer, flavor: Flavor
 ) -> None:
     server.push(_endless(flavor, pause=0.1))
-    llm = flavor.client(server, max_stream_s=1.5, timeout=5.0)
+    llm = flavor.client(server, settings=ModelSettings(max_stream_s=1.5, timeout=5.0))
     started = anyio.current_time()
     with anyio.fail_after(30), pytest.raises(LLMResponseError, match=r"lasted longer than 1.5 s"):
         await collect_stream(llm.stream(MESSAGES))
@@ -620,7 +639,7 @@ async def test_a_server_echoing_the_url_password_or_a_secret_header_shows_neithe
         host = server.url.removeprefix("http://")
         base = flavor.client(server).base_url.replace(host, f"ann:hunter2pw@{host}")
         llm = type(flavor.client(server))(
-            "m", base_url=base, max_retries=0, headers={"X-Api-Key": token}
+            "m", base_url=base, settings=NO_RETRY, headers={"X-Api-Key": token}
         )
         with capture_logs() as logs, pytest.raises(LLMBadRequestError) as caught:
             await llm.complete(MESSAGES)

@@ -17,6 +17,7 @@ from llm_server import (
     Reply,
     SSEReply,
     events_of,
+    quick_retries,
     record_sleeps,
 )
 
@@ -28,6 +29,8 @@ from dagagent.errors import (
 )
 from dagagent.llm import (
     AssistantMessage,
+    HTTPRetryPolicy,
+    ModelSettings,
     OpenAIChat,
     ResponseFormat,
     StreamEnd,
@@ -87,10 +90,8 @@ async def test_defaults_extra_body_and_max_tokens_field(server: LLMTestServer):
     server.push(Reply(json=wire.openai_text("x")), Reply(json=wire.openai_text("y")))
     llm = client(
         server,
-        max_tokens=100,
-        temperature=0.0,
-        extra_body={"seed": 7},
         max_tokens_field="max_completion_tokens",
+        settings=ModelSettings(max_tokens=100, temperature=0.0, extra_body={"seed": 7}),
     )
     await llm.complete("hi", stop="STOP")
     await llm.complete("hi", max_tokens=5, temperature=1.0)
@@ -336,7 +337,7 @@ async def test_stream_closed_cleanly_without_done(server: LLMTestServer):
     # Before the answer finished: an error. After finish_reason: the answer is whole.
     events = wire.openai_events(wire.openai_text("abc", output_tokens=3), done=False)
     server.push(SSEReply(events[:-2], chunked=False), SSEReply(events, chunked=False))
-    llm = client(server, max_retries=0)
+    llm = client(server, settings=ModelSettings(retry=HTTPRetryPolicy(max_retries=0)))
     with pytest.raises(LLMResponseError, match=r"ended early.*no finish_reason, no \[DONE\]"):
         await collect_stream(llm.stream("x"))
     final = await collect_stream(llm.stream("x"))
@@ -357,7 +358,7 @@ async def test_stream_error_chunk(server: LLMTestServer):
         SSEReply([(None, {"error": {"message": "model crashed", "type": "server_error"}})]),
         SSEReply([(None, {"error": {"message": "model crashed", "type": "server_error"}})]),
     )
-    llm = client(server, max_retries=1)
+    llm = client(server, settings=ModelSettings(retry=HTTPRetryPolicy(max_retries=1)))
     record_sleeps(llm)
     with pytest.raises(LLMServerError, match="model crashed"):
         await collect_stream(llm.stream("x"))
@@ -437,7 +438,7 @@ DONE = b"data: [DONE]\n\n"
 
 
 def server_client(server: LLMTestServer, **options: Any) -> OpenAIChat:
-    options.setdefault("retry_base_delay_s", 0.001)
+    options["settings"] = quick_retries(options.get("settings"))
     return OpenAIChat("m", base_url=server.url + "/v1", **options)
 
 
@@ -475,7 +476,9 @@ async def test_cut_mid_chunk_after_finish_is_still_the_whole_answer(server: LLMT
 async def test_held_open_after_finish_is_not_waited_for(server: LLMTestServer):
     server.push(RawReply([SSE_HEAD, chunk({"content": "hi"}), chunk({}, "stop"), 5.0]))
     started = time.monotonic()
-    final = await collect_stream(server_client(server, timeout=0.5).stream("x"))
+    final = await collect_stream(
+        server_client(server, settings=ModelSettings(timeout=0.5)).stream("x")
+    )
     assert final.content == "hi"
     assert time.monotonic() - started < 3
 
@@ -483,7 +486,11 @@ async def test_held_open_after_finish_is_not_waited_for(server: LLMTestServer):
 async def test_cut_before_finish_is_still_an_error(server: LLMTestServer):
     server.push(RawReply([SSE_HEAD, chunk({"content": "half an ans"})]))
     with pytest.raises(LLMResponseError, match="ended early"):
-        await collect_stream(server_client(server, max_retries=0).stream("x"))
+        await collect_stream(
+            server_client(
+                server, settings=ModelSettings(retry=HTTPRetryPolicy(max_retries=0))
+            ).stream("x")
+        )
 
 
 # ---------------------------------------------------------------------------- tool calls
@@ -632,7 +639,11 @@ async def test_server_failure_reported_in_the_stream_is_retried(server: LLMTestS
 async def test_named_error_event(server: LLMTestServer):
     server.push(RawReply([SSE_HEAD, b'event: error\ndata: {"message": "boom"}\n\n']))
     with pytest.raises(LLMServerError, match="boom"):
-        await collect_stream(server_client(server, max_retries=0).stream("x"))
+        await collect_stream(
+            server_client(
+                server, settings=ModelSettings(retry=HTTPRetryPolicy(max_retries=0))
+            ).stream("x")
+        )
 
 
 async def test_error_object_in_a_200_body_keeps_its_status(server: LLMTestServer):
@@ -654,7 +665,9 @@ async def test_html_error_page_is_quoted_as_text(server: LLMTestServer):
     head = b"HTTP/1.1 502 Bad Gateway\r\nContent-Type: text/html\r\nContent-Length: %d\r\n\r\n"
     server.push(RawReply([head % len(page), page]))
     with pytest.raises(LLMServerError) as info:
-        await server_client(server, max_retries=0).complete("x")
+        await server_client(
+            server, settings=ModelSettings(retry=HTTPRetryPolicy(max_retries=0))
+        ).complete("x")
     assert str(info.value).endswith("(HTTP 502): 502 Bad Gateway nginx (gave up after 1 attempt)")
 
 
@@ -672,7 +685,7 @@ async def test_slow_loris_stream_of_keep_alives(server: LLMTestServer):
     server.push(RawReply([SSE_HEAD, *[p for _ in range(200) for p in (b": ping\n\n", 0.05)]]))
     started = time.monotonic()
     with pytest.raises(LLMTimeoutError, match=r"stalled: no complete event for 1s"):
-        await collect_stream(server_client(server, timeout=1.0).stream("x"))
+        await collect_stream(server_client(server, settings=ModelSettings(timeout=1.0)).stream("x"))
     assert time.monotonic() - started < 8  # the pings alone would last 10 s
 
 
@@ -680,14 +693,14 @@ async def test_slow_loris_stream_trickling_one_event(server: LLMTestServer):
     data = chunk({"content": "x" * 400})
     server.push(RawReply([SSE_HEAD, *[p for b in data for p in (bytes([b]), 0.02)]]))
     with pytest.raises(LLMTimeoutError, match="stalled"):
-        await collect_stream(server_client(server, timeout=1.0).stream("x"))
+        await collect_stream(server_client(server, settings=ModelSettings(timeout=1.0)).stream("x"))
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["complete", "stream"])
 async def test_slow_loris_headers(server: LLMTestServer, stream: bool):
     head = b"HTTP/1.1 200 OK\r\n" + b"X-Pad: " + b"a" * 400 + b"\r\n\r\n"
     server.push(RawReply([p for b in head for p in (bytes([b]), 0.02)]))
-    llm = server_client(server, timeout=1.0)
+    llm = server_client(server, settings=ModelSettings(timeout=1.0))
     started = time.monotonic()
     with pytest.raises(LLMTimeoutError, match=r"did not send the whole .* within 3s"):
         if stream:
@@ -702,7 +715,7 @@ async def test_slow_loris_json_body(server: LLMTestServer, stream: bool):
     body = json.dumps({"choices": [{"message": {"content": "y" * 400}, "finish_reason": "stop"}]})
     head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n"
     server.push(RawReply([head, *[p for b in body.encode() for p in (bytes([b]), 0.02)]]))
-    llm = server_client(server, timeout=1.0)
+    llm = server_client(server, settings=ModelSettings(timeout=1.0))
     with pytest.raises(LLMTimeoutError, match=r"did not send the whole answer within 3s"):
         if stream:
             await collect_stream(llm.stream("x"))

@@ -14,8 +14,10 @@ from dagagent.llm import (
     LLM,
     AnthropicChat,
     HTTPChatClient,
+    HTTPRetryPolicy,
     LLMRequest,
     LLMResponse,
+    ModelSettings,
     OpenAIChat,
     ResponseFormat,
     ScriptedLLM,
@@ -238,7 +240,10 @@ async def test_wire_mode_over_and_under_calls():
 
 
 async def test_wire_mode_passes_client_options():
-    llm = ScriptedLLM.openai([httpx.Response(503), httpx.Response(503)], max_retries=1)
+    llm = ScriptedLLM.openai(
+        [httpx.Response(503), httpx.Response(503)],
+        settings=ModelSettings(retry=HTTPRetryPolicy(max_retries=1)),
+    )
     async with llm:
         with pytest.raises(LLMServerError, match="gave up after 2 attempts"):
             await llm.complete("x")

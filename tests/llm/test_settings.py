@@ -1,13 +1,11 @@
-"""ModelSettings: one object for how a client calls a model, the old keywords as shorthand."""
+"""ModelSettings: the one object for how a client calls a model."""
 
 from __future__ import annotations
 
 import httpx
 import pytest
 
-from dagagent.errors import ConfigError
 from dagagent.llm import (
-    AnthropicChat,
     HTTPRetryPolicy,
     ModelSettings,
     OpenAIChat,
@@ -31,27 +29,6 @@ def test_a_client_takes_its_settings_from_one_object() -> None:
     assert (llm.max_tokens, llm.temperature, llm.extra_body) == (77, 0.25, {"seed": 1})
     assert llm.timeout == httpx.Timeout(12.0)
     assert llm.retry.max_retries == 5 and llm.max_response_bytes == 1000
-
-
-def test_keywords_win_over_settings_and_build_the_retry_policy() -> None:
-    settings = ModelSettings(temperature=0.5, retry=HTTPRetryPolicy(max_retries=5))
-    llm = AnthropicChat(
-        "m",
-        base_url="http://127.0.0.1:1",
-        settings=settings,
-        temperature=0.0,
-        max_retries=1,
-        retry_base_delay_s=0.0,
-    )
-    assert llm.temperature == 0.0
-    assert (llm.retry.max_retries, llm.retry.base_delay_s) == (1, 0.0)
-    assert llm.max_tokens == 4096  # Anthropic needs a limit
-    assert settings.retry.max_retries == 5  # the settings given are left alone
-
-
-def test_an_unknown_option_is_a_config_error() -> None:
-    with pytest.raises(ConfigError, match="unknown model option"):
-        ModelSettings().with_options(temprature=0.1)
 
 
 @pytest.mark.anyio

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from dagagent.errors import ConfigError
-from dagagent.llm import AnthropicChat, OpenAIChat, from_env, from_spec
+from dagagent.llm import AnthropicChat, ModelSettings, OpenAIChat, from_env, from_spec
 
 ENV_VARS = [
     "DAGAGENT_MODEL",
@@ -33,7 +33,9 @@ def test_openai_spec() -> None:
 
 def test_anthropic_spec_with_key_and_options() -> None:
     llm = from_spec(
-        "Anthropic:claude-sonnet-4-5", api_key="sk-ant-xyz-123", max_tokens=1000, timeout=5
+        "Anthropic:claude-sonnet-4-5",
+        api_key="sk-ant-xyz-123",
+        settings=ModelSettings(max_tokens=1000, timeout=5),
     )
     assert isinstance(llm, AnthropicChat)
     assert llm.model == "claude-sonnet-4-5"

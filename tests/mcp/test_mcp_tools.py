@@ -21,6 +21,7 @@ from dagagent.events import TaskFinished
 from dagagent.mcp import MCPClient
 from dagagent.planners.prompts import tool_catalog
 from dagagent.planners.schema import plan_json_schema
+from dagagent.settings import RunSettings
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -118,7 +119,7 @@ async def test_outputs_are_structured_content_else_text_with_other_content_descr
                 {"id": "p", "tool": "picture", "args": {}},
             ),
             registry,
-            executor="dataflow",
+            settings=RunSettings(executor="dataflow"),
         )
     assert result.ok, result.tasks
     assert result.tasks["w"].output == {"city": "Oslo", "days": 1, "temp_c": 21.5}
@@ -153,7 +154,7 @@ async def test_a_server_that_never_answers_is_bounded_by_the_task_timeout(
                 {"id": "w", "tool": "weather", "args": {"city": "Oslo"}},
             ),
             registry,
-            on_failure="continue",
+            settings=RunSettings(on_failure="continue"),
         )
     assert result.tasks["h"].status is TaskStatus.FAILED
     assert result.tasks["h"].error_type == "TaskTimeoutError"
@@ -171,13 +172,17 @@ async def test_a_server_that_dies_mid_call_fails_its_running_tasks(transport: st
         client = stdio_client("kit")
         registry = await kit_registry(client)
         with anyio.fail_after(RUN_BOUND_S):
-            result = await dagagent.execute(tasks, registry, executor="dataflow")
+            result = await dagagent.execute(
+                tasks, registry, settings=RunSettings(executor="dataflow")
+            )
     else:
         with http_server("kit") as (url, _):
             client = MCPClient.http("kit", url)
             registry = await kit_registry(client)
             with anyio.fail_after(RUN_BOUND_S):
-                result = await dagagent.execute(tasks, registry, executor="dataflow")
+                result = await dagagent.execute(
+                    tasks, registry, settings=RunSettings(executor="dataflow")
+                )
     crashed = result.tasks["c"]
     assert crashed.status is TaskStatus.FAILED
     assert crashed.error_type == "MCPServerLostError"
@@ -254,7 +259,9 @@ async def test_a_tool_whose_schema_is_invalid_is_named_and_can_be_left_out(
 
 
 async def _pid_of_run(registry: Registry, *tasks: dict[str, Any], **options: Any) -> int:
-    result = await dagagent.execute(plan(*tasks), registry, on_failure="continue", **options)
+    result = await dagagent.execute(
+        plan(*tasks), registry, **options, settings=RunSettings(on_failure="continue")
+    )
     return int(result.tasks["p"].output["result"])
 
 
@@ -365,7 +372,7 @@ async def test_approval_rules_on_side_effects_hold_the_tools_not_declared_read_o
             ),
             registry,
             interceptors=[policy],
-            on_failure="continue",
+            settings=RunSettings(on_failure="continue"),
         )
     assert result.tasks["w"].status is TaskStatus.SUCCEEDED
     assert result.tasks["d"].status is TaskStatus.DENIED
@@ -389,7 +396,7 @@ async def test_the_dask_executor_calls_mcp_tools_on_the_driver(kit_url: str) -> 
                 {"id": "i", "tool": "_increment", "args": {"x": 1}},
             ),
             registry,
-            executor=DaskExecutor(processes=False, n_workers=1),
+            settings=RunSettings(executor=DaskExecutor(processes=False, n_workers=1)),
         )
     assert result.ok, result.tasks
     assert result.tasks["w"].output["city"] == "Oslo"

@@ -6,11 +6,10 @@ import json
 from typing import Any
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 import dagagent
-from dagagent.growing import PlanChecker
+from dagagent.graph import PlanChecker
 from dagagent.plan import Task
 from dagagent.planners import parse_llmcompiler
 from dagagent.planners.incremental import JsonTaskStream, StreamedPlanError

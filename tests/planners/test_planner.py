@@ -20,6 +20,7 @@ from dagagent.planners import (
     LLMPlanner,
     extract_json,
     parse_plan_answer,
+    plan_json_schema,
     system_prompt,
 )
 from dagagent.toolkits.demo import registry as demo
@@ -126,7 +127,7 @@ async def test_valid_plan_first_time(w: Wire, registry: dagagent.Registry):
 async def test_schema_sent_matches_the_registry(w: Wire, registry: dagagent.Registry):
     _, llm = await plan_with(w, registry, [w.plan(GOOD)])
     schema, strict = w.schema_sent(llm)
-    assert schema == registry.plan_schema()
+    assert schema == plan_json_schema(registry)
     assert strict is False  # work/echo take Any: the schema cannot be strict
     variants = schema["properties"]["tasks"]["items"]["anyOf"]
     by_tool = {v["properties"]["tool"]["enum"][0]: v for v in variants}
@@ -161,7 +162,7 @@ async def test_strict_schema_sent_when_the_registry_allows_it():
         planner = LLMPlanner(llm, reg)
         result = await planner.plan_with_report("weather in Paris")
     schema, strict = OPENAI.schema_sent(llm)
-    assert strict is True and schema == reg.plan_schema(strict=True)
+    assert strict is True and schema == plan_json_schema(reg, strict=True)
     # null means "not given" in strict mode: the default applies
     assert result.plan.tasks[0].args == {"city": "Paris"}
 
@@ -571,17 +572,5 @@ def test_planner_options_and_settings_are_one_object() -> None:
     planner = LLMPlanner(llm, demo, settings=ModelSettings(max_tokens=300, temperature=0.5))
     assert isinstance(planner, HealingPlanner)
     assert (planner.max_tokens, planner.temperature) == (300, 0.5)
-    replanner = LLMReplanner(llm, demo, settings=ModelSettings(max_tokens=300), max_tokens=200)
-    assert replanner.max_tokens == 200  # the keyword wins over the settings
-
-
-def test_plan_healer_is_the_healing_planner_under_its_old_name() -> None:
-    import dagagent.planners
-
-    with pytest.warns(DeprecationWarning, match="use HealingPlanner"):
-        old = dagagent.planners.PlanHealer
-    healer = old(ScriptedLLM(), demo, max_attempts=2)
-    assert isinstance(healer, dagagent.planners.HealingPlanner)
-    assert healer.max_attempts == 2
-    with pytest.warns(DeprecationWarning, match="the planner is the healer"):
-        assert healer.healer is healer
+    replanner = LLMReplanner(llm, demo, settings=ModelSettings(max_tokens=200))
+    assert replanner.max_tokens == 200

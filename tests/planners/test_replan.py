@@ -14,6 +14,7 @@ from dagagent.llm import ScriptedLLM, wire
 from dagagent.planners import PLAN_FORMAT_NAME, LLMReplanner
 from dagagent.results import TaskResult, TaskStatus
 from dagagent.runner import task_fingerprint
+from dagagent.settings import RunSettings
 
 pytestmark = pytest.mark.anyio
 
@@ -38,7 +39,7 @@ FIXED = {
 
 @pytest.fixture
 async def first_run(registry: dagagent.Registry) -> dagagent.RunResult:
-    result = await dagagent.execute(OLD, registry, on_failure="continue")
+    result = await dagagent.execute(OLD, registry, settings=RunSettings(on_failure="continue"))
     assert result.tasks["x"].status is TaskStatus.SUCCEEDED
     assert result.tasks["y"].status is TaskStatus.FAILED
     assert result.tasks["total"].status is TaskStatus.SKIPPED

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import AsyncGenerator, Sequence
+from contextlib import aclosing
 from typing import Any
 
 import anyio
@@ -17,6 +18,7 @@ from dagagent.events import TaskParsed
 from dagagent.llm import LLMResponse, ScriptedLLM, StreamEnd, StreamEvent, wire
 from dagagent.planners import LLMPlanner
 from dagagent.planners.streaming import plan_and_execute_streamed
+from dagagent.settings import RunSettings
 
 pytestmark = pytest.mark.anyio
 # A test whose model streams from a script, with pauses between chunks, to tools that nap
@@ -48,10 +50,11 @@ class Timed:
         return response
 
     async def stream(self, messages: Sequence[Any], **options: Any) -> AsyncGenerator[StreamEvent]:
-        async for event in self.inner.stream(messages, **options):
-            if isinstance(event, StreamEnd):
-                self.ended.append(anyio.current_time())
-            yield event
+        async with aclosing(self.inner.stream(messages, **options)) as events:
+            async for event in events:
+                if isinstance(event, StreamEnd):
+                    self.ended.append(anyio.current_time())
+                yield event
 
 
 def events_of(kind: type) -> tuple[list[Any], Any]:
@@ -107,7 +110,9 @@ async def test_streamed_slow_tools_start_while_the_plan_is_written_and_not_befor
             result = round_.result
         else:
             plan = await planner.plan("go")
-            result = await dagagent.execute(plan, registry, executor="dataflow")
+            result = await dagagent.execute(
+                plan, registry, settings=RunSettings(executor="dataflow")
+            )
         assert result.status is dagagent.RunStatus.SUCCEEDED
         starts = [recorder.intervals[f"slow{i}"][0] for i in range(5)]
         if stream:  # every slow tool began while the model was still writing the note
@@ -196,7 +201,11 @@ async def test_an_invalid_task_stops_the_stream_and_the_model_plans_the_rest(
         {"id": "b", "tool": "echo", "args": {"value": "${a}"}},
     )
     llm = ScriptedLLM([first, second], chunk_size=16)
-    round_ = await plan_and_execute_streamed(LLMPlanner(llm, registry), "go", registry)
+    # "continue": the task accepted before the invalid one runs to its end, however early
+    # the invalid one arrives (under "cancel" it would be stopped with the plan)
+    round_ = await plan_and_execute_streamed(
+        LLMPlanner(llm, registry), "go", registry, settings=RunSettings(on_failure="continue")
+    )
     rejected, accepted = round_.planning.attempts
     assert [i.code for i in rejected.issues] == [code]
     assert accepted.ok
@@ -315,7 +324,11 @@ async def test_the_store_keeps_every_attempt_with_its_whole_plan(
     second = plan_text({"id": "b", "tool": "echo", "args": {"value": "${a}"}})
     store = dagagent.RunStore(tmp_path / "runs.db")
     round_ = await plan_and_execute_streamed(
-        LLMPlanner(ScriptedLLM([first, second]), registry), "go", registry, store=store
+        LLMPlanner(ScriptedLLM([first, second]), registry),
+        "go",
+        registry,
+        store=store,
+        settings=RunSettings(on_failure="continue"),  # "a" runs to its end: see above
     )
     stopped, final = (store.get_run(r.run_id) for r in round_.runs)
     assert [t.id for t in stopped.plan.tasks] == ["a"]  # the invalid task never joined
@@ -339,7 +352,7 @@ async def test_a_model_failing_mid_answer_raises_its_own_error_after_the_run(
     llm = Endless('{"tasks": [', piece)
     with pytest.raises(LLMConnectionError, match="dropped"):
         await plan_and_execute_streamed(
-            LLMPlanner(llm, registry), "go", registry, on_failure="continue"
+            LLMPlanner(llm, registry), "go", registry, settings=RunSettings(on_failure="continue")
         )
     assert recorder.calls == {"t1": 1}  # t1 was complete (t2 had begun) and ran to its end
     assert recorder.intervals["t1"][1] - recorder.intervals["t1"][0] >= 0.3

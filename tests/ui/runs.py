@@ -99,7 +99,6 @@ def record_finished(store: Path) -> str:
     result = _execute(
         finished_plan(),
         registry(),
-        executor="dataflow",
         store=store,
         interceptors=[policy],
     )

@@ -14,6 +14,7 @@ from eventually import wait_until
 from playwright.sync_api import expect
 
 import dagagent
+from dagagent.settings import RunSettings
 from dagagent.store import RunStore
 from dagagent.ui.render import render_report
 from ui import runs as made
@@ -167,7 +168,10 @@ def test_a_running_run_updates_without_reloading(page: Any, tmp_path: Path) -> N
     t = threading.Thread(
         target=lambda: done.append(
             dagagent.execute_sync(
-                made.running_plan(), made.registry(gate), store=path, executor="dataflow"
+                made.running_plan(),
+                made.registry(gate),
+                store=path,
+                settings=RunSettings(executor="dataflow"),
             )
         )
     )

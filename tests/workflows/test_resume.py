@@ -13,6 +13,7 @@ from wait_tools import PLAN, TWO, make_registry
 import dagagent
 from dagagent import Approval, DecisionError, Policy, Rule, RunStatus, StoreError, ask_later
 from dagagent.graph import finished_critical_path
+from dagagent.settings import RunSettings
 
 pytestmark = pytest.mark.anyio
 
@@ -28,7 +29,11 @@ def _policy() -> Policy:
 async def _paused(tmp_path: Path, calls: list[str], plan: Any = PLAN) -> tuple[Any, Path]:
     store = tmp_path / "runs.db"
     result = await dagagent.execute(
-        plan, _tools(calls), interceptors=[_policy()], store=store, on_failure="cancel"
+        plan,
+        _tools(calls),
+        interceptors=[_policy()],
+        store=store,
+        settings=RunSettings(on_failure="cancel"),
     )
     return result, store
 
@@ -108,7 +113,7 @@ async def test_a_denied_call_denies_its_task_and_nothing_is_sent(tmp_path: Path)
         store=store,
         decisions={"mail": Approval.deny("not today", by="ann")},
         interceptors=[_policy()],
-        on_failure="continue",
+        settings=RunSettings(on_failure="continue"),
     )
     assert resumed.status is RunStatus.FAILED
     assert resumed.tasks["mail"].status.value == "denied"
@@ -223,7 +228,11 @@ async def test_a_map_element_waits_and_resume_runs_only_the_waiting_elements(
     calls: list[str] = []
     store = tmp_path / "runs.db"
     paused = await dagagent.execute(
-        MAP, _tools(calls), interceptors=[_b_policy()], store=store, executor=executor
+        MAP,
+        _tools(calls),
+        interceptors=[_b_policy()],
+        store=store,
+        settings=RunSettings(executor=executor),
     )
     assert paused.status is RunStatus.PAUSED
     mail = paused.tasks["mail"]

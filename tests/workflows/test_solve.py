@@ -14,10 +14,11 @@ import pytest
 
 import dagagent
 from dagagent.events import JoinerDecided, RoundFinished, RoundStarted
-from dagagent.llm import ScriptedLLM, wire
+from dagagent.llm import HTTPRetryPolicy, ModelSettings, ScriptedLLM, Usage, wire
 from dagagent.planners import PLAN_FORMAT_NAME
-from dagagent.results import TaskStatus
-from dagagent.workflows import SolveStatus, record_of, replan_run, revise_run
+from dagagent.results import SolveStatus, TaskStatus
+from dagagent.settings import RunSettings
+from dagagent.workflows import record_of, replan_run, revise_run
 
 pytestmark = pytest.mark.anyio
 
@@ -251,7 +252,10 @@ async def test_no_valid_plan_fails_with_the_planning_error(world: World):
 async def test_a_model_that_cannot_be_reached_fails_the_solve(world: World):
     import httpx
 
-    llm = ScriptedLLM.openai([httpx.ConnectError("refused")], max_retries=0)
+    llm = ScriptedLLM.openai(
+        [httpx.ConnectError("refused")],
+        settings=ModelSettings(retry=HTTPRetryPolicy(max_retries=0)),
+    )
     async with llm:
         solution = await dagagent.solve(GOAL, world.registry, llm, stream=False)
     assert solution.status is SolveStatus.FAILED
@@ -300,7 +304,7 @@ async def test_agent_tasks_usage_is_in_the_run_result_and_the_solution(world: Wo
     assert solution.answer == "18 C"
     result = solution.rounds[0].result
     assert result is not None and result.outputs["note"] == "It is 18 C in Paris."
-    assert result.usage == {"calls": 1, "input_tokens": 10, "output_tokens": 5, "total_tokens": 15}
+    assert result.usage == Usage(calls=1, input_tokens=10, output_tokens=5)
     assert solution.usage.agents.calls == 1
     assert solution.usage.total.calls == 3
 
@@ -347,7 +351,10 @@ def test_solve_sync(world: World):
 async def test_revise_and_run_a_recorded_run(world: World, tmp_path: Any):
     store = tmp_path / "runs.db"
     first = await dagagent.execute(
-        json.loads(plan(PARIS, ATLANTIS)), world.registry, store=store, on_failure="continue"
+        json.loads(plan(PARIS, ATLANTIS)),
+        world.registry,
+        store=store,
+        settings=RunSettings(on_failure="continue"),
     )
     with dagagent.RunStore(store) as st:
         record = st.get_run(first.run_id)
@@ -366,7 +373,7 @@ async def test_revise_and_run_a_recorded_run(world: World, tmp_path: Any):
 
 async def test_revise_with_an_edited_plan_and_a_run_in_memory(world: World):
     old = dagagent.load_plan(json.loads(plan(PARIS, ATLANTIS)))
-    first = await dagagent.execute(old, world.registry, on_failure="continue")
+    first = await dagagent.execute(old, world.registry, settings=RunSettings(on_failure="continue"))
     record = record_of(old, first)
     revision = await revise_run(record, world.registry, plan=json.loads(plan(PARIS, TOKYO)))
     assert revision.planning is None and not revision.unchanged
@@ -404,7 +411,7 @@ async def test_the_store_keeps_the_answer_rounds_and_decisions(world: World, tmp
         run2 = st.get_run(second.result.run_id)
     assert record.status == "answered" and record.answer == long_answer  # in full
     assert record.cites == ["cmp2"] and record.run_id == second.result.run_id
-    assert record.usage is not None and record.usage["joiner"]["calls"] == 2
+    assert record.usage is not None and record.usage["joiner"].calls == 2
     assert [(r.round, r.run_id, r.outcome) for r in record.rounds] == [
         (1, first.result.run_id, "replan"),
         (2, second.result.run_id, "answered"),

@@ -14,8 +14,7 @@ import pytest
 import dagagent
 from dagagent import Approval, DecisionError, Policy, Rule, ask_later
 from dagagent.errors import StoreError
-from dagagent.results import TaskStatus
-from dagagent.workflows import SolveStatus
+from dagagent.results import SolveStatus, TaskStatus
 
 from .test_solve import (
     ATLANTIS,
@@ -96,7 +95,7 @@ async def test_a_paused_round_pauses_the_solve_which_resumes_from_the_store(
     assert [(r.round, r.run_id, r.outcome) for r in record.rounds] == [
         (1, paused.run_id, "answered")
     ]
-    assert record.usage is not None and record.usage["planner"]["calls"] == 1
+    assert record.usage is not None and record.usage["planner"].calls == 1
     assert run.status.value == "succeeded"
     assert [(a.task_id, a.decision, a.decided_by, a.state) for a in history] == [
         ("tokyo", "allow", "ann", "used")

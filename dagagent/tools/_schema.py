@@ -25,9 +25,9 @@ from contextlib import AbstractAsyncContextManager
 from typing import Any
 from urllib.parse import unquote
 
-from .errors import ToolArgumentsError, ToolDefinitionError
-from .text import is_secret_name, shorten
-from .tools import Tool
+from ..errors import ToolArgumentsError, ToolDefinitionError
+from ..text import is_secret_name, shorten
+from ._tool import Tool
 
 __all__ = ["SchemaTool"]
 

@@ -28,13 +28,13 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import TypeAdapter
 
-from .errors import Issue
-from .plan import Task, ToolTask
-from .references import ELEMENT_NAMES, INDEX, ITEM, Reference, Template
-from .text import did_you_mean
+from ..errors import Issue
+from ..plan import Task, ToolTask
+from ..references import ELEMENT_NAMES, INDEX, ITEM, Reference, Template
+from ..text import did_you_mean
 
 if TYPE_CHECKING:
-    from .tools import Registry, Tool
+    from ..tools import Registry, Tool
 
 __all__ = ["element_issues", "for_each_reference", "map_issues"]
 

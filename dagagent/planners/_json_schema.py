@@ -1,5 +1,5 @@
 """JSON Schema rewrites for constrained output, used to build the plan schema
-(:mod:`dagagent.plan_schema`): a ``${id.path}`` reference allowed wherever a literal value
+(:mod:`dagagent.planners.schema`): a ``${id.path}`` reference allowed wherever a literal value
 is, a tool's ``$defs`` renamed apart from other tools', and a schema brought into OpenAI's
 strict subset (or told why it cannot be). Pure functions over JSON Schema dicts."""
 

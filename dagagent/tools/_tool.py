@@ -1,4 +1,4 @@
-"""Tools from plain functions, and the registry that holds them.
+"""A tool from a plain function: its name, description, argument schema and how it is called.
 
 A tool is a sync or async function. Its name is the function name, its description the
 docstring's first paragraph, its argument schema comes from the type hints through pydantic,
@@ -8,20 +8,15 @@ by pydantic before every call; unknown arguments are rejected. Sync functions ru
 threads so that they never block the event loop, unless declared ``blocking=False`` (a function
 that only computes for a moment): then they are called on the event loop, without the cost of
 a thread.
-
-Over 400 lines: :class:`Tool` is most of it (reading a function's docstring and type hints,
-validating arguments, calling sync and async functions alike); the :class:`Registry` is a
-small dict of tools next to it, and every layer above reads the two together.
 """
 
 from __future__ import annotations
 
-import fnmatch
 import functools
 import inspect
 import re
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
-from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
+from collections.abc import Callable, Iterable, Mapping
+from contextlib import AbstractAsyncContextManager
 from types import AsyncGeneratorType, GeneratorType
 from typing import TYPE_CHECKING, Any, TypedDict, TypeVar, overload
 
@@ -29,14 +24,22 @@ from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 from pydantic.fields import FieldInfo
 from typing_extensions import Unpack
 
-from .errors import ToolArgumentsError, ToolDefinitionError, UnknownToolError
-from .plan import MAX_RETRIES
-from .text import is_secret_name, shorten
+from ..errors import ToolArgumentsError, ToolDefinitionError
+from ..plan import MAX_RETRIES
+from ..text import is_secret_name, shorten
 
 if TYPE_CHECKING:
-    from .sync_threads import SyncThreads
+    from ._threads import SyncThreads
 
-__all__ = ["Registry", "Tool", "ToolOptions", "connected", "tool"]
+__all__ = [
+    "GENERATOR_TYPES",
+    "Tool",
+    "ToolOptions",
+    "call_sync",
+    "format_validation_errors",
+    "materialize_async",
+    "tool",
+]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -316,6 +319,8 @@ class Tool:
         present, and their values are checked at run time.
         """
         referenced = set(referenced)
+        if not self._fields and not literal and not referenced:
+            return []  # a tool without parameters, called without arguments
         problems = [f"{k}: unexpected argument" for k in referenced if k not in self._param_names]
         try:
             self._validate(literal)
@@ -329,7 +334,7 @@ class Tool:
 
     async def acall(self, args: Mapping[str, Any]) -> Any:
         """Call with already validated arguments; sync functions run in a worker thread (one of
-        :data:`dagagent.sync_threads.sync_threads`, which a cancelled call leaves behind).
+        :data:`dagagent.tools.sync_threads`, which a cancelled call leaves behind).
 
         A generator the tool returns (or a generator function's output) is drained into a
         list: an output is data that several references may read, and a run records it."""
@@ -394,7 +399,7 @@ def _sync_threads() -> SyncThreads:
     """The process's threads for sync tools, imported on the first call (asyncio and anyio
     are not needed to define or validate tools)."""
     global _threads
-    from .sync_threads import sync_threads
+    from ._threads import sync_threads
 
     _threads = sync_threads
     return sync_threads
@@ -465,90 +470,3 @@ def tool(fn: Any = None, /, **options: Any) -> Any:
         return Tool(f, **options)
 
     return deco
-
-
-class Registry:
-    """Named tools. ``@registry.tool`` registers a function; names must be unique."""
-
-    def __init__(self, tools: Iterable[Tool | Callable[..., Any]] = ()) -> None:
-        self._tools: dict[str, Tool] = {}
-        for t in tools:
-            self.add(t)
-
-    @overload
-    def tool(self, fn: F, /) -> Tool: ...
-    @overload
-    def tool(self, /, **options: Unpack[ToolOptions]) -> Callable[[F], Tool]: ...
-    def tool(self, fn: Any = None, /, **options: Any) -> Any:
-        if fn is not None:
-            return self.add(Tool(fn, **options))
-
-        def deco(f: F) -> Tool:
-            return self.add(Tool(f, **options))
-
-        return deco
-
-    def add(self, t: Tool | Callable[..., Any]) -> Tool:
-        if not isinstance(t, Tool):
-            t = Tool(t)
-        if t.name in self._tools:
-            raise ToolDefinitionError(f"a tool named {t.name!r} is already registered")
-        self._tools[t.name] = t
-        return t
-
-    def get(self, name: str) -> Tool:
-        try:
-            return self._tools[name]
-        except KeyError:
-            raise UnknownToolError(name, list(self._tools)) from None
-
-    def __getitem__(self, name: str) -> Tool:
-        return self.get(name)
-
-    def __contains__(self, name: object) -> bool:
-        return name in self._tools
-
-    def __iter__(self) -> Iterator[Tool]:
-        return iter(self._tools.values())
-
-    def __len__(self) -> int:
-        return len(self._tools)
-
-    def __repr__(self) -> str:
-        return f"Registry({sorted(self._tools)})"
-
-    @property
-    def names(self) -> list[str]:
-        return list(self._tools)
-
-    def specs(self) -> list[dict[str, Any]]:
-        """Every tool's name, description and argument schema."""
-        return [t.spec() for t in self._tools.values()]
-
-    def plan_schema(self, *, strict: bool = False, agent_tasks: bool = False) -> dict[str, Any]:
-        """JSON Schema of the plans these tools can run (see :mod:`dagagent.plan_schema`)."""
-        from .plan_schema import plan_json_schema  # imported late: it reads this module
-
-        return plan_json_schema(self, strict=strict, agent_tasks=agent_tasks)
-
-    def subset(self, names: Iterable[str]) -> Registry:
-        """A registry holding only ``names`` (unknown names raise :class:`UnknownToolError`)."""
-        return Registry(self.get(n) for n in names)
-
-    def select(self, pattern: str) -> list[Tool]:
-        """Tools whose name matches a shell-style pattern."""
-        return [t for n, t in self._tools.items() if fnmatch.fnmatchcase(n, pattern)]
-
-
-@asynccontextmanager
-async def connected(tools: Iterable[Tool]) -> AsyncIterator[None]:
-    """Open the :attr:`~Tool.connection` of every tool that has one (each once) for as long as
-    the block runs, and close them when it ends, also on failure or cancellation."""
-    async with AsyncExitStack() as stack:
-        opened: list[AbstractAsyncContextManager[Any]] = []
-        for t in tools:
-            c = t.connection
-            if c is not None and not any(c is o for o in opened):
-                opened.append(c)
-                await stack.enter_async_context(c)
-        yield

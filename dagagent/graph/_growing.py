@@ -22,13 +22,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from .errors import Issue
-from .graph import PlanGraph, check_task
-from .plan import ID_RE, AgentTask, Plan, Task
-from .references import Template
+from ..errors import Issue
+from ..plan import ID_RE, AgentTask, Plan, Task
+from ..references import Template
+from ._graph import PlanGraph
+from ._validate import check_task
 
 if TYPE_CHECKING:
-    from .tools import Registry
+    from ..tools import Registry
 
 __all__ = ["GrowingGraph", "PlanChecker", "TaskCheck", "Watcher"]
 

@@ -1,0 +1,133 @@
+"""The public names of dagagent, each with the module it comes from.
+
+This stub is the one list: type checkers read it, and ``dagagent/__init__.py`` derives from it
+what ``import dagagent`` offers (``__all__``) and where each name is imported from on first use.
+"""
+
+from .agent import (
+    AgentResult as AgentResult,
+    AgentState as AgentState,
+    Budget as Budget,
+    ReActAgent as ReActAgent,
+    make_agent_runner as make_agent_runner,
+)
+from .approval import (
+    Approval as Approval,
+    ApprovalRequest as ApprovalRequest,
+    Policy as Policy,
+    Rule as Rule,
+    ask_later as ask_later,
+    load_policy as load_policy,
+)
+from .errors import (
+    AgentError as AgentError,
+    AgentStoppedError as AgentStoppedError,
+    ConfigError as ConfigError,
+    DagagentError as DagagentError,
+    DecisionError as DecisionError,
+    Issue as Issue,
+    JoinerError as JoinerError,
+    LLMAuthError as LLMAuthError,
+    LLMBadRequestError as LLMBadRequestError,
+    LLMConnectionError as LLMConnectionError,
+    LLMError as LLMError,
+    LLMRateLimitError as LLMRateLimitError,
+    LLMResponseError as LLMResponseError,
+    LLMServerError as LLMServerError,
+    LLMTimeoutError as LLMTimeoutError,
+    MapError as MapError,
+    MCPConnectError as MCPConnectError,
+    MCPServerLostError as MCPServerLostError,
+    MCPToolError as MCPToolError,
+    PlanError as PlanError,
+    PlanLoadError as PlanLoadError,
+    PlanningError as PlanningError,
+    PlanValidationError as PlanValidationError,
+    ReActFormatError as ReActFormatError,
+    ReferenceResolutionError as ReferenceResolutionError,
+    RunFailedError as RunFailedError,
+    ScriptError as ScriptError,
+    SolveError as SolveError,
+    StoreError as StoreError,
+    TaskDeniedError as TaskDeniedError,
+    TaskError as TaskError,
+    TaskTimeoutError as TaskTimeoutError,
+    TaskWaitingError as TaskWaitingError,
+    ToolArgumentsError as ToolArgumentsError,
+    ToolDefinitionError as ToolDefinitionError,
+    ToolError as ToolError,
+    UnknownToolError as UnknownToolError,
+    WorkerLostError as WorkerLostError,
+)
+from .events import (
+    Event as Event,
+    Listener as Listener,
+)
+from .graph import (
+    PlanGraph as PlanGraph,
+    validate as validate,
+)
+from .plan import (
+    AgentTask as AgentTask,
+    Plan as Plan,
+    Task as Task,
+    ToolTask as ToolTask,
+    load_plan as load_plan,
+)
+from .planners import (
+    LLMPlanner as LLMPlanner,
+    LLMReplanner as LLMReplanner,
+    PlanningResult as PlanningResult,
+    parse_llmcompiler as parse_llmcompiler,
+)
+from .results import (
+    AgentStep as AgentStep,
+    ApprovalAnswer as ApprovalAnswer,
+    CallDecision as CallDecision,
+    RunResult as RunResult,
+    RunStatus as RunStatus,
+    SolveStatus as SolveStatus,
+    TaskResult as TaskResult,
+    TaskStatus as TaskStatus,
+)
+from .review import (
+    diff_plans as diff_plans,
+    reuse_map as reuse_map,
+    review_run as review_run,
+)
+from .run import (
+    execute as execute,
+    execute_sync as execute_sync,
+    new_run_id as new_run_id,
+)
+from .runner import (
+    Interceptor as Interceptor,
+    ToolInvocation as ToolInvocation,
+)
+from .settings import (
+    RunSettings as RunSettings,
+    TaskRetryPolicy as TaskRetryPolicy,
+)
+from .store import (
+    RunRecord as RunRecord,
+    RunStore as RunStore,
+)
+from .tools import (
+    Registry as Registry,
+    SchemaTool as SchemaTool,
+    Tool as Tool,
+    tool as tool,
+)
+from .workflows import (
+    Solution as Solution,
+    replan_run as replan_run,
+    resume as resume,
+    resume_solve as resume_solve,
+    resume_solve_sync as resume_solve_sync,
+    resume_sync as resume_sync,
+    revise_run as revise_run,
+    solve as solve,
+    solve_sync as solve_sync,
+)
+
+__version__: str

@@ -1,0 +1,32 @@
+"""Checking a plan as a graph, and what the graph tells.
+
+- :func:`validate` checks a whole plan and returns its :class:`PlanGraph` (levels,
+  dependencies, dependents), or raises with every issue at once (:mod:`._validate`, and the
+  checks of map tasks in :mod:`._maps`);
+- a plan that streams is checked task by task (:class:`PlanChecker`) into a
+  :class:`GrowingGraph` that executors run while it grows (:mod:`._growing`);
+- :func:`critical_path` is the longest chain of dependent tasks by their durations.
+"""
+
+from ._critical_path import critical_path, finished_critical_path
+from ._graph import PlanGraph
+from ._growing import GrowingGraph, PlanChecker, TaskCheck, Watcher
+from ._maps import element_issues, for_each_reference, map_issues
+from ._validate import check_task, dependencies_of, dependency_graph, validate
+
+__all__ = [
+    "GrowingGraph",
+    "PlanChecker",
+    "PlanGraph",
+    "TaskCheck",
+    "Watcher",
+    "check_task",
+    "critical_path",
+    "dependencies_of",
+    "dependency_graph",
+    "element_issues",
+    "finished_critical_path",
+    "for_each_reference",
+    "map_issues",
+    "validate",
+]

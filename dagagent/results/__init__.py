@@ -1,0 +1,54 @@
+"""Outcomes: the status of each task, its records (agent steps, call decisions), the result
+of a run."""
+
+from ._records import (
+    AgentStep,
+    ApprovalAnswer,
+    CallDecision,
+    CallRecord,
+    load_decisions,
+    load_steps,
+)
+from ._run import RecordLoss, RunResult, StatusCounts
+from ._status import (
+    FAILURES,
+    REDACT,
+    UNANSWERED,
+    WAIT,
+    ApprovalState,
+    Decision,
+    DecisionSource,
+    FailurePolicy,
+    PersonDecision,
+    RoundOutcome,
+    RunStatus,
+    SolveStatus,
+    TaskStatus,
+)
+from ._task import TaskResult
+
+__all__ = [
+    "FAILURES",
+    "REDACT",
+    "UNANSWERED",
+    "WAIT",
+    "AgentStep",
+    "ApprovalAnswer",
+    "ApprovalState",
+    "CallDecision",
+    "CallRecord",
+    "Decision",
+    "DecisionSource",
+    "FailurePolicy",
+    "PersonDecision",
+    "RecordLoss",
+    "RoundOutcome",
+    "RunResult",
+    "RunStatus",
+    "SolveStatus",
+    "StatusCounts",
+    "TaskResult",
+    "TaskStatus",
+    "load_decisions",
+    "load_steps",
+]

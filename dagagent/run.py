@@ -1,0 +1,334 @@
+"""``execute`` and ``execute_sync``: validate a plan, run it, return a :class:`RunResult`.
+
+A run is assembled in one place (:class:`_Run`): the task runner with its tool-call seam,
+the run store's recorder, OpenTelemetry, the listeners and the redaction of what leaves the
+runner, each given to the others when they are made.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import anyio.lowlevel
+
+from .events import Emitter, Listener, PlanExtended, RunFinished, RunStarted, get_logger
+from .executors import Executor, finish_unstarted, get_executor
+from .graph import PlanGraph, finished_critical_path, validate
+from .plan import AgentTask, Plan
+from .results import FAILURES, ApprovalAnswer, RunResult, RunStatus, TaskResult, TaskStatus
+from .runner import AgentTaskRunner, Interceptor, Redaction, RunTelemetry, TaskRunner, ToolCalls
+from .settings import RunSettings
+from .tools import connected
+
+if TYPE_CHECKING:
+    from .llm import LLM, UsageTracker
+    from .store import RunRecorder, RunStore
+    from .tools import Registry, Tool
+
+__all__ = ["Resuming", "execute", "execute_sync", "new_run_id"]
+
+
+def new_run_id() -> str:
+    """A new run id: 12 lowercase hex digits."""
+    return uuid.uuid4().hex[:12]
+
+
+@dataclass(frozen=True)
+class Resuming:
+    """What :func:`dagagent.resume` hands :func:`execute` to continue a paused run: the
+    results recorded before the pause (successes stand; an agent task that waited continues
+    from its steps) and the decisions a person took, by task."""
+
+    prior: Mapping[str, TaskResult]
+    answers: Mapping[str, Sequence[ApprovalAnswer]]
+
+
+async def execute(
+    plan: Plan | PlanGraph | Mapping[str, Any] | str | Path,
+    registry: Registry | None = None,
+    *,
+    settings: RunSettings | None = None,
+    interceptors: Sequence[Interceptor] = (),
+    listeners: Sequence[Listener] = (),
+    llm: LLM | None = None,
+    agent_runner: AgentTaskRunner | None = None,
+    reuse: Mapping[str, tuple[str, Any]] | None = None,
+    run_id: str | None = None,
+    parent_id: str | None = None,
+    store: RunStore | str | Path | None = None,
+    resuming: Resuming | None = None,
+) -> RunResult:
+    """Validate ``plan`` against ``registry`` and run it.
+
+    - ``settings``: how to run it (executor, failure policy, concurrency, map size, retry
+      spacing): see :class:`~dagagent.RunSettings`.
+    - ``interceptors``: middleware around every tool call (see
+      :class:`~dagagent.runner.ToolInvocation`).
+    - ``listeners``: callables receiving every run event (see :mod:`dagagent.events`).
+    - ``llm``: the model that agent tasks (``instruction``) use; what they used is
+      ``RunResult.usage``. ``agent_runner`` fills an agent task (default: the ReAct agent).
+    - ``reuse``: ``{task_id: (fingerprint, output)}`` from an earlier run; a task whose
+      fingerprint is unchanged is not run again and gets status ``reused``.
+    - ``store``: record the run (plan and every task result, durable as each task finishes)
+      in this :class:`~dagagent.store.RunStore` or SQLite file (see :mod:`dagagent.store`);
+      what the store could not write is ``RunResult.record_loss``.
+
+    ``resuming`` is how :func:`dagagent.resume` continues a paused run; call that instead.
+
+    ``plan`` may also be a :class:`~dagagent.graph.GrowingGraph` that is still being written
+    (a streamed plan): tasks start as they are added and the run ends once the graph is
+    closed and its tasks are done; the run's record follows the plan as it grows.
+
+    Raises :class:`~dagagent.errors.PlanValidationError` before anything runs if the plan is
+    invalid. Task failures do not raise: inspect the result or call ``raise_for_status()``.
+    Nothing is left running when this returns or raises; cancelling the caller cancels the run.
+    """
+    settings = settings or RunSettings()
+    graph = plan if isinstance(plan, PlanGraph) else validate(plan, registry)
+    run = _Run(
+        graph,
+        registry,
+        settings,
+        run_id=run_id or new_run_id(),
+        parent_id=parent_id,
+        listeners=tuple(listeners),
+        store=store,
+        resumed=resuming is not None,
+    )
+    async with AsyncExitStack() as stack:
+        # Tools bound to a connection (MCP sessions) get it for the run; one that cannot be
+        # opened is a configuration error before anything is recorded.
+        await stack.enter_async_context(connected(_used_tools(graph, registry)))
+        await stack.enter_async_context(run.executor.session())
+        runner = run.runner(
+            interceptors=interceptors,
+            llm=llm,
+            agent_runner=agent_runner,
+            reuse=reuse,
+            resuming=resuming,
+        )
+        # e.g. ship the tools to Dask workers; fails before anything is recorded
+        await run.executor.prepare(graph, runner)
+        return await run.go(runner)
+    raise AssertionError("unreachable")  # pragma: no cover - the stack does not swallow
+
+
+class _Run:
+    """One run being assembled and run: its executor, runner, recorder, telemetry, events."""
+
+    def __init__(
+        self,
+        graph: PlanGraph,
+        registry: Registry | None,
+        settings: RunSettings,
+        *,
+        run_id: str,
+        parent_id: str | None,
+        listeners: tuple[Listener, ...],
+        store: RunStore | str | Path | None,
+        resumed: bool,
+    ) -> None:
+        self.graph = graph
+        self.registry = registry
+        self.settings = settings
+        self.executor: Executor = get_executor(settings.executor)
+        self.run_id = run_id
+        self.parent_id = parent_id
+        self.log = get_logger(run_id=run_id)
+        self.recorder: RunRecorder | None = None
+        if store is not None:
+            from .store import RunRecorder
+
+            # checks the run id; starts nothing yet
+            self.recorder = RunRecorder(store, run_id, resumed=resumed)
+        # The listeners hear the run's events; the recorder hears them after the listeners
+        # and takes each task's result from the runner (no event is made for it when nobody
+        # else listens).
+        everyone: tuple[Listener, ...] = (
+            listeners if self.recorder is None else (*listeners, self.recorder)
+        )
+        self.emit = Emitter(everyone, self.log) if everyone else None
+        self.task_events = Emitter(listeners, self.log) if listeners else None
+        self.meter: UsageTracker | None = None
+
+    def runner(
+        self,
+        *,
+        interceptors: Sequence[Interceptor],
+        llm: LLM | None,
+        agent_runner: AgentTaskRunner | None,
+        reuse: Mapping[str, tuple[str, Any]] | None,
+        resuming: Resuming | None,
+    ) -> TaskRunner:
+        """The run's task runner, with everything it works with."""
+        graph, registry, settings = self.graph, self.registry, self.settings
+        model: object = None
+        if llm is not None and (
+            not graph.complete or any(isinstance(t, AgentTask) for t in graph.plan.tasks)
+        ):
+            from .llm import MeteredLLM, UsageTracker
+
+            self.meter = UsageTracker()
+            model = MeteredLLM(llm, self.meter)  # RunResult.usage: what the agent tasks used
+            if agent_runner is None:
+                from .agent.node import run_agent_node
+
+                agent_runner = run_agent_node
+        redaction = Redaction(interceptors)
+        self.telemetry = RunTelemetry.start(
+            graph, self.run_id, self.executor.name, self.parent_id, redaction
+        )
+        calls = ToolCalls(
+            self.run_id,
+            registry or _no_tools(),
+            interceptors,
+            self.executor.invoker,
+            self.task_events,
+            resuming.answers if resuming is not None else None,
+        )
+        return TaskRunner(
+            graph,
+            registry,
+            run_id=self.run_id,
+            calls=calls,
+            retry=settings.retry,
+            on_failure=settings.on_failure,
+            max_concurrency=settings.max_concurrency,
+            max_elements=settings.max_elements,
+            element_concurrency=self.executor.element_concurrency,
+            emit=self.task_events,
+            record=self.recorder.record if self.recorder is not None else None,
+            telemetry=self.telemetry,
+            redaction=redaction,
+            llm=model,
+            agent_runner=agent_runner,
+            reuse=reuse,
+            prior=resuming.prior if resuming is not None else None,
+            logger=self.log,
+        )
+
+    async def go(self, runner: TaskRunner) -> RunResult:
+        """Run the plan with ``runner``: recorded, announced and traced from start to end."""
+        graph, emit, recorder, otel = self.graph, self.emit, self.recorder, self.telemetry
+        growing = not graph.complete  # a streamed plan: tasks arrive while it runs
+        if recorder is not None:
+            recorder.start()
+        if emit is not None:
+            emit(RunStarted(self.run_id, _snapshot(graph.plan), self.executor.name, self.parent_id))
+            if growing:
+                graph.watch(self._extended)
+        self.log.info("run.started", tasks=len(graph), executor=self.executor.name)
+        started = time.time()
+        interrupted = False
+        failure: BaseException | None = None
+        result: RunResult | None = None
+        try:
+            if otel is not None:
+                with otel.current():
+                    await self.executor.run(graph, runner, self.settings.on_failure)
+            else:
+                await self.executor.run(graph, runner, self.settings.on_failure)
+            # An executor may return just as the run is stopped from outside (a stop signal
+            # cancels the run while the plan being written is cut short, and the executor,
+            # woken with nothing left to run, ends before the cancellation reaches it). The
+            # run was stopped all the same: recorded as cancelled, and cancelled.
+            await anyio.lowlevel.checkpoint_if_cancelled()
+        except BaseException as exc:
+            interrupted, failure = True, exc
+            raise
+        finally:
+            if emit is not None and growing:
+                graph.unwatch(self._extended)
+            try:
+                finish_unstarted(graph, runner)
+                result = self._result(runner, started, interrupted)
+                if emit is not None:
+                    emit(RunFinished(self.run_id, result))
+            finally:
+                if recorder is not None:
+                    recorder.close()  # flush: every result so far is durable
+                if otel is not None:
+                    otel.end(result, failure)
+            if result is not None and recorder is not None and recorder.loss is not None:
+                result.record_loss = recorder.loss  # never claim a record that is not there
+        self.log.info("run.finished", status=result.status.value, **result.counts)
+        return result
+
+    def _extended(self, task_id: str | None) -> None:
+        """A streamed plan grew: its record needs the task before the task can start."""
+        if task_id is not None and self.emit is not None:
+            self.emit(PlanExtended(self.run_id, _snapshot(self.graph.plan)))
+
+    def _result(self, runner: TaskRunner, started: float, interrupted: bool) -> RunResult:
+        graph = self.graph
+        tasks = {t: runner.results[t] for t in graph.tasks}  # in plan order
+        statuses = [r.status for r in tasks.values()]
+        if interrupted:
+            status = RunStatus.CANCELLED
+        elif all(s.ok for s in statuses):
+            status = RunStatus.SUCCEEDED
+        elif TaskStatus.WAITING in statuses and not any(s in FAILURES for s in statuses):
+            status = RunStatus.PAUSED  # nothing else could run: the rest waits for a person
+        else:
+            status = RunStatus.FAILED
+        cp_len, cp = finished_critical_path(graph.order, graph.dependencies, tasks)
+        return RunResult(
+            run_id=self.run_id,
+            status=status,
+            goal=graph.plan.goal,
+            executor=self.executor.name,
+            tasks=tasks,
+            started_at=started,
+            finished_at=time.time(),
+            critical_path=cp,
+            critical_path_s=cp_len,
+            parent_id=self.parent_id,
+            usage=self.meter.total if self.meter is not None and self.meter.calls else None,
+        )
+
+
+def _snapshot(plan: Plan) -> Plan:
+    """The plan as it is now, for a record written later (a growing plan keeps changing)."""
+    return Plan.model_construct(goal=plan.goal, tasks=list(plan.tasks))
+
+
+def _no_tools() -> Registry:
+    from .tools import Registry
+
+    return Registry()
+
+
+def _used_tools(graph: PlanGraph, registry: Registry | None) -> list[Tool]:
+    """The tools the plan's tasks can call (an agent task without a subset, or a plan still
+    being written: all)."""
+    if registry is None:
+        return []
+    if not graph.complete:
+        return list(registry)  # a plan still arriving may call any of them
+    names: dict[str, None] = {}
+    for task in graph.plan.tasks:
+        used = task.tool_names
+        if used is None:
+            return list(registry)
+        names.update(dict.fromkeys(used))
+    return [registry.get(n) for n in names if n in registry]
+
+
+def execute_sync(
+    plan: Plan | PlanGraph | Mapping[str, Any] | str | Path,
+    registry: Registry | None = None,
+    **options: Any,
+) -> RunResult:
+    """:func:`execute` for scripts: runs its own event loop (do not call it from async code)."""
+
+    async def main() -> RunResult:
+        return await execute(plan, registry, **options)
+
+    return anyio.run(main)

@@ -1,0 +1,40 @@
+"""Tools and the registry that holds them.
+
+- :mod:`._tool`: a :class:`Tool` from a plain function (name, description, argument schema from
+  its docstring and type hints; validation; sync functions in worker threads), and the
+  ``@tool`` decorator;
+- :mod:`._schema`: a :class:`SchemaTool` from a JSON Schema and an async function (what MCP
+  servers describe);
+- :mod:`._registry`: the :class:`Registry` of named tools, and :func:`connected`, which opens
+  the connections their calls need while a run lasts;
+- :mod:`._threads`: the bounded worker threads sync tools run in (:data:`sync_threads`).
+"""
+
+from ._registry import Registry, connected
+from ._schema import SchemaTool
+from ._threads import THREAD_NAME, SyncThreads, sync_threads
+from ._tool import (
+    GENERATOR_TYPES,
+    Tool,
+    ToolOptions,
+    call_sync,
+    format_validation_errors,
+    materialize_async,
+    tool,
+)
+
+__all__ = [
+    "GENERATOR_TYPES",
+    "THREAD_NAME",
+    "Registry",
+    "SchemaTool",
+    "SyncThreads",
+    "Tool",
+    "ToolOptions",
+    "call_sync",
+    "connected",
+    "format_validation_errors",
+    "materialize_async",
+    "sync_threads",
+    "tool",
+]
