@@ -839,8 +839,11 @@ registry = dagagent.Registry()
 
 
 @registry.tool
-def exits(code: int) -> int:
-    time.sleep(0.1)  # the neighbour is running by now
+def exits(code: int, after: str) -> int:
+    """Exit once the neighbour has started (it says so by creating the file ``after``)."""
+    deadline = time.monotonic() + 60
+    while not os.path.exists(after) and time.monotonic() < deadline:
+        time.sleep(0.01)
     sys.exit(code)
 
 
@@ -855,7 +858,9 @@ async def aexits() -> int:
 
 
 @registry.tool
-def neighbour(seconds: float) -> str:
+def neighbour(seconds: float, started: str) -> str:
+    """Say it has started (create the file ``started``), then work for a while."""
+    Path(started).touch()
     time.sleep(seconds)
     return "finished"
 
@@ -874,11 +879,14 @@ def client() -> Iterator[Any]:
 
 
 @pytest.mark.slow
-def test_base_exceptions_on_a_worker_fail_their_task_and_spare_the_worker(client: Any) -> None:
+def test_base_exceptions_on_a_worker_fail_their_task_and_spare_the_worker(
+    client: Any, tmp_path: Path
+) -> None:
+    started = str(tmp_path / "neighbour.started")
     plan = {
         "tasks": [
-            {"id": "slow", "tool": "neighbour", "args": {"seconds": 0.6}},
-            {"id": "exit", "tool": "exits", "args": {"code": 3}, "retries": 1},
+            {"id": "slow", "tool": "neighbour", "args": {"seconds": 0.6, "started": started}},
+            {"id": "exit", "tool": "exits", "args": {"code": 3, "after": started}, "retries": 1},
             {"id": "abort", "tool": "aborts"},
             {"id": "aexit", "tool": "aexits"},
         ]
