@@ -109,6 +109,8 @@ def _brought_by_the_command(name: str, cwd: Path) -> bool:
     another command (another test) must import its own, not find this one."""
     if name.startswith("_dagagent_tools_"):
         return True
+    if name.partition(".")[0] == "dagagent":  # the package itself, even run from its checkout
+        return False
     origin = getattr(sys.modules.get(name), "__file__", None)
     if not origin:
         return False

@@ -20,8 +20,13 @@ pytestmark = pytest.mark.slow
 KIT = f"kit={sys.executable} {SERVERS} kit stdio"
 
 
+@pytest.fixture(autouse=True)
+def _in_a_directory_of_its_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+
+
 def dagagent(*args: str) -> subprocess.CompletedProcess[str]:
-    """``dagagent ARGS`` here, with this test's store (``$DAGAGENT_HOME``)."""
+    """``dagagent ARGS`` in the test's directory, with its store (``$DAGAGENT_HOME``)."""
     return run_in_process(args, Path.cwd(), dict(os.environ))
 
 
