@@ -37,6 +37,10 @@ for _name in ("COLUMNS", "LINES"):
 # starts would inherit that and never stop; a handled signal reverts to its default in them.
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+# Likewise SIGHUP under nohup: a dagagent process leaves an ignored SIGHUP ignored (as it
+# should), so the tests that hang up on one would wait for it in vain.
+if hasattr(signal, "SIGHUP") and signal.getsignal(signal.SIGHUP) is signal.SIG_IGN:
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 # CI explores the same examples every run (a failure there is reproducible, never a fluke of
 # the day's random seed); locally hypothesis keeps searching new ones.
