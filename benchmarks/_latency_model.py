@@ -1,41 +1,117 @@
 """A loopback OpenAI-compatible model server with a latency model, for ``agent_vs_react.py``.
 
-It answers ParallelQA-shaped questions deterministically, in the three roles a goal-to-answer
-comparison needs, told apart by the request:
+It answers the questions of one data set (``_datasets.py``) deterministically, in the three
+roles a goal-to-answer comparison needs, told apart by the request:
 
-- **ReAct agent** (the request offers tools): one ``search`` call per turn, then one ``math``
-  call adding the values it found, then the answer; with ``parallel=True`` every ``search``
-  call in the first turn.
-- **joiner** (its system prompt says so): finishes with the output of the plan's ``total``
-  task, read from the results in the prompt.
-- **planner** (otherwise): a correct plan, ``k`` searches and one ``math`` task, as JSON,
-  streamed over SSE a token at a time when asked to stream.
+- **ReAct agent** (the request offers tools): the data set's look-ups, one call per turn (or
+  all in the first turn with ``parallel=True``), then the answer read from the results;
+- **joiner** (its system prompt says so): finishes with the answer read from the results in
+  its prompt;
+- **planner** (otherwise): a correct plan, written as the planner's strict JSON schema makes a
+  model write it (every required field: the goal restated, then each task's ``id``, ``tool``,
+  ``args``, ``depends_on`` and ``for_each``), streamed a token at a time when asked to stream.
 
-Latency model, per call: ``ttft_s`` + ``prefill_s`` per input token before the first token,
-then ``per_token_s`` per output token. A token is 4 characters of the request's messages and
-tools (input) or of the answer (output), a rough rule for English and JSON; the server reports
-those counts as the call's usage.
+**Latency model**, per call: ``ttft_s`` + ``prefill_s`` per input token before the first
+token, then ``per_token_s`` per output token. No prompt caching is modelled.
+
+**Token rule** (one rule for every request and reply, every mode; see ``ACCOUNTING``): a
+piece of text is ``ceil(len / 4)`` tokens. A reply costs the text the model writes: its
+content, plus, for each tool call, the tool's name and its arguments JSON -- the call's
+``id`` and the ``type``/``function`` envelope of the wire format are added by the API, not
+written by the model, so neither side pays for them. A plan is content: its JSON text as
+written. A request costs, per message, 3 tokens of framing plus its text (for an earlier tool
+call, its name and arguments again), plus every tool definition offered (name, description,
+parameters JSON) and the response format's JSON schema when there is one. The server
+reports these counts as the call's usage and sleeps for them.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import random
 import re
 import threading
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-__all__ = ["LatencyModel", "ModelServer", "World"]
+from _datasets import Dataset, Question
+
+__all__ = [
+    "ACCOUNTING",
+    "PLAN_WRITTEN",
+    "PRESETS",
+    "LatencyModel",
+    "ModelServer",
+    "Preset",
+    "plan_variants",
+    "reply_tokens",
+    "request_tokens",
+    "schema_tokens",
+    "text_tokens",
+]
 
 CHARS_PER_TOKEN = 4
+MESSAGE_FRAMING = 3
+
+ACCOUNTING = (
+    "Tokens, one rule for every mode: a text is ceil(characters / 4) tokens. Output: what the "
+    "model writes, i.e. its text, and for each tool call the tool's name plus its arguments "
+    "JSON (ReAct's calls), or the plan's JSON text as written with every field the planner's "
+    "strict schema requires (the restated goal; per task id, tool, args, depends_on, "
+    "for_each); the call id and wire envelope an API adds are charged to no one. Input: per "
+    "message 3 tokens plus its text (earlier tool calls again as name plus arguments), plus "
+    "the tool definitions offered (name, description, parameters JSON) and the response "
+    "format's JSON schema (the planner's and joiner's structured output)."
+)
 
 
-def tokens(text: str) -> int:
-    return max(1, math.ceil(len(text) / CHARS_PER_TOKEN))
+def text_tokens(text: str) -> int:
+    return math.ceil(len(text) / CHARS_PER_TOKEN) if text else 0
+
+
+def _text_of(message: dict[str, Any]) -> str:
+    content = message.get("content")
+    if isinstance(content, list):
+        return " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    return str(content or "")
+
+
+def _call_tokens(name: str, arguments: str) -> int:
+    return text_tokens(name) + text_tokens(arguments)
+
+
+def request_tokens(body: dict[str, Any]) -> int:
+    """The input tokens of a chat request, by the rule of the module docstring."""
+    n = 0
+    for m in body.get("messages", []):
+        n += MESSAGE_FRAMING + text_tokens(_text_of(m))
+        for call in m.get("tool_calls") or []:
+            f = call.get("function", {})
+            n += _call_tokens(str(f.get("name", "")), str(f.get("arguments", "")))
+    for t in body.get("tools") or []:
+        f = t.get("function", {})
+        n += text_tokens(str(f.get("name", ""))) + text_tokens(str(f.get("description", "")))
+        n += text_tokens(json.dumps(f.get("parameters", {})))
+    return n + schema_tokens(body)
+
+
+def schema_tokens(body: dict[str, Any]) -> int:
+    """The input tokens of a request's response format schema (structured output)."""
+    fmt = body.get("response_format") or {}
+    if fmt.get("type") != "json_schema":
+        return 0
+    return text_tokens(json.dumps(fmt.get("json_schema", {}).get("schema", {})))
+
+
+def reply_tokens(text: str, calls: list[dict[str, Any]]) -> int:
+    """The output tokens of a reply: the text written, and each call's name and arguments."""
+    n = text_tokens(text)
+    for call in calls:
+        n += _call_tokens(call["function"]["name"], call["function"]["arguments"])
+    return n
 
 
 @dataclass(frozen=True)
@@ -50,45 +126,98 @@ class LatencyModel:
         )
 
 
-class World:
-    """Synthetic facts: question ``id`` has ``branch`` facts ``"fact J of question ID"``, each a
-    seeded whole number; the right answer is their sum."""
+@dataclass(frozen=True)
+class Preset:
+    name: str
+    model: LatencyModel
+    describes: str
+    source: str
 
-    def __init__(self, questions: list[dict[str, Any]], seed: int) -> None:
-        self.by_question: dict[str, dict[str, Any]] = {}
-        self.facts: dict[str, int] = {}
-        for q in questions:
-            rng = random.Random(f"{seed}:{q['id']}")
-            names = [f"fact {j} of question {q['id']}" for j in range(1, int(q["branch"]) + 1)]
-            for name in names:
-                self.facts[name] = rng.randint(100, 9999)
-            self.by_question[str(q["question"]).strip()] = {**q, "facts": names}
-
-    def answer(self, q: dict[str, Any]) -> str:
-        return str(sum(self.facts[n] for n in q["facts"]))
-
-    def question_in(self, text: str) -> dict[str, Any]:
-        for question, q in self.by_question.items():
-            if question in text:
-                return q
-        raise LookupError("no known question in the request")
+    def with_overrides(self, **values: float | None) -> Preset:
+        given = {k: v for k, v in values.items() if v is not None}
+        if not given:
+            return self
+        return replace(self, name=f"{self.name}+overrides", model=replace(self.model, **given))
 
 
-def plan_for(q: dict[str, Any]) -> str:
-    tasks: list[dict[str, Any]] = [
-        {"id": f"s{j}", "tool": "search", "args": {"query": name}}
-        for j, name in enumerate(q["facts"], 1)
+PRESETS: dict[str, Preset] = {
+    p.name: p
+    for p in (
+        Preset(
+            "hosted-fast",
+            LatencyModel(ttft_s=0.5, per_token_s=1 / 80, prefill_s=1 / 10_000),
+            "a small hosted model (GPT-4o mini class)",
+            "time to first token about 0.5 s and about 80 output tokens per second: GPT-4o "
+            "mini as measured by Artificial Analysis in 2024; 10,000 input tokens per second "
+            "is an assumption",
+        ),
+        Preset(
+            "hosted-slow",
+            LatencyModel(ttft_s=1.0, per_token_s=1 / 36, prefill_s=1 / 10_000),
+            "a large hosted model (GPT-4 Turbo class, the model of the paper's ParallelQA runs)",
+            "36 output tokens per second: gpt-4-turbo-2024-04-09, mean 35.7 tokens/s over 8 "
+            "prompts (OpenAI developer forum measurement, May 2024); first token after "
+            "0.8-1.2 s (a developer's GPT-4 Turbo benchmark, May 2024; 1.0 s taken); 10,000 "
+            "input tokens per second is an assumption",
+        ),
+        Preset(
+            "local",
+            LatencyModel(ttft_s=0.05, per_token_s=1 / 20.9, prefill_s=1 / 225),
+            "an 8B model on a desktop (Llama 3.1 8B Q4_K_M, llama.cpp with Metal on an Apple M4)",
+            "225 prompt tokens per second (pp512 = 224.8) and 20.9 generated tokens per "
+            "second (tg128 = 20.87), a llama-bench result for Llama 3.1 8B Q4_K_M on a Mac "
+            "mini M4 (normiebench, March 2026); 0.05 s before the prompt is read (no network, "
+            "no queue) is an assumption; no prompt cache, and every question in flight is "
+            "served at once (a local server would queue them)",
+        ),
+    )
+}
+
+
+@dataclass
+class CallRecord:
+    question: str
+    role: str  # "react", "planner" or "joiner"
+    start: float
+    end: float
+    input_tokens: int
+    output_tokens: int
+    schema_tokens: int  # of input_tokens, the response format's schema
+
+
+PLAN_AS_WRITTEN = "as written (strict schema: goal, then id, tool, args, depends_on, for_each)"
+PLAN_WRITTEN = {  # --plan-written: the fair default, and three leaner formats for estimates
+    "strict": PLAN_AS_WRITTEN,
+    "no-goal": "without the restated goal",
+    "lean": "id, tool and args only",
+    "llmcompiler": "LLMCompiler's text format",
+}
+
+
+def plan_variants(dataset: Dataset, q: Question) -> dict[str, str]:
+    """The scripted plan of ``q`` as the planner's strict schema makes a model write it (what
+    the server sends), and, for the estimates of what a leaner format would save, the same
+    tasks without the restated goal, with only id, tool and args, and in LLMCompiler's text
+    format (``1. search("X")`` ... ``join()<END_OF_PLAN>``)."""
+    tasks = dataset.plan_tasks(q)
+    strict = [{**t, "depends_on": [], "for_each": None} for t in tasks]
+    numbered = {t["id"]: i for i, t in enumerate(tasks, 1)}
+
+    def compact(value: Any) -> str:
+        text = json.dumps(value)
+        return re.sub(r"\$\{([^}]+)\}", lambda m: f"${numbered.get(m.group(1), m.group(1))}", text)
+
+    lines = [
+        f"{i}. {t['tool']}({', '.join(compact(v) for v in t['args'].values())})"
+        for i, t in enumerate(tasks, 1)
     ]
-    expression = " + ".join(f"${{s{j}}}" for j in range(1, len(q["facts"]) + 1))
-    tasks.append({"id": "total", "tool": "math", "args": {"expression": expression}})
-    return json.dumps({"tasks": tasks})
-
-
-def _text_of(message: dict[str, Any]) -> str:
-    content = message.get("content")
-    if isinstance(content, list):
-        return " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
-    return str(content or "")
+    lines.append(f"{len(tasks) + 1}. join()<END_OF_PLAN>")
+    return {
+        PLAN_AS_WRITTEN: json.dumps({"goal": q.text, "tasks": strict}),
+        "without the restated goal": json.dumps({"tasks": strict}),
+        "id, tool and args only": json.dumps({"tasks": tasks}),
+        "LLMCompiler's text format": "\n".join(lines),
+    }
 
 
 def _call(i: int, name: str, args: dict[str, Any]) -> dict[str, Any]:
@@ -104,15 +233,30 @@ class _Quiet(ThreadingHTTPServer):
         """A client that hangs up (the benchmark's connections closing) is not news."""
 
 
-class ModelServer:
-    """``with ModelServer(world, latency) as server: server.base_url``: a threaded HTTP server
-    on 127.0.0.1, one thread per request (sleeping for the latency model)."""
+_GOAL = re.compile(r"Goal: (.*?)\n\n(?:Answer with|The plan that ran)", re.S)
 
-    def __init__(self, world: World, latency: LatencyModel, *, parallel: bool = False) -> None:
-        self.world = world
+
+class ModelServer:
+    """``with ModelServer(dataset, questions, latency) as server: server.base_url``: a
+    threaded HTTP server on 127.0.0.1, one thread per request (sleeping for the latency
+    model). ``records`` holds one :class:`CallRecord` per answered call."""
+
+    def __init__(
+        self,
+        dataset: Dataset,
+        questions: list[Question],
+        latency: LatencyModel,
+        *,
+        parallel: bool = False,
+        plan_written: str = "strict",
+    ) -> None:
+        self.dataset = dataset
+        self.plan_written = PLAN_WRITTEN[plan_written]
+        self.questions = questions
+        self.by_text = {" ".join(q.text.split()): q for q in questions}
         self.latency = latency
         self.parallel = parallel
-        self.calls = 0
+        self.records: list[CallRecord] = []
         self._lock = threading.Lock()
         self._server = _Quiet(("127.0.0.1", 0), self._handler())
         self._server.daemon_threads = True
@@ -131,36 +275,45 @@ class ModelServer:
         self._server.shutdown()
         self._server.server_close()
 
+    def take_records(self) -> list[CallRecord]:
+        with self._lock:
+            out, self.records = self.records, []
+        return out
+
     # -- answers --------------------------------------------------------------------
 
-    def reply(self, body: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
-        """The answer's text and tool calls for a request body."""
+    def question_in(self, user: str) -> Question:
+        for candidate in (user, *(m.group(1) for m in [_GOAL.search(user)] if m)):
+            q = self.by_text.get(" ".join(candidate.split()))
+            if q is not None:
+                return q
+        found = [q for q in self.questions if q.text in user]  # the slow road
+        if not found:
+            raise LookupError("no known question in the request")
+        return max(found, key=lambda q: len(q.text))
+
+    def reply(self, body: dict[str, Any]) -> tuple[Question, str, str, list[dict[str, Any]]]:
+        """(question, role, text, tool calls) for a request body."""
         messages: list[dict[str, Any]] = body.get("messages", [])
         system = next((_text_of(m) for m in messages if m.get("role") == "system"), "")
         user = next((_text_of(m) for m in messages if m.get("role") == "user"), "")
-        q = self.world.question_in(user)
+        q = self.question_in(user)
         if body.get("tools"):
-            return self._react(q, messages)
+            results = [_text_of(m) for m in messages if m.get("role") == "tool"]
+            text, calls = self.dataset.react_reply(q, results, self.parallel)
+            start = len(results)
+            return q, "react", text, [_call(start + i, n, a) for i, (n, a) in enumerate(calls)]
         if system.startswith("You are the joiner"):
-            found = re.search(r"^- total: [a-z]+, output: (.+)$", user, re.M)
-            answer = found.group(1).strip() if found else "unknown"
-            return json.dumps({"action": "finish", "answer": answer, "cites": ["total"]}), []
-        return plan_for(q), []
-
-    def _react(
-        self, q: dict[str, Any], messages: list[dict[str, Any]]
-    ) -> tuple[str, list[dict[str, Any]]]:
-        results = [_text_of(m) for m in messages if m.get("role") == "tool"]
-        names: list[str] = q["facts"]
-        k = len(names)
-        if self.parallel and not results:
-            return "", [_call(j, "search", {"query": n}) for j, n in enumerate(names)]
-        if len(results) < k:
-            return "", [_call(len(results), "search", {"query": names[len(results)]})]
-        if len(results) == k:
-            expression = " + ".join(r.strip() for r in results)
-            return "", [_call(k, "math", {"expression": expression})]
-        return f"The answer is {results[-1].strip()}.", []
+            tasks = self.dataset.plan_tasks(q)
+            ids = (
+                [str(i) for i in range(1, len(tasks) + 1)]
+                if self.plan_written == PLAN_WRITTEN["llmcompiler"]
+                else [t["id"] for t in tasks]
+            )
+            answer, cites = self.dataset.join_reply(q, user, ids)
+            reply = {"action": "finish", "answer": answer, "cites": cites}
+            return q, "joiner", json.dumps(reply), []
+        return q, "planner", plan_variants(self.dataset, q)[self.plan_written], []
 
     # -- HTTP -------------------------------------------------------------------------
 
@@ -174,38 +327,39 @@ class ModelServer:
                 pass
 
             def do_POST(self) -> None:
+                start = time.perf_counter()
                 length = int(self.headers.get("Content-Length", "0"))
-                raw = self.rfile.read(length)
-                body = json.loads(raw)
-                with outer._lock:
-                    outer.calls += 1
-                prompt = json.dumps(body.get("messages", [])) + json.dumps(body.get("tools", []))
-                n_in = tokens(prompt)
+                body = json.loads(self.rfile.read(length))
+                n_in = request_tokens(body)
                 try:
-                    text, calls = outer.reply(body)
+                    q, role, text, calls = outer.reply(body)
                 except LookupError as exc:
                     self._json(400, {"error": {"message": str(exc)}})
                     return
-                n_out = tokens(text + (json.dumps(calls) if calls else ""))
+                n_out = reply_tokens(text, calls)
                 lat = outer.latency
                 time.sleep(lat.ttft_s + lat.prefill_s * n_in)
                 usage = {"prompt_tokens": n_in, "completion_tokens": n_out}
+
+                def record() -> None:
+                    """Kept before the reply's last bytes go out: once the client has them,
+                    the benchmark may take the records at any moment."""
+                    end = time.perf_counter()
+                    rec = CallRecord(q.id, role, start, end, n_in, n_out, schema_tokens(body))
+                    with outer._lock:
+                        outer.records.append(rec)
+
                 if body.get("stream"):
-                    self._stream(text, calls, usage, lat.per_token_s)
-                    return
-                time.sleep(lat.per_token_s * n_out)
-                message: dict[str, Any] = {"role": "assistant", "content": text or None}
-                if calls:
-                    message["tool_calls"] = calls
-                finish = "tool_calls" if calls else "stop"
-                self._json(
-                    200,
-                    {
-                        "model": "latency-model",
-                        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-                        "usage": usage,
-                    },
-                )
+                    self._stream(text, calls, usage, lat.per_token_s, record)
+                else:
+                    time.sleep(lat.per_token_s * n_out)
+                    message: dict[str, Any] = {"role": "assistant", "content": text or None}
+                    if calls:
+                        message["tool_calls"] = calls
+                    finish = "tool_calls" if calls else "stop"
+                    choice = {"index": 0, "message": message, "finish_reason": finish}
+                    record()
+                    self._json(200, {"model": "latency-model", "choices": [choice], "usage": usage})
 
             def _json(self, status: int, data: Any) -> None:
                 payload = json.dumps(data).encode()
@@ -227,6 +381,7 @@ class ModelServer:
                 calls: list[dict[str, Any]],
                 usage: dict[str, int],
                 per_token_s: float,
+                record: Callable[[], None],
             ) -> None:
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")
@@ -236,14 +391,14 @@ class ModelServer:
                     piece = text[i : i + CHARS_PER_TOKEN]
                     self._event({"choices": [{"index": 0, "delta": {"content": piece}}]})
                     time.sleep(per_token_s)
-                if calls:
-                    for i, call in enumerate(calls):
-                        delta = {"tool_calls": [{"index": i, **call}]}
-                        self._event({"choices": [{"index": 0, "delta": delta}]})
-                    time.sleep(per_token_s * tokens(json.dumps(calls)))
+                for i, call in enumerate(calls):
+                    time.sleep(per_token_s * reply_tokens("", [call]))
+                    delta = {"tool_calls": [{"index": i, **call}]}
+                    self._event({"choices": [{"index": 0, "delta": delta}]})
                 finish = "tool_calls" if calls else "stop"
                 self._event({"choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
                 self._event({"choices": [], "usage": usage})
+                record()
                 self._event("[DONE]")
                 self.wfile.write(b"0\r\n\r\n")
                 self.wfile.flush()

@@ -4,10 +4,10 @@ The floor is what a Dask user would write by hand: ``client.submit`` of every ta
 each future passed to the tasks that depend on it, so the scheduler hands each result
 straight to its dependents; then one ``client.gather`` of every task's future, because
 dagagent has every result on the driver too (it records them) and the floor must bring
-back the same data. The floor runs on a client of its own, to the same scheduler, batching
-its messages as the executor's client does (every millisecond): the executor's client takes
-the results workers push on the topic named after it, so the scheduler also sends it an
-event for every graph update, which a plain client does not pay for.
+back the same data. The floor runs on a client of its own, to the same scheduler, made as
+Dask makes clients (as the executor's client is): the executor's client takes the results
+workers push on the topic named after it, so the scheduler also sends it an event for every
+graph update, which a plain client does not pay for.
 
 dagagent's ``dask`` executor runs the same plan on the same cluster, in the same process:
 each call is a Dask task, its result comes back to the driver (references, validation,
@@ -98,13 +98,11 @@ async def raw_fan(client: Any, n: int, ms: float) -> int:
 
 
 async def floor_client(exe: Any) -> Any:
-    """A plain asynchronous client to the executor's scheduler, batching as its client does."""
+    """A plain asynchronous client to the executor's scheduler, as Dask makes it (as the
+    executor's own client is)."""
     from distributed import Client
 
-    from dagagent.executors.dask import _CLIENT_SEND_INTERVAL_S
-
     client: Any = await Client(exe.dask_client.scheduler.address, asynchronous=True)
-    client.scheduler_comm.interval = _CLIENT_SEND_INTERVAL_S
     return client
 
 

@@ -27,10 +27,14 @@ The tree::
     │   ├── LLMRateLimitError         429 after every retry
     │   ├── LLMServerError            5xx after every retry
     │   ├── LLMBadRequestError        400 and friends: the provider's own error text
+    │   │   └── LLMUnsupportedOptionError  the server does not take an option sent (``.option``)
     │   └── LLMResponseError          the body is not what the wire format promises
     ├── PlanningError                 the planner gave up (``.attempts``)
     ├── JoinerError                   the joiner gave no usable decision (``.attempts``)
     ├── SolveError                    ``Solution.raise_for_status()``: gave up or failed
+    ├── BudgetExceededError           a model or tool call was refused: it could cross the
+    │                                 solve's budget (``.what``: tokens, cost_usd, ...)
+    ├── DeadlineError                 the deadline of a whole ``plan`` / ``ask`` passed
     ├── AgentError                    the ReAct agent cannot run (no llm, bad config)
     │   ├── AgentStoppedError         an agent task stopped without an answer (``.steps``)
     │   └── ReActFormatError          a reply in none of the ReAct shapes (also a ValueError)
@@ -61,8 +65,10 @@ if TYPE_CHECKING:  # for annotations only: the modules of these types import thi
 __all__ = [
     "AgentError",
     "AgentStoppedError",
+    "BudgetExceededError",
     "ConfigError",
     "DagagentError",
+    "DeadlineError",
     "DecisionError",
     "Issue",
     "JoinerError",
@@ -74,6 +80,7 @@ __all__ = [
     "LLMResponseError",
     "LLMServerError",
     "LLMTimeoutError",
+    "LLMUnsupportedOptionError",
     "MCPConnectError",
     "MCPServerLostError",
     "MCPToolError",
@@ -244,6 +251,18 @@ class LLMBadRequestError(LLMError):
     """The provider rejected the request; the message carries the provider's own error text."""
 
 
+class LLMUnsupportedOptionError(LLMBadRequestError):
+    """The server rejected an option of the request that it does not support (a 400 naming
+    it): ``option`` is ``"response_format"`` (no ``json_schema`` response formats: vLLM,
+    llama.cpp and older servers) or ``"max_tokens"`` (OpenAI's reasoning models take
+    ``max_completion_tokens``). The clients and planners fall back on their own where they
+    can (see :class:`~dagagent.llm.OpenAIChat` and :mod:`dagagent.planners.heal`)."""
+
+    def __init__(self, message: str, option: str = "") -> None:
+        self.option = option
+        super().__init__(message)
+
+
 class LLMResponseError(LLMError):
     """The response body is not what the provider's wire format promises."""
 
@@ -278,6 +297,24 @@ class SolveError(DagagentError):
     def __init__(self, message: str, solution: Solution | None = None) -> None:
         self.solution = solution
         super().__init__(message)
+
+
+class BudgetExceededError(DagagentError):
+    """A model call or a tool call was refused before it was made: its worst case could cross
+    the budget of the solve. ``what`` names the limit (``tokens``, ``cost_usd``,
+    ``model_calls``, ``tool_calls``). Raised to the caller of the call (a planner, an agent
+    task, a tool call: its task fails); :func:`dagagent.solve` turns it into a last answer
+    within the joiner's reserve, or the status ``budget_exhausted``."""
+
+    def __init__(self, message: str, *, what: str) -> None:
+        self.what = what
+        super().__init__(message)
+
+
+class DeadlineError(DagagentError):
+    """The deadline given for a whole command passed (``dagagent plan --deadline``): what was
+    running was cancelled; the message says what it was. A solve that passes its deadline
+    ends with the status ``timed_out`` instead."""
 
 
 class AgentError(DagagentError):

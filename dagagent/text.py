@@ -24,6 +24,7 @@ __all__ = [
     "ELLIPSIS",
     "MASK",
     "SECRET_NAMES",
+    "as_data",
     "as_text",
     "did_you_mean",
     "is_secret_name",
@@ -129,6 +130,15 @@ def shorten(
     cut = max(0, width - len(tail))
     tail = ellipsis.format(total=len(text), rest=len(text) - cut)
     return text[:cut] + tail
+
+
+def as_data(text: str, tag: str = "output") -> str:
+    """``text`` between ``<tag>`` and ``</tag>``: what a tool returned (or raised), shown to a
+    model as data, apart from the prompt around it. A closing ``</tag>`` inside ``text`` is
+    broken up (``<\\/tag>``), so that the text cannot end the block early and go on as if
+    it were the prompt."""
+    inner = re.sub(rf"<(\s*)/(\s*{re.escape(tag)})", r"<\1\\/\2", text, flags=re.IGNORECASE)
+    return f"<{tag}>{inner}</{tag}>"
 
 
 def printable(text: str, *, lines: bool = False) -> str:

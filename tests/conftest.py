@@ -93,6 +93,19 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     return report
 
 
+@pytest.fixture(autouse=True)
+def _structlog_as_found() -> Iterator[None]:
+    """structlog's configuration is the process's: a test that configures it (the CLI's
+    ``-v``, ``structlog.testing.capture_logs``, which leaves it configured with the defaults
+    that print every level to stdout) must not make later tests log."""
+    import structlog
+
+    configured = structlog.is_configured()
+    yield
+    if not configured and structlog.is_configured():
+        structlog.reset_defaults()
+
+
 @pytest.fixture
 def anyio_backend(request: pytest.FixtureRequest) -> Any:
     """asyncio; for a test marked ``skip_time``, with a clock that skips the waits (clock.py)."""

@@ -611,32 +611,114 @@ def test_cycles_are_still_found_and_shown(registry: dagagent.Registry) -> None:
 
 
 @pytest.mark.slow
-def test_agent_vs_react_runs_a_handful_of_questions_in_every_mode(tmp_path: Path) -> None:
-    help_text = _script("agent_vs_react.py", "--help").stdout
-    assert all(o in help_text for o in ("--base-url", "--model", "--write", "--ttft", "--price-in"))
-    proc = _script("agent_vs_react.py", "--questions", "4", "--scale", "0.2", "--out", tmp_path)
+@pytest.mark.parametrize("dataset", ["parallelqa", "movie", "hotpotqa"])
+def test_agent_vs_react_runs_a_handful_of_questions_in_every_mode(
+    dataset: str, tmp_path: Path
+) -> None:
+    proc = _script(
+        "agent_vs_react.py",
+        *("--dataset", dataset, "--questions", "4", "--scale", "0.05", "--out", tmp_path),
+    )
     assert proc.returncode == 0, proc.stderr
-    data = json.loads((tmp_path / "agent_vs_react.json").read_text())
+    data = json.loads((tmp_path / f"agent_vs_react_{dataset}.json").read_text())
+    assert data["preset"]["name"] == "hosted-fast" and data["preset"]["source"]
     summary = data["summary"]
     assert set(summary) == {"react", "react-parallel", "plan", "solve"}
+    lookups = {"movie": 8, "hotpotqa": 2}
     for mode, rows in data["questions"].items():
-        assert {r["branch"] for r in rows} == {2, 3, 4, 5}, mode
-        assert all(r["right"] for r in rows), (mode, [r["answer"] for r in rows])
+        assert len(rows) == 4, mode
+        assert all(r["right"] for r in rows), (mode, [(r["answer"], r["expected"]) for r in rows])
     for r in data["questions"]["react"]:
-        # one model call per tool call (k searches and one sum), then one for the answer
-        assert r["tool_calls"] == r["branch"] + 1 and r["calls"] == r["tool_calls"] + 1
+        # one model call per tool call (the look-ups, and ParallelQA's sum), then the answer
+        want = int(r["group"]) + 1 if dataset == "parallelqa" else lookups[dataset]
+        assert r["tool_calls"] == want and r["calls"] == want + 1
     for r in data["questions"]["react-parallel"]:
-        assert r["tool_calls"] == r["branch"] + 1 and r["calls"] == 3
+        assert r["calls"] == (3 if dataset == "parallelqa" else 2)
     for mode in ("plan", "solve"):
-        assert all(r["calls"] == 2 for r in data["questions"][mode])  # planner and joiner
-    mean = {m: s["mean_s"] for m, s in summary.items()}
-    # The order the latency model implies: k+2 model calls in a row for react, against 3 for
-    # parallel calls and 2 for plan-and-execute (about 1.7 s against 0.8-1.0 s here); streaming
-    # overlaps the searches with the plan's writing. Parallel calls and plan-and-execute are
-    # not ordered: over 4 questions they differ by less than the run's noise (plan's slowest
-    # question moves its mean between 0.78 and 1.03 s from run to run, parallel calls'
-    # stays at 0.90-0.95 s). Only the order: the ratios are the benchmark's to report.
-    assert mean["react"] > 1.2 * max(mean["react-parallel"], mean["plan"], mean["solve"])
-    assert mean["solve"] < 1.5 * mean["plan"]
-    assert summary["solve"]["input_tokens"] < summary["react"]["input_tokens"]
-    assert "| solve |" in (tmp_path / "agent_vs_react.md").read_text()
+        for r in data["questions"][mode]:
+            assert r["calls"] == 2  # planner and joiner
+            assert r["plan_done_s"] <= r["latency_s"] and r["joiner_s"] > 0
+    # The same look-ups cost the same: the plan's tasks are the ReAct agent's calls.
+    assert len({s["tool_calls"] for s in summary.values()}) == 1
+    if dataset == "movie":
+        # 9 model calls and 8 look-ups in a row against 2 calls and the slowest look-up (about
+        # 2x at full scale). On ParallelQA (1.5x) and HotpotQA (1.05x) a busy machine's engine
+        # time at a twentieth of the latencies can reverse the order: their ratios are the
+        # benchmark's to report, not a test's.
+        assert summary["react"]["mean_s"] > 1.2 * summary["solve"]["mean_s"]
+    md = (tmp_path / f"agent_vs_react_{dataset}.md").read_text()
+    assert "| solve |" in md and "preset hosted-fast" in md
+    assert "LLMCompiler" in md and "## Targets" in md and "Accounting." in md
+
+
+@pytest.mark.slow
+def test_agent_vs_react_help_and_presets() -> None:
+    help_text = _script("agent_vs_react.py", "--help").stdout
+    for option in ("--dataset", "--preset", "--base-url", "--model", "--write", "--price-in"):
+        assert option in help_text
+    sys.path.insert(0, str(BENCH))
+    try:
+        import _latency_model as lm
+    finally:
+        sys.path.remove(str(BENCH))
+    assert set(lm.PRESETS) == {"hosted-fast", "hosted-slow", "local"}
+    assert all(p.source and p.describes for p in lm.PRESETS.values())
+
+
+def _bench_module(name: str) -> Any:
+    sys.path.insert(0, str(BENCH))
+    try:
+        return __import__(name)
+    finally:
+        sys.path.remove(str(BENCH))
+
+
+def test_a_tool_call_costs_what_the_model_writes_on_both_sides() -> None:
+    lm = _bench_module("_latency_model")
+    args = json.dumps({"entity": "The Silence of the Lambs"})
+    wire = {"id": "call_0", "type": "function", "function": {"name": "search", "arguments": args}}
+    # ReAct's call: the name and the arguments, not the id and envelope the API adds.
+    assert lm.reply_tokens("", [wire]) == lm.text_tokens("search") + lm.text_tokens(args)
+    assert lm.reply_tokens("", [wire]) < lm.text_tokens(json.dumps(wire)) / 2
+    # A plan is its text; the same rule counts both.
+    plan = '{"tasks": [{"id": "s1", "tool": "search", "args": ' + args + "}]}"
+    assert lm.reply_tokens(plan, []) == lm.text_tokens(plan) == -(-len(plan) // 4)
+    # Input: the earlier call counts again as name and arguments, every message 3 tokens.
+    body = {
+        "messages": [
+            {"role": "user", "content": "abcd" * 5},
+            {"role": "assistant", "content": None, "tool_calls": [wire]},
+            {"role": "tool", "tool_call_id": "call_0", "content": "x" * 8},
+        ]
+    }
+    assert lm.request_tokens(body) == 3 * 3 + 5 + lm.reply_tokens("", [wire]) + 2
+    schema = {"type": "object"}
+    body["response_format"] = {"type": "json_schema", "json_schema": {"schema": schema}}
+    assert lm.schema_tokens(body) == lm.text_tokens(json.dumps(schema)) > 0
+
+
+def test_the_data_sets_are_in_the_repository_and_their_facts_give_the_answers() -> None:
+    ds = _bench_module("_datasets")
+    notice = (BENCH / "data" / "NOTICE").read_text()
+    assert "HotpotQA" in notice and "Attribution-ShareAlike 4.0 International" in notice
+    assert "BIG-bench" in notice
+    sizes = {"parallelqa": 113, "movie": 500, "hotpotqa": 1487}
+    for name, dataset in ds.DATASETS.items():
+        questions = dataset.load(BENCH / "data", 0, 1)
+        assert len(questions) == sizes[name] == dataset.size
+        for q in questions:
+            assert len(set(q.queries)) == len(q.queries) and set(q.facts) == set(q.queries)
+            if name == "parallelqa":
+                continue
+            everything = "\n".join(q.facts[s] for s in q.queries)
+            assert dataset.is_right(dataset.answer_from(q, everything), q), q
+            # A look-up that does not reach the model makes a wrong answer.
+            dropped = q.expected if name == "movie" else q.queries[0]
+            missing = "\n".join(q.facts[s] for s in q.queries if s != dropped)
+            assert not dataset.is_right(dataset.answer_from(q, missing), q), q
+    pair = ds.entities("Which writer died later, Agatha Christie or Clement Greenberg?")
+    assert pair == ["Agatha Christie", "Clement Greenberg"]
+    assert ds.entities("Were Scott Derrickson and Ed Wood of the same nationality?") == [
+        "Scott Derrickson",
+        "Ed Wood",
+    ]

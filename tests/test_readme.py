@@ -234,6 +234,17 @@ def test_solve_snippet(scratch: Path, capsys: pytest.CaptureFixture[str]) -> Non
     assert solution.rounds[0].result.outputs == {"paris": {"city": "Paris", "temp_c": 20.0}}
 
 
+def test_model_calls_snippet(scratch: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The model-calls example: a deadline, a budget, and the calls of the solve."""
+    namespace: dict[str, Any] = {}
+    run_python(block_with(section("From Python"), "python", "execute_sync"), namespace)
+    run_python(block_with(section("From a goal to an answer"), "python", "solve("), namespace)
+    capsys.readouterr()
+    block = block_with(section("Model calls, deadlines and budgets"), "python", "solution.calls")
+    run_python(block, namespace)
+    assert capsys.readouterr().out == ("1 planner answered True\n1 joiner answered True\n2 None\n")
+
+
 def test_streamed_planning_snippet(scratch: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The streamed-planning example, on the registry of "From Python"."""
     namespace: dict[str, Any] = {}
@@ -301,6 +312,17 @@ def test_planning_snippet(scratch: Path, capsys: pytest.CaptureFixture[str]) -> 
     assert capsys.readouterr().out == "['paris', 'tokyo'] 1 succeeded\n"
 
 
+def test_model_settings_snippet() -> None:
+    namespace: dict[str, Any] = {}
+    run_python(block_with(section("Planning"), "python", "parallel_tool_calls="), namespace)
+    settings = namespace["settings"]
+    assert (settings.max_tokens, settings.tool_choice, settings.parallel_tool_calls) == (
+        2_000,
+        "required",
+        False,
+    )
+
+
 def test_dask_snippet(scratch: Path) -> None:
     """The Dask snippet, its local cluster in this process (worker processes would take
     seconds to start); the scheduler address is only an example and is not reached."""
@@ -323,8 +345,9 @@ def test_every_python_snippet_is_run_by_a_test() -> None:
         "ReAct agent nodes": ["llm=llm", "ReActAgent("],
         "Interceptors and approval": ["tracing(", "Policy("],
         "Approvals that wait": ["ask_later"],
-        "Planning": ["LLMPlanner("],
+        "Planning": ["LLMPlanner(", "parallel_tool_calls="],
         "From a goal to an answer": ["solve("],
+        "Model calls, deadlines and budgets": ["solution.calls"],
         "Streamed planning": ["plan_and_execute_streamed("],
         "Run records, review and replanning": ["store="],
         "Tools from MCP servers": ["MCPClient.stdio("],

@@ -33,13 +33,13 @@ from dagagent.store import (
     RunStore,
     StoreLocation,
     StoreSource,
+    _rows as rows,
     _writer as writer,
     check_run_id,
     default_store_path,
     locate_store,
     user_data_dir,
 )
-from dagagent.store._plans import plan_from_column, plan_task_ids, plan_to_column
 
 pytestmark = pytest.mark.anyio
 
@@ -318,14 +318,12 @@ def test_a_killed_run_is_shown_as_interrupted(tmp_path: Path) -> None:
     dead.wait()
     with sqlite3.connect(db) as conn:
         conn.execute(
-            "INSERT INTO runs (id, created, plan, n_tasks, status, pid) VALUES (?, ?, ?, 1, ?, ?)",
-            (
-                "0123456789ab",
-                time.time(),
-                '{"tasks": [{"id": "a", "tool": "x"}]}',
-                "running",
-                dead.pid,
-            ),
+            "INSERT INTO runs (id, created, plan, n_tasks, status, pid) VALUES (?, ?, '', 1, ?, ?)",
+            ("0123456789ab", time.time(), "running", dead.pid),
+        )
+        conn.execute(
+            "INSERT INTO run_plans (run_id, plan) VALUES (?, ?)",
+            ("0123456789ab", '{"tasks": [{"id": "a", "tool": "x"}]}'),
         )
     with RunStore(db) as st:
         (summary,) = st.list_runs()
@@ -531,11 +529,56 @@ def test_a_v1_database_migrates_to_the_current_schema_and_reads(tmp_path: Path) 
         assert rec.tasks["a"].traceback is None  # v4 added the traceback column
         assert rec.tasks["a"].elements is None  # v5 added the elements of map tasks
         assert st.approvals(rec.run_id) == []  # v6 added the approvals that wait
-        # v8: the rows are in task_rows now, still read through the tasks view
+        # v9: one table of task rows; every plan in run_plans, as its JSON
         assert st.list_runs()[0].counts == {"succeeded": 1}
     assert user_version(db) == SCHEMA_VERSION
     with sqlite3.connect(db) as conn:
         assert conn.execute("SELECT task_id, output FROM tasks").fetchall() == [("a", "1")]
+        assert conn.execute("SELECT plan FROM runs").fetchall() == [("",)]
+        (plan,) = conn.execute("SELECT plan FROM run_plans").fetchone()
+    assert json.loads(plan)["tasks"] == [{"id": "a", "tool": "echo", "args": {"value": 1}}]
+
+
+DATA = Path(__file__).parent / "data"
+
+
+def _v8_db(path: Path) -> None:
+    """A store as schema version 8 wrote it (made by the code of that version, dumped as SQL):
+    runs whose task results are batch documents of ``task_log`` (both layouts), rows of
+    ``task_rows`` (decisions, map elements, NaN), plans in the short form and as JSON, and a
+    run from version 1 whose plan is in ``runs.plan``."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.executescript((DATA / "store_v8.sql").read_text())
+    conn.execute("PRAGMA user_version = 8")
+    conn.close()
+
+
+def test_a_v8_store_migrates_and_reads_as_it_did(tmp_path: Path) -> None:
+    """Every run, task and count that version 8 read from its store reads the same after the
+    migration to one table of task rows and one form of a plan."""
+    db = tmp_path / "v8.db"
+    _v8_db(db)
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT COUNT(*) FROM task_log").fetchone()[0] == 5
+    expected = json.loads((DATA / "store_v8.json").read_text())
+    with RunStore(db, create=False) as st:
+        assert st.schema_version == SCHEMA_VERSION
+        assert [s.model_dump(mode="json") for s in st.list_runs(limit=None)] == expected["runs"]
+        for run_id, record in expected["records"].items():
+            assert json.loads(json.dumps(st.get_run(run_id).to_json_dict())) == record, run_id
+    with sqlite3.connect(db) as conn:
+        names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
+        plans = conn.execute("SELECT run_id, plan FROM run_plans").fetchall()
+        assert conn.execute("SELECT COUNT(*) FROM runs WHERE plan != ''").fetchone()[0] == 0
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
+    assert {"task_log", "task_log_rows", "task_rows"}.isdisjoint(names) and "tasks" in names
+    assert len(plans) == len(expected["records"])
+    for run_id, text in plans:  # the short ones rewritten as the recorder writes a plan now
+        plan = Plan.model_validate_json(text)
+        assert text == plan.to_json(indent=None) or run_id == "00000000abcd", run_id
+    RunStore(tmp_path / "fresh.db").close()
+    assert _schema_of(db) == _schema_of(tmp_path / "fresh.db")
 
 
 def _schema_of(path: Path) -> list[tuple[Any, ...]]:
@@ -554,7 +597,7 @@ def test_a_new_store_gets_in_one_go_the_schema_the_migrations_leave(tmp_path: Pa
     _v1_db(old)
     RunStore(old).close()
     assert _schema_of(fresh) == _schema_of(stepped) == _schema_of(old)
-    assert len(_schema_of(fresh)) >= 15
+    assert len(_schema_of(fresh)) >= 13
     for db in (fresh, stepped, old):
         assert user_version(db) == SCHEMA_VERSION
         with sqlite3.connect(db) as conn:
@@ -566,7 +609,7 @@ def test_a_new_store_gets_in_one_go_the_schema_the_migrations_leave(tmp_path: Pa
     results = [
         _plain("a", output={"n": [1, 2.5, "x"]}, args={"k": "v"}),
         _plain("b", "failed", error="no", error_type="ToolError", traceback="tb"),
-        _plain("c", output="three", decisions=[]),  # a row of its own
+        _plain("c", output="three", decisions=[]),
         _plain("d", "skipped"),
     ]
     records = []
@@ -587,15 +630,14 @@ def test_a_new_store_gets_in_one_go_the_schema_the_migrations_leave(tmp_path: Pa
     assert records[0][1] == {"succeeded": 2, "failed": 1, "skipped": 1}
 
 
-def test_the_schema_reads_on_an_sqlite_without_json_operators(tmp_path: Path) -> None:
-    """The tasks view takes batch documents apart with JSON functions every SQLite with JSON
-    support has: ``->`` (3.38+) in the schema would make the whole file unreadable before."""
+def test_the_schema_needs_no_json_functions(tmp_path: Path) -> None:
+    """Columns hold JSON text that Python reads back: nothing in the schema asks SQLite to
+    read JSON, so any SQLite reads the file (``->`` is 3.38+; some builds have no JSON)."""
     with RunStore(tmp_path / "r.db"):
         pass
     with sqlite3.connect(tmp_path / "r.db") as conn:
         schema = [r[0] for r in conn.execute("SELECT sql FROM sqlite_master WHERE sql NOT NULL")]
-    assert any("json_each" in sql for sql in schema)
-    assert not any("->" in sql for sql in schema)
+    assert schema and not any("json" in sql.lower() or "->" in sql for sql in schema)
 
 
 def _plain(task_id: str, status: str = "succeeded", **kw: Any) -> TaskResult:
@@ -618,9 +660,9 @@ def _task_rows(db: Path, run_id: str) -> list[tuple[Any, ...]]:
 
 
 def test_a_task_recorded_again_has_one_row_the_last(tmp_path: Path) -> None:
-    """Batches go to the store as documents, taken apart when read: a task recorded again
-    (in a later batch, in the same batch, after a row of its own) still reads as one row,
-    the last, and the counts by status count it once."""
+    """A task recorded again (in a later batch, in the same batch) has one row, the last
+    written, and the counts by status count it once: as a task recorded when it starts and
+    again when it ends would."""
     db, run_id = tmp_path / "r.db", "0123456789ab"
     plan = Plan.model_validate({"tasks": [{"id": t, "tool": "t"} for t in "abcde"]})
     rec = RunRecorder(db, run_id, flush_interval_s=0).start()
@@ -698,9 +740,7 @@ def test_a_recorder_writes_through_the_connection_it_opened(
         assert [r.run_id for r in st.list_runs()] == ["0123456789ac", "0123456789ab"]
 
 
-def test_a_plan_is_kept_in_the_short_form_when_it_can_be_and_reads_back_the_same(
-    tmp_path: Path,
-) -> None:
+def test_a_plan_is_kept_as_its_json_and_checked_when_read(tmp_path: Path) -> None:
     plain = Plan.model_validate(
         {
             "goal": "g",
@@ -718,23 +758,25 @@ def test_a_plan_is_kept_in_the_short_form_when_it_can_be_and_reads_back_the_same
             ]
         }
     )
-    short, full = plan_to_column(plain), plan_to_column(other)
-    assert short.startswith("[") and full == other.to_json(indent=None)
-    assert plan_to_column(Plan()) == '["",[]]'
-    for plan, text in ((plain, short), (other, full), (plain, plain.to_json(indent=None))):
-        back = plan_from_column(text)
-        assert back.model_dump() == plan.model_dump()
-        assert back.to_json() == plan.to_json()
-        assert plan_task_ids(text) == [t.id for t in plan.tasks]
-    with pytest.raises(ValueError):
-        plan_from_column('["g", [["a"]]]')
-    # what a run records, and reads back
     db = tmp_path / "r.db"
     for run_id, plan in (("0123456789ab", plain), ("0123456789ac", other)):
         with RunRecorder(db, run_id) as rec:
             rec(RunStarted(run_id, plan, "serial"))
         with RunStore(db) as st:
             assert st.get_run(run_id).plan.model_dump() == plan.model_dump()
+        with sqlite3.connect(db) as conn:
+            (text,) = conn.execute(
+                "SELECT plan FROM run_plans WHERE run_id = ?", (run_id,)
+            ).fetchone()
+        assert text == plan.to_json(indent=None)
+    with sqlite3.connect(db) as conn:  # a plan that is not one any more
+        conn.execute(
+            "UPDATE run_plans SET plan = ? WHERE run_id = '0123456789ab'",
+            ('{"tasks": [{"id": "a", "tool": 3}]}',),
+        )
+    with RunStore(db) as st, pytest.raises(StoreError) as info:
+        st.get_run("0123456789ab")
+    assert "run 0123456789ab: the recorded plan cannot be read" in str(info.value)
 
 
 def test_a_resumed_run_replaces_the_results_it_runs_again(tmp_path: Path) -> None:
@@ -818,7 +860,7 @@ def test_a_foreign_database_is_not_taken_over(tmp_path: Path) -> None:
 def test_recorder_listener_only_enqueues_and_close_is_idempotent(tmp_path: Path) -> None:
     rec = RunRecorder(tmp_path / "r.db", dagagent.new_run_id())
     rec(object())  # not an event it records: ignored
-    assert rec._queue.qsize() == 0
+    assert rec._writer._queue.empty()
     rec.close()  # never started: nothing to do
     rec.close()
     with pytest.raises(StoreError, match="flush_interval_s"):
@@ -838,24 +880,14 @@ def test_env_var_home_is_created_on_first_use(
 async def test_an_event_that_cannot_be_written_is_dropped_not_the_whole_record(
     tmp_path: Path, registry: dagagent.Registry, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real = RunRecorder._task_row
+    real = rows.task_row
 
-    def poisoned(self: RunRecorder, r: Any) -> Any:
+    def poisoned(run_id: str, r: TaskResult, output_lost: str | None = None) -> Any:
         if r.task_id == "b":
             raise RuntimeError("cannot write b")
-        return real(self, r)
+        return real(run_id, r, output_lost)
 
-    monkeypatch.setattr(RunRecorder, "_task_row", poisoned)
-    # the batch of rows as one JSON document: refused when it holds b, so b goes row by row
-    real_json = writer.insert_json
-
-    def refuse_b(conn: Any, run_id: str, results: Any, rows: Any = None) -> bool:
-        ids = [r.task_id for r in results] + [row[0] for row in rows or ()]
-        if "b" in ids:
-            return False
-        return real_json(conn, run_id, results, rows)
-
-    monkeypatch.setattr(writer, "insert_json", refuse_b)
+    monkeypatch.setattr(rows, "task_row", poisoned)
     db = tmp_path / "r.db"
     result = await dagagent.execute(
         {"tasks": [w("a"), w("b"), w("c", 0.2)]},
@@ -864,6 +896,8 @@ async def test_an_event_that_cannot_be_written_is_dropped_not_the_whole_record(
         settings=RunSettings(executor="dataflow"),
     )
     assert result.ok
+    assert result.record_loss is not None and result.record_loss.tasks == ["b"]
+    assert "cannot write b" in result.record_loss.error
     with RunStore(db) as st:
         rec = st.get_run(result.run_id)
     assert rec.status == "succeeded"  # the run row and its finish were written
@@ -1228,3 +1262,152 @@ async def test_a_redacted_element_is_not_reused(tmp_path: Path) -> None:
     with RunStore(db) as st:
         rec = st.get_run(result.run_id)
     assert not [k for k in reuse_map(rec) if k.startswith("hi@")]
+
+
+# ---------------------------------------------------------------------------------------------
+# A task is on record from its start: running, then its result
+
+
+async def test_a_task_is_on_record_as_running_from_its_start_to_its_end(
+    tmp_path: Path, registry: dagagent.Registry
+) -> None:
+    db, run_id = tmp_path / "r.db", dagagent.new_run_id()
+    plan = {"tasks": [w("fast"), w("slow", 0.5)]}
+    seen: list[TaskResult] = []
+
+    async def watch() -> None:
+        while True:
+            await anyio.sleep(0.01)
+            try:
+                with RunStore(db, read_only=True) as st:
+                    rec = st.get_run(run_id)
+            except StoreError:
+                continue
+            slow = rec.tasks.get("slow")
+            if slow is not None:
+                assert rec.status == "running"
+                seen.append(slow)
+                return
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(watch)
+        result = await dagagent.execute(plan, registry, store=db, run_id=run_id)
+    (slow,) = seen
+    assert slow.status is TaskStatus.RUNNING and slow.finished_at is None
+    assert slow.started_at == result.tasks["slow"].started_at  # the start it really had
+    assert slow.args is None and slow.attempts == 0  # its arguments come with its result
+    with RunStore(db) as st:
+        rec = st.get_run(run_id)
+        (summary,) = st.list_runs()
+    assert rec.tasks["slow"].status is TaskStatus.SUCCEEDED  # the result replaced it
+    assert summary.counts == {"succeeded": 2}
+
+
+def test_a_task_that_was_running_when_its_process_died_is_unrecorded(tmp_path: Path) -> None:
+    db = tmp_path / "r.db"
+    RunStore(db).close()
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    with sqlite3.connect(db) as conn:
+        conn.execute(
+            "INSERT INTO runs (id, created, plan, n_tasks, status, pid) VALUES (?, ?, '', 2, ?, ?)",
+            ("0123456789ab", time.time(), "running", dead.pid),
+        )
+        conn.execute(
+            "INSERT INTO run_plans (run_id, plan) VALUES (?, ?)",
+            ("0123456789ab", '{"tasks": [{"id": "a", "tool": "x"}, {"id": "b", "tool": "x"}]}'),
+        )
+        conn.execute(
+            "INSERT INTO tasks (run_id, task_id, status, started_at) VALUES (?, ?, ?, ?)",
+            ("0123456789ab", "a", "running", time.time()),
+        )
+    with RunStore(db) as st:
+        (summary,) = st.list_runs()
+        rec = st.get_run("0123")
+    assert summary.status == "interrupted" and summary.counts == {} and summary.unrecorded == 2
+    assert rec.status == "interrupted" and rec.tasks == {} and rec.unrecorded == ["a", "b"]
+
+
+def test_a_batch_writes_the_last_row_of_each_task() -> None:
+    started = ("a", 1.0)  # what a task's start hands the writer
+    b = _plain("b")
+    done = _plain("a")
+    assert writer._latest([started, b, done]) == [done, b]
+    assert writer._latest([started, b]) == [started, b]
+
+
+def test_a_start_that_cannot_be_written_is_not_a_lost_result(tmp_path: Path) -> None:
+    w_ = writer.Writer(
+        tmp_path / "r.db",
+        "0123456789ab",
+        context=None,
+        resumed=False,
+        flush_interval_s=0,
+        write_timeout_s=0,
+        opened=None,
+    )
+    w_._lose([("a", 1.0), _plain("b")])
+    assert w_.loss is not None and w_.loss.tasks == ["b"]
+
+
+async def test_a_streamed_plan_records_when_each_task_joined_it(
+    tmp_path: Path, registry: dagagent.Registry
+) -> None:
+    from dagagent.graph import GrowingGraph, PlanChecker
+    from dagagent.plan import ToolTask
+
+    db, run_id = tmp_path / "r.db", dagagent.new_run_id()
+    graph = GrowingGraph("grow")
+    checker = PlanChecker(registry)
+    joined: dict[str, float] = {}
+
+    async def write_the_plan() -> None:
+        for task in (w("a"), w("b", deps=("a",))):
+            await anyio.sleep(0.05)
+            joined[task["id"]] = time.time()
+            graph.add(checker.check(ToolTask.model_validate(task)))
+        graph.close()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(write_the_plan)
+        result = await dagagent.execute(graph, registry, store=db, run_id=run_id)
+    assert result.ok
+    with RunStore(db) as st:
+        rec = st.get_run(run_id)
+    assert list(rec.planned_at) == ["a", "b"]
+    for tid, at in joined.items():
+        assert at <= rec.planned_at[tid] <= rec.tasks[tid].started_at  # type: ignore[operator]
+    assert "planned_at" not in rec.context  # the store's own, not the caller's
+    assert rec.to_json_dict()["planned_at"] == rec.planned_at
+
+
+def test_person_waits_run_from_each_question_to_the_resume_that_used_its_answer() -> None:
+    from dagagent.store import ApprovalRecord, person_wait_s, person_waits
+
+    def asked(task: str, at: float, state: str, used: float | None = None) -> ApprovalRecord:
+        return ApprovalRecord(
+            run_id="0123456789ab",
+            task_id=task,
+            seq=1,
+            tool="t",
+            asked_at=at,
+            state=state,  # type: ignore[arg-type]
+            used_at=used,
+        )
+
+    history = [
+        asked("a", 10.0, "used", 40.0),
+        asked("b", 20.0, "used", 40.0),  # two questions at once count once
+        asked("c", 30.0, "closed"),  # asked again by the resume at 40
+        asked("d", 50.0, "waiting"),  # still open: until the run paused (or now)
+    ]
+    waits = person_waits(history, until=60.0)
+    assert waits == {
+        "a": [(10.0, 40.0)],
+        "b": [(20.0, 40.0)],
+        "c": [(30.0, 40.0)],
+        "d": [(50.0, 60.0)],
+    }
+    assert person_wait_s(waits, 0.0, 100.0) == 30.0 + 10.0
+    assert person_wait_s(waits, 15.0, 55.0) == 25.0 + 5.0
+    assert person_waits(history) == {k: v for k, v in waits.items() if k != "d"}

@@ -1,9 +1,9 @@
 """How the run store writes task rows, and what survives a SIGKILL.
 
-Rows go to SQLite a batch at a time, as one JSON document SQLite takes apart (SQLite 3.38+),
-or row by row when a batch cannot go that way: both must write exactly the same rows. And a
-task that finished more than the durability window (flush interval plus a write) before the
-process was killed must be in the record, whichever way its row went.
+Results go to SQLite a batch at a time, one row per task: every shape of result must read back
+as it was, however the results were batched. And a task that finished more than the
+durability window (flush interval plus a write) before the process was killed must be in the
+record.
 """
 
 from __future__ import annotations
@@ -25,13 +25,8 @@ import dagagent
 from dagagent.events import RunStarted, TaskFinished
 from dagagent.plan import Plan
 from dagagent.results import AgentStep, CallDecision, TaskResult, TaskStatus
-from dagagent.store import (
-    RunRecorder,
-    RunStore,
-    _rows as rows,
-    _store as store_module,
-    _writer as writer,
-)
+from dagagent.store import RunRecorder, RunStore, _recorder as recorder
+from dagagent.store._schema import TASK_COLUMNS
 
 T0 = 1_796_000_000.123456789
 
@@ -56,7 +51,7 @@ def _result(task_id: str, status: str = "succeeded", output: Any = None, **kw: A
 
 
 def _results() -> list[TaskResult]:
-    """Results of every shape a row can have, in an order that mixes both ways of writing."""
+    """Results of every shape a row can have."""
     redacted = CallDecision(
         tool="t", decision="redact", decided_by="redacting", args={"key": "***"}, at=T0
     )
@@ -88,7 +83,7 @@ def _results() -> list[TaskResult]:
         ),
         _result("secret", output="ok", decisions=[redacted], args={"key": "hunter2"}),
         _result("m", output=[{"x": 1}], elements=[element], args=None),
-        _result("nan", output=float("nan")),  # SQLite's JSON reader refuses NaN
+        _result("nan", output=float("nan")),  # not JSON: Python's reader takes it back
         _result("after-nan", output={"fine": 1}),
         _result("nul", "failed", error="a NUL \x00 inside", error_type="X"),
         _result("last", output=[1, "two"]),
@@ -99,12 +94,10 @@ def _record(
     path: Path,
     results: list[TaskResult],
     *,
-    as_rows: bool = False,
     flush_interval_s: float = 10.0,  # one batch: at close
     resumed: bool = False,
 ) -> list[tuple[Any, ...]]:
-    """Record ``results`` as a run, and read its task rows back. ``as_rows``: each plain
-    success handed over as the runner does, as its values (``record_success``)."""
+    """Record ``results`` as a run, and read its task rows back."""
     run_id = "0123456789ab"
     plan = Plan.model_validate(
         {
@@ -119,139 +112,73 @@ def _record(
     rec = RunRecorder(path, run_id, flush_interval_s=flush_interval_s, resumed=resumed).start()
     rec(RunStarted(run_id, plan, "dataflow"))
     for r in results:
-        if as_rows and _plain_success(r):
-            rec.record_success(
-                (r.task_id, r.output, r.attempts, r.started_at, r.finished_at, r.args)
-            )
-        else:
-            rec.record(r)
+        rec.record(r)
     rec.close()
     assert rec.loss is None
     with sqlite3.connect(path) as conn:
-        return conn.execute(f"SELECT {rows.TASK_COLUMNS} FROM tasks ORDER BY task_id").fetchall()
+        return conn.execute(f"SELECT {TASK_COLUMNS} FROM tasks ORDER BY task_id").fetchall()
 
 
-def _plain_success(r: TaskResult) -> bool:
-    """What the runner hands over as its values: a success with nothing more to say."""
-    return (
-        r.status is TaskStatus.SUCCEEDED
-        and (
-            r.error,
-            r.error_type,
-            r.traceback,
-            r.steps,
-            r.decisions,
-            r.elements,
-        )
-        == (None,) * 6
-    )
-
-
-def _ways_taken(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
-    """Whether each batch the writer tries as one JSON document went that way (True) or fell
-    back to row by row (False), in the order the batches came."""
-    ways: list[bool] = []
-    real = writer.insert_json
-
-    def spy(conn: Any, run_id: str, results: Any, *rows: Any) -> bool:
-        ways.append(real(conn, run_id, results, *rows))
-        return ways[-1]
-
-    monkeypatch.setattr(writer, "insert_json", spy)
-    return ways
-
-
-@pytest.mark.skipif(not rows.JSON_ROWS, reason="SQLite before 3.38 writes row by row only")
-def test_a_batch_as_one_json_document_writes_the_rows_row_by_row_would(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    ways = _ways_taken(monkeypatch)
-    fast = _record(tmp_path / "fast.db", _results())
-    assert True in ways and False in ways  # both ways were taken (NaN, NUL: row by row)
-    monkeypatch.setattr(writer, "JSON_ROWS", False)
-    ways.clear()
-    slow = _record(tmp_path / "slow.db", _results())
-    assert ways == []
-    assert fast == slow
-    by_id = {row[1]: row for row in fast}
+def test_every_shape_of_result_reads_back_as_it_was(tmp_path: Path) -> None:
+    results = _results()
+    rows = _record(tmp_path / "r.db", results)
+    assert len(rows) == len(results)
+    by_id = {row[1]: row for row in rows}
     assert by_id["cancelled-with-output"][3] is None  # only a success keeps an output
     assert by_id["none-output"][3] is None and by_id["scalar-null-string"][3] == '"null"'
     assert by_id["nul"][4] == "a NUL \x00 inside"  # not cut at the NUL
     assert "hunter2" not in repr(by_id["secret"])  # the redacted arguments, not the real ones
     assert by_id["opaque"][3] == '"<opaque thing>"'
+    with RunStore(tmp_path / "r.db") as st:
+        got = st.get_run("0123456789ab").tasks
+    for r in results:
+        back = got[r.task_id]
+        assert (back.status, back.error, back.error_type, back.traceback, back.attempts) == (
+            r.status,
+            r.error,
+            r.error_type,
+            r.traceback,
+            r.attempts,
+        ), r.task_id
+        assert (back.started_at, back.finished_at) == (r.started_at, r.finished_at)
+    assert got["text"].output == 'é \u2028 ☃ 𝄞 "quoted" back\\slash \x01 tab\t'
+    assert got["numbers"].output == [2**70, -0.0, 1e300, 0.1, 1796105097.2395256, -7]
+    assert got["nested"].output == {"a": [1, 2.5, None, True, {"b": "c"}], "": {}}
+    assert got["when"].output == "2026-12-01T06:00:00Z"
+    given = {r.task_id: r for r in results}
+    assert got["agent"].steps == given["agent"].steps and got["agent"].args == "do the thing"
+    assert got["secret"].args == {"key": "***"} and got["secret"].decisions is not None
+    (element,) = got["m"].elements or []
+    assert element.task_id == "m[0]" and element.output == {"x": 1}
+    assert got["nan"].output != got["nan"].output  # NaN, as it was
+    assert got["last"].output == [1, "two"]
 
 
-@pytest.mark.skipif(not rows.JSON_ROWS, reason="an SQLite without JSON functions: rows only")
-def test_a_batch_of_successes_alone_writes_the_rows_row_by_row_would(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The usual batch (every result a plain success) takes a way of its own to its document."""
-    successes = [r for r in _results() if r.status is TaskStatus.SUCCEEDED and rows.plain(r)]
-    successes = [r for r in successes if r.steps is None and r.task_id != "nan"]
-    assert len(successes) > 5 and rows.success_rows(successes) is not None
-    ways = _ways_taken(monkeypatch)
-    fast = _record(tmp_path / "fast.db", successes)
-    assert ways == [True]
-    monkeypatch.setattr(writer, "JSON_ROWS", False)
-    assert fast == _record(tmp_path / "slow.db", successes)
-
-
-@pytest.mark.parametrize("flush_interval_s", [10.0, 0.0])  # one batch at close; each at once
-def test_successes_handed_over_as_their_values_write_the_rows_their_results_would(
+@pytest.mark.parametrize("flush_interval_s", [0.02, 0.0])  # batches as they come; each at once
+def test_the_rows_do_not_depend_on_how_the_results_were_batched(
     tmp_path: Path, flush_interval_s: float
 ) -> None:
-    """``record_success`` (what the runner hands over for a plain success) records the same
-    row as ``record`` with its result: in a batch of successes alone (NaN among them: that
-    batch goes row by row), mixed with every other kind of result, and in a resumed run."""
+    """In one batch at close, in batches as they come, one by one, or over the rows of a
+    resumed run: the same rows."""
     every = _results()
-    successes = [r for r in every if _plain_success(r)]
-    assert 5 < len(successes) < len(every)
-    for i, batch in enumerate((every, successes, [r for r in successes if r.task_id != "nan"])):
-        want = _record(tmp_path / f"results-{i}.db", batch)
-        got = _record(
-            tmp_path / f"rows-{i}.db", batch, as_rows=True, flush_interval_s=flush_interval_s
-        )
-        assert got == want and len(got) == len(batch)
-    resumed = _record(tmp_path / "resumed.db", successes, as_rows=True, resumed=True)
-    assert resumed == _record(tmp_path / "resumed-results.db", successes, resumed=True)
-
-
-@pytest.mark.skipif(not hasattr(sqlite3.Connection, "setlimit"), reason="Python 3.11+")
-def test_a_batch_of_successes_too_big_for_one_value_goes_row_by_row(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A document SQLite refuses (here: longer than the connection takes in one value) is
-    written as rows."""
-    real = store_module.connect
-
-    def limited(path: Path, **kw: Any) -> sqlite3.Connection:
-        conn = real(path, **kw)
-        conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, 4000)
-        return conn
-
-    successes = [
-        _result(f"t{i:02d}", output="x" * 100, args={"i": i}) for i in range(30)
-    ]  # about 6 kB as one document; 200 bytes a row
-    want = _record(tmp_path / "unlimited.db", successes, as_rows=True)
-    monkeypatch.setattr(store_module, "connect", limited)
-    ways = _ways_taken(monkeypatch)
-    got = _record(tmp_path / "limited.db", successes, as_rows=True)
-    assert got == want and len(got) == 30
-    assert ways == [False]
+    want = _record(tmp_path / "one-batch.db", every)
+    assert _record(tmp_path / "batches.db", every, flush_interval_s=flush_interval_s) == want
+    assert _record(tmp_path / "resumed.db", every, resumed=True) == want
 
 
 def test_a_task_handed_over_twice_keeps_the_result_given_last(tmp_path: Path) -> None:
-    """A success given as its values after a result of the same task is on record (and the
-    other way round) replaces it, as results do."""
+    """A result given after a result of the same task is on record (in a later batch, or in
+    the same one) replaces it."""
     db, run_id = tmp_path / "r.db", "0123456789ab"
     plan = Plan.model_validate({"tasks": [{"id": t, "tool": "t"} for t in "ab"]})
     rec = RunRecorder(db, run_id, flush_interval_s=60.0).start()
     try:
         rec(RunStarted(run_id, plan, "dataflow"))
         rec.record(_result("a", "failed", error="no", error_type="X"))
-        rec.record_success(("b", "first", 1, T0, T0 + 1, {"q": "b"}))
+        rec.record(_result("b", output="first"))
         assert rec.flush(30.0)
-        rec.record_success(("a", "again", 2, T0, T0 + 2, {"q": "a"}))
+        rec.record(_result("a", output="again", attempts=2))
+        rec.record(_result("b", output="second"))
         rec.record(_result("b", "failed", error="later", error_type="X"))
     finally:
         rec.close()
@@ -301,11 +228,11 @@ def test_flush_commits_at_once_what_would_wait_for_its_batch(tmp_path: Path) -> 
         rec.record(_result("b", output=2))
         time.sleep(0.2)  # as above: nothing to wait on for something that must not happen
         assert _committed(db, run_id) == {"a": 1}
-        assert writer.flush_recorders(30.0) is True  # every live recorder of the process
+        assert recorder.flush_recorders(30.0) is True  # every live recorder of the process
         assert _committed(db, run_id) == {"a": 1, "b": 2}
     finally:
         rec.close()
-    assert rec not in writer._LIVE
+    assert rec not in recorder._LIVE
     assert rec.flush(0.0) is True  # closed: nothing left to wait for
 
 

@@ -23,6 +23,7 @@ from cli_shell import clean_environment, run_in_process
 import dagagent
 from dagagent.errors import StoreError
 from dagagent.events import RunStarted, TaskFinished
+from dagagent.results import TaskResult, TaskStatus
 from dagagent.store import OUTPUT_NOT_RECORDED, RunRecorder, RunStore
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX processes and limits")
@@ -242,17 +243,26 @@ def test_a_store_locked_for_longer_than_the_recorder_waits_says_the_run_was_not_
         assert not st.exists(run_id)
 
 
-def test_a_success_handed_over_as_its_values_and_not_written_is_accounted_for(
+def test_a_result_handed_to_the_recorder_and_not_written_is_accounted_for(
     tmp_path: Path,
 ) -> None:
     db = tmp_path / "runs.db"
     _store_with_a_run(db)
     run_id = dagagent.new_run_id()
     plan = dagagent.Plan.model_validate({"tasks": [{"id": "t", "tool": "text"}]})
+    done = TaskResult(
+        task_id="t",
+        status=TaskStatus.SUCCEEDED,
+        output="xxx",
+        attempts=1,
+        started_at=1.0,
+        finished_at=2.0,
+        args={"n": 3},
+    )
     with _locked(db):
         recorder = RunRecorder(db, run_id, write_timeout_s=0.5).start()
         recorder(RunStarted(run_id, plan, "serial"))
-        recorder.record_success(("t", "xxx", 1, 1.0, 2.0, {"n": 3}))
+        recorder.record(done)
         recorder.close()
     loss = recorder.loss
     assert loss is not None and loss.run and loss.tasks == ["t"]
@@ -263,7 +273,7 @@ def test_a_store_locked_against_readers_is_reported_as_locked_not_as_foreign(
 ) -> None:
     db = tmp_path / "runs.db"
     _store_with_a_run(db)
-    monkeypatch.setattr("dagagent.store._schema.BUSY_TIMEOUT_S", 0.5, raising=False)
+    monkeypatch.setattr("dagagent.store._file.BUSY_TIMEOUT_S", 0.5)
     with (
         _locked(db, "exclusive"),
         pytest.raises(StoreError, match="is locked by another process") as info,
@@ -311,16 +321,14 @@ def test_json_output_carries_the_record_loss_with_exit_5(tmp_path: Path) -> None
     assert doc["record_loss"]["outputs"] == ["huge"] and not doc["record_loss"]["run"]
 
 
-def _damage_the_task_tables(db: Path) -> None:
-    """Both tables a task's result can go to: a batch's log row, or a row of its own."""
+def _damage_the_task_table(db: Path) -> None:
+    """The table a task's result goes to."""
     with sqlite3.connect(db) as conn:
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         page = conn.execute("PRAGMA page_size").fetchone()[0]
-        roots = conn.execute(
-            "SELECT rootpage FROM sqlite_master WHERE name IN ('task_rows', 'task_log')"
-        ).fetchall()
+        roots = conn.execute("SELECT rootpage FROM sqlite_master WHERE name = 'tasks'").fetchall()
     conn.close()
-    assert len(roots) == 2
+    assert len(roots) == 1
     with open(db, "r+b") as f:
         for (root,) in roots:
             f.seek((root - 1) * page)
@@ -331,7 +339,7 @@ def test_a_partly_damaged_store_is_never_reported_as_recorded(tmp_path: Path) ->
     tools = _tools(tmp_path)
     db = tmp_path / "runs.db"
     _store_with_a_run(db)
-    _damage_the_task_tables(db)
+    _damage_the_task_table(db)
     plan = tmp_path / "small.json"
     plan.write_text(json.dumps({"goal": "g", "tasks": [PLAN["tasks"][0]]}))
     args = ["run", str(plan), "--tools", tools, "--store", str(db)]
@@ -389,7 +397,7 @@ def test_a_read_only_store_can_be_read(tmp_path: Path, read_only_store: tuple[Pa
     db, run_id = read_only_store
     proc = _as_cli(tmp_path, "runs", "--store", str(db), "--json")
     assert proc.returncode == 0, proc.stderr
-    assert [r["run_id"] for r in json.loads(proc.stdout)] == [run_id]
+    assert [r["run_id"] for r in json.loads(proc.stdout)["runs"]] == [run_id]
     proc = _as_cli(tmp_path, "show", run_id, "--store", str(db))
     assert proc.returncode == 0, proc.stderr
     assert "first" in proc.stdout

@@ -16,11 +16,11 @@ from collections.abc import Callable, Sequence
 
 from dagagent.llm import AssistantMessage, Message, ToolCall, ToolResultMessage, UserMessage
 from dagagent.results import AgentStep, CallRecord
-from dagagent.text import jsonable
+from dagagent.text import as_data, jsonable
 
 from .state import Mode
 
-__all__ = ["observations_of", "open_calls", "reply_of", "step_messages"]
+__all__ = ["observation_text", "observations_of", "open_calls", "reply_of", "step_messages"]
 
 
 def open_calls(step: AgentStep) -> list[CallRecord]:
@@ -48,10 +48,13 @@ def observations_of(mode: Mode, calls: Sequence[CallRecord]) -> list[Message]:
     """What the model saw of its calls' results."""
     if mode == "tools":
         return [ToolResultMessage(c.id, c.observation or "", c.is_error) for c in calls]
-    return [
-        UserMessage(f"Observation: {'Error: ' if c.is_error else ''}{c.observation or ''}")
-        for c in calls
-    ]
+    return [UserMessage(observation_text(c.observation or "", c.is_error)) for c in calls]
+
+
+def observation_text(text: str, is_error: bool) -> str:
+    """A call's result as the text format shows it: ``Observation:`` and the result as data
+    (between ``<output>`` and ``</output>``), ``Error:`` first for a failed call."""
+    return f"Observation: {'Error: ' if is_error else ''}{as_data(text)}"
 
 
 def step_messages(mode: Mode, step: AgentStep, correction: Callable[[str], str]) -> list[Message]:

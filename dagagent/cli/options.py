@@ -1,8 +1,9 @@
 """The options that several commands share, each declared once (``Annotated`` aliases), and
 what they become, in one place: :class:`RunOptions` for a command that runs a plan (``run``,
 ``plan --execute``, ``replan --execute``), :class:`ModelChoice` for one that talks to a model
-(``--model``, ``--base-url``, ``--timeout`` → a client with its
-:class:`~dagagent.llm.ModelSettings`)."""
+(``--model``, ``--base-url``, ``--timeout``, ``--max-tokens`` → a client with its
+:class:`~dagagent.llm.ModelSettings`), :func:`make_planner` for one that plans
+(``--planner-prompt``, ``--examples``)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import typer
 
 from ..errors import ConfigError
 from ..executors import EXECUTORS, get_executor
-from ..limits import DEFAULT_MAX_ELEMENTS
+from ..limits import DEFAULT_ANSWER_CHARS, DEFAULT_MAX_ELEMENTS, DEFAULT_MAX_TASKS
 from ..results import FailurePolicy
 from ..settings import RunSettings
 from .recording import recorded_tools_spec
@@ -23,6 +24,7 @@ from .recording import recorded_tools_spec
 if TYPE_CHECKING:
     from ..graph import PlanGraph
     from ..llm import ModelSettings
+    from ..planners import LLMPlanner
     from ..runner import Interceptor
     from ..tools import Registry
 
@@ -30,11 +32,15 @@ __all__ = [
     "ApproveOpt",
     "AskOpt",
     "BaseUrlOpt",
+    "BudgetOptions",
+    "DeadlineOpt",
+    "ExamplesOpt",
     "ExecutorOpt",
     "LastOpt",
     "MaxAttemptsOpt",
     "MaxConcurrencyOpt",
     "MaxElementsOpt",
+    "MaxTokensOpt",
     "McpOpt",
     "ModelChoice",
     "ModelOpt",
@@ -42,12 +48,15 @@ __all__ = [
     "OnFailureOpt",
     "OutOpt",
     "PlanArg",
+    "PlannerPromptOpt",
     "PolicyOpt",
+    "PricesOpt",
     "RunArg",
     "RunOptions",
     "StoreOpt",
     "TimeoutOpt",
     "ToolsOpt",
+    "make_planner",
 ]
 
 PlanArg = Annotated[
@@ -120,8 +129,9 @@ OtelOpt = Annotated[
     bool,
     typer.Option(
         "--otel",
-        help="Send traces and metrics to an OpenTelemetry collector over OTLP, configured by "
-        "the standard OTEL_* variables (OTEL_EXPORTER_OTLP_ENDPOINT...). Needs dagagent[otel].",
+        help="Send traces and metrics where the standard OTEL_* variables say: "
+        "OTEL_TRACES_EXPORTER / OTEL_METRICS_EXPORTER (otlp by default, console, none), "
+        "OTEL_EXPORTER_OTLP_ENDPOINT... Needs dagagent[otel].",
     ),
 ]
 MaxConcurrencyOpt = Annotated[
@@ -201,7 +211,60 @@ TimeoutOpt = Annotated[
         "--timeout",
         min=0.1,
         metavar="SECONDS",
-        help="How long the model may take to answer (a slow local model may need more).",
+        help="How long each model call may wait for the server: to the first byte of an "
+        "answer, and between two pieces of a streamed one (a slow local model may need more). "
+        "--deadline bounds the whole command.",
+    ),
+]
+PricesOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--prices",
+        metavar="FILE",
+        help="Model prices in US dollars per million tokens, over the built-in table: JSON "
+        '{"openai:MODEL": {"input": N, "output": N}} (TOML on Python 3.11+).',
+    ),
+]
+DeadlineOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--deadline",
+        min=0.1,
+        metavar="SECONDS",
+        help="The whole command's time, model calls and streams included: when it passes, "
+        "what runs is cancelled, what finished is kept and recorded, and the message says what "
+        "was running (exit 8).",
+    ),
+]
+MaxTokensOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--max-tokens",
+        min=1,
+        metavar="N",
+        help="The most tokens each model call may write (a plan, the joiner's answer, an "
+        "agent's turn). Default: each derives its own from what it writes: room for a plan "
+        f"of {DEFAULT_MAX_TASKS} tasks of the tools given, an answer of "
+        f"{DEFAULT_ANSWER_CHARS:,} characters. Lower it for a small context (a local server "
+        "that refuses the request); reasoning models get room to reason on top.",
+    ),
+]
+PlannerPromptOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--planner-prompt",
+        metavar="FILE",
+        help="The planner's system prompt, from a UTF-8 text file, instead of the built-in "
+        "one; {tools} in it stands for the tool catalog (added at its end when missing).",
+    ),
+]
+ExamplesOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--examples",
+        metavar="FILE",
+        help='Few-shot plans shown to the planner: a JSON array of {"goal": "...", "plan": '
+        '{"tasks": [...]}}, each a valid plan for the tools (checked first: exit 2).',
     ),
 ]
 
@@ -228,11 +291,16 @@ BaseUrlOpt = Annotated[
 
 @dataclass(frozen=True)
 class ModelChoice:
-    """``--model``, ``--base-url`` and ``--timeout`` as given, turned into a client once."""
+    """``--model``, ``--base-url``, ``--timeout`` and ``--max-tokens`` as given, turned into a
+    client (and the settings the planners and the joiner call it with) once (``deadline``: the
+    command's ``--deadline``, which then bounds streamed answers instead of the client's own
+    limit on them)."""
 
     model: str | None = None
     base_url: str | None = None
     timeout: float = 60.0
+    max_tokens: int | None = None
+    deadline: float | None = None
 
     @property
     def configured(self) -> bool:
@@ -240,9 +308,15 @@ class ModelChoice:
         return bool(self.model or os.environ.get("DAGAGENT_MODEL", "").strip())
 
     def settings(self) -> ModelSettings:
+        """The client's settings, which the planners and the joiner are given too (their
+        ``max_tokens`` is ``--max-tokens``: unset, each derives its own)."""
         from ..llm import ModelSettings
 
-        return ModelSettings(timeout=self.timeout)
+        if self.deadline is not None:  # the deadline bounds a streamed answer, not 900 s
+            return ModelSettings(
+                timeout=self.timeout, max_tokens=self.max_tokens, max_stream_s=None
+            )
+        return ModelSettings(timeout=self.timeout, max_tokens=self.max_tokens)
 
     def require(self) -> None:
         """:class:`~dagagent.errors.ConfigError` when no model is named."""
@@ -260,6 +334,36 @@ class ModelChoice:
         self.require()
         return from_env(self.model, self.base_url, settings=self.settings())
 
+    def to_record(self, client: Any) -> dict[str, Any]:
+        """What a run's record keeps of this choice, for ``resume``: the model's spec, its
+        server's URL and the timeout; never a key (a URL that carries a password is left
+        out: a resume then needs ``--base-url`` again)."""
+        kept: dict[str, Any] = {
+            "model": (self.model or os.environ.get("DAGAGENT_MODEL", "")).strip(),
+            "timeout": self.timeout,
+        }
+        url = getattr(client, "base_url", None)
+        if isinstance(url, str) and "***@" not in url:  # the client shows a password so
+            kept["base_url"] = url
+        return kept
+
+    @classmethod
+    def recorded(
+        cls, context: dict[str, Any], model: str | None, base_url: str | None
+    ) -> ModelChoice:
+        """The choice ``resume`` makes: ``--model`` (with ``--base-url``) if given, else the
+        model, server and timeout the run was recorded with (``context``: see
+        :meth:`to_record`), else the environment's."""
+        timeout = context.get("timeout")
+        timeout = float(timeout) if isinstance(timeout, (int, float)) else 60.0
+        if model:
+            return cls(model, base_url, timeout)
+        kept = context.get("model")
+        if not isinstance(kept, str) or not kept:
+            return cls(None, base_url, timeout)
+        url = context.get("base_url")
+        return cls(kept, base_url or (url if isinstance(url, str) else None), timeout)
+
     def client_if_named(self) -> Any:
         """The client, or ``None`` when no model is named (``--base-url`` alone is an error)."""
         if not self.configured:
@@ -267,6 +371,81 @@ class ModelChoice:
                 raise ConfigError("--base-url needs a model: pass --model or set DAGAGENT_MODEL")
             return None
         return self.client()
+
+
+#: The largest planner prompt file read.
+MAX_PROMPT_BYTES = 200_000
+
+
+def make_planner(
+    llm: Any,
+    registry: Registry,
+    *,
+    settings: ModelSettings,
+    prompt_file: Path | None = None,
+    examples_file: Path | None = None,
+    **options: Any,
+) -> LLMPlanner:
+    """The planner of ``plan`` and ``ask``: the built-in prompt, or ``--planner-prompt``'s,
+    with ``--examples``' few-shot plans (a :class:`~dagagent.errors.ConfigError` naming the
+    file when one cannot be read or used); ``options`` are
+    :class:`~dagagent.planners.LLMPlanner`'s."""
+    from ..planners import LLMPlanner
+    from ..text import read_bounded
+
+    prompt = None
+    if prompt_file is not None:
+        try:
+            prompt = read_bounded(prompt_file, MAX_PROMPT_BYTES, what="planner prompt file")
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot read the planner prompt file {str(prompt_file)!r}: {exc.strerror or exc}"
+            ) from None
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise ConfigError(
+                f"cannot read the planner prompt file {str(prompt_file)!r}: {exc}"
+            ) from None
+        if not prompt.strip():
+            raise ConfigError(f"the planner prompt file {str(prompt_file)!r} is empty")
+    return LLMPlanner(
+        llm,
+        registry,
+        system_prompt=prompt,
+        examples=examples_file if examples_file is not None else (),
+        settings=settings,
+        **options,
+    )
+
+
+@dataclass(frozen=True)
+class BudgetOptions:
+    """``--max-tokens-total``, ``--max-cost``, ``--max-model-calls``, ``--max-tool-calls``
+    and ``--prices`` as given: a :class:`~dagagent.Budget` (``None`` when nothing is
+    limited) and the :class:`~dagagent.Prices` calls are costed at."""
+
+    tokens: int | None = None
+    cost_usd: float | None = None
+    model_calls: int | None = None
+    tool_calls: int | None = None
+    prices_file: Path | None = None
+
+    def budget(self) -> Any:
+        from ..budget import Budget
+
+        if self.cost_usd is not None and self.cost_usd <= 0:
+            raise ConfigError(f"--max-cost must be more than 0 dollars, not {self.cost_usd:g}")
+        budget = Budget(
+            tokens=self.tokens,
+            cost_usd=self.cost_usd,
+            model_calls=self.model_calls,
+            tool_calls=self.tool_calls,
+        )
+        return budget if budget.limited else None
+
+    def prices(self) -> Any:
+        from ..budget import Prices
+
+        return Prices.load(self.prices_file) if self.prices_file is not None else Prices()
 
 
 @dataclass(frozen=True)

@@ -172,6 +172,11 @@ def replan_cmd(
         and any(isinstance(t, AgentTask) for t in (edited or record.plan).tasks)
     ):
         agent_llm = agent_model(None, None)  # $DAGAGENT_MODEL, as for 'dagagent run'
+    if not record.plan.tasks and edited is None and llm is None and execute_it:
+        raise ConfigError(
+            f"run {record.run_id} has no task (no task of its plan was accepted), so there is "
+            "nothing to run again: give a plan with --from FILE, or --model SPEC to plan it"
+        )
     revision: Revision | None = None
     if edited is not None or llm is not None or execute_it:
         revision = _revise(

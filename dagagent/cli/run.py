@@ -32,6 +32,8 @@ from .otel import configure_otel
 from .tools import load_tools
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from ..graph import PlanGraph
     from ..results import RunResult
 
@@ -153,8 +155,9 @@ def run_exit_code(result: RunResult) -> int:
     return EXIT_FAILED
 
 
-def paused_hint(result: RunResult) -> None:
-    """What a paused run waits for, and the commands that continue it (on stderr)."""
+def paused_hint(result: RunResult, *, console: Console | None = None) -> None:
+    """What a paused run waits for, and the commands that continue it (on ``console``,
+    default stderr)."""
     from ..text import printable
 
     waiting = result.waiting()
@@ -169,7 +172,7 @@ def paused_hint(result: RunResult) -> None:
         "[--edit ARGS.json]",
         f"  then continue: dagagent resume {run}",
     ):
-        err.print(line, markup=False, highlight=False)
+        (console or err).print(line, markup=False, highlight=False)
 
 
 def run_graph(

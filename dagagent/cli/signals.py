@@ -78,10 +78,10 @@ def exit_now(signum: int, frame: FrameType | None = None) -> None:
             pass
     with contextlib.suppress(OSError, ValueError):
         os.write(2, f"\n{signal.Signals(signum).name} again: exiting at once\n".encode())
-    writer = sys.modules.get("dagagent.store._writer")  # a run is recorded only if imported
-    if writer is not None:
+    recording = sys.modules.get("dagagent.store._recorder")  # imported if a run is recorded
+    if recording is not None:
         with contextlib.suppress(Exception):
-            writer.flush_recorders(EXIT_FLUSH_S)
+            recording.flush_recorders(EXIT_FLUSH_S)
     os._exit(_EXIT_INTERRUPTED)
 
 

@@ -356,7 +356,7 @@ def _resume_solve(
         None, registry, approve=False, asks=asks, policy_file=policy_file, no_wait=no_wait
     )
     first = policies[0] if policies and isinstance(policies[0], Policy) else None
-    choice = ModelChoice(model, base_url)
+    choice = ModelChoice.recorded(record.context, model, base_url)
     if not choice.configured:
         raise ConfigError(
             f"run {record.run_id} is round {paused.round} of solve {solve.solve_id}, which is "

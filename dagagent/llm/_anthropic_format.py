@@ -100,6 +100,17 @@ def anthropic_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
     return out
 
 
+def tool_choice_json(choice: str | None) -> dict[str, Any] | None:
+    """A :data:`~dagagent.llm.types.ToolChoice` as the Messages API's ``tool_choice``."""
+    if choice is None:
+        return None
+    if choice == "required":
+        return {"type": "any"}
+    if choice in ("auto", "none"):
+        return {"type": choice}
+    return {"type": "tool", "name": choice}
+
+
 @dataclass(frozen=True)
 class FormatTool:
     """The forced tool that emulates ``response_format``."""

@@ -23,6 +23,7 @@ from dagagent.errors import (
     LLMResponseError,
     LLMServerError,
     LLMTimeoutError,
+    LLMUnsupportedOptionError,
 )
 from dagagent.llm._error_text import excerpt, html_text, is_html, provider_error_text
 from dagagent.llm._json import loads_json
@@ -31,6 +32,14 @@ from dagagent.llm._secret import Scrubber, Secret
 from dagagent.llm._sse import StreamIdleTimeout
 
 __all__ = ["HTTPFailures"]
+
+
+#: What a timeout's message says to raise: the time each call may wait for the server (the
+#: client's, or the command line's), not the bound of a whole command.
+_RAISE_TIMEOUT = (
+    "; a slow model needs a longer wait per call: ModelSettings(timeout=...), --timeout on "
+    "the command line"
+)
 
 
 class HTTPFailures:
@@ -85,6 +94,7 @@ class HTTPFailures:
             message = f"the stream from {self.provider} stalled: no data for {self.timeout.read}s"
         else:
             message = f"{self.provider} did not answer within {self.timeout.read}s (timeout)"
+        message += _RAISE_TIMEOUT
         if self.retry.retry_timeouts:
             return Retryable(LLMTimeoutError, message)
         return LLMTimeoutError(message)
@@ -92,7 +102,7 @@ class HTTPFailures:
     def _deadline_failure(self, seconds: float | None, *, what: str) -> Exception:
         message = (
             f"{self.provider} did not send the whole {what} within {seconds:g}s (it trickled "
-            "it, or kept the connection open without finishing)"
+            "it, or kept the connection open without finishing)" + _RAISE_TIMEOUT
         )
         if self.retry.retry_timeouts:
             return Retryable(LLMTimeoutError, message)
@@ -129,7 +139,14 @@ class HTTPFailures:
             self._scrub(provider_error_text(self._scrub(response.text))),
             retry_after=parse_retry_after(response.headers),
             location=response.headers.get("location", "?"),
+            body=response.text,
         )
+
+    def rejected_option(self, body: str) -> str | None:
+        """The option of the request that a 400 error ``body`` says the server does not take
+        (``"response_format"``, ``"max_tokens"``), or ``None`` for any other error. The
+        wire formats that can tell say so (:class:`~dagagent.llm.OpenAIChat`)."""
+        return None
 
     def status_error(
         self,
@@ -138,9 +155,19 @@ class HTTPFailures:
         *,
         retry_after: float | None = None,
         location: str = "?",
+        body: str | None = None,
     ) -> Exception:
         """The error (or :class:`Retryable`) for an HTTP ``status`` with the provider's
-        ``text``; also used for errors a server reports inside a 200 answer."""
+        ``text`` (and its whole error ``body``, when there is one); also used for errors a
+        server reports inside a 200 answer."""
+        if status in (400, 422):
+            option = self.rejected_option(body if body is not None else text)
+            if option is not None:
+                return LLMUnsupportedOptionError(
+                    f"{self.provider} does not support the request's {option} "
+                    f"(HTTP {status}): {text}",
+                    option,
+                )
         if status in (401, 403):
             return LLMAuthError(self._auth_message(status, text))
         if status == 429:

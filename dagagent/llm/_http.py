@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import functools
+import re
 import ssl
 from collections.abc import (
     AsyncGenerator,
@@ -31,6 +32,7 @@ from dagagent.errors import (
     LLMBadRequestError,
     LLMError,
     LLMResponseError,
+    LLMUnsupportedOptionError,
 )
 from dagagent.llm._failures import HTTPFailures
 from dagagent.llm._json import dumps_json
@@ -79,6 +81,32 @@ def _log(event: str, **fields: Any) -> None:
 
 T = TypeVar("T")
 _Client = TypeVar("_Client", bound="HTTPChatClient")
+
+# What servers say when the output limit does not fit: vLLM's "maximum context length",
+# OpenAI's "max_tokens is too large", Anthropic's "maximum allowed number of output tokens".
+_LIMIT_RE = re.compile(
+    r"context (?:length|window)|max(?:imum)?[ _]?(?:completion[ _])?tokens?\b.*too large"
+    r"|too large.*max_(?:completion_)?tokens|allowed number of output tokens",
+    re.IGNORECASE | re.DOTALL,
+)
+
+
+def _with_limit_hint(exc: LLMError, body: Any) -> LLMError:
+    """``exc`` saying which output limit the request asked for and how to lower it, when the
+    server refused the request for a limit or a context that is too large."""
+    if not isinstance(exc, LLMBadRequestError) or isinstance(exc, LLMUnsupportedOptionError):
+        return exc
+    limit = None
+    if isinstance(body, Mapping):
+        limit = body.get("max_tokens", body.get("max_completion_tokens"))
+    if not isinstance(limit, int) or not _LIMIT_RE.search(str(exc)):
+        return exc
+    hinted = type(exc)(
+        f"{exc} (the request asked for at most {limit:,} output tokens: a smaller limit may "
+        "fit, ModelSettings(max_tokens=...) in Python, --max-tokens on the command line)"
+    )
+    hinted.__dict__.update(exc.__dict__)
+    return hinted
 
 
 @functools.cache
@@ -150,6 +178,8 @@ class HTTPChatClient(HTTPFailures, RequestLLM):
         self.retry = self.settings.retry
         self.max_tokens = self.settings.max_tokens
         self.temperature = self.settings.temperature
+        self.tool_choice = self.settings.tool_choice
+        self.parallel_tool_calls = self.settings.parallel_tool_calls
         self.extra_body = dict(self.settings.extra_body)
         self.usage = usage if usage is not None else UsageTracker()
         self._client = client
@@ -240,6 +270,7 @@ class HTTPChatClient(HTTPFailures, RequestLLM):
         if clean == text:
             return exc
         replacement = type(exc)(clean)
+        replacement.__dict__.update(exc.__dict__)  # what the error carries (option, ...)
         replacement.__cause__ = exc.__cause__
         return replacement
 
@@ -264,7 +295,7 @@ class HTTPChatClient(HTTPFailures, RequestLLM):
                         waited += delay
                         await self.retry.sleep(delay)
         except LLMError as exc:
-            raise self._safe_error(exc) from exc.__cause__
+            raise self._safe_error(_with_limit_hint(exc, body)) from exc.__cause__
         self.usage.record(result.usage)
         return result
 
@@ -383,7 +414,8 @@ class HTTPChatClient(HTTPFailures, RequestLLM):
         except StreamLimitExceeded as exc:
             raise LLMResponseError(
                 f"the stream from {self.provider} {exc}: cut off (raise max_response_bytes or "
-                "max_stream_s if that is expected)"
+                "max_stream_s if that is expected; on the command line, --deadline bounds a "
+                "streamed answer instead)"
             ) from None
         except httpx.TimeoutException as exc:
             raise self._timeout_failure(exc, mid_stream=got_response) from exc
@@ -426,4 +458,4 @@ class HTTPChatClient(HTTPFailures, RequestLLM):
                         waited += delay
                         await self.retry.sleep(delay)
         except LLMError as exc:
-            raise self._safe_error(exc) from exc.__cause__
+            raise self._safe_error(_with_limit_hint(exc, body)) from exc.__cause__

@@ -6,6 +6,7 @@ No I/O: :class:`~dagagent.llm.OpenAIChat` sends and receives.
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -29,6 +30,53 @@ from dagagent.llm.types import (
 from dagagent.llm.usage import Usage
 
 FINISH_REASONS = {"function_call": "tool_calls"}
+
+# OpenAI's reasoning models (o1, o3, o4-mini, gpt-5...): they take max_completion_tokens,
+# which counts their reasoning too, and refuse max_tokens. A provider prefix
+# ("openai/o3-mini") is looked past.
+_REASONING_RE = re.compile(r"^(?:o\d+|gpt-5)(?:$|[-._:])")
+_RESPONSE_FORMAT_RE = re.compile(r"response[_ .]?format|json[_ ]?schema")
+
+
+def is_reasoning_model(model: str) -> bool:
+    """Whether ``model`` names one of OpenAI's reasoning families (o1, o3, o4, gpt-5...)."""
+    return _REASONING_RE.match(model.rsplit("/", 1)[-1].strip().lower()) is not None
+
+
+def refused_option(body: str) -> str | None:
+    """The option a 400 error body says the server does not take: ``"max_tokens"`` (OpenAI's
+    documented ``unsupported_parameter`` error: "Use 'max_completion_tokens' instead"),
+    ``"response_format"`` (servers without ``json_schema``: vLLM, llama.cpp, LM Studio and
+    older ones name ``response_format`` or the JSON schema), else ``None``."""
+    words = [body]
+    try:
+        data = json.loads(body)
+    except ValueError:
+        data = None
+    error = data.get("error") if isinstance(data, dict) else None
+    if isinstance(error, dict):
+        words += [str(error.get(k) or "") for k in ("message", "param", "code", "type")]
+    text = " ".join(words).lower()
+    if "max_tokens" in text and (
+        "max_completion_tokens" in text
+        or (
+            isinstance(error, dict)
+            and error.get("param") == "max_tokens"
+            and error.get("code") == "unsupported_parameter"
+        )
+    ):
+        return "max_tokens"
+    if _RESPONSE_FORMAT_RE.search(text):
+        return "response_format"
+    return None
+
+
+def tool_choice_json(choice: str | None) -> str | dict[str, Any] | None:
+    """A :data:`~dagagent.llm.types.ToolChoice` as ``tool_choice``: a mode, or the function
+    to call."""
+    if choice is None or choice in ("auto", "none", "required"):
+        return choice
+    return {"type": "function", "function": {"name": choice}}
 
 
 def openai_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:

@@ -7,10 +7,14 @@ How dagagent's provider-neutral requests map onto it:
   a turn become ONE user message of ``tool_result`` blocks (placed before any text);
 * ``max_tokens`` is required by Anthropic, so it defaults to 4096;
 * ``stop`` becomes ``stop_sequences``;
+* ``tool_choice`` becomes ``{"type": "auto" | "none" | "any" (required) | "tool" (a name)}``
+  and ``parallel_tool_calls=False`` its ``disable_parallel_tool_use: true``, when tools are
+  offered;
 * ``response_format`` has no Anthropic equivalent and is emulated with a forced tool
   whose ``input_schema`` is the schema (``tool_choice: {"type": "tool"}``, or ``"any"``
-  when other tools are offered too). The tool's input comes back as JSON text in
-  ``LLMResponse.content`` (not as a tool call) and ``finish_reason`` is ``"stop"``.
+  when other tools are offered too, whatever ``tool_choice`` says). The tool's input comes
+  back as JSON text in ``LLMResponse.content`` (not as a tool call) and ``finish_reason`` is
+  ``"stop"``.
   Schemas whose top level is not an object are wrapped in ``{"value": ...}`` on the way
   out and unwrapped on the way back.
 """
@@ -38,6 +42,7 @@ from dagagent.llm._anthropic_format import (
     WireUsage,
     anthropic_messages,
     finish_reason,
+    tool_choice_json,
 )
 from dagagent.llm._http import HTTPChatClient
 from dagagent.llm._json import loads_json
@@ -52,6 +57,7 @@ from dagagent.llm.types import (
     TextDelta,
     ToolCall,
     ToolCallDelta,
+    check_tool_choice,
     closing_stream,
 )
 from dagagent.llm.usage import Usage, UsageTracker
@@ -131,14 +137,24 @@ class AnthropicChat(HTTPChatClient):
             {"name": t.name, "description": t.description, "input_schema": t.parameters}
             for t in request.tools
         ]
+        choice: dict[str, Any] | None = None
+        parallel: bool | None = None
+        if request.tools:
+            named = request.tool_choice or self.tool_choice
+            check_tool_choice(named, request.tools)
+            choice = tool_choice_json(named)
+            parallel = request.parallel_tool_calls
+            if parallel is None:
+                parallel = self.parallel_tool_calls
         fmt: FormatTool | None = None
-        if request.response_format is not None:
+        if request.response_format is not None:  # the format tool must be called
             fmt, spec = FormatTool.for_format(request.response_format)
             tools.append(spec)
-            if request.tools:
-                body["tool_choice"] = {"type": "any"}
-            else:
-                body["tool_choice"] = {"type": "tool", "name": fmt.name}
+            choice = {"type": "any"} if request.tools else {"type": "tool", "name": fmt.name}
+        if parallel is False and (choice is None or choice["type"] != "none"):
+            choice = {**(choice or {"type": "auto"}), "disable_parallel_tool_use": True}
+        if choice is not None:
+            body["tool_choice"] = choice
         if tools:
             body["tools"] = tools
         if request.stop:

@@ -9,13 +9,19 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncGenerator, Mapping
+from contextlib import aclosing
 from typing import TYPE_CHECKING, Any
 
 import httpx
 from pydantic import ValidationError
 
-from dagagent.errors import LLMResponseError, LLMServerError
-from dagagent.llm._http import HTTPChatClient
+from dagagent.errors import (
+    ConfigError,
+    LLMResponseError,
+    LLMServerError,
+    LLMUnsupportedOptionError,
+)
+from dagagent.llm._http import HTTPChatClient, _log
 from dagagent.llm._json import loads_json
 from dagagent.llm._openai_format import (
     Chunk,
@@ -26,9 +32,12 @@ from dagagent.llm._openai_format import (
     error_text,
     events_for,
     finish_reason,
+    is_reasoning_model,
     new_call_id,
     openai_messages,
+    refused_option,
     text_of,
+    tool_choice_json,
 )
 from dagagent.llm._retry import Retryable
 from dagagent.llm._sse import is_event_stream, iter_sse
@@ -39,6 +48,7 @@ from dagagent.llm.types import (
     StreamEnd,
     StreamEvent,
     ToolCall,
+    check_tool_choice,
     closing_stream,
     wire_name,
 )
@@ -57,13 +67,26 @@ _AFTER_FINISH_S = 2.0  # wait for the usage chunk and [DONE] once finish_reason 
 class OpenAIChat(HTTPChatClient):
     """A model behind the chat completions API (``POST {base_url}/chat/completions``).
 
-    ``settings`` (a :class:`~dagagent.llm.ModelSettings`, or its keyword arguments such as
-    ``timeout=``, ``max_retries=``, ``temperature=``) says how to call: ``max_tokens`` /
-    ``temperature`` are defaults for every call, ``extra_body`` is merged into every request
-    body (e.g. ``{"seed": 1}``).
-    ``max_tokens_field`` names the length limit in the body (``"max_completion_tokens"``
-    for OpenAI reasoning models). ``stream_usage=False`` drops ``stream_options`` for
-    servers that reject it.
+    ``settings`` (a :class:`~dagagent.llm.ModelSettings`) says how to call: ``max_tokens``,
+    ``temperature``, ``tool_choice`` and ``parallel_tool_calls`` are defaults for every call,
+    ``extra_body`` is merged into every request body (e.g. ``{"seed": 1}``).
+
+    **The output limit.** ``max_tokens`` goes as ``max_tokens``, except to OpenAI's
+    reasoning models (o1, o3, o4, gpt-5...: by the model's name), which take
+    ``max_completion_tokens`` and refuse ``max_tokens``: they get ``max_completion_tokens``,
+    the answer's ``max_tokens`` plus ``settings.reasoning_tokens`` for their reasoning, which
+    it counts too. A server that answers ``max_tokens`` with OpenAI's documented 400 ("Use
+    'max_completion_tokens' instead", as a deployment of another name may) is asked once
+    more that way, and so is every later call of this client. ``max_tokens_field`` names the
+    field outright (``"max_tokens"`` or ``"max_completion_tokens"``). ``stream_usage=False``
+    drops ``stream_options`` for servers that reject it.
+
+    **Tools.** ``tool_choice`` (``"auto"``, ``"none"``, ``"required"`` or a tool's name) and
+    ``parallel_tool_calls`` go as the API's fields of those names, only when tools are
+    offered. A server that rejects ``json_schema`` response formats (a 400 naming
+    ``response_format`` or the JSON schema) raises
+    :class:`~dagagent.errors.LLMUnsupportedOptionError` (``option="response_format"``): the
+    planners then describe the format in the prompt alone.
     """
 
     provider_name = "openai"
@@ -83,7 +106,7 @@ class OpenAIChat(HTTPChatClient):
         client: httpx.AsyncClient | None = None,
         headers: Mapping[str, str] | None = None,
         usage: UsageTracker | None = None,
-        max_tokens_field: str = "max_tokens",
+        max_tokens_field: str | None = None,
         stream_usage: bool = True,
     ) -> None:
         super().__init__(
@@ -95,7 +118,14 @@ class OpenAIChat(HTTPChatClient):
             headers=headers,
             usage=usage,
         )
-        self.max_tokens_field = max_tokens_field
+        if max_tokens_field not in (None, "max_tokens", "max_completion_tokens"):
+            raise ConfigError(
+                "max_tokens_field must be 'max_tokens' or 'max_completion_tokens', not "
+                f"{max_tokens_field!r}"
+            )
+        self.max_tokens_field = max_tokens_field or (
+            "max_completion_tokens" if is_reasoning_model(model) else "max_tokens"
+        )
         self.stream_usage = stream_usage
 
     def _auth_headers(self) -> dict[str, str]:
@@ -118,6 +148,15 @@ class OpenAIChat(HTTPChatClient):
                 }
                 for t in request.tools
             ]
+            choice = request.tool_choice or self.tool_choice
+            check_tool_choice(choice, request.tools)
+            if choice is not None:
+                body["tool_choice"] = tool_choice_json(choice)
+            parallel = request.parallel_tool_calls
+            if parallel is None:
+                parallel = self.parallel_tool_calls
+            if parallel is not None:
+                body["parallel_tool_calls"] = parallel
         fmt = request.response_format
         if fmt is not None:
             body["response_format"] = {
@@ -132,7 +171,10 @@ class OpenAIChat(HTTPChatClient):
             body["stop"] = list(request.stop)
         max_tokens = request.max_tokens if request.max_tokens is not None else self.max_tokens
         if max_tokens is not None:
-            body[self.max_tokens_field] = max_tokens
+            if self.max_tokens_field == "max_completion_tokens":
+                body["max_completion_tokens"] = max_tokens + self.settings.reasoning_tokens
+            else:
+                body["max_tokens"] = max_tokens
         temperature = request.temperature if request.temperature is not None else self.temperature
         if temperature is not None:
             body["temperature"] = temperature
@@ -142,6 +184,30 @@ class OpenAIChat(HTTPChatClient):
                 body["stream_options"] = {"include_usage": True}
         body.update(self.extra_body)
         return body
+
+    def rejected_option(self, body: str) -> str | None:
+        return refused_option(body)
+
+    def _with_completion_tokens(
+        self, body: dict[str, Any], error: LLMUnsupportedOptionError
+    ) -> dict[str, Any] | None:
+        """``body`` with ``max_completion_tokens`` in place of the ``max_tokens`` the server
+        refused (and this client's later calls too), or ``None`` when that is not the fix."""
+        if error.option != "max_tokens" or "max_tokens" not in body:
+            return None
+        self.max_tokens_field = "max_completion_tokens"
+        _log(
+            "llm.max_completion_tokens",
+            provider=self.provider,
+            model=self.model,
+            reason="the server refused max_tokens; asking again with max_completion_tokens",
+        )
+        again = {k: v for k, v in body.items() if k != "max_tokens"}
+        limit = body["max_tokens"]
+        if isinstance(limit, int):
+            limit += self.settings.reasoning_tokens
+        again["max_completion_tokens"] = limit
+        return again
 
     # -- parsing -------------------------------------------------------------------
 
@@ -248,10 +314,31 @@ class OpenAIChat(HTTPChatClient):
     # -- the LLM protocol (complete / stream come from HTTPChatClient) ----------------
 
     async def _complete(self, request: LLMRequest) -> LLMResponse:
-        return await self._call("/chat/completions", self.build_body(request), self.parse_response)
+        body = self.build_body(request)
+        try:
+            return await self._call("/chat/completions", body, self.parse_response)
+        except LLMUnsupportedOptionError as exc:
+            again = self._with_completion_tokens(body, exc)
+            if again is None:
+                raise
+        return await self._call("/chat/completions", again, self.parse_response)
 
-    def _stream(self, request: LLMRequest) -> AsyncGenerator[StreamEvent, None]:
-        return self._call_stream("/chat/completions", self.build_body(request), self._consume)
+    async def _stream(self, request: LLMRequest) -> AsyncGenerator[StreamEvent, None]:
+        body = self.build_body(request)
+        started = False
+        try:
+            async with aclosing(self._call_stream("/chat/completions", body, self._consume)) as it:
+                async for event in it:
+                    started = True
+                    yield event
+            return
+        except LLMUnsupportedOptionError as exc:
+            again = None if started else self._with_completion_tokens(body, exc)
+            if again is None:
+                raise
+        async with aclosing(self._call_stream("/chat/completions", again, self._consume)) as it:
+            async for event in it:
+                yield event
 
 
 if TYPE_CHECKING:

@@ -8,7 +8,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from typing_extensions import Unpack
 
-from ._telemetry import model_call
+from ._telemetry import call_span
 from .types import (
     LLMRequest,
     LLMResponse,
@@ -17,6 +17,7 @@ from .types import (
     RequestOptions,
     ResponseFormat,
     StreamEvent,
+    ToolChoice,
     ToolSpec,
 )
 
@@ -37,7 +38,7 @@ class RequestLLM:
         self, messages: MessagesInput, **options: Unpack[RequestOptions]
     ) -> LLMResponse:
         request = LLMRequest.build(messages, **options)
-        call = model_call(self, request)  # OpenTelemetry, when the application has it
+        call = call_span(self, request)  # OpenTelemetry, when the application has it
         if call is None:
             return await self._complete(request)
         return await call.complete(self._complete(request))
@@ -46,7 +47,7 @@ class RequestLLM:
         self, messages: MessagesInput, **options: Unpack[RequestOptions]
     ) -> AsyncGenerator[StreamEvent, None]:
         request = LLMRequest.build(messages, stream=True, **options)
-        call = model_call(self, request)
+        call = call_span(self, request)
         if call is None:
             return self._stream(request)
         return call.stream(self._stream(request))
@@ -64,7 +65,9 @@ class LLM(Protocol):
 
     ``complete`` returns the whole answer; ``stream`` yields :class:`TextDelta` and
     :class:`ToolCallDelta` events and always ends with a :class:`StreamEnd` carrying the
-    same :class:`LLMResponse` ``complete`` would have returned.
+    same :class:`LLMResponse` ``complete`` would have returned. dagagent passes
+    ``tool_choice`` and ``parallel_tool_calls`` only when they are set, so a client of
+    one's own written before them keeps working with the planners and the joiner.
     """
 
     async def complete(
@@ -76,6 +79,8 @@ class LLM(Protocol):
         stop: str | Sequence[str] | None = None,
         max_tokens: int | None = None,
         temperature: float | None = None,
+        tool_choice: ToolChoice | None = None,
+        parallel_tool_calls: bool | None = None,
     ) -> LLMResponse: ...
 
     def stream(
@@ -87,4 +92,6 @@ class LLM(Protocol):
         stop: str | Sequence[str] | None = None,
         max_tokens: int | None = None,
         temperature: float | None = None,
+        tool_choice: ToolChoice | None = None,
+        parallel_tool_calls: bool | None = None,
     ) -> AsyncIterator[StreamEvent]: ...

@@ -217,6 +217,11 @@ class ScriptedLLM(RequestLLM):
         self._script.extend(items)
 
     @property
+    def base_url(self) -> str | None:
+        """The server of the real client behind a wire-mode script (``None`` in plain mode)."""
+        return self.backend.base_url if self.backend is not None else None
+
+    @property
     def calls(self) -> int:
         """How many times ``complete`` / ``stream`` were called."""
         return len(self.requests)
@@ -315,6 +320,8 @@ class ScriptedLLM(RequestLLM):
                 stop=request.stop,
                 max_tokens=request.max_tokens,
                 temperature=request.temperature,
+                tool_choice=request.tool_choice,
+                parallel_tool_calls=request.parallel_tool_calls,
             )
         response = await self._answer(request)
         if self.chunk_delay_s:
@@ -332,6 +339,8 @@ class ScriptedLLM(RequestLLM):
                 stop=request.stop,
                 max_tokens=request.max_tokens,
                 temperature=request.temperature,
+                tool_choice=request.tool_choice,
+                parallel_tool_calls=request.parallel_tool_calls,
             )
             async with aclosing(events) as stream:
                 async for event in stream:

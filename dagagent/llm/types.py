@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 from typing_extensions import Unpack
 
-from dagagent.errors import LLMResponseError
+from dagagent.errors import ConfigError, LLMResponseError
 
 from ..text import shorten
 from ._json import dumps_json, fix_surrogate_escapes, loads_json
@@ -44,6 +44,7 @@ __all__ = [
     "TextDelta",
     "ToolCall",
     "ToolCallDelta",
+    "ToolChoice",
     "ToolResultMessage",
     "ToolSpec",
     "Usage",
@@ -265,6 +266,34 @@ class ResponseFormat:
         return cls(name=wire_name(model.__name__), schema=model.model_json_schema(), strict=strict)
 
 
+ToolChoice: TypeAlias = str
+"""Which tool the model may or must call, when tools are offered: ``"auto"`` (the model
+decides: the providers' default), ``"none"`` (no tool: a text answer), ``"required"`` (at
+least one tool call), or the name of one of the offered tools (a call of that tool). The
+three modes win over a tool of the same name."""
+
+TOOL_CHOICE_MODES = ("auto", "none", "required")
+
+
+def check_tool_choice(tool_choice: str | None, tools: Sequence[ToolSpec]) -> None:
+    """:class:`~dagagent.errors.ConfigError` unless ``tool_choice`` is a mode or names one
+    of ``tools``."""
+    if tool_choice is None or tool_choice in TOOL_CHOICE_MODES:
+        return
+    if not isinstance(tool_choice, str):
+        raise ConfigError(
+            f"tool_choice must be 'auto', 'none', 'required' or a tool's name, not "
+            f"{type(tool_choice).__name__}"
+        )
+    names = [t.name for t in tools]
+    if tool_choice not in names:
+        offered = ", ".join(repr(n) for n in names[:10]) or "none"
+        raise ConfigError(
+            f"tool_choice {tool_choice!r} is neither 'auto', 'none' nor 'required', and names "
+            f"no tool offered (offered: {offered})"
+        )
+
+
 class RequestOptions(TypedDict, total=False):
     """The keyword arguments of a call to a model past its messages (those of
     :meth:`LLM.complete <dagagent.llm.LLM.complete>` and ``stream``), declared once for the
@@ -276,6 +305,8 @@ class RequestOptions(TypedDict, total=False):
     stop: str | Sequence[str] | None
     max_tokens: int | None
     temperature: float | None
+    tool_choice: ToolChoice | None
+    parallel_tool_calls: bool | None
 
 
 _REQUEST_OPTIONS = frozenset(RequestOptions.__annotations__)
@@ -283,7 +314,12 @@ _REQUEST_OPTIONS = frozenset(RequestOptions.__annotations__)
 
 @dataclass(frozen=True)
 class LLMRequest:
-    """One call to a model, normalised: what clients send and what ScriptedLLM records."""
+    """One call to a model, normalised: what clients send and what ScriptedLLM records.
+
+    ``max_tokens`` bounds the answer (OpenAI's reasoning models get ``max_completion_tokens``,
+    see :class:`~dagagent.llm.OpenAIChat`); ``tool_choice`` (a :data:`ToolChoice`) and
+    ``parallel_tool_calls`` (``False``: at most one tool call per answer) matter only when
+    ``tools`` are offered, and are left out of the request otherwise."""
 
     messages: list[Message]
     tools: list[ToolSpec] = field(default_factory=list)
@@ -292,6 +328,8 @@ class LLMRequest:
     max_tokens: int | None = None
     temperature: float | None = None
     stream: bool = False
+    tool_choice: ToolChoice | None = None
+    parallel_tool_calls: bool | None = None
 
     @classmethod
     def build(
@@ -301,14 +339,22 @@ class LLMRequest:
         if unknown:  # as a signature naming each keyword would
             raise TypeError(f"unexpected keyword argument(s): {', '.join(sorted(unknown))}")
         stop = options.get("stop")
+        tools = list(options.get("tools") or [])
+        tool_choice = options.get("tool_choice")
+        check_tool_choice(tool_choice, tools)
+        max_tokens = options.get("max_tokens")
+        if max_tokens is not None and (isinstance(max_tokens, bool) or max_tokens < 1):
+            raise ConfigError(f"max_tokens must be a positive number of tokens, not {max_tokens!r}")
         return cls(
             messages=normalize_messages(messages),
-            tools=list(options.get("tools") or []),
+            tools=tools,
             response_format=ResponseFormat.coerce(options.get("response_format")),
             stop=[stop] if isinstance(stop, str) else list(stop or []),
-            max_tokens=options.get("max_tokens"),
+            max_tokens=max_tokens,
             temperature=options.get("temperature"),
             stream=stream,
+            tool_choice=tool_choice,
+            parallel_tool_calls=options.get("parallel_tool_calls"),
         )
 
     @property

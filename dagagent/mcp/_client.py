@@ -8,20 +8,17 @@ runs) only talks to the session. So a transport that breaks (an HTTP server gone
 subprocess) ends the owner task, never the run: the owner notes why, and every call still
 waiting fails with :class:`~dagagent.errors.MCPServerLostError` instead of hanging.
 
-Over 400 lines for one concern, one server's session: starting it, the owner task, listing
-and calling tools and telling a lost server from a failing call all share the owner's state.
+Starting the server and its transport is :mod:`._launch`; what a call returns,
+:mod:`._results`; the server's tools as dagagent tools, :mod:`._tools`.
 """
 
 from __future__ import annotations
 
-import importlib.metadata
 import math
-import os
 import re
 import shlex
-import tempfile
 from collections.abc import Iterable, Mapping, Sequence
-from contextlib import AsyncExitStack, suppress
+from contextlib import AsyncExitStack
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TextIO
@@ -29,6 +26,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 import anyio
 
 from ..errors import ConfigError, MCPConnectError, MCPServerLostError, MCPToolError
+from ._launch import ServerStderr, brief, connect, import_sdk, startup_failure
 from ._results import call_output
 
 if TYPE_CHECKING:
@@ -40,11 +38,8 @@ if TYPE_CHECKING:
 
 __all__ = ["MCPClient"]
 
-INSTALL_HINT = 'MCP servers need the MCP SDK: pip install "dagagent[mcp]"'
-
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,31}$")
 _MAX_PAGES = 1000  # a server whose listing never ends is not listed forever
-_STDERR_TAIL = 400  # characters of a failed server's stderr shown in the error
 
 
 class MCPClient:
@@ -105,7 +100,7 @@ class MCPClient:
         self.headers = dict(headers) if headers else None
         self.connect_timeout_s = connect_timeout_s
         self.timeout_s = timeout_s
-        self._stderr = stderr
+        self._stderr = ServerStderr(stderr)
         # -- the open session (see the module docstring) --
         self._stack: AsyncExitStack | None = None  # holds the owner's task group while open
         self._client: Client | None = None
@@ -118,7 +113,6 @@ class MCPClient:
         self._closing: anyio.Event | None = None
         self._lost: str | None = None
         self._calls: set[anyio.CancelScope] = set()
-        self._errlog: Path | None = None
 
     @classmethod
     def stdio(cls, name: str, command: str, args: Sequence[str] = (), **options: Any) -> MCPClient:
@@ -178,7 +172,7 @@ class MCPClient:
                     self._idle = anyio.Event()
                 self._others += 1
             return self
-        _import_sdk()
+        import_sdk()
         opening = self._opening = anyio.Event()
         stack = self._stack = AsyncExitStack()
         self._opener, self._opener_depth, self._others = me, 1, 0
@@ -229,7 +223,7 @@ class MCPClient:
             deadline = anyio.current_time() + self.connect_timeout_s
             with anyio.CancelScope(deadline=deadline) as scope:
                 async with AsyncExitStack() as stack:
-                    client = await self._connect(stack)
+                    client = await connect(self, stack, self._stderr)
                     scope.deadline = math.inf
                     self._client = client
                     started = True
@@ -238,7 +232,7 @@ class MCPClient:
             if scope.cancelled_caught and not started:
                 raise MCPConnectError(
                     f"MCP server {self.name!r} ({self.where}) did not complete the MCP "
-                    f"handshake within {self.connect_timeout_s:g} s{self._stderr_tail()}"
+                    f"handshake within {self.connect_timeout_s:g} s{self._stderr.tail()}"
                 )
         except MCPConnectError:
             raise
@@ -246,70 +240,15 @@ class MCPClient:
             if not started:
                 raise MCPConnectError(
                     f"cannot connect to MCP server {self.name!r} ({self.where}): "
-                    f"{_startup_failure(exc)}{self._stderr_tail()}"
+                    f"{startup_failure(exc)}{self._stderr.tail()}"
                 ) from None
             # the transport broke: the run goes on, the calls fail
-            self._lost = f"broke the connection ({_brief(exc)})"
+            self._lost = f"broke the connection ({brief(exc)})"
         finally:
             self._client = None
             for call in self._calls:
                 call.cancel()
-            self._forget_errlog()
-
-    async def _connect(self, stack: AsyncExitStack) -> Client:
-        from mcp import Client, Implementation, StdioServerParameters
-        from mcp.client.stdio import stdio_client
-        from mcp.client.streamable_http import streamable_http_client
-
-        transport: Any
-        if self.url is not None:
-            import httpx2
-
-            http = httpx2.AsyncClient(
-                headers=self.headers, timeout=httpx2.Timeout(30.0, read=300.0)
-            )
-            await stack.enter_async_context(http)
-            transport = streamable_http_client(self.url, http_client=http)
-        else:
-            assert self.command is not None
-            params = StdioServerParameters(
-                command=self.command, args=list(self.args), env=self.env, cwd=self.cwd
-            )
-            transport = stdio_client(params, errlog=self._open_errlog(stack))
-        info = Implementation(name="dagagent", version=_version())
-        return await stack.enter_async_context(Client(transport, cache=None, client_info=info))
-
-    # -- the server's stderr --------------------------------------------------------------
-
-    def _open_errlog(self, stack: AsyncExitStack) -> TextIO:
-        if self._stderr is not None:
-            return self._stderr
-        self._forget_errlog()
-        fd, path = tempfile.mkstemp(prefix=f"dagagent-mcp-{self.name}-", suffix=".log")
-        self._errlog = Path(path)
-        f = os.fdopen(fd, "w")
-        stack.callback(f.close)
-        return f
-
-    def _stderr_tail(self) -> str:
-        path = self._errlog
-        if path is None:
-            return ""
-        try:
-            with path.open("rb") as f:
-                f.seek(0, os.SEEK_END)
-                f.seek(max(0, f.tell() - 4 * _STDERR_TAIL))
-                text = f.read().decode("utf-8", "replace")
-        except OSError:
-            return ""
-        text = text.strip()[-_STDERR_TAIL:].strip()
-        return f"; its stderr ends with:\n{text}" if text else ""
-
-    def _forget_errlog(self) -> None:
-        path, self._errlog = self._errlog, None
-        if path is not None:
-            with suppress(OSError):
-                path.unlink()
+            self._stderr.forget()
 
     # -- listing and calls ----------------------------------------------------------------
 
@@ -346,8 +285,8 @@ class MCPClient:
             raise
         except Exception as exc:
             raise MCPConnectError(
-                f"cannot list the tools of MCP server {self.name!r}: {_brief(exc)}"
-                f"{self._stderr_tail()}"
+                f"cannot list the tools of MCP server {self.name!r}: {brief(exc)}"
+                f"{self._stderr.tail()}"
             ) from None
         raise MCPConnectError(
             f"MCP server {self.name!r}: its tool listing has more than {_MAX_PAGES} pages"
@@ -399,7 +338,7 @@ class MCPClient:
         if self._lost is None:
             self._lost = "closed the connection"
         when = " earlier" if lost_before or tool is None else f" while tool {tool!r} was running"
-        return f"MCP server {self.name!r} {self._lost}{when}{self._stderr_tail()}"
+        return f"MCP server {self.name!r} {self._lost}{when}{self._stderr.tail()}"
 
     async def call(self, tool: str, arguments: Mapping[str, Any]) -> Any:
         """Call the server's tool ``tool``; return its output (see :mod:`dagagent.mcp`)."""
@@ -422,54 +361,9 @@ class MCPClient:
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream):
             raise MCPServerLostError(self._lost_message(tool, lost_before=lost_before)) from None
         except Exception as exc:  # an answer that does not fit its schema or the protocol
-            raise MCPToolError(f"MCP server {self.name!r}: {_brief(exc)}") from None
+            raise MCPToolError(f"MCP server {self.name!r}: {brief(exc)}") from None
         finally:
             self._calls.discard(scope)
         if scope.cancelled_caught:
             raise MCPServerLostError(self._lost_message(tool, lost_before=lost_before))
         return call_output(result, self.name)
-
-
-def _version() -> str:
-    try:
-        return importlib.metadata.version("dagagent")
-    except importlib.metadata.PackageNotFoundError:  # run from a checkout, not installed
-        return "0"
-
-
-def _import_sdk() -> None:
-    try:
-        import mcp  # noqa: F401
-    except ImportError as exc:
-        raise ConfigError(f"{INSTALL_HINT} ({exc})") from None
-
-
-def _startup_failure(exc: BaseException) -> str:
-    """Why a server could not be connected to, in a user's words where the SDK's are terse."""
-    from mcp import MCPError
-    from mcp_types import CONNECTION_CLOSED
-
-    leaf = _leaf(exc)
-    if isinstance(leaf, MCPError) and leaf.code == CONNECTION_CLOSED:
-        return "it closed the connection before the MCP handshake was done (it exited?)"
-    return _brief(leaf)
-
-
-def _leaf(exc: BaseException) -> BaseException:
-    """The first real error inside exception groups."""
-    inner = getattr(exc, "exceptions", None)
-    while isinstance(inner, tuple) and inner:
-        exc = inner[0]
-        inner = getattr(exc, "exceptions", None)
-    return exc
-
-
-def _brief(exc: BaseException) -> str:
-    """The first real error inside (exception groups unwrapped), as ``Type: message``."""
-    exc = _leaf(exc)
-    from mcp import MCPError
-
-    if isinstance(exc, MCPError):
-        return exc.message
-    text = str(exc)
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -6,10 +6,12 @@
   successful task unchanged, so its output can be reused.
 - :class:`Joiner`: goal + plan + task results → ``finish(answer, cites)`` or
   ``replan(feedback)``.
+- :class:`PlanExample` / :func:`load_examples`: few-shot plans of one's own for the planner.
 - :func:`plan_json_schema`: the JSON Schema of a plan for a registry.
 - :func:`parse_llmcompiler`: LLMCompiler plan text (``1. tool(args)`` lines) → plan.
 """
 
+from .examples import PlanExample, load_examples
 from .heal import HealingPlanner, PlanAttempt, PlanningOptions, PlanningResult
 from .joiner import JoinDecision, Joiner, JoinReport, parse_join_answer
 from .llmcompiler import parse_llmcompiler
@@ -35,9 +37,11 @@ __all__ = [
     "LLMPlanner",
     "LLMReplanner",
     "PlanAttempt",
+    "PlanExample",
     "PlanningOptions",
     "PlanningResult",
     "extract_json",
+    "load_examples",
     "parse_join_answer",
     "parse_llmcompiler",
     "parse_plan_answer",

@@ -12,12 +12,24 @@ of tasks is read as a plan. Problems found (each an :class:`~dagagent.errors.Iss
 ``agent_task``         an agent task from a planner that plans tool calls only
 (graph codes)          every issue of :func:`dagagent.validate`: ``cycle``, ``unknown_tool``,
                        ``bad_arguments``, ``missing_dependency``, ...
-(caller codes)         extra checks, e.g. the replanner's ``changed_success``
+(caller codes)         extra checks a caller of :meth:`HealingPlanner.ask_for_plan` adds
 =====================  ==========================================================================
 
 An answer cut off by the output limit (``finish_reason == "length"``) is always rejected,
 even when what arrived happens to parse: a structured-output backend may close the JSON of
-a partial plan, and a silently shortened plan is worse than another attempt.
+a partial plan, and a silently shortened plan is worse than another attempt. A plan of more
+than ``max_tasks`` tasks is an issue too (``too_many_tasks``).
+
+**Bounded output.** Every call asks for at most :meth:`HealingPlanner.output_limit` tokens:
+the ``max_tokens`` of the planner's settings, else room for a plan of ``max_tasks`` tasks of
+the registry's tools (:func:`dagagent.limits.plan_tokens`).
+
+**Servers without json_schema.** A server that refuses the plan's response format (a 400
+naming ``response_format`` or the JSON schema:
+:class:`~dagagent.errors.LLMUnsupportedOptionError`) is asked again at once without it, the
+prompt alone describing the format; the planner sends none from then on, logs a warning and
+says so in the ``warnings`` of every plan it makes after (``no_response_format``). The joiner
+falls back the same way.
 
 After ``max_attempts`` rejected answers, :class:`~dagagent.errors.PlanningError` carries
 every attempt's raw text and issues. Errors talking to the model (``LLMError``) are not
@@ -26,16 +38,18 @@ caught: they propagate as themselves.
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TypedDict, TypeVar
 
-from typing_extensions import Unpack
+from typing_extensions import Self, Unpack
 
-from ..errors import ConfigError, Issue, PlanningError
+from ..errors import ConfigError, Issue, LLMUnsupportedOptionError, PlanningError
 from ..events import get_logger
 from ..graph import PlanGraph
+from ..limits import AGENT_TASK_TOKENS, DEFAULT_MAX_TASKS, call_tokens, plan_tokens
 from ..llm import (
     LLM,
     AssistantMessage,
@@ -45,6 +59,9 @@ from ..llm import (
     ResponseFormat,
     Usage,
     UserMessage,
+    ask_streamed,
+    last_call,
+    reject_last_call,
 )
 from ..plan import Plan
 from ..text import shorten
@@ -141,34 +158,69 @@ async def ask_until_valid(
     max_tokens: int | None = None,
     temperature: float | None = None,
     what: str = "plan",
+    without_format: Callable[[Issue], None] | None = None,
 ) -> tuple[T | None, list[PlanAttempt]]:
     """The healing loop itself, for any structured answer (a plan, a joiner's decision).
 
     Asks ``llm``; ``parse(text, response)`` reads the answer into a value or issues. An
     answer with issues goes back into the conversation (cut to 12,000 characters) followed
     by ``feedback(issues)``, up to ``max_attempts`` answers. Returns the accepted value
-    (``None`` if every answer was rejected) and every attempt. Model errors propagate."""
+    (``None`` if every answer was rejected) and every attempt. Model errors propagate,
+    except a server's refusal of ``response_format``: the call is made again without it and
+    ``without_format`` gets the warning (see :func:`format_refused`)."""
     log = get_logger(planner=what)
     history: list[Message] = list(messages)
     attempts: list[PlanAttempt] = []
     for n in range(1, max_attempts + 1):
-        response = await llm.complete(
-            history,
-            response_format=response_format,
-            max_tokens=max_tokens,
-            temperature=temperature,
-        )
+        while True:
+            try:
+                response = await ask_streamed(  # streamed: its progress shows as it is written
+                    llm,
+                    history,
+                    response_format=response_format,
+                    max_tokens=max_tokens,
+                    temperature=temperature,
+                )
+                break
+            except LLMUnsupportedOptionError as exc:
+                if exc.option != "response_format" or response_format is None:
+                    raise
+                response_format = None
+                warning = format_refused(exc, what)
+                if without_format is not None:
+                    without_format(warning)
         raw = _answer_text(response)
         value, issues = parse(raw, response)
-        attempts.append(PlanAttempt(raw, tuple(issues), response.usage, response.finish_reason))
+        attempts.append(PlanAttempt(raw, tuple(issues), _usage(response), response.finish_reason))
         if value is not None and not issues:
             log.info(f"{what} accepted", attempt=n)
             return value, attempts
         log.info(f"{what} attempt rejected", attempt=n, issues=[str(i) for i in issues[:5]])
+        reject_last_call(issues)  # its observer records why, and says so now
         echo = shorten(raw, _ECHO_CHARS, one_line=False, fit=False)
         history.append(AssistantMessage(echo or "(empty answer)"))
         history.append(UserMessage(feedback(issues)))
     return None, attempts
+
+
+def format_refused(error: LLMUnsupportedOptionError, what: str) -> Issue:
+    """The warning (logged, and returned for the record) that a server refused the
+    ``json_schema`` response format, so that the format of ``what`` goes in the prompt alone."""
+    issue = Issue(
+        "no_response_format",
+        None,
+        f"the server does not take json_schema response formats, so the {what} format is "
+        f"described in the prompt alone ({error})",
+    )
+    get_logger(planner=what).warning("planner.no_response_format", detail=issue.message)
+    return issue
+
+
+def _usage(response: LLMResponse) -> Usage:
+    """The usage of the call that gave ``response``: as its observer counted it (estimated
+    where the provider said nothing), else as the provider said."""
+    call = last_call()
+    return call.usage if call is not None and call.response is response else response.usage
 
 
 def _answer_text(response: LLMResponse) -> str:
@@ -188,20 +240,24 @@ class PlanningOptions(TypedDict, total=False):
 
     - ``max_attempts`` (3): answers to try (the first one plus repairs) before
       :class:`~dagagent.errors.PlanningError`.
-    - ``strict`` (``None``): ``None`` sends an OpenAI strict schema when the registry allows
-      one (see :mod:`dagagent.planners.schema`), else a non-strict one; ``True`` insists
-      (``ConfigError`` if impossible); ``False`` never.
+    - ``strict`` (``None``): ``True`` sends OpenAI's strict schema (``ConfigError`` if the
+      registry cannot have one; every field of every task is then written, which costs
+      output tokens); ``None`` or ``False``, the non-strict one.
     - ``structured`` (``True``): ``False`` sends no response format at all (for servers that
       reject ``response_format``; the prompt alone describes the format).
     - ``agent_tasks`` (``False``): the plan may also hold agent tasks (``instruction``).
-    - ``settings``: a :class:`~dagagent.llm.ModelSettings` whose ``max_tokens`` and
-      ``temperature`` go with every call.
+    - ``max_tasks`` (50): the most tasks a plan may have (``too_many_tasks``); with the
+      registry's tools, it sets the default output limit (see
+      :meth:`HealingPlanner.output_limit`).
+    - ``settings``: a :class:`~dagagent.llm.ModelSettings` whose ``max_tokens`` (the output
+      limit of each call) and ``temperature`` go with every call.
     """
 
     max_attempts: int
     strict: bool | None
     structured: bool
     agent_tasks: bool
+    max_tasks: int
     settings: ModelSettings | None
 
 
@@ -216,23 +272,60 @@ class HealingPlanner:
     def __init__(self, llm: LLM, registry: Registry, **options: Unpack[PlanningOptions]) -> None:
         max_attempts = options.get("max_attempts", 3)
         agent_tasks = options.get("agent_tasks", False)
+        max_tasks = options.get("max_tasks", DEFAULT_MAX_TASKS)
         if max_attempts < 1:
             raise ConfigError(f"max_attempts must be at least 1, not {max_attempts}")
+        if isinstance(max_tasks, bool) or not isinstance(max_tasks, int) or max_tasks < 1:
+            raise ConfigError(f"max_tasks must be at least 1, not {max_tasks!r}")
         if not len(registry) and not agent_tasks:
             raise ConfigError("cannot plan with an empty registry: register some tools first")
         self.llm = llm
         self.registry = registry
         self.max_attempts = max_attempts
         self.agent_tasks = agent_tasks
+        self.max_tasks = max_tasks
         self.settings = options.get("settings") or ModelSettings()
-        self.max_tokens = self.settings.max_tokens
         self.temperature = self.settings.temperature
+        # What one task of a plan for this registry takes to write, by kind of task.
+        self._task_tokens = [call_tokens(t.name, t.parameters_schema) for t in registry]
+        if agent_tasks:
+            self._task_tokens.append(AGENT_TASK_TOKENS)
+        self.max_tokens = self.output_limit()
         self.response_format: ResponseFormat | None = (
             plan_response_format(registry, strict=options.get("strict"), agent_tasks=agent_tasks)
             if options.get("structured", True)
             else None
         )
+        #: Set when a server refused the response format: the warning every plan carries.
+        self.format_warning: Issue | None = None
         self.last_result: PlanningResult | None = None
+
+    def with_llm(self, llm: LLM) -> Self:
+        """A copy of this planner that asks ``llm`` (say, the same model metered apart)."""
+        clone = copy.copy(self)
+        clone.llm = llm
+        clone.last_result = None
+        return clone
+
+    def output_limit(self, max_tasks: int | None = None) -> int:
+        """The most tokens one answer may have: the settings' ``max_tokens``, else room for a
+        plan of ``max_tasks`` tasks (default: the planner's) of this registry's tools
+        (:func:`dagagent.limits.plan_tokens`)."""
+        if self.settings.max_tokens is not None:
+            return self.settings.max_tokens
+        return plan_tokens(self._task_tokens, max_tasks=max_tasks or self.max_tasks)
+
+    def without_format(self, warning: Issue) -> None:
+        """The server refused the response format (``warning``, from :func:`format_refused`):
+        plan with the prompt alone from now on, and say so in the warnings of every plan."""
+        self.response_format = None
+        if self.format_warning is None:
+            self.format_warning = warning
+
+    def planning_warnings(self, *more: Issue) -> tuple[Issue, ...]:
+        """The warnings of a plan: the planner's own (``no_response_format``), then ``more``."""
+        own = (self.format_warning,) if self.format_warning is not None else ()
+        return (*own, *more)
 
     @property
     def strict(self) -> bool:
@@ -261,7 +354,16 @@ class HealingPlanner:
                 null_optionals=self.strict,
                 agent_tasks=self.agent_tasks,
             )
-            if graph is not None and check is not None:
+            if graph is not None and len(graph.plan.tasks) > self.max_tasks:
+                issues = [
+                    Issue(
+                        "too_many_tasks",
+                        None,
+                        f"the plan has {len(graph.plan.tasks)} tasks, more than "
+                        f"{self.max_tasks}: plan fewer, larger steps",
+                    )
+                ]
+            elif graph is not None and check is not None:
                 issues = list(check(graph.plan, graph))
             return graph, issues
 
@@ -277,9 +379,10 @@ class HealingPlanner:
             max_tokens=self.max_tokens,
             temperature=self.temperature,
             what=what,
+            without_format=self.without_format,
         )
         if graph is not None:
-            warnings = tuple(warn(graph.plan, graph)) if warn is not None else ()
+            warnings = self.planning_warnings(*(warn(graph.plan, graph) if warn else ()))
             return PlanningResult(graph.plan, graph, tuple(attempts), warnings)
         raise PlanningError(
             f"no valid {what} after {len(attempts)} attempt{'s' if len(attempts) != 1 else ''}"

@@ -10,9 +10,19 @@ The prompt carries the tool catalog, the plan format and the reference syntax an
 a plan as parallel as the goal allows; the registry's plan schema goes along as the
 response format (see :mod:`dagagent.planners.schema`); answers are parsed, validated and
 healed by :class:`~dagagent.planners.heal.HealingPlanner`.
+
+A prompt of one's own replaces the generated one (``system_prompt=``): the marker
+``{tools}`` in it stands for the tool catalog, which is added at its end when the marker is
+not there (the model cannot plan with tools it is not told about). Few-shot plans
+(``examples=``, see :mod:`dagagent.planners.examples`) go between the system prompt and
+the goal.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
 
 from typing_extensions import Unpack
 
@@ -21,18 +31,27 @@ from ..errors import ConfigError
 from ..llm import LLM, Message, SystemMessage, UserMessage
 from ..plan import Plan
 from ..tools import Registry
+from .examples import PlanExample, example_messages, load_examples
 from .heal import HealingPlanner, PlanningOptions, PlanningResult
-from .prompts import plan_user_prompt, system_prompt
+from .prompts import plan_user_prompt, system_prompt, tool_catalog
 
-__all__ = ["LLMPlanner"]
+__all__ = ["TOOLS_MARKER", "LLMPlanner"]
+
+TOOLS_MARKER = "{tools}"
+"""Where a system prompt of one's own wants the tool catalog."""
 
 
 class LLMPlanner(HealingPlanner):
     """Turns goals into validated plans for ``registry`` with ``llm``.
 
-    - ``max_attempts``, ``strict``, ``structured``, ``agent_tasks``, ``settings`` (a
-      :class:`~dagagent.llm.ModelSettings`): see :class:`~dagagent.planners.heal.PlanningOptions`.
-    - ``system_prompt``: replace the generated system prompt (the catalog included).
+    - ``max_attempts``, ``strict``, ``structured``, ``agent_tasks``, ``max_tasks``,
+      ``settings`` (a :class:`~dagagent.llm.ModelSettings`): see
+      :class:`~dagagent.planners.heal.PlanningOptions`.
+    - ``system_prompt``: a system prompt of one's own, instead of the generated one;
+      ``{tools}`` in it stands for the tool catalog (added at the end when missing).
+    - ``examples``: few-shot plans, :class:`~dagagent.planners.examples.PlanExample` s or
+      dicts ``{"goal": ..., "plan": ...}``, or the path of an examples file; each must be a
+      valid plan for ``registry`` (:class:`~dagagent.errors.ConfigError` otherwise).
 
     ``last_result`` / ``last_usage`` describe the latest ``plan()`` call; when planning
     concurrently with one planner, use ``plan_with_report()`` instead.
@@ -44,19 +63,36 @@ class LLMPlanner(HealingPlanner):
         registry: Registry,
         *,
         system_prompt: str | None = None,
+        examples: str | Path | Sequence[PlanExample | Mapping[str, Any]] = (),
         **options: Unpack[PlanningOptions],
     ) -> None:
         super().__init__(llm, registry, **options)
-        self._system = system_prompt
+        if system_prompt is not None and not system_prompt.strip():
+            raise ConfigError("the planner's system prompt is empty")
+        self.own_prompt = system_prompt
+        self._system: str | None = None
+        self.examples: list[PlanExample] = load_examples(examples, registry)
 
     def system_prompt(self) -> str:
+        """The system prompt: one's own (with the tool catalog), else the generated one."""
         if self._system is None:
-            self._system = system_prompt(self.registry, agent_tasks=self.agent_tasks)
+            own = self.own_prompt
+            if own is None:
+                self._system = system_prompt(self.registry, agent_tasks=self.agent_tasks)
+            elif TOOLS_MARKER in own:
+                self._system = own.replace(TOOLS_MARKER, tool_catalog(self.registry))
+            else:
+                self._system = f"{own.rstrip()}\n\nTools:\n{tool_catalog(self.registry)}"
         return self._system
 
     def messages(self, goal: str) -> list[Message]:
-        """The conversation the first attempt sends."""
-        return [SystemMessage(self.system_prompt()), UserMessage(plan_user_prompt(goal))]
+        """The conversation the first attempt sends: the system prompt, the examples, the
+        goal."""
+        return [
+            SystemMessage(self.system_prompt()),
+            *example_messages(self.examples),
+            UserMessage(plan_user_prompt(goal)),
+        ]
 
     async def plan_with_report(self, goal: str) -> PlanningResult:
         """A valid plan for ``goal`` with its graph, attempts and usage.

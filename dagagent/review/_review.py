@@ -18,6 +18,8 @@ if TYPE_CHECKING:
 
 _FAILED = (TaskStatus.FAILED, TaskStatus.DENIED)
 _BLOCKED = (TaskStatus.CANCELLED, TaskStatus.SKIPPED)
+#: Tasks with no result yet: one still running, one waiting for a person's decision.
+_NO_RESULT_YET = (TaskStatus.RUNNING, TaskStatus.WAITING)
 
 
 def shorten(value: Any, width: int = 80) -> str:
@@ -64,7 +66,9 @@ class RunReview:
     failed: list[TaskOutcome]
     blocked: list[TaskOutcome]  # cancelled or skipped
     succeeded: list[TaskOutcome]  # succeeded or reused
-    unrecorded: list[TaskOutcome]  # no result: the process stopped before they finished
+    # no result: the process stopped before they finished (``unrecorded``), or not yet
+    # (``running``, ``waiting`` for a person)
+    unrecorded: list[TaskOutcome]
 
     def to_json_dict(self) -> dict[str, Any]:
         return {
@@ -91,8 +95,9 @@ def review_run(record: RunRecord, *, width: int = 80) -> RunReview:
     unrecorded: list[TaskOutcome] = []
     for t in plan.tasks:
         r = results.get(t.id)
-        if r is None:
-            unrecorded.append(TaskOutcome(t.id, "unrecorded", t.label))
+        if r is None or r.status in _NO_RESULT_YET:
+            status = "unrecorded" if r is None else r.status.value
+            unrecorded.append(TaskOutcome(t.id, status, t.label))
             continue
         tool, dur = t.label, r.duration_s
         if r.status in _FAILED:
@@ -140,13 +145,21 @@ def format_review(review: RunReview) -> str:
             why = f" (because of {', '.join(o.caused_by)})" if o.caused_by else ""
             lines.append(f"  {o.task_id} [{o.tool}] {o.status}{why}")
     if review.unrecorded:
-        lines.append(f"no result recorded, the run stopped first ({len(review.unrecorded)}):")
-        lines.append("  " + ", ".join(o.task_id for o in review.unrecorded))
+        lines.append(f"no result (yet) ({len(review.unrecorded)}):")
+        lines.append(
+            "  "
+            + ", ".join(
+                o.task_id if o.status == "unrecorded" else f"{o.task_id} ({o.status})"
+                for o in review.unrecorded
+            )
+        )
     if review.succeeded:
         lines.append(f"succeeded ({len(review.succeeded)}):")
         for o in review.succeeded:
             tag = " (reused)" if o.status == TaskStatus.REUSED.value else ""
             lines.append(f"  {o.task_id} [{o.tool}]{tag} = {o.output}")
-    if not (review.failed or review.blocked or review.unrecorded):
+    if not (review.failed or review.blocked or review.unrecorded or review.succeeded):
+        lines.append("no task of its plan was accepted, so nothing ran")
+    elif not (review.failed or review.blocked or review.unrecorded):
         lines.append("nothing failed")
     return "\n".join(lines)

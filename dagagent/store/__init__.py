@@ -3,7 +3,8 @@
 Every run the CLI starts (and every ``execute(..., store=...)``) is written here: the run
 (id, parent id, when, goal, plan, executor, status, timings) and one row per task result
 (status, output, error, attempts, start, end, resolved arguments, agent steps, approval
-decisions). ``dagagent runs``, ``show``, ``graph`` and ``replan`` read it back.
+decisions; ``running`` from the moment the task starts until its result replaces it).
+``dagagent runs``, ``show``, ``graph`` and ``replan`` read it back.
 
 **Fingerprints.** A task's reuse fingerprint (:func:`dagagent.runner.task_fingerprint` of the
 task and its resolved arguments) is derived from the recorded plan and arguments when a record
@@ -18,7 +19,7 @@ default 0.02 s), so a result is committed at most ``flush_interval_s`` after its
 finished plus the time of one or two writes (see :class:`RunRecorder`). A committed
 transaction survives the process being killed (WAL), so a SIGKILL loses only what finished
 within that window. The recorder is flushed and stopped when ``execute`` returns or raises
-(also on cancellation). :mod:`._rows` says how a batch of rows is written.
+(also on cancellation).
 
 **Where** (:func:`locate_store`, in :mod:`._location`): an explicit path, else
 ``$DAGAGENT_HOME/runs.db``, else ``runs.db`` in the nearest ``.dagagent/`` directory of the
@@ -45,23 +46,36 @@ store newer than this dagagent is refused.
 **Run ids** are 12 lowercase hex digits (:func:`dagagent.new_run_id`). Lookups accept a
 unique prefix of at least 4 digits. Anything else is refused before it reaches SQL.
 
-**Where each part lives.** :mod:`._schema` opens the file and migrates it; :mod:`.models` holds
-the records read back; :mod:`._store` is :class:`RunStore` (the queries); :mod:`._writer` is
-:class:`RunRecorder` and its writer thread (a redacted call is recorded with
-``TaskResult.redacted_args``); :mod:`._solves` records solves (answers, rounds, joiner decisions);
-:mod:`._ids` checks run ids; :mod:`._location` finds the store file; :mod:`._codec` turns
-values into column text and back; :mod:`._rows` writes a batch of task rows.
+**Where each part lives.** :mod:`._file` opens the file; :mod:`._schema` is the schema and
+its versions, and migrates a store; :mod:`.models` holds the records read back; :mod:`._store`
+is :class:`RunStore` (the queries); :mod:`._recorder` is :class:`RunRecorder`, what a run
+hands its events and results to; :mod:`._writer` is the recorder's writer thread (batches,
+commits, a locked store, what could not be written); :mod:`._rows` is what a batch writes (the
+run's row and plan, one row per task result); :mod:`._plans` is how a plan is kept;
+:mod:`._solves` records solves (answers, rounds, joiner decisions); :mod:`._model_calls` their
+model calls; :mod:`._approvals` the
+calls that wait for a person; :mod:`._ids` checks run ids; :mod:`._location` finds the store
+file; :mod:`._codec` turns values into column text and back.
 """
 
 from __future__ import annotations
 
-from ._approvals import DECISIONS
+from ._approvals import DECISIONS, person_wait_s, person_waits
 from ._ids import RUN_ID_RE, check_run_id
 from ._location import StoreLocation, StoreSource, locate_store, user_data_dir
+from ._model_calls import ModelCallWriter
+from ._recorder import RunRecorder
+from ._rows import OUTPUT_NOT_RECORDED
 from ._schema import MIGRATIONS, SCHEMA_VERSION, Migration
 from ._store import DEFAULT_FLUSH_INTERVAL_S, RunStore, default_store_path
-from ._writer import OUTPUT_NOT_RECORDED, RunRecorder
-from .models import ApprovalRecord, RoundRecord, RunRecord, RunSummary, SolveRecord
+from .models import (
+    ApprovalRecord,
+    RoundRecord,
+    RunRecord,
+    RunSummary,
+    SolveRecord,
+    SolveSummary,
+)
 
 __all__ = [
     "DECISIONS",
@@ -72,16 +86,20 @@ __all__ = [
     "SCHEMA_VERSION",
     "ApprovalRecord",
     "Migration",
+    "ModelCallWriter",
     "RoundRecord",
     "RunRecord",
     "RunRecorder",
     "RunStore",
     "RunSummary",
     "SolveRecord",
+    "SolveSummary",
     "StoreLocation",
     "StoreSource",
     "check_run_id",
     "default_store_path",
     "locate_store",
+    "person_wait_s",
+    "person_waits",
     "user_data_dir",
 ]

@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
@@ -26,11 +26,10 @@ from ..errors import DecisionError
 from ..results import ApprovalAnswer
 from ..text import shorten
 from ._codec import from_column, to_column
-from ._plans import plan_task_ids
-from ._schema import PLAN_OF_RUN
+from ._plans import plan_from_column
 from .models import ApprovalRecord
 
-__all__ = ["DECISIONS", "ApprovalQueries", "ArgsCheck"]
+__all__ = ["DECISIONS", "ApprovalQueries", "ArgsCheck", "person_wait_s", "person_waits"]
 
 #: What a person may decide about a waiting call.
 DECISIONS = ("allow", "deny", "edit")
@@ -63,6 +62,43 @@ def _record(row: tuple[Any, ...]) -> ApprovalRecord:
         used_at=row[14],
         note=row[15],
     )
+
+
+def person_waits(
+    history: Sequence[ApprovalRecord], *, until: float | None = None
+) -> dict[str, list[tuple[float, float]]]:
+    """When each task of a run waited for a person (``history``: the run's
+    :meth:`~ApprovalQueries.approval_history`), by task: from each question to the resume
+    that used its decision, or, for a question still open (the run is paused), to ``until``
+    (default: not counted). A question the run moved on from without a decision (asked
+    again by a resume) waited until that resume."""
+    resumes = sorted({r.used_at for r in history if r.used_at is not None})
+    waits: dict[str, list[tuple[float, float]]] = {}
+    for r in history:
+        end: float | None = r.used_at
+        if r.state in ("waiting", "decided"):
+            end = until
+        elif r.state == "closed":
+            end = next((at for at in resumes if at >= r.asked_at), None)
+        if end is not None and end > r.asked_at:
+            waits.setdefault(r.task_id, []).append((r.asked_at, end))
+    return waits
+
+
+def person_wait_s(
+    waits: Mapping[str, Sequence[tuple[float, float]]], start: float, end: float
+) -> float:
+    """How much of the time from ``start`` to ``end`` some task waited for a person
+    (``waits``: :func:`person_waits`); two tasks waiting at once count once."""
+    spans = sorted(
+        (max(a, start), min(b, end)) for task in waits.values() for a, b in task if b > a
+    )
+    total, reach = 0.0, start
+    for a, b in spans:
+        if b > reach:
+            total += b - max(a, reach)
+            reach = b
+    return total
 
 
 def _when(at: float | None) -> str:
@@ -251,8 +287,8 @@ def _not_waiting(
     conn: sqlite3.Connection, run_id: str, task_id: str, rows: list[ApprovalRecord]
 ) -> str:
     """Why task ``task_id`` of run ``run_id`` takes no decision, in words."""
-    plan = conn.execute(f"SELECT {PLAN_OF_RUN} FROM runs WHERE id = ?", (run_id,)).fetchone()
-    ids = plan_task_ids(plan[0]) if plan else []
+    plan = conn.execute("SELECT plan FROM run_plans WHERE run_id = ?", (run_id,)).fetchone()
+    ids = [t.id for t in plan_from_column(plan[0] if plan else None, run_id).tasks]
     if task_id not in ids:
         shown = ", ".join(str(i) for i in ids[:10]) + (", ..." if len(ids) > 10 else "")
         return f"run {run_id} has no task {shorten(task_id, 64)!r} (its tasks: {shown})"

@@ -1,242 +1,287 @@
-"""Task results into the store, a batch at a time.
+"""A run's record in SQL: what one batch writes (:func:`write`), in one transaction.
 
-**Hot path**: every task of every run that has a store, written by the recorder's thread while
-the event loop runs the tasks. The two share the interpreter lock, so what counts is the
-Python work per result and whatever SQLite does while holding the lock, not SQLite's work
-alone. The usual way (:func:`insert_json`) is one row of the ``task_log`` table per batch: a
-JSON document made by ``pydantic_core.to_json`` from a tuple per result (no Python loop over
-the values), stored as it is. A plain success comes as that tuple already (a
-:data:`SuccessRow`, made by the runner from the values it has at hand), so the usual batch is
-encoded as it was given. Nothing is taken apart on the write path: the ``tasks`` view expands
-each document into one row per task when it is read (its layouts are in :mod:`._schema`). A
-batch that way cannot carry (a text with a NUL character, which SQLite's
-JSON functions would cut; a float that is not finite; a value that does not encode; a
-document SQLite's JSON reader refuses, e.g. nested too deep) goes row by row into
-``task_rows`` (:func:`insert_tuples`), as do results with decisions or elements and every
-result of a resumed run. Both give the same rows: column values are JSON text for outputs,
-arguments and steps, as :func:`~dagagent.store._codec.to_column` makes them.
+A batch holds some of a run's events and task results, in the order they came. The
+transaction writes the run's row and its plan first (the task rows refer to the run), then
+the plan as it grew (and when each of its tasks joined it: :data:`PLANNED_AT`), then one row
+of ``tasks`` per result and one row of ``approvals`` per
+call a waiting task left for a person, then the run's end.
 
-A task is in ``task_rows`` or in one log row, never both: a result for a task already written
-moves the run's log into ``task_rows`` first (:func:`materialize`), then replaces the row.
+A task's row is keyed by its run and its id, and a row written again for a task replaces
+the one before: the last one written stands. A resumed run writes the results of the tasks
+it runs again over their rows this way; so may a task recorded when it starts
+(``running``) and again when it ends. The rows go to SQLite with ``executemany``: one
+prepared statement for the batch, no SQL text per row.
+
+Outputs, arguments, steps and decisions are JSON text (:func:`~._codec.to_column`), as the
+readers take them back; a map task's elements are one JSON list in its row, each element an
+object of the same columns (:data:`~._codec.ELEMENT_KEYS`). A redacted call is recorded with
+the arguments its tool received (``TaskResult.redacted_args``), never the ones the redaction
+hid. An output that cannot be encoded is not recorded: the row says why
+(:data:`OUTPUT_NOT_RECORDED`).
 """
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from collections.abc import Sequence
-from operator import attrgetter
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Union
 
 from pydantic_core import to_json
 
-from ..results import TaskResult, TaskStatus
+from ..events import PlanExtended, RunFinished, RunStarted
+from ..results import WAIT, RunStatus, TaskResult, TaskStatus
+from ._codec import ELEMENT_KEYS, from_column, to_column, why
+from ._plans import plan_to_column
 from ._schema import TASK_COLUMNS
 
-__all__ = [
-    "JSON_ROWS",
-    "TASK_COLUMNS",
-    "SuccessRow",
-    "all_plain",
-    "as_result",
-    "insert_json",
-    "insert_tuples",
-    "materialize",
-    "plain",
-    "success_rows",
-]
+__all__ = ["OUTPUT_NOT_RECORDED", "PLANNED_AT", "Row", "RunRow", "task_row", "write"]
 
-_N_COLUMNS = 14
+#: ``error_type`` of a succeeded task whose output could not be written (e.g. bytes that are
+#: not UTF-8, a circular structure): its ``error`` says why, its output is not recorded, and
+#: it is never reused (there is nothing faithful to reuse).
+OUTPUT_NOT_RECORDED = "OutputNotRecorded"
 
+#: The key of the run's context (``runs.context``, a JSON object) under which a plan written
+#: while it ran keeps when each task joined it (``{task id: Unix time}``); the readers take
+#: it out of the context into :attr:`~dagagent.store.RunRecord.planned_at`.
+PLANNED_AT = "planned_at"
 
-def _has_json() -> bool:
-    conn = sqlite3.connect(":memory:")
-    try:
-        conn.execute("SELECT json_valid('[]')")
-    except sqlite3.Error:
-        return False
-    finally:
-        conn.close()
-    return True
+#: About how many bytes a task's row adds to the write-ahead log (for its checkpoints).
+_RESULT_BYTES = 100
 
-
-#: Whether this SQLite has the JSON functions (built in since 3.38, and in almost every build
-#: before) that the ``tasks`` view reads batches with; without them, every row is a row.
-JSON_ROWS = _has_json()
-
-_SUCCESS, _OTHER = 0, 1  # task_log.kind: the layout of a document's rows (see _schema)
-_INSERT_DOC = "INSERT INTO task_log (run_id, kind, n, doc) VALUES (?, ?, ?, CAST(? AS TEXT))"
-_SUCCEEDED = TaskStatus.SUCCEEDED
-_HAS_OUTPUT = frozenset(s for s in TaskStatus if s.ok)
-
-
-# The per-result work below is done by C code where it can (attrgetter, itemgetter,
-# list.count, which compares by identity first): a batch of a thousand plain successes takes
-# no Python loop. Their fields are read from each result's ``__dict__`` (where a pydantic
-# model keeps them: one attribute lookup per result, then dict lookups, rather than an
-# attribute lookup per field through the model's class), in two passes: one for what kind of
-# result it is, one for its row. Results come from the event loop's thread, so each look at
-# one is a cache miss on this thread's core: every further pass over a batch costs about as
-# much as the first.
-_KIND = attrgetter("status", "error", "error_type", "traceback", "steps", "decisions", "elements")
-_PLAIN_SUCCESS = (_SUCCEEDED, None, None, None, None, None, None)
-_SUCCESS_ROW = attrgetter("task_id", "output", "attempts", "started_at", "finished_at", "args")
-_CALLS = tuple(map(attrgetter, ("decisions", "elements")))
-
-
-#: A task that succeeded with nothing more to say (no error, steps, decisions, elements or
-#: traceback), as the runner hands it to the recorder: ``(task_id, output, attempts,
-#: started_at, finished_at, args)``, the row of a document of successes.
-SuccessRow = tuple[str, Any, int, "float | None", "float | None", Any]
-
-
-def as_result(r: TaskResult | SuccessRow) -> TaskResult:
-    """``r`` as a :class:`TaskResult` (a :data:`SuccessRow` made one: the same row)."""
-    if not isinstance(r, tuple):
-        return r
-    task_id, output, attempts, started_at, finished_at, args = r
-    return TaskResult(
-        task_id=task_id,
-        status=_SUCCEEDED,
-        output=output,
-        attempts=attempts,
-        started_at=started_at,
-        finished_at=finished_at,
-        args=args,
-    )
-
-
-def plain(r: TaskResult) -> bool:
-    """Whether ``r`` may go in a batch document (no decisions, no elements)."""
-    return r.decisions is None and r.elements is None
-
-
-def all_plain(results: Sequence[TaskResult]) -> bool:
-    """Whether every one of ``results`` is :func:`plain`."""
-    n = len(results)
-    return all(list(map(get, results)).count(None) == n for get in _CALLS)
-
-
-def success_rows(results: Sequence[TaskResult]) -> list[tuple[Any, ...]] | None:
-    """The rows of ``results`` in a document of successes if every one is a plain success
-    (no error, steps, decisions or elements: the usual batch; the first value of a row is
-    its task's id), else ``None``."""
-    if list(map(_KIND, results)).count(_PLAIN_SUCCESS) == len(results):
-        return list(map(_SUCCESS_ROW, results))
-    return None
-
-
-def insert_json(
-    conn: sqlite3.Connection,
-    run_id: str,
-    results: Sequence[TaskResult],
-    successes: list[tuple[Any, ...]] | None = None,
-) -> bool:
-    """Insert ``results`` (each :func:`plain`, no task twice, none of them on record yet) as
-    log rows of run ``run_id``: one per layout; ``False``, with nothing written, if the batch
-    cannot go this way, so that the caller writes it row by row. SQLite errors other than
-    about the document itself (a locked store, a full disk) are raised. ``successes``: their
-    :func:`success_rows`, when the caller has them (then ``results`` is not looked at)."""
-    if successes is None:
-        successes = success_rows(results)
-    if successes is not None:
-        results = ()
-    else:
-        successes = []
-    others: list[tuple[Any, ...]] = []
-    has_output = _HAS_OUTPUT
-    for r in results:
-        status = r.status
-        if (
-            status is _SUCCEEDED
-            and r.error is None
-            and r.traceback is None
-            and r.steps is None
-            and r.error_type is None
-        ):
-            successes.append((r.task_id, r.output, r.attempts, r.started_at, r.finished_at, r.args))
-        else:
-            others.append(
-                (
-                    r.task_id,
-                    status.value,
-                    r.output if status in has_output else None,
-                    r.error,
-                    r.error_type,
-                    r.attempts,
-                    r.started_at,
-                    r.finished_at,
-                    r.args,
-                    r.steps,
-                    r.traceback,
-                )
-            )
-    docs: list[tuple[int, int, bytes]] = []
-    for kind, batch in ((_OTHER, others), (_SUCCESS, successes)):
-        if batch:
-            doc = _document(batch)
-            if doc is None:
-                return False
-            docs.append((kind, len(batch), doc))
-    written: list[int] = []
-    try:
-        for kind, n, doc in docs:
-            written.append(conn.execute(_INSERT_DOC, (run_id, kind, n, doc)).lastrowid or 0)
-    except (sqlite3.IntegrityError, sqlite3.DataError):
-        # What SQLite's JSON reader refuses (nesting deeper than it reads: the table's
-        # CHECK) or a document too big for one value fails its statement alone, before any
-        # row: take back the other document, and the batch goes row by row.
-        if not conn.in_transaction:
-            raise
-        for rowid in written:
-            conn.execute("DELETE FROM task_log WHERE id = ?", (rowid,))
-        return False
-    return True
-
-
-def _document(batch: Sequence[tuple[Any, ...]]) -> bytes | None:
-    """The batch as one JSON document, or ``None`` if SQLite could not read it back as it
-    was written."""
-    try:
-        doc = to_json(batch, fallback=str)
-    except Exception:  # e.g. text that is not UTF-8, a circular structure: row by row
-        return None
-    if b"\\u0000" in doc:  # SQLite's JSON functions end a text at its NUL character
-        return None
-    if b"NaN" in doc or b"Infinity" in doc:  # not JSON (or a text saying so: row by row too)
-        return None
-    return doc
-
-
-def materialize(conn: sqlite3.Connection, run_id: str) -> None:
-    """Move run ``run_id``'s log rows into ``task_rows`` (one row per task, as the view shows
-    them), so that a row of ``task_rows`` may replace any task's result."""
-    conn.execute(
-        f"INSERT OR REPLACE INTO task_rows ({TASK_COLUMNS}) SELECT {TASK_COLUMNS} "
-        "FROM task_log_rows WHERE run_id = ?",
-        (run_id,),
-    )
-    conn.execute("DELETE FROM task_log WHERE run_id = ?", (run_id,))
-
-
-_insert_sql: dict[int, str] = {}
-# Rows per INSERT on the row-by-row path: several rows per statement means one release of the
-# interpreter lock per statement rather than per row. SQLite before 3.32 allows at most 999
-# parameters in a statement.
-_ROWS_PER_INSERT = min(
-    200, (32766 if sqlite3.sqlite_version_info >= (3, 32) else 999) // _N_COLUMNS
+_INSERT_TASK = (
+    f"INSERT OR REPLACE INTO tasks ({TASK_COLUMNS}) VALUES "
+    f"({', '.join('?' * len(TASK_COLUMNS.split(',')))})"
+)
+_INSERT_ASKED = (
+    "INSERT INTO approvals (run_id, task_id, seq, tool, args, rule, source, asked_at, state) "
+    "SELECT ?, ?, COALESCE(MAX(seq), 0) + 1, ?, ?, ?, ?, ?, 'waiting' FROM approvals "
+    "WHERE run_id = ? AND task_id = ?"
 )
 
 
-def insert_tuples(conn: sqlite3.Connection, rows: list[tuple[Any, ...]]) -> None:
-    """Insert ``rows`` (tuples of :data:`TASK_COLUMNS`' values) into ``task_rows``, up to 200
-    per statement; a later row of a task replaces an earlier one."""
-    step = _ROWS_PER_INSERT
-    for start in range(0, len(rows), step):
-        part = rows[start : start + step]
-        n = len(part)
-        sql = _insert_sql.get(n)
-        if sql is None:
-            one = "(" + ",".join("?" * _N_COLUMNS) + ")"
-            sql = f"INSERT OR REPLACE INTO task_rows ({TASK_COLUMNS}) VALUES " + ",".join([one] * n)
-            _insert_sql[n] = sql
-        conn.execute(sql, [v for row in part for v in row])
+@dataclass(frozen=True, slots=True)
+class RunRow:
+    """What the run's first row holds beyond its ``RunStarted`` event: when the recorder
+    started, the caller's context (JSON text), and whether the run is a resumed one (its
+    row exists: it is claimed, not inserted)."""
+
+    run_id: str
+    created: float
+    context: str | None
+    resumed: bool
+
+
+Row = Union[TaskResult, "tuple[str, float]"]
+"""What a batch writes of a task: its result, or its start, ``(task id, when)``, written as
+``running``."""
+
+
+def write(
+    conn: sqlite3.Connection,
+    run: RunRow,
+    events: Sequence[object],
+    results: Sequence[Row],
+    *,
+    output_lost: str | None = None,
+) -> int:
+    """Write ``events`` (the run's ``RunStarted``, ``PlanExtended`` and ``RunFinished``) and
+    ``results`` in one transaction, in the order of the module's docstring; ``output_lost``:
+    why the results' outputs could not be written (they are left out, and their rows say
+    so). Returns about how many bytes went to the write-ahead log."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        size = _write(conn, run, events, results, output_lost)
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    return size
+
+
+def _write(
+    conn: sqlite3.Connection,
+    run: RunRow,
+    events: Sequence[object],
+    results: Sequence[Row],
+    output_lost: str | None,
+) -> int:
+    size = 0
+    grown: PlanExtended | None = None  # only the plan as it is now matters
+    for ev in events:
+        if isinstance(ev, RunStarted):
+            size += _start(conn, run, ev)
+        elif isinstance(ev, PlanExtended):
+            grown = ev
+    if grown is not None:
+        text = plan_to_column(grown.plan)
+        size += len(text)
+        conn.execute(
+            "INSERT OR REPLACE INTO run_plans (run_id, plan) VALUES (?, ?)", (run.run_id, text)
+        )
+        conn.execute(
+            "UPDATE runs SET n_tasks = ?, context = ? WHERE id = ?",
+            (len(grown.plan.tasks), _with_planned(run.context, grown), run.run_id),
+        )
+    if results:
+        run_id = run.run_id
+        conn.executemany(
+            _INSERT_TASK,
+            (
+                _started_row(run_id, r) if type(r) is tuple else task_row(run_id, r, output_lost)  # type: ignore[arg-type]
+                for r in results
+            ),
+        )
+        asked = [
+            row
+            for r in results
+            if type(r) is not tuple and r.status is TaskStatus.WAITING  # type: ignore[union-attr]
+            for row in _asked(run, r)  # type: ignore[arg-type]
+        ]
+        if asked:
+            conn.executemany(_INSERT_ASKED, [(*row, row[0], row[1]) for row in asked])
+        size += _RESULT_BYTES * len(results)
+    for ev in events:
+        if isinstance(ev, RunFinished):
+            _finish(conn, run, ev)
+    return size
+
+
+def _with_planned(context: str | None, grown: PlanExtended) -> str | None:
+    """The run's context (JSON text) with when each task of a plan written while it ran
+    joined the plan (:data:`PLANNED_AT`)."""
+    if not grown.planned_at:
+        return context
+    data = from_column(context) if context else None
+    data = dict(data) if isinstance(data, dict) else {}
+    data[PLANNED_AT] = dict(grown.planned_at)
+    return to_column(data)
+
+
+def _start(conn: sqlite3.Connection, run: RunRow, ev: RunStarted) -> int:
+    """The run's first row and its plan; a resumed run's row is claimed (running, in this
+    process) and keeps its plan."""
+    if run.resumed:
+        conn.execute(
+            "UPDATE runs SET executor = ?, pid = ? WHERE id = ?",
+            (ev.executor, os.getpid(), run.run_id),
+        )
+        return 0
+    plan = ev.plan
+    text = plan_to_column(plan)
+    conn.execute(
+        "INSERT INTO runs (id, parent_id, created, goal, plan, n_tasks, status, executor, pid, "
+        "context) VALUES (?, ?, ?, ?, '', ?, ?, ?, ?, ?)",
+        (
+            run.run_id,
+            ev.parent_id,
+            run.created,
+            plan.goal,
+            len(plan.tasks),
+            RunStatus.RUNNING.value,
+            ev.executor,
+            os.getpid(),
+            run.context,
+        ),
+    )
+    conn.execute("INSERT INTO run_plans (run_id, plan) VALUES (?, ?)", (run.run_id, text))
+    return len(text)
+
+
+def _finish(conn: sqlite3.Connection, run: RunRow, ev: RunFinished) -> None:
+    """The run's end; nobody can decide any more about a run that will not resume."""
+    res = ev.result
+    status = res.status.value
+    # A resumed run keeps the time it first started.
+    conn.execute(
+        "UPDATE runs SET status = ?, pid = ?, started_at = COALESCE(started_at, ?), "
+        "finished_at = ?, critical_path = ?, critical_path_s = ? WHERE id = ?",
+        (
+            status,
+            os.getpid(),
+            res.started_at,
+            res.finished_at,
+            to_column(res.critical_path),
+            res.critical_path_s,
+            run.run_id,
+        ),
+    )
+    if res.status is not RunStatus.PAUSED:
+        conn.execute(
+            "UPDATE approvals SET state = 'closed', note = ? "
+            "WHERE run_id = ? AND state = 'waiting'",
+            (f"the run ended {status}", run.run_id),
+        )
+
+
+def _asked(run: RunRow, r: TaskResult) -> list[tuple[Any, ...]]:
+    """The calls of a waiting task left for a person: one row each (its ``wait`` decisions,
+    or those of its waiting elements for a map task: the tool, the arguments as the rule saw
+    them, the rule, the caller, when)."""
+    calls = [*(r.decisions or ())]
+    for e in r.elements or ():
+        calls.extend(e.decisions or ())
+    return [
+        (run.run_id, r.task_id, d.tool, to_column(d.args), d.rule, d.source, d.at)
+        for d in calls
+        if d.decision == WAIT
+    ]
+
+
+_RUNNING = TaskStatus.RUNNING.value
+
+
+def _started_row(run_id: str, start: tuple[str, float]) -> tuple[Any, ...]:
+    """The row of a task that started: ``running`` since then, nothing else yet (its
+    arguments come with its result, after any redaction)."""
+    return (run_id, start[0], _RUNNING, None, None, None, 0, start[1], *(None,) * 6)
+
+
+def task_row(run_id: str, r: TaskResult, output_lost: str | None = None) -> tuple[Any, ...]:
+    """The row of ``r`` in ``tasks`` (:data:`~._schema.TASK_COLUMNS`)."""
+    elements = r.elements
+    if elements is None:
+        return (run_id, *_columns(r, output_lost), None)
+    stored = [dict(zip(ELEMENT_KEYS, _columns(e, output_lost), strict=True)) for e in elements]
+    return (run_id, *_columns(r, output_lost), to_column(stored))
+
+
+def _columns(r: TaskResult, output_lost: str | None) -> tuple[Any, ...]:
+    """A result's columns (an element's keys): the output as JSON text (only a task that has
+    one: succeeded or reused), the redacted arguments of a redacted call."""
+    status = r.status
+    steps, decisions = r.steps, r.decisions
+    output, error, error_type = None, r.error, r.error_type
+    if output_lost is not None:
+        error = f"the output could not be written to the run store: {output_lost}"
+        error_type = OUTPUT_NOT_RECORDED
+    elif status.ok and r.output is not None:
+        try:
+            output = to_json(r.output, fallback=str).decode()
+        except Exception as exc:
+            # Not a placeholder in its place: a replan would reuse the placeholder as if it
+            # were the output. Say why, and leave the output out (never reused).
+            error = f"the output could not be recorded: {why(exc)}"
+            error_type = OUTPUT_NOT_RECORDED
+    args = r.args
+    if decisions:
+        redacted = r.redacted_args
+        if redacted is not None:
+            args = redacted  # never the secrets a redacting interceptor hid
+    return (
+        r.task_id,
+        status.value,
+        output,
+        error,
+        error_type,
+        r.attempts,
+        r.started_at,
+        r.finished_at,
+        to_column(args),
+        None if steps is None else to_column(steps),
+        None if decisions is None else to_column(decisions),
+        r.traceback,
+    )

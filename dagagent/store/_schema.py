@@ -1,88 +1,31 @@
-"""The store's SQLite file: opening it (WAL), refusing foreign databases, and the schema
-migrations (``PRAGMA user_version`` is the schema version; see :data:`MIGRATIONS`)."""
+"""The store's schema and its versions: :data:`MIGRATIONS`, the steps from each version to the
+next (``PRAGMA user_version`` is the schema version), :data:`SCHEMA`, what they leave, for a
+new file, and :func:`migrate`, which brings a store to the current version."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Union
 
-from ..errors import StoreError
+from pydantic import ValidationError
+from pydantic_core import to_json
 
-__all__ = [
-    "BUSY_TIMEOUT_S",
-    "MIGRATIONS",
-    "PLAN_OF_RUN",
-    "SCHEMA",
-    "SCHEMA_VERSION",
-    "TASK_COLUMNS",
-    "Migration",
-    "connect",
-    "migrate",
-    "status_counts_sql",
-]
+from ..errors import StoreError
+from ..plan import Plan
+from ._file import failure, open_error, refuse_foreign
+
+__all__ = ["MIGRATIONS", "SCHEMA", "SCHEMA_VERSION", "TASK_COLUMNS", "Migration", "migrate"]
 
 Migration = Union[str, Callable[[sqlite3.Connection], None]]  # noqa: UP007 - runtime alias
 
-#: The columns of a task's row (of the ``tasks`` view, and of the ``task_rows`` table).
+#: The columns of a task's row (table ``tasks``).
 TASK_COLUMNS = (
     "run_id, task_id, status, output, error, error_type, attempts, started_at, finished_at, "
     "args, steps, decisions, traceback, elements"
 )
-
-
-def _text(row: str, i: int, n: int) -> str:
-    """The JSON text of element ``i`` of a log row of ``n`` elements (NULL for ``null``),
-    exactly as it was written: the row with every other element removed is ``[value]``
-    (a number keeps its digits; no SQL value comes in between)."""
-    others = ", ".join(f"'$[{k}]'" for k in reversed(range(n)) if k != i)
-    one = f"json_remove({row}, {others})"
-    return f"nullif(substr({one}, 2, length({one}) - 2), 'null')"
-
-
-def _value(row: str, i: int, cast: str = "") -> str:
-    value = f"json_extract({row}, '$[{i}]')"
-    return f"CAST({value} AS {cast})" if cast else value
-
-
-# A row of ``task_log`` is a batch of task results: ``doc`` is a JSON array with one array per
-# result, ``n`` of them, in one of two layouts (``kind``). A plain success (0) is
-# ``[task_id, output, attempts, started_at, finished_at, args]``; any other result without
-# decisions or elements (1) is ``[task_id, status, output, error, error_type, attempts,
-# started_at, finished_at, args, steps, traceback]``. The view gives outputs, arguments and
-# steps as their JSON text as written, the rest as SQL values. It uses only JSON functions
-# that every SQLite with JSON support has (3.9+), never ``->``, so that an older SQLite can
-# still read the schema. A task is either in ``task_rows`` or in one log row, never both (the
-# recorder sees to it), so ``tasks`` is a plain union.
-_J = "j.value"
-_LOG_ROWS = (
-    f"SELECT l.run_id, {_value(_J, 0)}, 'succeeded', {_text(_J, 1, 6)}, NULL, NULL, "
-    f"{_value(_J, 2)}, {_value(_J, 3, 'REAL')}, {_value(_J, 4, 'REAL')}, {_text(_J, 5, 6)}, "
-    "NULL, NULL, NULL, NULL FROM task_log AS l, json_each(l.doc) AS j WHERE l.kind = 0 "
-    f"UNION ALL SELECT l.run_id, {_value(_J, 0)}, {_value(_J, 1)}, {_text(_J, 2, 11)}, "
-    f"{_value(_J, 3)}, {_value(_J, 4)}, {_value(_J, 5)}, {_value(_J, 6, 'REAL')}, "
-    f"{_value(_J, 7, 'REAL')}, {_text(_J, 8, 11)}, {_text(_J, 9, 11)}, NULL, "
-    f"{_value(_J, 10)}, NULL FROM task_log AS l, json_each(l.doc) AS j WHERE l.kind = 1"
-)
-
-#: The plan of a run, in a query of ``runs``: in ``run_plans`` (schema 8 on), else in the row.
-PLAN_OF_RUN = "COALESCE((SELECT p.plan FROM run_plans AS p WHERE p.run_id = runs.id), runs.plan)"
-
-
-def status_counts_sql(n_runs: int) -> str:
-    """A query of ``(run_id, status, count)`` rows for ``n_runs`` run ids (given three times
-    over), whose counts add up to each run's tasks by status: without taking apart the log
-    rows of successes (their ``n`` says how many)."""
-    marks = ",".join("?" * n_runs)
-    return (
-        f"SELECT run_id, status, COUNT(*) FROM task_rows WHERE run_id IN ({marks}) "
-        "GROUP BY run_id, status UNION ALL "
-        f"SELECT run_id, 'succeeded', SUM(n) FROM task_log WHERE run_id IN ({marks}) "
-        "AND kind = 0 GROUP BY run_id UNION ALL "
-        f"SELECT l.run_id, {_value(_J, 1)}, COUNT(*) FROM task_log AS l, json_each(l.doc) AS j "
-        f"WHERE l.run_id IN ({marks}) AND l.kind = 1 GROUP BY 1, 2"
-    )
 
 
 # The texts of the statements that MIGRATIONS and SCHEMA share (tables and indexes that did
@@ -129,19 +72,78 @@ _RUN_PLANS = """CREATE TABLE run_plans (
             run_id TEXT PRIMARY KEY REFERENCES runs (id) ON DELETE CASCADE,
             plan TEXT NOT NULL
         )"""
-_TASK_LOG = (
-    """CREATE TABLE task_log (
-            id INTEGER PRIMARY KEY,
-            run_id TEXT NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
-            kind INTEGER NOT NULL,
-            n INTEGER NOT NULL,
-            doc TEXT NOT NULL CHECK (json_valid(doc))
+_MODEL_CALLS = (
+    """CREATE TABLE model_calls (
+            call_id TEXT PRIMARY KEY,
+            solve_id TEXT REFERENCES solves (id) ON DELETE CASCADE,
+            seq INTEGER NOT NULL DEFAULT 0,
+            round INTEGER,
+            run_id TEXT,
+            role TEXT NOT NULL,
+            task_id TEXT,
+            model TEXT NOT NULL DEFAULT '',
+            provider TEXT NOT NULL DEFAULT '',
+            server TEXT,
+            response_model TEXT NOT NULL DEFAULT '',
+            options TEXT,
+            status TEXT NOT NULL,
+            error TEXT,
+            started_at REAL NOT NULL,
+            first_token_s REAL,
+            duration_s REAL,
+            finish_reason TEXT,
+            input_tokens INTEGER NOT NULL DEFAULT 0,
+            output_tokens INTEGER NOT NULL DEFAULT 0,
+            estimated INTEGER NOT NULL DEFAULT 0,
+            cost_usd REAL,
+            text TEXT NOT NULL DEFAULT '',
+            text_chars INTEGER NOT NULL DEFAULT 0,
+            issues TEXT
         )""",
-    "CREATE INDEX task_log_by_run ON task_log (run_id)",
-    f"CREATE VIEW task_log_rows ({TASK_COLUMNS}) AS {_LOG_ROWS}",
-    f"CREATE VIEW tasks ({TASK_COLUMNS}) AS SELECT {TASK_COLUMNS} FROM task_rows "
-    f"UNION ALL SELECT {TASK_COLUMNS} FROM task_log_rows",
+    "CREATE INDEX model_calls_by_solve ON model_calls (solve_id, seq)",
+    "CREATE INDEX model_calls_by_run ON model_calls (run_id)",
 )
+
+
+def _move_task_log(conn: sqlite3.Connection) -> None:
+    """v9: the task rows of version 8's batch documents (table ``task_log``), as its view
+    ``task_log_rows`` gives them, into the table of rows. The view is the store's own, as
+    version 8 wrote it; a store that never was at version 8 has no documents."""
+    found = conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'task_log'").fetchone()
+    if found is None or conn.execute("SELECT 1 FROM task_log LIMIT 1").fetchone() is None:
+        return
+    # A task is in one document or in a row of its own, never both (version 8 saw to it).
+    conn.execute(
+        f"INSERT OR REPLACE INTO task_rows ({TASK_COLUMNS}) "
+        f"SELECT {TASK_COLUMNS} FROM task_log_rows"
+    )
+
+
+def _plans_as_json(conn: sqlite3.Connection) -> None:
+    """v9: each plan version 8 kept as ``[goal, [[id, tool, args, depends_on], ...]]`` as the
+    plan's JSON, one plan at a time."""
+    short = conn.execute("SELECT run_id FROM run_plans WHERE substr(plan, 1, 1) = '['").fetchall()
+    for (run_id,) in short:
+        (text,) = conn.execute("SELECT plan FROM run_plans WHERE run_id = ?", (run_id,)).fetchone()
+        conn.execute(
+            "UPDATE run_plans SET plan = ? WHERE run_id = ?", (_short_plan_as_json(text), run_id)
+        )
+
+
+def _short_plan_as_json(text: str) -> str:
+    try:
+        goal, rows = json.loads(text)
+        data = {
+            "goal": goal,
+            "tasks": [{"id": i, "tool": t, "args": a, "depends_on": d} for i, t, a, d in rows],
+        }
+    except (TypeError, ValueError):
+        return text  # not a plan: its readers say so
+    try:
+        return Plan.model_validate(data).to_json(indent=None)
+    except ValidationError:
+        return to_json(data).decode()  # its readers say what does not fit
+
 
 #: Forward schema steps: ``MIGRATIONS[i]`` takes a store from version ``i`` to ``i + 1``.
 MIGRATIONS: list[Sequence[Migration]] = [
@@ -210,25 +212,46 @@ MIGRATIONS: list[Sequence[Migration]] = [
     # v7: the options a solve was started with (a JSON object), so that a paused solve
     # resumes with them (dagagent.workflows.resume_solve).
     ("ALTER TABLE solves ADD COLUMN options TEXT",),
-    # v8: task results a batch at a time. The table of rows becomes ``task_rows``; a batch of
-    # plain results is one row of ``task_log`` (its JSON document as written); ``tasks`` is
-    # the view of both, one row per task as before (see _LOG_ROWS). A run's plan goes to
-    # ``run_plans``: updating the run's row when it ends then no longer writes the plan again
-    # (``runs.plan`` is '' for such a run; older runs keep theirs there).
+    # v8: a run's plan in a table of its own, ``run_plans``: updating the run's row when it
+    # ends then does not write the plan again (``runs.plan`` is '' for such a run). The table
+    # of task rows became ``task_rows``. (v8 also wrote task results a batch at a time, as
+    # JSON documents in a table ``task_log`` read through views ``task_log_rows`` and
+    # ``tasks``: a store at version 8 has them, and v9 takes them out; a store that comes from
+    # an older version gets neither.)
     (
         _RUN_PLANS,
         "ALTER TABLE tasks RENAME TO task_rows",
-        *_TASK_LOG,
     ),
+    # v9: one table of task rows, ``tasks``, and one form of a plan, its JSON. The rows of
+    # version 8's batch documents move into the table of rows (as its view gave them), and
+    # the documents and their views go. Every run's plan is in ``run_plans`` (``runs.plan`` is
+    # '' for every run), as the plan's JSON (version 8 kept a plan of plain tool tasks as
+    # ``[goal, [[id, tool, args, depends_on], ...]]``).
+    (
+        _move_task_log,
+        "DROP VIEW IF EXISTS tasks",
+        "DROP VIEW IF EXISTS task_log_rows",
+        "DROP TABLE IF EXISTS task_log",
+        "ALTER TABLE task_rows RENAME TO tasks",
+        "INSERT OR IGNORE INTO run_plans (run_id, plan) SELECT id, plan FROM runs WHERE plan != ''",
+        "UPDATE runs SET plan = '' WHERE plan != ''",
+        _plans_as_json,
+    ),
+    # v10: every model call of a solve (planner, replanner, joiner, agent tasks), one row
+    # each: where it belongs (solve, round, run, role, task), what was asked (model, server,
+    # options), what the model wrote (bounded), how it ended, when, its tokens and its cost
+    # (see dagagent.store._model_calls).
+    _MODEL_CALLS,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
 
 #: The schema a NEW store file gets, in one transaction, instead of replaying every step of
-#: :data:`MIGRATIONS` (each ALTER TABLE rewrites and checks the whole schema: milliseconds per
-#: new file). It is what the steps leave behind, written as they leave it (ADD COLUMN appends
-#: to a table's text, RENAME quotes the new name), so that ``sqlite_master`` is the same
-#: either way: the tests compare them. A new step goes into :data:`MIGRATIONS` and here.
+#: :data:`MIGRATIONS` (each ALTER TABLE rewrites and checks the whole schema). It is what the
+#: steps leave behind, written as they leave it (ADD COLUMN appends to a table's text, RENAME
+#: quotes the new name), so that ``sqlite_master`` is the same either way: the tests compare
+#: them. A new step goes into :data:`MIGRATIONS` and here. (``runs.plan`` is '' for every run
+#: since version 9: the plan is in ``run_plans``, and SQLite before 3.35 cannot drop a column.)
 SCHEMA: tuple[str, ...] = (
     """CREATE TABLE runs (
             id TEXT PRIMARY KEY,
@@ -247,7 +270,7 @@ SCHEMA: tuple[str, ...] = (
         , context TEXT)""",
     _RUNS_BY_CREATED,
     _RUNS_BY_PARENT,
-    """CREATE TABLE "task_rows" (
+    """CREATE TABLE "tasks" (
             run_id TEXT NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
             task_id TEXT NOT NULL,
             status TEXT NOT NULL,
@@ -278,122 +301,8 @@ SCHEMA: tuple[str, ...] = (
     *_SOLVE_ROUNDS,
     *_APPROVALS,
     _RUN_PLANS,
-    *_TASK_LOG,
+    *_MODEL_CALLS,
 )
-
-
-def _refuse_foreign(conn: sqlite3.Connection, path: Path) -> None:
-    """A store at schema version 0 is a new, empty file: never add our tables to (or switch
-    the journal of) another application's database, e.g. a --store pointed at the wrong file."""
-    foreign = [
-        r[0]
-        for r in conn.execute(
-            "SELECT name FROM sqlite_master WHERE name NOT LIKE 'sqlite_%' LIMIT 6"
-        )
-    ]
-    if foreign:
-        shown = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
-        raise StoreError(
-            f"{path} is not a dagagent run store: it is a SQLite database of something else "
-            f"(it has {shown}); choose another --store file"
-        )
-
-
-def _failure(exc: sqlite3.Error) -> str:
-    """What kind of failure ``exc`` is: ``busy`` (another process holds a lock), ``readonly``,
-    ``cantopen``, or ``other`` (e.g. not a database, a damaged file)."""
-    name = getattr(exc, "sqlite_errorname", "")  # Python 3.11+
-    text = str(exc)
-    if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) or (not name and "locked" in text):
-        return "busy"
-    if name.startswith("SQLITE_READONLY") or (not name and "readonly" in text):
-        return "readonly"
-    if name.startswith("SQLITE_CANTOPEN") or (not name and "unable to open" in text):
-        return "cantopen"
-    return "other"
-
-
-def _open_error(path: Path, exc: sqlite3.Error, doing: str = "open") -> StoreError:
-    """The error of a store that cannot be opened, saying why: another process holds it
-    locked, it cannot be written, it cannot be opened at all, or it is not a store."""
-    kind = _failure(exc)
-    if kind == "busy":
-        return StoreError(
-            f"run store {path} is locked by another process (waited {BUSY_TIMEOUT_S:g} s "
-            f"to {doing} it): try again when that process is done"
-        )
-    if kind == "readonly":
-        return StoreError(
-            f"run store {path} cannot be written: it is read-only ({exc}); commands that "
-            "only read runs can still read it; or choose another --store"
-        )
-    if kind == "cantopen":
-        return StoreError(f"cannot {doing} run store {path}: {exc}")
-    return StoreError(f"{path} is not a dagagent run store: {exc}")
-
-
-#: How long a connection waits for another process's lock (SQLite's busy timeout).
-BUSY_TIMEOUT_S = 10.0
-
-
-def connect(path: Path, *, read_only: bool = False) -> sqlite3.Connection:
-    """A connection to the store file (``read_only``: one that cannot write to it, and that
-    also opens a store in a directory it cannot write to)."""
-    if read_only:
-        uri = path.resolve().as_uri()
-        try:
-            conn = _connect_ro(uri + "?mode=ro")
-        except sqlite3.OperationalError as exc:
-            # A WAL store whose directory is read-only: its shared-memory file cannot be
-            # made. Nobody can write the store there, so it may be read as unchanging.
-            if _failure(exc) not in ("cantopen", "readonly"):
-                raise _open_error(path, exc, "read") from None
-            try:
-                conn = _connect_ro(uri + "?immutable=1")
-            except sqlite3.Error as exc2:
-                raise _open_error(path, exc2, "read") from None
-        except sqlite3.Error as exc:
-            raise _open_error(path, exc, "read") from None
-        return conn
-    conn = sqlite3.connect(
-        str(path), timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
-    )
-    try:
-        if int(conn.execute("PRAGMA user_version").fetchone()[0]) == 0:
-            _refuse_foreign(conn, path)
-        conn.execute("PRAGMA synchronous=NORMAL")  # first: the switch to WAL is then quicker
-        # Switching to WAL writes to the file: only when it is not in WAL mode yet.
-        if str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower() != "wal":
-            # A new file (no page yet) has nothing a journal could restore: it is switched
-            # without one (a rollback journal costs three waits for the disk, often more than
-            # the rest of the store's opening). A process killed meanwhile leaves the empty
-            # file, or the switched one: its first page is one write.
-            new = int(conn.execute("PRAGMA page_count").fetchone()[0]) == 0
-            if new:
-                conn.execute("PRAGMA journal_mode=MEMORY")
-            mode = str(conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]).lower()
-            if new and mode != "wal":  # WAL refused (e.g. no shared memory): the usual journal
-                conn.execute("PRAGMA journal_mode=DELETE")
-        conn.execute("PRAGMA foreign_keys=ON")
-    except sqlite3.Error as exc:
-        conn.close()
-        raise _open_error(path, exc) from None
-    except StoreError:
-        conn.close()
-        raise
-    return conn
-
-
-def _connect_ro(uri: str) -> sqlite3.Connection:
-    conn = sqlite3.connect(
-        uri, uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
-    )
-    try:
-        conn.execute("PRAGMA user_version").fetchone()
-    except BaseException:
-        conn.close()
-        raise
-    return conn
 
 
 def migrate(
@@ -420,7 +329,7 @@ def migrate(
         version = int(conn.execute("PRAGMA user_version").fetchone()[0])
         if version == 0:
             try:
-                _refuse_foreign(conn, path)
+                refuse_foreign(conn, path)
             except StoreError:
                 conn.execute("ROLLBACK")
                 raise
@@ -439,8 +348,8 @@ def migrate(
     except sqlite3.Error as exc:
         if conn.in_transaction:
             conn.execute("ROLLBACK")
-        if _failure(exc) != "other":
-            raise _open_error(path, exc, "upgrade") from None
+        if failure(exc) != "other":
+            raise open_error(path, exc, "upgrade") from None
         raise StoreError(
             f"cannot bring run store {path} from schema version {version} to {target}: {exc} "
             "(is it a dagagent run store?)"

@@ -7,12 +7,13 @@
   servers describe);
 - :mod:`._registry`: the :class:`Registry` of named tools, and :func:`connected`, which opens
   the connections their calls need while a run lasts;
-- :mod:`._threads`: the bounded worker threads sync tools run in (:data:`sync_threads`).
+- :mod:`._threads`: the places in anyio's worker threads that bound sync tool calls in a
+  process (:data:`sync_threads`).
 """
 
 from ._registry import Registry, connected
 from ._schema import SchemaTool
-from ._threads import THREAD_NAME, SyncThreads, sync_threads
+from ._threads import SyncThreads, sync_threads
 from ._tool import (
     GENERATOR_TYPES,
     Tool,
@@ -25,7 +26,6 @@ from ._tool import (
 
 __all__ = [
     "GENERATOR_TYPES",
-    "THREAD_NAME",
     "Registry",
     "SchemaTool",
     "SyncThreads",

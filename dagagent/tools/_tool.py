@@ -382,9 +382,9 @@ GENERATOR_TYPES = (GeneratorType, AsyncGeneratorType)
 
 class _Raised:
     """A GeneratorExit a sync tool raised in its worker thread, carried back as a value:
-    set on the thread's future it would be thrown into the awaiting coroutine, and a thrown
-    GeneratorExit closes every frame of the task on its way out (PEP 380), so no runner could
-    catch it and record the task."""
+    handed back as an exception, asyncio would throw it into the awaiting coroutine, and a
+    thrown GeneratorExit closes every frame of the task on its way out (PEP 380), so no runner
+    could catch it and record the task."""
 
     __slots__ = ("exc",)
 
@@ -406,12 +406,18 @@ def _sync_threads() -> SyncThreads:
 
 
 def call_sync(fn: Callable[..., Any], args: Mapping[str, Any]) -> Any:
-    """Call a sync tool function (in a worker thread); drain a generator it returns."""
+    """Call a sync tool function (in a worker thread); drain a generator it returns.
+
+    Two exceptions cannot travel back to the awaiting coroutine as they are: a GeneratorExit
+    comes back as a value (see :class:`_Raised`), and a StopIteration, which would end the
+    coroutine that receives it as if it had returned, becomes a RuntimeError that says so."""
     try:
         result = fn(**args)
         return list(result) if type(result) is GeneratorType else result
     except GeneratorExit as exc:
         return _Raised(exc)
+    except StopIteration as exc:
+        raise RuntimeError(f"the tool raised {exc!r}") from exc
 
 
 async def materialize_async(result: Any) -> Any:

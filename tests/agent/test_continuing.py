@@ -135,7 +135,7 @@ async def test_a_denied_call_is_an_observation_for_the_continued_agent(tmp_path:
     assert result.ok and calls == ["after could not tell ann"]
     texts = [m.content for m in llm2.requests[0].messages]
     assert 'Thought: mail\nAction: send\nAction Input: {"to": "ann"}' in texts
-    assert "Observation: Error: denied: not now" in texts
+    assert "Observation: Error: <output>denied: not now</output>" in texts
 
 
 async def test_a_map_of_agents_resumes_each_waiting_element_from_its_steps(

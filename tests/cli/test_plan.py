@@ -55,7 +55,10 @@ def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
 
 def answer(plan: Any) -> Reply:
-    return Reply(json=wire.openai_text(plan if isinstance(plan, str) else json.dumps(plan)))
+    # 80 output tokens: what a plan this long takes (a count no answer of its length could
+    # have, such as 5, would not be believed: see dagagent.llm.observe)
+    text = plan if isinstance(plan, str) else json.dumps(plan)
+    return Reply(json=wire.openai_text(text, output_tokens=80))
 
 
 def plan_cli(server: LLMTestServer, *args: str) -> Any:
@@ -76,7 +79,7 @@ def test_plan_shows_table_dag_and_usage(server: LLMTestServer):
     assert "level 0" in text and "level 1" in text
     assert "<- paris, tokyo" in text
     assert "3 tasks in 2 levels; planned with test-model: 1 attempt, 1 call, " in text
-    assert "10 input + 5 output tokens" in text
+    assert "10 input + 80 output tokens" in text
     (request,) = server.requests
     assert request.path == "/v1/chat/completions"
     body = request.json
@@ -103,9 +106,33 @@ def test_json_output(server: LLMTestServer):
         "attempts": 1,
         "calls": 1,
         "input_tokens": 10,
-        "output_tokens": 5,
-        "total_tokens": 15,
+        "output_tokens": 80,
+        "total_tokens": 90,
     }
+
+
+def test_plan_reads_an_llmcompiler_answer_and_json_a_model_wrote_by_hand(
+    server: LLMTestServer,
+) -> None:
+    server.push(
+        answer(
+            "Thought: look both up, then compare.\n"
+            '1. get_weather("Paris")\n'
+            '2. get_weather("Tokyo")\n'
+            '3. compare("${1.temp_c}", "${2.temp_c}", label_a="Paris", label_b="Tokyo")\n'
+            "4. join()<END_OF_PLAN>"
+        )
+    )
+    r = plan_cli(server, "--json")
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    assert [t["id"] for t in data["plan"]["tasks"]] == ["1", "2", "3"]
+    assert data["levels"] == [["1", "2"], ["3"]] and data["usage"]["attempts"] == 1
+    cut = "```json\n// the plan\n" + json.dumps(PLAN)[:-2] + ",],}\n```"  # trailing commas
+    server.push(answer(cut))
+    r = plan_cli(server, "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["levels"] == [["paris", "tokyo"], ["cmp"]]
 
 
 def test_out_writes_a_plan_that_validates(server: LLMTestServer, tmp_path: Path):
@@ -242,3 +269,69 @@ def test_timeout_bounds_a_slow_model(server: LLMTestServer):
     assert r.exit_code == 2
     [line] = [x for x in r.stderr.splitlines() if x.startswith("error:")]
     assert "did not answer within 1.5s" in line
+
+
+def test_every_plan_call_is_bounded(server: LLMTestServer):
+    from dagagent.llm import ScriptedLLM
+    from dagagent.planners import LLMPlanner
+
+    server.push(answer(PLAN), answer(PLAN))
+    assert plan_cli(server).exit_code == 0
+    r = plan_cli(server, "--max-tokens", "900")
+    assert r.exit_code == 0, r.output
+    derived, given = (request.json for request in server.requests)
+    assert derived["max_tokens"] == LLMPlanner(ScriptedLLM(), demo).output_limit()
+    assert given["max_tokens"] == 900
+    assert plan_cli(server, "--max-tokens", "0").exit_code == 2
+
+
+def test_a_planner_prompt_and_examples_of_ones_own(server: LLMTestServer, tmp_path: Path):
+    prompt = tmp_path / "prompt.txt"
+    prompt.write_text("Plan for the weather desk. Tools:\n{tools}\nJSON only.", encoding="utf-8")
+    examples = tmp_path / "examples.json"
+    example = {"goal": "Weather in Oslo?", "plan": [PLAN["tasks"][0] | {"id": "oslo"}]}
+    examples.write_text(json.dumps([example]), encoding="utf-8")
+    server.push(answer(PLAN))
+    r = plan_cli(server, "--planner-prompt", str(prompt), "--examples", str(examples))
+    assert r.exit_code == 0, r.output
+    system, shown_goal, shown_plan, asked = server.requests[0].json["messages"]
+    assert system["content"].startswith("Plan for the weather desk. Tools:\n- get_weather(")
+    assert system["content"].endswith("\nJSON only.")
+    assert "Weather in Oslo?" in shown_goal["content"]
+    assert json.loads(shown_plan["content"])["tasks"][0]["id"] == "oslo"
+    assert GOAL in asked["content"]
+
+
+def test_a_bad_prompt_or_examples_file_is_exit_2_before_any_call(
+    server: LLMTestServer, tmp_path: Path
+):
+    bad = tmp_path / "examples.json"
+    bad.write_text('[{"goal": "Fly", "plan": [{"id": "f", "tool": "fly", "args": {}}]}]')
+    r = plan_cli(server, "--examples", str(bad))
+    assert r.exit_code == 2
+    assert "example 1 ('Fly') is not a valid plan for these tools: [unknown_tool]" in r.output
+    r = plan_cli(server, "--planner-prompt", str(tmp_path / "missing.txt"))
+    assert r.exit_code == 2 and "cannot read the planner prompt file" in r.output
+    empty = tmp_path / "empty.txt"
+    empty.write_text(" \n")
+    r = plan_cli(server, "--planner-prompt", str(empty))
+    assert r.exit_code == 2 and "is empty" in r.output
+    assert server.requests == []
+
+
+def test_a_server_without_json_schema_still_plans_and_says_so(server: LLMTestServer):
+    refusal = {
+        "error": {
+            "code": 400,
+            "message": 'response_format type must be one of "text" or "json_object", but got: '
+            "json_schema",
+            "type": "invalid_request_error",
+        }
+    }
+    server.push(Reply(400, json=refusal), answer(PLAN))
+    r = plan_cli(server, "--json")
+    assert r.exit_code == 0, r.output
+    warnings = json.loads(r.stdout)["warnings"]
+    assert [w[0] for w in warnings] == ["no_response_format"]
+    assert "no_response_format" in r.stderr
+    assert "response_format" not in server.requests[1].json

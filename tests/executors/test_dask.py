@@ -275,7 +275,7 @@ async def test_a_batch_leaves_out_cancelled_calls_and_falls_back_to_one_call_eac
 ) -> None:
     import asyncio
 
-    from dagagent.executors import dask as dask_executor
+    from dagagent.executors.dask import _calls as dask_executor
 
     client = _FakeClient(map_fails)
     state = dask_executor._Session(client, None, own_client=True)
@@ -317,7 +317,7 @@ async def test_pushed_results_are_released_together_and_when_the_run_ends(
 ) -> None:
     """The futures of pushed results are released in groups (at most _HOLD_MAX held), and
     the last ones when the run ends: the cluster keeps nothing of a finished run."""
-    from dagagent.executors import dask as dask_executor
+    from dagagent.executors.dask import _calls as dask_executor
 
     monkeypatch.setattr(dask_executor, "_HOLD_MAX", 3)
     released: list[int] = []
@@ -547,6 +547,19 @@ def test_without_dask_says_how_to_install(monkeypatch: pytest.MonkeyPatch, tmp_p
     assert r.exit_code == 2, r.output
     assert 'pip install "dagagent[dask]"' in r.stderr
     assert "Traceback" not in r.output
+
+
+def test_on_trio_the_dask_executor_refuses_naming_the_event_loop(registry: Registry) -> None:
+    # Dask's client lives on asyncio: the session refuses before it starts anything.
+    exe = DaskExecutor(processes=False, n_workers=1)
+    p = plan({"id": "a", "tool": "add", "args": {"a": 1, "b": 2}})
+
+    async def main() -> None:
+        await dagagent.execute(p, registry, settings=RunSettings(executor=exe))
+
+    with pytest.raises(ConfigError, match=r"asyncio only .* not on trio"):
+        anyio.run(main, backend="trio")
+    assert exe.dask_client is None
 
 
 def test_cli_dask_address_needs_dask_executor(tmp_path: Path) -> None:
@@ -810,7 +823,8 @@ def test_cli_runs_on_a_dask_scheduler(process_cluster: Any, tmp_path: Path) -> N
         catch_exceptions=False,
     )
     assert r.exit_code == 0, r.output
-    lines = r.stderr.splitlines()
+    # (no --tools: a first line says the demo tools are used)
+    lines = [line for line in r.stderr.splitlines() if not line.startswith("note: using the")]
     assert lines[0] == f"connecting to the Dask scheduler at {process_cluster.scheduler_address}..."
     assert re.fullmatch(
         r"Dask ready after \d+\.\ds: 2 workers, 2 threads; shipping 4 tools", lines[1]
@@ -921,7 +935,7 @@ async def test_small_results_come_with_the_completion_and_large_ones_are_fetched
 ) -> None:
     """A small result is pushed to the driver with its call's completion (no fetch round
     trip); one too big to push, or an error, still arrives whole and the same."""
-    from dagagent.executors import dask as dask_executor
+    from dagagent.executors.dask import _calls as dask_executor
 
     reg = Registry()
 

@@ -91,7 +91,9 @@ async def test_defaults_extra_body_and_max_tokens_field(server: LLMTestServer):
     llm = client(
         server,
         max_tokens_field="max_completion_tokens",
-        settings=ModelSettings(max_tokens=100, temperature=0.0, extra_body={"seed": 7}),
+        settings=ModelSettings(
+            max_tokens=100, temperature=0.0, extra_body={"seed": 7}, reasoning_tokens=0
+        ),
     )
     await llm.complete("hi", stop="STOP")
     await llm.complete("hi", max_tokens=5, temperature=1.0)
