@@ -78,8 +78,9 @@ def _process_state(cwd: Path, env: Mapping[str, str]) -> Iterator[None]:
         os.chdir(saved_cwd)
         _set_environment(saved_env)
         sys.path[:] = saved_path
+        known = _directories(saved_path)
         for name in set(sys.modules) - saved_modules:
-            if _brought_by_the_command(name, cwd):
+            if _brought_by_the_command(name, cwd, known):
                 del sys.modules[name]
         changed = [
             sig for sig, handler in saved_handlers.items() if signal.getsignal(sig) != handler
@@ -104,9 +105,21 @@ def _set_environment(env: Mapping[str, str]) -> None:
             os.environ[name] = value
 
 
-def _brought_by_the_command(name: str, cwd: Path) -> bool:
-    """A module a command imported from its working directory or from a ``--tools`` file:
-    another command (another test) must import its own, not find this one."""
+def _directories(path: Sequence[str]) -> list[Path]:
+    """The directories of ``sys.path`` entries, resolved ('' is the working directory)."""
+    found = []
+    for entry in path:
+        try:
+            found.append(Path(entry or ".").resolve())
+        except OSError:
+            continue
+    return found
+
+
+def _brought_by_the_command(name: str, cwd: Path, known: Sequence[Path]) -> bool:
+    """A module a command imported from its working directory, a ``--tools`` file, or a
+    folder it looked in that this process's ``sys.path`` did not name (a project's): another
+    command (another test) must import its own, not find this one."""
     if name.startswith("_dagagent_tools_"):
         return True
     if name.partition(".")[0] == "dagagent":  # the package itself, even run from its checkout
@@ -115,7 +128,10 @@ def _brought_by_the_command(name: str, cwd: Path) -> bool:
     if not origin:
         return False
     try:
-        return Path(origin).resolve().is_relative_to(cwd.resolve())
+        where = Path(origin).resolve()
+        return where.is_relative_to(cwd.resolve()) or not any(
+            where.is_relative_to(d) for d in known
+        )
     except OSError:
         return False
 

@@ -79,6 +79,21 @@ async def _until(predicate: Any) -> None:
     await until(predicate, "another thread changed the state")
 
 
+async def _abandon(threads: SyncThreads, release: threading.Event) -> None:
+    """A call of ``threads`` that waits for ``release``, given up on once it runs in its
+    thread: abandoned, it holds its place until ``release`` is set."""
+    entered = threading.Event()
+
+    def hold() -> None:
+        entered.set()
+        release.wait(30)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(threads.run, hold)
+        await anyio.to_thread.run_sync(entered.wait, 30)
+        tg.cancel_scope.cancel()
+
+
 async def test_hung_sync_tools_hold_no_more_threads_than_the_limit(
     limit: None, anyio_backend: str
 ) -> None:
@@ -235,8 +250,7 @@ async def test_an_abandoned_call_hands_its_place_to_a_waiting_one_when_it_return
     # The place comes free in the abandoned call's worker thread, not on the event loop.
     threads = SyncThreads(limit=1)
     release = threading.Event()
-    with anyio.move_on_after(0.2):
-        await threads.run(release.wait, 30)
+    await _abandon(threads, release)
     assert threads.running == 1 and threads.abandoned == 1
     async with anyio.create_task_group() as tg:
         got: list[int] = []
@@ -245,7 +259,7 @@ async def test_an_abandoned_call_hands_its_place_to_a_waiting_one_when_it_return
             got.append(await threads.run(lambda: 7))
 
         tg.start_soon(second)
-        await anyio.sleep(0.2)
+        await anyio.wait_all_tasks_blocked()
         assert got == [] and threads.running == 1  # waits for the abandoned call's place
         release.set()
     assert got == [7] and threads.running == 0 and threads.abandoned == 0
@@ -276,7 +290,7 @@ async def test_a_call_waits_for_a_place_held_on_another_event_loop(other: str) -
                 got.append(await threads.run(lambda: 7))
 
             tg.start_soon(waiting)
-            await anyio.sleep(0.2)
+            await anyio.wait_all_tasks_blocked()
             assert got == [] and threads.running == 1
             release.set()
         assert got == [7] and threads.running == 0
@@ -289,12 +303,12 @@ def _seven() -> int:
     return 7
 
 
+@pytest.mark.slow  # forks a process
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
 async def test_a_child_process_after_fork_starts_with_every_place_free() -> None:
     threads = SyncThreads(limit=1)
     release = threading.Event()
-    with anyio.move_on_after(0.2):
-        await threads.run(release.wait, 30)  # abandoned: holds the only place
+    await _abandon(threads, release)  # holds the only place
     assert threads.running == 1
     try:
         with warnings.catch_warnings():  # forking a process with threads (3.12+ warns)

@@ -188,6 +188,9 @@ def _root(
 ) -> None:
     global _started
     _started = IMPORTED if _console_script else time.monotonic()
+    settings = sys.modules.get(f"{__package__}.project")
+    if settings is not None:  # found for an earlier command of this process
+        settings.forget()
     if verbose or ctx.invoked_subcommand not in _QUIET_COMMANDS:
         import logging
 

@@ -755,20 +755,20 @@ def test_show_of_a_running_run_shows_each_task_running_with_its_time_so_far(
     runner = threading.Thread(
         target=lambda: done.append(dagagent.execute_sync(plan, reg, store=home / "runs.db"))
     )
+
+    def h_is_running() -> bool:  # its row is written as it starts, by the store's writer
+        if not (home / "runs.db").exists():
+            return False
+        try:
+            with RunStore(home / "runs.db", read_only=True) as st:
+                record = st.last_run()
+        except dagagent.errors.StoreError:
+            return False
+        return record.tasks.get("h") is not None and record.tasks["h"].status == "running"
+
     runner.start()
     try:
-        deadline = time.monotonic() + 20
-        while True:  # until the store says h runs (its row is written as it starts)
-            assert time.monotonic() < deadline, "h was never recorded as running"
-            if (home / "runs.db").exists():
-                try:
-                    with RunStore(home / "runs.db", read_only=True) as st:
-                        record = st.last_run()
-                except dagagent.errors.StoreError:
-                    continue
-                if record.tasks.get("h") is not None and record.tasks["h"].status == "running":
-                    break
-            time.sleep(0.02)
+        wait_until(h_is_running, "the store records h as running")
         shown = cli("show", "--last")
         assert shown.exit_code == 0, shown.output
         out = " ".join(shown.stdout.split())
