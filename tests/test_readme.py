@@ -86,10 +86,14 @@ def test_install_and_test_commands_come_first_and_are_what_ci_runs() -> None:
     install = section("Install and test")
     assert commands(block_with(install, "bash", "pip")) == [
         ('pip install -e ".[dev]"', ""),
-        ("pytest -n auto", "the whole suite, on every core"),
+        (
+            "pytest -n auto --durations=20",
+            "the whole suite, on every core; its 20 slowest tests last",
+        ),
     ]
     ci = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
     assert any(re.fullmatch(r'pip install (--quiet )?-e "\.\[dev\]"', line) for line in ci)
+    # CI runs exactly the command a user is told to run
     assert [line for line in ci if line.startswith("pytest")] == ["pytest -n auto --durations=20"]
     # the quick loop: the tests not marked slow, a marker pyproject declares
     assert '`pytest -n auto -m "not slow"`' in install
