@@ -26,7 +26,10 @@ import sys
 import traceback
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import typer
 
 TIMEOUT = 60
 
@@ -136,6 +139,15 @@ def _brought_by_the_command(name: str, cwd: Path, known: Sequence[Path]) -> bool
         return False
 
 
+def app_for(args: Sequence[str]) -> typer.Typer:
+    """The command line's app as its console script runs ``dagagent ARGS``: holding the named
+    command alone. (typer builds the options of every command an app holds before it runs one:
+    a tenth of a second a call, most of an in-process command's time.)"""
+    from dagagent.cli._app import _for_command
+
+    return _for_command(list(args))
+
+
 def run_in_process(
     args: Sequence[str], cwd: Path, env: Mapping[str, str], stdin: str = ""
 ) -> subprocess.CompletedProcess[str]:
@@ -143,11 +155,9 @@ def run_in_process(
     stdout and stderr. An exception the command let out fails the test with its traceback."""
     from typer.testing import CliRunner
 
-    from dagagent.cli import app
-
     runner = CliRunner()
     with _process_state(cwd, env):
-        result = runner.invoke(app, list(args), input=stdin, prog_name="dagagent")
+        result = runner.invoke(app_for(args), list(args), input=stdin, prog_name="dagagent")
     if result.exception is not None and not isinstance(result.exception, SystemExit):
         assert result.exc_info is not None
         shown = "".join(traceback.format_exception(*result.exc_info))

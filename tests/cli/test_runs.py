@@ -17,6 +17,7 @@ from typing import Any
 
 import anyio
 import pytest
+from cli_shell import app_for
 from eventually import wait_until
 from rich.console import Console
 from typer.testing import CliRunner
@@ -47,7 +48,7 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def cli(*args: str) -> Any:
-    return CliRunner().invoke(app, list(args))
+    return CliRunner().invoke(app_for(args), list(args))
 
 
 def only_run(home: Path) -> str:

@@ -16,7 +16,7 @@ from typing import Any
 
 import jsonschema
 import pytest
-from cli_shell import clean_environment, run_in_process
+from cli_shell import app_for, clean_environment, run_in_process
 from llm_server import (
     Hangup,
     LLMTestServer,
@@ -28,7 +28,6 @@ from llm_server import (
 from typer.testing import CliRunner
 
 import dagagent
-from dagagent.cli import app
 from dagagent.llm import wire
 from dagagent.planners import plan_json_schema
 from dagagent.toolkits.demo import registry as demo
@@ -198,7 +197,8 @@ def test_seeded_runs_in_process(server: LLMTestServer, monkeypatch: pytest.Monke
     for seed in range(RUNS):
         server.responder = small_model(seed, wire_faults=seed % 4 == 0)
         args = ["plan", "weather", "-m", "openai:small", "--base-url", server.url + "/v1"]
-        r = runner.invoke(app, [*args, "--json", "--timeout", "0.5"], catch_exceptions=True)
+        args += ["--json", "--timeout", "0.5"]
+        r = runner.invoke(app_for(args), args, catch_exceptions=True)
         assert r.exception is None or isinstance(r.exception, SystemExit), (seed, r.exc_info)
         try:
             check_outcome(r.exit_code, r.stdout, r.stderr)
