@@ -84,6 +84,10 @@ def test_tools_lists_module_and_mcp_tools_with_their_arguments(mcp_http: HTTPSer
     assert tools["kit.weather"]["side_effects"] is False
     assert tools["kit.delete_file"]["side_effects"] is True
     assert tools["kit.shout"]["retryable"] is False
+    # the servers' tools joined the command's registry, not the module's
+    from dagagent.toolkits.demo import registry as demo
+
+    assert not [t.name for t in demo if "." in t.name]
 
 
 def test_validate_checks_mcp_arguments_and_a_dead_server_is_a_usage_error(
