@@ -222,7 +222,7 @@ def record_streamed(store: Path) -> str:
     async def main() -> dagagent.RunResult:
         async def write() -> None:
             graph.add(checker.check(task("first", 0.2)))
-            await anyio.sleep(0.4)
+            await anyio.sleep(0.4)  # wall-clock: the timeline drawn shows late joining after it
             graph.add(checker.check(task("late", 0.2)))
             graph.add(checker.check(task("total", 0.05, "${first.task} ${late.task}")))
             graph.close()

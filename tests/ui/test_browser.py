@@ -7,11 +7,11 @@ from __future__ import annotations
 import concurrent.futures
 import os
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from eventually import wait_until
 from playwright.sync_api import expect
 
 import dagagent
@@ -180,10 +180,7 @@ def test_a_running_run_updates_without_reloading(
     )
     t.start()
     try:
-        deadline = time.monotonic() + 20
-        while not path.exists() or not _recorded(path, "quick"):
-            assert time.monotonic() < deadline, "the run was not recorded"
-            time.sleep(0.05)
+        wait_until(lambda: path.exists() and _recorded(path, "quick"), "the run is recorded")
         with Server(path) as server:
             page.goto(server.url + "/")
             run_id = page.locator("tr.run-row").get_attribute("data-run")
