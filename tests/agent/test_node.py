@@ -266,7 +266,7 @@ async def test_an_agent_task_cut_off_keeps_the_steps_it_took(tools: Registry) ->
     # it had found something out: it succeeds with that, marked partial
     assert task.status is TaskStatus.SUCCEEDED and task.partial
     assert task.error == "partial answer: timed out after 1.5 s before the agent answered"
-    assert task.output == 'What the tools returned:\n- add({"a": 1, "b": 2}): 3'
+    assert task.output == 'What the tools returned:\n- plus({"a": 1, "b": 2}): 3'
     assert task.steps is not None and task.steps[0].calls[0].observation == "3"
 
     # Cancelled (a sibling failed) while waiting on the model for its second step.
