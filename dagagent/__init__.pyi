@@ -37,6 +37,7 @@ from .errors import (
     LLMAuthError as LLMAuthError,
     LLMBadRequestError as LLMBadRequestError,
     LLMConnectionError as LLMConnectionError,
+    LLMContextLengthError as LLMContextLengthError,
     LLMError as LLMError,
     LLMRateLimitError as LLMRateLimitError,
     LLMResponseError as LLMResponseError,

@@ -94,6 +94,21 @@ class _Watching:
         self.progress.rejected("planner", None, None, issues)
 
 
+def _models(llm: Any, watching: _Watching) -> str:
+    """The models that answered the planner's calls, and the models a fallback gave up on."""
+    answered: list[str] = []
+    gave_up: list[str] = []
+    for call in watching.calls:
+        if call.model and call.model not in answered:
+            answered.append(call.model)
+        for failure in call.fallbacks:
+            note = f"{failure.model} ({failure.reason.replace('_', ' ')})"
+            if note not in gave_up:
+                gave_up.append(note)
+    text = ", ".join(answered) or str(llm.model)
+    return f"{text}, falling back from {', '.join(gave_up)}" if gave_up else text
+
+
 def _make_planner(
     choice: ModelChoice,
     registry: Any,
@@ -232,7 +247,7 @@ def plan_cmd(
     with progress:
         result = _plan(llm, planner, goal, deadline=deadline, watching=watching)
     graph = result.graph
-    usage_line = f"planned with {llm.model}: {result.summary()}"
+    usage_line = f"planned with {_models(llm, watching)}: {result.summary()}"
     if json_out and not execute:
         print_json(out, planning_summary(result))
     elif not json_out:

@@ -2,7 +2,8 @@
 
 One protocol, :class:`LLM` (``complete`` and ``stream``), implemented by
 :class:`OpenAIChat` (chat completions: OpenAI, vLLM, Ollama, llama.cpp, LM Studio),
-:class:`AnthropicChat` (Messages API) and :class:`ScriptedLLM` (tests and examples).
+:class:`AnthropicChat` (Messages API) and :class:`ScriptedLLM` (tests and examples);
+:func:`fallback` (a :class:`FallbackLLM`) sends a call on to the next model when one fails.
 Build a client with :func:`from_spec` (``"openai:gpt-4o-mini"``) or :func:`from_env`.
 Failures raise the ``LLM*Error`` classes of :mod:`dagagent.errors`.
 """
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
     )
     from dagagent.llm.openai import OpenAIChat
     from dagagent.llm.protocol import LLM
+    from dagagent.llm.router import Fallback, FallbackLLM, fallback
     from dagagent.llm.scripted import ScriptedLLM, ScriptError, ScriptItem, WireItem
     from dagagent.llm.settings import ModelSettings
     from dagagent.llm.spec import from_env, from_spec
@@ -59,6 +61,8 @@ __all__ = [
     "AssistantMessage",
     "CallObserver",
     "CallOutcome",
+    "Fallback",
+    "FallbackLLM",
     "HTTPChatClient",
     "HTTPRetryPolicy",
     "LLMRequest",
@@ -90,6 +94,7 @@ __all__ = [
     "closing_stream",
     "collect_stream",
     "estimate_tokens",
+    "fallback",
     "from_env",
     "from_spec",
     "last_call",
@@ -104,6 +109,9 @@ _LAZY: dict[str, str] = {
     "HTTPChatClient": "_http",
     "HTTPRetryPolicy": "_retry",
     "AnthropicChat": "anthropic",
+    "Fallback": "router",
+    "FallbackLLM": "router",
+    "fallback": "router",
     "MeteredLLM": "metered",
     "CallObserver": "observe",
     "CallOutcome": "observe",
