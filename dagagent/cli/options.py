@@ -275,7 +275,8 @@ ModelOpt = Annotated[
         "-m",
         metavar="SPEC",
         help="The model: openai:MODEL (OpenAI or any OpenAI-compatible server: vLLM, Ollama, "
-        "...) or anthropic:MODEL; several, separated by commas, are fallbacks in that order "
+        "...), anthropic:MODEL or gemini:MODEL; several, separated by commas, are fallbacks "
+        "in that order "
         "(a call moves on when a model is rate limited, down, unreachable or its context "
         "too short). Keys come from the environment. Default: $DAGAGENT_MODEL.",
     ),
@@ -287,7 +288,7 @@ BaseUrlOpt = Annotated[
         metavar="URL",
         help="Server for the model (the first, with fallbacks), e.g. "
         "http://localhost:11434/v1 (Ollama). Default: $DAGAGENT_BASE_URL, else "
-        "$OPENAI_BASE_URL / $ANTHROPIC_BASE_URL.",
+        "$OPENAI_BASE_URL / $ANTHROPIC_BASE_URL / $GEMINI_BASE_URL.",
     ),
 ]
 

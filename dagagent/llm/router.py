@@ -113,7 +113,7 @@ def fallback_reason(error: BaseException) -> FallbackReason | None:
 def model_label(llm: object) -> str:
     """How a model is named in fallback notes: ``provider:model`` (``openai:gpt-4o``)."""
     model = str(getattr(llm, "model", "") or "")
-    provider = str(getattr(llm, "provider_name", "") or "")
+    provider = str(getattr(llm, "spec_provider", "") or getattr(llm, "provider_name", "") or "")
     if provider and provider != "_OTHER" and model:
         return f"{provider}:{model}"
     return model or type(llm).__name__

@@ -1,7 +1,8 @@
 """Build a client from a short spec string or from the environment.
 
 Accepted specs: ``openai:MODEL`` (OpenAI, or any OpenAI-compatible server when
-``base_url`` is given: vLLM, Ollama, llama.cpp, LM Studio) and ``anthropic:MODEL``.
+``base_url`` is given: vLLM, Ollama, llama.cpp, LM Studio), ``anthropic:MODEL`` and
+``gemini:MODEL`` (the Gemini API in its own format).
 Everything after the first colon is the model name, so ``openai:llama3.1:8b`` works.
 
 A comma-separated list of specs (``openai:gpt-4o,anthropic:claude-sonnet-4-5``) is a
@@ -18,23 +19,26 @@ from typing import Any
 
 from dagagent.errors import ConfigError
 from dagagent.llm.anthropic import AnthropicChat
+from dagagent.llm.gemini import GeminiChat
 from dagagent.llm.openai import OpenAIChat
 from dagagent.llm.router import FallbackLLM
 
 __all__ = ["PROVIDERS", "from_env", "from_spec"]
 
-PROVIDERS: dict[str, type[OpenAIChat] | type[AnthropicChat]] = {
+PROVIDERS: dict[str, type[OpenAIChat] | type[AnthropicChat] | type[GeminiChat]] = {
     "openai": OpenAIChat,
     "anthropic": AnthropicChat,
+    "gemini": GeminiChat,
 }
 
 _FORMS = (
     "'openai:MODEL' (OpenAI or any OpenAI-compatible server via base_url, "
-    "e.g. openai:gpt-4o-mini) or 'anthropic:MODEL' (e.g. anthropic:claude-sonnet-4-5), "
+    "e.g. openai:gpt-4o-mini), 'anthropic:MODEL' (e.g. anthropic:claude-sonnet-4-5) or "
+    "'gemini:MODEL' (e.g. gemini:gemini-2.5-flash), "
     "or several of them separated by commas (the later ones are fallbacks)"
 )
 
-Client = OpenAIChat | AnthropicChat
+Client = OpenAIChat | AnthropicChat | GeminiChat
 
 
 def _split(spec: str) -> list[str]:
@@ -89,8 +93,9 @@ def from_env(
     """A client configured by arguments, falling back to environment variables.
 
     The spec comes from ``model`` or ``DAGAGENT_MODEL``; the base URL from ``base_url``,
-    ``DAGAGENT_BASE_URL``, then ``OPENAI_BASE_URL`` / ``ANTHROPIC_BASE_URL`` for the
-    matching provider. Keys come from ``OPENAI_API_KEY`` / ``ANTHROPIC_API_KEY``. In a list
+    ``DAGAGENT_BASE_URL``, then ``OPENAI_BASE_URL`` / ``ANTHROPIC_BASE_URL`` /
+    ``GEMINI_BASE_URL`` for the matching provider. Keys come from ``OPENAI_API_KEY`` /
+    ``ANTHROPIC_API_KEY`` / ``GEMINI_API_KEY`` (or ``GOOGLE_API_KEY``). In a list
     of specs, ``base_url`` and ``DAGAGENT_BASE_URL`` are the first model's; the others take
     their provider's variable.
     """
