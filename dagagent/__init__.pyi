@@ -125,6 +125,7 @@ from .store import (
 from .tools import (
     Registry as Registry,
     SchemaTool as SchemaTool,
+    Skill as Skill,
     Tool as Tool,
     tool as tool,
 )

@@ -53,6 +53,7 @@ __all__ = [
     "PricesOpt",
     "RunArg",
     "RunOptions",
+    "SkillsOpt",
     "StoreOpt",
     "TimeoutOpt",
     "ToolsOpt",
@@ -85,6 +86,16 @@ McpOpt = Annotated[
         help="Tools of an MCP server, named NAME.TOOL: NAME=COMMAND ARGS... starts a server "
         "speaking over stdio, NAME=URL (http/https) reaches one over streamable HTTP "
         "(repeatable). Beside --tools, or instead: with --mcp, the demo tools are left out.",
+    ),
+]
+SkillsOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--skills",
+        metavar="DIR",
+        help="Skills: a folder of Markdown files (NAME.md or NAME/SKILL.md), each a procedure "
+        "whose one-line summary goes in the planner's and agents' prompts and whose full text "
+        "a model reads with the read_skill tool when it needs it.",
     ),
 ]
 StoreOpt = Annotated[

@@ -45,6 +45,7 @@ from .options import (
     PlannerPromptOpt,
     PolicyOpt,
     RunOptions,
+    SkillsOpt,
     StoreOpt,
     TimeoutOpt,
     ToolsOpt,
@@ -92,6 +93,10 @@ class _Watching:
 
     def rejected(self, call: LiveCall, issues: Sequence[str]) -> None:
         self.progress.rejected("planner", None, None, issues)
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def _models(llm: Any, watching: _Watching) -> str:
@@ -185,6 +190,7 @@ def plan_cmd(
     goal: str = typer.Argument(..., help="What the plan should achieve.", metavar="GOAL"),
     tools: ToolsOpt = None,
     mcp: McpOpt = None,
+    skills: SkillsOpt = None,
     model: ModelOpt = None,
     base_url: BaseUrlOpt = None,
     out_file: OutOpt = None,
@@ -229,7 +235,7 @@ def plan_cmd(
     if out_file is not None:  # before any model call
         check_output_path(out_file, store, "plan")
     options = RunOptions.of(ctx)  # --executor, --ask...: read from ctx
-    registry = load_tools(tools, mcp)
+    registry = load_tools(tools, mcp, skills)
     from .writing import ModelProgress
 
     progress = ModelProgress(err)
@@ -254,7 +260,7 @@ def plan_cmd(
         out.print(plan_table(graph))
         out.print(to_ascii(graph), markup=False, highlight=False)
         out.print(
-            f"{len(graph)} tasks in {len(graph.levels)} levels; {usage_line}",
+            f"{_count(len(graph), 'task')} in {_count(len(graph.levels), 'level')}; {usage_line}",
             markup=False,
             highlight=False,
         )
