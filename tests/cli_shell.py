@@ -31,7 +31,7 @@ class Shell:
         clean = {
             k: v
             for k, v in os.environ.items()
-            if not k.startswith(("DAGAGENT_", "OPENAI_", "ANTHROPIC_"))
+            if not k.startswith(("DAGAGENT_", "OPENAI_", "ANTHROPIC_", "GEMINI_", "GOOGLE_API"))
         }
         self.env = {
             **clean,
