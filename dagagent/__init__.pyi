@@ -28,6 +28,7 @@ from .errors import (
     AgentError as AgentError,
     AgentStoppedError as AgentStoppedError,
     BudgetExceededError as BudgetExceededError,
+    ClusterError as ClusterError,
     ConfigError as ConfigError,
     DagagentError as DagagentError,
     DeadlineError as DeadlineError,

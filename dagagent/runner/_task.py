@@ -18,6 +18,7 @@ from ..errors import AgentError, TaskDeniedError, TaskTimeoutError, TaskWaitingE
 from ..events import (
     Event,
     TaskAgentEvent,
+    TaskElementFinished,
     TaskFinished,
     TaskRetrying,
     TaskStarted,
@@ -480,6 +481,20 @@ class TaskRunner:
     def mark(self, task_id: str, status: TaskStatus, error: str | None = None) -> TaskResult:
         """Record a task that never started (skipped or cancelled)."""
         r = TaskResult(task_id=task_id, status=status, error=error)
+        self._ended(r)
+        return r
+
+    def ran_elsewhere(self, r: TaskResult) -> TaskResult:
+        """Record a task that a remote scheduler ran through its own runner (the Temporal
+        executor's workflow, on a worker): its start, each element of a map, its result,
+        with their events, as if it had run here."""
+        if r.started_at is not None:
+            if self.started is not None:
+                self.started(r.task_id, r.started_at)
+            if self.emit is not None:
+                self.emit(TaskStarted(self.run_id, r.task_id, r.started_at))
+                for i, element in enumerate(r.elements or ()):
+                    self.emit(TaskElementFinished(self.run_id, r.task_id, i, element))
         self._ended(r)
         return r
 

@@ -1,0 +1,105 @@
+"""A worker: serves a registry's tools, and the run workflow, on one task queue.
+
+Start any number of them, on any machines that reach the server (and share the payload
+store): each polls the task queue for workflow tasks (the scheduling, cheap) and activity
+tasks (the tool calls). ``dagagent worker`` is :func:`serve` on the command line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import anyio
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from temporalio.worker import Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+
+from ...tools import connected
+from ._activities import Activities, worker_identity
+from ._connect import DEFAULT_ADDRESS, DEFAULT_NAMESPACE, DEFAULT_TASK_QUEUE, connect
+from ._payloads import DEFAULT_INLINE_BYTES
+from ._workflow import RunWorkflow
+
+if TYPE_CHECKING:
+    from temporalio.converter import StorageDriver
+
+    from ...tools import Registry
+
+__all__ = ["running_worker", "serve"]
+
+
+@contextlib.asynccontextmanager
+async def running_worker(
+    registry: Registry,
+    *,
+    address: str = DEFAULT_ADDRESS,
+    namespace: str = DEFAULT_NAMESPACE,
+    task_queue: str = DEFAULT_TASK_QUEUE,
+    payloads: StorageDriver | str | Path | None = None,
+    inline_bytes: int = DEFAULT_INLINE_BYTES,
+    max_concurrent_activities: int = 100,
+    identity: str | None = None,
+    connect_timeout_s: float = 10.0,
+) -> AsyncIterator[Worker]:
+    """A worker serving ``registry`` on ``task_queue`` while the block runs; it finishes
+    the calls it has started (or lets the server hand them to another worker) on exit.
+
+    Raises :class:`~dagagent.errors.ClusterError` when the server cannot be reached."""
+    client = await connect(
+        address, namespace, payloads, inline_bytes=inline_bytes, timeout_s=connect_timeout_s
+    )
+    identity = identity or worker_identity()
+    activities = Activities(registry, task_queue, identity)
+    worker = Worker(
+        client,
+        task_queue=task_queue,
+        workflows=[RunWorkflow],
+        activities=activities.definitions(),
+        max_concurrent_activities=max_concurrent_activities,
+        identity=identity,
+        # dagagent's modules hold no state a workflow could change: imported once, not per run
+        workflow_runner=SandboxedWorkflowRunner(
+            restrictions=SandboxRestrictions.default.with_passthrough_modules("dagagent")
+        ),
+    )
+    async with connected(list(registry)), worker:
+        yield worker
+
+
+async def serve(
+    registry: Registry,
+    *,
+    address: str = DEFAULT_ADDRESS,
+    namespace: str = DEFAULT_NAMESPACE,
+    task_queue: str = DEFAULT_TASK_QUEUE,
+    payloads: StorageDriver | str | Path | None = None,
+    inline_bytes: int = DEFAULT_INLINE_BYTES,
+    max_concurrent_activities: int = 100,
+    identity: str | None = None,
+    connect_timeout_s: float = 10.0,
+    on_ready: Callable[[str], None] | None = None,
+) -> None:
+    """Run a worker (see :func:`running_worker`) until cancelled; ``on_ready`` is told, in
+    a line of text, once it serves the task queue."""
+    identity = identity or worker_identity()
+    async with running_worker(
+        registry,
+        address=address,
+        namespace=namespace,
+        task_queue=task_queue,
+        payloads=payloads,
+        inline_bytes=inline_bytes,
+        max_concurrent_activities=max_concurrent_activities,
+        identity=identity,
+        connect_timeout_s=connect_timeout_s,
+    ):
+        if on_ready is not None:
+            n = len(registry)
+            on_ready(
+                f"worker {identity} serves {n} tool{'s' if n != 1 else ''} on task queue "
+                f"{task_queue!r} of the Temporal server at {address}"
+            )
+        await anyio.sleep_forever()
