@@ -533,6 +533,7 @@ COMMAND_MODULES = {
     "approvals": "waiting",
     "approve": "waiting",
     "resume": "waiting",
+    "worker": "worker",
 }
 
 

@@ -127,8 +127,19 @@ class Activities:
             prior=prior,
         )
         runner.outputs.update(zip(call["deps"], outputs, strict=True))
-        if task_id not in graph.tasks:
+        task = graph.tasks.get(task_id)
+        if task is None:
             raise ApplicationError(f"task {task_id!r} is not in the plan", non_retryable=True)
+        for name in task.tool_names or ():
+            if name not in self.registry:
+                served = ", ".join(sorted(self.registry.names)) or "none"
+                raise ApplicationError(
+                    f"the worker {self.identity} on task queue {self.task_queue!r} does not "
+                    f"serve tool {name!r} (it serves: {served}); start workers with the same "
+                    "tools as the driver",
+                    type="UnknownToolError",
+                    non_retryable=True,
+                )
         return runner
 
     def _prior(self, graph: PlanGraph, call: dict[str, Any]) -> dict[str, TaskResult] | None:
@@ -163,16 +174,13 @@ class Activities:
         if graph is not None:
             self._graphs.move_to_end(key)
             return graph
-        try:
-            graph = validate(plan, self.registry)
+        try:  # its shape only: each task checks its own tool (see _runner)
+            graph = validate(plan)
         except PlanValidationError as exc:
-            served = ", ".join(sorted(self.registry.names)) or "none"
             issues = "; ".join(str(i) for i in exc.issues)
-            unknown = any(i.code == "unknown_tool" for i in exc.issues)
             raise ApplicationError(
-                f"the worker {self.identity} on task queue {self.task_queue!r} cannot run "
-                f"this plan: {issues} (it serves the tools: {served})",
-                type="UnknownToolError" if unknown else "PlanValidationError",
+                f"the worker {self.identity} cannot read the plan: {issues}",
+                type="PlanValidationError",
                 non_retryable=True,
             ) from None
         self._graphs[key] = graph

@@ -60,7 +60,13 @@ async def connect(
             return await Client.connect(address, namespace=namespace, data_converter=converter)
         except Exception as exc:  # the SDK raises RuntimeError with the transport's reason
             failure = " ".join(str(exc).split()) or type(exc).__name__
-    why = failure if failure is not None else f"no answer within {timeout_s:g} s"
+    if failure is None:
+        why = f"no answer within {timeout_s:g} s"
+    elif "ConnectionRefused" in failure or "Connection refused" in failure:
+        why = "the connection was refused (no server listens there: for development, "
+        why += "`temporal server start-dev` starts one)"
+    else:
+        why = failure
     raise ClusterError(
         f"cannot reach the Temporal server at {address} (namespace {namespace!r}): {why}"
     )

@@ -29,7 +29,13 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError, TimeoutType
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    CancelledError,
+    TimeoutError,
+    TimeoutType,
+)
 
 __all__ = ["QUERY_BATCH", "RUN_TASK", "RunInput", "RunWorkflow"]
 
@@ -281,6 +287,8 @@ class RunWorkflow:
                 return r
             except ActivityError as exc:
                 cause = exc.cause
+                if isinstance(cause, CancelledError):  # this workflow cancelled it
+                    raise asyncio.CancelledError from None
                 if isinstance(cause, TimeoutError):
                     what = _timeout_what(cause.type, inp.heartbeat_s)
                     if task_id in inp.side_effects:
@@ -303,22 +311,23 @@ class RunWorkflow:
                         )
                     done_elements = _reported(cause, done_elements)
                     continue
-                if isinstance(cause, ApplicationError):
-                    return _result(
-                        task_id, "failed", cause.message, error_type=cause.type or "ApplicationError"
-                    )
-                return _result(task_id, "failed", str(cause or exc), error_type=type(exc).__name__)
+                return _failed(task_id, exc)
 
     async def _map(self, task_id: str) -> dict[str, Any]:
         """A map task: in one activity when its list is short, else in chunks of
         ``chunk_elements`` elements (an activity each), put together at the end."""
         inp = self.inp
-        counted: dict[str, Any] = await workflow.execute_local_activity(
-            COUNT_ELEMENTS,
-            args=self._args(task_id, {}),
-            start_to_close_timeout=_LOCAL_BOUND,
-            retry_policy=_ONCE,
-        )
+        try:
+            counted: dict[str, Any] = await workflow.execute_local_activity(
+                COUNT_ELEMENTS,
+                args=self._args(task_id, {}),
+                start_to_close_timeout=_LOCAL_BOUND,
+                retry_policy=_ONCE,
+            )
+        except ActivityError as exc:
+            if isinstance(exc.cause, CancelledError):
+                raise asyncio.CancelledError from None
+            return _failed(task_id, exc)
         if "result" in counted:  # the list could not be had: the task's failure
             r: dict[str, Any] = counted["result"]
             return r
@@ -369,17 +378,30 @@ class RunWorkflow:
                 "started_at": first_start,
                 "attempts": 1,
             }
-        whole: dict[str, Any] = await workflow.execute_local_activity(
-            RUN_TASK,
-            args=self._args(
-                task_id,
-                {"window": None, "assemble": True, "done": [elements[i] for i in range(n)]},
-            ),
-            start_to_close_timeout=_LOCAL_BOUND,
-            retry_policy=_ONCE,
-        )
+        try:
+            whole: dict[str, Any] = await workflow.execute_local_activity(
+                RUN_TASK,
+                args=self._args(
+                    task_id,
+                    {"window": None, "assemble": True, "done": [elements[i] for i in range(n)]},
+                ),
+                start_to_close_timeout=_LOCAL_BOUND,
+                retry_policy=_ONCE,
+            )
+        except ActivityError as exc:
+            if isinstance(exc.cause, CancelledError):
+                raise asyncio.CancelledError from None
+            return _failed(task_id, exc)
         whole["started_at"] = first_start
         return whole
+
+
+def _failed(task_id: str, exc: ActivityError) -> dict[str, Any]:
+    """A task whose activity failed without a result of its own (the worker cannot run it)."""
+    cause = exc.cause
+    if isinstance(cause, ApplicationError):
+        return _result(task_id, "failed", cause.message, error_type=cause.type or "ApplicationError")
+    return _result(task_id, "failed", str(cause or exc), error_type=type(cause or exc).__name__)
 
 
 def _timeout_what(kind: TimeoutType | None, heartbeat_s: float) -> str:
