@@ -150,9 +150,7 @@ class Activities:
         window = call.get("window")
         if not call.get("assemble") and window is None:
             return None
-        finished = {
-            e["task_id"]: TaskResult.validate(_record(e)) for e in call.get("done") or ()
-        }
+        finished = {e["task_id"]: TaskResult.validate(_record(e)) for e in call.get("done") or ()}
         if window is None:
             elements = [finished[f"{task_id}[{i}]"] for i in range(len(finished))]
         else:

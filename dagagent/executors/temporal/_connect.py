@@ -38,7 +38,9 @@ def check_address(address: str) -> str:
     address = address.strip()
     host, sep, port = address.rpartition(":")
     if not sep or not host or not port.isdigit():
-        raise ConfigError(f"the Temporal address must be HOST:PORT (like localhost:7233), not {address!r}")
+        raise ConfigError(
+            f"the Temporal address must be HOST:PORT (like localhost:7233), not {address!r}"
+        )
     return address
 
 

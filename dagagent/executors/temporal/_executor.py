@@ -104,7 +104,9 @@ class TemporalExecutor(BaseExecutor):
     ) -> None:
         self.address = check_address(address)
         if not task_queue or not isinstance(task_queue, str):
-            raise ConfigError(f"temporal executor: the task queue must be a name, not {task_queue!r}")
+            raise ConfigError(
+                f"temporal executor: the task queue must be a name, not {task_queue!r}"
+            )
         for label, value, low in (
             ("max_running", max_running, 1),
             ("chunk_elements", chunk_elements, 1),

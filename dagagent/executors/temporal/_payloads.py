@@ -135,7 +135,9 @@ def payload_driver(payloads: StorageDriver | str | Path | None) -> StorageDriver
     return DirectoryPayloads(payloads if payloads is not None else default_payload_dir())
 
 
-def data_converter(driver: StorageDriver, inline_bytes: int = DEFAULT_INLINE_BYTES) -> DataConverter:
+def data_converter(
+    driver: StorageDriver, inline_bytes: int = DEFAULT_INLINE_BYTES
+) -> DataConverter:
     """Pydantic's JSON converter, with payloads over ``inline_bytes`` in ``driver``."""
     return dataclasses.replace(
         pydantic_data_converter,

@@ -8,6 +8,7 @@ tasks (the tool calls). ``dagagent worker`` is :func:`serve` on the command line
 from __future__ import annotations
 
 import contextlib
+from datetime import timedelta
 
 import anyio
 from collections.abc import AsyncIterator, Callable
@@ -28,7 +29,10 @@ if TYPE_CHECKING:
 
     from ...tools import Registry
 
-__all__ = ["running_worker", "serve"]
+__all__ = ["STICKY_S", "running_worker", "serve"]
+
+#: Seconds a run's next workflow task waits for the worker that holds the run in its cache.
+STICKY_S = 2.0
 
 
 @contextlib.asynccontextmanager
@@ -60,13 +64,29 @@ async def running_worker(
         activities=activities.definitions(),
         max_concurrent_activities=max_concurrent_activities,
         identity=identity,
+        # A run's workflow tasks go to the worker that ran its last one while it answers in
+        # this time; when that worker is gone, to any other, sooner than the SDK's 10 s.
+        sticky_queue_schedule_to_start_timeout=timedelta(seconds=STICKY_S),
         # dagagent's modules hold no state a workflow could change: imported once, not per run
         workflow_runner=SandboxedWorkflowRunner(
             restrictions=SandboxRestrictions.default.with_passthrough_modules("dagagent")
         ),
     )
-    async with connected(list(registry)), worker:
-        yield worker
+    async def run() -> None:
+        # Not cancelled with the block: it ends when shutdown() below has stopped it (a
+        # cancelled run() would never tell shutdown() it is complete).
+        with anyio.CancelScope(shield=True):
+            await worker.run()
+
+    async with connected(list(registry)), anyio.create_task_group() as tg:
+        tg.start_soon(run)
+        try:
+            yield worker
+        finally:
+            # Stopped, or cancelled (a stop signal): either way the worker shuts down whole,
+            # its calls cancelled and handed back to the server, before the block ends.
+            with anyio.CancelScope(shield=True):
+                await worker.shutdown()
 
 
 async def serve(

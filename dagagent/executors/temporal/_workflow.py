@@ -197,7 +197,11 @@ class RunWorkflow:
             if n in self.results:
                 continue
             blocker = next(
-                (d for d in self.inp.dependencies[n] if d in self.results and d not in self.outputs),
+                (
+                    d
+                    for d in self.inp.dependencies[n]
+                    if d in self.results and d not in self.outputs
+                ),
                 failed,
             )
             status = self.results[blocker]["status"] if blocker in self.results else "failed"
@@ -355,7 +359,10 @@ class RunWorkflow:
                         failure = r
                         if not r.get("elements"):  # the chunk itself failed (a lost worker)
                             start, stop = chunks[fut]
-                            failure = {**r, "error": f"elements {start} to {stop - 1}: {r['error']}"}
+                            failure = {
+                                **r,
+                                "error": f"elements {start} to {stop - 1}: {r['error']}",
+                            }
                         if cancel_siblings:
                             for other in pending:
                                 other.cancel()
@@ -400,7 +407,9 @@ def _failed(task_id: str, exc: ActivityError) -> dict[str, Any]:
     """A task whose activity failed without a result of its own (the worker cannot run it)."""
     cause = exc.cause
     if isinstance(cause, ApplicationError):
-        return _result(task_id, "failed", cause.message, error_type=cause.type or "ApplicationError")
+        return _result(
+            task_id, "failed", cause.message, error_type=cause.type or "ApplicationError"
+        )
     return _result(task_id, "failed", str(cause or exc), error_type=type(cause or exc).__name__)
 
 
