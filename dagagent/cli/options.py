@@ -518,13 +518,14 @@ class RunOptions:
         ):
             if given is not None and self.executor != "dask":
                 raise ConfigError(f"{option} needs --executor dask")
-        for given, option in (
+        temporal: tuple[tuple[object, str], ...] = (
             (self.temporal_address, "--temporal-address"),
             (self.task_queue, "--task-queue"),
             (self.temporal_namespace, "--temporal-namespace"),
             (self.payload_store, "--payload-store"),
-        ):
-            if given is not None and self.executor != "temporal":
+        )
+        for value, option in temporal:
+            if value is not None and self.executor != "temporal":
                 raise ConfigError(f"{option} needs --executor temporal")
         if self.dask_address is not None and (
             self.dask_workers is not None or self.dask_threads is not None

@@ -390,7 +390,9 @@ async def test_a_worker_killed_mid_call(own_workers: Workers, tool: str, tmp_pat
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(run)
-        while not temporal_tools.started(tmp_path, "call"):  # the call has started somewhere
+        while True:  # until the call has started on a worker (its marker, in another process)
+            if temporal_tools.started(tmp_path, "call"):
+                break
             await anyio.sleep(0.02)
         [victim] = temporal_tools.started(tmp_path, "call")
         os.kill(victim, signal.SIGKILL)

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-import socket
 import os
+import socket
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -34,6 +34,7 @@ from temporalio.exceptions import ApplicationError
 from ...errors import PlanValidationError
 from ...events import Event, TaskElementFinished
 from ...graph import validate
+from ...references import Template
 from ...results import TaskResult, TaskStatus
 from ...runner import TaskRunner
 from ...settings import TaskRetryPolicy
@@ -98,14 +99,19 @@ class Activities:
     ) -> dict[str, Any]:
         """How many elements a map task's list has: ``{"n": ...}``, or ``{"result": ...}``,
         the task's failure, when it has no list (or one too long) to map over."""
-        from ...runner._map import MapRun  # noqa: PLC0415 - the map's own reading of its list
-        from ...runner._record import TaskRun
-
         runner = self._runner(call, plan, outputs)
         task = runner.tasks[call["task_id"]]
+        source = task.for_each
         try:
-            items = MapRun(runner, task, TaskRun(task.id, 0.0, None)).expand()
+            items = (
+                source
+                if isinstance(source, list)
+                else Template(str(source)).resolve(runner.outputs)
+            )
         except Exception:
+            items = None
+        if not isinstance(items, (list, tuple)) or len(items) > runner.max_elements:
+            # not a list to map over: the runner's own reading of it says why, as a result
             return {"result": (await runner.run_task(task.id)).to_json_dict()}
         return {"n": len(items)}
 

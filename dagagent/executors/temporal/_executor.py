@@ -178,7 +178,7 @@ class TemporalExecutor(BaseExecutor):
                 "tracing) cannot reach: run without them, or choose another executor"
             )
         agents = [t.id for t in graph.plan.tasks if isinstance(t, AgentTask)]
-        if agents or not graph.complete and runner.llm is not None:
+        if agents or (not graph.complete and runner.llm is not None):
             raise ConfigError(
                 f"the temporal executor runs tool tasks only; agent tasks ({', '.join(agents)}) "
                 "need a model on the workers: choose another executor for this plan"
@@ -193,9 +193,10 @@ class TemporalExecutor(BaseExecutor):
     async def _wait_for_workers(self) -> None:
         client = self._client()
         with anyio.move_on_after(self.worker_timeout_s):
-            while not await has_workers(client, self.task_queue):
-                await anyio.sleep(min(0.25, self.worker_timeout_s / 4))  # asking the server
-            return
+            while True:  # the server knows: ask it again a few times a second
+                if await has_workers(client, self.task_queue):
+                    return
+                await anyio.sleep(min(0.25, self.worker_timeout_s / 4))
         raise ClusterError(
             f"no worker serves task queue {self.task_queue!r} on the Temporal server at "
             f"{self.address} (waited {self.worker_timeout_s:g} s): "
@@ -227,9 +228,12 @@ class TemporalExecutor(BaseExecutor):
         try:
             await self._follow(handle, runner)
         except BaseException:
-            with anyio.CancelScope(shield=True), anyio.move_on_after(_QUERY_TIMEOUT_S):
-                with contextlib.suppress(Exception):
-                    await handle.cancel()  # interrupted: the run stops on the workers too
+            with (
+                anyio.CancelScope(shield=True),
+                anyio.move_on_after(_QUERY_TIMEOUT_S),
+                contextlib.suppress(Exception),
+            ):
+                await handle.cancel()  # interrupted: the run stops on the workers too
             raise
 
     def _input(self, graph: PlanGraph, runner: TaskRunner, on_failure: FailurePolicy) -> RunInput:

@@ -8,13 +8,12 @@ tasks (the tool calls). ``dagagent worker`` is :func:`serve` on the command line
 from __future__ import annotations
 
 import contextlib
-from datetime import timedelta
-
-import anyio
 from collections.abc import AsyncIterator, Callable
+from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import anyio
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
@@ -72,6 +71,7 @@ async def running_worker(
             restrictions=SandboxRestrictions.default.with_passthrough_modules("dagagent")
         ),
     )
+
     async def run() -> None:
         # Not cancelled with the block: it ends when shutdown() below has stopped it (a
         # cancelled run() would never tell shutdown() it is complete).

@@ -344,10 +344,11 @@ class RunWorkflow:
         cancel_siblings = inp.on_failure == "cancel" and task_id not in inp.allow_partial
         elements: dict[int, dict[str, Any]] = {}
         failure: dict[str, Any] | None = None
-        pending = set(chunks)
+        pending = list(chunks)  # a list: cancelled in the same order on every replay
         try:
             while pending:
-                done, pending = await workflow.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                done, _ = await workflow.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                pending = [f for f in pending if f not in done]
                 for fut in sorted(done, key=lambda f: chunks[f][0]):
                     if fut.cancelled():
                         continue
