@@ -601,3 +601,14 @@ def test_temporal_options_need_the_temporal_executor(tmp_path: Path) -> None:
 
 def test_workflow_ids_name_the_run() -> None:
     assert workflow_id("abc123") == "dagagent-run-abc123"
+
+
+@pytest.mark.anyio
+async def test_a_solve_on_temporal_is_refused_until_it_is_durable() -> None:
+    with pytest.raises(ConfigError, match="a solve does not run on the temporal executor yet"):
+        await dagagent.solve(
+            "anything",
+            temporal_tools.registry,
+            llm=object(),  # type: ignore[arg-type]  # refused before any model call
+            settings=RunSettings(executor="temporal"),
+        )

@@ -199,13 +199,13 @@ def _record(doc: dict[str, Any]) -> dict[str, Any]:
 
 
 async def _heartbeat(reported: list[dict[str, Any]]) -> None:
-    """Tell the server the worker is alive (and which elements it finished) a few times per
+    """Tell the server the worker is alive (and which elements it finished) four times per
     heartbeat timeout, until cancelled. Local activities have no heartbeat."""
     info = activity.info()
     timeout = info.heartbeat_timeout
     if info.is_local or not timeout:
         return
     every = max(0.05, timeout.total_seconds() / 4)
-    while True:
-        activity.heartbeat(list(reported))
+    while True:  # a call shorter than ``every`` never heartbeats: no request for nothing
         await anyio.sleep(every)
+        activity.heartbeat(list(reported))

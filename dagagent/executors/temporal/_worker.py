@@ -24,6 +24,7 @@ from ._payloads import DEFAULT_INLINE_BYTES
 from ._workflow import RunWorkflow
 
 if TYPE_CHECKING:
+    from temporalio.client import Client
     from temporalio.converter import StorageDriver
 
     from ...tools import Registry
@@ -46,14 +47,19 @@ async def running_worker(
     max_concurrent_activities: int = 100,
     identity: str | None = None,
     connect_timeout_s: float = 10.0,
+    client: Client | None = None,
 ) -> AsyncIterator[Worker]:
-    """A worker serving ``registry`` on ``task_queue`` while the block runs; it finishes
-    the calls it has started (or lets the server hand them to another worker) on exit.
+    """A worker serving ``registry`` on ``task_queue`` while the block runs; on exit it
+    stops, its calls cancelled (the server gives them to other workers).
 
+    ``client``: a client connected as a production cluster needs it (TLS, an API key), whose
+    data converter is :func:`~dagagent.executors.temporal.data_converter`'s; then
+    ``address``, ``namespace``, ``payloads`` and ``inline_bytes`` are the client's business.
     Raises :class:`~dagagent.errors.ClusterError` when the server cannot be reached."""
-    client = await connect(
-        address, namespace, payloads, inline_bytes=inline_bytes, timeout_s=connect_timeout_s
-    )
+    if client is None:
+        client = await connect(
+            address, namespace, payloads, inline_bytes=inline_bytes, timeout_s=connect_timeout_s
+        )
     identity = identity or worker_identity()
     activities = Activities(registry, task_queue, identity)
     worker = Worker(
@@ -100,6 +106,7 @@ async def serve(
     max_concurrent_activities: int = 100,
     identity: str | None = None,
     connect_timeout_s: float = 10.0,
+    client: Client | None = None,
     on_ready: Callable[[str], None] | None = None,
 ) -> None:
     """Run a worker (see :func:`running_worker`) until cancelled; ``on_ready`` is told, in
@@ -115,6 +122,7 @@ async def serve(
         max_concurrent_activities=max_concurrent_activities,
         identity=identity,
         connect_timeout_s=connect_timeout_s,
+        client=client,
     ):
         if on_ready is not None:
             n = len(registry)
