@@ -612,3 +612,56 @@ async def test_a_solve_on_temporal_is_refused_until_it_is_durable() -> None:
             llm=object(),  # type: ignore[arg-type]  # refused before any model call
             settings=RunSettings(executor="temporal"),
         )
+
+
+@pytest.mark.anyio
+async def test_a_lost_map_chunk_runs_again_without_the_elements_it_finished(
+    own_workers: Workers, tmp_path: Path
+) -> None:
+    """A chunk of a map whose worker dies: the elements it had finished (and reported in its
+    heartbeat) are not run again; the one that was running is, on the other worker."""
+    own_workers.start(2)
+    for name in ("a", "c", "d"):  # these return at once; "b" holds its worker
+        (tmp_path / f"{name}.go").touch()
+    p = plan(
+        {
+            "id": "m",
+            "for_each": ["a", "b", "c", "d"],
+            "tool": "hold",
+            "args": {"name": "${@item}", "where": str(tmp_path)},
+        }
+    )
+    ex = executor(own_workers, heartbeat_s=1.0, chunk_elements=2)
+    results: list[dagagent.RunResult] = []
+
+    async def run() -> None:
+        results.append(await dagagent.execute(p, temporal_tools.registry, settings=settings(ex)))
+
+    async def reported_a() -> bool:
+        """Whether the pending chunk of "b" has told the server element 0 is done."""
+        if ex.client is None or ex.workflow_id is None:
+            return False
+        d = await ex.client.get_workflow_handle(ex.workflow_id).describe()
+        converter = ex.client.data_converter
+        for pending in d.raw_description.pending_activities:
+            if pending.heartbeat_details.payloads:
+                [done] = await converter.decode(pending.heartbeat_details.payloads)
+                if any(e["task_id"] == "m[0]" for e in done):
+                    return True
+        return False
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run)
+        while True:  # until "b" runs and its chunk has reported "a" to the server
+            if temporal_tools.started(tmp_path, "b") and await reported_a():
+                break
+            await anyio.sleep(0.05)
+        [victim] = temporal_tools.started(tmp_path, "b")
+        os.kill(victim, signal.SIGKILL)
+        (tmp_path / "b.go").touch()
+    [result] = results
+    r = result.tasks["m"]
+    assert r.status.value == "succeeded", r.error
+    assert [o["pid"] for o in r.output][1] != victim
+    assert len(temporal_tools.started(tmp_path, "a")) == 1  # finished before: not run again
+    assert len(temporal_tools.started(tmp_path, "b")) == 2
