@@ -64,6 +64,23 @@ def count(xs: list[int]) -> int:
     return len(xs)
 
 
+@registry.tool
+def long_text(i: int, n: int) -> str:
+    """A text of ``n`` copies of ``i``'s digits."""
+    return str(i) * n
+
+
+def history_plan(elements: int, outputs: int, size: int) -> dict[str, Any]:
+    """A map of ``elements`` elements and ``outputs`` tasks returning ``size`` characters."""
+    tasks: list[dict[str, Any]] = [
+        {"id": "m", "for_each": list(range(elements)), "tool": "add_one", "args": {"x": "${@item}"}}
+    ]
+    tasks += [
+        {"id": f"long{i}", "tool": "long_text", "args": {"i": i, "n": size}} for i in range(outputs)
+    ]
+    return {"goal": "a wide map and long outputs", "tasks": tasks}
+
+
 def chain_plan(n: int) -> dict[str, Any]:
     tasks = [{"id": "t0", "tool": "add_one", "args": {"x": 0}}]
     tasks += [
@@ -232,10 +249,31 @@ async def measure(args: argparse.Namespace, address: str, payloads: str) -> dict
             for shape in shapes:
                 for side in sides:
                     await one(shape, side, record=True)
-    return times
+        # the history of a run that would break a naive design, as the server reports it
+        wide = history_plan(args.history_elements, args.history_outputs, args.history_size)
+        t0 = time.perf_counter()
+        result = await dagagent.execute(
+            wide, registry, settings=settings.but(max_elements=args.history_elements)
+        )
+        took = time.perf_counter() - t0
+        result.raise_for_status()
+        assert exe.client is not None and exe.workflow_id is not None
+        d = await exe.client.get_workflow_handle(exe.workflow_id).describe()
+        info = d.raw_description.workflow_execution_info
+        history = {
+            "map_elements": args.history_elements,
+            "long_outputs": args.history_outputs,
+            "output_chars": args.history_size,
+            "wall_s": took,
+            "history_events": info.history_length,
+            "history_bytes": info.history_size_bytes,
+            "naive_activities": args.history_elements + args.history_outputs,
+            "naive_output_bytes": args.history_outputs * args.history_size,
+        }
+    return {"times": times, "history": history}
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
+def run(args: argparse.Namespace) -> dict[str, Any]:  # {"times": ..., "history": ...}
     workdir = Path(tempfile.mkdtemp(prefix="temporal-bench-"))
     payloads = str(workdir / "payloads")
     port = _free_port()
@@ -318,6 +356,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--chain", type=int, default=30, help="tasks in the chain")
     parser.add_argument("--fan", type=int, default=32, help="parallel tasks of the fan-out")
     parser.add_argument("--repeats", type=int, default=5, help="runs of each (min is kept)")
+    parser.add_argument(
+        "--history-elements", type=int, default=5000, help="elements of the history run's map"
+    )
+    parser.add_argument(
+        "--history-outputs", type=int, default=100, help="long outputs of the history run"
+    )
+    parser.add_argument(
+        "--history-size", type=int, default=100_000, help="characters of each long output"
+    )
     parser.add_argument("--serve-by-hand", metavar="ADDRESS", help=argparse.SUPPRESS)
     common.add_output_options(parser)
     args = parser.parse_args(argv)
@@ -335,7 +382,8 @@ def main(argv: list[str] | None = None) -> None:
 
     info = common.machine_info()
     print(f"machine: {common.machine_line(info)}")
-    times = run(args)
+    measured = run(args)
+    times, history = measured["times"], measured["history"]
 
     headers = [
         "shape",
@@ -387,9 +435,19 @@ def main(argv: list[str] | None = None) -> None:
     ]
     print()
     print(common.text_table(headers, rows))
+    history_line = (
+        f"History of one run with a {history['map_elements']:,}-element map and "
+        f"{history['long_outputs']} outputs of {history['output_chars']:,} characters "
+        f"(a naive design: {history['naive_activities']:,} activities, "
+        f"{history['naive_output_bytes'] / 1e6:.0f} MB of outputs in the history): "
+        f"{history['history_events']:,} events, {history['history_bytes'] / 1e3:,.0f} kB, "
+        f"as the server reports it; the run took {history['wall_s']:.1f} s."
+    )
     print()
     for what, ok, got in targets:
         print(f"  {'met   ' if ok else 'MISSED'}  {what}: {got}")
+    print()
+    print(history_line)
 
     command = common.command_line()
     md = [
@@ -411,6 +469,7 @@ def main(argv: list[str] | None = None) -> None:
         "",
     ]
     md += [f"- {'met' if ok else '**missed**'}: {what} — {got}" for what, ok, got in targets]
+    md += ["", history_line]
     data = {
         "benchmark": "temporal_overhead",
         "command": command,
@@ -418,6 +477,7 @@ def main(argv: list[str] | None = None) -> None:
         "options": {k: v for k, v in vars(args).items() if k not in ("out", "serve_by_hand")},
         "times_s": times,
         "summary": summary,
+        "history": history,
         "targets": [{"target": w, "met": ok, "value": g} for w, ok, g in targets],
     }
     out = common.result_dir(args)
