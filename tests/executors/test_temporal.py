@@ -238,6 +238,26 @@ async def describe(ex: TemporalExecutor) -> Any:
     return d.raw_description.workflow_execution_info
 
 
+async def replay(ex: TemporalExecutor) -> None:
+    """Replay the last run's workflow from its history, as a worker picking it up would:
+    Temporal raises if the workflow code decides differently the second time."""
+    from temporalio.worker import Replayer
+    from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+
+    from dagagent.executors.temporal import RunWorkflow
+
+    assert ex.client is not None and ex.workflow_id is not None
+    history = await ex.client.get_workflow_handle(ex.workflow_id).fetch_history()
+    replayer = Replayer(
+        workflows=[RunWorkflow],
+        data_converter=ex.client.data_converter,
+        workflow_runner=SandboxedWorkflowRunner(
+            restrictions=SandboxRestrictions.default.with_passthrough_modules("dagagent")
+        ),
+    )
+    await replayer.replay_workflow(history)
+
+
 # -- the run -------------------------------------------------------------------------------
 
 MIXED = plan(
@@ -292,6 +312,8 @@ async def test_a_run_ends_as_on_the_dataflow_executor(
         t: s for t, (s, _, _) in outcome(local).items()
     }
     assert record.tasks["ix"].output == [7, 9, 11, 13, 15, 17, 19]
+    # the workflow is deterministic: its history replays to the same decisions
+    await replay(ex)
 
 
 @pytest.mark.anyio
@@ -301,9 +323,8 @@ async def test_a_failure_cancels_the_run_under_cancel(workers: Workers, tmp_path
         {"id": "slow", "tool": "hold", "args": {"name": "never", "where": str(tmp_path)}},
         {"id": "after", "tool": "add", "args": {"a": 1, "b": 1}, "depends_on": ["slow"]},
     )
-    result = await dagagent.execute(
-        p, temporal_tools.registry, settings=settings(executor(workers))
-    )
+    ex = executor(workers)
+    result = await dagagent.execute(p, temporal_tools.registry, settings=settings(ex))
     assert result.status.value == "failed"
     assert result.tasks["f"].error == "ValueError: boom 1"
     assert result.tasks["slow"].status.value == "cancelled"
@@ -311,6 +332,8 @@ async def test_a_failure_cancels_the_run_under_cancel(workers: Workers, tmp_path
         "cancelled while running: the run was stopped after task 'f' failed"
     )
     assert result.tasks["after"].status.value == "cancelled"
+    await replay(ex)  # cancellations included
+    (tmp_path / "never.go").touch()  # the cancelled call's thread on the worker may end now
 
 
 # -- history: bounded by design ------------------------------------------------------------
