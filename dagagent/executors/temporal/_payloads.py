@@ -20,6 +20,7 @@ import dataclasses
 import hashlib
 import os
 import tempfile
+from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -62,9 +63,14 @@ def default_payload_dir() -> Path:
 
 class DirectoryPayloads(StorageDriver):
     """Payloads as files under ``root``, each stored once by the SHA-256 of its bytes (a
-    payload already there is not written again: a value many tasks read is stored once)."""
+    payload already there is not written again: a value many tasks read is stored once).
 
-    def __init__(self, root: str | Path) -> None:
+    A payload never changes once stored (its name is its hash), so the driver remembers
+    which it has written or read and keeps the most recent ones (up to ``cache_bytes``) in
+    memory: the plan every activity of a run carries costs one write and one read per
+    process, not one per activity."""
+
+    def __init__(self, root: str | Path, *, cache_bytes: int = 32 * 1024 * 1024) -> None:
         self.root = Path(root).expanduser()
         try:
             self.root.mkdir(parents=True, exist_ok=True)
@@ -72,6 +78,10 @@ class DirectoryPayloads(StorageDriver):
             raise ConfigError(
                 f"the payload store {self.root} cannot be created: {exc.strerror or exc}"
             ) from None
+        self.cache_bytes = cache_bytes
+        self._stored: set[str] = set()
+        self._cache: OrderedDict[str, bytes] = OrderedDict()
+        self._cached = 0
 
     def name(self) -> str:
         return "dagagent-directory"
@@ -82,49 +92,72 @@ class DirectoryPayloads(StorageDriver):
     def _path(self, digest: str) -> Path:
         return self.root / digest[:2] / digest
 
+    def _remember(self, digest: str, blob: bytes) -> None:
+        self._stored.add(digest)
+        if len(blob) > self.cache_bytes or digest in self._cache:
+            return
+        self._cache[digest] = blob
+        self._cached += len(blob)
+        while self._cached > self.cache_bytes:
+            _, old = self._cache.popitem(last=False)
+            self._cached -= len(old)
+
     async def store(
         self, context: StorageDriverStoreContext, payloads: Sequence[Payload]
     ) -> list[StorageDriverClaim]:
         blobs = [p.SerializeToString(deterministic=True) for p in payloads]
-        return await anyio.to_thread.run_sync(self._store_blobs, blobs)
+        digests = [hashlib.sha256(b).hexdigest() for b in blobs]
+        new = [(d, b) for d, b in zip(digests, blobs, strict=True) if d not in self._stored]
+        if new:
+            await anyio.to_thread.run_sync(self._write, new)
+            for digest, blob in new:
+                self._remember(digest, blob)
+        return [StorageDriverClaim({"sha256": d}) for d in digests]
 
-    def _store_blobs(self, blobs: list[bytes]) -> list[StorageDriverClaim]:
-        claims = []
-        for blob in blobs:
-            digest = hashlib.sha256(blob).hexdigest()
+    def _write(self, blobs: list[tuple[str, bytes]]) -> None:
+        for digest, blob in blobs:
             path = self._path(digest)
-            if not path.exists():
-                path.parent.mkdir(exist_ok=True)
-                # written whole under another name, then renamed: a reader never sees a part
-                fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".part-")
-                try:
-                    with os.fdopen(fd, "wb") as f:
-                        f.write(blob)
-                    os.replace(tmp, path)
-                except BaseException:
-                    Path(tmp).unlink(missing_ok=True)
-                    raise
-            claims.append(StorageDriverClaim({"sha256": digest}))
-        return claims
+            if path.exists():
+                continue
+            path.parent.mkdir(exist_ok=True)
+            # written whole under another name, then renamed: a reader never sees a part
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".part-")
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(blob)
+                os.replace(tmp, path)
+            except BaseException:
+                Path(tmp).unlink(missing_ok=True)
+                raise
 
     async def retrieve(
         self, context: StorageDriverRetrieveContext, claims: Sequence[StorageDriverClaim]
     ) -> list[Payload]:
         digests = [c.claim_data["sha256"] for c in claims]
-        return await anyio.to_thread.run_sync(self._load, digests)
+        blobs: dict[str, bytes] = {}
+        for digest in digests:
+            if digest in self._cache:
+                blobs[digest] = self._cache[digest]
+                self._cache.move_to_end(digest)  # recently used: kept longest
+        missing = [d for d in dict.fromkeys(digests) if d not in blobs]
+        if missing:
+            read = await anyio.to_thread.run_sync(self._load, missing)
+            for digest, blob in zip(missing, read, strict=True):
+                blobs[digest] = blob
+                self._remember(digest, blob)
+        return [Payload.FromString(blobs[d]) for d in digests]
 
-    def _load(self, digests: list[str]) -> list[Payload]:
+    def _load(self, digests: list[str]) -> list[bytes]:
         out = []
         for digest in digests:
             path = self._path(digest)
             try:
-                blob = path.read_bytes()
+                out.append(path.read_bytes())
             except FileNotFoundError:
                 raise ConfigError(
                     f"payload {digest[:12]}... is not in the payload store {self.root}: every "
                     "worker and the driver must share one payload store (--payload-store)"
                 ) from None
-            out.append(Payload.FromString(blob))
         return out
 
 
