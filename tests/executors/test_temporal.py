@@ -316,6 +316,47 @@ async def test_a_run_ends_as_on_the_dataflow_executor(
     await replay(ex)
 
 
+CONDITIONS = plan(
+    {"id": "n", "tool": "echo", "args": {"value": 0}},
+    {"id": "if_pos", "tool": "add", "args": {"a": "${n}", "b": 1}, "when": "${n} > 0"},
+    {"id": "after", "tool": "add", "args": {"a": "${if_pos}", "b": 1}},
+    {"id": "other", "tool": "add", "args": {"a": 1, "b": 1}},
+    {
+        "id": "evens",
+        "for_each": [0, 1, 2, 3, 4, 5],
+        "tool": "double",
+        "args": {"x": "${@item}"},
+        "when": "${@item} in [0, 2, 4]",
+    },
+    {
+        "id": "never",
+        "for_each": [1, 2, 3],
+        "tool": "double",
+        "args": {"x": "${@item}"},
+        "when": "${n} > 5",
+    },
+)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("chunk", [100, 2], ids=["whole-maps", "maps-in-chunks"])
+async def test_conditions_skip_as_on_the_dataflow_executor(workers: Workers, chunk: int) -> None:
+    """A false condition skips its task and what depends on it, stops nothing under
+    ``cancel``, and skips map elements (or a whole map) as the dataflow executor does."""
+    local = await dagagent.execute(CONDITIONS, temporal_tools.registry)
+    ex = executor(workers, chunk_elements=chunk)
+    remote = await dagagent.execute(CONDITIONS, temporal_tools.registry, settings=settings(ex))
+    assert remote.status.value == local.status.value == "succeeded"
+
+    def seen(result: dagagent.RunResult) -> dict[str, Any]:
+        return {t: (*v, result.tasks[t].error_type) for t, v in outcome(result).items()}
+
+    assert seen(remote) == seen(local)
+    assert remote.tasks["after"].skipped_by_condition
+    assert remote.tasks["evens"].output == [0, None, 4, None, 8, None]
+    await replay(ex)
+
+
 @pytest.mark.anyio
 async def test_a_failure_cancels_the_run_under_cancel(workers: Workers, tmp_path: Path) -> None:
     p = plan(

@@ -31,6 +31,7 @@ import anyio
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from ...conditions import parse_condition
 from ...errors import PlanValidationError
 from ...events import Event, TaskElementFinished
 from ...graph import validate
@@ -101,6 +102,10 @@ class Activities:
         the task's failure, when it has no list (or one too long) to map over."""
         runner = self._runner(call, plan, outputs)
         task = runner.tasks[call["task_id"]]
+        if task.when is not None and not _holds(task.when, runner.outputs):
+            # a condition on the whole task that is false (or cannot be decided): the runner
+            # settles the task without mapping anything
+            return {"result": (await runner.run_task(task.id)).to_json_dict()}
         source = task.for_each
         try:
             items = (
@@ -191,6 +196,15 @@ class Activities:
         if len(self._graphs) > _GRAPHS_KEPT:
             self._graphs.popitem(last=False)
         return graph
+
+
+def _holds(when: str, outputs: dict[str, Any]) -> bool:
+    """Whether a task's condition holds on ``outputs``; ``True`` for a condition on each
+    element (``${@item}``), which the chunks decide element by element."""
+    try:
+        return bool(parse_condition(when).decide(outputs))
+    except Exception:
+        return "@" in when  # an element's condition cannot be decided here; else: settled there
 
 
 def _record(doc: dict[str, Any]) -> dict[str, Any]:

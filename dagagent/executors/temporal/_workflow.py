@@ -46,6 +46,8 @@ COUNT_ELEMENTS = "dagagent.count_elements"
 QUERY_BATCH = 200
 
 _OK = ("succeeded", "reused")
+#: The ``error_type`` of a task a condition skipped (``dagagent.results.CONDITION_FALSE``).
+CONDITION_FALSE = "ConditionFalse"
 # Activities are attempted once by Temporal: retries are the task runner's (on the worker)
 # and the workflow's own, for lost workers (see _call).
 _ONCE = RetryPolicy(maximum_attempts=1)
@@ -88,6 +90,17 @@ class RunInput:
 
 def _result(task_id: str, status: str, error: str | None = None, **more: Any) -> dict[str, Any]:
     return {"task_id": task_id, "status": status, "error": error, **more}
+
+
+def _by_condition(r: dict[str, Any]) -> bool:
+    """Whether a condition skipped the task (its own ``when``, or a task it depends on)."""
+    return r["status"] == "skipped" and r.get("error_type") == CONDITION_FALSE
+
+
+def _halts(r: dict[str, Any]) -> bool:
+    """Whether ``r`` stops the run under ``on_failure="cancel"``: the task ended without its
+    output, and not because it waits for a person or a condition skipped it."""
+    return r["status"] not in (*_OK, "waiting") and not _by_condition(r)
 
 
 @workflow.defn(name=WORKFLOW)
@@ -150,7 +163,7 @@ class RunWorkflow:
                             waiting[child] -= 1
                             if not waiting[child] and child not in self.results:
                                 ready.append(child)
-                    elif inp.on_failure == "cancel" and status != "waiting":
+                    elif inp.on_failure == "cancel" and _halts(r):
                         if self.stop_cause is None:
                             self.stop_cause = f"the run was stopped after task {task_id!r} {status}"
                             for other in running:
@@ -188,24 +201,49 @@ class RunWorkflow:
     def _cancelled_why(self) -> str:
         return f"cancelled while running: {self.stop_cause or 'the run was stopped'}"
 
+    def _blocker(self, task_id: str) -> str | None:
+        """The dependency that keeps ``task_id`` from running: one that failed, was denied
+        or skipped for a failure if there is one, else one a condition skipped, else one
+        that was cancelled, else one that has not finished."""
+        by_condition = cancelled = pending = None
+        for d in self.inp.dependencies[task_id]:
+            if d in self.outputs:
+                continue
+            r = self.results.get(d)
+            if r is None:
+                pending = pending or d
+            elif r["status"] == "cancelled":
+                cancelled = cancelled or d
+            elif _by_condition(r):
+                by_condition = by_condition or d
+            else:
+                return d
+        return by_condition or cancelled or pending
+
+    def _skip(self, task_id: str, upstream: str) -> None:
+        """Mark ``task_id`` skipped because of task ``upstream`` (by a condition when
+        ``upstream`` was)."""
+        r = self.results.get(upstream)
+        if r is None:
+            self._finish(
+                _result(task_id, "skipped", f"not run: upstream task {upstream!r} did not finish")
+            )
+        elif _by_condition(r):
+            why = f"not run: upstream task {upstream!r} was skipped by a condition"
+            self._finish(_result(task_id, "skipped", why, error_type=CONDITION_FALSE))
+        else:
+            why = f"not run: upstream task {upstream!r} {r['status']}"
+            self._finish(_result(task_id, "skipped", why))
+
     def _block_descendants(self, failed: str) -> None:
-        """Mark every descendant of ``failed`` not started yet as skipped, naming the first
-        of its dependencies that did not succeed."""
+        """Mark every descendant of ``failed`` not started yet as skipped, naming what keeps
+        it from running."""
         stack = list(self.dependents[failed])
         while stack:
             n = stack.pop()
             if n in self.results:
                 continue
-            blocker = next(
-                (
-                    d
-                    for d in self.inp.dependencies[n]
-                    if d in self.results and d not in self.outputs
-                ),
-                failed,
-            )
-            status = self.results[blocker]["status"] if blocker in self.results else "failed"
-            self._finish(_result(n, "skipped", f"not run: upstream task {blocker!r} {status}"))
+            self._skip(n, self._blocker(n) or failed)
             stack.extend(self.dependents[n])
 
     def _finish_unstarted(self) -> None:
@@ -214,17 +252,9 @@ class RunWorkflow:
         for n in self.inp.order:
             if n in self.results:
                 continue
-            bad = next(
-                (
-                    d
-                    for d in self.inp.dependencies[n]
-                    if d in self.results and self.results[d]["status"] not in (*_OK, "cancelled")
-                ),
-                None,
-            )
-            if bad is not None:
-                status = self.results[bad]["status"]
-                self._finish(_result(n, "skipped", f"not run: upstream task {bad!r} {status}"))
+            d = self._blocker(n)
+            if d is not None and d in self.results and self.results[d]["status"] != "cancelled":
+                self._skip(n, d)
             else:
                 self._finish(_result(n, "cancelled", f"not run: {self.stop_cause}"))
 
