@@ -29,6 +29,7 @@ from .errors import (
     AgentError as AgentError,
     AgentStoppedError as AgentStoppedError,
     BudgetExceededError as BudgetExceededError,
+    ClusterError as ClusterError,
     ConditionError as ConditionError,
     ConditionSyntaxError as ConditionSyntaxError,
     ConfigError as ConfigError,

@@ -44,6 +44,8 @@ The tree::
     │   └── ReActFormatError          a reply in none of the ReAct shapes (also a ValueError)
     ├── StoreError                    the run store cannot be used / run not found
     ├── DecisionError                 a decision cannot be recorded, or a run resumed
+    ├── ClusterError                  the executor's cluster cannot run the plan: a Temporal
+    │                                 server unreachable, no worker on the task queue
     └── ConfigError                   bad option value (executor name, model spec, ...)
         └── MCPConnectError           an MCP server cannot be started, reached or listed
 
@@ -70,6 +72,7 @@ __all__ = [
     "AgentError",
     "AgentStoppedError",
     "BudgetExceededError",
+    "ClusterError",
     "ConditionError",
     "ConditionSyntaxError",
     "ConfigError",
@@ -400,6 +403,13 @@ class StoreError(DagagentError):
 
 class ConfigError(DagagentError):
     """An option has a value dagagent does not accept."""
+
+
+class ClusterError(DagagentError):
+    """The cluster an executor runs the plan on cannot run it (the Temporal executor): the
+    server cannot be reached, no worker serves the task queue (or the last one left), the
+    workflow was terminated on the server. The message names the server, the task queue
+    and, once the run started, the workflow to look at."""
 
 
 class DecisionError(DagagentError):

@@ -21,6 +21,7 @@ from typer.core import TyperArgument, TyperGroup
 
 from ..errors import (
     BudgetExceededError,
+    ClusterError,
     ConfigError,
     DagagentError,
     DeadlineError,
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
 __all__ = [
     "COMMAND_MODULES",
     "EXIT_BUDGET",
+    "EXIT_CLUSTER",
     "EXIT_DEADLINE",
     "EXIT_FAILED",
     "EXIT_INTERRUPTED",
@@ -73,6 +75,7 @@ EXIT_PAUSED = 6
 EXIT_REFUSED = 7
 EXIT_DEADLINE = 8  # --deadline passed: what ran was cancelled, what finished is kept
 EXIT_BUDGET = 9  # the budget (--max-tokens-total, --max-cost, ...) ran out before an answer
+EXIT_CLUSTER = 10  # the executor's cluster (Temporal) cannot be reached, or serves no worker
 EXIT_INTERRUPTED = 130
 
 DEFAULT_TOOLS = "dagagent.toolkits.demo:registry"
@@ -122,7 +125,8 @@ app = typer.Typer(
     "Exit codes: 0 success, 1 run failed, 2 invalid plan or usage, 3 planning failed, "
     "4 run/store not found or unusable, 5 run not fully recorded, 6 paused (tasks wait for "
     "approval), 7 decision or resume refused, 8 the deadline passed (--deadline), 9 the "
-    "budget ran out (--max-tokens-total, --max-cost, ...), 130 interrupted.",
+    "budget ran out (--max-tokens-total, --max-cost, ...), 10 the cluster cannot run it "
+    "(--executor temporal: server unreachable, no worker), 130 interrupted.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -276,6 +280,8 @@ def exit_code_for(exc: DagagentError) -> int:
         return EXIT_DEADLINE
     if isinstance(exc, BudgetExceededError):
         return EXIT_BUDGET
+    if isinstance(exc, ClusterError):
+        return EXIT_CLUSTER
     if isinstance(exc, (PlanError, ConfigError, ToolError, LLMError)):
         return EXIT_USAGE
     return EXIT_FAILED
@@ -537,6 +543,7 @@ COMMAND_MODULES = {
     "approvals": "waiting",
     "approve": "waiting",
     "resume": "waiting",
+    "worker": "worker",
 }
 
 

@@ -128,6 +128,44 @@ ExecutorOpt = Annotated[
         help=f"When tasks start: {', '.join(EXECUTORS)}.",
     ),
 ]
+TemporalAddressOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--temporal-address",
+        metavar="HOST:PORT",
+        help="With --executor temporal (and for dagagent worker): the Temporal server. "
+        "Default: localhost:7233.",
+    ),
+]
+TaskQueueOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--task-queue",
+        metavar="NAME",
+        help="With --executor temporal (and for dagagent worker): the task queue the workers "
+        "serve. Default: dagagent.",
+    ),
+]
+TemporalNamespaceOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--temporal-namespace",
+        metavar="NAME",
+        help="With --executor temporal (and for dagagent worker): the Temporal namespace. "
+        "Default: default.",
+    ),
+]
+PayloadStoreOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--payload-store",
+        metavar="DIR",
+        help="With --executor temporal (and for dagagent worker): where values too large for "
+        "the workflow's history "
+        "go (a directory every worker and the driver share). Default: "
+        "~/.cache/dagagent/payloads ($DAGAGENT_PAYLOADS).",
+    ),
+]
 OnFailureOpt = Annotated[
     str,
     typer.Option(
@@ -481,6 +519,10 @@ class RunOptions:
     dask_address: str | None = None
     dask_workers: int | None = None
     dask_threads: int | None = None
+    temporal_address: str | None = None
+    task_queue: str | None = None
+    temporal_namespace: str | None = None
+    payload_store: Path | None = None
     no_wait: bool = False
 
     def __post_init__(self) -> None:
@@ -491,6 +533,15 @@ class RunOptions:
         ):
             if given is not None and self.executor != "dask":
                 raise ConfigError(f"{option} needs --executor dask")
+        temporal: tuple[tuple[object, str], ...] = (
+            (self.temporal_address, "--temporal-address"),
+            (self.task_queue, "--task-queue"),
+            (self.temporal_namespace, "--temporal-namespace"),
+            (self.payload_store, "--payload-store"),
+        )
+        for value, option in temporal:
+            if value is not None and self.executor != "temporal":
+                raise ConfigError(f"{option} needs --executor temporal")
         if self.dask_address is not None and (
             self.dask_workers is not None or self.dask_threads is not None
         ):
@@ -542,6 +593,16 @@ class RunOptions:
                 n_workers=self.dask_workers,
                 threads_per_worker=self.dask_threads,
             )
+        elif self.executor == "temporal":
+            executor = get_executor(
+                "temporal",
+                **temporal_options(
+                    self.temporal_address,
+                    self.temporal_namespace,
+                    self.task_queue,
+                    self.payload_store,
+                ),
+            )
         return RunSettings(
             executor=executor,
             on_failure=cast(FailurePolicy, self.on_failure),  # checked by RunSettings
@@ -565,6 +626,20 @@ class RunOptions:
             "mcp_specs": mcp,
             "approval": approval_context(self.policy_file, self.asks),
         }
+
+
+def temporal_options(
+    address: str | None, namespace: str | None, task_queue: str | None, payloads: Path | None
+) -> dict[str, Any]:
+    """The Temporal executor's (or worker's) keywords from ``--temporal-address``,
+    ``--temporal-namespace``, ``--task-queue`` and ``--payload-store`` (those given)."""
+    found = {
+        "address": address,
+        "namespace": namespace,
+        "task_queue": task_queue,
+        "payloads": payloads,
+    }
+    return {k: v for k, v in found.items() if v is not None}
 
 
 #: The fields of :class:`RunOptions` whose option has another parameter name.

@@ -30,7 +30,7 @@ __all__ = [
     "get_executor",
 ]
 
-EXECUTORS = ("serial", "levels", "dataflow", "dask")
+EXECUTORS = ("serial", "levels", "dataflow", "dask", "temporal")
 #: The executors that run every task in this process.
 IN_PROCESS_EXECUTORS = ("serial", "levels", "dataflow")
 
@@ -59,7 +59,8 @@ def __dir__() -> list[str]:
 
 
 def get_executor(spec: str | Executor, **options: Any) -> Executor:
-    """An executor from its name (``serial``, ``levels``, ``dataflow``, ``dask``) or as given."""
+    """An executor from its name (``serial``, ``levels``, ``dataflow``, ``dask``,
+    ``temporal``) or as given; ``options`` go to the Dask or Temporal executor."""
     if not isinstance(spec, str):
         return spec
     if spec == "serial":
@@ -79,4 +80,9 @@ def get_executor(spec: str | Executor, **options: Any) -> Executor:
 
         dask_executor: Executor = DaskExecutor(**options)
         return dask_executor
+    if spec == "temporal":
+        from .temporal import TemporalExecutor  # optional dependency
+
+        temporal_executor: Executor = TemporalExecutor(**options)
+        return temporal_executor
     raise ConfigError(f"unknown executor {spec!r}: choose one of {', '.join(EXECUTORS)}")

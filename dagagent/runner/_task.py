@@ -25,6 +25,7 @@ from ..errors import (
 from ..events import (
     Event,
     TaskAgentEvent,
+    TaskElementFinished,
     TaskFinished,
     TaskRetrying,
     TaskStarted,
@@ -533,6 +534,20 @@ class TaskRunner:
         """Record a task that never started (skipped or cancelled), and why (``error_type``
         :data:`~dagagent.results.CONDITION_FALSE`: skipped by a condition)."""
         r = TaskResult(task_id=task_id, status=status, error=error, error_type=error_type)
+        self._ended(r)
+        return r
+
+    def ran_elsewhere(self, r: TaskResult) -> TaskResult:
+        """Record a task that a remote scheduler ran through its own runner (the Temporal
+        executor's workflow, on a worker): its start, each element of a map, its result,
+        with their events, as if it had run here."""
+        if r.started_at is not None:
+            if self.started is not None:
+                self.started(r.task_id, r.started_at)
+            if self.emit is not None:
+                self.emit(TaskStarted(self.run_id, r.task_id, r.started_at))
+                for i, element in enumerate(r.elements or ()):
+                    self.emit(TaskElementFinished(self.run_id, r.task_id, i, element))
         self._ended(r)
         return r
 

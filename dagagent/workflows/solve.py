@@ -870,6 +870,14 @@ async def solve(
     if prices is not None and not isinstance(prices, Prices):
         prices = Prices.load(prices)
     settings = settings or SOLVE_SETTINGS
+    chosen = settings.executor
+    if (chosen if isinstance(chosen, str) else getattr(chosen, "name", None)) == "temporal":
+        raise ConfigError(
+            "a solve does not run on the temporal executor yet (its planner, joiner and agent "
+            "calls are not activities, so it would not be durable): write the plan with "
+            "`dagagent plan GOAL -o plan.json`, then run it with `dagagent run plan.json "
+            "--executor temporal`"
+        )
     options = {
         "max_rounds": max_rounds,
         "stream": stream,

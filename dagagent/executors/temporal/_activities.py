@@ -1,0 +1,225 @@
+"""What runs on the workers: one task through the task runner, as an activity.
+
+:class:`Activities` holds a worker's registry. Its activity ``dagagent.run_task`` gets the
+call (which task of which run; for a map, which window of its elements), the plan, and the
+output of each dependency; it validates the plan against the worker's own tools (once per
+plan and worker), makes a :class:`~dagagent.runner.TaskRunner` that knows those outputs, and
+runs the task with it: references, argument validation, retries and their spacing, the
+timeout, the map's elements, the result record: all as in a local run. The result goes back
+as the JSON of :meth:`TaskResult.to_json_dict <dagagent.results.TaskResult.to_json_dict>`.
+
+A map's window: the elements outside it stand as placeholders and those the window finished
+before its worker was lost stand as they were reported (see :meth:`_window_prior`), so the
+runner runs only the rest (the same road as a resumed run's waiting elements). Finished
+elements are reported in the activity's heartbeats.
+
+A worker whose registry lacks a tool of the plan (or has one whose arguments differ) fails
+the task at once, saying what the worker serves: the error is not retried.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import anyio
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from ...conditions import parse_condition
+from ...errors import PlanValidationError
+from ...events import Event, TaskElementFinished
+from ...graph import validate
+from ...references import Template
+from ...results import TaskResult, TaskStatus
+from ...runner import TaskRunner
+from ...settings import TaskRetryPolicy
+from ._workflow import COUNT_ELEMENTS, RUN_TASK
+
+if TYPE_CHECKING:
+    from ...graph import PlanGraph
+    from ...tools import Registry
+
+__all__ = ["Activities", "worker_identity"]
+
+# Plans validated on this worker, by the hash of their JSON.
+_GRAPHS_KEPT = 32
+
+
+def worker_identity() -> str:
+    """``pid@host``: how a worker names itself to the server and in its errors."""
+    return f"{os.getpid()}@{socket.gethostname()}"
+
+
+class Activities:
+    """The activities of a worker serving ``registry`` on ``task_queue``."""
+
+    def __init__(self, registry: Registry, task_queue: str, identity: str | None = None) -> None:
+        self.registry = registry
+        self.task_queue = task_queue
+        self.identity = identity or worker_identity()
+        self._graphs: OrderedDict[str, PlanGraph] = OrderedDict()
+
+    def definitions(self) -> list[Any]:
+        return [self.run_task, self.count_elements]
+
+    # -- the activities ----------------------------------------------------------------------
+
+    @activity.defn(name=RUN_TASK)
+    async def run_task(self, call: dict[str, Any], plan: dict[str, Any], *outputs: Any) -> Any:
+        """Run one task (or a window of a map's elements) and return its result's JSON."""
+        runner = self._runner(call, plan, outputs)
+        task_id = call["task_id"]
+        window = call.get("window")
+        reported: list[dict[str, Any]] = list(call.get("done") or ())
+        if window is not None:
+            start, stop = window
+
+            def keep(event: Event) -> None:
+                if isinstance(event, TaskElementFinished) and start <= event.index < stop:
+                    reported.append(event.result.to_json_dict())
+
+            runner.emit = keep
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_heartbeat, reported)
+            r = await runner.run_task(task_id)
+            tg.cancel_scope.cancel()
+        doc = r.to_json_dict()
+        if window is not None:
+            doc["elements"] = doc["elements"][start:stop] if doc.get("elements") else []
+        return doc
+
+    @activity.defn(name=COUNT_ELEMENTS)
+    async def count_elements(
+        self, call: dict[str, Any], plan: dict[str, Any], *outputs: Any
+    ) -> dict[str, Any]:
+        """How many elements a map task's list has: ``{"n": ...}``, or ``{"result": ...}``,
+        the task's failure, when it has no list (or one too long) to map over."""
+        runner = self._runner(call, plan, outputs)
+        task = runner.tasks[call["task_id"]]
+        if task.when is not None and not _holds(task.when, runner.outputs):
+            # a condition on the whole task that is false (or cannot be decided): the runner
+            # settles the task without mapping anything
+            return {"result": (await runner.run_task(task.id)).to_json_dict()}
+        source = task.for_each
+        try:
+            items = (
+                source
+                if isinstance(source, list)
+                else Template(str(source)).resolve(runner.outputs)
+            )
+        except Exception:
+            items = None
+        if not isinstance(items, (list, tuple)) or len(items) > runner.max_elements:
+            # not a list to map over: the runner's own reading of it says why, as a result
+            return {"result": (await runner.run_task(task.id)).to_json_dict()}
+        return {"n": len(items)}
+
+    # -- how -----------------------------------------------------------------------------------
+
+    def _runner(
+        self, call: dict[str, Any], plan: dict[str, Any], outputs: Sequence[Any]
+    ) -> TaskRunner:
+        graph = self._graph(plan)
+        task_id = call["task_id"]
+        prior = self._prior(graph, call)
+        runner = TaskRunner(
+            graph,
+            self.registry,
+            run_id=call["run_id"],
+            retry=TaskRetryPolicy(**call["retry"]),
+            on_failure=call["on_failure"],
+            max_elements=call["max_elements"],
+            prior=prior,
+        )
+        runner.outputs.update(zip(call["deps"], outputs, strict=True))
+        task = graph.tasks.get(task_id)
+        if task is None:
+            raise ApplicationError(f"task {task_id!r} is not in the plan", non_retryable=True)
+        for name in task.tool_names or ():
+            if name not in self.registry:
+                served = ", ".join(sorted(self.registry.names)) or "none"
+                raise ApplicationError(
+                    f"the worker {self.identity} on task queue {self.task_queue!r} does not "
+                    f"serve tool {name!r} (it serves: {served}); start workers with the same "
+                    "tools as the driver",
+                    type="UnknownToolError",
+                    non_retryable=True,
+                )
+        return runner
+
+    def _prior(self, graph: PlanGraph, call: dict[str, Any]) -> dict[str, TaskResult] | None:
+        """What the runner takes as already done: for a window of a map (``n`` elements in
+        all), every element outside it and those it finished before its worker was lost;
+        for a map put together from its chunks (``assemble``), every element."""
+        task_id = call["task_id"]
+        window = call.get("window")
+        if not call.get("assemble") and window is None:
+            return None
+        finished = {e["task_id"]: TaskResult.validate(_record(e)) for e in call.get("done") or ()}
+        if window is None:
+            elements = [finished[f"{task_id}[{i}]"] for i in range(len(finished))]
+        else:
+            start, stop = window
+            elements = []
+            for i in range(call["n"]):
+                name = f"{task_id}[{i}]"
+                if name in finished:
+                    elements.append(finished[name])
+                elif start <= i < stop:  # to run: a waiting element is what a resume runs
+                    elements.append(TaskResult(task_id=name, status=TaskStatus.WAITING))
+                else:  # another chunk's: stands, unread
+                    elements.append(TaskResult(task_id=name, status=TaskStatus.SUCCEEDED))
+        return {task_id: TaskResult(task_id=task_id, status=TaskStatus.WAITING, elements=elements)}
+
+    def _graph(self, plan: dict[str, Any]) -> PlanGraph:
+        key = hashlib.sha256(json.dumps(plan, sort_keys=True).encode()).hexdigest()
+        graph = self._graphs.get(key)
+        if graph is not None:
+            self._graphs.move_to_end(key)
+            return graph
+        try:  # its shape only: each task checks its own tool (see _runner)
+            graph = validate(plan)
+        except PlanValidationError as exc:
+            issues = "; ".join(str(i) for i in exc.issues)
+            raise ApplicationError(
+                f"the worker {self.identity} cannot read the plan: {issues}",
+                type="PlanValidationError",
+                non_retryable=True,
+            ) from None
+        self._graphs[key] = graph
+        if len(self._graphs) > _GRAPHS_KEPT:
+            self._graphs.popitem(last=False)
+        return graph
+
+
+def _holds(when: str, outputs: dict[str, Any]) -> bool:
+    """Whether a task's condition holds on ``outputs``; ``True`` for a condition on each
+    element (``${@item}``), which the chunks decide element by element."""
+    try:
+        return bool(parse_condition(when).decide(outputs))
+    except Exception:
+        return "@" in when  # an element's condition cannot be decided here; else: settled there
+
+
+def _record(doc: dict[str, Any]) -> dict[str, Any]:
+    """A result's JSON as :meth:`TaskResult.validate` takes it."""
+    return {k: v for k, v in doc.items() if k != "duration_s"}
+
+
+async def _heartbeat(reported: list[dict[str, Any]]) -> None:
+    """Tell the server the worker is alive (and which elements it finished) four times per
+    heartbeat timeout, until cancelled. Local activities have no heartbeat."""
+    info = activity.info()
+    timeout = info.heartbeat_timeout
+    if info.is_local or not timeout:
+        return
+    every = max(0.05, timeout.total_seconds() / 4)
+    while True:  # a call shorter than ``every`` never heartbeats: no request for nothing
+        await anyio.sleep(every)
+        activity.heartbeat(list(reported))

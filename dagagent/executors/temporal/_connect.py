@@ -1,0 +1,97 @@
+"""Reaching the Temporal server, and seeing whether workers serve a task queue."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import anyio
+from temporalio.api.enums.v1 import TaskQueueType
+from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+from temporalio.client import Client
+
+from ...errors import ClusterError, ConfigError
+from ._payloads import DEFAULT_INLINE_BYTES, data_converter, payload_driver
+
+if TYPE_CHECKING:
+    from temporalio.converter import StorageDriver
+
+__all__ = [
+    "DEFAULT_ADDRESS",
+    "DEFAULT_NAMESPACE",
+    "DEFAULT_TASK_QUEUE",
+    "connect",
+    "has_workers",
+    "worker_hint",
+]
+
+DEFAULT_ADDRESS = "localhost:7233"
+DEFAULT_NAMESPACE = "default"
+DEFAULT_TASK_QUEUE = "dagagent"
+
+
+def check_address(address: str) -> str:
+    """``HOST:PORT``, or a :class:`ConfigError` saying what an address looks like."""
+    if not isinstance(address, str) or not address.strip():
+        raise ConfigError(f"the Temporal address must be HOST:PORT, not {address!r}")
+    address = address.strip()
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ConfigError(
+            f"the Temporal address must be HOST:PORT (like localhost:7233), not {address!r}"
+        )
+    return address
+
+
+async def connect(
+    address: str,
+    namespace: str,
+    payloads: StorageDriver | str | Path | None,
+    *,
+    inline_bytes: int = DEFAULT_INLINE_BYTES,
+    timeout_s: float = 10.0,
+) -> Client:
+    """A client of the server at ``address``, whose payloads over ``inline_bytes`` go to
+    ``payloads``; :class:`ClusterError` when the server cannot be reached in ``timeout_s``."""
+    address = check_address(address)
+    converter = data_converter(payload_driver(payloads), inline_bytes)
+    failure: str | None = None
+    with anyio.move_on_after(timeout_s):
+        try:
+            return await Client.connect(address, namespace=namespace, data_converter=converter)
+        except Exception as exc:  # the SDK raises RuntimeError with the transport's reason
+            failure = " ".join(str(exc).split()) or type(exc).__name__
+    if failure is None:
+        why = f"no answer within {timeout_s:g} s"
+    elif "ConnectionRefused" in failure or "Connection refused" in failure:
+        why = "the connection was refused (no server listens there: for development, "
+        why += "`temporal server start-dev` starts one)"
+    else:
+        why = failure
+    raise ClusterError(
+        f"cannot reach the Temporal server at {address} (namespace {namespace!r}): {why}"
+    )
+
+
+async def has_workers(client: Client, task_queue: str) -> bool:
+    """Whether some worker polls ``task_queue`` for workflow tasks and for activities."""
+    service = client.workflow_service
+    for kind in (TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW, TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY):
+        answer = await service.describe_task_queue(
+            DescribeTaskQueueRequest(
+                namespace=client.namespace,
+                task_queue=TaskQueue(name=task_queue),
+                task_queue_type=kind,
+            )
+        )
+        if not answer.pollers:
+            return False
+    return True
+
+
+def worker_hint(address: str, task_queue: str) -> str:
+    return (
+        f"start one: dagagent worker --tools MODULE:ATTR --temporal-address {address} "
+        f"--task-queue {task_queue}"
+    )

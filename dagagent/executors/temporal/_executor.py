@@ -1,0 +1,390 @@
+"""The Temporal executor: the driver's side of a run on Temporal.
+
+``run`` starts the run's workflow (:mod:`._workflow`) on the task queue, follows it (a query
+of its progress every ``poll_s``, never recorded in its history) and hands each result to the
+run's :class:`~dagagent.runner.TaskRunner` as it comes (:meth:`TaskRunner.ran_elsewhere`),
+so the run store, the listeners and the progress display see the run as they see a local
+one. The workflow does not need the driver: if the driver dies, the run goes on on the
+workers and finishes (its record in the store stops where the driver did). Interrupting
+the driver (Ctrl-C, a signal, cancelling ``execute``) cancels the workflow.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import sys
+import time
+from collections.abc import AsyncIterator
+from dataclasses import asdict
+from datetime import timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import anyio
+from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
+from temporalio.exceptions import WorkflowAlreadyStartedError
+
+from ...errors import ClusterError, ConfigError
+from ...plan import AgentTask, ToolTask
+from ...results import TaskResult
+from ..base import BaseExecutor, Wakeup
+from ._connect import (
+    DEFAULT_ADDRESS,
+    DEFAULT_NAMESPACE,
+    DEFAULT_TASK_QUEUE,
+    check_address,
+    connect,
+    has_workers,
+    worker_hint,
+)
+from ._payloads import DEFAULT_INLINE_BYTES
+from ._workflow import WORKFLOW, RunInput
+
+if TYPE_CHECKING:
+    from temporalio.converter import StorageDriver
+
+    from ...graph import PlanGraph
+    from ...runner import TaskRunner
+    from ..base import FailurePolicy
+
+__all__ = ["TemporalExecutor", "workflow_id"]
+
+# Seconds a query of the workflow's progress may take before it counts as unanswered.
+_QUERY_TIMEOUT_S = 5.0
+# Seconds added to a task's own bound (its attempts, their timeouts and the waits between
+# them) for the activity's time on the server.
+_BOUND_SLACK_S = 60.0
+
+
+def workflow_id(run_id: str) -> str:
+    """The id of the workflow that runs run ``run_id``."""
+    return f"dagagent-run-{run_id}"
+
+
+class TemporalExecutor(BaseExecutor):
+    """Runs the plan as one Temporal workflow; each task is an activity on ``task_queue``,
+    served by ``dagagent worker`` processes (see :func:`~dagagent.executors.temporal.serve`).
+
+    - ``address`` (``HOST:PORT``), ``namespace``: the server; or a connected ``client``
+      (its data converter must be :func:`~dagagent.executors.temporal.data_converter`'s).
+    - ``payloads``: where values over ``inline_bytes`` go instead of the history: a
+      directory every worker shares, or any Temporal ``StorageDriver`` (S3, GCS); default
+      :func:`~dagagent.executors.temporal.default_payload_dir`.
+    - ``worker_timeout_s``: how long a run waits for a worker on the task queue (before it
+      starts, and when its workers stop answering) before it fails with
+      :class:`~dagagent.errors.ClusterError`.
+    - ``max_running``: activities pending at once (Temporal's limit is 2,000);
+      ``chunk_elements``: elements of a map per activity; ``heartbeat_s``: how soon a lost
+      worker is noticed; ``lost_worker_retries``: how often a task without side effects runs
+      again after losing its worker; ``history_events``: the history length at which the
+      workflow continues as new.
+    """
+
+    name = "temporal"
+
+    def __init__(
+        self,
+        address: str = DEFAULT_ADDRESS,
+        *,
+        namespace: str = DEFAULT_NAMESPACE,
+        task_queue: str = DEFAULT_TASK_QUEUE,
+        payloads: StorageDriver | str | Path | None = None,
+        inline_bytes: int = DEFAULT_INLINE_BYTES,
+        client: Client | None = None,
+        connect_timeout_s: float = 10.0,
+        worker_timeout_s: float = 10.0,
+        max_running: int = 1000,
+        chunk_elements: int = 100,
+        heartbeat_s: float = 10.0,
+        lost_worker_retries: int = 3,
+        history_events: int = 10_000,
+        poll_s: float = 0.2,
+    ) -> None:
+        self.address = check_address(address)
+        if not task_queue or not isinstance(task_queue, str):
+            raise ConfigError(
+                f"temporal executor: the task queue must be a name, not {task_queue!r}"
+            )
+        for label, value, low in (
+            ("max_running", max_running, 1),
+            ("chunk_elements", chunk_elements, 1),
+            ("lost_worker_retries", lost_worker_retries, 0),
+            ("history_events", history_events, 100),
+            ("inline_bytes", inline_bytes, 0),
+        ):
+            if value < low:
+                raise ConfigError(f"temporal executor: {label} must be at least {low}, not {value}")
+        if max_running > 2000:
+            raise ConfigError(
+                f"temporal executor: max_running must be at most 2000 (Temporal's limit of "
+                f"pending activities per workflow), not {max_running}"
+            )
+        for label, seconds in (
+            ("connect_timeout_s", connect_timeout_s),
+            ("worker_timeout_s", worker_timeout_s),
+            ("heartbeat_s", heartbeat_s),
+            ("poll_s", poll_s),
+        ):
+            if seconds <= 0:
+                raise ConfigError(f"temporal executor: {label} must be > 0, not {seconds}")
+        self.namespace = namespace
+        self.task_queue = task_queue
+        self.payloads = payloads
+        self.inline_bytes = inline_bytes
+        self.client = client
+        self.connect_timeout_s = connect_timeout_s
+        self.worker_timeout_s = worker_timeout_s
+        self.max_running = max_running
+        self.chunk_elements = chunk_elements
+        self.heartbeat_s = heartbeat_s
+        self.lost_worker_retries = lost_worker_retries
+        self.history_events = history_events
+        self.poll_s = poll_s
+        #: The workflow of the last run started (its id), for the server's tools.
+        self.workflow_id: str | None = None
+
+    def __repr__(self) -> str:
+        return f"TemporalExecutor({self.address!r}, task_queue={self.task_queue!r})"
+
+    # -- session ------------------------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def session(self) -> AsyncIterator[None]:
+        _require_asyncio()
+        if self.client is None:
+            self.client = await connect(
+                self.address,
+                self.namespace,
+                self.payloads,
+                inline_bytes=self.inline_bytes,
+                timeout_s=self.connect_timeout_s,
+            )
+        yield
+
+    def _client(self) -> Client:
+        if self.client is None:
+            raise ConfigError("the temporal executor is used outside its session()")
+        return self.client
+
+    async def prepare(self, graph: PlanGraph, runner: TaskRunner) -> None:
+        """Refuse what cannot run on the workers, and wait (``worker_timeout_s``) for a
+        worker on the task queue."""
+        if runner.calls.intercepted:
+            raise ConfigError(
+                "the temporal executor runs tool calls on its workers, which the interceptors "
+                "of this process (approval rules, --approve, --ask, --policy, redaction, "
+                "tracing) cannot reach: run without them, or choose another executor"
+            )
+        agents = [t.id for t in graph.plan.tasks if isinstance(t, AgentTask)]
+        if agents or (not graph.complete and runner.llm is not None):
+            raise ConfigError(
+                f"the temporal executor runs tool tasks only; agent tasks ({', '.join(agents)}) "
+                "need a model on the workers: choose another executor for this plan"
+            )
+        if runner.reuse:
+            raise ConfigError(
+                "the temporal executor does not reuse an earlier run's outputs: run the whole "
+                "plan, or choose another executor to reuse them"
+            )
+        await self._wait_for_workers()
+
+    async def _wait_for_workers(self) -> None:
+        client = self._client()
+        with anyio.move_on_after(self.worker_timeout_s):
+            while True:  # the server knows: ask it again a few times a second
+                if await has_workers(client, self.task_queue):
+                    return
+                await anyio.sleep(min(0.25, self.worker_timeout_s / 4))
+        raise ClusterError(
+            f"no worker serves task queue {self.task_queue!r} on the Temporal server at "
+            f"{self.address} (waited {self.worker_timeout_s:g} s): "
+            f"{worker_hint(self.address, self.task_queue)}"
+        )
+
+    # -- run ----------------------------------------------------------------------------------
+
+    async def run(self, graph: PlanGraph, runner: TaskRunner, on_failure: FailurePolicy) -> None:
+        await _complete(graph)
+        if graph.aborted:
+            return  # nothing runs from a plan that was rejected while it was written
+        client = self._client()
+        run_id = runner.run_id
+        wid = self.workflow_id = workflow_id(run_id)
+        try:
+            handle: WorkflowHandle[Any, list[dict[str, Any]]] = await client.start_workflow(
+                WORKFLOW,
+                self._input(graph, runner, on_failure),
+                id=wid,
+                task_queue=self.task_queue,
+                result_type=list,
+            )
+        except WorkflowAlreadyStartedError:
+            raise ClusterError(
+                f"a workflow {wid} already runs on the Temporal server at {self.address}: "
+                "run ids are not reused"
+            ) from None
+        try:
+            await self._follow(handle, runner)
+        except BaseException:
+            with (
+                anyio.CancelScope(shield=True),
+                anyio.move_on_after(_QUERY_TIMEOUT_S),
+                contextlib.suppress(Exception),
+            ):
+                await handle.cancel()  # interrupted: the run stops on the workers too
+            raise
+
+    def _input(self, graph: PlanGraph, runner: TaskRunner, on_failure: FailurePolicy) -> RunInput:
+        plan = graph.plan
+        registry = runner.registry
+        retry = runner.retry
+        local, side_effects, maps, partial = [], [], [], []
+        bounds: dict[str, float | None] = {}
+        for task in plan.tasks:
+            if task.for_each is not None:
+                maps.append(task.id)
+            if getattr(task, "allow_partial", False):
+                partial.append(task.id)
+            if not isinstance(task, ToolTask) or task.tool not in registry:
+                continue
+            tool = registry.get(task.tool)
+            if tool.side_effects:
+                side_effects.append(task.id)
+            elif not tool.blocking and tool.connection is None:
+                local.append(task.id)  # declared never to block, without side effects
+            timeout = task.timeout_s if task.timeout_s is not None else tool.timeout_s
+            retries = task.retries if task.retries is not None else tool.retries
+            bounds[task.id] = (
+                (timeout + retry.max_delay_s) * (retries + 1) + _BOUND_SLACK_S
+                if timeout is not None and task.for_each is None
+                else None
+            )
+        max_running = self.max_running
+        if runner.max_concurrency is not None:
+            max_running = min(max_running, runner.max_concurrency)
+        return RunInput(
+            run_id=runner.run_id,
+            plan=json.loads(plan.to_json(indent=None)),
+            order=[t.id for t in plan.tasks],
+            dependencies={
+                t.id: [d for d in graph.order if d in graph.dependencies[t.id]] for t in plan.tasks
+            },
+            maps=maps,
+            local=local,
+            side_effects=side_effects,
+            bounds=bounds,
+            allow_partial=partial,
+            on_failure=on_failure,
+            max_elements=runner.max_elements,
+            retry={k: float(v) for k, v in asdict(retry).items()},
+            task_queue=self.task_queue,
+            max_running=max_running,
+            chunk_elements=self.chunk_elements,
+            heartbeat_s=self.heartbeat_s,
+            lost_worker_retries=self.lost_worker_retries,
+            history_events=self.history_events,
+        )
+
+    async def _follow(
+        self, handle: WorkflowHandle[Any, list[dict[str, Any]]], runner: TaskRunner
+    ) -> None:
+        """Record the workflow's results as they come, until it ends."""
+        seen = 0
+        final: list[list[dict[str, Any]]] = []
+        failure: list[BaseException] = []
+        ended = anyio.Event()
+        unanswered_since: float | None = None
+
+        async def wait_for_end() -> None:
+            try:
+                final.append(await handle.result())
+            except WorkflowFailureError as exc:
+                failure.append(exc)
+            finally:
+                ended.set()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(wait_for_end)
+            while not ended.is_set():
+                with anyio.move_on_after(self.poll_s):
+                    await ended.wait()
+                if ended.is_set():
+                    break
+                try:
+                    seen = await self._catch_up(handle, runner, seen)
+                    unanswered_since = None
+                except Exception:  # no workflow worker answered
+                    now = time.monotonic()
+                    unanswered_since = unanswered_since or now
+                    if now - unanswered_since >= self.worker_timeout_s and not await has_workers(
+                        self._client(), self.task_queue
+                    ):
+                        tg.cancel_scope.cancel()
+                        raise ClusterError(
+                            f"no worker serves task queue {self.task_queue!r} any more (none "
+                            f"answered for {self.worker_timeout_s:g} s); the workflow "
+                            f"{handle.id} stays on the Temporal server at {self.address} and "
+                            f"goes on when a worker comes: "
+                            f"{worker_hint(self.address, self.task_queue)}"
+                        ) from None
+        if failure:
+            exc = failure[0]
+            cause = getattr(exc, "cause", None) or exc
+            raise ClusterError(
+                f"the workflow {handle.id} on the Temporal server at {self.address} ended "
+                f"without finishing the run: {' '.join(str(cause).split()) or type(cause).__name__}"
+            )
+        for doc in final[0][seen:]:
+            runner.ran_elsewhere(_task_result(doc))
+
+    async def _catch_up(
+        self, handle: WorkflowHandle[Any, list[dict[str, Any]]], runner: TaskRunner, seen: int
+    ) -> int:
+        """Record the results the workflow has that are not recorded yet; how many are."""
+        while True:
+            progress: dict[str, Any] = await handle.query(
+                "progress", seen, rpc_timeout=timedelta(seconds=_QUERY_TIMEOUT_S)
+            )
+            batch = progress["results"]
+            for doc in batch:
+                runner.ran_elsewhere(_task_result(doc))
+            seen += len(batch)
+            if seen >= progress["total"] or not batch:
+                return seen
+
+
+def _task_result(doc: dict[str, Any]) -> TaskResult:
+    return TaskResult.validate({k: v for k, v in doc.items() if k != "duration_s"})
+
+
+async def _complete(graph: PlanGraph) -> None:
+    """Until a plan still being written is complete (the workflow needs all of it)."""
+    if graph.complete:
+        return
+    wakeup = Wakeup()
+
+    def arrived(task_id: str | None) -> None:
+        if task_id is None:
+            wakeup.set()
+
+    graph.watch(arrived)
+    try:
+        while not graph.complete:
+            await wakeup.wait()
+    finally:
+        graph.unwatch(arrived)
+
+
+def _require_asyncio() -> None:
+    """Refuse an event loop other than asyncio's: Temporal's client runs on asyncio."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        trio = sys.modules.get("trio")
+        here = "trio" if trio is not None and trio.lowlevel.in_trio_run() else "this event loop"
+        raise ConfigError(
+            f"the temporal executor runs on asyncio only (Temporal's client is asyncio's), not "
+            f"on {here}: run under asyncio (anyio's backend 'asyncio') or choose another executor"
+        ) from None

@@ -1,0 +1,133 @@
+"""A worker: serves a registry's tools, and the run workflow, on one task queue.
+
+Start any number of them, on any machines that reach the server (and share the payload
+store): each polls the task queue for workflow tasks (the scheduling, cheap) and activity
+tasks (the tool calls). ``dagagent worker`` is :func:`serve` on the command line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from datetime import timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import anyio
+from temporalio.worker import Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+
+from ...tools import connected
+from ._activities import Activities, worker_identity
+from ._connect import DEFAULT_ADDRESS, DEFAULT_NAMESPACE, DEFAULT_TASK_QUEUE, connect
+from ._payloads import DEFAULT_INLINE_BYTES
+from ._workflow import RunWorkflow
+
+if TYPE_CHECKING:
+    from temporalio.client import Client
+    from temporalio.converter import StorageDriver
+
+    from ...tools import Registry
+
+__all__ = ["STICKY_S", "running_worker", "serve"]
+
+#: Seconds a run's next workflow task waits for the worker that holds the run in its cache.
+STICKY_S = 2.0
+
+
+@contextlib.asynccontextmanager
+async def running_worker(
+    registry: Registry,
+    *,
+    address: str = DEFAULT_ADDRESS,
+    namespace: str = DEFAULT_NAMESPACE,
+    task_queue: str = DEFAULT_TASK_QUEUE,
+    payloads: StorageDriver | str | Path | None = None,
+    inline_bytes: int = DEFAULT_INLINE_BYTES,
+    max_concurrent_activities: int = 100,
+    identity: str | None = None,
+    connect_timeout_s: float = 10.0,
+    client: Client | None = None,
+) -> AsyncIterator[Worker]:
+    """A worker serving ``registry`` on ``task_queue`` while the block runs; on exit it
+    stops, its calls cancelled (the server gives them to other workers).
+
+    ``client``: a client connected as a production cluster needs it (TLS, an API key), whose
+    data converter is :func:`~dagagent.executors.temporal.data_converter`'s; then
+    ``address``, ``namespace``, ``payloads`` and ``inline_bytes`` are the client's business.
+    Raises :class:`~dagagent.errors.ClusterError` when the server cannot be reached."""
+    if client is None:
+        client = await connect(
+            address, namespace, payloads, inline_bytes=inline_bytes, timeout_s=connect_timeout_s
+        )
+    identity = identity or worker_identity()
+    activities = Activities(registry, task_queue, identity)
+    worker = Worker(
+        client,
+        task_queue=task_queue,
+        workflows=[RunWorkflow],
+        activities=activities.definitions(),
+        max_concurrent_activities=max_concurrent_activities,
+        identity=identity,
+        # A run's workflow tasks go to the worker that ran its last one while it answers in
+        # this time; when that worker is gone, to any other, sooner than the SDK's 10 s.
+        sticky_queue_schedule_to_start_timeout=timedelta(seconds=STICKY_S),
+        # dagagent's modules hold no state a workflow could change: imported once, not per run
+        workflow_runner=SandboxedWorkflowRunner(
+            restrictions=SandboxRestrictions.default.with_passthrough_modules("dagagent")
+        ),
+    )
+
+    async def run() -> None:
+        # Not cancelled with the block: it ends when shutdown() below has stopped it (a
+        # cancelled run() would never tell shutdown() it is complete).
+        with anyio.CancelScope(shield=True):
+            await worker.run()
+
+    async with connected(list(registry)), anyio.create_task_group() as tg:
+        tg.start_soon(run)
+        try:
+            yield worker
+        finally:
+            # Stopped, or cancelled (a stop signal): either way the worker shuts down whole,
+            # its calls cancelled and handed back to the server, before the block ends.
+            with anyio.CancelScope(shield=True):
+                await worker.shutdown()
+
+
+async def serve(
+    registry: Registry,
+    *,
+    address: str = DEFAULT_ADDRESS,
+    namespace: str = DEFAULT_NAMESPACE,
+    task_queue: str = DEFAULT_TASK_QUEUE,
+    payloads: StorageDriver | str | Path | None = None,
+    inline_bytes: int = DEFAULT_INLINE_BYTES,
+    max_concurrent_activities: int = 100,
+    identity: str | None = None,
+    connect_timeout_s: float = 10.0,
+    client: Client | None = None,
+    on_ready: Callable[[str], None] | None = None,
+) -> None:
+    """Run a worker (see :func:`running_worker`) until cancelled; ``on_ready`` is told, in
+    a line of text, once it serves the task queue."""
+    identity = identity or worker_identity()
+    async with running_worker(
+        registry,
+        address=address,
+        namespace=namespace,
+        task_queue=task_queue,
+        payloads=payloads,
+        inline_bytes=inline_bytes,
+        max_concurrent_activities=max_concurrent_activities,
+        identity=identity,
+        connect_timeout_s=connect_timeout_s,
+        client=client,
+    ):
+        if on_ready is not None:
+            n = len(registry)
+            on_ready(
+                f"worker {identity} serves {n} tool{'s' if n != 1 else ''} on task queue "
+                f"{task_queue!r} of the Temporal server at {address}"
+            )
+        await anyio.sleep_forever()

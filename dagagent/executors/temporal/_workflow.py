@@ -1,0 +1,465 @@
+"""The run as one Temporal workflow: deterministic scheduling, each task an activity.
+
+The workflow decides *when* (the dataflow executor's rule: a task starts as soon as its own
+dependencies have succeeded; ``on_failure`` as everywhere else); each task runs on a worker
+through the same :class:`~dagagent.runner.TaskRunner` a local run uses (see
+:mod:`._activities`), so references, validation, retries, timeouts and maps mean there what
+they mean here. The workflow holds the plan and the results as JSON and never imports a tool.
+
+**Bounded.** At most ``max_running`` activities are pending at once (Temporal allows 2,000
+per workflow); a map wider than ``chunk_elements`` runs in chunks of that many elements, one
+activity each, and its result is put together by a local activity; values over the inline
+limit travel by reference (:mod:`._payloads`); when the history passes ``history_events``
+(or Temporal suggests it), the workflow lets the running tasks end, starts none, and
+continues as new with the results so far.
+
+**Lost workers.** Each activity heartbeats. A worker that dies (or stops answering) under
+a task is noticed at the heartbeat timeout: a task whose tool has no side effects runs again
+on another worker (at most ``lost_worker_retries`` times; the elements a map chunk finished
+and reported are not run again), one whose tool has side effects fails with
+``WorkerLostError``, since whether its effect happened is unknown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field, replace
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    CancelledError,
+    TimeoutError,
+    TimeoutType,
+)
+
+__all__ = ["QUERY_BATCH", "RUN_TASK", "RunInput", "RunWorkflow"]
+
+WORKFLOW = "dagagent.run"
+RUN_TASK = "dagagent.run_task"
+COUNT_ELEMENTS = "dagagent.count_elements"
+#: A query of the run's progress returns at most this many results.
+QUERY_BATCH = 200
+
+_OK = ("succeeded", "reused")
+#: The ``error_type`` of a task a condition skipped (``dagagent.results.CONDITION_FALSE``).
+CONDITION_FALSE = "ConditionFalse"
+# Activities are attempted once by Temporal: retries are the task runner's (on the worker)
+# and the workflow's own, for lost workers (see _call).
+_ONCE = RetryPolicy(maximum_attempts=1)
+# A task without a timeout of its own: Temporal needs a bound; the heartbeat notices a lost
+# worker long before this.
+_UNBOUNDED = timedelta(days=7)
+_LOCAL_BOUND = timedelta(minutes=10)
+
+
+@dataclass
+class RunInput:
+    """What the workflow needs to run a plan (see :meth:`TemporalExecutor._input`)."""
+
+    run_id: str
+    plan: dict[str, Any]
+    order: list[str]
+    dependencies: dict[str, list[str]]
+    maps: list[str]
+    #: Tasks whose tool declares no side effects and that it never blocks: local activities.
+    local: list[str]
+    #: Tasks whose tool has side effects: never run again after a lost worker.
+    side_effects: list[str]
+    #: The longest all attempts of a task may take on a worker (``None``: no limit).
+    bounds: dict[str, float | None]
+    allow_partial: list[str]
+    on_failure: str
+    max_elements: int
+    retry: dict[str, float]
+    task_queue: str
+    max_running: int = 1000
+    chunk_elements: int = 100
+    heartbeat_s: float = 10.0
+    lost_worker_retries: int = 3
+    history_events: int = 10_000
+    #: The results so far, carried over by continue-as-new.
+    finished: list[dict[str, Any]] = field(default_factory=list)
+    #: How many times the run continued as new.
+    generation: int = 0
+
+
+def _result(task_id: str, status: str, error: str | None = None, **more: Any) -> dict[str, Any]:
+    return {"task_id": task_id, "status": status, "error": error, **more}
+
+
+def _by_condition(r: dict[str, Any]) -> bool:
+    """Whether a condition skipped the task (its own ``when``, or a task it depends on)."""
+    return r["status"] == "skipped" and r.get("error_type") == CONDITION_FALSE
+
+
+def _halts(r: dict[str, Any]) -> bool:
+    """Whether ``r`` stops the run under ``on_failure="cancel"``: the task ended without its
+    output, and not because it waits for a person or a condition skipped it."""
+    return r["status"] not in (*_OK, "waiting") and not _by_condition(r)
+
+
+@workflow.defn(name=WORKFLOW)
+class RunWorkflow:
+    def __init__(self) -> None:
+        self.finished: list[dict[str, Any]] = []
+        self.done = False
+        self.generation = 0
+
+    @workflow.query(name="progress")
+    def progress(self, since: int) -> dict[str, Any]:
+        """The results from number ``since`` on (at most :data:`QUERY_BATCH`), how many
+        there are, and whether the run is over (or continuing as new)."""
+        return {
+            "results": self.finished[since : since + QUERY_BATCH],
+            "total": len(self.finished),
+            "done": self.done,
+            "generation": self.generation,
+        }
+
+    @workflow.run
+    async def run(self, inp: RunInput) -> list[dict[str, Any]]:
+        self.inp = inp
+        self.generation = inp.generation
+        self.finished = list(inp.finished)
+        self.results: dict[str, dict[str, Any]] = {r["task_id"]: r for r in self.finished}
+        self.outputs = {t: r.get("output") for t, r in self.results.items() if r["status"] in _OK}
+        self.slots = asyncio.Semaphore(max(1, inp.max_running))
+        self.stop_cause: str | None = None
+        self.position = {t: i for i, t in enumerate(inp.order)}
+        deps = inp.dependencies
+        self.dependents: dict[str, list[str]] = {t: [] for t in inp.order}
+        for t in inp.order:
+            for d in deps[t]:
+                self.dependents[d].append(t)
+        waiting = {t: sum(1 for d in deps[t] if d not in self.outputs) for t in inp.order}
+        ready = [t for t in inp.order if t not in self.results and not waiting[t]]
+        running: dict[asyncio.Task[dict[str, Any]], str] = {}
+        rolling_over = False
+        try:
+            while True:
+                if self.stop_cause is None and not rolling_over:
+                    for t in ready:
+                        running[asyncio.create_task(self._task(t))] = t
+                    ready = []
+                if not running:
+                    break
+                done, _ = await workflow.wait(list(running), return_when=asyncio.FIRST_COMPLETED)
+                for fut in sorted(done, key=lambda f: self.position[running[f]]):
+                    task_id = running.pop(fut)
+                    r = (
+                        _result(task_id, "cancelled", self._cancelled_why())
+                        if fut.cancelled()
+                        else fut.result()
+                    )
+                    self._finish(r)
+                    status = r["status"]
+                    if status in _OK:
+                        for child in self.dependents[task_id]:
+                            waiting[child] -= 1
+                            if not waiting[child] and child not in self.results:
+                                ready.append(child)
+                    elif inp.on_failure == "cancel" and _halts(r):
+                        if self.stop_cause is None:
+                            self.stop_cause = f"the run was stopped after task {task_id!r} {status}"
+                            for other in running:
+                                other.cancel()
+                    else:
+                        self._block_descendants(task_id)
+                info = workflow.info()
+                if (
+                    info.get_current_history_length() >= inp.history_events
+                    or info.is_continue_as_new_suggested()
+                ):
+                    rolling_over = True  # no new task: those running end, then a new run
+        except asyncio.CancelledError:  # the run was cancelled (its driver was interrupted)
+            self.stop_cause = "the run was interrupted (Ctrl-C, a signal, or its caller)"
+            for other in running:
+                other.cancel()
+            raise
+        if rolling_over and len(self.results) < len(inp.order):
+            self.done = True  # this run's part: the driver follows the next
+            workflow.continue_as_new(
+                replace(inp, finished=self.finished, generation=inp.generation + 1)
+            )
+        self._finish_unstarted()
+        self.done = True
+        return self.finished
+
+    # -- results ---------------------------------------------------------------------------
+
+    def _finish(self, r: dict[str, Any]) -> None:
+        self.results[r["task_id"]] = r
+        self.finished.append(r)
+        if r["status"] in _OK:
+            self.outputs[r["task_id"]] = r.get("output")
+
+    def _cancelled_why(self) -> str:
+        return f"cancelled while running: {self.stop_cause or 'the run was stopped'}"
+
+    def _blocker(self, task_id: str) -> str | None:
+        """The dependency that keeps ``task_id`` from running: one that failed, was denied
+        or skipped for a failure if there is one, else one a condition skipped, else one
+        that was cancelled, else one that has not finished."""
+        by_condition = cancelled = pending = None
+        for d in self.inp.dependencies[task_id]:
+            if d in self.outputs:
+                continue
+            r = self.results.get(d)
+            if r is None:
+                pending = pending or d
+            elif r["status"] == "cancelled":
+                cancelled = cancelled or d
+            elif _by_condition(r):
+                by_condition = by_condition or d
+            else:
+                return d
+        return by_condition or cancelled or pending
+
+    def _skip(self, task_id: str, upstream: str) -> None:
+        """Mark ``task_id`` skipped because of task ``upstream`` (by a condition when
+        ``upstream`` was)."""
+        r = self.results.get(upstream)
+        if r is None:
+            self._finish(
+                _result(task_id, "skipped", f"not run: upstream task {upstream!r} did not finish")
+            )
+        elif _by_condition(r):
+            why = f"not run: upstream task {upstream!r} was skipped by a condition"
+            self._finish(_result(task_id, "skipped", why, error_type=CONDITION_FALSE))
+        else:
+            why = f"not run: upstream task {upstream!r} {r['status']}"
+            self._finish(_result(task_id, "skipped", why))
+
+    def _block_descendants(self, failed: str) -> None:
+        """Mark every descendant of ``failed`` not started yet as skipped, naming what keeps
+        it from running."""
+        stack = list(self.dependents[failed])
+        while stack:
+            n = stack.pop()
+            if n in self.results:
+                continue
+            self._skip(n, self._blocker(n) or failed)
+            stack.extend(self.dependents[n])
+
+    def _finish_unstarted(self) -> None:
+        """Give every task without a result its final status, in plan order: skipped when a
+        dependency did not succeed, else cancelled (the run stopped first)."""
+        for n in self.inp.order:
+            if n in self.results:
+                continue
+            d = self._blocker(n)
+            if d is not None and d in self.results and self.results[d]["status"] != "cancelled":
+                self._skip(n, d)
+            else:
+                self._finish(_result(n, "cancelled", f"not run: {self.stop_cause}"))
+
+    # -- one task ----------------------------------------------------------------------------
+
+    async def _task(self, task_id: str) -> dict[str, Any]:
+        try:
+            if task_id in self.inp.maps:
+                return await self._map(task_id)
+            return await self._call(task_id)
+        except asyncio.CancelledError:
+            return _result(task_id, "cancelled", self._cancelled_why())
+
+    def _args(self, task_id: str, call: dict[str, Any]) -> list[Any]:
+        """An activity's arguments: the call, the plan, then each dependency's output, each
+        a payload of its own (so that a large one is stored once, whoever reads it)."""
+        inp = self.inp
+        deps = inp.dependencies[task_id]
+        call = {
+            "run_id": inp.run_id,
+            "task_id": task_id,
+            "deps": deps,
+            "on_failure": inp.on_failure,
+            "max_elements": inp.max_elements,
+            "retry": inp.retry,
+            **call,
+        }
+        return [call, inp.plan, *(self.outputs[d] for d in deps)]
+
+    async def _call(
+        self, task_id: str, window: tuple[int, int] | None = None, **extra: Any
+    ) -> dict[str, Any]:
+        """Run ``task_id`` (or the elements ``window`` of a map) in one activity; run it
+        again on another worker when its worker is lost, if its tool has no side effects."""
+        inp = self.inp
+        lost = 0
+        done_elements: list[dict[str, Any]] = []
+        bound = inp.bounds.get(task_id)
+        while True:
+            call = {"window": list(window) if window else None, "done": done_elements, **extra}
+            args = self._args(task_id, call)
+            try:
+                async with self.slots:
+                    if task_id in inp.local and window is None:
+                        r: dict[str, Any] = await workflow.execute_local_activity(
+                            RUN_TASK,
+                            args=args,
+                            start_to_close_timeout=(
+                                timedelta(seconds=bound) if bound else _LOCAL_BOUND
+                            ),
+                            retry_policy=_ONCE,
+                        )
+                    else:
+                        r = await workflow.execute_activity(
+                            RUN_TASK,
+                            args=args,
+                            task_queue=inp.task_queue,
+                            start_to_close_timeout=(
+                                timedelta(seconds=bound) if bound else _UNBOUNDED
+                            ),
+                            heartbeat_timeout=timedelta(seconds=inp.heartbeat_s),
+                            retry_policy=_ONCE,
+                        )
+                return r
+            except ActivityError as exc:
+                cause = exc.cause
+                if isinstance(cause, CancelledError):  # this workflow cancelled it
+                    raise asyncio.CancelledError from None
+                if isinstance(cause, TimeoutError):
+                    what = _timeout_what(cause.type, inp.heartbeat_s)
+                    if task_id in inp.side_effects:
+                        return _result(
+                            task_id,
+                            "failed",
+                            f"{what}; its tool has side effects, so it is not run again (they "
+                            "may or may not have happened)",
+                            error_type="WorkerLostError",
+                            attempts=1,
+                        )
+                    lost += 1
+                    if lost > inp.lost_worker_retries:
+                        return _result(
+                            task_id,
+                            "failed",
+                            f"{what}, {lost} times: not run again",
+                            error_type="WorkerLostError",
+                            attempts=lost,
+                        )
+                    done_elements = _reported(cause, done_elements)
+                    continue
+                return _failed(task_id, exc)
+
+    async def _map(self, task_id: str) -> dict[str, Any]:
+        """A map task: in one activity when its list is short, else in chunks of
+        ``chunk_elements`` elements (an activity each), put together at the end."""
+        inp = self.inp
+        try:
+            counted: dict[str, Any] = await workflow.execute_local_activity(
+                COUNT_ELEMENTS,
+                args=self._args(task_id, {}),
+                start_to_close_timeout=_LOCAL_BOUND,
+                retry_policy=_ONCE,
+            )
+        except ActivityError as exc:
+            if isinstance(exc.cause, CancelledError):
+                raise asyncio.CancelledError from None
+            return _failed(task_id, exc)
+        if "result" in counted:  # the list could not be had: the task's failure
+            r: dict[str, Any] = counted["result"]
+            return r
+        n: int = counted["n"]
+        size = max(1, inp.chunk_elements)
+        if n <= size:
+            return await self._call(task_id)
+        windows = [(i, min(i + size, n)) for i in range(0, n, size)]
+        chunks = {asyncio.create_task(self._call(task_id, w, n=n)): w for w in windows}
+        cancel_siblings = inp.on_failure == "cancel" and task_id not in inp.allow_partial
+        elements: dict[int, dict[str, Any]] = {}
+        failure: dict[str, Any] | None = None
+        pending = list(chunks)  # a list: cancelled in the same order on every replay
+        try:
+            while pending:
+                done, _ = await workflow.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                pending = [f for f in pending if f not in done]
+                for fut in sorted(done, key=lambda f: chunks[f][0]):
+                    if fut.cancelled():
+                        continue
+                    r = fut.result()
+                    start, _ = chunks[fut]
+                    for i, e in enumerate(r.get("elements") or (), start):
+                        elements[i] = e
+                    if r["status"] not in (*_OK, "waiting") and failure is None:
+                        failure = r
+                        if not r.get("elements"):  # the chunk itself failed (a lost worker)
+                            start, stop = chunks[fut]
+                            failure = {
+                                **r,
+                                "error": f"elements {start} to {stop - 1}: {r['error']}",
+                            }
+                        if cancel_siblings:
+                            for other in pending:
+                                other.cancel()
+        except asyncio.CancelledError:
+            for other in chunks:
+                other.cancel()
+            raise
+        started = [e["started_at"] for e in elements.values() if e.get("started_at")]
+        first_start = min(started) if started else None
+        if failure is not None and (cancel_siblings or len(elements) < n):
+            why = f"not run: {failure['error']}"
+            listed = [
+                elements.get(i) or _result(f"{task_id}[{i}]", "cancelled", why) for i in range(n)
+            ]
+            return {
+                **failure,
+                "task_id": task_id,
+                "elements": listed,
+                "output": None,
+                "started_at": first_start,
+                "attempts": 1,
+            }
+        try:
+            whole: dict[str, Any] = await workflow.execute_local_activity(
+                RUN_TASK,
+                args=self._args(
+                    task_id,
+                    {"window": None, "assemble": True, "done": [elements[i] for i in range(n)]},
+                ),
+                start_to_close_timeout=_LOCAL_BOUND,
+                retry_policy=_ONCE,
+            )
+        except ActivityError as exc:
+            if isinstance(exc.cause, CancelledError):
+                raise asyncio.CancelledError from None
+            return _failed(task_id, exc)
+        whole["started_at"] = first_start
+        return whole
+
+
+def _failed(task_id: str, exc: ActivityError) -> dict[str, Any]:
+    """A task whose activity failed without a result of its own (the worker cannot run it)."""
+    cause = exc.cause
+    if isinstance(cause, ApplicationError):
+        return _result(
+            task_id, "failed", cause.message, error_type=cause.type or "ApplicationError"
+        )
+    return _result(task_id, "failed", str(cause or exc), error_type=type(cause or exc).__name__)
+
+
+def _timeout_what(kind: TimeoutType | None, heartbeat_s: float) -> str:
+    if kind is TimeoutType.HEARTBEAT:
+        return f"its worker was lost (no heartbeat for {heartbeat_s:g} s)"
+    if kind is TimeoutType.START_TO_CLOSE:
+        return "its worker did not finish it within the task's time bound (the worker was lost)"
+    return f"its activity timed out on the server ({kind.name if kind else 'unknown'})"
+
+
+def _reported(cause: TimeoutError, before: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The elements a lost chunk had finished and reported in its last heartbeat (with those
+    known before): the next attempt does not run them again."""
+    details = cause.last_heartbeat_details
+    if details and isinstance(details[0], list):
+        known = {e["task_id"]: e for e in before}
+        for e in details[0]:
+            if isinstance(e, dict) and "task_id" in e:
+                known[e["task_id"]] = e
+        return list(known.values())
+    return before

