@@ -73,6 +73,7 @@ The parts: the matcher language (``_matchers``), :class:`Rule` (``_rules``), ask
 from __future__ import annotations
 
 from ._asking import Approval, ApprovalRequest, AskCallback, AskResult, ask_later
+from ._files import read_policy_file
 from ._policy import Policy, load_policy
 from ._rules import ACTIONS, Action, ArgsPredicate, Rule
 
@@ -88,4 +89,5 @@ __all__ = [
     "Rule",
     "ask_later",
     "load_policy",
+    "read_policy_file",
 ]

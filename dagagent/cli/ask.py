@@ -55,11 +55,11 @@ from .options import (
     StoreOpt,
     TimeoutOpt,
     ToolsOpt,
-    approval_context,
     make_planner,
 )
 from .otel import configure_otel
 from .recording import recorded_tools_spec, tools_context
+from .rules import ApprovalRules
 from .run import paused_hint
 from .tools import load_tools
 
@@ -290,9 +290,8 @@ def ask_cmd(
     registry = load_tools(tools, mcp)
     # The first policy goes to solve as its policy: streamed planning holds back the tasks
     # it may ask about or deny until the whole plan is known; it still checks calls first.
-    policies = run_interceptors(
-        None, registry, approve=False, asks=ask or [], policy_file=policy_file, no_wait=no_wait
-    )
+    rules = ApprovalRules.given(policy_file, ask or ())
+    policies = run_interceptors(None, registry, approve=False, rules=rules, no_wait=no_wait)
     first = policies[0] if policies and isinstance(policies[0], Policy) else None
     llm = choice.client()
     planner = None
@@ -310,7 +309,7 @@ def ask_cmd(
     path = default_store_path(store)
     spec = recorded_tools_spec(tools, mcp or ())
     context = tools_context(spec, mcp or ())  # replan loads them again
-    approval = approval_context(policy_file, tuple(ask or ()))
+    approval = rules.context()
     if approval:  # what 'dagagent resume' asks with
         context["approval"] = approval
         context["on_failure"] = on_failure

@@ -7,6 +7,7 @@ what they become, in one place: :class:`RunOptions` for a command that runs a pl
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -20,6 +21,7 @@ from ..limits import DEFAULT_ANSWER_CHARS, DEFAULT_MAX_ELEMENTS, DEFAULT_MAX_TAS
 from ..results import FailurePolicy
 from ..settings import RunSettings
 from .recording import recorded_tools_spec
+from .rules import ApprovalRules
 
 if TYPE_CHECKING:
     from ..graph import PlanGraph
@@ -404,6 +406,11 @@ class RunOptions:
                 given[f.name] = tuple(value or ()) if f.name in _REPEATABLE else value
         return cls(**{**given, **overrides})
 
+    @functools.cached_property
+    def rules(self) -> ApprovalRules:
+        """The approval rules of ``--policy`` (its file read once, here) and ``--ask``."""
+        return ApprovalRules.given(self.policy_file, self.asks)
+
     @property
     def live(self) -> bool:
         """A live display, unless questions may be asked on the terminal during the run."""
@@ -415,12 +422,7 @@ class RunOptions:
         from .approve import run_interceptors
 
         return run_interceptors(
-            graph,
-            registry,
-            approve=self.approve,
-            asks=list(self.asks),
-            policy_file=self.policy_file,
-            no_wait=self.no_wait,
+            graph, registry, approve=self.approve, rules=self.rules, no_wait=self.no_wait
         )
 
     def settings(self) -> RunSettings:
@@ -446,7 +448,8 @@ class RunOptions:
         """Keyword arguments of :func:`~dagagent.cli.recording.run_recorded`: the run's
         settings, the tools recorded with the run (``tools_spec`` and ``mcp``, default
         ``--tools`` and ``--mcp``), so that ``replan`` loads the same tools, and the approval
-        rules (``--policy``, ``--ask``), so that ``resume`` asks the same questions."""
+        rules (``--policy``'s rules as read, ``--ask``), so that ``resume`` asks the same
+        questions."""
         mcp = self.mcp if mcp is None else mcp
         return {
             "settings": self.settings(),
@@ -454,7 +457,7 @@ class RunOptions:
                 self.tools if tools_spec is None else tools_spec, mcp
             ),
             "mcp_specs": mcp,
-            "approval": approval_context(self.policy_file, self.asks),
+            "approval": self.rules.context(),
         }
 
 
@@ -462,16 +465,3 @@ class RunOptions:
 _PARAMETER = {"asks": "ask"}
 #: The fields of repeatable options (a list, or ``None`` when not given).
 _REPEATABLE = frozenset(("mcp", "asks"))
-
-
-def approval_context(policy_file: Path | None, asks: tuple[str, ...]) -> dict[str, Any] | None:
-    """The approval rules a run is recorded with (the policy file by its absolute path, the
-    ``--ask`` globs): ``dagagent resume`` puts the same questions, answered by the decisions."""
-    if policy_file is None and not asks:
-        return None
-    spec: dict[str, Any] = {}
-    if policy_file is not None:
-        spec["policy"] = str(Path(policy_file).resolve())
-    if asks:
-        spec["ask"] = list(asks)
-    return spec

@@ -35,10 +35,11 @@ from .options import (
     ToolsOpt,
 )
 from .replan import registry_for
+from .rules import recorded_rules
 from .run import agent_model, print_result
 
 if TYPE_CHECKING:
-    from ..store import ApprovalRecord, RunRecord, RunStore
+    from ..store import ApprovalRecord, RunStore
 
 __all__: list[str] = []
 
@@ -215,18 +216,6 @@ def approve_cmd(
     )
 
 
-def _recorded_rules(record: RunRecord) -> tuple[Path | None, list[str]]:
-    spec = record.context.get("approval")
-    if not isinstance(spec, dict):
-        return None, []
-    policy = spec.get("policy")
-    asks = spec.get("ask")
-    return (
-        Path(policy) if isinstance(policy, str) else None,
-        [a for a in asks if isinstance(a, str)] if isinstance(asks, list) else [],
-    )
-
-
 @app.command("resume")
 @guard
 def resume_cmd(
@@ -280,18 +269,16 @@ def resume_cmd(
             )
             raise typer.Exit(code)
         _, _, registry = registry_for(record, tools, mcp)
-        policy_file, asks = _recorded_rules(record)
+        rules = recorded_rules(record)
         graph = validate(record.plan, registry)
         interceptors = run_interceptors(
-            graph, registry, approve=False, asks=asks, policy_file=policy_file, no_wait=no_wait
+            graph, registry, approve=False, rules=rules, no_wait=no_wait
         )
         llm = None
         if any(isinstance(t, AgentTask) for t in record.plan.tasks):
             llm = agent_model(model, base_url)
         on_failure = record.context.get("on_failure", "cancel")
-        progress = (
-            progress_for(graph, out, live=not (asks or policy_file)) if not json_out else None
-        )
+        progress = progress_for(graph, out, live=not rules) if not json_out else None
 
         async def main() -> Any:
             return await stoppable(
@@ -351,10 +338,11 @@ def _resume_solve(
     assert paused.run_id is not None
     record = st.get_run(paused.run_id)
     _, _, registry = registry_for(record, tools, mcp)
-    policy_file, asks = _recorded_rules(record)
-    policies = run_interceptors(
-        None, registry, approve=False, asks=asks, policy_file=policy_file, no_wait=no_wait
-    )
+    rules = recorded_rules(record)
+    policies = run_interceptors(None, registry, approve=False, rules=rules, no_wait=no_wait)
+    # the runs of the rounds after it are recorded with the same tools and rules, so that
+    # one of them that pauses resumes with them too
+    st.context = dict(record.context)
     first = policies[0] if policies and isinstance(policies[0], Policy) else None
     choice = ModelChoice(model, base_url)
     if not choice.configured:
