@@ -3,7 +3,7 @@ what succeeded (:func:`review_run`, :func:`format_review`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import networkx as nx
@@ -65,6 +65,8 @@ class RunReview:
     blocked: list[TaskOutcome]  # cancelled or skipped
     succeeded: list[TaskOutcome]  # succeeded or reused
     unrecorded: list[TaskOutcome]  # no result: the process stopped before they finished
+    #: Calls left for a person's decision (``waiting``): never a success, never reused.
+    waiting: list[TaskOutcome] = field(default_factory=list)
 
     def to_json_dict(self) -> dict[str, Any]:
         return {
@@ -75,12 +77,14 @@ class RunReview:
             "blocked": [o.to_json_dict() for o in self.blocked],
             "succeeded": [o.to_json_dict() for o in self.succeeded],
             "unrecorded": [o.to_json_dict() for o in self.unrecorded],
+            "waiting": [o.to_json_dict() for o in self.waiting],
         }
 
 
 def review_run(record: RunRecord, *, width: int = 80) -> RunReview:
-    """Group the tasks of ``record`` into failed, blocked (cancelled/skipped), succeeded and
-    unrecorded, with errors, the failures that blocked each task, and shortened outputs."""
+    """Group the tasks of ``record`` into failed, blocked (cancelled/skipped), waiting (for a
+    person's decision), succeeded and unrecorded, with errors, the failures that blocked
+    each task, and shortened outputs."""
     plan = record.plan
     results = record.tasks
     graph = dependency_graph(plan)
@@ -89,6 +93,7 @@ def review_run(record: RunRecord, *, width: int = 80) -> RunReview:
     blocked: list[TaskOutcome] = []
     succeeded: list[TaskOutcome] = []
     unrecorded: list[TaskOutcome] = []
+    waiting: list[TaskOutcome] = []
     for t in plan.tasks:
         r = results.get(t.id)
         if r is None:
@@ -114,11 +119,20 @@ def review_run(record: RunRecord, *, width: int = 80) -> RunReview:
             blocked.append(
                 TaskOutcome(t.id, r.status.value, tool, r.attempts, dur, r.error, caused_by=causes)
             )
-        else:
+        elif r.status.ok:
             shown = shorten(f"({r.error})" if output_lost(r) else r.output, width)
             succeeded.append(TaskOutcome(t.id, r.status.value, tool, r.attempts, dur, output=shown))
+        else:  # waiting: its call is left for a person, it has no output
+            waiting.append(TaskOutcome(t.id, r.status.value, tool, r.attempts, dur, r.error))
     return RunReview(
-        record.run_id, record.goal, record.status.value, failed, blocked, succeeded, unrecorded
+        record.run_id,
+        record.goal,
+        record.status.value,
+        failed,
+        blocked,
+        succeeded,
+        unrecorded,
+        waiting,
     )
 
 
@@ -139,6 +153,11 @@ def format_review(review: RunReview) -> str:
         for o in review.blocked:
             why = f" (because of {', '.join(o.caused_by)})" if o.caused_by else ""
             lines.append(f"  {o.task_id} [{o.tool}] {o.status}{why}")
+    if review.waiting:
+        lines.append(f"waiting for a person's decision ({len(review.waiting)}):")
+        for o in review.waiting:
+            why = f": {o.error}" if o.error else ""
+            lines.append(f"  {o.task_id} [{o.tool}] waiting{why}")
     if review.unrecorded:
         lines.append(f"no result recorded, the run stopped first ({len(review.unrecorded)}):")
         lines.append("  " + ", ".join(o.task_id for o in review.unrecorded))
@@ -147,6 +166,6 @@ def format_review(review: RunReview) -> str:
         for o in review.succeeded:
             tag = " (reused)" if o.status == TaskStatus.REUSED.value else ""
             lines.append(f"  {o.task_id} [{o.tool}]{tag} = {o.output}")
-    if not (review.failed or review.blocked or review.unrecorded):
+    if not (review.failed or review.blocked or review.unrecorded or review.waiting):
         lines.append("nothing failed")
     return "\n".join(lines)

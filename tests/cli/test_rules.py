@@ -15,6 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from dagagent.cli import app
+from dagagent.review import reuse_map, review_run
 from dagagent.store import RunStore
 
 TOOLS = ["--tools", "wait_tools:registry"]
@@ -118,3 +119,78 @@ def test_the_run_is_recorded_with_the_rules_themselves(env: Env) -> None:
     with RunStore(env.store, create=False) as st:
         kept = st.get_run(run).context["approval"]
     assert kept["policy"] == str(env.policy.resolve()) and kept["rules"] == STRICT
+
+
+# -- replan --execute: the same rules unless told otherwise ------------------------------------
+
+
+def test_replan_execute_applies_the_recorded_rules(env: Env) -> None:
+    run = env.paused()
+    res = env.cli("replan", run, "--execute", *TOOLS, "--json", code=6)
+    doc = json.loads(res.stdout)
+    assert doc["result"]["status"] == "paused"
+    assert doc["result"]["tasks"]["pay"]["status"] == "waiting"
+    assert env.calls() == ["fetch Quito"]  # reused quote; pay waits again; nothing sent
+    assert "the approval rules run" in res.stderr
+
+
+def test_replan_execute_denies_what_the_recorded_rules_deny(env: Env) -> None:
+    denied = {
+        "goal": "a note to the auditor",
+        "tasks": [{"id": "note", "tool": "after", "args": {"note": "auditor: all paid"}}],
+    }
+    path = env.dir / "denied.json"
+    path.write_text(json.dumps(denied))
+    res = env.cli("run", str(path), *TOOLS, "--policy", str(env.policy), "--json", code=1)
+    run = json.loads(res.stdout)["run_id"]
+    env.cli("replan", run, "--execute", *TOOLS, code=1)
+    assert env.calls() == []
+    # the new run is recorded with the same rules: a resume of it would apply them too
+    with RunStore(env.store, create=False) as st:
+        child = next(r for r in st.list_runs() if r.parent_id == run)
+        assert st.get_run(child.run_id).context["approval"]["rules"] == STRICT
+        assert st.get_run(child.run_id).tasks["note"].status.value == "denied"
+
+
+def test_replan_no_wait_denies_the_waiting_call(env: Env) -> None:
+    run = env.paused()
+    env.cli("replan", run, "--execute", "--no-wait", *TOOLS, code=1)
+    assert env.calls() == ["fetch Quito"]
+
+
+def test_replan_with_rules_of_its_own_replaces_the_recorded_ones(env: Env) -> None:
+    run = env.paused()
+    mine = env.dir / "mine.json"
+    mine.write_text(json.dumps({"rules": [{"tool": "after", "action": "deny"}]}))
+    res = env.cli("replan", run, "--execute", "--policy", str(mine), *TOOLS, code=1)
+    assert "instead of the rules run" in res.stderr
+    assert env.calls() == ["fetch Quito", "send Quito EUR 40"]  # told otherwise: pay ran
+    env.cli("replan", run, "--execute", "--ask", "send", *TOOLS, code=6)
+    assert env.calls() == ["fetch Quito", "send Quito EUR 40"]  # the payment waits this time
+
+
+def test_replan_approve_needs_a_terminal(env: Env) -> None:
+    run = env.paused()
+    res = env.cli("replan", run, "--execute", "--approve", *TOOLS, code=2)
+    assert "--approve needs a terminal" in res.stderr
+    assert env.calls() == ["fetch Quito"]
+
+
+# -- a waiting call is never a success ----------------------------------------------------------
+
+
+def test_a_waiting_task_is_reviewed_as_waiting_never_as_succeeded(env: Env) -> None:
+    run = env.paused()
+    with RunStore(env.store, create=False) as st:
+        record = st.get_run(run)
+    review = review_run(record)
+    assert [o.task_id for o in review.succeeded] == ["quote"]
+    assert [o.task_id for o in review.waiting] == ["pay"]
+    assert "pay" not in reuse_map(record) and "quote" in reuse_map(record)
+    res = env.cli("replan", run, *TOOLS, code=0)
+    assert "waiting for a person's decision (1):" in res.stdout
+    assert "= null" not in res.stdout
+    assert f"dagagent resume {run}" in res.stdout
+    doc = json.loads(env.cli("replan", run, *TOOLS, "--json", code=0).stdout)
+    assert [o["task_id"] for o in doc["review"]["waiting"]] == ["pay"]
+    assert [o["task_id"] for o in doc["review"]["succeeded"]] == ["quote"]
