@@ -187,7 +187,9 @@ def redacting(
     of the redacted arguments as ``reason``, the redacted ``args``). The in-memory
     ``TaskResult.args`` still holds the arguments as resolved *before* any interceptor; the
     run store records the redacted ones instead, and such a task is not reused by a replan
-    (its real arguments are not on record to compare).
+    (its real arguments are not on record to compare). The run's plan is stored with the
+    arguments it would pass on too, and every decision of a policy outside it with the
+    arguments redacted, so a secret it hides never reaches the store.
 
     A task that fails before its call reaches this interceptor (its resolved arguments do not
     fit the tool, or an interceptor before it refused the call) is redacted all the same when

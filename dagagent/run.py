@@ -182,6 +182,9 @@ class _Run:
 
                 agent_runner = run_agent_node
         redaction = Redaction(interceptors)
+        if redaction and self.recorder is not None:
+            # the stored plan hides what the redacting interceptors hide from the tools
+            self.recorder.redact_plans(redaction.plan)
         self.telemetry = RunTelemetry.start(
             graph, self.run_id, self.executor.name, self.parent_id, redaction
         )

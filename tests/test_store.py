@@ -1151,6 +1151,108 @@ def test_an_agents_calls_are_recorded_redacted_even_when_they_never_reached_the_
     assert secret not in str(result.tasks["ag"].steps)
 
 
+def _store_bytes(db: Path) -> bytes:
+    """Every byte of a store on disk (the database, its write-ahead log, its index)."""
+    return b"".join(p.read_bytes() for p in db.parent.glob(db.name + "*"))
+
+
+def test_secrets_a_plan_writes_out_never_reach_the_store_through_the_plan(tmp_path: Path) -> None:
+    """A plan that spells out secrets (a key under a secret name, passwords in a literal map
+    list, an address a pattern hides, a secret-named argument that is a reference) is stored
+    as the redacting interceptors pass its arguments on to the tools, whatever the order of
+    the interceptors: nothing of it in the store, hence none in ``show --json``, ``report``
+    or the viewer's "arguments as planned", which read it. The stored graph keeps its edges,
+    and running the stored plan again gives the tools the same arguments."""
+    from typer.testing import CliRunner
+
+    from dagagent.cli import app
+    from dagagent.interceptors import redacting
+
+    key = "pk_live_7Qv2LmX9aa1Zr"
+    passwords = ["Tr0ub4dor&3-kestrel", "correct-horse-glacier-9"]
+    mail = "zoe.quist@kestrel.example"
+    got: list[Any] = []
+    reg = dagagent.Registry()
+
+    @reg.tool
+    def account(owner: str) -> dict[str, str]:
+        """An owner's account."""
+        return {"iban": "NL91ABNA0417164300", "token": "tok-from-the-bank"}
+
+    @reg.tool
+    def wire(iban: str, amount: int, api_key: str, memo: str, session_token: str = "") -> str:
+        """Wire money."""
+        got.append(("wire", api_key, memo, session_token))
+        return "wired"
+
+    @reg.tool
+    def connect(cfg: dict[str, str]) -> str:
+        """Open a database."""
+        got.append(("connect", cfg))
+        return cfg["host"]
+
+    plan = {
+        "goal": "pay and check",
+        "tasks": [
+            {"id": "acct", "tool": "account", "args": {"owner": "Zoë Quist"}},
+            {
+                "id": "pay",
+                "tool": "wire",
+                "args": {
+                    "iban": "NL91ABNA0417164300",
+                    "amount": 15,
+                    "api_key": key,
+                    "memo": f"receipt to {mail} please",
+                    "session_token": "${acct.token}",
+                },
+            },
+            {
+                "id": "dbs",
+                "tool": "connect",
+                "for_each": [
+                    {"host": "db1", "password": passwords[0]},
+                    {"host": "db2", "password": passwords[1]},
+                ],
+                "args": {"cfg": "${@item}"},
+            },
+        ],
+    }
+    allow = dagagent.Policy([dagagent.Rule(tool="*", action="allow", name="all")])
+    db = tmp_path / "r.db"
+    hide = redacting(patterns=[r"[\w.]+@[\w.]+"])
+    for order in ([hide, allow], [allow, hide]):  # outside and inside the policy
+        got.clear()
+        result = dagagent.execute_sync(plan, reg, store=db, interceptors=order)
+        assert result.ok, result.tasks
+        secrets = [key, mail, *passwords]
+        assert not any(s in str(got) for s in secrets)  # the tools never saw them
+        assert not any(s.encode() in _store_bytes(db) for s in secrets), order
+        with RunStore(db) as st:
+            rec = st.get_run(result.run_id)
+        (pay, dbs) = (rec.plan.tasks[1], rec.plan.tasks[2])
+        assert pay.args["api_key"] == "[redacted]" and mail not in pay.args["memo"]
+        assert pay.args["iban"] == "NL91ABNA0417164300"  # only what the redaction hides
+        assert pay.depends_on == ["acct"]  # the hidden ${acct.token} was an edge: kept
+        assert list(dagagent.validate(rec.plan).dependencies["pay"]) == ["acct"]
+        assert dbs.for_each == [
+            {"host": "db1", "password": "[redacted]"},
+            {"host": "db2", "password": "[redacted]"},
+        ]
+        page = tmp_path / "report.html"
+        res = CliRunner().invoke(app, ["show", result.run_id, "--json", "--store", str(db)])
+        shown = CliRunner().invoke(
+            app, ["report", result.run_id, "-o", str(page), "--store", str(db)]
+        )
+        assert res.exit_code == 0 and shown.exit_code == 0, (res.output, shown.output)
+        for text in (res.stdout, page.read_text()):
+            assert "[redacted]" in text and not any(s in text for s in secrets)
+        # the stored plan, run again, gives the tools what the first run gave them
+        first = sorted(map(str, got))  # the map's elements run at once, in any order
+        got.clear()
+        assert dagagent.execute_sync(rec.plan, reg, interceptors=order).ok
+        assert sorted(map(str, got)) == first
+
+
 # ---------------------------------------------------------------------------------------------
 # Map tasks
 

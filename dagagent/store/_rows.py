@@ -15,7 +15,8 @@ Outputs, arguments, steps and decisions are JSON text (:func:`~._codec.to_column
 readers take them back; a map task's elements are one JSON list in its row, each element an
 object of the same columns (:data:`~._codec.ELEMENT_KEYS`). A redacted call is recorded with
 the arguments its tool received (``TaskResult.redacted_args``), never the ones the redaction
-hid. An output that cannot be encoded is not recorded: the row says why
+hid, and so is the plan: its tasks' arguments as the run's redacting interceptors pass them
+on to the tools. An output that cannot be encoded is not recorded: the row says why
 (:data:`OUTPUT_NOT_RECORDED`).
 """
 
@@ -23,13 +24,14 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic_core import to_json
 
 from ..events import PlanExtended, RunFinished, RunStarted
+from ..plan import Plan
 from ..results import WAIT, RunStatus, TaskResult, TaskStatus
 from ._codec import ELEMENT_KEYS, to_column, why
 from ._plans import plan_to_column
@@ -56,16 +58,22 @@ _INSERT_ASKED = (
 )
 
 
+PlanRedaction = Callable[[Plan], Plan]
+"""``plan -> the plan as the store keeps it`` (its arguments redacted)."""
+
+
 @dataclass(frozen=True, slots=True)
 class RunRow:
     """What the run's first row holds beyond its ``RunStarted`` event: when the recorder
-    started, the caller's context (JSON text), and whether the run is a resumed one (its
-    row exists: it is claimed, not inserted)."""
+    started, the caller's context (JSON text), whether the run is a resumed one (its row
+    exists: it is claimed, not inserted), and how its plan is redacted for the record (the
+    run's redacting interceptors: a secret they hide never reaches the stored plan)."""
 
     run_id: str
     created: float
     context: str | None
     resumed: bool
+    redact_plan: PlanRedaction | None = None
 
 
 def write(
@@ -106,7 +114,7 @@ def _write(
         elif isinstance(ev, PlanExtended):
             grown = ev
     if grown is not None:
-        text = plan_to_column(grown.plan)
+        text = _plan(run, grown.plan)
         size += len(text)
         conn.execute(
             "INSERT OR REPLACE INTO run_plans (run_id, plan) VALUES (?, ?)", (run.run_id, text)
@@ -136,7 +144,7 @@ def _start(conn: sqlite3.Connection, run: RunRow, ev: RunStarted) -> int:
         )
         return 0
     plan = ev.plan
-    text = plan_to_column(plan)
+    text = _plan(run, plan)
     conn.execute(
         "INSERT INTO runs (id, parent_id, created, goal, plan, n_tasks, status, executor, pid, "
         "context) VALUES (?, ?, ?, ?, '', ?, ?, ?, ?, ?)",
@@ -154,6 +162,11 @@ def _start(conn: sqlite3.Connection, run: RunRow, ev: RunStarted) -> int:
     )
     conn.execute("INSERT INTO run_plans (run_id, plan) VALUES (?, ?)", (run.run_id, text))
     return len(text)
+
+
+def _plan(run: RunRow, plan: Plan) -> str:
+    """The plan's column, its arguments as the run's redacting interceptors leave them."""
+    return plan_to_column(plan if run.redact_plan is None else run.redact_plan(plan))
 
 
 def _finish(conn: sqlite3.Connection, run: RunRow, ev: RunFinished) -> None:

@@ -44,7 +44,7 @@ from ..errors import StoreError
 from ..events import PlanExtended, RunFinished, RunStarted, get_logger
 from ..results import RecordLoss, TaskResult
 from ._file import connect
-from ._rows import RunRow, write
+from ._rows import PlanRedaction, RunRow, write
 
 if TYPE_CHECKING:
     from ._store import RunStore
@@ -131,6 +131,10 @@ class Writer:
         self._run_row = False  # the run's first row is in the store
         self._run_row_lost = False
         self._unchecked = 0  # about how many bytes were committed since the last checkpoint
+
+    def redact_plan(self, redact: PlanRedaction) -> None:
+        """How the run's plan is redacted for the record (before :meth:`start`)."""
+        self._run = replace(self._run, redact_plan=redact)
 
     @property
     def loss(self) -> RecordLoss | None:
