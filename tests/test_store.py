@@ -310,6 +310,108 @@ def test_a_killed_run_is_shown_as_interrupted(tmp_path: Path) -> None:
     assert rec.status == "interrupted" and rec.unrecorded == ["a"]
 
 
+# A live run must not be claimed twice: whether its process still runs is told by its pid only
+# from the same machine and PID namespace; from anywhere else, by the lease it renews.
+
+ELSEWHERE = "6f1c0d2e-0000-4000-8000-0123456789ab/pid:[4026532999]"  # another container
+
+
+def _dead_pid() -> int:
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    return dead.pid
+
+
+def _running_row(db: Path, run_id: str, **columns: Any) -> None:
+    """A run recorded as running, with a task that waits: a resume would run it."""
+    RunStore(db).close()
+    with sqlite3.connect(db) as conn:
+        names = ", ".join(columns)
+        marks = ", ".join("?" * len(columns))
+        conn.execute(
+            f"INSERT INTO runs (id, created, plan, n_tasks, status, {names}) "
+            f"VALUES (?, ?, '', 1, 'running', {marks})",
+            (run_id, time.time(), *columns.values()),
+        )
+        conn.execute(
+            "INSERT INTO run_plans (run_id, plan) VALUES (?, ?)",
+            (run_id, '{"tasks": [{"id": "pay", "tool": "x"}]}'),
+        )
+
+
+def test_a_run_held_from_another_pid_namespace_is_running_until_its_lease_lapses(
+    tmp_path: Path,
+) -> None:
+    """Its pid means nothing here (no such process in this namespace): it is running, and no
+    resume may claim it, as long as its lease is renewed; once the lease lapses, it is
+    interrupted and may be resumed."""
+    from dagagent.errors import DecisionError
+
+    db = tmp_path / "r.db"
+    run_id = "5eed0fa11ed0"
+    _running_row(db, run_id, pid=_dead_pid(), owner=ELSEWHERE, lease_until=time.time() + 600)
+    with RunStore(db) as st:
+        assert st.get_run(run_id).status == "running"
+        assert st.list_runs()[0].status == "running"
+        with pytest.raises(DecisionError, match=r"is running .*another container.*lease"):
+            st.claim_resume(run_id)
+    with sqlite3.connect(db) as conn:  # the holder stopped renewing it a while ago
+        conn.execute("UPDATE runs SET lease_until = ? WHERE id = ?", (time.time() - 1, run_id))
+    with RunStore(db) as st:
+        assert st.get_run(run_id).status == "interrupted"
+        claimed, _ = st.claim_resume(run_id)
+        assert claimed == run_id and st.get_run(run_id).status == "running"
+
+
+def test_a_dead_process_of_this_namespace_is_interrupted_at_once(tmp_path: Path) -> None:
+    """Here its pid tells: a run killed in this namespace need not wait for its lease."""
+    from dagagent.store._lease import here
+
+    db = tmp_path / "r.db"
+    _running_row(db, "de4d0fa11ed0", pid=_dead_pid(), owner=here(), lease_until=time.time() + 600)
+    with RunStore(db) as st:
+        assert st.get_run("de4d0fa11ed0").status == "interrupted"
+
+
+def test_a_running_run_renews_its_lease_until_it_ends(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The record's writer renews the lease every heartbeat while the run lasts (a beat of
+    0.05 s here, to see two renewals in a moment), with where its process runs."""
+    from dagagent.store import _lease
+
+    monkeypatch.setattr(_lease, "HEARTBEAT_S", 0.05)
+    db = tmp_path / "r.db"
+    seen: list[float] = []
+    reg = dagagent.Registry()
+
+    @reg.tool
+    async def hold() -> int:
+        """Wait until the lease was renewed twice (the state, read from the store)."""
+        with anyio.fail_after(30):  # generous: only a stuck writer would take that long
+            while len(set(seen)) < 3:
+                with sqlite3.connect(db) as conn:
+                    row = conn.execute("SELECT owner, lease_until FROM runs").fetchone()
+                if row is not None and row[1] is not None:
+                    assert row[0] == _lease.here()
+                    seen.append(row[1])
+                await anyio.sleep(0.01)
+        return len(seen)
+
+    result = dagagent.execute_sync({"tasks": [{"id": "h", "tool": "hold"}]}, reg, store=db)
+    assert result.ok
+    assert sorted(set(seen)) == list(dict.fromkeys(seen))  # renewed forward, never back
+    with RunStore(db) as st:
+        assert st.get_run(result.run_id).status == "succeeded"
+
+
+def test_a_run_recorded_before_leases_is_told_by_its_pid(tmp_path: Path) -> None:
+    db = tmp_path / "r.db"
+    _running_row(db, "01d0fa11ed00", pid=_dead_pid())
+    with RunStore(db) as st:
+        assert st.get_run("01d0fa11ed00").status == "interrupted"
+
+
 # ---------------------------------------------------------------------------------------------
 # Run ids
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -34,10 +35,11 @@ from ..events import PlanExtended, RunFinished, RunStarted
 from ..plan import Plan
 from ..results import WAIT, RunStatus, TaskResult, TaskStatus
 from ._codec import ELEMENT_KEYS, to_column, why
+from ._lease import LEASE_S, here
 from ._plans import plan_to_column
 from ._schema import TASK_COLUMNS
 
-__all__ = ["OUTPUT_NOT_RECORDED", "RunRow", "task_row", "write"]
+__all__ = ["OUTPUT_NOT_RECORDED", "RunRow", "renew_lease", "task_row", "write"]
 
 #: ``error_type`` of a succeeded task whose output could not be written (e.g. bytes that are
 #: not UTF-8, a circular structure): its ``error`` says why, its output is not recorded, and
@@ -137,17 +139,18 @@ def _write(
 def _start(conn: sqlite3.Connection, run: RunRow, ev: RunStarted) -> int:
     """The run's first row and its plan; a resumed run's row is claimed (running, in this
     process) and keeps its plan."""
+    lease = time.time() + LEASE_S
     if run.resumed:
         conn.execute(
-            "UPDATE runs SET executor = ?, pid = ? WHERE id = ?",
-            (ev.executor, os.getpid(), run.run_id),
+            "UPDATE runs SET executor = ?, pid = ?, owner = ?, lease_until = ? WHERE id = ?",
+            (ev.executor, os.getpid(), here(), lease, run.run_id),
         )
         return 0
     plan = ev.plan
     text = _plan(run, plan)
     conn.execute(
         "INSERT INTO runs (id, parent_id, created, goal, plan, n_tasks, status, executor, pid, "
-        "context) VALUES (?, ?, ?, ?, '', ?, ?, ?, ?, ?)",
+        "context, owner, lease_until) VALUES (?, ?, ?, ?, '', ?, ?, ?, ?, ?, ?, ?)",
         (
             run.run_id,
             ev.parent_id,
@@ -158,6 +161,8 @@ def _start(conn: sqlite3.Connection, run: RunRow, ev: RunStarted) -> int:
             ev.executor,
             os.getpid(),
             run.context,
+            here(),
+            lease,
         ),
     )
     conn.execute("INSERT INTO run_plans (run_id, plan) VALUES (?, ?)", (run.run_id, text))
@@ -167,6 +172,15 @@ def _start(conn: sqlite3.Connection, run: RunRow, ev: RunStarted) -> int:
 def _plan(run: RunRow, plan: Plan) -> str:
     """The plan's column, its arguments as the run's redacting interceptors leave them."""
     return plan_to_column(plan if run.redact_plan is None else run.redact_plan(plan))
+
+
+def renew_lease(conn: sqlite3.Connection, run_id: str) -> None:
+    """Renew the lease of run ``run_id`` while it runs in this process (see ``._lease``)."""
+    conn.execute(
+        "UPDATE runs SET lease_until = ? WHERE id = ? AND status = 'running' AND pid = ? "
+        "AND owner = ?",
+        (time.time() + LEASE_S, run_id, os.getpid(), here()),
+    )
 
 
 def _finish(conn: sqlite3.Connection, run: RunRow, ev: RunFinished) -> None:

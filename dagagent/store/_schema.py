@@ -206,6 +206,15 @@ MIGRATIONS: list[Sequence[Migration]] = [
         "UPDATE runs SET plan = '' WHERE plan != ''",
         _plans_as_json,
     ),
+    # v11 (numbered after v10, the model calls of issue #38, which another branch adds): who
+    # holds a running run beyond its pid, which another PID namespace (a container sharing
+    # the store) cannot see: where its process runs (``owner``: the machine's boot and PID
+    # namespace) and a lease it renews while it runs (``lease_until``, Unix seconds); see
+    # dagagent.store._lease.
+    (
+        "ALTER TABLE runs ADD COLUMN owner TEXT",
+        "ALTER TABLE runs ADD COLUMN lease_until REAL",
+    ),
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -231,7 +240,7 @@ SCHEMA: tuple[str, ...] = (
             critical_path TEXT,
             critical_path_s REAL,
             pid INTEGER
-        , context TEXT)""",
+        , context TEXT, owner TEXT, lease_until REAL)""",
     _RUNS_BY_CREATED,
     _RUNS_BY_PARENT,
     """CREATE TABLE "tasks" (

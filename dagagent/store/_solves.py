@@ -64,7 +64,7 @@ class SolveQueries:
         """Take paused solve ``solve_id`` to ``running`` in this process (one transaction: two
         resumes of a solve cannot both claim it). Raises
         :class:`~dagagent.errors.DecisionError` when it is not paused."""
-        from ._store import effective_status
+        from ._lease import effective_status
 
         solve_id = check_run_id(solve_id, prefix=False)
         with self._transaction() as conn:
@@ -173,7 +173,7 @@ class SolveQueries:
                 (solve_id,),
             )
         ]
-        from ._store import effective_status
+        from ._lease import effective_status
 
         status = effective_status(r[3], r[10])
         if status == RunStatus.INTERRUPTED:  # the round under way when the process died

@@ -17,6 +17,7 @@ from ._approvals import ApprovalQueries
 from ._codec import ELEMENT_KEYS, from_column
 from ._file import connect
 from ._ids import check_run_id
+from ._lease import effective_status
 from ._location import StoreLocation, locate_store
 from ._plans import plan_from_column
 from ._schema import MIGRATIONS, SCHEMA, Migration, migrate
@@ -26,7 +27,7 @@ from .models import RunRecord, RunSummary
 if TYPE_CHECKING:
     from ._recorder import RunRecorder
 
-__all__ = ["DEFAULT_FLUSH_INTERVAL_S", "RunStore", "default_store_path"]
+__all__ = ["DEFAULT_FLUSH_INTERVAL_S", "RunStore", "default_store_path", "effective_status"]
 
 DEFAULT_FLUSH_INTERVAL_S = 0.02
 
@@ -36,20 +37,6 @@ def default_store_path(path: str | Path | None = None) -> Path:
     the nearest ``.dagagent/`` of the current directory or a parent, else the per-user store
     (:func:`~dagagent.store.locate_store` says which and why)."""
     return locate_store(path).path
-
-
-def _pid_alive(pid: int | None) -> bool:
-    if pid is None or os.name == "nt":  # no cheap, safe liveness check on Windows
-        return True
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # exists but belongs to someone else
-        return True
-    return True
 
 
 def _writable(path: Path) -> bool:
@@ -255,7 +242,7 @@ class RunStore(SolveQueries, ApprovalQueries):
         """The most recent runs first, with their task counts by status."""
         sql = (
             "SELECT id, parent_id, created, goal, status, executor, started_at, finished_at, "
-            "n_tasks, pid FROM runs ORDER BY created DESC, rowid DESC"
+            "n_tasks, pid, owner, lease_until FROM runs ORDER BY created DESC, rowid DESC"
         )
         params: tuple[Any, ...] = ()
         if limit is not None:
@@ -278,7 +265,7 @@ class RunStore(SolveQueries, ApprovalQueries):
                 parent_id=r[1],
                 created=r[2],
                 goal=r[3],
-                status=RunStatus(effective_status(r[4], r[9])),
+                status=RunStatus(effective_status(r[4], r[9], r[10], r[11])),
                 executor=r[5],
                 started_at=r[6],
                 finished_at=r[7],
@@ -294,8 +281,8 @@ class RunStore(SolveQueries, ApprovalQueries):
         rows = self._query(
             "SELECT id, parent_id, created, goal, "
             "(SELECT p.plan FROM run_plans AS p WHERE p.run_id = runs.id), status, executor, "
-            "started_at, finished_at, critical_path, critical_path_s, pid, context "
-            "FROM runs WHERE id = ?",
+            "started_at, finished_at, critical_path, critical_path_s, pid, context, owner, "
+            "lease_until FROM runs WHERE id = ?",
             (run_id,),
         )
         if not rows:  # pragma: no cover - resolve() just found it
@@ -328,7 +315,7 @@ class RunStore(SolveQueries, ApprovalQueries):
             parent_id=r[1],
             created=r[2],
             goal=r[3],
-            status=RunStatus(effective_status(r[5], r[11])),
+            status=RunStatus(effective_status(r[5], r[11], r[13], r[14])),
             executor=r[6],
             started_at=r[7],
             finished_at=r[8],
@@ -373,11 +360,3 @@ def _result(t: Sequence[Any]) -> TaskResult:
             "traceback": t[11],
         }
     )
-
-
-def effective_status(status: str, pid: int | None) -> str:
-    """A recorded status (of a run or a solve) as it stands now: ``running`` whose process is
-    gone is ``interrupted``."""
-    if status == "running" and not _pid_alive(pid):
-        return "interrupted"
-    return status
