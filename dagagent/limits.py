@@ -31,6 +31,7 @@ __all__ = [
     "DEFAULT_ANSWER_CHARS",
     "DEFAULT_MAX_ELEMENTS",
     "DEFAULT_MAX_TASKS",
+    "DEFAULT_STREAM_S",
     "PLAN_OVERHEAD_TOKENS",
     "agent_turn_tokens",
     "answer_tokens",
@@ -41,6 +42,10 @@ __all__ = [
 #: At most this many elements in one map task's list (``for_each``) unless ``max_elements``
 #: says otherwise: a longer list is a :class:`~dagagent.errors.MapError`.
 DEFAULT_MAX_ELEMENTS = 10_000
+
+#: How long one streamed model answer may last in all unless told otherwise
+#: (``ModelSettings.max_stream_s``; ``--stream-timeout`` on the command line).
+DEFAULT_STREAM_S = 900.0
 
 #: The most tasks a plan may have unless told otherwise (``max_tasks``).
 DEFAULT_MAX_TASKS = 50

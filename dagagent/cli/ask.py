@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, cast
 import typer
 
 from ..errors import ConfigError, JoinerError, LLMError, PlanningError
+from ..limits import DEFAULT_STREAM_S
 from ..results import FailurePolicy
 from ..settings import RunSettings
 from ._app import (
@@ -53,6 +54,7 @@ from .options import (
     PlannerPromptOpt,
     PolicyOpt,
     StoreOpt,
+    StreamTimeoutOpt,
     TimeoutOpt,
     ToolsOpt,
     make_planner,
@@ -246,6 +248,7 @@ def ask_cmd(
     agent_tasks: AgentTasksOpt = False,
     no_schema: NoSchemaOpt = False,
     timeout: TimeoutOpt = 60.0,
+    stream_timeout: StreamTimeoutOpt = DEFAULT_STREAM_S,
     max_tokens: MaxTokensOpt = None,
     planner_prompt: PlannerPromptOpt = None,
     examples: ExamplesOpt = None,
@@ -280,7 +283,7 @@ def ask_cmd(
         configure_otel()
     if not goal.strip():
         raise ConfigError("the goal is empty: say what the answer should be about")
-    choice = ModelChoice(model, base_url, timeout, max_tokens)
+    choice = ModelChoice(model, base_url, timeout, max_tokens, stream_timeout)
     choice.require()
     if approve and not stdin_is_terminal():
         raise ConfigError(

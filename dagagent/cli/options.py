@@ -17,7 +17,12 @@ import typer
 
 from ..errors import ConfigError
 from ..executors import EXECUTORS, get_executor
-from ..limits import DEFAULT_ANSWER_CHARS, DEFAULT_MAX_ELEMENTS, DEFAULT_MAX_TASKS
+from ..limits import (
+    DEFAULT_ANSWER_CHARS,
+    DEFAULT_MAX_ELEMENTS,
+    DEFAULT_MAX_TASKS,
+    DEFAULT_STREAM_S,
+)
 from ..results import FailurePolicy
 from ..settings import RunSettings
 from .recording import recorded_tools_spec
@@ -53,6 +58,7 @@ __all__ = [
     "RunArg",
     "RunOptions",
     "StoreOpt",
+    "StreamTimeoutOpt",
     "TimeoutOpt",
     "ToolsOpt",
     "make_planner",
@@ -212,6 +218,16 @@ TimeoutOpt = Annotated[
         help="How long the model may take to answer (a slow local model may need more).",
     ),
 ]
+StreamTimeoutOpt = Annotated[
+    float,
+    typer.Option(
+        "--stream-timeout",
+        min=0.1,
+        metavar="SECONDS",
+        help="How long one streamed answer may last in all, however steadily it trickles in "
+        "(--timeout bounds each wait for its next piece).",
+    ),
+]
 MaxTokensOpt = Annotated[
     int | None,
     typer.Option(
@@ -267,13 +283,15 @@ BaseUrlOpt = Annotated[
 
 @dataclass(frozen=True)
 class ModelChoice:
-    """``--model``, ``--base-url``, ``--timeout`` and ``--max-tokens`` as given, turned into a
-    client (and the settings the planners and the joiner call it with) once."""
+    """``--model``, ``--base-url``, ``--timeout``, ``--max-tokens`` and ``--stream-timeout``
+    as given, turned into a client (and the settings the planners and the joiner call it with)
+    once."""
 
     model: str | None = None
     base_url: str | None = None
     timeout: float = 60.0
     max_tokens: int | None = None
+    stream_timeout: float = DEFAULT_STREAM_S
 
     @property
     def configured(self) -> bool:
@@ -285,7 +303,9 @@ class ModelChoice:
         ``max_tokens`` is ``--max-tokens``: unset, each derives its own)."""
         from ..llm import ModelSettings
 
-        return ModelSettings(timeout=self.timeout, max_tokens=self.max_tokens)
+        return ModelSettings(
+            timeout=self.timeout, max_tokens=self.max_tokens, max_stream_s=self.stream_timeout
+        )
 
     def require(self) -> None:
         """:class:`~dagagent.errors.ConfigError` when no model is named."""

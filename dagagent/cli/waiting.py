@@ -21,6 +21,7 @@ import typer
 
 from ..errors import ConfigError, StoreError
 from ..executors import IN_PROCESS_EXECUTORS
+from ..limits import DEFAULT_STREAM_S
 from ..settings import RunSettings
 from ._app import EXIT_RECORD, Interrupted, app, err, guard, out
 from .ask import AskProgress, exit_code_of, report_solution, solve_interrupted
@@ -32,6 +33,7 @@ from .options import (
     ModelOpt,
     NoWaitOpt,
     StoreOpt,
+    StreamTimeoutOpt,
     ToolsOpt,
 )
 from .replan import registry_for
@@ -233,6 +235,7 @@ def resume_cmd(
     no_wait: NoWaitOpt = False,
     model: ModelOpt = None,
     base_url: BaseUrlOpt = None,
+    stream_timeout: StreamTimeoutOpt = DEFAULT_STREAM_S,
     store: StoreOpt = None,
     json_out: bool = typer.Option(False, "--json", help="Print only the result, as JSON."),
 ) -> None:
@@ -260,13 +263,18 @@ def resume_cmd(
                 st.get_solve(run)
             except StoreError:
                 raise StoreError(f"no run {run} (nor solve) in {st.path}") from None
-            code = _resume_solve(st, run, tools, mcp, model, base_url, executor, no_wait, json_out)
+            code = _resume_solve(
+                st, run, tools, mcp, ModelChoice(model, base_url, stream_timeout=stream_timeout),
+                executor, no_wait, json_out,
+            )  # fmt: skip
             raise typer.Exit(code) from None
         solve = st.solve_of_run(record.run_id)
         if solve is not None and solve.status == "paused":
             code = _resume_solve(
-                st, record.run_id, tools, mcp, model, base_url, executor, no_wait, json_out
-            )
+                st, record.run_id, tools, mcp,
+                ModelChoice(model, base_url, stream_timeout=stream_timeout),
+                executor, no_wait, json_out,
+            )  # fmt: skip
             raise typer.Exit(code)
         _, _, registry = registry_for(record, tools, mcp)
         rules = recorded_rules(record)
@@ -313,8 +321,7 @@ def _resume_solve(
     ref: str,
     tools: str | None,
     mcp: list[str] | None,
-    model: str | None,
-    base_url: str | None,
+    choice: ModelChoice,
     executor: str | None,
     no_wait: bool,
     json_out: bool,
@@ -344,7 +351,6 @@ def _resume_solve(
     # one of them that pauses resumes with them too
     st.context = dict(record.context)
     first = policies[0] if policies and isinstance(policies[0], Policy) else None
-    choice = ModelChoice(model, base_url)
     if not choice.configured:
         raise ConfigError(
             f"run {record.run_id} is round {paused.round} of solve {solve.solve_id}, which is "

@@ -109,6 +109,15 @@ def _with_limit_hint(exc: LLMError, body: Any) -> LLMError:
     return hinted
 
 
+#: How a user raises each bound of a call: in Python, and on the command line when it has
+#: an option for it.
+_SETTING_HINTS = {
+    "max_stream_s": "ModelSettings(max_stream_s=...) in Python, --stream-timeout SECONDS on "
+    "the command line",
+    "max_response_bytes": "ModelSettings(max_response_bytes=...) in Python",
+}
+
+
 @functools.cache
 def _ssl_context() -> ssl.SSLContext:
     # Building a context loads the CA bundle (~25 ms); one per process is enough.
@@ -334,8 +343,8 @@ class HTTPChatClient(HTTPFailures, RequestLLM):
                     await response.aclose()
                     raise LLMResponseError(
                         f"the answer from {self.provider} is larger than {limit:,} bytes "
-                        f"(HTTP {response.status_code}); raise max_response_bytes if that is "
-                        "expected"
+                        f"(HTTP {response.status_code}); if that is expected, raise "
+                        f"{_SETTING_HINTS['max_response_bytes']}"
                     )
                 chunks.append(chunk)
         # httpx keeps a read body here; aread() would read it again without a bound
@@ -413,8 +422,8 @@ class HTTPChatClient(HTTPFailures, RequestLLM):
                 await response.aclose()
         except StreamLimitExceeded as exc:
             raise LLMResponseError(
-                f"the stream from {self.provider} {exc}: cut off (raise max_response_bytes or "
-                "max_stream_s if that is expected)"
+                f"the stream from {self.provider} {exc}: cut off (if that is expected, raise "
+                f"{_SETTING_HINTS.get(exc.setting, exc.setting)})"
             ) from None
         except httpx.TimeoutException as exc:
             raise self._timeout_failure(exc, mid_stream=got_response) from exc
