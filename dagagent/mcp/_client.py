@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 import anyio
 
 from ..errors import ConfigError, MCPConnectError, MCPServerLostError, MCPToolError
+from ..text import redact_command_line
 from ._bounded import DEFAULT_MAX_BLOCKS, DEFAULT_MAX_BYTES, DEFAULT_MAX_SCHEMA_BYTES, MCPLimits
 from ._launch import ServerStderr, brief, connect, import_sdk, startup_failure
 from ._results import call_output
@@ -167,10 +168,11 @@ class MCPClient:
 
     @property
     def where(self) -> str:
-        """The command or URL (never the headers, which may hold credentials)."""
+        """The command or URL as messages show them: never the headers, and every value that
+        may be a secret hidden (see :func:`~dagagent.text.redact_command_line`)."""
         if self.url is not None:
-            return self.url
-        return shlex.join([self.command or "", *self.args])
+            return redact_command_line(self.url)
+        return redact_command_line(shlex.join([self.command or "", *self.args]))
 
     @property
     def is_open(self) -> bool:

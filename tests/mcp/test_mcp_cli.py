@@ -127,7 +127,7 @@ def test_secrets_in_an_mcp_command_or_url_are_not_recorded_and_replan_asks_for_t
     recorded = json.loads(shown.stdout)["context"]["mcp"]
     assert recorded == [
         f"kit=env API_TOKEN=*** {sys.executable} {SERVERS} kit stdio --api-key=*** --token ***",
-        f"paged={url}?access_token=***&page=1",
+        f"paged={url}?access_token=***&page=***",
     ]
     proc = dagagent("replan", "--last", "--store", store)
     assert proc.returncode == 2, proc.stderr
