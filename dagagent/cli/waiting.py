@@ -128,11 +128,26 @@ def approvals_cmd(
     )
 
 
+#: The most an ``--edit`` file of arguments may hold.
+MAX_EDIT_BYTES = 1024 * 1024
+
+
 def _read_edit(path: Path) -> dict[str, Any]:
+    from ..text import read_bounded
+
     try:
-        text = sys.stdin.read() if str(path) == "-" else path.read_text(encoding="utf-8")
+        if str(path) != "-":
+            text = read_bounded(path, MAX_EDIT_BYTES, what="--edit file")
+        elif (stream := getattr(sys.stdin, "buffer", None)) is not None:
+            text = read_bounded(stream, MAX_EDIT_BYTES, what="--edit file")
+        else:  # a text stream put in its place
+            text = sys.stdin.read(MAX_EDIT_BYTES + 1)
+            if len(text) > MAX_EDIT_BYTES:
+                raise ValueError(f"larger than {MAX_EDIT_BYTES:,} characters")
     except OSError as exc:
         raise ConfigError(f"--edit: cannot read {path}: {exc.strerror or exc}") from None
+    except ValueError as exc:  # too large, or not UTF-8
+        raise ConfigError(f"--edit: cannot read {path}: {exc}") from None
     try:
         given = json.loads(text)
     except json.JSONDecodeError as exc:

@@ -194,3 +194,28 @@ def test_a_waiting_task_is_reviewed_as_waiting_never_as_succeeded(env: Env) -> N
     doc = json.loads(env.cli("replan", run, *TOOLS, "--json", code=0).stdout)
     assert [o["task_id"] for o in doc["review"]["waiting"]] == ["pay"]
     assert [o["task_id"] for o in doc["review"]["succeeded"]] == ["quote"]
+
+
+# -- approve --edit reads a bounded file --------------------------------------------------------
+
+
+@pytest.mark.skipif(not Path("/dev/zero").exists(), reason="needs /dev/zero")
+def test_approve_edit_of_an_endless_file_is_refused_with_a_message(env: Env) -> None:
+    run = env.paused()
+    res = env.cli("approve", run, "pay", "--edit", "/dev/zero", code=2)
+    assert "--edit" in res.stderr and "larger than" in res.stderr
+    res = CliRunner().invoke(
+        app,
+        ["approve", run, "pay", "--edit", "-", "--store", str(env.store)],
+        input="{" + " " * (2 * 1024 * 1024) + "}",
+    )
+    assert res.exit_code == 2 and "larger than" in res.stderr, res.output
+    assert res.exception is None or isinstance(res.exception, SystemExit)
+    # nothing was decided: the call still waits
+    env.cli("approve", run, "pay", "--edit", str(_args(env, {"text": "EUR 30"})), code=0)
+
+
+def _args(env: Env, args: dict[str, Any]) -> Path:
+    path = env.dir / "args.json"
+    path.write_text(json.dumps(args))
+    return path
