@@ -34,6 +34,13 @@ from dagagent.errors import (
     LLMResponseError,
     LLMUnsupportedOptionError,
 )
+from dagagent.llm._decoding import (
+    ACCEPT_ENCODING,
+    BodyTooLarge,
+    UnsupportedEncoding,
+    decoded_bytes,
+    decoded_text,
+)
 from dagagent.llm._failures import HTTPFailures
 from dagagent.llm._json import dumps_json
 from dagagent.llm._retry import Retryable
@@ -215,6 +222,7 @@ class HTTPChatClient(HTTPFailures, RequestLLM):
     def _headers(self, *, stream: bool) -> dict[str, str]:
         headers = {
             "accept": "text/event-stream" if stream else "application/json",
+            "accept-encoding": ACCEPT_ENCODING,  # what is decoded with a bound
             "content-type": "application/json",
         }
         headers.update(self._extra_headers)
@@ -335,18 +343,20 @@ class HTTPChatClient(HTTPFailures, RequestLLM):
         more than that in memory."""
         limit = self.max_response_bytes
         chunks: list[bytes] = []
-        total = 0
-        async with closing_stream(response.aiter_bytes()) as body:
-            async for chunk in body:
-                total += len(chunk)
-                if total > limit:
-                    await response.aclose()
-                    raise LLMResponseError(
-                        f"the answer from {self.provider} is larger than {limit:,} bytes "
-                        f"(HTTP {response.status_code}); if that is expected, raise "
-                        f"{_SETTING_HINTS['max_response_bytes']}"
-                    )
-                chunks.append(chunk)
+        try:
+            async with closing_stream(decoded_bytes(response, limit)) as body:
+                async for chunk in body:
+                    chunks.append(chunk)
+        except BodyTooLarge:
+            await response.aclose()
+            raise LLMResponseError(
+                f"the answer from {self.provider} is larger than {limit:,} bytes "
+                f"(HTTP {response.status_code}, decoded); if that is expected, raise "
+                f"{_SETTING_HINTS['max_response_bytes']}"
+            ) from None
+        except UnsupportedEncoding as exc:
+            await response.aclose()
+            raise LLMResponseError(f"the answer from {self.provider}: {exc}") from None
         # httpx keeps a read body here; aread() would read it again without a bound
         response._content = b"".join(chunks)
 
@@ -355,7 +365,9 @@ class HTTPChatClient(HTTPFailures, RequestLLM):
         at most ``max_stream_s``: a server that streams without end, or sends one gigantic
         event, ends the call with an :class:`LLMResponseError` (see :meth:`_stream_once`)."""
         return bounded_lines(
-            response.aiter_text(), max_chars=self.max_response_bytes, max_seconds=self.max_stream_s
+            decoded_text(response, self.max_response_bytes),
+            max_chars=self.max_response_bytes,
+            max_seconds=self.max_stream_s,
         )
 
     async def _post_json(self, client: httpx.AsyncClient, path: str, body: Any) -> Any:
@@ -420,6 +432,14 @@ class HTTPChatClient(HTTPFailures, RequestLLM):
                         yield item
             finally:
                 await response.aclose()
+        except BodyTooLarge:
+            raise LLMResponseError(
+                f"the stream from {self.provider} is larger than "
+                f"{self.max_response_bytes:,} bytes (decoded): cut off (if that is expected, raise "
+                f"{_SETTING_HINTS['max_response_bytes']})"
+            ) from None
+        except UnsupportedEncoding as exc:
+            raise LLMResponseError(f"the stream from {self.provider}: {exc}") from None
         except StreamLimitExceeded as exc:
             raise LLMResponseError(
                 f"the stream from {self.provider} {exc}: cut off (if that is expected, raise "

@@ -615,6 +615,73 @@ async def test_a_stream_trickling_without_end_is_cut_off_at_the_time_cap(
     assert anyio.current_time() - started < 10
 
 
+def _bomb(layers: int, size: int) -> bytes:
+    """``size`` zero bytes, gzipped ``layers`` times over (each layer shrinks the one before
+    about a thousandfold)."""
+    import gzip
+
+    data = b"\0" * size
+    for _ in range(layers):
+        data = gzip.compress(data, 9)
+    return data
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_body_packed_in_gzip_twice_is_counted_as_it_is_decoded(
+    server: LLMTestServer, flavor: Flavor, stream: bool
+) -> None:
+    """A few kilobytes that inflate to 256 MB (gzip inside gzip): the cap acts on the bytes as
+    they are decoded, layer by layer, so no more than about the cap is ever held."""
+    import tracemalloc
+
+    bomb = _bomb(2, 256 * 1024 * 1024)
+    assert len(bomb) < 10_000
+    kind = b"text/event-stream" if stream else b"application/json"
+    head = (
+        b"HTTP/1.1 200 OK\r\nContent-Type: " + kind + b"\r\nContent-Encoding: gzip, gzip\r\n"
+        b"Content-Length: " + str(len(bomb)).encode() + b"\r\nConnection: close\r\n\r\n"
+    )
+    server.push(RawReply([head + bomb]))
+    cap = 1024 * 1024
+    llm = flavor.client(server, settings=ModelSettings(max_response_bytes=cap, timeout=5.0))
+    tracemalloc.start()
+    try:
+        with anyio.fail_after(30), pytest.raises(LLMResponseError, match="1,048,576 bytes"):
+            if stream:
+                await collect_stream(llm.stream(MESSAGES))
+            else:
+                await llm.complete(MESSAGES)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 32 * cap, f"held {peak:,} bytes"
+    (request,) = server.requests
+    assert request.headers["accept-encoding"] == "gzip, deflate"
+
+
+async def test_a_gzipped_answer_still_reads(server: LLMTestServer, flavor: Flavor) -> None:
+    import gzip
+
+    body = gzip.compress(json.dumps(flavor.text("squeezed")).encode())
+    head = (
+        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Encoding: gzip\r\n"
+        b"Content-Length: " + str(len(body)).encode() + b"\r\nConnection: close\r\n\r\n"
+    )
+    server.push(RawReply([head + body]))
+    answer = await flavor.client(server).complete(MESSAGES)
+    assert answer.content == "squeezed"
+
+
+async def test_an_encoding_not_asked_for_is_refused(server: LLMTestServer, flavor: Flavor) -> None:
+    head = (
+        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Encoding: br\r\n"
+        b"Content-Length: 4\r\nConnection: close\r\n\r\nabcd"
+    )
+    server.push(RawReply([head]))
+    with pytest.raises(LLMResponseError, match="'br', which was not asked for"):
+        await flavor.client(server).complete(MESSAGES)
+
+
 async def test_bounded_lines_splits_every_line_end_across_chunks() -> None:
     async def chunks() -> AsyncIterator[str]:
         for c in ["a\r", "\nb\rc", "\n", "d", "e\r\n\r\n", "tail"]:
