@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import dataclasses
 import functools
 import re
 import ssl
@@ -22,7 +23,7 @@ from collections.abc import (
 )
 from contextlib import aclosing, asynccontextmanager
 from typing import Any, ClassVar, TypeVar
-from urllib.parse import unquote, urlsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import anyio
 import httpx
@@ -48,7 +49,14 @@ from dagagent.llm._secret import Scrubber, Secret, resolve_api_key
 from dagagent.llm._sse import StreamLimitExceeded, bounded_lines
 from dagagent.llm.protocol import RequestLLM
 from dagagent.llm.settings import ModelSettings
-from dagagent.llm.types import LLMResponse, closing_stream
+from dagagent.llm.types import (
+    LLMResponse,
+    StreamEnd,
+    StreamEvent,
+    TextDelta,
+    ToolCallDelta,
+    closing_stream,
+)
 from dagagent.llm.usage import UsageTracker
 from dagagent.text import is_secret_name, strip_url_credentials
 
@@ -96,6 +104,17 @@ _LIMIT_RE = re.compile(
     r"|too large.*max_(?:completion_)?tokens|allowed number of output tokens",
     re.IGNORECASE | re.DOTALL,
 )
+
+
+def _scrub_values(value: Any, scrub: Callable[[str], str]) -> Any:
+    """``value`` (a call's arguments) with ``scrub`` applied to every string in it."""
+    if isinstance(value, str):
+        return scrub(value)
+    if isinstance(value, dict):
+        return {k: _scrub_values(v, scrub) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_scrub_values(v, scrub) for v in value]
+    return value
 
 
 def _with_limit_hint(exc: LLMError, body: Any) -> LLMError:
@@ -186,9 +205,17 @@ class HTTPChatClient(HTTPFailures, RequestLLM):
         self.max_response_bytes = self.settings.max_response_bytes
         self.max_stream_s = self.settings.max_stream_s
         # Credentials in the URL (http://user:pass@host) are sent, never shown: base_url,
-        # messages, logs and records see the URL without them.
-        self._request_base = base_url.rstrip("/")
-        self.base_url = strip_url_credentials(self._request_base)
+        # messages, logs and records see the URL without them, and so does httpx (whose log
+        # names each request's URL): they go as the Basic authentication they stand for.
+        given = base_url.rstrip("/")
+        parts = urlsplit(given)
+        self._basic: httpx.BasicAuth | None = None
+        if parts.username is not None or parts.password is not None:
+            user, password = unquote(parts.username or ""), unquote(parts.password or "")
+            self._basic = httpx.BasicAuth(user, password)
+            given = urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+        self._request_base = given
+        self.base_url = strip_url_credentials(given)
         self._key = resolve_api_key(api_key, self.api_key_env)
         self.timeout = self.settings.http_timeout
         self.retry = self.settings.retry
@@ -201,7 +228,7 @@ class HTTPChatClient(HTTPFailures, RequestLLM):
         self._client = client
         self._session: httpx.AsyncClient | None = None
         self._extra_headers = dict(headers or {})
-        self._scrubber = Scrubber(_sent_secrets(self._key, self._request_base, self._extra_headers))
+        self._scrubber = Scrubber(_sent_secrets(self._key, base_url, self._extra_headers))
 
     # -- presentation ---------------------------------------------------------------
 
@@ -228,6 +255,10 @@ class HTTPChatClient(HTTPFailures, RequestLLM):
         headers.update(self._extra_headers)
         headers.update(self._auth_headers())
         return headers
+
+    def _auth(self) -> Any:
+        """The Basic authentication of a URL's ``user:password@``, else httpx's default."""
+        return self._basic if self._basic is not None else httpx.USE_CLIENT_DEFAULT
 
     def _url(self, path: str) -> str:
         return self._request_base + path
@@ -314,7 +345,55 @@ class HTTPChatClient(HTTPFailures, RequestLLM):
         except LLMError as exc:
             raise self._safe_error(_with_limit_hint(exc, body)) from exc.__cause__
         self.usage.record(result.usage)
-        return result
+        return self._scrubbed(result)
+
+    def _scrubbed(self, response: LLMResponse) -> LLMResponse:
+        """``response`` without what the client sends and must never show (its key, its URL's
+        password, a secret header), should the server echo it in an answer: what the model
+        writes is shown in messages, records and prompts."""
+        if not self._scrubber:
+            return response
+        scrub = self._scrubber.scrub
+        calls = [
+            c.model_copy(
+                update={
+                    "arguments": _scrub_values(c.arguments, scrub),
+                    "arguments_error": scrub(c.arguments_error) if c.arguments_error else None,
+                    "raw_arguments": scrub(c.raw_arguments) if c.raw_arguments else None,
+                }
+            )
+            for c in response.tool_calls
+        ]
+        return response.model_copy(update={"content": scrub(response.content), "tool_calls": calls})
+
+    async def _scrubbed_stream(
+        self, events: AsyncGenerator[StreamEvent, None]
+    ) -> AsyncGenerator[StreamEvent, None]:
+        """A stream's events without the client's secrets (see :meth:`_scrubbed`), a secret
+        split across pieces included: the text and each call's arguments are held back
+        while they could still be the start of one."""
+        text = self._scrubber.pieces()
+        args: dict[int, Any] = {}
+        async with aclosing(events) as it:
+            async for event in it:
+                if isinstance(event, TextDelta):
+                    shown = text.feed(event.text)
+                    if shown:
+                        yield TextDelta(shown)
+                elif isinstance(event, ToolCallDelta):
+                    pieces = args.setdefault(event.index, self._scrubber.pieces())
+                    yield dataclasses.replace(event, arguments=pieces.feed(event.arguments))
+                elif isinstance(event, StreamEnd):
+                    rest = text.end()
+                    if rest:
+                        yield TextDelta(rest)
+                    for index, pieces in args.items():
+                        rest = pieces.end()
+                        if rest:
+                            yield ToolCallDelta(index, arguments=rest)
+                    yield StreamEnd(self._scrubbed(event.response))
+                else:
+                    yield event
 
     def answer_deadline_s(self) -> float | None:
         """Seconds one attempt may take from sending the request to the last byte of a whole
@@ -382,7 +461,7 @@ class HTTPChatClient(HTTPFailures, RequestLLM):
                     headers=self._headers(stream=False),
                     timeout=self.timeout,
                 )
-                response = await client.send(request, stream=True)
+                response = await client.send(request, stream=True, auth=self._auth())
                 try:
                     await self._read_capped(response)
                 finally:
@@ -415,7 +494,7 @@ class HTTPChatClient(HTTPFailures, RequestLLM):
         try:
             try:
                 with anyio.fail_after(deadline):
-                    response = await client.send(request, stream=True)
+                    response = await client.send(request, stream=True, auth=self._auth())
             except TimeoutError:
                 raise self._deadline_failure(deadline, what="stream's headers") from None
             try:
@@ -461,8 +540,8 @@ class HTTPChatClient(HTTPFailures, RequestLLM):
         self,
         path: str,
         body: Any,
-        consume: Callable[[httpx.Response], AsyncGenerator[T, None]],
-    ) -> AsyncGenerator[T, None]:
+        consume: Callable[[httpx.Response], AsyncGenerator[StreamEvent, None]],
+    ) -> AsyncGenerator[StreamEvent, None]:
         """A streaming call with retries while nothing has been yielded yet."""
         try:
             async with self._client_scope() as client:
@@ -471,7 +550,10 @@ class HTTPChatClient(HTTPFailures, RequestLLM):
                 while True:
                     yielded = False
                     try:
-                        async with aclosing(self._stream_once(client, path, body, consume)) as it:
+                        once = self._stream_once(client, path, body, consume)
+                        if self._scrubber:
+                            once = self._scrubbed_stream(once)
+                        async with aclosing(once) as it:
                             async for item in it:
                                 yielded = True
                                 yield item

@@ -39,6 +39,8 @@ from dagagent.errors import (
 from dagagent.llm import (
     HTTPRetryPolicy,
     ModelSettings,
+    StreamEnd,
+    TextDelta,
     Usage,
     UsageTracker,
     UserMessage,
@@ -518,6 +520,70 @@ async def test_credentials_in_the_base_url_are_sent_but_never_shown(flavor: Flav
         )
     shown = str(caught.value) + str(gone.value) + json.dumps(logs, default=str)
     assert "hunter2pw" not in shown and "ann:" not in shown
+
+
+KEY_ECHO = "sk-proj-Vq4Lm8Rt2Zx6Nc1Bw9Ty3Kp7"
+
+
+async def test_an_answer_quoting_the_key_never_shows_it(flavor: Flavor) -> None:
+    """A normal 200 answer whose text, and a tool call's arguments, quote the client's key:
+    what the model wrote reaches messages, records and prompts, so the key is scrubbed from
+    it as from an error (whole, or a piece of it)."""
+    body = flavor.tool_calls([("lookup", {"note": f"use {KEY_ECHO[2:20]} please"})])
+    text = flavor.text(f"your key is {KEY_ECHO}, keep it safe")
+    with LLMTestServer() as server:
+        server.push(Reply(json=text))
+        server.push(Reply(json=body))
+        llm = flavor.client(server, api_key=KEY_ECHO)
+        said = await llm.complete(MESSAGES)
+        call = await llm.complete(MESSAGES)
+    assert KEY_ECHO[:12] not in said.content and said.content == "your key is ***, keep it safe"
+    assert KEY_ECHO[2:20] not in json.dumps(call.tool_calls[0].arguments)
+
+
+async def test_a_streamed_answer_spelling_the_key_a_few_letters_at_a_time_never_shows_it(
+    flavor: Flavor,
+) -> None:
+    """Split into pieces of three characters, no piece is a secret: the stream holds back
+    what could still be the start of one, so neither the pieces nor the end show it."""
+    text = f"the key: {KEY_ECHO}. bye"
+    pieces = [text[i : i + 3] for i in range(0, len(text), 3)]
+    events = flavor.events(flavor.text(pieces[0]))
+    first = next(i for i, (_, data) in enumerate(events) if pieces[0] in json.dumps(data))
+    head, tail = events[:first], events[first + 1 :]
+    kind, data = events[first]
+    delta = json.dumps(data)
+
+    def piece(p: str) -> Any:
+        return json.loads(delta.replace(json.dumps(pieces[0]), json.dumps(p)))
+
+    middle = [(kind, piece(p)) for p in pieces]
+    with LLMTestServer() as server:
+        server.push(SSEReply([*head, *middle, *tail]))
+        llm = flavor.client(server, api_key=KEY_ECHO)
+        shown = [e async for e in llm.stream(MESSAGES)]
+    seen = "".join(e.text for e in shown if isinstance(e, TextDelta))
+    final = shown[-1]
+    assert isinstance(final, StreamEnd)
+    assert seen == final.response.content == "the key: ***. bye"
+
+
+async def test_httpx_never_logs_the_password_of_the_base_url(
+    flavor: Flavor, caplog: pytest.LogCaptureFixture
+) -> None:
+    """httpx logs every request's URL at INFO: it is given the URL without its credentials,
+    which go as the Basic authentication they stand for."""
+    import logging
+
+    with LLMTestServer() as server, caplog.at_level(logging.DEBUG):
+        server.push(Reply(json=flavor.text("hi")))
+        host = server.url.removeprefix("http://")
+        base = flavor.client(server).base_url.replace(host, f"gw-user:tr4il-Mix-55@{host}")
+        await type(flavor.client(server))("m", base_url=base, settings=NO_RETRY).complete(MESSAGES)
+        (request,) = server.requests
+    logged = "\n".join(r.getMessage() for r in caplog.records)
+    assert "HTTP Request" in logged and "tr4il-Mix-55" not in logged and "gw-user" not in logged
+    assert request.headers["authorization"] == "Basic Z3ctdXNlcjp0cjRpbC1NaXgtNTU="
 
 
 # ---------------------------------------------------------------- answers too large to hold
