@@ -5,9 +5,9 @@ what ``import dagagent`` offers (``__all__``) and where each name is imported fr
 """
 
 from .agent import (
+    AgentLimits as AgentLimits,
     AgentResult as AgentResult,
     AgentState as AgentState,
-    Budget as Budget,
     ReActAgent as ReActAgent,
     make_agent_runner as make_agent_runner,
 )
@@ -19,11 +19,18 @@ from .approval import (
     ask_later as ask_later,
     load_policy as load_policy,
 )
+from .budget import (
+    Budget as Budget,
+    Price as Price,
+    Prices as Prices,
+)
 from .errors import (
     AgentError as AgentError,
     AgentStoppedError as AgentStoppedError,
+    BudgetExceededError as BudgetExceededError,
     ConfigError as ConfigError,
     DagagentError as DagagentError,
+    DeadlineError as DeadlineError,
     DecisionError as DecisionError,
     Issue as Issue,
     JoinerError as JoinerError,
@@ -85,6 +92,7 @@ from .results import (
     AgentStep as AgentStep,
     ApprovalAnswer as ApprovalAnswer,
     CallDecision as CallDecision,
+    ModelCall as ModelCall,
     RunResult as RunResult,
     RunStatus as RunStatus,
     SolveStatus as SolveStatus,

@@ -32,6 +32,9 @@ The tree::
     ├── PlanningError                 the planner gave up (``.attempts``)
     ├── JoinerError                   the joiner gave no usable decision (``.attempts``)
     ├── SolveError                    ``Solution.raise_for_status()``: gave up or failed
+    ├── BudgetExceededError           a model or tool call was refused: it could cross the
+    │                                 solve's budget (``.what``: tokens, cost_usd, ...)
+    ├── DeadlineError                 the deadline of a whole ``plan`` / ``ask`` passed
     ├── AgentError                    the ReAct agent cannot run (no llm, bad config)
     │   ├── AgentStoppedError         an agent task stopped without an answer (``.steps``)
     │   └── ReActFormatError          a reply in none of the ReAct shapes (also a ValueError)
@@ -62,8 +65,10 @@ if TYPE_CHECKING:  # for annotations only: the modules of these types import thi
 __all__ = [
     "AgentError",
     "AgentStoppedError",
+    "BudgetExceededError",
     "ConfigError",
     "DagagentError",
+    "DeadlineError",
     "DecisionError",
     "Issue",
     "JoinerError",
@@ -292,6 +297,24 @@ class SolveError(DagagentError):
     def __init__(self, message: str, solution: Solution | None = None) -> None:
         self.solution = solution
         super().__init__(message)
+
+
+class BudgetExceededError(DagagentError):
+    """A model call or a tool call was refused before it was made: its worst case could cross
+    the budget of the solve. ``what`` names the limit (``tokens``, ``cost_usd``,
+    ``model_calls``, ``tool_calls``). Raised to the caller of the call (a planner, an agent
+    task, a tool call: its task fails); :func:`dagagent.solve` turns it into a last answer
+    within the joiner's reserve, or the status ``budget_exhausted``."""
+
+    def __init__(self, message: str, *, what: str) -> None:
+        self.what = what
+        super().__init__(message)
+
+
+class DeadlineError(DagagentError):
+    """The deadline given for a whole command passed (``dagagent plan --deadline``): what was
+    running was cancelled; the message says what it was. A solve that passes its deadline
+    ends with the status ``timed_out`` instead."""
 
 
 class AgentError(DagagentError):

@@ -13,21 +13,25 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Union
 
 from .text import printable
 
 if TYPE_CHECKING:
+    from .llm import LiveCall
     from .plan import Plan, Task
-    from .results import RunResult, TaskResult
+    from .results import ModelCall, RunResult, TaskResult
 
 __all__ = [
     "Emitter",
     "Event",
     "JoinerDecided",
     "Listener",
+    "ModelCallFinished",
+    "ModelCallRejected",
+    "ModelCallStarted",
     "PlanExtended",
     "RoundFinished",
     "RoundStarted",
@@ -192,11 +196,49 @@ class TaskParsed:
 @dataclass(frozen=True, slots=True)
 class PlanExtended:
     """The plan of a run that is still being written gained tasks; ``plan`` is the plan so
-    far (a copy: it does not change afterwards). The run store keeps its record up to date."""
+    far (a copy: it does not change afterwards), ``planned_at`` when each of its tasks
+    joined it (Unix times: a task held until the plan was whole joined it then). The run
+    store keeps its record up to date."""
 
     run_id: str
     plan: Plan
+    planned_at: Mapping[str, float] = field(default_factory=dict)
     kind: str = field(default="run.plan_extended", init=False)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelCallStarted:
+    """A model call of a solve began: its ``role`` (planner, replanner, joiner, agent), the
+    ``round``, the agent task it serves (``task_id``). ``call`` is the call as it happens
+    (a :class:`~dagagent.llm.LiveCall`: what the model has written so far, how long it took):
+    it keeps changing until :class:`ModelCallFinished` comes."""
+
+    solve_id: str
+    call: LiveCall
+    role: str
+    round: int | None = None
+    task_id: str | None = None
+    kind: str = field(default="model_call.started", init=False)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelCallFinished:
+    """A model call of a solve ended; ``record`` is what the run store keeps of it."""
+
+    solve_id: str
+    record: ModelCall
+    kind: str = field(default="model_call.finished", init=False)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelCallRejected:
+    """The answer of a model call was rejected by its reader (a plan or a joiner's decision
+    that cannot be used): ``record.issues`` say why; the model is asked again while attempts
+    remain."""
+
+    solve_id: str
+    record: ModelCall
+    kind: str = field(default="model_call.rejected", init=False)
 
 
 Event = Union[  # noqa: UP007 - a runtime alias, kept valid on 3.10
@@ -213,6 +255,9 @@ Event = Union[  # noqa: UP007 - a runtime alias, kept valid on 3.10
     RoundFinished,
     TaskParsed,
     PlanExtended,
+    ModelCallStarted,
+    ModelCallFinished,
+    ModelCallRejected,
 ]
 Listener = Callable[[Event], None]
 
@@ -313,9 +358,12 @@ class _LibraryLines(logging.Handler):
             self.handleError(record)
 
 
-def configure_logging(level: int = logging.WARNING, *, json: bool = False) -> None:
-    """Configure structlog for command-line use: level-filtered, to stderr; and the standard
-    library's logging (what libraries log) the same way, one line per record."""
+def configure_logging(
+    level: int = logging.WARNING, *, json: bool = False, renderer: Any = None
+) -> None:
+    """Configure structlog for command-line use: level-filtered, to stderr; ``renderer``
+    (a structlog processor returning the line) instead of structlog's console renderer; and
+    the standard library's logging (what libraries log) the same way, one line per record."""
     import structlog
 
     root = logging.getLogger()
@@ -325,9 +373,12 @@ def configure_logging(level: int = logging.WARNING, *, json: bool = False) -> No
     if root.level > level:  # lowered for -v, never raised (an application's own setting)
         root.setLevel(level)
 
-    renderer: Any = (
-        structlog.processors.JSONRenderer() if json else structlog.dev.ConsoleRenderer(colors=False)
-    )
+    if renderer is None:
+        renderer = (
+            structlog.processors.JSONRenderer()
+            if json
+            else structlog.dev.ConsoleRenderer(colors=False)
+        )
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,

@@ -264,6 +264,15 @@ class Template:
             return self.literal
         return _resolve(self._compiled, outputs)
 
+    def whole_references(self) -> list[tuple[tuple[str | int, ...], Reference]]:
+        """Every value that is exactly one reference (and so keeps the referenced value's
+        type), with where it is: the keys and list indexes leading to it (``()``: the whole
+        template is one reference)."""
+        found: list[tuple[tuple[str | int, ...], Reference]] = []
+        if self.refs:
+            _whole(self._compiled, (), found)
+        return found
+
     def literal_keys(self) -> dict[str, Any]:
         """For a dict template: the top-level entries that hold no reference at all."""
         if not isinstance(self._compiled, dict):
@@ -283,6 +292,19 @@ def _compile(value: Any, refs: list[Reference], bad: list[str], depth: int = 0) 
     if isinstance(value, list):
         return [_compile(v, refs, bad, depth + 1) for v in value]
     return value
+
+
+def _whole(
+    c: Any, path: tuple[str | int, ...], found: list[tuple[tuple[str | int, ...], Reference]]
+) -> None:
+    if isinstance(c, Reference):
+        found.append((path, c))
+    elif isinstance(c, dict):
+        for k, v in c.items():
+            _whole(v, (*path, k), found)
+    elif isinstance(c, list):
+        for i, v in enumerate(c):
+            _whole(v, (*path, i), found)
 
 
 def _has_escape(value: Any) -> bool:

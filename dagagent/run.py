@@ -157,6 +157,8 @@ class _Run:
         self.emit = Emitter(everyone, self.log) if everyone else None
         self.task_events = Emitter(listeners, self.log) if listeners else None
         self.meter: UsageTracker | None = None
+        #: A plan written while it runs: when each task joined it (for the record).
+        self.planned_at: dict[str, float] = {}
 
     def runner(
         self,
@@ -208,6 +210,7 @@ class _Run:
             element_concurrency=self.executor.element_concurrency,
             emit=self.task_events,
             record=self.recorder.record if self.recorder is not None else None,
+            started=self.recorder.started if self.recorder is not None else None,
             telemetry=self.telemetry,
             redaction=redaction,
             llm=model,
@@ -267,7 +270,9 @@ class _Run:
     def _extended(self, task_id: str | None) -> None:
         """A streamed plan grew: its record needs the task before the task can start."""
         if task_id is not None and self.emit is not None:
-            self.emit(PlanExtended(self.run_id, _snapshot(self.graph.plan)))
+            self.planned_at[task_id] = time.time()
+            plan = _snapshot(self.graph.plan)
+            self.emit(PlanExtended(self.run_id, plan, dict(self.planned_at)))
 
     def _result(self, runner: TaskRunner, started: float, interrupted: bool) -> RunResult:
         graph = self.graph
@@ -275,6 +280,10 @@ class _Run:
         statuses = [r.status for r in tasks.values()]
         if interrupted:
             status = RunStatus.CANCELLED
+        elif graph.aborted:
+            # A plan cut short while it was written (an invalid task, a model that failed
+            # mid-answer, or before its first task): whatever ran, the plan did not.
+            status = RunStatus.FAILED
         elif all(s.ok for s in statuses):
             status = RunStatus.SUCCEEDED
         elif TaskStatus.WAITING in statuses and not any(s in FAILURES for s in statuses):

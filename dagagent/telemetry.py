@@ -37,6 +37,8 @@ if TYPE_CHECKING:
     from opentelemetry.trace import Span, Tracer
 
 __all__ = [
+    "AGENT_TASK",
+    "CALL_ATTRIBUTES",
     "CONTENT_ENV",
     "ROLE",
     "Instruments",
@@ -103,6 +105,9 @@ SOLVE_ID = "dagagent.solve.id"
 SOLVE_STATUS = "dagagent.solve.status"
 ROUND = "dagagent.round"
 ROUND_OUTCOME = "dagagent.round.outcome"
+MODEL_CALLS = "dagagent.model_calls"
+COST = "dagagent.usage.cost_usd"
+ESTIMATED = "dagagent.usage.estimated"
 
 #: The attributes of a planning step (planning or replanning: the ``chat`` spans of its model
 #: calls nest under it) and of a joiner's decision.
@@ -115,6 +120,17 @@ ROLE: ContextVar[str | None] = ContextVar("dagagent_model_role", default=None)
 
 #: The id the model gave a tool call, while an agent makes that call.
 TOOL_CALL_ID_VAR: ContextVar[str | None] = ContextVar("dagagent_tool_call_id", default=None)
+
+#: The agent task whose agent is at work, as ``(run id, task id)``: set by the runner around
+#: an agent task (whatever telemetry does), so that whoever watches its model calls knows
+#: which task they serve.
+AGENT_TASK: ContextVar[tuple[str, str] | None] = ContextVar("dagagent_agent_task", default=None)
+
+#: Attributes for the ``chat`` span of the model call about to be made (its solve, round,
+#: role, task), set by whoever watches model calls; the span copies them when it starts.
+CALL_ATTRIBUTES: ContextVar[Mapping[str, Any] | None] = ContextVar(
+    "dagagent_call_attributes", default=None
+)
 
 # -- on or off ------------------------------------------------------------------------------------
 

@@ -34,6 +34,19 @@ if os.environ.get("CI"):
     settings.load_profile("ci")
 
 
+@pytest.fixture(autouse=True)
+def _structlog_as_found() -> Iterator[None]:
+    """structlog's configuration is the process's: a test that configures it (the CLI's
+    ``-v``, ``structlog.testing.capture_logs``, which leaves it configured with the defaults
+    that print every level to stdout) must not make later tests log."""
+    import structlog
+
+    configured = structlog.is_configured()
+    yield
+    if not configured and structlog.is_configured():
+        structlog.reset_defaults()
+
+
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"

@@ -221,3 +221,42 @@ def test_the_critical_path_breaks_ties_by_the_first_dependency() -> None:
 def test_no_llm_warning() -> None:
     g = validate({"tasks": [{"id": "n", "instruction": "go"}]}, check_llm=True)
     assert [w.code for w in g.warnings] == ["no_llm"]
+
+
+def _ran(task_id: str, start: float, end: float, status: str = "succeeded") -> Any:
+    from dagagent.results import TaskResult, TaskStatus
+
+    return TaskResult(task_id=task_id, status=TaskStatus(status), started_at=start, finished_at=end)
+
+
+def test_a_runs_critical_path_follows_the_dependency_that_finished_last() -> None:
+    # total needs l0 and l4; l0 ran longer, but l4 was planned late and finished last: l4 is
+    # what total waited for (a streamed plan, a level barrier, a concurrency limit...)
+    order = ["l0", "l4", "total"]
+    deps = {"l0": (), "l4": (), "total": ("l0", "l4")}
+    results = {
+        "l0": _ran("l0", 0.0, 0.35),
+        "l4": _ran("l4", 0.9, 1.2),
+        "total": _ran("total", 1.2, 1.3),
+    }
+    length, path = dagagent.graph.finished_critical_path(order, deps, results)
+    assert path == ["l4", "total"] and length == pytest.approx(0.4)
+    # by durations alone the longest chain runs through l0
+    durations = {t: r.duration_s for t, r in results.items()}
+    assert dagagent.graph.critical_path(order, deps, durations)[1] == ["l0", "total"]
+
+
+def test_a_runs_critical_path_ends_at_the_task_that_finished_last_and_skips_the_unfinished() -> (
+    None
+):
+    order = ["a", "b", "c", "d"]
+    deps = {"a": (), "b": ("a",), "c": (), "d": ("c",)}
+    results = {
+        "a": _ran("a", 0.0, 1.0),
+        "b": _ran("b", 1.0, 1.5),
+        "c": _ran("c", 0.0, 0.2),
+        "d": _ran("d", 1.4, 1.6, "failed"),  # finished (failed) last
+    }
+    assert dagagent.graph.finished_critical_path(order, deps, results)[1] == ["c", "d"]
+    results["d"] = _ran("d", 1.4, 1.6, "cancelled")  # stopped: no path runs through it
+    assert dagagent.graph.finished_critical_path(order, deps, results)[1] == ["a", "b"]

@@ -120,7 +120,7 @@ def test_plan_run_fail_replan_succeed(user: Journey, server: LLMTestServer) -> N
     assert second["tasks"]["avg"]["output"] == pytest.approx((18.0 + 24.5 + 14.0) / 3)
     assert second["tasks"]["paris"]["output"]["temp_c"] == 18.0
 
-    runs = user.json("runs")
+    runs = user.json("runs")["runs"]
     assert [r["run_id"] for r in runs] == [second["run_id"], first["run_id"]]
     assert runs[0]["parent_id"] == first["run_id"]
     assert runs[1]["parent_id"] is None
@@ -322,7 +322,7 @@ def test_executors_agree(user: Journey) -> None:
     assert seen["serial"]["after"][0] == "skipped"
     for executor, tasks in seen.items():
         assert tasks == seen["serial"], executor
-    runs = user.json("runs")
+    runs = user.json("runs")["runs"]
     assert [r["executor"] for r in runs] == ["dask", "dataflow", "levels", "serial"]
 
 

@@ -245,8 +245,7 @@ def test_arguments_are_checked_with_the_elements_type(registry: dagagent.Registr
             {"id": "f", "tool": "find", "args": {"query": "x"}},
             {"id": "n", "tool": "count", "for_each": "${f.cities}", "args": {"n": "${@item}"}},
             {"id": "d", "tool": "shape", "for_each": "${s}", "args": {"data": "${@item}"}},
-            {"id": "c", "tool": "text", "for_each": [1, 2], "args": {"query": "${@item}"}},
-            {"id": "w", "tool": "weather", "for_each": "${n}", "args": {"city": "${@item}"}},
+            {"id": "i", "tool": "shape", "for_each": "${s}", "args": {"data": "${@index}"}},
         ),
         registry,
     )
@@ -263,13 +262,8 @@ def test_arguments_are_checked_with_the_elements_type(registry: dagagent.Registr
         ),
         (
             "bad_arguments",
-            "arguments for tool 'text' do not fit its schema: query: ${@item} is an integer "
-            "here, and the tool takes string",
-        ),
-        (
-            "bad_arguments",  # a map's output is the list of its elements' outputs
-            "arguments for tool 'weather' do not fit its schema: city: ${@item} is an integer "
-            "here, and the tool takes string",
+            "arguments for tool 'shape' do not fit its schema: data: ${@index} is an integer "
+            "(the element's position), and the tool takes object",
         ),
     ]
     validate(
@@ -290,6 +284,56 @@ def test_arguments_are_checked_with_the_elements_type(registry: dagagent.Registr
             },
             {"id": "u", "tool": "count", "for_each": ["1", 2], "args": {"n": "${@item}"}},
             {"id": "i", "tool": "count", "for_each": "${s}", "args": {"n": "${@index}"}},
+            # numbers into text: given as their text when the elements run
+            {"id": "c", "tool": "text", "for_each": [1, 2.5, True], "args": {"query": "${@item}"}},
+            {"id": "w", "tool": "weather", "for_each": "${n}", "args": {"city": "${@item}"}},
+            {"id": "k", "tool": "text", "for_each": "${s}", "args": {"query": "${@index}"}},
+        ),
+        registry,
+    )
+
+
+def test_a_whole_reference_is_checked_with_the_type_its_task_declares(
+    registry: dagagent.Registry,
+) -> None:
+    found = issues(
+        plan(
+            SEARCH,
+            {"id": "f", "tool": "find", "args": {"query": "x"}},
+            {"id": "a", "tool": "text", "args": {"query": "${s}"}},
+            {"id": "b", "tool": "count", "args": {"n": "${f}"}},
+            {"id": "c", "tool": "shape", "args": {"data": "${f.cities.0.name}"}},
+        ),
+        registry,
+    )
+    assert found == [
+        (
+            "bad_arguments",
+            "arguments for tool 'text' do not fit its schema: query: ${s} is an array (as task "
+            "'s' (search) declares it), and the tool takes string",
+        ),
+        (
+            "bad_arguments",
+            "arguments for tool 'count' do not fit its schema: n: ${f} is an object (as task "
+            "'f' (find) declares it), and the tool takes integer",
+        ),
+        (
+            "bad_arguments",
+            "arguments for tool 'shape' do not fit its schema: data: ${f.cities.0.name} is a "
+            "string (as task 'f' (find) declares it), and the tool takes object",
+        ),
+    ]
+    # what fits, converts (a number into text), or is not declared is left to the run
+    validate(
+        plan(
+            SEARCH,
+            {"id": "f", "tool": "find", "args": {"query": "x"}},
+            {"id": "y", "tool": "anything", "args": {"query": "x"}},
+            {"id": "a", "tool": "text", "args": {"query": "${f.total}"}},
+            {"id": "b", "tool": "count", "args": {"n": "${f.cities.0.population}"}},
+            {"id": "c", "tool": "text", "args": {"query": "${y}"}},
+            {"id": "d", "tool": "text", "args": {"query": "${f.nope}"}},
+            {"id": "e", "tool": "text", "args": {"query": "total ${f.cities}"}},
         ),
         registry,
     )

@@ -230,6 +230,17 @@ def test_solve_snippet(scratch: Path, capsys: pytest.CaptureFixture[str]) -> Non
     assert solution.rounds[0].result.outputs == {"paris": {"city": "Paris", "temp_c": 20.0}}
 
 
+def test_model_calls_snippet(scratch: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The model-calls example: a deadline, a budget, and the calls of the solve."""
+    namespace: dict[str, Any] = {}
+    run_python(block_with(section("From Python"), "python", "execute_sync"), namespace)
+    run_python(block_with(section("From a goal to an answer"), "python", "solve("), namespace)
+    capsys.readouterr()
+    block = block_with(section("Model calls, deadlines and budgets"), "python", "solution.calls")
+    run_python(block, namespace)
+    assert capsys.readouterr().out == ("1 planner answered True\n1 joiner answered True\n2 None\n")
+
+
 def test_streamed_planning_snippet(scratch: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The streamed-planning example, on the registry of "From Python"."""
     namespace: dict[str, Any] = {}
@@ -332,6 +343,7 @@ def test_every_python_snippet_is_run_by_a_test() -> None:
         "Approvals that wait": ["ask_later"],
         "Planning": ["LLMPlanner(", "parallel_tool_calls="],
         "From a goal to an answer": ["solve("],
+        "Model calls, deadlines and budgets": ["solution.calls"],
         "Streamed planning": ["plan_and_execute_streamed("],
         "Run records, review and replanning": ["store="],
         "Tools from MCP servers": ["MCPClient.stdio("],

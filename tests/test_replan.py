@@ -323,7 +323,7 @@ def scripted(monkeypatch: pytest.MonkeyPatch, *answers: str) -> Any:
     llm = ScriptedLLM(list(answers))
     made: list[tuple[str, str | None, float]] = []
 
-    def make_model(model: str, base_url: str | None, *, timeout: float = 60.0) -> Any:
+    def make_model(model: str, base_url: str | None, *, timeout: float = 60.0, **_: Any) -> Any:
         made.append((model, base_url, timeout))
         return llm
 
@@ -349,6 +349,44 @@ def test_replan_with_a_model_reuses_successes(env: Env, monkeypatch: pytest.Monk
     with RunStore(env.db) as st:
         child = st.last_run()
     assert child.parent_id == parent and child.counts == {"reused": 3, "succeeded": 2}
+
+
+def test_a_model_changing_a_success_under_its_id_runs_it_and_what_uses_it(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    parent = env.first_run()
+    before = env.calls()
+    revised = fixed(pear={"args": {"item": "plum"}}, kiwi={"args": {"item": "apple"}})
+    llm = scripted(monkeypatch, json.dumps(revised))
+    res = env.cli("replan", parent, "--model", "openai:m", "-x", "--tools", f"{env.tools}:registry")
+    assert res.exit_code == 0, res.output
+    llm.assert_exhausted()  # one answer: keeping the id was no problem
+    assert "revised by scripted: 1 attempt" in res.stderr
+    assert "warning: [new_version] task 'pear': succeeded before as price(" in res.stderr
+    assert '~ pear: args.item: "pear" -> "plum"' in res.stdout
+    assert "pear (a new version: its call changed since it succeeded)" in res.stdout
+    assert "sum1 (unchanged, but pear runs again)" in res.stdout
+    assert env.calls() - before == Counter(["price:plum", "price:apple", "total:3+5", "total:8+3"])
+    with RunStore(env.db) as st:
+        child = st.last_run()
+    assert child.parent_id == parent
+    assert {k: r.status.value for k, r in child.tasks.items()} == {
+        "apple": "reused",
+        "pear": "succeeded",
+        "kiwi": "succeeded",
+        "sum1": "succeeded",
+        "sum2": "succeeded",
+    }
+    assert child.tasks["pear"].output == 5 and child.tasks["sum2"].output == 11
+    # the record of the new run says so
+    shown = env.cli("show", child.run_id)
+    assert shown.exit_code == 0, shown.output
+    assert f"new versions of tasks that succeeded in run {parent}" in shown.stdout
+    assert "so they ran again): pear\n" in shown.stdout
+    doc = json.loads(env.cli("show", child.run_id, "--json").stdout)
+    assert doc["new_versions"] == ["pear"]
+    doc = json.loads(env.cli("show", parent, "--json").stdout)
+    assert doc["new_versions"] == []
 
 
 def test_a_model_that_never_gives_a_valid_plan_exits_3(

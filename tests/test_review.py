@@ -90,7 +90,7 @@ def test_review_of_a_killed_run_lists_what_has_no_result(failed: RunRecord) -> N
     partial = failed.model_copy(update={"tasks": {k: failed.tasks[k] for k in ("a", "b")}})
     review = review_run(partial)
     assert [o.task_id for o in review.unrecorded] == ["bad", "c", "d", "e"]
-    assert "no result recorded, the run stopped first (4):\n  bad, c, d, e" in format_review(review)
+    assert "no result (yet) (4):\n  bad, c, d, e" in format_review(review)
 
 
 def test_review_of_a_clean_run(tmp_path: Path, registry: dagagent.Registry) -> None:
@@ -181,7 +181,7 @@ def test_predict_reuse(failed: RunRecord) -> None:
     got = {k: (d.action, d.reason) for k, d in predict_reuse(failed, new).items()}
     assert got == {
         "a": ("reuse", "unchanged success"),
-        "b": ("run", "changed"),
+        "b": ("run", "a new version: its call changed since it succeeded"),
         "bad": ("run", "failed before"),
         "c": ("maybe", "unchanged, but b runs again"),
         "d": ("run", "skipped before"),

@@ -42,6 +42,92 @@ def w(id: str, seconds: float = 0.0, deps: tuple[str, ...] = (), **kw: Any) -> d
     return {"id": id, "tool": "work", "args": args, "depends_on": list(deps), **kw}
 
 
+def scalar_tools() -> dagagent.Registry:
+    reg = dagagent.Registry()
+
+    @reg.tool
+    def add(a: int, b: int) -> int:
+        """Add."""
+        return a + b
+
+    @reg.tool
+    def shout(text: str) -> str:
+        """Shout."""
+        return text + "!"
+
+    @reg.tool
+    def label(text: str | None = None, n: int | str = 0, tags: list[str] | None = None) -> Any:
+        """Label."""
+        return [text, n, tags]
+
+    @reg.tool
+    def echo(value: Any) -> Any:
+        """Echo."""
+        return value
+
+    return reg
+
+
+async def test_a_number_or_boolean_fed_whole_to_a_text_parameter_is_given_as_its_text() -> None:
+    reg = scalar_tools()
+
+    async def mcp_like(text: str) -> str:
+        return text.upper()
+
+    reg.add(
+        dagagent.SchemaTool(
+            mcp_like,
+            name="mcp_like",
+            parameters={"type": "object", "properties": {"text": {"type": "string"}}},
+        )
+    )
+    plan = {
+        "goal": "g",
+        "tasks": [
+            {"id": "a", "tool": "add", "args": {"a": 1, "b": 2}},
+            {"id": "v", "tool": "echo", "args": {"value": {"ok": True, "x": 2.5}}},
+            {"id": "s", "tool": "shout", "args": {"text": "${a}"}},
+            {"id": "t", "tool": "shout", "args": {"text": "${v.ok}"}},
+            {"id": "u", "tool": "shout", "args": {"text": "${v.x}"}},
+            {"id": "i", "tool": "shout", "args": {"text": " ${a}"}},  # interpolated: the same
+            # a parameter that takes the number keeps it; optional text and lists of text
+            {
+                "id": "l",
+                "tool": "label",
+                "args": {"text": "${a}", "n": "${a}", "tags": ["${v.ok}", "x"]},
+            },
+            {"id": "m", "tool": "mcp_like", "args": {"text": "${v.ok}"}},
+            {"id": "k", "tool": "shout", "for_each": ["x", "y"], "args": {"text": "${@index}"}},
+            {"id": "n", "tool": "add", "args": {"a": "${a}", "b": "${a}"}},
+        ],
+    }
+    result = await execute(plan, reg)
+    assert result.ok, {k: r.error for k, r in result.tasks.items() if r.error}
+    out = {k: r.output for k, r in result.tasks.items()}
+    assert out["s"] == "3!" and out["t"] == "True!" and out["u"] == "2.5!"
+    assert out["i"] == " " + out["s"]
+    assert out["l"] == ["3", 3, ["True", "x"]]
+    assert out["m"] == "TRUE"
+    assert out["k"] == ["0!", "1!"]
+    assert out["n"] == 6
+    assert result.tasks["s"].args == {"text": "3"}  # the record holds what the tool got
+    assert [e.args for e in result.tasks["k"].elements or ()] == [{"text": "0"}, {"text": "1"}]
+
+
+async def test_what_a_text_parameter_cannot_take_still_fails_naming_the_task() -> None:
+    reg = scalar_tools()
+    plan = {
+        "goal": "g",
+        "tasks": [
+            {"id": "v", "tool": "echo", "args": {"value": [1, 2]}},
+            {"id": "s", "tool": "shout", "args": {"text": "${v}"}},
+        ],
+    }
+    result = await execute(plan, reg)
+    assert result.tasks["s"].status is TaskStatus.FAILED
+    assert "text" in (result.tasks["s"].error or "")
+
+
 @pytest.mark.parametrize("executor", EXECUTORS)
 async def test_outputs_flow_through_references(executor: str, registry: dagagent.Registry) -> None:
     plan = {

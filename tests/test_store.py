@@ -1445,3 +1445,152 @@ async def test_a_redacted_element_is_not_reused(tmp_path: Path) -> None:
     with RunStore(db) as st:
         rec = st.get_run(result.run_id)
     assert not [k for k in reuse_map(rec) if k.startswith("hi@")]
+
+
+# ---------------------------------------------------------------------------------------------
+# A task is on record from its start: running, then its result
+
+
+async def test_a_task_is_on_record_as_running_from_its_start_to_its_end(
+    tmp_path: Path, registry: dagagent.Registry
+) -> None:
+    db, run_id = tmp_path / "r.db", dagagent.new_run_id()
+    plan = {"tasks": [w("fast"), w("slow", 0.5)]}
+    seen: list[TaskResult] = []
+
+    async def watch() -> None:
+        while True:
+            await anyio.sleep(0.01)
+            try:
+                with RunStore(db, read_only=True) as st:
+                    rec = st.get_run(run_id)
+            except StoreError:
+                continue
+            slow = rec.tasks.get("slow")
+            if slow is not None:
+                assert rec.status == "running"
+                seen.append(slow)
+                return
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(watch)
+        result = await dagagent.execute(plan, registry, store=db, run_id=run_id)
+    (slow,) = seen
+    assert slow.status is TaskStatus.RUNNING and slow.finished_at is None
+    assert slow.started_at == result.tasks["slow"].started_at  # the start it really had
+    assert slow.args is None and slow.attempts == 0  # its arguments come with its result
+    with RunStore(db) as st:
+        rec = st.get_run(run_id)
+        (summary,) = st.list_runs()
+    assert rec.tasks["slow"].status is TaskStatus.SUCCEEDED  # the result replaced it
+    assert summary.counts == {"succeeded": 2}
+
+
+def test_a_task_that_was_running_when_its_process_died_is_unrecorded(tmp_path: Path) -> None:
+    db = tmp_path / "r.db"
+    RunStore(db).close()
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    with sqlite3.connect(db) as conn:
+        conn.execute(
+            "INSERT INTO runs (id, created, plan, n_tasks, status, pid) VALUES (?, ?, '', 2, ?, ?)",
+            ("0123456789ab", time.time(), "running", dead.pid),
+        )
+        conn.execute(
+            "INSERT INTO run_plans (run_id, plan) VALUES (?, ?)",
+            ("0123456789ab", '{"tasks": [{"id": "a", "tool": "x"}, {"id": "b", "tool": "x"}]}'),
+        )
+        conn.execute(
+            "INSERT INTO tasks (run_id, task_id, status, started_at) VALUES (?, ?, ?, ?)",
+            ("0123456789ab", "a", "running", time.time()),
+        )
+    with RunStore(db) as st:
+        (summary,) = st.list_runs()
+        rec = st.get_run("0123")
+    assert summary.status == "interrupted" and summary.counts == {} and summary.unrecorded == 2
+    assert rec.status == "interrupted" and rec.tasks == {} and rec.unrecorded == ["a", "b"]
+
+
+def test_a_batch_writes_the_last_row_of_each_task() -> None:
+    started = ("a", 1.0)  # what a task's start hands the writer
+    b = _plain("b")
+    done = _plain("a")
+    assert writer._latest([started, b, done]) == [done, b]
+    assert writer._latest([started, b]) == [started, b]
+
+
+def test_a_start_that_cannot_be_written_is_not_a_lost_result(tmp_path: Path) -> None:
+    w_ = writer.Writer(
+        tmp_path / "r.db",
+        "0123456789ab",
+        context=None,
+        resumed=False,
+        flush_interval_s=0,
+        write_timeout_s=0,
+        opened=None,
+    )
+    w_._lose([("a", 1.0), _plain("b")])
+    assert w_.loss is not None and w_.loss.tasks == ["b"]
+
+
+async def test_a_streamed_plan_records_when_each_task_joined_it(
+    tmp_path: Path, registry: dagagent.Registry
+) -> None:
+    from dagagent.graph import GrowingGraph, PlanChecker
+    from dagagent.plan import ToolTask
+
+    db, run_id = tmp_path / "r.db", dagagent.new_run_id()
+    graph = GrowingGraph("grow")
+    checker = PlanChecker(registry)
+    joined: dict[str, float] = {}
+
+    async def write_the_plan() -> None:
+        for task in (w("a"), w("b", deps=("a",))):
+            await anyio.sleep(0.05)
+            joined[task["id"]] = time.time()
+            graph.add(checker.check(ToolTask.model_validate(task)))
+        graph.close()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(write_the_plan)
+        result = await dagagent.execute(graph, registry, store=db, run_id=run_id)
+    assert result.ok
+    with RunStore(db) as st:
+        rec = st.get_run(run_id)
+    assert list(rec.planned_at) == ["a", "b"]
+    for tid, at in joined.items():
+        assert at <= rec.planned_at[tid] <= rec.tasks[tid].started_at  # type: ignore[operator]
+    assert "planned_at" not in rec.context  # the store's own, not the caller's
+    assert rec.to_json_dict()["planned_at"] == rec.planned_at
+
+
+def test_person_waits_run_from_each_question_to_the_resume_that_used_its_answer() -> None:
+    from dagagent.store import ApprovalRecord, person_wait_s, person_waits
+
+    def asked(task: str, at: float, state: str, used: float | None = None) -> ApprovalRecord:
+        return ApprovalRecord(
+            run_id="0123456789ab",
+            task_id=task,
+            seq=1,
+            tool="t",
+            asked_at=at,
+            state=state,  # type: ignore[arg-type]
+            used_at=used,
+        )
+
+    history = [
+        asked("a", 10.0, "used", 40.0),
+        asked("b", 20.0, "used", 40.0),  # two questions at once count once
+        asked("c", 30.0, "closed"),  # asked again by the resume at 40
+        asked("d", 50.0, "waiting"),  # still open: until the run paused (or now)
+    ]
+    waits = person_waits(history, until=60.0)
+    assert waits == {
+        "a": [(10.0, 40.0)],
+        "b": [(20.0, 40.0)],
+        "c": [(30.0, 40.0)],
+        "d": [(50.0, 60.0)],
+    }
+    assert person_wait_s(waits, 0.0, 100.0) == 30.0 + 10.0
+    assert person_wait_s(waits, 15.0, 55.0) == 25.0 + 5.0
+    assert person_waits(history) == {k: v for k, v in waits.items() if k != "d"}

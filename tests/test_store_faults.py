@@ -369,7 +369,7 @@ def test_a_read_only_store_can_be_read(tmp_path: Path, read_only_store: tuple[Pa
     db, run_id = read_only_store
     proc = _as_cli(tmp_path, "runs", "--store", str(db), "--json")
     assert proc.returncode == 0, proc.stderr
-    assert [r["run_id"] for r in json.loads(proc.stdout)] == [run_id]
+    assert [r["run_id"] for r in json.loads(proc.stdout)["runs"]] == [run_id]
     proc = _as_cli(tmp_path, "show", run_id, "--store", str(db))
     assert proc.returncode == 0, proc.stderr
     assert "first" in proc.stdout

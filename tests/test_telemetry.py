@@ -455,3 +455,32 @@ async def test_a_failures_span_keeps_secrets_out(otel: Telemetry, reg: dagagent.
     (event,) = [e for e in span.events if e.name == "exception"]
     shown = str(dict(event.attributes or {})) + str(span.status.description)
     assert "sk-123456" not in shown and "PermissionError" in shown
+
+
+async def test_a_solves_chat_spans_name_its_round_and_role_and_rounds_sum_their_calls(
+    otel: Telemetry,
+) -> None:
+    registry = dagagent.Registry()
+
+    @registry.tool
+    def echo(text: str) -> str:
+        """Echo."""
+        return text
+
+    plan = '{"tasks": [{"id": "a", "tool": "echo", "args": {"text": "hi"}}]}'
+    finish = '{"action": "finish", "answer": "hi", "cites": ["a"]}'
+    async with ScriptedLLM([plan, finish]) as llm:
+        solution = await dagagent.solve("Say hi", registry, llm)
+    chats = [s for s in otel.finished() if s.name.startswith("chat")]
+    assert [s.attributes["dagagent.role"] for s in chats] == ["planner", "joiner"]
+    assert {s.attributes["dagagent.solve.id"] for s in chats} == {solution.solve_id}
+    assert {s.attributes["dagagent.round"] for s in chats} == {1}
+    (rnd,) = otel.named("dagagent.round")
+    assert rnd.attributes["dagagent.model_calls"] == 2
+    assert rnd.attributes["gen_ai.usage.output_tokens"] == solution.usage.total.output_tokens
+    assert rnd.attributes["dagagent.usage.estimated"] is True  # the script reports no usage
+    assert rnd.attributes["dagagent.usage.planner.calls"] == 1
+    assert rnd.attributes["dagagent.usage.joiner.calls"] == 1
+    (whole,) = otel.named("invoke_workflow dagagent.solve")
+    assert whole.attributes["dagagent.model_calls"] == 2
+    assert whole.attributes["dagagent.usage.joiner.output_tokens"] > 0

@@ -1,8 +1,8 @@
 """The ReAct micro-agent, and the plan nodes it fills.
 
-    from dagagent.agent import ReActAgent, Budget
+    from dagagent.agent import ReActAgent, AgentLimits
 
-    agent = ReActAgent(llm, registry, mode="tools", budget=Budget(max_steps=8))
+    agent = ReActAgent(llm, registry, mode="tools", limits=AgentLimits(max_steps=8))
     result = await agent.run("What is the temperature in Paris plus 3?")
     result.answer, result.stop_reason, result.steps, result.usage
 
@@ -16,7 +16,7 @@ In plans, tasks with an ``instruction`` are run by this agent when ``execute`` g
 ``llm`` (see :mod:`dagagent.agent.node`).
 """
 
-from .budget import STOP_REASONS, Budget
+from .limits import STOP_REASONS, AgentLimits
 from .node import AgentStoppedError, make_agent_runner, run_agent_node
 from .parsing import ReActFormatError, ReActReply, parse_react
 from .react import CallTool, ReActAgent
@@ -25,10 +25,10 @@ from .state import AgentEvent, AgentResult, AgentState, CallRecord, Step
 __all__ = [
     "STOP_REASONS",
     "AgentEvent",
+    "AgentLimits",
     "AgentResult",
     "AgentState",
     "AgentStoppedError",
-    "Budget",
     "CallRecord",
     "CallTool",
     "ReActAgent",

@@ -35,7 +35,7 @@ from dagagent.errors import (
 from dagagent.text import shorten
 from dagagent.tools import Registry, Tool
 
-from .budget import call_signature
+from .limits import call_signature
 
 __all__ = ["TOO_DEEP", "Call", "CallTool", "Outcome", "Toolbox", "wire_name"]
 

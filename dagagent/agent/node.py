@@ -1,8 +1,8 @@
 """Agent tasks in plans: the ReAct agent fills a task that has an ``instruction``.
 
 ``execute(plan, registry, llm=...)`` runs such tasks with :func:`run_agent_node` (tools
-mode, default :class:`~dagagent.agent.Budget`). For another mode or budget pass your own
-runner: ``execute(..., agent_runner=make_agent_runner(mode="text", budget=Budget(...)))``.
+mode, default :class:`~dagagent.agent.AgentLimits`). For another mode or limits pass your own
+runner: ``execute(..., agent_runner=make_agent_runner(mode="text", limits=AgentLimits(...)))``.
 
 The task runner has already resolved the references in the instruction, limited the tools
 to the task's ``tools`` and collected the outputs of the task's dependencies; the agent
@@ -36,7 +36,7 @@ from dagagent.results import AgentStep
 from dagagent.runner import AgentNode, AgentTaskRunner
 from dagagent.text import jsonable, shorten
 
-from .budget import Budget
+from .limits import AgentLimits
 from .react import ReActAgent
 from .state import AgentResult, Mode
 
@@ -79,7 +79,7 @@ def _summary(steps: list[AgentStep]) -> str:
 def make_agent_runner(
     *,
     mode: Mode = "tools",
-    budget: Budget | None = None,
+    limits: AgentLimits | None = None,
     instructions: str | None = None,
     max_observation_chars: int = 4000,
     settings: ModelSettings | None = None,
@@ -90,14 +90,14 @@ def make_agent_runner(
     ``parallel_tool_calls``)."""
     if mode not in ("tools", "text"):
         raise AgentError(f"agent mode must be 'tools' or 'text', not {mode!r}")
-    budget = budget if budget is not None else Budget()
+    limits = limits if limits is not None else AgentLimits()
 
     async def run(node: AgentNode) -> tuple[Any, list[AgentStep] | None]:
         agent = ReActAgent(
             cast(LLM, node.llm),  # what execute(llm=...) was given; the runner does not look
             node.tools,
             mode=mode,
-            budget=budget,
+            limits=limits,
             call_tool=node.call_tool,
             instructions=instructions,
             max_observation_chars=max_observation_chars,
@@ -141,5 +141,5 @@ _default_runner = make_agent_runner()
 
 
 async def run_agent_node(node: AgentNode) -> tuple[Any, list[AgentStep] | None]:
-    """Fill one agent task with the ReAct agent (tools mode, default budget)."""
+    """Fill one agent task with the ReAct agent (tools mode, default limits)."""
     return await _default_runner(node)

@@ -13,13 +13,13 @@ Two ways to talk to the model:
 Whatever goes wrong with a call — an unknown tool, arguments that do not validate or are not
 JSON, a tool that raises or times out, a call an approval rule denies — becomes an
 observation the model can react to (``is_error=True`` in tools mode), never a crash.
-The run stops with a ``stop_reason`` (see :data:`~dagagent.agent.budget.STOP_REASONS`);
+The run stops with a ``stop_reason`` (see :data:`~dagagent.agent.limits.STOP_REASONS`);
 errors of the model client itself (:class:`~dagagent.errors.LLMError`) and cancellation
 propagate, leaving :attr:`ReActAgent.state` at the last whole step, ready to resume.
 
 This module is the loop: a turn, its state and when it stops. The two modes differ in what
 the model is told (:mod:`._prompts`) and how its reply is read (:mod:`._turns`); making the
-calls and telling their outcomes back is :mod:`._calls`, the budget :mod:`.budget`.
+calls and telling their outcomes back is :mod:`._calls`, the limits :mod:`.limits`.
 """
 
 from __future__ import annotations
@@ -33,15 +33,23 @@ import anyio
 
 from dagagent.errors import AgentError, TaskWaitingError
 from dagagent.events import debug_enabled, get_logger
-from dagagent.llm import LLM, LLMResponse, Message, ModelSettings, SystemMessage, UserMessage
+from dagagent.llm import (
+    LLM,
+    LLMResponse,
+    Message,
+    ModelSettings,
+    SystemMessage,
+    UserMessage,
+    ask_streamed,
+)
 from dagagent.text import jsonable, shorten
 from dagagent.tools import Registry, Tool
 
 from ._calls import Call, CallTool, Toolbox
 from ._prompts import correction, model_options, system_prompt, task_message
 from ._turns import read_turn
-from .budget import Budget
 from .continuing import observations_of, open_calls, reply_of, step_messages
+from .limits import AgentLimits
 from .state import AgentEvent, AgentResult, AgentState, CallRecord, Mode, Step
 
 __all__ = ["CallTool", "ReActAgent"]
@@ -52,7 +60,7 @@ class ReActAgent:
 
     - ``tools``: a :class:`~dagagent.tools.Registry` or tools (functions are wrapped).
     - ``mode``: ``"tools"`` (native function calling) or ``"text"`` (ReAct text format).
-    - ``budget``: limits and stop conditions (:class:`~dagagent.agent.Budget`).
+    - ``limits``: limits and stop conditions (:class:`~dagagent.agent.AgentLimits`).
     - ``call_tool``: how a call is made (default: validate, then call in-process, bounded by
       the tool's ``timeout_s``); plan nodes route calls through the run's interceptors.
     - ``instructions``: extra text for the system prompt.
@@ -73,7 +81,7 @@ class ReActAgent:
         tools: Registry | Iterable[Tool | Callable[..., Any]] = (),
         *,
         mode: Mode = "tools",
-        budget: Budget | None = None,
+        limits: AgentLimits | None = None,
         call_tool: CallTool | None = None,
         instructions: str | None = None,
         max_observation_chars: int = 4000,
@@ -89,7 +97,7 @@ class ReActAgent:
         self.llm = llm
         self.tools = tools if isinstance(tools, Registry) else Registry(tools)
         self.mode: Mode = mode
-        self.budget = budget if budget is not None else Budget()
+        self.limits = limits if limits is not None else AgentLimits()
         self.max_observation_chars = max_observation_chars
         self._log = logger if logger is not None else get_logger()
         self.state: AgentState | None = None
@@ -162,10 +170,10 @@ class ReActAgent:
         if st.finished:
             self._stop(st, "answer", None)
             return
-        budget = self.budget
+        limits = self.limits
         log = self._log if debug_enabled(self._log) else None
         started = anyio.current_time()
-        deadline = started + budget.deadline_s if budget.deadline_s is not None else None
+        deadline = started + limits.deadline_s if limits.deadline_s is not None else None
         elapsed_before = st.elapsed_s
         try:
             if pending is not None:  # continue a step whose call waited for a person
@@ -183,7 +191,7 @@ class ReActAgent:
                 if waiting is not None:
                     raise waiting
             while True:
-                over = self._over_budget(st, deadline)
+                over = self._over_limits(st, deadline)
                 if over is not None:
                     yield self._stop(st, *over, log=log)
                     return
@@ -218,7 +226,7 @@ class ReActAgent:
                     step.error = turn.problem
                     st.steps.append(step)
                     yield self._event(log, AgentEvent("error", st.step, text=turn.problem))
-                    if st.format_failures > budget.max_parse_retries:
+                    if st.format_failures > limits.max_parse_retries:
                         reason = "no_answer" if turn.empty else "parse_error"
                         n = st.format_failures
                         what = "empty replies" if turn.empty else "unusable replies"
@@ -233,7 +241,7 @@ class ReActAgent:
                 st.format_failures = 0
                 step.calls = [CallRecord(id=c.id, tool=c.name, args=c.args) for c in turn.calls]
                 st.steps.append(step)
-                over = self._over_budget(st, deadline) or self._check_loop(st, turn.calls)
+                over = self._over_limits(st, deadline) or self._check_loop(st, turn.calls)
                 if over is not None:  # nobody would read the results: do not make the calls
                     yield self._stop(st, *over, log=log)
                     return
@@ -343,23 +351,23 @@ class ReActAgent:
 
     # -- stopping ------------------------------------------------------------------------
 
-    def _over_budget(self, st: AgentState, deadline: float | None) -> tuple[str, str] | None:
-        b = self.budget
+    def _over_limits(self, st: AgentState, deadline: float | None) -> tuple[str, str] | None:
+        b = self.limits
         if b.max_steps is not None and st.step >= b.max_steps:
             return "max_steps", f"used all {b.max_steps} steps without reaching an answer"
         if b.max_tokens is not None and st.usage.total_tokens >= b.max_tokens:
             return "max_tokens", (
-                f"used {st.usage.total_tokens} tokens; the budget is {b.max_tokens}"
+                f"used {st.usage.total_tokens} tokens; the limit is {b.max_tokens}"
             )
         if deadline is not None and anyio.current_time() >= deadline:
             return "deadline", self._deadline_detail()
         return None
 
     def _deadline_detail(self) -> str:
-        return f"ran past the deadline of {self.budget.deadline_s:g} s"
+        return f"ran past the deadline of {self.limits.deadline_s:g} s"
 
     def _check_loop(self, st: AgentState, calls: list[Call]) -> tuple[str, str] | None:
-        limit = self.budget.max_repeats
+        limit = self.limits.max_repeats
         if limit is None:
             return None
         stuck: Call | None = None
@@ -405,8 +413,9 @@ class ReActAgent:
     # -- the model -----------------------------------------------------------------------
 
     async def _ask(self, messages: list[Message], deadline: float | None) -> LLMResponse | None:
+        # Streamed, then collected: whoever watches the model sees each turn being written.
         if deadline is None:
-            return await self.llm.complete(messages, **self._options)
+            return await ask_streamed(self.llm, messages, **self._options)
         with anyio.move_on_after(deadline - anyio.current_time()):
-            return await self.llm.complete(messages, **self._options)
+            return await ask_streamed(self.llm, messages, **self._options)
         return None

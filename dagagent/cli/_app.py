@@ -9,6 +9,7 @@ import importlib.util
 import os
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, overload
@@ -19,8 +20,10 @@ from rich.segment import Segment
 from typer.core import TyperArgument, TyperGroup
 
 from ..errors import (
+    BudgetExceededError,
     ConfigError,
     DagagentError,
+    DeadlineError,
     DecisionError,
     LLMError,
     PlanError,
@@ -36,6 +39,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "COMMAND_MODULES",
+    "EXIT_BUDGET",
+    "EXIT_DEADLINE",
     "EXIT_FAILED",
     "EXIT_INTERRUPTED",
     "EXIT_OK",
@@ -48,6 +53,7 @@ __all__ = [
     "Interrupted",
     "app",
     "check_output_path",
+    "deadline_left",
     "err",
     "guard",
     "load_commands",
@@ -65,9 +71,23 @@ EXIT_STORE = 4
 EXIT_RECORD = 5  # the run ran, but the run store could not write all of its record
 EXIT_PAUSED = 6
 EXIT_REFUSED = 7
+EXIT_DEADLINE = 8  # --deadline passed: what ran was cancelled, what finished is kept
+EXIT_BUDGET = 9  # the budget (--max-tokens-total, --max-cost, ...) ran out before an answer
 EXIT_INTERRUPTED = 130
 
 DEFAULT_TOOLS = "dagagent.toolkits.demo:registry"
+
+#: When the command started (``time.monotonic()``, as this module was first imported): a
+#: ``--deadline`` counts from here, the loading of tools and models included.
+STARTED = time.monotonic()
+
+
+def deadline_left(deadline: float | None) -> float | None:
+    """What is left of ``--deadline`` seconds since the command started (never 0 or less: a
+    deadline already past stops the work at its first step)."""
+    if deadline is None:
+        return None
+    return max(0.001, deadline - (time.monotonic() - STARTED))
 
 
 class _Argument(TyperArgument):
@@ -96,7 +116,8 @@ app = typer.Typer(
     help="Plan-and-execute DAG orchestration for LLM agents.\n\n"
     "Exit codes: 0 success, 1 run failed, 2 invalid plan or usage, 3 planning failed, "
     "4 run/store not found or unusable, 5 run not fully recorded, 6 paused (tasks wait for "
-    "approval), 7 decision or resume refused, 130 interrupted.",
+    "approval), 7 decision or resume refused, 8 the deadline passed (--deadline), 9 the "
+    "budget ran out (--max-tokens-total, --max-cost, ...), 130 interrupted.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -166,7 +187,39 @@ def _root(
         from ..events import configure_logging
 
         level = {0: logging.WARNING, 1: logging.INFO}.get(verbose, logging.DEBUG)
-        configure_logging(level)
+        if verbose:
+            configure_logging(level)  # the records as they are
+        else:
+            from .logs import human_line
+
+            configure_logging(level, renderer=human_line)  # a line for a person
+    name = ctx.invoked_subcommand
+    if name in _PROJECT_COMMANDS:
+        _apply_project(ctx, name)
+
+
+# The commands a project file gives defaults to (see dagagent.cli.project).
+_PROJECT_COMMANDS = frozenset({"run", "validate", "plan", "ask", "tools", "graph", "replan"})
+
+
+def _apply_project(ctx: typer.Context, name: str) -> None:
+    """The defaults the project file (if any) gives command ``name``'s options, as click's
+    ``default_map``: the command line still wins."""
+    from .project import project
+
+    try:
+        found = project()
+    except DagagentError as exc:  # a project file that cannot be used: said as any error
+        raise typer.Exit(report_error(exc)) from None
+    if found is None:
+        return
+    command = ctx.command.get_command(ctx, name) if hasattr(ctx.command, "get_command") else None
+    if command is None:
+        return
+    params = {p.name for p in command.params if p.name}
+    defaults = found.defaults(name, params)
+    if defaults:
+        ctx.default_map = {name: defaults}
 
 
 _SQLITE_HEADER = b"SQLite format 3\x00"
@@ -209,6 +262,10 @@ def exit_code_for(exc: DagagentError) -> int:
         return EXIT_STORE
     if isinstance(exc, DecisionError):
         return EXIT_REFUSED
+    if isinstance(exc, DeadlineError):
+        return EXIT_DEADLINE
+    if isinstance(exc, BudgetExceededError):
+        return EXIT_BUDGET
     if isinstance(exc, (PlanError, ConfigError, ToolError, LLMError)):
         return EXIT_USAGE
     return EXIT_FAILED
@@ -346,10 +403,20 @@ def tools_spec(spec: str | None, mcp: Sequence[str] = ()) -> str | None:
 
 def _import_module(target: str, attr: str) -> Any:
     """Import ``target`` the way ``module:attr`` CLIs do: the current directory first, then
-    the installed packages; when it is not found, say where it looked."""
+    the project's directory (see :mod:`dagagent.cli.project`), then the installed packages;
+    when it is not found, say where it looked."""
+    from .project import project
+
     cwd = os.getcwd()
     if cwd not in sys.path and "" not in sys.path:
         sys.path.insert(0, cwd)
+    found = project()
+    places = f"the current directory ({cwd})"
+    if found is not None and str(found.root) != cwd:
+        root = str(found.root)
+        if root not in sys.path:
+            sys.path.insert(1, root)  # after the working directory
+        places += f", the project's ({root})"
     try:
         return importlib.import_module(target)
     except ModuleNotFoundError as exc:
@@ -357,9 +424,8 @@ def _import_module(target: str, attr: str) -> Any:
             raise  # the module was found; something it imports was not
         guess = target.replace(".", os.sep) + ".py"
         raise ConfigError(
-            f"--tools: no module named {target!r} in the current directory ({cwd}) nor among "
-            f"the installed packages; to load a file, give its path: --tools "
-            f"path/to/{guess}:{attr}"
+            f"--tools: no module named {target!r} in {places} nor among the installed "
+            f"packages; to load a file, give its path: --tools path/to/{guess}:{attr}"
         ) from None
 
 
@@ -428,10 +494,21 @@ def _abandoned_threads() -> bool:
     threads = sys.modules.get("dagagent.tools._threads")
     if threads is not None and threads.sync_threads.running:
         return True
-    return any(
-        t is not threading.current_thread() and not t.daemon and t.name == "AnyIO worker thread"
+    # Any other worker thread (an async tool's own to_thread call it gave up on): anyio tells
+    # its idle workers to stop when the run ends, so those end within moments; one still alive
+    # after that runs a call nobody waits for.
+    deadline = time.monotonic() + _WORKERS_STOPPING_S
+    workers = [
+        t
         for t in threading.enumerate()
-    )
+        if t is not threading.current_thread() and not t.daemon and t.name == "AnyIO worker thread"
+    ]
+    for thread in workers:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    return any(thread.is_alive() for thread in workers)
+
+
+_WORKERS_STOPPING_S = 1.0  # how long idle worker threads get to end after the run
 
 
 # The module of dagagent.cli that defines each command.
@@ -498,7 +575,11 @@ def main() -> None:
         code = EXIT_INTERRUPTED
     if _abandoned_threads():
         # The run is over and recorded; do not let a tool thread that ignored its timeout or
-        # cancellation keep the process alive.
+        # cancellation keep the process alive (what --otel holds is sent first: exit handlers
+        # do not run).
+        otel = sys.modules.get(f"{__package__}.otel")
+        if otel is not None:
+            otel.shutdown_otel()
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code if isinstance(code, int) else EXIT_FAILED)

@@ -1,13 +1,18 @@
 """``dagagent ask GOAL``: from a goal to an answer (:func:`dagagent.solve`).
 
 Progress goes to stderr as it happens (rounds, tasks as they are planned and finish, the
-joiner's decisions); the answer comes last, whole, on stdout. ``--json`` prints the whole
-solution as one JSON object instead.
+joiner's decisions, what the model is writing while it writes, each rejected attempt with its
+issues); the answer comes last on stdout, or, on a terminal, as the joiner writes it.
+``--json`` prints the whole solution, every model call included, as one JSON object instead.
+
+``--deadline`` bounds the whole solve; ``--max-tokens-total``, ``--max-cost``,
+``--max-model-calls`` and ``--max-tool-calls`` are its budget (``--prices FILE`` extends the
+price table costs come from).
 
 Exit codes: 0 answered; 1 gave up, or the joiner gave no usable decision; 2 a bad option, no
 model configured, or a model that cannot be used; 3 no valid plan; 6 paused (a round's run
 waits for a person's decision: ``dagagent approve``, then ``dagagent resume RUN`` continues
-the solve); 130 interrupted.
+the solve); 8 the deadline passed; 9 the budget ran out before an answer; 130 interrupted.
 """
 
 from __future__ import annotations
@@ -19,10 +24,11 @@ from typing import TYPE_CHECKING, Any, cast
 import typer
 
 from ..errors import ConfigError, JoinerError, LLMError, PlanningError
-from ..limits import DEFAULT_STREAM_S
 from ..results import FailurePolicy
 from ..settings import RunSettings
 from ._app import (
+    EXIT_BUDGET,
+    EXIT_DEADLINE,
     EXIT_FAILED,
     EXIT_OK,
     EXIT_PAUSED,
@@ -31,6 +37,7 @@ from ._app import (
     EXIT_USAGE,
     Interrupted,
     app,
+    deadline_left,
     err,
     guard,
     out,
@@ -40,6 +47,8 @@ from .options import (
     ApproveOpt,
     AskOpt,
     BaseUrlOpt,
+    BudgetOptions,
+    DeadlineOpt,
     ExamplesOpt,
     ExecutorOpt,
     MaxAttemptsOpt,
@@ -53,6 +62,7 @@ from .options import (
     OtelOpt,
     PlannerPromptOpt,
     PolicyOpt,
+    PricesOpt,
     StoreOpt,
     StreamTimeoutOpt,
     TimeoutOpt,
@@ -68,6 +78,7 @@ from .tools import load_tools
 if TYPE_CHECKING:
     from ..events import Event
     from ..workflows import Solution
+    from .writing import ModelProgress
 
 __all__ = ["AskProgress", "ask_cmd", "exit_code_of", "report_solution", "solve_interrupted"]
 
@@ -92,10 +103,12 @@ class AskProgress:
     (ids, outputs, errors, feedback) is shortened and printed with control characters
     escaped and no markup."""
 
-    def __init__(self) -> None:
+    def __init__(self, model: ModelProgress | None = None) -> None:
         self.round = 0
         self.solve_id: str | None = None
         self.run_id: str | None = None  # the last round's run
+        #: Shows the model calls under way (and the joiner's answer as it is written).
+        self.model = model
 
     def _line(self, text: str) -> None:
         from ..text import printable
@@ -105,17 +118,36 @@ class AskProgress:
     def __call__(self, event: Event | Any) -> None:
         from ..events import (
             JoinerDecided,
+            ModelCallFinished,
+            ModelCallRejected,
+            ModelCallStarted,
             RoundFinished,
             RoundStarted,
             RunStarted,
             TaskAgentEvent,
             TaskFinished,
             TaskParsed,
+            TaskRetrying,
         )
         from ..results import TaskStatus
         from ..text import shorten
 
-        if isinstance(event, RoundStarted):
+        if isinstance(event, ModelCallStarted):
+            if self.model is not None:
+                self.model.started(event.call, event.role, event.round, event.task_id)
+        elif isinstance(event, ModelCallFinished):
+            self._call_ended(event.record)
+        elif isinstance(event, ModelCallRejected):
+            rec = event.record
+            if self.model is not None:
+                self.model.rejected(rec.role, rec.round, rec.task_id, rec.issues)
+            else:
+                from .writing import who
+
+                self._line(f"{who(rec.role, rec.round, rec.task_id)}'s answer was rejected:")
+                for issue in rec.issues[:8]:
+                    self._line(f"  {shorten(issue, 300)}")
+        elif isinstance(event, RoundStarted):
             self.round = event.round
             self.solve_id = event.solve_id
             if event.parent_id is None:
@@ -134,6 +166,11 @@ class AskProgress:
                 detail = f": {shorten(r.error, 100)}"
             duration = f" {r.duration_s:.2f}s" if r.duration_s is not None else ""
             self._line(f"  {r.task_id} {r.status.value}{duration}{detail}")
+        elif isinstance(event, TaskRetrying):
+            self._line(
+                f"  {event.task_id} failed (attempt {event.attempt}): "
+                f"{shorten(event.error, 100)}; trying again in {event.delay_s:.1f}s"
+            )
         elif isinstance(event, TaskAgentEvent):
             if event.action == "tool_call":
                 self._line(f"  {event.task_id}: calls {event.tool}({shorten(event.args, 80)})")
@@ -153,10 +190,33 @@ class AskProgress:
             held = " (held until the plan is whole)" if event.held else ""
             self._line(f"  planned {event.task_id} after {event.since_s:.2f}s{held}")
 
+    def _call_ended(self, record: Any) -> None:
+        """A model call ended: the progress stops showing it; a planner's or joiner's call
+        gets a line (who, tokens, time; how it ended when it did not answer)."""
+        from ..text import shorten
+        from .writing import who
+
+        if self.model is not None:
+            self.model.ended(record.call_id)
+        if record.role == "agent":
+            return
+        took = f" in {record.duration_s:.1f} s" if record.duration_s is not None else ""
+        est = " (estimated)" if record.estimated else ""
+        if record.status == "answered":
+            what = f"wrote {record.output_tokens:,} tokens{est}{took}"
+        elif record.status == "refused":
+            what = f"was not asked: {shorten(record.error or 'refused', 300)}"
+        else:
+            what = f"{record.status} after {record.output_tokens:,} tokens{est}{took}"
+            if record.error and record.status == "failed":
+                what += f": {shorten(record.error, 160)}"
+        self._line(f"{who(record.role, record.round)} {what}")
+
 
 def exit_code_of(solution: Solution) -> int:
     """0 answered; 3 no valid plan; 2 a model that cannot be used; 5 answered (or paused) but
-    not all of it recorded; 6 paused; 1 otherwise."""
+    not all of it recorded; 6 paused; 8 the deadline passed; 9 the budget ran out; 1
+    otherwise."""
     from ..results import SolveStatus
 
     if (solution.ok or solution.status is SolveStatus.PAUSED) and solution.not_recorded:
@@ -165,6 +225,10 @@ def exit_code_of(solution: Solution) -> int:
         return EXIT_OK
     if solution.status is SolveStatus.PAUSED:
         return EXIT_PAUSED
+    if solution.status is SolveStatus.TIMED_OUT:
+        return EXIT_DEADLINE
+    if solution.status is SolveStatus.BUDGET_EXHAUSTED:
+        return EXIT_BUDGET
     if isinstance(solution.error, PlanningError):
         return EXIT_PLANNING
     if isinstance(solution.error, LLMError):
@@ -187,6 +251,8 @@ def report_solution(solution: Solution, path: Path) -> None:
         )
     if solution.ok:
         n = len(solution.rounds)
+        if "budget ran low" in solution.reason:  # the joiner's last answer, within the reserve
+            err.print(f"note: {printable(solution.reason)}", markup=False, highlight=False)
         err.print(
             f"answered in {n} round{'s' if n != 1 else ''} (run {solution.run_id}; "
             f"cites {', '.join(solution.cites) or 'no task'}); {solution.usage.summary()}; "
@@ -206,7 +272,11 @@ def report_solution(solution: Solution, path: Path) -> None:
             highlight=False,
         )
         return
-    label = "gave up" if solution.status is SolveStatus.GAVE_UP else "error"
+    label = {
+        SolveStatus.GAVE_UP: "gave up",
+        SolveStatus.TIMED_OUT: "timed out",
+        SolveStatus.BUDGET_EXHAUSTED: "budget exhausted",
+    }.get(solution.status, "error")
     err.print(f"{label}: {printable(solution.reason)}", markup=False, highlight=False)
     error = solution.error
     if isinstance(error, (PlanningError, JoinerError)):
@@ -248,7 +318,7 @@ def ask_cmd(
     agent_tasks: AgentTasksOpt = False,
     no_schema: NoSchemaOpt = False,
     timeout: TimeoutOpt = 60.0,
-    stream_timeout: StreamTimeoutOpt = DEFAULT_STREAM_S,
+    stream_timeout: StreamTimeoutOpt = None,
     max_tokens: MaxTokensOpt = None,
     planner_prompt: PlannerPromptOpt = None,
     examples: ExamplesOpt = None,
@@ -258,15 +328,46 @@ def ask_cmd(
     no_wait: NoWaitOpt = False,
     store: StoreOpt = None,
     json_out: bool = typer.Option(
-        False, "--json", help="Print the whole solution (answer, rounds, usage) as JSON."
+        False,
+        "--json",
+        help="Print the whole solution (answer, rounds, usage, every model call) as JSON.",
     ),
     otel: OtelOpt = False,
+    deadline: DeadlineOpt = None,
+    max_tokens_total: int | None = typer.Option(
+        None,
+        "--max-tokens-total",
+        min=1,
+        metavar="N",
+        help="Budget: input + output tokens over every model call of the solve. Each call's "
+        "worst case is reserved before it is made; one that could cross the budget is not "
+        "made, and the joiner answers from what it has (exit 9 without an answer).",
+    ),
+    max_cost: float | None = typer.Option(
+        None,
+        "--max-cost",
+        metavar="USD",
+        help="Budget: US dollars over every model call, at the prices of --prices and the "
+        "built-in table (a model without a price cannot be given a cost budget).",
+    ),
+    max_model_calls: int | None = typer.Option(
+        None, "--max-model-calls", min=1, metavar="N", help="Budget: model calls, every role."
+    ),
+    max_tool_calls: int | None = typer.Option(
+        None,
+        "--max-tool-calls",
+        min=0,
+        metavar="N",
+        help="Budget: tool calls (tasks, map elements, agents' calls); past it they are denied.",
+    ),
+    prices: PricesOpt = None,
 ) -> None:
     """Answer GOAL: plan with the model, run the plan, let the model answer from the results
     or plan again (reusing every success), for at most --max-rounds rounds. Progress on
     stderr, the answer on stdout. Exit 0 answered, 1 gave up, 2 model unusable, 3 no valid
     plan, 6 paused (a task waits for a person's decision: dagagent approve, then dagagent
-    resume)."""
+    resume), 8 the deadline passed, 9 the budget ran out. 'dagagent show SOLVE' shows the
+    solve and every model call."""
     import asyncio
 
     import anyio
@@ -278,13 +379,16 @@ def ask_cmd(
     from .approve import confirm_plan, run_interceptors, stdin_is_terminal
     from .render import print_json
     from .signals import stoppable
+    from .writing import ModelProgress
 
     if otel:
         configure_otel()
     if not goal.strip():
         raise ConfigError("the goal is empty: say what the answer should be about")
-    choice = ModelChoice(model, base_url, timeout, max_tokens, stream_timeout)
+    choice = ModelChoice(model, base_url, timeout, max_tokens, deadline, stream_timeout)
     choice.require()
+    spending = BudgetOptions(max_tokens_total, max_cost, max_model_calls, max_tool_calls, prices)
+    budget, price_table = spending.budget(), spending.prices()
     if approve and not stdin_is_terminal():
         raise ConfigError(
             "--approve needs a terminal to ask on, but stdin is not a terminal "
@@ -312,6 +416,7 @@ def ask_cmd(
     path = default_store_path(store)
     spec = recorded_tools_spec(tools, mcp or ())
     context = tools_context(spec, mcp or ())  # replan loads them again
+    context.update(choice.to_record(llm))  # a resume asks the same model, on the same server
     approval = rules.context()
     if approval:  # what 'dagagent resume' asks with
         context["approval"] = approval
@@ -346,17 +451,28 @@ def ask_cmd(
                         confirm=confirm if approve else None,
                         model_settings=choice.settings(),
                         planner=planner,
+                        budget=budget,
+                        prices=price_table,
+                        deadline_s=deadline_left(deadline),
                     )
                 )
 
-        progress = AskProgress()
+        # What the model writes, while it writes; the joiner's answer to stdout as it is
+        # written when stdout is a terminal (--json waits for the whole solution).
+        writing = ModelProgress(
+            err,
+            answer_to=out if out.is_terminal and not json_out else None,
+            live=not (approve or ask or policy_file),  # questions on the terminal: plain lines
+        )
+        progress = AskProgress(writing)
         try:
-            solution = anyio.run(main)
+            with writing:
+                solution = anyio.run(main)
         except (KeyboardInterrupt, asyncio.CancelledError):  # see guard: 3.10 gives the latter
             raise Interrupted(solve_interrupted(progress, store)) from None
     report_solution(solution, path)
     if json_out:
         print_json(out, solution.to_json_dict())
-    elif solution.ok:
+    elif solution.ok and writing.streamed != solution.answer_text:  # not printed as written
         out.print(printable(solution.answer_text, lines=True), markup=False, highlight=False)
     raise typer.Exit(exit_code_of(solution))

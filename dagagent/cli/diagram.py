@@ -141,7 +141,9 @@ def to_ascii(
     what_w = max((len(w) for w in what.values()), default=0)
     mark_w = 0
     if statuses is not None:
-        mark_w = max(len(_status_of(t, statuses) or "") for t in graph.order) + 2
+        mark_w = max((len(_status_of(t, statuses) or "") for t in graph.order), default=0) + 2
+    if not graph.order:
+        lines.append("(no tasks)")
     for i, level in enumerate(graph.levels):
         lines.append(f"level {i}")
         for tid in level:

@@ -39,6 +39,8 @@ __all__ = [
     "ApproveOpt",
     "AskOpt",
     "BaseUrlOpt",
+    "BudgetOptions",
+    "DeadlineOpt",
     "ExamplesOpt",
     "ExecutorOpt",
     "LastOpt",
@@ -55,6 +57,7 @@ __all__ = [
     "PlanArg",
     "PlannerPromptOpt",
     "PolicyOpt",
+    "PricesOpt",
     "RunArg",
     "RunOptions",
     "StoreOpt",
@@ -134,8 +137,9 @@ OtelOpt = Annotated[
     bool,
     typer.Option(
         "--otel",
-        help="Send traces and metrics to an OpenTelemetry collector over OTLP, configured by "
-        "the standard OTEL_* variables (OTEL_EXPORTER_OTLP_ENDPOINT...). Needs dagagent[otel].",
+        help="Send traces and metrics where the standard OTEL_* variables say: "
+        "OTEL_TRACES_EXPORTER / OTEL_METRICS_EXPORTER (otlp by default, console, none), "
+        "OTEL_EXPORTER_OTLP_ENDPOINT... Needs dagagent[otel].",
     ),
 ]
 MaxConcurrencyOpt = Annotated[
@@ -215,17 +219,40 @@ TimeoutOpt = Annotated[
         "--timeout",
         min=0.1,
         metavar="SECONDS",
-        help="How long the model may take to answer (a slow local model may need more).",
+        help="How long each model call may wait for the server: to the first byte of an "
+        "answer, and between two pieces of a streamed one (a slow local model may need more). "
+        "--stream-timeout bounds one streamed answer in all, --deadline the whole command.",
+    ),
+]
+PricesOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--prices",
+        metavar="FILE",
+        help="Model prices in US dollars per million tokens, over the built-in table: JSON "
+        '{"openai:MODEL": {"input": N, "output": N}} (TOML on Python 3.11+).',
+    ),
+]
+DeadlineOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--deadline",
+        min=0.1,
+        metavar="SECONDS",
+        help="The whole command's time, model calls and streams included: when it passes, "
+        "what runs is cancelled, what finished is kept and recorded, and the message says what "
+        "was running (exit 8).",
     ),
 ]
 StreamTimeoutOpt = Annotated[
-    float,
+    float | None,
     typer.Option(
         "--stream-timeout",
         min=0.1,
         metavar="SECONDS",
         help="How long one streamed answer may last in all, however steadily it trickles in "
-        "(--timeout bounds each wait for its next piece).",
+        "(--timeout bounds each wait for its next piece, --deadline the whole command). "
+        f"Default: {DEFAULT_STREAM_S:g} s, or only the deadline when --deadline is given.",
     ),
 ]
 MaxTokensOpt = Annotated[
@@ -283,15 +310,20 @@ BaseUrlOpt = Annotated[
 
 @dataclass(frozen=True)
 class ModelChoice:
-    """``--model``, ``--base-url``, ``--timeout``, ``--max-tokens`` and ``--stream-timeout``
-    as given, turned into a client (and the settings the planners and the joiner call it with)
-    once."""
+    """``--model``, ``--base-url``, ``--timeout``, ``--max-tokens``, ``--deadline`` and
+    ``--stream-timeout`` as given, turned into a client (and the settings the planners and the
+    joiner call it with) once. Three bounds in time, each of its own: ``timeout`` each wait for
+    the server (to an answer's first byte, between two pieces of a stream), ``stream_timeout``
+    one streamed answer in all, ``deadline`` the whole command. Without ``--stream-timeout``
+    a streamed answer has the client's own limit (:data:`~dagagent.limits.DEFAULT_STREAM_S`),
+    or none but the deadline when there is one."""
 
     model: str | None = None
     base_url: str | None = None
     timeout: float = 60.0
     max_tokens: int | None = None
-    stream_timeout: float = DEFAULT_STREAM_S
+    deadline: float | None = None
+    stream_timeout: float | None = None
 
     @property
     def configured(self) -> bool:
@@ -303,8 +335,14 @@ class ModelChoice:
         ``max_tokens`` is ``--max-tokens``: unset, each derives its own)."""
         from ..llm import ModelSettings
 
+        if self.stream_timeout is not None:
+            stream_s: float | None = self.stream_timeout
+        elif self.deadline is not None:  # the deadline bounds a streamed answer, not 900 s
+            stream_s = None
+        else:
+            stream_s = DEFAULT_STREAM_S
         return ModelSettings(
-            timeout=self.timeout, max_tokens=self.max_tokens, max_stream_s=self.stream_timeout
+            timeout=self.timeout, max_tokens=self.max_tokens, max_stream_s=stream_s
         )
 
     def require(self) -> None:
@@ -322,6 +360,52 @@ class ModelChoice:
 
         self.require()
         return from_env(self.model, self.base_url, settings=self.settings())
+
+    def to_record(self, client: Any) -> dict[str, Any]:
+        """What a run's record keeps of this choice, for ``resume``: the model's spec, its
+        server's URL, the timeout and the stream's (when given); never a key (a URL that
+        carries a password is left out: a resume then needs ``--base-url`` again)."""
+        kept: dict[str, Any] = {
+            "model": (self.model or os.environ.get("DAGAGENT_MODEL", "")).strip(),
+            "timeout": self.timeout,
+        }
+        if self.stream_timeout is not None:
+            kept["stream_timeout"] = self.stream_timeout
+        url = getattr(client, "base_url", None)
+        if isinstance(url, str) and "***@" not in url:  # the client shows a password so
+            kept["base_url"] = url
+        return kept
+
+    @classmethod
+    def recorded(
+        cls,
+        context: dict[str, Any],
+        model: str | None,
+        base_url: str | None,
+        stream_timeout: float | None = None,
+    ) -> ModelChoice:
+        """The choice ``resume`` makes: ``--model`` (with ``--base-url``) if given, else the
+        model, server and timeout the run was recorded with (``context``: see
+        :meth:`to_record`), else the environment's; ``--stream-timeout`` if given, else the
+        recorded one."""
+        timeout = context.get("timeout")
+        timeout = float(timeout) if isinstance(timeout, (int, float)) else 60.0
+        if stream_timeout is None:
+            kept_stream = context.get("stream_timeout")
+            if isinstance(kept_stream, (int, float)) and kept_stream > 0:
+                stream_timeout = float(kept_stream)
+        if model:
+            return cls(model, base_url, timeout, stream_timeout=stream_timeout)
+        kept = context.get("model")
+        if not isinstance(kept, str) or not kept:
+            return cls(None, base_url, timeout, stream_timeout=stream_timeout)
+        url = context.get("base_url")
+        return cls(
+            kept,
+            base_url or (url if isinstance(url, str) else None),
+            timeout,
+            stream_timeout=stream_timeout,
+        )
 
     def client_if_named(self) -> Any:
         """The client, or ``None`` when no model is named (``--base-url`` alone is an error)."""
@@ -374,6 +458,37 @@ def make_planner(
         settings=settings,
         **options,
     )
+
+
+@dataclass(frozen=True)
+class BudgetOptions:
+    """``--max-tokens-total``, ``--max-cost``, ``--max-model-calls``, ``--max-tool-calls``
+    and ``--prices`` as given: a :class:`~dagagent.Budget` (``None`` when nothing is
+    limited) and the :class:`~dagagent.Prices` calls are costed at."""
+
+    tokens: int | None = None
+    cost_usd: float | None = None
+    model_calls: int | None = None
+    tool_calls: int | None = None
+    prices_file: Path | None = None
+
+    def budget(self) -> Any:
+        from ..budget import Budget
+
+        if self.cost_usd is not None and self.cost_usd <= 0:
+            raise ConfigError(f"--max-cost must be more than 0 dollars, not {self.cost_usd:g}")
+        budget = Budget(
+            tokens=self.tokens,
+            cost_usd=self.cost_usd,
+            model_calls=self.model_calls,
+            tool_calls=self.tool_calls,
+        )
+        return budget if budget.limited else None
+
+    def prices(self) -> Any:
+        from ..budget import Prices
+
+        return Prices.load(self.prices_file) if self.prices_file is not None else Prices()
 
 
 @dataclass(frozen=True)

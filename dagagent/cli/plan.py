@@ -1,27 +1,33 @@
 """``dagagent plan GOAL``: ask a model for a plan, show it, save it or run it.
 
+While the model writes, progress shows it on stderr (a live line on a terminal, a line every
+few seconds otherwise); a rejected attempt is printed when it is rejected, with its issues.
+``--deadline`` bounds the planning, streams included.
+
 Exit codes: 0 planned (and, with ``--execute``, the run succeeded); 1 the run failed;
 2 usage, no model configured, or the model could not be used (unreachable server, refused
 key, provider error: one line on stderr); 3 no valid plan after every attempt (each
-attempt's issues listed).
+attempt's issues listed); 8 the deadline passed.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
 
-from ..errors import ConfigError
+from ..errors import ConfigError, DeadlineError
 from ..limits import DEFAULT_MAX_ELEMENTS
-from ._app import EXIT_OK, app, check_output_path, err, guard, out
+from ._app import EXIT_OK, app, check_output_path, deadline_left, err, guard, out
 from .options import (
     AgentTasksOpt,
     ApproveOpt,
     AskOpt,
     BaseUrlOpt,
+    DeadlineOpt,
     ExamplesOpt,
     ExecutorOpt,
     MaxAttemptsOpt,
@@ -40,6 +46,7 @@ from .options import (
     PolicyOpt,
     RunOptions,
     StoreOpt,
+    StreamTimeoutOpt,
     TimeoutOpt,
     ToolsOpt,
     make_planner,
@@ -49,7 +56,9 @@ from .run import run_graph
 from .tools import load_tools
 
 if TYPE_CHECKING:
+    from ..llm import LiveCall
     from ..planners import LLMPlanner, PlanningResult
+    from .writing import ModelProgress
 
 __all__ = ["plan_cmd", "planning_summary"]
 
@@ -65,6 +74,27 @@ def planning_summary(result: PlanningResult) -> dict[str, Any]:
     }
 
 
+class _Watching:
+    """The planner's model calls, shown while they are written (an observer of them)."""
+
+    def __init__(self, progress: ModelProgress) -> None:
+        self.progress = progress
+        self.calls: list[LiveCall] = []
+
+    def started(self, call: LiveCall) -> None:
+        self.calls.append(call)
+        self.progress.started(call, "planner", None, None)
+
+    def wrote(self, call: LiveCall) -> None:
+        pass
+
+    def ended(self, call: LiveCall) -> None:
+        self.progress.ended(call.id)
+
+    def rejected(self, call: LiveCall, issues: Sequence[str]) -> None:
+        self.progress.rejected("planner", None, None, issues)
+
+
 def _make_planner(
     choice: ModelChoice,
     registry: Any,
@@ -74,10 +104,13 @@ def _make_planner(
     structured: bool,
     prompt_file: Path | None = None,
     examples_file: Path | None = None,
+    watching: _Watching | None = None,
 ) -> tuple[Any, LLMPlanner]:
+    from ..llm import MeteredLLM
+
     llm = choice.client()
     planner = make_planner(
-        llm,
+        MeteredLLM(llm, observer=watching) if watching is not None else llm,
         registry,
         settings=choice.settings(),
         prompt_file=prompt_file,
@@ -89,14 +122,39 @@ def _make_planner(
     return llm, planner
 
 
-def _plan(llm: Any, planner: LLMPlanner, goal: str) -> PlanningResult:
+def _plan(
+    llm: Any,
+    planner: LLMPlanner,
+    goal: str,
+    *,
+    deadline: float | None = None,
+    watching: _Watching | None = None,
+) -> PlanningResult:
+    import anyio
+
     from .signals import run_stoppable
 
     async def main() -> PlanningResult:
         async with llm:
-            return await planner.plan_with_report(goal)
+            with anyio.move_on_after(deadline_left(deadline)) as scope:
+                return await planner.plan_with_report(goal)
+        assert scope.cancelled_caught
+        raise DeadlineError(_deadline_message(deadline, watching))
 
     return run_stoppable(main)  # an LLMError is reported by guard: "the model could not be used"
+
+
+def _deadline_message(deadline: float | None, watching: _Watching | None) -> str:
+    calls = watching.calls if watching is not None else []
+    text = f"the deadline of {deadline:g} s passed while planning"
+    if calls:
+        last = calls[-1]
+        n = len(calls)
+        text += (
+            f": the planner's call {n} of this plan was cancelled after {last.elapsed_s:.1f} s, "
+            f"{last.chars:,} characters written"
+        )
+    return text + "; raise --deadline, or ask for a smaller plan"
 
 
 def _write(path: Path, text: str) -> None:
@@ -129,6 +187,7 @@ def plan_cmd(
     agent_tasks: AgentTasksOpt = False,
     no_schema: NoSchemaOpt = False,
     timeout: TimeoutOpt = 60.0,
+    stream_timeout: StreamTimeoutOpt = None,
     max_tokens: MaxTokensOpt = None,
     planner_prompt: PlannerPromptOpt = None,
     examples: ExamplesOpt = None,
@@ -142,10 +201,11 @@ def plan_cmd(
     no_wait: NoWaitOpt = False,
     store: StoreOpt = None,
     otel: OtelOpt = False,
+    deadline: DeadlineOpt = None,
 ) -> None:
     """Ask a model for a plan reaching GOAL with the given tools; show it as a table and a
     DAG, save it (--out) or run it (--execute). Exit 3 if no valid plan came back, 2 if the
-    model could not be used."""
+    model could not be used, 8 if --deadline passed first."""
     from .diagram import to_ascii
     from .render import plan_table, print_json, print_warnings
 
@@ -157,16 +217,22 @@ def plan_cmd(
         check_output_path(out_file, store, "plan")
     options = RunOptions.of(ctx)  # --executor, --ask...: read from ctx
     registry = load_tools(tools, mcp)
+    from .writing import ModelProgress
+
+    progress = ModelProgress(err)
+    watching = _Watching(progress)
     llm, planner = _make_planner(
-        ModelChoice(model, base_url, timeout, max_tokens),
+        ModelChoice(model, base_url, timeout, max_tokens, deadline, stream_timeout),
         registry,
         max_attempts=max_attempts,
         agent_tasks=agent_tasks,
         structured=not no_schema,
         prompt_file=planner_prompt,
         examples_file=examples,
+        watching=watching,
     )
-    result = _plan(llm, planner, goal)
+    with progress:
+        result = _plan(llm, planner, goal, deadline=deadline, watching=watching)
     graph = result.graph
     usage_line = f"planned with {llm.model}: {result.summary()}"
     if json_out and not execute:

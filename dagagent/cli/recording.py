@@ -47,7 +47,7 @@ def run_recorded(
     with progress on ``console`` (``None``: no progress; ``live=False``: plain lines even on a
     terminal). ``tools_spec`` (see :func:`recorded_tools_spec`) and ``mcp_specs`` (``--mcp``)
     are recorded with the run, so that ``replan`` loads the same tools by default, and so are
-    the approval rules (``approval``: see :func:`~dagagent.cli.options.approval_context`) and
+    the approval rules (``approval``: see :meth:`~dagagent.cli.rules.ApprovalRules.context`) and
     the failure policy, so that ``resume`` asks the same questions. Returns the result."""
     import asyncio
 

@@ -39,7 +39,8 @@ STATUS_STYLE: dict[str, str] = {
     "denied": "magenta",
     "cancelled": "yellow",
     "skipped": "dim",
-    "waiting": "blue",
+    "waiting": "medium_purple1",
+    "running": "blue",
 }
 
 

@@ -32,6 +32,7 @@ from .options import (
     RunArg,
     RunOptions,
     StoreOpt,
+    StreamTimeoutOpt,
     TimeoutOpt,
     ToolsOpt,
 )
@@ -71,9 +72,15 @@ def _print_reuse(decisions: dict[str, ReuseDecision]) -> None:
         out.print(f"will run: {'; '.join(groups['run'])}", markup=False, highlight=False)
 
 
-def make_model(model: str, base_url: str | None, *, timeout: float = 60.0) -> Any:
+def make_model(
+    model: str,
+    base_url: str | None,
+    *,
+    timeout: float = 60.0,
+    stream_timeout: float | None = None,
+) -> Any:
     """The model client for ``--model`` (a seam: tests put a scripted model here)."""
-    return ModelChoice(model, base_url, timeout).client()
+    return ModelChoice(model, base_url, timeout, stream_timeout=stream_timeout).client()
 
 
 def _revise(
@@ -139,6 +146,7 @@ def replan_cmd(
     store: StoreOpt = None,
     json_out: bool = typer.Option(False, "--json", help="Print everything as one JSON object."),
     timeout: TimeoutOpt = 60.0,
+    stream_timeout: StreamTimeoutOpt = None,
     otel: OtelOpt = False,
     approve: ApproveOpt = False,
     ask: AskOpt = None,
@@ -178,14 +186,19 @@ def replan_cmd(
     llm: Any = None
     edited: Plan | None = load_plan(from_file) if from_file is not None else None
     if model is not None:
-        llm = make_model(model, base_url, timeout=timeout)
+        llm = make_model(model, base_url, timeout=timeout, stream_timeout=stream_timeout)
     agent_llm = llm
     if (
         llm is None
         and execute_it
         and any(isinstance(t, AgentTask) for t in (edited or record.plan).tasks)
     ):
-        agent_llm = agent_model(None, None)  # $DAGAGENT_MODEL, as for 'dagagent run'
+        agent_llm = agent_model(None, None, stream_timeout)  # $DAGAGENT_MODEL, as 'run' does
+    if not record.plan.tasks and edited is None and llm is None and execute_it:
+        raise ConfigError(
+            f"run {record.run_id} has no task (no task of its plan was accepted), so there is "
+            "nothing to run again: give a plan with --from FILE, or --model SPEC to plan it"
+        )
     revision: Revision | None = None
     if edited is not None or llm is not None or execute_it:
         revision = _revise(

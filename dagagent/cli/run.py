@@ -26,12 +26,15 @@ from .options import (
     PolicyOpt,
     RunOptions,
     StoreOpt,
+    StreamTimeoutOpt,
     ToolsOpt,
 )
 from .otel import configure_otel
 from .tools import load_tools
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from ..graph import PlanGraph
     from ..results import RunResult
 
@@ -153,8 +156,9 @@ def run_exit_code(result: RunResult) -> int:
     return EXIT_FAILED
 
 
-def paused_hint(result: RunResult) -> None:
-    """What a paused run waits for, and the commands that continue it (on stderr)."""
+def paused_hint(result: RunResult, *, console: Console | None = None) -> None:
+    """What a paused run waits for, and the commands that continue it (on ``console``,
+    default stderr)."""
     from ..text import printable
 
     waiting = result.waiting()
@@ -169,7 +173,7 @@ def paused_hint(result: RunResult) -> None:
         "[--edit ARGS.json]",
         f"  then continue: dagagent resume {run}",
     ):
-        err.print(line, markup=False, highlight=False)
+        (console or err).print(line, markup=False, highlight=False)
 
 
 def run_graph(
@@ -216,9 +220,12 @@ def run_graph(
     return code
 
 
-def agent_model(model: str | None, base_url: str | None) -> Any:
-    """The model for agent tasks: ``--model``, else ``$DAGAGENT_MODEL``, else none."""
-    return ModelChoice(model, base_url).client_if_named()
+def agent_model(
+    model: str | None, base_url: str | None, stream_timeout: float | None = None
+) -> Any:
+    """The model for agent tasks: ``--model``, else ``$DAGAGENT_MODEL``, else none
+    (``stream_timeout``: ``--stream-timeout``)."""
+    return ModelChoice(model, base_url, stream_timeout=stream_timeout).client_if_named()
 
 
 @app.command("run")
@@ -262,6 +269,7 @@ def run_cmd(
     ),
     model: ModelOpt = None,
     base_url: BaseUrlOpt = None,
+    stream_timeout: StreamTimeoutOpt = None,
     otel: OtelOpt = False,
 ) -> None:
     """Validate and run a plan, recording it in the run store (review it with 'dagagent show',
@@ -274,7 +282,7 @@ def run_cmd(
         configure_otel()
     options = RunOptions.of(ctx)  # --executor, --ask, --dask-*...: read from ctx
     registry = load_tools(tools, mcp)
-    llm = agent_model(model, base_url)
+    llm = agent_model(model, base_url, stream_timeout)
     graph = validate(plan, registry, llm=llm, check_llm=True)
     print_warnings(err, graph.warnings)
     raise typer.Exit(run_graph(graph, registry, options, as_json=json_out, llm=llm))

@@ -17,19 +17,21 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
-from ..errors import ConfigError
+from ..errors import ConfigError, StoreError
 from ._app import app, guard, out
 from .diagram import FORMATS, render_graph
 from .options import (
     LastOpt,
+    McpOpt,
     RunArg,
     StoreOpt,
+    ToolsOpt,
 )
 
 if TYPE_CHECKING:
     from ..graph import PlanGraph
     from ..plan import Plan
-    from ..results import TaskResult
+    from ..results import AgentStep, TaskResult
     from ..store import RunRecord, RunStore, RunSummary, SolveRecord
 
 __all__ = ["find_run", "open_store"]
@@ -43,11 +45,18 @@ def _style(status: str) -> str:
         from .render import STATUS_STYLE
 
         _STYLES.update(STATUS_STYLE)
-        _STYLES.update({"running": "blue", "interrupted": "yellow", "unrecorded": "dim"})
+        _STYLES.update(
+            {
+                "interrupted": "yellow",
+                "unrecorded": "dim",
+                "pending": "dim",
+                "paused": "medium_purple1",
+            }
+        )
     return _STYLES.get(status, "")
 
 
-_STATUS_ORDER = ("succeeded", "reused", "failed", "denied", "cancelled", "skipped")
+_STATUS_ORDER = ("running", "succeeded", "reused", "failed", "denied", "cancelled", "skipped")
 
 
 def _when(ts: float | None, *, seconds: bool = True) -> str:
@@ -56,12 +65,14 @@ def _when(ts: float | None, *, seconds: bool = True) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S" if seconds else "%Y-%m-%d %H:%M", time.localtime(ts))
 
 
-def _counts_text(counts: dict[str, int], unrecorded: int = 0) -> Text:
+def _counts_text(counts: dict[str, int], unrecorded: int = 0, missing: str = "unrecorded") -> Text:
+    """Counts by status; ``unrecorded`` tasks without a record are ``missing`` (``pending``
+    in a run under way)."""
     text = Text()
     parts = [(s, counts[s]) for s in _STATUS_ORDER if counts.get(s)]
     parts += [(s, n) for s, n in sorted(counts.items()) if s not in _STATUS_ORDER]
     if unrecorded:
-        parts.append(("unrecorded", unrecorded))
+        parts.append((missing, unrecorded))
     for i, (s, n) in enumerate(parts):
         if i:
             text.append(", ")
@@ -96,7 +107,13 @@ def find_run(st: RunStore, run: str | None, last: bool) -> RunRecord:
 def runs_cmd(
     limit: int = typer.Option(20, "--limit", "-n", min=1, help="Show at most N runs."),
     store: StoreOpt = None,
-    json_out: bool = typer.Option(False, "--json", help="Print the runs as JSON."),
+    json_out: bool = typer.Option(
+        False,
+        "--json",
+        help='Print {"store", "found", "runs"} as JSON: the store read, why that one, and '
+        "each run (run_id, parent_id, created, goal, status, executor, started_at, "
+        "finished_at, n_tasks, counts, unrecorded).",
+    ),
 ) -> None:
     """List recorded runs, most recent first: id, when, goal, status, task counts."""
     from ..store import StoreSource, locate_store
@@ -112,16 +129,16 @@ def runs_cmd(
         with open_store(store) as st:
             runs = st.list_runs(limit)
     if json_out:
-        # one id key, "run_id": the key 'show --json' and 'run --json' use too
+        # One object, as every --json prints: the store read (and why that one), then the
+        # runs, newest first. One id key, "run_id": the key 'show --json' and 'run --json'
+        # use too.
         print_json(
             out,
-            [
-                {
-                    **r.model_dump(mode="json"),
-                    "unrecorded": r.unrecorded,
-                }
-                for r in runs
-            ],
+            {
+                "store": str(path),
+                "found": location.source.value,
+                "runs": [{**r.model_dump(mode="json"), "unrecorded": r.unrecorded} for r in runs],
+            },
         )
         return
     # which store, and why that one: the same command elsewhere may read another
@@ -141,7 +158,11 @@ def runs_cmd(
             r.run_id,
             _when(r.created, seconds=False),
             Text(r.status.value, style=_style(r.status.value)),
-            _counts_text(r.counts, r.unrecorded),
+            _counts_text(
+                r.counts, r.unrecorded, "pending" if r.status == "running" else "unrecorded"
+            )
+            if r.n_tasks
+            else Text("none", style="dim"),
             goal,
         )
     out.print(table)
@@ -151,10 +172,38 @@ def runs_cmd(
 # show
 
 
-def _graph_of(plan: Plan) -> PlanGraph:
-    from ..graph import validate
+def find_run_or_solve(st: RunStore, ref: str | None, last: bool) -> RunRecord | SolveRecord:
+    """The run, or the solve, that ``RUN`` names (``--last``: the last run): a solve's id (the
+    one ``dagagent ask`` prints last) opens the solve."""
+    if ref is not None and not last:
+        solve_id = st.resolve_solve(ref)
+        if solve_id is not None:
+            try:
+                st.resolve(ref)
+            except StoreError:
+                return st.get_solve(solve_id)
+            raise StoreError(f"{ref} begins the id of a run and of a solve: give more digits")
+    return find_run(st, ref, last)
 
-    return validate(plan)  # the graph only: tools are not needed to draw or measure it
+
+def _graph_of(plan: Plan) -> PlanGraph:
+    from ..graph import recorded_graph
+
+    return recorded_graph(plan)  # the graph only: tools are not needed to draw or measure it
+
+
+def _new_versions(st: RunStore, record: RunRecord) -> list[str]:
+    """The tasks of a replan's run that succeeded in its parent under another call."""
+    from ..errors import StoreError
+    from ..review import new_versions
+
+    if record.parent_id is None:
+        return []
+    try:
+        parent = st.get_run(record.parent_id)
+    except StoreError:  # the parent is gone from the store: nothing to compare with
+        return []
+    return new_versions(parent.plan, record.plan, parent.tasks)
 
 
 @app.command("show")
@@ -186,20 +235,37 @@ def show_cmd(
 ) -> None:
     """Show a recorded run: each task's status, duration, attempts, output or error, and the
     critical path."""
+    from ..store import SolveRecord, person_wait_s, person_waits
     from .render import print_json, waited_for_approval
 
     with open_store(store) as st:
-        record = find_run(st, run, last)
+        found = find_run_or_solve(st, run, last)
+        if isinstance(found, SolveRecord):
+            if task is not None or timeline:
+                runs = ", ".join(r.run_id for r in found.rounds if r.run_id) or "none"
+                raise ConfigError(
+                    f"{found.solve_id} is a solve: --task and --timeline show a run (its "
+                    f"rounds' runs: {runs})"
+                )
+            if json_out:
+                print_json(out, found.to_json_dict())
+            else:
+                _show_solve_record(found, verbose=verbose)
+            return
+        record = found
         solve = st.solve_of_run(record.run_id)
+        versions = _new_versions(st, record)
+        history = st.approval_history(record.run_id)
     if task is not None:
         _show_task(record, task, as_json=json_out)
         return
     cp_s, cp = record.measured_critical_path()
+    now = time.time()
     if timeline:
         from ..ui import build_view, timeline_text
 
         out.print(
-            timeline_text(build_view(record), width=max(60, out.width)),
+            timeline_text(build_view(record, now=now, approvals=history), width=max(60, out.width)),
             markup=False,
             highlight=False,
         )
@@ -208,6 +274,7 @@ def show_cmd(
         doc = record.to_json_dict()
         doc["critical_path"], doc["critical_path_s"] = cp, cp_s
         doc["solve"] = solve.to_json_dict() if solve is not None else None
+        doc["new_versions"] = versions
         print_json(out, doc)
         return
     head = Text(f"run {record.run_id}: ")
@@ -217,14 +284,43 @@ def show_cmd(
     out.print(head)
     if record.goal:
         out.print(f"goal: {record.goal}", markup=False, highlight=False)
-    wall = f"{record.wall_time_s:.3f}s" if record.wall_time_s is not None else "-"
+    started = record.started_at if record.started_at is not None else record.created
+    if record.wall_time_s is not None:
+        wall = f"wall time {record.wall_time_s:.3f}s"
+        people = person_wait_s(
+            person_waits(history, until=record.finished_at),
+            started,
+            record.finished_at or started,
+        )
+        if people >= 0.01:
+            wall += f" ({people:.3f}s of it waiting for a person's decision)"
+    elif record.status == "running":
+        wall = f"running for {now - started:.3f}s"
+    else:
+        wall = "wall time -"
+    if record.status == "paused" and record.finished_at is not None:
+        wall += (
+            f"; paused since {_when(record.finished_at)} ({now - record.finished_at:.0f}s ago), "
+            "waiting for a person's decision"
+        )
     tools = record.context.get("tools")
     out.print(
-        f"executor {record.executor or '-'}; started {_when(record.started_at or record.created)};"
-        f" wall time {wall}" + (f"; tools {tools}" if tools else ""),
+        f"executor {record.executor or '-'}; started {_when(started)}; {wall}"
+        + (f"; tools {tools}" if tools else ""),
         markup=False,
         highlight=False,
     )
+    if not record.plan.tasks:
+        # A streamed plan cut short before its first task (rejected, or the model could not
+        # be used): nothing ran. The solve's round below says why.
+        out.print(
+            "tasks: none: no task of its plan was accepted, so nothing ran",
+            markup=False,
+            highlight=False,
+        )
+        if solve is not None:
+            _show_solve(solve, record.run_id)
+        return
     waits = waited_for_approval(record.tasks.values())
     table = Table()
     table.add_column("id")
@@ -235,20 +331,30 @@ def show_cmd(
         table.add_column("approval", justify="right")
     table.add_column("tries", justify="right")
     table.add_column("output / error")
+    # A task with no record: not started yet in a run under way, else the run ended (or its
+    # process died) before it did.
+    missing = "pending" if record.status == "running" else "unrecorded"
     for t in record.plan.tasks:
         r = record.tasks.get(t.id)
         what = t.label
         if r is None:
             blank = ("-", "") if waits else ("-",)
-            table.add_row(t.id, what, Text("unrecorded", style="dim"), *blank, "-", "")
+            table.add_row(t.id, what, Text(missing, style="dim"), *blank, "-", "")
             continue
         if r.elements is not None:
             what = f"{what} ×{len(r.elements)}"
-        _add_result_row(table, t.id, what, r, waits)
+        _add_result_row(table, t.id, what, r, waits, now)
         if r.elements:
-            _add_element_rows(table, t.id, r.elements, waits)
+            _add_element_rows(table, t.id, r.elements, waits, now)
     out.print(table)
-    out.print("tasks: ", _counts_text(record.counts, len(record.unrecorded)), sep="")
+    out.print("tasks: ", _counts_text(record.counts, len(record.unrecorded), missing), sep="")
+    if versions:
+        out.print(
+            f"new versions of tasks that succeeded in run {record.parent_id} (their calls "
+            f"changed, so they ran again): {', '.join(versions)}",
+            markup=False,
+            highlight=False,
+        )
     out.print(
         f"critical path {cp_s:.3f}s: {' -> '.join(cp) if cp else '-'}",
         markup=False,
@@ -256,6 +362,10 @@ def show_cmd(
     )
     if verbose:
         _show_tracebacks(record)
+    if record.status == "paused":
+        from .run import paused_hint
+
+        paused_hint(record.as_result(), console=out)
     if solve is not None:
         _show_solve(solve, record.run_id)
 
@@ -274,12 +384,20 @@ def _show_tracebacks(record: RunRecord) -> None:
 _ELEMENT_ROWS = 10  # the elements of a map task listed under it; show --task lists them all
 
 
-def _add_result_row(table: Table, task_id: str, what: str, r: TaskResult, waits: bool) -> None:
+def _add_result_row(
+    table: Table, task_id: str, what: str, r: TaskResult, waits: bool, now: float
+) -> None:
+    from ..results import TaskStatus
     from ..text import shorten
     from .render import time_cells
 
     ran, waited = time_cells(r)
-    if r.error:
+    running = r.status is TaskStatus.RUNNING
+    if running and r.started_at is not None:
+        ran = f"{now - r.started_at:.3f}s…"  # so far
+    if running:
+        detail = ""
+    elif r.error:
         detail = r.error
     elif r.elements:
         counts = Counter(e.status.value for e in r.elements)
@@ -292,16 +410,27 @@ def _add_result_row(table: Table, task_id: str, what: str, r: TaskResult, waits:
         Text(r.status.value, style=_style(r.status.value)),
         ran,
         *((waited,) if waits else ()),
-        str(r.attempts),
-        Text(detail or "", style="red" if r.error and not r.status.ok else ""),
+        "-" if running else str(r.attempts),
+        Text(detail or "", style=_detail_style(r)),
     )
 
 
-def _add_element_rows(table: Table, task_id: str, elements: list[TaskResult], waits: bool) -> None:
+def _detail_style(r: TaskResult) -> str:
+    """An error in red; why a task waits or did not run in its own status's colour."""
+    if not r.error or r.status.ok:
+        return ""
+    if r.status.value in ("failed", "denied"):
+        return "red"
+    return _style(r.status.value)
+
+
+def _add_element_rows(
+    table: Table, task_id: str, elements: list[TaskResult], waits: bool, now: float
+) -> None:
     """The first elements of a map task, each as ``  [i]``; failed ones first of all."""
     shown = sorted(range(len(elements)), key=lambda i: (elements[i].status.ok, i))[:_ELEMENT_ROWS]
     for i in sorted(shown):
-        _add_result_row(table, f"  [{i}]", "", elements[i], waits)
+        _add_result_row(table, f"  [{i}]", "", elements[i], waits, now)
     if len(elements) > len(shown):
         more = Text(f"... {len(elements) - len(shown)} more elements: show --task {task_id}", "dim")
         table.add_row(*[""] * (len(table.columns) - 1), more)
@@ -352,10 +481,15 @@ def _show_task(record: RunRecord, task_id: str, *, as_json: bool) -> None:
     if r.traceback:
         out.print("traceback:", markup=False)
         out.print(printable(r.traceback, lines=True), markup=False, highlight=False)
+    if r.steps:
+        _show_steps(r.steps)
     if r.output is not None:
         out.print("output:", markup=False)
         out.print(printable(as_text(r.output), lines=True), markup=False, highlight=False)
     for e in r.elements or ():
+        if e.steps:
+            out.print(f"element {e.task_id}:", markup=False, highlight=False)
+            _show_steps(e.steps, indent="  ")
         dur = e.duration_s
         took = f" in {dur:.3f}s" if dur is not None else ""
         tries = f", {e.attempts} attempt{'s' if e.attempts != 1 else ''}" if e.attempts else ""
@@ -366,6 +500,35 @@ def _show_task(record: RunRecord, task_id: str, *, as_json: bool) -> None:
             line("  error", printable(e.error, lines=True))
         if e.output is not None:
             line("  output", printable(as_text(e.output), lines=True))
+
+
+def _show_steps(steps: list[AgentStep], indent: str = "") -> None:
+    """An agent's steps in full, one model turn after another: its thought, each tool call it
+    made and what it saw, its answer, or why a reply could not be used (untrusted text:
+    control characters escaped, no markup)."""
+    from ..text import as_text, printable
+
+    def say(text: str) -> None:
+        out.print(printable(text, lines=True), markup=False, highlight=False)
+
+    n = len(steps)
+    say(f"{indent}agent steps ({n} model turn{'s' if n != 1 else ''}):")
+    for s in steps:
+        tokens = f" ({s.usage.total_tokens} tokens)" if s.usage.total_tokens else ""
+        say(f"{indent}  step {s.step}{tokens}")
+        if s.thought:
+            say(f"{indent}    thought: {s.thought}")
+        for c in s.calls:
+            say(f"{indent}    calls {c.tool}({as_text(c.args)})")
+            if c.observation is None:
+                say(f"{indent}      not called: the run stopped first")
+            else:
+                what = "error" if c.is_error else "saw"
+                say(f"{indent}      {what}: {c.observation}")
+        if s.answer is not None:
+            say(f"{indent}    answer: {s.answer}")
+        if s.error:
+            say(f"{indent}    unusable reply: {s.error}")
 
 
 def _show_solve(solve: SolveRecord, run_id: str) -> None:
@@ -380,6 +543,17 @@ def _show_solve(solve: SolveRecord, run_id: str) -> None:
         else f"solve {solve.solve_id}"
     )
     out.print(f"{where} ({solve.status})", markup=False, highlight=False)
+    calls = solve.calls_of(rnd.round) if rnd is not None else []
+    if calls:
+        from ..llm import Usage
+
+        used = sum((c.usage for c in calls), Usage())
+        out.print(
+            f"model calls of the round: {used.summary()} (each one: dagagent show "
+            f"{solve.solve_id})",
+            markup=False,
+            highlight=False,
+        )
     decision = rnd.decision if rnd is not None else None
     if rnd is not None and decision is not None and decision.get("action") == "replan":
         feedback = printable(str(decision.get("feedback", "")), lines=True)
@@ -400,6 +574,91 @@ def _show_solve(solve: SolveRecord, run_id: str) -> None:
         )
 
 
+def _show_solve_record(solve: SolveRecord, *, verbose: bool = False) -> None:
+    """A solve: how it ended, its rounds, every model call (role, model, time to the first
+    token, duration, tokens, cost, how it ended) and the answer; ``verbose``: what each call
+    wrote, in full (as the store keeps it: redacted, bounded). Untrusted text is escaped."""
+    from ..llm.usage import format_cost
+    from ..text import as_text, printable, shorten
+
+    def line(text: str) -> None:
+        out.print(printable(text), markup=False, highlight=False)
+
+    head = Text(f"solve {solve.solve_id}: ")
+    head.append(solve.status.value, style=_style(solve.status.value))
+    n = len(solve.rounds)
+    head.append(f" ({n} round{'s' if n != 1 else ''})")
+    out.print(head)
+    line(f"goal: {solve.goal}")
+    took = f"; {solve.finished_at - solve.created:.1f} s" if solve.finished_at is not None else ""
+    servers = sorted({c.server for c in solve.calls if c.server})
+    models = ", ".join(solve.models) or "-"
+    at = f" at {', '.join(servers)}" if servers else ""
+    line(f"started {_when(solve.created)}{took}; model {models}{at}")
+    if solve.reason and solve.status.value != "answered":
+        line(f"why: {solve.reason}")
+    spent = solve.spent
+    by_role = ", ".join(f"{role} {u.calls}" for role, u in solve.spent_by_role().items())
+    line(f"model calls: {spent.summary()}" + (f" ({by_role})" if by_role else ""))
+    if solve.calls:
+        table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+        for name, justify in (
+            ("#", "right"),
+            ("rnd", "right"),
+            ("who", "left"),
+            ("status", "left"),
+            ("1st tok", "right"),
+            ("time", "right"),
+            ("in", "right"),
+            ("out", "right"),
+            ("cost", "right"),
+        ):
+            table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+        for c in solve.calls:
+            status = c.status + (" (rejected)" if c.issues else "")
+            if c.finish_reason not in (None, "stop", "tool_calls"):
+                status += f" ({c.finish_reason})"
+            est = "~" if c.estimated else ""
+            table.add_row(
+                str(c.seq),
+                str(c.round) if c.round is not None else "-",
+                f"{c.role} {c.task_id}" if c.task_id else c.role,
+                Text(status, style="red" if c.status in ("failed", "refused") else ""),
+                f"{c.first_token_s:.2f}s" if c.first_token_s is not None else "-",
+                f"{c.duration_s:.2f}s" if c.duration_s is not None else "-",
+                f"{est}{c.input_tokens:,}",
+                f"{est}{c.output_tokens:,}",
+                format_cost(c.cost_usd) if c.cost_usd is not None else "-",
+            )
+        out.print(table)
+        if any(c.estimated for c in solve.calls):
+            out.print("~ estimated: the provider did not report the tokens", style="dim")
+    for r in solve.rounds:
+        what: str = r.outcome
+        decision = r.decision or {}
+        if decision.get("action") == "replan":
+            what += f": {shorten(str(decision.get('feedback', '')), 200)}"
+        elif r.reason and r.outcome not in ("answered", "replan"):
+            what += f": {shorten(r.reason, 200)}"
+        line(f"round {r.round} (run {r.run_id or '-'}): {what}")
+    for c in solve.calls:
+        if c.issues:
+            line(f"call {c.seq} ({c.role}, round {c.round}) was rejected:")
+            for issue in c.issues:
+                line(f"  {issue}")
+        if verbose:
+            line(f"call {c.seq} ({c.role}, round {c.round}) wrote:")
+            out.print(printable(c.text, lines=True), markup=False, highlight=False)
+            if c.cut_chars:
+                line(f"... {c.cut_chars:,} more characters not kept")
+    if solve.status.value == "answered":
+        cites = ", ".join(solve.cites) or "no task"
+        line(f"answer (cites {cites}, in run {solve.run_id}):")
+        out.print(printable(as_text(solve.answer), lines=True), markup=False, highlight=False)
+    if not verbose and solve.calls:
+        line("(-v prints what each model call wrote)")
+
+
 # ---------------------------------------------------------------------------------------------
 # graph
 
@@ -415,8 +674,12 @@ def graph_cmd(
         "ascii", "--format", "-f", metavar="FORMAT", help=f"One of: {', '.join(FORMATS)}."
     ),
     store: StoreOpt = None,
+    tools: ToolsOpt = None,
+    mcp: McpOpt = None,
 ) -> None:
-    """Draw a plan's graph (a plan file), or a recorded run's graph marked by task status."""
+    """Draw a plan's graph (a plan file), or a recorded run's graph marked by task status.
+    With --tools or --mcp, a plan file is checked against those tools as 'validate' does
+    (a run's graph is drawn from its record)."""
     from ..graph import validate
 
     if fmt not in FORMATS:
@@ -424,7 +687,12 @@ def graph_cmd(
     statuses: dict[str, str] | None = None
     elements: dict[str, list[str]] | None = None
     if target is not None and not last and _is_plan_path(target):
-        graph = validate(Path(target))
+        registry = None
+        if tools or mcp:
+            from .tools import load_tools
+
+            registry = load_tools(tools, mcp)
+        graph = validate(Path(target), registry)
     else:
         with open_store(store) as st:
             record = find_run(st, target, last)

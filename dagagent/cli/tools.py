@@ -3,13 +3,14 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import typer
 
 from ..errors import ConfigError, DagagentError
-from ._app import app, err, guard, load_registry, out, tools_spec
+from ._app import DEFAULT_TOOLS, app, err, guard, load_registry, out, tools_spec
 from .options import McpOpt, ToolsOpt
 
 if TYPE_CHECKING:
@@ -27,6 +28,16 @@ def load_tools(tools: str | None, mcp: Sequence[str] | None = None) -> Registry:
 
     mcp = list(mcp or ())
     spec = tools_spec(tools, mcp)
+    if spec == DEFAULT_TOOLS and not tools and not os.environ.get("DAGAGENT_TOOLS"):
+        # Nobody chose them: say so, or a plan that names its own tools fails with a list of
+        # tools the user never heard of.
+        err.print(
+            f"note: using the bundled demo tools ({DEFAULT_TOOLS}): no --tools given, nor "
+            "$DAGAGENT_TOOLS, nor tools in the project file ([tool.dagagent] of "
+            "pyproject.toml, or .dagagent/config.toml)",
+            markup=False,
+            highlight=False,
+        )
     registry = load_registry(spec) if spec is not None else Registry()
     if mcp:
         _add_mcp_tools(registry, mcp)
@@ -42,7 +53,17 @@ def _add_mcp_tools(registry: Registry, specs: list[str]) -> None:
         from ..mcp import MCPClient
     except ImportError as exc:  # the SDK is an extra
         raise ConfigError(f'--mcp needs the MCP SDK: pip install "dagagent[mcp]" ({exc})') from None
-    clients = [MCPClient.parse(s) for s in specs]
+    from .project import project
+
+    found = project()
+    ours = set(found.mcp) if found is not None else set()
+    # A project file's server runs in the project's directory (its paths are the project's).
+    clients = [
+        MCPClient.parse(s, cwd=found.root)
+        if found is not None and s in ours
+        else MCPClient.parse(s)
+        for s in specs
+    ]
     names = [c.name for c in clients]
     for name in names:
         if names.count(name) > 1:
@@ -87,7 +108,10 @@ def tools_cmd(
     tools: ToolsOpt = None,
     mcp: McpOpt = None,
     json_out: bool = typer.Option(
-        False, "--json", help="Print each tool's name, description and JSON schemas as JSON."
+        False,
+        "--json",
+        help='Print {"tools": [...]} as JSON: each tool\'s name, description, JSON schemas, '
+        "source, side effects and whether it may be retried.",
     ),
 ) -> None:
     """List the tools a plan can use (those --tools and --mcp give, as 'run' and 'plan' would
@@ -100,7 +124,7 @@ def tools_cmd(
 
     registry = load_tools(tools, mcp)
     if json_out:
-        doc: list[dict[str, Any]] = [
+        tools_doc: list[dict[str, Any]] = [
             {
                 **t.spec(),
                 "output_schema": t.output_schema,
@@ -110,7 +134,7 @@ def tools_cmd(
             }
             for t in registry
         ]
-        print_json(out, doc)
+        print_json(out, {"tools": tools_doc})  # one object, as every --json prints
         return
     for t in registry:
         # The planner's own catalog entry (signature, description, argument notes, what it

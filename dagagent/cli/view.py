@@ -114,12 +114,9 @@ def report_cmd(
 
     with RunStore(store, read_only=True) as st:
         record = find_run(st, run, last)
-        parent, children = ui_app.related_runs(st, record)
-        answer = ui_app.answers_of(st, [record.run_id]).get(record.run_id)
+        around = ui_app.run_around(st, record)
         path = st.path
-    html = render.render_report(
-        record, parent=parent, children=children, answer=answer, store=str(path)
-    )
+    html = render.render_report(record, around=around, store=str(path))
     target = out_file if out_file is not None else Path(f"run-{record.run_id}.html")
     check_output_path(target, path, "report")
     try:

@@ -21,7 +21,6 @@ import typer
 
 from ..errors import ConfigError, StoreError
 from ..executors import IN_PROCESS_EXECUTORS
-from ..limits import DEFAULT_STREAM_S
 from ..settings import RunSettings
 from ._app import EXIT_RECORD, Interrupted, app, err, guard, out
 from .ask import AskProgress, exit_code_of, report_solution, solve_interrupted
@@ -250,7 +249,7 @@ def resume_cmd(
     no_wait: NoWaitOpt = False,
     model: ModelOpt = None,
     base_url: BaseUrlOpt = None,
-    stream_timeout: StreamTimeoutOpt = DEFAULT_STREAM_S,
+    stream_timeout: StreamTimeoutOpt = None,
     store: StoreOpt = None,
     json_out: bool = typer.Option(False, "--json", help="Print only the result, as JSON."),
 ) -> None:
@@ -279,16 +278,14 @@ def resume_cmd(
             except StoreError:
                 raise StoreError(f"no run {run} (nor solve) in {st.path}") from None
             code = _resume_solve(
-                st, run, tools, mcp, ModelChoice(model, base_url, stream_timeout=stream_timeout),
-                executor, no_wait, json_out,
-            )  # fmt: skip
+                st, run, tools, mcp, model, base_url, stream_timeout, executor, no_wait, json_out
+            )
             raise typer.Exit(code) from None
         solve = st.solve_of_run(record.run_id)
         if solve is not None and solve.status == "paused":
             code = _resume_solve(
-                st, record.run_id, tools, mcp,
-                ModelChoice(model, base_url, stream_timeout=stream_timeout),
-                executor, no_wait, json_out,
+                st, record.run_id, tools, mcp, model, base_url, stream_timeout, executor,
+                no_wait, json_out,
             )  # fmt: skip
             raise typer.Exit(code)
         _, _, registry = registry_for(record, tools, mcp)
@@ -299,7 +296,7 @@ def resume_cmd(
         )
         llm = None
         if any(isinstance(t, AgentTask) for t in record.plan.tasks):
-            llm = agent_model(model, base_url)
+            llm = agent_model(model, base_url, stream_timeout)
         on_failure = record.context.get("on_failure", "cancel")
         progress = progress_for(graph, out, live=not rules) if not json_out else None
 
@@ -336,7 +333,9 @@ def _resume_solve(
     ref: str,
     tools: str | None,
     mcp: list[str] | None,
-    choice: ModelChoice,
+    model: str | None,
+    base_url: str | None,
+    stream_timeout: float | None,
     executor: str | None,
     no_wait: bool,
     json_out: bool,
@@ -366,6 +365,7 @@ def _resume_solve(
     # one of them that pauses resumes with them too
     st.context = dict(record.context)
     first = policies[0] if policies and isinstance(policies[0], Policy) else None
+    choice = ModelChoice.recorded(record.context, model, base_url, stream_timeout)
     if not choice.configured:
         raise ConfigError(
             f"run {record.run_id} is round {paused.round} of solve {solve.solve_id}, which is "

@@ -1,4 +1,5 @@
-"""The critical path: the longest chain of dependent tasks, by their durations."""
+"""The critical path: the longest chain of dependent tasks, by their durations; of a run that
+ran, the chain of tasks that held up its end."""
 
 from __future__ import annotations
 
@@ -47,12 +48,44 @@ def finished_critical_path(
     dependencies: Mapping[str, Sequence[str]],
     results: Mapping[str, TaskResult],
 ) -> tuple[float, list[str]]:
-    """The critical path a run measured: the longest chain of tasks that finished (succeeded,
-    failed or were denied, each taking its duration; a reused task takes no time). A task the
-    run cancelled or skipped did not finish, so no path runs through it."""
+    """The critical path a run measured: the chain of tasks that held up its end. It ends at
+    the task that finished last, and each task on it is reached through its dependency that
+    actually finished last, the one it waited for; its length is the time those tasks took
+    (succeeded, failed or denied, each its duration; a reused task takes no time). A task
+    the run cancelled or skipped did not finish, so no path runs through it.
+
+    When every task starts as soon as its dependencies are done, that is the longest chain
+    by durations. It differs when something else held tasks back (a plan still being
+    written, a level barrier, a concurrency limit): then the dependency that finished last
+    is not the one with the longest chain behind it, and the path follows what really
+    happened. Results without times are measured by durations alone."""
     durations: dict[str, float] = {}
+    ends: dict[str, float] = {}
     for task_id, r in results.items():
         took = r.took_s
         if took is not None:
             durations[task_id] = took
-    return critical_path([t for t in order if t in durations], dependencies, durations)
+            if r.finished_at is not None:
+                ends[task_id] = r.finished_at
+    finished = [t for t in order if t in durations]
+    if len(ends) < len(durations):
+        return critical_path(finished, dependencies, durations)
+    length: dict[str, float] = {}
+    via: dict[str, str | None] = {}
+    for n in finished:
+        best: str | None = None
+        for d in dependencies.get(n, ()):
+            if d in ends and (best is None or ends[d] > ends[best]):
+                best = d
+        via[n] = best
+        length[n] = durations[n] + (length[best] if best is not None else 0.0)
+    if not finished:
+        return 0.0, []
+    last = max(finished, key=ends.__getitem__)
+    path = [last]
+    node = via[last]
+    while node is not None:
+        path.append(node)
+        node = via[node]
+    path.reverse()
+    return length[last], path

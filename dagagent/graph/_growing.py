@@ -1,20 +1,28 @@
 """A plan that arrives task by task: checking each task as it comes, and a graph that grows.
 
-When a plan streams from a model, every task is checked the moment it is complete, against
-the tasks seen before it (:class:`PlanChecker`): the checks of :func:`dagagent.validate`
-(the same code, :func:`dagagent.graph.check_task`), with one rule more: a task may depend
-only on tasks listed *before* it. So every prefix of the plan is a valid acyclic plan, and a
-task that passed its check never becomes invalid.
+When a plan streams from a model, every task is checked the moment it is complete
+(:class:`PlanChecker`): the checks of :func:`dagagent.validate` (the same code,
+:func:`dagagent.graph.check_task`), against the tasks accepted so far. A task may reference
+tasks that come later in the plan: it is held until they have all been accepted, then
+checked again as a whole and accepted, and with it every held task that waited only for it
+(:meth:`PlanChecker.take`). A task whose arrival would close a loop of tasks waiting for each
+other is an issue at once (``cycle``); a task still held when the plan ends is one then
+(:meth:`PlanChecker.finish`: ``missing_dependency``, naming the task that never came). So
+tasks are accepted in an order in which each comes after its dependencies: every prefix of
+the accepted tasks is a valid acyclic plan, and a task that was accepted never becomes
+invalid.
 
-A task that passed goes into a :class:`GrowingGraph`, a :class:`~dagagent.graph.PlanGraph`
-that executors may already run while tasks are still being added. It tells its watchers
-(executors) about each added task and, once, that the plan is complete (``close()``), or that
-planning stopped because a later task was invalid (``close(aborted=True)``). Nothing polls.
+A task that was accepted goes into a :class:`GrowingGraph`, a
+:class:`~dagagent.graph.PlanGraph` that executors may already run while tasks are still being
+added. It tells its watchers (executors) about each added task and, once, that the plan is
+complete (``close()``), or that planning stopped because a later task was invalid
+(``close(aborted=True)``). Nothing polls.
 
 Levels of a growing graph are depth levels: a task's level is one more than the deepest of
-its dependencies (0 without any). A task's level is known when it arrives and never changes
-(later tasks cannot become its dependencies), so ``levels`` only ever grows; when the graph is
-closed they are exactly the levels :func:`dagagent.validate` computes for the whole plan.
+its dependencies (0 without any). A task's level is known when it is added and never changes
+(a task is added after its dependencies, and later tasks cannot become its dependencies), so
+``levels`` only ever grows; when the graph is closed they are exactly the levels
+:func:`dagagent.validate` computes for the whole plan.
 """
 
 from __future__ import annotations
@@ -26,7 +34,7 @@ from ..errors import Issue
 from ..plan import ID_RE, AgentTask, Plan, Task
 from ..references import Template
 from ._graph import PlanGraph
-from ._validate import check_task
+from ._validate import check_task, dependencies_of
 
 if TYPE_CHECKING:
     from ..tools import Registry
@@ -62,6 +70,10 @@ class PlanChecker:
     ``agent_tasks=False`` refuses agent tasks (code ``agent_task``), as the planner does when
     its plans may hold tool calls only. ``known``: ids accepted in advance (tasks that
     already ran; a new task may reference them).
+
+    :meth:`check` checks a task against the tasks accepted so far; :meth:`take` does it for
+    a plan whose tasks may come before the tasks they use (see the module docstring), and
+    :meth:`finish` says what is still held when the plan ends.
     """
 
     def __init__(
@@ -75,12 +87,74 @@ class PlanChecker:
         self.agent_tasks = agent_tasks
         self.ids: set[str] = set(known)
         self.tasks: dict[str, Task] = {}  # accepted so far: what a map's list may be read from
+        #: Tasks held until the tasks they name (not seen yet) are accepted, in arrival order,
+        #: each with the ids it still waits for.
+        self.held: dict[str, tuple[TaskCheck, set[str]]] = {}
 
     def check(self, task: Task) -> TaskCheck:
-        """Check ``task``; when it is valid, it counts as seen for the tasks after it."""
+        """Check ``task``; when it is valid, it counts as seen for the tasks after it. A
+        reference to a task not accepted yet is an issue here (``missing_dependency``)."""
+        check = self._check(task)
+        if check.ok:
+            self._accept(task)
+        return check
+
+    def take(self, task: Task) -> tuple[list[TaskCheck], list[Issue]]:
+        """Check ``task`` as a task of a plan that may name tasks still to come: the tasks
+        accepted now (``task`` and the held tasks it completed, each after the tasks it
+        depends on; none when ``task`` is held) and the issues that reject the plan (then
+        nothing is accepted)."""
+        check = self._check(task)
+        waits = self._waits_for(check)
+        if waits is None:  # what it names may still come: only its other issues are issues
+            return [], [i for i in check.issues if i.code != "missing_dependency"] or check.issues
+        if waits:
+            loop = self._loop(task.id, waits)
+            if loop is not None:
+                path = " -> ".join(loop)
+                return [], [Issue("cycle", task.id, f"dependency cycle: {path}")]
+            self.held[task.id] = (check, waits)
+            return [], []
+        self._accept(task)
+        accepted = [check]
+        for done in accepted:  # grows while it is read: what each acceptance releases
+            for tid, (waiting, missing) in list(self.held.items()):
+                missing.discard(done.task.id)
+                if missing:
+                    continue
+                del self.held[tid]
+                again = self._check(waiting.task)
+                if not again.ok:
+                    return [], again.issues
+                self._accept(again.task)
+                accepted.append(again)
+        return accepted, []
+
+    def finish(self) -> list[Issue]:
+        """The issues of the tasks still held at the end of the plan: each names the tasks
+        it waits for that never came (``missing_dependency``)."""
+        issues = []
+        for tid, (check, missing) in self.held.items():
+            reasons = dependencies_of(check.task, check.template)
+            for d in sorted(missing, key=list(reasons).index):
+                why = reasons[d]
+                what = "depends on" if why == "depends_on" else f"has {why} to"
+                if d in self.held:
+                    told = f"{what} task {d!r}, which waits for a task the plan never gave"
+                else:
+                    hint = ""
+                    if check.task.for_each is not None and d in ("item", "index"):
+                        hint = f" (the element of a map is ${{@{d}}}, with an '@')"
+                    told = f"{what} unknown task {d!r}{hint}: the plan ended without it"
+                issues.append(Issue("missing_dependency", tid, told))
+        return issues
+
+    # -- internals --------------------------------------------------------------------------
+
+    def _check(self, task: Task) -> TaskCheck:
         tid = task.id
         issues: list[Issue] = []
-        if tid in self.ids:
+        if tid in self.ids or tid in self.held:
             issues.append(Issue("duplicate_id", tid, f"task id {tid!r} is used more than once"))
         if not ID_RE.match(tid):
             issues.append(
@@ -101,26 +175,55 @@ class PlanChecker:
             )
         found, template, deps = check_task(task, self.ids, self.registry, tasks=self.tasks)
         for issue in found:
-            if issue.code == "missing_dependency":
-                issue = Issue(
-                    issue.code,
-                    issue.task_id,
-                    f"{issue.message} (a task may only use tasks listed before it)",
-                )
-            elif issue.code == "missing_instruction" and not self.agent_tasks:
+            if issue.code == "missing_instruction" and not self.agent_tasks:
                 continue  # already said: agent_task
             issues.append(issue)
-        if not issues:
-            self.ids.add(tid)
-            self.tasks[tid] = task
         return TaskCheck(task, issues, template, deps)
+
+    def _accept(self, task: Task) -> None:
+        self.ids.add(task.id)
+        self.tasks[task.id] = task
+
+    def _waits_for(self, check: TaskCheck) -> set[str] | None:
+        """The ids ``check``'s task waits for (empty: none, it is valid); ``None`` when it
+        has issues that no later task can mend."""
+        if check.ok:
+            return set()
+        if any(i.code != "missing_dependency" for i in check.issues):
+            return None
+        task = check.task
+        return {
+            d
+            for d in dependencies_of(task, check.template)
+            if d != task.id and d not in self.ids and not d.startswith("@")
+        } or None
+
+    def _loop(self, tid: str, waits: set[str]) -> list[str] | None:
+        """The loop ``tid`` would close by waiting for ``waits`` (held tasks waiting, in
+        the end, for ``tid``), as a path from ``tid`` back to itself; ``None`` if none."""
+        trail: dict[str, str] = {}
+        todo = [d for d in sorted(waits) if d in self.held]
+        for d in todo:
+            trail.setdefault(d, tid)
+        while todo:
+            current = todo.pop()
+            for d in sorted(self.held[current][1]):
+                if d == tid:
+                    path = [current]
+                    while path[-1] != tid:
+                        path.append(trail[path[-1]])
+                    return [tid, *path]  # tid waits for ... which waits for tid
+                if d in self.held and d not in trail:
+                    trail[d] = current
+                    todo.append(d)
+        return None
 
 
 class GrowingGraph(PlanGraph):
     """A :class:`~dagagent.graph.PlanGraph` whose tasks are added while it is being run.
 
-    ``add`` takes a task that passed :meth:`PlanChecker.check` (its dependencies must all be
-    in the graph already); ``close`` says that no task will follow. ``complete`` is ``False``
+    ``add`` takes a task that :class:`PlanChecker` accepted (its dependencies must all be in
+    the graph already); ``close`` says that no task will follow. ``complete`` is ``False``
     until then; ``aborted`` tells a plan cut short by an invalid task from a finished one.
     Executors ``watch`` it (see :mod:`dagagent.executors`).
     """

@@ -11,7 +11,9 @@
 ``self_dependency``         a task depends on (or references) itself
 ``cycle``                   tasks depend on each other in a loop; the message shows the loop
 ``unknown_tool``            ``tool`` (or a name in an agent task's ``tools``) is not registered
-``bad_arguments``           literal arguments do not fit the tool's schema
+``bad_arguments``           literal arguments do not fit the tool's schema, or an argument that
+                            is one reference holds what the upstream tool declares it returns,
+                            which the parameter cannot take (see :mod:`._types`)
 ``not_retryable``           ``retries`` on a tool that may not be called again (an MCP tool not
                             declared idempotent or read-only)
 ``bad_reference``           a ``${`` that is not a well-formed reference
@@ -37,11 +39,12 @@ from collections.abc import Container, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..errors import Issue, PlanLoadError, PlanValidationError
-from ..plan import ID_RE, AgentTask, Plan, Task, read_plan
+from ..plan import ID_RE, AgentTask, Plan, Task, ToolTask, read_plan
 from ..references import Template
 from ..text import did_you_mean, shorten
 from ._graph import PlanGraph, generations, nx_graph
-from ._maps import element_issues, for_each_reference, map_issues
+from ._maps import element_issues, element_schema, for_each_reference, map_issues
+from ._types import argument_type_issues
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -51,7 +54,7 @@ if TYPE_CHECKING:
     from ..llm import LLM
     from ..tools import Registry
 
-__all__ = ["check_task", "dependencies_of", "dependency_graph", "validate"]
+__all__ = ["check_task", "dependencies_of", "dependency_graph", "recorded_graph", "validate"]
 
 
 def _cycle_issues(graph: nx.DiGraph[str]) -> list[Issue]:
@@ -231,11 +234,11 @@ def check_task(
 ) -> tuple[list[Issue], Template, list[str]]:
     """The checks of one task against the ids ``known`` so far: its kind (``kind_issues``:
     what reading it found), its references, its dependencies (each must be in ``known``), its
-    tool and literal arguments (with a ``registry``), its ``for_each`` (against what the tasks
-    in ``tasks`` declare they return). Returns the issues, the compiled template
-    and the task's dependencies that are known, in edge order. Used by :func:`validate` for a
-    whole plan and by :class:`~dagagent.graph.PlanChecker` for a plan that arrives task by
-    task."""
+    tool and literal arguments (with a ``registry``), its ``for_each`` and the arguments that
+    are one reference each (against what the tasks in ``tasks`` declare they return).
+    Returns the issues, the compiled template and the task's dependencies that are known, in
+    edge order. Used by :func:`validate` for a whole plan and by
+    :class:`~dagagent.graph.PlanChecker` for a plan that arrives task by task."""
     issues: list[Issue] = []
     tid = t.id
     if isinstance(t, AgentTask) and not t.instruction.strip():
@@ -266,6 +269,9 @@ def check_task(
         _tool_issues(t, tmpl, registry, issues)
     if t.for_each is not None or t.max_concurrency is not None or t.allow_partial:
         issues.extend(map_issues(t, tmpl, tasks, registry))
+    if registry is not None and tmpl.refs and isinstance(t, ToolTask) and t.tool in registry:
+        elements = element_schema(t, tasks, registry)
+        issues.extend(argument_type_issues(t, tmpl, tasks, registry, elements))
     return issues, tmpl, mine
 
 
@@ -284,10 +290,32 @@ def validate(
     ``no_llm`` warning in ``PlanGraph.warnings``.
     """
     plan, kind_issues = read_plan(plan)
+    return _checked(plan, registry, kind_issues, llm=llm, check_llm=check_llm)
+
+
+def recorded_graph(plan: Plan) -> PlanGraph:
+    """The graph of a plan on record (a run's plan, checked when it ran), for the readers
+    that draw or measure it: :func:`validate` without tools, except that a plan of no tasks
+    is an empty graph, not an issue (a streamed plan rejected before its first task, or a
+    model that could not be reached, leaves such a run)."""
+    return _checked(plan, None, [], empty_ok=True)
+
+
+def _checked(
+    plan: Plan,
+    registry: Registry | None,
+    kind_issues: list[Issue],
+    *,
+    llm: LLM | None = None,
+    check_llm: bool = False,
+    empty_ok: bool = False,
+) -> PlanGraph:
     issues, templates, preds, succs = _scan(plan, registry, kind_issues)
     generations_, placed = generations(preds, succs)
     if placed < len(preds):  # some tasks wait on each other: find and show the loops
         issues.extend(_cycle_issues(nx_graph(preds)))
+    if empty_ok:
+        issues = [i for i in issues if i.code != "empty_plan"]
     if issues:
         raise PlanValidationError(issues)
     pos = {t.id: i for i, t in enumerate(plan.tasks)}

@@ -15,6 +15,15 @@ if TYPE_CHECKING:
     from dagagent.llm._retry import HTTPRetryPolicy
     from dagagent.llm.anthropic import AnthropicChat
     from dagagent.llm.metered import MeteredLLM
+    from dagagent.llm.observe import (
+        CallObserver,
+        CallOutcome,
+        LiveCall,
+        ask_streamed,
+        estimate_tokens,
+        last_call,
+        reject_last_call,
+    )
     from dagagent.llm.openai import OpenAIChat
     from dagagent.llm.protocol import LLM
     from dagagent.llm.scripted import ScriptedLLM, ScriptError, ScriptItem, WireItem
@@ -48,10 +57,13 @@ __all__ = [
     "LLM",
     "AnthropicChat",
     "AssistantMessage",
+    "CallObserver",
+    "CallOutcome",
     "HTTPChatClient",
     "HTTPRetryPolicy",
     "LLMRequest",
     "LLMResponse",
+    "LiveCall",
     "Message",
     "MessagesInput",
     "MeteredLLM",
@@ -74,12 +86,16 @@ __all__ = [
     "UsageTracker",
     "UserMessage",
     "WireItem",
+    "ask_streamed",
     "closing_stream",
     "collect_stream",
+    "estimate_tokens",
     "from_env",
     "from_spec",
+    "last_call",
     "normalize_messages",
     "parse_tool_arguments",
+    "reject_last_call",
 ]
 
 # Each public name with its module, imported on first use (PEP 562): the model clients need
@@ -89,6 +105,13 @@ _LAZY: dict[str, str] = {
     "HTTPRetryPolicy": "_retry",
     "AnthropicChat": "anthropic",
     "MeteredLLM": "metered",
+    "CallObserver": "observe",
+    "CallOutcome": "observe",
+    "LiveCall": "observe",
+    "ask_streamed": "observe",
+    "estimate_tokens": "observe",
+    "last_call": "observe",
+    "reject_last_call": "observe",
     "OpenAIChat": "openai",
     "LLM": "protocol",
     "ScriptedLLM": "scripted",

@@ -34,6 +34,14 @@ from dagagent.llm._sse import StreamIdleTimeout
 __all__ = ["HTTPFailures"]
 
 
+#: What a timeout's message says to raise: the time each call may wait for the server (the
+#: client's, or the command line's), not the bound of a whole command.
+_RAISE_TIMEOUT = (
+    "; a slow model needs a longer wait per call: ModelSettings(timeout=...), --timeout on "
+    "the command line"
+)
+
+
 class HTTPFailures:
     """Naming and failure mapping for :class:`~._http.HTTPChatClient` (a mixin: it reads
     the client's configuration, declared below, and holds no state of its own)."""
@@ -86,6 +94,7 @@ class HTTPFailures:
             message = f"the stream from {self.provider} stalled: no data for {self.timeout.read}s"
         else:
             message = f"{self.provider} did not answer within {self.timeout.read}s (timeout)"
+        message += _RAISE_TIMEOUT
         if self.retry.retry_timeouts:
             return Retryable(LLMTimeoutError, message)
         return LLMTimeoutError(message)
@@ -93,7 +102,7 @@ class HTTPFailures:
     def _deadline_failure(self, seconds: float | None, *, what: str) -> Exception:
         message = (
             f"{self.provider} did not send the whole {what} within {seconds:g}s (it trickled "
-            "it, or kept the connection open without finishing)"
+            "it, or kept the connection open without finishing)" + _RAISE_TIMEOUT
         )
         if self.retry.retry_timeouts:
             return Retryable(LLMTimeoutError, message)

@@ -138,8 +138,8 @@ def _with_limit_hint(exc: LLMError, body: Any) -> LLMError:
 #: How a user raises each bound of a call: in Python, and on the command line when it has
 #: an option for it.
 _SETTING_HINTS = {
-    "max_stream_s": "ModelSettings(max_stream_s=...) in Python, --stream-timeout SECONDS on "
-    "the command line",
+    "max_stream_s": "--stream-timeout SECONDS on the command line, "
+    "ModelSettings(max_stream_s=...) in Python",
     "max_response_bytes": "ModelSettings(max_response_bytes=...) in Python",
 }
 

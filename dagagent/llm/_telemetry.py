@@ -18,18 +18,18 @@ from .types import LLMRequest, LLMResponse, StreamEnd, StreamEvent
 if TYPE_CHECKING:
     from opentelemetry.trace import Span, Tracer
 
-__all__ = ["ModelCall", "model_call"]
+__all__ = ["CallSpan", "call_span"]
 
 
-def model_call(client: object, request: LLMRequest) -> ModelCall | None:
+def call_span(client: object, request: LLMRequest) -> CallSpan | None:
     """The telemetry of one call of ``client``; ``None`` when OpenTelemetry is off."""
     tracer, instruments = otel.tracer(), otel.instruments()
     if tracer is None and instruments is None:
         return None
-    return ModelCall(tracer, instruments, client, request)
+    return CallSpan(tracer, instruments, client, request)
 
 
-class ModelCall:
+class CallSpan:
     """One model call's span and metrics."""
 
     def __init__(
@@ -52,6 +52,11 @@ class ModelCall:
         if role is not None:
             self.common[otel.ROLE_ATTR] = role
         self.attributes = dict(self.common)
+        given = otel.CALL_ATTRIBUTES.get()  # where the call belongs (solve, round, task)
+        if given:
+            self.attributes.update(given)
+            if otel.ROLE_ATTR in given:
+                self.common[otel.ROLE_ATTR] = given[otel.ROLE_ATTR]
         if request.max_tokens is not None:
             self.attributes[otel.REQUEST_MAX_TOKENS] = request.max_tokens
         if request.temperature is not None:

@@ -8,7 +8,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from typing_extensions import Unpack
 
-from ._telemetry import model_call
+from ._telemetry import call_span
 from .types import (
     LLMRequest,
     LLMResponse,
@@ -38,7 +38,7 @@ class RequestLLM:
         self, messages: MessagesInput, **options: Unpack[RequestOptions]
     ) -> LLMResponse:
         request = LLMRequest.build(messages, **options)
-        call = model_call(self, request)  # OpenTelemetry, when the application has it
+        call = call_span(self, request)  # OpenTelemetry, when the application has it
         if call is None:
             return await self._complete(request)
         return await call.complete(self._complete(request))
@@ -47,7 +47,7 @@ class RequestLLM:
         self, messages: MessagesInput, **options: Unpack[RequestOptions]
     ) -> AsyncGenerator[StreamEvent, None]:
         request = LLMRequest.build(messages, stream=True, **options)
-        call = model_call(self, request)
+        call = call_span(self, request)
         if call is None:
             return self._stream(request)
         return call.stream(self._stream(request))

@@ -217,6 +217,11 @@ class ScriptedLLM(RequestLLM):
         self._script.extend(items)
 
     @property
+    def base_url(self) -> str | None:
+        """The server of the real client behind a wire-mode script (``None`` in plain mode)."""
+        return self.backend.base_url if self.backend is not None else None
+
+    @property
     def calls(self) -> int:
         """How many times ``complete`` / ``stream`` were called."""
         return len(self.requests)

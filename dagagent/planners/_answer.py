@@ -1,17 +1,17 @@
 """Reading one streamed answer of the planner's model into a growing plan.
 
 :class:`StreamedAnswer` takes the answer's events (text deltas, or the first tool call's
-argument deltas), turns them into tasks with
-:class:`~dagagent.planners.incremental.JsonTaskStream`, checks each task the moment it is
-complete, and adds it to the run's :class:`~dagagent.graph.GrowingGraph` or holds it until
-the whole plan has validated. What it refuses ends the answer with a :class:`StreamStop`
-carrying the issues. :mod:`dagagent.planners.streaming` runs the attempts around it.
+argument deltas), turns them into tasks with :class:`~dagagent.planners.reading.PlanText`
+(the reader of every answer, streamed or not), checks each task the moment it is complete,
+and adds it to the run's :class:`~dagagent.graph.GrowingGraph`, holds it until the tasks it
+uses have come (:meth:`~dagagent.graph.PlanChecker.take`), or holds it until the whole plan
+has validated. What it refuses ends the answer with a :class:`StreamStop` carrying the
+issues. :mod:`dagagent.planners.streaming` runs the attempts around it.
 """
 
 from __future__ import annotations
 
 import json
-import re
 import time
 from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
@@ -20,11 +20,11 @@ from ..errors import Issue, PlanLoadError
 from ..events import Listener, TaskParsed
 from ..graph import GrowingGraph, PlanChecker, TaskCheck
 from ..llm import LLMResponse, StreamEnd, TextDelta, ToolCallDelta, Usage, closing_stream
-from ..plan import AgentTask, Plan, Task, ToolTask, load_plan
+from ..plan import AgentTask, Task, ToolTask, load_plan
 from .incremental import JsonTaskStream, StreamedPlanError
-from .llmcompiler import LLMCompilerStream
+from .parsing import task_data
 from .prompts import shorten
-from .replan import replan_issues
+from .reading import PlanText
 from .schema import drop_null_optionals
 
 if TYPE_CHECKING:
@@ -35,7 +35,6 @@ __all__ = [
     "StreamSettings",
     "StreamStop",
     "StreamedAnswer",
-    "TextAnswer",
     "call_key",
 ]
 
@@ -97,8 +96,7 @@ class StreamedAnswer:
         self.usage = Usage()
         self.finish_reason: str | None = None
         for task in seeded.values():
-            check = self.checker.check(task)
-            if check.ok:
+            for check in self.checker.take(task)[0]:
                 graph.add(check)
 
     # -- one task -------------------------------------------------------------------------
@@ -137,19 +135,23 @@ class StreamedAnswer:
                     )
                 ]
             )
-        check = self.checker.check(task)
-        issues = list(check.issues)
-        if check.ok and owner.replan_of is not None:
-            issues += replan_issues(owner.replan_of.plan, Plan(tasks=[task]), owner.replan_of.tasks)
+        accepted, issues = self.checker.take(task)
         if issues:
             raise StreamStop(issues)
+        for check in accepted:  # the task, and the tasks that waited for it (none: it waits)
+            self._add(check)
+
+    def _add(self, check: TaskCheck) -> None:
+        """Run a task that passed its check, or hold it until the plan is whole."""
+        owner = self.owner
         held = self._must_hold(check)
+        tid = check.task.id
         owner.emit(
-            TaskParsed(owner.run_id_now, task.id, task, time.monotonic() - owner.began, held)
+            TaskParsed(owner.run_id_now, tid, check.task, time.monotonic() - owner.began, held)
         )
         if held:
             self.held.append(check)
-            self.held_ids.add(task.id)
+            self.held_ids.add(tid)
         else:
             self.graph.add(check)
 
@@ -158,7 +160,7 @@ class StreamedAnswer:
             raise StreamStop(
                 [Issue("schema", None, f"tasks[{index}] is not a JSON object: {shorten(raw, 80)}")]
             )
-        value: dict[str, Any] = {"goal": "", "tasks": [raw]}
+        value: dict[str, Any] = {"goal": "", "tasks": [task_data(raw)]}
         drop_null_optionals(value, self.owner.registry, keep_nullable=not self.owner.strict)
         try:
             return load_plan(value).tasks[0]
@@ -199,7 +201,7 @@ class StreamedAnswer:
 
     async def read(self, events: AsyncIterator[Any]) -> None:
         """Read the answer, taking each task as it completes; raise :class:`StreamStop`."""
-        text = TextAnswer(self.owner.registry, max_task_chars=self.owner.max_task_chars)
+        text = PlanText(self.owner.registry, max_task_chars=self.owner.max_task_chars)
         call = JsonTaskStream(max_task_chars=self.owner.max_task_chars)
         final: LLMResponse | None = None
         after = 0  # characters the model wrote after the plan's JSON ended
@@ -257,86 +259,8 @@ class StreamedAnswer:
             raise StreamStop([exc.issue]) from None
         for raw in rest:
             self.take(raw)
+        waiting = self.checker.finish()
+        if waiting:
+            raise StreamStop(waiting)
         if not self.graph.tasks and not self.held:
             raise StreamStop([Issue("empty_plan", None, "the plan has no tasks")])
-
-
-_LLMCOMPILER_START = re.compile(r"(?:\d+\s*[.):]|thought\s*:)", re.IGNORECASE)
-
-
-def _format_of(text: str) -> str | None:
-    """``"llmcompiler"`` when the answer begins like an LLMCompiler plan (``1. tool(...)``
-    or ``Thought: ...``), ``"json"`` when it cannot, ``None`` while too little has come."""
-    begin = text.lstrip()
-    if not begin:
-        return None
-    if _LLMCOMPILER_START.match(begin):
-        return "llmcompiler"
-    head = begin[:9].lower()
-    if head.rstrip("0123456789 \t") == "" or "thought:".startswith(head.rstrip(" ")):
-        return None  # "12" or "Thou": the format shows with the next characters
-    return "json"
-
-
-class TextAnswer:
-    """The text of an answer: a JSON plan, or LLMCompiler's numbered lines, told apart by how
-    the answer begins. The same interface as
-    :class:`~dagagent.planners.incremental.JsonTaskStream`; LLMCompiler lines come as tasks
-    (``1. search("...")`` → task ``"1"``) and end at ``join()`` / ``<END_OF_PLAN>``."""
-
-    def __init__(self, registry: Registry, *, max_task_chars: int) -> None:
-        self.max_task_chars = max_task_chars
-        self.json = JsonTaskStream(max_task_chars=max_task_chars)
-        self.lines = LLMCompilerStream(registry)
-        self.mode: str | None = None
-        self.text = ""
-
-    @property
-    def started(self) -> bool:
-        return self.json.started if self.mode == "json" else self.mode == "llmcompiler"
-
-    @property
-    def closed(self) -> bool:
-        if self.mode == "llmcompiler":
-            return self.lines.ended
-        return self.json.closed
-
-    def feed(self, piece: str) -> list[Any]:
-        self.text += piece
-        if self.mode is None:
-            self.mode = _format_of(self.text)
-            if self.mode is None:
-                self._check(len(self.text), "the text before the plan")
-                return []
-            piece = self.text
-        if self.mode == "json":
-            return self.json.feed(piece)
-        try:
-            tasks = self.lines.feed(piece)
-        except PlanLoadError as exc:
-            raise StreamedPlanError(Issue("schema", None, str(exc))) from None
-        self._check(len(self.lines.pending), f"line {self.lines.tasks + 1} of the plan")
-        return tasks
-
-    def finish(self) -> list[Any]:
-        if self.mode == "llmcompiler":
-            try:
-                tasks = self.lines.finish()
-            except PlanLoadError as exc:
-                raise StreamedPlanError(Issue("schema", None, str(exc))) from None
-            return tasks
-        if self.mode is None:
-            self.mode = "json"
-            self.json.feed(self.text)
-        return self.json.finish()
-
-    def _check(self, size: int, what: str) -> None:
-        if size > self.max_task_chars:
-            raise StreamedPlanError(
-                Issue(
-                    "runaway",
-                    None,
-                    f"{what} went on for more than {self.max_task_chars} characters without "
-                    "ending: keep each task short",
-                )
-            )

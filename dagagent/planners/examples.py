@@ -58,7 +58,7 @@ class PlanExample:
 
     def messages(self) -> list[Message]:
         """The two turns this example is shown as."""
-        answer = self.plan.model_dump_json(exclude_defaults=True)
+        answer = self.plan.model_dump_json(exclude_defaults=True, exclude={"goal"})
         return [UserMessage(plan_user_prompt(self.goal)), AssistantMessage(answer)]
 
 

@@ -12,7 +12,7 @@ of tasks is read as a plan. Problems found (each an :class:`~dagagent.errors.Iss
 ``agent_task``         an agent task from a planner that plans tool calls only
 (graph codes)          every issue of :func:`dagagent.validate`: ``cycle``, ``unknown_tool``,
                        ``bad_arguments``, ``missing_dependency``, ...
-(caller codes)         extra checks, e.g. the replanner's ``changed_success``
+(caller codes)         extra checks a caller of :meth:`HealingPlanner.ask_for_plan` adds
 =====================  ==========================================================================
 
 An answer cut off by the output limit (``finish_reason == "length"``) is always rejected,
@@ -59,6 +59,9 @@ from ..llm import (
     ResponseFormat,
     Usage,
     UserMessage,
+    ask_streamed,
+    last_call,
+    reject_last_call,
 )
 from ..plan import Plan
 from ..text import shorten
@@ -171,7 +174,8 @@ async def ask_until_valid(
     for n in range(1, max_attempts + 1):
         while True:
             try:
-                response = await llm.complete(
+                response = await ask_streamed(  # streamed: its progress shows as it is written
+                    llm,
                     history,
                     response_format=response_format,
                     max_tokens=max_tokens,
@@ -187,11 +191,12 @@ async def ask_until_valid(
                     without_format(warning)
         raw = _answer_text(response)
         value, issues = parse(raw, response)
-        attempts.append(PlanAttempt(raw, tuple(issues), response.usage, response.finish_reason))
+        attempts.append(PlanAttempt(raw, tuple(issues), _usage(response), response.finish_reason))
         if value is not None and not issues:
             log.info(f"{what} accepted", attempt=n)
             return value, attempts
         log.info(f"{what} attempt rejected", attempt=n, issues=[str(i) for i in issues[:5]])
+        reject_last_call(issues)  # its observer records why, and says so now
         echo = shorten(raw, _ECHO_CHARS, one_line=False, fit=False)
         history.append(AssistantMessage(echo or "(empty answer)"))
         history.append(UserMessage(feedback(issues)))
@@ -211,6 +216,13 @@ def format_refused(error: LLMUnsupportedOptionError, what: str) -> Issue:
     return issue
 
 
+def _usage(response: LLMResponse) -> Usage:
+    """The usage of the call that gave ``response``: as its observer counted it (estimated
+    where the provider said nothing), else as the provider said."""
+    call = last_call()
+    return call.usage if call is not None and call.response is response else response.usage
+
+
 def _answer_text(response: LLMResponse) -> str:
     """The text of an answer. A model that was offered no tools but answered with a tool
     call anyway (small models behind OpenAI-compatible servers do, with the plan as the
@@ -228,9 +240,9 @@ class PlanningOptions(TypedDict, total=False):
 
     - ``max_attempts`` (3): answers to try (the first one plus repairs) before
       :class:`~dagagent.errors.PlanningError`.
-    - ``strict`` (``None``): ``None`` sends an OpenAI strict schema when the registry allows
-      one (see :mod:`dagagent.planners.schema`), else a non-strict one; ``True`` insists
-      (``ConfigError`` if impossible); ``False`` never.
+    - ``strict`` (``None``): ``True`` sends OpenAI's strict schema (``ConfigError`` if the
+      registry cannot have one; every field of every task is then written, which costs
+      output tokens); ``None`` or ``False``, the non-strict one.
     - ``structured`` (``True``): ``False`` sends no response format at all (for servers that
       reject ``response_format``; the prompt alone describes the format).
     - ``agent_tasks`` (``False``): the plan may also hold agent tasks (``instruction``).

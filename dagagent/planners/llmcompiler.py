@@ -16,7 +16,9 @@ strings or bare -- become ``${1}`` references (so a value that is exactly ``"$1"
 referenced output's type). Only numbers of tasks in the plan are references: ``"$100
 budget"`` stays text when there is no task 100. A ``Thought:`` line is kept as the
 ``description`` of the task that follows it. The ``join()`` line (or ``<END_OF_PLAN>``)
-ends the plan and is not a task. Any other line is a :class:`PlanLoadError` naming it.
+ends the plan and is not a task. Code fence lines (```` ``` ````) and lines of prose are
+skipped; a line that begins like a task (``3.`` or ``search(``) but is not one is a
+:class:`PlanLoadError` naming it.
 """
 
 from __future__ import annotations
@@ -41,6 +43,9 @@ _THOUGHT_RE = re.compile(r"^thought\s*:\s*(.*)$", re.IGNORECASE)
 _REF_RE = re.compile(r"\$\{(\d+)\}|\$(\d+)(?![\d.]*\d)")
 _BARE_REF_RE = re.compile(r"\$\{(\d+)\}|\$(\d+)")
 _JOIN = "join"
+_FENCE_RE = re.compile(r"^(?:```|~~~)")
+# A line that means to be a task (a number, or a call), as opposed to prose.
+_TASK_LIKE_RE = re.compile(r"^(?:\d+\s*[.):]|(?:\d+\s+)?[A-Za-z_][\w.-]*\s*\()")
 
 
 def _quote_bare_refs(args: str) -> str:
@@ -154,7 +159,7 @@ class _LineReader:
         ended = _END in line
         line = line.replace(_END, "").strip()
         self.ended = ended
-        if not line:
+        if not line or _FENCE_RE.match(line):
             return None
         where = f"line {lineno} ({_shown(raw_line)})"
         m_thought = _THOUGHT_RE.match(line)
@@ -167,6 +172,8 @@ class _LineReader:
             if bare and bare.group(1) == _JOIN:
                 self.ended = True
                 return None
+            if not _TASK_LIKE_RE.match(line):
+                return None  # prose: it means nothing to the plan
             raise PlanLoadError(
                 f"{where}: expected 'N. tool(arguments)', 'Thought: ...' or 'join()'"
             )

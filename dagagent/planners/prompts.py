@@ -189,13 +189,15 @@ def tool_catalog(registry: Registry, names: Iterable[str] | None = None) -> str:
 
 _FORMAT = """\
 Answer with one JSON object and nothing else:
-{"goal": "<the goal>", "tasks": [<task>, ...]}
+{"tasks": [<task>, ...]}
 where each task is
-{"id": "<id>", "tool": "<tool name>", "args": {<argument>: <value>, ...}, "depends_on": [<id>, ...]}
-- id: 1-64 letters, digits, "_" or "-" (no dots, no spaces), unique in the plan.
+{"id": "<id>", "tool": "<tool name>", "args": {<argument>: <value>, ...}}
+- id: 1-64 letters, digits, "_" or "-" (no dots, no spaces), unique in the plan; keep it short.
 - tool: exactly one of the tools listed above; args: that tool's arguments, matching their types.
-- depends_on: ids of tasks that must finish first; leave it empty ([]) when the task only
-  needs the outputs it references."""
+  Leave out optional arguments you do not need.
+- "depends_on": [<id>, ...] only when a task must wait for a task whose output it does not
+  reference (references already make it wait).
+- List each task after the tasks whose outputs it uses."""
 
 _AGENT_FORMAT = """\
 A task may instead be an agent task, for a sub-goal that needs several tool calls or judgement:
@@ -234,11 +236,11 @@ references are done, and tasks that do not depend on each other run at the same 
 
 _EXAMPLE = """\
 Example of the format (these tools are made up; use only the tools listed above):
-{"goal": "Which is warmer, Oslo or Rome?", "tasks": [
-  {"id": "oslo", "tool": "weather", "args": {"city": "Oslo"}, "depends_on": []},
-  {"id": "rome", "tool": "weather", "args": {"city": "Rome"}, "depends_on": []},
-  {"id": "warmer", "tool": "compare", "args": {"a": "${oslo.temp}", "b": "${rome.temp}"},
-   "depends_on": []}]}"""
+Goal: Which is warmer, Oslo or Rome?
+{"tasks": [
+  {"id": "oslo", "tool": "weather", "args": {"city": "Oslo"}},
+  {"id": "rome", "tool": "weather", "args": {"city": "Rome"}},
+  {"id": "warmer", "tool": "compare", "args": {"a": "${oslo.temp}", "b": "${rome.temp}"}}]}"""
 
 
 DATA_NOTE = """\

@@ -10,16 +10,17 @@ and the errors of those that failed, and is asked to keep the successful tasks e
 (same id, tool and args: their fingerprints stay equal, so ``execute(..., reuse=...)``
 reuses their outputs) and to fix or replace the failed ones. The answer goes through the
 same parse → validate → feedback loop as the planner
-(:class:`~dagagent.planners.heal.HealingPlanner`), plus one more check:
+(:class:`~dagagent.planners.heal.HealingPlanner`). What it did to the tasks of the old plan
+comes with the revised plan as warnings (``PlanningResult.warnings``), never as issues:
 
-- a successful task kept under its id but with another tool or other args is an **issue**
-  (``changed_success``) fed back to the model: the id would then name a different
-  computation, its output could not be reused, and the run history would be misleading.
-  The model may keep the task unchanged or give the changed task a new id.
-- a successful task that the revised plan drops is a **warning** (``dropped_success``) in
-  ``PlanningResult.warnings``: the model may have found a better path.
-- a failed task kept unchanged is a warning (``unchanged_failure``): it may fail again, but
-  failures can be transient (timeouts, rate limits).
+- a successful task kept under its id but with another tool or other args is a **new
+  version** of that task (``new_version``): it runs (its old output is not reused: its
+  fingerprint changed), and the tasks that use its output run again unless it comes out the
+  same. The plans' diff lists it as changed, and the reuse prediction says it runs.
+- a successful task that the revised plan drops is ``dropped_success``: the model may have
+  found a better path.
+- a failed task kept unchanged is ``unchanged_failure``: it may fail again, but failures
+  can be transient (timeouts, rate limits).
 """
 
 from __future__ import annotations
@@ -32,51 +33,45 @@ from .. import telemetry
 from ..errors import Issue
 from ..graph import PlanGraph
 from ..llm import LLM, Message, SystemMessage, UserMessage
-from ..plan import Plan, ToolTask, same_call
+from ..plan import Plan, Task, ToolTask, same_call
 from ..results import TaskResult, TaskStatus
+from ..review import new_versions
 from ..tools import Registry
 from .heal import HealingPlanner, PlanningOptions, PlanningResult
 from .prompts import replan_user_prompt, shorten, system_prompt
 
-__all__ = ["LLMReplanner", "replan_issues", "replan_warnings"]
+__all__ = ["LLMReplanner", "replan_warnings"]
 
 
 def _succeeded(results: Mapping[str, TaskResult]) -> list[str]:
     return [tid for tid, r in results.items() if r.status.ok]
 
 
-def replan_issues(old: Plan, new: Plan, results: Mapping[str, TaskResult]) -> list[Issue]:
-    """``changed_success`` for each successful task the new plan changed under its id."""
-    before = {t.id: t for t in old.tasks}
-    after = {t.id: t for t in new.tasks}
-    issues = []
-    for tid in _succeeded(results):
-        if tid in before and tid in after and not same_call(before[tid], after[tid]):
-            was = before[tid]
-            what = (
-                f"tool {was.tool!r} with args {shorten(was.args, 200)}"
-                if isinstance(was, ToolTask)
-                else f"instruction {shorten(was.instruction, 200)}"
-            )
-            issues.append(
-                Issue(
-                    "changed_success",
-                    tid,
-                    f"this task succeeded in the previous run; keep it exactly as it was "
-                    f"({what}) so its output is reused, or give the changed task a new id",
-                )
-            )
-    return issues
+def _call(task: Task) -> str:
+    if isinstance(task, ToolTask):
+        return f"{task.tool}({shorten(task.args, 120)})"
+    return f"agent: {shorten(task.instruction, 120)}"
 
 
 def replan_warnings(old: Plan, new: Plan, results: Mapping[str, TaskResult]) -> list[Issue]:
-    """``dropped_success`` and ``unchanged_failure`` warnings."""
+    """``dropped_success``, ``new_version`` and ``unchanged_failure`` (see the module
+    docstring)."""
     before = {t.id: t for t in old.tasks}
     after = {t.id: t for t in new.tasks}
     warnings = [
         Issue("dropped_success", tid, "succeeded before but the revised plan leaves it out")
         for tid in _succeeded(results)
         if tid in before and tid not in after
+    ]
+    warnings += [
+        Issue(
+            "new_version",
+            tid,
+            f"succeeded before as {_call(before[tid])}; the revised plan changes it to "
+            f"{_call(after[tid])}: it runs again, and so do the tasks that use its output, "
+            "unless it comes out the same",
+        )
+        for tid in new_versions(old, new, results)
     ]
     for tid, r in results.items():
         if (
@@ -142,17 +137,12 @@ class LLMReplanner(HealingPlanner):
         """
         goal = (goal or plan.goal).strip()
 
-        def check(new: Plan, graph: PlanGraph) -> list[Issue]:
-            return replan_issues(plan, new, results)
-
         def warn(new: Plan, graph: PlanGraph) -> list[Issue]:
             return replan_warnings(plan, new, results)
 
         messages = self.messages(goal, plan, results, feedback=feedback)
         with telemetry.operation("plan planner", telemetry.PLANNING, role="planner"):
-            result = await self.ask_for_plan(
-                messages, goal=goal, check=check, warn=warn, what="revised plan"
-            )
+            result = await self.ask_for_plan(messages, goal=goal, warn=warn, what="revised plan")
         self.last_result = result
         return result
 
@@ -164,6 +154,6 @@ class LLMReplanner(HealingPlanner):
         *,
         feedback: str | None = None,
     ) -> Plan:
-        """A revised plan that keeps the successful tasks of ``plan`` unchanged (see the
-        module docstring)."""
+        """A revised plan for ``goal`` that reuses the successful tasks of ``plan`` it keeps
+        (see the module docstring)."""
         return (await self.replan_with_report(goal, plan, results, feedback=feedback)).plan

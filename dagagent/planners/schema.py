@@ -3,9 +3,13 @@
 :func:`plan_json_schema` derives it from the registry::
 
     {"type": "object",
-     "properties": {"goal": {...}, "tasks": {"type": "array", "minItems": 1,
+     "properties": {"tasks": {"type": "array", "minItems": 1,
                     "items": {"anyOf": [<one variant per tool>, ...]}}},
-     "required": ["goal", "tasks"], "additionalProperties": false}
+     "required": ["tasks"], "additionalProperties": false}
+
+The goal is not asked for (optional in the non-strict schema, absent from the strict one): the
+planner knows the goal, and a model writing it again spends output tokens and time on
+nothing the plan needs.
 
 Each tool variant fixes ``tool`` to the tool's name (``{"type": "string", "enum": [name]}``;
 ``enum`` rather than ``const`` because every structured-output backend accepts it), uses the
@@ -32,9 +36,10 @@ length/uniqueness keywords are dropped (pydantic still checks those constraints 
 parsing, and the planner feeds violations back to the model), ``const`` becomes a
 one-value ``enum``. Registries whose tools cannot be expressed that way (free-form
 arguments, tuples, optional fields inside nested models) raise :class:`ConfigError` listing
-why; :func:`plan_response_format` with ``strict=None`` (the planner's default) then falls
-back to a non-strict schema, which OpenAI treats as guidance and servers with guided
-decoding (such as vLLM or the llama.cpp server) still enforce.
+why. The planners send strict schemas only when asked (``strict=True``): a strict schema
+makes the model write every field of every task, which costs output tokens and time. The
+non-strict schema is guidance for OpenAI, and servers with guided decoding (such as vLLM or
+the llama.cpp server) enforce it all the same.
 """
 
 from __future__ import annotations
@@ -206,7 +211,6 @@ def _build(
     schema: dict[str, Any] = {
         "type": "object",
         "properties": {
-            "goal": {"type": "string", "description": "the goal, restated"},
             "tasks": {
                 "type": "array",
                 "minItems": 1,
@@ -214,9 +218,11 @@ def _build(
                 "description": "the tasks; independent tasks run in parallel",
             },
         },
-        "required": ["goal", "tasks"] if strict else ["tasks"],
+        "required": ["tasks"],
         "additionalProperties": False,
     }
+    if not strict:  # a model may write the goal again (the prompt does not ask it to)
+        schema["properties"] = {"goal": {"type": "string"}, **schema["properties"]}
     if defs:
         schema["$defs"] = defs
     return copy.deepcopy(schema), problems
@@ -245,14 +251,11 @@ def strict_problems(registry: Registry, *, agent_tasks: bool = False) -> list[st
 def plan_response_format(
     registry: Registry, *, strict: bool | None = None, agent_tasks: bool = False
 ) -> ResponseFormat:
-    """The structured-output request for a plan. ``strict=None``: strict when possible."""
-    if strict is None:
-        schema, problems = _build(registry, strict=True, agent_tasks=agent_tasks)
-        if not problems:
-            return ResponseFormat(PLAN_FORMAT_NAME, schema, strict=True)
-        strict = False
-    schema = plan_json_schema(registry, strict=strict, agent_tasks=agent_tasks)
-    return ResponseFormat(PLAN_FORMAT_NAME, schema, strict=strict)
+    """The structured-output request for a plan: not strict unless ``strict=True`` (a strict
+    schema makes the model write every field of every task, ``null`` and ``[]`` included,
+    which costs output tokens and time for nothing a plan needs)."""
+    schema = plan_json_schema(registry, strict=bool(strict), agent_tasks=agent_tasks)
+    return ResponseFormat(PLAN_FORMAT_NAME, schema, strict=bool(strict))
 
 
 def drop_null_optionals(data: Any, registry: Registry, *, keep_nullable: bool = False) -> None:

@@ -24,11 +24,14 @@ attempt gave a valid plan (every run of those attempts is in the store), and mod
 themselves.
 
 **How it goes.** The planner's model is asked for a streamed completion. The answer is read
-as it grows (:class:`~dagagent.planners.incremental.JsonTaskStream`: the text, or the first
-tool call's argument deltas when the model answers with a tool call) and each task is
-checked the moment it is complete (:class:`~dagagent.graph.PlanChecker`: its tool exists,
-its arguments fit, it depends only on tasks before it). A valid task goes straight into the
-run's :class:`~dagagent.graph.GrowingGraph`, which the executor is already running; a
+as it grows, by the reader of every answer (:class:`~dagagent.planners.reading.PlanText`:
+JSON or LLMCompiler's text format; or the first tool call's argument deltas when the model
+answers with a tool call), and each task is checked the moment it is complete
+(:class:`~dagagent.graph.PlanChecker`: its tool exists, its arguments fit). A task that uses
+tasks not written yet waits for them, and is checked again and accepted when the last of them
+is; it is an issue only if the answer ends without them (``missing_dependency``) or they wait
+for it in turn (``cycle``). A valid task goes straight into the run's
+:class:`~dagagent.graph.GrowingGraph`, which the executor is already running; a
 :class:`~dagagent.events.TaskParsed` event tells listeners (with the seconds since planning
 began). When the answer ends and every task was valid, the plan is complete.
 
@@ -79,6 +82,8 @@ from ..llm import (
     Message,
     ResponseFormat,
     UserMessage,
+    last_call,
+    reject_last_call,
 )
 from ..plan import Plan, Task, ToolTask, task_fingerprint
 from ..results import RunResult, TaskStatus
@@ -233,11 +238,15 @@ async def plan_and_execute_streamed(
         graph = GrowingGraph(goal)
         attempt = StreamedAnswer(owner, graph, seeded)
         options = {**run_options, "run_id": run_id, "parent_id": parent_id}
+        before = last_call()
         issues, result = await _attempt_and_run(owner, attempt, history, registry, options)
         runs.append(result)
-        attempts.append(
-            PlanAttempt(attempt.raw, tuple(issues), attempt.usage, attempt.finish_reason)
-        )
+        call = last_call()  # the attempt's call, as its observer counted it (if it has one)
+        watched = call is not None and call is not before and call.outcome != "running"
+        usage = call.usage if watched and call is not None else attempt.usage
+        attempts.append(PlanAttempt(attempt.raw, tuple(issues), usage, attempt.finish_reason))
+        if watched:
+            reject_last_call(issues)  # its observer records why, and says so now
         if not issues:
             log.info("streamed planning succeeded", attempt=n, tasks=len(graph))
             more = replan_warnings(replan_of.plan, graph.plan, replan_of.tasks) if replan_of else ()

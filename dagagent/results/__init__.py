@@ -1,6 +1,7 @@
 """Outcomes: the status of each task, its records (agent steps, call decisions), the result
 of a run."""
 
+from ._model_calls import MODEL_ROLES, ModelCall, ModelRole
 from ._records import (
     AgentStep,
     ApprovalAnswer,
@@ -29,6 +30,7 @@ from ._task import TaskResult
 
 __all__ = [
     "FAILURES",
+    "MODEL_ROLES",
     "REDACT",
     "UNANSWERED",
     "WAIT",
@@ -40,6 +42,8 @@ __all__ = [
     "Decision",
     "DecisionSource",
     "FailurePolicy",
+    "ModelCall",
+    "ModelRole",
     "PersonDecision",
     "RecordLoss",
     "RoundOutcome",

@@ -33,6 +33,9 @@ class TaskStatus(str, enum.Enum):
     - ``skipped``: it never started because a task it depends on did not succeed.
     - ``waiting``: an approval rule asked about its call and a person will answer later
       (``dagagent approve``); its descendants wait with it (skipped until the run resumes).
+    - ``running``: it started and has not ended yet. Only a record of a run still under way
+      says so (the run store records a task when it starts, and its end over it); a
+      :class:`~dagagent.results.RunResult` never holds it.
     """
 
     SUCCEEDED = "succeeded"
@@ -42,6 +45,7 @@ class TaskStatus(str, enum.Enum):
     CANCELLED = "cancelled"
     SKIPPED = "skipped"
     WAITING = "waiting"
+    RUNNING = "running"
 
     @property
     def ok(self) -> bool:
@@ -77,15 +81,19 @@ class RunStatus(str, enum.Enum):
 
 class SolveStatus(str, enum.Enum):
     """How a solve ended: ``answered``, ``gave_up`` (no progress left to make),
-    ``failed`` (a model gave nothing usable, or could not be reached) or ``paused`` (its last
+    ``failed`` (a model gave nothing usable, or could not be reached), ``paused`` (its last
     round's run waits for a person's decision: :func:`~dagagent.workflows.resume_solve`
-    goes on once it is taken). A solve store record may also be ``running``, ``cancelled``
-    (stopped from outside) or ``interrupted`` (its process died)."""
+    goes on once it is taken), ``budget_exhausted`` (its :class:`~dagagent.Budget` ran out
+    before an answer; every result so far is kept) or ``timed_out`` (its deadline passed:
+    what was running was cancelled, what finished is kept). A solve store record may also be
+    ``running``, ``cancelled`` (stopped from outside) or ``interrupted`` (its process died)."""
 
     ANSWERED = "answered"
     GAVE_UP = "gave_up"
     FAILED = "failed"
     PAUSED = "paused"
+    BUDGET_EXHAUSTED = "budget_exhausted"
+    TIMED_OUT = "timed_out"
     RUNNING = "running"
     CANCELLED = "cancelled"
     INTERRUPTED = "interrupted"
@@ -95,10 +103,20 @@ class SolveStatus(str, enum.Enum):
 
 
 RoundOutcome: TypeAlias = Literal[
-    "running", "answered", "replan", "gave_up", "failed", "paused", "cancelled", "interrupted"
+    "running",
+    "answered",
+    "replan",
+    "gave_up",
+    "failed",
+    "paused",
+    "budget_exhausted",
+    "timed_out",
+    "cancelled",
+    "interrupted",
 ]
-"""How a round of a solve ended (``running`` while it is under way; ``interrupted``: its
-process died)."""
+"""How a round of a solve ended (``running`` while it is under way; ``budget_exhausted``: the
+solve's budget ran out in it; ``timed_out``: the solve's deadline passed in it;
+``interrupted``: its process died)."""
 
 ApprovalState: TypeAlias = Literal["waiting", "decided", "used", "closed"]
 """Where a question about a call stands: nobody decided yet, a decision waits for a resume,

@@ -5,14 +5,15 @@ cancelled or skipped because of it and what succeeded; :func:`diff_plans` lists 
 removed and changed tasks (and what changed in each); :func:`reuse_map` is the
 ``reuse={task_id: (fingerprint, output)}`` argument of :func:`dagagent.execute` built from a
 parent run; :func:`predict_reuse` tells, before running, which tasks of a revised plan will be
-reused. The runner makes the final decision at run time by comparing fingerprints
+reused, and :func:`new_versions` which successes it changes under their ids (they run again).
+The runner makes the final decision at run time by comparing fingerprints
 (:func:`dagagent.plan.task_fingerprint`: id, tool, resolved arguments) and the outputs of the
 task's dependencies with the parent run's, so a changed upstream output defeats reuse even when
 the task's own definition is unchanged.
 """
 
 from ._diff import Change, PlanDiff, diff_plans, format_diff
-from ._reuse import ReuseDecision, predict_reuse, reuse_map
+from ._reuse import ReuseDecision, new_versions, predict_reuse, reuse_map
 from ._review import RunReview, TaskOutcome, format_review, review_run, shorten
 
 __all__ = [
@@ -24,6 +25,7 @@ __all__ = [
     "diff_plans",
     "format_diff",
     "format_review",
+    "new_versions",
     "predict_reuse",
     "reuse_map",
     "review_run",

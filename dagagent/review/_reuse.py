@@ -1,8 +1,10 @@
 """What a revised plan may reuse of its parent run: :func:`reuse_map` (the ``reuse=`` argument
-of :func:`dagagent.execute`) and :func:`predict_reuse` (which tasks will be reused)."""
+of :func:`dagagent.execute`), :func:`predict_reuse` (which tasks will be reused) and
+:func:`new_versions` (the successes it changes under their ids, which run again)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -52,6 +54,21 @@ def output_lost(r: TaskResult) -> bool:
     return r.error_type == OUTPUT_NOT_RECORDED
 
 
+def new_versions(old: Plan, new: Plan, results: Mapping[str, TaskResult]) -> list[str]:
+    """The tasks of ``new`` that succeeded in the run of ``old`` (``results``) and that
+    ``new`` changes under the same id (another tool or arguments, another list): new versions
+    of those tasks, which run again (their fingerprints changed), in ``new``'s order."""
+    before = {t.id: t for t in old.tasks}
+    return [
+        t.id
+        for t in new.tasks
+        if t.id in before
+        and t.id in results
+        and results[t.id].status.ok
+        and not same_call(before[t.id], t)
+    ]
+
+
 @dataclass(frozen=True)
 class ReuseDecision:
     """The prediction for one task of a revised plan.
@@ -76,16 +93,18 @@ def predict_reuse(record: RunRecord, new: Plan) -> dict[str, ReuseDecision]:
         order = list(nx.topological_sort(graph))
     except nx.NetworkXUnfeasible:  # an invalid plan: no prediction is worth making
         order = [t.id for t in new.tasks]
-    tasks = {t.id: t for t in new.tasks}
     decided: dict[str, ReuseDecision] = {}
+    changed = set(new_versions(record.plan, new, record.tasks))
     for tid in order:
-        t = tasks[tid]
         old = before.get(tid)
         r = record.tasks.get(tid)
         if old is None:
             decided[tid] = ReuseDecision(tid, "run", "new task")
         elif r is None:
             decided[tid] = ReuseDecision(tid, "run", "no recorded result")
+        elif tid in changed:
+            why = f"a new version: its call changed since it {r.status.value}"
+            decided[tid] = ReuseDecision(tid, "run", why)
         elif tid not in reusable:
             why = f"{r.status.value} before"
             kept = sum(1 for e in r.elements or () if e.status.ok)
@@ -100,8 +119,6 @@ def predict_reuse(record: RunRecord, new: Plan) -> dict[str, ReuseDecision]:
                 else:
                     why += ", arguments not recorded"
             decided[tid] = ReuseDecision(tid, "run", why)
-        elif not same_call(old, t):
-            decided[tid] = ReuseDecision(tid, "run", "changed")
         else:
             rerun = sorted(
                 d for d in graph.predecessors(tid) if d in decided and decided[d].action != "reuse"

@@ -18,6 +18,8 @@ if TYPE_CHECKING:
 
 _FAILED = (TaskStatus.FAILED, TaskStatus.DENIED)
 _BLOCKED = (TaskStatus.CANCELLED, TaskStatus.SKIPPED)
+#: A task with no result yet: still running (one waiting for a person is a review's own group).
+_NO_RESULT_YET = (TaskStatus.RUNNING,)
 
 
 def shorten(value: Any, width: int = 80) -> str:
@@ -64,7 +66,9 @@ class RunReview:
     failed: list[TaskOutcome]
     blocked: list[TaskOutcome]  # cancelled or skipped
     succeeded: list[TaskOutcome]  # succeeded or reused
-    unrecorded: list[TaskOutcome]  # no result: the process stopped before they finished
+    # no result: the process stopped before they finished (``unrecorded``), or not yet
+    # (``running``)
+    unrecorded: list[TaskOutcome]
     #: Calls left for a person's decision (``waiting``): never a success, never reused.
     waiting: list[TaskOutcome] = field(default_factory=list)
 
@@ -96,8 +100,9 @@ def review_run(record: RunRecord, *, width: int = 80) -> RunReview:
     waiting: list[TaskOutcome] = []
     for t in plan.tasks:
         r = results.get(t.id)
-        if r is None:
-            unrecorded.append(TaskOutcome(t.id, "unrecorded", t.label))
+        if r is None or r.status in _NO_RESULT_YET:
+            status = "unrecorded" if r is None else r.status.value
+            unrecorded.append(TaskOutcome(t.id, status, t.label))
             continue
         tool, dur = t.label, r.duration_s
         if r.status in _FAILED:
@@ -159,13 +164,23 @@ def format_review(review: RunReview) -> str:
             why = f": {o.error}" if o.error else ""
             lines.append(f"  {o.task_id} [{o.tool}] waiting{why}")
     if review.unrecorded:
-        lines.append(f"no result recorded, the run stopped first ({len(review.unrecorded)}):")
-        lines.append("  " + ", ".join(o.task_id for o in review.unrecorded))
+        lines.append(f"no result (yet) ({len(review.unrecorded)}):")
+        lines.append(
+            "  "
+            + ", ".join(
+                o.task_id if o.status == "unrecorded" else f"{o.task_id} ({o.status})"
+                for o in review.unrecorded
+            )
+        )
     if review.succeeded:
         lines.append(f"succeeded ({len(review.succeeded)}):")
         for o in review.succeeded:
             tag = " (reused)" if o.status == TaskStatus.REUSED.value else ""
             lines.append(f"  {o.task_id} [{o.tool}]{tag} = {o.output}")
-    if not (review.failed or review.blocked or review.unrecorded or review.waiting):
+    if not (
+        review.failed or review.blocked or review.unrecorded or review.waiting or review.succeeded
+    ):
+        lines.append("no task of its plan was accepted, so nothing ran")
+    elif not (review.failed or review.blocked or review.unrecorded or review.waiting):
         lines.append("nothing failed")
     return "\n".join(lines)

@@ -227,9 +227,8 @@ class MapRun:
                 run.resume_steps = list(prior[i].steps or ())  # an agent that waited goes on
             status, output, error, error_type, traceback = _FAILED, None, None, None, None
             try:
-                tmpl = runner.templates[task.id]
                 scope = ElementScope(runner.outputs, self.items[i], i)
-                run.args = tmpl.resolve(scope) if tmpl.refs else tmpl.literal
+                run.args = runner.resolve_args(task, scope)
                 before = runner.reuse.get(element_key(task.id, task.fingerprint(run.args)))
                 if before is not None and same_upstream(upstream, runner.outputs, runner.reuse):
                     status, output = _REUSED, before[1]

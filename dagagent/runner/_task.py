@@ -13,6 +13,7 @@ import anyio
 import anyio.lowlevel
 from typing_extensions import Unpack
 
+from .. import telemetry as otel
 from ..errors import AgentError, TaskDeniedError, TaskTimeoutError, TaskWaitingError
 from ..events import (
     Event,
@@ -22,8 +23,9 @@ from ..events import (
     TaskStarted,
     debug_enabled,
 )
+from ..graph import as_text, text_slots
 from ..limits import DEFAULT_MAX_ELEMENTS
-from ..plan import AgentTask
+from ..plan import AgentTask, ToolTask
 from ..references import reference_text
 from ..results import (
     FAILURES,
@@ -78,10 +80,12 @@ class TaskRunner:
     """Runs the tasks of one run; ``results`` and ``outputs`` fill in as tasks finish.
 
     Its collaborators come at construction: ``calls`` (the tool-call seam: interceptors,
-    limits, invoker), ``emit`` (run events for the listeners), ``record`` (each final
-    result, for the run store), ``telemetry`` (OpenTelemetry, or ``None``), ``redaction``
-    (applied to every result and event that leaves the runner), ``llm`` and ``agent_runner``
-    (for agent tasks; the model is opaque here), ``reuse`` (an earlier run's outputs, by
+    limits, invoker), ``emit`` (run events for the listeners), ``started`` and ``record`` (for
+    the run store: each task's id and start as it starts, its final result as it ends),
+    ``telemetry``
+    (OpenTelemetry, or ``None``), ``redaction`` (applied to every result and event that
+    leaves the runner), ``llm`` and ``agent_runner`` (for agent tasks; the model is opaque
+    here), ``reuse`` (an earlier run's outputs, by
     fingerprint: see :func:`dagagent.review.reuse_map`) and ``prior`` (the results a resumed
     run recorded before its pause)."""
 
@@ -99,6 +103,7 @@ class TaskRunner:
         element_concurrency: int | None = None,
         emit: Callable[[Event], None] | None = None,
         record: Callable[[TaskResult], None] | None = None,
+        started: Callable[[str, float], None] | None = None,
         telemetry: RunTelemetry | None = None,
         redaction: Redaction | None = None,
         llm: object = None,
@@ -124,6 +129,7 @@ class TaskRunner:
         self.element_concurrency = element_concurrency
         self.emit = emit
         self.record = record
+        self.started = started
         self.telemetry = telemetry
         self.redaction = redaction or Redaction(())
         self.llm = llm
@@ -152,6 +158,7 @@ class TaskRunner:
         self._debug = logger is not None and debug_enabled(logger)
         self._cancelled_exc = anyio.get_cancelled_exc_class()
         self._stop_cause: str | None = None  # see stop_cause()
+        self._text_slots: dict[str, tuple[tuple[str | int, ...], ...]] = {}
 
     # -- one task ---------------------------------------------------------------------------
 
@@ -177,8 +184,7 @@ class TaskRunner:
         try:
             run = self._start(task_id)
             try:
-                tmpl = self.templates[task_id]
-                run.args = tmpl.resolve(self.outputs) if tmpl.refs else tmpl.literal
+                run.args = self.resolve_args(task, self.outputs)
                 if self.reuse and self._reusable(task, run.args):
                     return self.finish(run, _REUSED, self.reuse[task_id][1])
                 output = await self.attempts(run, *self.attempt_for(task))
@@ -201,8 +207,30 @@ class TaskRunner:
             if slots is not None:
                 slots.release()  # after the task's result and events
 
+    def resolve_args(self, task: Task, outputs: Mapping[str, Any]) -> Any:
+        """The arguments (or instruction) of ``task`` with its references resolved from
+        ``outputs`` (a map element's scope, for an element): a number or boolean that is a
+        whole argument of a tool parameter taking text is given as its text (see
+        :func:`dagagent.graph.text_slots`)."""
+        tmpl = self.templates[task.id]
+        if not tmpl.refs:
+            return tmpl.literal
+        args = tmpl.resolve(outputs)
+        slots = self._text_slots.get(task.id)
+        if slots is None:
+            slots = ()
+            if isinstance(task, ToolTask) and task.tool in self.registry:
+                slots = text_slots(self.registry.get(task.tool), tmpl)
+            self._text_slots[task.id] = slots
+        return as_text(args, slots) if slots else args
+
     def _start(self, task_id: str) -> TaskRun:
         run = TaskRun(task_id, time.time(), [] if self.calls.intercepted else None)
+        if self.started is not None:
+            # On record as running until its result replaces it (the store writes only the
+            # last of the two when both come in one batch). Nothing else yet: its arguments
+            # are recorded with its result, after any redaction.
+            self.started(task_id, run.started_at)
         if self.emit is not None:
             self.emit(TaskStarted(self.run_id, task_id, run.started_at))
         if self._debug:
@@ -292,6 +320,7 @@ class TaskRunner:
             )
         node = self._agent_node(task, run, llm)
         timeout = task.timeout_s
+        serving = otel.AGENT_TASK.set((self.run_id, run.task_id))  # its model calls' task
         try:
             with anyio.fail_after(timeout) as scope:  # None: no limit
                 output, run.steps = await agent_runner(node)
@@ -303,6 +332,8 @@ class TaskRunner:
         except BaseException:  # failed, or cancelled: the record keeps the steps taken so far
             run.steps = node.partial_steps()
             raise
+        finally:
+            otel.AGENT_TASK.reset(serving)
         if scope.cancel_called:  # the agent caught its timeout's cancellation and answered late
             raise TaskTimeoutError(timed_out_late(timeout))
         return output

@@ -3,7 +3,8 @@
 Every run the CLI starts (and every ``execute(..., store=...)``) is written here: the run
 (id, parent id, when, goal, plan, executor, status, timings) and one row per task result
 (status, output, error, attempts, start, end, resolved arguments, agent steps, approval
-decisions). ``dagagent runs``, ``show``, ``graph`` and ``replan`` read it back.
+decisions; ``running`` from the moment the task starts until its result replaces it).
+``dagagent runs``, ``show``, ``graph`` and ``replan`` read it back.
 
 **Fingerprints.** A task's reuse fingerprint (:func:`dagagent.runner.task_fingerprint` of the
 task and its resolved arguments) is derived from the recorded plan and arguments when a record
@@ -51,21 +52,30 @@ is :class:`RunStore` (the queries); :mod:`._recorder` is :class:`RunRecorder`, w
 hands its events and results to; :mod:`._writer` is the recorder's writer thread (batches,
 commits, a locked store, what could not be written); :mod:`._rows` is what a batch writes (the
 run's row and plan, one row per task result); :mod:`._plans` is how a plan is kept;
-:mod:`._solves` records solves (answers, rounds, joiner decisions); :mod:`._approvals` the
+:mod:`._solves` records solves (answers, rounds, joiner decisions); :mod:`._model_calls` their
+model calls; :mod:`._approvals` the
 calls that wait for a person; :mod:`._ids` checks run ids; :mod:`._location` finds the store
 file; :mod:`._codec` turns values into column text and back.
 """
 
 from __future__ import annotations
 
-from ._approvals import DECISIONS
+from ._approvals import DECISIONS, person_wait_s, person_waits
 from ._ids import RUN_ID_RE, check_run_id
 from ._location import StoreLocation, StoreSource, locate_store, user_data_dir
+from ._model_calls import ModelCallWriter
 from ._recorder import RunRecorder
 from ._rows import OUTPUT_NOT_RECORDED
 from ._schema import MIGRATIONS, SCHEMA_VERSION, Migration
 from ._store import DEFAULT_FLUSH_INTERVAL_S, RunStore, default_store_path
-from .models import ApprovalRecord, RoundRecord, RunRecord, RunSummary, SolveRecord
+from .models import (
+    ApprovalRecord,
+    RoundRecord,
+    RunRecord,
+    RunSummary,
+    SolveRecord,
+    SolveSummary,
+)
 
 __all__ = [
     "DECISIONS",
@@ -76,16 +86,20 @@ __all__ = [
     "SCHEMA_VERSION",
     "ApprovalRecord",
     "Migration",
+    "ModelCallWriter",
     "RoundRecord",
     "RunRecord",
     "RunRecorder",
     "RunStore",
     "RunSummary",
     "SolveRecord",
+    "SolveSummary",
     "StoreLocation",
     "StoreSource",
     "check_run_id",
     "default_store_path",
     "locate_store",
+    "person_wait_s",
+    "person_waits",
     "user_data_dir",
 ]

@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
@@ -30,7 +30,7 @@ from ._lease import LEASE_S, effective_status, here, lease_note
 from ._plans import plan_from_column
 from .models import ApprovalRecord
 
-__all__ = ["DECISIONS", "ApprovalQueries", "ArgsCheck"]
+__all__ = ["DECISIONS", "ApprovalQueries", "ArgsCheck", "person_wait_s", "person_waits"]
 
 #: What a person may decide about a waiting call.
 DECISIONS = ("allow", "deny", "edit")
@@ -63,6 +63,43 @@ def _record(row: tuple[Any, ...]) -> ApprovalRecord:
         used_at=row[14],
         note=row[15],
     )
+
+
+def person_waits(
+    history: Sequence[ApprovalRecord], *, until: float | None = None
+) -> dict[str, list[tuple[float, float]]]:
+    """When each task of a run waited for a person (``history``: the run's
+    :meth:`~ApprovalQueries.approval_history`), by task: from each question to the resume
+    that used its decision, or, for a question still open (the run is paused), to ``until``
+    (default: not counted). A question the run moved on from without a decision (asked
+    again by a resume) waited until that resume."""
+    resumes = sorted({r.used_at for r in history if r.used_at is not None})
+    waits: dict[str, list[tuple[float, float]]] = {}
+    for r in history:
+        end: float | None = r.used_at
+        if r.state in ("waiting", "decided"):
+            end = until
+        elif r.state == "closed":
+            end = next((at for at in resumes if at >= r.asked_at), None)
+        if end is not None and end > r.asked_at:
+            waits.setdefault(r.task_id, []).append((r.asked_at, end))
+    return waits
+
+
+def person_wait_s(
+    waits: Mapping[str, Sequence[tuple[float, float]]], start: float, end: float
+) -> float:
+    """How much of the time from ``start`` to ``end`` some task waited for a person
+    (``waits``: :func:`person_waits`); two tasks waiting at once count once."""
+    spans = sorted(
+        (max(a, start), min(b, end)) for task in waits.values() for a, b in task if b > a
+    )
+    total, reach = 0.0, start
+    for a, b in spans:
+        if b > reach:
+            total += b - max(a, reach)
+            reach = b
+    return total
 
 
 def _when(at: float | None) -> str:

@@ -122,10 +122,13 @@ class RunRecorder:
             write_timeout_s=write_timeout_s,
             opened=opened,
         )
-        #: Takes a task's final result for the record (what a ``TaskFinished`` event carries),
-        #: without the event: ``execute`` hands results to the recorder this way. A result
-        #: given again for the same task replaces the one before.
+        #: Takes a task's final result for the record (what a ``TaskFinished`` event
+        #: carries), without the event: ``execute`` hands results to the recorder this way.
+        #: A result given again for the same task replaces the one before.
         self.record: Callable[[TaskResult], None] = self._writer.put
+        #: Takes a task's id and start as it starts: on record as ``running`` until its
+        #: result replaces it.
+        self.started: Callable[[str, float], None] = self._writer.started
         self._started = False
         self._closed = False
 

@@ -2,7 +2,8 @@
 
 A batch holds some of a run's events and task results, in the order they came. The
 transaction writes the run's row and its plan first (the task rows refer to the run), then
-the plan as it grew, then one row of ``tasks`` per result and one row of ``approvals`` per
+the plan as it grew (and when each of its tasks joined it: :data:`PLANNED_AT`), then one row
+of ``tasks`` per result and one row of ``approvals`` per
 call a waiting task left for a person, then the run's end.
 
 A task's row is keyed by its run and its id, and a row written again for a task replaces
@@ -27,24 +28,37 @@ import sqlite3
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Union
 
 from pydantic_core import to_json
 
 from ..events import PlanExtended, RunFinished, RunStarted
 from ..plan import Plan
 from ..results import WAIT, RunStatus, TaskResult, TaskStatus
-from ._codec import ELEMENT_KEYS, to_column, why
+from ._codec import ELEMENT_KEYS, from_column, to_column, why
 from ._lease import LEASE_S, here
 from ._plans import plan_to_column
 from ._schema import TASK_COLUMNS
 
-__all__ = ["OUTPUT_NOT_RECORDED", "RunRow", "renew_lease", "task_row", "write"]
+__all__ = [
+    "OUTPUT_NOT_RECORDED",
+    "PLANNED_AT",
+    "Row",
+    "RunRow",
+    "renew_lease",
+    "task_row",
+    "write",
+]
 
 #: ``error_type`` of a succeeded task whose output could not be written (e.g. bytes that are
 #: not UTF-8, a circular structure): its ``error`` says why, its output is not recorded, and
 #: it is never reused (there is nothing faithful to reuse).
 OUTPUT_NOT_RECORDED = "OutputNotRecorded"
+
+#: The key of the run's context (``runs.context``, a JSON object) under which a plan written
+#: while it ran keeps when each task joined it (``{task id: Unix time}``); the readers take
+#: it out of the context into :attr:`~dagagent.store.RunRecord.planned_at`.
+PLANNED_AT = "planned_at"
 
 #: About how many bytes a task's row adds to the write-ahead log (for its checkpoints).
 _RESULT_BYTES = 100
@@ -78,11 +92,16 @@ class RunRow:
     redact_plan: PlanRedaction | None = None
 
 
+Row = Union[TaskResult, "tuple[str, float]"]
+"""What a batch writes of a task: its result, or its start, ``(task id, when)``, written as
+``running``."""
+
+
 def write(
     conn: sqlite3.Connection,
     run: RunRow,
     events: Sequence[object],
-    results: Sequence[TaskResult],
+    results: Sequence[Row],
     *,
     output_lost: str | None = None,
 ) -> int:
@@ -105,7 +124,7 @@ def _write(
     conn: sqlite3.Connection,
     run: RunRow,
     events: Sequence[object],
-    results: Sequence[TaskResult],
+    results: Sequence[Row],
     output_lost: str | None,
 ) -> int:
     size = 0
@@ -122,11 +141,24 @@ def _write(
             "INSERT OR REPLACE INTO run_plans (run_id, plan) VALUES (?, ?)", (run.run_id, text)
         )
         conn.execute(
-            "UPDATE runs SET n_tasks = ? WHERE id = ?", (len(grown.plan.tasks), run.run_id)
+            "UPDATE runs SET n_tasks = ?, context = ? WHERE id = ?",
+            (len(grown.plan.tasks), _with_planned(run.context, grown), run.run_id),
         )
     if results:
-        conn.executemany(_INSERT_TASK, (task_row(run.run_id, r, output_lost) for r in results))
-        asked = [row for r in results if r.status is TaskStatus.WAITING for row in _asked(run, r)]
+        run_id = run.run_id
+        conn.executemany(
+            _INSERT_TASK,
+            (
+                _started_row(run_id, r) if type(r) is tuple else task_row(run_id, r, output_lost)  # type: ignore[arg-type]
+                for r in results
+            ),
+        )
+        asked = [
+            row
+            for r in results
+            if type(r) is not tuple and r.status is TaskStatus.WAITING  # type: ignore[union-attr]
+            for row in _asked(run, r)  # type: ignore[arg-type]
+        ]
         if asked:
             conn.executemany(_INSERT_ASKED, [(*row, row[0], row[1]) for row in asked])
         size += _RESULT_BYTES * len(results)
@@ -134,6 +166,17 @@ def _write(
         if isinstance(ev, RunFinished):
             _finish(conn, run, ev)
     return size
+
+
+def _with_planned(context: str | None, grown: PlanExtended) -> str | None:
+    """The run's context (JSON text) with when each task of a plan written while it ran
+    joined the plan (:data:`PLANNED_AT`)."""
+    if not grown.planned_at:
+        return context
+    data = from_column(context) if context else None
+    data = dict(data) if isinstance(data, dict) else {}
+    data[PLANNED_AT] = dict(grown.planned_at)
+    return to_column(data)
 
 
 def _start(conn: sqlite3.Connection, run: RunRow, ev: RunStarted) -> int:
@@ -221,6 +264,15 @@ def _asked(run: RunRow, r: TaskResult) -> list[tuple[Any, ...]]:
         for d in calls
         if d.decision == WAIT
     ]
+
+
+_RUNNING = TaskStatus.RUNNING.value
+
+
+def _started_row(run_id: str, start: tuple[str, float]) -> tuple[Any, ...]:
+    """The row of a task that started: ``running`` since then, nothing else yet (its
+    arguments come with its result, after any redaction)."""
+    return (run_id, start[0], _RUNNING, None, None, None, 0, start[1], *(None,) * 6)
 
 
 def task_row(run_id: str, r: TaskResult, output_lost: str | None = None) -> tuple[Any, ...]:

@@ -72,6 +72,37 @@ _RUN_PLANS = """CREATE TABLE run_plans (
             run_id TEXT PRIMARY KEY REFERENCES runs (id) ON DELETE CASCADE,
             plan TEXT NOT NULL
         )"""
+_MODEL_CALLS = (
+    """CREATE TABLE model_calls (
+            call_id TEXT PRIMARY KEY,
+            solve_id TEXT REFERENCES solves (id) ON DELETE CASCADE,
+            seq INTEGER NOT NULL DEFAULT 0,
+            round INTEGER,
+            run_id TEXT,
+            role TEXT NOT NULL,
+            task_id TEXT,
+            model TEXT NOT NULL DEFAULT '',
+            provider TEXT NOT NULL DEFAULT '',
+            server TEXT,
+            response_model TEXT NOT NULL DEFAULT '',
+            options TEXT,
+            status TEXT NOT NULL,
+            error TEXT,
+            started_at REAL NOT NULL,
+            first_token_s REAL,
+            duration_s REAL,
+            finish_reason TEXT,
+            input_tokens INTEGER NOT NULL DEFAULT 0,
+            output_tokens INTEGER NOT NULL DEFAULT 0,
+            estimated INTEGER NOT NULL DEFAULT 0,
+            cost_usd REAL,
+            text TEXT NOT NULL DEFAULT '',
+            text_chars INTEGER NOT NULL DEFAULT 0,
+            issues TEXT
+        )""",
+    "CREATE INDEX model_calls_by_solve ON model_calls (solve_id, seq)",
+    "CREATE INDEX model_calls_by_run ON model_calls (run_id)",
+)
 
 
 def _move_task_log(conn: sqlite3.Connection) -> None:
@@ -206,10 +237,14 @@ MIGRATIONS: list[Sequence[Migration]] = [
         "UPDATE runs SET plan = '' WHERE plan != ''",
         _plans_as_json,
     ),
-    # v11 (numbered after v10, the model calls of issue #38, which another branch adds): who
-    # holds a running run beyond its pid, which another PID namespace (a container sharing
-    # the store) cannot see: where its process runs (``owner``: the machine's boot and PID
-    # namespace) and a lease it renews while it runs (``lease_until``, Unix seconds); see
+    # v10: every model call of a solve (planner, replanner, joiner, agent tasks), one row
+    # each: where it belongs (solve, round, run, role, task), what was asked (model, server,
+    # options), what the model wrote (bounded), how it ended, when, its tokens and its cost
+    # (see dagagent.store._model_calls).
+    _MODEL_CALLS,
+    # v11: who holds a running run beyond its pid, which another PID namespace (a container
+    # sharing the store) cannot see: where its process runs (``owner``: the machine's boot and
+    # PID namespace) and a lease it renews while it runs (``lease_until``, Unix seconds); see
     # dagagent.store._lease.
     (
         "ALTER TABLE runs ADD COLUMN owner TEXT",
@@ -274,6 +309,7 @@ SCHEMA: tuple[str, ...] = (
     *_SOLVE_ROUNDS,
     *_APPROVALS,
     _RUN_PLANS,
+    *_MODEL_CALLS,
 )
 
 

@@ -21,16 +21,19 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import DecisionError, StoreError
+from ..llm import Usage
 from ..results import RunStatus, SolveStatus
 from ._codec import from_column, to_column
 from ._ids import check_run_id
-from .models import RoundRecord, SolveRecord
+from ._model_calls import ModelCallQueries
+from .models import RoundRecord, SolveRecord, SolveSummary
 
 __all__ = ["SolveQueries"]
 
 
-class SolveQueries:
-    """The solve records of a run store (mixed into :class:`~dagagent.store.RunStore`)."""
+class SolveQueries(ModelCallQueries):
+    """The solve records of a run store (mixed into :class:`~dagagent.store.RunStore`), with
+    their model calls."""
 
     path: Path
 
@@ -196,7 +199,76 @@ class SolveQueries:
             finished_at=r[9],
             rounds=rounds,
             options=from_column(r[11]),
+            calls=self.model_calls(solve_id=solve_id),
         )
+
+    def resolve_solve(self, ref: str) -> str | None:
+        """The full id of the solve ``ref`` names (a full id or a unique prefix of at least 4
+        digits), or ``None`` when no solve has it (it may be a run's)."""
+        ref = check_run_id(ref)
+        rows = self._query(
+            "SELECT id FROM solves WHERE substr(id, 1, ?) = ? ORDER BY created DESC LIMIT 6",
+            (len(ref), ref),
+        )
+        if not rows:
+            return None
+        if len(rows) > 1:
+            ids = ", ".join(r[0] for r in rows[:5])
+            raise StoreError(
+                f"solve id prefix {ref} is ambiguous (matches {ids}...); give more digits"
+            )
+        return str(rows[0][0])
+
+    def list_solves(self, limit: int | None = 20) -> list[SolveSummary]:
+        """The most recent solves first, with their rounds' runs and what they spent."""
+        from ._lease import effective_status
+
+        sql = (
+            "SELECT id, goal, created, finished_at, status, pid, reason, answer FROM solves "
+            "ORDER BY created DESC, rowid DESC"
+        )
+        params: tuple[Any, ...] = ()
+        if limit is not None:
+            sql += " LIMIT ?"
+            params = (int(limit),)
+        rows = self._query(sql, params)
+        ids = [r[0] for r in rows]
+        runs: dict[str, list[str]] = {i: [] for i in ids}
+        if ids:
+            marks = ",".join("?" * len(ids))
+            for solve_id, run_id in self._query(
+                f"SELECT solve_id, run_id FROM solve_rounds WHERE solve_id IN ({marks}) "
+                "AND run_id IS NOT NULL ORDER BY round",
+                ids,
+            ):
+                runs[solve_id].append(run_id)
+        spends = self.solve_spends(ids)
+        out = []
+        for r in rows:
+            spend = spends.get(r[0])
+            out.append(
+                SolveSummary(
+                    solve_id=r[0],
+                    goal=r[1],
+                    created=r[2],
+                    finished_at=r[3],
+                    status=SolveStatus(effective_status(r[4], r[5])),
+                    reason=r[6] or "",
+                    answer=from_column(r[7]),
+                    run_ids=runs[r[0]],
+                    spent=Usage(
+                        calls=spend.calls,
+                        input_tokens=spend.input_tokens,
+                        output_tokens=spend.output_tokens,
+                        cost_usd=spend.cost_usd,
+                        estimated=spend.estimated,
+                    )
+                    if spend is not None
+                    else Usage(),
+                    models=spend.models if spend is not None else [],
+                )
+            )
+        return out
 
     def solve_of_run(self, run_id: str) -> SolveRecord | None:
         """The solve run ``run_id`` is a round of, or ``None``."""

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import StoreError
 from ..plan import task_fingerprint
-from ..results import RunStatus, TaskResult
+from ..results import RunStatus, TaskResult, TaskStatus
 from ._approvals import ApprovalQueries
 from ._codec import ELEMENT_KEYS, from_column
 from ._file import connect
@@ -20,6 +20,7 @@ from ._ids import check_run_id
 from ._lease import effective_status
 from ._location import StoreLocation, locate_store
 from ._plans import plan_from_column
+from ._rows import PLANNED_AT
 from ._schema import MIGRATIONS, SCHEMA, Migration, migrate
 from ._solves import SolveQueries
 from .models import RunRecord, RunSummary
@@ -30,6 +31,8 @@ if TYPE_CHECKING:
 __all__ = ["DEFAULT_FLUSH_INTERVAL_S", "RunStore", "default_store_path", "effective_status"]
 
 DEFAULT_FLUSH_INTERVAL_S = 0.02
+
+_RUNNING = TaskStatus.RUNNING.value  # a task's row as it starts, until its result replaces it
 
 
 def default_store_path(path: str | Path | None = None) -> Path:
@@ -52,8 +55,9 @@ def _writable(path: Path) -> bool:
 
 
 class RunStore(SolveQueries, ApprovalQueries):
-    """A SQLite file of run records (and of solves: see :class:`SolveQueries`; and of the
-    approvals that wait for a person: see :class:`ApprovalQueries`).
+    """A SQLite file of run records (and of solves: see :class:`SolveQueries`; of their model
+    calls: see :class:`ModelCallQueries`; and of the approvals that wait for a person: see
+    :class:`ApprovalQueries`).
 
     ``RunStore(path)`` opens (and creates, or migrates forward) the store; ``path=None`` uses
     :func:`default_store_path` (``.location`` says where it was found and why). With
@@ -259,21 +263,27 @@ class RunStore(SolveQueries, ApprovalQueries):
                 ids,
             ):
                 counts[run_id][status] = int(n)
-        return [
-            RunSummary(
-                run_id=r[0],
-                parent_id=r[1],
-                created=r[2],
-                goal=r[3],
-                status=RunStatus(effective_status(r[4], r[9], r[10], r[11])),
-                executor=r[5],
-                started_at=r[6],
-                finished_at=r[7],
-                n_tasks=r[8],
-                counts=counts[r[0]],
+        summaries = []
+        for r in rows:
+            status = RunStatus(effective_status(r[4], r[9], r[10], r[11]))
+            run_counts = counts[r[0]]
+            if status is not RunStatus.RUNNING:
+                run_counts.pop(_RUNNING, None)  # see get_run: unrecorded
+            summaries.append(
+                RunSummary(
+                    run_id=r[0],
+                    parent_id=r[1],
+                    created=r[2],
+                    goal=r[3],
+                    status=status,
+                    executor=r[5],
+                    started_at=r[6],
+                    finished_at=r[7],
+                    n_tasks=r[8],
+                    counts=run_counts,
+                )
             )
-            for r in rows
-        ]
+        return summaries
 
     def get_run(self, ref: str) -> RunRecord:
         """The full record of run ``ref`` (a run id or a unique prefix)."""
@@ -288,6 +298,7 @@ class RunStore(SolveQueries, ApprovalQueries):
         if not rows:  # pragma: no cover - resolve() just found it
             raise StoreError(f"no run {run_id} in {self.path}")
         r = rows[0]
+        status = RunStatus(effective_status(r[5], r[11], r[13], r[14]))
         plan = plan_from_column(r[4], run_id)
         task_rows = self._query(
             "SELECT task_id, status, output, error, error_type, attempts, started_at, "
@@ -298,6 +309,10 @@ class RunStore(SolveQueries, ApprovalQueries):
         fingerprints: dict[str, str] = {}
         plan_tasks = {t.id: t for t in plan.tasks}
         for t in task_rows:
+            if t[1] == _RUNNING and status is not RunStatus.RUNNING:
+                # Started, and the run ended (or its process died) with no result of it on
+                # record: unrecorded, as a task that never got a row.
+                continue
             by_id[t[0]] = _result(t)
             if t[12] is not None:
                 by_id[t[0]].elements = [
@@ -310,12 +325,14 @@ class RunStore(SolveQueries, ApprovalQueries):
                 fingerprints[t[0]] = task_fingerprint(task, by_id[t[0]].args)
         order = [t.id for t in plan.tasks]
         tasks = {k: by_id[k] for k in order if k in by_id}
+        context = from_column(r[12]) or {}
+        planned = context.pop(PLANNED_AT, None) if isinstance(context, dict) else None
         return RunRecord(
             run_id=r[0],
             parent_id=r[1],
             created=r[2],
             goal=r[3],
-            status=RunStatus(effective_status(r[5], r[11], r[13], r[14])),
+            status=status,
             executor=r[6],
             started_at=r[7],
             finished_at=r[8],
@@ -324,7 +341,8 @@ class RunStore(SolveQueries, ApprovalQueries):
             plan=plan,
             tasks=tasks,
             fingerprints=fingerprints,
-            context=from_column(r[12]) or {},
+            context=context,
+            planned_at=planned if isinstance(planned, dict) else {},
         )
 
     def last_run(self) -> RunRecord:

@@ -6,7 +6,9 @@ off one queue, in the order it was given, and commits it a batch at a time
 it. Everything else (task results, the plan as it grows, the run's end) waits for the
 batch to fill: at most one transaction per ``flush_interval_s``, counted from the start of
 the one before (a write that took longer is followed at once; with an interval of 0, each
-write follows the one before at once). A flush or the close cuts the wait short. The writer
+write follows the one before at once). A flush or the close cuts the wait short. A task
+comes twice, its start (written as ``running``) and its result: a batch holding both
+writes only the result. The writer
 needs the interpreter lock to take results off the queue and make their rows, and shares it
 with the event loop: tools that wait for anything leave it the lock; an event loop that
 never waits can keep the writer behind until the run ends, when the close writes the rest.
@@ -45,7 +47,7 @@ from ..events import PlanExtended, RunFinished, RunStarted, get_logger
 from ..results import RecordLoss, TaskResult
 from . import _lease
 from ._file import connect
-from ._rows import PlanRedaction, RunRow, renew_lease, write
+from ._rows import PlanRedaction, Row, RunRow, renew_lease, write
 
 if TYPE_CHECKING:
     from ._store import RunStore
@@ -59,7 +61,7 @@ _STORE_BUSY_MS = 10_000  # afterwards (SQLite's busy timeout of the store's conn
 _BUSY_RETRY_S = 0.5  # while the store is locked, try again this often
 _CHECKPOINT_BYTES = 256 * 1024
 # What waits for its batch to fill (the run's first row does not: its tasks wait for it).
-_BATCHED = (TaskResult, RunFinished, PlanExtended)
+_BATCHED = (TaskResult, tuple, RunFinished, PlanExtended)
 
 
 class _Flush:
@@ -73,6 +75,13 @@ class _Flush:
 
 
 _STOP = object()  # put on the queue by Writer.close: write what came before me, then end
+
+
+def _latest(results: list[Row]) -> list[Row]:
+    """The last of each task's rows in a batch: a task that started and ended within one
+    batch writes its result only, not the ``running`` row its start gave."""
+    latest = {r[0] if type(r) is tuple else r.task_id: r for r in results}  # type: ignore[union-attr]
+    return results if len(latest) == len(results) else list(latest.values())
 
 
 def _busy(exc: BaseException) -> bool:
@@ -120,6 +129,13 @@ class Writer:
         self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
         #: Takes an event or a task result to write: a queue's ``put``, the whole hand-over.
         self.put = self._queue.put
+        put = self.put
+
+        def started(task_id: str, at: float) -> None:
+            put((task_id, at))  # a task's start: a tuple, the least there is to hand over
+
+        #: Takes a task's start (its id, when): its row says ``running`` until its result.
+        self.started = started
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
         self._wake = threading.Event()  # cuts the wait for a batch short: a flush, the close
@@ -197,7 +213,7 @@ class Writer:
         get, get_nowait = self._queue.get, self._queue.get_nowait
         interval = self.flush_interval_s
         events: list[object] = []  # the run's events to write, in the order they came
-        results: list[TaskResult] = []  # the task results to write, in the order they came
+        results: list[Row] = []  # the tasks' starts and results, in the order they came
         flushes: list[_Flush] = []  # asked to commit what came before them
         stop = False
         deadline: float | None = None  # once closing: when to give up on a locked store
@@ -225,7 +241,7 @@ class Writer:
                     deadline = time.monotonic() + self.write_timeout_s
                 elif isinstance(item, _Flush):
                     flushes.append(item)
-                elif isinstance(item, TaskResult):
+                elif isinstance(item, (TaskResult, tuple)):
                     results.append(item)
                 else:
                     events.append(item)
@@ -235,7 +251,7 @@ class Writer:
                     item = None
             if events or results:
                 last_write = time.monotonic()
-                events, results = self._write(events, results, deadline)
+                events, results = self._write(events, _latest(results), deadline)
             if events or results:
                 continue  # the store is locked: try again
             for marker in flushes:
@@ -269,8 +285,8 @@ class Writer:
         return conn
 
     def _write(
-        self, events: list[object], results: list[TaskResult], deadline: float | None
-    ) -> tuple[list[object], list[TaskResult]]:
+        self, events: list[object], results: list[Row], deadline: float | None
+    ) -> tuple[list[object], list[Row]]:
         """Write a batch; returns what to try again (the store is locked)."""
         try:
             self._unchecked += write(self._connection(deadline), self._run, events, results)
@@ -300,8 +316,8 @@ class Writer:
             self.run_written.set()  # written, or not now: the run goes on either way
 
     def _write_each(
-        self, events: list[object], results: list[TaskResult]
-    ) -> tuple[list[object], list[TaskResult]]:
+        self, events: list[object], results: list[Row]
+    ) -> tuple[list[object], list[Row]]:
         """Write ``events`` and ``results`` one by one (the run's first row and its plan before
         the results, the run's end after them; a task's row without its output if the row
         does not fit), accounting for what cannot be written; returns what to try again
@@ -316,10 +332,11 @@ class Writer:
             if conn is None or self._run_row_lost:
                 self._lose([item])
                 continue
+            row = item if isinstance(item, (TaskResult, tuple)) else None
             result = item if isinstance(item, TaskResult) else None
             try:
-                if result is not None:
-                    self._unchecked += write(conn, self._run, [], [result])
+                if row is not None:
+                    self._unchecked += write(conn, self._run, [], [row])
                 else:
                     self._unchecked += write(conn, self._run, [item], [])
                     self._wrote([item])
@@ -339,8 +356,8 @@ class Writer:
                     self.error = _reason(exc)
             self._lose([item])
         return (
-            [ev for ev in later if not isinstance(ev, TaskResult)],
-            [r for r in later if isinstance(r, TaskResult)],
+            [ev for ev in later if not isinstance(ev, (TaskResult, tuple))],
+            [r for r in later if isinstance(r, (TaskResult, tuple))],
         )
 
     def _wrote(self, events: list[object]) -> None:
@@ -377,7 +394,7 @@ class Writer:
                 if not self._run_row:
                     self._run_row_lost = True
                     loss.run = True
-            elif isinstance(item, TaskResult):
+            elif isinstance(item, TaskResult):  # a start is not (its end is what counts)
                 loss.tasks.append(item.task_id)
             elif isinstance(item, RunFinished):
                 loss.finish = True

@@ -7,12 +7,13 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..graph import finished_critical_path, validate
+from ..graph import finished_critical_path, recorded_graph
 from ..llm import Usage
 from ..plan import Plan
 from ..results import (
     ApprovalState,
     DecisionSource,
+    ModelCall,
     PersonDecision,
     RoundOutcome,
     RunResult,
@@ -22,7 +23,14 @@ from ..results import (
     TaskResult,
 )
 
-__all__ = ["ApprovalRecord", "RoundRecord", "RunRecord", "RunSummary", "SolveRecord"]
+__all__ = [
+    "ApprovalRecord",
+    "RoundRecord",
+    "RunRecord",
+    "RunSummary",
+    "SolveRecord",
+    "SolveSummary",
+]
 
 # The three run models share their names: run_id, status (a RunStatus), counts (a member
 # holding {status value: n}), parent_id, goal, executor, started_at, finished_at.
@@ -76,6 +84,11 @@ class RunRecord(BaseModel):
         "(not redacted ones)",
     )
     context: dict[str, Any] = Field(default_factory=dict)
+    planned_at: dict[str, float] = Field(
+        default_factory=dict,
+        description="a plan written while it ran (streamed): when each task joined the plan "
+        "(Unix times; a task held until the plan was whole joined it then)",
+    )
 
     @property
     def counts(self) -> StatusCounts:
@@ -94,7 +107,7 @@ class RunRecord(BaseModel):
         :func:`~dagagent.graph.finished_critical_path`)."""
         if self.critical_path:
             return self.critical_path_s or 0.0, self.critical_path
-        graph = validate(self.plan)  # the graph only: no tools are needed to measure it
+        graph = recorded_graph(self.plan)  # the graph only: no tools are needed to measure it
         return finished_critical_path(graph.order, graph.dependencies, self.tasks)
 
     @property
@@ -121,6 +134,7 @@ class RunRecord(BaseModel):
         )
 
     def to_json_dict(self) -> dict[str, Any]:
+        planned = {"planned_at": self.planned_at} if self.planned_at else {}
         return {
             "run_id": self.run_id,
             "parent_id": self.parent_id,
@@ -136,6 +150,7 @@ class RunRecord(BaseModel):
             "counts": dict(self.counts),
             "unrecorded": self.unrecorded,
             "context": self.context,
+            **planned,
             "plan": self.plan.model_dump(mode="json", exclude_defaults=True),
             "tasks": {
                 k: {**r.to_json_dict(), "fingerprint": self.fingerprints.get(k)}
@@ -170,7 +185,8 @@ class SolveRecord(BaseModel):
     """A recorded solve: the goal, how it ended (``running`` while under way,
     ``interrupted`` if its process died first, ``paused`` while its last round's run waits
     for a person's decision), the answer in full and the tasks it cites
-    (in run ``run_id``), the usage by role, and every round recorded so far."""
+    (in run ``run_id``), the usage by role, every round recorded so far, and every model call
+    (``calls``, in the order they started)."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -188,10 +204,32 @@ class SolveRecord(BaseModel):
     rounds: list[RoundRecord] = Field(default_factory=list)
     #: The options it was started with (``None`` for a solve recorded before they were).
     options: dict[str, Any] | None = None
+    calls: list[ModelCall] = Field(default_factory=list)
 
     def round_of(self, run_id: str) -> RoundRecord | None:
         """The round whose run is ``run_id``."""
         return next((r for r in self.rounds if r.run_id == run_id), None)
+
+    def calls_of(self, round: int | None) -> list[ModelCall]:
+        """The model calls of round ``round`` (``None``: those of no round)."""
+        return [c for c in self.calls if c.round == round]
+
+    @property
+    def spent(self) -> Usage:
+        """What its recorded model calls used, all roles together."""
+        return sum((c.usage for c in self.calls), Usage())
+
+    def spent_by_role(self) -> dict[str, Usage]:
+        """What its recorded model calls used, by role (in the order roles first came)."""
+        out: dict[str, Usage] = {}
+        for c in self.calls:
+            out[c.role] = out.get(c.role, Usage()) + c.usage
+        return out
+
+    @property
+    def models(self) -> list[str]:
+        """The models its calls used, in the order they first came."""
+        return list(dict.fromkeys(c.model for c in self.calls if c.model))
 
     def to_json_dict(self) -> dict[str, Any]:
         return {
@@ -208,7 +246,27 @@ class SolveRecord(BaseModel):
             else {role: u.to_json_dict() for role, u in self.usage.items()},
             "finished_at": self.finished_at,
             "rounds": [r.to_json_dict() for r in self.rounds],
+            "spent": self.spent.to_json_dict(),
+            "calls": [c.to_json_dict() for c in self.calls],
         }
+
+
+class SolveSummary(BaseModel):
+    """One solve in a list of solves: its goal, status, when, its rounds' runs, and what its
+    model calls used (``spent``, with ``models``)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    solve_id: str
+    goal: str
+    created: float
+    finished_at: float | None
+    status: SolveStatus
+    reason: str = ""
+    answer: Any = None
+    run_ids: list[str] = Field(default_factory=list)
+    spent: Usage = Field(default_factory=Usage)
+    models: list[str] = Field(default_factory=list)
 
 
 class ApprovalRecord(BaseModel):

@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from typing import Any, overload
 
+import anyio
 from typing_extensions import Unpack
 
 from ..errors import ToolDefinitionError, UnknownToolError
@@ -85,12 +86,50 @@ class Registry:
 @asynccontextmanager
 async def connected(tools: Iterable[Tool]) -> AsyncIterator[None]:
     """Open the :attr:`~Tool.connection` of every tool that has one (each once) for as long as
-    the block runs, and close them when it ends, also on failure or cancellation."""
-    async with AsyncExitStack() as stack:
-        opened: list[AbstractAsyncContextManager[Any]] = []
-        for t in tools:
-            c = t.connection
-            if c is not None and not any(c is o for o in opened):
-                opened.append(c)
+    the block runs, and close them when it ends, also on failure or cancellation.
+
+    Several connections (MCP servers, say) open at the same time, each in a task of its own
+    that holds it until the block ends: a slow server does not make the others wait. If one
+    cannot be opened, the others are closed again and its error is raised, as itself."""
+    conns: list[AbstractAsyncContextManager[Any]] = []
+    for t in tools:
+        c = t.connection
+        if c is not None and not any(c is o for o in conns):
+            conns.append(c)
+    if len(conns) <= 1:
+        async with AsyncExitStack() as stack:
+            for c in conns:
                 await stack.enter_async_context(c)
-        yield
+            yield
+        return
+    failures: list[Exception] = []
+    release = anyio.Event()
+
+    async def hold(c: AbstractAsyncContextManager[Any], ready: anyio.Event) -> None:
+        try:
+            async with c:
+                ready.set()
+                await release.wait()
+        except Exception as exc:  # could not be opened (or failed closing): the caller says
+            failures.append(exc)
+            release.set()  # the others let go of theirs
+        finally:
+            ready.set()
+
+    error: BaseException | None = None
+    async with anyio.create_task_group() as tg:
+        opened = [anyio.Event() for _ in conns]
+        for c, ready in zip(conns, opened, strict=True):
+            tg.start_soon(hold, c, ready)
+        for ready in opened:
+            await ready.wait()
+        if not failures:
+            try:
+                yield
+            except BaseException as exc:  # raised again below, as itself: a task group
+                error = exc  # would wrap it in an exception group
+        release.set()
+    if error is not None:
+        raise error
+    if failures:
+        raise failures[0]

@@ -1,8 +1,11 @@
-"""The timeline as the viewer draws it: a bar for each task that ran, from its start to its
-end; before it, the time the task waited once it was ready (for a free slot or a level
-barrier); inside it, the part its call waited for an approval decision. The critical path is
-marked, ticks fall at round times, and a "now" line shows while the run goes on. Times are
-seconds since the run started; coordinates are in SVG user units.
+"""The timeline as the viewer draws it: a bar for each task that ran (or runs now), from its
+start to its end (to now while it runs); before it, the time the task waited once it was
+ready (for a free slot or a level barrier) and, in a plan written while it ran, the time it
+could have run but was not planned yet; the time it waited for a person's decision, inside
+its bar (a question answered on the terminal) or before it (a run paused until a resume
+used the decision). The critical path is marked, ticks fall at round times, and a "now" line
+shows while the run goes on. Times are seconds since the run started; coordinates are in
+SVG user units.
 
 At most :data:`MAX_BARS` bars are drawn: the critical path first, then the longest tasks, in
 start order; the view says how many it left out.
@@ -10,15 +13,15 @@ start order; the view says how many it left out.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 from ..graph import PlanGraph
-from ..results import TaskResult
+from ..results import TaskResult, TaskStatus
 from ..store import RunRecord
 from ._labels import fmt_s, short_label
 
-__all__ = ["MAX_BARS", "Bar", "TimelineView", "layout_timeline", "waits_of"]
+__all__ = ["MAX_BARS", "Bar", "TimelineView", "Waits", "layout_timeline", "waits_of"]
 
 MAX_BARS = 300
 
@@ -27,10 +30,46 @@ ROW_H = 24.0
 LABEL_W = 180.0
 CHART_W = 760.0
 
+#: Shorter than this, a gap is the scheduler's own moment, not a wait worth drawing (s).
+_NOTICEABLE_S = 0.0005
+
+PersonWaits = Mapping[str, Sequence[tuple[float, float]]]
+"""When each task waited for a person, by task (Unix times; see
+:func:`dagagent.store.person_waits`)."""
+
+
+@dataclass(frozen=True)
+class Waits:
+    """What came before a task started (Unix times): its dependencies were done (or the run
+    began) at ``deps_done``; it joined the plan at ``planned`` (a plan written while it ran;
+    otherwise when the run began); so it was ready at ``ready``, the later of the two, and
+    started at ``started``. ``people``: the time of ``ready`` to ``started`` it waited for a
+    person's decision (a paused run, resumed), in seconds."""
+
+    deps_done: float
+    planned: float
+    ready: float
+    started: float
+    people: float = 0.0
+
+    @property
+    def unplanned_s(self) -> float:
+        """How long it could have run but was not planned yet."""
+        return max(0.0, self.planned - self.deps_done)
+
+    @property
+    def after_ready_s(self) -> float:
+        """How long it waited once ready (a slot, a level barrier), a person's decision left
+        out."""
+        return max(0.0, self.started - self.ready - self.people)
+
 
 @dataclass
 class Bar:
-    """One task's interval; times are seconds since the run started."""
+    """One task's interval; times are seconds since the run started. ``end`` is now for a
+    task that is still running. ``unplanned``: when it could have run but was not planned
+    yet (``None``: no such time); ``approvals``: the spans it waited for a person's
+    decision."""
 
     task_id: str
     label: str
@@ -39,17 +78,30 @@ class Bar:
     ready: float
     start: float
     end: float
-    approval_end: float | None
     critical: bool
+    running: bool = False
+    unplanned: float | None = None
+    approvals: list[tuple[float, float]] = field(default_factory=list)
+    people_s: float = 0.0
     y: float = 0.0
+    x_unplanned: float | None = None
     x_ready: float = 0.0
     x_start: float = 0.0
     x_end: float = 0.0
-    x_approval: float | None = None
+    x_approvals: list[tuple[float, float]] = field(default_factory=list)
 
     @property
     def wait_s(self) -> float:
-        return max(0.0, self.start - self.ready)
+        """How long it waited after it was ready, a person's decision left out."""
+        return max(0.0, self.start - self.ready - self.people_s)
+
+    @property
+    def unplanned_s(self) -> float:
+        return 0.0 if self.unplanned is None else max(0.0, self.ready - self.unplanned)
+
+    @property
+    def approval_s(self) -> float:
+        return sum(b - a for a, b in self.approvals)
 
     @property
     def duration_s(self) -> float:
@@ -67,23 +119,35 @@ class TimelineView:
     label_w: float = LABEL_W
     chart_w: float = CHART_W
     now_x: float | None = None
+    planned: bool = False  # the plan was written while it ran: "not planned yet" can show
 
 
-def waits_of(record: RunRecord, graph: PlanGraph) -> dict[str, tuple[float, float]]:
-    """``task -> (ready_at, started_at)`` (Unix times): a task was ready when the run started
-    or when its last dependency finished; what lies between is time it waited for a slot or a
-    level barrier."""
-    out: dict[str, tuple[float, float]] = {}
-    origin = record.started_at
+def _overlap(spans: Sequence[tuple[float, float]], lo: float, hi: float) -> float:
+    return sum(max(0.0, min(b, hi) - max(a, lo)) for a, b in spans)
+
+
+def waits_of(
+    record: RunRecord, graph: PlanGraph, people: PersonWaits | None = None
+) -> dict[str, Waits]:
+    """What came before each task that started (see :class:`Waits`): it was ready once its
+    last dependency finished (or the run began) and it had joined the plan."""
+    out: dict[str, Waits] = {}
+    origin = record.started_at if record.started_at is not None else record.created
+    planned_at = record.planned_at
     for tid, r in record.tasks.items():
-        if r.started_at is None or r.status.value == "reused":
+        if r.started_at is None or r.status is TaskStatus.REUSED:
             continue
-        ready = origin if origin is not None else r.started_at
+        deps_done = origin
         for dep in graph.dependencies.get(tid, ()):
             d = record.tasks.get(dep)
             if d is not None and d.finished_at is not None:
-                ready = max(ready, d.finished_at)
-        out[tid] = (min(ready, r.started_at), r.started_at)
+                deps_done = max(deps_done, d.finished_at)
+        started = r.started_at
+        deps_done = min(deps_done, started)
+        planned = min(max(planned_at.get(tid, origin), origin), started)
+        ready = max(deps_done, planned)
+        waited = _overlap((people or {}).get(tid, ()), ready, started)
+        out[tid] = Waits(deps_done, planned, ready, started, waited)
     return out
 
 
@@ -93,29 +157,37 @@ def layout_timeline(
     status_of: Mapping[str, str],
     critical: list[str],
     now: float | None,
+    people: PersonWaits | None = None,
 ) -> TimelineView:
-    """The timeline of ``record`` (``now``: the time a running run is drawn at)."""
+    """The timeline of ``record`` (``now``: the time a running run is drawn at; ``people``:
+    when its tasks waited for a person)."""
+    running = record.status == "running"
+    people = people or {}
+    if now is None or record.status not in ("running", "paused"):
+        now = None  # a paused run waits for a person until now: its timeline goes on too
     timed = [
         (tid, r)
         for tid, r in record.tasks.items()
-        if r.started_at is not None and r.finished_at is not None
+        if r.started_at is not None and (r.finished_at is not None or (running and now is not None))
     ]
-    origin_candidates = [r.started_at for _, r in timed if r.started_at is not None]
-    origin = record.started_at if record.started_at is not None else min(origin_candidates or [0])
-    end_candidates = [r.finished_at for _, r in timed if r.finished_at is not None]
+    origin = record.started_at if record.started_at is not None else record.created
+    starts = [r.started_at for _, r in timed if r.started_at is not None]
+    origin = min([origin, *starts])
+    ends: list[float] = [r.finished_at for _, r in timed if r.finished_at is not None]
+    ends += [b for spans in people.values() for _, b in spans]
     if record.finished_at is not None:
-        end_candidates.append(record.finished_at)
-    if now is not None and record.status == "running":
-        end_candidates.append(now)
-    span = max([e - origin for e in end_candidates] + [1e-3])
-    waits = waits_of(record, graph)
+        ends.append(record.finished_at)
+    if now is not None:
+        ends.append(now)
+    span = max([e - origin for e in ends] + [1e-3])
+    waits = waits_of(record, graph, people)
     left_out = 0
     if len(timed) > MAX_BARS:
         crit = set(critical)
         first = [x for x in timed if x[0] in crit]
         rest = sorted(
             (x for x in timed if x[0] not in crit),
-            key=lambda x: -((x[1].finished_at or 0) - (x[1].started_at or 0)),
+            key=lambda x: -((x[1].finished_at or now or 0) - (x[1].started_at or 0)),
         )
         keep = {tid for tid, _ in (first + rest)[:MAX_BARS]}
         left_out = len(timed) - len(keep)
@@ -124,41 +196,48 @@ def layout_timeline(
     timed.sort(key=lambda x: (x[1].started_at or 0.0, pos.get(x[0], 0)))
     crit = set(critical)
     scale = CHART_W / span
+
+    def x(t: float) -> float:
+        return LABEL_W + t * scale
+
     bars: list[Bar] = []
     for row, (tid, r) in enumerate(timed):
-        assert r.started_at is not None and r.finished_at is not None
-        ready_at, _ = waits.get(tid, (r.started_at, r.started_at))
-        appr = _approval_end(r)
+        assert r.started_at is not None
+        is_running = r.finished_at is None
+        end = r.finished_at if r.finished_at is not None else (now or r.started_at)
+        w = waits.get(tid)
+        ready = w.ready if w is not None else r.started_at
+        unplanned = w.deps_done if w is not None and w.unplanned_s > _NOTICEABLE_S else None
+        spans = _approval_spans(r, people.get(tid, ()), end)
         bar = Bar(
             task_id=tid,
             label=short_label(tid, 24),
             status=status_of.get(tid, r.status.value),
             row=row,
-            ready=ready_at - origin,
+            ready=ready - origin,
             start=r.started_at - origin,
-            end=r.finished_at - origin,
-            approval_end=(min(max(appr, r.started_at), r.finished_at) - origin)
-            if appr is not None
-            else None,
+            end=end - origin,
             critical=tid in crit,
+            running=is_running,
+            unplanned=None if unplanned is None else unplanned - origin,
+            approvals=[(a - origin, b - origin) for a, b in spans],
+            people_s=w.people if w is not None else 0.0,
         )
         bar.y = 28 + row * ROW_H
-        bar.x_ready = LABEL_W + bar.ready * scale
-        bar.x_start = LABEL_W + bar.start * scale
-        bar.x_end = LABEL_W + max(bar.end * scale, bar.start * scale + 1.5)
-        if bar.approval_end is not None:
-            bar.x_approval = LABEL_W + bar.approval_end * scale
+        bar.x_ready = x(bar.ready)
+        bar.x_start = x(bar.start)
+        bar.x_end = max(x(bar.end), bar.x_start + 1.5)
+        if bar.unplanned is not None:
+            bar.x_unplanned = x(bar.unplanned)
+        bar.x_approvals = [(x(a), max(x(b), x(a) + 1.5)) for a, b in bar.approvals]
         bars.append(bar)
     step = _nice_step(span)
     ticks: list[tuple[float, str]] = []
     i = 0
     while i * step <= span * 1.0001:
         t = round(i * step, 9)
-        ticks.append((LABEL_W + t * scale, _tick_label(t, step)))
+        ticks.append((x(t), _tick_label(t, step)))
         i += 1
-    now_x = None
-    if now is not None and record.status == "running":
-        now_x = LABEL_W + (now - origin) * scale
     return TimelineView(
         span_s=span,
         bars=bars,
@@ -166,14 +245,33 @@ def layout_timeline(
         ticks=ticks,
         width=LABEL_W + CHART_W + 24,
         height=28 + max(len(bars), 1) * ROW_H + 8,
-        now_x=now_x,
+        now_x=x(now - origin) if now is not None else None,
+        planned=bool(record.planned_at),
     )
 
 
-def _approval_end(r: TaskResult) -> float | None:
-    """When the last decision about the task's own call was taken (the call waited for it)."""
-    ats = [d.at for d in r.decisions or () if d.source == "plan"]
-    return max(ats) if ats else None
+def _approval_spans(
+    r: TaskResult, people: Sequence[tuple[float, float]], end: float
+) -> list[tuple[float, float]]:
+    """When the task waited for a person (Unix times): its questions to a person that a
+    resume answered, or that still wait (``people``); and, inside its run, its call's wait
+    for the decisions taken then (a question on the terminal)."""
+    assert r.started_at is not None
+    spans = [(a, b) for a, b in people if b - a > _NOTICEABLE_S]
+    if not spans and r.status is TaskStatus.WAITING:  # no history given: since it asked
+        asked = [d.at for d in r.decisions or () if d.source == "plan" and d.decision == "wait"]
+        if asked and end - min(asked) > _NOTICEABLE_S:
+            spans.append((min(asked), end))
+    decided = [
+        d.at
+        for d in r.decisions or ()
+        if d.source == "plan" and d.decision not in ("wait", "redact")
+    ]
+    if decided:
+        last = min(max(decided), end)
+        if last - r.started_at > _NOTICEABLE_S and not any(a <= r.started_at < b for a, b in spans):
+            spans.append((r.started_at, last))
+    return sorted(spans)
 
 
 def _nice_step(span: float) -> float:

@@ -1,5 +1,8 @@
 """The DAG as the viewer draws it: tasks in columns by level, edges as curves, the critical
-path marked. Coordinates are in SVG user units.
+path marked. Each node names its task and what it runs (a map task with its count, and how
+its elements ended, as ``dagagent graph`` says it), with the time it took, or has been
+running. Nodes are as wide as their longest label needs, up to :data:`MAX_NODE_W`; a longer
+label is shortened and the text is clipped to its box. Coordinates are in SVG user units.
 
 A DAG of more than :data:`MAX_DAG_NODES` tasks (or with a level wider than
 :data:`MAX_LEVEL_NODES`) is drawn collapsed: one box per level with its tasks counted by
@@ -8,24 +11,42 @@ status, linking to the task table filtered to that level.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
 
 from ..graph import PlanGraph
+from ..results import TaskResult
 from ..store import RunRecord
-from ._labels import short_label, status_counts, task_kind, task_what
+from ._labels import fmt_s, short_label, status_counts, task_kind, task_what
 
-__all__ = ["MAX_DAG_NODES", "MAX_LEVEL_NODES", "DagView", "Edge", "LevelBox", "Node", "layout_dag"]
+__all__ = [
+    "MAX_DAG_NODES",
+    "MAX_LEVEL_NODES",
+    "DagView",
+    "Edge",
+    "LevelBox",
+    "Node",
+    "layout_dag",
+    "map_count",
+]
 
 MAX_DAG_NODES = 300
 MAX_LEVEL_NODES = 60
 
 NODE_W = 168.0
+#: The widest a node grows for a long tool name; longer ones are shortened (the node's
+#: tooltip has them whole).
+MAX_NODE_W = 300.0
 NODE_H = 40.0
 COL_GAP = 64.0
 ROW_GAP = 14.0
 PAD = 16.0
+TEXT_X = 14.0  # where a node's text starts
+#: Generous widths of a character of the node's two lines (12.5 px bold, 11 px), so that an
+#: estimate never falls short: the text is also clipped to its box.
+_ID_CHAR_W = 7.8
+_WHAT_CHAR_W = 6.8
 
 
 @dataclass
@@ -40,6 +61,8 @@ class Node:
     y: float
     critical: bool
     duration_s: float | None
+    running: bool = False
+    title: str = ""
 
 
 @dataclass
@@ -74,41 +97,100 @@ class DagView:
     node_h: float = NODE_H
 
 
+def map_count(n: int, statuses: Sequence[str]) -> str:
+    """A map task's count as ``dagagent graph`` shows it: ``×4``, and how its elements ended
+    when they did not all end alike: ``×4 (3 succeeded, 1 failed)``."""
+    counts: dict[str, int] = {}
+    for s in statuses:
+        counts[s] = counts.get(s, 0) + 1
+    told = ", ".join(f"{k} {s}" for s, k in counts.items()) if len(counts) > 1 else ""
+    return f"×{n}" + (f" ({told})" if told else "")
+
+
+def _what_line(task: object, r: TaskResult | None) -> tuple[str, str]:
+    """What a node's second line says: the tool (or agent), and a map task's count."""
+    what = task_what(task)
+    for_each = getattr(task, "for_each", None)
+    if for_each is None:
+        return what, ""
+    if r is not None and r.elements is not None:
+        return what, map_count(len(r.elements), [e.status.value for e in r.elements])
+    return what, f"×{for_each}" if isinstance(for_each, str) else f"×{len(for_each)}"
+
+
+def _time_label(seconds: float | None, running: bool) -> str:
+    if seconds is None:
+        return ""
+    return f"{fmt_s(seconds)}…" if running else fmt_s(seconds)
+
+
 def layout_dag(
-    graph: PlanGraph, status_of: Mapping[str, str], record: RunRecord, critical: Iterable[str]
+    graph: PlanGraph,
+    status_of: Mapping[str, str],
+    record: RunRecord,
+    critical: Iterable[str],
+    *,
+    now: float | None = None,
 ) -> DagView:
-    """The DAG of ``graph`` laid out by level (collapsed when it is too big to draw)."""
+    """The DAG of ``graph`` laid out by level (collapsed when it is too big to draw); ``now``
+    gives a running task its time so far."""
     levels = graph.levels
     widest = max((len(lv) for lv in levels), default=0)
     crit = set(critical)
     if len(graph) > MAX_DAG_NODES or widest > MAX_LEVEL_NODES:
         return _collapsed_dag(levels, status_of)
+    lines: dict[str, tuple[str, str, str, float | None, bool]] = {}
+    need = NODE_W
+    for tid in graph.order:
+        r = record.tasks.get(tid)
+        running = status_of[tid] == "running"
+        took = r.duration_s if r is not None else None
+        if running and r is not None and r.started_at is not None and now is not None:
+            took = max(0.0, now - r.started_at)
+        what, count = _what_line(graph.tasks[tid], r)
+        when = _time_label(took, running)
+        agent = "✦ " if task_kind(graph.tasks[tid]) == "agent" else ""
+        line2 = f"{agent}{what}{' ' + count if count else ''}"
+        id_w = TEXT_X + len(tid) * _ID_CHAR_W + (len(when) + 2) * _WHAT_CHAR_W + 8
+        need = max(need, id_w, TEXT_X + len(line2) * _WHAT_CHAR_W + 10)
+        lines[tid] = (what, count, when, took, running)
+    node_w = min(MAX_NODE_W, need)
     tall = widest * (NODE_H + ROW_GAP) - ROW_GAP
-    height = tall + 2 * PAD
-    width = len(levels) * (NODE_W + COL_GAP) - COL_GAP + 2 * PAD
+    height = max(tall, 0.0) + 2 * PAD
+    width = len(levels) * (node_w + COL_GAP) - COL_GAP + 2 * PAD
     pos: dict[str, tuple[float, float]] = {}
     nodes: list[Node] = []
     for li, level in enumerate(levels):
-        x = PAD + li * (NODE_W + COL_GAP)
+        x = PAD + li * (node_w + COL_GAP)
         own = len(level) * (NODE_H + ROW_GAP) - ROW_GAP
         y0 = PAD + (tall - own) / 2
         for i, tid in enumerate(level):
             y = y0 + i * (NODE_H + ROW_GAP)
             pos[tid] = (x, y)
             task = graph.tasks[tid]
-            r = record.tasks.get(tid)
+            what, count, when, took, running = lines[tid]
+            room = int((node_w - TEXT_X - 10) / _WHAT_CHAR_W)
+            mark = 2 if task_kind(task) == "agent" else 0  # "✦ "
+            # The count says the most: the tool's name gives way first.
+            keep = max(6, room - mark - (len(count) + 1 if count else 0))
+            shown = short_label(what, keep) + (f" {count}" if count else "")
+            id_room = int((node_w - TEXT_X - 8 - (len(when) + 2) * _WHAT_CHAR_W) / _ID_CHAR_W)
             nodes.append(
                 Node(
                     id=tid,
-                    label=short_label(tid, 20),
-                    what=short_label(task_what(task), 22),
+                    label=short_label(tid, max(6, id_room)),
+                    what=short_label(shown, max(6, room - mark)),
                     kind=task_kind(task),
                     status=status_of[tid],
                     level=li,
                     x=x,
                     y=y,
                     critical=tid in crit,
-                    duration_s=r.duration_s if r is not None else None,
+                    duration_s=took,
+                    running=running,
+                    title=" · ".join(
+                        p for p in (tid, f"{what} {count}".strip(), status_of[tid], when) if p
+                    ),
                 )
             )
     edges: list[Edge] = []
@@ -117,13 +199,18 @@ def layout_dag(
         x2, y2 = pos[tid]
         for dep in graph.dependencies[tid]:
             x1, y1 = pos[dep]
-            sx, sy = x1 + NODE_W, y1 + NODE_H / 2
+            sx, sy = x1 + node_w, y1 + NODE_H / 2
             ex, ey = x2, y2 + NODE_H / 2
             mid = (sx + ex) / 2
             d = f"M{sx:.1f},{sy:.1f} C{mid:.1f},{sy:.1f} {mid:.1f},{ey:.1f} {ex - 2:.1f},{ey:.1f}"
             edges.append(Edge(dep, tid, d, (dep, tid) in crit_pairs))
     return DagView(
-        width=max(width, 240.0), height=height, collapsed=False, nodes=nodes, edges=edges
+        width=max(width, 240.0),
+        height=height,
+        collapsed=False,
+        nodes=nodes,
+        edges=edges,
+        node_w=node_w,
     )
 
 

@@ -21,9 +21,10 @@ __all__ = [
     "task_what",
 ]
 
-#: Task statuses in the order the viewer lists them; ``pending`` (a running run's task with no
-#: result yet) and ``unrecorded`` (a finished run's task without one) are the viewer's own.
+#: Task statuses in the order the viewer lists them; ``pending`` (a running run's task that has
+#: not started) and ``unrecorded`` (a finished run's task without a result) are the viewer's own.
 STATUSES = (
+    "running",
     "succeeded",
     "reused",
     "failed",

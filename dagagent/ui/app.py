@@ -2,7 +2,8 @@
 
 Routes (all ``GET``; no endpoint writes, and the store connection cannot)::
 
-    /                               runs, newest first (?status=, ?limit=)
+    /                               solves and runs, newest first (?status=, ?limit=)
+    /solves/{solve}                 one solve: its rounds, timeline and model calls
     /runs/{run}                     one run (?status=, ?level=, ?page= for its task table)
     /runs/{run}/live                the part of the run page a running run refreshes
     /runs/{run}/tasks/{task}        one task's panel
@@ -20,8 +21,9 @@ through DNS rebinding).
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -37,12 +39,24 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..errors import StoreError
 from ..store import RunRecord, RunStore, RunSummary
-from .render import STATIC, Page, render_panel, render_run, render_runs
+from .render import (
+    STATIC,
+    Page,
+    RunAround,
+    render_error,
+    render_panel,
+    render_run,
+    render_runs,
+    render_solve,
+)
 from .view import STATUSES, build_view
 
-__all__ = ["LOOPBACK_HOSTS", "answers_of", "create_app", "related_runs"]
+__all__ = ["LOOPBACK_HOSTS", "answers_of", "create_app", "related_runs", "run_around"]
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
+
+#: Where a page that failed is logged, with its traceback (``dagagent ui`` prints it).
+_log = logging.getLogger("dagagent.ui")
 
 _HEADERS = [
     (
@@ -73,6 +87,34 @@ class _SecurityHeaders:
         await self.app(scope, receive, send_with_headers)
 
 
+class _ErrorPages:
+    """Any failure of a page becomes the page ``page(path, exc)`` makes (which logs it),
+    sent as the response: not a bare 500, nor a connection the server drops."""
+
+    def __init__(self, app: ASGIApp, page: Callable[[str, Exception], Response]) -> None:
+        self.app = app
+        self.page = page
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def sending(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        except Exception as exc:
+            if started:  # too late for a page: the server logs it and drops the connection
+                raise
+            await self.page(str(scope.get("path", "")), exc)(scope, receive, send)
+
+
 def answers_of(store: RunStore, run_ids: list[str]) -> dict[str, Any]:
     """The answer a solve gave in each of these runs (the run it answered from)."""
     out: dict[str, Any] = {}
@@ -81,6 +123,31 @@ def answers_of(store: RunStore, run_ids: list[str]) -> dict[str, Any]:
         if solve is not None and solve.run_id == run_id and solve.answer is not None:
             out[run_id] = solve.answer
     return out
+
+
+def run_around(store: RunStore, record: RunRecord) -> RunAround:
+    """What the page of ``record`` shows beside it: its parent and children, the answer it
+    gave, the calls of it that waited for a person, and what became of its round of a
+    solve."""
+    parent, children = related_runs(store, record)
+    solve = store.solve_of_run(record.run_id)
+    answer = None
+    note = None
+    if solve is not None:
+        if solve.run_id == record.run_id and solve.answer is not None:
+            answer = solve.answer
+        rnd = solve.round_of(record.run_id)
+        if rnd is not None:
+            note = f"round {rnd.round} of solve {solve.solve_id}: {rnd.outcome}"
+            if rnd.reason:
+                note += f": {rnd.reason}"
+    return RunAround(
+        parent=parent,
+        children=children,
+        answer=answer,
+        approvals=store.approval_history(record.run_id),
+        round_note=note,
+    )
 
 
 def related_runs(
@@ -136,20 +203,34 @@ def create_app(
             status=status,
             answers=answers_of(st, [r.run_id for r in runs]),
             limit=limit,
+            solves=st.list_solves(min(limit, 50)),
         )
         return HTMLResponse(html)
 
+    def solve_page(request: Request) -> Response:
+        ref = request.path_params["solve"]
+        try:
+            solve_id = st.resolve_solve(ref)
+            if solve_id is None:
+                raise StoreError(f"no solve {ref} in {st.path}")
+            record = st.get_solve(solve_id)
+        except StoreError as exc:
+            raise HTTPException(404, str(exc)) from None
+        runs: dict[str, RunRecord] = {}
+        for rnd in record.rounds:
+            if rnd.run_id is not None:
+                with contextlib.suppress(StoreError):
+                    runs[rnd.run_id] = st.get_run(rnd.run_id)
+        return HTMLResponse(render_solve(record, runs, page=page, now=time.time()))
+
     def run_page(request: Request) -> Response:
         record = get_run(request.path_params["run"])
-        parent, children = related_runs(st, record)
-        answer = answers_of(st, [record.run_id]).get(record.run_id)
         q = request.query_params
         html = render_run(
             record,
             page=page,
-            parent=parent,
-            children=children,
-            answer=answer,
+            around=run_around(st, record),
+            solve=st.solve_of_run(record.run_id),
             status=_status(q),
             level=_int(q, "level", None),
             page_no=_int(q, "page", 1) or 1,
@@ -162,6 +243,7 @@ def create_app(
         html = render_run(
             record,
             page=page,
+            around=RunAround(approvals=st.approval_history(record.run_id)),
             status=_status(q),
             level=_int(q, "level", None),
             page_no=_int(q, "page", 1) or 1,
@@ -173,22 +255,33 @@ def create_app(
     def task_panel(request: Request) -> Response:
         record = get_run(request.path_params["run"])
         task_id = request.path_params["task"]
-        view = build_view(record)
+        view = build_view(record, approvals=st.approval_history(record.run_id))
         if task_id not in view.graph.tasks:
             raise HTTPException(404, f"run {record.run_id} has no task {task_id!r}")
         return HTMLResponse(render_panel(view, task_id, page=page))
 
-    async def not_found(request: Request, exc: Exception) -> Response:
-        code = getattr(exc, "status_code", 500)
-        detail = getattr(exc, "detail", "error")
-        from html import escape
+    def error_page(code: int, detail: str) -> Response:
+        try:
+            html = render_error(code, detail, page=page)
+        except Exception:  # the templates themselves failed: a page all the same
+            from html import escape
 
-        body = (
-            '<!doctype html><meta charset="utf-8"><title>dagagent</title>'
-            f'<link rel="stylesheet" href="/static/app.css"><main><h1>{code}</h1>'
-            f'<p>{escape(str(detail))}</p><p><a href="/">all runs</a></p></main>'
+            html = f"<!doctype html><title>dagagent</title><h1>{code}</h1><p>{escape(detail)}</p>"
+        return HTMLResponse(html, status_code=code)
+
+    async def not_found(request: Request, exc: Exception) -> Response:
+        return error_page(getattr(exc, "status_code", 500), str(getattr(exc, "detail", "error")))
+
+    def failed(path: str, exc: Exception) -> Response:
+        # A bug, or a record the viewer cannot read: a page that says so, never a bare 500;
+        # the traceback goes to the server's log.
+        _log.error("the viewer could not show %s", path, exc_info=exc)
+        what = f"{type(exc).__name__}: {exc}"
+        return error_page(
+            500,
+            f"the viewer could not show {path}: {what}. The server's log has the traceback; "
+            "please report it.",
         )
-        return HTMLResponse(body, status_code=code)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -198,12 +291,13 @@ def create_app(
             if not isinstance(store, RunStore):
                 st.close()
 
-    middleware = [Middleware(_SecurityHeaders)]
+    middleware = [Middleware(_SecurityHeaders), Middleware(_ErrorPages, page=failed)]
     if loopback_only:
         middleware.append(Middleware(TrustedHostMiddleware, allowed_hosts=list(LOOPBACK_HOSTS)))
     app = Starlette(
         routes=[
             Route("/", runs_page),
+            Route("/solves/{solve}", solve_page),
             Route("/runs/{run}", run_page),
             Route("/runs/{run}/live", live_part),
             Route("/runs/{run}/tasks/{task:path}", task_panel),

@@ -22,12 +22,23 @@ from urllib.parse import quote, urlencode
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from markupsafe import Markup
 
+from ..llm.usage import format_cost
 from ..review import PlanDiff, diff_plans
-from ..store import RunRecord, RunSummary
+from ..store import ApprovalRecord, RunRecord, RunSummary, SolveRecord, SolveSummary
 from ..text import jsonable, shorten
+from ._solve import build_solve_view
 from .view import PAGE_SIZE, STATUSES, RunView, build_view, fmt_s, task_kind, task_what
 
-__all__ = ["Page", "render_panel", "render_report", "render_run", "render_runs"]
+__all__ = [
+    "Page",
+    "RunAround",
+    "render_error",
+    "render_panel",
+    "render_report",
+    "render_run",
+    "render_runs",
+    "render_solve",
+]
 
 HERE = Path(__file__).parent
 STATIC = HERE / "static"
@@ -78,6 +89,7 @@ def _env() -> Environment:
         preview=_preview,
         q=lambda s: quote(str(s), safe=""),
         num=lambda x: f"{x:.1f}",
+        cost=lambda usd: "–" if usd is None else format_cost(usd),
     )
     env.globals.update(task_kind=task_kind, task_what=task_what, STATUSES=STATUSES)
     return env
@@ -151,8 +163,10 @@ def render_runs(
     status: str | None = None,
     answers: Mapping[str, Any] | None = None,
     limit: int = 200,
+    solves: Sequence[SolveSummary] = (),
 ) -> str:
-    """The runs list (``status``: only runs of that status)."""
+    """The runs list (``status``: only runs of that status), under the recent ``solves``
+    (their model and what they cost)."""
     counts: dict[str, int] = {}
     for r in runs:
         counts[r.status] = counts.get(r.status, 0) + 1
@@ -167,6 +181,8 @@ def render_runs(
         answers=answers or {},
         limit=limit,
         now=time.time(),
+        solves=solves,
+        solve_of_run={rid: sv.solve_id for sv in solves for rid in sv.run_ids},
     )
 
 
@@ -212,26 +228,44 @@ def _run_context(
     }
 
 
+@dataclass(frozen=True)
+class RunAround:
+    """What a run's page shows beside its own record, read from the same store (see
+    :func:`dagagent.ui.app.run_around`): the run it replans (``parent``) and those that
+    replan it, the answer a solve gave from it, the calls of it that waited for a person
+    (its :meth:`~dagagent.store.RunStore.approval_history`), and, for a round of a solve,
+    what became of that round (``round_note``)."""
+
+    parent: RunRecord | None = None
+    children: Sequence[RunSummary] = ()
+    answer: Any = None
+    approvals: Sequence[ApprovalRecord] = ()
+    round_note: str | None = None
+
+
 def render_run(
     record: RunRecord,
     *,
     page: Page,
-    parent: RunRecord | None = None,
-    children: Sequence[RunSummary] = (),
-    answer: Any = None,
+    around: RunAround | None = None,
     status: str | None = None,
     level: int | None = None,
     page_no: int = 1,
     live_only: bool = False,
     now: float | None = None,
+    solve: SolveRecord | None = None,
 ) -> str:
-    """The run page (``live_only``: only the part a running run's page refreshes)."""
-    view = build_view(record, now=now if now is not None else time.time())
+    """The run page (``live_only``: only the part a running run's page refreshes; ``solve``:
+    the solve the run is a round of)."""
+    around = around or RunAround()
+    view = build_view(record, now=now, approvals=around.approvals)
     ctx = _run_context(view, page=page, status=status, level=level, page_no=page_no)
+    ctx["round_reason"] = around.round_note
     if live_only:
         return _ENV.get_template("_live.html").render(**_common(page), **ctx)
     diff: PlanDiff | None = None
     parent_view: RunView | None = None
+    parent = around.parent
     if parent is not None:
         diff = diff_plans(parent.plan, record.plan)
         parent_view = build_view(parent)
@@ -246,10 +280,27 @@ def render_run(
         parent_view=parent_view,
         diff=diff,
         reused=[t for t, s in view.status_of.items() if s == "reused"],
-        children=children,
-        answer=answer,
+        children=around.children,
+        answer=around.answer,
+        round_note=around.round_note,
         panels=panels,
+        solve=solve,
+        solve_round=_round_of(solve, record.run_id),
     )
+
+
+def _round_of(solve: SolveRecord | None, run_id: str) -> int | None:
+    rnd = solve.round_of(run_id) if solve is not None else None
+    return rnd.round if rnd is not None else None
+
+
+def render_solve(
+    record: SolveRecord, runs: Mapping[str, RunRecord], *, page: Page, now: float | None = None
+) -> str:
+    """The page of a solve: the answer on top (what the model wrote one click away), its
+    rounds, one timeline of each round's planner, tasks and joiner, and every model call."""
+    view = build_solve_view(record, runs, now=now if now is not None else time.time())
+    return _ENV.get_template("solve.html").render(**_common(page), s=record, sv=view)
 
 
 def render_panel(view: RunView, task_id: str, *, page: Page) -> str:
@@ -268,22 +319,19 @@ def render_panel(view: RunView, task_id: str, *, page: Page) -> str:
         limit=REPORT_VALUE_LIMIT if page.report else None,
         traceback=getattr(r, "traceback", None),
         wait=view.waits.get(task_id),
+        people_s=sum(b - a for a, b in view.people.get(task_id, ())),
     )
 
 
-def render_report(
-    record: RunRecord,
-    *,
-    parent: RunRecord | None = None,
-    children: Sequence[RunSummary] = (),
-    answer: Any = None,
-    store: str = "",
-) -> str:
+def render_error(code: int, detail: str, *, page: Page) -> str:
+    """A page that says what went wrong (a run not found, a bad request, a record the viewer
+    could not show)."""
+    title = {400: "bad request", 404: "not found"}.get(code, "error")
+    return _ENV.get_template("error.html").render(
+        **_common(page), code=code, title=title, detail=detail
+    )
+
+
+def render_report(record: RunRecord, *, around: RunAround | None = None, store: str = "") -> str:
     """The run page as one self-contained HTML file: no request leaves it."""
-    return render_run(
-        record,
-        page=Page(mode="report", store=store),
-        parent=parent,
-        children=children,
-        answer=answer,
-    )
+    return render_run(record, page=Page(mode="report", store=store), around=around)

@@ -15,11 +15,13 @@ says how many it left out. The task table shows :data:`PAGE_SIZE` rows a page.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
-from ..graph import PlanGraph, finished_critical_path, validate
-from ..store import RunRecord
-from ._bars import MAX_BARS, Bar, TimelineView, layout_timeline, waits_of
+from ..graph import PlanGraph, finished_critical_path, recorded_graph
+from ..store import ApprovalRecord, RunRecord, person_wait_s, person_waits
+from ._bars import MAX_BARS, Bar, TimelineView, Waits, layout_timeline, waits_of
 from ._dag import MAX_DAG_NODES, MAX_LEVEL_NODES, DagView, Edge, LevelBox, Node, layout_dag
 from ._labels import STATUSES, fmt_s, status_counts, task_kind, task_statuses, task_what
 
@@ -36,6 +38,7 @@ __all__ = [
     "Node",
     "RunView",
     "TimelineView",
+    "Waits",
     "build_view",
     "fmt_s",
     "task_kind",
@@ -48,7 +51,7 @@ PAGE_SIZE = 100
 
 @dataclass
 class RunView:
-    """A run as the viewer shows it."""
+    """A run as the viewer shows it, at ``now``."""
 
     record: RunRecord
     graph: PlanGraph
@@ -59,11 +62,53 @@ class RunView:
     counts: list[tuple[str, int]]
     dag: DagView
     timeline: TimelineView
-    waits: dict[str, float]
+    waits: dict[str, Waits]
+    now: float
+    #: When each task waited for a person's decision (Unix times), by task.
+    people: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
 
     @property
     def running(self) -> bool:
         return self.record.status == "running"
+
+    @property
+    def started_at(self) -> float:
+        """When the run started (a run still under way: when its record began)."""
+        r = self.record
+        return r.started_at if r.started_at is not None else r.created
+
+    @property
+    def elapsed_s(self) -> float | None:
+        """The run's wall time; so far, for a run still under way (``None``: not known, a run
+        whose process died)."""
+        r = self.record
+        if r.wall_time_s is not None:
+            return r.wall_time_s
+        if self.running:
+            return max(0.0, self.now - self.started_at)
+        return None
+
+    @property
+    def people_s(self) -> float:
+        """How much of the run's wall time a call of it waited for a person's decision (a
+        paused run until a resume used the decision; a question on the terminal)."""
+        end = self.record.finished_at if self.record.finished_at is not None else self.now
+        return person_wait_s(self.people, self.started_at, end)
+
+    def task_elapsed_s(self, task_id: str) -> float | None:
+        """How long a task took, or has been running so far."""
+        r = self.record.tasks.get(task_id)
+        if r is None:
+            return None
+        if r.duration_s is not None:
+            return r.duration_s
+        if r.started_at is not None and self.status_of.get(task_id) == "running":
+            return max(0.0, self.now - r.started_at)
+        return None
+
+    def waiting_tasks(self) -> list[str]:
+        """The tasks that wait for a person's decision, in plan order."""
+        return [t for t, s in self.status_of.items() if s == "waiting"]
 
     def task_ids(self, *, status: str | None = None, level: int | None = None) -> list[str]:
         """Task ids in plan order, optionally only those of one status or level."""
@@ -75,13 +120,23 @@ class RunView:
         ]
 
 
-def build_view(record: RunRecord, *, now: float | None = None) -> RunView:
-    """The viewer's picture of ``record`` (``now``: the time a running run is drawn at)."""
-    graph = validate(record.plan)
+def build_view(
+    record: RunRecord,
+    *,
+    now: float | None = None,
+    approvals: Sequence[ApprovalRecord] = (),
+) -> RunView:
+    """The viewer's picture of ``record`` at ``now`` (default: now); ``approvals``: the run's
+    :meth:`~dagagent.store.RunStore.approval_history`, for the time its tasks waited for a
+    person."""
+    now = time.time() if now is None else now
+    graph = recorded_graph(record.plan)
     status_of = task_statuses(record)
     level_of = {t: i for i, lv in enumerate(graph.levels) for t in lv}
     critical_s, critical = _critical(record, graph)
-    waits = {t: s - r for t, (r, s) in waits_of(record, graph).items()}
+    # A question still open waits until now: the run is paused (or still going) for it.
+    until = now if record.status in ("paused", "running") else record.finished_at
+    people = person_waits(approvals, until=until)
     return RunView(
         record=record,
         graph=graph,
@@ -90,9 +145,11 @@ def build_view(record: RunRecord, *, now: float | None = None) -> RunView:
         critical=critical,
         critical_s=critical_s,
         counts=status_counts(status_of),
-        dag=layout_dag(graph, status_of, record, critical),
-        timeline=layout_timeline(record, graph, status_of, critical, now),
-        waits=waits,
+        dag=layout_dag(graph, status_of, record, critical, now=now),
+        timeline=layout_timeline(record, graph, status_of, critical, now, people),
+        waits=waits_of(record, graph, people),
+        now=now,
+        people=people,
     )
 
 

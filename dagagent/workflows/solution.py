@@ -1,5 +1,6 @@
 """What :func:`dagagent.solve` returns: :class:`Solution` (the outcome, the answer, every
-:class:`Round`) and :class:`SolveUsage` (model calls and tokens by role)."""
+:class:`Round`, every model call) and :class:`SolveUsage` (model calls, tokens and cost by
+role)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from ..errors import SolveError
 from ..llm import Usage
 from ..plan import Plan
 from ..planners import JoinDecision, JoinReport, PlanningResult
-from ..results import RoundOutcome, RunResult, SolveStatus
+from ..results import ModelCall, RoundOutcome, RunResult, SolveStatus
 from ..text import as_text, jsonable
 
 __all__ = ["Round", "Solution", "SolveUsage"]
@@ -19,7 +20,8 @@ __all__ = ["Round", "Solution", "SolveUsage"]
 
 class SolveUsage(BaseModel):
     """What a solve used, split by role: ``planner`` (planning and replanning, repairs
-    included), ``agents`` (agent tasks of every round) and ``joiner``."""
+    included), ``agents`` (agent tasks of every round) and ``joiner``; each a
+    :class:`~dagagent.llm.Usage` with its cost when the model's price is known."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -31,7 +33,7 @@ class SolveUsage(BaseModel):
     def total(self) -> Usage:
         return self.planner + self.agents + self.joiner
 
-    def to_json_dict(self) -> dict[str, dict[str, int]]:
+    def to_json_dict(self) -> dict[str, dict[str, Any]]:
         return {
             "planner": self.planner.to_json_dict(),
             "agents": self.agents.to_json_dict(),
@@ -40,13 +42,21 @@ class SolveUsage(BaseModel):
         }
 
     def summary(self) -> str:
-        """``"4 model calls (planner 2, agents 0, joiner 2), 1812 input + 230 output tokens"``."""
+        """``"4 model calls (planner 2, agents 0, joiner 2), 1812 input + 230 output tokens"``
+        (``(some estimated)`` when they are, and the cost when it is known)."""
         t = self.total
-        return (
+        text = (
             f"{t.calls} model call{'s' if t.calls != 1 else ''} (planner {self.planner.calls}, "
             f"agents {self.agents.calls}, joiner {self.joiner.calls}), "
             f"{t.input_tokens} input + {t.output_tokens} output tokens"
         )
+        if t.estimated:
+            text += " (some estimated)"
+        if t.cost_usd is not None:
+            from ..llm.usage import format_cost
+
+            text += f", {format_cost(t.cost_usd)}"
+        return text
 
 
 class Round(BaseModel):
@@ -96,9 +106,11 @@ class Round(BaseModel):
 class Solution(BaseModel):
     """The outcome of :func:`solve`.
 
-    ``status`` (``answered`` | ``gave_up`` | ``failed`` | ``paused``) and ``reason``; for an
-    answered goal, ``answer`` (text, or JSON data) and ``cites`` (the ids of the tasks it
-    rests on, in the last round's run); every ``round``; ``usage`` split by role;
+    ``status`` (``answered`` | ``gave_up`` | ``failed`` | ``paused`` | ``budget_exhausted`` |
+    ``timed_out``) and ``reason``; for an answered goal, ``answer`` (text, or JSON data) and
+    ``cites`` (the ids of the tasks it rests on, in the last round's run); every ``round``;
+    ``usage`` split by role; ``calls``, every model call (:class:`~dagagent.results.ModelCall`,
+    in the order they started);
     ``error``, the exception behind a ``failed`` solve
     (:class:`~dagagent.errors.PlanningError`, :class:`~dagagent.errors.JoinerError`, an
     :class:`~dagagent.errors.LLMError`...); ``not_recorded``: what of the solve and its
@@ -116,6 +128,7 @@ class Solution(BaseModel):
     cites: list[str] = Field(default_factory=list)
     rounds: list[Round] = Field(default_factory=list)
     usage: SolveUsage = Field(default_factory=SolveUsage)
+    calls: list[ModelCall] = Field(default_factory=list, repr=False)
     error: Exception | None = Field(default=None, repr=False, exclude=True)
     not_recorded: list[str] = Field(default_factory=list)
 
@@ -158,8 +171,16 @@ class Solution(BaseModel):
             if self.error is None
             else {"type": type(self.error).__name__, "message": str(self.error)},
             "not_recorded": list(self.not_recorded),
-            "rounds": [r.to_json_dict() for r in self.rounds],
+            "rounds": [
+                {**r.to_json_dict(), "usage": self.round_usage(r.number).to_json_dict()}
+                for r in self.rounds
+            ],
+            "calls": [c.to_json_dict() for c in self.calls],
         }
+
+    def round_usage(self, number: int) -> Usage:
+        """What the model calls of round ``number`` used, every role together."""
+        return sum((c.usage for c in self.calls if c.round == number), Usage())
 
 
 def _usage(report: JoinReport) -> dict[str, int]:

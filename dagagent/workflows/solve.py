@@ -38,19 +38,41 @@ import anyio
 import anyio.to_thread
 
 from .. import telemetry
-from ..errors import ConfigError, JoinerError, LLMError, PlanningError, StoreError
-from ..events import JoinerDecided, Listener, RoundFinished, RoundStarted, get_logger
+from ..budget import Budget, Prices
+from ..errors import (
+    BudgetExceededError,
+    ConfigError,
+    JoinerError,
+    LLMError,
+    PlanningError,
+    StoreError,
+    TaskDeniedError,
+)
+from ..events import (
+    JoinerDecided,
+    Listener,
+    RoundFinished,
+    RoundStarted,
+    RunFinished,
+    RunStarted,
+    TaskFinished,
+    TaskStarted,
+    get_logger,
+)
 from ..graph import PlanGraph
-from ..llm import MeteredLLM, ModelSettings, UsageTracker
+from ..llm import MeteredLLM, ModelSettings
 from ..plan import Plan
-from ..planners import JoinDecision, Joiner, LLMPlanner, LLMReplanner
+from ..planners import JoinDecision, Joiner, JoinReport, LLMPlanner, LLMReplanner
 from ..planners.streaming import plan_and_execute_streamed
-from ..results import RoundOutcome, RunResult, RunStatus, SolveStatus, TaskStatus
+from ..results import MODEL_ROLES, RoundOutcome, RunResult, RunStatus, SolveStatus, TaskStatus
 from ..run import execute, new_run_id
-from ..runner import AgentTaskRunner, Interceptor
+from ..runner import AgentTaskRunner, CallNext, Interceptor, ToolInvocation
 from ..settings import RunSettings
 from ..store import RunStore
 from ..text import jsonable, shorten
+from ..tools import connected
+from ._calls import SolveCalls
+from ._spending import Spending
 from .replan import record_of, revise_run
 from .solution import Round, Solution, SolveUsage
 
@@ -141,6 +163,9 @@ class _Solve:
         store: RunStore | None,
         model_settings: ModelSettings | None = None,
         planner: LLMPlanner | None = None,
+        budget: Budget | None = None,
+        prices: Prices | None = None,
+        deadline_s: float | None = None,
     ) -> None:
         self.goal = goal
         self.policy = policy
@@ -150,13 +175,24 @@ class _Solve:
         self.max_rounds = max_rounds
         self.stream = stream and confirm is None
         self.settings = settings
-        self.interceptors = tuple(interceptors)
         self.listeners = tuple(listeners)
         self.confirm = confirm
+        self.deadline_s = deadline_s
         self.log = get_logger(solve_id=solve_id)
-        self.planner_usage = UsageTracker()
-        self.agent_usage = UsageTracker()
-        self.joiner_usage = UsageTracker()
+        self.spending = Spending(budget, prices or Prices())
+        self.spending.check_prices(
+            str(getattr(llm, "model", "") or ""), str(getattr(llm, "provider_name", "") or "")
+        )
+        # Tool calls spend the budget first of all: a call it cannot pay for asks nobody.
+        gate = (_BudgetGate(self.spending),) if self.spending.budget is not None else ()
+        self.interceptors = (*gate, *interceptors)
+        self.calls = SolveCalls(
+            solve_id,
+            spending=self.spending,
+            emit=self.emit,
+            store=store,
+            interceptors=self.interceptors,
+        )
         if planner is None:
             planner = LLMPlanner(
                 llm,
@@ -168,10 +204,11 @@ class _Solve:
             )
         else:
             _check_planner(planner, registry, agent_tasks)
-        # The planner's calls, its revisions included, are metered apart from the others.
-        self.planner = planner.with_llm(MeteredLLM(planner.llm, self.planner_usage))
-        self.replanner = LLMReplanner(
-            self.planner.llm,
+        self.planner = planner.with_llm(
+            MeteredLLM(planner.llm, observer=self.calls.observer("planner"))
+        )
+        self.replanner = LLMReplanner(  # with the planner's model, settings and options
+            MeteredLLM(planner.llm, observer=self.calls.observer("replanner")),
             registry,
             agent_tasks=planner.agent_tasks,
             max_attempts=planner.max_attempts,
@@ -181,12 +218,14 @@ class _Solve:
             settings=planner.settings,
         )
         self.joiner = Joiner(
-            MeteredLLM(llm, self.joiner_usage),
+            MeteredLLM(llm, observer=self.calls.observer("joiner")),
             max_attempts=max_attempts,
             structured=structured,
             settings=model_settings,
         )
-        self.agent_llm = MeteredLLM(llm, self.agent_usage) if agent_tasks else None
+        self.agent_llm = (
+            MeteredLLM(llm, observer=self.calls.observer("agent")) if agent_tasks else None
+        )
         self.agent_runner: AgentTaskRunner | None = None
         if agent_tasks and model_settings is not None:
             from ..agent import make_agent_runner
@@ -196,10 +235,34 @@ class _Solve:
         self.running: str | None = None  # the id of the round's run, once it is chosen
         self.round_span: Any = None  # the round's span, with OpenTelemetry on
         self.not_recorded: list[str] = []  # what the store could not write (Solution says)
+        self.ended_runs: dict[str, RunResult] = {}  # each run of the solve, once it ended
+        self.started_tasks: dict[str, set[str]] = {}  # run id -> tasks started and not ended
+        # The solve's own listener goes first: it keeps what a deadline must not lose.
+        self.run_listeners: tuple[Listener, ...] = (self._watch, *self.listeners)
 
     def emit(self, event: Any) -> None:
         for listener in self.listeners:
             listener(event)
+
+    def _last_run(self) -> RunResult | None:
+        """The round's latest run (a streamed plan's last attempt), as it ended."""
+        for run_id in (self.calls.run_id, self.running):
+            if run_id is not None and run_id in self.ended_runs:
+                return self.ended_runs[run_id]
+        return None
+
+    def _watch(self, event: Any) -> None:
+        """What the solve keeps of its runs' events: each run's result as it ended (a run
+        stopped by the deadline too) and the tasks under way."""
+        kind = type(event)
+        if kind is TaskStarted:
+            self.started_tasks.setdefault(event.run_id, set()).add(event.task_id)
+        elif kind is TaskFinished:
+            self.started_tasks.get(event.run_id, set()).discard(event.result.task_id)
+        elif kind is RunFinished:
+            self.ended_runs[event.run_id] = event.result
+        elif kind is RunStarted and self.calls.round is not None:
+            self.calls.run_id = event.run_id  # the round's run now (a streamed plan's attempt)
 
     async def record(self, what: str, **values: Any) -> None:
         """Write to the run store, if there is one, in a worker thread: a store another
@@ -218,10 +281,11 @@ class _Solve:
 
     @property
     def usage(self) -> SolveUsage:
+        calls = self.calls
         return SolveUsage(
-            planner=self.planner_usage.total,
-            agents=self.agent_usage.total,
-            joiner=self.joiner_usage.total,
+            planner=calls.usage("planner", "replanner"),
+            agents=calls.usage("agent"),
+            joiner=calls.usage("joiner"),
         )
 
     async def end(
@@ -233,6 +297,9 @@ class _Solve:
         error: Exception | None = None,
     ) -> Solution:
         self.log.info("solve.finished", status=status.value, rounds=len(self.rounds))
+        lost_calls = self.calls.close()  # every model call on record before the solve's end
+        if lost_calls is not None:
+            self.not_recorded.append(lost_calls)
         solution = Solution(
             solve_id=self.solve_id,
             goal=self.goal,
@@ -242,6 +309,7 @@ class _Solve:
             cites=list(decision.cites) if decision is not None else [],
             rounds=self.rounds,
             usage=self.usage,
+            calls=list(self.calls.records),
             error=error,
         )
         await self.record(
@@ -261,35 +329,59 @@ class _Solve:
         solution.not_recorded = [*self.not_recorded, *lost]  # never claim a missing record
         return solution
 
-    async def close_round(self, rnd: Round, outcome: RoundOutcome, reason: str = "") -> None:
+    async def close_round(
+        self, rnd: Round, outcome: RoundOutcome, reason: str = "", *, run_id: str | None = None
+    ) -> None:
+        """Record how ``rnd`` ended; ``run_id``: the run it left when it has no result (a
+        streamed round whose planning failed left the run of its first attempt)."""
         rnd.outcome, rnd.reason = outcome, reason
+        run_id = rnd.run_id or run_id
         span, self.round_span = self.round_span, None
         if span is not None:
             span.set_attribute(telemetry.ROUND_OUTCOME, outcome)
-            if rnd.run_id:
-                span.set_attribute(telemetry.RUN_ID, rnd.run_id)
+            _usage_attributes(span, self.calls.usage(round=rnd.number))
+            for role in MODEL_ROLES:
+                used = self.calls.usage(role, round=rnd.number)
+                if used.calls:
+                    _usage_attributes(span, used, role)
+            if run_id:
+                span.set_attribute(telemetry.RUN_ID, run_id)
             span.end()
         await self.record(
             "record_round",
             round=rnd.number,
-            run_id=rnd.run_id,
+            run_id=run_id,
             outcome=outcome,
             reason=reason,
             decision=jsonable(rnd.decision.to_json_dict()) if rnd.decision is not None else None,
             feedback=rnd.feedback,
         )
-        self.emit(RoundFinished(self.solve_id, rnd.number, rnd.run_id, outcome, reason))
+        self.emit(RoundFinished(self.solve_id, rnd.number, run_id, outcome, reason))
 
     async def run(self, resumed: Resumed | None = None) -> Solution:
         """The rounds, from the first (or, ``resumed``, from a paused round whose run goes
-        on), as a span, recording a solve that is stopped as such."""
+        on), as a span, within the deadline, recording a solve that is stopped as such."""
         attributes = {**_SOLVE, telemetry.SOLVE_ID: self.solve_id}
         try:
             with telemetry.operation("invoke_workflow dagagent.solve", attributes) as span:
-                solution = await self._rounds(resumed)
+                solution: Solution | None = None
+                deadline = (
+                    anyio.current_time() + self.deadline_s
+                    if self.deadline_s is not None
+                    else float("inf")
+                )
+                with anyio.CancelScope(deadline=deadline) as scope:
+                    solution = await self._rounds(resumed)
+                if solution is None or (scope.cancelled_caught and not solution.ok):
+                    solution = await self._timed_out()
                 if span is not None:
                     span.set_attribute(telemetry.SOLVE_STATUS, solution.status.value)
                     span.set_attribute("dagagent.solve.rounds", len(solution.rounds))
+                    _usage_attributes(span, solution.usage.total)
+                    for role in MODEL_ROLES:
+                        used = self.calls.usage(role)
+                        if used.calls:
+                            _usage_attributes(span, used, role)
                 return solution
         except BaseException:
             if self.round_span is not None:
@@ -305,8 +397,43 @@ class _Solve:
                     reason="the solve was stopped",
                     feedback=rnd.feedback,
                 )
+            self.calls.close()
             await self.record("finish_solve", status="cancelled", reason="the solve was stopped")
             raise
+
+    async def _timed_out(self) -> Solution:
+        """The deadline passed: what ran was cancelled; the round under way ends with what it
+        got, and the message says what was running."""
+        running = self.calls.cancelled
+        parts = [f.describe() for f in running]
+        rnd = self.rounds[-1] if self.rounds else None
+        if rnd is not None and rnd.result is None:
+            rnd.result = self._last_run()  # the run, as the deadline left it
+        if rnd is not None and rnd.result is not None:
+            stopped = [
+                tid
+                for tid, r in rnd.result.tasks.items()
+                if r.status is TaskStatus.CANCELLED and r.started_at is not None
+            ]
+            if stopped:
+                shown = ", ".join(stopped[:8]) + (", ..." if len(stopped) > 8 else "")
+                parts.append(f"task{'s' if len(stopped) != 1 else ''} {shown} of run {rnd.run_id}")
+        what = "; cancelled: " + "; ".join(parts) if parts else ""
+        where = f" in round {rnd.number}" if rnd is not None else ""
+        kept = sum(
+            1
+            for r in self.rounds
+            if r.result is not None
+            for t in r.result.tasks.values()
+            if t.status.ok
+        )
+        reason = (
+            f"the deadline passed{where} ({self.deadline_s:.1f} s into the solve){what}; kept "
+            f"what finished ({kept} task{'s' if kept != 1 else ''} with an output)"
+        )
+        if rnd is not None and not rnd.outcome:
+            await self.close_round(rnd, "timed_out", reason)
+        return await self.end(SolveStatus.TIMED_OUT, reason)
 
     def _start_round(self, n: int) -> None:
         self.round_span = telemetry.start_span(
@@ -346,6 +473,10 @@ class _Solve:
             try:
                 with telemetry.within(self.round_span):
                     stop = await self.plan_and_run(rnd, previous, feedback)
+            except BudgetExceededError as exc:  # planning was refused, or cut off
+                if rnd.result is None:
+                    rnd.result = self._last_run()  # what its tasks did
+                return await self._out_of_budget(rnd, previous, outputs, exc)
             except (PlanningError, LLMError) as exc:
                 what = "no valid plan" if n == 1 else "no valid revised plan"
                 reason = (
@@ -353,7 +484,10 @@ class _Solve:
                     if isinstance(exc, PlanningError)
                     else f"round {n}: the model could not be used: {' '.join(str(exc).split())}"
                 )
-                await self.close_round(rnd, "failed", reason)
+                # A streamed round ran its plan as it came: its first attempt's run is on
+                # record (with nothing, or what ran before the plan was rejected).
+                left = self.running if self.stream else None
+                await self.close_round(rnd, "failed", reason, run_id=left)
                 return await self.end(SolveStatus.FAILED, reason, error=exc)
             if stop is not None:
                 await self.close_round(rnd, "gave_up", stop)
@@ -373,6 +507,7 @@ class _Solve:
         n = rnd.number
         assert rnd.plan is not None and rnd.result is not None
         result = rnd.result
+        self.calls.round, self.calls.run_id = n, result.run_id  # the joiner's calls
         if result.status is RunStatus.PAUSED:
             waiting = [r.task_id for r in result.waiting()]
             shown = ", ".join(waiting[:10]) + (", ..." if len(waiting) > 10 else "")
@@ -383,6 +518,8 @@ class _Solve:
             )
             await self.close_round(rnd, "paused", reason)
             return await self.end(SolveStatus.PAUSED, reason)
+        if self.spending.low is not None:  # the budget ran low during the round
+            return await self._out_of_budget(rnd, previous, outputs)
         if previous is not None and not _new_successes(result, outputs):
             reason = f"round {n} added no new success ({_failure_summary(result)})"
             await self.close_round(rnd, "gave_up", reason)
@@ -392,6 +529,8 @@ class _Solve:
         try:
             with telemetry.within(self.round_span):
                 report = await self.joiner.join(self.goal, rnd.plan, result.tasks, must_finish=last)
+        except BudgetExceededError as exc:
+            return await self._out_of_budget(rnd, previous, outputs, exc)
         except (JoinerError, LLMError) as exc:
             reason = (
                 f"round {n}: {exc}"
@@ -401,6 +540,13 @@ class _Solve:
             )
             await self.close_round(rnd, "failed", reason)
             return await self.end(SolveStatus.FAILED, reason, error=exc)
+        return await self._decided(rnd, report)
+
+    async def _decided(self, rnd: Round, report: JoinReport, *, last: str = "") -> Solution | None:
+        """The joiner decided about ``rnd``: the solution when it answered (``last``: why this
+        was its last answer), ``None`` when it asked for another round."""
+        n, result = rnd.number, rnd.result
+        assert result is not None
         rnd.joining = report
         decision = rnd.decision = report.decision
         self.emit(
@@ -416,10 +562,55 @@ class _Solve:
         )
         self.log.info("solve.joined", round=n, action=decision.action)
         if decision.finished:
-            await self.close_round(rnd, "answered")
-            return await self.end(SolveStatus.ANSWERED, f"answered in round {n}", decision=decision)
+            await self.close_round(rnd, "answered", last)
+            reason = f"answered in round {n}" + (f" ({last})" if last else "")
+            return await self.end(SolveStatus.ANSWERED, reason, decision=decision)
         await self.close_round(rnd, "replan")
         return None
+
+    async def _out_of_budget(
+        self,
+        rnd: Round,
+        previous: Round | None,
+        outputs: dict[str, Any],
+        refused: BudgetExceededError | None = None,
+    ) -> Solution:
+        """The budget ran low in ``rnd``: the joiner is asked once, within the reserve kept for
+        it, to answer from the results so far (this round's, or the round's before); without
+        results, or without an answer, the solve ends ``budget_exhausted``, every result
+        kept."""
+        why = self.spending.low or (str(refused) if refused is not None else "the budget ran out")
+        source = rnd if rnd.plan is not None and rnd.result is not None else previous
+        if source is not None and source.plan is not None and source.result is not None:
+            results = source.result.tasks
+            if source is rnd:
+                outputs.update(source.result.outputs)
+            self.calls.final = True
+            try:
+                with telemetry.within(self.round_span):
+                    report = await self.joiner.join(
+                        self.goal, source.plan, results, must_finish=True
+                    )
+            except (BudgetExceededError, JoinerError, LLMError) as exc:
+                why = f"{why}; the joiner's last answer within the reserve failed: {exc}"
+            else:
+                if source is rnd:
+                    done = await self._decided(
+                        rnd, report, last="from what it had when the budget ran low: " + why
+                    )
+                    assert done is not None  # must_finish: the joiner answered
+                    return done
+                rnd.joining = report
+                decision = rnd.decision = report.decision
+                reason = (
+                    f"answered from round {source.number}'s results when the budget ran low "
+                    f"in round {rnd.number}: {why}"
+                )
+                await self.close_round(rnd, "answered", reason)
+                return await self.end(SolveStatus.ANSWERED, reason, decision=decision)
+        reason = f"round {rnd.number}: the budget ran out ({self.spending.spent()}): {why}"
+        await self.close_round(rnd, "budget_exhausted", reason)
+        return await self.end(SolveStatus.BUDGET_EXHAUSTED, reason)
 
     async def plan_and_run(
         self, rnd: Round, previous: Round | None, feedback: str | None
@@ -432,6 +623,7 @@ class _Solve:
             else None
         )
         run_id = self.running = new_run_id()
+        self.calls.round, self.calls.run_id = rnd.number, run_id
         # On record from the start, so that a solve killed mid-round still names its run.
         await self.record(
             "record_round",
@@ -451,7 +643,7 @@ class _Solve:
                 reuse=_reuse_of(record),
                 parent_id=record.run_id if record is not None else None,
                 run_id=run_id,
-                listeners=self.listeners,
+                listeners=self.run_listeners,
                 policy=self.policy,
                 settings=self.settings,
                 interceptors=self.interceptors,
@@ -499,7 +691,7 @@ class _Solve:
             reuse=reuse,
             parent_id=record.run_id if record is not None else None,
             run_id=run_id,
-            listeners=self.listeners,
+            listeners=self.run_listeners,
             settings=self.settings,
             interceptors=self.interceptors,
             store=self.store,
@@ -525,6 +717,47 @@ def _check_planner(planner: Any, registry: Registry, agent_tasks: bool) -> None:
             f"solve(agent_tasks={agent_tasks}) {'runs none' if not agent_tasks else 'would'}: "
             "give both the same agent_tasks"
         )
+
+
+def _usage_attributes(span: Any, usage: Any, role: str | None = None) -> None:
+    """What the model calls of a round or a solve used (of one ``role``: under
+    ``dagagent.usage.ROLE.*``), on its span."""
+    names: tuple[str, ...]
+    if role is None:
+        names = (
+            telemetry.MODEL_CALLS,
+            telemetry.INPUT_TOKENS,
+            telemetry.OUTPUT_TOKENS,
+            telemetry.ESTIMATED,
+            telemetry.COST,
+        )
+    else:
+        names = tuple(
+            f"dagagent.usage.{role}.{what}"
+            for what in ("calls", "input_tokens", "output_tokens", "estimated", "cost_usd")
+        )
+    values = (usage.calls, usage.input_tokens, usage.output_tokens, usage.estimated)
+    for name, value in zip(names, values, strict=False):
+        span.set_attribute(name, value)
+    if usage.cost_usd is not None:
+        span.set_attribute(names[4], usage.cost_usd)
+
+
+class _BudgetGate:
+    """The interceptor that spends a solve's tool-call budget: outside every other one, it
+    counts each call and denies the one past the budget (a denied task, as an approval rule
+    would deny it)."""
+
+    def __init__(self, spending: Spending) -> None:
+        self.spending = spending
+
+    async def __call__(self, call: ToolInvocation, call_next: CallNext) -> Any:
+        try:
+            self.spending.tool_call(call.tool.name, call.task_id)
+        except BudgetExceededError as exc:
+            call.decide("deny", "budget", str(exc))
+            raise TaskDeniedError(str(exc), decided_by="budget") from None
+        return await call_next(call)
 
 
 def _reuse_of(record: Any) -> dict[str, tuple[str, Any]] | None:
@@ -568,6 +801,9 @@ async def solve(
     solve_id: str | None = None,
     model_settings: ModelSettings | None = None,
     planner: LLMPlanner | None = None,
+    budget: Budget | None = None,
+    prices: Prices | str | Path | None = None,
+    deadline_s: float | None = None,
 ) -> Solution:
     """Answer ``goal`` with the tools of ``registry`` and the model ``llm``: plan, run,
     join, and replan when the joiner asks, for at most ``max_rounds`` rounds (see the module
@@ -600,6 +836,19 @@ async def solve(
       for ``registry`` and agree with ``agent_tasks`` (:class:`~dagagent.errors.ConfigError`
       otherwise); ``model_settings``, ``max_attempts`` and ``structured`` then apply to the
       joiner and the agents.
+    - ``budget``: what the solve may spend (a :class:`~dagagent.Budget`: tokens, cost, model
+      calls, tool calls), reserved before each call: a call that could cross it is refused.
+      When it runs low, the joiner is asked once, within the reserve kept for it, to answer
+      from the results so far; without an answer the solve ends ``budget_exhausted``.
+    - ``prices``: the :class:`~dagagent.Prices` model calls are costed at (or a prices file
+      over the defaults); a model without a price has no cost (``None``), never a guessed one.
+    - ``deadline_s``: the whole solve's time, model calls and streams included. When it
+      passes, what runs is cancelled, what finished is kept (and recorded), and the solve
+      ends ``timed_out`` with a reason that says what was running.
+
+    Every model call is a :class:`~dagagent.results.ModelCall` in ``Solution.calls`` (and,
+    with a store, in the solve's record): role, round, task, model, options, what the model
+    wrote, its tokens (reported or estimated), cost and times.
 
     Raises :class:`~dagagent.errors.ConfigError` for a bad option before anything runs;
     cancelling the caller cancels the solve (the running round's run is recorded as
@@ -607,6 +856,10 @@ async def solve(
     """
     if not goal.strip():
         raise ConfigError("the goal is empty: say what the answer should be about")
+    if deadline_s is not None and not deadline_s > 0:
+        raise ConfigError(f"deadline_s must be a positive number of seconds, not {deadline_s!r}")
+    if prices is not None and not isinstance(prices, Prices):
+        prices = Prices.load(prices)
     settings = settings or SOLVE_SETTINGS
     options = {
         "max_rounds": max_rounds,
@@ -616,6 +869,10 @@ async def solve(
         "structured": structured,
         **settings.to_record(),
     }
+    if budget is not None and budget.limited:  # a resume of the solve spends the same budget
+        options["budget"] = budget.model_dump(mode="json", exclude_defaults=True)
+    if deadline_s is not None:
+        options["deadline_s"] = deadline_s
     opened: RunStore | None = None
     if store is not None:
         opened = store if isinstance(store, RunStore) else RunStore(store)
@@ -634,9 +891,16 @@ async def solve(
             confirm=confirm,
             model_settings=model_settings,
             planner=planner,
+            budget=budget,
+            prices=prices,
+            deadline_s=deadline_s,
         )
-        await state.record("start_solve", goal=state.goal, options=options)
-        return await state.run()
+        # The tools' servers (MCP), each opened once, all at the same time, and kept for
+        # every round: a round's run finds them open instead of opening them again. One that
+        # cannot be opened is a configuration error before anything is recorded.
+        async with connected(registry):
+            await state.record("start_solve", goal=state.goal, options=options)
+            return await state.run()
     finally:
         if opened is not None and opened is not store:
             opened.close()
@@ -657,12 +921,17 @@ def new_state(
     confirm: Confirm | None,
     model_settings: ModelSettings | None = None,
     planner: LLMPlanner | None = None,
+    budget: Budget | None = None,
+    prices: Prices | None = None,
+    deadline_s: float | None = None,
 ) -> _Solve:
     """The state of a solve with ``options`` (those :func:`solve` records with it, checked
     here) and run ``settings``, for :func:`solve` and for the resume of a paused solve."""
     max_rounds = options["max_rounds"]
     if not isinstance(max_rounds, int) or max_rounds < 1:
         raise ConfigError(f"max_rounds must be at least 1, not {max_rounds}")
+    if budget is None and isinstance(options.get("budget"), dict):  # a resumed solve's
+        budget = Budget.model_validate(options["budget"])
     chain = list(interceptors)
     if policy is not None:
         if isinstance(policy, (str, Path)):
@@ -688,6 +957,9 @@ def new_state(
         store=store,
         model_settings=model_settings,
         planner=planner,
+        budget=budget,
+        prices=prices,
+        deadline_s=deadline_s,
     )
 
 

@@ -30,11 +30,11 @@ import anyio
 from ..approval import Approval
 from ..errors import DecisionError, StoreError
 from ..graph import validate
-from ..llm import Usage, UsageTracker
 from ..planners import JoinDecision
 from ..results import RunResult, RunStatus
 from ..settings import RunSettings
 from ..store import RoundRecord, RunRecord, RunStore, SolveRecord
+from ..tools import connected
 from .resume import continue_claimed, record_decision
 from .solution import Round, Solution
 from .solve import SOLVE_SETTINGS, Confirm, Resumed, new_state
@@ -104,14 +104,6 @@ def _earlier_round(store: RunStore, r: RoundRecord) -> Round:
     )
 
 
-def _seed(tracker: UsageTracker, recorded: Usage | None) -> None:
-    """What a role had used before the pause, counted on."""
-    if recorded is not None:
-        tracker.calls = recorded.calls
-        tracker.input_tokens = recorded.input_tokens
-        tracker.output_tokens = recorded.output_tokens
-
-
 async def resume_solve(
     ref: str,
     registry: Registry,
@@ -168,10 +160,7 @@ async def resume_solve(
             model_settings=model_settings,
             planner=planner,
         )
-        usage = record.usage or {}
-        _seed(state.planner_usage, usage.get("planner"))
-        _seed(state.agent_usage, usage.get("agents"))
-        _seed(state.joiner_usage, usage.get("joiner"))
+        state.calls.seed(record.calls, record.usage)  # what the rounds before used
         earlier = [_earlier_round(opened, r) for r in record.rounds[:-1]]
         outputs: dict[str, Any] = {}  # every success of the rounds before: task id -> output
         for rnd in earlier:
@@ -180,20 +169,22 @@ async def resume_solve(
         state.rounds.extend(earlier)
         for task_id, approval in (decisions or {}).items():
             record_decision(opened, run.run_id, task_id, approval, registry, by=decided_by)
-        opened.claim_solve(record.solve_id)
-        try:
-            go_on = _going_on(opened, run, registry, state, executor)
-        except BaseException:
-            opened.release_solve(record.solve_id)
-            raise
-        resumed = Resumed(
-            round=Round(number=paused.round, plan=run.plan, feedback=paused.feedback),
-            previous=earlier[-1] if earlier else None,
-            outputs=outputs,
-            run_id=run.run_id,
-            go_on=go_on,
-        )
-        return await state.run(resumed)
+        # The tools' servers, each opened once (all at the same time) for every round left.
+        async with connected(registry):
+            opened.claim_solve(record.solve_id)
+            try:
+                go_on = _going_on(opened, run, registry, state, executor)
+            except BaseException:
+                opened.release_solve(record.solve_id)
+                raise
+            resumed = Resumed(
+                round=Round(number=paused.round, plan=run.plan, feedback=paused.feedback),
+                previous=earlier[-1] if earlier else None,
+                outputs=outputs,
+                run_id=run.run_id,
+                go_on=go_on,
+            )
+            return await state.run(resumed)
     finally:
         if opened is not store:
             opened.close()
@@ -224,7 +215,7 @@ def _going_on(
             registry,
             settings=settings or state.settings.but(executor=run.executor),
             interceptors=state.interceptors,
-            listeners=state.listeners,
+            listeners=state.run_listeners,
             llm=state.agent_llm,
             agent_runner=state.agent_runner,
         )

@@ -12,7 +12,7 @@ import pytest
 import structlog
 
 from dagagent import Registry, TaskDeniedError
-from dagagent.agent import AgentEvent, AgentState, Budget, ReActAgent
+from dagagent.agent import AgentEvent, AgentLimits, AgentState, ReActAgent
 from dagagent.errors import AgentError, ConfigError, LLMServerError
 from dagagent.limits import agent_turn_tokens, call_tokens
 from dagagent.llm import (
@@ -219,7 +219,7 @@ async def test_parse_error_stops_after_three_corrections(tools: Registry) -> Non
 
 async def test_empty_replies_stop_as_no_answer(tools: Registry) -> None:
     with ScriptedLLM([turn()] * 2) as llm:
-        result = await ReActAgent(llm, tools, budget=Budget(max_parse_retries=1)).run("?")
+        result = await ReActAgent(llm, tools, limits=AgentLimits(max_parse_retries=1)).run("?")
     assert result.stop_reason == "no_answer"
     assert last_user(llm.requests[1]).startswith("Your reply was empty")
 
@@ -389,13 +389,13 @@ async def test_dotted_tool_names_travel_as_wire_names(calls: Calls) -> None:
     assert result.steps[0].calls[0].observation == "found Paris"
 
 
-# ---------------------------------------------------------------------------- budgets
+# ---------------------------------------------------------------------------- limits
 
 
 async def test_max_steps(tools: Registry, calls: Calls) -> None:
     script = [turn(call(f"c{i}", "add", a=i, b=i)) for i in range(3)]
     with ScriptedLLM(script) as llm:
-        result = await ReActAgent(llm, tools, budget=Budget(max_steps=3)).run("?")
+        result = await ReActAgent(llm, tools, limits=AgentLimits(max_steps=3)).run("?")
     assert result.stop_reason == "max_steps" and result.answer is None
     assert result.detail == "used all 3 steps without reaching an answer"
     # the last turn's calls were not made: no model turn is left to read their results
@@ -409,17 +409,19 @@ async def test_max_tokens(tools: Registry, calls: Calls) -> None:
         turn(call("c2", "add", a=2, b=2), tokens=30),
     ]
     with ScriptedLLM(script) as llm:
-        result = await ReActAgent(llm, tools, budget=Budget(max_tokens=100)).run("?")
+        result = await ReActAgent(llm, tools, limits=AgentLimits(max_tokens=100)).run("?")
     assert result.stop_reason == "max_tokens"
     assert result.usage.total_tokens == 120 and result.detail == (
-        "used 120 tokens; the budget is 100"
+        "used 120 tokens; the limit is 100"
     )
     assert calls.names() == ["add"]
 
 
 async def test_an_answer_within_the_last_step_or_token_is_kept(tools: Registry) -> None:
     with ScriptedLLM([turn(content="42", tokens=500)]) as llm:
-        result = await ReActAgent(llm, tools, budget=Budget(max_steps=1, max_tokens=10)).run("?")
+        result = await ReActAgent(llm, tools, limits=AgentLimits(max_steps=1, max_tokens=10)).run(
+            "?"
+        )
     assert result.answer == "42" and result.stop_reason == "answer"
 
 
@@ -431,7 +433,7 @@ async def test_deadline_cuts_a_slow_model() -> None:
     with ScriptedLLM([slow_model]) as llm:
         with anyio.fail_after(4.5):
             t0 = anyio.current_time()
-            result = await ReActAgent(llm, [], budget=Budget(deadline_s=0.5)).run("?")
+            result = await ReActAgent(llm, [], limits=AgentLimits(deadline_s=0.5)).run("?")
     # well before the model's 5 s answer, with room for a busy machine
     assert result.stop_reason == "deadline" and anyio.current_time() - t0 < 4.0
     assert result.detail == "ran past the deadline of 0.5 s"
@@ -440,7 +442,7 @@ async def test_deadline_cuts_a_slow_model() -> None:
 async def test_deadline_cuts_slow_tools(tools: Registry, calls: Calls) -> None:
     with ScriptedLLM([turn(call("c1", "slow", seconds=5))]) as llm:
         with anyio.fail_after(4.5):
-            result = await ReActAgent(llm, tools, budget=Budget(deadline_s=0.5)).run("?")
+            result = await ReActAgent(llm, tools, limits=AgentLimits(deadline_s=0.5)).run("?")
     assert result.stop_reason == "deadline" and calls.names() == ["slow"]
     # the unfinished step is not in the conversation: a resume replays it whole
     assert result.state.messages[-1].role == "user"
@@ -468,11 +470,11 @@ async def test_loop_detection(tools: Registry, calls: Calls) -> None:
     assert result.stop_reason == "loop"
 
 
-async def test_budget_rejects_bad_values() -> None:
+async def test_limits_reject_bad_values() -> None:
     with pytest.raises(ValueError):
-        Budget(max_steps=0)
+        AgentLimits(max_steps=0)
     with pytest.raises(ValueError):
-        Budget(max_repeats=1)
+        AgentLimits(max_repeats=1)
     with pytest.raises(AgentError, match="mode must be 'tools' or 'text'"):
         ReActAgent(ScriptedLLM(), [], mode="json")  # type: ignore[arg-type]
     with pytest.raises(AgentError, match="needs a model"):
@@ -523,7 +525,7 @@ async def test_resume_from_a_saved_state(mode: str, tools: Registry, calls: Call
         first = ['Action: add\nAction Input: {"a": 20, "b": 1}', "Action: add\nAction Input: {}"]
         rest = ["Final Answer: 42"]
     with ScriptedLLM(first) as llm:
-        agent = ReActAgent(llm, tools, mode=mode, budget=Budget(max_steps=2))  # type: ignore[arg-type]
+        agent = ReActAgent(llm, tools, mode=mode, limits=AgentLimits(max_steps=2))  # type: ignore[arg-type]
         stopped = await agent.run("compute")
     assert stopped.stop_reason == "max_steps" and calls.names() == ["add"]
     saved = stopped.state.model_dump_json()
@@ -531,7 +533,7 @@ async def test_resume_from_a_saved_state(mode: str, tools: Registry, calls: Call
     state = AgentState.model_validate_json(saved)
     assert state == stopped.state and state.step == 2
     with ScriptedLLM(rest) as llm2:
-        agent2 = ReActAgent(llm2, tools, mode=mode, budget=Budget(max_steps=5))  # type: ignore[arg-type]
+        agent2 = ReActAgent(llm2, tools, mode=mode, limits=AgentLimits(max_steps=5))  # type: ignore[arg-type]
         result = await agent2.resume(state)
     assert result.answer == "42" and result.steps[-1].step == 3
     assert llm2.requests[0].messages == state.messages  # continued exactly where it was
@@ -590,7 +592,9 @@ async def test_stream_events(tools: Registry) -> None:
 
 async def test_stop_without_answer_is_an_error_event(tools: Registry) -> None:
     with ScriptedLLM([turn(call("c1", "add", a=1, b=2))]) as llm:
-        events = [e async for e in ReActAgent(llm, tools, budget=Budget(max_steps=1)).stream("?")]
+        events = [
+            e async for e in ReActAgent(llm, tools, limits=AgentLimits(max_steps=1)).stream("?")
+        ]
     assert events[-1].kind == "error" and events[-1].stop_reason == "max_steps"
 
 
@@ -743,7 +747,7 @@ async def test_bare_and_object_inputs_are_the_same_call_in_text_mode(
 async def test_alternating_calls_are_caught(odd_tools: Registry) -> None:
     a, b = ("add", {"a": 1, "b": 1}), ("add", {"a": 2, "b": 2})
     with ScriptedLLM([turn_of(a), turn_of(b), turn_of(a), turn_of(b), turn_of(a)]) as llm:
-        result = await ReActAgent(llm, odd_tools, budget=Budget(max_steps=20)).run("loop")
+        result = await ReActAgent(llm, odd_tools, limits=AgentLimits(max_steps=20)).run("loop")
     assert result.stop_reason == "loop" and len(result.steps) == 5
     assert result.detail == 'stuck: asked for add({"a": 1, "b": 1}) 3 times'
 

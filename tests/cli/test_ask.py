@@ -36,13 +36,15 @@ class Model:
 
     def __init__(self, flavor: str) -> None:
         self.flavor = flavor
-        self.answers: deque[dict[str, Any]] = deque()
+        self.answers: deque[dict[str, Any] | Reply] = deque()
         self.server = LLMTestServer(self.respond)
 
     def respond(self, request: Recorded) -> Reply | SSEReply:
         if not self.answers:
             return Reply(500, json={"error": {"message": "no more answers scripted"}})
         body = self.answers.popleft()
+        if isinstance(body, Reply):  # an answer as the server sends it: a 503, say
+            return body
         if request.json.get("stream"):
             events = wire.openai_events if self.flavor == "openai" else wire.anthropic_events
             return SSEReply(events(body))
@@ -147,8 +149,37 @@ def test_replan_reuses_what_succeeded(user: User, model: Model) -> None:
     assert doc["usage"]["planner"]["calls"] == 2 and doc["usage"]["joiner"]["calls"] == 2
     # Paris was looked up once over both rounds
     assert user.calls() == ["get_weather Atlantis", "get_weather Paris", "get_weather Tokyo"]
-    runs = json.loads(user("runs", "--json", code=0).stdout)
+    runs = json.loads(user("runs", "--json", code=0).stdout)["runs"]
     assert {r["run_id"] for r in runs} == {first["run_id"], second["run_id"]}
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["streamed", "no-stream"])
+def test_an_llmcompiler_answer_out_of_order_is_read_either_way(
+    user: User, model: Model, stream: bool
+) -> None:
+    model.text(
+        "Here is the plan:\n"
+        "Thought: the report needs both cities.\n"
+        '1. format_report("Paris and Tokyo", ["Paris: ${2.temp_c} C", "Tokyo: ${3.temp_c} C"])\n'
+        '2. get_weather("Paris")\n'
+        '3. get_weather("Tokyo")\n'
+        "4. join()<END_OF_PLAN>"
+    )
+    model.decide(finish("done", ["1"]))
+    proc = user.ask("--json", *([] if stream else ["--no-stream"]))
+    doc = json.loads(proc.stdout)
+    assert doc["status"] == "answered"
+    assert doc["usage"]["planner"]["calls"] == 1  # read at once: not sent back
+    (rnd,) = doc["rounds"]
+    assert {k: t["status"] for k, t in rnd["result"]["tasks"].items()} == dict.fromkeys(
+        ("1", "2", "3"), "succeeded"
+    )
+    assert model.server.requests[0].json.get("stream") is (True if stream else None)
+    assert sorted(user.calls()) == [
+        "format_report Paris and Tokyo",
+        "get_weather Paris",
+        "get_weather Tokyo",
+    ]
 
 
 def test_gave_up_exits_1(user: User, model: Model) -> None:
@@ -237,7 +268,7 @@ def test_killed_mid_solve_keeps_what_ended(user: User, model: Model, sig: str) -
             proc.communicate()
     flag.unlink()
     assert "Traceback" not in out + err
-    runs = json.loads(user("runs", "--json", code=0).stdout)
+    runs = json.loads(user("runs", "--json", code=0).stdout)["runs"]
     first_id = next(r["run_id"] for r in runs if r["parent_id"] is None)
     second_id = next(r["run_id"] for r in runs if r["parent_id"] is not None)
     first = json.loads(user("show", first_id, "--json", code=0).stdout)
@@ -357,12 +388,14 @@ def test_a_paused_solve_is_approved_and_resumed_without_planning_again(
     assert "paused: round 1: run" in shown and f"dagagent resume {run_id}" in shown
     user("approve", run_id, "tokyo", "--allow", "--by", "ann", code=0)
     assert user.calls() == ["get_weather Paris"]  # approving runs nothing
-    # the joiner decides what follows the run: the solve (named by its id too) needs the model
-    no_model = user("resume", solve["solve_id"], code=2)
-    assert "resuming it needs the model" in no_model.stderr
+    # the joiner decides what follows the run: the resume asks the model and server the ask
+    # was given (on record, without the key, which comes from the environment as always)
+    context = json.loads(user("show", run_id, "--json", code=0).stdout)["context"]
+    assert context["model"] == user.model[1] and context["base_url"] == user.model[3]
+    assert "sk-" not in json.dumps(context)
 
     model.decide(finish("Tokyo is warmer; the mean is 21.25 C.", ["avg", "tokyo"]))
-    resumed = user("resume", run_id, *user.model, code=0)
+    resumed = user("resume", solve["solve_id"], code=0)  # the solve, named by its id
     assert resumed.stdout.strip().splitlines()[-1] == "Tokyo is warmer; the mean is 21.25 C."
     assert f"resuming solve {solve['solve_id']}: round 1's run {run_id} goes on" in resumed.stderr
     assert "the joiner answered" in resumed.stderr
@@ -468,3 +501,42 @@ def test_a_streamed_answer_trickling_forever_stops_at_the_stream_timeout(tmp_pat
     # generous: 3 s of stream, plus starting Python on a busy machine; without the bound it
     # would have run for ten minutes
     assert took < 60, took
+
+
+def test_the_project_file_names_the_model_its_server_and_the_tools(
+    user: User, model: Model
+) -> None:
+    (user.dir / ".dagagent").mkdir()
+    spec, url = user.model[1], user.model[3]
+    (user.dir / ".dagagent" / "config.toml").write_text(
+        f'model = "{spec}"\nbase_url = "{url}"\ntools = "{TOOLS}"\ntimeout = 30\n'
+    )
+    model.plan(weather("paris", "Paris"))
+    model.decide(finish("18 C in Paris.", ["paris"]))
+    proc = user("ask", GOAL, code=0)  # no --model, --base-url nor --tools
+    assert proc.stdout.strip().splitlines()[-1] == "18 C in Paris."
+    assert user.calls() == ["get_weather Paris"] and "demo tools" not in proc.stderr
+
+
+def test_a_model_request_tried_again_is_one_line_of_progress(user: User, model: Model) -> None:
+    model.answers.append(Reply(503, json={"error": {"message": "overloaded, try later"}}))
+    model.plan(weather("paris", "Paris"))
+    model.decide(finish("18 C.", ["paris"]))
+    proc = user.ask()
+    assert proc.stdout.strip().splitlines()[-1] == "18 C."
+    (line,) = [ln for ln in proc.stderr.splitlines() if "trying again" in ln]
+    assert line.startswith("warning: the model did not answer (") and "(retry 1)" in line
+    assert "overloaded" in line
+    # no log record beside the progress: no time stamps, no fields
+    assert "llm.retry" not in proc.stderr and "[warning" not in proc.stderr
+
+
+def test_a_task_tried_again_is_one_line_of_progress(capsys: pytest.CaptureFixture[str]) -> None:
+    from dagagent.cli.ask import AskProgress
+    from dagagent.events import TaskRetrying
+
+    AskProgress()(TaskRetrying("r", "paris", 1, "ConnectionError: \x1b[31mreset", 0.4))
+    err = capsys.readouterr().err
+    assert (
+        err == "  paris failed (attempt 1): ConnectionError: \\x1b[31mreset; trying again in 0.4s\n"
+    )

@@ -3,10 +3,12 @@ loopback collector the test starts, configured only by the standard ``OTEL_*`` v
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -120,3 +122,78 @@ def test_otel_without_the_sdk_says_how_to_get_it(tmp_path: Path) -> None:
     )
     assert proc.returncode == 2, proc.stderr
     assert "pip install 'dagagent[otel]'" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith("OTEL_") and k != "DAGAGENT_TOOLS"
+    }
+    env.update(DAGAGENT_HOME=str(tmp_path / "home"), DAGAGENT_DEMO_LATENCY="0", **extra)
+    return env
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])  # nothing listens there once the socket is closed
+
+
+def test_otel_without_a_collector_warns_once_and_exits_promptly(tmp_path: Path) -> None:
+    env = _env(tmp_path, OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{_closed_port()}")
+    began = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-m", "dagagent", "run", str(EXAMPLES / "weather.json"), "--otel"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    took = time.monotonic() - began
+    assert proc.returncode == 0, proc.stderr
+    warnings = [line for line in proc.stderr.splitlines() if "warning" in line.lower()]
+    assert len(warnings) == 1, proc.stderr
+    assert warnings[0].startswith("warning: --otel: the traces and metrics could not all be sent")
+    assert "connection refused" in warnings[0] and env["OTEL_EXPORTER_OTLP_ENDPOINT"] in warnings[0]
+    assert "Transient error" not in proc.stderr and "Traceback" not in proc.stderr
+    # The exporters retry for 10 s each (their default timeout): the command does not wait.
+    assert took < 9, took
+
+
+def test_otel_traces_exporter_console_writes_spans_to_stderr(tmp_path: Path) -> None:
+    env = _env(tmp_path, OTEL_TRACES_EXPORTER="console", OTEL_METRICS_EXPORTER="none")
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dagagent",
+            "run",
+            str(EXAMPLES / "weather.json"),
+            "--otel",
+            "--json",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["status"] == "succeeded"  # stdout is the result alone
+    assert proc.stderr.count('"name": "execute_tool get_weather"') == 3
+    assert '"name": "invoke_workflow dagagent.run"' in proc.stderr
+    assert "warning" not in proc.stderr
+
+
+def test_an_unknown_exporter_is_a_clear_error(tmp_path: Path) -> None:
+    env = _env(tmp_path, OTEL_TRACES_EXPORTER="jaegerish")
+    proc = subprocess.run(
+        [sys.executable, "-m", "dagagent", "run", str(EXAMPLES / "weather.json"), "--otel"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "OTEL_TRACES_EXPORTER='jaegerish': no such exporter" in proc.stderr
+    assert "console" in proc.stderr and "Traceback" not in proc.stderr

@@ -55,7 +55,10 @@ def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
 
 def answer(plan: Any) -> Reply:
-    return Reply(json=wire.openai_text(plan if isinstance(plan, str) else json.dumps(plan)))
+    # 80 output tokens: what a plan this long takes (a count no answer of its length could
+    # have, such as 5, would not be believed: see dagagent.llm.observe)
+    text = plan if isinstance(plan, str) else json.dumps(plan)
+    return Reply(json=wire.openai_text(text, output_tokens=80))
 
 
 def plan_cli(server: LLMTestServer, *args: str) -> Any:
@@ -76,7 +79,7 @@ def test_plan_shows_table_dag_and_usage(server: LLMTestServer):
     assert "level 0" in text and "level 1" in text
     assert "<- paris, tokyo" in text
     assert "3 tasks in 2 levels; planned with test-model: 1 attempt, 1 call, " in text
-    assert "10 input + 5 output tokens" in text
+    assert "10 input + 80 output tokens" in text
     (request,) = server.requests
     assert request.path == "/v1/chat/completions"
     body = request.json
@@ -103,9 +106,33 @@ def test_json_output(server: LLMTestServer):
         "attempts": 1,
         "calls": 1,
         "input_tokens": 10,
-        "output_tokens": 5,
-        "total_tokens": 15,
+        "output_tokens": 80,
+        "total_tokens": 90,
     }
+
+
+def test_plan_reads_an_llmcompiler_answer_and_json_a_model_wrote_by_hand(
+    server: LLMTestServer,
+) -> None:
+    server.push(
+        answer(
+            "Thought: look both up, then compare.\n"
+            '1. get_weather("Paris")\n'
+            '2. get_weather("Tokyo")\n'
+            '3. compare("${1.temp_c}", "${2.temp_c}", label_a="Paris", label_b="Tokyo")\n'
+            "4. join()<END_OF_PLAN>"
+        )
+    )
+    r = plan_cli(server, "--json")
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    assert [t["id"] for t in data["plan"]["tasks"]] == ["1", "2", "3"]
+    assert data["levels"] == [["1", "2"], ["3"]] and data["usage"]["attempts"] == 1
+    cut = "```json\n// the plan\n" + json.dumps(PLAN)[:-2] + ",],}\n```"  # trailing commas
+    server.push(answer(cut))
+    r = plan_cli(server, "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["levels"] == [["paris", "tokyo"], ["cmp"]]
 
 
 def test_out_writes_a_plan_that_validates(server: LLMTestServer, tmp_path: Path):

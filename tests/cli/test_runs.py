@@ -80,7 +80,8 @@ def test_history_follows_the_project_not_the_current_directory(
     res = cli("runs")  # nothing recorded yet is not an error
     assert res.exit_code == 0, res.output
     assert res.stdout.startswith(f"no runs recorded in {user_store}\n(the per-user store")
-    assert cli("runs", "--json").stdout.strip() == "[]"
+    empty = json.loads(cli("runs", "--json").stdout)
+    assert empty == {"store": str(user_store), "found": "user", "runs": []}
     assert not user_store.exists()
     res = cli("run", WEATHER)
     assert res.exit_code == 0, res.output
@@ -173,7 +174,7 @@ def test_runs_lists_recent_runs_with_counts(home: Path) -> None:
     assert out.index(newest) < out.index(oldest)
     assert "2 succeeded, 1 failed, 1 skipped" in " ".join(out.split())
     res = cli("runs", "--limit", "1", "--json")
-    (doc,) = json.loads(res.stdout)
+    (doc,) = json.loads(res.stdout)["runs"]
     assert doc["run_id"] == newest and "id" not in doc and doc["status"] == "failed"
     assert doc["counts"] == {"succeeded": 2, "failed": 1, "skipped": 1}
 
@@ -663,3 +664,133 @@ def test_map_tasks_in_show_graph_and_run(home: Path, tmp_path: Path) -> None:
     assert res.exit_code == 1
     w = json.loads(res.stdout)["tasks"]["w"]
     assert w["error_type"] == "MapError" and "has 13 elements" in w["error"]
+
+
+# ---------------------------------------------------------------------------------------------
+# every record opens: a run of no tasks, a run still going, a paused run
+
+
+def _planning_failed_run(store: Path) -> str:
+    """A streamed solve whose model could not be reached: its round's run has no task."""
+    from dagagent.errors import LLMConnectionError
+    from dagagent.llm import ScriptedLLM
+
+    llm = ScriptedLLM([LLMConnectionError("could not connect to the model's server")])
+    registry = dagagent.Registry()
+
+    @registry.tool
+    def nothing() -> str:
+        """Never called."""
+        return ""
+
+    solution = dagagent.solve_sync("Any plan?", registry, llm, store=store)
+    assert solution.status.value == "failed"
+    with RunStore(store) as st:
+        run_id = st.get_solve(solution.solve_id).rounds[0].run_id
+    assert run_id is not None
+    return run_id
+
+
+def test_a_run_whose_plan_never_came_is_failed_and_every_reader_opens_it(
+    home: Path, tmp_path: Path
+) -> None:
+    run_id = _planning_failed_run(home / "runs.db")
+    listed = cli("runs")
+    assert listed.exit_code == 0 and re.search(rf"{run_id}\s.*\sfailed\s+none", listed.stdout)
+    shown = cli("show", run_id)
+    assert shown.exit_code == 0, shown.output
+    assert f"run {run_id}: failed" in shown.stdout
+    assert "tasks: none: no task of its plan was accepted, so nothing ran" in shown.stdout
+    assert "could not connect to the model's server" in shown.stdout  # the round says why
+    timeline = cli("show", run_id, "--timeline")
+    assert timeline.exit_code == 0 and "no task ran" in timeline.stdout
+    assert json.loads(cli("show", run_id, "--json").stdout)["status"] == "failed"
+    drawn = cli("graph", run_id)
+    assert drawn.exit_code == 0 and "(no tasks)" in drawn.stdout
+    for fmt in ("mermaid", "dot"):
+        assert cli("graph", run_id, "--format", fmt).exit_code == 0
+    report = tmp_path / "r.html"
+    made = cli("report", run_id, "--out", str(report))
+    assert made.exit_code == 0, made.output
+    assert "Nothing ran" in report.read_text()
+    reviewed = cli("replan", run_id)
+    assert reviewed.exit_code == 0 and "no task of its plan was accepted" in reviewed.stdout
+    again = cli("replan", run_id, "--execute")
+    assert again.exit_code == 2 and "nothing to run again" in again.output
+
+
+def test_show_of_a_running_run_shows_each_task_running_with_its_time_so_far(
+    home: Path,
+) -> None:
+    gate = threading.Event()
+    reg = dagagent.Registry()
+
+    @reg.tool
+    def held() -> str:
+        """Wait for the test."""
+        gate.wait(30)
+        return "done"
+
+    @reg.tool
+    def quick() -> str:
+        """At once."""
+        return "quick"
+
+    plan = {
+        "tasks": [
+            {"id": "q", "tool": "quick", "args": {}},
+            {"id": "h", "tool": "held", "args": {}},
+            {"id": "after", "tool": "quick", "args": {}, "depends_on": ["h"]},
+        ]
+    }
+    done: list[Any] = []
+    runner = threading.Thread(
+        target=lambda: done.append(dagagent.execute_sync(plan, reg, store=home / "runs.db"))
+    )
+    runner.start()
+    try:
+        deadline = time.monotonic() + 20
+        while True:  # until the store says h runs (its row is written as it starts)
+            assert time.monotonic() < deadline, "h was never recorded as running"
+            if (home / "runs.db").exists():
+                try:
+                    with RunStore(home / "runs.db", read_only=True) as st:
+                        record = st.last_run()
+                except dagagent.errors.StoreError:
+                    continue
+                if record.tasks.get("h") is not None and record.tasks["h"].status == "running":
+                    break
+            time.sleep(0.02)
+        shown = cli("show", "--last")
+        assert shown.exit_code == 0, shown.output
+        out = " ".join(shown.stdout.split())
+        assert "running for" in out
+        row = next(line for line in shown.stdout.splitlines() if line.startswith("│ h "))
+        cells = [c.strip() for c in row.strip("│").split("│")]
+        assert cells[:3] == ["h", "held", "running"] and cells[4:] == ["-", ""]
+        assert re.fullmatch(r"\d+\.\d{3}s…", cells[3])  # the time so far
+        assert "1 running, 1 succeeded, 1 pending" in out
+        listed = " ".join(cli("runs").stdout.split())
+        assert "running 1 running, 1 succeeded, 1 pending" in listed
+    finally:
+        gate.set()
+        runner.join(30)
+    assert done and done[0].ok
+    # once it ended, its result replaced the running row
+    with RunStore(home / "runs.db", read_only=True) as st:
+        assert st.last_run().tasks["h"].status == "succeeded"
+
+
+def test_graph_of_a_plan_file_takes_tools_and_checks_them(home: Path, tmp_path: Path) -> None:
+    plan = tmp_path / "p.json"
+    plan.write_text(json.dumps({"tasks": [{"id": "s", "tool": "shout", "args": {"text": "x"}}]}))
+    (tmp_path / "shouting.py").write_text(
+        "import dagagent\nregistry = dagagent.Registry()\n\n"
+        "@registry.tool\ndef shout(text: str) -> str:\n    return text.upper()\n"
+    )
+    drawn = cli("graph", str(plan), "--tools", f"{tmp_path / 'shouting.py'}:registry")
+    assert drawn.exit_code == 0, drawn.output
+    assert "s  shout" in drawn.stdout
+    unknown = cli("graph", str(plan), "--tools", "dagagent.toolkits.demo:registry")
+    assert unknown.exit_code == 2 and "unknown_tool" in unknown.output
+    assert cli("graph", str(plan)).exit_code == 0  # without tools: the graph alone

@@ -187,7 +187,7 @@ def test_a_decision_survives_a_sigkill_of_the_run_before_the_resume(sh: WaitShel
 
 
 def proc_run_id(sh: WaitShell) -> str:
-    (summary,) = sh.json("runs")
+    (summary,) = sh.json("runs")["runs"]
     return str(summary["run_id"])
 
 

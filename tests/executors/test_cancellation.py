@@ -111,16 +111,20 @@ async def test_a_failure_cancels_running_workers_and_none_waiting_for_a_slot_sta
 @pytest.mark.parametrize("executor", PARALLEL)
 async def test_a_swallowed_cancellation_is_delivered_again(executor: str) -> None:
     reg = dagagent.Registry()
-    swallowed = 0
+    swallowed = entered = 0
+    all_in = anyio.Event()
 
     @reg.tool
     async def bad() -> None:
-        await anyio.sleep(0.05)
+        await all_in.wait()  # every sibling is in its tool
         raise RuntimeError("boom")
 
     @reg.tool
     async def stubborn() -> None:
-        nonlocal swallowed
+        nonlocal swallowed, entered
+        entered += 1
+        if entered == 5:
+            all_in.set()
         try:
             await anyio.sleep_forever()
         except anyio.get_cancelled_exc_class():
@@ -140,16 +144,22 @@ async def test_a_swallowed_cancellation_is_delivered_again(executor: str) -> Non
 async def test_a_shielded_scope_in_a_worker_holds_and_the_run_waits_for_it(executor: str) -> None:
     reg = dagagent.Registry()
     finished: list[str] = []
+    entered: list[str] = []
+    all_in = anyio.Event()
 
     @reg.tool
     async def bad() -> None:
-        await anyio.sleep(0.05)
+        await all_in.wait()  # every sibling is in its shielded scope
         raise RuntimeError("boom")
 
     @reg.tool
     async def careful(name: str) -> None:
         with anyio.CancelScope(shield=True):
-            await anyio.sleep(0.3)  # not cut by the run's cancellation
+            entered.append(name)
+            if len(entered) == 5:
+                all_in.set()
+            for _ in range(20):  # awaits, not cut by the run's cancellation
+                await anyio.lowlevel.checkpoint()
             finished.append(name)
         await anyio.sleep_forever()
 
@@ -202,14 +212,21 @@ async def test_a_sync_tools_result_after_the_run_stopped_is_dropped(executor: st
     reg = dagagent.Registry()
     release, all_returned = threading.Event(), threading.Event()
     returned: list[str] = []
+    entered = 0
+    lock, all_in = threading.Lock(), threading.Event()
 
     @reg.tool
     async def bad() -> None:
-        await anyio.sleep(0.05)
+        await anyio.to_thread.run_sync(all_in.wait, LONG)  # every sibling is in its thread
         raise RuntimeError("boom")
 
     @reg.tool
     def held(name: str) -> str:
+        nonlocal entered
+        with lock:
+            entered += 1
+            if entered == 3:
+                all_in.set()
         release.wait(LONG)
         returned.append(name)
         if len(returned) == 3:

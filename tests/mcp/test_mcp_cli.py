@@ -76,7 +76,7 @@ def test_tools_lists_module_and_mcp_tools_with_their_arguments(tmp_path: Path) -
     assert "    Weather forecast for a city.\n    from MCP server kit; no side effects\n" in text
     assert "paged.tool_6(x: integer)\n" in text
     assert text.startswith("get_weather(")  # a demo tool, from --tools, listed first
-    tools = {t["name"]: t for t in json.loads(listed.stdout)}
+    tools = {t["name"]: t for t in json.loads(listed.stdout)["tools"]}
     assert "get_weather" not in tools  # --mcp without --tools: no demo tools
     assert len([n for n in tools if n.startswith("paged.")]) == 7
     assert tools["kit.weather"]["parameters"]["required"] == ["city"]

@@ -197,34 +197,72 @@ def test_llmcompiler_forward_references_are_references_for_the_checks(
     assert tasks[0].args == {"query": "${2} then ${1} for $5"}
     assert tasks[1].args == {"problem": "${3}"}
     checker = PlanChecker(reg)
-    issues = checker.check(tasks[0]).issues
-    assert {i.code for i in issues} == {"missing_dependency", "self_dependency"}
-    assert "listed before it" in next(i for i in issues if i.code == "missing_dependency").message
+    assert checker.take(tasks[1]) == ([], [])  # held until task 3 comes
+    accepted, issues = checker.take(tasks[0])
+    assert accepted == [] and [i.code for i in issues] == ["self_dependency"]
+    (issue,) = checker.finish()
+    assert issue.code == "missing_dependency" and issue.task_id == "2"
+    assert "unknown task '3': the plan ended without it" in issue.message
 
 
 def test_a_malformed_llmcompiler_line_names_itself(reg: dagagent.Registry) -> None:
     stream = LLMCompilerStream(reg)
-    with pytest.raises(dagagent.PlanLoadError, match="line 2"):
-        stream.feed('1. search("a")\nwhat is this\n')
+    with pytest.raises(dagagent.PlanLoadError, match="line 3"):
+        stream.feed('1. search("a")\nwhat is this: prose, skipped\n2. search "b"\n')
 
 
 @pytest.mark.parametrize(
-    ("text", "mode"),
+    ("text", "found"),
     [
         ("", None),
         ("  \n", None),
         ("12", None),
         ("Thou", None),
-        ("1. search('x')", "llmcompiler"),
-        ("  12) search('x')", "llmcompiler"),
-        ("Thought: first", "llmcompiler"),
-        ('{"tasks"', "json"),
-        ("Here is the plan:", "json"),
-        ("```json", "json"),
-        ("123 apples", "json"),
+        ("Here is the plan:", None),
+        ("1. search('x')", ("llmcompiler", 0)),
+        ("  12) search('x')", ("llmcompiler", 0)),
+        ("Thought: first", None),
+        ("Thought: first\n1. search('x')", ("llmcompiler", 0)),
+        ("Here is my plan.\n\n```\nThought: first\n2. sea", None),
+        ("Here is my plan.\n\n```\nThought: first\n2. search(", ("llmcompiler", 22)),
+        ('Thought: I will answer in JSON.\n{"tasks"', ("json", 32)),
+        ("1. First I search\n2. search('x')", ("llmcompiler", 18)),
+        ('1. search({"q": 1})', ("llmcompiler", 0)),
+        ('{"tasks"', ("json", 0)),
+        ('Here is the plan:\n```json\n{"tasks"', ("json", 26)),
+        ('123 apples [1 of 2] {"tasks"', ("json", 20)),
+        ("```json\n[\n  {", ("json", 8)),
+        ("```json\n[\n  ", None),
     ],
 )
-def test_the_answer_format_shows_in_its_first_characters(text: str, mode: str | None) -> None:
-    from dagagent.planners._answer import _format_of
+def test_the_answer_format_shows_in_its_first_plan_line_or_bracket(
+    text: str, found: tuple[str, int] | None
+) -> None:
+    from dagagent.planners.reading import plan_format
 
-    assert _format_of(text) == mode
+    assert plan_format(text) == found
+
+
+ANSWERS = {
+    "json": 'Sure!\n```json\n{"tasks": [{"id": "a", "tool": "search", "args": {"query": "x"},},'
+    ' // one\n{"id": "b", "tool": "math", "args": {"problem": "${a}"}}]}\n```\nDone.',
+    "llmcompiler": 'Plan:\nThought: look\n1. search("x")\n2. math("$1")\n3. join()\nDone.',
+}
+
+
+@pytest.mark.parametrize("form", list(ANSWERS))
+@pytest.mark.parametrize("size", [1, 5, 10_000])
+def test_a_streamed_answer_reads_as_the_whole_answer_does(
+    reg: dagagent.Registry, form: str, size: int
+) -> None:
+    from dagagent.planners.reading import PlanText, read_tasks
+
+    text = ANSWERS[form]
+    reader = PlanText(reg)
+    got: list[Any] = []
+    for start in range(0, len(text), size):
+        got += reader.feed(text[start : start + size])
+    got += reader.finish()
+    assert reader.mode == form and reader.closed
+    assert got == read_tasks(text, reg)
+    assert len(got) == 2

@@ -124,7 +124,9 @@ def test_ids_are_task_numbers_and_run(reg: dagagent.Registry):
 @pytest.mark.parametrize(
     ("text", "needle"),
     [
-        ('1. search("a")\nthen I will do something\n', "line 2"),
+        ('1. search("a")\n2. then I will do something\n', "line 2"),
+        ('1. search("a")\n2 search("b"\n', "line 2"),
+        ('1. search("a")\nsearch("b")\n', "line 2"),
         ('1. search("a")\n2. teleport("Mars")\n', "line 2 (task 2): unknown tool 'teleport'"),
         ('1. search("a", "b")\n', "takes 1 argument (query), got 2 positional"),
         ('1. search("a", query="b")\n', "argument 'query' is given twice"),
@@ -144,6 +146,19 @@ def test_malformed_lines_are_plan_load_errors_naming_the_line(
     with pytest.raises(PlanLoadError) as info:
         parse_llmcompiler(text, reg)
     assert needle in str(info.value)
+
+
+def test_prose_and_code_fences_around_the_lines_mean_nothing(reg: dagagent.Registry):
+    text = (
+        "```\n"
+        '1. search("a")\n'
+        "Now I search the second one, then compare.\n"
+        '2. search("b")\n'
+        "```\n"
+        "This plan searches twice."
+    )
+    plan = parse_llmcompiler(text, reg)
+    assert [(t.id, t.args) for t in plan.tasks] == [("1", {"query": "a"}), ("2", {"query": "b"})]
 
 
 def test_forward_and_self_references_are_left_to_validation(reg: dagagent.Registry):

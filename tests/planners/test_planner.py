@@ -138,7 +138,7 @@ async def test_schema_sent_matches_the_registry(w: Wire, registry: dagagent.Regi
     assert {"type": "integer"} in add_args["properties"]["a"]["anyOf"]
 
 
-async def test_strict_schema_sent_when_the_registry_allows_it():
+async def test_strict_schema_sent_when_asked_and_the_registry_allows_it():
     reg = dagagent.Registry()
 
     @reg.tool
@@ -159,7 +159,7 @@ async def test_strict_schema_sent_when_the_registry_allows_it():
     }
     llm = ScriptedLLM.openai([wire.openai_text(json.dumps(plan))])
     async with llm:
-        planner = LLMPlanner(llm, reg)
+        planner = LLMPlanner(llm, reg, strict=True)
         result = await planner.plan_with_report("weather in Paris")
     schema, strict = OPENAI.schema_sent(llm)
     assert strict is True and schema == plan_json_schema(reg, strict=True)
@@ -390,10 +390,28 @@ def test_tolerant_parsing(text: str, registry: dagagent.Registry):
     assert graph.plan.goal == "G"
 
 
-def test_invalid_json_reports_the_json_error():
-    value, issue = extract_json('{"tasks": [{"id": "a",}]}')
+def test_invalid_json_reports_the_json_error_and_where_it_is():
+    value, issue = extract_json('{"tasks": [{"id": a}]}')
     assert value is None and issue is not None
     assert issue.code == "not_json" and "not valid JSON" in issue.message
+    assert "line 1 column 19" in issue.message and '{"id": a}' in issue.message
+
+
+def test_comments_and_trailing_commas_mean_what_they_say():
+    text = """```json
+    // the plan
+    {"tasks": [
+      {"id": "a", "args": {"u": "http://x/*y*/", "n": [1, 2,],}, /* first */},
+      {"id": "b",}, // second
+    ],}
+    ```"""
+    value, issue = extract_json(text)
+    assert issue is None
+    assert value == {
+        "tasks": [{"id": "a", "args": {"u": "http://x/*y*/", "n": [1, 2]}}, {"id": "b"}]
+    }
+    # only a comma before a closing bracket goes: two commas are still no JSON
+    assert extract_json('{"tasks": [1,, 2]}')[1].code == "not_json"  # type: ignore[union-attr]
 
 
 def test_empty_answer():

@@ -1,5 +1,6 @@
-"""LLMReplanner: the prompt it sends, the kept-successes check, warnings, and reuse of the
-kept tasks' outputs in the next run."""
+"""LLMReplanner: the prompt it sends, what it did to the old plan's tasks (warnings: a new
+version of a success, a dropped success, an unchanged failure), and reuse of the kept tasks'
+outputs in the next run."""
 
 from __future__ import annotations
 
@@ -98,27 +99,36 @@ async def test_long_outputs_are_shortened(registry: dagagent.Registry):
     assert "Goal: sum two sums" in text  # empty goal: the plan's own
 
 
-async def test_changed_success_is_sent_back(
+async def test_a_success_changed_under_its_id_is_a_new_version_that_runs(
     registry: dagagent.Registry, first_run: dagagent.RunResult
 ):
     changed = json.loads(json.dumps(FIXED))
     changed["tasks"][0]["args"] = {"a": 1, "b": 5}  # same id "x", other args
-    llm = ScriptedLLM.anthropic(
-        [
-            wire.anthropic_tool_use([(PLAN_FORMAT_NAME, changed)]),
-            wire.anthropic_tool_use([(PLAN_FORMAT_NAME, FIXED)]),
-        ]
-    )
+    llm = ScriptedLLM.anthropic([wire.anthropic_tool_use([(PLAN_FORMAT_NAME, changed)])])
     async with llm:
         replanner = LLMReplanner(llm, registry)
         report = await replanner.replan_with_report("sum two sums", OLD, first_run.tasks)
-    assert report.plan.tasks[0].args == {"a": 1, "b": 2}
-    (issue,) = report.attempts[0].issues
-    assert issue.code == "changed_success" and issue.task_id == "x"
-    feedback = llm.wire_requests[1]["messages"][-1]["content"][0]["text"]
-    assert "[changed_success] task 'x'" in feedback
-    assert '{"a": 1, "b": 2}' in feedback  # what it was
-    assert report.usage.input_tokens == 20
+    assert len(report.attempts) == 1 and report.attempts[0].ok  # no second call
+    assert report.plan.tasks[0].args == {"a": 1, "b": 5}
+    assert [(w.code, w.task_id, w.message) for w in report.warnings] == [
+        (
+            "new_version",
+            "x",
+            'succeeded before as add({"a": 1, "b": 2}); the revised plan changes it to '
+            'add({"a": 1, "b": 5}): it runs again, and so do the tasks that use its output, '
+            "unless it comes out the same",
+        )
+    ]
+    # run with the old run's outputs to reuse: the new version runs, its old output is not used
+    tasks = {t.id: t for t in OLD.tasks}
+    reuse = {
+        tid: (task_fingerprint(tasks[tid], r.args), r.output)
+        for tid, r in first_run.tasks.items()
+        if r.ok
+    }
+    second = await dagagent.execute(report.plan, registry, reuse=reuse)
+    assert second.tasks["x"].status is TaskStatus.SUCCEEDED and second.outputs["x"] == 6
+    assert second.outputs["total"] == 13
 
 
 async def test_the_plan_is_validated_like_a_new_plan(
@@ -151,13 +161,12 @@ async def test_dropped_success_and_unchanged_failure_are_warnings(
 async def test_exhausted_attempts_raise_planning_error(
     registry: dagagent.Registry, first_run: dagagent.RunResult
 ):
-    changed = json.loads(json.dumps(FIXED))
-    changed["tasks"][0]["tool"] = "echo"
-    changed["tasks"][0]["args"] = {"value": 3}
-    llm = ScriptedLLM([json.dumps(changed), "I give up"])
+    bad = json.loads(json.dumps(FIXED))
+    bad["tasks"][0]["tool"] = "teleport"
+    llm = ScriptedLLM([json.dumps(bad), "I give up"])
     with pytest.raises(PlanningError) as info:
         await LLMReplanner(llm, registry, max_attempts=2).replan("g", OLD, first_run.tasks)
     assert "no valid revised plan after 2 attempts" in str(info.value)
     codes: list[Any] = [[i.code for i in issues] for _, issues in info.value.attempts]
-    assert codes == [["changed_success"], ["not_json"]]
+    assert codes == [["unknown_tool"], ["not_json"]]
     assert info.value.attempts[1][0] == "I give up"

@@ -159,8 +159,11 @@ def test_strict_schema_lists_every_property_as_required(typed: dagagent.Registry
     # the optional argument became nullable
     assert {"type": "null"} in args["unit"]["anyOf"]
     assert {"type": "null"} not in args["city"].get("anyOf", [])
-    fmt = plan_response_format(typed)
+    fmt = plan_response_format(typed, strict=True)
     assert fmt.strict is True and fmt.schema == schema
+    # not asked for, the format is not strict: a strict one makes the model write every field
+    assert plan_response_format(typed).strict is False
+    assert "goal" not in schema["properties"]
 
 
 def test_strict_is_refused_for_free_form_arguments(registry: dagagent.Registry):
@@ -362,10 +365,10 @@ def test_every_task_may_be_mapped_over_a_list(typed: dagagent.Registry):
         else:
             mapped["max_concurrency"] = 2
             mapped["allow_partial"] = True
-        assert list(validator.iter_errors({"goal": "g", "tasks": [mapped, agent]})) == [], strict
+        assert list(validator.iter_errors({"tasks": [mapped, agent]})) == [], strict
         for bad in ("w", "${@item}", "${w} and ${v}"):
             wrong = {**mapped, "for_each": bad}
-            assert list(validator.iter_errors({"goal": "g", "tasks": [wrong]})), (strict, bad)
+            assert list(validator.iter_errors({"tasks": [wrong]})), (strict, bad)
     loose = jsonschema.Draft202012Validator(plan_json_schema(typed))
     literal = {"id": "m", "tool": "add", "for_each": [1, 2], "args": {"a": "${@item}"}}
     assert list(loose.iter_errors({"tasks": [literal]})) == []

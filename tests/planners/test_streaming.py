@@ -180,7 +180,7 @@ async def test_a_model_that_never_closes_the_json_is_cut_off(
     [
         ({"id": "b", "tool": "nope", "args": {}}, "unknown_tool"),
         ({"id": "b", "tool": "add", "args": {"a": "many", "b": 1}}, "bad_arguments"),
-        ({"id": "b", "tool": "echo", "args": {"value": "${later}"}}, "missing_dependency"),
+        ({"id": "b", "tool": "echo", "args": {"value": "${b}"}}, "self_dependency"),
     ],
 )
 async def test_an_invalid_task_stops_the_stream_and_the_model_plans_the_rest(
@@ -202,7 +202,7 @@ async def test_an_invalid_task_stops_the_stream_and_the_model_plans_the_rest(
     assert [i.code for i in rejected.issues] == [code]
     assert accepted.ok
     feedback = llm.requests[1].messages[-1].content
-    assert code.split("_")[0] in feedback or "unknown" in feedback
+    assert code.split("_")[0] in feedback or "unknown" in feedback or "itself" in feedback
     assert "already ran" in feedback and "- a: output" in feedback
     # a ran once, in the first attempt's run, and is reused by the second; "never" never ran.
     assert recorder.calls == {"a": 1}
@@ -211,6 +211,85 @@ async def test_an_invalid_task_stops_the_stream_and_the_model_plans_the_rest(
     assert result.tasks["b"].output == "a"
     assert [t.id for t in round_.plan.tasks] == ["a", "b"]
     assert len(round_.runs) == 2 and result.parent_id == round_.runs[0].run_id
+
+
+async def test_a_task_listed_before_the_tasks_it_uses_runs_once_they_have_come(
+    registry: dagagent.Registry, recorder: Any
+) -> None:
+    tasks = [
+        {"id": "sum", "tool": "echo", "args": {"value": "${a} and ${b}"}},
+        work("a"),
+        {"id": "late", "tool": "echo", "args": {"value": "${b}"}},
+        work("b"),
+    ] + [work(f"t{i}") for i in range(4)]
+    llm = Timed(ScriptedLLM([plan_text(*tasks)], chunk_size=8, chunk_delay_s=0.01))
+    parsed, listener = events_of(TaskParsed)
+    round_ = await plan_and_execute_streamed(
+        LLMPlanner(llm, registry), "go", registry, listeners=[listener]
+    )
+    assert round_.result.status is dagagent.RunStatus.SUCCEEDED
+    assert round_.result.tasks["sum"].output == "a and b"
+    assert len(llm.inner.requests) == 1  # no second call: the order was no problem
+    # accepted (and announced) as soon as their dependencies were: after them, before the end
+    order = [e.task_id for e in parsed]
+    assert order[:4] == ["a", "b", "sum", "late"]
+    assert [t.id for t in round_.plan.tasks][:4] == order[:4]
+    assert recorder.intervals["b"][0] < llm.ended[0]  # the run did not wait for the end
+
+
+async def test_a_task_that_waits_for_a_task_the_plan_never_gives_is_sent_back(
+    registry: dagagent.Registry, recorder: Any
+) -> None:
+    first = plan_text({"id": "b", "tool": "echo", "args": {"value": "${x}"}}, work("a"))
+    second = plan_text({"id": "b", "tool": "echo", "args": {"value": "${a}"}})
+    llm = ScriptedLLM([first, second], chunk_size=16)
+    round_ = await plan_and_execute_streamed(
+        LLMPlanner(llm, registry), "go", registry, settings=RunSettings(on_failure="continue")
+    )
+    rejected, accepted = round_.planning.attempts
+    assert [(i.code, i.task_id) for i in rejected.issues] == [("missing_dependency", "b")]
+    assert "unknown task 'x'" in llm.requests[1].messages[-1].content
+    assert accepted.ok and round_.result.tasks["b"].output == "a"
+    assert recorder.calls == {"a": 1}  # ran while b waited, and was reused after
+
+
+async def test_tasks_waiting_for_each_other_stop_the_stream_at_once(
+    registry: dagagent.Registry, recorder: Any
+) -> None:
+    answer = plan_text(
+        {"id": "p", "tool": "echo", "args": {"value": "${q}"}},
+        {"id": "q", "tool": "echo", "args": {"value": "${p}"}},
+        work("never"),
+    )
+    llm = ScriptedLLM([answer], chunk_size=16)
+    with pytest.raises(dagagent.PlanningError) as err:
+        await plan_and_execute_streamed(LLMPlanner(llm, registry, max_attempts=1), "go", registry)
+    ((_raw, issues),) = err.value.attempts
+    assert [(i.code, i.message) for i in issues] == [("cycle", "dependency cycle: q -> p -> q")]
+    assert recorder.calls == {}
+
+
+async def test_a_held_side_effect_waiting_for_a_later_task_still_waits_for_the_whole_plan(
+    registry: dagagent.Registry, recorder: Any
+) -> None:
+    sent: list[float] = []
+
+    @registry.tool(side_effects=True)
+    async def send(to: str) -> str:
+        """Send a message."""
+        sent.append(anyio.current_time())
+        return to
+
+    tasks = [{"id": "mail", "tool": "send", "args": {"to": "${a}"}}, work("a")]
+    tasks += [work(f"t{i}") for i in range(5)]
+    llm = Timed(ScriptedLLM([plan_text(*tasks)], chunk_size=8, chunk_delay_s=0.01))
+    parsed, listener = events_of(TaskParsed)
+    round_ = await plan_and_execute_streamed(
+        LLMPlanner(llm, registry), "go", registry, listeners=[listener]
+    )
+    assert round_.result.tasks["mail"].output == "a"
+    assert sent and sent[0] >= llm.ended[0]
+    assert [(e.task_id, e.held) for e in parsed][:2] == [("a", False), ("mail", True)]
 
 
 async def test_a_side_effecting_tool_is_held_until_the_plan_is_whole(

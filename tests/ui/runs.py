@@ -10,6 +10,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import anyio
+
 import dagagent
 from dagagent.approval import Approval, Policy, Rule
 from dagagent.review import reuse_map
@@ -150,3 +152,159 @@ def record_big(store: Path, levels: int = 20, width: int = 500) -> str:
         return n
 
     return _execute(big_plan(levels, width), reg, store=store).run_id
+
+
+def record_paused_and_resumed(store: Path) -> tuple[str, str]:
+    """Two runs of one plan whose ``mail`` task waits for a person: one left paused, the other
+    decided and resumed."""
+    from dagagent.approval import ask_later
+
+    plan = {
+        "goal": "Tell Ann",
+        "tasks": [
+            {"id": "fetch", "tool": "echo", "args": {"text": "the weather"}},
+            {"id": "mail", "tool": "echo", "args": {"text": "to Ann: ${fetch}"}},
+            {"id": "after", "tool": "echo", "args": {"text": "sent: ${mail}"}},
+        ],
+    }
+    policy = Policy([Rule(tool="echo", args={"text": "to Ann*"}, action="ask")], ask=ask_later)
+    paused = _execute(plan, registry(), store=store, interceptors=[policy]).run_id
+    again = _execute(plan, registry(), store=store, interceptors=[policy]).run_id
+
+    def resume() -> dagagent.RunResult:
+        from dagagent.workflows import resume_sync
+
+        return resume_sync(
+            again, registry(), store=store, interceptors=[policy],
+            decisions={"mail": Approval.approve("fine", by="ann")},
+        )  # fmt: skip
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        assert pool.submit(resume).result().ok
+    return paused, again
+
+
+def record_streamed(store: Path) -> str:
+    """A plan written while it ran: ``late`` joined it a while after the run began, and
+    ``total`` waited for it."""
+    from dagagent.graph import GrowingGraph, PlanChecker
+    from dagagent.plan import ToolTask
+
+    reg = registry()
+    graph = GrowingGraph("A plan written while it runs")
+    checker = PlanChecker(reg)
+
+    def task(tid: str, seconds: float, text: str = "") -> ToolTask:
+        args: dict[str, Any] = {"name": text or tid, "seconds": seconds}
+        return ToolTask(id=tid, tool="work", args=args)
+
+    async def main() -> dagagent.RunResult:
+        async def write() -> None:
+            graph.add(checker.check(task("first", 0.2)))
+            await anyio.sleep(0.4)
+            graph.add(checker.check(task("late", 0.2)))
+            graph.add(checker.check(task("total", 0.05, "${first.task} ${late.task}")))
+            graph.close()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(write)
+            return await dagagent.execute(graph, reg, store=store)
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(anyio.run, main).result().run_id
+
+
+def record_map_with_a_long_tool_name(store: Path) -> str:
+    reg = dagagent.Registry()
+
+    @reg.tool(name="fetch_the_weather_forecast_for_a_city_with_every_detail")
+    def forecast(city: str) -> dict[str, Any]:
+        """A tool with a long name; no forecast for Atlantis."""
+        if city == "Atlantis":
+            raise LookupError(f"no forecast for {city}")
+        return {"city": city}
+
+    long = "fetch_the_weather_forecast_for_a_city_with_every_detail"
+    plan = {
+        "goal": "Every city",
+        "tasks": [
+            {"id": "all", "tool": long, "for_each": ["Oslo", "Atlantis", "Lima"],
+             "args": {"city": "${@item}"}},
+            {"id": "one", "tool": long, "args": {"city": "Oslo"}},
+        ],
+    }  # fmt: skip
+    settings = dagagent.RunSettings(on_failure="continue")
+    return _execute(plan, reg, store=store, settings=settings).run_id
+
+
+def record_nothing_planned(store: Path) -> str:
+    """The run of a solve whose model could not be reached: no task of its plan came."""
+    from dagagent.errors import LLMConnectionError
+    from dagagent.llm import ScriptedLLM
+
+    llm = ScriptedLLM([LLMConnectionError("could not connect to the model's server")])
+
+    def solve() -> dagagent.Solution:
+        return dagagent.solve_sync("What is the weather?", registry(), llm, store=store)
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        solution = pool.submit(solve).result()
+    with RunStore(store) as st:
+        run_id = st.get_solve(solution.solve_id).rounds[0].run_id
+    assert run_id is not None
+    return run_id
+
+
+#: How long the scripted model waits before each piece of its answers (seconds).
+PIECE_S = 0.004
+
+
+def record_solve(store: Path) -> str:
+    """A solve of two rounds, recorded: round 1's first plan is rejected (hostile text in
+    it); its plan runs a tool task and an agent task that makes a tool call, and the joiner
+    asks for another plan; round 2's revision adds a task, and the joiner answers (hostile
+    text in the answer). Returns the solve's id."""
+    import json
+
+    from dagagent.llm import LLMResponse, ScriptedLLM, ToolCall
+
+    def plan(*tasks: dict[str, Any]) -> str:
+        return json.dumps({"goal": "Sum up the work", "tasks": list(tasks)})
+
+    first = {"id": "fetch", "tool": "work", "args": {"name": "fetch", "seconds": 0.2}}
+    note = {"id": "note", "instruction": "Say what ${fetch} did", "tools": ["echo"]}
+    extra = {"id": "rank", "tool": "work", "args": {"name": "rank", "seconds": 0.15}}
+    llm = ScriptedLLM(
+        [
+            f"Here is my plan {XSS} but no JSON",
+            plan(first, note),
+            LLMResponse(
+                content="",
+                tool_calls=[ToolCall(id="c1", name="echo", arguments={"text": "fetched"})],
+                finish_reason="tool_calls",
+            ),
+            "fetch slept 0.2 s",
+            json.dumps({"action": "replan", "feedback": "rank the work too"}),
+            plan(first, note, extra),
+            json.dumps(
+                {
+                    "action": "finish",
+                    "answer": f"fetch and rank ran; {XSS}",
+                    "cites": ["fetch", "rank"],
+                }
+            ),
+        ],
+        model="scripted-model",
+        chunk_size=6,
+        chunk_delay_s=PIECE_S,
+    )
+    solution = dagagent.solve_sync(
+        "Sum up the work",
+        registry(),
+        llm,
+        store=store,
+        agent_tasks=True,
+        budget=dagagent.Budget(tool_calls=50),
+    )
+    assert solution.ok, solution.reason
+    return solution.solve_id

@@ -4,6 +4,7 @@ opened from a file. Screenshots of both pages are kept as test artefacts."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import threading
 import time
@@ -161,7 +162,9 @@ def test_a_replan_is_shown_beside_its_parent(page: Any, server: Server, store: S
     assert "parser broke" in panel.locator(".error-box").inner_text()
 
 
-def test_a_running_run_updates_without_reloading(page: Any, tmp_path: Path) -> None:
+def test_a_running_run_updates_without_reloading(
+    page: Any, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
     path = tmp_path / "runs.db"
     gate = threading.Event()
     done: list[Any] = []
@@ -187,10 +190,19 @@ def test_a_running_run_updates_without_reloading(page: Any, tmp_path: Path) -> N
             page.goto(f"{server.url}/runs/{run_id}")
             page.locator("h1.goal").evaluate("h => h.setAttribute('data-mark', 'same page')")
             assert page.locator("#live").get_attribute("data-status") == "running"
-            assert (
-                page.locator('.dag .node[data-task="held"]').get_attribute("data-status")
-                == "pending"
-            )
+            # The task that waits at the gate is on record as running since it started: its
+            # node and its bar say so, with the time it has run so far, and the run's time,
+            # which grow with each refresh.
+            held = page.locator('.dag .node[data-task="held"]')
+            assert held.get_attribute("data-status") == "running"
+            assert page.locator('.timeline .bar.s-running[data-task="held"]').count() == 1
+            assert page.locator('.tasks tr[data-task="held"] .badge').inner_text() == "running"
+            so_far = held.locator(".ntime").text_content()
+            elapsed = page.locator(".summary .elapsed").inner_text()
+            assert so_far.endswith("…") and elapsed.endswith("…")
+            expect(held.locator(".ntime")).not_to_have_text(so_far, timeout=20_000)
+            expect(page.locator(".summary .elapsed")).not_to_have_text(elapsed, timeout=20_000)
+            page.screenshot(path=str(artefacts(tmp_path_factory) / "running.png"), full_page=True)
             gate.set()
             expect(page.locator("#live")).to_have_attribute(
                 "data-status", "succeeded", timeout=20_000
@@ -234,3 +246,123 @@ def test_the_report_opens_from_a_file_with_everything_inline(
     # The task table's filter works without a server.
     page.click('#tasks .filters [data-filter="succeeded"]')
     assert page.locator("tr.task-row:visible").count() == 6
+
+
+def test_runs_that_are_not_simply_finished_say_what_happened(
+    page: Any, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """A paused run (what to run next, in the waiting colour), a resumed one (how long it
+    waited for a person), a plan written while it ran (not planned yet), a map with a long
+    tool name, and a run of no tasks: each page says what happened."""
+    path = tmp_path / "runs.db"
+    paused, resumed = made.record_paused_and_resumed(path)
+    streamed = made.record_streamed(path)
+    mapped = made.record_map_with_a_long_tool_name(path)
+    nothing = made.record_nothing_planned(path)
+    shots = artefacts(tmp_path_factory)
+    with Server(path) as server:
+        page.goto(f"{server.url}/runs/{paused}")
+        step = page.locator("#next")
+        assert "dagagent approve" in step.inner_text() and "dagagent resume" in step.inner_text()
+        colour = step.evaluate("e => getComputedStyle(e).borderLeftColor")
+        assert colour == "rgb(112, 72, 232)"  # the waiting colour, not an error's red
+        assert page.locator(".timeline .bar[data-task='mail'] rect.approval").count() == 1
+        page.screenshot(path=str(shots / "paused.png"), full_page=True)
+
+        page.goto(f"{server.url}/runs/{resumed}")
+        assert "waiting for a person's decision" in page.locator(".summary .elapsed").inner_text()
+        hatch = page.locator(".timeline .bar[data-task='mail'] rect.approval")
+        assert hatch.count() == 1 and hatch.get_attribute("fill") == "url(#approval-hatch)"
+        page.screenshot(path=str(shots / "resumed.png"), full_page=True)
+
+        page.goto(f"{server.url}/runs/{streamed}")
+        assert page.locator(".timeline .bar[data-task='late'] rect.unplanned").count() == 1
+        assert page.locator(".timeline .bar[data-task='late'] rect.wait").count() == 0
+        assert "not planned yet" in page.locator("#timeline .legend").inner_text()
+        crit = page.locator(".dag .node.crit")
+        assert sorted(crit.nth(i).get_attribute("data-task") for i in range(crit.count())) == [
+            "late",
+            "total",
+        ]
+        page.screenshot(path=str(shots / "streamed.png"), full_page=True)
+
+        page.goto(f"{server.url}/runs/{mapped}")
+        node = page.locator(".dag .node[data-task='all']")
+        assert node.locator(".nwhat").text_content().endswith("×3 (2 succeeded, 1 failed)")
+        for n in range(page.locator(".dag .node").count()):  # every label inside its box
+            g = page.locator(".dag .node").nth(n)
+            box = g.locator("rect.box").bounding_box()
+            for text in ("text.nid", "text.nwhat"):
+                t = g.locator(text).bounding_box()
+                assert t["x"] + t["width"] <= box["x"] + box["width"], text
+        page.screenshot(path=str(shots / "map.png"), full_page=True)
+
+        page.goto(f"{server.url}/runs/{nothing}")
+        assert page.locator("#nothing").count() == 1
+        assert "could not connect" in page.locator(".round-note").inner_text()
+        page.screenshot(path=str(shots / "nothing-ran.png"), full_page=True)
+
+        page.goto(server.url + "/")
+        assert page.locator(f'tr[data-run="{nothing}"]').get_attribute("data-status") == "failed"
+        page.screenshot(path=str(shots / "runs-all-kinds.png"), full_page=True)
+
+
+@pytest.fixture(scope="module")
+def solve_store(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    path = tmp_path_factory.mktemp("ui-solve") / "runs.db"
+    # In a thread of its own: the browser's event loop may already run in this one.
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return path, pool.submit(made.record_solve, path).result()
+
+
+def test_a_solve_page_shows_its_rounds_calls_and_timeline(
+    solve_store: tuple[Path, str], page: Any, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    path, solve_id = solve_store
+    with Server(path) as server:
+        # the runs list shows the solve, with its model and what its calls used
+        page.goto(server.url + "/")
+        row = page.locator(f'tr.solve-row[data-solve="{solve_id}"]')
+        expect(row).to_have_count(1)
+        assert "scripted-model" in row.inner_text() and "answered" in row.inner_text()
+        assert made.XSS in row.locator(".answer-line").inner_text()  # text, not a tag
+        shots = artefacts(tmp_path_factory)
+        page.screenshot(path=str(shots / "runs-with-solves.png"), full_page=True)
+        row.locator("a").first.click()
+        page.wait_for_url(f"**/solves/{solve_id}")
+        # the answer on top, what the model wrote for it one click away
+        answer = page.locator("#answer .answer-text")
+        assert made.XSS in answer.inner_text()
+        raw = page.locator("#raw-answer")
+        expect(raw.locator(".raw-text")).not_to_be_visible()
+        raw.locator("summary").click()
+        expect(raw.locator(".raw-text")).to_be_visible()
+        assert '"action": "finish"' in raw.locator(".raw-text").inner_text()
+        # two rounds with their calls; the totals are the calls'
+        rounds = page.locator("table.rounds tbody tr")
+        expect(rounds).to_have_count(2)
+        assert page.locator('[data-fact="calls"]').inner_text() == "7"
+        calls = page.locator("table.calls tbody.mcall")
+        expect(calls).to_have_count(7)
+        roles = [calls.nth(i).get_attribute("data-role") for i in range(7)]
+        assert roles == ["planner", "planner", "agent", "agent", "joiner", "replanner", "joiner"]
+        # the rejected first plan: its text (hostile, shown as text) and its issues
+        first = calls.nth(0)
+        assert "rejected" in first.inner_text()
+        first.locator("summary").click()
+        assert made.XSS in first.locator(".raw-text").inner_text()
+        assert "[not_json]" in first.locator(".issues").inner_text()
+        # one timeline: planner calls, tasks, joiners of both rounds; agent calls as ticks
+        bars = page.locator(".solve-timeline .sbar")
+        labels = [bars.nth(i).locator(".blabel").text_content() for i in range(bars.count())]
+        assert labels[:4] == ["r1 planner #1", "r1 planner #2", "r1 fetch", "r1 note"]
+        assert "r1 joiner #5" in labels and labels[-1] == "r2 joiner #7"
+        assert page.locator(".solve-timeline .tickmark").count() == 2
+        assert page.locator("main script").count() == 0
+        page.screenshot(path=str(shots / "solve.png"), full_page=True)
+        if os.environ.get("DAGAGENT_UPDATE_DOCS"):
+            page.locator(".top .where").evaluate("e => { e.textContent = '.dagagent/runs.db'; }")
+            page.screenshot(path=str(ROOT / "docs" / "viewer-solve.png"), full_page=True)
+        # a round's run names its solve
+        page.locator("table.rounds tbody tr").nth(1).locator("a").click()
+        expect(page.locator(".crumbs")).to_contain_text(f"round 2 of solve {solve_id}")

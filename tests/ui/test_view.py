@@ -8,6 +8,7 @@ import re
 import sqlite3
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -17,7 +18,7 @@ from dagagent.plan import Plan
 from dagagent.results import AgentStep, CallDecision, CallRecord, TaskResult, TaskStatus
 from dagagent.store import RunRecord, RunStore
 from dagagent.ui import build_view, timeline_text
-from dagagent.ui.render import Page, render_panel, render_report
+from dagagent.ui.render import Page, RunAround, render_panel, render_report, render_run
 from dagagent.ui.view import MAX_BARS, PAGE_SIZE
 from ui import runs as made
 from ui.conftest import Server, Store
@@ -269,3 +270,229 @@ def test_a_map_tasks_elements_are_shown_escaped_in_its_panel() -> None:
     assert "<h3>Elements (2)</h3>" in html and "one run per element of the list" in html
     assert '<span class="badge small s-failed">failed</span>' in html
     assert "ValueError: &lt;script&gt;" in html and made.XSS not in html
+
+
+# ---------------------------------------------------------------------------------------------
+# What the viewer says of runs that are not simply finished
+
+
+def _record(
+    plan: dict[str, Any],
+    results: list[TaskResult],
+    *,
+    status: str = "succeeded",
+    started_at: float | None = 100.0,
+    finished_at: float | None = 110.0,
+    planned_at: dict[str, float] | None = None,
+) -> RunRecord:
+    return RunRecord(
+        run_id="abcdef012345",
+        parent_id=None,
+        created=100.0,
+        goal="g",
+        status=status,
+        executor="dataflow",
+        started_at=started_at,
+        finished_at=finished_at,
+        critical_path=[],
+        critical_path_s=None,
+        plan=Plan.model_validate(plan),
+        tasks={r.task_id: r for r in results},
+        planned_at=planned_at or {},
+    )
+
+
+def _done(task_id: str, start: float, end: float, status: str = "succeeded") -> TaskResult:
+    return TaskResult(
+        task_id=task_id, status=TaskStatus(status), started_at=start, finished_at=end, attempts=1
+    )
+
+
+def _tool(tid: str, *deps: str, tool: str = "t") -> dict[str, Any]:
+    return {"id": tid, "tool": tool, "args": {}, "depends_on": list(deps)}
+
+
+def test_a_running_task_and_the_run_grow_until_now() -> None:
+    record = _record(
+        {"tasks": [_tool("a"), _tool("b"), _tool("c", "b")]},
+        [
+            _done("a", 100.0, 101.0),
+            TaskResult(task_id="b", status=TaskStatus.RUNNING, started_at=101.0),
+        ],
+        status="running",
+        started_at=None,
+        finished_at=None,
+    )
+    early, later = build_view(record, now=103.0), build_view(record, now=108.0)
+    assert early.status_of == {"a": "succeeded", "b": "running", "c": "pending"}
+    assert (early.elapsed_s, later.elapsed_s) == (3.0, 8.0)  # since the record began
+    assert (early.task_elapsed_s("b"), later.task_elapsed_s("b")) == (2.0, 7.0)
+    bar = {b.task_id: b for b in later.timeline.bars}["b"]
+    assert bar.running and bar.end == 8.0 and later.timeline.now_x is not None
+    node = {n.id: n for n in later.dag.nodes}["b"]
+    assert node.running and node.duration_s == 7.0
+    html = render_panel(later, "b", page=Page())
+    assert "running for" in html and "7.00s…" in html
+
+
+def test_a_streamed_run_draws_the_time_before_a_task_was_planned_as_not_planned_yet() -> None:
+    record = _record(
+        {"tasks": [_tool("first"), _tool("late"), _tool("total", "first", "late")]},
+        [_done("first", 100.0, 100.3), _done("late", 101.0, 101.3), _done("total", 101.3, 101.4)],
+        finished_at=101.4,
+        planned_at={"first": 100.0, "late": 101.0, "total": 101.05},
+    )
+    view = build_view(record)
+    bars = {b.task_id: b for b in view.timeline.bars}
+    assert view.timeline.planned
+    late = bars["late"]
+    assert late.unplanned == 0.0 and late.ready == pytest.approx(1.0)  # not "waited after ready"
+    assert late.unplanned_s == pytest.approx(1.0) and late.wait_s == pytest.approx(0.0)
+    assert view.waits["late"].after_ready_s == pytest.approx(0.0)
+    assert bars["first"].unplanned is None
+    assert view.critical == ["late", "total"]  # late finished last: total waited for it
+    text = timeline_text(view, width=80)
+    assert "╌" in text.splitlines()[2] and "╌ not planned yet" in text
+    html = render_report(record)
+    assert 'class="unplanned"' in html and "not planned yet" in html
+
+
+def test_a_paused_run_says_what_to_run_next_in_the_waiting_colour() -> None:
+    from dagagent.store import ApprovalRecord
+
+    waiting = TaskResult(
+        task_id="mail",
+        status=TaskStatus.WAITING,
+        started_at=101.0,
+        finished_at=101.0,
+        error="waiting for approval of a call of 'send' (rule #1): a person decides later",
+    )
+    record = _record(
+        {"tasks": [_tool("a"), _tool("mail", "a", tool="send"), _tool("after", "mail")]},
+        [
+            _done("a", 100.0, 101.0),
+            waiting,
+            TaskResult(task_id="after", status=TaskStatus.SKIPPED, error="not run: upstream"),
+        ],
+        status="paused",
+        finished_at=101.0,
+    )
+    asked = ApprovalRecord(
+        run_id="abcdef012345", task_id="mail", seq=1, tool="send", asked_at=100.5, state="waiting"
+    )
+    view = build_view(record, approvals=[asked], now=500.0)
+    assert view.waiting_tasks() == ["mail"]
+    bar = {b.task_id: b for b in view.timeline.bars}["mail"]
+    assert bar.approvals == [(0.5, 400.0)]  # from its question to now: it still waits
+    html = render_report(record)
+    next_step = html[html.index('id="next"') :]
+    assert "dagagent approve abcdef012345 mail --allow" in next_step
+    assert "dagagent resume abcdef012345" in next_step
+    row = html[html.index('<tr class="task-row" data-task="mail"') :]
+    assert 'class="preview wait"' in row[: row.index("</tr>")]
+    after = html[html.index('<tr class="task-row" data-task="after"') :]
+    assert "preview err" not in after[: after.index("</tr>")]  # skipped is not an error
+    panel = render_panel(view, "mail", page=Page())
+    assert 'class="wait-box"' in panel and "error-box" not in panel
+
+
+def test_a_resumed_runs_wall_time_says_how_much_was_waiting_for_a_person() -> None:
+    from dagagent.store import ApprovalRecord
+
+    record = _record(
+        {"tasks": [_tool("a"), _tool("mail", "a", tool="send")]},
+        [_done("a", 100.0, 101.0), _done("mail", 160.0, 160.5)],
+        finished_at=160.5,
+    )
+    used = ApprovalRecord(
+        run_id="abcdef012345",
+        task_id="mail",
+        seq=1,
+        tool="send",
+        asked_at=101.0,
+        state="used",
+        decision="allow",
+        decided_by="ann",
+        decided_at=150.0,
+        used_at=160.0,
+    )
+    view = build_view(record, approvals=[used])
+    assert view.people_s == pytest.approx(59.0)
+    bar = {b.task_id: b for b in view.timeline.bars}["mail"]
+    assert bar.approvals == [(1.0, 60.0)] and bar.wait_s == pytest.approx(0.0)
+    assert view.waits["mail"].people == pytest.approx(59.0)
+    html = render_run(record, page=Page(), around=RunAround(approvals=[used]))
+    assert "(59.00s of it waiting for a person's decision)" in html
+    assert 'fill="url(#approval-hatch)"' in html
+    assert "▒" in timeline_text(view, width=80).splitlines()[2]
+
+
+def test_a_map_node_counts_its_elements_and_long_tool_names_fit_their_node() -> None:
+    from dagagent.ui._dag import MAX_NODE_W, map_count
+
+    long = "fetch_the_weather_forecast_for_a_city_with_every_detail_it_has"
+    elements = [
+        _done(f"w[{i}]", 100.0, 100.1, s) for i, s in enumerate(["succeeded"] * 3 + ["failed"] * 2)
+    ]
+    mapped = _done("w", 100.0, 100.2, "failed")
+    mapped.elements = elements
+    record = _record(
+        {
+            "tasks": [
+                {
+                    "id": "w",
+                    "tool": long,
+                    "for_each": [1, 2, 3, 4, 5],
+                    "args": {"city": "${@item}"},
+                },
+                {"id": "one", "tool": long, "args": {}},
+            ]
+        },
+        [mapped, _done("one", 100.0, 102.41)],
+        status="failed",
+    )
+    view = build_view(record)
+    nodes = {n.id: n for n in view.dag.nodes}
+    assert nodes["w"].what.endswith("×5 (3 succeeded, 2 failed)")  # as 'dagagent graph' says
+    assert map_count(5, ["succeeded"] * 3 + ["failed"] * 2) == "×5 (3 succeeded, 2 failed)"
+    assert view.dag.node_w <= MAX_NODE_W
+    for n in nodes.values():  # the estimated text fits inside the box (and is clipped to it)
+        assert 14 + len(n.what) * 6.8 <= view.dag.node_w
+        assert long in n.title  # the whole name in the tooltip
+    html = render_report(record)
+    assert 'clip-path="url(#run-clip)"' in html
+
+
+def test_a_run_of_no_tasks_has_a_page() -> None:
+    record = _record({"tasks": []}, [], status="failed", finished_at=100.5)
+    html = render_run(
+        record, page=Page(), around=RunAround(round_note="round 1 of solve s: failed: no model")
+    )
+    assert "Nothing ran" in html and "round 1 of solve s: failed: no model" in html
+    assert timeline_text(build_view(record)) == (
+        "no task ran: no task of this run's plan was accepted"
+    )
+
+
+def test_the_viewer_answers_a_failure_with_a_page_and_logs_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import dagagent.ui.app as ui_app
+
+    path = tmp_path / "runs.db"
+    run_id = made.record_finished(path)
+
+    def broken(*args: Any, **kwargs: Any) -> str:
+        raise RuntimeError(f"cannot draw {made.XSS}")
+
+    monkeypatch.setattr(ui_app, "render_run", broken)
+    with Server(path) as server, httpx.Client(base_url=server.url) as client:
+        page = client.get(f"/runs/{run_id}")
+        runs = client.get("/")
+    assert page.status_code == 500 and runs.status_code == 200
+    assert "the viewer could not show /runs/" in page.text
+    assert "RuntimeError: cannot draw &lt;script&gt;" in page.text and made.XSS not in page.text
+    assert "script-src 'self'" in page.headers["content-security-policy"]
+    assert '<link rel="stylesheet"' in page.text  # the viewer's own page, not a bare 500
+    (logged,) = [r for r in caplog.records if r.name == "dagagent.ui"]
+    assert "could not show /runs/" in logged.getMessage() and logged.exc_info is not None

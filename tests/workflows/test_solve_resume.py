@@ -96,6 +96,10 @@ async def test_a_paused_round_pauses_the_solve_which_resumes_from_the_store(
         (1, paused.run_id, "answered")
     ]
     assert record.usage is not None and record.usage["planner"].calls == 1
+    # every model call of both processes, each once: the planner's before the pause, the
+    # joiner's after it, in the order they started
+    assert [(c.round, c.role) for c in record.calls] == [(1, "planner"), (1, "joiner")]
+    assert record.calls == solution.calls
     assert run.status.value == "succeeded"
     assert [(a.task_id, a.decision, a.decided_by, a.state) for a in history] == [
         ("tokyo", "allow", "ann", "used")

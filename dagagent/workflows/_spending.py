@@ -1,0 +1,219 @@
+"""A solve's budget as it is spent: :class:`Spending`, the ledger every model call and tool
+call of a solve goes through (see :mod:`dagagent.budget` for what a budget is).
+
+**Reservations.** Before a model call is sent, its worst case is reserved: the prompt's
+tokens (estimated, with a margin: :data:`PROMPT_MARGIN`) plus the call's output limit, and
+what they cost. A call without an output limit reserves everything the budget has left, and
+is cut off if it writes past that. The call is refused (:class:`~dagagent.errors.
+BudgetExceededError`) if its reservation, with what was used and what calls in flight hold,
+could cross the budget. Once the call is over, its reservation is released and what it really
+used (the provider's usage, or the estimate) is spent. So the budget is crossed by at most
+what calls in flight used beyond their reservations (a prompt estimate that fell short).
+
+**The joiner's reserve.** Calls other than the joiner's last answer may spend only the part
+of each limit outside the reserve (``Budget.reserve`` of the tokens and the cost, one model
+call); the first refusal marks the budget as running low (:attr:`Spending.low`). The solve
+then asks the joiner once, as the ``final`` call, to answer from what it has: that call may
+spend the reserve too.
+
+Tool calls are counted as they are made (:meth:`Spending.tool_call`); one past
+``Budget.tool_calls`` is denied.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ..budget import Budget, Price, Prices
+from ..errors import BudgetExceededError, ConfigError
+from ..llm import LiveCall, Usage
+
+__all__ = ["PROMPT_MARGIN", "Reservation", "Spending"]
+
+#: A prompt's estimated tokens are reserved with this margin (estimates run short on text
+#: that tokenises densely: code, numbers, other languages).
+PROMPT_MARGIN = 1.25
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """What one model call holds while it runs: ``tokens`` (``output`` of them for its
+    answer) and ``cost``."""
+
+    tokens: int
+    output: int
+    cost: float
+    final: bool
+
+
+class Spending:
+    """The ledger of one solve's ``budget`` (``None``: nothing is limited, only counted),
+    pricing calls with ``prices`` (see the module docstring)."""
+
+    def __init__(self, budget: Budget | None, prices: Prices) -> None:
+        self.budget = budget if budget is not None and budget.limited else None
+        self.prices = prices
+        self.tokens = 0
+        self.cost = 0.0
+        self.model_calls = 0
+        self.tool_calls = 0
+        self.held_tokens = 0
+        self.held_cost = 0.0
+        self.held_calls = 0
+        #: Why the budget ran low: the first call it refused (``None``: it has not).
+        self.low: str | None = None
+
+    def check_prices(self, model: str, provider: str) -> None:
+        """A cost budget needs the price of the model: :class:`ConfigError` without it."""
+        if self.budget is None or self.budget.cost_usd is None:
+            return
+        if self.prices.price(model, provider) is None:
+            name = f"{provider}:{model}" if provider else model
+            raise ConfigError(
+                f"a cost budget needs the price of the model, and {name!r} has none in the "
+                'price table: give one ({"' + name + '": {"input": N, "output": N}} in US '
+                "dollars per million tokens) with --prices FILE, or prices= in Python"
+            )
+
+    # -- model calls ---------------------------------------------------------------------
+
+    def reserve(self, call: LiveCall, *, label: str = "", final: bool = False) -> Reservation:
+        """Hold ``call``'s worst case, or refuse it (:class:`BudgetExceededError`, whose
+        message names the call as ``label``: "the planner's call")."""
+        b = self.budget
+        if b is None:
+            return Reservation(0, 0, 0.0, final)
+        share = 1.0 if final else 1.0 - b.reserve
+        price = self.prices.price(call.model, call.provider)
+        prompt = math.ceil(call.prompt_tokens * PROMPT_MARGIN)
+        output = (
+            call.max_tokens if call.max_tokens is not None else self._room(share, prompt, price)
+        )
+        tokens = prompt + output
+        cost = price.cost(prompt, output) if price is not None else 0.0
+        what = label or "a model call"
+        if b.model_calls is not None:
+            allowed = b.model_calls if final or b.reserve == 0 else b.model_calls - 1
+            if self.model_calls + self.held_calls + 1 > allowed:
+                self._refuse(
+                    "model_calls",
+                    f"{what} was refused: the budget of {b.model_calls} model calls is used up "
+                    f"({self.model_calls} made"
+                    + (
+                        ", one kept for the joiner's last answer)"
+                        if allowed < b.model_calls
+                        else ")"
+                    ),
+                    final,
+                )
+        if b.tokens is not None:
+            limit = math.floor(b.tokens * share)
+            if self.tokens + self.held_tokens + tokens > limit:
+                self._refuse(
+                    "tokens",
+                    f"{what} was refused: its worst case, {tokens:,} tokens (~{prompt:,} prompt "
+                    f"+ {output:,} output limit), could cross the budget of {b.tokens:,} tokens "
+                    f"({self.tokens:,} used, {self.held_tokens:,} held by calls in flight"
+                    + (
+                        f", {b.tokens - limit:,} kept for the joiner's last answer)"
+                        if not final
+                        else ")"
+                    ),
+                    final,
+                )
+        if b.cost_usd is not None:
+            limit_cost = b.cost_usd * share
+            if price is None or self.cost + self.held_cost + cost > limit_cost + 1e-12:
+                worst = f"${cost:.4f}" if price is not None else "an unknown cost"
+                self._refuse(
+                    "cost_usd",
+                    f"{what} was refused: its worst case, {worst}, could cross the budget of "
+                    f"${b.cost_usd:g} (${self.cost:.4f} spent, ${self.held_cost:.4f} held by "
+                    "calls in flight"
+                    + (
+                        f", ${b.cost_usd - limit_cost:.4f} kept for the joiner's last answer)"
+                        if not final
+                        else ")"
+                    ),
+                    final,
+                )
+        self.held_tokens += tokens
+        self.held_cost += cost
+        self.held_calls += 1
+        return Reservation(tokens, output, cost, final)
+
+    def _room(self, share: float, prompt: int, price: Price | None) -> int:
+        """The output a call without an output limit may write: what the budget has left."""
+        b = self.budget
+        assert b is not None
+        room: list[float] = []
+        if b.tokens is not None:
+            room.append(math.floor(b.tokens * share) - self.tokens - self.held_tokens - prompt)
+        if b.cost_usd is not None and price is not None and price.output > 0:
+            left = b.cost_usd * share - self.cost - self.held_cost - price.cost(prompt, 0)
+            room.append(left * 1_000_000 / price.output)
+        return max(0, math.floor(min(room))) if room else 0
+
+    def _refuse(self, what: str, message: str, final: bool) -> None:
+        if self.low is None and not final:
+            self.low = message
+        raise BudgetExceededError(message, what=what)
+
+    def overdrawn(self, reservation: Reservation, call: LiveCall) -> bool:
+        """Whether ``call`` has written past what its reservation holds for its answer (it is
+        then cut off). Never, without a budget on tokens or cost."""
+        b = self.budget
+        if b is None or (b.tokens is None and b.cost_usd is None):
+            return False
+        return call.output_tokens_so_far > reservation.output
+
+    def settle(self, reservation: Reservation, usage: Usage, cost: float | None) -> None:
+        """A call is over: release its reservation and spend what it used (``usage``, whose
+        ``calls`` is 0 for a call that was never sent)."""
+        if self.budget is not None:
+            self.held_tokens -= reservation.tokens
+            self.held_cost -= reservation.cost
+            self.held_calls -= 1
+        self.spend(usage, cost)
+
+    def spend(self, usage: Usage, cost: float | None) -> None:
+        """Count what a call used (one that held no reservation: a resumed solve's earlier
+        calls)."""
+        self.model_calls += usage.calls
+        self.tokens += usage.total_tokens
+        self.cost += cost or 0.0
+
+    # -- tool calls ------------------------------------------------------------------------
+
+    def tool_call(self, tool: str, task_id: str) -> None:
+        """Count a tool call about to be made, or refuse it (:class:`BudgetExceededError`)."""
+        b = self.budget
+        if b is not None and b.tool_calls is not None and self.tool_calls + 1 > b.tool_calls:
+            message = (
+                f"the call of {tool} by task {task_id!r} was refused: the budget of "
+                f"{b.tool_calls} tool call{'s' if b.tool_calls != 1 else ''} is used up"
+            )
+            if self.low is None:
+                self.low = message
+            raise BudgetExceededError(message, what="tool_calls")
+        self.tool_calls += 1
+
+    # -- what is left ----------------------------------------------------------------------
+
+    def spent(self) -> str:
+        """``"1,234 of 5,000 tokens, 3 of 10 model calls"``: what was spent of each limit."""
+        b = self.budget
+        parts = [f"{self.tokens:,} tokens", f"{self.model_calls} model calls"]
+        if b is None:
+            return ", ".join(parts)
+        parts = []
+        if b.tokens is not None:
+            parts.append(f"{self.tokens:,} of {b.tokens:,} tokens")
+        if b.cost_usd is not None:
+            parts.append(f"${self.cost:.4f} of ${b.cost_usd:g}")
+        if b.model_calls is not None:
+            parts.append(f"{self.model_calls} of {b.model_calls} model calls")
+        if b.tool_calls is not None:
+            parts.append(f"{self.tool_calls} of {b.tool_calls} tool calls")
+        return ", ".join(parts)
