@@ -111,8 +111,8 @@ def runs_cmd(
         False,
         "--json",
         help='Print {"store", "found", "runs"} as JSON: the store read, why that one, and '
-        "each run (run_id, parent_id, created, goal, status, executor, started_at, "
-        "finished_at, n_tasks, counts, unrecorded).",
+        "each run (id and run_id, the same, parent_id, created, goal, status, executor, "
+        "started_at, finished_at, n_tasks, counts, unrecorded).",
     ),
 ) -> None:
     """List recorded runs, most recent first: id, when, goal, status, task counts."""
@@ -130,14 +130,17 @@ def runs_cmd(
             runs = st.list_runs(limit)
     if json_out:
         # One object, as every --json prints: the store read (and why that one), then the
-        # runs, newest first. One id key, "run_id": the key 'show --json' and 'run --json'
-        # use too.
+        # runs, newest first. Each run has "run_id", the key 'show --json' and 'run --json'
+        # use, and "id", the same value, the key this listing has always had.
         print_json(
             out,
             {
                 "store": str(path),
                 "found": location.source.value,
-                "runs": [{**r.model_dump(mode="json"), "unrecorded": r.unrecorded} for r in runs],
+                "runs": [
+                    {"id": r.run_id, **r.model_dump(mode="json"), "unrecorded": r.unrecorded}
+                    for r in runs
+                ],
             },
         )
         return

@@ -217,6 +217,30 @@ def test_json_prints_one_object_on_errors_too(
         assert {i["code"] for i in doc["error"]["issues"]} >= {"cycle", "duplicate_id"}
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["run", str(EXAMPLES / "weather.json"), "--max-concurrency", "0"],  # out of range
+        ["runs", "--no-such-option"],
+        ["show", "--last", "--timeline", "--format", "x"],
+    ],
+)
+def test_json_prints_one_object_on_a_usage_error_too(args: list[str]) -> None:
+    """click refuses these before any command runs: the entry point still prints the error
+    object on stdout (and click's message on stderr), exit 2."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "dagagent", *args, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    doc = json.loads(proc.stdout)  # exactly one JSON document, nothing else
+    assert doc["ok"] is False and doc["error"]["code"] == "UsageError"
+    assert doc["error"]["exit_code"] == 2 and doc["error"]["message"]
+    assert "Traceback" not in proc.stderr and "Usage:" in proc.stderr
+
+
 def test_tools_lists_what_the_planner_is_shown() -> None:
     """Each tool with its signature, description, argument notes and what it returns, in the
     planner's own words (the catalog its prompt holds), then where it comes from."""

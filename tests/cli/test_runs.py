@@ -175,7 +175,8 @@ def test_runs_lists_recent_runs_with_counts(home: Path) -> None:
     assert "2 succeeded, 1 failed, 1 skipped" in " ".join(out.split())
     res = cli("runs", "--limit", "1", "--json")
     (doc,) = json.loads(res.stdout)["runs"]
-    assert doc["run_id"] == newest and "id" not in doc and doc["status"] == "failed"
+    # "id" as always, and "run_id" as every other --json names a run
+    assert doc["id"] == doc["run_id"] == newest and doc["status"] == "failed"
     assert doc["counts"] == {"succeeded": 2, "failed": 1, "skipped": 1}
 
 
