@@ -18,7 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..errors import ConfigError, StoreError
-from ._app import app, guard, out
+from ._app import app, err, guard, out
 from .diagram import FORMATS, render_graph
 from .options import (
     LastOpt,
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from ..graph import PlanGraph
     from ..plan import Plan
     from ..results import AgentStep, TaskResult
-    from ..store import RunRecord, RunStore, RunSummary, SolveRecord
+    from ..store import DamagedRun, RunRecord, RunStore, RunSummary, SolveRecord
 
 __all__ = ["find_run", "open_store"]
 
@@ -110,24 +110,32 @@ def runs_cmd(
     json_out: bool = typer.Option(
         False,
         "--json",
-        help='Print {"store", "found", "runs"} as JSON: the store read, why that one, and '
-        "each run (id and run_id, the same, parent_id, created, goal, status, executor, "
-        "started_at, finished_at, n_tasks, counts, unrecorded).",
+        help='Print {"store", "found", "runs", "damaged"} as JSON: the store read, why that '
+        "one, each run (id and run_id, the same, parent_id, created, goal, status, executor, "
+        "started_at, finished_at, n_tasks, counts, unrecorded), and each run whose record "
+        "cannot be read (run_id, problem).",
     ),
 ) -> None:
     """List recorded runs, most recent first: id, when, goal, status, task counts."""
     from ..store import StoreSource, locate_store
-    from ..text import shorten
+    from ..text import printable, shorten
     from .render import print_json
 
     location = locate_store(store)
     path, why = location.path, location.describe()
     runs: list[RunSummary] = []
+    damaged: list[DamagedRun] = []
     # a store named with --store must exist (a typo is an error); the one found by default
     # may simply have nothing recorded yet
     if location.source is StoreSource.given or path.exists():
         with open_store(store) as st:
-            runs = st.list_runs(limit)
+            runs, damaged = st.scan_runs(limit)
+    for bad in damaged:  # named, and left out of the list: the others are still listed
+        err.print(
+            f"warning: run {bad.run_id} is damaged and left out: {printable(bad.problem)}",
+            markup=False,
+            highlight=False,
+        )
     if json_out:
         # One object, as every --json prints: the store read (and why that one), then the
         # runs, newest first. Each run has "run_id", the key 'show --json' and 'run --json'
@@ -141,6 +149,7 @@ def runs_cmd(
                     {"id": r.run_id, **r.model_dump(mode="json"), "unrecorded": r.unrecorded}
                     for r in runs
                 ],
+                "damaged": [d.model_dump(mode="json") for d in damaged],
             },
         )
         return

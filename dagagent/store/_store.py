@@ -23,7 +23,7 @@ from ._plans import plan_from_column
 from ._rows import PLANNED_AT
 from ._schema import MIGRATIONS, SCHEMA, Migration, migrate
 from ._solves import SolveQueries
-from .models import RunRecord, RunSummary
+from .models import DamagedRun, RunRecord, RunSummary
 
 if TYPE_CHECKING:
     from ._recorder import RunRecorder
@@ -243,7 +243,14 @@ class RunStore(SolveQueries, ApprovalQueries):
         return str(rows[0][0])
 
     def list_runs(self, limit: int | None = 20) -> list[RunSummary]:
-        """The most recent runs first, with their task counts by status."""
+        """The most recent runs first, with their task counts by status (a run whose record
+        cannot be read is left out: see :meth:`scan_runs`)."""
+        return self.scan_runs(limit)[0]
+
+    def scan_runs(self, limit: int | None = 20) -> tuple[list[RunSummary], list[DamagedRun]]:
+        """The most recent runs first, with their task counts by status; and, apart, the runs
+        among them whose record this version cannot read (an unknown status: a newer
+        dagagent's, or a damaged file), each with what is wrong."""
         sql = (
             "SELECT id, parent_id, created, goal, status, executor, started_at, finished_at, "
             "n_tasks, pid, owner, lease_until FROM runs ORDER BY created DESC, rowid DESC"
@@ -264,8 +271,13 @@ class RunStore(SolveQueries, ApprovalQueries):
             ):
                 counts[run_id][status] = int(n)
         summaries = []
+        damaged: list[DamagedRun] = []
         for r in rows:
-            status = RunStatus(effective_status(r[4], r[9], r[10], r[11]))
+            try:
+                status = _run_status(effective_status(r[4], r[9], r[10], r[11]))
+            except ValueError as exc:
+                damaged.append(DamagedRun(run_id=str(r[0]), problem=str(exc)))
+                continue
             run_counts = counts[r[0]]
             if status is not RunStatus.RUNNING:
                 run_counts.pop(_RUNNING, None)  # see get_run: unrecorded
@@ -283,7 +295,7 @@ class RunStore(SolveQueries, ApprovalQueries):
                     counts=run_counts,
                 )
             )
-        return summaries
+        return summaries, damaged
 
     def get_run(self, ref: str) -> RunRecord:
         """The full record of run ``ref`` (a run id or a unique prefix)."""
@@ -298,7 +310,16 @@ class RunStore(SolveQueries, ApprovalQueries):
         if not rows:  # pragma: no cover - resolve() just found it
             raise StoreError(f"no run {run_id} in {self.path}")
         r = rows[0]
-        status = RunStatus(effective_status(r[5], r[11], r[13], r[14]))
+        try:
+            return self._record(run_id, r)
+        except (ValueError, TypeError) as exc:  # pydantic's ValidationError is a ValueError
+            raise StoreError(
+                f"run {run_id} in {self.path} is damaged and cannot be read: "
+                f"{_first_line(exc)} ('dagagent runs' lists the others)"
+            ) from None
+
+    def _record(self, run_id: str, r: Sequence[Any]) -> RunRecord:
+        status = _run_status(effective_status(r[5], r[11], r[13], r[14]))
         plan = plan_from_column(r[4], run_id)
         task_rows = self._query(
             "SELECT task_id, status, output, error, error_type, attempts, started_at, "
@@ -313,13 +334,16 @@ class RunStore(SolveQueries, ApprovalQueries):
                 # Started, and the run ended (or its process died) with no result of it on
                 # record: unrecorded, as a task that never got a row.
                 continue
-            by_id[t[0]] = _result(t)
-            if t[12] is not None:
-                by_id[t[0]].elements = [
-                    _result(tuple(e.get(k) for k in ELEMENT_KEYS))
-                    for e in from_column(t[12])
-                    if isinstance(e, dict)
-                ]
+            try:
+                by_id[t[0]] = _result(t)
+                if t[12] is not None:
+                    by_id[t[0]].elements = [
+                        _result(tuple(e.get(k) for k in ELEMENT_KEYS))
+                        for e in from_column(t[12])
+                        if isinstance(e, dict)
+                    ]
+            except ValueError as exc:
+                raise ValueError(f"task {t[0]!r}: {_first_line(exc)}") from None
             task = plan_tasks.get(t[0])
             if t[8] is not None and task is not None and by_id[t[0]].redacted_args is None:
                 fingerprints[t[0]] = task_fingerprint(task, by_id[t[0]].args)
@@ -357,6 +381,36 @@ class RunStore(SolveQueries, ApprovalQueries):
         from ._recorder import RunRecorder
 
         return RunRecorder(self, run_id, flush_interval_s=flush_interval_s)
+
+
+def _run_status(value: str) -> RunStatus:
+    """A run's recorded status; a :class:`ValueError` that names it when it is none this
+    version knows."""
+    try:
+        return RunStatus(value)
+    except ValueError:
+        known = ", ".join(s.value for s in RunStatus)
+        raise ValueError(
+            f"its status {value!r} is not one this version of dagagent knows ({known})"
+        ) from None
+
+
+def _first_line(exc: BaseException) -> str:
+    """What went wrong, in one line: a pydantic error's message for each field, without its
+    links and input dumps."""
+    errors = getattr(exc, "errors", None)
+    if callable(errors):
+        try:
+            found = errors()
+        except Exception:  # not pydantic's after all
+            found = None
+        if isinstance(found, list) and found:
+            return "; ".join(
+                f"{'.'.join(str(p) for p in e.get('loc', ())) or 'value'}: {e.get('msg', '')}"
+                + (f" (got {e['input']!r})" if isinstance(e.get("input"), (str, int)) else "")
+                for e in found[:3]
+            )
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
 
 
 def _result(t: Sequence[Any]) -> TaskResult:

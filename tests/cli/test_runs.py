@@ -81,7 +81,7 @@ def test_history_follows_the_project_not_the_current_directory(
     assert res.exit_code == 0, res.output
     assert res.stdout.startswith(f"no runs recorded in {user_store}\n(the per-user store")
     empty = json.loads(cli("runs", "--json").stdout)
-    assert empty == {"store": str(user_store), "found": "user", "runs": []}
+    assert empty == {"store": str(user_store), "found": "user", "runs": [], "damaged": []}
     assert not user_store.exists()
     res = cli("run", WEATHER)
     assert res.exit_code == 0, res.output
@@ -184,6 +184,45 @@ def test_runs_on_an_empty_store(home: Path) -> None:
     RunStore(home / "runs.db").close()
     res = cli("runs")
     assert res.exit_code == 0 and "no runs recorded in" in res.stdout
+
+
+@pytest.mark.parametrize("damage", ["run", "task"])
+def test_a_run_with_an_unknown_status_is_named_and_the_others_listed(
+    home: Path, damage: str
+) -> None:
+    """A status this version does not know (a damaged file, a newer dagagent's row): 'runs'
+    names the run and lists the others, 'show' names it and says what is wrong; no traceback
+    either way (both raised ValueError from the status enum before)."""
+    import sqlite3
+
+    assert cli("run", WEATHER).exit_code == 0
+    assert cli("run", WEATHER).exit_code == 0
+    with RunStore(home / "runs.db") as st:
+        good, bad = (r.run_id for r in st.list_runs())
+    with sqlite3.connect(home / "runs.db") as conn:
+        if damage == "run":
+            conn.execute("UPDATE runs SET status = 'exploded' WHERE id = ?", (bad,))
+        else:
+            conn.execute("UPDATE tasks SET status = 'exploded' WHERE run_id = ?", (bad,))
+    conn.close()
+    res = cli("runs")
+    assert res.exit_code == 0 and res.exception is None, res.output
+    assert good in res.stdout
+    assert "Traceback" not in res.output and "exploded" in res.output
+    if damage == "run":
+        assert bad not in res.stdout and f"run {bad} is damaged" in res.stderr
+    doc = json.loads(cli("runs", "--json").stdout)
+    listed = [r["run_id"] for r in doc["runs"]]
+    assert good in listed
+    if damage == "run":
+        assert listed == [good] and doc["damaged"][0]["run_id"] == bad
+    res = cli("show", bad)
+    assert res.exit_code == 4 and isinstance(res.exception, SystemExit), res.output
+    assert f"run {bad}" in res.stderr and "damaged" in res.stderr and "exploded" in res.stderr
+    assert "Traceback" not in res.output
+    doc = json.loads(cli("show", bad, "--json").stdout)  # one object, the error
+    assert doc["ok"] is False and doc["error"]["code"] == "StoreError"
+    assert cli("show", good).exit_code == 0  # the others still open
 
 
 def test_show_a_run(home: Path) -> None:
