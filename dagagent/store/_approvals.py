@@ -311,7 +311,13 @@ def _not_waiting(
             f"resume at {_when(last.used_at)}; a decision is used once, and the task is not "
             "waiting any more"
         )
-    return f"task {task_id!r} of run {run_id} is not waiting any more: {last.note}"
+    again = (
+        f"; nobody can approve it now: 'dagagent replan {run_id} --execute' runs it again, "
+        "under the run's approval rules"
+        if (last.note or "").startswith("the run ended")
+        else ""
+    )
+    return f"task {task_id!r} of run {run_id} is not waiting any more: {last.note}{again}"
 
 
 def _not_paused(

@@ -92,6 +92,9 @@ class RunRow:
     redact_plan: PlanRedaction | None = None
 
 
+_WHERE = {name.strip(): i for i, name in enumerate(TASK_COLUMNS.split(","))}
+_ERROR_COLUMN, _ELEMENTS_COLUMN = _WHERE["error"], _WHERE["elements"]  # in a task_row()
+
 Row = Union[TaskResult, "tuple[str, float]"]
 """What a batch writes of a task: its result, or its start, ``(task id, when)``, written as
 ``running``."""
@@ -250,6 +253,21 @@ def _finish(conn: sqlite3.Connection, run: RunRow, ev: RunFinished) -> None:
             "WHERE run_id = ? AND state = 'waiting'",
             (f"the run ended {status}", run.run_id),
         )
+        # a task left waiting says so now: it did not run, and what runs it again (its row
+        # was written while it still waited for a decision)
+        left = [
+            (task_row(run.run_id, r, None), r.task_id)
+            for r in res.tasks.values()
+            if r.status is TaskStatus.WAITING
+        ]
+        if left:
+            conn.executemany(
+                "UPDATE tasks SET error = ?, elements = ? WHERE run_id = ? AND task_id = ?",
+                [
+                    (row[_ERROR_COLUMN], row[_ELEMENTS_COLUMN], run.run_id, task_id)
+                    for row, task_id in left
+                ],
+            )
 
 
 def _asked(run: RunRow, r: TaskResult) -> list[tuple[Any, ...]]:

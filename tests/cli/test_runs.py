@@ -225,6 +225,38 @@ def test_a_run_with_an_unknown_status_is_named_and_the_others_listed(
     assert cli("show", good).exit_code == 0  # the others still open
 
 
+def test_a_task_left_waiting_in_a_run_that_failed_points_to_replan(
+    home: Path, tmp_path: Path
+) -> None:
+    """A call waits for a person (no terminal to ask on) while another task fails: the run
+    ends failed, its questions are closed, and 'approve' refuses. Neither the run's table,
+    nor 'show', nor approve's refusal may send the user to 'approve' (they did): they say the
+    task did not run and that 'replan --execute' runs it again."""
+    plan = tmp_path / "p.json"
+    plan.write_text(
+        json.dumps(
+            {
+                "tasks": [
+                    {"id": "w", "tool": "get_weather", "args": {"city": "Paris"}},
+                    {"id": "bad", "tool": "fail", "args": {"message": "nope"}},
+                ]
+            }
+        )
+    )
+    res = cli("run", str(plan), "--ask", "get_weather", "--on-failure", "continue", "--json")
+    assert res.exit_code == 1, res.output
+    doc = json.loads(res.stdout)
+    run_id, error = doc["run_id"], doc["tasks"]["w"]["error"]
+    assert doc["status"] == "failed" and doc["tasks"]["w"]["status"] == "waiting"
+    assert "dagagent approve" not in error and f"dagagent replan {run_id} --execute" in error
+    assert error.startswith("not run: the run ended failed") and "get_weather" in error
+    shown = json.loads(cli("show", run_id, "--json").stdout)  # the record says the same
+    assert shown["tasks"]["w"]["error"] == error
+    res = cli("approve", run_id, "w", "--allow")
+    assert res.exit_code != 0 and "Traceback" not in res.output
+    assert f"dagagent replan {run_id} --execute" in res.stderr
+
+
 def test_show_a_run(home: Path) -> None:
     cli("run", FAILING, "--executor", "dataflow", "--on-failure", "continue")
     run_id = only_run(home)
