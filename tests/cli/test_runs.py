@@ -257,6 +257,52 @@ def test_a_task_left_waiting_in_a_run_that_failed_points_to_replan(
     assert f"dagagent replan {run_id} --execute" in res.stderr
 
 
+def test_show_task_prints_the_approval_decisions(home: Path, tmp_path: Path) -> None:
+    """Who allowed or denied each call, when and why: the decisions on the task's record and
+    the questions it left for a person (show --task printed none of them)."""
+    plan = tmp_path / "p.json"
+    plan.write_text(
+        json.dumps(
+            {
+                "tasks": [
+                    {"id": "paris", "tool": "get_weather", "args": {"city": "Paris"}},
+                    {"id": "tokyo", "tool": "get_weather", "args": {"city": "Tokyo"}},
+                ]
+            }
+        )
+    )
+    res = cli("run", str(plan), "--ask", "get_weather", "--json")
+    assert res.exit_code == 6, res.output  # paused: no terminal to ask on
+    run_id = json.loads(res.stdout)["run_id"]
+    assert (
+        cli(
+            "approve", run_id, "paris", "--allow", "--by", "ann", "--reason", "checked the city"
+        ).exit_code
+        == 0
+    )
+    assert (
+        cli(
+            "approve", run_id, "tokyo", "--deny", "--by", "bob", "--reason", "\x1b[31mnot today"
+        ).exit_code
+        == 0
+    )
+    assert cli("resume", run_id).exit_code == 1  # tokyo denied
+    shown = cli("show", run_id, "--task", "paris")
+    assert shown.exit_code == 0, shown.output
+    text = shown.stdout
+    assert "decisions:" in text and "get_weather: allowed by ann (rule '--ask get_weather')" in text
+    assert "why: checked the city" in text
+    assert re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d get_weather: allowed", text)
+    assert "asked a person:" in text and "allow by ann at " in text
+    denied = cli("show", run_id, "--task", "tokyo").stdout
+    assert "get_weather: denied by bob" in denied
+    assert "why: \\x1b[31mnot today" in denied and "\x1b" not in denied  # escaped
+    doc = json.loads(cli("show", run_id, "--task", "tokyo", "--json").stdout)
+    (asked,) = doc["approvals"]
+    assert (asked["decision"], asked["decided_by"]) == ("deny", "bob")
+    assert doc["result"]["decisions"][0]["decided_by"] == "bob"
+
+
 def test_show_a_run(home: Path) -> None:
     cli("run", FAILING, "--executor", "dataflow", "--on-failure", "continue")
     run_id = only_run(home)
