@@ -16,6 +16,7 @@ import pytest
 from backends import BACKENDS
 
 import dagagent
+from dagagent.settings import RunSettings
 from dagagent.tools import sync_threads
 
 REQUEST = contextvars.ContextVar("REQUEST", default="none")
@@ -117,6 +118,55 @@ def test_a_cancelled_sync_call_is_abandoned_and_its_thread_is_known(backend: str
     while sync_threads.running and time.monotonic() < deadline:
         time.sleep(0.05)
     assert sync_threads.running == 0 and sync_threads.abandoned == 0
+
+
+@pytest.mark.parametrize("executor", ["serial", "levels", "dataflow"])
+def test_a_task_timeout_does_not_wait_for_a_sync_tool_that_ignores_it(executor: str) -> None:
+    """The task's own ``timeout_s`` (the plan's, not the tool's), a sync tool that would hold
+    its thread for a minute, and a task after it: the task fails on time, the run goes on and
+    ends while the thread still runs (it lingers until released)."""
+    release = threading.Event()
+    registry = dagagent.Registry()
+
+    @registry.tool
+    def deaf(seconds: float) -> str:
+        """Ignores everything for ``seconds``."""
+        release.wait(seconds)
+        return "late"
+
+    @registry.tool
+    def after(x: str) -> str:
+        """Runs once the deaf task is over."""
+        return x
+
+    plan = {
+        "tasks": [
+            {"id": "d", "tool": "deaf", "args": {"seconds": 60}, "timeout_s": 0.5},
+            {"id": "next", "tool": "after", "args": {"x": "ran"}},
+        ]
+    }
+    started = time.monotonic()
+    try:
+        result = anyio.run(
+            functools.partial(
+                dagagent.execute,
+                plan,
+                registry,
+                settings=RunSettings(executor=executor, on_failure="continue"),
+            )
+        )
+        took = time.monotonic() - started
+        assert result.tasks["d"].status.value == "failed"
+        assert result.tasks["d"].error == "timed out after 0.5 s"
+        assert result.tasks["next"].output == "ran"
+        assert took < 30, took  # not the tool's minute (generous for a loaded machine)
+        assert sync_threads.abandoned == 1  # its thread lingers, nobody waits for it
+    finally:
+        release.set()
+    deadline = time.monotonic() + 20
+    while sync_threads.running and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert sync_threads.running == 0
 
 
 @backends
