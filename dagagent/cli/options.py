@@ -250,9 +250,9 @@ StreamTimeoutOpt = Annotated[
         "--stream-timeout",
         min=0.1,
         metavar="SECONDS",
-        help="How long one streamed answer may last in all, however steadily it trickles in "
-        "(--timeout bounds each wait for its next piece, --deadline the whole command). "
-        f"Default: {DEFAULT_STREAM_S:g} s, or only the deadline when --deadline is given.",
+        help="How long one streamed model answer may last in all, however steadily it "
+        f"trickles in. Default: {DEFAULT_STREAM_S:g} s (only the deadline, where --deadline "
+        "is given).",
     ),
 ]
 MaxTokensOpt = Annotated[
