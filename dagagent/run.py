@@ -361,9 +361,12 @@ def execute_sync(
     registry: Registry | None = None,
     **options: Any,
 ) -> RunResult:
-    """:func:`execute` for scripts: runs its own event loop (do not call it from async code)."""
+    """:func:`execute` for scripts: runs its own event loop (do not call it from async code),
+    which does not wait, as it closes, for a thread a timed-out tool left running
+    (:mod:`dagagent.tools._loop`)."""
+    from .tools._loop import run_own_loop
 
     async def main() -> RunResult:
         return await execute(plan, registry, **options)
 
-    return anyio.run(main)
+    return run_own_loop(main)

@@ -169,6 +169,38 @@ def test_a_task_timeout_does_not_wait_for_a_sync_tool_that_ignores_it(executor: 
     assert sync_threads.running == 0
 
 
+def test_execute_sync_does_not_wait_for_a_thread_an_async_tool_left_running() -> None:
+    """An async tool that hands blocking work to asyncio's default executor times out on
+    time; the loop execute_sync runs then closes without waiting for that thread (asyncio
+    waits for its default executor's threads as a loop closes: the run returned only when the
+    function did)."""
+    import asyncio
+
+    release = threading.Event()
+    registry = dagagent.Registry()
+
+    @registry.tool
+    async def offload() -> str:
+        """Blocks a worker thread of the loop's default executor until released."""
+        await asyncio.to_thread(release.wait, 60)
+        return "late"
+
+    plan = {"tasks": [{"id": "o", "tool": "offload", "timeout_s": 0.5}]}
+    done: list[dagagent.RunResult] = []
+    caller = threading.Thread(
+        target=lambda: done.append(dagagent.execute_sync(plan, registry)), daemon=True
+    )
+    caller.start()
+    try:
+        caller.join(30)  # generous for a loaded machine; the thread holds for a minute
+        assert done, "execute_sync waited for the thread the timed-out tool left running"
+        assert done[0].tasks["o"].status.value == "failed"
+        assert done[0].tasks["o"].error == "timed out after 0.5 s"
+    finally:
+        release.set()
+    caller.join(30)
+
+
 @backends
 @pytest.mark.parametrize("blocking", [True, False])
 def test_a_generator_of_a_sync_tool_is_drained(blocking: bool, backend: str) -> None:

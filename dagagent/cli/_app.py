@@ -504,11 +504,18 @@ def _abandoned_threads() -> bool:
     # Any other worker thread (an async tool's own to_thread call it gave up on): anyio tells
     # its idle workers to stop when the run ends, so those end within moments; one still alive
     # after that runs a call nobody waits for.
+    # So do the threads of the command's event loop's default executor: its idle ones end once
+    # the loop closed; one still alive runs what a timed-out async tool handed it
+    # (asyncio.to_thread), which nobody waits for (see dagagent.tools._loop).
     deadline = time.monotonic() + _WORKERS_STOPPING_S
+    loops = sys.modules.get("dagagent.tools._loop")
+    prefix = loops.THREAD_PREFIX if loops is not None else None
     workers = [
         t
         for t in threading.enumerate()
-        if t is not threading.current_thread() and not t.daemon and t.name == "AnyIO worker thread"
+        if t is not threading.current_thread()
+        and not t.daemon
+        and (t.name == "AnyIO worker thread" or (prefix is not None and t.name.startswith(prefix)))
     ]
     for thread in workers:
         thread.join(max(0.0, deadline - time.monotonic()))

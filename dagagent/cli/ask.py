@@ -370,11 +370,10 @@ def ask_cmd(
     solve and every model call."""
     import asyncio
 
-    import anyio
-
     from ..approval import Policy
     from ..store import RunStore, default_store_path
     from ..text import printable
+    from ..tools._loop import run_own_loop
     from ..workflows import solve
     from .approve import confirm_plan, run_interceptors, stdin_is_terminal
     from .render import print_json
@@ -467,7 +466,7 @@ def ask_cmd(
         progress = AskProgress(writing)
         try:
             with writing:
-                solution = anyio.run(main)
+                solution = run_own_loop(main)
         except (KeyboardInterrupt, asyncio.CancelledError):  # see guard: 3.10 gives the latter
             raise Interrupted(solve_interrupted(progress, store)) from None
     report_solution(solution, path)

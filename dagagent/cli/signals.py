@@ -197,12 +197,12 @@ def run_stoppable(func: Callable[..., Coroutine[Any, Any, T]], *args: Any) -> T:
     """``anyio.run(func, *args)`` under :func:`stoppable`: a stop signal cancels it and raises
     ``KeyboardInterrupt``, which :func:`~dagagent.cli._app.guard` turns into its message and
     exit 130."""
-    import anyio
+    from ..tools._loop import run_own_loop
 
     async def main() -> T:
         return await stoppable(func(*args))
 
-    return anyio.run(main)
+    return run_own_loop(main)
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:

@@ -258,11 +258,10 @@ def resume_cmd(
     wait again, and nothing that succeeded runs again. Exit as 'run' does (6: paused again).
     A run of a paused 'ask' (or the solve's id) continues the solve: the run, then the
     joiner and the rounds after it, with --model; exit as 'ask' does."""
-    import anyio
-
     from ..graph import validate
     from ..plan import AgentTask
     from ..store import RunStore
+    from ..tools._loop import run_own_loop
     from ..workflows.resume import resumable_executor, resume
     from .approve import run_interceptors
     from .progress import progress_for
@@ -318,10 +317,10 @@ def resume_cmd(
             )
 
         if progress is None:
-            result = anyio.run(main)
+            result = run_own_loop(main)
         else:
             with progress:
-                result = anyio.run(main)
+                result = run_own_loop(main)
     code = print_result(result, as_json=json_out, graph=graph)
     if not say_recorded(result, store, detail="resumed", quiet=json_out):
         code = EXIT_RECORD
@@ -345,10 +344,9 @@ def _resume_solve(
     the answer on stdout (``--json``: the solution), as ``ask`` prints them. The exit code."""
     import asyncio
 
-    import anyio
-
     from ..approval import Policy
     from ..text import printable
+    from ..tools._loop import run_own_loop
     from ..workflows import Solution, resume_solve
     from ..workflows.solve_resume import paused_solve
     from .approve import run_interceptors
@@ -397,7 +395,7 @@ def _resume_solve(
             )
 
     try:
-        solution = anyio.run(main)
+        solution = run_own_loop(main)
     except (KeyboardInterrupt, asyncio.CancelledError):  # see guard: 3.10 gives the latter
         raise Interrupted(solve_interrupted(progress, st.path)) from None
     report_solution(solution, st.path)

@@ -342,6 +342,33 @@ def test_a_sync_tool_that_ignores_its_timeout_does_not_keep_the_cli_alive(tmp_pa
     assert time.monotonic() - t0 < 15  # not the tool's 30 s
 
 
+def test_an_async_tool_whose_thread_outlives_its_timeout_does_not_keep_the_cli_alive(
+    tmp_path: Path,
+) -> None:
+    """The tool hands a 30 s sleep to asyncio's default executor: the task times out after
+    1.5 s, and the command ends then, without waiting for the thread as the loop closes (it
+    waited the 30 s before)."""
+    tools = tmp_path / "offload_tools.py"
+    tools.write_text(
+        "import asyncio\nimport time\nimport dagagent\nregistry = dagagent.Registry()\n"
+        "@registry.tool(timeout_s=1.5)\nasync def offload(seconds: float) -> str:\n"
+        "    await asyncio.to_thread(time.sleep, seconds)\n    return 'late'\n"
+    )
+    plan = write(
+        tmp_path, "p.json", {"tasks": [{"id": "o", "tool": "offload", "args": {"seconds": 30}}]}
+    )
+    t0 = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-m", "dagagent", "run", plan, "--tools", f"{tools}:registry", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert json.loads(proc.stdout)["tasks"]["o"]["error"] == "timed out after 1.5 s"
+    assert time.monotonic() - t0 < 15  # not the tool's 30 s
+
+
 # A tools module whose object, kept alive only by a reference cycle, writes a file when it is
 # finalised; the atexit handler reports, after the command, whether objects were frozen.
 _TIDY_TOOLS = """
