@@ -29,6 +29,7 @@ __all__ = [
     "CALLS_PER_TURN",
     "CHARS_PER_TOKEN",
     "DEFAULT_ANSWER_CHARS",
+    "DEFAULT_ELEMENT_CONCURRENCY",
     "DEFAULT_MAX_ELEMENTS",
     "DEFAULT_MAX_TASKS",
     "DEFAULT_STREAM_S",
@@ -42,6 +43,10 @@ __all__ = [
 #: At most this many elements in one map task's list (``for_each``) unless ``max_elements``
 #: says otherwise: a longer list is a :class:`~dagagent.errors.MapError`.
 DEFAULT_MAX_ELEMENTS = 10_000
+
+#: At most this many elements of one map task run at once unless the task's own
+#: ``max_concurrency`` says otherwise (the run's ``max_concurrency`` bounds them further).
+DEFAULT_ELEMENT_CONCURRENCY = 1_000
 
 #: How long one streamed model answer may last in all unless told otherwise
 #: (``ModelSettings.max_stream_s``; ``--stream-timeout`` on the command line).

@@ -1,5 +1,5 @@
 """Reviewing a recorded run: what failed and why, what was cancelled or skipped because of it,
-what succeeded (:func:`review_run`, :func:`format_review`)."""
+what a condition skipped, what succeeded (:func:`review_run`, :func:`format_review`)."""
 
 from __future__ import annotations
 
@@ -71,6 +71,9 @@ class RunReview:
     unrecorded: list[TaskOutcome]
     #: Calls left for a person's decision (``waiting``): never a success, never reused.
     waiting: list[TaskOutcome] = field(default_factory=list)
+    #: skipped by a condition (its own ``when`` was false, or a task it depends on was
+    #: skipped so): as the plan meant, not a failure's doing
+    by_condition: list[TaskOutcome] = field(default_factory=list)
 
     def to_json_dict(self) -> dict[str, Any]:
         return {
@@ -82,6 +85,7 @@ class RunReview:
             "succeeded": [o.to_json_dict() for o in self.succeeded],
             "unrecorded": [o.to_json_dict() for o in self.unrecorded],
             "waiting": [o.to_json_dict() for o in self.waiting],
+            "skipped_by_condition": [o.to_json_dict() for o in self.by_condition],
         }
 
 
@@ -98,6 +102,7 @@ def review_run(record: RunRecord, *, width: int = 80) -> RunReview:
     succeeded: list[TaskOutcome] = []
     unrecorded: list[TaskOutcome] = []
     waiting: list[TaskOutcome] = []
+    by_condition: list[TaskOutcome] = []
     for t in plan.tasks:
         r = results.get(t.id)
         if r is None or r.status in _NO_RESULT_YET:
@@ -105,7 +110,9 @@ def review_run(record: RunRecord, *, width: int = 80) -> RunReview:
             unrecorded.append(TaskOutcome(t.id, status, t.label))
             continue
         tool, dur = t.label, r.duration_s
-        if r.status in _FAILED:
+        if r.skipped_by_condition:
+            by_condition.append(TaskOutcome(t.id, r.status.value, tool, error=r.error))
+        elif r.status in _FAILED:
             failed.append(
                 TaskOutcome(t.id, r.status.value, tool, r.attempts, dur, r.error, r.error_type)
             )
@@ -138,6 +145,7 @@ def review_run(record: RunRecord, *, width: int = 80) -> RunReview:
         succeeded,
         unrecorded,
         waiting,
+        by_condition,
     )
 
 
@@ -172,13 +180,22 @@ def format_review(review: RunReview) -> str:
                 for o in review.unrecorded
             )
         )
+    if review.by_condition:
+        lines.append(f"skipped by a condition ({len(review.by_condition)}):")
+        for o in review.by_condition:
+            lines.append(f"  {o.task_id} [{o.tool}]: {o.error}")
     if review.succeeded:
         lines.append(f"succeeded ({len(review.succeeded)}):")
         for o in review.succeeded:
             tag = " (reused)" if o.status == TaskStatus.REUSED.value else ""
             lines.append(f"  {o.task_id} [{o.tool}]{tag} = {o.output}")
     if not (
-        review.failed or review.blocked or review.unrecorded or review.waiting or review.succeeded
+        review.failed
+        or review.blocked
+        or review.unrecorded
+        or review.waiting
+        or review.succeeded
+        or review.by_condition
     ):
         lines.append("no task of its plan was accepted, so nothing ran")
     elif not (review.failed or review.blocked or review.unrecorded or review.waiting):

@@ -10,6 +10,7 @@ import pytest
 from dagagent.toolkits.calc import CalcError, evaluate
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "expression",
     ["((9**999)**999)**19", "(9**999)**999", "*".join(["(2**999)"] * 12), "(7**999)**(3**6)"],
@@ -26,6 +27,7 @@ def test_results_too_large_are_refused_before_they_are_computed(expression: str)
         evaluate(expression)
 
 
+@pytest.mark.slow  # each in a process of its own: an unbounded one would hold this one
 @pytest.mark.parametrize(
     "expression", ["round(3, -10**7)", "round(-8, -(7**8))", "round(2**999, -4**11)"]
 )
