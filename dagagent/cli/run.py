@@ -25,6 +25,7 @@ from .options import (
     PlanArg,
     PolicyOpt,
     RunOptions,
+    SkillsOpt,
     StoreOpt,
     StreamTimeoutOpt,
     ToolsOpt,
@@ -47,6 +48,7 @@ def validate_cmd(
     plan: PlanArg,
     tools: ToolsOpt = None,
     mcp: McpOpt = None,
+    skills: SkillsOpt = None,
     json_out: bool = typer.Option(False, "--json", help="Print the levels as JSON."),
     model: str | None = typer.Option(
         None,
@@ -61,7 +63,7 @@ def validate_cmd(
     from ..graph import validate
     from .render import plan_table, print_json, print_warnings
 
-    registry = load_tools(tools, mcp)
+    registry = load_tools(tools, mcp, skills)
     graph = validate(plan, registry, check_llm=not ModelChoice(model).configured)
     if json_out:
         print_json(
@@ -235,6 +237,7 @@ def run_cmd(
     plan: PlanArg,
     tools: ToolsOpt = None,
     mcp: McpOpt = None,
+    skills: SkillsOpt = None,
     executor: ExecutorOpt = "dataflow",
     on_failure: OnFailureOpt = "cancel",
     max_concurrency: MaxConcurrencyOpt = None,
@@ -281,7 +284,7 @@ def run_cmd(
     if otel:
         configure_otel()
     options = RunOptions.of(ctx)  # --executor, --ask, --dask-*...: read from ctx
-    registry = load_tools(tools, mcp)
+    registry = load_tools(tools, mcp, skills)
     llm = agent_model(model, base_url, stream_timeout)
     graph = validate(plan, registry, llm=llm, check_llm=True)
     print_warnings(err, graph.warnings)
