@@ -336,12 +336,42 @@ def _printable_values(_logger: Any, _name: str, event: dict[str, Any]) -> dict[s
     return {k: printable(v, lines=True) if isinstance(v, str) else v for k, v in event.items()}
 
 
+class _LibraryLines(logging.Handler):
+    """The log records of the libraries dagagent uses (the MCP SDK, httpx...) as one line
+    each on stderr: control characters escaped, a URL's credentials hidden, and the
+    traceback of an exception they log left out unless the level is DEBUG (an error a server
+    causes is reported by dagagent's own message; a traceback is for bugs)."""
+
+    def __init__(self, level: int) -> None:
+        super().__init__(level)
+        self.tracebacks = level <= logging.DEBUG
+
+    def emit(self, record: logging.LogRecord) -> None:
+        from .text import strip_url_credentials
+
+        try:
+            text = f"{record.levelname.lower()} {record.name}: {record.getMessage()}"
+            if self.tracebacks and record.exc_info:
+                text += "\n" + logging.Formatter().formatException(record.exc_info)
+            sys.stderr.write(printable(strip_url_credentials(text), lines=True) + "\n")
+        except Exception:
+            self.handleError(record)
+
+
 def configure_logging(
     level: int = logging.WARNING, *, json: bool = False, renderer: Any = None
 ) -> None:
     """Configure structlog for command-line use: level-filtered, to stderr; ``renderer``
-    (a structlog processor returning the line) instead of structlog's console renderer."""
+    (a structlog processor returning the line) instead of structlog's console renderer; and
+    the standard library's logging (what libraries log) the same way, one line per record."""
     import structlog
+
+    root = logging.getLogger()
+    for handler in [h for h in root.handlers if isinstance(h, _LibraryLines)]:
+        root.removeHandler(handler)
+    root.addHandler(_LibraryLines(level))
+    if root.level > level:  # lowered for -v, never raised (an application's own setting)
+        root.setLevel(level)
 
     if renderer is None:
         renderer = (

@@ -22,6 +22,8 @@ from collections.abc import Callable, Iterable, MutableMapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from pydantic import BaseModel
+
 from .errors import ConfigError
 from .events import debug_enabled, get_logger
 from .results import (
@@ -202,8 +204,10 @@ def redacting(
     """Rewrite string arguments before inner layers and the tool see them.
 
     - ``args``: globs on argument names (case-insensitive), also matched against the keys of
-      dicts inside arguments (``config.password``, ``headers.Authorization``); every string in
-      such a value (also inside lists and dicts) becomes ``replacement``.
+      dicts inside arguments and the fields of models (``config.password``,
+      ``headers.Authorization``); every string and every number in such a value (also inside
+      lists, dicts and models) becomes ``replacement`` (a tool whose schema wants a number
+      there then fails with bad arguments: leave it out with ``tools=``).
     - ``patterns``: regular expressions; every match inside any string argument becomes
       ``replacement`` (e.g. e-mail addresses before text goes to a third-party tool).
 
@@ -214,7 +218,9 @@ def redacting(
     of the redacted arguments as ``reason``, the redacted ``args``). The in-memory
     ``TaskResult.args`` still holds the arguments as resolved *before* any interceptor; the
     run store records the redacted ones instead, and such a task is not reused by a replan
-    (its real arguments are not on record to compare).
+    (its real arguments are not on record to compare). The run's plan is stored with the
+    arguments it would pass on too, and every decision of a policy outside it with the
+    arguments redacted, so a secret it hides never reaches the store.
 
     A task that fails before its call reaches this interceptor (its resolved arguments do not
     fit the tool, or an interceptor before it refused the call) is redacted all the same when
@@ -246,10 +252,17 @@ class Redacting:
         return isinstance(key, str) and self._names.match(key.lower()) is not None
 
     def _scrub_all(self, value: Any, hidden: list[str] | None) -> Any:
+        """``value`` under a secret name: every string, and every number, in it hidden."""
         if isinstance(value, (str, bytes)):
             if hidden is not None:
                 hidden.append(value if isinstance(value, str) else value.decode("utf-8", "replace"))
             return self.replacement
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            if hidden is not None:
+                hidden.append(str(value))
+            return self.replacement  # a PIN or a numeric password is a secret too
+        if isinstance(value, BaseModel):
+            return self._scrub_model(value, self._scrub_all, hidden)
         if isinstance(value, (list, tuple)):
             return [self._scrub_all(v, hidden) for v in value]
         if isinstance(value, dict):
@@ -261,6 +274,8 @@ class Redacting:
             for rx in self._rxs:
                 value = rx.sub(self.replacement, value)
             return value
+        if isinstance(value, BaseModel):  # its fields are keys like a dict's
+            return self._scrub_model(value, self._scrub_text, hidden)
         if isinstance(value, (list, tuple)):
             return [self._scrub_text(v, hidden) for v in value]
         if isinstance(value, dict):
@@ -270,6 +285,16 @@ class Redacting:
                 for k, v in value.items()
             }
         return value
+
+    @staticmethod
+    def _scrub_model(
+        value: BaseModel, scrub: Callable[[Any, list[str] | None], Any], hidden: list[str] | None
+    ) -> Any:
+        """A model argument as the dict of its fields, scrubbed (the runner validates it into
+        the model again); the model itself when there is nothing in it to hide."""
+        data = value.model_dump()
+        new = scrub(data, hidden)
+        return value if new == data else new
 
     def _redacted(self, args: MutableMapping[str, Any] | Any, hidden: list[str] | None) -> Any:
         return {

@@ -32,6 +32,7 @@ __all__ = [
     "DEFAULT_ELEMENT_CONCURRENCY",
     "DEFAULT_MAX_ELEMENTS",
     "DEFAULT_MAX_TASKS",
+    "DEFAULT_STREAM_S",
     "PLAN_OVERHEAD_TOKENS",
     "agent_turn_tokens",
     "answer_tokens",
@@ -46,6 +47,10 @@ DEFAULT_MAX_ELEMENTS = 10_000
 #: At most this many elements of one map task run at once unless the task's own
 #: ``max_concurrency`` says otherwise (the run's ``max_concurrency`` bounds them further).
 DEFAULT_ELEMENT_CONCURRENCY = 1_000
+
+#: How long one streamed model answer may last in all unless told otherwise
+#: (``ModelSettings.max_stream_s``; ``--stream-timeout`` on the command line).
+DEFAULT_STREAM_S = 900.0
 
 #: The most tasks a plan may have unless told otherwise (``max_tasks``).
 DEFAULT_MAX_TASKS = 50

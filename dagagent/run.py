@@ -199,6 +199,9 @@ class _Run:
 
                 agent_runner = run_agent_node
         redaction = Redaction(interceptors)
+        if redaction and self.recorder is not None:
+            # the stored plan hides what the redacting interceptors hide from the tools
+            self.recorder.redact_plans(redaction.plan)
         self.telemetry = RunTelemetry.start(
             graph, self.run_id, self.executor.name, self.parent_id, redaction
         )
@@ -303,6 +306,10 @@ class _Run:
             status = RunStatus.PAUSED  # nothing else could run: the rest waits for a person
         else:
             status = RunStatus.FAILED
+        if status is not RunStatus.PAUSED:
+            for r in tasks.values():
+                if r.status is TaskStatus.WAITING:
+                    _left_waiting(r, status, self.run_id)
         cp_len, cp = finished_critical_path(graph.order, graph.dependencies, tasks)
         return RunResult(
             run_id=self.run_id,
@@ -316,6 +323,25 @@ class _Run:
             critical_path_s=cp_len,
             parent_id=self.parent_id,
             usage=self.meter.total if self.meter is not None and self.meter.calls else None,
+        )
+
+
+#: How a call that waits says who decides: true while its run is paused, not once it ended.
+_LATER = (": a person decides later (dagagent approve)", ": a person decides later")
+
+
+def _left_waiting(result: TaskResult, status: RunStatus, run_id: str) -> None:
+    """A task still waiting for a person's decision when its run ended otherwise than paused
+    (another task failed, the run was stopped): nobody can approve it any more (the run's
+    questions are closed), so its error says it did not run and what runs it again."""
+    for r in (result, *(e for e in result.elements or () if e.status is TaskStatus.WAITING)):
+        what = r.error or "waiting for a person's decision"
+        for said in _LATER:
+            what = what.removesuffix(said)
+        r.error = (
+            f"not run: the run ended {status.value} while this was {what}; it cannot be "
+            f"approved any more ('dagagent replan {run_id} --execute' runs it again, under the "
+            "run's approval rules)"
         )
 
 
@@ -351,9 +377,12 @@ def execute_sync(
     registry: Registry | None = None,
     **options: Any,
 ) -> RunResult:
-    """:func:`execute` for scripts: runs its own event loop (do not call it from async code)."""
+    """:func:`execute` for scripts: runs its own event loop (do not call it from async code),
+    which does not wait, as it closes, for a thread a timed-out tool left running
+    (:mod:`dagagent.tools._loop`)."""
+    from .tools._loop import run_own_loop
 
     async def main() -> RunResult:
         return await execute(plan, registry, **options)
 
-    return anyio.run(main)
+    return run_own_loop(main)

@@ -29,6 +29,7 @@ __all__ = [
     "did_you_mean",
     "is_secret_name",
     "jsonable",
+    "mask_keys",
     "printable",
     "read_bounded",
     "redact_command_line",
@@ -213,50 +214,91 @@ def is_secret_name(name: object) -> bool:
 #: What a hidden secret becomes in a command line (as a URL's password does).
 MASK = "***"
 
+#: Values that look like keys whatever their name: the prefixes providers give their keys
+#: and tokens (OpenAI, Anthropic, Stripe, GitHub, GitLab, Slack, AWS, Google, Hugging Face,
+#: npm, PyPI), JSON web tokens, UUIDs, and long runs of letters and digits mixed as a key's
+#: are (32 or more, upper and lower case, or hex).
+_KEY_LIKE = re.compile(
+    r"""(?x)
+    (?:sk|pk|rk)[-_](?:live_|test_|proj-|ant-)?[A-Za-z0-9_-]{12,}
+    | gh[pousr]_[A-Za-z0-9]{16,} | github_pat_[A-Za-z0-9_]{20,} | glpat-[A-Za-z0-9_-]{16,}
+    | xox[abprs]-[A-Za-z0-9-]{10,} | (?:AKIA|ASIA)[0-9A-Z]{16} | AIza[0-9A-Za-z_-]{30,}
+    | hf_[A-Za-z0-9]{20,} | npm_[A-Za-z0-9]{20,} | pypi-[A-Za-z0-9_-]{20,}
+    | eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*
+    | [0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}
+    | (?P<run>(?<![A-Za-z0-9_-])[A-Za-z0-9_-]{32,}(?![A-Za-z0-9_-]))
+    """
+)
+
+
+def _key_like(m: re.Match[str]) -> str:
+    run = m["run"]
+    if run is None:
+        return MASK  # one of the named forms
+    hexa = re.fullmatch(r"[0-9a-fA-F]+", run) is not None
+    mixed = re.search(r"[a-z]", run) and re.search(r"[A-Z]", run) and re.search(r"[0-9]", run)
+    return MASK if hexa or mixed else run
+
+
+def mask_keys(text: str) -> str:
+    """``text`` with every value that looks like a key or a token replaced by ``***``, whatever
+    its name or place (see ``_KEY_LIKE``)."""
+    return _KEY_LIKE.sub(_key_like, text)
+
+
 # NAME=VALUE (an environment assignment, --NAME=VALUE) or NAME: VALUE (a header)
 _SETTING = re.compile(r"^(?P<name>-{0,2}[A-Za-z_][\w.-]*)(?P<sep>=|:\s*)(?P<value>.+)$", re.S)
 # a URL's query parameter
 _QUERY = re.compile(r"(?P<start>[?&])(?P<name>[^=&#\s]+)=(?P<value>[^&#\s]*)")
 
 
-def _hide_query(url: str) -> str:
-    def hide(m: re.Match[str]) -> str:
-        if not is_secret_name(m["name"]) or not m["value"]:
-            return m[0]
-        return f"{m['start']}{m['name']}={MASK}"
-
-    return _QUERY.sub(hide, url) if "=" in url else url
+def _hide_url(url: str) -> str:
+    """A URL with its user and password, and every query parameter's value, hidden."""
+    url = strip_url_credentials(url)
+    if "=" in url:
+        url = _QUERY.sub(lambda m: f"{m['start']}{m['name']}={MASK}" if m["value"] else m[0], url)
+    return mask_keys(url)
 
 
 def redact_command_line(command: str) -> str:
-    """``command`` (a command line as a shell splits it, or a URL) with every secret in it
-    replaced by ``***``, by the names :data:`SECRET_NAMES` lists: the value of an environment
-    assignment (``GITHUB_TOKEN=...``), of an option (``--api-key=...``, ``--token ...``), of a
-    header (``Authorization: Bearer ...``) and of a URL's query parameter (``?api_key=...``),
-    and a URL's ``user:password@``. Without a secret, ``command`` comes back unchanged."""
+    """``command`` (a command line as a shell splits it, or a URL) as a record may keep it:
+    the value of every environment assignment (``GITHUB_TOKEN=...``), of every option
+    (``--api-key=...``, ``--token ...``, ``-p ...``: the word after an option counts as its
+    value) and of every header (``Authorization: ...``) replaced by ``***``, a URL's user and
+    password and every query parameter's value too, and any value that looks like a key
+    (:func:`mask_keys`) wherever it is. Without any of them, ``command`` comes back
+    unchanged. (A command recorded with ``***`` in it cannot be run again as recorded: the
+    one who runs it gives it again.)"""
     if re.match(r"^[a-z][a-z0-9+.-]*://\S*$", command, re.I):  # a URL alone: no shell words
-        return _hide_query(strip_url_credentials(command))
+        return _hide_url(command)
     try:
         words = shlex.split(command)
     except ValueError:  # unbalanced quotes: as the words come
         words = command.split()
-    hidden = False
     out: list[str] = []
     value_next = False
     for word in words:
         if value_next:
-            value_next, hidden = False, True
-            out.append(MASK)
+            value_next = False
+            if not word.startswith("-"):
+                out.append(MASK)
+                continue
+        if re.match(r"^--?[A-Za-z]", word):  # an option
+            name, sep, _ = word.partition("=")
+            if sep:
+                out.append(f"{name}={MASK}")
+            elif len(word) > 2 and not word.startswith("--"):  # -pSECRET: its value attached
+                out.append(word[:2] + MASK)
+            else:
+                value_next = True
+                out.append(word)
             continue
-        setting = _SETTING.match(word)
-        if setting is not None and is_secret_name(setting["name"].lstrip("-")):
-            hidden = True
-            out.append(f"{setting['name']}{setting['sep']}{MASK}")
+        if "://" in word:
+            out.append(_hide_url(word))
             continue
-        value_next = word.startswith("-") and is_secret_name(word.lstrip("-"))
-        shown = _hide_query(strip_url_credentials(word))
-        hidden = hidden or shown != word
-        out.append(shown)
+        setting = _SETTING.match(word)  # NAME=VALUE, Name: value
+        out.append(f"{setting['name']}{setting['sep']}{MASK}" if setting else mask_keys(word))
+    hidden = out != words
     return " ".join(map(_quote, out)) if hidden else command
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import anyio
 import pytest
+from pydantic import BaseModel
 
 import dagagent
 from dagagent.approval import Approval, ApprovalRequest, Policy, Rule, load_policy
@@ -872,3 +873,60 @@ def test_a_path_glob_resolves_symbolic_links_and_relative_paths(
     assert rule.matches_args({"path": "link/key"})
     assert rule.matches_args({"path": Path("./secret/../secret/key")})
     assert not rule.matches_args({"path": "other/key"})
+
+
+class Move(BaseModel):
+    source: Path
+    target: Path
+
+
+async def test_a_path_glob_looks_into_lists_dicts_and_models() -> None:
+    """A path glob sees every path a collection argument holds (a list, a tuple, a dict's
+    values, a model's fields, at any depth): a deny rule matches when any of them does, an
+    allow rule only when all of them do."""
+    registry = dagagent.Registry()
+    ran: list[str] = []
+
+    @registry.tool(side_effects=True)
+    def shred(paths: list[Path], options: dict[str, Any], plan: Move | None = None) -> str:
+        ran.append(json.dumps([str(p) for p in paths]))
+        return "shredded"
+
+    deny = Policy(
+        [
+            Rule(action="deny", tool="shred", args={"paths": {"path": "/boot/*"}}),
+            Rule(action="deny", tool="shred", args={"options": {"path": "/boot/*"}}),
+            Rule(action="deny", tool="shred", args={"plan": {"path": "/boot/*"}}),
+        ],
+        default="allow",
+    )
+    allow = Policy(
+        [Rule(action="allow", tool="shred", args={"paths": {"path": "/var/tmp/*"}})],
+        default="deny",
+    )
+    cases = {
+        (deny, "mixed"): ({"paths": ["/var/tmp/a", "/boot/vmlinuz"], "options": {}}, "denied"),
+        (deny, "nested"): (
+            {"paths": ["/var/tmp/a"], "options": {"then": {"copy": ["/boot/grub/../x"]}}},
+            "denied",
+        ),
+        (deny, "model"): (
+            {
+                "paths": ["/var/tmp/a"],
+                "options": {},
+                "plan": {"source": "/var/tmp/b", "target": "//boot/initrd"},
+            },
+            "denied",
+        ),
+        (deny, "clear"): ({"paths": ["/var/tmp/a"], "options": {"k": "/srv/x"}}, "succeeded"),
+        (allow, "outside"): ({"paths": ["/var/tmp/a", "/home/zoe/notes"], "options": {}}, "denied"),
+        (allow, "inside"): (
+            {"paths": ["/var/tmp/a", "/var/tmp/b/../c"], "options": {}},
+            "succeeded",
+        ),
+    }
+    for (policy, name), (args, want) in cases.items():
+        one = {"goal": "g", "tasks": [{"id": name, "tool": "shred", "args": args}]}
+        result = await dagagent.execute(one, registry, interceptors=[policy])
+        assert result.tasks[name].status.value == want, name
+    assert ran == [json.dumps(["/var/tmp/a"]), json.dumps(["/var/tmp/a", "/var/tmp/b/../c"])]

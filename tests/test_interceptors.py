@@ -9,6 +9,7 @@ from typing import Any
 
 import anyio
 import pytest
+from pydantic import BaseModel
 
 import dagagent
 from dagagent.errors import TaskDeniedError
@@ -491,6 +492,62 @@ async def test_redacting_hides_nested_secret_keys(registry: dagagent.Registry) -
     assert received == [expected]
     text = json.dumps([s.args for s in spans])
     assert "pw-1" not in text and "k-2" not in text and "tok-3" not in text
+
+
+class Vault(BaseModel):
+    host: str
+    port: int = 5432
+    passphrase_secret: str
+    retry: int = 1
+
+
+async def test_redacting_hides_secrets_in_models_and_numbers(
+    registry: dagagent.Registry, tmp_path: Any
+) -> None:
+    """A secret inside a model argument (the model's field names count as keys) and a
+    secret that is a number are hidden like any other: from the tool, the spans and the
+    store. A model with nothing to hide is passed on as it was, and not recorded as
+    redacted."""
+    received: list[Any] = []
+
+    @registry.tool
+    def connect(vault: Vault, pin_token: int | str, label: str = "") -> str:
+        received.append((vault, pin_token))
+        return "connected"
+
+    @registry.tool
+    def plain(vault: Vault) -> str:
+        received.append(vault)
+        return "plain"
+
+    spans: list[Span] = []
+    db = tmp_path / "runs.db"
+    p = plan(
+        {
+            "id": "c",
+            "tool": "connect",
+            "args": {
+                "vault": {"host": "db.kestrel", "passphrase_secret": "orchid-Lantern-88"},
+                "pin_token": 73915846,
+            },
+        },
+        {
+            "id": "p",
+            "tool": "plain",
+            "args": {"vault": {"host": "db2", "passphrase_secret": "[redacted]"}},
+        },
+    )
+    result = await dagagent.execute(
+        p, registry, interceptors=[redacting(), tracing(spans.append)], store=db
+    )
+    assert result.ok, result.tasks
+    vault, pin = received[0]
+    assert vault == Vault(host="db.kestrel", passphrase_secret="[redacted]") and pin == "[redacted]"
+    assert [d.decision for d in result.tasks["p"].decisions or ()] == []  # nothing to hide
+    shown = json.dumps([s.args for s in spans], default=str)
+    stored = b"".join(f.read_bytes() for f in tmp_path.glob("runs.db*"))
+    for secret in ("orchid-Lantern-88", "73915846"):
+        assert secret not in shown and secret.encode() not in stored
 
 
 async def test_redaction_holds_when_the_arguments_fail_validation(

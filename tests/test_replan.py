@@ -323,7 +323,7 @@ def scripted(monkeypatch: pytest.MonkeyPatch, *answers: str) -> Any:
     llm = ScriptedLLM(list(answers))
     made: list[tuple[str, str | None, float]] = []
 
-    def make_model(model: str, base_url: str | None, *, timeout: float = 60.0) -> Any:
+    def make_model(model: str, base_url: str | None, *, timeout: float = 60.0, **_: Any) -> Any:
         made.append((model, base_url, timeout))
         return llm
 

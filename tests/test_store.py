@@ -333,6 +333,111 @@ def test_a_killed_run_is_shown_as_interrupted(tmp_path: Path) -> None:
     assert rec.status == "interrupted" and rec.unrecorded == ["a"]
 
 
+# A live run must not be claimed twice: whether its process still runs is told by its pid only
+# from the same machine and PID namespace; from anywhere else, by the lease it renews.
+
+ELSEWHERE = "6f1c0d2e-0000-4000-8000-0123456789ab/pid:[4026532999]"  # another container
+
+
+def _dead_pid() -> int:
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    return dead.pid
+
+
+def _running_row(db: Path, run_id: str, **columns: Any) -> None:
+    """A run recorded as running, with a task that waits: a resume would run it."""
+    RunStore(db).close()
+    with sqlite3.connect(db) as conn:
+        names = ", ".join(columns)
+        marks = ", ".join("?" * len(columns))
+        conn.execute(
+            f"INSERT INTO runs (id, created, plan, n_tasks, status, {names}) "
+            f"VALUES (?, ?, '', 1, 'running', {marks})",
+            (run_id, time.time(), *columns.values()),
+        )
+        conn.execute(
+            "INSERT INTO run_plans (run_id, plan) VALUES (?, ?)",
+            (run_id, '{"tasks": [{"id": "pay", "tool": "x"}]}'),
+        )
+
+
+@pytest.mark.slow  # starts a process to have a pid that is gone
+def test_a_run_held_from_another_pid_namespace_is_running_until_its_lease_lapses(
+    tmp_path: Path,
+) -> None:
+    """Its pid means nothing here (no such process in this namespace): it is running, and no
+    resume may claim it, as long as its lease is renewed; once the lease lapses, it is
+    interrupted and may be resumed."""
+    from dagagent.errors import DecisionError
+
+    db = tmp_path / "r.db"
+    run_id = "5eed0fa11ed0"
+    _running_row(db, run_id, pid=_dead_pid(), owner=ELSEWHERE, lease_until=time.time() + 600)
+    with RunStore(db) as st:
+        assert st.get_run(run_id).status == "running"
+        assert st.list_runs()[0].status == "running"
+        with pytest.raises(DecisionError, match=r"is running .*another container.*lease"):
+            st.claim_resume(run_id)
+    with sqlite3.connect(db) as conn:  # the holder stopped renewing it a while ago
+        conn.execute("UPDATE runs SET lease_until = ? WHERE id = ?", (time.time() - 1, run_id))
+    with RunStore(db) as st:
+        assert st.get_run(run_id).status == "interrupted"
+        claimed, _ = st.claim_resume(run_id)
+        assert claimed == run_id and st.get_run(run_id).status == "running"
+
+
+@pytest.mark.slow  # starts a process to have a pid that is gone
+def test_a_dead_process_of_this_namespace_is_interrupted_at_once(tmp_path: Path) -> None:
+    """Here its pid tells: a run killed in this namespace need not wait for its lease."""
+    from dagagent.store._lease import here
+
+    db = tmp_path / "r.db"
+    _running_row(db, "de4d0fa11ed0", pid=_dead_pid(), owner=here(), lease_until=time.time() + 600)
+    with RunStore(db) as st:
+        assert st.get_run("de4d0fa11ed0").status == "interrupted"
+
+
+def test_a_running_run_renews_its_lease_until_it_ends(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The record's writer renews the lease every heartbeat while the run lasts (a beat of
+    0.05 s here, to see two renewals in a moment), with where its process runs."""
+    from dagagent.store import _lease
+
+    monkeypatch.setattr(_lease, "HEARTBEAT_S", 0.05)
+    db = tmp_path / "r.db"
+    seen: list[float] = []
+    reg = dagagent.Registry()
+
+    @reg.tool
+    async def hold() -> int:
+        """Wait until the lease was renewed twice (the state, read from the store)."""
+        with anyio.fail_after(30):  # generous: only a stuck writer would take that long
+            while len(set(seen)) < 3:
+                with sqlite3.connect(db) as conn:
+                    row = conn.execute("SELECT owner, lease_until FROM runs").fetchone()
+                if row is not None and row[1] is not None:
+                    assert row[0] == _lease.here()
+                    seen.append(row[1])
+                await anyio.sleep(0.01)
+        return len(seen)
+
+    result = dagagent.execute_sync({"tasks": [{"id": "h", "tool": "hold"}]}, reg, store=db)
+    assert result.ok
+    assert sorted(set(seen)) == list(dict.fromkeys(seen))  # renewed forward, never back
+    with RunStore(db) as st:
+        assert st.get_run(result.run_id).status == "succeeded"
+
+
+@pytest.mark.slow  # starts a process to have a pid that is gone
+def test_a_run_recorded_before_leases_is_told_by_its_pid(tmp_path: Path) -> None:
+    db = tmp_path / "r.db"
+    _running_row(db, "01d0fa11ed00", pid=_dead_pid())
+    with RunStore(db) as st:
+        assert st.get_run("01d0fa11ed00").status == "interrupted"
+
+
 # ---------------------------------------------------------------------------------------------
 # Run ids
 
@@ -1171,6 +1276,108 @@ def test_an_agents_calls_are_recorded_redacted_even_when_they_never_reached_the_
     assert by_id["unknown"].args == {"api_token": "[redacted]"}
     # what the caller gets back is as the store has it
     assert secret not in str(result.tasks["ag"].steps)
+
+
+def _store_bytes(db: Path) -> bytes:
+    """Every byte of a store on disk (the database, its write-ahead log, its index)."""
+    return b"".join(p.read_bytes() for p in db.parent.glob(db.name + "*"))
+
+
+def test_secrets_a_plan_writes_out_never_reach_the_store_through_the_plan(tmp_path: Path) -> None:
+    """A plan that spells out secrets (a key under a secret name, passwords in a literal map
+    list, an address a pattern hides, a secret-named argument that is a reference) is stored
+    as the redacting interceptors pass its arguments on to the tools, whatever the order of
+    the interceptors: nothing of it in the store, hence none in ``show --json``, ``report``
+    or the viewer's "arguments as planned", which read it. The stored graph keeps its edges,
+    and running the stored plan again gives the tools the same arguments."""
+    from typer.testing import CliRunner
+
+    from dagagent.cli import app
+    from dagagent.interceptors import redacting
+
+    key = "pk_live_7Qv2LmX9aa1Zr"
+    passwords = ["Tr0ub4dor&3-kestrel", "correct-horse-glacier-9"]
+    mail = "zoe.quist@kestrel.example"
+    got: list[Any] = []
+    reg = dagagent.Registry()
+
+    @reg.tool
+    def account(owner: str) -> dict[str, str]:
+        """An owner's account."""
+        return {"iban": "NL91ABNA0417164300", "token": "tok-from-the-bank"}
+
+    @reg.tool
+    def wire(iban: str, amount: int, api_key: str, memo: str, session_token: str = "") -> str:
+        """Wire money."""
+        got.append(("wire", api_key, memo, session_token))
+        return "wired"
+
+    @reg.tool
+    def connect(cfg: dict[str, str]) -> str:
+        """Open a database."""
+        got.append(("connect", cfg))
+        return cfg["host"]
+
+    plan = {
+        "goal": "pay and check",
+        "tasks": [
+            {"id": "acct", "tool": "account", "args": {"owner": "Zoë Quist"}},
+            {
+                "id": "pay",
+                "tool": "wire",
+                "args": {
+                    "iban": "NL91ABNA0417164300",
+                    "amount": 15,
+                    "api_key": key,
+                    "memo": f"receipt to {mail} please",
+                    "session_token": "${acct.token}",
+                },
+            },
+            {
+                "id": "dbs",
+                "tool": "connect",
+                "for_each": [
+                    {"host": "db1", "password": passwords[0]},
+                    {"host": "db2", "password": passwords[1]},
+                ],
+                "args": {"cfg": "${@item}"},
+            },
+        ],
+    }
+    allow = dagagent.Policy([dagagent.Rule(tool="*", action="allow", name="all")])
+    db = tmp_path / "r.db"
+    hide = redacting(patterns=[r"[\w.]+@[\w.]+"])
+    for order in ([hide, allow], [allow, hide]):  # outside and inside the policy
+        got.clear()
+        result = dagagent.execute_sync(plan, reg, store=db, interceptors=order)
+        assert result.ok, result.tasks
+        secrets = [key, mail, *passwords]
+        assert not any(s in str(got) for s in secrets)  # the tools never saw them
+        assert not any(s.encode() in _store_bytes(db) for s in secrets), order
+        with RunStore(db) as st:
+            rec = st.get_run(result.run_id)
+        (pay, dbs) = (rec.plan.tasks[1], rec.plan.tasks[2])
+        assert pay.args["api_key"] == "[redacted]" and mail not in pay.args["memo"]
+        assert pay.args["iban"] == "NL91ABNA0417164300"  # only what the redaction hides
+        assert pay.depends_on == ["acct"]  # the hidden ${acct.token} was an edge: kept
+        assert list(dagagent.validate(rec.plan).dependencies["pay"]) == ["acct"]
+        assert dbs.for_each == [
+            {"host": "db1", "password": "[redacted]"},
+            {"host": "db2", "password": "[redacted]"},
+        ]
+        page = tmp_path / "report.html"
+        res = CliRunner().invoke(app, ["show", result.run_id, "--json", "--store", str(db)])
+        shown = CliRunner().invoke(
+            app, ["report", result.run_id, "-o", str(page), "--store", str(db)]
+        )
+        assert res.exit_code == 0 and shown.exit_code == 0, (res.output, shown.output)
+        for text in (res.stdout, page.read_text()):
+            assert "[redacted]" in text and not any(s in text for s in secrets)
+        # the stored plan, run again, gives the tools what the first run gave them
+        first = sorted(map(str, got))  # the map's elements run at once, in any order
+        got.clear()
+        assert dagagent.execute_sync(rec.plan, reg, interceptors=order).ok
+        assert sorted(map(str, got)) == first
 
 
 # ---------------------------------------------------------------------------------------------

@@ -359,3 +359,101 @@ def test_results_reach_the_recorder_without_task_events(tmp_path: Path) -> None:
     assert seen == ["run.started", "task.started", "task.finished", "run.finished"]
     with RunStore(tmp_path / "r.db") as st:
         assert st.get_run(result.run_id).tasks["a"].output == 1
+
+
+PAY_TOOLS = '''
+import os
+import time
+
+from dagagent import Registry
+
+registry = Registry()
+
+
+@registry.tool(side_effects=True)
+def pay(to: str) -> str:
+    """Pay once; hold the run while the flag file exists (at most 60 s)."""
+    with open(os.environ["PAY_LOG"], "a", encoding="utf-8") as f:
+        f.write(f"paid {to}\\n")
+    deadline = time.monotonic() + 60
+    while os.path.exists(os.environ["PAY_FLAG"]) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return f"paid {to}"
+'''
+
+
+def _unshare() -> list[str] | None:
+    """The command that starts a process in a PID namespace of its own (a container's view),
+    if this machine lets the tests make one."""
+    argv = ["unshare", "--pid", "--fork", "--mount-proc"]
+    try:
+        ok = subprocess.run([*argv, "true"], capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return argv if ok else None
+
+
+def _free_pid() -> int:
+    """A pid that no process of this namespace has: the run's pid in the other one."""
+    import os
+
+    for pid in range(30_000, 20_000, -7):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return pid
+        except OSError:
+            continue
+    pytest.skip("no free pid to give the run")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PID namespaces")
+def test_a_run_in_another_pid_namespace_is_never_resumed_beside_it(tmp_path: Path) -> None:
+    """A run started in another PID namespace (a container sharing the project's store) has a
+    pid that no process here has: ``resume`` must still refuse it while it runs (its lease
+    says it does), so that its payment is made once."""
+    import os
+
+    unshare = _unshare()
+    if unshare is None:
+        pytest.skip("cannot make a PID namespace here (needs unshare and the right to)")
+    (tmp_path / "pay_tools.py").write_text(PAY_TOOLS)
+    plan = tmp_path / "plan.json"
+    plan.write_text('{"tasks": [{"id": "pay", "tool": "pay", "args": {"to": "kestrel"}}]}')
+    log, flag, home = tmp_path / "pay.log", tmp_path / "flag", tmp_path / "home"
+    flag.touch()
+    env = {**os.environ, "DAGAGENT_HOME": str(home), "PAY_LOG": str(log), "PAY_FLAG": str(flag)}
+    pid = _free_pid()
+    inner = (
+        f"echo {pid - 1} > /proc/sys/kernel/ns_last_pid && "  # the run gets pid {pid} there
+        f"{sys.executable} -m dagagent run {plan} --tools pay_tools.py:registry; true"
+    )
+    proc = subprocess.Popen([*unshare, "sh", "-c", inner], cwd=tmp_path, env=env)
+    try:
+        deadline = time.monotonic() + 60
+        while not (log.exists() and log.read_text()):  # the payment is under way
+            assert proc.poll() is None and time.monotonic() < deadline, "the run did not start"
+            time.sleep(0.05)
+        with RunStore(home / "runs.db", create=False) as st:
+            rec = st.last_run()
+            with sqlite3.connect(home / "runs.db") as conn:
+                (seen_pid,) = conn.execute("SELECT pid FROM runs").fetchone()
+        assert seen_pid == pid and rec.status == "running"  # no such pid here, and yet
+        resumed = subprocess.run(
+            [sys.executable, "-m", "dagagent", "resume", rec.run_id],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert resumed.returncode == 7, resumed.stderr
+        assert "is running" in resumed.stderr and "Traceback" not in resumed.stderr
+        assert log.read_text() == "paid kestrel\n"
+    finally:
+        flag.unlink(missing_ok=True)
+        proc.wait(60)
+    with RunStore(home / "runs.db", create=False) as st:
+        assert st.last_run().status == "succeeded"
+    assert log.read_text() == "paid kestrel\n"

@@ -17,6 +17,7 @@ from backends import BACKENDS
 from eventually import wait_until
 
 import dagagent
+from dagagent.settings import RunSettings
 from dagagent.tools import sync_threads
 
 REQUEST = contextvars.ContextVar("REQUEST", default="none")
@@ -116,6 +117,87 @@ def test_a_cancelled_sync_call_is_abandoned_and_its_thread_is_known(backend: str
         release.set()
     wait_until(lambda: sync_threads.running == 0, "the released thread ends its call")
     assert sync_threads.abandoned == 0
+
+
+@pytest.mark.parametrize("executor", ["serial", "levels", "dataflow"])
+def test_a_task_timeout_does_not_wait_for_a_sync_tool_that_ignores_it(executor: str) -> None:
+    """The task's own ``timeout_s`` (the plan's, not the tool's), a sync tool that would hold
+    its thread for a minute, and a task after it: the task fails on time, the run goes on and
+    ends while the thread still runs (it lingers until released)."""
+    release = threading.Event()
+    registry = dagagent.Registry()
+
+    @registry.tool
+    def deaf(seconds: float) -> str:
+        """Ignores everything for ``seconds``."""
+        release.wait(seconds)
+        return "late"
+
+    @registry.tool
+    def after(x: str) -> str:
+        """Runs once the deaf task is over."""
+        return x
+
+    plan = {
+        "tasks": [
+            {"id": "d", "tool": "deaf", "args": {"seconds": 60}, "timeout_s": 0.5},
+            {"id": "next", "tool": "after", "args": {"x": "ran"}},
+        ]
+    }
+    started = time.monotonic()
+    try:
+        result = anyio.run(
+            functools.partial(
+                dagagent.execute,
+                plan,
+                registry,
+                settings=RunSettings(executor=executor, on_failure="continue"),
+            )
+        )
+        took = time.monotonic() - started
+        assert result.tasks["d"].status.value == "failed"
+        assert result.tasks["d"].error == "timed out after 0.5 s"
+        assert result.tasks["next"].output == "ran"
+        assert took < 30, took  # not the tool's minute (generous for a loaded machine)
+        assert sync_threads.abandoned == 1  # its thread lingers, nobody waits for it
+    finally:
+        release.set()
+    deadline = time.monotonic() + 20
+    while sync_threads.running and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert sync_threads.running == 0
+
+
+def test_execute_sync_does_not_wait_for_a_thread_an_async_tool_left_running() -> None:
+    """An async tool that hands blocking work to asyncio's default executor times out on
+    time; the loop execute_sync runs then closes without waiting for that thread (asyncio
+    waits for its default executor's threads as a loop closes: the run returned only when the
+    function did)."""
+    import asyncio
+
+    release = threading.Event()
+    registry = dagagent.Registry()
+
+    @registry.tool
+    async def offload() -> str:
+        """Blocks a worker thread of the loop's default executor until released."""
+        await asyncio.to_thread(release.wait, 60)
+        return "late"
+
+    plan = {"tasks": [{"id": "o", "tool": "offload", "timeout_s": 0.5}]}
+    done: list[dagagent.RunResult] = []
+    caller = threading.Thread(
+        target=lambda: done.append(dagagent.execute_sync(plan, registry)), daemon=True
+    )
+    caller.start()
+    try:
+        caller.join(30)  # generous for a loaded machine; the thread holds for a minute
+        assert done, "execute_sync waited for the thread the timed-out tool left running"
+        assert done[0].tasks["o"].status.value == "failed"
+        assert done[0].tasks["o"].error == "timed out after 0.5 s"
+    finally:
+        release.set()
+    caller.join(30)
 
 
 @backends

@@ -81,6 +81,7 @@ files (``_files``) and the :class:`Policy` interceptor (``_policy``).
 from __future__ import annotations
 
 from ._asking import Approval, ApprovalRequest, AskCallback, AskResult, ask_later
+from ._files import read_policy_file
 from ._limits import LIMIT_ACTIONS, Limit, LimitAction
 from ._policy import Policy, load_policy
 from ._rules import ACTIONS, Action, ArgsPredicate, Rule
@@ -100,4 +101,5 @@ __all__ = [
     "Rule",
     "ask_later",
     "load_policy",
+    "read_policy_file",
 ]

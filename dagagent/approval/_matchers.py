@@ -11,6 +11,8 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from pydantic import BaseModel
+
 from ..errors import ConfigError
 from ..text import jsonable, shorten
 
@@ -20,6 +22,7 @@ __all__ = [
     "compile_glob",
     "compile_matcher",
     "compile_regex",
+    "leaves",
     "normal_path",
     "value_text",
 ]
@@ -71,11 +74,34 @@ def compile_glob(pattern: str) -> re.Pattern[str]:
 MATCHER_FORMS = ("regex", "glob", "path", "equals")
 
 
-def compile_matcher(spec: Any) -> tuple[Matcher, str]:
-    """Compile one argument matcher; return it with a short description."""
+def leaves(value: Any) -> list[Any]:
+    """What a glob looks at in a value: the value itself, or, for a collection (a list, a
+    tuple, a set, a dict's values, a model's fields, at any depth), every value in it."""
+    if isinstance(value, BaseModel):
+        value = dict(value)
+    if isinstance(value, dict):
+        return [leaf for v in value.values() for leaf in leaves(v)]
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [leaf for v in value for leaf in leaves(v)]
+    return [value]
+
+
+def _each(test: Callable[[Any], bool], every: bool) -> Matcher:
+    """A matcher of ``test`` over a value's :func:`leaves`: all of them (``every``: for an
+    allow rule, which must not let anything it did not look at through) or any (a deny or
+    ask rule, which must catch a single one)."""
+    if every:
+        return lambda v: all(test(x) for x in leaves(v) or [v])  # [] as its text, as before
+    return lambda v: any(test(x) for x in leaves(v) or [v])
+
+
+def compile_matcher(spec: Any, *, every: bool = False) -> tuple[Matcher, str]:
+    """Compile one argument matcher; return it with a short description. A glob (text or
+    path) matches a collection by its elements (see :func:`leaves`): any of them, or with
+    ``every`` (an allow rule's) all of them."""
     if isinstance(spec, str):
         rx = compile_glob(spec)
-        return (lambda v: rx.match(value_text(v)) is not None), spec
+        return _each(lambda v: rx.match(value_text(v)) is not None, every), spec
     if isinstance(spec, re.Pattern):
         pat: re.Pattern[str] = spec
         return (lambda v: pat.search(value_text(v)) is not None), f"/{pat.pattern}/"
@@ -96,12 +122,12 @@ def compile_matcher(spec: Any) -> tuple[Matcher, str]:
         if kind == "glob":
             if not isinstance(val, str):
                 raise ConfigError(f"{{'glob': ...}} needs a string, got {val!r}")
-            return compile_matcher(val)
+            return compile_matcher(val, every=every)
         if kind == "path":
             if not isinstance(val, str):
                 raise ConfigError(f"{{'path': ...}} needs a string, got {val!r}")
             prx = compile_glob(val)
-            return (lambda v: prx.match(normal_path(v)) is not None), f"path {val}"
+            return _each(lambda v: prx.match(normal_path(v)) is not None, every), f"path {val}"
         if kind == "equals":
             return (lambda v: bool(v == val)), f"== {val!r}"
     if callable(spec):

@@ -69,7 +69,8 @@ class Rule:
         predicate: ArgsPredicate | None = None
         if isinstance(self.args, Mapping):
             for name, spec in self.args.items():
-                m, desc = compile_matcher(spec)
+                # an allow rule lets a collection through only if all of it matches
+                m, desc = compile_matcher(spec, every=self.action == "allow")
                 matchers.append((str(name), m, desc))
         elif callable(self.args):
             predicate = self.args

@@ -339,14 +339,17 @@ def error_json(exc: DagagentError, exit_code: int) -> dict[str, Any]:
 def interrupted_json(message: str) -> dict[str, Any]:
     """What ``--json`` prints on stdout for a command stopped by a signal that kept nothing
     to show: an error object as for any other error, with exit code 130."""
+    from .signals import interrupted_document
+
+    return interrupted_document(message)
+
+
+def usage_json(message: str, exit_code: int) -> dict[str, Any]:
+    """What ``--json`` prints on stdout when the command line itself is wrong (an unknown
+    option, a value out of range): the error object, code ``UsageError``."""
     return {
         "ok": False,
-        "error": {
-            "code": "Interrupted",
-            "message": message,
-            "issues": [],
-            "exit_code": EXIT_INTERRUPTED,
-        },
+        "error": {"code": "UsageError", "message": message, "issues": [], "exit_code": exit_code},
     }
 
 
@@ -368,6 +371,10 @@ def guard(fn: F) -> F:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("json_out"):
+            from .signals import json_owed
+
+            json_owed()  # until its object is printed, a second Ctrl-C prints one
         try:
             return fn(*args, **kwargs)
         except DagagentError as exc:
@@ -513,11 +520,18 @@ def _abandoned_threads() -> bool:
     # Any other worker thread (an async tool's own to_thread call it gave up on): anyio tells
     # its idle workers to stop when the run ends, so those end within moments; one still alive
     # after that runs a call nobody waits for.
+    # So do the threads of the command's event loop's default executor: its idle ones end once
+    # the loop closed; one still alive runs what a timed-out async tool handed it
+    # (asyncio.to_thread), which nobody waits for (see dagagent.tools._loop).
     deadline = time.monotonic() + _WORKERS_STOPPING_S
+    loops = sys.modules.get("dagagent.tools._loop")
+    prefix = loops.THREAD_PREFIX if loops is not None else None
     workers = [
         t
         for t in threading.enumerate()
-        if t is not threading.current_thread() and not t.daemon and t.name == "AnyIO worker thread"
+        if t is not threading.current_thread()
+        and not t.daemon
+        and (t.name == "AnyIO worker thread" or (prefix is not None and t.name.startswith(prefix)))
     ]
     for thread in workers:
         thread.join(max(0.0, deadline - time.monotonic()))
@@ -586,7 +600,11 @@ def main() -> None:
     stop_signals_interrupt()  # SIGTERM and SIGHUP end every command as Ctrl-C does
     code: int | str | None = 0
     try:
-        _for_command(sys.argv[1:])()
+        command = _for_command(sys.argv[1:])
+        if "--json" in sys.argv[1:]:
+            code = _json_command(command)
+        else:
+            command()
     except SystemExit as exc:
         code = exc.code
     except KeyboardInterrupt:  # pragma: no cover - typer normally handles this
@@ -605,6 +623,32 @@ def main() -> None:
     if runs_nothing:
         gc.freeze()  # see _runs_nothing
     sys.exit(code)
+
+
+def _json_command(command: typer.Typer) -> int:
+    """Run a command given ``--json``, whose stdout holds one JSON object whatever happens: a
+    command line that click refuses before the command runs (an unknown option, a value out
+    of range) prints its message on stderr as usual and the error object on stdout."""
+    from .render import print_json
+
+    try:
+        returned = command(standalone_mode=False)
+    except typer.Exit as exc:  # --help, --version
+        return int(exc.exit_code)
+    except typer.Abort:  # Ctrl-C before the command ran
+        err.print("interrupted", markup=False)
+        print_json(out, interrupted_json("interrupted"))
+        return EXIT_INTERRUPTED
+    except typer.TyperException as exc:  # click's usage errors
+        show = getattr(exc, "show", None)  # as the command line shows them without --json
+        if callable(show):
+            show()
+        else:
+            err.print(f"error: {exc.format_message()}", markup=False, highlight=False)
+        code = int(exc.exit_code)
+        print_json(out, usage_json(exc.format_message(), code))
+        return code
+    return returned if isinstance(returned, int) else EXIT_OK
 
 
 def _runs_nothing(args: Sequence[str]) -> bool:

@@ -15,7 +15,6 @@ import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import Future
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 import anyio
@@ -30,7 +29,6 @@ from ..approval import (
     Policy,
     Rule,
     ask_later,
-    load_policy,
 )
 from ..errors import ConfigError, ToolArgumentsError, UnknownToolError
 from ..plan import ToolTask
@@ -43,6 +41,7 @@ if TYPE_CHECKING:
     from ..graph import PlanGraph
     from ..runner import Interceptor
     from ..tools import Registry
+    from .rules import ApprovalRules
 
 __all__ = [
     "LineReader",
@@ -287,12 +286,12 @@ def run_interceptors(
     registry: Registry,
     *,
     approve: bool,
-    asks: Sequence[str],
-    policy_file: Path | None,
+    rules: ApprovalRules,
     no_wait: bool = False,
 ) -> list[Interceptor]:
     """What ``dagagent run`` does with ``--approve``, ``--ask``, ``--policy`` and
-    ``--no-wait``.
+    ``--no-wait`` (``rules``: the policy file's rules as read, and the ``--ask`` globs; for
+    ``resume`` and ``replan``, the rules the run was recorded with).
 
     Each call is checked by the policy file first (its rules, then its default), then by the
     ``--ask`` rules: a call runs only if both let it, so a question on the command line never
@@ -302,22 +301,19 @@ def run_interceptors(
     With ``--approve`` the plan is shown and confirmed first (``graph=None``: no plan yet,
     ``approve`` must be false). Exits 2 when ``--approve`` has no terminal to ask on, 1 when
     the plan is not approved."""
-    for pattern in asks:
-        if not pattern.strip():
-            raise ConfigError("--ask needs a tool name or glob, e.g. --ask 'write_*'")
     interactive = stdin_is_terminal()
     later: AskCallback = deny_without_terminal if no_wait else ask_later
     ask: AskCallback = TerminalAsker() if interactive else later
     policies: list[tuple[str, Policy]] = []
-    if policy_file is not None:
-        policy = load_policy(policy_file, ask=ask)
+    policy = rules.policy_with(ask)
+    if policy is not None:
         for problem in policy.check(registry):
-            err.print(f"warning: policy file {policy_file}: {problem}", markup=False)
-        policies.append((f"policy file {policy_file}", policy))
-    if asks:
-        rules = [Rule(action="ask", tool=p, name=f"--ask {p}") for p in asks]
-        policies.append(("--ask", Policy(rules, ask=ask)))
-        for pattern in asks:
+            err.print(f"warning: policy file {rules.policy_file}: {problem}", markup=False)
+        policies.append((f"policy file {rules.policy_file}", policy))
+    if rules.asks:
+        asked = [Rule(action="ask", tool=p, name=f"--ask {p}") for p in rules.asks]
+        policies.append(("--ask", Policy(asked, ask=ask)))
+        for pattern in rules.asks:
             if not registry.select(pattern):
                 err.print(f"warning: --ask {pattern!r} matches no tool", markup=False)
     if not interactive and any(_may_ask(p) for _, p in policies):

@@ -65,13 +65,14 @@ from .options import (
     PricesOpt,
     SkillsOpt,
     StoreOpt,
+    StreamTimeoutOpt,
     TimeoutOpt,
     ToolsOpt,
-    approval_context,
     make_planner,
 )
 from .otel import configure_otel
 from .recording import recorded_tools_spec, tools_context
+from .rules import ApprovalRules
 from .run import paused_hint
 from .tools import load_tools
 
@@ -319,6 +320,7 @@ def ask_cmd(
     agent_tasks: AgentTasksOpt = False,
     no_schema: NoSchemaOpt = False,
     timeout: TimeoutOpt = 60.0,
+    stream_timeout: StreamTimeoutOpt = None,
     max_tokens: MaxTokensOpt = None,
     planner_prompt: PlannerPromptOpt = None,
     examples: ExamplesOpt = None,
@@ -370,11 +372,10 @@ def ask_cmd(
     solve and every model call."""
     import asyncio
 
-    import anyio
-
     from ..approval import Policy
     from ..store import RunStore, default_store_path
     from ..text import printable
+    from ..tools._loop import run_own_loop
     from ..workflows import solve
     from .approve import confirm_plan, run_interceptors, stdin_is_terminal
     from .render import print_json
@@ -385,7 +386,7 @@ def ask_cmd(
         configure_otel()
     if not goal.strip():
         raise ConfigError("the goal is empty: say what the answer should be about")
-    choice = ModelChoice(model, base_url, timeout, max_tokens, deadline)
+    choice = ModelChoice(model, base_url, timeout, max_tokens, deadline, stream_timeout)
     choice.require()
     spending = BudgetOptions(max_tokens_total, max_cost, max_model_calls, max_tool_calls, prices)
     budget, price_table = spending.budget(), spending.prices()
@@ -397,9 +398,8 @@ def ask_cmd(
     registry = load_tools(tools, mcp, skills)
     # The first policy goes to solve as its policy: streamed planning holds back the tasks
     # it may ask about or deny until the whole plan is known; it still checks calls first.
-    policies = run_interceptors(
-        None, registry, approve=False, asks=ask or [], policy_file=policy_file, no_wait=no_wait
-    )
+    rules = ApprovalRules.given(policy_file, ask or ())
+    policies = run_interceptors(None, registry, approve=False, rules=rules, no_wait=no_wait)
     first = policies[0] if policies and isinstance(policies[0], Policy) else None
     llm = choice.client()
     planner = None
@@ -418,7 +418,7 @@ def ask_cmd(
     spec = recorded_tools_spec(tools, mcp or ())
     context = tools_context(spec, mcp or ())  # replan loads them again
     context.update(choice.to_record(llm))  # a resume asks the same model, on the same server
-    approval = approval_context(policy_file, tuple(ask or ()))
+    approval = rules.context()
     if approval:  # what 'dagagent resume' asks with
         context["approval"] = approval
         context["on_failure"] = on_failure
@@ -468,7 +468,7 @@ def ask_cmd(
         progress = AskProgress(writing)
         try:
             with writing:
-                solution = anyio.run(main)
+                solution = run_own_loop(main)
         except (KeyboardInterrupt, asyncio.CancelledError):  # see guard: 3.10 gives the latter
             raise Interrupted(solve_interrupted(progress, store)) from None
     report_solution(solution, path)

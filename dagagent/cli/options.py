@@ -7,6 +7,7 @@ what they become, in one place: :class:`RunOptions` for a command that runs a pl
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -16,10 +17,16 @@ import typer
 
 from ..errors import ConfigError
 from ..executors import EXECUTORS, get_executor
-from ..limits import DEFAULT_ANSWER_CHARS, DEFAULT_MAX_ELEMENTS, DEFAULT_MAX_TASKS
+from ..limits import (
+    DEFAULT_ANSWER_CHARS,
+    DEFAULT_MAX_ELEMENTS,
+    DEFAULT_MAX_TASKS,
+    DEFAULT_STREAM_S,
+)
 from ..results import FailurePolicy
 from ..settings import RunSettings
 from .recording import recorded_tools_spec
+from .rules import ApprovalRules
 
 if TYPE_CHECKING:
     from ..graph import PlanGraph
@@ -55,6 +62,7 @@ __all__ = [
     "RunOptions",
     "SkillsOpt",
     "StoreOpt",
+    "StreamTimeoutOpt",
     "TimeoutOpt",
     "ToolsOpt",
     "make_planner",
@@ -262,7 +270,7 @@ TimeoutOpt = Annotated[
         metavar="SECONDS",
         help="How long each model call may wait for the server: to the first byte of an "
         "answer, and between two pieces of a streamed one (a slow local model may need more). "
-        "--deadline bounds the whole command.",
+        "--stream-timeout bounds one streamed answer in all, --deadline the whole command.",
     ),
 ]
 PricesOpt = Annotated[
@@ -283,6 +291,17 @@ DeadlineOpt = Annotated[
         help="The whole command's time, model calls and streams included: when it passes, "
         "what runs is cancelled, what finished is kept and recorded, and the message says what "
         "was running (exit 8).",
+    ),
+]
+StreamTimeoutOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--stream-timeout",
+        min=0.1,
+        metavar="SECONDS",
+        help="How long one streamed model answer may last in all, however steadily it "
+        f"trickles in. Default: {DEFAULT_STREAM_S:g} s (only the deadline, where --deadline "
+        "is given).",
     ),
 ]
 MaxTokensOpt = Annotated[
@@ -344,16 +363,20 @@ BaseUrlOpt = Annotated[
 
 @dataclass(frozen=True)
 class ModelChoice:
-    """``--model``, ``--base-url``, ``--timeout`` and ``--max-tokens`` as given, turned into a
-    client (and the settings the planners and the joiner call it with) once (``deadline``: the
-    command's ``--deadline``, which then bounds streamed answers instead of the client's own
-    limit on them)."""
+    """``--model``, ``--base-url``, ``--timeout``, ``--max-tokens``, ``--deadline`` and
+    ``--stream-timeout`` as given, turned into a client (and the settings the planners and the
+    joiner call it with) once. Three bounds in time, each of its own: ``timeout`` each wait for
+    the server (to an answer's first byte, between two pieces of a stream), ``stream_timeout``
+    one streamed answer in all, ``deadline`` the whole command. Without ``--stream-timeout``
+    a streamed answer has the client's own limit (:data:`~dagagent.limits.DEFAULT_STREAM_S`),
+    or none but the deadline when there is one."""
 
     model: str | None = None
     base_url: str | None = None
     timeout: float = 60.0
     max_tokens: int | None = None
     deadline: float | None = None
+    stream_timeout: float | None = None
 
     @property
     def configured(self) -> bool:
@@ -365,11 +388,15 @@ class ModelChoice:
         ``max_tokens`` is ``--max-tokens``: unset, each derives its own)."""
         from ..llm import ModelSettings
 
-        if self.deadline is not None:  # the deadline bounds a streamed answer, not 900 s
-            return ModelSettings(
-                timeout=self.timeout, max_tokens=self.max_tokens, max_stream_s=None
-            )
-        return ModelSettings(timeout=self.timeout, max_tokens=self.max_tokens)
+        if self.stream_timeout is not None:
+            stream_s: float | None = self.stream_timeout
+        elif self.deadline is not None:  # the deadline bounds a streamed answer, not 900 s
+            stream_s = None
+        else:
+            stream_s = DEFAULT_STREAM_S
+        return ModelSettings(
+            timeout=self.timeout, max_tokens=self.max_tokens, max_stream_s=stream_s
+        )
 
     def require(self) -> None:
         """:class:`~dagagent.errors.ConfigError` when no model is named."""
@@ -389,12 +416,14 @@ class ModelChoice:
 
     def to_record(self, client: Any) -> dict[str, Any]:
         """What a run's record keeps of this choice, for ``resume``: the model's spec, its
-        server's URL and the timeout; never a key (a URL that carries a password is left
-        out: a resume then needs ``--base-url`` again)."""
+        server's URL, the timeout and the stream's (when given); never a key (a URL that
+        carries a password is left out: a resume then needs ``--base-url`` again)."""
         kept: dict[str, Any] = {
             "model": (self.model or os.environ.get("DAGAGENT_MODEL", "")).strip(),
             "timeout": self.timeout,
         }
+        if self.stream_timeout is not None:
+            kept["stream_timeout"] = self.stream_timeout
         url = getattr(client, "base_url", None)
         if isinstance(url, str) and "***@" not in url:  # the client shows a password so
             kept["base_url"] = url
@@ -402,20 +431,34 @@ class ModelChoice:
 
     @classmethod
     def recorded(
-        cls, context: dict[str, Any], model: str | None, base_url: str | None
+        cls,
+        context: dict[str, Any],
+        model: str | None,
+        base_url: str | None,
+        stream_timeout: float | None = None,
     ) -> ModelChoice:
         """The choice ``resume`` makes: ``--model`` (with ``--base-url``) if given, else the
         model, server and timeout the run was recorded with (``context``: see
-        :meth:`to_record`), else the environment's."""
+        :meth:`to_record`), else the environment's; ``--stream-timeout`` if given, else the
+        recorded one."""
         timeout = context.get("timeout")
         timeout = float(timeout) if isinstance(timeout, (int, float)) else 60.0
+        if stream_timeout is None:
+            kept_stream = context.get("stream_timeout")
+            if isinstance(kept_stream, (int, float)) and kept_stream > 0:
+                stream_timeout = float(kept_stream)
         if model:
-            return cls(model, base_url, timeout)
+            return cls(model, base_url, timeout, stream_timeout=stream_timeout)
         kept = context.get("model")
         if not isinstance(kept, str) or not kept:
-            return cls(None, base_url, timeout)
+            return cls(None, base_url, timeout, stream_timeout=stream_timeout)
         url = context.get("base_url")
-        return cls(kept, base_url or (url if isinstance(url, str) else None), timeout)
+        return cls(
+            kept,
+            base_url or (url if isinstance(url, str) else None),
+            timeout,
+            stream_timeout=stream_timeout,
+        )
 
     def client_if_named(self) -> Any:
         """The client, or ``None`` when no model is named (``--base-url`` alone is an error)."""
@@ -564,6 +607,11 @@ class RunOptions:
                 given[f.name] = tuple(value or ()) if f.name in _REPEATABLE else value
         return cls(**{**given, **overrides})
 
+    @functools.cached_property
+    def rules(self) -> ApprovalRules:
+        """The approval rules of ``--policy`` (its file read once, here) and ``--ask``."""
+        return ApprovalRules.given(self.policy_file, self.asks)
+
     @property
     def live(self) -> bool:
         """A live display, unless questions may be asked on the terminal during the run."""
@@ -575,12 +623,7 @@ class RunOptions:
         from .approve import run_interceptors
 
         return run_interceptors(
-            graph,
-            registry,
-            approve=self.approve,
-            asks=list(self.asks),
-            policy_file=self.policy_file,
-            no_wait=self.no_wait,
+            graph, registry, approve=self.approve, rules=self.rules, no_wait=self.no_wait
         )
 
     def settings(self) -> RunSettings:
@@ -616,7 +659,8 @@ class RunOptions:
         """Keyword arguments of :func:`~dagagent.cli.recording.run_recorded`: the run's
         settings, the tools recorded with the run (``tools_spec`` and ``mcp``, default
         ``--tools`` and ``--mcp``), so that ``replan`` loads the same tools, and the approval
-        rules (``--policy``, ``--ask``), so that ``resume`` asks the same questions."""
+        rules (``--policy``'s rules as read, ``--ask``), so that ``resume`` asks the same
+        questions."""
         mcp = self.mcp if mcp is None else mcp
         return {
             "settings": self.settings(),
@@ -624,7 +668,7 @@ class RunOptions:
                 self.tools if tools_spec is None else tools_spec, mcp
             ),
             "mcp_specs": mcp,
-            "approval": approval_context(self.policy_file, self.asks),
+            "approval": self.rules.context(),
         }
 
 
@@ -646,16 +690,3 @@ def temporal_options(
 _PARAMETER = {"asks": "ask"}
 #: The fields of repeatable options (a list, or ``None`` when not given).
 _REPEATABLE = frozenset(("mcp", "asks"))
-
-
-def approval_context(policy_file: Path | None, asks: tuple[str, ...]) -> dict[str, Any] | None:
-    """The approval rules a run is recorded with (the policy file by its absolute path, the
-    ``--ask`` globs): ``dagagent resume`` puts the same questions, answered by the decisions."""
-    if policy_file is None and not asks:
-        return None
-    spec: dict[str, Any] = {}
-    if policy_file is not None:
-        spec["policy"] = str(Path(policy_file).resolve())
-    if asks:
-        spec["ask"] = list(asks)
-    return spec

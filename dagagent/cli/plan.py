@@ -47,6 +47,7 @@ from .options import (
     RunOptions,
     SkillsOpt,
     StoreOpt,
+    StreamTimeoutOpt,
     TimeoutOpt,
     ToolsOpt,
     make_planner,
@@ -207,6 +208,7 @@ def plan_cmd(
     agent_tasks: AgentTasksOpt = False,
     no_schema: NoSchemaOpt = False,
     timeout: TimeoutOpt = 60.0,
+    stream_timeout: StreamTimeoutOpt = None,
     max_tokens: MaxTokensOpt = None,
     planner_prompt: PlannerPromptOpt = None,
     examples: ExamplesOpt = None,
@@ -241,7 +243,7 @@ def plan_cmd(
     progress = ModelProgress(err)
     watching = _Watching(progress)
     llm, planner = _make_planner(
-        ModelChoice(model, base_url, timeout, max_tokens, deadline),
+        ModelChoice(model, base_url, timeout, max_tokens, deadline, stream_timeout),
         registry,
         max_attempts=max_attempts,
         agent_tasks=agent_tasks,

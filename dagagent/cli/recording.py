@@ -47,15 +47,14 @@ def run_recorded(
     with progress on ``console`` (``None``: no progress; ``live=False``: plain lines even on a
     terminal). ``tools_spec`` (see :func:`recorded_tools_spec`) and ``mcp_specs`` (``--mcp``)
     are recorded with the run, so that ``replan`` loads the same tools by default, and so are
-    the approval rules (``approval``: see :func:`~dagagent.cli.options.approval_context`) and
+    the approval rules (``approval``: see :meth:`~dagagent.cli.rules.ApprovalRules.context`) and
     the failure policy, so that ``resume`` asks the same questions. Returns the result."""
     import asyncio
-
-    import anyio
 
     from ..errors import StoreError
     from ..run import execute, new_run_id
     from ..store import RunStore
+    from ..tools._loop import run_own_loop
     from .progress import LiveProgress, progress_for
     from .signals import stoppable
 
@@ -84,9 +83,9 @@ def run_recorded(
 
         try:
             if progress is None:
-                return anyio.run(main)
+                return run_own_loop(main)
             with progress:
-                return anyio.run(main)
+                return run_own_loop(main)
         except (KeyboardInterrupt, asyncio.CancelledError):  # see guard: 3.10 gives the latter
             try:  # execute raises instead of returning the result: its record has it
                 record: RunRecord | None = run_store.get_run(run_id)

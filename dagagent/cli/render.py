@@ -191,6 +191,9 @@ def print_json(console: Console, data: Any) -> None:
     """Print ``data`` as strict JSON (RFC 8259) that any parser reads: NaN and infinities
     become the strings ``"NaN"``, ``"Infinity"`` and ``"-Infinity"``, and text that UTF-8
     cannot carry (lone surrogates from a tool) is written as ``\\u`` escapes."""
+    from .signals import json_written
+
+    json_written()
     try:
         text = json.dumps(data, default=str, allow_nan=False, ensure_ascii=False)
     except ValueError:  # NaN or an infinity somewhere

@@ -13,6 +13,8 @@ from ..errors import ConfigError
 from ..limits import DEFAULT_MAX_ELEMENTS
 from ._app import EXIT_OK, EXIT_RECORD, Interrupted, app, check_output_path, err, guard, out
 from .options import (
+    ApproveOpt,
+    AskOpt,
     BaseUrlOpt,
     ExecutorOpt,
     LastOpt,
@@ -22,16 +24,20 @@ from .options import (
     McpOpt,
     ModelChoice,
     ModelOpt,
+    NoWaitOpt,
     OnFailureOpt,
     OtelOpt,
     OutOpt,
+    PolicyOpt,
     RunArg,
     RunOptions,
     StoreOpt,
+    StreamTimeoutOpt,
     TimeoutOpt,
     ToolsOpt,
 )
 from .otel import configure_otel
+from .rules import ApprovalRules, recorded_rules
 from .run import agent_model, print_result, run_exit_code
 from .runs import find_run, open_store
 from .tools import load_tools
@@ -66,9 +72,15 @@ def _print_reuse(decisions: dict[str, ReuseDecision]) -> None:
         out.print(f"will run: {'; '.join(groups['run'])}", markup=False, highlight=False)
 
 
-def make_model(model: str, base_url: str | None, *, timeout: float = 60.0) -> Any:
+def make_model(
+    model: str,
+    base_url: str | None,
+    *,
+    timeout: float = 60.0,
+    stream_timeout: float | None = None,
+) -> Any:
     """The model client for ``--model`` (a seam: tests put a scripted model here)."""
-    return ModelChoice(model, base_url, timeout).client()
+    return ModelChoice(model, base_url, timeout, stream_timeout=stream_timeout).client()
 
 
 def _revise(
@@ -134,15 +146,22 @@ def replan_cmd(
     store: StoreOpt = None,
     json_out: bool = typer.Option(False, "--json", help="Print everything as one JSON object."),
     timeout: TimeoutOpt = 60.0,
+    stream_timeout: StreamTimeoutOpt = None,
     otel: OtelOpt = False,
+    approve: ApproveOpt = False,
+    ask: AskOpt = None,
+    policy_file: PolicyOpt = None,
+    no_wait: NoWaitOpt = False,
 ) -> None:
-    """Review a run (what failed and why, what it blocked, what succeeded), compare it with a
-    revised plan (--from FILE or --model SPEC) and optionally run that plan (--execute),
-    reusing the outputs of every task whose id, tool, arguments and inputs are unchanged.
-    Exit 0 after a review; with --execute, the new run's exit code (0 ok, 1 failed); 3 when
-    the model gave no valid plan in --max-attempts."""
+    """Review a run (what failed and why, what it blocked, what waits, what succeeded),
+    compare it with a revised plan (--from FILE or --model SPEC) and optionally run that plan
+    (--execute), reusing the outputs of every task whose id, tool, arguments and inputs are
+    unchanged. The new run applies the approval rules the run was recorded with (--policy
+    and --ask replace them). Exit 0 after a review; with --execute, the new run's exit code
+    (0 ok, 1 failed, 6 paused); 3 when the model gave no valid plan in --max-attempts."""
     from ..plan import AgentTask, load_plan
     from ..review import PlanDiff, format_diff, format_review, review_run
+    from .approve import run_interceptors
     from .recording import run_recorded, say_recorded
     from .render import print_json, print_warnings
 
@@ -152,6 +171,9 @@ def replan_cmd(
         raise ConfigError("give --from FILE or --model SPEC, not both")
     if base_url is not None and model is None:
         raise ConfigError("--base-url needs --model")
+    if not execute_it and (approve or ask or policy_file is not None or no_wait):
+        raise ConfigError("--approve, --ask, --policy and --no-wait go with --execute")
+    given_rules = ApprovalRules.given(policy_file, ask or ())  # before any model call
     if out_file is not None:  # before any model call
         check_output_path(out_file, store, "plan")
     with open_store(store) as st:
@@ -164,14 +186,14 @@ def replan_cmd(
     llm: Any = None
     edited: Plan | None = load_plan(from_file) if from_file is not None else None
     if model is not None:
-        llm = make_model(model, base_url, timeout=timeout)
+        llm = make_model(model, base_url, timeout=timeout, stream_timeout=stream_timeout)
     agent_llm = llm
     if (
         llm is None
         and execute_it
         and any(isinstance(t, AgentTask) for t in (edited or record.plan).tasks)
     ):
-        agent_llm = agent_model(None, None)  # $DAGAGENT_MODEL, as for 'dagagent run'
+        agent_llm = agent_model(None, None, stream_timeout)  # $DAGAGENT_MODEL, as 'run' does
     if not record.plan.tasks and edited is None and llm is None and execute_it:
         raise ConfigError(
             f"run {record.run_id} has no task (no task of its plan was accepted), so there is "
@@ -227,20 +249,37 @@ def replan_cmd(
         raise typer.Exit(EXIT_OK)
     assert revision is not None
     print_warnings(err, revision.graph.warnings)
+    rules = _rules(record, given_rules)
+    if record.status.value == "paused":
+        err.print(
+            f"note: run {record.run_id} stays paused: a decision about its waiting calls and "
+            f"'dagagent resume {record.run_id}' would make them there too",
+            markup=False,
+            highlight=False,
+        )
+    interceptors = run_interceptors(
+        revision.graph, registry, approve=approve, rules=rules, no_wait=no_wait
+    )
     if not json_out:
         out.print("")
         out.print(f"running it as a new run (parent {record.run_id}):", markup=False)
     options = RunOptions.of(ctx, store=path)  # --executor...: read from ctx
+    execute_options = {
+        **options.execute_options(tools_spec=spec, mcp=mcp_specs),
+        "approval": rules.context(),  # what a resume of the new run applies
+    }
     try:
         result = run_recorded(
             revision.graph,
             registry,
             console=None if json_out else out,
             store=path,
+            live=not rules,  # questions on the terminal: no live display over them
+            interceptors=interceptors,
             reuse=revision.reuse_map(),
             parent_id=record.run_id,
             llm=agent_llm if any(isinstance(t, AgentTask) for t in plan.tasks) else None,
-            **options.execute_options(tools_spec=spec, mcp=mcp_specs),
+            **execute_options,
         )
     except Interrupted as stopped:  # --json: the review with the stopped run's result
         raise Interrupted(stopped.message, {**doc, "result": stopped.document}) from None
@@ -255,6 +294,29 @@ def replan_cmd(
     if not say_recorded(result, path, detail=detail, quiet=json_out):
         code = EXIT_RECORD
     raise typer.Exit(code)
+
+
+def _rules(record: RunRecord, given: ApprovalRules) -> ApprovalRules:
+    """The approval rules the new run applies: those given (``--policy``, ``--ask``), else
+    the rules the run was recorded with (as ``resume`` applies them); said on stderr."""
+    recorded = recorded_rules(record)
+    if given:
+        if recorded:
+            err.print(
+                f"note: {given.describe()} apply instead of the rules run {record.run_id} was "
+                f"recorded with ({recorded.describe()})",
+                markup=False,
+                highlight=False,
+            )
+        return given
+    if recorded:
+        err.print(
+            f"note: the approval rules run {record.run_id} was recorded with apply "
+            f"({recorded.describe()}); --policy or --ask replace them",
+            markup=False,
+            highlight=False,
+        )
+    return recorded
 
 
 def registry_for(
@@ -291,6 +353,15 @@ def registry_for(
 
 
 def _hint(record: RunRecord, review: RunReview) -> None:
+    if review.waiting and record.status.value in ("paused", "interrupted"):
+        out.print("")
+        out.print(
+            f"to decide: dagagent approvals --run {record.run_id}, dagagent approve "
+            f"{record.run_id} TASK --allow | --deny; then dagagent resume {record.run_id} "
+            "continues this run in place",
+            markup=False,
+            highlight=False,
+        )
     if not (review.failed or review.blocked or review.unrecorded):
         return
     out.print("")

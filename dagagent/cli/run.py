@@ -28,6 +28,7 @@ from .options import (
     RunOptions,
     SkillsOpt,
     StoreOpt,
+    StreamTimeoutOpt,
     TaskQueueOpt,
     TemporalAddressOpt,
     TemporalNamespaceOpt,
@@ -225,9 +226,12 @@ def run_graph(
     return code
 
 
-def agent_model(model: str | None, base_url: str | None) -> Any:
-    """The model for agent tasks: ``--model``, else ``$DAGAGENT_MODEL``, else none."""
-    return ModelChoice(model, base_url).client_if_named()
+def agent_model(
+    model: str | None, base_url: str | None, stream_timeout: float | None = None
+) -> Any:
+    """The model for agent tasks: ``--model``, else ``$DAGAGENT_MODEL``, else none
+    (``stream_timeout``: ``--stream-timeout``)."""
+    return ModelChoice(model, base_url, stream_timeout=stream_timeout).client_if_named()
 
 
 @app.command("run")
@@ -276,6 +280,7 @@ def run_cmd(
     payload_store: PayloadStoreOpt = None,
     model: ModelOpt = None,
     base_url: BaseUrlOpt = None,
+    stream_timeout: StreamTimeoutOpt = None,
     otel: OtelOpt = False,
 ) -> None:
     """Validate and run a plan, recording it in the run store (review it with 'dagagent show',
@@ -288,7 +293,7 @@ def run_cmd(
         configure_otel()
     options = RunOptions.of(ctx)  # --executor, --ask, --dask-*...: read from ctx
     registry = load_tools(tools, mcp, skills)
-    llm = agent_model(model, base_url)
+    llm = agent_model(model, base_url, stream_timeout)
     graph = validate(plan, registry, llm=llm, check_llm=True)
     print_warnings(err, graph.warnings)
     raise typer.Exit(run_graph(graph, registry, options, as_json=json_out, llm=llm))

@@ -7,8 +7,10 @@ them, is in :mod:`dagagent.cli.replan`). Business logic lives in :mod:`dagagent.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,7 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..errors import ConfigError, StoreError
-from ._app import app, guard, out
+from ._app import app, err, guard, out
 from .diagram import FORMATS, render_graph
 from .options import (
     LastOpt,
@@ -31,8 +33,15 @@ from .options import (
 if TYPE_CHECKING:
     from ..graph import PlanGraph
     from ..plan import Plan
-    from ..results import AgentStep, TaskResult
-    from ..store import RunRecord, RunStore, RunSummary, SolveRecord
+    from ..results import AgentStep, CallDecision, TaskResult
+    from ..store import (
+        ApprovalRecord,
+        DamagedRun,
+        RunRecord,
+        RunStore,
+        RunSummary,
+        SolveRecord,
+    )
 
 __all__ = ["find_run", "open_store"]
 
@@ -110,34 +119,46 @@ def runs_cmd(
     json_out: bool = typer.Option(
         False,
         "--json",
-        help='Print {"store", "found", "runs"} as JSON: the store read, why that one, and '
-        "each run (run_id, parent_id, created, goal, status, executor, started_at, "
-        "finished_at, n_tasks, counts, unrecorded).",
+        help='Print {"store", "found", "runs", "damaged"} as JSON: the store read, why that '
+        "one, each run (id and run_id, the same, parent_id, created, goal, status, executor, "
+        "started_at, finished_at, n_tasks, counts, unrecorded), and each run whose record "
+        "cannot be read (run_id, problem).",
     ),
 ) -> None:
     """List recorded runs, most recent first: id, when, goal, status, task counts."""
     from ..store import StoreSource, locate_store
-    from ..text import shorten
+    from ..text import printable, shorten
     from .render import print_json
 
     location = locate_store(store)
     path, why = location.path, location.describe()
     runs: list[RunSummary] = []
+    damaged: list[DamagedRun] = []
     # a store named with --store must exist (a typo is an error); the one found by default
     # may simply have nothing recorded yet
     if location.source is StoreSource.given or path.exists():
         with open_store(store) as st:
-            runs = st.list_runs(limit)
+            runs, damaged = st.scan_runs(limit)
+    for bad in damaged:  # named, and left out of the list: the others are still listed
+        err.print(
+            f"warning: run {bad.run_id} is damaged and left out: {printable(bad.problem)}",
+            markup=False,
+            highlight=False,
+        )
     if json_out:
         # One object, as every --json prints: the store read (and why that one), then the
-        # runs, newest first. One id key, "run_id": the key 'show --json' and 'run --json'
-        # use too.
+        # runs, newest first. Each run has "run_id", the key 'show --json' and 'run --json'
+        # use, and "id", the same value, the key this listing has always had.
         print_json(
             out,
             {
                 "store": str(path),
                 "found": location.source.value,
-                "runs": [{**r.model_dump(mode="json"), "unrecorded": r.unrecorded} for r in runs],
+                "runs": [
+                    {"id": r.run_id, **r.model_dump(mode="json"), "unrecorded": r.unrecorded}
+                    for r in runs
+                ],
+                "damaged": [d.model_dump(mode="json") for d in damaged],
             },
         )
         return
@@ -257,7 +278,7 @@ def show_cmd(
         versions = _new_versions(st, record)
         history = st.approval_history(record.run_id)
     if task is not None:
-        _show_task(record, task, as_json=json_out)
+        _show_task(record, task, as_json=json_out, history=history)
         return
     cp_s, cp = record.measured_critical_path()
     now = time.time()
@@ -474,8 +495,16 @@ def _add_element_rows(
         table.add_row(*[""] * (len(table.columns) - 1), more)
 
 
-def _show_task(record: RunRecord, task_id: str, *, as_json: bool) -> None:
-    """One task of a run in full: nothing cut, untrusted text escaped."""
+def _show_task(
+    record: RunRecord,
+    task_id: str,
+    *,
+    as_json: bool,
+    history: Sequence[ApprovalRecord] = (),
+) -> None:
+    """One task of a run in full: nothing cut, untrusted text escaped; the approval decisions
+    about its calls (who allowed, denied, edited or redacted, when and why) and the questions
+    it left for a person (``history``: the run's, from the store)."""
     from ..plan import ToolTask
     from ..text import as_text, did_you_mean, printable
     from .render import print_json
@@ -487,10 +516,12 @@ def _show_task(record: RunRecord, task_id: str, *, as_json: bool) -> None:
             f"(tasks: {', '.join(planned)})"
         )
     t, r = planned[task_id], record.tasks.get(task_id)
+    asked = [a for a in history if a.task_id == task_id or a.task_id.startswith(f"{task_id}[")]
     if as_json:
         doc: dict[str, Any] = {"run_id": record.run_id}
         doc["task"] = t.model_dump(mode="json", exclude_none=True)
         doc["result"] = r.to_json_dict() if r is not None else None
+        doc["approvals"] = [a.model_dump(mode="json") for a in asked]
         print_json(out, doc)
         return
 
@@ -503,6 +534,7 @@ def _show_task(record: RunRecord, task_id: str, *, as_json: bool) -> None:
         line("when", printable(t.when, lines=True))
     if r is None:
         line("status", "unrecorded (the run did not get to it)")
+        _show_approvals(asked)
         return
     ran, waited = r.run_s, r.approval_wait_s
     took = f" in {ran:.3f}s" if ran is not None and ran > 0 else ""
@@ -522,6 +554,8 @@ def _show_task(record: RunRecord, task_id: str, *, as_json: bool) -> None:
     if r.traceback:
         out.print("traceback:", markup=False)
         out.print(printable(r.traceback, lines=True), markup=False, highlight=False)
+    _show_decisions(r.decisions or ())
+    _show_approvals(asked)
     if r.steps:
         _show_steps(r.steps)
     if r.output is not None:
@@ -540,8 +574,75 @@ def _show_task(record: RunRecord, task_id: str, *, as_json: bool) -> None:
         if e.error:
             label = "  why skipped" if e.skipped_by_condition else "  error"
             line(label, printable(e.error, lines=True))
+        _show_decisions(e.decisions or (), indent="  ")
         if e.output is not None:
             line("  output", printable(as_text(e.output), lines=True))
+
+
+#: How each kind of decision reads in 'show --task'.
+_DECIDED = {
+    "allow": "allowed",
+    "deny": "denied",
+    "edit": "allowed with edited arguments",
+    "wait": "left for a person's decision",
+    "unanswered": "unanswered (the run stopped first)",
+    "redact": "arguments redacted",
+}
+
+
+def _show_decisions(decisions: Sequence[CallDecision], indent: str = "") -> None:
+    """The decisions taken about a task's calls, in order: when, which call, what was
+    decided, by whom, under which rule, why (untrusted text escaped)."""
+    from ..text import as_text, printable
+
+    if not decisions:
+        return
+    say = functools.partial(out.print, markup=False, highlight=False)
+    say(f"{indent}decisions:")
+    for d in decisions:
+        what = _DECIDED.get(d.decision, d.decision)
+        by = "" if d.decision in ("wait", "unanswered") else f" by {d.decided_by}"
+        rule = f" ({d.rule})" if d.rule and d.rule != d.decided_by else ""
+        whose = " (a call its agent made)" if d.source == "agent" else ""
+        say(printable(f"{indent}  {_when(d.at)} {d.tool}{whose}: {what}{by}{rule}", lines=True))
+        if d.reason:
+            say(printable(f"{indent}    why: {d.reason}", lines=True))
+        if d.decision in ("edit", "redact") and d.args is not None:
+            say(printable(f"{indent}    arguments then: {as_text(d.args)}", lines=True))
+
+
+#: What became of a question to a person, as 'show --task' says it.
+_ASKED = {
+    "waiting": "waiting for a decision",
+    "decided": "decided; the next resume uses it",
+    "used": "decided, and used",
+    "closed": "closed",
+}
+
+
+def _show_approvals(asked: Sequence[ApprovalRecord]) -> None:
+    """The questions a task's calls left for a person, and what became of each: who decided,
+    when, why, and whether a resume used the decision."""
+    from ..text import printable
+
+    if not asked:
+        return
+    say = functools.partial(out.print, markup=False, highlight=False)
+    say("asked a person:")
+    for a in asked:
+        task = f" {a.task_id}" if "[" in a.task_id else ""
+        rule = f" ({a.rule})" if a.rule else ""
+        state = _ASKED.get(a.state, a.state)
+        say(printable(f"  {_when(a.asked_at)}{task} {a.tool}{rule}: {state}", lines=True))
+        if a.decision is not None:
+            said = f"    {a.decision} by {a.decided_by or 'someone'} at {_when(a.decided_at)}"
+            say(printable(said, lines=True))
+        if a.reason:
+            say(printable(f"    why: {a.reason}", lines=True))
+        if a.note:
+            say(printable(f"    {a.note}", lines=True))
+        elif a.used_at is not None:
+            say(f"    used by the resume at {_when(a.used_at)}")
 
 
 def _show_steps(steps: list[AgentStep], indent: str = "") -> None:

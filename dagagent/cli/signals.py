@@ -37,7 +37,14 @@ if TYPE_CHECKING:  # the entry point installs a handler from here: nothing heavy
 
     import anyio
 
-__all__ = ["run_stoppable", "stop_signals_interrupt", "stoppable"]
+__all__ = [
+    "interrupted_document",
+    "json_owed",
+    "json_written",
+    "run_stoppable",
+    "stop_signals_interrupt",
+    "stoppable",
+]
 
 T = TypeVar("T")
 
@@ -45,6 +52,35 @@ _EXIT_INTERRUPTED = 130  # as dagagent.cli._app.EXIT_INTERRUPTED (that module im
 #: At most this long, on a second stop signal, for the run store to commit the results it has.
 EXIT_FLUSH_S = 2.0
 _exiting = False
+#: Whether stdout still owes its one JSON object (a ``--json`` command that has not printed
+#: it yet): a second signal then prints an error object before it ends the process.
+_json_owed = False
+
+
+def interrupted_document(message: str) -> dict[str, Any]:
+    """What ``--json`` prints for a command stopped by a signal with nothing else to show: an
+    error object, exit code 130."""
+    return {
+        "ok": False,
+        "error": {
+            "code": "Interrupted",
+            "message": message,
+            "issues": [],
+            "exit_code": _EXIT_INTERRUPTED,
+        },
+    }
+
+
+def json_owed() -> None:
+    """A ``--json`` command started: until :func:`json_written`, stdout owes its object."""
+    global _json_owed
+    _json_owed = True
+
+
+def json_written() -> None:
+    """The command's JSON object is being printed: a second signal adds none."""
+    global _json_owed
+    _json_owed = False
 
 
 def _stop_signals() -> list[signal.Signals]:
@@ -76,13 +112,30 @@ def exit_now(signum: int, frame: FrameType | None = None) -> None:
                 os.write(fd, b"\x1b[?25h")
         except OSError:
             pass
+    said = f"{_signal_name(signum)} again: exiting at once"
     with contextlib.suppress(OSError, ValueError):
-        os.write(2, f"\n{signal.Signals(signum).name} again: exiting at once\n".encode())
+        os.write(2, f"\n{said}\n".encode())
     recording = sys.modules.get("dagagent.store._recorder")  # imported if a run is recorded
     if recording is not None:
         with contextlib.suppress(Exception):
             recording.flush_recorders(EXIT_FLUSH_S)
+    if _json_owed:  # --json: stdout carries one JSON object whatever happens
+        import json
+
+        document = interrupted_document(
+            f"{said}: what had finished is recorded, what ran was stopped without a result"
+        )
+        with contextlib.suppress(OSError):
+            sys.stdout.flush()
+            os.write(1, (json.dumps(document, indent=2) + "\n").encode())
     os._exit(_EXIT_INTERRUPTED)
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
 
 
 class _Stop:
@@ -144,12 +197,12 @@ def run_stoppable(func: Callable[..., Coroutine[Any, Any, T]], *args: Any) -> T:
     """``anyio.run(func, *args)`` under :func:`stoppable`: a stop signal cancels it and raises
     ``KeyboardInterrupt``, which :func:`~dagagent.cli._app.guard` turns into its message and
     exit 130."""
-    import anyio
+    from ..tools._loop import run_own_loop
 
     async def main() -> T:
         return await stoppable(func(*args))
 
-    return anyio.run(main)
+    return run_own_loop(main)
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:

@@ -30,8 +30,23 @@ def _ui_modules() -> Any:
     return ui_app, render
 
 
-def _loopback(host: str) -> bool:
-    return host in ("127.0.0.1", "localhost", "::1") or host.startswith("127.")
+def _loopback(address: str) -> bool:
+    """Whether the address a socket is bound to is a loopback one (``127.x.y.z``, ``::1``)."""
+    import ipaddress
+
+    try:
+        return ipaddress.ip_address(address.split("%", 1)[0]).is_loopback
+    except ValueError:
+        return False
+
+
+def _host_names(host: str, address: str) -> tuple[str, ...]:
+    """The names a request to the viewer may give in its Host header besides the usual
+    loopback ones: the host it was told to listen on and the address it is bound to (an IPv6
+    address also in brackets, as a URL writes it)."""
+    names = [host, address]
+    names += [f"[{n}]" for n in names if ":" in n and not n.startswith("[")]
+    return tuple(dict.fromkeys(names))
 
 
 @app.command("ui")
@@ -54,15 +69,6 @@ def ui_cmd(
 
     import uvicorn
 
-    loopback = _loopback(host)
-    if not loopback:
-        err.print(
-            f"warning: listening on {host}: anyone who can reach this address can read every "
-            "run in the store (goals, arguments, outputs); the viewer has no login",
-            markup=False,
-            highlight=False,
-        )
-    web = ui_app.create_app(store, loopback_only=loopback)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -71,6 +77,20 @@ def ui_cmd(
     except OSError as exc:
         sock.close()
         raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    address = str(sock.getsockname()[0])
+    loopback = _loopback(address)  # what it is bound to, not what the name looks like
+    if not loopback:
+        err.print(
+            f"warning: listening on {host}: anyone who can reach this address can read every "
+            "run in the store (goals, arguments, outputs); the viewer has no login",
+            markup=False,
+            highlight=False,
+        )
+    try:
+        web = ui_app.create_app(store, loopback_only=loopback, hosts=_host_names(host, address))
+    except BaseException:
+        sock.close()
+        raise
     bound = sock.getsockname()[1]
     shown = f"[{host}]" if ":" in host else host
     url = f"http://{shown}:{bound}/"

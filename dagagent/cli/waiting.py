@@ -32,13 +32,15 @@ from .options import (
     ModelOpt,
     NoWaitOpt,
     StoreOpt,
+    StreamTimeoutOpt,
     ToolsOpt,
 )
 from .replan import registry_for
+from .rules import recorded_rules
 from .run import agent_model, print_result
 
 if TYPE_CHECKING:
-    from ..store import ApprovalRecord, RunRecord, RunStore
+    from ..store import ApprovalRecord, RunStore
 
 __all__: list[str] = []
 
@@ -125,11 +127,26 @@ def approvals_cmd(
     )
 
 
+#: The most an ``--edit`` file of arguments may hold.
+MAX_EDIT_BYTES = 1024 * 1024
+
+
 def _read_edit(path: Path) -> dict[str, Any]:
+    from ..text import read_bounded
+
     try:
-        text = sys.stdin.read() if str(path) == "-" else path.read_text(encoding="utf-8")
+        if str(path) != "-":
+            text = read_bounded(path, MAX_EDIT_BYTES, what="--edit file")
+        elif (stream := getattr(sys.stdin, "buffer", None)) is not None:
+            text = read_bounded(stream, MAX_EDIT_BYTES, what="--edit file")
+        else:  # a text stream put in its place
+            text = sys.stdin.read(MAX_EDIT_BYTES + 1)
+            if len(text) > MAX_EDIT_BYTES:
+                raise ValueError(f"larger than {MAX_EDIT_BYTES:,} characters")
     except OSError as exc:
         raise ConfigError(f"--edit: cannot read {path}: {exc.strerror or exc}") from None
+    except ValueError as exc:  # too large, or not UTF-8
+        raise ConfigError(f"--edit: cannot read {path}: {exc}") from None
     try:
         given = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -215,18 +232,6 @@ def approve_cmd(
     )
 
 
-def _recorded_rules(record: RunRecord) -> tuple[Path | None, list[str]]:
-    spec = record.context.get("approval")
-    if not isinstance(spec, dict):
-        return None, []
-    policy = spec.get("policy")
-    asks = spec.get("ask")
-    return (
-        Path(policy) if isinstance(policy, str) else None,
-        [a for a in asks if isinstance(a, str)] if isinstance(asks, list) else [],
-    )
-
-
 @app.command("resume")
 @guard
 def resume_cmd(
@@ -244,6 +249,7 @@ def resume_cmd(
     no_wait: NoWaitOpt = False,
     model: ModelOpt = None,
     base_url: BaseUrlOpt = None,
+    stream_timeout: StreamTimeoutOpt = None,
     store: StoreOpt = None,
     json_out: bool = typer.Option(False, "--json", help="Print only the result, as JSON."),
 ) -> None:
@@ -252,11 +258,10 @@ def resume_cmd(
     wait again, and nothing that succeeded runs again. Exit as 'run' does (6: paused again).
     A run of a paused 'ask' (or the solve's id) continues the solve: the run, then the
     joiner and the rounds after it, with --model; exit as 'ask' does."""
-    import anyio
-
     from ..graph import validate
     from ..plan import AgentTask
     from ..store import RunStore
+    from ..tools._loop import run_own_loop
     from ..workflows.resume import resumable_executor, resume
     from .approve import run_interceptors
     from .progress import progress_for
@@ -271,27 +276,28 @@ def resume_cmd(
                 st.get_solve(run)
             except StoreError:
                 raise StoreError(f"no run {run} (nor solve) in {st.path}") from None
-            code = _resume_solve(st, run, tools, mcp, model, base_url, executor, no_wait, json_out)
+            code = _resume_solve(
+                st, run, tools, mcp, model, base_url, stream_timeout, executor, no_wait, json_out
+            )
             raise typer.Exit(code) from None
         solve = st.solve_of_run(record.run_id)
         if solve is not None and solve.status == "paused":
             code = _resume_solve(
-                st, record.run_id, tools, mcp, model, base_url, executor, no_wait, json_out
-            )
+                st, record.run_id, tools, mcp, model, base_url, stream_timeout, executor,
+                no_wait, json_out,
+            )  # fmt: skip
             raise typer.Exit(code)
         _, _, registry = registry_for(record, tools, mcp)
-        policy_file, asks = _recorded_rules(record)
+        rules = recorded_rules(record)
         graph = validate(record.plan, registry)
         interceptors = run_interceptors(
-            graph, registry, approve=False, asks=asks, policy_file=policy_file, no_wait=no_wait
+            graph, registry, approve=False, rules=rules, no_wait=no_wait
         )
         llm = None
         if any(isinstance(t, AgentTask) for t in record.plan.tasks):
-            llm = agent_model(model, base_url)
+            llm = agent_model(model, base_url, stream_timeout)
         on_failure = record.context.get("on_failure", "cancel")
-        progress = (
-            progress_for(graph, out, live=not (asks or policy_file)) if not json_out else None
-        )
+        progress = progress_for(graph, out, live=not rules) if not json_out else None
 
         async def main() -> Any:
             return await stoppable(
@@ -311,10 +317,10 @@ def resume_cmd(
             )
 
         if progress is None:
-            result = anyio.run(main)
+            result = run_own_loop(main)
         else:
             with progress:
-                result = anyio.run(main)
+                result = run_own_loop(main)
     code = print_result(result, as_json=json_out, graph=graph)
     if not say_recorded(result, store, detail="resumed", quiet=json_out):
         code = EXIT_RECORD
@@ -328,6 +334,7 @@ def _resume_solve(
     mcp: list[str] | None,
     model: str | None,
     base_url: str | None,
+    stream_timeout: float | None,
     executor: str | None,
     no_wait: bool,
     json_out: bool,
@@ -337,10 +344,9 @@ def _resume_solve(
     the answer on stdout (``--json``: the solution), as ``ask`` prints them. The exit code."""
     import asyncio
 
-    import anyio
-
     from ..approval import Policy
     from ..text import printable
+    from ..tools._loop import run_own_loop
     from ..workflows import Solution, resume_solve
     from ..workflows.solve_resume import paused_solve
     from .approve import run_interceptors
@@ -351,12 +357,13 @@ def _resume_solve(
     assert paused.run_id is not None
     record = st.get_run(paused.run_id)
     _, _, registry = registry_for(record, tools, mcp)
-    policy_file, asks = _recorded_rules(record)
-    policies = run_interceptors(
-        None, registry, approve=False, asks=asks, policy_file=policy_file, no_wait=no_wait
-    )
+    rules = recorded_rules(record)
+    policies = run_interceptors(None, registry, approve=False, rules=rules, no_wait=no_wait)
+    # the runs of the rounds after it are recorded with the same tools and rules, so that
+    # one of them that pauses resumes with them too
+    st.context = dict(record.context)
     first = policies[0] if policies and isinstance(policies[0], Policy) else None
-    choice = ModelChoice.recorded(record.context, model, base_url)
+    choice = ModelChoice.recorded(record.context, model, base_url, stream_timeout)
     if not choice.configured:
         raise ConfigError(
             f"run {record.run_id} is round {paused.round} of solve {solve.solve_id}, which is "
@@ -388,7 +395,7 @@ def _resume_solve(
             )
 
     try:
-        solution = anyio.run(main)
+        solution = run_own_loop(main)
     except (KeyboardInterrupt, asyncio.CancelledError):  # see guard: 3.10 gives the latter
         raise Interrupted(solve_interrupted(progress, st.path)) from None
     report_solution(solution, st.path)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import dataclasses
 import functools
 import importlib
 import re
@@ -23,7 +24,7 @@ from collections.abc import (
 )
 from contextlib import aclosing, asynccontextmanager
 from typing import Any, ClassVar, TypeVar
-from urllib.parse import unquote, urlsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import anyio
 import httpx
@@ -35,6 +36,13 @@ from dagagent.errors import (
     LLMResponseError,
     LLMUnsupportedOptionError,
 )
+from dagagent.llm._decoding import (
+    ACCEPT_ENCODING,
+    BodyTooLarge,
+    UnsupportedEncoding,
+    decoded_bytes,
+    decoded_text,
+)
 from dagagent.llm._failures import HTTPFailures
 from dagagent.llm._json import dumps_json
 from dagagent.llm._retry import Retryable
@@ -42,7 +50,14 @@ from dagagent.llm._secret import Scrubber, Secret, resolve_api_key
 from dagagent.llm._sse import StreamLimitExceeded, bounded_lines
 from dagagent.llm.protocol import RequestLLM
 from dagagent.llm.settings import ModelSettings
-from dagagent.llm.types import LLMResponse, closing_stream
+from dagagent.llm.types import (
+    LLMResponse,
+    StreamEnd,
+    StreamEvent,
+    TextDelta,
+    ToolCallDelta,
+    closing_stream,
+)
 from dagagent.llm.usage import UsageTracker
 from dagagent.text import is_secret_name, strip_url_credentials
 
@@ -95,6 +110,17 @@ _LIMIT_RE = re.compile(
 )
 
 
+def _scrub_values(value: Any, scrub: Callable[[str], str]) -> Any:
+    """``value`` (a call's arguments) with ``scrub`` applied to every string in it."""
+    if isinstance(value, str):
+        return scrub(value)
+    if isinstance(value, dict):
+        return {k: _scrub_values(v, scrub) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_scrub_values(v, scrub) for v in value]
+    return value
+
+
 def _with_limit_hint(exc: LLMError, body: Any) -> LLMError:
     """``exc`` saying which output limit the request asked for and how to lower it, when the
     server refused the request for a limit or a context that is too large."""
@@ -111,6 +137,15 @@ def _with_limit_hint(exc: LLMError, body: Any) -> LLMError:
     )
     hinted.__dict__.update(exc.__dict__)
     return hinted
+
+
+#: How a user raises each bound of a call: in Python, and on the command line when it has
+#: an option for it.
+_SETTING_HINTS = {
+    "max_stream_s": "--stream-timeout SECONDS on the command line, "
+    "ModelSettings(max_stream_s=...) in Python",
+    "max_response_bytes": "ModelSettings(max_response_bytes=...) in Python",
+}
 
 
 @functools.cache
@@ -177,9 +212,17 @@ class HTTPChatClient(HTTPFailures, RequestLLM):
         self.max_response_bytes = self.settings.max_response_bytes
         self.max_stream_s = self.settings.max_stream_s
         # Credentials in the URL (http://user:pass@host) are sent, never shown: base_url,
-        # messages, logs and records see the URL without them.
-        self._request_base = base_url.rstrip("/")
-        self.base_url = strip_url_credentials(self._request_base)
+        # messages, logs and records see the URL without them, and so does httpx (whose log
+        # names each request's URL): they go as the Basic authentication they stand for.
+        given = base_url.rstrip("/")
+        parts = urlsplit(given)
+        self._basic: httpx.BasicAuth | None = None
+        if parts.username is not None or parts.password is not None:
+            user, password = unquote(parts.username or ""), unquote(parts.password or "")
+            self._basic = httpx.BasicAuth(user, password)
+            given = urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+        self._request_base = given
+        self.base_url = strip_url_credentials(given)
         self._key = resolve_api_key(api_key, self.api_key_env)
         self.timeout = self.settings.http_timeout
         self.retry = self.settings.retry
@@ -192,7 +235,7 @@ class HTTPChatClient(HTTPFailures, RequestLLM):
         self._client = client
         self._session: httpx.AsyncClient | None = None
         self._extra_headers = dict(headers or {})
-        self._scrubber = Scrubber(_sent_secrets(self._key, self._request_base, self._extra_headers))
+        self._scrubber = Scrubber(_sent_secrets(self._key, base_url, self._extra_headers))
 
     # -- presentation ---------------------------------------------------------------
 
@@ -213,11 +256,16 @@ class HTTPChatClient(HTTPFailures, RequestLLM):
     def _headers(self, *, stream: bool) -> dict[str, str]:
         headers = {
             "accept": "text/event-stream" if stream else "application/json",
+            "accept-encoding": ACCEPT_ENCODING,  # what is decoded with a bound
             "content-type": "application/json",
         }
         headers.update(self._extra_headers)
         headers.update(self._auth_headers())
         return headers
+
+    def _auth(self) -> Any:
+        """The Basic authentication of a URL's ``user:password@``, else httpx's default."""
+        return self._basic if self._basic is not None else httpx.USE_CLIENT_DEFAULT
 
     def _url(self, path: str) -> str:
         return self._request_base + path
@@ -304,7 +352,55 @@ class HTTPChatClient(HTTPFailures, RequestLLM):
         except LLMError as exc:
             raise self._safe_error(_with_limit_hint(exc, body)) from exc.__cause__
         self.usage.record(result.usage)
-        return result
+        return self._scrubbed(result)
+
+    def _scrubbed(self, response: LLMResponse) -> LLMResponse:
+        """``response`` without what the client sends and must never show (its key, its URL's
+        password, a secret header), should the server echo it in an answer: what the model
+        writes is shown in messages, records and prompts."""
+        if not self._scrubber:
+            return response
+        scrub = self._scrubber.scrub
+        calls = [
+            c.model_copy(
+                update={
+                    "arguments": _scrub_values(c.arguments, scrub),
+                    "arguments_error": scrub(c.arguments_error) if c.arguments_error else None,
+                    "raw_arguments": scrub(c.raw_arguments) if c.raw_arguments else None,
+                }
+            )
+            for c in response.tool_calls
+        ]
+        return response.model_copy(update={"content": scrub(response.content), "tool_calls": calls})
+
+    async def _scrubbed_stream(
+        self, events: AsyncGenerator[StreamEvent, None]
+    ) -> AsyncGenerator[StreamEvent, None]:
+        """A stream's events without the client's secrets (see :meth:`_scrubbed`), a secret
+        split across pieces included: the text and each call's arguments are held back
+        while they could still be the start of one."""
+        text = self._scrubber.pieces()
+        args: dict[int, Any] = {}
+        async with aclosing(events) as it:
+            async for event in it:
+                if isinstance(event, TextDelta):
+                    shown = text.feed(event.text)
+                    if shown:
+                        yield TextDelta(shown)
+                elif isinstance(event, ToolCallDelta):
+                    pieces = args.setdefault(event.index, self._scrubber.pieces())
+                    yield dataclasses.replace(event, arguments=pieces.feed(event.arguments))
+                elif isinstance(event, StreamEnd):
+                    rest = text.end()
+                    if rest:
+                        yield TextDelta(rest)
+                    for index, pieces in args.items():
+                        rest = pieces.end()
+                        if rest:
+                            yield ToolCallDelta(index, arguments=rest)
+                    yield StreamEnd(self._scrubbed(event.response))
+                else:
+                    yield event
 
     def answer_deadline_s(self) -> float | None:
         """Seconds one attempt may take from sending the request to the last byte of a whole
@@ -333,18 +429,20 @@ class HTTPChatClient(HTTPFailures, RequestLLM):
         more than that in memory."""
         limit = self.max_response_bytes
         chunks: list[bytes] = []
-        total = 0
-        async with closing_stream(response.aiter_bytes()) as body:
-            async for chunk in body:
-                total += len(chunk)
-                if total > limit:
-                    await response.aclose()
-                    raise LLMResponseError(
-                        f"the answer from {self.provider} is larger than {limit:,} bytes "
-                        f"(HTTP {response.status_code}); raise max_response_bytes if that is "
-                        "expected"
-                    )
-                chunks.append(chunk)
+        try:
+            async with closing_stream(decoded_bytes(response, limit)) as body:
+                async for chunk in body:
+                    chunks.append(chunk)
+        except BodyTooLarge:
+            await response.aclose()
+            raise LLMResponseError(
+                f"the answer from {self.provider} is larger than {limit:,} bytes "
+                f"(HTTP {response.status_code}, decoded); if that is expected, raise "
+                f"{_SETTING_HINTS['max_response_bytes']}"
+            ) from None
+        except UnsupportedEncoding as exc:
+            await response.aclose()
+            raise LLMResponseError(f"the answer from {self.provider}: {exc}") from None
         # httpx keeps a read body here; aread() would read it again without a bound
         response._content = b"".join(chunks)
 
@@ -353,7 +451,9 @@ class HTTPChatClient(HTTPFailures, RequestLLM):
         at most ``max_stream_s``: a server that streams without end, or sends one gigantic
         event, ends the call with an :class:`LLMResponseError` (see :meth:`_stream_once`)."""
         return bounded_lines(
-            response.aiter_text(), max_chars=self.max_response_bytes, max_seconds=self.max_stream_s
+            decoded_text(response, self.max_response_bytes),
+            max_chars=self.max_response_bytes,
+            max_seconds=self.max_stream_s,
         )
 
     async def _post_json(self, client: httpx.AsyncClient, path: str, body: Any) -> Any:
@@ -368,7 +468,7 @@ class HTTPChatClient(HTTPFailures, RequestLLM):
                     headers=self._headers(stream=False),
                     timeout=self.timeout,
                 )
-                response = await client.send(request, stream=True)
+                response = await client.send(request, stream=True, auth=self._auth())
                 try:
                     await self._read_capped(response)
                 finally:
@@ -401,7 +501,7 @@ class HTTPChatClient(HTTPFailures, RequestLLM):
         try:
             try:
                 with anyio.fail_after(deadline):
-                    response = await client.send(request, stream=True)
+                    response = await client.send(request, stream=True, auth=self._auth())
             except TimeoutError:
                 raise self._deadline_failure(deadline, what="stream's headers") from None
             try:
@@ -418,11 +518,18 @@ class HTTPChatClient(HTTPFailures, RequestLLM):
                         yield item
             finally:
                 await response.aclose()
+        except BodyTooLarge:
+            raise LLMResponseError(
+                f"the stream from {self.provider} is larger than "
+                f"{self.max_response_bytes:,} bytes (decoded): cut off (if that is expected, raise "
+                f"{_SETTING_HINTS['max_response_bytes']})"
+            ) from None
+        except UnsupportedEncoding as exc:
+            raise LLMResponseError(f"the stream from {self.provider}: {exc}") from None
         except StreamLimitExceeded as exc:
             raise LLMResponseError(
-                f"the stream from {self.provider} {exc}: cut off (raise max_response_bytes or "
-                "max_stream_s if that is expected; on the command line, --deadline bounds a "
-                "streamed answer instead)"
+                f"the stream from {self.provider} {exc}: cut off (if that is expected, raise "
+                f"{_SETTING_HINTS.get(exc.setting, exc.setting)})"
             ) from None
         except httpx.TimeoutException as exc:
             raise self._timeout_failure(exc, mid_stream=got_response) from exc
@@ -440,8 +547,8 @@ class HTTPChatClient(HTTPFailures, RequestLLM):
         self,
         path: str,
         body: Any,
-        consume: Callable[[httpx.Response], AsyncGenerator[T, None]],
-    ) -> AsyncGenerator[T, None]:
+        consume: Callable[[httpx.Response], AsyncGenerator[StreamEvent, None]],
+    ) -> AsyncGenerator[StreamEvent, None]:
         """A streaming call with retries while nothing has been yielded yet."""
         try:
             async with self._client_scope() as client:
@@ -450,7 +557,10 @@ class HTTPChatClient(HTTPFailures, RequestLLM):
                 while True:
                     yielded = False
                     try:
-                        async with aclosing(self._stream_once(client, path, body, consume)) as it:
+                        once = self._stream_once(client, path, body, consume)
+                        if self._scrubber:
+                            once = self._scrubbed_stream(once)
+                        async with aclosing(once) as it:
                             async for item in it:
                                 yielded = True
                                 yield item

@@ -49,7 +49,13 @@ class StreamIdleTimeout(httpx.ReadTimeout):
 
 class StreamLimitExceeded(Exception):
     """A stream grew past its size, or lasted past its time: a server streaming without end,
-    or one gigantic event, is cut off here rather than filling memory or holding the call."""
+    or one gigantic event, is cut off here rather than filling memory or holding the call.
+    ``setting`` names the :class:`~dagagent.llm.ModelSettings` field that set the bound
+    (``max_response_bytes`` or ``max_stream_s``)."""
+
+    def __init__(self, message: str, setting: str) -> None:
+        super().__init__(message)
+        self.setting = setting
 
 
 _EOL = re.compile(r"\r\n|\r|\n")  # the three line ends of text/event-stream
@@ -73,9 +79,11 @@ async def bounded_lines(
         async for chunk in chunks:
             total += len(chunk)
             if max_chars is not None and total > max_chars:
-                raise StreamLimitExceeded(f"is larger than {max_chars:,} characters")
+                raise StreamLimitExceeded(
+                    f"is larger than {max_chars:,} characters", "max_response_bytes"
+                )
             if end is not None and anyio.current_time() > end:
-                raise StreamLimitExceeded(f"lasted longer than {max_seconds:g} s")
+                raise StreamLimitExceeded(f"lasted longer than {max_seconds:g} s", "max_stream_s")
             if after_cr and chunk.startswith("\n"):  # a \r\n split between two chunks
                 chunk = chunk[1:]
             if not chunk:

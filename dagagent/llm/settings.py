@@ -27,9 +27,15 @@ from typing import Any
 import httpx
 
 from dagagent.errors import ConfigError
+from dagagent.limits import DEFAULT_STREAM_S
 from dagagent.llm._retry import HTTPRetryPolicy
 
-__all__ = ["DEFAULT_MAX_RESPONSE_BYTES", "DEFAULT_REASONING_TOKENS", "ModelSettings"]
+__all__ = [
+    "DEFAULT_MAX_RESPONSE_BYTES",
+    "DEFAULT_REASONING_TOKENS",
+    "DEFAULT_STREAM_S",
+    "ModelSettings",
+]
 
 DEFAULT_MAX_RESPONSE_BYTES = 32 * 1024 * 1024
 
@@ -61,7 +67,7 @@ class ModelSettings:
     timeout: float | httpx.Timeout = 60.0
     retry: HTTPRetryPolicy = field(default_factory=HTTPRetryPolicy)
     max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
-    max_stream_s: float | None = 900.0
+    max_stream_s: float | None = DEFAULT_STREAM_S
     extra_body: Mapping[str, Any] = field(default_factory=dict)
     tool_choice: str | None = None
     parallel_tool_calls: bool | None = None

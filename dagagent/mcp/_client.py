@@ -26,6 +26,8 @@ from typing import TYPE_CHECKING, Any, TextIO
 import anyio
 
 from ..errors import ConfigError, MCPConnectError, MCPServerLostError, MCPToolError
+from ..text import redact_command_line
+from ._bounded import DEFAULT_MAX_BLOCKS, DEFAULT_MAX_BYTES, DEFAULT_MAX_SCHEMA_BYTES, MCPLimits
 from ._launch import ServerStderr, brief, connect, import_sdk, startup_failure
 from ._results import call_output
 
@@ -55,9 +57,15 @@ class MCPClient:
     block of its own unless it should stay open across several runs.
 
     ``timeout_s`` is the default timeout of its tools' calls (a task's ``timeout_s`` overrides
-    it; ``None``: none). A subprocess gets the MCP SDK's minimal environment (``PATH``,
-    ``HOME``...) plus ``env``, so dagagent's own keys do not reach it; its stderr is kept and
-    its last lines are shown when it fails (pass ``stderr`` to see it as it comes).
+    it; ``None``: none). What the server sends is bounded as it is read, before it is parsed:
+    ``max_output_bytes`` per message (16 MiB), ``max_blocks`` content blocks per result
+    (10,000), ``max_schema_bytes`` per tool schema (256 KiB); a call past them fails with
+    :class:`~dagagent.errors.MCPToolError`, a listing with
+    :class:`~dagagent.errors.MCPConnectError`, a tool's schema with
+    :class:`~dagagent.errors.ToolDefinitionError`. A subprocess gets the MCP SDK's minimal
+    environment (``PATH``, ``HOME``...) plus ``env``, so dagagent's own keys do not reach it;
+    its stderr is kept and its last lines are shown when it fails (pass ``stderr`` to see it
+    as it comes).
     """
 
     def __init__(
@@ -73,6 +81,9 @@ class MCPClient:
         connect_timeout_s: float = 60.0,
         timeout_s: float | None = 300.0,
         stderr: TextIO | None = None,
+        max_output_bytes: int = DEFAULT_MAX_BYTES,
+        max_blocks: int = DEFAULT_MAX_BLOCKS,
+        max_schema_bytes: int = DEFAULT_MAX_SCHEMA_BYTES,
     ) -> None:
         if not isinstance(name, str) or not _NAME_RE.match(name):
             raise ConfigError(
@@ -91,6 +102,13 @@ class MCPClient:
             raise ConfigError(f"MCP server {name!r}: connect_timeout_s must be > 0")
         if timeout_s is not None and timeout_s <= 0:
             raise ConfigError(f"MCP server {name!r}: timeout_s must be > 0")
+        for option, value in (
+            ("max_output_bytes", max_output_bytes),
+            ("max_blocks", max_blocks),
+            ("max_schema_bytes", max_schema_bytes),
+        ):
+            if not isinstance(value, int) or value < 1:
+                raise ConfigError(f"MCP server {name!r}: {option} must be a whole number >= 1")
         self.name = name
         self.command = command
         self.args = tuple(args)
@@ -100,6 +118,9 @@ class MCPClient:
         self.headers = dict(headers) if headers else None
         self.connect_timeout_s = connect_timeout_s
         self.timeout_s = timeout_s
+        #: What the server may send: a message's bytes, a result's content blocks, a schema's
+        #: bytes (see :mod:`._bounded`).
+        self.limits = MCPLimits(max_output_bytes, max_blocks, max_schema_bytes)
         self._stderr = ServerStderr(stderr)
         # -- the open session (see the module docstring) --
         self._stack: AsyncExitStack | None = None  # holds the owner's task group while open
@@ -147,10 +168,11 @@ class MCPClient:
 
     @property
     def where(self) -> str:
-        """The command or URL (never the headers, which may hold credentials)."""
+        """The command or URL as messages show them: never the headers, and every value that
+        may be a secret hidden (see :func:`~dagagent.text.redact_command_line`)."""
         if self.url is not None:
-            return self.url
-        return shlex.join([self.command or "", *self.args])
+            return redact_command_line(self.url)
+        return redact_command_line(shlex.join([self.command or "", *self.args]))
 
     @property
     def is_open(self) -> bool:
@@ -366,4 +388,4 @@ class MCPClient:
             self._calls.discard(scope)
         if scope.cancelled_caught:
             raise MCPServerLostError(self._lost_message(tool, lost_before=lost_before))
-        return call_output(result, self.name)
+        return call_output(result, self.name, self.limits)

@@ -1,5 +1,6 @@
 """Starting one MCP server: the SDK's transport and session for a command or a URL, the
 server's stderr kept for error messages, and why a start (or a call) failed, in a user's words.
+What the server sends is bounded as it is read (:mod:`._bounded`).
 
 A server run as a subprocess gets the MCP SDK's minimal environment plus the client's ``env``;
 its stderr goes to the caller's stream when one is given, else to a temporary file whose last
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from ..errors import ConfigError
+from ._bounded import http_client, stdio_transport
 
 if TYPE_CHECKING:
     from mcp import Client
@@ -43,22 +45,22 @@ async def connect(server: MCPClient, stack: AsyncExitStack, stderr: ServerStderr
     """Start ``server`` (or reach it) and open the SDK's session to it, both entered on
     ``stack``: the owner task that calls this leaves them when it ends."""
     from mcp import Client, Implementation, StdioServerParameters
-    from mcp.client.stdio import stdio_client
     from mcp.client.streamable_http import streamable_http_client
 
+    limits = server.limits
     transport: Any
     if server.url is not None:
-        import httpx2
-
-        http = httpx2.AsyncClient(headers=server.headers, timeout=httpx2.Timeout(30.0, read=300.0))
+        http = http_client(server.headers, limits)
         await stack.enter_async_context(http)
-        transport = streamable_http_client(server.url, http_client=http)
+        transport = streamable_http_client(
+            server.url, http_client=http, max_sse_event_size=limits.max_bytes
+        )
     else:
         assert server.command is not None
         params = StdioServerParameters(
             command=server.command, args=list(server.args), env=server.env, cwd=server.cwd
         )
-        transport = stdio_client(params, errlog=stderr.open(stack, server.name))
+        transport = stdio_transport(params, stderr.open(stack, server.name), limits)
     info = Implementation(name="dagagent", version=_version())
     return await stack.enter_async_context(Client(transport, cache=None, client_info=info))
 

@@ -14,14 +14,18 @@ from typing import Any
 
 from ..errors import MCPToolError
 from ..text import shorten
+from ._bounded import MCPLimits
 
 __all__ = ["call_output", "content_text"]
 
 _MAX_ERROR = 2000
 
 
-def call_output(result: Any, server: str) -> Any:
-    """The output of a ``CallToolResult``, or :class:`MCPToolError` if it is an error."""
+def call_output(result: Any, server: str, limits: MCPLimits) -> Any:
+    """The output of a ``CallToolResult``, or :class:`MCPToolError` if it is an error (or
+    holds more content blocks than ``limits`` allow)."""
+    if len(result.content) > limits.max_blocks:
+        raise MCPToolError(f"MCP server {server!r}: {limits.too_many_blocks(len(result.content))}")
     if result.is_error:
         text = content_text(result.content).strip() or "the tool reported an error, no message"
         text = shorten(text, _MAX_ERROR, one_line=False)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fnmatch
 import inspect
+import json
 import re
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -125,6 +126,14 @@ def build_tools(
                 f"{where}: its name {name!r} is also that of tool {names[name]!r}"
             )
         names[name] = remote
+        for what, schema in (("input", spec.input_schema), ("output", spec.output_schema)):
+            size = len(json.dumps(schema, default=str)) if schema is not None else 0
+            if size > client.limits.max_schema_bytes:
+                raise ToolDefinitionError(
+                    f"{where}: its {what} schema is {size:,} bytes of JSON, more than the "
+                    f"{client.limits.max_schema_bytes:,} a tool's schema may hold "
+                    "(MCPClient(max_schema_bytes=...); leave the tool out with exclude=...)"
+                )
         try:
             tools.append(MCPTool(client, spec, name))
         except ToolDefinitionError as exc:

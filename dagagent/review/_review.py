@@ -18,8 +18,8 @@ if TYPE_CHECKING:
 
 _FAILED = (TaskStatus.FAILED, TaskStatus.DENIED)
 _BLOCKED = (TaskStatus.CANCELLED, TaskStatus.SKIPPED)
-#: Tasks with no result yet: one still running, one waiting for a person's decision.
-_NO_RESULT_YET = (TaskStatus.RUNNING, TaskStatus.WAITING)
+#: A task with no result yet: still running (one waiting for a person is a review's own group).
+_NO_RESULT_YET = (TaskStatus.RUNNING,)
 
 
 def shorten(value: Any, width: int = 80) -> str:
@@ -67,8 +67,10 @@ class RunReview:
     blocked: list[TaskOutcome]  # cancelled or skipped
     succeeded: list[TaskOutcome]  # succeeded or reused
     # no result: the process stopped before they finished (``unrecorded``), or not yet
-    # (``running``, ``waiting`` for a person)
+    # (``running``)
     unrecorded: list[TaskOutcome]
+    #: Calls left for a person's decision (``waiting``): never a success, never reused.
+    waiting: list[TaskOutcome] = field(default_factory=list)
     #: skipped by a condition (its own ``when`` was false, or a task it depends on was
     #: skipped so): as the plan meant, not a failure's doing
     by_condition: list[TaskOutcome] = field(default_factory=list)
@@ -82,13 +84,15 @@ class RunReview:
             "blocked": [o.to_json_dict() for o in self.blocked],
             "succeeded": [o.to_json_dict() for o in self.succeeded],
             "unrecorded": [o.to_json_dict() for o in self.unrecorded],
+            "waiting": [o.to_json_dict() for o in self.waiting],
             "skipped_by_condition": [o.to_json_dict() for o in self.by_condition],
         }
 
 
 def review_run(record: RunRecord, *, width: int = 80) -> RunReview:
-    """Group the tasks of ``record`` into failed, blocked (cancelled/skipped), succeeded and
-    unrecorded, with errors, the failures that blocked each task, and shortened outputs."""
+    """Group the tasks of ``record`` into failed, blocked (cancelled/skipped), waiting (for a
+    person's decision), succeeded and unrecorded, with errors, the failures that blocked
+    each task, and shortened outputs."""
     plan = record.plan
     results = record.tasks
     graph = dependency_graph(plan)
@@ -97,6 +101,7 @@ def review_run(record: RunRecord, *, width: int = 80) -> RunReview:
     blocked: list[TaskOutcome] = []
     succeeded: list[TaskOutcome] = []
     unrecorded: list[TaskOutcome] = []
+    waiting: list[TaskOutcome] = []
     by_condition: list[TaskOutcome] = []
     for t in plan.tasks:
         r = results.get(t.id)
@@ -126,9 +131,11 @@ def review_run(record: RunRecord, *, width: int = 80) -> RunReview:
             blocked.append(
                 TaskOutcome(t.id, r.status.value, tool, r.attempts, dur, r.error, caused_by=causes)
             )
-        else:
+        elif r.status.ok:
             shown = shorten(f"({r.error})" if output_lost(r) else r.output, width)
             succeeded.append(TaskOutcome(t.id, r.status.value, tool, r.attempts, dur, output=shown))
+        else:  # waiting: its call is left for a person, it has no output
+            waiting.append(TaskOutcome(t.id, r.status.value, tool, r.attempts, dur, r.error))
     return RunReview(
         record.run_id,
         record.goal,
@@ -137,6 +144,7 @@ def review_run(record: RunRecord, *, width: int = 80) -> RunReview:
         blocked,
         succeeded,
         unrecorded,
+        waiting,
         by_condition,
     )
 
@@ -158,6 +166,11 @@ def format_review(review: RunReview) -> str:
         for o in review.blocked:
             why = f" (because of {', '.join(o.caused_by)})" if o.caused_by else ""
             lines.append(f"  {o.task_id} [{o.tool}] {o.status}{why}")
+    if review.waiting:
+        lines.append(f"waiting for a person's decision ({len(review.waiting)}):")
+        for o in review.waiting:
+            why = f": {o.error}" if o.error else ""
+            lines.append(f"  {o.task_id} [{o.tool}] waiting{why}")
     if review.unrecorded:
         lines.append(f"no result (yet) ({len(review.unrecorded)}):")
         lines.append(
@@ -180,10 +193,11 @@ def format_review(review: RunReview) -> str:
         review.failed
         or review.blocked
         or review.unrecorded
+        or review.waiting
         or review.succeeded
         or review.by_condition
     ):
         lines.append("no task of its plan was accepted, so nothing ran")
-    elif not (review.failed or review.blocked or review.unrecorded):
+    elif not (review.failed or review.blocked or review.unrecorded or review.waiting):
         lines.append("nothing failed")
     return "\n".join(lines)

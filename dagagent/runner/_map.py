@@ -277,6 +277,16 @@ class MapRun:
                 status, error, error_type = ending.status, ending.error, ending.error_type
                 traceback = ending.traceback
             finally:
+                if runner.redaction:  # an element's record, as a task's (see Redaction)
+                    tool = getattr(task, "tool", None)
+                    if isinstance(tool, str):
+                        decisions = run.decisions if run.decisions is not None else []
+                        error, traceback = runner.redaction.record(
+                            tool, run.args, error, traceback, decisions
+                        )
+                        run.decisions = decisions or None
+                    if run.steps:
+                        run.steps = runner.redaction.steps(run.steps)
                 partial = status is _SUCCEEDED and run.partial is not None
                 r = TaskResult(
                     task_id=f"{task.id}[{i}]",

@@ -15,11 +15,18 @@ import time
 from collections.abc import Sequence
 from typing import Any, cast
 
+from ..graph import dependencies_of
+from ..plan import Plan, Task, ToolTask
+from ..references import Template
 from ..results import REDACT, AgentStep, CallDecision
 from ..text import jsonable
 from ._calls import ArgumentRedactor, Interceptor
 
 __all__ = ["Redaction"]
+
+#: The name under which a map task's list of elements is shown to the redacting interceptors
+#: (as if it were one argument: a secret name inside an element is still found).
+_ITEMS = "for_each"
 
 
 class Redaction:
@@ -45,6 +52,40 @@ class Redaction:
                 args = hidden
         return args
 
+    def plan(self, plan: Plan) -> Plan:
+        """``plan`` as the run store keeps it: each tool task's arguments, and each element
+        of a literal ``for_each`` list, as the redacting interceptors would pass them on to
+        the tool (the same object when they change nothing). A reference a redaction hid
+        becomes an explicit ``depends_on``, so that the recorded graph keeps its edges.
+
+        The tool of such a task gets the same arguments whether they come from this plan or
+        from the one given, so a resume or a replan of the record runs it as the run did."""
+        if not self.redactors:
+            return plan
+        tasks: list[Task] = []
+        changed = False
+        for task in plan.tasks:
+            new = self._task(task) if isinstance(task, ToolTask) else task
+            changed = changed or new is not task
+            tasks.append(new)
+        return Plan.model_construct(goal=plan.goal, tasks=tasks) if changed else plan
+
+    def _task(self, task: ToolTask) -> ToolTask:
+        args = self.args(task.tool, task.args)
+        for_each = task.for_each
+        if isinstance(for_each, list):
+            for_each = self.args(task.tool, {_ITEMS: for_each})[_ITEMS]
+        if args == task.args and for_each == task.for_each:
+            return task
+        update: dict[str, Any] = {"args": args, "for_each": for_each}
+        new = task.model_copy(update=update)
+        before = dependencies_of(task, Template(task.template_source))
+        after = dependencies_of(new, Template(new.template_source))
+        lost = [d for d in before if d not in after]
+        if lost:
+            new = new.model_copy(update={"depends_on": [*task.depends_on, *lost]})
+        return new
+
     def text(self, tool: str, args: Any, text: str) -> str:
         """``text`` about a call of ``tool`` with ``args`` without the values they hide."""
         if not isinstance(args, dict):
@@ -53,7 +94,7 @@ class Redaction:
             text = redactor.redact_text(tool, args, text)
         return text
 
-    def failure(
+    def record(
         self,
         tool: str,
         args: Any,
@@ -61,24 +102,37 @@ class Redaction:
         traceback: str | None,
         decisions: list[CallDecision],
     ) -> tuple[str | None, str | None]:
-        """A failed call's error and traceback without its secrets; when its call may not
-        have reached the interceptors, the arguments they would have passed on are added to
-        ``decisions`` as a redaction (which the run store keeps instead of the arguments)."""
-        if not self.redactors or not isinstance(args, dict):
+        """What a task's (or an element's) record keeps of a call of ``tool`` with ``args``
+        (a dict; for a map task, its list of elements): its error and traceback without the
+        values the redacting interceptors hide, and, in ``decisions``, the arguments of every
+        decision as they pass them on (a policy outside them saw the secrets). When the call
+        did not reach them (the task failed before it, a map task's own list), the arguments
+        they would have passed on are added as a redaction, which the run store keeps instead
+        of ``args``."""
+        if not self.redactors:
+            return error, traceback
+        for i, d in enumerate(decisions):
+            if d.decision != REDACT and isinstance(d.args, dict):
+                hidden_args = self.args(d.tool, d.args)
+                if hidden_args is not d.args:
+                    decisions[i] = d.model_copy(update={"args": jsonable(hidden_args)})
+        view = {_ITEMS: args} if isinstance(args, list) else args  # a map task's elements
+        if not isinstance(view, dict):
             return error, traceback
         if error is not None:
-            error = self.text(tool, args, error)
+            error = self.text(tool, view, error)
         if traceback is not None:
-            traceback = self.text(tool, args, traceback)
-        hidden = self.args(tool, args)
-        if hidden is not args and not any(d.redacts_task_call for d in decisions):
+            traceback = self.text(tool, view, traceback)
+        hidden = self.args(tool, view)
+        if hidden is not view and not any(d.redacts_task_call for d in decisions):
             decisions.append(
                 CallDecision(
                     tool=tool,
                     decision=REDACT,
                     decided_by="redacting",
-                    reason="redacted for the record (the task failed before its call)",
-                    args=jsonable(hidden),
+                    reason="redacted for the record"
+                    + (" (its call did not reach the redaction)" if view is args else ""),
+                    args=jsonable(hidden[_ITEMS] if view is not args else hidden),
                     at=time.time(),
                     source="plan",
                 )

@@ -464,12 +464,12 @@ class TaskRunner:
         """The end of a task (``run``): its result, redacted, kept, recorded and announced."""
         if self.redaction:
             tool = getattr(self.tasks.get(run.task_id), "tool", None)
-            if status is not _SUCCEEDED and status is not _REUSED and isinstance(tool, str):
+            if isinstance(tool, str):
                 decisions = run.decisions if run.decisions is not None else []
-                error, traceback = self.redaction.failure(
+                error, traceback = self.redaction.record(
                     tool, run.args, error, traceback, decisions
                 )
-                run.decisions = decisions
+                run.decisions = decisions or None
             if run.steps:
                 run.steps = self.redaction.steps(run.steps)
         if status is _SUCCEEDED and run.partial is not None:

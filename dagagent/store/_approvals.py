@@ -26,6 +26,7 @@ from ..errors import DecisionError
 from ..results import ApprovalAnswer
 from ..text import shorten
 from ._codec import from_column, to_column
+from ._lease import LEASE_S, effective_status, here, lease_note
 from ._plans import plan_from_column
 from .models import ApprovalRecord
 
@@ -223,20 +224,19 @@ class ApprovalQueries:
 
         Raises :class:`~dagagent.errors.DecisionError` when the run is not paused (running —
         perhaps another resume —, or finished)."""
-        from ._store import effective_status
-
         run_id = self.resolve(run)
         now = time.time()
         with self._transaction() as conn:
-            status, pid = conn.execute(
-                "SELECT status, pid FROM runs WHERE id = ?", (run_id,)
+            status, pid, owner, lease_until = conn.execute(
+                "SELECT status, pid, owner, lease_until FROM runs WHERE id = ?", (run_id,)
             ).fetchone()
-            status = effective_status(status, pid)
+            status = effective_status(status, pid, owner, lease_until, now=now)
             if status not in ("paused", "interrupted"):
-                raise DecisionError(_not_paused(run_id, status, pid))
+                raise DecisionError(_not_paused(run_id, status, pid, owner, lease_until))
             conn.execute(
-                "UPDATE runs SET status = 'running', pid = ?, finished_at = NULL WHERE id = ?",
-                (os.getpid(), run_id),
+                "UPDATE runs SET status = 'running', pid = ?, owner = ?, lease_until = ?, "
+                "finished_at = NULL WHERE id = ?",
+                (os.getpid(), here(), now + LEASE_S, run_id),
             )
             decided = [
                 _record(r)
@@ -311,13 +311,22 @@ def _not_waiting(
             f"resume at {_when(last.used_at)}; a decision is used once, and the task is not "
             "waiting any more"
         )
-    return f"task {task_id!r} of run {run_id} is not waiting any more: {last.note}"
+    again = (
+        f"; nobody can approve it now: 'dagagent replan {run_id} --execute' runs it again, "
+        "under the run's approval rules"
+        if (last.note or "").startswith("the run ended")
+        else ""
+    )
+    return f"task {task_id!r} of run {run_id} is not waiting any more: {last.note}{again}"
 
 
-def _not_paused(run_id: str, status: str, pid: int | None) -> str:
+def _not_paused(
+    run_id: str, status: str, pid: int | None, owner: str | None, lease_until: float | None
+) -> str:
     if status == "running":
         return (
-            f"run {run_id} is running (process {pid}), not paused: it cannot be resumed "
-            "while it runs (is another 'dagagent resume' under way?)"
+            f"run {run_id} is running (process {pid}{lease_note(owner, lease_until)}), not "
+            "paused: it cannot be resumed while it runs (is another 'dagagent resume' under "
+            "way?)"
         )
     return f"run {run_id} is {status}, not paused: there is nothing to resume"

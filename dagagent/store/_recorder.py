@@ -13,6 +13,7 @@ from ..events import PlanExtended, RunFinished, RunStarted, TaskFinished, get_lo
 from ..results import RecordLoss, TaskResult
 from ._codec import to_column
 from ._ids import check_run_id
+from ._rows import PlanRedaction
 from ._store import DEFAULT_FLUSH_INTERVAL_S, RunStore
 from ._writer import Writer
 
@@ -130,6 +131,15 @@ class RunRecorder:
         self.started: Callable[[str, float], None] = self._writer.started
         self._started = False
         self._closed = False
+
+    def redact_plans(self, redact: PlanRedaction) -> None:
+        """Record the run's plan as ``redact`` gives it back (``execute`` gives the redaction
+        of its redacting interceptors), so that a secret they hide from the tools never
+        reaches the stored plan either. Before :meth:`start`; the redaction runs in the
+        writer thread."""
+        if self._started:
+            raise StoreError("redact_plans() must be called before the recorder starts")
+        self._writer.redact_plan(redact)
 
     @property
     def loss(self) -> RecordLoss | None:

@@ -16,7 +16,8 @@ Outputs, arguments, steps and decisions are JSON text (:func:`~._codec.to_column
 readers take them back; a map task's elements are one JSON list in its row, each element an
 object of the same columns (:data:`~._codec.ELEMENT_KEYS`). A redacted call is recorded with
 the arguments its tool received (``TaskResult.redacted_args``), never the ones the redaction
-hid. An output that cannot be encoded is not recorded: the row says why
+hid, and so is the plan: its tasks' arguments as the run's redacting interceptors pass them
+on to the tools. An output that cannot be encoded is not recorded: the row says why
 (:data:`OUTPUT_NOT_RECORDED`).
 """
 
@@ -24,19 +25,30 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Union
 
 from pydantic_core import to_json
 
 from ..events import PlanExtended, RunFinished, RunStarted
+from ..plan import Plan
 from ..results import WAIT, RunStatus, TaskResult, TaskStatus
 from ._codec import ELEMENT_KEYS, from_column, to_column, why
+from ._lease import LEASE_S, here
 from ._plans import plan_to_column
 from ._schema import TASK_COLUMNS
 
-__all__ = ["OUTPUT_NOT_RECORDED", "PLANNED_AT", "Row", "RunRow", "task_row", "write"]
+__all__ = [
+    "OUTPUT_NOT_RECORDED",
+    "PLANNED_AT",
+    "Row",
+    "RunRow",
+    "renew_lease",
+    "task_row",
+    "write",
+]
 
 #: ``error_type`` of a succeeded task whose output could not be written (e.g. bytes that are
 #: not UTF-8, a circular structure): its ``error`` says why, its output is not recorded, and
@@ -62,17 +74,26 @@ _INSERT_ASKED = (
 )
 
 
+PlanRedaction = Callable[[Plan], Plan]
+"""``plan -> the plan as the store keeps it`` (its arguments redacted)."""
+
+
 @dataclass(frozen=True, slots=True)
 class RunRow:
     """What the run's first row holds beyond its ``RunStarted`` event: when the recorder
-    started, the caller's context (JSON text), and whether the run is a resumed one (its
-    row exists: it is claimed, not inserted)."""
+    started, the caller's context (JSON text), whether the run is a resumed one (its row
+    exists: it is claimed, not inserted), and how its plan is redacted for the record (the
+    run's redacting interceptors: a secret they hide never reaches the stored plan)."""
 
     run_id: str
     created: float
     context: str | None
     resumed: bool
+    redact_plan: PlanRedaction | None = None
 
+
+_WHERE = {name.strip(): i for i, name in enumerate(TASK_COLUMNS.split(","))}
+_ERROR_COLUMN, _ELEMENTS_COLUMN = _WHERE["error"], _WHERE["elements"]  # in a task_row()
 
 Row = Union[TaskResult, "tuple[str, float]"]
 """What a batch writes of a task: its result, or its start, ``(task id, when)``, written as
@@ -117,7 +138,7 @@ def _write(
         elif isinstance(ev, PlanExtended):
             grown = ev
     if grown is not None:
-        text = plan_to_column(grown.plan)
+        text = _plan(run, grown.plan)
         size += len(text)
         conn.execute(
             "INSERT OR REPLACE INTO run_plans (run_id, plan) VALUES (?, ?)", (run.run_id, text)
@@ -164,17 +185,18 @@ def _with_planned(context: str | None, grown: PlanExtended) -> str | None:
 def _start(conn: sqlite3.Connection, run: RunRow, ev: RunStarted) -> int:
     """The run's first row and its plan; a resumed run's row is claimed (running, in this
     process) and keeps its plan."""
+    lease = time.time() + LEASE_S
     if run.resumed:
         conn.execute(
-            "UPDATE runs SET executor = ?, pid = ? WHERE id = ?",
-            (ev.executor, os.getpid(), run.run_id),
+            "UPDATE runs SET executor = ?, pid = ?, owner = ?, lease_until = ? WHERE id = ?",
+            (ev.executor, os.getpid(), here(), lease, run.run_id),
         )
         return 0
     plan = ev.plan
-    text = plan_to_column(plan)
+    text = _plan(run, plan)
     conn.execute(
         "INSERT INTO runs (id, parent_id, created, goal, plan, n_tasks, status, executor, pid, "
-        "context) VALUES (?, ?, ?, ?, '', ?, ?, ?, ?, ?)",
+        "context, owner, lease_until) VALUES (?, ?, ?, ?, '', ?, ?, ?, ?, ?, ?, ?)",
         (
             run.run_id,
             ev.parent_id,
@@ -185,10 +207,26 @@ def _start(conn: sqlite3.Connection, run: RunRow, ev: RunStarted) -> int:
             ev.executor,
             os.getpid(),
             run.context,
+            here(),
+            lease,
         ),
     )
     conn.execute("INSERT INTO run_plans (run_id, plan) VALUES (?, ?)", (run.run_id, text))
     return len(text)
+
+
+def _plan(run: RunRow, plan: Plan) -> str:
+    """The plan's column, its arguments as the run's redacting interceptors leave them."""
+    return plan_to_column(plan if run.redact_plan is None else run.redact_plan(plan))
+
+
+def renew_lease(conn: sqlite3.Connection, run_id: str) -> None:
+    """Renew the lease of run ``run_id`` while it runs in this process (see ``._lease``)."""
+    conn.execute(
+        "UPDATE runs SET lease_until = ? WHERE id = ? AND status = 'running' AND pid = ? "
+        "AND owner = ?",
+        (time.time() + LEASE_S, run_id, os.getpid(), here()),
+    )
 
 
 def _finish(conn: sqlite3.Connection, run: RunRow, ev: RunFinished) -> None:
@@ -215,6 +253,21 @@ def _finish(conn: sqlite3.Connection, run: RunRow, ev: RunFinished) -> None:
             "WHERE run_id = ? AND state = 'waiting'",
             (f"the run ended {status}", run.run_id),
         )
+        # a task left waiting says so now: it did not run, and what runs it again (its row
+        # was written while it still waited for a decision)
+        left = [
+            (task_row(run.run_id, r, None), r.task_id)
+            for r in res.tasks.values()
+            if r.status is TaskStatus.WAITING
+        ]
+        if left:
+            conn.executemany(
+                "UPDATE tasks SET error = ?, elements = ? WHERE run_id = ? AND task_id = ?",
+                [
+                    (row[_ERROR_COLUMN], row[_ELEMENTS_COLUMN], run.run_id, task_id)
+                    for row, task_id in left
+                ],
+            )
 
 
 def _asked(run: RunRow, r: TaskResult) -> list[tuple[Any, ...]]:

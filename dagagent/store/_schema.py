@@ -242,6 +242,14 @@ MIGRATIONS: list[Sequence[Migration]] = [
     # options), what the model wrote (bounded), how it ended, when, its tokens and its cost
     # (see dagagent.store._model_calls).
     _MODEL_CALLS,
+    # v11: who holds a running run beyond its pid, which another PID namespace (a container
+    # sharing the store) cannot see: where its process runs (``owner``: the machine's boot and
+    # PID namespace) and a lease it renews while it runs (``lease_until``, Unix seconds); see
+    # dagagent.store._lease.
+    (
+        "ALTER TABLE runs ADD COLUMN owner TEXT",
+        "ALTER TABLE runs ADD COLUMN lease_until REAL",
+    ),
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -267,7 +275,7 @@ SCHEMA: tuple[str, ...] = (
             critical_path TEXT,
             critical_path_s REAL,
             pid INTEGER
-        , context TEXT)""",
+        , context TEXT, owner TEXT, lease_until REAL)""",
     _RUNS_BY_CREATED,
     _RUNS_BY_PARENT,
     """CREATE TABLE "tasks" (

@@ -67,7 +67,7 @@ class SolveQueries(ModelCallQueries):
         """Take paused solve ``solve_id`` to ``running`` in this process (one transaction: two
         resumes of a solve cannot both claim it). Raises
         :class:`~dagagent.errors.DecisionError` when it is not paused."""
-        from ._store import effective_status
+        from ._lease import effective_status
 
         solve_id = check_run_id(solve_id, prefix=False)
         with self._transaction() as conn:
@@ -176,7 +176,7 @@ class SolveQueries(ModelCallQueries):
                 (solve_id,),
             )
         ]
-        from ._store import effective_status
+        from ._lease import effective_status
 
         status = effective_status(r[3], r[10])
         if status == RunStatus.INTERRUPTED:  # the round under way when the process died
@@ -186,11 +186,19 @@ class SolveQueries(ModelCallQueries):
                 else x
                 for x in rounds
             ]
+        try:
+            solve_status = SolveStatus(status)
+        except ValueError:
+            known = ", ".join(s.value for s in SolveStatus)
+            raise StoreError(
+                f"solve {solve_id} in {self.path} is damaged and cannot be read: its status "
+                f"{status!r} is not one this version of dagagent knows ({known})"
+            ) from None
         return SolveRecord(
             solve_id=r[0],
             goal=r[1],
             created=r[2],
-            status=SolveStatus(status),
+            status=solve_status,
             reason=r[4] or "",
             answer=from_column(r[5]),
             cites=from_column(r[6]) or [],
@@ -221,7 +229,7 @@ class SolveQueries(ModelCallQueries):
 
     def list_solves(self, limit: int | None = 20) -> list[SolveSummary]:
         """The most recent solves first, with their rounds' runs and what they spent."""
-        from ._store import effective_status
+        from ._lease import effective_status
 
         sql = (
             "SELECT id, goal, created, finished_at, status, pid, reason, answer FROM solves "
@@ -244,15 +252,19 @@ class SolveQueries(ModelCallQueries):
                 runs[solve_id].append(run_id)
         spends = self.solve_spends(ids)
         out = []
+        known = {s.value for s in SolveStatus}
         for r in rows:
             spend = spends.get(r[0])
+            status = effective_status(r[4], r[5])
+            if status not in known:  # damaged (or a newer dagagent's): 'show' says so
+                continue
             out.append(
                 SolveSummary(
                     solve_id=r[0],
                     goal=r[1],
                     created=r[2],
                     finished_at=r[3],
-                    status=SolveStatus(effective_status(r[4], r[5])),
+                    status=SolveStatus(status),
                     reason=r[6] or "",
                     answer=from_column(r[7]),
                     run_ids=runs[r[0]],

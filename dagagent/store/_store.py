@@ -17,17 +17,18 @@ from ._approvals import ApprovalQueries
 from ._codec import ELEMENT_KEYS, from_column
 from ._file import connect
 from ._ids import check_run_id
+from ._lease import effective_status
 from ._location import StoreLocation, locate_store
 from ._plans import plan_from_column
 from ._rows import PLANNED_AT
 from ._schema import MIGRATIONS, SCHEMA, Migration, migrate
 from ._solves import SolveQueries
-from .models import RunRecord, RunSummary
+from .models import DamagedRun, RunRecord, RunSummary
 
 if TYPE_CHECKING:
     from ._recorder import RunRecorder
 
-__all__ = ["DEFAULT_FLUSH_INTERVAL_S", "RunStore", "default_store_path"]
+__all__ = ["DEFAULT_FLUSH_INTERVAL_S", "RunStore", "default_store_path", "effective_status"]
 
 DEFAULT_FLUSH_INTERVAL_S = 0.02
 
@@ -39,20 +40,6 @@ def default_store_path(path: str | Path | None = None) -> Path:
     the nearest ``.dagagent/`` of the current directory or a parent, else the per-user store
     (:func:`~dagagent.store.locate_store` says which and why)."""
     return locate_store(path).path
-
-
-def _pid_alive(pid: int | None) -> bool:
-    if pid is None or os.name == "nt":  # no cheap, safe liveness check on Windows
-        return True
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # exists but belongs to someone else
-        return True
-    return True
 
 
 def _writable(path: Path) -> bool:
@@ -256,10 +243,17 @@ class RunStore(SolveQueries, ApprovalQueries):
         return str(rows[0][0])
 
     def list_runs(self, limit: int | None = 20) -> list[RunSummary]:
-        """The most recent runs first, with their task counts by status."""
+        """The most recent runs first, with their task counts by status (a run whose record
+        cannot be read is left out: see :meth:`scan_runs`)."""
+        return self.scan_runs(limit)[0]
+
+    def scan_runs(self, limit: int | None = 20) -> tuple[list[RunSummary], list[DamagedRun]]:
+        """The most recent runs first, with their task counts by status; and, apart, the runs
+        among them whose record this version cannot read (an unknown status: a newer
+        dagagent's, or a damaged file), each with what is wrong."""
         sql = (
             "SELECT id, parent_id, created, goal, status, executor, started_at, finished_at, "
-            "n_tasks, pid FROM runs ORDER BY created DESC, rowid DESC"
+            "n_tasks, pid, owner, lease_until FROM runs ORDER BY created DESC, rowid DESC"
         )
         params: tuple[Any, ...] = ()
         if limit is not None:
@@ -277,8 +271,13 @@ class RunStore(SolveQueries, ApprovalQueries):
             ):
                 counts[run_id][status] = int(n)
         summaries = []
+        damaged: list[DamagedRun] = []
         for r in rows:
-            status = RunStatus(effective_status(r[4], r[9]))
+            try:
+                status = _run_status(effective_status(r[4], r[9], r[10], r[11]))
+            except ValueError as exc:
+                damaged.append(DamagedRun(run_id=str(r[0]), problem=str(exc)))
+                continue
             run_counts = counts[r[0]]
             if status is not RunStatus.RUNNING:
                 run_counts.pop(_RUNNING, None)  # see get_run: unrecorded
@@ -296,7 +295,7 @@ class RunStore(SolveQueries, ApprovalQueries):
                     counts=run_counts,
                 )
             )
-        return summaries
+        return summaries, damaged
 
     def get_run(self, ref: str) -> RunRecord:
         """The full record of run ``ref`` (a run id or a unique prefix)."""
@@ -304,14 +303,23 @@ class RunStore(SolveQueries, ApprovalQueries):
         rows = self._query(
             "SELECT id, parent_id, created, goal, "
             "(SELECT p.plan FROM run_plans AS p WHERE p.run_id = runs.id), status, executor, "
-            "started_at, finished_at, critical_path, critical_path_s, pid, context "
-            "FROM runs WHERE id = ?",
+            "started_at, finished_at, critical_path, critical_path_s, pid, context, owner, "
+            "lease_until FROM runs WHERE id = ?",
             (run_id,),
         )
         if not rows:  # pragma: no cover - resolve() just found it
             raise StoreError(f"no run {run_id} in {self.path}")
         r = rows[0]
-        status = RunStatus(effective_status(r[5], r[11]))
+        try:
+            return self._record(run_id, r)
+        except (ValueError, TypeError) as exc:  # pydantic's ValidationError is a ValueError
+            raise StoreError(
+                f"run {run_id} in {self.path} is damaged and cannot be read: "
+                f"{_first_line(exc)} ('dagagent runs' lists the others)"
+            ) from None
+
+    def _record(self, run_id: str, r: Sequence[Any]) -> RunRecord:
+        status = _run_status(effective_status(r[5], r[11], r[13], r[14]))
         plan = plan_from_column(r[4], run_id)
         task_rows = self._query(
             "SELECT task_id, status, output, error, error_type, attempts, started_at, "
@@ -326,13 +334,16 @@ class RunStore(SolveQueries, ApprovalQueries):
                 # Started, and the run ended (or its process died) with no result of it on
                 # record: unrecorded, as a task that never got a row.
                 continue
-            by_id[t[0]] = _result(t)
-            if t[12] is not None:
-                by_id[t[0]].elements = [
-                    _result(tuple(e.get(k) for k in ELEMENT_KEYS))
-                    for e in from_column(t[12])
-                    if isinstance(e, dict)
-                ]
+            try:
+                by_id[t[0]] = _result(t)
+                if t[12] is not None:
+                    by_id[t[0]].elements = [
+                        _result(tuple(e.get(k) for k in ELEMENT_KEYS))
+                        for e in from_column(t[12])
+                        if isinstance(e, dict)
+                    ]
+            except ValueError as exc:
+                raise ValueError(f"task {t[0]!r}: {_first_line(exc)}") from None
             task = plan_tasks.get(t[0])
             if t[8] is not None and task is not None and by_id[t[0]].redacted_args is None:
                 fingerprints[t[0]] = task_fingerprint(task, by_id[t[0]].args)
@@ -372,6 +383,36 @@ class RunStore(SolveQueries, ApprovalQueries):
         return RunRecorder(self, run_id, flush_interval_s=flush_interval_s)
 
 
+def _run_status(value: str) -> RunStatus:
+    """A run's recorded status; a :class:`ValueError` that names it when it is none this
+    version knows."""
+    try:
+        return RunStatus(value)
+    except ValueError:
+        known = ", ".join(s.value for s in RunStatus)
+        raise ValueError(
+            f"its status {value!r} is not one this version of dagagent knows ({known})"
+        ) from None
+
+
+def _first_line(exc: BaseException) -> str:
+    """What went wrong, in one line: a pydantic error's message for each field, without its
+    links and input dumps."""
+    errors = getattr(exc, "errors", None)
+    if callable(errors):
+        try:
+            found = errors()
+        except Exception:  # not pydantic's after all
+            found = None
+        if isinstance(found, list) and found:
+            return "; ".join(
+                f"{'.'.join(str(p) for p in e.get('loc', ())) or 'value'}: {e.get('msg', '')}"
+                + (f" (got {e['input']!r})" if isinstance(e.get("input"), (str, int)) else "")
+                for e in found[:3]
+            )
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+
+
 def _result(t: Sequence[Any]) -> TaskResult:
     """A task result from its columns (a task's row, or an element's object), checked as it
     comes out of the store."""
@@ -391,11 +432,3 @@ def _result(t: Sequence[Any]) -> TaskResult:
             "traceback": t[11],
         }
     )
-
-
-def effective_status(status: str, pid: int | None) -> str:
-    """A recorded status (of a run or a solve) as it stands now: ``running`` whose process is
-    gone is ``interrupted``."""
-    if status == "running" and not _pid_alive(pid):
-        return "interrupted"
-    return status

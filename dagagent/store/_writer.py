@@ -45,8 +45,9 @@ from typing import TYPE_CHECKING
 from ..errors import StoreError
 from ..events import PlanExtended, RunFinished, RunStarted, get_logger
 from ..results import RecordLoss, TaskResult
+from . import _lease
 from ._file import connect
-from ._rows import Row, RunRow, write
+from ._rows import PlanRedaction, Row, RunRow, renew_lease, write
 
 if TYPE_CHECKING:
     from ._store import RunStore
@@ -147,6 +148,11 @@ class Writer:
         self._run_row = False  # the run's first row is in the store
         self._run_row_lost = False
         self._unchecked = 0  # about how many bytes were committed since the last checkpoint
+        self._next_beat = math.inf  # when the run's lease is due for renewal
+
+    def redact_plan(self, redact: PlanRedaction) -> None:
+        """How the run's plan is redacted for the record (before :meth:`start`)."""
+        self._run = replace(self._run, redact_plan=redact)
 
     @property
     def loss(self) -> RecordLoss | None:
@@ -214,10 +220,13 @@ class Writer:
         last_write = -math.inf  # when the last write started
         while True:
             # Sleep until something comes, or, with a batch the store was locked for, until
-            # it is time to try it again.
+            # it is time to try it again, or until the run's lease is due for renewal.
             item: object
+            wait = max(0.0, self._next_beat - time.monotonic()) if self._run_row else None
+            if events or results:
+                wait = _BUSY_RETRY_S if wait is None else min(wait, _BUSY_RETRY_S)
             try:
-                item = get(timeout=_BUSY_RETRY_S) if events or results else get()
+                item = get(timeout=wait) if wait is not None else get()
             except queue.Empty:
                 item = None
             if interval > 0 and not stop and isinstance(item, _BATCHED):
@@ -250,6 +259,8 @@ class Writer:
             flushes = []
             if stop:
                 break
+            if self._run_row and time.monotonic() >= self._next_beat:
+                self._renew_lease()
             if self._conn is not None and self._unchecked >= _CHECKPOINT_BYTES:
                 # Housekeeping: if it fails, the next checkpoint, or the close, copies it.
                 self._unchecked = 0
@@ -351,7 +362,22 @@ class Writer:
 
     def _wrote(self, events: list[object]) -> None:
         if not self._run_row and any(isinstance(ev, RunStarted) for ev in events):
-            self._run_row = True
+            self._run_row = True  # written with its lease: renewed from now on
+            self._next_beat = time.monotonic() + _lease.HEARTBEAT_S
+        if any(isinstance(ev, RunFinished) for ev in events):
+            self._next_beat = math.inf  # the run ended: nothing to hold
+
+    def _renew_lease(self) -> None:
+        """Renew the run's lease (see ``._lease``); a store that is locked or fails now is
+        tried again at the next beat (a lease lasts several)."""
+        self._next_beat = time.monotonic() + _lease.HEARTBEAT_S
+        conn = self._conn
+        if conn is None:
+            return
+        try:
+            renew_lease(conn, self.run_id)
+        except sqlite3.Error as exc:
+            self.error = _reason(exc)
 
     def _mark_lost(self) -> None:
         self._lost_any = True

@@ -25,6 +25,7 @@ from ..results import (
 
 __all__ = [
     "ApprovalRecord",
+    "DamagedRun",
     "RoundRecord",
     "RunRecord",
     "RunSummary",
@@ -59,6 +60,15 @@ class RunSummary(BaseModel):
     def unrecorded(self) -> int:
         """Tasks of the plan without a recorded result (the run did not get to finish)."""
         return max(0, self.n_tasks - sum(self.counts.values()))
+
+
+class DamagedRun(BaseModel):
+    """A run whose record cannot be read (``dagagent runs`` names it and lists the others)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    run_id: str
+    problem: str
 
 
 class RunRecord(BaseModel):

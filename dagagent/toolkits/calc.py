@@ -43,6 +43,8 @@ _MAX_EXPONENT = 1000
 #: each product or power is computed, since the size of ``((9**999)**999)**19`` comes from
 #: nesting, not from any one operator, and computing it would hold the process for minutes.
 _MAX_BITS = 10_000
+#: The most digits a number may be rounded to, either side of the point (a result's).
+_MAX_DIGITS = 3_100
 _MAX_LEN = 2000
 
 
@@ -86,6 +88,15 @@ def _check_size(op: ast.operator, left: Any, right: Any) -> None:
         raise CalcError(f"the result is too large (more than {_MAX_BITS} bits)")
 
 
+def _check_call(name: str, args: list[Any]) -> None:
+    """Refuse a call whose cost grows with an argument past what a result may be: rounding to
+    ``n`` digits computes ``10 ** abs(n)`` (``round(3, -10**7)`` holds the process for half a
+    minute, and a thread cannot be stopped)."""
+    digits = args[1] if name == "round" and len(args) == 2 else None
+    if isinstance(digits, int) and abs(digits) > _MAX_DIGITS:
+        raise CalcError(f"cannot round to {digits} digits (at most {_MAX_DIGITS} either way)")
+
+
 def _eval(node: ast.AST) -> Any:
     if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)):
         if isinstance(node.value, bool):
@@ -105,5 +116,7 @@ def _eval(node: ast.AST) -> Any:
         and node.func.id in _FUNCS
         and not node.keywords
     ):
-        return _FUNCS[node.func.id](*(_eval(a) for a in node.args))
+        args = [_eval(a) for a in node.args]
+        _check_call(node.func.id, args)
+        return _FUNCS[node.func.id](*args)
     raise CalcError(f"not allowed in arithmetic: {ast.unparse(node)!r}")

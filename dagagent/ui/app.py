@@ -23,7 +23,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -191,10 +191,14 @@ def _status(q: Mapping[str, str]) -> str | None:
 
 
 def create_app(
-    store: str | Path | RunStore | None = None, *, loopback_only: bool = True
+    store: str | Path | RunStore | None = None,
+    *,
+    loopback_only: bool = True,
+    hosts: Sequence[str] = (),
 ) -> Starlette:
     """The viewer over the store at ``store`` (default: the usual run store), opened
-    read-only. ``loopback_only``: answer only requests addressed to a loopback host."""
+    read-only. ``loopback_only``: answer only requests addressed to a loopback host, the
+    usual names of one or ``hosts`` (the address it listens on, say ``127.0.0.2``)."""
     st = store if isinstance(store, RunStore) else RunStore(store, read_only=True)
     page = Page(mode="app", store=str(st.path))
 
@@ -304,7 +308,8 @@ def create_app(
 
     middleware = [Middleware(_SecurityHeaders), Middleware(_ErrorPages, page=failed)]
     if loopback_only:
-        middleware.append(Middleware(TrustedHostMiddleware, allowed_hosts=list(LOOPBACK_HOSTS)))
+        allowed = list(dict.fromkeys([*LOOPBACK_HOSTS, *hosts]))
+        middleware.append(Middleware(TrustedHostMiddleware, allowed_hosts=allowed))
     app = Starlette(
         routes=[
             Route("/", runs_page),

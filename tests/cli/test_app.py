@@ -219,6 +219,31 @@ def test_json_prints_one_object_on_errors_too(
         assert {i["code"] for i in doc["error"]["issues"]} >= {"cycle", "duplicate_id"}
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["run", str(EXAMPLES / "weather.json"), "--max-concurrency", "0"],  # out of range
+        ["runs", "--no-such-option"],
+        ["show", "--last", "--timeline", "--format", "x"],
+    ],
+)
+def test_json_prints_one_object_on_a_usage_error_too(args: list[str]) -> None:
+    """click refuses these before any command runs: the entry point still prints the error
+    object on stdout (and click's message on stderr), exit 2."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "dagagent", *args, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    doc = json.loads(proc.stdout)  # exactly one JSON document, nothing else
+    assert doc["ok"] is False and doc["error"]["code"] == "UsageError"
+    assert doc["error"]["exit_code"] == 2 and doc["error"]["message"]
+    assert "Traceback" not in proc.stderr and "Usage:" in proc.stderr
+
+
 def test_tools_lists_what_the_planner_is_shown() -> None:
     """Each tool with its signature, description, argument notes and what it returns, in the
     planner's own words (the catalog its prompt holds), then where it comes from."""
@@ -313,6 +338,34 @@ def test_a_sync_tool_that_ignores_its_timeout_does_not_keep_the_cli_alive(tmp_pa
     )
     assert proc.returncode == 1, proc.stderr
     assert json.loads(proc.stdout)["tasks"]["s"]["error"] == "timed out after 0.5 s"
+    assert time.monotonic() - t0 < 15  # not the tool's 30 s
+
+
+@pytest.mark.slow
+def test_an_async_tool_whose_thread_outlives_its_timeout_does_not_keep_the_cli_alive(
+    tmp_path: Path,
+) -> None:
+    """The tool hands a 30 s sleep to asyncio's default executor: the task times out after
+    1.5 s, and the command ends then, without waiting for the thread as the loop closes (it
+    waited the 30 s before)."""
+    tools = tmp_path / "offload_tools.py"
+    tools.write_text(
+        "import asyncio\nimport time\nimport dagagent\nregistry = dagagent.Registry()\n"
+        "@registry.tool(timeout_s=1.5)\nasync def offload(seconds: float) -> str:\n"
+        "    await asyncio.to_thread(time.sleep, seconds)\n    return 'late'\n"
+    )
+    plan = write(
+        tmp_path, "p.json", {"tasks": [{"id": "o", "tool": "offload", "args": {"seconds": 30}}]}
+    )
+    t0 = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-m", "dagagent", "run", plan, "--tools", f"{tools}:registry", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert json.loads(proc.stdout)["tasks"]["o"]["error"] == "timed out after 1.5 s"
     assert time.monotonic() - t0 < 15  # not the tool's 30 s
 
 

@@ -482,6 +482,43 @@ def test_a_bad_examples_file_exits_2_before_any_call(user: User, model: Model, t
     assert model.server.requests == []
 
 
+@pytest.mark.slow
+def test_a_streamed_answer_trickling_forever_stops_at_the_stream_timeout(tmp_path: Path) -> None:
+    """``--timeout`` bounds each wait for the next piece, which a server sending a space every
+    0.2 s never exceeds; ``--stream-timeout`` bounds the whole streamed answer, and the message
+    names it (not a Python setting the command line does not have)."""
+    from llm_server import RawReply
+
+    from dagagent.llm.wire import encode_sse
+
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n"
+    events = wire.openai_events(wire.openai_text(" "))
+    first = next(i for i, (_, data) in enumerate(events) if '" "' in json.dumps(data))
+    prelude, space = encode_sse(events[:first]), encode_sse([events[first]])
+
+    def trickle(request: Recorded) -> RawReply:
+        def parts() -> Iterator[bytes | float]:
+            yield head + prelude
+            for _ in range(3000):  # ten minutes of spaces at most: then the server gives up
+                yield space
+                yield 0.2
+
+        return RawReply(parts())  # type: ignore[arg-type]  # any iterable of parts does
+
+    with LLMTestServer(trickle) as server:
+        user = Shell(tmp_path)
+        proc = user(
+            "ask", GOAL, "--tools", TOOLS, "--model", "openai:fake",
+            "--base-url", server.url + "/v1", "--timeout", "5", "--stream-timeout", "3",
+            code=None,
+        )  # fmt: skip
+    # without the bound the stream would have lasted ten minutes, and the message named
+    # settings the command line does not have
+    assert proc.returncode == 2, (proc.returncode, proc.stderr)
+    assert "lasted longer than 3 s" in proc.stderr and "--stream-timeout" in proc.stderr
+    assert "max_response_bytes" not in proc.stderr
+
+
 def test_the_project_file_names_the_model_its_server_and_the_tools(
     user: User, model: Model
 ) -> None:

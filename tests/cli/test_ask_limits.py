@@ -21,17 +21,19 @@ from llm_server import LLMTestServer, Recorded, Reply, SSEReply
 from .test_ask import GOAL, TOOLS, Model, User, finish, weather
 
 PIECE_S = 0.1
+OPENING = '{"tasks": [{"id": "a", "tool": "get_weather", "args": {"city": "'
 
 
 class Trickle:
-    """A server whose answers never end: a piece of a plan every :data:`PIECE_S` seconds."""
+    """A server whose answers never end: a piece of a plan every :data:`PIECE_S` seconds,
+    valid JSON as far as it goes (a string that never closes), however it is cut."""
 
     def __init__(self, server: LLMTestServer) -> None:
         self.server = server
         server.responder = self.respond
 
     def respond(self, request: Recorded) -> Reply | SSEReply:
-        pieces = [("message", {"choices": [{"index": 0, "delta": {"content": '{"tasks": ['}}]})]
+        pieces = [("message", {"choices": [{"index": 0, "delta": {"content": OPENING}}]})]
         pieces += [
             ("message", {"choices": [{"index": 0, "delta": {"content": " word"}}]})
         ] * 100_000
@@ -62,7 +64,7 @@ def test_a_deadline_stops_a_model_that_never_finishes(tmp_path: Path, trickle: T
     assert "the planner (round 1) had written" in proc.stderr
     (call,) = solve_rows(user)
     assert call["status"] == "cancelled" and call["role"] == "planner"
-    assert call["text"].startswith('{"tasks": [ word') and call["output_tokens"] > 0
+    assert call["text"].startswith(OPENING + " word") and call["output_tokens"] > 0
     assert call["estimated"] == 1
     (solve,) = solve_rows(user, "solves")
     assert solve["status"] == "timed_out"

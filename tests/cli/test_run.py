@@ -292,6 +292,10 @@ def test_a_second_signal_ends_the_process_even_when_a_tool_ignores_the_first(
             proc.communicate()
     assert proc.returncode == 130, (out, err)
     assert "SIGINT again: exiting at once" in err and "Traceback" not in err
+    # --json: stdout still holds one JSON object, the error object of an interrupted command
+    doc = json.loads(out)
+    assert doc["ok"] is False and doc["error"]["code"] == "Interrupted"
+    assert doc["error"]["exit_code"] == 130 and "again" in doc["error"]["message"]
     with RunStore(env.db, create=False) as st:
         rec = st.last_run()
     assert rec.status == "interrupted"  # the process ended before the run did

@@ -83,7 +83,7 @@ def test_history_follows_the_project_not_the_current_directory(
     assert res.exit_code == 0, res.output
     assert res.stdout.startswith(f"no runs recorded in {user_store}\n(the per-user store")
     empty = json.loads(cli("runs", "--json").stdout)
-    assert empty == {"store": str(user_store), "found": "user", "runs": []}
+    assert empty == {"store": str(user_store), "found": "user", "runs": [], "damaged": []}
     assert not user_store.exists()
     res = cli("run", WEATHER)
     assert res.exit_code == 0, res.output
@@ -177,7 +177,8 @@ def test_runs_lists_recent_runs_with_counts(home: Path) -> None:
     assert "2 succeeded, 1 failed, 1 skipped" in " ".join(out.split())
     res = cli("runs", "--limit", "1", "--json")
     (doc,) = json.loads(res.stdout)["runs"]
-    assert doc["run_id"] == newest and "id" not in doc and doc["status"] == "failed"
+    # "id" as always, and "run_id" as every other --json names a run
+    assert doc["id"] == doc["run_id"] == newest and doc["status"] == "failed"
     assert doc["counts"] == {"succeeded": 2, "failed": 1, "skipped": 1}
 
 
@@ -185,6 +186,123 @@ def test_runs_on_an_empty_store(home: Path) -> None:
     RunStore(home / "runs.db").close()
     res = cli("runs")
     assert res.exit_code == 0 and "no runs recorded in" in res.stdout
+
+
+@pytest.mark.parametrize("damage", ["run", "task"])
+def test_a_run_with_an_unknown_status_is_named_and_the_others_listed(
+    home: Path, damage: str
+) -> None:
+    """A status this version does not know (a damaged file, a newer dagagent's row): 'runs'
+    names the run and lists the others, 'show' names it and says what is wrong; no traceback
+    either way (both raised ValueError from the status enum before)."""
+    import sqlite3
+
+    assert cli("run", WEATHER).exit_code == 0
+    assert cli("run", WEATHER).exit_code == 0
+    with RunStore(home / "runs.db") as st:
+        good, bad = (r.run_id for r in st.list_runs())
+    with sqlite3.connect(home / "runs.db") as conn:
+        if damage == "run":
+            conn.execute("UPDATE runs SET status = 'exploded' WHERE id = ?", (bad,))
+        else:
+            conn.execute("UPDATE tasks SET status = 'exploded' WHERE run_id = ?", (bad,))
+    conn.close()
+    res = cli("runs")
+    assert res.exit_code == 0 and res.exception is None, res.output
+    assert good in res.stdout
+    assert "Traceback" not in res.output and "exploded" in res.output
+    if damage == "run":
+        assert bad not in res.stdout and f"run {bad} is damaged" in res.stderr
+    doc = json.loads(cli("runs", "--json").stdout)
+    listed = [r["run_id"] for r in doc["runs"]]
+    assert good in listed
+    if damage == "run":
+        assert listed == [good] and doc["damaged"][0]["run_id"] == bad
+    res = cli("show", bad)
+    assert res.exit_code == 4 and isinstance(res.exception, SystemExit), res.output
+    assert f"run {bad}" in res.stderr and "damaged" in res.stderr and "exploded" in res.stderr
+    assert "Traceback" not in res.output
+    doc = json.loads(cli("show", bad, "--json").stdout)  # one object, the error
+    assert doc["ok"] is False and doc["error"]["code"] == "StoreError"
+    assert cli("show", good).exit_code == 0  # the others still open
+
+
+def test_a_task_left_waiting_in_a_run_that_failed_points_to_replan(
+    home: Path, tmp_path: Path
+) -> None:
+    """A call waits for a person (no terminal to ask on) while another task fails: the run
+    ends failed, its questions are closed, and 'approve' refuses. Neither the run's table,
+    nor 'show', nor approve's refusal may send the user to 'approve' (they did): they say the
+    task did not run and that 'replan --execute' runs it again."""
+    plan = tmp_path / "p.json"
+    plan.write_text(
+        json.dumps(
+            {
+                "tasks": [
+                    {"id": "w", "tool": "get_weather", "args": {"city": "Paris"}},
+                    {"id": "bad", "tool": "fail", "args": {"message": "nope"}},
+                ]
+            }
+        )
+    )
+    res = cli("run", str(plan), "--ask", "get_weather", "--on-failure", "continue", "--json")
+    assert res.exit_code == 1, res.output
+    doc = json.loads(res.stdout)
+    run_id, error = doc["run_id"], doc["tasks"]["w"]["error"]
+    assert doc["status"] == "failed" and doc["tasks"]["w"]["status"] == "waiting"
+    assert "dagagent approve" not in error and f"dagagent replan {run_id} --execute" in error
+    assert error.startswith("not run: the run ended failed") and "get_weather" in error
+    shown = json.loads(cli("show", run_id, "--json").stdout)  # the record says the same
+    assert shown["tasks"]["w"]["error"] == error
+    res = cli("approve", run_id, "w", "--allow")
+    assert res.exit_code != 0 and "Traceback" not in res.output
+    assert f"dagagent replan {run_id} --execute" in res.stderr
+
+
+def test_show_task_prints_the_approval_decisions(home: Path, tmp_path: Path) -> None:
+    """Who allowed or denied each call, when and why: the decisions on the task's record and
+    the questions it left for a person (show --task printed none of them)."""
+    plan = tmp_path / "p.json"
+    plan.write_text(
+        json.dumps(
+            {
+                "tasks": [
+                    {"id": "paris", "tool": "get_weather", "args": {"city": "Paris"}},
+                    {"id": "tokyo", "tool": "get_weather", "args": {"city": "Tokyo"}},
+                ]
+            }
+        )
+    )
+    res = cli("run", str(plan), "--ask", "get_weather", "--json")
+    assert res.exit_code == 6, res.output  # paused: no terminal to ask on
+    run_id = json.loads(res.stdout)["run_id"]
+    assert (
+        cli(
+            "approve", run_id, "paris", "--allow", "--by", "ann", "--reason", "checked the city"
+        ).exit_code
+        == 0
+    )
+    assert (
+        cli(
+            "approve", run_id, "tokyo", "--deny", "--by", "bob", "--reason", "\x1b[31mnot today"
+        ).exit_code
+        == 0
+    )
+    assert cli("resume", run_id).exit_code == 1  # tokyo denied
+    shown = cli("show", run_id, "--task", "paris")
+    assert shown.exit_code == 0, shown.output
+    text = shown.stdout
+    assert "decisions:" in text and "get_weather: allowed by ann (rule '--ask get_weather')" in text
+    assert "why: checked the city" in text
+    assert re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d get_weather: allowed", text)
+    assert "asked a person:" in text and "allow by ann at " in text
+    denied = cli("show", run_id, "--task", "tokyo").stdout
+    assert "get_weather: denied by bob" in denied
+    assert "why: \\x1b[31mnot today" in denied and "\x1b" not in denied  # escaped
+    doc = json.loads(cli("show", run_id, "--task", "tokyo", "--json").stdout)
+    (asked,) = doc["approvals"]
+    assert (asked["decision"], asked["decided_by"]) == ("deny", "bob")
+    assert doc["result"]["decisions"][0]["decided_by"] == "bob"
 
 
 def test_show_a_run(home: Path) -> None:

@@ -102,3 +102,32 @@ def test_ui_serves_the_store_on_loopback_and_warns_for_another_host(
     finally:
         exposed.send_signal(signal.SIGINT)
         exposed.communicate(timeout=20)
+
+
+@pytest.mark.slow
+def test_ui_on_another_loopback_address_answers_requests_sent_to_it(home: Path) -> None:
+    """``--host 127.0.0.2``: the viewer announces that address, so a request sent to it (Host
+    127.0.0.2:PORT) is answered; one naming a foreign host still is not (DNS rebinding).
+    Before, every request to the announced address was refused with 400."""
+    assert cli("run", FAILING).exit_code == 1
+    env = {**os.environ, "DAGAGENT_HOME": str(home)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dagagent", "ui", "--host", "127.0.0.2", "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert "http://127.0.0.2:" in line, (line, proc.stderr.read() if proc.stderr else "")
+        url = line.split()[3]
+        r = wait_until(lambda: _get(url), "the viewer answers", timeout=20)
+        assert r.status_code == 200 and "run-row" in r.text
+        foreign = httpx.get(url, headers={"host": "evil.example"}, timeout=5)
+        assert foreign.status_code == 400
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=20)
+    assert "warning: listening" not in err  # a loopback address: nothing to warn about

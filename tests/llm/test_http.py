@@ -39,6 +39,8 @@ from dagagent.errors import (
 from dagagent.llm import (
     HTTPRetryPolicy,
     ModelSettings,
+    StreamEnd,
+    TextDelta,
     Usage,
     UsageTracker,
     UserMessage,
@@ -524,6 +526,70 @@ async def test_credentials_in_the_base_url_are_sent_but_never_shown(flavor: Flav
     assert "hunter2pw" not in shown and "ann:" not in shown
 
 
+KEY_ECHO = "sk-proj-Vq4Lm8Rt2Zx6Nc1Bw9Ty3Kp7"
+
+
+async def test_an_answer_quoting_the_key_never_shows_it(flavor: Flavor) -> None:
+    """A normal 200 answer whose text, and a tool call's arguments, quote the client's key:
+    what the model wrote reaches messages, records and prompts, so the key is scrubbed from
+    it as from an error (whole, or a piece of it)."""
+    body = flavor.tool_calls([("lookup", {"note": f"use {KEY_ECHO[2:20]} please"})])
+    text = flavor.text(f"your key is {KEY_ECHO}, keep it safe")
+    with LLMTestServer() as server:
+        server.push(Reply(json=text))
+        server.push(Reply(json=body))
+        llm = flavor.client(server, api_key=KEY_ECHO)
+        said = await llm.complete(MESSAGES)
+        call = await llm.complete(MESSAGES)
+    assert KEY_ECHO[:12] not in said.content and said.content == "your key is ***, keep it safe"
+    assert KEY_ECHO[2:20] not in json.dumps(call.tool_calls[0].arguments)
+
+
+async def test_a_streamed_answer_spelling_the_key_a_few_letters_at_a_time_never_shows_it(
+    flavor: Flavor,
+) -> None:
+    """Split into pieces of three characters, no piece is a secret: the stream holds back
+    what could still be the start of one, so neither the pieces nor the end show it."""
+    text = f"the key: {KEY_ECHO}. bye"
+    pieces = [text[i : i + 3] for i in range(0, len(text), 3)]
+    events = flavor.events(flavor.text(pieces[0]))
+    first = next(i for i, (_, data) in enumerate(events) if pieces[0] in json.dumps(data))
+    head, tail = events[:first], events[first + 1 :]
+    kind, data = events[first]
+    delta = json.dumps(data)
+
+    def piece(p: str) -> Any:
+        return json.loads(delta.replace(json.dumps(pieces[0]), json.dumps(p)))
+
+    middle = [(kind, piece(p)) for p in pieces]
+    with LLMTestServer() as server:
+        server.push(SSEReply([*head, *middle, *tail]))
+        llm = flavor.client(server, api_key=KEY_ECHO)
+        shown = [e async for e in llm.stream(MESSAGES)]
+    seen = "".join(e.text for e in shown if isinstance(e, TextDelta))
+    final = shown[-1]
+    assert isinstance(final, StreamEnd)
+    assert seen == final.response.content == "the key: ***. bye"
+
+
+async def test_httpx_never_logs_the_password_of_the_base_url(
+    flavor: Flavor, caplog: pytest.LogCaptureFixture
+) -> None:
+    """httpx logs every request's URL at INFO: it is given the URL without its credentials,
+    which go as the Basic authentication they stand for."""
+    import logging
+
+    with LLMTestServer() as server, caplog.at_level(logging.DEBUG):
+        server.push(Reply(json=flavor.text("hi")))
+        host = server.url.removeprefix("http://")
+        base = flavor.client(server).base_url.replace(host, f"gw-user:tr4il-Mix-55@{host}")
+        await type(flavor.client(server))("m", base_url=base, settings=NO_RETRY).complete(MESSAGES)
+        (request,) = server.requests
+    logged = "\n".join(r.getMessage() for r in caplog.records)
+    assert "HTTP Request" in logged and "tr4il-Mix-55" not in logged and "gw-user" not in logged
+    assert request.headers["authorization"] == "Basic Z3ctdXNlcjp0cjRpbC1NaXgtNTU="
+
+
 # ---------------------------------------------------------------- answers too large to hold
 
 
@@ -617,6 +683,73 @@ async def test_a_stream_trickling_without_end_is_cut_off_at_the_time_cap(
     with anyio.fail_after(30), pytest.raises(LLMResponseError, match=r"lasted longer than 1.5 s"):
         await collect_stream(llm.stream(MESSAGES))
     assert anyio.current_time() - started < 10
+
+
+def _bomb(layers: int, size: int) -> bytes:
+    """``size`` zero bytes, gzipped ``layers`` times over (each layer shrinks the one before
+    about a thousandfold)."""
+    import gzip
+
+    data = b"\0" * size
+    for _ in range(layers):
+        data = gzip.compress(data, 9)
+    return data
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_body_packed_in_gzip_twice_is_counted_as_it_is_decoded(
+    server: LLMTestServer, flavor: Flavor, stream: bool
+) -> None:
+    """A few kilobytes that inflate to 256 MB (gzip inside gzip): the cap acts on the bytes as
+    they are decoded, layer by layer, so no more than about the cap is ever held."""
+    import tracemalloc
+
+    bomb = _bomb(2, 256 * 1024 * 1024)
+    assert len(bomb) < 10_000
+    kind = b"text/event-stream" if stream else b"application/json"
+    head = (
+        b"HTTP/1.1 200 OK\r\nContent-Type: " + kind + b"\r\nContent-Encoding: gzip, gzip\r\n"
+        b"Content-Length: " + str(len(bomb)).encode() + b"\r\nConnection: close\r\n\r\n"
+    )
+    server.push(RawReply([head + bomb]))
+    cap = 1024 * 1024
+    llm = flavor.client(server, settings=ModelSettings(max_response_bytes=cap, timeout=5.0))
+    tracemalloc.start()
+    try:
+        with anyio.fail_after(30), pytest.raises(LLMResponseError, match="1,048,576 bytes"):
+            if stream:
+                await collect_stream(llm.stream(MESSAGES))
+            else:
+                await llm.complete(MESSAGES)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 32 * cap, f"held {peak:,} bytes"
+    (request,) = server.requests
+    assert request.headers["accept-encoding"] == "gzip, deflate"
+
+
+async def test_a_gzipped_answer_still_reads(server: LLMTestServer, flavor: Flavor) -> None:
+    import gzip
+
+    body = gzip.compress(json.dumps(flavor.text("squeezed")).encode())
+    head = (
+        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Encoding: gzip\r\n"
+        b"Content-Length: " + str(len(body)).encode() + b"\r\nConnection: close\r\n\r\n"
+    )
+    server.push(RawReply([head + body]))
+    answer = await flavor.client(server).complete(MESSAGES)
+    assert answer.content == "squeezed"
+
+
+async def test_an_encoding_not_asked_for_is_refused(server: LLMTestServer, flavor: Flavor) -> None:
+    head = (
+        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Encoding: br\r\n"
+        b"Content-Length: 4\r\nConnection: close\r\n\r\nabcd"
+    )
+    server.push(RawReply([head]))
+    with pytest.raises(LLMResponseError, match="'br', which was not asked for"):
+        await flavor.client(server).complete(MESSAGES)
 
 
 async def test_bounded_lines_splits_every_line_end_across_chunks() -> None:

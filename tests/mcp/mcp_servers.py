@@ -5,8 +5,9 @@
 
 KIND is ``kit`` (an MCPServer with well-behaved and badly-behaved tools), ``guarded`` (the
 kit over HTTP, answering only requests with the header ``X-Token: let-me-in``), ``paged`` (a
-low-level server that lists its tools three per page) or ``badschema`` (a low-level server
-one of whose tools has an input schema that is not JSON Schema).
+low-level server that lists its tools three per page), ``badschema`` (a low-level server
+one of whose tools has an input schema that is not JSON Schema) or ``hugeschema`` (one of
+whose tools has a bulky input schema).
 """
 
 from __future__ import annotations
@@ -85,6 +86,16 @@ def kit() -> MCPServer:
         """The server's process id."""
         return os.getpid()
 
+    @server.tool(structured_output=False)
+    def confetti(pieces: int) -> list[Any]:
+        """As many tiny content blocks as asked for."""
+        return [types.TextContent(text=str(i % 10)) for i in range(pieces)]
+
+    @server.tool(structured_output=False)
+    def ream(kib: int) -> str:
+        """A text of as many KiB as asked for."""
+        return "~" * (kib * 1024)
+
     return server
 
 
@@ -141,6 +152,27 @@ def badschema() -> Server[Any]:
     return Server("badschema", on_list_tools=list_tools, on_call_tool=call_tool)
 
 
+def hugeschema() -> Server[Any]:
+    """A tool whose input schema is bulky (an enum of 5,000 names, 80 kB), one that is fine."""
+    bulky = {
+        "type": "object",
+        "properties": {"city": {"type": "string", "enum": [f"city-{i:06d}" for i in range(5_000)]}},
+    }
+
+    async def list_tools(ctx: Any, params: types.PaginatedRequestParams | None) -> Any:
+        return types.ListToolsResult(
+            tools=[
+                types.Tool(name="atlas", input_schema=bulky),
+                types.Tool(name="fine", input_schema={"type": "object", "properties": {}}),
+            ]
+        )
+
+    async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> Any:
+        return types.CallToolResult(content=[types.TextContent(text="ok")])
+
+    return Server("hugeschema", on_list_tools=list_tools, on_call_tool=call_tool)
+
+
 async def _serve_lowlevel_stdio(server: Server[Any]) -> None:
     async with stdio_server() as (read, write):
         await server.run(read, write, server.create_initialization_options())
@@ -161,7 +193,13 @@ def require_token(app: Any) -> Any:
 
 def main() -> None:
     kind, transport = sys.argv[1], sys.argv[2]
-    make = {"kit": kit, "guarded": kit, "paged": paged, "badschema": badschema}[kind]
+    make = {
+        "kit": kit,
+        "guarded": kit,
+        "paged": paged,
+        "badschema": badschema,
+        "hugeschema": hugeschema,
+    }[kind]
     server = make()
     if transport == "stdio":
         if isinstance(server, MCPServer):

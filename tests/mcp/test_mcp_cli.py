@@ -132,8 +132,28 @@ def test_secrets_in_an_mcp_command_or_url_are_not_recorded_and_replan_asks_for_t
     recorded = json.loads(shown.stdout)["context"]["mcp"]
     assert recorded == [
         f"kit=env API_TOKEN=*** {sys.executable} {SERVERS} kit stdio --api-key=*** --token ***",
-        f"paged={url}?access_token=***&page=1",
+        f"paged={url}?access_token=***&page=***",
     ]
     proc = dagagent("replan", "--last", "--store", store)
     assert proc.returncode == 2, proc.stderr
     assert "used --mcp kit and paged: a secret in the command or URL is not kept" in proc.stderr
+
+
+def test_an_answer_past_the_bounds_fails_its_task_with_no_traceback(
+    tmp_path: Path, mcp_http: HTTPServers
+) -> None:
+    """An HTTP server answering with more content blocks than a call may return: the task
+    fails with the bound named; what the MCP SDK logs about it is one line, no traceback."""
+    plan = write_plan(
+        tmp_path,
+        {"id": "c", "tool": "kit.confetti", "args": {"pieces": 12_000}},
+        {"id": "s", "tool": "kit.shout", "args": {"text": "after"}},
+    )
+    url = mcp_http.url("kit")
+    proc = dagagent("run", plan, "--mcp", f"kit={url}", "--on-failure", "continue", "--json")
+    assert proc.returncode == 1, proc.stderr
+    assert "Traceback" not in proc.stderr + proc.stdout
+    tasks = json.loads(proc.stdout)["tasks"]
+    assert tasks["c"]["error_type"] == "MCPToolError"
+    assert "12,000 content blocks, more than the 10,000" in tasks["c"]["error"]
+    assert tasks["s"]["output"] == "AFTER"

@@ -255,6 +255,57 @@ async def test_a_tool_whose_schema_is_invalid_is_named_and_can_be_left_out(
     assert [t.name for t in await client.tools(exclude="broken")] == ["fine"]
 
 
+# -- bounds: what a server may send ---------------------------------------------------------
+
+SMALL = {"max_output_bytes": 512 * 1024, "max_blocks": 100, "max_schema_bytes": 64 * 1024}
+
+
+async def _call(registry: Registry, tool: str, **args: Any) -> Any:
+    with anyio.fail_after(RUN_BOUND_S):
+        result = await dagagent.execute(plan({"id": "t", "tool": tool, "args": args}), registry)
+    return result.tasks["t"]
+
+
+async def test_a_result_past_the_bounds_fails_its_call_and_the_session_goes_on(
+    connect: Connect,
+) -> None:
+    """Too many content blocks, or more bytes than a message may hold, fail the call with an
+    MCPToolError saying which bound (read before the whole answer is parsed); the same
+    session answers the next call."""
+    client = connect("kit", **SMALL)
+    registry = await kit_registry(client)
+    async with client:
+        few = await _call(registry, "confetti", pieces=100)
+        assert few.status is TaskStatus.SUCCEEDED and len(few.output.split()) == 100
+        for pieces in (2_000, 9_000):  # a short answer, and one long enough to be pre-read
+            many = await _call(registry, "confetti", pieces=pieces)
+            assert many.status is TaskStatus.FAILED and many.error_type == "MCPToolError"
+            assert f"{pieces:,} content blocks, more than the 100" in (many.error or "")
+        big = await _call(registry, "ream", kib=3 * 1024)
+        assert big.status is TaskStatus.FAILED and big.error_type == "MCPToolError"
+        assert "larger than 524,288 bytes" in (big.error or ""), big.error
+        assert "max_output_bytes" in (big.error or "")
+        fine = await _call(registry, "shout", text="still here")
+        assert fine.status is TaskStatus.SUCCEEDED and fine.output == "STILL HERE"
+
+
+async def test_a_bulky_schema_is_refused_by_name_and_can_be_left_out(connect: Connect) -> None:
+    client = connect("hugeschema", **SMALL)
+    with anyio.fail_after(RUN_BOUND_S), pytest.raises(ToolDefinitionError) as info:
+        await client.tools()
+    assert "tool 'atlas'" in str(info.value) and "max_schema_bytes" in str(info.value)
+    assert [t.name for t in await client.tools(exclude="atlas")] == ["fine"]
+
+
+async def test_a_listing_larger_than_a_message_may_be_is_a_configuration_error(
+    connect: Connect,
+) -> None:
+    client = connect("hugeschema", max_output_bytes=48 * 1024)
+    with anyio.fail_after(RUN_BOUND_S), pytest.raises(MCPConnectError) as info:
+        await client.tools()
+    assert "larger than 49,152 bytes" in str(info.value)
+
+
 # -- sessions ------------------------------------------------------------------------------
 
 

@@ -27,6 +27,29 @@ def test_results_too_large_are_refused_before_they_are_computed(expression: str)
         evaluate(expression)
 
 
+@pytest.mark.slow  # each in a process of its own: an unbounded one would hold this one
+@pytest.mark.parametrize(
+    "expression", ["round(3, -10**7)", "round(-8, -(7**8))", "round(2**999, -4**11)"]
+)
+def test_every_operation_is_bounded_functions_too(expression: str) -> None:
+    """Rounding to ten million digits computes a number of ten million digits: refused before,
+    as every operation whose cost grows with its operands is."""
+    code = (
+        "from dagagent.toolkits.calc import evaluate, CalcError\n"
+        f"try:\n    evaluate({expression!r})\nexcept CalcError as e:\n    print('refused:', e)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=20)
+    assert "refused:" in proc.stdout and "digits" in proc.stdout, proc.stderr
+    with pytest.raises(CalcError, match="digits"):
+        evaluate(expression)
+
+
+def test_rounding_still_works() -> None:
+    assert evaluate("round(1234.5678, 2)") == 1234.57
+    assert evaluate("round(123456, -3)") == 123000
+    assert evaluate("round(2**900, -200)") == round(2**900, -200)
+
+
 def test_ordinary_large_numbers_still_work() -> None:
     assert evaluate("2**999") == 2**999
     assert evaluate("(-3)**5") == -243

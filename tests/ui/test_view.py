@@ -403,6 +403,31 @@ def test_a_paused_run_says_what_to_run_next_in_the_waiting_colour() -> None:
     assert 'class="wait-box"' in panel and "error-box" not in panel
 
 
+def test_a_task_left_waiting_in_a_failed_run_points_to_replan_not_approve() -> None:
+    """The run ended failed while a call waited: nobody can approve it now, so its panel
+    offers 'replan --execute', never 'approve' and 'resume' (which refuse)."""
+    waiting = TaskResult(
+        task_id="mail",
+        status=TaskStatus.WAITING,
+        started_at=101.0,
+        finished_at=101.0,
+        error="not run: the run ended failed while this was waiting for approval",
+    )
+    record = _record(
+        {"tasks": [_tool("a"), _tool("mail", "a", tool="send")]},
+        [
+            TaskResult(task_id="a", status=TaskStatus.FAILED, error="boom"),
+            waiting,
+        ],
+        status="failed",
+        finished_at=101.0,
+    )
+    panel = render_panel(build_view(record, now=500.0), "mail", page=Page())
+    assert "dagagent replan abcdef012345 --execute" in panel
+    assert "dagagent approve" not in panel and "dagagent resume" not in panel
+    assert "Not run" in panel
+
+
 def test_a_resumed_runs_wall_time_says_how_much_was_waiting_for_a_person() -> None:
     from dagagent.store import ApprovalRecord
 

@@ -304,3 +304,66 @@ async def test_a_denied_map_element_denies_the_map_task(tmp_path: Path) -> None:
     assert resumed.status is RunStatus.FAILED
     assert resumed.tasks["mail"].status.value == "denied"
     assert sorted(calls) == ["send ann hi", "send cy hi"]  # nothing else was sent
+
+
+async def test_a_call_asked_about_outside_the_redaction_resumes_with_its_decision(
+    tmp_path: Path,
+) -> None:
+    """A policy outside (before) the redacting interceptor sees a call's secret: what waits
+    for a person is recorded redacted all the same (the approvals, the task's decisions),
+    and the resume still finds the person's decision for that call, the secret coming from
+    a reference or written in the plan."""
+    from dagagent.interceptors import redacting
+
+    token = "ghp_Wq83nRt5VzLk20Jm"
+    sent: list[Any] = []
+    reg = dagagent.Registry()
+
+    @reg.tool
+    def vault() -> dict[str, str]:
+        """A token."""
+        return {"token": token}
+
+    @reg.tool(side_effects=True)
+    def push(repo: str, auth_token: str, signing_secret: str) -> str:
+        """Push with a token."""
+        sent.append((repo, auth_token, signing_secret))
+        return "pushed"
+
+    plan = {
+        "tasks": [
+            {"id": "v", "tool": "vault"},
+            {
+                "id": "p",
+                "tool": "push",
+                "args": {
+                    "repo": "kestrel/site",
+                    "auth_token": "${v.token}",
+                    "signing_secret": "whsec_Lm41Zx0",
+                },
+            },
+        ]
+    }
+    ask = Policy([Rule(tool="push", action="ask", name="pushes")], ask=ask_later)
+    interceptors = [ask, redacting()]
+    store = tmp_path / "runs.db"
+    paused = await dagagent.execute(plan, reg, interceptors=interceptors, store=store)
+    assert paused.status is RunStatus.PAUSED
+    with dagagent.RunStore(store) as s:
+        (asked,) = s.approvals(paused.run_id)
+        record = s.get_run(paused.run_id)
+    assert asked.args == {
+        "repo": "kestrel/site",
+        "auth_token": "[redacted]",
+        "signing_secret": "[redacted]",
+    }
+    assert token not in str(record.tasks["p"]) and "whsec_" not in str(record.tasks["p"])
+    result = await dagagent.resume(
+        paused.run_id,
+        reg,
+        store=store,
+        interceptors=interceptors,
+        decisions={"p": Approval.approve("fine", by="ann")},
+    )
+    assert result.status is RunStatus.SUCCEEDED, result.tasks["p"]
+    assert sent == [("kestrel/site", "[redacted]", "[redacted]")]
