@@ -28,6 +28,7 @@ from .errors import (
     AgentError as AgentError,
     AgentStoppedError as AgentStoppedError,
     BudgetExceededError as BudgetExceededError,
+    CallInDoubtError as CallInDoubtError,
     ConfigError as ConfigError,
     DagagentError as DagagentError,
     DeadlineError as DeadlineError,
@@ -47,6 +48,7 @@ from .errors import (
     MCPConnectError as MCPConnectError,
     MCPServerLostError as MCPServerLostError,
     MCPToolError as MCPToolError,
+    NoCurrentCallError as NoCurrentCallError,
     PlanError as PlanError,
     PlanLoadError as PlanLoadError,
     PlanningError as PlanningError,
@@ -122,9 +124,12 @@ from .store import (
     RunStore as RunStore,
 )
 from .tools import (
+    CallIdentity as CallIdentity,
+    Reconciled as Reconciled,
     Registry as Registry,
     SchemaTool as SchemaTool,
     Tool as Tool,
+    current_call as current_call,
     tool as tool,
 )
 from .workflows import (

@@ -30,6 +30,8 @@ class TaskRun:
     steps: list[AgentStep] | None = None  # an agent task's steps, when it has any
     #: A resumed agent element (of a map task) that waited: the steps it continues from.
     resume_steps: list[AgentStep] | None = None
+    #: A map task's element: its index in the list (``None`` for a task that is not a map).
+    element: int | None = None
 
 
 def describe(exc: BaseException) -> str:

@@ -309,6 +309,7 @@ class TaskRunner:
             attempt=run.attempts,
             decisions=run.decisions,
             timeout=timeout,
+            element=run.element,
         )
 
     async def _attempt_agent(self, task: AgentTask, run: TaskRun) -> Any:
@@ -347,7 +348,14 @@ class TaskRunner:
         async def call(tool: Tool, args: dict[str, Any]) -> Any:
             def made() -> Awaitable[Any]:
                 return self.calls.call(
-                    task.id, tool, args, source="agent", decisions=decisions, timeout=tool.timeout_s
+                    task.id,
+                    tool,
+                    args,
+                    source="agent",
+                    decisions=decisions,
+                    timeout=tool.timeout_s,
+                    attempt=run.attempts,
+                    element=run.element,
                 )
 
             if telemetry is None:

@@ -70,6 +70,7 @@ from ._schema import MIGRATIONS, SCHEMA_VERSION, Migration
 from ._store import DEFAULT_FLUSH_INTERVAL_S, RunStore, default_store_path
 from .models import (
     ApprovalRecord,
+    EffectRecord,
     RoundRecord,
     RunRecord,
     RunSummary,
@@ -85,6 +86,7 @@ __all__ = [
     "RUN_ID_RE",
     "SCHEMA_VERSION",
     "ApprovalRecord",
+    "EffectRecord",
     "Migration",
     "ModelCallWriter",
     "RoundRecord",

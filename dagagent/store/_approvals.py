@@ -31,8 +31,8 @@ from .models import ApprovalRecord
 
 __all__ = ["DECISIONS", "ApprovalQueries", "ArgsCheck", "person_wait_s", "person_waits"]
 
-#: What a person may decide about a waiting call.
-DECISIONS = ("allow", "deny", "edit")
+#: What a person may decide about a waiting call (``happened``: only about a call in doubt).
+DECISIONS = ("allow", "deny", "edit", "happened")
 
 ArgsCheck = Callable[[str, dict[str, Any]], Any]
 """``(tool name, arguments) -> validated`` (raises when they do not fit the tool's schema)."""
@@ -119,6 +119,19 @@ class ApprovalQueries:
     def resolve(self, ref: str) -> str:
         raise NotImplementedError  # pragma: no cover - RunStore provides it
 
+    def mark_happened(
+        self,
+        conn: sqlite3.Connection,
+        run_id: str,
+        task_id: str,
+        *,
+        output: str | None,
+        by: str,
+        reason: str | None,
+        at: float,
+    ) -> int:
+        raise NotImplementedError  # pragma: no cover - RunStore provides it
+
     # -- reading ----------------------------------------------------------------------------
 
     def approvals(
@@ -151,11 +164,15 @@ class ApprovalQueries:
         reason: str | None = None,
         edit_args: dict[str, Any] | None = None,
         check: ArgsCheck | None = None,
+        output: Any = None,
     ) -> list[ApprovalRecord]:
         """Record a person's decision about the waiting calls of task ``task_id`` of run
         ``run``: ``allow``, ``deny``, or ``edit`` (allow with ``edit_args``, whose keys
         replace the call's arguments; ``check`` validates the result against the tool's
-        schema). Runs nothing; the next resume uses it, once.
+        schema); about a call in doubt (its process died during it), ``allow`` makes it again
+        (with the same idempotency key), ``deny`` does not (the task is denied), and
+        ``happened`` says it took effect, with its ``output`` (JSON-able; the task's output).
+        Runs nothing; the next resume uses it, once.
 
         Raises :class:`~dagagent.errors.StoreError` for a run that does not exist and
         :class:`~dagagent.errors.DecisionError` when the task is not waiting (never was, was
@@ -166,6 +183,8 @@ class ApprovalQueries:
             raise DecisionError("edited arguments go with the decision 'edit', and only with it")
         if not by.strip():
             raise DecisionError("a decision names who took it (by=...)")
+        if output is not None and decision != "happened":
+            raise DecisionError("an output goes with the decision 'happened', and only with it")
         run_id = self.resolve(run)
         now = time.time()
         with self._transaction() as conn:
@@ -185,6 +204,17 @@ class ApprovalQueries:
                     f"task {task_id!r} of run {run_id} waits on {len(waiting)} calls "
                     f"({', '.join(r.tool for r in waiting)}): edited arguments would fit only "
                     "one of them; allow or deny them"
+                )
+            if decision == "happened":
+                _check_happened(run_id, task_id, waiting, output)
+                self.mark_happened(
+                    conn,
+                    run_id,
+                    task_id,
+                    output=to_column(output),
+                    by=by,
+                    reason=reason,
+                    at=now,
                 )
             decided: list[ApprovalRecord] = []
             for r in waiting:
@@ -281,6 +311,24 @@ class ApprovalQueries:
                 "UPDATE runs SET status = 'paused' WHERE id = ? AND status = 'running' AND pid = ?",
                 (run_id, os.getpid()),
             )
+
+
+def _check_happened(run_id: str, task_id: str, waiting: list[ApprovalRecord], output: Any) -> None:
+    """``happened`` answers a call in doubt, and an output fits one call."""
+    from ..errors import IN_DOUBT_RULE
+
+    other = [r for r in waiting if r.rule != IN_DOUBT_RULE]
+    if other:
+        raise DecisionError(
+            f"task {task_id!r} of run {run_id} waits for approval of a call of "
+            f"{other[0].tool!r} ({other[0].rule}), not for a call in doubt: 'happened' is only "
+            "for a call whose process died during it; allow or deny it"
+        )
+    if output is not None and len(waiting) > 1:
+        raise DecisionError(
+            f"task {task_id!r} of run {run_id} has {len(waiting)} calls in doubt: one output "
+            "would stand for all of them; say they happened without --output, or allow or deny"
+        )
 
 
 def _not_waiting(

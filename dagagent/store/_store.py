@@ -15,6 +15,7 @@ from ..plan import task_fingerprint
 from ..results import RunStatus, TaskResult, TaskStatus
 from ._approvals import ApprovalQueries
 from ._codec import ELEMENT_KEYS, from_column
+from ._effects import EffectQueries
 from ._file import connect
 from ._ids import check_run_id
 from ._location import StoreLocation, locate_store
@@ -67,10 +68,11 @@ def _writable(path: Path) -> bool:
     return os.access(parent, os.W_OK | os.X_OK)
 
 
-class RunStore(SolveQueries, ApprovalQueries):
+class RunStore(SolveQueries, ApprovalQueries, EffectQueries):
     """A SQLite file of run records (and of solves: see :class:`SolveQueries`; of their model
-    calls: see :class:`ModelCallQueries`; and of the approvals that wait for a person: see
-    :class:`ApprovalQueries`).
+    calls: see :class:`ModelCallQueries`; of the approvals that wait for a person: see
+    :class:`ApprovalQueries`; and of the calls with side effects: see
+    :class:`EffectQueries`).
 
     ``RunStore(path)`` opens (and creates, or migrates forward) the store; ``path=None`` uses
     :func:`default_store_path` (``.location`` says where it was found and why). With

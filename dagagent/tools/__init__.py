@@ -7,10 +7,20 @@
   servers describe);
 - :mod:`._registry`: the :class:`Registry` of named tools, and :func:`connected`, which opens
   the connections their calls need while a run lasts;
+- :mod:`._effects`: what a call of a tool with side effects knows about itself
+  (:func:`current_call`, its idempotency key) and a reconciler's answer (:class:`Reconciled`);
 - :mod:`._threads`: the places in anyio's worker threads that bound sync tool calls in a
   process (:data:`sync_threads`).
 """
 
+from ._effects import (
+    CallIdentity,
+    Reconciled,
+    Reconciler,
+    args_fingerprint,
+    current_call,
+    idempotency_key,
+)
 from ._registry import Registry, connected
 from ._schema import SchemaTool
 from ._threads import SyncThreads, sync_threads
@@ -26,14 +36,20 @@ from ._tool import (
 
 __all__ = [
     "GENERATOR_TYPES",
+    "CallIdentity",
+    "Reconciled",
+    "Reconciler",
     "Registry",
     "SchemaTool",
     "SyncThreads",
     "Tool",
     "ToolOptions",
+    "args_fingerprint",
     "call_sync",
     "connected",
+    "current_call",
     "format_validation_errors",
+    "idempotency_key",
     "materialize_async",
     "sync_threads",
     "tool",

@@ -27,6 +27,7 @@ from urllib.parse import unquote
 
 from ..errors import ToolArgumentsError, ToolDefinitionError
 from ..text import is_secret_name, shorten
+from ._effects import Reconciler
 from ._tool import Tool
 
 __all__ = ["SchemaTool"]
@@ -64,6 +65,7 @@ class SchemaTool(Tool):
         connection: AbstractAsyncContextManager[Any] | None = None,
         retryable: bool = True,
         output_schema: Mapping[str, Any] | None = None,
+        reconcile: Reconciler | None = None,
     ) -> None:
         self._init_options(
             fn,
@@ -73,6 +75,7 @@ class SchemaTool(Tool):
             max_concurrency=max_concurrency,
             side_effects=side_effects,
             tags=tags,
+            reconcile=reconcile,
         )
         if not self._is_async:
             raise ToolDefinitionError(f"tool {self.name!r}: a SchemaTool's function must be async")
