@@ -68,7 +68,7 @@ def _writable(path: Path) -> bool:
     return os.access(parent, os.W_OK | os.X_OK)
 
 
-class RunStore(SolveQueries, ApprovalQueries, EffectQueries):
+class RunStore(SolveQueries, EffectQueries, ApprovalQueries):
     """A SQLite file of run records (and of solves: see :class:`SolveQueries`; of their model
     calls: see :class:`ModelCallQueries`; of the approvals that wait for a person: see
     :class:`ApprovalQueries`; and of the calls with side effects: see
