@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 
 import dagagent
 from dagagent.store import RunStore
@@ -107,7 +108,7 @@ def build_registry(chaos: _Chaos) -> dagagent.Registry:
     @registry.tool(side_effects=True)
     async def mail(n: int, task: str) -> dict[str, Any]:
         """Send a mail (nobody can tell whether an interrupted one went: a person decides)."""
-        await anyio.sleep(0)
+        await anyio.lowlevel.checkpoint()
         return chaos.effect("mail", task, n)
 
     async def check_write(call: dagagent.CallIdentity) -> dagagent.Reconciled:
@@ -168,8 +169,15 @@ def random_plan(rng: random.Random, n_tasks: int) -> dict[str, Any]:
 # -- one process under test ---------------------------------------------------------------
 
 
-def _child(store: Path, log: Path, plan: dict[str, Any], run_id: str, resume: bool,
-           point: str | None, nth: int) -> None:
+def _child(
+    store: Path,
+    log: Path,
+    plan: dict[str, Any],
+    run_id: str,
+    resume: bool,
+    point: str | None,
+    nth: int,
+) -> None:
     chaos = _Chaos(log, point, nth)
     registry = build_registry(chaos)
 
@@ -184,8 +192,16 @@ def _child(store: Path, log: Path, plan: dict[str, Any], run_id: str, resume: bo
     anyio.run(main)
 
 
-def _run_process(store: Path, log: Path, plan: dict[str, Any], run_id: str, resume: bool,
-                 point: str | None, nth: int, kill_after_s: float | None) -> int | None:
+def _run_process(
+    store: Path,
+    log: Path,
+    plan: dict[str, Any],
+    run_id: str,
+    resume: bool,
+    point: str | None,
+    nth: int,
+    kill_after_s: float | None,
+) -> int | None:
     """Fork a process that runs (or resumes) the run; kill it after ``kill_after_s`` if
     given. Its exit status (``None``: killed)."""
     pid = os.fork()
@@ -360,7 +376,9 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     while kills < args.kills:
         n = rng.randint(args.min_tasks, args.max_tasks)
-        trial = run_trial(args.dir / f"trial-{trials}", rng, n_tasks=n, max_kills=rng.randint(1, 12))
+        trial = run_trial(
+            args.dir / f"trial-{trials}", rng, n_tasks=n, max_kills=rng.randint(1, 12)
+        )
         trials += 1
         kills += trial.kills
         resumes += trial.resumes

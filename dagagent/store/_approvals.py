@@ -205,6 +205,12 @@ class ApprovalQueries:
                     f"({', '.join(r.tool for r in waiting)}): edited arguments would fit only "
                     "one of them; allow or deny them"
                 )
+            if decision == "edit" and any(r.rule == _in_doubt_rule() for r in waiting):
+                raise DecisionError(
+                    f"task {task_id!r} of run {run_id} waits on a call in doubt: it is made "
+                    "again as it was (its idempotency key is that of its arguments), or not; "
+                    "allow, deny, or say it happened"
+                )
             if decision == "happened":
                 _check_happened(run_id, task_id, waiting, output)
                 self.mark_happened(
@@ -311,6 +317,12 @@ class ApprovalQueries:
                 "UPDATE runs SET status = 'paused' WHERE id = ? AND status = 'running' AND pid = ?",
                 (run_id, os.getpid()),
             )
+
+
+def _in_doubt_rule() -> str:
+    from ..errors import IN_DOUBT_RULE
+
+    return IN_DOUBT_RULE
 
 
 def _check_happened(run_id: str, task_id: str, waiting: list[ApprovalRecord], output: Any) -> None:

@@ -278,6 +278,7 @@ class RunStore(SolveQueries, EffectQueries, ApprovalQueries):
                 ids,
             ):
                 counts[run_id][status] = int(n)
+        doubts = self.in_doubt_counts([r[0] for r in rows]) if rows else {}
         summaries = []
         for r in rows:
             status = RunStatus(effective_status(r[4], r[9]))
@@ -296,6 +297,7 @@ class RunStore(SolveQueries, EffectQueries, ApprovalQueries):
                     finished_at=r[7],
                     n_tasks=r[8],
                     counts=run_counts,
+                    in_doubt=0 if status is RunStatus.RUNNING else doubts.get(r[0], 0),
                 )
             )
         return summaries

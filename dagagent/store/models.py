@@ -55,6 +55,11 @@ class RunSummary(BaseModel):
     finished_at: float | None
     n_tasks: int
     counts: dict[str, int]
+    in_doubt: int = Field(
+        default=0,
+        description="calls of tools with side effects that started and have no outcome on "
+        "record, in a run that is not running: whether they happened is unknown",
+    )
 
     @property
     def unrecorded(self) -> int:
