@@ -149,8 +149,8 @@ async def resume_solve(
     planner: LLMPlanner | None = None,
 ) -> Solution:
     """Continue the paused or interrupted solve ``ref`` (its id, or one of its rounds' run
-    ids) recorded in ``store`` (see the module docstring). Returns its :class:`Solution`: every round, those
-    before the pause included, and the usage of the whole solve.
+    ids) recorded in ``store`` (see the module docstring). Returns its :class:`Solution`:
+    every round, those before the pause included, and the usage of the whole solve.
 
     ``decisions``: ``{task id: Approval}`` about the paused run's waiting calls, recorded
     first (as ``dagagent approve`` would); decisions recorded earlier are used too.
