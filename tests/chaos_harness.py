@@ -3,8 +3,8 @@ random moments and at chosen points around their side effects, resumed, killed a
 they are done; the side effects are counted outside the processes.
 
 Each trial makes a random plan (tasks that pay, mail and write, which have side effects, and
-pure ones that compute; maps over side-effecting tools; an approval rule asking about some of
-them; references between them) and runs it in a forked process that is killed, either at a
+pure ones that compute; maps over side-effecting tools; agent tasks whose scripted model
+mails; an approval rule asking about some payments; references between them) and runs it in a forked process that is killed, either at a
 random time or by a tool at a chosen point (``before``: its intent is on record and the
 effect not done; ``after``: the effect is done and its outcome not on record; ``during``: a
 sleep inside the call). Then, until the run has ended:
@@ -128,6 +128,25 @@ def build_registry(chaos: _Chaos) -> dagagent.Registry:
     return registry
 
 
+def agent_model() -> Any:
+    """A scripted model for agent tasks, as a function of what it is asked: an instruction
+    ``mail N for TASK`` gets one call of ``mail``, its result the answer ``done``."""
+    import re
+
+    from dagagent.llm import LLMResponse, ScriptedLLM, ToolCall
+
+    def turn(request: Any) -> Any:
+        if any(m.role == "tool" for m in request.messages):
+            return "done"
+        text = " ".join(str(getattr(m, "content", "")) for m in request.messages)
+        found = re.search(r"mail (\d+) for (t\d+)", text)
+        assert found is not None, text
+        args = {"n": int(found.group(1)), "task": found.group(2)}
+        return LLMResponse(tool_calls=[ToolCall(id="c1", name="mail", arguments=args)])
+
+    return ScriptedLLM([turn] * 100_000)
+
+
 def policy() -> dagagent.Policy:
     return dagagent.Policy(
         [dagagent.Rule(tool="pay", action="ask", name="big payments", args=_big)],
@@ -148,8 +167,11 @@ def random_plan(rng: random.Random, n_tasks: int) -> dict[str, Any]:
     single: list[str] = []  # tasks whose output has a value (not maps)
     for i in range(n_tasks):
         tid = f"t{i}"
-        tool = rng.choice(("pay", "mail", "write", "compute", "compute"))
+        tool = rng.choice(("pay", "mail", "write", "compute", "compute", "agent"))
         n: Any = rng.randint(1, 50)
+        if tool == "agent":  # an agent task whose model makes one side-effecting call
+            tasks.append({"id": tid, "instruction": f"mail {n} for {tid}", "tools": ["mail"]})
+            continue
         if single and rng.random() < 0.5:
             n = f"${{{rng.choice(single)}.value}}"
         task: dict[str, Any] = {"id": tid, "tool": tool, "args": {"n": n}}
@@ -182,11 +204,12 @@ def _child(
     registry = build_registry(chaos)
 
     async def main() -> None:
+        llm = agent_model()
         if resume:
-            await dagagent.resume(run_id, registry, store=store, interceptors=[policy()])
+            await dagagent.resume(run_id, registry, store=store, interceptors=[policy()], llm=llm)
         else:
             await dagagent.execute(
-                plan, registry, store=store, run_id=run_id, interceptors=[policy()]
+                plan, registry, store=store, run_id=run_id, interceptors=[policy()], llm=llm
             )
 
     anyio.run(main)
@@ -237,6 +260,7 @@ class Trial:
     resumes: int = 0
     decisions: int = 0
     in_doubt_decided: int = 0
+    points: dict[str, int] = field(default_factory=dict)  # kills by where they were aimed
     problems: list[str] = field(default_factory=list)
 
 
@@ -246,23 +270,26 @@ def _decide(store_path: Path, run_id: str, log: Path, rng: random.Random, trial:
         waiting = st.approvals(run_id, states=("waiting",))
         doubts = {(e.task_id, e.element): e for e in st.effects(run_id) if e.in_doubt}
         rng.shuffle(waiting)
-        done: set[str] = set()
+        asked: set[str] = set()
         for a in waiting:
-            if a.task_id in done:
-                continue
-            done.add(a.task_id)
-            trial.decisions += 1
             if a.rule != "in doubt":
-                st.decide(run_id, a.task_id, "allow", by="chaos")
+                if a.task_id not in asked:
+                    asked.add(a.task_id)
+                    trial.decisions += 1
+                    st.decide(run_id, a.task_id, "allow", by="chaos")
                 continue
-            trial.in_doubt_decided += 1
-            keys = [e.key for (t, _), e in doubts.items() if t == a.task_id]
-            found = [_logged(log, k) for k in keys]
-            if keys and all(f is not None for f in found):
-                out = found[0] if len(found) == 1 else None
-                st.decide(run_id, a.task_id, "happened", by="chaos", output=out)
-            else:
-                st.decide(run_id, a.task_id, "allow", by="chaos")
+            # one call in doubt: the person checks its key (each element on its own)
+            for (t, _), e in doubts.items():
+                if t != a.task_id or e.args != a.args or e.key in asked:
+                    continue
+                asked.add(e.key)
+                trial.decisions += 1
+                trial.in_doubt_decided += 1
+                found = _logged(log, e.key)
+                if found is not None:
+                    st.decide(run_id, t, "happened", by="chaos", output=found, key=e.key)
+                else:
+                    st.decide(run_id, t, "allow", by="chaos", key=e.key)
 
 
 def _logged(log: Path, key: str) -> Any:
@@ -289,7 +316,7 @@ def run_trial(
     trial = Trial(tasks=n_tasks)
     started = False
     for _ in range(max_rounds):
-        if started:
+        if started and _recorded(store, run_id):
             with RunStore(store) as st:
                 status = st.get_run(run_id).status.value
             if status in ("succeeded", "failed"):
@@ -309,6 +336,8 @@ def run_trial(
             trial.resumes += 1
         if code is None:
             trial.kills += 1
+            aimed = point or ("time" if kill_after is not None else "none")
+            trial.points[aimed] = trial.points.get(aimed, 0) + 1
         elif code != 0:
             trial.problems.append(f"a {'resume' if resume else 'run'} failed (exit {code})")
             return trial
@@ -349,7 +378,17 @@ def _check(store: Path, log: Path, plan: dict[str, Any], run_id: str, trial: Tri
         if e.key not in by_key:
             trial.problems.append(f"{e.where}: its effect ({e.tool}) is not in the log")
     expected = 0
+    per_task: dict[str, int] = {}
+    for _key, task_id, _out in rows:
+        per_task[task_id] = per_task.get(task_id, 0) + 1
     for task in plan["tasks"]:
+        if "instruction" in task:  # an agent task: one mail, once
+            expected += 1
+            if per_task.get(task["id"]) != 1:
+                trial.problems.append(
+                    f"agent task {task['id']}: {per_task.get(task['id'], 0)} effects, not 1"
+                )
+            continue
         if task["tool"] == "compute":
             continue
         r = record.tasks.get(task["id"])
@@ -372,6 +411,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     rng = random.Random(args.seed)
     kills = trials = resumes = doubts = 0
+    points: dict[str, int] = {}
     problems: list[str] = []
     started = time.monotonic()
     while kills < args.kills:
@@ -383,6 +423,8 @@ def main(argv: list[str] | None = None) -> int:
         kills += trial.kills
         resumes += trial.resumes
         doubts += trial.in_doubt_decided
+        for k, v in trial.points.items():
+            points[k] = points.get(k, 0) + v
         for p in trial.problems:
             problems.append(f"trial {trials - 1} ({n} tasks): {p}")
         print(
@@ -395,6 +437,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{trials} trials, {kills} kills, {resumes} resumes, {doubts} calls in doubt decided by "
         f"a person, in {time.monotonic() - started:.0f} s: {len(problems)} problems"
     )
+    aimed = ", ".join(f"{n} {k}" for k, n in sorted(points.items()))
+    print(f"kills: {aimed} (before / during / after an effect; at a random time)")
     for p in problems:
         print("  " + p)
     return 1 if problems else 0

@@ -196,6 +196,13 @@ def approve_cmd(
         metavar="JSON",
         help="With --happened: the call's output, as JSON (- reads it from stdin).",
     ),
+    key: str | None = typer.Option(
+        None,
+        "--key",
+        metavar="KEY",
+        help="Only the call in doubt with this idempotency key (one element of a map, one "
+        "call of an agent); see 'dagagent approvals'.",
+    ),
     reason: str | None = typer.Option(None, "--reason", metavar="TEXT", help="Why."),
     edit: EditOpt = None,
     by: str | None = typer.Option(
@@ -232,12 +239,12 @@ def approve_cmd(
         if happened:
             value = _read_output(output) if output is not None else None
             decided = st.decide(
-                record.run_id, task, "happened", by=who, reason=reason, output=value
+                record.run_id, task, "happened", by=who, reason=reason, output=value, key=key
             )
         elif deny:
-            decided = st.decide(record.run_id, task, "deny", by=who, reason=reason)
+            decided = st.decide(record.run_id, task, "deny", by=who, reason=reason, key=key)
         elif edit is None:
-            decided = st.decide(record.run_id, task, "allow", by=who, reason=reason)
+            decided = st.decide(record.run_id, task, "allow", by=who, reason=reason, key=key)
         else:
             given = _read_edit(edit)
             _, _, registry = registry_for(record, tools, mcp)

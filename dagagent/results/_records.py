@@ -120,6 +120,8 @@ class ApprovalAnswer(BaseModel):
     reason: str | None = None
     edit_args: dict[str, Any] | None = None
     at: float = 0.0
+    #: The rule that asked (``"in doubt"`` for a call whose outcome was unknown).
+    rule: str | None = None
 
 
 # Built on first use, as the models are.

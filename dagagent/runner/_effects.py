@@ -186,7 +186,14 @@ class Effects:
         )
         # A person's decision first: they were asked because nothing else could tell.
         args = jsonable(call.args)
-        answer = next((a for a in answers if a.tool == call.tool and a.args == args), None)
+        answer = next(
+            (
+                a
+                for a in answers
+                if a.rule == IN_DOUBT_RULE and a.tool == call.tool and a.args == args
+            ),
+            None,
+        )
         if answer is not None and answer.decision != "happened":
             who = answer.decided_by
             if answer.decision == "deny":

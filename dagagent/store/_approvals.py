@@ -129,6 +129,7 @@ class ApprovalQueries:
         by: str,
         reason: str | None,
         at: float,
+        key: str | None = None,
     ) -> int:
         raise NotImplementedError  # pragma: no cover - RunStore provides it
 
@@ -165,6 +166,7 @@ class ApprovalQueries:
         edit_args: dict[str, Any] | None = None,
         check: ArgsCheck | None = None,
         output: Any = None,
+        key: str | None = None,
     ) -> list[ApprovalRecord]:
         """Record a person's decision about the waiting calls of task ``task_id`` of run
         ``run``: ``allow``, ``deny``, or ``edit`` (allow with ``edit_args``, whose keys
@@ -172,7 +174,9 @@ class ApprovalQueries:
         schema); about a call in doubt (its process died during it), ``allow`` makes it again
         (with the same idempotency key), ``deny`` does not (the task is denied), and
         ``happened`` says it took effect, with its ``output`` (JSON-able; the task's output).
-        Runs nothing; the next resume uses it, once.
+        ``key``: the idempotency key of one call in doubt of the task (a map's element, one
+        call of an agent), to decide about it alone. Runs nothing; the next resume uses it,
+        once.
 
         Raises :class:`~dagagent.errors.StoreError` for a run that does not exist and
         :class:`~dagagent.errors.DecisionError` when the task is not waiting (never was, was
@@ -199,6 +203,8 @@ class ApprovalQueries:
             waiting = [r for r in rows if r.state == "waiting"]
             if not waiting:
                 raise DecisionError(_not_waiting(conn, run_id, task_id, rows))
+            if key is not None:
+                waiting = _waiting_on(conn, run_id, task_id, key, waiting)
             if edit_args is not None and len(waiting) > 1:
                 raise DecisionError(
                     f"task {task_id!r} of run {run_id} waits on {len(waiting)} calls "
@@ -221,6 +227,7 @@ class ApprovalQueries:
                     by=by,
                     reason=reason,
                     at=now,
+                    key=key,
                 )
             decided: list[ApprovalRecord] = []
             for r in waiting:
@@ -304,6 +311,7 @@ class ApprovalQueries:
                     reason=r.reason,
                     edit_args=r.edit_args,
                     at=r.decided_at or now,
+                    rule=r.rule,
                 )
             )
         return run_id, answers
@@ -317,6 +325,31 @@ class ApprovalQueries:
                 "UPDATE runs SET status = 'paused' WHERE id = ? AND status = 'running' AND pid = ?",
                 (run_id, os.getpid()),
             )
+
+
+def _waiting_on(
+    conn: sqlite3.Connection, run_id: str, task_id: str, key: str, waiting: list[ApprovalRecord]
+) -> list[ApprovalRecord]:
+    """The questions about the call in doubt whose idempotency key is ``key``."""
+    row = conn.execute(
+        "SELECT task_id, args, state, resolution FROM effects WHERE run_id = ? AND key = ?",
+        (run_id, key),
+    ).fetchone()
+    if row is None or row[0] != task_id:
+        raise DecisionError(f"task {task_id!r} of run {run_id} made no call with the key {key}")
+    if row[2] not in ("started", "cancelled") or row[3] is not None:
+        raise DecisionError(
+            f"the call with the key {key} (task {task_id!r} of run {run_id}) is not in doubt: "
+            f"it {row[2]}" + (f" ({row[3]})" if row[3] else "")
+        )
+    args = from_column(row[1])
+    about = [r for r in waiting if r.rule == _in_doubt_rule() and r.args == args]
+    if not about:
+        raise DecisionError(
+            f"the call with the key {key} (task {task_id!r} of run {run_id}) does not wait for "
+            "a decision: resume the run first (it asks about calls in doubt)"
+        )
+    return about
 
 
 def _in_doubt_rule() -> str:

@@ -157,17 +157,30 @@ class EffectQueries:
         by: str,
         reason: str | None,
         at: float,
+        key: str | None = None,
     ) -> int:
         """In a transaction of :meth:`decide`: a person's word that the calls in doubt of task
-        ``task_id`` happened (``output``: JSON text of their output). How many it resolved."""
-        cur = conn.execute(
+        ``task_id`` (the one with idempotency key ``key``, if given) happened (``output``:
+        JSON text of their output). How many it resolved."""
+        sql = (
             "UPDATE effects SET resolution = 'happened', resolved_by = ?, resolved_at = ?, "
             "reason = ?, state = 'succeeded', output = ?, ended_at = ? "
             "WHERE run_id = ? AND task_id = ? AND state IN ('started', 'cancelled') "
-            "AND resolution IS NULL",
-            (by, at, reason or "a person said it happened", output, at, run_id, task_id),
+            "AND resolution IS NULL"
         )
-        return int(cur.rowcount)
+        params: tuple[Any, ...] = (
+            by,
+            at,
+            reason or "a person said it happened",
+            output,
+            at,
+            run_id,
+            task_id,
+        )
+        if key is not None:
+            sql += " AND key = ?"
+            params = (*params, key)
+        return int(conn.execute(sql, params).rowcount)
 
 
 class _Write:
