@@ -62,7 +62,7 @@ def finished(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, list[
 
 def _cut(store: Path, solve_id: str, runs: list[str], phase: str) -> None:
     """Make the record what a kill in ``phase`` leaves."""
-    r1, r2 = runs
+    _, r2 = runs
     with sqlite3.connect(store) as conn:
         conn.execute(
             "UPDATE solves SET status = 'running', pid = ?, answer = NULL, cites = NULL, "
