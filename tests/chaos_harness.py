@@ -5,9 +5,9 @@ they are done; the side effects are counted outside the processes.
 Each trial makes a random plan (tasks that pay, mail and write, which have side effects, and
 pure ones that compute; maps over side-effecting tools; agent tasks whose scripted model
 mails; an approval rule asking about some payments; references between them) and runs it in
-a forked process that is killed, either at a random time or by a tool at a chosen point (``before``: its intent is on record and the
-effect not done; ``after``: the effect is done and its outcome not on record; ``during``: a
-sleep inside the call). Then, until the run has ended:
+a forked process that is killed, either at a random time or by a tool at a chosen point
+(``before``: its intent is on record and the effect not done; ``after``: the effect is done
+and its outcome not on record; ``during``: a sleep inside the call). Then, until the run has ended:
 
 - a run that paused waits for a person: the harness decides each waiting call, in a random
   order: an approval is allowed; a call in doubt (a ``mail``, which has no reconciler) is
