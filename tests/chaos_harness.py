@@ -322,7 +322,11 @@ def run_trial(
             if status in ("succeeded", "failed"):
                 break
             if status == "paused":
-                _decide(store, run_id, log, rng, trial)
+                try:
+                    _decide(store, run_id, log, rng, trial)
+                except dagagent.DagagentError as exc:
+                    trial.problems.append(f"a decision was refused: {exc}")
+                    return trial
         kill = trial.kills < max_kills
         point = rng.choice(_KILL_POINTS) if kill else None
         nth = rng.randint(1, 6)

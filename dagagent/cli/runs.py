@@ -269,9 +269,12 @@ def show_cmd(
         history = st.approval_history(record.run_id)
         effects = st.effects(record.run_id)
     doubts: dict[str, list[EffectRecord]] = {}
+    took_effect: set[str] = set()  # tasks without a result whose calls are on record as done
     for e in effects:
         if e.in_doubt:
             doubts.setdefault(e.task_id, []).append(e)
+        elif e.state == "succeeded":
+            took_effect.add(e.task_id)
     if task is not None:
         _show_task(record, task, as_json=json_out)
         return
@@ -359,7 +362,10 @@ def show_cmd(
         if r is None:
             blank = ("-", "") if waits else ("-",)
             shown = Text(IN_DOUBT, style=_style(IN_DOUBT)) if doubt else Text(missing, style="dim")
-            table.add_row(t.id, what, shown, *blank, "-", _doubt_text(doubt) if doubt else "")
+            note = _doubt_text(doubt) if doubt else ""
+            if not doubt and t.id in took_effect and record.status != "running":
+                note = "its call took effect (on record): a resume takes its output, not the call"
+            table.add_row(t.id, what, shown, *blank, "-", note)
             continue
         if r.elements is not None:
             what = f"{what} ×{len(r.elements)}"

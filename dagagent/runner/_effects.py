@@ -64,15 +64,21 @@ _IN_DOUBT_STATES = ("started", "cancelled")
 class _Known:
     """What this run knows of a call: its state, output and how a doubt was resolved."""
 
-    __slots__ = ("output", "resolution", "resolved_by", "state")
+    __slots__ = ("output", "reason", "resolution", "resolved_by", "state")
 
     def __init__(
-        self, state: str, output: Any = None, resolution: str | None = None, by: str | None = None
+        self,
+        state: str,
+        output: Any = None,
+        resolution: str | None = None,
+        by: str | None = None,
+        reason: str | None = None,
     ) -> None:
         self.state = state
         self.output = output
         self.resolution = resolution
         self.resolved_by = by
+        self.reason = reason
 
 
 def _json(value: Any) -> str | None:
@@ -101,7 +107,7 @@ class Effects:
         self.journal = journal
         self.in_doubt = in_doubt
         self._known: dict[str, _Known] = {
-            r.key: _Known(r.state, r.output, r.resolution, r.resolved_by) for r in prior
+            r.key: _Known(r.state, r.output, r.resolution, r.resolved_by, r.reason) for r in prior
         }
         #: Whether anything on record may decide about a call (then the runner keeps the
         #: decisions of every task, interceptors or not).
@@ -155,20 +161,26 @@ class Effects:
         known = self._known.get(call.idempotency_key)
         if known is None or known.state == "failed":
             return False, None
+        who = known.resolved_by or "record"
         if known.state == "succeeded":
             if known.resolution == "happened":
-                why = f"it took effect before the run stopped, said {known.resolved_by}"
-                _note(decisions, call, "happened", known.resolved_by or "record", why)
+                why = known.reason or f"it took effect before the run stopped, said {who}"
+                _note(decisions, call, "happened", who, why)
             else:
                 why = "its outcome was on record: the call was not made again"
                 _note(decisions, call, "replayed", "record", why)
             return True, known.output
-        if known.state not in _IN_DOUBT_STATES or known.resolution == "not_happened":
+        if known.state not in _IN_DOUBT_STATES:
             return False, None
-        if known.resolution == "denied":  # decided before, by a resume that did not finish
-            why = "it was in doubt and was denied before: not made"
-            _note(decisions, call, "deny", known.resolved_by or "record", why)
-            raise TaskDeniedError(why, decided_by=known.resolved_by or "record")
+        who = known.resolved_by or "record"
+        if known.resolution == "not_happened":  # a person (or a resume before) said so
+            why = known.reason or "it was in doubt; it is made again, with the same key"
+            _note(decisions, call, "allow", who, why, rule=IN_DOUBT_RULE)
+            return False, None
+        if known.resolution == "denied":
+            why = known.reason or "it was in doubt and is not made"
+            _note(decisions, call, "deny", who, why, rule=IN_DOUBT_RULE)
+            raise TaskDeniedError(why, decided_by=who)
         return await self._in_doubt(call, tool, known, decisions, answers)
 
     async def _in_doubt(

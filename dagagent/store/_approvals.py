@@ -119,11 +119,12 @@ class ApprovalQueries:
     def resolve(self, ref: str) -> str:
         raise NotImplementedError  # pragma: no cover - RunStore provides it
 
-    def mark_happened(
+    def mark_resolved(
         self,
         conn: sqlite3.Connection,
         run_id: str,
         task_id: str,
+        resolution: str,
         *,
         output: str | None,
         by: str,
@@ -219,10 +220,13 @@ class ApprovalQueries:
                 )
             if decision == "happened":
                 _check_happened(run_id, task_id, waiting, output)
-                self.mark_happened(
+            if any(r.rule == _in_doubt_rule() for r in waiting):
+                # On the calls' own records, by identity: what the resume does with each.
+                self.mark_resolved(
                     conn,
                     run_id,
                     task_id,
+                    {"happened": "happened", "deny": "denied"}.get(decision, "not_happened"),
                     output=to_column(output),
                     by=by,
                     reason=reason,
@@ -343,7 +347,9 @@ def _waiting_on(
             f"it {row[2]}" + (f" ({row[3]})" if row[3] else "")
         )
     args = from_column(row[1])
-    about = [r for r in waiting if r.rule == _in_doubt_rule() and r.args == args]
+    # One question per call: calls with equal arguments (a map's equal elements) are asked
+    # about once each, and decided one by one.
+    about = [r for r in waiting if r.rule == _in_doubt_rule() and r.args == args][:1]
     if not about:
         raise DecisionError(
             f"the call with the key {key} (task {task_id!r} of run {run_id}) does not wait for "

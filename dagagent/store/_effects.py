@@ -147,11 +147,12 @@ class EffectQueries:
         )
         return {r[0]: int(r[1]) for r in rows}
 
-    def mark_happened(
+    def mark_resolved(
         self,
         conn: sqlite3.Connection,
         run_id: str,
         task_id: str,
+        resolution: str,
         *,
         output: str | None,
         by: str,
@@ -159,20 +160,34 @@ class EffectQueries:
         at: float,
         key: str | None = None,
     ) -> int:
-        """In a transaction of :meth:`decide`: a person's word that the calls in doubt of task
-        ``task_id`` (the one with idempotency key ``key``, if given) happened (``output``:
-        JSON text of their output). How many it resolved."""
+        """In a transaction of :meth:`decide`: a person's decision about the calls in doubt
+        of task ``task_id`` (the one with idempotency key ``key``, if given), on their own
+        records: ``happened`` (``output``: JSON text of their output; they are then
+        ``succeeded``), ``not_happened`` (the resume makes them again) or ``denied``. How
+        many it resolved."""
+        words = {
+            "happened": "a person said it took effect",
+            "not_happened": "a person said to make it again",
+            "denied": "a person said not to make it",
+        }
+        happened = resolution == "happened"
         sql = (
-            "UPDATE effects SET resolution = 'happened', resolved_by = ?, resolved_at = ?, "
-            "reason = ?, state = 'succeeded', output = ?, ended_at = ? "
+            "UPDATE effects SET resolution = ?, resolved_by = ?, resolved_at = ?, reason = ?, "
+            "state = CASE WHEN ? THEN 'succeeded' ELSE state END, "
+            "output = CASE WHEN ? THEN ? ELSE output END, "
+            "ended_at = CASE WHEN ? THEN ? ELSE ended_at END "
             "WHERE run_id = ? AND task_id = ? AND state IN ('started', 'cancelled') "
             "AND resolution IS NULL"
         )
         params: tuple[Any, ...] = (
+            resolution,
             by,
             at,
-            reason or "a person said it happened",
+            reason or words[resolution],
+            happened,
+            happened,
             output,
+            happened,
             at,
             run_id,
             task_id,

@@ -24,7 +24,14 @@ from markupsafe import Markup
 
 from ..llm.usage import format_cost
 from ..review import PlanDiff, diff_plans
-from ..store import ApprovalRecord, RunRecord, RunSummary, SolveRecord, SolveSummary
+from ..store import (
+    ApprovalRecord,
+    EffectRecord,
+    RunRecord,
+    RunSummary,
+    SolveRecord,
+    SolveSummary,
+)
 from ..text import jsonable, shorten
 from ._solve import build_solve_view
 from .view import PAGE_SIZE, STATUSES, RunView, build_view, fmt_s, task_kind, task_what
@@ -241,6 +248,8 @@ class RunAround:
     answer: Any = None
     approvals: Sequence[ApprovalRecord] = ()
     round_note: str | None = None
+    #: Its calls with side effects (a task whose call is in doubt is shown ``in-doubt``).
+    effects: Sequence[EffectRecord] = ()
 
 
 def render_run(
@@ -258,7 +267,7 @@ def render_run(
     """The run page (``live_only``: only the part a running run's page refreshes; ``solve``:
     the solve the run is a round of)."""
     around = around or RunAround()
-    view = build_view(record, now=now, approvals=around.approvals)
+    view = build_view(record, now=now, approvals=around.approvals, effects=around.effects)
     ctx = _run_context(view, page=page, status=status, level=level, page_no=page_no)
     ctx["round_reason"] = around.round_note
     if live_only:
