@@ -5,11 +5,11 @@ planner is not asked again, the joiner answers, and the round keeps its number a
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
+import anyio
 import pytest
 
 import dagagent
@@ -83,7 +83,7 @@ async def test_a_killed_solve_resumes_without_paying_or_planning_again(
     (tmp_path / "paytools.py").write_text(TOOLS)
     log, store = tmp_path / "paid.log", tmp_path / "runs.db"
     solve_id = dagagent.new_run_id()
-    proc = subprocess.run(
+    proc = await anyio.run_process(
         [sys.executable, "-c", CHILD, str(store), json.dumps(PLAN), solve_id],
         cwd=tmp_path,
         env={
@@ -92,9 +92,6 @@ async def test_a_killed_solve_resumes_without_paying_or_planning_again(
             "PAID_LOG": str(log),
             "DIE_AFTER_PAYING": "1",
         },
-        capture_output=True,
-        text=True,
-        timeout=60,
         check=False,
     )
     assert proc.returncode == -9, proc.stderr
