@@ -225,7 +225,8 @@ def approve_cmd(
 
     if sum((allow, deny, happened)) != 1 and not (edit is not None and not (deny or happened)):
         raise ConfigError(
-            "give one of --allow, --deny or --happened (--edit allows with new arguments)"
+            "give one of --allow or --deny (--edit allows with new arguments; --happened says "
+            "a call in doubt took effect)"
         )
     if edit is not None and (deny or happened):
         raise ConfigError(
@@ -460,7 +461,8 @@ def _resume_solve(
     else:
         where = f"from round {round_}"
     err.print(
-        f"resuming {solve.status} solve {solve.solve_id}: {where}",
+        f"resuming solve {solve.solve_id}: {where}"
+        + (" (its process had ended)" if solve.status == "interrupted" else ""),
         markup=False,
         highlight=False,
     )
