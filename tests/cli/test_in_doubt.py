@@ -152,3 +152,13 @@ def test_approve_says_what_does_not_fit_a_call_in_doubt(killed: Killed) -> None:
     cli("resume", run_id)
     acme = [k for a, k in killed.paid() if a == "acme"]
     assert acme == [key, key]  # made again as told, with the same key: the bank drops it
+
+
+def test_a_run_with_a_call_in_doubt_is_not_replanned_into_a_new_run(killed: Killed) -> None:
+    """Run again under a new run, the payment would get a new key: replan --execute refuses
+    until the run is resumed (exit 7, nothing runs)."""
+    run_id = json.loads(cli("runs", "--json").stdout)["runs"][0]["run_id"]
+    before = killed.paid()
+    out = cli("replan", run_id, "--execute", code=7).output
+    assert "in doubt" in out and f"dagagent resume {run_id}" in out
+    assert killed.paid() == before
