@@ -47,7 +47,9 @@ class CallIdentity:
     map); ``occurrence`` counts calls of the same tool with the same arguments within one task
     (or element): an agent that sends the same message twice makes two calls; ``attempt`` is
     the task's attempt (retries keep the key); ``source`` says whether the call is the plan
-    task's own or one its agent made."""
+    task's own or one its agent made. ``args`` are the call's arguments as the task made it,
+    validated, before any interceptor edited them (an approval's edit does not change which
+    call it is, nor its key)."""
 
     run_id: str
     task_id: str
