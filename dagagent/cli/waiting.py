@@ -139,9 +139,14 @@ def approvals_cmd(
                 highlight=False,
             )
     first = rows[0]
+    options = (
+        "--happened [--output JSON] | --allow | --deny [--key KEY] [--reason TEXT]"
+        if first.rule == IN_DOUBT_RULE
+        else "--allow | --deny [--reason TEXT] [--edit ARGS.json]"
+    )
     out.print(
-        f"decide: dagagent approve {first.run_id} {printable(first.task_id)} --allow | --deny "
-        f"[--reason TEXT] [--edit ARGS.json]; then: dagagent resume {first.run_id}",
+        f"decide: dagagent approve {first.run_id} {printable(first.task_id)} {options}; then: "
+        f"dagagent resume {first.run_id}",
         markup=False,
         highlight=False,
     )
