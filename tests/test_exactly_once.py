@@ -398,3 +398,26 @@ async def test_an_agent_tasks_repeated_call_is_two_calls_and_replays_by_identity
     second = resumed.identify("t", None, tool, {"n": 1, "task": "t"}, 1, "agent")
     assert await resumed.before(first, tool, [], []) == (False, None)  # not on record
     assert await resumed.before(second, tool, [], []) == (True, "sent")
+
+
+async def test_a_success_stands_when_a_resume_is_stopped_before_it_gets_to_it(
+    tmp_path: Path,
+) -> None:
+    """A resumed run that a denial stops at once still records, as they were, the tasks that
+    succeeded before (they were never lost to 'cancelled: not run')."""
+    store, world = tmp_path / "runs.db", World()
+    reg = registry(world)
+    policy = dagagent.Policy([dagagent.Rule(tool="pay", action="ask")], ask=dagagent.ask_later)
+    plan = _plan(*({"id": t, "tool": "pay", "args": {"n": 1, "task": t}} for t in "abc"))
+    first = await dagagent.execute(plan, reg, store=store, interceptors=[policy])
+    with RunStore(store) as st:
+        st.decide(first.run_id, "b", "allow", by="ann")
+    second = await dagagent.resume(first.run_id, reg, store=store, interceptors=[policy])
+    assert second.tasks["b"].status is dagagent.TaskStatus.SUCCEEDED
+    with RunStore(store) as st:
+        st.decide(first.run_id, "a", "deny", by="ann")
+    third = await dagagent.resume(first.run_id, reg, store=store, interceptors=[policy])
+    assert third.status is RunStatus.FAILED
+    assert third.tasks["b"].status is dagagent.TaskStatus.SUCCEEDED  # not "cancelled"
+    assert third.tasks["b"].output == second.tasks["b"].output
+    assert len(world.keys("pay")) == 1

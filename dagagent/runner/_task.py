@@ -486,7 +486,12 @@ class TaskRunner:
         return r
 
     def mark(self, task_id: str, status: TaskStatus, error: str | None = None) -> TaskResult:
-        """Record a task that never started (skipped or cancelled)."""
+        """Record a task that never started (skipped or cancelled). A task of a resumed run
+        that succeeded before stands as it was recorded, whatever stopped this run before
+        the executor got to it (its success is never lost)."""
+        kept = self._kept.get(task_id)
+        if kept is not None:
+            return self._keep(kept)
         r = TaskResult(task_id=task_id, status=status, error=error)
         self._ended(r)
         return r
