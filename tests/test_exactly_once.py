@@ -19,6 +19,7 @@ from typing import Any
 
 import anyio
 import pytest
+from backends import BACKENDS, both_backends
 
 import dagagent
 from dagagent import Reconciled, RunStatus
@@ -26,6 +27,12 @@ from dagagent.settings import RunSettings
 from dagagent.store import RunStore
 
 pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(params=BACKENDS)
+def anyio_backend(request: pytest.FixtureRequest) -> str:
+    """Both event loops: the journal's thread wakes each on its own."""
+    return both_backends(request)
 
 
 def _dead_pid() -> int:
