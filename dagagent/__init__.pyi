@@ -14,6 +14,7 @@ from .agent import (
 from .approval import (
     Approval as Approval,
     ApprovalRequest as ApprovalRequest,
+    Limit as Limit,
     Policy as Policy,
     Rule as Rule,
     ask_later as ask_later,
@@ -29,6 +30,8 @@ from .errors import (
     AgentStoppedError as AgentStoppedError,
     BudgetExceededError as BudgetExceededError,
     CallInDoubtError as CallInDoubtError,
+    ConditionError as ConditionError,
+    ConditionSyntaxError as ConditionSyntaxError,
     ConfigError as ConfigError,
     DagagentError as DagagentError,
     DeadlineError as DeadlineError,
@@ -66,6 +69,7 @@ from .errors import (
     ToolArgumentsError as ToolArgumentsError,
     ToolDefinitionError as ToolDefinitionError,
     ToolError as ToolError,
+    ToolLimitError as ToolLimitError,
     UnknownToolError as UnknownToolError,
     WorkerLostError as WorkerLostError,
 )
@@ -112,6 +116,7 @@ from .run import (
     new_run_id as new_run_id,
 )
 from .runner import (
+    CallLedger as CallLedger,
     Interceptor as Interceptor,
     ToolInvocation as ToolInvocation,
 )

@@ -11,8 +11,6 @@ run ``running`` under a process that is gone, the call ``started``, the task unr
 from __future__ import annotations
 
 import sqlite3
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -36,10 +34,9 @@ def anyio_backend(request: pytest.FixtureRequest) -> str:
 
 
 def _dead_pid() -> int:
-    """The id of a process that has ended (what a killed run's record names)."""
-    p = subprocess.Popen([sys.executable, "-c", "pass"])
-    p.wait()
-    return p.pid
+    """A process id no process can have (above Linux's largest, 2**22): the record of a run
+    whose process is gone names one like it."""
+    return 2**22 + 1
 
 
 class World:

@@ -83,13 +83,21 @@ def test_install_and_test_commands_come_first_and_are_what_ci_runs() -> None:
     headings = re.findall(r"^## (.+)$", README, re.M)
     assert headings[:2] == ["Install and test", "Run the bundled example (offline, no key)"]
     assert len(headings) == len(set(headings)), "a section is duplicated"
-    assert commands(block_with(section("Install and test"), "bash", "pip")) == [
+    install = section("Install and test")
+    assert commands(block_with(install, "bash", "pip")) == [
         ('pip install -e ".[dev]"', ""),
-        ("pytest", ""),
+        (
+            "pytest -n auto --durations=20",
+            "the whole suite, on every core; its 20 slowest tests last",
+        ),
     ]
     ci = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
     assert any(re.fullmatch(r'pip install (--quiet )?-e "\.\[dev\]"', line) for line in ci)
-    assert "pytest" in ci
+    # CI runs exactly the command a user is told to run
+    assert [line for line in ci if line.startswith("pytest")] == ["pytest -n auto --durations=20"]
+    # the quick loop: the tests not marked slow, a marker pyproject declares
+    assert '`pytest -n auto -m "not slow"`' in install
+    assert '\n    "slow: ' in (ROOT / "pyproject.toml").read_text()
 
 
 def test_offline_example_runs_as_described(scratch: Path) -> None:

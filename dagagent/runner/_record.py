@@ -7,10 +7,12 @@ from typing import Any
 
 from ..errors import (
     AgentError,
+    ConditionError,
     ReferenceResolutionError,
     TaskDeniedError,
     TaskTimeoutError,
     ToolArgumentsError,
+    ToolLimitError,
     UnknownToolError,
 )
 from ..results import AgentStep, CallDecision
@@ -32,6 +34,8 @@ class TaskRun:
     resume_steps: list[AgentStep] | None = None
     #: A map task's element: its index in the list (``None`` for a task that is not a map).
     element: int | None = None
+    #: An agent that stopped before answering gave its best so far: why it stopped.
+    partial: str | None = None
 
 
 def describe(exc: BaseException) -> str:
@@ -45,6 +49,8 @@ def describe(exc: BaseException) -> str:
 
 
 _SELF_EXPLAINING = (
+    ConditionError,
+    ToolLimitError,
     ToolArgumentsError,
     ReferenceResolutionError,
     TaskTimeoutError,

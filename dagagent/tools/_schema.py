@@ -66,6 +66,8 @@ class SchemaTool(Tool):
         retryable: bool = True,
         output_schema: Mapping[str, Any] | None = None,
         reconcile: Reconciler | None = None,
+        max_calls: int | None = None,
+        cooldown_s: float | None = None,
     ) -> None:
         self._init_options(
             fn,
@@ -76,6 +78,8 @@ class SchemaTool(Tool):
             side_effects=side_effects,
             tags=tags,
             reconcile=reconcile,
+            max_calls=max_calls,
+            cooldown_s=cooldown_s,
         )
         if not self._is_async:
             raise ToolDefinitionError(f"tool {self.name!r}: a SchemaTool's function must be async")

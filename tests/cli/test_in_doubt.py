@@ -18,6 +18,8 @@ from typer.testing import CliRunner
 
 from dagagent.cli import _app as cli_app, app
 
+pytestmark = pytest.mark.slow  # each test kills a real `dagagent run`
+
 TOOLS = textwrap.dedent(
     """
     import json, os, signal

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import shutil
 import sqlite3
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -38,9 +36,9 @@ SCRIPT = {
 
 
 def _dead_pid() -> int:
-    p = subprocess.Popen([sys.executable, "-c", "pass"])
-    p.wait()
-    return p.pid
+    """A process id no process can have (above Linux's largest, 2**22): the record of a run
+    whose process is gone names one like it."""
+    return 2**22 + 1
 
 
 @pytest.fixture(scope="module")
