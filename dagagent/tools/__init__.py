@@ -9,6 +9,9 @@
   the connections their calls need while a run lasts;
 - :mod:`._effects`: what a call of a tool with side effects knows about itself
   (:func:`current_call`, its idempotency key) and a reconciler's answer (:class:`Reconciled`);
+- :mod:`._skills`: :class:`Skill`, a named procedure in Markdown whose summary goes in the
+  prompts and whose text a model reads with the ``read_skill`` tool; :func:`load_skills`
+  reads a folder of them;
 - :mod:`._threads`: the places in anyio's worker threads that bound sync tool calls in a
   process (:data:`sync_threads`).
 """
@@ -23,6 +26,7 @@ from ._effects import (
 )
 from ._registry import Registry, connected
 from ._schema import SchemaTool
+from ._skills import READ_SKILL, Skill, load_skills, skills_prompt
 from ._threads import SyncThreads, sync_threads
 from ._tool import (
     GENERATOR_TYPES,
@@ -36,11 +40,13 @@ from ._tool import (
 
 __all__ = [
     "GENERATOR_TYPES",
+    "READ_SKILL",
     "CallIdentity",
     "Reconciled",
     "Reconciler",
     "Registry",
     "SchemaTool",
+    "Skill",
     "SyncThreads",
     "Tool",
     "ToolOptions",
@@ -50,7 +56,9 @@ __all__ = [
     "current_call",
     "format_validation_errors",
     "idempotency_key",
+    "load_skills",
     "materialize_async",
+    "skills_prompt",
     "sync_threads",
     "tool",
 ]
