@@ -29,6 +29,7 @@ from .errors import (
     AgentError as AgentError,
     AgentStoppedError as AgentStoppedError,
     BudgetExceededError as BudgetExceededError,
+    CallInDoubtError as CallInDoubtError,
     ClusterError as ClusterError,
     ConditionError as ConditionError,
     ConditionSyntaxError as ConditionSyntaxError,
@@ -52,6 +53,7 @@ from .errors import (
     MCPConnectError as MCPConnectError,
     MCPServerLostError as MCPServerLostError,
     MCPToolError as MCPToolError,
+    NoCurrentCallError as NoCurrentCallError,
     PlanError as PlanError,
     PlanLoadError as PlanLoadError,
     PlanningError as PlanningError,
@@ -129,10 +131,13 @@ from .store import (
     RunStore as RunStore,
 )
 from .tools import (
+    CallIdentity as CallIdentity,
+    Reconciled as Reconciled,
     Registry as Registry,
     SchemaTool as SchemaTool,
     Skill as Skill,
     Tool as Tool,
+    current_call as current_call,
     tool as tool,
 )
 from .workflows import (

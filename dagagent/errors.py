@@ -19,6 +19,8 @@ The tree::
     │   ├── TaskTimeoutError          the task ran past its timeout
     │   ├── TaskDeniedError           an interceptor / approval rule refused the call
     │   ├── TaskWaitingError          an ``ask`` rule waits for a person's later decision
+    │   │   └── CallInDoubtError      a side-effecting call whose outcome is unknown (its
+    │   │                             process died during it) waits for a person
     │   ├── WorkerLostError           the remote worker running the tool died / was lost
     │   ├── MCPToolError              an MCP server answered a call with an error (isError)
     │   └── MCPServerLostError        the MCP server died, or is not connected, mid-call
@@ -46,6 +48,7 @@ The tree::
     ├── DecisionError                 a decision cannot be recorded, or a run resumed
     ├── ClusterError                  the executor's cluster cannot run the plan: a Temporal
     │                                 server unreachable, no worker on the task queue
+    ├── NoCurrentCallError            ``current_call()`` outside a side-effecting tool's call
     └── ConfigError                   bad option value (executor name, model spec, ...)
         └── MCPConnectError           an MCP server cannot be started, reached or listed
 
@@ -72,6 +75,7 @@ __all__ = [
     "AgentError",
     "AgentStoppedError",
     "BudgetExceededError",
+    "CallInDoubtError",
     "ClusterError",
     "ConditionError",
     "ConditionSyntaxError",
@@ -95,6 +99,7 @@ __all__ = [
     "MCPServerLostError",
     "MCPToolError",
     "MapError",
+    "NoCurrentCallError",
     "PlanError",
     "PlanLoadError",
     "PlanValidationError",
@@ -253,6 +258,32 @@ class TaskWaitingError(TaskError):
         self.tool = tool
         self.rule = rule
         super().__init__(f"waiting for approval of a call of {tool!r} ({rule}): {reason}")
+
+
+class CallInDoubtError(TaskWaitingError):
+    """A call of a tool with side effects was started and its outcome never recorded (the
+    process died, or the run was stopped, during it): whether it happened is unknown. It is
+    never made again silently: without a reconciler on the tool (or with one that could not
+    tell) and without an ``in_doubt`` policy, the task waits for a person (``dagagent
+    approvals`` lists it; ``dagagent approve RUN TASK --happened | --allow | --deny``)."""
+
+    def __init__(self, reason: str, *, tool: str, key: str) -> None:
+        self.key = key
+        super().__init__(reason, tool=tool, rule=IN_DOUBT_RULE)
+        self.args = (f"the call of {tool!r} is in doubt (idempotency key {key}): {reason}",)
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+#: The rule an in-doubt call waits under (``approvals.rule``): what ``dagagent approvals``
+#: shows, and how a person's decision finds its way back to the call.
+IN_DOUBT_RULE = "in doubt"
+
+
+class NoCurrentCallError(DagagentError, LookupError):
+    """:func:`dagagent.current_call` was called outside the call of a tool with side effects
+    (only such a call has an intent on record, and an idempotency key)."""
 
 
 class RunFailedError(DagagentError):

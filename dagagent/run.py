@@ -37,7 +37,8 @@ from .tools import connected
 
 if TYPE_CHECKING:
     from .llm import LLM, UsageTracker
-    from .store import RunRecorder, RunStore
+    from .store import EffectRecord, RunRecorder, RunStore
+    from .store._effects import EffectJournal
     from .tools import Registry, Tool
 
 __all__ = ["Resuming", "execute", "execute_sync", "new_run_id"]
@@ -50,12 +51,14 @@ def new_run_id() -> str:
 
 @dataclass(frozen=True)
 class Resuming:
-    """What :func:`dagagent.resume` hands :func:`execute` to continue a paused run: the
-    results recorded before the pause (successes stand; an agent task that waited continues
-    from its steps) and the decisions a person took, by task."""
+    """What :func:`dagagent.resume` hands :func:`execute` to continue a paused or interrupted
+    run: the results recorded before (successes stand; an agent task that waited continues
+    from its steps), the decisions a person took, by task, and the record of its calls with
+    side effects (a call that took effect is not made again; one in doubt is resolved)."""
 
     prior: Mapping[str, TaskResult]
     answers: Mapping[str, Sequence[ApprovalAnswer]]
+    effects: Sequence[EffectRecord] = ()
 
 
 async def execute(
@@ -87,7 +90,9 @@ async def execute(
       fingerprint is unchanged is not run again and gets status ``reused``.
     - ``store``: record the run (plan and every task result, durable as each task finishes)
       in this :class:`~dagagent.store.RunStore` or SQLite file (see :mod:`dagagent.store`);
-      what the store could not write is ``RunResult.record_loss``.
+      what the store could not write is ``RunResult.record_loss``. Each call of a tool with
+      side effects has its intent committed before it starts and its outcome after it ends
+      (see ``docs/exactly-once.md``).
 
     - ``ledger``: the calls the tools' guardrails (``max_calls``, ``cooldown_s``) and the
       policies' limits count (see :class:`~dagagent.runner.CallLedger`): a new one for the
@@ -157,11 +162,16 @@ class _Run:
         self.parent_id = parent_id
         self.log = get_logger(run_id=run_id)
         self.recorder: RunRecorder | None = None
+        self.journal: EffectJournal | None = None
         if store is not None:
             from .store import RunRecorder
 
             # checks the run id; starts nothing yet
             self.recorder = RunRecorder(store, run_id, resumed=resumed)
+            if registry is not None and any(t.side_effects for t in registry):
+                from .store._effects import EffectJournal
+
+                self.journal = EffectJournal(self.recorder.path)  # its thread starts on use
         # The listeners hear the run's events; the recorder hears them after the listeners
         # and takes each task's result from the runner (no event is made for it when nobody
         # else listens).
@@ -205,6 +215,14 @@ class _Run:
         self.telemetry = RunTelemetry.start(
             graph, self.run_id, self.executor.name, self.parent_id, redaction
         )
+        from .runner import Effects
+
+        effects = Effects(
+            self.run_id,
+            self.journal,
+            resuming.effects if resuming is not None else (),
+            in_doubt=settings.in_doubt,
+        )
         calls = ToolCalls(
             self.run_id,
             registry or _no_tools(),
@@ -212,7 +230,8 @@ class _Run:
             self.executor.invoker,
             self.task_events,
             resuming.answers if resuming is not None else None,
-            ledger,
+            effects=effects,
+            ledger=ledger,
         )
         return TaskRunner(
             graph,
@@ -274,6 +293,8 @@ class _Run:
                 if emit is not None:
                     emit(RunFinished(self.run_id, result))
             finally:
+                if self.journal is not None:
+                    self.journal.close()  # every call awaited its commits: nothing is queued
                 if recorder is not None:
                     recorder.close()  # flush: every result so far is durable
                 if otel is not None:

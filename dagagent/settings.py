@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, get_args
 
 from .errors import ConfigError
 from .limits import DEFAULT_MAX_ELEMENTS
-from .results import FailurePolicy
+from .results import FailurePolicy, InDoubtPolicy
 
 if TYPE_CHECKING:
     from .executors import Executor
@@ -59,6 +59,12 @@ class RunSettings:
     - ``max_elements``: the longest list a map task (``for_each``) may expand; a longer one
       fails that task with :class:`~dagagent.errors.MapError`.
     - ``retry``: the wait between a task's attempts.
+    - ``in_doubt``: what a resumed run does with a call of a tool with side effects that its
+      process left in doubt (started, no outcome on record) when neither a person nor the
+      tool's reconciler resolved it: ``"ask"`` a person (the task waits, as for an
+      approval), ``"retry"`` it with the same idempotency key (for services that drop a key
+      they have seen), or ``"deny"`` it (not made; the task is denied). See
+      ``docs/exactly-once.md``.
 
     Invalid values raise :class:`~dagagent.errors.ConfigError` when the settings are made.
     ``settings.but(on_failure="continue")`` is a copy with some values changed.
@@ -69,10 +75,13 @@ class RunSettings:
     max_concurrency: int | None = None
     max_elements: int = DEFAULT_MAX_ELEMENTS
     retry: TaskRetryPolicy = field(default_factory=TaskRetryPolicy)
+    in_doubt: InDoubtPolicy = "ask"
 
     def __post_init__(self) -> None:
         if self.on_failure not in get_args(FailurePolicy):
             raise ConfigError(f"on_failure must be 'cancel' or 'continue', not {self.on_failure!r}")
+        if self.in_doubt not in get_args(InDoubtPolicy):
+            raise ConfigError(f"in_doubt must be 'ask', 'retry' or 'deny', not {self.in_doubt!r}")
         if self.max_concurrency is not None and self.max_concurrency < 1:
             raise ConfigError(f"max_concurrency must be at least 1, not {self.max_concurrency}")
         if self.max_elements < 0:
@@ -90,6 +99,7 @@ class RunSettings:
             "on_failure": self.on_failure,
             "max_concurrency": self.max_concurrency,
             "max_elements": self.max_elements,
+            "in_doubt": self.in_doubt,
         }
 
     @classmethod
@@ -97,7 +107,9 @@ class RunSettings:
         """The settings a record kept (see :meth:`to_record`), with ``changes``; what the
         record does not say keeps its default."""
         kept: dict[str, Any] = {
-            k: data[k] for k in ("on_failure", "max_concurrency", "max_elements") if k in data
+            k: data[k]
+            for k in ("on_failure", "max_concurrency", "max_elements", "in_doubt")
+            if k in data
         }
         if isinstance(data.get("executor"), str):
             kept["executor"] = data["executor"]

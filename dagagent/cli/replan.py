@@ -248,6 +248,9 @@ def replan_cmd(
             _hint(record, review)
         raise typer.Exit(EXIT_OK)
     assert revision is not None
+    from ..workflows.replan import refuse_in_doubt
+
+    refuse_in_doubt(revision, path)  # a call in doubt is resolved by resuming its run
     print_warnings(err, revision.graph.warnings)
     rules = _rules(record, given_rules)
     if record.status.value == "paused":

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from ..store import (
         ApprovalRecord,
         DamagedRun,
+        EffectRecord,
         RunRecord,
         RunStore,
         RunSummary,
@@ -60,10 +61,14 @@ def _style(status: str) -> str:
                 "unrecorded": "dim",
                 "pending": "dim",
                 "paused": "medium_purple1",
+                IN_DOUBT: "bold yellow",
             }
         )
     return _STYLES.get(status, "")
 
+
+#: How a call with side effects whose outcome is unknown is shown (see docs/exactly-once.md).
+IN_DOUBT = "in doubt"
 
 _STATUS_ORDER = ("running", "succeeded", "reused", "failed", "denied", "cancelled", "skipped")
 
@@ -74,14 +79,18 @@ def _when(ts: float | None, *, seconds: bool = True) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S" if seconds else "%Y-%m-%d %H:%M", time.localtime(ts))
 
 
-def _counts_text(counts: dict[str, int], unrecorded: int = 0, missing: str = "unrecorded") -> Text:
+def _counts_text(
+    counts: dict[str, int], unrecorded: int = 0, missing: str = "unrecorded", in_doubt: int = 0
+) -> Text:
     """Counts by status; ``unrecorded`` tasks without a record are ``missing`` (``pending``
-    in a run under way)."""
+    in a run under way); ``in_doubt``: calls with side effects whose outcome is unknown."""
     text = Text()
     parts = [(s, counts[s]) for s in _STATUS_ORDER if counts.get(s)]
     parts += [(s, n) for s, n in sorted(counts.items()) if s not in _STATUS_ORDER]
     if unrecorded:
         parts.append((missing, unrecorded))
+    if in_doubt:
+        parts.append((IN_DOUBT, in_doubt))
     for i, (s, n) in enumerate(parts):
         if i:
             text.append(", ")
@@ -121,8 +130,8 @@ def runs_cmd(
         "--json",
         help='Print {"store", "found", "runs", "damaged"} as JSON: the store read, why that '
         "one, each run (id and run_id, the same, parent_id, created, goal, status, executor, "
-        "started_at, finished_at, n_tasks, counts, unrecorded), and each run whose record "
-        "cannot be read (run_id, problem).",
+        "started_at, finished_at, n_tasks, counts, unrecorded, in_doubt), and each run whose "
+        "record cannot be read (run_id, problem).",
     ),
 ) -> None:
     """List recorded runs, most recent first: id, when, goal, status, task counts."""
@@ -180,7 +189,10 @@ def runs_cmd(
             _when(r.created, seconds=False),
             Text(r.status.value, style=_style(r.status.value)),
             _counts_text(
-                r.counts, r.unrecorded, "pending" if r.status == "running" else "unrecorded"
+                r.counts,
+                r.unrecorded,
+                "pending" if r.status == "running" else "unrecorded",
+                r.in_doubt,
             )
             if r.n_tasks
             else Text("none", style="dim"),
@@ -277,6 +289,14 @@ def show_cmd(
         solve = st.solve_of_run(record.run_id)
         versions = _new_versions(st, record)
         history = st.approval_history(record.run_id)
+        effects = st.effects(record.run_id)
+    doubts: dict[str, list[EffectRecord]] = {}
+    took_effect: set[str] = set()  # tasks without a result whose calls are on record as done
+    for e in effects:
+        if e.in_doubt:
+            doubts.setdefault(e.task_id, []).append(e)
+        elif e.state == "succeeded":
+            took_effect.add(e.task_id)
     if task is not None:
         _show_task(record, task, as_json=json_out, history=history)
         return
@@ -296,6 +316,8 @@ def show_cmd(
         doc["critical_path"], doc["critical_path_s"] = cp, cp_s
         doc["solve"] = solve.to_json_dict() if solve is not None else None
         doc["new_versions"] = versions
+        doc["effects"] = [e.to_json_dict() for e in effects]
+        doc["in_doubt"] = [e.key for e in effects if e.in_doubt]
         print_json(out, doc)
         return
     head = Text(f"run {record.run_id}: ")
@@ -361,19 +383,32 @@ def show_cmd(
             continue
         r = record.tasks.get(t.id)
         what = t.label
+        doubt = doubts.get(t.id)
         if r is None:
             blank = ("-", "") if waits else ("-",)
-            table.add_row(t.id, what, Text(missing, style="dim"), *blank, "-", "")
+            state = Text(IN_DOUBT, style=_style(IN_DOUBT)) if doubt else Text(missing, style="dim")
+            note = _doubt_text(doubt) if doubt else ""
+            if not doubt and t.id in took_effect and record.status != "running":
+                note = "its call took effect (on record): a resume takes its output, not the call"
+            table.add_row(t.id, what, state, *blank, "-", note)
             continue
         if r.elements is not None:
             what = f"{what} ×{len(r.elements)}"
-        _add_result_row(table, t.id, what, r, waits, now)
+        _add_result_row(table, t.id, what, r, waits, now, doubt)
         if r.elements:
             _add_element_rows(table, t.id, r.elements, waits, now)
     if len(shown) < len(record.plan.tasks):
         table.caption = _left_out_caption(record, shown, missing)
     out.print(table)
-    out.print("tasks: ", _counts_text(record.counts, len(record.unrecorded), missing), sep="")
+    out.print(
+        "tasks: ",
+        _counts_text(
+            record.counts, len(record.unrecorded), missing, sum(len(d) for d in doubts.values())
+        ),
+        sep="",
+    )
+    if doubts:
+        _show_doubts(record, doubts)
     if versions:
         out.print(
             f"new versions of tasks that succeeded in run {record.parent_id} (their calls "
@@ -441,8 +476,50 @@ def _show_tracebacks(record: RunRecord) -> None:
 _ELEMENT_ROWS = 10  # the elements of a map task listed under it; show --task lists them all
 
 
+def _doubt_text(doubt: list[EffectRecord]) -> str:
+    e = doubt[0]
+    more = f" (and {len(doubt) - 1} more)" if len(doubt) > 1 else ""
+    return f"its call of {e.tool} may or may not have taken effect{more}: see below"
+
+
+def _show_doubts(record: RunRecord, doubts: dict[str, list[EffectRecord]]) -> None:
+    """The calls in doubt, with what their key is and what the next resume does."""
+    from ..text import printable
+
+    n = sum(len(d) for d in doubts.values())
+    out.print(
+        Text(f"{n} call{'s' if n != 1 else ''} in doubt", style=_style(IN_DOUBT)),
+        Text(
+            " (a tool with side effects was called and the run stopped before its outcome was "
+            "recorded: whether it took effect is unknown; it is never made again silently):"
+        ),
+        sep="",
+    )
+    for items in doubts.values():
+        for e in items:
+            out.print(
+                f"  {printable(e.where)}: {printable(e.tool)}, key {e.key}, started "
+                f"{_when(e.started_at)} (attempt {e.attempt}, {e.state})",
+                markup=False,
+                highlight=False,
+            )
+    out.print(
+        f"'dagagent resume {record.run_id}' asks each tool's reconciler, or waits for a "
+        "person: 'dagagent approve RUN TASK --happened [--output JSON]' (it took effect), "
+        "--allow (make it again, same key) or --deny",
+        markup=False,
+        highlight=False,
+    )
+
+
 def _add_result_row(
-    table: Table, task_id: str, what: str, r: TaskResult, waits: bool, now: float
+    table: Table,
+    task_id: str,
+    what: str,
+    r: TaskResult,
+    waits: bool,
+    now: float,
+    doubt: list[EffectRecord] | None = None,
 ) -> None:
     from ..results import TaskStatus
     from ..text import shorten
@@ -452,7 +529,12 @@ def _add_result_row(
     running = r.status is TaskStatus.RUNNING
     if running and r.started_at is not None:
         ran = f"{now - r.started_at:.3f}s…"  # so far
-    if running:
+    status = Text(r.status.value, style=_style(r.status.value))
+    if doubt and not r.status.ok:
+        status = Text(IN_DOUBT, style=_style(IN_DOUBT))
+    if doubt and not r.status.ok:
+        detail = _doubt_text(doubt)
+    elif running:
         detail = ""
     elif r.partial:
         detail = f"(partial) {shorten(r.output, max(60, out.width - 70))}"
@@ -466,7 +548,7 @@ def _add_result_row(
     table.add_row(
         task_id,
         what,
-        Text(r.status.value, style=_style(r.status.value)),
+        status,
         ran,
         *((waited,) if waits else ()),
         "-" if running else str(r.attempts),

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from ..errors import ConfigError, StoreError
+from ..errors import IN_DOUBT_RULE, ConfigError, StoreError
 from ..executors import IN_PROCESS_EXECUTORS
 from ..settings import RunSettings
 from ._app import EXIT_RECORD, Interrupted, app, err, guard, out
@@ -40,7 +40,7 @@ from .rules import recorded_rules
 from .run import agent_model, print_result
 
 if TYPE_CHECKING:
-    from ..store import ApprovalRecord, RunStore
+    from ..store import ApprovalRecord, RunRecord, RunStore
 
 __all__: list[str] = []
 
@@ -97,8 +97,19 @@ def approvals_cmd(
 
     with RunStore(store, create=False) as st:
         rows = st.approvals(run)
+        keys = _doubt_keys(st, rows)
     if json_out:
-        print_json(out, {"approvals": [r.to_json_dict() for r in rows]})
+        print_json(
+            out,
+            {
+                "approvals": [
+                    {**r.to_json_dict(), "keys": keys.get((r.run_id, r.task_id), [])}
+                    if r.rule == IN_DOUBT_RULE
+                    else r.to_json_dict()
+                    for r in rows
+                ]
+            },
+        )
         return
     if not rows:
         where = f" in run {run}" if run else ""
@@ -118,10 +129,26 @@ def approvals_cmd(
             _state(r),
         )
     out.print(table)
+    for r in rows:
+        if r.rule == IN_DOUBT_RULE and r.state == "waiting":
+            shown = ", ".join(keys.get((r.run_id, r.task_id), [])) or "-"
+            out.print(
+                f"in doubt: task {printable(r.task_id)!r} of run {r.run_id} called "
+                f"{printable(r.tool)} (idempotency key {shown}) and its process ended during "
+                "the call: check whether it took effect, then --happened [--output JSON], "
+                "--allow (made again, same key) or --deny",
+                markup=False,
+                highlight=False,
+            )
     first = rows[0]
+    options = (
+        "--happened [--output JSON] | --allow | --deny [--key KEY] [--reason TEXT]"
+        if first.rule == IN_DOUBT_RULE
+        else "--allow | --deny [--reason TEXT] [--edit ARGS.json]"
+    )
     out.print(
-        f"decide: dagagent approve {first.run_id} {printable(first.task_id)} --allow | --deny "
-        f"[--reason TEXT] [--edit ARGS.json]; then: dagagent resume {first.run_id}",
+        f"decide: dagagent approve {first.run_id} {printable(first.task_id)} {options}; then: "
+        f"dagagent resume {first.run_id}",
         markup=False,
         highlight=False,
     )
@@ -129,6 +156,16 @@ def approvals_cmd(
 
 #: The most an ``--edit`` file of arguments may hold.
 MAX_EDIT_BYTES = 1024 * 1024
+
+
+def _doubt_keys(st: RunStore, rows: list[ApprovalRecord]) -> dict[tuple[str, str], list[str]]:
+    """The idempotency keys of the calls in doubt that ``rows`` wait on, by run and task."""
+    keys: dict[tuple[str, str], list[str]] = {}
+    for run_id in sorted({r.run_id for r in rows if r.rule == IN_DOUBT_RULE}):
+        for e in st.effects(run_id):
+            if e.state in ("started", "cancelled") and e.resolution is None:
+                keys.setdefault((run_id, e.task_id), []).append(e.key)
+    return keys
 
 
 def _read_edit(path: Path) -> dict[str, Any]:
@@ -165,8 +202,29 @@ def _read_edit(path: Path) -> dict[str, Any]:
 def approve_cmd(
     run: str = RunId,
     task: str = typer.Argument(..., metavar="TASK", help="The waiting task's id."),
-    allow: bool = typer.Option(False, "--allow", help="Let the call run."),
+    allow: bool = typer.Option(
+        False, "--allow", help="Let the call run (a call in doubt: made again, same key)."
+    ),
     deny: bool = typer.Option(False, "--deny", help="Refuse it: the task becomes denied."),
+    happened: bool = typer.Option(
+        False,
+        "--happened",
+        help="A call in doubt took effect: it is not made again, and the task succeeds "
+        "(with --output as its output).",
+    ),
+    output: str | None = typer.Option(
+        None,
+        "--output",
+        metavar="JSON",
+        help="With --happened: the call's output, as JSON (- reads it from stdin).",
+    ),
+    key: str | None = typer.Option(
+        None,
+        "--key",
+        metavar="KEY",
+        help="Only the call in doubt with this idempotency key (one element of a map, one "
+        "call of an agent); see 'dagagent approvals'.",
+    ),
     reason: str | None = typer.Option(None, "--reason", metavar="TEXT", help="Why."),
     edit: EditOpt = None,
     by: str | None = typer.Option(
@@ -187,17 +245,29 @@ def approve_cmd(
     from ..workflows.resume import decider
     from .render import print_json
 
-    if allow == deny and not (edit is not None and not deny):
-        raise ConfigError("give one of --allow or --deny (--edit allows with new arguments)")
-    if edit is not None and deny:
-        raise ConfigError("--edit allows the call with new arguments: it does not go with --deny")
+    if sum((allow, deny, happened)) != 1 and not (edit is not None and not (deny or happened)):
+        raise ConfigError(
+            "give one of --allow or --deny (--edit allows with new arguments; --happened says "
+            "a call in doubt took effect)"
+        )
+    if edit is not None and (deny or happened):
+        raise ConfigError(
+            "--edit allows the call with new arguments: it goes with neither --deny nor --happened"
+        )
+    if output is not None and not happened:
+        raise ConfigError("--output is the output of a call that happened: it goes with --happened")
     with RunStore(store, create=False) as st:
         record = st.get_run(run)
         who = decider(by)
-        if deny:
-            decided = st.decide(record.run_id, task, "deny", by=who, reason=reason)
+        if happened:
+            value = _read_output(output) if output is not None else None
+            decided = st.decide(
+                record.run_id, task, "happened", by=who, reason=reason, output=value, key=key
+            )
+        elif deny:
+            decided = st.decide(record.run_id, task, "deny", by=who, reason=reason, key=key)
         elif edit is None:
-            decided = st.decide(record.run_id, task, "allow", by=who, reason=reason)
+            decided = st.decide(record.run_id, task, "allow", by=who, reason=reason, key=key)
         else:
             given = _read_edit(edit)
             _, _, registry = registry_for(record, tools, mcp)
@@ -230,6 +300,18 @@ def approve_cmd(
         markup=False,
         highlight=False,
     )
+
+
+def _read_output(text: str) -> Any:
+    if text == "-":
+        text = sys.stdin.read()
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(
+            f"--output: not valid JSON: {exc.msg} (column {exc.colno}); a text is given in "
+            "quotes, e.g. --output '\"sent\"'"
+        ) from None
 
 
 @app.command("resume")
@@ -281,7 +363,7 @@ def resume_cmd(
             )
             raise typer.Exit(code) from None
         solve = st.solve_of_run(record.run_id)
-        if solve is not None and solve.status == "paused":
+        if solve is not None and solve.status in ("paused", "interrupted"):
             code = _resume_solve(
                 st, record.run_id, tools, mcp, model, base_url, stream_timeout, executor,
                 no_wait, json_out,
@@ -327,6 +409,14 @@ def resume_cmd(
     raise typer.Exit(code)
 
 
+def _a_run_of(st: RunStore, solve: Any) -> RunRecord | None:
+    """The latest run of ``solve`` on record (its tools, model and rules are the solve's)."""
+    for r in reversed(solve.rounds):
+        if r.run_id is not None and st.exists(r.run_id):
+            return st.get_run(r.run_id)
+    return None
+
+
 def _resume_solve(
     st: RunStore,
     ref: str,
@@ -348,14 +438,18 @@ def _resume_solve(
     from ..text import printable
     from ..tools._loop import run_own_loop
     from ..workflows import Solution, resume_solve
-    from ..workflows.solve_resume import paused_solve
+    from ..workflows.solve_resume import resumable_solve
     from .approve import run_interceptors
     from .render import print_json
     from .signals import stoppable
 
-    solve, paused = paused_solve(st, ref)
-    assert paused.run_id is not None
-    record = st.get_run(paused.run_id)
+    solve, last = resumable_solve(st, ref)
+    record = _a_run_of(st, solve)
+    if record is None:
+        raise ConfigError(
+            f"solve {solve.solve_id} stopped before any of its rounds had a run on record: its "
+            "tools and model are not known; ask again (dagagent ask)"
+        )
     _, _, registry = registry_for(record, tools, mcp)
     rules = recorded_rules(record)
     policies = run_interceptors(None, registry, approve=False, rules=rules, no_wait=no_wait)
@@ -364,17 +458,23 @@ def _resume_solve(
     st.context = dict(record.context)
     first = policies[0] if policies and isinstance(policies[0], Policy) else None
     choice = ModelChoice.recorded(record.context, model, base_url, stream_timeout)
+    round_ = last.round if last is not None else 1
     if not choice.configured:
         raise ConfigError(
-            f"run {record.run_id} is round {paused.round} of solve {solve.solve_id}, which is "
-            "paused: after its run the joiner decides, so resuming it needs the model "
+            f"run {record.run_id} is round {round_} of solve {solve.solve_id}, which is "
+            f"{solve.status}: after its run the joiner decides, so resuming it needs the model "
             "(--model SPEC or DAGAGENT_MODEL)"
         )
     llm = choice.client()
     progress = AskProgress()
-    progress.solve_id, progress.round, progress.run_id = solve.solve_id, paused.round, record.run_id
+    progress.solve_id, progress.round, progress.run_id = solve.solve_id, round_, record.run_id
+    if last is not None and last.run_id == record.run_id:
+        where = f"round {round_}'s run {record.run_id} goes on"
+    else:
+        where = f"from round {round_}"
     err.print(
-        f"resuming solve {solve.solve_id}: round {paused.round}'s run {record.run_id} goes on",
+        f"resuming solve {solve.solve_id}: {where}"
+        + (" (its process had ended)" if solve.status == "interrupted" else ""),
         markup=False,
         highlight=False,
     )

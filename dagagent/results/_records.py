@@ -74,9 +74,12 @@ class CallDecision(BaseModel):
     """A decision taken about one tool call of a task, as ``TaskResult.decisions`` keeps it.
 
     ``decision`` is ``allow`` / ``deny`` / ``edit`` (an approval rule or a person; ``rule``
-    names the rule), ``wait`` (an ``ask`` rule whose answer comes later), ``unanswered``
-    (the run stopped while the question was open) or ``redact`` (the ``redacting``
-    interceptor hid arguments). ``args`` are the call's arguments when it was decided
+    names the rule), ``wait`` (an ``ask`` rule whose answer comes later, or a call in doubt
+    that waits for a person), ``unanswered`` (the run stopped while the question was open),
+    ``redact`` (the ``redacting`` interceptor hid arguments), ``happened`` (a call left in
+    doubt by a crash took effect, says its reconciler or a person: its output stands and it
+    is not made again) or ``replayed`` (a resumed run found the call's outcome on record and
+    took it instead of making the call again). ``args`` are the call's arguments when it was decided
     (JSON-able; after an edit or a redaction, the new ones), ``source`` whether the call was
     the plan task's own (``plan``) or one its agent made (``agent``), ``at`` a Unix
     timestamp."""
@@ -104,7 +107,8 @@ class ApprovalAnswer(BaseModel):
     ``tool`` and ``args`` are the call as it was asked about: the decision answers only a call
     of that tool with those arguments (a call whose arguments changed since, after a replan
     say, is asked about again). ``decision`` is ``allow``, ``deny`` or ``edit`` (then
-    ``edit_args`` are the arguments to call with instead)."""
+    ``edit_args`` are the arguments to call with instead), or, for a call in doubt,
+    ``happened`` (it took effect; its output is on the call's record)."""
 
     model_config = ConfigDict(frozen=True, defer_build=True)
 
@@ -116,6 +120,8 @@ class ApprovalAnswer(BaseModel):
     reason: str | None = None
     edit_args: dict[str, Any] | None = None
     at: float = 0.0
+    #: The rule that asked (``"in doubt"`` for a call whose outcome was unknown).
+    rule: str | None = None
 
 
 # Built on first use, as the models are.

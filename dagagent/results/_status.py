@@ -16,6 +16,7 @@ __all__ = [
     "Decision",
     "DecisionSource",
     "FailurePolicy",
+    "InDoubtPolicy",
     "PersonDecision",
     "RoundOutcome",
     "RunStatus",
@@ -129,15 +130,23 @@ ApprovalState: TypeAlias = Literal["waiting", "decided", "used", "closed"]
 """Where a question about a call stands: nobody decided yet, a decision waits for a resume,
 a resume used it, or the run will not resume."""
 
+InDoubtPolicy: TypeAlias = Literal["ask", "retry", "deny"]
+"""What a resumed run does with a call of a tool with side effects left in doubt (started,
+no outcome on record) that neither a person nor the tool's reconciler resolved: ``ask`` a
+person (the task waits), ``retry`` it with the same idempotency key, or ``deny`` it."""
+
 FailurePolicy: TypeAlias = Literal["cancel", "continue"]
 """What a task's failure does to the rest of a run: ``cancel`` stops it (running tasks are
 cancelled, the others marked), ``continue`` lets independent branches run to their end."""
 
-Decision: TypeAlias = Literal["allow", "deny", "edit", "wait", "unanswered", "redact"]
+Decision: TypeAlias = Literal[
+    "allow", "deny", "edit", "wait", "unanswered", "redact", "happened", "replayed"
+]
 """What was decided about one tool call (see :class:`~dagagent.results.CallDecision`)."""
 
-PersonDecision: TypeAlias = Literal["allow", "deny", "edit"]
-"""What a person may decide about a call that waits for them."""
+PersonDecision: TypeAlias = Literal["allow", "deny", "edit", "happened"]
+"""What a person may decide about a call that waits for them (``happened``: a call in doubt
+took effect, and is not made again)."""
 
 DecisionSource: TypeAlias = Literal["plan", "agent"]
 """Whose call it was: the plan task's own (``plan``) or one its agent made (``agent``)."""

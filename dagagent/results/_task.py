@@ -18,6 +18,11 @@ __all__ = ["TaskResult"]
 _FINISHED = frozenset({TaskStatus.SUCCEEDED, TaskStatus.FAILED, TaskStatus.DENIED})
 
 
+#: Decisions that are records, not waits: a redaction, and the outcome of a call taken from
+#: the record of side effects (``replayed``, ``happened``).
+_NO_WAIT = frozenset({REDACT, "replayed", "happened"})
+
+
 @dataclass(slots=True, kw_only=True)
 class TaskResult:
     """The outcome of one task. Times are Unix timestamps (seconds).
@@ -105,7 +110,7 @@ class TaskResult:
         answered waited all its time."""
         last = None
         for d in self.decisions or ():
-            if d.source == "plan" and d.decision != REDACT:
+            if d.source == "plan" and d.decision not in _NO_WAIT:
                 last = d
         if last is None or self.started_at is None:
             return 0.0

@@ -17,6 +17,8 @@ Executors decide *when* a task starts and call :meth:`TaskRunner.run_task`; ever
 - :mod:`._redaction`: the one boundary where what leaves the runner is redacted;
 - :mod:`._map`: a map task (``for_each``): its list expanded into one element run per element;
 - :mod:`._retry`: which failures are not retried;
+- :mod:`._effects`: calls with side effects, exactly once: intent and outcome on record,
+  replayed or resolved (in doubt) on resume;
 - :mod:`._reuse`: when an earlier run's output stands (:func:`task_fingerprint`);
 - :mod:`._cancel`: telling a real cancellation from a tool that raised one;
 - :mod:`._traceback`: a failing tool's traceback, as its result keeps it;
@@ -33,6 +35,7 @@ from ._calls import (
     ToolInvocation,
     invoke_local,
 )
+from ._effects import Effects
 from ._ledger import CallLedger, Clock, Crossing
 from ._redaction import Redaction
 from ._reuse import task_fingerprint
@@ -47,6 +50,7 @@ __all__ = [
     "CallNext",
     "Clock",
     "Crossing",
+    "Effects",
     "Interceptor",
     "Invoker",
     "Redaction",

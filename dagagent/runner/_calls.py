@@ -25,7 +25,8 @@ from ._ledger import CallLedger
 
 if TYPE_CHECKING:
     from ..events import Event
-    from ..tools import Registry, Tool
+    from ..tools import CallIdentity, Registry, Tool
+    from ._effects import Effects
 
 __all__ = [
     "ArgumentRedactor",
@@ -79,6 +80,8 @@ class ToolInvocation:
     timeout: float | None = None
     #: Decisions a person recorded about this task's waiting calls (a resumed run).
     answers: Sequence[ApprovalAnswer] = ()
+    #: A call of a tool with side effects: its identity (idempotency key...), else ``None``.
+    identity: CallIdentity | None = None
     #: The calls of the run (or solve) so far, which guardrails are checked against.
     ledger: CallLedger = field(default_factory=CallLedger, repr=False)
     _emit: Callable[[Event], None] | None = field(default=None, repr=False)
@@ -158,10 +161,12 @@ class CallOptions(TypedDict, total=False):
     source: DecisionSource
     decisions: list[CallDecision] | None
     timeout: float | None
+    element: int | None
 
 
 class ToolCalls:
-    """The call seam of one run: its interceptors, per-tool limits and invoker, composed once."""
+    """The call seam of one run: its interceptors, per-tool limits and invoker, composed once;
+    ``effects``: the run's calls with side effects (see :mod:`._effects`)."""
 
     def __init__(
         self,
@@ -171,9 +176,15 @@ class ToolCalls:
         invoker: Invoker | None = None,
         emit: Callable[[Event], None] | None = None,
         answers: Mapping[str, Sequence[ApprovalAnswer]] | None = None,
+        effects: Effects | None = None,
         ledger: CallLedger | None = None,
     ) -> None:
         self.run_id = run_id
+        if effects is None:
+            from ._effects import Effects
+
+            effects = Effects(run_id)
+        self.effects = effects
         #: The calls made so far, for the guardrails (a solve's, across its rounds).
         self.ledger = ledger if ledger is not None else CallLedger()
         self._answers = dict(answers or {})
@@ -190,8 +201,9 @@ class ToolCalls:
 
     @property
     def intercepted(self) -> bool:
-        """Whether calls go through interceptors (which may record decisions)."""
-        return bool(self._interceptors)
+        """Whether decisions may be taken about calls: they go through interceptors, or a
+        resumed run's record of calls with side effects decides about some."""
+        return bool(self._interceptors) or self.effects.has_prior
 
     async def call(
         self,
@@ -203,13 +215,26 @@ class ToolCalls:
         source: DecisionSource = "plan",
         decisions: list[CallDecision] | None = None,
         timeout: float | None = None,
+        element: int | None = None,
     ) -> Any:
         """Validate ``args`` and call ``tool`` through the interceptors and the invoker
         (``timeout`` bounds the invoker call, not the interceptors); decisions taken about
-        the call are added to ``decisions``."""
+        the call are added to ``decisions``. ``element``: the map element making the call.
+
+        A call of a tool with side effects is first looked up in the run's record (a call
+        that took effect is not made again; one in doubt is resolved: see :mod:`._effects`),
+        and is made between its intent and its outcome, both committed."""
         validated = tool.validate_args(args)
+        identity: CallIdentity | None = None
+        if tool.side_effects:
+            effects = self.effects
+            identity = effects.identify(task_id, element, tool, validated, attempt, source)
+            answers = self._answers.get(task_id, ()) if self._answers else ()
+            done, output = await effects.before(identity, tool, decisions, answers)
+            if done:
+                return output
         if not self._interceptors:
-            return await self._invoke(tool, validated, timeout)
+            return await self._invoke(tool, validated, timeout, identity)
         call = ToolInvocation(
             self.run_id,
             task_id,
@@ -219,6 +244,7 @@ class ToolCalls:
             source,
             timeout=timeout,
             answers=self._answers.get(task_id, ()) if self._answers else (),
+            identity=identity,
             ledger=self.ledger,
             _emit=self._emit,
             _validated=validated,
@@ -230,14 +256,20 @@ class ToolCalls:
                 decisions.extend(call.decisions)
 
     async def _innermost(self, call: ToolInvocation) -> Any:
-        return await self._invoke(call.tool, call.args, call.timeout)
+        return await self._invoke(call.tool, call.args, call.timeout, call.identity)
 
-    async def _invoke(self, tool: Tool, args: Mapping[str, Any], timeout: float | None) -> Any:
+    async def _invoke(
+        self,
+        tool: Tool,
+        args: Mapping[str, Any],
+        timeout: float | None,
+        identity: CallIdentity | None = None,
+    ) -> Any:
         if timeout is None:
-            return await self._limited(tool, args)
+            return await self._limited(tool, args, identity)
         try:
             with anyio.fail_after(timeout) as scope:
-                output = await self._limited(tool, args)
+                output = await self._limited(tool, args, identity)
         except TimeoutError:
             if not scope.cancel_called:  # the tool's own TimeoutError, not the task's timeout
                 raise
@@ -266,14 +298,26 @@ class ToolCalls:
             raise ToolLimitError(crossing.message, tool=name, limit=crossing.limit)
         ledger.count(name)
 
-    async def _limited(self, tool: Tool, args: Mapping[str, Any]) -> Any:
+    async def _limited(
+        self, tool: Tool, args: Mapping[str, Any], identity: CallIdentity | None
+    ) -> Any:
         limit = self._limits.get(tool.name) if self._limits else None
         if limit is None:
             self._guard(tool)
-            return await self._invoker(tool, args)
+            if identity is None:
+                return await self._invoker(tool, args)
+            return await self._recorded(tool, args, identity)
         async with limit:
             self._guard(tool)
-            return await self._invoker(tool, args)
+            if identity is None:
+                return await self._invoker(tool, args)
+            return await self._recorded(tool, args, identity)
+
+    async def _recorded(self, tool: Tool, args: Mapping[str, Any], identity: CallIdentity) -> Any:
+        """A call with side effects, between its intent and its outcome (a call the
+        guardrails refuse has neither: it is never made)."""
+        invoker = self._invoker
+        return await self.effects.invoke(identity, lambda: invoker(tool, args))
 
 
 def timed_out_late(timeout: float | None, exc: BaseException | None = None) -> str:

@@ -247,6 +247,7 @@ class MapRun:
         runner, task = self.runner, self.task
         async with Slot(runner.slots):
             run = TaskRun(task.id, time.time(), [] if runner.calls.intercepted else None)
+            run.element = i
             prior = self.prior
             if prior is not None and len(prior) == len(self.items) and prior[i].steps:
                 run.resume_steps = list(prior[i].steps or ())  # an agent that waited goes on

@@ -32,6 +32,8 @@ class TaskRun:
     steps: list[AgentStep] | None = None  # an agent task's steps, when it has any
     #: A resumed agent element (of a map task) that waited: the steps it continues from.
     resume_steps: list[AgentStep] | None = None
+    #: A map task's element: its index in the list (``None`` for a task that is not a map).
+    element: int | None = None
     #: An agent that stopped before answering gave its best so far: why it stopped.
     partial: str | None = None
 

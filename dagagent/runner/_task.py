@@ -345,6 +345,7 @@ class TaskRunner:
             attempt=run.attempts,
             decisions=run.decisions,
             timeout=timeout,
+            element=run.element,
         )
 
     async def _attempt_agent(self, task: AgentTask, run: TaskRun) -> Any:
@@ -392,7 +393,14 @@ class TaskRunner:
         async def call(tool: Tool, args: dict[str, Any]) -> Any:
             def made() -> Awaitable[Any]:
                 return self.calls.call(
-                    task.id, tool, args, source="agent", decisions=decisions, timeout=tool.timeout_s
+                    task.id,
+                    tool,
+                    args,
+                    source="agent",
+                    decisions=decisions,
+                    timeout=tool.timeout_s,
+                    attempt=run.attempts,
+                    element=run.element,
                 )
 
             if telemetry is None:
@@ -532,7 +540,12 @@ class TaskRunner:
         error_type: str | None = None,
     ) -> TaskResult:
         """Record a task that never started (skipped or cancelled), and why (``error_type``
-        :data:`~dagagent.results.CONDITION_FALSE`: skipped by a condition)."""
+        :data:`~dagagent.results.CONDITION_FALSE`: skipped by a condition). A task of a
+        resumed run that succeeded before stands as it was recorded, whatever stopped this run
+        before the executor got to it (its success is never lost)."""
+        kept = self._kept.get(task_id)
+        if kept is not None:
+            return self._keep(kept)
         r = TaskResult(task_id=task_id, status=status, error=error, error_type=error_type)
         self._ended(r)
         return r

@@ -71,6 +71,7 @@ from ._store import DEFAULT_FLUSH_INTERVAL_S, RunStore, default_store_path
 from .models import (
     ApprovalRecord,
     DamagedRun,
+    EffectRecord,
     RoundRecord,
     RunRecord,
     RunSummary,
@@ -87,6 +88,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "ApprovalRecord",
     "DamagedRun",
+    "EffectRecord",
     "Migration",
     "ModelCallWriter",
     "RoundRecord",

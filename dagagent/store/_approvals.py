@@ -32,8 +32,8 @@ from .models import ApprovalRecord
 
 __all__ = ["DECISIONS", "ApprovalQueries", "ArgsCheck", "person_wait_s", "person_waits"]
 
-#: What a person may decide about a waiting call.
-DECISIONS = ("allow", "deny", "edit")
+#: What a person may decide about a waiting call (``happened``: only about a call in doubt).
+DECISIONS = ("allow", "deny", "edit", "happened")
 
 ArgsCheck = Callable[[str, dict[str, Any]], Any]
 """``(tool name, arguments) -> validated`` (raises when they do not fit the tool's schema)."""
@@ -120,6 +120,21 @@ class ApprovalQueries:
     def resolve(self, ref: str) -> str:
         raise NotImplementedError  # pragma: no cover - RunStore provides it
 
+    def mark_resolved(
+        self,
+        conn: sqlite3.Connection,
+        run_id: str,
+        task_id: str,
+        resolution: str,
+        *,
+        output: str | None,
+        by: str,
+        reason: str | None,
+        at: float,
+        key: str | None = None,
+    ) -> int:
+        raise NotImplementedError  # pragma: no cover - RunStore provides it
+
     # -- reading ----------------------------------------------------------------------------
 
     def approvals(
@@ -152,11 +167,18 @@ class ApprovalQueries:
         reason: str | None = None,
         edit_args: dict[str, Any] | None = None,
         check: ArgsCheck | None = None,
+        output: Any = None,
+        key: str | None = None,
     ) -> list[ApprovalRecord]:
         """Record a person's decision about the waiting calls of task ``task_id`` of run
         ``run``: ``allow``, ``deny``, or ``edit`` (allow with ``edit_args``, whose keys
         replace the call's arguments; ``check`` validates the result against the tool's
-        schema). Runs nothing; the next resume uses it, once.
+        schema); about a call in doubt (its process died during it), ``allow`` makes it again
+        (with the same idempotency key), ``deny`` does not (the task is denied), and
+        ``happened`` says it took effect, with its ``output`` (JSON-able; the task's output).
+        ``key``: the idempotency key of one call in doubt of the task (a map's element, one
+        call of an agent), to decide about it alone. Runs nothing; the next resume uses it,
+        once.
 
         Raises :class:`~dagagent.errors.StoreError` for a run that does not exist and
         :class:`~dagagent.errors.DecisionError` when the task is not waiting (never was, was
@@ -167,6 +189,8 @@ class ApprovalQueries:
             raise DecisionError("edited arguments go with the decision 'edit', and only with it")
         if not by.strip():
             raise DecisionError("a decision names who took it (by=...)")
+        if output is not None and decision != "happened":
+            raise DecisionError("an output goes with the decision 'happened', and only with it")
         run_id = self.resolve(run)
         now = time.time()
         with self._transaction() as conn:
@@ -181,11 +205,34 @@ class ApprovalQueries:
             waiting = [r for r in rows if r.state == "waiting"]
             if not waiting:
                 raise DecisionError(_not_waiting(conn, run_id, task_id, rows))
+            if key is not None:
+                waiting = _waiting_on(conn, run_id, task_id, key, waiting)
             if edit_args is not None and len(waiting) > 1:
                 raise DecisionError(
                     f"task {task_id!r} of run {run_id} waits on {len(waiting)} calls "
                     f"({', '.join(r.tool for r in waiting)}): edited arguments would fit only "
                     "one of them; allow or deny them"
+                )
+            if decision == "edit" and any(r.rule == _in_doubt_rule() for r in waiting):
+                raise DecisionError(
+                    f"task {task_id!r} of run {run_id} waits on a call in doubt: it is made "
+                    "again as it was (its idempotency key is that of its arguments), or not; "
+                    "allow, deny, or say it happened"
+                )
+            if decision == "happened":
+                _check_happened(run_id, task_id, waiting, output)
+            if any(r.rule == _in_doubt_rule() for r in waiting):
+                # On the calls' own records, by identity: what the resume does with each.
+                self.mark_resolved(
+                    conn,
+                    run_id,
+                    task_id,
+                    {"happened": "happened", "deny": "denied"}.get(decision, "not_happened"),
+                    output=to_column(output),
+                    by=by,
+                    reason=reason,
+                    at=now,
+                    key=key,
                 )
             decided: list[ApprovalRecord] = []
             for r in waiting:
@@ -268,6 +315,7 @@ class ApprovalQueries:
                     reason=r.reason,
                     edit_args=r.edit_args,
                     at=r.decided_at or now,
+                    rule=r.rule,
                 )
             )
         return run_id, answers
@@ -281,6 +329,57 @@ class ApprovalQueries:
                 "UPDATE runs SET status = 'paused' WHERE id = ? AND status = 'running' AND pid = ?",
                 (run_id, os.getpid()),
             )
+
+
+def _waiting_on(
+    conn: sqlite3.Connection, run_id: str, task_id: str, key: str, waiting: list[ApprovalRecord]
+) -> list[ApprovalRecord]:
+    """The questions about the call in doubt whose idempotency key is ``key``."""
+    row = conn.execute(
+        "SELECT task_id, args, state, resolution FROM effects WHERE run_id = ? AND key = ?",
+        (run_id, key),
+    ).fetchone()
+    if row is None or row[0] != task_id:
+        raise DecisionError(f"task {task_id!r} of run {run_id} made no call with the key {key}")
+    if row[2] not in ("started", "cancelled") or row[3] is not None:
+        raise DecisionError(
+            f"the call with the key {key} (task {task_id!r} of run {run_id}) is not in doubt: "
+            f"it {row[2]}" + (f" ({row[3]})" if row[3] else "")
+        )
+    args = from_column(row[1])
+    # One question per call: calls with equal arguments (a map's equal elements) are asked
+    # about once each, and decided one by one.
+    about = [r for r in waiting if r.rule == _in_doubt_rule() and r.args == args][:1]
+    if not about:
+        raise DecisionError(
+            f"the call with the key {key} (task {task_id!r} of run {run_id}) does not wait for "
+            "a decision: resume the run first (it asks about calls in doubt)"
+        )
+    return about
+
+
+def _in_doubt_rule() -> str:
+    from ..errors import IN_DOUBT_RULE
+
+    return IN_DOUBT_RULE
+
+
+def _check_happened(run_id: str, task_id: str, waiting: list[ApprovalRecord], output: Any) -> None:
+    """``happened`` answers a call in doubt, and an output fits one call."""
+    from ..errors import IN_DOUBT_RULE
+
+    other = [r for r in waiting if r.rule != IN_DOUBT_RULE]
+    if other:
+        raise DecisionError(
+            f"task {task_id!r} of run {run_id} waits for approval of a call of "
+            f"{other[0].tool!r} ({other[0].rule}), not for a call in doubt: 'happened' is only "
+            "for a call whose process died during it; allow or deny it"
+        )
+    if output is not None and len(waiting) > 1:
+        raise DecisionError(
+            f"task {task_id!r} of run {run_id} has {len(waiting)} calls in doubt: one output "
+            "would stand for all of them; say they happened without --output, or allow or deny"
+        )
 
 
 def _not_waiting(

@@ -104,6 +104,37 @@ _MODEL_CALLS = (
     "CREATE INDEX model_calls_by_run ON model_calls (run_id)",
 )
 
+#: Side effects (see dagagent.store._effects): one row per call of a tool with side effects,
+#: keyed by its run and idempotency key. No foreign key on the run: an intent is committed by
+#: a connection of its own, and may come before the run's first row (a store another process
+#: held locked when the run started).
+_EFFECTS = (
+    """CREATE TABLE effects (
+            run_id TEXT NOT NULL,
+            key TEXT NOT NULL,
+            task_id TEXT NOT NULL,
+            element INTEGER,
+            occurrence INTEGER NOT NULL DEFAULT 1,
+            tool TEXT NOT NULL,
+            fingerprint TEXT NOT NULL,
+            source TEXT NOT NULL DEFAULT 'plan',
+            args TEXT,
+            attempt INTEGER NOT NULL DEFAULT 1,
+            state TEXT NOT NULL,
+            output TEXT,
+            error TEXT,
+            started_at REAL NOT NULL,
+            ended_at REAL,
+            pid INTEGER,
+            resolution TEXT,
+            resolved_by TEXT,
+            resolved_at REAL,
+            reason TEXT,
+            PRIMARY KEY (run_id, key)
+        ) WITHOUT ROWID""",
+    "CREATE INDEX effects_by_state ON effects (state, run_id)",
+)
+
 
 def _move_task_log(conn: sqlite3.Connection) -> None:
     """v9: the task rows of version 8's batch documents (table ``task_log``), as its view
@@ -250,6 +281,10 @@ MIGRATIONS: list[Sequence[Migration]] = [
         "ALTER TABLE runs ADD COLUMN owner TEXT",
         "ALTER TABLE runs ADD COLUMN lease_until REAL",
     ),
+    # v12: side effects: the intent of every call of a tool with side effects, committed
+    # before it starts, and its outcome after it, keyed by run and idempotency key; how a call
+    # left in doubt by a crash was resolved (see dagagent.store._effects).
+    _EFFECTS,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -310,6 +345,7 @@ SCHEMA: tuple[str, ...] = (
     *_APPROVALS,
     _RUN_PLANS,
     *_MODEL_CALLS,
+    *_EFFECTS,
 )
 
 

@@ -64,9 +64,9 @@ class SolveQueries(ModelCallQueries):
         )
 
     def claim_solve(self, solve_id: str) -> None:
-        """Take paused solve ``solve_id`` to ``running`` in this process (one transaction: two
-        resumes of a solve cannot both claim it). Raises
-        :class:`~dagagent.errors.DecisionError` when it is not paused."""
+        """Take paused (or interrupted: its process died) solve ``solve_id`` to ``running`` in
+        this process (one transaction: two resumes of a solve cannot both claim it). Raises
+        :class:`~dagagent.errors.DecisionError` when it is neither."""
         from ._lease import effective_status
 
         solve_id = check_run_id(solve_id, prefix=False)
@@ -77,7 +77,7 @@ class SolveQueries(ModelCallQueries):
             if row is None:
                 raise StoreError(f"no solve {solve_id} in {self.path}")
             status = effective_status(row[0], row[1])
-            if status != "paused":
+            if status not in ("paused", "interrupted"):
                 raise DecisionError(_not_paused(solve_id, status, row[1]))
             conn.execute(
                 "UPDATE solves SET status = 'running', pid = ?, finished_at = NULL WHERE id = ?",

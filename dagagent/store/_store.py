@@ -15,6 +15,7 @@ from ..plan import task_fingerprint
 from ..results import RunStatus, TaskResult, TaskStatus
 from ._approvals import ApprovalQueries
 from ._codec import ELEMENT_KEYS, from_column
+from ._effects import EffectQueries
 from ._file import connect
 from ._ids import check_run_id
 from ._lease import effective_status
@@ -54,10 +55,11 @@ def _writable(path: Path) -> bool:
     return os.access(parent, os.W_OK | os.X_OK)
 
 
-class RunStore(SolveQueries, ApprovalQueries):
+class RunStore(SolveQueries, EffectQueries, ApprovalQueries):
     """A SQLite file of run records (and of solves: see :class:`SolveQueries`; of their model
-    calls: see :class:`ModelCallQueries`; and of the approvals that wait for a person: see
-    :class:`ApprovalQueries`).
+    calls: see :class:`ModelCallQueries`; of the approvals that wait for a person: see
+    :class:`ApprovalQueries`; and of the calls with side effects: see
+    :class:`EffectQueries`).
 
     ``RunStore(path)`` opens (and creates, or migrates forward) the store; ``path=None`` uses
     :func:`default_store_path` (``.location`` says where it was found and why). With
@@ -270,6 +272,7 @@ class RunStore(SolveQueries, ApprovalQueries):
                 ids,
             ):
                 counts[run_id][status] = int(n)
+        doubts = self.in_doubt_counts([r[0] for r in rows]) if rows else {}
         summaries = []
         damaged: list[DamagedRun] = []
         for r in rows:
@@ -293,6 +296,7 @@ class RunStore(SolveQueries, ApprovalQueries):
                     finished_at=r[7],
                     n_tasks=r[8],
                     counts=run_counts,
+                    in_doubt=0 if status is RunStatus.RUNNING else doubts.get(r[0], 0),
                 )
             )
         return summaries, damaged

@@ -26,6 +26,7 @@ from ..results import (
 __all__ = [
     "ApprovalRecord",
     "DamagedRun",
+    "EffectRecord",
     "RoundRecord",
     "RunRecord",
     "RunSummary",
@@ -55,6 +56,11 @@ class RunSummary(BaseModel):
     finished_at: float | None
     n_tasks: int
     counts: dict[str, int]
+    in_doubt: int = Field(
+        default=0,
+        description="calls of tools with side effects that started and have no outcome on "
+        "record, in a run that is not running: whether they happened is unknown",
+    )
 
     @property
     def unrecorded(self) -> int:
@@ -313,6 +319,52 @@ class ApprovalRecord(BaseModel):
     def open(self) -> bool:
         """Whether a person may still decide about it."""
         return self.state == "waiting"
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+
+class EffectRecord(BaseModel):
+    """A call of a tool with side effects, as the store keeps it (see
+    :mod:`dagagent.store._effects`): who made it (run, task, map ``element``, ``source``),
+    what it was (``tool``, ``args``, ``fingerprint``), its ``key`` (the idempotency key its
+    tool could read), its last ``attempt`` and ``state`` (``started``, ``succeeded``,
+    ``failed``, ``cancelled``), its ``output`` or ``error``, and, for a call that was in
+    doubt, how that was resolved (``resolution``: ``happened``, ``not_happened``, ``denied``;
+    ``resolved_by``, ``reason``).
+
+    ``in_doubt``: its run is not running and it has no outcome (it started, or was stopped
+    during its call) and nothing resolved it yet: whether it happened is unknown."""
+
+    model_config = ConfigDict(frozen=True)
+
+    run_id: str
+    key: str
+    task_id: str
+    element: int | None = None
+    occurrence: int = 1
+    tool: str
+    fingerprint: str
+    source: DecisionSource = "plan"
+    args: Any = None
+    attempt: int = 1
+    state: str
+    output: Any = None
+    error: str | None = None
+    started_at: float
+    ended_at: float | None = None
+    pid: int | None = None
+    resolution: str | None = None
+    resolved_by: str | None = None
+    resolved_at: float | None = None
+    reason: str | None = None
+    in_doubt: bool = False
+
+    @property
+    def where(self) -> str:
+        if self.element is None:
+            return f"task {self.task_id!r}"
+        return f"element {self.element} of task {self.task_id!r}"
 
     def to_json_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json")

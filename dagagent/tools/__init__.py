@@ -7,6 +7,8 @@
   servers describe);
 - :mod:`._registry`: the :class:`Registry` of named tools, and :func:`connected`, which opens
   the connections their calls need while a run lasts;
+- :mod:`._effects`: what a call of a tool with side effects knows about itself
+  (:func:`current_call`, its idempotency key) and a reconciler's answer (:class:`Reconciled`);
 - :mod:`._skills`: :class:`Skill`, a named procedure in Markdown whose summary goes in the
   prompts and whose text a model reads with the ``read_skill`` tool; :func:`load_skills`
   reads a folder of them;
@@ -14,6 +16,14 @@
   process (:data:`sync_threads`).
 """
 
+from ._effects import (
+    CallIdentity,
+    Reconciled,
+    Reconciler,
+    args_fingerprint,
+    current_call,
+    idempotency_key,
+)
 from ._registry import Registry, connected
 from ._schema import SchemaTool
 from ._skills import READ_SKILL, Skill, load_skills, skills_prompt
@@ -31,15 +41,21 @@ from ._tool import (
 __all__ = [
     "GENERATOR_TYPES",
     "READ_SKILL",
+    "CallIdentity",
+    "Reconciled",
+    "Reconciler",
     "Registry",
     "SchemaTool",
     "Skill",
     "SyncThreads",
     "Tool",
     "ToolOptions",
+    "args_fingerprint",
     "call_sync",
     "connected",
+    "current_call",
     "format_validation_errors",
+    "idempotency_key",
     "load_skills",
     "materialize_async",
     "skills_prompt",

@@ -27,6 +27,7 @@ from urllib.parse import unquote
 
 from ..errors import ToolArgumentsError, ToolDefinitionError
 from ..text import is_secret_name, shorten
+from ._effects import Reconciler
 from ._tool import Tool
 
 __all__ = ["SchemaTool"]
@@ -64,6 +65,7 @@ class SchemaTool(Tool):
         connection: AbstractAsyncContextManager[Any] | None = None,
         retryable: bool = True,
         output_schema: Mapping[str, Any] | None = None,
+        reconcile: Reconciler | None = None,
         max_calls: int | None = None,
         cooldown_s: float | None = None,
     ) -> None:
@@ -75,6 +77,7 @@ class SchemaTool(Tool):
             max_concurrency=max_concurrency,
             side_effects=side_effects,
             tags=tags,
+            reconcile=reconcile,
             max_calls=max_calls,
             cooldown_s=cooldown_s,
         )

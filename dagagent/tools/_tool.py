@@ -29,6 +29,7 @@ from ..plan import MAX_RETRIES
 from ..text import is_secret_name, shorten
 
 if TYPE_CHECKING:
+    from ._effects import Reconciler
     from ._threads import SyncThreads
 
 __all__ = [
@@ -160,6 +161,7 @@ class Tool:
         side_effects: bool = False,
         tags: Iterable[str] = (),
         blocking: bool = True,
+        reconcile: Reconciler | None = None,
         max_calls: int | None = None,
         cooldown_s: float | None = None,
     ) -> None:
@@ -172,6 +174,7 @@ class Tool:
             side_effects=side_effects,
             tags=tags,
             blocking=blocking,
+            reconcile=reconcile,
             max_calls=max_calls,
             cooldown_s=cooldown_s,
         )
@@ -195,6 +198,7 @@ class Tool:
         side_effects: bool,
         tags: Iterable[str],
         blocking: bool = True,
+        reconcile: Reconciler | None = None,
         max_calls: int | None = None,
         cooldown_s: float | None = None,
     ) -> None:
@@ -227,7 +231,21 @@ class Tool:
         self.timeout_s = timeout_s
         self.retries = retries
         self.max_concurrency = max_concurrency
+        if reconcile is not None and not side_effects:
+            raise ToolDefinitionError(
+                f"tool {self.name!r}: reconcile= answers whether an interrupted call happened, "
+                "which only a tool with side effects needs: declare side_effects=True"
+            )
+        if reconcile is not None and not callable(reconcile):
+            raise ToolDefinitionError(
+                f"tool {self.name!r}: reconcile must be a function of the call, not "
+                f"{type(reconcile).__name__}"
+            )
+        #: Whether a call changes something outside the run (sends, pays, writes): its intent
+        #: is recorded before it starts and its outcome after (see :mod:`._effects`).
         self.side_effects = side_effects
+        #: Whether an interrupted call of it happened: see :class:`~._effects.Reconciled`.
+        self.reconcile: Reconciler | None = reconcile
         self.tags = frozenset(tags)
         self._is_async = inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
             getattr(fn, "__call__", None)  # noqa: B004 - callable objects with async __call__
@@ -390,6 +408,7 @@ class Tool:
             "side_effects": self.side_effects,
             "tags": tuple(self.tags),
             "blocking": self.blocking,
+            "reconcile": self.reconcile,
             "max_calls": self.max_calls,
             "cooldown_s": self.cooldown_s,
         }
@@ -479,6 +498,7 @@ class ToolOptions(TypedDict, total=False):
     side_effects: bool
     tags: Iterable[str]
     blocking: bool
+    reconcile: Reconciler | None
     max_calls: int | None
     cooldown_s: float | None
 

@@ -5,7 +5,7 @@ use these words, so that a status or a duration reads the same everywhere.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from ..store import RunRecord
@@ -23,7 +23,9 @@ __all__ = [
 ]
 
 #: Task statuses in the order the viewer lists them; ``pending`` (a running run's task that has
-#: not started) and ``unrecorded`` (a finished run's task without a result) are the viewer's own.
+#: not started), ``unrecorded`` (a finished run's task without a result) and ``in-doubt`` (a task
+#: whose call with side effects started and has no outcome on record: see
+#: docs/exactly-once.md) are the viewer's own.
 STATUSES = (
     "running",
     "succeeded",
@@ -33,6 +35,7 @@ STATUSES = (
     "cancelled",
     "skipped",
     "waiting",
+    "in-doubt",
     "pending",
     "unrecorded",
 )
@@ -49,13 +52,19 @@ def task_what(task: Any) -> str:
     return tool if isinstance(tool, str) else "agent"
 
 
-def task_statuses(record: RunRecord) -> dict[str, str]:
-    """Each task's status as the viewer names it (see :data:`STATUSES`)."""
+def task_statuses(record: RunRecord, in_doubt: Collection[str] = ()) -> dict[str, str]:
+    """Each task's status as the viewer names it (see :data:`STATUSES`); ``in_doubt``: the
+    tasks with a call in doubt (shown so unless they have an output since)."""
     missing = "pending" if record.status == "running" else "unrecorded"
-    return {
+    status_of = {
         t.id: (r.status.value if (r := record.tasks.get(t.id)) is not None else missing)
         for t in record.plan.tasks
     }
+    for tid in in_doubt:
+        r = record.tasks.get(tid)
+        if tid in status_of and (r is None or not r.status.ok):
+            status_of[tid] = "in-doubt"
+    return status_of
 
 
 def status_counts(status_of: Mapping[str, str]) -> list[tuple[str, int]]:

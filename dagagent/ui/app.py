@@ -148,6 +148,7 @@ def run_around(store: RunStore, record: RunRecord) -> RunAround:
         answer=answer,
         approvals=store.approval_history(record.run_id),
         round_note=note,
+        effects=store.effects(record.run_id),
     )
 
 
@@ -258,7 +259,9 @@ def create_app(
         html = render_run(
             record,
             page=page,
-            around=RunAround(approvals=st.approval_history(record.run_id)),
+            around=RunAround(
+                approvals=st.approval_history(record.run_id), effects=st.effects(record.run_id)
+            ),
             status=_status(q),
             level=_level(q),
             page_no=_int(q, "page", 1) or 1,
@@ -270,7 +273,11 @@ def create_app(
     def task_panel(request: Request) -> Response:
         record = get_run(request.path_params["run"])
         task_id = request.path_params["task"]
-        view = build_view(record, approvals=st.approval_history(record.run_id))
+        view = build_view(
+            record,
+            approvals=st.approval_history(record.run_id),
+            effects=st.effects(record.run_id),
+        )
         if task_id not in view.graph.tasks:
             raise HTTPException(404, f"run {record.run_id} has no task {task_id!r}")
         return HTMLResponse(render_panel(view, task_id, page=page))

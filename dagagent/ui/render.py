@@ -30,7 +30,14 @@ from markupsafe import Markup
 
 from ..llm.usage import format_cost
 from ..review import PlanDiff, diff_plans
-from ..store import ApprovalRecord, RunRecord, RunSummary, SolveRecord, SolveSummary
+from ..store import (
+    ApprovalRecord,
+    EffectRecord,
+    RunRecord,
+    RunSummary,
+    SolveRecord,
+    SolveSummary,
+)
 from ..text import jsonable, shorten
 from ._dag import levels_name
 from ._labels import status_counts
@@ -311,6 +318,8 @@ class RunAround:
     answer: Any = None
     approvals: Sequence[ApprovalRecord] = ()
     round_note: str | None = None
+    #: Its calls with side effects (a task whose call is in doubt is shown ``in-doubt``).
+    effects: Sequence[EffectRecord] = ()
 
 
 def render_run(
@@ -328,7 +337,7 @@ def render_run(
     """The run page (``live_only``: only the part a running run's page refreshes; ``solve``:
     the solve the run is a round of)."""
     around = around or RunAround()
-    view = build_view(record, now=now, approvals=around.approvals)
+    view = build_view(record, now=now, approvals=around.approvals, effects=around.effects)
     span = (level, level) if isinstance(level, int) else level
     panels: list[tuple[str, Markup]] = []
     held: list[str] | None = None

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from ..graph import PlanGraph, finished_critical_path, recorded_graph
-from ..store import ApprovalRecord, RunRecord, person_wait_s, person_waits
+from ..store import ApprovalRecord, EffectRecord, RunRecord, person_wait_s, person_waits
 from ._bars import MAX_BARS, Bar, TimelineView, Waits, layout_timeline, waits_of
 from ._dag import (
     MAX_DAG_NODES,
@@ -176,13 +176,15 @@ def build_view(
     *,
     now: float | None = None,
     approvals: Sequence[ApprovalRecord] = (),
+    effects: Sequence[EffectRecord] = (),
 ) -> RunView:
     """The viewer's picture of ``record`` at ``now`` (default: now); ``approvals``: the run's
     :meth:`~dagagent.store.RunStore.approval_history`, for the time its tasks waited for a
-    person."""
+    person; ``effects``: its calls with side effects (:meth:`~dagagent.store.RunStore.effects`),
+    whose tasks with a call in doubt are shown ``in-doubt``."""
     now = time.time() if now is None else now
     graph = recorded_graph(record.plan)
-    status_of = task_statuses(record)
+    status_of = task_statuses(record, {e.task_id for e in effects if e.in_doubt})
     level_of = {t: i for i, lv in enumerate(graph.levels) for t in lv}
     critical_s, critical = _critical(record, graph)
     # A question still open waits until now: the run is paused (or still going) for it.

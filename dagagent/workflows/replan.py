@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from ..llm import LLM
     from ..tools import Registry
 
-__all__ = ["Revision", "record_of", "replan_run", "revise_run", "run_revision"]
+__all__ = ["Revision", "record_of", "refuse_in_doubt", "replan_run", "revise_run", "run_revision"]
 
 
 @dataclass(frozen=True)
@@ -162,7 +162,13 @@ async def revise_run(
 async def run_revision(revision: Revision, registry: Registry | None, **options: Any) -> RunResult:
     """Run ``revision.plan`` as a new run whose parent is the reviewed run, reusing the
     outputs of every unchanged success. ``options`` are those of :func:`dagagent.execute`
-    (``executor``, ``store``, ``llm``, ``listeners``, ...)."""
+    (``executor``, ``store``, ``llm``, ``listeners``, ...).
+
+    Raises :class:`~dagagent.errors.DecisionError`, before anything runs, when a task of the
+    revised plan made a call with side effects in the reviewed run that is in doubt (its
+    process died during it): run again under a new run, it would get a new idempotency key
+    and could take effect twice. Resume the reviewed run first (it resolves the call)."""
+    refuse_in_doubt(revision, options.get("store"))
     return await execute(
         revision.graph,
         registry,
@@ -196,3 +202,34 @@ async def replan_run(
     )
     result = await run_revision(revision, registry, llm=agent_llm, **options)
     return revision, result
+
+
+def refuse_in_doubt(revision: Revision, store: Any) -> None:
+    """Raise :class:`~dagagent.errors.DecisionError` when running ``revision`` as a new run
+    would make again a call in doubt of the reviewed run (see :func:`run_revision`): a call
+    in doubt is resolved by resuming its own run."""
+    if store is None:
+        return
+    from ..errors import DecisionError
+    from ..store import RunStore
+
+    opened = store if isinstance(store, RunStore) else RunStore(store)
+    try:
+        if not opened.exists(revision.parent.run_id):
+            return
+        doubts = [
+            e for e in opened.effects(revision.parent.run_id) if e.in_doubt and e.state == "started"
+        ]
+    finally:
+        if opened is not store:
+            opened.close()
+    again = {t.id for t in revision.plan.tasks} - set(revision.reuse_map())
+    blocked = [e for e in doubts if e.task_id in again]
+    if blocked:
+        shown = ", ".join(f"{e.where} ({e.tool}, key {e.key})" for e in blocked[:5])
+        parent = revision.parent.run_id
+        raise DecisionError(
+            f"run {parent} has calls with side effects in doubt that the revised plan would "
+            f"make again under a new run, and new keys: {shown}; resume run {parent} first "
+            f"(dagagent resume {parent}) so that they are resolved, then revise it"
+        )

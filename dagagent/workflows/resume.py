@@ -190,6 +190,7 @@ async def continue_claimed(
         prior = {
             t: r for t, r in record.tasks.items() if r.status.ok or r.status is TaskStatus.WAITING
         }
+        effects = store.effects(run_id)  # calls with side effects, by idempotency key
         if settings is None:
             settings = RunSettings(executor=resumable_executor(record.executor))
         return await execute(
@@ -199,7 +200,7 @@ async def continue_claimed(
             run_id=run_id,
             parent_id=record.parent_id,
             store=store,
-            resuming=Resuming(prior, answers),
+            resuming=Resuming(prior, answers, effects),
             **options,
         )
     except BaseException:

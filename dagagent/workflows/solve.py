@@ -129,15 +129,19 @@ def _failure_summary(result: RunResult, limit: int = 3) -> str:
 
 @dataclass
 class Resumed:
-    """A paused round taken up again (see :mod:`dagagent.workflows.solve_resume`): the
-    round (number, plan, feedback), the round before it, every success of the rounds before,
-    the round's run and how it goes on (its result, once it has ended again)."""
+    """A solve taken up again from its records (see :mod:`dagagent.workflows.solve_resume`):
+    the round whose run goes on (number, plan, feedback), its run and how it goes on (its
+    result, once it has ended again); or, with ``round=None``, the round to plan next
+    (``first``, with ``feedback``). ``previous``: the round before; ``outputs``: every
+    success of the rounds before."""
 
-    round: Round
+    round: Round | None
     previous: Round | None
     outputs: dict[str, Any]
-    run_id: str
-    go_on: Callable[[], Awaitable[RunResult]]
+    run_id: str | None = None
+    go_on: Callable[[], Awaitable[RunResult]] | None = None
+    first: int = 1
+    feedback: str | None = None
 
 
 class _Solve:
@@ -448,7 +452,11 @@ class _Solve:
         feedback: str | None = None
         outputs: dict[str, Any] = {}  # every success so far: task id -> output
         first = 1
-        if resumed is not None:  # the paused round's run goes on, then the rounds after it
+        if resumed is not None and resumed.round is None:  # the rounds go on from a new one
+            previous, outputs = resumed.previous, resumed.outputs
+            feedback, first = resumed.feedback, resumed.first
+        elif resumed is not None:  # the round's run goes on, then the rounds after it
+            assert resumed.round is not None and resumed.go_on is not None
             rnd, previous, outputs = resumed.round, resumed.previous, resumed.outputs
             self.rounds.append(rnd)
             self.running = resumed.run_id

@@ -1,20 +1,34 @@
-"""Resuming a paused solve (:func:`resume_solve`): the round whose run waited for a person
-goes on with the decisions taken, then the joiner and the rounds after it, as the solve would
-have gone on had nobody needed to decide.
+"""Resuming a solve (:func:`resume_solve`): a paused one (its round's run waited for a
+person) or an interrupted one (its process died, in any phase: planning, running, joining,
+between rounds) goes on from its records, as the solve would have gone on had nothing
+stopped it.
 
-A solve pauses when its round's run pauses (an ``ask`` rule's question left for a person,
-see :func:`dagagent.resume`). Everything the rest of the solve needs is rebuilt from the
-solve's records in the store, not from memory: its options (rounds, failure policy, agent
-tasks...), the goal, every earlier round (its run's plan and results, the joiner's decision,
-the feedback) and the paused round's run, which continues in place (same run id) exactly as
-:func:`dagagent.resume` continues a run. The model is called again only for what comes after
-the paused round's run: the joiner, and the plans of later rounds.
+Everything the rest of the solve needs is rebuilt from the solve's records in the store, not
+from memory: its options (rounds, failure policy, agent tasks...), the goal, every earlier
+round (its run's plan and results, the joiner's decision, the feedback) and the round that
+was under way:
+
+- its run was paused, or was running when the process died: it continues **in place** (same
+  run id) exactly as :func:`dagagent.resume` continues a run: what succeeded stands, a call
+  with side effects that took effect is not made again and one in doubt is resolved (see
+  :mod:`dagagent.runner._effects`), then the joiner decides;
+- its run had ended (the process died before the joiner's decision was recorded): the
+  joiner decides about it;
+- it was being planned (no run with a plan on record): it is planned again (the model call
+  that was cut short never completed);
+- the joiner had asked for another round: the next round is planned, with its feedback;
+- the solve's last round had ended it (answered, gave up...) but the solve's own end was
+  not recorded: it ends so.
+
+Model calls that completed are not made again: each round that ended keeps its plan, run and
+decision. (A call that completed in the instant between its answer and the record of what
+it decided, a plan not yet started or a decision not yet written, is made again: only the
+call is on record, not what it was for.)
 
 ::
 
     solution = await dagagent.solve(goal, registry, llm, policy=policy, store="runs.db")
-    # solution.status is paused; a person decides (dagagent approve RUN TASK --allow), then,
-    # from any process:
+    # solution.status is paused (or the process was killed); then, from any process:
     solution = await dagagent.resume_solve(solution.solve_id, registry, llm,
                                            store="runs.db", policy=policy)
 """
@@ -47,7 +61,7 @@ if TYPE_CHECKING:
     from ..runner import Interceptor
     from ..tools import Registry
 
-__all__ = ["paused_solve", "resume_solve", "resume_solve_sync"]
+__all__ = ["paused_solve", "resumable_solve", "resume_solve", "resume_solve_sync"]
 
 #: The options of a solve recorded before solves recorded theirs: :func:`solve`'s defaults.
 _DEFAULTS: dict[str, Any] = {
@@ -60,11 +74,12 @@ _DEFAULTS: dict[str, Any] = {
 }
 
 
-def paused_solve(store: RunStore, ref: str) -> tuple[SolveRecord, RoundRecord]:
-    """The paused solve ``ref`` names (its id, or the id or a unique prefix of one of its
-    rounds' runs) and its paused round. Raises :class:`~dagagent.errors.StoreError` when
-    there is no such solve and :class:`~dagagent.errors.DecisionError` when it is not
-    paused."""
+def resumable_solve(store: RunStore, ref: str) -> tuple[SolveRecord, RoundRecord | None]:
+    """The solve ``ref`` names (its id, or the id or a unique prefix of one of its rounds'
+    runs), paused or interrupted (its process died), and its last round (``None``: it died
+    before its first round was recorded). Raises :class:`~dagagent.errors.StoreError` when
+    there is no such solve and :class:`~dagagent.errors.DecisionError` when it is neither
+    paused nor interrupted."""
     try:
         record = store.get_solve(ref)
     except StoreError:
@@ -76,15 +91,28 @@ def paused_solve(store: RunStore, ref: str) -> tuple[SolveRecord, RoundRecord]:
                 f"(dagagent resume {run_id})"
             ) from None
         record = found
-    if record.status != "paused":
+    if record.status not in ("paused", "interrupted"):
         raise DecisionError(
-            f"solve {record.solve_id} is {record.status}, not paused: there is nothing to resume"
+            f"solve {record.solve_id} is {record.status}, not paused or interrupted: there is "
+            "nothing to resume"
         )
     last = record.rounds[-1] if record.rounds else None
-    if last is None or last.outcome != "paused" or last.run_id is None:
+    if record.status == "paused" and (
+        last is None or last.outcome != "paused" or last.run_id is None
+    ):
         raise DecisionError(
             f"solve {record.solve_id} is paused but its record names no paused round: it "
             "cannot be resumed"
+        )
+    return record, last
+
+
+def paused_solve(store: RunStore, ref: str) -> tuple[SolveRecord, RoundRecord]:
+    """:func:`resumable_solve` for a solve with a round to go on with."""
+    record, last = resumable_solve(store, ref)
+    if last is None:
+        raise DecisionError(
+            f"solve {record.solve_id} stopped before its first round: resuming it plans anew"
         )
     return record, last
 
@@ -120,9 +148,9 @@ async def resume_solve(
     model_settings: ModelSettings | None = None,
     planner: LLMPlanner | None = None,
 ) -> Solution:
-    """Continue the paused solve ``ref`` (its id, or one of its rounds' run ids) recorded in
-    ``store`` (see the module docstring). Returns its :class:`Solution`: every round, those
-    before the pause included, and the usage of the whole solve.
+    """Continue the paused or interrupted solve ``ref`` (its id, or one of its rounds' run
+    ids) recorded in ``store`` (see the module docstring). Returns its :class:`Solution`:
+    every round, those before the pause included, and the usage of the whole solve.
 
     ``decisions``: ``{task id: Approval}`` about the paused run's waiting calls, recorded
     first (as ``dagagent approve`` would); decisions recorded earlier are used too.
@@ -133,16 +161,17 @@ async def resume_solve(
     and so are ``model_settings`` and ``planner`` (not recorded: give them again).
 
     Raises :class:`~dagagent.errors.StoreError` if there is no such solve and
-    :class:`~dagagent.errors.DecisionError` if it is not paused (running, perhaps resumed by
-    another process, or finished) or a decision is refused; nothing runs then.
+    :class:`~dagagent.errors.DecisionError` if it is neither paused nor interrupted (running,
+    perhaps resumed by another process, or finished) or a decision is refused; nothing runs
+    then.
     """
     opened = store if isinstance(store, RunStore) else RunStore(store)
     try:
-        record, paused = paused_solve(opened, ref)
-        assert paused.run_id is not None
+        record, last = resumable_solve(opened, ref)
         options = {**_DEFAULTS, **(record.options or {})}
-        run = opened.get_run(paused.run_id)
-        validate(run.plan, registry)  # before anything is claimed: the tools are there
+        run = _round_run(opened, last)
+        if run is not None:
+            validate(run.plan, registry)  # before anything is claimed: the tools are there
         state = new_state(
             record.goal,
             registry,
@@ -161,33 +190,107 @@ async def resume_solve(
             planner=planner,
         )
         state.calls.seed(record.calls, record.usage)  # what the rounds before used
-        earlier = [_earlier_round(opened, r) for r in record.rounds[:-1]]
+        going_on = last is not None and last.outcome in ("paused", "running", "interrupted")
+        done = [r for r in record.rounds if not (going_on and r is last)]
+        earlier = [_earlier_round(opened, r) for r in done]
         outputs: dict[str, Any] = {}  # every success of the rounds before: task id -> output
         for rnd in earlier:
             if rnd.result is not None:
                 outputs.update(rnd.result.outputs)
         state.rounds.extend(earlier)
-        for task_id, approval in (decisions or {}).items():
-            record_decision(opened, run.run_id, task_id, approval, registry, by=decided_by)
+        if run is not None:
+            for task_id, approval in (decisions or {}).items():
+                record_decision(opened, run.run_id, task_id, approval, registry, by=decided_by)
         # The tools' servers, each opened once (all at the same time) for every round left.
         async with connected(registry):
             opened.claim_solve(record.solve_id)
             try:
-                go_on = _going_on(opened, run, registry, state, executor)
+                if last is not None and not going_on:  # it ended, and its solve did not
+                    return await _finish_ended(state, earlier[-1], last)
+                resumed = _resumed(opened, record, last, run, earlier, outputs, registry, state)
             except BaseException:
                 opened.release_solve(record.solve_id)
                 raise
-            resumed = Resumed(
-                round=Round(number=paused.round, plan=run.plan, feedback=paused.feedback),
-                previous=earlier[-1] if earlier else None,
-                outputs=outputs,
-                run_id=run.run_id,
-                go_on=go_on,
-            )
             return await state.run(resumed)
     finally:
         if opened is not store:
             opened.close()
+
+
+def _round_run(store: RunStore, last: RoundRecord | None) -> RunRecord | None:
+    """The run of the round the solve goes on with, if it got as far as having one with a
+    plan (a round killed while it was being planned has none)."""
+    if last is None or last.run_id is None:
+        return None
+    if last.outcome not in ("paused", "running", "interrupted"):
+        return None
+    try:
+        run = store.get_run(last.run_id)
+    except StoreError:
+        return None  # planned, not started: its run was never recorded
+    return run if run.plan.tasks else None
+
+
+def _resumed(
+    store: RunStore,
+    record: SolveRecord,
+    last: RoundRecord | None,
+    run: RunRecord | None,
+    earlier: list[Round],
+    outputs: dict[str, Any],
+    registry: Registry,
+    state: Any,
+) -> Resumed:
+    """Where the rounds go on: the round's run, if it has one (paused, interrupted or
+    ended before the joiner decided); else a round planned anew (it was being planned), or
+    the round after the last one (the joiner asked for another)."""
+    previous = earlier[-1] if earlier else None
+    if last is None:  # it died before its first round was recorded
+        return Resumed(round=None, previous=None, outputs=outputs, first=1)
+    if run is None:  # the round was being planned: planned again
+        return Resumed(
+            round=None, previous=previous, outputs=outputs, first=last.round, feedback=last.feedback
+        )
+    return Resumed(
+        round=Round(number=last.round, plan=run.plan, feedback=last.feedback),
+        previous=previous,
+        outputs=outputs,
+        run_id=run.run_id,
+        go_on=_going_on(store, run, registry, state, None),
+    )
+
+
+async def _finish_ended(state: Any, rnd: Round, last: RoundRecord) -> Solution:
+    """The solve's last round ended (and is on record) but the solve's end is not: it ends
+    as its last round did."""
+    from ..results import SolveStatus
+
+    outcome = last.outcome
+    if outcome == "replan":  # the joiner asked for another round: it comes now
+        return await state.run(  # type: ignore[no-any-return]
+            Resumed(
+                round=None,
+                previous=rnd,
+                outputs={
+                    k: v
+                    for r in state.rounds
+                    if r.result is not None
+                    for k, v in r.result.outputs.items()
+                },
+                first=last.round + 1,
+                feedback=rnd.decision.feedback if rnd.decision is not None else None,
+            )
+        )
+    status = {
+        "answered": SolveStatus.ANSWERED,
+        "gave_up": SolveStatus.GAVE_UP,
+        "budget_exhausted": SolveStatus.BUDGET_EXHAUSTED,
+        "timed_out": SolveStatus.TIMED_OUT,
+        "cancelled": SolveStatus.CANCELLED,
+    }.get(outcome, SolveStatus.FAILED)
+    decision = rnd.decision if status is SolveStatus.ANSWERED else None
+    reason = last.reason or (f"answered in round {last.round}" if decision else outcome)
+    return await state.end(status, reason, decision=decision)  # type: ignore[no-any-return]
 
 
 def _going_on(
@@ -196,8 +299,8 @@ def _going_on(
     """How the paused round's run goes on: claimed now (its decisions used once), continued
     when the rounds start again. A run that was resumed on its own since (``dagagent.resume``)
     and has ended is taken as it ended."""
-    if run.status in (RunStatus.SUCCEEDED, RunStatus.FAILED):
-        ended = run.as_result()
+    if run.status in (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED):
+        ended = run.as_result()  # the round's run ended before the joiner decided
 
         async def as_it_ended() -> RunResult:
             return ended

@@ -530,6 +530,64 @@ def test_the_viewer_answers_a_failure_with_a_page_and_logs_it(
     assert "could not show /runs/" in logged.getMessage() and logged.exc_info is not None
 
 
+def test_a_task_whose_call_is_in_doubt_is_marked_so(tmp_path: Path) -> None:
+    """An interrupted run whose payment started and has no outcome: its task is ``in-doubt``
+    in the view (counts, graph, table), in the report, and on the runs page's counts."""
+    from dagagent.store import EffectRecord, RunSummary
+
+    t0 = 1_796_000_000.0
+    from dagagent.ui.render import render_runs
+
+    plan = Plan.model_validate(
+        {"tasks": [{"id": "pay", "tool": "pay"}, {"id": "note", "tool": "echo"}]}
+    )
+    record = RunRecord(
+        run_id="0123456789ab",
+        parent_id=None,
+        created=t0,
+        goal="pay",
+        status="interrupted",
+        executor="dataflow",
+        started_at=t0,
+        finished_at=None,
+        critical_path=[],
+        critical_path_s=None,
+        plan=plan,
+        tasks={},
+    )
+    doubt = EffectRecord(
+        run_id="0123456789ab",
+        key="dga-" + "0" * 32,
+        task_id="pay",
+        tool="pay",
+        fingerprint="f" * 20,
+        state="started",
+        started_at=t0,
+        in_doubt=True,
+    )
+    view = build_view(record, now=t0 + 5, effects=[doubt])
+    assert view.status_of == {"pay": "in-doubt", "note": "unrecorded"}
+    assert ("in-doubt", 1) in view.counts
+    html = render_report(record, around=RunAround(effects=[doubt]), store="runs.db")
+    assert 'class="badge small s-in-doubt">in-doubt<' in html
+    assert "--in-doubt" in html  # its colour, in the inlined stylesheet
+    assert build_view(record, now=t0 + 5).status_of["pay"] == "unrecorded"  # without effects
+    summary = RunSummary(
+        run_id="0123456789ab",
+        parent_id=None,
+        created=t0,
+        goal="pay",
+        status="interrupted",
+        executor="dataflow",
+        started_at=t0,
+        finished_at=None,
+        n_tasks=2,
+        counts={},
+        in_doubt=1,
+    )
+    assert "1 in doubt" in render_runs([summary], page=Page())
+
+
 def test_a_task_skipped_by_a_condition_says_why_escaped(tmp_path: Path) -> None:
     import dagagent
 

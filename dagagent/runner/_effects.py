@@ -1,0 +1,356 @@
+"""Calls with side effects, exactly once: the intent of each call of a tool declared
+``side_effects=True`` is committed before it starts and its outcome after it ends; a resumed
+run finds each call by its identity and never makes one again that took effect, or may have.
+
+For each such call (:meth:`Effects.identify`), a :class:`~dagagent.tools.CallIdentity`: run,
+task, map element, tool, the fingerprint of its arguments, the occurrence of that call in
+its task (an agent may make the same call twice), and the idempotency key derived from them,
+which the tool reads with :func:`dagagent.current_call` and passes on. Retries, and resumes
+in other processes, make the same call with the same key.
+
+Before the call (:meth:`Effects.before`), what is on record about it decides:
+
+- an outcome ``succeeded`` (this run's earlier attempt, or a process that died after it): its
+  output stands and the call is not made (a ``replayed`` decision says so in the task's
+  record; ``happened`` when a reconciler or a person said so);
+- no outcome (in doubt: its process died, or the run was stopped, during it): a person's
+  decision about it (``dagagent approve``), else the tool's reconciler, else the run's
+  ``in_doubt`` policy: ``ask`` (the default: the task waits for a person, as for an approval,
+  with :class:`~dagagent.errors.CallInDoubtError`), ``retry`` (it is made again, with the same
+  key: for tools whose service drops a key it has seen), or ``deny`` (it is not made; the
+  task is denied). It never runs again silently;
+- nothing, or ``failed``: the call is made.
+
+Around the call (:meth:`Effects.invoke`): the intent, committed to the store's side-effect
+journal (one synchronous commit, shared by calls that come at once); the call, with the
+identity as the current call; the outcome, committed. A call whose intent cannot be recorded
+is not made (its task fails, saying why). Calls of tools without side effects go none of
+this way: they cost what they always did.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import anyio
+from pydantic_core import to_json
+
+from ..errors import IN_DOUBT_RULE, CallInDoubtError, StoreError, TaskDeniedError
+from ..results import (
+    WAIT,
+    ApprovalAnswer,
+    CallDecision,
+    Decision,
+    DecisionSource,
+    InDoubtPolicy,
+)
+from ..text import jsonable, shorten
+from ..tools import CallIdentity, Reconciled, args_fingerprint, idempotency_key
+from ..tools._effects import reset_call, using_call
+
+if TYPE_CHECKING:
+    from ..store import EffectRecord
+    from ..store._effects import EffectJournal
+    from ..tools import Tool
+
+__all__ = ["Effects"]
+
+_IN_DOUBT_STATES = ("started", "cancelled")
+
+
+class _Known:
+    """What this run knows of a call: its state, output and how a doubt was resolved."""
+
+    __slots__ = ("output", "reason", "resolution", "resolved_by", "state")
+
+    def __init__(
+        self,
+        state: str,
+        output: Any = None,
+        resolution: str | None = None,
+        by: str | None = None,
+        reason: str | None = None,
+    ) -> None:
+        self.state = state
+        self.output = output
+        self.resolution = resolution
+        self.resolved_by = by
+        self.reason = reason
+
+
+def _json(value: Any) -> str | None:
+    if value is None:
+        return None
+    try:
+        return to_json(value, fallback=str).decode()
+    except Exception:  # not JSON at all: its text, as the task's row would keep it
+        return to_json(str(value)).decode()
+
+
+class Effects:
+    """The side effects of one run (see the module docstring). ``journal``: the store's,
+    or ``None`` for a run without a store (keys and the current call still work); ``prior``:
+    what the store holds about the run's calls (a resumed run), by idempotency key."""
+
+    def __init__(
+        self,
+        run_id: str,
+        journal: EffectJournal | None = None,
+        prior: Sequence[EffectRecord] = (),
+        *,
+        in_doubt: InDoubtPolicy = "ask",
+    ) -> None:
+        self.run_id = run_id
+        self.journal = journal
+        self.in_doubt = in_doubt
+        self._known: dict[str, _Known] = {
+            r.key: _Known(r.state, r.output, r.resolution, r.resolved_by, r.reason) for r in prior
+        }
+        #: Whether anything on record may decide about a call (then the runner keeps the
+        #: decisions of every task, interceptors or not).
+        self.has_prior = bool(self._known)
+        self._occurrences: dict[tuple[str, int | None, int, str], int] = {}
+
+    def identify(
+        self,
+        task_id: str,
+        element: int | None,
+        tool: Tool,
+        args: Mapping[str, Any],
+        attempt: int,
+        source: DecisionSource,
+    ) -> CallIdentity:
+        """The identity of a call about to be made (each call of the same tool with the same
+        arguments within one attempt of a task is the next occurrence)."""
+        fingerprint = args_fingerprint(tool.name, args)
+        if source == "plan":
+            occurrence = 1  # a tool task makes one call per attempt
+        else:
+            slot = (task_id, element, attempt, fingerprint)
+            occurrence = self._occurrences.get(slot, 0) + 1
+            self._occurrences[slot] = occurrence
+        return CallIdentity(
+            run_id=self.run_id,
+            task_id=task_id,
+            element=element,
+            tool=tool.name,
+            fingerprint=fingerprint,
+            occurrence=occurrence,
+            idempotency_key=idempotency_key(self.run_id, task_id, element, fingerprint, occurrence),
+            args=dict(args),
+            attempt=attempt,
+            source=source,
+        )
+
+    # -- before the call ------------------------------------------------------------------
+
+    async def before(
+        self,
+        call: CallIdentity,
+        tool: Tool,
+        decisions: list[CallDecision] | None,
+        answers: Sequence[ApprovalAnswer],
+    ) -> tuple[bool, Any]:
+        """What the record says about ``call`` before it is made: ``(True, output)`` when it
+        took effect already (it is not made again), ``(False, None)`` when it is to be made.
+        Raises :class:`~dagagent.errors.CallInDoubtError` (the task waits for a person) or
+        :class:`~dagagent.errors.TaskDeniedError` for a call in doubt that is not made."""
+        known = self._known.get(call.idempotency_key)
+        if known is None or known.state == "failed":
+            return False, None
+        who = known.resolved_by or "record"
+        if known.state == "succeeded":
+            if known.resolution == "happened":
+                why = known.reason or f"it took effect before the run stopped, said {who}"
+                _note(decisions, call, "happened", who, why)
+            else:
+                why = "its outcome was on record: the call was not made again"
+                _note(decisions, call, "replayed", "record", why)
+            return True, known.output
+        if known.state not in _IN_DOUBT_STATES:
+            return False, None
+        who = known.resolved_by or "record"
+        if known.resolution == "not_happened":  # a person (or a resume before) said so
+            why = known.reason or "it was in doubt; it is made again, with the same key"
+            _note(decisions, call, "allow", who, why, rule=IN_DOUBT_RULE)
+            return False, None
+        if known.resolution == "denied":
+            why = known.reason or "it was in doubt and is not made"
+            _note(decisions, call, "deny", who, why, rule=IN_DOUBT_RULE)
+            raise TaskDeniedError(why, decided_by=who)
+        return await self._in_doubt(call, tool, known, decisions, answers)
+
+    async def _in_doubt(
+        self,
+        call: CallIdentity,
+        tool: Tool,
+        known: _Known,
+        decisions: list[CallDecision] | None,
+        answers: Sequence[ApprovalAnswer],
+    ) -> tuple[bool, Any]:
+        stopped = (
+            "the run was stopped during it"
+            if known.state == "cancelled"
+            else "its process ended during it"
+        )
+        # A person's decision first: they were asked because nothing else could tell.
+        args = jsonable(call.args)
+        answer = next(
+            (
+                a
+                for a in answers
+                if a.rule == IN_DOUBT_RULE and a.tool == call.tool and a.args == args
+            ),
+            None,
+        )
+        if answer is not None and answer.decision != "happened":
+            who = answer.decided_by
+            if answer.decision == "deny":
+                why = answer.reason or f"{stopped}; {who} decided it is not made again"
+                await self._resolve(call, "denied", who, why)
+                _note(decisions, call, "deny", who, why)
+                raise TaskDeniedError(why, decided_by=who)
+            why = answer.reason or f"{stopped}; {who} decided it did not happen: made again"
+            await self._resolve(call, "not_happened", who, why)
+            _note(decisions, call, "allow", who, why, rule=IN_DOUBT_RULE)
+            return False, None
+        reconcile = tool.reconcile
+        unknown = "the tool has no reconciler"
+        if reconcile is not None:
+            name = f"reconcile:{getattr(reconcile, '__name__', type(reconcile).__name__)}"
+            verdict = await _ask_reconciler(reconcile, call)
+            if verdict.verdict == "happened":
+                why = f"{stopped}; its reconciler found that it took effect"
+                await self._resolve(call, "happened", name, why, output=verdict.output)
+                _note(decisions, call, "happened", name, why)
+                return True, verdict.output
+            if verdict.verdict == "not_happened":
+                why = verdict.reason or f"{stopped}; its reconciler found that it did not happen"
+                await self._resolve(call, "not_happened", name, why)
+                _note(decisions, call, "allow", name, why, rule=IN_DOUBT_RULE)
+                return False, None
+            unknown = f"its reconciler could not tell ({verdict.reason or 'no reason given'})"
+        if self.in_doubt == "retry":
+            why = f"{stopped}; {unknown}: made again with the same key (in_doubt='retry')"
+            await self._resolve(call, "not_happened", "policy", why)
+            _note(decisions, call, "allow", "policy", why, rule=IN_DOUBT_RULE)
+            return False, None
+        if self.in_doubt == "deny":
+            why = f"{stopped} and whether it took effect is unknown ({unknown}; in_doubt='deny')"
+            await self._resolve(call, "denied", "policy", why)
+            _note(decisions, call, "deny", "policy", why, rule=IN_DOUBT_RULE)
+            raise TaskDeniedError(why, decided_by="in_doubt policy")
+        why = f"{stopped}; {unknown}: a person decides whether it happened"
+        _note(decisions, call, WAIT, IN_DOUBT_RULE, why, rule=IN_DOUBT_RULE)
+        raise CallInDoubtError(why, tool=call.tool, key=call.idempotency_key)
+
+    async def _resolve(
+        self, call: CallIdentity, resolution: str, by: str, why: str, *, output: Any = None
+    ) -> None:
+        state = "succeeded" if resolution == "happened" else "resolved"
+        self._known[call.idempotency_key] = _Known(state, output, resolution, by)
+        if self.journal is not None:
+            await self.journal.resolved(
+                self.run_id,
+                call.idempotency_key,
+                resolution,
+                by=by,
+                reason=why,
+                output=_json(output) if resolution == "happened" else None,
+            )
+
+    # -- the call -------------------------------------------------------------------------
+
+    async def invoke(self, call: CallIdentity, make: Callable[[], Awaitable[Any]]) -> Any:
+        """Make ``call`` (``make()``) between its intent and its outcome, as the current
+        call."""
+        journal, key = self.journal, call.idempotency_key
+        if journal is not None:
+            try:
+                await journal.intent(
+                    self.run_id,
+                    key,
+                    task_id=call.task_id,
+                    element=call.element,
+                    occurrence=call.occurrence,
+                    tool=call.tool,
+                    fingerprint=call.fingerprint,
+                    source=call.source,
+                    args=_json(jsonable(call.args)),
+                    attempt=call.attempt,
+                )
+            except StoreError as exc:
+                raise StoreError(
+                    f"the call of {call.tool!r} by {call.where} was not made: its intent could "
+                    f"not be recorded first ({exc})"
+                ) from None
+        self._known[key] = _Known("started")
+        token = using_call(call)
+        try:
+            output = await make()
+        except BaseException as exc:
+            cancelled = isinstance(exc, anyio.get_cancelled_exc_class())
+            state = "cancelled" if cancelled else "failed"
+            self._known[key] = _Known(state)
+            if journal is not None:
+                error = shorten(f"{type(exc).__name__}: {exc}", 2000)
+                # Not on record: the call stays in doubt there, and a resume asks about it.
+                with contextlib.suppress(StoreError):
+                    await journal.outcome(self.run_id, key, state, output=None, error=error)
+            raise
+        finally:
+            reset_call(token)
+        self._known[key] = _Known("succeeded", output)
+        if journal is not None:
+            # Not on record: it stays in doubt there, and is never made again silently.
+            with contextlib.suppress(StoreError):
+                await journal.outcome(
+                    self.run_id, key, "succeeded", output=_json(output), error=None
+                )
+        return output
+
+
+async def _ask_reconciler(reconcile: Any, call: CallIdentity) -> Reconciled:
+    """The reconciler's answer; one that fails or answers something else cannot tell."""
+    try:
+        answer = reconcile(call)
+        if inspect.isawaitable(answer):
+            answer = await answer
+    except Exception as exc:
+        return Reconciled.unknown(f"it raised {type(exc).__name__}: {shorten(str(exc), 300)}")
+    if not isinstance(answer, Reconciled):
+        return Reconciled.unknown(
+            f"it returned {type(answer).__name__}, not Reconciled.happened(...), "
+            "Reconciled.not_happened() or Reconciled.unknown(...)"
+        )
+    return answer
+
+
+def _note(
+    decisions: list[CallDecision] | None,
+    call: CallIdentity,
+    decision: Decision,
+    by: str,
+    why: str,
+    *,
+    rule: str | None = None,
+) -> None:
+    if decisions is None:
+        return
+    import time
+
+    decisions.append(
+        CallDecision(
+            tool=call.tool,
+            decision=decision,
+            decided_by=by,
+            reason=why,
+            args=jsonable(call.args),
+            at=time.time(),
+            rule=rule,
+            source=call.source,
+        )
+    )

@@ -1,0 +1,385 @@
+"""Side effects on record: the intent of every call of a tool with side effects, committed
+before the call starts, and its outcome, committed after it ends (table ``effects``). A part
+of :class:`~dagagent.store.RunStore` (:class:`EffectQueries`), written by an
+:class:`EffectJournal`.
+
+A row is keyed by its run and the call's idempotency key (see
+:mod:`dagagent.tools._effects`): the same call, tried again or resumed in another process,
+is the same row, found by identity and never by the order in which calls ended. Its
+``state``:
+
+- ``started``: the intent is on record and no outcome: the call is under way, or, once its
+  run is not running any more, **in doubt** (its process died during it);
+- ``succeeded`` (with its ``output``) or ``failed`` (with its ``error``);
+- ``cancelled``: the run was stopped (a timeout, Ctrl-C) during the call: in doubt too, since
+  it may have taken effect before it stopped.
+
+A call in doubt is resolved when a resumed run gets to it (``resolution``: ``happened``,
+``not_happened`` or ``denied``, ``resolved_by`` a reconciler, a person or a policy, and
+``reason``); a person's "it happened" (``dagagent approve --happened``) is written here
+directly, with the output they give.
+
+**Durability.** Each write is committed before the call goes on (the intent before the call
+starts, the outcome before its task's result is handed on) through a connection of the
+journal's own whose commits wait for the disk (``synchronous=FULL``): unlike a task's row,
+which the run's writer commits a batch at a time, an intent is never lost to a crash, not
+even of the machine. Writes that come at once (parallel calls) share one commit: the
+journal's thread takes every write queued and commits them together.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import queue
+import sqlite3
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.from_thread
+import anyio.lowlevel
+
+from ..errors import StoreError
+from ._codec import from_column
+from ._file import connect
+from .models import EffectRecord
+
+__all__ = ["IN_DOUBT_STATES", "EffectJournal", "EffectQueries"]
+
+#: States of a call whose outcome is unknown once its run is not running.
+IN_DOUBT_STATES = ("started", "cancelled")
+
+_COLUMNS = (
+    "run_id, key, task_id, element, occurrence, tool, fingerprint, source, args, attempt, "
+    "state, output, error, started_at, ended_at, pid, resolution, resolved_by, resolved_at, "
+    "reason"
+)
+_INTENT = (
+    "INSERT INTO effects (run_id, key, task_id, element, occurrence, tool, fingerprint, "
+    "source, args, attempt, state, started_at, pid) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'started', ?, ?) "
+    "ON CONFLICT (run_id, key) DO UPDATE SET attempt = excluded.attempt, state = 'started', "
+    "output = NULL, error = NULL, started_at = excluded.started_at, ended_at = NULL, "
+    "pid = excluded.pid, args = excluded.args, resolution = NULL, resolved_by = NULL, "
+    "resolved_at = NULL, reason = NULL"
+)
+_OUTCOME = (
+    "UPDATE effects SET state = ?, output = ?, error = ?, ended_at = ? WHERE run_id = ? AND key = ?"
+)
+_RESOLVE = (
+    "UPDATE effects SET resolution = ?, resolved_by = ?, resolved_at = ?, reason = ?, "
+    "state = CASE WHEN ? = 'happened' THEN 'succeeded' ELSE state END, "
+    "output = CASE WHEN ? = 'happened' THEN ? ELSE output END, "
+    "ended_at = CASE WHEN ? = 'happened' THEN ? ELSE ended_at END "
+    "WHERE run_id = ? AND key = ?"
+)
+
+
+def _record(row: Sequence[Any], in_doubt: bool) -> EffectRecord:
+    return EffectRecord(
+        run_id=row[0],
+        key=row[1],
+        task_id=row[2],
+        element=row[3],
+        occurrence=row[4],
+        tool=row[5],
+        fingerprint=row[6],
+        source=row[7],
+        args=from_column(row[8]),
+        attempt=row[9],
+        state=row[10],
+        output=from_column(row[11]),
+        error=row[12],
+        started_at=row[13],
+        ended_at=row[14],
+        pid=row[15],
+        resolution=row[16],
+        resolved_by=row[17],
+        resolved_at=row[18],
+        reason=row[19],
+        in_doubt=in_doubt and row[10] in IN_DOUBT_STATES and row[16] is None,
+    )
+
+
+class EffectQueries:
+    """The side effects of a run store (mixed into :class:`~dagagent.store.RunStore`)."""
+
+    path: Path
+
+    def _query(self, sql: str, params: Iterable[Any] = ()) -> list[tuple[Any, ...]]:
+        raise NotImplementedError  # pragma: no cover - RunStore provides it
+
+    def _transaction(self) -> AbstractContextManager[sqlite3.Connection]:
+        raise NotImplementedError  # pragma: no cover - RunStore provides it
+
+    def resolve(self, ref: str) -> str:
+        raise NotImplementedError  # pragma: no cover - RunStore provides it
+
+    def effects(self, run: str) -> list[EffectRecord]:
+        """Every call with side effects of run ``run`` (an id or a unique prefix), in the order
+        they started; a call whose run is not running any more and has no outcome is
+        ``in_doubt``."""
+        from ._store import effective_status
+
+        run_id = self.resolve(run)
+        status = self._query("SELECT status, pid FROM runs WHERE id = ?", (run_id,))
+        live = bool(status) and effective_status(status[0][0], status[0][1]) == "running"
+        rows = self._query(
+            f"SELECT {_COLUMNS} FROM effects WHERE run_id = ? ORDER BY started_at, key", (run_id,)
+        )
+        return [_record(r, not live) for r in rows]
+
+    def in_doubt_counts(self, run_ids: Sequence[str]) -> dict[str, int]:
+        """How many calls of each of ``run_ids`` have no outcome and are not resolved (in doubt
+        once the run is not running; the caller knows which are)."""
+        if not run_ids:
+            return {}
+        marks = ",".join("?" * len(run_ids))
+        rows = self._query(
+            f"SELECT run_id, COUNT(*) FROM effects WHERE run_id IN ({marks}) "
+            "AND state IN ('started', 'cancelled') AND resolution IS NULL GROUP BY run_id",
+            list(run_ids),
+        )
+        return {r[0]: int(r[1]) for r in rows}
+
+    def mark_resolved(
+        self,
+        conn: sqlite3.Connection,
+        run_id: str,
+        task_id: str,
+        resolution: str,
+        *,
+        output: str | None,
+        by: str,
+        reason: str | None,
+        at: float,
+        key: str | None = None,
+    ) -> int:
+        """In a transaction of :meth:`decide`: a person's decision about the calls in doubt
+        of task ``task_id`` (the one with idempotency key ``key``, if given), on their own
+        records: ``happened`` (``output``: JSON text of their output; they are then
+        ``succeeded``), ``not_happened`` (the resume makes them again) or ``denied``. How
+        many it resolved."""
+        words = {
+            "happened": "a person said it took effect",
+            "not_happened": "a person said to make it again",
+            "denied": "a person said not to make it",
+        }
+        happened = resolution == "happened"
+        sql = (
+            "UPDATE effects SET resolution = ?, resolved_by = ?, resolved_at = ?, reason = ?, "
+            "state = CASE WHEN ? THEN 'succeeded' ELSE state END, "
+            "output = CASE WHEN ? THEN ? ELSE output END, "
+            "ended_at = CASE WHEN ? THEN ? ELSE ended_at END "
+            "WHERE run_id = ? AND task_id = ? AND state IN ('started', 'cancelled') "
+            "AND resolution IS NULL"
+        )
+        params: tuple[Any, ...] = (
+            resolution,
+            by,
+            at,
+            reason or words[resolution],
+            happened,
+            happened,
+            output,
+            happened,
+            at,
+            run_id,
+            task_id,
+        )
+        if key is not None:
+            sql += " AND key = ?"
+            params = (*params, key)
+        return int(conn.execute(sql, params).rowcount)
+
+
+class _Write:
+    """A write waiting for the journal's thread: its statement and values, and how the thread
+    tells its caller that it is committed (or why it is not)."""
+
+    __slots__ = ("done", "error", "params", "sql", "token", "waiter")
+
+    def __init__(self, sql: str, params: tuple[Any, ...]) -> None:
+        self.sql = sql
+        self.params = params
+        self.error: BaseException | None = None
+        self.done = threading.Event()
+        self.waiter: anyio.Event | None = None
+        self.token: Any = None
+
+
+_STOP = object()
+
+
+class EffectJournal:
+    """Writes the intents and outcomes of a run's side-effecting calls into the store at
+    ``path``, each committed before the caller goes on (see the module docstring). One thread
+    of its own, started on the first write; :meth:`close` ends it."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._closed = False
+
+    # -- what the runner calls ------------------------------------------------------------
+
+    async def intent(
+        self,
+        run_id: str,
+        key: str,
+        *,
+        task_id: str,
+        element: int | None,
+        occurrence: int,
+        tool: str,
+        fingerprint: str,
+        source: str,
+        args: str | None,
+        attempt: int,
+    ) -> None:
+        """Commit the intent of a call (before it starts); raises
+        :class:`~dagagent.errors.StoreError` when it cannot be recorded: the call must not
+        start then."""
+        await self._commit(
+            _INTENT,
+            (
+                run_id,
+                key,
+                task_id,
+                element,
+                occurrence,
+                tool,
+                fingerprint,
+                source,
+                args,
+                attempt,
+                time.time(),
+                os.getpid(),
+            ),
+        )
+
+    async def outcome(
+        self, run_id: str, key: str, state: str, *, output: str | None, error: str | None
+    ) -> None:
+        """Commit how a call ended: ``succeeded`` (``output``: JSON text), ``failed`` or
+        ``cancelled`` (``error``)."""
+        await self._commit(_OUTCOME, (state, output, error, time.time(), run_id, key))
+
+    async def resolved(
+        self,
+        run_id: str,
+        key: str,
+        resolution: str,
+        *,
+        by: str,
+        reason: str,
+        output: str | None = None,
+    ) -> None:
+        """Commit how a call in doubt was resolved: ``happened`` (``output``: JSON text; the
+        call is then ``succeeded``), ``not_happened`` (it is made again) or ``denied``."""
+        now = time.time()
+        await self._commit(
+            _RESOLVE,
+            (
+                resolution,
+                by,
+                now,
+                reason,
+                resolution,
+                resolution,
+                output,
+                resolution,
+                now,
+                run_id,
+                key,
+            ),
+        )
+
+    def close(self) -> None:
+        """Commit what is queued, then end the thread. Idempotent."""
+        with self._lock:
+            self._closed = True
+            thread, self._thread = self._thread, None
+        if thread is not None:
+            self._queue.put(_STOP)
+            thread.join()
+
+    # -- the thread -----------------------------------------------------------------------
+
+    async def _commit(self, sql: str, params: tuple[Any, ...]) -> None:
+        write = _Write(sql, params)
+        write.waiter = anyio.Event()
+        write.token = anyio.lowlevel.current_token()
+        with self._lock:
+            if self._closed:
+                raise StoreError(f"the side-effect journal of {self.path} is closed")
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._work, name="dagagent-effects", daemon=True
+                )
+                self._thread.start()
+        self._queue.put(write)
+        # Shielded: a call cancelled while its intent is being committed still knows whether
+        # it is on record (and an outcome is written whatever happens to its task meanwhile).
+        with anyio.CancelScope(shield=True):
+            await write.waiter.wait()
+        if write.error is not None:
+            raise StoreError(f"cannot record a side effect in run store {self.path}: {write.error}")
+
+    def _work(self) -> None:
+        conn: sqlite3.Connection | None = None
+        stop = False
+        try:
+            while not stop:
+                batch: list[_Write] = []
+                item = self._queue.get()
+                while True:
+                    if item is _STOP:
+                        stop = True
+                    else:
+                        batch.append(item)
+                    try:
+                        item = self._queue.get_nowait()
+                    except queue.Empty:
+                        break
+                if not batch:
+                    continue
+                error: BaseException | None = None
+                try:
+                    if conn is None:
+                        conn = connect(self.path)
+                        conn.execute("PRAGMA synchronous=FULL")  # this connection's commits
+                    conn.execute("BEGIN IMMEDIATE")
+                    try:
+                        for w in batch:
+                            conn.execute(w.sql, w.params)
+                        conn.execute("COMMIT")
+                    except BaseException:
+                        if conn.in_transaction:
+                            conn.execute("ROLLBACK")
+                        raise
+                except (sqlite3.Error, StoreError) as exc:
+                    error = exc
+                for w in batch:
+                    w.error = error
+                    w.done.set()
+                    _wake(w)
+        finally:
+            if conn is not None:
+                conn.close()
+
+
+def _wake(w: _Write) -> None:
+    """Tell the waiting coroutine, on its own event loop, that its write is done."""
+    waiter = w.waiter
+    if waiter is None:
+        return
+    with contextlib.suppress(RuntimeError):  # the event loop is gone: nobody waits
+        anyio.from_thread.run_sync(waiter.set, token=w.token)

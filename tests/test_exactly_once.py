@@ -1,0 +1,427 @@
+"""Exactly once, in one process: the intent of a call with side effects is on record before
+the call, its outcome after; its idempotency key is the tool's to read; a resumed run never
+makes a call again that took effect, and resolves one in doubt (a person, a reconciler, the
+``in_doubt`` policy) instead of making it silently.
+
+A crash is reproduced here without killing anything: the run is stopped while a call is in
+flight (its outcome is then ``cancelled``), and its record is made what a SIGKILL leaves (the
+run ``running`` under a process that is gone, the call ``started``, the task unrecorded).
+``test_exactly_once_chaos.py`` kills real processes."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from backends import BACKENDS, both_backends
+
+import dagagent
+from dagagent import Reconciled, RunStatus
+from dagagent.settings import RunSettings
+from dagagent.store import RunStore
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(params=BACKENDS)
+def anyio_backend(request: pytest.FixtureRequest) -> str:
+    """Both event loops: the journal's thread wakes each on its own."""
+    return both_backends(request)
+
+
+def _dead_pid() -> int:
+    """A process id no process can have (above Linux's largest, 2**22): the record of a run
+    whose process is gone names one like it."""
+    return 2**22 + 1
+
+
+class World:
+    """What the tools did, outside the run: one entry per effect, with its key."""
+
+    def __init__(self) -> None:
+        self.effects: list[tuple[str, str, Any]] = []  # (tool, key, value)
+        self.hang_before: set[str] = set()  # task ids whose call hangs before its effect
+        self.hang_after: set[str] = set()  # ... after it
+        self.entered = anyio.Event()
+        self.release = anyio.Event()
+
+    def keys(self, tool: str | None = None) -> list[str]:
+        return [k for t, k, _ in self.effects if tool is None or t == tool]
+
+    def find(self, key: str) -> Any:
+        return next((v for _, k, v in self.effects if k == key), None)
+
+
+def registry(world: World, *, reconcile: Callable[..., Any] | None = None) -> dagagent.Registry:
+    reg = dagagent.Registry()
+
+    async def effect(tool: str, task: str, value: Any) -> dict[str, Any]:
+        call = dagagent.current_call()
+        if task in world.hang_before:
+            world.entered.set()
+            await world.release.wait()
+        out = {"value": value, "key": call.idempotency_key}
+        world.effects.append((tool, call.idempotency_key, out))
+        if task in world.hang_after:
+            world.entered.set()
+            await world.release.wait()
+        return out
+
+    @reg.tool(side_effects=True, reconcile=reconcile)
+    async def pay(n: int, task: str) -> dict[str, Any]:
+        return await effect("pay", task, n)
+
+    @reg.tool(side_effects=True)
+    def mail(n: int, task: str) -> dict[str, Any]:
+        call = dagagent.current_call()  # a sync tool, in a worker thread
+        out = {"value": n, "key": call.idempotency_key}
+        world.effects.append(("mail", call.idempotency_key, out))
+        return out
+
+    @reg.tool
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    return reg
+
+
+def _plan(*tasks: dict[str, Any]) -> dict[str, Any]:
+    return {"goal": "effects", "tasks": list(tasks)}
+
+
+PAY = {"id": "p", "tool": "pay", "args": {"n": 5, "task": "p"}}
+AFTER = {"id": "s", "tool": "add", "args": {"a": "${p.value}", "b": 1}}
+
+
+async def _crashed(
+    store: Path, world: World, reg: dagagent.Registry, plan: dict[str, Any], *, after: bool
+) -> str:
+    """Run ``plan`` until the call of task ``p`` is in flight (before or ``after`` its
+    effect), then leave the record as a SIGKILL of the process would: the run's id."""
+    (world.hang_after if after else world.hang_before).add("p")
+    run_id = dagagent.new_run_id()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(lambda: dagagent.execute(plan, reg, store=store, run_id=run_id))
+        await world.entered.wait()
+        tg.cancel_scope.cancel()
+    world.hang_before.clear()
+    world.hang_after.clear()
+    world.entered = anyio.Event()
+    with sqlite3.connect(store) as conn:
+        (state,) = conn.execute("SELECT state FROM effects WHERE task_id = 'p'").fetchone()
+        assert state == "cancelled"  # the stop was recorded: a kill records nothing
+        conn.execute("UPDATE effects SET state = 'started', error = NULL, ended_at = NULL")
+        conn.execute(
+            "UPDATE runs SET status = 'running', pid = ?, finished_at = NULL WHERE id = ?",
+            (_dead_pid(), run_id),
+        )
+        conn.execute("DELETE FROM tasks WHERE status != 'succeeded'")
+    return run_id
+
+
+async def test_the_intent_is_on_record_before_the_call_and_the_outcome_after(
+    tmp_path: Path,
+) -> None:
+    store = tmp_path / "runs.db"
+    seen: list[Any] = []
+    reg = dagagent.Registry()
+
+    @reg.tool(side_effects=True)
+    def send(to: str) -> str:
+        call = dagagent.current_call()
+        with RunStore(store) as st:
+            (e,) = st.effects(call.run_id)
+        seen.append((e.key, e.state, e.in_doubt, e.args))
+        return f"sent to {to}"
+
+    result = await dagagent.execute(
+        _plan({"id": "m", "tool": "send", "args": {"to": "ann"}}), reg, store=store
+    )
+    assert result.status is RunStatus.SUCCEEDED
+    (key, state, in_doubt, args) = seen[0]
+    assert (state, in_doubt, args) == ("started", False, {"to": "ann"})  # live: not in doubt
+    with RunStore(store) as st:
+        (e,) = st.effects(result.run_id)
+    assert (e.key, e.state, e.output, e.task_id, e.element, e.attempt) == (
+        key,
+        "succeeded",
+        "sent to ann",
+        "m",
+        None,
+        1,
+    )
+    assert key.startswith("dga-") and len(key) == 36
+
+
+async def test_keys_are_known_to_async_and_sync_tools_and_differ_by_call(tmp_path: Path) -> None:
+    world = World()
+    plan = _plan(
+        PAY,
+        {"id": "m", "tool": "mail", "args": {"n": 1, "task": "m"}},
+        {
+            "id": "each",
+            "for_each": [1, 2, 1],
+            "tool": "mail",
+            "args": {"n": "${@item}", "task": "e"},
+        },
+    )
+    first = await dagagent.execute(plan, registry(world), store=tmp_path / "runs.db")
+    keys = world.keys()
+    assert len(keys) == len(set(keys)) == 5  # equal arguments in two elements: two calls
+    assert first.outputs["p"]["key"] in keys
+    again = World()
+    await dagagent.execute(plan, registry(again), run_id=first.run_id)
+    assert sorted(again.keys()) == sorted(keys)  # the same calls again: the same keys
+    other = World()
+    await dagagent.execute(plan, registry(other))
+    assert not set(other.keys()) & set(keys)  # another run: other keys
+
+
+async def test_current_call_outside_a_side_effecting_call_says_why() -> None:
+    reg = dagagent.Registry()
+
+    @reg.tool
+    def pure() -> str:
+        return dagagent.current_call().idempotency_key
+
+    result = await dagagent.execute(_plan({"id": "x", "tool": "pure"}), reg)
+    assert result.tasks["x"].error_type == "NoCurrentCallError"
+    assert "side_effects=True" in (result.tasks["x"].error or "")
+    with pytest.raises(dagagent.NoCurrentCallError):
+        dagagent.current_call()
+
+
+def test_a_reconciler_needs_side_effects() -> None:
+    with pytest.raises(dagagent.ToolDefinitionError, match="side_effects=True"):
+        dagagent.Tool(lambda: 1, name="x", reconcile=lambda call: Reconciled.happened())
+
+
+async def test_pure_tools_leave_no_effects(tmp_path: Path) -> None:
+    store = tmp_path / "runs.db"
+    result = await dagagent.execute(
+        _plan({"id": "a", "tool": "add", "args": {"a": 1, "b": 2}}), registry(World()), store=store
+    )
+    with RunStore(store) as st:
+        assert st.effects(result.run_id) == []
+
+
+async def test_a_retry_keeps_the_key(tmp_path: Path) -> None:
+    keys: list[str] = []
+    reg = dagagent.Registry()
+
+    @reg.tool(side_effects=True, retries=2)
+    def flaky() -> str:
+        keys.append(dagagent.current_call().idempotency_key)
+        if len(keys) < 3:
+            raise ConnectionError("try again")
+        return "ok"
+
+    store = tmp_path / "runs.db"
+    result = await dagagent.execute(
+        _plan({"id": "f", "tool": "flaky"}),
+        reg,
+        store=store,
+        settings=RunSettings(retry=dagagent.TaskRetryPolicy(base_delay_s=0)),
+    )
+    assert result.status is RunStatus.SUCCEEDED and len(set(keys)) == 1 and len(keys) == 3
+    with RunStore(store) as st:
+        (e,) = st.effects(result.run_id)
+    assert (e.state, e.attempt) == ("succeeded", 3)
+
+
+@pytest.mark.parametrize("after", [False, True])
+async def test_a_call_in_doubt_waits_for_a_person_and_never_runs_again_silently(
+    tmp_path: Path, after: bool
+) -> None:
+    store, world = tmp_path / "runs.db", World()
+    reg = registry(world)
+    run_id = await _crashed(store, world, reg, _plan(PAY, AFTER), after=after)
+    with RunStore(store) as st:
+        (e,) = st.effects(run_id)
+        assert e.in_doubt and st.list_runs()[0].in_doubt == 1
+    effects_before = list(world.effects)
+    result = await dagagent.resume(run_id, reg, store=store)
+    assert result.status is RunStatus.PAUSED
+    assert world.effects == effects_before  # not made again
+    p = result.tasks["p"]
+    assert p.status.value == "waiting" and p.error_type == "CallInDoubtError"
+    (wait,) = p.decisions or []
+    assert (wait.decision, wait.rule) == ("wait", "in doubt")
+    with RunStore(store) as st:
+        (asked,) = st.approvals(run_id)
+        assert (asked.task_id, asked.rule, asked.tool) == ("p", "in doubt", "pay")
+        if after:  # a person checks: it went through
+            st.decide(run_id, "p", "happened", by="ann", output={"value": 5, "key": e.key})
+        else:
+            st.decide(run_id, "p", "allow", by="ann")
+    result = await dagagent.resume(run_id, reg, store=store)
+    assert result.status is RunStatus.SUCCEEDED
+    assert world.keys("pay") == [e.key]  # exactly once, whichever way it went
+    assert result.outputs["s"] == 6
+    (decision,) = result.tasks["p"].decisions or []
+    assert decision.decision == ("happened" if after else "allow")
+    with RunStore(store) as st:
+        (e,) = st.effects(run_id)
+        assert e.state == "succeeded" and not e.in_doubt
+
+
+async def test_a_person_may_deny_a_call_in_doubt(tmp_path: Path) -> None:
+    store, world = tmp_path / "runs.db", World()
+    reg = registry(world)
+    run_id = await _crashed(store, world, reg, _plan(PAY, AFTER), after=False)
+    await dagagent.resume(run_id, reg, store=store)
+    with RunStore(store) as st:
+        with pytest.raises(dagagent.DecisionError, match="in doubt"):
+            st.decide(run_id, "p", "edit", by="ann", edit_args={"n": 6})
+        st.decide(run_id, "p", "deny", by="ann", reason="refunded by hand")
+    result = await dagagent.resume(run_id, reg, store=store)
+    assert result.tasks["p"].status.value == "denied"
+    assert "refunded by hand" in (result.tasks["p"].error or "")
+    assert world.keys("pay") == []
+
+
+@pytest.mark.parametrize("verdict", ["happened", "not_happened", "unknown", "raises", "junk"])
+async def test_a_reconciler_decides_about_a_call_in_doubt(tmp_path: Path, verdict: str) -> None:
+    store, world = tmp_path / "runs.db", World()
+    asked: list[dagagent.CallIdentity] = []
+
+    async def check(call: dagagent.CallIdentity) -> Any:
+        asked.append(call)
+        if verdict == "raises":
+            raise ConnectionError("the bank does not answer")
+        if verdict == "junk":
+            return True
+        if verdict == "unknown":
+            return Reconciled.unknown("the bank's log is a day late")
+        found = world.find(call.idempotency_key)
+        return Reconciled.happened(found) if found else Reconciled.not_happened()
+
+    reg = registry(world, reconcile=check)
+    run_id = await _crashed(store, world, reg, _plan(PAY, AFTER), after=verdict == "happened")
+    result = await dagagent.resume(run_id, reg, store=store)
+    (call,) = asked
+    assert (call.task_id, call.tool, call.args) == ("p", "pay", {"n": 5, "task": "p"})
+    if verdict in ("happened", "not_happened"):
+        assert result.status is RunStatus.SUCCEEDED
+        assert len(world.keys("pay")) == 1 and world.keys("pay")[0] == call.idempotency_key
+        (d,) = result.tasks["p"].decisions or []
+        assert d.decision == ("happened" if verdict == "happened" else "allow")
+        assert d.decided_by == "reconcile:check"
+    else:  # it could not tell: a person decides
+        assert result.status is RunStatus.PAUSED and world.keys("pay") == []
+        (wait,) = result.tasks["p"].decisions or []
+        assert wait.decision == "wait"
+        why = {"unknown": "a day late", "raises": "ConnectionError", "junk": "returned bool"}
+        assert why[verdict] in (wait.reason or "")
+
+
+@pytest.mark.parametrize("policy", ["retry", "deny"])
+async def test_the_in_doubt_policy(tmp_path: Path, policy: str) -> None:
+    store, world = tmp_path / "runs.db", World()
+    reg = registry(world)
+    run_id = await _crashed(store, world, reg, _plan(PAY, AFTER), after=False)
+    result = await dagagent.resume(
+        run_id,
+        reg,
+        store=store,
+        settings=RunSettings(in_doubt=policy),  # type: ignore[arg-type]
+    )
+    if policy == "retry":
+        assert result.status is RunStatus.SUCCEEDED and len(world.keys("pay")) == 1
+    else:
+        assert result.tasks["p"].status.value == "denied" and world.keys("pay") == []
+    with pytest.raises(dagagent.ConfigError, match="in_doubt"):
+        RunSettings(in_doubt="maybe")  # type: ignore[arg-type]
+
+
+async def test_a_call_that_took_effect_is_replayed_not_made_again(tmp_path: Path) -> None:
+    """Its outcome is on record but its task's row is not (a kill between the two): the
+    resumed run takes the recorded output."""
+    store, world = tmp_path / "runs.db", World()
+    reg = registry(world)
+    plan = _plan(
+        {"id": "p", "tool": "pay", "args": {"n": 5, "task": "p"}},
+        {"id": "q", "tool": "pay", "args": {"n": 7, "task": "q"}, "depends_on": ["p"]},
+        AFTER,
+    )
+    run_id = await _crashed(store, world, reg, plan, after=True)  # p took effect, in doubt
+    with sqlite3.connect(store) as conn:
+        conn.execute(
+            "UPDATE effects SET state = 'succeeded', output = ?", ('{"value": 5, "key": "k"}',)
+        )
+        conn.execute("DELETE FROM tasks")
+    result = await dagagent.resume(run_id, reg, store=store)
+    assert result.status is RunStatus.SUCCEEDED
+    assert len(world.keys("pay")) == 2  # p once (before the crash), q once
+    assert result.outputs["p"] == {"value": 5, "key": "k"}  # as recorded, not made again
+    (d,) = result.tasks["p"].decisions or []
+    assert d.decision == "replayed"
+
+
+async def test_an_intent_that_cannot_be_recorded_stops_the_call(tmp_path: Path) -> None:
+    store, world = tmp_path / "runs.db", World()
+    RunStore(store).close()
+    with sqlite3.connect(store) as conn:
+        conn.execute("DROP TABLE effects")  # a damaged store
+    result = await dagagent.execute(_plan(PAY), registry(world), store=store)
+    assert result.tasks["p"].status.value == "failed"
+    assert "was not made: its intent could not be recorded first" in (result.tasks["p"].error or "")
+    assert world.effects == []
+
+
+async def test_an_agent_tasks_repeated_call_is_two_calls_and_replays_by_identity(
+    tmp_path: Path,
+) -> None:
+    from dagagent.runner import Effects
+    from dagagent.store import EffectRecord
+
+    reg = registry(World())
+    tool = reg.get("mail")
+    effects = Effects("0123456789ab")
+    one = effects.identify("t", None, tool, {"n": 1, "task": "t"}, 1, "agent")
+    two = effects.identify("t", None, tool, {"n": 1, "task": "t"}, 1, "agent")
+    retried = effects.identify("t", None, tool, {"n": 1, "task": "t"}, 2, "agent")
+    assert one.idempotency_key != two.idempotency_key
+    assert retried.idempotency_key == one.idempotency_key  # a retry: the same call again
+    record = EffectRecord(
+        run_id="0123456789ab",
+        key=two.idempotency_key,
+        task_id="t",
+        tool="mail",
+        fingerprint=two.fingerprint,
+        state="succeeded",
+        output="sent",
+        started_at=0.0,
+    )
+    resumed = Effects("0123456789ab", prior=[record])
+    first = resumed.identify("t", None, tool, {"n": 1, "task": "t"}, 1, "agent")
+    second = resumed.identify("t", None, tool, {"n": 1, "task": "t"}, 1, "agent")
+    assert await resumed.before(first, tool, [], []) == (False, None)  # not on record
+    assert await resumed.before(second, tool, [], []) == (True, "sent")
+
+
+async def test_a_success_stands_when_a_resume_is_stopped_before_it_gets_to_it(
+    tmp_path: Path,
+) -> None:
+    """A resumed run that a denial stops at once still records, as they were, the tasks that
+    succeeded before (they were never lost to 'cancelled: not run')."""
+    store, world = tmp_path / "runs.db", World()
+    reg = registry(world)
+    policy = dagagent.Policy([dagagent.Rule(tool="pay", action="ask")], ask=dagagent.ask_later)
+    plan = _plan(*({"id": t, "tool": "pay", "args": {"n": 1, "task": t}} for t in "abc"))
+    first = await dagagent.execute(plan, reg, store=store, interceptors=[policy])
+    with RunStore(store) as st:
+        st.decide(first.run_id, "b", "allow", by="ann")
+    second = await dagagent.resume(first.run_id, reg, store=store, interceptors=[policy])
+    assert second.tasks["b"].status is dagagent.TaskStatus.SUCCEEDED
+    with RunStore(store) as st:
+        st.decide(first.run_id, "a", "deny", by="ann")
+    third = await dagagent.resume(first.run_id, reg, store=store, interceptors=[policy])
+    assert third.status is RunStatus.FAILED
+    assert third.tasks["b"].status is dagagent.TaskStatus.SUCCEEDED  # not "cancelled"
+    assert third.tasks["b"].output == second.tasks["b"].output
+    assert len(world.keys("pay")) == 1
