@@ -38,7 +38,5 @@ def exports() -> list[tuple[str, str]]:
 
 
 def table() -> str:
-    rows = [
-        f"| [`dagagent.{name}`][{module}.{name}] | `{module}` |" for name, module in exports()
-    ]
+    rows = [f"| [`dagagent.{name}`][{module}.{name}] | `{module}` |" for name, module in exports()]
     return "| name | from |\n|---|---|\n" + "\n".join(rows) + "\n"

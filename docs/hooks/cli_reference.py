@@ -133,7 +133,8 @@ def _table(kind: str, rows: list[tuple[str, str]]) -> str:
         for written, help_text in rows
     )
     return (
-        f"<table class=\"cli-params\"><thead><tr><th>{kind}</th><th>meaning</th></tr></thead><tbody>\n"
+        f'<table class="cli-params"><thead><tr><th>{kind}</th><th>meaning</th></tr></thead>'
+        "<tbody>\n"
         f"{body}\n</tbody></table>\n"
     )
 

@@ -20,6 +20,7 @@ title; functions and methods get ``()``, as Sphinx writes them.
 from __future__ import annotations
 
 import builtins
+import functools
 import html
 import re
 from typing import Any
@@ -42,9 +43,11 @@ class SphinxRoles(griffe.Extension):
             return
         collection = loader.modules_collection
         for obj in _objects(pkg):
-            if obj.docstring is not None and ":" in obj.docstring.value:
-                obj.docstring.value = _ROLE.sub(
-                    lambda m, o=obj: _reference(m, o, collection), obj.docstring.value
+            docstring = obj.docstring
+            if docstring is not None and ":" in docstring.value:
+                docstring.value = _ROLE.sub(
+                    functools.partial(_reference, where=obj, collection=collection),
+                    docstring.value,
                 )
 
 
