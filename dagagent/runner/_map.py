@@ -26,8 +26,8 @@ element takes one, the map task itself none) and the task's own ``max_concurrenc
   every other element as it was recorded and runs only the waiting ones again (an agent
   element from its recorded steps, as an agent task that waited).
 - **Cap.** A list longer than the run's ``max_elements`` (default
-  :data:`~dagagent.limits.DEFAULT_MAX_ELEMENTS`) fails the task with :class:`~dagagent.errors.MapError` before
-  any element starts.
+  :data:`~dagagent.limits.DEFAULT_MAX_ELEMENTS`) fails the task with
+  :class:`~dagagent.errors.MapError` before any element starts.
 """
 
 from __future__ import annotations

@@ -69,8 +69,8 @@ def _writable(path: Path) -> bool:
 
 class RunStore(SolveQueries, ApprovalQueries):
     """A SQLite file of run records (and of solves: see :class:`SolveQueries`; of their model
-    calls: see :class:`~dagagent.store._model_calls.ModelCallQueries`; and of the approvals that wait for a person: see
-    :class:`ApprovalQueries`).
+    calls: see :class:`~dagagent.store._model_calls.ModelCallQueries`; and of the approvals
+    that wait for a person: see :class:`ApprovalQueries`).
 
     ``RunStore(path)`` opens (and creates, or migrates forward) the store; ``path=None`` uses
     :func:`default_store_path` (``.location`` says where it was found and why). With
