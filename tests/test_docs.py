@@ -162,14 +162,56 @@ def model(monkeypatch: pytest.MonkeyPatch) -> Iterator[Model]:
     m.server.check()
 
 
+QUICK_STARTS = [
+    ("quickstart", "Your tools, your model"),
+    ("README", "Quick start: your tools, your model"),
+]
+
+
+@pytest.fixture(params=QUICK_STARTS, ids=["docs", "README"])
+def quick_start(request: pytest.FixtureRequest) -> str:
+    """The text of a quick start with your own tools and model: the site's, the README's."""
+    name, title = request.param
+    return section(name, title)
+
+
 @pytest.fixture
-def own_tools(scratch: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """The quickstart's ``mytools.py``, saved in the user's directory as it says."""
-    source = block_with(section("quickstart", "Your tools, your model"), "python", "Registry()")
+def own_tools(quick_start: str, scratch: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """The quick start's ``mytools.py``, saved in the user's directory as it says."""
+    source = block_with(quick_start, "python", "Registry()")
     (scratch / "mytools.py").write_text(source, encoding="utf-8")
     monkeypatch.syspath_prepend(str(scratch))
     yield scratch / "mytools.py"
     sys.modules.pop("mytools", None)
+
+
+# -- the README ---------------------------------------------------------------------------------
+
+
+def test_the_readme_is_short_and_its_test_command_is_what_ci_runs() -> None:
+    readme = page("README")
+    assert len(readme.splitlines()) <= 200
+    headings = re.findall(r"^## (.+)$", readme, re.M)
+    assert headings[0] == "Install and test"
+    ci = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
+    install = next(line for line in ci if line.startswith("pip install") and "-e" in line)
+    test = next(line for line in ci if line.startswith("pytest"))
+    assert commands(block_with(section("README", "Install and test"), "bash", "pip")) == [
+        (install.replace("--quiet ", ""), ""),
+        (test, ""),
+    ]
+    # the figure of how long the suite takes says where it comes from, and that is there
+    assert "python benchmarks/suite.py --write" in readme
+    assert (ROOT / "benchmarks" / "suite.py").is_file()
+
+
+def test_the_readme_links_to_files_that_exist() -> None:
+    readme = page("README")
+    targets = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", readme)
+    assert "docs/quickstart.md" in targets and "docs/viewer-run.png" in targets
+    for target in targets:
+        if "://" not in target:
+            assert (ROOT / target).is_file(), target
 
 
 # -- the quickstart ----------------------------------------------------------------------------
@@ -195,11 +237,11 @@ def test_offline_example_runs_as_described(scratch: Path) -> None:
 
 
 def test_ask_with_your_tools_and_a_local_or_hosted_model(
-    own_tools: Path, model: Model, monkeypatch: pytest.MonkeyPatch
+    quick_start: str, own_tools: Path, model: Model, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Both ``ask`` commands of the quickstart, the local server and the hosted one played by
+    """Both ``ask`` commands of the quick start, the local server and the hosted one played by
     a model server on loopback; then ``show --last``."""
-    text = section("quickstart", "Your tools, your model")
+    text = quick_start
     lines = shell_lines(block_with(text, "bash", "dagagent ask"))
     asks = [c for c, _ in lines if c.startswith("dagagent ask")]
     assert len(asks) == 2
@@ -233,8 +275,10 @@ def test_ask_with_your_tools_and_a_local_or_hosted_model(
     assert any(c.startswith("dagagent ui --open") for c, _ in lines)  # opens a browser: not run
 
 
-def test_ask_from_python(own_tools: Path, model: Model, capsys: pytest.CaptureFixture[str]) -> None:
-    source = block_with(section("quickstart", "Your tools, your model"), "python", "solve_sync(")
+def test_ask_from_python(
+    quick_start: str, own_tools: Path, model: Model, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = block_with(quick_start, "python", "solve_sync(")
     url = "http://localhost:11434/v1"
     assert url in source
     model.weather_round("Tokyo is warmer.")
@@ -602,6 +646,7 @@ def _hook(name: str) -> Any:
 
 
 RUN_BY = {
+    ("README", "Quick start: your tools, your model"): ["Registry()", "solve_sync("],
     # (page, section or None for the whole page): the markers of its Python blocks, each the
     # one string a test above picks the block by
     ("quickstart", "Your tools, your model"): ["Registry()", "solve_sync("],

@@ -10,6 +10,7 @@ figure names (``benchmarks/results/overhead.md``, ``results/peers.md``) becomes 
 
 from __future__ import annotations
 
+import html
 import re
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ RESULTS = ROOT / "benchmarks" / "results"
 MARKER = "<!-- benchmarks/README.md -->"
 PAGE = "benchmarks.md"
 # `results/x.md` or `benchmarks/results/x.md`, written as code, naming one file
+_PIPED = re.compile(r"`(?P<code>[^`\n]*\\\|[^`\n]*)`")
 _NAMED = re.compile(r"`(?:benchmarks/)?results/(?P<name>[\w.-]+\.(?:md|json|png))`")
 
 
@@ -56,4 +58,11 @@ def readme() -> str:
             return match.group(0)
         return f"[`results/{name}`](benchmarks/results/{name})"
 
-    return _NAMED.sub(link, text)
+    return _PIPED.sub(_piped_code, _NAMED.sub(link, text))
+
+
+def _piped_code(match: re.Match[str]) -> str:
+    """Code with an escaped ``\\|`` (GitHub's way to keep a pipe in a table cell) as HTML,
+    where the pipe is an entity: Markdown's tables would show the backslash."""
+    code = html.escape(match["code"].replace("\\|", "|")).replace("|", "&#124;")
+    return f"<code>{code}</code>"
