@@ -10,6 +10,7 @@ name that no page documents is then a reference that cannot be resolved, which f
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,8 @@ ROOT = Path(__file__).resolve().parents[2]
 STUB = ROOT / "dagagent" / "__init__.pyi"
 MARKER = "<!-- api-index -->"
 PAGE = "api/index.md"
+_ROLE = re.compile(r":(?:py:)?\w+:`(?:[^`<]*<)?(?P<target>[^`>]+)>?`")
+_ROLE = re.compile(r":(?:py:)?\w+:`(?:[^`<]*<)?(?P<target>[^`>]+)>?`")
 
 
 def on_page_markdown(markdown: str, page: Any, **_: Any) -> str:
@@ -38,5 +41,29 @@ def exports() -> list[tuple[str, str]]:
 
 
 def table() -> str:
-    rows = [f"| [`dagagent.{name}`][{module}.{name}] | `{module}` |" for name, module in exports()]
-    return "| name | from |\n|---|---|\n" + "\n".join(rows) + "\n"
+    summaries = _summaries()
+    rows = [
+        f"| [`{name}`][{module}.{name}] | {summaries.get(name, '')} |" for name, module in exports()
+    ]
+    return "| `dagagent.` | what it is |\n|---|---|\n" + "\n".join(rows) + "\n"
+
+
+def _summaries() -> dict[str, str]:
+    """The first sentence of each public name's docstring, as plain text for a table cell."""
+    import griffe
+
+    package = griffe.load("dagagent", search_paths=[str(ROOT)], allow_inspection=False)
+    found = {}
+    for name, _ in exports():
+        try:
+            obj = package[name]
+            docstring = (obj.final_target if obj.is_alias else obj).docstring
+        except (KeyError, griffe.AliasResolutionError, griffe.CyclicAliasError):
+            continue
+        if docstring is None:
+            continue
+        first = " ".join(docstring.value.split("\n\n", 1)[0].split())
+        sentence = re.split(r"(?<=\.)\s", first, maxsplit=1)[0]
+        sentence = _ROLE.sub(lambda m: f"`{m['target'].lstrip('~').rsplit('.', 1)[-1]}`", sentence)
+        found[name] = sentence.replace("|", "\\|")
+    return found
