@@ -1,9 +1,10 @@
 """A mkdocs hook: pages of the guide that join the navigation once they exist.
 
-Scale-out has room for pages beside the Dask one (``docs/temporal.md``,
-``docs/exactly-once.md``). ``mkdocs build --strict`` fails on a navigation entry whose file
-is missing, so they are not written in ``mkdocs.yml``: each joins the "Scale-out" group, under
-its own title, when its file is there.
+Some pages of the guide have room for pages beside them that may not be written yet:
+scale-out for Temporal and exactly-once execution, plans for branching, the viewer for big
+runs. ``mkdocs build --strict`` fails on a navigation entry whose file is missing, so they
+are not written in ``mkdocs.yml``: when its file is there, each joins the navigation under
+its own title, next to the page it belongs with (whose entry becomes a group of both).
 """
 
 from __future__ import annotations
@@ -12,27 +13,31 @@ from pathlib import Path
 from typing import Any
 
 DOCS = Path(__file__).resolve().parents[1]
-GROUP = "Scale-out"
-FIRST = "scale-out.md"
-OPTIONAL = ["temporal.md", "exactly-once.md"]
+# the page already in the navigation: the pages that join it when they exist
+OPTIONAL = {
+    "scale-out.md": ["temporal.md", "exactly-once.md"],
+    "plans.md": ["branching.md"],
+    "viewer.md": ["big-runs.md"],
+}
 
 
 def on_config(config: Any, **_: Any) -> Any:
-    present = [name for name in OPTIONAL if (DOCS / name).is_file()]
-    if present and not _extend(config["nav"], present):
-        raise ValueError(f"mkdocs.yml: no '{GROUP}: {FIRST}' entry in the navigation")
+    for first, optional in OPTIONAL.items():
+        present = [name for name in optional if (DOCS / name).is_file()]
+        if present and not _extend(config["nav"], first, present):
+            raise ValueError(f"mkdocs.yml: no entry for {first} in the navigation")
     return config
 
 
-def _extend(nav: list[Any], present: list[str]) -> bool:
-    """Turn the entry ``{GROUP: FIRST}`` into a group of FIRST and the pages present."""
+def _extend(nav: list[Any], first: str, present: list[str]) -> bool:
+    """Turn the entry ``{title: first}`` into the group ``{title: [first, *present]}``."""
     for entry in nav:
         if not isinstance(entry, dict):
             continue
         for title, value in entry.items():
-            if title == GROUP and value == FIRST:
-                entry[title] = [FIRST, *present]
+            if value == first:
+                entry[title] = [first, *present]
                 return True
-            if isinstance(value, list) and _extend(value, present):
+            if isinstance(value, list) and _extend(value, first, present):
                 return True
     return False
