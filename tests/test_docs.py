@@ -668,12 +668,15 @@ RUN_BY = {
 
 def test_every_python_block_is_run_by_a_test() -> None:
     """Each ``python`` block of every page (and of the README) is one a test above runs,
-    found by a marker only it holds, so that a new example cannot go untested."""
+    found by a marker only it holds, so that a new example cannot go untested. A fragment
+    that cannot run on its own says so, and why, just before it (:func:`_not_run`)."""
     source = Path(__file__).read_text(encoding="utf-8")
     pages = [*sorted(p.stem for p in DOCS.glob("*.md")), "README"]
     for name in pages:
         text = page(name)
         for block in blocks(text, "python"):
+            if _not_run(text, block):
+                continue
             markers = [
                 m
                 for (p, title), ms in RUN_BY.items()
@@ -683,3 +686,11 @@ def test_every_python_block_is_run_by_a_test() -> None:
             ]
             assert len(markers) == 1, (name, block[:200])
             assert f'"{markers[0]}"' in source.split("RUN_BY = {")[0], (name, markers[0])
+
+
+def _not_run(text: str, block: str) -> bool:
+    """Whether the block is marked as one that cannot run, with the reason, on the line just
+    before it: ``<!-- not run: REASON -->`` (a fragment of a larger program, say)."""
+    before = text[: text.index(f"```python\n{block}")].rstrip("\n").rsplit("\n", 1)[-1]
+    marked = re.fullmatch(r"<!-- not run: (.+) -->", before.strip())
+    return marked is not None and len(marked.group(1).split()) >= 3
