@@ -7,18 +7,26 @@ roles a goal-to-answer comparison needs, told apart by the request:
   all in the first turn with ``parallel=True``), then the answer read from the results;
 - **joiner** (its system prompt says so): finishes with the answer read from the results in
   its prompt;
-- **planner** (otherwise): a correct plan, written as the planner's strict JSON schema makes a
-  model write it (every required field: the goal restated, then each task's ``id``, ``tool``,
-  ``args``, ``depends_on`` and ``for_each``), streamed a token at a time when asked to stream.
+- **planner** (otherwise): a correct plan, streamed a token at a time when asked to stream,
+  written as ``--plan-written`` says (``PLAN_WRITTEN``): by default ``lean``, what the
+  library's planner prompt asks a model to write (``{"tasks": [...]}``, each task its ``id``,
+  ``tool`` and ``args``, optional arguments left out; ``depends_on`` only where no
+  reference already orders two tasks, which no scripted plan needs); ``strict``, what
+  ``LLMPlanner(..., strict=True)`` makes a model write (every field of every task,
+  ``depends_on: []`` and ``for_each: null`` included, and no goal; the data sets' tools have
+  no optional argument to write as ``null``); or
+  ``llmcompiler``, LLMCompiler's text format, an estimate (the request is still the
+  library's JSON prompt and schema). The server records whether each planner request sent
+  a strict schema, so a run can check that its request and its written plan agree.
 
 **Latency model**, per call: ``ttft_s`` + ``prefill_s`` per input token before the first
 token, then ``per_token_s`` per output token. No prompt caching is modelled.
 
 **Token rule** (one rule for every request and reply, every mode; see ``ACCOUNTING``): a
 piece of text is ``ceil(len / 4)`` tokens. A reply costs the text the model writes: its
-content, plus, for each tool call, the tool's name and its arguments JSON -- the call's
-``id`` and the ``type``/``function`` envelope of the wire format are added by the API, not
-written by the model, so neither side pays for them. A plan is content: its JSON text as
+content, plus, for each tool call, one text: the tool's name and its arguments JSON -- the
+call's ``id`` and the ``type``/``function`` envelope of the wire format are added by the API,
+not written by the model, so neither side pays for them. A plan is content: its JSON text as
 written. A request costs, per message, 3 tokens of framing plus its text (for an earlier tool
 call, its name and arguments again), plus every tool definition offered (name, description,
 parameters JSON) and the response format's JSON schema when there is one. The server
@@ -41,6 +49,7 @@ from _datasets import Dataset, Question
 
 __all__ = [
     "ACCOUNTING",
+    "DEFAULT_PLAN",
     "PLAN_WRITTEN",
     "PRESETS",
     "LatencyModel",
@@ -58,13 +67,15 @@ MESSAGE_FRAMING = 3
 
 ACCOUNTING = (
     "Tokens, one rule for every mode: a text is ceil(characters / 4) tokens. Output: what the "
-    "model writes, i.e. its text, and for each tool call the tool's name plus its arguments "
-    "JSON (ReAct's calls), or the plan's JSON text as written with every field the planner's "
-    "strict schema requires (the restated goal; per task id, tool, args, depends_on, "
-    "for_each); the call id and wire envelope an API adds are charged to no one. Input: per "
-    "message 3 tokens plus its text (earlier tool calls again as name plus arguments), plus "
-    "the tool definitions offered (name, description, parameters JSON) and the response "
-    "format's JSON schema (the planner's and joiner's structured output)."
+    "model writes, i.e. its text, and each tool call as one text, the tool's name followed by "
+    "its arguments JSON (ReAct's calls), or the plan's text as written (its format is stated "
+    "with the run; by default what the planner's prompt asks for: per task id, tool and "
+    "args); the call id "
+    "and wire envelope an API adds are charged to no one. Input: per message 3 tokens plus "
+    "its text (earlier tool calls again as name plus arguments), plus the tool definitions "
+    "offered (name, description, parameters JSON) and the JSON schema of the response format "
+    "actually sent (the planner's plan schema, non-strict unless the run says strict, and the "
+    "joiner's)."
 )
 
 
@@ -80,7 +91,10 @@ def _text_of(message: dict[str, Any]) -> str:
 
 
 def _call_tokens(name: str, arguments: str) -> int:
-    return text_tokens(name) + text_tokens(arguments)
+    """A tool call is one text, its name followed by its arguments JSON, as a plan's task is
+    part of the one text of its plan: both rounded up once, so neither side pays the rounding
+    of more pieces than the other."""
+    return text_tokens(name + arguments)
 
 
 def request_tokens(body: dict[str, Any]) -> int:
@@ -183,24 +197,30 @@ class CallRecord:
     input_tokens: int
     output_tokens: int
     schema_tokens: int  # of input_tokens, the response format's schema
+    strict: bool | None = None  # the response format's strict flag (None: no schema sent)
 
 
-PLAN_AS_WRITTEN = "as written (strict schema: goal, then id, tool, args, depends_on, for_each)"
-PLAN_WRITTEN = {  # --plan-written: the fair default, and three leaner formats for estimates
-    "strict": PLAN_AS_WRITTEN,
-    "no-goal": "without the restated goal",
-    "lean": "id, tool and args only",
-    "llmcompiler": "LLMCompiler's text format",
+PLAN_WRITTEN = {  # --plan-written: what the scripted planner writes
+    "lean": "as the planner's prompt asks: per task id, tool and args",
+    "strict": "as LLMPlanner(strict=True) makes a model write it: every field of every task",
+    "llmcompiler": "in LLMCompiler's text format, an estimate: the request is the library's",
 }
+DEFAULT_PLAN = "lean"
 
 
 def plan_variants(dataset: Dataset, q: Question) -> dict[str, str]:
-    """The scripted plan of ``q`` as the planner's strict schema makes a model write it (what
-    the server sends), and, for the estimates of what a leaner format would save, the same
-    tasks without the restated goal, with only id, tool and args, and in LLMCompiler's text
-    format (``1. search("X")`` ... ``join()<END_OF_PLAN>``)."""
+    """The scripted plan of ``q`` in every format of :data:`PLAN_WRITTEN`: ``lean`` as the
+    library's planner prompt asks (``{"tasks": [{"id", "tool", "args"}, ...]}``, a task's
+    ``depends_on`` kept only when the data set gives one, which none does: references already
+    order the tasks), ``strict`` as the strict schema makes a model write it (the same tasks
+    with ``depends_on`` and ``for_each`` written out, empty), and ``llmcompiler``
+    (``1. search("X")`` ... ``join()<END_OF_PLAN>``)."""
     tasks = dataset.plan_tasks(q)
-    strict = [{**t, "depends_on": [], "for_each": None} for t in tasks]
+    strict = [
+        {"id": t["id"], "tool": t["tool"], "args": t["args"],
+         "depends_on": t.get("depends_on", []), "for_each": None}
+        for t in tasks
+    ]  # fmt: skip
     numbered = {t["id"]: i for i, t in enumerate(tasks, 1)}
 
     def compact(value: Any) -> str:
@@ -213,10 +233,9 @@ def plan_variants(dataset: Dataset, q: Question) -> dict[str, str]:
     ]
     lines.append(f"{len(tasks) + 1}. join()<END_OF_PLAN>")
     return {
-        PLAN_AS_WRITTEN: json.dumps({"goal": q.text, "tasks": strict}),
-        "without the restated goal": json.dumps({"tasks": strict}),
-        "id, tool and args only": json.dumps({"tasks": tasks}),
-        "LLMCompiler's text format": "\n".join(lines),
+        "lean": json.dumps({"tasks": tasks}),
+        "strict": json.dumps({"tasks": strict}),
+        "llmcompiler": "\n".join(lines),
     }
 
 
@@ -248,10 +267,13 @@ class ModelServer:
         latency: LatencyModel,
         *,
         parallel: bool = False,
-        plan_written: str = "strict",
+        plan_written: str = DEFAULT_PLAN,
     ) -> None:
+        if plan_written not in PLAN_WRITTEN:
+            choices = ", ".join(PLAN_WRITTEN)
+            raise ValueError(f"plan_written: one of {choices}, not {plan_written!r}")
         self.dataset = dataset
-        self.plan_written = PLAN_WRITTEN[plan_written]
+        self.plan_written = plan_written
         self.questions = questions
         self.by_text = {" ".join(q.text.split()): q for q in questions}
         self.latency = latency
@@ -307,7 +329,7 @@ class ModelServer:
             tasks = self.dataset.plan_tasks(q)
             ids = (
                 [str(i) for i in range(1, len(tasks) + 1)]
-                if self.plan_written == PLAN_WRITTEN["llmcompiler"]
+                if self.plan_written == "llmcompiler"
                 else [t["id"] for t in tasks]
             )
             answer, cites = self.dataset.join_reply(q, user, ids)
@@ -345,7 +367,15 @@ class ModelServer:
                     """Kept before the reply's last bytes go out: once the client has them,
                     the benchmark may take the records at any moment."""
                     end = time.perf_counter()
-                    rec = CallRecord(q.id, role, start, end, n_in, n_out, schema_tokens(body))
+                    fmt = body.get("response_format") or {}
+                    strict = (
+                        bool(fmt.get("json_schema", {}).get("strict"))
+                        if fmt.get("type") == "json_schema"
+                        else None
+                    )
+                    rec = CallRecord(
+                        q.id, role, start, end, n_in, n_out, schema_tokens(body), strict
+                    )
                     with outer._lock:
                         outer.records.append(rec)
 

@@ -17,20 +17,29 @@ Modes:
 Per mode: latency mean / p50 / p95, model calls, input and output tokens (one rule for every
 mode: ``_latency_model.ACCOUNTING``), cost at one price table, accuracy, the ratios of mean
 latency and cost against ``react``, where the time goes, LLMCompiler's published ratios beside
-ours, and the issue's targets. ``--plan-written`` makes the scripted planner write a leaner
-plan than the strict schema allows, to measure what that would save (labelled in the files).
+ours, and the issue's targets.
+
+What the scripted planner writes (``--plan-written``): by default ``lean``, what the library's
+planner prompt asks for (per task ``id``, ``tool`` and ``args``), with the library's default
+request (its prompt and the non-strict plan schema of ``plan_response_format(registry)``);
+``strict`` runs the planner with ``LLMPlanner(..., strict=True)``, so the request carries the
+strict schema and the plan has every field of every task, as that schema makes a model write
+it; ``llmcompiler`` writes LLMCompiler's text format (which the planner reads too) to the
+default request, an estimate of a format the library's prompt does not ask for. The run
+checks that the planner's requests and the written plan agree (strict or not).
 
     python benchmarks/agent_vs_react.py --dataset movie              # print only
     python benchmarks/agent_vs_react.py --dataset movie --write      # update benchmarks/results
     python benchmarks/agent_vs_react.py --dataset hotpotqa --questions 8 --scale 0.2
     python benchmarks/agent_vs_react.py --preset local --questions 40
-    python benchmarks/agent_vs_react.py --dataset movie --plan-written lean  # a leaner plan
+    python benchmarks/agent_vs_react.py --dataset movie --plan-written strict  # strict=True
     python benchmarks/agent_vs_react.py --base-url http://localhost:8000/v1 --model NAME
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import statistics
 import sys
@@ -47,6 +56,7 @@ import anyio
 
 import dagagent
 from dagagent.llm import HTTPRetryPolicy, ModelSettings, OpenAIChat, UsageTracker
+from dagagent.planners import plan_json_schema
 
 MODES = ("react", "react-parallel", "plan", "solve")
 REACT_ONE = (
@@ -103,8 +113,13 @@ PAPER_DIFFERS = (
     "that writes a compact plan (`1. search(X)`); here a scripted model that never errs "
     "answers through a latency model, the look-ups are simulated, the ReAct agent uses "
     "function calling (no thoughts, no examples: its calls are as short as they can be), and "
-    "the plan is JSON under a strict schema."
+    "the plan is {plan}."
 )
+PAPER_PLAN = {
+    "lean": "JSON, as the planner's prompt asks (id, tool and args per task)",
+    "strict": "JSON with every field of every task, as the strict schema makes a model write it",
+    "llmcompiler": "in the paper's text format, but the planner's prompt and schema are ours",
+}
 
 TARGETS: dict[str, list[tuple[str, str, str, float]]] = {
     # (what, numerator mode, denominator mode, bound): ratio numerator/denominator >= bound
@@ -121,7 +136,12 @@ TARGETS: dict[str, list[tuple[str, str, str, float]]] = {
 
 
 async def run_one(
-    mode: str, q: ds.Question, base_url: str, model: str, registry: dagagent.Registry
+    mode: str,
+    q: ds.Question,
+    base_url: str,
+    model: str,
+    registry: dagagent.Registry,
+    strict: bool,
 ) -> dict[str, Any]:
     usage = UsageTracker()
     llm = OpenAIChat(
@@ -141,7 +161,11 @@ async def run_one(
         answer = result.answer
         tool_calls = sum(len(s.calls) for s in result.steps)
     else:
-        solution = await dagagent.solve(q.text, registry, llm, stream=(mode == "solve"))
+        # strict: the planner solve makes by default, with OpenAI's strict schema instead
+        planner = dagagent.LLMPlanner(llm, registry, strict=True) if strict else None
+        solution = await dagagent.solve(
+            q.text, registry, llm, stream=(mode == "solve"), planner=planner
+        )
         answer = solution.answer_text if solution.status == "answered" else None
         tool_calls = sum(len(r.result.tasks) for r in solution.rounds if r.result is not None)
     latency = time.perf_counter() - t0
@@ -166,13 +190,14 @@ async def run_mode(
     model: str,
     registries: dict[str, dagagent.Registry],
     concurrency: int,
+    strict: bool = False,
 ) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     limit = anyio.Semaphore(concurrency)
 
     async def one(q: ds.Question) -> None:
         async with limit:
-            rows.append(await run_one(mode, q, base_url, model, registries[q.id]))
+            rows.append(await run_one(mode, q, base_url, model, registries[q.id], strict))
 
     async with anyio.create_task_group() as tg:
         for q in questions:
@@ -195,6 +220,7 @@ def attach_timings(rows: list[dict[str, Any]], records: list[lm.CallRecord]) -> 
         if planner and joiner:
             row["planner_s"] = sum(r.end - r.start for r in planner)
             row["joiner_s"] = sum(r.end - r.start for r in joiner)
+            row["planner_strict"] = planner[-1].strict  # the schema sent: None when none
             row["plan_done_s"] = planner[-1].end - t0  # when the last plan token arrived
             row["after_plan_s"] = joiner[0].start - planner[-1].end  # tools not yet done
             row["planner_tokens"] = [
@@ -207,6 +233,18 @@ def attach_timings(rows: list[dict[str, Any]], records: list[lm.CallRecord]) -> 
                 joiner[-1].output_tokens,
                 joiner[-1].schema_tokens,
             ]
+
+
+def check_request(mode: str, rows: list[dict[str, Any]], plan_written: str) -> None:
+    """The plan written must be what the request asked for: a strict plan only to a strict
+    schema, any other only to the default, non-strict one."""
+    want = plan_written == "strict"
+    sent = {r["planner_strict"] for r in rows if "planner_strict" in r}
+    if sent and sent != {want}:
+        raise SystemExit(
+            f"{mode}: the planner's requests sent strict={sorted(sent, key=str)} but the "
+            f"scripted planner writes its plan {lm.PLAN_WRITTEN[plan_written]}"
+        )
 
 
 def p95(values: list[float]) -> float:
@@ -286,12 +324,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--plan-written",
         choices=list(lm.PLAN_WRITTEN),
-        default="strict",
-        help="what the scripted planner writes: 'strict' (the default, and the fair one: "
-        "every field the planner's strict schema makes a model write); 'no-goal' and 'lean' "
-        "(id, tool and args only) and 'llmcompiler' (LLMCompiler's text format, which the "
-        "planner parses) measure what a leaner plan would save; the planner's strict schema "
-        "does not let a model write them today",
+        default=lm.DEFAULT_PLAN,
+        help="what the scripted planner writes: 'lean' (the default, and the fair one: what "
+        "the planner's prompt asks for, per task id, tool and args, with the default "
+        "non-strict schema sent); 'strict' (the planner made with LLMPlanner(strict=True): "
+        "the strict schema sent, and every field of every task written, depends_on [] and "
+        "for_each null included); 'llmcompiler' (LLMCompiler's text format, which the "
+        "planner reads too, written to the default request: an estimate of a format the "
+        "library's prompt does not ask for)",
     )
     parser.add_argument("--base-url", help="a real OpenAI-compatible model instead")
     parser.add_argument("--model", default="latency-model", help="model name (with --base-url)")
@@ -322,9 +362,18 @@ def main(argv: list[str] | None = None) -> None:
             url = args.base_url or servers[mode].base_url
             t0 = time.perf_counter()
             rows = anyio.run(
-                run_mode, mode, questions, url, args.model, registries, args.concurrency
+                run_mode,
+                mode,
+                questions,
+                url,
+                args.model,
+                registries,
+                args.concurrency,
+                args.plan_written == "strict",
             )
             attach_timings(rows, servers[mode].take_records() if servers else [])
+            if servers:
+                check_request(mode, rows, args.plan_written)
             per_mode[mode] = rows
             print(f"{mode}: {time.perf_counter() - t0:.1f} s", file=sys.stderr)
 
@@ -402,19 +451,25 @@ def report(
             tr += ["-"] * 6
         time_rows.append(tr)
 
-    # -- what a leaner plan would save (estimates, from the scripted plans) ------------
-    lean_headers = ["plan written", "output tokens", "writing saved s", "plan est. s"]
-    lean_headers += ["× react est."]
-    lean_rows = []
+    # -- the same plan in the other formats (estimates, from the scripted plans) --------
+    format_headers = ["plan written", "output tokens", "writing s against this run's"]
+    format_headers += ["plan est. s", "× react est."]
+    format_rows = []
+    registry = dataset.registry(questions[0], args.seed, args.scale)
+    schema_sizes = {
+        strict: lm.text_tokens(json.dumps(plan_json_schema(registry, strict=strict)))
+        for strict in (False, True)
+    }
     variants = [lm.plan_variants(dataset, q) for q in questions]
-    written = statistics.fmean(lm.text_tokens(v[lm.PLAN_AS_WRITTEN]) for v in variants)
+    written = statistics.fmean(lm.text_tokens(v[args.plan_written]) for v in variants)
     base = summary.get("plan")
-    for name in variants[0]:
+    for name in lm.PLAN_WRITTEN:
         toks = statistics.fmean(lm.text_tokens(v[name]) for v in variants)
-        saved = (written - toks) * latency.per_token_s
-        est = base["mean_s"] - saved if base else None
-        lean_rows.append(
-            [name, f"{toks:,.0f}", f"{saved:.2f}", common.fmt(est, 3),
+        more = (toks - written) * latency.per_token_s
+        est = base["mean_s"] + more if base else None
+        label = f"{name} (this run)" if name == args.plan_written else name
+        format_rows.append(
+            [label, f"{toks:,.0f}", f"{more:+.2f}", common.fmt(est, 3),
              _x(react["mean_s"], est) if react and est else "-"]
         )  # fmt: skip
 
@@ -495,8 +550,19 @@ def report(
         "already run during it), after the plan is the wait from the plan's last token to the "
         "joiner's call (tools not yet done, and the engine), then the joiner's call."
     )
+    planned = (
+        f"Plan written {lm.PLAN_WRITTEN[args.plan_written]} (--plan-written "
+        f"{args.plan_written}); the planner's request: its system prompt, the goal and "
+        + (
+            "the strict plan schema (LLMPlanner(strict=True))."
+            if args.plan_written == "strict"
+            else "the non-strict plan schema it sends by default (plan_response_format)."
+        )
+    )
     print(common.machine_line(info))
     print(note)
+    if not args.base_url:
+        print(planned)
     print(lm.ACCOUNTING)
     print(common.text_table(headers, table))
     if time_rows:
@@ -517,40 +583,43 @@ def report(
         "by_group": by_group,
         "paper": paper,
         "targets": targets,
-        "leaner_plans": [dict(zip(lean_headers, r, strict=True)) for r in lean_rows],
+        "plan_formats": [dict(zip(format_headers, r, strict=True)) for r in format_rows],
         "questions": per_mode,
     }
     md = [
         f"# Goal to answer against ReAct: {dataset.name} (preset {preset.name})"
-        + (
-            ""
-            if args.plan_written == "strict"
-            else f", the planner writing its plan {lm.PLAN_WRITTEN[args.plan_written]}: an "
-            "estimate of a leaner format, not what the library's schema makes a model write"
-        ),
+        + {
+            "lean": "",
+            "strict": ", the planner with strict=True",
+            "llmcompiler": ", the plan written in LLMCompiler's text format: an estimate of "
+            "a format the library's planner does not ask for",
+        }[args.plan_written],
         f"`{common.command_line()}`",
         common.machine_line(info),
         note,
+        *([] if args.base_url else [f"**{planned}**"]),
         f"**Accounting.** {lm.ACCOUNTING}",
         common.markdown_table(headers, table),
     ]
     if time_rows:
         md += [time_note, common.markdown_table(time_headers, time_rows)]
-    lean_note = (
-        "What a leaner plan would save (an estimate, not a run): the same plan in other "
-        "formats, its output tokens by the same rule, the writing time that saves at this "
-        "preset's time per output token, and plan-then-execute's measured mean latency less "
-        "that time. The joiner's call (above) is the other fixed cost."
+    format_note = (
+        "The same plan in every format (an estimate, not a run): its output tokens by the "
+        "same rule, the writing time it takes more (+) or less (-) than this run's plan at "
+        "this preset's time per output token, and plan-then-execute's measured mean latency "
+        "with that difference. Only the output side is estimated: the request stays this "
+        f"run's (for these tools the plan schema is {schema_sizes[False]:,} tokens non-strict "
+        f"and {schema_sizes[True]:,} strict). The joiner's call (above) is the other fixed cost."
     )
     if not args.base_url:
-        md += [lean_note, common.markdown_table(lean_headers, lean_rows)]
-        print(common.text_table(lean_headers, lean_rows))
+        md += [format_note, common.markdown_table(format_headers, format_rows)]
+        print(common.text_table(format_headers, format_rows))
     md += [
         "## LLMCompiler's published ratios beside ours",
         f"Paper: Kim et al., ICML 2024 (arXiv:2312.04511v3), with {paper['model']}; Tables 1 "
         "(latency, against their ReAct with extra prompting), 2 (cost and tokens) and C.1 "
         "(streaming). Ours: solve against react, react-parallel and plan, same run. "
-        + PAPER_DIFFERS,
+        + PAPER_DIFFERS.format(plan=PAPER_PLAN[args.plan_written]),
         common.markdown_table(paper_headers, paper_rows),
         "## Targets (issue 42)",
         "\n".join(f"- {'met' if t['met'] else '**missed**'}: {t['target']}" for t in targets),
@@ -562,8 +631,8 @@ def report(
     name = f"agent_vs_react_{dataset.name}"
     if preset.name != "hosted-fast":
         name += f"_{preset.name}".replace("+", "_")
-    if args.plan_written != "strict":
-        name += f"_plan_{args.plan_written}".replace("-", "_")
+    if args.plan_written != lm.DEFAULT_PLAN:
+        name += f"_plan_{args.plan_written}"
     for p in common.write_results(out, name, data, "\n\n".join(md)):
         print(f"wrote {p}")
     png = out / f"{name}.png"

@@ -42,9 +42,9 @@ from pathlib import Path
 from typing import Any
 
 import _common as common
+import _datasets as ds
 import _latency_model as lm
 import anyio
-from agent_vs_react import build_registry, is_right, pick
 
 import dagagent
 from dagagent.llm import HTTPRetryPolicy, ModelSettings, OpenAIChat
@@ -98,8 +98,11 @@ def not_recorded() -> Iterator[None]:
         _calls.SolveCalls.observer = original  # type: ignore[method-assign]
 
 
+PARALLELQA = ds.DATASETS["parallelqa"]
+
+
 async def solve_one(
-    q: dict[str, Any], base_url: str, registry: dagagent.Registry, store: dagagent.RunStore
+    q: ds.Question, base_url: str, registry: dagagent.Registry, store: dagagent.RunStore
 ) -> dict[str, Any]:
     llm = OpenAIChat(
         "latency-model",
@@ -108,35 +111,36 @@ async def solve_one(
         settings=ModelSettings(retry=HTTPRetryPolicy(max_retries=0)),
     )
     t0 = time.perf_counter()
-    solution = await dagagent.solve(q["question"], registry, llm, store=store)
+    solution = await dagagent.solve(q.text, registry, llm, store=store)
     return {
         "latency_s": time.perf_counter() - t0,
         "calls": len(solution.calls),
-        "right": is_right(solution.answer_text if solution.ok else None, q["expected"]),
+        "right": PARALLELQA.is_right(solution.answer_text if solution.ok else None, q),
     }
 
 
 def overhead(args: argparse.Namespace) -> dict[str, Any]:
-    questions = pick(json.loads(args.dataset.read_text(encoding="utf-8")), args.questions)
-    world = lm.World(questions, args.seed)
-    for q in questions:
-        q.update(world.by_question[str(q["question"]).strip()])
-        q["expected"] = world.answer(q)
+    questions = PARALLELQA.load(args.data_dir, args.questions, args.seed)
     latency = lm.LatencyModel().scaled(args.scale)
-    registry = build_registry(world, args.seed, args.scale)
+    registries = {q.id: PARALLELQA.registry(q, args.seed, args.scale) for q in questions}
     on: list[dict[str, Any]] = []
     off: list[dict[str, Any]] = []
     timer = Timed()
-    with tempfile.TemporaryDirectory() as tmp, lm.ModelServer(world, latency) as server:
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        lm.ModelServer(PARALLELQA, questions, latency) as server,
+    ):
         store = dagagent.RunStore(Path(tmp) / "runs.db")
         for i, q in enumerate(questions):
             for recorded in (True, False) if i % 2 == 0 else (False, True):
                 if recorded:
                     with timer.installed():
-                        on.append(anyio.run(solve_one, q, server.base_url, registry, store))
+                        on.append(anyio.run(solve_one, q, server.base_url, registries[q.id], store))
                 else:
                     with not_recorded():
-                        off.append(anyio.run(solve_one, q, server.base_url, registry, store))
+                        off.append(
+                            anyio.run(solve_one, q, server.base_url, registries[q.id], store)
+                        )
         store.close()
     wall_on = statistics.mean(r["latency_s"] for r in on)
     wall_off = statistics.mean(r["latency_s"] for r in off)
@@ -259,7 +263,7 @@ def targets(args: argparse.Namespace) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--questions", type=int, default=20, help="ParallelQA questions")
-    parser.add_argument("--dataset", type=Path, default=common.DATA_DIR / "parallelqa_dataset.json")
+    parser.add_argument("--data-dir", type=Path, default=common.DATA_DIR, help="data folder")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--scale", type=float, default=0.2, help="multiply every latency")
     parser.add_argument("--deadline", type=float, default=20.0, help="ask --deadline")

@@ -14,6 +14,7 @@ from .agent import (
 from .approval import (
     Approval as Approval,
     ApprovalRequest as ApprovalRequest,
+    Limit as Limit,
     Policy as Policy,
     Rule as Rule,
     ask_later as ask_later,
@@ -28,6 +29,8 @@ from .errors import (
     AgentError as AgentError,
     AgentStoppedError as AgentStoppedError,
     BudgetExceededError as BudgetExceededError,
+    ConditionError as ConditionError,
+    ConditionSyntaxError as ConditionSyntaxError,
     ConfigError as ConfigError,
     DagagentError as DagagentError,
     DeadlineError as DeadlineError,
@@ -64,6 +67,7 @@ from .errors import (
     ToolArgumentsError as ToolArgumentsError,
     ToolDefinitionError as ToolDefinitionError,
     ToolError as ToolError,
+    ToolLimitError as ToolLimitError,
     UnknownToolError as UnknownToolError,
     WorkerLostError as WorkerLostError,
 )
@@ -110,6 +114,7 @@ from .run import (
     new_run_id as new_run_id,
 )
 from .runner import (
+    CallLedger as CallLedger,
     Interceptor as Interceptor,
     ToolInvocation as ToolInvocation,
 )

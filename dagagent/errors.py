@@ -5,7 +5,8 @@ The tree::
     DagagentError
     ├── PlanError                     the plan itself is unusable
     │   ├── PlanLoadError             not JSON / not a plan shape / file unreadable
-    │   └── PlanValidationError       graph or registry issues (``.issues``)
+    │   ├── PlanValidationError       graph or registry issues (``.issues``)
+    │   └── ConditionSyntaxError      a task's ``when`` is not a condition (``.position``)
     ├── ToolError                     registry and tool definition problems
     │   ├── ToolDefinitionError       a function cannot become a tool / duplicate name
     │   ├── UnknownToolError          a name not in the registry
@@ -13,6 +14,8 @@ The tree::
     ├── TaskError                     raised *inside* a run for one task (kept in TaskResult)
     │   ├── ReferenceResolutionError  ``${id.path}`` could not be resolved
     │   ├── MapError                  a map task's ``for_each`` is not a list, or too long
+    │   ├── ConditionError            a task's ``when`` cannot be decided with the outputs
+    │   ├── ToolLimitError            a tool's ``max_calls`` or ``cooldown_s`` was crossed
     │   ├── TaskTimeoutError          the task ran past its timeout
     │   ├── TaskDeniedError           an interceptor / approval rule refused the call
     │   ├── TaskWaitingError          an ``ask`` rule waits for a person's later decision
@@ -66,6 +69,8 @@ __all__ = [
     "AgentError",
     "AgentStoppedError",
     "BudgetExceededError",
+    "ConditionError",
+    "ConditionSyntaxError",
     "ConfigError",
     "DagagentError",
     "DeadlineError",
@@ -102,6 +107,7 @@ __all__ = [
     "ToolArgumentsError",
     "ToolDefinitionError",
     "ToolError",
+    "ToolLimitError",
     "UnknownToolError",
     "WorkerLostError",
 ]
@@ -146,6 +152,19 @@ class PlanValidationError(PlanError):
         super().__init__(f"plan has {n} issue{'s' if n != 1 else ''}:\n{lines}")
 
 
+class ConditionSyntaxError(PlanError):
+    """A task's ``when`` is not a condition of the predicate language (see
+    :mod:`dagagent.conditions`): ``.text`` is the condition, ``.position`` the 0-based
+    character where reading it stopped, ``.problem`` what was wrong there."""
+
+    def __init__(self, text: str, position: int, problem: str) -> None:
+        self.text = text
+        self.position = position
+        self.problem = problem
+        shown = text if len(text) <= 80 else text[:77] + "..."
+        super().__init__(f"condition {shown!r}, at character {position + 1}: {problem}")
+
+
 class ToolError(DagagentError):
     """Problems with tool definitions or calls."""
 
@@ -183,6 +202,22 @@ class ReferenceResolutionError(TaskError):
 class MapError(TaskError):
     """A map task's ``for_each`` is not a list at run time, or has more elements than the run
     allows (``max_elements``)."""
+
+
+class ConditionError(TaskError):
+    """A task's ``when`` could not be decided with the outputs it reads: a reference that
+    does not resolve, or values its comparison cannot compare (a number with a string)."""
+
+
+class ToolLimitError(TaskError):
+    """A call would cross a tool's guardrail: its ``max_calls`` for the run (or solve) are
+    spent, or its ``cooldown_s`` since the last call has not passed. ``.tool`` names the
+    tool, ``.limit`` is ``"max_calls"`` or ``"cooldown_s"``. Never retried."""
+
+    def __init__(self, message: str, *, tool: str, limit: str) -> None:
+        self.tool = tool
+        self.limit = limit
+        super().__init__(message)
 
 
 class TaskTimeoutError(TaskError):

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable, MutableMapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from .errors import ConfigError
 from .events import debug_enabled, get_logger
 from .results import (
     REDACT,
@@ -37,6 +38,7 @@ __all__ = [
     "SECRET_ARG_NAMES",
     "Redacting",
     "Span",
+    "Stamped",
     "cache_key",
     "caching",
     "redacting",
@@ -131,19 +133,40 @@ def cache_key(tool: str, args: Any) -> str:
     return json.dumps([tool, jsonable(args)], sort_keys=True, separators=(",", ":"), default=str)
 
 
+@dataclass(frozen=True, slots=True)
+class Stamped:
+    """A cached output with the time it was stored (what ``caching(ttl_s=...)`` keeps)."""
+
+    output: Any
+    at: float
+
+
 def caching(
     cache: MutableMapping[str, Any] | None = None,
     *,
     tools: str | Iterable[str] = "*",
     side_effects: bool = False,
+    ttl_s: float | None = None,
+    clock: Callable[[], float] | None = None,
 ) -> Interceptor:
     """Answer a repeated call (same tool, same validated arguments) from ``cache`` instead of
     calling the tool again. Only successful outputs are cached; the cached object itself is
     returned (do not mutate it). ``tools``: globs of the tool names to cache. Tools that
     declared side effects are never cached unless ``side_effects=True``. ``cache``: any
-    mutable mapping (default: a new dict; pass a shared one to cache across runs)."""
+    mutable mapping (default: a new dict; pass a shared one to cache across runs).
+
+    ``ttl_s``: how long an output stays fresh, in seconds; an older one is called for again
+    (and replaced). The cache then keeps each output with the time it was stored (a
+    :class:`Stamped`), read from ``clock`` (default ``time.time``, comparable across
+    processes, so a shared, lasting cache works too; tests give a clock they move). An entry
+    stored without a time (by a ``caching()`` without ``ttl_s`` sharing the mapping) is of no
+    known age, so it is called for again. A cache hit is not a call of the tool: it does not
+    count against the tool's ``max_calls`` nor its ``cooldown_s``."""
     store: MutableMapping[str, Any] = {} if cache is None else cache
     wanted = _name_filter(tools)
+    if ttl_s is not None and not ttl_s > 0:
+        raise ConfigError(f"caching ttl_s must be a positive number of seconds, not {ttl_s!r}")
+    now = clock or time.time
 
     async def cached(call: ToolInvocation, call_next: CallNext) -> Any:
         tool = call.tool
@@ -151,9 +174,13 @@ def caching(
             return await call_next(call)
         key = cache_key(tool.name, call.args)
         if key in store:
-            return store[key]
+            entry = store[key]
+            if ttl_s is None:
+                return entry.output if type(entry) is Stamped else entry
+            if type(entry) is Stamped and now() - entry.at < ttl_s:
+                return entry.output
         out = await call_next(call)
-        store[key] = out
+        store[key] = out if ttl_s is None else Stamped(out, now())
         return out
 
     return cached

@@ -29,6 +29,7 @@ __all__ = [
     "CALLS_PER_TURN",
     "CHARS_PER_TOKEN",
     "DEFAULT_ANSWER_CHARS",
+    "DEFAULT_ELEMENT_CONCURRENCY",
     "DEFAULT_MAX_ELEMENTS",
     "DEFAULT_MAX_TASKS",
     "PLAN_OVERHEAD_TOKENS",
@@ -41,6 +42,10 @@ __all__ = [
 #: At most this many elements in one map task's list (``for_each``) unless ``max_elements``
 #: says otherwise: a longer list is a :class:`~dagagent.errors.MapError`.
 DEFAULT_MAX_ELEMENTS = 10_000
+
+#: At most this many elements of one map task run at once unless the task's own
+#: ``max_concurrency`` says otherwise (the run's ``max_concurrency`` bounds them further).
+DEFAULT_ELEMENT_CONCURRENCY = 1_000
 
 #: The most tasks a plan may have unless told otherwise (``max_tasks``).
 DEFAULT_MAX_TASKS = 50

@@ -23,7 +23,15 @@ from .executors import Executor, finish_unstarted, get_executor
 from .graph import PlanGraph, finished_critical_path, validate
 from .plan import AgentTask, Plan
 from .results import FAILURES, ApprovalAnswer, RunResult, RunStatus, TaskResult, TaskStatus
-from .runner import AgentTaskRunner, Interceptor, Redaction, RunTelemetry, TaskRunner, ToolCalls
+from .runner import (
+    AgentTaskRunner,
+    CallLedger,
+    Interceptor,
+    Redaction,
+    RunTelemetry,
+    TaskRunner,
+    ToolCalls,
+)
 from .settings import RunSettings
 from .tools import connected
 
@@ -64,6 +72,7 @@ async def execute(
     parent_id: str | None = None,
     store: RunStore | str | Path | None = None,
     resuming: Resuming | None = None,
+    ledger: CallLedger | None = None,
 ) -> RunResult:
     """Validate ``plan`` against ``registry`` and run it.
 
@@ -79,6 +88,10 @@ async def execute(
     - ``store``: record the run (plan and every task result, durable as each task finishes)
       in this :class:`~dagagent.store.RunStore` or SQLite file (see :mod:`dagagent.store`);
       what the store could not write is ``RunResult.record_loss``.
+
+    - ``ledger``: the calls the tools' guardrails (``max_calls``, ``cooldown_s``) and the
+      policies' limits count (see :class:`~dagagent.runner.CallLedger`): a new one for the
+      run unless given one (``solve`` gives each round the solve's).
 
     ``resuming`` is how :func:`dagagent.resume` continues a paused run; call that instead.
 
@@ -113,6 +126,7 @@ async def execute(
             agent_runner=agent_runner,
             reuse=reuse,
             resuming=resuming,
+            ledger=ledger,
         )
         # e.g. ship the tools to Dask workers; fails before anything is recorded
         await run.executor.prepare(graph, runner)
@@ -168,6 +182,7 @@ class _Run:
         agent_runner: AgentTaskRunner | None,
         reuse: Mapping[str, tuple[str, Any]] | None,
         resuming: Resuming | None,
+        ledger: CallLedger | None = None,
     ) -> TaskRunner:
         """The run's task runner, with everything it works with."""
         graph, registry, settings = self.graph, self.registry, self.settings
@@ -194,6 +209,7 @@ class _Run:
             self.executor.invoker,
             self.task_events,
             resuming.answers if resuming is not None else None,
+            ledger,
         )
         return TaskRunner(
             graph,
@@ -281,7 +297,7 @@ class _Run:
             # A plan cut short while it was written (an invalid task, a model that failed
             # mid-answer, or before its first task): whatever ran, the plan did not.
             status = RunStatus.FAILED
-        elif all(s.ok for s in statuses):
+        elif all(r.settled for r in tasks.values()):  # a condition's skip is no failure
             status = RunStatus.SUCCEEDED
         elif TaskStatus.WAITING in statuses and not any(s in FAILURES for s in statuses):
             status = RunStatus.PAUSED  # nothing else could run: the rest waits for a person

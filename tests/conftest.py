@@ -1,37 +1,96 @@
 """Shared fixtures: the anyio backend, a private run store, a registry of recording test tools,
-a loopback LLM server.
+a loopback LLM server; and the rule that keeps ``pytest -m "not slow"`` in process.
 
 Test modules mirror the ``dagagent`` packages (``tests/llm/`` guards ``dagagent/llm/``, ...).
-The helper modules (``llm_server``, ``journey_model``, ``dask_tools``) sit in ``tests/``, which
-pytest puts on ``sys.path`` for this file, so every test imports them by their plain names."""
+The helper modules (``llm_server``, ``cli_shell``, ``eventually``, ``clock``, ``backends``,
+``journey_model``, ``dask_tools``) sit in ``tests/``, which pytest puts on ``sys.path`` for this
+file, so every test imports them by their plain names. Tests wait for state, not for time:
+``eventually`` for state only a poll can see, ``clock`` (``@pytest.mark.skip_time``) for timers
+on the event loop."""
 
 from __future__ import annotations
 
 import os
+import platform
 import signal
+import sys
 from collections.abc import Iterator
 from typing import Any
 
 import anyio
 import pytest
+from clock import backend
 from hypothesis import settings
 from llm_server import LLMTestServer
 
 import dagagent
 
 os.environ.setdefault("DAGAGENT_DEMO_LATENCY", "0")
+# The command line's consoles read COLUMNS once, when dagagent.cli is first imported, and
+# pytest-xdist's workers start with COLUMNS=80 in their environment: leave the width to each
+# command's environment instead (tests/cli_shell.py gives 200), as in a serial run.
+for _name in ("COLUMNS", "LINES"):
+    os.environ.pop(_name, None)
 
 # The tests stop dagagent processes with Ctrl-C (SIGINT). Where the suite itself runs with
 # SIGINT ignored (started in the background by a shell without job control), every process it
 # starts would inherit that and never stop; a handled signal reverts to its default in them.
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+# Likewise SIGHUP under nohup: a dagagent process leaves an ignored SIGHUP ignored (as it
+# should), so the tests that hang up on one would wait for it in vain.
+if hasattr(signal, "SIGHUP") and signal.getsignal(signal.SIGHUP) is signal.SIG_IGN:
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 # CI explores the same examples every run (a failure there is reproducible, never a fluke of
 # the day's random seed); locally hypothesis keeps searching new ones.
 settings.register_profile("ci", derandomize=True, database=None, deadline=None)
 if os.environ.get("CI"):
     settings.load_profile("ci")
+
+
+# -- the quick loop ---------------------------------------------------------------------------
+# `pytest -m "not slow"` runs every test that runs in this process. A test that starts a process
+# (a real dagagent command, an MCP server, an interpreter, a browser, a Dask cluster) is marked
+# slow; one that is not and starts one anyway fails, naming what it started, so the quick loop
+# stays quick. (subprocess and os.posix_spawn say so through audit events; multiprocessing's
+# spawn does not, so a test starting a Dask cluster of processes is marked by hand.)
+_STARTS_A_PROCESS = frozenset({"subprocess.Popen", "os.posix_spawn", "os.fork", "os.system"})
+platform.processor()  # runs `uname -p` once per process (Dask asks): here, not in a test
+_started: list[list[str]] = []  # while a quick test runs: what it started
+
+
+def _note_processes(event: str, args: tuple[Any, ...]) -> None:
+    if _started and event in _STARTS_A_PROCESS:
+        what = args[1] if event == "subprocess.Popen" else args[:2]
+        _started[-1].append(f"{event} {what!r}"[:200])
+
+
+sys.addaudithook(_note_processes)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
+    if item.get_closest_marker("slow") is not None:
+        return (yield)
+    _started.append([])
+    try:
+        return (yield)
+    finally:
+        _started.pop()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    report = yield
+    if _started and _started[-1] and call.when != "setup" and report.passed:
+        report.outcome = "failed"
+        report.longrepr = (
+            f"{item.nodeid} started a process but is not marked slow (the quick loop, "
+            f"pytest -m 'not slow', runs in process only): {_started[-1][0]}"
+        )
+        _started[-1].clear()
+    return report
 
 
 @pytest.fixture(autouse=True)
@@ -48,8 +107,9 @@ def _structlog_as_found() -> Iterator[None]:
 
 
 @pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
+def anyio_backend(request: pytest.FixtureRequest) -> Any:
+    """asyncio; for a test marked ``skip_time``, with a clock that skips the waits (clock.py)."""
+    return backend("asyncio", skip_time=request.node.get_closest_marker("skip_time") is not None)
 
 
 @pytest.fixture(autouse=True)
@@ -115,9 +175,20 @@ def registry(recorder: Recorder) -> Iterator[dagagent.Registry]:
     yield reg
 
 
-@pytest.fixture
-def server() -> Iterator[LLMTestServer]:
-    """A loopback server speaking the providers' wire formats; it checks its script was used up."""
+@pytest.fixture(scope="session")
+def shared_llm_server() -> Iterator[LLMTestServer]:
+    """The loopback model server, started once per test process (per xdist worker)."""
     with LLMTestServer() as srv:
         yield srv
-        srv.check()
+
+
+@pytest.fixture
+def server(shared_llm_server: LLMTestServer) -> Iterator[LLMTestServer]:
+    """A loopback server speaking the providers' wire formats, fresh for each test (the shared
+    one, reset); it checks its script was used up."""
+    shared_llm_server.reset()
+    yield shared_llm_server
+    try:
+        shared_llm_server.check()
+    finally:
+        shared_llm_server.reset()

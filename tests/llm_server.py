@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import selectors
 import socket
 import sys
 import threading
@@ -19,6 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+import pytest
 
 from dagagent.llm import (
     LLM,
@@ -144,13 +147,13 @@ class LLMTestServer:
         self.requests: list[Recorded] = []
         self.unexpected: list[str] = []
         self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)  # notified as connections close
         self._stop = threading.Event()
         self._connections: set[socket.socket] = set()
         self._server = _Server(("127.0.0.1", 0), _Handler)
         self._server.owner = self
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
-        )
+        self._wake, self._woken = socket.socketpair()
+        self._thread = threading.Thread(target=self._accept, daemon=True)
 
     @property
     def url(self) -> str:
@@ -180,16 +183,50 @@ class LLMTestServer:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def _accept(self) -> None:
+        """Take connections until :meth:`close`. The thread wakes for a connection or for
+        close(), never on a timer: an idle server (shared by the tests of a session) runs no
+        code meanwhile, not even to allocate."""
+        with selectors.DefaultSelector() as selector:
+            selector.register(self._server, selectors.EVENT_READ)
+            selector.register(self._woken, selectors.EVENT_READ)
+            while True:
+                ready = [key.fileobj for key, _ in selector.select()]
+                if self._woken in ready:
+                    return
+                self._server.handle_request()
+
     def close(self) -> None:
         self._stop.set()
-        self._server.shutdown()
+        self._wake.send(b"x")
+        self._thread.join()
+        self._hang_up()
+        self._server.server_close()  # joins the handler threads
+        self._wake.close()
+        self._woken.close()
+
+    def reset(self, responder: Responder | None = None) -> None:
+        """Ready for another test, as if new: what the last one left in flight (a delayed
+        reply, a trickling stream, an idle keep-alive connection) is stopped and waited for,
+        and nothing of it is remembered (replies, requests, problems, responder)."""
+        self._stop.set()
+        self._hang_up()
+        with self._idle:
+            ended = self._idle.wait_for(lambda: not self._connections, timeout=30)
+            assert ended, "the LLM test server is still answering the last test's requests"
+            self._replies.clear()
+            self.requests.clear()
+            self.unexpected.clear()
+            self.responder = responder
+            self._stop = threading.Event()
+
+    def _hang_up(self) -> None:
+        """Close every open connection (their handlers then end)."""
         with self._lock:
             connections = list(self._connections)
         for conn in connections:
             with contextlib.suppress(OSError):
                 conn.shutdown(socket.SHUT_RDWR)
-        self._server.server_close()  # joins the handler threads
-        self._thread.join()
 
     def _track(self, conn: socket.socket, *, add: bool) -> None:
         with self._lock:
@@ -197,6 +234,7 @@ class LLMTestServer:
                 self._connections.add(conn)
             else:
                 self._connections.discard(conn)
+                self._idle.notify_all()
 
     # -- serving -------------------------------------------------------------------
 
@@ -302,6 +340,22 @@ class Sleeps:
 def record_sleeps(client: HTTPChatClient) -> Sleeps:
     sleeps = Sleeps()
     client.retry = replace(client.retry, sleep=sleeps)
+    return sleeps
+
+
+def record_command_line_sleeps(monkeypatch: pytest.MonkeyPatch) -> Sleeps:
+    """The model clients the command line makes (``--model``) record their retry waits
+    instead of waiting: a test skips the back-off's seconds and can count the retries."""
+    from dagagent.cli.options import ModelChoice
+
+    sleeps = Sleeps()
+    made = ModelChoice.settings
+
+    def settings(choice: ModelChoice) -> ModelSettings:
+        given = made(choice)
+        return replace(given, retry=replace(given.retry, sleep=sleeps))
+
+    monkeypatch.setattr(ModelChoice, "settings", settings)
     return sleeps
 
 

@@ -256,7 +256,7 @@ async def test_ask_callback_may_be_async_and_return_bools(
     side_registry: dagagent.Registry,
 ) -> None:
     async def decide(req: ApprovalRequest) -> bool:
-        await anyio.sleep(0.01)
+        await anyio.lowlevel.checkpoint()
         return bool(req.args["path"] != "b")
 
     policy = Policy([Rule(action="ask", tool="write")], ask=decide)
@@ -331,6 +331,7 @@ async def test_ask_callback_returning_nonsense_fails_the_task(
     assert writes(side_registry) == []
 
 
+@pytest.mark.skip_time  # every question lasts until all that can be asked are
 @pytest.mark.parametrize("serialize", [True, False])
 async def test_concurrent_asks_are_serialized(
     side_registry: dagagent.Registry, serialize: bool
@@ -388,6 +389,7 @@ async def test_a_blocking_sync_ask_does_not_block_the_event_loop(
     assert free.finished_at <= w.finished_at
 
 
+@pytest.mark.skip_time
 async def test_denied_ask_in_a_level_with_cancel_withdraws_pending_questions(
     side_registry: dagagent.Registry, recorder: Any
 ) -> None:
@@ -398,7 +400,7 @@ async def test_denied_ask_in_a_level_with_cancel_withdraws_pending_questions(
         if req.task_id == "no":
             await anyio.sleep(0.1)  # 'wait' is being asked meanwhile
             return Approval.deny("stop", by="ann")
-        await anyio.sleep(5)  # a question nobody answers
+        await anyio.sleep_forever()  # a question nobody answers
         return Approval.approve()
 
     policy = Policy([Rule(action="ask", tool="write")], ask=decide, serialize_asks=False)
@@ -633,7 +635,7 @@ def _registry(calls: list[tuple[str, dict[str, Any]]]) -> dagagent.Registry:
     async def write_file(path: str, text: str = "") -> str:
         """Write a file (pretend)."""
         calls.append(("write_file", {"path": path, "text": text}))
-        await anyio.sleep(0.01)
+        await anyio.lowlevel.checkpoint()
         return path
 
     @reg.tool(side_effects=True)
@@ -646,7 +648,7 @@ def _registry(calls: list[tuple[str, dict[str, Any]]]) -> dagagent.Registry:
     async def read(key: str) -> str:
         """Read a value."""
         calls.append(("read", {"key": key}))
-        await anyio.sleep(0.01)
+        await anyio.lowlevel.checkpoint()
         return key.upper()
 
     return reg
@@ -666,7 +668,7 @@ PLAN = {
 
 
 async def _ask(req: ApprovalRequest) -> Approval:
-    await anyio.sleep(0.01)  # questions overlap with running tasks
+    await anyio.lowlevel.checkpoint()  # questions overlap with running tasks
     if req.task_id == "d_home":
         return Approval.deny("not my home", by="ann")
     if req.task_id == "d_tmp":

@@ -38,6 +38,7 @@ def _script(name: str, *args: str | Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["serial_vs_parallel.py", "overhead.py", "streamed_planning.py"])
 def test_scripts_have_help(name: str) -> None:
     proc = _script(name, "--help")
@@ -52,6 +53,7 @@ def test_the_dataset_is_in_the_repository_with_its_licence() -> None:
     assert "SqueezeAILab/LLMCompiler" in notice and "MIT License" in notice
 
 
+@pytest.mark.slow
 def test_published_results_are_not_overwritten_unless_asked() -> None:
     results = BENCH / "results"
     before = {p.name: p.stat().st_mtime_ns for p in results.iterdir()}
@@ -61,6 +63,7 @@ def test_published_results_are_not_overwritten_unless_asked() -> None:
     assert {p.name: p.stat().st_mtime_ns for p in results.iterdir()} == before
 
 
+@pytest.mark.slow
 def test_streamed_planning_runs_tiny(tmp_path: Path) -> None:
     proc = _script(
         "streamed_planning.py",
@@ -88,6 +91,7 @@ def test_streamed_planning_runs_tiny(tmp_path: Path) -> None:
     }
 
 
+@pytest.mark.slow
 def test_serial_vs_parallel_runs_tiny(tmp_path: Path) -> None:
     proc = _script(
         "serial_vs_parallel.py",
@@ -144,6 +148,7 @@ def test_dask_futures_runs_tiny(tmp_path: Path) -> None:
     assert md.startswith("# The dask executor next to raw Dask futures")
 
 
+@pytest.mark.slow
 def test_serial_vs_parallel_missing_dataset_is_a_clear_error(tmp_path: Path) -> None:
     proc = _script(
         "serial_vs_parallel.py", "--quick", "--shapes", "parallelqa", "--dataset", tmp_path
@@ -153,11 +158,13 @@ def test_serial_vs_parallel_missing_dataset_is_a_clear_error(tmp_path: Path) -> 
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_unknown_executor_is_a_usage_error() -> None:
     proc = _script("serial_vs_parallel.py", "--executors", "levels,warp")
     assert proc.returncode == 2 and "unknown executor 'warp'" in proc.stderr
 
 
+@pytest.mark.slow
 def test_overhead_runs_tiny(tmp_path: Path) -> None:
     proc = _script(
         "overhead.py", "--sizes", "300", "--repeats", "1", "--width", "20", "--out", tmp_path
@@ -172,6 +179,7 @@ def test_overhead_runs_tiny(tmp_path: Path) -> None:
     assert (tmp_path / "overhead.md").read_text().startswith("# Overhead: no-op tasks,")
 
 
+@pytest.mark.slow
 def test_overhead_through_execute_plan(tmp_path: Path) -> None:
     proc = _script(
         "overhead.py",
@@ -197,6 +205,7 @@ def test_overhead_through_execute_plan(tmp_path: Path) -> None:
     assert "Median of" not in proc.stdout  # one run: no median to speak of
 
 
+@pytest.mark.slow
 def test_overhead_gives_medians_from_three_runs(tmp_path: Path) -> None:
     proc = _script(
         "overhead.py",
@@ -236,6 +245,7 @@ def test_overhead_gives_medians_from_three_runs(tmp_path: Path) -> None:
     assert row.split("|")[5].strip() == f"{x:.2f}"
 
 
+@pytest.mark.slow
 def test_overhead_chain_and_wide_shapes(tmp_path: Path) -> None:
     proc = _script(
         "overhead.py",
@@ -263,6 +273,7 @@ def test_overhead_chain_and_wide_shapes(tmp_path: Path) -> None:
         assert set(r["run_s"]) == {"floor", "levels", "dataflow", "levels+plan", "dataflow+plan"}
 
 
+@pytest.mark.slow
 def test_peers_runs_tiny(tmp_path: Path) -> None:
     proc = _script(
         "peers.py",
@@ -289,6 +300,7 @@ def test_peers_runs_tiny(tmp_path: Path) -> None:
     assert "dagagent x floor" in (tmp_path / "peers.md").read_text()
 
 
+@pytest.mark.slow
 def test_overhead_with_sync_and_inline_tools(tmp_path: Path) -> None:
     for tool in ("sync", "inline"):
         proc = _script(
@@ -313,6 +325,7 @@ def test_overhead_with_sync_and_inline_tools(tmp_path: Path) -> None:
         assert r["tool"] == tool and set(r["run_s"]) == {"floor", "dataflow"}
 
 
+@pytest.mark.slow
 def test_startup_runs(tmp_path: Path) -> None:
     proc = _script("startup.py", "--repeats", "1", "--out", tmp_path)
     assert proc.returncode == 0, proc.stderr
@@ -331,6 +344,24 @@ def test_startup_runs(tmp_path: Path) -> None:
     ]
 
 
+@pytest.mark.slow
+def test_scale_runs_tiny_and_keeps_other_labels(tmp_path: Path) -> None:
+    for label in ("before", "after"):
+        proc = _script(
+            "scale.py", "--chains", "120", "--maps", "500", "--label", label, "--out", tmp_path
+        )
+        assert proc.returncode == 0, proc.stderr
+    data = json.loads((tmp_path / "scale.json").read_text())
+    assert set(data["labels"]) == {"before", "after"}
+    (chain,) = data["labels"]["after"]["chains"]
+    assert chain["tasks"] == 120 and chain["show_lines"] > 100
+    assert chain["page_bytes"] > chain["panel_bytes"] > 0 and chain["report_bytes"] > 0
+    (mapped,) = data["labels"]["after"]["maps"]
+    assert mapped["elements"] == 500 and mapped["bytes_per_element"] >= 0
+    assert "## before" in (tmp_path / "scale.md").read_text()
+
+
+@pytest.mark.slow
 def test_overhead_with_the_run_store(tmp_path: Path) -> None:
     proc = _script(
         "overhead.py",
@@ -355,6 +386,7 @@ def test_overhead_with_the_run_store(tmp_path: Path) -> None:
     assert "dataflow+store" in proc.stdout
 
 
+@pytest.mark.slow
 def test_overhead_at_scale(tmp_path: Path) -> None:
     proc = _script(
         "overhead.py", "--scale", "600", "--scale-base", "200", "--width", "20", "--out", tmp_path
@@ -595,6 +627,7 @@ def test_cycles_are_still_found_and_shown(registry: dagagent.Registry) -> None:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dataset", ["parallelqa", "movie", "hotpotqa"])
 def test_agent_vs_react_runs_a_handful_of_questions_in_every_mode(
     dataset: str, tmp_path: Path
@@ -624,17 +657,59 @@ def test_agent_vs_react_runs_a_handful_of_questions_in_every_mode(
             assert r["plan_done_s"] <= r["latency_s"] and r["joiner_s"] > 0
     # The same look-ups cost the same: the plan's tasks are the ReAct agent's calls.
     assert len({s["tool_calls"] for s in summary.values()}) == 1
-    if dataset == "movie":
-        # 9 model calls and 8 look-ups in a row against 2 calls and the slowest look-up (about
-        # 2x at full scale). On ParallelQA (1.5x) and HotpotQA (1.05x) a busy machine's engine
-        # time at a twentieth of the latencies can reverse the order: their ratios are the
-        # benchmark's to report, not a test's.
-        assert summary["react"]["mean_s"] > 1.2 * summary["solve"]["mean_s"]
+    # What the modes cost is their calls (counted above: on Movie 9 model calls and 8 look-ups
+    # in a row against 2 calls). How long they take is the benchmark's to report, not a test's:
+    # at a twentieth of the latencies a busy machine's engine time reverses the order of the
+    # means on every data set (Movie's react 0.83 s against solve's 0.85 s under a load of 8).
     md = (tmp_path / f"agent_vs_react_{dataset}.md").read_text()
     assert "| solve |" in md and "preset hosted-fast" in md
     assert "LLMCompiler" in md and "## Targets" in md and "Accounting." in md
+    # By default the planner writes what its prompt asks (id, tool, args) and is charged for
+    # the schema it really sends: the non-strict one.
+    _planner_request_and_plan_agree(data, dataset, strict=False)
 
 
+def _planner_request_and_plan_agree(data: dict[str, Any], dataset: str, *, strict: bool) -> None:
+    from dagagent.planners import plan_json_schema
+
+    ds, lm = _bench_module("_datasets"), _bench_module("_latency_model")
+    questions = {q.id: q for q in ds.DATASETS[dataset].load(BENCH / "data", 0, 1)}
+    written = "strict" if strict else "lean"
+    assert data["options"]["plan_written"] == written
+    for mode in ("plan", "solve"):
+        for r in data["questions"][mode]:
+            q = questions[r["id"]]
+            schema = plan_json_schema(ds.DATASETS[dataset].registry(q, 1, 1.0), strict=strict)
+            plan = lm.plan_variants(ds.DATASETS[dataset], q)[written]
+            assert r["planner_strict"] is strict
+            assert r["planner_tokens"][1] == lm.text_tokens(plan)
+            if mode == "plan":  # solve's schema also bounds the number of tasks (maxItems)
+                assert r["planner_tokens"][2] == lm.text_tokens(json.dumps(schema))
+    lean = json.loads(lm.plan_variants(ds.DATASETS[dataset], q)["lean"])
+    assert set(lean) == {"tasks"} and all(set(t) == {"id", "tool", "args"} for t in lean["tasks"])
+
+
+@pytest.mark.slow
+def test_agent_vs_react_strict_sends_the_strict_schema_and_writes_every_field(
+    tmp_path: Path,
+) -> None:
+    proc = _script(
+        "agent_vs_react.py",
+        *("--dataset", "movie", "--questions", "2", "--scale", "0.05", "--out", tmp_path),
+        *("--modes", "plan,solve", "--plan-written", "strict"),
+    )
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads((tmp_path / "agent_vs_react_movie_plan_strict.json").read_text())
+    assert all(r["right"] for rows in data["questions"].values() for r in rows)
+    _planner_request_and_plan_agree(data, "movie", strict=True)
+    lm, ds = _bench_module("_latency_model"), _bench_module("_datasets")
+    q = ds.DATASETS["movie"].load(BENCH / "data", 1, 1)[0]
+    plan = json.loads(lm.plan_variants(ds.DATASETS["movie"], q)["strict"])
+    assert set(plan) == {"tasks"}  # no goal
+    assert all(t["depends_on"] == [] and t["for_each"] is None for t in plan["tasks"])
+
+
+@pytest.mark.slow
 def test_agent_vs_react_help_and_presets() -> None:
     help_text = _script("agent_vs_react.py", "--help").stdout
     for option in ("--dataset", "--preset", "--base-url", "--model", "--write", "--price-in"):
@@ -660,8 +735,8 @@ def test_a_tool_call_costs_what_the_model_writes_on_both_sides() -> None:
     lm = _bench_module("_latency_model")
     args = json.dumps({"entity": "The Silence of the Lambs"})
     wire = {"id": "call_0", "type": "function", "function": {"name": "search", "arguments": args}}
-    # ReAct's call: the name and the arguments, not the id and envelope the API adds.
-    assert lm.reply_tokens("", [wire]) == lm.text_tokens("search") + lm.text_tokens(args)
+    # ReAct's call: the name and the arguments, one text, not the id and envelope the API adds.
+    assert lm.reply_tokens("", [wire]) == lm.text_tokens("search" + args)
     assert lm.reply_tokens("", [wire]) < lm.text_tokens(json.dumps(wire)) / 2
     # A plan is its text; the same rule counts both.
     plan = '{"tasks": [{"id": "s1", "tool": "search", "args": ' + args + "}]}"
@@ -705,3 +780,16 @@ def test_the_data_sets_are_in_the_repository_and_their_facts_give_the_answers() 
         "Scott Derrickson",
         "Ed Wood",
     ]
+
+
+@pytest.mark.slow
+def test_model_calls_overhead_runs_tiny(tmp_path: Path) -> None:
+    """It reads the ParallelQA questions through the benchmarks' shared data-set module."""
+    proc = _script(
+        "model_calls.py",
+        *("--questions", "2", "--scale", "0.05", "--skip-targets", "--out", tmp_path),
+    )
+    assert proc.returncode == 0, proc.stderr
+    overhead = json.loads((tmp_path / "model_calls.json").read_text())["overhead"]
+    assert overhead["questions"] == 2 and overhead["model_calls_recorded"] == 4
+    assert overhead["right_recorded"] == overhead["right_not_recorded"] == 2

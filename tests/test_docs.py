@@ -200,6 +200,9 @@ def test_the_readme_is_short_and_its_test_command_is_what_ci_runs() -> None:
         (install.replace("--quiet ", ""), ""),
         (test, ""),
     ]
+    # the quick loop: the tests not marked slow, a marker pyproject declares
+    assert '`pytest -n auto -m "not slow"`' in readme
+    assert '\n    "slow: ' in (ROOT / "pyproject.toml").read_text()
     # the figure of how long the suite takes says where it comes from, and that is there
     assert "python benchmarks/suite.py --write" in readme
     assert (ROOT / "benchmarks" / "suite.py").is_file()
@@ -587,6 +590,7 @@ def test_the_cli_reference_has_every_command_and_option() -> None:
 # -- the API reference -------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # griffe asks git where the package's sources are
 def test_docstring_roles_become_links_and_name_something() -> None:
     """The Sphinx roles of the docstrings are rewritten for the site (docs/hooks/sphinx_roles.py)
     and every one names something: no role is left as written, and none warns."""
@@ -661,6 +665,12 @@ RUN_BY = {
     ("planning", "Model calls, deadlines and budgets"): ["solution.calls"],
     ("planning", "Streamed planning"): ["plan_and_execute_streamed("],
     ("records", None): ["store="],
+    ("branching", None): [
+        "max_calls=3, cooldown_s=60",
+        "CallLedger(clock=",
+        "limits=[",
+        "ttl_s=300",
+    ],
     ("scale-out", None): ["DaskExecutor("],
     ("opentelemetry", None): ["set_tracer_provider"],
 }
@@ -671,6 +681,8 @@ def test_every_python_block_is_run_by_a_test() -> None:
     found by a marker only it holds, so that a new example cannot go untested. A fragment
     that cannot run on its own says so, and why, just before it (:func:`_not_run`)."""
     source = Path(__file__).read_text(encoding="utf-8")
+    start = source.index("\nRUN_BY = {")
+    tests_text = source[:start] + source[source.index("\n}\n", start) :]  # the tests, not this list
     pages = [*sorted(p.stem for p in DOCS.glob("*.md")), "README"]
     for name in pages:
         text = page(name)
@@ -685,7 +697,7 @@ def test_every_python_block_is_run_by_a_test() -> None:
                 if m in block
             ]
             assert len(markers) == 1, (name, block[:200])
-            assert f'"{markers[0]}"' in source.split("RUN_BY = {")[0], (name, markers[0])
+            assert f'"{markers[0]}"' in tests_text, (name, markers[0])
 
 
 def _not_run(text: str, block: str) -> bool:
@@ -694,3 +706,37 @@ def _not_run(text: str, block: str) -> bool:
     before = text[: text.index(f"```python\n{block}")].rstrip("\n").rsplit("\n", 1)[-1]
     marked = re.fullmatch(r"<!-- not run: (.+) -->", before.strip())
     return marked is not None and len(marked.group(1).split()) >= 3
+
+
+def test_branching_snippets(scratch: Path) -> None:
+    """The guardrail and cache examples of the branching page, on the quickstart's registry
+    and plan (``confirm`` is the approvals page's callback; ``my_clock`` and
+    ``shared_cache`` are what the page says they stand for)."""
+    namespace: dict[str, Any] = {}
+    quickstart(namespace)
+    text = page("branching")
+    run_python(block_with(text, "python", "max_calls=3, cooldown_s=60"), namespace)
+    mail = namespace["registry"].get("send_email")
+    assert (mail.max_calls, mail.cooldown_s, mail.side_effects) == (3, 60, True)
+
+    ticks = iter(range(1_000))
+    namespace["my_clock"] = lambda: float(next(ticks))
+    run_python(block_with(text, "python", "CallLedger(clock="), namespace)
+    assert namespace["ledger"].clock is namespace["my_clock"]
+    assert namespace["ledger"].calls("send_email") == 0  # the plan sends nothing
+
+    run_python(
+        block_with(section("approvals", "Interceptors and approval"), "python", "Policy("),
+        namespace,
+    )
+    run_python(block_with(text, "python", "limits=["), namespace)
+    assert [lim.max_calls for lim in namespace["policy"].limits] == [3, 20]
+
+    namespace["shared_cache"] = {}
+    run_python(block_with(text, "python", "ttl_s=300"), namespace)
+    for _ in range(2):
+        result = namespace["dagagent"].execute_sync(
+            namespace["plan"], namespace["registry"], interceptors=namespace["interceptors"]
+        )
+        assert result.ok
+    assert len(namespace["shared_cache"]) == 3  # the second run was answered from the cache

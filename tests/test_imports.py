@@ -14,6 +14,7 @@ import pytest
 
 import dagagent
 
+# The tests marked slow start a fresh interpreter: what it imports is the point.
 # Heavy modules that neither --help nor validate needs.
 NOT_NEEDED = ("networkx", "structlog", "httpx", "sqlite3", "dagagent.llm.openai")
 
@@ -43,6 +44,7 @@ def _imported(*args: str, cwd: Path) -> set[str]:
     }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", [["--help"], ["validate", "plan.json"]])
 def test_help_and_validate_import_only_what_they_need(tmp_path: Path, command: list[str]) -> None:
     plan = {"tasks": [{"id": "a", "tool": "calculate", "args": {"expression": "1+2"}}]}
@@ -52,6 +54,7 @@ def test_help_and_validate_import_only_what_they_need(tmp_path: Path, command: l
     assert not modules & set(NOT_NEEDED), sorted(modules & set(NOT_NEEDED))
 
 
+@pytest.mark.slow
 def test_every_public_name_of_the_package_is_there() -> None:
     code = (
         "import dagagent, sys\n"
@@ -89,6 +92,7 @@ def _command_modules_loaded(*args: str, cwd: Path) -> set[str]:
     return set(_stderr("-c", code, *args, cwd=cwd).rsplit("LOADED ", 1)[1].split())
 
 
+@pytest.mark.slow
 def test_a_command_imports_the_module_that_defines_it_and_help_all_of_them(
     tmp_path: Path,
 ) -> None:

@@ -1,10 +1,11 @@
-"""End-to-end user journeys through real ``dagagent`` processes.
+"""End-to-end user journeys through the ``dagagent`` command line.
 
-Each journey runs the CLI as a user would (``python -m dagagent ...`` subprocesses, a run
-store under a temporary ``$DAGAGENT_HOME``), with a loopback OpenAI-compatible server the
-test starts playing the model, and the counted tools of ``tests/journey_model.py``. Each
-asserts what the user would check: exit codes, the recorded runs, which tools really ran,
-and that no process ever printed a traceback.
+Each journey runs the CLI as a user would (``dagagent ...`` commands, run in process by
+``cli_shell.Shell``, a run store under a temporary ``$DAGAGENT_HOME``; a real process where
+Ctrl-C is the point), with a loopback OpenAI-compatible server playing the model, and the
+counted tools of ``tests/journey_model.py``. Each asserts what the user would check: exit
+codes, the recorded runs, which tools really ran, and that no command ever printed a
+traceback.
 """
 
 from __future__ import annotations
@@ -13,12 +14,12 @@ import json
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from cli_shell import TIMEOUT, Shell, tool_starts
+from eventually import wait_until
 from journey_model import plan_answer, text_answer, tool_call_answer
 from llm_server import LLMTestServer, Reply
 
@@ -298,6 +299,7 @@ FAN_PLAN: dict[str, Any] = {
 }
 
 
+@pytest.mark.slow
 def test_executors_agree(user: Journey) -> None:
     pytest.importorskip("distributed")
     plan = user.write_plan(FAN_PLAN)
@@ -339,18 +341,22 @@ SLOW_PLAN: dict[str, Any] = {
 
 
 def _wait_for(user: Journey, proc: subprocess.Popen[str], *lines: str) -> None:
-    deadline = time.monotonic() + TIMEOUT
-    while True:
-        seen = user.log.read_text().splitlines() if user.log.exists() else []
-        if all(x in seen for x in lines):
-            return
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            out, err = proc.communicate()
-            raise AssertionError(f"never saw {lines} in {seen}\n{out}\n{err}")
-        time.sleep(0.02)
+    def seen() -> list[str]:
+        return user.log.read_text().splitlines() if user.log.exists() else []
+
+    try:
+        wait_until(
+            lambda: all(x in seen() for x in lines),
+            f"the tools logged {lines}",
+            unless=lambda: None if proc.poll() is None else "the process ended",
+        )
+    except AssertionError as exc:
+        proc.kill()
+        out, err = proc.communicate()
+        raise AssertionError(f"{exc}: {seen()}\n{out}\n{err}") from None
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 @pytest.mark.parametrize("executor", ["levels", "dataflow"])
 def test_interrupt_and_resume(user: Journey, executor: str) -> None:

@@ -12,11 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_shell import app_for
 from hypothesis import HealthCheck, given, settings, strategies as st
 from typer.testing import CliRunner
 
 import dagagent.runner
-from dagagent.cli import app
 
 runner = CliRunner()
 
@@ -141,7 +141,8 @@ def _check(doc: Any, tools_spec: str, tmp_path: Path, raw: str | None = None) ->
     plan_file = tmp_path / "plan.json"
     plan_file.write_text(raw if raw is not None else json.dumps(doc), encoding="utf-8")
     for cmd in (["validate"], ["run", "--json", "-e", "dataflow"], ["run", "--json"]):
-        r = runner.invoke(app, [*cmd, str(plan_file), "--tools", tools_spec])
+        args = [*cmd, str(plan_file), "--tools", tools_spec]
+        r = runner.invoke(app_for(args), args)
         if r.exception is not None and not isinstance(r.exception, SystemExit):
             raise AssertionError(f"{cmd[0]} raised {r.exception!r} on {doc!r}") from r.exception
         assert r.exit_code in (0, 1, 2), (cmd, r.exit_code, r.output)

@@ -15,6 +15,7 @@ from typing import Any
 
 import anyio
 import pytest
+from eventually import until, wait_until
 
 import dagagent
 from dagagent.errors import StoreError
@@ -41,6 +42,10 @@ from dagagent.store import (
 )
 
 pytestmark = pytest.mark.anyio
+
+#: The id of a process that has died: above the largest id Linux (2**22) or macOS (99,999) gives
+#: a process, so no process has it, and the store finds nothing alive there.
+NEVER_A_PID = 2**22 + 1
 
 
 def w(id: str, seconds: float = 0.0, deps: tuple[str, ...] = (), **args: Any) -> dict[str, Any]:
@@ -203,37 +208,42 @@ async def test_a_finished_task_is_durable_while_the_run_goes_on(
 ) -> None:
     db = tmp_path / "r.db"
     run_id = dagagent.new_run_id()
-    plan = {"tasks": [w("fast", 0.0), w("slow", 1.5)]}
-    seen_after: list[float] = []
+    seen = anyio.Event()
+
+    @registry.tool
+    async def until_seen() -> str:
+        """Run until a reader of the store has found task "fast" on record."""
+        await seen.wait()
+        return "done"
+
+    def fast_on_record() -> bool:
+        if not db.exists():
+            return False
+        # a separate connection, as another process would read it
+        with sqlite3.connect(db) as conn:
+            try:
+                row = conn.execute(
+                    "SELECT finished_at FROM tasks WHERE run_id = ? AND task_id = 'fast'",
+                    (run_id,),
+                ).fetchone()
+            except sqlite3.OperationalError:
+                return False
+        return row is not None
 
     async def watch() -> None:
-        while True:
-            await anyio.sleep(0.01)
-            if not db.exists():
-                continue
-            # a separate connection, as another process would read it
-            with sqlite3.connect(db) as conn:
-                try:
-                    row = conn.execute(
-                        "SELECT finished_at FROM tasks WHERE run_id = ? AND task_id = 'fast'",
-                        (run_id,),
-                    ).fetchone()
-                except sqlite3.OperationalError:
-                    continue
-            if row is not None:
-                seen_after.append(time.time() - row[0])
-                return
+        await until(fast_on_record, "task fast is on record while the run goes on")
+        seen.set()
 
+    plan = {"tasks": [w("fast", 0.0), {"id": "slow", "tool": "until_seen"}]}
     async with anyio.create_task_group() as tg:
         tg.start_soon(watch)
         result = await dagagent.execute(
             plan, registry, store=db, run_id=run_id, settings=RunSettings(executor="dataflow")
         )
-    assert result.ok
-    # Visible within the flush delay (0.05 s) plus generous slack, long before the run ended.
-    assert seen_after and seen_after[0] < 0.6
+    # "slow" could only end once "fast" was on record: it was, while the run went on
+    assert result.ok and seen.is_set()
     fast, slow = result.tasks["fast"].finished_at, result.tasks["slow"].finished_at
-    assert fast is not None and slow is not None and fast + seen_after[0] < slow
+    assert fast is not None and slow is not None and fast < slow
 
 
 async def test_cancelling_the_run_flushes_what_finished(
@@ -241,13 +251,19 @@ async def test_cancelling_the_run_flushes_what_finished(
 ) -> None:
     db = tmp_path / "r.db"
     run_id = dagagent.new_run_id()
-    with anyio.move_on_after(0.4):
+    with anyio.CancelScope() as caller:
+
+        def cancel_once_fast_ended(event: Any) -> None:
+            if event.kind == "task.finished" and event.result.task_id == "fast":
+                caller.cancel()  # slow has started (dataflow starts both at once)
+
         await dagagent.execute(
             {"tasks": [w("fast"), w("slow", 30.0)]},
             registry,
             store=db,
             run_id=run_id,
             settings=RunSettings(executor="dataflow"),
+            listeners=[cancel_once_fast_ended],
         )
     with RunStore(db) as st:
         rec = st.get_run(run_id)
@@ -262,26 +278,35 @@ async def test_a_locked_database_delays_writes_but_loses_nothing(
     db = tmp_path / "r.db"
     RunStore(db).close()
     run_id = dagagent.new_run_id()
-    locked = threading.Event()
+    locked, release = threading.Event(), threading.Event()
+    finished: list[str] = []
 
     def hold_the_write_lock() -> None:  # as another process writing for a while would
         blocker = sqlite3.connect(db, isolation_level=None, check_same_thread=False)
         blocker.execute("BEGIN IMMEDIATE")
         locked.set()
-        time.sleep(0.5)
+        release.wait(60)
         blocker.execute("COMMIT")
         blocker.close()
+
+    def let_go_after_the_last_task(event: Any) -> None:
+        if event.kind == "task.finished":
+            finished.append(event.result.task_id)
+            if len(finished) == 6:  # every result waited for the lock meanwhile
+                release.set()
 
     holder = threading.Thread(target=hold_the_write_lock)
     holder.start()
     locked.wait()
     result = await dagagent.execute(
-        {"tasks": [w(f"t{i}", 0.05 * i) for i in range(6)]},
+        {"tasks": [w(f"t{i}", 0.0) for i in range(6)]},
         registry,
         store=db,
         run_id=run_id,
         settings=RunSettings(executor="dataflow"),
+        listeners=[let_go_after_the_last_task],
     )
+    release.set()
     holder.join()
     with RunStore(db) as st:
         rec = st.get_run(run_id)
@@ -292,12 +317,10 @@ async def test_a_locked_database_delays_writes_but_loses_nothing(
 def test_a_killed_run_is_shown_as_interrupted(tmp_path: Path) -> None:
     db = tmp_path / "r.db"
     RunStore(db).close()
-    dead = subprocess.Popen([sys.executable, "-c", "pass"])
-    dead.wait()
     with sqlite3.connect(db) as conn:
         conn.execute(
             "INSERT INTO runs (id, created, plan, n_tasks, status, pid) VALUES (?, ?, '', 1, ?, ?)",
-            ("0123456789ab", time.time(), "running", dead.pid),
+            ("0123456789ab", time.time(), "running", NEVER_A_PID),
         )
         conn.execute(
             "INSERT INTO run_plans (run_id, plan) VALUES (?, ?)",
@@ -647,9 +670,8 @@ def test_a_task_recorded_again_has_one_row_the_last(tmp_path: Path) -> None:
     rec(RunStarted(run_id, plan, "dataflow"))
     rec.record(_plain("a", output=1))
     rec.record(_plain("b", "failed", error="no"))
-    rec.record(_plain("c", output=3, decisions=[]))
-    while len(_task_rows(db, run_id)) < 3:  # on record before the next ones come
-        time.sleep(0.01)
+    rec.record(_plain("c", output=3, decisions=[]))  # a row of its own
+    wait_until(lambda: len(_task_rows(db, run_id)) >= 3, "on record before the next ones come")
     rec.record(_plain("a", output=10))
     rec.record(_plain("b", output=20))
     rec.record(_plain("c", "skipped"))
@@ -688,10 +710,9 @@ def test_the_log_is_copied_into_the_file_while_the_run_goes_on(tmp_path: Path) -
         rec(RunStarted(run_id, plan, "dataflow"))
         small = db.stat().st_size
         rec.record(_plain("t0", output=0))  # the next batch: the checkpoint follows it
-        deadline = time.monotonic() + 60
-        while db.stat().st_size < small + 500_000:
-            assert time.monotonic() < deadline, "the plan never reached the database file"
-            time.sleep(0.01)
+        wait_until(
+            lambda: db.stat().st_size >= small + 500_000, "the plan reaches the database file"
+        )
     finally:
         rec.close()
     with RunStore(db) as st:
@@ -908,6 +929,7 @@ async def test_the_run_row_is_committed_before_any_task_starts(tmp_path: Path) -
     assert seen == [True]
 
 
+@pytest.mark.slow
 def test_a_process_that_dies_in_its_first_task_leaves_an_interrupted_record(
     tmp_path: Path,
 ) -> None:
@@ -1251,22 +1273,32 @@ async def test_a_task_is_on_record_as_running_from_its_start_to_its_end(
     tmp_path: Path, registry: dagagent.Registry
 ) -> None:
     db, run_id = tmp_path / "r.db", dagagent.new_run_id()
-    plan = {"tasks": [w("fast"), w("slow", 0.5)]}
     seen: list[TaskResult] = []
+    on_record = anyio.Event()
+
+    @registry.tool
+    async def held() -> str:
+        """Runs until the test has seen it on record."""
+        await on_record.wait()
+        return "held"
+
+    plan = {"tasks": [w("fast"), {"id": "slow", "tool": "held"}]}
+
+    def slow_on_record() -> TaskResult | None:
+        try:
+            with RunStore(db, read_only=True) as st:
+                rec = st.get_run(run_id)
+        except StoreError:
+            return None
+        slow = rec.tasks.get("slow")
+        if slow is not None:
+            assert rec.status == "running"
+        return slow
 
     async def watch() -> None:
-        while True:
-            await anyio.sleep(0.01)
-            try:
-                with RunStore(db, read_only=True) as st:
-                    rec = st.get_run(run_id)
-            except StoreError:
-                continue
-            slow = rec.tasks.get("slow")
-            if slow is not None:
-                assert rec.status == "running"
-                seen.append(slow)
-                return
+        # the store's writer is a thread: its rows are for a poll to see
+        seen.append(await until(slow_on_record, "the held task is on record"))
+        on_record.set()
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(watch)
@@ -1285,12 +1317,10 @@ async def test_a_task_is_on_record_as_running_from_its_start_to_its_end(
 def test_a_task_that_was_running_when_its_process_died_is_unrecorded(tmp_path: Path) -> None:
     db = tmp_path / "r.db"
     RunStore(db).close()
-    dead = subprocess.Popen([sys.executable, "-c", "pass"])
-    dead.wait()
     with sqlite3.connect(db) as conn:
         conn.execute(
             "INSERT INTO runs (id, created, plan, n_tasks, status, pid) VALUES (?, ?, '', 2, ?, ?)",
-            ("0123456789ab", time.time(), "running", dead.pid),
+            ("0123456789ab", time.time(), "running", NEVER_A_PID),
         )
         conn.execute(
             "INSERT INTO run_plans (run_id, plan) VALUES (?, ?)",
@@ -1342,7 +1372,7 @@ async def test_a_streamed_plan_records_when_each_task_joined_it(
 
     async def write_the_plan() -> None:
         for task in (w("a"), w("b", deps=("a",))):
-            await anyio.sleep(0.05)
+            await anyio.wait_all_tasks_blocked()  # the run waits for the plan to grow
             joined[task["id"]] = time.time()
             graph.add(checker.check(ToolTask.model_validate(task)))
         graph.close()

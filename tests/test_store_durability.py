@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from eventually import wait_until
 
 import dagagent
 from dagagent.events import RunStarted, TaskFinished
@@ -219,13 +220,13 @@ def test_flush_commits_at_once_what_would_wait_for_its_batch(tmp_path: Path) -> 
     try:
         rec(RunStarted(run_id, plan, "serial"))  # written at once: the tasks wait for it
         rec.record(_result("a", output=1))  # its batch would wait a minute
-        time.sleep(0.2)
+        time.sleep(0.2)  # wall-clock time: long enough for a writer that did not wait to write
         assert _committed(db, run_id) == {}
         assert rec.flush(30.0) is True
         assert _committed(db, run_id) == {"a": 1}
         # The writer goes back to batching: b waits for its interval again, until flushed.
         rec.record(_result("b", output=2))
-        time.sleep(0.2)
+        time.sleep(0.2)  # as above: nothing to wait on for something that must not happen
         assert _committed(db, run_id) == {"a": 1}
         assert recorder.flush_recorders(30.0) is True  # every live recorder of the process
         assert _committed(db, run_id) == {"a": 1, "b": 2}
@@ -247,7 +248,7 @@ def test_flush_of_a_store_another_process_holds_locked_gives_up_at_its_timeout(
     try:
         holder.execute("BEGIN IMMEDIATE")  # the write lock, as another process would hold it
         started = time.monotonic()
-        assert rec.flush(1.0) is False
+        assert rec.flush(0.5) is False
         assert time.monotonic() - started < 20  # bounded by its timeout, not the store's
     finally:
         holder.execute("ROLLBACK")
@@ -271,7 +272,7 @@ reg = dagagent.Registry()
 
 @reg.tool
 async def step(i: int) -> dict:
-    '''Take a moment, say so in the log, return.'''
+    '''Take a moment (the run lasts until it is killed), say so in the log, return.'''
     await anyio.sleep(0.005)
     with open(log, "a") as f:
         f.write(f"t{i}\\n")
@@ -288,14 +289,13 @@ plan = {
 dagagent.execute_sync(plan, reg, store=db)
 """
 
-# Generous: the window is the flush interval (0.02 s) plus the time of one write, which a
-# busy machine stretches; what finished this long before the kill must be on disk.
-WINDOW_S = 2.0
-
 
 @pytest.mark.slow
 @pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL")
 def test_every_task_that_finished_before_a_sigkill_is_in_the_record(tmp_path: Path) -> None:
+    """Results are committed while the run goes on, batch by batch, and what was committed
+    survives a SIGKILL. (How soon after a task ends its batch is written is the store's
+    flush interval, a number for benchmarks/, not for a test on a busy machine.)"""
     log, db, n = tmp_path / "finished.log", tmp_path / "runs.db", 20_000
     log.touch()
     err = tmp_path / "stderr.txt"
@@ -304,14 +304,14 @@ def test_every_task_that_finished_before_a_sigkill_is_in_the_record(tmp_path: Pa
             [sys.executable, "-c", textwrap.dedent(RUNNER), str(log), str(db), str(n)],
             stderr=stderr,
         )
+
+    def running() -> str | None:
+        return None if proc.poll() is None else f"the run ended: {err.read_text()}"
+
     try:
-        deadline = time.monotonic() + 60
-        while len(log.read_text().split()) < 300:  # well under way
-            assert proc.poll() is None, err.read_text()
-            assert time.monotonic() < deadline, "the run did not get going"
-            time.sleep(0.05)
-        finished = log.read_text().split()  # finished at least WINDOW_S before the kill
-        time.sleep(WINDOW_S)
+        wait_until(lambda: len(log.read_text().split()) >= 300, "300 tasks ran", unless=running)
+        finished = log.read_text().split()
+        wait_until(lambda: _all_on_record(db, finished), "they are on record", unless=running)
         proc.send_signal(signal.SIGKILL)
     finally:
         proc.kill()
@@ -326,6 +326,13 @@ def test_every_task_that_finished_before_a_sigkill_is_in_the_record(tmp_path: Pa
     for t in finished:
         assert rec.tasks[t].status is TaskStatus.SUCCEEDED
         assert rec.tasks[t].output == {"i": int(t[1:]), "text": "é ☃ \u2028"}
+
+
+def _all_on_record(db: Path, tasks: list[str]) -> bool:
+    """Whether another connection finds every one of ``tasks`` in the last run's record."""
+    with RunStore(db, create=False) as st:
+        recorded = st.last_run().tasks
+    return all(t in recorded for t in tasks)
 
 
 def test_results_reach_the_recorder_without_task_events(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ from typing import Any
 import anyio
 import pytest
 from backends import BACKENDS, both_backends
+from eventually import until, wait_until
 
 import dagagent
 from dagagent.settings import RunSettings
@@ -69,20 +70,28 @@ def _registry(hung: Hung) -> dagagent.Registry:
     return reg
 
 
-def _wait_until(predicate: Any, seconds: float = 30) -> None:
-    deadline = time.monotonic() + seconds
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out waiting"
-        time.sleep(0.02)
+def _wait_until(predicate: Any) -> None:
+    wait_until(predicate, "another thread changed the state")
 
 
-async def _until(predicate: Any, seconds: float = 30) -> None:
+async def _until(predicate: Any) -> None:
     """Wait for state another thread changes (no event to wait on there)."""
-    for _ in range(int(seconds / 0.01)):
-        if predicate():
-            return
-        await anyio.sleep(0.01)
-    raise AssertionError("timed out waiting")
+    await until(predicate, "another thread changed the state")
+
+
+async def _abandon(threads: SyncThreads, release: threading.Event) -> None:
+    """A call of ``threads`` that waits for ``release``, given up on once it runs in its
+    thread: abandoned, it holds its place until ``release`` is set."""
+    entered = threading.Event()
+
+    def hold() -> None:
+        entered.set()
+        release.wait(30)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(threads.run, hold)
+        await anyio.to_thread.run_sync(entered.wait, 30)
+        tg.cancel_scope.cancel()
 
 
 async def test_hung_sync_tools_hold_no_more_threads_than_the_limit(
@@ -137,7 +146,7 @@ async def test_a_call_waits_for_a_thread_and_gets_the_one_freed(limit: None) -> 
 
 async def _release_later(hung: Hung) -> None:
     await _until(lambda: hung.entered > 0)
-    await anyio.sleep(0.5)  # the second call waits meanwhile
+    await anyio.wait_all_tasks_blocked()  # the second call waits for a thread meanwhile
     assert hung.entered == 1
     hung.release.set()
 
@@ -148,9 +157,17 @@ async def test_a_waiting_call_that_is_cancelled_leaves_no_place_taken() -> None:
     async with anyio.create_task_group() as tg:
         tg.start_soon(threads.run, lambda: release.wait(30))
         await _until(lambda: threads.running == 1)
-        with anyio.move_on_after(0.4):
-            await threads.run(lambda: None)  # waits: the only place is taken
-        assert threads.running == 1
+        in_line = anyio.CancelScope()
+
+        async def wait_in_line() -> None:
+            with in_line:
+                await threads.run(lambda: None)  # waits: the only place is taken
+
+        tg.start_soon(wait_in_line)
+        await anyio.wait_all_tasks_blocked()
+        in_line.cancel()
+        await anyio.wait_all_tasks_blocked()
+        assert in_line.cancelled_caught and threads.running == 1
         release.set()
     assert threads.running == 0
     assert await threads.run(lambda: 7) == 7 and threads.running == 0
@@ -169,7 +186,7 @@ async def test_raising_the_limit_lets_waiting_calls_in() -> None:
         for i in range(3):
             tg.start_soon(call, i)
         await _until(lambda: threads.running == 1)
-        await anyio.sleep(0.2)
+        await anyio.wait_all_tasks_blocked()  # the other two wait in line
         assert threads.running == 1
         threads.limit = 3
         await _until(lambda: threads.running == 3)
@@ -233,8 +250,7 @@ async def test_an_abandoned_call_hands_its_place_to_a_waiting_one_when_it_return
     # The place comes free in the abandoned call's worker thread, not on the event loop.
     threads = SyncThreads(limit=1)
     release = threading.Event()
-    with anyio.move_on_after(0.2):
-        await threads.run(release.wait, 30)
+    await _abandon(threads, release)
     assert threads.running == 1 and threads.abandoned == 1
     async with anyio.create_task_group() as tg:
         got: list[int] = []
@@ -243,7 +259,7 @@ async def test_an_abandoned_call_hands_its_place_to_a_waiting_one_when_it_return
             got.append(await threads.run(lambda: 7))
 
         tg.start_soon(second)
-        await anyio.sleep(0.2)
+        await anyio.wait_all_tasks_blocked()
         assert got == [] and threads.running == 1  # waits for the abandoned call's place
         release.set()
     assert got == [7] and threads.running == 0 and threads.abandoned == 0
@@ -274,7 +290,7 @@ async def test_a_call_waits_for_a_place_held_on_another_event_loop(other: str) -
                 got.append(await threads.run(lambda: 7))
 
             tg.start_soon(waiting)
-            await anyio.sleep(0.2)
+            await anyio.wait_all_tasks_blocked()
             assert got == [] and threads.running == 1
             release.set()
         assert got == [7] and threads.running == 0
@@ -287,12 +303,12 @@ def _seven() -> int:
     return 7
 
 
+@pytest.mark.slow  # forks a process
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
 async def test_a_child_process_after_fork_starts_with_every_place_free() -> None:
     threads = SyncThreads(limit=1)
     release = threading.Event()
-    with anyio.move_on_after(0.2):
-        await threads.run(release.wait, 30)  # abandoned: holds the only place
+    await _abandon(threads, release)  # holds the only place
     assert threads.running == 1
     try:
         with warnings.catch_warnings():  # forking a process with threads (3.12+ warns)

@@ -62,7 +62,7 @@ def reg() -> dagagent.Registry:
         """Never answers in time."""
         import anyio
 
-        await anyio.sleep(30)
+        await anyio.sleep_forever()
 
     return reg
 

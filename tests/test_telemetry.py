@@ -390,6 +390,7 @@ async def test_no_spans_without_a_provider(reg: dagagent.Registry) -> None:
     assert result.tasks["src"].ok and exporter.get_finished_spans() == ()
 
 
+@pytest.mark.slow
 def test_without_opentelemetry_nothing_is_imported_and_runs_work(tmp_path: Any) -> None:
     """In a fresh interpreter where ``opentelemetry`` cannot be imported at all."""
     (tmp_path / "opentelemetry").mkdir()

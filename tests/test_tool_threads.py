@@ -14,6 +14,7 @@ from typing import Any
 import anyio
 import pytest
 from backends import BACKENDS
+from eventually import wait_until
 
 import dagagent
 from dagagent.tools import sync_threads
@@ -113,10 +114,8 @@ def test_a_cancelled_sync_call_is_abandoned_and_its_thread_is_known(backend: str
         assert sync_threads.abandoned == 1 and sync_threads.running == 1
     finally:
         release.set()
-    deadline = time.monotonic() + 20
-    while sync_threads.running and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert sync_threads.running == 0 and sync_threads.abandoned == 0
+    wait_until(lambda: sync_threads.running == 0, "the released thread ends its call")
+    assert sync_threads.abandoned == 0
 
 
 @backends

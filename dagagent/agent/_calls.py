@@ -30,6 +30,7 @@ from dagagent.errors import (
     TaskTimeoutError,
     TaskWaitingError,
     ToolArgumentsError,
+    ToolLimitError,
     UnknownToolError,
 )
 from dagagent.text import shorten
@@ -205,6 +206,8 @@ class Toolbox:
             raise  # not an observation: the agent pauses until a person decides
         except TaskTimeoutError as exc:  # "timed out after N s"
             return f"tool {tool.name!r} {exc}", True
+        except ToolLimitError as exc:  # a guardrail: the agent may do without the tool
+            return f"refused: {exc}", True
         except (ToolArgumentsError, UnknownToolError) as exc:
             return str(exc), True
         except Exception as exc:

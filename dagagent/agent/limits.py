@@ -21,7 +21,7 @@ from typing import Any, Final
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["STOP_REASONS", "AgentLimits", "call_signature"]
+__all__ = ["PARTIAL_STOPS", "STOP_REASONS", "AgentLimits", "call_signature"]
 
 STOP_REASONS: Final = (
     "answer",  # the model gave its final answer
@@ -33,6 +33,11 @@ STOP_REASONS: Final = (
     "no_answer",  # the model kept replying with nothing (no text, no tool call)
 )
 """Every ``AgentResult.stop_reason``; only ``"answer"`` comes with an answer."""
+
+PARTIAL_STOPS: Final = frozenset({"max_steps", "max_tokens", "deadline", "loop"})
+"""The stops after which an agent may still give its best answer so far
+(``AgentResult.best_so_far``): it ran out of turns, tokens or time, or went round in circles,
+having found things out; not a model whose replies could not be used."""
 
 
 class AgentLimits(BaseModel):
@@ -58,6 +63,12 @@ class AgentLimits(BaseModel):
         ge=2,
         description="The same tool with the same arguments (as the tool would receive them) "
         "in this many turns stops the run as stuck (loop); the repeated call is not made.",
+    )
+    best_so_far: bool = Field(
+        default=True,
+        description="An agent task that stops before answering (its deadline, its task's "
+        "timeout, its step or token budget, a loop) succeeds with its best answer so far, "
+        "marked partial, when it has one; False: it fails.",
     )
 
 

@@ -9,7 +9,11 @@ to the task's ``tools`` and collected the outputs of the task's dependencies; th
 sees them as context. Its tool calls go through the run's interceptors (approval rules: a
 denied call is an observation for the model, not a task failure) and invoker. The answer
 becomes the task's output and the steps (:class:`~dagagent.results.AgentStep`) are kept in
-``TaskResult.steps``; a run that stops without an answer fails the task with
+``TaskResult.steps``. A run that stops without an answer because it ran out of time, turns or
+tokens, or went round in circles, gives its best answer so far when it has one (its last
+thought and what its calls returned: ``AgentLimits(best_so_far=False)`` turns this off): the
+task succeeds with it, marked partial (``TaskResult.partial``; ``error`` says why it stopped).
+Otherwise a run that stops without an answer fails the task with
 :class:`AgentStoppedError`, whose message names the stop reason and sums up the last steps
 (``.steps`` has them all). A model error (:class:`~dagagent.errors.LLMError`) is raised as it
 is — the task's ``retries`` apply. Whenever the agent does not answer (it stopped, its model
@@ -32,7 +36,7 @@ from typing import Any, cast
 from dagagent.errors import AgentError, AgentStoppedError
 from dagagent.events import get_logger
 from dagagent.llm import LLM, ModelSettings
-from dagagent.results import AgentStep
+from dagagent.results import AgentStep, PartialAnswer
 from dagagent.runner import AgentNode, AgentTaskRunner
 from dagagent.text import jsonable, shorten
 
@@ -107,6 +111,7 @@ def make_agent_runner(
         # If the agent does not answer (a model error, a stop, a timeout or a cancellation of
         # the task), the task's record keeps what it did so far.
         node.steps_so_far = lambda: list(agent.state.steps) if agent.state else None
+        node.best_so_far = limits.best_so_far
         report = node.on_event
         if report is None:
             result = await agent.run(
@@ -131,7 +136,11 @@ def make_agent_runner(
             assert agent.result is not None
             result = agent.result
         if not result.ok:
-            raise _stopped(node.task.id, result)
+            partial = result.best_so_far if limits.best_so_far else None
+            if partial is None:
+                raise _stopped(node.task.id, result)
+            why = f"the agent stopped before answering ({result.stop_reason}: {result.detail})"
+            return PartialAnswer(partial, why), list(result.steps)
         return result.answer, list(result.steps)
 
     return run

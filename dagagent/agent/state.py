@@ -15,7 +15,9 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, Field
 
 from dagagent.llm import Message, Usage
-from dagagent.results import AgentStep, CallRecord
+from dagagent.results import AgentStep, CallRecord, best_so_far
+
+from .limits import PARTIAL_STOPS
 
 __all__ = ["AgentEvent", "AgentResult", "AgentState", "CallRecord", "EventKind", "Mode", "Step"]
 
@@ -109,6 +111,17 @@ class AgentResult(BaseModel):
     @property
     def ok(self) -> bool:
         return self.stop_reason == "answer"
+
+    @property
+    def best_so_far(self) -> str | None:
+        """For a run that stopped before answering because it ran out of time, steps or
+        tokens, or went round in circles (``deadline``, ``max_steps``, ``max_tokens``,
+        ``loop``): its partial answer, made from its last thought and what its calls returned
+        (see :func:`dagagent.results.best_so_far`); ``None`` when it answered, stopped for
+        another reason, or has nothing to give."""
+        if self.stop_reason not in PARTIAL_STOPS:
+            return None
+        return best_so_far(self.steps)
 
     def steps_json(self) -> list[dict[str, Any]]:
         """The steps as JSON-able dicts (what a plan node keeps in ``TaskResult.steps``)."""

@@ -65,25 +65,37 @@ Policy files (:func:`load_policy`) are JSON, or TOML on Python 3.11+::
        {"side_effects": true, "action": "ask", "name": "side-effects"}
      ]}
 
+**Limits.** A policy may also bound how often tools are called, across the run (or the
+solve, across its rounds): ``Policy(rules, limits=[Limit(tool="send_*", max_calls=3,
+action="ask")])``, or in a file ``"limits": [{"tool": "send_*", "max_calls": 3, "cooldown_s":
+60, "action": "ask"}]``. A call the rules let through that would cross a limit is denied
+(``action="deny"``, the default) or asked about (``"ask"``: the ``ask`` callback decides
+whether this one call may go beyond it; with :func:`ask_later` the task waits for a
+person). A tool's own ``max_calls`` / ``cooldown_s`` are checked whatever the policies say.
+
 The parts: the matcher language (``_matchers``), :class:`Rule` (``_rules``), asking
-(``_asking``: :class:`ApprovalRequest`, :class:`Approval`), policy files (``_files``) and the
-:class:`Policy` interceptor (``_policy``).
+(``_asking``: :class:`ApprovalRequest`, :class:`Approval`), :class:`Limit` (``_limits``), policy
+files (``_files``) and the :class:`Policy` interceptor (``_policy``).
 """
 
 from __future__ import annotations
 
 from ._asking import Approval, ApprovalRequest, AskCallback, AskResult, ask_later
+from ._limits import LIMIT_ACTIONS, Limit, LimitAction
 from ._policy import Policy, load_policy
 from ._rules import ACTIONS, Action, ArgsPredicate, Rule
 
 __all__ = [
     "ACTIONS",
+    "LIMIT_ACTIONS",
     "Action",
     "Approval",
     "ApprovalRequest",
     "ArgsPredicate",
     "AskCallback",
     "AskResult",
+    "Limit",
+    "LimitAction",
     "Policy",
     "Rule",
     "ask_later",

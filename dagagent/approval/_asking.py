@@ -77,11 +77,13 @@ def ask_later(request: ApprovalRequest) -> Approval:
 @dataclass(frozen=True)
 class ApprovalRequest:
     """What an ``ask`` callback is asked about: the call and the rule that wants the question
-    (``None`` when the policy's default is ``ask``)."""
+    (``None`` when the policy's default is ``ask``, or a limit asks); ``reason``: why a limit
+    asks (the call would cross it)."""
 
     call: ToolInvocation
     rule: Rule | None
     rule_label: str
+    reason: str | None = None
 
     @property
     def task_id(self) -> str:
@@ -105,7 +107,10 @@ class ApprovalRequest:
 
     def describe(self) -> str:
         who = "an agent step of task" if self.call.source == "agent" else "task"
-        return f"{who} {self.call.task_id!r} wants to call {self.call.tool.name!r}"
+        text = f"{who} {self.call.task_id!r} wants to call {self.call.tool.name!r}"
+        if self.reason:
+            text += f", beyond {self.rule_label}: {self.reason}"
+        return text
 
 
 AskResult = Union[Approval, bool]  # noqa: UP007 - a runtime alias, kept valid on 3.10

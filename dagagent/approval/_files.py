@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import ConfigError
 from ..text import read_bounded
+from ._limits import Limit, LimitAction
 from ._rules import Action, Rule
 
 __all__ = ["MAX_POLICY_BYTES", "read_policy_file", "rules_from_dict"]
@@ -48,8 +49,8 @@ def read_policy_file(path: str | Path) -> tuple[dict[str, Any], str]:
 
 def rules_from_dict(
     data: Mapping[str, Any], origin: str = "policy"
-) -> tuple[list[Rule], Action, str | None]:
-    """The rules, default action and default reason of a policy in its file form."""
+) -> tuple[list[Rule], Action, str | None, list[Limit]]:
+    """The rules, default action, default reason and limits of a policy in its file form."""
     try:
         spec = _PolicySpec.model_validate(data)
     except ValidationError as exc:
@@ -78,7 +79,20 @@ def rules_from_dict(
             )
         except ConfigError as exc:
             raise ConfigError(f"{where}: {exc}") from None
-    return rules, spec.default, spec.default_reason
+    limits: list[Limit] = []
+    for i, raw in enumerate(spec.limits, 1):
+        where = f"{origin}: {_rule_name(raw, i, 'limit')}"
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{where}: must be an object with 'max_calls' or 'cooldown_s'")
+        try:
+            lim = _LimitSpec.model_validate(raw)
+        except ValidationError as exc:
+            raise ConfigError(f"{where}: {_spec_problems(exc, 'limit')}") from None
+        try:
+            limits.append(Limit(**lim.model_dump()))
+        except ConfigError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
+    return rules, spec.default, spec.default_reason, limits
 
 
 def _load_toml(text: str, origin: str) -> Any:
@@ -105,15 +119,33 @@ class _RuleSpec(BaseModel):
     name: str | None = None
 
 
+class _LimitSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    tool: str | list[str] = "*"
+    max_calls: int | None = None
+    cooldown_s: float | None = None
+    action: LimitAction = "deny"
+    side_effects: bool | None = None
+    reason: str | None = None
+    name: str | None = None
+
+
 class _PolicySpec(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
     default: Action = "allow"
     default_reason: str | None = None
     rules: list[Any] = Field(default_factory=list)  # each checked as a _RuleSpec, by position
+    limits: list[Any] = Field(default_factory=list)  # each checked as a _LimitSpec
 
 
 _RULE_KEYS = tuple(_RuleSpec.model_fields)
+_KEYS = {
+    "rule": _RULE_KEYS,
+    "limit": tuple(_LimitSpec.model_fields),
+    "policy": tuple(_PolicySpec.model_fields),
+}
 
 
 def _spec_problems(exc: ValidationError, where: str) -> str:
@@ -122,7 +154,7 @@ def _spec_problems(exc: ValidationError, where: str) -> str:
     for e in exc.errors():
         loc = ".".join(str(p) for p in e["loc"] if not str(p).startswith(("list[", "str")))
         if e["type"] == "extra_forbidden":
-            keys = _RULE_KEYS if where == "rule" else ("default", "default_reason", "rules")
+            keys = _KEYS[where]
             out.append(f"{loc!r} is not a {where} key (keys: {', '.join(keys)})")
         elif loc:
             out.append(f"{loc}: {e['msg']}")
@@ -131,6 +163,6 @@ def _spec_problems(exc: ValidationError, where: str) -> str:
     return "; ".join(dict.fromkeys(out))
 
 
-def _rule_name(raw: Any, position: int) -> str:
+def _rule_name(raw: Any, position: int, what: str = "rule") -> str:
     name = raw.get("name") if isinstance(raw, dict) else None
-    return f"rule #{position}" + (f" ({name!r})" if isinstance(name, str) and name else "")
+    return f"{what} #{position}" + (f" ({name!r})" if isinstance(name, str) and name else "")

@@ -12,6 +12,7 @@ from ..errors import ConfigError, TaskDeniedError, TaskWaitingError, ToolArgumen
 from ..results import UNANSWERED, WAIT, Decision
 from ._asking import Approval, ApprovalRequest, AskCallback, Asker
 from ._files import read_policy_file, rules_from_dict
+from ._limits import Limit
 from ._rules import ACTIONS, Action, Rule
 
 if TYPE_CHECKING:
@@ -33,6 +34,10 @@ class Policy:
       A call a person already decided about (a resumed run) is not asked about again.
     - ``serialize_asks``: one question at a time (default ``True``; turn off only for a
       callback that can handle concurrent questions).
+    - ``limits``: :class:`Limit` objects: at most so many calls of some tools (or so many
+      seconds between them) across the run or solve; a call the rules let through that would
+      cross one is denied, or asked about (``action="ask"``). Counted on the run's (or
+      solve's) :class:`~dagagent.runner.CallLedger` when the policy lets a call through.
     """
 
     def __init__(
@@ -43,6 +48,7 @@ class Policy:
         default_reason: str | None = None,
         ask: AskCallback | None = None,
         serialize_asks: bool = True,
+        limits: Iterable[Limit] = (),
     ) -> None:
         if default not in ACTIONS:
             raise ConfigError(
@@ -56,6 +62,11 @@ class Policy:
         self.default_reason = default_reason
         self.ask = ask
         self._labeled = tuple((r, r.label(i)) for i, r in enumerate(self.rules, 1))
+        self.limits: tuple[Limit, ...] = tuple(limits)
+        for lim in self.limits:
+            if not isinstance(lim, Limit):
+                raise ConfigError(f"policy limits must be Limit objects, got {type(lim).__name__}")
+        self._limit_labels = tuple((lim, lim.label(i)) for i, lim in enumerate(self.limits, 1))
         # rules that can match a tool, by (name, side effects): computed once per tool
         self._by_tool: dict[tuple[str, bool], tuple[tuple[Rule, str], ...]] = {}
         self._asker = Asker(ask, serialize=serialize_asks)
@@ -71,6 +82,7 @@ class Policy:
             "default_reason": self.default_reason,
             "ask": self.ask,
             "serialize_asks": self._asker.serialize,
+            "limits": self.limits,
         }
         options.update(changes)
         return Policy(options.pop("rules"), **options)
@@ -141,6 +153,7 @@ class Policy:
         """One line per rule, then the default."""
         lines = [f"{label}: {r.summary()}" if r.name else label for r, label in self._labeled]
         lines.append(f"default: {self.default}")
+        lines += [f"{lb}: {lim.summary()}" if lim.name else lb for lim, lb in self._limit_labels]
         return lines
 
     # -- the interceptor ----------------------------------------------------------------------
@@ -149,13 +162,13 @@ class Policy:
         action, rule, label = self.match(call.tool, call.args, call.task_id, call.source)
         if rule is None:
             if action == "allow":
-                return await call_next(call)
+                return await self._within_limits(call, call_next)
             reason = self.default_reason
         else:
             reason = rule.reason
         if action == "allow":
             _decide(call, "allow", label, reason, label)
-            return await call_next(call)
+            return await self._within_limits(call, call_next)
         if action == "deny":
             reason = reason or f"tool {call.tool.name!r} is not allowed"
             _decide(call, "deny", label, reason, label)
@@ -182,7 +195,7 @@ class Policy:
             raise TaskDeniedError(why, decided_by=who)
         if approval.args is None:
             _decide(call, "allow", who, approval.reason, label)
-            return await call_next(call)
+            return await self._within_limits(call, call_next)
         edited = dict(approval.args)
         try:
             call.tool.validate_args(edited)
@@ -194,7 +207,61 @@ class Policy:
             ) from None
         call.args = edited
         _decide(call, "edit", who, approval.reason, label)
+        return await self._within_limits(call, call_next)
+
+    async def _within_limits(self, call: ToolInvocation, call_next: CallNext) -> Any:
+        """Let a call the rules allowed through, unless it would cross one of the policy's
+        limits: then deny it, or ask whether this one call may go beyond. The call is counted
+        against every limit it matches in the same step as the last check."""
+        if not self.limits:
+            return await call_next(call)
+        ledger, tool = call.ledger, call.tool
+        mine = [(lim, lb) for lim, lb in self._limit_labels if lim.matches(tool)]
+        passed: set[Limit] = set()  # a person let the call go beyond these
+        while True:
+            crossed = None
+            for lim, label in mine:
+                if lim in passed:
+                    continue
+                crossing = ledger.crossing(
+                    lim, lim.what(), max_calls=lim.max_calls, cooldown_s=lim.cooldown_s
+                )
+                if crossing is not None:
+                    crossed = (lim, label, crossing.message)
+                    break
+            if crossed is None:
+                break
+            lim, label, why = crossed
+            if lim.reason:
+                why = f"{why} ({lim.reason})"
+            if lim.action == "deny":
+                _decide(call, "deny", label, why, label)
+                raise TaskDeniedError(why, decided_by=label)
+            approval = await self._limit_answer(call, label, why)
+            if approval.wait:
+                reason = call.changed_answer_note() or approval.reason or why
+                _decide(call, WAIT, label, reason, label)
+                raise TaskWaitingError(reason, tool=tool.name, rule=label)
+            who = approval.decided_by or self._asker.name or label
+            if not approval.approved:
+                reason = approval.reason or "not approved beyond the limit"
+                _decide(call, "deny", who, reason, label)
+                raise TaskDeniedError(reason, decided_by=who)
+            _decide(call, "allow", who, approval.reason or f"beyond the limit: {why}", label)
+            passed.add(lim)  # other limits are checked again: the question took time
+        for lim, _ in mine:
+            ledger.count(lim)
         return await call_next(call)
+
+    async def _limit_answer(self, call: ToolInvocation, label: str, why: str) -> Approval:
+        answer = call.answer()
+        if answer is not None:  # a person decided while the run was paused
+            return Approval.from_answer(answer)
+        try:
+            return await self._asker(ApprovalRequest(call, None, label, why))
+        except anyio.get_cancelled_exc_class():
+            _decide(call, UNANSWERED, "nobody", "the run stopped before an answer came", label)
+            raise
 
     # -- files ----------------------------------------------------------------------------------
 
@@ -203,8 +270,8 @@ class Policy:
         cls, data: Mapping[str, Any], *, ask: AskCallback | None = None, origin: str = "policy"
     ) -> Policy:
         """Build a policy from its file form (see :mod:`dagagent.approval`)."""
-        rules, default, default_reason = rules_from_dict(data, origin)
-        return cls(rules, default=default, default_reason=default_reason, ask=ask)
+        rules, default, default_reason, limits = rules_from_dict(data, origin)
+        return cls(rules, default=default, default_reason=default_reason, ask=ask, limits=limits)
 
     @classmethod
     def from_file(cls, path: str | Path, *, ask: AskCallback | None = None) -> Policy:

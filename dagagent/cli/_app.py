@@ -77,9 +77,14 @@ EXIT_INTERRUPTED = 130
 
 DEFAULT_TOOLS = "dagagent.toolkits.demo:registry"
 
-#: When the command started (``time.monotonic()``, as this module was first imported): a
-#: ``--deadline`` counts from here, the loading of tools and models included.
-STARTED = time.monotonic()
+#: When this module was first imported (``time.monotonic()``): for the console script, the
+#: start of its command, the command line's own imports included.
+IMPORTED = time.monotonic()
+#: When the command being run started: a ``--deadline`` counts from here, the loading of tools
+#: and models included. Set as each command is invoked (see ``_root``), so that a program that
+#: invokes ``app`` more than once (typer's test runner, say) gives each its own deadline.
+_started = IMPORTED
+_console_script = False  # main() runs the command: it started when this module was imported
 
 
 def deadline_left(deadline: float | None) -> float | None:
@@ -87,7 +92,7 @@ def deadline_left(deadline: float | None) -> float | None:
     deadline already past stops the work at its first step)."""
     if deadline is None:
         return None
-    return max(0.001, deadline - (time.monotonic() - STARTED))
+    return max(0.001, deadline - (time.monotonic() - _started))
 
 
 class _Argument(TyperArgument):
@@ -181,6 +186,11 @@ def _root(
         help="Print the version and exit.",
     ),
 ) -> None:
+    global _started
+    _started = IMPORTED if _console_script else time.monotonic()
+    settings = sys.modules.get(f"{__package__}.project")
+    if settings is not None:  # found for an earlier command of this process
+        settings.forget()
     if verbose or ctx.invoked_subcommand not in _QUIET_COMMANDS:
         import logging
 
@@ -559,6 +569,8 @@ def _for_command(args: Sequence[str]) -> typer.Typer:
 
 def main() -> None:
     """Console-script entry point."""
+    global _console_script
+    _console_script = True
     runs_nothing = _runs_nothing(sys.argv[1:])
     if runs_nothing:
         gc.disable()  # see _runs_nothing

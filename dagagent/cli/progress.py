@@ -89,7 +89,10 @@ class PlainProgress:
             except IndexError:
                 break
             d = r.duration_s
-            lines.append(f"{r.task_id} {r.status.value} {f'{d:.3f}s' if d is not None else '-'}\n")
+            note = " (by its condition)" if r.skipped_by_condition else ""
+            note = " (partial answer)" if r.partial else note
+            took = f"{d:.3f}s" if d is not None else "-"
+            lines.append(f"{r.task_id} {r.status.value} {took}{note}\n")
         if lines and not self._broken:
             try:
                 self._stream.write("".join(lines))

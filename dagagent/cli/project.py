@@ -115,10 +115,16 @@ _found: list[Project | None] = []
 
 
 def project() -> Project | None:
-    """The working directory's project (:func:`find_project`), found once per process."""
+    """The working directory's project (:func:`find_project`), found once per command."""
     if not _found:
         _found.append(find_project())
     return _found[0]
+
+
+def forget() -> None:
+    """A new command begins: the project is looked for again, from its working directory
+    (a program that invokes the app more than once may change directory in between)."""
+    _found.clear()
 
 
 def _mentions_us(path: Path) -> bool:

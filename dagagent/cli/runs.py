@@ -236,7 +236,7 @@ def show_cmd(
     """Show a recorded run: each task's status, duration, attempts, output or error, and the
     critical path."""
     from ..store import SolveRecord, person_wait_s, person_waits
-    from .render import print_json, waited_for_approval
+    from .render import path_text, print_json, waited_for_approval
 
     with open_store(store) as st:
         found = find_run_or_solve(st, run, last)
@@ -334,7 +334,10 @@ def show_cmd(
     # A task with no record: not started yet in a run under way, else the run ended (or its
     # process died) before it did.
     missing = "pending" if record.status == "running" else "unrecorded"
+    shown = _shown_tasks(record)
     for t in record.plan.tasks:
+        if t.id not in shown:
+            continue
         r = record.tasks.get(t.id)
         what = t.label
         if r is None:
@@ -346,6 +349,8 @@ def show_cmd(
         _add_result_row(table, t.id, what, r, waits, now)
         if r.elements:
             _add_element_rows(table, t.id, r.elements, waits, now)
+    if len(shown) < len(record.plan.tasks):
+        table.caption = _left_out_caption(record, shown, missing)
     out.print(table)
     out.print("tasks: ", _counts_text(record.counts, len(record.unrecorded), missing), sep="")
     if versions:
@@ -355,11 +360,7 @@ def show_cmd(
             markup=False,
             highlight=False,
         )
-    out.print(
-        f"critical path {cp_s:.3f}s: {' -> '.join(cp) if cp else '-'}",
-        markup=False,
-        highlight=False,
-    )
+    out.print(f"critical path {cp_s:.3f}s: {path_text(cp)}", markup=False, highlight=False)
     if verbose:
         _show_tracebacks(record)
     if record.status == "paused":
@@ -368,6 +369,41 @@ def show_cmd(
         paused_hint(record.as_result(), console=out)
     if solve is not None:
         _show_solve(solve, record.run_id)
+
+
+def _shown_tasks(record: RunRecord) -> set[str]:
+    """The tasks ``show`` lists: all of them, or in a run of more than ``MAX_ROWS``, those
+    that did not succeed (a failure, a wait, a task still running or never recorded), then
+    the first others in plan order, up to ``MAX_ROWS``."""
+    from .render import MAX_ROWS
+
+    order = [t.id for t in record.plan.tasks]
+    if len(order) <= MAX_ROWS:
+        return set(order)
+
+    def settled(tid: str) -> bool:
+        r = record.tasks.get(tid)
+        return r is not None and r.status.ok
+
+    first = [t for t in order if not settled(t)][:MAX_ROWS]
+    first += [t for t in order if settled(t)][: MAX_ROWS - len(first)]
+    return set(first)
+
+
+def _left_out_caption(record: RunRecord, shown: set[str], missing: str) -> str:
+    """What a shortened listing leaves out, by status, and how to see it."""
+    left = Counter(
+        (r.status.value if (r := record.tasks.get(t.id)) is not None else missing)
+        for t in record.plan.tasks
+        if t.id not in shown
+    )
+    counts = ", ".join(f"{n:,} {status}" for status, n in left.most_common())
+    return (
+        f"{len(shown):,} of {len(record.plan.tasks):,} tasks listed (those that did not "
+        f"succeed first); {sum(left.values()):,} more ({counts}). "
+        f"dagagent show {record.run_id} --task ID shows one, --json every one, "
+        "dagagent ui all of them page by page"
+    )
 
 
 def _show_tracebacks(record: RunRecord) -> None:
@@ -397,6 +433,8 @@ def _add_result_row(
         ran = f"{now - r.started_at:.3f}s…"  # so far
     if running:
         detail = ""
+    elif r.partial:
+        detail = f"(partial) {shorten(r.output, max(60, out.width - 70))}"
     elif r.error:
         detail = r.error
     elif r.elements:
@@ -461,6 +499,8 @@ def _show_task(record: RunRecord, task_id: str, *, as_json: bool) -> None:
 
     line("task", f"{task_id} of run {record.run_id}")
     line("tool", t.label)
+    if t.when is not None:
+        line("when", printable(t.when, lines=True))
     if r is None:
         line("status", "unrecorded (the run did not get to it)")
         return
@@ -477,7 +517,8 @@ def _show_task(record: RunRecord, task_id: str, *, as_json: bool) -> None:
     else:
         line("arguments", printable(as_text(args), lines=True))
     if r.error:
-        line("error", printable(r.error, lines=True))
+        label = "why skipped" if r.skipped_by_condition else "partial" if r.partial else "error"
+        line(label, printable(r.error, lines=True))
     if r.traceback:
         out.print("traceback:", markup=False)
         out.print(printable(r.traceback, lines=True), markup=False, highlight=False)
@@ -497,7 +538,8 @@ def _show_task(record: RunRecord, task_id: str, *, as_json: bool) -> None:
         if e.args is not None:
             line("  arguments", printable(as_text(e.args), lines=True))
         if e.error:
-            line("  error", printable(e.error, lines=True))
+            label = "  why skipped" if e.skipped_by_condition else "  error"
+            line(label, printable(e.error, lines=True))
         if e.output is not None:
             line("  output", printable(as_text(e.output), lines=True))
 

@@ -40,6 +40,9 @@ def load_tools(tools: str | None, mcp: Sequence[str] | None = None) -> Registry:
         )
     registry = load_registry(spec) if spec is not None else Registry()
     if mcp:
+        # The servers' tools join a registry of this command's own: the module's stays as its
+        # module made it (a program that loads it again must not find them there).
+        registry = Registry(registry)
         _add_mcp_tools(registry, mcp)
     return registry
 

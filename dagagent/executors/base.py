@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import anyio
 
-from ..results import FailurePolicy, TaskStatus
+from ..results import CONDITION_FALSE, FailurePolicy, TaskResult, TaskStatus
 
 if TYPE_CHECKING:
     from ..graph import PlanGraph
@@ -31,6 +31,7 @@ __all__ = [
     "Wakeup",
     "block_descendants",
     "finish_unstarted",
+    "halts",
     "skip_if_blocked",
 ]
 
@@ -88,12 +89,20 @@ class BaseExecutor:
         return f"{type(self).__name__}()"
 
 
+def halts(result: TaskResult) -> bool:
+    """Whether ``result`` stops the run under ``on_failure="cancel"``: the task ended without
+    its output, and not because it waits for a person or a condition skipped it."""
+    status = result.status
+    return not status.ok and status is not TaskStatus.WAITING and not result.skipped_by_condition
+
+
 def _blocker(graph: PlanGraph, runner: TaskRunner, task_id: str) -> str | None:
     """The dependency that keeps ``task_id`` from running: one that failed, was denied or
-    skipped if there is one, else one that was cancelled, else one that has not finished."""
+    skipped for a failure if there is one, else one a condition skipped, else one that was
+    cancelled, else one that has not finished."""
     outputs = runner.outputs
     results = runner.results
-    cancelled = pending = None
+    by_condition = cancelled = pending = None
     for d in graph.dependencies[task_id]:
         if d in outputs:
             continue
@@ -102,9 +111,32 @@ def _blocker(graph: PlanGraph, runner: TaskRunner, task_id: str) -> str | None:
             pending = pending or d
         elif r.status is TaskStatus.CANCELLED:
             cancelled = cancelled or d
+        elif r.skipped_by_condition:
+            by_condition = by_condition or d
         else:
             return d
-    return cancelled or pending
+    return by_condition or cancelled or pending
+
+
+def _skip(runner: TaskRunner, task_id: str, upstream: str) -> None:
+    """Mark ``task_id`` skipped because of task ``upstream`` (skipped by a condition when
+    ``upstream`` was)."""
+    r = runner.results.get(upstream)
+    if r is None:
+        runner.mark(
+            task_id, TaskStatus.SKIPPED, f"not run: upstream task {upstream!r} did not finish"
+        )
+    elif r.skipped_by_condition:
+        runner.mark(
+            task_id,
+            TaskStatus.SKIPPED,
+            f"not run: upstream task {upstream!r} was skipped by a condition",
+            CONDITION_FALSE,
+        )
+    else:
+        runner.mark(
+            task_id, TaskStatus.SKIPPED, f"not run: upstream task {upstream!r} {r.status.value}"
+        )
 
 
 def block_descendants(graph: PlanGraph, runner: TaskRunner, failed: str) -> None:
@@ -115,8 +147,7 @@ def block_descendants(graph: PlanGraph, runner: TaskRunner, failed: str) -> None
         n = stack.pop()
         if n in results:
             continue
-        d = _blocker(graph, runner, n) or failed
-        runner.mark(n, TaskStatus.SKIPPED, f"not run: upstream task {d!r} {_status_of(runner, d)}")
+        _skip(runner, n, _blocker(graph, runner, n) or failed)
         stack.extend(graph.dependents[n])
 
 
@@ -124,15 +155,12 @@ def skip_if_blocked(graph: PlanGraph, runner: TaskRunner, task_id: str) -> bool:
     """For a task that arrived after the run began: mark it skipped (and say ``True``) when
     one of its dependencies has already finished without succeeding."""
     outputs, results = runner.outputs, runner.results
-    for d in graph.dependencies[task_id]:
-        if d not in outputs and d in results:
-            runner.mark(
-                task_id,
-                TaskStatus.SKIPPED,
-                f"not run: upstream task {d!r} {results[d].status.value}",
-            )
-            return True
-    return False
+    if not any(d not in outputs and d in results for d in graph.dependencies[task_id]):
+        return False
+    blocker = _blocker(graph, runner, task_id)
+    assert blocker is not None
+    _skip(runner, task_id, blocker)
+    return True
 
 
 class Wakeup:
@@ -156,11 +184,6 @@ class Wakeup:
         self._event = anyio.Event()
 
 
-def _status_of(runner: TaskRunner, task_id: str) -> str:
-    results = runner.results
-    return results[task_id].status.value if task_id in results else "did not finish"
-
-
 def finish_unstarted(graph: PlanGraph, runner: TaskRunner) -> None:
     """Give every task without a result its final status, in topological order: ``skipped``
     when a dependency did not succeed, else ``cancelled`` (the run stopped first)."""
@@ -173,18 +196,9 @@ def finish_unstarted(graph: PlanGraph, runner: TaskRunner) -> None:
             continue
         # A dependency that failed, was denied or skipped means the task could never have run:
         # skipped, whichever executor stopped first and whatever else it waited for.
-        d, dep = next(
-            (
-                (d, s)
-                for d in graph.dependencies[n]
-                if d in results
-                and not (s := results[d].status).ok
-                and s is not TaskStatus.CANCELLED
-            ),
-            (None, None),
-        )
-        if dep is not None:
-            runner.mark(n, TaskStatus.SKIPPED, f"not run: upstream task {d!r} {dep.value}")
+        d = _blocker(graph, runner, n)
+        if d is not None and d in results and results[d].status is not TaskStatus.CANCELLED:
+            _skip(runner, n, d)
         else:
             stopped = stopped or f"not run: {runner.stop_cause()}"
             runner.mark(n, TaskStatus.CANCELLED, stopped)

@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING
 import anyio
 import anyio.abc
 
-from ..results import FailurePolicy, TaskStatus
+from ..results import FailurePolicy
 from ._pool import WorkerPool
-from .base import BaseExecutor, block_descendants, skip_if_blocked
+from .base import BaseExecutor, block_descendants, halts, skip_if_blocked
 
 if TYPE_CHECKING:
     from ..graph import PlanGraph
@@ -80,8 +80,8 @@ class _Flow:
 
     async def run(self, task_id: str) -> None:
         """Run one task, then queue the dependents it was the last dependency of."""
-        status = (await self.runner.run_task(task_id)).status
-        if status.ok:
+        r = await self.runner.run_task(task_id)
+        if r.status.ok:
             waiting = self.waiting
             for child in self.graph.dependents[task_id]:
                 left = waiting[child] - 1
@@ -90,7 +90,7 @@ class _Flow:
                 else:
                     del waiting[child]
                     self.pool.push(child)
-        elif self.cancel and status is not TaskStatus.WAITING:
+        elif self.cancel and halts(r):
             self.tg.cancel_scope.cancel()
-        else:  # failed under "continue", or waiting: the rest goes on without it
+        else:  # failed under "continue", waiting, or skipped: the rest goes on without it
             block_descendants(self.graph, self.runner, task_id)

@@ -24,9 +24,9 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from ..results import FailurePolicy, TaskStatus
+from ..results import FailurePolicy
 from ._pool import WorkerPool
-from .base import BaseExecutor, Wakeup, block_descendants, skip_if_blocked
+from .base import BaseExecutor, Wakeup, block_descendants, halts, skip_if_blocked
 
 if TYPE_CHECKING:
     from ..graph import PlanGraph
@@ -94,22 +94,23 @@ async def _run_level(
     level: Iterable[str], graph: PlanGraph, runner: TaskRunner, on_failure: FailurePolicy
 ) -> bool:
     """Run the tasks of one level together; ``False`` when a failure stops the run (a task
-    waiting for a person's decision does not: its descendants wait with it)."""
+    waiting for a person's decision, or skipped by a condition, does not: its descendants
+    wait or are skipped with it)."""
     cancel = on_failure == "cancel"
     ended_badly: list[str] = []
     async with anyio.create_task_group() as tg:
 
         async def run_one(task_id: str) -> None:
-            status = (await runner.run_task(task_id)).status
-            if not status.ok:
+            r = await runner.run_task(task_id)
+            if not r.status.ok:
                 ended_badly.append(task_id)
-                if cancel and status is not TaskStatus.WAITING:
+                if cancel and halts(r):
                     tg.cancel_scope.cancel()
 
         pool = WorkerPool(tg)
         pool.extend(level)
         await pool.drive(run_one)
-    if cancel and any(runner.results[t].status is not TaskStatus.WAITING for t in ended_badly):
+    if cancel and any(halts(runner.results[t]) for t in ended_badly):
         return False
     for task_id in ended_badly:
         block_descendants(graph, runner, task_id)

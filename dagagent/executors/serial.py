@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from ..results import FailurePolicy, TaskStatus
-from .base import BaseExecutor, Wakeup, block_descendants, skip_if_blocked
+from ..results import FailurePolicy
+from .base import BaseExecutor, Wakeup, block_descendants, halts, skip_if_blocked
 
 if TYPE_CHECKING:
     from ..graph import PlanGraph
@@ -51,9 +51,9 @@ class SerialExecutor(BaseExecutor):
                         done += 1
                         if task_id in results or skip_if_blocked(graph, runner, task_id):
                             continue
-                        status = (await runner.run_task(task_id)).status
-                        if not status.ok:
-                            if cancel and status is not TaskStatus.WAITING:
+                        r = await runner.run_task(task_id)
+                        if not r.status.ok:
+                            if cancel and halts(r):
                                 return
                             block_descendants(graph, runner, task_id)
                     if graph.complete and (order is not None or done == len(tasks)):

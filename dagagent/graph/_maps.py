@@ -20,7 +20,7 @@ tool's parameter with it, as every whole reference is (see :mod:`._types`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..errors import Issue
@@ -46,11 +46,11 @@ def for_each_reference(task: Task) -> Reference | None:
     return tmpl.refs[0]
 
 
-def element_issues(task: Task, tmpl: Template) -> list[Issue]:
+def element_issues(task: Task, refs: Iterable[Reference]) -> list[Issue]:
     """``element_outside_map`` and ``unknown_element``: the ``${@...}`` references of a task's
-    arguments or instruction."""
+    arguments or instruction (``refs``: a template's), or of its ``when``."""
     issues: list[Issue] = []
-    for ref in tmpl.refs:
+    for ref in refs:
         if not ref.element:
             continue
         if ref.task_id not in ELEMENT_NAMES:

@@ -17,6 +17,8 @@
 ``not_retryable``           ``retries`` on a tool that may not be called again (an MCP tool not
                             declared idempotent or read-only)
 ``bad_reference``           a ``${`` that is not a well-formed reference
+``bad_condition``           ``when`` is not a condition (see :mod:`dagagent.conditions`): the
+                            message names the character where reading it stopped
 ``tool_and_instruction``    a task has both ``tool`` and ``instruction``
 ``missing_instruction``     an agent task (no ``tool``) has no instruction
 ``agent_args``              an agent task has ``args`` (agents take an instruction, not args)
@@ -38,7 +40,8 @@ from __future__ import annotations
 from collections.abc import Container, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from ..errors import Issue, PlanLoadError, PlanValidationError
+from ..conditions import condition_references, parse_condition
+from ..errors import ConditionSyntaxError, Issue, PlanLoadError, PlanValidationError
 from ..plan import ID_RE, AgentTask, Plan, Task, ToolTask, read_plan
 from ..references import Template
 from ..text import did_you_mean, shorten
@@ -79,18 +82,41 @@ def _cycle_issues(graph: nx.DiGraph[str]) -> list[Issue]:
 
 def dependencies_of(task: Task, template: Template) -> dict[str, str]:
     """The ids ``task`` waits for, each with the reason: its ``depends_on`` first, then the
-    task its ``for_each`` references, then the tasks its ``template`` references (a reference
-    implies a dependency; ``${@item}`` names no task). As written: ids that are not in the
-    plan, or the task's own, are for the caller to judge."""
+    task its ``for_each`` references, then the tasks its ``when`` reads, then the tasks its
+    ``template`` references (a reference implies a dependency; ``${@item}`` names no task).
+    As written: ids that are not in the plan, or the task's own, are for the caller to
+    judge."""
     deps = dict.fromkeys(task.depends_on, "depends_on")
     if task.for_each is not None:
         ref = for_each_reference(task)
         if ref is not None and not ref.element:
             deps.setdefault(ref.task_id, f"for_each {ref.text}")
+    for ref in condition_references(task.when):
+        if not ref.element:
+            deps.setdefault(ref.task_id, f"condition reference {ref.text}")
     for ref in template.refs:
         if not ref.element:
             deps.setdefault(ref.task_id, f"reference {ref.text}")
     return deps
+
+
+def _condition_issues(task: Task) -> list[Issue]:
+    """``bad_condition`` (a ``when`` that does not parse), and the map-element checks of the
+    references it reads."""
+    if task.when is None:
+        return []
+    try:
+        condition = parse_condition(task.when)
+    except ConditionSyntaxError as exc:
+        shown = shorten(exc.text, 80, one_line=False)
+        return [
+            Issue(
+                "bad_condition",
+                task.id,
+                f"'when' {shown!r}, at character {exc.position + 1}: {exc.problem}",
+            )
+        ]
+    return element_issues(task, condition.refs)
 
 
 def dependency_graph(plan: Plan) -> nx.DiGraph[str]:
@@ -252,7 +278,8 @@ def check_task(
     issues.extend(kind_issues)
     tmpl = _template(t, issues)
     if tmpl.refs:
-        issues.extend(element_issues(t, tmpl))
+        issues.extend(element_issues(t, tmpl.refs))
+    issues.extend(_condition_issues(t))
     mine: list[str] = []
     for d, why in dependencies_of(t, tmpl).items():
         if d == tid:
@@ -319,7 +346,7 @@ def _checked(
     if issues:
         raise PlanValidationError(issues)
     pos = {t.id: i for i, t in enumerate(plan.tasks)}
-    levels = [sorted(g, key=pos.__getitem__) for g in generations_]
+    levels = [sorted(g, key=pos.__getitem__) if len(g) > 1 else list(g) for g in generations_]
     warnings: list[Issue] = []
     if check_llm and llm is None:
         warnings = [

@@ -1,7 +1,7 @@
 """The plan as typed data: a goal and its tasks, each a tool call or an agent's sub-goal.
 
 **Two kinds of task**, one type each, sharing :class:`BaseTask` (``id``, ``depends_on``,
-``retries``, ``timeout_s``, ``description``, the map options): a :class:`ToolTask` calls a
+``when``, ``retries``, ``timeout_s``, ``description``, the map options): a :class:`ToolTask` calls a
 registered ``tool`` with ``args``; an :class:`AgentTask` gives an ``instruction`` to the ReAct
 micro-agent, with an optional ``tools`` subset. :data:`Task` is their union. A plan file has no
 key naming the kind: a task with a ``tool`` (not ``null``) is a tool task, any other an agent
@@ -20,6 +20,11 @@ its output is the list of the elements' outputs, in order. In its ``args`` (or i
 :mod:`dagagent.references`). ``max_concurrency`` bounds how many of its elements run at once;
 with ``allow_partial`` the task succeeds when some elements fail, its output holding ``null``
 for them.
+
+**Conditions.** Either kind of task may carry ``when``: a condition over references
+(``"${search.count} > 0"``, ``"not ${check.ok}"``; see :mod:`dagagent.conditions`). The task
+runs only if it holds once the tasks it reads have succeeded; otherwise it is ``skipped``,
+and so is every task that depends on a skipped task.
 
 **Fingerprints.** :func:`task_fingerprint` is what makes a task's output reusable by a later run:
 its id, what it calls, and its resolved input.
@@ -82,6 +87,7 @@ _KEY_ORDER = {
             "instruction",
             "args",
             "depends_on",
+            "when",
             "retries",
             "timeout_s",
             "description",
@@ -106,6 +112,13 @@ class BaseTask(BaseModel):
 
     id: str = Field(description="Unique id; see the id rule in the module docstring.")
     depends_on: list[str] = Field(default_factory=list, description="Ids this task waits for.")
+    when: str | None = Field(
+        default=None,
+        description=(
+            'Run the task only if this condition holds, e.g. "${search.count} > 0"; '
+            "else it is skipped (see dagagent.conditions)."
+        ),
+    )
     retries: int | None = Field(
         default=None, ge=0, le=MAX_RETRIES, description="Extra attempts after a failure."
     )

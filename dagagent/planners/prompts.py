@@ -224,7 +224,10 @@ walks into it) and "${@index}" its position. It runs once per element, all at th
 and its output is the list of their outputs in order:
   {"id": "weather", "tool": "weather", "for_each": "${cities}", "args": {"city": "${@item}"}}
 Optional: "max_concurrency": at most this many elements at once; "allow_partial": true keeps
-the elements that succeeded when some fail (null for the failed ones)."""
+the elements that succeeded when some fail (null for the failed ones).
+A task may carry "when": a condition on earlier outputs ("${s.count} > 0", "not ${c.ok}",
+"${k.type} in ['pdf', 'html']"; ==, !=, <, <=, >, >=, in, and, or, not); if it is false the
+task and the tasks using it are skipped. In a map, a condition on "${@item}" skips elements."""
 
 _PARALLEL = """\
 Make the plan as parallel as the goal allows: every task runs as soon as the tasks it
@@ -291,6 +294,10 @@ def feedback_prompt(issues: Sequence[Issue], *, truncated: bool = False) -> str:
 
 
 def _result_line(result: TaskResult, output_chars: int) -> str:
+    if result.partial:  # an agent stopped before answering: its best so far
+        output = as_data(shorten(result.output, output_chars))
+        why = as_data(shorten(result.error or "", output_chars), "error")
+        return f"- {result.task_id}: PARTIAL answer only, {why}, output so far: {output}"
     if result.status.ok:
         output = as_data(shorten(result.output, output_chars))
         return f"- {result.task_id}: {result.status.value}, output: {output}"
@@ -301,15 +308,23 @@ def _result_line(result: TaskResult, output_chars: int) -> str:
     return f"- {result.task_id}: {result.status.value}: {error}"
 
 
+def _reason_line(result: TaskResult, output_chars: int) -> str:
+    return f"- {result.task_id}: {as_data(shorten(result.error or '', output_chars), 'error')}"
+
+
 def results_sections(
     plan: Plan, results: Mapping[str, TaskResult], *, output_chars: int = 300
 ) -> list[str]:
-    """What succeeded (outputs shortened to ``output_chars``), what failed and why, and what
-    did not finish: one section each, the empty ones left out. Outputs and errors are shown
+    """What succeeded (outputs shortened to ``output_chars``), what failed and why, what a
+    condition skipped and why, and what did not finish: one section each, the empty ones left
+    out. Outputs and errors are shown
     as data (between ``<output>`` / ``<error>`` tags, see :func:`dagagent.text.as_data`)."""
     ok = [r for r in results.values() if r.status.ok]
     failed = [r for r in results.values() if r.status in (TaskStatus.FAILED, TaskStatus.DENIED)]
-    other = [r for r in results.values() if not r.status.ok and r not in failed]
+    by_condition = [r for r in results.values() if r.skipped_by_condition]
+    other = [
+        r for r in results.values() if not r.settled and r not in failed and r not in by_condition
+    ]
     missing = [t.id for t in plan.tasks if t.id not in results]
     parts = []
     if ok:
@@ -320,6 +335,11 @@ def results_sections(
     if failed:
         parts.append(
             "These tasks failed:\n" + "\n".join(_result_line(r, output_chars) for r in failed)
+        )
+    if by_condition:
+        parts.append(
+            "These tasks were skipped because their condition ('when') was false, as the plan "
+            "said:\n" + "\n".join(_reason_line(r, output_chars) for r in by_condition)
         )
     if other or missing:
         lines = [_result_line(r, output_chars) for r in other]

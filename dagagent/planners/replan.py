@@ -79,6 +79,7 @@ def replan_warnings(old: Plan, new: Plan, results: Mapping[str, TaskResult]) -> 
             and tid in before
             and tid in after
             and same_call(before[tid], after[tid])
+            and before[tid].when == after[tid].when  # a new condition may be the fix
         ):
             warnings.append(
                 Issue("unchanged_failure", tid, f"{r.status.value} before and kept unchanged")

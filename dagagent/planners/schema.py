@@ -86,10 +86,13 @@ _LIST_REF_SCHEMA: dict[str, Any] = {
 }
 
 
+_WHEN_DESCRIPTION = "run the task only if this condition holds, e.g. ${search.count} > 0"
+
+
 def _map_properties(strict: bool) -> dict[str, Any]:
-    """``for_each`` (and, outside strict mode, the map options) of a task variant. Strict
-    mode offers ``for_each`` as a nullable reference: a free-form literal list cannot be
-    expressed there."""
+    """``for_each`` (and, outside strict mode, the map options and ``when``) of a task
+    variant. Strict mode offers ``for_each`` as a nullable reference: a free-form literal list
+    cannot be expressed there; nor ``when``, which every task would then have to write."""
     if strict:
         return {
             "for_each": {
@@ -104,6 +107,7 @@ def _map_properties(strict: bool) -> dict[str, Any]:
         },
         "max_concurrency": {"type": "integer", "minimum": 1},
         "allow_partial": {"type": "boolean"},
+        "when": {"type": "string", "description": _WHEN_DESCRIPTION},
     }
 
 

@@ -11,7 +11,7 @@
         planner, goal, registry, *, llm=None, replan_of=None, feedback=None, reuse=None,
         settings=None, interceptors=(), listeners=(), store=None, policy=None,
         parent_id=None, run_id=None, max_tasks=None, max_task_chars=20_000, max_repeats=1,
-        agent_runner=None,
+        agent_runner=None, ledger=None,
     ) -> StreamedRound
 
 ``planner`` is an :class:`~dagagent.planners.LLMPlanner`, or an
@@ -88,6 +88,7 @@ from ..llm import (
 from ..plan import Plan, Task, ToolTask, task_fingerprint
 from ..results import RunResult, TaskStatus
 from ..run import execute, new_run_id
+from ..runner import CallLedger
 from ..text import as_data, shorten as shorten_text
 from ._answer import StreamedAnswer, StreamStop
 from .heal import HealingPlanner, PlanAttempt, PlanningResult, format_refused
@@ -198,9 +199,11 @@ async def plan_and_execute_streamed(
     max_task_chars: int = 20_000,
     max_repeats: int = 1,
     agent_runner: AgentTaskRunner | None = None,
+    ledger: CallLedger | None = None,
 ) -> StreamedRound:
     """Plan ``goal`` with a streamed answer and run each task as soon as it is valid (see
-    the module docstring)."""
+    the module docstring). ``ledger``: the calls the tools' guardrails count (default: one
+    for the round, shared by the runs of its attempts)."""
     goal = (goal or (replan_of.plan.goal if replan_of is not None else "")).strip()
     if not goal:
         raise ConfigError("the goal is empty: say what the plan should achieve")
@@ -232,6 +235,7 @@ async def plan_and_execute_streamed(
         "agent_runner": agent_runner,
         "reuse": reused,
         "store": store,
+        "ledger": ledger if ledger is not None else CallLedger(),
     }
     for n in range(1, owner.max_attempts + 1):
         owner.run_id_now = run_id

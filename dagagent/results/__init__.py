@@ -2,6 +2,7 @@
 of a run."""
 
 from ._model_calls import MODEL_ROLES, ModelCall, ModelRole
+from ._partial import PARTIAL_ANSWER, PartialAnswer, best_so_far
 from ._records import (
     AgentStep,
     ApprovalAnswer,
@@ -12,6 +13,7 @@ from ._records import (
 )
 from ._run import RecordLoss, RunResult, StatusCounts
 from ._status import (
+    CONDITION_FALSE,
     FAILURES,
     REDACT,
     UNANSWERED,
@@ -29,8 +31,10 @@ from ._status import (
 from ._task import TaskResult
 
 __all__ = [
+    "CONDITION_FALSE",
     "FAILURES",
     "MODEL_ROLES",
+    "PARTIAL_ANSWER",
     "REDACT",
     "UNANSWERED",
     "WAIT",
@@ -44,6 +48,7 @@ __all__ = [
     "FailurePolicy",
     "ModelCall",
     "ModelRole",
+    "PartialAnswer",
     "PersonDecision",
     "RecordLoss",
     "RoundOutcome",
@@ -53,6 +58,7 @@ __all__ = [
     "StatusCounts",
     "TaskResult",
     "TaskStatus",
+    "best_so_far",
     "load_decisions",
     "load_steps",
 ]

@@ -7,6 +7,7 @@ import enum
 from typing import Literal, TypeAlias
 
 __all__ = [
+    "CONDITION_FALSE",
     "FAILURES",
     "REDACT",
     "UNANSWERED",
@@ -30,7 +31,10 @@ class TaskStatus(str, enum.Enum):
     - ``failed``: it raised, timed out, or its arguments were bad, after every retry.
     - ``denied``: an interceptor or approval rule refused its call; treated like a failure.
     - ``cancelled``: it was running, or had not started, when the run was stopped.
-    - ``skipped``: it never started because a task it depends on did not succeed.
+    - ``skipped``: it never started, because a task it depends on did not succeed, or
+      because its ``when`` condition was false (or a task it depends on was skipped so):
+      then its ``error_type`` is :data:`CONDITION_FALSE` and its ``error`` says why. A task
+      skipped by a condition does not make its run fail.
     - ``waiting``: an approval rule asked about its call and a person will answer later
       (``dagagent approve``); its descendants wait with it (skipped until the run resumes).
     - ``running``: it started and has not ended yet. Only a record of a run still under way
@@ -57,6 +61,9 @@ class TaskStatus(str, enum.Enum):
 
 
 _HAS_OUTPUT = frozenset({TaskStatus.SUCCEEDED, TaskStatus.REUSED})
+#: The ``error_type`` of a task skipped by a condition: its own ``when`` was false, or a task
+#: it depends on was skipped so (its ``error`` says which, and the values the condition read).
+CONDITION_FALSE = "ConditionFalse"
 #: The statuses of a task that did not get its output by its own doing.
 FAILURES = frozenset({TaskStatus.FAILED, TaskStatus.DENIED})
 

@@ -9,8 +9,9 @@ from typing import Any
 from pydantic import TypeAdapter
 
 from ..text import jsonable
+from ._partial import PARTIAL_ANSWER
 from ._records import AgentStep, CallDecision
-from ._status import REDACT, UNANSWERED, TaskStatus
+from ._status import CONDITION_FALSE, REDACT, UNANSWERED, TaskStatus
 
 __all__ = ["TaskResult"]
 
@@ -64,6 +65,26 @@ class TaskResult:
     @property
     def ok(self) -> bool:
         return self.status.ok
+
+    @property
+    def skipped_by_condition(self) -> bool:
+        """Whether the task was skipped by a condition: its own ``when`` was false, or a
+        task it depends on was skipped so (``error`` says why). Such a task is settled, not
+        failed: it does not make its run fail."""
+        return self.status is TaskStatus.SKIPPED and self.error_type == CONDITION_FALSE
+
+    @property
+    def partial(self) -> bool:
+        """Whether the task succeeded with a partial answer: an agent that stopped before
+        answering (its deadline, its step or token budget) gave its best so far (``error``
+        says why it stopped; see :mod:`dagagent.results._partial`)."""
+        return self.status.ok and self.error_type == PARTIAL_ANSWER
+
+    @property
+    def settled(self) -> bool:
+        """Whether the task ended as its plan meant it to: it has an output, or a condition
+        skipped it."""
+        return self.status.ok or self.skipped_by_condition
 
     @property
     def took_s(self) -> float | None:

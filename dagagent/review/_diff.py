@@ -21,6 +21,7 @@ _FIELDS = (
     "args",
     "tools",
     "depends_on",
+    "when",
     "retries",
     "timeout_s",
     "description",

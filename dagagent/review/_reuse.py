@@ -23,11 +23,12 @@ def reuse_map(record: RunRecord) -> dict[str, tuple[str, Any]]:
     ``execute(..., reuse=...)`` so that unchanged successes are not run again. The elements
     of a map task that succeeded are there too, each under
     :func:`~dagagent.plan.element_key` of its fingerprint, even when the task failed: a
-    replan runs only the elements that did not succeed, or whose input changed."""
+    replan runs only the elements that did not succeed, or whose input changed. A partial
+    answer (an agent that stopped before answering) is never reused: a revision runs it again."""
     out: dict[str, tuple[str, Any]] = {}
     for tid, r in record.tasks.items():
         fp = record.fingerprints.get(tid)
-        if r.status.ok and fp is not None and not output_lost(r):
+        if r.status.ok and not r.partial and fp is not None and not output_lost(r):
             out[tid] = (fp, r.output)
     for task in record.plan.tasks:
         mapped = record.tasks.get(task.id)
@@ -41,7 +42,13 @@ def _element_reuse(task: Task, elements: list[TaskResult]) -> dict[str, tuple[st
     (whether or not the task as a whole did)."""
     out: dict[str, tuple[str, Any]] = {}
     for e in elements:
-        if e.status.ok and e.args is not None and e.redacted_args is None and not output_lost(e):
+        if (
+            e.status.ok
+            and not e.partial
+            and e.args is not None
+            and e.redacted_args is None
+            and not output_lost(e)
+        ):
             fp = task.fingerprint(e.args)
             out[element_key(task.id, fp)] = (fp, e.output)
     return out
@@ -112,7 +119,9 @@ def predict_reuse(record: RunRecord, new: Plan) -> dict[str, ReuseDecision]:
                 why += f"; the {kept} of {len(r.elements or ())} elements that succeeded are reused"
                 why += " if their input is unchanged"
             if r.status.ok:
-                if output_lost(r):
+                if r.partial:
+                    why += " with a partial answer (a revision runs it again)"
+                elif output_lost(r):
                     why += ", output not recorded"
                 elif r.redacted_args is not None:
                     why += ", arguments redacted"

@@ -1,9 +1,9 @@
 """Reviewing a recorded run: what failed and why, what was cancelled or skipped because of it,
-what succeeded (:func:`review_run`, :func:`format_review`)."""
+what a condition skipped, what succeeded (:func:`review_run`, :func:`format_review`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import networkx as nx
@@ -69,6 +69,9 @@ class RunReview:
     # no result: the process stopped before they finished (``unrecorded``), or not yet
     # (``running``, ``waiting`` for a person)
     unrecorded: list[TaskOutcome]
+    #: skipped by a condition (its own ``when`` was false, or a task it depends on was
+    #: skipped so): as the plan meant, not a failure's doing
+    by_condition: list[TaskOutcome] = field(default_factory=list)
 
     def to_json_dict(self) -> dict[str, Any]:
         return {
@@ -79,6 +82,7 @@ class RunReview:
             "blocked": [o.to_json_dict() for o in self.blocked],
             "succeeded": [o.to_json_dict() for o in self.succeeded],
             "unrecorded": [o.to_json_dict() for o in self.unrecorded],
+            "skipped_by_condition": [o.to_json_dict() for o in self.by_condition],
         }
 
 
@@ -93,6 +97,7 @@ def review_run(record: RunRecord, *, width: int = 80) -> RunReview:
     blocked: list[TaskOutcome] = []
     succeeded: list[TaskOutcome] = []
     unrecorded: list[TaskOutcome] = []
+    by_condition: list[TaskOutcome] = []
     for t in plan.tasks:
         r = results.get(t.id)
         if r is None or r.status in _NO_RESULT_YET:
@@ -100,7 +105,9 @@ def review_run(record: RunRecord, *, width: int = 80) -> RunReview:
             unrecorded.append(TaskOutcome(t.id, status, t.label))
             continue
         tool, dur = t.label, r.duration_s
-        if r.status in _FAILED:
+        if r.skipped_by_condition:
+            by_condition.append(TaskOutcome(t.id, r.status.value, tool, error=r.error))
+        elif r.status in _FAILED:
             failed.append(
                 TaskOutcome(t.id, r.status.value, tool, r.attempts, dur, r.error, r.error_type)
             )
@@ -123,7 +130,14 @@ def review_run(record: RunRecord, *, width: int = 80) -> RunReview:
             shown = shorten(f"({r.error})" if output_lost(r) else r.output, width)
             succeeded.append(TaskOutcome(t.id, r.status.value, tool, r.attempts, dur, output=shown))
     return RunReview(
-        record.run_id, record.goal, record.status.value, failed, blocked, succeeded, unrecorded
+        record.run_id,
+        record.goal,
+        record.status.value,
+        failed,
+        blocked,
+        succeeded,
+        unrecorded,
+        by_condition,
     )
 
 
@@ -153,12 +167,22 @@ def format_review(review: RunReview) -> str:
                 for o in review.unrecorded
             )
         )
+    if review.by_condition:
+        lines.append(f"skipped by a condition ({len(review.by_condition)}):")
+        for o in review.by_condition:
+            lines.append(f"  {o.task_id} [{o.tool}]: {o.error}")
     if review.succeeded:
         lines.append(f"succeeded ({len(review.succeeded)}):")
         for o in review.succeeded:
             tag = " (reused)" if o.status == TaskStatus.REUSED.value else ""
             lines.append(f"  {o.task_id} [{o.tool}]{tag} = {o.output}")
-    if not (review.failed or review.blocked or review.unrecorded or review.succeeded):
+    if not (
+        review.failed
+        or review.blocked
+        or review.unrecorded
+        or review.succeeded
+        or review.by_condition
+    ):
         lines.append("no task of its plan was accepted, so nothing ran")
     elif not (review.failed or review.blocked or review.unrecorded):
         lines.append("nothing failed")

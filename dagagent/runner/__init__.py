@@ -8,6 +8,9 @@ Executors decide *when* a task starts and call :meth:`TaskRunner.run_task`; ever
   (:class:`ToolInvocation`), the interceptor chain, per-tool limits and the **invoker**, which
   performs the call (in-process by default; the Dask executor ships it to a worker). Only the
   tool call travels; references, validation, retries, records and events stay here;
+- :mod:`._ledger`: the calls of a run or solve (:class:`CallLedger`), which tools' guardrails
+  (``max_calls``, ``cooldown_s``) and policies' limits are checked against;
+- :mod:`._condition`: a task's ``when``, decided once or for each element of a map;
 - :mod:`._agent`: the **agent-task seam**: :class:`AgentNode` in, ``(answer, steps)`` out, from
   an :data:`AgentTaskRunner`; the runner knows no agent type;
 - :mod:`._record`: the record a task fills while it runs;
@@ -30,6 +33,7 @@ from ._calls import (
     ToolInvocation,
     invoke_local,
 )
+from ._ledger import CallLedger, Clock, Crossing
 from ._redaction import Redaction
 from ._reuse import task_fingerprint
 from ._task import TaskRunner
@@ -39,7 +43,10 @@ __all__ = [
     "AgentNode",
     "AgentTaskRunner",
     "ArgumentRedactor",
+    "CallLedger",
     "CallNext",
+    "Clock",
+    "Crossing",
     "Interceptor",
     "Invoker",
     "Redaction",

@@ -45,6 +45,11 @@ class AgentNode:
     #: decision: the steps recorded then. The agent continues from them (the calls of the
     #: last step that have no observation yet are made first), not from scratch.
     resume_steps: list[AgentStep] | None = None
+    #: Set by the agent runner: whether the task, timed out, succeeds with its agent's best
+    #: answer so far when it has one (see :func:`~dagagent.results.best_so_far`), instead
+    #: of failing. An agent runner returns a :class:`~dagagent.results.PartialAnswer` for
+    #: the stops of its own (its deadline, step or token budget).
+    best_so_far: bool = True
 
     def partial_steps(self) -> list[AgentStep] | None:
         """The steps taken so far (``None`` when there are none or they cannot be had)."""
@@ -57,4 +62,6 @@ class AgentNode:
 
 
 AgentTaskRunner = Callable[[AgentNode], Awaitable[tuple[Any, list[AgentStep] | None]]]
-"""``async (node) -> (answer, steps)``: fills one agent task."""
+"""``async (node) -> (answer, steps)``: fills one agent task. An answer that is a
+:class:`~dagagent.results.PartialAnswer` is the best so far of an agent that stopped before
+answering: the task succeeds with it, marked partial."""

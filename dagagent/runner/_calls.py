@@ -1,10 +1,11 @@
 """The tool-call seam: how a validated call reaches its tool.
 
 A call goes through the run's **interceptors** (tracing, caching, redaction, approval rules;
-the first is the outermost), then a per-tool concurrency limit, then the **invoker**, which
-performs it (in-process by default; the Dask executor ships it to a worker). The task's
-timeout bounds only the innermost call, so time an interceptor spends waiting (say, for a
-person to approve) does not count against it.
+the first is the outermost), then the tool's guardrails (``max_calls``, ``cooldown_s``,
+checked and counted on the run's :class:`~dagagent.runner.CallLedger`), then a per-tool
+concurrency limit, then the **invoker**, which performs it (in-process by default; the
+Dask executor ships it to a worker). The task's timeout bounds only the innermost call, so
+time an interceptor spends waiting (say, for a person to approve) does not count against it.
 """
 
 from __future__ import annotations
@@ -16,10 +17,11 @@ from typing import TYPE_CHECKING, Any, Protocol, TypedDict, runtime_checkable
 
 import anyio
 
-from ..errors import TaskTimeoutError
+from ..errors import TaskTimeoutError, ToolLimitError
 from ..events import TaskDecision
 from ..results import ApprovalAnswer, CallDecision, Decision, DecisionSource
 from ..text import jsonable
+from ._ledger import CallLedger
 
 if TYPE_CHECKING:
     from ..events import Event
@@ -77,6 +79,8 @@ class ToolInvocation:
     timeout: float | None = None
     #: Decisions a person recorded about this task's waiting calls (a resumed run).
     answers: Sequence[ApprovalAnswer] = ()
+    #: The calls of the run (or solve) so far, which guardrails are checked against.
+    ledger: CallLedger = field(default_factory=CallLedger, repr=False)
     _emit: Callable[[Event], None] | None = field(default=None, repr=False)
     _validated: dict[str, Any] | None = field(default=None, repr=False)
     _answer: ApprovalAnswer | None = field(default=None, repr=False)
@@ -167,8 +171,11 @@ class ToolCalls:
         invoker: Invoker | None = None,
         emit: Callable[[Event], None] | None = None,
         answers: Mapping[str, Sequence[ApprovalAnswer]] | None = None,
+        ledger: CallLedger | None = None,
     ) -> None:
         self.run_id = run_id
+        #: The calls made so far, for the guardrails (a solve's, across its rounds).
+        self.ledger = ledger if ledger is not None else CallLedger()
         self._answers = dict(answers or {})
         self._interceptors = tuple(interceptors)
         self._invoker = invoker or invoke_local
@@ -212,6 +219,7 @@ class ToolCalls:
             source,
             timeout=timeout,
             answers=self._answers.get(task_id, ()) if self._answers else (),
+            ledger=self.ledger,
             _emit=self._emit,
             _validated=validated,
         )
@@ -243,11 +251,28 @@ class ToolCalls:
             raise TaskTimeoutError(timed_out_late(timeout))
         return output
 
+    def _guard(self, tool: Tool) -> None:
+        """Count the call of ``tool`` about to start, or refuse it: it would cross the tool's
+        ``max_calls`` or ``cooldown_s`` (checked and counted in one step, so concurrent calls
+        never get past a limit together; after the tool's concurrency limit, so a call that
+        waited for a place counts from when it starts)."""
+        if tool.max_calls is None and tool.cooldown_s is None:
+            return
+        ledger, name = self.ledger, tool.name
+        crossing = ledger.crossing(
+            name, f"tool {name!r}", max_calls=tool.max_calls, cooldown_s=tool.cooldown_s
+        )
+        if crossing is not None:
+            raise ToolLimitError(crossing.message, tool=name, limit=crossing.limit)
+        ledger.count(name)
+
     async def _limited(self, tool: Tool, args: Mapping[str, Any]) -> Any:
         limit = self._limits.get(tool.name) if self._limits else None
         if limit is None:
+            self._guard(tool)
             return await self._invoker(tool, args)
         async with limit:
+            self._guard(tool)
             return await self._invoker(tool, args)
 
 

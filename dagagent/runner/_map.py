@@ -4,7 +4,10 @@ run per element.
 Each element run is the story of a task in small: resolve the arguments (``${@item}``,
 ``${@index}``), reuse an earlier output if its input is unchanged, attempt it with the task's
 retries and timeout, record it. The elements share the run's ``max_concurrency`` slots (an
-element takes one, the map task itself none) and the task's own ``max_concurrency``.
+element takes one, the map task itself none) and the task's own ``max_concurrency``, which is
+:data:`~dagagent.limits.DEFAULT_ELEMENT_CONCURRENCY` when the task sets none (each element in
+flight costs a worker; a bound keeps a map of a million elements to the memory of its
+results).
 
 - **Output.** The list of the elements' outputs, in the order of the list; an empty list
   gives ``[]`` and the task succeeds.
@@ -25,6 +28,11 @@ element takes one, the map task itself none) and the task's own ``max_concurrenc
   the map task is ``waiting`` (its waiting calls are its approvals). A resumed run keeps
   every other element as it was recorded and runs only the waiting ones again (an agent
   element from its recorded steps, as an agent task that waited).
+- **Conditions.** A ``when`` that reads the element (``${@item}``, ``${@index}``) is decided
+  for each element before it starts: an element whose condition is false is ``skipped``
+  (its record says why) and ``None`` in the output, in its place; it is no failure. A
+  ``when`` that does not read the element is decided once, before the list expands (see
+  :meth:`~dagagent.runner.TaskRunner.run_task`).
 - **Cap.** A list longer than the run's ``max_elements`` (default
   :data:`~dagagent.limits.DEFAULT_MAX_ELEMENTS`) fails the task with
   :class:`~dagagent.errors.MapError` before any element starts.
@@ -37,12 +45,15 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from ..conditions import Condition, parse_condition
 from ..errors import MapError, TaskWaitingError
 from ..events import TaskElementFinished
+from ..limits import DEFAULT_ELEMENT_CONCURRENCY
 from ..plan import element_key
 from ..references import ElementScope, Template
-from ..results import TaskResult, TaskStatus
+from ..results import CONDITION_FALSE, PARTIAL_ANSWER, TaskResult, TaskStatus
 from ._cancel import IGNORED_CANCEL, cancel_ignored
+from ._condition import condition_false, element_condition
 from ._record import TaskRun, describe
 from ._reuse import same_upstream
 from ._slot import Slot
@@ -60,6 +71,7 @@ _FAILED = TaskStatus.FAILED
 _DENIED = TaskStatus.DENIED
 _CANCELLED = TaskStatus.CANCELLED
 _WAITING = TaskStatus.WAITING
+_SKIPPED = TaskStatus.SKIPPED
 
 
 def _kind(value: Any) -> str:
@@ -89,6 +101,12 @@ class MapRun:
         #: A resumed run: the elements recorded before the pause (those that did not wait
         #: stand as they were; a list of another length means nothing stands).
         self.prior: list[TaskResult] | None = runner.resume_elements.pop(task.id, None)
+        #: A ``when`` that reads the element: decided for each element before it starts.
+        self.condition: Condition | None = None
+        if task.when is not None:
+            condition = parse_condition(task.when)
+            if element_condition(condition):
+                self.condition = condition
 
     def expand(self) -> list[Any]:
         """The list, resolved now; :class:`MapError` if it is not a list or too long."""
@@ -123,7 +141,7 @@ class MapRun:
             for i, before in enumerate(prior):
                 if before.status is not _WAITING:
                     self.results[i] = before
-                    if not before.status.ok and self.first_failure is None:
+                    if not before.settled and self.first_failure is None:
                         self.first_failure = i  # allow_partial: a failure stands too
                     if runner.emit is not None:
                         runner.emit(TaskElementFinished(runner.run_id, task.id, i, before))
@@ -135,7 +153,14 @@ class MapRun:
         attempt, retries = runner.attempt_for(task)
         cancel_siblings = runner.on_failure == "cancel" and not task.allow_partial
         width = max(1, len(following_ids))
-        for bound in (task.max_concurrency, runner.element_concurrency, runner.max_concurrency):
+        # Each element in flight holds a worker (an anyio task, a few kB): a list of a million
+        # elements with no bound of its own takes DEFAULT_ELEMENT_CONCURRENCY at a time.
+        own = (
+            task.max_concurrency
+            if task.max_concurrency is not None
+            else DEFAULT_ELEMENT_CONCURRENCY
+        )
+        for bound in (own, runner.element_concurrency, runner.max_concurrency):
             if bound is not None:
                 width = min(width, bound)
         following = iter(following_ids)
@@ -148,7 +173,7 @@ class MapRun:
                 for i in following:
                     r = await self._element(i, attempt, retries, upstream)
                     # a waiting element is no failure: its siblings go on
-                    if not r.status.ok and r.status is not _WAITING and self.first_failure is None:
+                    if not r.settled and r.status is not _WAITING and self.first_failure is None:
                         self.first_failure = i
                         if cancel_siblings:
                             tg.cancel_scope.cancel()
@@ -184,7 +209,7 @@ class MapRun:
         failed = self.results[first]
         assert failed is not None
         done = self.finish_unstarted(f"not run: element {first} {failed.status.value}")
-        bad = [r for r in done if not r.status.ok and r.status is not _CANCELLED]
+        bad = [r for r in done if not r.settled and r.status is not _CANCELLED]
         if self.task.allow_partial and any(r.status is _WAITING for r in done):
             return self._waiting(done)
         if self.task.allow_partial and len(bad) < n:
@@ -195,7 +220,7 @@ class MapRun:
             first = next(
                 i
                 for i, r in enumerate(done)
-                if not r.status.ok and r.status is not _CANCELLED and r.status is not _WAITING
+                if not r.settled and r.status is not _CANCELLED and r.status is not _WAITING
             )
             failed = done[first]
         status = _DENIED if failed.status is _DENIED else _FAILED
@@ -228,16 +253,22 @@ class MapRun:
             status, output, error, error_type, traceback = _FAILED, None, None, None, None
             try:
                 scope = ElementScope(runner.outputs, self.items[i], i)
-                run.args = runner.resolve_args(task, scope)
-                before = runner.reuse.get(element_key(task.id, task.fingerprint(run.args)))
-                if before is not None and same_upstream(upstream, runner.outputs, runner.reuse):
-                    status, output = _REUSED, before[1]
+                condition = self.condition
+                if condition is not None and not condition.decide(scope):
+                    status, error_type = _SKIPPED, CONDITION_FALSE
+                    error = condition_false(condition, scope)
                 else:
-                    output = await runner.attempts(run, attempt, retries)
-                    if cancel_ignored():  # caught the run's cancellation, returned anyway
-                        output, error = None, f"{IGNORED_CANCEL}: {runner.stop_cause()}"
-                        await runner.cancelled_again()
-                    status = _SUCCEEDED
+                    run.args = runner.resolve_args(task, scope)
+                    key = element_key(task.id, task.fingerprint(run.args))
+                    before = runner.reuse.get(key)
+                    if before is not None and same_upstream(upstream, runner.outputs, runner.reuse):
+                        status, output = _REUSED, before[1]
+                    else:
+                        output = await runner.attempts(run, attempt, retries)
+                        if cancel_ignored():  # caught the run's cancellation, returned anyway
+                            output, error = None, f"{IGNORED_CANCEL}: {runner.stop_cause()}"
+                            await runner.cancelled_again()
+                        status = _SUCCEEDED
             except BaseException as exc:
                 ending = runner.ending(exc)
                 if ending is None:
@@ -246,12 +277,13 @@ class MapRun:
                 status, error, error_type = ending.status, ending.error, ending.error_type
                 traceback = ending.traceback
             finally:
+                partial = status is _SUCCEEDED and run.partial is not None
                 r = TaskResult(
                     task_id=f"{task.id}[{i}]",
                     status=status,
                     output=output if status.ok else None,
-                    error=error,
-                    error_type=error_type,
+                    error=f"partial answer: {run.partial}" if partial else error,
+                    error_type=PARTIAL_ANSWER if partial else error_type,
                     attempts=run.attempts,
                     started_at=run.started_at,
                     finished_at=time.time(),

@@ -7,10 +7,12 @@ from typing import Any
 
 from ..errors import (
     AgentError,
+    ConditionError,
     ReferenceResolutionError,
     TaskDeniedError,
     TaskTimeoutError,
     ToolArgumentsError,
+    ToolLimitError,
     UnknownToolError,
 )
 from ..results import AgentStep, CallDecision
@@ -30,6 +32,8 @@ class TaskRun:
     steps: list[AgentStep] | None = None  # an agent task's steps, when it has any
     #: A resumed agent element (of a map task) that waited: the steps it continues from.
     resume_steps: list[AgentStep] | None = None
+    #: An agent that stopped before answering gave its best so far: why it stopped.
+    partial: str | None = None
 
 
 def describe(exc: BaseException) -> str:
@@ -43,6 +47,8 @@ def describe(exc: BaseException) -> str:
 
 
 _SELF_EXPLAINING = (
+    ConditionError,
+    ToolLimitError,
     ToolArgumentsError,
     ReferenceResolutionError,
     TaskTimeoutError,

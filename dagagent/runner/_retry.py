@@ -8,6 +8,7 @@ from ..errors import (
     TaskDeniedError,
     TaskWaitingError,
     ToolArgumentsError,
+    ToolLimitError,
     UnknownToolError,
 )
 
@@ -21,4 +22,5 @@ NOT_RETRIED = (
     TaskWaitingError,
     UnknownToolError,
     AgentError,
+    ToolLimitError,
 )

@@ -64,6 +64,8 @@ class SchemaTool(Tool):
         connection: AbstractAsyncContextManager[Any] | None = None,
         retryable: bool = True,
         output_schema: Mapping[str, Any] | None = None,
+        max_calls: int | None = None,
+        cooldown_s: float | None = None,
     ) -> None:
         self._init_options(
             fn,
@@ -73,6 +75,8 @@ class SchemaTool(Tool):
             max_concurrency=max_concurrency,
             side_effects=side_effects,
             tags=tags,
+            max_calls=max_calls,
+            cooldown_s=cooldown_s,
         )
         if not self._is_async:
             raise ToolDefinitionError(f"tool {self.name!r}: a SchemaTool's function must be async")

@@ -160,6 +160,8 @@ class Tool:
         side_effects: bool = False,
         tags: Iterable[str] = (),
         blocking: bool = True,
+        max_calls: int | None = None,
+        cooldown_s: float | None = None,
     ) -> None:
         self._init_options(
             fn,
@@ -170,6 +172,8 @@ class Tool:
             side_effects=side_effects,
             tags=tags,
             blocking=blocking,
+            max_calls=max_calls,
+            cooldown_s=cooldown_s,
         )
         doc_desc, param_docs = _parse_docstring(inspect.getdoc(fn))
         self.description = description if description is not None else doc_desc
@@ -191,6 +195,8 @@ class Tool:
         side_effects: bool,
         tags: Iterable[str],
         blocking: bool = True,
+        max_calls: int | None = None,
+        cooldown_s: float | None = None,
     ) -> None:
         """Check and set what every kind of tool has (all but its arguments' schema)."""
         if not callable(fn):
@@ -208,6 +214,16 @@ class Tool:
             raise ToolDefinitionError(f"tool {self.name!r}: timeout_s must be > 0")
         if max_concurrency is not None and max_concurrency < 1:
             raise ToolDefinitionError(f"tool {self.name!r}: max_concurrency must be >= 1")
+        if max_calls is not None and (isinstance(max_calls, bool) or max_calls < 1):
+            raise ToolDefinitionError(f"tool {self.name!r}: max_calls must be >= 1")
+        if cooldown_s is not None and not cooldown_s > 0:
+            raise ToolDefinitionError(f"tool {self.name!r}: cooldown_s must be > 0")
+        #: At most this many calls of the tool in a run (in a solve: across its rounds); one
+        #: more fails its task with :class:`~dagagent.errors.ToolLimitError`.
+        self.max_calls = max_calls
+        #: At least this many seconds between the starts of two calls of the tool in a run (or
+        #: solve); a call sooner fails its task with :class:`~dagagent.errors.ToolLimitError`.
+        self.cooldown_s = cooldown_s
         self.timeout_s = timeout_s
         self.retries = retries
         self.max_concurrency = max_concurrency
@@ -374,6 +390,8 @@ class Tool:
             "side_effects": self.side_effects,
             "tags": tuple(self.tags),
             "blocking": self.blocking,
+            "max_calls": self.max_calls,
+            "cooldown_s": self.cooldown_s,
         }
 
 
@@ -461,6 +479,8 @@ class ToolOptions(TypedDict, total=False):
     side_effects: bool
     tags: Iterable[str]
     blocking: bool
+    max_calls: int | None
+    cooldown_s: float | None
 
 
 @overload

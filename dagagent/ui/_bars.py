@@ -13,7 +13,7 @@ start order; the view says how many it left out.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ..graph import PlanGraph
@@ -127,14 +127,22 @@ def _overlap(spans: Sequence[tuple[float, float]], lo: float, hi: float) -> floa
 
 
 def waits_of(
-    record: RunRecord, graph: PlanGraph, people: PersonWaits | None = None
+    record: RunRecord,
+    graph: PlanGraph,
+    people: PersonWaits | None = None,
+    *,
+    only: Collection[str] | None = None,
 ) -> dict[str, Waits]:
-    """What came before each task that started (see :class:`Waits`): it was ready once its
-    last dependency finished (or the run began) and it had joined the plan."""
+    """What came before each task that started (see :class:`Waits`), or only the tasks of
+    ``only``: it was ready once its last dependency finished (or the run began) and it had
+    joined the plan."""
     out: dict[str, Waits] = {}
     origin = record.started_at if record.started_at is not None else record.created
     planned_at = record.planned_at
-    for tid, r in record.tasks.items():
+    results = record.tasks
+    if only is not None:
+        results = {t: results[t] for t in only if t in results}
+    for tid, r in results.items():
         if r.started_at is None or r.status is TaskStatus.REUSED:
             continue
         deps_done = origin
@@ -146,7 +154,8 @@ def waits_of(
         deps_done = min(deps_done, started)
         planned = min(max(planned_at.get(tid, origin), origin), started)
         ready = max(deps_done, planned)
-        waited = _overlap((people or {}).get(tid, ()), ready, started)
+        spans = (people or {}).get(tid)
+        waited = _overlap(spans, ready, started) if spans else 0.0
         out[tid] = Waits(deps_done, planned, ready, started, waited)
     return out
 
@@ -158,9 +167,11 @@ def layout_timeline(
     critical: list[str],
     now: float | None,
     people: PersonWaits | None = None,
+    *,
+    waits: Mapping[str, Waits] | None = None,
 ) -> TimelineView:
     """The timeline of ``record`` (``now``: the time a running run is drawn at; ``people``:
-    when its tasks waited for a person)."""
+    when its tasks waited for a person; ``waits``: :func:`waits_of` the run, if known)."""
     running = record.status == "running"
     people = people or {}
     if now is None or record.status not in ("running", "paused"):
@@ -180,7 +191,6 @@ def layout_timeline(
     if now is not None:
         ends.append(now)
     span = max([e - origin for e in ends] + [1e-3])
-    waits = waits_of(record, graph, people)
     left_out = 0
     if len(timed) > MAX_BARS:
         crit = set(critical)
@@ -192,6 +202,8 @@ def layout_timeline(
         keep = {tid for tid, _ in (first + rest)[:MAX_BARS]}
         left_out = len(timed) - len(keep)
         timed = [x for x in timed if x[0] in keep]
+    if waits is None:  # only those of the bars drawn
+        waits = waits_of(record, graph, people, only=[tid for tid, _ in timed])
     pos = {t.id: i for i, t in enumerate(record.plan.tasks)}
     timed.sort(key=lambda x: (x[1].started_at or 0.0, pos.get(x[0], 0)))
     crit = set(critical)

@@ -6,7 +6,10 @@ label is shortened and the text is clipped to its box. Coordinates are in SVG us
 
 A DAG of more than :data:`MAX_DAG_NODES` tasks (or with a level wider than
 :data:`MAX_LEVEL_NODES`) is drawn collapsed: one box per level with its tasks counted by
-status, linking to the task table filtered to that level.
+status, linking to the task table filtered to that level. A DAG deeper than
+:data:`MAX_LEVEL_BOXES` levels is collapsed by depth too: each box then holds a band of
+consecutive levels, so that the drawing never has more than :data:`MAX_LEVEL_BOXES` boxes,
+however deep or wide the run.
 """
 
 from __future__ import annotations
@@ -18,21 +21,28 @@ from itertools import pairwise
 from ..graph import PlanGraph
 from ..results import TaskResult
 from ..store import RunRecord
-from ._labels import fmt_s, short_label, status_counts, task_kind, task_what
+from ..text import shorten
+from ._labels import fmt_s, short_label, status_counts_of, task_kind, task_what
 
 __all__ = [
     "MAX_DAG_NODES",
+    "MAX_LEVEL_BOXES",
     "MAX_LEVEL_NODES",
     "DagView",
     "Edge",
     "LevelBox",
     "Node",
     "layout_dag",
+    "levels_name",
     "map_count",
 ]
 
 MAX_DAG_NODES = 300
 MAX_LEVEL_NODES = 60
+#: A collapsed DAG draws at most this many boxes; a deeper one puts consecutive levels together.
+MAX_LEVEL_BOXES = 50
+#: The narrowest a status gets in a box's bar (px): one failed task among thousands shows.
+MIN_SEGMENT_W = 3.0
 
 NODE_W = 168.0
 #: The widest a node grows for a long tool name; longer ones are shortened (the node's
@@ -75,6 +85,9 @@ class Edge:
 
 @dataclass
 class LevelBox:
+    """A box of a collapsed DAG: the tasks of levels ``level`` to ``last`` (one level when
+    they are the same), counted by status."""
+
     level: int
     x: float
     y: float
@@ -82,6 +95,26 @@ class LevelBox:
     n: int
     counts: list[tuple[str, int]]
     segments: list[tuple[str, float, float]]  # status, x offset, width of the status bar
+    last: int = -1
+
+    def __post_init__(self) -> None:
+        if self.last < self.level:
+            self.last = self.level
+
+    @property
+    def span(self) -> str:
+        """The levels it holds, as the query ``?level=`` takes them: ``3`` or ``0-1999``."""
+        return str(self.level) if self.last == self.level else f"{self.level}-{self.last}"
+
+    @property
+    def name(self) -> str:
+        """The levels it holds, for people: ``level 3`` or ``levels 0–1,999``."""
+        return levels_name(self.level, self.last)
+
+
+def levels_name(first: int, last: int) -> str:
+    """Levels ``first`` to ``last`` for people: ``level 3`` or ``levels 0–1,999``."""
+    return f"level {first:,}" if first == last else f"levels {first:,}–{last:,}"
 
 
 @dataclass
@@ -95,6 +128,8 @@ class DagView:
     level_edges: list[str] = field(default_factory=list)
     node_w: float = NODE_W
     node_h: float = NODE_H
+    #: How many levels a box of a collapsed DAG holds (more than one: collapsed by depth).
+    band: int = 1
 
 
 def map_count(n: int, statuses: Sequence[str]) -> str:
@@ -189,7 +224,15 @@ def layout_dag(
                     duration_s=took,
                     running=running,
                     title=" · ".join(
-                        p for p in (tid, f"{what} {count}".strip(), status_of[tid], when) if p
+                        p
+                        for p in (
+                            tid,
+                            f"{what} {count}".strip(),
+                            status_of[tid],
+                            when,
+                            f"when {shorten(task.when, 80)}" if task.when else "",
+                        )
+                        if p
                     ),
                 )
             )
@@ -214,31 +257,55 @@ def layout_dag(
     )
 
 
+def _segments(
+    counts: list[tuple[str, int]], n: int, inner: float
+) -> list[tuple[str, float, float]]:
+    """A status bar ``inner`` wide: each status in proportion to its tasks, none narrower
+    than :data:`MIN_SEGMENT_W` (the widest gives up the room)."""
+    widths = [max(MIN_SEGMENT_W, inner * k / n) for _, k in counts]
+    excess = sum(widths) - inner
+    if excess > 0 and widths:
+        widest = max(range(len(widths)), key=widths.__getitem__)
+        widths[widest] = max(MIN_SEGMENT_W, widths[widest] - excess)
+    segs: list[tuple[str, float, float]] = []
+    off = 0.0
+    for (s, _), w in zip(counts, widths, strict=True):
+        segs.append((s, off, w))
+        off += w
+    return segs
+
+
 def _collapsed_dag(levels: list[list[str]], status_of: Mapping[str, str]) -> DagView:
     box_h = 64.0
     gap = 18.0
     boxes: list[LevelBox] = []
     per_row = 5
-    for li, level in enumerate(levels):
-        row, col = divmod(li, per_row)
-        x = PAD + col * (NODE_W + COL_GAP)
+    band = max(1, -(-len(levels) // MAX_LEVEL_BOXES))
+    # As wide as the longest name needs ("levels 98,000–99,999"), and no narrower than a node.
+    longest = levels_name(max(0, len(levels) - band), len(levels) - 1)
+    box_w = max(NODE_W, 12 + len(longest) * _ID_CHAR_W + 10)
+    for bi, lo in enumerate(range(0, len(levels), band)):
+        hi = min(len(levels), lo + band) - 1
+        row, col = divmod(bi, per_row)
+        x = PAD + col * (box_w + COL_GAP)
         y = PAD + row * (box_h + gap + 14)
-        counts = status_counts({t: status_of[t] for t in level})
-        segs: list[tuple[str, float, float]] = []
-        off = 0.0
-        inner = NODE_W - 16
-        for s, n in counts:
-            w = inner * n / len(level)
-            segs.append((s, off, w))
-            off += w
-        boxes.append(LevelBox(li, x, y, box_h, len(level), counts, segs))
+        tally: dict[str, int] = {}
+        n = 0
+        for level in levels[lo : hi + 1]:
+            n += len(level)
+            for t in level:
+                s = status_of[t]
+                tally[s] = tally.get(s, 0) + 1
+        counts = status_counts_of(tally)
+        segs = _segments(counts, n, box_w - 16)
+        boxes.append(LevelBox(lo, x, y, box_h, n, counts, segs, last=hi))
     arrows = []
     for a, b in pairwise(boxes):
         if a.y == b.y:
             sy = a.y + box_h / 2
-            arrows.append(f"M{a.x + NODE_W:.1f},{sy:.1f} L{b.x - 2:.1f},{sy:.1f}")
-    rows = (len(levels) + per_row - 1) // per_row
-    width = min(len(levels), per_row) * (NODE_W + COL_GAP) - COL_GAP + 2 * PAD
+            arrows.append(f"M{a.x + box_w:.1f},{sy:.1f} L{b.x - 2:.1f},{sy:.1f}")
+    rows = (len(boxes) + per_row - 1) // per_row
+    width = min(len(boxes), per_row) * (box_w + COL_GAP) - COL_GAP + 2 * PAD
     height = rows * (box_h + gap + 14) - gap + 2 * PAD
     return DagView(
         width=max(width, 240.0),
@@ -246,5 +313,7 @@ def _collapsed_dag(levels: list[list[str]], status_of: Mapping[str, str]) -> Dag
         collapsed=True,
         levels=boxes,
         level_edges=arrows,
+        node_w=box_w,
         node_h=box_h,
+        band=band,
     )

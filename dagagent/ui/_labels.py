@@ -16,6 +16,7 @@ __all__ = [
     "fmt_s",
     "short_label",
     "status_counts",
+    "status_counts_of",
     "task_kind",
     "task_statuses",
     "task_what",
@@ -63,7 +64,14 @@ def status_counts(status_of: Mapping[str, str]) -> list[tuple[str, int]]:
     n: dict[str, int] = {}
     for s in status_of.values():
         n[s] = n.get(s, 0) + 1
-    return [(s, n[s]) for s in STATUSES if n.get(s)]
+    return status_counts_of(n)
+
+
+def status_counts_of(tally: Mapping[str, int]) -> list[tuple[str, int]]:
+    """``tally`` (tasks by status) in the order of :data:`STATUSES`, statuses of no task left
+    out (a status the viewer does not know comes last, not lost)."""
+    known = [(s, tally[s]) for s in STATUSES if tally.get(s)]
+    return known + [(s, k) for s, k in tally.items() if k and s not in STATUSES]
 
 
 def short_label(text: str, n: int) -> str:

@@ -4,7 +4,7 @@ Routes (all ``GET``; no endpoint writes, and the store connection cannot)::
 
     /                               solves and runs, newest first (?status=, ?limit=)
     /solves/{solve}                 one solve: its rounds, timeline and model calls
-    /runs/{run}                     one run (?status=, ?level=, ?page= for its task table)
+    /runs/{run}                     one run (?status=, ?level=N or N-M, ?page= for its table)
     /runs/{run}/live                the part of the run page a running run refreshes
     /runs/{run}/tasks/{task}        one task's panel
     /static/app.css, /static/app.js the viewer's only stylesheet and script
@@ -43,6 +43,7 @@ from .render import (
     STATIC,
     Page,
     RunAround,
+    level_span,
     render_error,
     render_panel,
     render_run,
@@ -172,6 +173,16 @@ def _int(q: Mapping[str, str], name: str, default: int | None) -> int | None:
         raise HTTPException(400, f"{name} must be a number") from None
 
 
+def _level(q: Mapping[str, str]) -> tuple[int, int] | None:
+    raw = q.get("level")
+    if raw is None or raw == "":
+        return None
+    try:
+        return level_span(raw)
+    except ValueError as exc:
+        raise HTTPException(400, str(exc)) from None
+
+
 def _status(q: Mapping[str, str]) -> str | None:
     s = q.get("status") or None
     if s is not None and s not in (*STATUSES, "running", "interrupted", "paused"):
@@ -232,7 +243,7 @@ def create_app(
             around=run_around(st, record),
             solve=st.solve_of_run(record.run_id),
             status=_status(q),
-            level=_int(q, "level", None),
+            level=_level(q),
             page_no=_int(q, "page", 1) or 1,
         )
         return HTMLResponse(html)
@@ -245,7 +256,7 @@ def create_app(
             page=page,
             around=RunAround(approvals=st.approval_history(record.run_id)),
             status=_status(q),
-            level=_int(q, "level", None),
+            level=_level(q),
             page_no=_int(q, "page", 1) or 1,
             live_only=True,
             now=time.time(),

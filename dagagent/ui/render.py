@@ -5,8 +5,14 @@ panels a report embeds, which the same autoescaping templates rendered.
 
 The same templates serve the web app (``mode="app"``: assets linked from ``/static``, task
 panels fetched from the server, the task table paged by the server) and a report
-(``mode="report"``: one file with the stylesheet, the script and every task panel inline, the
+(``mode="report"``: one file with the stylesheet, the script and the task panels inline, the
 task table paged by the script).
+
+A report holds at most :data:`REPORT_MAX_TASKS` tasks' rows and panels (all of them, in a run
+that has no more): those that did not succeed, then the critical path, then the first in plan
+order; and it stops adding panels once they reach :data:`REPORT_PANELS_BUDGET` characters. It
+says how many tasks it leaves out and how to see them (``dagagent show RUN --task ID``, the
+viewer), so its size does not grow with the run.
 """
 
 from __future__ import annotations
@@ -26,8 +32,19 @@ from ..llm.usage import format_cost
 from ..review import PlanDiff, diff_plans
 from ..store import ApprovalRecord, RunRecord, RunSummary, SolveRecord, SolveSummary
 from ..text import jsonable, shorten
+from ._dag import levels_name
+from ._labels import status_counts
 from ._solve import build_solve_view
-from .view import PAGE_SIZE, STATUSES, RunView, build_view, fmt_s, task_kind, task_what
+from .view import (
+    PAGE_SIZE,
+    STATUSES,
+    LevelSpan,
+    RunView,
+    build_view,
+    fmt_s,
+    task_kind,
+    task_what,
+)
 
 __all__ = [
     "Page",
@@ -38,12 +55,17 @@ __all__ = [
     "render_run",
     "render_runs",
     "render_solve",
+    "report_tasks",
 ]
 
 HERE = Path(__file__).parent
 STATIC = HERE / "static"
 #: A value longer than this is cut in a report (the web app shows it whole).
 REPORT_VALUE_LIMIT = 200_000
+#: The most tasks a report lists and holds the panels of.
+REPORT_MAX_TASKS = 500
+#: A report stops adding task panels once they reach this many characters.
+REPORT_PANELS_BUDGET = 8_000_000
 
 
 def _pretty(value: Any, limit: int | None = None) -> str:
@@ -186,16 +208,59 @@ def render_runs(
     )
 
 
+def level_span(raw: str) -> LevelSpan:
+    """A level filter as the query ``?level=`` gives it: ``3``, or ``0-1999`` for the levels a
+    box of a collapsed DAG holds. Raises ``ValueError`` with a message for people."""
+    first, dash, last = raw.strip().partition("-")
+    try:
+        lo = int(first)
+        hi = int(last) if dash else lo
+    except ValueError:
+        raise ValueError("level must be a number, or two joined by '-' (3 or 0-1999)") from None
+    if lo < 0 or hi < lo:
+        raise ValueError("level must be a level of the run, or a span from lower to higher")
+    return lo, hi
+
+
 @dataclass
 class _TableQuery:
     status: str | None = None
-    level: int | None = None
+    level: LevelSpan | None = None
     page: int = 1
 
+    @property
+    def level_name(self) -> str:
+        return "" if self.level is None else levels_name(*self.level)
+
     def url(self, base: str, **change: Any) -> str:
-        q = {"status": self.status, "level": self.level, "page": self.page, **change}
+        level = None
+        if self.level is not None:
+            lo, hi = self.level
+            level = str(lo) if lo == hi else f"{lo}-{hi}"
+        q = {"status": self.status, "level": level, "page": self.page, **change}
         q = {k: v for k, v in q.items() if v is not None and not (k == "page" and v == 1)}
         return base + ("?" + urlencode(q) if q else "")
+
+
+def report_tasks(view: RunView) -> list[str]:
+    """The tasks a report holds, in plan order: all of them, or in a run of more than
+    :data:`REPORT_MAX_TASKS`, those that did not succeed, then the critical path, then the
+    first in plan order, up to that many."""
+    order = [t.id for t in view.record.plan.tasks]
+    if len(order) <= REPORT_MAX_TASKS:
+        return order
+    ok = ("succeeded", "reused")
+    keep: dict[str, None] = {}
+    for group in (
+        (t for t in order if view.status_of[t] not in ok),
+        view.critical,
+        order,
+    ):
+        for t in group:
+            if len(keep) >= REPORT_MAX_TASKS:
+                break
+            keep[t] = None
+    return [t for t in order if t in keep]
 
 
 def _run_context(
@@ -203,11 +268,12 @@ def _run_context(
     *,
     page: Page,
     status: str | None,
-    level: int | None,
+    level: LevelSpan | None,
     page_no: int,
+    held: list[str] | None = None,
 ) -> dict[str, Any]:
     record = view.record
-    ids = view.task_ids(status=status, level=level)
+    ids = view.task_ids(status=status, level=level) if held is None else held
     if page.report:
         rows, pages, page_no = ids, max(1, -(-len(ids) // PAGE_SIZE)), 1
     else:
@@ -225,6 +291,10 @@ def _run_context(
         "tq": _TableQuery(status, level, page_no),
         "run_url": f"{page.base}/runs/{record.run_id}",
         "n_levels": len(view.graph.levels),
+        "left_out": 0,
+        "chip_counts": status_counts({t: view.status_of[t] for t in rows})
+        if page.report
+        else view.counts,
     }
 
 
@@ -249,7 +319,7 @@ def render_run(
     page: Page,
     around: RunAround | None = None,
     status: str | None = None,
-    level: int | None = None,
+    level: int | LevelSpan | None = None,
     page_no: int = 1,
     live_only: bool = False,
     now: float | None = None,
@@ -259,7 +329,23 @@ def render_run(
     the solve the run is a round of)."""
     around = around or RunAround()
     view = build_view(record, now=now, approvals=around.approvals)
-    ctx = _run_context(view, page=page, status=status, level=level, page_no=page_no)
+    span = (level, level) if isinstance(level, int) else level
+    panels: list[tuple[str, Markup]] = []
+    held: list[str] | None = None
+    if page.report and not live_only:
+        # Rendered by the autoescaping panel template: HTML already, not text to escape again.
+        held = []
+        size = 0
+        for tid in report_tasks(view):
+            html = render_panel(view, tid, page=page)
+            if size + len(html) > REPORT_PANELS_BUDGET and held:
+                break
+            size += len(html)
+            held.append(tid)
+            panels.append((tid, Markup(html)))
+    ctx = _run_context(view, page=page, status=status, level=span, page_no=page_no, held=held)
+    if held is not None:
+        ctx["left_out"] = len(record.plan.tasks) - len(held)
     ctx["round_reason"] = around.round_note
     if live_only:
         return _ENV.get_template("_live.html").render(**_common(page), **ctx)
@@ -269,10 +355,6 @@ def render_run(
     if parent is not None:
         diff = diff_plans(parent.plan, record.plan)
         parent_view = build_view(parent)
-    panels: list[tuple[str, Markup]] = []
-    if page.report:
-        # Rendered by the autoescaping panel template: HTML already, not text to escape again.
-        panels = [(t.id, Markup(render_panel(view, t.id, page=page))) for t in record.plan.tasks]
     return _ENV.get_template("run.html").render(
         **_common(page),
         **ctx,
@@ -318,7 +400,7 @@ def render_panel(view: RunView, task_id: str, *, page: Page) -> str:
         status=view.status_of[task_id],
         limit=REPORT_VALUE_LIMIT if page.report else None,
         traceback=getattr(r, "traceback", None),
-        wait=view.waits.get(task_id),
+        wait=view.wait_of(task_id),
         people_s=sum(b - a for a, b in view.people.get(task_id, ())),
     )
 

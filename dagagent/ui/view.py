@@ -8,9 +8,14 @@ and tests check it. The words shared by all of them (statuses, labels, durations
 
 **Big runs.** A DAG of more than :data:`MAX_DAG_NODES` tasks (or with a level wider than
 :data:`MAX_LEVEL_NODES`) is drawn collapsed: one box per level with its tasks counted by
-status, linking to the task table filtered to that level. The timeline draws at most
+status, linking to the task table filtered to that level; a DAG of more than
+:data:`MAX_LEVEL_BOXES` levels puts consecutive levels in one box. The timeline draws at most
 :data:`MAX_BARS` bars: the critical path first, then the longest tasks, in start order, and
-says how many it left out. The task table shows :data:`PAGE_SIZE` rows a page.
+says how many it left out. The task table shows :data:`PAGE_SIZE` rows a page. So what a page
+holds does not grow with the run; any task is one search (its id) or one filter away.
+
+The DAG, the timeline and the waits are computed when first used: a task's panel needs none
+of them (only that task's wait, :meth:`RunView.wait_of`).
 """
 
 from __future__ import annotations
@@ -18,16 +23,27 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from ..graph import PlanGraph, finished_critical_path, recorded_graph
 from ..store import ApprovalRecord, RunRecord, person_wait_s, person_waits
 from ._bars import MAX_BARS, Bar, TimelineView, Waits, layout_timeline, waits_of
-from ._dag import MAX_DAG_NODES, MAX_LEVEL_NODES, DagView, Edge, LevelBox, Node, layout_dag
+from ._dag import (
+    MAX_DAG_NODES,
+    MAX_LEVEL_BOXES,
+    MAX_LEVEL_NODES,
+    DagView,
+    Edge,
+    LevelBox,
+    Node,
+    layout_dag,
+)
 from ._labels import STATUSES, fmt_s, status_counts, task_kind, task_statuses, task_what
 
 __all__ = [
     "MAX_BARS",
     "MAX_DAG_NODES",
+    "MAX_LEVEL_BOXES",
     "MAX_LEVEL_NODES",
     "PAGE_SIZE",
     "STATUSES",
@@ -35,6 +51,7 @@ __all__ = [
     "DagView",
     "Edge",
     "LevelBox",
+    "LevelSpan",
     "Node",
     "RunView",
     "TimelineView",
@@ -48,6 +65,10 @@ __all__ = [
 
 PAGE_SIZE = 100
 
+LevelSpan = tuple[int, int]
+"""Levels ``first`` to ``last`` (both included): what a box of a collapsed DAG holds, and what
+the task table can be filtered to."""
+
 
 @dataclass
 class RunView:
@@ -60,12 +81,38 @@ class RunView:
     critical: list[str]
     critical_s: float
     counts: list[tuple[str, int]]
-    dag: DagView
-    timeline: TimelineView
-    waits: dict[str, Waits]
     now: float
     #: When each task waited for a person's decision (Unix times), by task.
     people: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+
+    @cached_property
+    def waits(self) -> dict[str, Waits]:
+        """What came before each task that started (see :class:`Waits`)."""
+        return waits_of(self.record, self.graph, self.people)
+
+    def wait_of(self, task_id: str) -> Waits | None:
+        """What came before one task (``None``: it did not start), without the others'."""
+        if "waits" in self.__dict__:
+            return self.waits.get(task_id)
+        return waits_of(self.record, self.graph, self.people, only=(task_id,)).get(task_id)
+
+    @cached_property
+    def dag(self) -> DagView:
+        """The DAG laid out by level (collapsed when it is too big to draw)."""
+        return layout_dag(self.graph, self.status_of, self.record, self.critical, now=self.now)
+
+    @cached_property
+    def timeline(self) -> TimelineView:
+        """The timeline's bars and ticks."""
+        return layout_timeline(
+            self.record,
+            self.graph,
+            self.status_of,
+            self.critical,
+            self.now,
+            self.people,
+            waits=self.__dict__.get("waits"),
+        )
 
     @property
     def running(self) -> bool:
@@ -110,13 +157,17 @@ class RunView:
         """The tasks that wait for a person's decision, in plan order."""
         return [t for t, s in self.status_of.items() if s == "waiting"]
 
-    def task_ids(self, *, status: str | None = None, level: int | None = None) -> list[str]:
-        """Task ids in plan order, optionally only those of one status or level."""
+    def task_ids(
+        self, *, status: str | None = None, level: int | LevelSpan | None = None
+    ) -> list[str]:
+        """Task ids in plan order, optionally only those of one status, or of one level (or
+        span of levels)."""
+        lo, hi = (level, level) if isinstance(level, int) else level or (0, 0)
         return [
             t.id
             for t in self.record.plan.tasks
             if (status is None or self.status_of[t.id] == status)
-            and (level is None or self.level_of[t.id] == level)
+            and (level is None or lo <= self.level_of[t.id] <= hi)
         ]
 
 
@@ -145,9 +196,6 @@ def build_view(
         critical=critical,
         critical_s=critical_s,
         counts=status_counts(status_of),
-        dag=layout_dag(graph, status_of, record, critical, now=now),
-        timeline=layout_timeline(record, graph, status_of, critical, now, people),
-        waits=waits_of(record, graph, people),
         now=now,
         people=people,
     )

@@ -66,7 +66,7 @@ from ..planners import JoinDecision, Joiner, JoinReport, LLMPlanner, LLMReplanne
 from ..planners.streaming import plan_and_execute_streamed
 from ..results import MODEL_ROLES, RoundOutcome, RunResult, RunStatus, SolveStatus, TaskStatus
 from ..run import execute, new_run_id
-from ..runner import AgentTaskRunner, CallNext, Interceptor, ToolInvocation
+from ..runner import AgentTaskRunner, CallLedger, CallNext, Interceptor, ToolInvocation
 from ..settings import RunSettings
 from ..store import RunStore
 from ..text import jsonable, shorten
@@ -166,8 +166,11 @@ class _Solve:
         budget: Budget | None = None,
         prices: Prices | None = None,
         deadline_s: float | None = None,
+        ledger: CallLedger | None = None,
     ) -> None:
         self.goal = goal
+        #: The tool calls of the whole solve, which the tools' guardrails count.
+        self.ledger = ledger if ledger is not None else CallLedger(scope="solve")
         self.policy = policy
         self.store = store
         self.registry = registry
@@ -649,6 +652,7 @@ class _Solve:
                 interceptors=self.interceptors,
                 store=self.store,
                 agent_runner=self.agent_runner,
+                ledger=self.ledger,
             )
             rnd.plan, rnd.planning, rnd.result = round_.plan, round_.planning, round_.result
             if (
@@ -695,6 +699,7 @@ class _Solve:
             settings=self.settings,
             interceptors=self.interceptors,
             store=self.store,
+            ledger=self.ledger,
         )
         return None
 
@@ -804,6 +809,7 @@ async def solve(
     budget: Budget | None = None,
     prices: Prices | str | Path | None = None,
     deadline_s: float | None = None,
+    ledger: CallLedger | None = None,
 ) -> Solution:
     """Answer ``goal`` with the tools of ``registry`` and the model ``llm``: plan, run,
     join, and replan when the joiner asks, for at most ``max_rounds`` rounds (see the module
@@ -845,6 +851,9 @@ async def solve(
     - ``deadline_s``: the whole solve's time, model calls and streams included. When it
       passes, what runs is cancelled, what finished is kept (and recorded), and the solve
       ends ``timed_out`` with a reason that says what was running.
+    - ``ledger``: the tool calls the tools' guardrails (``max_calls``, ``cooldown_s``) and a
+      policy's limits count, across every round (default: a new
+      :class:`~dagagent.runner.CallLedger` for the solve; give one to choose its clock).
 
     Every model call is a :class:`~dagagent.results.ModelCall` in ``Solution.calls`` (and,
     with a store, in the solve's record): role, round, task, model, options, what the model
@@ -894,6 +903,7 @@ async def solve(
             budget=budget,
             prices=prices,
             deadline_s=deadline_s,
+            ledger=ledger,
         )
         # The tools' servers (MCP), each opened once, all at the same time, and kept for
         # every round: a round's run finds them open instead of opening them again. One that
@@ -924,6 +934,7 @@ def new_state(
     budget: Budget | None = None,
     prices: Prices | None = None,
     deadline_s: float | None = None,
+    ledger: CallLedger | None = None,
 ) -> _Solve:
     """The state of a solve with ``options`` (those :func:`solve` records with it, checked
     here) and run ``settings``, for :func:`solve` and for the resume of a paused solve."""
@@ -960,6 +971,7 @@ def new_state(
         budget=budget,
         prices=prices,
         deadline_s=deadline_s,
+        ledger=ledger,
     )
 
 

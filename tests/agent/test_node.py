@@ -169,7 +169,8 @@ async def test_without_llm_the_agent_task_fails_clearly(tools: Registry) -> None
 async def test_a_stop_without_answer_fails_the_task(tools: Registry) -> None:
     plan = json.loads(json.dumps(PLAN))
     plan["tasks"][1]["retries"] = 2  # a stopped agent is not retried
-    runner = make_agent_runner(limits=AgentLimits(max_steps=2))
+    # (without its best so far: with it, the task would succeed with a partial answer)
+    runner = make_agent_runner(limits=AgentLimits(max_steps=2, best_so_far=False))
     with ScriptedLLM(
         [
             LLMResponse(tool_calls=[call("c1", "add", a=1, b=2)]),
@@ -228,9 +229,10 @@ async def test_denied_call_is_an_observation_in_a_plan(tools: Registry) -> None:
     assert task.steps is not None and task.steps[0].calls[0].is_error is True
 
 
+@pytest.mark.skip_time
 async def test_task_timeout_wraps_the_agent_run(tools: Registry) -> None:
     async def slow(request: LLMRequest) -> str:
-        await anyio.sleep(10)
+        await anyio.sleep_forever()  # a model that never answers
         return "late"
 
     plan = {"goal": "g", "tasks": [{"id": "a", "instruction": "think", "timeout_s": 0.5}]}
@@ -241,13 +243,19 @@ async def test_task_timeout_wraps_the_agent_run(tools: Registry) -> None:
     assert result.tasks["a"].error == "timed out after 0.5 s"
 
 
+@pytest.mark.skip_time  # every tool here is async: all the waiting is on the event loop
 async def test_an_agent_task_cut_off_keeps_the_steps_it_took(tools: Registry) -> None:
     async def slow(request: LLMRequest) -> str:
-        await anyio.sleep(10)
+        await anyio.sleep_forever()  # a model that never answers
         return "late"
 
+    async def plus(a: int, b: int) -> int:
+        return a + b
+
+    tools.add(dagagent.Tool(plus, name="plus"))
+
     def first_step() -> LLMResponse:
-        return LLMResponse(tool_calls=[call("c1", "add", a=1, b=2)])
+        return LLMResponse(tool_calls=[call("c1", "plus", a=1, b=2)])
 
     # Timed out while waiting on the model for its second step.
     plan = {"goal": "g", "tasks": [{"id": "a", "instruction": "think", "timeout_s": 1.5}]}
@@ -255,7 +263,10 @@ async def test_an_agent_task_cut_off_keeps_the_steps_it_took(tools: Registry) ->
         with anyio.fail_after(5):
             result = await dagagent.execute(plan, tools, llm=llm)
     task = result.tasks["a"]
-    assert task.status is TaskStatus.FAILED and task.error == "timed out after 1.5 s"
+    # it had found something out: it succeeds with that, marked partial
+    assert task.status is TaskStatus.SUCCEEDED and task.partial
+    assert task.error == "partial answer: timed out after 1.5 s before the agent answered"
+    assert task.output == 'What the tools returned:\n- plus({"a": 1, "b": 2}): 3'
     assert task.steps is not None and task.steps[0].calls[0].observation == "3"
 
     # Cancelled (a sibling failed) while waiting on the model for its second step.
@@ -271,7 +282,7 @@ async def test_an_agent_task_cut_off_keeps_the_steps_it_took(tools: Registry) ->
         await anyio.sleep(0.3)
         raise LookupError(city)
 
-    failing = Registry([tools.get("add"), dagagent.Tool(late_failure, name="weather")])
+    failing = Registry([tools.get("plus"), dagagent.Tool(late_failure, name="weather")])
     with ScriptedLLM([first_step(), slow]) as llm:
         with anyio.fail_after(5):
             result = await dagagent.execute(
@@ -280,6 +291,82 @@ async def test_an_agent_task_cut_off_keeps_the_steps_it_took(tools: Registry) ->
     task = result.tasks["a"]
     assert task.status is TaskStatus.CANCELLED
     assert task.steps is not None and task.steps[0].calls[0].observation == "3"
+
+
+async def test_an_agent_out_of_steps_gives_its_best_so_far_marked_partial(
+    tools: Registry,
+) -> None:
+    runner = make_agent_runner(limits=AgentLimits(max_steps=2))
+    with ScriptedLLM(
+        [
+            LLMResponse(content="First 1 + 2.", tool_calls=[call("c1", "add", a=1, b=2)]),
+            LLMResponse(
+                content="Now 3 + 4; the sum so far is 3.", tool_calls=[call("c2", "add", a=3, b=4)]
+            ),
+        ]
+    ) as llm:
+        result = await dagagent.execute(PLAN, tools, llm=llm, agent_runner=runner)
+    assert result.ok, result.tasks
+    note = result.tasks["note"]
+    assert note.status is TaskStatus.SUCCEEDED and note.partial and note.attempts == 1
+    assert note.error_type == "PartialAnswer"
+    assert note.error == (
+        "partial answer: the agent stopped before answering (max_steps: used all 2 steps "
+        "without reaching an answer)"
+    )
+    # its last thought, then what its calls returned (the second call was never made)
+    assert note.output == (
+        'Now 3 + 4; the sum so far is 3.\n\nWhat the tools returned:\n- add({"a": 1, "b": 2}): 3'
+    )
+    # downstream tasks use it
+    assert result.tasks["loud"].output == note.output.upper()
+
+
+async def test_an_agent_with_nothing_found_still_fails(tools: Registry) -> None:
+    runner = make_agent_runner(limits=AgentLimits(max_steps=1))
+    plan = {"goal": "g", "tasks": [{"id": "a", "instruction": "think", "tools": ["add"]}]}
+    with ScriptedLLM([LLMResponse(tool_calls=[call("c1", "add", a="x", b=2)])]) as llm:
+        result = await dagagent.execute(plan, tools, llm=llm, agent_runner=runner)
+    task = result.tasks["a"]  # its one call never ran (max_steps stops before it): nothing
+    assert task.status is TaskStatus.FAILED and task.error_type == "AgentStoppedError"
+
+
+def test_the_joiner_and_a_revision_know_a_partial_answer() -> None:
+    from dagagent.plan import Plan
+    from dagagent.planners.prompts import results_sections
+    from dagagent.results import TaskResult
+    from dagagent.review import reuse_map
+    from dagagent.store import RunRecord
+
+    plan = Plan.model_validate({"goal": "g", "tasks": [{"id": "a", "instruction": "think"}]})
+    partial = TaskResult(
+        task_id="a",
+        status=TaskStatus.SUCCEEDED,
+        output="half of it",
+        error="partial answer: timed out after 2 s before the agent answered",
+        error_type="PartialAnswer",
+        args="think",
+    )
+    (section,) = results_sections(plan, {"a": partial})
+    assert (
+        "- a: PARTIAL answer only, <error>partial answer: timed out after 2 s before the agent "
+        "answered</error>, output so far: <output>half of it</output>"
+    ) in section
+    record = RunRecord(
+        run_id="abcdef012345",
+        parent_id=None,
+        created=1.0,
+        goal="g",
+        status="succeeded",
+        executor="dataflow",
+        started_at=1.0,
+        finished_at=2.0,
+        critical_path=[],
+        critical_path_s=None,
+        plan=plan,
+        tasks={"a": partial},
+    )
+    assert reuse_map(record) == {}  # a revision runs it again
 
 
 # ---------------------------------------------------------------------------- CLI
@@ -379,13 +466,14 @@ def test_cli_model_option_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     assert "Traceback" not in r.output
 
 
+@pytest.mark.skip_time
 async def test_tool_timeouts_apply_to_agent_calls() -> None:
     reg = Registry()
 
     @reg.tool(timeout_s=0.5)
     async def hang() -> str:
         """Never answers in time."""
-        await anyio.sleep(10)
+        await anyio.sleep_forever()  # a model that never answers
         return "late"
 
     plan = {"goal": "g", "tasks": [{"id": "a", "instruction": "try it"}]}
@@ -473,10 +561,17 @@ async def test_stopped_agent_steps_are_recorded_by_the_store(
     async with ScriptedLLM.anthropic(forever) as llm:
         result = await dagagent.execute(ONE_AGENT, flaky_tools, llm=llm, store=store)
     task = result.tasks["sum"]
-    assert task.error_type == "AgentStoppedError" and "(max_steps)" in (task.error or "")
+    # out of steps with results found: its best so far, marked partial, recorded as such
+    assert task.partial and "(max_steps: " in (task.error or "")
     assert task.steps is not None and len(task.steps) == 10
     shown = CliRunner().invoke(app, ["show", result.run_id, "--json", "--store", str(store)])
-    assert json.loads(shown.stdout)["tasks"]["sum"]["steps"] == jsonable(task.steps)
+    doc = json.loads(shown.stdout)["tasks"]["sum"]
+    assert doc["steps"] == jsonable(task.steps)
+    assert (doc["status"], doc["error_type"]) == ("succeeded", "PartialAnswer")
+    with dagagent.RunStore(store) as runs:
+        assert runs.get_run(result.run_id).tasks["sum"].partial
+    one = CliRunner().invoke(app, ["show", result.run_id, "--task", "sum", "--store", str(store)])
+    assert "partial: partial answer: the agent stopped before answering (max_steps" in one.output
 
 
 async def test_an_instruction_that_is_one_reference_is_shown_as_json(flaky_tools: Registry) -> None:
@@ -498,12 +593,13 @@ async def test_an_instruction_that_is_one_reference_is_shown_as_json(flaky_tools
     assert firsts[1].content.startswith("False\n")  # as "${paris.coastal}" in text reads
 
 
+@pytest.mark.skip_time  # the sensor fails once the agent waits on the model
 @pytest.mark.parametrize("executor", ["levels", "dataflow"])
 async def test_fail_fast_cancels_an_agent_waiting_on_the_model(
     flaky_tools: Registry, executor: str
 ) -> None:
     async def stalled(body: dict[str, Any]) -> dict[str, Any]:
-        await anyio.sleep(30)
+        await anyio.sleep_forever()  # a model that never answers
         return wire.openai_text("late")
 
     plan = {
@@ -528,7 +624,7 @@ async def test_fail_fast_cancels_an_agent_waiting_on_the_model(
 # ---------------------------------------------------------------------------- CLI
 
 
-def test_cli_model_that_repeats_itself_fails_the_task_clearly(
+def test_cli_model_that_repeats_itself_gives_its_best_so_far_marked_partial(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("DAGAGENT_MODEL", raising=False)
@@ -550,8 +646,12 @@ def test_cli_model_that_repeats_itself_fails_the_task_clearly(
             ],
         )  # fmt: skip
         server.check()
-    assert r.exit_code == 1, r.output
+    assert r.exit_code == 0, r.output
     task = json.loads(r.stdout)["tasks"]["calc"]
-    assert task["error"].startswith("agent task 'calc' stopped without an answer (loop)")
+    assert (task["status"], task["error_type"]) == ("succeeded", "PartialAnswer")
+    assert task["error"].startswith(
+        "partial answer: the agent stopped before answering (loop: stuck: asked for calculate"
+    )
+    assert task["output"] == 'What the tools returned:\n- calculate({"expression": "6*7"}): 42'
     assert [c.get("observation") for s in task["steps"] for c in s["calls"]] == ["42", "42", None]
     assert "Traceback" not in r.output

@@ -308,13 +308,14 @@ async def test_raising_tool_is_an_observation(tools: Registry) -> None:
     assert result.answer == "sorry"
 
 
+@pytest.mark.skip_time
 async def test_tool_timeout_is_an_observation() -> None:
     reg = Registry()
 
     @reg.tool(timeout_s=0.5)
     async def hang() -> str:
         """Never answers in time."""
-        await anyio.sleep(10)
+        await anyio.sleep_forever()
         return "late"
 
     with ScriptedLLM([turn(call("c1", "hang")), "timed out"]) as llm:
@@ -341,6 +342,7 @@ async def test_denied_call_is_an_observation(tools: Registry, calls: Calls) -> N
     assert calls.names() == ["add"] and result.answer == "whispered"
 
 
+@pytest.mark.skip_time
 async def test_parallel_calls_overlap_and_match_ids(tools: Registry, calls: Calls) -> None:
     with ScriptedLLM(
         [
@@ -352,12 +354,9 @@ async def test_parallel_calls_overlap_and_match_ids(tools: Registry, calls: Call
             "done",
         ]
     ) as llm:
-        t0 = anyio.current_time()
         await ReActAgent(llm, tools).run("both")
-        elapsed = anyio.current_time() - t0
     (_, s1, e1, _), (_, s2, e2, _) = sorted(calls.log, key=lambda c: c[3]["city"])
     assert s1 < e2 and s2 < e1, "the calls did not overlap"
-    assert elapsed < 0.3 + 0.05 + 2.0  # generous: the overlap above is the real check
     assert calls.log[0][3]["city"] == "Tokyo"  # finished first...
     results = tool_results(llm.requests[1])  # ...but results come back in call order
     assert [m.tool_call_id for m in results] == ["slow-paris", "fast-tokyo", "oops"]
@@ -425,20 +424,22 @@ async def test_an_answer_within_the_last_step_or_token_is_kept(tools: Registry) 
     assert result.answer == "42" and result.stop_reason == "answer"
 
 
+@pytest.mark.skip_time
 async def test_deadline_cuts_a_slow_model() -> None:
     async def slow_model(request: LLMRequest) -> str:
-        await anyio.sleep(5)
+        await anyio.sleep_forever()  # a model that never answers
         return "too late"
 
     with ScriptedLLM([slow_model]) as llm:
         with anyio.fail_after(4.5):
             t0 = anyio.current_time()
             result = await ReActAgent(llm, [], limits=AgentLimits(deadline_s=0.5)).run("?")
-    # well before the model's 5 s answer, with room for a busy machine
+    # well before the model's 5 s answer
     assert result.stop_reason == "deadline" and anyio.current_time() - t0 < 4.0
     assert result.detail == "ran past the deadline of 0.5 s"
 
 
+@pytest.mark.skip_time
 async def test_deadline_cuts_slow_tools(tools: Registry, calls: Calls) -> None:
     with ScriptedLLM([turn(call("c1", "slow", seconds=5))]) as llm:
         with anyio.fail_after(4.5):
@@ -484,12 +485,13 @@ async def test_limits_reject_bad_values() -> None:
 # ---------------------------------------------------------------------------- cancellation
 
 
+@pytest.mark.skip_time
 async def test_cancellation_stops_at_once(tools: Registry, calls: Calls) -> None:
     reached = False
     llm = ScriptedLLM([turn(call("c1", "slow", seconds=30), call("c2", "slow", seconds=30))])
     agent = ReActAgent(llm, tools)
     t0 = anyio.current_time()
-    with anyio.move_on_after(1.0) as scope:  # both 30 s calls have started by then
+    with anyio.move_on_after(1.0) as scope:  # the clock moves once both 30 s calls have started
         await agent.run("?")
         reached = True  # cancellation must not be swallowed
     assert scope.cancelled_caught and not reached

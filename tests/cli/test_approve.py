@@ -18,6 +18,7 @@ from typing import Any, TextIO
 
 import anyio
 import pytest
+from cli_shell import run_in_process
 from rich.console import Console
 from typer.testing import CliRunner
 
@@ -96,6 +97,10 @@ class Setup:
             f"{self.tools}:registry",
             *extra,
         ]
+
+    def run(self, *extra: str) -> subprocess.CompletedProcess[str]:
+        """``dagagent run PLAN --tools ... EXTRA`` in this process, stdin no terminal."""
+        return run_in_process(self.args(*extra)[3:], self.dir, self.env)
 
     def calls(self) -> list[dict[str, Any]]:
         if not self.log.exists():
@@ -254,16 +259,8 @@ def test_ask_approve_deny_with_feedback_and_edit(setup: Setup) -> None:
 # -- without a terminal -------------------------------------------------------------------------
 
 
-@pytest.mark.slow
 def test_ask_without_a_terminal_and_no_wait_denies_with_a_clear_message(setup: Setup) -> None:
-    proc = subprocess.run(
-        setup.args("--ask", "note", "--no-wait", "--json"),
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        env=setup.env,
-        timeout=60,
-    )
+    proc = setup.run("--ask", "note", "--no-wait", "--json")
     assert proc.returncode == 1
     assert "Traceback" not in proc.stderr
     assert "warning: no terminal is attached: calls that need approval will be denied" in (
@@ -279,16 +276,8 @@ def test_ask_without_a_terminal_and_no_wait_denies_with_a_clear_message(setup: S
     assert [c["tool"] for c in setup.calls()] == ["read"]
 
 
-@pytest.mark.slow
 def test_approve_without_a_terminal_refuses_with_exit_2(setup: Setup) -> None:
-    proc = subprocess.run(
-        setup.args("--approve"),
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        env=setup.env,
-        timeout=60,
-    )
+    proc = setup.run("--approve")
     assert proc.returncode == 2
     assert "error: --approve needs a terminal to ask on, but stdin is not a terminal" in (
         proc.stderr
@@ -465,16 +454,26 @@ async def test_line_reader_keeps_a_withdrawn_read_and_drops_stale_lines(
 ) -> None:
     stream, pipe = pipe_pair
     reader = LineReader(stream)
-    with anyio.move_on_after(0.5) as scope:  # a question withdrawn before any answer
-        await reader.readline(since=time.monotonic())
-    assert scope.cancelled_caught
+    withdrawn = anyio.CancelScope()
+
+    async def ask() -> None:
+        with withdrawn:
+            await reader.readline(since=time.monotonic())
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(ask)
+        await anyio.wait_all_tasks_blocked()  # a question waits for its answer...
+        withdrawn.cancel()  # ... and is withdrawn before any
+    assert withdrawn.cancelled_caught
     pipe.write("stale\n")
     pipe.flush()
-    await anyio.sleep(0.5)  # the withdrawn read receives the line meant for nobody
+    # wall-clock time: the withdrawn read, in a thread of its own, takes the line meant for
+    # nobody (when it does so is what makes the line stale; nothing here can wait on it)
+    await anyio.sleep(0.5)
     since = time.monotonic()
 
     async def answer_later() -> None:
-        await anyio.sleep(0.1)
+        await anyio.wait_all_tasks_blocked()  # the next question waits for its answer
         pipe.write("fresh\n")
         pipe.flush()
 

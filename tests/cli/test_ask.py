@@ -1,6 +1,6 @@
-"""``dagagent ask`` end to end: real ``python -m dagagent`` processes against a loopback model
-server speaking the OpenAI or the Anthropic wire format, with the counted tools of
-``tests/journey_model.py``.
+"""``dagagent ask`` end to end (in process through ``cli_shell.Shell``; a real process where a
+signal is the point) against a loopback model server speaking the OpenAI or the Anthropic wire
+format, with the counted tools of ``tests/journey_model.py``.
 
 The server answers each request from a queue of bodies, as JSON or, when the client asks
 for a stream, as the provider's server-sent events, so the same test holds whether the plan
@@ -14,18 +14,19 @@ import socket
 import sqlite3
 import subprocess
 import sys
-import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from cli_shell import Shell, tool_starts
-from llm_server import LLMTestServer, Recorded, Reply, SSEReply
+from eventually import wait_until
+from llm_server import LLMTestServer, Recorded, Reply, SSEReply, record_command_line_sleeps
 
 from dagagent.llm import wire
 from dagagent.planners import PLAN_FORMAT_NAME
+from dagagent.store import RunStore
 
 TOOLS = f"{Path(__file__).resolve().parents[1] / 'journey_model.py'}:registry"
 GOAL = "Which is warmer, Paris or Tokyo?"
@@ -34,10 +35,11 @@ GOAL = "Which is warmer, Paris or Tokyo?"
 class Model:
     """The loopback model: answers queued bodies in the wire format of ``flavor``."""
 
-    def __init__(self, flavor: str) -> None:
+    def __init__(self, flavor: str, server: LLMTestServer) -> None:
         self.flavor = flavor
         self.answers: deque[dict[str, Any] | Reply] = deque()
-        self.server = LLMTestServer(self.respond)
+        self.server = server
+        server.responder = self.respond
 
     def respond(self, request: Recorded) -> Reply | SSEReply:
         if not self.answers:
@@ -93,12 +95,10 @@ class User(Shell):
 
 
 @pytest.fixture(params=["openai", "anthropic"])
-def model(request: pytest.FixtureRequest) -> Iterator[Model]:
-    m = Model(request.param)
-    with m.server:
-        yield m
+def model(request: pytest.FixtureRequest, server: LLMTestServer) -> Iterator[Model]:
+    m = Model(request.param, server)
+    yield m
     assert not m.answers, "scripted answers left unused"
-    m.server.check()
 
 
 @pytest.fixture
@@ -210,13 +210,16 @@ def test_untrusted_answer_is_shown_as_text(user: User, model: Model) -> None:
     assert "\x1b" not in proc.stdout
 
 
-def test_model_unreachable_exits_2(tmp_path: Path) -> None:
+def test_model_unreachable_exits_2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    waits = record_command_line_sleeps(monkeypatch)
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     user = User(tmp_path, ["--model", "openai:fake", "--base-url", f"http://127.0.0.1:{port}/v1"])
     proc = user.ask("--timeout", "5", code=2)
     assert "the model could not be used" in proc.stderr
+    assert "gave up after 4 attempts" in proc.stderr
+    assert len(waits.delays) == 3  # refused connections are retried, after a back-off each
 
 
 def test_no_model_configured_exits_2(tmp_path: Path) -> None:
@@ -224,16 +227,29 @@ def test_no_model_configured_exits_2(tmp_path: Path) -> None:
     assert "no model configured" in proc.stderr
 
 
-def _wait_for_line(user: User, proc: subprocess.Popen[str], line: str) -> None:
-    deadline = time.monotonic() + 60
-    while not (user.log.exists() and line in user.log.read_text().splitlines()):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            out, err = proc.communicate()
-            raise AssertionError(f"never saw {line!r}\n{out}\n{err}")
-        time.sleep(0.02)
+def _wait_for(proc: subprocess.Popen[str], condition: Callable[[], object], what: str) -> None:
+    try:
+        wait_until(
+            condition, what, unless=lambda: None if proc.poll() is None else "the process ended"
+        )
+    except AssertionError as exc:
+        proc.kill()
+        out, err = proc.communicate()
+        raise AssertionError(f"{exc}\n{out}\n{err}") from None
 
 
+def _round_two_on_record(store: Path) -> bool:
+    """Whether the store holds round 2's run, with the result it reused (a SIGKILL loses what
+    the store had not written yet)."""
+    if not store.exists():
+        return False
+    with RunStore(store, create=False) as st:
+        runs = st.list_runs()
+        second = [r.run_id for r in runs if r.parent_id is not None]
+        return bool(second) and "paris" in st.get_run(second[0]).tasks
+
+
+@pytest.mark.slow
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 @pytest.mark.parametrize("sig", ["SIGTERM", "SIGKILL"])
 def test_killed_mid_solve_keeps_what_ended(user: User, model: Model, sig: str) -> None:
@@ -258,9 +274,10 @@ def test_killed_mid_solve_keeps_what_ended(user: User, model: Model, sig: str) -
         text=True,
     )
     try:
-        _wait_for_line(user, proc, "start slow slow-1")
+        _wait_for(proc, lambda: "slow slow-1" in user.calls(), "the slow tool started")
         if sig == "SIGKILL":
-            time.sleep(0.5)  # a kill loses what finished in the last 0.05 s: let it be written
+            store = user.dir / "home" / "runs.db"
+            _wait_for(proc, lambda: _round_two_on_record(store), "round 2 on record")
         proc.send_signal(getattr(signal, sig))
         out, err = proc.communicate(timeout=60)
     finally:

@@ -1,5 +1,9 @@
 """``--otel``: a real ``dagagent run`` process sends its spans and metrics over OTLP/HTTP to a
-loopback collector the test starts, configured only by the standard ``OTEL_*`` variables."""
+loopback collector the test starts, configured only by the standard ``OTEL_*`` variables.
+
+Real processes, as the point is the process: OpenTelemetry's providers are global to a process
+and set once, what is sent goes out at the process's exit, and the SDK's absence needs a fresh
+interpreter."""
 
 from __future__ import annotations
 

@@ -91,6 +91,7 @@ def _capped(
 needs_dev_zero = pytest.mark.skipif(not Path("/dev/zero").exists(), reason="needs /dev/zero")
 
 
+@pytest.mark.slow
 @needs_dev_zero
 def test_run_dev_zero_is_refused_as_too_large(tmp_path: Path) -> None:
     proc = _capped(tmp_path, "run", "/dev/zero", "--store", str(tmp_path / "runs.db"))
@@ -99,6 +100,7 @@ def test_run_dev_zero_is_refused_as_too_large(tmp_path: Path) -> None:
     assert "Traceback" not in proc.stderr and "MemoryError" not in proc.stderr
 
 
+@pytest.mark.slow
 @needs_dev_zero
 def test_a_plan_on_stdin_that_never_ends_is_refused_as_too_large(tmp_path: Path) -> None:
     proc = _capped(tmp_path, "validate", "-", stdin="/dev/zero")
@@ -107,6 +109,7 @@ def test_a_plan_on_stdin_that_never_ends_is_refused_as_too_large(tmp_path: Path)
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow
 @needs_dev_zero
 def test_policy_dev_zero_is_refused_as_too_large(tmp_path: Path) -> None:
     plan = tmp_path / "plan.json"

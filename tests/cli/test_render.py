@@ -73,6 +73,7 @@ def test_every_status_has_its_style_looked_up_by_member_or_value() -> None:
         assert STATUS_STYLE.get(status) == STATUS_STYLE[status.value] != ""
 
 
+@pytest.mark.slow
 def test_showing_a_plan_imports_no_results() -> None:
     """dagagent validate draws the plan's table without the run results module (its models
     cost a start-up that runs nothing)."""

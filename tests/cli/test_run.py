@@ -1,5 +1,6 @@
 """Stopping a real ``dagagent run`` process (SIGTERM, SIGKILL), then reviewing and replanning
-it the way a user would, counting which tools run again (the tools append to a log file)."""
+it the way a user would (in process), counting which tools run again (the tools append to a
+log file)."""
 
 from __future__ import annotations
 
@@ -8,15 +9,16 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_shell import run_in_process
+from eventually import wait_until
 
 from dagagent.store import RunStore
 
-pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")]
 
 TOOLS = '''
 import os
@@ -56,6 +58,7 @@ PLAN = {
 
 class Env:
     def __init__(self, tmp_path: Path) -> None:
+        self.dir = tmp_path
         (tmp_path / "qa_signal_tools.py").write_text(TOOLS)
         self.tools = f"{tmp_path / 'qa_signal_tools.py'}:registry"
         self.plan = tmp_path / "plan.json"
@@ -70,6 +73,13 @@ class Env:
             "DAGAGENT_HOME": str(tmp_path),
             "NO_COLOR": "1",
         }
+
+    def recorded(self, task_id: str) -> bool:
+        """Whether the run store holds the result of ``task_id`` of the last run."""
+        if not self.db.exists():
+            return False
+        with RunStore(self.db, create=False) as st:
+            return task_id in st.last_run().tasks
 
     def lines(self) -> list[str]:
         return self.log.read_text().splitlines() if self.log.exists() else []
@@ -97,24 +107,21 @@ class Env:
         )
 
     def wait_for(self, *lines: str, proc: subprocess.Popen[str]) -> None:
-        deadline = time.monotonic() + 60
-        while not all(x in self.lines() for x in lines):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                out, err = proc.communicate()
-                raise AssertionError(f"never saw {lines}: {self.lines()}\n{out}\n{err}")
-            time.sleep(0.02)
+        try:
+            wait_until(
+                lambda: all(x in self.lines() for x in lines),
+                f"the tools logged {lines}",
+                unless=lambda: None if proc.poll() is None else f"exit {proc.returncode}",
+            )
+        except AssertionError as exc:
+            proc.kill()
+            out, err = proc.communicate()
+            raise AssertionError(f"{exc}: {self.lines()}\n{out}\n{err}") from None
 
     def replan(self) -> dict[str, Any]:
         self.slow.unlink(missing_ok=True)
         self.log.write_text("")
-        proc = subprocess.run(
-            [sys.executable, "-m", "dagagent", "replan", "--last", "--execute", "--json"],
-            capture_output=True,
-            text=True,
-            env=self.env,
-            timeout=120,
-        )
+        proc = run_in_process(["replan", "--last", "--execute", "--json"], self.dir, self.env)
         assert proc.returncode == 0, proc.stderr
         doc: dict[str, Any] = json.loads(proc.stdout)
         return doc
@@ -184,7 +191,7 @@ def test_sigkill_mid_run_leaves_an_interrupted_record_that_replan_completes(
     env = Env(tmp_path)
     proc = env.start("dataflow")
     env.wait_for("end a", "start slow", proc=proc)
-    time.sleep(1.0)  # well past the store's flush delay after 'a' finished
+    wait_until(lambda: env.recorded("a"), "task a on record")  # the store's batch went out
     proc.send_signal(signal.SIGKILL)
     proc.communicate(timeout=60)
     with RunStore(env.db, create=False) as st:
@@ -217,13 +224,20 @@ RunRecorder.__init__.__kwdefaults__["flush_interval_s"] = 60.0
 @registry.tool
 async def deaf() -> str:
     """Catch everything, cancellations and interrupts included (a bare except), forever."""
-    with open(os.environ["QA_SIGNALS_LOG"], "a", encoding="utf-8") as f:
-        f.write("start deaf\\n")
+    _log("start deaf")
+    caught = False
     while True:
         try:
-            await asyncio.sleep(0.5)
+            await asyncio.Event().wait()
         except:  # noqa: E722
-            pass
+            if not caught:
+                _log("caught")
+            caught = True
+
+
+def _log(line: str) -> None:
+    with open(os.environ["QA_SIGNALS_LOG"], "a", encoding="utf-8") as f:
+        f.write(line + "\\n")
 
 
 @registry.tool
@@ -268,7 +282,7 @@ def test_a_second_signal_ends_the_process_even_when_a_tool_ignores_the_first(
     try:
         env.wait_for("start deaf", proc=proc)
         proc.send_signal(getattr(signal, first))
-        time.sleep(0.5)
+        env.wait_for("caught", proc=proc)  # the tool swallowed the run's cancellation
         assert proc.poll() is None, "the tool was meant to hold the run after one signal"
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=30)

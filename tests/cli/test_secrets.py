@@ -1,4 +1,4 @@
-"""Keys never reach what the command line prints, logs or records: a real `dagagent -v run`
+"""Keys never reach what the command line prints, logs or records: a `dagagent -v run`
 of an agent task against a model server that echoes back, whole and in pieces, the API key,
 the password of the base URL and the Basic header that carries it."""
 
@@ -7,10 +7,9 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-import subprocess
-import sys
 from pathlib import Path
 
+from cli_shell import run_in_process
 from llm_server import OPENAI, LLMTestServer, Recorded, Reply
 
 KEY = "sk-proj-" + "A1b2C3d4E5f6G7h8I9j0" * 10
@@ -36,13 +35,10 @@ def test_no_key_or_password_reaches_the_output_the_logs_or_the_store(tmp_path: P
         host = server.url.removeprefix("http://")
         url = f"http://ann:{PASSWORD}@{host}/v1"
         args = ["run", "plan.json", "--model", "openai:m", "--base-url", url, "--store", "runs.db"]
-        proc = subprocess.run(
-            [sys.executable, "-m", "dagagent", "-v", *args, "--on-failure", "continue"],
-            capture_output=True,
-            text=True,
-            env={**os.environ, "OPENAI_API_KEY": KEY},
-            cwd=tmp_path,
-            timeout=120,
+        proc = run_in_process(
+            ["-v", *args, "--on-failure", "continue"],
+            tmp_path,
+            {**os.environ, "OPENAI_API_KEY": KEY},
         )
     assert proc.returncode == 1, proc.stderr  # the agent task failed: the model refused
     assert "rejected the request (HTTP 400)" in proc.stderr

@@ -6,12 +6,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from eventually import wait_until
 from typer.testing import CliRunner
 
 from dagagent.cli import _app as cli_app, app
@@ -58,6 +58,13 @@ def test_report_writes_one_html_file_and_show_prints_a_timeline(
     )
 
 
+def _get(url: str) -> httpx.Response | None:
+    try:
+        return httpx.get(url, timeout=5)
+    except httpx.TransportError:
+        return None
+
+
 @pytest.mark.slow
 def test_ui_serves_the_store_on_loopback_and_warns_for_another_host(
     home: Path, tmp_path: Path
@@ -76,14 +83,7 @@ def test_ui_serves_the_store_on_loopback_and_warns_for_another_host(
         line = proc.stdout.readline()
         assert "http://127.0.0.1:" in line, line
         url = line.split()[3]
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                r = httpx.get(url, timeout=5)
-                break
-            except httpx.TransportError:
-                assert time.monotonic() < deadline
-                time.sleep(0.1)
+        r = wait_until(lambda: _get(url), "the viewer answers", timeout=20)
         assert r.status_code == 200 and "run-row" in r.text
     finally:
         proc.send_signal(signal.SIGINT)

@@ -1,6 +1,8 @@
-"""Approvals that wait, through real ``dagagent`` processes: a run pauses on an ``--ask`` rule
-without a terminal, ``dagagent approve`` records a decision from another process, ``dagagent
-resume`` continues the run; the tools append to a file, so every test counts what really ran.
+"""Approvals that wait, through the ``dagagent`` commands (in process through
+``cli_shell.Shell``; real processes where a SIGKILL or processes racing each other are the
+point): a run pauses on an ``--ask`` rule without a terminal, ``dagagent approve`` records a
+decision, ``dagagent resume`` continues the run; the tools append to a file, so every test
+counts what really ran.
 """
 
 from __future__ import annotations
@@ -8,13 +10,13 @@ from __future__ import annotations
 import json
 import shutil
 import signal
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 import wait_tools
 from cli_shell import TIMEOUT, Shell
+from eventually import wait_until
 from wait_tools import PLAN, TWO
 
 SLOW = {
@@ -59,9 +61,6 @@ def statuses(record: dict[str, Any]) -> dict[str, str]:
 @pytest.fixture
 def sh(tmp_path: Path) -> WaitShell:
     return WaitShell(tmp_path)
-
-
-pytestmark = pytest.mark.slow
 
 
 def test_run_pauses_then_approve_and_resume_succeed(sh: WaitShell) -> None:
@@ -154,17 +153,18 @@ def test_two_waiting_branches_are_resumed_one_at_a_time(sh: WaitShell) -> None:
     assert sh.calls() == ["send bob hi", "after sent to bob", "send ann hi", "after sent to ann"]
 
 
+@pytest.mark.slow
 def test_a_decision_survives_a_sigkill_of_the_run_before_the_resume(sh: WaitShell) -> None:
     """A branch waits while another still runs; a person approves it from another process;
     the run's process is killed; the resume uses the decision and runs the rest."""
     sh.flag.write_text("")
     proc = sh.start("run", "run", sh.plan(SLOW), *sh.tools, "--ask", "send")
     try:
-        deadline = time.monotonic() + TIMEOUT
-        while not sh("approvals", code=None).stdout.count("mail"):
-            assert time.monotonic() < deadline, "the call never waited"
-            assert proc.poll() is None
-            time.sleep(0.2)
+        wait_until(
+            lambda: "mail" in sh("approvals", code=None).stdout,
+            "the call waits for approval",
+            unless=lambda: None if proc.poll() is None else "the run ended",
+        )
         sh("approve", proc_run_id(sh), "mail", "--allow")
         assert sh.calls() == ["slow long"]
         proc.send_signal(signal.SIGKILL)
@@ -204,6 +204,7 @@ def test_resume_refuses_a_run_that_is_not_paused(sh: WaitShell) -> None:
     assert sh.calls() == ["fetch X"]
 
 
+@pytest.mark.slow
 def test_concurrent_approve_and_resume_never_use_a_decision_twice(sh: WaitShell) -> None:
     run = sh.paused_run()
     approve = sh.start("approve", "approve", run, "mail", "--allow")

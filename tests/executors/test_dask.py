@@ -14,12 +14,13 @@ import re
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
+from eventually import until
 from typer.testing import CliRunner
 
 import dagagent
@@ -123,22 +124,28 @@ async def test_fail_fast_cancels_running_sibling_and_its_dask_future(
         assert statuses == {"slow": "cancelled", "bad": "failed", "after": "skipped"}
         assert "bad failed on purpose" in (result.tasks["bad"].error or "")
         assert recorder.calls.get("slow") == 1  # it had started on the worker
+
         # the driver told the scheduler to cancel the sibling's future, and the scheduler
         # holds nothing of this run any more
-        for _ in range(250):  # up to 5 s
+        async def forgotten() -> bool:
             events = await client.get_events(client.id)
             cancelled = any(msg.get("action") == "cancel" for _, msg in events)
-            if cancelled and not await client.run_on_scheduler(_task_count):
-                break
-            await anyio.sleep(0.02)
-        else:
-            pytest.fail(f"the sibling's future was not cancelled: {events}")
+            return cancelled and not await client.run_on_scheduler(_task_count)
+
+        await until(forgotten, "the sibling's future is cancelled and the scheduler empty")
         # the given client stays open and usable
         assert await client.submit(sum, [1, 2], pure=False) == 3
 
 
 def _task_count(dask_scheduler: Any) -> int:
     return len(dask_scheduler.tasks)
+
+
+def scheduler_empty(client: Any) -> Callable[[], Awaitable[bool]]:
+    async def empty() -> bool:
+        return not await client.run_on_scheduler(_task_count)
+
+    return empty
 
 
 def _fan(n: int, tool: str = "add") -> dict[str, Any]:
@@ -232,12 +239,7 @@ async def test_fail_fast_cancels_the_calls_submitted_with_the_failing_one(
             "after": "skipped",
         }
         assert all(recorder.calls.get(f"slow{i}") == 1 for i in range(5))  # they had started
-        for _ in range(250):  # up to 5 s: the scheduler forgets every call of the run
-            if not await client.run_on_scheduler(_task_count):
-                break
-            await anyio.sleep(0.02)
-        else:
-            pytest.fail("the cancelled calls are still on the cluster")
+        await until(scheduler_empty(client), "the scheduler forgets every call of the run")
         events = await client.get_events(client.id)
         cancelled = sum(
             m["count"] for _, m in events if isinstance(m, dict) and m["action"] == "cancel"
@@ -292,7 +294,7 @@ async def test_a_batch_leaves_out_cancelled_calls_and_falls_back_to_one_call_eac
         calls.append(call)
     calls[1].submitted.cancel()  # its caller was cancelled before the batch went
     assert not client.mapped and not client.submitted  # nothing sent within the turn
-    await asyncio.sleep(0)  # the end of the turn: the batch goes
+    await anyio.lowlevel.checkpoint()  # the end of the turn: the batch goes
     assert state.batch == []
     assert calls[0].submitted.done() and calls[2].submitted.done()
     if not map_fails:
@@ -339,25 +341,20 @@ async def test_pushed_results_are_released_together_and_when_the_run_ends(
         assert result.ok and result.outputs["t6"] == 7
         assert released == [3, 3, 1]  # 7 results: two full groups, the rest at the end
         client: Any = exe.dask_client
-        for _ in range(250):  # up to 5 s
-            if not await client.run_on_scheduler(_task_count):
-                break
-            await anyio.sleep(0.02)
-        else:
-            pytest.fail("the run's results are still on the cluster")
+        await until(scheduler_empty(client), "the run's results leave the cluster")
 
 
 @pytest.mark.anyio
 async def test_timeout_cancels_the_call(registry: Registry) -> None:
     p = plan(
-        {"id": "slow", "tool": "work", "args": {"name": "slow", "seconds": 30}, "timeout_s": 1.5}
+        {"id": "slow", "tool": "work", "args": {"name": "slow", "seconds": 30}, "timeout_s": 0.5}
     )
     t0 = time.perf_counter()
     result = await dagagent.execute(p, registry, settings=RunSettings(executor=in_process()))
     assert time.perf_counter() - t0 < 15  # not the tool's 30 s
     r = result.tasks["slow"]
     assert r.status.value == "failed" and r.error_type == "TaskTimeoutError"
-    assert "timed out after 1.5 s" in (r.error or "")
+    assert "timed out after 0.5 s" in (r.error or "")
 
 
 @pytest.mark.anyio
@@ -449,7 +446,7 @@ async def test_async_and_sync_tools_on_file_loaded_module(tmp_path: Path) -> Non
         "def scale(x: int) -> int:\n"
         "    return x * SCALE\n"
         "async def later(x: int) -> int:\n"
-        "    await anyio.sleep(0.01)\n"
+        "    await anyio.lowlevel.checkpoint()\n"
         "    return x + 1\n"
         "registry = Registry([scale, later])\n"
     )
@@ -648,6 +645,7 @@ def process_cluster() -> Iterator[Any]:
         cluster.close()
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_process_workers_run_sync_and_async_tools(process_cluster: Any) -> None:
     p = plan(
@@ -695,6 +693,7 @@ async def test_tool_not_importable_on_workers_is_refused_before_running(
     assert kinds == []  # refused before the run started: nothing recorded, no task started
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_worker_killed_mid_task_fails_clearly(process_cluster: Any) -> None:
     p = plan({"id": "boom", "tool": "die", "args": {}})
@@ -708,6 +707,7 @@ async def test_worker_killed_mid_task_fails_clearly(process_cluster: Any) -> Non
     assert "the Dask worker running tool 'die' died (tcp://" in (r.error or "")
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_worker_killed_mid_task_is_retried(process_cluster: Any, tmp_path: Path) -> None:
     marker = tmp_path / "died"
@@ -739,6 +739,7 @@ def shared_cluster() -> Iterator[Any]:
         cluster.close()
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_a_call_that_kills_its_worker_is_named_and_the_others_run_elsewhere(
     shared_cluster: Any, tmp_path: Path
@@ -852,8 +853,11 @@ registry = dagagent.Registry()
 
 
 @registry.tool
-def exits(code: int) -> int:
-    time.sleep(0.1)  # the neighbour is running by now
+def exits(code: int, after: str) -> int:
+    """Exit once the neighbour has started (it says so by creating the file ``after``)."""
+    deadline = time.monotonic() + 60
+    while not os.path.exists(after) and time.monotonic() < deadline:
+        time.sleep(0.01)
     sys.exit(code)
 
 
@@ -868,7 +872,9 @@ async def aexits() -> int:
 
 
 @registry.tool
-def neighbour(seconds: float) -> str:
+def neighbour(seconds: float, started: str) -> str:
+    """Say it has started (create the file ``started``), then work for a while."""
+    Path(started).touch()
     time.sleep(seconds)
     return "finished"
 
@@ -887,11 +893,14 @@ def client() -> Iterator[Any]:
 
 
 @pytest.mark.slow
-def test_base_exceptions_on_a_worker_fail_their_task_and_spare_the_worker(client: Any) -> None:
+def test_base_exceptions_on_a_worker_fail_their_task_and_spare_the_worker(
+    client: Any, tmp_path: Path
+) -> None:
+    started = str(tmp_path / "neighbour.started")
     plan = {
         "tasks": [
-            {"id": "slow", "tool": "neighbour", "args": {"seconds": 0.6}},
-            {"id": "exit", "tool": "exits", "args": {"code": 3}, "retries": 1},
+            {"id": "slow", "tool": "neighbour", "args": {"seconds": 0.6, "started": started}},
+            {"id": "exit", "tool": "exits", "args": {"code": 3, "after": started}, "retries": 1},
             {"id": "abort", "tool": "aborts"},
             {"id": "aexit", "tool": "aexits"},
         ]

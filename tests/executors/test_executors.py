@@ -53,6 +53,7 @@ async def test_dataflow_starts_without_waiting_for_unrelated_slow_task(
     assert recorder.intervals["c"][0] >= recorder.intervals["a"][1]
 
 
+@pytest.mark.skip_time  # every job lasts until all that may run at once have started
 @pytest.mark.parametrize("executor", PARALLEL)
 async def test_max_concurrency_limits_the_run(executor: str) -> None:
     running = peak = 0
@@ -72,6 +73,7 @@ async def test_max_concurrency_limits_the_run(executor: str) -> None:
     assert result.ok and peak == 3
 
 
+@pytest.mark.skip_time
 async def test_per_tool_max_concurrency() -> None:
     running = peak = 0
     reg = dagagent.Registry()

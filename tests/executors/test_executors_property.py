@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterator
 from typing import Any
 
@@ -128,7 +127,7 @@ def _registry(calls: list[str]) -> dagagent.Registry:
     async def step(name: str, ticks: int, fail: bool) -> str:
         calls.append(name)  # atomic; in-process Dask workers call this very function
         for _ in range(ticks):
-            await asyncio.sleep(0)
+            await anyio.lowlevel.checkpoint()
         if fail:
             raise RuntimeError(f"{name} fails on purpose")
         return f"out-{name}"

@@ -212,6 +212,8 @@ async def test_hangup_without_answer_is_retried(server: LLMTestServer, flavor: F
 
 
 # ---------------------------------------------------------------------------- timeouts
+# Real sockets and the client's real deadlines: these tests wait out a timeout (about 1 s)
+# on the wall clock by design; the server thread cannot run on a test clock.
 
 
 # Timeouts here are 1 s against a server 5 s late: a busy machine may take a few hundred

@@ -681,6 +681,8 @@ async def test_html_page_with_200_says_to_check_the_base_url(server: LLMTestServ
 
 
 # ---------------------------------------------------------------------------- slow servers
+# Real sockets and the client's real deadlines: each test waits out its deadline (1-3 s) on
+# the wall clock by design; the trickling server thread cannot run on a test clock.
 
 
 async def test_slow_loris_stream_of_keep_alives(server: LLMTestServer):

@@ -2,6 +2,6 @@
 
 This folder has no ``__init__.py``: as a package it would be named ``mcp`` and hide the SDK."""
 
-from mcp_helpers import connect, kit_url
+from mcp_helpers import connect, kit_url, mcp_http
 
-__all__ = ["connect", "kit_url"]
+__all__ = ["connect", "kit_url", "mcp_http"]

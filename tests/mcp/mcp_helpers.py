@@ -1,5 +1,7 @@
 """Helpers and fixtures of the MCP tests: the servers of mcp_servers.py over stdio (a
-subprocess the client starts) or streamable HTTP (a subprocess serving a free loopback port)."""
+subprocess the client starts) or streamable HTTP (a subprocess serving a free loopback port;
+one of each kind per test process, shared by the tests, unless a test needs its own to kill).
+"""
 
 from __future__ import annotations
 
@@ -7,12 +9,12 @@ import contextlib
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from eventually import wait_until
 
 from dagagent.mcp import MCPClient
 
@@ -43,46 +45,66 @@ def http_server(kind: str) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
         stderr=subprocess.DEVNULL,
     )
     try:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if proc.poll() is not None:
-                    raise RuntimeError(
-                        f"the {kind} MCP server exited with {proc.returncode}"
-                    ) from None
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"the {kind} MCP server did not start") from None
-                time.sleep(0.1)
+        wait_until(
+            lambda: _listening(port),
+            f"the {kind} MCP server listens on port {port}",
+            timeout=START_TIMEOUT_S,
+            unless=lambda: None if proc.poll() is None else f"it exited with {proc.returncode}",
+        )
         yield f"http://127.0.0.1:{port}/mcp", proc
     finally:
         proc.kill()
         proc.wait()
 
 
-@pytest.fixture(scope="module")
-def kit_url() -> Iterator[str]:
-    with http_server("kit") as (url, _):
-        yield url
+def _listening(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    except OSError:
+        return False
+    return True
+
+
+class HTTPServers:
+    """The MCP servers over HTTP that tests share: each kind started when first asked for,
+    stopped at the end of the session."""
+
+    def __init__(self) -> None:
+        self._stack = contextlib.ExitStack()
+        self._urls: dict[str, str] = {}
+
+    def url(self, kind: str) -> str:
+        if kind not in self._urls:
+            self._urls[kind], _ = self._stack.enter_context(http_server(kind))
+        return self._urls[kind]
+
+    def close(self) -> None:
+        self._stack.close()
+
+
+@pytest.fixture(scope="session")
+def mcp_http() -> Iterator[HTTPServers]:
+    servers = HTTPServers()
+    try:
+        yield servers
+    finally:
+        servers.close()
+
+
+@pytest.fixture
+def kit_url(mcp_http: HTTPServers) -> str:
+    return mcp_http.url("kit")
 
 
 @pytest.fixture(params=["stdio", "http"])
-def connect(request: pytest.FixtureRequest) -> Connect:
-    """``connect(kind, name=None, **options)``: a client of a fresh ``kind`` server over the
-    parametrized transport (for HTTP, a server per test but the kit shared by the module)."""
+def connect(request: pytest.FixtureRequest, mcp_http: HTTPServers) -> Connect:
+    """``connect(kind, name=None, **options)``: a client of a ``kind`` server over the
+    parametrized transport (over stdio a server of its own, over HTTP the shared one)."""
     if request.param == "stdio":
         return stdio_client
 
     def http(kind: str, name: str | None = None, **options: Any) -> MCPClient:
         options.setdefault("connect_timeout_s", START_TIMEOUT_S)
-        if kind == "kit":
-            url = request.getfixturevalue("kit_url")
-        else:
-            cm = http_server(kind)
-            url, _ = cm.__enter__()
-            request.addfinalizer(lambda: cm.__exit__(None, None, None))
-        return MCPClient.http(name or kind, url, **options)
+        return MCPClient.http(name or kind, mcp_http.url(kind), **options)
 
     return http

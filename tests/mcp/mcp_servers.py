@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from typing import Any
 
 import anyio
@@ -180,5 +179,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    time.sleep(float(os.environ.get("MCP_TEST_START_DELAY", "0")))
     main()

@@ -1,9 +1,10 @@
-"""``dagagent run/validate/replan --mcp`` and ``dagagent tools`` in real processes, against
-the servers of mcp_servers.py."""
+"""``dagagent run/validate/replan --mcp`` and ``dagagent tools`` (run in process, see
+tests/cli_shell.py) against the servers of mcp_servers.py."""
 
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import subprocess
 import sys
@@ -11,21 +12,22 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from mcp_helpers import SERVERS, http_server
+from cli_shell import run_in_process
+from mcp_helpers import SERVERS, HTTPServers
 
 pytestmark = pytest.mark.slow
 
 KIT = f"kit={sys.executable} {SERVERS} kit stdio"
 
 
-def dagagent(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "dagagent", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        stdin=subprocess.DEVNULL,
-    )
+@pytest.fixture(autouse=True)
+def _in_a_directory_of_its_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+
+
+def dagagent(*args: str) -> subprocess.CompletedProcess[str]:
+    """``dagagent ARGS`` in the test's directory, with its store (``$DAGAGENT_HOME``)."""
+    return run_in_process(args, Path.cwd(), dict(os.environ))
 
 
 def write_plan(tmp_path: Path, *tasks: dict[str, Any]) -> str:
@@ -63,14 +65,13 @@ def test_run_with_mcp_end_to_end_then_replan_reconnects_and_reuses(tmp_path: Pat
     assert again["r"]["status"] == "failed"
 
 
-def test_tools_lists_module_and_mcp_tools_with_their_arguments(tmp_path: Path) -> None:
-    with http_server("paged") as (url, _):
-        proc = dagagent(
-            "tools", "--tools", "dagagent.toolkits.demo:registry", "--mcp", KIT,
-            "--mcp", f"paged={url}",
-        )  # fmt: skip
-        assert proc.returncode == 0, proc.stderr
-        listed = dagagent("tools", "--mcp", KIT, "--mcp", f"paged={url}", "--json")
+def test_tools_lists_module_and_mcp_tools_with_their_arguments(mcp_http: HTTPServers) -> None:
+    kit, paged = f"kit={mcp_http.url('kit')}", f"paged={mcp_http.url('paged')}"
+    proc = dagagent(
+        "tools", "--tools", "dagagent.toolkits.demo:registry", "--mcp", kit, "--mcp", paged
+    )
+    assert proc.returncode == 0, proc.stderr
+    listed = dagagent("tools", "--mcp", kit, "--mcp", paged, "--json")
     text = proc.stdout
     assert "kit.weather(city: string, days: integer = 1) -> object\n" in text
     assert "    Weather forecast for a city.\n    from MCP server kit; no side effects\n" in text
@@ -83,13 +84,17 @@ def test_tools_lists_module_and_mcp_tools_with_their_arguments(tmp_path: Path) -
     assert tools["kit.weather"]["side_effects"] is False
     assert tools["kit.delete_file"]["side_effects"] is True
     assert tools["kit.shout"]["retryable"] is False
+    # the servers' tools joined the command's registry, not the module's
+    from dagagent.toolkits.demo import registry as demo
+
+    assert not [t.name for t in demo if "." in t.name]
 
 
 def test_validate_checks_mcp_arguments_and_a_dead_server_is_a_usage_error(
-    tmp_path: Path,
+    tmp_path: Path, mcp_http: HTTPServers
 ) -> None:
     plan = write_plan(tmp_path, {"id": "w", "tool": "kit.weather", "args": {"days": "two"}})
-    proc = dagagent("validate", plan, "--mcp", KIT)
+    proc = dagagent("validate", plan, "--mcp", f"kit={mcp_http.url('kit')}")
     assert proc.returncode == 2
     assert "city: required argument is missing" in proc.stderr
     assert "days: 'two' is not of type 'integer'" in proc.stderr
@@ -102,7 +107,7 @@ def test_validate_checks_mcp_arguments_and_a_dead_server_is_a_usage_error(
 
 
 def test_secrets_in_an_mcp_command_or_url_are_not_recorded_and_replan_asks_for_them(
-    tmp_path: Path,
+    tmp_path: Path, mcp_http: HTTPServers
 ) -> None:
     """A token in the server's environment assignment, in its options or in the URL's query
     runs the server but never reaches the store; replan, which would start the server with
@@ -114,9 +119,9 @@ def test_secrets_in_an_mcp_command_or_url_are_not_recorded_and_replan_asks_for_t
     )
     plan = write_plan(tmp_path, {"id": "s", "tool": "kit.shout", "args": {"text": "hi"}})
     store = str(tmp_path / "runs.db")
-    with http_server("paged") as (url, _):
-        paged = f"paged={url}?access_token={secrets[3]}&page=1"
-        proc = dagagent("run", plan, "--mcp", kit, "--mcp", paged, "--store", store, "--json")
+    url = mcp_http.url("paged")
+    paged = f"paged={url}?access_token={secrets[3]}&page=1"
+    proc = dagagent("run", plan, "--mcp", kit, "--mcp", paged, "--store", store, "--json")
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["tasks"]["s"]["output"] == "HI"
     conn = sqlite3.connect(store)

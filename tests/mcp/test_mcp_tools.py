@@ -6,12 +6,12 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 from typing import Any
 
 import anyio
 import pytest
-from mcp_helpers import SERVERS, Connect, http_server, stdio_client
+from eventually import wait_until
+from mcp_helpers import SERVERS, Connect, HTTPServers, http_server, stdio_client
 
 import dagagent
 from dagagent import PlanValidationError, Registry, RunStore, TaskStatus, ToolDefinitionError
@@ -38,16 +38,17 @@ async def kit_registry(client: MCPClient, **filters: Any) -> Registry:
     return registry
 
 
-def gone(pid: int, within_s: float = 20.0) -> bool:
-    """Whether process ``pid`` has exited (waiting a little: shutdown is asynchronous)."""
-    deadline = time.monotonic() + within_s
-    while time.monotonic() < deadline:
+def gone(pid: int) -> bool:
+    """Whether process ``pid`` has exited (waiting for it: shutdown is asynchronous)."""
+
+    def exited() -> bool:
         try:
             os.kill(pid, 0)
         except ProcessLookupError:
             return True
-        time.sleep(0.05)
-    return False
+        return False
+
+    return wait_until(exited, f"process {pid} exits", timeout=20)
 
 
 # -- listing and schemas -------------------------------------------------------------------
@@ -149,7 +150,7 @@ async def test_a_server_that_never_answers_is_bounded_by_the_task_timeout(
     with anyio.fail_after(RUN_BOUND_S):
         result = await dagagent.execute(
             plan(
-                {"id": "h", "tool": "hang", "args": {}, "timeout_s": 1},
+                {"id": "h", "tool": "hang", "args": {}, "timeout_s": 0.5},
                 {"id": "w", "tool": "weather", "args": {"city": "Oslo"}},
             ),
             registry,
@@ -211,19 +212,19 @@ async def test_a_server_that_cannot_start_is_a_configuration_error_before_anythi
     assert not store.exists() or RunStore(store).list_runs() == []
 
 
-async def test_headers_go_with_every_request_to_an_http_server() -> None:
-    with http_server("guarded") as (url, _):
-        refused = MCPClient.http("kit", url, connect_timeout_s=60)
-        with anyio.fail_after(RUN_BOUND_S), pytest.raises(MCPConnectError) as info:
-            await refused.tools()
-        assert "MCP server 'kit'" in str(info.value)
-        client = MCPClient.http("kit", url, headers={"X-Token": "let-me-in"})
-        registry = await kit_registry(client)
-        assert "let-me-in" not in repr(client)  # headers may be credentials: never shown
-        with anyio.fail_after(RUN_BOUND_S):
-            result = await dagagent.execute(
-                plan({"id": "w", "tool": "weather", "args": {"city": "Oslo"}}), registry
-            )
+async def test_headers_go_with_every_request_to_an_http_server(mcp_http: HTTPServers) -> None:
+    url = mcp_http.url("guarded")
+    refused = MCPClient.http("kit", url, connect_timeout_s=60)
+    with anyio.fail_after(RUN_BOUND_S), pytest.raises(MCPConnectError) as info:
+        await refused.tools()
+    assert "MCP server 'kit'" in str(info.value)
+    client = MCPClient.http("kit", url, headers={"X-Token": "let-me-in"})
+    registry = await kit_registry(client)
+    assert "let-me-in" not in repr(client)  # headers may be credentials: never shown
+    with anyio.fail_after(RUN_BOUND_S):
+        result = await dagagent.execute(
+            plan({"id": "w", "tool": "weather", "args": {"city": "Oslo"}}), registry
+        )
     assert result.ok and result.tasks["w"].output["city"] == "Oslo"
 
 
@@ -237,11 +238,11 @@ async def test_a_command_that_is_not_there_is_a_configuration_error() -> None:
 
 async def test_a_server_that_never_shakes_hands_is_a_configuration_error() -> None:
     client = MCPClient.stdio(
-        "mute", sys.executable, ["-c", "import time; time.sleep(120)"], connect_timeout_s=1
+        "mute", sys.executable, ["-c", "import sys; sys.stdin.read()"], connect_timeout_s=0.5
     )
     with anyio.fail_after(RUN_BOUND_S), pytest.raises(MCPConnectError) as info:
         await client.tools()
-    assert "did not complete the MCP handshake within 1 s" in str(info.value)
+    assert "did not complete the MCP handshake within 0.5 s" in str(info.value)
 
 
 async def test_a_tool_whose_schema_is_invalid_is_named_and_can_be_left_out(
@@ -305,7 +306,7 @@ async def test_a_cancelled_run_closes_its_session() -> None:
 
             tg.start_soon(run)
             await got_pid.wait()
-            await anyio.sleep(0.2)  # the hanging call is under way
+            await anyio.wait_all_tasks_blocked()  # the hanging call is under way
             tg.cancel_scope.cancel()
     assert pids and gone(pids[0])
     assert not client.is_open
@@ -381,11 +382,11 @@ async def test_approval_rules_on_side_effects_hold_the_tools_not_declared_read_o
 # -- executors -----------------------------------------------------------------------------
 
 
-async def test_the_dask_executor_calls_mcp_tools_on_the_driver() -> None:
+async def test_the_dask_executor_calls_mcp_tools_on_the_driver(kit_url: str) -> None:
     pytest.importorskip("distributed")
     from dagagent.executors.dask import DaskExecutor
 
-    client = stdio_client("kit")
+    client = MCPClient.http("kit", kit_url)
     registry = await kit_registry(client)
     registry.add(dagagent.tool(_increment))
     with anyio.fail_after(RUN_BOUND_S):
@@ -407,13 +408,15 @@ def _increment(x: int) -> int:
     return x + 1
 
 
-async def test_streamed_planning_runs_read_only_tools_at_once_and_holds_the_rest() -> None:
+async def test_streamed_planning_runs_read_only_tools_at_once_and_holds_the_rest(
+    kit_url: str,
+) -> None:
     from dagagent.events import TaskParsed
     from dagagent.llm import ScriptedLLM
     from dagagent.planners import LLMPlanner
     from dagagent.planners.streaming import plan_and_execute_streamed
 
-    client = stdio_client("kit")
+    client = MCPClient.http("kit", kit_url)
     registry = await kit_registry(client)
     answer = {
         "goal": "g",

@@ -8,21 +8,26 @@ from __future__ import annotations
 import json
 import os
 import random
-import subprocess
-import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 import pytest
-from llm_server import Hangup, LLMTestServer, RawReply, Recorded, Reply
+from cli_shell import app_for, clean_environment, run_in_process
+from llm_server import (
+    Hangup,
+    LLMTestServer,
+    RawReply,
+    Recorded,
+    Reply,
+    record_command_line_sleeps,
+)
 from typer.testing import CliRunner
 
 import dagagent
-from dagagent.cli import app
 from dagagent.llm import wire
 from dagagent.planners import plan_json_schema
 from dagagent.toolkits.demo import registry as demo
@@ -181,24 +186,19 @@ def home(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("DAGAGENT_HOME", str(tmp_path / "home"))
 
 
-@pytest.fixture
-def server() -> Iterator[LLMTestServer]:
-    with LLMTestServer() as srv:
-        yield srv
-        assert not srv.unexpected, srv.unexpected
-
-
 RUNS = int(os.environ.get("DAGAGENT_QA_PLAN_RUNS", "60"))  # 200+ before a release
 
 
-def test_seeded_runs_in_process(server: LLMTestServer):
+def test_seeded_runs_in_process(server: LLMTestServer, monkeypatch: pytest.MonkeyPatch):
+    record_command_line_sleeps(monkeypatch)  # a 500 is retried at once, not after a back-off
     runner = CliRunner()
     outcomes: Counter[int] = Counter()
     started = time.monotonic()
     for seed in range(RUNS):
         server.responder = small_model(seed, wire_faults=seed % 4 == 0)
         args = ["plan", "weather", "-m", "openai:small", "--base-url", server.url + "/v1"]
-        r = runner.invoke(app, [*args, "--json", "--timeout", "0.5"], catch_exceptions=True)
+        args += ["--json", "--timeout", "0.5"]
+        r = runner.invoke(app_for(args), args, catch_exceptions=True)
         assert r.exception is None or isinstance(r.exception, SystemExit), (seed, r.exc_info)
         try:
             check_outcome(r.exit_code, r.stdout, r.stderr)
@@ -210,14 +210,13 @@ def test_seeded_runs_in_process(server: LLMTestServer):
 
 
 @pytest.mark.parametrize("seed", [2, 3, 14])  # exit 0, 1 (Atlantis has no weather), 3
-def test_runs_in_a_subprocess_with_execute(server: LLMTestServer, seed: int, tmp_path: Path):
+def test_plan_execute_runs_what_it_planned(server: LLMTestServer, seed: int, tmp_path: Path):
     server.responder = small_model(seed)
     out = tmp_path / "plan.json"
-    cmd = [sys.executable, "-m", "dagagent", "plan", "weather", "-m", "openai:small"]
-    cmd += ["--base-url", server.url + "/v1", "--timeout", "2", "--json", "--execute"]
-    cmd += ["--out", str(out)]
-    env = {**os.environ, "DAGAGENT_HOME": str(tmp_path / "home"), "NO_COLOR": "1"}
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=env)
+    args = ["plan", "weather", "-m", "openai:small", "--base-url", server.url + "/v1"]
+    args += ["--timeout", "2", "--json", "--execute", "--out", str(out)]
+    env = clean_environment(tmp_path / "home")
+    r = run_in_process(args, tmp_path, env)
     check_outcome(r.returncode, r.stdout, r.stderr, execute=True)
     if r.returncode in (0, 1):
         result = json.loads(r.stdout)  # the run result, as 'run --json' prints it

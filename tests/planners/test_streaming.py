@@ -21,6 +21,10 @@ from dagagent.planners.streaming import plan_and_execute_streamed
 from dagagent.settings import RunSettings
 
 pytestmark = pytest.mark.anyio
+# A test whose model streams from a script, with pauses between chunks, to tools that nap
+# waits only on the event loop: it skips time (the few sync tools run when no pause is
+# pending). One that talks to the loopback server keeps the real clock.
+skip_time = pytest.mark.skip_time
 
 
 def plan_text(*tasks: dict[str, Any], tail: str = "") -> str:
@@ -63,6 +67,7 @@ def events_of(kind: type) -> tuple[list[Any], Any]:
     return seen, listener
 
 
+@skip_time
 async def test_the_first_tool_starts_before_the_plan_ends(
     registry: dagagent.Registry, recorder: Any
 ) -> None:
@@ -82,6 +87,7 @@ async def test_the_first_tool_starts_before_the_plan_ends(
     assert parsed[0].since_s < parsed[-1].since_s
 
 
+@skip_time
 async def test_streamed_slow_tools_start_while_the_plan_is_written_and_not_before_otherwise(
     registry: dagagent.Registry, recorder: Any
 ) -> None:
@@ -141,6 +147,7 @@ class Endless:
             self.closed = True
 
 
+@skip_time
 async def test_a_model_repeating_the_same_task_forever_is_cut_off(
     registry: dagagent.Registry, recorder: Any
 ) -> None:
@@ -158,6 +165,7 @@ async def test_a_model_repeating_the_same_task_forever_is_cut_off(
     assert recorder.calls.get("x", 0) <= 2  # the copies allowed before the cut ran, no more
 
 
+@skip_time
 async def test_a_model_that_never_closes_the_json_is_cut_off(
     registry: dagagent.Registry, recorder: Any
 ) -> None:
@@ -292,6 +300,7 @@ async def test_a_held_side_effect_waiting_for_a_later_task_still_waits_for_the_w
     assert [(e.task_id, e.held) for e in parsed][:2] == [("a", False), ("mail", True)]
 
 
+@skip_time
 async def test_a_side_effecting_tool_is_held_until_the_plan_is_whole(
     registry: dagagent.Registry, recorder: Any
 ) -> None:
@@ -428,6 +437,7 @@ async def test_a_model_failing_mid_answer_raises_its_own_error_after_the_run(
     assert recorder.intervals["t1"][1] - recorder.intervals["t1"][0] >= 0.3
 
 
+@skip_time
 async def test_a_streamed_solve_runs_slow_tools_while_the_plan_is_written(
     registry: dagagent.Registry, recorder: Any
 ) -> None:
@@ -448,6 +458,7 @@ async def test_a_streamed_solve_runs_slow_tools_while_the_plan_is_written(
             assert min(starts) >= planned, (starts, llm.ended)
 
 
+@skip_time
 async def test_an_llmcompiler_answer_streams_line_by_line(
     registry: dagagent.Registry, recorder: Any
 ) -> None:

@@ -10,6 +10,7 @@ import pytest
 from dagagent.toolkits.calc import CalcError, evaluate
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "expression",
     ["((9**999)**999)**19", "(9**999)**999", "*".join(["(2**999)"] * 12), "(7**999)**(3**6)"],

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import socket
 import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +13,7 @@ from typing import Any
 
 import pytest
 import uvicorn
+from eventually import wait_until
 
 from dagagent.ui.app import create_app
 from ui import runs as made
@@ -63,11 +63,11 @@ class Server:
 
     def __enter__(self) -> Server:
         self.thread.start()
-        deadline = time.monotonic() + 20
-        while not self.server.started:
-            if time.monotonic() > deadline or not self.thread.is_alive():
-                raise RuntimeError("the viewer did not start")
-            time.sleep(0.02)
+        wait_until(
+            lambda: self.server.started,
+            "the viewer starts",
+            unless=lambda: None if self.thread.is_alive() else "its thread ended",
+        )
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -154,6 +154,27 @@ def record_big(store: Path, levels: int = 20, width: int = 500) -> str:
     return _execute(big_plan(levels, width), reg, store=store).run_id
 
 
+def record_chain(store: Path, n: int) -> str:
+    """A run of ``n`` tasks in a chain (``t0`` to ``t{n-1}``, each after the one before)."""
+    reg = dagagent.Registry()
+
+    @reg.tool
+    async def fast(n: int) -> int:
+        """Return n."""
+        return n
+
+    tasks = [
+        {
+            "id": f"t{i}",
+            "tool": "fast",
+            "args": {"n": i},
+            **({"depends_on": [f"t{i - 1}"]} if i else {}),
+        }
+        for i in range(n)
+    ]
+    return _execute({"goal": "a deep chain", "tasks": tasks}, reg, store=store).run_id
+
+
 def record_paused_and_resumed(store: Path) -> tuple[str, str]:
     """Two runs of one plan whose ``mail`` task waits for a person: one left paused, the other
     decided and resumed."""
@@ -201,7 +222,7 @@ def record_streamed(store: Path) -> str:
     async def main() -> dagagent.RunResult:
         async def write() -> None:
             graph.add(checker.check(task("first", 0.2)))
-            await anyio.sleep(0.4)
+            await anyio.sleep(0.4)  # wall-clock: the timeline drawn shows late joining after it
             graph.add(checker.check(task("late", 0.2)))
             graph.add(checker.check(task("total", 0.05, "${first.task} ${late.task}")))
             graph.close()

@@ -7,11 +7,11 @@ from __future__ import annotations
 import concurrent.futures
 import os
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from eventually import wait_until
 from playwright.sync_api import expect
 
 import dagagent
@@ -180,10 +180,7 @@ def test_a_running_run_updates_without_reloading(
     )
     t.start()
     try:
-        deadline = time.monotonic() + 20
-        while not path.exists() or not _recorded(path, "quick"):
-            assert time.monotonic() < deadline, "the run was not recorded"
-            time.sleep(0.05)
+        wait_until(lambda: path.exists() and _recorded(path, "quick"), "the run is recorded")
         with Server(path) as server:
             page.goto(server.url + "/")
             run_id = page.locator("tr.run-row").get_attribute("data-run")
@@ -373,3 +370,45 @@ def test_a_solve_page_shows_its_rounds_calls_and_timeline(
         # a round's run names its solve
         page.locator("table.rounds tbody tr").nth(1).locator("a").click()
         expect(page.locator(".crumbs")).to_contain_text(f"round 2 of solve {solve_id}")
+
+
+def test_a_deep_chain_is_collapsed_and_any_task_opens_by_its_id(
+    page: Any, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    path = tmp_path / "runs.db"
+    run_id = made.record_chain(path, 600)
+    with Server(path) as server:
+        page.goto(f"{server.url}/runs/{run_id}")
+        boxes = page.locator("#graph .level-box")
+        expect(boxes).to_have_count(50)
+        expect(boxes.first).to_contain_text("levels 0–11")
+        page.locator("#graph").screenshot(
+            path=str(artefacts(tmp_path_factory) / "deep-chain-graph.png")
+        )
+        boxes.nth(49).click()
+        expect(page.locator("tr.task-row")).to_have_count(12)
+        expect(page.locator("tr.task-row").first).to_have_attribute("data-task", "t588")
+        find = page.locator("input.find-task")
+        find.fill("t7")
+        find.press("Enter")
+        expect(page.locator("#panel .panel-inner")).to_have_attribute("data-task", "t7")
+        expect(page.locator("#panel")).to_contain_text("level 7")
+        find.fill(made.XSS)
+        find.press("Enter")
+        expect(page.locator("#panel .panel-note")).to_contain_text(made.XSS)
+        page.screenshot(path=str(artefacts(tmp_path_factory) / "deep-chain-find.png"))
+
+    # The report: a task it holds opens; one it does not says how to see it.
+    report = tmp_path / "report.html"
+    with RunStore(path, read_only=True) as st:
+        report.write_text(render_report(st.get_run(run_id)), encoding="utf-8")
+    page.goto(report.as_uri())
+    find = page.locator("input.find-task")
+    find.fill("t3")
+    find.press("Enter")
+    expect(page.locator("#panel .panel-inner")).to_have_attribute("data-task", "t3")
+    find.fill("t599")
+    find.press("Enter")
+    expect(page.locator("#panel .panel-note")).to_contain_text(
+        f"dagagent show {run_id} --task t599"
+    )

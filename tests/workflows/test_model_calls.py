@@ -145,7 +145,9 @@ async def test_what_the_model_wrote_is_redacted_and_bounded(world: World) -> Non
             GOAL,
             reg,
             llm,
-            interceptors=[redacting(patterns=[r"[\w.]+@example\.org"])],
+            # \b: a pattern free to start inside a word is quadratic in Python's re over the
+            # 32,000 x's below (3 s of a test for nothing the test is about)
+            interceptors=[redacting(patterns=[r"\b[\w.]+@example\.org"])],
             structured=False,
         )
     planner, joiner = solution.calls
@@ -184,8 +186,10 @@ async def test_a_deadline_ends_the_solve_with_what_was_running(
     world: World, tmp_path: Path
 ) -> None:
     store = tmp_path / "runs.db"
+    # wall-clock time: the solve writes its record in worker threads, which a skipping clock
+    # would not wait for (the deadline would pass while the first write is under way)
     solution = await dagagent.solve(
-        GOAL, world.registry, Stuck('{"tasks": [{"id": "pa'), store=store, deadline_s=0.2
+        GOAL, world.registry, Stuck('{"tasks": [{"id": "pa'), store=store, deadline_s=1.0
     )
     assert solution.status is SolveStatus.TIMED_OUT
     assert "deadline passed" in solution.reason and "the planner (round 1)" in solution.reason
@@ -197,6 +201,7 @@ async def test_a_deadline_ends_the_solve_with_what_was_running(
     assert record.status is SolveStatus.TIMED_OUT and record.calls == solution.calls
 
 
+@pytest.mark.skip_time
 async def test_a_deadline_keeps_what_finished_and_names_the_task_that_ran(
     world: World,
 ) -> None:
@@ -221,7 +226,7 @@ async def test_a_deadline_keeps_what_finished_and_names_the_task_that_ran(
             ]
         }
     )
-    solution = await dagagent.solve(GOAL, reg, Stuck("", answers=[text]), deadline_s=0.3)
+    solution = await dagagent.solve(GOAL, reg, Stuck("", answers=[text]), deadline_s=5)
     assert solution.status is SolveStatus.TIMED_OUT
     assert "task b of run" in solution.reason
     result = solution.rounds[0].result

@@ -41,7 +41,12 @@
     mark("selected", id);
     if (report) {
       var src = panelSource(id);
-      if (!src) { return; }
+      if (!src) {
+        var run = live ? live.getAttribute("data-run") : "RUN";
+        note(body, "Task \u201c" + id + "\u201d is not in this report. ",
+          "dagagent show " + run + " --task " + id);
+        return;
+      }
       body.replaceChildren(src.content.cloneNode(true));
       panel.hidden = false;
       return;
@@ -57,7 +62,23 @@
         body.replaceChildren.apply(body, Array.prototype.slice.call(doc.body.childNodes));
         panel.hidden = false;
       })
-      .catch(function () {});
+      .catch(function (status) {
+        if (selected !== id) { return; }
+        note(body, status === 404 ? "This run has no task \u201c" + id + "\u201d." : "The task could not be loaded (" + status + ").", "");
+      });
+  }
+  // A message in the panel, as text (an id typed in the search box is never HTML).
+  function note(body, text, command) {
+    var p = document.createElement("p");
+    p.className = "panel-note";
+    p.textContent = text;
+    if (command) {
+      var code = document.createElement("code");
+      code.textContent = command;
+      p.append(code, document.createTextNode(" shows it."));
+    }
+    body.replaceChildren(p);
+    panel.hidden = false;
   }
   function hide() {
     if (panel) { panel.hidden = true; }
@@ -79,7 +100,15 @@
   });
   document.addEventListener("keydown", function (ev) {
     if (ev.key === "Escape") { hide(); return; }
-    if (ev.key === "Enter") { var id = taskOf(ev.target); if (id !== null) { open(id); } }
+    if (ev.key !== "Enter") { return; }
+    var find = ev.target.closest && ev.target.closest("input.find-task");
+    if (find) {
+      var wanted = find.value.trim();
+      if (wanted) { ev.preventDefault(); open(wanted); }
+      return;
+    }
+    var id = taskOf(ev.target);
+    if (id !== null) { open(id); }
   });
   var hovered = null;
   document.addEventListener("mouseover", function (ev) {
