@@ -208,6 +208,19 @@ def test_the_readme_is_short_and_its_test_command_is_what_ci_runs() -> None:
     assert (ROOT / "benchmarks" / "suite.py").is_file()
 
 
+def test_the_suite_benchmark_measures_the_command_ci_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """benchmarks/suite.py, whose figure the README gives, times ``.ci/run``'s test command."""
+    import importlib.util
+
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    spec = importlib.util.spec_from_file_location("bench_suite", ROOT / "benchmarks" / "suite.py")
+    assert spec is not None and spec.loader is not None
+    suite = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(suite)
+    ci = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
+    assert suite.test_command() == shlex.split(next(x for x in ci if x.startswith("pytest")))
+
+
 def test_the_readme_links_to_files_that_exist() -> None:
     readme = page("README")
     targets = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", readme)

@@ -2,9 +2,10 @@
 
 Some pages of the guide have room for pages beside them that may not be written yet:
 scale-out for Temporal and exactly-once execution, plans for branching, the viewer for big
-runs. ``mkdocs build --strict`` fails on a navigation entry whose file is missing, so they
-are not written in ``mkdocs.yml``: when its file is there, each joins the navigation under
-its own title, next to the page it belongs with (whose entry becomes a group of both).
+runs, planning for models (naming them, fallbacks, providers). ``mkdocs build --strict``
+fails on a navigation entry whose file is missing, so they are not written in
+``mkdocs.yml``: when its file is there, each joins the navigation under its own title, next
+to the page it belongs with (whose entry becomes a group of both).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ OPTIONAL = {
     "scale-out.md": ["temporal.md", "exactly-once.md"],
     "plans.md": ["branching.md"],
     "viewer.md": ["big-runs.md"],
+    "planning.md": ["models.md"],
 }
 
 
