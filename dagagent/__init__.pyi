@@ -40,6 +40,7 @@ from .errors import (
     LLMAuthError as LLMAuthError,
     LLMBadRequestError as LLMBadRequestError,
     LLMConnectionError as LLMConnectionError,
+    LLMContextLengthError as LLMContextLengthError,
     LLMError as LLMError,
     LLMRateLimitError as LLMRateLimitError,
     LLMResponseError as LLMResponseError,
@@ -129,6 +130,7 @@ from .store import (
 from .tools import (
     Registry as Registry,
     SchemaTool as SchemaTool,
+    Skill as Skill,
     Tool as Tool,
     tool as tool,
 )

@@ -30,7 +30,8 @@ The tree::
     │   ├── LLMRateLimitError         429 after every retry
     │   ├── LLMServerError            5xx after every retry
     │   ├── LLMBadRequestError        400 and friends: the provider's own error text
-    │   │   └── LLMUnsupportedOptionError  the server does not take an option sent (``.option``)
+    │   │   ├── LLMUnsupportedOptionError  the server does not take an option sent (``.option``)
+    │   │   └── LLMContextLengthError   the prompt does not fit the model's context window
     │   └── LLMResponseError          the body is not what the wire format promises
     ├── PlanningError                 the planner gave up (``.attempts``)
     ├── JoinerError                   the joiner gave no usable decision (``.attempts``)
@@ -80,6 +81,7 @@ __all__ = [
     "LLMAuthError",
     "LLMBadRequestError",
     "LLMConnectionError",
+    "LLMContextLengthError",
     "LLMError",
     "LLMRateLimitError",
     "LLMResponseError",
@@ -296,6 +298,13 @@ class LLMUnsupportedOptionError(LLMBadRequestError):
     def __init__(self, message: str, option: str = "") -> None:
         self.option = option
         super().__init__(message)
+
+
+class LLMContextLengthError(LLMBadRequestError):
+    """The provider refused the request because the prompt (with the output limit asked for)
+    is longer than the model's context window: OpenAI's ``context_length_exceeded``,
+    Anthropic's "prompt is too long", Gemini's "input token count ... exceeds". A model with a
+    larger window may take it (see :func:`dagagent.llm.fallback`)."""
 
 
 class LLMResponseError(LLMError):

@@ -48,7 +48,7 @@ def clean_environment(home: Path, **env: str) -> dict[str, str]:
     clean = {
         k: v
         for k, v in os.environ.items()
-        if not k.startswith(("DAGAGENT_", "OPENAI_", "ANTHROPIC_"))
+        if not k.startswith(("DAGAGENT_", "OPENAI_", "ANTHROPIC_", "GEMINI_", "GOOGLE_API"))
     }
     return {
         **clean,

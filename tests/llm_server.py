@@ -26,6 +26,7 @@ import pytest
 from dagagent.llm import (
     LLM,
     AnthropicChat,
+    GeminiChat,
     HTTPChatClient,
     HTTPRetryPolicy,
     ModelSettings,
@@ -364,7 +365,7 @@ class Flavor:
     """What differs between the providers, so one test can run against both."""
 
     name: str
-    client_cls: type[OpenAIChat] | type[AnthropicChat]
+    client_cls: type[OpenAIChat] | type[AnthropicChat] | type[GeminiChat]
     path: str
     key_env: str
     text: Callable[..., dict[str, Any]]
@@ -372,9 +373,11 @@ class Flavor:
     events: Callable[..., list[tuple[str | None, Any]]]
     error: Callable[..., dict[str, Any]]
 
-    def client(self, server: LLMTestServer, **options: Any) -> OpenAIChat | AnthropicChat:
+    def client(
+        self, server: LLMTestServer, **options: Any
+    ) -> OpenAIChat | AnthropicChat | GeminiChat:
         options["settings"] = quick_retries(options.get("settings"))
-        base = server.url + ("/v1" if self.client_cls is OpenAIChat else "")
+        base = server.url + _BASE_PATH.get(self.name, "")
         return self.client_cls("test-model", base_url=base, **options)
 
     def sse(self, body: dict[str, Any], **options: Any) -> SSEReply:
@@ -401,7 +404,32 @@ ANTHROPIC = Flavor(
     wire.anthropic_events,
     wire.anthropic_error,
 )
-FLAVORS = [OPENAI, ANTHROPIC]
+# The error types the provider tests name, as Gemini's statuses.
+_GEMINI_STATUS = {
+    "rate_limit_error": "RESOURCE_EXHAUSTED",
+    "authentication_error": "UNAUTHENTICATED",
+    "permission_error": "PERMISSION_DENIED",
+    "api_error": "INTERNAL",
+    "overloaded_error": "UNAVAILABLE",
+}
+
+
+def _gemini_error(message: str, *, type: str = "invalid_request_error") -> dict[str, Any]:
+    return wire.gemini_error(message, status=_GEMINI_STATUS.get(type, "INVALID_ARGUMENT"))
+
+
+GEMINI = Flavor(
+    "gemini",
+    GeminiChat,
+    "/v1beta/models/test-model:generateContent",
+    "GEMINI_API_KEY",
+    wire.gemini_text,
+    wire.gemini_function_calls,
+    wire.gemini_events,
+    _gemini_error,
+)
+_BASE_PATH = {"openai": "/v1", "gemini": "/v1beta"}
+FLAVORS = [OPENAI, ANTHROPIC, GEMINI]
 
 # What the provider tests send, the same for both.
 TOOLS = [

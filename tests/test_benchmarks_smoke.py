@@ -173,7 +173,7 @@ def test_overhead_runs_tiny(tmp_path: Path) -> None:
     data = json.loads((tmp_path / "overhead.json").read_text())
     assert [(r["shape"], r["tasks"]) for r in data["results"]] == [("layered", 300), ("fan", 300)]
     for r in data["results"]:
-        assert set(r["run_s"]) == {"floor", "serial", "levels", "dataflow"}
+        assert set(r["run_s"]) == {"floor", "anyio floor", "serial", "levels", "dataflow"}
         assert r["peak_rss_mb"] > 0 and min(r["validate_s"]) > 0
         assert all(x > 0 for x in r["summary"]["x_floor"].values())
     assert (tmp_path / "overhead.md").read_text().startswith("# Overhead: no-op tasks,")
@@ -199,7 +199,14 @@ def test_overhead_through_execute_plan(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr
     (r,) = json.loads((tmp_path / "overhead.json").read_text())["results"]
-    assert set(r["run_s"]) == {"floor", "levels", "dataflow", "levels+plan", "dataflow+plan"}
+    assert set(r["run_s"]) == {
+        "floor",
+        "anyio floor",
+        "levels",
+        "dataflow",
+        "levels+plan",
+        "dataflow+plan",
+    }
     assert r["summary"]["validate_x_floor"] > 0
     assert "validate x floor" in (tmp_path / "overhead.md").read_text()
     assert "Median of" not in proc.stdout  # one run: no median to speak of
@@ -238,11 +245,15 @@ def test_overhead_gives_medians_from_three_runs(tmp_path: Path) -> None:
         " shape ",
         " tasks ",
         " floor us/task ",
+        " anyio floor x floor ",
         " dataflow x floor ",
         " dataflow+plan x floor ",
         " validate x floor ",
     ]
-    assert row.split("|")[5].strip() == f"{x:.2f}"
+    assert row.split("|")[6].strip() == f"{x:.2f}"
+    a = statistics.median(r["run_s"]["anyio floor"]) / floor
+    assert s["anyio_x_floor_median"] == pytest.approx(a)
+    assert row.split("|")[4].strip() == f"{a:.2f}"
 
 
 @pytest.mark.slow
@@ -270,7 +281,14 @@ def test_overhead_chain_and_wide_shapes(tmp_path: Path) -> None:
         ("wide", 120, 0, 1),
     ]
     for r in results:
-        assert set(r["run_s"]) == {"floor", "levels", "dataflow", "levels+plan", "dataflow+plan"}
+        assert set(r["run_s"]) == {
+            "floor",
+            "anyio floor",
+            "levels",
+            "dataflow",
+            "levels+plan",
+            "dataflow+plan",
+        }
 
 
 @pytest.mark.slow
@@ -322,7 +340,7 @@ def test_overhead_with_sync_and_inline_tools(tmp_path: Path) -> None:
         )
         assert proc.returncode == 0, proc.stderr
         (r,) = json.loads((tmp_path / f"overhead_{tool}.json").read_text())["results"]
-        assert r["tool"] == tool and set(r["run_s"]) == {"floor", "dataflow"}
+        assert r["tool"] == tool and set(r["run_s"]) == {"floor", "anyio floor", "dataflow"}
 
 
 @pytest.mark.slow
@@ -382,7 +400,7 @@ def test_overhead_with_the_run_store(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert not (tmp_path / "overhead.json").exists()  # the published no-store figures stay
     (r,) = json.loads((tmp_path / "overhead_store.json").read_text())["results"]
-    assert set(r["run_s"]) == {"floor", "dataflow", "dataflow+store"}
+    assert set(r["run_s"]) == {"floor", "anyio floor", "dataflow", "dataflow+store"}
     assert "dataflow+store" in proc.stdout
 
 

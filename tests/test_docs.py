@@ -678,6 +678,7 @@ RUN_BY = {
     ("planning", "Model calls, deadlines and budgets"): ["solution.calls"],
     ("planning", "Streamed planning"): ["plan_and_execute_streamed("],
     ("records", None): ["store="],
+    ("models", None): ["fallback(", "load_skills("],
     ("branching", None): [
         "max_calls=3, cooldown_s=60",
         "CallLedger(clock=",
@@ -753,3 +754,27 @@ def test_branching_snippets(scratch: Path) -> None:
         )
         assert result.ok
     assert len(namespace["shared_cache"]) == 3  # the second run was answered from the cache
+
+
+def test_models_snippets(scratch: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The models page's fallback chain (clients made, nothing sent) and its skills, on the
+    quickstart's registry, with a ``text`` and a ``skills/`` folder as the page describes."""
+    for name in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    text = page("models")
+    namespace: dict[str, Any] = {}
+    run_python(block_with(text, "python", "fallback("), namespace)
+    assert type(namespace["llm"]).__name__ == "FallbackLLM"
+
+    quickstart(namespace)
+    folder = scratch / "skills"
+    folder.mkdir()
+    (folder / "carrier.md").write_text(
+        "---\nname: carrier\ndescription: Which carrier to pick.\n---\n# Carriers\n\nCheapest.\n",
+        encoding="utf-8",
+    )
+    namespace["text"] = "1. Look the order up.\n2. Refund it."
+    run_python(block_with(text, "python", "load_skills("), namespace)
+    registry = namespace["registry"]
+    assert set(registry.skills) == {"refund", "carrier"}
+    assert "read_skill" in registry

@@ -21,7 +21,7 @@ from dagagent.limits import agent_turn_tokens, call_tokens
 from dagagent.llm import ModelSettings, ToolSpec
 from dagagent.llm.types import check_tool_choice
 from dagagent.text import as_data
-from dagagent.tools import Registry
+from dagagent.tools import READ_SKILL, Registry, skills_prompt
 
 from ._calls import wire_name
 from .state import Mode
@@ -75,8 +75,16 @@ _EMPTY_CORRECTION = "Your reply was empty. Call a tool, or reply with the final 
 
 
 def system_prompt(mode: Mode, tools: Registry, instructions: str | None) -> str:
-    """The system prompt of ``mode``, with the caller's ``instructions`` after it."""
+    """The system prompt of ``mode``, with the skills' summaries (when the tools have skills)
+    and the caller's ``instructions`` after it."""
     prompt = _TOOLS_PROMPT if mode == "tools" else _text_prompt(tools)
+    skills = skills_prompt(
+        tools.skills,
+        how=f"call {READ_SKILL} with a skill's name to read it when the task matches one, "
+        "then follow it",
+    )
+    if skills:
+        prompt = f"{prompt}\n\n{skills}"
     return f"{prompt}\n\n{instructions.strip()}" if instructions else prompt
 
 

@@ -63,6 +63,7 @@ from .options import (
     PlannerPromptOpt,
     PolicyOpt,
     PricesOpt,
+    SkillsOpt,
     StoreOpt,
     TimeoutOpt,
     ToolsOpt,
@@ -292,6 +293,7 @@ def ask_cmd(
     goal: str = typer.Argument(..., help="The question or goal to answer.", metavar="GOAL"),
     tools: ToolsOpt = None,
     mcp: McpOpt = None,
+    skills: SkillsOpt = None,
     model: ModelOpt = None,
     base_url: BaseUrlOpt = None,
     max_rounds: int = typer.Option(
@@ -392,7 +394,7 @@ def ask_cmd(
             "--approve needs a terminal to ask on, but stdin is not a terminal "
             "(run without --approve, or from a terminal)"
         )
-    registry = load_tools(tools, mcp)
+    registry = load_tools(tools, mcp, skills)
     # The first policy goes to solve as its policy: streamed planning holds back the tasks
     # it may ask about or deny until the whole plan is known; it still checks calls first.
     policies = run_interceptors(

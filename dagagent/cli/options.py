@@ -53,6 +53,7 @@ __all__ = [
     "PricesOpt",
     "RunArg",
     "RunOptions",
+    "SkillsOpt",
     "StoreOpt",
     "TimeoutOpt",
     "ToolsOpt",
@@ -85,6 +86,16 @@ McpOpt = Annotated[
         help="Tools of an MCP server, named NAME.TOOL: NAME=COMMAND ARGS... starts a server "
         "speaking over stdio, NAME=URL (http/https) reaches one over streamable HTTP "
         "(repeatable). Beside --tools, or instead: with --mcp, the demo tools are left out.",
+    ),
+]
+SkillsOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--skills",
+        metavar="DIR",
+        help="Skills: a folder of Markdown files (NAME.md or NAME/SKILL.md), each a procedure "
+        "whose one-line summary goes in the planner's and agents' prompts and whose full text "
+        "a model reads with the read_skill tool when it needs it.",
     ),
 ]
 StoreOpt = Annotated[
@@ -275,7 +286,10 @@ ModelOpt = Annotated[
         "-m",
         metavar="SPEC",
         help="The model: openai:MODEL (OpenAI or any OpenAI-compatible server: vLLM, Ollama, "
-        "...) or anthropic:MODEL. Keys come from the environment. Default: $DAGAGENT_MODEL.",
+        "...), anthropic:MODEL or gemini:MODEL; several, separated by commas, are fallbacks "
+        "in that order "
+        "(a call moves on when a model is rate limited, down, unreachable or its context "
+        "too short). Keys come from the environment. Default: $DAGAGENT_MODEL.",
     ),
 ]
 BaseUrlOpt = Annotated[
@@ -283,8 +297,9 @@ BaseUrlOpt = Annotated[
     typer.Option(
         "--base-url",
         metavar="URL",
-        help="Server for the model, e.g. http://localhost:11434/v1 (Ollama). Default: "
-        "$DAGAGENT_BASE_URL, else $OPENAI_BASE_URL / $ANTHROPIC_BASE_URL.",
+        help="Server for the model (the first, with fallbacks), e.g. "
+        "http://localhost:11434/v1 (Ollama). Default: $DAGAGENT_BASE_URL, else "
+        "$OPENAI_BASE_URL / $ANTHROPIC_BASE_URL / $GEMINI_BASE_URL.",
     ),
 ]
 

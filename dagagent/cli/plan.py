@@ -45,6 +45,7 @@ from .options import (
     PlannerPromptOpt,
     PolicyOpt,
     RunOptions,
+    SkillsOpt,
     StoreOpt,
     TimeoutOpt,
     ToolsOpt,
@@ -92,6 +93,25 @@ class _Watching:
 
     def rejected(self, call: LiveCall, issues: Sequence[str]) -> None:
         self.progress.rejected("planner", None, None, issues)
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def _models(llm: Any, watching: _Watching) -> str:
+    """The models that answered the planner's calls, and the models a fallback gave up on."""
+    answered: list[str] = []
+    gave_up: list[str] = []
+    for call in watching.calls:
+        if call.model and call.model not in answered:
+            answered.append(call.model)
+        for failure in call.fallbacks:
+            note = f"{failure.model} ({failure.reason.replace('_', ' ')})"
+            if note not in gave_up:
+                gave_up.append(note)
+    text = ", ".join(answered) or str(llm.model)
+    return f"{text}, falling back from {', '.join(gave_up)}" if gave_up else text
 
 
 def _make_planner(
@@ -170,6 +190,7 @@ def plan_cmd(
     goal: str = typer.Argument(..., help="What the plan should achieve.", metavar="GOAL"),
     tools: ToolsOpt = None,
     mcp: McpOpt = None,
+    skills: SkillsOpt = None,
     model: ModelOpt = None,
     base_url: BaseUrlOpt = None,
     out_file: OutOpt = None,
@@ -214,7 +235,7 @@ def plan_cmd(
     if out_file is not None:  # before any model call
         check_output_path(out_file, store, "plan")
     options = RunOptions.of(ctx)  # --executor, --ask...: read from ctx
-    registry = load_tools(tools, mcp)
+    registry = load_tools(tools, mcp, skills)
     from .writing import ModelProgress
 
     progress = ModelProgress(err)
@@ -232,14 +253,14 @@ def plan_cmd(
     with progress:
         result = _plan(llm, planner, goal, deadline=deadline, watching=watching)
     graph = result.graph
-    usage_line = f"planned with {llm.model}: {result.summary()}"
+    usage_line = f"planned with {_models(llm, watching)}: {result.summary()}"
     if json_out and not execute:
         print_json(out, planning_summary(result))
     elif not json_out:
         out.print(plan_table(graph))
         out.print(to_ascii(graph), markup=False, highlight=False)
         out.print(
-            f"{len(graph)} tasks in {len(graph.levels)} levels; {usage_line}",
+            f"{_count(len(graph), 'task')} in {_count(len(graph.levels), 'level')}; {usage_line}",
             markup=False,
             highlight=False,
         )

@@ -25,6 +25,7 @@ from .options import (
     PlanArg,
     PolicyOpt,
     RunOptions,
+    SkillsOpt,
     StoreOpt,
     ToolsOpt,
 )
@@ -46,6 +47,7 @@ def validate_cmd(
     plan: PlanArg,
     tools: ToolsOpt = None,
     mcp: McpOpt = None,
+    skills: SkillsOpt = None,
     json_out: bool = typer.Option(False, "--json", help="Print the levels as JSON."),
     model: str | None = typer.Option(
         None,
@@ -60,7 +62,7 @@ def validate_cmd(
     from ..graph import validate
     from .render import plan_table, print_json, print_warnings
 
-    registry = load_tools(tools, mcp)
+    registry = load_tools(tools, mcp, skills)
     graph = validate(plan, registry, check_llm=not ModelChoice(model).configured)
     if json_out:
         print_json(
@@ -231,6 +233,7 @@ def run_cmd(
     plan: PlanArg,
     tools: ToolsOpt = None,
     mcp: McpOpt = None,
+    skills: SkillsOpt = None,
     executor: ExecutorOpt = "dataflow",
     on_failure: OnFailureOpt = "cancel",
     max_concurrency: MaxConcurrencyOpt = None,
@@ -276,7 +279,7 @@ def run_cmd(
     if otel:
         configure_otel()
     options = RunOptions.of(ctx)  # --executor, --ask, --dask-*...: read from ctx
-    registry = load_tools(tools, mcp)
+    registry = load_tools(tools, mcp, skills)
     llm = agent_model(model, base_url)
     graph = validate(plan, registry, llm=llm, check_llm=True)
     print_warnings(err, graph.warnings)

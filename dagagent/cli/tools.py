@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
 
-from ..errors import ConfigError, DagagentError
+from ..errors import ConfigError, DagagentError, ToolDefinitionError
 from ._app import DEFAULT_TOOLS, app, err, guard, load_registry, out, tools_spec
-from .options import McpOpt, ToolsOpt
+from .options import McpOpt, SkillsOpt, ToolsOpt
 
 if TYPE_CHECKING:
     from ..tools import Registry, Tool
@@ -19,11 +20,15 @@ if TYPE_CHECKING:
 __all__ = ["load_tools"]
 
 
-def load_tools(tools: str | None, mcp: Sequence[str] | None = None) -> Registry:
+def load_tools(
+    tools: str | None, mcp: Sequence[str] | None = None, skills: Path | None = None
+) -> Registry:
     """The tools of ``--tools`` (see :func:`~dagagent.cli._app.load_registry`; without it and
     with ``--mcp``, only ``$DAGAGENT_TOOLS``, not the demo tools) and of every ``--mcp``
     server, named ``NAME.TOOL``. Each server is started (or reached) and listed, then let go:
-    a run opens it again for as long as it lasts."""
+    a run opens it again for as long as it lasts. With ``skills`` (``--skills DIR``), the
+    folder's skills and the ``read_skill`` tool, in a registry of their own (the module's
+    registry that ``--tools`` names is left as it is)."""
     from ..tools import Registry
 
     mcp = list(mcp or ())
@@ -39,12 +44,27 @@ def load_tools(tools: str | None, mcp: Sequence[str] | None = None) -> Registry:
             highlight=False,
         )
     registry = load_registry(spec) if spec is not None else Registry()
+    if skills is not None:
+        registry = _with_skills(registry, skills)
     if mcp:
         # The servers' tools join a registry of this command's own: the module's stays as its
         # module made it (a program that loads it again must not find them there).
         registry = Registry(registry)
         _add_mcp_tools(registry, mcp)
     return registry
+
+
+def _with_skills(registry: Registry, folder: Path) -> Registry:
+    from ..tools import READ_SKILL, Registry
+
+    own = Registry(t for t in registry if not (registry.skills and t.name == READ_SKILL))
+    for skill in registry.skills.values():
+        own.add_skill(skill)
+    try:
+        own.load_skills(folder)
+    except ToolDefinitionError as exc:
+        raise ConfigError(f"--skills {str(folder)!r}: {exc}") from None
+    return own
 
 
 def _add_mcp_tools(registry: Registry, specs: list[str]) -> None:
@@ -110,6 +130,7 @@ def _safety(t: Tool) -> str:
 def tools_cmd(
     tools: ToolsOpt = None,
     mcp: McpOpt = None,
+    skills: SkillsOpt = None,
     json_out: bool = typer.Option(
         False,
         "--json",
@@ -118,14 +139,14 @@ def tools_cmd(
     ),
 ) -> None:
     """List the tools a plan can use (those --tools and --mcp give, as 'run' and 'plan' would
-    load them), each with its arguments as the planner sees them."""
+    load them), each with its arguments as the planner sees them, and the skills of --skills."""
     from rich.text import Text
 
     from ..planners.prompts import tool_catalog
     from ..text import printable
     from .render import print_json
 
-    registry = load_tools(tools, mcp)
+    registry = load_tools(tools, mcp, skills)
     if json_out:
         tools_doc: list[dict[str, Any]] = [
             {
@@ -137,7 +158,18 @@ def tools_cmd(
             }
             for t in registry
         ]
-        print_json(out, {"tools": tools_doc})  # one object, as every --json prints
+        doc: dict[str, Any] = {"tools": tools_doc}
+        if registry.skills:
+            doc["skills"] = [
+                {
+                    "name": k.name,
+                    "summary": k.summary,
+                    "source": str(k.source or ""),
+                    "chars": len(k.text),
+                }
+                for k in registry.skills.values()
+            ]
+        print_json(out, doc)  # one object, as every --json prints
         return
     for t in registry:
         # The planner's own catalog entry (signature, description, argument notes, what it
@@ -147,4 +179,12 @@ def tools_cmd(
         lines = [printable(line) for line in entry]
         lines.append(f"    from {_source(t)}; {_safety(t)}")
         out.print(Text("\n".join(lines)), soft_wrap=True)
-    err.print(f"{len(registry)} tool{'s' if len(registry) != 1 else ''}", markup=False)
+    for k in registry.skills.values():
+        where = f"    from {k.source or 'Python'}; {len(k.text):,} characters"
+        text = f"{printable(f'skill {k.name}: {k.summary}')}\n{printable(where)}"
+        out.print(Text(text), soft_wrap=True)
+    n, m = len(registry), len(registry.skills)
+    counts = f"{n} tool{'s' if n != 1 else ''}"
+    if m:
+        counts += f", {m} skill{'s' if m != 1 else ''}"
+    err.print(counts, markup=False)

@@ -2,7 +2,9 @@
 
 One protocol, :class:`LLM` (``complete`` and ``stream``), implemented by
 :class:`OpenAIChat` (chat completions: OpenAI, vLLM, Ollama, llama.cpp, LM Studio),
-:class:`AnthropicChat` (Messages API) and :class:`ScriptedLLM` (tests and examples).
+:class:`AnthropicChat` (Messages API), :class:`GeminiChat` (the Gemini API) and
+:class:`ScriptedLLM` (tests and examples);
+:func:`fallback` (a :class:`FallbackLLM`) sends a call on to the next model when one fails.
 Build a client with :func:`from_spec` (``"openai:gpt-4o-mini"``) or :func:`from_env`.
 Failures raise the ``LLM*Error`` classes of :mod:`dagagent.errors`.
 """
@@ -14,6 +16,7 @@ if TYPE_CHECKING:
     from dagagent.llm._http import HTTPChatClient
     from dagagent.llm._retry import HTTPRetryPolicy
     from dagagent.llm.anthropic import AnthropicChat
+    from dagagent.llm.gemini import GeminiChat
     from dagagent.llm.metered import MeteredLLM
     from dagagent.llm.observe import (
         CallObserver,
@@ -26,6 +29,7 @@ if TYPE_CHECKING:
     )
     from dagagent.llm.openai import OpenAIChat
     from dagagent.llm.protocol import LLM
+    from dagagent.llm.router import Fallback, FallbackLLM, fallback
     from dagagent.llm.scripted import ScriptedLLM, ScriptError, ScriptItem, WireItem
     from dagagent.llm.settings import ModelSettings
     from dagagent.llm.spec import from_env, from_spec
@@ -59,6 +63,9 @@ __all__ = [
     "AssistantMessage",
     "CallObserver",
     "CallOutcome",
+    "Fallback",
+    "FallbackLLM",
+    "GeminiChat",
     "HTTPChatClient",
     "HTTPRetryPolicy",
     "LLMRequest",
@@ -90,6 +97,7 @@ __all__ = [
     "closing_stream",
     "collect_stream",
     "estimate_tokens",
+    "fallback",
     "from_env",
     "from_spec",
     "last_call",
@@ -104,6 +112,10 @@ _LAZY: dict[str, str] = {
     "HTTPChatClient": "_http",
     "HTTPRetryPolicy": "_retry",
     "AnthropicChat": "anthropic",
+    "GeminiChat": "gemini",
+    "Fallback": "router",
+    "FallbackLLM": "router",
+    "fallback": "router",
     "MeteredLLM": "metered",
     "CallObserver": "observe",
     "CallOutcome": "observe",

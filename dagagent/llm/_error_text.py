@@ -38,7 +38,8 @@ def provider_error_text(body: str) -> str:
         if isinstance(error, dict):
             message = error.get("message")
             if isinstance(message, str) and message:
-                kind = error.get("type") or error.get("code")
+                kinds = (error.get(k) for k in ("type", "status", "code"))  # Gemini: status
+                kind = next((k for k in kinds if isinstance(k, str) and k), None)
                 return f"{message} [{kind}]" if isinstance(kind, str) and kind else message
             return excerpt(json.dumps(error), 500)
         if isinstance(error, str) and error:

@@ -9,6 +9,7 @@ never carries the API key.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
@@ -19,6 +20,7 @@ from dagagent.errors import (
     LLMAuthError,
     LLMBadRequestError,
     LLMConnectionError,
+    LLMContextLengthError,
     LLMRateLimitError,
     LLMResponseError,
     LLMServerError,
@@ -31,7 +33,25 @@ from dagagent.llm._retry import HTTPRetryPolicy, Retryable, parse_retry_after
 from dagagent.llm._secret import Scrubber, Secret
 from dagagent.llm._sse import StreamIdleTimeout
 
-__all__ = ["HTTPFailures"]
+__all__ = ["HTTPFailures", "is_context_overflow"]
+
+# What providers say when the prompt does not fit the context window: OpenAI's code
+# ``context_length_exceeded`` and "maximum context length is N tokens" (vLLM says the same),
+# Anthropic's "prompt is too long: N tokens > M maximum", Gemini's "The input token count (N)
+# exceeds the maximum number of tokens allowed (M)", llama.cpp's "exceeds the available
+# context size".
+_CONTEXT_RE = re.compile(
+    r"context_length_exceeded|maximum context length|prompt is too long"
+    r"|input token count.{0,40}exceeds|exceeds the (?:available )?context (?:size|window)"
+    r"|context window (?:is )?exceeded",
+    re.IGNORECASE | re.DOTALL,
+)
+
+
+def is_context_overflow(text: str) -> bool:
+    """Whether a provider's error ``text`` says the prompt is longer than the model's
+    context window."""
+    return _CONTEXT_RE.search(text) is not None
 
 
 #: What a timeout's message says to raise: the time each call may wait for the server (the
@@ -186,6 +206,13 @@ class HTTPFailures:
         if 300 <= status < 400:
             return LLMBadRequestError(
                 f"{self.provider} redirected to {location} (HTTP {status}); check base_url"
+            )
+        if status in (400, 413, 422) and is_context_overflow(
+            f"{text} {body if body is not None else ''}"
+        ):
+            return LLMContextLengthError(
+                f"{self.provider} refused the request: the prompt is longer than the context "
+                f"window of model {self.model!r} (HTTP {status}): {text}"
             )
         hint = ""
         if status == 404:

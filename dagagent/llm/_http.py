@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import functools
+import importlib
 import re
 import ssl
 from collections.abc import (
@@ -80,6 +81,9 @@ def _log(event: str, **fields: Any) -> None:
 
 
 T = TypeVar("T")
+
+#: The wire formats of the built-in clients, each spoken by the module of its name.
+_BUILT_IN = frozenset({"openai", "anthropic", "gemini"})
 _Client = TypeVar("_Client", bound="HTTPChatClient")
 
 # What servers say when the output limit does not fit: vLLM's "maximum context length",
@@ -147,7 +151,10 @@ class HTTPChatClient(HTTPFailures, RequestLLM):
 
     @classmethod
     def for_wire_format(cls, wire_format: str) -> type[HTTPChatClient]:
-        """The client class that speaks ``wire_format``."""
+        """The client class that speaks ``wire_format`` (the built-in clients' modules,
+        ``dagagent.llm.openai`` / ``.anthropic`` / ``.gemini``, are imported on demand)."""
+        if wire_format not in HTTPChatClient._by_wire_format and wire_format in _BUILT_IN:
+            importlib.import_module(f"dagagent.llm.{wire_format}")
         try:
             return HTTPChatClient._by_wire_format[wire_format]
         except KeyError:

@@ -7,6 +7,9 @@ each role gets its own ``MeteredLLM`` around the same client, so its usage can b
     planner_usage = UsageTracker()
     planner = LLMPlanner(MeteredLLM(llm, planner_usage), registry)
 
+Around a :class:`~dagagent.llm.FallbackLLM`, a call that moved on to another model is that
+model's call (``LiveCall.model``), with the models given up on in ``LiveCall.fallbacks``.
+
 A call is counted once it is over, however it ended: answered, failed, cancelled, or cut
 off by its reader (streamed planning stops reading an answer it rejects). Its tokens are the
 provider's when it reported them, else estimated (see :mod:`dagagent.llm.observe`): a call
@@ -20,7 +23,7 @@ answer arrives, and as it ends.
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from contextlib import aclosing
 from typing import Any
 
@@ -28,6 +31,7 @@ from typing_extensions import Unpack
 
 from .observe import CallObserver, LiveCall, set_last_call
 from .protocol import LLM
+from .router import FallbackLLM
 from .types import (
     LLMRequest,
     LLMResponse,
@@ -105,7 +109,10 @@ class MeteredLLM:
     ) -> LLMResponse:
         call = self._start(messages, options, stream=False)
         try:
-            response = await self.llm.complete(messages, **options)
+            if isinstance(self.llm, FallbackLLM):
+                response = await self.llm.complete_watched(messages, call.fell_back, **options)
+            else:
+                response = await self.llm.complete(messages, **options)
         except BaseException as exc:
             call.end("cancelled" if _cancellation(exc) else "failed", error=exc)
             self._end(call)
@@ -119,7 +126,11 @@ class MeteredLLM:
     ) -> AsyncGenerator[StreamEvent, None]:
         call = self._start(messages, options, stream=True)
         observer = self.observer
-        events = self.llm.stream(messages, **options)
+        events: AsyncIterator[StreamEvent]
+        if isinstance(self.llm, FallbackLLM):
+            events = self.llm.stream_watched(messages, call.fell_back, **options)
+        else:
+            events = self.llm.stream(messages, **options)
         try:
             async with aclosing(events) as inner:  # type: ignore[type-var]
                 async for event in inner:

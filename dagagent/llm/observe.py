@@ -41,6 +41,7 @@ from .usage import Usage
 
 if TYPE_CHECKING:  # at run time only Usage: the run store's records import this module
     from .protocol import LLM
+    from .router import Fallback
     from .types import LLMRequest, LLMResponse, Message, RequestOptions, ToolCall
 
 __all__ = [
@@ -170,6 +171,9 @@ class LiveCall:
     #: Set by :func:`reject_last_call`: why the reader could not use the answer.
     issues: list[str] = field(default_factory=list)
     observer: CallObserver | None = field(default=None, repr=False)
+    #: The models a :class:`~dagagent.llm.FallbackLLM` gave up on before the one that
+    #: answered (``model``, ``provider``, ``server`` are then that one's).
+    fallbacks: list[Fallback] = field(default_factory=list)
     _pieces: list[str] = field(default_factory=list, repr=False)
 
     @classmethod
@@ -187,6 +191,15 @@ class LiveCall:
         )
 
     # -- as it happens -----------------------------------------------------------------
+
+    def fell_back(self, failure: Fallback, to: object) -> None:
+        """A fallback gave up on ``failure.model`` and asks ``to`` now: the call is that
+        model's from here on, and ``options["fallback"]`` lists the models given up on."""
+        self.fallbacks.append(failure)
+        self.model = str(getattr(to, "model", "") or "")
+        self.provider = str(getattr(to, "provider_name", "") or "")
+        self.server = server_of(to)
+        self.options["fallback"] = [f.as_json() for f in self.fallbacks]
 
     def wrote(self, piece: str) -> None:
         """The model wrote ``piece`` (text, or a fragment of a tool call's arguments)."""

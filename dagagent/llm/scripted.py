@@ -13,6 +13,7 @@ Wire mode scripts provider JSON bodies and runs the real :class:`OpenAIChat` /
 
     llm = ScriptedLLM.openai([wire.openai_tool_calls([("search", {"q": "x"})]), "done"])
     llm = ScriptedLLM.anthropic([httpx.Response(529), wire.anthropic_text("ok")])
+    llm = ScriptedLLM.gemini([wire.gemini_function_calls([("search", {"q": "x"})]), "done"])
 
 In wire mode every script item answers one HTTP request (so a 529 followed by a body is
 one ``complete`` call with one retry) and ``wire_requests`` holds the JSON bodies sent.
@@ -55,6 +56,23 @@ if TYPE_CHECKING:
     from dagagent.llm.protocol import LLM
 
 __all__ = ["ScriptError", "ScriptItem", "ScriptedLLM", "WireItem"]
+
+# Each wire format's bodies and events (see dagagent.llm.wire).
+_FROM_RESPONSE: dict[str, Callable[..., dict[str, Any]]] = {
+    "openai": wire.openai_from_response,
+    "anthropic": wire.anthropic_from_response,
+    "gemini": wire.gemini_from_response,
+}
+_TEXT: dict[str, Callable[..., dict[str, Any]]] = {
+    "openai": wire.openai_text,
+    "anthropic": wire.anthropic_text,
+    "gemini": wire.gemini_text,
+}
+_EVENTS: dict[str, Callable[..., list[Any]]] = {
+    "openai": wire.openai_events,
+    "anthropic": wire.anthropic_events,
+    "gemini": wire.gemini_events,
+}
 
 _Answer: TypeAlias = LLMResponse | str
 
@@ -107,7 +125,7 @@ class ScriptedLLM(RequestLLM):
         self._script: list[Any] = list(script)
         self._pos = 0
         self._failures: list[str] = []
-        self._wire: Literal["openai", "anthropic"] | None = None
+        self._wire: Literal["openai", "anthropic", "gemini"] | None = None
         self._http: httpx.AsyncClient | None = None
 
     # -- wire mode -----------------------------------------------------------------
@@ -158,6 +176,31 @@ class ScriptedLLM(RequestLLM):
         self.backend = client_class(model, client=self._http, usage=self.usage, **options)
         return self
 
+    @classmethod
+    def gemini(
+        cls,
+        script: Iterable[WireItem] = (),
+        *,
+        model: str = "gemini-test",
+        chunk_size: int = 8,
+        **client_options: Any,
+    ) -> ScriptedLLM:
+        """Script ``generateContent`` bodies answered through a real :class:`GeminiChat`
+        (streamed as ``streamGenerateContent?alt=sse`` chunks when the call streams)."""
+        self = cls(model=model, chunk_size=chunk_size)
+        self._script = list(script)
+        self._wire = "gemini"
+        self.provider_name = "gcp.gemini"
+        self._http = httpx.AsyncClient(transport=httpx.MockTransport(self._handle))
+        options: dict[str, Any] = {
+            "base_url": "http://scripted.invalid/v1beta",
+            "settings": _NO_DELAY,
+        }
+        options.update(client_options)
+        client_class = HTTPChatClient.for_wire_format("gemini")
+        self.backend = client_class(model, client=self._http, usage=self.usage, **options)
+        return self
+
     async def _handle(self, request: httpx.Request) -> httpx.Response:
         try:
             body = json.loads(request.content)
@@ -171,33 +214,22 @@ class ScriptedLLM(RequestLLM):
             item = item(body)
             if inspect.isawaitable(item):
                 item = await item
-        return self._wire_response(item, bool(body.get("stream")))
+        stream = bool(body.get("stream")) or ":streamGenerateContent" in request.url.path
+        return self._wire_response(item, stream)
 
     def _wire_response(self, item: Any, stream: bool) -> httpx.Response:
         if isinstance(item, httpx.Response):
             return item
-        openai = self._wire == "openai"
+        fmt = self._wire or "openai"
         if isinstance(item, LLMResponse):
-            data = (
-                wire.openai_from_response(item, model=self.model)
-                if openai
-                else wire.anthropic_from_response(item, model=self.model)
-            )
+            data = _FROM_RESPONSE[fmt](item, model=self.model)
         elif isinstance(item, str):
-            data = (
-                wire.openai_text(item, model=self.model)
-                if openai
-                else wire.anthropic_text(item, model=self.model)
-            )
+            data = _TEXT[fmt](item, model=self.model)
         else:
             data = dict(item)
         if stream:
             try:
-                events = (
-                    wire.openai_events(data, chunk_size=self.chunk_size)
-                    if openai
-                    else wire.anthropic_events(data, chunk_size=self.chunk_size)
-                )
+                events = _EVENTS[fmt](data, chunk_size=self.chunk_size)
             except (KeyError, IndexError, TypeError, AttributeError):
                 return httpx.Response(200, json=data)  # not a body we can stream: send as is
             return httpx.Response(
@@ -207,7 +239,7 @@ class ScriptedLLM(RequestLLM):
 
     @staticmethod
     def _describe_wire(body: dict[str, Any]) -> str:
-        messages = body.get("messages") or []
+        messages = body.get("messages") or body.get("contents") or []
         return f"last message: {json.dumps(messages[-1])[:200]}" if messages else "no messages"
 
     # -- script bookkeeping --------------------------------------------------------

@@ -90,6 +90,9 @@ class ToolCall(BaseModel):
     If the model produced arguments that are not a JSON object, ``arguments`` is ``{}``,
     ``arguments_error`` explains the problem (quoting the text) and ``raw_arguments``
     keeps the text exactly as received (it is ``None`` for arguments that parsed).
+
+    ``signature`` is an opaque token a provider sent with the call and wants back with it in
+    the history (Gemini's ``thoughtSignature``); it is neither shown nor stored.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -99,6 +102,7 @@ class ToolCall(BaseModel):
     arguments: dict[str, Any] = Field(default_factory=dict)
     arguments_error: str | None = None
     raw_arguments: str | None = None
+    signature: str | None = Field(default=None, repr=False, exclude=True)
 
     @classmethod
     def from_raw(cls, id: str, name: str, raw: str | Mapping[str, Any] | None) -> ToolCall:

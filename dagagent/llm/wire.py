@@ -1,10 +1,11 @@
 """Build provider wire-format bodies and event streams, for tests and examples.
 
 ``openai_text("hi")`` is a ``chat.completion`` JSON body, ``anthropic_tool_use([...])``
-a Messages API body, and so on. ``openai_events(body)`` / ``anthropic_events(body)``
-turn a complete body into the server-sent events a streaming server would send for it,
-and ``encode_sse`` turns events into bytes. ``ScriptedLLM.openai`` / ``.anthropic`` use
-these to answer real clients through ``httpx.MockTransport``.
+a Messages API body, ``gemini_function_calls([...])`` a ``generateContent`` body, and so
+on. ``openai_events(body)`` / ``anthropic_events(body)`` / ``gemini_events(body)`` turn a
+complete body into the server-sent events a streaming server would send for it, and
+``encode_sse`` turns events into bytes. ``ScriptedLLM.openai`` / ``.anthropic`` /
+``.gemini`` use these to answer real clients through ``httpx.MockTransport``.
 """
 
 from __future__ import annotations
@@ -23,6 +24,11 @@ __all__ = [
     "anthropic_text",
     "anthropic_tool_use",
     "encode_sse",
+    "gemini_error",
+    "gemini_events",
+    "gemini_from_response",
+    "gemini_function_calls",
+    "gemini_text",
     "openai_error",
     "openai_events",
     "openai_from_response",
@@ -381,4 +387,143 @@ def anthropic_events(body: Mapping[str, Any], *, chunk_size: int = 8) -> list[SS
         )
     )
     events.append(("message_stop", {"type": "message_stop"}))
+    return events
+
+
+# ---------------------------------------------------------------------------- Gemini
+
+
+def _gemini_usage(input_tokens: int, output_tokens: int) -> dict[str, Any]:
+    return {
+        "promptTokenCount": input_tokens,
+        "candidatesTokenCount": output_tokens,
+        "totalTokenCount": input_tokens + output_tokens,
+    }
+
+
+def _gemini_body(
+    parts: list[dict[str, Any]],
+    model: str,
+    finish_reason: str,
+    input_tokens: int,
+    output_tokens: int,
+) -> dict[str, Any]:
+    return {
+        "candidates": [
+            {
+                "content": {"role": "model", "parts": parts},
+                "finishReason": finish_reason,
+                "index": 0,
+            }
+        ],
+        "usageMetadata": _gemini_usage(input_tokens, output_tokens),
+        "modelVersion": model,
+        "responseId": "gemini-test-response",
+    }
+
+
+def gemini_text(
+    content: str,
+    *,
+    model: str = "gemini-test",
+    finish_reason: str = "STOP",
+    input_tokens: int = 10,
+    output_tokens: int = 5,
+) -> dict[str, Any]:
+    """A ``generateContent`` body answering ``content``."""
+    return _gemini_body([{"text": content}], model, finish_reason, input_tokens, output_tokens)
+
+
+def gemini_function_calls(
+    calls: Sequence[ToolCallLike],
+    *,
+    text: str | None = None,
+    model: str = "gemini-test",
+    finish_reason: str = "STOP",
+    input_tokens: int = 10,
+    output_tokens: int = 5,
+    ids: bool = False,
+    signature: str | None = None,
+) -> dict[str, Any]:
+    """A ``generateContent`` body whose answer calls functions: ``functionCall`` parts (with
+    ``id`` only when ``ids``: Gemini's ids are optional; the first call with a
+    ``thoughtSignature`` when ``signature`` is given, as thinking models send it)."""
+    parts: list[dict[str, Any]] = [{"text": text}] if text else []
+    for i, (call_id, name, args) in enumerate(_calls(calls, "gemini_call_")):
+        fn: dict[str, Any] = {"name": name, "args": args}
+        if ids:
+            fn["id"] = call_id
+        part: dict[str, Any] = {"functionCall": fn}
+        if signature is not None and i == 0:
+            part["thoughtSignature"] = signature
+        parts.append(part)
+    return _gemini_body(parts, model, finish_reason, input_tokens, output_tokens)
+
+
+def gemini_error(
+    message: str, *, code: int = 400, status: str = "INVALID_ARGUMENT"
+) -> dict[str, Any]:
+    """A Gemini API error body (``google.rpc.Status`` as JSON)."""
+    return {"error": {"code": code, "message": message, "status": status}}
+
+
+def gemini_from_response(response: LLMResponse, *, model: str = "gemini-test") -> dict[str, Any]:
+    """The ``generateContent`` body a server would send for ``response``."""
+    reasons = {"stop": "STOP", "length": "MAX_TOKENS", "tool_calls": "STOP"}
+    reason = reasons.get(response.finish_reason or "", (response.finish_reason or "STOP").upper())
+    usage = response.usage
+    if response.tool_calls:
+        return gemini_function_calls(
+            response.tool_calls,
+            text=response.content or None,
+            model=response.model or model,
+            finish_reason=reason,
+            input_tokens=usage.input_tokens,
+            output_tokens=usage.output_tokens,
+        )
+    return gemini_text(
+        response.content,
+        model=response.model or model,
+        finish_reason=reason,
+        input_tokens=usage.input_tokens,
+        output_tokens=usage.output_tokens,
+    )
+
+
+def gemini_events(body: Mapping[str, Any], *, chunk_size: int = 8) -> list[SSEItem]:
+    """The ``streamGenerateContent?alt=sse`` events for ``body``: each a whole
+    ``GenerateContentResponse`` carrying the next piece (text cut into ``chunk_size``
+    pieces, each function call whole, as Gemini sends them), the usage so far and the model;
+    the last one has the ``finishReason``. No end marker: the server closes the stream."""
+    candidate = body["candidates"][0]
+    usage = dict(body.get("usageMetadata") or {})
+    model = body.get("modelVersion", "gemini-test")
+    pieces: list[dict[str, Any]] = []
+    for part in candidate["content"]["parts"]:
+        if "text" in part and "functionCall" not in part:
+            pieces += [{**part, "text": t} for t in _chunks(part["text"], chunk_size)]
+        else:
+            pieces.append(dict(part))
+    events: list[SSEItem] = []
+    for i, part in enumerate(pieces):
+        last = i == len(pieces) - 1
+        chunk_candidate: dict[str, Any] = {
+            "content": {"role": "model", "parts": [part]},
+            "index": 0,
+        }
+        chunk_usage = {"promptTokenCount": usage.get("promptTokenCount", 0)}
+        if last:
+            chunk_candidate["finishReason"] = candidate.get("finishReason", "STOP")
+            chunk_usage = usage
+        events.append(
+            (
+                None,
+                {
+                    "candidates": [chunk_candidate],
+                    "usageMetadata": chunk_usage,
+                    "modelVersion": model,
+                    "responseId": body.get("responseId", "gemini-test-response"),
+                },
+            )
+        )
     return events

@@ -33,7 +33,7 @@ from ..plan import Plan
 from ..tools import Registry
 from .examples import PlanExample, example_messages, load_examples
 from .heal import HealingPlanner, PlanningOptions, PlanningResult
-from .prompts import plan_user_prompt, system_prompt, tool_catalog
+from .prompts import plan_user_prompt, planner_skills, system_prompt, tool_catalog
 
 __all__ = ["TOOLS_MARKER", "LLMPlanner"]
 
@@ -79,10 +79,15 @@ class LLMPlanner(HealingPlanner):
             own = self.own_prompt
             if own is None:
                 self._system = system_prompt(self.registry, agent_tasks=self.agent_tasks)
-            elif TOOLS_MARKER in own:
-                self._system = own.replace(TOOLS_MARKER, tool_catalog(self.registry))
             else:
-                self._system = f"{own.rstrip()}\n\nTools:\n{tool_catalog(self.registry)}"
+                catalog = tool_catalog(self.registry)
+                skills = planner_skills(self.registry, agent_tasks=self.agent_tasks)
+                if skills:  # the skills go where the tools are shown
+                    catalog = f"{catalog}\n\n{skills}"
+                if TOOLS_MARKER in own:
+                    self._system = own.replace(TOOLS_MARKER, catalog)
+                else:
+                    self._system = f"{own.rstrip()}\n\nTools:\n{catalog}"
         return self._system
 
     def messages(self, goal: str) -> list[Message]:

@@ -21,6 +21,7 @@ from ..errors import Issue
 from ..plan import Plan
 from ..results import TaskResult, TaskStatus
 from ..text import as_data, shorten as _shorten
+from ..tools import READ_SKILL, skills_prompt
 
 if TYPE_CHECKING:
     from ..tools import Registry, Tool
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
 __all__ = [
     "feedback_prompt",
     "plan_user_prompt",
+    "planner_skills",
     "replan_user_prompt",
     "results_sections",
     "shorten",
@@ -264,10 +266,27 @@ def system_prompt(
         "Tools:\n" + (tool_catalog(registry) or "(none)"),
         _FORMAT,
     ]
+    skills = planner_skills(registry, agent_tasks=agent_tasks)
+    if skills:
+        parts.insert(2, skills)
     if agent_tasks:
         parts.append(_AGENT_FORMAT)
     parts += [_REFERENCES, _MAP, _PARALLEL, _EXAMPLE, DATA_NOTE]
     return "\n\n".join(parts)
+
+
+def planner_skills(registry: Registry, *, agent_tasks: bool) -> str:
+    """The registry's skills as the planner is shown them (empty without skills)."""
+    how = (
+        f'a task calling {READ_SKILL} with args {{"name": "<skill>"}} returns one\'s full '
+        "text, for the tasks that follow it"
+    )
+    if agent_tasks:
+        how = (
+            f"to follow one, write an agent task with {READ_SKILL} among its tools and the "
+            f"skill's name in its instruction; or {how}"
+        )
+    return skills_prompt(registry.skills, how=how)
 
 
 def plan_user_prompt(goal: str) -> str:

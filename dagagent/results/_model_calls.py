@@ -26,6 +26,9 @@ class ModelCall(BaseModel):
       calls, in the order they started).
     - What was asked: ``model``, ``provider``, ``server`` (scheme, host and path: never a
       credential), ``options`` (output limit, temperature, response format, tools, ...).
+      A call a :class:`~dagagent.llm.FallbackLLM` moved on names the model that answered
+      (or failed last); ``options["fallback"]`` lists the models given up on before it, each
+      ``{"model", "reason", "error"}``.
     - What came back: ``text`` (what the model wrote, secrets redacted, cut to a bound:
       ``text_chars`` is its whole length), ``finish_reason``, ``status`` (``answered``,
       ``failed``, ``cancelled``, ``cut``, ``refused``) and ``error``; ``issues``, why its

@@ -519,3 +519,28 @@ def test_a_task_tried_again_is_one_line_of_progress(capsys: pytest.CaptureFixtur
     assert (
         err == "  paris failed (attempt 1): ConnectionError: \\x1b[31mreset; trying again in 0.4s\n"
     )
+
+
+def test_a_rate_limited_first_model_falls_back_and_the_record_says_so(
+    tmp_path: Path, model: Model
+) -> None:
+    limited = Reply(429, json=wire.openai_error("slow down"), headers={"retry-after": "0"})
+    with LLMTestServer(lambda request: limited) as down:
+        base = model.server.url + ("/v1" if model.flavor == "openai" else "")
+        user = User(tmp_path, ["--model", f"openai:down,{model.flavor}:fake"])
+        user.env["DAGAGENT_BASE_URL"] = down.url + "/v1"  # the first model's server
+        user.env[f"{model.flavor.upper()}_BASE_URL"] = base  # the fallback's
+        model.plan(weather("paris", "Paris"))
+        model.decide(finish("18 C in Paris.", ["paris"]))
+        proc = user.ask()
+        assert proc.stdout.strip().splitlines()[-1] == "18 C in Paris."
+        assert len(down.requests) == 2 * 4  # planner and joiner: each a try and 3 retries
+    doc = json.loads(user("show", "--last", "--json", code=0).stdout)
+    calls = doc["solve"]["calls"]
+    assert [(c["role"], c["model"], c["provider"]) for c in calls] == [
+        ("planner", "fake", model.flavor),
+        ("joiner", "fake", model.flavor),
+    ]
+    for call in calls:
+        (gave_up,) = call["options"]["fallback"]
+        assert gave_up["model"] == "openai:down" and gave_up["reason"] == "rate_limit"

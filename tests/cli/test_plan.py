@@ -335,3 +335,49 @@ def test_a_server_without_json_schema_still_plans_and_says_so(server: LLMTestSer
     assert [w[0] for w in warnings] == ["no_response_format"]
     assert "no_response_format" in r.stderr
     assert "response_format" not in server.requests[1].json
+
+
+def test_a_model_list_falls_back_and_says_which_model_planned(
+    server: LLMTestServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    limited = Reply(429, json=wire.openai_error("slow down"), headers={"retry-after": "0"})
+    server.push(*[limited] * 4)  # the first try and its three retries
+    with LLMTestServer() as second:
+        second.push(Reply(json=wire.anthropic_text(json.dumps(PLAN), output_tokens=80)))
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", second.url)
+        r = runner.invoke(
+            app,
+            [
+                "plan",
+                GOAL,
+                "--model",
+                "openai:test-model,anthropic:claude-test",
+                "--base-url",
+                server.url + "/v1",
+            ],
+            catch_exceptions=False,
+        )
+        second.check()
+    assert r.exit_code == 0, r.output
+    assert (
+        "planned with claude-test, falling back from openai:test-model (rate limit): " in r.stdout
+    )
+    assert len(server.requests) == 4 and second.requests[0].path == "/v1/messages"
+
+
+def test_plan_with_a_gemini_model(server: LLMTestServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GEMINI_API_KEY", "AIzaSy-cli-test-key-0123456789")
+    server.push(Reply(json=wire.gemini_text(json.dumps(PLAN), output_tokens=80)))
+    r = runner.invoke(
+        app,
+        ["plan", GOAL, "--model", "gemini:test-model", "--base-url", server.url + "/v1beta"],
+        catch_exceptions=False,
+    )
+    assert r.exit_code == 0, r.output
+    assert "3 tasks in 2 levels; planned with test-model: 1 attempt, 1 call" in r.stdout
+    (request,) = server.requests
+    assert request.path == "/v1beta/models/test-model:streamGenerateContent?alt=sse"
+    assert request.headers["x-goog-api-key"] == "AIzaSy-cli-test-key-0123456789"
+    body = request.json
+    assert GOAL in json.dumps(body["contents"]) and body["systemInstruction"]["parts"]
+    assert body["generationConfig"]["responseMimeType"] == "application/json"

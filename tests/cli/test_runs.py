@@ -765,11 +765,19 @@ def test_show_of_a_running_run_shows_each_task_running_with_its_time_so_far(
                 record = st.last_run()
         except dagagent.errors.StoreError:
             return False
-        return record.tasks.get("h") is not None and record.tasks["h"].status == "running"
+        tasks = record.tasks
+        # q is recorded twice (running, then succeeded): wait for its end too, or the counts
+        # below would race the store's writer
+        return (
+            "h" in tasks
+            and tasks["h"].status == "running"
+            and "q" in tasks
+            and tasks["q"].status == "succeeded"
+        )
 
     runner.start()
     try:
-        wait_until(h_is_running, "the store records h as running")
+        wait_until(h_is_running, "the store records h as running and q as succeeded")
         shown = cli("show", "--last")
         assert shown.exit_code == 0, shown.output
         out = " ".join(shown.stdout.split())

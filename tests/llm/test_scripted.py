@@ -13,6 +13,7 @@ from dagagent.errors import LLMBadRequestError, LLMServerError, LLMTimeoutError
 from dagagent.llm import (
     LLM,
     AnthropicChat,
+    GeminiChat,
     HTTPChatClient,
     HTTPRetryPolicy,
     LLMRequest,
@@ -258,5 +259,7 @@ def test_wire_mode_finds_the_client_by_its_wire_format() -> None:
     assert HTTPChatClient.for_wire_format("anthropic") is AnthropicChat
     assert isinstance(ScriptedLLM.anthropic(["ok"]).backend, AnthropicChat)
     assert MyOpenAI.wire_format == "openai"
-    with pytest.raises(LookupError, match="no client speaks 'gemini'"):
-        HTTPChatClient.for_wire_format("gemini")
+    assert HTTPChatClient.for_wire_format("gemini") is GeminiChat
+    assert isinstance(ScriptedLLM.gemini(["ok"]).backend, GeminiChat)
+    with pytest.raises(LookupError, match="no client speaks 'bedrock'"):
+        HTTPChatClient.for_wire_format("bedrock")

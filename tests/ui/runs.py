@@ -195,6 +195,11 @@ def record_paused_and_resumed(store: Path) -> tuple[str, str]:
     def resume() -> dagagent.RunResult:
         from dagagent.workflows import resume_sync
 
+        # wall-clock, as the store stamps questions and resumes: a person takes a moment to
+        # decide (on a fast machine the resume came within 10 ms, a wait the viewer rightly
+        # leaves unsaid, and the page had nothing to show)
+        time.sleep(0.05)
+
         return resume_sync(
             again, registry(), store=store, interceptors=[policy],
             decisions={"mail": Approval.approve("fine", by="ann")},

@@ -15,9 +15,10 @@ import anyio
 import pytest
 
 import dagagent
+from dagagent.errors import LLMRateLimitError
 from dagagent.events import ModelCallFinished, ModelCallRejected, ModelCallStarted
 from dagagent.interceptors import redacting
-from dagagent.llm import LLMResponse, ScriptedLLM, StreamEnd, TextDelta, wire
+from dagagent.llm import LLMResponse, ScriptedLLM, StreamEnd, TextDelta, fallback, wire
 from dagagent.results import SolveStatus
 from dagagent.store import RunStore
 from dagagent.workflows._calls import MAX_TEXT_CHARS
@@ -246,3 +247,29 @@ async def test_finished_events_carry_the_record(world: World) -> None:
     records = [e.record for e in events if isinstance(e, ModelCallFinished)]
     assert [r.role for r in records] == ["planner", "joiner"]
     assert all(isinstance(r.call_id, str) and r.call_id for r in records)
+
+
+async def test_a_call_a_fallback_moved_on_is_recorded_as_the_model_that_answered(
+    world: World, tmp_path: Path
+) -> None:
+    limited = LLMRateLimitError("OpenAI is rate limiting (HTTP 429): slow down (gave up)")
+    primary = ScriptedLLM([limited, limited], model="gpt-test")
+    secondary = ScriptedLLM.anthropic(
+        [wire.anthropic_text(plan(PARIS)), wire.anthropic_text(finish("18 C", ["paris"]))]
+    )
+    store = tmp_path / "runs.db"
+    async with primary, secondary:
+        solution = await dagagent.solve(
+            GOAL, world.registry, fallback(primary, secondary), store=store
+        )
+    assert solution.ok
+    assert [(c.role, c.model, c.provider) for c in solution.calls] == [
+        ("planner", "claude-test", "anthropic"),
+        ("joiner", "claude-test", "anthropic"),
+    ]
+    for call in solution.calls:
+        (gave_up,) = call.options["fallback"]
+        assert gave_up["model"] == "gpt-test" and gave_up["reason"] == "rate_limit"
+        assert "slow down" in gave_up["error"]
+    with RunStore(store) as st:
+        assert st.get_solve(solution.solve_id).calls == solution.calls
