@@ -12,8 +12,8 @@ per run, model call or planning step, never per task (see :mod:`dagagent.runner.
 Names follow the OpenTelemetry GenAI semantic conventions (``gen_ai.*``: operation names
 ``invoke_workflow``, ``invoke_agent``, ``plan``, ``chat``, ``execute_tool``), with
 ``dagagent.*`` attributes for what they do not cover (run and task ids, executor, status,
-attempts, reuse, the role a model call served). See the README's "OpenTelemetry" section for
-the span tree and the metrics.
+attempts, reuse, the role a model call served). The documentation's OpenTelemetry page
+(``docs/opentelemetry.md``) draws the span tree and lists the metrics.
 
 Tool arguments and outputs are recorded only when the user opts in, as the conventions ask:
 :func:`capture_content` or ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true``; and

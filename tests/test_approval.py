@@ -859,7 +859,7 @@ async def test_a_path_glob_matches_the_file_a_path_names(path: str) -> None:
     result = await dagagent.execute(the_plan, registry, interceptors=[policy])
     assert result.tasks["r"].status is dagagent.TaskStatus.DENIED
     assert calls == []
-    # a plain glob matches the text as it is, as the README says
+    # a plain glob matches the text as it is, as docs/approvals.md says
     assert not Rule(action="deny", args={"path": "/etc/*"}).matches_args({"path": "//etc/x"})
 
 

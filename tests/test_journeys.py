@@ -180,7 +180,7 @@ def test_agent_node_in_a_plan(user: Journey, server: LLMTestServer) -> None:
 def test_replan_reruns_a_failed_agent_task_with_the_environment_model(
     user: Journey, server: LLMTestServer
 ) -> None:
-    # the model is set once in the environment, as the README suggests; its first answer is
+    # the model is set once in the environment, as the quickstart suggests; its first answer is
     # an error, so the agent task fails; replan --execute must run it again with that model
     user.env["DAGAGENT_MODEL"] = "openai:fake"
     user.env["DAGAGENT_BASE_URL"] = server.url + "/v1"

@@ -108,7 +108,7 @@ class _Argument(TyperArgument):
 
 
 class _Group(TyperGroup):
-    """The command group: its commands' positional arguments read as in the README."""
+    """The command group: its commands' positional arguments read as in the documentation."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -213,8 +213,8 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
 def stop_signals_interrupt() -> None:
     """Outside :func:`stoppable`, SIGTERM and SIGHUP raise ``KeyboardInterrupt`` as Ctrl-C
     does (unless ignored, as under ``nohup``): the command then ends with its message and
-    exit 130, as the README says, not killed without a word. For the process's entry point
-    only: a library leaves the signals alone."""
+    exit 130, as the command-line reference says, not killed without a word. For the
+    process's entry point only: a library leaves the signals alone."""
     for sig in _stop_signals():
         if sig is not signal.SIGINT:
             signal.signal(sig, _interrupt)

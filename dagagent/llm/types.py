@@ -301,7 +301,7 @@ def check_tool_choice(tool_choice: str | None, tools: Sequence[ToolSpec]) -> Non
 class RequestOptions(TypedDict, total=False):
     """The keyword arguments of a call to a model past its messages (those of
     :meth:`LLM.complete <dagagent.llm.LLM.complete>` and ``stream``), declared once for the
-    code that passes them on: :meth:`LLMRequest.build`, :class:`~dagagent.llm.RequestLLM`,
+    code that passes them on: :meth:`LLMRequest.build`, :class:`~dagagent.llm.protocol.RequestLLM`,
     :class:`~dagagent.llm.MeteredLLM`."""
 
     tools: Sequence[ToolSpec] | None

@@ -34,8 +34,8 @@ results).
   ``when`` that does not read the element is decided once, before the list expands (see
   :meth:`~dagagent.runner.TaskRunner.run_task`).
 - **Cap.** A list longer than the run's ``max_elements`` (default
-  :data:`DEFAULT_MAX_ELEMENTS`) fails the task with :class:`~dagagent.errors.MapError` before
-  any element starts.
+  :data:`~dagagent.limits.DEFAULT_MAX_ELEMENTS`) fails the task with
+  :class:`~dagagent.errors.MapError` before any element starts.
 """
 
 from __future__ import annotations

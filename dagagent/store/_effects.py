@@ -160,9 +160,9 @@ class EffectQueries:
         at: float,
         key: str | None = None,
     ) -> int:
-        """In a transaction of :meth:`decide`: a person's decision about the calls in doubt
-        of task ``task_id`` (the one with idempotency key ``key``, if given), on their own
-        records: ``happened`` (``output``: JSON text of their output; they are then
+        """In a transaction of :meth:`~dagagent.store.RunStore.decide`: a person's decision
+        about the calls in doubt of task ``task_id`` (the one with idempotency key ``key``, if
+        given), on their own records: ``happened`` (``output``: JSON text of their output; they are then
         ``succeeded``), ``not_happened`` (the resume makes them again) or ``denied``. How
         many it resolved."""
         words = {

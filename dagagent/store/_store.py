@@ -57,9 +57,9 @@ def _writable(path: Path) -> bool:
 
 class RunStore(SolveQueries, EffectQueries, ApprovalQueries):
     """A SQLite file of run records (and of solves: see :class:`SolveQueries`; of their model
-    calls: see :class:`ModelCallQueries`; of the approvals that wait for a person: see
-    :class:`ApprovalQueries`; and of the calls with side effects: see
-    :class:`EffectQueries`).
+    calls: see :class:`~dagagent.store._model_calls.ModelCallQueries`; of the approvals that
+    wait for a person: see :class:`ApprovalQueries`; and of the calls with side effects: see
+    :class:`~dagagent.store._effects.EffectQueries`).
 
     ``RunStore(path)`` opens (and creates, or migrates forward) the store; ``path=None`` uses
     :func:`default_store_path` (``.location`` says where it was found and why). With

@@ -10,7 +10,8 @@ read-only) and draws them; it changes nothing. The viewer needs the ``ui`` extra
   the critical path, the limits for big runs; :mod:`._labels` the words they share;
 - :mod:`.timeline`: the timeline as text;
 - :mod:`.render`: the pages as HTML (Jinja2, autoescaped), the report;
-- :mod:`.app`: the Starlette app; :func:`serve` runs it with uvicorn.
+- :mod:`.app`: the Starlette app (:func:`~dagagent.ui.app.create_app`); ``dagagent ui`` serves
+  it with uvicorn.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ timeout, the map's elements, the result record: all as in a local run. The resul
 as the JSON of :meth:`TaskResult.to_json_dict <dagagent.results.TaskResult.to_json_dict>`.
 
 A map's window: the elements outside it stand as placeholders and those the window finished
-before its worker was lost stand as they were reported (see :meth:`_window_prior`), so the
+before its worker was lost stand as they were reported (see ``_window_prior``), so the
 runner runs only the rest (the same road as a resumed run's waiting elements). Finished
 elements are reported in the activity's heartbeats.
 

@@ -1,0 +1,30 @@
+"""A mkdocs hook: the changes page shows ``CHANGELOG.md`` itself, not a copy.
+
+``docs/changelog.md`` holds the marker ``<!-- CHANGELOG.md -->``, replaced at build time by
+the changelog without its title, each heading one level down so that the releases sit under
+the page's own "The changes".
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+CHANGELOG = ROOT / "CHANGELOG.md"
+MARKER = "<!-- CHANGELOG.md -->"
+PAGE = "changelog.md"
+
+
+def on_page_markdown(markdown: str, page: Any, **_: Any) -> str:
+    if page.file.src_uri != PAGE:
+        return markdown
+    if MARKER not in markdown:
+        raise ValueError(f"docs/{PAGE} has lost its {MARKER} marker")
+    return markdown.replace(MARKER, changes())
+
+
+def changes() -> str:
+    text = re.sub(r"\A# [^\n]*\n", "", CHANGELOG.read_text("utf-8"))
+    return re.sub(r"(?m)^(#{2,5}) ", r"#\1 ", text)
