@@ -162,9 +162,9 @@ class EffectQueries:
     ) -> int:
         """In a transaction of :meth:`~dagagent.store.RunStore.decide`: a person's decision
         about the calls in doubt of task ``task_id`` (the one with idempotency key ``key``, if
-        given), on their own records: ``happened`` (``output``: JSON text of their output; they are then
-        ``succeeded``), ``not_happened`` (the resume makes them again) or ``denied``. How
-        many it resolved."""
+        given), on their own records: ``happened`` (``output``: JSON text of their output;
+        they are then ``succeeded``), ``not_happened`` (the resume makes them again) or
+        ``denied``. How many it resolved."""
         words = {
             "happened": "a person said it took effect",
             "not_happened": "a person said to make it again",
