@@ -430,6 +430,43 @@ def test_a_running_run_renews_its_lease_until_it_ends(
         assert st.get_run(result.run_id).status == "succeeded"
 
 
+def test_the_writer_goes_on_after_the_run_has_ended(tmp_path: Path) -> None:
+    """Once a run's end is on record its lease is no longer renewed; the writer then sleeps
+    until something comes (it once asked its queue to wait forever in seconds, an
+    OverflowError that ended the thread, and what came later was lost)."""
+    from dagagent.events import RunFinished
+
+    db, run_id = tmp_path / "r.db", "0123456789ab"
+    plan = Plan.model_validate({"tasks": [{"id": "a", "tool": "t"}]})
+    ended = dagagent.execute_sync({"tasks": [{"id": "a", "tool": "echo", "args": {"text": "x"}}]},
+                                  _echo_registry())  # fmt: skip
+    rec = RunRecorder(db, run_id, flush_interval_s=0).start()
+    rec(RunStarted(run_id, plan, "dataflow"))
+    rec(RunFinished(run_id, ended))
+
+    def finished() -> bool:
+        with sqlite3.connect(db) as conn:
+            row = conn.execute("SELECT finished_at FROM runs").fetchone()
+        return row is not None and row[0] is not None
+
+    wait_until(finished, "the run's end on record")
+    rec.record(_plain("a", output=1))  # comes after the end: still written
+    rec.close()
+    assert rec.loss is None
+    assert _task_rows(db, run_id) == [("a", "succeeded", "1")]
+
+
+def _echo_registry() -> dagagent.Registry:
+    reg = dagagent.Registry()
+
+    @reg.tool
+    def echo(text: str) -> str:
+        """Say it back."""
+        return text
+
+    return reg
+
+
 @pytest.mark.slow  # starts a process to have a pid that is gone
 def test_a_run_recorded_before_leases_is_told_by_its_pid(tmp_path: Path) -> None:
     db = tmp_path / "r.db"

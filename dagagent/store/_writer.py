@@ -222,7 +222,9 @@ class Writer:
             # Sleep until something comes, or, with a batch the store was locked for, until
             # it is time to try it again, or until the run's lease is due for renewal.
             item: object
-            wait = max(0.0, self._next_beat - time.monotonic()) if self._run_row else None
+            wait = None  # nothing due: sleep until something comes
+            if self._run_row and self._next_beat != math.inf:  # a lease held: renew it on time
+                wait = max(0.0, self._next_beat - time.monotonic())
             if events or results:
                 wait = _BUSY_RETRY_S if wait is None else min(wait, _BUSY_RETRY_S)
             try:
