@@ -613,13 +613,15 @@ def releases() -> list[tuple[str, str, str]]:
     text = (ROOT / "CHANGELOG.md").read_text(encoding="utf-8")
     found = list(RELEASE.finditer(text))
     ends = [m.start() for m in found[1:]] + [len(text)]
-    return [(m.group(1), m.group(2), text[m.end() : end]) for m, end in zip(found, ends)]
+    return [
+        (m.group(1), m.group(2), text[m.end() : end]) for m, end in zip(found, ends, strict=True)
+    ]
 
 
 def test_the_changelog_is_grouped_by_release_and_agrees_with_the_version() -> None:
     """Releases newest first, only the newest unreleased, each grouped by the kinds of Keep a
-    Changelog in one order; ``__version__`` is the newest release, or ``X.Y.Z.dev0`` while it is unreleased
-    (the scheme on the changes page)."""
+    Changelog in one order; ``__version__`` is the newest release, or ``X.Y.Z.dev0`` while it
+    is unreleased (the scheme on the changes page)."""
     import dagagent
 
     found = releases()
