@@ -142,6 +142,25 @@ class ModelCallQueries:
             raise ValueError("give solve_id or run_id")
         return [_call(r) for r in rows]
 
+    def resolve_calls(self, ref: str) -> str | None:
+        """The run id ``ref`` names (a full id or a unique prefix) among the runs with model
+        calls outside a solve, or ``None``. Such calls may have no run: those of a plan that
+        was not run (``dagagent plan`` without ``--execute``) keep the id it would have had."""
+        from ._ids import check_run_id
+
+        ref = check_run_id(ref)
+        rows = self._query(
+            "SELECT DISTINCT run_id FROM model_calls WHERE solve_id IS NULL "
+            "AND substr(run_id, 1, ?) = ? LIMIT 6",
+            (len(ref), ref),
+        )
+        if not rows:
+            return None
+        if len(rows) > 1:
+            ids = ", ".join(r[0] for r in rows[:5])
+            raise StoreError(f"id prefix {ref} is ambiguous (matches {ids}...); give more digits")
+        return str(rows[0][0])
+
     def solve_spends(self, solve_ids: Sequence[str]) -> dict[str, SolveSpend]:
         """What each of ``solve_ids`` used (solves without a recorded call are left out)."""
         if not solve_ids:
