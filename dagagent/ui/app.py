@@ -224,6 +224,7 @@ def create_app(
             answers=answers_of(st, [r.run_id for r in runs]),
             limit=limit,
             solves=st.list_solves(min(limit, 50)),
+            unrun=st.unrun_plans(min(limit, 20)),
         )
         return HTMLResponse(html)
 

@@ -195,9 +195,11 @@ def render_runs(
     answers: Mapping[str, Any] | None = None,
     limit: int = 200,
     solves: Sequence[SolveSummary] = (),
+    unrun: Sequence[Any] = (),
 ) -> str:
     """The runs list (``status``: only runs of that status), under the recent ``solves``
-    (their model and what they cost)."""
+    (their model and what they cost) and the plans that were not run (``unrun``: see
+    :meth:`~dagagent.store.RunStore.unrun_plans`)."""
     counts: dict[str, int] = {}
     for r in runs:
         counts[r.status] = counts.get(r.status, 0) + 1
@@ -213,6 +215,7 @@ def render_runs(
         limit=limit,
         now=time.time(),
         solves=solves,
+        unrun=unrun,
         solve_of_run={rid: sv.solve_id for sv in solves for rid in sv.run_ids},
     )
 

@@ -436,8 +436,15 @@ def test_a_runs_page_shows_the_model_calls_that_planned_it_and_its_agents(
         assert "note" in calls.nth(2).inner_text()  # the agent task's call names its task
         assert page.locator("main script").count() == 0
         page.screenshot(path=str(shots / "run-with-calls.png"), full_page=True)
-        # the id of a plan that was not run opens its model calls
-        page.goto(f"{server.url}/runs/{unrun}")
+        # the runs list names the plan that was not run; its id opens its model calls
+        page.goto(server.url + "/")
+        row = page.locator(f'tr.unrun-row[data-run="{unrun}"]')
+        expect(row).to_have_count(1)
+        assert "planned" in row.inner_text() and "scripted-model" in row.inner_text()
+        expect(page.locator(f'tr.unrun-row[data-run="{run_id}"]')).to_have_count(0)
+        page.screenshot(path=str(shots / "runs-with-plans-not-run.png"), full_page=True)
+        row.locator("a").click()
+        page.wait_for_url(f"**/runs/{unrun}")
         expect(page.locator("#calls table.calls tbody.mcall")).to_have_count(1)
         assert page.locator('[data-fact="calls"]').inner_text() == "1"
         assert "not run" in page.locator(".crumbs").inner_text()
