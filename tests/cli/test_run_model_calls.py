@@ -144,3 +144,24 @@ def _text(plan: dict[str, Any]) -> dict[str, Any]:
     from dagagent.llm import wire
 
     return wire.openai_text(json.dumps(plan))
+
+
+def test_a_resumed_runs_agent_calls_follow_those_before(user: User, model: Model) -> None:
+    model.text(NOTE)  # the first agent, before the pause
+    model.text("Tokyo is warmer.")  # the second, after the decision
+    plan = {
+        "goal": "Two notes",
+        "tasks": [
+            {"id": "first", "instruction": "Say something about Paris"},
+            {"id": "tokyo", "tool": "get_weather", "args": {"city": "Tokyo"}},
+            {"id": "second", "instruction": "Compare ${first} with ${tokyo}"},
+        ],
+    }
+    name = user.write_plan(plan)
+    paused = user.json("run", name, "--tools", TOOLS, *user.model, "--ask", "get_weather", code=6)
+    run_id = paused["run_id"]
+    user("approve", run_id, "tokyo", "--allow")
+    user("resume", run_id, *user.model)
+    doc = user.json("show", run_id)
+    assert [(c["seq"], c["task_id"]) for c in doc["calls"]] == [(1, "first"), (2, "second")]
+    assert doc["calls"][1]["text"] == "Tokyo is warmer."
