@@ -38,6 +38,7 @@ from ..store import (
     RunSummary,
     SolveRecord,
     SolveSummary,
+    UnrunPlan,
 )
 from ..text import jsonable, shorten
 from ._dag import levels_name
@@ -195,7 +196,7 @@ def render_runs(
     answers: Mapping[str, Any] | None = None,
     limit: int = 200,
     solves: Sequence[SolveSummary] = (),
-    unrun: Sequence[Any] = (),
+    unrun: Sequence[UnrunPlan] = (),
 ) -> str:
     """The runs list (``status``: only runs of that status), under the recent ``solves``
     (their model and what they cost) and the plans that were not run (``unrun``: see
