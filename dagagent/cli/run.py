@@ -267,6 +267,12 @@ def agent_calls(
         return
     own: SolveCalls | None = None
     opened: Any = None
+    if calls is not None and interceptors:
+        from ..runner._redaction import Redaction
+
+        # what the agents write is redacted as the run's redacting interceptors say (known
+        # only now: the plan's calls were made before the run's interceptors)
+        calls.redaction = Redaction(interceptors)
     if calls is None:
         from ..run import new_run_id
         from ..store import RunStore
