@@ -337,7 +337,8 @@ def _plan_and_run(
     graph = result.graph
     usage_line = f"planned with {_models(llm, watching)}: {result.summary()}"
     if json_out and not execute:
-        print_json(out, planning_summary(result))
+        # the id its model calls are recorded under: 'dagagent show ID' opens them
+        print_json(out, {**planning_summary(result), "calls_recorded_as": calls.run_id})
     elif not json_out:
         out.print(plan_table(graph))
         out.print(to_ascii(graph), markup=False, highlight=False)

@@ -73,6 +73,12 @@ def test_a_plan_not_run_keeps_its_calls_under_the_id_show_opens(user: User, mode
     assert "call 1 (planner) was rejected:" in shown and "Let me think <about> it." in shown
     refused = user("show", planning, "--task", "paris", code=2)
     assert "was not run" in refused.stderr
+    # --json says nothing on stderr: the document names the id
+    model.plan(weather("paris", "Paris"))
+    quiet = user.json("plan", GOAL, *user.model, "--tools", TOOLS)
+    assert [c["role"] for c in user.json("show", quiet["calls_recorded_as"])["calls"]] == [
+        "planner"
+    ]
 
 
 def test_planning_that_fails_keeps_every_attempt(user: User, model: Model) -> None:
