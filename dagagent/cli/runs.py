@@ -910,19 +910,11 @@ def _calls_table(calls: Sequence[ModelCall]) -> Table:
     from ..llm.usage import format_cost
     from ..text import printable
 
+    rounds = any(c.round is not None for c in calls)  # a solve's: outside one, none has
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
-    for name, justify in (
-        ("#", "right"),
-        ("rnd", "right"),
-        ("who", "left"),
-        ("status", "left"),
-        ("1st tok", "right"),
-        ("time", "right"),
-        ("in", "right"),
-        ("out", "right"),
-        ("cost", "right"),
-    ):
-        table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+    left = ("who", "status")
+    for name in ("#", *(("rnd",) if rounds else ()), *left, "1st tok", "time", "in", "out", "cost"):
+        table.add_column(name, justify="left" if name in left else "right", no_wrap=True)
     for c in calls:
         status = c.status + (" (rejected)" if c.issues else "")
         if c.finish_reason not in (None, "stop", "tool_calls"):
@@ -930,7 +922,7 @@ def _calls_table(calls: Sequence[ModelCall]) -> Table:
         est = "~" if c.estimated else ""
         table.add_row(
             str(c.seq),
-            str(c.round) if c.round is not None else "-",
+            *((str(c.round) if c.round is not None else "-",) if rounds else ()),
             Text(f"{c.role} {printable(c.task_id)}" if c.task_id else c.role),
             Text(status, style="red" if c.status in ("failed", "refused") else ""),
             f"{c.first_token_s:.2f}s" if c.first_token_s is not None else "-",
