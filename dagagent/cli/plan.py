@@ -57,8 +57,9 @@ from .run import run_graph
 from .tools import load_tools
 
 if TYPE_CHECKING:
-    from ..llm import LiveCall
+    from ..llm import CallObserver, LiveCall
     from ..planners import LLMPlanner, PlanningResult
+    from ..workflows._calls import SolveCalls
     from .writing import ModelProgress
 
 __all__ = ["plan_cmd", "planning_summary"]
@@ -76,23 +77,33 @@ def planning_summary(result: PlanningResult) -> dict[str, Any]:
 
 
 class _Watching:
-    """The planner's model calls, shown while they are written (an observer of them)."""
+    """The planner's model calls, shown while they are written (an observer of them), and
+    recorded by ``record`` (the observer of a :class:`~dagagent.workflows._calls.SolveCalls`)
+    when given."""
 
-    def __init__(self, progress: ModelProgress) -> None:
+    def __init__(self, progress: ModelProgress, record: CallObserver | None = None) -> None:
         self.progress = progress
+        self.record = record
         self.calls: list[LiveCall] = []
 
     def started(self, call: LiveCall) -> None:
+        if self.record is not None:
+            self.record.started(call)
         self.calls.append(call)
         self.progress.started(call, "planner", None, None)
 
     def wrote(self, call: LiveCall) -> None:
-        pass
+        if self.record is not None:
+            self.record.wrote(call)
 
     def ended(self, call: LiveCall) -> None:
+        if self.record is not None:
+            self.record.ended(call)
         self.progress.ended(call.id)
 
     def rejected(self, call: LiveCall, issues: Sequence[str]) -> None:
+        if self.record is not None:
+            self.record.rejected(call, issues)
         self.progress.rejected("planner", None, None, issues)
 
 
@@ -227,9 +238,6 @@ def plan_cmd(
     """Ask a model for a plan reaching GOAL with the given tools; show it as a table and a
     DAG, save it (--out) or run it (--execute). Exit 3 if no valid plan came back, 2 if the
     model could not be used, 8 if --deadline passed first."""
-    from .diagram import to_ascii
-    from .render import plan_table, print_json, print_warnings
-
     if otel:
         configure_otel()
     if not goal.strip():
@@ -238,12 +246,84 @@ def plan_cmd(
         check_output_path(out_file, store, "plan")
     options = RunOptions.of(ctx)  # --executor, --ask...: read from ctx
     registry = load_tools(tools, mcp, skills)
+    from ..run import new_run_id
+    from ..store import RunStore
+    from ..workflows._calls import run_calls
+
+    # Every model call is recorded under the id of the run the plan becomes (with
+    # --execute), or would have become: 'dagagent show ID' finds them either way.
+    run_store = RunStore(options.store)
+    try:
+        calls = run_calls(run_store, new_run_id())
+        try:
+            code = _plan_and_run(
+                ctx_options=options,
+                calls=calls,
+                goal=goal,
+                registry=registry,
+                model=ModelChoice(model, base_url, timeout, max_tokens, deadline, stream_timeout),
+                max_attempts=max_attempts,
+                agent_tasks=agent_tasks,
+                no_schema=no_schema,
+                planner_prompt=planner_prompt,
+                examples=examples,
+                deadline=deadline,
+                json_out=json_out,
+                execute=execute,
+                out_file=out_file,
+            )
+        finally:
+            _say_calls_recorded(calls, run_store, quiet=json_out)
+    finally:
+        run_store.close()
+    raise typer.Exit(code)
+
+
+def _say_calls_recorded(calls: SolveCalls, store: Any, *, quiet: bool) -> None:
+    """Write every call recorded; say where they are (an error if some could not be)."""
+    lost = calls.close()
+    if lost is not None:
+        err.print(f"error: not recorded: {lost}", markup=False, highlight=False)
+        return
+    if quiet or not calls.records:
+        return
+    n = len(calls.records)
+    err.print(
+        f"{n} model call{'s' if n != 1 else ''} recorded as {calls.run_id} in {store.path} "
+        f"(dagagent show {calls.run_id})",
+        markup=False,
+        highlight=False,
+    )
+
+
+def _plan_and_run(
+    *,
+    ctx_options: RunOptions,
+    calls: SolveCalls,
+    goal: str,
+    registry: Any,
+    model: ModelChoice,
+    max_attempts: int,
+    agent_tasks: bool,
+    no_schema: bool,
+    planner_prompt: Path | None,
+    examples: Path | None,
+    deadline: float | None,
+    json_out: bool,
+    execute: bool,
+    out_file: Path | None,
+) -> int:
+    """Plan, show and save the plan, and with ``execute`` run it as run ``calls.run_id``;
+    the exit code."""
+    from .diagram import to_ascii
+    from .render import plan_table, print_json, print_warnings
     from .writing import ModelProgress
 
+    options = ctx_options
     progress = ModelProgress(err)
-    watching = _Watching(progress)
+    watching = _Watching(progress, calls.observer("planner"))
     llm, planner = _make_planner(
-        ModelChoice(model, base_url, timeout, max_tokens, deadline, stream_timeout),
+        model,
         registry,
         max_attempts=max_attempts,
         agent_tasks=agent_tasks,
@@ -257,7 +337,8 @@ def plan_cmd(
     graph = result.graph
     usage_line = f"planned with {_models(llm, watching)}: {result.summary()}"
     if json_out and not execute:
-        print_json(out, planning_summary(result))
+        # the id its model calls are recorded under: 'dagagent show ID' opens them
+        print_json(out, {**planning_summary(result), "calls_recorded_as": calls.run_id})
     elif not json_out:
         out.print(plan_table(graph))
         out.print(to_ascii(graph), markup=False, highlight=False)
@@ -280,6 +361,7 @@ def plan_cmd(
             highlight=False,
         )
     if not execute:
-        raise typer.Exit(EXIT_OK)
-    code = run_graph(graph, registry, options, as_json=json_out, llm=llm if agent_tasks else None)
-    raise typer.Exit(code)
+        return EXIT_OK
+    return run_graph(
+        graph, registry, options, as_json=json_out, llm=llm if agent_tasks else None, calls=calls
+    )

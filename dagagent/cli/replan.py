@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from ..plan import Plan
     from ..review import ReuseDecision, RunReview
     from ..store import RunRecord
+    from ..workflows._calls import SolveCalls
     from ..workflows.replan import Revision
 
 __all__ = ["make_model", "replan_cmd"]
@@ -92,14 +93,21 @@ def _revise(
     agent_llm: Any,
     max_attempts: int,
     quiet: bool,
+    calls: SolveCalls | None = None,
 ) -> Revision:
-    """The replan workflow's revision step (:func:`dagagent.workflows.revise_run`)."""
+    """The replan workflow's revision step (:func:`dagagent.workflows.revise_run`); the
+    replanner's model calls recorded by ``calls``."""
     from ..planners import LLMReplanner
     from ..workflows.replan import revise_run
     from .render import print_warnings
     from .signals import run_stoppable
 
-    replanner = LLMReplanner(llm, registry, max_attempts=max_attempts) if llm is not None else None
+    replanner = None
+    if llm is not None:
+        from ..llm import MeteredLLM
+
+        metered = MeteredLLM(llm, observer=calls.observer("replanner")) if calls else llm
+        replanner = LLMReplanner(metered, registry, max_attempts=max_attempts)
 
     async def main() -> Revision:
         if llm is None:
@@ -160,10 +168,7 @@ def replan_cmd(
     and --ask replace them). Exit 0 after a review; with --execute, the new run's exit code
     (0 ok, 1 failed, 6 paused); 3 when the model gave no valid plan in --max-attempts."""
     from ..plan import AgentTask, load_plan
-    from ..review import PlanDiff, format_diff, format_review, review_run
-    from .approve import run_interceptors
-    from .recording import run_recorded, say_recorded
-    from .render import print_json, print_warnings
+    from ..review import format_review, review_run
 
     if otel:
         configure_otel()
@@ -199,6 +204,82 @@ def replan_cmd(
             f"run {record.run_id} has no task (no task of its plan was accepted), so there is "
             "nothing to run again: give a plan with --from FILE, or --model SPEC to plan it"
         )
+    calls: SolveCalls | None = None
+    if llm is not None or (execute_it and agent_llm is not None):
+        # The replanner's calls, and the agent tasks' of the new run, are records of the run
+        # the revision becomes (with --execute), or would have become.
+        from ..run import new_run_id
+        from ..store import RunStore
+        from ..workflows._calls import run_calls
+
+        calls_store = RunStore(path)
+        calls = run_calls(calls_store, new_run_id())
+    try:
+        return _replan(
+            ctx,
+            record=record,
+            path=path,
+            spec=spec,
+            mcp_specs=mcp_specs,
+            registry=registry,
+            review=review,
+            llm=llm,
+            agent_llm=agent_llm,
+            edited=edited,
+            calls=calls,
+            max_attempts=max_attempts,
+            out_file=out_file,
+            execute_it=execute_it,
+            json_out=json_out,
+            given_rules=given_rules,
+            approve=approve,
+            no_wait=no_wait,
+        )
+    finally:
+        if calls is not None:
+            lost = calls.close()
+            calls_store.close()
+            if lost is not None:
+                err.print(f"error: not recorded: {lost}", markup=False, highlight=False)
+            elif calls.records and not json_out and not execute_it:
+                n = len(calls.records)
+                err.print(
+                    f"{n} model call{'s' if n != 1 else ''} recorded as {calls.run_id} in "
+                    f"{path} (dagagent show {calls.run_id})",
+                    markup=False,
+                    highlight=False,
+                )
+
+
+def _replan(
+    ctx: typer.Context,
+    *,
+    record: RunRecord,
+    path: Path,
+    spec: str | None,
+    mcp_specs: tuple[str, ...],
+    registry: Any,
+    review: RunReview,
+    llm: Any,
+    agent_llm: Any,
+    edited: Plan | None,
+    calls: SolveCalls | None,
+    max_attempts: int,
+    out_file: Path | None,
+    execute_it: bool,
+    json_out: bool,
+    given_rules: ApprovalRules,
+    approve: bool,
+    no_wait: bool,
+) -> None:
+    """The rest of ``replan``: revise, show, write and run (see :func:`replan_cmd`)."""
+    from ..plan import AgentTask
+    from ..review import PlanDiff, format_diff
+    from .approve import run_interceptors
+    from .recording import run_recorded, say_recorded
+    from .render import print_json, print_warnings
+    from .run import agent_calls
+
     revision: Revision | None = None
     if edited is not None or llm is not None or execute_it:
         revision = _revise(
@@ -209,6 +290,7 @@ def replan_cmd(
             agent_llm=agent_llm,
             max_attempts=max_attempts,
             quiet=json_out,
+            calls=calls,
         )
     plan = revision.plan if revision is not None else record.plan
     diff: PlanDiff | None = revision.diff if revision is not None else None
@@ -271,19 +353,22 @@ def replan_cmd(
         **options.execute_options(tools_spec=spec, mcp=mcp_specs),
         "approval": rules.context(),  # what a resume of the new run applies
     }
+    agents = agent_llm if any(isinstance(t, AgentTask) for t in plan.tasks) else None
     try:
-        result = run_recorded(
-            revision.graph,
-            registry,
-            console=None if json_out else out,
-            store=path,
-            live=not rules,  # questions on the terminal: no live display over them
-            interceptors=interceptors,
-            reuse=revision.reuse_map(),
-            parent_id=record.run_id,
-            llm=agent_llm if any(isinstance(t, AgentTask) for t in plan.tasks) else None,
-            **execute_options,
-        )
+        with agent_calls(agents, path, calls, interceptors) as (metered, run_id):
+            result = run_recorded(
+                revision.graph,
+                registry,
+                console=None if json_out else out,
+                store=path,
+                run_id=run_id,
+                live=not rules,  # questions on the terminal: no live display over them
+                interceptors=interceptors,
+                reuse=revision.reuse_map(),
+                parent_id=record.run_id,
+                llm=metered,
+                **execute_options,
+            )
     except Interrupted as stopped:  # --json: the review with the stopped run's result
         raise Interrupted(stopped.message, {**doc, "result": stopped.document}) from None
     if json_out:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import shlex
+from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
@@ -42,8 +45,16 @@ if TYPE_CHECKING:
 
     from ..graph import PlanGraph
     from ..results import RunResult
+    from ..workflows._calls import SolveCalls
 
-__all__ = ["agent_model", "paused_hint", "print_result", "run_exit_code", "run_graph"]
+__all__ = [
+    "agent_calls",
+    "agent_model",
+    "paused_hint",
+    "print_result",
+    "run_exit_code",
+    "run_graph",
+]
 
 
 @app.command("validate")
@@ -183,25 +194,36 @@ def paused_hint(result: RunResult, *, console: Console | None = None) -> None:
 
 
 def run_graph(
-    graph: PlanGraph, registry: Any, options: RunOptions, *, as_json: bool, llm: Any = None
+    graph: PlanGraph,
+    registry: Any,
+    options: RunOptions,
+    *,
+    as_json: bool,
+    llm: Any = None,
+    calls: SolveCalls | None = None,
 ) -> int:
     """What ``run`` and ``plan --execute`` do with a validated plan: confirm it and set up
     approval as the options say, run it recorded in the run store with progress (none with
-    ``as_json``), print the result; return the exit code."""
+    ``as_json``), print the result; return the exit code. The agent tasks' model calls (of
+    ``llm``) are recorded with the run and their task: by ``calls`` (``plan --execute``'s,
+    whose ``run_id`` is the run's, with the planner's calls already in it), else by a
+    recorder of the run's own."""
     from .recording import run_recorded, say_recorded
 
     execute_options = options.execute_options()
     interceptors = options.interceptors(graph, registry)
-    result = run_recorded(
-        graph,
-        registry,
-        console=None if as_json else out,
-        store=options.store,
-        live=options.live,  # questions on the terminal: no live display over them
-        interceptors=interceptors,
-        llm=llm,
-        **execute_options,
-    )
+    with agent_calls(llm, options.store, calls, interceptors) as (metered, run_id):
+        result = run_recorded(
+            graph,
+            registry,
+            console=None if as_json else out,
+            store=options.store,
+            run_id=run_id,
+            live=options.live,  # questions on the terminal: no live display over them
+            interceptors=interceptors,
+            llm=metered,
+            **execute_options,
+        )
     startup = getattr(execute_options["settings"].executor, "startup_s", None)
     code = print_result(result, as_json=as_json, graph=graph, startup_s=startup)
     if startup is not None and not as_json:
@@ -224,6 +246,49 @@ def run_graph(
             highlight=False,
         )
     return code
+
+
+@contextlib.contextmanager
+def agent_calls(
+    llm: Any,
+    store: str | Path | None,
+    calls: SolveCalls | None,
+    interceptors: Sequence[Any] = (),
+) -> Iterator[tuple[Any, str | None]]:
+    """``(llm, run id)`` for a run whose agent tasks' model calls are recorded: ``llm``
+    wrapped so that each call is a record of the run and its task (see
+    :func:`dagagent.workflows.run_calls`), and the id the run is to have. ``calls``: the
+    recorder to use (its ``run_id`` is the run's); without one, a new one (closed on the
+    way out, so every record is written). Without ``llm``: ``(None, calls.run_id)``."""
+    from ..llm import MeteredLLM
+
+    if llm is None:
+        yield None, calls.run_id if calls is not None else None
+        return
+    own: SolveCalls | None = None
+    opened: Any = None
+    if calls is not None and interceptors:
+        from ..runner._redaction import Redaction
+
+        # what the agents write is redacted as the run's redacting interceptors say (known
+        # only now: the plan's calls were made before the run's interceptors)
+        calls.redaction = Redaction(interceptors)
+    if calls is None:
+        from ..run import new_run_id
+        from ..store import RunStore
+        from ..workflows._calls import run_calls
+
+        opened = RunStore(store)
+        calls = own = run_calls(opened, new_run_id(), interceptors=interceptors)
+    try:
+        yield MeteredLLM(llm, observer=calls.observer("agent")), calls.run_id
+    finally:
+        if own is not None:
+            lost = own.close()
+            if lost is not None:
+                err.print(f"error: not recorded: {lost}", markup=False, highlight=False)
+        if opened is not None:
+            opened.close()
 
 
 def agent_model(

@@ -11,6 +11,7 @@ import functools
 import time
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,8 +33,9 @@ from .options import (
 
 if TYPE_CHECKING:
     from ..graph import PlanGraph
+    from ..llm import Usage
     from ..plan import Plan
-    from ..results import AgentStep, CallDecision, TaskResult
+    from ..results import AgentStep, CallDecision, ModelCall, TaskResult
     from ..store import (
         ApprovalRecord,
         DamagedRun,
@@ -205,9 +207,22 @@ def runs_cmd(
 # show
 
 
-def find_run_or_solve(st: RunStore, ref: str | None, last: bool) -> RunRecord | SolveRecord:
+@dataclass(frozen=True)
+class UnrunCalls:
+    """The model calls recorded under a run id no run has: a plan that was not run (``plan``
+    without ``--execute``, ``replan --model`` without it, or planning that failed), which keeps
+    the id its run would have had."""
+
+    run_id: str
+    calls: list[ModelCall]
+
+
+def find_run_or_solve(
+    st: RunStore, ref: str | None, last: bool
+) -> RunRecord | SolveRecord | UnrunCalls:
     """The run, or the solve, that ``RUN`` names (``--last``: the last run): a solve's id (the
-    one ``dagagent ask`` prints last) opens the solve."""
+    one ``dagagent ask`` prints last) opens the solve; the id a plan that was not run was
+    given (``plan`` prints it) opens its model calls."""
     if ref is not None and not last:
         solve_id = st.resolve_solve(ref)
         if solve_id is not None:
@@ -216,7 +231,15 @@ def find_run_or_solve(st: RunStore, ref: str | None, last: bool) -> RunRecord | 
             except StoreError:
                 return st.get_solve(solve_id)
             raise StoreError(f"{ref} begins the id of a run and of a solve: give more digits")
-    return find_run(st, ref, last)
+    try:
+        return find_run(st, ref, last)
+    except StoreError:
+        if ref is None or last:
+            raise
+        run_id = st.resolve_calls(ref)
+        if run_id is None:
+            raise
+        return UnrunCalls(run_id, [c for c in st.model_calls(run_id=run_id) if c.solve_id is None])
 
 
 def _graph_of(plan: Plan) -> PlanGraph:
@@ -285,8 +308,19 @@ def show_cmd(
             else:
                 _show_solve_record(found, verbose=verbose)
             return
+        if isinstance(found, UnrunCalls):
+            if task is not None or timeline:
+                raise ConfigError(
+                    f"{found.run_id} was not run (only the model calls that planned it are on "
+                    "record): --task and --timeline show a run"
+                )
+            _show_unrun(found, as_json=json_out, verbose=verbose)
+            return
         record = found
         solve = st.solve_of_run(record.run_id)
+        # The run's own model calls (a solve's are shown with the solve): the planner's or
+        # replanner's that made its plan, and its agent tasks'.
+        calls = [c for c in st.model_calls(run_id=record.run_id) if c.solve_id is None]
         versions = _new_versions(st, record)
         history = st.approval_history(record.run_id)
         effects = st.effects(record.run_id)
@@ -298,7 +332,14 @@ def show_cmd(
         elif e.state == "succeeded":
             took_effect.add(e.task_id)
     if task is not None:
-        _show_task(record, task, as_json=json_out, history=history)
+        _show_task(
+            record,
+            task,
+            as_json=json_out,
+            history=history,
+            calls=[c for c in calls if c.task_id == task],
+            verbose=verbose,
+        )
         return
     cp_s, cp = record.measured_critical_path()
     now = time.time()
@@ -318,6 +359,8 @@ def show_cmd(
         doc["new_versions"] = versions
         doc["effects"] = [e.to_json_dict() for e in effects]
         doc["in_doubt"] = [e.key for e in effects if e.in_doubt]
+        doc["calls"] = [c.to_json_dict() for c in calls]
+        doc["spent"] = _spent(calls).to_json_dict()
         print_json(out, doc)
         return
     head = Text(f"run {record.run_id}: ")
@@ -361,6 +404,7 @@ def show_cmd(
             markup=False,
             highlight=False,
         )
+        _show_calls(calls, verbose=verbose)
         if solve is not None:
             _show_solve(solve, record.run_id)
         return
@@ -417,6 +461,7 @@ def show_cmd(
             highlight=False,
         )
     out.print(f"critical path {cp_s:.3f}s: {path_text(cp)}", markup=False, highlight=False)
+    _show_calls(calls, verbose=verbose)
     if verbose:
         _show_tracebacks(record)
     if record.status == "paused":
@@ -583,10 +628,13 @@ def _show_task(
     *,
     as_json: bool,
     history: Sequence[ApprovalRecord] = (),
+    calls: Sequence[ModelCall] = (),
+    verbose: bool = False,
 ) -> None:
     """One task of a run in full: nothing cut, untrusted text escaped; the approval decisions
     about its calls (who allowed, denied, edited or redacted, when and why) and the questions
-    it left for a person (``history``: the run's, from the store)."""
+    it left for a person (``history``: the run's, from the store); an agent task's model
+    calls (``calls``, recorded outside a solve; ``verbose``: what each wrote)."""
     from ..plan import ToolTask
     from ..text import as_text, did_you_mean, printable
     from .render import print_json
@@ -604,6 +652,7 @@ def _show_task(
         doc["task"] = t.model_dump(mode="json", exclude_none=True)
         doc["result"] = r.to_json_dict() if r is not None else None
         doc["approvals"] = [a.model_dump(mode="json") for a in asked]
+        doc["calls"] = [c.to_json_dict() for c in calls]
         print_json(out, doc)
         return
 
@@ -640,6 +689,7 @@ def _show_task(
     _show_approvals(asked)
     if r.steps:
         _show_steps(r.steps)
+    _show_calls(calls, verbose=verbose)
     if r.output is not None:
         out.print("output:", markup=False)
         out.print(printable(as_text(r.output), lines=True), markup=False, highlight=False)
@@ -803,7 +853,6 @@ def _show_solve_record(solve: SolveRecord, *, verbose: bool = False) -> None:
     """A solve: how it ended, its rounds, every model call (role, model, time to the first
     token, duration, tokens, cost, how it ended) and the answer; ``verbose``: what each call
     wrote, in full (as the store keeps it: redacted, bounded). Untrusted text is escaped."""
-    from ..llm.usage import format_cost
     from ..text import as_text, printable, shorten
 
     def line(text: str) -> None:
@@ -826,36 +875,7 @@ def _show_solve_record(solve: SolveRecord, *, verbose: bool = False) -> None:
     by_role = ", ".join(f"{role} {u.calls}" for role, u in solve.spent_by_role().items())
     line(f"model calls: {spent.summary()}" + (f" ({by_role})" if by_role else ""))
     if solve.calls:
-        table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
-        for name, justify in (
-            ("#", "right"),
-            ("rnd", "right"),
-            ("who", "left"),
-            ("status", "left"),
-            ("1st tok", "right"),
-            ("time", "right"),
-            ("in", "right"),
-            ("out", "right"),
-            ("cost", "right"),
-        ):
-            table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
-        for c in solve.calls:
-            status = c.status + (" (rejected)" if c.issues else "")
-            if c.finish_reason not in (None, "stop", "tool_calls"):
-                status += f" ({c.finish_reason})"
-            est = "~" if c.estimated else ""
-            table.add_row(
-                str(c.seq),
-                str(c.round) if c.round is not None else "-",
-                f"{c.role} {c.task_id}" if c.task_id else c.role,
-                Text(status, style="red" if c.status in ("failed", "refused") else ""),
-                f"{c.first_token_s:.2f}s" if c.first_token_s is not None else "-",
-                f"{c.duration_s:.2f}s" if c.duration_s is not None else "-",
-                f"{est}{c.input_tokens:,}",
-                f"{est}{c.output_tokens:,}",
-                format_cost(c.cost_usd) if c.cost_usd is not None else "-",
-            )
-        out.print(table)
+        out.print(_calls_table(solve.calls))
         if any(c.estimated for c in solve.calls):
             out.print("~ estimated: the provider did not report the tokens", style="dim")
     for r in solve.rounds:
@@ -882,6 +902,108 @@ def _show_solve_record(solve: SolveRecord, *, verbose: bool = False) -> None:
         out.print(printable(as_text(solve.answer), lines=True), markup=False, highlight=False)
     if not verbose and solve.calls:
         line("(-v prints what each model call wrote)")
+
+
+def _calls_table(calls: Sequence[ModelCall]) -> Table:
+    """One row per model call: its place, round, role (and task), how it ended, time to the
+    first token, duration, tokens in and out (``~``: estimated) and cost."""
+    from ..llm.usage import format_cost
+    from ..text import printable
+
+    rounds = any(c.round is not None for c in calls)  # a solve's: outside one, none has
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    left = ("who", "status")
+    for name in ("#", *(("rnd",) if rounds else ()), *left, "1st tok", "time", "in", "out", "cost"):
+        table.add_column(name, justify="left" if name in left else "right", no_wrap=True)
+    for c in calls:
+        status = c.status + (" (rejected)" if c.issues else "")
+        if c.finish_reason not in (None, "stop", "tool_calls"):
+            status += f" ({printable(c.finish_reason or '')})"
+        est = "~" if c.estimated else ""
+        table.add_row(
+            str(c.seq),
+            *((str(c.round) if c.round is not None else "-",) if rounds else ()),
+            Text(f"{c.role} {printable(c.task_id)}" if c.task_id else c.role),
+            Text(status, style="red" if c.status in ("failed", "refused") else ""),
+            f"{c.first_token_s:.2f}s" if c.first_token_s is not None else "-",
+            f"{c.duration_s:.2f}s" if c.duration_s is not None else "-",
+            f"{est}{c.input_tokens:,}",
+            f"{est}{c.output_tokens:,}",
+            format_cost(c.cost_usd) if c.cost_usd is not None else "-",
+        )
+    return table
+
+
+def _spent(calls: Sequence[ModelCall]) -> Usage:
+    from ..llm import Usage
+
+    return sum((c.usage for c in calls), Usage())
+
+
+def _show_calls(calls: Sequence[ModelCall], *, verbose: bool, head: str = "model calls") -> None:
+    """The model calls of a run, or of a task, outside a solve: what they used (by role),
+    one row each, each rejected attempt's issues and, ``verbose``, what each call wrote (as
+    the store keeps it: redacted, bounded). Untrusted text is escaped."""
+    from ..text import printable
+
+    if not calls:
+        return
+
+    def line(text: str) -> None:
+        out.print(printable(text), markup=False, highlight=False)
+
+    roles: dict[str, int] = {}
+    for c in calls:
+        roles[c.role] = roles.get(c.role, 0) + 1
+    models = ", ".join(dict.fromkeys(c.model for c in calls if c.model)) or "-"
+    servers = sorted({c.server for c in calls if c.server})
+    at = f" at {', '.join(servers)}" if servers else ""
+    by_role = ", ".join(f"{role} {n}" for role, n in roles.items())
+    line(f"{head}: {_spent(calls).summary()} ({by_role}); model {models}{at}")
+    out.print(_calls_table(calls))
+    if any(c.estimated for c in calls):
+        out.print("~ estimated: the provider did not report the tokens", style="dim")
+    for c in calls:
+        who = f"{c.role} {c.task_id}" if c.task_id else c.role
+        if c.issues:
+            line(f"call {c.seq} ({who}) was rejected:")
+            for issue in c.issues:
+                line(f"  {issue}")
+        if c.error and c.status != "answered":
+            line(f"call {c.seq} ({who}) {c.status}: {c.error}")
+        if verbose:
+            line(f"call {c.seq} ({who}) wrote:")
+            out.print(printable(c.text, lines=True), markup=False, highlight=False)
+            if c.cut_chars:
+                line(f"... {c.cut_chars:,} more characters not kept")
+    if not verbose:
+        line("(-v prints what each model call wrote)")
+
+
+def _show_unrun(found: UnrunCalls, *, as_json: bool, verbose: bool) -> None:
+    """The model calls of a plan that was not run (see :class:`UnrunCalls`)."""
+    from .render import print_json
+
+    calls = found.calls
+    if as_json:
+        print_json(
+            out,
+            {
+                "run_id": found.run_id,
+                "run": None,
+                "calls": [c.to_json_dict() for c in calls],
+                "spent": _spent(calls).to_json_dict(),
+            },
+        )
+        return
+    started = min(c.started_at for c in calls)
+    out.print(
+        f"{found.run_id}: not run (the model calls that planned it; no run has this id)",
+        markup=False,
+        highlight=False,
+    )
+    out.print(f"started {_when(started)}", markup=False, highlight=False)
+    _show_calls(calls, verbose=verbose)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -37,7 +37,7 @@ from .options import (
 )
 from .replan import registry_for
 from .rules import recorded_rules
-from .run import agent_model, print_result
+from .run import agent_calls, agent_model, print_result
 
 if TYPE_CHECKING:
     from ..store import ApprovalRecord, RunRecord, RunStore
@@ -344,6 +344,7 @@ def resume_cmd(
     from ..plan import AgentTask
     from ..store import RunStore
     from ..tools._loop import run_own_loop
+    from ..workflows._calls import run_calls
     from ..workflows.resume import resumable_executor, resume
     from .approve import run_interceptors
     from .progress import progress_for
@@ -380,29 +381,39 @@ def resume_cmd(
             llm = agent_model(model, base_url, stream_timeout)
         on_failure = record.context.get("on_failure", "cancel")
         progress = progress_for(graph, out, live=not rules) if not json_out else None
+        # The agent tasks' model calls are the run's, after those on record before.
+        calls = run_calls(st, record.run_id, interceptors=interceptors)
+        calls.seed([c for c in st.model_calls(run_id=record.run_id) if c.solve_id is None])
 
-        async def main() -> Any:
-            return await stoppable(
-                resume(
-                    record.run_id,
-                    registry,
-                    store=st,
-                    interceptors=interceptors,
-                    listeners=(progress,) if progress is not None else (),
-                    settings=RunSettings(
-                        executor=executor or resumable_executor(record.executor),
-                        on_failure="continue" if on_failure == "continue" else "cancel",
-                        max_concurrency=max_concurrency,
-                    ),
-                    llm=llm,
+        with agent_calls(llm, st.path, calls) as (metered, _):
+
+            async def main() -> Any:
+                return await stoppable(
+                    resume(
+                        record.run_id,
+                        registry,
+                        store=st,
+                        interceptors=interceptors,
+                        listeners=(progress,) if progress is not None else (),
+                        settings=RunSettings(
+                            executor=executor or resumable_executor(record.executor),
+                            on_failure="continue" if on_failure == "continue" else "cancel",
+                            max_concurrency=max_concurrency,
+                        ),
+                        llm=metered,
+                    )
                 )
-            )
 
-        if progress is None:
-            result = run_own_loop(main)
-        else:
-            with progress:
-                result = run_own_loop(main)
+            try:
+                if progress is None:
+                    result = run_own_loop(main)
+                else:
+                    with progress:
+                        result = run_own_loop(main)
+            finally:
+                lost = calls.close()
+                if lost is not None:
+                    err.print(f"error: not recorded: {lost}", markup=False, highlight=False)
     code = print_result(result, as_json=json_out, graph=graph)
     if not say_recorded(result, store, detail="resumed", quiet=json_out):
         code = EXIT_RECORD

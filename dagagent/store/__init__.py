@@ -63,7 +63,7 @@ from __future__ import annotations
 from ._approvals import DECISIONS, person_wait_s, person_waits
 from ._ids import RUN_ID_RE, check_run_id
 from ._location import StoreLocation, StoreSource, locate_store, user_data_dir
-from ._model_calls import ModelCallWriter
+from ._model_calls import ModelCallWriter, UnrunPlan
 from ._recorder import RunRecorder
 from ._rows import OUTPUT_NOT_RECORDED
 from ._schema import MIGRATIONS, SCHEMA_VERSION, Migration
@@ -100,6 +100,7 @@ __all__ = [
     "SolveSummary",
     "StoreLocation",
     "StoreSource",
+    "UnrunPlan",
     "check_run_id",
     "default_store_path",
     "locate_store",

@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Iterable, Sequence
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,7 @@ from ..events import get_logger
 from ..results import ModelCall
 from ._codec import from_column, to_column
 
-__all__ = ["FLUSH_INTERVAL_S", "ModelCallQueries", "ModelCallWriter", "SolveSpend"]
+__all__ = ["FLUSH_INTERVAL_S", "ModelCallQueries", "ModelCallWriter", "SolveSpend", "UnrunPlan"]
 
 #: How long a finished call waits at most for its batch to be written.
 FLUSH_INTERVAL_S = 0.05
@@ -142,6 +143,56 @@ class ModelCallQueries:
             raise ValueError("give solve_id or run_id")
         return [_call(r) for r in rows]
 
+    def resolve_calls(self, ref: str) -> str | None:
+        """The run id ``ref`` names (a full id or a unique prefix) among the runs with model
+        calls outside a solve, or ``None``. Such calls may have no run: those of a plan that
+        was not run (``dagagent plan`` without ``--execute``) keep the id it would have had."""
+        from ._ids import check_run_id
+
+        ref = check_run_id(ref)
+        rows = self._query(
+            "SELECT DISTINCT run_id FROM model_calls WHERE solve_id IS NULL "
+            "AND substr(run_id, 1, ?) = ? LIMIT 6",
+            (len(ref), ref),
+        )
+        if not rows:
+            return None
+        if len(rows) > 1:
+            ids = ", ".join(r[0] for r in rows[:5])
+            raise StoreError(f"id prefix {ref} is ambiguous (matches {ids}...); give more digits")
+        return str(rows[0][0])
+
+    def unrun_plans(self, limit: int = 20) -> list[UnrunPlan]:
+        """The plans that were not run, newest first: the model calls outside a solve whose
+        run id no run has (see :meth:`resolve_calls`), summed per id."""
+        rows = self._query(
+            "SELECT run_id, MIN(started_at), SUM(status != 'refused'), SUM(input_tokens), "
+            "SUM(output_tokens), SUM(cost_usd), SUM(cost_usd IS NULL AND status != 'refused'), "
+            "MAX(estimated), GROUP_CONCAT(DISTINCT model), SUM(issues IS NOT NULL "
+            "AND issues != '[]'), SUM(status = 'answered' AND (issues IS NULL OR issues = '[]')) "
+            "FROM model_calls WHERE solve_id IS NULL AND run_id IS NOT NULL "
+            "AND run_id NOT IN (SELECT id FROM runs) "
+            "GROUP BY run_id ORDER BY MIN(started_at) DESC LIMIT ?",
+            (int(limit),),
+        )
+        return [
+            UnrunPlan(
+                run_id=r[0],
+                started_at=float(r[1]),
+                spend=SolveSpend(
+                    calls=int(r[2] or 0),
+                    input_tokens=int(r[3] or 0),
+                    output_tokens=int(r[4] or 0),
+                    cost_usd=None if r[6] else float(r[5] or 0.0),
+                    estimated=bool(r[7]),
+                    models=sorted(m for m in (r[8] or "").split(",") if m),
+                ),
+                rejected=int(r[9] or 0),
+                accepted=int(r[10] or 0),
+            )
+            for r in rows
+        ]
+
     def solve_spends(self, solve_ids: Sequence[str]) -> dict[str, SolveSpend]:
         """What each of ``solve_ids`` used (solves without a recorded call are left out)."""
         if not solve_ids:
@@ -165,6 +216,19 @@ class ModelCallQueries:
             )
             for r in rows
         }
+
+
+@dataclass(frozen=True)
+class UnrunPlan:
+    """A plan that was not run, as the viewer lists it: the run id it would have had, when
+    its first call started, what its calls used, how many attempts were rejected and how
+    many answers were accepted (0: planning failed)."""
+
+    run_id: str
+    started_at: float
+    spend: SolveSpend
+    rejected: int
+    accepted: int
 
 
 _STOP = object()

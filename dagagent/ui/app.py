@@ -4,7 +4,9 @@ Routes (all ``GET``; no endpoint writes, and the store connection cannot)::
 
     /                               solves and runs, newest first (?status=, ?limit=)
     /solves/{solve}                 one solve: its rounds, timeline and model calls
-    /runs/{run}                     one run (?status=, ?level=N or N-M, ?page= for its table)
+    /runs/{run}                     one run (?status=, ?level=N or N-M, ?page= for its table),
+                                    with its own model calls; for an id no run has, the
+                                    model calls of a plan that was not run
     /runs/{run}/live                the part of the run page a running run refreshes
     /runs/{run}/tasks/{task}        one task's panel
     /static/app.css, /static/app.js the viewer's only stylesheet and script
@@ -49,6 +51,7 @@ from .render import (
     render_run,
     render_runs,
     render_solve,
+    render_unrun,
 )
 from .view import STATUSES, build_view
 
@@ -149,6 +152,7 @@ def run_around(store: RunStore, record: RunRecord) -> RunAround:
         approvals=store.approval_history(record.run_id),
         round_note=note,
         effects=store.effects(record.run_id),
+        calls=[c for c in store.model_calls(run_id=record.run_id) if c.solve_id is None],
     )
 
 
@@ -220,6 +224,7 @@ def create_app(
             answers=answers_of(st, [r.run_id for r in runs]),
             limit=limit,
             solves=st.list_solves(min(limit, 50)),
+            unrun=st.unrun_plans(min(limit, 20)),
         )
         return HTMLResponse(html)
 
@@ -240,7 +245,19 @@ def create_app(
         return HTMLResponse(render_solve(record, runs, page=page, now=time.time()))
 
     def run_page(request: Request) -> Response:
-        record = get_run(request.path_params["run"])
+        ref = request.path_params["run"]
+        try:
+            record = st.get_run(ref)
+        except StoreError as exc:
+            # No run of that id: the model calls of a plan that was not run, if they have it.
+            try:
+                unrun = st.resolve_calls(ref)
+            except StoreError:
+                unrun = None
+            if unrun is None:
+                raise HTTPException(404, str(exc)) from None
+            calls = [c for c in st.model_calls(run_id=unrun) if c.solve_id is None]
+            return HTMLResponse(render_unrun(unrun, calls, page=page))
         q = request.query_params
         html = render_run(
             record,

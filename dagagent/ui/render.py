@@ -28,7 +28,8 @@ from urllib.parse import quote, urlencode
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from markupsafe import Markup
 
-from ..llm.usage import format_cost
+from ..llm.usage import Usage, format_cost
+from ..results import ModelCall
 from ..review import PlanDiff, diff_plans
 from ..store import (
     ApprovalRecord,
@@ -37,6 +38,7 @@ from ..store import (
     RunSummary,
     SolveRecord,
     SolveSummary,
+    UnrunPlan,
 )
 from ..text import jsonable, shorten
 from ._dag import levels_name
@@ -62,6 +64,7 @@ __all__ = [
     "render_run",
     "render_runs",
     "render_solve",
+    "render_unrun",
     "report_tasks",
 ]
 
@@ -193,9 +196,11 @@ def render_runs(
     answers: Mapping[str, Any] | None = None,
     limit: int = 200,
     solves: Sequence[SolveSummary] = (),
+    unrun: Sequence[UnrunPlan] = (),
 ) -> str:
     """The runs list (``status``: only runs of that status), under the recent ``solves``
-    (their model and what they cost)."""
+    (their model and what they cost) and the plans that were not run (``unrun``: see
+    :meth:`~dagagent.store.RunStore.unrun_plans`)."""
     counts: dict[str, int] = {}
     for r in runs:
         counts[r.status] = counts.get(r.status, 0) + 1
@@ -211,6 +216,7 @@ def render_runs(
         limit=limit,
         now=time.time(),
         solves=solves,
+        unrun=unrun,
         solve_of_run={rid: sv.solve_id for sv in solves for rid in sv.run_ids},
     )
 
@@ -320,6 +326,9 @@ class RunAround:
     round_note: str | None = None
     #: Its calls with side effects (a task whose call is in doubt is shown ``in-doubt``).
     effects: Sequence[EffectRecord] = ()
+    #: Its own model calls, outside a solve: the planner's or replanner's that made its plan
+    #: (``dagagent plan --execute``, ``replan --model --execute``) and its agent tasks'.
+    calls: Sequence[ModelCall] = ()
 
 
 def render_run(
@@ -377,6 +386,23 @@ def render_run(
         panels=panels,
         solve=solve,
         solve_round=_round_of(solve, record.run_id),
+        calls=around.calls,
+        calls_used=sum((c.usage for c in around.calls), Usage()),
+        calls_planned=any(c.role in ("planner", "replanner") for c in around.calls),
+        calls_agent=any(c.role == "agent" for c in around.calls),
+    )
+
+
+def render_unrun(run_id: str, calls: Sequence[ModelCall], *, page: Page) -> str:
+    """The page of a plan that was not run: the model calls recorded under the run id it
+    would have had (``dagagent plan`` without ``--execute``, or planning that failed)."""
+    return _ENV.get_template("unrun.html").render(
+        **_common(page),
+        run_id=run_id,
+        calls=calls,
+        used=sum((c.usage for c in calls), Usage()),
+        models=list(dict.fromkeys(c.model for c in calls if c.model)),
+        started=min((c.started_at for c in calls), default=None),
     )
 
 

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from ..runner._redaction import Redaction
     from ..store import RunStore
 
-__all__ = ["MAX_TEXT_CHARS", "InFlight", "RoleObserver", "SolveCalls"]
+__all__ = ["MAX_TEXT_CHARS", "InFlight", "RoleObserver", "SolveCalls", "run_calls"]
 
 #: The most characters of what a model wrote that a record keeps (the rest is cut, and the
 #: record says how long it was).
@@ -99,11 +99,15 @@ class RoleObserver:
 class SolveCalls:
     """The model calls of solve ``solve_id`` (see the module docstring). ``emit`` tells the
     listeners; ``store`` (if any) keeps the records; ``interceptors`` are the solve's (their
-    redacting ones redact what the model wrote)."""
+    redacting ones redact what the model wrote).
+
+    With ``solve_id=None``, the calls of no solve: those the command line's ``plan``,
+    ``replan --model`` and ``run`` make (see :func:`run_calls`), each recorded with its run
+    (``run_id``) and, for an agent task's, its task; no event is emitted for them."""
 
     def __init__(
         self,
-        solve_id: str,
+        solve_id: str | None,
         *,
         spending: Spending,
         emit: Callable[[Any], None],
@@ -152,7 +156,9 @@ class SolveCalls:
         flying.reservation = self.spending.reserve(  # may refuse: ended() hears of it
             call, label=_LABELS[role], final=self.final and role == "joiner"
         )
-        attributes: dict[str, Any] = {telemetry.SOLVE_ID: self.solve_id, telemetry.ROLE_ATTR: role}
+        attributes: dict[str, Any] = {telemetry.ROLE_ATTR: role}
+        if self.solve_id is not None:
+            attributes[telemetry.SOLVE_ID] = self.solve_id
         if flying.round is not None:
             attributes[telemetry.ROUND] = flying.round
         if flying.task_id is not None:
@@ -160,7 +166,8 @@ class SolveCalls:
         if flying.run_id is not None:
             attributes[telemetry.RUN_ID] = flying.run_id
         telemetry.CALL_ATTRIBUTES.set(attributes)
-        self._tell(ModelCallStarted(self.solve_id, call, role, flying.round, flying.task_id))
+        if self.solve_id is not None:
+            self._tell(ModelCallStarted(self.solve_id, call, role, flying.round, flying.task_id))
 
     def wrote(self, call: LiveCall) -> None:
         flying = self._flying.get(call.id)
@@ -193,7 +200,8 @@ class SolveCalls:
         self.records.append(record)
         if self.writer is not None:
             self.writer.put(record)
-        self._tell(ModelCallFinished(self.solve_id, record))
+        if self.solve_id is not None:
+            self._tell(ModelCallFinished(self.solve_id, record))
 
     def rejected(self, call: LiveCall, issues: Sequence[str]) -> None:
         at = self._index.get(call.id)
@@ -203,7 +211,8 @@ class SolveCalls:
         self.records[at] = record
         if self.writer is not None:
             self.writer.put(record)
-        self._tell(ModelCallRejected(self.solve_id, record))
+        if self.solve_id is not None:
+            self._tell(ModelCallRejected(self.solve_id, record))
 
     def seed(self, calls: Sequence[ModelCall], usage: dict[str, Usage] | None = None) -> None:
         """The calls of the solve before a pause (its record's), counted on; ``usage`` by
@@ -309,6 +318,36 @@ class SolveCalls:
             self.emit(event)
         except Exception as exc:  # a broken listener must not break a model call
             self._log.warning("listener.failed", error=repr(exc), event_kind=event.kind)
+
+
+def run_calls(
+    store: RunStore,
+    run_id: str,
+    *,
+    prices: Any = None,
+    interceptors: Sequence[Interceptor] = (),
+) -> SolveCalls:
+    """The recorder of the model calls made for run ``run_id`` outside a solve (a plan made
+    for it, a revision that became it, its agent tasks' calls), priced with ``prices`` (a
+    :class:`~dagagent.Prices`; default: the built-in table), written to ``store``. The run
+    need not exist yet, nor ever: the calls of a plan that was not run keep the id it would
+    have had. Wrap each role's client in a :class:`~dagagent.llm.MeteredLLM` with
+    ``.observer(role)``; :meth:`SolveCalls.close` once the calls are over."""
+    from ..budget import Prices
+
+    calls = SolveCalls(
+        None,
+        spending=Spending(None, prices if prices is not None else Prices()),
+        emit=_ignore,
+        store=store,
+        interceptors=interceptors,
+    )
+    calls.run_id = run_id
+    return calls
+
+
+def _ignore(event: Any) -> None:
+    pass
 
 
 def _error_text(error: BaseException) -> str:

@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from ..approval import Approval
+from ..budget import Prices
 from ..errors import DecisionError, StoreError
 from ..graph import validate
 from ..planners import JoinDecision
@@ -147,6 +148,7 @@ async def resume_solve(
     confirm: Confirm | None = None,
     model_settings: ModelSettings | None = None,
     planner: LLMPlanner | None = None,
+    prices: Prices | str | Path | None = None,
 ) -> Solution:
     """Continue the paused or interrupted solve ``ref`` (its id, or one of its rounds' run
     ids) recorded in ``store`` (see the module docstring). Returns its :class:`Solution`:
@@ -158,13 +160,17 @@ async def resume_solve(
     decision to its call). The other options (rounds, failure policy, agent tasks,
     executor...) are those the solve was started with; ``executor`` overrides the
     executor, ``confirm`` is :func:`~dagagent.solve`'s, for the rounds after the paused one,
-    and so are ``model_settings`` and ``planner`` (not recorded: give them again).
+    and so are ``model_settings``, ``planner`` and ``prices`` (the
+    :class:`~dagagent.Prices` the resumed solve's calls are costed at, or a prices file over
+    the defaults, as for :func:`~dagagent.solve`; not recorded: give them again).
 
     Raises :class:`~dagagent.errors.StoreError` if there is no such solve and
     :class:`~dagagent.errors.DecisionError` if it is neither paused nor interrupted (running,
     perhaps resumed by another process, or finished) or a decision is refused; nothing runs
     then.
     """
+    if prices is not None and not isinstance(prices, Prices):
+        prices = Prices.load(prices)  # a bad file is a ConfigError before anything is opened
     opened = store if isinstance(store, RunStore) else RunStore(store)
     try:
         record, last = resumable_solve(opened, ref)
@@ -188,6 +194,7 @@ async def resume_solve(
             confirm=confirm,
             model_settings=model_settings,
             planner=planner,
+            prices=prices,
         )
         state.calls.seed(record.calls, record.usage)  # what the rounds before used
         going_on = last is not None and last.outcome in ("paused", "running", "interrupted")

@@ -334,3 +334,57 @@ def record_solve(store: Path) -> str:
     )
     assert solution.ok, solution.reason
     return solution.solve_id
+
+
+def record_run_with_calls(store: Path) -> tuple[str, str]:
+    """What ``dagagent plan --execute`` and ``dagagent plan`` leave: a run planned by a
+    model, whose plan's first attempt was rejected (hostile text in it), with an agent task;
+    and the model calls of a plan that was not run. Returns ``(run id, id of the plan not
+    run)``."""
+    import json
+
+    from dagagent.llm import MeteredLLM, ScriptedLLM
+    from dagagent.planners import LLMPlanner
+    from dagagent.run import new_run_id
+    from dagagent.workflows._calls import run_calls
+
+    plan = json.dumps(
+        {
+            "goal": "Say what ran",
+            "tasks": [
+                {"id": "fetch", "tool": "work", "args": {"name": "fetch"}},
+                {"id": "note", "instruction": "Say what ${fetch} did"},
+            ],
+        }
+    )
+    reg = registry()
+
+    async def main() -> tuple[str, str]:
+        with RunStore(store) as st:
+            calls = run_calls(st, new_run_id())
+            llm = ScriptedLLM(
+                [f"Here is my plan {XSS} but no JSON", plan, "fetch ran"], model="scripted-model"
+            )
+            planner = LLMPlanner(
+                MeteredLLM(llm, observer=calls.observer("planner")), reg, agent_tasks=True
+            )
+            planning = await planner.plan_with_report("Say what ran")
+            result = await dagagent.execute(
+                planning.graph,
+                reg,
+                llm=MeteredLLM(llm, observer=calls.observer("agent")),
+                store=st,
+                run_id=calls.run_id,
+            )
+            assert result.ok, result.failures()
+            assert calls.close() is None
+            alone = run_calls(st, new_run_id())
+            other = ScriptedLLM([plan], model="scripted-model")
+            await LLMPlanner(
+                MeteredLLM(other, observer=alone.observer("planner")), reg, agent_tasks=True
+            ).plan_with_report("Say what ran")
+            assert alone.close() is None
+            assert calls.run_id is not None and alone.run_id is not None
+            return calls.run_id, alone.run_id
+
+    return anyio.run(main)

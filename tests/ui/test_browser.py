@@ -412,3 +412,40 @@ def test_a_deep_chain_is_collapsed_and_any_task_opens_by_its_id(
     expect(page.locator("#panel .panel-note")).to_contain_text(
         f"dagagent show {run_id} --task t599"
     )
+
+
+def test_a_runs_page_shows_the_model_calls_that_planned_it_and_its_agents(
+    page: Any, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    path = tmp_path / "runs.db"
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        run_id, unrun = pool.submit(made.record_run_with_calls, path).result()
+    shots = artefacts(tmp_path_factory)
+    with Server(path) as server:
+        page.goto(f"{server.url}/runs/{run_id}")
+        calls = page.locator("#calls table.calls tbody.mcall")
+        expect(calls).to_have_count(3)
+        roles = [calls.nth(i).get_attribute("data-role") for i in range(3)]
+        assert roles == ["planner", "planner", "agent"]
+        assert "planned this run and its agent tasks made" in page.locator("#calls").inner_text()
+        first = calls.nth(0)
+        assert "rejected" in first.inner_text()
+        first.locator("summary").click()
+        assert made.XSS in first.locator(".raw-text").inner_text()  # text, not a tag
+        assert "[not_json]" in first.locator(".issues").inner_text()
+        assert "note" in calls.nth(2).inner_text()  # the agent task's call names its task
+        assert page.locator("main script").count() == 0
+        page.screenshot(path=str(shots / "run-with-calls.png"), full_page=True)
+        # the runs list names the plan that was not run; its id opens its model calls
+        page.goto(server.url + "/")
+        row = page.locator(f'tr.unrun-row[data-run="{unrun}"]')
+        expect(row).to_have_count(1)
+        assert "planned" in row.inner_text() and "scripted-model" in row.inner_text()
+        expect(page.locator(f'tr.unrun-row[data-run="{run_id}"]')).to_have_count(0)
+        page.screenshot(path=str(shots / "runs-with-plans-not-run.png"), full_page=True)
+        row.locator("a").click()
+        page.wait_for_url(f"**/runs/{unrun}")
+        expect(page.locator("#calls table.calls tbody.mcall")).to_have_count(1)
+        assert page.locator('[data-fact="calls"]').inner_text() == "1"
+        assert "not run" in page.locator(".crumbs").inner_text()
+        page.screenshot(path=str(shots / "plan-not-run.png"), full_page=True)

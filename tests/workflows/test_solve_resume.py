@@ -276,3 +276,37 @@ async def test_an_agent_task_that_waits_pauses_the_solve_and_continues_its_steps
     assert solution.status is SolveStatus.ANSWERED and solution.answer == "told ann"
     assert calls == ["fetch Paris", "send ann"]  # the fetch that returned was not made again
     assert solution.usage.agents.calls == 2 and solution.usage.planner.calls == 1
+
+
+async def test_a_resumed_solve_prices_its_calls_as_told(world: World, tmp_path: Path) -> None:
+    store = tmp_path / "runs.db"
+    prices = tmp_path / "prices.json"
+    prices.write_text('{"*": {"input": 1.0, "output": 2.0}}')
+    llm = openai(plan(PARIS, TOKYO, WARMER))
+    async with llm:
+        paused = await dagagent.solve(
+            GOAL, world.registry, llm, policy=_policy(), store=store, stream=False, prices=prices
+        )
+    assert paused.status is SolveStatus.PAUSED
+    later = openai(finish("Tokyo is warmer.", ["cmp"]))
+    async with later:
+        solution = await dagagent.resume_solve(
+            paused.solve_id,
+            world.registry,
+            later,
+            store=store,
+            policy=_policy(),
+            decisions={"tokyo": Approval.approve("fine", by="ann")},
+            prices=prices,  # a file, as solve takes it
+        )
+    assert solution.status is SolveStatus.ANSWERED, solution.reason
+    planner, joiner = solution.calls
+    assert planner.cost_usd is not None and joiner.role == "joiner"
+    expected = (joiner.input_tokens * 1.0 + joiner.output_tokens * 2.0) / 1_000_000
+    assert joiner.cost_usd == pytest.approx(expected) and joiner.cost_usd > 0
+    assert solution.usage.total.cost_usd == pytest.approx(planner.cost_usd + joiner.cost_usd)
+    with dagagent.RunStore(store) as st:
+        assert [c.cost_usd for c in st.get_solve(paused.solve_id).calls] == [
+            planner.cost_usd,
+            joiner.cost_usd,
+        ]

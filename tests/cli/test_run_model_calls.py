@@ -1,0 +1,173 @@
+"""The model calls ``plan``, ``replan --model`` and ``run --model`` make are records, as a
+solve's are: each of the run it planned, revised or ran (the agent task's for an agent's
+call), or, for a plan that was not run, of the run id it would have had; ``show`` and
+``show --json`` carry them, read back from the store. In process through ``cli_shell``,
+against the loopback model server speaking OpenAI's wire format."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from llm_server import LLMTestServer
+
+from .test_ask import GOAL, TOOLS, Model, User, weather
+
+NOTE = "Paris is cooler than Tokyo today."
+AGENT_PLAN: dict[str, Any] = {
+    "goal": "A note",
+    "tasks": [
+        {"id": "paris", "tool": "get_weather", "args": {"city": "Paris"}},
+        {"id": "note", "instruction": "Compare ${paris.condition} Paris with Tokyo"},
+    ],
+}
+
+
+@pytest.fixture
+def model(server: LLMTestServer) -> Iterator[Model]:
+    m = Model("openai", server)
+    yield m
+    assert not m.answers, "scripted answers left unused"
+
+
+@pytest.fixture
+def user(tmp_path: Path, model: Model) -> User:
+    return User(tmp_path, model.spec)
+
+
+def rows(user: User) -> list[dict[str, Any]]:
+    """The store's model call rows, read directly."""
+    with sqlite3.connect(user.dir / "home" / "runs.db") as conn:
+        conn.row_factory = sqlite3.Row
+        return [dict(r) for r in conn.execute("SELECT * FROM model_calls ORDER BY seq")]
+
+
+def recorded_as(stderr: str) -> str:
+    """The id ``N model calls recorded as ID`` names."""
+    return stderr.split("recorded as ")[1].split()[0]
+
+
+def test_a_plan_not_run_keeps_its_calls_under_the_id_show_opens(user: User, model: Model) -> None:
+    model.text("Let me think <about> it.")  # rejected: not JSON
+    model.plan(weather("paris", "Paris"))
+    proc = user("plan", GOAL, *user.model, "--tools", TOOLS)
+    planning = recorded_as(proc.stderr)
+    assert "2 model calls recorded as" in proc.stderr and f"dagagent show {planning}" in proc.stderr
+    stored = rows(user)
+    assert [(r["run_id"], r["role"], r["solve_id"]) for r in stored] == [
+        (planning, "planner", None),
+        (planning, "planner", None),
+    ]
+    assert stored[0]["text"] == "Let me think <about> it." and "not_json" in stored[0]["issues"]
+    assert stored[1]["input_tokens"] > 0 and stored[1]["status"] == "answered"
+    doc = user.json("show", planning)
+    assert doc["run"] is None and doc["run_id"] == planning
+    assert [c["issues"] != [] for c in doc["calls"]] == [True, False]
+    assert doc["spent"]["calls"] == 2
+    shown = user("show", planning[:6], "-v").stdout  # a prefix, as for a run
+    assert f"{planning}: not run" in shown
+    assert "call 1 (planner) was rejected:" in shown and "Let me think <about> it." in shown
+    refused = user("show", planning, "--task", "paris", code=2)
+    assert "was not run" in refused.stderr
+    # --json says nothing on stderr: the document names the id
+    model.plan(weather("paris", "Paris"))
+    quiet = user.json("plan", GOAL, *user.model, "--tools", TOOLS)
+    assert [c["role"] for c in user.json("show", quiet["calls_recorded_as"])["calls"]] == [
+        "planner"
+    ]
+
+
+def test_planning_that_fails_keeps_every_attempt(user: User, model: Model) -> None:
+    for _ in range(2):
+        model.text("no plan here")
+    proc = user("plan", GOAL, *user.model, "--tools", TOOLS, "--max-attempts", "2", code=3)
+    planning = recorded_as(proc.stderr)
+    doc = user.json("show", planning)
+    assert [(c["status"], bool(c["issues"])) for c in doc["calls"]] == [("answered", True)] * 2
+    assert all(c["text"] == "no plan here" for c in doc["calls"])
+
+
+def test_plan_execute_records_its_calls_with_the_run_it_became(user: User, model: Model) -> None:
+    model.plan(weather("paris", "Paris"), {"id": "note", "instruction": "Say ${paris}"})
+    model.text(NOTE)  # the agent task's answer
+    proc = user("plan", GOAL, *user.model, "--tools", TOOLS, "--agent-tasks", "--execute")
+    run_id = proc.stderr.split("recorded as run ")[1].split()[0]
+    assert recorded_as(proc.stderr.split("recorded as run ")[1]) == run_id
+    doc = user.json("show", "--last")
+    assert doc["run_id"] == run_id
+    assert [(c["role"], c["task_id"], c["run_id"]) for c in doc["calls"]] == [
+        ("planner", None, run_id),
+        ("agent", "note", run_id),
+    ]
+    assert doc["calls"][1]["text"] == NOTE
+    shown = user("show", run_id).stdout
+    assert "model calls: 2 model calls" in shown and "(planner 1, agent 1)" in shown
+    task = user.json("show", run_id, "--task", "note")
+    assert [c["role"] for c in task["calls"]] == ["agent"]
+    assert "agent note" in user("show", run_id, "--task", "note").stdout
+
+
+def test_run_records_its_agent_tasks_calls(user: User, model: Model) -> None:
+    model.text(NOTE)
+    plan = user.write_plan(AGENT_PLAN)
+    user("run", plan, "--tools", TOOLS, *user.model)
+    doc = user.json("show", "--last")
+    (call,) = doc["calls"]
+    assert (call["role"], call["task_id"], call["run_id"]) == ("agent", "note", doc["run_id"])
+    assert call["status"] == "answered" and call["output_tokens"] > 0
+    assert call["server"].startswith("http://127.0.0.1") and call["model"] == "fake"
+    assert doc["tasks"]["note"]["output"] == NOTE
+
+
+def test_replan_records_the_replanners_calls(user: User, model: Model) -> None:
+    model.text(NOTE)
+    plan = user.write_plan(AGENT_PLAN)
+    user("run", plan, "--tools", TOOLS, *user.model)
+    first = user.json("show", "--last")["run_id"]
+    revised = {"goal": "A note", "tasks": [weather("paris", "Paris"), weather("tokyo", "Tokyo")]}
+    # a review only: the replanner's call is kept under the id the new run would have had
+    model.answers.append(json.loads(json.dumps(_text(revised))))
+    proc = user("replan", first, *user.model)
+    review = recorded_as(proc.stderr)
+    assert review != first
+    assert [c["role"] for c in user.json("show", review)["calls"]] == ["replanner"]
+    # --execute: the replanner's call is the new run's
+    model.answers.append(_text(revised))
+    doc = user.json("replan", first, *user.model, "--execute")
+    run_id = doc["result"]["run_id"]
+    shown = user.json("show", run_id)
+    assert shown["parent_id"] == first
+    assert [(c["role"], c["run_id"]) for c in shown["calls"]] == [("replanner", run_id)]
+    # the first run's own calls are untouched: its agent's
+    assert [c["role"] for c in user.json("show", first)["calls"]] == ["agent"]
+
+
+def _text(plan: dict[str, Any]) -> dict[str, Any]:
+    from dagagent.llm import wire
+
+    return wire.openai_text(json.dumps(plan))
+
+
+def test_a_resumed_runs_agent_calls_follow_those_before(user: User, model: Model) -> None:
+    model.text(NOTE)  # the first agent, before the pause
+    model.text("Tokyo is warmer.")  # the second, after the decision
+    plan = {
+        "goal": "Two notes",
+        "tasks": [
+            {"id": "first", "instruction": "Say something about Paris"},
+            {"id": "tokyo", "tool": "get_weather", "args": {"city": "Tokyo"}},
+            {"id": "second", "instruction": "Compare ${first} with ${tokyo}"},
+        ],
+    }
+    name = user.write_plan(plan)
+    paused = user.json("run", name, "--tools", TOOLS, *user.model, "--ask", "get_weather", code=6)
+    run_id = paused["run_id"]
+    user("approve", run_id, "tokyo", "--allow")
+    user("resume", run_id, *user.model)
+    doc = user.json("show", run_id)
+    assert [(c["seq"], c["task_id"]) for c in doc["calls"]] == [(1, "first"), (2, "second")]
+    assert doc["calls"][1]["text"] == "Tokyo is warmer."
