@@ -434,9 +434,9 @@ async def test_broken_listener_does_not_break_the_run(registry: dagagent.Registr
 async def test_run_result_critical_path_uses_measured_durations(
     registry: dagagent.Registry,
 ) -> None:
-    # b waits until c, after a, has finished: by the clock b is (nearly always) the longer
-    # path, by the count of tasks a then c is. Whichever the measured times make the longest
-    # is the one the run must name, so no stall of the machine can fail this test.
+    # b waits until c, after a, has finished: d is held up by b, the dependency that finished
+    # last, whatever the durations of a and c add up to. The path the run names is the one
+    # that held up its end (by the count of tasks, a then c would be longer).
     c_ended = anyio.Event()
 
     @registry.tool
@@ -459,10 +459,9 @@ async def test_run_result_critical_path_uses_measured_durations(
         result = await execute(
             plan, registry, listeners=[on_finished], settings=RunSettings(executor="dataflow")
         )
-    took = {t: r.duration_s or 0.0 for t, r in result.tasks.items()}
-    longest = max([["a", "c", "d"], ["b", "d"]], key=lambda path: sum(took[t] for t in path))
-    assert result.critical_path == longest
-    assert result.critical_path_s == pytest.approx(sum(took[t] for t in longest))
+    assert result.critical_path == ["b", "d"]
+    took = {t: r.took_s or 0.0 for t, r in result.tasks.items()}
+    assert result.critical_path_s == pytest.approx(took["b"] + took["d"])
     assert result.critical_path_s <= result.wall_time_s + 0.01
 
 
