@@ -33,8 +33,7 @@ from ._results import call_output
 
 if TYPE_CHECKING:
     from mcp import Client
-    from mcp_types import RequestParamsMeta
-    from mcp_types import Tool as MCPToolSpec
+    from mcp_types import RequestParamsMeta, Tool as MCPToolSpec
 
     from ..tools import Registry
     from ._tools import MCPTool
