@@ -106,3 +106,37 @@ def nap(value: int, seconds: float) -> dict[str, Any]:
 
     time.sleep(seconds)
     return {"pid": os.getpid(), "value": value}
+
+
+def _identity() -> dict[str, Any]:
+    import dagagent
+
+    call = dagagent.current_call()
+    return {
+        "pid": os.getpid(),
+        "key": call.idempotency_key,
+        "run_id": call.run_id,
+        "task_id": call.task_id,
+        "element": call.element,
+        "attempt": call.attempt,
+    }
+
+
+@registry.tool(side_effects=True)
+def charge(account: str) -> dict[str, Any]:
+    """A side effect: the identity of the call, as the worker process sees it.
+
+    Args:
+        account: Whom to charge.
+    """
+    return {"account": account, **_identity()}
+
+
+@registry.tool(side_effects=True)
+async def acharge(account: str) -> dict[str, Any]:
+    """``charge`` as an async tool (run on the worker's event loop).
+
+    Args:
+        account: Whom to charge.
+    """
+    return {"account": account, **_identity()}

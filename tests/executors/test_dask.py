@@ -389,6 +389,63 @@ async def test_retries_run_again_on_dask(registry: Registry) -> None:
 
 
 @pytest.mark.anyio
+async def test_a_tool_with_side_effects_knows_its_call_on_a_worker(
+    registry: Registry, tmp_path: Path
+) -> None:
+    """``current_call()`` on a worker (a sync tool in a worker thread, an async one on the
+    worker's event loop): the identity recorded in the store, the same key on a retry; a
+    tool without side effects has none there either."""
+    attempts: list[tuple[str, int]] = []
+
+    @registry.tool(side_effects=True, retries=1)
+    def send(to: str) -> dict[str, Any]:
+        """Fail on the first attempt; say which call this is."""
+        call = dagagent.current_call()
+        attempts.append((call.idempotency_key, call.attempt))
+        if len(attempts) == 1:
+            raise ConnectionError("the mail server hung up")
+        return {"key": call.idempotency_key, "task": call.task_id, "attempt": call.attempt}
+
+    @registry.tool(side_effects=True)
+    async def asend(to: str) -> dict[str, Any]:
+        """Say which call this is (async)."""
+        call = dagagent.current_call()
+        return {"key": call.idempotency_key, "task": call.task_id, "element": call.element}
+
+    @registry.tool
+    def pure(to: str) -> str:
+        """Say whether a call identity is known here (it should not be)."""
+        try:
+            dagagent.current_call()
+        except dagagent.errors.NoCurrentCallError:
+            return "none"
+        return "some"
+
+    p = plan(
+        {"id": "s", "tool": "send", "args": {"to": "ann"}},
+        {"id": "each", "for_each": ["bo", "cy"], "tool": "asend", "args": {"to": "${@item}"}},
+        {"id": "p", "tool": "pure", "args": {"to": "ann"}},
+    )
+    store = tmp_path / "runs.db"
+    result = await dagagent.execute(
+        p,
+        registry,
+        store=store,
+        settings=RunSettings(executor=in_process(), retry=FAST_RETRY),
+    )
+    assert result.ok, result.tasks
+    with dagagent.RunStore(store) as st:
+        keys = {(e.task_id, e.element): e.key for e in st.effects(result.run_id)}
+    assert result.outputs["s"] == {"key": keys[("s", None)], "task": "s", "attempt": 2}
+    assert attempts == [(keys[("s", None)], 1), (keys[("s", None)], 2)]  # a retry: same key
+    assert result.outputs["each"] == [
+        {"key": keys[("each", 0)], "task": "each", "element": 0},
+        {"key": keys[("each", 1)], "task": "each", "element": 1},
+    ]
+    assert result.outputs["p"] == "none"
+
+
+@pytest.mark.anyio
 async def test_unpicklable_tool_is_refused_before_any_task_runs(
     registry: Registry, recorder: Any
 ) -> None:
@@ -659,6 +716,37 @@ async def test_process_workers_run_sync_and_async_tools(process_cluster: Any) ->
     assert [result.outputs[t]["value"] for t in ("s", "a", "s2")] == [1, 1, 1]
     worker_pids = {result.outputs[t]["pid"] for t in ("s", "a", "s2")}
     assert os.getpid() not in worker_pids  # the calls ran in worker processes
+
+
+@pytest.mark.slow
+@pytest.mark.anyio
+async def test_process_workers_know_the_call_of_a_tool_with_side_effects(
+    process_cluster: Any, tmp_path: Path
+) -> None:
+    p = plan(
+        {"id": "c", "tool": "charge", "args": {"account": "ann"}},
+        {
+            "id": "each",
+            "for_each": ["bo", "cy"],
+            "tool": "acharge",
+            "args": {"account": "${@item}"},
+        },
+    )
+    store = tmp_path / "runs.db"
+    exe = DaskExecutor(address=process_cluster.scheduler_address)
+    result = await dagagent.execute(
+        p, dask_tools.registry, store=store, settings=RunSettings(executor=exe)
+    )
+    assert result.ok, result.tasks
+    with dagagent.RunStore(store) as st:
+        keys = {(e.task_id, e.element): e.key for e in st.effects(result.run_id)}
+    seen = [result.outputs["c"], *result.outputs["each"]]
+    assert os.getpid() not in {s["pid"] for s in seen}  # they ran in worker processes
+    assert [(s["key"], s["run_id"], s["task_id"], s["element"], s["attempt"]) for s in seen] == [
+        (keys[("c", None)], result.run_id, "c", None, 1),
+        (keys[("each", 0)], result.run_id, "each", 0, 1),
+        (keys[("each", 1)], result.run_id, "each", 1, 1),
+    ]
 
 
 @pytest.mark.anyio
