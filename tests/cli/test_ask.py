@@ -361,7 +361,7 @@ def test_a_solve_killed_mid_round_resumes_from_the_command_line(user: User, mode
         _wait_for(proc, lambda: "slow slow-1" in user.calls(), "the slow tool started")
         _wait_for(proc, lambda: _round_two_ran(store, "tokyo"), "round 2's tokyo on record")
         proc.kill()
-        out, err = proc.communicate(timeout=60)
+        _, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
