@@ -294,7 +294,10 @@ class Effects:
         except BaseException as exc:
             cancelled = isinstance(exc, anyio.get_cancelled_exc_class())
             state = "cancelled" if cancelled else "failed"
-            self._known[key] = _Known(state)
+            # In this run, the task's retry policy decides about a call stopped by its
+            # timeout: a retry makes it again, with the same key. On record it stays
+            # cancelled: in doubt if the run is resumed.
+            self._known[key] = _Known("failed")
             if journal is not None:
                 error = shorten(f"{type(exc).__name__}: {exc}", 2000)
                 # Not on record: the call stays in doubt there, and a resume asks about it.
