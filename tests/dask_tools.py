@@ -140,3 +140,23 @@ async def acharge(account: str) -> dict[str, Any]:
         account: Whom to charge.
     """
     return {"account": account, **_identity()}
+
+
+@registry.tool(side_effects=True)
+def charge_slowly(account: str, ledger: str, seconds: float) -> dict[str, Any]:
+    """A side effect counted outside the process: append the call's key to ``ledger``, then
+    sleep (so that a worker crash meanwhile takes the call with it).
+
+    Args:
+        account: Whom to charge.
+        ledger: A file each call appends its idempotency key to.
+        seconds: How long to sleep after the effect.
+    """
+    import time
+
+    import dagagent
+
+    with open(ledger, "a", encoding="utf-8") as f:
+        f.write(dagagent.current_call().idempotency_key + "\n")
+    time.sleep(seconds)
+    return {"account": account, **_identity()}

@@ -862,6 +862,52 @@ async def test_a_call_that_kills_its_worker_is_named_and_the_others_run_elsewher
         assert r.output["value"] == i and r.attempts == 1
 
 
+@pytest.mark.slow
+@pytest.mark.anyio
+async def test_calls_with_side_effects_that_die_with_a_worker_are_not_run_again(
+    shared_cluster: Any, tmp_path: Path
+) -> None:
+    """Calls of a tool with side effects taken down by another call's crash may have taken
+    effect: they fail (in doubt on record) and are not run again elsewhere; every effect is
+    made at most once, counted outside the processes."""
+    log, ledger = tmp_path / "segfaults.log", tmp_path / "ledger"
+    p = plan(
+        {"id": "crash", "tool": "segfault", "args": {"log": str(log), "after": 1.0}},
+        *[
+            {
+                "id": f"c{i}",
+                "tool": "charge_slowly",
+                "args": {"account": f"a{i}", "ledger": str(ledger), "seconds": 3},
+            }
+            for i in range(5)
+        ],
+    )
+    store = tmp_path / "runs.db"
+    exe = DaskExecutor(address=shared_cluster.scheduler_address)
+    with anyio.fail_after(120):
+        result = await dagagent.execute(
+            p,
+            dask_tools.registry,
+            store=store,
+            settings=RunSettings(executor=exe, on_failure="continue"),
+        )
+    assert result.tasks["crash"].error_type == "WorkerLostError"
+    made = ledger.read_text().split()
+    assert len(made) == len(set(made)) == 5  # each call made once, none again
+    with dagagent.RunStore(store) as st:
+        effects = {e.task_id: e for e in st.effects(result.run_id)}
+    lost = [f"c{i}" for i in range(5) if result.tasks[f"c{i}"].status.value == "failed"]
+    assert lost  # the crash took at least the calls that shared its worker
+    for tid in lost:
+        r = result.tasks[tid]
+        assert r.error_type == "WorkerLostError" and r.attempts == 1
+        assert "may have taken effect, so it is not run again" in (r.error or ""), r.error
+        assert effects[tid].state == "cancelled" and effects[tid].in_doubt  # a resume asks
+    for i in range(5):
+        if f"c{i}" not in lost:
+            assert result.tasks[f"c{i}"].output["key"] == effects[f"c{i}"].key
+
+
 @pytest.mark.anyio
 async def test_a_synchronous_client_is_used_through_an_async_one(process_cluster: Any) -> None:
     from distributed import Client

@@ -328,6 +328,7 @@ class DaskExecutor(DataflowExecutor):
             state.crashes,
             lambda: call_on_cluster(state, shipped, tool, args, identity),
             tool.name,
+            side_effects=tool.side_effects,
         )
         if isinstance(result, _RaisedOnWorker):
             raise result.rebuild() from None
