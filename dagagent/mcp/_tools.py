@@ -31,10 +31,15 @@ __all__ = [
 
 # The ``_meta`` keys of a tools/call request of a tool with side effects (see call_meta).
 IDEMPOTENCY_KEY_META = "dagagent/idempotency-key"
+"""``_meta`` key of the call's idempotency key (``dga-...``; the same on retries and resumes)."""
 RUN_ID_META = "dagagent/run-id"
+"""``_meta`` key of the id of the run making the call."""
 TASK_ID_META = "dagagent/task-id"
+"""``_meta`` key of the id of the task making the call."""
 ELEMENT_META = "dagagent/element"
+"""``_meta`` key of the index of the map element making the call (absent outside a map)."""
 ATTEMPT_META = "dagagent/attempt"
+"""``_meta`` key of the task's attempt (1 for the first; a retry keeps the key)."""
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
 
