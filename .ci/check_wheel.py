@@ -106,6 +106,8 @@ def check_contents(wheel: Path) -> list[str]:
         if stray:
             problems.append(f"files that are not the package's: {stray[:10]}")
         info = next(n for n in names if n.endswith(".dist-info/METADATA"))
+        if not any(n.endswith(".dist-info/licenses/LICENSE") for n in names):
+            problems.append("the wheel carries no LICENSE")
         metadata = email.parser.Parser().parsestr(z.read(info).decode("utf-8"))
         if metadata["Version"] != version():
             problems.append(
