@@ -883,14 +883,19 @@ async def test_calls_with_side_effects_that_die_with_a_worker_are_not_run_again(
         ],
     )
     store = tmp_path / "runs.db"
-    exe = DaskExecutor(address=shared_cluster.scheduler_address)
-    with anyio.fail_after(120):
-        result = await dagagent.execute(
-            p,
-            dask_tools.registry,
-            store=store,
-            settings=RunSettings(executor=exe, on_failure="continue"),
-        )
+    from distributed import Client
+
+    async with Client(shared_cluster.scheduler_address, asynchronous=True) as client:
+        with anyio.fail_after(120):  # both workers (restarted after an earlier test's crash)
+            await client.wait_for_workers(2)
+        exe = DaskExecutor(client=client)
+        with anyio.fail_after(120):
+            result = await dagagent.execute(
+                p,
+                dask_tools.registry,
+                store=store,
+                settings=RunSettings(executor=exe, on_failure="continue"),
+            )
     assert result.tasks["crash"].error_type == "WorkerLostError"
     made = ledger.read_text().split()
     assert len(made) == len(set(made)) == 5  # each call made once, none again
