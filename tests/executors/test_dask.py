@@ -827,11 +827,22 @@ def shared_cluster() -> Iterator[Any]:
         cluster.close()
 
 
+async def both_workers(cluster: Any) -> None:
+    """Until both workers of ``cluster`` are up (a test's crash makes their nannies restart
+    them), so that a plan's calls fill both and a crash takes calls with it."""
+    from distributed import Client
+
+    async with Client(cluster.scheduler_address, asynchronous=True) as client:
+        with anyio.fail_after(120):
+            await client.wait_for_workers(2)
+
+
 @pytest.mark.slow
 @pytest.mark.anyio
 async def test_a_call_that_kills_its_worker_is_named_and_the_others_run_elsewhere(
     shared_cluster: Any, tmp_path: Path
 ) -> None:
+    await both_workers(shared_cluster)
     log = tmp_path / "segfaults.log"
     p = plan(
         {"id": "crash", "tool": "segfault", "args": {"log": str(log), "after": 1.0}},
@@ -883,19 +894,15 @@ async def test_calls_with_side_effects_that_die_with_a_worker_are_not_run_again(
         ],
     )
     store = tmp_path / "runs.db"
-    from distributed import Client
-
-    async with Client(shared_cluster.scheduler_address, asynchronous=True) as client:
-        with anyio.fail_after(120):  # both workers (restarted after an earlier test's crash)
-            await client.wait_for_workers(2)
-        exe = DaskExecutor(client=client)
-        with anyio.fail_after(120):
-            result = await dagagent.execute(
-                p,
-                dask_tools.registry,
-                store=store,
-                settings=RunSettings(executor=exe, on_failure="continue"),
-            )
+    await both_workers(shared_cluster)
+    exe = DaskExecutor(address=shared_cluster.scheduler_address)
+    with anyio.fail_after(120):
+        result = await dagagent.execute(
+            p,
+            dask_tools.registry,
+            store=store,
+            settings=RunSettings(executor=exe, on_failure="continue"),
+        )
     assert result.tasks["crash"].error_type == "WorkerLostError"
     made = ledger.read_text().split()
     assert len(made) == len(set(made)) == 5  # each call made once, none again
