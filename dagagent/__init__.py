@@ -22,7 +22,7 @@ import importlib
 import importlib.resources
 from typing import Any
 
-__version__ = "0.1.0"
+__version__ = "0.2.0.dev0"
 
 
 def _exports() -> dict[str, str]:

@@ -600,6 +600,63 @@ def test_the_cli_reference_has_every_command_and_option() -> None:
     assert "--version" in reference and "--verbose" in reference
 
 
+# -- versions and changes ----------------------------------------------------------------------
+
+
+# the kinds of Keep a Changelog, in the order a release lists them: breaking entries first
+KINDS = ["Changed", "Removed", "Added", "Deprecated", "Fixed", "Security"]
+RELEASE = re.compile(r"^## (\d+\.\d+\.\d+) — (Unreleased|\d{4}-\d{2}-\d{2})$", re.M)
+
+
+def releases() -> list[tuple[str, str, str]]:
+    """``(version, date or "Unreleased", text)`` for each release of CHANGELOG.md, newest first."""
+    text = (ROOT / "CHANGELOG.md").read_text(encoding="utf-8")
+    found = list(RELEASE.finditer(text))
+    ends = [m.start() for m in found[1:]] + [len(text)]
+    return [
+        (m.group(1), m.group(2), text[m.end() : end]) for m, end in zip(found, ends, strict=True)
+    ]
+
+
+def test_the_changelog_is_grouped_by_release_and_agrees_with_the_version() -> None:
+    """Releases newest first, only the newest unreleased, each grouped by the kinds of Keep a
+    Changelog in one order; ``__version__`` is the newest release, or ``X.Y.Z.dev0`` while it
+    is unreleased (the scheme on the changes page)."""
+    import dagagent
+
+    found = releases()
+    text = (ROOT / "CHANGELOG.md").read_text(encoding="utf-8")
+    assert len(found) == len(re.findall(r"^## ", text, re.M)), "a ## heading is not a release"
+    versions = [tuple(int(n) for n in v.split(".")) for v, _, _ in found]
+    assert versions == sorted(versions, reverse=True) and len(set(versions)) == len(versions)
+    dates = [d for _, d, _ in found]
+    assert "Unreleased" not in dates[1:], "only the newest release may be unreleased"
+    assert dates[1:] == sorted(dates[1:], reverse=True)
+    newest, date, _ = found[0]
+    assert dagagent.__version__ == (f"{newest}.dev0" if date == "Unreleased" else newest)
+    for version, _, body in found:
+        kinds = re.findall(r"^### (.+)$", body, re.M)
+        assert kinds and set(kinds) <= set(KINDS), (version, kinds)
+        assert kinds == sorted(kinds, key=KINDS.index), (version, kinds)
+
+
+def test_changelog_entries_are_short_and_link_to_pages_that_exist() -> None:
+    """An entry is at most three lines; breaking ones say so first; every ``docs/`` link names
+    a page of the site, and the changes page shows them as links between its pages."""
+    text = (ROOT / "CHANGELOG.md").read_text(encoding="utf-8")
+    entries = re.findall(r"^- .*(?:\n  .*)*", text, re.M)
+    assert entries
+    long = [e.splitlines()[0] for e in entries if len(e.splitlines()) > 3]
+    assert long == []
+    assert all("Breaking" not in e or e.startswith("- **Breaking** ") for e in entries)
+    assert not re.search(r"\b(issue|round) \d|#\d", text, re.I)
+    links = re.findall(r"\]\(docs/([^)#]+)", text)
+    assert links and all((DOCS / link).is_file() for link in links), links
+    shown = _hook("changelog").changes()
+    assert "](docs/" not in shown and "](branching.md#best-so-far-answers)" in shown
+    assert not re.search(r"^# |^## ", shown, re.M), "the releases sit under the page's own heading"
+
+
 # -- the API reference -------------------------------------------------------------------------
 
 
