@@ -106,3 +106,57 @@ def nap(value: int, seconds: float) -> dict[str, Any]:
 
     time.sleep(seconds)
     return {"pid": os.getpid(), "value": value}
+
+
+def _identity() -> dict[str, Any]:
+    import dagagent
+
+    call = dagagent.current_call()
+    return {
+        "pid": os.getpid(),
+        "key": call.idempotency_key,
+        "run_id": call.run_id,
+        "task_id": call.task_id,
+        "element": call.element,
+        "attempt": call.attempt,
+    }
+
+
+@registry.tool(side_effects=True)
+def charge(account: str) -> dict[str, Any]:
+    """A side effect: the identity of the call, as the worker process sees it.
+
+    Args:
+        account: Whom to charge.
+    """
+    return {"account": account, **_identity()}
+
+
+@registry.tool(side_effects=True)
+async def acharge(account: str) -> dict[str, Any]:
+    """``charge`` as an async tool (run on the worker's event loop).
+
+    Args:
+        account: Whom to charge.
+    """
+    return {"account": account, **_identity()}
+
+
+@registry.tool(side_effects=True)
+def charge_slowly(account: str, ledger: str, seconds: float) -> dict[str, Any]:
+    """A side effect counted outside the process: append the call's key to ``ledger``, then
+    sleep (so that a worker crash meanwhile takes the call with it).
+
+    Args:
+        account: Whom to charge.
+        ledger: A file each call appends its idempotency key to.
+        seconds: How long to sleep after the effect.
+    """
+    import time
+
+    import dagagent
+
+    with open(ledger, "a", encoding="utf-8") as f:
+        f.write(dagagent.current_call().idempotency_key + "\n")
+    time.sleep(seconds)
+    return {"account": account, **_identity()}

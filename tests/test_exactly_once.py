@@ -233,6 +233,36 @@ async def test_a_retry_keeps_the_key(tmp_path: Path) -> None:
     assert (e.state, e.attempt) == ("succeeded", 3)
 
 
+async def test_a_retry_after_a_timeout_makes_the_call_again_with_the_key(tmp_path: Path) -> None:
+    """A call stopped by its task's timeout may have taken effect: the task's retry makes it
+    again with the same key (only the key protects it), it does not wait for a person."""
+    keys: list[tuple[str, int]] = []
+    reg = dagagent.Registry()
+
+    @reg.tool(side_effects=True, retries=1)
+    async def pay() -> str:
+        call = dagagent.current_call()
+        keys.append((call.idempotency_key, call.attempt))
+        if len(keys) == 1:
+            await anyio.sleep_forever()
+        return "paid"
+
+    store = tmp_path / "runs.db"
+    result = await dagagent.execute(
+        _plan({"id": "p", "tool": "pay", "timeout_s": 0.5}),
+        reg,
+        store=store,
+        settings=RunSettings(retry=dagagent.TaskRetryPolicy(base_delay_s=0)),
+    )
+    assert result.status is RunStatus.SUCCEEDED, result.tasks
+    assert result.outputs["p"] == "paid"
+    (key, _), (again, attempt) = keys
+    assert again == key and attempt == 2
+    with RunStore(store) as st:
+        (e,) = st.effects(result.run_id)
+    assert (e.key, e.state, e.attempt) == (key, "succeeded", 2)
+
+
 @pytest.mark.parametrize("after", [False, True])
 async def test_a_call_in_doubt_waits_for_a_person_and_never_runs_again_silently(
     tmp_path: Path, after: bool

@@ -27,11 +27,33 @@ open across several steps. A server that cannot be started is a configuration er
 mid-run fails the tasks calling it (:class:`~dagagent.errors.MCPServerLostError`), and
 nothing hangs. The Dask executor calls MCP tools from the driver: sessions stay there.
 
+A call of a tool with side effects carries its identity to the server in the request's
+``_meta``: :data:`IDEMPOTENCY_KEY_META` (``dagagent/idempotency-key``, the call's
+idempotency key, the same for its retries and resumes), :data:`RUN_ID_META`,
+:data:`TASK_ID_META`, :data:`ATTEMPT_META` and, for an element of a map,
+:data:`ELEMENT_META`. A server can deduplicate on the key.
+
 Needs the ``mcp`` extra: ``pip install "dagagent[mcp]"``.
 """
 
 from ._client import MCPClient
 from ._results import content_text
-from ._tools import MCPTool
+from ._tools import (
+    ATTEMPT_META,
+    ELEMENT_META,
+    IDEMPOTENCY_KEY_META,
+    RUN_ID_META,
+    TASK_ID_META,
+    MCPTool,
+)
 
-__all__ = ["MCPClient", "MCPTool", "content_text"]
+__all__ = [
+    "ATTEMPT_META",
+    "ELEMENT_META",
+    "IDEMPOTENCY_KEY_META",
+    "RUN_ID_META",
+    "TASK_ID_META",
+    "MCPClient",
+    "MCPTool",
+    "content_text",
+]

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO, cast
 
 import anyio
 
@@ -33,7 +33,7 @@ from ._results import call_output
 
 if TYPE_CHECKING:
     from mcp import Client
-    from mcp_types import Tool as MCPToolSpec
+    from mcp_types import RequestParamsMeta, Tool as MCPToolSpec
 
     from ..tools import Registry
     from ._tools import MCPTool
@@ -362,8 +362,12 @@ class MCPClient:
         when = " earlier" if lost_before or tool is None else f" while tool {tool!r} was running"
         return f"MCP server {self.name!r} {self._lost}{when}{self._stderr.tail()}"
 
-    async def call(self, tool: str, arguments: Mapping[str, Any]) -> Any:
-        """Call the server's tool ``tool``; return its output (see :mod:`dagagent.mcp`)."""
+    async def call(
+        self, tool: str, arguments: Mapping[str, Any], *, meta: Mapping[str, Any] | None = None
+    ) -> Any:
+        """Call the server's tool ``tool``; return its output (see :mod:`dagagent.mcp`).
+        ``meta``: entries of the request's ``_meta`` (an MCP tool with side effects sends
+        its call's identity, see :func:`~dagagent.mcp._tools.call_meta`)."""
         from mcp import MCPError
         from mcp_types import CONNECTION_CLOSED
 
@@ -373,7 +377,11 @@ class MCPClient:
         self._calls.add(scope)
         try:
             with scope:
-                result = await client.call_tool(tool, dict(arguments))
+                result = await client.call_tool(
+                    tool,
+                    dict(arguments),
+                    meta=cast("RequestParamsMeta", dict(meta)) if meta else None,
+                )
         except MCPError as exc:
             if exc.code == CONNECTION_CLOSED:
                 raise MCPServerLostError(

@@ -11,28 +11,71 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ToolDefinitionError
 from ..tools import SchemaTool
+from ..tools._effects import call_of
 
 if TYPE_CHECKING:
     from mcp_types import Tool as MCPToolSpec
 
     from ._client import MCPClient
 
-__all__ = ["MCPTool", "build_tools"]
+__all__ = [
+    "ATTEMPT_META",
+    "ELEMENT_META",
+    "IDEMPOTENCY_KEY_META",
+    "RUN_ID_META",
+    "TASK_ID_META",
+    "MCPTool",
+    "build_tools",
+    "call_meta",
+]
+
+# The ``_meta`` keys of a tools/call request of a tool with side effects (see call_meta).
+IDEMPOTENCY_KEY_META = "dagagent/idempotency-key"
+"""``_meta`` key of the call's idempotency key (``dga-...``; the same on retries and resumes)."""
+RUN_ID_META = "dagagent/run-id"
+"""``_meta`` key of the id of the run making the call."""
+TASK_ID_META = "dagagent/task-id"
+"""``_meta`` key of the id of the task making the call."""
+ELEMENT_META = "dagagent/element"
+"""``_meta`` key of the index of the map element making the call (absent outside a map)."""
+ATTEMPT_META = "dagagent/attempt"
+"""``_meta`` key of the task's attempt (1 for the first; a retry keeps the key)."""
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
 
 
+def call_meta(tool: str) -> dict[str, Any] | None:
+    """The ``_meta`` of the request of a call of ``tool`` (its dagagent name): the identity of
+    the call, when it is the call of a tool with side effects being made (its idempotency
+    key, run, task, map element and attempt, under the ``dagagent/`` prefix); else ``None``
+    (a read-only tool's call sends none)."""
+    call = call_of(tool)
+    if call is None:
+        return None
+    meta: dict[str, Any] = {
+        IDEMPOTENCY_KEY_META: call.idempotency_key,
+        RUN_ID_META: call.run_id,
+        TASK_ID_META: call.task_id,
+        ATTEMPT_META: call.attempt,
+    }
+    if call.element is not None:
+        meta[ELEMENT_META] = call.element
+    return meta
+
+
 class _RemoteCall:
-    """The function of an :class:`MCPTool`: one tool of one server, called by name."""
+    """The function of an :class:`MCPTool`: one tool of one server, called by name (``local``:
+    the tool's dagagent name, by which its calls with side effects are known)."""
 
-    __slots__ = ("client", "remote")
+    __slots__ = ("client", "local", "remote")
 
-    def __init__(self, client: MCPClient, remote: str) -> None:
+    def __init__(self, client: MCPClient, remote: str, local: str) -> None:
         self.client = client
         self.remote = remote
+        self.local = local
 
     async def __call__(self, **arguments: Any) -> Any:
-        return await self.client.call(self.remote, arguments)
+        return await self.client.call(self.remote, arguments, meta=call_meta(self.local))
 
     def __repr__(self) -> str:
         return f"<MCP tool {self.remote!r} of server {self.client.name!r}>"
@@ -53,6 +96,11 @@ class MCPTool(SchemaTool):
     - retries allowed (a plan may give its task ``retries``) only when it is declared
       idempotent (``idempotentHint``) or read-only.
 
+    A call of a tool with side effects sends its identity in the request's ``_meta``
+    (:func:`call_meta`): ``dagagent/idempotency-key`` (the same for the call's retries and
+    resumes), ``dagagent/run-id``, ``dagagent/task-id``, ``dagagent/attempt`` and, for an
+    element of a map, ``dagagent/element``.
+
     ``server`` is the client's name, ``remote_name`` the tool's name on the server,
     ``annotations`` the hints as the server sent them.
     """
@@ -64,7 +112,7 @@ class MCPTool(SchemaTool):
         idempotent = hints is not None and hints.idempotent_hint is True
         title = spec.title or (hints.title if hints is not None else None)
         super().__init__(
-            _RemoteCall(client, spec.name),
+            _RemoteCall(client, spec.name, name),
             name=name,
             parameters=spec.input_schema,
             description=spec.description or title or "",

@@ -38,7 +38,13 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from pydantic_core import to_json
 
-from ..errors import IN_DOUBT_RULE, CallInDoubtError, StoreError, TaskDeniedError
+from ..errors import (
+    IN_DOUBT_RULE,
+    CallInDoubtError,
+    StoreError,
+    TaskDeniedError,
+    WorkerLostError,
+)
 from ..results import (
     WAIT,
     ApprovalAnswer,
@@ -292,9 +298,14 @@ class Effects:
         try:
             output = await make()
         except BaseException as exc:
-            cancelled = isinstance(exc, anyio.get_cancelled_exc_class())
-            state = "cancelled" if cancelled else "failed"
-            self._known[key] = _Known(state)
+            # Stopped during the call (a cancellation, its timeout) or its worker lost under
+            # it: whether it took effect is unknown.
+            cut = isinstance(exc, (anyio.get_cancelled_exc_class(), WorkerLostError))
+            state = "cancelled" if cut else "failed"
+            # In this run, the task's retry policy decides about a call stopped by its
+            # timeout: a retry makes it again, with the same key. On record it stays
+            # cancelled: in doubt if the run is resumed.
+            self._known[key] = _Known("failed")
             if journal is not None:
                 error = shorten(f"{type(exc).__name__}: {exc}", 2000)
                 # Not on record: the call stays in doubt there, and a resume asks about it.

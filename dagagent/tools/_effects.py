@@ -108,6 +108,14 @@ def current_call() -> CallIdentity:
     return call
 
 
+def call_of(tool: str) -> CallIdentity | None:
+    """The current call if it is a call of the tool named ``tool``, else ``None`` (for the
+    seams that carry a call's identity on: to an MCP server, to a Dask worker). A tool that
+    a side-effecting tool calls in turn is not that call, and gets ``None``."""
+    call = _CURRENT.get()
+    return call if call is not None and call.tool == tool else None
+
+
 def using_call(call: CallIdentity) -> contextvars.Token[CallIdentity | None]:
     """Make ``call`` the current call (for the runner, around the tool's call); give the
     token back to ``_CURRENT.reset``."""

@@ -317,6 +317,97 @@ def test_killed_mid_solve_keeps_what_ended(user: User, model: Model, sig: str) -
     assert second["tasks"]["paris"]["status"] == "reused"
 
 
+def _round_two_ran(store: Path, task: str) -> bool:
+    """Whether the store holds round 2's run with ``task`` succeeded (and written: a SIGKILL
+    loses what the store had not written yet)."""
+    if not store.exists():
+        return False
+    with RunStore(store, create=False) as st:
+        second = [r.run_id for r in st.list_runs() if r.parent_id is not None]
+        if not second:
+            return False
+        done = st.get_run(second[0]).tasks.get(task)
+        return done is not None and done.status.value == "succeeded"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+def test_a_solve_killed_mid_round_resumes_from_the_command_line(user: User, model: Model) -> None:
+    """``dagagent ask`` is killed (SIGKILL) in round 2, with one of its tasks done and one
+    running; ``dagagent resume SOLVE`` (another process) finishes the round and the solve: no
+    model call made again (the planner is not asked again, the joiner once), no success run
+    again, the rounds kept with their numbers and runs."""
+    flag = user.dir / "slow.flag"
+    flag.write_text("x")
+    user.env["JOURNEY_SLOW"] = str(flag)
+    model.plan(weather("paris", "Paris"))
+    model.decide({"action": "replan", "feedback": "also Tokyo"})
+    model.plan(
+        weather("paris", "Paris"),
+        weather("tokyo", "Tokyo"),
+        {"id": "wait", "tool": "slow", "args": {"name": "slow-1"}},
+    )
+    proc = subprocess.Popen(
+        user.argv("ask", GOAL, *model.spec, "--tools", TOOLS),
+        cwd=user.dir,
+        env=user.env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    store = user.dir / "home" / "runs.db"
+    try:
+        _wait_for(proc, lambda: "slow slow-1" in user.calls(), "the slow tool started")
+        _wait_for(proc, lambda: _round_two_ran(store, "tokyo"), "round 2's tokyo on record")
+        proc.kill()
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == -signal.SIGKILL, err
+    flag.unlink()  # the slow tool, called again, now answers at once
+    assert len(model.server.requests) == 3  # plan, decide, plan
+    runs = json.loads(user("runs", "--json", code=0).stdout)["runs"]
+    first_id = next(r["run_id"] for r in runs if r["parent_id"] is None)
+    second_id = next(r["run_id"] for r in runs if r["parent_id"] is not None)
+    solve = json.loads(user("show", first_id, "--json", code=0).stdout)["solve"]
+    assert solve["status"] == "interrupted"
+    solve_id = solve["solve_id"]
+
+    model.decide(finish("Tokyo is warmer: 24.5 C against 18 C.", ["paris", "tokyo"]))
+    resumed = user("resume", solve_id, code=0)  # its tools and model are on record
+    assert resumed.stdout.strip().splitlines()[-1] == "Tokyo is warmer: 24.5 C against 18 C."
+    assert f"resuming solve {solve_id}: round 2's run {second_id} goes on" in resumed.stderr
+    assert "answered in 2 rounds" in resumed.stderr
+    assert "Traceback" not in resumed.stdout + resumed.stderr
+    assert len(model.server.requests) == 4  # only the joiner's decision was asked for
+    # every tool call once, but the one the kill cut short (a pure tool: run again)
+    assert sorted(user.calls()) == [
+        "get_weather Paris",
+        "get_weather Tokyo",
+        "slow slow-1",
+        "slow slow-1",
+    ]
+    solve = json.loads(user("show", first_id, "--json", code=0).stdout)["solve"]
+    assert solve["status"] == "answered"
+    assert solve["answer"] == "Tokyo is warmer: 24.5 C against 18 C."
+    assert [(r["round"], r["run_id"]) for r in solve["rounds"]] == [
+        (1, first_id),
+        (2, second_id),
+    ]
+    assert solve["rounds"][1]["decision"]["action"] == "finish"
+    second = json.loads(user("show", second_id, "--json", code=0).stdout)
+    assert second["status"] == "succeeded"
+    assert {t: v["status"] for t, v in second["tasks"].items()} == {
+        "paris": "reused",
+        "tokyo": "succeeded",
+        "wait": "succeeded",
+    }
+    assert second["tasks"]["wait"]["output"] == "SLOW-1"
+
+
 def test_a_policy_file_decides_every_call(user: User, model: Model) -> None:
     (user.dir / "policy.json").write_text(
         json.dumps(

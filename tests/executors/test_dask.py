@@ -389,6 +389,63 @@ async def test_retries_run_again_on_dask(registry: Registry) -> None:
 
 
 @pytest.mark.anyio
+async def test_a_tool_with_side_effects_knows_its_call_on_a_worker(
+    registry: Registry, tmp_path: Path
+) -> None:
+    """``current_call()`` on a worker (a sync tool in a worker thread, an async one on the
+    worker's event loop): the identity recorded in the store, the same key on a retry; a
+    tool without side effects has none there either."""
+    attempts: list[tuple[str, int]] = []
+
+    @registry.tool(side_effects=True, retries=1)
+    def send(to: str) -> dict[str, Any]:
+        """Fail on the first attempt; say which call this is."""
+        call = dagagent.current_call()
+        attempts.append((call.idempotency_key, call.attempt))
+        if len(attempts) == 1:
+            raise ConnectionError("the mail server hung up")
+        return {"key": call.idempotency_key, "task": call.task_id, "attempt": call.attempt}
+
+    @registry.tool(side_effects=True)
+    async def asend(to: str) -> dict[str, Any]:
+        """Say which call this is (async)."""
+        call = dagagent.current_call()
+        return {"key": call.idempotency_key, "task": call.task_id, "element": call.element}
+
+    @registry.tool
+    def pure(to: str) -> str:
+        """Say whether a call identity is known here (it should not be)."""
+        try:
+            dagagent.current_call()
+        except dagagent.errors.NoCurrentCallError:
+            return "none"
+        return "some"
+
+    p = plan(
+        {"id": "s", "tool": "send", "args": {"to": "ann"}},
+        {"id": "each", "for_each": ["bo", "cy"], "tool": "asend", "args": {"to": "${@item}"}},
+        {"id": "p", "tool": "pure", "args": {"to": "ann"}},
+    )
+    store = tmp_path / "runs.db"
+    result = await dagagent.execute(
+        p,
+        registry,
+        store=store,
+        settings=RunSettings(executor=in_process(), retry=FAST_RETRY),
+    )
+    assert result.ok, result.tasks
+    with dagagent.RunStore(store) as st:
+        keys = {(e.task_id, e.element): e.key for e in st.effects(result.run_id)}
+    assert result.outputs["s"] == {"key": keys[("s", None)], "task": "s", "attempt": 2}
+    assert attempts == [(keys[("s", None)], 1), (keys[("s", None)], 2)]  # a retry: same key
+    assert result.outputs["each"] == [
+        {"key": keys[("each", 0)], "task": "each", "element": 0},
+        {"key": keys[("each", 1)], "task": "each", "element": 1},
+    ]
+    assert result.outputs["p"] == "none"
+
+
+@pytest.mark.anyio
 async def test_unpicklable_tool_is_refused_before_any_task_runs(
     registry: Registry, recorder: Any
 ) -> None:
@@ -661,6 +718,37 @@ async def test_process_workers_run_sync_and_async_tools(process_cluster: Any) ->
     assert os.getpid() not in worker_pids  # the calls ran in worker processes
 
 
+@pytest.mark.slow
+@pytest.mark.anyio
+async def test_process_workers_know_the_call_of_a_tool_with_side_effects(
+    process_cluster: Any, tmp_path: Path
+) -> None:
+    p = plan(
+        {"id": "c", "tool": "charge", "args": {"account": "ann"}},
+        {
+            "id": "each",
+            "for_each": ["bo", "cy"],
+            "tool": "acharge",
+            "args": {"account": "${@item}"},
+        },
+    )
+    store = tmp_path / "runs.db"
+    exe = DaskExecutor(address=process_cluster.scheduler_address)
+    result = await dagagent.execute(
+        p, dask_tools.registry, store=store, settings=RunSettings(executor=exe)
+    )
+    assert result.ok, result.tasks
+    with dagagent.RunStore(store) as st:
+        keys = {(e.task_id, e.element): e.key for e in st.effects(result.run_id)}
+    seen = [result.outputs["c"], *result.outputs["each"]]
+    assert os.getpid() not in {s["pid"] for s in seen}  # they ran in worker processes
+    assert [(s["key"], s["run_id"], s["task_id"], s["element"], s["attempt"]) for s in seen] == [
+        (keys[("c", None)], result.run_id, "c", None, 1),
+        (keys[("each", 0)], result.run_id, "each", 0, 1),
+        (keys[("each", 1)], result.run_id, "each", 1, 1),
+    ]
+
+
 @pytest.mark.anyio
 async def test_tool_not_importable_on_workers_is_refused_before_running(
     process_cluster: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -739,11 +827,22 @@ def shared_cluster() -> Iterator[Any]:
         cluster.close()
 
 
+async def both_workers(cluster: Any) -> None:
+    """Until both workers of ``cluster`` are up (a test's crash makes their nannies restart
+    them), so that a plan's calls fill both and a crash takes calls with it."""
+    from distributed import Client
+
+    async with Client(cluster.scheduler_address, asynchronous=True) as client:
+        with anyio.fail_after(120):
+            await client.wait_for_workers(2)
+
+
 @pytest.mark.slow
 @pytest.mark.anyio
 async def test_a_call_that_kills_its_worker_is_named_and_the_others_run_elsewhere(
     shared_cluster: Any, tmp_path: Path
 ) -> None:
+    await both_workers(shared_cluster)
     log = tmp_path / "segfaults.log"
     p = plan(
         {"id": "crash", "tool": "segfault", "args": {"log": str(log), "after": 1.0}},
@@ -772,6 +871,53 @@ async def test_a_call_that_kills_its_worker_is_named_and_the_others_run_elsewher
         r = result.tasks[f"v{i}"]
         assert r.status.value == "succeeded", (r.task_id, r.error)
         assert r.output["value"] == i and r.attempts == 1
+
+
+@pytest.mark.slow
+@pytest.mark.anyio
+async def test_calls_with_side_effects_that_die_with_a_worker_are_not_run_again(
+    shared_cluster: Any, tmp_path: Path
+) -> None:
+    """Calls of a tool with side effects taken down by another call's crash may have taken
+    effect: they fail (in doubt on record) and are not run again elsewhere; every effect is
+    made at most once, counted outside the processes."""
+    log, ledger = tmp_path / "segfaults.log", tmp_path / "ledger"
+    p = plan(
+        {"id": "crash", "tool": "segfault", "args": {"log": str(log), "after": 1.0}},
+        *[
+            {
+                "id": f"c{i}",
+                "tool": "charge_slowly",
+                "args": {"account": f"a{i}", "ledger": str(ledger), "seconds": 3},
+            }
+            for i in range(5)
+        ],
+    )
+    store = tmp_path / "runs.db"
+    await both_workers(shared_cluster)
+    exe = DaskExecutor(address=shared_cluster.scheduler_address)
+    with anyio.fail_after(120):
+        result = await dagagent.execute(
+            p,
+            dask_tools.registry,
+            store=store,
+            settings=RunSettings(executor=exe, on_failure="continue"),
+        )
+    assert result.tasks["crash"].error_type == "WorkerLostError"
+    made = ledger.read_text().split()
+    assert len(made) == len(set(made)) == 5  # each call made once, none again
+    with dagagent.RunStore(store) as st:
+        effects = {e.task_id: e for e in st.effects(result.run_id)}
+    lost = [f"c{i}" for i in range(5) if result.tasks[f"c{i}"].status.value == "failed"]
+    assert lost  # the crash took at least the calls that shared its worker
+    for tid in lost:
+        r = result.tasks[tid]
+        assert r.error_type == "WorkerLostError" and r.attempts == 1
+        assert "may have taken effect, so it is not run again" in (r.error or ""), r.error
+        assert effects[tid].state == "cancelled" and effects[tid].in_doubt  # a resume asks
+    for i in range(5):
+        if f"c{i}" not in lost:
+            assert result.tasks[f"c{i}"].output["key"] == effects[f"c{i}"].key
 
 
 @pytest.mark.anyio

@@ -19,7 +19,7 @@ from typing import Any
 import anyio
 import mcp_types as types
 from mcp.server import Server
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.utilities.types import Image
 from mcp.server.stdio import stdio_server
@@ -86,6 +86,16 @@ def kit() -> MCPServer:
         """The server's process id."""
         return os.getpid()
 
+    @server.tool()
+    def book(room: str, ctx: Context) -> dict[str, Any]:
+        """Book a room (a side effect); return the dagagent entries of the request's _meta."""
+        return {"room": room, "meta": _dagagent_meta(ctx)}
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+    def peek(room: str, ctx: Context) -> dict[str, Any]:
+        """Look at a room (read-only); return the dagagent entries of the request's _meta."""
+        return {"room": room, "meta": _dagagent_meta(ctx)}
+
     @server.tool(structured_output=False)
     def confetti(pieces: int) -> list[Any]:
         """As many tiny content blocks as asked for."""
@@ -97,6 +107,11 @@ def kit() -> MCPServer:
         return "~" * (kib * 1024)
 
     return server
+
+
+def _dagagent_meta(ctx: Context) -> dict[str, Any]:
+    meta = ctx.request_context.meta or {}
+    return {k: v for k, v in meta.items() if k.startswith("dagagent/")}
 
 
 def paged() -> Server[Any]:

@@ -389,6 +389,79 @@ async def test_a_tool_called_with_no_session_says_so() -> None:
         await weather.run({"city": "Oslo"})
 
 
+# -- the identity of a call with side effects ----------------------------------------------
+
+
+async def test_a_call_with_side_effects_sends_its_identity_in_meta(
+    connect: Connect, tmp_path: Any
+) -> None:
+    """The server gets the call's idempotency key (the one on record in the store, the same
+    when the run is made again), its run, task, attempt and map element under the
+    ``dagagent/`` prefix of the request's ``_meta``; a read-only tool's call sends none."""
+    registry = await kit_registry(connect("kit"), prefix="kit.")
+    assert registry.get("kit.book").side_effects and not registry.get("kit.peek").side_effects
+    store = tmp_path / "runs.db"
+    tasks = plan(
+        {"id": "b", "tool": "kit.book", "args": {"room": "blue"}},
+        {
+            "id": "each",
+            "for_each": ["red", "red"],
+            "tool": "kit.book",
+            "args": {"room": "${@item}"},
+        },
+        {"id": "p", "tool": "kit.peek", "args": {"room": "blue"}},
+    )
+    with anyio.fail_after(RUN_BOUND_S):
+        result = await dagagent.execute(tasks, registry, store=store)
+    assert result.ok, result.tasks
+    with RunStore(store) as st:
+        keys = {(e.task_id, e.element): e.key for e in st.effects(result.run_id)}
+    sent = result.outputs["b"]["meta"]
+    assert sent == {
+        dagagent.mcp.IDEMPOTENCY_KEY_META: keys[("b", None)],
+        dagagent.mcp.RUN_ID_META: result.run_id,
+        dagagent.mcp.TASK_ID_META: "b",
+        dagagent.mcp.ATTEMPT_META: 1,
+    }
+    assert dagagent.mcp.IDEMPOTENCY_KEY_META == "dagagent/idempotency-key"
+    elements = [o["meta"] for o in result.outputs["each"]]
+    assert [m[dagagent.mcp.ELEMENT_META] for m in elements] == [0, 1]
+    assert [m[dagagent.mcp.IDEMPOTENCY_KEY_META] for m in elements] == [
+        keys[("each", 0)],
+        keys[("each", 1)],
+    ]
+    assert len({*keys.values()}) == 3  # equal arguments in two elements: two calls, two keys
+    assert result.outputs["p"]["meta"] == {}  # read-only: no identity, nothing sent
+
+    with anyio.fail_after(RUN_BOUND_S):  # the same calls again (another store): the same keys
+        again = await dagagent.execute(tasks, registry, run_id=result.run_id)
+    assert again.outputs["b"]["meta"] == sent
+
+
+async def test_a_side_effecting_tool_that_calls_an_mcp_tool_does_not_lend_it_its_key(
+    connect: Connect,
+) -> None:
+    """The key belongs to the call of the tool it was made for: an MCP tool called from inside
+    another tool's call is another call, and sends no identity of its own."""
+    client = connect("kit")
+    book = (await client.tools(include="book"))[0]
+    registry = Registry([book])
+
+    @registry.tool(side_effects=True)
+    async def book_through(room: str) -> Any:
+        first = await book.run({"room": room})
+        return [first, dagagent.current_call().idempotency_key]
+
+    with anyio.fail_after(RUN_BOUND_S):
+        async with client:  # the plan calls no MCP tool itself: execute() leaves it closed
+            result = await dagagent.execute(
+                plan({"id": "t", "tool": "book_through", "args": {"room": "red"}}), registry
+            )
+    assert result.ok, result.tasks
+    inner, key = result.outputs["t"]
+    assert key.startswith("dga-") and inner["meta"] == {}
+
+
 # -- annotations ---------------------------------------------------------------------------
 
 

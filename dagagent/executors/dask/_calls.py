@@ -36,7 +36,7 @@ from ._shipping import _Shipped, ship, unship
 from ._worker import _PUSHED, _brief  # _PUSHED: the mark of a pushed result's event
 
 if TYPE_CHECKING:
-    from ...tools import Tool
+    from ...tools import CallIdentity, Tool
 
 # Seconds allowed for telling the scheduler to cancel a future whose caller was cancelled.
 _CANCEL_TIMEOUT_S = 5.0
@@ -49,7 +49,7 @@ class _Call:
     same turn of the event loop (see :meth:`_Session.flush`); ``future`` is its Dask future
     once ``submitted`` is done."""
 
-    __slots__ = ("args", "future", "key", "push", "shipped", "submitted", "trace")
+    __slots__ = ("args", "future", "identity", "key", "push", "shipped", "submitted", "trace")
 
     def __init__(
         self,
@@ -59,11 +59,13 @@ class _Call:
         push: tuple[str, str] | None,
         key: str,
         submitted: asyncio.Future[None],
+        identity: CallIdentity | None = None,
     ) -> None:
         self.shipped = shipped
         self.args = args
         self.trace = trace
         self.push = push
+        self.identity = identity
         self.key = key
         self.submitted = submitted
         self.future: Any = None
@@ -141,6 +143,7 @@ class _Session:
                         [c.args for c in calls],
                         [c.trace for c in calls],
                         [c.push for c in calls],
+                        [c.identity for c in calls],
                         key=[c.key for c in calls],
                         pure=False,
                     )
@@ -169,6 +172,7 @@ class _Session:
                 call.args,
                 call.trace,
                 call.push,
+                call.identity,
                 key=call.key,
                 pure=False,
             )
@@ -203,10 +207,15 @@ class _Session:
 
 
 async def call_on_cluster(
-    state: _Session, shipped: _Shipped, tool: Tool, args: Mapping[str, Any]
+    state: _Session,
+    shipped: _Shipped,
+    tool: Tool,
+    args: Mapping[str, Any],
+    identity: CallIdentity | None = None,
 ) -> Any:
     """Submit one call and await it; a worker that died under it is
-    :class:`~._crashes._Killed`."""
+    :class:`~._crashes._Killed`. ``identity``: a call with side effects, current on the
+    worker while it runs (see :func:`~._worker.carried`)."""
     client = state.client
     trace = telemetry.carrier() if state.traced else None  # the task's trace context
     key = f"{shipped.prefix}{next(state.keys)}"
@@ -217,7 +226,7 @@ async def call_on_cluster(
     if waiting is not None:  # a small result comes with the completion (see _push)
         waiter = waiting[key] = loop.create_future()
         push = (client.id, key)
-    call = _Call(shipped, args, trace, push, key, loop.create_future())
+    call = _Call(shipped, args, trace, push, key, loop.create_future(), identity)
     state.submit(call)
     try:
         await call.submitted  # with the other calls of this turn (raises what Dask raised)

@@ -65,10 +65,16 @@ class _Crashes:
 
 
 async def surviving_crashes(
-    crashes: _Crashes, submit: Callable[[], Awaitable[Any]], tool_name: str
+    crashes: _Crashes,
+    submit: Callable[[], Awaitable[Any]],
+    tool_name: str,
+    *,
+    side_effects: bool = False,
 ) -> Any:
     """``await submit()``; if its worker dies under it, run it again as :mod:`the module
-    <dagagent.executors.dask._crashes>` tells, or fail naming it as the cause."""
+    <dagagent.executors.dask._crashes>` tells, or fail naming it as the cause. A call with
+    ``side_effects`` is never run again here: it may have taken effect before its worker
+    died (its task's retries, if any, make it again, with its idempotency key)."""
     try:
         return await submit()
     except _Killed as first:
@@ -79,6 +85,12 @@ async def surviving_crashes(
                 f"the Dask worker running tool {tool_name!r} died ({first.worker}) while "
                 f"it ran this call and no other, so the call most likely killed it "
                 f"({_HOW_CALLS_KILL}); see that worker's log"
+            ) from None
+        if side_effects:
+            raise WorkerLostError(
+                f"the Dask worker running tool {tool_name!r} died ({first.worker}) during "
+                f"this call and {crash.calls - 1} other(s); the tool has side effects and "
+                "the call may have taken effect, so it is not run again elsewhere"
             ) from None
         # Several calls died with the worker, and one of them (or something else) killed
         # it: run them again elsewhere, one at a time, so that the one that kills its

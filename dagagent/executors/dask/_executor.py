@@ -24,7 +24,7 @@ from ..dataflow import DataflowExecutor
 from ._calls import _quietly, _Session, call_on_cluster
 from ._crashes import surviving_crashes
 from ._shipping import ship_tools
-from ._worker import _brief, _RaisedOnWorker
+from ._worker import _brief, _RaisedOnWorker, carried
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -323,8 +323,12 @@ class DaskExecutor(DataflowExecutor):
                 raise ConfigError(
                     f"tool {tool.name!r} cannot be pickled for Dask: {_brief(exc)}"
                 ) from None
+        identity = carried(tool.name) if tool.side_effects else None
         result = await surviving_crashes(
-            state.crashes, lambda: call_on_cluster(state, shipped, tool, args), tool.name
+            state.crashes,
+            lambda: call_on_cluster(state, shipped, tool, args, identity),
+            tool.name,
+            side_effects=tool.side_effects,
         )
         if isinstance(result, _RaisedOnWorker):
             raise result.rebuild() from None

@@ -3,7 +3,9 @@
 These are module-level functions and classes, so that they pickle by reference: workers need
 dagagent installed (and whatever the tools themselves import). A call never raises on the
 worker: what the tool raised is returned as a value (:class:`_RaisedOnWorker`), and a small
-result is pushed to the driver with the call's completion (:func:`_push`).
+result is pushed to the driver with the call's completion (:func:`_push`). A call of a tool
+with side effects travels with its identity (:func:`carried`), current while it runs there,
+so that :func:`dagagent.current_call` works on the worker as in the driver's process.
 """
 
 from __future__ import annotations
@@ -16,8 +18,10 @@ from typing import TYPE_CHECKING, Any
 
 from ... import telemetry
 from ...tools import materialize_async
+from ...tools._effects import call_of, reset_call, using_call
 
 if TYPE_CHECKING:
+    from ...tools import CallIdentity
     from ._shipping import _Fn
 
 # Results (pickled) at most this big travel to the driver with the call's completion (see
@@ -78,15 +82,24 @@ def _picklable_args(exc: BaseException) -> tuple[Any, ...]:
     )
 
 
+def carried(tool: str) -> CallIdentity | None:
+    """On the driver: the identity a call of ``tool`` takes to the worker (the current call,
+    when it is the call of that tool with side effects being made), else ``None``."""
+    return call_of(tool)
+
+
 def _call(
     fn: _Fn,
     args: dict[str, Any],
     trace: dict[str, str] | None = None,
     push: tuple[str, str] | None = None,
+    call: CallIdentity | None = None,
 ) -> Any:
     """Run a sync tool (in a worker thread); a generator it returns travels as a list.
     ``trace``: the task's trace context (with OpenTelemetry on), current while it runs.
-    ``push``: where to send a small result at once (see :func:`_push`)."""
+    ``push``: where to send a small result at once (see :func:`_push`). ``call``: the
+    identity of a call with side effects, :func:`~dagagent.current_call` while it runs."""
+    token = using_call(call) if call is not None else None
     try:
         with telemetry.attached(trace):
             result = fn.load()(**args)
@@ -96,6 +109,9 @@ def _call(
                 result = asyncio.run(materialize_async(result))
     except BaseException as exc:
         result = _RaisedOnWorker(exc)
+    finally:
+        if token is not None:
+            reset_call(token)
     if push is not None:
         _push(push, result)
     return result
@@ -106,8 +122,10 @@ async def _acall(
     args: dict[str, Any],
     trace: dict[str, str] | None = None,
     push: tuple[str, str] | None = None,
+    call: CallIdentity | None = None,
 ) -> Any:
     """Run an async tool (on the worker's event loop)."""
+    token = using_call(call) if call is not None else None
     try:
         with telemetry.attached(trace):
             result = await materialize_async(await fn.load()(**args))
@@ -115,6 +133,9 @@ async def _acall(
         raise
     except BaseException as exc:
         result = _RaisedOnWorker(exc)
+    finally:
+        if token is not None:
+            reset_call(token)
     if push is not None:
         _push(push, result)
     return result
