@@ -158,14 +158,19 @@ class Payments:
             if s.get_run(self.run_id).status.value not in ("paused", "interrupted"):
                 return  # a denial ended the run: nothing resumes it
         self.hang, self.entered = (task, where), anyio.Event()
+        ended: list[dagagent.RunResult] = []
 
         async def go() -> None:
             async with anyio.create_task_group() as tg:
 
                 async def run() -> None:
-                    await dagagent.resume(
-                        self.run_id, self.registry, store=self.store, interceptors=[self.policy]
+                    ended.append(
+                        await dagagent.resume(
+                            self.run_id, self.registry, store=self.store, interceptors=[self.policy]
+                        )
                     )
+                    assert self.entered is not None
+                    self.entered.set()  # the resume ended without making the call
 
                 tg.start_soon(run)
                 assert self.entered is not None
@@ -174,6 +179,10 @@ class Payments:
 
         anyio.run(go)
         self.hang = None
+        if ended:  # the call was never made (a denial decided earlier ended the run first)
+            self._learn(ended[0])
+            event("a resume meant to crash ended without the call")
+            return
         with sqlite3.connect(self.store) as conn:  # what a SIGKILL leaves
             conn.execute(
                 "UPDATE effects SET state = 'started' WHERE run_id = ? AND state = 'cancelled'",
