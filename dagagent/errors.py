@@ -64,7 +64,7 @@ Messages always name the task (when there is one) and the problem. The CLI maps
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:  # for annotations only: the modules of these types import this one
     from dagagent.agent import AgentResult
@@ -466,7 +466,24 @@ class MCPToolError(TaskError):
 
 class MCPServerLostError(TaskError):
     """The MCP server died or closed the connection while a call was running, or a tool of
-    a server that is not connected was called."""
+    a server that is not connected was called.
+
+    ``mid_call``: the connection went while the call was under way, so whether it took
+    effect is unknown (a call of a tool with side effects is then in doubt on record, as one
+    whose worker was lost); ``False`` when the server was gone, or not connected, before the
+    call, which was never sent."""
+
+    def __init__(self, message: str, *, mid_call: bool = True) -> None:
+        self.mid_call = mid_call
+        super().__init__(message)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_mcp_server_lost, (str(self), self.mid_call))
+
+
+def _mcp_server_lost(message: str, mid_call: bool) -> MCPServerLostError:
+    """An :class:`MCPServerLostError` again, from a pickle (it crosses to Dask workers)."""
+    return MCPServerLostError(message, mid_call=mid_call)
 
 
 class ScriptError(AssertionError):

@@ -26,11 +26,13 @@ from ._app import EXIT_RECORD, Interrupted, app, err, guard, out
 from .ask import AskProgress, exit_code_of, report_solution, solve_interrupted
 from .options import (
     BaseUrlOpt,
+    BudgetOptions,
     MaxConcurrencyOpt,
     McpOpt,
     ModelChoice,
     ModelOpt,
     NoWaitOpt,
+    PricesOpt,
     StoreOpt,
     StreamTimeoutOpt,
     ToolsOpt,
@@ -332,6 +334,7 @@ def resume_cmd(
     model: ModelOpt = None,
     base_url: BaseUrlOpt = None,
     stream_timeout: StreamTimeoutOpt = None,
+    prices: PricesOpt = None,
     store: StoreOpt = None,
     json_out: bool = typer.Option(False, "--json", help="Print only the result, as JSON."),
 ) -> None:
@@ -339,7 +342,8 @@ def resume_cmd(
     their edited arguments), denied ones make their task denied, calls nobody decided about
     wait again, and nothing that succeeded runs again. Exit as 'run' does (6: paused again).
     A run of a paused 'ask' (or the solve's id) continues the solve: the run, then the
-    joiner and the rounds after it, with --model; exit as 'ask' does."""
+    joiner and the rounds after it, with --model; exit as 'ask' does. --prices costs the
+    model calls it makes, as for 'ask'."""
     from ..graph import validate
     from ..plan import AgentTask
     from ..store import RunStore
@@ -351,6 +355,7 @@ def resume_cmd(
     from .recording import say_recorded
     from .signals import stoppable
 
+    price_table = BudgetOptions(prices_file=prices).prices()  # a bad file: before anything
     with RunStore(store, create=False) as st:
         try:
             record = st.get_run(run)
@@ -360,14 +365,15 @@ def resume_cmd(
             except StoreError:
                 raise StoreError(f"no run {run} (nor solve) in {st.path}") from None
             code = _resume_solve(
-                st, run, tools, mcp, model, base_url, stream_timeout, executor, no_wait, json_out
-            )
+                st, run, tools, mcp, model, base_url, stream_timeout, executor, no_wait,
+                json_out, price_table,
+            )  # fmt: skip
             raise typer.Exit(code) from None
         solve = st.solve_of_run(record.run_id)
         if solve is not None and solve.status in ("paused", "interrupted"):
             code = _resume_solve(
                 st, record.run_id, tools, mcp, model, base_url, stream_timeout, executor,
-                no_wait, json_out,
+                no_wait, json_out, price_table,
             )  # fmt: skip
             raise typer.Exit(code)
         _, _, registry = registry_for(record, tools, mcp)
@@ -382,7 +388,7 @@ def resume_cmd(
         on_failure = record.context.get("on_failure", "cancel")
         progress = progress_for(graph, out, live=not rules) if not json_out else None
         # The agent tasks' model calls are the run's, after those on record before.
-        calls = run_calls(st, record.run_id, interceptors=interceptors)
+        calls = run_calls(st, record.run_id, prices=price_table, interceptors=interceptors)
         calls.seed([c for c in st.model_calls(run_id=record.run_id) if c.solve_id is None])
 
         with agent_calls(llm, st.path, calls) as (metered, _):
@@ -439,10 +445,12 @@ def _resume_solve(
     executor: str | None,
     no_wait: bool,
     json_out: bool,
+    prices: Any,
 ) -> int:
     """``resume`` of a paused solve: its round's run goes on with the tools and approval
     rules it was recorded with, then the joiner and the rounds after it; progress on stderr,
-    the answer on stdout (``--json``: the solution), as ``ask`` prints them. The exit code."""
+    the answer on stdout (``--json``: the solution), as ``ask`` prints them; its model calls
+    are costed at ``prices`` (``--prices``). The exit code."""
     import asyncio
 
     from ..approval import Policy
@@ -502,6 +510,7 @@ def _resume_solve(
                     interceptors=policies[1:] if first is not None else policies,
                     listeners=[progress],
                     executor=executor,
+                    prices=prices,
                 )
             )
 

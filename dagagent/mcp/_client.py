@@ -344,8 +344,8 @@ class MCPClient:
 
     def _live(self) -> Client:
         client = self._client
-        if client is None:
-            raise MCPServerLostError(self._lost_message())
+        if client is None:  # gone before the call: it is not sent
+            raise MCPServerLostError(self._lost_message(), mid_call=False)
         return client
 
     def _lost_message(self, tool: str | None = None, *, lost_before: bool = True) -> str:
@@ -385,15 +385,19 @@ class MCPClient:
         except MCPError as exc:
             if exc.code == CONNECTION_CLOSED:
                 raise MCPServerLostError(
-                    self._lost_message(tool, lost_before=lost_before)
+                    self._lost_message(tool, lost_before=lost_before), mid_call=not lost_before
                 ) from None
             raise MCPToolError(f"MCP server {self.name!r}: {exc.message}") from None
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream):
-            raise MCPServerLostError(self._lost_message(tool, lost_before=lost_before)) from None
+            raise MCPServerLostError(
+                self._lost_message(tool, lost_before=lost_before), mid_call=not lost_before
+            ) from None
         except Exception as exc:  # an answer that does not fit its schema or the protocol
             raise MCPToolError(f"MCP server {self.name!r}: {brief(exc)}") from None
         finally:
             self._calls.discard(scope)
         if scope.cancelled_caught:
-            raise MCPServerLostError(self._lost_message(tool, lost_before=lost_before))
+            raise MCPServerLostError(
+                self._lost_message(tool, lost_before=lost_before), mid_call=not lost_before
+            )
         return call_output(result, self.name, self.limits)

@@ -41,6 +41,7 @@ from pydantic_core import to_json
 from ..errors import (
     IN_DOUBT_RULE,
     CallInDoubtError,
+    MCPServerLostError,
     StoreError,
     TaskDeniedError,
     WorkerLostError,
@@ -198,7 +199,7 @@ class Effects:
         answers: Sequence[ApprovalAnswer],
     ) -> tuple[bool, Any]:
         stopped = (
-            "the run was stopped during it"
+            "it was cut off (the run stopped, or its worker or MCP server was lost)"
             if known.state == "cancelled"
             else "its process ended during it"
         )
@@ -298,9 +299,11 @@ class Effects:
         try:
             output = await make()
         except BaseException as exc:
-            # Stopped during the call (a cancellation, its timeout) or its worker lost under
-            # it: whether it took effect is unknown.
-            cut = isinstance(exc, (anyio.get_cancelled_exc_class(), WorkerLostError))
+            # Stopped during the call (a cancellation, its timeout), its worker lost under it
+            # or its MCP server gone while it ran: whether it took effect is unknown.
+            cut = isinstance(exc, (anyio.get_cancelled_exc_class(), WorkerLostError)) or (
+                isinstance(exc, MCPServerLostError) and exc.mid_call
+            )
             state = "cancelled" if cut else "failed"
             # In this run, the task's retry policy decides about a call stopped by its
             # timeout: a retry makes it again, with the same key. On record it stays

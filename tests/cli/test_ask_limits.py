@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from llm_server import LLMTestServer, Recorded, Reply, SSEReply
 
-from .test_ask import GOAL, TOOLS, Model, User, finish, weather
+from .test_ask import GOAL, TOOLS, Model, User, _ask_policy, finish, weather
 
 PIECE_S = 0.1
 OPENING = '{"tasks": [{"id": "a", "tool": "get_weather", "args": {"city": "'
@@ -134,6 +134,38 @@ def test_every_call_is_shown_and_a_rejected_attempt_says_why(tmp_path: Path, mod
     shown = user("show", solve_id, "-v", code=0).stdout
     assert "call 1 (planner, round 1) was rejected:" in shown
     assert "Let me think <about> it." in shown and "answer (cites paris" in shown
+
+
+def test_resume_of_a_solve_costs_its_calls_at_the_prices_given(
+    tmp_path: Path, model: Model
+) -> None:
+    """``resume SOLVE --prices FILE`` costs the calls the resumed solve makes as ``ask
+    --prices`` does (the fake model is in no built-in table: without the file, no cost)."""
+    user = User(tmp_path, model.spec)
+    model.plan(weather("paris", "Paris"), weather("tokyo", "Tokyo"))
+    user.ask("--policy", _ask_policy(user), code=6)  # paused: Tokyo waits for a person
+    (waiting,) = json.loads(user("approvals", "--json", code=0).stdout)["approvals"]
+    solve_id = json.loads(user("show", waiting["run_id"], "--json", code=0).stdout)["solve"][
+        "solve_id"
+    ]
+    user("approve", waiting["run_id"], "tokyo", "--allow", code=0)
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    refused = user("resume", solve_id, "--prices", str(bad), code=2)
+    assert "prices file" in refused.stderr and "not valid JSON" in refused.stderr
+    assert len(model.server.requests) == 1 and user.calls() == ["get_weather Paris"]
+
+    prices = tmp_path / "prices.json"
+    prices.write_text(json.dumps({"openai:fake": {"input": 1.0, "output": 4.0}}))
+    model.decide(finish("Tokyo is warmer.", ["tokyo"]))
+    resumed = user("resume", solve_id, "--prices", str(prices), code=0)
+    assert resumed.stdout.strip().splitlines()[-1] == "Tokyo is warmer."
+    doc = json.loads(user("show", solve_id, "--json", code=0).stdout)
+    planner, joiner = doc["calls"]
+    assert planner["role"] == "planner" and planner["cost_usd"] is None  # ask had no prices
+    assert joiner["role"] == "joiner" and joiner["cost_usd"] is not None
+    expected = (joiner["input_tokens"] * 1.0 + joiner["output_tokens"] * 4.0) / 1_000_000
+    assert joiner["cost_usd"] == pytest.approx(expected)
 
 
 def test_ask_json_carries_the_calls(tmp_path: Path, model: Model) -> None:

@@ -167,7 +167,14 @@ def test_a_resumed_runs_agent_calls_follow_those_before(user: User, model: Model
     paused = user.json("run", name, "--tools", TOOLS, *user.model, "--ask", "get_weather", code=6)
     run_id = paused["run_id"]
     user("approve", run_id, "tokyo", "--allow")
-    user("resume", run_id, *user.model)
+    prices = user.dir / "prices.json"  # costs the calls the resume makes, as for ask
+    prices.write_text(json.dumps({"openai:fake": {"input": 1.0, "output": 4.0}}))
+    user("resume", run_id, *user.model, "--prices", str(prices))
     doc = user.json("show", run_id)
     assert [(c["seq"], c["task_id"]) for c in doc["calls"]] == [(1, "first"), (2, "second")]
     assert doc["calls"][1]["text"] == "Tokyo is warmer."
+    before, after = doc["calls"]
+    assert before["cost_usd"] is None  # the model is in no built-in table
+    assert after["cost_usd"] == pytest.approx(
+        (after["input_tokens"] * 1.0 + after["output_tokens"] * 4.0) / 1_000_000
+    )

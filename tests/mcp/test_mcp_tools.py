@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import sys
 from typing import Any
 
@@ -385,8 +386,9 @@ async def test_an_open_client_serves_several_runs_at_once_with_one_session() -> 
 async def test_a_tool_called_with_no_session_says_so() -> None:
     client = stdio_client("kit")
     weather = (await client.tools(include="weather"))[0]
-    with pytest.raises(dagagent.errors.MCPServerLostError, match="is not connected"):
+    with pytest.raises(dagagent.errors.MCPServerLostError, match="is not connected") as lost:
         await weather.run({"city": "Oslo"})
+    assert not lost.value.mid_call  # never sent: a call with side effects is simply failed
 
 
 # -- the identity of a call with side effects ----------------------------------------------
@@ -436,6 +438,60 @@ async def test_a_call_with_side_effects_sends_its_identity_in_meta(
     with anyio.fail_after(RUN_BOUND_S):  # the same calls again (another store): the same keys
         again = await dagagent.execute(tasks, registry, run_id=result.run_id)
     assert again.outputs["b"]["meta"] == sent
+
+
+async def test_a_call_with_side_effects_cut_off_by_its_server_dying_is_in_doubt(
+    tmp_path: Any,
+) -> None:
+    """A server that dies during a call with side effects leaves its effect unknown: on
+    record the call is cut off (in doubt), and a resume of the run (here: its process was
+    killed right after) asks a person instead of making the call again, as for a call whose
+    worker was lost."""
+    client = stdio_client("kit")
+    registry = await kit_registry(client)
+    assert registry.get("crash").side_effects  # not declared read-only
+    store = tmp_path / "runs.db"
+    with anyio.fail_after(RUN_BOUND_S):
+        result = await dagagent.execute(
+            plan({"id": "c", "tool": "crash", "args": {}}), registry, store=store
+        )
+    assert result.tasks["c"].error_type == "MCPServerLostError"
+    with RunStore(store) as st:
+        (effect,) = st.effects(result.run_id)
+    assert (effect.task_id, effect.state) == ("c", "cancelled")
+    assert "crashing on purpose" in (effect.error or "")
+    # The record a kill of the process leaves once the call's outcome is committed and
+    # before its task's row is: the run is interrupted, the task not done.
+    with sqlite3.connect(store) as conn:
+        conn.execute(
+            "UPDATE runs SET status = 'running', pid = ?, finished_at = NULL WHERE id = ?",
+            (2**22 + 1, result.run_id),  # above Linux's largest pid: a process that is gone
+        )
+        conn.execute("DELETE FROM tasks WHERE run_id = ?", (result.run_id,))
+    with RunStore(store) as st:
+        (effect,) = st.effects(result.run_id)
+        assert effect.in_doubt
+
+    with anyio.fail_after(RUN_BOUND_S):
+        again = await dagagent.resume(result.run_id, registry, store=store)
+    assert again.status is dagagent.RunStatus.PAUSED
+    c = again.tasks["c"]
+    assert (c.status, c.error_type) == (TaskStatus.WAITING, "CallInDoubtError"), c.error
+    assert effect.key in (c.error or "") and "MCP server was lost" in (c.error or "")
+    with RunStore(store) as st:
+        (after,) = st.effects(result.run_id)
+        assert after.state == "cancelled" and after.in_doubt  # not made again
+        (asked,) = st.approvals(result.run_id)
+        assert (asked.task_id, asked.rule, asked.tool) == ("c", "in doubt", "crash")
+
+
+def test_a_lost_server_error_keeps_whether_the_call_was_under_way_across_a_pickle() -> None:
+    import pickle
+
+    for mid_call in (True, False):
+        lost = dagagent.errors.MCPServerLostError("MCP server 'kit' is gone", mid_call=mid_call)
+        back = pickle.loads(pickle.dumps(lost))
+        assert (str(back), back.mid_call) == ("MCP server 'kit' is gone", mid_call)
 
 
 async def test_a_side_effecting_tool_that_calls_an_mcp_tool_does_not_lend_it_its_key(
