@@ -12,19 +12,17 @@ from __future__ import annotations
 
 import contextlib
 import queue
-import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from ..errors import StoreError
 from ..events import get_logger
 from ..results import ModelCall
 from ._codec import from_column, to_column
+from ._part import StorePart
 
 __all__ = ["FLUSH_INTERVAL_S", "ModelCallQueries", "ModelCallWriter", "SolveSpend", "UnrunPlan"]
 
@@ -111,16 +109,8 @@ class SolveSpend:
         return self.input_tokens + self.output_tokens
 
 
-class ModelCallQueries:
+class ModelCallQueries(StorePart):
     """The model calls of a run store (mixed into :class:`~dagagent.store.RunStore`)."""
-
-    path: Path
-
-    def _transaction(self) -> AbstractContextManager[sqlite3.Connection]:
-        raise NotImplementedError  # pragma: no cover - RunStore provides it
-
-    def _query(self, sql: str, params: Iterable[Any] = ()) -> list[tuple[Any, ...]]:
-        raise NotImplementedError  # pragma: no cover - RunStore provides it
 
     def record_model_calls(self, calls: Sequence[ModelCall]) -> None:
         """Write ``calls`` in one transaction (a call already recorded is replaced)."""
