@@ -55,6 +55,7 @@ _COLUMNS = (
     "text",
     "text_chars",
     "issues",
+    "replan_of",
 )
 _JSON = frozenset({"options", "issues"})
 _INSERT = (
@@ -159,8 +160,8 @@ class ModelCallQueries(StorePart):
             "SELECT run_id, MIN(started_at), SUM(status != 'refused'), SUM(input_tokens), "
             "SUM(output_tokens), SUM(cost_usd), SUM(cost_usd IS NULL AND status != 'refused'), "
             "MAX(estimated), GROUP_CONCAT(DISTINCT model), SUM(issues IS NOT NULL "
-            "AND issues != '[]'), SUM(status = 'answered' AND (issues IS NULL OR issues = '[]')) "
-            "FROM model_calls WHERE solve_id IS NULL AND run_id IS NOT NULL "
+            "AND issues != '[]'), SUM(status = 'answered' AND (issues IS NULL OR issues = '[]')), "
+            "MAX(replan_of) FROM model_calls WHERE solve_id IS NULL AND run_id IS NOT NULL "
             "AND run_id NOT IN (SELECT id FROM runs) "
             "GROUP BY run_id ORDER BY MIN(started_at) DESC LIMIT ?",
             (int(limit),),
@@ -179,9 +180,21 @@ class ModelCallQueries(StorePart):
                 ),
                 rejected=int(r[9] or 0),
                 accepted=int(r[10] or 0),
+                replan_of=r[11],
             )
             for r in rows
         ]
+
+    def revisions_not_run(self, run_id: str) -> list[str]:
+        """The plans not run that revised the plan of run ``run_id`` (``dagagent replan RUN
+        --model`` without ``--execute``), oldest first: the ids they would have had."""
+        rows = self._query(
+            "SELECT run_id FROM model_calls WHERE replan_of = ? AND solve_id IS NULL "
+            "AND run_id IS NOT NULL AND run_id NOT IN (SELECT id FROM runs) "
+            "GROUP BY run_id ORDER BY MIN(started_at)",
+            (run_id,),
+        )
+        return [str(r[0]) for r in rows]
 
     def solve_spends(self, solve_ids: Sequence[str]) -> dict[str, SolveSpend]:
         """What each of ``solve_ids`` used (solves without a recorded call are left out)."""
@@ -210,15 +223,19 @@ class ModelCallQueries(StorePart):
 
 @dataclass(frozen=True)
 class UnrunPlan:
-    """A plan that was not run, as the viewer lists it: the run id it would have had, when
-    its first call started, what its calls used, how many attempts were rejected and how
-    many answers were accepted (0: planning failed)."""
+    """A plan that was not run, as the viewer and ``dagagent runs`` list it: the run id it
+    would have had, when its first call started, what its calls used, how many attempts were
+    rejected and how many answers were accepted (0: planning failed), and the run it
+    revised, if it was a replan."""
 
     run_id: str
     started_at: float
     spend: SolveSpend
     rejected: int
     accepted: int
+    #: The run whose plan it revised (``dagagent replan RUN --model``); ``None`` for a plan
+    #: made from a goal.
+    replan_of: str | None = None
 
 
 _STOP = object()
