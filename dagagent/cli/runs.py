@@ -126,7 +126,9 @@ def find_run(st: RunStore, run: str | None, last: bool) -> RunRecord:
 @app.command("runs")
 @guard
 def runs_cmd(
-    limit: int = typer.Option(20, "--limit", "-n", min=1, help="Show at most N runs."),
+    limit: int = typer.Option(
+        20, "--limit", "-n", min=1, help="Show at most N runs and plans not run."
+    ),
     store: StoreOpt = None,
     json_out: bool = typer.Option(
         False,
