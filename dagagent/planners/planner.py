@@ -96,7 +96,7 @@ class LLMPlanner(HealingPlanner):
         return [
             SystemMessage(self.system_prompt()),
             *example_messages(self.examples),
-            UserMessage(plan_user_prompt(goal)),
+            UserMessage(self.with_conversation_text(plan_user_prompt(goal))),
         ]
 
     async def plan_with_report(self, goal: str) -> PlanningResult:

@@ -46,6 +46,7 @@ from ..budget import Prices
 from ..errors import DecisionError, StoreError
 from ..graph import validate
 from ..planners import JoinDecision
+from ..planners.conversation import Conversation
 from ..results import RunResult, RunStatus
 from ..settings import RunSettings
 from ..store import RoundRecord, RunRecord, RunStore, SolveRecord
@@ -149,6 +150,7 @@ async def resume_solve(
     model_settings: ModelSettings | None = None,
     planner: LLMPlanner | None = None,
     prices: Prices | str | Path | None = None,
+    conversation: Conversation | None = None,
 ) -> Solution:
     """Continue the paused or interrupted solve ``ref`` (its id, or one of its rounds' run
     ids) recorded in ``store`` (see the module docstring). Returns its :class:`Solution`:
@@ -163,6 +165,7 @@ async def resume_solve(
     and so are ``model_settings``, ``planner`` and ``prices`` (the
     :class:`~dagagent.Prices` the resumed solve's calls are costed at, or a prices file over
     the defaults, as for :func:`~dagagent.solve`; not recorded: give them again).
+    ``conversation``: a session's turn's (:meth:`dagagent.Session.resume` gives it).
 
     Raises :class:`~dagagent.errors.StoreError` if there is no such solve and
     :class:`~dagagent.errors.DecisionError` if it is neither paused nor interrupted (running,
@@ -195,6 +198,7 @@ async def resume_solve(
             model_settings=model_settings,
             planner=planner,
             prices=prices,
+            conversation=conversation,
         )
         state.calls.seed(record.calls, record.usage)  # what the rounds before used
         going_on = last is not None and last.outcome in ("paused", "running", "interrupted")
