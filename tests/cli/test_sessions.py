@@ -100,9 +100,7 @@ def test_chat_answers_each_line_and_reuses_earlier_outputs(
     assert "Weather in Paris?" in second_plan and "${turn1.paris}" in second_plan
     # listed, and shown turn by turn
     listed = user.json("sessions")["sessions"]
-    assert [(s["name"], s["turns"], s["last_status"]) for s in listed] == [
-        ("trip", 2, "answered")
-    ]
+    assert [(s["name"], s["turns"], s["last_status"]) for s in listed] == [("trip", 2, "answered")]
     shown = user("sessions", "trip")
     assert "Mean of Paris and Tokyo?" in shown.stdout and "answered" in shown.stdout
     doc = user.json("sessions", "trip")["session"]

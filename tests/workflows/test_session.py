@@ -147,9 +147,7 @@ async def test_a_session_opened_again_goes_on_from_its_record(world: World, tmp_
     assert [t.number for t in s.turns] == [1, 2]
 
 
-async def test_a_reference_to_a_turn_that_does_not_exist_is_sent_back(
-    world: World, tmp_path: Path
-):
+async def test_a_reference_to_a_turn_that_does_not_exist_is_sent_back(world: World, tmp_path: Path):
     bad = plan({"id": "x", "tool": "warmer", "args": {"a": "${turn5.paris}", "b": "${turn5.p}"}})
     llm = openai(
         plan(weather("paris", "Paris")),
@@ -158,9 +156,10 @@ async def test_a_reference_to_a_turn_that_does_not_exist_is_sent_back(
         FOLLOW_UP,
         finish("Tokyo", ["cmp"]),
     )
-    async with llm, dagagent.Session(
-        "trip", world.registry, llm, store=tmp_path / "r.db", stream=False
-    ) as s:
+    async with (
+        llm,
+        dagagent.Session("trip", world.registry, llm, store=tmp_path / "r.db", stream=False) as s,
+    ):
         await s.ask("Weather in Paris?")
         second = await s.ask("Is Tokyo warmer?")
     assert second.ok
@@ -179,9 +178,12 @@ async def test_compression_past_the_limit_is_a_recorded_call_not_made_again(
     script.append("SUMMARY: asked about Paris (18 C).")  # the compression, before turn 3
     script += [plan(weather("tokyo", "Tokyo")), finish("Tokyo 24.5", ["tokyo"])]
     llm = openai(*script)
-    async with llm, dagagent.Session(
-        "long", world.registry, llm, store=db, max_tokens=150, keep=1, stream=False
-    ) as s:
+    async with (
+        llm,
+        dagagent.Session(
+            "long", world.registry, llm, store=db, max_tokens=150, keep=1, stream=False
+        ) as s,
+    ):
         await s.ask("Paris?")
         await s.ask("London?")
         third = await s.ask("Tokyo?")
@@ -207,11 +209,9 @@ async def test_compression_past_the_limit_is_a_recorded_call_not_made_again(
             "SUMMARY: asked about Paris (18 C).",
             1,
         )
-        assert [c.role for c in store.get_solve(third.solve_id).calls][0] == "compress"
+        assert next(c.role for c in store.get_solve(third.solve_id).calls) == "compress"
     # read again (a resume of turn 3 would be): the summary is on record, nothing to compress
-    async with dagagent.Session(
-        "long", world.registry, llm, store=db, max_tokens=150, keep=1
-    ) as s:
+    async with dagagent.Session("long", world.registry, llm, store=db, max_tokens=150, keep=1) as s:
         again = s.conversation(3)
         assert again.summary == "SUMMARY: asked about Paris (18 C)." and again.summarized == 1
         assert not again.needs_compression
