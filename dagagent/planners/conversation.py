@@ -19,7 +19,7 @@ the viewer and a resume see an ordinary task.
 the oldest turns' questions and answers are summarised by one model call (role
 ``compress``), keeping the latest ``keep`` turns word for word; the summary is recorded with
 the turn (a resume reads it instead of asking again). Every turn's outputs stay listed by
-reference, shortened, however old.
+reference (a summarised turn's by its references alone), however old.
 """
 
 from __future__ import annotations
@@ -129,9 +129,18 @@ class Conversation:
             parts.append(
                 f"Turn {t.number}:\n  question: {as_data(t.question)}\n  answer: {as_data(answer)}"
             )
+        # The outputs of the turns word for word with a preview each; of the summarised
+        # turns, their references only (a plan may still use them: the whole output is on
+        # record), so that the listing shrinks with the questions and answers.
         listing = [
-            f"- ${{{turn_id(t.number)}.{tid}}}: {as_data(shorten(out, self.output_chars))}"
+            f"- turn {t.number} (summarised): "
+            + ", ".join(f"${{{turn_id(t.number)}.{tid}}}" for tid in t.outputs)
             for t in self.turns
+            if t.number <= self.summarized and t.outputs
+        ]
+        listing += [
+            f"- ${{{turn_id(t.number)}.{tid}}}: {as_data(shorten(out, self.output_chars))}"
+            for t in self.verbatim
             for tid, out in t.outputs.items()
         ]
         if listing:

@@ -177,6 +177,13 @@ async def resume_solve(
     opened = store if isinstance(store, RunStore) else RunStore(store)
     try:
         record, last = resumable_solve(opened, ref)
+        turn = opened.session_of_solve(record.solve_id)
+        if turn is not None and conversation is None:
+            raise DecisionError(
+                f"solve {record.solve_id} is turn {turn[1]} of session {turn[0]!r}: resume it "
+                f"as a turn, with the conversation it was asked in (Session.resume(), or "
+                f"'dagagent chat --session {turn[0]}')"
+            )
         options = {**_DEFAULTS, **(record.options or {})}
         run = _round_run(opened, last)
         if run is not None:

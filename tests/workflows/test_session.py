@@ -201,7 +201,9 @@ async def test_compression_past_the_limit_is_a_recorded_call_not_made_again(
         planner_text
     )
     assert "Paris?" not in planner_text and "question: <output>London?</output>" in planner_text
-    assert "${turn1.paris}" in planner_text
+    # turn 1's output: its reference only (it is summarised); turn 2's with a preview
+    assert "- turn 1 (summarised): ${turn1.paris}\n" in planner_text
+    assert '${turn2.london}: <output>{"city": "London", "temp_c": 14.0}</output>' in planner_text
     with RunStore(db) as store:
         record = store.get_session("long")
         assert record is not None
@@ -226,6 +228,39 @@ async def test_a_turn_that_did_not_end_must_be_resumed_first(world: World, tmp_p
         assert s.unfinished == 1
         with pytest.raises(SessionError, match=r"turn 1 of session 't' has not ended"):
             await s.ask("Tokyo?")
+
+
+async def test_a_paused_turn_is_resumed_as_a_turn_then_the_conversation_goes_on(
+    world: World, tmp_path: Path
+):
+    db = tmp_path / "runs.db"
+    policy = dagagent.Policy(
+        [dagagent.Rule(tool="get_weather", args={"city": "Tokyo"}, action="ask")],
+        ask=dagagent.ask_later,
+    )
+    llm = openai(
+        plan(weather("paris", "Paris")),
+        finish("18 C", ["paris"]),
+        FOLLOW_UP,  # Tokyo waits for a person; turn 1's Paris is reused
+        finish("Tokyo is warmer", ["cmp"]),
+        plan(weather("london", "London")),
+        finish("14 C", ["london"]),
+    )
+    async with llm, dagagent.Session("t", world.registry, llm, store=db, policy=policy) as s:
+        await s.ask("Paris?")
+        paused = await s.ask("Is Tokyo warmer?")
+        assert paused.status is SolveStatus.PAUSED and s.unfinished == 2
+        with pytest.raises(SessionError, match=r"turn 2 of session 't' has not ended"):
+            await s.ask("London?")
+        # not as a bare solve: it would lose the conversation the turn was asked in
+        with pytest.raises(dagagent.DecisionError, match=r"turn 2 of session 't': resume it"):
+            await dagagent.resume_solve(paused.solve_id, world.registry, llm, store=db)
+        resumed = await s.resume(decisions={"tokyo": dagagent.Approval.approve("ok", by="ann")})
+        assert resumed is not None and resumed.ok and resumed.answer == "Tokyo is warmer"
+        assert s.unfinished is None and await s.resume() is None
+        third = await s.ask("London?")
+    assert third.ok
+    assert world.calls == Counter({"Paris": 1, "Tokyo": 1, "warmer": 1, "London": 1})
 
 
 async def test_another_process_taking_the_turn_is_a_clear_error(world: World, tmp_path: Path):
