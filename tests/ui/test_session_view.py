@@ -73,3 +73,42 @@ def test_a_session_is_a_thread_of_solves(tmp_path: Path) -> None:
         assert 'href="/sessions/trip#turn-2">session trip</a>, turn 2' in solve
         assert http.get("/sessions/nope").status_code == 404
         assert http.get("/sessions/no%20spaces").status_code == 404
+
+
+def test_a_turns_compression_is_drawn_before_its_rounds(tmp_path: Path) -> None:
+    from dagagent.store import RunStore
+    from dagagent.ui._solve import build_solve_view
+
+    registry = dagagent.Registry()
+
+    @registry.tool
+    def get_weather(city: str) -> dict[str, Any]:
+        """Current weather."""
+        return {"city": city, "temp_c": 18.0}
+
+    def turn(city: str) -> list[str]:
+        task = {"id": city.lower(), "tool": "get_weather", "args": {"city": city}}
+        answer = {"action": "finish", "answer": "mild " * 80, "cites": [city.lower()]}
+        return [json.dumps({"tasks": [task]}), json.dumps(answer)]
+
+    answers = [*turn("Paris"), *turn("Tokyo"), "the summary", *turn("Oslo")]
+
+    async def main() -> str:
+        llm = ScriptedLLM.openai([wire.openai_text(a) for a in answers])
+        async with (
+            llm,
+            dagagent.Session(
+                "s", registry, llm, store=tmp_path / "r.db", max_tokens=100, keep=1, stream=False
+            ) as s,
+        ):
+            for question in ("Paris?", "Tokyo?", "Oslo?"):
+                solution = await s.ask(question)
+        return solution.solve_id
+
+    solve_id = anyio.run(main)
+    with RunStore(tmp_path / "r.db") as store:
+        record = store.get_solve(solve_id)
+        runs = {r.run_id: store.get_run(r.run_id) for r in record.rounds if r.run_id}
+    view = build_solve_view(record, runs)
+    assert [b.label for b in view.bars][:2] == ["compress #1", "r1 planner #2"]
+    assert view.by_role["compress"].calls == 1
