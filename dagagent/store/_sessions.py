@@ -189,4 +189,5 @@ def _turn(row: tuple[Any, ...]) -> SessionTurnRecord:
         run_id=run_id,
         summary=summary,
         summarized=summarized or 0,
+        solve_recorded=status is not None,
     )

@@ -389,6 +389,9 @@ class SessionTurnRecord(BaseModel):
     run_id: str | None = None
     summary: str | None = None
     summarized: int = 0
+    #: Whether its solve is on record: a turn whose process died between taking its number
+    #: and starting its solve has none (it is ``interrupted``, and nothing of it ran).
+    solve_recorded: bool = True
 
 
 class SessionRecord(BaseModel):

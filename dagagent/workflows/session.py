@@ -265,13 +265,28 @@ class Session:
         ``decided_by`` and ``options`` (``policy``, ``listeners``, ``interceptors``,
         ``executor``, ``confirm``, ``model_settings``, ``prices``) go to
         :func:`~dagagent.resume_solve`; the session's own options of those names are used
-        when not given."""
+        when not given. A turn whose process died before its solve began (nothing of it is
+        on record but its question) is asked again, as that turn."""
         store = self._store()
         await self.refresh()
         waiting = self.unfinished
         if waiting is None:
             return None
         assert self.record is not None and self.record.last is not None
+        last = self.record.last
+        if not last.solve_recorded:  # it died before its solve began: nothing of it ran
+            try:
+                return await solve(
+                    last.question,
+                    self.registry,
+                    self.llm,
+                    store=store,
+                    solve_id=last.solve_id,
+                    conversation=self.conversation(waiting),
+                    **{**self.options, **options},
+                )
+            finally:
+                await self.refresh()
         taken = ("policy", "listeners", "interceptors", "model_settings", "prices", "confirm")
         given = {k: v for k, v in self.options.items() if k in taken}
         try:

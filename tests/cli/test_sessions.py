@@ -136,3 +136,19 @@ def test_an_unknown_session_is_named(user: Shell, model: Model) -> None:
     model.answers.clear()
     proc = user("sessions", "nope", code=4)
     assert "no session 'nope'" in proc.stderr
+
+
+def test_chat_resumes_a_turn_that_did_not_end_first(
+    user: Shell, model: Model, tmp_path: Path
+) -> None:
+    from dagagent.store import RunStore
+
+    (tmp_path / "home").mkdir(exist_ok=True)
+    with RunStore(tmp_path / "home" / "runs.db") as store:  # its process died at once
+        store.start_turn("trip", "0123456789ab", "Weather in Paris?", after=0)
+    script_two_turns(model)
+    proc = user("chat", "--session", "trip", *model.spec, "--tools", TOOLS, stdin="Mean of both?\n")
+    assert "resuming turn 1 of session trip (interrupted): Weather in Paris?" in proc.stderr
+    assert "turn 1 answered: Paris: 18 C, cloudy." in proc.stderr
+    assert proc.stdout.splitlines() == ["Paris: 18 C, cloudy.", "The mean is 21.25 C."]
+    assert tool_starts(tmp_path / "calls.log").count("get_weather Paris") == 1

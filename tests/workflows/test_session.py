@@ -230,6 +230,26 @@ async def test_a_turn_that_did_not_end_must_be_resumed_first(world: World, tmp_p
             await s.ask("Tokyo?")
 
 
+async def test_a_turn_that_died_before_its_solve_began_is_asked_again(world: World, tmp_path: Path):
+    db = tmp_path / "runs.db"
+    with RunStore(db) as store:
+        store.start_turn("t", "0123456789ab", "Paris?", after=0)
+    llm = openai(
+        plan(weather("paris", "Paris")),
+        finish("18 C", ["paris"]),
+        FOLLOW_UP,
+        finish("Tokyo", ["cmp"]),
+    )
+    async with llm, dagagent.Session("t", world.registry, llm, store=db) as s:
+        resumed = await s.resume()
+        assert resumed is not None and resumed.ok and resumed.solve_id == "0123456789ab"
+        assert s.unfinished is None and s.turns[0].outputs == {
+            "paris": {"city": "Paris", "temp_c": 18.0}
+        }
+        second = await s.ask("Tokyo?")
+    assert second.ok and world.calls["Paris"] == 1
+
+
 async def test_a_paused_turn_is_resumed_as_a_turn_then_the_conversation_goes_on(
     world: World, tmp_path: Path
 ):
