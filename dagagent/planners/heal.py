@@ -310,6 +310,15 @@ class HealingPlanner:
         clone.last_result = None
         return clone
 
+    def for_registry(self, registry: Registry) -> Self:
+        """A copy of this planner that checks plans against ``registry``: the same tools and
+        more (a session's, which adds the reader of earlier turns' outputs), its prompt and
+        response format unchanged (they show the tools a plan is written with)."""
+        clone = copy.copy(self)
+        clone.registry = registry
+        clone.last_result = None
+        return clone
+
     def with_conversation(self, conversation: Conversation | None) -> Self:
         """A copy of this planner for one turn of a session: its prompt shows
         ``conversation`` (the earlier questions, answers and outputs) and its plans may

@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from typing_extensions import Unpack
+from typing_extensions import Self, Unpack
 
 from .. import telemetry
 from ..errors import ConfigError
@@ -89,6 +89,12 @@ class LLMPlanner(HealingPlanner):
                 else:
                     self._system = f"{own.rstrip()}\n\nTools:\n{catalog}"
         return self._system
+
+    def for_registry(self, registry: Registry) -> Self:
+        """A copy checking plans against ``registry`` (see
+        :meth:`HealingPlanner.for_registry`); its prompt keeps this planner's tool catalog."""
+        self.system_prompt()  # made now, from the tools it was built with
+        return super().for_registry(registry)
 
     def messages(self, goal: str) -> list[Message]:
         """The conversation the first attempt sends: the system prompt, the examples, the

@@ -93,6 +93,18 @@ class SessionQueries:
             )
         return int(last) + 1
 
+    def drop_unstarted_turn(self, session: str, turn: int) -> bool:
+        """Take back turn ``turn`` of ``session`` if its solve never began (a bad option
+        refused it before anything was recorded): the session's last turn is then the one
+        before. Returns whether it was taken back."""
+        with self._transaction() as conn:
+            cur = conn.execute(
+                "DELETE FROM session_turns WHERE session = ? AND turn = ? AND solve_id NOT IN "
+                "(SELECT id FROM solves)",
+                (session, turn),
+            )
+            return cur.rowcount > 0
+
     def record_compression(self, session: str, turn: int, summary: str, summarized: int) -> None:
         """Record the summary of turns ``1..summarized`` that turn ``turn``'s models saw."""
         self._query(

@@ -37,6 +37,7 @@ import anyio.to_thread
 
 from ..errors import ConfigError, SessionError, StoreError
 from ..plan import ToolTask
+from ..planners import LLMPlanner
 from ..planners.conversation import EARLIER_TURN, Conversation, Turn
 from ..results import SolveStatus, TaskStatus
 from ..run import new_run_id
@@ -220,6 +221,7 @@ class Session:
                 f"'dagagent chat --session {self.name}' / 'dagagent ask --session {self.name}',"
                 " which resume it)"
             )
+        chosen = self._turn_options(options)  # a bad option fails before the turn is taken
         solve_id = new_run_id()
         after = len(self._turns)
         try:
@@ -245,11 +247,28 @@ class Session:
                 store=store,
                 solve_id=solve_id,
                 conversation=conversation,
-                **{**self.options, **options},
+                **chosen,
             )
+        except ConfigError:  # refused before it began: the turn is not taken after all
+            await anyio.to_thread.run_sync(lambda: store.drop_unstarted_turn(self.name, number))
+            raise
         finally:
             await self.refresh()
         return solution
+
+    def _turn_options(self, options: Mapping[str, Any]) -> dict[str, Any]:
+        """The session's options with a turn's over them; a planner of one's own plans for
+        the session's tools (the registry's, and the reader of earlier turns' outputs)."""
+        chosen = {**self.options, **options}
+        planner = chosen.get("planner")
+        if isinstance(planner, LLMPlanner) and planner.registry is not self.registry:
+            if planner.registry.names != [n for n in self.registry.names if n != EARLIER_TURN]:
+                raise ConfigError(
+                    "the planner plans for other tools than the session runs: build it with "
+                    "the same registry (LLMPlanner(llm, registry, ...))"
+                )
+            chosen["planner"] = planner.for_registry(self.registry)
+        return chosen
 
     async def resume(
         self,
@@ -283,12 +302,12 @@ class Session:
                     store=store,
                     solve_id=last.solve_id,
                     conversation=self.conversation(waiting),
-                    **{**self.options, **options},
+                    **self._turn_options(options),
                 )
             finally:
                 await self.refresh()
         taken = ("policy", "listeners", "interceptors", "model_settings", "prices", "confirm")
-        given = {k: v for k, v in self.options.items() if k in taken}
+        given = {k: v for k, v in self._turn_options(options).items() if k in taken}
         try:
             return await resume_solve(
                 self.record.last.solve_id,
@@ -298,7 +317,7 @@ class Session:
                 decisions=decisions,
                 decided_by=decided_by,
                 conversation=self.conversation(waiting),
-                **{**given, **options},
+                **given,
             )
         finally:
             await self.refresh()

@@ -311,3 +311,40 @@ async def test_bad_options_are_config_errors(world: World, tmp_path: Path):
     async with llm, dagagent.Session("s", world.registry, llm, store=tmp_path / "r.db") as s:
         with pytest.raises(ConfigError, match="question is empty"):
             await s.ask("  ")
+
+
+async def test_a_planner_of_ones_own_plans_a_follow_up(world: World, tmp_path: Path):
+    llm = openai(
+        plan(weather("paris", "Paris")),
+        finish("18 C", ["paris"]),
+        FOLLOW_UP,
+        finish("Tokyo", ["cmp"]),
+    )
+    own = dagagent.planners.LLMPlanner(llm, world.registry, system_prompt="Plan. {tools}")
+    async with (
+        llm,
+        dagagent.Session(
+            "t", world.registry, llm, store=tmp_path / "r.db", planner=own, stream=False
+        ) as s,
+    ):
+        await s.ask("Paris?")
+        second = await s.ask("Tokyo?")
+    assert second.ok and world.calls["Paris"] == 1
+    system = llm.wire_requests[2]["messages"][0]["content"]
+    assert system.startswith("Plan. ") and "earlier_turn" not in system
+    other = dagagent.Registry()
+    other.add(world.registry.get("warmer"))
+    with pytest.raises(ConfigError, match="plans for other tools"):  # before the turn is taken
+        async with dagagent.Session(
+            "u",
+            world.registry,
+            llm,
+            store=tmp_path / "r.db",
+            planner=dagagent.planners.LLMPlanner(llm, other),
+        ) as s:
+            await s.ask("Paris?")
+    async with dagagent.Session("u", world.registry, llm, store=tmp_path / "r.db") as s:
+        assert s.turns == [] and s.unfinished is None
+        with pytest.raises(ConfigError, match="max_rounds must be at least 1"):
+            await s.ask("Paris?", max_rounds=0)
+        assert s.turns == [] and s.unfinished is None
