@@ -62,6 +62,7 @@ from .errors import (
     ReferenceResolutionError as ReferenceResolutionError,
     RunFailedError as RunFailedError,
     ScriptError as ScriptError,
+    SessionError as SessionError,
     SolveError as SolveError,
     StoreError as StoreError,
     TaskDeniedError as TaskDeniedError,
@@ -141,6 +142,7 @@ from .tools import (
     tool as tool,
 )
 from .workflows import (
+    Session as Session,
     Solution as Solution,
     replan_run as replan_run,
     resume as resume,

@@ -46,6 +46,8 @@ The tree::
     │   └── ReActFormatError          a reply in none of the ReAct shapes (also a ValueError)
     ├── StoreError                    the run store cannot be used / run not found
     ├── DecisionError                 a decision cannot be recorded, or a run resumed
+    │   └── SessionError              a session's next turn cannot start: its last turn has
+    │                                 not ended, or another process took the turn
     ├── ClusterError                  the executor's cluster cannot run the plan: a Temporal
     │                                 server unreachable, no worker on the task queue
     ├── NoCurrentCallError            ``current_call()`` outside a side-effecting tool's call
@@ -108,6 +110,7 @@ __all__ = [
     "ReferenceResolutionError",
     "RunFailedError",
     "ScriptError",
+    "SessionError",
     "SolveError",
     "StoreError",
     "TaskDeniedError",
@@ -447,6 +450,12 @@ class DecisionError(DagagentError):
     """A decision about a waiting task cannot be recorded (the task is not waiting, it was
     decided already, a resume used the decision), or a run cannot be resumed (it is not
     paused, or another process is resuming it). The message names the run and the task."""
+
+
+class SessionError(DecisionError):
+    """A session's next turn cannot start: its last turn has not ended (resume it first),
+    or another process continued the session meanwhile. The message names the session and
+    the turn."""
 
 
 class WorkerLostError(TaskError):

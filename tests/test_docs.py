@@ -428,6 +428,22 @@ def test_approvals_that_wait_snippet(scratch: Path, capsys: pytest.CaptureFixtur
     assert namespace["result"].outputs["both"] == {"city": "Paris and Tokyo", "temp_c": 20.0}
 
 
+def test_session_snippet(scratch: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The conversation example, on the quickstart's registry, with its scripted model: the
+    second turn reuses the first's output by reference."""
+    namespace: dict[str, Any] = {}
+    quickstart(namespace)
+    capsys.readouterr()
+    run_python(block_with(page("sessions"), "python", "Session("), namespace)
+    assert capsys.readouterr().out.splitlines() == [
+        "It is 20 C in Paris. / Both are at 20 C.",
+        "reused",
+    ]
+    both = namespace["second"].rounds[0].result.tasks["both"]
+    assert both.args == {"city": "Paris and Tokyo"}
+    assert (scratch / "runs.db").exists()
+
+
 def test_solve_snippet(scratch: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The goal-to-answer example, on the quickstart's registry, with its scripted model."""
     namespace: dict[str, Any] = {}
@@ -735,6 +751,7 @@ RUN_BY = {
     ("planning", "Model calls, deadlines and budgets"): ["solution.calls"],
     ("planning", "Streamed planning"): ["plan_and_execute_streamed("],
     ("records", None): ["store="],
+    ("sessions", None): ["Session("],
     ("models", None): ["fallback(", "load_skills("],
     ("branching", None): [
         "max_calls=3, cooldown_s=60",

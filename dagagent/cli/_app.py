@@ -551,6 +551,8 @@ COMMAND_MODULES = {
     "replan": "replan",
     "plan": "plan",
     "ask": "ask",
+    "chat": "sessions",
+    "sessions": "sessions",
     "tools": "tools",
     "ui": "view",
     "report": "view",

@@ -74,6 +74,7 @@ from .otel import configure_otel
 from .recording import recorded_tools_spec, tools_context
 from .rules import ApprovalRules
 from .run import paused_hint
+from .sessions import ContextTokensOpt, KeepTurnsOpt, SessionOpt, session_turn
 from .tools import load_tools
 
 if TYPE_CHECKING:
@@ -363,13 +364,17 @@ def ask_cmd(
         help="Budget: tool calls (tasks, map elements, agents' calls); past it they are denied.",
     ),
     prices: PricesOpt = None,
+    session: SessionOpt = None,
+    context_tokens: ContextTokensOpt = 2000,
+    keep_turns: KeepTurnsOpt = 2,
 ) -> None:
     """Answer GOAL: plan with the model, run the plan, let the model answer from the results
     or plan again (reusing every success), for at most --max-rounds rounds. Progress on
     stderr, the answer on stdout. Exit 0 answered, 1 gave up, 2 model unusable, 3 no valid
     plan, 6 paused (a task waits for a person's decision: dagagent approve, then dagagent
     resume), 8 the deadline passed, 9 the budget ran out. 'dagagent show SOLVE' shows the
-    solve and every model call."""
+    solve and every model call. With --session NAME, GOAL is the next turn of that
+    conversation (started when new; a turn that did not end is resumed first)."""
     import asyncio
 
     from ..approval import Policy
@@ -426,10 +431,14 @@ def ask_cmd(
     def confirm(graph: Any) -> bool:
         return confirm_plan(graph, registry)
 
+    progress = AskProgress()  # shows what the model writes once the writer is made below
+
     with RunStore(path, context=context or None) as run_store:
 
         async def main() -> Solution:
             async with llm:
+                if session is not None:
+                    return await stoppable(session_turn(**turn_options))
                 return await stoppable(
                     solve(
                         goal,
@@ -458,6 +467,34 @@ def ask_cmd(
                     )
                 )
 
+        turn_options: dict[str, Any] = {
+            "question": goal,
+            "name": session or "",
+            "registry": registry,
+            "llm": llm,
+            "store": run_store,
+            "max_tokens": context_tokens,
+            "keep": keep_turns,
+            "max_rounds": max_rounds,
+            "stream": not no_stream,
+            "settings": RunSettings(
+                executor=executor,
+                on_failure=cast(FailurePolicy, on_failure),
+                max_concurrency=max_concurrency,
+            ),
+            "policy": first,
+            "interceptors": policies[1:] if first is not None else policies,
+            "listeners": [progress],
+            "agent_tasks": agent_tasks,
+            "max_attempts": max_attempts,
+            "structured": not no_schema,
+            "confirm": confirm if approve else None,
+            "model_settings": choice.settings(),
+            "planner": planner,
+            "budget": budget,
+            "prices": price_table,
+            "deadline_s": deadline_left(deadline),
+        }
         # What the model writes, while it writes; the joiner's answer to stdout as it is
         # written when stdout is a terminal (--json waits for the whole solution).
         writing = ModelProgress(
@@ -465,7 +502,7 @@ def ask_cmd(
             answer_to=out if out.is_terminal and not json_out else None,
             live=not (approve or ask or policy_file),  # questions on the terminal: plain lines
         )
-        progress = AskProgress(writing)
+        progress.model = writing
         try:
             with writing:
                 solution = run_own_loop(main)

@@ -21,6 +21,7 @@ from ..events import Listener, TaskParsed
 from ..graph import GrowingGraph, PlanChecker, TaskCheck
 from ..llm import LLMResponse, StreamEnd, TextDelta, ToolCallDelta, Usage, closing_stream
 from ..plan import AgentTask, Task, ToolTask, load_plan
+from .conversation import referenced_turns
 from .incremental import JsonTaskStream, StreamedPlanError
 from .parsing import task_data
 from .prompts import shorten
@@ -53,6 +54,8 @@ class StreamSettings(Protocol):
     max_repeats: int
     began: float
     run_id_now: str
+    #: Tasks a plan may reference without writing them (a session's earlier turns).
+    given: Mapping[str, Task]
 
     def emit(self, event: Any) -> None: ...
 
@@ -110,6 +113,12 @@ class StreamedAnswer:
         seeded = self.seeded.get(task.id)
         if seeded is not None and call_key(seeded) == call_key(task):
             return  # a task that ran in an earlier attempt, planned again: it is that task
+        given = self.owner.given.get(task.id)
+        if given is not None and call_key(given) == call_key(task):
+            if task.id not in self.checker.ids:
+                for check in self.checker.take(given)[0]:
+                    self.graph.add(check)
+            return  # an earlier turn's outputs, written out: the given task itself
         self.count += 1
         if self.count > owner.max_tasks:
             raise StreamStop(
@@ -135,11 +144,28 @@ class StreamedAnswer:
                     )
                 ]
             )
+        self._take_given(task)
         accepted, issues = self.checker.take(task)
         if issues:
             raise StreamStop(issues)
         for check in accepted:  # the task, and the tasks that waited for it (none: it waits)
             self._add(check)
+
+    def _take_given(self, task: Task) -> None:
+        """Put the given tasks ``task`` references (an earlier turn's ``${turnN...}``) in
+        the plan before it, once each, unless the plan defines them itself."""
+        given = self.owner.given
+        if not given:
+            return
+        source = task.model_dump(mode="json", exclude_defaults=True)
+        for tid in referenced_turns(source, given):
+            if tid in self.checker.ids:
+                continue
+            accepted, issues = self.checker.take(given[tid])
+            if issues:  # pragma: no cover - a given task is valid for the session's tools
+                raise StreamStop(issues)
+            for check in accepted:
+                self.graph.add(check)
 
     def _add(self, check: TaskCheck) -> None:
         """Run a task that passed its check, or hold it until the plan is whole."""

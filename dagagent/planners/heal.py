@@ -66,6 +66,7 @@ from ..llm import (
 from ..plan import Plan
 from ..text import shorten
 from ..tools import Registry
+from .conversation import Conversation, in_conversation
 from .parsing import extract_json, parse_plan_answer
 from .prompts import feedback_prompt
 from .schema import plan_response_format
@@ -299,6 +300,8 @@ class HealingPlanner:
         #: Set when a server refused the response format: the warning every plan carries.
         self.format_warning: Issue | None = None
         self.last_result: PlanningResult | None = None
+        #: The turns before this one, in a session (see :meth:`with_conversation`).
+        self.conversation: Conversation | None = None
 
     def with_llm(self, llm: LLM) -> Self:
         """A copy of this planner that asks ``llm`` (say, the same model metered apart)."""
@@ -306,6 +309,30 @@ class HealingPlanner:
         clone.llm = llm
         clone.last_result = None
         return clone
+
+    def for_registry(self, registry: Registry) -> Self:
+        """A copy of this planner that checks plans against ``registry``: the same tools and
+        more (a session's, which adds the reader of earlier turns' outputs), its prompt and
+        response format unchanged (they show the tools a plan is written with)."""
+        clone = copy.copy(self)
+        clone.registry = registry
+        clone.last_result = None
+        return clone
+
+    def with_conversation(self, conversation: Conversation | None) -> Self:
+        """A copy of this planner for one turn of a session: its prompt shows
+        ``conversation`` (the earlier questions, answers and outputs) and its plans may
+        reference earlier turns' outputs (``${turnN.task}``, see
+        :mod:`dagagent.planners.conversation`)."""
+        clone = copy.copy(self)
+        clone.conversation = conversation
+        clone.last_result = None
+        return clone
+
+    def with_conversation_text(self, text: str) -> str:
+        """``text`` (what the model is asked) after the conversation section, when there
+        is one (see :func:`~dagagent.planners.conversation.in_conversation`)."""
+        return in_conversation(self.conversation, text)
 
     def output_limit(self, max_tasks: int | None = None) -> int:
         """The most tokens one answer may have: the settings' ``max_tokens``, else room for a
@@ -353,6 +380,7 @@ class HealingPlanner:
                 finish_reason=response.finish_reason,
                 null_optionals=self.strict,
                 agent_tasks=self.agent_tasks,
+                given=self.conversation.tasks() if self.conversation is not None else None,
             )
             if graph is not None and len(graph.plan.tasks) > self.max_tasks:
                 issues = [

@@ -36,6 +36,7 @@ from ..results import TaskResult
 from ._join_decision import JoinDecision, join_response_format
 from ._join_parsing import parse_join_answer
 from ._join_prompts import JOIN_SYSTEM_PROMPT, join_feedback_prompt, join_user_prompt
+from .conversation import Conversation, in_conversation
 from .heal import PlanAttempt, ask_until_valid
 
 __all__ = [
@@ -99,6 +100,8 @@ class Joiner:
         self.max_tokens = self.settings.max_tokens or answer_tokens(answer_chars)
         self.temperature = self.settings.temperature
         self.system_prompt = system_prompt if system_prompt is not None else JOIN_SYSTEM_PROMPT
+        #: The turns before this one, in a session: shown before the round's results.
+        self.conversation: Conversation | None = None
 
     def _without_format(self, warning: Issue) -> None:
         self.structured = False  # the server refused it: the prompt describes the format
@@ -115,7 +118,10 @@ class Joiner:
         text = join_user_prompt(
             goal, plan, results, output_chars=self.output_chars, must_finish=must_finish
         )
-        return [SystemMessage(self.system_prompt), UserMessage(text)]
+        return [
+            SystemMessage(self.system_prompt),
+            UserMessage(in_conversation(self.conversation, text)),
+        ]
 
     async def join(
         self,

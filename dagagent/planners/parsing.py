@@ -6,13 +6,15 @@ codes are those of :mod:`dagagent.planners.heal`."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from ..errors import Issue, PlanLoadError, PlanValidationError
 from ..graph import PlanGraph, validate
-from ..plan import AgentTask, BaseTask, read_plan
+from ..plan import AgentTask, BaseTask, Task, read_plan
 from ..text import shorten
 from ..tools import Registry
+from .conversation import with_given
 from .incremental import StreamedPlanError, extract_json
 from .reading import read_tasks
 from .schema import drop_null_optionals
@@ -66,13 +68,16 @@ def parse_plan_answer(
     finish_reason: str | None = None,
     null_optionals: bool = False,
     agent_tasks: bool = False,
+    given: Mapping[str, Task] | None = None,
 ) -> tuple[PlanGraph | None, list[Issue]]:
     """Read one model answer as a plan for ``goal`` and validate it against ``registry``.
 
     Returns ``(graph, [])`` for a valid plan, else ``(None, issues)``. The plan's goal is
     always ``goal`` (the model's restatement is dropped). ``null`` for an optional argument
     that cannot be ``null`` means "not given" (the default); ``null_optionals``: the answer
-    followed a strict schema, so every ``null`` optional argument means that.
+    followed a strict schema, so every ``null`` optional argument means that. ``given``:
+    tasks the plan may reference without writing them (an earlier turn's outputs, see
+    :mod:`dagagent.planners.conversation`); those it references are put in front of its tasks.
     """
     if finish_reason == "length":
         return None, [
@@ -89,6 +94,8 @@ def parse_plan_answer(
     value, issues = plan_data(raw_tasks, goal)
     if value is None:
         return None, issues
+    if given:
+        value["tasks"] = with_given(value["tasks"], given)
     drop_null_optionals(value, registry, keep_nullable=not null_optionals)
     try:
         plan, issues = read_plan(value)  # with the issues of tasks that mix the two kinds

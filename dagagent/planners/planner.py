@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from typing_extensions import Unpack
+from typing_extensions import Self, Unpack
 
 from .. import telemetry
 from ..errors import ConfigError
@@ -90,13 +90,19 @@ class LLMPlanner(HealingPlanner):
                     self._system = f"{own.rstrip()}\n\nTools:\n{catalog}"
         return self._system
 
+    def for_registry(self, registry: Registry) -> Self:
+        """A copy checking plans against ``registry`` (see
+        :meth:`HealingPlanner.for_registry`); its prompt keeps this planner's tool catalog."""
+        self.system_prompt()  # made now, from the tools it was built with
+        return super().for_registry(registry)
+
     def messages(self, goal: str) -> list[Message]:
         """The conversation the first attempt sends: the system prompt, the examples, the
         goal."""
         return [
             SystemMessage(self.system_prompt()),
             *example_messages(self.examples),
-            UserMessage(plan_user_prompt(goal)),
+            UserMessage(self.with_conversation_text(plan_user_prompt(goal))),
         ]
 
     async def plan_with_report(self, goal: str) -> PlanningResult:

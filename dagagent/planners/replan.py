@@ -120,7 +120,7 @@ class LLMReplanner(HealingPlanner):
         text = replan_user_prompt(
             goal, plan, results, output_chars=self.output_chars, feedback=feedback
         )
-        return [SystemMessage(self._system), UserMessage(text)]
+        return [SystemMessage(self._system), UserMessage(self.with_conversation_text(text))]
 
     async def replan_with_report(
         self,

@@ -162,6 +162,9 @@ class _Streamer:
         self.max_tokens = planner.output_limit(max_tasks)
         fmt = planner.response_format
         self.response_format = _bounded(fmt, max_tasks) if fmt is not None else None
+        self.given: Mapping[str, Task] = (
+            planner.conversation.tasks() if planner.conversation is not None else {}
+        )
         self.began = time.monotonic()
         self.run_id_now = ""  # the run of the attempt being read (for TaskParsed)
 

@@ -11,11 +11,12 @@ from ..llm.usage import Usage
 
 __all__ = ["MODEL_ROLES", "ModelCall", "ModelRole"]
 
-ModelRole: TypeAlias = Literal["planner", "replanner", "joiner", "agent"]
+ModelRole: TypeAlias = Literal["planner", "replanner", "joiner", "agent", "compress"]
 """What a model call was for: writing a plan (``planner``), revising one (``replanner``),
-answering or asking for another round (``joiner``), a turn of an agent task (``agent``)."""
+answering or asking for another round (``joiner``), a turn of an agent task (``agent``),
+summarising a session's older turns before a turn (``compress``)."""
 
-MODEL_ROLES: tuple[ModelRole, ...] = ("planner", "replanner", "joiner", "agent")
+MODEL_ROLES: tuple[ModelRole, ...] = ("planner", "replanner", "joiner", "agent", "compress")
 
 
 class ModelCall(BaseModel):

@@ -67,6 +67,7 @@ from ._model_calls import ModelCallWriter, UnrunPlan
 from ._recorder import RunRecorder
 from ._rows import OUTPUT_NOT_RECORDED
 from ._schema import MIGRATIONS, SCHEMA_VERSION, Migration
+from ._sessions import SESSION_NAME_RE, check_session_name
 from ._store import DEFAULT_FLUSH_INTERVAL_S, RunStore, default_store_path
 from .models import (
     ApprovalRecord,
@@ -75,6 +76,9 @@ from .models import (
     RoundRecord,
     RunRecord,
     RunSummary,
+    SessionRecord,
+    SessionSummary,
+    SessionTurnRecord,
     SolveRecord,
     SolveSummary,
 )
@@ -86,6 +90,7 @@ __all__ = [
     "OUTPUT_NOT_RECORDED",
     "RUN_ID_RE",
     "SCHEMA_VERSION",
+    "SESSION_NAME_RE",
     "ApprovalRecord",
     "DamagedRun",
     "EffectRecord",
@@ -96,12 +101,16 @@ __all__ = [
     "RunRecorder",
     "RunStore",
     "RunSummary",
+    "SessionRecord",
+    "SessionSummary",
+    "SessionTurnRecord",
     "SolveRecord",
     "SolveSummary",
     "StoreLocation",
     "StoreSource",
     "UnrunPlan",
     "check_run_id",
+    "check_session_name",
     "default_store_path",
     "locate_store",
     "person_wait_s",

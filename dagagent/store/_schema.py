@@ -136,6 +136,30 @@ _EFFECTS = (
 )
 
 
+#: Sessions (dagagent.Session, ``dagagent chat``): a named conversation, and its turns, each
+#: a solve. A turn's row is written before its solve starts (it claims the turn's number), so
+#: no foreign key on the solve; ``summary`` / ``summarized``: the summary of turns
+#: 1..summarized its models saw instead of those turns' questions and answers (see
+#: dagagent.planners.conversation), recorded before it planned.
+_SESSIONS = (
+    """CREATE TABLE sessions (
+            name TEXT PRIMARY KEY,
+            created REAL NOT NULL,
+            options TEXT
+        )""",
+    """CREATE TABLE session_turns (
+            session TEXT NOT NULL REFERENCES sessions (name) ON DELETE CASCADE,
+            turn INTEGER NOT NULL,
+            solve_id TEXT NOT NULL UNIQUE,
+            question TEXT NOT NULL,
+            created REAL NOT NULL,
+            summary TEXT,
+            summarized INTEGER NOT NULL DEFAULT 0,
+            PRIMARY KEY (session, turn)
+        ) WITHOUT ROWID""",
+)
+
+
 def _move_task_log(conn: sqlite3.Connection) -> None:
     """v9: the task rows of version 8's batch documents (table ``task_log``), as its view
     ``task_log_rows`` gives them, into the table of rows. The view is the store's own, as
@@ -288,6 +312,8 @@ MIGRATIONS: list[Sequence[Migration]] = [
     # v13 (numbered by the order the steps were merged in): the run whose plan a replanner's
     # call outside a solve revised (``dagagent replan RUN --model``): a plan not run names it.
     ("ALTER TABLE model_calls ADD COLUMN replan_of TEXT",),
+    # v14: sessions, and their turns, each a solve (see dagagent.store._sessions).
+    _SESSIONS,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -350,6 +376,7 @@ SCHEMA: tuple[str, ...] = (
     _MODEL_CALLS[0].removesuffix(")") + ", replan_of TEXT)",
     *_MODEL_CALLS[1:],
     *_EFFECTS,
+    *_SESSIONS,
 )
 
 

@@ -23,6 +23,7 @@ from ._location import StoreLocation, locate_store
 from ._plans import plan_from_column
 from ._rows import PLANNED_AT
 from ._schema import MIGRATIONS, SCHEMA, Migration, migrate
+from ._sessions import SessionQueries
 from ._solves import SolveQueries
 from .models import DamagedRun, RunRecord, RunSummary
 
@@ -55,7 +56,7 @@ def _writable(path: Path) -> bool:
     return os.access(parent, os.W_OK | os.X_OK)
 
 
-class RunStore(SolveQueries, EffectQueries, ApprovalQueries):
+class RunStore(SolveQueries, SessionQueries, EffectQueries, ApprovalQueries):
     """A SQLite file of run records (and of solves: see :class:`SolveQueries`; of their model
     calls: see :class:`~dagagent.store._model_calls.ModelCallQueries`; of the approvals that
     wait for a person: see :class:`ApprovalQueries`; and of the calls with side effects: see

@@ -30,6 +30,9 @@ __all__ = [
     "RoundRecord",
     "RunRecord",
     "RunSummary",
+    "SessionRecord",
+    "SessionSummary",
+    "SessionTurnRecord",
     "SolveRecord",
     "SolveSummary",
 ]
@@ -368,3 +371,54 @@ class EffectRecord(BaseModel):
 
     def to_json_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
+
+
+class SessionTurnRecord(BaseModel):
+    """One turn of a session: its number, its solve (``solve_id``; its status, answer and
+    final run ``run_id`` as recorded), the question, and the summary of turns
+    ``1..summarized`` its models saw instead of those turns (``None``: none)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    turn: int
+    solve_id: str
+    question: str
+    created: float
+    status: SolveStatus
+    answer: Any = None
+    run_id: str | None = None
+    summary: str | None = None
+    summarized: int = 0
+    #: Whether its solve is on record: a turn whose process died between taking its number
+    #: and starting its solve has none (it is ``interrupted``, and nothing of it ran).
+    solve_recorded: bool = True
+
+
+class SessionRecord(BaseModel):
+    """A recorded session: its name, when it began, the options it was opened with, and
+    every turn, oldest first."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    created: float
+    options: dict[str, Any] = Field(default_factory=dict)
+    turns: list[SessionTurnRecord] = Field(default_factory=list)
+
+    @property
+    def last(self) -> SessionTurnRecord | None:
+        return self.turns[-1] if self.turns else None
+
+
+class SessionSummary(BaseModel):
+    """One session in a list of sessions: its turns, when it began and last moved, and its
+    latest question and status."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    created: float
+    updated: float
+    turns: int
+    last_question: str = ""
+    last_status: SolveStatus | None = None

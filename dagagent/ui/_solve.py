@@ -117,6 +117,8 @@ def build_solve_view(
     for c in record.calls:
         if c.role == "agent" and c.task_id is not None:
             agent_calls.setdefault((c.run_id, c.task_id), []).append(c)
+    # A session turn's compression of the turns before it comes before its first round.
+    rows.extend(_call_bar(c, origin) for c in record.calls if c.role == "compress")
     for rnd in record.rounds:
         calls = record.calls_of(rnd.round)
         run = runs.get(rnd.run_id) if rnd.run_id is not None else None

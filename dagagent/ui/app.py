@@ -3,6 +3,7 @@
 Routes (all ``GET``; no endpoint writes, and the store connection cannot)::
 
     /                               solves and runs, newest first (?status=, ?limit=)
+    /sessions/{name}                one session: its turns as a thread of solves
     /solves/{solve}                 one solve: its rounds, timeline and model calls
     /runs/{run}                     one run (?status=, ?level=N or N-M, ?page= for its table),
                                     with its own model calls; for an id no run has, the
@@ -39,7 +40,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ..errors import StoreError
+from ..errors import ConfigError, StoreError
 from ..store import RunRecord, RunStore, RunSummary
 from .render import (
     STATIC,
@@ -50,6 +51,7 @@ from .render import (
     render_panel,
     render_run,
     render_runs,
+    render_session,
     render_solve,
     render_unrun,
 )
@@ -117,6 +119,24 @@ class _ErrorPages:
             if started:  # too late for a page: the server logs it and drops the connection
                 raise
             await self.page(str(scope.get("path", "")), exc)(scope, receive, send)
+
+
+def earlier_references(record: RunRecord) -> list[str]:
+    """The earlier turns' outputs a session turn's run used (``turn1.search``, ...): the
+    references to its ``turnN`` tasks, in plan order."""
+    from ..plan import ToolTask
+    from ..planners.conversation import EARLIER_TURN
+    from ..references import Template
+
+    turns = {t.id for t in record.plan.tasks if isinstance(t, ToolTask) and t.tool == EARLIER_TURN}
+    found: list[str] = []
+    for t in record.plan.tasks:
+        for ref in Template(t.template_source).refs:
+            if ref.task_id in turns:
+                text = ".".join((ref.task_id, *ref.path[:1]))
+                if text not in found:
+                    found.append(text)
+    return found
 
 
 def answers_of(store: RunStore, run_ids: list[str]) -> dict[str, Any]:
@@ -226,8 +246,25 @@ def create_app(
             limit=limit,
             solves=st.list_solves(min(limit, 50)),
             unrun=st.unrun_plans(min(limit, 20)),
+            sessions=st.list_sessions(min(limit, 50)),
         )
         return HTMLResponse(html)
+
+    def session_page(request: Request) -> Response:
+        name = request.path_params["name"]
+        try:
+            record = st.get_session(name)
+        except (StoreError, ConfigError) as exc:
+            raise HTTPException(404, str(exc)) from None
+        if record is None:
+            raise HTTPException(404, f"no session {name!r} in {st.path}")
+        reused: dict[int, list[str]] = {}
+        for t in record.turns:
+            if t.run_id is None:
+                continue
+            with contextlib.suppress(StoreError):
+                reused[t.turn] = earlier_references(st.get_run(t.run_id))
+        return HTMLResponse(render_session(record, page=page, reused=reused))
 
     def solve_page(request: Request) -> Response:
         ref = request.path_params["solve"]
@@ -243,7 +280,8 @@ def create_app(
             if rnd.run_id is not None:
                 with contextlib.suppress(StoreError):
                     runs[rnd.run_id] = st.get_run(rnd.run_id)
-        return HTMLResponse(render_solve(record, runs, page=page, now=time.time()))
+        session = st.session_of_solve(record.solve_id)
+        return HTMLResponse(render_solve(record, runs, page=page, now=time.time(), session=session))
 
     def run_page(request: Request) -> Response:
         ref = request.path_params["run"]
@@ -338,6 +376,7 @@ def create_app(
     app = Starlette(
         routes=[
             Route("/", runs_page),
+            Route("/sessions/{name}", session_page),
             Route("/solves/{solve}", solve_page),
             Route("/runs/{run}", run_page),
             Route("/runs/{run}/live", live_part),

@@ -36,6 +36,8 @@ from ..store import (
     EffectRecord,
     RunRecord,
     RunSummary,
+    SessionRecord,
+    SessionSummary,
     SolveRecord,
     SolveSummary,
     UnrunPlan,
@@ -63,6 +65,7 @@ __all__ = [
     "render_report",
     "render_run",
     "render_runs",
+    "render_session",
     "render_solve",
     "render_unrun",
     "report_tasks",
@@ -197,6 +200,7 @@ def render_runs(
     limit: int = 200,
     solves: Sequence[SolveSummary] = (),
     unrun: Sequence[UnrunPlan] = (),
+    sessions: Sequence[SessionSummary] = (),
 ) -> str:
     """The runs list (``status``: only runs of that status), under the recent ``solves``
     (their model and what they cost) and the plans that were not run (``unrun``: see
@@ -217,6 +221,7 @@ def render_runs(
         now=time.time(),
         solves=solves,
         unrun=unrun,
+        sessions=sessions,
         solve_of_run={rid: sv.solve_id for sv in solves for rid in sv.run_ids},
     )
 
@@ -417,12 +422,31 @@ def _round_of(solve: SolveRecord | None, run_id: str) -> int | None:
 
 
 def render_solve(
-    record: SolveRecord, runs: Mapping[str, RunRecord], *, page: Page, now: float | None = None
+    record: SolveRecord,
+    runs: Mapping[str, RunRecord],
+    *,
+    page: Page,
+    now: float | None = None,
+    session: tuple[str, int] | None = None,
 ) -> str:
     """The page of a solve: the answer on top (what the model wrote one click away), its
-    rounds, one timeline of each round's planner, tasks and joiner, and every model call."""
+    rounds, one timeline of each round's planner, tasks and joiner, and every model call;
+    ``session``: the session and turn it is, if it is one."""
     view = build_solve_view(record, runs, now=now if now is not None else time.time())
-    return _ENV.get_template("solve.html").render(**_common(page), s=record, sv=view)
+    return _ENV.get_template("solve.html").render(
+        **_common(page), s=record, sv=view, session=session
+    )
+
+
+def render_session(
+    record: SessionRecord, *, page: Page, reused: Mapping[int, Sequence[str]] | None = None
+) -> str:
+    """The page of a session: its turns as a thread (question, answer, how it ended, its
+    solve and run, the summary its models saw), ``reused``: by turn, the earlier outputs its
+    plans used (``turn1.search``...)."""
+    return _ENV.get_template("session.html").render(
+        **_common(page), s=record, reused=dict(reused or {})
+    )
 
 
 def render_panel(view: RunView, task_id: str, *, page: Page) -> str:

@@ -9,10 +9,12 @@ combine planners, the joiner and execution.
   about its waiting calls (:func:`record_decision` records a decision).
 - :func:`resume_solve` / :func:`resume_solve_sync`: continue a paused solve (its round's run,
   then the joiner and the rounds after it), rebuilt from its records.
+- :class:`Session`: a conversation, each question a solve that sees the turns before it.
 """
 
 from .replan import Revision, record_of, replan_run, revise_run, run_revision
 from .resume import record_decision, resume, resume_sync
+from .session import Session
 from .solve import SOLVE_SETTINGS, Round, Solution, SolveUsage, solve, solve_sync
 from .solve_resume import resume_solve, resume_solve_sync
 
@@ -20,6 +22,7 @@ __all__ = [
     "SOLVE_SETTINGS",
     "Revision",
     "Round",
+    "Session",
     "Solution",
     "SolveUsage",
     "record_decision",

@@ -48,6 +48,7 @@ _LABELS: dict[str, str] = {
     "replanner": "the replanner's call",
     "joiner": "the joiner's call",
     "agent": "an agent task's call",
+    "compress": "the conversation's compression",
 }
 
 

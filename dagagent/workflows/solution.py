@@ -28,18 +28,24 @@ class SolveUsage(BaseModel):
     planner: Usage = Field(default_factory=Usage)
     agents: Usage = Field(default_factory=Usage)
     joiner: Usage = Field(default_factory=Usage)
+    #: A session's compression of its older turns, before the turn (see
+    #: :mod:`dagagent.planners.conversation`).
+    compress: Usage = Field(default_factory=Usage)
 
     @property
     def total(self) -> Usage:
-        return self.planner + self.agents + self.joiner
+        return self.planner + self.agents + self.joiner + self.compress
 
     def to_json_dict(self) -> dict[str, dict[str, Any]]:
-        return {
+        found = {
             "planner": self.planner.to_json_dict(),
             "agents": self.agents.to_json_dict(),
             "joiner": self.joiner.to_json_dict(),
-            "total": self.total.to_json_dict(),
         }
+        if self.compress.calls:
+            found["compress"] = self.compress.to_json_dict()
+        found["total"] = self.total.to_json_dict()
+        return found
 
     def summary(self) -> str:
         """``"4 model calls (planner 2, agents 0, joiner 2), 1812 input + 230 output tokens"``
@@ -47,7 +53,9 @@ class SolveUsage(BaseModel):
         t = self.total
         text = (
             f"{t.calls} model call{'s' if t.calls != 1 else ''} (planner {self.planner.calls}, "
-            f"agents {self.agents.calls}, joiner {self.joiner.calls}), "
+            f"agents {self.agents.calls}, joiner {self.joiner.calls}"
+            + (f", compress {self.compress.calls}" if self.compress.calls else "")
+            + "), "
             f"{t.input_tokens} input + {t.output_tokens} output tokens"
         )
         if t.estimated:

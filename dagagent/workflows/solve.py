@@ -63,6 +63,7 @@ from ..graph import PlanGraph
 from ..llm import MeteredLLM, ModelSettings
 from ..plan import Plan
 from ..planners import JoinDecision, Joiner, JoinReport, LLMPlanner, LLMReplanner
+from ..planners.conversation import Conversation
 from ..planners.streaming import plan_and_execute_streamed
 from ..results import MODEL_ROLES, RoundOutcome, RunResult, RunStatus, SolveStatus, TaskStatus
 from ..run import execute, new_run_id
@@ -94,6 +95,9 @@ __all__ = [
 #: How a solve runs its rounds unless told otherwise: as :func:`dagagent.execute` would, but
 #: a failure does not stop the other branches (the joiner sees every result it can get).
 SOLVE_SETTINGS = RunSettings(on_failure="continue")
+
+#: The output limit of a compression call (a summary of about 200 words, with room to spare).
+COMPRESS_TOKENS = 600
 
 Confirm = Callable[[PlanGraph], Union[bool, Awaitable[bool]]]  # noqa: UP007 - runtime alias
 
@@ -171,8 +175,10 @@ class _Solve:
         prices: Prices | None = None,
         deadline_s: float | None = None,
         ledger: CallLedger | None = None,
+        conversation: Conversation | None = None,
     ) -> None:
         self.goal = goal
+        self.llm = llm
         #: The tool calls of the whole solve, which the tools' guardrails count.
         self.ledger = ledger if ledger is not None else CallLedger(scope="solve")
         self.policy = policy
@@ -238,6 +244,8 @@ class _Solve:
             from ..agent import make_agent_runner
 
             self.agent_runner = make_agent_runner(settings=model_settings)
+        self.conversation: Conversation | None = None
+        self.converse(conversation)
         self.rounds: list[Round] = []
         self.running: str | None = None  # the id of the round's run, once it is chosen
         self.round_span: Any = None  # the round's span, with OpenTelemetry on
@@ -250,6 +258,48 @@ class _Solve:
     def emit(self, event: Any) -> None:
         for listener in self.listeners:
             listener(event)
+
+    # -- a turn of a session: the conversation its models see ------------------------------
+
+    def converse(self, conversation: Conversation | None) -> None:
+        """Show ``conversation`` (the turns before this one) to the planner, the replanner
+        and the joiner; their plans may then reference earlier turns' outputs."""
+        self.conversation = conversation
+        self.planner = self.planner.with_conversation(conversation)
+        self.replanner = self.replanner.with_conversation(conversation)
+        self.joiner.conversation = conversation
+
+    async def compress(self) -> None:
+        """Summarise the conversation's older turns when it is past its token limit (one
+        model call, role ``compress``), and have the summary recorded (its ``record``
+        callback) before the turn plans: a resume finds it there. A compression that fails
+        leaves the conversation whole (the turn goes on; the failure is logged)."""
+        conversation = self.conversation
+        if conversation is None or not conversation.needs_compression:
+            return
+        upto = conversation.compress_upto()
+        llm = MeteredLLM(self.llm, observer=self.calls.observer("compress"))
+        try:
+            response = await llm.complete(
+                conversation.compress_messages(), max_tokens=COMPRESS_TOKENS
+            )
+        except (LLMError, BudgetExceededError) as exc:
+            self.log.warning("solve.not_compressed", error=str(exc))
+            return
+        summary = response.content.strip()
+        if not summary:
+            self.log.warning("solve.not_compressed", error="the model wrote no summary")
+            return
+        compressed = conversation.compressed(summary, upto)
+        if conversation.record is not None:
+            record = partial(conversation.record, compressed.summary or "", upto)
+            try:
+                with anyio.CancelScope(shield=True):
+                    await anyio.to_thread.run_sync(record)
+            except StoreError as exc:
+                self.log.warning("solve.not_recorded", what="compression", error=str(exc))
+                self.not_recorded.append(f"the conversation's summary ({exc})")
+        self.converse(compressed)
 
     def _last_run(self) -> RunResult | None:
         """The round's latest run (a streamed plan's last attempt), as it ended."""
@@ -293,6 +343,7 @@ class _Solve:
             planner=calls.usage("planner", "replanner"),
             agents=calls.usage("agent"),
             joiner=calls.usage("joiner"),
+            compress=calls.usage("compress"),
         )
 
     async def end(
@@ -448,6 +499,7 @@ class _Solve:
         )
 
     async def _rounds(self, resumed: Resumed | None = None) -> Solution:
+        await self.compress()
         previous: Round | None = None
         feedback: str | None = None
         outputs: dict[str, Any] = {}  # every success so far: task id -> output
@@ -623,6 +675,15 @@ class _Solve:
         await self.close_round(rnd, "budget_exhausted", reason)
         return await self.end(SolveStatus.BUDGET_EXHAUSTED, reason)
 
+    def _with_earlier(
+        self, reuse: dict[str, tuple[str, Any]] | None
+    ) -> dict[str, tuple[str, Any]] | None:
+        """``reuse`` and the earlier turns' outputs (a session's turn): a ``${turnN...}``
+        task is reused from the record, never run."""
+        if self.conversation is None or not self.conversation.turns:
+            return reuse
+        return {**self.conversation.reuse(), **(reuse or {})}
+
     async def plan_and_run(
         self, rnd: Round, previous: Round | None, feedback: str | None
     ) -> str | None:
@@ -651,7 +712,7 @@ class _Solve:
                 llm=self.agent_llm,
                 replan_of=record,
                 feedback=feedback,
-                reuse=_reuse_of(record),
+                reuse=self._with_earlier(_reuse_of(record)),
                 parent_id=record.run_id if record is not None else None,
                 run_id=run_id,
                 listeners=self.run_listeners,
@@ -700,7 +761,7 @@ class _Solve:
             self.registry,
             llm=self.agent_llm,
             agent_runner=self.agent_runner,
-            reuse=reuse,
+            reuse=self._with_earlier(reuse),
             parent_id=record.run_id if record is not None else None,
             run_id=run_id,
             listeners=self.run_listeners,
@@ -818,6 +879,7 @@ async def solve(
     prices: Prices | str | Path | None = None,
     deadline_s: float | None = None,
     ledger: CallLedger | None = None,
+    conversation: Conversation | None = None,
 ) -> Solution:
     """Answer ``goal`` with the tools of ``registry`` and the model ``llm``: plan, run,
     join, and replan when the joiner asks, for at most ``max_rounds`` rounds (see the module
@@ -862,6 +924,8 @@ async def solve(
     - ``ledger``: the tool calls the tools' guardrails (``max_calls``, ``cooldown_s``) and a
       policy's limits count, across every round (default: a new
       :class:`~dagagent.runner.CallLedger` for the solve; give one to choose its clock).
+    - ``conversation``: the turns before this one, when the solve is a turn of a
+      :class:`~dagagent.Session` (which gives it; see :mod:`dagagent.planners.conversation`).
 
     Every model call is a :class:`~dagagent.results.ModelCall` in ``Solution.calls`` (and,
     with a store, in the solve's record): role, round, task, model, options, what the model
@@ -920,6 +984,7 @@ async def solve(
             prices=prices,
             deadline_s=deadline_s,
             ledger=ledger,
+            conversation=conversation,
         )
         # The tools' servers (MCP), each opened once, all at the same time, and kept for
         # every round: a round's run finds them open instead of opening them again. One that
@@ -951,6 +1016,7 @@ def new_state(
     prices: Prices | None = None,
     deadline_s: float | None = None,
     ledger: CallLedger | None = None,
+    conversation: Conversation | None = None,
 ) -> _Solve:
     """The state of a solve with ``options`` (those :func:`solve` records with it, checked
     here) and run ``settings``, for :func:`solve` and for the resume of a paused solve."""
@@ -988,6 +1054,7 @@ def new_state(
         prices=prices,
         deadline_s=deadline_s,
         ledger=ledger,
+        conversation=conversation,
     )
 
 

@@ -46,6 +46,7 @@ from ..budget import Prices
 from ..errors import DecisionError, StoreError
 from ..graph import validate
 from ..planners import JoinDecision
+from ..planners.conversation import Conversation
 from ..results import RunResult, RunStatus
 from ..settings import RunSettings
 from ..store import RoundRecord, RunRecord, RunStore, SolveRecord
@@ -149,6 +150,7 @@ async def resume_solve(
     model_settings: ModelSettings | None = None,
     planner: LLMPlanner | None = None,
     prices: Prices | str | Path | None = None,
+    conversation: Conversation | None = None,
 ) -> Solution:
     """Continue the paused or interrupted solve ``ref`` (its id, or one of its rounds' run
     ids) recorded in ``store`` (see the module docstring). Returns its :class:`Solution`:
@@ -163,6 +165,7 @@ async def resume_solve(
     and so are ``model_settings``, ``planner`` and ``prices`` (the
     :class:`~dagagent.Prices` the resumed solve's calls are costed at, or a prices file over
     the defaults, as for :func:`~dagagent.solve`; not recorded: give them again).
+    ``conversation``: a session's turn's (:meth:`dagagent.Session.resume` gives it).
 
     Raises :class:`~dagagent.errors.StoreError` if there is no such solve and
     :class:`~dagagent.errors.DecisionError` if it is neither paused nor interrupted (running,
@@ -174,6 +177,13 @@ async def resume_solve(
     opened = store if isinstance(store, RunStore) else RunStore(store)
     try:
         record, last = resumable_solve(opened, ref)
+        turn = opened.session_of_solve(record.solve_id)
+        if turn is not None and conversation is None:
+            raise DecisionError(
+                f"solve {record.solve_id} is turn {turn[1]} of session {turn[0]!r}: resume it "
+                f"as a turn, with the conversation it was asked in (Session.resume(), or "
+                f"'dagagent chat --session {turn[0]}')"
+            )
         options = {**_DEFAULTS, **(record.options or {})}
         run = _round_run(opened, last)
         if run is not None:
@@ -195,6 +205,7 @@ async def resume_solve(
             model_settings=model_settings,
             planner=planner,
             prices=prices,
+            conversation=conversation,
         )
         state.calls.seed(record.calls, record.usage)  # what the rounds before used
         going_on = last is not None and last.outcome in ("paused", "running", "interrupted")

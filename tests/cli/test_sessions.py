@@ -1,0 +1,154 @@
+"""``dagagent chat --session``, ``ask --session`` and ``sessions``, in process (stdin fed to
+the command), against a loopback model server speaking OpenAI's wire format, with the
+counted tools of ``tests/journey_model.py``: a follow-up reuses an earlier turn's output
+without calling its tool again, whichever command asks it."""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cli_shell import Shell, tool_starts
+from llm_server import LLMTestServer, Recorded, Reply, SSEReply
+
+from dagagent.llm import wire
+
+TOOLS = f"{Path(__file__).resolve().parents[1] / 'journey_model.py'}:registry"
+
+
+class Model:
+    def __init__(self, server: LLMTestServer) -> None:
+        self.answers: deque[dict[str, Any]] = deque()
+        self.server = server
+        server.responder = self.respond
+
+    def respond(self, request: Recorded) -> Reply | SSEReply:
+        if not self.answers:
+            return Reply(500, json={"error": {"message": "no more answers scripted"}})
+        body = self.answers.popleft()
+        if request.json.get("stream"):
+            return SSEReply(wire.openai_events(body))
+        return Reply(json=body)
+
+    def say(self, value: Any) -> None:
+        self.answers.append(wire.openai_text(json.dumps(value)))
+
+    @property
+    def spec(self) -> list[str]:
+        return ["--model", "openai:fake", "--base-url", self.server.url + "/v1"]
+
+
+@pytest.fixture
+def model(server: LLMTestServer) -> Model:
+    return Model(server)
+
+
+@pytest.fixture
+def user(tmp_path: Path) -> Shell:
+    shell = Shell(tmp_path, JOURNEY_LOG=str(tmp_path / "calls.log"), OPENAI_API_KEY="sk-test")
+    return shell
+
+
+def weather(tid: str, city: str) -> dict[str, Any]:
+    return {"id": tid, "tool": "get_weather", "args": {"city": city}}
+
+
+def script_two_turns(model: Model) -> None:
+    model.say({"tasks": [weather("paris", "Paris")]})
+    model.say({"action": "finish", "answer": "Paris: 18 C, cloudy.", "cites": ["paris"]})
+    model.say(
+        {
+            "tasks": [
+                weather("tokyo", "Tokyo"),
+                {
+                    "id": "avg",
+                    "tool": "mean",
+                    "args": {"values": ["${turn1.paris.temp_c}", "${tokyo.temp_c}"]},
+                },
+            ]
+        }
+    )
+    model.say({"action": "finish", "answer": "The mean is 21.25 C.", "cites": ["avg"]})
+
+
+def test_chat_answers_each_line_and_reuses_earlier_outputs(
+    user: Shell, model: Model, tmp_path: Path
+) -> None:
+    script_two_turns(model)
+    proc = user(
+        "chat",
+        "--session",
+        "trip",
+        *model.spec,
+        "--tools",
+        TOOLS,
+        stdin="Weather in Paris?\nMean of Paris and Tokyo?\n\nnot asked\n",
+    )
+    assert proc.stdout.splitlines() == ["Paris: 18 C, cloudy.", "The mean is 21.25 C."]
+    assert "session trip: 0 earlier turns" in proc.stderr
+    # Paris was looked up once: turn 2 used turn 1's output by reference
+    assert tool_starts(tmp_path / "calls.log") == [
+        "get_weather Paris",
+        "get_weather Tokyo",
+        "mean",
+    ]
+    # the second planner request carried the conversation
+    second_plan = model.server.requests[2].json["messages"][-1]["content"]
+    assert "Weather in Paris?" in second_plan and "${turn1.paris}" in second_plan
+    # listed, and shown turn by turn
+    listed = user.json("sessions")["sessions"]
+    assert [(s["name"], s["turns"], s["last_status"]) for s in listed] == [("trip", 2, "answered")]
+    shown = user("sessions", "trip")
+    assert "Mean of Paris and Tokyo?" in shown.stdout and "answered" in shown.stdout
+    doc = user.json("sessions", "trip")["session"]
+    assert [t["question"] for t in doc["turns"]] == [
+        "Weather in Paris?",
+        "Mean of Paris and Tokyo?",
+    ]
+
+
+def test_ask_with_a_session_continues_it(user: Shell, model: Model, tmp_path: Path) -> None:
+    script_two_turns(model)
+    base = [*model.spec, "--tools", TOOLS, "--session", "trip"]
+    first = user("ask", "Weather in Paris?", *base)
+    assert first.stdout.strip() == "Paris: 18 C, cloudy."
+    second = user("ask", "Mean of Paris and Tokyo?", *base, "--no-stream")
+    assert second.stdout.strip() == "The mean is 21.25 C."
+    assert tool_starts(tmp_path / "calls.log").count("get_weather Paris") == 1
+    doc = user.json("sessions", "trip")["session"]
+    assert [t["status"] for t in doc["turns"]] == ["answered", "answered"]
+
+
+def test_bad_session_names_and_unknown_sessions(user: Shell, model: Model) -> None:
+    proc = user("chat", "--session", "a b", *model.spec, "--tools", TOOLS, code=2)
+    assert "cannot name a session" in proc.stderr
+    user("sessions")  # nothing recorded yet: says so
+    proc = user("sessions", "nope", code=4)
+    assert "no run store" in proc.stderr
+
+
+def test_an_unknown_session_is_named(user: Shell, model: Model) -> None:
+    script_two_turns(model)
+    user("chat", "--session", "trip", *model.spec, "--tools", TOOLS, stdin="Weather in Paris?\n")
+    model.answers.clear()
+    proc = user("sessions", "nope", code=4)
+    assert "no session 'nope'" in proc.stderr
+
+
+def test_chat_resumes_a_turn_that_did_not_end_first(
+    user: Shell, model: Model, tmp_path: Path
+) -> None:
+    from dagagent.store import RunStore
+
+    (tmp_path / "home").mkdir(exist_ok=True)
+    with RunStore(tmp_path / "home" / "runs.db") as store:  # its process died at once
+        store.start_turn("trip", "0123456789ab", "Weather in Paris?", after=0)
+    script_two_turns(model)
+    proc = user("chat", "--session", "trip", *model.spec, "--tools", TOOLS, stdin="Mean of both?\n")
+    assert "resuming turn 1 of session trip (interrupted): Weather in Paris?" in proc.stderr
+    assert "turn 1 answered: Paris: 18 C, cloudy." in proc.stderr
+    assert proc.stdout.splitlines() == ["Paris: 18 C, cloudy.", "The mean is 21.25 C."]
+    assert tool_starts(tmp_path / "calls.log").count("get_weather Paris") == 1
