@@ -455,3 +455,111 @@ async def test_a_success_stands_when_a_resume_is_stopped_before_it_gets_to_it(
     assert third.tasks["b"].status is dagagent.TaskStatus.SUCCEEDED  # not "cancelled"
     assert third.tasks["b"].output == second.tasks["b"].output
     assert len(world.keys("pay")) == 1
+
+
+async def _kill_in_flight(
+    store: Path, world: World, reg: dagagent.Registry, plan: dict[str, Any], policy: Any
+) -> str:
+    """Run ``plan`` (with ``policy``) until task ``p``'s call has taken effect, then leave the
+    record as a SIGKILL would (``p``'s call started, with no outcome): the run's id."""
+    world.hang_after.add("p")
+    run_id = dagagent.new_run_id()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(
+            lambda: dagagent.execute(plan, reg, store=store, run_id=run_id, interceptors=[policy])
+        )
+        await world.entered.wait()
+        await anyio.wait_all_tasks_blocked()  # the other branch asked its question
+        tg.cancel_scope.cancel()
+    world.hang_after.clear()
+    world.entered = anyio.Event()
+    with sqlite3.connect(store) as conn:
+        conn.execute("UPDATE effects SET state = 'started', error = NULL, ended_at = NULL")
+        conn.execute(
+            "UPDATE runs SET status = 'running', pid = ?, finished_at = NULL WHERE id = ?",
+            (_dead_pid(), run_id),
+        )
+        conn.execute("DELETE FROM tasks WHERE status NOT IN ('succeeded', 'waiting')")
+        # the questions the run asked stay open: a kill closes nothing
+        conn.execute("UPDATE approvals SET state = 'waiting', note = NULL WHERE state = 'closed'")
+    return run_id
+
+
+@pytest.mark.parametrize("known", ["happened", "committed"])
+async def test_a_call_that_took_effect_ends_its_task_succeeded_when_a_denial_stops_the_run_first(
+    tmp_path: Path, known: str
+) -> None:
+    """A call on record as having taken effect (a person said it happened, or its outcome
+    was committed before the crash lost its task's row): a resume that a denial elsewhere
+    stops before the task is scheduled records the task succeeded with that output (not
+    'cancelled: not run', which would hide a payment made), and a revision reuses it."""
+    store, world = tmp_path / "runs.db", World()
+    reg = registry(world)
+    policy = dagagent.Policy([dagagent.Rule(tool="mail", action="ask")], ask=dagagent.ask_later)
+    # m (asked about) comes first: its denial stops the resumed run before p is scheduled
+    plan = _plan({"id": "m", "tool": "mail", "args": {"n": 1, "task": "m"}}, PAY)
+    run_id = await _kill_in_flight(store, world, reg, plan, policy)
+    (key,) = world.keys("pay")
+    paid = world.find(key)
+    if known == "committed":  # the outcome made it to the record, the task's row did not
+        with sqlite3.connect(store) as conn:
+            conn.execute(
+                "UPDATE effects SET state = 'succeeded', output = ?, ended_at = 1",
+                ('{"value": 5, "key": "%s"}' % key,),
+            )
+    else:  # in doubt: the resume asks a person, who finds that it went through
+        paused = await dagagent.resume(run_id, reg, store=store, interceptors=[policy])
+        assert paused.status is RunStatus.PAUSED
+        assert paused.tasks["p"].error_type == "CallInDoubtError"
+        with RunStore(store) as st:
+            st.decide(run_id, "p", "happened", by="ann", output=paid)
+    with RunStore(store) as st:
+        st.decide(run_id, "m", "deny", by="bob")
+    result = await dagagent.resume(run_id, reg, store=store, interceptors=[policy])
+    assert result.status is RunStatus.FAILED and result.tasks["m"].status.value == "denied"
+    p = result.tasks["p"]
+    assert p.status is dagagent.TaskStatus.SUCCEEDED, p
+    assert p.output == paid and p.args == {"n": 5, "task": "p"}
+    (note,) = p.decisions or []
+    assert (note.decision, note.decided_by) == (
+        ("happened", "ann") if known == "happened" else ("replayed", "record")
+    )
+    with RunStore(store) as st:
+        record = st.get_run(run_id)
+    assert record.tasks["p"].status is dagagent.TaskStatus.SUCCEEDED
+    assert record.tasks["p"].output == paid
+    # A revision of the run reuses the payment: it is never made again under a new key.
+    revised = await dagagent.execute(
+        plan, reg, store=store, reuse=dagagent.review.reuse_map(record)
+    )
+    assert revised.tasks["p"].status is dagagent.TaskStatus.REUSED
+    assert revised.outputs["p"] == paid
+    assert world.keys("pay") == [key]
+
+
+async def test_map_elements_that_took_effect_stand_when_the_run_is_stopped_first(
+    tmp_path: Path,
+) -> None:
+    """The elements of a map task whose calls took effect (their task's row lost to a crash)
+    keep their outputs when a resume is stopped by a denial before the map runs."""
+    store, world = tmp_path / "runs.db", World()
+    reg = registry(world)
+    plan = _plan(
+        {"id": "first", "tool": "add", "args": {"a": 1, "b": 2}},
+        {"id": "each", "for_each": [1, 2], "tool": "pay", "args": {"n": "${@item}", "task": "e"}},
+    )
+    done = await dagagent.execute(plan, reg, store=store)
+    assert done.status is RunStatus.SUCCEEDED and len(world.keys("pay")) == 2
+    with sqlite3.connect(store) as conn:  # a kill before the rows were written
+        conn.execute("DELETE FROM tasks")
+        conn.execute(
+            "UPDATE runs SET status = 'running', pid = ?, finished_at = NULL", (_dead_pid(),)
+        )
+    deny = dagagent.Policy([dagagent.Rule(tool="add", action="deny")])
+    result = await dagagent.resume(done.run_id, reg, store=store, interceptors=[deny])
+    assert result.tasks["first"].status.value == "denied"
+    each = result.tasks["each"]
+    assert [e.status.value for e in each.elements or ()] == ["succeeded", "succeeded"]
+    assert [e.output for e in each.elements or ()] == done.outputs["each"]
+    assert each.status is dagagent.TaskStatus.SUCCEEDED and each.output == done.outputs["each"]
+    assert len(world.keys("pay")) == 2  # not made again

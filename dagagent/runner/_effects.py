@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -63,7 +64,7 @@ if TYPE_CHECKING:
     from ..store._effects import EffectJournal
     from ..tools import Tool
 
-__all__ = ["Effects"]
+__all__ = ["Effects", "TookEffect"]
 
 _IN_DOUBT_STATES = ("started", "cancelled")
 
@@ -86,6 +87,33 @@ class _Known:
         self.resolution = resolution
         self.resolved_by = by
         self.reason = reason
+
+
+class TookEffect:
+    """The call of a tool task (or of one element of a map task) that took effect, as the
+    record knows it: its ``output``, the ``args`` and ``attempt`` it was made with, and the
+    decision that says why the task has that output without the call being made (see
+    :meth:`Effects.took_effect`)."""
+
+    __slots__ = ("args", "attempt", "decision", "output")
+
+    def __init__(self, output: Any, args: Any, attempt: int, decision: CallDecision) -> None:
+        self.output = output
+        self.args = args
+        self.attempt = attempt
+        self.decision = decision
+
+
+class _Call:
+    """Who made a call and with what (for :meth:`Effects.took_effect`)."""
+
+    __slots__ = ("args", "attempt", "key", "tool")
+
+    def __init__(self, key: str, tool: str, args: Any, attempt: int) -> None:
+        self.key = key
+        self.tool = tool
+        self.args = args
+        self.attempt = attempt
 
 
 def _json(value: Any) -> str | None:
@@ -115,6 +143,21 @@ class Effects:
         self.in_doubt = in_doubt
         self._known: dict[str, _Known] = {
             r.key: _Known(r.state, r.output, r.resolution, r.resolved_by, r.reason) for r in prior
+        }
+        #: The calls of tool tasks (and of the elements of map tasks), by task and element:
+        #: the last one started of each (a tool task makes one call per attempt, all with
+        #: the same key unless its arguments changed).
+        self._plan_calls: dict[tuple[str, int | None], _Call] = {
+            (r.task_id, r.element): _Call(r.key, r.tool, r.args, r.attempt)
+            for r in prior  # in the order they started: the last one stays
+            if r.source == "plan"
+        }
+        #: Calls of tool tasks that took effect before this run (a record of that survived
+        #: when the task's did not), by task and element: the last of each.
+        self._plan_effects: dict[tuple[str, int | None], _Call] = {
+            (r.task_id, r.element): _Call(r.key, r.tool, r.args, r.attempt)
+            for r in prior
+            if r.source == "plan" and r.state == "succeeded"
         }
         #: Whether anything on record may decide about a call (then the runner keeps the
         #: decisions of every task, interceptors or not).
@@ -152,6 +195,47 @@ class Effects:
             source=source,
         )
 
+    def took_effect(self, task_id: str, element: int | None = None) -> TookEffect | None:
+        """The call of tool task ``task_id`` (its element ``element``, for a map task) that
+        took effect, if the record knows one: committed with its output (in this run or
+        before a crash), or found to have happened by a reconciler or a person. A task that
+        the run ends without running (stopped by a failure elsewhere first) or that is
+        cancelled after its call took effect ends with that output, never as if nothing
+        happened. ``None``: no call of the task is known to have taken effect."""
+        slot = (task_id, element)
+        call = self._plan_calls.get(slot)
+        known = self._known.get(call.key) if call is not None else None
+        if call is None or known is None or known.state != "succeeded":
+            call = self._plan_effects.get(slot)  # an earlier call (other arguments) did
+            known = self._known.get(call.key) if call is not None else None
+            if call is None or known is None or known.state != "succeeded":
+                return None
+        if known.resolution == "happened":
+            who = known.resolved_by or "record"
+            decision: Decision = "happened"
+            why = known.reason or f"it took effect before the run stopped, said {who}"
+        else:
+            who, decision = "record", "replayed"
+            why = "its outcome was on record: the call was not made again"
+        note = CallDecision(
+            tool=call.tool,
+            decision=decision,
+            decided_by=who,
+            reason=why,
+            args=call.args,
+            at=time.time(),
+            source="plan",
+        )
+        return TookEffect(known.output, call.args, call.attempt, note)
+
+    def _made(self, call: CallIdentity) -> None:
+        """Remember who makes ``call`` (a tool task's own)."""
+        if call.source == "plan":
+            slot = (call.task_id, call.element)
+            self._plan_calls[slot] = _Call(
+                call.idempotency_key, call.tool, jsonable(call.args), call.attempt
+            )
+
     # -- before the call ------------------------------------------------------------------
 
     async def before(
@@ -165,6 +249,7 @@ class Effects:
         took effect already (it is not made again), ``(False, None)`` when it is to be made.
         Raises :class:`~dagagent.errors.CallInDoubtError` (the task waits for a person) or
         :class:`~dagagent.errors.TaskDeniedError` for a call in doubt that is not made."""
+        self._made(call)
         known = self._known.get(call.idempotency_key)
         if known is None or known.state == "failed":
             return False, None
@@ -354,8 +439,6 @@ def _note(
 ) -> None:
     if decisions is None:
         return
-    import time
-
     decisions.append(
         CallDecision(
             tool=call.tool,
