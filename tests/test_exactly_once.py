@@ -10,6 +10,7 @@ run ``running`` under a process that is gone, the call ``started``, the task unr
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
@@ -505,7 +506,7 @@ async def test_a_call_that_took_effect_ends_its_task_succeeded_when_a_denial_sto
         with sqlite3.connect(store) as conn:
             conn.execute(
                 "UPDATE effects SET state = 'succeeded', output = ?, ended_at = 1",
-                ('{"value": 5, "key": "%s"}' % key,),
+                (json.dumps(paid),),
             )
     else:  # in doubt: the resume asks a person, who finds that it went through
         paused = await dagagent.resume(run_id, reg, store=store, interceptors=[policy])
