@@ -222,6 +222,7 @@ class _Run:
             self.journal,
             resuming.effects if resuming is not None else (),
             in_doubt=settings.in_doubt,
+            revised=self._unrecorded_successes(),
         )
         calls = ToolCalls(
             self.run_id,
@@ -254,6 +255,26 @@ class _Run:
             prior=resuming.prior if resuming is not None else None,
             logger=self.log,
         )
+
+    def _unrecorded_successes(self) -> Sequence[EffectRecord]:
+        """The calls that took effect in the run this one revises (its parent, in the same
+        store) and that the parent's task records do not hold: this run takes them over
+        instead of making them again (see :class:`~dagagent.runner.Effects`)."""
+        if self.parent_id is None or self.journal is None or self.recorder is None:
+            return ()
+        from .errors import StoreError
+        from .store import RunStore
+
+        try:
+            with RunStore(self.recorder.path) as store:
+                if not store.exists(self.parent_id):
+                    return ()
+                return store.unrecorded_successes(self.parent_id)
+        except StoreError as exc:
+            raise StoreError(
+                f"cannot read the calls with side effects of run {self.parent_id}, which run "
+                f"{self.run_id} revises: {exc}"
+            ) from None
 
     async def go(self, runner: TaskRunner) -> RunResult:
         """Run the plan with ``runner``: recorded, announced and traced from start to end."""

@@ -564,3 +564,68 @@ async def test_map_elements_that_took_effect_stand_when_the_run_is_stopped_first
     assert [e.output for e in each.elements or ()] == done.outputs["each"]
     assert each.status is dagagent.TaskStatus.SUCCEEDED and each.output == done.outputs["each"]
     assert len(world.keys("pay")) == 2  # not made again
+
+
+async def test_a_revision_takes_over_a_call_that_took_effect_in_a_task_that_failed_after_it(
+    tmp_path: Path,
+) -> None:
+    """The call took effect, then its task failed (here an interceptor refused the output):
+    the parent's record of the task does not hold the payment. A run revising it (its
+    parent_id) takes the call over by identity instead of paying again under a new key."""
+    store, world = tmp_path / "runs.db", World()
+    reg = registry(world)
+
+    async def refuse_output(call: Any, call_next: Any) -> Any:
+        await call_next(call)
+        raise ValueError("the bank's receipt did not parse")
+
+    plan = _plan(PAY)
+    first = await dagagent.execute(plan, reg, store=store, interceptors=[refuse_output])
+    assert first.tasks["p"].status.value == "failed" and len(world.keys("pay")) == 1
+    with RunStore(store) as st:
+        (lost,) = st.unrecorded_successes(first.run_id)
+        assert (lost.task_id, lost.state) == ("p", "succeeded")
+    revised = await dagagent.execute(plan, reg, store=store, parent_id=first.run_id)
+    assert revised.status is RunStatus.SUCCEEDED
+    assert len(world.keys("pay")) == 1  # not made again
+    assert revised.outputs["p"] == world.find(world.keys("pay")[0])
+    (note,) = revised.tasks["p"].decisions or []
+    assert (note.decision, note.decided_by) == ("replayed", f"run {first.run_id}")
+    with RunStore(store) as st:
+        (e,) = st.effects(revised.run_id)
+        assert (e.state, e.resolution, e.resolved_by) == (
+            "succeeded",
+            "happened",
+            f"run {first.run_id}",
+        )
+        assert e.output == revised.outputs["p"] and e.key != lost.key
+        assert st.unrecorded_successes(revised.run_id) == []
+    # Other arguments are another call: made.
+    other = await dagagent.execute(
+        _plan({**PAY, "args": {"n": 6, "task": "p"}}), reg, store=store, parent_id=first.run_id
+    )
+    assert other.status is RunStatus.SUCCEEDED and len(world.keys("pay")) == 2
+
+
+async def test_a_revision_takes_over_the_calls_an_agent_made_before_it_failed(
+    tmp_path: Path,
+) -> None:
+    from dagagent.llm import LLMResponse, ScriptedLLM, ToolCall
+
+    store, world = tmp_path / "runs.db", World()
+    reg = registry(world)
+    pay = ToolCall(id="c1", name="pay", arguments={"n": 3, "task": "ag"})
+
+    def broken(request: Any) -> Any:
+        raise ConnectionError("the model went away")
+
+    plan = _plan({"id": "ag", "instruction": "pay 3", "tools": ["pay"]})
+    with ScriptedLLM([LLMResponse(tool_calls=[pay]), broken]) as llm:
+        first = await dagagent.execute(plan, reg, store=store, llm=llm)
+    assert first.tasks["ag"].status.value == "failed" and len(world.keys("pay")) == 1
+    with ScriptedLLM([LLMResponse(tool_calls=[pay]), "paid"]) as llm:
+        revised = await dagagent.execute(plan, reg, store=store, llm=llm, parent_id=first.run_id)
+    assert revised.outputs["ag"] == "paid"
+    assert len(world.keys("pay")) == 1  # the agent's call was taken over, not made again
+    (note,) = revised.tasks["ag"].decisions or []
+    assert (note.decision, note.source) == ("replayed", "agent")

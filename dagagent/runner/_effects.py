@@ -137,6 +137,7 @@ class Effects:
         prior: Sequence[EffectRecord] = (),
         *,
         in_doubt: InDoubtPolicy = "ask",
+        revised: Sequence[EffectRecord] = (),
     ) -> None:
         self.run_id = run_id
         self.journal = journal
@@ -161,7 +162,16 @@ class Effects:
         }
         #: Whether anything on record may decide about a call (then the runner keeps the
         #: decisions of every task, interceptors or not).
-        self.has_prior = bool(self._known)
+        #: Calls that took effect in the run this one revises (its parent) and that the
+        #: parent's task records do not hold (see
+        #: :meth:`~dagagent.store.RunStore.unrecorded_successes`), by who made them and
+        #: what they were: the same call here is taken over, never made again.
+        self._revised: dict[tuple[str, int | None, str, str, int], EffectRecord] = {
+            (r.task_id, r.element, r.source, r.fingerprint, r.occurrence): r
+            for r in revised
+            if r.state == "succeeded"
+        }
+        self.has_prior = bool(self._known) or bool(self._revised)
         self._occurrences: dict[tuple[str, int | None, int, str], int] = {}
 
     def identify(
@@ -251,6 +261,11 @@ class Effects:
         :class:`~dagagent.errors.TaskDeniedError` for a call in doubt that is not made."""
         self._made(call)
         known = self._known.get(call.idempotency_key)
+        if known is None and self._revised:
+            slot = (call.task_id, call.element, call.source, call.fingerprint, call.occurrence)
+            before = self._revised.get(slot)
+            if before is not None:
+                return True, await self._take_over(call, before, decisions)
         if known is None or known.state == "failed":
             return False, None
         who = known.resolved_by or "record"
@@ -338,6 +353,43 @@ class Effects:
         why = f"{stopped}; {unknown}: a person decides whether it happened"
         _note(decisions, call, WAIT, IN_DOUBT_RULE, why, rule=IN_DOUBT_RULE)
         raise CallInDoubtError(why, tool=call.tool, key=call.idempotency_key)
+
+    async def _take_over(
+        self, call: CallIdentity, before: EffectRecord, decisions: list[CallDecision] | None
+    ) -> Any:
+        """``call`` took effect in the run this one revises (``before``): its output, on
+        record here as found to have happened (so that a resume of this run finds it too)."""
+        who = f"run {before.run_id}"
+        why = (
+            f"it took effect in run {before.run_id} (key {before.key}), whose record of "
+            f"{call.where} does not hold it: not made again"
+        )
+        if self.journal is not None:
+            try:
+                await self.journal.taken_over(
+                    self.run_id,
+                    call.idempotency_key,
+                    task_id=call.task_id,
+                    element=call.element,
+                    occurrence=call.occurrence,
+                    tool=call.tool,
+                    fingerprint=call.fingerprint,
+                    source=call.source,
+                    args=_json(jsonable(call.args)),
+                    attempt=call.attempt,
+                    output=_json(before.output),
+                    by=who,
+                    reason=why,
+                )
+            except StoreError as exc:
+                raise StoreError(
+                    f"the call of {call.tool!r} by {call.where} took effect in run "
+                    f"{before.run_id}; it is not made again, and its output could not be "
+                    f"recorded for this run ({exc})"
+                ) from None
+        self._known[call.idempotency_key] = _Known("succeeded", before.output, "happened", who, why)
+        _note(decisions, call, "replayed", who, why)
+        return before.output
 
     async def _resolve(
         self, call: CallIdentity, resolution: str, by: str, why: str, *, output: Any = None

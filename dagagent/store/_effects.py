@@ -68,6 +68,16 @@ _INTENT = (
     "pid = excluded.pid, args = excluded.args, resolution = NULL, resolved_by = NULL, "
     "resolved_at = NULL, reason = NULL"
 )
+_TAKEN_OVER = (
+    "INSERT INTO effects (run_id, key, task_id, element, occurrence, tool, fingerprint, "
+    "source, args, attempt, state, output, started_at, ended_at, pid, resolution, "
+    "resolved_by, resolved_at, reason) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'succeeded', ?, ?, ?, ?, 'happened', ?, ?, ?) "
+    "ON CONFLICT (run_id, key) DO UPDATE SET state = 'succeeded', output = excluded.output, "
+    "error = NULL, ended_at = excluded.ended_at, resolution = 'happened', "
+    "resolved_by = excluded.resolved_by, resolved_at = excluded.resolved_at, "
+    "reason = excluded.reason"
+)
 _OUTCOME = (
     "UPDATE effects SET state = ?, output = ?, error = ?, ended_at = ? WHERE run_id = ? AND key = ?"
 )
@@ -133,6 +143,40 @@ class EffectQueries:
             f"SELECT {_COLUMNS} FROM effects WHERE run_id = ? ORDER BY started_at, key", (run_id,)
         )
         return [_record(r, not live) for r in rows]
+
+    def unrecorded_successes(self, run: str) -> list[EffectRecord]:
+        """The calls with side effects of run ``run`` that took effect (``succeeded``) although
+        the record of the task (or map element) that made them does not hold that success:
+        its task failed, was stopped or denied after the call, or is not on record (a
+        crash), or it is an agent task that did not answer. A run revised from ``run`` (its
+        ``parent_id``) takes their outputs over instead of making them again under new keys
+        (see :class:`~dagagent.runner.Effects`)."""
+        run_id = self.resolve(run)
+        done = [e for e in self.effects(run_id) if e.state == "succeeded"]
+        if not done:
+            return []
+        ids = sorted({e.task_id for e in done})
+        marks = ",".join("?" * len(ids))
+        rows = self._query(
+            "SELECT task_id, status, elements FROM tasks "
+            f"WHERE run_id = ? AND task_id IN ({marks})",
+            [run_id, *ids],
+        )
+        ok = ("succeeded", "reused")
+        held: set[tuple[str, int | None]] = set()
+        for task_id, status, elements in rows:
+            if status in ok:
+                held.add((task_id, None))
+            listed = from_column(elements) if elements is not None else None
+            for i, e in enumerate(listed if isinstance(listed, list) else ()):
+                if isinstance(e, dict) and e.get("status") in ok:
+                    held.add((task_id, i))
+        return [
+            e
+            for e in done
+            if (e.task_id, e.element) not in held
+            and not (e.element is not None and (e.task_id, None) in held)
+        ]
 
     def in_doubt_counts(self, run_ids: Sequence[str]) -> dict[str, int]:
         """How many calls of each of ``run_ids`` have no outcome and are not resolved (in doubt
@@ -262,6 +306,50 @@ class EffectJournal:
                 attempt,
                 time.time(),
                 os.getpid(),
+            ),
+        )
+
+    async def taken_over(
+        self,
+        run_id: str,
+        key: str,
+        *,
+        task_id: str,
+        element: int | None,
+        occurrence: int,
+        tool: str,
+        fingerprint: str,
+        source: str,
+        args: str | None,
+        attempt: int,
+        output: str | None,
+        by: str,
+        reason: str,
+    ) -> None:
+        """Commit, in one write, a call that is not made because it took effect in the run
+        this one revises (``by`` names it): on record as succeeded with ``output``, found
+        to have happened."""
+        now = time.time()
+        await self._commit(
+            _TAKEN_OVER,
+            (
+                run_id,
+                key,
+                task_id,
+                element,
+                occurrence,
+                tool,
+                fingerprint,
+                source,
+                args,
+                attempt,
+                output,
+                now,
+                now,
+                os.getpid(),
+                by,
+                now,
+                reason,
             ),
         )
 
