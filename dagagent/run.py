@@ -166,9 +166,10 @@ class _Run:
         if store is not None:
             from .store import RunRecorder
 
+            side_effects = registry is not None and any(t.side_effects for t in registry)
             # checks the run id; starts nothing yet
-            self.recorder = RunRecorder(store, run_id, resumed=resumed)
-            if registry is not None and any(t.side_effects for t in registry):
+            self.recorder = RunRecorder(store, run_id, resumed=resumed, side_effects=side_effects)
+            if side_effects:
                 from .store._effects import EffectJournal
 
                 self.journal = EffectJournal(self.recorder.path)  # its thread starts on use

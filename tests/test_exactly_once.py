@@ -541,29 +541,49 @@ async def test_a_call_that_took_effect_ends_its_task_succeeded_when_a_denial_sto
 async def test_map_elements_that_took_effect_stand_when_the_run_is_stopped_first(
     tmp_path: Path,
 ) -> None:
-    """The elements of a map task whose calls took effect (their task's row lost to a crash)
-    keep their outputs when a resume is stopped by a denial before the map runs."""
+    """A map killed during its third element, the first two paid: a resume that a denial
+    stops before the map runs again keeps the two payments as the elements' outputs (the
+    third, in doubt, did not run), and makes none again."""
     store, world = tmp_path / "runs.db", World()
     reg = registry(world)
     plan = _plan(
         {"id": "first", "tool": "add", "args": {"a": 1, "b": 2}},
-        {"id": "each", "for_each": [1, 2], "tool": "pay", "args": {"n": "${@item}", "task": "e"}},
+        {
+            "id": "each",
+            "for_each": ["e1", "e2", "e3"],
+            "tool": "pay",
+            "args": {"n": 1, "task": "${@item}"},
+            "max_concurrency": 1,  # one at a time: e1 and e2 have ended when e3 starts
+        },
     )
-    done = await dagagent.execute(plan, reg, store=store)
-    assert done.status is RunStatus.SUCCEEDED and len(world.keys("pay")) == 2
-    with sqlite3.connect(store) as conn:  # a kill before the rows were written
-        conn.execute("DELETE FROM tasks")
+    world.hang_before.add("e3")
+    run_id = dagagent.new_run_id()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(lambda: dagagent.execute(plan, reg, store=store, run_id=run_id))
+        await world.entered.wait()
+        tg.cancel_scope.cancel()
+    world.hang_before.clear()
+    paid = [world.find(k) for k in world.keys("pay")]
+    assert len(paid) == 2
+    with sqlite3.connect(store) as conn:  # what a SIGKILL leaves
+        conn.execute("UPDATE effects SET state = 'started' WHERE state = 'cancelled'")
         conn.execute(
             "UPDATE runs SET status = 'running', pid = ?, finished_at = NULL", (_dead_pid(),)
         )
+        conn.execute("DELETE FROM tasks WHERE task_id = 'each'")
     deny = dagagent.Policy([dagagent.Rule(tool="add", action="deny")])
-    result = await dagagent.resume(done.run_id, reg, store=store, interceptors=[deny])
+    with sqlite3.connect(store) as conn:
+        conn.execute("DELETE FROM tasks WHERE task_id = 'first'")  # runs again: denied
+    result = await dagagent.resume(run_id, reg, store=store, interceptors=[deny])
     assert result.tasks["first"].status.value == "denied"
     each = result.tasks["each"]
-    assert [e.status.value for e in each.elements or ()] == ["succeeded", "succeeded"]
-    assert [e.output for e in each.elements or ()] == done.outputs["each"]
-    assert each.status is dagagent.TaskStatus.SUCCEEDED and each.output == done.outputs["each"]
-    assert len(world.keys("pay")) == 2  # not made again
+    assert [e.status.value for e in each.elements or ()] == ["succeeded", "succeeded", "cancelled"]
+    assert [e.output for e in each.elements or ()][:2] == paid
+    assert each.status is dagagent.TaskStatus.CANCELLED  # the third did not run
+    assert len(world.keys("pay")) == 2  # none made again
+    with RunStore(store) as st:
+        recorded = st.get_run(run_id).tasks["each"]
+    assert [e.output for e in recorded.elements or ()][:2] == paid
 
 
 async def test_a_revision_takes_over_a_call_that_took_effect_in_a_task_that_failed_after_it(
@@ -629,3 +649,96 @@ async def test_a_revision_takes_over_the_calls_an_agent_made_before_it_failed(
     assert len(world.keys("pay")) == 1  # the agent's call was taken over, not made again
     (note,) = revised.tasks["ag"].decisions or []
     assert (note.decision, note.source) == ("replayed", "agent")
+
+
+async def test_each_output_is_stored_once_and_every_reader_still_gets_it(tmp_path: Path) -> None:
+    """A call's output is kept by its task's row (or its element's object there) once that
+    row holds it; the call's row says where, and reads back the same output."""
+    store, world = tmp_path / "runs.db", World()
+    plan = _plan(
+        PAY,
+        {"id": "each", "for_each": [1, 2], "tool": "mail", "args": {"n": "${@item}", "task": "e"}},
+        AFTER,
+    )
+    result = await dagagent.execute(plan, registry(world), store=store)
+    assert result.status is RunStatus.SUCCEEDED
+    with sqlite3.connect(store) as conn:
+        rows = conn.execute("SELECT output, output_in FROM effects").fetchall()
+    assert rows == [(None, "task")] * 3  # no copy on the calls' rows
+    with RunStore(store) as st:
+        effects = {(e.task_id, e.element): e.output for e in st.effects(result.run_id)}
+        record = st.get_run(result.run_id)
+    assert effects == {
+        ("p", None): result.outputs["p"],
+        ("each", 0): result.outputs["each"][0],
+        ("each", 1): result.outputs["each"][1],
+    }
+    assert record.tasks["p"].output == result.outputs["p"]
+    # a resume (here of the record a crash leaves after the rows were written) replays them
+    with sqlite3.connect(store) as conn:
+        conn.execute("UPDATE runs SET status = 'running', pid = ?", (_dead_pid(),))
+        conn.execute("DELETE FROM tasks WHERE task_id = 's'")
+    again = await dagagent.resume(result.run_id, registry(world), store=store)
+    assert again.outputs == result.outputs and len(world.effects) == 3
+
+
+async def test_a_call_that_is_made_again_keeps_its_own_output(tmp_path: Path) -> None:
+    """A task that is not a success keeps no output: its call's row keeps its own (the
+    record a resume replays from)."""
+    store, world = tmp_path / "runs.db", World()
+
+    async def refuse_output(call: Any, call_next: Any) -> Any:
+        await call_next(call)
+        raise ValueError("no")
+
+    result = await dagagent.execute(
+        _plan(PAY), registry(world), store=store, interceptors=[refuse_output]
+    )
+    with sqlite3.connect(store) as conn:
+        ((output, where),) = conn.execute("SELECT output, output_in FROM effects").fetchall()
+    assert where is None and json.loads(output) == world.find(world.keys()[0])
+    assert result.tasks["p"].status.value == "failed"
+
+
+def test_a_store_of_version_12_keeps_each_output_once_after_its_migration(
+    tmp_path: Path,
+) -> None:
+    from dagagent.store import MIGRATIONS, SCHEMA_VERSION
+
+    db = tmp_path / "v12.db"
+    RunStore(db, migrations=MIGRATIONS[:12]).close()
+    out = json.dumps({"id": "tr_1"})
+    elements = [
+        {"task_id": "m[0]", "status": "succeeded", "output": '"a"'},
+        {"task_id": "m[1]", "status": "succeeded", "output": '"b"'},
+    ]
+    with sqlite3.connect(db) as conn:
+        conn.execute(
+            "INSERT INTO runs (id, created, goal, plan, status) VALUES ('0123456789ab', 1, "
+            "'g', '', 'succeeded')"
+        )
+        conn.executemany(
+            "INSERT INTO tasks (run_id, task_id, status, output, elements) VALUES (?, ?, ?, ?, ?)",
+            [
+                ("0123456789ab", "p", "succeeded", out, None),
+                ("0123456789ab", "m", "succeeded", '["a", "b"]', json.dumps(elements)),
+                ("0123456789ab", "f", "failed", None, None),
+            ],
+        )
+        conn.executemany(
+            "INSERT INTO effects (run_id, key, task_id, element, tool, fingerprint, state, "
+            "output, started_at) VALUES ('0123456789ab', ?, ?, ?, 'pay', 'fp', 'succeeded', ?, 1)",
+            [
+                ("k-p", "p", None, out),
+                ("k-m0", "m", 0, '"a"'),
+                ("k-m1", "m", 1, '"other"'),  # not what the row holds: kept
+                ("k-f", "f", None, '"paid"'),  # its task failed: kept
+            ],
+        )
+    with RunStore(db) as st:
+        assert st.schema_version == SCHEMA_VERSION
+        got = {e.key: e.output for e in st.effects("0123456789ab")}
+    assert got == {"k-p": {"id": "tr_1"}, "k-m0": "a", "k-m1": "other", "k-f": "paid"}
+    with sqlite3.connect(db) as conn:
+        kept = dict(conn.execute("SELECT key, output FROM effects WHERE output_in IS NULL"))
+    assert kept == {"k-m1": '"other"', "k-f": '"paid"'}

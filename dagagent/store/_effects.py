@@ -49,22 +49,46 @@ from ._codec import from_column
 from ._file import connect
 from .models import EffectRecord
 
-__all__ = ["IN_DOUBT_STATES", "EffectJournal", "EffectQueries"]
+__all__ = ["IN_DOUBT_STATES", "OUTPUT_IN_TASK", "EffectJournal", "EffectQueries", "output_held"]
 
 #: States of a call whose outcome is unknown once its run is not running.
 IN_DOUBT_STATES = ("started", "cancelled")
 
+#: ``effects.output_in`` of a call whose output is kept by its task's row only (see the
+#: module docstring).
+OUTPUT_IN_TASK = "task"
+
+#: The writer's statement, in the transaction that writes a task's row: a call of the task
+#: (or of its element) whose output is the very text that the row now holds gives up its
+#: copy.
+_HELD = (
+    "UPDATE effects SET output = NULL, output_in = 'task' WHERE run_id = ? AND task_id = ? "
+    "AND element IS ? AND source = 'plan' AND state = 'succeeded' AND output = ?"
+)
+
+
+def output_held(
+    conn: sqlite3.Connection, run_id: str, held: Sequence[tuple[str, int | None, str]]
+) -> None:
+    """In the transaction that writes task rows of run ``run_id``: ``held`` lists, for each
+    output those rows hold (a succeeded task's, or a succeeded element's of a map task that
+    succeeded), ``(task id, element or None, output's JSON text)``; the calls that made them
+    give up their copies."""
+    conn.executemany(_HELD, [(run_id, t, e, text) for t, e, text in held])
+
+
 _COLUMNS = (
     "run_id, key, task_id, element, occurrence, tool, fingerprint, source, args, attempt, "
     "state, output, error, started_at, ended_at, pid, resolution, resolved_by, resolved_at, "
-    "reason"
+    "reason, output_in"
 )
 _INTENT = (
     "INSERT INTO effects (run_id, key, task_id, element, occurrence, tool, fingerprint, "
     "source, args, attempt, state, started_at, pid) "
     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'started', ?, ?) "
     "ON CONFLICT (run_id, key) DO UPDATE SET attempt = excluded.attempt, state = 'started', "
-    "output = NULL, error = NULL, started_at = excluded.started_at, ended_at = NULL, "
+    "output = NULL, output_in = NULL, error = NULL, started_at = excluded.started_at, "
+    "ended_at = NULL, "
     "pid = excluded.pid, args = excluded.args, resolution = NULL, resolved_by = NULL, "
     "resolved_at = NULL, reason = NULL"
 )
@@ -74,23 +98,25 @@ _TAKEN_OVER = (
     "resolved_by, resolved_at, reason) "
     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'succeeded', ?, ?, ?, ?, 'happened', ?, ?, ?) "
     "ON CONFLICT (run_id, key) DO UPDATE SET state = 'succeeded', output = excluded.output, "
-    "error = NULL, ended_at = excluded.ended_at, resolution = 'happened', "
+    "output_in = NULL, error = NULL, ended_at = excluded.ended_at, resolution = 'happened', "
     "resolved_by = excluded.resolved_by, resolved_at = excluded.resolved_at, "
     "reason = excluded.reason"
 )
 _OUTCOME = (
-    "UPDATE effects SET state = ?, output = ?, error = ?, ended_at = ? WHERE run_id = ? AND key = ?"
+    "UPDATE effects SET state = ?, output = ?, output_in = NULL, error = ?, ended_at = ? "
+    "WHERE run_id = ? AND key = ?"
 )
 _RESOLVE = (
     "UPDATE effects SET resolution = ?, resolved_by = ?, resolved_at = ?, reason = ?, "
     "state = CASE WHEN ? = 'happened' THEN 'succeeded' ELSE state END, "
     "output = CASE WHEN ? = 'happened' THEN ? ELSE output END, "
+    "output_in = CASE WHEN ? = 'happened' THEN NULL ELSE output_in END, "
     "ended_at = CASE WHEN ? = 'happened' THEN ? ELSE ended_at END "
     "WHERE run_id = ? AND key = ?"
 )
 
 
-def _record(row: Sequence[Any], in_doubt: bool) -> EffectRecord:
+def _record(row: Sequence[Any], in_doubt: bool, output: Any) -> EffectRecord:
     return EffectRecord(
         run_id=row[0],
         key=row[1],
@@ -103,7 +129,7 @@ def _record(row: Sequence[Any], in_doubt: bool) -> EffectRecord:
         args=from_column(row[8]),
         attempt=row[9],
         state=row[10],
-        output=from_column(row[11]),
+        output=output,
         error=row[12],
         started_at=row[13],
         ended_at=row[14],
@@ -142,7 +168,37 @@ class EffectQueries:
         rows = self._query(
             f"SELECT {_COLUMNS} FROM effects WHERE run_id = ? ORDER BY started_at, key", (run_id,)
         )
-        return [_record(r, not live) for r in rows]
+        held = self._held_outputs(run_id, {r[2] for r in rows if r[20] == OUTPUT_IN_TASK})
+        return [
+            _record(
+                r,
+                not live,
+                held.get((r[2], r[3])) if r[20] == OUTPUT_IN_TASK else from_column(r[11]),
+            )
+            for r in rows
+        ]
+
+    def _held_outputs(self, run_id: str, task_ids: set[str]) -> dict[tuple[str, int | None], Any]:
+        """The outputs that the rows of ``task_ids`` hold for their calls (see the module
+        docstring), by task and element: each task's row read once, whatever the number of
+        its elements."""
+        if not task_ids:
+            return {}
+        ids = sorted(task_ids)
+        marks = ",".join("?" * len(ids))
+        rows = self._query(
+            f"SELECT task_id, output, elements FROM tasks WHERE run_id = ? AND task_id IN "
+            f"({marks})",
+            [run_id, *ids],
+        )
+        out: dict[tuple[str, int | None], Any] = {}
+        for task_id, output, elements in rows:
+            out[(task_id, None)] = from_column(output)
+            listed = from_column(elements) if elements is not None else None
+            for i, e in enumerate(listed if isinstance(listed, list) else ()):
+                if isinstance(e, dict):
+                    out[(task_id, i)] = from_column(e.get("output"))
+        return out
 
     def unrecorded_successes(self, run: str) -> list[EffectRecord]:
         """The calls with side effects of run ``run`` that took effect (``succeeded``) although
@@ -219,6 +275,7 @@ class EffectQueries:
             "UPDATE effects SET resolution = ?, resolved_by = ?, resolved_at = ?, reason = ?, "
             "state = CASE WHEN ? THEN 'succeeded' ELSE state END, "
             "output = CASE WHEN ? THEN ? ELSE output END, "
+            "output_in = CASE WHEN ? THEN NULL ELSE output_in END, "
             "ended_at = CASE WHEN ? THEN ? ELSE ended_at END "
             "WHERE run_id = ? AND task_id = ? AND state IN ('started', 'cancelled') "
             "AND resolution IS NULL"
@@ -231,6 +288,7 @@ class EffectQueries:
             happened,
             happened,
             output,
+            happened,
             happened,
             at,
             run_id,
@@ -383,6 +441,7 @@ class EffectJournal:
                 resolution,
                 resolution,
                 output,
+                resolution,
                 resolution,
                 now,
                 run_id,
