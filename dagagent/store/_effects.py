@@ -19,6 +19,13 @@ A call in doubt is resolved when a resumed run gets to it (``resolution``: ``hap
 ``reason``); a person's "it happened" (``dagagent approve --happened``) is written here
 directly, with the output they give.
 
+**Each output stored once.** A call's ``output`` is on its row until the row of its task (or
+of the map task holding its element) is written with the same output, by the run's writer,
+a batch at a time: in that transaction the call's row gives up its copy and says where it
+is (``output_in = 'task'``). A crash before that commit leaves it on the call's row; the
+readers (:meth:`EffectQueries.effects`) take it from either place. Only the rows of tasks
+that succeeded take it over: they are never written again with another output.
+
 **Durability.** Each write is committed before the call goes on (the intent before the call
 starts, the outcome before its task's result is handed on) through a connection of the
 journal's own whose commits wait for the disk (``synchronous=FULL``): unlike a task's row,
