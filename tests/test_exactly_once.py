@@ -742,3 +742,40 @@ def test_a_store_of_version_12_keeps_each_output_once_after_its_migration(
     with sqlite3.connect(db) as conn:
         kept = dict(conn.execute("SELECT key, output FROM effects WHERE output_in IS NULL"))
     assert kept == {"k-m1": '"other"', "k-f": '"paid"'}
+
+
+async def test_a_paused_maps_elements_stand_when_a_resume_is_stopped_before_it(
+    tmp_path: Path,
+) -> None:
+    """A map task that paused (one element waits for a person, the others paid) keeps its
+    paid elements when the resume is stopped by a denial before the map runs again."""
+    store, world = tmp_path / "runs.db", World()
+    reg = registry(world)
+    policy = dagagent.Policy(
+        [
+            dagagent.Rule(tool="pay", args=lambda a: a["task"] == "e2", action="ask"),
+            dagagent.Rule(tool="mail", action="ask"),
+        ],
+        ask=dagagent.ask_later,
+    )
+    plan = _plan(
+        {"id": "m", "tool": "mail", "args": {"n": 1, "task": "m"}},
+        {
+            "id": "each",
+            "for_each": ["e1", "e2", "e3"],
+            "tool": "pay",
+            "args": {"n": 1, "task": "${@item}"},
+        },
+    )
+    first = await dagagent.execute(plan, reg, store=store, interceptors=[policy])
+    assert first.status is RunStatus.PAUSED
+    paid = [world.find(k) for k in world.keys("pay")]
+    assert len(paid) == 2
+    with RunStore(store) as st:
+        st.decide(first.run_id, "m", "deny", by="ann")
+    result = await dagagent.resume(first.run_id, reg, store=store, interceptors=[policy])
+    assert result.status is RunStatus.FAILED
+    each = result.tasks["each"]
+    assert [e.status.value for e in each.elements or ()] == ["succeeded", "cancelled", "succeeded"]
+    assert [e.output for e in each.elements or ()] == [paid[0], None, paid[1]]
+    assert len(world.keys("pay")) == 2

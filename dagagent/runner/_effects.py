@@ -153,6 +153,8 @@ class Effects:
             for r in prior  # in the order they started: the last one stays
             if r.source == "plan"
         }
+        #: The map tasks with calls of their elements on record or made.
+        self._mapped: set[str] = {r.task_id for r in prior if r.element is not None}
         #: Calls of tool tasks that took effect before this run (a record of that survived
         #: when the task's did not), by task and element: the last of each.
         self._plan_effects: dict[tuple[str, int | None], _Call] = {
@@ -238,9 +240,16 @@ class Effects:
         )
         return TookEffect(known.output, call.args, call.attempt, note)
 
+    def has_element_calls(self, task_id: str) -> bool:
+        """Whether elements of map task ``task_id`` made calls with side effects (on record,
+        or in this run)."""
+        return task_id in self._mapped
+
     def _made(self, call: CallIdentity) -> None:
         """Remember who makes ``call`` (a tool task's own)."""
         if call.source == "plan":
+            if call.element is not None:
+                self._mapped.add(call.task_id)
             slot = (call.task_id, call.element)
             self._plan_calls[slot] = _Call(
                 call.idempotency_key, call.tool, jsonable(call.args), call.attempt

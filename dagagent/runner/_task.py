@@ -593,19 +593,22 @@ class TaskRunner:
     def _unstarted_elements(self, task: Task, why: str | None) -> list[TaskResult] | None:
         """The elements of map task ``task``, which the run ends without running: those
         recorded before it waited stand, those whose call took effect have its output, the
-        others did not run. ``None`` when the list's length is unknown (not recorded, and
-        its reference cannot be resolved now)."""
+        others did not run. ``None`` when none of it is on record (none of its elements
+        made a call with side effects, and it did not wait before), or the list's length is
+        unknown (its reference cannot be resolved now)."""
         from ._map import MapRun
 
         prior = self.resume_elements.pop(task.id, None)
+        effects = self.calls.effects
         if prior is not None:
             n = len(prior)
+        elif not effects.has_element_calls(task.id):
+            return None  # nothing of it on record: it did not run, as a whole
         else:
             try:
                 n = len(MapRun(self, task, TaskRun(task.id, time.time(), None)).expand())
             except Exception:
                 return None
-        effects = self.calls.effects
         out: list[TaskResult] = []
         for i in range(n):
             before = prior[i] if prior is not None else None
