@@ -77,6 +77,10 @@ def registry(world: World, *, reconcile: Callable[..., Any] | None = None) -> da
         return await effect("pay", task, n)
 
     @reg.tool(side_effects=True)
+    async def transfer(n: int, task: str, currency: str = "EUR") -> dict[str, Any]:
+        return await effect("pay", task, f"{n} {currency}")
+
+    @reg.tool(side_effects=True)
     def mail(n: int, task: str) -> dict[str, Any]:
         call = dagagent.current_call()  # a sync tool, in a worker thread
         out = {"value": n, "key": call.idempotency_key}
@@ -490,6 +494,20 @@ async def _kill_in_flight(
 async def test_a_call_that_took_effect_ends_its_task_succeeded_when_a_denial_stops_the_run_first(
     tmp_path: Path, known: str
 ) -> None:
+    await _took_effect_then_denied(tmp_path, known, PAY)
+
+
+async def test_a_success_taken_from_the_record_keeps_the_arguments_a_revision_compares(
+    tmp_path: Path,
+) -> None:
+    """The task's record keeps the arguments as the plan gives them (not as the tool's
+    validation fills them in: a default), so that a revision finds the success unchanged."""
+    await _took_effect_then_denied(
+        tmp_path, "happened", {**PAY, "tool": "transfer", "args": {"n": 5, "task": "p"}}
+    )
+
+
+async def _took_effect_then_denied(tmp_path: Path, known: str, pay: dict[str, Any]) -> None:
     """A call on record as having taken effect (a person said it happened, or its outcome
     was committed before the crash lost its task's row): a resume that a denial elsewhere
     stops before the task is scheduled records the task succeeded with that output (not
@@ -498,7 +516,7 @@ async def test_a_call_that_took_effect_ends_its_task_succeeded_when_a_denial_sto
     reg = registry(world)
     policy = dagagent.Policy([dagagent.Rule(tool="mail", action="ask")], ask=dagagent.ask_later)
     # m (asked about) comes first: its denial stops the resumed run before p is scheduled
-    plan = _plan({"id": "m", "tool": "mail", "args": {"n": 1, "task": "m"}}, PAY)
+    plan = _plan({"id": "m", "tool": "mail", "args": {"n": 1, "task": "m"}}, pay)
     run_id = await _kill_in_flight(store, world, reg, plan, policy)
     (key,) = world.keys("pay")
     paid = world.find(key)
@@ -520,7 +538,7 @@ async def test_a_call_that_took_effect_ends_its_task_succeeded_when_a_denial_sto
     assert result.status is RunStatus.FAILED and result.tasks["m"].status.value == "denied"
     p = result.tasks["p"]
     assert p.status is dagagent.TaskStatus.SUCCEEDED, p
-    assert p.output == paid and p.args == {"n": 5, "task": "p"}
+    assert p.output == paid and p.args == pay["args"]
     (note,) = p.decisions or []
     assert (note.decision, note.decided_by) == (
         ("happened", "ann") if known == "happened" else ("replayed", "record")

@@ -91,29 +91,46 @@ class _Known:
 
 class TookEffect:
     """The call of a tool task (or of one element of a map task) that took effect, as the
-    record knows it: its ``output``, the ``args`` and ``attempt`` it was made with, and the
-    decision that says why the task has that output without the call being made (see
-    :meth:`Effects.took_effect`)."""
+    record knows it: its ``output``, the ``args`` (validated) and ``attempt`` it was made
+    with, their ``fingerprint``, and the decision that says why the task has that output
+    without the call being made (see :meth:`Effects.took_effect`)."""
 
-    __slots__ = ("args", "attempt", "decision", "output")
+    __slots__ = ("args", "attempt", "decision", "fingerprint", "output")
 
-    def __init__(self, output: Any, args: Any, attempt: int, decision: CallDecision) -> None:
+    def __init__(
+        self, output: Any, args: Any, attempt: int, fingerprint: str, decision: CallDecision
+    ) -> None:
         self.output = output
         self.args = args
         self.attempt = attempt
+        self.fingerprint = fingerprint
         self.decision = decision
+
+    def args_of(self, tool: Tool, resolve: Callable[[], Any]) -> Any:
+        """The arguments a task's record keeps for this call: its arguments as the plan
+        resolves them now (``resolve()``), as they are recorded when the task runs (a
+        revision's reuse compares them), when they make this very call; else the call's
+        own (validated) arguments."""
+        try:
+            args = resolve()
+            if args_fingerprint(tool.name, tool.validate_args(args)) == self.fingerprint:
+                return args
+        except Exception:  # not resolvable now (an upstream output is not there): the call's
+            pass
+        return self.args
 
 
 class _Call:
     """Who made a call and with what (for :meth:`Effects.took_effect`)."""
 
-    __slots__ = ("args", "attempt", "key", "tool")
+    __slots__ = ("args", "attempt", "fingerprint", "key", "tool")
 
-    def __init__(self, key: str, tool: str, args: Any, attempt: int) -> None:
+    def __init__(self, key: str, tool: str, args: Any, attempt: int, fingerprint: str) -> None:
         self.key = key
         self.tool = tool
         self.args = args
         self.attempt = attempt
+        self.fingerprint = fingerprint
 
 
 def _json(value: Any) -> str | None:
@@ -149,7 +166,7 @@ class Effects:
         #: the last one started of each (a tool task makes one call per attempt, all with
         #: the same key unless its arguments changed).
         self._plan_calls: dict[tuple[str, int | None], _Call] = {
-            (r.task_id, r.element): _Call(r.key, r.tool, r.args, r.attempt)
+            (r.task_id, r.element): _Call(r.key, r.tool, r.args, r.attempt, r.fingerprint)
             for r in prior  # in the order they started: the last one stays
             if r.source == "plan"
         }
@@ -158,7 +175,7 @@ class Effects:
         #: Calls of tool tasks that took effect before this run (a record of that survived
         #: when the task's did not), by task and element: the last of each.
         self._plan_effects: dict[tuple[str, int | None], _Call] = {
-            (r.task_id, r.element): _Call(r.key, r.tool, r.args, r.attempt)
+            (r.task_id, r.element): _Call(r.key, r.tool, r.args, r.attempt, r.fingerprint)
             for r in prior
             if r.source == "plan" and r.state == "succeeded"
         }
@@ -238,7 +255,7 @@ class Effects:
             at=time.time(),
             source="plan",
         )
-        return TookEffect(known.output, call.args, call.attempt, note)
+        return TookEffect(known.output, call.args, call.attempt, call.fingerprint, note)
 
     def has_element_calls(self, task_id: str) -> bool:
         """Whether elements of map task ``task_id`` made calls with side effects (on record,
@@ -252,7 +269,11 @@ class Effects:
                 self._mapped.add(call.task_id)
             slot = (call.task_id, call.element)
             self._plan_calls[slot] = _Call(
-                call.idempotency_key, call.tool, jsonable(call.args), call.attempt
+                call.idempotency_key,
+                call.tool,
+                jsonable(call.args),
+                call.attempt,
+                call.fingerprint,
             )
 
     # -- before the call ------------------------------------------------------------------

@@ -41,6 +41,7 @@ results).
 from __future__ import annotations
 
 import time
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -189,16 +190,17 @@ class MapRun:
         for i, r in enumerate(self.results):
             if r is None:
                 done = self._took_effect(i)
-                if done is not None:  # not run now: its call took effect before
+                if done is not None and isinstance(self.task, ToolTask):
+                    # not run now: its call took effect before
+                    runner, task = self.runner, self.task
+                    args = done.args_of(runner.registry.get(task.tool), partial(self._args, i))
                     r = TaskResult(
-                        task_id=f"{self.task.id}[{i}]",
+                        task_id=f"{task.id}[{i}]",
                         status=_SUCCEEDED,
                         output=done.output,
                         attempts=done.attempt,
                         finished_at=time.time(),
-                        args=self.runner.redaction.args(self.task.tool, done.args)
-                        if self.runner.redaction and isinstance(self.task, ToolTask)
-                        else done.args,
+                        args=runner.redaction.args(task.tool, args) if runner.redaction else args,
                         decisions=[done.decision],
                     )
                 else:
@@ -206,6 +208,11 @@ class MapRun:
                 self.results[i] = r
             out.append(r)
         return out
+
+    def _args(self, i: int) -> Any:
+        """Element ``i``'s arguments, resolved now."""
+        runner = self.runner
+        return runner.resolve_args(self.task, ElementScope(runner.outputs, self.items[i], i))
 
     def _took_effect(self, i: int) -> TookEffect | None:
         """The call of element ``i`` that took effect (see

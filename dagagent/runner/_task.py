@@ -34,7 +34,7 @@ from ..events import (
 from ..graph import as_text, text_slots
 from ..limits import DEFAULT_MAX_ELEMENTS
 from ..plan import AgentTask, ToolTask
-from ..references import reference_text
+from ..references import ElementScope, reference_text
 from ..results import (
     CONDITION_FALSE,
     FAILURES,
@@ -586,9 +586,24 @@ class TaskRunner:
         """A tool task that the run ends without running, whose call took effect before
         (committed before a crash, or found to have happened by a person or a reconciler):
         it succeeded, with that output, whatever stopped this run first."""
+        task = self.tasks[task_id]
+        assert isinstance(task, ToolTask)
         run = TaskRun(task_id, time.time(), [done.decision])
-        run.args, run.attempts = done.args, done.attempt
+        tool = self.registry.get(task.tool)
+        run.args = done.args_of(tool, lambda: self.resolve_args(task, self.outputs))
+        run.attempts = done.attempt
         return self.finish(run, _SUCCEEDED, done.output)
+
+    def _element_args(
+        self, task: Task, items: list[Any] | None, i: int, before: TaskResult | None
+    ) -> Any:
+        """Element ``i``'s arguments as the plan resolves them now (or as its record before
+        says them)."""
+        if items is not None and i < len(items):
+            return self.resolve_args(task, ElementScope(self.outputs, items[i], i))
+        if before is not None and before.args is not None:
+            return before.args
+        raise LookupError(f"element {i} of task {task.id!r} has no arguments to resolve")
 
     def _unstarted_elements(self, task: Task, why: str | None) -> list[TaskResult] | None:
         """The elements of map task ``task``, which the run ends without running: those
@@ -600,15 +615,19 @@ class TaskRunner:
 
         prior = self.resume_elements.pop(task.id, None)
         effects = self.calls.effects
+        if prior is None and not effects.has_element_calls(task.id):
+            return None  # nothing of it on record: it did not run, as a whole
+        items: list[Any] | None
+        try:
+            items = MapRun(self, task, TaskRun(task.id, time.time(), None)).expand()
+        except Exception:  # its list cannot be resolved now
+            items = None
         if prior is not None:
             n = len(prior)
-        elif not effects.has_element_calls(task.id):
-            return None  # nothing of it on record: it did not run, as a whole
+        elif items is not None:
+            n = len(items)
         else:
-            try:
-                n = len(MapRun(self, task, TaskRun(task.id, time.time(), None)).expand())
-            except Exception:
-                return None
+            return None
         out: list[TaskResult] = []
         for i in range(n):
             before = prior[i] if prior is not None else None
@@ -617,6 +636,10 @@ class TaskRunner:
                 continue
             done = effects.took_effect(task.id, i) if isinstance(task, ToolTask) else None
             if done is not None and isinstance(task, ToolTask):
+                args = done.args_of(
+                    self.registry.get(task.tool),
+                    partial(self._element_args, task, items, i, before),
+                )
                 out.append(
                     TaskResult(
                         task_id=f"{task.id}[{i}]",
@@ -624,9 +647,7 @@ class TaskRunner:
                         output=done.output,
                         attempts=done.attempt,
                         finished_at=time.time(),
-                        args=self.redaction.args(task.tool, done.args)
-                        if self.redaction
-                        else done.args,
+                        args=self.redaction.args(task.tool, args) if self.redaction else args,
                         decisions=[done.decision],
                     )
                 )
