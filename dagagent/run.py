@@ -223,7 +223,7 @@ class _Run:
             self.journal,
             resuming.effects if resuming is not None else (),
             in_doubt=settings.in_doubt,
-            revised=self._unrecorded_successes(),
+            revised=self._parent_effects(),
         )
         calls = ToolCalls(
             self.run_id,
@@ -257,10 +257,10 @@ class _Run:
             logger=self.log,
         )
 
-    def _unrecorded_successes(self) -> Sequence[EffectRecord]:
-        """The calls that took effect in the run this one revises (its parent, in the same
-        store) and that the parent's task records do not hold: this run takes them over
-        instead of making them again (see :class:`~dagagent.runner.Effects`)."""
+    def _parent_effects(self) -> Sequence[EffectRecord]:
+        """The calls with side effects that took effect in the run this one revises (its
+        parent, in the same store): the same calls here are taken over, never made again
+        (see :class:`~dagagent.runner.Effects`)."""
         if self.parent_id is None or self.journal is None or self.recorder is None:
             return ()
         from .errors import StoreError
@@ -270,7 +270,7 @@ class _Run:
             with RunStore(self.recorder.path) as store:
                 if not store.exists(self.parent_id):
                     return ()
-                return store.unrecorded_successes(self.parent_id)
+                return [e for e in store.effects(self.parent_id) if e.state == "succeeded"]
         except StoreError as exc:
             raise StoreError(
                 f"cannot read the calls with side effects of run {self.parent_id}, which run "

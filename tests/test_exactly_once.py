@@ -621,7 +621,7 @@ async def test_a_revision_takes_over_a_call_that_took_effect_in_a_task_that_fail
     first = await dagagent.execute(plan, reg, store=store, interceptors=[refuse_output])
     assert first.tasks["p"].status.value == "failed" and len(world.keys("pay")) == 1
     with RunStore(store) as st:
-        (lost,) = st.unrecorded_successes(first.run_id)
+        (lost,) = st.effects(first.run_id)
         assert (lost.task_id, lost.state) == ("p", "succeeded")
     revised = await dagagent.execute(plan, reg, store=store, parent_id=first.run_id)
     assert revised.status is RunStatus.SUCCEEDED
@@ -637,12 +637,45 @@ async def test_a_revision_takes_over_a_call_that_took_effect_in_a_task_that_fail
             f"run {first.run_id}",
         )
         assert e.output == revised.outputs["p"] and e.key != lost.key
-        assert st.unrecorded_successes(revised.run_id) == []
     # Other arguments are another call: made.
     other = await dagagent.execute(
         _plan({**PAY, "args": {"n": 6, "task": "p"}}), reg, store=store, parent_id=first.run_id
     )
     assert other.status is RunStatus.SUCCEEDED and len(world.keys("pay")) == 2
+
+
+async def test_a_revision_takes_over_a_success_it_runs_again_for_its_upstream(
+    tmp_path: Path,
+) -> None:
+    """A task that succeeded, run again by a revision because a task upstream gave another
+    output this time, makes the same call: taken over, not paid twice."""
+    store, world = tmp_path / "runs.db", World()
+    reg = registry(world)
+    seen: list[int] = []
+
+    @reg.tool
+    def clock() -> int:
+        seen.append(1)
+        return len(seen)  # another output each run
+
+    plan = _plan(
+        {"id": "c", "tool": "clock"},
+        {**PAY, "depends_on": ["c"]},
+    )
+    first = await dagagent.execute(plan, reg, store=store)
+    with RunStore(store) as st:
+        record = st.get_run(first.run_id)
+    revised = await dagagent.execute(
+        plan,
+        reg,
+        store=store,
+        parent_id=first.run_id,
+        reuse={"p": dagagent.review.reuse_map(record)["p"]},  # c runs again (a new version)
+    )
+    assert revised.tasks["c"].output == 2  # upstream changed: p is not reused...
+    assert revised.tasks["p"].status is dagagent.TaskStatus.SUCCEEDED
+    assert revised.outputs["p"] == first.outputs["p"]  # ...but its call is taken over
+    assert len(world.keys("pay")) == 1
 
 
 async def test_a_revision_takes_over_the_calls_an_agent_made_before_it_failed(

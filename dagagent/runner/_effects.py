@@ -181,10 +181,9 @@ class Effects:
         }
         #: Whether anything on record may decide about a call (then the runner keeps the
         #: decisions of every task, interceptors or not).
-        #: Calls that took effect in the run this one revises (its parent) and that the
-        #: parent's task records do not hold (see
-        #: :meth:`~dagagent.store.RunStore.unrecorded_successes`), by who made them and
-        #: what they were: the same call here is taken over, never made again.
+        #: Calls that took effect in the run this one revises (its parent), by who made
+        #: them and what they were: the same call here is taken over, never made again
+        #: under a new key (whether the parent's task records hold it or not).
         self._revised: dict[tuple[str, int | None, str, str, int], EffectRecord] = {
             (r.task_id, r.element, r.source, r.fingerprint, r.occurrence): r
             for r in revised
@@ -391,8 +390,8 @@ class Effects:
         record here as found to have happened (so that a resume of this run finds it too)."""
         who = f"run {before.run_id}"
         why = (
-            f"it took effect in run {before.run_id} (key {before.key}), whose record of "
-            f"{call.where} does not hold it: not made again"
+            f"it took effect in run {before.run_id} (key {before.key}), which this run "
+            "revises: not made again"
         )
         if self.journal is not None:
             try:

@@ -207,40 +207,6 @@ class EffectQueries:
                     out[(task_id, i)] = from_column(e.get("output"))
         return out
 
-    def unrecorded_successes(self, run: str) -> list[EffectRecord]:
-        """The calls with side effects of run ``run`` that took effect (``succeeded``) although
-        the record of the task (or map element) that made them does not hold that success:
-        its task failed, was stopped or denied after the call, or is not on record (a
-        crash), or it is an agent task that did not answer. A run revised from ``run`` (its
-        ``parent_id``) takes their outputs over instead of making them again under new keys
-        (see :class:`~dagagent.runner.Effects`)."""
-        run_id = self.resolve(run)
-        done = [e for e in self.effects(run_id) if e.state == "succeeded"]
-        if not done:
-            return []
-        ids = sorted({e.task_id for e in done})
-        marks = ",".join("?" * len(ids))
-        rows = self._query(
-            "SELECT task_id, status, elements FROM tasks "
-            f"WHERE run_id = ? AND task_id IN ({marks})",
-            [run_id, *ids],
-        )
-        ok = ("succeeded", "reused")
-        held: set[tuple[str, int | None]] = set()
-        for task_id, status, elements in rows:
-            if status in ok:
-                held.add((task_id, None))
-            listed = from_column(elements) if elements is not None else None
-            for i, e in enumerate(listed if isinstance(listed, list) else ()):
-                if isinstance(e, dict) and e.get("status") in ok:
-                    held.add((task_id, i))
-        return [
-            e
-            for e in done
-            if (e.task_id, e.element) not in held
-            and not (e.element is not None and (e.task_id, None) in held)
-        ]
-
     def in_doubt_counts(self, run_ids: Sequence[str]) -> dict[str, int]:
         """How many calls of each of ``run_ids`` have no outcome and are not resolved (in doubt
         once the run is not running; the caller knows which are)."""
