@@ -42,8 +42,7 @@ import queue
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +53,7 @@ import anyio.lowlevel
 from ..errors import StoreError
 from ._codec import from_column
 from ._file import connect
+from ._part import StorePart, column_names, record_from_row
 from .models import EffectRecord
 
 __all__ = ["IN_DOUBT_STATES", "OUTPUT_IN_TASK", "EffectJournal", "EffectQueries", "output_held"]
@@ -89,6 +89,7 @@ _COLUMNS = (
     "state, output, error, started_at, ended_at, pid, resolution, resolved_by, resolved_at, "
     "reason, output_in"
 )
+_NAMES = column_names(_COLUMNS)
 _INTENT = (
     "INSERT INTO effects (run_id, key, task_id, element, occurrence, tool, fingerprint, "
     "source, args, attempt, state, started_at, pid) "
@@ -124,44 +125,17 @@ _RESOLVE = (
 
 
 def _record(row: Sequence[Any], in_doubt: bool, output: Any) -> EffectRecord:
-    return EffectRecord(
-        run_id=row[0],
-        key=row[1],
-        task_id=row[2],
-        element=row[3],
-        occurrence=row[4],
-        tool=row[5],
-        fingerprint=row[6],
-        source=row[7],
-        args=from_column(row[8]),
-        attempt=row[9],
-        state=row[10],
-        output=output,
-        error=row[12],
-        started_at=row[13],
-        ended_at=row[14],
-        pid=row[15],
-        resolution=row[16],
-        resolved_by=row[17],
-        resolved_at=row[18],
-        reason=row[19],
-        in_doubt=in_doubt and row[10] in IN_DOUBT_STATES and row[16] is None,
-    )
+    """A call's record from its row (:data:`_COLUMNS`), with its ``output`` (read from its
+    row or from its task's: see :meth:`EffectQueries._held_outputs`)."""
+    record = record_from_row(EffectRecord, _NAMES[:-1], row[:-1], json=("args",))
+    update: dict[str, Any] = {"output": output}
+    if in_doubt and record.state in IN_DOUBT_STATES and record.resolution is None:
+        update["in_doubt"] = True
+    return record.model_copy(update=update)
 
 
-class EffectQueries:
+class EffectQueries(StorePart):
     """The side effects of a run store (mixed into :class:`~dagagent.store.RunStore`)."""
-
-    path: Path
-
-    def _query(self, sql: str, params: Iterable[Any] = ()) -> list[tuple[Any, ...]]:
-        raise NotImplementedError  # pragma: no cover - RunStore provides it
-
-    def _transaction(self) -> AbstractContextManager[sqlite3.Connection]:
-        raise NotImplementedError  # pragma: no cover - RunStore provides it
-
-    def resolve(self, ref: str) -> str:
-        raise NotImplementedError  # pragma: no cover - RunStore provides it
 
     def effects(self, run: str) -> list[EffectRecord]:
         """Every call with side effects of run ``run`` (an id or a unique prefix), in the order

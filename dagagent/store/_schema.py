@@ -134,12 +134,12 @@ _EFFECTS = (
         ) WITHOUT ROWID""",
     "CREATE INDEX effects_by_state ON effects (state, run_id)",
 )
-#: v13: the calls of a task (the store finds them when it writes the task's row).
+#: v14: the calls of a task (the store finds them when it writes the task's row).
 _EFFECTS_BY_TASK = "CREATE INDEX effects_by_task ON effects (run_id, task_id, element)"
 
 
 def _outputs_once(conn: sqlite3.Connection) -> None:
-    """v13: an output kept on a call's row and, the same text, on the row of the task that
+    """v14: an output kept on a call's row and, the same text, on the row of the task that
     made it (or of its element, in the map task's row) is kept there only: the call's row
     says where (``output_in = 'task'``; see :mod:`dagagent.store._effects`)."""
     conn.execute(
@@ -326,7 +326,10 @@ MIGRATIONS: list[Sequence[Migration]] = [
     # before it starts, and its outcome after it, keyed by run and idempotency key; how a call
     # left in doubt by a crash was resolved (see dagagent.store._effects).
     _EFFECTS,
-    # v13: each output stored once: a call's output that its task's row (or its element's
+    # v13 (numbered by the order the steps were merged in): the run whose plan a replanner's
+    # call outside a solve revised (``dagagent replan RUN --model``): a plan not run names it.
+    ("ALTER TABLE model_calls ADD COLUMN replan_of TEXT",),
+    # v14: each output stored once: a call's output that its task's row (or its element's
     # object there) holds as well is dropped from the call's row, which says where it is
     # (``output_in``); an index finds the calls of a task when its row is written.
     ("ALTER TABLE effects ADD COLUMN output_in TEXT", _EFFECTS_BY_TASK, _outputs_once),
@@ -389,7 +392,8 @@ SCHEMA: tuple[str, ...] = (
     *_SOLVE_ROUNDS,
     *_APPROVALS,
     _RUN_PLANS,
-    *_MODEL_CALLS,
+    _MODEL_CALLS[0].removesuffix(")") + ", replan_of TEXT)",
+    *_MODEL_CALLS[1:],
     _EFFECTS[0].replace("reason TEXT,", "reason TEXT, output_in TEXT,"),
     *_EFFECTS[1:],
     _EFFECTS_BY_TASK,
