@@ -166,9 +166,10 @@ class _Run:
         if store is not None:
             from .store import RunRecorder
 
+            side_effects = registry is not None and any(t.side_effects for t in registry)
             # checks the run id; starts nothing yet
-            self.recorder = RunRecorder(store, run_id, resumed=resumed)
-            if registry is not None and any(t.side_effects for t in registry):
+            self.recorder = RunRecorder(store, run_id, resumed=resumed, side_effects=side_effects)
+            if side_effects:
                 from .store._effects import EffectJournal
 
                 self.journal = EffectJournal(self.recorder.path)  # its thread starts on use
@@ -222,6 +223,7 @@ class _Run:
             self.journal,
             resuming.effects if resuming is not None else (),
             in_doubt=settings.in_doubt,
+            revised=self._parent_effects(),
         )
         calls = ToolCalls(
             self.run_id,
@@ -254,6 +256,26 @@ class _Run:
             prior=resuming.prior if resuming is not None else None,
             logger=self.log,
         )
+
+    def _parent_effects(self) -> Sequence[EffectRecord]:
+        """The calls with side effects that took effect in the run this one revises (its
+        parent, in the same store): the same calls here are taken over, never made again
+        (see :class:`~dagagent.runner.Effects`)."""
+        if self.parent_id is None or self.journal is None or self.recorder is None:
+            return ()
+        from .errors import StoreError
+        from .store import RunStore
+
+        try:
+            with RunStore(self.recorder.path) as store:
+                if not store.exists(self.parent_id):
+                    return ()
+                return [e for e in store.effects(self.parent_id) if e.state == "succeeded"]
+        except StoreError as exc:
+            raise StoreError(
+                f"cannot read the calls with side effects of run {self.parent_id}, which run "
+                f"{self.run_id} revises: {exc}"
+            ) from None
 
     async def go(self, runner: TaskRunner) -> RunResult:
         """Run the plan with ``runner``: recorded, announced and traced from start to end."""

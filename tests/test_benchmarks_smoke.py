@@ -811,3 +811,15 @@ def test_model_calls_overhead_runs_tiny(tmp_path: Path) -> None:
     overhead = json.loads((tmp_path / "model_calls.json").read_text())["overhead"]
     assert overhead["questions"] == 2 and overhead["model_calls_recorded"] == 4
     assert overhead["right_recorded"] == overhead["right_not_recorded"] == 2
+
+
+def test_effect_storage_measures_each_output_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The storage benchmark runs (tiny), and finds each call's output kept once."""
+    monkeypatch.syspath_prepend(str(BENCH))
+    import effect_storage
+
+    got = effect_storage.measure(4, [500])
+    tools = got["figures"]["tool tasks"]["500"]
+    assert 480 <= tools["outputs_per_call"] < 600  # one copy of each output, not two
+    elements = got["figures"]["map elements"]["500"]
+    assert elements["outputs_per_call"] < 1100  # the element's, and the map's list: no third

@@ -10,6 +10,7 @@ run ``running`` under a process that is gone, the call ``started``, the task unr
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
@@ -74,6 +75,10 @@ def registry(world: World, *, reconcile: Callable[..., Any] | None = None) -> da
     @reg.tool(side_effects=True, reconcile=reconcile)
     async def pay(n: int, task: str) -> dict[str, Any]:
         return await effect("pay", task, n)
+
+    @reg.tool(side_effects=True)
+    async def transfer(n: int, task: str, currency: str = "EUR") -> dict[str, Any]:
+        return await effect("pay", task, f"{n} {currency}")
 
     @reg.tool(side_effects=True)
     def mail(n: int, task: str) -> dict[str, Any]:
@@ -455,3 +460,373 @@ async def test_a_success_stands_when_a_resume_is_stopped_before_it_gets_to_it(
     assert third.tasks["b"].status is dagagent.TaskStatus.SUCCEEDED  # not "cancelled"
     assert third.tasks["b"].output == second.tasks["b"].output
     assert len(world.keys("pay")) == 1
+
+
+async def _kill_in_flight(
+    store: Path, world: World, reg: dagagent.Registry, plan: dict[str, Any], policy: Any
+) -> str:
+    """Run ``plan`` (with ``policy``) until task ``p``'s call has taken effect, then leave the
+    record as a SIGKILL would (``p``'s call started, with no outcome): the run's id."""
+    world.hang_after.add("p")
+    run_id = dagagent.new_run_id()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(
+            lambda: dagagent.execute(plan, reg, store=store, run_id=run_id, interceptors=[policy])
+        )
+        await world.entered.wait()
+        await anyio.wait_all_tasks_blocked()  # the other branch asked its question
+        tg.cancel_scope.cancel()
+    world.hang_after.clear()
+    world.entered = anyio.Event()
+    with sqlite3.connect(store) as conn:
+        conn.execute("UPDATE effects SET state = 'started', error = NULL, ended_at = NULL")
+        conn.execute(
+            "UPDATE runs SET status = 'running', pid = ?, finished_at = NULL WHERE id = ?",
+            (_dead_pid(), run_id),
+        )
+        conn.execute("DELETE FROM tasks WHERE status NOT IN ('succeeded', 'waiting')")
+        # the questions the run asked stay open: a kill closes nothing
+        conn.execute("UPDATE approvals SET state = 'waiting', note = NULL WHERE state = 'closed'")
+    return run_id
+
+
+@pytest.mark.parametrize("known", ["happened", "committed"])
+async def test_a_call_that_took_effect_ends_its_task_succeeded_when_a_denial_stops_the_run_first(
+    tmp_path: Path, known: str
+) -> None:
+    await _took_effect_then_denied(tmp_path, known, PAY)
+
+
+async def test_a_success_taken_from_the_record_keeps_the_arguments_a_revision_compares(
+    tmp_path: Path,
+) -> None:
+    """The task's record keeps the arguments as the plan gives them (not as the tool's
+    validation fills them in: a default), so that a revision finds the success unchanged."""
+    await _took_effect_then_denied(
+        tmp_path, "happened", {**PAY, "tool": "transfer", "args": {"n": 5, "task": "p"}}
+    )
+
+
+async def _took_effect_then_denied(tmp_path: Path, known: str, pay: dict[str, Any]) -> None:
+    """A call on record as having taken effect (a person said it happened, or its outcome
+    was committed before the crash lost its task's row): a resume that a denial elsewhere
+    stops before the task is scheduled records the task succeeded with that output (not
+    'cancelled: not run', which would hide a payment made), and a revision reuses it."""
+    store, world = tmp_path / "runs.db", World()
+    reg = registry(world)
+    policy = dagagent.Policy([dagagent.Rule(tool="mail", action="ask")], ask=dagagent.ask_later)
+    # m (asked about) comes first: its denial stops the resumed run before p is scheduled
+    plan = _plan({"id": "m", "tool": "mail", "args": {"n": 1, "task": "m"}}, pay)
+    run_id = await _kill_in_flight(store, world, reg, plan, policy)
+    (key,) = world.keys("pay")
+    paid = world.find(key)
+    if known == "committed":  # the outcome made it to the record, the task's row did not
+        with sqlite3.connect(store) as conn:
+            conn.execute(
+                "UPDATE effects SET state = 'succeeded', output = ?, ended_at = 1",
+                (json.dumps(paid),),
+            )
+    else:  # in doubt: the resume asks a person, who finds that it went through
+        paused = await dagagent.resume(run_id, reg, store=store, interceptors=[policy])
+        assert paused.status is RunStatus.PAUSED
+        assert paused.tasks["p"].error_type == "CallInDoubtError"
+        with RunStore(store) as st:
+            st.decide(run_id, "p", "happened", by="ann", output=paid)
+    with RunStore(store) as st:
+        st.decide(run_id, "m", "deny", by="bob")
+    result = await dagagent.resume(run_id, reg, store=store, interceptors=[policy])
+    assert result.status is RunStatus.FAILED and result.tasks["m"].status.value == "denied"
+    p = result.tasks["p"]
+    assert p.status is dagagent.TaskStatus.SUCCEEDED, p
+    assert p.output == paid and p.args == pay["args"]
+    (note,) = p.decisions or []
+    assert (note.decision, note.decided_by) == (
+        ("happened", "ann") if known == "happened" else ("replayed", "record")
+    )
+    with RunStore(store) as st:
+        record = st.get_run(run_id)
+    assert record.tasks["p"].status is dagagent.TaskStatus.SUCCEEDED
+    assert record.tasks["p"].output == paid
+    # A revision of the run reuses the payment: it is never made again under a new key.
+    revised = await dagagent.execute(
+        plan, reg, store=store, reuse=dagagent.review.reuse_map(record)
+    )
+    assert revised.tasks["p"].status is dagagent.TaskStatus.REUSED
+    assert revised.outputs["p"] == paid
+    assert world.keys("pay") == [key]
+
+
+async def test_map_elements_that_took_effect_stand_when_the_run_is_stopped_first(
+    tmp_path: Path,
+) -> None:
+    """A map killed during its third element, the first two paid: a resume that a denial
+    stops before the map runs again keeps the two payments as the elements' outputs (the
+    third, in doubt, did not run), and makes none again."""
+    store, world = tmp_path / "runs.db", World()
+    reg = registry(world)
+    plan = _plan(
+        {"id": "first", "tool": "add", "args": {"a": 1, "b": 2}},
+        {
+            "id": "each",
+            "for_each": ["e1", "e2", "e3"],
+            "tool": "pay",
+            "args": {"n": 1, "task": "${@item}"},
+            "max_concurrency": 1,  # one at a time: e1 and e2 have ended when e3 starts
+        },
+    )
+    world.hang_before.add("e3")
+    run_id = dagagent.new_run_id()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(lambda: dagagent.execute(plan, reg, store=store, run_id=run_id))
+        await world.entered.wait()
+        tg.cancel_scope.cancel()
+    world.hang_before.clear()
+    paid = [world.find(k) for k in world.keys("pay")]
+    assert len(paid) == 2
+    with sqlite3.connect(store) as conn:  # what a SIGKILL leaves
+        conn.execute("UPDATE effects SET state = 'started' WHERE state = 'cancelled'")
+        conn.execute(
+            "UPDATE runs SET status = 'running', pid = ?, finished_at = NULL", (_dead_pid(),)
+        )
+        conn.execute("DELETE FROM tasks WHERE task_id = 'each'")
+    deny = dagagent.Policy([dagagent.Rule(tool="add", action="deny")])
+    with sqlite3.connect(store) as conn:
+        conn.execute("DELETE FROM tasks WHERE task_id = 'first'")  # runs again: denied
+    result = await dagagent.resume(run_id, reg, store=store, interceptors=[deny])
+    assert result.tasks["first"].status.value == "denied"
+    each = result.tasks["each"]
+    assert [e.status.value for e in each.elements or ()] == ["succeeded", "succeeded", "cancelled"]
+    assert [e.output for e in each.elements or ()][:2] == paid
+    assert each.status is dagagent.TaskStatus.CANCELLED  # the third did not run
+    assert len(world.keys("pay")) == 2  # none made again
+    with RunStore(store) as st:
+        recorded = st.get_run(run_id).tasks["each"]
+    assert [e.output for e in recorded.elements or ()][:2] == paid
+
+
+async def test_a_revision_takes_over_a_call_that_took_effect_in_a_task_that_failed_after_it(
+    tmp_path: Path,
+) -> None:
+    """The call took effect, then its task failed (here an interceptor refused the output):
+    the parent's record of the task does not hold the payment. A run revising it (its
+    parent_id) takes the call over by identity instead of paying again under a new key."""
+    store, world = tmp_path / "runs.db", World()
+    reg = registry(world)
+
+    async def refuse_output(call: Any, call_next: Any) -> Any:
+        await call_next(call)
+        raise ValueError("the bank's receipt did not parse")
+
+    plan = _plan(PAY)
+    first = await dagagent.execute(plan, reg, store=store, interceptors=[refuse_output])
+    assert first.tasks["p"].status.value == "failed" and len(world.keys("pay")) == 1
+    with RunStore(store) as st:
+        (lost,) = st.effects(first.run_id)
+        assert (lost.task_id, lost.state) == ("p", "succeeded")
+    revised = await dagagent.execute(plan, reg, store=store, parent_id=first.run_id)
+    assert revised.status is RunStatus.SUCCEEDED
+    assert len(world.keys("pay")) == 1  # not made again
+    assert revised.outputs["p"] == world.find(world.keys("pay")[0])
+    (note,) = revised.tasks["p"].decisions or []
+    assert (note.decision, note.decided_by) == ("replayed", f"run {first.run_id}")
+    with RunStore(store) as st:
+        (e,) = st.effects(revised.run_id)
+        assert (e.state, e.resolution, e.resolved_by) == (
+            "succeeded",
+            "happened",
+            f"run {first.run_id}",
+        )
+        assert e.output == revised.outputs["p"] and e.key != lost.key
+    # Other arguments are another call: made.
+    other = await dagagent.execute(
+        _plan({**PAY, "args": {"n": 6, "task": "p"}}), reg, store=store, parent_id=first.run_id
+    )
+    assert other.status is RunStatus.SUCCEEDED and len(world.keys("pay")) == 2
+
+
+async def test_a_revision_takes_over_a_success_it_runs_again_for_its_upstream(
+    tmp_path: Path,
+) -> None:
+    """A task that succeeded, run again by a revision because a task upstream gave another
+    output this time, makes the same call: taken over, not paid twice."""
+    store, world = tmp_path / "runs.db", World()
+    reg = registry(world)
+    seen: list[int] = []
+
+    @reg.tool
+    def clock() -> int:
+        seen.append(1)
+        return len(seen)  # another output each run
+
+    plan = _plan(
+        {"id": "c", "tool": "clock"},
+        {**PAY, "depends_on": ["c"]},
+    )
+    first = await dagagent.execute(plan, reg, store=store)
+    with RunStore(store) as st:
+        record = st.get_run(first.run_id)
+    revised = await dagagent.execute(
+        plan,
+        reg,
+        store=store,
+        parent_id=first.run_id,
+        reuse={"p": dagagent.review.reuse_map(record)["p"]},  # c runs again (a new version)
+    )
+    assert revised.tasks["c"].output == 2  # upstream changed: p is not reused...
+    assert revised.tasks["p"].status is dagagent.TaskStatus.SUCCEEDED
+    assert revised.outputs["p"] == first.outputs["p"]  # ...but its call is taken over
+    assert len(world.keys("pay")) == 1
+
+
+async def test_a_revision_takes_over_the_calls_an_agent_made_before_it_failed(
+    tmp_path: Path,
+) -> None:
+    from dagagent.llm import LLMResponse, ScriptedLLM, ToolCall
+
+    store, world = tmp_path / "runs.db", World()
+    reg = registry(world)
+    pay = ToolCall(id="c1", name="pay", arguments={"n": 3, "task": "ag"})
+
+    def broken(request: Any) -> Any:
+        raise ConnectionError("the model went away")
+
+    plan = _plan({"id": "ag", "instruction": "pay 3", "tools": ["pay"]})
+    with ScriptedLLM([LLMResponse(tool_calls=[pay]), broken]) as llm:
+        first = await dagagent.execute(plan, reg, store=store, llm=llm)
+    assert first.tasks["ag"].status.value == "failed" and len(world.keys("pay")) == 1
+    with ScriptedLLM([LLMResponse(tool_calls=[pay]), "paid"]) as llm:
+        revised = await dagagent.execute(plan, reg, store=store, llm=llm, parent_id=first.run_id)
+    assert revised.outputs["ag"] == "paid"
+    assert len(world.keys("pay")) == 1  # the agent's call was taken over, not made again
+    (note,) = revised.tasks["ag"].decisions or []
+    assert (note.decision, note.source) == ("replayed", "agent")
+
+
+async def test_each_output_is_stored_once_and_every_reader_still_gets_it(tmp_path: Path) -> None:
+    """A call's output is kept by its task's row (or its element's object there) once that
+    row holds it; the call's row says where, and reads back the same output."""
+    store, world = tmp_path / "runs.db", World()
+    plan = _plan(
+        PAY,
+        {"id": "each", "for_each": [1, 2], "tool": "mail", "args": {"n": "${@item}", "task": "e"}},
+        AFTER,
+    )
+    result = await dagagent.execute(plan, registry(world), store=store)
+    assert result.status is RunStatus.SUCCEEDED
+    with sqlite3.connect(store) as conn:
+        rows = conn.execute("SELECT output, output_in FROM effects").fetchall()
+    assert rows == [(None, "task")] * 3  # no copy on the calls' rows
+    with RunStore(store) as st:
+        effects = {(e.task_id, e.element): e.output for e in st.effects(result.run_id)}
+        record = st.get_run(result.run_id)
+    assert effects == {
+        ("p", None): result.outputs["p"],
+        ("each", 0): result.outputs["each"][0],
+        ("each", 1): result.outputs["each"][1],
+    }
+    assert record.tasks["p"].output == result.outputs["p"]
+    # a resume (here of the record a crash leaves after the rows were written) replays them
+    with sqlite3.connect(store) as conn:
+        conn.execute("UPDATE runs SET status = 'running', pid = ?", (_dead_pid(),))
+        conn.execute("DELETE FROM tasks WHERE task_id = 's'")
+    again = await dagagent.resume(result.run_id, registry(world), store=store)
+    assert again.outputs == result.outputs and len(world.effects) == 3
+
+
+async def test_a_call_that_is_made_again_keeps_its_own_output(tmp_path: Path) -> None:
+    """A task that is not a success keeps no output: its call's row keeps its own (the
+    record a resume replays from)."""
+    store, world = tmp_path / "runs.db", World()
+
+    async def refuse_output(call: Any, call_next: Any) -> Any:
+        await call_next(call)
+        raise ValueError("no")
+
+    result = await dagagent.execute(
+        _plan(PAY), registry(world), store=store, interceptors=[refuse_output]
+    )
+    with sqlite3.connect(store) as conn:
+        ((output, where),) = conn.execute("SELECT output, output_in FROM effects").fetchall()
+    assert where is None and json.loads(output) == world.find(world.keys()[0])
+    assert result.tasks["p"].status.value == "failed"
+
+
+def test_a_store_of_version_12_keeps_each_output_once_after_its_migration(
+    tmp_path: Path,
+) -> None:
+    from dagagent.store import MIGRATIONS, SCHEMA_VERSION
+
+    db = tmp_path / "v12.db"
+    RunStore(db, migrations=MIGRATIONS[:12]).close()
+    out = json.dumps({"id": "tr_1"})
+    elements = [
+        {"task_id": "m[0]", "status": "succeeded", "output": '"a"'},
+        {"task_id": "m[1]", "status": "succeeded", "output": '"b"'},
+    ]
+    with sqlite3.connect(db) as conn:
+        conn.execute(
+            "INSERT INTO runs (id, created, goal, plan, status) VALUES ('0123456789ab', 1, "
+            "'g', '', 'succeeded')"
+        )
+        conn.executemany(
+            "INSERT INTO tasks (run_id, task_id, status, output, elements) VALUES (?, ?, ?, ?, ?)",
+            [
+                ("0123456789ab", "p", "succeeded", out, None),
+                ("0123456789ab", "m", "succeeded", '["a", "b"]', json.dumps(elements)),
+                ("0123456789ab", "f", "failed", None, None),
+            ],
+        )
+        conn.executemany(
+            "INSERT INTO effects (run_id, key, task_id, element, tool, fingerprint, state, "
+            "output, started_at) VALUES ('0123456789ab', ?, ?, ?, 'pay', 'fp', 'succeeded', ?, 1)",
+            [
+                ("k-p", "p", None, out),
+                ("k-m0", "m", 0, '"a"'),
+                ("k-m1", "m", 1, '"other"'),  # not what the row holds: kept
+                ("k-f", "f", None, '"paid"'),  # its task failed: kept
+            ],
+        )
+    with RunStore(db) as st:
+        assert st.schema_version == SCHEMA_VERSION
+        got = {e.key: e.output for e in st.effects("0123456789ab")}
+    assert got == {"k-p": {"id": "tr_1"}, "k-m0": "a", "k-m1": "other", "k-f": "paid"}
+    with sqlite3.connect(db) as conn:
+        kept = dict(conn.execute("SELECT key, output FROM effects WHERE output_in IS NULL"))
+    assert kept == {"k-m1": '"other"', "k-f": '"paid"'}
+
+
+async def test_a_paused_maps_elements_stand_when_a_resume_is_stopped_before_it(
+    tmp_path: Path,
+) -> None:
+    """A map task that paused (one element waits for a person, the others paid) keeps its
+    paid elements when the resume is stopped by a denial before the map runs again."""
+    store, world = tmp_path / "runs.db", World()
+    reg = registry(world)
+    policy = dagagent.Policy(
+        [
+            dagagent.Rule(tool="pay", args=lambda a: a["task"] == "e2", action="ask"),
+            dagagent.Rule(tool="mail", action="ask"),
+        ],
+        ask=dagagent.ask_later,
+    )
+    plan = _plan(
+        {"id": "m", "tool": "mail", "args": {"n": 1, "task": "m"}},
+        {
+            "id": "each",
+            "for_each": ["e1", "e2", "e3"],
+            "tool": "pay",
+            "args": {"n": 1, "task": "${@item}"},
+        },
+    )
+    first = await dagagent.execute(plan, reg, store=store, interceptors=[policy])
+    assert first.status is RunStatus.PAUSED
+    paid = [world.find(k) for k in world.keys("pay")]
+    assert len(paid) == 2
+    with RunStore(store) as st:
+        st.decide(first.run_id, "m", "deny", by="ann")
+    result = await dagagent.resume(first.run_id, reg, store=store, interceptors=[policy])
+    assert result.status is RunStatus.FAILED
+    each = result.tasks["each"]
+    assert [e.status.value for e in each.elements or ()] == ["succeeded", "cancelled", "succeeded"]
+    assert [e.output for e in each.elements or ()] == [paid[0], None, paid[1]]
+    assert len(world.keys("pay")) == 2

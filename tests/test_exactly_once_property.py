@@ -270,6 +270,16 @@ OPS = st.lists(
         ("resume", False),
     ]
 )
+# A call found to have happened (by a person) whose run a denial elsewhere ends before its task
+# is scheduled: its task succeeds with that output, it is not left "cancelled".
+@example(
+    ops=[
+        ("decide", "c", "allow"),
+        ("allow_then_crash", "c", "after"),
+        ("resume", False),
+        ("decide", "a", "deny"),
+    ]
+)
 def test_payments_exactly_once_in_any_order(ops: list[tuple[Any, ...]]) -> None:
     """Any interleaving of decisions, resumes (two at once) and crashes; then everyone left
     waiting is answered and the run resumed to its end: each payment allowed (or found to

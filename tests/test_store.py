@@ -1029,10 +1029,10 @@ async def test_an_event_that_cannot_be_written_is_dropped_not_the_whole_record(
 ) -> None:
     real = rows.task_row
 
-    def poisoned(run_id: str, r: TaskResult, output_lost: str | None = None) -> Any:
+    def poisoned(run_id: str, r: TaskResult, *rest: Any) -> Any:
         if r.task_id == "b":
             raise RuntimeError("cannot write b")
-        return real(run_id, r, output_lost)
+        return real(run_id, r, *rest)
 
     monkeypatch.setattr(rows, "task_row", poisoned)
     db = tmp_path / "r.db"

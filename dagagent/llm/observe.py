@@ -322,7 +322,9 @@ def last_call() -> LiveCall | None:
     return _LAST.get()
 
 
-def set_last_call(call: LiveCall) -> None:
+def set_last_call(call: LiveCall | None) -> None:
+    """Make ``call`` the last call the current task made (``None``: an answer that no call
+    gave, such as a recorded one given again: nobody to tell if its reader rejects it)."""
     _LAST.set(call)
 
 

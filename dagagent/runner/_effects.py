@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -63,7 +64,7 @@ if TYPE_CHECKING:
     from ..store._effects import EffectJournal
     from ..tools import Tool
 
-__all__ = ["Effects"]
+__all__ = ["Effects", "TookEffect"]
 
 _IN_DOUBT_STATES = ("started", "cancelled")
 
@@ -88,6 +89,50 @@ class _Known:
         self.reason = reason
 
 
+class TookEffect:
+    """The call of a tool task (or of one element of a map task) that took effect, as the
+    record knows it: its ``output``, the ``args`` (validated) and ``attempt`` it was made
+    with, their ``fingerprint``, and the decision that says why the task has that output
+    without the call being made (see :meth:`Effects.took_effect`)."""
+
+    __slots__ = ("args", "attempt", "decision", "fingerprint", "output")
+
+    def __init__(
+        self, output: Any, args: Any, attempt: int, fingerprint: str, decision: CallDecision
+    ) -> None:
+        self.output = output
+        self.args = args
+        self.attempt = attempt
+        self.fingerprint = fingerprint
+        self.decision = decision
+
+    def args_of(self, tool: Tool, resolve: Callable[[], Any]) -> Any:
+        """The arguments a task's record keeps for this call: its arguments as the plan
+        resolves them now (``resolve()``), as they are recorded when the task runs (a
+        revision's reuse compares them), when they make this very call; else the call's
+        own (validated) arguments."""
+        try:
+            args = resolve()
+            if args_fingerprint(tool.name, tool.validate_args(args)) == self.fingerprint:
+                return args
+        except Exception:  # not resolvable now (an upstream output is not there): the call's
+            pass
+        return self.args
+
+
+class _Call:
+    """Who made a call and with what (for :meth:`Effects.took_effect`)."""
+
+    __slots__ = ("args", "attempt", "fingerprint", "key", "tool")
+
+    def __init__(self, key: str, tool: str, args: Any, attempt: int, fingerprint: str) -> None:
+        self.key = key
+        self.tool = tool
+        self.args = args
+        self.attempt = attempt
+        self.fingerprint = fingerprint
+
+
 def _json(value: Any) -> str | None:
     if value is None:
         return None
@@ -109,6 +154,7 @@ class Effects:
         prior: Sequence[EffectRecord] = (),
         *,
         in_doubt: InDoubtPolicy = "ask",
+        revised: Sequence[EffectRecord] = (),
     ) -> None:
         self.run_id = run_id
         self.journal = journal
@@ -116,9 +162,34 @@ class Effects:
         self._known: dict[str, _Known] = {
             r.key: _Known(r.state, r.output, r.resolution, r.resolved_by, r.reason) for r in prior
         }
+        #: The calls of tool tasks (and of the elements of map tasks), by task and element:
+        #: the last one started of each (a tool task makes one call per attempt, all with
+        #: the same key unless its arguments changed).
+        self._plan_calls: dict[tuple[str, int | None], _Call] = {
+            (r.task_id, r.element): _Call(r.key, r.tool, r.args, r.attempt, r.fingerprint)
+            for r in prior  # in the order they started: the last one stays
+            if r.source == "plan"
+        }
+        #: The map tasks with calls of their elements on record or made.
+        self._mapped: set[str] = {r.task_id for r in prior if r.element is not None}
+        #: Calls of tool tasks that took effect before this run (a record of that survived
+        #: when the task's did not), by task and element: the last of each.
+        self._plan_effects: dict[tuple[str, int | None], _Call] = {
+            (r.task_id, r.element): _Call(r.key, r.tool, r.args, r.attempt, r.fingerprint)
+            for r in prior
+            if r.source == "plan" and r.state == "succeeded"
+        }
         #: Whether anything on record may decide about a call (then the runner keeps the
         #: decisions of every task, interceptors or not).
-        self.has_prior = bool(self._known)
+        #: Calls that took effect in the run this one revises (its parent), by who made
+        #: them and what they were: the same call here is taken over, never made again
+        #: under a new key (whether the parent's task records hold it or not).
+        self._revised: dict[tuple[str, int | None, str, str, int], EffectRecord] = {
+            (r.task_id, r.element, r.source, r.fingerprint, r.occurrence): r
+            for r in revised
+            if r.state == "succeeded"
+        }
+        self.has_prior = bool(self._known) or bool(self._revised)
         self._occurrences: dict[tuple[str, int | None, int, str], int] = {}
 
     def identify(
@@ -152,6 +223,58 @@ class Effects:
             source=source,
         )
 
+    def took_effect(self, task_id: str, element: int | None = None) -> TookEffect | None:
+        """The call of tool task ``task_id`` (its element ``element``, for a map task) that
+        took effect, if the record knows one: committed with its output (in this run or
+        before a crash), or found to have happened by a reconciler or a person. A task that
+        the run ends without running (stopped by a failure elsewhere first) or that is
+        cancelled after its call took effect ends with that output, never as if nothing
+        happened. ``None``: no call of the task is known to have taken effect."""
+        slot = (task_id, element)
+        call = self._plan_calls.get(slot)
+        known = self._known.get(call.key) if call is not None else None
+        if call is None or known is None or known.state != "succeeded":
+            call = self._plan_effects.get(slot)  # an earlier call (other arguments) did
+            known = self._known.get(call.key) if call is not None else None
+            if call is None or known is None or known.state != "succeeded":
+                return None
+        if known.resolution == "happened":
+            who = known.resolved_by or "record"
+            decision: Decision = "happened"
+            why = known.reason or f"it took effect before the run stopped, said {who}"
+        else:
+            who, decision = "record", "replayed"
+            why = "its outcome was on record: the call was not made again"
+        note = CallDecision(
+            tool=call.tool,
+            decision=decision,
+            decided_by=who,
+            reason=why,
+            args=call.args,
+            at=time.time(),
+            source="plan",
+        )
+        return TookEffect(known.output, call.args, call.attempt, call.fingerprint, note)
+
+    def has_element_calls(self, task_id: str) -> bool:
+        """Whether elements of map task ``task_id`` made calls with side effects (on record,
+        or in this run)."""
+        return task_id in self._mapped
+
+    def _made(self, call: CallIdentity) -> None:
+        """Remember who makes ``call`` (a tool task's own)."""
+        if call.source == "plan":
+            if call.element is not None:
+                self._mapped.add(call.task_id)
+            slot = (call.task_id, call.element)
+            self._plan_calls[slot] = _Call(
+                call.idempotency_key,
+                call.tool,
+                jsonable(call.args),
+                call.attempt,
+                call.fingerprint,
+            )
+
     # -- before the call ------------------------------------------------------------------
 
     async def before(
@@ -165,7 +288,13 @@ class Effects:
         took effect already (it is not made again), ``(False, None)`` when it is to be made.
         Raises :class:`~dagagent.errors.CallInDoubtError` (the task waits for a person) or
         :class:`~dagagent.errors.TaskDeniedError` for a call in doubt that is not made."""
+        self._made(call)
         known = self._known.get(call.idempotency_key)
+        if known is None and self._revised:
+            slot = (call.task_id, call.element, call.source, call.fingerprint, call.occurrence)
+            before = self._revised.get(slot)
+            if before is not None:
+                return True, await self._take_over(call, before, decisions)
         if known is None or known.state == "failed":
             return False, None
         who = known.resolved_by or "record"
@@ -253,6 +382,43 @@ class Effects:
         why = f"{stopped}; {unknown}: a person decides whether it happened"
         _note(decisions, call, WAIT, IN_DOUBT_RULE, why, rule=IN_DOUBT_RULE)
         raise CallInDoubtError(why, tool=call.tool, key=call.idempotency_key)
+
+    async def _take_over(
+        self, call: CallIdentity, before: EffectRecord, decisions: list[CallDecision] | None
+    ) -> Any:
+        """``call`` took effect in the run this one revises (``before``): its output, on
+        record here as found to have happened (so that a resume of this run finds it too)."""
+        who = f"run {before.run_id}"
+        why = (
+            f"it took effect in run {before.run_id} (key {before.key}), which this run "
+            "revises: not made again"
+        )
+        if self.journal is not None:
+            try:
+                await self.journal.taken_over(
+                    self.run_id,
+                    call.idempotency_key,
+                    task_id=call.task_id,
+                    element=call.element,
+                    occurrence=call.occurrence,
+                    tool=call.tool,
+                    fingerprint=call.fingerprint,
+                    source=call.source,
+                    args=_json(jsonable(call.args)),
+                    attempt=call.attempt,
+                    output=_json(before.output),
+                    by=who,
+                    reason=why,
+                )
+            except StoreError as exc:
+                raise StoreError(
+                    f"the call of {call.tool!r} by {call.where} took effect in run "
+                    f"{before.run_id}; it is not made again, and its output could not be "
+                    f"recorded for this run ({exc})"
+                ) from None
+        self._known[call.idempotency_key] = _Known("succeeded", before.output, "happened", who, why)
+        _note(decisions, call, "replayed", who, why)
+        return before.output
 
     async def _resolve(
         self, call: CallIdentity, resolution: str, by: str, why: str, *, output: Any = None
@@ -354,8 +520,6 @@ def _note(
 ) -> None:
     if decisions is None:
         return
-    import time
-
     decisions.append(
         CallDecision(
             tool=call.tool,

@@ -41,6 +41,7 @@ results).
 from __future__ import annotations
 
 import time
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -49,11 +50,12 @@ from ..conditions import Condition, parse_condition
 from ..errors import MapError, TaskWaitingError
 from ..events import TaskElementFinished
 from ..limits import DEFAULT_ELEMENT_CONCURRENCY
-from ..plan import element_key
+from ..plan import ToolTask, element_key
 from ..references import ElementScope, Template
 from ..results import CONDITION_FALSE, PARTIAL_ANSWER, TaskResult, TaskStatus
 from ._cancel import IGNORED_CANCEL, cancel_ignored
 from ._condition import condition_false, element_condition
+from ._effects import TookEffect
 from ._record import TaskRun, describe
 from ._reuse import same_upstream
 from ._slot import Slot
@@ -187,10 +189,37 @@ class MapRun:
         out = []
         for i, r in enumerate(self.results):
             if r is None:
-                r = TaskResult(task_id=f"{self.task.id}[{i}]", status=_CANCELLED, error=why)
+                done = self._took_effect(i)
+                if done is not None and isinstance(self.task, ToolTask):
+                    # not run now: its call took effect before
+                    runner, task = self.runner, self.task
+                    args = done.args_of(runner.registry.get(task.tool), partial(self._args, i))
+                    r = TaskResult(
+                        task_id=f"{task.id}[{i}]",
+                        status=_SUCCEEDED,
+                        output=done.output,
+                        attempts=done.attempt,
+                        finished_at=time.time(),
+                        args=runner.redaction.args(task.tool, args) if runner.redaction else args,
+                        decisions=[done.decision],
+                    )
+                else:
+                    r = TaskResult(task_id=f"{self.task.id}[{i}]", status=_CANCELLED, error=why)
                 self.results[i] = r
             out.append(r)
         return out
+
+    def _args(self, i: int) -> Any:
+        """Element ``i``'s arguments, resolved now."""
+        runner = self.runner
+        return runner.resolve_args(self.task, ElementScope(runner.outputs, self.items[i], i))
+
+    def _took_effect(self, i: int) -> TookEffect | None:
+        """The call of element ``i`` that took effect (see
+        :meth:`~dagagent.runner.Effects.took_effect`); ``None`` for an agent element."""
+        if not isinstance(self.task, ToolTask):
+            return None
+        return self.runner.calls.effects.took_effect(self.task.id, i)
 
     def _outcome(self, cancel_siblings: bool) -> tuple[TaskStatus, Any, str | None, str | None]:
         n = len(self.items)
@@ -273,7 +302,11 @@ class MapRun:
             except BaseException as exc:
                 ending = runner.ending(exc)
                 if ending is None:
-                    status, error = _CANCELLED, error or "cancelled while running"
+                    done = self._took_effect(i)
+                    if done is not None:  # stopped after its call took effect
+                        status, output = _SUCCEEDED, done.output
+                    else:
+                        status, error = _CANCELLED, error or "cancelled while running"
                     raise
                 status, error, error_type = ending.status, ending.error, ending.error_type
                 traceback = ending.traceback

@@ -34,7 +34,7 @@ from ..events import (
 from ..graph import as_text, text_slots
 from ..limits import DEFAULT_MAX_ELEMENTS
 from ..plan import AgentTask, ToolTask
-from ..references import reference_text
+from ..references import ElementScope, reference_text
 from ..results import (
     CONDITION_FALSE,
     FAILURES,
@@ -53,6 +53,7 @@ from ._agent import AgentNode, AgentTaskRunner
 from ._calls import CallOptions, ToolCalls, timed_out_late
 from ._cancel import IGNORED_CANCEL, cancel_ignored, really_cancelled
 from ._condition import condition_false, element_condition
+from ._effects import TookEffect
 from ._map import run_map
 from ._record import TaskRun, describe
 from ._redaction import Redaction
@@ -212,7 +213,12 @@ class TaskRunner:
             except BaseException as exc:
                 ending = self.ending(exc)
                 if ending is None:  # the run's cancellation: recorded, then raised again
-                    self.finish(run, _CANCELLED, error=self._cancelled_why(run))
+                    done = self.calls.effects.took_effect(task_id)
+                    if done is not None and isinstance(task, ToolTask):
+                        # stopped after its call took effect: it has its output all the same
+                        self.finish(run, _SUCCEEDED, done.output)
+                    else:
+                        self.finish(run, _CANCELLED, error=self._cancelled_why(run))
                     raise
                 return self.finish(
                     run,
@@ -546,9 +552,116 @@ class TaskRunner:
         kept = self._kept.get(task_id)
         if kept is not None:
             return self._keep(kept)
-        r = TaskResult(task_id=task_id, status=status, error=error, error_type=error_type)
+        task = self.tasks.get(task_id)
+        elements: list[TaskResult] | None = None
+        steps: list[AgentStep] | None = None
+        if isinstance(task, ToolTask) and task.for_each is None:
+            done = self.calls.effects.took_effect(task_id)
+            if done is not None:
+                return self._took_effect(task_id, done)
+        if task is not None and task.for_each is not None:
+            elements = self._unstarted_elements(task, error)
+            if elements and all(e.status.ok for e in elements):
+                # every element had succeeded, or took effect: so did the task
+                run = TaskRun(task_id, time.time(), None)
+                run.attempts = 1
+                output = [e.output for e in elements]
+                return self.finish(run, _SUCCEEDED, output, elements=elements)
+        elif isinstance(task, AgentTask):
+            # Its record keeps the steps it took before it waited (the calls they made, and
+            # what those calls returned, stay on record).
+            steps = self._resume_steps.pop(task_id, None)
+        r = TaskResult(
+            task_id=task_id,
+            status=status,
+            error=error,
+            error_type=error_type,
+            elements=elements,
+            steps=steps,
+        )
         self._ended(r)
         return r
+
+    def _took_effect(self, task_id: str, done: TookEffect) -> TaskResult:
+        """A tool task that the run ends without running, whose call took effect before
+        (committed before a crash, or found to have happened by a person or a reconciler):
+        it succeeded, with that output, whatever stopped this run first."""
+        task = self.tasks[task_id]
+        assert isinstance(task, ToolTask)
+        run = TaskRun(task_id, time.time(), [done.decision])
+        tool = self.registry.get(task.tool)
+        run.args = done.args_of(tool, lambda: self.resolve_args(task, self.outputs))
+        run.attempts = done.attempt
+        return self.finish(run, _SUCCEEDED, done.output)
+
+    def _element_args(
+        self, task: Task, items: list[Any] | None, i: int, before: TaskResult | None
+    ) -> Any:
+        """Element ``i``'s arguments as the plan resolves them now (or as its record before
+        says them)."""
+        if items is not None and i < len(items):
+            return self.resolve_args(task, ElementScope(self.outputs, items[i], i))
+        if before is not None and before.args is not None:
+            return before.args
+        raise LookupError(f"element {i} of task {task.id!r} has no arguments to resolve")
+
+    def _unstarted_elements(self, task: Task, why: str | None) -> list[TaskResult] | None:
+        """The elements of map task ``task``, which the run ends without running: those
+        recorded before it waited stand, those whose call took effect have its output, the
+        others did not run. ``None`` when none of it is on record (none of its elements
+        made a call with side effects, and it did not wait before), or the list's length is
+        unknown (its reference cannot be resolved now)."""
+        from ._map import MapRun
+
+        prior = self.resume_elements.pop(task.id, None)
+        effects = self.calls.effects
+        if prior is None and not effects.has_element_calls(task.id):
+            return None  # nothing of it on record: it did not run, as a whole
+        items: list[Any] | None
+        try:
+            items = MapRun(self, task, TaskRun(task.id, time.time(), None)).expand()
+        except Exception:  # its list cannot be resolved now
+            items = None
+        if prior is not None:
+            n = len(prior)
+        elif items is not None:
+            n = len(items)
+        else:
+            return None
+        out: list[TaskResult] = []
+        for i in range(n):
+            before = prior[i] if prior is not None else None
+            if before is not None and before.status is not _WAITING:
+                out.append(before)
+                continue
+            done = effects.took_effect(task.id, i) if isinstance(task, ToolTask) else None
+            if done is not None and isinstance(task, ToolTask):
+                args = done.args_of(
+                    self.registry.get(task.tool),
+                    partial(self._element_args, task, items, i, before),
+                )
+                out.append(
+                    TaskResult(
+                        task_id=f"{task.id}[{i}]",
+                        status=_SUCCEEDED,
+                        output=done.output,
+                        attempts=done.attempt,
+                        finished_at=time.time(),
+                        args=self.redaction.args(task.tool, args) if self.redaction else args,
+                        decisions=[done.decision],
+                    )
+                )
+            else:
+                steps = before.steps if before is not None else None
+                out.append(
+                    TaskResult(
+                        task_id=f"{task.id}[{i}]",
+                        status=_CANCELLED,
+                        error=why or "not run",
+                        steps=steps,
+                    )
+                )
+        return out
 
     def ran_elsewhere(self, r: TaskResult) -> TaskResult:
         """Record a task that a remote scheduler ran through its own runner (the Temporal

@@ -19,6 +19,13 @@ A call in doubt is resolved when a resumed run gets to it (``resolution``: ``hap
 ``reason``); a person's "it happened" (``dagagent approve --happened``) is written here
 directly, with the output they give.
 
+**Each output stored once.** A call's ``output`` is on its row until the row of its task (or
+of the map task holding its element) is written with the same output, by the run's writer,
+a batch at a time: in that transaction the call's row gives up its copy and says where it
+is (``output_in = 'task'``). A crash before that commit leaves it on the call's row; the
+readers (:meth:`EffectQueries.effects`) take it from either place. Only the rows of tasks
+that succeeded take it over: they are never written again with another output.
+
 **Durability.** Each write is committed before the call goes on (the intent before the call
 starts, the outcome before its task's result is handed on) through a connection of the
 journal's own whose commits wait for the disk (``synchronous=FULL``): unlike a task's row,
@@ -44,19 +51,43 @@ import anyio.from_thread
 import anyio.lowlevel
 
 from ..errors import StoreError
+from ._codec import from_column
 from ._file import connect
 from ._part import StorePart, column_names, record_from_row
 from .models import EffectRecord
 
-__all__ = ["IN_DOUBT_STATES", "EffectJournal", "EffectQueries"]
+__all__ = ["IN_DOUBT_STATES", "OUTPUT_IN_TASK", "EffectJournal", "EffectQueries", "output_held"]
 
 #: States of a call whose outcome is unknown once its run is not running.
 IN_DOUBT_STATES = ("started", "cancelled")
 
+#: ``effects.output_in`` of a call whose output is kept by its task's row only (see the
+#: module docstring).
+OUTPUT_IN_TASK = "task"
+
+#: The writer's statement, in the transaction that writes a task's row: a call of the task
+#: (or of its element) whose output is the very text that the row now holds gives up its
+#: copy.
+_HELD = (
+    "UPDATE effects SET output = NULL, output_in = 'task' WHERE run_id = ? AND task_id = ? "
+    "AND element IS ? AND source = 'plan' AND state = 'succeeded' AND output = ?"
+)
+
+
+def output_held(
+    conn: sqlite3.Connection, run_id: str, held: Sequence[tuple[str, int | None, str]]
+) -> None:
+    """In the transaction that writes task rows of run ``run_id``: ``held`` lists, for each
+    output those rows hold (a succeeded task's, or a succeeded element's of a map task that
+    succeeded), ``(task id, element or None, output's JSON text)``; the calls that made them
+    give up their copies."""
+    conn.executemany(_HELD, [(run_id, t, e, text) for t, e, text in held])
+
+
 _COLUMNS = (
     "run_id, key, task_id, element, occurrence, tool, fingerprint, source, args, attempt, "
     "state, output, error, started_at, ended_at, pid, resolution, resolved_by, resolved_at, "
-    "reason"
+    "reason, output_in"
 )
 _NAMES = column_names(_COLUMNS)
 _INTENT = (
@@ -64,27 +95,43 @@ _INTENT = (
     "source, args, attempt, state, started_at, pid) "
     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'started', ?, ?) "
     "ON CONFLICT (run_id, key) DO UPDATE SET attempt = excluded.attempt, state = 'started', "
-    "output = NULL, error = NULL, started_at = excluded.started_at, ended_at = NULL, "
+    "output = NULL, output_in = NULL, error = NULL, started_at = excluded.started_at, "
+    "ended_at = NULL, "
     "pid = excluded.pid, args = excluded.args, resolution = NULL, resolved_by = NULL, "
     "resolved_at = NULL, reason = NULL"
 )
+_TAKEN_OVER = (
+    "INSERT INTO effects (run_id, key, task_id, element, occurrence, tool, fingerprint, "
+    "source, args, attempt, state, output, started_at, ended_at, pid, resolution, "
+    "resolved_by, resolved_at, reason) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'succeeded', ?, ?, ?, ?, 'happened', ?, ?, ?) "
+    "ON CONFLICT (run_id, key) DO UPDATE SET state = 'succeeded', output = excluded.output, "
+    "output_in = NULL, error = NULL, ended_at = excluded.ended_at, resolution = 'happened', "
+    "resolved_by = excluded.resolved_by, resolved_at = excluded.resolved_at, "
+    "reason = excluded.reason"
+)
 _OUTCOME = (
-    "UPDATE effects SET state = ?, output = ?, error = ?, ended_at = ? WHERE run_id = ? AND key = ?"
+    "UPDATE effects SET state = ?, output = ?, output_in = NULL, error = ?, ended_at = ? "
+    "WHERE run_id = ? AND key = ?"
 )
 _RESOLVE = (
     "UPDATE effects SET resolution = ?, resolved_by = ?, resolved_at = ?, reason = ?, "
     "state = CASE WHEN ? = 'happened' THEN 'succeeded' ELSE state END, "
     "output = CASE WHEN ? = 'happened' THEN ? ELSE output END, "
+    "output_in = CASE WHEN ? = 'happened' THEN NULL ELSE output_in END, "
     "ended_at = CASE WHEN ? = 'happened' THEN ? ELSE ended_at END "
     "WHERE run_id = ? AND key = ?"
 )
 
 
-def _record(row: Sequence[Any], in_doubt: bool) -> EffectRecord:
-    record = record_from_row(EffectRecord, _NAMES, row, json=("args", "output"))
+def _record(row: Sequence[Any], in_doubt: bool, output: Any) -> EffectRecord:
+    """A call's record from its row (:data:`_COLUMNS`), with its ``output`` (read from its
+    row or from its task's: see :meth:`EffectQueries._held_outputs`)."""
+    record = record_from_row(EffectRecord, _NAMES[:-1], row[:-1], json=("args",))
+    update: dict[str, Any] = {"output": output}
     if in_doubt and record.state in IN_DOUBT_STATES and record.resolution is None:
-        return record.model_copy(update={"in_doubt": True})
-    return record
+        update["in_doubt"] = True
+    return record.model_copy(update=update)
 
 
 class EffectQueries(StorePart):
@@ -102,7 +149,37 @@ class EffectQueries(StorePart):
         rows = self._query(
             f"SELECT {_COLUMNS} FROM effects WHERE run_id = ? ORDER BY started_at, key", (run_id,)
         )
-        return [_record(r, not live) for r in rows]
+        held = self._held_outputs(run_id, {r[2] for r in rows if r[20] == OUTPUT_IN_TASK})
+        return [
+            _record(
+                r,
+                not live,
+                held.get((r[2], r[3])) if r[20] == OUTPUT_IN_TASK else from_column(r[11]),
+            )
+            for r in rows
+        ]
+
+    def _held_outputs(self, run_id: str, task_ids: set[str]) -> dict[tuple[str, int | None], Any]:
+        """The outputs that the rows of ``task_ids`` hold for their calls (see the module
+        docstring), by task and element: each task's row read once, whatever the number of
+        its elements."""
+        if not task_ids:
+            return {}
+        ids = sorted(task_ids)
+        marks = ",".join("?" * len(ids))
+        rows = self._query(
+            f"SELECT task_id, output, elements FROM tasks WHERE run_id = ? AND task_id IN "
+            f"({marks})",
+            [run_id, *ids],
+        )
+        out: dict[tuple[str, int | None], Any] = {}
+        for task_id, output, elements in rows:
+            out[(task_id, None)] = from_column(output)
+            listed = from_column(elements) if elements is not None else None
+            for i, e in enumerate(listed if isinstance(listed, list) else ()):
+                if isinstance(e, dict):
+                    out[(task_id, i)] = from_column(e.get("output"))
+        return out
 
     def in_doubt_counts(self, run_ids: Sequence[str]) -> dict[str, int]:
         """How many calls of each of ``run_ids`` have no outcome and are not resolved (in doubt
@@ -145,6 +222,7 @@ class EffectQueries(StorePart):
             "UPDATE effects SET resolution = ?, resolved_by = ?, resolved_at = ?, reason = ?, "
             "state = CASE WHEN ? THEN 'succeeded' ELSE state END, "
             "output = CASE WHEN ? THEN ? ELSE output END, "
+            "output_in = CASE WHEN ? THEN NULL ELSE output_in END, "
             "ended_at = CASE WHEN ? THEN ? ELSE ended_at END "
             "WHERE run_id = ? AND task_id = ? AND state IN ('started', 'cancelled') "
             "AND resolution IS NULL"
@@ -157,6 +235,7 @@ class EffectQueries(StorePart):
             happened,
             happened,
             output,
+            happened,
             happened,
             at,
             run_id,
@@ -235,6 +314,50 @@ class EffectJournal:
             ),
         )
 
+    async def taken_over(
+        self,
+        run_id: str,
+        key: str,
+        *,
+        task_id: str,
+        element: int | None,
+        occurrence: int,
+        tool: str,
+        fingerprint: str,
+        source: str,
+        args: str | None,
+        attempt: int,
+        output: str | None,
+        by: str,
+        reason: str,
+    ) -> None:
+        """Commit, in one write, a call that is not made because it took effect in the run
+        this one revises (``by`` names it): on record as succeeded with ``output``, found
+        to have happened."""
+        now = time.time()
+        await self._commit(
+            _TAKEN_OVER,
+            (
+                run_id,
+                key,
+                task_id,
+                element,
+                occurrence,
+                tool,
+                fingerprint,
+                source,
+                args,
+                attempt,
+                output,
+                now,
+                now,
+                os.getpid(),
+                by,
+                now,
+                reason,
+            ),
+        )
+
     async def outcome(
         self, run_id: str, key: str, state: str, *, output: str | None, error: str | None
     ) -> None:
@@ -265,6 +388,7 @@ class EffectJournal:
                 resolution,
                 resolution,
                 output,
+                resolution,
                 resolution,
                 now,
                 run_id,

@@ -49,7 +49,10 @@ class RunRecorder:
     nothing else; :meth:`start` starts its writer thread, :meth:`close` writes the rest and
     stops it. ``execute(..., store=...)`` does all of this. With ``resumed=True`` the run is
     already recorded (:func:`dagagent.resume` continues it): its row is claimed, not
-    inserted, and the results of the tasks that run again replace theirs.
+    inserted, and the results of the tasks that run again replace theirs. With
+    ``side_effects=True`` (a run whose tools may have side effects) each task's row takes its
+    output over from the record of the call that made it, in the same transaction: stored
+    once (see :mod:`dagagent.store._effects`).
 
     Calling the recorder with a run event (the listener), or :attr:`record` with a task's
     result (what ``execute`` does, without making an event), only puts it on the writer's
@@ -84,6 +87,7 @@ class RunRecorder:
         flush_interval_s: float = DEFAULT_FLUSH_INTERVAL_S,
         write_timeout_s: float = 60.0,
         resumed: bool = False,
+        side_effects: bool = False,
     ) -> None:
         run_id = check_run_id(run_id, prefix=False)
         if flush_interval_s < 0:
@@ -118,6 +122,7 @@ class RunRecorder:
             run_id,
             context=to_column(context) if context else None,
             resumed=resumed,
+            side_effects=side_effects,
             flush_interval_s=flush_interval_s,
             write_timeout_s=write_timeout_s,
             opened=opened,

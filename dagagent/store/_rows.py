@@ -36,6 +36,7 @@ from ..events import PlanExtended, RunFinished, RunStarted
 from ..plan import Plan
 from ..results import WAIT, RunStatus, TaskResult, TaskStatus
 from ._codec import ELEMENT_KEYS, from_column, to_column, why
+from ._effects import output_held
 from ._lease import LEASE_S, here
 from ._plans import plan_to_column
 from ._schema import TASK_COLUMNS
@@ -90,6 +91,9 @@ class RunRow:
     context: str | None
     resumed: bool
     redact_plan: PlanRedaction | None = None
+    #: The run may call tools with side effects: the outputs of its tasks' rows are taken
+    #: off the rows of the calls that made them (each output stored once).
+    side_effects: bool = False
 
 
 _WHERE = {name.strip(): i for i, name in enumerate(TASK_COLUMNS.split(","))}
@@ -149,13 +153,18 @@ def _write(
         )
     if results:
         run_id = run.run_id
+        held: list[tuple[str, int | None, str]] | None = [] if run.side_effects else None
         conn.executemany(
             _INSERT_TASK,
             (
-                _started_row(run_id, r) if type(r) is tuple else task_row(run_id, r, output_lost)  # type: ignore[arg-type]
+                _started_row(run_id, r)
+                if type(r) is tuple
+                else task_row(run_id, r, output_lost, held)  # type: ignore[arg-type]
                 for r in results
             ),
         )
+        if held:
+            output_held(conn, run_id, held)
         asked = [
             row
             for r in results
@@ -293,13 +302,29 @@ def _started_row(run_id: str, start: tuple[str, float]) -> tuple[Any, ...]:
     return (run_id, start[0], _RUNNING, None, None, None, 0, start[1], *(None,) * 6)
 
 
-def task_row(run_id: str, r: TaskResult, output_lost: str | None = None) -> tuple[Any, ...]:
-    """The row of ``r`` in ``tasks`` (:data:`~._schema.TASK_COLUMNS`)."""
+def task_row(
+    run_id: str,
+    r: TaskResult,
+    output_lost: str | None = None,
+    held: list[tuple[str, int | None, str]] | None = None,
+) -> tuple[Any, ...]:
+    """The row of ``r`` in ``tasks`` (:data:`~._schema.TASK_COLUMNS`). ``held``, if given,
+    gets ``(task id, element or None, output's JSON text)`` for each output of a task that
+    succeeded that the row holds: its own, and, for a map task, its elements' (see
+    :func:`~._effects.output_held`)."""
     elements = r.elements
+    columns = _columns(r, output_lost)
+    ok = held is not None and r.status.ok
+    if ok and columns[2] is not None and held is not None:
+        held.append((r.task_id, None, columns[2]))
     if elements is None:
-        return (run_id, *_columns(r, output_lost), None)
+        return (run_id, *columns, None)
     stored = [dict(zip(ELEMENT_KEYS, _columns(e, output_lost), strict=True)) for e in elements]
-    return (run_id, *_columns(r, output_lost), to_column(stored))
+    if ok and held is not None:
+        held.extend(
+            (r.task_id, i, e["output"]) for i, e in enumerate(stored) if e["output"] is not None
+        )
+    return (run_id, *columns, to_column(stored))
 
 
 def _columns(r: TaskResult, output_lost: str | None) -> tuple[Any, ...]:

@@ -134,6 +134,47 @@ _EFFECTS = (
         ) WITHOUT ROWID""",
     "CREATE INDEX effects_by_state ON effects (state, run_id)",
 )
+#: v15: the calls of a task (the store finds them when it writes the task's row).
+_EFFECTS_BY_TASK = "CREATE INDEX effects_by_task ON effects (run_id, task_id, element)"
+
+
+def _outputs_once(conn: sqlite3.Connection) -> None:
+    """v15: an output kept on a call's row and, the same text, on the row of the task that
+    made it (or of its element, in the map task's row) is kept there only: the call's row
+    says where (``output_in = 'task'``; see :mod:`dagagent.store._effects`)."""
+    conn.execute(
+        "UPDATE effects SET output = NULL, output_in = 'task' WHERE state = 'succeeded' "
+        "AND source = 'plan' AND element IS NULL AND output IS NOT NULL AND output = "
+        "(SELECT t.output FROM tasks AS t WHERE t.run_id = effects.run_id "
+        "AND t.task_id = effects.task_id AND t.status IN ('succeeded', 'reused'))"
+    )
+    rows = conn.execute(
+        "SELECT e.run_id, e.task_id, e.key, e.element, e.output, t.elements FROM effects AS e "
+        "JOIN tasks AS t ON t.run_id = e.run_id AND t.task_id = e.task_id "
+        "WHERE e.state = 'succeeded' AND e.source = 'plan' AND e.element IS NOT NULL "
+        "AND e.output IS NOT NULL AND t.status IN ('succeeded', 'reused') "
+        "AND t.elements IS NOT NULL ORDER BY e.run_id, e.task_id"
+    ).fetchall()
+    parsed: dict[tuple[str, str], object] = {}
+    moved = []
+    for run_id, task_id, key, element, output, elements in rows:
+        listed = parsed.get((run_id, task_id))
+        if listed is None:
+            try:
+                listed = parsed[(run_id, task_id)] = json.loads(elements)
+            except ValueError:
+                listed = parsed[(run_id, task_id)] = []
+        if (
+            isinstance(listed, list)
+            and 0 <= element < len(listed)
+            and isinstance(listed[element], dict)
+            and listed[element].get("output") == output
+        ):
+            moved.append((run_id, key))
+    conn.executemany(
+        "UPDATE effects SET output = NULL, output_in = 'task' WHERE run_id = ? AND key = ?",
+        moved,
+    )
 
 
 #: Sessions (dagagent.Session, ``dagagent chat``): a named conversation, and its turns, each
@@ -314,6 +355,10 @@ MIGRATIONS: list[Sequence[Migration]] = [
     ("ALTER TABLE model_calls ADD COLUMN replan_of TEXT",),
     # v14: sessions, and their turns, each a solve (see dagagent.store._sessions).
     _SESSIONS,
+    # v15: each output stored once: a call's output that its task's row (or its element's
+    # object there) holds as well is dropped from the call's row, which says where it is
+    # (``output_in``); an index finds the calls of a task when its row is written.
+    ("ALTER TABLE effects ADD COLUMN output_in TEXT", _EFFECTS_BY_TASK, _outputs_once),
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -377,6 +422,9 @@ SCHEMA: tuple[str, ...] = (
     *_MODEL_CALLS[1:],
     *_EFFECTS,
     *_SESSIONS,
+    _EFFECTS[0].replace("reason TEXT,", "reason TEXT, output_in TEXT,"),
+    *_EFFECTS[1:],
+    _EFFECTS_BY_TASK,
 )
 
 

@@ -73,6 +73,7 @@ from ..store import RunStore
 from ..text import jsonable, shorten
 from ..tools import connected
 from ._calls import SolveCalls
+from ._replay import RecordedAnswers, ReplayingLLM
 from ._spending import Spending
 from .replan import record_of, revise_run
 from .solution import Round, Solution, SolveUsage
@@ -80,6 +81,7 @@ from .solution import Round, Solution, SolveUsage
 if TYPE_CHECKING:
     from ..approval import Policy
     from ..llm import LLM
+    from ..results import ModelRole
     from ..tools import Registry
 
 __all__ = [
@@ -217,11 +219,12 @@ class _Solve:
             )
         else:
             _check_planner(planner, registry, agent_tasks)
-        self.planner = planner.with_llm(
-            MeteredLLM(planner.llm, observer=self.calls.observer("planner"))
-        )
+        #: A resumed solve's planner, replanner and joiner answers on record: the calls that
+        #: completed before its process died are not made again (see :mod:`._replay`).
+        self.recorded = RecordedAnswers()
+        self.planner = planner.with_llm(self._replaying(planner.llm, "planner"))
         self.replanner = LLMReplanner(  # with the planner's model, settings and options
-            MeteredLLM(planner.llm, observer=self.calls.observer("replanner")),
+            self._replaying(planner.llm, "replanner"),
             registry,
             agent_tasks=planner.agent_tasks,
             max_attempts=planner.max_attempts,
@@ -231,7 +234,7 @@ class _Solve:
             settings=planner.settings,
         )
         self.joiner = Joiner(
-            MeteredLLM(llm, observer=self.calls.observer("joiner")),
+            self._replaying(llm, "joiner"),
             max_attempts=max_attempts,
             structured=structured,
             settings=model_settings,
@@ -254,6 +257,11 @@ class _Solve:
         self.started_tasks: dict[str, set[str]] = {}  # run id -> tasks started and not ended
         # The solve's own listener goes first: it keeps what a deadline must not lose.
         self.run_listeners: tuple[Listener, ...] = (self._watch, *self.listeners)
+
+    def _replaying(self, llm: LLM, role: ModelRole) -> Any:
+        """``llm`` for ``role``: metered, and answering from :attr:`recorded` first."""
+        metered = MeteredLLM(llm, observer=self.calls.observer(role))
+        return ReplayingLLM(metered, self.recorded, role, lambda: self.calls.round)
 
     def emit(self, event: Any) -> None:
         for listener in self.listeners:

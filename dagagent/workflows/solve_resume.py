@@ -21,9 +21,10 @@ was under way:
   not recorded: it ends so.
 
 Model calls that completed are not made again: each round that ended keeps its plan, run and
-decision. (A call that completed in the instant between its answer and the record of what
-it decided, a plan not yet started or a decision not yet written, is made again: only the
-call is on record, not what it was for.)
+decision, and a step that runs again because what it decided was not recorded (a plan whose
+run had not started, a joiner's decision not yet written) gets the answers its calls had on
+record instead of asking the model again (see :mod:`._replay`; a call whose record is not
+faithful, cut to its bound or redacted, is made again).
 
 ::
 
@@ -208,6 +209,9 @@ async def resume_solve(
             conversation=conversation,
         )
         state.calls.seed(record.calls, record.usage)  # what the rounds before used
+        # The planner's, replanner's and joiner's answers on record are given again, not
+        # asked for again, where the step they were for runs again (see _replay).
+        state.recorded.load(record.calls, faithful=not state.calls.redaction)
         going_on = last is not None and last.outcome in ("paused", "running", "interrupted")
         done = [r for r in record.rounds if not (going_on and r is last)]
         earlier = [_earlier_round(opened, r) for r in done]

@@ -84,21 +84,28 @@ def _cut(store: Path, solve_id: str, runs: list[str], phase: str) -> None:
                 (solve_id, after_round, after_round, int(joiner_too)),
             )
 
-        if phase in ("joining 1", "between"):
+        if phase in ("joining 1", "joined 1", "between"):
             conn.execute("DELETE FROM solve_rounds WHERE round = 2")
             drop_run(r2)
             drop_calls(1, joiner_too=phase == "joining 1")
-            if phase == "joining 1":  # round 1's run ended; its decision was not written
+            if phase in ("joining 1", "joined 1"):
+                # round 1's run ended; its decision was not written (and, "joined", the
+                # joiner's call had completed and was on record)
                 conn.execute(
                     "UPDATE solve_rounds SET outcome = 'running', decision = NULL, reason = '' "
                     "WHERE round = 1"
                 )
-        elif phase == "planning 2":  # round 2 named its run; the plan had not come
+        elif phase in ("planning 2", "planned 2"):
+            # round 2 named its run; the plan had not come (or, "planned", the replanner's
+            # call had completed and was on record, and the run had not started)
             conn.execute(
                 "UPDATE solve_rounds SET outcome = 'running', decision = NULL WHERE round = 2"
             )
             drop_run(r2)
-            drop_calls(1, joiner_too=False)
+            conn.execute(
+                "DELETE FROM model_calls WHERE solve_id = ? AND round = 2 AND role != ?",
+                (solve_id, "replanner" if phase == "planned 2" else ""),
+            )
         elif phase == "running 2":  # round 2's run was under way: cmp2 had not ended
             conn.execute(
                 "UPDATE solve_rounds SET outcome = 'running', decision = NULL WHERE round = 2"
@@ -119,8 +126,12 @@ PHASES = {
         [("joiner", 1), ("replanner", 2), ("joiner", 2)],
         {"get_weather Tokyo": 1, "warmer": 1},
     ),
+    # the joiner's answer on record is given again: not asked for again
+    "joined 1": ([("replanner", 2), ("joiner", 2)], {"get_weather Tokyo": 1, "warmer": 1}),
     "between": ([("replanner", 2), ("joiner", 2)], {"get_weather Tokyo": 1, "warmer": 1}),
     "planning 2": ([("replanner", 2), ("joiner", 2)], {"get_weather Tokyo": 1, "warmer": 1}),
+    # the replanner's answer on record is given again: the same plan, run now
+    "planned 2": ([("joiner", 2)], {"get_weather Tokyo": 1, "warmer": 1}),
     "running 2": ([("joiner", 2)], {"warmer": 1}),
     "closing": ([], {}),
 }
@@ -163,3 +174,26 @@ async def test_a_running_solve_is_not_resumed(
     shutil.copy(source, store)
     with pytest.raises(dagagent.DecisionError, match="answered, not paused or interrupted"):
         await dagagent.resume_solve(solve_id, World().registry, openai(), store=store)
+
+
+async def test_an_answer_whose_record_is_cut_is_asked_for_again(
+    finished: tuple[Path, str, list[str]], tmp_path: Path
+) -> None:
+    """A recorded answer is given again only when the record holds all of it: the joiner's,
+    cut to the record's bound, is asked for again (and recorded again)."""
+    source, solve_id, runs = finished
+    store = tmp_path / "runs.db"
+    shutil.copy(source, store)
+    _cut(store, solve_id, runs, "joined 1")
+    with sqlite3.connect(store) as conn:
+        conn.execute(
+            "UPDATE model_calls SET text_chars = text_chars + 1 WHERE role = 'joiner' AND round = 1"
+        )
+    world = World()
+    calls = [("joiner", 1), ("replanner", 2), ("joiner", 2)]
+    async with openai(*(SCRIPT[c] for c in calls)) as llm:
+        solution = await dagagent.resume_solve(solve_id, world.registry, llm, store=store)
+    assert solution.status is SolveStatus.ANSWERED and solution.answer == "Tokyo"
+    with dagagent.RunStore(store) as st:
+        record = st.get_solve(solve_id)
+    assert Counter((c.role, c.round) for c in record.calls)[("joiner", 1)] == 2
