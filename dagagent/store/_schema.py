@@ -420,10 +420,9 @@ SCHEMA: tuple[str, ...] = (
     _RUN_PLANS,
     _MODEL_CALLS[0].removesuffix(")") + ", replan_of TEXT)",
     *_MODEL_CALLS[1:],
-    *_EFFECTS,
-    *_SESSIONS,
     _EFFECTS[0].replace("reason TEXT,", "reason TEXT, output_in TEXT,"),
     *_EFFECTS[1:],
+    *_SESSIONS,
     _EFFECTS_BY_TASK,
 )
 
