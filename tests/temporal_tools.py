@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dagagent import Registry
+from dagagent import Registry, current_call
 
 registry = Registry()
 
@@ -67,6 +67,21 @@ def hold(name: str, where: str) -> dict[str, Any]:
 def hold_effect(name: str, where: str) -> dict[str, Any]:
     """``hold``, declared to have side effects."""
     return _hold(name, where)
+
+
+@registry.tool(side_effects=True)
+def whoami_effect(n: int) -> dict[str, Any]:
+    """The call this is, as :func:`dagagent.current_call` tells it on the worker, and the
+    process id that made it."""
+    call = current_call()
+    return {
+        "key": call.idempotency_key,
+        "run_id": call.run_id,
+        "task_id": call.task_id,
+        "element": call.element,
+        "attempt": call.attempt,
+        "pid": os.getpid(),
+    }
 
 
 def started(where: Path, name: str) -> list[int]:

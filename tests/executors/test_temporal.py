@@ -436,6 +436,49 @@ async def test_a_long_run_continues_as_new_and_loses_nothing(
         assert runs.get_run(result.run_id).tasks["t59"].output == 60
 
 
+# -- calls with side effects on the workers ----------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_current_call_on_a_worker_is_the_call_a_local_run_makes(
+    workers: Workers, tmp_path: Path
+) -> None:
+    """Inside a tool run as an activity, ``dagagent.current_call()`` is the call: its run,
+    task, map element, attempt, and the idempotency key the same call gets in a local run of
+    the same run id (so a run resumed in-process passes the same key to the service)."""
+    p = plan(
+        {"id": "one", "tool": "whoami_effect", "args": {"n": 1}},
+        {"id": "each", "for_each": [1, 2, 2], "tool": "whoami_effect", "args": {"n": "${@item}"}},
+    )
+    run_id = dagagent.new_run_id()
+    remote = await dagagent.execute(
+        p, temporal_tools.registry, settings=settings(executor(workers)), run_id=run_id
+    )
+    local = await dagagent.execute(
+        p,
+        temporal_tools.registry,
+        settings=RunSettings(retry=FAST_RETRY),
+        run_id=run_id,
+        store=tmp_path / "local.db",
+    )
+    assert remote.status.value == "succeeded", outcome(remote)
+    one, each = remote.tasks["one"].output, remote.tasks["each"].output
+    assert one["pid"] in [w.pid for w in workers.procs]  # made on a worker
+    assert (one["run_id"], one["task_id"], one["element"], one["attempt"]) == (
+        run_id,
+        "one",
+        None,
+        1,
+    )
+    assert [(e["task_id"], e["element"]) for e in each] == [("each", 0), ("each", 1), ("each", 2)]
+    keys = [one["key"], *(e["key"] for e in each)]
+    assert len(set(keys)) == 4  # equal arguments, other elements: other calls
+    assert keys == [
+        local.tasks["one"].output["key"],
+        *(e["key"] for e in local.tasks["each"].output),
+    ]
+
+
 # -- lost workers and drivers ----------------------------------------------------------------
 
 
