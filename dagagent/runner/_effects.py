@@ -120,6 +120,13 @@ class Effects:
         #: decisions of every task, interceptors or not).
         self.has_prior = bool(self._known)
         self._occurrences: dict[tuple[str, int | None, int, str], int] = {}
+        self._lost: set[str] = set()
+
+    def lost_during(self, task_id: str) -> None:
+        """The worker that ran task ``task_id`` was lost during it (a Temporal activity run
+        again): its calls with nothing on record here were cut off, and are in doubt."""
+        self._lost.add(task_id)
+        self.has_prior = True
 
     def identify(
         self,
@@ -166,6 +173,8 @@ class Effects:
         Raises :class:`~dagagent.errors.CallInDoubtError` (the task waits for a person) or
         :class:`~dagagent.errors.TaskDeniedError` for a call in doubt that is not made."""
         known = self._known.get(call.idempotency_key)
+        if known is None and call.task_id in self._lost:
+            known = _Known("cancelled")
         if known is None or known.state == "failed":
             return False, None
         who = known.resolved_by or "record"

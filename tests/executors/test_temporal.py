@@ -10,6 +10,7 @@ waits for a state (a worker saying it is ready, a tool's start marker, the workf
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -515,6 +516,50 @@ async def test_a_worker_killed_mid_call(own_workers: Workers, tool: str, tmp_pat
         assert r.error_type == "WorkerLostError"
         assert "side effects" in (r.error or "")
         assert temporal_tools.started(tmp_path, "call") == [victim]  # never run again
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("pay_first", [True, False], ids=["paid-then-lost", "lost-before-paying"])
+async def test_a_worker_lost_mid_call_its_reconciler_decides(
+    own_workers: Workers, pay_first: bool, tmp_path: Path
+) -> None:
+    """SIGKILL the worker during a call of a tool with side effects and a reconciler: the
+    call is in doubt, and runs again on another worker only as its reconciler decides: the
+    payment made before the kill stands (not made again); one not made is made, with the same
+    key."""
+    own_workers.start(2)
+    ex = executor(own_workers, heartbeat_s=1.0)
+    args = {"name": "pay", "where": str(tmp_path), "pay_first": pay_first}
+    p = plan({"id": "pay", "tool": "hold_paid", "args": args})
+    results: list[dagagent.RunResult] = []
+
+    async def run() -> None:
+        results.append(await dagagent.execute(p, temporal_tools.registry, settings=settings(ex)))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run)
+        while True:  # until the call has started on a worker (its marker, in another process)
+            if temporal_tools.started(tmp_path, "pay"):
+                break
+            await anyio.sleep(0.02)
+        [victim] = temporal_tools.started(tmp_path, "pay")
+        os.kill(victim, signal.SIGKILL)
+        (tmp_path / "pay.go").touch()
+    [result] = results
+    r = result.tasks["pay"]
+    assert r.status.value == "succeeded", r.error
+    paid = json.loads((tmp_path / "pay.paid").read_text())  # one payment ("x": never two)
+    assert r.output == paid
+    [decision] = [d for d in r.decisions if d.rule == "in doubt" or d.decision == "happened"]
+    assert decision.decided_by == "reconcile:check_paid", r.decisions
+    if pay_first:
+        assert paid["pid"] == victim
+        assert decision.decision == "happened"
+        assert temporal_tools.started(tmp_path, "pay") == [victim]  # not made again
+    else:
+        assert paid["pid"] != victim
+        assert decision.decision == "allow"
+        assert temporal_tools.started(tmp_path, "pay") == sorted([victim, paid["pid"]])
 
 
 def test_the_driver_killed_the_workflow_finishes_anyway(
