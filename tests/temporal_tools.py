@@ -113,6 +113,17 @@ def hold_paid(name: str, where: str, pay_first: bool) -> dict[str, Any]:
     return paid
 
 
+def cannot_tell(call: CallIdentity) -> Reconciled:
+    """A reconciler with nothing to look at."""
+    return Reconciled.unknown("the service keeps no record of its calls")
+
+
+@registry.tool(side_effects=True, reconcile=cannot_tell)
+def hold_unsure(name: str, where: str) -> dict[str, Any]:
+    """``hold``, with side effects and a reconciler that cannot tell."""
+    return _hold(name, where)
+
+
 def started(where: Path, name: str) -> list[int]:
     """The process ids that started ``hold(name)``."""
     return sorted(int(p.name.split(".")[-2]) for p in where.glob(f"{name}.*.started"))

@@ -562,6 +562,37 @@ async def test_a_worker_lost_mid_call_its_reconciler_decides(
         assert temporal_tools.started(tmp_path, "pay") == sorted([victim, paid["pid"]])
 
 
+@pytest.mark.anyio
+async def test_a_call_in_doubt_its_reconciler_cannot_decide_is_not_made_again(
+    own_workers: Workers, tmp_path: Path
+) -> None:
+    """A worker lost during a call whose reconciler cannot tell whether it happened: nobody
+    can be asked on the workers, so the call is not made again and the task is denied,
+    saying why."""
+    own_workers.start(2)
+    ex = executor(own_workers, heartbeat_s=1.0)
+    p = plan({"id": "call", "tool": "hold_unsure", "args": {"name": "u", "where": str(tmp_path)}})
+    results: list[dagagent.RunResult] = []
+
+    async def run() -> None:
+        results.append(await dagagent.execute(p, temporal_tools.registry, settings=settings(ex)))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run)
+        while True:  # until the call has started on a worker (its marker, in another process)
+            if temporal_tools.started(tmp_path, "u"):
+                break
+            await anyio.sleep(0.02)
+        [victim] = temporal_tools.started(tmp_path, "u")
+        os.kill(victim, signal.SIGKILL)
+        (tmp_path / "u.go").touch()
+    [result] = results
+    r = result.tasks["call"]
+    assert r.status.value == "denied", (r.status, r.error)
+    assert "keeps no record of its calls" in (r.error or ""), r.error
+    assert temporal_tools.started(tmp_path, "u") == [victim]  # never made again
+
+
 def test_the_driver_killed_the_workflow_finishes_anyway(
     own_workers: Workers, tmp_path: Path
 ) -> None:
