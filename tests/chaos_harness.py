@@ -591,6 +591,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     rng = random.Random(args.seed)
+    load = os.getloadavg()
     started = time.monotonic()
     warm_up(args.dir / "warm-up")
     warm_s = time.monotonic() - started
@@ -664,6 +665,7 @@ def main(argv: list[str] | None = None) -> int:
             "wall_s": round(wall, 1),
             "warm_up_s": round(warm_s, 2),
             "process_s": round(process_s, 1),
+            "loadavg_at_start": [round(x, 2) for x in load],
         }
         args.json.write_text(json.dumps(figures, indent=2) + "\n")
     return 1 if problems else 0
