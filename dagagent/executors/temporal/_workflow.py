@@ -295,7 +295,8 @@ class RunWorkflow:
         self, task_id: str, window: tuple[int, int] | None = None, **extra: Any
     ) -> dict[str, Any]:
         """Run ``task_id`` (or the elements ``window`` of a map) in one activity; run it
-        again on another worker when its worker is lost, if its tool has no side effects."""
+        again on another worker when its worker is lost, if its tool has no side effects (or
+        has a reconciler: then in doubt, see the module docstring)."""
         inp = self.inp
         lost = 0
         done_elements: list[dict[str, Any]] = []
