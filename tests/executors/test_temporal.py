@@ -28,7 +28,7 @@ import pytest
 from typer.testing import CliRunner
 
 import dagagent
-from dagagent.errors import ClusterError, ConfigError
+from dagagent.errors import ClusterError, ConfigError, DecisionError
 from dagagent.settings import RunSettings, TaskRetryPolicy
 
 pytest.importorskip("temporalio")
@@ -667,6 +667,89 @@ def test_the_driver_killed_the_workflow_finishes_anyway(
         "wait": ("succeeded", {"pid": own_workers.procs[0].pid}),
         "then": ("succeeded", 3),
     }
+
+
+def test_a_run_whose_driver_died_is_not_resumed_in_process_over_its_workers(
+    own_workers: Workers, tmp_path: Path
+) -> None:
+    """SIGKILL ``dagagent run --executor temporal`` while a call with side effects runs on a
+    worker: the run is interrupted in the store, but its workflow goes on. Resuming it in a
+    process would make that call a second time (its intent is in the workflow's history, not
+    in the store): the resume is refused, saying so, and the call is made once."""
+    own_workers.start(1)
+    plan_file, store = tmp_path / "plan.json", tmp_path / "runs.db"
+    plan_file.write_text(
+        json.dumps(
+            plan(
+                {"id": "pay", "tool": "hold_effect", "args": {"name": "e", "where": str(tmp_path)}}
+            )
+        )
+    )
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("DAGAGENT_")},
+        "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")]),
+        "DAGAGENT_HOME": str(tmp_path / "home"),
+    }
+    driver = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "dagagent",
+            "run",
+            str(plan_file),
+            "--tools",
+            TOOLS,
+            "--store",
+            str(store),
+            "--executor",
+            "temporal",
+            "--temporal-address",
+            own_workers.address,
+            "--task-queue",
+            own_workers.queue,
+            "--payload-store",
+            str(own_workers.payloads),
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+        cwd=tmp_path,
+    )
+    try:
+        deadline = time.monotonic() + READY_S
+        while not temporal_tools.started(tmp_path, "e"):
+            assert driver.poll() is None and time.monotonic() < deadline
+            time.sleep(0.02)
+        driver.kill()
+        driver.wait()
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            driver.kill()
+    with dagagent.RunStore(store) as runs:
+        run_id = runs.last_run_id()
+        assert runs.get_run(run_id).status.value == "interrupted"
+
+    (tmp_path / "e.go").touch()  # a resume that made the call here would not wait
+    with pytest.raises(DecisionError) as refused:
+        dagagent.resume_sync(run_id, temporal_tools.registry, store=store)
+    message = str(refused.value)
+    assert f"run {run_id} ran on Temporal" in message and "'pay'" in message
+    assert f"dagagent-run-{run_id}" in message
+    with dagagent.RunStore(store) as runs:
+        assert runs.get_run(run_id).status.value == "interrupted"  # not claimed
+
+    async def finished() -> list[dict[str, Any]]:
+        ex = executor(own_workers)
+        async with ex.session():
+            assert ex.client is not None
+            handle = ex.client.get_workflow_handle(workflow_id(run_id))
+            results: list[dict[str, Any]] = await handle.result()
+            return results
+
+    [paid] = anyio.run(finished)
+    assert paid["status"] == "succeeded"
+    assert temporal_tools.started(tmp_path, "e") == [own_workers.procs[0].pid]  # made once
 
 
 # -- what a user can get wrong ---------------------------------------------------------------
