@@ -8,12 +8,13 @@ exists, so a test can kill the worker running it at a moment it knows.
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
 from typing import Any
 
-from dagagent import Registry
+from dagagent import CallIdentity, Reconciled, Registry, current_call
 
 registry = Registry()
 
@@ -66,6 +67,60 @@ def hold(name: str, where: str) -> dict[str, Any]:
 @registry.tool(side_effects=True)
 def hold_effect(name: str, where: str) -> dict[str, Any]:
     """``hold``, declared to have side effects."""
+    return _hold(name, where)
+
+
+@registry.tool(side_effects=True)
+def whoami_effect(n: int) -> dict[str, Any]:
+    """The call this is, as :func:`dagagent.current_call` tells it on the worker, and the
+    process id that made it."""
+    call = current_call()
+    return {
+        "key": call.idempotency_key,
+        "run_id": call.run_id,
+        "task_id": call.task_id,
+        "element": call.element,
+        "attempt": call.attempt,
+        "pid": os.getpid(),
+    }
+
+
+def _paid(call: CallIdentity) -> Path:
+    return Path(call.args["where"]) / f"{call.args['name']}.paid"
+
+
+def check_paid(call: CallIdentity) -> Reconciled:
+    """Whether the payment of ``call`` was made: its file, holding its key."""
+    found = _paid(call)
+    if found.exists() and json.loads(found.read_text())["key"] == call.idempotency_key:
+        return Reconciled.happened(json.loads(found.read_text()))
+    return Reconciled.not_happened()
+
+
+@registry.tool(side_effects=True, reconcile=check_paid)
+def hold_paid(name: str, where: str, pay_first: bool) -> dict[str, Any]:
+    """``hold`` around a payment (a file ``<name>.paid`` holding the call's key), made before
+    the wait (``pay_first``) or after it; its reconciler looks for that file."""
+    call = current_call()
+    paid = {"pid": os.getpid(), "key": call.idempotency_key}
+    if pay_first:
+        with open(_paid(call), "x") as out:  # "x": a second payment would fail
+            json.dump(paid, out)
+    _hold(name, where)
+    if not pay_first:
+        with open(_paid(call), "x") as out:
+            json.dump(paid, out)
+    return paid
+
+
+def cannot_tell(call: CallIdentity) -> Reconciled:
+    """A reconciler with nothing to look at."""
+    return Reconciled.unknown("the service keeps no record of its calls")
+
+
+@registry.tool(side_effects=True, reconcile=cannot_tell)
+def hold_unsure(name: str, where: str) -> dict[str, Any]:
+    """``hold``, with side effects and a reconciler that cannot tell."""
     return _hold(name, where)
 
 

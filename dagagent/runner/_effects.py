@@ -191,6 +191,13 @@ class Effects:
         }
         self.has_prior = bool(self._known) or bool(self._revised)
         self._occurrences: dict[tuple[str, int | None, int, str], int] = {}
+        self._lost: set[str] = set()
+
+    def lost_during(self, task_id: str) -> None:
+        """The worker that ran task ``task_id`` was lost during it (a Temporal activity run
+        again): its calls with nothing on record here were cut off, and are in doubt."""
+        self._lost.add(task_id)
+        self.has_prior = True
 
     def identify(
         self,
@@ -295,6 +302,8 @@ class Effects:
             before = self._revised.get(slot)
             if before is not None:
                 return True, await self._take_over(call, before, decisions)
+        if known is None and call.task_id in self._lost:
+            known = _Known("cancelled")
         if known is None or known.state == "failed":
             return False, None
         who = known.resolved_by or "record"

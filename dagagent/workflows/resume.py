@@ -34,9 +34,10 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from ..approval import Approval
-from ..errors import ConfigError
+from ..errors import ConfigError, DecisionError
 from ..executors import IN_PROCESS_EXECUTORS
 from ..graph import validate
+from ..plan import ToolTask
 from ..results import ApprovalAnswer, RunResult, TaskStatus
 from ..run import Resuming, execute
 from ..settings import RunSettings
@@ -46,6 +47,7 @@ if TYPE_CHECKING:
     from ..events import Listener
     from ..llm import LLM
     from ..runner import AgentTaskRunner, Interceptor
+    from ..store import RunRecord
     from ..tools import Registry
 
 __all__ = [
@@ -154,6 +156,7 @@ async def resume(
     try:
         record = opened.get_run(run)
         validate(record.plan, registry)  # before anything is claimed: the tools are there
+        _refuse_calls_made_elsewhere(record, registry)
         for task_id, approval in (decisions or {}).items():
             record_decision(opened, record.run_id, task_id, approval, registry, by=decided_by)
         run_id, answers = opened.claim_resume(record.run_id)
@@ -171,6 +174,31 @@ async def resume(
     finally:
         if opened is not store:
             opened.close()
+
+
+def _refuse_calls_made_elsewhere(record: RunRecord, registry: Registry | None) -> None:
+    """A run that ran on Temporal, with tasks whose tool has side effects (any tool, without
+    ``registry``) and that did not succeed on record, is not continued in this process: their
+    calls are made on the workers, whose intents and outcomes are in the workflow's history,
+    not in this store; here, they could be made a second time."""
+    if record.executor != "temporal":
+        return
+    unsure = [
+        t.id
+        for t in record.plan.tasks
+        if isinstance(t, ToolTask)
+        and (registry is None or t.tool not in registry or registry.get(t.tool).side_effects)
+        and not (t.id in record.tasks and record.tasks[t.id].status.ok)
+    ]
+    if unsure:
+        names = ", ".join(repr(t) for t in unsure[:5]) + (", ..." if len(unsure) > 5 else "")
+        raise DecisionError(
+            f"run {record.run_id} ran on Temporal, and the calls with side effects of "
+            f"task {names} were made (or are being made) on its workers, whose record is the "
+            "workflow's history, not this store: continuing the run in this process could make "
+            "them a second time. The workflow goes on without the process that started it: "
+            f"its result is on the server (workflow id dagagent-run-{record.run_id})"
+        )
 
 
 async def continue_claimed(

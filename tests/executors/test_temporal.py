@@ -10,6 +10,7 @@ waits for a state (a worker saying it is ready, a tool's start marker, the workf
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -27,7 +28,7 @@ import pytest
 from typer.testing import CliRunner
 
 import dagagent
-from dagagent.errors import ClusterError, ConfigError
+from dagagent.errors import ClusterError, ConfigError, DecisionError
 from dagagent.settings import RunSettings, TaskRetryPolicy
 
 pytest.importorskip("temporalio")
@@ -436,6 +437,49 @@ async def test_a_long_run_continues_as_new_and_loses_nothing(
         assert runs.get_run(result.run_id).tasks["t59"].output == 60
 
 
+# -- calls with side effects on the workers ----------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_current_call_on_a_worker_is_the_call_a_local_run_makes(
+    workers: Workers, tmp_path: Path
+) -> None:
+    """Inside a tool run as an activity, ``dagagent.current_call()`` is the call: its run,
+    task, map element, attempt, and the idempotency key the same call gets in a local run of
+    the same run id (so a run resumed in-process passes the same key to the service)."""
+    p = plan(
+        {"id": "one", "tool": "whoami_effect", "args": {"n": 1}},
+        {"id": "each", "for_each": [1, 2, 2], "tool": "whoami_effect", "args": {"n": "${@item}"}},
+    )
+    run_id = dagagent.new_run_id()
+    remote = await dagagent.execute(
+        p, temporal_tools.registry, settings=settings(executor(workers)), run_id=run_id
+    )
+    local = await dagagent.execute(
+        p,
+        temporal_tools.registry,
+        settings=RunSettings(retry=FAST_RETRY),
+        run_id=run_id,
+        store=tmp_path / "local.db",
+    )
+    assert remote.status.value == "succeeded", outcome(remote)
+    one, each = remote.tasks["one"].output, remote.tasks["each"].output
+    assert one["pid"] in [w.pid for w in workers.procs]  # made on a worker
+    assert (one["run_id"], one["task_id"], one["element"], one["attempt"]) == (
+        run_id,
+        "one",
+        None,
+        1,
+    )
+    assert [(e["task_id"], e["element"]) for e in each] == [("each", 0), ("each", 1), ("each", 2)]
+    keys = [one["key"], *(e["key"] for e in each)]
+    assert len(set(keys)) == 4  # equal arguments, other elements: other calls
+    assert keys == [
+        local.tasks["one"].output["key"],
+        *(e["key"] for e in local.tasks["each"].output),
+    ]
+
+
 # -- lost workers and drivers ----------------------------------------------------------------
 
 
@@ -472,6 +516,81 @@ async def test_a_worker_killed_mid_call(own_workers: Workers, tool: str, tmp_pat
         assert r.error_type == "WorkerLostError"
         assert "side effects" in (r.error or "")
         assert temporal_tools.started(tmp_path, "call") == [victim]  # never run again
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("pay_first", [True, False], ids=["paid-then-lost", "lost-before-paying"])
+async def test_a_worker_lost_mid_call_its_reconciler_decides(
+    own_workers: Workers, pay_first: bool, tmp_path: Path
+) -> None:
+    """SIGKILL the worker during a call of a tool with side effects and a reconciler: the
+    call is in doubt, and runs again on another worker only as its reconciler decides: the
+    payment made before the kill stands (not made again); one not made is made, with the same
+    key."""
+    own_workers.start(2)
+    ex = executor(own_workers, heartbeat_s=1.0)
+    args = {"name": "pay", "where": str(tmp_path), "pay_first": pay_first}
+    p = plan({"id": "pay", "tool": "hold_paid", "args": args})
+    results: list[dagagent.RunResult] = []
+
+    async def run() -> None:
+        results.append(await dagagent.execute(p, temporal_tools.registry, settings=settings(ex)))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run)
+        while True:  # until the call has started on a worker (its marker, in another process)
+            if temporal_tools.started(tmp_path, "pay"):
+                break
+            await anyio.sleep(0.02)
+        [victim] = temporal_tools.started(tmp_path, "pay")
+        os.kill(victim, signal.SIGKILL)
+        (tmp_path / "pay.go").touch()
+    [result] = results
+    r = result.tasks["pay"]
+    assert r.status.value == "succeeded", r.error
+    paid = json.loads((tmp_path / "pay.paid").read_text())  # one payment ("x": never two)
+    assert r.output == paid
+    [decision] = [d for d in r.decisions if d.rule == "in doubt" or d.decision == "happened"]
+    assert decision.decided_by == "reconcile:check_paid", r.decisions
+    if pay_first:
+        assert paid["pid"] == victim
+        assert decision.decision == "happened"
+        assert temporal_tools.started(tmp_path, "pay") == [victim]  # not made again
+    else:
+        assert paid["pid"] != victim
+        assert decision.decision == "allow"
+        assert temporal_tools.started(tmp_path, "pay") == sorted([victim, paid["pid"]])
+
+
+@pytest.mark.anyio
+async def test_a_call_in_doubt_its_reconciler_cannot_decide_is_not_made_again(
+    own_workers: Workers, tmp_path: Path
+) -> None:
+    """A worker lost during a call whose reconciler cannot tell whether it happened: nobody
+    can be asked on the workers, so the call is not made again and the task is denied,
+    saying why."""
+    own_workers.start(2)
+    ex = executor(own_workers, heartbeat_s=1.0)
+    p = plan({"id": "call", "tool": "hold_unsure", "args": {"name": "u", "where": str(tmp_path)}})
+    results: list[dagagent.RunResult] = []
+
+    async def run() -> None:
+        results.append(await dagagent.execute(p, temporal_tools.registry, settings=settings(ex)))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run)
+        while True:  # until the call has started on a worker (its marker, in another process)
+            if temporal_tools.started(tmp_path, "u"):
+                break
+            await anyio.sleep(0.02)
+        [victim] = temporal_tools.started(tmp_path, "u")
+        os.kill(victim, signal.SIGKILL)
+        (tmp_path / "u.go").touch()
+    [result] = results
+    r = result.tasks["call"]
+    assert r.status.value == "denied", (r.status, r.error)
+    assert "keeps no record of its calls" in (r.error or ""), r.error
+    assert temporal_tools.started(tmp_path, "u") == [victim]  # never made again
 
 
 def test_the_driver_killed_the_workflow_finishes_anyway(
@@ -548,6 +667,89 @@ def test_the_driver_killed_the_workflow_finishes_anyway(
         "wait": ("succeeded", {"pid": own_workers.procs[0].pid}),
         "then": ("succeeded", 3),
     }
+
+
+def test_a_run_whose_driver_died_is_not_resumed_in_process_over_its_workers(
+    own_workers: Workers, tmp_path: Path
+) -> None:
+    """SIGKILL ``dagagent run --executor temporal`` while a call with side effects runs on a
+    worker: the run is interrupted in the store, but its workflow goes on. Resuming it in a
+    process would make that call a second time (its intent is in the workflow's history, not
+    in the store): the resume is refused, saying so, and the call is made once."""
+    own_workers.start(1)
+    plan_file, store = tmp_path / "plan.json", tmp_path / "runs.db"
+    plan_file.write_text(
+        json.dumps(
+            plan(
+                {"id": "pay", "tool": "hold_effect", "args": {"name": "e", "where": str(tmp_path)}}
+            )
+        )
+    )
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("DAGAGENT_")},
+        "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")]),
+        "DAGAGENT_HOME": str(tmp_path / "home"),
+    }
+    driver = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "dagagent",
+            "run",
+            str(plan_file),
+            "--tools",
+            TOOLS,
+            "--store",
+            str(store),
+            "--executor",
+            "temporal",
+            "--temporal-address",
+            own_workers.address,
+            "--task-queue",
+            own_workers.queue,
+            "--payload-store",
+            str(own_workers.payloads),
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+        cwd=tmp_path,
+    )
+    try:
+        deadline = time.monotonic() + READY_S
+        while not temporal_tools.started(tmp_path, "e"):
+            assert driver.poll() is None and time.monotonic() < deadline
+            time.sleep(0.02)
+        driver.kill()
+        driver.wait()
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            driver.kill()
+    with dagagent.RunStore(store) as runs:
+        run_id = runs.last_run_id()
+        assert runs.get_run(run_id).status.value == "interrupted"
+
+    (tmp_path / "e.go").touch()  # a resume that made the call here would not wait
+    with pytest.raises(DecisionError) as refused:
+        dagagent.resume_sync(run_id, temporal_tools.registry, store=store)
+    message = str(refused.value)
+    assert f"run {run_id} ran on Temporal" in message and "'pay'" in message
+    assert f"dagagent-run-{run_id}" in message
+    with dagagent.RunStore(store) as runs:
+        assert runs.get_run(run_id).status.value == "interrupted"  # not claimed
+
+    async def finished() -> list[dict[str, Any]]:
+        ex = executor(own_workers)
+        async with ex.session():
+            assert ex.client is not None
+            handle = ex.client.get_workflow_handle(workflow_id(run_id))
+            results: list[dict[str, Any]] = await handle.result()
+            return results
+
+    [paid] = anyio.run(finished)
+    assert paid["status"] == "succeeded"
+    assert temporal_tools.started(tmp_path, "e") == [own_workers.procs[0].pid]  # made once
 
 
 # -- what a user can get wrong ---------------------------------------------------------------

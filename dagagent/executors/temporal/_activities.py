@@ -13,6 +13,10 @@ before its worker was lost stand as they were reported (see ``_window_prior``), 
 runner runs only the rest (the same road as a resumed run's waiting elements). Finished
 elements are reported in the activity's heartbeats.
 
+A task run again after its worker was lost (``in_doubt``), whose tool has side effects and
+a reconciler: the calls it had not finished are in doubt, and the reconciler decides about
+each (``Effects.lost_during`` in the runner).
+
 A worker whose registry lacks a tool of the plan (or has one whose arguments differ) fails
 the task at once, saying what the worker serves: the error is not retried.
 """
@@ -75,6 +79,12 @@ class Activities:
         """Run one task (or a window of a map's elements) and return its result's JSON."""
         runner = self._runner(call, plan, outputs)
         task_id = call["task_id"]
+        if call.get("in_doubt"):
+            # run again after its worker was lost: a call not known to have ended is in
+            # doubt, its reconciler's to decide; nobody can be asked here, so a call it
+            # cannot decide about is not made (the task is denied)
+            runner.calls.effects.lost_during(task_id)
+            runner.calls.effects.in_doubt = "deny"
         window = call.get("window")
         reported: list[dict[str, Any]] = list(call.get("done") or ())
         if window is not None:

@@ -240,7 +240,7 @@ class TemporalExecutor(BaseExecutor):
         plan = graph.plan
         registry = runner.registry
         retry = runner.retry
-        local, side_effects, maps, partial = [], [], [], []
+        local, side_effects, reconciled, maps, partial = [], [], [], [], []
         bounds: dict[str, float | None] = {}
         for task in plan.tasks:
             if task.for_each is not None:
@@ -252,6 +252,8 @@ class TemporalExecutor(BaseExecutor):
             tool = registry.get(task.tool)
             if tool.side_effects:
                 side_effects.append(task.id)
+                if tool.reconcile is not None:
+                    reconciled.append(task.id)
             elif not tool.blocking and tool.connection is None:
                 local.append(task.id)  # declared never to block, without side effects
             timeout = task.timeout_s if task.timeout_s is not None else tool.timeout_s
@@ -274,6 +276,7 @@ class TemporalExecutor(BaseExecutor):
             maps=maps,
             local=local,
             side_effects=side_effects,
+            reconciled=reconciled,
             bounds=bounds,
             allow_partial=partial,
             on_failure=on_failure,

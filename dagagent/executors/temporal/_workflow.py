@@ -16,7 +16,10 @@ continues as new with the results so far.
 **Lost workers.** Each activity heartbeats. A worker that dies (or stops answering) under
 a task is noticed at the heartbeat timeout: a task whose tool has no side effects runs again
 on another worker (at most ``lost_worker_retries`` times; the elements a map chunk finished
-and reported are not run again), one whose tool has side effects fails with
+and reported are not run again). One whose tool has side effects and a reconciler runs again
+*in doubt*: there, a call not known to have ended is its reconciler's to decide (it happened:
+its output; it did not: it is made, with the same key; it cannot tell: it is not made, and the
+task is denied). One whose tool has side effects and no reconciler fails with
 ``WorkerLostError``, since whether its effect happened is unknown.
 """
 
@@ -68,7 +71,8 @@ class RunInput:
     maps: list[str]
     #: Tasks whose tool declares no side effects and that it never blocks: local activities.
     local: list[str]
-    #: Tasks whose tool has side effects: never run again after a lost worker.
+    #: Tasks whose tool has side effects: never run again after a lost worker, unless the
+    #: tool has a reconciler (``reconciled``).
     side_effects: list[str]
     #: The longest all attempts of a task may take on a worker (``None``: no limit).
     bounds: dict[str, float | None]
@@ -86,6 +90,9 @@ class RunInput:
     finished: list[dict[str, Any]] = field(default_factory=list)
     #: How many times the run continued as new.
     generation: int = 0
+    #: Tasks with side effects whose tool has a reconciler: after a lost worker, run again
+    #: in doubt, on another worker, where the reconciler decides whether the call happened.
+    reconciled: list[str] = field(default_factory=list)
 
 
 def _result(task_id: str, status: str, error: str | None = None, **more: Any) -> dict[str, Any]:
@@ -288,7 +295,8 @@ class RunWorkflow:
         self, task_id: str, window: tuple[int, int] | None = None, **extra: Any
     ) -> dict[str, Any]:
         """Run ``task_id`` (or the elements ``window`` of a map) in one activity; run it
-        again on another worker when its worker is lost, if its tool has no side effects."""
+        again on another worker when its worker is lost, if its tool has no side effects (or
+        has a reconciler: then in doubt, see the module docstring)."""
         inp = self.inp
         lost = 0
         done_elements: list[dict[str, Any]] = []
@@ -325,7 +333,9 @@ class RunWorkflow:
                     raise asyncio.CancelledError from None
                 if isinstance(cause, TimeoutError):
                     what = _timeout_what(cause.type, inp.heartbeat_s)
-                    if task_id in inp.side_effects:
+                    if task_id in inp.side_effects and not (
+                        task_id in inp.reconciled and lost < inp.lost_worker_retries
+                    ):
                         return _result(
                             task_id,
                             "failed",
@@ -344,6 +354,8 @@ class RunWorkflow:
                             attempts=lost,
                         )
                     done_elements = _reported(cause, done_elements)
+                    if task_id in inp.side_effects:  # its calls cut off are in doubt there
+                        extra = {**extra, "in_doubt": True}
                     continue
                 return _failed(task_id, exc)
 

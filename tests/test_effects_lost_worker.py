@@ -1,0 +1,85 @@
+"""A task run again after its worker was lost under it (what a Temporal worker does with a
+task whose activity timed out, ``tests/executors/test_temporal.py`` on a real server): its
+calls with side effects that are not known to have ended are in doubt, and the tool's
+reconciler decides, element by element for a map; a call the reconciler cannot decide about
+is not made (nobody can be asked on a worker)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import dagagent
+from dagagent.runner import TaskRunner
+
+
+def registry(verdicts: dict[int, str], made: list[dict[str, Any]]) -> dagagent.Registry:
+    """``pay``: its reconciler answers ``verdicts[n]`` (``happened``: with the output the
+    payment gave); every payment made is appended to ``made``."""
+    reg = dagagent.Registry()
+
+    def check(call: dagagent.CallIdentity) -> dagagent.Reconciled:
+        verdict = verdicts[int(call.args["n"])]
+        if verdict == "happened":
+            return dagagent.Reconciled.happened({"n": call.args["n"], "key": "before"})
+        if verdict == "not_happened":
+            return dagagent.Reconciled.not_happened()
+        return dagagent.Reconciled.unknown("no record of it")
+
+    @reg.tool(side_effects=True, reconcile=check)
+    def pay(n: int) -> dict[str, Any]:
+        """Pay n."""
+        out = {"n": n, "key": dagagent.current_call().idempotency_key}
+        made.append(out)
+        return out
+
+    return reg
+
+
+async def rerun(plan: dict[str, Any], task_id: str, reg: dagagent.Registry) -> Any:
+    """Run ``task_id`` as a worker runs a task again after a lost worker (under ``continue``:
+    an element denied does not cancel the others)."""
+    runner = TaskRunner(
+        dagagent.validate(plan, reg), reg, run_id="0123456789ab", on_failure="continue"
+    )
+    runner.calls.effects.lost_during(task_id)
+    runner.calls.effects.in_doubt = "deny"
+    return await runner.run_task(task_id)
+
+
+@pytest.mark.anyio
+async def test_a_call_its_reconciler_finds_made_is_not_made_again() -> None:
+    made: list[dict[str, Any]] = []
+    plan = {"tasks": [{"id": "p", "tool": "pay", "args": {"n": 1}}]}
+    r = await rerun(plan, "p", registry({1: "happened"}, made))
+    assert r.status.value == "succeeded", r.error
+    assert r.output == {"n": 1, "key": "before"}
+    assert made == []
+    [decision] = r.decisions
+    assert (decision.decision, decision.decided_by) == ("happened", "reconcile:check")
+
+
+@pytest.mark.anyio
+async def test_a_call_its_reconciler_finds_not_made_is_made_with_the_same_key() -> None:
+    made: list[dict[str, Any]] = []
+    plan = {"tasks": [{"id": "p", "tool": "pay", "args": {"n": 2}}]}
+    reg = registry({2: "not_happened"}, made)
+    r = await rerun(plan, "p", reg)
+    assert r.status.value == "succeeded", r.error
+    # the key a first run of the same run id gives the call
+    first = TaskRunner(dagagent.validate(plan, reg), reg, run_id="0123456789ab")
+    again = await first.run_task("p")
+    assert made == [r.output, again.output] and r.output == again.output
+
+
+@pytest.mark.anyio
+async def test_a_map_decides_element_by_element_and_a_call_nobody_can_tell_is_not_made() -> None:
+    made: list[dict[str, Any]] = []
+    plan = {"tasks": [{"id": "m", "for_each": [1, 2, 3], "tool": "pay", "args": {"n": "${@item}"}}]}
+    r = await rerun(plan, "m", registry({1: "happened", 2: "not_happened", 3: "unknown"}, made))
+    one, two, three = r.elements or []
+    assert (one.status.value, one.output) == ("succeeded", {"n": 1, "key": "before"})
+    assert two.status.value == "succeeded" and made == [two.output]
+    assert three.status.value == "denied"
+    assert "no record of it" in (three.error or "")
