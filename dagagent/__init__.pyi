@@ -64,6 +64,8 @@ from .errors import (
     ScriptError as ScriptError,
     SolveError as SolveError,
     StoreError as StoreError,
+    SubSolveError as SubSolveError,
+    SubSolveWaitingError as SubSolveWaitingError,
     TaskDeniedError as TaskDeniedError,
     TaskError as TaskError,
     TaskTimeoutError as TaskTimeoutError,

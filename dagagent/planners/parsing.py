@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import Issue, PlanLoadError, PlanValidationError
-from ..graph import PlanGraph, validate
+from ..graph import PlanGraph, sub_solve_issues, validate
 from ..plan import AgentTask, BaseTask, read_plan
 from ..text import shorten
 from ..tools import Registry
@@ -66,6 +66,7 @@ def parse_plan_answer(
     finish_reason: str | None = None,
     null_optionals: bool = False,
     agent_tasks: bool = False,
+    solve_depth: int | None = None,
 ) -> tuple[PlanGraph | None, list[Issue]]:
     """Read one model answer as a plan for ``goal`` and validate it against ``registry``.
 
@@ -73,6 +74,8 @@ def parse_plan_answer(
     always ``goal`` (the model's restatement is dropped). ``null`` for an optional argument
     that cannot be ``null`` means "not given" (the default); ``null_optionals``: the answer
     followed a strict schema, so every ``null`` optional argument means that.
+    ``agent_tasks``: the plan may hold agent tasks; ``solve_depth``: sub-solves (see
+    :func:`dagagent.graph.sub_solve_issues`).
     """
     if finish_reason == "length":
         return None, [
@@ -94,6 +97,7 @@ def parse_plan_answer(
         plan, issues = read_plan(value)  # with the issues of tasks that mix the two kinds
     except PlanLoadError as exc:
         return None, exc.issues or [Issue("schema", None, str(exc))]
+    issues += sub_solve_issues(plan.tasks, solve_depth)
     if not agent_tasks:
         issues += [
             Issue(
@@ -102,7 +106,7 @@ def parse_plan_answer(
                 "the task has no 'tool': every task must call one of the listed tools",
             )
             for t in plan.tasks
-            if isinstance(t, AgentTask)
+            if isinstance(t, AgentTask) and not t.solve  # a sub-solve's issue is its own
         ]
     flagged = {i.task_id for i in issues}
     try:

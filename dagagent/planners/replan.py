@@ -115,7 +115,10 @@ class LLMReplanner(HealingPlanner):
         """The conversation the first attempt sends."""
         if self._system is None:
             self._system = system_prompt(
-                self.registry, agent_tasks=self.agent_tasks, replanning=True
+                self.registry,
+                agent_tasks=self.agent_tasks,
+                replanning=True,
+                sub_solves=self.sub_solves,
             )
         text = replan_user_prompt(
             goal, plan, results, output_chars=self.output_chars, feedback=feedback

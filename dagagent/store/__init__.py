@@ -70,11 +70,13 @@ from ._schema import MIGRATIONS, SCHEMA_VERSION, Migration
 from ._store import DEFAULT_FLUSH_INTERVAL_S, RunStore, default_store_path
 from .models import (
     ApprovalRecord,
+    ChildSolve,
     DamagedRun,
     EffectRecord,
     RoundRecord,
     RunRecord,
     RunSummary,
+    SolveLink,
     SolveRecord,
     SolveSummary,
 )
@@ -87,6 +89,7 @@ __all__ = [
     "RUN_ID_RE",
     "SCHEMA_VERSION",
     "ApprovalRecord",
+    "ChildSolve",
     "DamagedRun",
     "EffectRecord",
     "Migration",
@@ -96,6 +99,7 @@ __all__ = [
     "RunRecorder",
     "RunStore",
     "RunSummary",
+    "SolveLink",
     "SolveRecord",
     "SolveSummary",
     "StoreLocation",

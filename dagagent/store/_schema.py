@@ -68,6 +68,14 @@ _APPROVALS = (
         ) WITHOUT ROWID""",
     "CREATE INDEX approvals_by_state ON approvals (state, run_id)",
 )
+_SOLVE_LINKS = (
+    "ALTER TABLE solves ADD COLUMN parent_solve_id TEXT",
+    "ALTER TABLE solves ADD COLUMN parent_run_id TEXT",
+    "ALTER TABLE solves ADD COLUMN parent_task_id TEXT",
+    "ALTER TABLE solves ADD COLUMN parent_element INTEGER",
+    "ALTER TABLE solves ADD COLUMN depth INTEGER NOT NULL DEFAULT 0",
+    "CREATE INDEX solves_by_parent ON solves (parent_solve_id, parent_run_id, parent_task_id)",
+)
 _RUN_PLANS = """CREATE TABLE run_plans (
             run_id TEXT PRIMARY KEY REFERENCES runs (id) ON DELETE CASCADE,
             plan TEXT NOT NULL
@@ -285,6 +293,11 @@ MIGRATIONS: list[Sequence[Migration]] = [
     # before it starts, and its outcome after it, keyed by run and idempotency key; how a call
     # left in doubt by a crash was resolved (see dagagent.store._effects).
     _EFFECTS,
+    # v13 (the sub-solves step; numbered by the order the steps were merged in): a sub-solve
+    # (a task with "solve": true) is a solve of its own, linked to the task of the solve that
+    # started it: the parent solve, its round's run, the task and the map element (NULL for a
+    # task that is not a map's), and how deep it is (0 for a solve no task started).
+    _SOLVE_LINKS,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -340,12 +353,14 @@ SCHEMA: tuple[str, ...] = (
             usage TEXT,
             finished_at REAL,
             pid INTEGER
-        , options TEXT)""",
+        , options TEXT, parent_solve_id TEXT, parent_run_id TEXT, parent_task_id TEXT, """
+    """parent_element INTEGER, depth INTEGER NOT NULL DEFAULT 0)""",
     *_SOLVE_ROUNDS,
     *_APPROVALS,
     _RUN_PLANS,
     *_MODEL_CALLS,
     *_EFFECTS,
+    _SOLVE_LINKS[-1],
 )
 
 

@@ -20,26 +20,30 @@ __all__ = ["Round", "Solution", "SolveUsage"]
 
 class SolveUsage(BaseModel):
     """What a solve used, split by role: ``planner`` (planning and replanning, repairs
-    included), ``agents`` (agent tasks of every round) and ``joiner``; each a
-    :class:`~dagagent.llm.Usage` with its cost when the model's price is known."""
+    included), ``agents`` (agent tasks of every round) and ``joiner``, and ``subsolves``
+    (every model call of its sub-solves, at any depth); each a :class:`~dagagent.llm.Usage`
+    with its cost when the model's price is known."""
 
     model_config = ConfigDict(frozen=True)
 
     planner: Usage = Field(default_factory=Usage)
     agents: Usage = Field(default_factory=Usage)
     joiner: Usage = Field(default_factory=Usage)
+    subsolves: Usage = Field(default_factory=Usage)
 
     @property
     def total(self) -> Usage:
-        return self.planner + self.agents + self.joiner
+        return self.planner + self.agents + self.joiner + self.subsolves
 
     def to_json_dict(self) -> dict[str, dict[str, Any]]:
-        return {
+        out = {
             "planner": self.planner.to_json_dict(),
             "agents": self.agents.to_json_dict(),
             "joiner": self.joiner.to_json_dict(),
-            "total": self.total.to_json_dict(),
         }
+        if not self.subsolves.empty:
+            out["subsolves"] = self.subsolves.to_json_dict()
+        return {**out, "total": self.total.to_json_dict()}
 
     def summary(self) -> str:
         """``"4 model calls (planner 2, agents 0, joiner 2), 1812 input + 230 output tokens"``
@@ -47,7 +51,9 @@ class SolveUsage(BaseModel):
         t = self.total
         text = (
             f"{t.calls} model call{'s' if t.calls != 1 else ''} (planner {self.planner.calls}, "
-            f"agents {self.agents.calls}, joiner {self.joiner.calls}), "
+            f"agents {self.agents.calls}, joiner {self.joiner.calls}"
+            + (f", sub-solves {self.subsolves.calls}" if self.subsolves.calls else "")
+            + "), "
             f"{t.input_tokens} input + {t.output_tokens} output tokens"
         )
         if t.estimated:

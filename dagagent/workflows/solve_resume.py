@@ -35,7 +35,8 @@ call is on record, not what it was for.)
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -53,6 +54,7 @@ from ..tools import connected
 from .resume import continue_claimed, record_decision
 from .solution import Round, Solution
 from .solve import SOLVE_SETTINGS, Confirm, Resumed, new_state
+from .subsolve import recorded_below
 
 if TYPE_CHECKING:
     from ..approval import Policy
@@ -174,54 +176,109 @@ async def resume_solve(
     opened = store if isinstance(store, RunStore) else RunStore(store)
     try:
         record, last = resumable_solve(opened, ref)
-        options = {**_DEFAULTS, **(record.options or {})}
-        run = _round_run(opened, last)
-        if run is not None:
-            validate(run.plan, registry)  # before anything is claimed: the tools are there
-        state = new_state(
-            record.goal,
+        if record.parent is not None:
+            p = record.parent
+            raise DecisionError(
+                f"solve {record.solve_id} is a sub-solve of {p.describe()}: resume solve "
+                f"{p.solve_id}, which resumes it within its budget (dagagent resume "
+                f"{p.solve_id})"
+            )
+        return await _resume(
+            opened,
+            record,
+            last,
             registry,
             llm,
-            solve_id=record.solve_id,
-            options=options,
-            settings=RunSettings.from_record(
-                options, **({"executor": executor} if executor is not None else {})
-            ),
+            decisions=decisions,
+            decided_by=decided_by,
+            executor=executor,
+            policy=policy,
             interceptors=interceptors,
             listeners=listeners,
-            store=opened,
-            policy=policy,
             confirm=confirm,
             model_settings=model_settings,
             planner=planner,
             prices=prices,
         )
-        state.calls.seed(record.calls, record.usage)  # what the rounds before used
-        going_on = last is not None and last.outcome in ("paused", "running", "interrupted")
-        done = [r for r in record.rounds if not (going_on and r is last)]
-        earlier = [_earlier_round(opened, r) for r in done]
-        outputs: dict[str, Any] = {}  # every success of the rounds before: task id -> output
-        for rnd in earlier:
-            if rnd.result is not None:
-                outputs.update(rnd.result.outputs)
-        state.rounds.extend(earlier)
-        if run is not None:
-            for task_id, approval in (decisions or {}).items():
-                record_decision(opened, run.run_id, task_id, approval, registry, by=decided_by)
-        # The tools' servers, each opened once (all at the same time) for every round left.
-        async with connected(registry):
-            opened.claim_solve(record.solve_id)
-            try:
-                if last is not None and not going_on:  # it ended, and its solve did not
-                    return await _finish_ended(state, earlier[-1], last)
-                resumed = _resumed(opened, record, last, run, earlier, outputs, registry, state)
-            except BaseException:
-                opened.release_solve(record.solve_id)
-                raise
-            return await state.run(resumed)
     finally:
         if opened is not store:
             opened.close()
+
+
+async def resume_recorded(
+    store: RunStore, solve_id: str, registry: Registry, llm: LLM, **options: Any
+) -> Solution:
+    """Resume sub-solve ``solve_id`` (paused or interrupted) from its records, within its
+    parent's run: ``options`` are those of :func:`~.solve.new_state` that a parent passes on
+    (its policy, interceptors, prices, ledger, the child's depth and deadline, and the
+    parent's ledger of spending, ``above``). The tools' connections are the parent's."""
+    record, last = resumable_solve(store, solve_id)
+    return await _resume(store, record, last, registry, llm, connect=False, **options)
+
+
+async def _resume(
+    opened: RunStore,
+    record: SolveRecord,
+    last: RoundRecord | None,
+    registry: Registry,
+    llm: LLM,
+    *,
+    decisions: Mapping[str, Approval] | None = None,
+    decided_by: str | None = None,
+    executor: Any = None,
+    connect: bool = True,
+    listeners: Sequence[Listener] = (),
+    **state_options: Any,
+) -> Solution:
+    """The resume of solve ``record`` whose last round is ``last``: see the module
+    docstring."""
+    options = {**_DEFAULTS, **(record.options or {})}
+    run = _round_run(opened, last)
+    if run is not None:
+        validate(run.plan, registry)  # before anything is claimed: the tools are there
+    state = new_state(
+        record.goal,
+        registry,
+        llm,
+        solve_id=record.solve_id,
+        options=options,
+        settings=RunSettings.from_record(
+            options, **({"executor": executor} if executor is not None else {})
+        ),
+        listeners=listeners,
+        store=opened,
+        **{"interceptors": (), "policy": None, "confirm": None, **state_options},
+    )
+    state.calls.seed(record.calls, record.usage)  # what the rounds before used
+    if record.children:  # and what its sub-solves used
+        state.spending.spend_below(recorded_below(opened, record.solve_id))
+    going_on = last is not None and last.outcome in ("paused", "running", "interrupted")
+    done = [r for r in record.rounds if not (going_on and r is last)]
+    earlier = [_earlier_round(opened, r) for r in done]
+    outputs: dict[str, Any] = {}  # every success of the rounds before: task id -> output
+    for rnd in earlier:
+        if rnd.result is not None:
+            outputs.update(rnd.result.outputs)
+    state.rounds.extend(earlier)
+    if run is not None:
+        for task_id, approval in (decisions or {}).items():
+            record_decision(opened, run.run_id, task_id, approval, registry, by=decided_by)
+    # The tools' servers, each opened once (all at the same time) for every round left.
+    async with connected(registry) if connect else _nothing():
+        opened.claim_solve(record.solve_id)
+        try:
+            if last is not None and not going_on:  # it ended, and its solve did not
+                return await _finish_ended(state, earlier[-1], last)
+            resumed = _resumed(opened, record, last, run, earlier, outputs, registry, state)
+        except BaseException:
+            opened.release_solve(record.solve_id)
+            raise
+        return await state.run(resumed)
+
+
+@asynccontextmanager
+async def _nothing() -> AsyncIterator[None]:
+    yield
 
 
 def _round_run(store: RunStore, last: RoundRecord | None) -> RunRecord | None:
