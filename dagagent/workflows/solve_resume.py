@@ -48,6 +48,7 @@ from ..errors import DecisionError, StoreError
 from ..graph import validate
 from ..planners import JoinDecision
 from ..results import RunResult, RunStatus
+from ..runner import recorded_calls
 from ..settings import RunSettings
 from ..store import RoundRecord, RunRecord, RunStore, SolveRecord
 from ..tools import connected
@@ -61,7 +62,7 @@ if TYPE_CHECKING:
     from ..events import Listener
     from ..llm import LLM, ModelSettings
     from ..planners import LLMPlanner
-    from ..runner import Interceptor
+    from ..runner import CallLedger, Interceptor
     from ..tools import Registry
 
 __all__ = ["paused_solve", "resumable_solve", "resume_solve", "resume_solve_sync"]
@@ -252,6 +253,8 @@ async def _resume(
     state.calls.seed(record.calls, record.usage)  # what the rounds before used
     if record.children:  # and what its sub-solves used
         state.spending.spend_below(recorded_below(opened, record.solve_id))
+    if connect:  # a top solve: its guardrails count on from every call its runs made
+        _restore_calls(opened, record, registry, state.ledger)
     going_on = last is not None and last.outcome in ("paused", "running", "interrupted")
     done = [r for r in record.rounds if not (going_on and r is last)]
     earlier = [_earlier_round(opened, r) for r in done]
@@ -274,6 +277,23 @@ async def _resume(
             opened.release_solve(record.solve_id)
             raise
         return await state.run(resumed)
+
+
+def _restore_calls(
+    store: RunStore, record: SolveRecord, registry: Registry, ledger: CallLedger
+) -> None:
+    """Count on ``ledger`` the tool calls of every run of solve ``record`` and of its
+    sub-solves (their ledger is the solve's), as their records say."""
+    for r in record.rounds:
+        if r.run_id is None:
+            continue
+        try:
+            run = store.get_run(r.run_id)
+        except StoreError:
+            continue  # planned, never started
+        ledger.restore(recorded_calls(run.plan.tasks, run.tasks, registry))
+    for child in record.children:
+        _restore_calls(store, store.get_solve(child.solve_id), registry, ledger)
 
 
 @asynccontextmanager
@@ -385,6 +405,7 @@ def _going_on(
             listeners=state.run_listeners,
             llm=state.agent_llm,
             agent_runner=state.agent_runner,
+            ledger=state.ledger,
         )
 
     return go_on
