@@ -318,6 +318,13 @@ def ask_cmd(
     max_concurrency: MaxConcurrencyOpt = None,
     max_attempts: MaxAttemptsOpt = 3,
     agent_tasks: AgentTasksOpt = False,
+    sub_solves: bool = typer.Option(
+        False,
+        "--sub-solves",
+        help='Allow sub-solves: tasks ("solve": true) whose sub-goal gets plan, run and join '
+        "rounds of its own, within what the solve's budget and deadline have left; each is "
+        "recorded as a solve of its own, under its task ('dagagent show SOLVE').",
+    ),
     no_schema: NoSchemaOpt = False,
     timeout: TimeoutOpt = 60.0,
     stream_timeout: StreamTimeoutOpt = None,
@@ -413,6 +420,7 @@ def ask_cmd(
             agent_tasks=agent_tasks,
             max_attempts=max_attempts,
             structured=not no_schema,
+            solve_depth=0 if sub_solves else None,
         )
     path = default_store_path(store)
     spec = recorded_tools_spec(tools, mcp or ())
@@ -455,6 +463,7 @@ def ask_cmd(
                         budget=budget,
                         prices=price_table,
                         deadline_s=deadline_left(deadline),
+                        sub_solves=sub_solves,
                     )
                 )
 
