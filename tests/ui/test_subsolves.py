@@ -9,12 +9,12 @@ from pathlib import Path
 
 import anyio
 import httpx
-from ui import runs as made
-from ui.conftest import Server
 from workflows.test_subsolve import GOAL, Router, World, scripted
 
 import dagagent
 from dagagent.store import RunStore
+from ui import runs as made
+from ui.conftest import Server
 
 
 def _solve(path: Path) -> dagagent.Solution:
