@@ -96,3 +96,51 @@ async def test_a_parent_killed_while_a_child_ran_resumes_the_child(tmp_path: Pat
     assert us.status == "answered" and us.answer == "Bolt"
     assert [c.role for c in us.calls] == ["planner", "joiner"]  # the planner's not made again
     assert eu.status == "answered" and [c.role for c in eu.calls] == ["planner", "joiner"]
+
+
+async def test_a_child_waiting_for_a_person_pauses_its_parent_until_it_is_decided(
+    tmp_path: Path,
+) -> None:
+    from dagagent import Policy, Rule, ask_later
+
+    def policy() -> Policy:
+        return Policy(
+            [Rule(tool="suppliers", args={"region": "US"}, action="ask", name="us")],
+            ask=ask_later,
+        )
+
+    world = World()
+    store = tmp_path / "runs.db"
+    router = Router()
+    async with scripted(router, 4) as llm:  # the parent's plan; EU's plan and join; US's plan
+        paused = await dagagent.solve(
+            GOAL, world.registry, llm, sub_solves=True, store=store, stream=False, policy=policy()
+        )
+    assert paused.status is SolveStatus.PAUSED, paused.reason
+    best = paused.rounds[0].result.tasks["best"]  # type: ignore[union-attr]
+    assert best.status is TaskStatus.WAITING and best.elements is not None
+    us_element = best.elements[1]
+    assert us_element.status is TaskStatus.WAITING
+    assert us_element.error_type == "SubSolveWaitingError"
+    with dagagent.RunStore(store) as st:
+        children = {st.get_solve(c.solve_id).goal: c for c in st.child_solves(paused.solve_id)}
+        us = st.get_solve(children[US].solve_id)
+        assert us.status == "paused" and us.run_id is not None
+        assert f"sub-solve {us.solve_id} waits for a person" in (us_element.error or "")
+        (waiting,) = st.approvals(us.run_id)
+        assert waiting.task_id == "s" and waiting.state == "waiting"
+        st.decide(us.run_id, "s", "allow", by="ann")
+
+    later = Router()
+    async with scripted(later, 2) as llm:  # US's joiner, then the parent's
+        solution = await dagagent.resume_solve(
+            paused.solve_id, world.registry, llm, store=store, policy=policy()
+        )
+    assert solution.status is SolveStatus.ANSWERED, solution.reason
+    assert later.seen == Counter({(US, "join"): 1, (GOAL, "join"): 1})
+    assert world.calls == Counter({"list_regions": 1, "suppliers EU": 1, "suppliers US": 1})
+    best = solution.rounds[0].result.tasks["best"]  # type: ignore[union-attr]
+    assert best.output == ["Acme", "Bolt"]
+    with dagagent.RunStore(store) as st:
+        assert st.get_solve(children[US].solve_id).status == "answered"
+        assert len(st.child_solves(paused.solve_id)) == 2  # no child started again
