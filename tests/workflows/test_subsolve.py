@@ -15,6 +15,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 import dagagent
@@ -54,6 +55,17 @@ class World:
             if region not in SUPPLIERS:
                 raise LookupError(f"no suppliers known in {region!r}")
             return SUPPLIERS[region]
+
+        @self.registry.tool
+        async def survey(region: str) -> str:
+            """A survey of a region's suppliers, which never ends (until cancelled).
+
+            Args:
+                region: The region.
+            """
+            self.calls[f"survey {region}"] += 1
+            await anyio.sleep_forever()
+            raise AssertionError("unreachable")
 
 
 @pytest.fixture
@@ -350,3 +362,66 @@ async def test_a_child_that_gives_up_fails_its_element_with_its_reason(
     join_text = llm.wire_requests[-1]["messages"][-1]["content"]
     assert "ended gave_up" in join_text
     assert solution.status is SolveStatus.ANSWERED
+
+
+async def test_a_sub_solves_timeout_is_its_deadline(world: World, tmp_path: Path) -> None:
+    """The task's timeout_s is the child's deadline: the child's run is cancelled when it
+    passes, the child ends timed_out with what it kept, and the parent's joiner reads why."""
+    plan = {
+        "tasks": [
+            {
+                "id": "best",
+                "instruction": "Find the best steel supplier in EU",
+                "solve": True,
+                "timeout_s": 0.5,
+            }
+        ]
+    }
+    router = Router(plan)
+
+    def route(body: dict[str, Any]) -> str:
+        if _goal(body).endswith(" EU") and _is_plan(body):
+            router.seen[(_goal(body), "plan")] += 1
+            return json.dumps({"tasks": [{"id": "s", "tool": "survey", "args": {"region": "EU"}}]})
+        return router(body)
+
+    store = tmp_path / "runs.db"
+    async with ScriptedLLM.openai([route] * 3) as llm:  # parent plan, child plan, parent join
+        solution = await dagagent.solve(
+            GOAL, world.registry, llm, sub_solves=True, store=store, stream=False
+        )
+    assert solution.status is SolveStatus.ANSWERED, solution.reason
+    best = solution.rounds[0].result.tasks["best"]  # type: ignore[union-attr]
+    assert best.status is TaskStatus.FAILED and best.error_type == "SubSolveError"
+    assert "ended timed_out: the deadline passed in round 1 (0.5 s into the solve)" in (
+        best.error or ""
+    )
+    assert "cancelled: task s of run" in (best.error or "")
+    assert world.calls == Counter({"survey EU": 1})
+    with dagagent.RunStore(store) as st:
+        (child,) = st.get_solve(solution.solve_id).children
+        assert st.get_solve(child.solve_id).status == "timed_out"
+
+
+async def test_the_parents_deadline_bounds_its_sub_solves(world: World, tmp_path: Path) -> None:
+    plan = {"tasks": [{"id": "best", "instruction": "Find the best in EU", "solve": True}]}
+    router = Router(plan)
+
+    def route(body: dict[str, Any]) -> str:
+        if _goal(body).endswith(" EU") and _is_plan(body):
+            router.seen[(_goal(body), "plan")] += 1
+            return json.dumps({"tasks": [{"id": "s", "tool": "survey", "args": {"region": "EU"}}]})
+        return router(body)
+
+    store = tmp_path / "runs.db"
+    async with ScriptedLLM.openai([route] * 2) as llm:  # parent plan, child plan
+        solution = await dagagent.solve(
+            GOAL, world.registry, llm, sub_solves=True, store=store, stream=False, deadline_s=0.5
+        )
+    assert solution.status is SolveStatus.TIMED_OUT, solution.reason
+    assert "task best of run" in solution.reason
+    with dagagent.RunStore(store) as st:
+        (child,) = st.get_solve(solution.solve_id).children
+        record = st.get_solve(child.solve_id)
+    assert record.status in ("timed_out", "cancelled")
+    assert record.options is not None and 0 < record.options["deadline_s"] <= 0.5
