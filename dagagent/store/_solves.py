@@ -229,19 +229,23 @@ class SolveQueries(ModelCallQueries):
             children=self.child_solves(solve_id),
         )
 
-    def child_solves(self, solve_id: str) -> list[ChildSolve]:
+    def child_solves(self, solve_id: str, *, of: SolveLink | None = None) -> list[ChildSolve]:
         """The sub-solves the tasks of solve ``solve_id`` started, oldest first (see
-        :meth:`get_solve`: ``SolveRecord.children``)."""
+        :meth:`get_solve`: ``SolveRecord.children``); ``of``: only those of that task (and
+        element) of that run."""
         from ._lease import effective_status
 
+        sql = (
+            "SELECT id, goal, created, status, pid, reason, answer, parent_run_id, "
+            "parent_task_id, parent_element FROM solves WHERE parent_solve_id = ?"
+        )
+        params: list[Any] = [solve_id]
+        if of is not None:
+            sql += " AND parent_run_id = ? AND parent_task_id = ? AND parent_element IS ?"
+            params += [of.run_id, of.task_id, of.element]
         out = []
         known = {s.value for s in SolveStatus}
-        for row in self._query(
-            "SELECT id, goal, created, status, pid, reason, answer, parent_run_id, "
-            "parent_task_id, parent_element FROM solves WHERE parent_solve_id = ? "
-            "ORDER BY created, rowid",
-            (solve_id,),
-        ):
+        for row in self._query(sql + " ORDER BY created, rowid", params):
             status = effective_status(row[3], row[4])
             if status not in known:  # damaged: its own record says so
                 continue

@@ -47,6 +47,7 @@ A child that pauses (a call waits for a person) pauses its task
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -105,16 +106,11 @@ class SubSolves:
         if store is None:
             return None
         try:
-            children = await anyio.to_thread.run_sync(store.child_solves, link.solve_id)
+            mine = await anyio.to_thread.run_sync(
+                partial(store.child_solves, link.solve_id, of=link)
+            )
         except StoreError:
             return None
-        mine = [
-            c
-            for c in children
-            if c.link.run_id == link.run_id
-            and c.link.task_id == link.task_id
-            and c.link.element == link.element
-        ]
         return mine[-1] if mine else None
 
     def _deadline(self, node: AgentNode) -> float | None:

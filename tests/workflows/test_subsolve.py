@@ -20,6 +20,7 @@ import pytest
 
 import dagagent
 from dagagent import Budget
+from dagagent.errors import BudgetExceededError
 from dagagent.limits import MAX_SOLVE_DEPTH
 from dagagent.llm import ScriptedLLM
 from dagagent.planners import PLAN_FORMAT_NAME, LLMPlanner, parse_plan_answer
@@ -425,3 +426,30 @@ async def test_the_parents_deadline_bounds_its_sub_solves(world: World, tmp_path
         record = st.get_solve(child.solve_id)
     assert record.status in ("timed_out", "cancelled")
     assert record.options is not None and 0 < record.options["deadline_s"] <= 0.5
+
+
+def test_sub_solves_running_at_once_share_what_their_parent_has_left() -> None:
+    """Two children carve the same remainder; each call is held on the parent's ledger too,
+    so together they cannot spend more than it: the parent refuses the call that would cross
+    it though the child's own budget has room; a settled call counts on both, and in the
+    parent's ``below``."""
+    from dagagent.budget import Prices
+    from dagagent.llm import LiveCall, LLMRequest, Usage
+    from dagagent.workflows._spending import Spending
+
+    parent = Spending(Budget(tokens=2000, reserve=0.5), Prices())  # 1,000 outside the reserve
+    call = LiveCall.of(object(), LLMRequest.build("x" * 40, max_tokens=400))
+    first, second = (Spending(parent.carve(), Prices(), parent=parent) for _ in range(2))
+    assert first.budget is not None and first.budget.tokens == 1000
+    held = first.reserve(call)  # ~420 tokens, on both ledgers
+    assert parent.held_tokens == held.tokens == first.held_tokens
+    second.reserve(call)  # the parent now holds two calls' worth, of its 1,000
+    third = Spending(Budget(tokens=10_000), Prices(), parent=parent)  # room of its own
+    with pytest.raises(BudgetExceededError) as by_parent:
+        third.reserve(call)
+    assert "(in a sub-solve)" in str(by_parent.value)  # the parent refused it
+    assert third.held_tokens == 0 and third.low is None and parent.low is not None
+    first.settle(held, Usage(input_tokens=10, output_tokens=20, calls=1), 0.0)
+    assert first.tokens == parent.tokens == 30 and parent.model_calls == 1
+    assert parent.below.calls == 1 and parent.below.total_tokens == 30
+    assert parent.held_tokens == second.held_tokens  # only the second's call is held now
