@@ -453,3 +453,46 @@ def test_sub_solves_running_at_once_share_what_their_parent_has_left() -> None:
     assert first.tokens == parent.tokens == 30 and parent.model_calls == 1
     assert parent.below.calls == 1 and parent.below.total_tokens == 30
     assert parent.held_tokens == second.held_tokens  # only the second's call is held now
+
+
+async def test_sub_solves_nest_down_to_the_deepest_level(world: World, tmp_path: Path) -> None:
+    """A sub-solve's plan holds a sub-solve (depth 2), whose planner is told of none; every
+    call below counts for the top solve; the records link each level to the one above."""
+    top = {
+        "tasks": [{"id": "eu", "instruction": "Find the best steel supplier in EU", "solve": True}]
+    }
+    middle = {"tasks": [{"id": "deep", "instruction": "Dig deeper into the market", "solve": True}]}
+    seen: Counter[str] = Counter()
+    prompts: dict[str, str] = {}
+
+    def route(body: dict[str, Any]) -> str:
+        goal, kind = _goal(body), "plan" if _is_plan(body) else "join"
+        seen[f"{goal}/{kind}"] += 1
+        if kind == "plan":
+            prompts[goal] = body["messages"][0]["content"]
+            if goal == GOAL:
+                return json.dumps(top)
+            if goal.endswith(" EU"):
+                return json.dumps(middle)
+            return json.dumps(child_plan("EU"))
+        return finish({"Dig deeper into the market": "Acme (deep)"}.get(goal, "Acme"), [])
+
+    store = tmp_path / "runs.db"
+    async with ScriptedLLM.openai([route] * 6) as llm:
+        solution = await dagagent.solve(
+            GOAL, world.registry, llm, sub_solves=True, store=store, stream=False
+        )
+    assert solution.status is SolveStatus.ANSWERED, solution.reason
+    assert set(seen.values()) == {1} and len(seen) == 6
+    assert '"solve": true' in prompts["Find the best steel supplier in EU"]
+    assert '"solve": true' not in prompts["Dig deeper into the market"]  # depth 2: none below it
+    assert solution.usage.subsolves.calls == 4  # the child's 2 and the grandchild's 2
+    with dagagent.RunStore(store) as st:
+        (child,) = st.get_solve(solution.solve_id).children
+        middle_record = st.get_solve(child.solve_id)
+        (grandchild,) = middle_record.children
+        deepest = st.get_solve(grandchild.solve_id)
+    assert middle_record.depth == 1 and deepest.depth == 2
+    assert deepest.parent is not None and deepest.parent.solve_id == middle_record.solve_id
+    assert middle_record.answer == "Acme" and deepest.answer == "Acme (deep)"
+    assert middle_record.usage is not None and middle_record.usage["subsolves"].calls == 2
