@@ -496,3 +496,39 @@ async def test_sub_solves_nest_down_to_the_deepest_level(world: World, tmp_path:
     assert deepest.parent is not None and deepest.parent.solve_id == middle_record.solve_id
     assert middle_record.answer == "Acme" and deepest.answer == "Acme (deep)"
     assert middle_record.usage is not None and middle_record.usage["subsolves"].calls == 2
+
+
+async def test_agent_tasks_and_sub_solves_in_one_plan(world: World, tmp_path: Path) -> None:
+    """With agent tasks allowed too, an agent task is the ReAct agent's, a sub-solve a
+    child solve's."""
+    plan = {
+        "tasks": [
+            {"id": "eu", "instruction": "Find the best steel supplier in EU", "solve": True},
+            {"id": "note", "instruction": "Say why ${eu} is best", "tools": ["suppliers"]},
+        ]
+    }
+    router = Router(plan)
+    agent_turns: list[str] = []
+
+    def route(body: dict[str, Any]) -> str:
+        if "response_format" not in body:  # a turn of the ReAct agent
+            agent_turns.append(body["messages"][-1]["content"])
+            return "Acme is first in the list."
+        return router(body)
+
+    async with ScriptedLLM.openai([route] * 5) as llm:
+        solution = await dagagent.solve(
+            GOAL,
+            world.registry,
+            llm,
+            sub_solves=True,
+            agent_tasks=True,
+            store=tmp_path / "r.db",
+            stream=False,
+        )
+    assert solution.status is SolveStatus.ANSWERED, solution.reason
+    tasks = solution.rounds[0].result.tasks  # type: ignore[union-attr]
+    assert tasks["eu"].output == "Acme" and tasks["eu"].steps is None
+    assert tasks["note"].output == "Acme is first in the list." and tasks["note"].steps
+    assert len(agent_turns) == 1 and "Say why Acme is best" in agent_turns[0]
+    assert solution.usage.agents.calls == 1 and solution.usage.subsolves.calls == 2
