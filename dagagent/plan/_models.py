@@ -231,7 +231,7 @@ class AgentTask(BaseTask):
 
     @property
     def label(self) -> str:
-        return "solve" if self.solve else "agent"
+        return "sub-solve" if self.solve else "agent"
 
     @property
     def tool_names(self) -> tuple[str, ...] | None:

@@ -50,7 +50,7 @@ def _succeeded(results: Mapping[str, TaskResult]) -> list[str]:
 def _call(task: Task) -> str:
     if isinstance(task, ToolTask):
         return f"{task.tool}({shorten(task.args, 120)})"
-    return f"agent: {shorten(task.instruction, 120)}"
+    return f"{'sub-solve' if task.solve else 'agent'}: {shorten(task.instruction, 120)}"
 
 
 def replan_warnings(old: Plan, new: Plan, results: Mapping[str, TaskResult]) -> list[Issue]:

@@ -532,3 +532,15 @@ async def test_agent_tasks_and_sub_solves_in_one_plan(world: World, tmp_path: Pa
     assert tasks["note"].output == "Acme is first in the list." and tasks["note"].steps
     assert len(agent_turns) == 1 and "Say why Acme is best" in agent_turns[0]
     assert solution.usage.agents.calls == 1 and solution.usage.subsolves.calls == 2
+
+
+def test_a_plan_diff_says_when_a_task_becomes_a_sub_solve() -> None:
+    from dagagent.plan import Plan
+    from dagagent.review import diff_plans
+
+    agent = Plan.load({"tasks": [{"id": "x", "instruction": "Find the best in EU"}]})
+    sub = Plan.load({"tasks": [{"id": "x", "instruction": "Find the best in EU", "solve": True}]})
+    diff = diff_plans(agent, sub)
+    assert [str(c) for c in diff.changed["x"]] == ["solve: false -> true"]
+    assert agent.tasks[0].fingerprint("a") != sub.tasks[0].fingerprint("a")  # never reused
+    assert sub.tasks[0].label == "sub-solve"
