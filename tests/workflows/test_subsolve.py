@@ -544,3 +544,24 @@ def test_a_plan_diff_says_when_a_task_becomes_a_sub_solve() -> None:
     assert [str(c) for c in diff.changed["x"]] == ["solve: false -> true"]
     assert agent.tasks[0].fingerprint("a") != sub.tasks[0].fingerprint("a")  # never reused
     assert sub.tasks[0].label == "sub-solve"
+
+
+async def test_a_planner_of_ones_own_must_agree_on_sub_solves(world: World) -> None:
+    from dagagent.errors import ConfigError
+
+    mine = LLMPlanner(ScriptedLLM(), world.registry)
+    with pytest.raises(ConfigError, match=r"build it with solve_depth=0"):
+        await dagagent.solve(GOAL, world.registry, ScriptedLLM(), planner=mine, sub_solves=True)
+    deep = LLMPlanner(ScriptedLLM(), world.registry, solve_depth=0)
+    with pytest.raises(ConfigError, match=r"build it with solve_depth=None"):
+        await dagagent.solve(GOAL, world.registry, ScriptedLLM(), planner=deep)
+
+
+def test_a_tool_task_cannot_be_a_sub_solve(world: World) -> None:
+    from dagagent.plan import read_plan
+
+    plan, issues = read_plan(
+        {"tasks": [{"id": "s", "tool": "suppliers", "args": {"region": "EU"}, "solve": True}]}
+    )
+    assert [(i.code, i.task_id) for i in issues] == [("tool_solve", "s")]
+    assert "'solve' is for a task with an 'instruction'" in issues[0].message
