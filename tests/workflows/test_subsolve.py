@@ -564,4 +564,5 @@ def test_a_tool_task_cannot_be_a_sub_solve(world: World) -> None:
         {"tasks": [{"id": "s", "tool": "suppliers", "args": {"region": "EU"}, "solve": True}]}
     )
     assert [(i.code, i.task_id) for i in issues] == [("tool_solve", "s")]
+    assert plan.tasks[0].kind == "tool"  # read as the tool task it is, the stray key set aside
     assert "'solve' is for a task with an 'instruction'" in issues[0].message
