@@ -8,8 +8,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cli.test_ask import GOAL, Model, User, finish, weather
 from llm_server import LLMTestServer
+
+from cli.test_ask import Model, User, finish, weather
 
 
 @pytest.fixture
