@@ -286,8 +286,8 @@ class SolveQueries(ModelCallQueries):
         from ._lease import effective_status
 
         sql = (
-            "SELECT id, goal, created, finished_at, status, pid, reason, answer FROM solves "
-            "ORDER BY created DESC, rowid DESC"
+            "SELECT id, goal, created, finished_at, status, pid, reason, answer, "
+            "parent_solve_id FROM solves ORDER BY created DESC, rowid DESC"
         )
         params: tuple[Any, ...] = ()
         if limit is not None:
@@ -332,6 +332,7 @@ class SolveQueries(ModelCallQueries):
                     if spend is not None
                     else Usage(),
                     models=spend.models if spend is not None else [],
+                    parent_solve_id=r[8],
                 )
             )
         return out

@@ -338,6 +338,8 @@ class SolveSummary(BaseModel):
     run_ids: list[str] = Field(default_factory=list)
     spent: Usage = Field(default_factory=Usage)
     models: list[str] = Field(default_factory=list)
+    #: A sub-solve's parent solve (``None`` for a solve no task started).
+    parent_solve_id: str | None = None
 
 
 class ApprovalRecord(BaseModel):

@@ -40,6 +40,7 @@ def test_the_solve_page_links_each_task_to_its_sub_solves(tmp_path: Path) -> Non
         page = client.get(f"/solves/{solution.solve_id}").text
         links = re.findall(r'class="child-solve" href="/solves/([0-9a-f]+)"', page)
         child = client.get(f"/solves/{links[1]}")
+        listed = client.get("/").text
     assert links == [eu, us]
     assert re.search(r'data-fact="subsolves">4 · ', page)
     assert f'id="sub-{run_id}-best"' in page  # the task's row in the timeline leads here
@@ -50,3 +51,5 @@ def test_the_solve_page_links_each_task_to_its_sub_solves(tmp_path: Path) -> Non
     assert "A sub-solve (depth 1) of task <code>best</code> (element 1)" in text
     assert f'href="/solves/{solution.solve_id}"' in text and f'href="/runs/{run_id}"' in text
     assert "Find the best steel supplier in US" in text
+    # the list of solves says which are sub-solves, and whose
+    assert listed.count(f'a sub-solve of solve <a href="/solves/{solution.solve_id}">') == 2
