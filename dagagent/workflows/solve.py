@@ -17,7 +17,8 @@ error kept in ``Solution.error``; only a bad option raises. A round whose run pa
 ``ask`` rule's question left for a person) ends it as ``paused``, the joiner not asked yet;
 :func:`~dagagent.workflows.resume_solve` continues it from its records
 (:mod:`dagagent.workflows.solve_resume`). What a solve returns is in
-:mod:`dagagent.workflows.solution`.
+:mod:`dagagent.workflows.solution`. With ``sub_solves=True``, a task of a plan may reach its
+sub-goal with a solve of its own, a child of this one (:mod:`dagagent.workflows.subsolve`).
 
 About 500 lines for one concern, the round loop: its state, the decisions between rounds
 (finish, replan, give up, fail), the records and events it writes, and the two ways a round
@@ -232,7 +233,6 @@ class _Solve:
             )
         else:
             _check_planner(planner, registry, agent_tasks, solve_depth)
-        self.base_planner = planner
         self.planner = planner.with_llm(
             MeteredLLM(planner.llm, observer=self.calls.observer("planner"))
         )
@@ -767,7 +767,7 @@ def _check_planner(
         want = "solve_depth=None" if solve_depth is None else f"solve_depth={solve_depth}"
         raise ConfigError(
             f"the planner {'plans' if planner.sub_solves else 'does not plan'} sub-solves but "
-            f"the solve {'runs' if solve_depth is not None else 'runs none'}: build it with "
+            f"the solve {'runs them' if solve_depth is not None else 'runs none'}: build it with "
             f"{want} (LLMPlanner(llm, registry, {want}, ...))"
         )
 

@@ -20,6 +20,12 @@ was under way:
 - the solve's last round had ended it (answered, gave up...) but the solve's own end was
   not recorded: it ends so.
 
+**Sub-solves** (tasks with ``"solve": true``) are resumed by their parent, never on their
+own: when the parent's run goes on, a sub-solve that was under way goes on from its records,
+within the parent's budget, and one that had answered gives its recorded answer (see
+:mod:`dagagent.workflows.subsolve`). What the sub-solves spent before counts for the parent
+again, and so do the tool calls every run made before (the guardrails count on).
+
 Model calls that completed are not made again: each round that ended keeps its plan, run and
 decision. (A call that completed in the instant between its answer and the record of what
 it decided, a plan not yet started or a decision not yet written, is made again: only the
@@ -232,7 +238,9 @@ async def _resume(
     **state_options: Any,
 ) -> Solution:
     """The resume of solve ``record`` whose last round is ``last``: see the module
-    docstring."""
+    docstring. ``connect``: a top solve's resume, which opens the tools' connections and
+    counts on its ledger the tool calls its runs and its sub-solves' made; a sub-solve's
+    (``False``) has its parent's connections and ledger, which counted them already."""
     options = {**_DEFAULTS, **(record.options or {})}
     run = _round_run(opened, last)
     if run is not None:
