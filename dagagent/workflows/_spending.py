@@ -99,7 +99,8 @@ class Spending:
         on its parent's ledger first (never within the parent's joiner's reserve)."""
         above = None
         if self.parent is not None:
-            above = self.parent.reserve(call, label=label + " (in a sub-solve)", final=False)
+            what = f"{label or 'a model call'} (in a sub-solve)"
+            above = self.parent.reserve(call, label=what, final=False)
         try:
             own = self._reserve(call, label, final)
         except BudgetExceededError:
