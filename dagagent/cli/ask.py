@@ -125,6 +125,8 @@ class AskProgress:
             RoundFinished,
             RoundStarted,
             RunStarted,
+            SubSolveFinished,
+            SubSolveStarted,
             TaskAgentEvent,
             TaskFinished,
             TaskParsed,
@@ -187,6 +189,18 @@ class AskProgress:
         elif isinstance(event, RoundFinished):
             if event.outcome in ("gave_up", "failed"):
                 self._line(f"round {event.round}: {event.outcome.replace('_', ' ')}")
+        elif isinstance(event, SubSolveStarted):
+            where = (
+                f"{event.task_id}[{event.element}]" if event.element is not None else event.task_id
+            )
+            what = "resumes" if event.resumed else "starts"
+            self._line(f"  {where}: {what} sub-solve {event.child_id}: {shorten(event.goal, 100)}")
+        elif isinstance(event, SubSolveFinished):
+            where = (
+                f"{event.task_id}[{event.element}]" if event.element is not None else event.task_id
+            )
+            why = f": {shorten(event.reason, 100)}" if event.status != "answered" else ""
+            self._line(f"  {where}: sub-solve {event.child_id} {event.status}{why}")
         elif isinstance(event, TaskParsed):  # streamed planning: a task is ready
             held = " (held until the plan is whole)" if event.held else ""
             self._line(f"  planned {event.task_id} after {event.since_s:.2f}s{held}")

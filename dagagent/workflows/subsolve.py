@@ -38,7 +38,9 @@ refuses one: ``sub_solve_too_deep``).
 **Records.** With a store, the child is a solve of its own (``dagagent show CHILD``), linked
 to its task: the parent solve, the run, the task and the map element
 (:class:`~dagagent.store.SolveLink`; ``SolveRecord.children`` lists a solve's children).
-Its model calls are its own records. **Resuming** the parent (after a pause, or a process
+Its model calls are its own records, and so are its events: the parent's listeners hear
+only :class:`~dagagent.events.SubSolveStarted` and ``SubSolveFinished`` (of every sub-solve
+below it). **Resuming** the parent (after a pause, or a process
 that died while a child ran) resumes each child that was under way from its records, without
 making its finished model calls again; a child that had answered gives its recorded answer.
 A child that pauses (a call waits for a person) pauses its task
@@ -54,6 +56,7 @@ import anyio
 import anyio.to_thread
 
 from ..errors import BudgetExceededError, StoreError, SubSolveError, SubSolveWaitingError
+from ..events import SubSolveFinished, SubSolveStarted
 from ..results import AgentStep, SolveStatus
 from ..run import new_run_id
 from ..store import ChildSolve, SolveLink
@@ -95,10 +98,39 @@ class SubSolves:
         if found is not None and found.status is SolveStatus.ANSWERED:
             return found.answer  # it answered before its parent's record said so
         if found is not None and found.status in (SolveStatus.PAUSED, SolveStatus.INTERRUPTED):
+            self._tell(
+                SubSolveStarted(
+                    **_where(link),
+                    child_id=found.solve_id,
+                    goal=found.goal,
+                    depth=owner.depth + 1,
+                    resumed=True,
+                )
+            )
             solution = await self._resume(found, node)
         else:
             solution = await self._start(node, link)
+        self._tell(
+            SubSolveFinished(
+                **_where(link),
+                child_id=solution.solve_id,
+                status=solution.status.value,
+                reason=solution.reason,
+            )
+        )
         return _outcome(solution, node.task.id)
+
+    def _tell(self, event: Any) -> None:
+        """An event of a sub-solve, to the listeners of its parent (and above)."""
+        try:
+            self.owner.emit(event)
+        except Exception as exc:  # a broken listener must not break the sub-solve
+            self.owner.log.warning("listener.failed", error=repr(exc), event_kind=event.kind)
+
+    def forward(self, event: Any) -> None:
+        """A child's listener: the sub-solve events of the children below it go up."""
+        if isinstance(event, (SubSolveStarted, SubSolveFinished)):
+            self._tell(event)
 
     async def _recorded(self, link: SolveLink) -> ChildSolve | None:
         """The latest child solve of ``link`` on record (``None`` without a store)."""
@@ -155,7 +187,7 @@ class SubSolves:
             options=options,
             settings=owner.settings,
             interceptors=_interceptors(owner),
-            listeners=(),
+            listeners=(self.forward,),
             store=owner.store,
             policy=owner.policy,
             confirm=None,
@@ -170,6 +202,11 @@ class SubSolves:
         )
         await state.record(
             "start_solve", goal=state.goal, options=options, parent=link, depth=state.depth
+        )
+        self._tell(
+            SubSolveStarted(
+                **_where(link), child_id=state.solve_id, goal=state.goal, depth=state.depth
+            )
         )
         owner.log.info("solve.sub_solve", task_id=node.task.id, child=state.solve_id)
         return await state.run()
@@ -192,7 +229,17 @@ class SubSolves:
             ledger=owner.ledger,
             depth=owner.depth + 1,
             above=owner.spending,
+            listeners=(self.forward,),
         )
+
+
+def _where(link: SolveLink) -> dict[str, Any]:
+    return {
+        "solve_id": link.solve_id,
+        "run_id": link.run_id,
+        "task_id": link.task_id,
+        "element": link.element,
+    }
 
 
 def _interceptors(owner: _Solve) -> tuple[Any, ...]:

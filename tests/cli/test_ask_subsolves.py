@@ -4,6 +4,7 @@ task of the plan gets a solve of its own, and ``show`` lists it under the task."
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -25,9 +26,15 @@ def test_ask_with_sub_solves(tmp_path: Path, model: Model) -> None:
     model.plan(weather("t", "Tokyo"))  # the sub-solve's plan
     model.decide(finish({"city": "Tokyo", "temp_c": 24.5}, ["t"]))  # the sub-solve's answer
     model.decide(finish("Tokyo is warmer.", ["paris", "tokyo"]))
-    doc = json.loads(user.ask("--sub-solves", "--json").stdout)
+    proc = user.ask("--sub-solves", "--json")
+    doc = json.loads(proc.stdout)
     assert doc["status"] == "answered" and doc["answer"] == "Tokyo is warmer."
     assert doc["usage"]["subsolves"]["calls"] == 2
+    started = re.search(
+        r"  tokyo: starts sub-solve ([0-9a-f]{12}): Find the weather in Tokyo", proc.stderr
+    )
+    assert started, proc.stderr
+    assert f"  tokyo: sub-solve {started.group(1)} answered" in proc.stderr
     (rnd,) = doc["rounds"]
     assert rnd["result"]["tasks"]["tokyo"]["output"] == {"city": "Tokyo", "temp_c": 24.5}
     assert sorted(user.calls()) == ["get_weather Paris", "get_weather Tokyo"]

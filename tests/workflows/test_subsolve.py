@@ -144,9 +144,16 @@ async def test_a_sub_solve_in_a_map_is_a_child_solve_per_element(
 ) -> None:
     store = tmp_path / "runs.db"
     router = Router()
+    events: list[Any] = []
     async with scripted(router, 6) as llm:  # parent plan + join, each child plan + join
         solution = await dagagent.solve(
-            GOAL, world.registry, llm, sub_solves=True, store=store, stream=stream
+            GOAL,
+            world.registry,
+            llm,
+            sub_solves=True,
+            store=store,
+            stream=stream,
+            listeners=[events.append],
         )
     assert solution.status is SolveStatus.ANSWERED, solution.reason
     assert router.seen == Counter(
@@ -164,6 +171,16 @@ async def test_a_sub_solve_in_a_map_is_a_child_solve_per_element(
     best = rnd.result.tasks["best"]
     assert best.status is TaskStatus.SUCCEEDED
     assert best.output == ["Acme", "Bolt"]  # each element's child's answer, in order
+    # the parent's listeners hear each child start and end, and nothing else of it
+    subs = [e for e in events if e.kind.startswith("subsolve.")]
+    assert sorted((e.kind, e.element) for e in subs) == [
+        ("subsolve.finished", 0),
+        ("subsolve.finished", 1),
+        ("subsolve.started", 0),
+        ("subsolve.started", 1),
+    ]
+    assert all(e.solve_id == solution.solve_id and e.task_id == "best" for e in subs)
+    assert {getattr(e, "solve_id", solution.solve_id) for e in events} == {solution.solve_id}
     assert world.calls == Counter({"list_regions": 1, "suppliers EU": 1, "suppliers US": 1})
     # the planner was told of sub-solves; so was the children's (depth 1 < MAX_SOLVE_DEPTH)
     assert '"solve": true' in router.prompts[GOAL]
