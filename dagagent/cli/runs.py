@@ -881,7 +881,7 @@ def _show_solve_record(solve: SolveRecord, *, verbose: bool = False) -> None:
     spent = solve.spent
     by_role = ", ".join(f"{role} {u.calls}" for role, u in solve.spent_by_role().items())
     line(f"model calls: {spent.summary()}" + (f" ({by_role})" if by_role else ""))
-    below = (solve.usage or {}).get("subsolves")
+    below = (solve.usage or {}).get("sub_solves")
     if below is not None and below.calls:
         line(f"and its sub-solves': {below.summary()} (each sub-solve's: dagagent show ID)")
     if solve.calls:

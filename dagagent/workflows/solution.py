@@ -20,7 +20,7 @@ __all__ = ["Round", "Solution", "SolveUsage"]
 
 class SolveUsage(BaseModel):
     """What a solve used, split by role: ``planner`` (planning and replanning, repairs
-    included), ``agents`` (agent tasks of every round) and ``joiner``, and ``subsolves``
+    included), ``agents`` (agent tasks of every round) and ``joiner``, and ``sub_solves``
     (every model call of its sub-solves, at any depth); each a :class:`~dagagent.llm.Usage`
     with its cost when the model's price is known."""
 
@@ -29,11 +29,11 @@ class SolveUsage(BaseModel):
     planner: Usage = Field(default_factory=Usage)
     agents: Usage = Field(default_factory=Usage)
     joiner: Usage = Field(default_factory=Usage)
-    subsolves: Usage = Field(default_factory=Usage)
+    sub_solves: Usage = Field(default_factory=Usage)
 
     @property
     def total(self) -> Usage:
-        return self.planner + self.agents + self.joiner + self.subsolves
+        return self.planner + self.agents + self.joiner + self.sub_solves
 
     def to_json_dict(self) -> dict[str, dict[str, Any]]:
         out = {
@@ -41,8 +41,8 @@ class SolveUsage(BaseModel):
             "agents": self.agents.to_json_dict(),
             "joiner": self.joiner.to_json_dict(),
         }
-        if not self.subsolves.empty:
-            out["subsolves"] = self.subsolves.to_json_dict()
+        if not self.sub_solves.empty:
+            out["sub_solves"] = self.sub_solves.to_json_dict()
         return {**out, "total": self.total.to_json_dict()}
 
     def summary(self) -> str:
@@ -52,7 +52,7 @@ class SolveUsage(BaseModel):
         text = (
             f"{t.calls} model call{'s' if t.calls != 1 else ''} (planner {self.planner.calls}, "
             f"agents {self.agents.calls}, joiner {self.joiner.calls}"
-            + (f", sub-solves {self.subsolves.calls}" if self.subsolves.calls else "")
+            + (f", sub-solves {self.sub_solves.calls}" if self.sub_solves.calls else "")
             + "), "
             f"{t.input_tokens} input + {t.output_tokens} output tokens"
         )

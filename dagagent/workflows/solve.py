@@ -323,7 +323,7 @@ class _Solve:
             planner=calls.usage("planner", "replanner"),
             agents=calls.usage("agent"),
             joiner=calls.usage("joiner"),
-            subsolves=self.spending.below,
+            sub_solves=self.spending.below,
         )
 
     async def end(

@@ -25,7 +25,7 @@ What a child gets from its parent:
   parent has left outside its joiner's reserve when the child starts. Each call of the child
   is reserved and spent on both ledgers: a child never spends more than its parent has left
   (children running at once share it), and what it spends counts for the parent
-  (``SolveUsage.subsolves``). A child that runs low asks its own joiner for an answer from
+  (``SolveUsage.sub_solves``). A child that runs low asks its own joiner for an answer from
   what it has, as a solve does;
 - **a deadline**: the task's ``timeout_s`` when it has one, and never later than the
   parent's own deadline. A child whose deadline passes ends ``timed_out`` (and its task

@@ -29,7 +29,7 @@ def test_ask_with_sub_solves(tmp_path: Path, model: Model) -> None:
     proc = user.ask("--sub-solves", "--json")
     doc = json.loads(proc.stdout)
     assert doc["status"] == "answered" and doc["answer"] == "Tokyo is warmer."
-    assert doc["usage"]["subsolves"]["calls"] == 2
+    assert doc["usage"]["sub_solves"]["calls"] == 2
     started = re.search(
         r"  tokyo: starts sub-solve ([0-9a-f]{12}): Find the weather in Tokyo", proc.stderr
     )

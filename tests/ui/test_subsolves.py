@@ -42,7 +42,7 @@ def test_the_solve_page_links_each_task_to_its_sub_solves(tmp_path: Path) -> Non
         child = client.get(f"/solves/{links[1]}")
         listed = client.get("/").text
     assert links == [eu, us]
-    assert re.search(r'data-fact="subsolves">4 · ', page)
+    assert re.search(r'data-fact="sub-solves">4 · ', page)
     assert f'id="sub-{run_id}-best"' in page  # the task's row in the timeline leads here
     assert f'<a href="#sub-{run_id}-best">' in page
     assert "Bolt &lt;script&gt;alert(1)&lt;/script&gt;" in page and made.XSS not in page

@@ -187,7 +187,7 @@ async def test_a_sub_solve_in_a_map_is_a_child_solve_per_element(
     assert '"solve": true' in router.prompts["Find the best steel supplier in EU"]
     # what the children spent counts for the parent
     assert solution.usage.planner.calls == 1 and solution.usage.joiner.calls == 1
-    assert solution.usage.subsolves.calls == 4
+    assert solution.usage.sub_solves.calls == 4
     assert solution.usage.total.calls == 6
     assert "sub-solves 4" in solution.usage.summary()
 
@@ -210,7 +210,7 @@ async def test_a_sub_solve_in_a_map_is_a_child_solve_per_element(
             assert [call.role for call in child.calls] == ["planner", "joiner"]
             assert child.options is not None and child.options["tools"] == ["suppliers"]
         assert [call.role for call in parent.calls] == ["planner", "joiner"]
-        assert parent.usage is not None and parent.usage["subsolves"].calls == 4
+        assert parent.usage is not None and parent.usage["sub_solves"].calls == 4
 
 
 async def test_a_when_condition_decides_whether_a_sub_solve_starts(
@@ -505,7 +505,7 @@ async def test_sub_solves_nest_down_to_the_deepest_level(world: World, tmp_path:
     assert set(seen.values()) == {1} and len(seen) == 6
     assert '"solve": true' in prompts["Find the best steel supplier in EU"]
     assert '"solve": true' not in prompts["Dig deeper into the market"]  # depth 2: none below it
-    assert solution.usage.subsolves.calls == 4  # the child's 2 and the grandchild's 2
+    assert solution.usage.sub_solves.calls == 4  # the child's 2 and the grandchild's 2
     with dagagent.RunStore(store) as st:
         (child,) = st.get_solve(solution.solve_id).children
         middle_record = st.get_solve(child.solve_id)
@@ -514,7 +514,7 @@ async def test_sub_solves_nest_down_to_the_deepest_level(world: World, tmp_path:
     assert middle_record.depth == 1 and deepest.depth == 2
     assert deepest.parent is not None and deepest.parent.solve_id == middle_record.solve_id
     assert middle_record.answer == "Acme" and deepest.answer == "Acme (deep)"
-    assert middle_record.usage is not None and middle_record.usage["subsolves"].calls == 2
+    assert middle_record.usage is not None and middle_record.usage["sub_solves"].calls == 2
 
 
 async def test_agent_tasks_and_sub_solves_in_one_plan(world: World, tmp_path: Path) -> None:
@@ -550,7 +550,7 @@ async def test_agent_tasks_and_sub_solves_in_one_plan(world: World, tmp_path: Pa
     assert tasks["eu"].output == "Acme" and tasks["eu"].steps is None
     assert tasks["note"].output == "Acme is first in the list." and tasks["note"].steps
     assert len(agent_turns) == 1 and "Say why Acme is best" in agent_turns[0]
-    assert solution.usage.agents.calls == 1 and solution.usage.subsolves.calls == 2
+    assert solution.usage.agents.calls == 1 and solution.usage.sub_solves.calls == 2
 
 
 def test_a_plan_diff_says_when_a_task_becomes_a_sub_solve() -> None:

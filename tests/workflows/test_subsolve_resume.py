@@ -83,7 +83,7 @@ async def test_a_parent_killed_while_a_child_ran_resumes_the_child(tmp_path: Pat
     best = solution.rounds[0].result.tasks["best"]  # type: ignore[union-attr]
     assert best.status is TaskStatus.SUCCEEDED and best.output == ["Acme", "Bolt"]
     # every call of the children counts, each once: 2 of EU's, 2 of US's (1 before the kill)
-    assert solution.usage.subsolves.calls == 4
+    assert solution.usage.sub_solves.calls == 4
     assert solution.usage.total.calls == 6
     with dagagent.RunStore(store) as st:
         parent = st.get_solve(first.solve_id)
