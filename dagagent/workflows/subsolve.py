@@ -180,7 +180,7 @@ class SubSolves:
         if deadline_s is not None:
             options["deadline_s"] = deadline_s
         state = new_state(
-            node.instruction,
+            node.instruction.strip(),
             node.tools,
             owner.llm,
             solve_id=new_run_id(),
