@@ -293,7 +293,10 @@ MIGRATIONS: list[Sequence[Migration]] = [
     # before it starts, and its outcome after it, keyed by run and idempotency key; how a call
     # left in doubt by a crash was resolved (see dagagent.store._effects).
     _EFFECTS,
-    # v13 (the sub-solves step; numbered by the order the steps were merged in): a sub-solve
+    # v13 (numbered by the order the steps were merged in): the run whose plan a replanner's
+    # call outside a solve revised (``dagagent replan RUN --model``): a plan not run names it.
+    ("ALTER TABLE model_calls ADD COLUMN replan_of TEXT",),
+    # v14 (the sub-solves step; numbered by the order the steps were merged in): a sub-solve
     # (a task with "solve": true) is a solve of its own, linked to the task of the solve that
     # started it: the parent solve, its round's run, the task and the map element (NULL for a
     # task that is not a map's), and how deep it is (0 for a solve no task started).
@@ -358,7 +361,8 @@ SCHEMA: tuple[str, ...] = (
     *_SOLVE_ROUNDS,
     *_APPROVALS,
     _RUN_PLANS,
-    *_MODEL_CALLS,
+    _MODEL_CALLS[0].removesuffix(")") + ", replan_of TEXT)",
+    *_MODEL_CALLS[1:],
     *_EFFECTS,
     _SOLVE_LINKS[-1],
 )
