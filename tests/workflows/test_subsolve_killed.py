@@ -4,6 +4,7 @@ resumes from another process: the sub-solve goes on in place, the payment is not
 
 from __future__ import annotations
 
+import importlib
 import json
 import sys
 import textwrap
@@ -33,7 +34,7 @@ PARENT = textwrap.dedent(
     import anyio, dagagent
     import dagagent.llm.openai  # the client ScriptedLLM.openai speaks through
     from dagagent.llm import ScriptedLLM, wire
-    from paytools import registry
+    from subsolve_paytools import registry
 
     async def main():
         llm = ScriptedLLM.openai([wire.openai_text(a) for a in sys.argv[2:4]])
@@ -55,7 +56,9 @@ def _decision(answer: str, cites: list[str]) -> str:
 async def test_a_solve_killed_in_a_sub_solve_resumes_it_in_place(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    (tmp_path / "paytools.py").write_text(TOOLS)
+    # A module name of its own: the tools bind their log's path when imported, and another
+    # test's module of the same name may already be imported in this process.
+    (tmp_path / "subsolve_paytools.py").write_text(TOOLS)
     log, store = tmp_path / "paid.log", tmp_path / "runs.db"
     solve_id = dagagent.new_run_id()
     proc = await anyio.run_process(
@@ -87,7 +90,8 @@ async def test_a_solve_killed_in_a_sub_solve_resumes_it_in_place(
 
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setenv("PAID_LOG", str(log))
-    import paytools
+    monkeypatch.delitem(sys.modules, "subsolve_paytools", raising=False)  # imported afresh
+    paytools = importlib.import_module("subsolve_paytools")
 
     answers = [_decision("paid ann 700", ["pay"]), _decision("ann is settled", ["ann"])]
     llm = ScriptedLLM.openai([wire.openai_text(a) for a in answers])  # the joiners, only
