@@ -65,6 +65,8 @@ from .errors import (
     SessionError as SessionError,
     SolveError as SolveError,
     StoreError as StoreError,
+    SubSolveError as SubSolveError,
+    SubSolveWaitingError as SubSolveWaitingError,
     TaskDeniedError as TaskDeniedError,
     TaskError as TaskError,
     TaskTimeoutError as TaskTimeoutError,

@@ -19,8 +19,9 @@ The tree::
     │   ├── TaskTimeoutError          the task ran past its timeout
     │   ├── TaskDeniedError           an interceptor / approval rule refused the call
     │   ├── TaskWaitingError          an ``ask`` rule waits for a person's later decision
-    │   │   └── CallInDoubtError      a side-effecting call whose outcome is unknown (its
-    │   │                             process died during it) waits for a person
+    │   │   ├── CallInDoubtError      a side-effecting call whose outcome is unknown (its
+    │   │   │                         process died during it) waits for a person
+    │   │   └── SubSolveWaitingError  a sub-solve's run waits for a person (``.solve_id``)
     │   ├── WorkerLostError           the remote worker running the tool died / was lost
     │   ├── MCPToolError              an MCP server answered a call with an error (isError)
     │   └── MCPServerLostError        the MCP server died, or is not connected, mid-call
@@ -43,6 +44,8 @@ The tree::
     ├── DeadlineError                 the deadline of a whole ``plan`` / ``ask`` passed
     ├── AgentError                    the ReAct agent cannot run (no llm, bad config)
     │   ├── AgentStoppedError         an agent task stopped without an answer (``.steps``)
+    │   ├── SubSolveError             a sub-solve ended without an answer (``.solve_id``,
+    │   │                             ``.status``), or could not start
     │   └── ReActFormatError          a reply in none of the ReAct shapes (also a ValueError)
     ├── StoreError                    the run store cannot be used / run not found
     ├── DecisionError                 a decision cannot be recorded, or a run resumed
@@ -113,6 +116,8 @@ __all__ = [
     "SessionError",
     "SolveError",
     "StoreError",
+    "SubSolveError",
+    "SubSolveWaitingError",
     "TaskDeniedError",
     "TaskError",
     "TaskTimeoutError",
@@ -279,6 +284,20 @@ class CallInDoubtError(TaskWaitingError):
         return str(self.args[0])
 
 
+class SubSolveWaitingError(TaskWaitingError):
+    """A sub-solve (a task with ``"solve": true``) paused: a call of its round's run waits
+    for a person's decision (``dagagent approvals`` lists it under that run). Its task waits
+    too; when the solve is resumed, the sub-solve goes on from its records."""
+
+    def __init__(self, reason: str, *, solve_id: str) -> None:
+        self.solve_id = solve_id
+        super().__init__(reason, tool="", rule="sub-solve")
+        self.args = (f"sub-solve {solve_id} waits for a person: {reason}",)
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
 #: The rule an in-doubt call waits under (``approvals.rule``): what ``dagagent approvals``
 #: shows, and how a person's decision finds its way back to the call.
 IN_DOUBT_RULE = "in doubt"
@@ -422,6 +441,18 @@ class AgentStoppedError(AgentError):
         self.detail = detail
         self.steps: list[AgentStep] = list(steps)
         self.result = result
+        super().__init__(message)
+
+
+class SubSolveError(AgentError):
+    """A sub-solve (a task with ``"solve": true``) ended without an answer: it gave up,
+    failed, ran out of its budget or time (``status``, and the reason in the message), or
+    could not start (its parent's budget had nothing left). Its task fails with it; the
+    record of the sub-solve (``solve_id``) keeps its rounds."""
+
+    def __init__(self, message: str, *, solve_id: str | None, status: str) -> None:
+        self.solve_id = solve_id
+        self.status = status
         super().__init__(message)
 
 

@@ -37,6 +37,8 @@ __all__ = [
     "RoundStarted",
     "RunFinished",
     "RunStarted",
+    "SubSolveFinished",
+    "SubSolveStarted",
     "TaskAgentEvent",
     "TaskDecision",
     "TaskElementFinished",
@@ -180,6 +182,39 @@ class RoundFinished:
 
 
 @dataclass(frozen=True, slots=True)
+class SubSolveStarted:
+    """Task ``task_id`` (its element ``element`` of a map, else ``None``) of run ``run_id``,
+    a round of solve ``solve_id``, started sub-solve ``child_id`` (at ``depth``) for ``goal``;
+    ``resumed``: one on record goes on. A sub-solve's own events stay with it; these two reach
+    the listeners of every solve above it."""
+
+    solve_id: str
+    child_id: str
+    run_id: str
+    task_id: str
+    element: int | None
+    goal: str
+    depth: int
+    resumed: bool = False
+    kind: str = field(default="subsolve.started", init=False)
+
+
+@dataclass(frozen=True, slots=True)
+class SubSolveFinished:
+    """Sub-solve ``child_id`` of task ``task_id`` ended: ``status`` (``answered``,
+    ``gave_up``...) and ``reason``."""
+
+    solve_id: str
+    child_id: str
+    run_id: str
+    task_id: str
+    element: int | None
+    status: str
+    reason: str = ""
+    kind: str = field(default="subsolve.finished", init=False)
+
+
+@dataclass(frozen=True, slots=True)
 class TaskParsed:
     """A task of a streamed plan, read and checked the moment the model finished writing it,
     ``since_s`` seconds after planning began. ``held``: it waits for the whole plan to
@@ -253,6 +288,8 @@ Event = Union[  # noqa: UP007 - a runtime alias, kept valid on 3.10
     RoundStarted,
     JoinerDecided,
     RoundFinished,
+    SubSolveStarted,
+    SubSolveFinished,
     TaskParsed,
     PlanExtended,
     ModelCallStarted,

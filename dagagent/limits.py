@@ -33,6 +33,7 @@ __all__ = [
     "DEFAULT_MAX_ELEMENTS",
     "DEFAULT_MAX_TASKS",
     "DEFAULT_STREAM_S",
+    "MAX_SOLVE_DEPTH",
     "PLAN_OVERHEAD_TOKENS",
     "agent_turn_tokens",
     "answer_tokens",
@@ -51,6 +52,11 @@ DEFAULT_ELEMENT_CONCURRENCY = 1_000
 #: How long one streamed model answer may last in all unless told otherwise
 #: (``ModelSettings.max_stream_s``; ``--stream-timeout`` on the command line).
 DEFAULT_STREAM_S = 900.0
+
+#: How deep solves nest: a solve's plan may hold sub-solves (tasks with ``"solve": true``),
+#: whose plans may hold sub-solves in turn, down to this depth (a top solve is at depth 0, its
+#: sub-solves at 1). The plan of a solve at this depth may hold none (``sub_solve_too_deep``).
+MAX_SOLVE_DEPTH = 2
 
 #: The most tasks a plan may have unless told otherwise (``max_tasks``).
 DEFAULT_MAX_TASKS = 50

@@ -97,6 +97,11 @@ def make_agent_runner(
     limits = limits if limits is not None else AgentLimits()
 
     async def run(node: AgentNode) -> tuple[Any, list[AgentStep] | None]:
+        if node.task.solve:  # a solve's agent runner takes these; a plain run's cannot
+            raise AgentError(
+                f"task {node.task.id!r} is a sub-solve ('solve': true): it runs only in a solve "
+                "given sub_solves=True (dagagent ask --sub-solves), not by the ReAct agent"
+            )
         agent = ReActAgent(
             cast(LLM, node.llm),  # what execute(llm=...) was given; the runner does not look
             node.tools,

@@ -217,6 +217,8 @@ class Policy:
             return await call_next(call)
         ledger, tool = call.ledger, call.tool
         mine = [(lim, lb) for lim, lb in self._limit_labels if lim.matches(tool)]
+        for lim, _ in mine:  # a resumed run's calls before its pause count too
+            ledger.carry(lim, lim.matches)
         passed: set[Limit] = set()  # a person let the call go beyond these
         while True:
             crossed = None

@@ -126,6 +126,8 @@ class AskProgress:
             RoundFinished,
             RoundStarted,
             RunStarted,
+            SubSolveFinished,
+            SubSolveStarted,
             TaskAgentEvent,
             TaskFinished,
             TaskParsed,
@@ -188,6 +190,18 @@ class AskProgress:
         elif isinstance(event, RoundFinished):
             if event.outcome in ("gave_up", "failed"):
                 self._line(f"round {event.round}: {event.outcome.replace('_', ' ')}")
+        elif isinstance(event, SubSolveStarted):
+            where = (
+                f"{event.task_id}[{event.element}]" if event.element is not None else event.task_id
+            )
+            what = "resumes" if event.resumed else "starts"
+            self._line(f"  {where}: {what} sub-solve {event.child_id}: {shorten(event.goal, 100)}")
+        elif isinstance(event, SubSolveFinished):
+            where = (
+                f"{event.task_id}[{event.element}]" if event.element is not None else event.task_id
+            )
+            why = f": {shorten(event.reason, 100)}" if event.status != "answered" else ""
+            self._line(f"  {where}: sub-solve {event.child_id} {event.status}{why}")
         elif isinstance(event, TaskParsed):  # streamed planning: a task is ready
             held = " (held until the plan is whole)" if event.held else ""
             self._line(f"  planned {event.task_id} after {event.since_s:.2f}s{held}")
@@ -319,6 +333,13 @@ def ask_cmd(
     max_concurrency: MaxConcurrencyOpt = None,
     max_attempts: MaxAttemptsOpt = 3,
     agent_tasks: AgentTasksOpt = False,
+    sub_solves: bool = typer.Option(
+        False,
+        "--sub-solves",
+        help='Allow sub-solves: tasks ("solve": true) whose sub-goal gets plan, run and join '
+        "rounds of its own, within what the solve's budget and deadline have left; each is "
+        "recorded as a solve of its own, under its task ('dagagent show SOLVE').",
+    ),
     no_schema: NoSchemaOpt = False,
     timeout: TimeoutOpt = 60.0,
     stream_timeout: StreamTimeoutOpt = None,
@@ -418,6 +439,7 @@ def ask_cmd(
             agent_tasks=agent_tasks,
             max_attempts=max_attempts,
             structured=not no_schema,
+            solve_depth=0 if sub_solves else None,
         )
     path = default_store_path(store)
     spec = recorded_tools_spec(tools, mcp or ())
@@ -464,6 +486,7 @@ def ask_cmd(
                         budget=budget,
                         prices=price_table,
                         deadline_s=deadline_left(deadline),
+                        sub_solves=sub_solves,
                     )
                 )
 

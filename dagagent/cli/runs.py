@@ -912,6 +912,8 @@ def _show_solve(solve: SolveRecord, run_id: str) -> None:
         cites = ", ".join(solve.cites) or "no task"
         out.print(f"answer (cites {cites}):", markup=False, highlight=False)
         out.print(printable(as_text(solve.answer), lines=True), markup=False, highlight=False)
+    for text in _children_lines(solve, run_id):
+        out.print(printable(text), markup=False, highlight=False)
     if rnd is not None and rnd.outcome == "paused" and solve.status == "paused":
         out.print(
             f"once decided, 'dagagent resume {run_id}' continues the solve",
@@ -935,6 +937,11 @@ def _show_solve_record(solve: SolveRecord, *, verbose: bool = False) -> None:
     head.append(f" ({n} round{'s' if n != 1 else ''})")
     out.print(head)
     line(f"goal: {solve.goal}")
+    if solve.parent is not None:
+        line(
+            f"a sub-solve (depth {solve.depth}) of {solve.parent.describe()} "
+            f"(dagagent show {solve.parent.solve_id})"
+        )
     took = f"; {solve.finished_at - solve.created:.1f} s" if solve.finished_at is not None else ""
     servers = sorted({c.server for c in solve.calls if c.server})
     models = ", ".join(solve.models) or "-"
@@ -945,6 +952,9 @@ def _show_solve_record(solve: SolveRecord, *, verbose: bool = False) -> None:
     spent = solve.spent
     by_role = ", ".join(f"{role} {u.calls}" for role, u in solve.spent_by_role().items())
     line(f"model calls: {spent.summary()}" + (f" ({by_role})" if by_role else ""))
+    below = (solve.usage or {}).get("sub_solves")
+    if below is not None and below.calls:
+        line(f"and its sub-solves': {below.summary()} (each sub-solve's: dagagent show ID)")
     if solve.calls:
         out.print(_calls_table(solve.calls))
         if any(c.estimated for c in solve.calls):
@@ -957,6 +967,9 @@ def _show_solve_record(solve: SolveRecord, *, verbose: bool = False) -> None:
         elif r.reason and r.outcome not in ("answered", "replan"):
             what += f": {shorten(r.reason, 200)}"
         line(f"round {r.round} (run {r.run_id or '-'}): {what}")
+        if r.run_id is not None:
+            for text in _children_lines(solve, r.run_id, indent="  "):
+                line(text)
     for c in solve.calls:
         if c.issues:
             line(f"call {c.seq} ({c.role}, round {c.round}) was rejected:")
@@ -973,6 +986,29 @@ def _show_solve_record(solve: SolveRecord, *, verbose: bool = False) -> None:
         out.print(printable(as_text(solve.answer), lines=True), markup=False, highlight=False)
     if not verbose and solve.calls:
         line("(-v prints what each model call wrote)")
+
+
+def _children_lines(solve: SolveRecord, run_id: str, *, indent: str = "") -> list[str]:
+    """The sub-solves the tasks of run ``run_id`` started, under each task: one line each,
+    with its element, id, status and answer (or why it has none)."""
+    from ..text import as_text, shorten
+
+    lines: list[str] = []
+    tasks = list(dict.fromkeys(c.link.task_id for c in solve.children if c.link.run_id == run_id))
+    for task_id in tasks:
+        children = solve.children_of(run_id, task_id)
+        lines.append(
+            f"{indent}task {task_id}: {len(children)} sub-solve{'s' if len(children) != 1 else ''}"
+            " (dagagent show ID)"
+        )
+        for c in children:
+            element = f"[{c.link.element}] " if c.link.element is not None else ""
+            if c.status.value == "answered":
+                said = shorten(as_text(c.answer), 120)
+            else:
+                said = shorten(c.reason, 160)
+            lines.append(f"{indent}  {element}{c.solve_id} {c.status.value}: {said}")
+    return lines
 
 
 def _calls_table(calls: Sequence[ModelCall]) -> Table:

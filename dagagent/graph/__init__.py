@@ -16,7 +16,15 @@ from ._graph import PlanGraph
 from ._growing import GrowingGraph, PlanChecker, TaskCheck, Watcher
 from ._maps import element_issues, element_schema, for_each_reference, map_issues
 from ._types import argument_type_issues, as_text, text_slots
-from ._validate import check_task, dependencies_of, dependency_graph, recorded_graph, validate
+from ._validate import (
+    check_task,
+    dependencies_of,
+    dependency_graph,
+    recorded_graph,
+    sub_solve_allowed,
+    sub_solve_issues,
+    validate,
+)
 
 __all__ = [
     "GrowingGraph",
@@ -36,6 +44,8 @@ __all__ = [
     "for_each_reference",
     "map_issues",
     "recorded_graph",
+    "sub_solve_allowed",
+    "sub_solve_issues",
     "text_slots",
     "validate",
 ]

@@ -34,7 +34,7 @@ from ..errors import Issue
 from ..plan import ID_RE, AgentTask, Plan, Task
 from ..references import Template
 from ._graph import PlanGraph
-from ._validate import check_task, dependencies_of
+from ._validate import check_task, dependencies_of, sub_solve_issues
 
 if TYPE_CHECKING:
     from ..tools import Registry
@@ -68,7 +68,8 @@ class PlanChecker:
     """Checks tasks one at a time against the tasks accepted before them.
 
     ``agent_tasks=False`` refuses agent tasks (code ``agent_task``), as the planner does when
-    its plans may hold tool calls only. ``known``: ids accepted in advance (tasks that
+    its plans may hold tool calls only; ``solve_depth`` says whether sub-solves may be held
+    (see :func:`~dagagent.graph.sub_solve_issues`). ``known``: ids accepted in advance (tasks that
     already ran; a new task may reference them).
 
     :meth:`check` checks a task against the tasks accepted so far; :meth:`take` does it for
@@ -82,9 +83,11 @@ class PlanChecker:
         *,
         agent_tasks: bool = True,
         known: tuple[str, ...] = (),
+        solve_depth: int | None = None,
     ) -> None:
         self.registry = registry
         self.agent_tasks = agent_tasks
+        self.solve_depth = solve_depth
         self.ids: set[str] = set(known)
         self.tasks: dict[str, Task] = {}  # accepted so far: what a map's list may be read from
         #: Tasks held until the tasks they name (not seen yet) are accepted, in arrival order,
@@ -165,7 +168,8 @@ class PlanChecker:
                     "not starting with '-' (dots are reserved for reference paths)",
                 )
             )
-        if not self.agent_tasks and isinstance(task, AgentTask):
+        issues.extend(sub_solve_issues((task,), self.solve_depth))
+        if not self.agent_tasks and isinstance(task, AgentTask) and not task.solve:
             issues.append(
                 Issue(
                     "agent_task",
@@ -175,7 +179,8 @@ class PlanChecker:
             )
         found, template, deps = check_task(task, self.ids, self.registry, tasks=self.tasks)
         for issue in found:
-            if issue.code == "missing_instruction" and not self.agent_tasks:
+            sub_solve = isinstance(task, AgentTask) and task.solve
+            if issue.code == "missing_instruction" and not self.agent_tasks and not sub_solve:
                 continue  # already said: agent_task
             issues.append(issue)
         return TaskCheck(task, issues, template, deps)

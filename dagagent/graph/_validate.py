@@ -23,6 +23,13 @@
 ``missing_instruction``     an agent task (no ``tool``) has no instruction
 ``agent_args``              an agent task has ``args`` (agents take an instruction, not args)
 ``tool_tools``              a tool task has ``tools`` (a tools subset is for agent tasks)
+``tool_solve``              a tool task has ``solve`` (a sub-solve is a task with an
+                            ``instruction``)
+``sub_solve``               a task is a sub-solve (``"solve": true``) where its plan may hold
+                            none: the solve was not given ``sub_solves=True``
+                            (:func:`sub_solve_issues`)
+``sub_solve_too_deep``      a sub-solve in the plan of a solve already
+                            :data:`~dagagent.limits.MAX_SOLVE_DEPTH` levels deep
 ==========================  =====================================================================
 
 Map tasks (``for_each``) add ``bad_for_each``, ``for_each_not_list``, ``element_outside_map``,
@@ -42,6 +49,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..conditions import condition_references, parse_condition
 from ..errors import ConditionSyntaxError, Issue, PlanLoadError, PlanValidationError
+from ..limits import MAX_SOLVE_DEPTH
 from ..plan import ID_RE, AgentTask, Plan, Task, ToolTask, read_plan
 from ..references import Template
 from ..text import did_you_mean, shorten
@@ -57,7 +65,55 @@ if TYPE_CHECKING:
     from ..llm import LLM
     from ..tools import Registry
 
-__all__ = ["check_task", "dependencies_of", "dependency_graph", "recorded_graph", "validate"]
+__all__ = [
+    "check_task",
+    "dependencies_of",
+    "dependency_graph",
+    "recorded_graph",
+    "sub_solve_allowed",
+    "sub_solve_issues",
+    "validate",
+]
+
+
+def sub_solve_allowed(depth: int | None) -> bool:
+    """Whether the plan of a solve at ``depth`` (``None``: a plan for no solve, or for a
+    solve without ``sub_solves``) may hold sub-solves."""
+    return depth is not None and depth < MAX_SOLVE_DEPTH
+
+
+def sub_solve_issues(tasks: Iterable[Task], depth: int | None) -> list[Issue]:
+    """The sub-solves (tasks with ``"solve": true``) among ``tasks`` that the plan of a solve at
+    ``depth`` may not hold (see :func:`sub_solve_allowed`): ``sub_solve`` when sub-solves are
+    not enabled, ``sub_solve_too_deep`` past :data:`~dagagent.limits.MAX_SOLVE_DEPTH`."""
+    if sub_solve_allowed(depth):
+        return []
+    issues = []
+    for t in tasks:
+        if not (isinstance(t, AgentTask) and t.solve):
+            continue
+        if depth is None:
+            issues.append(
+                Issue(
+                    "sub_solve",
+                    t.id,
+                    "the task is a sub-solve ('solve': true), and this plan may hold none: "
+                    "sub-solves run only inside a solve given sub_solves=True (dagagent ask "
+                    "--sub-solves); write the sub-goal as tasks of this plan",
+                )
+            )
+        else:
+            issues.append(
+                Issue(
+                    "sub_solve_too_deep",
+                    t.id,
+                    f"the task is a sub-solve ('solve': true), but this plan is already a "
+                    f"sub-solve {depth} level{'s' if depth != 1 else ''} deep, and solves nest "
+                    f"at most {MAX_SOLVE_DEPTH} deep: reach this sub-goal with tool tasks"
+                    " (or an agent task) instead",
+                )
+            )
+    return issues
 
 
 def _cycle_issues(graph: nx.DiGraph[str]) -> list[Issue]:

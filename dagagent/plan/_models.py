@@ -3,11 +3,14 @@
 **Two kinds of task**, one type each, sharing :class:`BaseTask` (``id``, ``depends_on``,
 ``when``, ``retries``, ``timeout_s``, ``description``, the map options): a :class:`ToolTask` calls a
 registered ``tool`` with ``args``; an :class:`AgentTask` gives an ``instruction`` to the ReAct
-micro-agent, with an optional ``tools`` subset. :data:`Task` is their union. A plan file has no
+micro-agent, with an optional ``tools`` subset; with ``"solve": true`` its sub-goal is reached
+by a solve of its own instead (a *sub-solve*, which runs only inside a solve: see
+:mod:`dagagent.workflows.subsolve`). :data:`Task` is their union. A plan file has no
 key naming the kind: a task with a ``tool`` (not ``null``) is a tool task, any other an agent
 task. A task that mixes the kinds (``tool`` and ``instruction``, an agent task with ``args``, a
-tool task with ``tools``) is reported as an issue of that task (``tool_and_instruction``,
-``agent_args``, ``tool_tools``) when the plan is read (see :mod:`._loading`).
+tool task with ``tools`` or ``solve``) is reported as an issue of that task
+(``tool_and_instruction``, ``agent_args``, ``tool_tools``, ``tool_solve``) when the plan is
+read (see :mod:`._loading`).
 
 **Task ids** must match ``[A-Za-z0-9_][A-Za-z0-9_-]{0,63}``: letters, digits, ``_`` and ``-``,
 at most 64 characters, not starting with ``-``. Dots are reserved: in a reference
@@ -92,6 +95,7 @@ _KEY_ORDER = {
             "timeout_s",
             "description",
             "tools",
+            "solve",
             "for_each",
             "max_concurrency",
             "allow_partial",
@@ -213,6 +217,13 @@ class AgentTask(BaseTask):
     tools: list[str] | None = Field(
         default=None, description="Agent task: the subset of tools the agent may use."
     )
+    solve: bool = Field(
+        default=False,
+        description=(
+            "Reach the sub-goal with a solve of its own (plan, run, join rounds) instead of "
+            "the ReAct agent: a sub-solve (see dagagent.workflows.subsolve)."
+        ),
+    )
 
     @property
     def template_source(self) -> str:
@@ -220,18 +231,22 @@ class AgentTask(BaseTask):
 
     @property
     def label(self) -> str:
-        return "agent"
+        return "sub-solve" if self.solve else "agent"
 
     @property
     def tool_names(self) -> tuple[str, ...] | None:
         return None if self.tools is None else tuple(self.tools)
 
     def fingerprint(self, resolved: Any) -> str:
-        return _fingerprint(self.id, None, self.tools, resolved)
+        return _fingerprint(self.id, None, self.tools, resolved, solve=self.solve)
 
 
-def _fingerprint(task_id: str, tool: str | None, tools: list[str] | None, resolved: Any) -> str:
+def _fingerprint(
+    task_id: str, tool: str | None, tools: list[str] | None, resolved: Any, *, solve: bool = False
+) -> str:
     payload = {"id": task_id, "tool": tool, "tools": tools, "input": jsonable(resolved)}
+    if solve:  # a sub-solve's answer is not an agent's, nor the other way round
+        payload["solve"] = True
     blob = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(blob.encode()).hexdigest()
 
@@ -284,8 +299,12 @@ def _as_tool_task(value: dict[str, Any], info: ValidationInfo) -> dict[str, Any]
     if data.get("tools") is not None:
         msg = "a tool task takes 'args', not 'tools' (a tools subset is for agent tasks)"
         _mixed(info, data, "tools", "tool_tools", msg)
+    if data.get("solve"):
+        msg = "a tool task calls its tool: 'solve' is for a task with an 'instruction'"
+        _mixed(info, data, "solve", "tool_solve", msg)
     data.pop("instruction", None)
     data.pop("tools", None)
+    data.pop("solve", None)
     return data
 
 
@@ -308,7 +327,8 @@ def _kind(value: Any) -> str | None:
     """The union member for ``value``: a task's kind, and whether its keys need tidying first."""
     if isinstance(value, dict):
         if value.get("tool") is not None:
-            return "tool" if "instruction" not in value and "tools" not in value else "tool?"
+            clean = "instruction" not in value and "tools" not in value and "solve" not in value
+            return "tool" if clean else "tool?"
         if "tool" in value or "args" in value or value.get("instruction") is None:
             return "agent?"
         return "agent"

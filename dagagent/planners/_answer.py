@@ -45,6 +45,7 @@ class StreamSettings(Protocol):
 
     registry: Registry
     agent_tasks: bool
+    solve_depth: int | None
     strict: bool
     replan_of: Any
     policy: Policy | None
@@ -74,7 +75,7 @@ def call_key(task: Task) -> str:
     if isinstance(task, ToolTask):
         call = [task.tool, None, task.args, None]
     else:
-        call = [None, task.instruction, {}, task.tools]
+        call = [None, task.instruction, {"solve": True} if task.solve else {}, task.tools]
     return json.dumps([*call, sorted(task.depends_on)], sort_keys=True, default=str)
 
 
@@ -89,7 +90,9 @@ class StreamedAnswer:
     ) -> None:
         self.owner = owner
         self.graph = graph
-        self.checker = PlanChecker(owner.registry, agent_tasks=owner.agent_tasks)
+        self.checker = PlanChecker(
+            owner.registry, agent_tasks=owner.agent_tasks, solve_depth=owner.solve_depth
+        )
         self.seeded = seeded
         self.held: list[TaskCheck] = []
         self.held_ids: set[str] = set()

@@ -48,7 +48,7 @@ from typing_extensions import Self, Unpack
 
 from ..errors import ConfigError, Issue, LLMUnsupportedOptionError, PlanningError
 from ..events import get_logger
-from ..graph import PlanGraph
+from ..graph import PlanGraph, sub_solve_allowed
 from ..limits import AGENT_TASK_TOKENS, DEFAULT_MAX_TASKS, call_tokens, plan_tokens
 from ..llm import (
     LLM,
@@ -247,6 +247,9 @@ class PlanningOptions(TypedDict, total=False):
     - ``structured`` (``True``): ``False`` sends no response format at all (for servers that
       reject ``response_format``; the prompt alone describes the format).
     - ``agent_tasks`` (``False``): the plan may also hold agent tasks (``instruction``).
+    - ``solve_depth`` (``None``): the plans are for a solve at this depth that may hold
+      sub-solves (``"solve": true``; 0: a top solve), down to
+      :data:`~dagagent.limits.MAX_SOLVE_DEPTH`; ``None``: they may hold none.
     - ``max_tasks`` (50): the most tasks a plan may have (``too_many_tasks``); with the
       registry's tools, it sets the default output limit (see
       :meth:`HealingPlanner.output_limit`).
@@ -258,6 +261,7 @@ class PlanningOptions(TypedDict, total=False):
     strict: bool | None
     structured: bool
     agent_tasks: bool
+    solve_depth: int | None
     max_tasks: int
     settings: ModelSettings | None
 
@@ -278,22 +282,32 @@ class HealingPlanner:
             raise ConfigError(f"max_attempts must be at least 1, not {max_attempts}")
         if isinstance(max_tasks, bool) or not isinstance(max_tasks, int) or max_tasks < 1:
             raise ConfigError(f"max_tasks must be at least 1, not {max_tasks!r}")
-        if not len(registry) and not agent_tasks:
+        solve_depth = options.get("solve_depth")
+        sub_solves = sub_solve_allowed(solve_depth)
+        if not len(registry) and not agent_tasks and not sub_solves:
             raise ConfigError("cannot plan with an empty registry: register some tools first")
         self.llm = llm
         self.registry = registry
         self.max_attempts = max_attempts
         self.agent_tasks = agent_tasks
+        self.solve_depth = solve_depth
+        #: Whether the plans may hold sub-solves (``solve_depth`` allows them).
+        self.sub_solves = sub_solves
         self.max_tasks = max_tasks
         self.settings = options.get("settings") or ModelSettings()
         self.temperature = self.settings.temperature
         # What one task of a plan for this registry takes to write, by kind of task.
         self._task_tokens = [call_tokens(t.name, t.parameters_schema) for t in registry]
-        if agent_tasks:
+        if agent_tasks or sub_solves:
             self._task_tokens.append(AGENT_TASK_TOKENS)
         self.max_tokens = self.output_limit()
         self.response_format: ResponseFormat | None = (
-            plan_response_format(registry, strict=options.get("strict"), agent_tasks=agent_tasks)
+            plan_response_format(
+                registry,
+                strict=options.get("strict"),
+                agent_tasks=agent_tasks,
+                sub_solves=sub_solves,
+            )
             if options.get("structured", True)
             else None
         )
@@ -381,6 +395,7 @@ class HealingPlanner:
                 null_optionals=self.strict,
                 agent_tasks=self.agent_tasks,
                 given=self.conversation.tasks() if self.conversation is not None else None,
+                solve_depth=self.solve_depth,
             )
             if graph is not None and len(graph.plan.tasks) > self.max_tasks:
                 issues = [

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import Issue, PlanLoadError, PlanValidationError
-from ..graph import PlanGraph, validate
+from ..graph import PlanGraph, sub_solve_issues, validate
 from ..plan import AgentTask, BaseTask, Task, read_plan
 from ..text import shorten
 from ..tools import Registry
@@ -69,6 +69,7 @@ def parse_plan_answer(
     null_optionals: bool = False,
     agent_tasks: bool = False,
     given: Mapping[str, Task] | None = None,
+    solve_depth: int | None = None,
 ) -> tuple[PlanGraph | None, list[Issue]]:
     """Read one model answer as a plan for ``goal`` and validate it against ``registry``.
 
@@ -78,6 +79,8 @@ def parse_plan_answer(
     followed a strict schema, so every ``null`` optional argument means that. ``given``:
     tasks the plan may reference without writing them (an earlier turn's outputs, see
     :mod:`dagagent.planners.conversation`); those it references are put in front of its tasks.
+    ``agent_tasks``: the plan may hold agent tasks; ``solve_depth``: sub-solves (see
+    :func:`dagagent.graph.sub_solve_issues`).
     """
     if finish_reason == "length":
         return None, [
@@ -101,6 +104,7 @@ def parse_plan_answer(
         plan, issues = read_plan(value)  # with the issues of tasks that mix the two kinds
     except PlanLoadError as exc:
         return None, exc.issues or [Issue("schema", None, str(exc))]
+    issues += sub_solve_issues(plan.tasks, solve_depth)
     if not agent_tasks:
         issues += [
             Issue(
@@ -109,7 +113,7 @@ def parse_plan_answer(
                 "the task has no 'tool': every task must call one of the listed tools",
             )
             for t in plan.tasks
-            if isinstance(t, AgentTask)
+            if isinstance(t, AgentTask) and not t.solve  # a sub-solve's issue is its own
         ]
     flagged = {i.task_id for i in issues}
     try:

@@ -44,7 +44,8 @@ TOOLS_MARKER = "{tools}"
 class LLMPlanner(HealingPlanner):
     """Turns goals into validated plans for ``registry`` with ``llm``.
 
-    - ``max_attempts``, ``strict``, ``structured``, ``agent_tasks``, ``max_tasks``,
+    - ``max_attempts``, ``strict``, ``structured``, ``agent_tasks``, ``solve_depth``,
+      ``max_tasks``,
       ``settings`` (a :class:`~dagagent.llm.ModelSettings`): see
       :class:`~dagagent.planners.heal.PlanningOptions`.
     - ``system_prompt``: a system prompt of one's own, instead of the generated one;
@@ -78,7 +79,9 @@ class LLMPlanner(HealingPlanner):
         if self._system is None:
             own = self.own_prompt
             if own is None:
-                self._system = system_prompt(self.registry, agent_tasks=self.agent_tasks)
+                self._system = system_prompt(
+                    self.registry, agent_tasks=self.agent_tasks, sub_solves=self.sub_solves
+                )
             else:
                 catalog = tool_catalog(self.registry)
                 skills = planner_skills(self.registry, agent_tasks=self.agent_tasks)

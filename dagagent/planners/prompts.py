@@ -207,6 +207,11 @@ A task may instead be an agent task, for a sub-goal that needs several tool call
  "tools": [<tool names the agent may use>], "depends_on": [<id>, ...]}
 Prefer plain tool tasks whenever one call does the job."""
 
+_SUB_SOLVE = """\
+A task with an "instruction" and "solve": true is a sub-solve: a sub-goal that gets a plan of its
+own, run and judged in rounds; its output is that sub-goal's answer. Use one only for a sub-goal
+too large for one agent (say one per region with "for_each"); never for a single look-up."""
+
 _REFERENCES = """\
 To use the output of another task, write a reference in an argument:
 - "${id}" is the whole output of task id; "${id.key}" or "${id.key.0}" walks into it
@@ -255,9 +260,14 @@ them."""
 
 
 def system_prompt(
-    registry: Registry, *, agent_tasks: bool = False, replanning: bool = False
+    registry: Registry,
+    *,
+    agent_tasks: bool = False,
+    replanning: bool = False,
+    sub_solves: bool = False,
 ) -> str:
-    """The system prompt of the planner (and, with ``replanning=True``, the replanner)."""
+    """The system prompt of the planner (and, with ``replanning=True``, the replanner);
+    ``sub_solves``: its plans may hold sub-solves (three lines say how)."""
     role = "You revise plans that partly failed." if replanning else "You are a planner."
     parts = [
         f"{role} You turn a goal into a plan: a set of tasks, each one call of a tool, "
@@ -271,6 +281,8 @@ def system_prompt(
         parts.insert(2, skills)
     if agent_tasks:
         parts.append(_AGENT_FORMAT)
+    if sub_solves:
+        parts.append(_SUB_SOLVE)
     parts += [_REFERENCES, _MAP, _PARALLEL, _EXAMPLE, DATA_NOTE]
     return "\n\n".join(parts)
 

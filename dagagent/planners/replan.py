@@ -50,7 +50,7 @@ def _succeeded(results: Mapping[str, TaskResult]) -> list[str]:
 def _call(task: Task) -> str:
     if isinstance(task, ToolTask):
         return f"{task.tool}({shorten(task.args, 120)})"
-    return f"agent: {shorten(task.instruction, 120)}"
+    return f"{'sub-solve' if task.solve else 'agent'}: {shorten(task.instruction, 120)}"
 
 
 def replan_warnings(old: Plan, new: Plan, results: Mapping[str, TaskResult]) -> list[Issue]:
@@ -115,7 +115,10 @@ class LLMReplanner(HealingPlanner):
         """The conversation the first attempt sends."""
         if self._system is None:
             self._system = system_prompt(
-                self.registry, agent_tasks=self.agent_tasks, replanning=True
+                self.registry,
+                agent_tasks=self.agent_tasks,
+                replanning=True,
+                sub_solves=self.sub_solves,
             )
         text = replan_user_prompt(
             goal, plan, results, output_chars=self.output_chars, feedback=feedback

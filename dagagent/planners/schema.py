@@ -176,7 +176,7 @@ def _tool_variant(tool: Tool, strict: bool, defs: dict[str, Any], problems: list
     return variant
 
 
-def _agent_variant(names: list[str], strict: bool) -> dict[str, Any]:
+def _agent_variant(names: list[str], strict: bool, sub_solves: bool = False) -> dict[str, Any]:
     tools_schema: dict[str, Any] = {
         "type": "array",
         "items": {"type": "string", "enum": names},
@@ -192,6 +192,11 @@ def _agent_variant(names: list[str], strict: bool) -> dict[str, Any]:
         "depends_on": {"type": "array", "items": dict(_ID_SCHEMA)},
         **_map_properties(strict),
     }
+    if sub_solves:
+        properties["solve"] = {
+            "type": "boolean",
+            "description": "true: reach the sub-goal with plans of its own (a sub-solve)",
+        }
     return {
         "type": "object",
         "description": "an agent task: a sub-goal that needs several steps or judgement",
@@ -202,13 +207,13 @@ def _agent_variant(names: list[str], strict: bool) -> dict[str, Any]:
 
 
 def _build(
-    registry: Registry, *, strict: bool, agent_tasks: bool
+    registry: Registry, *, strict: bool, agent_tasks: bool, sub_solves: bool = False
 ) -> tuple[dict[str, Any], list[str]]:
     problems: list[str] = []
     defs: dict[str, Any] = {}
     variants: list[Any] = [_tool_variant(t, strict, defs, problems) for t in registry]
-    if agent_tasks:
-        variants.append(_agent_variant(sorted(registry.names), strict))
+    if agent_tasks or sub_solves:
+        variants.append(_agent_variant(sorted(registry.names), strict, sub_solves))
     if not variants:
         problems.append("the registry has no tools")
     items: dict[str, Any] = {"anyOf": variants} if len(variants) != 1 else variants[0]
@@ -233,15 +238,22 @@ def _build(
 
 
 def plan_json_schema(
-    registry: Registry, *, strict: bool = False, agent_tasks: bool = False
+    registry: Registry,
+    *,
+    strict: bool = False,
+    agent_tasks: bool = False,
+    sub_solves: bool = False,
 ) -> dict[str, Any]:
     """The JSON Schema of a plan for ``registry`` (see the module docstring).
 
     ``strict=True`` produces OpenAI strict-mode form and raises :class:`ConfigError` naming
     every tool argument that strict mode cannot express. ``agent_tasks=True`` adds a
-    variant for agent tasks (``instruction`` + optional ``tools`` subset).
+    variant for agent tasks (``instruction`` + optional ``tools`` subset);
+    ``sub_solves=True`` adds it with a ``solve`` flag (a sub-solve).
     """
-    schema, problems = _build(registry, strict=strict, agent_tasks=agent_tasks)
+    schema, problems = _build(
+        registry, strict=strict, agent_tasks=agent_tasks, sub_solves=sub_solves
+    )
     if strict and problems:
         raise ConfigError("the plan schema cannot be strict: " + "; ".join(dict.fromkeys(problems)))
     return schema
@@ -253,12 +265,18 @@ def strict_problems(registry: Registry, *, agent_tasks: bool = False) -> list[st
 
 
 def plan_response_format(
-    registry: Registry, *, strict: bool | None = None, agent_tasks: bool = False
+    registry: Registry,
+    *,
+    strict: bool | None = None,
+    agent_tasks: bool = False,
+    sub_solves: bool = False,
 ) -> ResponseFormat:
     """The structured-output request for a plan: not strict unless ``strict=True`` (a strict
     schema makes the model write every field of every task, ``null`` and ``[]`` included,
     which costs output tokens and time for nothing a plan needs)."""
-    schema = plan_json_schema(registry, strict=bool(strict), agent_tasks=agent_tasks)
+    schema = plan_json_schema(
+        registry, strict=bool(strict), agent_tasks=agent_tasks, sub_solves=sub_solves
+    )
     return ResponseFormat(PLAN_FORMAT_NAME, schema, strict=bool(strict))
 
 

@@ -150,6 +150,7 @@ class _Streamer:
         self.llm = planner.llm
         self.registry = registry
         self.agent_tasks = planner.agent_tasks
+        self.solve_depth = planner.solve_depth
         self.strict = planner.strict
         self.max_attempts = planner.max_attempts
         self.temperature = planner.temperature

@@ -20,6 +20,7 @@ _FIELDS = (
     "instruction",
     "args",
     "tools",
+    "solve",
     "depends_on",
     "when",
     "retries",
@@ -95,7 +96,7 @@ def _value_changes(path: str, old: Any, new: Any) -> Iterator[Change]:
 
 
 # What a field of the other kind reads as: a tool task has no instruction, an agent no args.
-_ABSENT_FIELD: dict[str, Any] = {"args": {}}
+_ABSENT_FIELD: dict[str, Any] = {"args": {}, "solve": False}
 
 
 def _task_changes(old: Task, new: Task) -> list[Change]:
@@ -137,7 +138,8 @@ def _describe_task(task: Task) -> str:
     if isinstance(task, ToolTask):
         text = f"{task.tool}({shorten(task.args, 60)})"
     else:
-        text = f"agent: {shorten(task.instruction, 60)}"
+        kind = "sub-solve" if task.solve else "agent"
+        text = f"{kind}: {shorten(task.instruction, 60)}"
     if task.depends_on:
         text += f" after {', '.join(task.depends_on)}"
     return text

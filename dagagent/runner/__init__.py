@@ -36,7 +36,7 @@ from ._calls import (
     invoke_local,
 )
 from ._effects import Effects
-from ._ledger import CallLedger, Clock, Crossing
+from ._ledger import CallLedger, Clock, Crossing, recorded_calls
 from ._redaction import Redaction
 from ._reuse import task_fingerprint
 from ._task import TaskRunner
@@ -59,5 +59,6 @@ __all__ = [
     "ToolCalls",
     "ToolInvocation",
     "invoke_local",
+    "recorded_calls",
     "task_fingerprint",
 ]

@@ -4,6 +4,11 @@ The runner knows no agent type. An agent task is run by an :data:`AgentTaskRunne
 agent's is :func:`dagagent.agent.run_agent_node`), a callable that gets an :class:`AgentNode`
 and returns the answer with the steps taken. The model is opaque here: the runner passes on
 what ``execute(llm=...)`` was given, and the agent runner knows what to do with it.
+
+A sub-solve (an agent task with ``"solve": true``) comes through the same seam: a solve gives
+its runs an agent runner that reaches such a task's sub-goal with a solve of its own
+(:mod:`dagagent.workflows.subsolve`). Its ``timeout_s`` is that solve's deadline, which it
+keeps itself (ending ``timed_out`` with what it got), so the runner does not impose it.
 """
 
 from __future__ import annotations
@@ -50,6 +55,8 @@ class AgentNode:
     #: of failing. An agent runner returns a :class:`~dagagent.results.PartialAnswer` for
     #: the stops of its own (its deadline, step or token budget).
     best_so_far: bool = True
+    #: A map task's element: its index in the list (``None`` for a task that is not a map).
+    element: int | None = None
 
     def partial_steps(self) -> list[AgentStep] | None:
         """The steps taken so far (``None`` when there are none or they cannot be had)."""

@@ -13,16 +13,30 @@ is not a call of the tool), in the same step as the call is counted: concurrent 
 never get past a limit together. A call that would cross one fails its task with
 :class:`~dagagent.errors.ToolLimitError`, which is never retried. Time comes from the
 ledger's ``clock`` (``time.monotonic`` unless given one: tests give a clock they move).
+
+**A resumed run** (or solve) counts on from its record (:func:`recorded_calls`,
+:meth:`CallLedger.restore`): each call that reached a tool before the pause counts, and the
+last one's start (a Unix time on record) starts the tool's cool-down again. A policy's limit
+counts the recorded calls of the tools it matches the first time it is checked
+(:meth:`CallLedger.carry`). The record cannot tell a call a cache answered from one that
+reached its tool: such a call counts (the limits fail closed).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-__all__ = ["CallLedger", "Clock", "Crossing"]
+from ..plan import AgentTask, ToolTask
+from ..results import TaskResult, TaskStatus
+
+if TYPE_CHECKING:
+    from ..plan import Task
+    from ..tools import Registry, Tool
+
+__all__ = ["CallLedger", "Clock", "Crossing", "recorded_calls"]
 
 Clock = Callable[[], float]
 """Seconds, from any origin, that never go back (``time.monotonic``)."""
@@ -45,6 +59,9 @@ class CallLedger:
         self.scope = scope
         self._count: dict[Hashable, int] = {}
         self._last: dict[Hashable, float] = {}
+        # What a resumed run's record says each tool was called: (calls, last start, Unix).
+        self._before: dict[Tool, tuple[int, float | None]] = {}
+        self._carried: set[Hashable] = set()
 
     def __repr__(self) -> str:
         return f"CallLedger(scope={self.scope!r}, {sum(self._count.values())} calls)"
@@ -86,3 +103,85 @@ class CallLedger:
         """Count a call of ``key`` starting now."""
         self._count[key] = self._count.get(key, 0) + 1
         self._last[key] = self.clock()
+
+    def restore(self, counts: Mapping[Tool, tuple[int, float | None]]) -> None:
+        """Count the calls a record says each tool made before a resume (see
+        :func:`recorded_calls`): ``{tool: (calls, start of the last one, a Unix time)}``."""
+        for tool, (calls, last_at) in counts.items():
+            before, at = self._before.get(tool, (0, None))
+            self._before[tool] = (before + calls, _later(at, last_at))
+            self._add(tool.name, calls, last_at)
+
+    def carry(self, key: Hashable, matches: Callable[[Tool], bool]) -> None:
+        """Count for ``key`` (a policy's limit) the restored calls of the tools it
+        ``matches``, once: the first time it is checked."""
+        if key in self._carried or not self._before:
+            return
+        self._carried.add(key)
+        calls, last_at = 0, None
+        for tool, (n, at) in self._before.items():
+            if matches(tool):
+                calls += n
+                last_at = _later(last_at, at)
+        self._add(key, calls, last_at)
+
+    def _add(self, key: Hashable, calls: int, last_at: float | None) -> None:
+        if calls <= 0:
+            return
+        self._count[key] = self._count.get(key, 0) + calls
+        if last_at is not None:
+            last = self.clock() - max(0.0, time.time() - last_at)  # on this ledger's clock
+            self._last[key] = max(self._last.get(key, last), last)
+
+
+def _later(a: float | None, b: float | None) -> float | None:
+    return b if a is None else a if b is None else max(a, b)
+
+
+def recorded_calls(
+    tasks: Iterable[Task], results: Mapping[str, TaskResult], registry: Registry
+) -> dict[Tool, tuple[int, float | None]]:
+    """The calls of each tool of ``registry`` that the recorded ``results`` of a run of
+    ``tasks`` made, and when the last one started (see :meth:`CallLedger.restore`): a tool
+    task's attempts (an element's, for a map), less one refused by a guardrail; an agent's
+    calls that had an observation and were not refused. A task denied, waiting, reused or
+    never started made none."""
+    out: dict[Tool, tuple[int, float | None]] = {}
+
+    def add(name: str, calls: int, at: float | None) -> None:
+        if calls <= 0 or name not in registry:
+            return
+        tool = registry.get(name)
+        n, last = out.get(tool, (0, None))
+        out[tool] = (n + calls, _later(last, at))
+
+    def of_result(task: Task, r: TaskResult) -> None:
+        if r.elements:
+            for element in r.elements:
+                of_result(task, element)
+            return
+        if r.started_at is None or r.status not in _MADE_CALLS:
+            return
+        if isinstance(task, ToolTask):
+            if r.status is TaskStatus.WAITING:  # its call waits for a person: not made
+                return
+            refused = 1 if r.error_type in ("ToolLimitError", "TaskDeniedError") else 0
+            add(task.tool, r.attempts - refused, r.started_at)
+        elif isinstance(task, AgentTask):
+            for step in r.steps or ():
+                for call in step.calls:
+                    seen = call.observation
+                    if seen is not None and not seen.startswith(("refused", "denied")):
+                        add(call.tool, 1, r.started_at)
+
+    for task in tasks:
+        result = results.get(task.id)
+        if result is not None:
+            of_result(task, result)
+    return out
+
+
+# The statuses of a task that may have reached its tool (a map's: of an element).
+_MADE_CALLS = frozenset(
+    {TaskStatus.SUCCEEDED, TaskStatus.FAILED, TaskStatus.CANCELLED, TaskStatus.WAITING}
+)

@@ -356,13 +356,18 @@ class TaskRunner:
 
     async def _attempt_agent(self, task: AgentTask, run: TaskRun) -> Any:
         llm, agent_runner = self.llm, self.agent_runner
+        if (llm is None or agent_runner is None) and task.solve:
+            raise AgentError(
+                "this task is a sub-solve ('solve': true): it runs only in a solve given "
+                "sub_solves=True (dagagent ask --sub-solves), not in a run of its own"
+            )
         if llm is None or agent_runner is None:
             raise AgentError(
                 "this is an agent task (it has an 'instruction') and needs a model: pass "
                 "llm=... to execute(), or --model to the CLI"
             )
         node = self._agent_node(task, run, llm)
-        timeout = task.timeout_s
+        timeout = task.timeout_s if not task.solve else None  # a sub-solve's own deadline
         serving = otel.AGENT_TASK.set((self.run_id, run.task_id))  # its model calls' task
         try:
             with anyio.fail_after(timeout) as scope:  # None: no limit
@@ -431,6 +436,7 @@ class TaskRunner:
             llm,
             on_event=self._agent_events(task.id) if self.emit is not None else None,
             resume_steps=resume,
+            element=run.element,
         )
 
     def _agent_events(self, task_id: str) -> Callable[..., None]:

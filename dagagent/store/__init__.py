@@ -71,6 +71,7 @@ from ._sessions import SESSION_NAME_RE, check_session_name
 from ._store import DEFAULT_FLUSH_INTERVAL_S, RunStore, default_store_path
 from .models import (
     ApprovalRecord,
+    ChildSolve,
     DamagedRun,
     EffectRecord,
     RoundRecord,
@@ -79,6 +80,7 @@ from .models import (
     SessionRecord,
     SessionSummary,
     SessionTurnRecord,
+    SolveLink,
     SolveRecord,
     SolveSummary,
 )
@@ -92,6 +94,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "SESSION_NAME_RE",
     "ApprovalRecord",
+    "ChildSolve",
     "DamagedRun",
     "EffectRecord",
     "Migration",
@@ -104,6 +107,7 @@ __all__ = [
     "SessionRecord",
     "SessionSummary",
     "SessionTurnRecord",
+    "SolveLink",
     "SolveRecord",
     "SolveSummary",
     "StoreLocation",

@@ -68,6 +68,14 @@ _APPROVALS = (
         ) WITHOUT ROWID""",
     "CREATE INDEX approvals_by_state ON approvals (state, run_id)",
 )
+_SOLVE_LINKS = (
+    "ALTER TABLE solves ADD COLUMN parent_solve_id TEXT",
+    "ALTER TABLE solves ADD COLUMN parent_run_id TEXT",
+    "ALTER TABLE solves ADD COLUMN parent_task_id TEXT",
+    "ALTER TABLE solves ADD COLUMN parent_element INTEGER",
+    "ALTER TABLE solves ADD COLUMN depth INTEGER NOT NULL DEFAULT 0",
+    "CREATE INDEX solves_by_parent ON solves (parent_solve_id, parent_run_id, parent_task_id)",
+)
 _RUN_PLANS = """CREATE TABLE run_plans (
             run_id TEXT PRIMARY KEY REFERENCES runs (id) ON DELETE CASCADE,
             plan TEXT NOT NULL
@@ -359,6 +367,11 @@ MIGRATIONS: list[Sequence[Migration]] = [
     # object there) holds as well is dropped from the call's row, which says where it is
     # (``output_in``); an index finds the calls of a task when its row is written.
     ("ALTER TABLE effects ADD COLUMN output_in TEXT", _EFFECTS_BY_TASK, _outputs_once),
+    # v16 (the sub-solves step; numbered by the order the steps were merged in): a sub-solve
+    # (a task with "solve": true) is a solve of its own, linked to the task of the solve that
+    # started it: the parent solve, its round's run, the task and the map element (NULL for a
+    # task that is not a map's), and how deep it is (0 for a solve no task started).
+    _SOLVE_LINKS,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -414,7 +427,8 @@ SCHEMA: tuple[str, ...] = (
             usage TEXT,
             finished_at REAL,
             pid INTEGER
-        , options TEXT)""",
+        , options TEXT, parent_solve_id TEXT, parent_run_id TEXT, parent_task_id TEXT, """
+    """parent_element INTEGER, depth INTEGER NOT NULL DEFAULT 0)""",
     *_SOLVE_ROUNDS,
     *_APPROVALS,
     _RUN_PLANS,
@@ -424,6 +438,7 @@ SCHEMA: tuple[str, ...] = (
     *_EFFECTS[1:],
     *_SESSIONS,
     _EFFECTS_BY_TASK,
+    _SOLVE_LINKS[-1],
 )
 
 

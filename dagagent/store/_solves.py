@@ -23,7 +23,7 @@ from ..results import RunStatus, SolveStatus
 from ._codec import from_column, to_column
 from ._ids import check_run_id
 from ._model_calls import ModelCallQueries
-from .models import RoundRecord, SolveRecord, SolveSummary
+from .models import ChildSolve, RoundRecord, SolveLink, SolveRecord, SolveSummary
 
 __all__ = ["SolveQueries"]
 
@@ -35,20 +35,33 @@ class SolveQueries(ModelCallQueries):
     # -- writing ----------------------------------------------------------------------------
 
     def start_solve(
-        self, solve_id: str, goal: str, *, options: Mapping[str, Any] | None = None
+        self,
+        solve_id: str,
+        goal: str,
+        *,
+        options: Mapping[str, Any] | None = None,
+        parent: SolveLink | None = None,
+        depth: int = 0,
     ) -> None:
         """Record that solve ``solve_id`` (12 hex digits, like a run id) has begun, with the
-        ``options`` a resume of it needs (JSON-able: rounds, failure policy...)."""
+        ``options`` a resume of it needs (JSON-able: rounds, failure policy...); a sub-solve
+        with the task it comes from (``parent``) and its ``depth``."""
         solve_id = check_run_id(solve_id, prefix=False)
         self._query(
-            "INSERT INTO solves (id, goal, created, status, pid, options) "
-            "VALUES (?, ?, ?, 'running', ?, ?)",
+            "INSERT INTO solves (id, goal, created, status, pid, options, parent_solve_id, "
+            "parent_run_id, parent_task_id, parent_element, depth) "
+            "VALUES (?, ?, ?, 'running', ?, ?, ?, ?, ?, ?, ?)",
             (
                 solve_id,
                 goal,
                 time.time(),
                 os.getpid(),
                 to_column(dict(options)) if options is not None else None,
+                parent.solve_id if parent is not None else None,
+                parent.run_id if parent is not None else None,
+                parent.task_id if parent is not None else None,
+                parent.element if parent is not None else None,
+                depth,
             ),
         )
 
@@ -143,7 +156,8 @@ class SolveQueries(ModelCallQueries):
         solve_id = check_run_id(solve_id, prefix=False)
         rows = self._query(
             "SELECT id, goal, created, status, reason, answer, cites, run_id, usage, "
-            "finished_at, pid, options FROM solves WHERE id = ?",
+            "finished_at, pid, options, parent_solve_id, parent_run_id, parent_task_id, "
+            "parent_element, depth FROM solves WHERE id = ?",
             (solve_id,),
         )
         if not rows:
@@ -197,7 +211,47 @@ class SolveQueries(ModelCallQueries):
             rounds=rounds,
             options=from_column(r[11]),
             calls=self.model_calls(solve_id=solve_id),
+            parent=SolveLink(solve_id=r[12], run_id=r[13], task_id=r[14], element=r[15])
+            if r[12] is not None
+            else None,
+            depth=r[16] or 0,
+            children=self.child_solves(solve_id),
         )
+
+    def child_solves(self, solve_id: str, *, of: SolveLink | None = None) -> list[ChildSolve]:
+        """The sub-solves the tasks of solve ``solve_id`` started, oldest first (see
+        :meth:`get_solve`: ``SolveRecord.children``); ``of``: only those of that task (and
+        element) of that run."""
+        from ._lease import effective_status
+
+        sql = (
+            "SELECT id, goal, created, status, pid, reason, answer, parent_run_id, "
+            "parent_task_id, parent_element FROM solves WHERE parent_solve_id = ?"
+        )
+        params: list[Any] = [solve_id]
+        if of is not None:
+            sql += " AND parent_run_id = ? AND parent_task_id = ? AND parent_element IS ?"
+            params += [of.run_id, of.task_id, of.element]
+        out = []
+        known = {s.value for s in SolveStatus}
+        for row in self._query(sql + " ORDER BY created, rowid", params):
+            status = effective_status(row[3], row[4])
+            if status not in known:  # damaged: its own record says so
+                continue
+            out.append(
+                ChildSolve(
+                    solve_id=row[0],
+                    goal=row[1],
+                    created=row[2],
+                    status=SolveStatus(status),
+                    reason=row[5] or "",
+                    answer=from_column(row[6]),
+                    link=SolveLink(
+                        solve_id=solve_id, run_id=row[7], task_id=row[8], element=row[9]
+                    ),
+                )
+            )
+        return out
 
     def resolve_solve(self, ref: str) -> str | None:
         """The full id of the solve ``ref`` names (a full id or a unique prefix of at least 4
@@ -221,8 +275,8 @@ class SolveQueries(ModelCallQueries):
         from ._lease import effective_status
 
         sql = (
-            "SELECT id, goal, created, finished_at, status, pid, reason, answer FROM solves "
-            "ORDER BY created DESC, rowid DESC"
+            "SELECT id, goal, created, finished_at, status, pid, reason, answer, "
+            "parent_solve_id FROM solves ORDER BY created DESC, rowid DESC"
         )
         params: tuple[Any, ...] = ()
         if limit is not None:
@@ -267,6 +321,7 @@ class SolveQueries(ModelCallQueries):
                     if spend is not None
                     else Usage(),
                     models=spend.models if spend is not None else [],
+                    parent_solve_id=r[8],
                 )
             )
         return out

@@ -25,6 +25,7 @@ from ..results import (
 
 __all__ = [
     "ApprovalRecord",
+    "ChildSolve",
     "DamagedRun",
     "EffectRecord",
     "RoundRecord",
@@ -33,6 +34,7 @@ __all__ = [
     "SessionRecord",
     "SessionSummary",
     "SessionTurnRecord",
+    "SolveLink",
     "SolveRecord",
     "SolveSummary",
 ]
@@ -200,6 +202,38 @@ class RoundRecord(BaseModel):
         return self.model_dump(mode="json")
 
 
+class SolveLink(BaseModel):
+    """Where a sub-solve comes from: the task ``task_id`` (its element ``element`` when it is
+    a map task's, else ``None``) of run ``run_id``, a round of solve ``solve_id``."""
+
+    model_config = ConfigDict(frozen=True)
+
+    solve_id: str
+    run_id: str
+    task_id: str
+    element: int | None = None
+
+    def describe(self) -> str:
+        """``"task 'eu' (element 2) of run 1a2b3c4d5e6f, solve 9f8e7d6c5b4a"``."""
+        element = f" (element {self.element})" if self.element is not None else ""
+        return f"task {self.task_id!r}{element} of run {self.run_id}, solve {self.solve_id}"
+
+
+class ChildSolve(BaseModel):
+    """A sub-solve as its parent lists it: its id, where it comes from (``link``), its goal,
+    status and reason, and its answer."""
+
+    model_config = ConfigDict(frozen=True)
+
+    solve_id: str
+    link: SolveLink
+    goal: str
+    status: SolveStatus
+    reason: str = ""
+    answer: Any = None
+    created: float = 0.0
+
+
 class SolveRecord(BaseModel):
     """A recorded solve: the goal, how it ended (``running`` while under way,
     ``interrupted`` if its process died first, ``paused`` while its last round's run waits
@@ -224,6 +258,16 @@ class SolveRecord(BaseModel):
     #: The options it was started with (``None`` for a solve recorded before they were).
     options: dict[str, Any] | None = None
     calls: list[ModelCall] = Field(default_factory=list)
+    #: A sub-solve's task (``None`` for a solve no task started), and how deep it is.
+    parent: SolveLink | None = None
+    depth: int = 0
+    #: The sub-solves its tasks started, oldest first.
+    children: list[ChildSolve] = Field(default_factory=list)
+
+    def children_of(self, run_id: str, task_id: str) -> list[ChildSolve]:
+        """The sub-solves task ``task_id`` of run ``run_id`` started (one per element of a
+        map task; a retried task's again), oldest first."""
+        return [c for c in self.children if c.link.run_id == run_id and c.link.task_id == task_id]
 
     def round_of(self, run_id: str) -> RoundRecord | None:
         """The round whose run is ``run_id``."""
@@ -267,6 +311,17 @@ class SolveRecord(BaseModel):
             "rounds": [r.to_json_dict() for r in self.rounds],
             "spent": self.spent.to_json_dict(),
             "calls": [c.to_json_dict() for c in self.calls],
+            "parent": self.parent.model_dump() if self.parent is not None else None,
+            "depth": self.depth,
+            "children": [
+                {
+                    "solve_id": c.solve_id,
+                    **c.link.model_dump(exclude={"solve_id"}),
+                    "status": c.status.value,
+                    "reason": c.reason,
+                }
+                for c in self.children
+            ],
         }
 
 
@@ -286,6 +341,8 @@ class SolveSummary(BaseModel):
     run_ids: list[str] = Field(default_factory=list)
     spent: Usage = Field(default_factory=Usage)
     models: list[str] = Field(default_factory=list)
+    #: A sub-solve's parent solve (``None`` for a solve no task started).
+    parent_solve_id: str | None = None
 
 
 class ApprovalRecord(BaseModel):

@@ -47,9 +47,11 @@ def task_kind(task: Any) -> str:
 
 
 def task_what(task: Any) -> str:
-    """What a task runs: its tool's name, or ``agent``."""
+    """What a task runs: its tool's name, ``agent``, or ``sub-solve``."""
     tool = getattr(task, "tool", None)
-    return tool if isinstance(tool, str) else "agent"
+    if isinstance(tool, str):
+        return tool
+    return "sub-solve" if getattr(task, "solve", False) else "agent"
 
 
 def task_statuses(record: RunRecord, in_doubt: Collection[str] = ()) -> dict[str, str]:

@@ -15,11 +15,18 @@ from dataclasses import dataclass, field
 
 from ..llm import Usage
 from ..results import ModelCall
-from ..store import RunRecord, SolveRecord
+from ..store import ChildSolve, RunRecord, SolveRecord
 from ._bars import _nice_step, _tick_label
 from ._labels import short_label
 
-__all__ = ["MAX_SOLVE_ROWS", "RoundView", "SolveBar", "SolveView", "build_solve_view"]
+__all__ = [
+    "MAX_SOLVE_ROWS",
+    "RoundView",
+    "SolveBar",
+    "SolveView",
+    "SubSolvesView",
+    "build_solve_view",
+]
 
 #: The most rows the solve's timeline draws (the rest are in the tables).
 MAX_SOLVE_ROWS = 200
@@ -80,6 +87,20 @@ class RoundView:
 
 
 @dataclass
+class SubSolvesView:
+    """The sub-solves one task of a round's run started (one per element of a map task)."""
+
+    round: int | None
+    run_id: str
+    task_id: str
+    children: list[ChildSolve]
+
+    @property
+    def anchor(self) -> str:
+        return f"sub-{self.run_id}-{self.task_id}"
+
+
+@dataclass
 class SolveView:
     record: SolveRecord
     rounds: list[RoundView]
@@ -94,6 +115,14 @@ class SolveView:
     servers: list[str]
     raw_answer: ModelCall | None
     label_w: float = LABEL_W
+    #: The sub-solves of its tasks, by task, in the order of its rounds.
+    subsolves: list[SubSolvesView] = field(default_factory=list)
+
+    def subsolves_of(self, run_id: str | None, task_id: str | None) -> SubSolvesView | None:
+        """The sub-solves task ``task_id`` of run ``run_id`` started, if any."""
+        return next(
+            (v for v in self.subsolves if v.run_id == run_id and v.task_id == task_id), None
+        )
 
     @property
     def wall_s(self) -> float | None:
@@ -196,6 +225,15 @@ def build_solve_view(
     for c in record.calls:
         by_role[c.role] = by_role.get(c.role, Usage()) + c.usage
     joiner_calls = [c for c in record.calls if c.role == "joiner" and c.status == "answered"]
+    round_of = {r.run_id: r.round for r in record.rounds if r.run_id is not None}
+    subsolves: dict[tuple[str, str], SubSolvesView] = {}
+    for child in record.children:
+        key = (child.link.run_id, child.link.task_id)
+        if key not in subsolves:
+            subsolves[key] = SubSolvesView(round_of.get(key[0]), key[0], key[1], [])
+        subsolves[key].children.append(child)
+    for view in subsolves.values():
+        view.children.sort(key=lambda c: (c.link.element is None, c.link.element or 0, c.created))
     return SolveView(
         record=record,
         rounds=rounds,
@@ -209,6 +247,7 @@ def build_solve_view(
         by_role=by_role,
         servers=sorted({c.server for c in record.calls if c.server}),
         raw_answer=joiner_calls[-1] if joiner_calls and record.status == "answered" else None,
+        subsolves=sorted(subsolves.values(), key=lambda v: (v.round or 0, v.task_id)),
     )
 
 

@@ -18,12 +18,19 @@ spend the reserve too.
 
 Tool calls are counted as they are made (:meth:`Spending.tool_call`); one past
 ``Budget.tool_calls`` is denied.
+
+**A sub-solve's budget** is carved from its parent's (:meth:`Spending.carve`): what the
+parent has left outside its joiner's reserve when the sub-solve starts. The sub-solve's ledger
+is chained to its parent's (``parent=``): each of its calls is reserved, spent and counted on
+both, so a sub-solve never spends more than its parent has left, sub-solves running at once
+share what is left, and what they spend counts for the parent (and its parent's parent).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 from ..budget import Budget, Price, Prices
 from ..errors import BudgetExceededError, ConfigError
@@ -45,15 +52,21 @@ class Reservation:
     output: int
     cost: float
     final: bool
+    #: What the parent's ledger holds for the call (a sub-solve's call).
+    parent: Reservation | None = None
 
 
 class Spending:
     """The ledger of one solve's ``budget`` (``None``: nothing is limited, only counted),
     pricing calls with ``prices`` (see the module docstring)."""
 
-    def __init__(self, budget: Budget | None, prices: Prices) -> None:
+    def __init__(
+        self, budget: Budget | None, prices: Prices, *, parent: Spending | None = None
+    ) -> None:
         self.budget = budget if budget is not None and budget.limited else None
         self.prices = prices
+        #: The ledger of the solve this one's is a sub-solve of: it spends there too.
+        self.parent = parent
         self.tokens = 0
         self.cost = 0.0
         self.model_calls = 0
@@ -63,6 +76,8 @@ class Spending:
         self.held_calls = 0
         #: Why the budget ran low: the first call it refused (``None``: it has not).
         self.low: str | None = None
+        #: What the calls of sub-solves (at any depth below) used, all spent here too.
+        self.below = Usage()
 
     def check_prices(self, model: str, provider: str) -> None:
         """A cost budget needs the price of the model: :class:`ConfigError` without it."""
@@ -80,7 +95,21 @@ class Spending:
 
     def reserve(self, call: LiveCall, *, label: str = "", final: bool = False) -> Reservation:
         """Hold ``call``'s worst case, or refuse it (:class:`BudgetExceededError`, whose
-        message names the call as ``label``: "the planner's call")."""
+        message names the call as ``label``: "the planner's call"). A sub-solve's call is held
+        on its parent's ledger first (never within the parent's joiner's reserve)."""
+        above = None
+        if self.parent is not None:
+            what = f"{label or 'a model call'} (in a sub-solve)"
+            above = self.parent.reserve(call, label=what, final=False)
+        try:
+            own = self._reserve(call, label, final)
+        except BudgetExceededError:
+            if above is not None and self.parent is not None:
+                self.parent.release(above)
+            raise
+        return own if above is None else replace(own, parent=above)
+
+    def _reserve(self, call: LiveCall, label: str, final: bool) -> Reservation:
         b = self.budget
         if b is None:
             return Reservation(0, 0, 0.0, final)
@@ -163,6 +192,12 @@ class Spending:
     def overdrawn(self, reservation: Reservation, call: LiveCall) -> bool:
         """Whether ``call`` has written past what its reservation holds for its answer (it is
         then cut off). Never, without a budget on tokens or cost."""
+        if (
+            reservation.parent is not None
+            and self.parent is not None
+            and self.parent.overdrawn(reservation.parent, call)
+        ):
+            return True
         b = self.budget
         if b is None or (b.tokens is None and b.cost_usd is None):
             return False
@@ -170,16 +205,33 @@ class Spending:
 
     def settle(self, reservation: Reservation, usage: Usage, cost: float | None) -> None:
         """A call is over: release its reservation and spend what it used (``usage``, whose
-        ``calls`` is 0 for a call that was never sent)."""
+        ``calls`` is 0 for a call that was never sent), here and on the parent's ledger."""
+        self.release(reservation)
+        self.spend(usage, cost)
+        if reservation.parent is not None and self.parent is not None:
+            self.parent.settle(reservation.parent, usage, cost)
+            self.parent.below_spent(usage, cost)
+
+    def below_spent(self, usage: Usage, cost: float | None) -> None:
+        """Count in :attr:`below` what a call of a sub-solve (at any depth below) used."""
+        self.below += usage.model_copy(update={"cost_usd": cost})
+
+    def spend_below(self, usage: Usage) -> None:
+        """What the sub-solves of a resumed solve used before (their records'): spent here,
+        and counted in :attr:`below`."""
+        self.spend(usage, usage.cost_usd)
+        self.below += usage
+
+    def release(self, reservation: Reservation) -> None:
+        """Let go of what ``reservation`` holds here (not on the parent's ledger)."""
         if self.budget is not None:
             self.held_tokens -= reservation.tokens
             self.held_cost -= reservation.cost
             self.held_calls -= 1
-        self.spend(usage, cost)
 
     def spend(self, usage: Usage, cost: float | None) -> None:
         """Count what a call used (one that held no reservation: a resumed solve's earlier
-        calls)."""
+        calls, or its sub-solves'), here only."""
         self.model_calls += usage.calls
         self.tokens += usage.total_tokens
         self.cost += cost or 0.0
@@ -187,7 +239,24 @@ class Spending:
     # -- tool calls ------------------------------------------------------------------------
 
     def tool_call(self, tool: str, task_id: str) -> None:
-        """Count a tool call about to be made, or refuse it (:class:`BudgetExceededError`)."""
+        """Count a tool call about to be made, or refuse it (:class:`BudgetExceededError`):
+        on the parent's ledger too, for a sub-solve's."""
+        if self.parent is not None:
+            self.parent.tool_call(tool, task_id)
+        try:
+            self._tool_call(tool, task_id)
+        except BudgetExceededError:
+            if self.parent is not None:
+                self.parent.uncount_tool_call()
+            raise
+
+    def uncount_tool_call(self) -> None:
+        """A tool call counted here was refused below: it is not made (nor on the parents)."""
+        self.tool_calls -= 1
+        if self.parent is not None:
+            self.parent.uncount_tool_call()
+
+    def _tool_call(self, tool: str, task_id: str) -> None:
         b = self.budget
         if b is not None and b.tool_calls is not None and self.tool_calls + 1 > b.tool_calls:
             message = (
@@ -200,6 +269,34 @@ class Spending:
         self.tool_calls += 1
 
     # -- what is left ----------------------------------------------------------------------
+
+    def carve(self) -> Budget | None:
+        """The budget of a sub-solve starting now: what this budget has left outside its
+        joiner's reserve (and outside what calls in flight hold), with the same ``reserve``
+        share for the sub-solve's own joiner; ``None`` without a budget. Raises
+        :class:`BudgetExceededError` when nothing is left of a limit."""
+        b = self.budget
+        if b is None:
+            return None
+        share = 1.0 - b.reserve
+        left: dict[str, Any] = {"reserve": b.reserve}
+        if b.tokens is not None:
+            left["tokens"] = math.floor(b.tokens * share) - self.tokens - self.held_tokens
+        if b.cost_usd is not None:
+            left["cost_usd"] = b.cost_usd * share - self.cost - self.held_cost
+        if b.model_calls is not None:
+            allowed = b.model_calls if b.reserve == 0 else b.model_calls - 1
+            left["model_calls"] = allowed - self.model_calls - self.held_calls
+        if b.tool_calls is not None:
+            left["tool_calls"] = b.tool_calls - self.tool_calls
+        for what, value in left.items():
+            if what != "reserve" and value <= (0 if what != "tool_calls" else -1):
+                raise BudgetExceededError(
+                    f"a sub-solve cannot start: the solve's budget has nothing left of its "
+                    f"{what.replace('_', ' ')} outside the joiner's reserve ({self.spent()})",
+                    what=what,
+                )
+        return Budget(**left)
 
     def spent(self) -> str:
         """``"1,234 of 5,000 tokens, 3 of 10 model calls"``: what was spent of each limit."""

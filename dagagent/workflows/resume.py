@@ -40,6 +40,7 @@ from ..graph import validate
 from ..plan import ToolTask
 from ..results import ApprovalAnswer, RunResult, TaskStatus
 from ..run import Resuming, execute
+from ..runner import CallLedger, recorded_calls
 from ..settings import RunSettings
 from ..store import RunStore
 
@@ -212,9 +213,18 @@ async def continue_claimed(
 ) -> RunResult:
     """Continue run ``run_id``, which this process has claimed
     (:meth:`~dagagent.store.RunStore.claim_resume` gave ``answers``), as :func:`resume`
-    does; the run is paused again if this stops before the run is recorded as ended."""
+    does; the run is paused again if this stops before the run is recorded as ended.
+
+    Without a ``ledger`` in ``options``, the guardrails count on from the calls the record
+    says the run made (:func:`~dagagent.runner.recorded_calls`); a ledger given is used as
+    it is (a resumed solve's, which counted them already)."""
     try:
         record = store.get_run(run_id)  # as it is now that this process holds it
+        if options.get("ledger") is None:
+            ledger = CallLedger()
+            if registry is not None:
+                ledger.restore(recorded_calls(record.plan.tasks, record.tasks, registry))
+            options["ledger"] = ledger
         prior = {
             t: r for t, r in record.tasks.items() if r.status.ok or r.status is TaskStatus.WAITING
         }

@@ -20,8 +20,9 @@ __all__ = ["Round", "Solution", "SolveUsage"]
 
 class SolveUsage(BaseModel):
     """What a solve used, split by role: ``planner`` (planning and replanning, repairs
-    included), ``agents`` (agent tasks of every round) and ``joiner``; each a
-    :class:`~dagagent.llm.Usage` with its cost when the model's price is known."""
+    included), ``agents`` (agent tasks of every round) and ``joiner``, and ``sub_solves``
+    (every model call of its sub-solves, at any depth); each a :class:`~dagagent.llm.Usage`
+    with its cost when the model's price is known."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -31,10 +32,11 @@ class SolveUsage(BaseModel):
     #: A session's compression of its older turns, before the turn (see
     #: :mod:`dagagent.planners.conversation`).
     compress: Usage = Field(default_factory=Usage)
+    sub_solves: Usage = Field(default_factory=Usage)
 
     @property
     def total(self) -> Usage:
-        return self.planner + self.agents + self.joiner + self.compress
+        return self.planner + self.agents + self.joiner + self.compress + self.sub_solves
 
     def to_json_dict(self) -> dict[str, dict[str, Any]]:
         found = {
@@ -44,6 +46,8 @@ class SolveUsage(BaseModel):
         }
         if self.compress.calls:
             found["compress"] = self.compress.to_json_dict()
+        if not self.sub_solves.empty:
+            found["sub_solves"] = self.sub_solves.to_json_dict()
         found["total"] = self.total.to_json_dict()
         return found
 
@@ -55,6 +59,7 @@ class SolveUsage(BaseModel):
             f"{t.calls} model call{'s' if t.calls != 1 else ''} (planner {self.planner.calls}, "
             f"agents {self.agents.calls}, joiner {self.joiner.calls}"
             + (f", compress {self.compress.calls}" if self.compress.calls else "")
+            + (f", sub-solves {self.sub_solves.calls}" if self.sub_solves.calls else "")
             + "), "
             f"{t.input_tokens} input + {t.output_tokens} output tokens"
         )

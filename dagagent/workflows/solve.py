@@ -17,7 +17,8 @@ error kept in ``Solution.error``; only a bad option raises. A round whose run pa
 ``ask`` rule's question left for a person) ends it as ``paused``, the joiner not asked yet;
 :func:`~dagagent.workflows.resume_solve` continues it from its records
 (:mod:`dagagent.workflows.solve_resume`). What a solve returns is in
-:mod:`dagagent.workflows.solution`.
+:mod:`dagagent.workflows.solution`. With ``sub_solves=True``, a task of a plan may reach its
+sub-goal with a solve of its own, a child of this one (:mod:`dagagent.workflows.subsolve`).
 
 About 500 lines for one concern, the round loop: its state, the decisions between rounds
 (finish, replan, give up, fail), the records and events it writes, and the two ways a round
@@ -178,9 +179,21 @@ class _Solve:
         deadline_s: float | None = None,
         ledger: CallLedger | None = None,
         conversation: Conversation | None = None,
+        sub_solves: bool = False,
+        depth: int = 0,
+        above: Spending | None = None,
     ) -> None:
         self.goal = goal
         self.llm = llm
+        self.agent_tasks = agent_tasks
+        self.max_attempts = max_attempts
+        self.structured = structured
+        self.model_settings = model_settings
+        #: Whether its plans may hold sub-solves, and how deep it is (0: no task started it).
+        self.sub_solves = sub_solves
+        self.depth = depth
+        #: When the whole solve must end (``anyio.current_time()``), once it runs.
+        self.deadline_at = float("inf")
         #: The tool calls of the whole solve, which the tools' guardrails count.
         self.ledger = ledger if ledger is not None else CallLedger(scope="solve")
         self.policy = policy
@@ -194,12 +207,18 @@ class _Solve:
         self.confirm = confirm
         self.deadline_s = deadline_s
         self.log = get_logger(solve_id=solve_id)
-        self.spending = Spending(budget, prices or Prices())
+        self.spending = Spending(budget, prices or Prices(), parent=above)
         self.spending.check_prices(
             str(getattr(llm, "model", "") or ""), str(getattr(llm, "provider_name", "") or "")
         )
         # Tool calls spend the budget first of all: a call it cannot pay for asks nobody.
-        gate = (_BudgetGate(self.spending),) if self.spending.budget is not None else ()
+        gate = (
+            (_BudgetGate(self.spending),)
+            if self.spending.budget is not None or above is not None
+            else ()
+        )
+        #: The policy and interceptors it was given (its sub-solves get them too).
+        self.chain = tuple(interceptors)
         self.interceptors = (*gate, *interceptors)
         self.calls = SolveCalls(
             solve_id,
@@ -208,6 +227,7 @@ class _Solve:
             store=store,
             interceptors=self.interceptors,
         )
+        solve_depth = depth if sub_solves else None
         if planner is None:
             planner = LLMPlanner(
                 llm,
@@ -216,9 +236,10 @@ class _Solve:
                 max_attempts=max_attempts,
                 structured=structured,
                 settings=model_settings,
+                solve_depth=solve_depth,
             )
         else:
-            _check_planner(planner, registry, agent_tasks)
+            _check_planner(planner, registry, agent_tasks, solve_depth)
         #: A resumed solve's planner, replanner and joiner answers on record: the calls that
         #: completed before its process died are not made again (see :mod:`._replay`).
         self.recorded = RecordedAnswers()
@@ -232,6 +253,7 @@ class _Solve:
             strict=planner.strict if planner.response_format is not None else None,
             max_tasks=planner.max_tasks,
             settings=planner.settings,
+            solve_depth=planner.solve_depth,
         )
         self.joiner = Joiner(
             self._replaying(llm, "joiner"),
@@ -240,7 +262,9 @@ class _Solve:
             settings=model_settings,
         )
         self.agent_llm = (
-            MeteredLLM(llm, observer=self.calls.observer("agent")) if agent_tasks else None
+            MeteredLLM(llm, observer=self.calls.observer("agent"))
+            if agent_tasks or self.planner.sub_solves
+            else None
         )
         self.agent_runner: AgentTaskRunner | None = None
         if agent_tasks and model_settings is not None:
@@ -249,6 +273,11 @@ class _Solve:
             self.agent_runner = make_agent_runner(settings=model_settings)
         self.conversation: Conversation | None = None
         self.converse(conversation)
+        if self.planner.sub_solves:  # its runs' sub-solve tasks come through the agent seam
+            from ..agent import run_agent_node
+            from .subsolve import SubSolves
+
+            self.agent_runner = SubSolves(self, self.agent_runner or run_agent_node)
         self.rounds: list[Round] = []
         self.running: str | None = None  # the id of the round's run, once it is chosen
         self.round_span: Any = None  # the round's span, with OpenTelemetry on
@@ -352,6 +381,7 @@ class _Solve:
             agents=calls.usage("agent"),
             joiner=calls.usage("joiner"),
             compress=calls.usage("compress"),
+            sub_solves=self.spending.below,
         )
 
     async def end(
@@ -431,7 +461,7 @@ class _Solve:
         try:
             with telemetry.operation("invoke_workflow dagagent.solve", attributes) as span:
                 solution: Solution | None = None
-                deadline = (
+                deadline = self.deadline_at = (
                     anyio.current_time() + self.deadline_s
                     if self.deadline_s is not None
                     else float("inf")
@@ -781,7 +811,9 @@ class _Solve:
         return None
 
 
-def _check_planner(planner: Any, registry: Registry, agent_tasks: bool) -> None:
+def _check_planner(
+    planner: Any, registry: Registry, agent_tasks: bool, solve_depth: int | None
+) -> None:
     """A planner of one's own must plan for the solve's tools and agree on agent tasks."""
     if not isinstance(planner, LLMPlanner):
         raise ConfigError(
@@ -798,6 +830,13 @@ def _check_planner(planner: Any, registry: Registry, agent_tasks: bool) -> None:
             f"the planner {'plans' if planner.agent_tasks else 'does not plan'} agent tasks but "
             f"solve(agent_tasks={agent_tasks}) {'runs none' if not agent_tasks else 'would'}: "
             "give both the same agent_tasks"
+        )
+    if planner.solve_depth != solve_depth:
+        want = "solve_depth=None" if solve_depth is None else f"solve_depth={solve_depth}"
+        raise ConfigError(
+            f"the planner {'plans' if planner.sub_solves else 'does not plan'} sub-solves but "
+            f"the solve {'runs them' if solve_depth is not None else 'runs none'}: build it with "
+            f"{want} (LLMPlanner(llm, registry, {want}, ...))"
         )
 
 
@@ -888,6 +927,7 @@ async def solve(
     deadline_s: float | None = None,
     ledger: CallLedger | None = None,
     conversation: Conversation | None = None,
+    sub_solves: bool = False,
 ) -> Solution:
     """Answer ``goal`` with the tools of ``registry`` and the model ``llm``: plan, run,
     join, and replan when the joiner asks, for at most ``max_rounds`` rounds (see the module
@@ -934,6 +974,10 @@ async def solve(
       :class:`~dagagent.runner.CallLedger` for the solve; give one to choose its clock).
     - ``conversation``: the turns before this one, when the solve is a turn of a
       :class:`~dagagent.Session` (which gives it; see :mod:`dagagent.planners.conversation`).
+    - ``sub_solves``: plans may hold sub-solves, tasks whose sub-goal (``instruction``) is
+      reached by a solve of its own (``"solve": true``), recorded as a child of this one,
+      within what this one's budget and deadline have left, nested at most
+      :data:`~dagagent.limits.MAX_SOLVE_DEPTH` deep (see :mod:`dagagent.workflows.subsolve`).
 
     Every model call is a :class:`~dagagent.results.ModelCall` in ``Solution.calls`` (and,
     with a store, in the solve's record): role, round, task, model, options, what the model
@@ -970,6 +1014,8 @@ async def solve(
         options["budget"] = budget.model_dump(mode="json", exclude_defaults=True)
     if deadline_s is not None:
         options["deadline_s"] = deadline_s
+    if sub_solves:
+        options["sub_solves"] = True
     opened: RunStore | None = None
     if store is not None:
         opened = store if isinstance(store, RunStore) else RunStore(store)
@@ -1025,9 +1071,12 @@ def new_state(
     deadline_s: float | None = None,
     ledger: CallLedger | None = None,
     conversation: Conversation | None = None,
+    depth: int = 0,
+    above: Spending | None = None,
 ) -> _Solve:
     """The state of a solve with ``options`` (those :func:`solve` records with it, checked
-    here) and run ``settings``, for :func:`solve` and for the resume of a paused solve."""
+    here) and run ``settings``, for :func:`solve` and for the resume of a paused solve; a
+    sub-solve's at ``depth``, spending on its parent's ledger too (``above``)."""
     max_rounds = options["max_rounds"]
     if not isinstance(max_rounds, int) or max_rounds < 1:
         raise ConfigError(f"max_rounds must be at least 1, not {max_rounds}")
@@ -1063,6 +1112,9 @@ def new_state(
         deadline_s=deadline_s,
         ledger=ledger,
         conversation=conversation,
+        sub_solves=bool(options.get("sub_solves", False)),
+        depth=depth,
+        above=above,
     )
 
 

@@ -20,6 +20,12 @@ was under way:
 - the solve's last round had ended it (answered, gave up...) but the solve's own end was
   not recorded: it ends so.
 
+**Sub-solves** (tasks with ``"solve": true``) are resumed by their parent, never on their
+own: when the parent's run goes on, a sub-solve that was under way goes on from its records,
+within the parent's budget, and one that had answered gives its recorded answer (see
+:mod:`dagagent.workflows.subsolve`). What the sub-solves spent before counts for the parent
+again, and so do the tool calls every run made before (the guardrails count on).
+
 Model calls that completed are not made again: each round that ended keeps its plan, run and
 decision, and a step that runs again because what it decided was not recorded (a plan whose
 run had not started, a joiner's decision not yet written) gets the answers its calls had on
@@ -36,7 +42,8 @@ faithful, cut to its bound or redacted, is made again).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -49,19 +56,21 @@ from ..graph import validate
 from ..planners import JoinDecision
 from ..planners.conversation import Conversation
 from ..results import RunResult, RunStatus
+from ..runner import recorded_calls
 from ..settings import RunSettings
 from ..store import RoundRecord, RunRecord, RunStore, SolveRecord
 from ..tools import connected
 from .resume import continue_claimed, record_decision
 from .solution import Round, Solution
 from .solve import SOLVE_SETTINGS, Confirm, Resumed, new_state
+from .subsolve import recorded_below
 
 if TYPE_CHECKING:
     from ..approval import Policy
     from ..events import Listener
     from ..llm import LLM, ModelSettings
     from ..planners import LLMPlanner
-    from ..runner import Interceptor
+    from ..runner import CallLedger, Interceptor
     from ..tools import Registry
 
 __all__ = ["paused_solve", "resumable_solve", "resume_solve", "resume_solve_sync"]
@@ -185,58 +194,134 @@ async def resume_solve(
                 f"as a turn, with the conversation it was asked in (Session.resume(), or "
                 f"'dagagent chat --session {turn[0]}')"
             )
-        options = {**_DEFAULTS, **(record.options or {})}
-        run = _round_run(opened, last)
-        if run is not None:
-            validate(run.plan, registry)  # before anything is claimed: the tools are there
-        state = new_state(
-            record.goal,
+        if record.parent is not None:
+            p = record.parent
+            raise DecisionError(
+                f"solve {record.solve_id} is a sub-solve of {p.describe()}: resume solve "
+                f"{p.solve_id}, which resumes it within its budget (dagagent resume "
+                f"{p.solve_id})"
+            )
+        return await _resume(
+            opened,
+            record,
+            last,
             registry,
             llm,
-            solve_id=record.solve_id,
-            options=options,
-            settings=RunSettings.from_record(
-                options, **({"executor": executor} if executor is not None else {})
-            ),
+            decisions=decisions,
+            decided_by=decided_by,
+            executor=executor,
+            policy=policy,
             interceptors=interceptors,
             listeners=listeners,
-            store=opened,
-            policy=policy,
             confirm=confirm,
             model_settings=model_settings,
             planner=planner,
             prices=prices,
             conversation=conversation,
         )
-        state.calls.seed(record.calls, record.usage)  # what the rounds before used
-        # The planner's, replanner's and joiner's answers on record are given again, not
-        # asked for again, where the step they were for runs again (see _replay).
-        state.recorded.load(record.calls, faithful=not state.calls.redaction)
-        going_on = last is not None and last.outcome in ("paused", "running", "interrupted")
-        done = [r for r in record.rounds if not (going_on and r is last)]
-        earlier = [_earlier_round(opened, r) for r in done]
-        outputs: dict[str, Any] = {}  # every success of the rounds before: task id -> output
-        for rnd in earlier:
-            if rnd.result is not None:
-                outputs.update(rnd.result.outputs)
-        state.rounds.extend(earlier)
-        if run is not None:
-            for task_id, approval in (decisions or {}).items():
-                record_decision(opened, run.run_id, task_id, approval, registry, by=decided_by)
-        # The tools' servers, each opened once (all at the same time) for every round left.
-        async with connected(registry):
-            opened.claim_solve(record.solve_id)
-            try:
-                if last is not None and not going_on:  # it ended, and its solve did not
-                    return await _finish_ended(state, earlier[-1], last)
-                resumed = _resumed(opened, record, last, run, earlier, outputs, registry, state)
-            except BaseException:
-                opened.release_solve(record.solve_id)
-                raise
-            return await state.run(resumed)
     finally:
         if opened is not store:
             opened.close()
+
+
+async def resume_recorded(
+    store: RunStore, solve_id: str, registry: Registry, llm: LLM, **options: Any
+) -> Solution:
+    """Resume sub-solve ``solve_id`` (paused or interrupted) from its records, within its
+    parent's run: ``options`` are those of :func:`~.solve.new_state` that a parent passes on
+    (its policy, interceptors, prices, ledger, the child's depth and deadline, and the
+    parent's ledger of spending, ``above``). The tools' connections are the parent's."""
+    record, last = resumable_solve(store, solve_id)
+    return await _resume(store, record, last, registry, llm, connect=False, **options)
+
+
+async def _resume(
+    opened: RunStore,
+    record: SolveRecord,
+    last: RoundRecord | None,
+    registry: Registry,
+    llm: LLM,
+    *,
+    decisions: Mapping[str, Approval] | None = None,
+    decided_by: str | None = None,
+    executor: Any = None,
+    connect: bool = True,
+    listeners: Sequence[Listener] = (),
+    **state_options: Any,
+) -> Solution:
+    """The resume of solve ``record`` whose last round is ``last``: see the module
+    docstring. ``connect``: a top solve's resume, which opens the tools' connections and
+    counts on its ledger the tool calls its runs and its sub-solves' made; a sub-solve's
+    (``False``) has its parent's connections and ledger, which counted them already."""
+    options = {**_DEFAULTS, **(record.options or {})}
+    run = _round_run(opened, last)
+    if run is not None:
+        validate(run.plan, registry)  # before anything is claimed: the tools are there
+    state = new_state(
+        record.goal,
+        registry,
+        llm,
+        solve_id=record.solve_id,
+        options=options,
+        settings=RunSettings.from_record(
+            options, **({"executor": executor} if executor is not None else {})
+        ),
+        listeners=listeners,
+        store=opened,
+        **{"interceptors": (), "policy": None, "confirm": None, **state_options},
+    )
+    state.calls.seed(record.calls, record.usage)  # what the rounds before used
+    # The planner's, replanner's and joiner's answers on record are given again, not
+    # asked for again, where the step they were for runs again (see _replay).
+    state.recorded.load(record.calls, faithful=not state.calls.redaction)
+    if record.children:  # and what its sub-solves used
+        state.spending.spend_below(recorded_below(opened, record.solve_id))
+    if connect:  # a top solve: its guardrails count on from every call its runs made
+        _restore_calls(opened, record, registry, state.ledger)
+    going_on = last is not None and last.outcome in ("paused", "running", "interrupted")
+    done = [r for r in record.rounds if not (going_on and r is last)]
+    earlier = [_earlier_round(opened, r) for r in done]
+    outputs: dict[str, Any] = {}  # every success of the rounds before: task id -> output
+    for rnd in earlier:
+        if rnd.result is not None:
+            outputs.update(rnd.result.outputs)
+    state.rounds.extend(earlier)
+    if run is not None:
+        for task_id, approval in (decisions or {}).items():
+            record_decision(opened, run.run_id, task_id, approval, registry, by=decided_by)
+    # The tools' servers, each opened once (all at the same time) for every round left.
+    async with connected(registry) if connect else _nothing():
+        opened.claim_solve(record.solve_id)
+        try:
+            if last is not None and not going_on:  # it ended, and its solve did not
+                return await _finish_ended(state, earlier[-1], last)
+            resumed = _resumed(opened, record, last, run, earlier, outputs, registry, state)
+        except BaseException:
+            opened.release_solve(record.solve_id)
+            raise
+        return await state.run(resumed)
+
+
+def _restore_calls(
+    store: RunStore, record: SolveRecord, registry: Registry, ledger: CallLedger
+) -> None:
+    """Count on ``ledger`` the tool calls of every run of solve ``record`` and of its
+    sub-solves (their ledger is the solve's), as their records say."""
+    for r in record.rounds:
+        if r.run_id is None:
+            continue
+        try:
+            run = store.get_run(r.run_id)
+        except StoreError:
+            continue  # planned, never started
+        ledger.restore(recorded_calls(run.plan.tasks, run.tasks, registry))
+    for child in record.children:
+        _restore_calls(store, store.get_solve(child.solve_id), registry, ledger)
+
+
+@asynccontextmanager
+async def _nothing() -> AsyncIterator[None]:
+    yield
 
 
 def _round_run(store: RunStore, last: RoundRecord | None) -> RunRecord | None:
@@ -343,6 +428,7 @@ def _going_on(
             listeners=state.run_listeners,
             llm=state.agent_llm,
             agent_runner=state.agent_runner,
+            ledger=state.ledger,
         )
 
     return go_on

@@ -161,8 +161,8 @@ async def test_random_solves_keep_their_budgets_and_record_every_call_once(
     solve_module = sys.modules["dagagent.workflows.solve"]
     ledgers: list[Watched] = []
 
-    def watched(budget: Budget | None, prices: Prices) -> Watched:
-        ledger = Watched(budget, prices)
+    def watched(budget: Budget | None, prices: Prices, **options: Any) -> Watched:
+        ledger = Watched(budget, prices, **options)
         ledgers.append(ledger)
         return ledger
 
