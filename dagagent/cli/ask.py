@@ -416,7 +416,7 @@ def ask_cmd(
         )
     path = default_store_path(store)
     spec = recorded_tools_spec(tools, mcp or ())
-    context = tools_context(spec, mcp or ())  # replan loads them again
+    context = tools_context(spec, mcp or (), skills)  # replan and resume load them again
     context.update(choice.to_record(llm))  # a resume asks the same model, on the same server
     approval = rules.context()
     if approval:  # what 'dagagent resume' asks with

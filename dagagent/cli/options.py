@@ -556,6 +556,7 @@ class RunOptions:
     store: Path | None = None
     tools: str | None = None
     mcp: tuple[str, ...] = ()
+    skills: Path | None = None
     approve: bool = False
     asks: tuple[str, ...] = ()
     policy_file: Path | None = None
@@ -654,13 +655,16 @@ class RunOptions:
         )
 
     def execute_options(
-        self, tools_spec: str | None = None, mcp: tuple[str, ...] | None = None
+        self,
+        tools_spec: str | None = None,
+        mcp: tuple[str, ...] | None = None,
+        skills: Path | None = None,
     ) -> dict[str, Any]:
         """Keyword arguments of :func:`~dagagent.cli.recording.run_recorded`: the run's
-        settings, the tools recorded with the run (``tools_spec`` and ``mcp``, default
-        ``--tools`` and ``--mcp``), so that ``replan`` loads the same tools, and the approval
-        rules (``--policy``'s rules as read, ``--ask``), so that ``resume`` asks the same
-        questions."""
+        settings, the tools recorded with the run (``tools_spec``, ``mcp`` and ``skills``,
+        default ``--tools``, ``--mcp`` and ``--skills``), so that ``replan`` loads the same
+        tools, and the approval rules (``--policy``'s rules as read, ``--ask``), so that
+        ``resume`` asks the same questions."""
         mcp = self.mcp if mcp is None else mcp
         return {
             "settings": self.settings(),
@@ -668,6 +672,7 @@ class RunOptions:
                 self.tools if tools_spec is None else tools_spec, mcp
             ),
             "mcp_specs": mcp,
+            "skills_dir": self.skills if skills is None else skills,
             "approval": self.rules.context(),
         }
 

@@ -49,7 +49,7 @@ def load_tools(
     if mcp:
         # The servers' tools join a registry of this command's own: the module's stays as its
         # module made it (a program that loads it again must not find them there).
-        registry = Registry(registry)
+        registry = registry.subset(registry.names)  # with its skills, if it has some
         _add_mcp_tools(registry, mcp)
     return registry
 

@@ -31,6 +31,13 @@ prompt alone describing the format; the planner sends none from then on, logs a 
 says so in the ``warnings`` of every plan it makes after (``no_response_format``). The joiner
 falls back the same way.
 
+**Large registries.** Past the threshold of the planner's ``discovery``
+(:class:`~dagagent.tools.ToolDiscovery`: 30 tools by default), :meth:`HealingPlanner.
+select_tools` picks the tools the prompt shows for a goal, and the response format holds only
+those (:meth:`HealingPlanner.format_for`); each call made for the plan carries the selection
+in its record (``options["tool_selection"]``). Plans are still validated against the whole
+registry: a plan that uses a registered tool it was not shown is accepted.
+
 After ``max_attempts`` rejected answers, :class:`~dagagent.errors.PlanningError` carries
 every attempt's raw text and issues. Errors talking to the model (``LLMError``) are not
 caught: they propagate as themselves.
@@ -40,7 +47,7 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TypedDict, TypeVar
 
@@ -63,9 +70,10 @@ from ..llm import (
     last_call,
     reject_last_call,
 )
+from ..llm.observe import noting
 from ..plan import Plan
 from ..text import shorten
-from ..tools import Registry
+from ..tools import Registry, ToolDiscovery, ToolSelection, select_tools
 from .parsing import extract_json, parse_plan_answer
 from .prompts import feedback_prompt
 from .schema import plan_response_format
@@ -251,6 +259,9 @@ class PlanningOptions(TypedDict, total=False):
       :meth:`HealingPlanner.output_limit`).
     - ``settings``: a :class:`~dagagent.llm.ModelSettings` whose ``max_tokens`` (the output
       limit of each call) and ``temperature`` go with every call.
+    - ``discovery``: a :class:`~dagagent.tools.ToolDiscovery`: how many tools a registry
+      may have before the prompt shows only those most relevant to the goal, how many, and
+      how they are ranked (default: past 30 tools, the 30 best by BM25).
     """
 
     max_attempts: int
@@ -259,6 +270,7 @@ class PlanningOptions(TypedDict, total=False):
     agent_tasks: bool
     max_tasks: int
     settings: ModelSettings | None
+    discovery: ToolDiscovery | None
 
 
 class HealingPlanner:
@@ -285,14 +297,17 @@ class HealingPlanner:
         self.agent_tasks = agent_tasks
         self.max_tasks = max_tasks
         self.settings = options.get("settings") or ModelSettings()
+        self.discovery = options.get("discovery") or ToolDiscovery()
+        self._formats: dict[frozenset[str], ResponseFormat] = {}
         self.temperature = self.settings.temperature
         # What one task of a plan for this registry takes to write, by kind of task.
         self._task_tokens = [call_tokens(t.name, t.parameters_schema) for t in registry]
         if agent_tasks:
             self._task_tokens.append(AGENT_TASK_TOKENS)
         self.max_tokens = self.output_limit()
+        self._strict_option = options.get("strict")
         self.response_format: ResponseFormat | None = (
-            plan_response_format(registry, strict=options.get("strict"), agent_tasks=agent_tasks)
+            plan_response_format(registry, strict=self._strict_option, agent_tasks=agent_tasks)
             if options.get("structured", True)
             else None
         )
@@ -314,6 +329,27 @@ class HealingPlanner:
         if self.settings.max_tokens is not None:
             return self.settings.max_tokens
         return plan_tokens(self._task_tokens, max_tasks=max_tasks or self.max_tasks)
+
+    async def select_tools(self, goal: str, keep: Iterable[str] = ()) -> ToolSelection | None:
+        """The tools to show the model for ``goal`` (always ``keep``), or ``None``: every
+        tool (a registry no larger than the discovery's threshold)."""
+        return await select_tools(self.registry, goal, self.discovery, keep=keep)
+
+    def format_for(self, selection: ToolSelection | None) -> ResponseFormat | None:
+        """The response format of a plan of the selected tools (``None``: the planner sends
+        none, the server having refused it or ``structured=False``)."""
+        if selection is None or self.response_format is None:
+            return self.response_format
+        key = frozenset(selection.names)
+        if key not in self._formats:
+            if len(self._formats) >= 32:
+                self._formats.clear()
+            self._formats[key] = plan_response_format(
+                self.registry.subset(selection.names),
+                strict=self._strict_option,
+                agent_tasks=self.agent_tasks,
+            )
+        return self._formats[key]
 
     def without_format(self, warning: Issue) -> None:
         """The server refused the response format (``warning``, from :func:`format_refused`):
@@ -340,10 +376,13 @@ class HealingPlanner:
         check: Check | None = None,
         warn: Callable[[Plan, PlanGraph], Sequence[Issue]] | None = None,
         what: str = "plan",
+        selection: ToolSelection | None = None,
     ) -> PlanningResult:
         """Ask ``messages`` until a valid plan for ``goal`` comes back; raise
         :class:`PlanningError` after ``max_attempts`` rejected answers. ``check`` adds
-        issues to feed back, ``warn`` issues to report with an accepted plan."""
+        issues to feed back, ``warn`` issues to report with an accepted plan;
+        ``selection``: the tools the messages show (the response format holds only those,
+        and each call's record says which they were)."""
 
         def parse(raw: str, response: LLMResponse) -> tuple[PlanGraph | None, list[Issue]]:
             graph, issues = parse_plan_answer(
@@ -367,20 +406,22 @@ class HealingPlanner:
                 issues = list(check(graph.plan, graph))
             return graph, issues
 
-        graph, attempts = await ask_until_valid(
-            self.llm,
-            messages,
-            parse,
-            feedback=lambda issues: feedback_prompt(
-                issues, truncated=any(i.code == "truncated" for i in issues)
-            ),
-            max_attempts=self.max_attempts,
-            response_format=self.response_format,
-            max_tokens=self.max_tokens,
-            temperature=self.temperature,
-            what=what,
-            without_format=self.without_format,
-        )
+        notes = {"tool_selection": selection.as_json()} if selection is not None else {}
+        with noting(**notes):
+            graph, attempts = await ask_until_valid(
+                self.llm,
+                messages,
+                parse,
+                feedback=lambda issues: feedback_prompt(
+                    issues, truncated=any(i.code == "truncated" for i in issues)
+                ),
+                max_attempts=self.max_attempts,
+                response_format=self.format_for(selection),
+                max_tokens=self.max_tokens,
+                temperature=self.temperature,
+                what=what,
+                without_format=self.without_format,
+            )
         if graph is not None:
             warnings = self.planning_warnings(*(warn(graph.plan, graph) if warn else ()))
             return PlanningResult(graph.plan, graph, tuple(attempts), warnings)

@@ -70,7 +70,7 @@ from ..runner import AgentTaskRunner, CallLedger, CallNext, Interceptor, ToolInv
 from ..settings import RunSettings
 from ..store import RunStore
 from ..text import jsonable, shorten
-from ..tools import connected
+from ..tools import ToolDiscovery, connected
 from ._calls import SolveCalls
 from ._spending import Spending
 from .replan import record_of, revise_run
@@ -171,6 +171,7 @@ class _Solve:
         prices: Prices | None = None,
         deadline_s: float | None = None,
         ledger: CallLedger | None = None,
+        discovery: ToolDiscovery | None = None,
     ) -> None:
         self.goal = goal
         #: The tool calls of the whole solve, which the tools' guardrails count.
@@ -208,6 +209,7 @@ class _Solve:
                 max_attempts=max_attempts,
                 structured=structured,
                 settings=model_settings,
+                discovery=discovery,
             )
         else:
             _check_planner(planner, registry, agent_tasks)
@@ -223,6 +225,7 @@ class _Solve:
             strict=planner.strict if planner.response_format is not None else None,
             max_tasks=planner.max_tasks,
             settings=planner.settings,
+            discovery=planner.discovery,
         )
         self.joiner = Joiner(
             MeteredLLM(llm, observer=self.calls.observer("joiner")),
@@ -234,10 +237,12 @@ class _Solve:
             MeteredLLM(llm, observer=self.calls.observer("agent")) if agent_tasks else None
         )
         self.agent_runner: AgentTaskRunner | None = None
-        if agent_tasks and model_settings is not None:
+        if agent_tasks and (model_settings is not None or discovery is not None):
             from ..agent import make_agent_runner
 
-            self.agent_runner = make_agent_runner(settings=model_settings)
+            self.agent_runner = make_agent_runner(
+                settings=model_settings, discovery=planner.discovery
+            )
         self.rounds: list[Round] = []
         self.running: str | None = None  # the id of the round's run, once it is chosen
         self.round_span: Any = None  # the round's span, with OpenTelemetry on
@@ -818,6 +823,7 @@ async def solve(
     prices: Prices | str | Path | None = None,
     deadline_s: float | None = None,
     ledger: CallLedger | None = None,
+    discovery: ToolDiscovery | None = None,
 ) -> Solution:
     """Answer ``goal`` with the tools of ``registry`` and the model ``llm``: plan, run,
     join, and replan when the joiner asks, for at most ``max_rounds`` rounds (see the module
@@ -862,6 +868,10 @@ async def solve(
     - ``ledger``: the tool calls the tools' guardrails (``max_calls``, ``cooldown_s``) and a
       policy's limits count, across every round (default: a new
       :class:`~dagagent.runner.CallLedger` for the solve; give one to choose its clock).
+    - ``discovery``: how a large registry is shown to the planner, the replanner and agent
+      tasks (a :class:`~dagagent.tools.ToolDiscovery`; default: past 30 tools, the 30 most
+      relevant to the goal by BM25). Its threshold and limit are recorded with the solve, so
+      a resume shows the same (an ``embed`` function must be given again).
 
     Every model call is a :class:`~dagagent.results.ModelCall` in ``Solution.calls`` (and,
     with a store, in the solve's record): role, round, task, model, options, what the model
@@ -898,6 +908,8 @@ async def solve(
         options["budget"] = budget.model_dump(mode="json", exclude_defaults=True)
     if deadline_s is not None:
         options["deadline_s"] = deadline_s
+    if discovery is not None and discovery != ToolDiscovery():
+        options["discovery"] = {"threshold": discovery.threshold, "limit": discovery.limit}
     opened: RunStore | None = None
     if store is not None:
         opened = store if isinstance(store, RunStore) else RunStore(store)
@@ -920,6 +932,7 @@ async def solve(
             prices=prices,
             deadline_s=deadline_s,
             ledger=ledger,
+            discovery=discovery,
         )
         # The tools' servers (MCP), each opened once, all at the same time, and kept for
         # every round: a round's run finds them open instead of opening them again. One that
@@ -951,6 +964,7 @@ def new_state(
     prices: Prices | None = None,
     deadline_s: float | None = None,
     ledger: CallLedger | None = None,
+    discovery: ToolDiscovery | None = None,
 ) -> _Solve:
     """The state of a solve with ``options`` (those :func:`solve` records with it, checked
     here) and run ``settings``, for :func:`solve` and for the resume of a paused solve."""
@@ -959,6 +973,9 @@ def new_state(
         raise ConfigError(f"max_rounds must be at least 1, not {max_rounds}")
     if budget is None and isinstance(options.get("budget"), dict):  # a resumed solve's
         budget = Budget.model_validate(options["budget"])
+    if discovery is None and isinstance(options.get("discovery"), dict):  # a resumed solve's
+        recorded = options["discovery"]
+        discovery = ToolDiscovery(threshold=recorded.get("threshold"), limit=recorded.get("limit"))
     chain = list(interceptors)
     if policy is not None:
         if isinstance(policy, (str, Path)):
@@ -988,6 +1005,7 @@ def new_state(
         prices=prices,
         deadline_s=deadline_s,
         ledger=ledger,
+        discovery=discovery,
     )
 
 

@@ -49,7 +49,7 @@ from ..planners import JoinDecision
 from ..results import RunResult, RunStatus
 from ..settings import RunSettings
 from ..store import RoundRecord, RunRecord, RunStore, SolveRecord
-from ..tools import connected
+from ..tools import ToolDiscovery, connected
 from .resume import continue_claimed, record_decision
 from .solution import Round, Solution
 from .solve import SOLVE_SETTINGS, Confirm, Resumed, new_state
@@ -149,6 +149,7 @@ async def resume_solve(
     model_settings: ModelSettings | None = None,
     planner: LLMPlanner | None = None,
     prices: Prices | str | Path | None = None,
+    discovery: ToolDiscovery | None = None,
 ) -> Solution:
     """Continue the paused or interrupted solve ``ref`` (its id, or one of its rounds' run
     ids) recorded in ``store`` (see the module docstring). Returns its :class:`Solution`:
@@ -163,6 +164,8 @@ async def resume_solve(
     and so are ``model_settings``, ``planner`` and ``prices`` (the
     :class:`~dagagent.Prices` the resumed solve's calls are costed at, or a prices file over
     the defaults, as for :func:`~dagagent.solve`; not recorded: give them again).
+    ``discovery``: how a large registry is shown (default: the threshold and limit the solve
+    recorded; an ``embed`` function is not recorded: give it again).
 
     Raises :class:`~dagagent.errors.StoreError` if there is no such solve and
     :class:`~dagagent.errors.DecisionError` if it is neither paused nor interrupted (running,
@@ -195,6 +198,7 @@ async def resume_solve(
             model_settings=model_settings,
             planner=planner,
             prices=prices,
+            discovery=discovery,
         )
         state.calls.seed(record.calls, record.usage)  # what the rounds before used
         going_on = last is not None and last.outcome in ("paused", "running", "interrupted")
