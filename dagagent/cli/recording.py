@@ -49,7 +49,8 @@ def run_recorded(
     terminal). ``tools_spec`` (see :func:`recorded_tools_spec`), ``mcp_specs`` (``--mcp``) and
     ``skills_dir`` (``--skills``) are recorded with the run, so that ``replan``, ``resume`` and
     ``approve`` load the same tools by default, and so are the approval rules (``approval``:
-    see :meth:`~dagagent.cli.rules.ApprovalRules.context`) and the failure policy, so that ``resume`` asks the same questions. Returns the result."""
+    see :meth:`~dagagent.cli.rules.ApprovalRules.context`) and the failure policy, so that
+    ``resume`` asks the same questions. Returns the result."""
     import asyncio
 
     from ..errors import StoreError
