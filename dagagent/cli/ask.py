@@ -26,6 +26,7 @@ import typer
 from ..errors import ConfigError, JoinerError, LLMError, PlanningError
 from ..results import FailurePolicy
 from ..settings import RunSettings
+from ..tools import DEFAULT_THRESHOLD
 from ._app import (
     EXIT_BUDGET,
     EXIT_DEADLINE,
@@ -54,6 +55,7 @@ from .options import (
     MaxAttemptsOpt,
     MaxConcurrencyOpt,
     MaxTokensOpt,
+    MaxToolsOpt,
     McpOpt,
     ModelChoice,
     ModelOpt,
@@ -68,6 +70,7 @@ from .options import (
     StreamTimeoutOpt,
     TimeoutOpt,
     ToolsOpt,
+    discovery_of,
     make_planner,
 )
 from .otel import configure_otel
@@ -317,6 +320,7 @@ def ask_cmd(
     ),
     max_concurrency: MaxConcurrencyOpt = None,
     max_attempts: MaxAttemptsOpt = 3,
+    max_tools: MaxToolsOpt = DEFAULT_THRESHOLD,
     agent_tasks: AgentTasksOpt = False,
     no_schema: NoSchemaOpt = False,
     timeout: TimeoutOpt = 60.0,
@@ -413,6 +417,7 @@ def ask_cmd(
             agent_tasks=agent_tasks,
             max_attempts=max_attempts,
             structured=not no_schema,
+            discovery=discovery_of(max_tools),
         )
     path = default_store_path(store)
     spec = recorded_tools_spec(tools, mcp or ())
@@ -455,6 +460,7 @@ def ask_cmd(
                         budget=budget,
                         prices=price_table,
                         deadline_s=deadline_left(deadline),
+                        discovery=discovery_of(max_tools),
                     )
                 )
 

@@ -11,6 +11,7 @@ import typer
 
 from ..errors import ConfigError
 from ..limits import DEFAULT_MAX_ELEMENTS
+from ..tools import DEFAULT_THRESHOLD
 from ._app import EXIT_OK, EXIT_RECORD, Interrupted, app, check_output_path, err, guard, out
 from .options import (
     ApproveOpt,
@@ -21,6 +22,7 @@ from .options import (
     MaxAttemptsOpt,
     MaxConcurrencyOpt,
     MaxElementsOpt,
+    MaxToolsOpt,
     McpOpt,
     ModelChoice,
     ModelOpt,
@@ -36,6 +38,7 @@ from .options import (
     StreamTimeoutOpt,
     TimeoutOpt,
     ToolsOpt,
+    discovery_of,
 )
 from .otel import configure_otel
 from .rules import ApprovalRules, recorded_rules
@@ -95,6 +98,7 @@ def _revise(
     max_attempts: int,
     quiet: bool,
     calls: SolveCalls | None = None,
+    max_tools: int = DEFAULT_THRESHOLD,
 ) -> Revision:
     """The replan workflow's revision step (:func:`dagagent.workflows.revise_run`); the
     replanner's model calls recorded by ``calls``."""
@@ -108,7 +112,9 @@ def _revise(
         from ..llm import MeteredLLM
 
         metered = MeteredLLM(llm, observer=calls.observer("replanner")) if calls else llm
-        replanner = LLMReplanner(metered, registry, max_attempts=max_attempts)
+        replanner = LLMReplanner(
+            metered, registry, max_attempts=max_attempts, discovery=discovery_of(max_tools)
+        )
 
     async def main() -> Revision:
         if llm is None:
@@ -149,6 +155,7 @@ def replan_cmd(
     tools: ToolsOpt = None,
     mcp: McpOpt = None,
     skills: SkillsOpt = None,
+    max_tools: MaxToolsOpt = DEFAULT_THRESHOLD,
     executor: ExecutorOpt = "dataflow",
     on_failure: OnFailureOpt = "cancel",
     max_concurrency: MaxConcurrencyOpt = None,
@@ -293,6 +300,7 @@ def _replan(
             max_attempts=max_attempts,
             quiet=json_out,
             calls=calls,
+            max_tools=RunOptions.of(ctx).max_tools,
         )
     plan = revision.plan if revision is not None else record.plan
     diff: PlanDiff | None = revision.diff if revision is not None else None

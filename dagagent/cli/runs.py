@@ -886,6 +886,8 @@ def _show_solve_record(solve: SolveRecord, *, verbose: bool = False) -> None:
         elif r.reason and r.outcome not in ("answered", "replan"):
             what += f": {shorten(r.reason, 200)}"
         line(f"round {r.round} (run {r.run_id or '-'}): {what}")
+    for text in _selection_lines(solve.calls, verbose=verbose):
+        line(text)
     for c in solve.calls:
         if c.issues:
             line(f"call {c.seq} ({c.role}, round {c.round}) was rejected:")
@@ -934,6 +936,49 @@ def _calls_table(calls: Sequence[ModelCall]) -> Table:
     return table
 
 
+def _selection_lines(calls: Sequence[ModelCall], *, verbose: bool) -> list[str]:
+    """For each call that was shown a part of a large registry (``tool_selection``): how
+    many tools of how many, chosen how, and which (each with its score and, if it was not
+    ranked in, why it is there: named in the goal, kept from the plan, skills). A call shown
+    the same tools as the one before says so in one line. Without ``verbose``, the first
+    twelve tools only."""
+    lines: list[str] = []
+    last: tuple[str, Any] | None = None
+    for c in calls:
+        sel = c.options.get("tool_selection")
+        if not isinstance(sel, dict) or not isinstance(sel.get("shown"), list):
+            continue
+        who = f"{c.role} {c.task_id}" if c.task_id else c.role
+        if last is not None and last[1] == sel:
+            lines.append(f"call {c.seq} ({who}) was shown the same tools as call {last[0]}")
+            continue
+        last = (str(c.seq), sel)
+        shown = [t for t in sel["shown"] if isinstance(t, dict)]
+        how = "embedding similarity" if sel.get("method") == "embedding" else "BM25"
+        head = (
+            f"call {c.seq} ({who}) was shown {len(shown)} of {sel.get('total', '?')} tools "
+            f"(more than {sel.get('threshold', '?')}: the {sel.get('limit', '?')} best by {how}"
+            ", and those the goal names"
+            + (", the plan uses" if c.role == "replanner" else "")
+            + ")"
+        )
+        lines.append(head + (f"; {sel['note']}" if sel.get("note") else "") + ":")
+        parts = []
+        for t in shown:
+            score = t.get("score")
+            text = str(t.get("name", "?"))
+            if isinstance(score, (int, float)):
+                text += f" {score:.2f}"
+            if t.get("why") not in (None, "ranked"):
+                text += f" ({t['why']})"
+            parts.append(text)
+        more = len(parts) - 12
+        if not verbose and more > 0:
+            parts = [*parts[:12], f"... {more} more (-v lists them)"]
+        lines.append("  " + ", ".join(parts))
+    return lines
+
+
 def _spent(calls: Sequence[ModelCall]) -> Usage:
     from ..llm import Usage
 
@@ -963,6 +1008,8 @@ def _show_calls(calls: Sequence[ModelCall], *, verbose: bool, head: str = "model
     out.print(_calls_table(calls))
     if any(c.estimated for c in calls):
         out.print("~ estimated: the provider did not report the tokens", style="dim")
+    for text in _selection_lines(calls, verbose=verbose):
+        line(text)
     for c in calls:
         who = f"{c.role} {c.task_id}" if c.task_id else c.role
         if c.issues:
