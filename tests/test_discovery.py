@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -266,7 +267,8 @@ async def test_a_solve_records_the_selection_and_show_prints_it(tmp_path: Path) 
     text = " ".join(r.stdout.split())
     assert "call 1 (planner) was shown 5 of 48 tools" in text
     assert "the 5 best by BM25" in text and "weather_get" in text
-    record = dagagent.RunStore(store).get_solve(solution.solve_id)
+    with dagagent.RunStore(store) as st:
+        record = st.get_solve(solution.solve_id)
     assert record.options is not None
     assert record.options["discovery"] == {"threshold": 20, "limit": 5}
 
@@ -331,3 +333,57 @@ async def test_an_agent_task_without_tools_gets_a_selection_and_find_tools() -> 
     )
     await dagagent.solve("x", reg, listed, agent_tasks=True)
     assert [t.name for t in listed.requests[1].tools] == ["slack_get"]
+
+
+# -- the command line ------------------------------------------------------------------------
+
+TOOLS_FILE = """
+from dagagent import Registry
+
+registry = Registry()
+for service in ("github", "slack", "calendar", "billing", "files"):
+    for verb in ("list", "get", "create", "update", "delete", "search", "archive", "export"):
+        registry.tool(name=f"{service}_{verb}", description=f"{verb} {service} items.")(
+            lambda query: query
+        )
+"""
+
+
+def test_max_tools_on_the_command_line_and_in_the_project_file(
+    server: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from llm_server import Reply
+
+    from dagagent.llm import wire
+
+    for name in ("DAGAGENT_MODEL", "DAGAGENT_BASE_URL", "OPENAI_API_KEY", "DAGAGENT_TOOLS"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "bigtools.py").write_text(TOOLS_FILE, encoding="utf-8")
+    plan = _plan({"id": "a", "tool": "slack_search", "args": {"query": "x"}})
+    args = [
+        "--tools",
+        "bigtools.py:registry",
+        "--model",
+        "openai:m",
+        "--base-url",
+        server.url + "/v1",
+    ]
+    store = tmp_path / "runs.db"
+    server.push(Reply(json=wire.openai_text(plan, output_tokens=20)))
+    r = CliRunner().invoke(
+        app, ["plan", "search slack", *args, "--max-tools", "6", "--store", str(store)]
+    )
+    assert r.exit_code == 0, r.output
+    system = server.requests[-1].json["messages"][0]["content"]
+    assert "the 6 of 40 most relevant" in system and "- billing_export(" not in system
+    (run_id,) = set(re.findall(r"dagagent show ([0-9a-f]{12})", r.output))
+    shown = CliRunner().invoke(app, ["show", run_id, "--store", str(store)])
+    assert "was shown 6 of 40 tools" in " ".join(shown.stdout.split()), shown.output
+    # the project file's max_tools = 0: every tool
+    (tmp_path / "pyproject.toml").write_text("[tool.dagagent]\nmax_tools = 0\n")
+    server.push(Reply(json=wire.openai_text(plan, output_tokens=20)))
+    r = CliRunner().invoke(app, ["plan", "search slack", *args, "--store", str(store)])
+    assert r.exit_code == 0, r.output
+    system = server.requests[-1].json["messages"][0]["content"]
+    assert "- billing_export(" in system and "most relevant" not in system
