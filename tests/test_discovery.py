@@ -303,26 +303,40 @@ async def test_an_agent_finds_a_tool_and_calls_it_on_its_next_turn() -> None:
 async def test_an_agent_task_without_tools_gets_a_selection_and_find_tools() -> None:
     reg = catalogue()
     plan = _plan({"id": "ask", "instruction": "Get the rain forecast for Oslo"})
+    find = ToolCall(id="c1", name=FIND_TOOLS, arguments={"query": "post a chat message"})
+    post = ToolCall(id="c2", name="slack_create", arguments={"query": "rain in Oslo"})
     llm = ScriptedLLM(
         [
             plan,
-            "It will rain.",
+            LLMResponse(tool_calls=[find], finish_reason="tool_calls"),
+            LLMResponse(tool_calls=[post], finish_reason="tool_calls"),
+            "It will rain; posted.",
             json.dumps({"action": "finish", "answer": "rain", "cites": ["ask"]}),
         ]
+    )
+    policy = dagagent.Policy.from_dict(
+        {"rules": [{"tool": "slack_delete", "action": "deny"}], "default": "allow"}
     )
     solution = await dagagent.solve(
         "Rain in Oslo?",
         reg,
         llm,
         agent_tasks=True,
+        policy=policy,
         discovery=ToolDiscovery(threshold=20, limit=3),
     )
-    assert solution.ok
+    assert solution.ok, solution.reason
     offered = [t.name for t in llm.requests[1].tools]
     assert len(offered) == 4 and offered[-1] == FIND_TOOLS
     assert "weather_get" in offered[:3]
+    assert "slack_create" in [t.name for t in llm.requests[2].tools]  # found, then offered
     agent_call = next(c for c in solution.calls if c.role == "agent")
     assert agent_call.options["tool_selection"]["limit"] == 3
+    result = solution.rounds[0].result
+    assert result is not None
+    steps = result.tasks["ask"].steps or []
+    assert [c.tool for s in steps for c in s.calls] == [FIND_TOOLS, "slack_create"]
+    assert "rain in Oslo" in (steps[1].calls[0].observation or "")
     # a task that lists its tools gets those, and no search: the plan said what it may use
     listed = ScriptedLLM(
         [
