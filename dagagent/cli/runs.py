@@ -939,7 +939,8 @@ def _calls_table(calls: Sequence[ModelCall]) -> Table:
 def _selection_lines(calls: Sequence[ModelCall], *, verbose: bool) -> list[str]:
     """For each call that was shown a part of a large registry (``tool_selection``): how
     many tools of how many, chosen how, and which (each with its score and, if it was not
-    ranked in, why it is there: named in the goal, kept from the plan, skills). A call shown
+    ranked in, why it is there: named in the goal, kept from the plan, skills; those first,
+    then the ranked ones, best first). A call shown
     the same tools as the one before says so in one line. Without ``verbose``, the first
     twelve tools only."""
     lines: list[str] = []
@@ -954,6 +955,13 @@ def _selection_lines(calls: Sequence[ModelCall], *, verbose: bool) -> list[str]:
             continue
         last = (str(c.seq), sel)
         shown = [t for t in sel["shown"] if isinstance(t, dict)]
+        # those there whatever their rank first, then the ranked, best first
+        shown.sort(
+            key=lambda t: (
+                t.get("why") == "ranked",
+                -(t["score"] if isinstance(t.get("score"), (int, float)) else 0.0),
+            )
+        )
         how = "embedding similarity" if sel.get("method") == "embedding" else "BM25"
         head = (
             f"call {c.seq} ({who}) was shown {len(shown)} of {sel.get('total', '?')} tools "

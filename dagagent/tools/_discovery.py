@@ -293,6 +293,10 @@ class ToolDiscovery:
     threshold: int | None = DEFAULT_THRESHOLD
     limit: int | None = None
     embed: Embed | None = field(default=None, compare=False)
+    #: The tools' embeddings, by text: computed once for this discovery's ``embed``.
+    _vectors: dict[str, list[float]] = field(
+        default_factory=dict, compare=False, repr=False, init=False
+    )
 
     def __post_init__(self) -> None:
         for what, value in (("threshold", self.threshold), ("limit", self.limit)):
@@ -313,34 +317,6 @@ class ToolDiscovery:
     def applies(self, registry: Registry) -> bool:
         """Whether ``registry`` is large enough to be shown by relevance."""
         return self.threshold is not None and len(registry) > self.threshold
-
-
-class _Embeddings:
-    """Tool embeddings, computed once per text for an embed function."""
-
-    def __init__(self) -> None:
-        self.vectors: dict[str, list[float]] = {}
-
-    async def of(self, embed: Embed, texts: list[str]) -> list[list[float]]:
-        missing = [t for t in dict.fromkeys(texts) if t not in self.vectors]
-        if missing:
-            for text, vector in zip(missing, await _embed(embed, missing), strict=True):
-                self.vectors[text] = vector
-        return [self.vectors[t] for t in texts]
-
-
-_CACHES: dict[int, tuple[Embed, _Embeddings]] = {}
-
-
-def _cache_for(embed: Embed) -> _Embeddings:
-    key = id(embed)
-    held = _CACHES.get(key)
-    if held is None or held[0] is not embed:
-        if len(_CACHES) > 16:
-            _CACHES.clear()
-        held = (embed, _Embeddings())
-        _CACHES[key] = held
-    return held[1]
 
 
 async def _embed(embed: Embed, texts: list[str]) -> list[list[float]]:
@@ -367,11 +343,21 @@ def _cosine(a: Sequence[float], b: Sequence[float]) -> float:
     return dot / (na * nb) if na and nb else 0.0
 
 
-async def _embedding_scores(embed: Embed, registry: Registry, query: str) -> dict[str, float]:
+async def _embedding_scores(
+    discovery: ToolDiscovery, registry: Registry, query: str
+) -> dict[str, float]:
+    assert discovery.embed is not None
     tools = list(registry)
-    cache = _cache_for(embed)
-    vectors = await cache.of(embed, [tool_text(t) for t in tools])
-    (goal_vector,) = await _embed(embed, [query])
+    texts = [tool_text(t) for t in tools]
+    kept = discovery._vectors
+    missing = [t for t in dict.fromkeys(texts) if t not in kept]
+    if missing:
+        if len(kept) > 50_000:  # a registry that keeps changing: start again
+            kept.clear()
+        for text, vector in zip(missing, await _embed(discovery.embed, missing), strict=True):
+            kept[text] = vector
+    vectors = [kept[t] for t in texts]
+    (goal_vector,) = await _embed(discovery.embed, [query])
     return {t.name: _cosine(goal_vector, v) for t, v in zip(tools, vectors, strict=True)}
 
 
@@ -402,7 +388,7 @@ async def select_tools(
     scores: dict[str, float] | None = None
     if discovery.embed is not None:
         try:
-            scores = await _embedding_scores(discovery.embed, registry, goal)
+            scores = await _embedding_scores(discovery, registry, goal)
             method = "embedding"
         except ConfigError:  # the function broke its contract: the caller's to fix
             raise
