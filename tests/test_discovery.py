@@ -227,6 +227,18 @@ async def test_the_planner_shows_the_selected_tools_and_records_the_selection() 
     assert "billing_export" in whole.requests[0].messages[0].content
 
 
+async def test_a_prompt_of_ones_own_gets_the_selection_where_it_wants_the_tools() -> None:
+    reg = catalogue()
+    plan = _plan({"id": "f", "tool": "weather_get", "args": {"query": "Oslo"}})
+    llm = ScriptedLLM([plan])
+    own = "Plan with care.\n\n{tools}\n\nBe brief."
+    planner = LLMPlanner(llm, reg, system_prompt=own, discovery=ToolDiscovery(threshold=20))
+    await planner.plan("Rain forecast for Oslo")
+    system = llm.requests[0].messages[0].content
+    assert system.startswith("Plan with care.\n\nTools (the 20 of 48 most relevant")
+    assert system.endswith("Be brief.") and "- weather_get(" in system
+
+
 async def test_the_replanner_is_shown_the_tools_of_the_plan_it_revises() -> None:
     reg = catalogue()
     old = dagagent.load_plan(

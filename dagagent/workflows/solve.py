@@ -237,8 +237,8 @@ class _Solve:
             MeteredLLM(llm, observer=self.calls.observer("agent")) if agent_tasks else None
         )
         self.agent_runner: AgentTaskRunner | None = None
-        if agent_tasks and (model_settings is not None or discovery is not None):
-            from ..agent import make_agent_runner
+        if agent_tasks and (model_settings is not None or planner.discovery != ToolDiscovery()):
+            from ..agent import make_agent_runner  # the agents see a large registry as planned
 
             self.agent_runner = make_agent_runner(
                 settings=model_settings, discovery=planner.discovery
