@@ -15,7 +15,8 @@ the list shows, with the arguments its schema requires (the tools it cannot see 
 use). Each plan then runs against the servers. Reported, per way of showing the tools:
 
 - **prompt tokens per planning call**: the call's prompt as the model-call record estimates
-  it (messages and the plan's response-format schema, about 4 characters a token);
+  it (messages and the plan's response-format schema, about 4 characters a token), and how
+  much of it is the response format (one schema variant per tool shown);
 - **plans with every tool**: goals whose plan calls every needed tool, and whose run against
   the MCP servers succeeded;
 - **selection time**: :func:`dagagent.tools.select_tools` for the goal (BM25 over the 300).
@@ -53,7 +54,7 @@ from _common import (
 )
 
 import dagagent
-from dagagent.llm import LLMRequest, MeteredLLM, ScriptedLLM
+from dagagent.llm import LLMRequest, MeteredLLM, ScriptedLLM, estimate_tokens
 from dagagent.mcp import MCPClient
 from dagagent.planners import LLMPlanner
 from dagagent.tools import Registry, ToolDiscovery, connected, select_tools
@@ -68,7 +69,7 @@ class Calls:
 
     def __init__(self) -> None:
         self.prompt_tokens: list[int] = []
-        self.shown: list[int] = []
+        self.format_tokens: list[int] = []
 
     def started(self, call: Any) -> None: ...
     def wrote(self, call: Any) -> None: ...
@@ -76,6 +77,9 @@ class Calls:
 
     def ended(self, call: Any) -> None:
         self.prompt_tokens.append(call.prompt_tokens)
+        fmt = call.request.response_format
+        chars = len(json.dumps(fmt.schema)) if fmt is not None else 0
+        self.format_tokens.append(estimate_tokens(chars))
 
 
 def planner_model(registry: Registry, needs: list[str]) -> ScriptedLLM:
@@ -145,6 +149,7 @@ async def one_mode(
                 "ran": result.ok,
                 "ok": not missing and result.ok,
                 "prompt_tokens": calls.prompt_tokens[-1],
+                "format_tokens": calls.format_tokens[-1],
             }
         )
     tokens = [r["prompt_tokens"] for r in rows]
@@ -154,6 +159,7 @@ async def one_mode(
         "goals": rows,
         "prompt_tokens_mean": statistics.mean(tokens),
         "prompt_tokens_median": statistics.median(tokens),
+        "format_tokens_mean": statistics.mean(r["format_tokens"] for r in rows),
         "shown_median": statistics.median(r["shown"] for r in rows),
         "plans_ok": sum(r["ok"] for r in rows),
         "selection_ms_median": statistics.median(selection_s) * 1000,
@@ -187,6 +193,7 @@ def render(data: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
         "tools shown",
         "tools in the prompt (median)",
         "prompt tokens per planning call (mean)",
+        "of which the response format",
         "of every tool's",
         "plans with every tool, run ok",
         "selection (median)",
@@ -200,6 +207,7 @@ def render(data: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
                 name,
                 f"{m['shown_median']:.0f}",
                 f"{m['prompt_tokens_mean']:,.0f}",
+                f"{m['format_tokens_mean']:,.0f}",
                 f"{m['prompt_tokens_mean'] / base:.0%}",
                 f"{m['plans_ok']}/{n}",
                 "-" if m["threshold"] is None else f"{m['selection_ms_median']:.1f} ms",

@@ -285,6 +285,30 @@ async def test_a_solve_records_the_selection_and_show_prints_it(tmp_path: Path) 
     assert record.options["discovery"] == {"threshold": 20, "limit": 5}
 
 
+async def test_a_streamed_revision_keeps_the_tools_of_the_round_before() -> None:
+    reg = catalogue()
+    first = _plan({"id": "b", "tool": "billing_get", "args": {"query": "total"}})
+    llm = ScriptedLLM(
+        [
+            first,
+            json.dumps({"action": "replan", "feedback": "also the rain forecast"}),
+            _plan(
+                {"id": "b", "tool": "billing_get", "args": {"query": "total"}},
+                {"id": "w", "tool": "weather_get", "args": {"query": "Oslo"}},
+            ),
+            json.dumps({"action": "finish", "answer": "done", "cites": ["b", "w"]}),
+        ]
+    )
+    solution = await dagagent.solve(
+        "Tidy the archive", reg, llm, discovery=ToolDiscovery(threshold=20, limit=5)
+    )
+    assert solution.ok, solution.reason
+    (revision,) = [c for c in solution.calls if c.role == "replanner"]
+    shown = {t["name"]: t["why"] for t in revision.options["tool_selection"]["shown"]}
+    assert shown["billing_get"] == "kept"  # the goal does not rank it: the plan used it
+    assert any(n.startswith("weather_") for n in shown)  # ranked for the feedback
+
+
 # -- agents: find_tools ----------------------------------------------------------------------
 
 
