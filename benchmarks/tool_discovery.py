@@ -251,7 +251,7 @@ def main() -> None:
         "",
         f"`{command_line()}`",
         "",
-        machine_line(info) + f"; commit {info.get('commit') or '-'}",
+        machine_line(info) + f"; commit {info.get('git_commit') or '-'}",
         "",
         f"{data['tools']} tools from {data['servers']} stdio MCP servers, "
         f"{len(next(iter(data['modes'].values()))['goals'])} goals (see "
