@@ -239,6 +239,19 @@ async def test_a_prompt_of_ones_own_gets_the_selection_where_it_wants_the_tools(
     assert system.endswith("Be brief.") and "- weather_get(" in system
 
 
+async def test_the_tools_of_the_few_shot_examples_are_always_shown() -> None:
+    reg = catalogue()
+    example = {
+        "goal": "Archive old invoices",
+        "plan": {"tasks": [{"id": "a", "tool": "billing_archive", "args": {"query": "2020"}}]},
+    }
+    llm = ScriptedLLM([_plan({"id": "f", "tool": "weather_get", "args": {"query": "Oslo"}})])
+    planner = LLMPlanner(llm, reg, examples=[example], discovery=ToolDiscovery(threshold=20))
+    result = await planner.plan_with_report("Rain forecast for Oslo")
+    assert result.plan.tasks[0].id == "f"
+    assert "- billing_archive(" in llm.requests[0].messages[0].content
+
+
 async def test_the_replanner_is_shown_the_tools_of_the_plan_it_revises() -> None:
     reg = catalogue()
     old = dagagent.load_plan(

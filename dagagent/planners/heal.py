@@ -71,7 +71,7 @@ from ..llm import (
     reject_last_call,
 )
 from ..llm.observe import noting
-from ..plan import Plan
+from ..plan import Plan, ToolTask
 from ..text import shorten
 from ..tools import Registry, ToolDiscovery, ToolSelection, select_tools
 from .parsing import extract_json, parse_plan_answer
@@ -87,6 +87,7 @@ __all__ = [
     "ask_until_valid",
     "extract_json",
     "parse_plan_answer",
+    "plan_tools",
 ]
 
 T = TypeVar("T")
@@ -241,6 +242,18 @@ def _answer_text(response: LLMResponse) -> str:
     if call.arguments_error is not None:
         return call.raw_arguments or ""
     return json.dumps(call.arguments, ensure_ascii=False)
+
+
+def plan_tools(plan: Plan) -> list[str]:
+    """The tools ``plan`` uses: its tool tasks' and the tools its agent tasks list."""
+    names: dict[str, None] = {}
+    for task in plan.tasks:
+        if isinstance(task, ToolTask):
+            names.setdefault(task.tool, None)
+        else:
+            for name in getattr(task, "tools", None) or ():
+                names.setdefault(name, None)
+    return list(names)
 
 
 class PlanningOptions(TypedDict, total=False):

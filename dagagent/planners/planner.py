@@ -25,7 +25,7 @@ prompt (and the ``{tools}`` marker) lists only the tools chosen for the goal
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +37,7 @@ from ..llm import LLM, Message, SystemMessage, UserMessage
 from ..plan import Plan
 from ..tools import Registry, ToolSelection
 from .examples import PlanExample, example_messages, load_examples
-from .heal import HealingPlanner, PlanningOptions, PlanningResult
+from .heal import HealingPlanner, PlanningOptions, PlanningResult, plan_tools
 from .prompts import plan_user_prompt, planner_skills, system_prompt, tools_section
 
 __all__ = ["TOOLS_MARKER", "LLMPlanner"]
@@ -77,6 +77,13 @@ class LLMPlanner(HealingPlanner):
         self.own_prompt = system_prompt
         self._system: dict[frozenset[str] | None, str] = {}
         self.examples: list[PlanExample] = load_examples(examples, registry)
+
+    async def select_tools(self, goal: str, keep: Iterable[str] = ()) -> ToolSelection | None:
+        """The tools to show for ``goal`` (see
+        :meth:`~dagagent.planners.heal.HealingPlanner.select_tools`), always with those the
+        few-shot examples use: a plan the model is shown uses no tool it is not told about."""
+        shown = [name for example in self.examples for name in plan_tools(example.plan)]
+        return await super().select_tools(goal, [*keep, *shown])
 
     def system_prompt(self, selection: ToolSelection | None = None) -> str:
         """The system prompt: one's own (with the tool catalog), else the generated one;

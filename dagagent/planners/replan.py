@@ -37,22 +37,10 @@ from ..plan import Plan, Task, ToolTask, same_call
 from ..results import TaskResult, TaskStatus
 from ..review import new_versions
 from ..tools import Registry, ToolSelection
-from .heal import HealingPlanner, PlanningOptions, PlanningResult
+from .heal import HealingPlanner, PlanningOptions, PlanningResult, plan_tools
 from .prompts import replan_user_prompt, shorten, system_prompt
 
-__all__ = ["LLMReplanner", "plan_tools", "replan_warnings"]
-
-
-def plan_tools(plan: Plan) -> list[str]:
-    """The tools ``plan`` uses: its tool tasks' and the tools its agent tasks list."""
-    names: dict[str, None] = {}
-    for task in plan.tasks:
-        if isinstance(task, ToolTask):
-            names.setdefault(task.tool, None)
-        else:
-            for name in getattr(task, "tools", None) or ():
-                names.setdefault(name, None)
-    return list(names)
+__all__ = ["LLMReplanner", "replan_warnings"]
 
 
 def _succeeded(results: Mapping[str, TaskResult]) -> list[str]:
