@@ -347,6 +347,13 @@ async def test_an_agent_finds_a_tool_and_calls_it_on_its_next_turn() -> None:
     assert result.steps[1].calls[0].observation is not None
     assert "refund 17" in result.steps[1].calls[0].observation
     assert agent.found()[:1] and "billing_update" in agent.found()
+    # continued from its first step (as a task that waited for a person is): it is offered
+    # what it had found, though nothing was searched in this process
+    again = ScriptedLLM(["Refunded."])
+    later = ReActAgent(again, reg.subset(["weather_get"]), catalogue=reg)
+    continued = await later.run("Refund order 17", steps=result.steps[:1])
+    assert continued.ok
+    assert "billing_update" in [t.name for t in again.requests[0].tools]
 
 
 async def test_an_agent_task_without_tools_gets_a_selection_and_find_tools() -> None:

@@ -124,6 +124,7 @@ class ReActAgent:
         )
         self._options = model_options(mode, self.tools, self.settings)
         self._offered: dict[frozenset[str], dict[str, Any]] = {}
+        self._searched: dict[str, list[str]] = {}  # find_tools' answers, by query
         self.system_prompt = system_prompt(mode, self.tools, instructions)
 
     # -- public API ----------------------------------------------------------------------
@@ -444,7 +445,9 @@ class ReActAgent:
                     continue
                 query = c.args.get("query") if isinstance(c.args, dict) else None
                 if isinstance(query, str) and query.strip():
-                    for name in found_names(query, self.catalogue):
+                    if query not in self._searched:
+                        self._searched[query] = found_names(query, self.catalogue)
+                    for name in self._searched[query]:
                         if name not in self.tools:
                             found.setdefault(name, None)
         return list(found)
