@@ -457,3 +457,27 @@ def test_max_tools_on_the_command_line_and_in_the_project_file(
     assert r.exit_code == 0, r.output
     system = server.requests[-1].json["messages"][0]["content"]
     assert "- billing_export(" in system and "most relevant" not in system
+
+
+def test_the_tools_command_shows_what_the_planner_would_see_for_a_goal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("DAGAGENT_TOOLS", raising=False)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "bigtools.py").write_text(TOOLS_FILE, encoding="utf-8")
+    base = ["tools", "--tools", "bigtools.py:registry"]
+    goal = "search slack for the outage, then calendar_create a review"
+    r = CliRunner().invoke(app, [*base, "--for", goal, "--max-tools", "5"])
+    assert r.exit_code == 0, r.output
+    assert "calendar_create(query" in r.stdout and "score" in r.stdout and ", named" in r.stdout
+    assert "billing_export" not in r.stdout
+    assert "6 tools of 40 shown for the goal" in r.stderr
+    doc = json.loads(
+        CliRunner().invoke(app, [*base, "--for", goal, "--max-tools", "5", "--json"]).stdout
+    )
+    assert len(doc["tools"]) == 6
+    assert {t["name"]: t["shown_because"] for t in doc["tools"]}["calendar_create"].endswith(
+        "named"
+    )
+    every = CliRunner().invoke(app, [*base, "--for", goal, "--max-tools", "0"])
+    assert "billing_export" in every.stdout and "every tool is shown" in every.stderr
