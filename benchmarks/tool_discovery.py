@@ -46,11 +46,10 @@ from _common import (
     add_output_options,
     command_line,
     machine_info,
-    machine_line,
+    markdown_head,
     markdown_table,
-    result_dir,
+    save,
     text_table,
-    write_results,
 )
 
 import dagagent
@@ -243,15 +242,13 @@ def main() -> None:
     for name, lost in missed.items():
         for goal, missing in lost:
             print(f"{name}: {goal!r} was not shown {', '.join(missing)}")
-    out = result_dir(args)
-    if out is None:
-        return
     md = [
-        "# Tool discovery: 300 tools from six MCP servers",
-        "",
-        f"`{command_line()}`",
-        "",
-        machine_line(info) + f"; commit {info.get('git_commit') or '-'}",
+        *markdown_head(
+            f"Tool discovery: {data['tools']} tools from {data['servers']} MCP servers",
+            command_line(),
+            info,
+        ),
+        f"Commit: {info.get('git_commit') or '-'}",
         "",
         f"{data['tools']} tools from {data['servers']} stdio MCP servers, "
         f"{len(next(iter(data['modes'].values()))['goals'])} goals (see "
@@ -263,8 +260,8 @@ def main() -> None:
     for name, lost in missed.items():
         for goal, missing in lost:
             md.append(f"- {name}: *{goal}* was not shown {', '.join(missing)}")
-    write_results(
-        out, "tool_discovery", {"command": command_line(), "machine": info, **data}, "\n".join(md)
+    save(
+        args, "tool_discovery", {"command": command_line(), "machine": info, **data}, "\n".join(md)
     )
 
 
