@@ -140,6 +140,7 @@ from .tools import (
     SchemaTool as SchemaTool,
     Skill as Skill,
     Tool as Tool,
+    ToolDiscovery as ToolDiscovery,
     current_call as current_call,
     tool as tool,
 )

@@ -823,3 +823,17 @@ def test_effect_storage_measures_each_output_once(monkeypatch: pytest.MonkeyPatc
     assert 480 <= tools["outputs_per_call"] < 600  # one copy of each output, not two
     elements = got["figures"]["map elements"]["500"]
     assert elements["outputs_per_call"] < 1100  # the element's, and the map's list: no third
+
+
+@pytest.mark.slow
+def test_tool_discovery_starts_its_mcp_servers_and_compares_with_every_tool(
+    tmp_path: Path,
+) -> None:
+    args = ("--servers", "2", "--goals", "2", "--limits", "20", "--out", tmp_path)
+    proc = _script("tool_discovery.py", *args)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads((tmp_path / "tool_discovery.json").read_text())
+    assert doc["tools"] == 100 and doc["servers"] == 2
+    every, bm25 = doc["modes"]["every tool"], doc["modes"]["BM25, 20 shown"]
+    assert every["plans_ok"] == 2 and every["shown_median"] == 100
+    assert bm25["shown_median"] <= 22 and bm25["prompt_tokens_mean"] < every["prompt_tokens_mean"]

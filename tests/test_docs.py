@@ -753,6 +753,7 @@ RUN_BY = {
     ("records", None): ["store="],
     ("sessions", None): ["Session("],
     ("models", None): ["fallback(", "load_skills("],
+    ("discovery", None): ["ToolDiscovery(threshold=30"],
     ("branching", None): [
         "max_calls=3, cooldown_s=60",
         "CallLedger(clock=",
@@ -853,6 +854,25 @@ def test_models_snippets(scratch: Path, monkeypatch: pytest.MonkeyPatch) -> None
     registry = namespace["registry"]
     assert set(registry.skills) == {"refund", "carrier"}
     assert "read_skill" in registry
+
+
+def test_the_discovery_example_shows_the_planner_a_part_of_the_catalogue() -> None:
+    """The large-catalogues page's solve: 121 tools, the planner shown the weather tool (the
+    goal names it) and ten more, the selection on the planning call's record."""
+    import json as _json
+
+    from dagagent.llm import ScriptedLLM
+
+    plan = {"tasks": [{"id": "w", "tool": "weather", "args": {"city": "Lisbon"}}]}
+    finish = {"action": "finish", "answer": "21 C", "cites": ["w"]}
+    llm = ScriptedLLM([_json.dumps(plan), _json.dumps(finish)])
+    namespace: dict[str, Any] = {"llm": llm}
+    run_python(block_with(page("discovery"), "python", "ToolDiscovery(threshold=30"), namespace)
+    assert namespace["solution"].ok
+    planning = namespace["planning"]
+    assert planning["total"] == 121 and len(planning["shown"]) == 11
+    system = llm.requests[0].messages[0].content
+    assert "the 11 of 121 most relevant" in system and "report_119" not in system
 
 
 def test_the_exactly_once_examples_pass_the_key_on_and_reconcile_by_it(tmp_path: Path) -> None:

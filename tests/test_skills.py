@@ -246,3 +246,38 @@ def test_the_tools_command_lists_skills(skills_dir: Path, monkeypatch: pytest.Mo
         CliRunner().invoke(app, ["tools", "--skills", str(skills_dir), "--json"]).stdout
     )
     assert [s["name"] for s in doc["skills"]] == ["refund", "shipping"]
+
+
+def test_replan_and_approve_load_the_skills_the_run_was_recorded_with(
+    skills_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("DAGAGENT_TOOLS", raising=False)
+    monkeypatch.chdir(tmp_path)
+    plan = tmp_path / "plan.json"
+    task = {"id": "proc", "tool": READ_SKILL, "args": {"name": "refund"}}
+    plan.write_text(json.dumps({"goal": "g", "tasks": [task]}))
+    store = tmp_path / "runs.db"
+    runner = CliRunner()
+    first = runner.invoke(
+        app, ["run", str(plan), "--skills", str(skills_dir), "--store", str(store), "--json"]
+    )
+    assert first.exit_code == 0, first.output
+    from dagagent.store import RunStore
+
+    with RunStore(store) as st:
+        (record,) = st.list_runs()
+        assert st.get_run(record.run_id).context["skills"] == str(skills_dir.resolve())
+    # no --skills: the recorded folder's, so read_skill is a known tool again
+    again = runner.invoke(app, ["replan", "--last", "--execute", "--store", str(store), "--json"])
+    assert again.exit_code == 0, again.output
+    with RunStore(store) as st:
+        runs = st.list_runs()
+        assert len(runs) == 2
+        newest = max(runs, key=lambda r: r.created)
+        assert st.get_run(newest.run_id).context["skills"] == str(skills_dir.resolve())
+    # a folder that is gone is a message saying what to pass
+    moved = skills_dir.rename(tmp_path / "elsewhere")
+    gone = runner.invoke(app, ["replan", "--last", "--store", str(store)])
+    assert gone.exit_code == 2 and "is not there any more: pass --skills DIR" in gone.output
+    back = runner.invoke(app, ["replan", "--last", "--store", str(store), "--skills", str(moved)])
+    assert back.exit_code == 0, back.output

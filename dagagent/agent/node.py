@@ -22,6 +22,14 @@ the agent runner reports them through ``node.steps_so_far``. When the run has li
 each thing the agent does reaches them as it happens (a
 :class:`~dagagent.events.TaskAgentEvent`, reported through ``node.on_event``).
 
+**Large registries.** An agent task without ``tools`` may use any tool. When the registry
+has more tools than the discovery's threshold (:class:`~dagagent.tools.ToolDiscovery`,
+``make_agent_runner(discovery=...)``, 30 by default), the agent is offered the tools most
+relevant to its instruction and ``find_tools``, which searches the others; what it finds it
+may call (see :class:`~dagagent.agent.ReActAgent`'s ``catalogue``). Its model calls carry
+the selection (``options["tool_selection"]``). A task with ``tools`` gets those, and no
+search: the plan said what it may use.
+
 A call an approval rule leaves for a person (:class:`~dagagent.errors.TaskWaitingError`)
 pauses the agent and its task waits; when the run resumes, the agent continues from the
 task's recorded steps (``node.resume_steps``), making the call that waited first.
@@ -36,9 +44,11 @@ from typing import Any, cast
 from dagagent.errors import AgentError, AgentStoppedError
 from dagagent.events import get_logger
 from dagagent.llm import LLM, ModelSettings
+from dagagent.llm.observe import noting
 from dagagent.results import AgentStep, PartialAnswer
 from dagagent.runner import AgentNode, AgentTaskRunner
 from dagagent.text import jsonable, shorten
+from dagagent.tools import ToolDiscovery, select_tools
 
 from .limits import AgentLimits
 from .react import ReActAgent
@@ -87,14 +97,17 @@ def make_agent_runner(
     instructions: str | None = None,
     max_observation_chars: int = 4000,
     settings: ModelSettings | None = None,
+    discovery: ToolDiscovery | None = None,
 ) -> AgentTaskRunner:
     """An ``agent_runner`` for :func:`dagagent.execute` with these agent settings (those of
     :class:`~dagagent.agent.ReActAgent`; ``settings``, a :class:`~dagagent.llm.ModelSettings`,
     for its model calls: ``max_tokens`` per turn, ``temperature``, ``tool_choice``,
-    ``parallel_tool_calls``)."""
+    ``parallel_tool_calls``); ``discovery``: how an agent task without ``tools`` is shown a
+    large registry (see the module docstring)."""
     if mode not in ("tools", "text"):
         raise AgentError(f"agent mode must be 'tools' or 'text', not {mode!r}")
     limits = limits if limits is not None else AgentLimits()
+    discovery = discovery if discovery is not None else ToolDiscovery()
 
     async def run(node: AgentNode) -> tuple[Any, list[AgentStep] | None]:
         if node.task.solve:  # a solve's agent runner takes these; a plain run's cannot
@@ -102,9 +115,15 @@ def make_agent_runner(
                 f"task {node.task.id!r} is a sub-solve ('solve': true): it runs only in a solve "
                 "given sub_solves=True (dagagent ask --sub-solves), not by the ReAct agent"
             )
+        tools, catalogue, notes = node.tools, None, {}
+        if node.task.tools is None:  # any tool: a large registry is shown by relevance
+            selection = await select_tools(node.tools, node.instruction, discovery)
+            if selection is not None:
+                tools, catalogue = node.tools.subset(selection.names), node.tools
+                notes = {"tool_selection": selection.as_json()}
         agent = ReActAgent(
             cast(LLM, node.llm),  # what execute(llm=...) was given; the runner does not look
-            node.tools,
+            tools,
             mode=mode,
             limits=limits,
             call_tool=node.call_tool,
@@ -112,43 +131,51 @@ def make_agent_runner(
             max_observation_chars=max_observation_chars,
             settings=settings,
             logger=get_logger(run_id=node.run_id, task_id=node.task.id),
+            catalogue=catalogue,
         )
         # If the agent does not answer (a model error, a stop, a timeout or a cancellation of
         # the task), the task's record keeps what it did so far.
         node.steps_so_far = lambda: list(agent.state.steps) if agent.state else None
         node.best_so_far = limits.best_so_far
-        report = node.on_event
-        if report is None:
-            result = await agent.run(
-                node.instruction, context=node.context or None, steps=node.resume_steps
-            )
-        else:  # the run has listeners: each thing the agent does reaches them as it happens
-            events = agent.stream(
-                node.instruction, context=node.context or None, steps=node.resume_steps
-            )
-            async with aclosing(events) as stream:
-                async for e in stream:
-                    report(
-                        e.kind,
-                        e.step,
-                        text=e.text,
-                        tool=e.tool,
-                        call_id=e.call_id,
-                        args=e.args,
-                        is_error=e.is_error,
-                        stop_reason=e.stop_reason,
-                    )
-            assert agent.result is not None
-            result = agent.result
-        if not result.ok:
-            partial = result.best_so_far if limits.best_so_far else None
-            if partial is None:
-                raise _stopped(node.task.id, result)
-            why = f"the agent stopped before answering ({result.stop_reason}: {result.detail})"
-            return PartialAnswer(partial, why), list(result.steps)
-        return result.answer, list(result.steps)
+        with noting(**notes):
+            return await _run(agent, node, limits)
 
     return run
+
+
+async def _run(
+    agent: ReActAgent, node: AgentNode, limits: AgentLimits
+) -> tuple[Any, list[AgentStep] | None]:
+    report = node.on_event
+    if report is None:
+        result = await agent.run(
+            node.instruction, context=node.context or None, steps=node.resume_steps
+        )
+    else:  # the run has listeners: each thing the agent does reaches them as it happens
+        events = agent.stream(
+            node.instruction, context=node.context or None, steps=node.resume_steps
+        )
+        async with aclosing(events) as stream:
+            async for e in stream:
+                report(
+                    e.kind,
+                    e.step,
+                    text=e.text,
+                    tool=e.tool,
+                    call_id=e.call_id,
+                    args=e.args,
+                    is_error=e.is_error,
+                    stop_reason=e.stop_reason,
+                )
+        assert agent.result is not None
+        result = agent.result
+    if not result.ok:
+        partial = result.best_so_far if limits.best_so_far else None
+        if partial is None:
+            raise _stopped(node.task.id, result)
+        why = f"the agent stopped before answering ({result.stop_reason}: {result.detail})"
+        return PartialAnswer(partial, why), list(result.steps)
+    return result.answer, list(result.steps)
 
 
 _default_runner = make_agent_runner()

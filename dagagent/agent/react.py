@@ -43,9 +43,9 @@ from dagagent.llm import (
     ask_streamed,
 )
 from dagagent.text import jsonable, shorten
-from dagagent.tools import Registry, Tool
+from dagagent.tools import FIND_TOOLS, Registry, Tool, find_tools_tool, found_names
 
-from ._calls import Call, CallTool, Toolbox
+from ._calls import Call, CallTool, Toolbox, wire_name
 from ._prompts import correction, model_options, system_prompt, task_message
 from ._turns import read_turn
 from .continuing import observations_of, open_calls, reply_of, step_messages
@@ -70,6 +70,10 @@ class ReActAgent:
       name) and ``parallel_tool_calls`` (``False``: one call per turn) go with every call.
       Without ``max_tokens``, a turn may write a thought and then an answer or eight calls
       of its longest tool (:func:`dagagent.limits.agent_turn_tokens`).
+    - ``catalogue``: a larger registry that ``tools`` are part of. The agent is offered
+      ``tools`` and a ``find_tools(query)`` tool that searches the catalogue (BM25 over names,
+      descriptions and arguments); the tools it finds are offered from its next turn on, and
+      may be called at once (see :mod:`dagagent.tools._discovery`).
 
     :attr:`state` is the current (or last) run's :class:`~dagagent.agent.AgentState` and
     :attr:`result` its :class:`~dagagent.agent.AgentResult`; an agent runs one goal at a time.
@@ -87,6 +91,7 @@ class ReActAgent:
         max_observation_chars: int = 4000,
         settings: ModelSettings | None = None,
         logger: Any = None,
+        catalogue: Registry | None = None,
     ) -> None:
         if llm is None:
             raise AgentError("the agent needs a model: pass llm=... (see dagagent.llm)")
@@ -102,10 +107,24 @@ class ReActAgent:
         self._log = logger if logger is not None else get_logger()
         self.state: AgentState | None = None
         self.result: AgentResult | None = None
-        self._tools = Toolbox(
-            self.tools, call_tool=call_tool, max_observation_chars=max_observation_chars
+        self.settings = settings or ModelSettings()
+        #: The tools ``find_tools`` searches (a large registry of which ``tools`` is the part
+        #: shown first), or ``None``: the agent has ``tools`` and no more.
+        self.catalogue = (
+            catalogue if catalogue is not None and FIND_TOOLS not in catalogue else None
         )
-        self._options = model_options(mode, self.tools, settings or ModelSettings())
+        callable_tools = self.tools
+        if self.catalogue is not None:
+            self.tools = self.catalogue.subset(self.tools.names)
+            self.tools.add(find_tools_tool(self.catalogue))
+            callable_tools = self.catalogue.subset(self.catalogue.names)
+            callable_tools.add(self.tools.get(FIND_TOOLS))
+        self._tools = Toolbox(
+            callable_tools, call_tool=call_tool, max_observation_chars=max_observation_chars
+        )
+        self._options = model_options(mode, self.tools, self.settings)
+        self._offered: dict[frozenset[str], dict[str, Any]] = {}
+        self._searched: dict[str, list[str]] = {}  # find_tools' answers, by query
         self.system_prompt = system_prompt(mode, self.tools, instructions)
 
     # -- public API ----------------------------------------------------------------------
@@ -412,10 +431,46 @@ class ReActAgent:
 
     # -- the model -----------------------------------------------------------------------
 
+    def found(self) -> list[str]:
+        """The tools ``find_tools`` has found so far (in the order found), beyond those
+        offered from the start: the agent may call them, and is offered them from the next
+        turn on. Worked out from the steps (the search is deterministic), so an agent
+        continued from recorded steps is offered what it had found."""
+        if self.catalogue is None or self.state is None:
+            return []
+        found: dict[str, None] = {}
+        for step in self.state.steps:
+            for c in step.calls:
+                if c.tool not in (FIND_TOOLS, wire_name(FIND_TOOLS)) or c.is_error:
+                    continue
+                query = c.args.get("query") if isinstance(c.args, dict) else None
+                if isinstance(query, str) and query.strip():
+                    if query not in self._searched:
+                        self._searched[query] = found_names(query, self.catalogue)
+                    for name in self._searched[query]:
+                        if name not in self.tools:
+                            found.setdefault(name, None)
+        return list(found)
+
+    def _turn_options(self) -> dict[str, Any]:
+        """The keywords of the next call: the tools offered from the start, and (in tools
+        mode) the tools found since."""
+        found = self.found() if self.mode == "tools" else []
+        if not found:
+            return self._options
+        key = frozenset(found)
+        if key not in self._offered:
+            assert self.catalogue is not None
+            offered = self.catalogue.subset(found)
+            tools = Registry([*self.tools, *(t for t in offered if t.name not in self.tools)])
+            self._offered = {key: model_options(self.mode, tools, self.settings)}
+        return self._offered[key]
+
     async def _ask(self, messages: list[Message], deadline: float | None) -> LLMResponse | None:
         # Streamed, then collected: whoever watches the model sees each turn being written.
+        options = self._turn_options()
         if deadline is None:
-            return await ask_streamed(self.llm, messages, **self._options)
+            return await ask_streamed(self.llm, messages, **options)
         with anyio.move_on_after(deadline - anyio.current_time()):
-            return await ask_streamed(self.llm, messages, **self._options)
+            return await ask_streamed(self.llm, messages, **options)
         return None

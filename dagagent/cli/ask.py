@@ -26,6 +26,7 @@ import typer
 from ..errors import ConfigError, JoinerError, LLMError, PlanningError
 from ..results import FailurePolicy
 from ..settings import RunSettings
+from ..tools import DEFAULT_THRESHOLD
 from ._app import (
     EXIT_BUDGET,
     EXIT_DEADLINE,
@@ -54,6 +55,7 @@ from .options import (
     MaxAttemptsOpt,
     MaxConcurrencyOpt,
     MaxTokensOpt,
+    MaxToolsOpt,
     McpOpt,
     ModelChoice,
     ModelOpt,
@@ -68,6 +70,7 @@ from .options import (
     StreamTimeoutOpt,
     TimeoutOpt,
     ToolsOpt,
+    discovery_of,
     make_planner,
 )
 from .otel import configure_otel
@@ -332,6 +335,7 @@ def ask_cmd(
     ),
     max_concurrency: MaxConcurrencyOpt = None,
     max_attempts: MaxAttemptsOpt = 3,
+    max_tools: MaxToolsOpt = DEFAULT_THRESHOLD,
     agent_tasks: AgentTasksOpt = False,
     sub_solves: bool = typer.Option(
         False,
@@ -440,10 +444,11 @@ def ask_cmd(
             max_attempts=max_attempts,
             structured=not no_schema,
             solve_depth=0 if sub_solves else None,
+            discovery=discovery_of(max_tools),
         )
     path = default_store_path(store)
     spec = recorded_tools_spec(tools, mcp or ())
-    context = tools_context(spec, mcp or ())  # replan loads them again
+    context = tools_context(spec, mcp or (), skills)  # replan and resume load them again
     context.update(choice.to_record(llm))  # a resume asks the same model, on the same server
     approval = rules.context()
     if approval:  # what 'dagagent resume' asks with
@@ -487,6 +492,7 @@ def ask_cmd(
                         prices=price_table,
                         deadline_s=deadline_left(deadline),
                         sub_solves=sub_solves,
+                        discovery=discovery_of(max_tools),
                     )
                 )
 

@@ -25,6 +25,7 @@ from ..limits import (
 )
 from ..results import FailurePolicy
 from ..settings import RunSettings
+from ..tools import DEFAULT_THRESHOLD
 from .recording import recorded_tools_spec
 from .rules import ApprovalRules
 
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
     from ..llm import ModelSettings
     from ..planners import LLMPlanner
     from ..runner import Interceptor
-    from ..tools import Registry
+    from ..tools import Registry, ToolDiscovery
 
 __all__ = [
     "ApproveOpt",
@@ -48,6 +49,7 @@ __all__ = [
     "MaxConcurrencyOpt",
     "MaxElementsOpt",
     "MaxTokensOpt",
+    "MaxToolsOpt",
     "McpOpt",
     "ModelChoice",
     "ModelOpt",
@@ -65,6 +67,7 @@ __all__ = [
     "StreamTimeoutOpt",
     "TimeoutOpt",
     "ToolsOpt",
+    "discovery_of",
     "make_planner",
 ]
 
@@ -245,6 +248,18 @@ MaxAttemptsOpt = Annotated[
         min=1,
         help="Answers to ask the model for before giving up (exit 3); invalid ones are sent "
         "back with their issues.",
+    ),
+]
+MaxToolsOpt = Annotated[
+    int,
+    typer.Option(
+        "--max-tools",
+        min=0,
+        metavar="N",
+        help="Past N tools (several MCP servers, say), the planner, and an agent task without "
+        "a tools list, are shown only the N most relevant to the goal (BM25 over names, "
+        "descriptions and arguments; the tools the goal names always); agents can search the "
+        "rest with find_tools. 0 shows every tool.",
     ),
 ]
 AgentTasksOpt = Annotated[
@@ -469,6 +484,14 @@ class ModelChoice:
         return self.client()
 
 
+def discovery_of(max_tools: int) -> ToolDiscovery:
+    """The :class:`~dagagent.tools.ToolDiscovery` of ``--max-tools N``: past N tools, the N
+    most relevant; 0, every tool."""
+    from ..tools import ToolDiscovery
+
+    return ToolDiscovery(threshold=max_tools or None)
+
+
 #: The largest planner prompt file read.
 MAX_PROMPT_BYTES = 200_000
 
@@ -556,6 +579,8 @@ class RunOptions:
     store: Path | None = None
     tools: str | None = None
     mcp: tuple[str, ...] = ()
+    skills: Path | None = None
+    max_tools: int = DEFAULT_THRESHOLD
     approve: bool = False
     asks: tuple[str, ...] = ()
     policy_file: Path | None = None
@@ -653,14 +678,26 @@ class RunOptions:
             max_elements=self.max_elements,
         )
 
+    def agent_runner(self) -> dict[str, Any]:
+        """``{"agent_runner": ...}`` showing agent tasks ``--max-tools`` tools, when it is not
+        the default (empty otherwise: execute's own runner)."""
+        if self.max_tools == DEFAULT_THRESHOLD:
+            return {}
+        from ..agent import make_agent_runner
+
+        return {"agent_runner": make_agent_runner(discovery=discovery_of(self.max_tools))}
+
     def execute_options(
-        self, tools_spec: str | None = None, mcp: tuple[str, ...] | None = None
+        self,
+        tools_spec: str | None = None,
+        mcp: tuple[str, ...] | None = None,
+        skills: Path | None = None,
     ) -> dict[str, Any]:
         """Keyword arguments of :func:`~dagagent.cli.recording.run_recorded`: the run's
-        settings, the tools recorded with the run (``tools_spec`` and ``mcp``, default
-        ``--tools`` and ``--mcp``), so that ``replan`` loads the same tools, and the approval
-        rules (``--policy``'s rules as read, ``--ask``), so that ``resume`` asks the same
-        questions."""
+        settings, the tools recorded with the run (``tools_spec``, ``mcp`` and ``skills``,
+        default ``--tools``, ``--mcp`` and ``--skills``), so that ``replan`` loads the same
+        tools, and the approval rules (``--policy``'s rules as read, ``--ask``), so that
+        ``resume`` asks the same questions."""
         mcp = self.mcp if mcp is None else mcp
         return {
             "settings": self.settings(),
@@ -668,6 +705,8 @@ class RunOptions:
                 self.tools if tools_spec is None else tools_spec, mcp
             ),
             "mcp_specs": mcp,
+            "skills_dir": self.skills if skills is None else skills,
+            **self.agent_runner(),
             "approval": self.rules.context(),
         }
 

@@ -21,6 +21,7 @@ import typer
 
 from ..errors import ConfigError, DeadlineError
 from ..limits import DEFAULT_MAX_ELEMENTS
+from ..tools import DEFAULT_THRESHOLD
 from ._app import EXIT_OK, app, check_output_path, deadline_left, err, guard, out
 from .options import (
     AgentTasksOpt,
@@ -34,6 +35,7 @@ from .options import (
     MaxConcurrencyOpt,
     MaxElementsOpt,
     MaxTokensOpt,
+    MaxToolsOpt,
     McpOpt,
     ModelChoice,
     ModelOpt,
@@ -50,6 +52,7 @@ from .options import (
     StreamTimeoutOpt,
     TimeoutOpt,
     ToolsOpt,
+    discovery_of,
     make_planner,
 )
 from .otel import configure_otel
@@ -136,6 +139,7 @@ def _make_planner(
     prompt_file: Path | None = None,
     examples_file: Path | None = None,
     watching: _Watching | None = None,
+    max_tools: int = DEFAULT_THRESHOLD,
 ) -> tuple[Any, LLMPlanner]:
     from ..llm import MeteredLLM
 
@@ -149,6 +153,7 @@ def _make_planner(
         max_attempts=max_attempts,
         agent_tasks=agent_tasks,
         structured=structured,
+        discovery=discovery_of(max_tools),
     )
     return llm, planner
 
@@ -216,6 +221,7 @@ def plan_cmd(
         "(planning usage then goes to stderr).",
     ),
     max_attempts: MaxAttemptsOpt = 3,
+    max_tools: MaxToolsOpt = DEFAULT_THRESHOLD,
     agent_tasks: AgentTasksOpt = False,
     no_schema: NoSchemaOpt = False,
     timeout: TimeoutOpt = 60.0,
@@ -331,6 +337,7 @@ def _plan_and_run(
         prompt_file=planner_prompt,
         examples_file=examples,
         watching=watching,
+        max_tools=options.max_tools,
     )
     with progress:
         result = _plan(llm, planner, goal, deadline=deadline, watching=watching)

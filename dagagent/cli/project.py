@@ -18,7 +18,8 @@ else a ``pyproject.toml`` holding a ``[tool.dagagent]`` table; the nearest one w
 
 What they become: the defaults of the options of that name (``--tools``, ``--mcp``,
 ``--model``, ``--base-url``, ``--timeout``, ``--executor``, ``--on-failure``,
-``--max-concurrency``, ``--max-elements``, ``--max-attempts``, ``--max-rounds``), through
+``--max-concurrency``, ``--max-elements``, ``--max-attempts``, ``--max-rounds``,
+``--max-tools``), through
 click's ``default_map``, for the commands that take them. An option given on the command
 line wins; so does the environment (``$DAGAGENT_TOOLS``, ``$DAGAGENT_MODEL``,
 ``$DAGAGENT_BASE_URL``) over the file. Commands that continue a recorded run (``replan``,
@@ -58,6 +59,7 @@ _KEYS: dict[str, str] = {
     "max_elements": "whole number",
     "max_attempts": "whole number",
     "max_rounds": "whole number",
+    "max_tools": "whole number",
 }
 #: The environment variable that beats the file, for the keys that have one.
 _ENV = {"tools": "DAGAGENT_TOOLS", "model": "DAGAGENT_MODEL", "base_url": "DAGAGENT_BASE_URL"}

@@ -40,15 +40,17 @@ def run_recorded(
     live: bool = True,
     tools_spec: str | None = None,
     mcp_specs: tuple[str, ...] = (),
+    skills_dir: Path | None = None,
     approval: dict[str, Any] | None = None,
     **options: Any,
 ) -> RunResult:
     """Run a validated plan, recording it in the run store (``store``, or the default path),
     with progress on ``console`` (``None``: no progress; ``live=False``: plain lines even on a
-    terminal). ``tools_spec`` (see :func:`recorded_tools_spec`) and ``mcp_specs`` (``--mcp``)
-    are recorded with the run, so that ``replan`` loads the same tools by default, and so are
-    the approval rules (``approval``: see :meth:`~dagagent.cli.rules.ApprovalRules.context`) and
-    the failure policy, so that ``resume`` asks the same questions. Returns the result."""
+    terminal). ``tools_spec`` (see :func:`recorded_tools_spec`), ``mcp_specs`` (``--mcp``) and
+    ``skills_dir`` (``--skills``) are recorded with the run, so that ``replan``, ``resume`` and
+    ``approve`` load the same tools by default, and so are the approval rules (``approval``:
+    see :meth:`~dagagent.cli.rules.ApprovalRules.context`) and the failure policy, so that
+    ``resume`` asks the same questions. Returns the result."""
     import asyncio
 
     from ..errors import StoreError
@@ -59,7 +61,7 @@ def run_recorded(
     from .signals import stoppable
 
     run_id = run_id or new_run_id()
-    context = tools_context(tools_spec, mcp_specs)
+    context = tools_context(tools_spec, mcp_specs, skills_dir)
     settings: RunSettings = options.get("settings") or RunSettings()
     if approval:  # what 'dagagent resume' asks with
         context["approval"] = approval
@@ -120,13 +122,18 @@ def interrupted_message(record: RunRecord | None, store: str | Path | None) -> s
     )
 
 
-def tools_context(tools_spec: str | None, mcp_specs: Sequence[str]) -> dict[str, Any]:
-    """The tools a run or a solve is recorded with (``replan`` and ``resume`` load them
-    again): the module spec (see :func:`recorded_tools_spec`) and the ``--mcp`` servers, each
-    without its secrets (see :func:`recorded_mcp_spec`)."""
+def tools_context(
+    tools_spec: str | None, mcp_specs: Sequence[str], skills: Path | None = None
+) -> dict[str, Any]:
+    """The tools a run or a solve is recorded with (``replan``, ``resume`` and ``approve``
+    load them again): the module spec (see :func:`recorded_tools_spec`), the ``--mcp``
+    servers, each without its secrets (see :func:`recorded_mcp_spec`), and the ``--skills``
+    folder (its absolute path)."""
     context: dict[str, Any] = {"tools": tools_spec} if tools_spec else {}
     if mcp_specs:
         context["mcp"] = [recorded_mcp_spec(m) for m in mcp_specs]
+    if skills is not None:
+        context["skills"] = str(Path(skills).resolve())
     return context
 
 

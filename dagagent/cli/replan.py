@@ -11,6 +11,7 @@ import typer
 
 from ..errors import ConfigError
 from ..limits import DEFAULT_MAX_ELEMENTS
+from ..tools import DEFAULT_THRESHOLD
 from ._app import EXIT_OK, EXIT_RECORD, Interrupted, app, check_output_path, err, guard, out
 from .options import (
     ApproveOpt,
@@ -21,6 +22,7 @@ from .options import (
     MaxAttemptsOpt,
     MaxConcurrencyOpt,
     MaxElementsOpt,
+    MaxToolsOpt,
     McpOpt,
     ModelChoice,
     ModelOpt,
@@ -31,10 +33,12 @@ from .options import (
     PolicyOpt,
     RunArg,
     RunOptions,
+    SkillsOpt,
     StoreOpt,
     StreamTimeoutOpt,
     TimeoutOpt,
     ToolsOpt,
+    discovery_of,
 )
 from .otel import configure_otel
 from .rules import ApprovalRules, recorded_rules
@@ -94,6 +98,7 @@ def _revise(
     max_attempts: int,
     quiet: bool,
     calls: SolveCalls | None = None,
+    max_tools: int = DEFAULT_THRESHOLD,
 ) -> Revision:
     """The replan workflow's revision step (:func:`dagagent.workflows.revise_run`); the
     replanner's model calls recorded by ``calls``."""
@@ -107,7 +112,9 @@ def _revise(
         from ..llm import MeteredLLM
 
         metered = MeteredLLM(llm, observer=calls.observer("replanner")) if calls else llm
-        replanner = LLMReplanner(metered, registry, max_attempts=max_attempts)
+        replanner = LLMReplanner(
+            metered, registry, max_attempts=max_attempts, discovery=discovery_of(max_tools)
+        )
 
     async def main() -> Revision:
         if llm is None:
@@ -147,6 +154,8 @@ def replan_cmd(
     ),
     tools: ToolsOpt = None,
     mcp: McpOpt = None,
+    skills: SkillsOpt = None,
+    max_tools: MaxToolsOpt = DEFAULT_THRESHOLD,
     executor: ExecutorOpt = "dataflow",
     on_failure: OnFailureOpt = "cancel",
     max_concurrency: MaxConcurrencyOpt = None,
@@ -184,7 +193,7 @@ def replan_cmd(
     with open_store(store) as st:
         record = find_run(st, run, last)
         path = st.path
-    spec, mcp_specs, registry = registry_for(record, tools, mcp)
+    spec, mcp_specs, registry = registry_for(record, tools, mcp, skills)
     review = review_run(record)
     if not json_out:
         out.print(format_review(review), markup=False, highlight=False)
@@ -291,6 +300,7 @@ def _replan(
             max_attempts=max_attempts,
             quiet=json_out,
             calls=calls,
+            max_tools=RunOptions.of(ctx).max_tools,
         )
     plan = revision.plan if revision is not None else record.plan
     diff: PlanDiff | None = revision.diff if revision is not None else None
@@ -350,7 +360,9 @@ def _replan(
         out.print(f"running it as a new run (parent {record.run_id}):", markup=False)
     options = RunOptions.of(ctx, store=path)  # --executor...: read from ctx
     execute_options = {
-        **options.execute_options(tools_spec=spec, mcp=mcp_specs),
+        **options.execute_options(
+            tools_spec=spec, mcp=mcp_specs, skills=skills_for(record, options.skills)
+        ),
         "approval": rules.context(),  # what a resume of the new run applies
     }
     agents = agent_llm if any(isinstance(t, AgentTask) for t in plan.tasks) else None
@@ -407,19 +419,40 @@ def _rules(record: RunRecord, given: ApprovalRules) -> ApprovalRules:
     return recorded
 
 
+def skills_for(record: RunRecord, skills: Path | None) -> Path | None:
+    """``--skills`` if given, else the skills folder recorded with the run (``None``: the
+    run had none). A recorded folder that is gone is a :class:`ConfigError` saying so."""
+    if skills is not None:
+        return skills
+    recorded = record.context.get("skills")
+    if not isinstance(recorded, str) or not recorded:
+        return None
+    if not Path(recorded).is_dir():
+        raise ConfigError(
+            f"run {record.run_id} used the skills folder {recorded!r}, which is not there any "
+            "more: pass --skills DIR"
+        )
+    return Path(recorded)
+
+
 def registry_for(
-    record: RunRecord, tools: str | None, mcp: list[str] | None
+    record: RunRecord,
+    tools: str | None,
+    mcp: list[str] | None,
+    skills: Path | None = None,
 ) -> tuple[str | None, tuple[str, ...], Any]:
     """``--tools`` and ``--mcp`` if given, else the tools recorded with the run, else the
-    default: ``(tools spec, MCP server specs, registry)``."""
+    default, with ``--skills``' skills, else those recorded with the run (see
+    :func:`skills_for`): ``(tools spec, MCP server specs, registry)``."""
+    folder = skills_for(record, skills)
     if tools is not None or mcp:
-        return tools, tuple(mcp or ()), load_tools(tools, mcp)
+        return tools, tuple(mcp or ()), load_tools(tools, mcp, folder)
     recorded = record.context.get("tools")
     spec = recorded if isinstance(recorded, str) else None
     listed = record.context.get("mcp")
     servers = tuple(m for m in listed if isinstance(m, str)) if isinstance(listed, list) else ()
     if spec is None and not servers:
-        return None, (), load_tools(None)
+        return None, (), load_tools(None, None, folder)
     from ..text import MASK
 
     hidden = [s.partition("=")[0] for s in servers if MASK in s]
@@ -429,7 +462,7 @@ def registry_for(
             "or URL is not kept by the store, so pass --mcp NAME=... (and --tools) again"
         )
     try:
-        return spec, servers, load_tools(spec, servers)
+        return spec, servers, load_tools(spec, servers, folder)
     except ConfigError as exc:
         used = " and ".join(
             ([spec] if spec else []) + [f"--mcp {s.partition('=')[0]}" for s in servers]

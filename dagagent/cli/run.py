@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from ..limits import DEFAULT_MAX_ELEMENTS
+from ..tools import DEFAULT_THRESHOLD
 from ._app import EXIT_FAILED, EXIT_OK, EXIT_PAUSED, EXIT_RECORD, app, err, guard, out
 from .options import (
     ApproveOpt,
@@ -19,6 +20,7 @@ from .options import (
     ExecutorOpt,
     MaxConcurrencyOpt,
     MaxElementsOpt,
+    MaxToolsOpt,
     McpOpt,
     ModelChoice,
     ModelOpt,
@@ -307,6 +309,7 @@ def run_cmd(
     tools: ToolsOpt = None,
     mcp: McpOpt = None,
     skills: SkillsOpt = None,
+    max_tools: MaxToolsOpt = DEFAULT_THRESHOLD,
     executor: ExecutorOpt = "dataflow",
     on_failure: OnFailureOpt = "cancel",
     max_concurrency: MaxConcurrencyOpt = None,

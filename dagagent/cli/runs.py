@@ -970,6 +970,8 @@ def _show_solve_record(solve: SolveRecord, *, verbose: bool = False) -> None:
         if r.run_id is not None:
             for text in _children_lines(solve, r.run_id, indent="  "):
                 line(text)
+    for text in _selection_lines(solve.calls, verbose=verbose):
+        line(text)
     for c in solve.calls:
         if c.issues:
             line(f"call {c.seq} ({c.role}, round {c.round}) was rejected:")
@@ -1041,6 +1043,57 @@ def _calls_table(calls: Sequence[ModelCall]) -> Table:
     return table
 
 
+def _selection_lines(calls: Sequence[ModelCall], *, verbose: bool) -> list[str]:
+    """For each call that was shown a part of a large registry (``tool_selection``): how
+    many tools of how many, chosen how, and which (each with its score and, if it was not
+    ranked in, why it is there: named in the goal, kept from the plan, skills; those first,
+    then the ranked ones, best first). A call shown
+    the same tools as the one before says so in one line. Without ``verbose``, the first
+    twelve tools only."""
+    lines: list[str] = []
+    last: tuple[str, Any] | None = None
+    for c in calls:
+        sel = c.options.get("tool_selection")
+        if not isinstance(sel, dict) or not isinstance(sel.get("shown"), list):
+            continue
+        who = f"{c.role} {c.task_id}" if c.task_id else c.role
+        if last is not None and last[1] == sel:
+            lines.append(f"call {c.seq} ({who}) was shown the same tools as call {last[0]}")
+            continue
+        last = (str(c.seq), sel)
+        shown = [t for t in sel["shown"] if isinstance(t, dict)]
+        # those there whatever their rank first, then the ranked, best first
+        shown.sort(
+            key=lambda t: (
+                t.get("why") == "ranked",
+                -(t["score"] if isinstance(t.get("score"), (int, float)) else 0.0),
+            )
+        )
+        how = "embedding similarity" if sel.get("method") == "embedding" else "BM25"
+        head = (
+            f"call {c.seq} ({who}) was shown {len(shown)} of {sel.get('total', '?')} tools "
+            f"(more than {sel.get('threshold', '?')}: the {sel.get('limit', '?')} best by {how}"
+            ", and those the goal names"
+            + (", the plan uses" if c.role == "replanner" else "")
+            + ")"
+        )
+        lines.append(head + (f"; {sel['note']}" if sel.get("note") else "") + ":")
+        parts = []
+        for t in shown:
+            score = t.get("score")
+            text = str(t.get("name", "?"))
+            if isinstance(score, (int, float)):
+                text += f" {score:.2f}"
+            if t.get("why") not in (None, "ranked"):
+                text += f" ({t['why']})"
+            parts.append(text)
+        more = len(parts) - 12
+        if not verbose and more > 0:
+            parts = [*parts[:12], f"... {more} more (-v lists them)"]
+        lines.append("  " + ", ".join(parts))
+    return lines
+
+
 def _spent(calls: Sequence[ModelCall]) -> Usage:
     from ..llm import Usage
 
@@ -1070,6 +1123,8 @@ def _show_calls(calls: Sequence[ModelCall], *, verbose: bool, head: str = "model
     out.print(_calls_table(calls))
     if any(c.estimated for c in calls):
         out.print("~ estimated: the provider did not report the tokens", style="dim")
+    for text in _selection_lines(calls, verbose=verbose):
+        line(text)
     for c in calls:
         who = f"{c.role} {c.task_id}" if c.task_id else c.role
         if c.issues:

@@ -11,8 +11,9 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from ..errors import ConfigError, DagagentError, ToolDefinitionError
+from ..tools import DEFAULT_THRESHOLD
 from ._app import DEFAULT_TOOLS, app, err, guard, load_registry, out, tools_spec
-from .options import McpOpt, SkillsOpt, ToolsOpt
+from .options import MaxToolsOpt, McpOpt, SkillsOpt, ToolsOpt, discovery_of
 
 if TYPE_CHECKING:
     from ..tools import Registry, Tool
@@ -49,7 +50,7 @@ def load_tools(
     if mcp:
         # The servers' tools join a registry of this command's own: the module's stays as its
         # module made it (a program that loads it again must not find them there).
-        registry = Registry(registry)
+        registry = registry.subset(registry.names)  # with its skills, if it has some
         _add_mcp_tools(registry, mcp)
     return registry
 
@@ -113,6 +114,23 @@ def _add_mcp_tools(registry: Registry, specs: list[str]) -> None:
             registry.add(t)
 
 
+def _shown_for(registry: Registry, goal: str, max_tools: int) -> tuple[Registry, dict[str, str]]:
+    """The tools the planner would be shown for ``goal`` with ``--max-tools``, and why each
+    is there (its score, and what keeps it when not its rank); every tool, and no reasons,
+    when the registry is not larger than that."""
+    from ..tools import select_tools
+    from .signals import run_stoppable
+
+    selection = run_stoppable(select_tools, registry, goal, discovery_of(max_tools))
+    if selection is None:
+        return registry, {}
+    why = {}
+    for s in selection.shown:
+        score = f"score {s.score:.2f}" if s.score is not None else "no score"
+        why[s.name] = score if s.why == "ranked" else f"{score}, {s.why}"
+    return registry.subset(selection.names), why
+
+
 def _source(t: Tool) -> str:
     server = getattr(t, "server", None)
     return f"MCP server {server}" if server is not None else str(getattr(t.fn, "__module__", ""))
@@ -137,9 +155,18 @@ def tools_cmd(
         help='Print {"tools": [...]} as JSON: each tool\'s name, description, JSON schemas, '
         "source, side effects and whether it may be retried.",
     ),
+    goal: str | None = typer.Option(
+        None,
+        "--for",
+        metavar="GOAL",
+        help="Only the tools the planner would be shown for GOAL (past --max-tools tools: the "
+        "most relevant, with their scores and why each is there).",
+    ),
+    max_tools: MaxToolsOpt = DEFAULT_THRESHOLD,
 ) -> None:
     """List the tools a plan can use (those --tools and --mcp give, as 'run' and 'plan' would
-    load them), each with its arguments as the planner sees them, and the skills of --skills."""
+    load them), each with its arguments as the planner sees them, and the skills of --skills;
+    with --for GOAL, those the planner would be shown for that goal."""
     from rich.text import Text
 
     from ..planners.prompts import tool_catalog
@@ -147,6 +174,10 @@ def tools_cmd(
     from .render import print_json
 
     registry = load_tools(tools, mcp, skills)
+    why: dict[str, str] = {}
+    total = len(registry)
+    if goal is not None:
+        registry, why = _shown_for(registry, goal, max_tools)
     if json_out:
         tools_doc: list[dict[str, Any]] = [
             {
@@ -158,6 +189,9 @@ def tools_cmd(
             }
             for t in registry
         ]
+        for item in tools_doc:
+            if item["name"] in why:
+                item["shown_because"] = why[item["name"]]
         doc: dict[str, Any] = {"tools": tools_doc}
         if registry.skills:
             doc["skills"] = [
@@ -178,6 +212,8 @@ def tools_cmd(
         entry = tool_catalog(registry, [t.name]).removeprefix("- ").splitlines()
         lines = [printable(line) for line in entry]
         lines.append(f"    from {_source(t)}; {_safety(t)}")
+        if t.name in why:
+            lines.append(f"    shown for the goal: {why[t.name]}")
         out.print(Text("\n".join(lines)), soft_wrap=True)
     for k in registry.skills.values():
         where = f"    from {k.source or 'Python'}; {len(k.text):,} characters"
@@ -185,6 +221,8 @@ def tools_cmd(
         out.print(Text(text), soft_wrap=True)
     n, m = len(registry), len(registry.skills)
     counts = f"{n} tool{'s' if n != 1 else ''}"
+    if goal is not None:
+        counts += f" of {total} shown for the goal" if why else " (every tool is shown)"
     if m:
         counts += f", {m} skill{'s' if m != 1 else ''}"
     err.print(counts, markup=False)

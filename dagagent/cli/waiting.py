@@ -33,6 +33,7 @@ from .options import (
     ModelOpt,
     NoWaitOpt,
     PricesOpt,
+    SkillsOpt,
     StoreOpt,
     StreamTimeoutOpt,
     ToolsOpt,
@@ -237,6 +238,7 @@ def approve_cmd(
     ),
     tools: ToolsOpt = None,
     mcp: McpOpt = None,
+    skills: SkillsOpt = None,
     store: StoreOpt = None,
     json_out: bool = typer.Option(False, "--json", help="Print the recorded decision as JSON."),
 ) -> None:
@@ -272,7 +274,7 @@ def approve_cmd(
             decided = st.decide(record.run_id, task, "allow", by=who, reason=reason, key=key)
         else:
             given = _read_edit(edit)
-            _, _, registry = registry_for(record, tools, mcp)
+            _, _, registry = registry_for(record, tools, mcp, skills)
 
             def check(tool: str, args: dict[str, Any]) -> Any:
                 if tool not in registry:
@@ -322,6 +324,7 @@ def resume_cmd(
     run: str = RunId,
     tools: ToolsOpt = None,
     mcp: McpOpt = None,
+    skills: SkillsOpt = None,
     executor: str | None = typer.Option(
         None,
         "--executor",
@@ -366,17 +369,17 @@ def resume_cmd(
                 raise StoreError(f"no run {run} (nor solve) in {st.path}") from None
             code = _resume_solve(
                 st, run, tools, mcp, model, base_url, stream_timeout, executor, no_wait,
-                json_out, price_table,
+                json_out, price_table, skills,
             )  # fmt: skip
             raise typer.Exit(code) from None
         solve = st.solve_of_run(record.run_id)
         if solve is not None and solve.status in ("paused", "interrupted"):
             code = _resume_solve(
                 st, record.run_id, tools, mcp, model, base_url, stream_timeout, executor,
-                no_wait, json_out, price_table,
+                no_wait, json_out, price_table, skills,
             )  # fmt: skip
             raise typer.Exit(code)
-        _, _, registry = registry_for(record, tools, mcp)
+        _, _, registry = registry_for(record, tools, mcp, skills)
         rules = recorded_rules(record)
         graph = validate(record.plan, registry)
         interceptors = run_interceptors(
@@ -446,6 +449,7 @@ def _resume_solve(
     no_wait: bool,
     json_out: bool,
     prices: Any,
+    skills: Path | None = None,
 ) -> int:
     """``resume`` of a paused solve: its round's run goes on with the tools and approval
     rules it was recorded with, then the joiner and the rounds after it; progress on stderr,
@@ -469,7 +473,7 @@ def _resume_solve(
             f"solve {solve.solve_id} stopped before any of its rounds had a run on record: its "
             "tools and model are not known; ask again (dagagent ask)"
         )
-    _, _, registry = registry_for(record, tools, mcp)
+    _, _, registry = registry_for(record, tools, mcp, skills)
     rules = recorded_rules(record)
     policies = run_interceptors(None, registry, approve=False, rules=rules, no_wait=no_wait)
     # the runs of the rounds after it are recorded with the same tools and rules, so that

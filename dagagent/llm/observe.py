@@ -19,6 +19,10 @@ answer of that length could have (a server lying about usage), the tokens are es
 from the characters sent and written (:func:`estimate_tokens`) and ``call.estimated`` says
 so: a call that wrote something never counts 0 tokens.
 
+**Notes.** A caller that knows something about the calls it is about to make (the planner:
+which tools it showed the model) says so with :func:`noting`; each call started inside the
+block carries the notes in its ``options`` (and so in its record).
+
 **Readers.** A planner or a joiner that reads an answer and cannot use it tells the call's
 observer so with :func:`reject_last_call`, right after the call, in the same task: the call
 a task made last through an observed client is that task's (a context variable holds it).
@@ -29,9 +33,11 @@ from __future__ import annotations
 import math
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias, runtime_checkable
 from urllib.parse import urlsplit, urlunsplit
 
@@ -51,6 +57,7 @@ __all__ = [
     "ask_streamed",
     "estimate_tokens",
     "last_call",
+    "noting",
     "reject_last_call",
     "request_options",
 ]
@@ -179,7 +186,7 @@ class LiveCall:
     @classmethod
     def of(cls, client: object, request: LLMRequest) -> LiveCall:
         """A call of ``client`` about to send ``request``."""
-        options = request_options(request, client)
+        options = {**request_options(request, client), **_NOTES.get()}
         return cls(
             request=request,
             model=str(getattr(client, "model", "") or ""),
@@ -311,6 +318,22 @@ class CallObserver(Protocol):
     def ended(self, call: LiveCall) -> None: ...
 
     def rejected(self, call: LiveCall, issues: Sequence[str]) -> None: ...
+
+
+_NOTES: ContextVar[Mapping[str, Any]] = ContextVar(
+    "dagagent_call_notes", default=MappingProxyType({})
+)
+
+
+@contextmanager
+def noting(**notes: Any) -> Iterator[None]:
+    """Within the block, each call started through an observed client carries ``notes``
+    (JSON-able values) in its ``options``, beside (and over) what its request asked for."""
+    token = _NOTES.set(MappingProxyType({**_NOTES.get(), **notes}))
+    try:
+        yield
+    finally:
+        _NOTES.reset(token)
 
 
 #: The last call the current task made through an observed client.

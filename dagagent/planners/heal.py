@@ -31,6 +31,13 @@ prompt alone describing the format; the planner sends none from then on, logs a 
 says so in the ``warnings`` of every plan it makes after (``no_response_format``). The joiner
 falls back the same way.
 
+**Large registries.** Past the threshold of the planner's ``discovery``
+(:class:`~dagagent.tools.ToolDiscovery`: 30 tools by default), :meth:`HealingPlanner.
+select_tools` picks the tools the prompt shows for a goal, and the response format holds only
+those (:meth:`HealingPlanner.format_for`); each call made for the plan carries the selection
+in its record (``options["tool_selection"]``). Plans are still validated against the whole
+registry: a plan that uses a registered tool it was not shown is accepted.
+
 After ``max_attempts`` rejected answers, :class:`~dagagent.errors.PlanningError` carries
 every attempt's raw text and issues. Errors talking to the model (``LLMError``) are not
 caught: they propagate as themselves.
@@ -40,7 +47,7 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TypedDict, TypeVar
 
@@ -63,9 +70,10 @@ from ..llm import (
     last_call,
     reject_last_call,
 )
-from ..plan import Plan
+from ..llm.observe import noting
+from ..plan import Plan, ToolTask
 from ..text import shorten
-from ..tools import Registry
+from ..tools import Registry, ToolDiscovery, ToolSelection, select_tools
 from .conversation import Conversation, in_conversation
 from .parsing import extract_json, parse_plan_answer
 from .prompts import feedback_prompt
@@ -80,6 +88,7 @@ __all__ = [
     "ask_until_valid",
     "extract_json",
     "parse_plan_answer",
+    "plan_tools",
 ]
 
 T = TypeVar("T")
@@ -236,6 +245,18 @@ def _answer_text(response: LLMResponse) -> str:
     return json.dumps(call.arguments, ensure_ascii=False)
 
 
+def plan_tools(plan: Plan) -> list[str]:
+    """The tools ``plan`` uses: its tool tasks' and the tools its agent tasks list."""
+    names: dict[str, None] = {}
+    for task in plan.tasks:
+        if isinstance(task, ToolTask):
+            names.setdefault(task.tool, None)
+        else:
+            for name in getattr(task, "tools", None) or ():
+                names.setdefault(name, None)
+    return list(names)
+
+
 class PlanningOptions(TypedDict, total=False):
     """The options every planner takes (:class:`HealingPlanner` and its subclasses).
 
@@ -255,6 +276,9 @@ class PlanningOptions(TypedDict, total=False):
       :meth:`HealingPlanner.output_limit`).
     - ``settings``: a :class:`~dagagent.llm.ModelSettings` whose ``max_tokens`` (the output
       limit of each call) and ``temperature`` go with every call.
+    - ``discovery``: a :class:`~dagagent.tools.ToolDiscovery`: how many tools a registry
+      may have before the prompt shows only those most relevant to the goal, how many, and
+      how they are ranked (default: past 30 tools, the 30 best by BM25).
     """
 
     max_attempts: int
@@ -264,6 +288,7 @@ class PlanningOptions(TypedDict, total=False):
     solve_depth: int | None
     max_tasks: int
     settings: ModelSettings | None
+    discovery: ToolDiscovery | None
 
 
 class HealingPlanner:
@@ -295,16 +320,19 @@ class HealingPlanner:
         self.sub_solves = sub_solves
         self.max_tasks = max_tasks
         self.settings = options.get("settings") or ModelSettings()
+        self.discovery = options.get("discovery") or ToolDiscovery()
+        self._formats: dict[frozenset[str], ResponseFormat] = {}
         self.temperature = self.settings.temperature
         # What one task of a plan for this registry takes to write, by kind of task.
         self._task_tokens = [call_tokens(t.name, t.parameters_schema) for t in registry]
         if agent_tasks or sub_solves:
             self._task_tokens.append(AGENT_TASK_TOKENS)
         self.max_tokens = self.output_limit()
+        self._strict_option = options.get("strict")
         self.response_format: ResponseFormat | None = (
             plan_response_format(
                 registry,
-                strict=options.get("strict"),
+                strict=self._strict_option,
                 agent_tasks=agent_tasks,
                 sub_solves=sub_solves,
             )
@@ -356,6 +384,28 @@ class HealingPlanner:
             return self.settings.max_tokens
         return plan_tokens(self._task_tokens, max_tasks=max_tasks or self.max_tasks)
 
+    async def select_tools(self, goal: str, keep: Iterable[str] = ()) -> ToolSelection | None:
+        """The tools to show the model for ``goal`` (always ``keep``), or ``None``: every
+        tool (a registry no larger than the discovery's threshold)."""
+        return await select_tools(self.registry, goal, self.discovery, keep=keep)
+
+    def format_for(self, selection: ToolSelection | None) -> ResponseFormat | None:
+        """The response format of a plan of the selected tools (``None``: the planner sends
+        none, the server having refused it or ``structured=False``)."""
+        if selection is None or self.response_format is None:
+            return self.response_format
+        key = frozenset(selection.names)
+        if key not in self._formats:
+            if len(self._formats) >= 32:
+                self._formats.clear()
+            self._formats[key] = plan_response_format(
+                self.registry.subset(selection.names),
+                strict=self._strict_option,
+                agent_tasks=self.agent_tasks,
+                sub_solves=self.sub_solves,
+            )
+        return self._formats[key]
+
     def without_format(self, warning: Issue) -> None:
         """The server refused the response format (``warning``, from :func:`format_refused`):
         plan with the prompt alone from now on, and say so in the warnings of every plan."""
@@ -381,10 +431,13 @@ class HealingPlanner:
         check: Check | None = None,
         warn: Callable[[Plan, PlanGraph], Sequence[Issue]] | None = None,
         what: str = "plan",
+        selection: ToolSelection | None = None,
     ) -> PlanningResult:
         """Ask ``messages`` until a valid plan for ``goal`` comes back; raise
         :class:`PlanningError` after ``max_attempts`` rejected answers. ``check`` adds
-        issues to feed back, ``warn`` issues to report with an accepted plan."""
+        issues to feed back, ``warn`` issues to report with an accepted plan;
+        ``selection``: the tools the messages show (the response format holds only those,
+        and each call's record says which they were)."""
 
         def parse(raw: str, response: LLMResponse) -> tuple[PlanGraph | None, list[Issue]]:
             graph, issues = parse_plan_answer(
@@ -410,20 +463,22 @@ class HealingPlanner:
                 issues = list(check(graph.plan, graph))
             return graph, issues
 
-        graph, attempts = await ask_until_valid(
-            self.llm,
-            messages,
-            parse,
-            feedback=lambda issues: feedback_prompt(
-                issues, truncated=any(i.code == "truncated" for i in issues)
-            ),
-            max_attempts=self.max_attempts,
-            response_format=self.response_format,
-            max_tokens=self.max_tokens,
-            temperature=self.temperature,
-            what=what,
-            without_format=self.without_format,
-        )
+        notes = {"tool_selection": selection.as_json()} if selection is not None else {}
+        with noting(**notes):
+            graph, attempts = await ask_until_valid(
+                self.llm,
+                messages,
+                parse,
+                feedback=lambda issues: feedback_prompt(
+                    issues, truncated=any(i.code == "truncated" for i in issues)
+                ),
+                max_attempts=self.max_attempts,
+                response_format=self.format_for(selection),
+                max_tokens=self.max_tokens,
+                temperature=self.temperature,
+                what=what,
+                without_format=self.without_format,
+            )
         if graph is not None:
             warnings = self.planning_warnings(*(warn(graph.plan, graph) if warn else ()))
             return PlanningResult(graph.plan, graph, tuple(attempts), warnings)

@@ -16,11 +16,16 @@ A prompt of one's own replaces the generated one (``system_prompt=``): the marke
 not there (the model cannot plan with tools it is not told about). Few-shot plans
 (``examples=``, see :mod:`dagagent.planners.examples`) go between the system prompt and
 the goal.
+
+A registry larger than the discovery's threshold (``discovery=``, a
+:class:`~dagagent.tools.ToolDiscovery`; 30 tools by default) is shown by relevance: the
+prompt (and the ``{tools}`` marker) lists only the tools chosen for the goal
+(:meth:`~dagagent.planners.heal.HealingPlanner.select_tools`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,10 +35,10 @@ from .. import telemetry
 from ..errors import ConfigError
 from ..llm import LLM, Message, SystemMessage, UserMessage
 from ..plan import Plan
-from ..tools import Registry
+from ..tools import Registry, ToolSelection
 from .examples import PlanExample, example_messages, load_examples
-from .heal import HealingPlanner, PlanningOptions, PlanningResult
-from .prompts import plan_user_prompt, planner_skills, system_prompt, tool_catalog
+from .heal import HealingPlanner, PlanningOptions, PlanningResult, plan_tools
+from .prompts import plan_user_prompt, planner_skills, system_prompt, tools_section
 
 __all__ = ["TOOLS_MARKER", "LLMPlanner"]
 
@@ -71,27 +76,46 @@ class LLMPlanner(HealingPlanner):
         if system_prompt is not None and not system_prompt.strip():
             raise ConfigError("the planner's system prompt is empty")
         self.own_prompt = system_prompt
-        self._system: str | None = None
+        self._system: dict[frozenset[str] | None, str] = {}
         self.examples: list[PlanExample] = load_examples(examples, registry)
 
-    def system_prompt(self) -> str:
-        """The system prompt: one's own (with the tool catalog), else the generated one."""
-        if self._system is None:
+    async def select_tools(self, goal: str, keep: Iterable[str] = ()) -> ToolSelection | None:
+        """The tools to show for ``goal`` (see
+        :meth:`~dagagent.planners.heal.HealingPlanner.select_tools`), always with those the
+        few-shot examples use: a plan the model is shown uses no tool it is not told about."""
+        shown = [name for example in self.examples for name in plan_tools(example.plan)]
+        return await super().select_tools(goal, [*keep, *shown])
+
+    def system_prompt(self, selection: ToolSelection | None = None) -> str:
+        """The system prompt: one's own (with the tool catalog), else the generated one;
+        ``selection``: the tools it shows, when not all."""
+        shown = selection.names if selection is not None else None
+        key = frozenset(shown) if shown is not None else None
+        if key not in self._system:
+            if len(self._system) >= 32:
+                self._system.clear()
             own = self.own_prompt
             if own is None:
-                self._system = system_prompt(
-                    self.registry, agent_tasks=self.agent_tasks, sub_solves=self.sub_solves
+                text = system_prompt(
+                    self.registry,
+                    agent_tasks=self.agent_tasks,
+                    sub_solves=self.sub_solves,
+                    shown=shown,
                 )
             else:
-                catalog = tool_catalog(self.registry)
+                catalog = tools_section(self.registry, shown, agent_tasks=self.agent_tasks)
+                catalog = catalog.split("\n", 1)[1] if shown is None else catalog
                 skills = planner_skills(self.registry, agent_tasks=self.agent_tasks)
                 if skills:  # the skills go where the tools are shown
                     catalog = f"{catalog}\n\n{skills}"
                 if TOOLS_MARKER in own:
-                    self._system = own.replace(TOOLS_MARKER, catalog)
+                    text = own.replace(TOOLS_MARKER, catalog)
+                elif shown is None:
+                    text = f"{own.rstrip()}\n\nTools:\n{catalog}"
                 else:
-                    self._system = f"{own.rstrip()}\n\nTools:\n{catalog}"
-        return self._system
+                    text = f"{own.rstrip()}\n\n{catalog}"
+            self._system[key] = text
+        return self._system[key]
 
     def for_registry(self, registry: Registry) -> Self:
         """A copy checking plans against ``registry`` (see
@@ -99,11 +123,11 @@ class LLMPlanner(HealingPlanner):
         self.system_prompt()  # made now, from the tools it was built with
         return super().for_registry(registry)
 
-    def messages(self, goal: str) -> list[Message]:
-        """The conversation the first attempt sends: the system prompt, the examples, the
-        goal."""
+    def messages(self, goal: str, selection: ToolSelection | None = None) -> list[Message]:
+        """The conversation the first attempt sends: the system prompt (showing
+        ``selection``'s tools, when not all), the examples, the goal."""
         return [
-            SystemMessage(self.system_prompt()),
+            SystemMessage(self.system_prompt(selection)),
             *example_messages(self.examples),
             UserMessage(self.with_conversation_text(plan_user_prompt(goal))),
         ]
@@ -116,8 +140,11 @@ class LLMPlanner(HealingPlanner):
         """
         if not goal.strip():
             raise ConfigError("the goal is empty: say what the plan should achieve")
+        selection = await self.select_tools(goal)
         with telemetry.operation("plan planner", telemetry.PLANNING, role="planner"):
-            result = await self.ask_for_plan(self.messages(goal), goal=goal.strip())
+            result = await self.ask_for_plan(
+                self.messages(goal, selection), goal=goal.strip(), selection=selection
+            )
         self.last_result = result
         return result
 

@@ -21,7 +21,7 @@ from ..errors import Issue
 from ..plan import Plan
 from ..results import TaskResult, TaskStatus
 from ..text import as_data, shorten as _shorten
-from ..tools import READ_SKILL, skills_prompt
+from ..tools import FIND_TOOLS, READ_SKILL, skills_prompt
 
 if TYPE_CHECKING:
     from ..tools import Registry, Tool
@@ -36,6 +36,7 @@ __all__ = [
     "system_prompt",
     "tool_catalog",
     "tool_signature",
+    "tools_section",
 ]
 
 
@@ -187,6 +188,23 @@ def tool_catalog(registry: Registry, names: Iterable[str] | None = None) -> str:
     return "\n".join(_tool_entry(t) for t in registry if wanted is None or t.name in wanted)
 
 
+def tools_section(
+    registry: Registry, shown: Sequence[str] | None = None, *, agent_tasks: bool = False
+) -> str:
+    """The prompt's list of tools: every tool of ``registry``, or (``shown``: a large
+    registry's selection for the goal, see :mod:`dagagent.tools._discovery`) those tools,
+    saying they are a part."""
+    if shown is None:
+        return "Tools:\n" + (tool_catalog(registry) or "(none)")
+    head = f"Tools (the {len(shown)} of {len(registry)} most relevant to the goal; use only these"
+    if agent_tasks:
+        head += (
+            f'; an agent task without "tools" can search the others with {FIND_TOOLS} and '
+            "call what it finds"
+        )
+    return f"{head}):\n" + (tool_catalog(registry, shown) or "(none)")
+
+
 # ---------------------------------------------------------------------------- prompts
 
 _FORMAT = """\
@@ -265,15 +283,17 @@ def system_prompt(
     agent_tasks: bool = False,
     replanning: bool = False,
     sub_solves: bool = False,
+    shown: Sequence[str] | None = None,
 ) -> str:
     """The system prompt of the planner (and, with ``replanning=True``, the replanner);
-    ``sub_solves``: its plans may hold sub-solves (three lines say how)."""
+    ``sub_solves``: its plans may hold sub-solves (three lines say how); ``shown``: the tools
+    it lists, when not all (see :func:`tools_section`)."""
     role = "You revise plans that partly failed." if replanning else "You are a planner."
     parts = [
         f"{role} You turn a goal into a plan: a set of tasks, each one call of a tool, "
         "connected by the outputs they use. The plan is checked and then run by a program, "
         "so it must be exactly in the format below.",
-        "Tools:\n" + (tool_catalog(registry) or "(none)"),
+        tools_section(registry, shown, agent_tasks=agent_tasks),
         _FORMAT,
     ]
     skills = planner_skills(registry, agent_tasks=agent_tasks)

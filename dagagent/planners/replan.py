@@ -36,8 +36,8 @@ from ..llm import LLM, Message, SystemMessage, UserMessage
 from ..plan import Plan, Task, ToolTask, same_call
 from ..results import TaskResult, TaskStatus
 from ..review import new_versions
-from ..tools import Registry
-from .heal import HealingPlanner, PlanningOptions, PlanningResult
+from ..tools import Registry, ToolSelection
+from .heal import HealingPlanner, PlanningOptions, PlanningResult, plan_tools
 from .prompts import replan_user_prompt, shorten, system_prompt
 
 __all__ = ["LLMReplanner", "replan_warnings"]
@@ -102,7 +102,16 @@ class LLMReplanner(HealingPlanner):
     ) -> None:
         super().__init__(llm, registry, **options)
         self.output_chars = output_chars
-        self._system: str | None = None
+        self._system: dict[frozenset[str] | None, str] = {}
+
+    async def select_plan_tools(
+        self, goal: str, plan: Plan, feedback: str | None = None
+    ) -> ToolSelection | None:
+        """The tools to show for revising ``plan`` (see
+        :meth:`~dagagent.planners.heal.HealingPlanner.select_tools`): ranked for the goal and
+        the feedback, and always those ``plan`` uses, so its tasks can be kept."""
+        query = f"{goal}\n{feedback}" if feedback else goal
+        return await self.select_tools(query, keep=plan_tools(plan))
 
     def messages(
         self,
@@ -111,19 +120,26 @@ class LLMReplanner(HealingPlanner):
         results: Mapping[str, TaskResult],
         *,
         feedback: str | None = None,
+        selection: ToolSelection | None = None,
     ) -> list[Message]:
-        """The conversation the first attempt sends."""
-        if self._system is None:
-            self._system = system_prompt(
+        """The conversation the first attempt sends (showing ``selection``'s tools, when
+        not all)."""
+        shown = selection.names if selection is not None else None
+        key = frozenset(shown) if shown is not None else None
+        if key not in self._system:
+            if len(self._system) >= 32:
+                self._system.clear()
+            self._system[key] = system_prompt(
                 self.registry,
                 agent_tasks=self.agent_tasks,
                 replanning=True,
                 sub_solves=self.sub_solves,
+                shown=shown,
             )
         text = replan_user_prompt(
             goal, plan, results, output_chars=self.output_chars, feedback=feedback
         )
-        return [SystemMessage(self._system), UserMessage(self.with_conversation_text(text))]
+        return [SystemMessage(self._system[key]), UserMessage(self.with_conversation_text(text))]
 
     async def replan_with_report(
         self,
@@ -144,9 +160,12 @@ class LLMReplanner(HealingPlanner):
         def warn(new: Plan, graph: PlanGraph) -> list[Issue]:
             return replan_warnings(plan, new, results)
 
-        messages = self.messages(goal, plan, results, feedback=feedback)
+        selection = await self.select_plan_tools(goal, plan, feedback)
+        messages = self.messages(goal, plan, results, feedback=feedback, selection=selection)
         with telemetry.operation("plan planner", telemetry.PLANNING, role="planner"):
-            result = await self.ask_for_plan(messages, goal=goal, warn=warn, what="revised plan")
+            result = await self.ask_for_plan(
+                messages, goal=goal, warn=warn, what="revised plan", selection=selection
+            )
         self.last_result = result
         return result
 

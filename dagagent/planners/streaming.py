@@ -85,11 +85,13 @@ from ..llm import (
     last_call,
     reject_last_call,
 )
+from ..llm.observe import noting
 from ..plan import Plan, Task, ToolTask, task_fingerprint
 from ..results import RunResult, TaskStatus
 from ..run import execute, new_run_id
 from ..runner import CallLedger
 from ..text import as_data, shorten as shorten_text
+from ..tools import ToolSelection
 from ._answer import StreamedAnswer, StreamStop
 from .heal import HealingPlanner, PlanAttempt, PlanningResult, format_refused
 from .planner import LLMPlanner
@@ -145,8 +147,11 @@ class _Streamer:
         max_tasks: int,
         max_task_chars: int,
         max_repeats: int,
+        selection: ToolSelection | None = None,
     ) -> None:
         self.planner = planner
+        #: What each call of the round carries in its record: the tools it was shown.
+        self.notes = {"tool_selection": selection.as_json()} if selection is not None else {}
         self.llm = planner.llm
         self.registry = registry
         self.agent_tasks = planner.agent_tasks
@@ -161,7 +166,7 @@ class _Streamer:
         self.max_task_chars = max_task_chars
         self.max_repeats = max_repeats
         self.max_tokens = planner.output_limit(max_tasks)
-        fmt = planner.response_format
+        fmt = planner.format_for(selection)
         self.response_format = _bounded(fmt, max_tasks) if fmt is not None else None
         self.given: Mapping[str, Task] = (
             planner.conversation.tasks() if planner.conversation is not None else {}
@@ -214,6 +219,10 @@ async def plan_and_execute_streamed(
     max_tasks = planner.max_tasks if max_tasks is None else max_tasks
     if max_tasks < 1:
         raise ConfigError(f"max_tasks must be at least 1, not {max_tasks}")
+    if replan_of is not None and isinstance(planner, LLMReplanner):
+        selection = await planner.select_plan_tools(goal, replan_of.plan, feedback)
+    else:
+        selection = await planner.select_tools(goal)
     owner = _Streamer(
         planner,
         registry,
@@ -223,9 +232,10 @@ async def plan_and_execute_streamed(
         max_tasks=max_tasks,
         max_task_chars=max_task_chars,
         max_repeats=max_repeats,
+        selection=selection,
     )
     log = get_logger(planner="streamed")
-    history = _first_messages(planner, goal, replan_of, feedback)
+    history = _first_messages(planner, goal, replan_of, feedback, selection)
     reused: dict[str, tuple[str, Any]] = dict(reuse or {})
     seeded: dict[str, Task] = {}
     attempts: list[PlanAttempt] = []
@@ -305,7 +315,10 @@ async def _attempt_and_run(
 
         tg.start_soon(run)
         try:
-            with telemetry.operation("plan planner", telemetry.PLANNING, role="planner"):
+            with (
+                telemetry.operation("plan planner", telemetry.PLANNING, role="planner"),
+                noting(**owner.notes),
+            ):
                 await _read_answer(owner, attempt, history)
         except StreamStop as stop:
             issues = stop.issues
@@ -346,15 +359,23 @@ async def _read_answer(owner: _Streamer, attempt: StreamedAnswer, history: list[
 
 
 def _first_messages(
-    planner: LLMPlanner | LLMReplanner, goal: str, replan_of: Any, feedback: str | None
+    planner: LLMPlanner | LLMReplanner,
+    goal: str,
+    replan_of: Any,
+    feedback: str | None,
+    selection: ToolSelection | None,
 ) -> list[Message]:
     if replan_of is not None:
         if not isinstance(planner, LLMReplanner):
             raise ConfigError("revising a run (replan_of=...) needs an LLMReplanner")
-        return list(planner.messages(goal, replan_of.plan, replan_of.tasks, feedback=feedback))
+        return list(
+            planner.messages(
+                goal, replan_of.plan, replan_of.tasks, feedback=feedback, selection=selection
+            )
+        )
     if not isinstance(planner, LLMPlanner):
         raise ConfigError("planning a goal needs an LLMPlanner (an LLMReplanner revises runs)")
-    messages = list(planner.messages(goal))
+    messages = list(planner.messages(goal, selection))
     if feedback:
         messages.append(UserMessage(f"Keep in mind: {feedback}"))
     return messages

@@ -12,10 +12,24 @@
 - :mod:`._skills`: :class:`Skill`, a named procedure in Markdown whose summary goes in the
   prompts and whose text a model reads with the ``read_skill`` tool; :func:`load_skills`
   reads a folder of them;
+- :mod:`._discovery`: which tools of a large registry a model is shown for a goal
+  (:func:`select_tools`, BM25 or an embedding), and the ``find_tools`` tool;
 - :mod:`._threads`: the places in anyio's worker threads that bound sync tool calls in a
   process (:data:`sync_threads`).
 """
 
+from ._discovery import (
+    DEFAULT_THRESHOLD,
+    FIND_TOOLS,
+    BM25Index,
+    Embed,
+    ShownTool,
+    ToolDiscovery,
+    ToolSelection,
+    find_tools_tool,
+    found_names,
+    select_tools,
+)
 from ._effects import (
     CallIdentity,
     Reconciled,
@@ -39,25 +53,35 @@ from ._tool import (
 )
 
 __all__ = [
+    "DEFAULT_THRESHOLD",
+    "FIND_TOOLS",
     "GENERATOR_TYPES",
     "READ_SKILL",
+    "BM25Index",
     "CallIdentity",
+    "Embed",
     "Reconciled",
     "Reconciler",
     "Registry",
     "SchemaTool",
+    "ShownTool",
     "Skill",
     "SyncThreads",
     "Tool",
+    "ToolDiscovery",
     "ToolOptions",
+    "ToolSelection",
     "args_fingerprint",
     "call_sync",
     "connected",
     "current_call",
+    "find_tools_tool",
     "format_validation_errors",
+    "found_names",
     "idempotency_key",
     "load_skills",
     "materialize_async",
+    "select_tools",
     "skills_prompt",
     "sync_threads",
     "tool",

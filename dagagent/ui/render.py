@@ -109,6 +109,20 @@ def _preview(value: Any, n: int = 140) -> str:
     return shorten(_pretty(value, n * 2), n)
 
 
+def _shown_tools(selection: Any) -> list[tuple[str, float | None, str]]:
+    """A call's ``tool_selection`` as ``(name, score, why)``: the tools there whatever their
+    rank first, then the ranked ones, best first (what is not a tool entry is left out)."""
+    shown = selection.get("shown") if isinstance(selection, dict) else None
+    out: list[tuple[str, float | None, str]] = []
+    for t in shown if isinstance(shown, list) else ():
+        if isinstance(t, dict):
+            score = t.get("score")
+            number = float(score) if isinstance(score, (int, float)) else None
+            out.append((str(t.get("name", "?")), number, str(t.get("why") or "ranked")))
+    out.sort(key=lambda t: (t[2] == "ranked", -(t[1] or 0.0)))
+    return out
+
+
 def _env() -> Environment:
     env = Environment(
         loader=FileSystemLoader(str(HERE / "templates")),
@@ -125,6 +139,7 @@ def _env() -> Environment:
         q=lambda s: quote(str(s), safe=""),
         num=lambda x: f"{x:.1f}",
         cost=lambda usd: "–" if usd is None else format_cost(usd),
+        shown_tools=_shown_tools,
     )
     env.globals.update(task_kind=task_kind, task_what=task_what, STATUSES=STATUSES)
     return env

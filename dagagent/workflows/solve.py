@@ -72,7 +72,7 @@ from ..runner import AgentTaskRunner, CallLedger, CallNext, Interceptor, ToolInv
 from ..settings import RunSettings
 from ..store import RunStore
 from ..text import jsonable, shorten
-from ..tools import connected
+from ..tools import ToolDiscovery, connected
 from ._calls import SolveCalls
 from ._replay import RecordedAnswers, ReplayingLLM
 from ._spending import Spending
@@ -182,6 +182,7 @@ class _Solve:
         sub_solves: bool = False,
         depth: int = 0,
         above: Spending | None = None,
+        discovery: ToolDiscovery | None = None,
     ) -> None:
         self.goal = goal
         self.llm = llm
@@ -237,6 +238,7 @@ class _Solve:
                 structured=structured,
                 settings=model_settings,
                 solve_depth=solve_depth,
+                discovery=discovery,
             )
         else:
             _check_planner(planner, registry, agent_tasks, solve_depth)
@@ -254,6 +256,7 @@ class _Solve:
             max_tasks=planner.max_tasks,
             settings=planner.settings,
             solve_depth=planner.solve_depth,
+            discovery=planner.discovery,
         )
         self.joiner = Joiner(
             self._replaying(llm, "joiner"),
@@ -267,10 +270,12 @@ class _Solve:
             else None
         )
         self.agent_runner: AgentTaskRunner | None = None
-        if agent_tasks and model_settings is not None:
-            from ..agent import make_agent_runner
+        if agent_tasks and (model_settings is not None or planner.discovery != ToolDiscovery()):
+            from ..agent import make_agent_runner  # the agents see a large registry as planned
 
-            self.agent_runner = make_agent_runner(settings=model_settings)
+            self.agent_runner = make_agent_runner(
+                settings=model_settings, discovery=planner.discovery
+            )
         self.conversation: Conversation | None = None
         self.converse(conversation)
         if self.planner.sub_solves:  # its runs' sub-solve tasks come through the agent seam
@@ -928,6 +933,7 @@ async def solve(
     ledger: CallLedger | None = None,
     conversation: Conversation | None = None,
     sub_solves: bool = False,
+    discovery: ToolDiscovery | None = None,
 ) -> Solution:
     """Answer ``goal`` with the tools of ``registry`` and the model ``llm``: plan, run,
     join, and replan when the joiner asks, for at most ``max_rounds`` rounds (see the module
@@ -978,6 +984,10 @@ async def solve(
       reached by a solve of its own (``"solve": true``), recorded as a child of this one,
       within what this one's budget and deadline have left, nested at most
       :data:`~dagagent.limits.MAX_SOLVE_DEPTH` deep (see :mod:`dagagent.workflows.subsolve`).
+    - ``discovery``: how a large registry is shown to the planner, the replanner and agent
+      tasks (a :class:`~dagagent.tools.ToolDiscovery`; default: past 30 tools, the 30 most
+      relevant to the goal by BM25). Its threshold and limit are recorded with the solve, so
+      a resume shows the same (an ``embed`` function must be given again).
 
     Every model call is a :class:`~dagagent.results.ModelCall` in ``Solution.calls`` (and,
     with a store, in the solve's record): role, round, task, model, options, what the model
@@ -1016,6 +1026,8 @@ async def solve(
         options["deadline_s"] = deadline_s
     if sub_solves:
         options["sub_solves"] = True
+    if discovery is not None and discovery != ToolDiscovery():
+        options["discovery"] = {"threshold": discovery.threshold, "limit": discovery.limit}
     opened: RunStore | None = None
     if store is not None:
         opened = store if isinstance(store, RunStore) else RunStore(store)
@@ -1039,6 +1051,7 @@ async def solve(
             deadline_s=deadline_s,
             ledger=ledger,
             conversation=conversation,
+            discovery=discovery,
         )
         # The tools' servers (MCP), each opened once, all at the same time, and kept for
         # every round: a round's run finds them open instead of opening them again. One that
@@ -1073,6 +1086,7 @@ def new_state(
     conversation: Conversation | None = None,
     depth: int = 0,
     above: Spending | None = None,
+    discovery: ToolDiscovery | None = None,
 ) -> _Solve:
     """The state of a solve with ``options`` (those :func:`solve` records with it, checked
     here) and run ``settings``, for :func:`solve` and for the resume of a paused solve; a
@@ -1082,6 +1096,9 @@ def new_state(
         raise ConfigError(f"max_rounds must be at least 1, not {max_rounds}")
     if budget is None and isinstance(options.get("budget"), dict):  # a resumed solve's
         budget = Budget.model_validate(options["budget"])
+    if discovery is None and isinstance(options.get("discovery"), dict):  # a resumed solve's
+        recorded = options["discovery"]
+        discovery = ToolDiscovery(threshold=recorded.get("threshold"), limit=recorded.get("limit"))
     chain = list(interceptors)
     if policy is not None:
         if isinstance(policy, (str, Path)):
@@ -1115,6 +1132,7 @@ def new_state(
         sub_solves=bool(options.get("sub_solves", False)),
         depth=depth,
         above=above,
+        discovery=discovery,
     )
 
 

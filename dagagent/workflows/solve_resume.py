@@ -59,7 +59,7 @@ from ..results import RunResult, RunStatus
 from ..runner import recorded_calls
 from ..settings import RunSettings
 from ..store import RoundRecord, RunRecord, RunStore, SolveRecord
-from ..tools import connected
+from ..tools import ToolDiscovery, connected
 from .resume import continue_claimed, record_decision
 from .solution import Round, Solution
 from .solve import SOLVE_SETTINGS, Confirm, Resumed, new_state
@@ -161,6 +161,7 @@ async def resume_solve(
     planner: LLMPlanner | None = None,
     prices: Prices | str | Path | None = None,
     conversation: Conversation | None = None,
+    discovery: ToolDiscovery | None = None,
 ) -> Solution:
     """Continue the paused or interrupted solve ``ref`` (its id, or one of its rounds' run
     ids) recorded in ``store`` (see the module docstring). Returns its :class:`Solution`:
@@ -176,6 +177,8 @@ async def resume_solve(
     :class:`~dagagent.Prices` the resumed solve's calls are costed at, or a prices file over
     the defaults, as for :func:`~dagagent.solve`; not recorded: give them again).
     ``conversation``: a session's turn's (:meth:`dagagent.Session.resume` gives it).
+    ``discovery``: how a large registry is shown (default: the threshold and limit the solve
+    recorded; an ``embed`` function is not recorded: give it again).
 
     Raises :class:`~dagagent.errors.StoreError` if there is no such solve and
     :class:`~dagagent.errors.DecisionError` if it is neither paused nor interrupted (running,
@@ -218,6 +221,7 @@ async def resume_solve(
             planner=planner,
             prices=prices,
             conversation=conversation,
+            discovery=discovery,
         )
     finally:
         if opened is not store:

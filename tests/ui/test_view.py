@@ -627,3 +627,43 @@ def test_a_task_skipped_by_a_condition_says_why_escaped(tmp_path: Path) -> None:
     page = render_run(record, page=Page())
     assert made.XSS not in page
     assert "when ${probe.kind} == &#39;&lt;script&gt;" in page  # the node's title
+
+
+def test_a_planning_calls_tool_selection_is_listed_escaped(tmp_path: Path) -> None:
+    from dagagent.results import ModelCall
+
+    path = tmp_path / "runs.db"
+    run_id = made.record_finished(path)
+    selection = {
+        "method": "bm25",
+        "threshold": 30,
+        "limit": 2,
+        "total": 300,
+        "shown": [
+            {"name": "slack.get_channel", "why": "ranked", "score": 2.0},
+            {"name": "github.list_issue", "why": "ranked", "score": 7.25},
+            {"name": f"srv.{made.XSS}", "why": "named", "score": 1.5},
+        ],
+    }
+    call = ModelCall(
+        call_id="c1",
+        solve_id="abcdef012345",
+        round=1,
+        run_id=run_id,
+        role="planner",
+        status="answered",
+        started_at=1.0,
+        options={"tool_selection": selection},
+    )
+    with RunStore(path) as st:
+        st.start_solve("abcdef012345", "a goal")
+        st.record_round("abcdef012345", 1, run_id=run_id, outcome="answered")
+        st.record_model_calls([call])
+        st.finish_solve("abcdef012345", status="answered", answer="ok", run_id=run_id)
+    with Server(path) as server, httpx.Client(base_url=server.url) as client:
+        page = client.get("/solves/abcdef012345").text
+    assert "Tools shown: 3 of 300" in page and "the 2 best by BM25" in page
+    listed = page[page.index('class="tools-shown"') :]
+    named, best, other = (listed.index(s) for s in ("(named)", "7.25", "2.00"))
+    assert named < best < other  # there whatever its rank first, then the best first
+    assert "&lt;script&gt;" in page and made.XSS not in page
