@@ -508,16 +508,16 @@ async def test_redacting_hides_secrets_in_models_and_numbers(
     secret that is a number are hidden like any other: from the tool, the spans and the
     store. A model with nothing to hide is passed on as it was, and not recorded as
     redacted."""
-    received: list[Any] = []
+    received: dict[str, Any] = {}  # by tool: the two tasks run at once, in either order
 
     @registry.tool
     def connect(vault: Vault, pin_token: int | str, label: str = "") -> str:
-        received.append((vault, pin_token))
+        received["connect"] = (vault, pin_token)
         return "connected"
 
     @registry.tool
     def plain(vault: Vault) -> str:
-        received.append(vault)
+        received["plain"] = vault
         return "plain"
 
     spans: list[Span] = []
@@ -541,8 +541,9 @@ async def test_redacting_hides_secrets_in_models_and_numbers(
         p, registry, interceptors=[redacting(), tracing(spans.append)], store=db
     )
     assert result.ok, result.tasks
-    vault, pin = received[0]
+    vault, pin = received["connect"]
     assert vault == Vault(host="db.kestrel", passphrase_secret="[redacted]") and pin == "[redacted]"
+    assert received["plain"] == Vault(host="db2", passphrase_secret="[redacted]")
     assert [d.decision for d in result.tasks["p"].decisions or ()] == []  # nothing to hide
     shown = json.dumps([s.args for s in spans], default=str)
     stored = b"".join(f.read_bytes() for f in tmp_path.glob("runs.db*"))
