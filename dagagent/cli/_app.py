@@ -551,6 +551,7 @@ COMMAND_MODULES = {
     "replan": "replan",
     "plan": "plan",
     "ask": "ask",
+    "attach": "ask",
     "tools": "tools",
     "ui": "view",
     "report": "view",

@@ -42,13 +42,15 @@ def worker_cmd(
         help="Tool calls (activities) this worker runs at once.",
     ),
 ) -> None:
-    """Serve the tools of --tools (and --mcp) to runs on Temporal (run --executor temporal):
-    the worker runs the runs' scheduling and their tool calls until stopped (Ctrl-C). Start
-    any number, on any machines that reach the server and share the payload store. Exit 10
-    if the server cannot be reached."""
+    """Serve the tools of --tools (and --mcp) to runs and solves on Temporal (run/ask
+    --executor temporal): the worker runs their scheduling, their tool calls and a solve's
+    model calls (with the API key of its own environment: OPENAI_API_KEY, ...) until stopped
+    (Ctrl-C). Start any number, on any machines that reach the server and share the payload
+    store. Exit 10 if the server cannot be reached."""
     import logging
 
     from ..executors.temporal import serve
+    from ..workflows.temporal_solve import worker_parts
 
     registry: Registry = load_tools(tools, mcp)
     # A tool that fails is the run's record, not the worker's log: Temporal's SDK would log
@@ -61,6 +63,12 @@ def worker_cmd(
     options = temporal_options(temporal_address, temporal_namespace, task_queue, payload_store)
 
     async def main() -> None:
-        await serve(registry, max_concurrent_activities=max_activities, on_ready=ready, **options)
+        await serve(
+            registry,
+            max_concurrent_activities=max_activities,
+            on_ready=ready,
+            **worker_parts(registry),
+            **options,
+        )
 
     run_stoppable(main)

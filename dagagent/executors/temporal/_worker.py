@@ -8,10 +8,10 @@ tasks (the tool calls). ``dagagent worker`` is :func:`serve` on the command line
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import anyio
 from temporalio.worker import Worker
@@ -48,6 +48,8 @@ async def running_worker(
     identity: str | None = None,
     connect_timeout_s: float = 10.0,
     client: Client | None = None,
+    workflows: Sequence[type] = (),
+    activities: Sequence[Callable[..., Any]] = (),
 ) -> AsyncIterator[Worker]:
     """A worker serving ``registry`` on ``task_queue`` while the block runs; on exit it
     stops, its calls cancelled (the server gives them to other workers).
@@ -55,18 +57,21 @@ async def running_worker(
     ``client``: a client connected as a production cluster needs it (TLS, an API key), whose
     data converter is :func:`~dagagent.executors.temporal.data_converter`'s; then
     ``address``, ``namespace``, ``payloads`` and ``inline_bytes`` are the client's business.
+    ``workflows`` and ``activities``: more for the worker to serve (the solve's:
+    :func:`dagagent.workflows.temporal_solve.worker_parts`).
+
     Raises :class:`~dagagent.errors.ClusterError` when the server cannot be reached."""
     if client is None:
         client = await connect(
             address, namespace, payloads, inline_bytes=inline_bytes, timeout_s=connect_timeout_s
         )
     identity = identity or worker_identity()
-    activities = Activities(registry, task_queue, identity)
+    tool_calls = Activities(registry, task_queue, identity)
     worker = Worker(
         client,
         task_queue=task_queue,
-        workflows=[RunWorkflow],
-        activities=activities.definitions(),
+        workflows=[RunWorkflow, *workflows],
+        activities=[*tool_calls.definitions(), *activities],
         max_concurrent_activities=max_concurrent_activities,
         identity=identity,
         # A run's workflow tasks go to the worker that ran its last one while it answers in
@@ -108,6 +113,8 @@ async def serve(
     connect_timeout_s: float = 10.0,
     client: Client | None = None,
     on_ready: Callable[[str], None] | None = None,
+    workflows: Sequence[type] = (),
+    activities: Sequence[Callable[..., Any]] = (),
 ) -> None:
     """Run a worker (see :func:`running_worker`) until cancelled; ``on_ready`` is told, in
     a line of text, once it serves the task queue."""
@@ -123,6 +130,8 @@ async def serve(
         identity=identity,
         connect_timeout_s=connect_timeout_s,
         client=client,
+        workflows=workflows,
+        activities=activities,
     ):
         if on_ready is not None:
             n = len(registry)
