@@ -531,8 +531,6 @@ def attach_cmd(
     solve: str = typer.Argument(
         ..., help="The solve's id (as 'dagagent ask' printed it).", metavar="SOLVE"
     ),
-    tools: ToolsOpt = None,
-    mcp: McpOpt = None,
     store: StoreOpt = None,
     json_out: bool = typer.Option(
         False, "--json", help="Print the whole solution as JSON (as 'ask --json')."
@@ -546,7 +544,7 @@ def attach_cmd(
     """Follow solve SOLVE on Temporal (started by 'ask --executor temporal' whose process is
     gone) to its end, and record what its record lacks: its rounds, runs, model calls and
     answer. The answer on stdout; exit codes as for 'ask'. Stopping it (Ctrl-C) leaves the
-    solve running on the workers."""
+    solve running on the workers. No --tools: the workers run them."""
     from ..executors.temporal import TemporalExecutor
     from ..store import RunStore, default_store_path
     from ..text import printable
@@ -560,7 +558,6 @@ def attach_cmd(
         "temporal", temporal_address, temporal_namespace, task_queue, payload_store
     )
     assert isinstance(executor, TemporalExecutor)
-    registry = load_tools(tools, mcp)
     price_table = BudgetOptions(None, None, None, None, prices).prices()
     path = default_store_path(store)
     with RunStore(path) as run_store:
@@ -572,7 +569,6 @@ def attach_cmd(
             return await stoppable(
                 attach_solve(
                     solve_id,
-                    registry,
                     executor=executor,
                     store=run_store,
                     listeners=[progress],

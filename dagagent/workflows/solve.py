@@ -979,7 +979,6 @@ async def _solve_on_temporal(
     try:
         return await solve_on_temporal(
             goal,
-            registry,
             model=model,
             executor=executor,
             settings=settings,

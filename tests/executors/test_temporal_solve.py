@@ -189,6 +189,9 @@ async def test_a_solve_runs_on_the_workers_and_is_recorded_as_a_local_one(
         assert json.loads(calls[1].text) == REPLAN
         assert runs.get_run(second.run_id).tasks["d"].output == 6
         assert runs.get_run(second.run_id).parent_id == first.run_id
+    shown = CliRunner().invoke(dagagent.cli.app, ["show", solution.solve_id, "--store", str(store)])
+    assert shown.exit_code == 0, shown.output
+    assert "a doubled is 6" in shown.output and "replanner" in shown.output
     # no key in the history; the history replays to the same decisions
     info, history = await history_of(ex, solve_workflow_id(solution.solve_id))
     assert DRIVER_KEY not in history.to_json()
@@ -333,7 +336,7 @@ def test_the_driver_killed_the_solve_finishes_and_attach_records_it(
         assert runs.get_solve(solve_id).status in ("running", "interrupted")
     result = CliRunner().invoke(
         dagagent.cli.app,
-        ["attach", solve_id, "--tools", TOOLS, "--store", str(store), "--json", *temporal[2:]],
+        ["attach", solve_id, "--store", str(store), "--json", *temporal[2:]],
     )
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["answer"] == "3"
@@ -381,4 +384,4 @@ async def test_attaching_to_a_solve_the_server_does_not_have_is_a_cluster_error(
     workers: Workers,
 ) -> None:
     with pytest.raises(dagagent.ClusterError, match="no solve 0123456789ab"):
-        await attach_solve("0123456789ab", temporal_tools.registry, executor=executor(workers))
+        await attach_solve("0123456789ab", executor=executor(workers))

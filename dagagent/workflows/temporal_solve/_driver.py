@@ -59,7 +59,6 @@ if TYPE_CHECKING:
     from ...graph import PlanGraph
     from ...runner import TaskRunner
     from ...store import RunStore
-    from ...tools import Registry
 
 __all__ = ["attach_solve", "solve_on_temporal", "solve_workflow_id"]
 
@@ -73,7 +72,6 @@ def solve_workflow_id(solve_id: str) -> str:
 
 async def solve_on_temporal(
     goal: str,
-    registry: Registry,
     *,
     model: dict[str, Any],
     executor: TemporalExecutor,
@@ -89,7 +87,7 @@ async def solve_on_temporal(
 ) -> Solution:
     """Start solve ``solve_id`` as a workflow and follow it to its end (see the module
     docstring). ``model``: the spec the workers build the model from."""
-    follower = _Follower(solve_id, registry, executor, settings, store, listeners, prices)
+    follower = _Follower(solve_id, executor, settings, store, listeners, prices)
     async with executor.session():
         await executor._wait_for_workers()
         client = executor._client()
@@ -134,7 +132,6 @@ async def solve_on_temporal(
 
 async def attach_solve(
     solve_id: str,
-    registry: Registry,
     *,
     executor: TemporalExecutor,
     store: RunStore | None = None,
@@ -143,12 +140,10 @@ async def attach_solve(
     settings: RunSettings | None = None,
 ) -> Solution:
     """Follow solve ``solve_id`` on Temporal (under way, or finished) to its end, recording
-    what its record lacks; its :class:`Solution`. Stopping this call leaves the solve
-    running. Raises :class:`~dagagent.errors.ClusterError` when the server has no such
-    solve."""
-    follower = _Follower(
-        solve_id, registry, executor, settings or RunSettings(), store, listeners, prices
-    )
+    what its record lacks; its :class:`Solution`. No tools are needed: the workers run them.
+    Stopping this call leaves the solve running. Raises
+    :class:`~dagagent.errors.ClusterError` when the server has no such solve."""
+    follower = _Follower(solve_id, executor, settings or RunSettings(), store, listeners, prices)
     async with executor.session():
         client = executor._client()
         wid = solve_workflow_id(solve_id)
@@ -207,7 +202,6 @@ class _Follower:
     def __init__(
         self,
         solve_id: str,
-        registry: Registry,
         executor: TemporalExecutor,
         settings: RunSettings,
         store: RunStore | None,
@@ -215,7 +209,6 @@ class _Follower:
         prices: Prices | None,
     ) -> None:
         self.solve_id = solve_id
-        self.registry = registry
         self.executor = executor
         self.settings = settings
         self.store = store
@@ -425,9 +418,11 @@ class _Follower:
             max_elements=self.settings.max_elements,
             retry=self.settings.retry,
         )
+        # No registry: the workers checked the plan against their tools and run them; this
+        # process only records what they did.
         return await execute(
             plan,
-            self.registry,
+            None,
             settings=settings,
             run_id=run_id,
             parent_id=parent_id,

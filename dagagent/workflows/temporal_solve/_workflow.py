@@ -22,7 +22,7 @@ history and never runs again.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -65,7 +65,6 @@ class SolveInput:
     task_queue: str
     heartbeat_s: float = 10.0
     lost_worker_retries: int = 3
-    steps: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _ok_outputs(results: list[dict[str, Any]]) -> dict[str, Any]:
