@@ -385,3 +385,59 @@ async def test_attaching_to_a_solve_the_server_does_not_have_is_a_cluster_error(
 ) -> None:
     with pytest.raises(dagagent.ClusterError, match="no solve 0123456789ab"):
         await attach_solve("0123456789ab", executor=executor(workers))
+
+
+@pytest.mark.anyio
+async def test_a_model_the_workers_cannot_use_fails_the_solve_saying_so(
+    workers: Workers, model_server: LLMTestServer, tmp_path: Path
+) -> None:
+    """The provider refuses the workers' key: the solve ends ``failed`` with the provider's
+    reason, as a local one does, and the refused call is on record."""
+    model_server.responder = lambda _request: Reply(
+        401, json=wire.openai_error("bad key", type="invalid_api_key")
+    )
+    async with client_of(model_server) as llm:
+        solution = await dagagent.solve(
+            "g",
+            temporal_tools.registry,
+            llm,
+            settings=RunSettings(executor=executor(workers)),
+            store=tmp_path / "runs.db",
+        )
+    assert solution.status.value == "failed"
+    assert solution.reason.startswith("round 1: the model could not be used:")
+    assert "bad key" in solution.reason
+    assert isinstance(solution.error, dagagent.errors.LLMError)
+    assert [(c.role, c.status) for c in solution.calls] == [("planner", "failed")]
+    with dagagent.RunStore(tmp_path / "runs.db") as runs:
+        assert runs.get_solve(solution.solve_id).status == "failed"
+
+
+def test_ask_on_an_unreachable_server_exits_10_and_options_need_the_executor(
+    tmp_path: Path,
+) -> None:
+    from .temporal_fixtures import _free_port
+
+    port = _free_port()  # nothing listens there
+    ask = ["ask", "g", "--tools", TOOLS, "--model", "openai:m", "--base-url", "http://127.0.0.1:9"]
+    result = CliRunner().invoke(
+        dagagent.cli.app,
+        [
+            *ask,
+            "--store",
+            str(tmp_path / "runs.db"),
+            "--executor",
+            "temporal",
+            "--temporal-address",
+            f"127.0.0.1:{port}",
+            "--payload-store",
+            str(tmp_path / "p"),
+        ],
+        env={"OPENAI_API_KEY": "k"},
+    )
+    assert result.exit_code == 10, result.output
+    assert f"cannot reach the Temporal server at 127.0.0.1:{port}" in result.output
+    assert "Traceback" not in result.output
+    result = CliRunner().invoke(dagagent.cli.app, [*ask, "--task-queue", "q"])
+    assert result.exit_code == 2
+    assert "--task-queue needs --executor temporal" in result.output
