@@ -167,6 +167,8 @@ async def test_a_solve_runs_on_the_workers_and_is_recorded_as_a_local_one(
     assert first.tasks["f"].error == "ValueError: boom 7"
     assert second.tasks["d"].output == 6
     assert second.parent_id == first.run_id
+    # the run ran on the workers before the driver saw it: it starts with its first task
+    assert second.started_at <= min(r.started_at or 0 for r in second.tasks.values())
     assert [c.role for c in solution.calls] == ["planner", "joiner", "replanner", "joiner"]
     assert [c.seq for c in solution.calls] == [1, 2, 3, 4]
     assert solution.usage.total.input_tokens == 101 + 102 + 103 + 104
