@@ -409,6 +409,9 @@ async def test_a_model_the_workers_cannot_use_fails_the_solve_saying_so(
     assert solution.status.value == "failed"
     assert solution.reason.startswith("round 1: the model could not be used:")
     assert "bad key" in solution.reason
+    assert "the API key of their own environment: check OPENAI_API_KEY on worker" in (
+        solution.reason
+    )
     assert isinstance(solution.error, dagagent.errors.LLMError)
     assert [(c.role, c.status) for c in solution.calls] == [("planner", "failed")]
     with dagagent.RunStore(tmp_path / "runs.db") as runs:

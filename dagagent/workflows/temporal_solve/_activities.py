@@ -29,8 +29,9 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from ...budget import Prices
-from ...errors import ConfigError, JoinerError, LLMError, PlanningError
+from ...errors import ConfigError, JoinerError, LLMAuthError, LLMError, PlanningError
 from ...executors.temporal import TemporalExecutor
+from ...executors.temporal._activities import worker_identity
 from ...llm import MeteredLLM
 from ...llm.spec import from_spec
 from ...plan import Plan
@@ -161,7 +162,14 @@ class SolveActivities:
             except JoinerError as exc:
                 answer = {"error": " ".join(str(exc).split()), "kind": "joining"}
             except LLMError as exc:
-                answer = {"error": " ".join(str(exc).split()), "kind": "model"}
+                message = " ".join(str(exc).split())
+                if isinstance(exc, LLMAuthError):  # the worker's key, not the driver's
+                    where = getattr(client, "api_key_env", None) or "the provider's variable"
+                    message += (
+                        f" (the workers call the model with the API key of their own "
+                        f"environment: check {where} on worker {worker_identity()})"
+                    )
+                answer = {"error": message, "kind": "model"}
             tg.cancel_scope.cancel()
         first = int(ask["seq"])
         answer["calls"] = [

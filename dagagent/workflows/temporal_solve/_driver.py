@@ -468,6 +468,8 @@ class _Follower:
                 else JoinerError(message)
                 if kind == "joining"
                 else LLMError(message)
+                if kind == "model"
+                else ClusterError(message)  # no worker could make the step
             )
         usage = SolveUsage(
             planner=_usage(self.calls, "planner", "replanner"),

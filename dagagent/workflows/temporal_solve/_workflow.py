@@ -129,10 +129,13 @@ class SolveWorkflow:
                 planned = await self._model_step(REPLAN, n, ask)
             if "error" in planned:
                 what = "no valid plan" if n == 1 else "no valid revised plan"
+                kind = planned.get("kind")
                 reason = (
                     f"round {n}: {what}: {planned['error']}"
-                    if planned.get("kind") == "planning"
+                    if kind == "planning"
                     else f"round {n}: the model could not be used: {planned['error']}"
+                    if kind == "model"
+                    else f"round {n}: no worker could plan: {planned['error']}"
                 )
                 self._close(n, None, "failed", reason)
                 return self._end("failed", reason, error=planned)
@@ -187,10 +190,13 @@ class SolveWorkflow:
                 },
             )
             if "error" in joined:
+                kind = joined.get("kind")
                 reason = (
                     f"round {n}: {joined['error']}"
-                    if joined.get("kind") == "joining"
+                    if kind == "joining"
                     else f"round {n}: the joiner's model could not be used: {joined['error']}"
+                    if kind == "model"
+                    else f"round {n}: no worker could join: {joined['error']}"
                 )
                 self._close(n, run_id, "failed", reason)
                 return self._end("failed", reason, error=joined)
