@@ -12,7 +12,7 @@ the model wrote) and each round's run with its tasks, so ``show`` and the viewer
 solve on Temporal as a local one; the listeners hear the same events.
 
 The workflow does not need the driver: kill it, and the solve goes on on the workers;
-:func:`attach_solve` (``dagagent ask --attach SOLVE``) picks it up. Interrupting the driver on
+:func:`attach_solve` (``dagagent attach SOLVE``) picks it up. Interrupting the driver on
 purpose (Ctrl-C, cancelling the call) cancels the workflow, as for a plan run.
 """
 
@@ -191,7 +191,7 @@ async def _started(handle: WorkflowHandle[Any, Any], within_s: float) -> None:
                 return
             except RPCError as exc:
                 if exc.status is not RPCStatusCode.NOT_FOUND:
-                    raise
+                    raise _unreachable(handle.id, exc) from None
             await anyio.sleep(0.05)
     raise ClusterError(f"the run workflow {handle.id} did not start within {within_s:g} s")
 
@@ -295,7 +295,10 @@ class _Follower:
                 return steps
             except Exception:  # no worker answered, or the workflow is over
                 pass
-            described = await handle.describe()
+            try:
+                described = await handle.describe()
+            except RPCError as exc:
+                raise _unreachable(handle.id, exc) from None
             status = described.status
             if status is not None and status is not WorkflowExecutionStatus.RUNNING:
                 if status is WorkflowExecutionStatus.COMPLETED:
@@ -316,7 +319,7 @@ class _Follower:
                     f"for {ex.worker_timeout_s:g} s); the solve's workflow {handle.id} stays "
                     f"on the Temporal server at {ex.address} and goes on when a worker comes "
                     f"({worker_hint(ex.address, ex.task_queue)}); then follow it with "
-                    f"dagagent ask --attach {self.solve_id}"
+                    f"dagagent attach {self.solve_id}"
                 )
             await anyio.sleep(ex.poll_s)
 
@@ -504,6 +507,15 @@ class _Follower:
         ]
         solution.not_recorded = [*self.not_recorded, *lost]
         self.solution = solution
+
+
+def _unreachable(workflow: str, exc: RPCError) -> ClusterError:
+    """The server did not answer about ``workflow``: the solve goes on without this driver."""
+    return ClusterError(
+        f"the Temporal server did not answer about workflow {workflow}: "
+        f"{' '.join(str(exc).split()) or type(exc).__name__}; the solve goes on on the workers "
+        "if the server does (dagagent attach follows it again)"
+    )
 
 
 def _usage(calls: Sequence[ModelCall], *roles: str) -> Usage:
