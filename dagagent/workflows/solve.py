@@ -905,7 +905,6 @@ async def solve(
             prices=prices,
             model_settings=model_settings,
             refused={
-                "agent_tasks": agent_tasks,
                 "confirm": confirm is not None,
                 "interceptors": bool(interceptors) or policy is not None,
                 "budget": budget is not None and budget.limited,
@@ -987,6 +986,7 @@ async def _solve_on_temporal(
             max_rounds=int(options["max_rounds"]),
             max_attempts=int(options["max_attempts"]),
             structured=bool(options["structured"]),
+            agent_tasks=bool(options["agent_tasks"]),
             store=opened,
             listeners=listeners,
             prices=prices,

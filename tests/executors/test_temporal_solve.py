@@ -54,9 +54,11 @@ class Model:
         plans: list[dict[str, Any]],
         decisions: list[dict[str, Any]],
         hold: int | None = None,
+        agents: list[str] = (),  # type: ignore[assignment]
     ) -> None:
         self.plans = list(plans)
         self.decisions = list(decisions)
+        self.agents = list(agents)
         self.hold = hold
         self.held = threading.Event()
         self.release = threading.Event()
@@ -69,11 +71,18 @@ class Model:
         with self.lock:
             self.count += 1
             n = self.count
-            answer = self.plans.pop(0) if "plan" in name else self.decisions.pop(0)
+            answer: Any = (
+                self.plans.pop(0)
+                if "plan" in name
+                else self.decisions.pop(0)
+                if "join" in name
+                else self.agents.pop(0)  # an agent task's turn
+            )
         if n == self.hold:
             self.held.set()
             self.release.wait(READY_S)
-        reply = wire.openai_text(json.dumps(answer), input_tokens=100 + n, output_tokens=20 + n)
+        text = answer if isinstance(answer, str) else json.dumps(answer)
+        reply = wire.openai_text(text, input_tokens=100 + n, output_tokens=20 + n)
         return SSEReply(wire.openai_events(reply)) if body.get("stream") else Reply(json=reply)
 
 
@@ -359,14 +368,6 @@ async def test_what_a_solve_on_temporal_cannot_take_is_refused_before_anything_r
 ) -> None:
     ex = executor(workers)
     async with client_of(model_server) as llm:
-        with pytest.raises(ConfigError, match="agent tasks"):
-            await dagagent.solve(
-                "g",
-                temporal_tools.registry,
-                llm,
-                settings=RunSettings(executor=ex),
-                agent_tasks=True,
-            )
         with pytest.raises(ConfigError, match="a deadline"):
             await dagagent.solve(
                 "g", temporal_tools.registry, llm, settings=RunSettings(executor=ex), deadline_s=5
@@ -446,3 +447,51 @@ def test_ask_on_an_unreachable_server_exits_10_and_options_need_the_executor(
     result = CliRunner().invoke(dagagent.cli.app, [*ask, "--task-queue", "q"])
     assert result.exit_code == 2
     assert "--task-queue needs --executor temporal" in result.output
+
+
+@pytest.mark.anyio
+async def test_agent_tasks_of_a_solve_run_on_the_workers_their_calls_recorded(
+    workers: Workers, model_server: LLMTestServer, tmp_path: Path
+) -> None:
+    """A plan with an agent task: the agent's model calls are made on a worker (with its
+    key), its answer is the task's output, and each call is on record with its task, run and
+    round, numbered among the solve's calls."""
+    plan = {
+        "goal": "g",
+        "tasks": [
+            {"id": "a", "tool": "add", "args": {"a": 1, "b": 2}},
+            {"id": "think", "instruction": "Say what ${a} is.", "depends_on": ["a"]},
+        ],
+    }
+    finish = {"action": "finish", "answer": "a is three", "cites": ["think"]}
+    model_server.responder = Model([plan], [finish], agents=["It is three."])
+    store = tmp_path / "runs.db"
+    async with client_of(model_server) as llm:
+        solution = await dagagent.solve(
+            "what is a?",
+            temporal_tools.registry,
+            llm,
+            settings=RunSettings(executor=executor(workers), retry=FAST_RETRY),
+            agent_tasks=True,
+            store=store,
+        )
+    assert solution.status.value == "answered", solution.reason
+    [rnd] = solution.rounds
+    assert rnd.result is not None
+    assert rnd.result.tasks["think"].output == "It is three."
+    assert [(c.role, c.seq, c.task_id) for c in solution.calls] == [
+        ("planner", 1, None),
+        ("agent", 2, "think"),
+        ("joiner", 3, None),
+    ]
+    assert solution.calls[1].run_id == rnd.run_id
+    assert solution.usage.agents.calls == 1
+    assert {r.headers["authorization"] for r in model_server.requests} == {f"Bearer {WORKER_KEY}"}
+    with dagagent.RunStore(store) as runs:
+        calls = runs.model_calls(solve_id=solution.solve_id)
+        assert [(c.role, c.round, c.task_id) for c in calls] == [
+            ("planner", 1, None),
+            ("agent", 1, "think"),
+            ("joiner", 1, None),
+        ]
+        assert runs.get_run(rnd.run_id or "").tasks["think"].output == "It is three."

@@ -24,7 +24,8 @@ import json
 import os
 import socket
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -45,7 +46,13 @@ if TYPE_CHECKING:
     from ...graph import PlanGraph
     from ...tools import Registry
 
-__all__ = ["Activities", "worker_identity"]
+__all__ = ["Activities", "AgentModels", "worker_identity"]
+
+#: How a worker gets the model of a run's agent tasks: called with the run's model spec
+#: (``RunInput.model``), an async context manager whose value has ``llm`` and
+#: ``agent_runner`` (for the task runner) and ``records()``, the JSON of each model call made
+#: (``dagagent.workflows.temporal_solve`` provides it; this layer knows no model).
+AgentModels = Callable[[dict[str, Any]], AbstractAsyncContextManager[Any]]
 
 # Plans validated on this worker, by the hash of their JSON.
 _GRAPHS_KEPT = 32
@@ -59,10 +66,17 @@ def worker_identity() -> str:
 class Activities:
     """The activities of a worker serving ``registry`` on ``task_queue``."""
 
-    def __init__(self, registry: Registry, task_queue: str, identity: str | None = None) -> None:
+    def __init__(
+        self,
+        registry: Registry,
+        task_queue: str,
+        identity: str | None = None,
+        agents: AgentModels | None = None,
+    ) -> None:
         self.registry = registry
         self.task_queue = task_queue
         self.identity = identity or worker_identity()
+        self.agents = agents
         self._graphs: OrderedDict[str, PlanGraph] = OrderedDict()
 
     def definitions(self) -> list[Any]:
@@ -72,8 +86,20 @@ class Activities:
 
     @activity.defn(name=RUN_TASK)
     async def run_task(self, call: dict[str, Any], plan: dict[str, Any], *outputs: Any) -> Any:
-        """Run one task (or a window of a map's elements) and return its result's JSON."""
-        runner = self._runner(call, plan, outputs)
+        """Run one task (or a window of a map's elements) and return its result's JSON; an
+        agent task's model calls under ``model_calls`` (see :data:`AgentModels`)."""
+        model = call.get("model")
+        if model is None or self.agents is None or call.get("assemble"):
+            return await self._run_task(call, plan, outputs, None)
+        async with self.agents(model) as agent_model:
+            doc = await self._run_task(call, plan, outputs, agent_model)
+            doc["model_calls"] = agent_model.records()
+            return doc
+
+    async def _run_task(
+        self, call: dict[str, Any], plan: dict[str, Any], outputs: Sequence[Any], model: Any
+    ) -> Any:
+        runner = self._runner(call, plan, outputs, model)
         task_id = call["task_id"]
         window = call.get("window")
         reported: list[dict[str, Any]] = list(call.get("done") or ())
@@ -123,7 +149,11 @@ class Activities:
     # -- how -----------------------------------------------------------------------------------
 
     def _runner(
-        self, call: dict[str, Any], plan: dict[str, Any], outputs: Sequence[Any]
+        self,
+        call: dict[str, Any],
+        plan: dict[str, Any],
+        outputs: Sequence[Any],
+        model: Any = None,
     ) -> TaskRunner:
         graph = self._graph(plan)
         task_id = call["task_id"]
@@ -136,6 +166,8 @@ class Activities:
             on_failure=call["on_failure"],
             max_elements=call["max_elements"],
             prior=prior,
+            llm=model.llm if model is not None else None,
+            agent_runner=model.agent_runner if model is not None else None,
         )
         runner.outputs.update(zip(call["deps"], outputs, strict=True))
         task = graph.tasks.get(task_id)

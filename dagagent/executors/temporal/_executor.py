@@ -356,7 +356,10 @@ class TemporalExecutor(BaseExecutor):
 
 
 def _task_result(doc: dict[str, Any]) -> TaskResult:
-    return TaskResult.validate({k: v for k, v in doc.items() if k != "duration_s"})
+    # an agent task's model calls travel with its result: the solve records them
+    return TaskResult.validate(
+        {k: v for k, v in doc.items() if k not in ("duration_s", "model_calls")}
+    )
 
 
 async def _complete(graph: PlanGraph) -> None:

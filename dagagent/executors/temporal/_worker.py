@@ -18,7 +18,7 @@ from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from ...tools import connected
-from ._activities import Activities, worker_identity
+from ._activities import Activities, AgentModels, worker_identity
 from ._connect import DEFAULT_ADDRESS, DEFAULT_NAMESPACE, DEFAULT_TASK_QUEUE, connect
 from ._payloads import DEFAULT_INLINE_BYTES
 from ._workflow import RunWorkflow
@@ -50,6 +50,7 @@ async def running_worker(
     client: Client | None = None,
     workflows: Sequence[type] = (),
     activities: Sequence[Callable[..., Any]] = (),
+    agents: AgentModels | None = None,
 ) -> AsyncIterator[Worker]:
     """A worker serving ``registry`` on ``task_queue`` while the block runs; on exit it
     stops, its calls cancelled (the server gives them to other workers).
@@ -57,8 +58,8 @@ async def running_worker(
     ``client``: a client connected as a production cluster needs it (TLS, an API key), whose
     data converter is :func:`~dagagent.executors.temporal.data_converter`'s; then
     ``address``, ``namespace``, ``payloads`` and ``inline_bytes`` are the client's business.
-    ``workflows`` and ``activities``: more for the worker to serve (the solve's:
-    :func:`dagagent.workflows.temporal_solve.worker_parts`).
+    ``workflows`` and ``activities``: more for the worker to serve, and ``agents``: the
+    model of agent tasks (the solve's: :func:`dagagent.workflows.temporal_solve.worker_parts`).
 
     Raises :class:`~dagagent.errors.ClusterError` when the server cannot be reached."""
     if client is None:
@@ -66,7 +67,7 @@ async def running_worker(
             address, namespace, payloads, inline_bytes=inline_bytes, timeout_s=connect_timeout_s
         )
     identity = identity or worker_identity()
-    tool_calls = Activities(registry, task_queue, identity)
+    tool_calls = Activities(registry, task_queue, identity, agents)
     worker = Worker(
         client,
         task_queue=task_queue,
@@ -115,6 +116,7 @@ async def serve(
     on_ready: Callable[[str], None] | None = None,
     workflows: Sequence[type] = (),
     activities: Sequence[Callable[..., Any]] = (),
+    agents: AgentModels | None = None,
 ) -> None:
     """Run a worker (see :func:`running_worker`) until cancelled; ``on_ready`` is told, in
     a line of text, once it serves the task queue."""
@@ -132,6 +134,7 @@ async def serve(
         client=client,
         workflows=workflows,
         activities=activities,
+        agents=agents,
     ):
         if on_ready is not None:
             n = len(registry)

@@ -86,6 +86,9 @@ class RunInput:
     finished: list[dict[str, Any]] = field(default_factory=list)
     #: How many times the run continued as new.
     generation: int = 0
+    #: The model agent tasks use, as the workers build it (a spec without a key, and where
+    #: its calls belong: see ``dagagent.workflows.temporal_solve``); ``None``: no model.
+    model: dict[str, Any] | None = None
 
 
 def _result(task_id: str, status: str, error: str | None = None, **more: Any) -> dict[str, Any]:
@@ -280,6 +283,7 @@ class RunWorkflow:
             "on_failure": inp.on_failure,
             "max_elements": inp.max_elements,
             "retry": inp.retry,
+            "model": inp.model,
             **call,
         }
         return [call, inp.plan, *(self.outputs[d] for d in deps)]
@@ -373,6 +377,7 @@ class RunWorkflow:
         chunks = {asyncio.create_task(self._call(task_id, w, n=n)): w for w in windows}
         cancel_siblings = inp.on_failure == "cancel" and task_id not in inp.allow_partial
         elements: dict[int, dict[str, Any]] = {}
+        model_calls: list[dict[str, Any]] = []  # agent elements': they go with the task
         failure: dict[str, Any] | None = None
         pending = list(chunks)  # a list: cancelled in the same order on every replay
         try:
@@ -383,6 +388,7 @@ class RunWorkflow:
                     if fut.cancelled():
                         continue
                     r = fut.result()
+                    model_calls.extend(r.pop("model_calls", None) or ())
                     start, _ = chunks[fut]
                     for i, e in enumerate(r.get("elements") or (), start):
                         elements[i] = e
@@ -415,6 +421,7 @@ class RunWorkflow:
                 "output": None,
                 "started_at": first_start,
                 "attempts": 1,
+                "model_calls": model_calls,
             }
         try:
             whole: dict[str, Any] = await workflow.execute_local_activity(
@@ -431,6 +438,7 @@ class RunWorkflow:
                 raise asyncio.CancelledError from None
             return _failed(task_id, exc)
         whole["started_at"] = first_start
+        whole["model_calls"] = model_calls
         return whole
 
 

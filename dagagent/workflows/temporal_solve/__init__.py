@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...executors.temporal import INSTALL_HINT
 from ._activities import SolveActivities
+from ._agents import agent_models
 from ._driver import attach_solve, refuse_unsupported, solve_on_temporal, solve_workflow_id
 from ._model import model_of
 from ._workflow import SolveWorkflow
@@ -42,8 +43,10 @@ __all__ = [
 
 def worker_parts(registry: Registry, *, prices: Prices | None = None) -> dict[str, Any]:
     """The keywords of :func:`~dagagent.executors.temporal.running_worker` (and ``serve``)
-    that make a worker serve solves too: the solve's workflow and its model steps."""
+    that make a worker serve solves too: the solve's workflow, its model steps and the model
+    of its agent tasks."""
     return {
         "workflows": [SolveWorkflow],
         "activities": SolveActivities(registry, prices=prices).definitions(),
+        "agents": agent_models,
     }

@@ -71,6 +71,7 @@ class SolveActivities:
             planner = LLMPlanner(
                 llm("planner"),
                 self.registry,
+                agent_tasks=bool(ask.get("agent_tasks")),
                 max_attempts=ask["max_attempts"],
                 structured=ask["structured"],
                 settings=settings_of(ask["model"]),
@@ -89,6 +90,7 @@ class SolveActivities:
             replanner = LLMReplanner(
                 llm("replanner"),
                 self.registry,
+                agent_tasks=bool(ask.get("agent_tasks")),
                 max_attempts=ask["max_attempts"],
                 structured=ask["structured"],
                 settings=settings_of(ask["model"]),
@@ -199,6 +201,8 @@ class SolveActivities:
             max_elements=run["max_elements"],
         )
         run_input = executor._input(graph, runner, run["on_failure"])
+        if ask.get("agent_tasks"):  # their model, and where its calls belong
+            run_input.model = {**ask["model"], "solve_id": ask["solve_id"], "round": ask["round"]}
         return {"plan": _plan_json(plan), "run_input": _dataclass_json(run_input)}
 
 

@@ -82,6 +82,7 @@ async def solve_on_temporal(
     max_attempts: int,
     structured: bool,
     store: RunStore | None,
+    agent_tasks: bool = False,
     listeners: Sequence[Listener],
     prices: Prices | None,
 ) -> Solution:
@@ -114,6 +115,7 @@ async def solve_on_temporal(
             task_queue=executor.task_queue,
             heartbeat_s=executor.heartbeat_s,
             lost_worker_retries=executor.lost_worker_retries,
+            agent_tasks=agent_tasks,
         )
         await follower.write("start_solve", goal=goal, options=options)
         wid = solve_workflow_id(solve_id)
@@ -525,8 +527,6 @@ def _usage(calls: Sequence[ModelCall], *roles: str) -> Usage:
 def refuse_unsupported(**given: Any) -> None:
     """A :class:`ConfigError` naming the first option a solve on Temporal cannot honour."""
     reasons = {
-        "agent_tasks": "agent tasks (their model calls would run in this process, not on "
-        "the workers)",
         "confirm": "confirming each plan (--approve): the workers run the rounds unattended",
         "interceptors": "interceptors and approval rules (--ask, --policy, --approve): the "
         "tool calls run on the workers, which this process's interceptors cannot reach",

@@ -65,6 +65,8 @@ class SolveInput:
     task_queue: str
     heartbeat_s: float = 10.0
     lost_worker_retries: int = 3
+    #: Plans may hold agent tasks, run on the workers with the solve's model.
+    agent_tasks: bool = False
 
 
 def _ok_outputs(results: list[dict[str, Any]]) -> dict[str, Any]:
@@ -164,6 +166,7 @@ class SolveWorkflow:
                 self._step("ran", round=n, run_id=run_id)
                 self._close(n, run_id, "failed", reason)
                 return self._end("failed", reason)
+            self._agent_calls(n, results)
             self._step("ran", round=n, run_id=run_id)
             ok = _ok_outputs(results)
             fresh = [
@@ -210,6 +213,17 @@ class SolveWorkflow:
             feedback = decision.get("feedback") or ""
         raise ApplicationError("the last round always finishes", non_retryable=True)
 
+    def _agent_calls(self, n: int, results: list[dict[str, Any]]) -> None:
+        """The model calls of the round's agent tasks (they came with their results), in
+        the order they started, numbered on from the solve's calls: a step."""
+        calls = [c for r in results for c in r.pop("model_calls", None) or ()]
+        if not calls:
+            return
+        calls.sort(key=lambda c: (c.get("started_at") or 0, c.get("seq") or 0))
+        calls = [{**c, "seq": self.seq + i} for i, c in enumerate(calls)]
+        self.seq += len(calls)
+        self._step("calls", round=n, calls=calls)
+
     async def _model_step(self, name: str, n: int, ask: dict[str, Any]) -> dict[str, Any]:
         """One model step as an activity; its calls become a step. A step that fails on
         every worker it was given is an error the solve ends with."""
@@ -221,6 +235,7 @@ class SolveWorkflow:
             "model": inp.model,
             "max_attempts": inp.max_attempts,
             "structured": inp.structured,
+            "agent_tasks": inp.agent_tasks,
             "run": inp.run,
             "task_queue": inp.task_queue,
             "seq": self.seq,
