@@ -474,19 +474,32 @@ async def test_a_worker_killed_mid_call(own_workers: Workers, tool: str, tmp_pat
         assert temporal_tools.started(tmp_path, "call") == [victim]  # never run again
 
 
-def test_the_driver_killed_the_workflow_finishes_anyway(
-    own_workers: Workers, tmp_path: Path
+@pytest.mark.parametrize("moment", ["running", "finished"])
+def test_the_driver_killed_the_workflow_finishes_and_resume_completes_its_record(
+    own_workers: Workers, tmp_path: Path, moment: str
 ) -> None:
     """SIGKILL ``dagagent run`` while a task runs: the workflow goes on without it, on the
-    workers, to the end."""
-    own_workers.start(1)
-    plan_file = tmp_path / "plan.json"
+    workers, to the end; ``dagagent resume RUN`` (with nothing but the run's id: the server
+    is on record) finds the workflow, still running or finished while nobody watched, and
+    completes the run's record, each task with the worker that ran it, running nothing
+    again."""
     import json
 
+    from dagagent.store import RunStore
+
+    own_workers.start(1)
+    plan_file = tmp_path / "plan.json"
+    db = tmp_path / "runs.db"
     plan_file.write_text(
         json.dumps(
             plan(
-                {"id": "wait", "tool": "hold", "args": {"name": "w", "where": str(tmp_path)}},
+                {"id": "first", "tool": "add", "args": {"a": 1, "b": 1}},
+                {
+                    "id": "wait",
+                    "tool": "hold",
+                    "args": {"name": "w", "where": str(tmp_path)},
+                    "depends_on": ["first"],
+                },
                 {"id": "then", "tool": "add", "args": {"a": 1, "b": 2}, "depends_on": ["wait"]},
             )
         )
@@ -513,6 +526,8 @@ def test_the_driver_killed_the_workflow_finishes_anyway(
             own_workers.queue,
             "--payload-store",
             str(own_workers.payloads),
+            "--store",
+            str(db),
             "--json",
         ],
         stdin=subprocess.DEVNULL,
@@ -531,23 +546,62 @@ def test_the_driver_killed_the_workflow_finishes_anyway(
     finally:
         with contextlib.suppress(ProcessLookupError):
             driver.kill()
-    (tmp_path / "w.go").touch()
+    with RunStore(db, create=False) as st:
+        [run_id] = [r.run_id for r in st.list_runs()]
+        left = st.get_run(run_id)
+    assert left.status.value == "interrupted"
+    assert "then" not in left.tasks  # the driver died before the workflow got there
+    wid = workflow_id(run_id)
 
-    async def finished() -> list[dict[str, Any]]:
+    async def result() -> list[dict[str, Any]]:
         ex = executor(own_workers)
         async with ex.session():
             assert ex.client is not None
-            [found] = [
-                w async for w in ex.client.list_workflows(f"TaskQueue='{own_workers.queue}'")
-            ]
-            results: list[dict[str, Any]] = await ex.client.get_workflow_handle(found.id).result()
-            return results
+            found: list[dict[str, Any]] = await ex.client.get_workflow_handle(wid).result()
+            return found
 
-    results = anyio.run(finished)
-    assert {r["task_id"]: (r["status"], r["output"]) for r in results} == {
-        "wait": ("succeeded", {"pid": own_workers.procs[0].pid}),
-        "then": ("succeeded", 3),
+    resume = ["resume", run_id, "--store", str(db), "--tools", TOOLS, "--json"]
+    if moment == "finished":  # the workflow ends while no driver follows it
+        (tmp_path / "w.go").touch()
+        assert [r["status"] for r in anyio.run(result)] == ["succeeded"] * 3
+        resumed = CliRunner().invoke(dagagent.cli.app, resume)
+    else:  # the resume follows the workflow while it runs; the tool finishes after
+        import threading
+
+        ended: list[Any] = []
+        follower = threading.Thread(
+            target=lambda: ended.append(CliRunner().invoke(dagagent.cli.app, resume))
+        )
+        follower.start()
+        try:
+            deadline = time.monotonic() + READY_S
+            while True:  # claimed by the resume: it follows the workflow from here
+                with RunStore(db, create=False) as st:
+                    if st.get_run(run_id).status.value == "running":
+                        break
+                assert follower.is_alive() and time.monotonic() < deadline, ended
+        finally:
+            (tmp_path / "w.go").touch()
+            follower.join()
+        [resumed] = ended
+    assert resumed.exit_code == 0, resumed.output
+    worker = f"{own_workers.procs[0].pid}@{socket.gethostname()}"
+    with RunStore(db, create=False) as st:
+        record = st.get_run(run_id)
+    assert record.status.value == "succeeded"
+    assert record.executor == "temporal"
+    assert {t: (r.status.value, r.output, r.worker) for t, r in record.tasks.items()} == {
+        "first": ("succeeded", 2, worker),
+        "wait": ("succeeded", {"pid": own_workers.procs[0].pid}, worker),
+        "then": ("succeeded", 3, worker),
     }
+    assert temporal_tools.started(tmp_path, "w") == [own_workers.procs[0].pid]  # run once
+    shown = CliRunner().invoke(dagagent.cli.app, ["show", run_id, "--store", str(db)])
+    assert f"workers: {worker} (3)" in shown.output
+    task = CliRunner().invoke(
+        dagagent.cli.app, ["show", run_id, "--store", str(db), "--task", "wait"]
+    )
+    assert f"worker: {worker}" in task.output
 
 
 # -- what a user can get wrong ---------------------------------------------------------------

@@ -82,7 +82,7 @@ class Activities:
 
             def keep(event: Event) -> None:
                 if isinstance(event, TaskElementFinished) and start <= event.index < stop:
-                    reported.append(event.result.to_json_dict())
+                    reported.append({**event.result.to_json_dict(), "worker": self.identity})
 
             runner.emit = keep
         async with anyio.create_task_group() as tg:
@@ -92,7 +92,7 @@ class Activities:
         doc = r.to_json_dict()
         if window is not None:
             doc["elements"] = doc["elements"][start:stop] if doc.get("elements") else []
-        return doc
+        return self._where(doc, ran_here=not call.get("assemble"))
 
     @activity.defn(name=COUNT_ELEMENTS)
     async def count_elements(
@@ -105,7 +105,8 @@ class Activities:
         if task.when is not None and not _holds(task.when, runner.outputs):
             # a condition on the whole task that is false (or cannot be decided): the runner
             # settles the task without mapping anything
-            return {"result": (await runner.run_task(task.id)).to_json_dict()}
+            settled = await runner.run_task(task.id)
+            return {"result": self._where(settled.to_json_dict(), ran_here=True)}
         source = task.for_each
         try:
             items = (
@@ -117,10 +118,21 @@ class Activities:
             items = None
         if not isinstance(items, (list, tuple)) or len(items) > runner.max_elements:
             # not a list to map over: the runner's own reading of it says why, as a result
-            return {"result": (await runner.run_task(task.id)).to_json_dict()}
+            r = await runner.run_task(task.id)
+            return {"result": self._where(r.to_json_dict(), ran_here=True)}
         return {"n": len(items)}
 
     # -- how -----------------------------------------------------------------------------------
+
+    def _where(self, doc: dict[str, Any], *, ran_here: bool) -> dict[str, Any]:
+        """``doc`` with this worker as the one that ran it (``ran_here``: and each of its
+        elements that does not name a worker yet: those it ran; a map put together from its
+        chunks keeps the chunks' workers)."""
+        doc["worker"] = self.identity
+        if ran_here:
+            for e in doc.get("elements") or ():
+                e.setdefault("worker", self.identity)
+        return doc
 
     def _runner(
         self, call: dict[str, Any], plan: dict[str, Any], outputs: Sequence[Any]
@@ -136,6 +148,7 @@ class Activities:
             on_failure=call["on_failure"],
             max_elements=call["max_elements"],
             prior=prior,
+            reuse={t: (fp, out) for t, (fp, out) in (call.get("reuse") or {}).items()},
         )
         runner.outputs.update(zip(call["deps"], outputs, strict=True))
         task = graph.tasks.get(task_id)

@@ -23,8 +23,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
-from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
+from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.service import RPCError, RPCStatusCode
 
 from ...errors import ClusterError, ConfigError
 from ...plan import AgentTask, ToolTask
@@ -145,6 +147,19 @@ class TemporalExecutor(BaseExecutor):
         #: The workflow of the last run started (its id), for the server's tools.
         self.workflow_id: str | None = None
 
+    def reach(self) -> dict[str, str]:
+        """How to reach this run's server again (``dagagent resume`` of a run whose driver
+        died): its address, namespace, task queue and payload directory (not a
+        ``StorageDriver``, which is not a name)."""
+        found = {
+            "address": self.address,
+            "namespace": self.namespace,
+            "task_queue": self.task_queue,
+        }
+        if isinstance(self.payloads, (str, Path)):
+            found["payloads"] = str(Path(self.payloads).expanduser().resolve())
+        return found
+
     def __repr__(self) -> str:
         return f"TemporalExecutor({self.address!r}, task_queue={self.task_queue!r})"
 
@@ -183,11 +198,6 @@ class TemporalExecutor(BaseExecutor):
                 f"the temporal executor runs tool tasks only; agent tasks ({', '.join(agents)}) "
                 "need a model on the workers: choose another executor for this plan"
             )
-        if runner.reuse:
-            raise ConfigError(
-                "the temporal executor does not reuse an earlier run's outputs: run the whole "
-                "plan, or choose another executor to reuse them"
-            )
         await self._wait_for_workers()
 
     async def _wait_for_workers(self) -> None:
@@ -212,21 +222,29 @@ class TemporalExecutor(BaseExecutor):
         client = self._client()
         run_id = runner.run_id
         wid = self.workflow_id = workflow_id(run_id)
+        handle: WorkflowHandle[Any, list[dict[str, Any]]] | None = None
+        if runner.prior is not None:  # a resumed run: its workflow may run, or have ended
+            handle = await self._workflow_to_follow(wid)
+        seen = 0  # a workflow followed from its start: every result is recorded here
+        if handle is None:
+            settled = await _settle_here(graph, runner)
+            try:
+                handle = await client.start_workflow(
+                    WORKFLOW,
+                    self._input(graph, runner, on_failure, settled),
+                    id=wid,
+                    task_queue=self.task_queue,
+                    result_type=list,
+                    id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+                )
+            except WorkflowAlreadyStartedError:
+                raise ClusterError(
+                    f"a workflow {wid} already runs on the Temporal server at {self.address}: "
+                    "run ids are not reused"
+                ) from None
+            seen = len(settled)  # recorded here already
         try:
-            handle: WorkflowHandle[Any, list[dict[str, Any]]] = await client.start_workflow(
-                WORKFLOW,
-                self._input(graph, runner, on_failure),
-                id=wid,
-                task_queue=self.task_queue,
-                result_type=list,
-            )
-        except WorkflowAlreadyStartedError:
-            raise ClusterError(
-                f"a workflow {wid} already runs on the Temporal server at {self.address}: "
-                "run ids are not reused"
-            ) from None
-        try:
-            await self._follow(handle, runner)
+            await self._follow(handle, runner, seen)
         except BaseException:
             with (
                 anyio.CancelScope(shield=True),
@@ -236,7 +254,34 @@ class TemporalExecutor(BaseExecutor):
                 await handle.cancel()  # interrupted: the run stops on the workers too
             raise
 
-    def _input(self, graph: PlanGraph, runner: TaskRunner, on_failure: FailurePolicy) -> RunInput:
+    async def _workflow_to_follow(
+        self, wid: str
+    ) -> WorkflowHandle[Any, list[dict[str, Any]]] | None:
+        """The workflow ``wid`` of a resumed run if it still runs (its driver died) or
+        completed while nobody followed it: following it records its results. ``None`` when
+        there is none, or it failed, was cancelled, terminated or timed out: the rest of the
+        run starts anew."""
+        handle = self._client().get_workflow_handle(wid, result_type=list)
+        try:
+            described = await handle.describe(rpc_timeout=timedelta(seconds=_QUERY_TIMEOUT_S))
+        except RPCError as exc:
+            if exc.status is RPCStatusCode.NOT_FOUND:
+                return None
+            raise ClusterError(
+                f"cannot read workflow {wid} on the Temporal server at {self.address}: "
+                f"{' '.join(str(exc).split())}"
+            ) from None
+        if described.status in (WorkflowExecutionStatus.RUNNING, WorkflowExecutionStatus.COMPLETED):
+            return handle
+        return None
+
+    def _input(
+        self,
+        graph: PlanGraph,
+        runner: TaskRunner,
+        on_failure: FailurePolicy,
+        settled: list[TaskResult],
+    ) -> RunInput:
         plan = graph.plan
         registry = runner.registry
         retry = runner.retry
@@ -285,13 +330,19 @@ class TemporalExecutor(BaseExecutor):
             heartbeat_s=self.heartbeat_s,
             lost_worker_retries=self.lost_worker_retries,
             history_events=self.history_events,
+            finished=[r.to_json_dict() for r in settled],
+            reuse={
+                t: [fingerprint, output]
+                for t, (fingerprint, output) in runner.reuse.items()
+                if t in graph.tasks and t not in runner.outputs
+            },
         )
 
     async def _follow(
-        self, handle: WorkflowHandle[Any, list[dict[str, Any]]], runner: TaskRunner
+        self, handle: WorkflowHandle[Any, list[dict[str, Any]]], runner: TaskRunner, seen: int
     ) -> None:
-        """Record the workflow's results as they come, until it ends."""
-        seen = 0
+        """Record the workflow's results as they come, from number ``seen`` on, until it
+        ends."""
         final: list[list[dict[str, Any]]] = []
         failure: list[BaseException] = []
         ended = anyio.Event()
@@ -357,6 +408,24 @@ class TemporalExecutor(BaseExecutor):
 
 def _task_result(doc: dict[str, Any]) -> TaskResult:
     return TaskResult.validate({k: v for k, v in doc.items() if k != "duration_s"})
+
+
+async def _settle_here(graph: PlanGraph, runner: TaskRunner) -> list[TaskResult]:
+    """The tasks settled in the driver, without an activity, in dataflow order: those a
+    resumed run keeps (they succeeded before), then those whose earlier output is reused
+    (``replan --execute``), each once its dependencies are settled so. The workflow starts
+    with them as finished; the workers reuse the others they may (their upstream outputs
+    known only there)."""
+    kept = {t for t, r in (runner.prior or {}).items() if r.status.ok}
+    settled: list[TaskResult] = []
+    for task_id in graph.order:
+        if task_id in kept:
+            settled.append(await runner.run_task(task_id))  # its record stands: nothing runs
+        elif runner.reuse:
+            r = runner.reuse_now(task_id)
+            if r is not None:
+                settled.append(r)
+    return settled
 
 
 async def _complete(graph: PlanGraph) -> None:

@@ -82,8 +82,11 @@ class RunInput:
     heartbeat_s: float = 10.0
     lost_worker_retries: int = 3
     history_events: int = 10_000
-    #: The results so far, carried over by continue-as-new.
+    #: The results so far: those settled before the workflow started (kept by a resumed
+    #: run, reused), then those carried over by continue-as-new.
     finished: list[dict[str, Any]] = field(default_factory=list)
+    #: An earlier run's outputs the workers may reuse: ``{task id: [fingerprint, output]}``.
+    reuse: dict[str, list[Any]] = field(default_factory=dict)
     #: How many times the run continued as new.
     generation: int = 0
 
@@ -282,6 +285,8 @@ class RunWorkflow:
             "retry": inp.retry,
             **call,
         }
+        if task_id in inp.reuse:  # its earlier output, and those of its dependencies
+            call["reuse"] = {t: inp.reuse[t] for t in (task_id, *deps) if t in inp.reuse}
         return [call, inp.plan, *(self.outputs[d] for d in deps)]
 
     async def _call(
