@@ -604,6 +604,151 @@ def test_the_driver_killed_the_workflow_finishes_and_resume_completes_its_record
     assert f"worker: {worker}" in task.output
 
 
+@pytest.mark.anyio
+async def test_a_revision_reuses_unchanged_successes_on_temporal(
+    workers: Workers, tmp_path: Path
+) -> None:
+    """``execute(..., reuse=reuse_map(record))`` (what ``replan --execute`` passes): an
+    unchanged task is reused without an activity (the driver settles it), one whose
+    upstream ran again with the same output is reused by its worker, a changed one runs."""
+    from dagagent.review import reuse_map
+    from dagagent.store import RunStore
+
+    hold = {"name": "h", "where": str(tmp_path)}
+    (tmp_path / "h.go").touch()
+    first = plan(
+        {"id": "w", "tool": "hold", "args": hold},
+        {"id": "a", "tool": "add", "args": {"a": 1, "b": 2}},
+        {"id": "d", "tool": "add", "args": {"a": "${a}", "b": 1}},
+        {"id": "c", "tool": "add", "args": {"a": "${w.pid}", "b": 0}},
+    )
+    revised = plan(
+        {"id": "w", "tool": "hold", "args": hold},
+        {"id": "a", "tool": "add", "args": {"a": 2, "b": 1}},  # changed: the same sum
+        {"id": "d", "tool": "add", "args": {"a": "${a}", "b": 1}},
+        {"id": "c", "tool": "add", "args": {"a": "${w.pid}", "b": 5}},  # changed
+    )
+    with RunStore(tmp_path / "runs.db") as st:
+        before = await dagagent.execute(
+            first, temporal_tools.registry, settings=settings(executor(workers)), store=st
+        )
+        assert before.ok
+        after = await dagagent.execute(
+            revised,
+            temporal_tools.registry,
+            settings=settings(executor(workers)),
+            store=st,
+            reuse=reuse_map(st.get_run(before.run_id)),
+        )
+        record = st.get_run(after.run_id)
+    pid = before.tasks["w"].output["pid"]
+    assert {t: (r.status.value, r.output) for t, r in after.tasks.items()} == {
+        "w": ("reused", {"pid": pid}),
+        "a": ("succeeded", 3),
+        "d": ("reused", 4),
+        "c": ("succeeded", pid + 5),
+    }
+    assert temporal_tools.started(tmp_path, "h") == [pid]  # held once, by the first run
+    assert record.tasks["w"].worker is None  # settled by the driver: no activity
+    assert record.tasks["d"].worker is not None  # settled by its worker, without a call
+    assert {r.status.value for r in record.tasks.values()} == {"reused", "succeeded"}
+
+
+class Feed:
+    """A plan written task by task (as a model streams it) into a growing graph."""
+
+    def __init__(self) -> None:
+        from dagagent.graph import GrowingGraph, PlanChecker
+
+        self.graph = GrowingGraph("streamed")
+        self.checker = PlanChecker(temporal_tools.registry)
+
+    def add(self, **task: Any) -> None:
+        from dagagent.plan import ToolTask
+
+        check = self.checker.check(ToolTask(**task))
+        assert check.ok, check.issues
+        self.graph.add(check)
+
+
+@pytest.mark.anyio
+async def test_a_streamed_plan_starts_its_tasks_as_they_arrive(workers: Workers) -> None:
+    """Tasks of a plan still being written start on the workers as they arrive (signals
+    to the running workflow), not once the plan is whole."""
+    from dagagent.events import TaskFinished
+
+    feed = Feed()
+    ex = executor(workers)
+    finished: dict[str, anyio.Event] = {t: anyio.Event() for t in ("a", "b", "c")}
+
+    def listener(event: Any) -> None:
+        if isinstance(event, TaskFinished) and event.result.task_id in finished:
+            finished[event.result.task_id].set()
+
+    result: list[dagagent.RunResult] = []
+
+    async def run() -> None:
+        result.append(
+            await dagagent.execute(
+                feed.graph,
+                temporal_tools.registry,
+                settings=settings(ex),
+                listeners=[listener],
+            )
+        )
+
+    with anyio.fail_after(READY_S):  # a run that waits for the whole plan fails here
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run)
+            feed.add(id="a", tool="add", args={"a": 1, "b": 2})
+            await finished["a"].wait()  # a ran to its end while the plan was being written
+            feed.add(id="b", tool="add", args={"a": "${a}", "b": 10})
+            feed.add(id="c", tool="double", args={"x": "${a}"})
+            await finished["b"].wait()
+            feed.add(id="d", tool="add", args={"a": "${b}", "b": "${c}"})
+            feed.graph.close()
+    [r] = result
+    assert r.status is dagagent.RunStatus.SUCCEEDED, r.tasks
+    assert {t: x.output for t, x in r.tasks.items()} == {"a": 3, "b": 13, "c": 6, "d": 19}
+    assert all(x.worker is not None for x in r.tasks.values())
+    async with ex.session():
+        await replay(ex)  # the signals replay to the same decisions
+
+
+@pytest.mark.anyio
+async def test_a_streamed_plan_cut_short_stops_the_run_on_the_workers(
+    workers: Workers, tmp_path: Path
+) -> None:
+    """A plan rejected while it was written stops the run under ``cancel``: the call
+    running on a worker is cancelled, and the run fails."""
+    feed = Feed()
+    result: list[dagagent.RunResult] = []
+
+    async def run() -> None:
+        result.append(
+            await dagagent.execute(
+                feed.graph, temporal_tools.registry, settings=settings(executor(workers))
+            )
+        )
+
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run)
+            feed.add(id="held", tool="hold", args={"name": "s", "where": str(tmp_path)})
+            deadline = time.monotonic() + READY_S
+            while not temporal_tools.started(tmp_path, "s"):  # it runs on a worker
+                assert time.monotonic() < deadline
+                await anyio.sleep(0.02)
+            feed.graph.close(aborted=True)
+    finally:
+        (tmp_path / "s.go").touch()  # the tool's thread on the worker ends too
+    [r] = result
+    assert r.status is dagagent.RunStatus.FAILED
+    held = r.tasks["held"]
+    assert held.status is dagagent.TaskStatus.CANCELLED, held
+    assert "plan being written was rejected" in (held.error or "")
+
+
 # -- what a user can get wrong ---------------------------------------------------------------
 
 

@@ -29,7 +29,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from ...errors import ClusterError, ConfigError
-from ...plan import AgentTask, ToolTask
+from ...plan import AgentTask, Task, ToolTask
 from ...results import TaskResult
 from ..base import BaseExecutor, Wakeup
 from ._connect import (
@@ -42,7 +42,7 @@ from ._connect import (
     worker_hint,
 )
 from ._payloads import DEFAULT_INLINE_BYTES
-from ._workflow import WORKFLOW, RunInput
+from ._workflow import ADD_TASKS, PLAN_COMPLETE, WORKFLOW, Arrived, RunInput
 
 if TYPE_CHECKING:
     from temporalio.converter import StorageDriver
@@ -216,12 +216,12 @@ class TemporalExecutor(BaseExecutor):
     # -- run ----------------------------------------------------------------------------------
 
     async def run(self, graph: PlanGraph, runner: TaskRunner, on_failure: FailurePolicy) -> None:
-        await _complete(graph)
-        if graph.aborted:
-            return  # nothing runs from a plan that was rejected while it was written
+        if graph.complete and graph.aborted:
+            return  # nothing runs from a plan that was rejected before it was run
         client = self._client()
         run_id = runner.run_id
         wid = self.workflow_id = workflow_id(run_id)
+        known = len(graph.plan.tasks)  # a plan being written: the tasks so far
         handle: WorkflowHandle[Any, list[dict[str, Any]]] | None = None
         if runner.prior is not None:  # a resumed run: its workflow may run, or have ended
             handle = await self._workflow_to_follow(wid)
@@ -244,7 +244,13 @@ class TemporalExecutor(BaseExecutor):
                 ) from None
             seen = len(settled)  # recorded here already
         try:
-            await self._follow(handle, runner, seen)
+            if graph.complete:
+                await self._follow(handle, runner, seen)
+            else:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(self._stream, graph, runner, handle, known)
+                    await self._follow(handle, runner, seen)
+                    tg.cancel_scope.cancel()  # the run ended before its plan did
         except BaseException:
             with (
                 anyio.CancelScope(shield=True),
@@ -283,47 +289,23 @@ class TemporalExecutor(BaseExecutor):
         settled: list[TaskResult],
     ) -> RunInput:
         plan = graph.plan
-        registry = runner.registry
-        retry = runner.retry
-        local, side_effects, maps, partial = [], [], [], []
-        bounds: dict[str, float | None] = {}
-        for task in plan.tasks:
-            if task.for_each is not None:
-                maps.append(task.id)
-            if getattr(task, "allow_partial", False):
-                partial.append(task.id)
-            if not isinstance(task, ToolTask) or task.tool not in registry:
-                continue
-            tool = registry.get(task.tool)
-            if tool.side_effects:
-                side_effects.append(task.id)
-            elif not tool.blocking and tool.connection is None:
-                local.append(task.id)  # declared never to block, without side effects
-            timeout = task.timeout_s if task.timeout_s is not None else tool.timeout_s
-            retries = task.retries if task.retries is not None else tool.retries
-            bounds[task.id] = (
-                (timeout + retry.max_delay_s) * (retries + 1) + _BOUND_SLACK_S
-                if timeout is not None and task.for_each is None
-                else None
-            )
+        facts = _facts(graph, runner, list(plan.tasks))
         max_running = self.max_running
         if runner.max_concurrency is not None:
             max_running = min(max_running, runner.max_concurrency)
         return RunInput(
             run_id=runner.run_id,
-            plan=json.loads(plan.to_json(indent=None)),
+            plan={**json.loads(plan.to_json(indent=None)), "tasks": facts.tasks},
             order=[t.id for t in plan.tasks],
-            dependencies={
-                t.id: [d for d in graph.order if d in graph.dependencies[t.id]] for t in plan.tasks
-            },
-            maps=maps,
-            local=local,
-            side_effects=side_effects,
-            bounds=bounds,
-            allow_partial=partial,
+            dependencies=facts.dependencies,
+            maps=facts.maps,
+            local=facts.local,
+            side_effects=facts.side_effects,
+            bounds=facts.bounds,
+            allow_partial=facts.allow_partial,
             on_failure=on_failure,
             max_elements=runner.max_elements,
-            retry={k: float(v) for k, v in asdict(retry).items()},
+            retry={k: float(v) for k, v in asdict(runner.retry).items()},
             task_queue=self.task_queue,
             max_running=max_running,
             chunk_elements=self.chunk_elements,
@@ -331,12 +313,41 @@ class TemporalExecutor(BaseExecutor):
             lost_worker_retries=self.lost_worker_retries,
             history_events=self.history_events,
             finished=[r.to_json_dict() for r in settled],
-            reuse={
-                t: [fingerprint, output]
-                for t, (fingerprint, output) in runner.reuse.items()
-                if t in graph.tasks and t not in runner.outputs
-            },
+            reuse=facts.reuse,
+            streaming=not graph.complete,
         )
+
+    async def _stream(
+        self,
+        graph: PlanGraph,
+        runner: TaskRunner,
+        handle: WorkflowHandle[Any, list[dict[str, Any]]],
+        known: int,
+    ) -> None:
+        """Send the workflow the tasks of a plan still being written as they are added
+        (after the first ``known``), then its end; until the plan is complete or the
+        workflow has ended."""
+        wakeup = Wakeup()
+
+        def arrived(_task_id: str | None) -> None:
+            wakeup.set()
+
+        graph.watch(arrived)
+        try:
+            while True:
+                tasks = list(graph.plan.tasks)
+                complete, aborted = graph.complete, graph.aborted
+                if len(tasks) > known:
+                    await handle.signal(ADD_TASKS, _facts(graph, runner, tasks[known:]))
+                    known = len(tasks)
+                if complete:
+                    await handle.signal(PLAN_COMPLETE, aborted)
+                    return
+                await wakeup.wait()
+        except RPCError:
+            return  # the workflow ended (it was stopped, or cancelled): nothing to tell it
+        finally:
+            graph.unwatch(arrived)
 
     async def _follow(
         self, handle: WorkflowHandle[Any, list[dict[str, Any]]], runner: TaskRunner, seen: int
@@ -410,6 +421,46 @@ def _task_result(doc: dict[str, Any]) -> TaskResult:
     return TaskResult.validate({k: v for k, v in doc.items() if k != "duration_s"})
 
 
+def _facts(graph: PlanGraph, runner: TaskRunner, tasks: list[Task]) -> Arrived:
+    """What the workflow needs of ``tasks``: their JSON, their dependencies (in plan
+    order), which map, which run as local activities, which have side effects, how long
+    each may take on a worker, and the earlier outputs the workers may reuse."""
+    registry, retry = runner.registry, runner.retry
+    position = {t.id: i for i, t in enumerate(graph.plan.tasks)}
+    facts = Arrived(
+        tasks=[json.loads(t.model_dump_json(exclude_defaults=True)) for t in tasks],
+        dependencies={
+            t.id: sorted(graph.dependencies[t.id], key=position.__getitem__) for t in tasks
+        },
+        maps=[t.id for t in tasks if t.for_each is not None],
+        local=[],
+        side_effects=[],
+        bounds={},
+        allow_partial=[t.id for t in tasks if getattr(t, "allow_partial", False)],
+        reuse={
+            t.id: list(runner.reuse[t.id])
+            for t in tasks
+            if t.id in runner.reuse and t.id not in runner.outputs
+        },
+    )
+    for task in tasks:
+        if not isinstance(task, ToolTask) or task.tool not in registry:
+            continue
+        tool = registry.get(task.tool)
+        if tool.side_effects:
+            facts.side_effects.append(task.id)
+        elif not tool.blocking and tool.connection is None:
+            facts.local.append(task.id)  # declared never to block, without side effects
+        timeout = task.timeout_s if task.timeout_s is not None else tool.timeout_s
+        retries = task.retries if task.retries is not None else tool.retries
+        facts.bounds[task.id] = (
+            (timeout + retry.max_delay_s) * (retries + 1) + _BOUND_SLACK_S
+            if timeout is not None and task.for_each is None
+            else None
+        )
+    return facts
+
+
 async def _settle_here(graph: PlanGraph, runner: TaskRunner) -> list[TaskResult]:
     """The tasks settled in the driver, without an activity, in dataflow order: those a
     resumed run keeps (they succeeded before), then those whose earlier output is reused
@@ -426,24 +477,6 @@ async def _settle_here(graph: PlanGraph, runner: TaskRunner) -> list[TaskResult]
             if r is not None:
                 settled.append(r)
     return settled
-
-
-async def _complete(graph: PlanGraph) -> None:
-    """Until a plan still being written is complete (the workflow needs all of it)."""
-    if graph.complete:
-        return
-    wakeup = Wakeup()
-
-    def arrived(task_id: str | None) -> None:
-        if task_id is None:
-            wakeup.set()
-
-    graph.watch(arrived)
-    try:
-        while not graph.complete:
-            await wakeup.wait()
-    finally:
-        graph.unwatch(arrived)
 
 
 def _require_asyncio() -> None:

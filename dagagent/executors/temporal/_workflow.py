@@ -37,11 +37,23 @@ from temporalio.exceptions import (
     TimeoutType,
 )
 
-__all__ = ["QUERY_BATCH", "RUN_TASK", "RunInput", "RunWorkflow"]
+__all__ = [
+    "ADD_TASKS",
+    "PLAN_COMPLETE",
+    "QUERY_BATCH",
+    "RUN_TASK",
+    "Arrived",
+    "RunInput",
+    "RunWorkflow",
+]
 
 WORKFLOW = "dagagent.run"
 RUN_TASK = "dagagent.run_task"
 COUNT_ELEMENTS = "dagagent.count_elements"
+#: Signals of a plan being written: more tasks (an :class:`Arrived`), then its end (whether
+#: it was rejected).
+ADD_TASKS = "add_tasks"
+PLAN_COMPLETE = "plan_complete"
 #: A query of the run's progress returns at most this many results.
 QUERY_BATCH = 200
 
@@ -87,8 +99,26 @@ class RunInput:
     finished: list[dict[str, Any]] = field(default_factory=list)
     #: An earlier run's outputs the workers may reuse: ``{task id: [fingerprint, output]}``.
     reuse: dict[str, list[Any]] = field(default_factory=dict)
+    #: The plan is still being written: more tasks come by signal (:data:`ADD_TASKS`), then
+    #: its end (:data:`PLAN_COMPLETE`).
+    streaming: bool = False
     #: How many times the run continued as new.
     generation: int = 0
+
+
+@dataclass
+class Arrived:
+    """Tasks of a plan being written, in an order where each comes after its dependencies
+    (signal :data:`ADD_TASKS`): each task's JSON and what :class:`RunInput` says of it."""
+
+    tasks: list[dict[str, Any]]
+    dependencies: dict[str, list[str]]
+    maps: list[str]
+    local: list[str]
+    side_effects: list[str]
+    bounds: dict[str, float | None]
+    allow_partial: list[str]
+    reuse: dict[str, list[Any]] = field(default_factory=dict)
 
 
 def _result(task_id: str, status: str, error: str | None = None, **more: Any) -> dict[str, Any]:
@@ -108,10 +138,26 @@ def _halts(r: dict[str, Any]) -> bool:
 
 @workflow.defn(name=WORKFLOW)
 class RunWorkflow:
-    def __init__(self) -> None:
-        self.finished: list[dict[str, Any]] = []
+    @workflow.init
+    def __init__(self, inp: RunInput) -> None:
+        # here, not in run: a signal handled before run starts finds the run's state
+        self.inp = inp
         self.done = False
-        self.generation = 0
+        self.generation = inp.generation
+        self.finished: list[dict[str, Any]] = list(inp.finished)
+        self.results: dict[str, dict[str, Any]] = {r["task_id"]: r for r in self.finished}
+        self.outputs = {t: r.get("output") for t, r in self.results.items() if r["status"] in _OK}
+        self.slots = asyncio.Semaphore(max(1, inp.max_running))
+        self.stop_cause: str | None = None
+        self.position = {t: i for i, t in enumerate(inp.order)}
+        deps = inp.dependencies
+        self.dependents: dict[str, list[str]] = {t: [] for t in inp.order}
+        for t in inp.order:
+            for d in deps[t]:
+                self.dependents[d].append(t)
+        self.waiting = {t: sum(1 for d in deps[t] if d not in self.outputs) for t in inp.order}
+        self.ready = [t for t in inp.order if t not in self.results and not self.waiting[t]]
+        self.running: dict[asyncio.Task[dict[str, Any]], str] = {}
 
     @workflow.query(name="progress")
     def progress(self, since: int) -> dict[str, Any]:
@@ -124,34 +170,79 @@ class RunWorkflow:
             "generation": self.generation,
         }
 
+    @workflow.signal(name=ADD_TASKS)
+    def add_tasks(self, arrived: Arrived) -> None:
+        """Tasks of the plan being written: each runs once its dependencies have succeeded
+        (at once if they have), is skipped if one of them did not."""
+        inp = self.inp
+        inp.plan["tasks"].extend(arrived.tasks)
+        inp.dependencies.update(arrived.dependencies)
+        inp.maps.extend(arrived.maps)
+        inp.local.extend(arrived.local)
+        inp.side_effects.extend(arrived.side_effects)
+        inp.bounds.update(arrived.bounds)
+        inp.allow_partial.extend(arrived.allow_partial)
+        inp.reuse.update(arrived.reuse)
+        for task in arrived.tasks:
+            self._arrived(task["id"])
+
+    @workflow.signal(name=PLAN_COMPLETE)
+    def plan_complete(self, aborted: bool) -> None:
+        """No task will follow (``aborted``: the plan was rejected while it was written,
+        which stops the run as a failure would under ``on_failure="cancel"``)."""
+        self.inp.streaming = False
+        if aborted and self.inp.on_failure == "cancel" and self.stop_cause is None:
+            self.stop_cause = "the run was stopped because the plan being written was rejected"
+            for other in self.running:
+                other.cancel()
+
+    def _arrived(self, task_id: str) -> None:
+        inp = self.inp
+        if task_id in self.position:
+            return
+        self.position[task_id] = len(inp.order)
+        inp.order.append(task_id)
+        self.dependents[task_id] = []
+        deps = inp.dependencies[task_id]
+        for d in deps:
+            self.dependents[d].append(task_id)
+        if task_id in self.results:
+            return
+        if any(d in self.results and d not in self.outputs for d in deps):
+            self._skip(task_id, self._blocker(task_id) or deps[0])  # one did not succeed
+            return
+        left = sum(1 for d in deps if d not in self.outputs)
+        self.waiting[task_id] = left
+        if not left:
+            self.ready.append(task_id)
+
     @workflow.run
     async def run(self, inp: RunInput) -> list[dict[str, Any]]:
-        self.inp = inp
-        self.generation = inp.generation
-        self.finished = list(inp.finished)
-        self.results: dict[str, dict[str, Any]] = {r["task_id"]: r for r in self.finished}
-        self.outputs = {t: r.get("output") for t, r in self.results.items() if r["status"] in _OK}
-        self.slots = asyncio.Semaphore(max(1, inp.max_running))
-        self.stop_cause: str | None = None
-        self.position = {t: i for i, t in enumerate(inp.order)}
-        deps = inp.dependencies
-        self.dependents: dict[str, list[str]] = {t: [] for t in inp.order}
-        for t in inp.order:
-            for d in deps[t]:
-                self.dependents[d].append(t)
-        waiting = {t: sum(1 for d in deps[t] if d not in self.outputs) for t in inp.order}
-        ready = [t for t in inp.order if t not in self.results and not waiting[t]]
-        running: dict[asyncio.Task[dict[str, Any]], str] = {}
+        running = self.running
         rolling_over = False
         try:
             while True:
                 if self.stop_cause is None and not rolling_over:
-                    for t in ready:
+                    for t in self.ready:
                         running[asyncio.create_task(self._task(t))] = t
-                    ready = []
-                if not running:
+                    self.ready = []
+                more = inp.streaming and self.stop_cause is None and not rolling_over
+                if not running and not more:
                     break
-                done, _ = await workflow.wait(list(running), return_when=asyncio.FIRST_COMPLETED)
+                if more:  # a task ends, or the plan being written grows or ends
+                    await workflow.wait_condition(
+                        lambda: (
+                            bool(self.ready)
+                            or not self.inp.streaming
+                            or self.stop_cause is not None
+                            or any(f.done() for f in running)
+                        )
+                    )
+                    done = {f for f in running if f.done()}
+                else:
+                    done, _ = await workflow.wait(
+                        list(running), return_when=asyncio.FIRST_COMPLETED
+                    )
                 for fut in sorted(done, key=lambda f: self.position[running[f]]):
                     task_id = running.pop(fut)
                     r = (
@@ -163,9 +254,9 @@ class RunWorkflow:
                     status = r["status"]
                     if status in _OK:
                         for child in self.dependents[task_id]:
-                            waiting[child] -= 1
-                            if not waiting[child] and child not in self.results:
-                                ready.append(child)
+                            self.waiting[child] -= 1
+                            if not self.waiting[child] and child not in self.results:
+                                self.ready.append(child)
                     elif inp.on_failure == "cancel" and _halts(r):
                         if self.stop_cause is None:
                             self.stop_cause = f"the run was stopped after task {task_id!r} {status}"
@@ -184,7 +275,7 @@ class RunWorkflow:
             for other in running:
                 other.cancel()
             raise
-        if rolling_over and len(self.results) < len(inp.order):
+        if rolling_over and (len(self.results) < len(inp.order) or inp.streaming):
             self.done = True  # this run's part: the driver follows the next
             workflow.continue_as_new(
                 replace(inp, finished=self.finished, generation=inp.generation + 1)
