@@ -136,8 +136,9 @@ class Workers:
         self.logs = logs
         self.procs: list[subprocess.Popen[bytes]] = []
 
-    def start(self, n: int = 1) -> list[subprocess.Popen[bytes]]:
-        """Start ``n`` workers and return once each says it serves the task queue."""
+    def start(self, n: int = 1, *options: str) -> list[subprocess.Popen[bytes]]:
+        """Start ``n`` workers (with ``dagagent worker`` ``options``) and return once each
+        says it serves the task queue."""
         env = {
             **{k: v for k, v in os.environ.items() if not k.startswith("DAGAGENT_")},
             "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")]),
@@ -158,6 +159,7 @@ class Workers:
                     self.queue,
                     "--payload-store",
                     str(self.payloads),
+                    *options,
                 ],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
@@ -749,6 +751,59 @@ async def test_a_streamed_plan_cut_short_stops_the_run_on_the_workers(
     assert "plan being written was rejected" in (held.error or "")
 
 
+@pytest.mark.anyio
+async def test_approval_rules_on_the_workers_decide_record_and_pause(
+    own_workers: Workers, tmp_path: Path
+) -> None:
+    """Interceptors given to the workers (``--interceptors``): a rule's denial is the task's
+    record; a call that asks waits for a person, the run pauses; a resume with the decision
+    runs it on a new workflow, nothing that succeeded runs again."""
+    from dagagent.approval import Approval
+    from dagagent.store import RunStore
+
+    own_workers.start(1, "--interceptors", "temporal_tools:interceptors")
+    p = plan(
+        {"id": "ok", "tool": "add", "args": {"a": 1, "b": 1}},
+        {"id": "asked", "tool": "echo", "args": {"value": "hi"}},
+        {"id": "after", "tool": "add", "args": {"a": "${ok}", "b": 1}, "depends_on": ["asked"]},
+    )
+    with RunStore(tmp_path / "runs.db") as st:
+        denied = await dagagent.execute(
+            plan({"id": "no", "tool": "add", "args": {"a": 13, "b": 1}}),
+            temporal_tools.registry,
+            settings=settings(executor(own_workers)),
+            store=st,
+        )
+        no = st.get_run(denied.run_id).tasks["no"]
+        assert no.status is dagagent.TaskStatus.DENIED
+        assert "unlucky" in (no.error or "")
+        assert [d.decision for d in no.decisions or ()] == ["deny"]
+        paused = await dagagent.execute(
+            p,
+            temporal_tools.registry,
+            settings=settings(executor(own_workers), on_failure="continue"),
+            store=st,
+        )
+        assert paused.status is dagagent.RunStatus.PAUSED, paused.tasks
+        assert paused.tasks["asked"].status is dagagent.TaskStatus.WAITING
+        [waiting] = st.approvals(paused.run_id, states=("waiting",))
+        assert (waiting.task_id, waiting.tool, waiting.rule) == ("asked", "echo", "rule 'ask echo'")
+        resumed = await dagagent.resume(
+            paused.run_id,
+            temporal_tools.registry,
+            store=st,
+            decisions={"asked": Approval.approve("fine", by="tester")},
+            settings=settings(executor(own_workers), on_failure="continue"),
+        )
+        record = st.get_run(paused.run_id)
+    assert resumed.tasks["asked"].status is dagagent.TaskStatus.SUCCEEDED
+    assert resumed.tasks["asked"].output == "hi"
+    assert resumed.tasks["after"].output == 3
+    assert resumed.tasks["ok"].finished_at == paused.tasks["ok"].finished_at  # kept
+    decided = [d.decided_by for d in record.tasks["asked"].decisions or ()]
+    assert "tester" in decided
+
+
 # -- what a user can get wrong ---------------------------------------------------------------
 
 
@@ -860,6 +915,27 @@ def test_temporal_options_need_the_temporal_executor(tmp_path: Path) -> None:
     )
     assert result.exit_code == 2
     assert "--task-queue needs --executor temporal" in result.output
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("nocolon", "MODULE:ATTR"),
+        ("no_such_module_here:x", "cannot import 'no_such_module_here'"),
+        ("temporal_tools:missing", "has no 'missing'"),
+        ("temporal_tools:TOOLS_NOT_CALLABLE", "is not an interceptor"),
+    ],
+)
+def test_bad_worker_interceptors_exit_2(
+    spec: str, message: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(temporal_tools, "TOOLS_NOT_CALLABLE", [1], raising=False)
+    result = CliRunner().invoke(
+        dagagent.cli.app, ["worker", "--tools", TOOLS, "--interceptors", spec]
+    )
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+    assert "Traceback" not in result.output
 
 
 def test_workflow_ids_name_the_run() -> None:

@@ -36,13 +36,14 @@ from ...errors import PlanValidationError
 from ...events import Event, TaskElementFinished
 from ...graph import validate
 from ...references import Template
-from ...results import TaskResult, TaskStatus
-from ...runner import TaskRunner
+from ...results import ApprovalAnswer, TaskResult, TaskStatus
+from ...runner import Redaction, TaskRunner, ToolCalls
 from ...settings import TaskRetryPolicy
 from ._workflow import COUNT_ELEMENTS, RUN_TASK
 
 if TYPE_CHECKING:
     from ...graph import PlanGraph
+    from ...runner import Interceptor
     from ...tools import Registry
 
 __all__ = ["Activities", "worker_identity"]
@@ -59,10 +60,18 @@ def worker_identity() -> str:
 class Activities:
     """The activities of a worker serving ``registry`` on ``task_queue``."""
 
-    def __init__(self, registry: Registry, task_queue: str, identity: str | None = None) -> None:
+    def __init__(
+        self,
+        registry: Registry,
+        task_queue: str,
+        identity: str | None = None,
+        interceptors: Sequence[Interceptor] = (),
+    ) -> None:
         self.registry = registry
         self.task_queue = task_queue
         self.identity = identity or worker_identity()
+        self.interceptors = tuple(interceptors)
+        self._redaction = Redaction(self.interceptors)
         self._graphs: OrderedDict[str, PlanGraph] = OrderedDict()
 
     def definitions(self) -> list[Any]:
@@ -140,10 +149,15 @@ class Activities:
         graph = self._graph(plan)
         task_id = call["task_id"]
         prior = self._prior(graph, call)
+        answers: dict[str, list[ApprovalAnswer]] = {}
+        for key, given in (call.get("answers") or {}).items():
+            answers[key] = [ApprovalAnswer.model_validate(a) for a in given]
         runner = TaskRunner(
             graph,
             self.registry,
             run_id=call["run_id"],
+            calls=ToolCalls(call["run_id"], self.registry, self.interceptors, answers=answers),
+            redaction=self._redaction,
             retry=TaskRetryPolicy(**call["retry"]),
             on_failure=call["on_failure"],
             max_elements=call["max_elements"],

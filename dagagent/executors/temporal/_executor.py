@@ -30,7 +30,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from ...errors import ClusterError, ConfigError
 from ...plan import AgentTask, Task, ToolTask
-from ...results import TaskResult
+from ...results import TaskResult, TaskStatus
 from ..base import BaseExecutor, Wakeup
 from ._connect import (
     DEFAULT_ADDRESS,
@@ -189,8 +189,10 @@ class TemporalExecutor(BaseExecutor):
         if runner.calls.intercepted:
             raise ConfigError(
                 "the temporal executor runs tool calls on its workers, which the interceptors "
-                "of this process (approval rules, --approve, --ask, --policy, redaction, "
-                "tracing) cannot reach: run without them, or choose another executor"
+                "of this process (approval rules, --ask, --policy, redaction, tracing) cannot "
+                "reach: give them to the workers instead (dagagent worker --interceptors "
+                "MODULE:ATTR, or serve(..., interceptors=...)), where every call goes through "
+                "them and their decisions are recorded; or choose another executor"
             )
         agents = [t.id for t in graph.plan.tasks if isinstance(t, AgentTask)]
         if agents or (not graph.complete and runner.llm is not None):
@@ -224,7 +226,8 @@ class TemporalExecutor(BaseExecutor):
         known = len(graph.plan.tasks)  # a plan being written: the tasks so far
         handle: WorkflowHandle[Any, list[dict[str, Any]]] | None = None
         if runner.prior is not None:  # a resumed run: its workflow may run, or have ended
-            handle = await self._workflow_to_follow(wid)
+            waited = any(r.status is TaskStatus.WAITING for r in runner.prior.values())
+            handle = await self._workflow_to_follow(wid, finished_too=not waited)
         seen = 0  # a workflow followed from its start: every result is recorded here
         if handle is None:
             settled = await _settle_here(graph, runner)
@@ -261,12 +264,14 @@ class TemporalExecutor(BaseExecutor):
             raise
 
     async def _workflow_to_follow(
-        self, wid: str
+        self, wid: str, *, finished_too: bool
     ) -> WorkflowHandle[Any, list[dict[str, Any]]] | None:
         """The workflow ``wid`` of a resumed run if it still runs (its driver died) or
-        completed while nobody followed it: following it records its results. ``None`` when
-        there is none, or it failed, was cancelled, terminated or timed out: the rest of the
-        run starts anew."""
+        (``finished_too``) completed while nobody followed it: following it records its
+        results. ``None`` when there is none, or it failed, was cancelled, terminated or
+        timed out, or it completed and the run's record has its end (a paused run that
+        goes on with decisions about the calls that waited): the rest of the run starts
+        anew."""
         handle = self._client().get_workflow_handle(wid, result_type=list)
         try:
             described = await handle.describe(rpc_timeout=timedelta(seconds=_QUERY_TIMEOUT_S))
@@ -277,7 +282,10 @@ class TemporalExecutor(BaseExecutor):
                 f"cannot read workflow {wid} on the Temporal server at {self.address}: "
                 f"{' '.join(str(exc).split())}"
             ) from None
-        if described.status in (WorkflowExecutionStatus.RUNNING, WorkflowExecutionStatus.COMPLETED):
+        status = described.status
+        if status is WorkflowExecutionStatus.RUNNING or (
+            finished_too and status is WorkflowExecutionStatus.COMPLETED
+        ):
             return handle
         return None
 
@@ -315,6 +323,10 @@ class TemporalExecutor(BaseExecutor):
             finished=[r.to_json_dict() for r in settled],
             reuse=facts.reuse,
             streaming=not graph.complete,
+            answers={
+                k: [a.model_dump(mode="json") for a in given]
+                for k, given in runner.calls.answers.items()
+            },
         )
 
     async def _stream(

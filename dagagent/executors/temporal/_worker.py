@@ -8,7 +8,7 @@ tasks (the tool calls). ``dagagent worker`` is :func:`serve` on the command line
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from temporalio.client import Client
     from temporalio.converter import StorageDriver
 
+    from ...runner import Interceptor
     from ...tools import Registry
 
 __all__ = ["STICKY_S", "running_worker", "serve"]
@@ -48,6 +49,7 @@ async def running_worker(
     identity: str | None = None,
     connect_timeout_s: float = 10.0,
     client: Client | None = None,
+    interceptors: Sequence[Interceptor] = (),
 ) -> AsyncIterator[Worker]:
     """A worker serving ``registry`` on ``task_queue`` while the block runs; on exit it
     stops, its calls cancelled (the server gives them to other workers).
@@ -55,13 +57,16 @@ async def running_worker(
     ``client``: a client connected as a production cluster needs it (TLS, an API key), whose
     data converter is :func:`~dagagent.executors.temporal.data_converter`'s; then
     ``address``, ``namespace``, ``payloads`` and ``inline_bytes`` are the client's business.
-    Raises :class:`~dagagent.errors.ClusterError` when the server cannot be reached."""
+    ``interceptors``: every tool call this worker makes goes through them, as through a
+    local run's (approval rules, redaction, tracing, caching), and their decisions are on
+    the task's record. Raises :class:`~dagagent.errors.ClusterError` when the server cannot
+    be reached."""
     if client is None:
         client = await connect(
             address, namespace, payloads, inline_bytes=inline_bytes, timeout_s=connect_timeout_s
         )
     identity = identity or worker_identity()
-    activities = Activities(registry, task_queue, identity)
+    activities = Activities(registry, task_queue, identity, interceptors)
     worker = Worker(
         client,
         task_queue=task_queue,
@@ -107,6 +112,7 @@ async def serve(
     identity: str | None = None,
     connect_timeout_s: float = 10.0,
     client: Client | None = None,
+    interceptors: Sequence[Interceptor] = (),
     on_ready: Callable[[str], None] | None = None,
 ) -> None:
     """Run a worker (see :func:`running_worker`) until cancelled; ``on_ready`` is told, in
@@ -123,6 +129,7 @@ async def serve(
         identity=identity,
         connect_timeout_s=connect_timeout_s,
         client=client,
+        interceptors=interceptors,
     ):
         if on_ready is not None:
             n = len(registry)

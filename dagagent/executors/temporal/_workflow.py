@@ -102,6 +102,9 @@ class RunInput:
     #: The plan is still being written: more tasks come by signal (:data:`ADD_TASKS`), then
     #: its end (:data:`PLAN_COMPLETE`).
     streaming: bool = False
+    #: A resumed run's decisions about calls that waited (``ApprovalAnswer`` JSON), by task
+    #: (or map element): the workers' approval rules hand each to its call.
+    answers: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     #: How many times the run continued as new.
     generation: int = 0
 
@@ -376,6 +379,11 @@ class RunWorkflow:
             "retry": inp.retry,
             **call,
         }
+        answers = {
+            k: a for k, a in inp.answers.items() if k == task_id or k.startswith(f"{task_id}[")
+        }
+        if answers:  # decisions a person took about its calls that waited
+            call["answers"] = answers
         if task_id in inp.reuse:  # its earlier output, and those of its dependencies
             call["reuse"] = {t: inp.reuse[t] for t in (task_id, *deps) if t in inp.reuse}
         return [call, inp.plan, *(self.outputs[d] for d in deps)]
