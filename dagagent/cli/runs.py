@@ -469,6 +469,13 @@ def show_cmd(
         from .run import paused_hint
 
         paused_hint(record.as_result(), console=out)
+    elif record.status == "interrupted" and record.executor == "temporal":
+        out.print(
+            f"its driver stopped; the run's workflow goes on on the Temporal workers: "
+            f"'dagagent resume {record.run_id}' follows it and records what it did",
+            markup=False,
+            highlight=False,
+        )
     if solve is not None:
         _show_solve(solve, record.run_id)
 

@@ -553,6 +553,8 @@ def test_the_driver_killed_the_workflow_finishes_and_resume_completes_its_record
         left = st.get_run(run_id)
     assert left.status.value == "interrupted"
     assert "then" not in left.tasks  # the driver died before the workflow got there
+    hint = CliRunner().invoke(dagagent.cli.app, ["show", run_id, "--store", str(db)])
+    assert f"'dagagent resume {run_id}' follows it" in hint.output
     wid = workflow_id(run_id)
 
     async def result() -> list[dict[str, Any]]:
