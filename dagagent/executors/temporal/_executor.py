@@ -196,9 +196,16 @@ class TemporalExecutor(BaseExecutor):
             )
         agents = [t.id for t in graph.plan.tasks if isinstance(t, AgentTask)]
         if agents or (not graph.complete and runner.llm is not None):
+            which = (
+                f"agent tasks ({', '.join(agents)})"
+                if agents
+                else ("a plan being written with a model (it may hold agent tasks)")
+            )
             raise ConfigError(
-                f"the temporal executor runs tool tasks only; agent tasks ({', '.join(agents)}) "
-                "need a model on the workers: choose another executor for this plan"
+                f"the temporal executor runs tool tasks only; {which} would need a model on "
+                "the workers, with its calls recorded and costed in this run's store and "
+                "counted against its budget, which workers do not do yet: choose another "
+                "executor for this plan"
             )
         await self._wait_for_workers()
 
