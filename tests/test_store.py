@@ -851,8 +851,10 @@ def test_the_log_is_copied_into_the_file_while_the_run_goes_on(tmp_path: Path) -
     plan = Plan.model_validate({"tasks": tasks})  # about 550 KB of JSON
     rec = RunRecorder(db, run_id, flush_interval_s=0).start()
     try:
+        # Measured before the plan is given: the writer's thread may write it and checkpoint
+        # before this thread looks again.
+        small = db.stat().st_size if db.exists() else 0
         rec(RunStarted(run_id, plan, "dataflow"))
-        small = db.stat().st_size
         rec.record(_plain("t0", output=0))  # the next batch: the checkpoint follows it
         wait_until(
             lambda: db.stat().st_size >= small + 500_000, "the plan reaches the database file"
