@@ -16,7 +16,7 @@ import contextlib
 import json
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import asdict
 from datetime import timedelta
 from pathlib import Path
@@ -456,11 +456,7 @@ def _facts(graph: PlanGraph, runner: TaskRunner, tasks: list[Task]) -> Arrived:
         side_effects=[],
         bounds={},
         allow_partial=[t.id for t in tasks if getattr(t, "allow_partial", False)],
-        reuse={
-            t.id: list(runner.reuse[t.id])
-            for t in tasks
-            if t.id in runner.reuse and t.id not in runner.outputs
-        },
+        reuse=_reuse_of(runner.reuse, {t.id for t in tasks}),
     )
     for task in tasks:
         if not isinstance(task, ToolTask) or task.tool not in registry:
@@ -478,6 +474,13 @@ def _facts(graph: PlanGraph, runner: TaskRunner, tasks: list[Task]) -> Arrived:
             else None
         )
     return facts
+
+
+def _reuse_of(reuse: Mapping[str, tuple[str, Any]], tasks: set[str]) -> dict[str, list[Any]]:
+    """The entries of a reuse map (:func:`dagagent.review.reuse_map`) for ``tasks``: each
+    task's own (those of a task settled here too: a later task compares its upstream outputs
+    with them) and those of a map task's elements (``task@fingerprint``)."""
+    return {k: list(v) for k, v in reuse.items() if k in tasks or k.partition("@")[0] in tasks}
 
 
 async def _settle_here(graph: PlanGraph, runner: TaskRunner) -> list[TaskResult]:

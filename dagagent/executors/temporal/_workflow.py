@@ -384,8 +384,9 @@ class RunWorkflow:
         }
         if answers:  # decisions a person took about its calls that waited
             call["answers"] = answers
-        if task_id in inp.reuse:  # its earlier output, and those of its dependencies
-            call["reuse"] = {t: inp.reuse[t] for t in (task_id, *deps) if t in inp.reuse}
+        own = {k: v for k, v in inp.reuse.items() if k == task_id or k.startswith(f"{task_id}@")}
+        if own:  # its earlier output (or its elements'), and those of its dependencies
+            call["reuse"] = {**own, **{d: inp.reuse[d] for d in deps if d in inp.reuse}}
         return [call, inp.plan, *(self.outputs[d] for d in deps)]
 
     async def _call(
