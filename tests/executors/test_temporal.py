@@ -476,7 +476,7 @@ async def test_a_worker_killed_mid_call(own_workers: Workers, tool: str, tmp_pat
         assert temporal_tools.started(tmp_path, "call") == [victim]  # never run again
 
 
-@pytest.mark.parametrize("moment", ["running", "finished"])
+@pytest.mark.parametrize("moment", ["running", "finished", "terminated"])
 def test_the_driver_killed_the_workflow_finishes_and_resume_completes_its_record(
     own_workers: Workers, tmp_path: Path, moment: str
 ) -> None:
@@ -484,7 +484,8 @@ def test_the_driver_killed_the_workflow_finishes_and_resume_completes_its_record
     workers, to the end; ``dagagent resume RUN`` (with nothing but the run's id: the server
     is on record) finds the workflow, still running or finished while nobody watched, and
     completes the run's record, each task with the worker that ran it, running nothing
-    again."""
+    again. A workflow terminated meanwhile (by an operator, say): the resume runs the rest
+    on a new workflow, keeping what succeeded."""
     import json
 
     from dagagent.store import RunStore
@@ -540,7 +541,9 @@ def test_the_driver_killed_the_workflow_finishes_and_resume_completes_its_record
     )
     try:
         deadline = time.monotonic() + READY_S
-        while not temporal_tools.started(tmp_path, "w"):
+        while not temporal_tools.started(tmp_path, "w") or (
+            moment == "terminated" and not _recorded(db, "first")
+        ):
             assert driver.poll() is None and time.monotonic() < deadline
             time.sleep(0.02)
         driver.kill()
@@ -564,8 +567,18 @@ def test_the_driver_killed_the_workflow_finishes_and_resume_completes_its_record
             found: list[dict[str, Any]] = await ex.client.get_workflow_handle(wid).result()
             return found
 
+    async def terminate() -> None:
+        ex = executor(own_workers)
+        async with ex.session():
+            assert ex.client is not None
+            await ex.client.get_workflow_handle(wid).terminate("by an operator")
+
     resume = ["resume", run_id, "--store", str(db), "--tools", TOOLS, "--json"]
-    if moment == "finished":  # the workflow ends while no driver follows it
+    if moment == "terminated":  # the rest runs on a new workflow; what succeeded stands
+        anyio.run(terminate)
+        (tmp_path / "w.go").touch()
+        resumed = CliRunner().invoke(dagagent.cli.app, resume)
+    elif moment == "finished":  # the workflow ends while no driver follows it
         (tmp_path / "w.go").touch()
         assert [r["status"] for r in anyio.run(result)] == ["succeeded"] * 3
         resumed = CliRunner().invoke(dagagent.cli.app, resume)
@@ -599,13 +612,26 @@ def test_the_driver_killed_the_workflow_finishes_and_resume_completes_its_record
         "wait": ("succeeded", {"pid": own_workers.procs[0].pid}, worker),
         "then": ("succeeded", 3, worker),
     }
-    assert temporal_tools.started(tmp_path, "w") == [own_workers.procs[0].pid]  # run once
+    assert temporal_tools.started(tmp_path, "w") == [own_workers.procs[0].pid]
+    if moment == "terminated":
+        assert record.tasks["first"].finished_at == left.tasks["first"].finished_at  # kept
     shown = CliRunner().invoke(dagagent.cli.app, ["show", run_id, "--store", str(db)])
     assert f"workers: {worker} (3)" in shown.output
     task = CliRunner().invoke(
         dagagent.cli.app, ["show", run_id, "--store", str(db), "--task", "wait"]
     )
     assert f"worker: {worker}" in task.output
+
+
+def _recorded(db: Path, task_id: str) -> bool:
+    """Whether the run in store ``db`` has ``task_id``'s result on record."""
+    from dagagent.store import RunStore
+
+    if not db.exists():
+        return False
+    with RunStore(db, create=False) as st:
+        runs = st.list_runs()
+        return bool(runs) and task_id in st.get_run(runs[0].run_id).tasks
 
 
 @pytest.mark.anyio
