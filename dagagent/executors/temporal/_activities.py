@@ -13,6 +13,11 @@ before its worker was lost stand as they were reported (see ``_window_prior``), 
 runner runs only the rest (the same road as a resumed run's waiting elements). Finished
 elements are reported in the activity's heartbeats.
 
+Each call goes through the worker's interceptors (approval rules, redaction, tracing),
+with the decisions a person took about the calls that waited (a resumed run's answers);
+the result names the worker that ran it (``worker``, ``pid@host``), and each element of a
+map the worker that ran its chunk.
+
 A worker whose registry lacks a tool of the plan (or has one whose arguments differ) fails
 the task at once, saying what the worker serves: the error is not retried.
 """

@@ -5,8 +5,14 @@ of its progress every ``poll_s``, never recorded in its history) and hands each 
 run's :class:`~dagagent.runner.TaskRunner` as it comes (:meth:`TaskRunner.ran_elsewhere`),
 so the run store, the listeners and the progress display see the run as they see a local
 one. The workflow does not need the driver: if the driver dies, the run goes on on the
-workers and finishes (its record in the store stops where the driver did). Interrupting
-the driver (Ctrl-C, a signal, cancelling ``execute``) cancels the workflow.
+workers and finishes; a resumed run (``dagagent resume``) follows its workflow if it still
+runs or finished, and records what it did. Interrupting the driver (Ctrl-C, a signal,
+cancelling ``execute``) cancels the workflow.
+
+A plan still being written starts with the tasks accepted so far; the others reach the
+workflow as signals as they are accepted (``_stream``). Tasks a resumed run keeps and
+those reused from an earlier run are settled here, before the workflow starts
+(``_settle_here``).
 """
 
 from __future__ import annotations
@@ -232,9 +238,12 @@ class TemporalExecutor(BaseExecutor):
         wid = self.workflow_id = workflow_id(run_id)
         known = len(graph.plan.tasks)  # a plan being written: the tasks so far
         handle: WorkflowHandle[Any, list[dict[str, Any]]] | None = None
+        running = False  # following a workflow that runs: it may wait for more of its plan
         if runner.prior is not None:  # a resumed run: its workflow may run, or have ended
             waited = any(r.status is TaskStatus.WAITING for r in runner.prior.values())
-            handle = await self._workflow_to_follow(wid, finished_too=not waited)
+            handle, running = await self._workflow_to_follow(wid, finished_too=not waited)
+            if running and handle is not None:
+                known = await _tasks_known(handle, known)
         seen = 0  # a workflow followed from its start: every result is recorded here
         if handle is None:
             settled = await _settle_here(graph, runner)
@@ -254,9 +263,9 @@ class TemporalExecutor(BaseExecutor):
                 ) from None
             seen = len(settled)  # recorded here already
         try:
-            if graph.complete:
+            if graph.complete and not running:
                 await self._follow(handle, runner, seen)
-            else:
+            else:  # tell it the tasks it lacks (a plan still being written), then the end
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(self._stream, graph, runner, handle, known)
                     await self._follow(handle, runner, seen)
@@ -272,29 +281,29 @@ class TemporalExecutor(BaseExecutor):
 
     async def _workflow_to_follow(
         self, wid: str, *, finished_too: bool
-    ) -> WorkflowHandle[Any, list[dict[str, Any]]] | None:
+    ) -> tuple[WorkflowHandle[Any, list[dict[str, Any]]] | None, bool]:
         """The workflow ``wid`` of a resumed run if it still runs (its driver died) or
         (``finished_too``) completed while nobody followed it: following it records its
         results. ``None`` when there is none, or it failed, was cancelled, terminated or
         timed out, or it completed and the run's record has its end (a paused run that
         goes on with decisions about the calls that waited): the rest of the run starts
-        anew."""
+        anew. With whether it still runs."""
         handle = self._client().get_workflow_handle(wid, result_type=list)
         try:
             described = await handle.describe(rpc_timeout=timedelta(seconds=_QUERY_TIMEOUT_S))
         except RPCError as exc:
             if exc.status is RPCStatusCode.NOT_FOUND:
-                return None
+                return None, False
             raise ClusterError(
                 f"cannot read workflow {wid} on the Temporal server at {self.address}: "
                 f"{' '.join(str(exc).split())}"
             ) from None
         status = described.status
-        if status is WorkflowExecutionStatus.RUNNING or (
-            finished_too and status is WorkflowExecutionStatus.COMPLETED
-        ):
-            return handle
-        return None
+        if status is WorkflowExecutionStatus.RUNNING:
+            return handle, True
+        if finished_too and status is WorkflowExecutionStatus.COMPLETED:
+            return handle, False
+        return None, False
 
     def _input(
         self,
@@ -438,6 +447,19 @@ class TemporalExecutor(BaseExecutor):
 
 def _task_result(doc: dict[str, Any]) -> TaskResult:
     return TaskResult.validate({k: v for k, v in doc.items() if k != "duration_s"})
+
+
+async def _tasks_known(handle: WorkflowHandle[Any, Any], otherwise: int) -> int:
+    """How many tasks of the plan a running workflow has: fewer than the run's record when
+    its driver died while the plan was being written (the rest, and the plan's end, are
+    sent to it then); ``otherwise`` when no worker answers."""
+    try:
+        progress: dict[str, Any] = await handle.query(
+            "progress", 0, rpc_timeout=timedelta(seconds=_QUERY_TIMEOUT_S)
+        )
+        return int(progress.get("tasks", otherwise))
+    except Exception:  # no workflow worker answered: the end of the plan is still sent
+        return otherwise
 
 
 def _facts(graph: PlanGraph, runner: TaskRunner, tasks: list[Task]) -> Arrived:

@@ -13,6 +13,13 @@ limit travel by reference (:mod:`._payloads`); when the history passes ``history
 (or Temporal suggests it), the workflow lets the running tasks end, starts none, and
 continues as new with the results so far.
 
+**A plan being written.** The workflow starts with the tasks accepted so far
+(``RunInput.streaming``); each later task comes as a signal (:data:`ADD_TASKS`) and runs as
+soon as its dependencies have succeeded, and the plan's end comes as another
+(:data:`PLAN_COMPLETE`; a plan rejected while it was written stops the run as a failure
+would under ``on_failure="cancel"``). Signals are recorded in the history, so a replay
+decides the same.
+
 **Lost workers.** Each activity heartbeats. A worker that dies (or stops answering) under
 a task is noticed at the heartbeat timeout: a task whose tool has no side effects runs again
 on another worker (at most ``lost_worker_retries`` times; the elements a map chunk finished
@@ -165,12 +172,14 @@ class RunWorkflow:
     @workflow.query(name="progress")
     def progress(self, since: int) -> dict[str, Any]:
         """The results from number ``since`` on (at most :data:`QUERY_BATCH`), how many
-        there are, and whether the run is over (or continuing as new)."""
+        there are, whether the run is over (or continuing as new), and how many tasks of
+        the plan it has (a plan being written: those that reached it)."""
         return {
             "results": self.finished[since : since + QUERY_BATCH],
             "total": len(self.finished),
             "done": self.done,
             "generation": self.generation,
+            "tasks": len(self.inp.order),
         }
 
     @workflow.signal(name=ADD_TASKS)
