@@ -362,7 +362,7 @@ def resume_cmd(
     from ..tools._loop import run_own_loop
     from ..workflows._calls import run_calls
     from ..workflows.resume import resume, resumed_executor
-    from .approve import run_interceptors
+    from .approve import rules_to_workers, run_interceptors
     from .progress import progress_for
     from .recording import say_recorded
     from .signals import stoppable
@@ -404,8 +404,12 @@ def resume_cmd(
         _, _, registry = registry_for(record, tools, mcp)
         rules = recorded_rules(record)
         graph = validate(record.plan, registry)
-        interceptors = run_interceptors(
-            graph, registry, approve=False, rules=rules, no_wait=no_wait
+        going_on = resumed_executor(chosen, record.context, **given)
+        interceptors = rules_to_workers(
+            going_on,
+            rules,
+            run_interceptors(graph, registry, approve=False, rules=rules, no_wait=no_wait),
+            no_wait=no_wait,
         )
         llm = None
         if any(isinstance(t, AgentTask) for t in record.plan.tasks):
@@ -427,7 +431,7 @@ def resume_cmd(
                         interceptors=interceptors,
                         listeners=(progress,) if progress is not None else (),
                         settings=RunSettings(
-                            executor=resumed_executor(chosen, record.context, **given),
+                            executor=going_on,
                             on_failure="continue" if on_failure == "continue" else "cancel",
                             max_concurrency=max_concurrency,
                         ),

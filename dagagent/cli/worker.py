@@ -56,6 +56,7 @@ def worker_cmd(
     if the server cannot be reached."""
     import logging
 
+    from ..approval import run_policies
     from ..executors.temporal import serve
 
     registry: Registry = load_tools(tools, mcp)
@@ -74,6 +75,7 @@ def worker_cmd(
             registry,
             max_concurrent_activities=max_activities,
             interceptors=interceptors,
+            run_policies=run_policies,
             on_ready=ready,
             **options,
         )

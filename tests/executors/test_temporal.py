@@ -837,6 +837,87 @@ async def test_approval_rules_on_the_workers_decide_record_and_pause(
     assert "tester" in decided
 
 
+def test_run_ask_and_policy_apply_on_the_workers_then_approve_and_resume(
+    workers: Workers, tmp_path: Path
+) -> None:
+    """``dagagent run --executor temporal --ask TOOL --policy FILE``: the run's rules go to
+    the workers with the run; a call they hold waits (the run pauses, exit 6), a call the
+    file denies is denied there; ``approve`` then ``resume`` run the held call on the
+    workers."""
+    import json
+
+    from dagagent.store import RunStore
+
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(
+        json.dumps(
+            plan(
+                {"id": "ok", "tool": "add", "args": {"a": 1, "b": 1}},
+                {"id": "asked", "tool": "echo", "args": {"value": "hi"}},
+                {
+                    "id": "after",
+                    "tool": "add",
+                    "args": {"a": "${ok}", "b": 2},
+                    "depends_on": ["asked"],
+                },
+            )
+        )
+    )
+    rules = tmp_path / "rules.json"
+    rules.write_text(
+        json.dumps(
+            {"default": "allow", "rules": [{"tool": "big", "action": "deny", "reason": "no"}]}
+        )
+    )
+    db = str(tmp_path / "runs.db")
+    where = [
+        "--executor", "temporal", "--temporal-address", workers.address,
+        "--task-queue", workers.queue, "--payload-store", str(workers.payloads),
+    ]  # fmt: skip
+    cli = CliRunner()
+    paused = cli.invoke(
+        dagagent.cli.app,
+        ["run", str(plan_file), "--tools", TOOLS, "--ask", "echo", "--policy", str(rules),
+         "--store", db, "--json", *where],
+    )  # fmt: skip
+    assert paused.exit_code == 6, paused.output
+    with RunStore(db, create=False) as st:
+        [run_id] = [r.run_id for r in st.list_runs()]
+        [waiting] = st.approvals(run_id, states=("waiting",))
+    assert (waiting.task_id, waiting.tool, waiting.rule) == ("asked", "echo", "rule '--ask echo'")
+    decided = cli.invoke(
+        dagagent.cli.app, ["approve", run_id, "asked", "--allow", "--by", "tester", "--store", db]
+    )
+    assert decided.exit_code == 0, decided.output
+    resumed = cli.invoke(
+        dagagent.cli.app, ["resume", run_id, "--tools", TOOLS, "--store", db, "--json"]
+    )
+    assert resumed.exit_code == 0, resumed.output
+    with RunStore(db, create=False) as st:
+        record = st.get_run(run_id)
+    assert {t: (r.status.value, r.output) for t, r in record.tasks.items()} == {
+        "ok": ("succeeded", 2),
+        "asked": ("succeeded", "hi"),
+        "after": ("succeeded", 4),
+    }
+    assert all(r.worker is not None for r in record.tasks.values())
+    denied = cli.invoke(
+        dagagent.cli.app,
+        ["run", "--tools", TOOLS, "--policy", str(rules), "--store", db, "--json", *where,
+         str(_plan_file(tmp_path, {"id": "b", "tool": "big", "args": {"i": 1, "n": 2}}))],
+    )  # fmt: skip
+    assert denied.exit_code == 1, denied.output
+    assert json.loads(denied.stdout)["tasks"]["b"]["status"] == "denied"
+
+
+def _plan_file(where: Path, *tasks: dict[str, Any]) -> Path:
+    import json
+
+    path = where / f"plan-{uuid.uuid4().hex[:6]}.json"
+    path.write_text(json.dumps(plan(*tasks)))
+    return path
+
+
 # -- what a user can get wrong ---------------------------------------------------------------
 
 

@@ -29,7 +29,7 @@ import json
 import os
 import socket
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -37,7 +37,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from ...conditions import parse_condition
-from ...errors import PlanValidationError
+from ...errors import ConfigError, PlanValidationError
 from ...events import Event, TaskElementFinished
 from ...graph import validate
 from ...references import Template
@@ -51,7 +51,11 @@ if TYPE_CHECKING:
     from ...runner import Interceptor
     from ...tools import Registry
 
-__all__ = ["Activities", "worker_identity"]
+__all__ = ["Activities", "RunPolicies", "worker_identity"]
+
+RunPolicies = Callable[[Mapping[str, Any]], Sequence["Interceptor"]]
+"""``(a run's approval rules as data) -> interceptors``: see
+:func:`dagagent.approval.run_policies`."""
 
 # Plans validated on this worker, by the hash of their JSON.
 _GRAPHS_KEPT = 32
@@ -71,12 +75,22 @@ class Activities:
         task_queue: str,
         identity: str | None = None,
         interceptors: Sequence[Interceptor] = (),
+        run_policies: RunPolicies | None = None,
     ) -> None:
         self.registry = registry
         self.task_queue = task_queue
         self.identity = identity or worker_identity()
         self.interceptors = tuple(interceptors)
+        for i in self.interceptors:
+            if getattr(i, "limits", None):
+                raise ConfigError(
+                    f"worker interceptor {i!r} has limits, which count a run's calls "
+                    "together: a worker sees one task's calls at a time, so it cannot keep "
+                    "them; give the worker rules without limits"
+                )
+        self.run_policies = run_policies
         self._redaction = Redaction(self.interceptors)
+        self._policies: dict[str, tuple[Interceptor, ...]] = {}
         self._graphs: OrderedDict[str, PlanGraph] = OrderedDict()
 
     def definitions(self) -> list[Any]:
@@ -157,11 +171,14 @@ class Activities:
         answers: dict[str, list[ApprovalAnswer]] = {}
         for key, given in (call.get("answers") or {}).items():
             answers[key] = [ApprovalAnswer.model_validate(a) for a in given]
+        interceptors = self.interceptors
+        if call.get("approval"):  # the run's own rules, after the worker's interceptors
+            interceptors = (*interceptors, *self._run_policies(call["approval"]))
         runner = TaskRunner(
             graph,
             self.registry,
             run_id=call["run_id"],
-            calls=ToolCalls(call["run_id"], self.registry, self.interceptors, answers=answers),
+            calls=ToolCalls(call["run_id"], self.registry, interceptors, answers=answers),
             redaction=self._redaction,
             retry=TaskRetryPolicy(**call["retry"]),
             on_failure=call["on_failure"],
@@ -184,6 +201,32 @@ class Activities:
                     non_retryable=True,
                 )
         return runner
+
+    def _run_policies(self, approval: dict[str, Any]) -> tuple[Interceptor, ...]:
+        """The run's approval rules as this worker's policies (made once per set of rules);
+        a task fails, not retried, when the worker cannot make them."""
+        key = json.dumps(approval, sort_keys=True)
+        found = self._policies.get(key)
+        if found is not None:
+            return found
+        if self.run_policies is None:
+            raise ApplicationError(
+                f"the worker {self.identity} cannot apply the run's approval rules (--policy, "
+                "--ask): start workers with dagagent worker, or serve(..., "
+                "run_policies=dagagent.approval.run_policies)",
+                type="ConfigError",
+                non_retryable=True,
+            )
+        try:
+            made = tuple(self.run_policies(approval))
+        except Exception as exc:
+            raise ApplicationError(
+                f"the worker {self.identity} cannot apply the run's approval rules: {exc}",
+                type="ConfigError",
+                non_retryable=True,
+            ) from None
+        self._policies[key] = made
+        return made
 
     def _prior(self, graph: PlanGraph, call: dict[str, Any]) -> dict[str, TaskResult] | None:
         """What the runner takes as already done: for a window of a map (``n`` elements in

@@ -83,6 +83,9 @@ class TemporalExecutor(BaseExecutor):
     - ``worker_timeout_s``: how long a run waits for a worker on the task queue (before it
       starts, and when its workers stop answering) before it fails with
       :class:`~dagagent.errors.ClusterError`.
+    - ``approval``: the run's approval rules, as data the workers apply to each call
+      (:func:`dagagent.approval.run_policies` says what it holds); a call that asks waits
+      for a person and the run pauses.
     - ``max_running``: activities pending at once (Temporal's limit is 2,000);
       ``chunk_elements``: elements of a map per activity; ``heartbeat_s``: how soon a lost
       worker is noticed; ``lost_worker_retries``: how often a task without side effects runs
@@ -109,6 +112,7 @@ class TemporalExecutor(BaseExecutor):
         lost_worker_retries: int = 3,
         history_events: int = 10_000,
         poll_s: float = 0.2,
+        approval: Mapping[str, Any] | None = None,
     ) -> None:
         self.address = check_address(address)
         if not task_queue or not isinstance(task_queue, str):
@@ -150,6 +154,10 @@ class TemporalExecutor(BaseExecutor):
         self.lost_worker_retries = lost_worker_retries
         self.history_events = history_events
         self.poll_s = poll_s
+        #: The run's approval rules, as data its workers apply to every call after their own
+        #: interceptors (see :func:`dagagent.approval.run_policies`); ``dagagent run
+        #: --policy FILE --ask GLOB`` sets it.
+        self.approval = dict(approval) if approval else None
         #: The workflow of the last run started (its id), for the server's tools.
         self.workflow_id: str | None = None
 
@@ -343,6 +351,7 @@ class TemporalExecutor(BaseExecutor):
                 k: [a.model_dump(mode="json") for a in given]
                 for k, given in runner.calls.answers.items()
             },
+            approval=self.approval,
         )
 
     async def _stream(

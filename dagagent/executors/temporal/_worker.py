@@ -18,7 +18,7 @@ from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from ...tools import connected
-from ._activities import Activities, worker_identity
+from ._activities import Activities, RunPolicies, worker_identity
 from ._connect import DEFAULT_ADDRESS, DEFAULT_NAMESPACE, DEFAULT_TASK_QUEUE, connect
 from ._payloads import DEFAULT_INLINE_BYTES
 from ._workflow import RunWorkflow
@@ -50,6 +50,7 @@ async def running_worker(
     connect_timeout_s: float = 10.0,
     client: Client | None = None,
     interceptors: Sequence[Interceptor] = (),
+    run_policies: RunPolicies | None = None,
 ) -> AsyncIterator[Worker]:
     """A worker serving ``registry`` on ``task_queue`` while the block runs; on exit it
     stops, its calls cancelled (the server gives them to other workers).
@@ -59,14 +60,17 @@ async def running_worker(
     ``address``, ``namespace``, ``payloads`` and ``inline_bytes`` are the client's business.
     ``interceptors``: every tool call this worker makes goes through them, as through a
     local run's (approval rules, redaction, tracing, caching), and their decisions are on
-    the task's record. Raises :class:`~dagagent.errors.ClusterError` when the server cannot
-    be reached."""
+    the task's record (interceptors with limits are refused: a limit counts a run's calls,
+    and a worker sees one task's). ``run_policies``: how it applies the approval rules a run
+    carries (``run --policy``, ``--ask``): :func:`dagagent.approval.run_policies`; without
+    it, the tasks of such a run fail saying so. Raises
+    :class:`~dagagent.errors.ClusterError` when the server cannot be reached."""
     if client is None:
         client = await connect(
             address, namespace, payloads, inline_bytes=inline_bytes, timeout_s=connect_timeout_s
         )
     identity = identity or worker_identity()
-    activities = Activities(registry, task_queue, identity, interceptors)
+    activities = Activities(registry, task_queue, identity, interceptors, run_policies)
     worker = Worker(
         client,
         task_queue=task_queue,
@@ -113,6 +117,7 @@ async def serve(
     connect_timeout_s: float = 10.0,
     client: Client | None = None,
     interceptors: Sequence[Interceptor] = (),
+    run_policies: RunPolicies | None = None,
     on_ready: Callable[[str], None] | None = None,
 ) -> None:
     """Run a worker (see :func:`running_worker`) until cancelled; ``on_ready`` is told, in
@@ -130,6 +135,7 @@ async def serve(
         connect_timeout_s=connect_timeout_s,
         client=client,
         interceptors=interceptors,
+        run_policies=run_policies,
     ):
         if on_ready is not None:
             n = len(registry)

@@ -112,6 +112,8 @@ class RunInput:
     #: A resumed run's decisions about calls that waited (``ApprovalAnswer`` JSON), by task
     #: (or map element): the workers' approval rules hand each to its call.
     answers: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    #: The run's approval rules, applied on the workers (``TemporalExecutor.approval``).
+    approval: dict[str, Any] | None = None
     #: How many times the run continued as new.
     generation: int = 0
 
@@ -393,6 +395,8 @@ class RunWorkflow:
         }
         if answers:  # decisions a person took about its calls that waited
             call["answers"] = answers
+        if inp.approval:
+            call["approval"] = inp.approval
         own = {k: v for k, v in inp.reuse.items() if k == task_id or k.startswith(f"{task_id}@")}
         if own:  # its earlier output (or its elements'), and those of its dependencies
             call["reuse"] = {**own, **{d: inp.reuse[d] for d in deps if d in inp.reuse}}
