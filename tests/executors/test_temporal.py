@@ -623,6 +623,77 @@ def test_the_driver_killed_the_workflow_finishes_and_resume_completes_its_record
     assert f"worker: {worker}" in task.output
 
 
+_STREAMING_DRIVER = """
+import sys
+import anyio
+import dagagent, temporal_tools
+from dagagent.executors.temporal import TemporalExecutor
+from dagagent.graph import GrowingGraph, PlanChecker
+from dagagent.plan import ToolTask
+from dagagent.settings import RunSettings
+from dagagent.store import RunStore
+
+address, queue, payloads, db, where = sys.argv[1:]
+
+async def main() -> None:
+    graph = GrowingGraph("streamed")
+    checker = PlanChecker(temporal_tools.registry)
+    graph.add(checker.check(ToolTask(id="w", tool="hold", args={"name": "w", "where": where})))
+    executor = TemporalExecutor(address, task_queue=queue, payloads=payloads)
+    with RunStore(db) as st:  # the plan is never finished: the driver dies while it grows
+        await dagagent.execute(
+            graph, temporal_tools.registry, settings=RunSettings(executor=executor), store=st
+        )
+
+anyio.run(main)
+"""
+
+
+def test_a_driver_killed_while_its_plan_was_written_resume_ends_the_plan(
+    own_workers: Workers, tmp_path: Path
+) -> None:
+    """The driver dies while its plan streams (the workflow waits for more tasks): a resume
+    follows the workflow, tells it the plan on record is all there is, and records the
+    run's end instead of waiting forever."""
+    from dagagent.store import RunStore
+
+    own_workers.start(1)
+    db = tmp_path / "runs.db"
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("DAGAGENT_")},
+        "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")]),
+    }
+    driver = subprocess.Popen(
+        [sys.executable, "-c", _STREAMING_DRIVER, own_workers.address, own_workers.queue,
+         str(own_workers.payloads), str(db), str(tmp_path)],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + READY_S
+        while not temporal_tools.started(tmp_path, "w"):
+            assert driver.poll() is None and time.monotonic() < deadline
+            time.sleep(0.02)
+        driver.kill()
+        driver.wait()
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            driver.kill()
+    (tmp_path / "w.go").touch()
+    with RunStore(db, create=False) as st:
+        [run_id] = [r.run_id for r in st.list_runs()]
+    resumed = CliRunner().invoke(
+        dagagent.cli.app,
+        ["resume", run_id, "--store", str(db), "--tools", TOOLS, "--json",
+         "--temporal-address", own_workers.address, "--task-queue", own_workers.queue,
+         "--payload-store", str(own_workers.payloads)],
+    )  # fmt: skip
+    assert resumed.exit_code == 0, resumed.output
+    with RunStore(db, create=False) as st:
+        record = st.get_run(run_id)
+    assert record.status.value == "succeeded"
+    assert record.tasks["w"].output == {"pid": own_workers.procs[0].pid}
+
+
 def _recorded(db: Path, task_id: str) -> bool:
     """Whether the run in store ``db`` has ``task_id``'s result on record."""
     from dagagent.store import RunStore
