@@ -24,6 +24,11 @@ Migration = Union[str, Callable[[sqlite3.Connection], None]]  # noqa: UP007 - ru
 #: The columns of a task's row (table ``tasks``).
 TASK_COLUMNS = (
     "run_id, task_id, status, output, error, error_type, attempts, started_at, finished_at, "
+    "args, steps, decisions, traceback, worker, elements"
+)
+# The columns a task row had at version 9 (its migration moves rows of those columns).
+_V9_TASK_COLUMNS = (
+    "run_id, task_id, status, output, error, error_type, attempts, started_at, finished_at, "
     "args, steps, decisions, traceback, elements"
 )
 
@@ -145,8 +150,8 @@ def _move_task_log(conn: sqlite3.Connection) -> None:
         return
     # A task is in one document or in a row of its own, never both (version 8 saw to it).
     conn.execute(
-        f"INSERT OR REPLACE INTO task_rows ({TASK_COLUMNS}) "
-        f"SELECT {TASK_COLUMNS} FROM task_log_rows"
+        f"INSERT OR REPLACE INTO task_rows ({_V9_TASK_COLUMNS}) "
+        f"SELECT {_V9_TASK_COLUMNS} FROM task_log_rows"
     )
 
 
@@ -285,6 +290,9 @@ MIGRATIONS: list[Sequence[Migration]] = [
     # before it starts, and its outcome after it, keyed by run and idempotency key; how a call
     # left in doubt by a crash was resolved (see dagagent.store._effects).
     _EFFECTS,
+    # v13: where a task ran when not in the run's process: the worker (``pid@host``) of a
+    # run on Temporal (TaskResult.worker).
+    ("ALTER TABLE tasks ADD COLUMN worker TEXT",),
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -325,7 +333,7 @@ SCHEMA: tuple[str, ...] = (
             finished_at REAL,
             args TEXT,
             steps TEXT,
-            decisions TEXT, traceback TEXT, elements TEXT,
+            decisions TEXT, traceback TEXT, elements TEXT, worker TEXT,
             PRIMARY KEY (run_id, task_id)
         ) WITHOUT ROWID""",
     """CREATE TABLE solves (

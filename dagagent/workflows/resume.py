@@ -44,6 +44,7 @@ from ..store import RunStore
 
 if TYPE_CHECKING:
     from ..events import Listener
+    from ..executors import Executor
     from ..llm import LLM
     from ..runner import AgentTaskRunner, Interceptor
     from ..tools import Registry
@@ -56,6 +57,7 @@ __all__ = [
     "resumable_executor",
     "resume",
     "resume_sync",
+    "resumed_executor",
 ]
 
 RESUMABLE_EXECUTORS = IN_PROCESS_EXECUTORS
@@ -65,6 +67,28 @@ def resumable_executor(executor: str) -> str:
     """The executor a run started with ``executor`` goes on with: the same, when it can
     continue a run (the in-process ones), else ``dataflow``."""
     return executor if executor in RESUMABLE_EXECUTORS else "dataflow"
+
+
+#: What a run on Temporal records of its server (``RunStore`` context key ``temporal``).
+_TEMPORAL_KEYS = ("address", "namespace", "task_queue", "payloads")
+
+
+def resumed_executor(executor: str, context: Mapping[str, Any], **temporal: Any) -> str | Executor:
+    """The executor a resumed run goes on with: a run on Temporal goes on on Temporal, on
+    the server its ``context`` names (``temporal``: options that win over it), where it
+    follows its workflow if that still runs or finished; others as
+    :func:`resumable_executor` says."""
+    if executor != "temporal":
+        return resumable_executor(executor)
+    from ..executors import get_executor
+
+    recorded = context.get("temporal")
+    options = {
+        k: v
+        for k, v in (recorded if isinstance(recorded, dict) else {}).items()
+        if k in _TEMPORAL_KEYS and isinstance(v, str)
+    }
+    return get_executor("temporal", **{**options, **temporal})
 
 
 def decider(by: str | None = None) -> str:
@@ -192,7 +216,7 @@ async def continue_claimed(
         }
         effects = store.effects(run_id)  # calls with side effects, by idempotency key
         if settings is None:
-            settings = RunSettings(executor=resumable_executor(record.executor))
+            settings = RunSettings(executor=resumed_executor(record.executor, record.context))
         return await execute(
             validate(record.plan, registry),
             registry,

@@ -122,8 +122,9 @@ class Workers:
         self.logs = logs
         self.procs: list[subprocess.Popen[bytes]] = []
 
-    def start(self, n: int = 1) -> list[subprocess.Popen[bytes]]:
-        """Start ``n`` workers and return once each says it serves the task queue."""
+    def start(self, n: int = 1, *options: str) -> list[subprocess.Popen[bytes]]:
+        """Start ``n`` workers (with ``dagagent worker`` ``options``) and return once each
+        says it serves the task queue."""
         env = {
             **{k: v for k, v in os.environ.items() if not k.startswith("DAGAGENT_")},
             "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")]),
@@ -145,6 +146,7 @@ class Workers:
                     self.queue,
                     "--payload-store",
                     str(self.payloads),
+                    *options,
                 ],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,

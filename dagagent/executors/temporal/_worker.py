@@ -18,7 +18,7 @@ from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from ...tools import connected
-from ._activities import Activities, AgentModels, worker_identity
+from ._activities import Activities, AgentModels, RunPolicies, worker_identity
 from ._connect import DEFAULT_ADDRESS, DEFAULT_NAMESPACE, DEFAULT_TASK_QUEUE, connect
 from ._payloads import DEFAULT_INLINE_BYTES
 from ._workflow import RunWorkflow
@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from temporalio.client import Client
     from temporalio.converter import StorageDriver
 
+    from ...runner import Interceptor
     from ...tools import Registry
 
 __all__ = ["STICKY_S", "running_worker", "serve"]
@@ -48,6 +49,8 @@ async def running_worker(
     identity: str | None = None,
     connect_timeout_s: float = 10.0,
     client: Client | None = None,
+    interceptors: Sequence[Interceptor] = (),
+    run_policies: RunPolicies | None = None,
     workflows: Sequence[type] = (),
     activities: Sequence[Callable[..., Any]] = (),
     agents: AgentModels | None = None,
@@ -58,16 +61,19 @@ async def running_worker(
     ``client``: a client connected as a production cluster needs it (TLS, an API key), whose
     data converter is :func:`~dagagent.executors.temporal.data_converter`'s; then
     ``address``, ``namespace``, ``payloads`` and ``inline_bytes`` are the client's business.
-    ``workflows`` and ``activities``: more for the worker to serve, and ``agents``: the
-    model of agent tasks (the solve's: :func:`dagagent.workflows.temporal_solve.worker_parts`).
-
-    Raises :class:`~dagagent.errors.ClusterError` when the server cannot be reached."""
+    ``interceptors``: every tool call this worker makes goes through them, as through a
+    local run's (approval rules, redaction, tracing, caching), and their decisions are on
+    the task's record (interceptors with limits are refused: a limit counts a run's calls,
+    and a worker sees one task's). ``run_policies``: how it applies the approval rules a run
+    carries (``run --policy``, ``--ask``): :func:`dagagent.approval.run_policies`; without
+    it, the tasks of such a run fail saying so. Raises
+    :class:`~dagagent.errors.ClusterError` when the server cannot be reached."""
     if client is None:
         client = await connect(
             address, namespace, payloads, inline_bytes=inline_bytes, timeout_s=connect_timeout_s
         )
     identity = identity or worker_identity()
-    tool_calls = Activities(registry, task_queue, identity, agents)
+    tool_calls = Activities(registry, task_queue, identity, interceptors, run_policies, agents)
     worker = Worker(
         client,
         task_queue=task_queue,
@@ -113,6 +119,8 @@ async def serve(
     identity: str | None = None,
     connect_timeout_s: float = 10.0,
     client: Client | None = None,
+    interceptors: Sequence[Interceptor] = (),
+    run_policies: RunPolicies | None = None,
     on_ready: Callable[[str], None] | None = None,
     workflows: Sequence[type] = (),
     activities: Sequence[Callable[..., Any]] = (),
@@ -132,6 +140,8 @@ async def serve(
         identity=identity,
         connect_timeout_s=connect_timeout_s,
         client=client,
+        interceptors=interceptors,
+        run_policies=run_policies,
         workflows=workflows,
         activities=activities,
         agents=agents,

@@ -200,7 +200,7 @@ class SolveActivities:
             max_concurrency=run.get("max_concurrency"),
             max_elements=run["max_elements"],
         )
-        run_input = executor._input(graph, runner, run["on_failure"])
+        run_input = executor._input(graph, runner, run["on_failure"], [])
         if ask.get("agent_tasks"):  # their model, and where its calls belong
             run_input.model = {**ask["model"], "solve_id": ask["solve_id"], "round": ask["round"]}
         return {"plan": _plan_json(plan), "run_input": _dataclass_json(run_input)}

@@ -180,7 +180,7 @@ class _RunFollower(TemporalExecutor):
             workflow_id(runner.run_id), result_type=list
         )
         await _started(handle, self.worker_timeout_s + 60.0)
-        await self._follow(handle, runner)
+        await self._follow(handle, runner, 0)
 
 
 async def _started(handle: WorkflowHandle[Any, Any], within_s: float) -> None:
