@@ -25,15 +25,25 @@ __all__ = [
     "REPO",
     "RESULTS_DIR",
     "add_output_options",
+    "add_shape_options",
+    "best_and_median",
     "fmt",
     "machine_info",
+    "markdown_head",
     "markdown_table",
+    "markdown_targets",
     "median",
+    "print_targets",
     "result_dir",
+    "save",
+    "targets_json",
     "text_table",
     "usable_executors",
     "write_results",
 ]
+
+Target = tuple[str, bool | None, str]
+"""``(what is aimed at, whether it was met, what was measured)``."""
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS_DIR = REPO / "benchmarks" / "results"
@@ -113,6 +123,13 @@ def median(values: Sequence[float]) -> float:
     return float(statistics.median(values)) if values else float("nan")
 
 
+def best_and_median(
+    times: dict[str, list[float]],
+) -> tuple[dict[str, float], dict[str, float]]:
+    """The best and the median of each side's times."""
+    return {k: min(v) for k, v in times.items()}, {k: median(v) for k, v in times.items()}
+
+
 def fmt(value: Any, digits: int = 2) -> str:
     """A table cell: floats rounded, None as a dash."""
     if value is None:
@@ -163,6 +180,14 @@ def add_output_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-write", action="store_true", help="print only, write no files")
 
 
+def add_shape_options(parser: argparse.ArgumentParser, *, repeats: int) -> None:
+    """``--chain`` / ``--fan`` / ``--repeats``: the sizes of a chain and a fan-out/fan-in DAG,
+    and how often each is timed."""
+    parser.add_argument("--chain", type=int, default=30, help="tasks in the chain")
+    parser.add_argument("--fan", type=int, default=32, help="parallel tasks of the fan-out")
+    parser.add_argument("--repeats", type=int, default=repeats, help="runs of each (min is kept)")
+
+
 def result_dir(args: argparse.Namespace) -> Path | None:
     """Where this run's result files go: ``--out``, the published folder with ``--write``, or
     nowhere (printed only) when neither was given or ``--no-write`` was."""
@@ -183,6 +208,41 @@ def write_results(out_dir: Path, name: str, data: dict[str, Any], markdown: str)
     json_path.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
     md_path.write_text(markdown.rstrip() + "\n", encoding="utf-8")
     return [json_path, md_path]
+
+
+def save(args: argparse.Namespace, name: str, data: dict[str, Any], markdown: str) -> Path | None:
+    """Write ``<name>.json`` and ``<name>.md`` where ``--write`` / ``--out`` say (saying so),
+    or say they were not written; the folder written to, if any."""
+    out = result_dir(args)
+    if out is None:
+        print("results not written (pass --write to update benchmarks/results, or --out DIR)")
+        return None
+    for path in write_results(out, name, data, markdown):
+        print(f"wrote {path}")
+    return out
+
+
+def markdown_head(title: str, command: str, info: dict[str, Any]) -> list[str]:
+    """The first lines of a results page: its title, the command and the machine."""
+    return [f"# {title}", "", f"Command: `{command}`  ", f"Machine: {machine_line(info)}  "]
+
+
+def print_targets(targets: Sequence[Target]) -> None:
+    """Each target, met or MISSED, with what was measured."""
+    for what, ok, got in targets:
+        print(f"  {'met   ' if ok else 'MISSED'}  {what}: {got}")
+
+
+def markdown_targets(targets: Sequence[Target]) -> list[str]:
+    """The targets of a results page, as a section."""
+    return ["", "Targets:", ""] + [
+        f"- {'met' if ok else '**missed**'}: {what} — {got}" for what, ok, got in targets
+    ]
+
+
+def targets_json(targets: Sequence[Target]) -> list[dict[str, Any]]:
+    """The targets as the JSON results hold them."""
+    return [{"target": w, "met": ok, "value": g} for w, ok, g in targets]
 
 
 def command_line() -> str:

@@ -158,10 +158,8 @@ def main(argv: list[str] | None = None) -> None:
         "dependency structure (a chain and a fan-out/fan-in), on one local cluster, in one "
         "run. Writes dask_futures.json and dask_futures.md.",
     )
-    parser.add_argument("--chain", type=int, default=30, help="tasks in the chain")
-    parser.add_argument("--fan", type=int, default=32, help="parallel tasks of the fan-out")
+    common.add_shape_options(parser, repeats=7)
     parser.add_argument("--tool-ms", type=float, default=0.0, help="each call sleeps this long")
-    parser.add_argument("--repeats", type=int, default=7, help="runs of each (min is kept)")
     parser.add_argument("--workers", type=int, default=2, help="local worker processes")
     parser.add_argument("--threads", type=int, default=4, help="threads per worker")
     parser.add_argument(
@@ -183,8 +181,7 @@ def main(argv: list[str] | None = None) -> None:
     summary: dict[str, Any] = {}
     for shape, t in times.items():
         n = args.chain if shape == "chain" else args.fan + 2
-        best = {k: min(v) for k, v in t.items()}
-        med = {k: common.median(v) for k, v in t.items()}
+        best, med = common.best_and_median(t)
         x, xm = best["dagagent"] / best["futures"], med["dagagent"] / med["futures"]
         summary[shape] = {"tasks": n, "best_s": best, "median_s": med, "x": x, "x_median": xm}
         rows.append(
@@ -204,16 +201,12 @@ def main(argv: list[str] | None = None) -> None:
     print()
     print(common.text_table(headers, rows))
     print()
-    for what, ok, got in targets:
-        print(f"  {'met   ' if ok else 'MISSED'}  {what}: {got}")
+    common.print_targets(targets)
 
     command = common.command_line()
     workers = "threads of one process" if args.in_process else "processes"
     md = [
-        "# The dask executor next to raw Dask futures",
-        "",
-        f"Command: `{command}`  ",
-        f"Machine: {common.machine_line(info)}  ",
+        *common.markdown_head("The dask executor next to raw Dask futures", command, info),
         f"One local cluster of {args.workers} worker {workers}, {args.threads} threads each, "
         f"started once; each call sleeps {args.tool_ms:g} ms. Wall time, best of "
         f"{args.repeats} interleaved runs (medians in dask_futures.json). The floor submits "
@@ -221,11 +214,8 @@ def main(argv: list[str] | None = None) -> None:
         "result to the driver (as dagagent has them), on a plain client of its own.",
         "",
         common.markdown_table(headers, rows),
-        "",
-        "Targets:",
-        "",
+        *common.markdown_targets(targets),
     ]
-    md += [f"- {'met' if ok else '**missed**'}: {what} — {got}" for what, ok, got in targets]
     data = {
         "benchmark": "dask_futures",
         "command": command,
@@ -233,14 +223,9 @@ def main(argv: list[str] | None = None) -> None:
         "options": {k: v for k, v in vars(args).items() if k not in ("out",)},
         "times_s": times,
         "summary": summary,
-        "targets": [{"target": w, "met": ok, "value": g} for w, ok, g in targets],
+        "targets": common.targets_json(targets),
     }
-    out = common.result_dir(args)
-    if out is None:
-        print("results not written (pass --write to update benchmarks/results, or --out DIR)")
-    else:
-        for p in common.write_results(out, "dask_futures", data, "\n".join(md)):
-            print(f"wrote {p}")
+    common.save(args, "dask_futures", data, "\n".join(md))
 
 
 if __name__ == "__main__":

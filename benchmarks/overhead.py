@@ -441,43 +441,32 @@ def _scale(args: argparse.Namespace) -> None:
     print()
     print(common.text_table(headers, rows))
     print()
-    for what, ok, got in targets:
-        print(f"  {'met   ' if ok else 'MISSED'}  {what}: {got}")
+    common.print_targets(targets)
     command = common.command_line()
     md = [
-        f"# Scale: {big['tasks']:,} no-op tasks validated and run in one process",
-        "",
-        f"Command: `{command}`  ",
-        f"Machine: {common.machine_line(info)}  ",
+        *common.markdown_head(
+            f"Scale: {big['tasks']:,} no-op tasks validated and run in one process", command, info
+        ),
         f"Each size in a fresh process: the plan built as a dict, `validate`, then `execute` "
         f"({executor}), once; peak RSS of that process.",
         "",
         common.markdown_table(headers, rows),
-        "",
-        "Targets:",
-        "",
+        *common.markdown_targets(targets),
     ]
-    md += [f"- {'met' if ok else '**missed**'}: {what} — {got}" for what, ok, got in targets]
     data_out = {
         "benchmark": "overhead_scale",
         "command": command,
         "machine": info,
         "options": {"scale": args.scale, "base": args.scale_base, "executor": executor},
         "results": rows_data,
-        "targets": [{"target": w, "met": ok, "value": g} for w, ok, g in targets],
+        "targets": common.targets_json(targets),
     }
-    out = common.result_dir(args)
-    if out is None:
-        print("results not written (pass --write to update benchmarks/results, or --out DIR)")
-    else:
-        for p in common.write_results(out, "overhead_scale", data_out, "\n".join(md)):
-            print(f"wrote {p}")
+    common.save(args, "overhead_scale", data_out, "\n".join(md))
 
 
 def summarize(data: dict[str, Any], executors: list[str]) -> dict[str, Any]:
     n = data["tasks"]
-    best = {k: min(v) for k, v in data["run_s"].items()}
-    med = {k: common.median(v) for k, v in data["run_s"].items()}
+    best, med = common.best_and_median(data["run_s"])
     floor = best[FLOOR]
     return {
         "us_per_task": {k: v / n * 1e6 for k, v in best.items()},
@@ -725,15 +714,13 @@ def main(argv: list[str] | None = None) -> None:
         print(common.text_table(median_headers, median_rows))
     if targets:
         print()
-        for what, ok, got in targets:
-            print(f"  {'met   ' if ok else 'MISSED'}  {what}: {got}")
+        common.print_targets(targets)
 
     command = common.command_line()
     md = [
-        f"# Overhead: {subject}, dagagent next to a plain asyncio + graphlib floor",
-        "",
-        f"Command: `{command}`  ",
-        f"Machine: {common.machine_line(info)}  ",
+        *common.markdown_head(
+            f"Overhead: {subject}, dagagent next to a plain asyncio + graphlib floor", command, info
+        ),
         f"Wall time per task, best of {args.repeats} runs per cell (CPU times are in "
         f"{name}.json); each size measured in a fresh process.",
         "",
@@ -758,14 +745,9 @@ def main(argv: list[str] | None = None) -> None:
             "tool": args.tool,
         },
         "results": results,
-        "targets": [{"target": w, "met": ok, "value": g} for w, ok, g in targets],
+        "targets": common.targets_json(targets),
     }
-    out = common.result_dir(args)
-    if out is None:
-        print("results not written (pass --write to update benchmarks/results, or --out DIR)")
-    else:
-        for p in common.write_results(out, name, data_out, "\n".join(md)):
-            print(f"wrote {p}")
+    common.save(args, name, data_out, "\n".join(md))
 
 
 if __name__ == "__main__":

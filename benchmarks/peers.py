@@ -397,10 +397,11 @@ def main(argv: list[str] | None = None) -> None:
         if name not in skipped
     }
     md = [
-        "# Peers: the same DAGs and tool kinds on dagagent, asyncio, Dask, LangGraph, Prefect",
-        "",
-        f"Command: `{command}`  ",
-        f"Machine: {common.machine_line(info)}  ",
+        *common.markdown_head(
+            "Peers: the same DAGs and tool kinds on dagagent, asyncio, Dask, LangGraph, Prefect",
+            command,
+            info,
+        ),
         "Versions: " + ", ".join(f"{k} {v}" for k, v in versions.items()) + "  ",
         f"Wall time per task, best of {args.repeats} runs per cell after one warm-up run; "
         "the floor is plain asyncio + graphlib on the same DAG in the same process.",
@@ -418,12 +419,7 @@ def main(argv: list[str] | None = None) -> None:
         "results": results,
         "skipped": skipped,
     }
-    out = common.result_dir(args)
-    if out is None:
-        print("results not written (pass --write to update benchmarks/results, or --out DIR)")
-    else:
-        for p in common.write_results(out, "peers", data, "\n".join(md)):
-            print(f"wrote {p}")
+    common.save(args, "peers", data, "\n".join(md))
 
 
 if __name__ == "__main__":

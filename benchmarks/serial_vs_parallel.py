@@ -588,23 +588,20 @@ def main(argv: list[str] | None = None) -> None:
     print()
     print(common.text_table(headers, table))
     print()
-    for what, ok, got in checks:
-        print(f"  {'met   ' if ok else 'MISSED'}  {what}: {got}")
+    common.print_targets(checks)
 
     command = common.command_line()
     md = [
-        "# Serial vs parallel: makespan against the critical path (CP) and level bound (LB)",
-        "",
-        f"Command: `{command}`  ",
-        f"Machine: {common.machine_line(info)}  ",
+        *common.markdown_head(
+            "Serial vs parallel: makespan against the critical path (CP) and level bound (LB)",
+            command,
+            info,
+        ),
         f"Best of {args.repeats} runs per cell. {SIMULATED_NOTE}",
         "",
         common.markdown_table(headers, table),
-        "",
-        "Targets:",
-        "",
+        *common.markdown_targets(checks),
     ]
-    md += [f"- {'met' if ok else '**missed**'}: {what} — {got}" for what, ok, got in checks]
     data = {
         "benchmark": "serial_vs_parallel",
         "command": command,
@@ -620,14 +617,9 @@ def main(argv: list[str] | None = None) -> None:
             "quick": args.quick,
         },
         "results": rows,
-        "targets": [{"target": w, "met": ok, "value": g} for w, ok, g in checks],
+        "targets": common.targets_json(checks),
     }
-    out = common.result_dir(args)
-    if out is None:
-        print("results not written (pass --write to update benchmarks/results, or --out DIR)")
-    else:
-        for p in common.write_results(out, "serial_vs_parallel", data, "\n".join(md)):
-            print(f"wrote {p}")
+    common.save(args, "serial_vs_parallel", data, "\n".join(md))
 
 
 if __name__ == "__main__":

@@ -116,24 +116,17 @@ def main(argv: list[str] | None = None) -> None:
     print()
     print(common.text_table(headers, rows))
     print()
-    for what, ok, got in targets:
-        print(f"  {'met   ' if ok else 'MISSED'}  {what}: {got}")
+    common.print_targets(targets)
 
     command = common.command_line()
     md = [
-        "# Start-up: dagagent --help and dagagent validate",
-        "",
-        f"Command: `{command}`  ",
-        f"Machine: {common.machine_line(info)}  ",
+        *common.markdown_head("Start-up: dagagent --help and dagagent validate", command, info),
         f"Each command a fresh process, {args.repeats} runs interleaved; best and median wall "
         "time, best CPU time (user + system).",
         "",
         common.markdown_table(headers, rows),
-        "",
-        "Targets:",
-        "",
+        *common.markdown_targets(targets),
     ]
-    md += [f"- {'met' if ok else '**missed**'}: {what} — {got}" for what, ok, got in targets]
     data: dict[str, Any] = {
         "benchmark": "startup",
         "command": command,
@@ -141,14 +134,9 @@ def main(argv: list[str] | None = None) -> None:
         "options": {"repeats": args.repeats},
         "wall_s": wall,
         "cpu_s": cpu,
-        "targets": [{"target": w, "met": ok, "value": g} for w, ok, g in targets],
+        "targets": common.targets_json(targets),
     }
-    out = common.result_dir(args)
-    if out is None:
-        print("results not written (pass --write to update benchmarks/results, or --out DIR)")
-    else:
-        for p in common.write_results(out, "startup", data, "\n".join(md)):
-            print(f"wrote {p}")
+    common.save(args, "startup", data, "\n".join(md))
 
 
 if __name__ == "__main__":

@@ -179,12 +179,7 @@ def main() -> None:
         ]
     )
     result = {"machine": info, "options": vars(args), "floor_s": floor, **data}
-    out = common.result_dir(args)
-    if out is None:
-        print("results not written (pass --write to update benchmarks/results, or --out DIR)")
-    else:
-        for path in common.write_results(out, "streamed_planning", result, markdown):
-            print(f"wrote {path}")
+    common.save(args, "streamed_planning", result, markdown)
 
 
 if __name__ == "__main__":

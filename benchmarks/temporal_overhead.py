@@ -353,9 +353,7 @@ def main(argv: list[str] | None = None) -> None:
         "workflow, and next to the dataflow executor, on a development server started for the "
         "run. Writes temporal_overhead.json and temporal_overhead.md.",
     )
-    parser.add_argument("--chain", type=int, default=30, help="tasks in the chain")
-    parser.add_argument("--fan", type=int, default=32, help="parallel tasks of the fan-out")
-    parser.add_argument("--repeats", type=int, default=5, help="runs of each (min is kept)")
+    common.add_shape_options(parser, repeats=5)
     parser.add_argument(
         "--history-elements", type=int, default=5000, help="elements of the history run's map"
     )
@@ -400,8 +398,7 @@ def main(argv: list[str] | None = None) -> None:
     summary: dict[str, Any] = {}
     for shape, t in times.items():
         n = args.chain if shape == "chain" else args.fan + 2
-        best = {k: min(v) for k, v in t.items()}
-        med = {k: common.median(v) for k, v in t.items()}
+        best, med = common.best_and_median(t)
         x, xm = best["dagagent"] / best["by hand"], med["dagagent"] / med["by hand"]
         per_task = {k: v * 1e3 / n for k, v in best.items()}
         summary[shape] = {
@@ -444,17 +441,13 @@ def main(argv: list[str] | None = None) -> None:
         f"as the server reports it; the run took {history['wall_s']:.1f} s."
     )
     print()
-    for what, ok, got in targets:
-        print(f"  {'met   ' if ok else 'MISSED'}  {what}: {got}")
+    common.print_targets(targets)
     print()
     print(history_line)
 
     command = common.command_line()
     md = [
-        "# What durability costs: the Temporal executor",
-        "",
-        f"Command: `{command}`  ",
-        f"Machine: {common.machine_line(info)}  ",
+        *common.markdown_head("What durability costs: the Temporal executor", command, info),
         "One Temporal development server (in memory, loopback) and one worker process per "
         "side, started once. Wall time of a run from the driver's call to its result, best of "
         f"{args.repeats} interleaved runs (medians in temporal_overhead.json). **by hand**: "
@@ -464,11 +457,8 @@ def main(argv: list[str] | None = None) -> None:
         "driver); **dataflow**: the in-process executor, no durability.",
         "",
         common.markdown_table(headers, rows),
-        "",
-        "Targets:",
-        "",
+        *common.markdown_targets(targets),
     ]
-    md += [f"- {'met' if ok else '**missed**'}: {what} — {got}" for what, ok, got in targets]
     md += ["", history_line]
     data = {
         "benchmark": "temporal_overhead",
@@ -478,14 +468,9 @@ def main(argv: list[str] | None = None) -> None:
         "times_s": times,
         "summary": summary,
         "history": history,
-        "targets": [{"target": w, "met": ok, "value": g} for w, ok, g in targets],
+        "targets": common.targets_json(targets),
     }
-    out = common.result_dir(args)
-    if out is None:
-        print("results not written (pass --write to update benchmarks/results, or --out DIR)")
-    else:
-        for p in common.write_results(out, "temporal_overhead", data, "\n".join(md)):
-            print(f"wrote {p}")
+    common.save(args, "temporal_overhead", data, "\n".join(md))
 
 
 if __name__ == "__main__":

@@ -213,7 +213,7 @@ def replan_cmd(
         from ..workflows._calls import run_calls
 
         calls_store = RunStore(path)
-        calls = run_calls(calls_store, new_run_id())
+        calls = run_calls(calls_store, new_run_id(), replan_of=record.run_id)
     try:
         return _replan(
             ctx,

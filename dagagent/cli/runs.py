@@ -44,6 +44,7 @@ if TYPE_CHECKING:
         RunStore,
         RunSummary,
         SolveRecord,
+        UnrunPlan,
     )
 
 __all__ = ["find_run", "open_store"]
@@ -125,19 +126,24 @@ def find_run(st: RunStore, run: str | None, last: bool) -> RunRecord:
 @app.command("runs")
 @guard
 def runs_cmd(
-    limit: int = typer.Option(20, "--limit", "-n", min=1, help="Show at most N runs."),
+    limit: int = typer.Option(
+        20, "--limit", "-n", min=1, help="Show at most N runs and plans not run."
+    ),
     store: StoreOpt = None,
     json_out: bool = typer.Option(
         False,
         "--json",
-        help='Print {"store", "found", "runs", "damaged"} as JSON: the store read, why that '
-        "one, each run (id and run_id, the same, parent_id, created, goal, status, executor, "
-        "started_at, finished_at, n_tasks, counts, unrecorded, in_doubt), and each run whose "
-        "record cannot be read (run_id, problem).",
+        help='Print {"store", "found", "runs", "plans_not_run", "damaged"} as JSON: the store '
+        "read, why that one, each run (id and run_id, the same, parent_id, created, goal, "
+        "status, executor, started_at, finished_at, n_tasks, counts, unrecorded, in_doubt), "
+        "each plan not run (run_id, started_at, planned, rejected, replan_of, calls, tokens, "
+        "cost_usd, models), and each run whose record cannot be read (run_id, problem).",
     ),
 ) -> None:
-    """List recorded runs, most recent first: id, when, goal, status, task counts."""
-    from ..store import StoreSource, locate_store
+    """List recorded runs, most recent first: id, when, goal, status, task counts; and the
+    plans that were not run (plan or replan --model without --execute, or planning that
+    failed), marked 'not run', under the id the run would have had (dagagent show ID)."""
+    from ..store import RunSummary, StoreSource, UnrunPlan, locate_store
     from ..text import printable, shorten
     from .render import print_json
 
@@ -145,11 +151,18 @@ def runs_cmd(
     path, why = location.path, location.describe()
     runs: list[RunSummary] = []
     damaged: list[DamagedRun] = []
+    unrun: list[UnrunPlan] = []
     # a store named with --store must exist (a typo is an error); the one found by default
     # may simply have nothing recorded yet
     if location.source is StoreSource.given or path.exists():
         with open_store(store) as st:
             runs, damaged = st.scan_runs(limit)
+            unrun = st.unrun_plans(limit)
+    # the newest N of both, runs and plans not run, as the table shows them
+    listed: list[RunSummary | UnrunPlan] = [*runs, *unrun]
+    rows = sorted(listed, key=_listed_at, reverse=True)[:limit]
+    runs = [r for r in rows if isinstance(r, RunSummary)]
+    unrun = [r for r in rows if isinstance(r, UnrunPlan)]
     for bad in damaged:  # named, and left out of the list: the others are still listed
         err.print(
             f"warning: run {bad.run_id} is damaged and left out: {printable(bad.problem)}",
@@ -169,14 +182,15 @@ def runs_cmd(
                     {"id": r.run_id, **r.model_dump(mode="json"), "unrecorded": r.unrecorded}
                     for r in runs
                 ],
+                "plans_not_run": [_unrun_json(u) for u in unrun],
                 "damaged": [d.model_dump(mode="json") for d in damaged],
             },
         )
         return
     # which store, and why that one: the same command elsewhere may read another
-    out.print(f"{'runs' if runs else 'no runs recorded'} in {path}", markup=False, highlight=False)
+    out.print(f"{'runs' if rows else 'no runs recorded'} in {path}", markup=False, highlight=False)
     out.print(f"({why})", style="dim", markup=False, highlight=False)
-    if not runs:
+    if not rows:
         return
     table = Table(box=box.SIMPLE_HEAD)
     table.add_column("id", no_wrap=True)
@@ -184,7 +198,10 @@ def runs_cmd(
     table.add_column("status", no_wrap=True)
     table.add_column("tasks", min_width=12)
     table.add_column("goal", min_width=12)
-    for r in runs:
+    for r in rows:
+        if isinstance(r, UnrunPlan):
+            table.add_row(*_unrun_row(r))
+            continue
         goal = shorten(r.goal, 60) + (f" (replans {r.parent_id})" if r.parent_id else "")
         table.add_row(
             r.run_id,
@@ -203,6 +220,47 @@ def runs_cmd(
     out.print(table)
 
 
+def _listed_at(r: RunSummary | UnrunPlan) -> float:
+    """When a run was created, or a plan not run began to be planned."""
+    from ..store import UnrunPlan
+
+    return r.started_at if isinstance(r, UnrunPlan) else r.created
+
+
+def _unrun_row(u: UnrunPlan) -> tuple[str, str, Text, Text, str]:
+    """A plan not run as a row of ``dagagent runs``: what became of its planning, and what
+    it was (a revision of a run, or a plan made from a goal: the goal is not on record)."""
+    outcome = Text("planned" if u.accepted else "no plan", style="" if u.accepted else "red")
+    if u.rejected:
+        outcome.append(f", {u.rejected} rejected", style="dim")
+    what = f"revision of run {u.replan_of}" if u.replan_of else "plan"
+    return (
+        u.run_id,
+        _when(u.started_at, seconds=False),
+        Text("not run", style="dim"),
+        outcome,
+        f"({what} not run: dagagent show {u.run_id})",
+    )
+
+
+def _unrun_json(u: UnrunPlan) -> dict[str, Any]:
+    """A plan not run as ``dagagent runs --json`` lists it."""
+    spend = u.spend
+    return {
+        "run_id": u.run_id,
+        "started_at": u.started_at,
+        "planned": u.accepted > 0,
+        "rejected": u.rejected,
+        "replan_of": u.replan_of,
+        "calls": spend.calls,
+        "input_tokens": spend.input_tokens,
+        "output_tokens": spend.output_tokens,
+        "cost_usd": spend.cost_usd,
+        "estimated": spend.estimated,
+        "models": spend.models,
+    }
+
+
 # ---------------------------------------------------------------------------------------------
 # show
 
@@ -215,6 +273,11 @@ class UnrunCalls:
 
     run_id: str
     calls: list[ModelCall]
+
+    @property
+    def replan_of(self) -> str | None:
+        """The run whose plan these calls revised (``replan RUN --model``), if they did."""
+        return next((c.replan_of for c in self.calls if c.replan_of), None)
 
 
 def find_run_or_solve(
@@ -322,6 +385,7 @@ def show_cmd(
         # replanner's that made its plan, and its agent tasks'.
         calls = [c for c in st.model_calls(run_id=record.run_id) if c.solve_id is None]
         versions = _new_versions(st, record)
+        revisions = st.revisions_not_run(record.run_id)
         history = st.approval_history(record.run_id)
         effects = st.effects(record.run_id)
     doubts: dict[str, list[EffectRecord]] = {}
@@ -357,6 +421,7 @@ def show_cmd(
         doc["critical_path"], doc["critical_path_s"] = cp, cp_s
         doc["solve"] = solve.to_json_dict() if solve is not None else None
         doc["new_versions"] = versions
+        doc["revisions_not_run"] = revisions
         doc["effects"] = [e.to_json_dict() for e in effects]
         doc["in_doubt"] = [e.key for e in effects if e.in_doubt]
         doc["calls"] = [c.to_json_dict() for c in calls]
@@ -370,6 +435,12 @@ def show_cmd(
     out.print(head)
     if record.goal:
         out.print(f"goal: {record.goal}", markup=False, highlight=False)
+    for revision in revisions:
+        out.print(
+            f"revised, not run: {revision} (dagagent show {revision})",
+            markup=False,
+            highlight=False,
+        )
     started = record.started_at if record.started_at is not None else record.created
     if record.wall_time_s is not None:
         wall = f"wall time {record.wall_time_s:.3f}s"
@@ -991,17 +1062,24 @@ def _show_unrun(found: UnrunCalls, *, as_json: bool, verbose: bool) -> None:
             {
                 "run_id": found.run_id,
                 "run": None,
+                "replan_of": found.replan_of,
                 "calls": [c.to_json_dict() for c in calls],
                 "spent": _spent(calls).to_json_dict(),
             },
         )
         return
     started = min(c.started_at for c in calls)
+    if found.replan_of is not None:
+        what = f"the model calls that revised the plan of run {found.replan_of}"
+    else:
+        what = "the model calls that planned it"
     out.print(
-        f"{found.run_id}: not run (the model calls that planned it; no run has this id)",
-        markup=False,
-        highlight=False,
+        f"{found.run_id}: not run ({what}; no run has this id)", markup=False, highlight=False
     )
+    if found.replan_of is not None:
+        out.print(
+            f"the run it revised: dagagent show {found.replan_of}", markup=False, highlight=False
+        )
     out.print(f"started {_when(started)}", markup=False, highlight=False)
     _show_calls(calls, verbose=verbose)
 

@@ -44,10 +44,10 @@ from dagagent.llm._decoding import (
     decoded_text,
 )
 from dagagent.llm._failures import HTTPFailures
-from dagagent.llm._json import dumps_json
+from dagagent.llm._json import dumps_json, loads_json
 from dagagent.llm._retry import Retryable
 from dagagent.llm._secret import Scrubber, Secret, resolve_api_key
-from dagagent.llm._sse import StreamLimitExceeded, bounded_lines
+from dagagent.llm._sse import SSEEvent, StreamLimitExceeded, bounded_lines
 from dagagent.llm.protocol import RequestLLM
 from dagagent.llm.settings import ModelSettings
 from dagagent.llm.types import (
@@ -176,6 +176,12 @@ class HTTPChatClient(HTTPFailures, RequestLLM):
     """
 
     wire_format: ClassVar[str] = ""
+    #: Where the provider serves its API: the ``base_url`` when none is given.
+    default_base_url: ClassVar[str] = ""
+    #: The output limit when the settings give none (a provider that requires one sets it).
+    default_max_tokens: ClassVar[int | None] = None
+    #: A second environment variable for the API key, read when ``api_key_env`` is unset.
+    fallback_api_key_env: ClassVar[str] = ""
     _by_wire_format: ClassVar[dict[str, type[HTTPChatClient]]] = {}
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -200,14 +206,18 @@ class HTTPChatClient(HTTPFailures, RequestLLM):
         self,
         model: str,
         *,
-        base_url: str,
+        base_url: str | None = None,
         api_key: str | None = None,
         settings: ModelSettings | None = None,
         client: httpx.AsyncClient | None = None,
         headers: Mapping[str, str] | None = None,
         usage: UsageTracker | None = None,
     ) -> None:
-        self.model = model
+        if base_url is None:
+            if not self.default_base_url:
+                raise TypeError(f"{type(self).__name__} needs base_url (it has no default)")
+            base_url = self.default_base_url
+        self.model = self._model_id(model)
         self.settings = settings or ModelSettings()
         self.max_response_bytes = self.settings.max_response_bytes
         self.max_stream_s = self.settings.max_stream_s
@@ -224,9 +234,15 @@ class HTTPChatClient(HTTPFailures, RequestLLM):
         self._request_base = given
         self.base_url = strip_url_credentials(given)
         self._key = resolve_api_key(api_key, self.api_key_env)
+        if self._key is None and api_key is None and self.fallback_api_key_env:
+            self._key = resolve_api_key(None, self.fallback_api_key_env)
         self.timeout = self.settings.http_timeout
         self.retry = self.settings.retry
-        self.max_tokens = self.settings.max_tokens
+        self.max_tokens = (
+            self.settings.max_tokens
+            if self.settings.max_tokens is not None
+            else self.default_max_tokens
+        )
         self.temperature = self.settings.temperature
         self.tool_choice = self.settings.tool_choice
         self.parallel_tool_calls = self.settings.parallel_tool_calls
@@ -241,6 +257,10 @@ class HTTPChatClient(HTTPFailures, RequestLLM):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(model={self.model!r}, base_url={self.base_url!r})"
+
+    def _model_id(self, model: str) -> str:
+        """The model's name as the provider's URLs and bodies take it."""
+        return model
 
     def _auth_headers(self) -> dict[str, str]:
         raise NotImplementedError
@@ -421,6 +441,42 @@ class HTTPChatClient(HTTPFailures, RequestLLM):
                 await self._read_capped(response)
         except TimeoutError:
             raise self._deadline_failure(deadline, what="answer") from None
+
+    async def _answered_whole(
+        self, response: httpx.Response, parse: Callable[[Any], LLMResponse]
+    ) -> list[StreamEvent]:
+        """The events of a stream the server answered in one piece (it ignored ``stream``):
+        the text, each call whole, then the end, with the usage of ``parse``'s answer
+        counted."""
+        await self._read_whole(response)
+        result = parse(self._json_body(response))
+        events: list[StreamEvent] = []
+        if result.content:
+            events.append(TextDelta(result.content))
+        for i, call in enumerate(result.tool_calls):
+            events.append(ToolCallDelta(i, call.id, call.name, call.arguments_json()))
+        events.append(self._stream_end(result))
+        return events
+
+    def _event_json(self, sse: SSEEvent) -> Any:
+        """The JSON of one stream event's data."""
+        try:
+            return loads_json(sse.data)
+        except ValueError:
+            raise self._response_error("a stream event is not JSON", sse.data) from None
+
+    def _ended_early(self, before: str) -> Retryable:
+        """The failure of a stream closed ``before`` (say, "before message_stop") its end
+        came: another attempt may get the whole answer."""
+        return Retryable(
+            LLMResponseError,
+            f"the stream from {self.provider} ended early: the connection closed {before}",
+        )
+
+    def _stream_end(self, result: LLMResponse) -> StreamEnd:
+        """The last event of a stream, its usage counted."""
+        self.usage.record(result.usage)
+        return StreamEnd(result)
 
     async def _read_capped(self, response: httpx.Response) -> None:
         """Read a streamed body, decoded, into ``response`` (so ``.content``, ``.text`` and

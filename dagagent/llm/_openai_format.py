@@ -17,7 +17,6 @@ from dagagent.llm.types import (
     AssistantMessage,
     LLMResponse,
     Message,
-    StreamEnd,
     StreamEvent,
     SystemMessage,
     TextDelta,
@@ -305,17 +304,6 @@ class StreamState:
             model=self.model or model,
             raw=raw,
         )
-
-
-def events_for(response: LLMResponse) -> list[StreamEvent]:
-    """Stream events equivalent to a complete response (for servers that ignore stream)."""
-    events: list[StreamEvent] = []
-    if response.content:
-        events.append(TextDelta(response.content))
-    for i, call in enumerate(response.tool_calls):
-        events.append(ToolCallDelta(i, call.id, call.name, call.arguments_json()))
-    events.append(StreamEnd(response))
-    return events
 
 
 def error_text(error: Any) -> str:

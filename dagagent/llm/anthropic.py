@@ -22,14 +22,13 @@ How dagagent's provider-neutral requests map onto it:
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator
 from typing import TYPE_CHECKING, Any
 
 import httpx
 from pydantic import ValidationError
 
 from dagagent.errors import (
-    LLMResponseError,
     LLMServerError,
 )
 from dagagent.llm._anthropic_format import (
@@ -45,14 +44,11 @@ from dagagent.llm._anthropic_format import (
     tool_choice_json,
 )
 from dagagent.llm._http import HTTPChatClient
-from dagagent.llm._json import loads_json
 from dagagent.llm._retry import Retryable
 from dagagent.llm._sse import is_event_stream, iter_sse
-from dagagent.llm.settings import ModelSettings
 from dagagent.llm.types import (
     LLMRequest,
     LLMResponse,
-    StreamEnd,
     StreamEvent,
     TextDelta,
     ToolCall,
@@ -60,7 +56,7 @@ from dagagent.llm.types import (
     check_tool_choice,
     closing_stream,
 )
-from dagagent.llm.usage import Usage, UsageTracker
+from dagagent.llm.usage import Usage
 
 if TYPE_CHECKING:
     from dagagent.llm.protocol import LLM
@@ -73,7 +69,8 @@ DEFAULT_MAX_TOKENS = 4096
 
 
 class AnthropicChat(HTTPChatClient):
-    """A Claude model behind the Messages API.
+    """A Claude model behind the Messages API (``https://api.anthropic.com``, or a server
+    speaking its format at ``base_url``).
 
     Sends ``x-api-key`` (from ``api_key`` or ``ANTHROPIC_API_KEY``) and
     ``anthropic-version: 2023-06-01``. ``settings`` (a :class:`~dagagent.llm.ModelSettings`,
@@ -89,29 +86,8 @@ class AnthropicChat(HTTPChatClient):
     wire_format = "anthropic"
     official_host = "api.anthropic.com"
     api_key_env = "ANTHROPIC_API_KEY"
-
-    def __init__(
-        self,
-        model: str,
-        *,
-        base_url: str = DEFAULT_BASE_URL,
-        api_key: str | None = None,
-        settings: ModelSettings | None = None,
-        client: httpx.AsyncClient | None = None,
-        headers: Mapping[str, str] | None = None,
-        usage: UsageTracker | None = None,
-    ) -> None:
-        super().__init__(
-            model,
-            base_url=base_url,
-            api_key=api_key,
-            settings=settings,
-            client=client,
-            headers=headers,
-            usage=usage,
-        )
-        if self.max_tokens is None:  # Anthropic requires a limit
-            self.max_tokens = DEFAULT_MAX_TOKENS
+    default_base_url = DEFAULT_BASE_URL
+    default_max_tokens = DEFAULT_MAX_TOKENS  # Anthropic requires a limit
 
     @property
     def path(self) -> str:
@@ -213,14 +189,10 @@ class AnthropicChat(HTTPChatClient):
         self, response: httpx.Response, fmt: FormatTool | None
     ) -> AsyncGenerator[StreamEvent, None]:
         if not is_event_stream(response):
-            await self._read_whole(response)
-            result = self.parse_response(self._json_body(response), fmt)
-            self.usage.record(result.usage)
-            if result.content:
-                yield TextDelta(result.content)
-            for i, call in enumerate(result.tool_calls):
-                yield ToolCallDelta(i, call.id, call.name, call.arguments_json())
-            yield StreamEnd(result)
+            for whole in await self._answered_whole(
+                response, lambda data: self.parse_response(data, fmt)
+            ):
+                yield whole
             return
         state = StreamState(fmt)
         raw: list[Any] = []
@@ -228,10 +200,7 @@ class AnthropicChat(HTTPChatClient):
         events = iter_sse(self._sse_lines(response), idle=self.timeout.read)
         async with closing_stream(events):
             async for sse in events:
-                try:
-                    data = loads_json(sse.data)
-                except ValueError:
-                    raise self._response_error("a stream event is not JSON", sse.data) from None
+                data = self._event_json(sse)
                 raw.append(data)
                 if not isinstance(data, dict):
                     raise self._response_error("a stream event is not an object", sse.data)
@@ -246,14 +215,8 @@ class AnthropicChat(HTTPChatClient):
                     done = True
                     break
         if not done:
-            raise Retryable(
-                LLMResponseError,
-                f"the stream from {self.provider} ended early: the connection closed "
-                "before message_stop",
-            )
-        result = state.finish(self.model, raw)
-        self.usage.record(result.usage)
-        yield StreamEnd(result)
+            raise self._ended_early("before message_stop")
+        yield self._stream_end(state.finish(self.model, raw))
 
     def _apply(self, state: StreamState, event: Event, text: str) -> list[StreamEvent]:
         """Update ``state`` with one stream event; return what to yield for it."""

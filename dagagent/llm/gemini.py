@@ -28,16 +28,15 @@ limit, 500/503 retried, "The input token count ... exceeds" is
 from __future__ import annotations
 
 import json
-import os
 import re
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 import httpx
 from pydantic import ValidationError
 
-from dagagent.errors import LLMAuthError, LLMResponseError, LLMServerError
+from dagagent.errors import LLMAuthError, LLMServerError
 from dagagent.llm._gemini_format import (
     StreamState,
     WireResponse,
@@ -49,20 +48,15 @@ from dagagent.llm._gemini_format import (
     tool_config,
 )
 from dagagent.llm._http import HTTPChatClient
-from dagagent.llm._json import loads_json
-from dagagent.llm._openai_format import events_for
 from dagagent.llm._retry import Retryable
 from dagagent.llm._sse import is_event_stream, iter_sse
-from dagagent.llm.settings import ModelSettings
 from dagagent.llm.types import (
     LLMRequest,
     LLMResponse,
-    StreamEnd,
     StreamEvent,
     check_tool_choice,
     closing_stream,
 )
-from dagagent.llm.usage import UsageTracker
 
 if TYPE_CHECKING:
     from dagagent.llm.protocol import LLM
@@ -97,30 +91,11 @@ class GeminiChat(HTTPChatClient):
     wire_format = "gemini"
     official_host = "generativelanguage.googleapis.com"
     api_key_env = "GEMINI_API_KEY"
+    fallback_api_key_env = "GOOGLE_API_KEY"
+    default_base_url = DEFAULT_BASE_URL
 
-    def __init__(
-        self,
-        model: str,
-        *,
-        base_url: str = DEFAULT_BASE_URL,
-        api_key: str | None = None,
-        settings: ModelSettings | None = None,
-        client: httpx.AsyncClient | None = None,
-        headers: Mapping[str, str] | None = None,
-        usage: UsageTracker | None = None,
-    ) -> None:
-        if api_key is None and not os.environ.get("GEMINI_API_KEY", "").strip():
-            api_key = os.environ.get("GOOGLE_API_KEY") or None
-        model = model.removeprefix("models/")
-        super().__init__(
-            model,
-            base_url=base_url,
-            api_key=api_key,
-            settings=settings,
-            client=client,
-            headers=headers,
-            usage=usage,
-        )
+    def _model_id(self, model: str) -> str:
+        return model.removeprefix("models/")
 
     def _auth_headers(self) -> dict[str, str]:
         if self._key is None:
@@ -225,10 +200,7 @@ class GeminiChat(HTTPChatClient):
 
     async def _consume(self, response: httpx.Response) -> AsyncGenerator[StreamEvent, None]:
         if not is_event_stream(response):  # answered in one piece (or as a JSON array)
-            await self._read_whole(response)
-            result = self.parse_response(self._json_body(response))
-            self.usage.record(result.usage)
-            for event in events_for(result):
+            for event in await self._answered_whole(response, self.parse_response):
                 yield event
             return
         state = StreamState()
@@ -239,10 +211,7 @@ class GeminiChat(HTTPChatClient):
                 async for sse in events:
                     if not sse.data.strip():
                         continue
-                    try:
-                        data = loads_json(sse.data)
-                    except ValueError:
-                        raise self._response_error("a stream event is not JSON", sse.data) from None
+                    data = self._event_json(sse)
                     raw.append(data)
                     for event in state.feed(self._chunk(data, "mid-stream")):
                         yield event
@@ -251,14 +220,8 @@ class GeminiChat(HTTPChatClient):
             if not state.finished:
                 raise
         if not state.finished:
-            raise Retryable(
-                LLMResponseError,
-                f"the stream from {self.provider} ended early: the connection closed before "
-                "a chunk with a finishReason",
-            )
-        result = state.result(self.model, raw)
-        self.usage.record(result.usage)
-        yield StreamEnd(result)
+            raise self._ended_early("before a chunk with a finishReason")
+        yield self._stream_end(state.result(self.model, raw))
 
     # -- the LLM protocol (complete / stream come from HTTPChatClient) ----------------
 

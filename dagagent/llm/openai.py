@@ -17,12 +17,10 @@ from pydantic import ValidationError
 
 from dagagent.errors import (
     ConfigError,
-    LLMResponseError,
     LLMServerError,
     LLMUnsupportedOptionError,
 )
 from dagagent.llm._http import HTTPChatClient, _log
-from dagagent.llm._json import loads_json
 from dagagent.llm._openai_format import (
     Chunk,
     Completion,
@@ -30,7 +28,6 @@ from dagagent.llm._openai_format import (
     StreamState,
     error_status,
     error_text,
-    events_for,
     finish_reason,
     is_reasoning_model,
     new_call_id,
@@ -45,7 +42,6 @@ from dagagent.llm.settings import ModelSettings
 from dagagent.llm.types import (
     LLMRequest,
     LLMResponse,
-    StreamEnd,
     StreamEvent,
     ToolCall,
     check_tool_choice,
@@ -92,6 +88,7 @@ class OpenAIChat(HTTPChatClient):
     provider_name = "openai"
 
     provider_label = "OpenAI"
+    default_base_url = DEFAULT_BASE_URL
     wire_format = "openai"
     official_host = "api.openai.com"
     api_key_env = "OPENAI_API_KEY"
@@ -255,11 +252,7 @@ class OpenAIChat(HTTPChatClient):
 
     async def _consume(self, response: httpx.Response) -> AsyncGenerator[StreamEvent, None]:
         if not is_event_stream(response):
-            # The server ignored ``stream: true`` and answered in one piece.
-            await self._read_whole(response)
-            result = self.parse_response(self._json_body(response))
-            self.usage.record(result.usage)
-            for event in events_for(result):
+            for event in await self._answered_whole(response, self.parse_response):
                 yield event
             return
         state = StreamState()
@@ -281,10 +274,7 @@ class OpenAIChat(HTTPChatClient):
                     if sse.data.strip() == "[DONE]":
                         done = True
                         break
-                    try:
-                        data = loads_json(sse.data)
-                    except ValueError:
-                        raise self._response_error("a stream event is not JSON", sse.data) from None
+                    data = self._event_json(sse)
                     raw.append(data)
                     if isinstance(data, dict) and data.get("error"):
                         raise self._stream_error(data["error"])
@@ -302,14 +292,8 @@ class OpenAIChat(HTTPChatClient):
             if state.finish_reason is None:
                 raise
         if not done and state.finish_reason is None:
-            raise Retryable(
-                LLMResponseError,
-                f"the stream from {self.provider} ended early: the connection closed before "
-                "the answer finished (no finish_reason, no [DONE])",
-            )
-        result = state.finish(self.model, raw)
-        self.usage.record(result.usage)
-        yield StreamEnd(result)
+            raise self._ended_early("before the answer finished (no finish_reason, no [DONE])")
+        yield self._stream_end(state.finish(self.model, raw))
 
     # -- the LLM protocol (complete / stream come from HTTPChatClient) ----------------
 

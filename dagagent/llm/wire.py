@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, TypedDict
 
 from dagagent.llm.types import LLMResponse, ToolCall
 
@@ -60,6 +60,24 @@ def _calls(calls: Sequence[ToolCallLike], prefix: str) -> list[tuple[str, str, A
             name, args = call
             out.append((f"{prefix}{i + 1}", name, args if isinstance(args, str) else dict(args)))
     return out
+
+
+class _Sizes(TypedDict):
+    """What every builder takes from a response besides its text and calls."""
+
+    model: str
+    input_tokens: int
+    output_tokens: int
+
+
+def _sizes(response: LLMResponse, model: str) -> _Sizes:
+    """The model (the response's, else ``model``) and token counts of ``response``."""
+    usage = response.usage
+    return {
+        "model": response.model or model,
+        "input_tokens": usage.input_tokens,
+        "output_tokens": usage.output_tokens,
+    }
 
 
 def encode_sse(events: Iterable[SSEItem]) -> bytes:
@@ -141,23 +159,15 @@ def _openai_body(
 
 def openai_from_response(response: LLMResponse, *, model: str = "gpt-test") -> dict[str, Any]:
     """The ``chat.completion`` body a server would send for ``response``."""
-    usage = response.usage
+    sizes, reason = _sizes(response, model), response.finish_reason
     if response.tool_calls:
         return openai_tool_calls(
             response.tool_calls,
             content=response.content or None,
-            model=response.model or model,
-            finish_reason=response.finish_reason or "tool_calls",
-            input_tokens=usage.input_tokens,
-            output_tokens=usage.output_tokens,
+            finish_reason=reason or "tool_calls",
+            **sizes,
         )
-    return openai_text(
-        response.content,
-        model=response.model or model,
-        finish_reason=response.finish_reason or "stop",
-        input_tokens=usage.input_tokens,
-        output_tokens=usage.output_tokens,
-    )
+    return openai_text(response.content, finish_reason=reason or "stop", **sizes)
 
 
 def openai_events(
@@ -291,23 +301,12 @@ def anthropic_from_response(response: LLMResponse, *, model: str = "claude-test"
     """The Messages API body a server would send for ``response``."""
     reasons = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use"}
     reason = reasons.get(response.finish_reason or "", response.finish_reason or "end_turn")
-    usage = response.usage
+    sizes = _sizes(response, model)
     if response.tool_calls:
         return anthropic_tool_use(
-            response.tool_calls,
-            text=response.content or None,
-            model=response.model or model,
-            stop_reason=reason,
-            input_tokens=usage.input_tokens,
-            output_tokens=usage.output_tokens,
+            response.tool_calls, text=response.content or None, stop_reason=reason, **sizes
         )
-    return anthropic_text(
-        response.content,
-        model=response.model or model,
-        stop_reason=reason,
-        input_tokens=usage.input_tokens,
-        output_tokens=usage.output_tokens,
-    )
+    return anthropic_text(response.content, stop_reason=reason, **sizes)
 
 
 def anthropic_events(body: Mapping[str, Any], *, chunk_size: int = 8) -> list[SSEItem]:
@@ -471,23 +470,12 @@ def gemini_from_response(response: LLMResponse, *, model: str = "gemini-test") -
     """The ``generateContent`` body a server would send for ``response``."""
     reasons = {"stop": "STOP", "length": "MAX_TOKENS", "tool_calls": "STOP"}
     reason = reasons.get(response.finish_reason or "", (response.finish_reason or "STOP").upper())
-    usage = response.usage
+    sizes = _sizes(response, model)
     if response.tool_calls:
         return gemini_function_calls(
-            response.tool_calls,
-            text=response.content or None,
-            model=response.model or model,
-            finish_reason=reason,
-            input_tokens=usage.input_tokens,
-            output_tokens=usage.output_tokens,
+            response.tool_calls, text=response.content or None, finish_reason=reason, **sizes
         )
-    return gemini_text(
-        response.content,
-        model=response.model or model,
-        finish_reason=reason,
-        input_tokens=usage.input_tokens,
-        output_tokens=usage.output_tokens,
-    )
+    return gemini_text(response.content, finish_reason=reason, **sizes)
 
 
 def gemini_events(body: Mapping[str, Any], *, chunk_size: int = 8) -> list[SSEItem]:

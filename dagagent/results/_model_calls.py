@@ -23,7 +23,8 @@ class ModelCall(BaseModel):
 
     - Where it belongs: ``solve_id``, ``round``, ``run_id`` (the round's run; an agent task's
       run), ``role``, ``task_id`` (an agent task's), ``seq`` (its place among the solve's
-      calls, in the order they started).
+      calls, in the order they started); ``replan_of``, for a replanner's call outside a
+      solve (``dagagent replan RUN --model``), the run whose plan it revised.
     - What was asked: ``model``, ``provider``, ``server`` (scheme, host and path: never a
       credential), ``options`` (output limit, temperature, response format, tools, ...).
       A call a :class:`~dagagent.llm.FallbackLLM` moved on names the model that answered
@@ -66,6 +67,7 @@ class ModelCall(BaseModel):
     text: str = ""
     text_chars: int = 0
     issues: list[str] = Field(default_factory=list)
+    replan_of: str | None = None
 
     @property
     def total_tokens(self) -> int:

@@ -18,8 +18,6 @@ import os
 import sqlite3
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from contextlib import AbstractContextManager
-from pathlib import Path
 from typing import Any
 
 from ..errors import DecisionError
@@ -27,6 +25,7 @@ from ..results import ApprovalAnswer
 from ..text import shorten
 from ._codec import from_column, to_column
 from ._lease import LEASE_S, effective_status, here, lease_note
+from ._part import StorePart, column_names, record_from_row
 from ._plans import plan_from_column
 from .models import ApprovalRecord
 
@@ -42,27 +41,11 @@ _COLUMNS = (
     "run_id, task_id, seq, tool, args, rule, source, asked_at, state, decision, decided_by, "
     "decided_at, reason, edit_args, used_at, note"
 )
+_NAMES = column_names(_COLUMNS)
 
 
-def _record(row: tuple[Any, ...]) -> ApprovalRecord:
-    return ApprovalRecord(
-        run_id=row[0],
-        task_id=row[1],
-        seq=row[2],
-        tool=row[3],
-        args=from_column(row[4]),
-        rule=row[5],
-        source=row[6],
-        asked_at=row[7],
-        state=row[8],
-        decision=row[9],
-        decided_by=row[10],
-        decided_at=row[11],
-        reason=row[12],
-        edit_args=from_column(row[13]),
-        used_at=row[14],
-        note=row[15],
-    )
+def _record(row: Sequence[Any]) -> ApprovalRecord:
+    return record_from_row(ApprovalRecord, _NAMES, row, json=("args", "edit_args"))
 
 
 def person_waits(
@@ -106,19 +89,8 @@ def _when(at: float | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at or 0))
 
 
-class ApprovalQueries:
+class ApprovalQueries(StorePart):
     """The waiting approvals of a run store (mixed into :class:`~dagagent.store.RunStore`)."""
-
-    path: Path
-
-    def _query(self, sql: str, params: Iterable[Any] = ()) -> list[tuple[Any, ...]]:
-        raise NotImplementedError  # pragma: no cover - RunStore provides it
-
-    def _transaction(self) -> AbstractContextManager[sqlite3.Connection]:
-        raise NotImplementedError  # pragma: no cover - RunStore provides it
-
-    def resolve(self, ref: str) -> str:
-        raise NotImplementedError  # pragma: no cover - RunStore provides it
 
     def mark_resolved(
         self,
@@ -133,7 +105,7 @@ class ApprovalQueries:
         at: float,
         key: str | None = None,
     ) -> int:
-        raise NotImplementedError  # pragma: no cover - RunStore provides it
+        raise NotImplementedError  # pragma: no cover - RunStore provides it (EffectQueries)
 
     # -- reading ----------------------------------------------------------------------------
 

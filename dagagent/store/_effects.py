@@ -35,8 +35,7 @@ import queue
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -45,8 +44,8 @@ import anyio.from_thread
 import anyio.lowlevel
 
 from ..errors import StoreError
-from ._codec import from_column
 from ._file import connect
+from ._part import StorePart, column_names, record_from_row
 from .models import EffectRecord
 
 __all__ = ["IN_DOUBT_STATES", "EffectJournal", "EffectQueries"]
@@ -59,6 +58,7 @@ _COLUMNS = (
     "state, output, error, started_at, ended_at, pid, resolution, resolved_by, resolved_at, "
     "reason"
 )
+_NAMES = column_names(_COLUMNS)
 _INTENT = (
     "INSERT INTO effects (run_id, key, task_id, element, occurrence, tool, fingerprint, "
     "source, args, attempt, state, started_at, pid) "
@@ -81,44 +81,14 @@ _RESOLVE = (
 
 
 def _record(row: Sequence[Any], in_doubt: bool) -> EffectRecord:
-    return EffectRecord(
-        run_id=row[0],
-        key=row[1],
-        task_id=row[2],
-        element=row[3],
-        occurrence=row[4],
-        tool=row[5],
-        fingerprint=row[6],
-        source=row[7],
-        args=from_column(row[8]),
-        attempt=row[9],
-        state=row[10],
-        output=from_column(row[11]),
-        error=row[12],
-        started_at=row[13],
-        ended_at=row[14],
-        pid=row[15],
-        resolution=row[16],
-        resolved_by=row[17],
-        resolved_at=row[18],
-        reason=row[19],
-        in_doubt=in_doubt and row[10] in IN_DOUBT_STATES and row[16] is None,
-    )
+    record = record_from_row(EffectRecord, _NAMES, row, json=("args", "output"))
+    if in_doubt and record.state in IN_DOUBT_STATES and record.resolution is None:
+        return record.model_copy(update={"in_doubt": True})
+    return record
 
 
-class EffectQueries:
+class EffectQueries(StorePart):
     """The side effects of a run store (mixed into :class:`~dagagent.store.RunStore`)."""
-
-    path: Path
-
-    def _query(self, sql: str, params: Iterable[Any] = ()) -> list[tuple[Any, ...]]:
-        raise NotImplementedError  # pragma: no cover - RunStore provides it
-
-    def _transaction(self) -> AbstractContextManager[sqlite3.Connection]:
-        raise NotImplementedError  # pragma: no cover - RunStore provides it
-
-    def resolve(self, ref: str) -> str:
-        raise NotImplementedError  # pragma: no cover - RunStore provides it
 
     def effects(self, run: str) -> list[EffectRecord]:
         """Every call with side effects of run ``run`` (an id or a unique prefix), in the order

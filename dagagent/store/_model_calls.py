@@ -12,19 +12,17 @@ from __future__ import annotations
 
 import contextlib
 import queue
-import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from ..errors import StoreError
 from ..events import get_logger
 from ..results import ModelCall
 from ._codec import from_column, to_column
+from ._part import StorePart
 
 __all__ = ["FLUSH_INTERVAL_S", "ModelCallQueries", "ModelCallWriter", "SolveSpend", "UnrunPlan"]
 
@@ -57,6 +55,7 @@ _COLUMNS = (
     "text",
     "text_chars",
     "issues",
+    "replan_of",
 )
 _JSON = frozenset({"options", "issues"})
 _INSERT = (
@@ -111,16 +110,8 @@ class SolveSpend:
         return self.input_tokens + self.output_tokens
 
 
-class ModelCallQueries:
+class ModelCallQueries(StorePart):
     """The model calls of a run store (mixed into :class:`~dagagent.store.RunStore`)."""
-
-    path: Path
-
-    def _transaction(self) -> AbstractContextManager[sqlite3.Connection]:
-        raise NotImplementedError  # pragma: no cover - RunStore provides it
-
-    def _query(self, sql: str, params: Iterable[Any] = ()) -> list[tuple[Any, ...]]:
-        raise NotImplementedError  # pragma: no cover - RunStore provides it
 
     def record_model_calls(self, calls: Sequence[ModelCall]) -> None:
         """Write ``calls`` in one transaction (a call already recorded is replaced)."""
@@ -169,8 +160,8 @@ class ModelCallQueries:
             "SELECT run_id, MIN(started_at), SUM(status != 'refused'), SUM(input_tokens), "
             "SUM(output_tokens), SUM(cost_usd), SUM(cost_usd IS NULL AND status != 'refused'), "
             "MAX(estimated), GROUP_CONCAT(DISTINCT model), SUM(issues IS NOT NULL "
-            "AND issues != '[]'), SUM(status = 'answered' AND (issues IS NULL OR issues = '[]')) "
-            "FROM model_calls WHERE solve_id IS NULL AND run_id IS NOT NULL "
+            "AND issues != '[]'), SUM(status = 'answered' AND (issues IS NULL OR issues = '[]')), "
+            "MAX(replan_of) FROM model_calls WHERE solve_id IS NULL AND run_id IS NOT NULL "
             "AND run_id NOT IN (SELECT id FROM runs) "
             "GROUP BY run_id ORDER BY MIN(started_at) DESC LIMIT ?",
             (int(limit),),
@@ -189,9 +180,21 @@ class ModelCallQueries:
                 ),
                 rejected=int(r[9] or 0),
                 accepted=int(r[10] or 0),
+                replan_of=r[11],
             )
             for r in rows
         ]
+
+    def revisions_not_run(self, run_id: str) -> list[str]:
+        """The plans not run that revised the plan of run ``run_id`` (``dagagent replan RUN
+        --model`` without ``--execute``), oldest first: the ids they would have had."""
+        rows = self._query(
+            "SELECT run_id FROM model_calls WHERE replan_of = ? AND solve_id IS NULL "
+            "AND run_id IS NOT NULL AND run_id NOT IN (SELECT id FROM runs) "
+            "GROUP BY run_id ORDER BY MIN(started_at)",
+            (run_id,),
+        )
+        return [str(r[0]) for r in rows]
 
     def solve_spends(self, solve_ids: Sequence[str]) -> dict[str, SolveSpend]:
         """What each of ``solve_ids`` used (solves without a recorded call are left out)."""
@@ -220,15 +223,19 @@ class ModelCallQueries:
 
 @dataclass(frozen=True)
 class UnrunPlan:
-    """A plan that was not run, as the viewer lists it: the run id it would have had, when
-    its first call started, what its calls used, how many attempts were rejected and how
-    many answers were accepted (0: planning failed)."""
+    """A plan that was not run, as the viewer and ``dagagent runs`` list it: the run id it
+    would have had, when its first call started, what its calls used, how many attempts were
+    rejected and how many answers were accepted (0: planning failed), and the run it
+    revised, if it was a replan."""
 
     run_id: str
     started_at: float
     spend: SolveSpend
     rejected: int
     accepted: int
+    #: The run whose plan it revised (``dagagent replan RUN --model``); ``None`` for a plan
+    #: made from a goal.
+    replan_of: str | None = None
 
 
 _STOP = object()

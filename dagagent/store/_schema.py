@@ -285,6 +285,9 @@ MIGRATIONS: list[Sequence[Migration]] = [
     # before it starts, and its outcome after it, keyed by run and idempotency key; how a call
     # left in doubt by a crash was resolved (see dagagent.store._effects).
     _EFFECTS,
+    # v13 (numbered by the order the steps were merged in): the run whose plan a replanner's
+    # call outside a solve revised (``dagagent replan RUN --model``): a plan not run names it.
+    ("ALTER TABLE model_calls ADD COLUMN replan_of TEXT",),
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -344,7 +347,8 @@ SCHEMA: tuple[str, ...] = (
     *_SOLVE_ROUNDS,
     *_APPROVALS,
     _RUN_PLANS,
-    *_MODEL_CALLS,
+    _MODEL_CALLS[0].removesuffix(")") + ", replan_of TEXT)",
+    *_MODEL_CALLS[1:],
     *_EFFECTS,
 )
 

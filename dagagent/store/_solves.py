@@ -13,11 +13,8 @@ a solve whose process dies keeps every round that ended and shows as ``interrupt
 from __future__ import annotations
 
 import os
-import sqlite3
 import time
-from collections.abc import Iterable, Mapping, Sequence
-from contextlib import AbstractContextManager
-from pathlib import Path
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..errors import DecisionError, StoreError
@@ -34,14 +31,6 @@ __all__ = ["SolveQueries"]
 class SolveQueries(ModelCallQueries):
     """The solve records of a run store (mixed into :class:`~dagagent.store.RunStore`), with
     their model calls."""
-
-    path: Path
-
-    def _transaction(self) -> AbstractContextManager[sqlite3.Connection]:
-        raise NotImplementedError  # pragma: no cover - RunStore provides it
-
-    def _query(self, sql: str, params: Iterable[Any] = ()) -> list[tuple[Any, ...]]:
-        raise NotImplementedError  # pragma: no cover - RunStore provides it
 
     # -- writing ----------------------------------------------------------------------------
 

@@ -153,6 +153,7 @@ def run_around(store: RunStore, record: RunRecord) -> RunAround:
         round_note=note,
         effects=store.effects(record.run_id),
         calls=[c for c in store.model_calls(run_id=record.run_id) if c.solve_id is None],
+        revisions_not_run=store.revisions_not_run(record.run_id),
     )
 
 

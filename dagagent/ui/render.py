@@ -329,6 +329,8 @@ class RunAround:
     #: Its own model calls, outside a solve: the planner's or replanner's that made its plan
     #: (``dagagent plan --execute``, ``replan --model --execute``) and its agent tasks'.
     calls: Sequence[ModelCall] = ()
+    #: The plans not run that revised its plan (``replan RUN --model`` without ``--execute``).
+    revisions_not_run: Sequence[str] = ()
 
 
 def render_run(
@@ -381,6 +383,7 @@ def render_run(
         diff=diff,
         reused=[t for t, s in view.status_of.items() if s == "reused"],
         children=around.children,
+        revisions_not_run=around.revisions_not_run,
         answer=around.answer,
         round_note=around.round_note,
         panels=panels,
@@ -395,7 +398,8 @@ def render_run(
 
 def render_unrun(run_id: str, calls: Sequence[ModelCall], *, page: Page) -> str:
     """The page of a plan that was not run: the model calls recorded under the run id it
-    would have had (``dagagent plan`` without ``--execute``, or planning that failed)."""
+    would have had (``dagagent plan`` without ``--execute``, or planning that failed), and
+    the run whose plan they revised (``replan RUN --model`` without ``--execute``)."""
     return _ENV.get_template("unrun.html").render(
         **_common(page),
         run_id=run_id,
@@ -403,6 +407,7 @@ def render_unrun(run_id: str, calls: Sequence[ModelCall], *, page: Page) -> str:
         used=sum((c.usage for c in calls), Usage()),
         models=list(dict.fromkeys(c.model for c in calls if c.model)),
         started=min((c.started_at for c in calls), default=None),
+        replan_of=next((c.replan_of for c in calls if c.replan_of), None),
     )
 
 

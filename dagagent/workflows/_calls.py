@@ -125,6 +125,8 @@ class SolveCalls:
         #: The round under way, and its run (the solve sets them).
         self.round: int | None = None
         self.run_id: str | None = None
+        #: The run whose plan the replanner's calls revise (outside a solve: ``replan``).
+        self.replan_of: str | None = None
         #: The joiner's next call is its last answer, within the budget's reserve.
         self.final = False
         self.records: list[ModelCall] = []
@@ -298,6 +300,7 @@ class SolveCalls:
             text=text[:MAX_TEXT_CHARS],
             text_chars=len(text),
             issues=list(call.issues),
+            replan_of=self.replan_of if flying.role == "replanner" else None,
         )
 
     def _redacted(self, call: LiveCall, role: ModelRole) -> str:
@@ -326,13 +329,15 @@ def run_calls(
     *,
     prices: Any = None,
     interceptors: Sequence[Interceptor] = (),
+    replan_of: str | None = None,
 ) -> SolveCalls:
     """The recorder of the model calls made for run ``run_id`` outside a solve (a plan made
     for it, a revision that became it, its agent tasks' calls), priced with ``prices`` (a
     :class:`~dagagent.Prices`; default: the built-in table), written to ``store``. The run
     need not exist yet, nor ever: the calls of a plan that was not run keep the id it would
-    have had. Wrap each role's client in a :class:`~dagagent.llm.MeteredLLM` with
-    ``.observer(role)``; :meth:`SolveCalls.close` once the calls are over."""
+    have had, and a revision's replanner calls name the run it revised (``replan_of``). Wrap
+    each role's client in a :class:`~dagagent.llm.MeteredLLM` with ``.observer(role)``;
+    :meth:`SolveCalls.close` once the calls are over."""
     from ..budget import Prices
 
     calls = SolveCalls(
@@ -343,6 +348,7 @@ def run_calls(
         interceptors=interceptors,
     )
     calls.run_id = run_id
+    calls.replan_of = replan_of
     return calls
 
 

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from llm_server import LLMTestServer
 
@@ -144,6 +145,75 @@ def test_replan_records_the_replanners_calls(user: User, model: Model) -> None:
     assert [(c["role"], c["run_id"]) for c in shown["calls"]] == [("replanner", run_id)]
     # the first run's own calls are untouched: its agent's
     assert [c["role"] for c in user.json("show", first)["calls"]] == ["agent"]
+
+
+def test_a_revision_not_run_names_the_run_it_reviewed(user: User, model: Model) -> None:
+    from ui.conftest import Server
+
+    model.text(NOTE)
+    user("run", user.write_plan(AGENT_PLAN), "--tools", TOOLS, *user.model)
+    first = user.json("show", "--last")["run_id"]
+    revised = {"goal": "A note", "tasks": [weather("paris", "Paris")]}
+    model.answers.append(_text(revised))
+    review = recorded_as(user("replan", first, *user.model).stderr)
+    # the plan not run names the run it revised: in the store, show, show --json
+    assert [(r["run_id"], r["role"], r["replan_of"]) for r in rows(user)][-1] == (
+        review,
+        "replanner",
+        first,
+    )
+    assert user.json("show", review)["replan_of"] == first
+    shown = user("show", review).stdout
+    assert f"revised the plan of run {first}" in shown and f"dagagent show {first}" in shown
+    # ...and the run reviewed names it (a plan made from a goal names no run)
+    assert user.json("show", first)["revisions_not_run"] == [review]
+    assert f"revised, not run: {review}" in user("show", first).stdout
+    model.plan(weather("paris", "Paris"))
+    planned = user.json("plan", GOAL, *user.model, "--tools", TOOLS)["calls_recorded_as"]
+    assert user.json("show", planned)["replan_of"] is None
+    assert user.json("show", first)["revisions_not_run"] == [review]
+    # the viewer links them both ways
+    with Server(user.dir / "home" / "runs.db") as viewer, httpx.Client(base_url=viewer.url) as web:
+        page = web.get(f"/runs/{review}").text
+        assert f'data-replan-of="{first}"' in page and f"A revision of run {first}" in page
+        assert f'data-revision="{review}"' in web.get(f"/runs/{first}").text
+        assert "data-replan-of" not in web.get(f"/runs/{planned}").text
+        index = web.get("/").text
+        row = index[index.index(f'data-run="{review}"') :].split("</tr>")[0]
+        assert "revises <a" in row and first in row
+
+
+def test_runs_lists_the_plans_not_run_beside_the_runs(user: User, model: Model) -> None:
+    model.plan(weather("paris", "Paris"))
+    planned = recorded_as(user("plan", GOAL, *user.model, "--tools", TOOLS).stderr)
+    model.text(NOTE)
+    user("run", user.write_plan(AGENT_PLAN), "--tools", TOOLS, *user.model)
+    ran = user.json("show", "--last")["run_id"]
+    for _ in range(2):
+        model.text("no plan here")
+    failed = recorded_as(
+        user("plan", GOAL, *user.model, "--tools", TOOLS, "--max-attempts", "2", code=3).stderr
+    )
+    listed = user("runs").stdout
+    lines = {i: line for line in listed.splitlines() for i in (planned, ran, failed) if i in line}
+    assert set(lines) == {planned, ran, failed}
+    assert "not run" in lines[planned] and "planned" in lines[planned]
+    assert (
+        "not run" in lines[failed] and "no plan" in lines[failed] and "2 rejected" in lines[failed]
+    )
+    assert "not run" not in lines[ran] and "succeeded" in lines[ran]
+    # newest first, runs and plans not run together
+    assert listed.index(failed) < listed.index(ran) < listed.index(planned)
+    doc = user.json("runs")
+    assert [r["run_id"] for r in doc["runs"]] == [ran]
+    unrun = {u["run_id"]: u for u in doc["plans_not_run"]}
+    assert list(unrun) == [failed, planned]
+    assert unrun[planned]["planned"] and unrun[planned]["calls"] == 1
+    assert not unrun[failed]["planned"] and unrun[failed]["rejected"] == 2
+    assert unrun[planned]["replan_of"] is None and unrun[planned]["input_tokens"] > 0
+    # --limit counts both
+    assert [r["run_id"] for r in user.json("runs", "-n", "1")["plans_not_run"]] == [failed]
+    assert user.json("runs", "-n", "1")["runs"] == []
 
 
 def _text(plan: dict[str, Any]) -> dict[str, Any]:

@@ -83,7 +83,13 @@ def test_history_follows_the_project_not_the_current_directory(
     assert res.exit_code == 0, res.output
     assert res.stdout.startswith(f"no runs recorded in {user_store}\n(the per-user store")
     empty = json.loads(cli("runs", "--json").stdout)
-    assert empty == {"store": str(user_store), "found": "user", "runs": [], "damaged": []}
+    assert empty == {
+        "store": str(user_store),
+        "found": "user",
+        "runs": [],
+        "plans_not_run": [],
+        "damaged": [],
+    }
     assert not user_store.exists()
     res = cli("run", WEATHER)
     assert res.exit_code == 0, res.output

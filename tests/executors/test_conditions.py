@@ -5,6 +5,8 @@ plan that streams, a condition may read a task that arrives later."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
@@ -23,6 +25,13 @@ from dagagent.store import RunStore
 pytestmark = pytest.mark.anyio
 
 EXECUTORS = ["serial", "levels", "dataflow", "dask"]
+
+
+@pytest.fixture(params=EXECUTORS)
+def executor(request: pytest.FixtureRequest) -> str:
+    """Each test that takes it runs on every executor."""
+    name: str = request.param
+    return name
 
 
 def make(name: str) -> Executor:
@@ -55,7 +64,6 @@ ROUTED = {
 }
 
 
-@pytest.mark.parametrize("executor", EXECUTORS)
 @pytest.mark.parametrize("on_failure", ["cancel", "continue"])
 async def test_a_false_condition_skips_its_task_and_those_that_depend_on_it(
     executor: str, on_failure: str, registry: dagagent.Registry, recorder: Any
@@ -86,7 +94,6 @@ async def test_a_false_condition_skips_its_task_and_those_that_depend_on_it(
     result.raise_for_status()  # a condition's skip is no failure
 
 
-@pytest.mark.parametrize("executor", EXECUTORS)
 async def test_a_skip_downstream_of_a_failure_is_a_failures_skip(
     executor: str, registry: dagagent.Registry
 ) -> None:
@@ -109,7 +116,6 @@ async def test_a_skip_downstream_of_a_failure_is_a_failures_skip(
         assert both.error == "not run: upstream task 'broken' failed"
 
 
-@pytest.mark.parametrize("executor", EXECUTORS)
 async def test_a_condition_skip_does_not_cancel_the_tasks_running_beside_it(
     executor: str, registry: dagagent.Registry, recorder: Any
 ) -> None:
@@ -125,7 +131,6 @@ async def test_a_condition_skip_does_not_cancel_the_tasks_running_beside_it(
     assert result.tasks["gate"].skipped_by_condition
 
 
-@pytest.mark.parametrize("executor", EXECUTORS)
 async def test_a_condition_that_cannot_be_decided_fails_its_task(
     executor: str, registry: dagagent.Registry, recorder: Any
 ) -> None:
@@ -146,7 +151,6 @@ async def test_a_condition_that_cannot_be_decided_fails_its_task(
     assert recorder.calls == {"search": 1}
 
 
-@pytest.mark.parametrize("executor", EXECUTORS)
 async def test_a_map_skips_the_elements_its_condition_rejects(
     executor: str, registry: dagagent.Registry, recorder: Any
 ) -> None:
@@ -185,7 +189,6 @@ async def test_a_map_skips_the_elements_its_condition_rejects(
     assert recorder.calls == {"files": 1, "a": 1, "c": 1}
 
 
-@pytest.mark.parametrize("executor", EXECUTORS)
 async def test_a_condition_on_a_map_that_reads_no_element_skips_the_whole_map(
     executor: str, registry: dagagent.Registry, recorder: Any
 ) -> None:
@@ -217,8 +220,10 @@ class Feed:
     still to come is held until it comes."""
 
     def __init__(self, registry: dagagent.Registry) -> None:
+        self.registry = registry
         self.graph = GrowingGraph("goal")
         self.checker = PlanChecker(registry)
+        self.result: dagagent.RunResult | None = None
 
     def take(self, task: Task) -> list[str]:
         accepted, issues = self.checker.take(task)
@@ -227,75 +232,63 @@ class Feed:
             self.graph.add(check)
         return [c.task.id for c in accepted]
 
+    @asynccontextmanager
+    async def running(self, executor: str, *, watch: str) -> AsyncIterator[anyio.Event]:
+        """Run the graph on ``executor`` while the block feeds it, then close it; the event
+        the block gets is set once task ``watch`` has finished; :attr:`result` is the run's
+        when the block has left."""
+        finished = anyio.Event()
 
-@pytest.mark.parametrize("executor", EXECUTORS)
+        def listener(event: Any) -> None:
+            if isinstance(event, TaskFinished) and event.result.task_id == watch:
+                finished.set()
+
+        async def run() -> None:
+            self.result = await execute(
+                self.graph, self.registry, settings=settings(executor), listeners=[listener]
+            )
+
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(run)
+                yield finished
+                self.graph.close()
+
+
 async def test_a_streamed_condition_may_read_a_task_that_arrives_later(
     executor: str, registry: dagagent.Registry, recorder: Any
 ) -> None:
     feed = Feed(registry)
-    started = anyio.Event()
-    result: list[dagagent.RunResult] = []
-
-    def listener(event: Any) -> None:
-        if isinstance(event, TaskFinished) and event.result.task_id == "first":
-            started.set()
-
-    async def run() -> None:
-        result.append(
-            await execute(feed.graph, registry, settings=settings(executor), listeners=[listener])
-        )
-
-    with anyio.fail_after(30):
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(run)
-            assert feed.take(ToolTask(id="first", tool="work", args={"name": "first"})) == ["first"]
-            # reads 'check', which the plan has not given yet: held, not refused
-            gated = ToolTask(id="gated", tool="work", args={"name": "gated"}, when="${check.go}")
-            assert feed.take(gated) == []
-            opened = ToolTask(
-                id="opened", tool="work", args={"name": "opened"}, when="not ${check.go}"
-            )
-            assert feed.take(opened) == []
-            await started.wait()  # the run is under way before the condition's task arrives
-            check = ToolTask(
-                id="check", tool="work", args={"name": "check", "value": {"go": False}}
-            )
-            assert feed.take(check) == ["check", "gated", "opened"]
-            feed.graph.close()
-    run_result = result[0]
+    async with feed.running(executor, watch="first") as first_finished:
+        assert feed.take(ToolTask(id="first", tool="work", args={"name": "first"})) == ["first"]
+        # reads 'check', which the plan has not given yet: held, not refused
+        gated = ToolTask(id="gated", tool="work", args={"name": "gated"}, when="${check.go}")
+        assert feed.take(gated) == []
+        opened = ToolTask(id="opened", tool="work", args={"name": "opened"}, when="not ${check.go}")
+        assert feed.take(opened) == []
+        await first_finished.wait()  # the run is under way before the condition's task arrives
+        check = ToolTask(id="check", tool="work", args={"name": "check", "value": {"go": False}})
+        assert feed.take(check) == ["check", "gated", "opened"]
+    run_result = feed.result
+    assert run_result is not None
     assert run_result.status is dagagent.RunStatus.SUCCEEDED, run_result.tasks
     assert run_result.tasks["gated"].skipped_by_condition
     assert run_result.tasks["opened"].status is TaskStatus.SUCCEEDED
     assert recorder.calls == {"first": 1, "check": 1, "opened": 1}
 
 
-@pytest.mark.parametrize("executor", ["serial", "levels", "dataflow"])
 async def test_a_task_arriving_after_a_skipped_dependency_is_skipped(
     executor: str, registry: dagagent.Registry, recorder: Any
 ) -> None:
     feed = Feed(registry)
-    skipped = anyio.Event()
-    result: list[dagagent.RunResult] = []
-
-    def listener(event: Any) -> None:
-        if isinstance(event, TaskFinished) and event.result.task_id == "gate":
-            skipped.set()
-
-    async def run() -> None:
-        result.append(
-            await execute(feed.graph, registry, settings=settings(executor), listeners=[listener])
-        )
-
-    with anyio.fail_after(30):
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(run)
-            feed.take(ToolTask(id="gate", tool="work", args={"name": "gate"}, when="false"))
-            await skipped.wait()
-            feed.take(ToolTask(id="late", tool="work", args={"name": "${gate}"}))
-            feed.graph.close()
-    late = result[0].tasks["late"]
+    async with feed.running(executor, watch="gate") as gate_skipped:
+        feed.take(ToolTask(id="gate", tool="work", args={"name": "gate"}, when="false"))
+        await gate_skipped.wait()
+        feed.take(ToolTask(id="late", tool="work", args={"name": "${gate}"}))
+    assert feed.result is not None
+    late = feed.result.tasks["late"]
     assert late.skipped_by_condition, late
-    assert result[0].ok
+    assert feed.result.ok
     assert recorder.calls == {}
 
 

@@ -42,7 +42,7 @@ def good_plan(rng: random.Random) -> dict[str, Any]:
         for i in range(n)
     ]
     if n >= 2:
-        label = None if rng.random() < 0.3 else "first"
+        label = None if 0.3 > rng.random() else "first"  # noqa: SIM300 (a probability, not a timeout)
         args = {"a": "${w0.temp_c}", "b": "${w1.temp_c}", "label_a": label}
         tasks.append({"id": "cmp", "tool": "compare", "args": args})
     tasks.append({"id": "sum", "tool": "calculate", "args": {"expression": "${w0.temp_c} + 1"}})

@@ -50,7 +50,7 @@ def registry(rng: random.Random) -> dagagent.Registry:
     @reg.tool
     def flaky(x: int) -> int:
         """Fails now and then."""
-        if rng.random() < 0.3:
+        if 0.3 > rng.random():  # noqa: SIM300 (a probability, not a timeout)
             raise RuntimeError("flaky failed")
         return x + 1
 
@@ -172,7 +172,7 @@ async def test_random_solves_keep_their_budgets_and_record_every_call_once(
     for n in range(SOLVES):
         rng = random.Random(n)
         budget = random_budget(rng)
-        agent_ok = rng.random() < 0.3
+        agent_ok = 0.3 > rng.random()  # noqa: SIM300 (a probability, not a timeout)
         events: list[Any] = []
         kept = n % 10 == 0  # a store for some: writing every run costs time
         llm = ScriptedLLM([RandomModel(rng, agent_ok)] * 200, model="random-model")
