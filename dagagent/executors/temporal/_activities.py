@@ -45,6 +45,7 @@ from ...conditions import parse_condition
 from ...errors import ConfigError, PlanValidationError
 from ...events import Event, TaskElementFinished
 from ...graph import validate
+from ...plan import AgentTask
 from ...references import Template
 from ...results import ApprovalAnswer, TaskResult, TaskStatus
 from ...runner import Redaction, TaskRunner, ToolCalls
@@ -116,7 +117,13 @@ class Activities:
         """Run one task (or a window of a map's elements) and return its result's JSON; an
         agent task's model calls under ``model_calls`` (see :data:`AgentModels`)."""
         model = call.get("model")
-        if model is None or self.agents is None or call.get("assemble"):
+        task = self._graph(plan).tasks.get(call["task_id"])
+        if (
+            model is None
+            or self.agents is None
+            or call.get("assemble")
+            or not isinstance(task, AgentTask)  # no model call: no client to open
+        ):
             return await self._run_task(call, plan, outputs, None)
         async with self.agents(model) as agent_model:
             doc = await self._run_task(call, plan, outputs, agent_model)
