@@ -16,8 +16,12 @@ per side, each on a task queue of its own:
 
 Two shapes: a chain of ``--chain`` tasks and a fan-out/fan-in of 1 + ``--fan`` + 1 tasks;
 every task adds one to its input (the join counts its inputs). Runs are interleaved; the
-headline is the best of ``--repeats``, the median is in the JSON. The server and workers are
-started once and not timed.
+table gives the best of ``--repeats`` and the ratio of the medians, which the targets judge
+(a best-of ratio turns on one lucky run of either side: the server's latency per activity
+varies from run to run by more than dagagent's share of a task). The server and workers are
+started once and not timed. After the runs, a breakdown of where a chain task's time goes
+outside the server: each side's workflow decisions (a replay of its last chain run), the
+activity's body and its arguments' encoding, measured in this process.
 
     python benchmarks/temporal_overhead.py
     python benchmarks/temporal_overhead.py --chain 50 --fan 64 --repeats 5 --write
@@ -34,6 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import asdict
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -222,13 +227,14 @@ async def measure(args: argparse.Namespace, address: str, payloads: str) -> dict
     exe = TemporalExecutor(address, task_queue=DAGAGENT_QUEUE, payloads=payloads)
     settings = RunSettings(executor=exe)
 
+    last_ids: dict[tuple[str, str], str] = {}
+
     async def one(shape: str, side: str, record: bool) -> None:
         graph, workflow_name, n = shapes[shape]
         t0 = time.perf_counter()
         if side == "by hand":
-            out = await hand.execute_workflow(
-                workflow_name, n, id=f"hand-{time.time_ns()}", task_queue=HAND_QUEUE
-            )
+            wid = last_ids[shape, side] = f"hand-{time.time_ns()}"
+            out = await hand.execute_workflow(workflow_name, n, id=wid, task_queue=HAND_QUEUE)
             got = out[-1]
         else:
             result = await dagagent.execute(
@@ -237,6 +243,8 @@ async def measure(args: argparse.Namespace, address: str, payloads: str) -> dict
             result.raise_for_status()
             got = result.tasks[graph.plan.tasks[-1].id].output
         took = time.perf_counter() - t0
+        if side == "dagagent" and exe.workflow_id is not None:
+            last_ids[shape, side] = exe.workflow_id
         assert got == expected[shape], (shape, side, got)
         if record:
             times[shape][side].append(took)
@@ -249,6 +257,7 @@ async def measure(args: argparse.Namespace, address: str, payloads: str) -> dict
             for shape in shapes:
                 for side in sides:
                     await one(shape, side, record=True)
+        where = await breakdown(exe, hand, last_ids, args.chain)
         # the history of a run that would break a naive design, as the server reports it
         wide = history_plan(args.history_elements, args.history_outputs, args.history_size)
         t0 = time.perf_counter()
@@ -270,7 +279,82 @@ async def measure(args: argparse.Namespace, address: str, payloads: str) -> dict
             "naive_activities": args.history_elements + args.history_outputs,
             "naive_output_bytes": args.history_outputs * args.history_size,
         }
-    return {"times": times, "history": history}
+    return {"times": times, "history": history, "where": where}
+
+
+async def breakdown(
+    exe: Any, hand: Any, ids: dict[tuple[str, str], str], n: int
+) -> dict[str, float]:
+    """Where a chain task's time goes, in this process, outside the server: the workflow's
+    side (replaying each side's last chain run from its history: every workflow task's
+    decisions and payload decoding, as a worker makes them; dagagent's in Temporal's
+    sandbox, as its workers run it, and outside it) and the activity's side (the task
+    runner's call of ``add_one`` with its plan checked and its record made, next to the
+    bare function). Milliseconds per task."""
+    from temporalio.worker import Replayer, UnsandboxedWorkflowRunner
+    from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+
+    from dagagent.executors.temporal import RunWorkflow
+    from dagagent.executors.temporal._activities import Activities
+
+    rounds = 20
+
+    async def replay(client: Any, wid: str, workflows: list[Any], runner: Any) -> float:
+        history = await client.get_workflow_handle(wid).fetch_history()
+        replayer = Replayer(
+            workflows=workflows, data_converter=client.data_converter, workflow_runner=runner
+        )
+        await replayer.replay_workflow(history)  # warm
+        t0 = time.perf_counter()
+        for _ in range(rounds):
+            await replayer.replay_workflow(history)
+        return (time.perf_counter() - t0) * 1e3 / rounds / n
+
+    sandbox = SandboxedWorkflowRunner(
+        restrictions=SandboxRestrictions.default.with_passthrough_modules("dagagent")
+    )
+    ours = ids["chain", "dagagent"]
+    out = {
+        "workflow_dagagent_sandboxed_ms": await replay(exe.client, ours, [RunWorkflow], sandbox),
+        "workflow_dagagent_unsandboxed_ms": await replay(
+            exe.client, ours, [RunWorkflow], UnsandboxedWorkflowRunner()
+        ),
+        "workflow_by_hand_ms": await replay(
+            hand, ids["chain", "by hand"], [Chain], UnsandboxedWorkflowRunner()
+        ),
+    }
+    plan = chain_plan(n)
+    acts = Activities(registry, DAGAGENT_QUEUE)
+    call = {
+        "run_id": "bench",
+        "task_id": "t1",
+        "deps": ["t0"],
+        "on_failure": "cancel",
+        "max_elements": 10_000,
+        "retry": {k: float(v) for k, v in asdict(RunSettings().retry).items()},
+        "window": None,
+        "done": [],
+    }
+    reps = 300
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        runner = acts._runner(call, plan, [1])  # the activity's body, without Temporal
+        (await runner.run_task("t1")).to_json_dict()
+    out["activity_dagagent_ms"] = (time.perf_counter() - t0) * 1e3 / reps
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        add_one_activity(1)
+    out["activity_by_hand_ms"] = (time.perf_counter() - t0) * 1e3 / reps
+    converter = exe.client.data_converter
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        await converter.decode(await converter.encode([call, plan, 1]))
+    out["payloads_dagagent_ms"] = (time.perf_counter() - t0) * 1e3 / reps
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        await converter.decode(await converter.encode([1]))
+    out["payloads_by_hand_ms"] = (time.perf_counter() - t0) * 1e3 / reps
+    return out
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:  # {"times": ..., "history": ...}
@@ -381,7 +465,7 @@ def main(argv: list[str] | None = None) -> None:
     info = common.machine_info()
     print(f"machine: {common.machine_line(info)}")
     measured = run(args)
-    times, history = measured["times"], measured["history"]
+    times, history, where = measured["times"], measured["history"], measured["where"]
 
     headers = [
         "shape",
@@ -389,6 +473,7 @@ def main(argv: list[str] | None = None) -> None:
         "by hand ms",
         "dagagent ms",
         "x by hand",
+        "x by hand (medians)",
         "dataflow ms",
         "ms/task by hand",
         "ms/task dagagent",
@@ -416,17 +501,21 @@ def main(argv: list[str] | None = None) -> None:
                 common.fmt(best["by hand"] * 1e3, 1),
                 common.fmt(best["dagagent"] * 1e3, 1),
                 common.fmt(x),
+                common.fmt(xm),
                 common.fmt(best["dataflow"] * 1e3, 2),
                 common.fmt(per_task["by hand"]),
                 common.fmt(per_task["dagagent"]),
                 common.fmt(per_task["dataflow"], 3),
             ]
         )
+    # Judged on the medians: the best of a few runs compares each side's luckiest run, and
+    # the server's latency per activity varies from run to run by more than dagagent's
+    # share of it (see the breakdown), so one lucky run on either side decides the best.
     targets = [
         (
-            f"temporal executor, {shape}: <= 1.2 x the workflow written by hand",
-            s["x_by_hand"] <= 1.2,
-            f"{s['x_by_hand']:.2f} x",
+            f"temporal executor, {shape}: <= 1.2 x the workflow written by hand (medians)",
+            s["x_by_hand_median"] <= 1.2,
+            f"{s['x_by_hand_median']:.2f} x (best of {args.repeats}: {s['x_by_hand']:.2f} x)",
         )
         for shape, s in summary.items()
     ]
@@ -442,15 +531,29 @@ def main(argv: list[str] | None = None) -> None:
     )
     print()
     common.print_targets(targets)
+    where_line = (
+        "Where a chain task's time goes outside the server, ms per task, in the driver's "
+        "process: the workflow's decisions (a replay of the last chain run) "
+        f"{where['workflow_dagagent_sandboxed_ms']:.2f} in Temporal's sandbox as the workers "
+        f"run it ({where['workflow_dagagent_unsandboxed_ms']:.2f} outside it) against "
+        f"{where['workflow_by_hand_ms']:.2f} by hand; the activity's body "
+        f"{where['activity_dagagent_ms']:.2f} (the task runner: plan checked, arguments "
+        f"resolved and validated, record made) against {where['activity_by_hand_ms']:.4f}; "
+        f"its arguments through the data converter {where['payloads_dagagent_ms']:.2f} "
+        f"against {where['payloads_by_hand_ms']:.2f}."
+    )
     print()
     print(history_line)
+    print()
+    print(where_line)
 
     command = common.command_line()
     md = [
         *common.markdown_head("What durability costs: the Temporal executor", command, info),
         "One Temporal development server (in memory, loopback) and one worker process per "
         "side, started once. Wall time of a run from the driver's call to its result, best of "
-        f"{args.repeats} interleaved runs (medians in temporal_overhead.json). **by hand**: "
+        f"{args.repeats} interleaved runs; the ratio of the medians too, which the targets "
+        "judge (all times in temporal_overhead.json). **by hand**: "
         "the same DAG written as a Temporal workflow, each task a plain activity; "
         "**dagagent**: `--executor temporal` (dataflow scheduling in the workflow, each task "
         "an activity run by the task runner on a `dagagent worker`, results followed by the "
@@ -459,7 +562,7 @@ def main(argv: list[str] | None = None) -> None:
         common.markdown_table(headers, rows),
         *common.markdown_targets(targets),
     ]
-    md += ["", history_line]
+    md += ["", history_line, "", where_line]
     data = {
         "benchmark": "temporal_overhead",
         "command": command,
@@ -468,6 +571,7 @@ def main(argv: list[str] | None = None) -> None:
         "times_s": times,
         "summary": summary,
         "history": history,
+        "where_ms_per_task": where,
         "targets": common.targets_json(targets),
     }
     common.save(args, "temporal_overhead", data, "\n".join(md))

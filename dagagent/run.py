@@ -354,6 +354,9 @@ class _Run:
                 if r.status is TaskStatus.WAITING:
                     _left_waiting(r, status, self.run_id)
         cp_len, cp = finished_critical_path(graph.order, graph.dependencies, tasks)
+        # A run starts no later than its first task: a round's run of a solve on Temporal
+        # (dagagent.workflows.temporal_solve) ran on the workers before its driver saw it.
+        started = min([started, *(r.started_at for r in tasks.values() if r.started_at)])
         return RunResult(
             run_id=self.run_id,
             status=status,

@@ -127,3 +127,23 @@ def hold_unsure(name: str, where: str) -> dict[str, Any]:
 def started(where: Path, name: str) -> list[int]:
     """The process ids that started ``hold(name)``."""
     return sorted(int(p.name.split(".")[-2]) for p in where.glob(f"{name}.*.started"))
+
+
+def _interceptors() -> list[Any]:
+    """The interceptors of ``dagagent worker --interceptors temporal_tools:interceptors``:
+    approval rules decided on the worker (a deny, and an ask that waits for a person)."""
+    from dagagent.approval import Policy, Rule, ask_later
+
+    return [
+        Policy(
+            [
+                Rule(tool="add", args={"a": "13"}, action="deny", reason="unlucky"),
+                Rule(tool="echo", action="ask", name="ask echo"),
+            ],
+            default="allow",
+            ask=ask_later,
+        )
+    ]
+
+
+interceptors = _interceptors()

@@ -75,7 +75,8 @@ person). A tool's own ``max_calls`` / ``cooldown_s`` are checked whatever the po
 
 The parts: the matcher language (``_matchers``), :class:`Rule` (``_rules``), asking
 (``_asking``: :class:`ApprovalRequest`, :class:`Approval`), :class:`Limit` (``_limits``), policy
-files (``_files``) and the :class:`Policy` interceptor (``_policy``).
+files (``_files``), the :class:`Policy` interceptor (``_policy``) and a run's rules on the
+workers of another machine (``_workers``: :func:`run_policies`).
 """
 
 from __future__ import annotations
@@ -85,6 +86,7 @@ from ._files import read_policy_file
 from ._limits import LIMIT_ACTIONS, Limit, LimitAction
 from ._policy import Policy, load_policy
 from ._rules import ACTIONS, Action, ArgsPredicate, Rule
+from ._workers import run_policies
 
 __all__ = [
     "ACTIONS",
@@ -102,4 +104,5 @@ __all__ = [
     "ask_later",
     "load_policy",
     "read_policy_file",
+    "run_policies",
 ]

@@ -553,6 +553,7 @@ COMMAND_MODULES = {
     "ask": "ask",
     "chat": "sessions",
     "sessions": "sessions",
+    "attach": "ask",
     "tools": "tools",
     "ui": "view",
     "report": "view",

@@ -62,16 +62,21 @@ from .options import (
     NoSchemaOpt,
     NoWaitOpt,
     OtelOpt,
+    PayloadStoreOpt,
     PlannerPromptOpt,
     PolicyOpt,
     PricesOpt,
     SkillsOpt,
     StoreOpt,
     StreamTimeoutOpt,
+    TaskQueueOpt,
+    TemporalAddressOpt,
+    TemporalNamespaceOpt,
     TimeoutOpt,
     ToolsOpt,
     discovery_of,
     make_planner,
+    temporal_options,
 )
 from .otel import configure_otel
 from .recording import recorded_tools_spec, tools_context
@@ -85,7 +90,39 @@ if TYPE_CHECKING:
     from ..workflows import Solution
     from .writing import ModelProgress
 
-__all__ = ["AskProgress", "ask_cmd", "exit_code_of", "report_solution", "solve_interrupted"]
+__all__ = [
+    "AskProgress",
+    "ask_cmd",
+    "exit_code_of",
+    "report_solution",
+    "solve_interrupted",
+    "temporal_executor",
+]
+
+
+def temporal_executor(
+    executor: str,
+    address: str | None,
+    namespace: str | None,
+    task_queue: str | None,
+    payloads: Path | None,
+) -> Any:
+    """The executor ``--executor`` names, the Temporal one made with its options; a
+    :class:`ConfigError` for a Temporal option without ``--executor temporal``."""
+    given = temporal_options(address, namespace, task_queue, payloads)
+    if executor != "temporal":
+        names = {
+            "address": "--temporal-address",
+            "namespace": "--temporal-namespace",
+            "task_queue": "--task-queue",
+            "payloads": "--payload-store",
+        }
+        for key in given:
+            raise ConfigError(f"{names[key]} needs --executor temporal")
+        return executor
+    from ..executors import get_executor
+
+    return get_executor("temporal", **given)
 
 
 def solve_interrupted(progress: AskProgress, store: Path | None) -> str:
@@ -392,6 +429,10 @@ def ask_cmd(
     session: SessionOpt = None,
     context_tokens: ContextTokensOpt = 2000,
     keep_turns: KeepTurnsOpt = 2,
+    temporal_address: TemporalAddressOpt = None,
+    task_queue: TaskQueueOpt = None,
+    temporal_namespace: TemporalNamespaceOpt = None,
+    payload_store: PayloadStoreOpt = None,
 ) -> None:
     """Answer GOAL: plan with the model, run the plan, let the model answer from the results
     or plan again (reusing every success), for at most --max-rounds rounds. Progress on
@@ -399,7 +440,10 @@ def ask_cmd(
     plan, 6 paused (a task waits for a person's decision: dagagent approve, then dagagent
     resume), 8 the deadline passed, 9 the budget ran out. 'dagagent show SOLVE' shows the
     solve and every model call. With --session NAME, GOAL is the next turn of that
-    conversation (started when new; a turn that did not end is resumed first)."""
+    conversation (started when new; a turn that did not end is resumed first). With
+    --executor temporal the whole solve runs on 'dagagent worker' processes (exit 10 if the
+    server cannot be reached); if this process dies, 'dagagent attach SOLVE' follows it
+    again."""
     import asyncio
 
     from ..approval import Policy
@@ -414,6 +458,9 @@ def ask_cmd(
 
     if otel:
         configure_otel()
+    run_executor: Any = temporal_executor(
+        executor, temporal_address, temporal_namespace, task_queue, payload_store
+    )
     if not goal.strip():
         raise ConfigError("the goal is empty: say what the answer should be about")
     choice = ModelChoice(model, base_url, timeout, max_tokens, deadline, stream_timeout)
@@ -474,7 +521,7 @@ def ask_cmd(
                         max_rounds=max_rounds,
                         stream=not no_stream,
                         settings=RunSettings(
-                            executor=executor,
+                            executor=run_executor,
                             on_failure=cast(FailurePolicy, on_failure),  # checked there
                             max_concurrency=max_concurrency,
                         ),
@@ -507,7 +554,7 @@ def ask_cmd(
             "max_rounds": max_rounds,
             "stream": not no_stream,
             "settings": RunSettings(
-                executor=executor,
+                executor=run_executor,
                 on_failure=cast(FailurePolicy, on_failure),
                 max_concurrency=max_concurrency,
             ),
@@ -541,5 +588,72 @@ def ask_cmd(
     if json_out:
         print_json(out, solution.to_json_dict())
     elif solution.ok and writing.streamed != solution.answer_text:  # not printed as written
+        out.print(printable(solution.answer_text, lines=True), markup=False, highlight=False)
+    raise typer.Exit(exit_code_of(solution))
+
+
+@app.command("attach")
+@guard
+def attach_cmd(
+    solve: str = typer.Argument(
+        ..., help="The solve's id (as 'dagagent ask' printed it).", metavar="SOLVE"
+    ),
+    store: StoreOpt = None,
+    json_out: bool = typer.Option(
+        False, "--json", help="Print the whole solution as JSON (as 'ask --json')."
+    ),
+    prices: PricesOpt = None,
+    temporal_address: TemporalAddressOpt = None,
+    task_queue: TaskQueueOpt = None,
+    temporal_namespace: TemporalNamespaceOpt = None,
+    payload_store: PayloadStoreOpt = None,
+) -> None:
+    """Follow solve SOLVE on Temporal (started by 'ask --executor temporal' whose process is
+    gone) to its end, and record what its record lacks: its rounds, runs, model calls and
+    answer. The answer on stdout; exit codes as for 'ask'. Stopping it (Ctrl-C) leaves the
+    solve running on the workers. No --tools: the workers run them."""
+    from ..executors.temporal import TemporalExecutor
+    from ..store import RunStore, default_store_path
+    from ..text import printable
+    from ..tools._loop import run_own_loop
+    from ..workflows.temporal_solve import attach_solve
+    from .render import print_json
+    from .signals import stoppable
+    from .writing import ModelProgress
+
+    executor = temporal_executor(
+        "temporal", temporal_address, temporal_namespace, task_queue, payload_store
+    )
+    assert isinstance(executor, TemporalExecutor)
+    price_table = BudgetOptions(None, None, None, None, prices).prices()
+    path = default_store_path(store)
+    with RunStore(path) as run_store:
+        solve_id = run_store.resolve_solve(solve) or solve
+        writing = ModelProgress(err, answer_to=None, live=True)
+        progress = AskProgress(writing)
+
+        async def main() -> Solution:
+            return await stoppable(
+                attach_solve(
+                    solve_id,
+                    executor=executor,
+                    store=run_store,
+                    listeners=[progress],
+                    prices=price_table,
+                )
+            )
+
+        try:
+            with writing:
+                solution = run_own_loop(main)
+        except KeyboardInterrupt:
+            raise Interrupted(
+                f"stopped following solve {solve_id}; it goes on on the workers "
+                f"(dagagent attach {solve_id} follows it again)"
+            ) from None
+    report_solution(solution, path)
+    if json_out:
+        print_json(out, solution.to_json_dict())
+    elif solution.ok:
         out.print(printable(solution.answer_text, lines=True), markup=False, highlight=False)
     raise typer.Exit(exit_code_of(solution))

@@ -70,6 +70,9 @@ def run_recorded(
     if progress is not None:
         listeners = (*listeners, progress)
     executor: Any = settings.executor
+    reach = getattr(executor, "reach", None)
+    if callable(reach):  # a run on Temporal: where 'dagagent resume' finds its workflow
+        context["temporal"] = reach()
     if getattr(executor, "on_progress", False) is None:  # say what happens while it starts
         executor.on_progress = (
             progress.note if isinstance(progress, LiveProgress) else _say_on_stderr

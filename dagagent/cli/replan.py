@@ -30,12 +30,16 @@ from .options import (
     OnFailureOpt,
     OtelOpt,
     OutOpt,
+    PayloadStoreOpt,
     PolicyOpt,
     RunArg,
     RunOptions,
     SkillsOpt,
     StoreOpt,
     StreamTimeoutOpt,
+    TaskQueueOpt,
+    TemporalAddressOpt,
+    TemporalNamespaceOpt,
     TimeoutOpt,
     ToolsOpt,
     discovery_of,
@@ -157,6 +161,10 @@ def replan_cmd(
     skills: SkillsOpt = None,
     max_tools: MaxToolsOpt = DEFAULT_THRESHOLD,
     executor: ExecutorOpt = "dataflow",
+    temporal_address: TemporalAddressOpt = None,
+    task_queue: TaskQueueOpt = None,
+    temporal_namespace: TemporalNamespaceOpt = None,
+    payload_store: PayloadStoreOpt = None,
     on_failure: OnFailureOpt = "cancel",
     max_concurrency: MaxConcurrencyOpt = None,
     max_elements: MaxElementsOpt = DEFAULT_MAX_ELEMENTS,
@@ -284,7 +292,7 @@ def _replan(
     """The rest of ``replan``: revise, show, write and run (see :func:`replan_cmd`)."""
     from ..plan import AgentTask
     from ..review import PlanDiff, format_diff
-    from .approve import run_interceptors
+    from .approve import rules_to_workers, run_interceptors
     from .recording import run_recorded, say_recorded
     from .render import print_json, print_warnings
     from .run import agent_calls
@@ -365,6 +373,9 @@ def _replan(
         ),
         "approval": rules.context(),  # what a resume of the new run applies
     }
+    interceptors = rules_to_workers(
+        execute_options["settings"].executor, rules, interceptors, no_wait=no_wait
+    )
     agents = agent_llm if any(isinstance(t, AgentTask) for t in plan.tasks) else None
     try:
         with agent_calls(agents, path, calls, interceptors) as (metered, run_id):

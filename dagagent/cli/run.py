@@ -210,10 +210,16 @@ def run_graph(
     ``llm``) are recorded with the run and their task: by ``calls`` (``plan --execute``'s,
     whose ``run_id`` is the run's, with the planner's calls already in it), else by a
     recorder of the run's own."""
+    from .approve import rules_to_workers
     from .recording import run_recorded, say_recorded
 
     execute_options = options.execute_options()
-    interceptors = options.interceptors(graph, registry)
+    interceptors = rules_to_workers(
+        execute_options["settings"].executor,
+        options.rules,
+        options.interceptors(graph, registry),
+        no_wait=options.no_wait,
+    )
     with agent_calls(llm, options.store, calls, interceptors) as (metered, run_id):
         result = run_recorded(
             graph,

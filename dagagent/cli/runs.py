@@ -524,6 +524,7 @@ def show_cmd(
     )
     if doubts:
         _show_doubts(record, doubts)
+    _show_workers(record)
     if versions:
         out.print(
             f"new versions of tasks that succeeded in run {record.parent_id} (their calls "
@@ -539,6 +540,13 @@ def show_cmd(
         from .run import paused_hint
 
         paused_hint(record.as_result(), console=out)
+    elif record.status == "interrupted" and record.executor == "temporal":
+        out.print(
+            f"its driver stopped; the run's workflow goes on on the Temporal workers: "
+            f"'dagagent resume {record.run_id}' follows it and records what it did",
+            markup=False,
+            highlight=False,
+        )
     if solve is not None:
         _show_solve(solve, record.run_id)
 
@@ -576,6 +584,23 @@ def _left_out_caption(record: RunRecord, shown: set[str], missing: str) -> str:
         f"dagagent show {record.run_id} --task ID shows one, --json every one, "
         "dagagent ui all of them page by page"
     )
+
+
+def _show_workers(record: RunRecord) -> None:
+    """Where the tasks ran, when not in the run's process (the workers of a run on Temporal):
+    each worker with the number of tasks it ran (a map's elements by the workers of their
+    chunks)."""
+    from ..text import printable
+
+    counts: Counter[str] = Counter()
+    for r in record.tasks.values():
+        ran = [e.worker for e in r.elements or () if e.worker is not None]
+        if not ran and r.worker is not None:
+            ran = [r.worker]
+        counts.update(ran)
+    if counts:
+        listed = ", ".join(f"{printable(w)} ({n})" for w, n in counts.most_common())
+        out.print(f"workers: {listed}", markup=False, highlight=False)
 
 
 def _show_tracebacks(record: RunRecord) -> None:
@@ -744,6 +769,8 @@ def _show_task(
         took += f" ({'after ' if took else ''}{waited:.3f}s waiting for approval)"
     line("status", r.status.value + took)
     line("attempts", str(r.attempts))
+    if r.worker is not None:
+        line("worker", printable(r.worker))
     planned_args = t.args if isinstance(t, ToolTask) else None
     args = r.args if r.args is not None else planned_args  # the store keeps redacted arguments
     if r.elements is not None and r.args is not None:

@@ -32,11 +32,16 @@ from .options import (
     ModelChoice,
     ModelOpt,
     NoWaitOpt,
+    PayloadStoreOpt,
     PricesOpt,
     SkillsOpt,
     StoreOpt,
     StreamTimeoutOpt,
+    TaskQueueOpt,
+    TemporalAddressOpt,
+    TemporalNamespaceOpt,
     ToolsOpt,
+    temporal_options,
 )
 from .replan import registry_for
 from .rules import recorded_rules
@@ -330,9 +335,14 @@ def resume_cmd(
         "--executor",
         "-e",
         metavar="|".join(IN_PROCESS_EXECUTORS),
-        help="When tasks start. Default: the executor the run was started with.",
+        help="When tasks start. Default: the executor the run was started with (a run on "
+        "Temporal goes on there: its workflow is followed if it still runs or finished).",
     ),
     max_concurrency: MaxConcurrencyOpt = None,
+    temporal_address: TemporalAddressOpt = None,
+    task_queue: TaskQueueOpt = None,
+    temporal_namespace: TemporalNamespaceOpt = None,
+    payload_store: PayloadStoreOpt = None,
     no_wait: NoWaitOpt = False,
     model: ModelOpt = None,
     base_url: BaseUrlOpt = None,
@@ -346,14 +356,16 @@ def resume_cmd(
     wait again, and nothing that succeeded runs again. Exit as 'run' does (6: paused again).
     A run of a paused 'ask' (or the solve's id) continues the solve: the run, then the
     joiner and the rounds after it, with --model; exit as 'ask' does. --prices costs the
-    model calls it makes, as for 'ask'."""
+    model calls it makes, as for 'ask'. A run on Temporal whose driver died (interrupted)
+    follows its workflow and records what it did, or runs the rest if the workflow ended
+    without finishing; the server is the one the run recorded, or --temporal-address."""
     from ..graph import validate
     from ..plan import AgentTask
     from ..store import RunStore
     from ..tools._loop import run_own_loop
     from ..workflows._calls import run_calls
-    from ..workflows.resume import resumable_executor, resume
-    from .approve import run_interceptors
+    from ..workflows.resume import resume, resumed_executor
+    from .approve import rules_to_workers, run_interceptors
     from .progress import progress_for
     from .recording import say_recorded
     from .signals import stoppable
@@ -379,11 +391,28 @@ def resume_cmd(
                 no_wait, json_out, price_table, skills,
             )  # fmt: skip
             raise typer.Exit(code)
+        chosen = executor or record.executor
+        given = temporal_options(temporal_address, temporal_namespace, task_queue, payload_store)
+        if given and chosen != "temporal":
+            option = {
+                "address": "--temporal-address",
+                "namespace": "--temporal-namespace",
+                "task_queue": "--task-queue",
+                "payloads": "--payload-store",
+            }[next(iter(given))]
+            raise ConfigError(
+                f"{option} needs a run on Temporal (run {record.run_id} ran on "
+                f"{record.executor or 'an unknown executor'}) or --executor temporal"
+            )
         _, _, registry = registry_for(record, tools, mcp, skills)
         rules = recorded_rules(record)
         graph = validate(record.plan, registry)
-        interceptors = run_interceptors(
-            graph, registry, approve=False, rules=rules, no_wait=no_wait
+        going_on = resumed_executor(chosen, record.context, **given)
+        interceptors = rules_to_workers(
+            going_on,
+            rules,
+            run_interceptors(graph, registry, approve=False, rules=rules, no_wait=no_wait),
+            no_wait=no_wait,
         )
         llm = None
         if any(isinstance(t, AgentTask) for t in record.plan.tasks):
@@ -405,7 +434,7 @@ def resume_cmd(
                         interceptors=interceptors,
                         listeners=(progress,) if progress is not None else (),
                         settings=RunSettings(
-                            executor=executor or resumable_executor(record.executor),
+                            executor=going_on,
                             on_failure="continue" if on_failure == "continue" else "cancel",
                             max_concurrency=max_concurrency,
                         ),

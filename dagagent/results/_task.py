@@ -50,6 +50,9 @@ class TaskResult:
     #: Where the tool's own code failed: the traceback of the exception it raised (bounded in
     #: size; none for dagagent's own errors, whose message says it all).
     traceback: str | None = None
+    #: Where the task ran when not in the run's own process: the worker (``pid@host`` on
+    #: Temporal) that ran it; ``None`` in process.
+    worker: str | None = None
 
     @classmethod
     def validate(cls, data: Any) -> TaskResult:
@@ -162,6 +165,8 @@ class TaskResult:
             d["elements"] = [e.to_json_dict() for e in self.elements]
         if self.traceback is not None:
             d["traceback"] = self.traceback
+        if self.worker is not None:
+            d["worker"] = self.worker
         return d
 
 

@@ -200,6 +200,11 @@ class ToolCalls:
         self._chain = chain
 
     @property
+    def answers(self) -> Mapping[str, Sequence[ApprovalAnswer]]:
+        """A resumed run's decisions about the calls that waited, by task (and element)."""
+        return self._answers
+
+    @property
     def intercepted(self) -> bool:
         """Whether decisions may be taken about calls: they go through interceptors, or a
         resumed run's record of calls with side effects decides about some."""

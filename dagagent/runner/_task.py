@@ -152,6 +152,8 @@ class TaskRunner:
         self.results: dict[str, TaskResult] = {}
         self.outputs: dict[str, Any] = {}
         self.reuse = reuse or {}
+        #: A resumed run's results recorded before (``None``: not a resumed run).
+        self.prior: Mapping[str, TaskResult] | None = prior
         prior = prior or {}
         # A resumed run: what succeeded before the pause stands as it was recorded; an agent
         # task that waited continues from its recorded steps, a map task that waited runs
@@ -233,6 +235,28 @@ class TaskRunner:
         finally:
             if slots is not None:
                 slots.release()  # after the task's result and events
+
+    def reuse_now(self, task_id: str) -> TaskResult | None:
+        """Settle ``task_id`` with the earlier run's output, without calling anything, if it
+        may be reused now (as :meth:`run_task` would reuse it: same fingerprint, same
+        upstream outputs, every dependency settled here): its result, recorded; else
+        ``None``, and nothing recorded. A map task or one with a condition is never settled
+        here (:meth:`run_task` decides those). For an executor that runs the tasks elsewhere
+        (Temporal), so that a reused task costs no call there."""
+        task = self.tasks[task_id]
+        if task_id not in self.reuse or task.for_each is not None or task.when is not None:
+            return None
+        if any(d not in self.outputs for d in self.graph.dependencies[task_id]):
+            return None
+        try:
+            args = self.resolve_args(task, self.outputs)
+        except Exception:  # a reference that does not resolve: the task's own run says why
+            return None
+        if not self._reusable(task, args):
+            return None
+        run = self._start(task_id)
+        run.args = args
+        return self.finish(run, _REUSED, self.reuse[task_id][1])
 
     def _decide(self, task_id: str, condition: Condition) -> TaskResult | None:
         """Decide a task's ``when`` before it starts: ``None`` when it holds (run the task),

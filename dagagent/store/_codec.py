@@ -26,6 +26,7 @@ ELEMENT_KEYS = (
     "steps",
     "decisions",
     "traceback",
+    "worker",
 )
 
 

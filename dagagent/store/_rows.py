@@ -299,7 +299,7 @@ _RUNNING = TaskStatus.RUNNING.value
 def _started_row(run_id: str, start: tuple[str, float]) -> tuple[Any, ...]:
     """The row of a task that started: ``running`` since then, nothing else yet (its
     arguments come with its result, after any redaction)."""
-    return (run_id, start[0], _RUNNING, None, None, None, 0, start[1], *(None,) * 6)
+    return (run_id, start[0], _RUNNING, None, None, None, 0, start[1], *(None,) * 7)
 
 
 def task_row(
@@ -362,4 +362,5 @@ def _columns(r: TaskResult, output_lost: str | None) -> tuple[Any, ...]:
         None if steps is None else to_column(steps),
         None if decisions is None else to_column(decisions),
         r.traceback,
+        r.worker,
     )

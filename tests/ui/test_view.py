@@ -237,6 +237,16 @@ def test_a_tasks_traceback_is_shown_escaped_in_its_panel() -> None:
     assert "in parse" in html and made.XSS not in html
 
 
+def test_the_worker_that_ran_a_task_is_shown_escaped_in_its_panel() -> None:
+    plan = Plan.model_validate({"goal": "g", "tasks": [{"id": "p", "tool": "parse", "args": {}}]})
+    ran = TaskResult(task_id="p", status=TaskStatus.FAILED, error="no", attempts=1)
+    there = ran.but(worker=f"4242@{made.XSS}")
+    html = render_panel(build_view(_failed_run(plan, there)), "p", page=Page())
+    assert "<dt>worker</dt><dd><code>4242@" in html and made.XSS not in html
+    here = render_panel(build_view(_failed_run(plan, ran)), "p", page=Page())
+    assert "<dt>worker</dt>" not in here  # a task run in the run's own process
+
+
 def test_a_map_tasks_elements_are_shown_escaped_in_its_panel() -> None:
     plan = Plan.model_validate(
         {

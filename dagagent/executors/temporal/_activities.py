@@ -17,6 +17,11 @@ A task run again after its worker was lost (``in_doubt``), whose tool has side e
 a reconciler: the calls it had not finished are in doubt, and the reconciler decides about
 each (``Effects.lost_during`` in the runner).
 
+Each call goes through the worker's interceptors (approval rules, redaction, tracing),
+with the decisions a person took about the calls that waited (a resumed run's answers);
+the result names the worker that ran it (``worker``, ``pid@host``), and each element of a
+map the worker that ran its chunk.
+
 A worker whose registry lacks a tool of the plan (or has one whose arguments differ) fails
 the task at once, saying what the worker serves: the error is not retried.
 """
@@ -28,7 +33,8 @@ import json
 import os
 import socket
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -36,20 +42,32 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from ...conditions import parse_condition
-from ...errors import PlanValidationError
+from ...errors import ConfigError, PlanValidationError
 from ...events import Event, TaskElementFinished
 from ...graph import validate
+from ...plan import AgentTask
 from ...references import Template
-from ...results import TaskResult, TaskStatus
-from ...runner import TaskRunner
+from ...results import ApprovalAnswer, TaskResult, TaskStatus
+from ...runner import Redaction, TaskRunner, ToolCalls
 from ...settings import TaskRetryPolicy
 from ._workflow import COUNT_ELEMENTS, RUN_TASK
 
 if TYPE_CHECKING:
     from ...graph import PlanGraph
+    from ...runner import Interceptor
     from ...tools import Registry
 
-__all__ = ["Activities", "worker_identity"]
+__all__ = ["Activities", "AgentModels", "RunPolicies", "worker_identity"]
+
+#: How a worker gets the model of a run's agent tasks: called with the run's model spec
+#: (``RunInput.model``), an async context manager whose value has ``llm`` and
+#: ``agent_runner`` (for the task runner) and ``records()``, the JSON of each model call made
+#: (``dagagent.workflows.temporal_solve`` provides it; this layer knows no model).
+AgentModels = Callable[[dict[str, Any]], AbstractAsyncContextManager[Any]]
+
+RunPolicies = Callable[[Mapping[str, Any]], Sequence["Interceptor"]]
+"""``(a run's approval rules as data) -> interceptors``: see
+:func:`dagagent.approval.run_policies`."""
 
 # Plans validated on this worker, by the hash of their JSON.
 _GRAPHS_KEPT = 32
@@ -63,10 +81,30 @@ def worker_identity() -> str:
 class Activities:
     """The activities of a worker serving ``registry`` on ``task_queue``."""
 
-    def __init__(self, registry: Registry, task_queue: str, identity: str | None = None) -> None:
+    def __init__(
+        self,
+        registry: Registry,
+        task_queue: str,
+        identity: str | None = None,
+        interceptors: Sequence[Interceptor] = (),
+        run_policies: RunPolicies | None = None,
+        agents: AgentModels | None = None,
+    ) -> None:
         self.registry = registry
         self.task_queue = task_queue
         self.identity = identity or worker_identity()
+        self.agents = agents
+        self.interceptors = tuple(interceptors)
+        for i in self.interceptors:
+            if getattr(i, "limits", None):
+                raise ConfigError(
+                    f"worker interceptor {i!r} has limits, which count a run's calls "
+                    "together: a worker sees one task's calls at a time, so it cannot keep "
+                    "them; give the worker rules without limits"
+                )
+        self.run_policies = run_policies
+        self._redaction = Redaction(self.interceptors)
+        self._policies: dict[str, tuple[Interceptor, ...]] = {}
         self._graphs: OrderedDict[str, PlanGraph] = OrderedDict()
 
     def definitions(self) -> list[Any]:
@@ -76,8 +114,26 @@ class Activities:
 
     @activity.defn(name=RUN_TASK)
     async def run_task(self, call: dict[str, Any], plan: dict[str, Any], *outputs: Any) -> Any:
-        """Run one task (or a window of a map's elements) and return its result's JSON."""
-        runner = self._runner(call, plan, outputs)
+        """Run one task (or a window of a map's elements) and return its result's JSON; an
+        agent task's model calls under ``model_calls`` (see :data:`AgentModels`)."""
+        model = call.get("model")
+        task = self._graph(plan).tasks.get(call["task_id"])
+        if (
+            model is None
+            or self.agents is None
+            or call.get("assemble")
+            or not isinstance(task, AgentTask)  # no model call: no client to open
+        ):
+            return await self._run_task(call, plan, outputs, None)
+        async with self.agents(model) as agent_model:
+            doc = await self._run_task(call, plan, outputs, agent_model)
+            doc["model_calls"] = agent_model.records()
+            return doc
+
+    async def _run_task(
+        self, call: dict[str, Any], plan: dict[str, Any], outputs: Sequence[Any], model: Any
+    ) -> Any:
+        runner = self._runner(call, plan, outputs, model)
         task_id = call["task_id"]
         if call.get("in_doubt"):
             # run again after its worker was lost: a call not known to have ended is in
@@ -92,7 +148,7 @@ class Activities:
 
             def keep(event: Event) -> None:
                 if isinstance(event, TaskElementFinished) and start <= event.index < stop:
-                    reported.append(event.result.to_json_dict())
+                    reported.append({**event.result.to_json_dict(), "worker": self.identity})
 
             runner.emit = keep
         async with anyio.create_task_group() as tg:
@@ -102,7 +158,7 @@ class Activities:
         doc = r.to_json_dict()
         if window is not None:
             doc["elements"] = doc["elements"][start:stop] if doc.get("elements") else []
-        return doc
+        return self._where(doc, ran_here=not call.get("assemble"))
 
     @activity.defn(name=COUNT_ELEMENTS)
     async def count_elements(
@@ -115,7 +171,8 @@ class Activities:
         if task.when is not None and not _holds(task.when, runner.outputs):
             # a condition on the whole task that is false (or cannot be decided): the runner
             # settles the task without mapping anything
-            return {"result": (await runner.run_task(task.id)).to_json_dict()}
+            settled = await runner.run_task(task.id)
+            return {"result": self._where(settled.to_json_dict(), ran_here=True)}
         source = task.for_each
         try:
             items = (
@@ -127,25 +184,51 @@ class Activities:
             items = None
         if not isinstance(items, (list, tuple)) or len(items) > runner.max_elements:
             # not a list to map over: the runner's own reading of it says why, as a result
-            return {"result": (await runner.run_task(task.id)).to_json_dict()}
+            r = await runner.run_task(task.id)
+            return {"result": self._where(r.to_json_dict(), ran_here=True)}
         return {"n": len(items)}
 
     # -- how -----------------------------------------------------------------------------------
 
+    def _where(self, doc: dict[str, Any], *, ran_here: bool) -> dict[str, Any]:
+        """``doc`` with this worker as the one that ran it (``ran_here``: and each of its
+        elements that does not name a worker yet: those it ran; a map put together from its
+        chunks keeps the chunks' workers)."""
+        doc["worker"] = self.identity
+        if ran_here:
+            for e in doc.get("elements") or ():
+                e.setdefault("worker", self.identity)
+        return doc
+
     def _runner(
-        self, call: dict[str, Any], plan: dict[str, Any], outputs: Sequence[Any]
+        self,
+        call: dict[str, Any],
+        plan: dict[str, Any],
+        outputs: Sequence[Any],
+        model: Any = None,
     ) -> TaskRunner:
         graph = self._graph(plan)
         task_id = call["task_id"]
         prior = self._prior(graph, call)
+        answers: dict[str, list[ApprovalAnswer]] = {}
+        for key, given in (call.get("answers") or {}).items():
+            answers[key] = [ApprovalAnswer.model_validate(a) for a in given]
+        interceptors = self.interceptors
+        if call.get("approval"):  # the run's own rules, after the worker's interceptors
+            interceptors = (*interceptors, *self._run_policies(call["approval"]))
         runner = TaskRunner(
             graph,
             self.registry,
             run_id=call["run_id"],
+            calls=ToolCalls(call["run_id"], self.registry, interceptors, answers=answers),
+            redaction=self._redaction,
             retry=TaskRetryPolicy(**call["retry"]),
             on_failure=call["on_failure"],
             max_elements=call["max_elements"],
             prior=prior,
+            llm=model.llm if model is not None else None,
+            agent_runner=model.agent_runner if model is not None else None,
+            reuse={t: (fp, out) for t, (fp, out) in (call.get("reuse") or {}).items()},
         )
         runner.outputs.update(zip(call["deps"], outputs, strict=True))
         task = graph.tasks.get(task_id)
@@ -162,6 +245,32 @@ class Activities:
                     non_retryable=True,
                 )
         return runner
+
+    def _run_policies(self, approval: dict[str, Any]) -> tuple[Interceptor, ...]:
+        """The run's approval rules as this worker's policies (made once per set of rules);
+        a task fails, not retried, when the worker cannot make them."""
+        key = json.dumps(approval, sort_keys=True)
+        found = self._policies.get(key)
+        if found is not None:
+            return found
+        if self.run_policies is None:
+            raise ApplicationError(
+                f"the worker {self.identity} cannot apply the run's approval rules (--policy, "
+                "--ask): start workers with dagagent worker, or serve(..., "
+                "run_policies=dagagent.approval.run_policies)",
+                type="ConfigError",
+                non_retryable=True,
+            )
+        try:
+            made = tuple(self.run_policies(approval))
+        except Exception as exc:
+            raise ApplicationError(
+                f"the worker {self.identity} cannot apply the run's approval rules: {exc}",
+                type="ConfigError",
+                non_retryable=True,
+            ) from None
+        self._policies[key] = made
+        return made
 
     def _prior(self, graph: PlanGraph, call: dict[str, Any]) -> dict[str, TaskResult] | None:
         """What the runner takes as already done: for a window of a map (``n`` elements in

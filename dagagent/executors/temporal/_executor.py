@@ -5,8 +5,14 @@ of its progress every ``poll_s``, never recorded in its history) and hands each 
 run's :class:`~dagagent.runner.TaskRunner` as it comes (:meth:`TaskRunner.ran_elsewhere`),
 so the run store, the listeners and the progress display see the run as they see a local
 one. The workflow does not need the driver: if the driver dies, the run goes on on the
-workers and finishes (its record in the store stops where the driver did). Interrupting
-the driver (Ctrl-C, a signal, cancelling ``execute``) cancels the workflow.
+workers and finishes; a resumed run (``dagagent resume``) follows its workflow if it still
+runs or finished, and records what it did. Interrupting the driver (Ctrl-C, a signal,
+cancelling ``execute``) cancels the workflow.
+
+A plan still being written starts with the tasks accepted so far; the others reach the
+workflow as signals as they are accepted (``_stream``). Tasks a resumed run keeps and
+those reused from an earlier run are settled here, before the workflow starts
+(``_settle_here``).
 """
 
 from __future__ import annotations
@@ -16,19 +22,21 @@ import contextlib
 import json
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import asdict
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
-from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
+from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.service import RPCError, RPCStatusCode
 
 from ...errors import ClusterError, ConfigError
-from ...plan import AgentTask, ToolTask
-from ...results import TaskResult
+from ...plan import AgentTask, Task, ToolTask
+from ...results import TaskResult, TaskStatus
 from ..base import BaseExecutor, Wakeup
 from ._connect import (
     DEFAULT_ADDRESS,
@@ -40,7 +48,7 @@ from ._connect import (
     worker_hint,
 )
 from ._payloads import DEFAULT_INLINE_BYTES
-from ._workflow import WORKFLOW, RunInput
+from ._workflow import ADD_TASKS, PLAN_COMPLETE, WORKFLOW, Arrived, RunInput
 
 if TYPE_CHECKING:
     from temporalio.converter import StorageDriver
@@ -75,6 +83,9 @@ class TemporalExecutor(BaseExecutor):
     - ``worker_timeout_s``: how long a run waits for a worker on the task queue (before it
       starts, and when its workers stop answering) before it fails with
       :class:`~dagagent.errors.ClusterError`.
+    - ``approval``: the run's approval rules, as data the workers apply to each call
+      (:func:`dagagent.approval.run_policies` says what it holds); a call that asks waits
+      for a person and the run pauses.
     - ``max_running``: activities pending at once (Temporal's limit is 2,000);
       ``chunk_elements``: elements of a map per activity; ``heartbeat_s``: how soon a lost
       worker is noticed; ``lost_worker_retries``: how often a task without side effects runs
@@ -101,6 +112,7 @@ class TemporalExecutor(BaseExecutor):
         lost_worker_retries: int = 3,
         history_events: int = 10_000,
         poll_s: float = 0.2,
+        approval: Mapping[str, Any] | None = None,
     ) -> None:
         self.address = check_address(address)
         if not task_queue or not isinstance(task_queue, str):
@@ -142,8 +154,25 @@ class TemporalExecutor(BaseExecutor):
         self.lost_worker_retries = lost_worker_retries
         self.history_events = history_events
         self.poll_s = poll_s
+        #: The run's approval rules, as data its workers apply to every call after their own
+        #: interceptors (see :func:`dagagent.approval.run_policies`); ``dagagent run
+        #: --policy FILE --ask GLOB`` sets it.
+        self.approval = dict(approval) if approval else None
         #: The workflow of the last run started (its id), for the server's tools.
         self.workflow_id: str | None = None
+
+    def reach(self) -> dict[str, str]:
+        """How to reach this run's server again (``dagagent resume`` of a run whose driver
+        died): its address, namespace, task queue and payload directory (not a
+        ``StorageDriver``, which is not a name)."""
+        found = {
+            "address": self.address,
+            "namespace": self.namespace,
+            "task_queue": self.task_queue,
+        }
+        if isinstance(self.payloads, (str, Path)):
+            found["payloads"] = str(Path(self.payloads).expanduser().resolve())
+        return found
 
     def __repr__(self) -> str:
         return f"TemporalExecutor({self.address!r}, task_queue={self.task_queue!r})"
@@ -174,19 +203,23 @@ class TemporalExecutor(BaseExecutor):
         if runner.calls.intercepted:
             raise ConfigError(
                 "the temporal executor runs tool calls on its workers, which the interceptors "
-                "of this process (approval rules, --approve, --ask, --policy, redaction, "
-                "tracing) cannot reach: run without them, or choose another executor"
+                "of this process (approval rules, --ask, --policy, redaction, tracing) cannot "
+                "reach: give them to the workers instead (dagagent worker --interceptors "
+                "MODULE:ATTR, or serve(..., interceptors=...)), where every call goes through "
+                "them and their decisions are recorded; or choose another executor"
             )
         agents = [t.id for t in graph.plan.tasks if isinstance(t, AgentTask)]
         if agents or (not graph.complete and runner.llm is not None):
-            raise ConfigError(
-                f"the temporal executor runs tool tasks only; agent tasks ({', '.join(agents)}) "
-                "need a model on the workers: choose another executor for this plan"
+            which = (
+                f"agent tasks ({', '.join(agents)})"
+                if agents
+                else ("a plan being written with a model (it may hold agent tasks)")
             )
-        if runner.reuse:
             raise ConfigError(
-                "the temporal executor does not reuse an earlier run's outputs: run the whole "
-                "plan, or choose another executor to reuse them"
+                f"the temporal executor runs tool tasks only; {which} would need a model on "
+                "the workers, with its calls recorded and costed in this run's store and "
+                "counted against its budget, which workers do not do yet: choose another "
+                "executor for this plan"
             )
         await self._wait_for_workers()
 
@@ -206,27 +239,45 @@ class TemporalExecutor(BaseExecutor):
     # -- run ----------------------------------------------------------------------------------
 
     async def run(self, graph: PlanGraph, runner: TaskRunner, on_failure: FailurePolicy) -> None:
-        await _complete(graph)
-        if graph.aborted:
-            return  # nothing runs from a plan that was rejected while it was written
+        if graph.complete and graph.aborted:
+            return  # nothing runs from a plan that was rejected before it was run
         client = self._client()
         run_id = runner.run_id
         wid = self.workflow_id = workflow_id(run_id)
+        known = len(graph.plan.tasks)  # a plan being written: the tasks so far
+        handle: WorkflowHandle[Any, list[dict[str, Any]]] | None = None
+        running = False  # following a workflow that runs: it may wait for more of its plan
+        if runner.prior is not None:  # a resumed run: its workflow may run, or have ended
+            waited = any(r.status is TaskStatus.WAITING for r in runner.prior.values())
+            handle, running = await self._workflow_to_follow(wid, finished_too=not waited)
+            if running and handle is not None:
+                known = await _tasks_known(handle, known)
+        seen = 0  # a workflow followed from its start: every result is recorded here
+        if handle is None:
+            settled = await _settle_here(graph, runner)
+            try:
+                handle = await client.start_workflow(
+                    WORKFLOW,
+                    self._input(graph, runner, on_failure, settled),
+                    id=wid,
+                    task_queue=self.task_queue,
+                    result_type=list,
+                    id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+                )
+            except WorkflowAlreadyStartedError:
+                raise ClusterError(
+                    f"a workflow {wid} already runs on the Temporal server at {self.address}: "
+                    "run ids are not reused"
+                ) from None
+            seen = len(settled)  # recorded here already
         try:
-            handle: WorkflowHandle[Any, list[dict[str, Any]]] = await client.start_workflow(
-                WORKFLOW,
-                self._input(graph, runner, on_failure),
-                id=wid,
-                task_queue=self.task_queue,
-                result_type=list,
-            )
-        except WorkflowAlreadyStartedError:
-            raise ClusterError(
-                f"a workflow {wid} already runs on the Temporal server at {self.address}: "
-                "run ids are not reused"
-            ) from None
-        try:
-            await self._follow(handle, runner)
+            if graph.complete and not running:
+                await self._follow(handle, runner, seen)
+            else:  # tell it the tasks it lacks (a plan still being written), then the end
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(self._stream, graph, runner, handle, known)
+                    await self._follow(handle, runner, seen)
+                    tg.cancel_scope.cancel()  # the run ended before its plan did
         except BaseException:
             with (
                 anyio.CancelScope(shield=True),
@@ -236,65 +287,111 @@ class TemporalExecutor(BaseExecutor):
                 await handle.cancel()  # interrupted: the run stops on the workers too
             raise
 
-    def _input(self, graph: PlanGraph, runner: TaskRunner, on_failure: FailurePolicy) -> RunInput:
+    async def _workflow_to_follow(
+        self, wid: str, *, finished_too: bool
+    ) -> tuple[WorkflowHandle[Any, list[dict[str, Any]]] | None, bool]:
+        """The workflow ``wid`` of a resumed run if it still runs (its driver died) or
+        (``finished_too``) completed while nobody followed it: following it records its
+        results. ``None`` when there is none, or it failed, was cancelled, terminated or
+        timed out, or it completed and the run's record has its end (a paused run that
+        goes on with decisions about the calls that waited): the rest of the run starts
+        anew. With whether it still runs."""
+        handle = self._client().get_workflow_handle(wid, result_type=list)
+        try:
+            described = await handle.describe(rpc_timeout=timedelta(seconds=_QUERY_TIMEOUT_S))
+        except RPCError as exc:
+            if exc.status is RPCStatusCode.NOT_FOUND:
+                return None, False
+            raise ClusterError(
+                f"cannot read workflow {wid} on the Temporal server at {self.address}: "
+                f"{' '.join(str(exc).split())}"
+            ) from None
+        status = described.status
+        if status is WorkflowExecutionStatus.RUNNING:
+            return handle, True
+        if finished_too and status is WorkflowExecutionStatus.COMPLETED:
+            return handle, False
+        return None, False
+
+    def _input(
+        self,
+        graph: PlanGraph,
+        runner: TaskRunner,
+        on_failure: FailurePolicy,
+        settled: list[TaskResult],
+    ) -> RunInput:
         plan = graph.plan
-        registry = runner.registry
-        retry = runner.retry
-        local, side_effects, reconciled, maps, partial = [], [], [], [], []
-        bounds: dict[str, float | None] = {}
-        for task in plan.tasks:
-            if task.for_each is not None:
-                maps.append(task.id)
-            if getattr(task, "allow_partial", False):
-                partial.append(task.id)
-            if not isinstance(task, ToolTask) or task.tool not in registry:
-                continue
-            tool = registry.get(task.tool)
-            if tool.side_effects:
-                side_effects.append(task.id)
-                if tool.reconcile is not None:
-                    reconciled.append(task.id)
-            elif not tool.blocking and tool.connection is None:
-                local.append(task.id)  # declared never to block, without side effects
-            timeout = task.timeout_s if task.timeout_s is not None else tool.timeout_s
-            retries = task.retries if task.retries is not None else tool.retries
-            bounds[task.id] = (
-                (timeout + retry.max_delay_s) * (retries + 1) + _BOUND_SLACK_S
-                if timeout is not None and task.for_each is None
-                else None
-            )
+        facts = _facts(graph, runner, list(plan.tasks))
         max_running = self.max_running
         if runner.max_concurrency is not None:
             max_running = min(max_running, runner.max_concurrency)
         return RunInput(
             run_id=runner.run_id,
-            plan=json.loads(plan.to_json(indent=None)),
+            plan={**json.loads(plan.to_json(indent=None)), "tasks": facts.tasks},
             order=[t.id for t in plan.tasks],
-            dependencies={
-                t.id: [d for d in graph.order if d in graph.dependencies[t.id]] for t in plan.tasks
-            },
-            maps=maps,
-            local=local,
-            side_effects=side_effects,
-            reconciled=reconciled,
-            bounds=bounds,
-            allow_partial=partial,
+            dependencies=facts.dependencies,
+            maps=facts.maps,
+            local=facts.local,
+            side_effects=facts.side_effects,
+            reconciled=facts.reconciled,
+            bounds=facts.bounds,
+            allow_partial=facts.allow_partial,
             on_failure=on_failure,
             max_elements=runner.max_elements,
-            retry={k: float(v) for k, v in asdict(retry).items()},
+            retry={k: float(v) for k, v in asdict(runner.retry).items()},
             task_queue=self.task_queue,
             max_running=max_running,
             chunk_elements=self.chunk_elements,
             heartbeat_s=self.heartbeat_s,
             lost_worker_retries=self.lost_worker_retries,
             history_events=self.history_events,
+            finished=[r.to_json_dict() for r in settled],
+            reuse=facts.reuse,
+            streaming=not graph.complete,
+            answers={
+                k: [a.model_dump(mode="json") for a in given]
+                for k, given in runner.calls.answers.items()
+            },
+            approval=self.approval,
         )
 
-    async def _follow(
-        self, handle: WorkflowHandle[Any, list[dict[str, Any]]], runner: TaskRunner
+    async def _stream(
+        self,
+        graph: PlanGraph,
+        runner: TaskRunner,
+        handle: WorkflowHandle[Any, list[dict[str, Any]]],
+        known: int,
     ) -> None:
-        """Record the workflow's results as they come, until it ends."""
-        seen = 0
+        """Send the workflow the tasks of a plan still being written as they are added
+        (after the first ``known``), then its end; until the plan is complete or the
+        workflow has ended."""
+        wakeup = Wakeup()
+
+        def arrived(_task_id: str | None) -> None:
+            wakeup.set()
+
+        graph.watch(arrived)
+        try:
+            while True:
+                tasks = list(graph.plan.tasks)
+                complete, aborted = graph.complete, graph.aborted
+                if len(tasks) > known:
+                    await handle.signal(ADD_TASKS, _facts(graph, runner, tasks[known:]))
+                    known = len(tasks)
+                if complete:
+                    await handle.signal(PLAN_COMPLETE, aborted)
+                    return
+                await wakeup.wait()
+        except RPCError:
+            return  # the workflow ended (it was stopped, or cancelled): nothing to tell it
+        finally:
+            graph.unwatch(arrived)
+
+    async def _follow(
+        self, handle: WorkflowHandle[Any, list[dict[str, Any]]], runner: TaskRunner, seen: int
+    ) -> None:
+        """Record the workflow's results as they come, from number ``seen`` on, until it
+        ends."""
         final: list[list[dict[str, Any]]] = []
         failure: list[BaseException] = []
         ended = anyio.Event()
@@ -359,25 +456,86 @@ class TemporalExecutor(BaseExecutor):
 
 
 def _task_result(doc: dict[str, Any]) -> TaskResult:
-    return TaskResult.validate({k: v for k, v in doc.items() if k != "duration_s"})
+    # an agent task's model calls travel with its result: the solve records them
+    return TaskResult.validate(
+        {k: v for k, v in doc.items() if k not in ("duration_s", "model_calls")}
+    )
 
 
-async def _complete(graph: PlanGraph) -> None:
-    """Until a plan still being written is complete (the workflow needs all of it)."""
-    if graph.complete:
-        return
-    wakeup = Wakeup()
-
-    def arrived(task_id: str | None) -> None:
-        if task_id is None:
-            wakeup.set()
-
-    graph.watch(arrived)
+async def _tasks_known(handle: WorkflowHandle[Any, Any], otherwise: int) -> int:
+    """How many tasks of the plan a running workflow has: fewer than the run's record when
+    its driver died while the plan was being written (the rest, and the plan's end, are
+    sent to it then); ``otherwise`` when no worker answers."""
     try:
-        while not graph.complete:
-            await wakeup.wait()
-    finally:
-        graph.unwatch(arrived)
+        progress: dict[str, Any] = await handle.query(
+            "progress", 0, rpc_timeout=timedelta(seconds=_QUERY_TIMEOUT_S)
+        )
+        return int(progress.get("tasks", otherwise))
+    except Exception:  # no workflow worker answered: the end of the plan is still sent
+        return otherwise
+
+
+def _facts(graph: PlanGraph, runner: TaskRunner, tasks: list[Task]) -> Arrived:
+    """What the workflow needs of ``tasks``: their JSON, their dependencies (in plan
+    order), which map, which run as local activities, which have side effects, how long
+    each may take on a worker, and the earlier outputs the workers may reuse."""
+    registry, retry = runner.registry, runner.retry
+    position = {t.id: i for i, t in enumerate(graph.plan.tasks)}
+    facts = Arrived(
+        tasks=[json.loads(t.model_dump_json(exclude_defaults=True)) for t in tasks],
+        dependencies={
+            t.id: sorted(graph.dependencies[t.id], key=position.__getitem__) for t in tasks
+        },
+        maps=[t.id for t in tasks if t.for_each is not None],
+        local=[],
+        side_effects=[],
+        bounds={},
+        allow_partial=[t.id for t in tasks if getattr(t, "allow_partial", False)],
+        reuse=_reuse_of(runner.reuse, {t.id for t in tasks}),
+    )
+    for task in tasks:
+        if not isinstance(task, ToolTask) or task.tool not in registry:
+            continue
+        tool = registry.get(task.tool)
+        if tool.side_effects:
+            facts.side_effects.append(task.id)
+            if tool.reconcile is not None:
+                facts.reconciled.append(task.id)
+        elif not tool.blocking and tool.connection is None:
+            facts.local.append(task.id)  # declared never to block, without side effects
+        timeout = task.timeout_s if task.timeout_s is not None else tool.timeout_s
+        retries = task.retries if task.retries is not None else tool.retries
+        facts.bounds[task.id] = (
+            (timeout + retry.max_delay_s) * (retries + 1) + _BOUND_SLACK_S
+            if timeout is not None and task.for_each is None
+            else None
+        )
+    return facts
+
+
+def _reuse_of(reuse: Mapping[str, tuple[str, Any]], tasks: set[str]) -> dict[str, list[Any]]:
+    """The entries of a reuse map (:func:`dagagent.review.reuse_map`) for ``tasks``: each
+    task's own (those of a task settled here too: a later task compares its upstream outputs
+    with them) and those of a map task's elements (``task@fingerprint``)."""
+    return {k: list(v) for k, v in reuse.items() if k in tasks or k.partition("@")[0] in tasks}
+
+
+async def _settle_here(graph: PlanGraph, runner: TaskRunner) -> list[TaskResult]:
+    """The tasks settled in the driver, without an activity, in dataflow order: those a
+    resumed run keeps (they succeeded before), then those whose earlier output is reused
+    (``replan --execute``), each once its dependencies are settled so. The workflow starts
+    with them as finished; the workers reuse the others they may (their upstream outputs
+    known only there)."""
+    kept = {t for t, r in (runner.prior or {}).items() if r.status.ok}
+    settled: list[TaskResult] = []
+    for task_id in graph.order:
+        if task_id in kept:
+            settled.append(await runner.run_task(task_id))  # its record stands: nothing runs
+        elif runner.reuse:
+            r = runner.reuse_now(task_id)
+            if r is not None:
+                settled.append(r)
+    return settled
 
 
 def _require_asyncio() -> None:

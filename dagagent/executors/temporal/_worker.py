@@ -8,17 +8,17 @@ tasks (the tool calls). ``dagagent worker`` is :func:`serve` on the command line
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import anyio
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from ...tools import connected
-from ._activities import Activities, worker_identity
+from ._activities import Activities, AgentModels, RunPolicies, worker_identity
 from ._connect import DEFAULT_ADDRESS, DEFAULT_NAMESPACE, DEFAULT_TASK_QUEUE, connect
 from ._payloads import DEFAULT_INLINE_BYTES
 from ._workflow import RunWorkflow
@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from temporalio.client import Client
     from temporalio.converter import StorageDriver
 
+    from ...runner import Interceptor
     from ...tools import Registry
 
 __all__ = ["STICKY_S", "running_worker", "serve"]
@@ -48,6 +49,11 @@ async def running_worker(
     identity: str | None = None,
     connect_timeout_s: float = 10.0,
     client: Client | None = None,
+    interceptors: Sequence[Interceptor] = (),
+    run_policies: RunPolicies | None = None,
+    workflows: Sequence[type] = (),
+    activities: Sequence[Callable[..., Any]] = (),
+    agents: AgentModels | None = None,
 ) -> AsyncIterator[Worker]:
     """A worker serving ``registry`` on ``task_queue`` while the block runs; on exit it
     stops, its calls cancelled (the server gives them to other workers).
@@ -55,18 +61,24 @@ async def running_worker(
     ``client``: a client connected as a production cluster needs it (TLS, an API key), whose
     data converter is :func:`~dagagent.executors.temporal.data_converter`'s; then
     ``address``, ``namespace``, ``payloads`` and ``inline_bytes`` are the client's business.
-    Raises :class:`~dagagent.errors.ClusterError` when the server cannot be reached."""
+    ``interceptors``: every tool call this worker makes goes through them, as through a
+    local run's (approval rules, redaction, tracing, caching), and their decisions are on
+    the task's record (interceptors with limits are refused: a limit counts a run's calls,
+    and a worker sees one task's). ``run_policies``: how it applies the approval rules a run
+    carries (``run --policy``, ``--ask``): :func:`dagagent.approval.run_policies`; without
+    it, the tasks of such a run fail saying so. Raises
+    :class:`~dagagent.errors.ClusterError` when the server cannot be reached."""
     if client is None:
         client = await connect(
             address, namespace, payloads, inline_bytes=inline_bytes, timeout_s=connect_timeout_s
         )
     identity = identity or worker_identity()
-    activities = Activities(registry, task_queue, identity)
+    tool_calls = Activities(registry, task_queue, identity, interceptors, run_policies, agents)
     worker = Worker(
         client,
         task_queue=task_queue,
-        workflows=[RunWorkflow],
-        activities=activities.definitions(),
+        workflows=[RunWorkflow, *workflows],
+        activities=[*tool_calls.definitions(), *activities],
         max_concurrent_activities=max_concurrent_activities,
         identity=identity,
         # A run's workflow tasks go to the worker that ran its last one while it answers in
@@ -107,7 +119,12 @@ async def serve(
     identity: str | None = None,
     connect_timeout_s: float = 10.0,
     client: Client | None = None,
+    interceptors: Sequence[Interceptor] = (),
+    run_policies: RunPolicies | None = None,
     on_ready: Callable[[str], None] | None = None,
+    workflows: Sequence[type] = (),
+    activities: Sequence[Callable[..., Any]] = (),
+    agents: AgentModels | None = None,
 ) -> None:
     """Run a worker (see :func:`running_worker`) until cancelled; ``on_ready`` is told, in
     a line of text, once it serves the task queue."""
@@ -123,6 +140,11 @@ async def serve(
         identity=identity,
         connect_timeout_s=connect_timeout_s,
         client=client,
+        interceptors=interceptors,
+        run_policies=run_policies,
+        workflows=workflows,
+        activities=activities,
+        agents=agents,
     ):
         if on_ready is not None:
             n = len(registry)

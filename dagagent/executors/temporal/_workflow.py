@@ -13,6 +13,13 @@ limit travel by reference (:mod:`._payloads`); when the history passes ``history
 (or Temporal suggests it), the workflow lets the running tasks end, starts none, and
 continues as new with the results so far.
 
+**A plan being written.** The workflow starts with the tasks accepted so far
+(``RunInput.streaming``); each later task comes as a signal (:data:`ADD_TASKS`) and runs as
+soon as its dependencies have succeeded, and the plan's end comes as another
+(:data:`PLAN_COMPLETE`; a plan rejected while it was written stops the run as a failure
+would under ``on_failure="cancel"``). Signals are recorded in the history, so a replay
+decides the same.
+
 **Lost workers.** Each activity heartbeats. A worker that dies (or stops answering) under
 a task is noticed at the heartbeat timeout: a task whose tool has no side effects runs again
 on another worker (at most ``lost_worker_retries`` times; the elements a map chunk finished
@@ -40,11 +47,23 @@ from temporalio.exceptions import (
     TimeoutType,
 )
 
-__all__ = ["QUERY_BATCH", "RUN_TASK", "RunInput", "RunWorkflow"]
+__all__ = [
+    "ADD_TASKS",
+    "PLAN_COMPLETE",
+    "QUERY_BATCH",
+    "RUN_TASK",
+    "Arrived",
+    "RunInput",
+    "RunWorkflow",
+]
 
 WORKFLOW = "dagagent.run"
 RUN_TASK = "dagagent.run_task"
 COUNT_ELEMENTS = "dagagent.count_elements"
+#: Signals of a plan being written: more tasks (an :class:`Arrived`), then its end (whether
+#: it was rejected).
+ADD_TASKS = "add_tasks"
+PLAN_COMPLETE = "plan_complete"
 #: A query of the run's progress returns at most this many results.
 QUERY_BATCH = 200
 
@@ -86,12 +105,43 @@ class RunInput:
     heartbeat_s: float = 10.0
     lost_worker_retries: int = 3
     history_events: int = 10_000
-    #: The results so far, carried over by continue-as-new.
+    #: The results so far: those settled before the workflow started (kept by a resumed
+    #: run, reused), then those carried over by continue-as-new.
     finished: list[dict[str, Any]] = field(default_factory=list)
+    #: An earlier run's outputs the workers may reuse: ``{task id: [fingerprint, output]}``.
+    reuse: dict[str, list[Any]] = field(default_factory=dict)
+    #: The plan is still being written: more tasks come by signal (:data:`ADD_TASKS`), then
+    #: its end (:data:`PLAN_COMPLETE`).
+    streaming: bool = False
+    #: A resumed run's decisions about calls that waited (``ApprovalAnswer`` JSON), by task
+    #: (or map element): the workers' approval rules hand each to its call.
+    answers: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    #: The run's approval rules, applied on the workers (``TemporalExecutor.approval``).
+    approval: dict[str, Any] | None = None
     #: How many times the run continued as new.
     generation: int = 0
     #: Tasks with side effects whose tool has a reconciler: after a lost worker, run again
     #: in doubt, on another worker, where the reconciler decides whether the call happened.
+    reconciled: list[str] = field(default_factory=list)
+    #: The model agent tasks use, as the workers build it (a spec without a key, and where
+    #: its calls belong: see ``dagagent.workflows.temporal_solve``); ``None``: no model.
+    model: dict[str, Any] | None = None
+
+
+@dataclass
+class Arrived:
+    """Tasks of a plan being written, in an order where each comes after its dependencies
+    (signal :data:`ADD_TASKS`): each task's JSON and what :class:`RunInput` says of it."""
+
+    tasks: list[dict[str, Any]]
+    dependencies: dict[str, list[str]]
+    maps: list[str]
+    local: list[str]
+    side_effects: list[str]
+    bounds: dict[str, float | None]
+    allow_partial: list[str]
+    reuse: dict[str, list[Any]] = field(default_factory=dict)
+    #: Those of ``side_effects`` whose tool has a reconciler (see ``RunInput.reconciled``).
     reconciled: list[str] = field(default_factory=list)
 
 
@@ -112,27 +162,13 @@ def _halts(r: dict[str, Any]) -> bool:
 
 @workflow.defn(name=WORKFLOW)
 class RunWorkflow:
-    def __init__(self) -> None:
-        self.finished: list[dict[str, Any]] = []
-        self.done = False
-        self.generation = 0
-
-    @workflow.query(name="progress")
-    def progress(self, since: int) -> dict[str, Any]:
-        """The results from number ``since`` on (at most :data:`QUERY_BATCH`), how many
-        there are, and whether the run is over (or continuing as new)."""
-        return {
-            "results": self.finished[since : since + QUERY_BATCH],
-            "total": len(self.finished),
-            "done": self.done,
-            "generation": self.generation,
-        }
-
-    @workflow.run
-    async def run(self, inp: RunInput) -> list[dict[str, Any]]:
+    @workflow.init
+    def __init__(self, inp: RunInput) -> None:
+        # here, not in run: a signal handled before run starts finds the run's state
         self.inp = inp
+        self.done = False
         self.generation = inp.generation
-        self.finished = list(inp.finished)
+        self.finished: list[dict[str, Any]] = list(inp.finished)
         self.results: dict[str, dict[str, Any]] = {r["task_id"]: r for r in self.finished}
         self.outputs = {t: r.get("output") for t, r in self.results.items() if r["status"] in _OK}
         self.slots = asyncio.Semaphore(max(1, inp.max_running))
@@ -143,19 +179,97 @@ class RunWorkflow:
         for t in inp.order:
             for d in deps[t]:
                 self.dependents[d].append(t)
-        waiting = {t: sum(1 for d in deps[t] if d not in self.outputs) for t in inp.order}
-        ready = [t for t in inp.order if t not in self.results and not waiting[t]]
-        running: dict[asyncio.Task[dict[str, Any]], str] = {}
+        self.waiting = {t: sum(1 for d in deps[t] if d not in self.outputs) for t in inp.order}
+        self.ready = [t for t in inp.order if t not in self.results and not self.waiting[t]]
+        self.running: dict[asyncio.Task[dict[str, Any]], str] = {}
+
+    @workflow.query(name="progress")
+    def progress(self, since: int) -> dict[str, Any]:
+        """The results from number ``since`` on (at most :data:`QUERY_BATCH`), how many
+        there are, whether the run is over (or continuing as new), and how many tasks of
+        the plan it has (a plan being written: those that reached it)."""
+        return {
+            "results": self.finished[since : since + QUERY_BATCH],
+            "total": len(self.finished),
+            "done": self.done,
+            "generation": self.generation,
+            "tasks": len(self.inp.order),
+        }
+
+    @workflow.signal(name=ADD_TASKS)
+    def add_tasks(self, arrived: Arrived) -> None:
+        """Tasks of the plan being written: each runs once its dependencies have succeeded
+        (at once if they have), is skipped if one of them did not."""
+        inp = self.inp
+        inp.plan["tasks"].extend(arrived.tasks)
+        inp.dependencies.update(arrived.dependencies)
+        inp.maps.extend(arrived.maps)
+        inp.local.extend(arrived.local)
+        inp.side_effects.extend(arrived.side_effects)
+        inp.reconciled.extend(arrived.reconciled)
+        inp.bounds.update(arrived.bounds)
+        inp.allow_partial.extend(arrived.allow_partial)
+        inp.reuse.update(arrived.reuse)
+        for task in arrived.tasks:
+            self._arrived(task["id"])
+
+    @workflow.signal(name=PLAN_COMPLETE)
+    def plan_complete(self, aborted: bool) -> None:
+        """No task will follow (``aborted``: the plan was rejected while it was written,
+        which stops the run as a failure would under ``on_failure="cancel"``)."""
+        self.inp.streaming = False
+        if aborted and self.inp.on_failure == "cancel" and self.stop_cause is None:
+            self.stop_cause = "the run was stopped because the plan being written was rejected"
+            for other in self.running:
+                other.cancel()
+
+    def _arrived(self, task_id: str) -> None:
+        inp = self.inp
+        if task_id in self.position:
+            return
+        self.position[task_id] = len(inp.order)
+        inp.order.append(task_id)
+        self.dependents[task_id] = []
+        deps = inp.dependencies[task_id]
+        for d in deps:
+            self.dependents[d].append(task_id)
+        if task_id in self.results:
+            return
+        if any(d in self.results and d not in self.outputs for d in deps):
+            self._skip(task_id, self._blocker(task_id) or deps[0])  # one did not succeed
+            return
+        left = sum(1 for d in deps if d not in self.outputs)
+        self.waiting[task_id] = left
+        if not left:
+            self.ready.append(task_id)
+
+    @workflow.run
+    async def run(self, inp: RunInput) -> list[dict[str, Any]]:
+        running = self.running
         rolling_over = False
         try:
             while True:
                 if self.stop_cause is None and not rolling_over:
-                    for t in ready:
+                    for t in self.ready:
                         running[asyncio.create_task(self._task(t))] = t
-                    ready = []
-                if not running:
+                    self.ready = []
+                more = inp.streaming and self.stop_cause is None and not rolling_over
+                if not running and not more:
                     break
-                done, _ = await workflow.wait(list(running), return_when=asyncio.FIRST_COMPLETED)
+                if more:  # a task ends, or the plan being written grows or ends
+                    await workflow.wait_condition(
+                        lambda: (
+                            bool(self.ready)
+                            or not self.inp.streaming
+                            or self.stop_cause is not None
+                            or any(f.done() for f in running)
+                        )
+                    )
+                    done = {f for f in running if f.done()}
+                else:
+                    done, _ = await workflow.wait(
+                        list(running), return_when=asyncio.FIRST_COMPLETED
+                    )
                 for fut in sorted(done, key=lambda f: self.position[running[f]]):
                     task_id = running.pop(fut)
                     r = (
@@ -167,9 +281,9 @@ class RunWorkflow:
                     status = r["status"]
                     if status in _OK:
                         for child in self.dependents[task_id]:
-                            waiting[child] -= 1
-                            if not waiting[child] and child not in self.results:
-                                ready.append(child)
+                            self.waiting[child] -= 1
+                            if not self.waiting[child] and child not in self.results:
+                                self.ready.append(child)
                     elif inp.on_failure == "cancel" and _halts(r):
                         if self.stop_cause is None:
                             self.stop_cause = f"the run was stopped after task {task_id!r} {status}"
@@ -188,7 +302,7 @@ class RunWorkflow:
             for other in running:
                 other.cancel()
             raise
-        if rolling_over and len(self.results) < len(inp.order):
+        if rolling_over and (len(self.results) < len(inp.order) or inp.streaming):
             self.done = True  # this run's part: the driver follows the next
             workflow.continue_as_new(
                 replace(inp, finished=self.finished, generation=inp.generation + 1)
@@ -287,8 +401,19 @@ class RunWorkflow:
             "on_failure": inp.on_failure,
             "max_elements": inp.max_elements,
             "retry": inp.retry,
+            "model": inp.model,
             **call,
         }
+        answers = {
+            k: a for k, a in inp.answers.items() if k == task_id or k.startswith(f"{task_id}[")
+        }
+        if answers:  # decisions a person took about its calls that waited
+            call["answers"] = answers
+        if inp.approval:
+            call["approval"] = inp.approval
+        own = {k: v for k, v in inp.reuse.items() if k == task_id or k.startswith(f"{task_id}@")}
+        if own:  # its earlier output (or its elements'), and those of its dependencies
+            call["reuse"] = {**own, **{d: inp.reuse[d] for d in deps if d in inp.reuse}}
         return [call, inp.plan, *(self.outputs[d] for d in deps)]
 
     async def _call(
@@ -385,6 +510,7 @@ class RunWorkflow:
         chunks = {asyncio.create_task(self._call(task_id, w, n=n)): w for w in windows}
         cancel_siblings = inp.on_failure == "cancel" and task_id not in inp.allow_partial
         elements: dict[int, dict[str, Any]] = {}
+        model_calls: list[dict[str, Any]] = []  # agent elements': they go with the task
         failure: dict[str, Any] | None = None
         pending = list(chunks)  # a list: cancelled in the same order on every replay
         try:
@@ -395,6 +521,7 @@ class RunWorkflow:
                     if fut.cancelled():
                         continue
                     r = fut.result()
+                    model_calls.extend(r.pop("model_calls", None) or ())
                     start, _ = chunks[fut]
                     for i, e in enumerate(r.get("elements") or (), start):
                         elements[i] = e
@@ -427,6 +554,7 @@ class RunWorkflow:
                 "output": None,
                 "started_at": first_start,
                 "attempts": 1,
+                "model_calls": model_calls,
             }
         try:
             whole: dict[str, Any] = await workflow.execute_local_activity(
@@ -443,6 +571,7 @@ class RunWorkflow:
                 raise asyncio.CancelledError from None
             return _failed(task_id, exc)
         whole["started_at"] = first_start
+        whole["model_calls"] = model_calls
         return whole
 
 

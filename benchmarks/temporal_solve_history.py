@@ -1,0 +1,356 @@
+"""The history of a 100-call solve on Temporal, as the server reports it.
+
+A solve of ``--rounds`` rounds (default 50) makes two model calls a round (the planner's or
+replanner's, then the joiner's): 100 calls. Every round's plan writes a long text into its
+arguments (``--text`` characters) and runs a tool with a long output (``--output``
+characters); the joiner asks for another plan with long feedback (``--text`` characters)
+until the last round, where it answers at length. The model is a server on loopback speaking
+OpenAI's wire format, called by the workers with the key of their own environment.
+
+The benchmark starts a Temporal development server (``temporal server start-dev``, in memory,
+on a free loopback port) and one ``dagagent worker``, runs ``dagagent.solve(...,
+RunSettings(executor=TemporalExecutor(...)))`` from this process, and reads from the server
+the history of the solve's workflow and of each round's run workflow (their length and size),
+next to what the payload store holds (the values that travel by reference instead of in the
+histories). Temporal warns at 10 MB of history and terminates a workflow at 50 MB.
+
+    python benchmarks/temporal_solve_history.py
+    python benchmarks/temporal_solve_history.py --rounds 50 --text 20000 --output 100000 --write
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import _common as common
+
+import dagagent
+from dagagent.llm import OpenAIChat, wire
+from dagagent.settings import RunSettings
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+QUEUE = "bench-solve"
+
+registry = dagagent.Registry()
+
+
+@registry.tool
+def big(i: int, n: int) -> str:
+    """A long text: ``n`` characters made of ``i``'s digits."""
+    return (str(i) * n)[:n]
+
+
+@registry.tool
+def echo(value: Any) -> Any:
+    """Return the value."""
+    return value
+
+
+class Model:
+    """The scripted model: planner and replanner write round ``k``'s plan, the joiner asks
+    for another round until the last one. A threaded HTTP server on 127.0.0.1."""
+
+    def __init__(self, rounds: int, text: int, output: int) -> None:
+        self.rounds, self.text, self.output = rounds, text, output
+        self.plans = 0
+        self.joins = 0
+        self.lock = threading.Lock()
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+                fmt = (body.get("response_format") or {}).get("json_schema") or {}
+                answer = outer.answer("plan" in fmt.get("name", ""))
+                reply = wire.openai_text(answer, input_tokens=1000, output_tokens=len(answer) // 4)
+                if body.get("stream"):
+                    raw = wire.encode_sse(wire.openai_events(reply, chunk_size=4096))
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/event-stream")
+                else:
+                    raw = json.dumps(reply).encode()
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(raw)))
+                self.end_headers()
+                self.wfile.write(raw)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    @property
+    def base_url(self) -> str:
+        host, port = self.server.server_address[:2]
+        return f"http://{host!s}:{port}/v1"
+
+    def answer(self, planning: bool) -> str:
+        with self.lock:
+            if planning:
+                self.plans += 1
+                k = self.plans
+                plan = {
+                    "goal": "a long solve",
+                    "tasks": [
+                        {"id": f"long{k}", "tool": "big", "args": {"i": k, "n": self.output}},
+                        {"id": f"note{k}", "tool": "echo", "args": {"value": "n" * self.text}},
+                    ],
+                }
+                return json.dumps(plan)
+            self.joins += 1
+            if self.joins < self.rounds:
+                return json.dumps({"action": "replan", "feedback": "f" * self.text})
+            return json.dumps(
+                {"action": "finish", "answer": "a" * self.text, "cites": [f"long{self.joins}"]}
+            )
+
+
+def _dir_bytes(path: Path) -> tuple[int, int]:
+    files = [p for p in path.rglob("*") if p.is_file()]
+    return len(files), sum(p.stat().st_size for p in files)
+
+
+async def measure(args: argparse.Namespace, address: str, payloads: Path) -> dict[str, Any]:
+    from dagagent.executors.temporal import TemporalExecutor, workflow_id
+    from dagagent.workflows.temporal_solve import solve_workflow_id
+
+    model = Model(args.rounds, args.text, args.output)
+    ex = TemporalExecutor(address, task_queue=QUEUE, payloads=payloads)
+    t0 = time.perf_counter()
+    async with OpenAIChat("bench", base_url=model.base_url, api_key="sk-driver") as llm:
+        solution = await dagagent.solve(
+            "a long solve",
+            registry,
+            llm,
+            settings=RunSettings(executor=ex),
+            max_rounds=args.rounds,
+        )
+    took = time.perf_counter() - t0
+    if solution.status.value != "answered" or len(solution.calls) != 2 * args.rounds:
+        raise SystemExit(f"the solve did not go as scripted: {solution.reason}")
+    async with ex.session():
+        assert ex.client is not None
+        d = await ex.client.get_workflow_handle(solve_workflow_id(solution.solve_id)).describe()
+        solve_info = d.raw_description.workflow_execution_info
+        runs = []
+        for rnd in solution.rounds:
+            assert rnd.run_id is not None
+            rd = await ex.client.get_workflow_handle(workflow_id(rnd.run_id)).describe()
+            info = rd.raw_description.workflow_execution_info
+            runs.append((info.history_length, info.history_size_bytes))
+    files, stored = _dir_bytes(payloads)
+    texts = sum(c.text_chars for c in solution.calls)
+    outputs = sum(
+        len(json.dumps(r.output))
+        for rnd in solution.rounds
+        if rnd.result
+        for r in rnd.result.tasks.values()
+    )
+    return {
+        "rounds": args.rounds,
+        "model_calls": len(solution.calls),
+        "text_chars": args.text,
+        "output_chars": args.output,
+        "wall_s": took,
+        "solve_history_events": solve_info.history_length,
+        "solve_history_bytes": solve_info.history_size_bytes,
+        "run_histories": len(runs),
+        "run_history_bytes_max": max(b for _, b in runs),
+        "run_history_bytes_total": sum(b for _, b in runs),
+        "model_text_chars_total": texts,
+        "tool_output_chars_total": outputs,
+        "payload_files": files,
+        "payload_bytes": stored,
+    }
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    from temporal_overhead import _answers, _binary, _free_port, _wait_ready
+
+    workdir = Path(tempfile.mkdtemp(prefix="temporal-solve-bench-"))
+    payloads = workdir / "payloads"
+    port = _free_port()
+    address = f"127.0.0.1:{port}"
+    procs: list[subprocess.Popen[bytes]] = []
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), str(HERE)]),
+        "OPENAI_API_KEY": "sk-worker",
+    }
+    try:
+        procs.append(
+            subprocess.Popen(
+                [
+                    _binary(),
+                    "server",
+                    "start-dev",
+                    "--headless",
+                    "--ip",
+                    "127.0.0.1",
+                    "--port",
+                    str(port),
+                    "--http-port",
+                    str(_free_port()),
+                    "--metrics-port",
+                    str(_free_port()),
+                    "--log-level",
+                    "error",
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                stdin=subprocess.DEVNULL,
+            )
+        )
+        deadline = time.monotonic() + 60
+        while not asyncio.run(_answers(address)):
+            if time.monotonic() > deadline or procs[0].poll() is not None:
+                raise SystemExit("the Temporal development server did not start")
+        worker = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "dagagent",
+                "worker",
+                "--tools",
+                "temporal_solve_history:registry",
+                "--temporal-address",
+                address,
+                "--task-queue",
+                QUEUE,
+                "--payload-store",
+                str(payloads),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env=env,
+            stdin=subprocess.DEVNULL,
+        )
+        procs.append(worker)
+        _wait_ready(worker)
+        return asyncio.run(measure(args, address, payloads))
+    finally:
+        for proc in reversed(procs):
+            proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        description="The history of a 100-call solve on Temporal (long model texts, long "
+        "outputs), read from a development server started for the run. Writes "
+        "temporal_solve_history.json and .md.",
+    )
+    parser.add_argument("--rounds", type=int, default=50, help="rounds (two model calls each)")
+    parser.add_argument("--text", type=int, default=20_000, help="characters of model texts")
+    parser.add_argument("--output", type=int, default=100_000, help="characters of tool outputs")
+    common.add_output_options(parser)
+    args = parser.parse_args(argv)
+    if args.rounds < 1 or args.text < 1 or args.output < 1:
+        parser.error("--rounds, --text and --output must be at least 1")
+    try:
+        import temporalio  # noqa: F401
+    except ImportError:
+        raise SystemExit(
+            "this benchmark needs Temporal: pip install 'dagagent[temporal]'"
+        ) from None
+    info = common.machine_info()
+    print(f"machine: {common.machine_line(info)}")
+    h = run(args)
+    limit = 10_000_000
+    targets = [
+        (
+            f"a {h['model_calls']}-call solve: its workflow's history under 10 MB",
+            h["solve_history_bytes"] < limit,
+            f"{h['solve_history_bytes'] / 1e3:,.0f} kB",
+        ),
+        (
+            "every round's run workflow: its history under 10 MB",
+            h["run_history_bytes_max"] < limit,
+            f"largest {h['run_history_bytes_max'] / 1e3:,.0f} kB",
+        ),
+    ]
+    headers = ["workflow", "histories", "events", "bytes"]
+    rows = [
+        ["the solve", 1, h["solve_history_events"], f"{h['solve_history_bytes']:,}"],
+        [
+            "its rounds' runs",
+            h["run_histories"],
+            "",
+            f"{h['run_history_bytes_total']:,} (largest {h['run_history_bytes_max']:,})",
+        ],
+    ]
+    line = (
+        f"{h['rounds']} rounds, {h['model_calls']} model calls writing "
+        f"{h['model_text_chars_total'] / 1e6:.1f} M characters, tool outputs of "
+        f"{h['tool_output_chars_total'] / 1e6:.1f} M characters: the payload store holds "
+        f"{h['payload_files']:,} values, {h['payload_bytes'] / 1e6:.1f} MB, each once, that "
+        f"travel by reference instead of in the histories. The solve took {h['wall_s']:.1f} s."
+    )
+    print()
+    print(common.text_table(headers, rows))
+    print()
+    for what, ok, got in targets:
+        print(f"  {'met   ' if ok else 'MISSED'}  {what}: {got}")
+    print()
+    print(line)
+    command = common.command_line()
+    md = [
+        "# The history of a 100-call solve on Temporal",
+        "",
+        f"Command: `{command}`  ",
+        f"Machine: {common.machine_line(info)}  ",
+        "One Temporal development server (in memory, loopback) and one `dagagent worker`; the "
+        "model a loopback server speaking OpenAI's wire format, called by the worker. Every "
+        f"round's plan carries a {h['text_chars']:,}-character argument and runs a tool with a "
+        f"{h['output_chars']:,}-character output; the joiner's feedback (and its last answer) "
+        f"is {h['text_chars']:,} characters. Sizes as the server reports them "
+        "(`history_size_bytes` of each workflow's description).",
+        "",
+        common.markdown_table(headers, rows),
+        "",
+        "Targets:",
+        "",
+    ]
+    md += [f"- {'met' if ok else '**missed**'}: {what} — {got}" for what, ok, got in targets]
+    md += ["", line]
+    data = {
+        "benchmark": "temporal_solve_history",
+        "command": command,
+        "machine": info,
+        "options": {k: v for k, v in vars(args).items() if k != "out"},
+        "history": h,
+        "targets": [{"target": w, "met": ok, "value": g} for w, ok, g in targets],
+    }
+    out = common.result_dir(args)
+    if out is None:
+        print("results not written (pass --write to update benchmarks/results, or --out DIR)")
+    else:
+        for p in common.write_results(out, "temporal_solve_history", data, "\n".join(md)):
+            print(f"wrote {p}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

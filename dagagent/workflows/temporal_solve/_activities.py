@@ -1,0 +1,250 @@
+"""The model steps of a solve on Temporal, as activities on a worker.
+
+:class:`SolveActivities` holds a worker's registry. Each activity builds the solve's model
+client from the spec the workflow carries (``openai:gpt-4o``, a base URL, the request
+settings: never a key, which the worker reads from its own environment:
+``OPENAI_API_KEY``, ``ANTHROPIC_API_KEY``, ``GEMINI_API_KEY``), runs one step as a local
+solve runs it, and returns what it got with a record of each model call it made:
+
+- ``dagagent.solve.plan``: the planner (:class:`~dagagent.planners.LLMPlanner`), and the
+  plan run workflow's input for the plan (checked against the worker's tools);
+- ``dagagent.solve.replan``: the replanner, from the previous round's plan and results;
+- ``dagagent.solve.join``: the joiner (:class:`~dagagent.planners.Joiner`).
+
+A planning or joining failure (no valid answer, a model that cannot be reached) is an
+answer (``{"error": ..., "kind": ...}``), not a failed activity: the solve ends ``failed``
+with it, as a local one would. The activity heartbeats while the model writes, so a worker
+lost under a call is noticed at the heartbeat timeout and the step runs on another worker.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+import anyio
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from ...budget import Prices
+from ...errors import ConfigError, JoinerError, LLMAuthError, LLMError, PlanningError
+from ...executors.temporal import TemporalExecutor
+from ...executors.temporal._activities import worker_identity
+from ...llm import MeteredLLM
+from ...llm.spec import from_spec
+from ...plan import Plan
+from ...planners import Joiner, LLMPlanner, LLMReplanner
+from ...results import ModelRole, RunResult, RunStatus, TaskResult
+from ...runner import TaskRunner
+from ...settings import TaskRetryPolicy
+from .._calls import SolveCalls
+from .._spending import Spending
+from ..replan import record_of, revise_run
+from ._model import settings_of
+from ._workflow import JOIN, PLAN, REPLAN
+
+if TYPE_CHECKING:
+    from ...graph import PlanGraph
+    from ...llm import LLM
+    from ...tools import Registry
+
+__all__ = ["SolveActivities"]
+
+
+class SolveActivities:
+    """The model steps of solves, for a worker serving ``registry``."""
+
+    def __init__(self, registry: Registry, *, prices: Prices | None = None) -> None:
+        self.registry = registry
+        self.prices = prices or Prices()
+
+    def definitions(self) -> list[Any]:
+        return [self.plan, self.replan, self.join]
+
+    # -- the activities ----------------------------------------------------------------------
+
+    @activity.defn(name=PLAN)
+    async def plan(self, ask: dict[str, Any]) -> dict[str, Any]:
+        async def step(llm: Callable[[ModelRole], LLM], calls: SolveCalls) -> dict[str, Any]:
+            planner = LLMPlanner(
+                llm("planner"),
+                self.registry,
+                agent_tasks=bool(ask.get("agent_tasks")),
+                max_attempts=ask["max_attempts"],
+                structured=ask["structured"],
+                settings=settings_of(ask["model"]),
+            )
+            planning = await planner.plan_with_report(ask["goal"])
+            return self._planned(ask, planning.plan, planning.graph)
+
+        return await self._step(ask, step)
+
+    @activity.defn(name=REPLAN)
+    async def replan(self, ask: dict[str, Any]) -> dict[str, Any]:
+        async def step(llm: Callable[[ModelRole], LLM], calls: SolveCalls) -> dict[str, Any]:
+            previous = ask["previous"]
+            plan = Plan.model_validate(previous["plan"])
+            result = _run_result(previous["run_id"], plan, previous["results"])
+            replanner = LLMReplanner(
+                llm("replanner"),
+                self.registry,
+                agent_tasks=bool(ask.get("agent_tasks")),
+                max_attempts=ask["max_attempts"],
+                structured=ask["structured"],
+                settings=settings_of(ask["model"]),
+            )
+            revision = await revise_run(
+                record_of(plan, result),
+                self.registry,
+                replanner=replanner,
+                feedback=ask.get("feedback"),
+                goal=ask["goal"],
+            )
+            if revision.unchanged:
+                return {"unchanged": True, "plan": _plan_json(revision.plan)}
+            return self._planned(ask, revision.plan, revision.graph)
+
+        return await self._step(ask, step)
+
+    @activity.defn(name=JOIN)
+    async def join(self, ask: dict[str, Any]) -> dict[str, Any]:
+        async def step(llm: Callable[[ModelRole], LLM], calls: SolveCalls) -> dict[str, Any]:
+            joiner = Joiner(
+                llm("joiner"),
+                max_attempts=ask["max_attempts"],
+                structured=ask["structured"],
+                settings=settings_of(ask["model"]),
+            )
+            plan = Plan.model_validate(ask["plan"])
+            results = {d["task_id"]: _task_result(d) for d in ask["results"]}
+            report = await joiner.join(
+                ask["goal"], plan, results, must_finish=bool(ask["must_finish"])
+            )
+            return {"decision": report.decision.to_json_dict()}
+
+        return await self._step(ask, step)
+
+    # -- how -----------------------------------------------------------------------------------
+
+    async def _step(
+        self,
+        ask: dict[str, Any],
+        step: Callable[[Callable[[ModelRole], LLM], SolveCalls], Awaitable[dict[str, Any]]],
+    ) -> dict[str, Any]:
+        """Run ``step`` with the solve's model, metered per role; its answer with the record
+        of each model call (numbered from ``ask["seq"]``)."""
+        model = ask["model"]
+        try:
+            client = from_spec(
+                model["spec"], base_url=model.get("base_url"), settings=settings_of(model)
+            )
+        except ConfigError as exc:
+            raise ApplicationError(
+                f"the worker cannot build the solve's model: {exc}",
+                type="ConfigError",
+                non_retryable=True,
+            ) from None
+        calls = SolveCalls(
+            ask["solve_id"], spending=Spending(None, self.prices), emit=lambda _event: None
+        )
+        calls.round, calls.run_id = ask["round"], ask["run_id"]
+
+        def llm(role: ModelRole) -> LLM:
+            return MeteredLLM(client, observer=calls.observer(role))
+
+        answer: dict[str, Any]
+        async with client, anyio.create_task_group() as tg:
+            tg.start_soon(_heartbeat)
+            try:
+                answer = await step(llm, calls)
+            except PlanningError as exc:
+                answer = {"error": " ".join(str(exc).split()), "kind": "planning"}
+            except JoinerError as exc:
+                answer = {"error": " ".join(str(exc).split()), "kind": "joining"}
+            except LLMError as exc:
+                message = " ".join(str(exc).split())
+                if isinstance(exc, LLMAuthError):  # the worker's key, not the driver's
+                    where = getattr(client, "api_key_env", None) or "the provider's variable"
+                    message += (
+                        f" (the workers call the model with the API key of their own "
+                        f"environment: check {where} on worker {worker_identity()})"
+                    )
+                answer = {"error": message, "kind": "model"}
+            tg.cancel_scope.cancel()
+        first = int(ask["seq"])
+        answer["calls"] = [
+            r.model_copy(update={"seq": first + i}).model_dump(mode="json")
+            for i, r in enumerate(calls.records)
+        ]
+        return answer
+
+    def _planned(self, ask: dict[str, Any], plan: Plan, graph: PlanGraph) -> dict[str, Any]:
+        """The plan, and the input of the workflow that runs it (from this worker's tools)."""
+        run = ask["run"]
+        executor = TemporalExecutor(
+            task_queue=ask["task_queue"],
+            max_running=run["max_running"],
+            chunk_elements=run["chunk_elements"],
+            heartbeat_s=run["heartbeat_s"],
+            lost_worker_retries=run["lost_worker_retries"],
+            history_events=run["history_events"],
+        )
+        runner = TaskRunner(
+            graph,
+            self.registry,
+            run_id=ask["run_id"],
+            retry=TaskRetryPolicy(**run["retry"]),
+            on_failure=run["on_failure"],
+            max_concurrency=run.get("max_concurrency"),
+            max_elements=run["max_elements"],
+        )
+        run_input = executor._input(graph, runner, run["on_failure"], [])
+        if ask.get("agent_tasks"):  # their model, and where its calls belong
+            run_input.model = {**ask["model"], "solve_id": ask["solve_id"], "round": ask["round"]}
+        return {"plan": _plan_json(plan), "run_input": _dataclass_json(run_input)}
+
+
+def _plan_json(plan: Plan) -> dict[str, Any]:
+    doc: dict[str, Any] = json.loads(plan.to_json(indent=None))
+    return doc
+
+
+def _dataclass_json(value: Any) -> dict[str, Any]:
+    from dataclasses import asdict
+
+    return asdict(value)
+
+
+def _task_result(doc: dict[str, Any]) -> TaskResult:
+    return TaskResult.validate({k: v for k, v in doc.items() if k != "duration_s"})
+
+
+def _run_result(run_id: str, plan: Plan, docs: list[dict[str, Any]]) -> RunResult:
+    """A round's run as the replanner reviews it, from its workflow's results."""
+    tasks = {d["task_id"]: _task_result(d) for d in docs}
+    ok = all(r.status.ok or r.skipped_by_condition for r in tasks.values())
+    now = time.time()
+    started = [r.started_at for r in tasks.values() if r.started_at is not None]
+    return RunResult(
+        run_id=run_id,
+        status=RunStatus.SUCCEEDED if ok else RunStatus.FAILED,
+        goal=plan.goal,
+        executor="temporal",
+        tasks=tasks,
+        started_at=min(started) if started else now,
+        finished_at=now,
+    )
+
+
+async def _heartbeat() -> None:
+    """Tell the server the worker is alive, four times per heartbeat timeout, until
+    cancelled."""
+    timeout = activity.info().heartbeat_timeout
+    if not timeout:
+        return
+    every = max(0.05, timeout.total_seconds() / 4)
+    while True:
+        await anyio.sleep(every)
+        activity.heartbeat()

@@ -1,0 +1,263 @@
+"""The solve as one Temporal workflow: rounds of plan → run → join as workflow state.
+
+Each model step is an activity on the task queue (:mod:`._activities`): the planner's
+(round 1), the replanner's (later rounds) and the joiner's, each with the model calls it
+made as records. Each round's run is a child workflow, the plan run workflow of
+:mod:`dagagent.executors.temporal` (whose tool calls are activities of their own). The
+decisions between rounds (give up when a revised plan is the same, or a round adds no new
+success; the last round must answer) are the local solve's, made here on plain JSON, so
+that a worker replaying the workflow makes the same ones.
+
+What the driver needs to record the solve is a list of **steps** (a round began, model calls
+were made, a plan is ready and its run starts, the run ended, the joiner decided, a round
+ended, the solve ended): the query ``steps`` returns them from a position on (never in the
+history), and the workflow's result is all of them. Plans, results and model texts travel
+as payloads, by reference when large (the executor's payload store), so the history holds
+a few events per round, not the conversation.
+
+A lost worker under a model step: the server notices at the heartbeat timeout and gives the
+activity to another worker (a model call has no side effect); a finished step is in the
+history and never runs again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError
+from temporalio.workflow import ParentClosePolicy
+
+from ...executors.temporal import workflow_id
+from ...executors.temporal._workflow import WORKFLOW as RUN_WORKFLOW, RunInput
+
+__all__ = ["JOIN", "PLAN", "REPLAN", "SOLVE_WORKFLOW", "STEPS_BATCH", "SolveInput", "SolveWorkflow"]
+
+SOLVE_WORKFLOW = "dagagent.solve"
+PLAN = "dagagent.solve.plan"
+REPLAN = "dagagent.solve.replan"
+JOIN = "dagagent.solve.join"
+#: A query of the solve's steps returns at most this many.
+STEPS_BATCH = 50
+
+_OK = ("succeeded", "reused")
+# A model step is bounded by its client's timeouts and retries; Temporal needs a bound too.
+_STEP_BOUND = timedelta(hours=2)
+
+
+@dataclass
+class SolveInput:
+    """What the workflow needs to solve a goal (see :func:`~.solve_on_temporal`)."""
+
+    solve_id: str
+    goal: str
+    #: The model the workers build: ``{"spec", "base_url", "settings"}``, never a key.
+    model: dict[str, Any]
+    max_rounds: int
+    max_attempts: int
+    structured: bool
+    #: How each round's run runs: ``on_failure``, ``max_elements``, ``retry``,
+    #: ``max_concurrency`` and the executor's options (``max_running``, ...).
+    run: dict[str, Any]
+    task_queue: str
+    heartbeat_s: float = 10.0
+    lost_worker_retries: int = 3
+    #: Plans may hold agent tasks, run on the workers with the solve's model.
+    agent_tasks: bool = False
+
+
+def _ok_outputs(results: list[dict[str, Any]]) -> dict[str, Any]:
+    return {r["task_id"]: r.get("output") for r in results if r["status"] in _OK}
+
+
+def _failure_summary(results: list[dict[str, Any]], limit: int = 3) -> str:
+    failed = [r for r in results if r["status"] in ("failed", "denied", "skipped")]
+    failed = [r for r in failed if r["status"] != "skipped" or r.get("error_type") is None]
+    if not failed:
+        counts: dict[str, int] = {}
+        for r in results:
+            counts[r["status"]] = counts.get(r["status"], 0) + 1
+        return ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no task ran"
+    parts = []
+    for r in failed[:limit]:
+        detail = " ".join(str(r.get("error") or "no error message").split())
+        detail = detail if len(detail) <= 120 else detail[:119] + "…"
+        parts.append(f"{r['task_id']} {r['status']}: {detail}")
+    more = len(failed) - limit
+    return "; ".join(parts) + (f"; {more} more" if more > 0 else "")
+
+
+@workflow.defn(name=SOLVE_WORKFLOW)
+class SolveWorkflow:
+    def __init__(self) -> None:
+        self.steps: list[dict[str, Any]] = []
+        self.seq = 1  # the next model call's place among the solve's calls
+
+    @workflow.query(name="steps")
+    def steps_since(self, since: int) -> dict[str, Any]:
+        """The steps from number ``since`` on (at most :data:`STEPS_BATCH`) and how many
+        there are."""
+        return {"steps": self.steps[since : since + STEPS_BATCH], "total": len(self.steps)}
+
+    def _step(self, kind: str, **values: Any) -> None:
+        self.steps.append({"step": kind, **values})
+
+    def _close(self, n: int, run_id: str | None, outcome: str, reason: str = "") -> None:
+        self._step("closed", round=n, run_id=run_id, outcome=outcome, reason=reason)
+
+    def _end(self, status: str, reason: str, **more: Any) -> list[dict[str, Any]]:
+        self._step("end", status=status, reason=reason, **more)
+        return self.steps
+
+    @workflow.run
+    async def run(self, inp: SolveInput) -> list[dict[str, Any]]:
+        self.inp = inp
+        self._step("start", solve_id=inp.solve_id, goal=inp.goal, max_rounds=inp.max_rounds)
+        outputs: dict[str, Any] = {}
+        previous: dict[str, Any] | None = None
+        feedback: str | None = None
+        for n in range(1, inp.max_rounds + 1):
+            run_id = workflow.uuid4().hex[:12]
+            parent_id = previous["run_id"] if previous is not None else None
+            self._step("round", round=n, run_id=run_id, parent_id=parent_id, feedback=feedback)
+            ask: dict[str, Any] = {"round": n, "run_id": run_id}
+            if previous is None:
+                planned = await self._model_step(PLAN, n, ask)
+            else:
+                ask.update(previous=previous, feedback=feedback)
+                planned = await self._model_step(REPLAN, n, ask)
+            if "error" in planned:
+                what = "no valid plan" if n == 1 else "no valid revised plan"
+                kind = planned.get("kind")
+                reason = (
+                    f"round {n}: {what}: {planned['error']}"
+                    if kind == "planning"
+                    else f"round {n}: the model could not be used: {planned['error']}"
+                    if kind == "model"
+                    else f"round {n}: no worker could plan: {planned['error']}"
+                )
+                self._close(n, None, "failed", reason)
+                return self._end("failed", reason, error=planned)
+            if planned.get("unchanged"):
+                reason = (
+                    f"round {n}: the revised plan is the same as round {n - 1}'s; running it "
+                    "again would change nothing"
+                )
+                self._step("planned", round=n, run_id=None, plan=planned["plan"])
+                self._close(n, None, "gave_up", reason)
+                return self._end("gave_up", reason)
+            plan = planned["plan"]
+            self._step("planned", round=n, run_id=run_id, plan=plan, parent_id=parent_id)
+            try:
+                results: list[dict[str, Any]] = await workflow.execute_child_workflow(
+                    RUN_WORKFLOW,
+                    RunInput(**planned["run_input"]),
+                    id=workflow_id(run_id),
+                    task_queue=inp.task_queue,
+                    result_type=list,
+                    parent_close_policy=ParentClosePolicy.REQUEST_CANCEL,
+                )
+            except ChildWorkflowError as exc:
+                cause = exc.cause or exc
+                reason = f"round {n}: run {run_id} ended without finishing: {cause}"
+                self._step("ran", round=n, run_id=run_id)
+                self._close(n, run_id, "failed", reason)
+                return self._end("failed", reason)
+            self._agent_calls(n, results)
+            self._step("ran", round=n, run_id=run_id)
+            ok = _ok_outputs(results)
+            fresh = [
+                r["task_id"]
+                for r in results
+                if r["status"] == "succeeded"
+                and not (r["task_id"] in outputs and outputs[r["task_id"]] == r.get("output"))
+            ]
+            if previous is not None and not fresh:
+                reason = f"round {n} added no new success ({_failure_summary(results)})"
+                self._close(n, run_id, "gave_up", reason)
+                return self._end("gave_up", reason)
+            outputs.update(ok)
+            last = n == inp.max_rounds
+            joined = await self._model_step(
+                JOIN,
+                n,
+                {
+                    "round": n,
+                    "run_id": run_id,
+                    "plan": plan,
+                    "results": results,
+                    "must_finish": last,
+                },
+            )
+            if "error" in joined:
+                kind = joined.get("kind")
+                reason = (
+                    f"round {n}: {joined['error']}"
+                    if kind == "joining"
+                    else f"round {n}: the joiner's model could not be used: {joined['error']}"
+                    if kind == "model"
+                    else f"round {n}: no worker could join: {joined['error']}"
+                )
+                self._close(n, run_id, "failed", reason)
+                return self._end("failed", reason, error=joined)
+            decision = joined["decision"]
+            self._step("joined", round=n, run_id=run_id, decision=decision)
+            if decision["action"] == "finish":
+                self._close(n, run_id, "answered")
+                return self._end("answered", f"answered in round {n}", decision=decision)
+            self._close(n, run_id, "replan")
+            previous = {"run_id": run_id, "plan": plan, "results": results}
+            feedback = decision.get("feedback") or ""
+        raise ApplicationError("the last round always finishes", non_retryable=True)
+
+    def _agent_calls(self, n: int, results: list[dict[str, Any]]) -> None:
+        """The model calls of the round's agent tasks (they came with their results), in
+        the order they started, numbered on from the solve's calls: a step."""
+        calls = [c for r in results for c in r.pop("model_calls", None) or ()]
+        if not calls:
+            return
+        calls.sort(key=lambda c: (c.get("started_at") or 0, c.get("seq") or 0))
+        calls = [{**c, "seq": self.seq + i} for i, c in enumerate(calls)]
+        self.seq += len(calls)
+        self._step("calls", round=n, calls=calls)
+
+    async def _model_step(self, name: str, n: int, ask: dict[str, Any]) -> dict[str, Any]:
+        """One model step as an activity; its calls become a step. A step that fails on
+        every worker it was given is an error the solve ends with."""
+        inp = self.inp
+        ask = {
+            **ask,
+            "solve_id": inp.solve_id,
+            "goal": inp.goal,
+            "model": inp.model,
+            "max_attempts": inp.max_attempts,
+            "structured": inp.structured,
+            "agent_tasks": inp.agent_tasks,
+            "run": inp.run,
+            "task_queue": inp.task_queue,
+            "seq": self.seq,
+        }
+        try:
+            answer: dict[str, Any] = await workflow.execute_activity(
+                name,
+                ask,
+                task_queue=inp.task_queue,
+                start_to_close_timeout=_STEP_BOUND,
+                heartbeat_timeout=timedelta(seconds=inp.heartbeat_s),
+                retry_policy=RetryPolicy(
+                    initial_interval=timedelta(milliseconds=100),
+                    maximum_attempts=inp.lost_worker_retries + 1,
+                ),
+            )
+        except ActivityError as exc:
+            cause = exc.cause
+            message = cause.message if isinstance(cause, ApplicationError) else str(cause or exc)
+            return {"error": " ".join(message.split()), "kind": "worker", "calls": []}
+        calls = answer.pop("calls", None) or []
+        if calls:
+            self.seq += len(calls)
+            self._step("calls", round=n, calls=calls)
+        return answer
