@@ -245,15 +245,18 @@ class Effects:
         arguments within one attempt of a task is the next occurrence). ``args`` (the
         identity's, which a reconciler and the tool's :func:`~dagagent.current_call` see)
         stay as they are; its fingerprint and key are those of its :meth:`recorded_args`."""
-        fingerprint = self.fingerprint(tool.name, args)
+        fingerprint = recorded = self.fingerprint(tool.name, args)
         if self._redaction is not None and self._known:
-            fingerprint = self._as_recorded(task_id, element, tool.name, args, fingerprint)
+            fingerprint = self._as_recorded(task_id, element, tool.name, args, recorded)
         if source == "plan":
             occurrence = 1  # a tool task makes one call per attempt
         else:
             slot = (task_id, element, attempt, fingerprint)
             occurrence = self._occurrences.get(slot, 0) + 1
             self._occurrences[slot] = occurrence
+        key = idempotency_key(self.run_id, task_id, element, fingerprint, occurrence)
+        if fingerprint != recorded and key in self._known:
+            self._unredacted.add(key)
         return CallIdentity(
             run_id=self.run_id,
             task_id=task_id,
@@ -261,7 +264,7 @@ class Effects:
             tool=tool.name,
             fingerprint=fingerprint,
             occurrence=occurrence,
-            idempotency_key=idempotency_key(self.run_id, task_id, element, fingerprint, occurrence),
+            idempotency_key=key,
             args=dict(args),
             attempt=attempt,
             source=source,
@@ -276,9 +279,7 @@ class Effects:
         if idempotency_key(self.run_id, task_id, element, fp, 1) in self._known:
             return fp
         plain = args_fingerprint(tool, args)
-        key = idempotency_key(self.run_id, task_id, element, plain, 1)
-        if plain != fp and key in self._known:
-            self._unredacted.add(key)
+        if idempotency_key(self.run_id, task_id, element, plain, 1) in self._known:
             return plain
         return fp
 
