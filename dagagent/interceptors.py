@@ -220,7 +220,9 @@ def redacting(
     run store records the redacted ones instead, and such a task is not reused by a replan
     (its real arguments are not on record to compare). The run's plan is stored with the
     arguments it would pass on too, and every decision of a policy outside it with the
-    arguments redacted, so a secret it hides never reaches the store.
+    arguments redacted, so a secret it hides never reaches the store. So is the intent of a
+    call with side effects, whose fingerprint and idempotency key are those of the arguments
+    it would pass on (see :meth:`dagagent.runner.Effects.recorded_args`).
 
     A task that fails before its call reaches this interceptor (its resolved arguments do not
     fit the tool, or an interceptor before it refused the call) is redacted all the same when

@@ -224,6 +224,7 @@ class _Run:
             resuming.effects if resuming is not None else (),
             in_doubt=settings.in_doubt,
             revised=self._parent_effects(),
+            redaction=redaction,  # what the journal stores hides what the tools do not see
         )
         calls = ToolCalls(
             self.run_id,

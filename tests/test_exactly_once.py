@@ -76,6 +76,10 @@ def registry(world: World, *, reconcile: Callable[..., Any] | None = None) -> da
     async def pay(n: int, task: str) -> dict[str, Any]:
         return await effect("pay", task, n)
 
+    @reg.tool(side_effects=True, reconcile=reconcile)
+    async def charge(n: int, task: str, api_token: str) -> dict[str, Any]:
+        return await effect("charge", task, n)
+
     @reg.tool(side_effects=True)
     async def transfer(n: int, task: str, currency: str = "EUR") -> dict[str, Any]:
         return await effect("pay", task, f"{n} {currency}")
@@ -103,14 +107,21 @@ AFTER = {"id": "s", "tool": "add", "args": {"a": "${p.value}", "b": 1}}
 
 
 async def _crashed(
-    store: Path, world: World, reg: dagagent.Registry, plan: dict[str, Any], *, after: bool
+    store: Path,
+    world: World,
+    reg: dagagent.Registry,
+    plan: dict[str, Any],
+    *,
+    after: bool,
+    **options: Any,
 ) -> str:
-    """Run ``plan`` until the call of task ``p`` is in flight (before or ``after`` its
-    effect), then leave the record as a SIGKILL of the process would: the run's id."""
+    """Run ``plan`` (with ``options`` for ``execute``) until the call of task ``p`` is in
+    flight (before or ``after`` its effect), then leave the record as a SIGKILL of the
+    process would: the run's id."""
     (world.hang_after if after else world.hang_before).add("p")
     run_id = dagagent.new_run_id()
     async with anyio.create_task_group() as tg:
-        tg.start_soon(lambda: dagagent.execute(plan, reg, store=store, run_id=run_id))
+        tg.start_soon(lambda: dagagent.execute(plan, reg, store=store, run_id=run_id, **options))
         await world.entered.wait()
         tg.cancel_scope.cancel()
     world.hang_before.clear()
@@ -352,6 +363,153 @@ async def test_a_reconciler_decides_about_a_call_in_doubt(tmp_path: Path, verdic
         assert wait.decision == "wait"
         why = {"unknown": "a day late", "raises": "ConnectionError", "junk": "returned bool"}
         assert why[verdict] in (wait.reason or "")
+
+
+SECRET = "sekrit-123-token"
+CHARGE = {"id": "p", "tool": "charge", "args": {"n": 5, "task": "p", "api_token": SECRET}}
+
+
+def _holds_secret(store: Path) -> bool:
+    return any(SECRET.encode() in f.read_bytes() for f in store.parent.glob(store.name + "*"))
+
+
+@pytest.mark.parametrize("by", ["person", "reconciler"])
+async def test_a_call_in_doubt_with_a_secret_is_found_and_decided_without_storing_it(
+    tmp_path: Path, by: str
+) -> None:
+    """The record of a call with a secret that ``redacting()`` hides holds it redacted (so
+    does its fingerprint); a resume (whose plan, from the store, is redacted too) finds the
+    call by its key, asks about it with the same redacted arguments, and a decision about
+    it by key (or its reconciler's) is matched with it: made once, with its key."""
+    from dagagent.interceptors import redacting
+
+    store, world = tmp_path / "runs.db", World()
+    asked: list[dagagent.CallIdentity] = []
+
+    def check(call: dagagent.CallIdentity) -> Reconciled:
+        asked.append(call)
+        return Reconciled.not_happened()
+
+    reg = registry(world, reconcile=check if by == "reconciler" else None)
+    hide = [redacting()]
+    run_id = await _crashed(store, world, reg, _plan(CHARGE, AFTER), after=False, interceptors=hide)
+    assert not _holds_secret(store)
+    with RunStore(store) as st:
+        (e,) = st.effects(run_id)
+    assert e.in_doubt and e.args == {"n": 5, "task": "p", "api_token": "[redacted]"}
+    if by == "person":
+        paused = await dagagent.resume(run_id, reg, store=store, interceptors=hide)
+        assert paused.status is RunStatus.PAUSED and world.effects == []  # found: not made
+        with RunStore(store) as st:
+            (question,) = st.approvals(run_id)
+            assert question.args == e.args
+            st.decide(run_id, "p", "allow", by="ann", key=e.key)
+    result = await dagagent.resume(run_id, reg, store=store, interceptors=hide)
+    assert result.status is RunStatus.SUCCEEDED and result.outputs["s"] == 6
+    assert world.keys("charge") == [e.key]  # once, with the key of its intent
+    if by == "reconciler":
+        (call,) = asked  # the task's arguments as the resume resolves them: from the
+        assert call.idempotency_key == e.key  # stored plan, as the tool gets them
+        assert call.args == {"n": 5, "task": "p", "api_token": "[redacted]"}
+    with RunStore(store) as st:
+        (e,) = st.effects(run_id)
+        assert e.state == "succeeded" and e.args["api_token"] == "[redacted]"
+    assert not _holds_secret(store)
+
+
+async def test_a_reconciler_sees_the_secret_an_agent_gave_a_call_in_doubt_the_store_does_not(
+    tmp_path: Path,
+) -> None:
+    """An agent's call with a secret, in doubt after a crash: the resumed agent makes it
+    again with the secret, the call is found by its key (that of its redacted arguments) and
+    its reconciler gets the arguments as the model wrote them (in memory) to check with."""
+    from dagagent.interceptors import redacting
+    from dagagent.llm import LLMResponse, ScriptedLLM, ToolCall
+
+    store, world = tmp_path / "runs.db", World()
+    asked: list[dagagent.CallIdentity] = []
+
+    def check(call: dagagent.CallIdentity) -> Reconciled:
+        asked.append(call)
+        found = world.find(call.idempotency_key)
+        return Reconciled.happened(found) if found else Reconciled.not_happened()
+
+    reg = registry(world, reconcile=check)
+    hide = [redacting()]
+    charge = ToolCall(id="c1", name="charge", arguments={"n": 5, "task": "p", "api_token": SECRET})
+    plan = _plan({"id": "p", "instruction": "charge 5", "tools": ["charge"]})
+    with ScriptedLLM([LLMResponse(tool_calls=[charge])]) as llm:
+        run_id = await _crashed(store, world, reg, plan, after=True, interceptors=hide, llm=llm)
+    (paid,) = world.keys("charge")
+    with ScriptedLLM([LLMResponse(tool_calls=[charge]), "charged"]) as llm:
+        result = await dagagent.resume(run_id, reg, store=store, interceptors=hide, llm=llm)
+    assert result.status is RunStatus.SUCCEEDED and result.outputs["p"] == "charged"
+    (call,) = asked
+    assert call.idempotency_key == paid and call.args["api_token"] == SECRET
+    assert world.keys("charge") == [paid]  # it happened: not made again
+    assert not _holds_secret(store)
+
+
+async def test_a_call_recorded_unredacted_is_found_by_a_resume_that_redacts(
+    tmp_path: Path,
+) -> None:
+    """A run started without ``redacting()`` and resumed with it: its call in doubt, on
+    record under the fingerprint of its plain arguments, is found all the same."""
+    from dagagent.interceptors import redacting
+
+    store, world = tmp_path / "runs.db", World()
+    reg = registry(world)
+    run_id = await _crashed(store, world, reg, _plan(CHARGE, AFTER), after=False)
+    with RunStore(store) as st:
+        (e,) = st.effects(run_id)
+    hide = [redacting()]
+    paused = await dagagent.resume(run_id, reg, store=store, interceptors=hide)
+    assert paused.status is RunStatus.PAUSED and world.effects == []
+    with RunStore(store) as st:
+        (e,) = st.effects(run_id)  # its record now holds what the resume hides
+        assert e.args == {"n": 5, "task": "p", "api_token": "[redacted]"}
+        st.decide(run_id, "p", "allow", by="ann", key=e.key)
+    result = await dagagent.resume(run_id, reg, store=store, interceptors=hide)
+    assert result.status is RunStatus.SUCCEEDED and world.keys("charge") == [e.key]
+
+
+@pytest.mark.parametrize("run_state", ["cancelled", "interrupted"])
+async def test_a_revision_is_refused_while_a_call_cut_off_in_its_run_is_in_doubt(
+    tmp_path: Path, run_state: str
+) -> None:
+    """A call cut off (its run stopped, its worker or server lost) is recorded ``cancelled``
+    and is in doubt like one whose process died: a revision that would make it again, under
+    a new key, is refused, and says what to do about it."""
+    from dagagent.workflows.replan import revise_run, run_revision
+
+    store, world = tmp_path / "runs.db", World()
+    reg = registry(world)
+    if run_state == "interrupted":  # its process died after the call was cut off
+        run_id = await _crashed(store, world, reg, _plan(PAY, AFTER), after=False)
+        with sqlite3.connect(store) as conn:
+            conn.execute("UPDATE effects SET state = 'cancelled'")
+        how = f"resume run {run_id} first"
+    else:  # the run was stopped during the call
+        world.hang_before.add("p")
+        run_id = dagagent.new_run_id()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(
+                lambda: dagagent.execute(_plan(PAY, AFTER), reg, store=store, run_id=run_id)
+            )
+            await world.entered.wait()
+            tg.cancel_scope.cancel()
+        world.hang_before.clear()
+        how = f"run {run_id} is cancelled and cannot be resumed"
+    with RunStore(store) as st:
+        (e,) = st.effects(run_id)
+        assert e.state == "cancelled" and e.in_doubt
+        record = st.get_run(run_id)
+    assert record.status.value == run_state
+    revision = await revise_run(record, reg)
+    with pytest.raises(dagagent.DecisionError, match="in doubt") as refused:
+        await run_revision(revision, reg, store=store)
+    assert how in str(refused.value) and e.key in str(refused.value)
+    assert world.effects == []
 
 
 @pytest.mark.parametrize("policy", ["retry", "deny"])

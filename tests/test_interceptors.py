@@ -551,6 +551,66 @@ async def test_redacting_hides_secrets_in_models_and_numbers(
         assert secret not in shown and secret.encode() not in stored
 
 
+async def test_redacting_hides_secrets_from_the_side_effect_journal(
+    registry: dagagent.Registry, tmp_path: Any
+) -> None:
+    """The intent of a call with side effects is recorded with its arguments as the tool gets
+    them: a secret hidden from the tool (an argument, a field of a model argument, in a plan's
+    task or in a call an agent's model wrote) is not in the store's file, nor derivable from
+    the call's fingerprint, which is that of the arguments on record."""
+    from dagagent.llm import LLMResponse, ScriptedLLM, ToolCall
+    from dagagent.store import RunStore
+    from dagagent.tools import args_fingerprint
+
+    seen: dict[str, tuple[str, Any]] = {}  # by task: the key and arguments the tool got
+
+    @registry.tool(side_effects=True)
+    def charge(vault: Vault, api_token: str, cents: int) -> str:
+        call = dagagent.current_call()
+        seen[call.task_id] = (call.idempotency_key, (vault, api_token))
+        return "charged"
+
+    secrets = ("sekrit-123-plan", "orchid-Lantern-88", "sekrit-456-agent", "velvet-Harbor-19")
+    vault = {"host": "db.kestrel", "passphrase_secret": secrets[1]}
+    by_model = ToolCall(
+        id="c1",
+        name="charge",
+        arguments={
+            "vault": {"host": "db.wren", "passphrase_secret": secrets[3]},
+            "api_token": secrets[2],
+            "cents": 7,
+        },
+    )
+    p = plan(
+        {
+            "id": "c",
+            "tool": "charge",
+            "args": {"vault": vault, "api_token": secrets[0], "cents": 5},
+        },
+        {"id": "ag", "instruction": "charge 7 cents", "tools": ["charge"]},
+    )
+    db = tmp_path / "runs.db"
+    with ScriptedLLM([LLMResponse(tool_calls=[by_model]), "charged"]) as llm:
+        result = await dagagent.execute(p, registry, interceptors=[redacting()], store=db, llm=llm)
+    assert result.ok, result.tasks
+    assert {t: v for t, (_, v) in seen.items()} == {
+        "c": (Vault(host="db.kestrel", passphrase_secret="[redacted]"), "[redacted]"),
+        "ag": (Vault(host="db.wren", passphrase_secret="[redacted]"), "[redacted]"),
+    }
+    with RunStore(db) as st:
+        effects = {e.task_id: e for e in st.effects(result.run_id)}
+    assert set(effects) == {"c", "ag"}
+    for task_id, e in effects.items():
+        assert e.key == seen[task_id][0] and e.state == "succeeded"
+        assert isinstance(e.args, dict)
+        assert e.args["api_token"] == "[redacted]"
+        assert e.args["vault"]["passphrase_secret"] == "[redacted]"
+        assert e.fingerprint == args_fingerprint("charge", e.args)  # of what is on record
+    stored = b"".join(f.read_bytes() for f in tmp_path.glob("runs.db*"))
+    for secret in secrets:
+        assert secret.encode() not in stored, secret
+
+
 async def test_redaction_holds_when_the_arguments_fail_validation(
     registry: dagagent.Registry, tmp_path: Any
 ) -> None:

@@ -63,6 +63,7 @@ if TYPE_CHECKING:
     from ..store import EffectRecord
     from ..store._effects import EffectJournal
     from ..tools import Tool
+    from ._redaction import Redaction
 
 __all__ = ["Effects", "TookEffect"]
 
@@ -95,16 +96,23 @@ class TookEffect:
     with, their ``fingerprint``, and the decision that says why the task has that output
     without the call being made (see :meth:`Effects.took_effect`)."""
 
-    __slots__ = ("args", "attempt", "decision", "fingerprint", "output")
+    __slots__ = ("_fingerprint_of", "args", "attempt", "decision", "fingerprint", "output")
 
     def __init__(
-        self, output: Any, args: Any, attempt: int, fingerprint: str, decision: CallDecision
+        self,
+        output: Any,
+        args: Any,
+        attempt: int,
+        fingerprint: str,
+        decision: CallDecision,
+        fingerprint_of: Callable[[str, Any], str] = args_fingerprint,
     ) -> None:
         self.output = output
         self.args = args
         self.attempt = attempt
         self.fingerprint = fingerprint
         self.decision = decision
+        self._fingerprint_of = fingerprint_of
 
     def args_of(self, tool: Tool, resolve: Callable[[], Any]) -> Any:
         """The arguments a task's record keeps for this call: its arguments as the plan
@@ -113,7 +121,7 @@ class TookEffect:
         own (validated) arguments."""
         try:
             args = resolve()
-            if args_fingerprint(tool.name, tool.validate_args(args)) == self.fingerprint:
+            if self._fingerprint_of(tool.name, tool.validate_args(args)) == self.fingerprint:
                 return args
         except Exception:  # not resolvable now (an upstream output is not there): the call's
             pass
@@ -145,7 +153,8 @@ def _json(value: Any) -> str | None:
 class Effects:
     """The side effects of one run (see the module docstring). ``journal``: the store's,
     or ``None`` for a run without a store (keys and the current call still work); ``prior``:
-    what the store holds about the run's calls (a resumed run), by idempotency key."""
+    what the store holds about the run's calls (a resumed run), by idempotency key;
+    ``redaction``: the run's redacting interceptors (see :meth:`recorded_args`)."""
 
     def __init__(
         self,
@@ -155,10 +164,12 @@ class Effects:
         *,
         in_doubt: InDoubtPolicy = "ask",
         revised: Sequence[EffectRecord] = (),
+        redaction: Redaction | None = None,
     ) -> None:
         self.run_id = run_id
         self.journal = journal
         self.in_doubt = in_doubt
+        self._redaction = redaction if redaction else None
         self._known: dict[str, _Known] = {
             r.key: _Known(r.state, r.output, r.resolution, r.resolved_by, r.reason) for r in prior
         }
@@ -191,6 +202,9 @@ class Effects:
         }
         self.has_prior = bool(self._known) or bool(self._revised)
         self._occurrences: dict[tuple[str, int | None, int, str], int] = {}
+        #: Calls on record with their arguments unredacted (see :meth:`_as_recorded`):
+        #: their rows get the redacted ones before anything is decided about them.
+        self._unredacted: set[str] = set()
         self._lost: set[str] = set()
 
     def lost_during(self, task_id: str) -> None:
@@ -198,6 +212,25 @@ class Effects:
         again): its calls with nothing on record here were cut off, and are in doubt."""
         self._lost.add(task_id)
         self.has_prior = True
+
+    def recorded_args(self, tool: str, args: Mapping[str, Any]) -> Any:
+        """``args`` of a call of ``tool`` as the record keeps them: as JSON values, with what
+        the run's redacting interceptors hide hidden (as they pass them on to the tool). Its
+        intent's row, its fingerprint (and so its key), and the questions about it hold these,
+        never a secret; what compares calls with their records compares these."""
+        if self._redaction is None:
+            return jsonable(args)
+        return jsonable(self._redaction.args(tool, dict(args)))
+
+    def fingerprint(self, tool: str, args: Mapping[str, Any]) -> str:
+        """The fingerprint of a call of ``tool`` with (validated) ``args``: that of its
+        :meth:`recorded_args`. The fingerprint of a secret would give it away (a PIN is
+        found by trying them all), and a resume resolves a tool task's arguments from the
+        stored plan, where what a redaction hides is hidden already: it finds its calls by
+        these fingerprints."""
+        if self._redaction is None:
+            return args_fingerprint(tool, args)
+        return args_fingerprint(tool, self.recorded_args(tool, args))
 
     def identify(
         self,
@@ -209,14 +242,21 @@ class Effects:
         source: DecisionSource,
     ) -> CallIdentity:
         """The identity of a call about to be made (each call of the same tool with the same
-        arguments within one attempt of a task is the next occurrence)."""
-        fingerprint = args_fingerprint(tool.name, args)
+        arguments within one attempt of a task is the next occurrence). ``args`` (the
+        identity's, which a reconciler and the tool's :func:`~dagagent.current_call` see)
+        stay as they are; its fingerprint and key are those of its :meth:`recorded_args`."""
+        fingerprint = recorded = self.fingerprint(tool.name, args)
+        if self._redaction is not None and self._known:
+            fingerprint = self._as_recorded(task_id, element, tool.name, args, recorded)
         if source == "plan":
             occurrence = 1  # a tool task makes one call per attempt
         else:
             slot = (task_id, element, attempt, fingerprint)
             occurrence = self._occurrences.get(slot, 0) + 1
             self._occurrences[slot] = occurrence
+        key = idempotency_key(self.run_id, task_id, element, fingerprint, occurrence)
+        if fingerprint != recorded and key in self._known:
+            self._unredacted.add(key)
         return CallIdentity(
             run_id=self.run_id,
             task_id=task_id,
@@ -224,11 +264,24 @@ class Effects:
             tool=tool.name,
             fingerprint=fingerprint,
             occurrence=occurrence,
-            idempotency_key=idempotency_key(self.run_id, task_id, element, fingerprint, occurrence),
+            idempotency_key=key,
             args=dict(args),
             attempt=attempt,
             source=source,
         )
+
+    def _as_recorded(
+        self, task_id: str, element: int | None, tool: str, args: Mapping[str, Any], fp: str
+    ) -> str:
+        """``fp``, or the fingerprint of the unredacted ``args`` when only that one is on
+        record for this task (a run started without the redacting interceptors, resumed with
+        them): a call on record is found whichever way it was recorded."""
+        if idempotency_key(self.run_id, task_id, element, fp, 1) in self._known:
+            return fp
+        plain = args_fingerprint(tool, args)
+        if idempotency_key(self.run_id, task_id, element, plain, 1) in self._known:
+            return plain
+        return fp
 
     def took_effect(self, task_id: str, element: int | None = None) -> TookEffect | None:
         """The call of tool task ``task_id`` (its element ``element``, for a map task) that
@@ -261,7 +314,9 @@ class Effects:
             at=time.time(),
             source="plan",
         )
-        return TookEffect(known.output, call.args, call.attempt, call.fingerprint, note)
+        return TookEffect(
+            known.output, call.args, call.attempt, call.fingerprint, note, self.fingerprint
+        )
 
     def has_element_calls(self, task_id: str) -> bool:
         """Whether elements of map task ``task_id`` made calls with side effects (on record,
@@ -277,7 +332,7 @@ class Effects:
             self._plan_calls[slot] = _Call(
                 call.idempotency_key,
                 call.tool,
-                jsonable(call.args),
+                self.recorded_args(call.tool, call.args),
                 call.attempt,
                 call.fingerprint,
             )
@@ -296,6 +351,14 @@ class Effects:
         Raises :class:`~dagagent.errors.CallInDoubtError` (the task waits for a person) or
         :class:`~dagagent.errors.TaskDeniedError` for a call in doubt that is not made."""
         self._made(call)
+        if call.idempotency_key in self._unredacted:
+            self._unredacted.discard(call.idempotency_key)
+            if self.journal is not None:  # a question about it is matched by these
+                await self.journal.redact(
+                    self.run_id,
+                    call.idempotency_key,
+                    _json(self.recorded_args(call.tool, call.args)),
+                )
         known = self._known.get(call.idempotency_key)
         if known is None and self._revised:
             slot = (call.task_id, call.element, call.source, call.fingerprint, call.occurrence)
@@ -310,21 +373,21 @@ class Effects:
         if known.state == "succeeded":
             if known.resolution == "happened":
                 why = known.reason or f"it took effect before the run stopped, said {who}"
-                _note(decisions, call, "happened", who, why)
+                self._note(decisions, call, "happened", who, why)
             else:
                 why = "its outcome was on record: the call was not made again"
-                _note(decisions, call, "replayed", "record", why)
+                self._note(decisions, call, "replayed", "record", why)
             return True, known.output
         if known.state not in _IN_DOUBT_STATES:
             return False, None
         who = known.resolved_by or "record"
         if known.resolution == "not_happened":  # a person (or a resume before) said so
             why = known.reason or "it was in doubt; it is made again, with the same key"
-            _note(decisions, call, "allow", who, why, rule=IN_DOUBT_RULE)
+            self._note(decisions, call, "allow", who, why, rule=IN_DOUBT_RULE)
             return False, None
         if known.resolution == "denied":
             why = known.reason or "it was in doubt and is not made"
-            _note(decisions, call, "deny", who, why, rule=IN_DOUBT_RULE)
+            self._note(decisions, call, "deny", who, why, rule=IN_DOUBT_RULE)
             raise TaskDeniedError(why, decided_by=who)
         return await self._in_doubt(call, tool, known, decisions, answers)
 
@@ -342,7 +405,7 @@ class Effects:
             else "its process ended during it"
         )
         # A person's decision first: they were asked because nothing else could tell.
-        args = jsonable(call.args)
+        args = self.recorded_args(call.tool, call.args)  # as the question holds them
         answer = next(
             (
                 a
@@ -356,11 +419,11 @@ class Effects:
             if answer.decision == "deny":
                 why = answer.reason or f"{stopped}; {who} decided it is not made again"
                 await self._resolve(call, "denied", who, why)
-                _note(decisions, call, "deny", who, why)
+                self._note(decisions, call, "deny", who, why)
                 raise TaskDeniedError(why, decided_by=who)
             why = answer.reason or f"{stopped}; {who} decided it did not happen: made again"
             await self._resolve(call, "not_happened", who, why)
-            _note(decisions, call, "allow", who, why, rule=IN_DOUBT_RULE)
+            self._note(decisions, call, "allow", who, why, rule=IN_DOUBT_RULE)
             return False, None
         reconcile = tool.reconcile
         unknown = "the tool has no reconciler"
@@ -370,26 +433,26 @@ class Effects:
             if verdict.verdict == "happened":
                 why = f"{stopped}; its reconciler found that it took effect"
                 await self._resolve(call, "happened", name, why, output=verdict.output)
-                _note(decisions, call, "happened", name, why)
+                self._note(decisions, call, "happened", name, why)
                 return True, verdict.output
             if verdict.verdict == "not_happened":
                 why = verdict.reason or f"{stopped}; its reconciler found that it did not happen"
                 await self._resolve(call, "not_happened", name, why)
-                _note(decisions, call, "allow", name, why, rule=IN_DOUBT_RULE)
+                self._note(decisions, call, "allow", name, why, rule=IN_DOUBT_RULE)
                 return False, None
             unknown = f"its reconciler could not tell ({verdict.reason or 'no reason given'})"
         if self.in_doubt == "retry":
             why = f"{stopped}; {unknown}: made again with the same key (in_doubt='retry')"
             await self._resolve(call, "not_happened", "policy", why)
-            _note(decisions, call, "allow", "policy", why, rule=IN_DOUBT_RULE)
+            self._note(decisions, call, "allow", "policy", why, rule=IN_DOUBT_RULE)
             return False, None
         if self.in_doubt == "deny":
             why = f"{stopped} and whether it took effect is unknown ({unknown}; in_doubt='deny')"
             await self._resolve(call, "denied", "policy", why)
-            _note(decisions, call, "deny", "policy", why, rule=IN_DOUBT_RULE)
+            self._note(decisions, call, "deny", "policy", why, rule=IN_DOUBT_RULE)
             raise TaskDeniedError(why, decided_by="in_doubt policy")
         why = f"{stopped}; {unknown}: a person decides whether it happened"
-        _note(decisions, call, WAIT, IN_DOUBT_RULE, why, rule=IN_DOUBT_RULE)
+        self._note(decisions, call, WAIT, IN_DOUBT_RULE, why, rule=IN_DOUBT_RULE)
         raise CallInDoubtError(why, tool=call.tool, key=call.idempotency_key)
 
     async def _take_over(
@@ -413,7 +476,7 @@ class Effects:
                     tool=call.tool,
                     fingerprint=call.fingerprint,
                     source=call.source,
-                    args=_json(jsonable(call.args)),
+                    args=_json(self.recorded_args(call.tool, call.args)),
                     attempt=call.attempt,
                     output=_json(before.output),
                     by=who,
@@ -426,7 +489,7 @@ class Effects:
                     f"recorded for this run ({exc})"
                 ) from None
         self._known[call.idempotency_key] = _Known("succeeded", before.output, "happened", who, why)
-        _note(decisions, call, "replayed", who, why)
+        self._note(decisions, call, "replayed", who, why)
         return before.output
 
     async def _resolve(
@@ -461,7 +524,7 @@ class Effects:
                     tool=call.tool,
                     fingerprint=call.fingerprint,
                     source=call.source,
-                    args=_json(jsonable(call.args)),
+                    args=_json(self.recorded_args(call.tool, call.args)),
                     attempt=call.attempt,
                 )
             except StoreError as exc:
@@ -501,6 +564,33 @@ class Effects:
                 )
         return output
 
+    def _note(
+        self,
+        decisions: list[CallDecision] | None,
+        call: CallIdentity,
+        decision: Decision,
+        by: str,
+        why: str,
+        *,
+        rule: str | None = None,
+    ) -> None:
+        """Add a decision about ``call`` to ``decisions`` (with its recorded arguments: a
+        question about it is matched with its record by them)."""
+        if decisions is None:
+            return
+        decisions.append(
+            CallDecision(
+                tool=call.tool,
+                decision=decision,
+                decided_by=by,
+                reason=why,
+                args=self.recorded_args(call.tool, call.args),
+                at=time.time(),
+                rule=rule,
+                source=call.source,
+            )
+        )
+
 
 async def _ask_reconciler(reconcile: Any, call: CallIdentity) -> Reconciled:
     """The reconciler's answer; one that fails or answers something else cannot tell."""
@@ -516,28 +606,3 @@ async def _ask_reconciler(reconcile: Any, call: CallIdentity) -> Reconciled:
             "Reconciled.not_happened() or Reconciled.unknown(...)"
         )
     return answer
-
-
-def _note(
-    decisions: list[CallDecision] | None,
-    call: CallIdentity,
-    decision: Decision,
-    by: str,
-    why: str,
-    *,
-    rule: str | None = None,
-) -> None:
-    if decisions is None:
-        return
-    decisions.append(
-        CallDecision(
-            tool=call.tool,
-            decision=decision,
-            decided_by=by,
-            reason=why,
-            args=jsonable(call.args),
-            at=time.time(),
-            rule=rule,
-            source=call.source,
-        )
-    )

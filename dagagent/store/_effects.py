@@ -110,6 +110,7 @@ _TAKEN_OVER = (
     "resolved_by = excluded.resolved_by, resolved_at = excluded.resolved_at, "
     "reason = excluded.reason"
 )
+_REDACT = "UPDATE effects SET args = ? WHERE run_id = ? AND key = ?"
 _OUTCOME = (
     "UPDATE effects SET state = ?, output = ?, output_in = NULL, error = ?, ended_at = ? "
     "WHERE run_id = ? AND key = ?"
@@ -357,6 +358,11 @@ class EffectJournal:
                 reason,
             ),
         )
+
+    async def redact(self, run_id: str, key: str, args: str | None) -> None:
+        """Commit ``args`` (JSON text: redacted) in place of the arguments on record of a call
+        recorded before its run redacted them."""
+        await self._commit(_REDACT, (args, run_id, key))
 
     async def outcome(
         self, run_id: str, key: str, state: str, *, output: str | None, error: str | None

@@ -49,7 +49,9 @@ class CallIdentity:
     the task's attempt (retries keep the key); ``source`` says whether the call is the plan
     task's own or one its agent made. ``args`` are the call's arguments as the task made it,
     validated, before any interceptor edited them (an approval's edit does not change which
-    call it is, nor its key)."""
+    call it is, nor its key). ``fingerprint`` (and so the key) is that of the arguments as
+    the record keeps them: as the run's redacting interceptors pass them on, so that a
+    secret they hide is neither stored nor derivable from it."""
 
     run_id: str
     task_id: str

@@ -217,9 +217,10 @@ def refuse_in_doubt(revision: Revision, store: Any) -> None:
     try:
         if not opened.exists(revision.parent.run_id):
             return
-        doubts = [
-            e for e in opened.effects(revision.parent.run_id) if e.in_doubt and e.state == "started"
-        ]
+        # In doubt: no outcome (its process died: ``started``) or cut off (a timeout, a
+        # cancellation, a lost worker or server: ``cancelled``), and not resolved since.
+        doubts = [e for e in opened.effects(revision.parent.run_id) if e.in_doubt]
+        status = opened.get_run(revision.parent.run_id).status.value if doubts else ""
     finally:
         if opened is not store:
             opened.close()
@@ -228,8 +229,18 @@ def refuse_in_doubt(revision: Revision, store: Any) -> None:
     if blocked:
         shown = ", ".join(f"{e.where} ({e.tool}, key {e.key})" for e in blocked[:5])
         parent = revision.parent.run_id
+        if status in ("paused", "interrupted"):
+            how = (
+                f"resume run {parent} first (dagagent resume {parent}) so that they are "
+                "resolved, then revise it"
+            )
+        else:  # it ended: nothing resumes it
+            how = (
+                f"run {parent} is {status} and cannot be resumed to resolve them: check with "
+                "the services by their keys whether they took effect, and leave their tasks "
+                "out of the revised plan"
+            )
         raise DecisionError(
             f"run {parent} has calls with side effects in doubt that the revised plan would "
-            f"make again under a new run, and new keys: {shown}; resume run {parent} first "
-            f"(dagagent resume {parent}) so that they are resolved, then revise it"
+            f"make again under a new run, and new keys: {shown}; {how}"
         )
