@@ -523,6 +523,8 @@ def ask_cmd(
             "budget": budget,
             "prices": price_table,
             "deadline_s": deadline_left(deadline),
+            "sub_solves": sub_solves,
+            "discovery": discovery_of(max_tools),
         }
         # What the model writes, while it writes; the joiner's answer to stdout as it is
         # written when stdout is a terminal (--json waits for the whole solution).

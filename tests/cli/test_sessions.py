@@ -152,3 +152,16 @@ def test_chat_resumes_a_turn_that_did_not_end_first(
     assert "turn 1 answered: Paris: 18 C, cloudy." in proc.stderr
     assert proc.stdout.splitlines() == ["Paris: 18 C, cloudy.", "The mean is 21.25 C."]
     assert tool_starts(tmp_path / "calls.log").count("get_weather Paris") == 1
+
+
+
+def test_ask_with_a_session_keeps_sub_solves(user: Shell, model: Model) -> None:
+    sub = {"id": "tokyo", "instruction": "Find the weather in Tokyo", "solve": True}
+    model.say({"tasks": [sub]})
+    model.say({"tasks": [weather("t", "Tokyo")]})  # the sub-solve's own plan
+    model.say({"action": "finish", "answer": {"temp_c": 24.5}, "cites": ["t"]})
+    model.say({"action": "finish", "answer": "Tokyo: 24.5 C.", "cites": ["tokyo"]})
+    base = [*model.spec, "--tools", TOOLS, "--session", "trip", "--no-stream", "--sub-solves"]
+    doc = user.json("ask", "Weather in Tokyo?", *base)
+    assert doc["answer"] == "Tokyo: 24.5 C."
+    assert doc["rounds"][0]["result"]["tasks"]["tokyo"]["output"] == {"temp_c": 24.5}
