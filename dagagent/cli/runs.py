@@ -366,10 +366,16 @@ def show_cmd(
                     f"{found.solve_id} is a solve: --task and --timeline show a run (its "
                     f"rounds' runs: {runs})"
                 )
+            turn = st.turn_of_solve(found.solve_id)
             if json_out:
-                print_json(out, found.to_json_dict())
+                session = (
+                    {"name": turn[0], "turn": turn[1], "solve_id": turn[2]}
+                    if turn is not None
+                    else None
+                )
+                print_json(out, {**found.to_json_dict(), "session": session})
             else:
-                _show_solve_record(found, verbose=verbose)
+                _show_solve_record(found, verbose=verbose, turn=turn)
             return
         if isinstance(found, UnrunCalls):
             if task is not None or timeline:
@@ -922,10 +928,13 @@ def _show_solve(solve: SolveRecord, run_id: str) -> None:
         )
 
 
-def _show_solve_record(solve: SolveRecord, *, verbose: bool = False) -> None:
-    """A solve: how it ended, its rounds, every model call (role, model, time to the first
-    token, duration, tokens, cost, how it ended) and the answer; ``verbose``: what each call
-    wrote, in full (as the store keeps it: redacted, bounded). Untrusted text is escaped."""
+def _show_solve_record(
+    solve: SolveRecord, *, verbose: bool = False, turn: tuple[str, int, str] | None = None
+) -> None:
+    """A solve: the session turn it belongs to (``turn``: session, number, the turn's solve),
+    how it ended, its rounds, every model call (role, model, time to the first token,
+    duration, tokens, cost, how it ended) and the answer; ``verbose``: what each call wrote,
+    in full (as the store keeps it: redacted, bounded). Untrusted text is escaped."""
     from ..text import as_text, printable, shorten
 
     def line(text: str) -> None:
@@ -937,6 +946,10 @@ def _show_solve_record(solve: SolveRecord, *, verbose: bool = False) -> None:
     head.append(f" ({n} round{'s' if n != 1 else ''})")
     out.print(head)
     line(f"goal: {solve.goal}")
+    if turn is not None:
+        name, number, own = turn
+        within = "" if own == solve.solve_id else f", under its solve {own}"
+        line(f"turn {number} of session {name}{within} (dagagent sessions {name})")
     if solve.parent is not None:
         line(
             f"a sub-solve (depth {solve.depth}) of {solve.parent.describe()} "

@@ -154,7 +154,6 @@ def test_chat_resumes_a_turn_that_did_not_end_first(
     assert tool_starts(tmp_path / "calls.log").count("get_weather Paris") == 1
 
 
-
 def test_ask_with_a_session_keeps_sub_solves(user: Shell, model: Model) -> None:
     sub = {"id": "tokyo", "instruction": "Find the weather in Tokyo", "solve": True}
     model.say({"tasks": [sub]})
@@ -165,3 +164,28 @@ def test_ask_with_a_session_keeps_sub_solves(user: Shell, model: Model) -> None:
     doc = user.json("ask", "Weather in Tokyo?", *base)
     assert doc["answer"] == "Tokyo: 24.5 C."
     assert doc["rounds"][0]["result"]["tasks"]["tokyo"]["output"] == {"temp_c": 24.5}
+
+
+def test_show_says_which_session_turn_a_solve_belongs_to(user: Shell, model: Model) -> None:
+    model.say({"tasks": [weather("paris", "Paris")]})
+    model.say({"action": "finish", "answer": "Paris: 18 C, cloudy.", "cites": ["paris"]})
+    sub = {"id": "tokyo", "instruction": "Find the weather in Tokyo", "solve": True}
+    model.say({"tasks": [sub]})  # turn 2 hands Tokyo to a sub-solve
+    model.say({"tasks": [weather("t", "Tokyo")]})
+    model.say({"action": "finish", "answer": {"temp_c": 24.5}, "cites": ["t"]})
+    model.say({"action": "finish", "answer": "Tokyo: 24.5 C.", "cites": ["tokyo"]})
+    base = [*model.spec, "--tools", TOOLS, "--session", "trip", "--no-stream"]
+    user("ask", "Weather in Paris?", *base)
+    second = user.json("ask", "And Tokyo?", *base, "--sub-solves")
+    turn2 = second["solve_id"]
+    shown = user("show", turn2).stdout
+    assert "turn 2 of session trip (dagagent sessions trip)" in shown
+    assert user.json("show", turn2)["session"] == {"name": "trip", "turn": 2, "solve_id": turn2}
+    (child,) = user.json("show", turn2)["children"]
+    below = user("show", child["solve_id"]).stdout
+    assert f"turn 2 of session trip, under its solve {turn2}" in below
+    assert user.json("show", child["solve_id"])["session"]["turn"] == 2
+    model.say({"tasks": [weather("paris", "Paris")]})
+    model.say({"action": "finish", "answer": "Paris: 18 C.", "cites": ["paris"]})
+    alone = user.json("ask", "Weather in Paris?", *model.spec, "--tools", TOOLS)
+    assert user.json("show", alone["solve_id"])["session"] is None
