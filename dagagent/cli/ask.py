@@ -504,6 +504,8 @@ def ask_cmd(
             "store": run_store,
             "max_tokens": context_tokens,
             "keep": keep_turns,
+            "rules": rules,
+            "no_wait": no_wait,
             "max_rounds": max_rounds,
             "stream": not no_stream,
             "settings": RunSettings(

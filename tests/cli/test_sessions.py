@@ -189,3 +189,43 @@ def test_show_says_which_session_turn_a_solve_belongs_to(user: Shell, model: Mod
     model.say({"action": "finish", "answer": "Paris: 18 C.", "cites": ["paris"]})
     alone = user.json("ask", "Weather in Paris?", *model.spec, "--tools", TOOLS)
     assert user.json("show", alone["solve_id"])["session"] is None
+
+
+def mean_of(*refs: str) -> dict[str, Any]:
+    return {"id": "avg", "tool": "mean", "args": {"values": [f"${{{r}.temp_c}}" for r in refs]}}
+
+
+def test_chat_resumes_a_paused_turn_with_the_rules_it_was_asked_with(
+    user: Shell, model: Model, tmp_path: Path
+) -> None:
+    model.say({"tasks": [weather("paris", "Paris"), mean_of("paris")]})
+    base = [*model.spec, "--tools", TOOLS, "--session", "trip", "--no-stream"]
+    asked = ["--ask", "get_weather", "--ask", "mean"]
+    paused = user("ask", "Mean of Paris?", *base, *asked, code=6)
+    assert "waits for a person's decision (paris)" in paused.stderr
+    (waiting,) = user.json("approvals")["approvals"]
+    user("approve", waiting["run_id"], "paris", "--allow")
+    # chat, given no rules, resumes the turn with its own: the mean is asked about in turn
+    proc = user("chat", "--session", "trip", *model.spec, "--tools", TOOLS, code=6)
+    assert "resuming turn 1 of session trip (paused)" in proc.stderr
+    assert tool_starts(tmp_path / "calls.log") == ["get_weather Paris"]
+    (waiting,) = [a for a in user.json("approvals")["approvals"] if a["state"] == "waiting"]
+    assert waiting["task_id"] == "avg"
+    user("approve", waiting["run_id"], "avg", "--allow")
+    model.say({"action": "finish", "answer": "18 C.", "cites": ["avg"]})
+    # chat's own rules check every later turn
+    model.say({"tasks": [weather("tokyo", "Tokyo")]})
+    proc = user(
+        "chat",
+        "--session",
+        "trip",
+        *model.spec,
+        "--tools",
+        TOOLS,
+        *asked,
+        stdin="And Tokyo?\n",
+        code=6,
+    )
+    assert "turn 1 answered: 18 C." in proc.stderr
+    assert tool_starts(tmp_path / "calls.log") == ["get_weather Paris", "mean"]
+    assert user.json("sessions", "trip")["session"]["turns"][1]["status"] == "paused"
