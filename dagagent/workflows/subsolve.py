@@ -38,9 +38,11 @@ refuses one: ``sub_solve_too_deep``).
 **Records.** With a store, the child is a solve of its own (``dagagent show CHILD``), linked
 to its task: the parent solve, the run, the task and the map element
 (:class:`~dagagent.store.SolveLink`; ``SolveRecord.children`` lists a solve's children).
-Its model calls are its own records, and so are its events: the parent's listeners hear
-only :class:`~dagagent.events.SubSolveStarted` and ``SubSolveFinished`` (of every sub-solve
-below it). **Resuming** the parent (after a pause, or a process
+Its model calls are its own records. **Events**: the parent's listeners hear
+:class:`~dagagent.events.SubSolveStarted` and ``SubSolveFinished`` of every sub-solve below
+it, and each sub-solve's own events (rounds, runs, tasks, model calls) wrapped in
+:class:`~dagagent.events.InSubSolve`, which says whose they are (when the parent has no
+listener, none is built). **Resuming** the parent (after a pause, or a process
 that died while a child ran) resumes each child that was under way from its records, without
 making its finished model calls again; a child that had answered gives its recorded answer.
 A child that pauses (a call waits for a person) pauses its task
@@ -56,13 +58,14 @@ import anyio
 import anyio.to_thread
 
 from ..errors import BudgetExceededError, StoreError, SubSolveError, SubSolveWaitingError
-from ..events import SubSolveFinished, SubSolveStarted
+from ..events import InSubSolve, SubSolveFinished, SubSolveStarted
 from ..results import AgentStep, SolveStatus
 from ..run import new_run_id
 from ..store import ChildSolve, SolveLink
 from ..text import jsonable
 
 if TYPE_CHECKING:
+    from ..events import Listener
     from ..runner import AgentNode, AgentTaskRunner
     from ..store import RunStore
     from .solution import Solution
@@ -107,7 +110,7 @@ class SubSolves:
                     resumed=True,
                 )
             )
-            solution = await self._resume(found, node)
+            solution = await self._resume(found, node, link)
         else:
             solution = await self._start(node, link)
         self._tell(
@@ -127,10 +130,21 @@ class SubSolves:
         except Exception as exc:  # a broken listener must not break the sub-solve
             self.owner.log.warning("listener.failed", error=repr(exc), event_kind=event.kind)
 
-    def forward(self, event: Any) -> None:
-        """A child's listener: the sub-solve events of the children below it go up."""
-        if isinstance(event, (SubSolveStarted, SubSolveFinished)):
-            self._tell(event)
+    def listeners(self, link: SolveLink, child_id: str) -> tuple[Listener, ...]:
+        """The listeners of child ``child_id`` of ``link``: its events go up to the parent's
+        listeners, wrapped in :class:`InSubSolve` (none when the parent has no listener)."""
+        if not self.owner.listeners:
+            return ()
+        where = _where(link)
+        depth = self.owner.depth + 1
+
+        def forward(event: Any) -> None:
+            if isinstance(event, (SubSolveStarted, SubSolveFinished, InSubSolve)):
+                self._tell(event)  # from further below: it says whose it is already
+            else:
+                self._tell(InSubSolve(**where, child_id=child_id, depth=depth, event=event))
+
+        return (forward,)
 
     async def _recorded(self, link: SolveLink) -> ChildSolve | None:
         """The latest child solve of ``link`` on record (``None`` without a store)."""
@@ -179,15 +193,16 @@ class SubSolves:
             options["budget"] = budget.model_dump(mode="json", exclude_defaults=True)
         if deadline_s is not None:
             options["deadline_s"] = deadline_s
+        solve_id = new_run_id()
         state = new_state(
             node.instruction.strip(),
             node.tools,
             owner.llm,
-            solve_id=new_run_id(),
+            solve_id=solve_id,
             options=options,
             settings=owner.settings,
             interceptors=_interceptors(owner),
-            listeners=(self.forward,),
+            listeners=self.listeners(link, solve_id),
             store=owner.store,
             policy=owner.policy,
             confirm=None,
@@ -211,7 +226,7 @@ class SubSolves:
         owner.log.info("solve.sub_solve", task_id=node.task.id, child=state.solve_id)
         return await state.run()
 
-    async def _resume(self, found: ChildSolve, node: AgentNode) -> Solution:
+    async def _resume(self, found: ChildSolve, node: AgentNode, link: SolveLink) -> Solution:
         from .solve_resume import resume_recorded
 
         owner = self.owner
@@ -229,7 +244,7 @@ class SubSolves:
             ledger=owner.ledger,
             depth=owner.depth + 1,
             above=owner.spending,
-            listeners=(self.forward,),
+            listeners=self.listeners(link, found.solve_id),
         )
 
 

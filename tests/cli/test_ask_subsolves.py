@@ -35,6 +35,19 @@ def test_ask_with_sub_solves(tmp_path: Path, model: Model) -> None:
     )
     assert started, proc.stderr
     assert f"  tokyo: sub-solve {started.group(1)} answered" in proc.stderr
+    # the sub-solve's own steps, between its start and its end, each line saying whose it is
+    lines = proc.stderr.splitlines()
+    first = lines.index(started.group(0))
+    mine = lines[first + 1 : lines.index(f"  tokyo: sub-solve {started.group(1)} answered")]
+    assert mine[0] == "  [tokyo] round 1: planning"
+    assert all(line.startswith("  [tokyo] round 1: ") for line in mine if "[tokyo]   " not in line)
+    assert re.search(r"^  \[tokyo\] round 1: run [0-9a-f]{12} runs ", "\n".join(mine), re.M)
+    assert any(re.fullmatch(r"  \[tokyo\]   t succeeded \d+\.\d\ds", line) for line in mine)
+    assert mine[-1] == "  [tokyo] round 1: the joiner answered (cites t)", mine
+    # the solve's own lines are not the sub-solve's: one run of its own, answered at the end
+    assert [line for line in lines if line.startswith("round 1: run ")] == [
+        f"round 1: run {doc['run_id']} runs tasks as they are planned"
+    ]
     (rnd,) = doc["rounds"]
     assert rnd["result"]["tasks"]["tokyo"]["output"] == {"city": "Tokyo", "temp_c": 24.5}
     assert sorted(user.calls()) == ["get_weather Paris", "get_weather Tokyo"]
