@@ -17,7 +17,9 @@ reads as it reads any failure. A map task (``for_each``) starts one child per el
 What a child gets from its parent:
 
 - **its options**: rounds, streaming, agent tasks, the attempts of its planner and joiner,
-  the run settings, the model and its settings; the task's ``tools`` (when given) are its
+  the run settings, the model and its settings, the tool discovery; the parent's planner of
+  one's own, if it has one, for its tools and depth
+  (:meth:`~dagagent.planners.LLMPlanner.for_sub_solve`); the task's ``tools`` (when given) are its
   tools; the parent's approval policy and interceptors check its tool calls, and the
   parent's :class:`~dagagent.runner.CallLedger` counts them (a tool's ``max_calls`` holds
   across the parent and every child);
@@ -66,6 +68,7 @@ from ..text import jsonable
 
 if TYPE_CHECKING:
     from ..events import Listener
+    from ..planners import LLMPlanner
     from ..runner import AgentNode, AgentTaskRunner
     from ..store import RunStore
     from .solution import Solution
@@ -207,13 +210,14 @@ class SubSolves:
             policy=owner.policy,
             confirm=None,
             model_settings=owner.model_settings,
-            planner=None,
+            planner=_child_planner(owner, node),
             budget=budget,
             prices=owner.spending.prices,
             deadline_s=deadline_s,
             ledger=owner.ledger,
             depth=owner.depth + 1,
             above=owner.spending,
+            discovery=owner.planner.discovery,
         )
         await state.record(
             "start_solve", goal=state.goal, options=options, parent=link, depth=state.depth
@@ -239,6 +243,8 @@ class SubSolves:
             policy=owner.policy,
             interceptors=_interceptors(owner),
             model_settings=owner.model_settings,
+            planner=_child_planner(owner, node),
+            discovery=owner.planner.discovery,
             prices=owner.spending.prices,
             deadline_s=self._deadline(node),
             ledger=owner.ledger,
@@ -260,6 +266,15 @@ def _where(link: SolveLink) -> dict[str, Any]:
 def _interceptors(owner: _Solve) -> tuple[Any, ...]:
     """The parent's interceptors, its policy apart (a child puts it first again)."""
     return tuple(i for i in owner.chain if i is not owner.policy)
+
+
+def _child_planner(owner: _Solve, node: AgentNode) -> LLMPlanner | None:
+    """The planner of a child: the parent's own (its prompt, examples, model and settings)
+    for the child's tools at its depth, when the parent was given one; else ``None`` (the
+    built-in planner, as the parent's)."""
+    if owner.own_planner is None:
+        return None
+    return owner.own_planner.for_sub_solve(node.tools, owner.depth + 1)
 
 
 def _child_options(owner: _Solve, node: AgentNode) -> dict[str, Any]:

@@ -66,3 +66,20 @@ def test_ask_without_sub_solves_refuses_a_plan_with_one(tmp_path: Path, model: M
     proc = user.ask("--no-stream", "--max-attempts", "1", code=3)
     assert "[sub_solve] task 'tokyo'" in proc.stderr
     assert "sub_solves=True (dagagent ask --sub-solves)" in proc.stderr
+
+
+def test_a_planner_prompt_of_ones_own_plans_the_sub_solves_too(
+    tmp_path: Path, model: Model
+) -> None:
+    user = User(tmp_path, model.spec)
+    (tmp_path / "prompt.txt").write_text("You plan weather reports for Meteo Inc.\n\n{tools}\n")
+    sub: dict[str, Any] = {"id": "tokyo", "instruction": "Find the weather in Tokyo", "solve": True}
+    model.plan(sub)
+    model.plan(weather("t", "Tokyo"))
+    model.decide(finish({"city": "Tokyo", "temp_c": 24.5}, ["t"]))
+    model.decide(finish("24.5 C in Tokyo.", ["tokyo"]))
+    user.ask("--sub-solves", "--no-stream", "--planner-prompt", str(tmp_path / "prompt.txt"))
+    parent, child = (model.server.requests[i].json["messages"][0]["content"] for i in (0, 1))
+    assert parent.startswith("You plan weather reports for Meteo Inc.")
+    assert child.startswith("You plan weather reports for Meteo Inc.")
+    assert "Find the weather in Tokyo" in model.server.requests[1].json["messages"][-1]["content"]

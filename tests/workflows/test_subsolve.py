@@ -23,7 +23,7 @@ from dagagent import Budget
 from dagagent.errors import BudgetExceededError
 from dagagent.events import InSubSolve, ModelCallStarted, RunStarted, TaskFinished
 from dagagent.limits import MAX_SOLVE_DEPTH
-from dagagent.llm import ScriptedLLM
+from dagagent.llm import ModelSettings, ScriptedLLM
 from dagagent.planners import PLAN_FORMAT_NAME, LLMPlanner, parse_plan_answer
 from dagagent.results import SolveStatus, TaskStatus
 
@@ -622,3 +622,45 @@ def test_a_tool_task_cannot_be_a_sub_solve(world: World) -> None:
     assert [(i.code, i.task_id) for i in issues] == [("tool_solve", "s")]
     assert plan.tasks[0].kind == "tool"  # read as the tool task it is, the stray key set aside
     assert "'solve' is for a task with an 'instruction'" in issues[0].message
+
+
+async def test_a_planner_of_ones_own_plans_the_sub_solves_too(world: World) -> None:
+    """The parent's prompt and settings go down; of its examples, only those a child could
+    run (its task's tools) are shown to the child's planner."""
+    bodies: dict[str, list[dict[str, Any]]] = {}
+    router = Router()
+
+    def route(body: dict[str, Any]) -> str:
+        if _is_plan(body):
+            bodies.setdefault(_goal(body), []).append(body)
+        return router(body)
+
+    examples = [
+        {"goal": "Who sells steel in JP?", "plan": [child_plan("JP")["tasks"][0]]},
+        {"goal": "Which regions do we buy in?", "plan": [PARENT_PLAN["tasks"][0]]},
+    ]
+    async with ScriptedLLM.openai([route] * 6) as llm:
+        planner = LLMPlanner(
+            llm,
+            world.registry,
+            system_prompt="You plan for the purchasing desk of ACME.\n\n{tools}",
+            examples=examples,
+            solve_depth=0,
+            settings=ModelSettings(temperature=0.25),
+        )
+        solution = await dagagent.solve(
+            GOAL, world.registry, llm, sub_solves=True, stream=False, planner=planner
+        )
+    assert solution.status is SolveStatus.ANSWERED, solution.reason
+    (top,) = bodies[GOAL]
+    (eu,) = bodies["Find the best steel supplier in EU"]
+    for body in (top, eu):
+        assert body["messages"][0]["content"].startswith("You plan for the purchasing desk")
+    said = [m["content"] for m in eu["messages"][1:-1]]
+    assert any("Who sells steel in JP?" in text for text in said)
+    assert not any("Which regions do we buy in?" in text for text in said)  # not its tool
+    assert "Which regions do we buy in?" in json.dumps(top["messages"])
+    # the child's catalog is its task's tools; its planner keeps the parent's settings
+    child_prompt = eu["messages"][0]["content"]
+    assert "suppliers" in child_prompt and "list_regions" not in child_prompt
+    assert top["temperature"] == eu["temperature"] == 0.25
