@@ -130,6 +130,15 @@ def test_bad_session_names_and_unknown_sessions(user: Shell, model: Model) -> No
     assert "no run store" in proc.stderr
 
 
+def test_chat_checks_its_approval_options_before_anything(user: Shell, model: Model) -> None:
+    base = ["chat", "--session", "trip", *model.spec, "--tools", TOOLS]
+    proc = user(*base, "--approve", code=2)  # stdin is the questions, not a terminal
+    assert "--approve needs a terminal" in proc.stderr
+    proc = user(*base, "--policy", "missing.json", code=2)
+    assert "missing.json" in proc.stderr
+    assert not model.server.requests
+
+
 def test_an_unknown_session_is_named(user: Shell, model: Model) -> None:
     script_two_turns(model)
     user("chat", "--session", "trip", *model.spec, "--tools", TOOLS, stdin="Weather in Paris?\n")
