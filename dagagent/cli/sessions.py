@@ -169,13 +169,23 @@ async def _resume_last(
     )
     rules = _rules_of_turn(session, given)
     checks: dict[str, Any] = {}
+    store = session.store
+    context = store.context
     if rules is not given:  # the session's own options carry the rules given now
         policies = run_interceptors(
             None, session.registry, approve=False, rules=rules, no_wait=no_wait
         )
         first = policies[0] if policies and isinstance(policies[0], Policy) else None
         checks = {"policy": first, "interceptors": policies[1:] if first else policies}
-    solution: Solution | None = await session.resume(**checks)
+        # the turn's later rounds' runs are recorded with the rules they run with, so that
+        # one of them that pauses is resumed with them too
+        store.context = {k: v for k, v in context.items() if k != "approval"}
+        if rules:
+            store.context["approval"] = rules.context()
+    try:
+        solution: Solution | None = await session.resume(**checks)
+    finally:
+        store.context = context
     if solution is not None and solution.ok:
         err.print(
             f"turn {waiting} answered: {printable(solution.answer_text)}",

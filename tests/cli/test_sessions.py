@@ -221,20 +221,23 @@ def test_chat_resumes_a_paused_turn_with_the_rules_it_was_asked_with(
     (waiting,) = [a for a in user.json("approvals")["approvals"] if a["state"] == "waiting"]
     assert waiting["task_id"] == "avg"
     user("approve", waiting["run_id"], "avg", "--allow")
-    model.say({"action": "finish", "answer": "18 C.", "cites": ["avg"]})
+    # given other rules, chat says so and still resumes the turn with its own, and records
+    # its next round's run with them (a resume of that run asks what the turn asked)
+    model.say({"action": "replan", "feedback": "and the mean of two values"})
+    model.say({"tasks": [{"id": "avg2", "tool": "mean", "args": {"values": [1, 2]}}]})
+    only_weather = ["--ask", "get_weather"]
+    chat = ["chat", "--session", "trip", *model.spec, "--tools", TOOLS]
+    proc = user(*chat, *only_weather, code=6)
+    assert "turn 1 was asked with --ask get_weather and --ask mean: those apply" in proc.stderr
+    (waiting,) = [a for a in user.json("approvals")["approvals"] if a["state"] == "waiting"]
+    assert waiting["task_id"] == "avg2"
+    context = user.json("show", waiting["run_id"])["context"]
+    assert context["approval"] == {"ask": ["get_weather", "mean"]}
+    user("approve", waiting["run_id"], "avg2", "--allow")
+    model.say({"action": "finish", "answer": "18 C.", "cites": ["avg2"]})
     # chat's own rules check every later turn
     model.say({"tasks": [weather("tokyo", "Tokyo")]})
-    proc = user(
-        "chat",
-        "--session",
-        "trip",
-        *model.spec,
-        "--tools",
-        TOOLS,
-        *asked,
-        stdin="And Tokyo?\n",
-        code=6,
-    )
+    proc = user(*chat, *only_weather, stdin="And Tokyo?\n", code=6)
     assert "turn 1 answered: 18 C." in proc.stderr
-    assert tool_starts(tmp_path / "calls.log") == ["get_weather Paris", "mean"]
+    assert tool_starts(tmp_path / "calls.log") == ["get_weather Paris", "mean", "mean"]
     assert user.json("sessions", "trip")["session"]["turns"][1]["status"] == "paused"
