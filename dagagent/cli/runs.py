@@ -368,12 +368,7 @@ def show_cmd(
                 )
             turn = st.turn_of_solve(found.solve_id)
             if json_out:
-                session = (
-                    {"name": turn[0], "turn": turn[1], "solve_id": turn[2]}
-                    if turn is not None
-                    else None
-                )
-                print_json(out, {**found.to_json_dict(), "session": session})
+                print_json(out, {**found.to_json_dict(), "session": _turn_json(turn)})
             else:
                 _show_solve_record(found, verbose=verbose, turn=turn)
             return
@@ -387,6 +382,7 @@ def show_cmd(
             return
         record = found
         solve = st.solve_of_run(record.run_id)
+        turn = st.turn_of_solve(solve.solve_id) if solve is not None else None
         # The run's own model calls (a solve's are shown with the solve): the planner's or
         # replanner's that made its plan, and its agent tasks'.
         calls = [c for c in st.model_calls(run_id=record.run_id) if c.solve_id is None]
@@ -425,7 +421,9 @@ def show_cmd(
     if json_out:
         doc = record.to_json_dict()
         doc["critical_path"], doc["critical_path_s"] = cp, cp_s
-        doc["solve"] = solve.to_json_dict() if solve is not None else None
+        doc["solve"] = (
+            {**solve.to_json_dict(), "session": _turn_json(turn)} if solve is not None else None
+        )
         doc["new_versions"] = versions
         doc["revisions_not_run"] = revisions
         doc["effects"] = [e.to_json_dict() for e in effects]
@@ -483,7 +481,7 @@ def show_cmd(
         )
         _show_calls(calls, verbose=verbose)
         if solve is not None:
-            _show_solve(solve, record.run_id)
+            _show_solve(solve, record.run_id, turn)
         return
     waits = waited_for_approval(record.tasks.values())
     table = Table()
@@ -546,7 +544,7 @@ def show_cmd(
 
         paused_hint(record.as_result(), console=out)
     if solve is not None:
-        _show_solve(solve, record.run_id)
+        _show_solve(solve, record.run_id, turn)
 
 
 def _shown_tasks(record: RunRecord) -> set[str]:
@@ -883,9 +881,17 @@ def _show_steps(steps: list[AgentStep], indent: str = "") -> None:
             say(f"{indent}    unusable reply: {s.error}")
 
 
-def _show_solve(solve: SolveRecord, run_id: str) -> None:
-    """The round this run was, the joiner's decision about it and, for the run the answer
-    came from, the answer in full (untrusted text: control characters escaped, no markup)."""
+def _turn_json(turn: tuple[str, int, str] | None) -> dict[str, Any] | None:
+    """``--json``'s ``"session"`` of a solve: the session turn it belongs to, or ``None``."""
+    if turn is None:
+        return None
+    return {"name": turn[0], "turn": turn[1], "solve_id": turn[2]}
+
+
+def _show_solve(solve: SolveRecord, run_id: str, turn: tuple[str, int, str] | None = None) -> None:
+    """The round this run was (and the session turn its solve belongs to, ``turn``), the
+    joiner's decision about it and, for the run the answer came from, the answer in full
+    (untrusted text: control characters escaped, no markup)."""
     from ..text import as_text, printable
 
     rnd = solve.round_of(run_id)
@@ -894,7 +900,9 @@ def _show_solve(solve: SolveRecord, run_id: str) -> None:
         if rnd is not None
         else f"solve {solve.solve_id}"
     )
-    out.print(f"{where} ({solve.status})", markup=False, highlight=False)
+    if turn is not None:
+        where += f", turn {turn[1]} of session {turn[0]}"
+    out.print(printable(f"{where} ({solve.status})"), markup=False, highlight=False)
     calls = solve.calls_of(rnd.round) if rnd is not None else []
     if calls:
         from ..llm import Usage

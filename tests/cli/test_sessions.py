@@ -194,6 +194,11 @@ def test_show_says_which_session_turn_a_solve_belongs_to(user: Shell, model: Mod
     below = user("show", child["solve_id"]).stdout
     assert f"turn 2 of session trip, under its solve {turn2}" in below
     assert user.json("show", child["solve_id"])["session"]["turn"] == 2
+    run = second["run_id"]  # a turn's run names its turn too
+    assert (
+        f"round 1 of solve {turn2}, turn 2 of session trip (answered)" in user("show", run).stdout
+    )
+    assert user.json("show", run)["solve"]["session"]["turn"] == 2
     model.say({"tasks": [weather("paris", "Paris")]})
     model.say({"action": "finish", "answer": "Paris: 18 C.", "cites": ["paris"]})
     alone = user.json("ask", "Weather in Paris?", *model.spec, "--tools", TOOLS)
