@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Emitter",
     "Event",
+    "InSubSolve",
     "JoinerDecided",
     "Listener",
     "ModelCallFinished",
@@ -185,8 +186,8 @@ class RoundFinished:
 class SubSolveStarted:
     """Task ``task_id`` (its element ``element`` of a map, else ``None``) of run ``run_id``,
     a round of solve ``solve_id``, started sub-solve ``child_id`` (at ``depth``) for ``goal``;
-    ``resumed``: one on record goes on. A sub-solve's own events stay with it; these two reach
-    the listeners of every solve above it."""
+    ``resumed``: one on record goes on. These two reach the listeners of every solve above
+    it, and so do the sub-solve's own events, wrapped in :class:`InSubSolve`."""
 
     solve_id: str
     child_id: str
@@ -212,6 +213,26 @@ class SubSolveFinished:
     status: str
     reason: str = ""
     kind: str = field(default="subsolve.finished", init=False)
+
+
+@dataclass(frozen=True, slots=True)
+class InSubSolve:
+    """An event of sub-solve ``child_id`` (at ``depth``: 1 for a child of a top-level solve,
+    2 for a child of that child...), started by task ``task_id`` (its element ``element`` of
+    a map, else ``None``) of run ``run_id``, a round of solve ``solve_id``. ``event`` is the
+    sub-solve's own event (its rounds, runs, tasks, model calls), as a listener given to it
+    would have heard it. The listeners of every solve above it hear it so wrapped, once (the
+    event of a grandchild is not wrapped twice: its ``child_id`` and ``depth`` are the
+    grandchild's); ``SubSolveStarted`` and ``SubSolveFinished`` come unwrapped."""
+
+    solve_id: str
+    child_id: str
+    run_id: str
+    task_id: str
+    element: int | None
+    depth: int
+    event: Event
+    kind: str = field(default="subsolve.event", init=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -290,6 +311,7 @@ Event = Union[  # noqa: UP007 - a runtime alias, kept valid on 3.10
     RoundFinished,
     SubSolveStarted,
     SubSolveFinished,
+    InSubSolve,
     TaskParsed,
     PlanExtended,
     ModelCallStarted,

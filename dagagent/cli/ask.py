@@ -141,7 +141,9 @@ def solve_interrupted(progress: AskProgress, store: Path | None) -> str:
 
 class AskProgress:
     """A listener printing one line per step of a solve to stderr: rounds, tasks as they are
-    planned (streamed planning) and as they finish, the joiner's decision. Untrusted text
+    planned (streamed planning) and as they finish, the joiner's decision. A sub-solve's
+    steps (:class:`~dagagent.events.InSubSolve`) are printed the same way, indented by its
+    depth and prefixed with its task (``  [best[1]] round 1: planning``). Untrusted text
     (ids, outputs, errors, feedback) is shortened and printed with control characters
     escaped and no markup."""
 
@@ -151,13 +153,27 @@ class AskProgress:
         self.run_id: str | None = None  # the last round's run
         #: Shows the model calls under way (and the joiner's answer as it is written).
         self.model = model
+        self._rounds: dict[str, int] = {}  # a sub-solve's id -> its round under way
+        self._within: dict[str, str] = {}  # a sub-solve's id -> what its lines begin with
 
-    def _line(self, text: str) -> None:
+    def _line(self, text: str, within: str = "") -> None:
         from ..text import printable
 
-        err.print(printable(text), markup=False, highlight=False)
+        err.print(printable(within + text), markup=False, highlight=False)
 
     def __call__(self, event: Event | Any) -> None:
+        from ..events import InSubSolve
+
+        if isinstance(event, InSubSolve):
+            where = event.task_id if event.element is None else f"{event.task_id}[{event.element}]"
+            within = self._within.setdefault(event.child_id, f"{'  ' * event.depth}[{where}] ")
+            self._show(event.event, within, event.child_id)
+        else:
+            self._show(event, "", None)
+
+    def _show(self, event: Any, within: str, child: str | None) -> None:
+        """Print ``event``: the solve's own (``child`` is ``None``), or sub-solve ``child``'s,
+        its lines beginning with ``within``."""
         from ..events import (
             JoinerDecided,
             ModelCallFinished,
@@ -176,77 +192,94 @@ class AskProgress:
         from ..results import TaskStatus
         from ..text import shorten
 
+        def line(text: str) -> None:
+            self._line(text, within)
+
         if isinstance(event, ModelCallStarted):
             if self.model is not None:
-                self.model.started(event.call, event.role, event.round, event.task_id)
+                self.model.started(
+                    event.call, event.role, event.round, event.task_id, within=within
+                )
         elif isinstance(event, ModelCallFinished):
-            self._call_ended(event.record)
+            self._call_ended(event.record, within)
         elif isinstance(event, ModelCallRejected):
             rec = event.record
             if self.model is not None:
-                self.model.rejected(rec.role, rec.round, rec.task_id, rec.issues)
+                self.model.rejected(rec.role, rec.round, rec.task_id, rec.issues, within=within)
             else:
                 from .writing import who
 
-                self._line(f"{who(rec.role, rec.round, rec.task_id)}'s answer was rejected:")
+                line(f"{who(rec.role, rec.round, rec.task_id)}'s answer was rejected:")
                 for issue in rec.issues[:8]:
-                    self._line(f"  {shorten(issue, 300)}")
+                    line(f"  {shorten(issue, 300)}")
         elif isinstance(event, RoundStarted):
-            self.round = event.round
-            self.solve_id = event.solve_id
-            if event.parent_id is None:
-                self._line(f"round {event.round}: planning")
+            if child is None:
+                self.round = event.round
+                self.solve_id = event.solve_id
             else:
-                self._line(f"round {event.round}: replanning run {event.parent_id}")
+                self._rounds[child] = event.round
+            if event.parent_id is None:
+                line(f"round {event.round}: planning")
+            else:
+                line(f"round {event.round}: replanning run {event.parent_id}")
         elif isinstance(event, RunStarted):
-            self.run_id = event.run_id
+            if child is None:
+                self.run_id = event.run_id
             n = len(event.plan.tasks)
             what = f"{n} task{'s' if n != 1 else ''}" if n else "tasks as they are planned"
-            self._line(f"round {self.round}: run {event.run_id} runs {what}")
+            rnd = self.round if child is None else self._rounds.get(child, 0)
+            line(f"round {rnd}: run {event.run_id} runs {what}")
         elif isinstance(event, TaskFinished):
             r = event.result
             detail = ""
             if r.status in (TaskStatus.FAILED, TaskStatus.DENIED) and r.error:
                 detail = f": {shorten(r.error, 100)}"
             duration = f" {r.duration_s:.2f}s" if r.duration_s is not None else ""
-            self._line(f"  {r.task_id} {r.status.value}{duration}{detail}")
+            line(f"  {r.task_id} {r.status.value}{duration}{detail}")
         elif isinstance(event, TaskRetrying):
-            self._line(
+            line(
                 f"  {event.task_id} failed (attempt {event.attempt}): "
                 f"{shorten(event.error, 100)}; trying again in {event.delay_s:.1f}s"
             )
         elif isinstance(event, TaskAgentEvent):
             if event.action == "tool_call":
-                self._line(f"  {event.task_id}: calls {event.tool}({shorten(event.args, 80)})")
+                line(f"  {event.task_id}: calls {event.tool}({shorten(event.args, 80)})")
         elif isinstance(event, JoinerDecided):
             if event.action == "finish":
                 cites = f" (cites {', '.join(event.cites)})" if event.cites else ""
-                self._line(f"round {event.round}: the joiner answered{cites}")
+                line(f"round {event.round}: the joiner answered{cites}")
             else:
-                self._line(
+                line(
                     f"round {event.round}: the joiner asks for another plan: "
                     f"{shorten(event.feedback, 160)}"
                 )
         elif isinstance(event, RoundFinished):
             if event.outcome in ("gave_up", "failed"):
-                self._line(f"round {event.round}: {event.outcome.replace('_', ' ')}")
-        elif isinstance(event, SubSolveStarted):
-            where = (
-                f"{event.task_id}[{event.element}]" if event.element is not None else event.task_id
-            )
-            what = "resumes" if event.resumed else "starts"
-            self._line(f"  {where}: {what} sub-solve {event.child_id}: {shorten(event.goal, 100)}")
-        elif isinstance(event, SubSolveFinished):
-            where = (
-                f"{event.task_id}[{event.element}]" if event.element is not None else event.task_id
-            )
-            why = f": {shorten(event.reason, 100)}" if event.status != "answered" else ""
-            self._line(f"  {where}: sub-solve {event.child_id} {event.status}{why}")
+                line(f"round {event.round}: {event.outcome.replace('_', ' ')}")
+        elif isinstance(event, (SubSolveStarted, SubSolveFinished)):
+            self._sub_solve(event, shorten)
         elif isinstance(event, TaskParsed):  # streamed planning: a task is ready
             held = " (held until the plan is whole)" if event.held else ""
-            self._line(f"  planned {event.task_id} after {event.since_s:.2f}s{held}")
+            line(f"  planned {event.task_id} after {event.since_s:.2f}s{held}")
 
-    def _call_ended(self, record: Any) -> None:
+    def _sub_solve(self, event: Any, shorten: Any) -> None:
+        """A sub-solve started or ended: a line under its task, among the lines of the solve
+        whose task it is (a sub-solve's sub-solve: among that sub-solve's lines)."""
+        from ..events import SubSolveStarted
+
+        where = f"{event.task_id}[{event.element}]" if event.element is not None else event.task_id
+        within = self._within.get(event.solve_id, "")  # "" for the solve's own tasks
+        if isinstance(event, SubSolveStarted):
+            self._within[event.child_id] = f"{'  ' * event.depth}[{where}] "
+            what = "resumes" if event.resumed else "starts"
+            self._line(
+                f"  {where}: {what} sub-solve {event.child_id}: {shorten(event.goal, 100)}", within
+            )
+            return
+        why = f": {shorten(event.reason, 100)}" if event.status != "answered" else ""
+        self._line(f"  {where}: sub-solve {event.child_id} {event.status}{why}", within)
+
+    def _call_ended(self, record: Any, within: str = "") -> None:
         """A model call ended: the progress stops showing it; a planner's or joiner's call
         gets a line (who, tokens, time; how it ended when it did not answer)."""
         from ..text import shorten
@@ -266,7 +299,7 @@ class AskProgress:
             what = f"{record.status} after {record.output_tokens:,} tokens{est}{took}"
             if record.error and record.status == "failed":
                 what += f": {shorten(record.error, 160)}"
-        self._line(f"{who(record.role, record.round)} {what}")
+        self._line(f"{who(record.role, record.round)} {what}", within)
 
 
 def exit_code_of(solution: Solution) -> int:
@@ -551,6 +584,8 @@ def ask_cmd(
             "store": run_store,
             "max_tokens": context_tokens,
             "keep": keep_turns,
+            "rules": rules,
+            "no_wait": no_wait,
             "max_rounds": max_rounds,
             "stream": not no_stream,
             "settings": RunSettings(
@@ -570,6 +605,8 @@ def ask_cmd(
             "budget": budget,
             "prices": price_table,
             "deadline_s": deadline_left(deadline),
+            "sub_solves": sub_solves,
+            "discovery": discovery_of(max_tools),
         }
         # What the model writes, while it writes; the joiner's answer to stdout as it is
         # written when stdout is a terminal (--json waits for the whole solution).

@@ -366,10 +366,11 @@ def show_cmd(
                     f"{found.solve_id} is a solve: --task and --timeline show a run (its "
                     f"rounds' runs: {runs})"
                 )
+            turn = st.turn_of_solve(found.solve_id)
             if json_out:
-                print_json(out, found.to_json_dict())
+                print_json(out, {**found.to_json_dict(), "session": _turn_json(turn)})
             else:
-                _show_solve_record(found, verbose=verbose)
+                _show_solve_record(found, verbose=verbose, turn=turn)
             return
         if isinstance(found, UnrunCalls):
             if task is not None or timeline:
@@ -381,6 +382,7 @@ def show_cmd(
             return
         record = found
         solve = st.solve_of_run(record.run_id)
+        turn = st.turn_of_solve(solve.solve_id) if solve is not None else None
         # The run's own model calls (a solve's are shown with the solve): the planner's or
         # replanner's that made its plan, and its agent tasks'.
         calls = [c for c in st.model_calls(run_id=record.run_id) if c.solve_id is None]
@@ -419,7 +421,9 @@ def show_cmd(
     if json_out:
         doc = record.to_json_dict()
         doc["critical_path"], doc["critical_path_s"] = cp, cp_s
-        doc["solve"] = solve.to_json_dict() if solve is not None else None
+        doc["solve"] = (
+            {**solve.to_json_dict(), "session": _turn_json(turn)} if solve is not None else None
+        )
         doc["new_versions"] = versions
         doc["revisions_not_run"] = revisions
         doc["effects"] = [e.to_json_dict() for e in effects]
@@ -477,7 +481,7 @@ def show_cmd(
         )
         _show_calls(calls, verbose=verbose)
         if solve is not None:
-            _show_solve(solve, record.run_id)
+            _show_solve(solve, record.run_id, turn)
         return
     waits = waited_for_approval(record.tasks.values())
     table = Table()
@@ -548,7 +552,7 @@ def show_cmd(
             highlight=False,
         )
     if solve is not None:
-        _show_solve(solve, record.run_id)
+        _show_solve(solve, record.run_id, turn)
 
 
 def _shown_tasks(record: RunRecord) -> set[str]:
@@ -904,9 +908,17 @@ def _show_steps(steps: list[AgentStep], indent: str = "") -> None:
             say(f"{indent}    unusable reply: {s.error}")
 
 
-def _show_solve(solve: SolveRecord, run_id: str) -> None:
-    """The round this run was, the joiner's decision about it and, for the run the answer
-    came from, the answer in full (untrusted text: control characters escaped, no markup)."""
+def _turn_json(turn: tuple[str, int, str] | None) -> dict[str, Any] | None:
+    """``--json``'s ``"session"`` of a solve: the session turn it belongs to, or ``None``."""
+    if turn is None:
+        return None
+    return {"name": turn[0], "turn": turn[1], "solve_id": turn[2]}
+
+
+def _show_solve(solve: SolveRecord, run_id: str, turn: tuple[str, int, str] | None = None) -> None:
+    """The round this run was (and the session turn its solve belongs to, ``turn``), the
+    joiner's decision about it and, for the run the answer came from, the answer in full
+    (untrusted text: control characters escaped, no markup)."""
     from ..text import as_text, printable
 
     rnd = solve.round_of(run_id)
@@ -915,7 +927,9 @@ def _show_solve(solve: SolveRecord, run_id: str) -> None:
         if rnd is not None
         else f"solve {solve.solve_id}"
     )
-    out.print(f"{where} ({solve.status})", markup=False, highlight=False)
+    if turn is not None:
+        where += f", turn {turn[1]} of session {turn[0]}"
+    out.print(printable(f"{where} ({solve.status})"), markup=False, highlight=False)
     calls = solve.calls_of(rnd.round) if rnd is not None else []
     if calls:
         from ..llm import Usage
@@ -949,10 +963,13 @@ def _show_solve(solve: SolveRecord, run_id: str) -> None:
         )
 
 
-def _show_solve_record(solve: SolveRecord, *, verbose: bool = False) -> None:
-    """A solve: how it ended, its rounds, every model call (role, model, time to the first
-    token, duration, tokens, cost, how it ended) and the answer; ``verbose``: what each call
-    wrote, in full (as the store keeps it: redacted, bounded). Untrusted text is escaped."""
+def _show_solve_record(
+    solve: SolveRecord, *, verbose: bool = False, turn: tuple[str, int, str] | None = None
+) -> None:
+    """A solve: the session turn it belongs to (``turn``: session, number, the turn's solve),
+    how it ended, its rounds, every model call (role, model, time to the first token,
+    duration, tokens, cost, how it ended) and the answer; ``verbose``: what each call wrote,
+    in full (as the store keeps it: redacted, bounded). Untrusted text is escaped."""
     from ..text import as_text, printable, shorten
 
     def line(text: str) -> None:
@@ -964,6 +981,10 @@ def _show_solve_record(solve: SolveRecord, *, verbose: bool = False) -> None:
     head.append(f" ({n} round{'s' if n != 1 else ''})")
     out.print(head)
     line(f"goal: {solve.goal}")
+    if turn is not None:
+        name, number, own = turn
+        within = "" if own == solve.solve_id else f", under its solve {own}"
+        line(f"turn {number} of session {name}{within} (dagagent sessions {name})")
     if solve.parent is not None:
         line(
             f"a sub-solve (depth {solve.depth}) of {solve.parent.describe()} "

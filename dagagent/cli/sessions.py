@@ -28,6 +28,8 @@ from ..errors import ConfigError
 from ._app import EXIT_OK, EXIT_PAUSED, Interrupted, app, err, guard, out
 from .options import (
     AgentTasksOpt,
+    ApproveOpt,
+    AskOpt,
     BaseUrlOpt,
     MaxAttemptsOpt,
     MaxTokensOpt,
@@ -35,11 +37,14 @@ from .options import (
     ModelChoice,
     ModelOpt,
     NoSchemaOpt,
+    NoWaitOpt,
+    PolicyOpt,
     SkillsOpt,
     StoreOpt,
     TimeoutOpt,
     ToolsOpt,
 )
+from .rules import ApprovalRules
 
 if TYPE_CHECKING:
     from ..store import RunStore
@@ -87,6 +92,8 @@ async def session_turn(
     store: RunStore,
     max_tokens: int,
     keep: int,
+    rules: ApprovalRules,
+    no_wait: bool,
     **options: Any,
 ) -> Solution:
     """One turn of session ``name`` (``ask --session``): its last turn first, when it had not
@@ -96,16 +103,54 @@ async def session_turn(
     async with Session(
         name, registry, llm, store=store, max_tokens=max_tokens, keep=keep, **options
     ) as session:
-        resumed = await _resume_last(session)
+        resumed = await _resume_last(session, rules, no_wait=no_wait)
         if resumed is not None and not resumed.ok:
             return resumed  # still paused (or failed again): the new question waits
         return await session.ask(question)
 
 
-async def _resume_last(session: Any) -> Solution | None:
-    """Continue the session's last turn when it had not ended; say so on stderr."""
+def _rules_of_turn(session: Any, given: ApprovalRules) -> ApprovalRules:
+    """The approval rules the session's last turn was asked with (kept with its runs, as
+    ``dagagent resume`` applies them), else ``given`` (a turn asked without rules, or one
+    that stopped before its first run was recorded)."""
+    from ..errors import StoreError
+    from .rules import recorded_rules
+
+    store = session.store
+    try:
+        solve = store.get_solve(session.record.last.solve_id)
+    except StoreError:
+        return given
+    for rnd in reversed(solve.rounds):
+        if rnd.run_id is None:
+            continue
+        try:
+            record = store.get_run(rnd.run_id)
+        except StoreError:
+            continue
+        if "approval" not in record.context:
+            return given
+        kept = recorded_rules(record)
+        if given and given.context() != kept.context():
+            err.print(
+                f"note: turn {session.unfinished} was asked with {kept.describe()}: those "
+                "apply to its resume; the rules given now apply to the turns after it",
+                markup=False,
+                highlight=False,
+            )
+        return kept
+    return given
+
+
+async def _resume_last(
+    session: Any, given: ApprovalRules, *, no_wait: bool = False
+) -> Solution | None:
+    """Continue the session's last turn when it had not ended, checked by the approval rules
+    it was asked with (``given`` when none are on record); say so on stderr."""
+    from ..approval import Policy
     from ..results import SolveStatus
     from ..text import printable
+    from .approve import run_interceptors
 
     waiting = session.unfinished
     if waiting is None:
@@ -122,7 +167,25 @@ async def _resume_last(session: Any) -> Solution | None:
         markup=False,
         highlight=False,
     )
-    solution: Solution | None = await session.resume()
+    rules = _rules_of_turn(session, given)
+    checks: dict[str, Any] = {}
+    store = session.store
+    context = store.context
+    if rules is not given:  # the session's own options carry the rules given now
+        policies = run_interceptors(
+            None, session.registry, approve=False, rules=rules, no_wait=no_wait
+        )
+        first = policies[0] if policies and isinstance(policies[0], Policy) else None
+        checks = {"policy": first, "interceptors": policies[1:] if first else policies}
+        # the turn's later rounds' runs are recorded with the rules they run with, so that
+        # one of them that pauses is resumed with them too
+        store.context = {k: v for k, v in context.items() if k != "approval"}
+        if rules:
+            store.context["approval"] = rules.context()
+    try:
+        solution: Solution | None = await session.resume(**checks)
+    finally:
+        store.context = context
     if solution is not None and solution.ok:
         err.print(
             f"turn {waiting} answered: {printable(solution.answer_text)}",
@@ -157,6 +220,10 @@ def chat_cmd(
     no_schema: NoSchemaOpt = False,
     timeout: TimeoutOpt = 60.0,
     max_tokens: MaxTokensOpt = None,
+    approve: ApproveOpt = False,
+    ask: AskOpt = None,
+    policy_file: PolicyOpt = None,
+    no_wait: NoWaitOpt = False,
     store: StoreOpt = None,
     context_tokens: ContextTokensOpt = 2000,
     keep_turns: KeepTurnsOpt = 2,
@@ -164,28 +231,50 @@ def chat_cmd(
     """Talk with the tools: each line of stdin is the next question of the conversation
     --session NAME, answered by a solve that sees the earlier turns (and may reuse their
     outputs). Answers on stdout, progress on stderr; an empty line, /exit or the end of input
-    ends it. Exit 0 when the input ended, 2 a bad option, 6 the last turn is still paused,
-    130 interrupted."""
+    ends it. --ask, --policy and --approve check every turn's tool calls as in 'ask'; a turn
+    that had not ended is resumed with the rules it was asked with. Exit 0 when the input
+    ended, 2 a bad option, 6 a turn is paused (a call waits for a person's decision), 130
+    interrupted."""
     import asyncio
 
     import anyio.to_thread
 
+    from ..approval import Policy
     from ..store import RunStore, check_session_name, default_store_path
     from ..text import printable
     from ..tools._loop import run_own_loop
     from ..workflows import Session
+    from .approve import confirm_plan, run_interceptors, stdin_is_terminal
     from .ask import AskProgress, exit_code_of, report_solution
+    from .recording import recorded_tools_spec, tools_context
     from .signals import stoppable
     from .tools import load_tools
 
     check_session_name(session)
     choice = ModelChoice(model, base_url, timeout, max_tokens, None, None)
     choice.require()
+    if approve and not stdin_is_terminal():
+        raise ConfigError(
+            "--approve needs a terminal to ask on, but stdin is not a terminal "
+            "(run without --approve, or from a terminal)"
+        )
     registry = load_tools(tools, mcp, skills)
+    rules = ApprovalRules.given(policy_file, ask or ())
+    policies = run_interceptors(None, registry, approve=False, rules=rules, no_wait=no_wait)
+    first = policies[0] if policies and isinstance(policies[0], Policy) else None
     llm = choice.client()
     path = default_store_path(store)
+    # What each turn's runs are recorded with, as 'ask' records them: 'approve', 'resume'
+    # and a later resume of a turn load the same tools and apply the same rules.
+    context = tools_context(recorded_tools_spec(tools, mcp or ()), mcp or (), skills)
+    context.update(choice.to_record(llm))
+    if rules:
+        context["approval"] = rules.context()
     progress = AskProgress()
     stdin = sys.stdin
+
+    def confirm(graph: Any) -> bool:
+        return confirm_plan(graph, registry)
 
     def say(text: str) -> None:
         out.print(printable(text, lines=True), markup=False, highlight=False)
@@ -207,6 +296,9 @@ def chat_cmd(
                 structured=not no_schema,
                 model_settings=choice.settings(),
                 listeners=[progress],
+                policy=first,
+                interceptors=policies[1:] if first is not None else policies,
+                confirm=confirm if approve else None,
             ) as chat,
         ):
             n = len(chat.turns)
@@ -216,7 +308,7 @@ def chat_cmd(
                 markup=False,
                 highlight=False,
             )
-            resumed = await stoppable(_resume_last(chat))
+            resumed = await stoppable(_resume_last(chat, rules, no_wait=no_wait))
             if resumed is not None:
                 report_solution(resumed, path)
                 if resumed.ok:
@@ -235,7 +327,7 @@ def chat_cmd(
                 elif exit_code_of(solution) == EXIT_PAUSED:
                     return EXIT_PAUSED
 
-    with RunStore(path) as run_store:
+    with RunStore(path, context=context or None) as run_store:
         try:
             code = run_own_loop(main)
         except (KeyboardInterrupt, asyncio.CancelledError):

@@ -51,6 +51,7 @@ class _Writing:
     role: str
     round: int | None
     task_id: str | None
+    within: str = ""  # a sub-solve's: the prefix of its lines (its answer is not streamed)
 
 
 def _rate(call: LiveCall) -> str:
@@ -121,26 +122,48 @@ class ModelProgress:
 
     # -- what happens (event loop) --------------------------------------------------------
 
-    def started(self, call: LiveCall, role: str, round: int | None, task_id: str | None) -> None:
+    def started(
+        self,
+        call: LiveCall,
+        role: str,
+        round: int | None,
+        task_id: str | None,
+        *,
+        within: str = "",
+    ) -> None:
+        """A call began; ``within``: it is a sub-solve's, whose lines begin so (its joiner's
+        answer is not the answer: it is not streamed to ``answer_to``)."""
         with self._lock:
-            self._writing[call.id] = _Writing(call, role, round, task_id)
+            self._writing[call.id] = _Writing(call, role, round, task_id, within)
 
     def ended(self, call_id: str) -> None:
         with self._lock:
             writing = self._writing.pop(call_id, None)
-        if writing is not None and writing.role == "joiner" and self.answer_to is not None:
+        if (
+            writing is not None
+            and writing.role == "joiner"
+            and not writing.within
+            and self.answer_to is not None
+        ):
             self._stream_answer(writing, final=True)
 
     def rejected(
-        self, role: str, round: int | None, task_id: str | None, issues: Sequence[str]
+        self,
+        role: str,
+        round: int | None,
+        task_id: str | None,
+        issues: Sequence[str],
+        *,
+        within: str = "",
     ) -> None:
-        """Print a rejected attempt now, with its issues (the model is asked again)."""
+        """Print a rejected attempt now, with its issues (the model is asked again);
+        ``within``: a sub-solve's, whose lines begin so."""
         what = "plan" if role in ("planner", "replanner") else "answer"
-        lines = [f"{who(role, round, task_id)}'s {what} was rejected:"]
-        lines += [f"  {shorten(issue, 300)}" for issue in issues[:8]]
+        lines = [f"{within}{who(role, round, task_id)}'s {what} was rejected:"]
+        lines += [f"{within}  {shorten(issue, 300)}" for issue in issues[:8]]
         if len(issues) > 8:
-            lines.append(f"  ... {len(issues) - 8} more")
-        if role == "joiner" and self._answering is not None:
+            lines.append(f"{within}  ... {len(issues) - 8} more")
+        if role == "joiner" and not within and self._answering is not None:
             self._end_answer("(that answer was rejected)")
         for line in lines:
             self.console.print(printable(line), markup=False, highlight=False)
@@ -161,7 +184,10 @@ class ModelProgress:
             writing = list(self._writing.values())
         if not writing:
             return None
-        parts = [f"{who(w.role, w.round, w.task_id)} writing: {_rate(w.call)}" for w in writing[:3]]
+        parts = [
+            f"{w.within.lstrip()}{who(w.role, w.round, w.task_id)} writing: {_rate(w.call)}"
+            for w in writing[:3]
+        ]
         if len(writing) > 3:
             parts.append(f"{len(writing) - 3} more calls")
         return " | ".join(parts)
@@ -220,7 +246,7 @@ class ModelProgress:
         passed since the last one."""
         if self.answer_to is not None:
             with self._lock:
-                joiners = [w for w in self._writing.values() if w.role == "joiner"]
+                joiners = [w for w in self._writing.values() if w.role == "joiner" and not w.within]
             for w in joiners:
                 self._stream_answer(w)
         if self.live_display:

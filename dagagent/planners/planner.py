@@ -32,7 +32,7 @@ from typing import Any
 from typing_extensions import Self, Unpack
 
 from .. import telemetry
-from ..errors import ConfigError
+from ..errors import ConfigError, PlanLoadError, PlanValidationError
 from ..llm import LLM, Message, SystemMessage, UserMessage
 from ..plan import Plan
 from ..tools import Registry, ToolSelection
@@ -122,6 +122,40 @@ class LLMPlanner(HealingPlanner):
         :meth:`HealingPlanner.for_registry`); its prompt keeps this planner's tool catalog."""
         self.system_prompt()  # made now, from the tools it was built with
         return super().for_registry(registry)
+
+    def for_sub_solve(self, registry: Registry, solve_depth: int) -> LLMPlanner:
+        """The planner of a sub-solve of a solve this planner plans for: the same model,
+        prompt of one's own, settings and options, for the sub-solve's tools (``registry``,
+        its task's ``tools``) at its depth (``solve_depth``: whether its plans may hold
+        sub-solves in turn). Of the few-shot examples it keeps those that are plans the
+        sub-solve could run (only its tools; a sub-solve only where it may have one): a model
+        is never shown an example using a tool it is not told about. It is shown no
+        conversation (a session's turns are its parent's)."""
+        from ..graph import sub_solve_issues, validate
+
+        kept = []
+        for example in self.examples:
+            if sub_solve_issues(example.plan.tasks, solve_depth):
+                continue
+            try:
+                validate(example.plan, registry)
+            except (PlanLoadError, PlanValidationError):
+                continue
+            kept.append(example)
+        return LLMPlanner(
+            self.llm,
+            registry,
+            system_prompt=self.own_prompt,
+            examples=kept,
+            max_attempts=self.max_attempts,
+            strict=self._strict_option,
+            structured=self.response_format is not None,
+            agent_tasks=self.agent_tasks,
+            solve_depth=solve_depth,
+            max_tasks=self.max_tasks,
+            settings=self.settings,
+            discovery=self.discovery,
+        )
 
     def messages(self, goal: str, selection: ToolSelection | None = None) -> list[Message]:
         """The conversation the first attempt sends: the system prompt (showing

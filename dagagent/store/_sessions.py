@@ -140,6 +140,21 @@ class SessionQueries:
         )
         return (str(rows[0][0]), int(rows[0][1])) if rows else None
 
+    def turn_of_solve(self, solve_id: str) -> tuple[str, int, str] | None:
+        """The session and turn solve ``solve_id`` belongs to, and the turn's own solve: the
+        solve itself when it is a turn, else the turn its parents (a sub-solve's, theirs...)
+        lead up to; ``None`` when it belongs to none."""
+        seen: set[str] = set()
+        current: str | None = solve_id
+        while current is not None and current not in seen:
+            seen.add(current)
+            found = self.session_of_solve(current)
+            if found is not None:
+                return found[0], found[1], current
+            rows = self._query("SELECT parent_solve_id FROM solves WHERE id = ?", (current,))
+            current = str(rows[0][0]) if rows and rows[0][0] is not None else None
+        return None
+
     def list_sessions(self, limit: int | None = 20) -> list[SessionSummary]:
         """The sessions that moved last first: their turns, latest question and status."""
         from ._lease import effective_status

@@ -229,6 +229,9 @@ class _Solve:
             interceptors=self.interceptors,
         )
         solve_depth = depth if sub_solves else None
+        #: The planner of one's own it was given (``None``: the built-in one), which its
+        #: sub-solves plan with too (see :meth:`~dagagent.planners.LLMPlanner.for_sub_solve`).
+        self.own_planner = planner
         if planner is None:
             planner = LLMPlanner(
                 llm,

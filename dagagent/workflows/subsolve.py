@@ -17,7 +17,9 @@ reads as it reads any failure. A map task (``for_each``) starts one child per el
 What a child gets from its parent:
 
 - **its options**: rounds, streaming, agent tasks, the attempts of its planner and joiner,
-  the run settings, the model and its settings; the task's ``tools`` (when given) are its
+  the run settings, the model and its settings, the tool discovery; the parent's planner of
+  one's own, if it has one, for its tools and depth
+  (:meth:`~dagagent.planners.LLMPlanner.for_sub_solve`); the task's ``tools`` (when given) are its
   tools; the parent's approval policy and interceptors check its tool calls, and the
   parent's :class:`~dagagent.runner.CallLedger` counts them (a tool's ``max_calls`` holds
   across the parent and every child);
@@ -38,9 +40,11 @@ refuses one: ``sub_solve_too_deep``).
 **Records.** With a store, the child is a solve of its own (``dagagent show CHILD``), linked
 to its task: the parent solve, the run, the task and the map element
 (:class:`~dagagent.store.SolveLink`; ``SolveRecord.children`` lists a solve's children).
-Its model calls are its own records, and so are its events: the parent's listeners hear
-only :class:`~dagagent.events.SubSolveStarted` and ``SubSolveFinished`` (of every sub-solve
-below it). **Resuming** the parent (after a pause, or a process
+Its model calls are its own records. **Events**: the parent's listeners hear
+:class:`~dagagent.events.SubSolveStarted` and ``SubSolveFinished`` of every sub-solve below
+it, and each sub-solve's own events (rounds, runs, tasks, model calls) wrapped in
+:class:`~dagagent.events.InSubSolve`, which says whose they are (when the parent has no
+listener, none is built). **Resuming** the parent (after a pause, or a process
 that died while a child ran) resumes each child that was under way from its records, without
 making its finished model calls again; a child that had answered gives its recorded answer.
 A child that pauses (a call waits for a person) pauses its task
@@ -56,13 +60,15 @@ import anyio
 import anyio.to_thread
 
 from ..errors import BudgetExceededError, StoreError, SubSolveError, SubSolveWaitingError
-from ..events import SubSolveFinished, SubSolveStarted
+from ..events import InSubSolve, SubSolveFinished, SubSolveStarted
 from ..results import AgentStep, SolveStatus
 from ..run import new_run_id
 from ..store import ChildSolve, SolveLink
 from ..text import jsonable
 
 if TYPE_CHECKING:
+    from ..events import Listener
+    from ..planners import LLMPlanner
     from ..runner import AgentNode, AgentTaskRunner
     from ..store import RunStore
     from .solution import Solution
@@ -107,7 +113,7 @@ class SubSolves:
                     resumed=True,
                 )
             )
-            solution = await self._resume(found, node)
+            solution = await self._resume(found, node, link)
         else:
             solution = await self._start(node, link)
         self._tell(
@@ -127,10 +133,21 @@ class SubSolves:
         except Exception as exc:  # a broken listener must not break the sub-solve
             self.owner.log.warning("listener.failed", error=repr(exc), event_kind=event.kind)
 
-    def forward(self, event: Any) -> None:
-        """A child's listener: the sub-solve events of the children below it go up."""
-        if isinstance(event, (SubSolveStarted, SubSolveFinished)):
-            self._tell(event)
+    def listeners(self, link: SolveLink, child_id: str) -> tuple[Listener, ...]:
+        """The listeners of child ``child_id`` of ``link``: its events go up to the parent's
+        listeners, wrapped in :class:`InSubSolve` (none when the parent has no listener)."""
+        if not self.owner.listeners:
+            return ()
+        where = _where(link)
+        depth = self.owner.depth + 1
+
+        def forward(event: Any) -> None:
+            if isinstance(event, (SubSolveStarted, SubSolveFinished, InSubSolve)):
+                self._tell(event)  # from further below: it says whose it is already
+            else:
+                self._tell(InSubSolve(**where, child_id=child_id, depth=depth, event=event))
+
+        return (forward,)
 
     async def _recorded(self, link: SolveLink) -> ChildSolve | None:
         """The latest child solve of ``link`` on record (``None`` without a store)."""
@@ -179,26 +196,28 @@ class SubSolves:
             options["budget"] = budget.model_dump(mode="json", exclude_defaults=True)
         if deadline_s is not None:
             options["deadline_s"] = deadline_s
+        solve_id = new_run_id()
         state = new_state(
             node.instruction.strip(),
             node.tools,
             owner.llm,
-            solve_id=new_run_id(),
+            solve_id=solve_id,
             options=options,
             settings=owner.settings,
             interceptors=_interceptors(owner),
-            listeners=(self.forward,),
+            listeners=self.listeners(link, solve_id),
             store=owner.store,
             policy=owner.policy,
             confirm=None,
             model_settings=owner.model_settings,
-            planner=None,
+            planner=_child_planner(owner, node),
             budget=budget,
             prices=owner.spending.prices,
             deadline_s=deadline_s,
             ledger=owner.ledger,
             depth=owner.depth + 1,
             above=owner.spending,
+            discovery=owner.planner.discovery,
         )
         await state.record(
             "start_solve", goal=state.goal, options=options, parent=link, depth=state.depth
@@ -211,7 +230,7 @@ class SubSolves:
         owner.log.info("solve.sub_solve", task_id=node.task.id, child=state.solve_id)
         return await state.run()
 
-    async def _resume(self, found: ChildSolve, node: AgentNode) -> Solution:
+    async def _resume(self, found: ChildSolve, node: AgentNode, link: SolveLink) -> Solution:
         from .solve_resume import resume_recorded
 
         owner = self.owner
@@ -224,12 +243,14 @@ class SubSolves:
             policy=owner.policy,
             interceptors=_interceptors(owner),
             model_settings=owner.model_settings,
+            planner=_child_planner(owner, node),
+            discovery=owner.planner.discovery,
             prices=owner.spending.prices,
             deadline_s=self._deadline(node),
             ledger=owner.ledger,
             depth=owner.depth + 1,
             above=owner.spending,
-            listeners=(self.forward,),
+            listeners=self.listeners(link, found.solve_id),
         )
 
 
@@ -245,6 +266,15 @@ def _where(link: SolveLink) -> dict[str, Any]:
 def _interceptors(owner: _Solve) -> tuple[Any, ...]:
     """The parent's interceptors, its policy apart (a child puts it first again)."""
     return tuple(i for i in owner.chain if i is not owner.policy)
+
+
+def _child_planner(owner: _Solve, node: AgentNode) -> LLMPlanner | None:
+    """The planner of a child: the parent's own (its prompt, examples, model and settings)
+    for the child's tools at its depth, when the parent was given one; else ``None`` (the
+    built-in planner, as the parent's)."""
+    if owner.own_planner is None:
+        return None
+    return owner.own_planner.for_sub_solve(node.tools, owner.depth + 1)
 
 
 def _child_options(owner: _Solve, node: AgentNode) -> dict[str, Any]:

@@ -130,6 +130,15 @@ def test_bad_session_names_and_unknown_sessions(user: Shell, model: Model) -> No
     assert "no run store" in proc.stderr
 
 
+def test_chat_checks_its_approval_options_before_anything(user: Shell, model: Model) -> None:
+    base = ["chat", "--session", "trip", *model.spec, "--tools", TOOLS]
+    proc = user(*base, "--approve", code=2)  # stdin is the questions, not a terminal
+    assert "--approve needs a terminal" in proc.stderr
+    proc = user(*base, "--policy", "missing.json", code=2)
+    assert "missing.json" in proc.stderr
+    assert not model.server.requests
+
+
 def test_an_unknown_session_is_named(user: Shell, model: Model) -> None:
     script_two_turns(model)
     user("chat", "--session", "trip", *model.spec, "--tools", TOOLS, stdin="Weather in Paris?\n")
@@ -152,3 +161,88 @@ def test_chat_resumes_a_turn_that_did_not_end_first(
     assert "turn 1 answered: Paris: 18 C, cloudy." in proc.stderr
     assert proc.stdout.splitlines() == ["Paris: 18 C, cloudy.", "The mean is 21.25 C."]
     assert tool_starts(tmp_path / "calls.log").count("get_weather Paris") == 1
+
+
+def test_ask_with_a_session_keeps_sub_solves(user: Shell, model: Model) -> None:
+    sub = {"id": "tokyo", "instruction": "Find the weather in Tokyo", "solve": True}
+    model.say({"tasks": [sub]})
+    model.say({"tasks": [weather("t", "Tokyo")]})  # the sub-solve's own plan
+    model.say({"action": "finish", "answer": {"temp_c": 24.5}, "cites": ["t"]})
+    model.say({"action": "finish", "answer": "Tokyo: 24.5 C.", "cites": ["tokyo"]})
+    base = [*model.spec, "--tools", TOOLS, "--session", "trip", "--no-stream", "--sub-solves"]
+    doc = user.json("ask", "Weather in Tokyo?", *base)
+    assert doc["answer"] == "Tokyo: 24.5 C."
+    assert doc["rounds"][0]["result"]["tasks"]["tokyo"]["output"] == {"temp_c": 24.5}
+
+
+def test_show_says_which_session_turn_a_solve_belongs_to(user: Shell, model: Model) -> None:
+    model.say({"tasks": [weather("paris", "Paris")]})
+    model.say({"action": "finish", "answer": "Paris: 18 C, cloudy.", "cites": ["paris"]})
+    sub = {"id": "tokyo", "instruction": "Find the weather in Tokyo", "solve": True}
+    model.say({"tasks": [sub]})  # turn 2 hands Tokyo to a sub-solve
+    model.say({"tasks": [weather("t", "Tokyo")]})
+    model.say({"action": "finish", "answer": {"temp_c": 24.5}, "cites": ["t"]})
+    model.say({"action": "finish", "answer": "Tokyo: 24.5 C.", "cites": ["tokyo"]})
+    base = [*model.spec, "--tools", TOOLS, "--session", "trip", "--no-stream"]
+    user("ask", "Weather in Paris?", *base)
+    second = user.json("ask", "And Tokyo?", *base, "--sub-solves")
+    turn2 = second["solve_id"]
+    shown = user("show", turn2).stdout
+    assert "turn 2 of session trip (dagagent sessions trip)" in shown
+    assert user.json("show", turn2)["session"] == {"name": "trip", "turn": 2, "solve_id": turn2}
+    (child,) = user.json("show", turn2)["children"]
+    below = user("show", child["solve_id"]).stdout
+    assert f"turn 2 of session trip, under its solve {turn2}" in below
+    assert user.json("show", child["solve_id"])["session"]["turn"] == 2
+    run = second["run_id"]  # a turn's run names its turn too
+    assert (
+        f"round 1 of solve {turn2}, turn 2 of session trip (answered)" in user("show", run).stdout
+    )
+    assert user.json("show", run)["solve"]["session"]["turn"] == 2
+    model.say({"tasks": [weather("paris", "Paris")]})
+    model.say({"action": "finish", "answer": "Paris: 18 C.", "cites": ["paris"]})
+    alone = user.json("ask", "Weather in Paris?", *model.spec, "--tools", TOOLS)
+    assert user.json("show", alone["solve_id"])["session"] is None
+
+
+def mean_of(*refs: str) -> dict[str, Any]:
+    return {"id": "avg", "tool": "mean", "args": {"values": [f"${{{r}.temp_c}}" for r in refs]}}
+
+
+def test_chat_resumes_a_paused_turn_with_the_rules_it_was_asked_with(
+    user: Shell, model: Model, tmp_path: Path
+) -> None:
+    model.say({"tasks": [weather("paris", "Paris"), mean_of("paris")]})
+    base = [*model.spec, "--tools", TOOLS, "--session", "trip", "--no-stream"]
+    asked = ["--ask", "get_weather", "--ask", "mean"]
+    paused = user("ask", "Mean of Paris?", *base, *asked, code=6)
+    assert "waits for a person's decision (paris)" in paused.stderr
+    (waiting,) = user.json("approvals")["approvals"]
+    user("approve", waiting["run_id"], "paris", "--allow")
+    # chat, given no rules, resumes the turn with its own: the mean is asked about in turn
+    proc = user("chat", "--session", "trip", *model.spec, "--tools", TOOLS, code=6)
+    assert "resuming turn 1 of session trip (paused)" in proc.stderr
+    assert tool_starts(tmp_path / "calls.log") == ["get_weather Paris"]
+    (waiting,) = [a for a in user.json("approvals")["approvals"] if a["state"] == "waiting"]
+    assert waiting["task_id"] == "avg"
+    user("approve", waiting["run_id"], "avg", "--allow")
+    # given other rules, chat says so and still resumes the turn with its own, and records
+    # its next round's run with them (a resume of that run asks what the turn asked)
+    model.say({"action": "replan", "feedback": "and the mean of two values"})
+    model.say({"tasks": [{"id": "avg2", "tool": "mean", "args": {"values": [1, 2]}}]})
+    only_weather = ["--ask", "get_weather"]
+    chat = ["chat", "--session", "trip", *model.spec, "--tools", TOOLS]
+    proc = user(*chat, *only_weather, code=6)
+    assert "turn 1 was asked with --ask get_weather and --ask mean: those apply" in proc.stderr
+    (waiting,) = [a for a in user.json("approvals")["approvals"] if a["state"] == "waiting"]
+    assert waiting["task_id"] == "avg2"
+    context = user.json("show", waiting["run_id"])["context"]
+    assert context["approval"] == {"ask": ["get_weather", "mean"]}
+    user("approve", waiting["run_id"], "avg2", "--allow")
+    model.say({"action": "finish", "answer": "18 C.", "cites": ["avg2"]})
+    # chat's own rules check every later turn
+    model.say({"tasks": [weather("tokyo", "Tokyo")]})
+    proc = user(*chat, *only_weather, stdin="And Tokyo?\n", code=6)
+    assert "turn 1 answered: 18 C." in proc.stderr
+    assert tool_starts(tmp_path / "calls.log") == ["get_weather Paris", "mean", "mean"]
+    assert user.json("sessions", "trip")["session"]["turns"][1]["status"] == "paused"

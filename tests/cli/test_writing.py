@@ -94,3 +94,19 @@ def test_a_replan_or_a_rejected_answer_is_not_taken_for_the_answer() -> None:
     progress.rejected("joiner", 1, None, ["[no_cites] the answer cites nothing"])
     assert progress.streamed is None  # printed, then taken back: the command prints the answer
     assert "(that answer was rejected)" in errors.getvalue()
+
+
+def test_a_sub_solves_joiner_is_shown_as_its_own_and_never_streamed_as_the_answer() -> None:
+    err, errors = console(terminal=False)
+    out, printed = console(terminal=True)
+    progress = ModelProgress(err, answer_to=out)
+    text = json.dumps({"action": "finish", "answer": "Tokyo: 24.5 C", "cites": ["t"]})
+    call = call_of(text)
+    progress.started(call, "joiner", 1, None, within="  [tokyo] ")
+    assert (progress.line() or "").startswith("[tokyo] round 1: the joiner writing: ")
+    progress.tick(0.0)
+    progress.rejected("joiner", 1, None, ["[no_cites] nothing"], within="  [tokyo] ")
+    progress.ended(call.id)
+    assert printed.getvalue() == "" and progress.streamed is None
+    assert "  [tokyo] round 1: the joiner's answer was rejected:" in errors.getvalue()
+    assert "  [tokyo]   [no_cites] nothing" in errors.getvalue()

@@ -21,8 +21,9 @@ import pytest
 import dagagent
 from dagagent import Budget
 from dagagent.errors import BudgetExceededError
+from dagagent.events import InSubSolve, ModelCallStarted, RunStarted, TaskFinished
 from dagagent.limits import MAX_SOLVE_DEPTH
-from dagagent.llm import ScriptedLLM
+from dagagent.llm import ModelSettings, ScriptedLLM
 from dagagent.planners import PLAN_FORMAT_NAME, LLMPlanner, parse_plan_answer
 from dagagent.results import SolveStatus, TaskStatus
 
@@ -171,8 +172,9 @@ async def test_a_sub_solve_in_a_map_is_a_child_solve_per_element(
     best = rnd.result.tasks["best"]
     assert best.status is TaskStatus.SUCCEEDED
     assert best.output == ["Acme", "Bolt"]  # each element's child's answer, in order
-    # the parent's listeners hear each child start and end, and nothing else of it
-    subs = [e for e in events if e.kind.startswith("subsolve.")]
+    # the parent's listeners hear each child start and end, and each child's own events,
+    # wrapped so that they say whose they are
+    subs = [e for e in events if e.kind in ("subsolve.started", "subsolve.finished")]
     assert sorted((e.kind, e.element) for e in subs) == [
         ("subsolve.finished", 0),
         ("subsolve.finished", 1),
@@ -180,7 +182,27 @@ async def test_a_sub_solve_in_a_map_is_a_child_solve_per_element(
         ("subsolve.started", 1),
     ]
     assert all(e.solve_id == solution.solve_id and e.task_id == "best" for e in subs)
-    assert {getattr(e, "solve_id", solution.solve_id) for e in events} == {solution.solve_id}
+    own = [e for e in events if not isinstance(e, InSubSolve)]
+    assert {getattr(e, "solve_id", solution.solve_id) for e in own} == {solution.solve_id}
+    started = {e.child_id: e.element for e in subs if e.kind == "subsolve.started"}
+    below = [e for e in events if isinstance(e, InSubSolve)]
+    assert {e.child_id for e in below} == set(started)
+    for e in below:
+        assert (e.solve_id, e.task_id, e.depth) == (solution.solve_id, "best", 1)
+        assert e.run_id == rnd.result.run_id and e.element == started[e.child_id]
+        assert getattr(e.event, "solve_id", e.child_id) == e.child_id
+    for child_id in started:
+        inner = [e.event for e in below if e.child_id == child_id]
+        kinds = [e.kind for e in inner]
+        for kind in ("round.started", "run.started", "joiner.decided", "round.finished"):
+            assert kinds.count(kind) == 1, (kind, kinds)
+        assert [e.role for e in inner if isinstance(e, ModelCallStarted)] == ["planner", "joiner"]
+        (done,) = [e.result for e in inner if isinstance(e, TaskFinished)]
+        assert done.task_id == "s" and done.output in (["Acme", "Stahlwerk"], ["Bolt", "Forge"])
+        # each child's events come in its own order: it started before its round's run
+        assert kinds.index("round.started") < kinds.index("run.started")
+    # the parent's own progress is not confused with a child's: its one run, its one round
+    assert [e.run_id for e in own if isinstance(e, RunStarted)] == [rnd.result.run_id]
     assert world.calls == Counter({"list_regions": 1, "suppliers EU": 1, "suppliers US": 1})
     # the planner was told of sub-solves; so was the children's (depth 1 < MAX_SOLVE_DEPTH)
     assert '"solve": true' in router.prompts[GOAL]
@@ -497,12 +519,27 @@ async def test_sub_solves_nest_down_to_the_deepest_level(world: World, tmp_path:
         return finish({"Dig deeper into the market": "Acme (deep)"}.get(goal, "Acme"), [])
 
     store = tmp_path / "runs.db"
+    events: list[Any] = []
     async with ScriptedLLM.openai([route] * 6) as llm:
         solution = await dagagent.solve(
-            GOAL, world.registry, llm, sub_solves=True, store=store, stream=False
+            GOAL,
+            world.registry,
+            llm,
+            sub_solves=True,
+            store=store,
+            stream=False,
+            listeners=[events.append],
         )
     assert solution.status is SolveStatus.ANSWERED, solution.reason
     assert set(seen.values()) == {1} and len(seen) == 6
+    # the grandchild's events reach the top once, wrapped once, saying they are its own
+    below = [e for e in events if isinstance(e, InSubSolve)]
+    assert not any(isinstance(e.event, InSubSolve) for e in below)
+    by_depth = {e.depth: (e.child_id, e.task_id) for e in below}
+    assert sorted(by_depth) == [1, 2] and by_depth[2][1] == "deep" and by_depth[1][1] == "eu"
+    deep_rounds = [e for e in below if e.depth == 2 and e.event.kind == "round.started"]
+    assert len(deep_rounds) == 1 and deep_rounds[0].event.goal == "Dig deeper into the market"
+    assert [e.depth for e in events if e.kind == "subsolve.started"] == [1, 2]
     assert '"solve": true' in prompts["Find the best steel supplier in EU"]
     assert '"solve": true' not in prompts["Dig deeper into the market"]  # depth 2: none below it
     assert solution.usage.sub_solves.calls == 4  # the child's 2 and the grandchild's 2
@@ -585,3 +622,45 @@ def test_a_tool_task_cannot_be_a_sub_solve(world: World) -> None:
     assert [(i.code, i.task_id) for i in issues] == [("tool_solve", "s")]
     assert plan.tasks[0].kind == "tool"  # read as the tool task it is, the stray key set aside
     assert "'solve' is for a task with an 'instruction'" in issues[0].message
+
+
+async def test_a_planner_of_ones_own_plans_the_sub_solves_too(world: World) -> None:
+    """The parent's prompt and settings go down; of its examples, only those a child could
+    run (its task's tools) are shown to the child's planner."""
+    bodies: dict[str, list[dict[str, Any]]] = {}
+    router = Router()
+
+    def route(body: dict[str, Any]) -> str:
+        if _is_plan(body):
+            bodies.setdefault(_goal(body), []).append(body)
+        return router(body)
+
+    examples = [
+        {"goal": "Who sells steel in JP?", "plan": [child_plan("JP")["tasks"][0]]},
+        {"goal": "Which regions do we buy in?", "plan": [PARENT_PLAN["tasks"][0]]},
+    ]
+    async with ScriptedLLM.openai([route] * 6) as llm:
+        planner = LLMPlanner(
+            llm,
+            world.registry,
+            system_prompt="You plan for the purchasing desk of ACME.\n\n{tools}",
+            examples=examples,
+            solve_depth=0,
+            settings=ModelSettings(temperature=0.25),
+        )
+        solution = await dagagent.solve(
+            GOAL, world.registry, llm, sub_solves=True, stream=False, planner=planner
+        )
+    assert solution.status is SolveStatus.ANSWERED, solution.reason
+    (top,) = bodies[GOAL]
+    (eu,) = bodies["Find the best steel supplier in EU"]
+    for body in (top, eu):
+        assert body["messages"][0]["content"].startswith("You plan for the purchasing desk")
+    said = [m["content"] for m in eu["messages"][1:-1]]
+    assert any("Who sells steel in JP?" in text for text in said)
+    assert not any("Which regions do we buy in?" in text for text in said)  # not its tool
+    assert "Which regions do we buy in?" in json.dumps(top["messages"])
+    # the child's catalog is its task's tools; its planner keeps the parent's settings
+    child_prompt = eu["messages"][0]["content"]
+    assert "suppliers" in child_prompt and "list_regions" not in child_prompt
+    assert top["temperature"] == eu["temperature"] == 0.25

@@ -7,11 +7,13 @@ from __future__ import annotations
 import sqlite3
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import dagagent
 from dagagent.errors import DecisionError
+from dagagent.events import InSubSolve
 from dagagent.results import SolveStatus, TaskStatus
 
 from .test_subsolve import GOAL, Router, World, scripted
@@ -75,9 +77,17 @@ async def test_a_parent_killed_while_a_child_ran_resumes_the_child(tmp_path: Pat
 
     world.calls.clear()
     router = Router()
+    events: list[Any] = []
     async with scripted(router, 2) as later:  # the US child's joiner, then the parent's
-        solution = await dagagent.resume_solve(first.solve_id, world.registry, later, store=store)
+        solution = await dagagent.resume_solve(
+            first.solve_id, world.registry, later, store=store, listeners=[events.append]
+        )
     assert solution.status is SolveStatus.ANSWERED, solution.reason
+    # the resumed child's events reach the parent's listeners, saying whose they are
+    resumed = [e for e in events if e.kind == "subsolve.started"]
+    assert [(e.child_id, e.resumed) for e in resumed] == [(children[US], True)]
+    decided = [e for e in events if isinstance(e, InSubSolve) and e.event.kind == "joiner.decided"]
+    assert [(e.child_id, e.element, e.depth) for e in decided] == [(children[US], 1, 1)]
     assert router.seen == Counter({(US, "join"): 1, (GOAL, "join"): 1})
     assert world.calls == Counter()  # every tool call had been made and recorded
     best = solution.rounds[0].result.tasks["best"]  # type: ignore[union-attr]
