@@ -344,6 +344,14 @@ def resume_cmd(
     temporal_namespace: TemporalNamespaceOpt = None,
     payload_store: PayloadStoreOpt = None,
     no_wait: NoWaitOpt = False,
+    in_doubt: str = typer.Option(
+        "ask",
+        "--in-doubt",
+        metavar="ask|retry|deny",
+        help="A call with side effects that may or may not have happened, that no reconciler "
+        "and no person decided about: ask a person (the task waits; on Temporal, the resume "
+        "is refused, exit 7), retry it (same idempotency key) or deny it (not made).",
+    ),
     model: ModelOpt = None,
     base_url: BaseUrlOpt = None,
     stream_timeout: StreamTimeoutOpt = None,
@@ -437,6 +445,7 @@ def resume_cmd(
                             executor=going_on,
                             on_failure="continue" if on_failure == "continue" else "cancel",
                             max_concurrency=max_concurrency,
+                            in_doubt=in_doubt,  # type: ignore[arg-type]  # checked there
                         ),
                         llm=metered,
                     )
