@@ -6,8 +6,10 @@ run's :class:`~dagagent.runner.TaskRunner` as it comes (:meth:`TaskRunner.ran_el
 so the run store, the listeners and the progress display see the run as they see a local
 one. The workflow does not need the driver: if the driver dies, the run goes on on the
 workers and finishes; a resumed run (``dagagent resume``) follows its workflow if it still
-runs or finished, and records what it did. Interrupting the driver (Ctrl-C, a signal,
-cancelling ``execute``) cancels the workflow.
+runs or finished, and records what it did; if it ended otherwise (failed, cancelled,
+terminated, timed out), the resume reads its history (``_read_ended``) so that no call with
+side effects it made, or may have made, is made again unseen. Interrupting the driver
+(Ctrl-C, a signal, cancelling ``execute``) cancels the workflow.
 
 A plan still being written starts with the tasks accepted so far; the others reach the
 workflow as signals as they are accepted (``_stream``). Tasks a resumed run keeps and
