@@ -646,6 +646,14 @@ def test_a_resume_after_the_workflow_ended_never_makes_a_call_twice(
         anyio.run(terminate)
         resume = ["resume", run_id, "--store", str(db), "--tools", TOOLS, "--json"]
         if last == "hold_effect":
+            with pytest.raises(DecisionError, match="task 'last': its call started on a worker"):
+                anyio.run(
+                    lambda: dagagent.resume(run_id, temporal_tools.registry, store=db),
+                    backend="asyncio",
+                )
+            with RunStore(db, create=False) as st:  # nothing ran: the run waits for a person
+                assert st.get_run(run_id).status.value == "paused"
+                assert "last" not in st.get_run(run_id).tasks
             refused = CliRunner().invoke(dagagent.cli.app, resume)
             assert refused.exit_code == 7, refused.output
             said = " ".join(refused.output.split())
