@@ -654,6 +654,9 @@ def test_a_resume_after_the_workflow_ended_never_makes_a_call_twice(
             with RunStore(db, create=False) as st:  # nothing ran: the run waits for a person
                 assert st.get_run(run_id).status.value == "paused"
                 assert "last" not in st.get_run(run_id).tasks
+            shown = CliRunner().invoke(dagagent.cli.app, ["show", run_id, "--store", str(db)])
+            assert "paused: no task waits for a person's decision" in shown.output
+            assert "dagagent approve" not in shown.output  # nothing to approve: resume says
             refused = CliRunner().invoke(dagagent.cli.app, resume)
             assert refused.exit_code == 7, refused.output
             said = " ".join(refused.output.split())
