@@ -626,8 +626,8 @@ def _doubt_message(run_id: str, wid: str, doubt: Mapping[str, str]) -> str:
         f"run {run_id} cannot go on by itself: its workflow {wid} ended without finishing, "
         f"and the calls with side effects of {len(doubt)} task{'s' if len(doubt) != 1 else ''} "
         f"may have happened ({each}{more}); their tools have no reconciler to tell, so they "
-        "are not made again without a person's word. Check whether they took effect (their "
-        "idempotency keys are the ones a new call would carry), then: `dagagent resume "
+        "are not made again without a person's word. Check with what they call whether they "
+        "took effect (made again, a call carries the same idempotency key), then: `dagagent resume "
         f"{run_id} --in-doubt deny` does not make them (those tasks are denied), `--in-doubt "
         "retry` makes them again with the same keys"
     )
