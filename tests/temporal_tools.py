@@ -124,6 +124,16 @@ def hold_unsure(name: str, where: str) -> dict[str, Any]:
     return _hold(name, where)
 
 
+@registry.tool(side_effects=True)
+def tally_effect(name: str, where: str) -> int:
+    """An effect counted outside the worker: a line (this process's id) appended to
+    ``<where>/<name>.effects``; how many lines there are."""
+    path = Path(where) / f"{name}.effects"
+    with open(path, "a") as out:
+        out.write(f"{os.getpid()}\n")
+    return len(path.read_text().splitlines())
+
+
 def started(where: Path, name: str) -> list[int]:
     """The process ids that started ``hold(name)``."""
     return sorted(int(p.name.split(".")[-2]) for p in where.glob(f"{name}.*.started"))

@@ -184,6 +184,14 @@ def paused_hint(result: RunResult, *, console: Console | None = None) -> None:
     n = len(waiting)
     names = ", ".join(printable(r.task_id) for r in waiting[:10]) + (", ..." if n > 10 else "")
     run = result.run_id
+    if not n:  # a resume stopped before its run went on (refused, or cut off): it held it
+        for line in (
+            "paused: no task waits for a person's decision; a resume of it stopped before "
+            "anything ran",
+            f"  continue: dagagent resume {run} (it says again what it needs, if anything)",
+        ):
+            (console or err).print(line, markup=False, highlight=False)
+        return
     for line in (
         f"paused: {n} task{'s' if n != 1 else ''} wait{'s' if n == 1 else ''} for a person's "
         f"decision ({names}); nothing else could run",

@@ -344,6 +344,14 @@ def resume_cmd(
     temporal_namespace: TemporalNamespaceOpt = None,
     payload_store: PayloadStoreOpt = None,
     no_wait: NoWaitOpt = False,
+    in_doubt: str = typer.Option(
+        "ask",
+        "--in-doubt",
+        metavar="ask|retry|deny",
+        help="A call with side effects that may or may not have happened, that no reconciler "
+        "and no person decided about: ask a person (the task waits; on Temporal, the resume "
+        "is refused, exit 7), retry it (same idempotency key) or deny it (not made).",
+    ),
     model: ModelOpt = None,
     base_url: BaseUrlOpt = None,
     stream_timeout: StreamTimeoutOpt = None,
@@ -358,7 +366,9 @@ def resume_cmd(
     joiner and the rounds after it, with --model; exit as 'ask' does. --prices costs the
     model calls it makes, as for 'ask'. A run on Temporal whose driver died (interrupted)
     follows its workflow and records what it did, or runs the rest if the workflow ended
-    without finishing; the server is the one the run recorded, or --temporal-address."""
+    without finishing (what it did read from its history: a call with side effects that may
+    have happened there refuses the resume, exit 7, unless --in-doubt says what to do); the
+    server is the one the run recorded, or --temporal-address."""
     from ..graph import validate
     from ..plan import AgentTask
     from ..store import RunStore
@@ -371,6 +381,8 @@ def resume_cmd(
     from .signals import stoppable
 
     price_table = BudgetOptions(prices_file=prices).prices()  # a bad file: before anything
+    if in_doubt not in ("ask", "retry", "deny"):
+        raise ConfigError(f"--in-doubt must be ask, retry or deny, not {in_doubt!r}")
     with RunStore(store, create=False) as st:
         try:
             record = st.get_run(run)
@@ -379,6 +391,7 @@ def resume_cmd(
                 st.get_solve(run)
             except StoreError:
                 raise StoreError(f"no run {run} (nor solve) in {st.path}") from None
+            _no_in_doubt_for_solves(in_doubt)
             code = _resume_solve(
                 st, run, tools, mcp, model, base_url, stream_timeout, executor, no_wait,
                 json_out, price_table, skills,
@@ -386,6 +399,7 @@ def resume_cmd(
             raise typer.Exit(code) from None
         solve = st.solve_of_run(record.run_id)
         if solve is not None and solve.status in ("paused", "interrupted"):
+            _no_in_doubt_for_solves(in_doubt)
             code = _resume_solve(
                 st, record.run_id, tools, mcp, model, base_url, stream_timeout, executor,
                 no_wait, json_out, price_table, skills,
@@ -437,6 +451,7 @@ def resume_cmd(
                             executor=going_on,
                             on_failure="continue" if on_failure == "continue" else "cancel",
                             max_concurrency=max_concurrency,
+                            in_doubt=in_doubt,  # type: ignore[arg-type]  # checked there
                         ),
                         llm=metered,
                     )
@@ -456,6 +471,14 @@ def resume_cmd(
     if not say_recorded(result, store, detail="resumed", quiet=json_out):
         code = EXIT_RECORD
     raise typer.Exit(code)
+
+
+def _no_in_doubt_for_solves(in_doubt: str) -> None:
+    if in_doubt != "ask":
+        raise ConfigError(
+            "--in-doubt applies to resuming a run, not a solve: a solve's calls in doubt wait "
+            "for a person (dagagent approvals, then approve --happened, --allow or --deny)"
+        )
 
 
 def _a_run_of(st: RunStore, solve: Any) -> RunRecord | None:

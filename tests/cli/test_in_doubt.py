@@ -164,3 +164,16 @@ def test_a_run_with_a_call_in_doubt_is_not_replanned_into_a_new_run(killed: Kill
     out = cli("replan", run_id, "--execute", code=7).output
     assert "in doubt" in out and f"dagagent resume {run_id}" in out
     assert killed.paid() == before
+
+
+def test_resume_in_doubt_deny_settles_the_call_without_making_it(killed: Killed) -> None:
+    """``resume --in-doubt deny``: the call in doubt is not made again and its task is denied,
+    without a person's question; a value other than ask, retry or deny is refused first."""
+    run_id = json.loads(cli("runs", "--json").stdout)["runs"][0]["run_id"]
+    before = killed.paid()
+    out = cli("resume", run_id, "--in-doubt", "maybe", code=2).output
+    assert "--in-doubt must be ask, retry or deny, not 'maybe'" in out
+    doc = json.loads(cli("resume", run_id, "--in-doubt", "deny", "--json", code=1).stdout)
+    assert doc["tasks"]["acme"]["status"] == "denied"
+    assert doc["tasks"]["bob"]["status"] == "succeeded"
+    assert killed.paid() == before  # acme was not paid a second time

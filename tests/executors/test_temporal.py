@@ -568,6 +568,131 @@ def test_the_driver_killed_the_workflow_finishes_and_resume_completes_its_record
     assert f"worker: {worker}" in task.output
 
 
+@pytest.mark.parametrize("last", ["hold_effect", "hold"], ids=["unreconciled", "pure"])
+def test_a_resume_after_the_workflow_ended_never_makes_a_call_twice(
+    workers: Workers, tmp_path: Path, last: str
+) -> None:
+    """The driver dies, then the workflow is terminated (by an operator, say) while calls
+    run. The resume reads what the ended workflow did from its history: a call with side
+    effects that completed there is recorded from it, not made again; one cut short whose
+    tool has a reconciler is the reconciler's to decide (here: it happened); one cut short
+    whose tool has none (``last="hold_effect"``) refuses the resume (exit 7, naming the task)
+    until told what to do with it (``--in-doubt deny``: not made, the task denied)."""
+    from dagagent.store import RunStore
+
+    where = str(tmp_path)
+    plan_file, db = tmp_path / "plan.json", tmp_path / "runs.db"
+    plan_file.write_text(
+        json.dumps(
+            plan(
+                {"id": "gate", "tool": "hold", "args": {"name": "g", "where": where}},
+                {
+                    "id": "paid",
+                    "tool": "hold_paid",
+                    "args": {"name": "p", "where": where, "pay_first": True},
+                },
+                {
+                    "id": "done",
+                    "tool": "tally_effect",
+                    "args": {"name": "d", "where": where},
+                    "depends_on": ["gate"],
+                },
+                {
+                    "id": "last",
+                    "tool": last,
+                    "args": {"name": "e", "where": where},
+                    "depends_on": ["done"],
+                },
+            )
+        )
+    )
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("DAGAGENT_")},
+        "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")]),
+        "DAGAGENT_HOME": str(tmp_path / "home"),
+    }
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "dagagent", "run", str(plan_file), "--tools", TOOLS,
+         "--executor", "temporal", "--temporal-address", workers.address,
+         "--task-queue", workers.queue, "--payload-store", str(workers.payloads),
+         "--store", str(db), "--json"],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env=env, cwd=tmp_path,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + READY_S
+        # both hold: the payment is made (before its hold), nothing recorded past the start
+        while not (temporal_tools.started(tmp_path, "g") and temporal_tools.started(tmp_path, "p")):
+            assert driver.poll() is None and time.monotonic() < deadline
+            time.sleep(0.02)
+        driver.kill()
+        driver.wait()
+        (tmp_path / "g.go").touch()  # the workflow goes on alone: 'done' makes its effect
+        while not temporal_tools.started(tmp_path, "e"):  # 'last' runs: 'done' completed
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        with RunStore(db, create=False) as st:
+            [run_id] = [r.run_id for r in st.list_runs()]
+            left = st.get_run(run_id)
+        assert left.status.value == "interrupted"
+        assert "done" not in left.tasks  # its result never reached the store
+
+        async def terminate() -> None:
+            ex = executor(workers)
+            async with ex.session():
+                assert ex.client is not None
+                await ex.client.get_workflow_handle(workflow_id(run_id)).terminate("operator")
+
+        anyio.run(terminate)
+        resume = ["resume", run_id, "--store", str(db), "--tools", TOOLS, "--json"]
+        if last == "hold_effect":
+            with pytest.raises(DecisionError, match="task 'last': its call started on a worker"):
+                anyio.run(
+                    lambda: dagagent.resume(run_id, temporal_tools.registry, store=db),
+                    backend="asyncio",
+                )
+            with RunStore(db, create=False) as st:  # nothing ran: the run waits for a person
+                assert st.get_run(run_id).status.value == "paused"
+                assert "last" not in st.get_run(run_id).tasks
+            shown = CliRunner().invoke(dagagent.cli.app, ["show", run_id, "--store", str(db)])
+            assert "paused: no task waits for a person's decision" in shown.output
+            assert "dagagent approve" not in shown.output  # nothing to approve: resume says
+            refused = CliRunner().invoke(dagagent.cli.app, resume)
+            assert refused.exit_code == 7, refused.output
+            said = " ".join(refused.output.split())
+            assert "task 'last': its call started on a worker" in said, said
+            assert "may have happened" in said and f"dagagent resume {run_id} --in-doubt" in said
+            assert "'paid'" not in said and "'done'" not in said  # decided, or known
+            resume += ["--in-doubt", "deny"]
+        else:
+            (tmp_path / "e.go").touch()  # no side effects: it simply runs again
+        resumed = CliRunner().invoke(dagagent.cli.app, resume)
+        assert resumed.exit_code == (1 if last == "hold_effect" else 0), resumed.output
+    finally:
+        for name in ("g", "p", "e"):  # the calls the terminated workflow left holding end
+            (tmp_path / f"{name}.go").touch()
+    with RunStore(db, create=False) as st:
+        record = st.get_run(run_id)
+    tasks = record.tasks
+    assert (tasks["done"].status.value, tasks["done"].output) == ("succeeded", 1)
+    assert (tmp_path / "d.effects").read_text().count("\n") == 1  # made once, not again
+    paid = json.loads((tmp_path / "p.paid").read_text())
+    assert (tasks["paid"].status.value, tasks["paid"].output) == ("succeeded", paid)
+    assert [(d.decision, d.decided_by) for d in tasks["paid"].decisions or ()] == [
+        ("happened", "reconcile:check_paid")
+    ]
+    assert len(temporal_tools.started(tmp_path, "p")) == 1  # the payment was not made again
+    assert tasks["gate"].status.value == "succeeded"
+    if last == "hold_effect":
+        assert record.status.value == "failed"
+        assert tasks["last"].status.value == "denied", tasks["last"]
+        assert "in_doubt='deny'" in (tasks["last"].error or "")
+        assert len(temporal_tools.started(tmp_path, "e")) == 1  # never made again
+    else:
+        assert record.status.value == "succeeded"
+        assert tasks["last"].status.value == "succeeded"
+
+
 _STREAMING_DRIVER = """
 import sys
 import anyio

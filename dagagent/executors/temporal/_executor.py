@@ -6,8 +6,10 @@ run's :class:`~dagagent.runner.TaskRunner` as it comes (:meth:`TaskRunner.ran_el
 so the run store, the listeners and the progress display see the run as they see a local
 one. The workflow does not need the driver: if the driver dies, the run goes on on the
 workers and finishes; a resumed run (``dagagent resume``) follows its workflow if it still
-runs or finished, and records what it did. Interrupting the driver (Ctrl-C, a signal,
-cancelling ``execute``) cancels the workflow.
+runs or finished, and records what it did; if it ended otherwise (failed, cancelled,
+terminated, timed out), the resume reads its history (``_read_ended``) so that no call with
+side effects it made, or may have made, is made again unseen. Interrupting the driver
+(Ctrl-C, a signal, cancelling ``execute``) cancels the workflow.
 
 A plan still being written starts with the tasks accepted so far; the others reach the
 workflow as signals as they are accepted (``_stream``). Tasks a resumed run keeps and
@@ -23,7 +25,7 @@ import json
 import sys
 import time
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -34,7 +36,7 @@ from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from ...errors import ClusterError, ConfigError
+from ...errors import ClusterError, ConfigError, DecisionError
 from ...plan import AgentTask, Task, ToolTask
 from ...results import TaskResult, TaskStatus
 from ..base import BaseExecutor, Wakeup
@@ -48,16 +50,18 @@ from ._connect import (
     worker_hint,
 )
 from ._payloads import DEFAULT_INLINE_BYTES
-from ._workflow import ADD_TASKS, PLAN_COMPLETE, WORKFLOW, Arrived, RunInput
+from ._workflow import ADD_TASKS, PLAN_COMPLETE, RUN_TASK, WORKFLOW, Arrived, RunInput
 
 if TYPE_CHECKING:
-    from temporalio.converter import StorageDriver
+    from temporalio.converter import DataConverter, StorageDriver
 
     from ...graph import PlanGraph
     from ...runner import TaskRunner
     from ..base import FailurePolicy
 
 __all__ = ["TemporalExecutor", "workflow_id"]
+
+_OK = ("succeeded", "reused")
 
 # Seconds a query of the workflow's progress may take before it counts as unanswered.
 _QUERY_TIMEOUT_S = 5.0
@@ -160,6 +164,8 @@ class TemporalExecutor(BaseExecutor):
         self.approval = dict(approval) if approval else None
         #: The workflow of the last run started (its id), for the server's tools.
         self.workflow_id: str | None = None
+        # A resumed run, by run id: the workflow to follow, or what its ended one did.
+        self._resumed: dict[str, _Resumed] = {}
 
     def reach(self) -> dict[str, str]:
         """How to reach this run's server again (``dagagent resume`` of a run whose driver
@@ -221,6 +227,8 @@ class TemporalExecutor(BaseExecutor):
                 "counted against its budget, which workers do not do yet: choose another "
                 "executor for this plan"
             )
+        if runner.prior is not None:  # a resumed run: refused here if its calls are in doubt
+            self._resumed[runner.run_id] = await self._resumed_from(graph, runner)
         await self._wait_for_workers()
 
     async def _wait_for_workers(self) -> None:
@@ -247,18 +255,23 @@ class TemporalExecutor(BaseExecutor):
         known = len(graph.plan.tasks)  # a plan being written: the tasks so far
         handle: WorkflowHandle[Any, list[dict[str, Any]]] | None = None
         running = False  # following a workflow that runs: it may wait for more of its plan
-        if runner.prior is not None:  # a resumed run: its workflow may run, or have ended
-            waited = any(r.status is TaskStatus.WAITING for r in runner.prior.values())
-            handle, running = await self._workflow_to_follow(wid, finished_too=not waited)
+        resumed = self._resumed.pop(run_id, None)
+        if runner.prior is not None and resumed is None:  # prepare() was not called
+            resumed = await self._resumed_from(graph, runner)
+        if resumed is not None:  # a resumed run: its workflow may run, or have ended
+            handle, running = resumed.follow, resumed.running
             if running and handle is not None:
                 known = await _tasks_known(handle, known)
         seen = 0  # a workflow followed from its start: every result is recorded here
         if handle is None:
-            settled = await _settle_here(graph, runner)
+            settled = await _settle_here(graph, runner, resumed)
+            inp = self._input(graph, runner, on_failure, settled)
+            if resumed is not None:
+                inp.in_doubt = list(resumed.reconcile)
             try:
                 handle = await client.start_workflow(
                     WORKFLOW,
-                    self._input(graph, runner, on_failure, settled),
+                    inp,
                     id=wid,
                     task_queue=self.task_queue,
                     result_type=list,
@@ -286,6 +299,44 @@ class TemporalExecutor(BaseExecutor):
             ):
                 await handle.cancel()  # interrupted: the run stops on the workers too
             raise
+
+    async def _resumed_from(self, graph: PlanGraph, runner: TaskRunner) -> _Resumed:
+        """How a resumed run goes on: following its workflow if it still runs (or finished
+        unwatched), else on a new workflow, with what the ended one did (its history, see
+        :func:`_read_ended`). Raises :class:`DecisionError` when calls with side effects of
+        the ended workflow are in doubt and nothing may decide about them."""
+        prior = runner.prior or {}
+        wid = workflow_id(runner.run_id)
+        waited = any(r.status is TaskStatus.WAITING for r in prior.values())
+        handle, running = await self._workflow_to_follow(wid, finished_too=not waited)
+        found = _Resumed(handle, running)
+        if handle is not None:
+            return found
+        ended = self._client().get_workflow_handle(wid, result_type=list)
+        try:
+            await _read_ended(ended, self._client().data_converter, graph, runner, found)
+        except RPCError as exc:
+            if exc.status is RPCStatusCode.NOT_FOUND:
+                return found  # no workflow ever started (or the server forgot it)
+            raise ClusterError(
+                f"cannot read the history of workflow {wid} on the Temporal server at "
+                f"{self.address}: {' '.join(str(exc).split())}"
+            ) from None
+        policy = runner.calls.effects.in_doubt
+        if found.doubt and policy == "ask":
+            raise DecisionError(_doubt_message(runner.run_id, wid, found.doubt))
+        if policy == "deny":
+            for task_id, why in found.doubt.items():
+                found.denied[task_id] = TaskResult(
+                    task_id=task_id,
+                    status=TaskStatus.DENIED,
+                    error=(
+                        f"not run again: {why}, so its effect may have happened; the resume "
+                        "was told not to make such calls again (in_doubt='deny')"
+                    ),
+                    error_type="InDoubt",
+                )
+        return found
 
     async def _workflow_to_follow(
         self, wid: str, *, finished_too: bool
@@ -455,6 +506,133 @@ class TemporalExecutor(BaseExecutor):
                 return seen
 
 
+@dataclass
+class _Resumed:
+    """How a resumed run goes on (see :meth:`TemporalExecutor._resumed_from`)."""
+
+    #: Its workflow, to follow (it runs, or finished unwatched); ``None``: a new one.
+    follow: WorkflowHandle[Any, list[dict[str, Any]]] | None
+    running: bool
+    #: Tasks the ended workflow finished with an output, which the record lacks.
+    finished: dict[str, TaskResult] = field(default_factory=dict)
+    #: Tasks with side effects whose call the ended workflow started and did not see end:
+    #: why, by task.
+    doubt: dict[str, str] = field(default_factory=dict)
+    #: Those of ``doubt`` whose tool has a reconciler: it decides on the worker.
+    reconcile: list[str] = field(default_factory=list)
+    #: Those of ``doubt`` settled as denied (``in_doubt="deny"``).
+    denied: dict[str, TaskResult] = field(default_factory=dict)
+
+
+async def _read_ended(
+    handle: WorkflowHandle[Any, Any],
+    converter: DataConverter,
+    graph: PlanGraph,
+    runner: TaskRunner,
+    found: _Resumed,
+) -> None:
+    """Read the history of the ended workflow of a resumed run into ``found``: the tasks it
+    finished that the record lacks (their results, from the activities that returned them,
+    or carried over from an earlier part of the run by continue-as-new), and the tasks with
+    side effects whose activity it scheduled and did not see end (cancelled, timed out, its
+    worker lost, or the workflow ended under it): their call may have happened."""
+    kept = {t for t, r in (runner.prior or {}).items() if r.status.ok}
+    effects: dict[str, bool] = {}  # task with side effects -> whether its tool reconciles
+    for task in graph.plan.tasks:
+        if isinstance(task, ToolTask) and task.tool in runner.registry:
+            tool = runner.registry.get(task.tool)
+            if tool.side_effects:
+                effects[task.id] = tool.reconcile is not None
+    scheduled: dict[int, tuple[str, bool]] = {}  # event id -> (task, a window of a map)
+    open_calls: dict[str, str] = {}  # task -> why its call is in doubt
+    chunked: set[str] = set()  # map tasks run in chunks: elements of theirs ran
+    finished: dict[str, dict[str, Any]] = {}
+    async for event in handle.fetch_history_events(rpc_timeout=timedelta(seconds=_QUERY_TIMEOUT_S)):
+        kind = event.WhichOneof("attributes")
+        if kind == "workflow_execution_started_event_attributes":
+            started = event.workflow_execution_started_event_attributes.input
+            if started.payloads:  # the results an earlier part of the run carried over
+                [inp] = await converter.decode(started.payloads[:1], [dict])
+                for doc in inp.get("finished") or ():
+                    if doc.get("status") in _OK:
+                        finished[doc["task_id"]] = doc
+        elif kind == "activity_task_scheduled_event_attributes":
+            attrs = event.activity_task_scheduled_event_attributes
+            if attrs.activity_type.name != RUN_TASK or not attrs.input.payloads:
+                continue
+            [call] = await converter.decode(attrs.input.payloads[:1], [dict])
+            if call.get("assemble"):
+                continue  # a map put together from its chunks: no call of its own
+            task_id = call["task_id"]
+            window = call.get("window") is not None
+            scheduled[event.event_id] = (task_id, window)
+            if window:
+                chunked.add(task_id)
+            open_calls[task_id] = "its call started on a worker and the workflow ended first"
+        elif kind == "activity_task_completed_event_attributes":
+            done = event.activity_task_completed_event_attributes
+            task_id, window = scheduled.get(done.scheduled_event_id, ("", False))
+            if not task_id:
+                continue
+            open_calls.pop(task_id, None)
+            if window:
+                continue
+            try:
+                [doc] = await converter.decode(done.result.payloads[:1], [dict])
+            except Exception as exc:
+                if task_id in effects:  # its call ended, but how is not known here
+                    why = " ".join(str(exc).split()) or type(exc).__name__
+                    open_calls[task_id] = f"its call ended, but its result cannot be read ({why})"
+                continue
+            if isinstance(doc, dict) and doc.get("status") in _OK:
+                finished[task_id] = doc
+        elif kind == "activity_task_failed_event_attributes":
+            # the worker could not run the task (no such tool, a plan it cannot read): the
+            # activity failed before any call
+            failed = event.activity_task_failed_event_attributes
+            task_id, _ = scheduled.get(failed.scheduled_event_id, ("", False))
+            open_calls.pop(task_id, None)
+        elif kind == "activity_task_timed_out_event_attributes":
+            lost = event.activity_task_timed_out_event_attributes
+            task_id, _ = scheduled.get(lost.scheduled_event_id, ("", False))
+            if task_id:
+                open_calls[task_id] = "its worker was lost during its call"
+        elif kind == "activity_task_canceled_event_attributes":
+            gone = event.activity_task_canceled_event_attributes
+            task_id, _ = scheduled.get(gone.scheduled_event_id, ("", False))
+            if task_id:
+                open_calls[task_id] = "its call was cancelled while it ran"
+    for task_id in graph.order:
+        if task_id in kept:
+            continue
+        doc = finished.get(task_id)
+        if doc is not None:
+            found.finished[task_id] = _task_result(doc)
+        elif task_id in effects and (task_id in open_calls or task_id in chunked):
+            found.doubt[task_id] = open_calls.get(
+                task_id, "elements of it made their calls and the workflow ended first"
+            )
+            if effects[task_id]:
+                found.reconcile.append(task_id)
+    for task_id in found.reconcile:
+        found.doubt.pop(task_id)  # its reconciler decides: nothing to refuse
+
+
+def _doubt_message(run_id: str, wid: str, doubt: Mapping[str, str]) -> str:
+    """Why a resume is refused: calls with side effects of the ended workflow in doubt."""
+    each = "; ".join(f"task {t!r}: {why}" for t, why in list(doubt.items())[:5])
+    more = f"; and {len(doubt) - 5} more" if len(doubt) > 5 else ""
+    return (
+        f"run {run_id} cannot go on by itself: its workflow {wid} ended without finishing, "
+        f"and the calls with side effects of {len(doubt)} task{'s' if len(doubt) != 1 else ''} "
+        f"may have happened ({each}{more}); their tools have no reconciler to tell, so they "
+        "are not made again without a person's word. Check with what they call whether they "
+        "took effect (made again, a call carries the same idempotency key), then: `dagagent resume "
+        f"{run_id} --in-doubt deny` does not make them (those tasks are denied), `--in-doubt "
+        "retry` makes them again with the same keys"
+    )
+
+
 def _task_result(doc: dict[str, Any]) -> TaskResult:
     # an agent task's model calls travel with its result: the solve records them
     return TaskResult.validate(
@@ -520,17 +698,23 @@ def _reuse_of(reuse: Mapping[str, tuple[str, Any]], tasks: set[str]) -> dict[str
     return {k: list(v) for k, v in reuse.items() if k in tasks or k.partition("@")[0] in tasks}
 
 
-async def _settle_here(graph: PlanGraph, runner: TaskRunner) -> list[TaskResult]:
+async def _settle_here(
+    graph: PlanGraph, runner: TaskRunner, resumed: _Resumed | None = None
+) -> list[TaskResult]:
     """The tasks settled in the driver, without an activity, in dataflow order: those a
-    resumed run keeps (they succeeded before), then those whose earlier output is reused
-    (``replan --execute``), each once its dependencies are settled so. The workflow starts
-    with them as finished; the workers reuse the others they may (their upstream outputs
-    known only there)."""
+    resumed run keeps (they succeeded before), those its ended workflow finished (the
+    record lacks them) or whose calls in doubt are denied, then those whose earlier
+    output is reused (``replan --execute``), each once its dependencies are settled so. The
+    workflow starts with them as finished; the workers reuse the others they may (their
+    upstream outputs known only there)."""
     kept = {t for t, r in (runner.prior or {}).items() if r.status.ok}
+    there = {**resumed.finished, **resumed.denied} if resumed is not None else {}
     settled: list[TaskResult] = []
     for task_id in graph.order:
         if task_id in kept:
             settled.append(await runner.run_task(task_id))  # its record stands: nothing runs
+        elif task_id in there:
+            settled.append(runner.ran_elsewhere(there[task_id]))  # recorded, not run again
         elif runner.reuse:
             r = runner.reuse_now(task_id)
             if r is not None:

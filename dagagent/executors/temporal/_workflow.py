@@ -126,6 +126,10 @@ class RunInput:
     #: The model agent tasks use, as the workers build it (a spec without a key, and where
     #: its calls belong: see ``dagagent.workflows.temporal_solve``); ``None``: no model.
     model: dict[str, Any] | None = None
+    #: Tasks of a resumed run (with side effects and a reconciler) whose call the run's
+    #: ended workflow started and did not see end: run in doubt, where the reconciler
+    #: decides whether the call happened.
+    in_doubt: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -426,6 +430,8 @@ class RunWorkflow:
         lost = 0
         done_elements: list[dict[str, Any]] = []
         bound = inp.bounds.get(task_id)
+        if task_id in inp.in_doubt:  # its call may have happened in the run's ended workflow
+            extra = {**extra, "in_doubt": True}
         while True:
             call = {"window": list(window) if window else None, "done": done_elements, **extra}
             args = self._args(task_id, call)
