@@ -11,6 +11,7 @@ run ``running`` under a process that is gone, the call ``started``, the task unr
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
@@ -988,3 +989,142 @@ async def test_a_paused_maps_elements_stand_when_a_resume_is_stopped_before_it(
     assert [e.status.value for e in each.elements or ()] == ["succeeded", "cancelled", "succeeded"]
     assert [e.output for e in each.elements or ()] == [paid[0], None, paid[1]]
     assert len(world.keys("pay")) == 2
+
+
+async def _ended_in_doubt(store: Path, world: World, reg: dagagent.Registry, *, after: bool) -> str:
+    """A run that ends failed with the call of task ``p`` in doubt: its timeout cut it off
+    (before or ``after`` its effect) and no retry was left. The run's id."""
+    (world.hang_after if after else world.hang_before).add("p")
+    result = await dagagent.execute(_plan({**PAY, "timeout_s": 0.5}, AFTER), reg, store=store)
+    world.hang_before.clear()
+    world.hang_after.clear()
+    assert result.status is RunStatus.FAILED, result.tasks
+    with RunStore(store) as st:
+        (e,) = st.effects(result.run_id)
+        assert (e.state, e.in_doubt) == ("cancelled", True)
+        assert [c.key for c in st.in_doubt_of_ended()] == [e.key]
+    return result.run_id
+
+
+async def _revision(store: Path, reg: dagagent.Registry, run_id: str) -> dagagent.RunResult:
+    from dagagent.workflows.replan import revise_run, run_revision
+
+    with RunStore(store) as st:
+        record = st.get_run(run_id)
+    return await run_revision(await revise_run(record, reg), reg, store=store)
+
+
+async def test_a_call_in_doubt_of_an_ended_run_that_happened_is_taken_over_by_a_revision(
+    tmp_path: Path,
+) -> None:
+    """The run ended (its timeout cut the payment off after it went through): nothing can
+    resume it, and a revision that would pay again is refused. A person finds the payment
+    at the bank and says so, with its output: the revision takes it over, and pays nothing."""
+    store, world = tmp_path / "runs.db", World()
+    reg = registry(world)
+    run_id = await _ended_in_doubt(store, world, reg, after=True)
+    (key,) = world.keys("pay")
+    with pytest.raises(dagagent.DecisionError, match="cannot be resumed") as refused:
+        await _revision(store, reg, run_id)
+    assert f"dagagent approve {run_id} p --happened" in str(refused.value)
+    receipt = world.find(key)
+    with RunStore(store) as st:
+        (e,) = st.resolve_in_doubt(
+            run_id, "p", "happened", by="ann", reason="the bank has it", output=receipt
+        )
+        assert (e.state, e.resolution, e.resolved_by, e.reason) == (
+            "succeeded",
+            "happened",
+            "ann",
+            "the bank has it",
+        )
+        assert e.output == receipt and not e.in_doubt
+        assert st.in_doubt_of_ended() == []
+    revised = await _revision(store, reg, run_id)
+    assert revised.status is RunStatus.SUCCEEDED, revised.tasks
+    assert world.keys("pay") == [key]  # paid once, whatever ran after
+    assert revised.outputs == {"p": receipt, "s": 6}
+    (note,) = revised.tasks["p"].decisions or []
+    assert (note.decision, note.decided_by) == ("replayed", f"run {run_id}")
+
+
+async def test_a_call_in_doubt_of_an_ended_run_that_did_not_happen_is_made_again_with_its_key(
+    tmp_path: Path,
+) -> None:
+    """The timeout cut the payment off before it went through; a person finds nothing at the
+    bank: the revision makes it, once, under the key it was first made with (should the
+    person be wrong, the bank sees that key again)."""
+    store, world = tmp_path / "runs.db", World()
+    reg = registry(world)
+    run_id = await _ended_in_doubt(store, world, reg, after=False)
+    assert world.effects == []
+    with RunStore(store) as st:
+        (e,) = st.resolve_in_doubt(run_id, "p", "not_happened", by="ann")
+        assert (e.state, e.resolution, e.resolved_by) == ("cancelled", "not_happened", "ann")
+        assert not e.in_doubt
+    revised = await _revision(store, reg, run_id)
+    assert revised.status is RunStatus.SUCCEEDED, revised.tasks
+    assert world.keys("pay") == [e.key]  # once, with the parent's key
+    assert revised.outputs["s"] == 6
+    (note,) = revised.tasks["p"].decisions or []
+    assert (note.decision, note.decided_by) == ("allow", "ann") and e.key in note.reason
+    with RunStore(store) as st:
+        (made,) = st.effects(revised.run_id)
+    assert (made.key, made.state) == (e.key, "succeeded")
+
+
+async def test_a_call_in_doubt_of_an_ended_run_denied_denies_the_revisions_task(
+    tmp_path: Path,
+) -> None:
+    store, world = tmp_path / "runs.db", World()
+    reg = registry(world)
+    run_id = await _ended_in_doubt(store, world, reg, after=False)
+    with RunStore(store) as st:
+        st.resolve_in_doubt(run_id, "p", "denied", by="ann", reason="paid by hand")
+    revised = await _revision(store, reg, run_id)
+    assert revised.tasks["p"].status.value == "denied"
+    assert "paid by hand" in str(revised.tasks["p"].error)
+    assert world.effects == []
+
+
+async def test_resolving_a_call_in_doubt_refuses_what_it_cannot_resolve(tmp_path: Path) -> None:
+    """No call in doubt (a task without one, a key of another task, a call resolved already),
+    a bad output, an output for several calls, a run that can still be resumed or runs."""
+    store, world = tmp_path / "runs.db", World()
+    reg = registry(world)
+    run_id = await _ended_in_doubt(store, world, reg, after=False)
+    with RunStore(store) as st:
+        (e,) = st.effects(run_id)
+        refusals = {
+            "made no call with side effects": lambda: st.resolve_in_doubt(
+                run_id, "s", "happened", by="ann"
+            ),
+            "made no call with the key": lambda: st.resolve_in_doubt(
+                run_id, "s", "happened", by="ann", key=e.key
+            ),
+            "is not JSON": lambda: st.resolve_in_doubt(
+                run_id, "p", "happened", by="ann", output=float("nan")
+            ),
+            "goes with 'happened'": lambda: st.resolve_in_doubt(
+                run_id, "p", "not_happened", by="ann", output=1
+            ),
+            "one of happened": lambda: st.resolve_in_doubt(run_id, "p", "allow", by="ann"),
+            "names who": lambda: st.resolve_in_doubt(run_id, "p", "happened", by=" "),
+        }
+        for words, attempt in refusals.items():
+            with pytest.raises(dagagent.DecisionError, match=words):
+                attempt()
+        assert st.effects(run_id)[0].in_doubt  # none of them touched it
+        st.resolve_in_doubt(run_id, "p", "not_happened", by="ann", key=e.key)
+        with pytest.raises(dagagent.DecisionError, match="not in doubt: it cancelled"):
+            st.resolve_in_doubt(run_id, "p", "happened", by="bob", key=e.key)
+        with pytest.raises(dagagent.DecisionError, match="has no call in doubt"):
+            st.resolve_in_doubt(run_id, "p", "happened", by="bob")
+    crashed = await _crashed(store, world, reg, _plan(PAY, AFTER), after=False)
+    resumable = pytest.raises(dagagent.DecisionError, match="interrupted: it can be resumed")
+    with RunStore(store) as st, resumable:
+        st.resolve_in_doubt(crashed, "p", "happened", by="ann")
+    with sqlite3.connect(store) as conn:
+        conn.execute("UPDATE runs SET pid = ? WHERE id = ?", (os.getpid(), crashed))
+    with RunStore(store) as st, pytest.raises(dagagent.DecisionError, match="is running"):
+        st.resolve_in_doubt(crashed, "p", "happened", by="ann")

@@ -200,7 +200,16 @@ class Effects:
             for r in revised
             if r.state == "succeeded"
         }
-        self.has_prior = bool(self._known) or bool(self._revised)
+        #: Calls in doubt in the parent that a person resolved after it ended
+        #: (:meth:`~dagagent.store.RunStore.resolve_in_doubt`): found not to have happened
+        #: (the same call here is made with the parent's key: if it did take effect, the
+        #: service sees the key again) or not to be made (its task here is denied).
+        self._settled: dict[tuple[str, int | None, str, str, int], EffectRecord] = {
+            (r.task_id, r.element, r.source, r.fingerprint, r.occurrence): r
+            for r in revised
+            if r.state in _IN_DOUBT_STATES and r.resolution in ("not_happened", "denied")
+        }
+        self.has_prior = bool(self._known) or bool(self._revised) or bool(self._settled)
         self._occurrences: dict[tuple[str, int | None, int, str], int] = {}
         #: Calls on record with their arguments unredacted (see :meth:`_as_recorded`):
         #: their rows get the redacted ones before anything is decided about them.
@@ -255,6 +264,9 @@ class Effects:
             occurrence = self._occurrences.get(slot, 0) + 1
             self._occurrences[slot] = occurrence
         key = idempotency_key(self.run_id, task_id, element, fingerprint, occurrence)
+        settled = self._settled.get((task_id, element, source, fingerprint, occurrence))
+        if settled is not None and settled.resolution == "not_happened":
+            key = settled.key  # the parent's: made again under the key it was made with
         if fingerprint != recorded and key in self._known:
             self._unredacted.add(key)
         return CallIdentity(
@@ -365,6 +377,24 @@ class Effects:
             before = self._revised.get(slot)
             if before is not None:
                 return True, await self._take_over(call, before, decisions)
+        settled = None
+        if known is None and self._settled:
+            slot = (call.task_id, call.element, call.source, call.fingerprint, call.occurrence)
+            settled = self._settled.get(slot)
+        if settled is not None:
+            who = settled.resolved_by or "record"
+            if settled.resolution == "denied":
+                why = (
+                    f"it was in doubt in run {settled.run_id} (key {settled.key}), which this "
+                    f"run revises, and is not to be made: {settled.reason or 'denied'}"
+                )
+                self._note(decisions, call, "deny", who, why, rule=IN_DOUBT_RULE)
+                raise TaskDeniedError(why, decided_by=who)
+            why = (
+                f"it was in doubt in run {settled.run_id}, which this run revises, and {who} "
+                f"found that it did not happen: made again with its key {settled.key}"
+            )
+            self._note(decisions, call, "allow", who, why, rule=IN_DOUBT_RULE)
         if known is None and call.task_id in self._lost:
             known = _Known("cancelled")
         if known is None or known.state == "failed":

@@ -37,6 +37,7 @@ journal's thread takes every write queued and commits them together.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import queue
 import sqlite3
@@ -195,6 +196,111 @@ class EffectQueries(StorePart):
         )
         return {r[0]: int(r[1]) for r in rows}
 
+    def in_doubt_of_ended(self, run: str | None = None) -> list[EffectRecord]:
+        """The calls in doubt of the runs that ended (``succeeded``, ``failed``,
+        ``cancelled``: nothing resumes them), of run ``run`` (an id or a unique prefix) or
+        of all, oldest first: a person says what became of each
+        (:meth:`resolve_in_doubt`). The calls in doubt of a paused or interrupted run are
+        its resume's to ask about."""
+        sql = (
+            "SELECT e.run_id FROM effects e JOIN runs r ON r.id = e.run_id "
+            "WHERE e.state IN ('started', 'cancelled') AND e.resolution IS NULL "
+            "AND r.status IN ('succeeded', 'failed', 'cancelled')"
+        )
+        params: list[Any] = []
+        if run is not None:
+            sql += " AND e.run_id = ?"
+            params.append(self.resolve(run))
+        run_ids = sorted({r[0] for r in self._query(sql, params)})
+        found = [e for run_id in run_ids for e in self.effects(run_id) if e.in_doubt]
+        return sorted(found, key=lambda e: (e.started_at, e.run_id, e.key))
+
+    def resolve_in_doubt(
+        self,
+        run: str,
+        task_id: str,
+        resolution: str,
+        *,
+        by: str,
+        reason: str | None = None,
+        output: Any = None,
+        key: str | None = None,
+    ) -> list[EffectRecord]:
+        """Record what a person found about the calls in doubt of task ``task_id`` (only the
+        one with idempotency key ``key``, if given) of run ``run``, which ended (failed,
+        cancelled: it is never resumed): ``happened`` (it took effect; ``output``, JSON-able,
+        is its output: the call is then ``succeeded``, and a revision of the run that makes
+        the same call takes that output over instead of making it), ``not_happened`` (a
+        revision may make it again, with the same key) or ``denied`` (a revision that would
+        make it denies its task instead). ``by`` says who, ``reason`` why. The calls as
+        resolved.
+
+        Raises :class:`~dagagent.errors.StoreError` for a run that does not exist and
+        :class:`~dagagent.errors.DecisionError` for a run still running, paused or
+        interrupted (``dagagent approve`` and ``resume`` decide there), a task or key with no
+        call in doubt, or an output that is not JSON or would stand for several calls."""
+        from ..errors import DecisionError
+        from ._store import effective_status
+
+        if resolution not in _FOUND:
+            raise DecisionError(
+                f"what became of a call in doubt is one of {', '.join(_FOUND)}, not {resolution!r}"
+            )
+        if not by.strip():
+            raise DecisionError("a decision names who took it (by=...)")
+        if output is not None and resolution != "happened":
+            raise DecisionError("an output goes with 'happened', and only with it")
+        text = _json_text(output, task_id) if output is not None else None
+        run_id = self.resolve(run)
+        now = time.time()
+        with self._transaction() as conn:
+            status, pid = conn.execute(
+                "SELECT status, pid FROM runs WHERE id = ?", (run_id,)
+            ).fetchone()
+            status = effective_status(status, pid)
+            if status == "running":
+                raise DecisionError(
+                    f"run {run_id} is running: its calls are not in doubt while it runs "
+                    "(wait for it to end, or stop it)"
+                )
+            if status in ("paused", "interrupted"):
+                raise DecisionError(
+                    f"run {run_id} is {status}: it can be resumed, and the resume asks about "
+                    f"its calls in doubt: 'dagagent resume {run_id}', then 'dagagent approve "
+                    f"{run_id} TASK --happened | --allow | --deny'"
+                )
+            sql = (
+                f"SELECT {_COLUMNS} FROM effects WHERE run_id = ? AND task_id = ? "
+                "AND state IN ('started', 'cancelled') AND resolution IS NULL"
+            )
+            params: tuple[Any, ...] = (run_id, task_id)
+            if key is not None:
+                sql += " AND key = ?"
+                params = (*params, key)
+            rows = conn.execute(sql + " ORDER BY started_at, key", params).fetchall()
+            if not rows:
+                raise DecisionError(_no_doubt(conn, run_id, task_id, key))
+            if text is not None and len(rows) > 1:
+                raise DecisionError(
+                    f"task {task_id!r} of run {run_id} has {len(rows)} calls in doubt: one "
+                    "output would stand for all of them; give each its own with its key "
+                    f"({', '.join(r[1] for r in rows)}), or say they happened without an output"
+                )
+            for r in rows:
+                self.mark_resolved(
+                    conn,
+                    run_id,
+                    task_id,
+                    resolution,
+                    output=text,
+                    by=by,
+                    reason=reason,
+                    at=now,
+                    key=r[1],
+                )
+        resolved = {r[1] for r in rows}
+        return [e for e in self.effects(run_id) if e.key in resolved]
+
     def mark_resolved(
         self,
         conn: sqlite3.Connection,
@@ -246,6 +352,51 @@ class EffectQueries(StorePart):
             sql += " AND key = ?"
             params = (*params, key)
         return int(conn.execute(sql, params).rowcount)
+
+
+#: What a person may find about a call in doubt of a run that ended.
+_FOUND = ("happened", "not_happened", "denied")
+
+
+def _json_text(output: Any, task_id: str) -> str:
+    """``output`` as JSON text; :class:`~dagagent.errors.DecisionError` when it is not JSON
+    (a value JSON has no form for: it would not be the call's output as a tool gives it)."""
+    from ..errors import DecisionError
+
+    try:
+        return json.dumps(output, ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise DecisionError(
+            f"the output given for the call in doubt of task {task_id!r} is not JSON: {exc}"
+        ) from None
+
+
+def _no_doubt(conn: sqlite3.Connection, run_id: str, task_id: str, key: str | None) -> str:
+    """Why task ``task_id`` (its call with ``key``) of run ``run_id`` has no call in doubt."""
+    if key is not None:
+        row = conn.execute(
+            "SELECT task_id, state, resolution, resolved_by FROM effects "
+            "WHERE run_id = ? AND key = ?",
+            (run_id, key),
+        ).fetchone()
+        if row is None or row[0] != task_id:
+            return f"task {task_id!r} of run {run_id} made no call with the key {key}"
+        how = f" ({row[2]}, said {row[3]})" if row[2] else ""
+        return (
+            f"the call with the key {key} (task {task_id!r} of run {run_id}) is not in doubt: "
+            f"it {row[1]}{how}"
+        )
+    rows = conn.execute(
+        "SELECT state, resolution FROM effects WHERE run_id = ? AND task_id = ?",
+        (run_id, task_id),
+    ).fetchall()
+    if not rows:
+        return (
+            f"task {task_id!r} of run {run_id} made no call with side effects: nothing of "
+            "it is in doubt"
+        )
+    states = ", ".join(sorted({r[1] or r[0] for r in rows}))
+    return f"task {task_id!r} of run {run_id} has no call in doubt (its calls: {states})"
 
 
 class _Write:

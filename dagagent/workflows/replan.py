@@ -166,8 +166,11 @@ async def run_revision(revision: Revision, registry: Registry | None, **options:
 
     Raises :class:`~dagagent.errors.DecisionError`, before anything runs, when a task of the
     revised plan made a call with side effects in the reviewed run that is in doubt (its
-    process died during it): run again under a new run, it would get a new idempotency key
-    and could take effect twice. Resume the reviewed run first (it resolves the call)."""
+    process died during it, or it was cut off): run again under a new run, it could take
+    effect twice. Resume the reviewed run first (it resolves the call); a run that ended is
+    not resumed: a person says what became of the call
+    (:meth:`~dagagent.store.RunStore.resolve_in_doubt`), and the revision takes its output
+    over (it happened), makes it again with its key (it did not) or denies its task."""
     refuse_in_doubt(revision, options.get("store"))
     return await execute(
         revision.graph,
@@ -234,11 +237,14 @@ def refuse_in_doubt(revision: Revision, store: Any) -> None:
                 f"resume run {parent} first (dagagent resume {parent}) so that they are "
                 "resolved, then revise it"
             )
-        else:  # it ended: nothing resumes it
+        else:  # it ended: nothing resumes it, a person says what became of each call
+            first = blocked[0]
             how = (
                 f"run {parent} is {status} and cannot be resumed to resolve them: check with "
-                "the services by their keys whether they took effect, and leave their tasks "
-                "out of the revised plan"
+                "the services by their keys whether they took effect, then say so "
+                f"('dagagent approve {parent} {first.task_id} --happened --output JSON', "
+                "'--allow' to make it again with its key, or '--deny'; see 'dagagent "
+                "approvals'), or leave their tasks out of the revised plan"
             )
         raise DecisionError(
             f"run {parent} has calls with side effects in doubt that the revised plan would "
