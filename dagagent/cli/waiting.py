@@ -48,7 +48,7 @@ from .rules import recorded_rules
 from .run import agent_calls, agent_model, print_result
 
 if TYPE_CHECKING:
-    from ..store import ApprovalRecord, RunRecord, RunStore
+    from ..store import ApprovalRecord, EffectRecord, RunRecord, RunStore
 
 __all__: list[str] = []
 
@@ -96,7 +96,8 @@ def approvals_cmd(
     json_out: bool = typer.Option(False, "--json", help="Print them as JSON."),
 ) -> None:
     """List the calls waiting for a person's decision (and the decisions a resume has not
-    used yet): run, task, tool, arguments, the rule that asked, when."""
+    used yet): run, task, tool, arguments, the rule that asked, when; and the calls in
+    doubt of runs that ended (nothing resumes them): their keys and why they are in doubt."""
     from rich.table import Table
 
     from ..store import RunStore
@@ -106,6 +107,8 @@ def approvals_cmd(
     with RunStore(store, create=False) as st:
         rows = st.approvals(run)
         keys = _doubt_keys(st, rows)
+        doubts = st.in_doubt_of_ended(run)
+        ended = {e.run_id: st.get_run(e.run_id).status.value for e in doubts}
     if json_out:
         print_json(
             out,
@@ -115,13 +118,21 @@ def approvals_cmd(
                     if r.rule == IN_DOUBT_RULE
                     else r.to_json_dict()
                     for r in rows
-                ]
+                ],
+                "in_doubt": [
+                    {**e.to_json_dict(), "run_status": ended[e.run_id], "why": _why_in_doubt(e)}
+                    for e in doubts
+                ],
             },
         )
         return
-    if not rows:
+    if not rows and not doubts:
         where = f" in run {run}" if run else ""
         out.print(f"nothing waits for a decision{where}", markup=False, highlight=False)
+        return
+    if doubts:
+        _print_ended_doubts(doubts, ended)
+    if not rows:
         return
     table = Table(title="waiting for a decision")
     for name in ("run", "task", "tool", "arguments", "rule", "asked", "state"):
@@ -157,6 +168,50 @@ def approvals_cmd(
     out.print(
         f"decide: dagagent approve {first.run_id} {printable(first.task_id)} {options}; then: "
         f"dagagent resume {first.run_id}",
+        markup=False,
+        highlight=False,
+    )
+
+
+def _why_in_doubt(e: EffectRecord) -> str:
+    """Why call ``e`` (of a run that ended) is in doubt, in words."""
+    from ..text import shorten
+
+    if e.state == "started":
+        return "its process ended during the call"
+    cut = f" ({shorten(e.error, 200)})" if e.error else ""
+    return f"it was cut off during the call{cut}"
+
+
+def _print_ended_doubts(doubts: list[EffectRecord], ended: dict[str, str]) -> None:
+    """The calls in doubt of runs that ended (nothing resumes them): a person says what
+    became of each, so that a revision of the run takes it over, makes it again or not."""
+    from rich.table import Table
+
+    from ..text import printable
+
+    table = Table(title="calls in doubt of runs that ended (whether they took effect is unknown)")
+    for name in ("run", "task", "tool", "arguments", "idempotency key", "started", "why"):
+        table.add_column(name)
+    for e in doubts:
+        where = printable(e.task_id) + (f" [{e.element}]" if e.element is not None else "")
+        table.add_row(
+            f"{e.run_id} ({ended[e.run_id]})",
+            where,
+            printable(e.tool) + (" (agent)" if e.source == "agent" else ""),
+            _args_text(e.args),
+            e.key,
+            _when(e.started_at),
+            printable(_why_in_doubt(e)),
+        )
+    out.print(table)
+    first = doubts[0]
+    out.print(
+        "check with the service by the key whether each took effect, then: dagagent approve "
+        f"{first.run_id} {printable(first.task_id)} --happened [--output JSON] | --allow (a "
+        "revision makes it again, same key) | --deny (a revision denies its task) "
+        "[--key KEY] [--reason TEXT]; then: dagagent replan "
+        f"{first.run_id} --execute",
         markup=False,
         highlight=False,
     )
@@ -248,7 +303,11 @@ def approve_cmd(
     json_out: bool = typer.Option(False, "--json", help="Print the recorded decision as JSON."),
 ) -> None:
     """Record a decision about a waiting task of a paused run (who, when, why). Nothing runs:
-    'dagagent resume RUN' continues the run and uses each decision once."""
+    'dagagent resume RUN' continues the run and uses each decision once. Of a run that
+    ended (it is not resumed), record what became of a call in doubt ('dagagent approvals'
+    lists them): --happened (a revision takes its --output over), --allow (it did not: a
+    revision makes it again, same key) or --deny (a revision denies its task); exit 7 when
+    the task (or --key) has no call in doubt."""
     from ..store import RunStore
     from ..text import printable
     from ..workflows.resume import decider
@@ -268,6 +327,20 @@ def approve_cmd(
     with RunStore(store, create=False) as st:
         record = st.get_run(run)
         who = decider(by)
+        if record.status.value in _ENDED:
+            if edit is not None:
+                raise ConfigError(
+                    f"run {record.run_id} is {record.status.value}: --edit applies to a call "
+                    "waiting for approval; a call in doubt is made again as it was, or not "
+                    "(--happened, --allow or --deny)"
+                )
+            found = "happened" if happened else "denied" if deny else "not_happened"
+            value = _read_output(output) if output is not None else None
+            resolved = st.resolve_in_doubt(
+                record.run_id, task, found, by=who, reason=reason, output=value, key=key
+            )
+            _say_resolved(record.run_id, resolved, who, json_out)
+            return
         if happened:
             value = _read_output(output) if output is not None else None
             decided = st.decide(
@@ -306,6 +379,39 @@ def approve_cmd(
         )
     err.print(
         f"nothing ran: 'dagagent resume {record.run_id}' continues the run",
+        markup=False,
+        highlight=False,
+    )
+
+
+#: The states of a run that ended: it is never resumed (its calls in doubt are resolved by
+#: a person's finding alone, for its revisions).
+_ENDED = ("succeeded", "failed", "cancelled")
+
+
+def _say_resolved(run_id: str, resolved: list[EffectRecord], who: str, json_out: bool) -> None:
+    from ..text import printable
+    from .render import print_json
+
+    if json_out:
+        print_json(out, {"ok": True, "resolved": [e.to_json_dict() for e in resolved]})
+        return
+    words = {
+        "happened": "took effect: a revision takes its output over",
+        "not_happened": "did not take effect: a revision makes it again, with its key",
+        "denied": "is not to be made: a revision denies its task",
+    }
+    for e in resolved:
+        out.print(
+            f"recorded: the call of {printable(e.tool)} by {printable(e.where)} of run "
+            f"{run_id} (key {e.key}) {words[e.resolution or 'happened']}; decided by "
+            f"{printable(who)}" + (f" ({printable(e.reason)})" if e.reason else ""),
+            markup=False,
+            highlight=False,
+        )
+    err.print(
+        f"nothing ran: run {run_id} ended and is not resumed; 'dagagent replan {run_id} "
+        "--execute' runs a revision",
         markup=False,
         highlight=False,
     )
