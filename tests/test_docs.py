@@ -761,7 +761,11 @@ RUN_BY = {
         "ttl_s=300",
     ],
     ("scale-out", None): ["DaskExecutor("],
-    ("exactly-once", None): ["reconcile=check_payment", "def check_payment("],
+    ("exactly-once", None): [
+        "reconcile=check_payment",
+        "def check_payment(",
+        "store.resolve_in_doubt(run_id",
+    ],
     ("opentelemetry", None): ["set_tracer_provider"],
 }
 
@@ -873,6 +877,32 @@ def test_the_discovery_example_shows_the_planner_a_part_of_the_catalogue() -> No
     assert planning["total"] == 121 and len(planning["shown"]) == 11
     system = llm.requests[0].messages[0].content
     assert "the 11 of 121 most relevant" in system and "report_119" not in system
+
+
+def test_the_example_of_a_run_that_ended_resolves_its_call_in_doubt(tmp_path: Path) -> None:
+    """The page's Python example, on a run whose payment its timeout cut off: it lists the
+    call, says it happened, and a revision takes the payment over instead of paying again."""
+    import dagagent
+
+    paid: list[str] = []
+    registry = dagagent.Registry()
+
+    @registry.tool(side_effects=True)
+    async def pay(account: str) -> dict[str, str]:
+        paid.append(dagagent.current_call().idempotency_key)
+        if len(paid) == 1:
+            await anyio.sleep_forever()  # its timeout cuts it off after it paid
+        return {"id": "tr_2"}
+
+    path = tmp_path / "runs.db"
+    plan = {"tasks": [{"id": "t4", "tool": "pay", "args": {"account": "acme"}, "timeout_s": 0.5}]}
+    first = dagagent.execute_sync(plan, registry, store=path)
+    assert first.status is dagagent.RunStatus.FAILED
+    namespace: dict[str, Any] = {"dagagent": dagagent, "path": path, "run_id": first.run_id}
+    text = page("exactly-once")
+    run_python(block_with(text, "python", "store.resolve_in_doubt(run_id"), namespace)
+    revised = dagagent.execute_sync(plan, registry, store=path, parent_id=first.run_id)
+    assert revised.outputs["t4"] == {"id": "tr_91"} and len(paid) == 1
 
 
 def test_the_exactly_once_examples_pass_the_key_on_and_reconcile_by_it(tmp_path: Path) -> None:

@@ -179,8 +179,12 @@ def _why_in_doubt(e: EffectRecord) -> str:
 
     if e.state == "started":
         return "its process ended during the call"
-    cut = f" ({shorten(e.error, 200)})" if e.error else ""
-    return f"it was cut off during the call{cut}"
+    error = e.error or ""
+    if "deadline exceeded" in error:
+        return "it was cut off during the call by its timeout"
+    if error.startswith("CancelledError"):
+        return "it was cut off during the call: the run was stopped"
+    return "it was cut off during the call" + (f" ({shorten(error, 120)})" if error else "")
 
 
 def _print_ended_doubts(doubts: list[EffectRecord], ended: dict[str, str]) -> None:
@@ -191,18 +195,22 @@ def _print_ended_doubts(doubts: list[EffectRecord], ended: dict[str, str]) -> No
     from ..text import printable
 
     table = Table(title="calls in doubt of runs that ended (whether they took effect is unknown)")
-    for name in ("run", "task", "tool", "arguments", "idempotency key", "started", "why"):
+    table.add_column("run", no_wrap=True, min_width=12)
+    for name in ("task", "tool", "arguments"):
         table.add_column(name)
+    table.add_column("idempotency key", no_wrap=True, min_width=36)  # whole: it is looked up
+    table.add_column("started")
+    table.add_column("why")
     for e in doubts:
         where = printable(e.task_id) + (f" [{e.element}]" if e.element is not None else "")
         table.add_row(
-            f"{e.run_id} ({ended[e.run_id]})",
+            e.run_id,
             where,
             printable(e.tool) + (" (agent)" if e.source == "agent" else ""),
             _args_text(e.args),
             e.key,
             _when(e.started_at),
-            printable(_why_in_doubt(e)),
+            printable(f"{_why_in_doubt(e)} (the run {ended[e.run_id]})"),
         )
     out.print(table)
     first = doubts[0]
@@ -339,7 +347,7 @@ def approve_cmd(
             resolved = st.resolve_in_doubt(
                 record.run_id, task, found, by=who, reason=reason, output=value, key=key
             )
-            _say_resolved(record.run_id, resolved, who, json_out)
+            _say_resolved(record.run_id, resolved, who, reason, json_out)
             return
         if happened:
             value = _read_output(output) if output is not None else None
@@ -389,7 +397,9 @@ def approve_cmd(
 _ENDED = ("succeeded", "failed", "cancelled")
 
 
-def _say_resolved(run_id: str, resolved: list[EffectRecord], who: str, json_out: bool) -> None:
+def _say_resolved(
+    run_id: str, resolved: list[EffectRecord], who: str, reason: str | None, json_out: bool
+) -> None:
     from ..text import printable
     from .render import print_json
 
@@ -405,7 +415,7 @@ def _say_resolved(run_id: str, resolved: list[EffectRecord], who: str, json_out:
         out.print(
             f"recorded: the call of {printable(e.tool)} by {printable(e.where)} of run "
             f"{run_id} (key {e.key}) {words[e.resolution or 'happened']}; decided by "
-            f"{printable(who)}" + (f" ({printable(e.reason)})" if e.reason else ""),
+            f"{printable(who)}" + (f" ({printable(reason)})" if reason else ""),
             markup=False,
             highlight=False,
         )
