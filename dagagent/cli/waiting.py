@@ -335,7 +335,9 @@ def approve_cmd(
     with RunStore(store, create=False) as st:
         record = st.get_run(run)
         who = decider(by)
-        if record.status.value in _ENDED:
+        if record.status.value in _ENDED and (
+            happened or key is not None or _had_doubts(st, record.run_id, task)
+        ):
             if edit is not None:
                 raise ConfigError(
                     f"run {record.run_id} is {record.status.value}: --edit applies to a call "
@@ -395,6 +397,14 @@ def approve_cmd(
 #: The states of a run that ended: it is never resumed (its calls in doubt are resolved by
 #: a person's finding alone, for its revisions).
 _ENDED = ("succeeded", "failed", "cancelled")
+
+
+def _had_doubts(st: RunStore, run_id: str, task: str) -> bool:
+    """Whether task ``task`` of run ``run_id`` made a call that is (or was) in doubt: a
+    decision about it is about that call, not about a waiting approval."""
+    return any(
+        e.task_id == task and (e.in_doubt or e.resolution is not None) for e in st.effects(run_id)
+    )
 
 
 def _say_resolved(

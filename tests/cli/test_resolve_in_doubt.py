@@ -141,7 +141,8 @@ def test_what_cannot_be_resolved_is_refused_with_a_clear_code(sh: PayShell) -> N
         (["pay", "--happened", "--output", "{paid"], 2, "--output: not valid JSON"),
         (["pay", "--happened", "--output", "NaN"], 7, "is not JSON"),
         (["pay", "--edit", "-"], 2, "--edit applies to a call waiting for approval"),
-        (["nope", "--deny"], 7, "made no call with side effects"),
+        (["nope", "--deny"], 7, "has no task 'nope'"),
+        (["twice", "--allow"], 7, "is not waiting for approval"),
     ]
     for args, code, words in cases:
         refused = sh("approve", run_id, *args, code=code)
