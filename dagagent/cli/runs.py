@@ -648,13 +648,22 @@ def _show_doubts(record: RunRecord, doubts: dict[str, list[EffectRecord]]) -> No
                 markup=False,
                 highlight=False,
             )
-    out.print(
-        f"'dagagent resume {record.run_id}' asks each tool's reconciler, or waits for a "
-        "person: 'dagagent approve RUN TASK --happened [--output JSON]' (it took effect), "
-        "--allow (make it again, same key) or --deny",
-        markup=False,
-        highlight=False,
-    )
+    if record.status.value in ("succeeded", "failed", "cancelled"):
+        first = next(iter(doubts.values()))[0]
+        hint = (
+            f"run {record.run_id} is {record.status.value}: nothing resumes it. Check with the "
+            f"service by the key, then say what became of the call: 'dagagent approve "
+            f"{record.run_id} {printable(first.task_id)} --happened [--output JSON]' (a "
+            "revision takes it over), --allow (a revision makes it again, same key) or --deny "
+            f"(a revision denies its task); then 'dagagent replan {record.run_id} --execute'"
+        )
+    else:
+        hint = (
+            f"'dagagent resume {record.run_id}' asks each tool's reconciler, or waits for a "
+            "person: 'dagagent approve RUN TASK --happened [--output JSON]' (it took effect), "
+            "--allow (make it again, same key) or --deny"
+        )
+    out.print(hint, markup=False, highlight=False)
 
 
 def _add_result_row(

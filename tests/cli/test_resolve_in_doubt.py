@@ -95,6 +95,9 @@ def sh(tmp_path: Path) -> PayShell:
 def test_a_call_that_happened_is_taken_over_by_the_revision(sh: PayShell) -> None:
     run_id, call = sh.ended_in_doubt("after")
     assert sh.paid() == [["acme", call["key"]]]
+    record = sh("show", run_id)
+    assert f"run {run_id} is failed: nothing resumes it" in " ".join(record.stdout.split())
+    assert f"dagagent resume {run_id}" not in record.stdout
     shown = sh("approvals")
     assert "calls in doubt of runs that ended" in shown.stdout
     assert call["key"] in shown.stdout and "cut off" in shown.stdout
