@@ -350,7 +350,7 @@ def _replan(
     assert revision is not None
     from ..workflows.replan import refuse_in_doubt
 
-    refuse_in_doubt(revision, path)  # a call in doubt is resolved by resuming its run
+    refuse_in_doubt(revision, path)  # resolved by a resume, or by a person (approve)
     print_warnings(err, revision.graph.warnings)
     rules = _rules(record, given_rules)
     if record.status.value == "paused":

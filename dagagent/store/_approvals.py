@@ -363,6 +363,19 @@ def _not_waiting(
     if task_id not in ids:
         shown = ", ".join(str(i) for i in ids[:10]) + (", ..." if len(ids) > 10 else "")
         return f"run {run_id} has no task {shorten(task_id, 64)!r} (its tasks: {shown})"
+    doubt = conn.execute(
+        "SELECT r.status FROM effects e JOIN runs r ON r.id = e.run_id WHERE e.run_id = ? "
+        "AND e.task_id = ? AND e.state IN ('started', 'cancelled') AND e.resolution IS NULL "
+        "AND r.status IN ('succeeded', 'failed', 'cancelled') LIMIT 1",
+        (run_id, task_id),
+    ).fetchone()
+    if doubt is not None:
+        return (
+            f"task {task_id!r} of run {run_id} has a call in doubt, and the run is {doubt[0]}: "
+            "nothing resumes it, so nothing asks; say what became of the call with "
+            "RunStore.resolve_in_doubt (on the command line, 'dagagent approve' with "
+            "--happened, --allow or --deny)"
+        )
     last = rows[-1] if rows else None
     if last is None:
         row = conn.execute(
