@@ -1115,7 +1115,7 @@ async def test_resolving_a_call_in_doubt_refuses_what_it_cannot_resolve(tmp_path
             with pytest.raises(dagagent.DecisionError, match=words):
                 attempt()
         assert st.effects(run_id)[0].in_doubt  # none of them touched it
-        with pytest.raises(dagagent.DecisionError, match="RunStore.resolve_in_doubt"):
+        with pytest.raises(dagagent.DecisionError, match=r"RunStore\.resolve_in_doubt"):
             st.decide(run_id, "p", "happened", by="ann")  # nothing asked: no question
         st.resolve_in_doubt(run_id, "p", "not_happened", by="ann", key=e.key)
         with pytest.raises(dagagent.DecisionError, match="not in doubt: it cancelled"):
