@@ -1041,7 +1041,6 @@ async def solve(
                 "confirm": confirm is not None,
                 "interceptors": bool(interceptors) or policy is not None,
                 "budget": budget is not None and budget.limited,
-                "deadline_s": deadline_s is not None,
                 "planner": planner is not None,
                 "conversation": conversation is not None,
                 "sub_solves": sub_solves,
@@ -1129,6 +1128,7 @@ async def _solve_on_temporal(
             store=opened,
             listeners=listeners,
             prices=prices,
+            deadline_s=options.get("deadline_s"),
         )
     finally:
         if opened is not None and opened is not store:

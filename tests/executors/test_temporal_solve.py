@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -371,10 +372,6 @@ async def test_what_a_solve_on_temporal_cannot_take_is_refused_before_anything_r
     ex = executor(workers)
     on_temporal = RunSettings(executor=ex)
     async with client_of(model_server) as llm:
-        with pytest.raises(ConfigError, match="a deadline"):
-            await dagagent.solve(
-                "g", temporal_tools.registry, llm, settings=on_temporal, deadline_s=5
-            )
         with pytest.raises(ConfigError, match=r"sub-solves \(--sub-solves\)"):
             await dagagent.solve(
                 "g", temporal_tools.registry, llm, settings=on_temporal, sub_solves=True
@@ -524,3 +521,108 @@ async def test_agent_tasks_of_a_solve_run_on_the_workers_their_calls_recorded(
             ("joiner", 1, None),
         ]
         assert runs.get_run(rnd.run_id or "").tasks["think"].output == "It is three."
+
+
+def test_a_deadline_ends_a_solve_whose_model_never_answers_exit_8(
+    workers: Workers, model_server: LLMTestServer, tmp_path: Path
+) -> None:
+    """``ask --executor temporal --deadline``: the planner's call is held past the deadline;
+    the workflow's timer cancels the step on the worker and the solve ends ``timed_out``
+    (exit 8), recorded as such, without waiting for the model."""
+    model = Model([ROUND2], [FINISH], hold=1)
+    model_server.responder = model
+    store = tmp_path / "runs.db"
+    try:
+        result = CliRunner().invoke(
+            dagagent.cli.app,
+            [
+                "ask",
+                "double 1 + 2",
+                "--tools",
+                TOOLS,
+                "--model",
+                "openai:gpt-test",
+                "--base-url",
+                f"{model_server.url}/v1",
+                "--store",
+                str(store),
+                "--deadline",
+                "1.5",
+                "--json",
+                "--executor",
+                "temporal",
+                "--temporal-address",
+                workers.address,
+                "--task-queue",
+                workers.queue,
+                "--payload-store",
+                str(workers.payloads),
+            ],
+            env={"OPENAI_API_KEY": DRIVER_KEY},
+        )
+        assert model.held.is_set() and not model.release.is_set()  # still unanswered
+    finally:
+        model.release.set()
+    assert result.exit_code == 8, result.output
+    assert "Traceback" not in result.output
+    reason = json.loads(result.stdout)["reason"]
+    # the CLI's --deadline counts from the command's start: what is left of it reaches here
+    assert re.match(r"the deadline passed in round 1 \(1\.\d s into the solve\)", reason), reason
+    assert "cancelled: the planner's step (round 1)" in reason
+    assert model.count == 1  # the step was cancelled, not tried again
+    with dagagent.RunStore(store) as runs:
+        [summary] = runs.list_solves()
+        record = runs.get_solve(summary.solve_id)
+        assert record.status == "timed_out"
+        assert [(r.outcome, r.reason) for r in record.rounds] == [("timed_out", reason)]
+
+
+@pytest.mark.anyio
+async def test_a_deadline_stops_a_round_s_run_keeping_what_finished(
+    workers: Workers, model_server: LLMTestServer, tmp_path: Path
+) -> None:
+    """The deadline passes while the round's run holds a tool: the run workflow cancels it,
+    does not start what depends on it, and ends with what finished, which the driver
+    records; the joiner is never asked and the solve ends ``timed_out``."""
+    plan = {
+        "goal": "g",
+        "tasks": [
+            {"id": "a", "tool": "add", "args": {"a": 1, "b": 2}},
+            {"id": "wait", "tool": "hold", "args": {"name": "dl", "where": str(tmp_path)}},
+            {"id": "then", "tool": "add", "args": {"a": 1, "b": 2}, "depends_on": ["wait"]},
+        ],
+    }
+    model_server.responder = Model([plan], [FINISH])
+    store = tmp_path / "runs.db"
+    ex = executor(workers)
+    try:
+        async with client_of(model_server) as llm:
+            solution = await dagagent.solve(
+                "add",
+                temporal_tools.registry,
+                llm,
+                settings=RunSettings(executor=ex, retry=FAST_RETRY),
+                store=store,
+                deadline_s=2.5,
+            )
+        assert temporal_tools.started(tmp_path, "dl")  # the tool was under way
+    finally:
+        (tmp_path / "dl.go").touch()  # the worker's thread ends its call
+    assert solution.status.value == "timed_out", solution.reason
+    assert "cancelled: task wait of run" in solution.reason
+    assert solution.reason.endswith("kept what finished (1 task with an output)")
+    [rnd] = solution.rounds
+    assert rnd.outcome == "timed_out" and rnd.result is not None
+    assert {t: r.status.value for t, r in rnd.result.tasks.items()} == {
+        "a": "succeeded",
+        "wait": "cancelled",
+        "then": "cancelled",
+    }
+    assert [c.role for c in solution.calls] == ["planner"]
+    with dagagent.RunStore(store) as runs:
+        assert runs.get_solve(solution.solve_id).status == "timed_out"
+        run = runs.get_run(rnd.run_id or "")
+        assert run.tasks["a"].output == 3
+        assert run.tasks["wait"].status.value == "cancelled"
+    _, history = await history_of(ex, solve_workflow_id(solution.solve_id))
+    await replay(ex, history)  # the deadline is workflow time: a replay decides the same

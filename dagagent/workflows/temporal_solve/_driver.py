@@ -85,9 +85,11 @@ async def solve_on_temporal(
     agent_tasks: bool = False,
     listeners: Sequence[Listener],
     prices: Prices | None,
+    deadline_s: float | None = None,
 ) -> Solution:
     """Start solve ``solve_id`` as a workflow and follow it to its end (see the module
-    docstring). ``model``: the spec the workers build the model from."""
+    docstring). ``model``: the spec the workers build the model from; ``deadline_s``: the
+    whole solve's time, kept by the workflow (workflow time, from its start)."""
     follower = _Follower(solve_id, executor, settings, store, listeners, prices)
     async with executor.session():
         await executor._wait_for_workers()
@@ -116,6 +118,7 @@ async def solve_on_temporal(
             heartbeat_s=executor.heartbeat_s,
             lost_worker_retries=executor.lost_worker_retries,
             agent_tasks=agent_tasks,
+            deadline_s=deadline_s,
         )
         await follower.write("start_solve", goal=goal, options=options)
         wid = solve_workflow_id(solve_id)
@@ -531,7 +534,6 @@ def refuse_unsupported(**given: Any) -> None:
         "interceptors": "interceptors and approval rules (--ask, --policy, --approve): the "
         "tool calls run on the workers, which this process's interceptors cannot reach",
         "budget": "a budget (--max-tokens-total, --max-cost, ...): the workers do not spend it yet",
-        "deadline_s": "a deadline (--deadline): the workers do not keep it yet",
         "planner": "a planner of your own (--planner-prompt, --examples): the workers plan with "
         "the default planner",
         "conversation": "a turn of a conversation (--session): the workers plan without the "
