@@ -72,6 +72,15 @@ class SolveInput:
     #: The whole solve's time in seconds (workflow time, from the workflow's start): when it
     #: passes, what runs is cancelled and the solve ends ``timed_out``. ``None``: no limit.
     deadline_s: float | None = None
+    #: What the solve may spend (``Budget`` JSON: ``tokens``, ``cost_usd``, ``model_calls``,
+    #: ``reserve``); ``None``: nothing is limited. Each model step gets it with what the
+    #: steps before it spent, and reserves each call against it on its worker as a local
+    #: solve does.
+    budget: dict[str, Any] | None = None
+    #: The price of the solve's model (``{"input", "output"}``, US dollars per million
+    #: tokens) as the driver's price table gives it: the cost of every call, on every worker
+    #: and in every replay. ``None``: the model has no price.
+    price: dict[str, float] | None = None
 
 
 class _Expired(Exception):
@@ -112,6 +121,8 @@ class SolveWorkflow:
         self.round: tuple[int, str | None] | None = None  # the round under way, its run
         self.kept = 0  # tasks with an output, over the runs that ended
         self.stopped: list[str] = []  # the tasks the deadline cancelled while they ran
+        #: What the model steps spent (as their workers' ledgers counted it).
+        self.spent: dict[str, Any] = {"tokens": 0, "cost": 0.0, "model_calls": 0}
 
     @workflow.query(name="steps")
     def steps_since(self, since: int) -> dict[str, Any]:
@@ -184,6 +195,8 @@ class SolveWorkflow:
             else:
                 ask.update(previous=previous, feedback=feedback)
                 planned = await self._model_step(REPLAN, n, ask)
+            if planned.get("kind") == "budget":  # answer from the round before, if any
+                return await self._out_of_budget(n, None, previous, planned["error"])
             if "error" in planned:
                 what = "no valid plan" if n == 1 else "no valid revised plan"
                 kind = planned.get("kind")
@@ -261,6 +274,9 @@ class SolveWorkflow:
                     "must_finish": last,
                 },
             )
+            if joined.get("kind") == "budget":  # the last answer, from this round's results
+                here = {"round": n, "run_id": run_id, "plan": plan, "results": results}
+                return await self._out_of_budget(n, run_id, here, joined["error"])
             if "error" in joined:
                 kind = joined.get("kind")
                 reason = (
@@ -278,9 +294,58 @@ class SolveWorkflow:
                 self._close(n, run_id, "answered")
                 return self._end("answered", f"answered in round {n}", decision=decision)
             self._close(n, run_id, "replan")
-            previous = {"run_id": run_id, "plan": plan, "results": results}
+            previous = {"round": n, "run_id": run_id, "plan": plan, "results": results}
             feedback = decision.get("feedback") or ""
         raise ApplicationError("the last round always finishes", non_retryable=True)
+
+    async def _out_of_budget(
+        self, n: int, run_id: str | None, source: dict[str, Any] | None, why: str
+    ) -> list[dict[str, Any]]:
+        """The budget ran low in round ``n`` (``why``: the refusal): the joiner is asked once,
+        within the reserve kept for it, to answer from ``source``'s results (this round's, or
+        the round's before); without results, or without an answer, the solve ends
+        ``budget_exhausted`` (as a local solve's)."""
+        if source is not None:
+            ask = {
+                "round": n,
+                "run_id": run_id or source["run_id"],
+                "plan": source["plan"],
+                "results": source["results"],
+                "must_finish": True,
+            }
+            joined = await self._model_step(JOIN, n, ask, final=True)
+            if "error" in joined:
+                why = f"{why}; the joiner's last answer within the reserve failed: "
+                why += joined["error"]
+            else:
+                decision = joined["decision"]
+                self._step("joined", round=n, run_id=run_id, decision=decision)
+                if source["round"] == n:
+                    last = "from what it had when the budget ran low: " + why
+                    self._close(n, run_id, "answered", last)
+                    reason = f"answered in round {n} ({last})"
+                else:
+                    reason = (
+                        f"answered from round {source['round']}'s results when the budget "
+                        f"ran low in round {n}: {why}"
+                    )
+                    self._close(n, run_id, "answered", reason)
+                return self._end("answered", reason, decision=decision)
+        reason = f"round {n}: the budget ran out ({self._spent()}): {why}"
+        self._close(n, run_id, "budget_exhausted", reason)
+        return self._end("budget_exhausted", reason)
+
+    def _spent(self) -> str:
+        """``"1,234 of 5,000 tokens, 3 of 10 model calls"``: what was spent of each limit."""
+        b, used = self.inp.budget or {}, self.spent
+        parts = []
+        if b.get("tokens") is not None:
+            parts.append(f"{used['tokens']:,} of {b['tokens']:,} tokens")
+        if b.get("cost_usd") is not None:
+            parts.append(f"${used['cost']:.4f} of ${b['cost_usd']:g}")
+        if b.get("model_calls") is not None:
+            parts.append(f"{used['model_calls']} of {b['model_calls']} model calls")
+        return ", ".join(parts)
 
     def _agent_calls(self, n: int, results: list[dict[str, Any]]) -> None:
         """The model calls of the round's agent tasks (they came with their results), in
@@ -293,9 +358,12 @@ class SolveWorkflow:
         self.seq += len(calls)
         self._step("calls", round=n, calls=calls)
 
-    async def _model_step(self, name: str, n: int, ask: dict[str, Any]) -> dict[str, Any]:
+    async def _model_step(
+        self, name: str, n: int, ask: dict[str, Any], *, final: bool = False
+    ) -> dict[str, Any]:
         """One model step as an activity; its calls become a step. A step that fails on
-        every worker it was given is an error the solve ends with."""
+        every worker it was given is an error the solve ends with. ``final``: the joiner's
+        last answer, which may spend the budget's reserve."""
         inp = self.inp
         ask = {
             **ask,
@@ -308,6 +376,10 @@ class SolveWorkflow:
             "run": inp.run,
             "task_queue": inp.task_queue,
             "seq": self.seq,
+            "budget": inp.budget,
+            "price": inp.price,
+            "spent": dict(self.spent),
+            "final": final,
         }
         left = self._left()
         step = workflow.start_activity(
@@ -339,6 +411,7 @@ class SolveWorkflow:
             message = cause.message if isinstance(cause, ApplicationError) else str(cause or exc)
             return {"error": " ".join(message.split()), "kind": "worker", "calls": []}
         calls = answer.pop("calls", None) or []
+        self.spent = answer.pop("spent", None) or self.spent
         if calls:
             self.seq += len(calls)
             self._step("calls", round=n, calls=calls)
