@@ -1040,8 +1040,10 @@ async def solve(
             refused={
                 "confirm": confirm is not None,
                 "interceptors": bool(interceptors) or policy is not None,
-                "budget": budget is not None and budget.limited,
-                "deadline_s": deadline_s is not None,
+                # the model steps spend a budget on the workers; a round's run does not
+                "budget": budget is not None
+                and budget.limited
+                and (budget.tool_calls is not None or agent_tasks),
                 "planner": planner is not None,
                 "conversation": conversation is not None,
                 "sub_solves": sub_solves,
@@ -1111,6 +1113,12 @@ async def _solve_on_temporal(
     executor = get_executor(settings.executor)
     assert isinstance(executor, TemporalExecutor)
     model = model_of(llm, model_settings)
+    budget = options.get("budget")
+    name = str(getattr(llm, "model", "") or "")
+    provider = str(getattr(llm, "provider_name", "") or "")
+    if budget is not None:  # a cost budget needs the model's price, as a local solve does
+        Spending(Budget.model_validate(budget), prices or Prices()).check_prices(name, provider)
+    price = (prices or Prices()).price(name, provider)
     opened: RunStore | None = None
     if store is not None:
         opened = store if isinstance(store, RunStore) else RunStore(store)
@@ -1129,6 +1137,9 @@ async def _solve_on_temporal(
             store=opened,
             listeners=listeners,
             prices=prices,
+            deadline_s=options.get("deadline_s"),
+            budget=options.get("budget"),
+            price=price.model_dump() if price is not None else None,
         )
     finally:
         if opened is not None and opened is not store:

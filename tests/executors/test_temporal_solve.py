@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -47,7 +48,8 @@ FAST_RETRY = TaskRetryPolicy(base_delay_s=0.01, jitter=0)
 class Model:
     """What the model answers: the plans in order (planner, then replanner), the joiner's
     decisions in order. ``hold``: the request number (1-based) that waits for ``release``
-    before it is answered (a model call a test catches mid-way)."""
+    before it is answered (a model call a test catches mid-way). ``usage``: the input tokens
+    the answer to a request (by number) says it used (else 100 + its number)."""
 
     def __init__(
         self,
@@ -55,7 +57,9 @@ class Model:
         decisions: list[dict[str, Any]],
         hold: int | None = None,
         agents: list[str] = (),  # type: ignore[assignment]
+        usage: dict[int, int] | None = None,
     ) -> None:
+        self.usage = usage or {}
         self.plans = list(plans)
         self.decisions = list(decisions)
         self.agents = list(agents)
@@ -82,7 +86,8 @@ class Model:
             self.held.set()
             self.release.wait(READY_S)
         text = answer if isinstance(answer, str) else json.dumps(answer)
-        reply = wire.openai_text(text, input_tokens=100 + n, output_tokens=20 + n)
+        used = self.usage.get(n, 100 + n)
+        reply = wire.openai_text(text, input_tokens=used, output_tokens=20 + n)
         return SSEReply(wire.openai_events(reply)) if body.get("stream") else Reply(json=reply)
 
 
@@ -371,9 +376,30 @@ async def test_what_a_solve_on_temporal_cannot_take_is_refused_before_anything_r
     ex = executor(workers)
     on_temporal = RunSettings(executor=ex)
     async with client_of(model_server) as llm:
-        with pytest.raises(ConfigError, match="a deadline"):
+        with pytest.raises(ConfigError, match=r"a budget of tool calls \(--max-tool-calls\)"):
             await dagagent.solve(
-                "g", temporal_tools.registry, llm, settings=on_temporal, deadline_s=5
+                "g",
+                temporal_tools.registry,
+                llm,
+                settings=on_temporal,
+                budget=dagagent.Budget(tokens=10_000, tool_calls=3),
+            )
+        with pytest.raises(ConfigError, match=r"nor a budget with agent tasks"):
+            await dagagent.solve(
+                "g",
+                temporal_tools.registry,
+                llm,
+                settings=on_temporal,
+                budget=dagagent.Budget(tokens=10_000),
+                agent_tasks=True,
+            )
+        with pytest.raises(ConfigError, match="a cost budget needs the price of the model"):
+            await dagagent.solve(
+                "g",
+                temporal_tools.registry,
+                llm,
+                settings=on_temporal,
+                budget=dagagent.Budget(cost_usd=1),
             )
         with pytest.raises(ConfigError, match=r"sub-solves \(--sub-solves\)"):
             await dagagent.solve(
@@ -524,3 +550,209 @@ async def test_agent_tasks_of_a_solve_run_on_the_workers_their_calls_recorded(
             ("joiner", 1, None),
         ]
         assert runs.get_run(rnd.run_id or "").tasks["think"].output == "It is three."
+
+
+def test_a_deadline_ends_a_solve_whose_model_never_answers_exit_8(
+    workers: Workers, model_server: LLMTestServer, tmp_path: Path
+) -> None:
+    """``ask --executor temporal --deadline``: the planner's call is held past the deadline;
+    the workflow's timer cancels the step on the worker and the solve ends ``timed_out``
+    (exit 8), recorded as such, without waiting for the model."""
+    model = Model([ROUND2], [FINISH], hold=1)
+    model_server.responder = model
+    store = tmp_path / "runs.db"
+    try:
+        result = CliRunner().invoke(
+            dagagent.cli.app,
+            [
+                "ask",
+                "double 1 + 2",
+                "--tools",
+                TOOLS,
+                "--model",
+                "openai:gpt-test",
+                "--base-url",
+                f"{model_server.url}/v1",
+                "--store",
+                str(store),
+                "--deadline",
+                "1.5",
+                "--json",
+                "--executor",
+                "temporal",
+                "--temporal-address",
+                workers.address,
+                "--task-queue",
+                workers.queue,
+                "--payload-store",
+                str(workers.payloads),
+            ],
+            env={"OPENAI_API_KEY": DRIVER_KEY},
+        )
+        assert model.held.is_set() and not model.release.is_set()  # still unanswered
+    finally:
+        model.release.set()
+    assert result.exit_code == 8, result.output
+    assert "Traceback" not in result.output
+    reason = json.loads(result.stdout)["reason"]
+    # the CLI's --deadline counts from the command's start: what is left of it reaches here
+    assert re.match(r"the deadline passed in round 1 \(1\.\d s into the solve\)", reason), reason
+    assert "cancelled: the planner's step (round 1)" in reason
+    assert model.count == 1  # the step was cancelled, not tried again
+    with dagagent.RunStore(store) as runs:
+        [summary] = runs.list_solves()
+        record = runs.get_solve(summary.solve_id)
+        assert record.status == "timed_out"
+        assert [(r.outcome, r.reason) for r in record.rounds] == [("timed_out", reason)]
+
+
+@pytest.mark.anyio
+async def test_a_deadline_stops_a_round_s_run_keeping_what_finished(
+    workers: Workers, model_server: LLMTestServer, tmp_path: Path
+) -> None:
+    """The deadline passes while the round's run holds a tool: the run workflow cancels it,
+    does not start what depends on it, and ends with what finished, which the driver
+    records; the joiner is never asked and the solve ends ``timed_out``."""
+    plan = {
+        "goal": "g",
+        "tasks": [
+            {"id": "a", "tool": "add", "args": {"a": 1, "b": 2}},
+            {"id": "wait", "tool": "hold", "args": {"name": "dl", "where": str(tmp_path)}},
+            {"id": "then", "tool": "add", "args": {"a": 1, "b": 2}, "depends_on": ["wait"]},
+        ],
+    }
+    model_server.responder = Model([plan], [FINISH])
+    store = tmp_path / "runs.db"
+    ex = executor(workers)
+    try:
+        async with client_of(model_server) as llm:
+            solution = await dagagent.solve(
+                "add",
+                temporal_tools.registry,
+                llm,
+                settings=RunSettings(executor=ex, retry=FAST_RETRY),
+                store=store,
+                deadline_s=2.5,
+            )
+        assert temporal_tools.started(tmp_path, "dl")  # the tool was under way
+    finally:
+        (tmp_path / "dl.go").touch()  # the worker's thread ends its call
+    assert solution.status.value == "timed_out", solution.reason
+    assert "cancelled: task wait of run" in solution.reason
+    assert solution.reason.endswith("kept what finished (1 task with an output)")
+    [rnd] = solution.rounds
+    assert rnd.outcome == "timed_out" and rnd.result is not None
+    assert {t: r.status.value for t, r in rnd.result.tasks.items()} == {
+        "a": "succeeded",
+        "wait": "cancelled",
+        "then": "cancelled",
+    }
+    assert [c.role for c in solution.calls] == ["planner"]
+    with dagagent.RunStore(store) as runs:
+        assert runs.get_solve(solution.solve_id).status == "timed_out"
+        run = runs.get_run(rnd.run_id or "")
+        assert run.tasks["a"].output == 3
+        assert run.tasks["wait"].status.value == "cancelled"
+    _, history = await history_of(ex, solve_workflow_id(solution.solve_id))
+    await replay(ex, history)  # the deadline is workflow time: a replay decides the same
+
+
+def test_a_budget_stops_a_solve_on_temporal_before_it_spends_past_it_exit_9(
+    workers: Workers, model_server: LLMTestServer, tmp_path: Path
+) -> None:
+    """``ask --executor temporal --max-tokens-total 15000``: the planner's call fits, and the
+    model says it used 14,000 input tokens. The joiner's step gets the budget with what the
+    planner's step spent; its worker reserves the call as a local solve does and refuses it
+    unsent, then the joiner's last answer within the reserve too: the solve ends
+    ``budget_exhausted`` (exit 9), having spent no more than the budget."""
+    model = Model([ROUND2], [FINISH, FINISH], usage={1: 14_000})
+    model_server.responder = model
+    store = tmp_path / "runs.db"
+    result = CliRunner().invoke(
+        dagagent.cli.app,
+        [
+            "ask",
+            "double 1 + 2",
+            "--tools",
+            TOOLS,
+            "--model",
+            "openai:gpt-test",
+            "--base-url",
+            f"{model_server.url}/v1",
+            "--store",
+            str(store),
+            "--max-tokens-total",
+            "15000",
+            "--json",
+            "--executor",
+            "temporal",
+            "--temporal-address",
+            workers.address,
+            "--task-queue",
+            workers.queue,
+            "--payload-store",
+            str(workers.payloads),
+        ],
+        env={"OPENAI_API_KEY": DRIVER_KEY},
+    )
+    assert result.exit_code == 9, result.output
+    assert "Traceback" not in result.output
+    reason = json.loads(result.stdout)["reason"]
+    assert reason.startswith("round 1: the budget ran out (14,021 of 15,000 tokens): "), reason
+    assert "the joiner's call was refused" in reason
+    assert "the joiner's last answer within the reserve failed" in reason
+    assert model.count == 1  # only the planner's call was sent
+    with dagagent.RunStore(store) as runs:
+        [summary] = runs.list_solves()
+        record = runs.get_solve(summary.solve_id)
+        assert record.status == "budget_exhausted"
+        assert [(r.outcome, r.reason) for r in record.rounds] == [("budget_exhausted", reason)]
+        calls = runs.model_calls(solve_id=summary.solve_id)
+        assert [(c.role, c.status) for c in calls] == [
+            ("planner", "answered"),
+            ("joiner", "refused"),
+            ("joiner", "refused"),
+        ]
+        assert sum(c.input_tokens + c.output_tokens for c in calls) <= 15_000
+        # the round's run ran and is kept
+        assert runs.get_run(record.rounds[0].run_id or "").tasks["d"].output == 6
+
+
+@pytest.mark.anyio
+async def test_a_cost_budget_on_temporal_leaves_the_joiner_its_reserve(
+    workers: Workers, model_server: LLMTestServer, tmp_path: Path
+) -> None:
+    """A cost budget of $0.02 at the driver's prices ($1 per million tokens): the planner's
+    call costs $0.014 by the model's usage, the joiner's ordinary call would cross what is
+    outside the reserve and is refused unsent, and the joiner's last answer, within the
+    reserve, answers, as in a local solve. The prices reach the workers through the
+    workflow's input, so a replay prices the same."""
+    model = Model([ROUND2], [FINISH], usage={1: 14_000})
+    model_server.responder = model
+    ex = executor(workers)
+    async with client_of(model_server) as llm:
+        solution = await dagagent.solve(
+            "double 1 + 2",
+            temporal_tools.registry,
+            llm,
+            settings=RunSettings(executor=ex, retry=FAST_RETRY),
+            store=tmp_path / "runs.db",
+            budget=dagagent.Budget(cost_usd=0.02),
+            prices=dagagent.Prices({"gpt-test": {"input": 1.0, "output": 1.0}}),
+        )
+    assert solution.status.value == "answered", solution.reason
+    assert solution.answer == FINISH["answer"]
+    assert solution.reason.startswith(
+        "answered in round 1 (from what it had when the budget ran low: the joiner's call "
+        "was refused: its worst case, $0.00"
+    ), solution.reason
+    assert [(c.role, c.status) for c in solution.calls] == [
+        ("planner", "answered"),
+        ("joiner", "refused"),
+        ("joiner", "answered"),
+    ]
+    assert model.count == 2  # the refused call was never sent
+    assert sum(c.cost_usd or 0 for c in solution.calls) <= 0.02
+    assert solution.calls[0].cost_usd == pytest.approx(0.014021)
+    _, history = await history_of(ex, solve_workflow_id(solution.solve_id))
+    await replay(ex, history)

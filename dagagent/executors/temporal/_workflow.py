@@ -130,6 +130,10 @@ class RunInput:
     #: ended workflow started and did not see end: run in doubt, where the reconciler
     #: decides whether the call happened.
     in_doubt: list[str] = field(default_factory=list)
+    #: When the run must stop (a solve's deadline), in seconds since the epoch of workflow
+    #: time: the tasks under way are cancelled, those not started are not run, and the run
+    #: ends with what finished. ``None``: no deadline.
+    deadline_at: float | None = None
 
 
 @dataclass
@@ -156,6 +160,9 @@ def _result(task_id: str, status: str, error: str | None = None, **more: Any) ->
 def _by_condition(r: dict[str, Any]) -> bool:
     """Whether a condition skipped the task (its own ``when``, or a task it depends on)."""
     return r["status"] == "skipped" and r.get("error_type") == CONDITION_FALSE
+
+
+_DEADLINE = "the solve's deadline passed"
 
 
 def _halts(r: dict[str, Any]) -> bool:
@@ -249,6 +256,26 @@ class RunWorkflow:
 
     @workflow.run
     async def run(self, inp: RunInput) -> list[dict[str, Any]]:
+        if inp.deadline_at is None:
+            return await self._run(inp)
+        if inp.deadline_at <= workflow.now().timestamp():
+            self.stop_cause = _DEADLINE  # passed already: nothing starts
+            return await self._run(inp)
+        watch = asyncio.create_task(self._deadline(inp.deadline_at))
+        try:
+            return await self._run(inp)
+        finally:
+            watch.cancel()
+
+    async def _deadline(self, at: float) -> None:
+        """At ``at`` (workflow time), stop the run: the tasks under way are cancelled."""
+        await asyncio.sleep(at - workflow.now().timestamp())
+        if self.stop_cause is None:
+            self.stop_cause = _DEADLINE
+            for other in self.running:
+                other.cancel()
+
+    async def _run(self, inp: RunInput) -> list[dict[str, Any]]:
         running = self.running
         rolling_over = False
         try:

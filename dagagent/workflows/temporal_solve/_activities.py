@@ -28,8 +28,15 @@ import anyio
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from ...budget import Prices
-from ...errors import ConfigError, JoinerError, LLMAuthError, LLMError, PlanningError
+from ...budget import Budget, Prices
+from ...errors import (
+    BudgetExceededError,
+    ConfigError,
+    JoinerError,
+    LLMAuthError,
+    LLMError,
+    PlanningError,
+)
 from ...executors.temporal import TemporalExecutor
 from ...executors.temporal._activities import worker_identity
 from ...llm import MeteredLLM
@@ -146,10 +153,10 @@ class SolveActivities:
                 type="ConfigError",
                 non_retryable=True,
             ) from None
-        calls = SolveCalls(
-            ask["solve_id"], spending=Spending(None, self.prices), emit=lambda _event: None
-        )
+        spending = _spending(ask, self.prices)
+        calls = SolveCalls(ask["solve_id"], spending=spending, emit=lambda _event: None)
         calls.round, calls.run_id = ask["round"], ask["run_id"]
+        calls.final = bool(ask.get("final"))
 
         def llm(role: ModelRole) -> LLM:
             return MeteredLLM(client, observer=calls.observer(role))
@@ -163,6 +170,8 @@ class SolveActivities:
                 answer = {"error": " ".join(str(exc).split()), "kind": "planning"}
             except JoinerError as exc:
                 answer = {"error": " ".join(str(exc).split()), "kind": "joining"}
+            except BudgetExceededError as exc:  # the workflow decides what follows
+                answer = {"error": " ".join(str(exc).split()), "kind": "budget", "what": exc.what}
             except LLMError as exc:
                 message = " ".join(str(exc).split())
                 if isinstance(exc, LLMAuthError):  # the worker's key, not the driver's
@@ -173,6 +182,11 @@ class SolveActivities:
                     )
                 answer = {"error": message, "kind": "model"}
             tg.cancel_scope.cancel()
+        answer["spent"] = {
+            "tokens": spending.tokens,
+            "cost": spending.cost,
+            "model_calls": spending.model_calls,
+        }
         first = int(ask["seq"])
         answer["calls"] = [
             r.model_copy(update={"seq": first + i}).model_dump(mode="json")
@@ -204,6 +218,22 @@ class SolveActivities:
         if ask.get("agent_tasks"):  # their model, and where its calls belong
             run_input.model = {**ask["model"], "solve_id": ask["solve_id"], "round": ask["round"]}
         return {"plan": _plan_json(plan), "run_input": _dataclass_json(run_input)}
+
+
+def _spending(ask: dict[str, Any], prices: Prices) -> Spending:
+    """The ledger of one step: the solve's budget with what the steps before it spent, its
+    model priced as the driver priced it (the workflow's input), so that every worker
+    reserves, cuts off and refuses a call as the local solve would."""
+    budget = ask.get("budget")
+    if budget is not None:
+        price = ask.get("price")
+        prices = Prices({"*": price} if price is not None else {}, defaults=False)
+    spending = Spending(Budget.model_validate(budget) if budget else None, prices)
+    spent = ask.get("spent") or {}
+    spending.tokens = int(spent.get("tokens", 0))
+    spending.cost = float(spent.get("cost", 0.0))
+    spending.model_calls = int(spent.get("model_calls", 0))
+    return spending
 
 
 def _plan_json(plan: Plan) -> dict[str, Any]:

@@ -85,9 +85,14 @@ async def solve_on_temporal(
     agent_tasks: bool = False,
     listeners: Sequence[Listener],
     prices: Prices | None,
+    deadline_s: float | None = None,
+    budget: dict[str, Any] | None = None,
+    price: dict[str, float] | None = None,
 ) -> Solution:
     """Start solve ``solve_id`` as a workflow and follow it to its end (see the module
-    docstring). ``model``: the spec the workers build the model from."""
+    docstring). ``model``: the spec the workers build the model from; ``deadline_s``: the
+    whole solve's time, kept by the workflow (workflow time, from its start); ``budget``: what
+    it may spend (``Budget`` JSON), its model's calls priced at ``price``."""
     follower = _Follower(solve_id, executor, settings, store, listeners, prices)
     async with executor.session():
         await executor._wait_for_workers()
@@ -116,6 +121,9 @@ async def solve_on_temporal(
             heartbeat_s=executor.heartbeat_s,
             lost_worker_retries=executor.lost_worker_retries,
             agent_tasks=agent_tasks,
+            deadline_s=deadline_s,
+            budget=budget,
+            price=price,
         )
         await follower.write("start_solve", goal=goal, options=options)
         wid = solve_workflow_id(solve_id)
@@ -530,8 +538,8 @@ def refuse_unsupported(**given: Any) -> None:
         "confirm": "confirming each plan (--approve): the workers run the rounds unattended",
         "interceptors": "interceptors and approval rules (--ask, --policy, --approve): the "
         "tool calls run on the workers, which this process's interceptors cannot reach",
-        "budget": "a budget (--max-tokens-total, --max-cost, ...): the workers do not spend it yet",
-        "deadline_s": "a deadline (--deadline): the workers do not keep it yet",
+        "budget": "a budget of tool calls (--max-tool-calls), nor a budget with agent tasks "
+        "(--agent-tasks): a round's run on the workers does not spend it yet",
         "planner": "a planner of your own (--planner-prompt, --examples): the workers plan with "
         "the default planner",
         "conversation": "a turn of a conversation (--session): the workers plan without the "

@@ -22,7 +22,9 @@ history and never runs again.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import asyncio
+import contextlib
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
 
@@ -67,6 +69,26 @@ class SolveInput:
     lost_worker_retries: int = 3
     #: Plans may hold agent tasks, run on the workers with the solve's model.
     agent_tasks: bool = False
+    #: The whole solve's time in seconds (workflow time, from the workflow's start): when it
+    #: passes, what runs is cancelled and the solve ends ``timed_out``. ``None``: no limit.
+    deadline_s: float | None = None
+    #: What the solve may spend (``Budget`` JSON: ``tokens``, ``cost_usd``, ``model_calls``,
+    #: ``reserve``); ``None``: nothing is limited. Each model step gets it with what the
+    #: steps before it spent, and reserves each call against it on its worker as a local
+    #: solve does.
+    budget: dict[str, Any] | None = None
+    #: The price of the solve's model (``{"input", "output"}``, US dollars per million
+    #: tokens) as the driver's price table gives it: the cost of every call, on every worker
+    #: and in every replay. ``None``: the model has no price.
+    price: dict[str, float] | None = None
+
+
+class _Expired(Exception):
+    """The solve's deadline passed; ``what`` was cancelled by it (``""``: nothing ran)."""
+
+    def __init__(self, what: str = "") -> None:
+        super().__init__(what)
+        self.what = what
 
 
 def _ok_outputs(results: list[dict[str, Any]]) -> dict[str, Any]:
@@ -95,6 +117,12 @@ class SolveWorkflow:
     def __init__(self) -> None:
         self.steps: list[dict[str, Any]] = []
         self.seq = 1  # the next model call's place among the solve's calls
+        self.deadline_at: float | None = None  # seconds since the epoch, workflow time
+        self.round: tuple[int, str | None] | None = None  # the round under way, its run
+        self.kept = 0  # tasks with an output, over the runs that ended
+        self.stopped: list[str] = []  # the tasks the deadline cancelled while they ran
+        #: What the model steps spent (as their workers' ledgers counted it).
+        self.spent: dict[str, Any] = {"tokens": 0, "cost": 0.0, "model_calls": 0}
 
     @workflow.query(name="steps")
     def steps_since(self, since: int) -> dict[str, Any]:
@@ -115,6 +143,43 @@ class SolveWorkflow:
     @workflow.run
     async def run(self, inp: SolveInput) -> list[dict[str, Any]]:
         self.inp = inp
+        if inp.deadline_s is not None:
+            self.deadline_at = workflow.now().timestamp() + inp.deadline_s
+        try:
+            return await self._rounds(inp)
+        except _Expired as exc:
+            return self._timed_out(exc.what)
+
+    def _timed_out(self, what: str) -> list[dict[str, Any]]:
+        """The deadline passed: the round under way ends ``timed_out`` with what it got, and
+        the reason says what was cancelled (as a local solve's)."""
+        parts = [what] if what else []
+        n, run_id = self.round if self.round is not None else (None, None)
+        if self.stopped:
+            shown = ", ".join(self.stopped[:8]) + (", ..." if len(self.stopped) > 8 else "")
+            parts.append(f"task{'s' if len(self.stopped) != 1 else ''} {shown} of run {run_id}")
+        cancelled = "; cancelled: " + "; ".join(parts) if parts else ""
+        where = f" in round {n}" if n is not None else ""
+        reason = (
+            f"the deadline passed{where} ({self.inp.deadline_s:.1f} s into the solve)"
+            f"{cancelled}; kept what finished ({self.kept} task{'s' if self.kept != 1 else ''} "
+            "with an output)"
+        )
+        if n is not None:
+            self._close(n, run_id, "timed_out", reason)
+        return self._end("timed_out", reason)
+
+    def _left(self) -> float | None:
+        """The seconds the deadline leaves (``None``: no deadline); :class:`_Expired` once
+        it has passed."""
+        if self.deadline_at is None:
+            return None
+        left = self.deadline_at - workflow.now().timestamp()
+        if left <= 0:
+            raise _Expired()
+        return left
+
+    async def _rounds(self, inp: SolveInput) -> list[dict[str, Any]]:
         self._step("start", solve_id=inp.solve_id, goal=inp.goal, max_rounds=inp.max_rounds)
         outputs: dict[str, Any] = {}
         previous: dict[str, Any] | None = None
@@ -123,12 +188,15 @@ class SolveWorkflow:
             run_id = workflow.uuid4().hex[:12]
             parent_id = previous["run_id"] if previous is not None else None
             self._step("round", round=n, run_id=run_id, parent_id=parent_id, feedback=feedback)
+            self.round = (n, None)
             ask: dict[str, Any] = {"round": n, "run_id": run_id}
             if previous is None:
                 planned = await self._model_step(PLAN, n, ask)
             else:
                 ask.update(previous=previous, feedback=feedback)
                 planned = await self._model_step(REPLAN, n, ask)
+            if planned.get("kind") == "budget":  # answer from the round before, if any
+                return await self._out_of_budget(n, None, previous, planned["error"])
             if "error" in planned:
                 what = "no valid plan" if n == 1 else "no valid revised plan"
                 kind = planned.get("kind")
@@ -150,11 +218,14 @@ class SolveWorkflow:
                 self._close(n, None, "gave_up", reason)
                 return self._end("gave_up", reason)
             plan = planned["plan"]
+            self._left()  # a run never starts after the deadline
             self._step("planned", round=n, run_id=run_id, plan=plan, parent_id=parent_id)
+            self.round = (n, run_id)
             try:
+                # the run keeps the deadline itself, and ends with what finished by then
                 results: list[dict[str, Any]] = await workflow.execute_child_workflow(
                     RUN_WORKFLOW,
-                    RunInput(**planned["run_input"]),
+                    replace(RunInput(**planned["run_input"]), deadline_at=self.deadline_at),
                     id=workflow_id(run_id),
                     task_queue=inp.task_queue,
                     result_type=list,
@@ -168,6 +239,17 @@ class SolveWorkflow:
                 return self._end("failed", reason)
             self._agent_calls(n, results)
             self._step("ran", round=n, run_id=run_id)
+            self.kept += sum(1 for r in results if r["status"] in _OK)
+            try:
+                self._left()
+            except _Expired:
+                self.stopped = [
+                    r["task_id"]
+                    for r in results
+                    if r["status"] == "cancelled"
+                    and str(r.get("error") or "").startswith("cancelled while running")
+                ]
+                raise
             ok = _ok_outputs(results)
             fresh = [
                 r["task_id"]
@@ -192,6 +274,9 @@ class SolveWorkflow:
                     "must_finish": last,
                 },
             )
+            if joined.get("kind") == "budget":  # the last answer, from this round's results
+                here = {"round": n, "run_id": run_id, "plan": plan, "results": results}
+                return await self._out_of_budget(n, run_id, here, joined["error"])
             if "error" in joined:
                 kind = joined.get("kind")
                 reason = (
@@ -209,9 +294,58 @@ class SolveWorkflow:
                 self._close(n, run_id, "answered")
                 return self._end("answered", f"answered in round {n}", decision=decision)
             self._close(n, run_id, "replan")
-            previous = {"run_id": run_id, "plan": plan, "results": results}
+            previous = {"round": n, "run_id": run_id, "plan": plan, "results": results}
             feedback = decision.get("feedback") or ""
         raise ApplicationError("the last round always finishes", non_retryable=True)
+
+    async def _out_of_budget(
+        self, n: int, run_id: str | None, source: dict[str, Any] | None, why: str
+    ) -> list[dict[str, Any]]:
+        """The budget ran low in round ``n`` (``why``: the refusal): the joiner is asked once,
+        within the reserve kept for it, to answer from ``source``'s results (this round's, or
+        the round's before); without results, or without an answer, the solve ends
+        ``budget_exhausted`` (as a local solve's)."""
+        if source is not None:
+            ask = {
+                "round": n,
+                "run_id": run_id or source["run_id"],
+                "plan": source["plan"],
+                "results": source["results"],
+                "must_finish": True,
+            }
+            joined = await self._model_step(JOIN, n, ask, final=True)
+            if "error" in joined:
+                why = f"{why}; the joiner's last answer within the reserve failed: "
+                why += joined["error"]
+            else:
+                decision = joined["decision"]
+                self._step("joined", round=n, run_id=run_id, decision=decision)
+                if source["round"] == n:
+                    last = "from what it had when the budget ran low: " + why
+                    self._close(n, run_id, "answered", last)
+                    reason = f"answered in round {n} ({last})"
+                else:
+                    reason = (
+                        f"answered from round {source['round']}'s results when the budget "
+                        f"ran low in round {n}: {why}"
+                    )
+                    self._close(n, run_id, "answered", reason)
+                return self._end("answered", reason, decision=decision)
+        reason = f"round {n}: the budget ran out ({self._spent()}): {why}"
+        self._close(n, run_id, "budget_exhausted", reason)
+        return self._end("budget_exhausted", reason)
+
+    def _spent(self) -> str:
+        """``"1,234 of 5,000 tokens, 3 of 10 model calls"``: what was spent of each limit."""
+        b, used = self.inp.budget or {}, self.spent
+        parts = []
+        if b.get("tokens") is not None:
+            parts.append(f"{used['tokens']:,} of {b['tokens']:,} tokens")
+        if b.get("cost_usd") is not None:
+            parts.append(f"${used['cost']:.4f} of ${b['cost_usd']:g}")
+        if b.get("model_calls") is not None:
+            parts.append(f"{used['model_calls']} of {b['model_calls']} model calls")
+        return ", ".join(parts)
 
     def _agent_calls(self, n: int, results: list[dict[str, Any]]) -> None:
         """The model calls of the round's agent tasks (they came with their results), in
@@ -224,9 +358,12 @@ class SolveWorkflow:
         self.seq += len(calls)
         self._step("calls", round=n, calls=calls)
 
-    async def _model_step(self, name: str, n: int, ask: dict[str, Any]) -> dict[str, Any]:
+    async def _model_step(
+        self, name: str, n: int, ask: dict[str, Any], *, final: bool = False
+    ) -> dict[str, Any]:
         """One model step as an activity; its calls become a step. A step that fails on
-        every worker it was given is an error the solve ends with."""
+        every worker it was given is an error the solve ends with. ``final``: the joiner's
+        last answer, which may spend the budget's reserve."""
         inp = self.inp
         ask = {
             **ask,
@@ -239,24 +376,42 @@ class SolveWorkflow:
             "run": inp.run,
             "task_queue": inp.task_queue,
             "seq": self.seq,
+            "budget": inp.budget,
+            "price": inp.price,
+            "spent": dict(self.spent),
+            "final": final,
         }
+        left = self._left()
+        step = workflow.start_activity(
+            name,
+            ask,
+            task_queue=inp.task_queue,
+            start_to_close_timeout=_STEP_BOUND,
+            heartbeat_timeout=timedelta(seconds=inp.heartbeat_s),
+            retry_policy=RetryPolicy(
+                initial_interval=timedelta(milliseconds=100),
+                maximum_attempts=inp.lost_worker_retries + 1,
+            ),
+        )
+        if left is not None:
+            try:
+                await workflow.wait_condition(step.done, timeout=left)
+            except asyncio.TimeoutError:
+                step.cancel()  # the worker's call is cancelled at its next heartbeat
+                with contextlib.suppress(ActivityError, asyncio.CancelledError):
+                    await step
+                role = {PLAN: "planner", REPLAN: "replanner", JOIN: "joiner"}[name]
+                raise _Expired(
+                    f"the {role}'s step (round {n}), its model calls unrecorded"
+                ) from None
         try:
-            answer: dict[str, Any] = await workflow.execute_activity(
-                name,
-                ask,
-                task_queue=inp.task_queue,
-                start_to_close_timeout=_STEP_BOUND,
-                heartbeat_timeout=timedelta(seconds=inp.heartbeat_s),
-                retry_policy=RetryPolicy(
-                    initial_interval=timedelta(milliseconds=100),
-                    maximum_attempts=inp.lost_worker_retries + 1,
-                ),
-            )
+            answer: dict[str, Any] = await step
         except ActivityError as exc:
             cause = exc.cause
             message = cause.message if isinstance(cause, ApplicationError) else str(cause or exc)
             return {"error": " ".join(message.split()), "kind": "worker", "calls": []}
         calls = answer.pop("calls", None) or []
+        self.spent = answer.pop("spent", None) or self.spent
         if calls:
             self.seq += len(calls)
             self._step("calls", round=n, calls=calls)
