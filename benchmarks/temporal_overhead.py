@@ -19,9 +19,11 @@ every task adds one to its input (the join counts its inputs). Runs are interlea
 table gives the best of ``--repeats`` and the ratio of the medians, which the targets judge
 (a best-of ratio turns on one lucky run of either side: the server's latency per activity
 varies from run to run by more than dagagent's share of a task). The server and workers are
-started once and not timed. After the runs, a breakdown of where a chain task's time goes
-outside the server: each side's workflow decisions (a replay of its last chain run), the
-activity's body and its arguments' encoding, measured in this process.
+started once and not timed. Each fan run's phases are read from its history by the server's
+clock (the root, the middle activities, the join), with the driver's time outside them (the
+worker check, the start, reading the result). After the runs, a breakdown of where a chain
+task's time goes outside the server: each side's workflow decisions (a replay of its last
+chain run), the activity's body and its arguments' encoding, measured in this process.
 
     python benchmarks/temporal_overhead.py
     python benchmarks/temporal_overhead.py --chain 50 --fan 64 --repeats 5 --write
@@ -228,6 +230,7 @@ async def measure(args: argparse.Namespace, address: str, payloads: str) -> dict
     settings = RunSettings(executor=exe)
 
     last_ids: dict[tuple[str, str], str] = {}
+    phases: dict[str, list[dict[str, float]]] = {"by hand": [], "dagagent": []}
 
     async def one(shape: str, side: str, record: bool) -> None:
         graph, workflow_name, n = shapes[shape]
@@ -248,6 +251,9 @@ async def measure(args: argparse.Namespace, address: str, payloads: str) -> dict
         assert got == expected[shape], (shape, side, got)
         if record:
             times[shape][side].append(took)
+            if shape == "fan" and side != "dataflow":
+                client = hand if side == "by hand" else exe.client
+                phases[side].append(await fan_phases(client, last_ids[shape, side], took))
 
     async with exe.session():
         for shape in shapes:  # warm up: imports, caches, the workers' sticky queues
@@ -279,7 +285,40 @@ async def measure(args: argparse.Namespace, address: str, payloads: str) -> dict
             "naive_activities": args.history_elements + args.history_outputs,
             "naive_output_bytes": args.history_outputs * args.history_size,
         }
-    return {"times": times, "history": history, "where": where}
+    fan = {
+        side: {k: common.median([p[k] for p in runs]) for k in FAN_PHASES}
+        for side, runs in phases.items()
+    }
+    return {"times": times, "history": history, "where": where, "fan": fan, "poll_s": exe.poll_s}
+
+
+#: The phases of a fan run, by the server's clock (ms), and the driver's time outside it.
+FAN_PHASES = {
+    "first": "workflow started to the root's activity scheduled",
+    "root": "the root's activity",
+    "middle": "the root done to the join's activity scheduled (the middle activities)",
+    "end": "the join's activity scheduled to the workflow completed",
+    "driver": "the driver's time outside the workflow (before its start, after its end)",
+}
+
+
+async def fan_phases(client: Any, wid: str, wall_s: float) -> dict[str, float]:
+    """Where one fan run's time went, by the server's clock (its history's event times),
+    and the rest of the driver's wall time: the worker check, the start, the result."""
+    times: dict[str, list[float]] = {}
+    async for event in client.get_workflow_handle(wid).fetch_history_events():
+        kind = event.WhichOneof("attributes").removesuffix("_event_attributes")
+        times.setdefault(kind, []).append(event.event_time.ToMicroseconds() / 1e3)
+    started = times["workflow_execution_started"][0]
+    scheduled, completed = times["activity_task_scheduled"], times["activity_task_completed"]
+    ended = times["workflow_execution_completed"][0]
+    return {
+        "first": scheduled[0] - started,
+        "root": completed[0] - scheduled[0],
+        "middle": scheduled[-1] - completed[0],
+        "end": ended - scheduled[-1],
+        "driver": wall_s * 1e3 - (ended - started),
+    }
 
 
 async def breakdown(
@@ -466,6 +505,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"machine: {common.machine_line(info)}")
     measured = run(args)
     times, history, where = measured["times"], measured["history"], measured["where"]
+    fan = measured["fan"]
 
     headers = [
         "shape",
@@ -542,6 +582,19 @@ def main(argv: list[str] | None = None) -> None:
         f"its arguments through the data converter {where['payloads_dagagent_ms']:.2f} "
         f"against {where['payloads_by_hand_ms']:.2f}."
     )
+    fan_line = (
+        f"Where a fan run's time goes (medians of {args.repeats}, ms, the phases by the "
+        "server's clock from each run's history): "
+        + "; ".join(
+            f"{what} {fan['by hand'][k]:.1f} by hand, {fan['dagagent'][k]:.1f} dagagent"
+            for k, what in FAN_PHASES.items()
+        )
+        + f". dagagent's driver also queries the workflow's progress every "
+        f"{measured['poll_s']:g} s while it runs (the workflow's worker answers each query), "
+        "so a run longer than that answers at least one."
+    )
+    print()
+    print(fan_line)
     print()
     print(history_line)
     print()
@@ -562,7 +615,7 @@ def main(argv: list[str] | None = None) -> None:
         common.markdown_table(headers, rows),
         *common.markdown_targets(targets),
     ]
-    md += ["", history_line, "", where_line]
+    md += ["", fan_line, "", history_line, "", where_line]
     data = {
         "benchmark": "temporal_overhead",
         "command": command,
@@ -572,6 +625,7 @@ def main(argv: list[str] | None = None) -> None:
         "summary": summary,
         "history": history,
         "where_ms_per_task": where,
+        "fan_phases_ms": fan,
         "targets": common.targets_json(targets),
     }
     common.save(args, "temporal_overhead", data, "\n".join(md))
