@@ -191,3 +191,38 @@ def test_the_workers_redacting_interceptors_hide_secrets_in_the_agents_records(
     assert "sk-abc123" not in call.text
     assert "[redacted]" in call.text
 
+
+@pytest.mark.anyio
+async def test_an_agent_task_added_to_a_plan_being_written_runs_on_a_worker(
+    workers: Workers, model_server: LLMTestServer
+) -> None:
+    """A plan still being written when the run starts, with a model: the agent task that
+    joins it after its first task finished (it reaches the workflow as a signal) runs on a
+    worker with the run's model."""
+    from dagagent.events import TaskFinished
+    from dagagent.graph import GrowingGraph, PlanChecker
+    from dagagent.plan import AgentTask, ToolTask
+
+    model_server.responder = Agent("It is three.")
+    graph = GrowingGraph("streamed")
+    checker = PlanChecker(temporal_tools.registry)
+    graph.add(checker.check(ToolTask(id="a", tool="add", args={"a": 1, "b": 2})))
+
+    def more(event: object) -> None:
+        if isinstance(event, TaskFinished) and event.result.task_id == "a":
+            graph.add(checker.check(AgentTask(id="think", instruction="Say what ${a} is.")))
+            graph.close()
+
+    llm = dagagent.llm.OpenAIChat("gpt-test", base_url=f"{model_server.url}/v1", api_key=DRIVER_KEY)
+    async with llm:
+        result = await dagagent.execute(
+            graph,
+            temporal_tools.registry,
+            llm=llm,
+            settings=RunSettings(executor=executor(workers), retry=FAST_RETRY),
+            listeners=[more],
+        )
+    assert result.ok, {t: r.error for t, r in result.tasks.items()}
+    assert result.tasks["think"].output == "It is three."
+    assert result.tasks["think"].worker
+    assert {r.headers["authorization"] for r in model_server.requests} == {f"Bearer {WORKER_KEY}"}
