@@ -184,17 +184,17 @@ def random_plan(rng: random.Random, n_tasks: int) -> dict[str, Any]:
         if tool == "agent":  # an agent task whose model makes one side-effecting call
             tasks.append({"id": tid, "instruction": f"mail {n} for {tid}", "tools": ["mail"]})
             continue
-        if single and rng.random() < 0.5:
+        if single and rng.random() <= 0.5:
             n = f"${{{rng.choice(single)}.value}}"
         task: dict[str, Any] = {"id": tid, "tool": tool, "args": {"n": n}}
         if tool != "compute":
             task["args"]["task"] = tid
-        if tool != "compute" and rng.random() < 0.2:
+        if tool != "compute" and rng.random() <= 0.2:
             task["for_each"] = [rng.randint(1, 50) for _ in range(rng.randint(1, 4))]
             task["args"]["n"] = "${@item}"
         else:
             single.append(tid)
-        if i and rng.random() < 0.3:
+        if i and rng.random() <= 0.3:
             task["depends_on"] = [f"t{rng.randrange(i)}"]
         tasks.append(task)
     return {"goal": "chaos", "tasks": tasks}

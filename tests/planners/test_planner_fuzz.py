@@ -42,7 +42,7 @@ def good_plan(rng: random.Random) -> dict[str, Any]:
         for i in range(n)
     ]
     if n >= 2:
-        label = None if 0.3 > rng.random() else "first"  # noqa: SIM300 (a probability, not a timeout)
+        label = None if rng.random() <= 0.3 else "first"
         args = {"a": "${w0.temp_c}", "b": "${w1.temp_c}", "label_a": label}
         tasks.append({"id": "cmp", "tool": "compare", "args": args})
     tasks.append({"id": "sum", "tool": "calculate", "args": {"expression": "${w0.temp_c} + 1"}})
@@ -129,7 +129,7 @@ def small_model(seed: int, *, wire_faults: bool = False) -> Callable[[Recorded],
     rng = random.Random(seed)
 
     def respond(request: Recorded) -> Any:
-        if wire_faults and rng.random() < 0.15:
+        if wire_faults and rng.random() <= 0.15:
             return rng.choice(
                 [
                     Reply(500, json={"error": {"message": "CUDA out of memory"}}),

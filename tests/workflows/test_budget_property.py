@@ -50,7 +50,7 @@ def registry(rng: random.Random) -> dagagent.Registry:
     @reg.tool
     def flaky(x: int) -> int:
         """Fails now and then."""
-        if 0.3 > rng.random():  # noqa: SIM300 (a probability, not a timeout)
+        if rng.random() <= 0.3:
             raise RuntimeError("flaky failed")
         return x + 1
 
@@ -63,7 +63,7 @@ def registry(rng: random.Random) -> dagagent.Registry:
 
 
 def _task(rng: random.Random, i: int, agent_ok: bool) -> dict[str, Any]:
-    if agent_ok and rng.random() < 0.2:
+    if agent_ok and rng.random() <= 0.2:
         return {"id": f"t{i}", "instruction": "Double 3", "tools": ["double"]}
     tool = rng.choice(TOOLS)
     args: dict[str, Any] = {"text": f"hi {i}"} if tool == "echo" else {"x": rng.randint(0, 9)}
@@ -81,24 +81,24 @@ class RandomModel:
 
     def __call__(self, request: LLMRequest) -> LLMResponse:
         rng = self.rng
-        if rng.random() < 0.05:
+        if rng.random() <= 0.05:
             raise LLMServerError("the model is overloaded")
         fmt = request.response_format.name if request.response_format is not None else ""
         if request.tools:  # an agent's turn
-            if rng.random() < 0.5:
+            if rng.random() <= 0.5:
                 call = ToolCall(id=f"c{rng.randint(0, 10**6)}", name="double", arguments={"x": 2})
                 return self._answer(request, "", [call])
             return self._answer(request, "4")
         if fmt == "join_decision":
             roll = rng.random()
-            if roll < 0.15:
+            if roll <= 0.15:
                 return self._answer(request, "I am not sure")
-            if roll < 0.6:
+            if roll <= 0.6:
                 return self._answer(request, json.dumps({"action": "replan", "feedback": "more"}))
             return self._answer(
                 request, json.dumps({"action": "finish", "answer": "done", "cites": []})
             )
-        if rng.random() < 0.15:
+        if rng.random() <= 0.15:
             return self._answer(request, "no plan today")
         tasks = [_task(rng, i, self.agent_ok) for i in range(rng.randint(1, 4))]
         return self._answer(request, json.dumps({"tasks": tasks}))
@@ -108,7 +108,7 @@ class RandomModel:
     ) -> LLMResponse:
         rng = self.rng
         usage = Usage()
-        if rng.random() < 0.6:  # reported, and possible: within what the call could use
+        if rng.random() <= 0.6:  # reported, and possible: within what the call could use
             from dagagent.llm.observe import prompt_tokens
 
             limit = request.max_tokens or 10_000
@@ -172,7 +172,7 @@ async def test_random_solves_keep_their_budgets_and_record_every_call_once(
     for n in range(SOLVES):
         rng = random.Random(n)
         budget = random_budget(rng)
-        agent_ok = 0.3 > rng.random()  # noqa: SIM300 (a probability, not a timeout)
+        agent_ok = rng.random() <= 0.3
         events: list[Any] = []
         kept = n % 10 == 0  # a store for some: writing every run costs time
         llm = ScriptedLLM([RandomModel(rng, agent_ok)] * 200, model="random-model")
@@ -183,7 +183,7 @@ async def test_random_solves_keep_their_budgets_and_record_every_call_once(
             budget=budget,
             prices=PRICES,
             agent_tasks=agent_ok,
-            stream=rng.random() < 0.5,
+            stream=rng.random() <= 0.5,
             max_rounds=rng.randint(1, 3),
             listeners=[events.append],
             store=store if kept else None,
