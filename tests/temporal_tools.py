@@ -157,3 +157,14 @@ def _interceptors() -> list[Any]:
 
 
 interceptors = _interceptors()
+
+
+def _redactors() -> list[Any]:
+    """The interceptors of ``dagagent worker --interceptors temporal_tools:redactors``: what
+    looks like an API key is hidden (in tool arguments, and in what agents wrote)."""
+    from dagagent.interceptors import redacting
+
+    return [redacting(patterns=[r"sk-[a-z0-9]+"])]
+
+
+redactors = _redactors()

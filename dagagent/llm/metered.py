@@ -42,7 +42,7 @@ from .types import (
     TextDelta,
     ToolCallDelta,
 )
-from .usage import UsageTracker
+from .usage import Usage, UsageTracker
 
 __all__ = ["MeteredLLM"]
 
@@ -97,6 +97,33 @@ class MeteredLLM:
                 self.observer.ended(call)
                 raise
         return call
+
+    def spec(self, *, what: str = "a run with agent tasks") -> dict[str, Any]:
+        """The model this wraps as a spec workers build it from, without a key (see
+        :func:`dagagent.llm._described.model_of`); a :class:`~dagagent.errors.ConfigError`
+        for a model that cannot be one."""
+        from ._described import model_of
+
+        return model_of(self.llm, None, what=what)
+
+    def made_elsewhere(self, records: Sequence[dict[str, Any]]) -> None:
+        """Calls of this model made elsewhere (on a worker, from its :meth:`spec`), as the
+        JSON of their :class:`~dagagent.results.ModelCall` records: counted in ``usage``
+        and handed to the observer (and to the model this wraps, when it is metered too)."""
+        for r in records:
+            if r.get("status") != "refused":
+                self.usage.record(
+                    Usage(
+                        input_tokens=int(r.get("input_tokens") or 0),
+                        output_tokens=int(r.get("output_tokens") or 0),
+                        estimated=bool(r.get("estimated")),
+                    )
+                )
+        hear = getattr(self.observer, "made_elsewhere", None)
+        if hear is not None:
+            hear(records)
+        if isinstance(self.llm, MeteredLLM):
+            self.llm.made_elsewhere(records)
 
     def _end(self, call: LiveCall) -> None:
         if call.outcome != "refused":

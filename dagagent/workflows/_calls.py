@@ -96,6 +96,9 @@ class RoleObserver:
     def rejected(self, call: LiveCall, issues: Sequence[str]) -> None:
         self.calls.rejected(call, issues)
 
+    def made_elsewhere(self, records: Sequence[dict[str, Any]]) -> None:
+        self.calls.made_elsewhere(records)
+
 
 class SolveCalls:
     """The model calls of solve ``solve_id`` (see the module docstring). ``emit`` tells the
@@ -216,6 +219,26 @@ class SolveCalls:
             self.writer.put(record)
         if self.solve_id is not None:
             self._tell(ModelCallRejected(self.solve_id, record))
+
+    def made_elsewhere(self, records: Sequence[dict[str, Any]]) -> None:
+        """Calls made on a worker (a run's agent tasks on Temporal), as the JSON of their
+        records, which name their run and task: numbered on from these calls, priced at
+        these prices, spent, kept and written as a call made here is."""
+        for doc in sorted(records, key=lambda d: (d.get("started_at") or 0, d.get("seq") or 0)):
+            record = ModelCall.model_validate(doc)
+            if record.call_id in self._index:  # heard of already
+                continue
+            cost = self.spending.prices.cost(
+                record.model, record.provider, record.input_tokens, record.output_tokens
+            )
+            record = record.model_copy(
+                update={"seq": next(self._seq), "cost_usd": cost, "solve_id": self.solve_id}
+            )
+            self.spending.spend(record.usage, cost)
+            self._index[record.call_id] = len(self.records)
+            self.records.append(record)
+            if self.writer is not None:
+                self.writer.put(record)
 
     def seed(self, calls: Sequence[ModelCall], usage: dict[str, Usage] | None = None) -> None:
         """The calls of the solve before a pause (its record's), counted on; ``usage`` by

@@ -61,8 +61,10 @@ __all__ = ["Activities", "AgentModels", "RunPolicies", "worker_identity"]
 
 #: How a worker gets the model of a run's agent tasks: called with the run's model spec
 #: (``RunInput.model``), an async context manager whose value has ``llm`` and
-#: ``agent_runner`` (for the task runner) and ``records()``, the JSON of each model call made
-#: (``dagagent.workflows.temporal_solve`` provides it; this layer knows no model).
+#: ``agent_runner`` (for the task runner), ``records()``, the JSON of each model call made,
+#: and ``redaction``, set to what the worker's redacting interceptors hide, which the
+#: records' texts then hide too (``dagagent.workflows.temporal_solve`` provides it; this
+#: layer knows no model).
 AgentModels = Callable[[dict[str, Any]], AbstractAsyncContextManager[Any]]
 
 RunPolicies = Callable[[Mapping[str, Any]], Sequence["Interceptor"]]
@@ -126,6 +128,7 @@ class Activities:
         ):
             return await self._run_task(call, plan, outputs, None)
         async with self.agents(model) as agent_model:
+            agent_model.redaction = self._redaction
             doc = await self._run_task(call, plan, outputs, agent_model)
             doc["model_calls"] = agent_model.records()
             return doc

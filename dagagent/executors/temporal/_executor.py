@@ -15,6 +15,11 @@ A plan still being written starts with the tasks accepted so far; the others rea
 workflow as signals as they are accepted (``_stream``). Tasks a resumed run keeps and
 those reused from an earlier run are settled here, before the workflow starts
 (``_settle_here``).
+
+Agent tasks run on the workers with the run's model, sent as a spec without its key
+(``RunInput.model``); each agent call's record comes back with its task's result, and the
+run's model hears of it (``made_elsewhere``: counted in the run's usage, recorded by the
+command line's recorder as a local call is).
 """
 
 from __future__ import annotations
@@ -24,11 +29,11 @@ import contextlib
 import json
 import sys
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import anyio
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
@@ -166,6 +171,8 @@ class TemporalExecutor(BaseExecutor):
         self.workflow_id: str | None = None
         # A resumed run, by run id: the workflow to follow, or what its ended one did.
         self._resumed: dict[str, _Resumed] = {}
+        # The model of a run's agent tasks, by run id, as the workers build it (prepare()).
+        self._models: dict[str, dict[str, Any]] = {}
 
     def reach(self) -> dict[str, str]:
         """How to reach this run's server again (``dagagent resume`` of a run whose driver
@@ -204,8 +211,9 @@ class TemporalExecutor(BaseExecutor):
         return self.client
 
     async def prepare(self, graph: PlanGraph, runner: TaskRunner) -> None:
-        """Refuse what cannot run on the workers, and wait (``worker_timeout_s``) for a
-        worker on the task queue."""
+        """Refuse what cannot run on the workers (the driver's interceptors; a model for the
+        agent tasks that the workers cannot build from a spec), and wait
+        (``worker_timeout_s``) for a worker on the task queue."""
         if runner.calls.intercepted:
             raise ConfigError(
                 "the temporal executor runs tool calls on its workers, which the interceptors "
@@ -214,19 +222,11 @@ class TemporalExecutor(BaseExecutor):
                 "MODULE:ATTR, or serve(..., interceptors=...)), where every call goes through "
                 "them and their decisions are recorded; or choose another executor"
             )
-        agents = [t.id for t in graph.plan.tasks if isinstance(t, AgentTask)]
-        if agents or (not graph.complete and runner.llm is not None):
-            which = (
-                f"agent tasks ({', '.join(agents)})"
-                if agents
-                else ("a plan being written with a model (it may hold agent tasks)")
-            )
-            raise ConfigError(
-                f"the temporal executor runs tool tasks only; {which} would need a model on "
-                "the workers, with its calls recorded and costed in this run's store and "
-                "counted against its budget, which workers do not do yet: choose another "
-                "executor for this plan"
-            )
+        agents = any(isinstance(t, AgentTask) for t in graph.plan.tasks)
+        if runner.llm is not None and (agents or not graph.complete):
+            # the agent tasks run on the workers, which build the model from its spec with
+            # their own key; a model that cannot be a spec is refused here
+            self._models[runner.run_id] = _model(runner).spec()
         if runner.prior is not None:  # a resumed run: refused here if its calls are in doubt
             self._resumed[runner.run_id] = await self._resumed_from(graph, runner)
         await self._wait_for_workers()
@@ -404,7 +404,15 @@ class TemporalExecutor(BaseExecutor):
                 for k, given in runner.calls.answers.items()
             },
             approval=self.approval,
+            model=self._model_of(runner),
         )
+
+    def _model_of(self, runner: TaskRunner) -> dict[str, Any] | None:
+        """The spec of the run's model for its agent tasks (``None``: no model)."""
+        found = self._models.pop(runner.run_id, None)
+        if found is None and runner.llm is not None:  # prepare() was not called
+            found = _model(runner).spec()
+        return found
 
     async def _stream(
         self,
@@ -488,7 +496,7 @@ class TemporalExecutor(BaseExecutor):
                 f"without finishing the run: {' '.join(str(cause).split()) or type(cause).__name__}"
             )
         for doc in final[0][seen:]:
-            runner.ran_elsewhere(_task_result(doc))
+            runner.ran_elsewhere(_task_result(doc, runner))
 
     async def _catch_up(
         self, handle: WorkflowHandle[Any, list[dict[str, Any]]], runner: TaskRunner, seen: int
@@ -500,10 +508,30 @@ class TemporalExecutor(BaseExecutor):
             )
             batch = progress["results"]
             for doc in batch:
-                runner.ran_elsewhere(_task_result(doc))
+                runner.ran_elsewhere(_task_result(doc, runner))
             seen += len(batch)
             if seen >= progress["total"] or not batch:
                 return seen
+
+
+class _WorkersModel(Protocol):
+    """What the executor asks of a run's model (a :class:`~dagagent.llm.MeteredLLM`, as
+    :func:`dagagent.execute` gives the runner): its spec for the workers, and to hear of
+    the calls they made with it."""
+
+    def spec(self) -> dict[str, Any]: ...
+
+    def made_elsewhere(self, records: Sequence[dict[str, Any]]) -> None: ...
+
+
+def _model(runner: TaskRunner) -> _WorkersModel:
+    llm = runner.llm
+    if not callable(getattr(llm, "spec", None)):
+        raise ConfigError(
+            f"a run with agent tasks on the temporal executor needs a model its workers can "
+            f"build from a spec, not {type(llm).__name__}"
+        )
+    return cast("_WorkersModel", llm)
 
 
 @dataclass
@@ -607,7 +635,7 @@ async def _read_ended(
             continue
         doc = finished.get(task_id)
         if doc is not None:
-            found.finished[task_id] = _task_result(doc)
+            found.finished[task_id] = _task_result(doc, runner)
         elif task_id in effects and (task_id in open_calls or task_id in chunked):
             found.doubt[task_id] = open_calls.get(
                 task_id, "elements of it made their calls and the workflow ended first"
@@ -633,8 +661,13 @@ def _doubt_message(run_id: str, wid: str, doubt: Mapping[str, str]) -> str:
     )
 
 
-def _task_result(doc: dict[str, Any]) -> TaskResult:
-    # an agent task's model calls travel with its result: the solve records them
+def _task_result(doc: dict[str, Any], runner: TaskRunner | None = None) -> TaskResult:
+    """The result in ``doc``; an agent task's model calls travel with it: in a solve, the
+    solve's workflow takes them; in a run, the run's model hears of them (``runner``), to
+    count and record them (a call heard again is not counted again)."""
+    calls = doc.get("model_calls")
+    if calls and runner is not None and runner.llm is not None:
+        _model(runner).made_elsewhere(calls)
     return TaskResult.validate(
         {k: v for k, v in doc.items() if k not in ("duration_s", "model_calls")}
     )

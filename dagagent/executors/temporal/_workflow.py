@@ -123,8 +123,9 @@ class RunInput:
     #: Tasks with side effects whose tool has a reconciler: after a lost worker, run again
     #: in doubt, on another worker, where the reconciler decides whether the call happened.
     reconciled: list[str] = field(default_factory=list)
-    #: The model agent tasks use, as the workers build it (a spec without a key, and where
-    #: its calls belong: see ``dagagent.workflows.temporal_solve``); ``None``: no model.
+    #: The model agent tasks use, as the workers build it (a spec without a key, and in a
+    #: solve where its calls belong: see ``dagagent.workflows.temporal_solve``); ``None``:
+    #: no model.
     model: dict[str, Any] | None = None
     #: Tasks of a resumed run (with side effects and a reconciler) whose call the run's
     #: ended workflow started and did not see end: run in doubt, where the reconciler

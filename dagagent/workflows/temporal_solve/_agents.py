@@ -18,7 +18,7 @@ from ...budget import Prices
 from ...errors import ConfigError
 from ...llm import LLM, MeteredLLM
 from ...llm.spec import from_spec
-from ...runner import AgentTaskRunner
+from ...runner import AgentTaskRunner, Redaction
 from .._calls import SolveCalls
 from .._spending import Spending
 from ._model import settings_of
@@ -34,6 +34,15 @@ class AgentModel:
     llm: LLM
     agent_runner: AgentTaskRunner
     calls: SolveCalls
+
+    @property
+    def redaction(self) -> Redaction:
+        """What the records' texts hide (the worker's redacting interceptors)."""
+        return self.calls.redaction
+
+    @redaction.setter
+    def redaction(self, redaction: Redaction) -> None:
+        self.calls.redaction = redaction
 
     def records(self) -> list[dict[str, Any]]:
         return [r.model_dump(mode="json") for r in self.calls.records]
