@@ -54,7 +54,11 @@ from .options import (
     ExecutorOpt,
     MaxAttemptsOpt,
     MaxConcurrencyOpt,
+    MaxCostOpt,
+    MaxModelCallsOpt,
     MaxTokensOpt,
+    MaxTokensTotalOpt,
+    MaxToolCallsOpt,
     MaxToolsOpt,
     McpOpt,
     ModelChoice,
@@ -69,6 +73,7 @@ from .options import (
     SkillsOpt,
     StoreOpt,
     StreamTimeoutOpt,
+    SubSolvesOpt,
     TaskQueueOpt,
     TemporalAddressOpt,
     TemporalNamespaceOpt,
@@ -407,13 +412,7 @@ def ask_cmd(
     max_attempts: MaxAttemptsOpt = 3,
     max_tools: MaxToolsOpt = DEFAULT_THRESHOLD,
     agent_tasks: AgentTasksOpt = False,
-    sub_solves: bool = typer.Option(
-        False,
-        "--sub-solves",
-        help='Allow sub-solves: tasks ("solve": true) whose sub-goal gets plan, run and join '
-        "rounds of its own, within what the solve's budget and deadline have left; each is "
-        "recorded as a solve of its own, under its task ('dagagent show SOLVE').",
-    ),
+    sub_solves: SubSolvesOpt = False,
     no_schema: NoSchemaOpt = False,
     timeout: TimeoutOpt = 60.0,
     stream_timeout: StreamTimeoutOpt = None,
@@ -432,32 +431,10 @@ def ask_cmd(
     ),
     otel: OtelOpt = False,
     deadline: DeadlineOpt = None,
-    max_tokens_total: int | None = typer.Option(
-        None,
-        "--max-tokens-total",
-        min=1,
-        metavar="N",
-        help="Budget: input + output tokens over every model call of the solve. Each call's "
-        "worst case is reserved before it is made; one that could cross the budget is not "
-        "made, and the joiner answers from what it has (exit 9 without an answer).",
-    ),
-    max_cost: float | None = typer.Option(
-        None,
-        "--max-cost",
-        metavar="USD",
-        help="Budget: US dollars over every model call, at the prices of --prices and the "
-        "built-in table (a model without a price cannot be given a cost budget).",
-    ),
-    max_model_calls: int | None = typer.Option(
-        None, "--max-model-calls", min=1, metavar="N", help="Budget: model calls, every role."
-    ),
-    max_tool_calls: int | None = typer.Option(
-        None,
-        "--max-tool-calls",
-        min=0,
-        metavar="N",
-        help="Budget: tool calls (tasks, map elements, agents' calls); past it they are denied.",
-    ),
+    max_tokens_total: MaxTokensTotalOpt = None,
+    max_cost: MaxCostOpt = None,
+    max_model_calls: MaxModelCallsOpt = None,
+    max_tool_calls: MaxToolCallsOpt = None,
     prices: PricesOpt = None,
     session: SessionOpt = None,
     context_tokens: ContextTokensOpt = 2000,

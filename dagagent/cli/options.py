@@ -47,8 +47,12 @@ __all__ = [
     "LastOpt",
     "MaxAttemptsOpt",
     "MaxConcurrencyOpt",
+    "MaxCostOpt",
     "MaxElementsOpt",
+    "MaxModelCallsOpt",
     "MaxTokensOpt",
+    "MaxTokensTotalOpt",
+    "MaxToolCallsOpt",
     "MaxToolsOpt",
     "McpOpt",
     "ModelChoice",
@@ -65,8 +69,10 @@ __all__ = [
     "SkillsOpt",
     "StoreOpt",
     "StreamTimeoutOpt",
+    "SubSolvesOpt",
     "TimeoutOpt",
     "ToolsOpt",
+    "TurnDeadlineOpt",
     "discovery_of",
     "make_planner",
 ]
@@ -295,6 +301,59 @@ PricesOpt = Annotated[
         metavar="FILE",
         help="Model prices in US dollars per million tokens, over the built-in table: JSON "
         '{"openai:MODEL": {"input": N, "output": N}} (TOML on Python 3.11+).',
+    ),
+]
+SubSolvesOpt = Annotated[
+    bool,
+    typer.Option(
+        "--sub-solves",
+        help='Allow sub-solves: tasks ("solve": true) whose sub-goal gets plan, run and join '
+        "rounds of its own, within what the solve's budget and deadline have left; each is "
+        "recorded as a solve of its own, under its task ('dagagent show SOLVE').",
+    ),
+]
+MaxTokensTotalOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--max-tokens-total",
+        min=1,
+        metavar="N",
+        help="Budget: input + output tokens over every model call of the solve. Each call's "
+        "worst case is reserved before it is made; one that could cross the budget is not "
+        "made, and the joiner answers from what it has (exit 9 without an answer).",
+    ),
+]
+MaxCostOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--max-cost",
+        metavar="USD",
+        help="Budget: US dollars over every model call, at the prices of --prices and the "
+        "built-in table (a model without a price cannot be given a cost budget).",
+    ),
+]
+MaxModelCallsOpt = Annotated[
+    int | None,
+    typer.Option("--max-model-calls", min=1, metavar="N", help="Budget: model calls, every role."),
+]
+MaxToolCallsOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--max-tool-calls",
+        min=0,
+        metavar="N",
+        help="Budget: tool calls (tasks, map elements, agents' calls); past it they are denied.",
+    ),
+]
+TurnDeadlineOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--deadline",
+        min=0.1,
+        metavar="SECONDS",
+        help="Each turn's time, model calls and streams included (counted afresh for every "
+        "turn): when it passes, what runs is cancelled, what finished is kept and recorded, "
+        "and the next line is the next turn (exit 8 at the end).",
     ),
 ]
 DeadlineOpt = Annotated[

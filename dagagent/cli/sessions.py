@@ -8,10 +8,15 @@ end of input ends it; so does ``/exit``. A turn that ends without an answer (gav
 plan...) is reported and the conversation goes on. A turn that had not ended when the session
 was last used (its process died, or it paused for a person's decision) is resumed first.
 
+``--deadline`` and the budget options (``--max-tokens-total``, ``--max-cost``,
+``--max-model-calls``, ``--max-tool-calls``) bound each turn afresh, not the conversation: a
+turn that runs out is reported and the next line is the next turn.
+
 Exit codes (``chat``): 0 the input ended; 2 a bad option or no model; 4 the store cannot be
 used; 6 the last turn is still paused (a task waits for a person's decision: ``dagagent
-approve``, then ``dagagent chat`` again); 130 interrupted (Ctrl-C; the turn under way is
-recorded as cancelled).
+approve``, then ``dagagent chat`` again); 8 (9) the input ended, and the last turn that ran
+out ran out of time (budget); 130 interrupted (Ctrl-C; the turn under way is recorded as
+cancelled).
 """
 
 from __future__ import annotations
@@ -25,24 +30,48 @@ from rich.table import Table
 from rich.text import Text
 
 from ..errors import ConfigError
-from ._app import EXIT_OK, EXIT_PAUSED, Interrupted, app, err, guard, out
+from ..tools import DEFAULT_THRESHOLD
+from ._app import (
+    EXIT_BUDGET,
+    EXIT_DEADLINE,
+    EXIT_OK,
+    EXIT_PAUSED,
+    Interrupted,
+    app,
+    err,
+    guard,
+    out,
+)
 from .options import (
     AgentTasksOpt,
     ApproveOpt,
     AskOpt,
     BaseUrlOpt,
+    BudgetOptions,
+    ExamplesOpt,
     MaxAttemptsOpt,
+    MaxCostOpt,
+    MaxModelCallsOpt,
     MaxTokensOpt,
+    MaxTokensTotalOpt,
+    MaxToolCallsOpt,
+    MaxToolsOpt,
     McpOpt,
     ModelChoice,
     ModelOpt,
     NoSchemaOpt,
     NoWaitOpt,
+    PlannerPromptOpt,
     PolicyOpt,
+    PricesOpt,
     SkillsOpt,
     StoreOpt,
+    SubSolvesOpt,
     TimeoutOpt,
     ToolsOpt,
+    TurnDeadlineOpt,
+    discovery_of,
+    make_planner,
 )
 from .rules import ApprovalRules
 
@@ -216,10 +245,20 @@ def chat_cmd(
         False, "--no-stream", help="Wait for each whole plan before running any task."
     ),
     max_attempts: MaxAttemptsOpt = 3,
+    max_tools: MaxToolsOpt = DEFAULT_THRESHOLD,
     agent_tasks: AgentTasksOpt = False,
+    sub_solves: SubSolvesOpt = False,
     no_schema: NoSchemaOpt = False,
     timeout: TimeoutOpt = 60.0,
     max_tokens: MaxTokensOpt = None,
+    planner_prompt: PlannerPromptOpt = None,
+    examples: ExamplesOpt = None,
+    deadline: TurnDeadlineOpt = None,
+    max_tokens_total: MaxTokensTotalOpt = None,
+    max_cost: MaxCostOpt = None,
+    max_model_calls: MaxModelCallsOpt = None,
+    max_tool_calls: MaxToolCallsOpt = None,
+    prices: PricesOpt = None,
     approve: ApproveOpt = False,
     ask: AskOpt = None,
     policy_file: PolicyOpt = None,
@@ -232,9 +271,11 @@ def chat_cmd(
     --session NAME, answered by a solve that sees the earlier turns (and may reuse their
     outputs). Answers on stdout, progress on stderr; an empty line, /exit or the end of input
     ends it. --ask, --policy and --approve check every turn's tool calls as in 'ask'; a turn
-    that had not ended is resumed with the rules it was asked with. Exit 0 when the input
-    ended, 2 a bad option, 6 a turn is paused (a call waits for a person's decision), 130
-    interrupted."""
+    that had not ended is resumed with the rules it was asked with. --deadline and the
+    budget options bound each turn afresh (a turn that runs out is reported, and the next
+    line is the next turn). Exit 0 when the input ended, 2 a bad option, 6 a turn is paused
+    (a call waits for a person's decision), 8 (9) the input ended and the last turn that ran
+    out ran out of time (budget), 130 interrupted."""
     import asyncio
 
     import anyio.to_thread
@@ -251,8 +292,11 @@ def chat_cmd(
     from .tools import load_tools
 
     check_session_name(session)
-    choice = ModelChoice(model, base_url, timeout, max_tokens, None, None)
+    # The deadline is each turn's: streamed answers are bounded by it, as in 'ask'.
+    choice = ModelChoice(model, base_url, timeout, max_tokens, deadline, None)
     choice.require()
+    spending = BudgetOptions(max_tokens_total, max_cost, max_model_calls, max_tool_calls, prices)
+    budget, price_table = spending.budget(), spending.prices()
     if approve and not stdin_is_terminal():
         raise ConfigError(
             "--approve needs a terminal to ask on, but stdin is not a terminal "
@@ -263,6 +307,20 @@ def chat_cmd(
     policies = run_interceptors(None, registry, approve=False, rules=rules, no_wait=no_wait)
     first = policies[0] if policies and isinstance(policies[0], Policy) else None
     llm = choice.client()
+    planner = None
+    if planner_prompt is not None or examples is not None:  # a planner of the user's own
+        planner = make_planner(
+            llm,
+            registry,
+            settings=choice.settings(),
+            prompt_file=planner_prompt,
+            examples_file=examples,
+            agent_tasks=agent_tasks,
+            max_attempts=max_attempts,
+            structured=not no_schema,
+            solve_depth=0 if sub_solves else None,
+            discovery=discovery_of(max_tools),
+        )
     path = default_store_path(store)
     # What each turn's runs are recorded with, as 'ask' records them: 'approve', 'resume'
     # and a later resume of a turn load the same tools and apply the same rules.
@@ -299,8 +357,14 @@ def chat_cmd(
                 policy=first,
                 interceptors=policies[1:] if first is not None else policies,
                 confirm=confirm if approve else None,
+                planner=planner,
+                budget=budget,
+                prices=price_table,
+                sub_solves=sub_solves,
+                discovery=discovery_of(max_tools),
             ) as chat,
         ):
+            ran_out = EXIT_OK  # the exit code of the last turn that ran out of time or budget
             n = len(chat.turns)
             err.print(
                 f"session {session}: {n} earlier turn{'s' if n != 1 else ''}; one question a "
@@ -319,13 +383,17 @@ def chat_cmd(
                 line = await anyio.to_thread.run_sync(stdin.readline)
                 question = line.strip()
                 if not question or question in ("/exit", "/quit"):
-                    return EXIT_OK
-                solution = await stoppable(chat.ask(question))
+                    return ran_out
+                # Each turn has the whole deadline: it is counted from the turn's start.
+                solution = await stoppable(chat.ask(question, deadline_s=deadline))
                 report_solution(solution, path)
+                code = exit_code_of(solution)
                 if solution.ok:
                     say(solution.answer_text)
-                elif exit_code_of(solution) == EXIT_PAUSED:
+                elif code == EXIT_PAUSED:
                     return EXIT_PAUSED
+                elif code in (EXIT_DEADLINE, EXIT_BUDGET):
+                    ran_out = code
 
     with RunStore(path, context=context or None) as run_store:
         try:

@@ -21,7 +21,7 @@ TOOLS = f"{Path(__file__).resolve().parents[1] / 'journey_model.py'}:registry"
 
 class Model:
     def __init__(self, server: LLMTestServer) -> None:
-        self.answers: deque[dict[str, Any]] = deque()
+        self.answers: deque[Any] = deque()
         self.server = server
         server.responder = self.respond
 
@@ -29,6 +29,8 @@ class Model:
         if not self.answers:
             return Reply(500, json={"error": {"message": "no more answers scripted"}})
         body = self.answers.popleft()
+        if isinstance(body, SSEReply):  # a reply of its own (a stream that never ends)
+            return body
         if request.json.get("stream"):
             return SSEReply(wire.openai_events(body))
         return Reply(json=body)
@@ -246,3 +248,74 @@ def test_chat_resumes_a_paused_turn_with_the_rules_it_was_asked_with(
     assert "turn 1 answered: 18 C." in proc.stderr
     assert tool_starts(tmp_path / "calls.log") == ["get_weather Paris", "mean", "mean"]
     assert user.json("sessions", "trip")["session"]["turns"][1]["status"] == "paused"
+
+
+def test_chat_gives_each_turn_the_budget_afresh(user: Shell, model: Model) -> None:
+    script_two_turns(model)  # two model calls a turn: a budget of two holds for each
+    base = [*model.spec, "--tools", TOOLS, "--session", "trip", "--max-model-calls", "2"]
+    proc = user("chat", *base, stdin="Weather in Paris?\nMean of Paris and Tokyo?\n")
+    assert proc.stdout.splitlines() == ["Paris: 18 C, cloudy.", "The mean is 21.25 C."]
+    # one call a turn: the planner's; the joiner cannot be asked, and the turn says why
+    model.say({"tasks": [weather("rome", "Rome")]})
+    model.say({"tasks": [weather("oslo", "Oslo")]})
+    base[-1] = "1"
+    proc = user("chat", *base, stdin="Weather in Rome?\nWeather in Oslo?\n", code=9)
+    assert proc.stdout == ""
+    assert proc.stderr.count("budget exhausted: ") == 2, proc.stderr  # the second was asked
+    doc = user.json("sessions", "trip")["session"]
+    assert [t["status"] for t in doc["turns"]] == [
+        "answered",
+        "answered",
+        "budget_exhausted",
+        "budget_exhausted",
+    ]
+
+
+def test_chat_gives_each_turn_the_deadline(user: Shell, model: Model) -> None:
+    # wall-clock time: the first turn's planner writes until the deadline passes
+    opening = {"choices": [{"index": 0, "delta": {"content": '{"tasks": ['}}]}
+    more = {"choices": [{"index": 0, "delta": {"content": " "}}]}
+    endless = [("message", opening)] + [("message", more)] * 100_000
+    model.answers.append(SSEReply(endless, pause=0.02, pause_from=1))
+    model.say({"tasks": [weather("paris", "Paris")]})
+    model.say({"action": "finish", "answer": "Paris: 18 C, cloudy.", "cites": ["paris"]})
+    base = [*model.spec, "--tools", TOOLS, "--session", "trip", "--deadline", "1"]
+    proc = user("chat", *base, stdin="Weather in Rome?\nWeather in Paris?\n", code=8)
+    assert "timed out: the deadline passed" in proc.stderr
+    assert proc.stdout.splitlines() == ["Paris: 18 C, cloudy."]  # the next turn had its own
+    doc = user.json("sessions", "trip")["session"]
+    assert [t["status"] for t in doc["turns"]] == ["timed_out", "answered"]
+
+
+def test_chat_allows_sub_solves(user: Shell, model: Model) -> None:
+    sub = {"id": "tokyo", "instruction": "Find the weather in Tokyo", "solve": True}
+    model.say({"tasks": [sub]})
+    model.say({"tasks": [weather("t", "Tokyo")]})  # the sub-solve's own plan
+    model.say({"action": "finish", "answer": {"temp_c": 24.5}, "cites": ["t"]})
+    model.say({"action": "finish", "answer": "Tokyo: 24.5 C.", "cites": ["tokyo"]})
+    base = [*model.spec, "--tools", TOOLS, "--session", "trip", "--no-stream", "--sub-solves"]
+    proc = user("chat", *base, stdin="Weather in Tokyo?\n")
+    assert proc.stdout.splitlines() == ["Tokyo: 24.5 C."]
+    assert "tokyo: starts sub-solve" in proc.stderr
+
+
+def test_chat_plans_with_the_planner_prompt(user: Shell, model: Model, tmp_path: Path) -> None:
+    prompt = tmp_path / "prompt.txt"
+    prompt.write_text("You plan weather look-ups.\n{tools}", encoding="utf-8")
+    script_two_turns(model)
+    base = [*model.spec, "--tools", TOOLS, "--session", "trip", "--planner-prompt", str(prompt)]
+    proc = user("chat", *base, stdin="Weather in Paris?\nMean of Paris and Tokyo?\n")
+    assert proc.stdout.splitlines() == ["Paris: 18 C, cloudy.", "The mean is 21.25 C."]
+    planned = [model.server.requests[i].json["messages"][0]["content"] for i in (0, 2)]
+    assert all(p.startswith("You plan weather look-ups.\n- get_weather(") for p in planned)
+    assert "- mean(" in planned[0]  # every tool listed: as many as --max-tools allows
+
+
+def test_chat_lists_at_most_max_tools_tools(user: Shell, model: Model) -> None:
+    model.say({"tasks": [weather("paris", "Paris")]})
+    model.say({"action": "finish", "answer": "Paris: 18 C, cloudy.", "cites": ["paris"]})
+    base = [*model.spec, "--tools", TOOLS, "--session", "trip", "--max-tools", "1"]
+    proc = user("chat", *base, stdin="Weather in Paris?\n")
+    assert proc.stdout.splitlines() == ["Paris: 18 C, cloudy."]
+    planned = json.dumps(model.server.requests[0].json["messages"])
+    assert "get_weather(" in planned and "- mean(" not in planned
