@@ -80,15 +80,13 @@ from .options import (
     TimeoutOpt,
     ToolsOpt,
     discovery_of,
-    make_planner,
     temporal_options,
 )
 from .otel import configure_otel
 from .recording import recorded_tools_spec, tools_context
-from .rules import ApprovalRules
 from .run import paused_hint
 from .sessions import ContextTokensOpt, KeepTurnsOpt, SessionOpt, session_turn
-from .tools import load_tools
+from .solving import solve_setup
 
 if TYPE_CHECKING:
     from ..events import Event
@@ -456,12 +454,11 @@ def ask_cmd(
     again."""
     import asyncio
 
-    from ..approval import Policy
     from ..store import RunStore, default_store_path
     from ..text import printable
     from ..tools._loop import run_own_loop
     from ..workflows import solve
-    from .approve import confirm_plan, run_interceptors, stdin_is_terminal
+    from .approve import confirm_plan
     from .render import print_json
     from .signals import stoppable
     from .writing import ModelProgress
@@ -474,35 +471,27 @@ def ask_cmd(
     if not goal.strip():
         raise ConfigError("the goal is empty: say what the answer should be about")
     choice = ModelChoice(model, base_url, timeout, max_tokens, deadline, stream_timeout)
-    choice.require()
-    spending = BudgetOptions(max_tokens_total, max_cost, max_model_calls, max_tool_calls, prices)
-    budget, price_table = spending.budget(), spending.prices()
-    if approve and not stdin_is_terminal():
-        raise ConfigError(
-            "--approve needs a terminal to ask on, but stdin is not a terminal "
-            "(run without --approve, or from a terminal)"
-        )
-    registry = load_tools(tools, mcp, skills)
-    # The first policy goes to solve as its policy: streamed planning holds back the tasks
-    # it may ask about or deny until the whole plan is known; it still checks calls first.
-    rules = ApprovalRules.given(policy_file, ask or ())
-    policies = run_interceptors(None, registry, approve=False, rules=rules, no_wait=no_wait)
-    first = policies[0] if policies and isinstance(policies[0], Policy) else None
-    llm = choice.client()
-    planner = None
-    if planner_prompt is not None or examples is not None:  # a planner of the user's own
-        planner = make_planner(
-            llm,
-            registry,
-            settings=choice.settings(),
-            prompt_file=planner_prompt,
-            examples_file=examples,
-            agent_tasks=agent_tasks,
-            max_attempts=max_attempts,
-            structured=not no_schema,
-            solve_depth=0 if sub_solves else None,
-            discovery=discovery_of(max_tools),
-        )
+    setup = solve_setup(
+        choice,
+        BudgetOptions(max_tokens_total, max_cost, max_model_calls, max_tool_calls, prices),
+        approve=approve,
+        tools=tools,
+        mcp=mcp,
+        skills=skills,
+        policy_file=policy_file,
+        ask=ask,
+        no_wait=no_wait,
+        planner_prompt=planner_prompt,
+        examples=examples,
+        agent_tasks=agent_tasks,
+        max_attempts=max_attempts,
+        structured=not no_schema,
+        sub_solves=sub_solves,
+        max_tools=max_tools,
+    )
+    registry, rules, llm, planner = setup.registry, setup.rules, setup.llm, setup.planner
+    first, interceptors = setup.policy, setup.interceptors
+    budget, price_table = setup.budget, setup.prices
     path = default_store_path(store)
     spec = recorded_tools_spec(tools, mcp or ())
     context = tools_context(spec, mcp or (), skills)  # replan and resume load them again
@@ -536,7 +525,7 @@ def ask_cmd(
                             max_concurrency=max_concurrency,
                         ),
                         policy=first,
-                        interceptors=policies[1:] if first is not None else policies,
+                        interceptors=interceptors,
                         listeners=[progress],
                         store=run_store,
                         agent_tasks=agent_tasks,
@@ -571,7 +560,7 @@ def ask_cmd(
                 max_concurrency=max_concurrency,
             ),
             "policy": first,
-            "interceptors": policies[1:] if first is not None else policies,
+            "interceptors": interceptors,
             "listeners": [progress],
             "agent_tasks": agent_tasks,
             "max_attempts": max_attempts,

@@ -71,7 +71,6 @@ from .options import (
     ToolsOpt,
     TurnDeadlineOpt,
     discovery_of,
-    make_planner,
 )
 from .rules import ApprovalRules
 
@@ -280,47 +279,40 @@ def chat_cmd(
 
     import anyio.to_thread
 
-    from ..approval import Policy
     from ..store import RunStore, check_session_name, default_store_path
     from ..text import printable
     from ..tools._loop import run_own_loop
     from ..workflows import Session
-    from .approve import confirm_plan, run_interceptors, stdin_is_terminal
+    from .approve import confirm_plan
     from .ask import AskProgress, exit_code_of, report_solution
     from .recording import recorded_tools_spec, tools_context
     from .signals import stoppable
-    from .tools import load_tools
+    from .solving import solve_setup
 
     check_session_name(session)
     # The deadline is each turn's: streamed answers are bounded by it, as in 'ask'.
     choice = ModelChoice(model, base_url, timeout, max_tokens, deadline, None)
-    choice.require()
-    spending = BudgetOptions(max_tokens_total, max_cost, max_model_calls, max_tool_calls, prices)
-    budget, price_table = spending.budget(), spending.prices()
-    if approve and not stdin_is_terminal():
-        raise ConfigError(
-            "--approve needs a terminal to ask on, but stdin is not a terminal "
-            "(run without --approve, or from a terminal)"
-        )
-    registry = load_tools(tools, mcp, skills)
-    rules = ApprovalRules.given(policy_file, ask or ())
-    policies = run_interceptors(None, registry, approve=False, rules=rules, no_wait=no_wait)
-    first = policies[0] if policies and isinstance(policies[0], Policy) else None
-    llm = choice.client()
-    planner = None
-    if planner_prompt is not None or examples is not None:  # a planner of the user's own
-        planner = make_planner(
-            llm,
-            registry,
-            settings=choice.settings(),
-            prompt_file=planner_prompt,
-            examples_file=examples,
-            agent_tasks=agent_tasks,
-            max_attempts=max_attempts,
-            structured=not no_schema,
-            solve_depth=0 if sub_solves else None,
-            discovery=discovery_of(max_tools),
-        )
+    setup = solve_setup(
+        choice,
+        BudgetOptions(max_tokens_total, max_cost, max_model_calls, max_tool_calls, prices),
+        approve=approve,
+        tools=tools,
+        mcp=mcp,
+        skills=skills,
+        policy_file=policy_file,
+        ask=ask,
+        no_wait=no_wait,
+        planner_prompt=planner_prompt,
+        examples=examples,
+        agent_tasks=agent_tasks,
+        max_attempts=max_attempts,
+        structured=not no_schema,
+        sub_solves=sub_solves,
+        max_tools=max_tools,
+    )
+    registry, rules, llm, planner = setup.registry, setup.rules, setup.llm, setup.planner
+    first, interceptors = setup.policy, setup.interceptors
+    budget, price_table = setup.budget, setup.prices
     path = default_store_path(store)
     # What each turn's runs are recorded with, as 'ask' records them: 'approve', 'resume'
     # and a later resume of a turn load the same tools and apply the same rules.
@@ -355,7 +347,7 @@ def chat_cmd(
                 model_settings=choice.settings(),
                 listeners=[progress],
                 policy=first,
-                interceptors=policies[1:] if first is not None else policies,
+                interceptors=interceptors,
                 confirm=confirm if approve else None,
                 planner=planner,
                 budget=budget,
