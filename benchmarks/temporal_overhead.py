@@ -213,6 +213,28 @@ async def _answers(address: str) -> bool:
     return True
 
 
+def start_dev_server(port: int) -> subprocess.Popen[bytes]:
+    """``temporal server start-dev`` on loopback ``port``, once it answers (SystemExit when
+    it does not within a minute)."""
+    proc = subprocess.Popen(
+        [
+            _binary(),
+            *("server", "start-dev", "--headless", "--ip", "127.0.0.1", "--port", str(port)),
+            *("--http-port", str(_free_port()), "--metrics-port", str(_free_port())),
+            *("--log-level", "error"),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        stdin=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 60
+    while not asyncio.run(_answers(f"127.0.0.1:{port}")):  # each try is a connection attempt
+        if time.monotonic() > deadline or proc.poll() is not None:
+            proc.kill()
+            raise SystemExit("the Temporal development server did not start")
+    return proc
+
+
 async def measure(args: argparse.Namespace, address: str, payloads: str) -> dict[str, Any]:
     from temporalio.client import Client
 
@@ -404,33 +426,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:  # {"times": ..., "history"
     procs: list[subprocess.Popen[bytes]] = []
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(HERE)])}
     try:
-        procs.append(
-            subprocess.Popen(
-                [
-                    _binary(),
-                    "server",
-                    "start-dev",
-                    "--headless",
-                    "--ip",
-                    "127.0.0.1",
-                    "--port",
-                    str(port),
-                    "--http-port",
-                    str(_free_port()),
-                    "--metrics-port",
-                    str(_free_port()),
-                    "--log-level",
-                    "error",
-                ],
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                stdin=subprocess.DEVNULL,
-            )
-        )
-        deadline = time.monotonic() + 60
-        while not asyncio.run(_answers(address)):  # each try is a connection attempt
-            if time.monotonic() > deadline or procs[0].poll() is not None:
-                raise SystemExit("the Temporal development server did not start")
+        procs.append(start_dev_server(port))
         workers = [
             [
                 sys.executable,

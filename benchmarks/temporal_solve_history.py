@@ -183,7 +183,7 @@ async def measure(args: argparse.Namespace, address: str, payloads: Path) -> dic
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    from temporal_overhead import _answers, _binary, _free_port, _wait_ready
+    from temporal_overhead import _free_port, _wait_ready, start_dev_server
 
     workdir = Path(tempfile.mkdtemp(prefix="temporal-solve-bench-"))
     payloads = workdir / "payloads"
@@ -196,33 +196,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "OPENAI_API_KEY": "sk-worker",
     }
     try:
-        procs.append(
-            subprocess.Popen(
-                [
-                    _binary(),
-                    "server",
-                    "start-dev",
-                    "--headless",
-                    "--ip",
-                    "127.0.0.1",
-                    "--port",
-                    str(port),
-                    "--http-port",
-                    str(_free_port()),
-                    "--metrics-port",
-                    str(_free_port()),
-                    "--log-level",
-                    "error",
-                ],
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                stdin=subprocess.DEVNULL,
-            )
-        )
-        deadline = time.monotonic() + 60
-        while not asyncio.run(_answers(address)):
-            if time.monotonic() > deadline or procs[0].poll() is not None:
-                raise SystemExit("the Temporal development server did not start")
+        procs.append(start_dev_server(port))
         worker = subprocess.Popen(
             [
                 sys.executable,
