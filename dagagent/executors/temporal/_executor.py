@@ -99,7 +99,7 @@ class TemporalExecutor(BaseExecutor):
       ``chunk_elements``: elements of a map per activity; ``heartbeat_s``: how soon a lost
       worker is noticed; ``lost_worker_retries``: how often a task without side effects runs
       again after losing its worker; ``history_events``: the history length at which the
-      workflow continues as new.
+      workflow (a run's, or a solve's between two rounds) continues as new.
     """
 
     name = "temporal"

@@ -5,7 +5,9 @@ record them as a local solve records its own.
 :class:`~dagagent.executors.temporal.TemporalExecutor`) starts the workflow of
 :mod:`._workflow` and follows it; :func:`attach_solve` follows one already under way (or
 finished), after its driver was lost, and records what its driver could not. Following
-is reading the workflow's steps (a query, never in its history) and, for each round's run,
+is reading the workflow's steps (a query, never in its history; by the workflow's id, so
+that it goes on in the workflow's next run when a long solve continues as new) and, for each
+round's run,
 following that run's own workflow as the executor follows a plan run: the run store gets
 the solve, its rounds, every model call (role, tokens, cost at the driver's prices, what
 the model wrote) and each round's run with its tasks, so ``show`` and the viewer read a
@@ -124,6 +126,7 @@ async def solve_on_temporal(
             deadline_s=deadline_s,
             budget=budget,
             price=price,
+            history_events=executor.history_events,
         )
         await follower.write("start_solve", goal=goal, options=options)
         wid = solve_workflow_id(solve_id)

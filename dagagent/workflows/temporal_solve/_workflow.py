@@ -15,6 +15,16 @@ history), and the workflow's result is all of them. Plans, results and model tex
 as payloads, by reference when large (the executor's payload store), so the history holds
 a few events per round, not the conversation.
 
+**Long solves.** Between two rounds, when the history has passed ``history_events`` (or the
+server suggests it), the workflow continues as new: the next run of the same workflow id
+starts with what the rules between rounds need (the round it begins with, the last round's
+plan and results, the outputs so far, the joiner's feedback, what was spent, the model
+calls' numbering, the deadline as an instant) and every step so far, as its input (by
+reference, in the payload store, when large). Steps keep their numbers across runs, so a
+driver reading them by query from the workflow id (never a run id) goes on where it was;
+the last run's result is every step of the solve. A round's run (a child workflow) is
+never under way when the workflow continues as new.
+
 A lost worker under a model step: the server notices at the heartbeat timeout and gives the
 activity to another worker (a model call has no side effect); a finished step is in the
 history and never runs again.
@@ -81,6 +91,12 @@ class SolveInput:
     #: tokens) as the driver's price table gives it: the cost of every call, on every worker
     #: and in every replay. ``None``: the model has no price.
     price: dict[str, float] | None = None
+    #: The history length at which the workflow continues as new, between two rounds (it
+    #: does so too when the server suggests it).
+    history_events: int = 10_000
+    #: What the runs of the workflow before this one did, when it continued as new (see
+    #: :meth:`SolveWorkflow._carry`); ``None``: the solve's first run.
+    carried: dict[str, Any] | None = None
 
 
 class _Expired(Exception):
@@ -114,15 +130,24 @@ def _failure_summary(results: list[dict[str, Any]], limit: int = 3) -> str:
 
 @workflow.defn(name=SOLVE_WORKFLOW)
 class SolveWorkflow:
-    def __init__(self) -> None:
-        self.steps: list[dict[str, Any]] = []
-        self.seq = 1  # the next model call's place among the solve's calls
-        self.deadline_at: float | None = None  # seconds since the epoch, workflow time
+    @workflow.init
+    def __init__(self, inp: SolveInput) -> None:
+        # here, not in run: a query that reaches a run continued as new finds its steps
+        self.inp = inp
+        carried = inp.carried or {}
+        self.steps: list[dict[str, Any]] = list(carried.get("steps") or ())
+        self.seq: int = carried.get("seq", 1)  # the next model call's place in the solve
+        #: seconds since the epoch, workflow time (from the solve's first run)
+        self.deadline_at: float | None = carried.get("deadline_at")
         self.round: tuple[int, str | None] | None = None  # the round under way, its run
-        self.kept = 0  # tasks with an output, over the runs that ended
+        self.kept: int = carried.get("kept", 0)  # tasks with an output, over the runs ended
         self.stopped: list[str] = []  # the tasks the deadline cancelled while they ran
         #: What the model steps spent (as their workers' ledgers counted it).
-        self.spent: dict[str, Any] = {"tokens": 0, "cost": 0.0, "model_calls": 0}
+        self.spent: dict[str, Any] = carried.get("spent") or {
+            "tokens": 0,
+            "cost": 0.0,
+            "model_calls": 0,
+        }
 
     @workflow.query(name="steps")
     def steps_since(self, since: int) -> dict[str, Any]:
@@ -142,8 +167,7 @@ class SolveWorkflow:
 
     @workflow.run
     async def run(self, inp: SolveInput) -> list[dict[str, Any]]:
-        self.inp = inp
-        if inp.deadline_s is not None:
+        if inp.deadline_s is not None and inp.carried is None:  # from the solve's start
             self.deadline_at = workflow.now().timestamp() + inp.deadline_s
         try:
             return await self._rounds(inp)
@@ -180,11 +204,17 @@ class SolveWorkflow:
         return left
 
     async def _rounds(self, inp: SolveInput) -> list[dict[str, Any]]:
-        self._step("start", solve_id=inp.solve_id, goal=inp.goal, max_rounds=inp.max_rounds)
-        outputs: dict[str, Any] = {}
-        previous: dict[str, Any] | None = None
-        feedback: str | None = None
-        for n in range(1, inp.max_rounds + 1):
+        carried = inp.carried
+        if carried is None:
+            self._step("start", solve_id=inp.solve_id, goal=inp.goal, max_rounds=inp.max_rounds)
+        outputs: dict[str, Any] = carried["outputs"] if carried else {}
+        previous: dict[str, Any] | None = carried["previous"] if carried else None
+        feedback: str | None = carried["feedback"] if carried else None
+        first: int = carried["round"] if carried else 1
+        for n in range(first, inp.max_rounds + 1):
+            if n > first and self._long():  # between two rounds: nothing runs
+                await workflow.wait_condition(workflow.all_handlers_finished)
+                self._carry(n, outputs, previous, feedback)
             run_id = workflow.uuid4().hex[:12]
             parent_id = previous["run_id"] if previous is not None else None
             self._step("round", round=n, run_id=run_id, parent_id=parent_id, feedback=feedback)
@@ -297,6 +327,37 @@ class SolveWorkflow:
             previous = {"round": n, "run_id": run_id, "plan": plan, "results": results}
             feedback = decision.get("feedback") or ""
         raise ApplicationError("the last round always finishes", non_retryable=True)
+
+    def _long(self) -> bool:
+        """Whether the history is long enough to continue as new."""
+        info = workflow.info()
+        return (
+            info.get_current_history_length() >= self.inp.history_events
+            or info.is_continue_as_new_suggested()
+        )
+
+    def _carry(
+        self,
+        n: int,
+        outputs: dict[str, Any],
+        previous: dict[str, Any] | None,
+        feedback: str | None,
+    ) -> None:
+        """Continue as new, to begin with round ``n``, carrying what the rules between
+        rounds need and every step so far (their numbers stay what the driver knows)."""
+        carried = {
+            "round": n,
+            "outputs": outputs,
+            "previous": previous,
+            "feedback": feedback,
+            "steps": self.steps,
+            "seq": self.seq,
+            "deadline_at": self.deadline_at,
+            "kept": self.kept,
+            "spent": self.spent,
+            "runs": (self.inp.carried or {}).get("runs", 1) + 1,
+        }
+        workflow.continue_as_new(replace(self.inp, carried=carried))
 
     async def _out_of_budget(
         self, n: int, run_id: str | None, source: dict[str, Any] | None, why: str
