@@ -14,8 +14,14 @@ the history of the solve's workflow and of each round's run workflow (their leng
 next to what the payload store holds (the values that travel by reference instead of in the
 histories). Temporal warns at 10 MB of history and terminates a workflow at 50 MB.
 
+Then a **long** solve (``--long-rounds``, default 300; 0 skips it) whose workflow continues
+as new whenever its history passes ``--history-events`` (default 1,000): each run of the
+solve's workflow (the chain from its first run to its last, as the server has them) keeps
+a history of about that many events, however many rounds the solve has.
+
     python benchmarks/temporal_solve_history.py
-    python benchmarks/temporal_solve_history.py --rounds 50 --text 20000 --output 100000 --write
+    python benchmarks/temporal_solve_history.py --rounds 50 --text 20000 --output 100000 \
+        --long-rounds 300 --history-events 1000 --write
 """
 
 from __future__ import annotations
@@ -124,16 +130,46 @@ class Model:
 
 
 def _dir_bytes(path: Path) -> tuple[int, int]:
-    files = [p for p in path.rglob("*") if p.is_file()]
+    files = [p for p in path.rglob("*") if p.is_file()] if path.exists() else []
     return len(files), sum(p.stat().st_size for p in files)
 
 
-async def measure(args: argparse.Namespace, address: str, payloads: Path) -> dict[str, Any]:
+async def _chain(client: Any, workflow: str) -> list[tuple[int, int]]:
+    """Each run of ``workflow``, first to last (its continue-as-new chain): the length and
+    size of its history, as the server describes it."""
+    latest = await client.get_workflow_handle(workflow).describe()
+    run_id = latest.raw_description.workflow_execution_info.first_run_id
+    found = []
+    while run_id:
+        handle = client.get_workflow_handle(workflow, run_id=run_id)
+        info = (await handle.describe()).raw_description.workflow_execution_info
+        found.append((info.history_length, info.history_size_bytes))
+        last = (await handle.fetch_history()).events[-1]
+        run_id = (
+            last.workflow_execution_continued_as_new_event_attributes.new_execution_run_id
+            if last.HasField("workflow_execution_continued_as_new_event_attributes")
+            else None
+        )
+    return found
+
+
+async def measure(
+    address: str,
+    payloads: Path,
+    *,
+    rounds: int,
+    text: int,
+    output: int,
+    history_events: int | None = None,
+) -> dict[str, Any]:
+    """One solve of ``rounds`` rounds, and the histories the server has of it."""
     from dagagent.executors.temporal import TemporalExecutor, workflow_id
     from dagagent.workflows.temporal_solve import solve_workflow_id
 
-    model = Model(args.rounds, args.text, args.output)
-    ex = TemporalExecutor(address, task_queue=QUEUE, payloads=payloads)
+    model = Model(rounds, text, output)
+    more = {} if history_events is None else {"history_events": history_events}
+    ex = TemporalExecutor(address, task_queue=QUEUE, payloads=payloads, **more)
+    stored_before = await asyncio.to_thread(_dir_bytes, payloads)  # a solve before this one's
     t0 = time.perf_counter()
     async with OpenAIChat("bench", base_url=model.base_url, api_key="sk-driver") as llm:
         solution = await dagagent.solve(
@@ -141,15 +177,14 @@ async def measure(args: argparse.Namespace, address: str, payloads: Path) -> dic
             registry,
             llm,
             settings=RunSettings(executor=ex),
-            max_rounds=args.rounds,
+            max_rounds=rounds,
         )
     took = time.perf_counter() - t0
-    if solution.status.value != "answered" or len(solution.calls) != 2 * args.rounds:
+    if solution.status.value != "answered" or len(solution.calls) != 2 * rounds:
         raise SystemExit(f"the solve did not go as scripted: {solution.reason}")
     async with ex.session():
         assert ex.client is not None
-        d = await ex.client.get_workflow_handle(solve_workflow_id(solution.solve_id)).describe()
-        solve_info = d.raw_description.workflow_execution_info
+        solve_runs = await _chain(ex.client, solve_workflow_id(solution.solve_id))
         runs = []
         for rnd in solution.rounds:
             assert rnd.run_id is not None
@@ -165,24 +200,47 @@ async def measure(args: argparse.Namespace, address: str, payloads: Path) -> dic
         for r in rnd.result.tasks.values()
     )
     return {
-        "rounds": args.rounds,
+        "rounds": rounds,
         "model_calls": len(solution.calls),
-        "text_chars": args.text,
-        "output_chars": args.output,
+        "text_chars": text,
+        "output_chars": output,
+        "history_events_option": ex.history_events,
         "wall_s": took,
-        "solve_history_events": solve_info.history_length,
-        "solve_history_bytes": solve_info.history_size_bytes,
+        "solve_runs": len(solve_runs),
+        "solve_run_events": [e for e, _ in solve_runs],
+        "solve_run_bytes": [b for _, b in solve_runs],
+        "solve_history_events": sum(e for e, _ in solve_runs),
+        "solve_history_bytes": sum(b for _, b in solve_runs),
+        "solve_run_events_max": max(e for e, _ in solve_runs),
+        "solve_run_bytes_max": max(b for _, b in solve_runs),
         "run_histories": len(runs),
         "run_history_bytes_max": max(b for _, b in runs),
         "run_history_bytes_total": sum(b for _, b in runs),
         "model_text_chars_total": texts,
         "tool_output_chars_total": outputs,
-        "payload_files": files,
-        "payload_bytes": stored,
+        "payload_files": files - stored_before[0],
+        "payload_bytes": stored - stored_before[1],
     }
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
+async def measure_both(
+    args: argparse.Namespace, address: str, payloads: Path
+) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    h = await measure(address, payloads, rounds=args.rounds, text=args.text, output=args.output)
+    if not args.long_rounds:
+        return h, None
+    long = await measure(
+        address,
+        payloads,
+        rounds=args.long_rounds,
+        text=args.long_text,
+        output=args.long_output,
+        history_events=args.history_events,
+    )
+    return h, long
+
+
+def run(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any] | None]:
     from temporal_overhead import _free_port, _wait_ready, start_dev_server
 
     workdir = Path(tempfile.mkdtemp(prefix="temporal-solve-bench-"))
@@ -219,7 +277,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         )
         procs.append(worker)
         _wait_ready(worker)
-        return asyncio.run(measure(args, address, payloads))
+        return asyncio.run(measure_both(args, address, payloads))
     finally:
         for proc in reversed(procs):
             proc.terminate()
@@ -240,10 +298,28 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=50, help="rounds (two model calls each)")
     parser.add_argument("--text", type=int, default=20_000, help="characters of model texts")
     parser.add_argument("--output", type=int, default=100_000, help="characters of tool outputs")
+    parser.add_argument(
+        "--long-rounds", type=int, default=300, help="rounds of the long solve (0: none)"
+    )
+    parser.add_argument(
+        "--long-text", type=int, default=2_000, help="characters of the long solve's texts"
+    )
+    parser.add_argument(
+        "--long-output", type=int, default=10_000, help="characters of its tool outputs"
+    )
+    parser.add_argument(
+        "--history-events",
+        type=int,
+        default=1_000,
+        help="the long solve's history_events: the history length at which its workflow "
+        "continues as new",
+    )
     common.add_output_options(parser)
     args = parser.parse_args(argv)
-    if args.rounds < 1 or args.text < 1 or args.output < 1:
-        parser.error("--rounds, --text and --output must be at least 1")
+    if min(args.rounds, args.text, args.output, args.long_text, args.long_output) < 1:
+        parser.error("--rounds, --text, --output, --long-text and --long-output must be >= 1")
+    if args.long_rounds < 0 or args.history_events < 100:
+        parser.error("--long-rounds must be at least 0, --history-events at least 100")
     try:
         import temporalio  # noqa: F401
     except ImportError:
@@ -252,13 +328,13 @@ def main(argv: list[str] | None = None) -> None:
         ) from None
     info = common.machine_info()
     print(f"machine: {common.machine_line(info)}")
-    h = run(args)
+    h, long = run(args)
     limit = 10_000_000
     targets = [
         (
             f"a {h['model_calls']}-call solve: its workflow's history under 10 MB",
-            h["solve_history_bytes"] < limit,
-            f"{h['solve_history_bytes'] / 1e3:,.0f} kB",
+            h["solve_run_bytes_max"] < limit,
+            f"{h['solve_run_bytes_max'] / 1e3:,.0f} kB",
         ),
         (
             "every round's run workflow: its history under 10 MB",
@@ -267,29 +343,39 @@ def main(argv: list[str] | None = None) -> None:
         ),
     ]
     headers = ["workflow", "histories", "events", "bytes"]
-    rows = [
-        ["the solve", 1, h["solve_history_events"], f"{h['solve_history_bytes']:,}"],
-        [
-            "its rounds' runs",
-            h["run_histories"],
-            "",
-            f"{h['run_history_bytes_total']:,} (largest {h['run_history_bytes_max']:,})",
-        ],
-    ]
-    line = (
-        f"{h['rounds']} rounds, {h['model_calls']} model calls writing "
-        f"{h['model_text_chars_total'] / 1e6:.1f} M characters, tool outputs of "
-        f"{h['tool_output_chars_total'] / 1e6:.1f} M characters: the payload store holds "
-        f"{h['payload_files']:,} values, {h['payload_bytes'] / 1e6:.1f} MB, each once, that "
-        f"travel by reference instead of in the histories. The solve took {h['wall_s']:.1f} s."
-    )
+    rows = _rows(h)
+    line = _line(h)
+    if long is not None:
+        # a run of the solve's workflow ends at the first round boundary past the limit
+        per_round = long["solve_history_events"] / long["rounds"]
+        bound = long["history_events_option"] + 2 * per_round
+        targets += [
+            (
+                f"a {long['rounds']}-round solve continues as new: each run of its workflow "
+                f"stays near history_events ({long['history_events_option']:,} events)",
+                long["solve_runs"] > 1 and long["solve_run_events_max"] <= bound,
+                f"{long['solve_runs']} runs, largest {long['solve_run_events_max']:,} events",
+            ),
+            (
+                f"a {long['rounds']}-round solve: each run of its workflow under Temporal's "
+                "warnings (10,240 events, 10 MB)",
+                long["solve_run_events_max"] < 10_240 and long["solve_run_bytes_max"] < limit,
+                f"largest {long['solve_run_events_max']:,} events, "
+                f"{long['solve_run_bytes_max'] / 1e3:,.0f} kB",
+            ),
+        ]
     print()
     print(common.text_table(headers, rows))
     print()
+    print(line)
+    if long is not None:
+        print()
+        print(common.text_table(headers, _rows(long)))
+        print()
+        print(_line(long))
+    print()
     for what, ok, got in targets:
         print(f"  {'met   ' if ok else 'MISSED'}  {what}: {got}")
-    print()
-    print(line)
     command = common.command_line()
     md = [
         "# The history of a 100-call solve on Temporal",
@@ -310,12 +396,30 @@ def main(argv: list[str] | None = None) -> None:
     ]
     md += [f"- {'met' if ok else '**missed**'}: {what} — {got}" for what, ok, got in targets]
     md += ["", line]
+    if long is not None:
+        md += [
+            "",
+            f"## A long solve: {long['rounds']} rounds, continuing as new",
+            "",
+            f"The same script, {long['rounds']} rounds, with {long['text_chars']:,}-character "
+            f"texts and {long['output_chars']:,}-character outputs; `history_events="
+            f"{long['history_events_option']:,}`: the solve's workflow continues as new between "
+            "two rounds once its history passes that length. Events of each run of the "
+            "solve's workflow, first to last: "
+            + ", ".join(f"{e:,}" for e in long["solve_run_events"])
+            + ".",
+            "",
+            common.markdown_table(headers, _rows(long)),
+            "",
+            _line(long),
+        ]
     data = {
         "benchmark": "temporal_solve_history",
         "command": command,
         "machine": info,
         "options": {k: v for k, v in vars(args).items() if k != "out"},
         "history": h,
+        "long": long,
         "targets": [{"target": w, "met": ok, "value": g} for w, ok, g in targets],
     }
     out = common.result_dir(args)
@@ -324,6 +428,34 @@ def main(argv: list[str] | None = None) -> None:
     else:
         for p in common.write_results(out, "temporal_solve_history", data, "\n".join(md)):
             print(f"wrote {p}")
+
+
+def _rows(h: dict[str, Any]) -> list[list[Any]]:
+    runs = h["solve_runs"]
+    return [
+        [
+            "the solve" + (f" ({runs} runs, continued as new)" if runs > 1 else ""),
+            runs,
+            f"{h['solve_history_events']:,} (largest run {h['solve_run_events_max']:,})",
+            f"{h['solve_history_bytes']:,} (largest run {h['solve_run_bytes_max']:,})",
+        ],
+        [
+            "its rounds' runs",
+            h["run_histories"],
+            "",
+            f"{h['run_history_bytes_total']:,} (largest {h['run_history_bytes_max']:,})",
+        ],
+    ]
+
+
+def _line(h: dict[str, Any]) -> str:
+    return (
+        f"{h['rounds']} rounds, {h['model_calls']} model calls writing "
+        f"{h['model_text_chars_total'] / 1e6:.1f} M characters, tool outputs of "
+        f"{h['tool_output_chars_total'] / 1e6:.1f} M characters: the payload store holds "
+        f"{h['payload_files']:,} values, {h['payload_bytes'] / 1e6:.1f} MB, each once, that "
+        f"travel by reference instead of in the histories. The solve took {h['wall_s']:.1f} s."
+    )
 
 
 if __name__ == "__main__":
