@@ -36,7 +36,7 @@ import asyncio
 import contextlib
 from dataclasses import dataclass, replace
 from datetime import timedelta
-from typing import Any
+from typing import Any, NoReturn
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -342,7 +342,7 @@ class SolveWorkflow:
         outputs: dict[str, Any],
         previous: dict[str, Any] | None,
         feedback: str | None,
-    ) -> None:
+    ) -> NoReturn:
         """Continue as new, to begin with round ``n``, carrying what the rules between
         rounds need and every step so far (their numbers stay what the driver knows)."""
         carried = {
@@ -355,7 +355,6 @@ class SolveWorkflow:
             "deadline_at": self.deadline_at,
             "kept": self.kept,
             "spent": self.spent,
-            "runs": (self.inp.carried or {}).get("runs", 1) + 1,
         }
         workflow.continue_as_new(replace(self.inp, carried=carried))
 
