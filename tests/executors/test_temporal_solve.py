@@ -756,3 +756,110 @@ async def test_a_cost_budget_on_temporal_leaves_the_joiner_its_reserve(
     assert solution.calls[0].cost_usd == pytest.approx(0.014021)
     _, history = await history_of(ex, solve_workflow_id(solution.solve_id))
     await replay(ex, history)
+
+
+HELD = {
+    "goal": "g",
+    "tasks": [
+        {"id": "a", "tool": "add", "args": {"a": 1, "b": 2}},
+        {"id": "asked", "tool": "echo", "args": {"value": "hi"}},
+        {"id": "then", "tool": "add", "args": {"a": "${a}", "b": 1}, "depends_on": ["asked"]},
+        {"id": "no", "tool": "big", "args": {"i": "${then}", "n": 2}},
+    ],
+}
+
+
+def _where(workers: Workers) -> list[str]:
+    return [
+        "--executor", "temporal", "--temporal-address", workers.address,
+        "--task-queue", workers.queue, "--payload-store", str(workers.payloads),
+    ]  # fmt: skip
+
+
+def test_ask_and_policy_on_a_solve_pause_it_then_approve_and_resume_go_on(
+    workers: Workers, model_server: LLMTestServer, tmp_path: Path
+) -> None:
+    """``ask --executor temporal --ask echo --policy FILE``: the rules travel with the
+    round's run to the workers; the call ``--ask`` holds pauses the solve (exit 6, the joiner
+    not asked). ``approve`` records the decision; ``resume`` hands it to the waiting
+    workflow, the run goes on in place (what succeeded stands, the rules still apply: the
+    file denies a call), and the joiner answers, seeing the denial as a local solve's joiner
+    does."""
+    from dagagent.store import RunStore
+
+    model = Model([HELD], [{"action": "finish", "answer": "hi, 4", "cites": ["asked", "then"]}])
+    model_server.responder = model
+    rules = tmp_path / "rules.json"
+    rules.write_text(
+        json.dumps(
+            {"default": "allow", "rules": [{"tool": "big", "action": "deny", "reason": "no"}]}
+        )
+    )
+    db = str(tmp_path / "runs.db")
+    cli = CliRunner()
+    env = {"OPENAI_API_KEY": DRIVER_KEY}
+    paused = cli.invoke(
+        dagagent.cli.app,
+        ["ask", "echo hi", "--tools", TOOLS, "--model", "openai:gpt-test",
+         "--base-url", f"{model_server.url}/v1", "--store", db, "--ask", "echo",
+         "--policy", str(rules), *_where(workers)],
+        env=env,
+    )  # fmt: skip
+    assert paused.exit_code == 6, paused.output
+    assert "Traceback" not in paused.output
+    assert "paused: 1 task waits for a person's decision (asked)" in paused.output
+    assert model.count == 1  # planned; the joiner is not asked about a paused round
+    with RunStore(db, create=False) as st:
+        [summary] = st.list_solves()
+        solve = st.get_solve(summary.solve_id)
+        assert solve.status == "paused"
+        [rnd] = solve.rounds
+        assert rnd.outcome == "paused" and rnd.run_id is not None
+        run_id = rnd.run_id
+        [waiting] = st.approvals(run_id, states=("waiting",))
+        before = st.get_run(run_id)
+    assert (waiting.task_id, waiting.tool, waiting.rule) == ("asked", "echo", "rule '--ask echo'")
+    assert before.status.value == "paused"
+    assert before.tasks["no"].status is dagagent.TaskStatus.SKIPPED
+    assert before.tasks["a"].output == 3
+    decided = cli.invoke(
+        dagagent.cli.app, ["approve", run_id, "asked", "--allow", "--by", "ann", "--store", db]
+    )
+    assert decided.exit_code == 0, decided.output
+    resumed = cli.invoke(dagagent.cli.app, ["resume", run_id, "--store", db, "--json"], env=env)
+    assert resumed.exit_code == 0, resumed.output
+    assert json.loads(resumed.stdout)["answer"] == "hi, 4"
+    assert model.count == 2  # the joiner, once; the plan was not asked for again
+    joined = json.dumps(model_server.requests[-1].json)
+    assert "denied by rule #1 (deny tool big)" in joined  # the joiner saw the denial
+    with RunStore(db, create=False) as st:
+        solve = st.get_solve(summary.solve_id)
+        run = st.get_run(run_id)
+        assert st.approvals(run_id) == []  # the decision was used
+    assert solve.status == "answered"
+    assert [r.outcome for r in solve.rounds] == ["answered"]
+    assert {t: (r.status.value, r.output) for t, r in run.tasks.items()} == {
+        "a": ("succeeded", 3),
+        "asked": ("succeeded", "hi"),
+        "no": ("denied", None),
+        "then": ("succeeded", 4),
+    }
+    assert run.tasks["a"].finished_at == before.tasks["a"].finished_at  # kept, not run again
+    assert "ann" in [d.decided_by for d in run.tasks["asked"].decisions or ()]
+    assert [c.role for c in st_calls(db, summary.solve_id)] == ["planner", "joiner"]
+    # a second resume finds nothing to do
+    again = cli.invoke(dagagent.cli.app, ["resume", run_id, "--store", db], env=env)
+    assert again.exit_code == 7, again.output
+    # the history (a pause, a signal, the run again under the same id) replays the same
+    anyio.run(replay_solve, executor(workers), summary.solve_id)
+
+
+async def replay_solve(ex: TemporalExecutor, solve_id: str) -> None:
+    async with ex.session():
+        _, history = await history_of(ex, solve_workflow_id(solve_id))
+        await replay(ex, history)
+
+
+def st_calls(db: str, solve_id: str) -> list[Any]:
+    with dagagent.RunStore(db, create=False) as st:
+        return st.model_calls(solve_id=solve_id)

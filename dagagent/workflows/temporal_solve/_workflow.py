@@ -117,6 +117,14 @@ def _ok_outputs(results: list[dict[str, Any]]) -> dict[str, Any]:
     return {r["task_id"]: r.get("output") for r in results if r["status"] in _OK}
 
 
+def _paused(results: list[dict[str, Any]]) -> bool:
+    """Whether a run with ``results`` paused: tasks wait for a person's decision and none
+    failed or was denied (then the run failed, and what waits cannot be approved any more:
+    the joiner decides, as after a local run)."""
+    statuses = {r["status"] for r in results}
+    return "waiting" in statuses and not statuses & {"failed", "denied"}
+
+
 def _failure_summary(results: list[dict[str, Any]], limit: int = 3) -> str:
     failed = [r for r in results if r["status"] in ("failed", "denied", "skipped")]
     failed = [r for r in failed if r["status"] != "skipped" or r.get("error_type") is None]
@@ -367,7 +375,7 @@ class SolveWorkflow:
         self, n: int, run_id: str, run_input: RunInput
     ) -> list[dict[str, Any]] | str:
         """Round ``n``'s run as a child workflow: its results, or why it ended without them.
-        A run whose calls wait for a person (the approval rules held them) pauses the solve:
+        A run that paused (calls the approval rules held wait for a person) pauses the solve:
         it waits for the decisions (signal :data:`DECISIONS`), then the run goes on in
         place, on a new workflow of the same id, with what succeeded kept and the decisions
         handed to the calls, as ``dagagent resume`` continues a run."""
@@ -381,7 +389,8 @@ class SolveWorkflow:
                 parent_close_policy=ParentClosePolicy.REQUEST_CANCEL,
             )
             self._agent_calls(n, results)
-            while waiting := [r["task_id"] for r in results if r["status"] == "waiting"]:
+            while _paused(results):
+                waiting = [r["task_id"] for r in results if r["status"] == "waiting"]
                 shown = ", ".join(waiting[:10]) + (", ..." if len(waiting) > 10 else "")
                 reason = (
                     f"round {n}: run {run_id} paused: {len(waiting)} task"
