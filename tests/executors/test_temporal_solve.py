@@ -863,3 +863,114 @@ async def replay_solve(ex: TemporalExecutor, solve_id: str) -> None:
 def st_calls(db: str, solve_id: str) -> list[Any]:
     with dagagent.RunStore(db, create=False) as st:
         return st.model_calls(solve_id=solve_id)
+
+
+def test_approve_on_temporal_the_solve_waits_for_each_plan_and_attach_asks_again(
+    workers: Workers, model_server: LLMTestServer, tmp_path: Path
+) -> None:
+    """``ask --approve --executor temporal`` on a terminal: the solve's workflow waits after
+    the plan for the person's answer. The driver killed while it asks, the solve waits on
+    the server, nothing of the plan run; ``attach`` without a terminal does not answer for
+    the person (exit 7, saying what waits); ``attach_solve(confirm=...)`` shows the plan
+    again and, approved, the solve goes on to its answer. A refusal ends a solve
+    ``gave_up`` with nothing of its plan run, as locally; both histories replay."""
+    model = Model([ROUND2, ROUND2], [FINISH])
+    model_server.responder = model
+    db = tmp_path / "runs.db"
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("DAGAGENT_", "OPENAI_"))},
+        "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")]),
+        "OPENAI_API_KEY": DRIVER_KEY,
+    }
+    terminal, its_end = os.openpty()  # the driver asks on a terminal
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "dagagent", "ask", "double 1 + 2", "--tools", TOOLS,
+         "--model", "openai:gpt-test", "--base-url", f"{model_server.url}/v1",
+         "--store", str(db), "--approve", *_where(workers)],
+        stdin=its_end, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+        cwd=tmp_path,
+    )  # fmt: skip
+    os.close(its_end)
+    ex = executor(workers)
+    try:
+        solve_id = anyio.run(_asked_about_a_plan, ex, db, driver)
+    finally:
+        driver.kill()
+        driver.wait()
+        os.close(terminal)
+    assert model.count == 1  # planned; the run waits for the answer
+    refused = CliRunner().invoke(
+        dagagent.cli.app, ["attach", solve_id, "--store", str(db), *_where(workers)[2:]]
+    )
+    assert refused.exit_code == 7, refused.output
+    assert f"solve {solve_id} waits for a person to approve round 1's plan" in refused.output
+    shown: list[Any] = []
+
+    def confirm(graph: Any) -> bool:
+        shown.append([t.id for t in graph.plan.tasks])
+        return True
+
+    solution = anyio.run(_attach, ex, solve_id, db, confirm)
+    assert shown == [["a", "d"]]
+    assert solution.status.value == "answered", solution.reason
+    assert solution.answer == FINISH["answer"]
+    assert [c.role for c in solution.calls] == ["planner", "joiner"]  # not planned again
+    with dagagent.RunStore(db) as runs:
+        record = runs.get_solve(solve_id)
+        assert record.status == "answered"
+        assert runs.get_run(record.run_id or "").tasks["d"].output == 6
+
+    async def refuse() -> tuple[dagagent.Solution, Any, Any]:
+        async with client_of(model_server) as llm:
+            no = await dagagent.solve(
+                "double 1 + 2",
+                temporal_tools.registry,
+                llm,
+                settings=RunSettings(executor=ex, retry=FAST_RETRY),
+                confirm=lambda _graph: False,
+                store=db,
+            )
+        async with ex.session():
+            _, answered = await history_of(ex, solve_workflow_id(solve_id))
+            info, history = await history_of(ex, solve_workflow_id(no.solve_id))
+            await replay(ex, answered)
+            await replay(ex, history)
+        return no, info, history
+
+    no, info, _ = anyio.run(refuse)
+    assert no.status.value == "gave_up"
+    assert no.reason == "round 1: the plan was not approved; nothing of it ran"
+    [rnd] = no.rounds
+    assert rnd.result is None and rnd.plan is not None
+    assert model.count == 3  # its planner only
+    assert info.history_length < 30
+
+
+async def _asked_about_a_plan(
+    ex: TemporalExecutor, db: Path, driver: subprocess.Popen[bytes]
+) -> str:
+    """The solve the driver started, once its workflow waits for the answer about round 1's
+    plan (the driver asks it on its terminal)."""
+    solve_id = None
+    async with ex.session():
+        assert ex.client is not None
+        while True:
+            assert driver.poll() is None, "the driver ended before it asked"
+            if solve_id is None and await anyio.Path(db).exists():
+                with dagagent.RunStore(db) as runs:
+                    solves = runs.list_solves()
+                solve_id = solves[0].solve_id if solves else None
+            if solve_id is not None:
+                handle = ex.client.get_workflow_handle(solve_workflow_id(solve_id))
+                try:
+                    waiting = await handle.query("waiting")
+                except Exception:  # not started yet
+                    waiting = None
+                if waiting is not None and waiting["kind"] == "plan":
+                    return solve_id
+            await anyio.sleep(0.05)
+
+
+async def _attach(ex: TemporalExecutor, solve_id: str, db: Path, confirm: Any) -> Any:
+    with dagagent.RunStore(db) as runs:
+        return await attach_solve(solve_id, executor=ex, store=runs, confirm=confirm)
