@@ -421,6 +421,29 @@ async def test_what_a_solve_on_temporal_cannot_take_is_refused_before_anything_r
                 settings=on_temporal,
                 discovery=ToolDiscovery(embed=lambda texts: [[1.0] for _ in texts]),
             )
+        # approval rules travel as data; an object of this process cannot
+        with pytest.raises(ConfigError, match=r"interceptors of this process .*policy=PATH"):
+            await dagagent.solve(
+                "g",
+                temporal_tools.registry,
+                llm,
+                settings=on_temporal,
+                policy=dagagent.Policy([dagagent.Rule(tool="echo", action="ask")]),
+            )
+        with pytest.raises(ConfigError, match="dagagent worker --interceptors"):
+            await dagagent.solve(
+                "g",
+                temporal_tools.registry,
+                llm,
+                settings=on_temporal,
+                interceptors=[dagagent.Policy([])],
+            )
+        limited = tmp_path / "limits.json"
+        limited.write_text(json.dumps({"rules": [], "limits": [{"tool": "add", "max_calls": 1}]}))
+        with pytest.raises(ConfigError, match="its limits count a run's calls together"):
+            await dagagent.solve(
+                "g", temporal_tools.registry, llm, settings=on_temporal, policy=limited
+            )
         async with dagagent.Session(
             "talk", temporal_tools.registry, llm, store=tmp_path / "runs.db", settings=on_temporal
         ) as session:
@@ -852,6 +875,21 @@ def test_ask_and_policy_on_a_solve_pause_it_then_approve_and_resume_go_on(
     assert again.exit_code == 7, again.output
     # the history (a pause, a signal, the run again under the same id) replays the same
     anyio.run(replay_solve, executor(workers), summary.solve_id)
+    # --no-wait: the call is denied on the worker instead of waiting, as a local ask's
+    model.plans, model.decisions = [HELD], [{"action": "finish", "answer": "no", "cites": []}]
+    denied = cli.invoke(
+        dagagent.cli.app,
+        ["ask", "echo hi", "--tools", TOOLS, "--model", "openai:gpt-test",
+         "--base-url", f"{model_server.url}/v1", "--store", db, "--ask", "echo",
+         "--no-wait", "--json", *_where(workers)],
+        env=env,
+    )  # fmt: skip
+    assert denied.exit_code == 0, denied.output
+    [rnd] = json.loads(denied.stdout)["rounds"]
+    with RunStore(db, create=False) as st:
+        asked = st.get_run(rnd["run_id"]).tasks["asked"]
+    assert asked.status is dagagent.TaskStatus.DENIED
+    assert "approval needed for tool 'echo'" in (asked.error or "")
 
 
 async def replay_solve(ex: TemporalExecutor, solve_id: str) -> None:
