@@ -497,7 +497,11 @@ def ask_cmd(
         from .approve import rules_to_workers
 
         interceptors = rules_to_workers(
-            run_executor, rules, [*([first] if first else []), *interceptors], no_wait=no_wait
+            run_executor,
+            rules,
+            [*([first] if first else []), *interceptors],
+            no_wait=no_wait,
+            what="solve",
         )
         first = None
     budget, price_table = setup.budget, setup.prices
