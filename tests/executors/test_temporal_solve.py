@@ -845,6 +845,10 @@ def test_ask_and_policy_on_a_solve_pause_it_then_approve_and_resume_go_on(
     assert before.status.value == "paused"
     assert before.tasks["no"].status is dagagent.TaskStatus.SKIPPED
     assert before.tasks["a"].output == 3
+    # nothing decided yet: attach (on the server the solve recorded) finds it paused still
+    still = cli.invoke(dagagent.cli.app, ["attach", summary.solve_id, "--store", db], env=env)
+    assert still.exit_code == 6, still.output
+    assert f"solve {summary.solve_id} is paused in round 1" in still.output
     decided = cli.invoke(
         dagagent.cli.app, ["approve", run_id, "asked", "--allow", "--by", "ann", "--store", db]
     )
