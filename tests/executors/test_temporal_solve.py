@@ -849,6 +849,14 @@ def test_ask_and_policy_on_a_solve_pause_it_then_approve_and_resume_go_on(
     still = cli.invoke(dagagent.cli.app, ["attach", summary.solve_id, "--store", db], env=env)
     assert still.exit_code == 6, still.output
     assert f"solve {summary.solve_id} is paused in round 1" in still.output
+
+    async def resume_here() -> None:  # the workflow waits on the server: not resumed here
+        await dagagent.resume_solve(
+            run_id, temporal_tools.registry, dagagent.llm.ScriptedLLM([]), store=db
+        )
+
+    with pytest.raises(dagagent.errors.DecisionError, match="runs on Temporal"):
+        anyio.run(resume_here)
     decided = cli.invoke(
         dagagent.cli.app, ["approve", run_id, "asked", "--allow", "--by", "ann", "--store", db]
     )
