@@ -61,6 +61,9 @@ DECISIONS = "decisions"
 STEPS_BATCH = 50
 
 _OK = ("succeeded", "reused")
+#: The change after which a round's run that paused pauses the solve (before it, the joiner
+#: was asked): the workflows started before it replay as they ran.
+_PAUSES = "dagagent-solve-pauses"
 # A model step is bounded by its client's timeouts and retries; Temporal needs a bound too.
 _STEP_BOUND = timedelta(hours=2)
 
@@ -389,7 +392,9 @@ class SolveWorkflow:
                 parent_close_policy=ParentClosePolicy.REQUEST_CANCEL,
             )
             self._agent_calls(n, results)
-            while _paused(results):
+            # (a solve started before solves paused went on to the joiner: its replay still
+            # does, see _PAUSES)
+            while _paused(results) and workflow.patched(_PAUSES):
                 waiting = [r["task_id"] for r in results if r["status"] == "waiting"]
                 shown = ", ".join(waiting[:10]) + (", ..." if len(waiting) > 10 else "")
                 reason = (
