@@ -567,7 +567,11 @@ class _Follower:
             return None
         with contextlib.suppress(DecisionError):  # not paused on record (its driver died)
             store.claim_solve(self.solve_id)
-        run, answers = store.claim_resume(run_id)
+        try:
+            run, answers = store.claim_resume(run_id)
+        except BaseException:  # another process holds the run: the solve stays as it was
+            store.release_solve(self.solve_id)
+            raise
         record = store.get_run(run)
         prior = {
             t: r for t, r in record.tasks.items() if r.status.ok or r.status.value == "waiting"
