@@ -1024,3 +1024,35 @@ async def _asked_about_a_plan(
 async def _attach(ex: TemporalExecutor, solve_id: str, db: Path, confirm: Any) -> Any:
     with dagagent.RunStore(db) as runs:
         return await attach_solve(solve_id, executor=ex, store=runs, confirm=confirm)
+
+
+@pytest.mark.anyio
+async def test_a_deadline_passes_while_a_plan_waits_for_its_answer(
+    workers: Workers, model_server: LLMTestServer, tmp_path: Path
+) -> None:
+    """The solve's workflow waits for the answer about its plan within the deadline: when it
+    passes, the solve ends ``timed_out`` saying what it waited for, nothing of the plan run,
+    and the driver stops asking (an async ``confirm`` is cancelled, not waited for)."""
+    model_server.responder = Model([ROUND2], [FINISH])
+    asked = anyio.Event()
+
+    async def never(_graph: Any) -> bool:
+        asked.set()
+        await anyio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    async with client_of(model_server) as llm:
+        solution = await dagagent.solve(
+            "double 1 + 2",
+            temporal_tools.registry,
+            llm,
+            settings=RunSettings(executor=executor(workers), retry=FAST_RETRY),
+            confirm=never,
+            deadline_s=1.5,
+            store=tmp_path / "runs.db",
+        )
+    assert asked.is_set()
+    assert solution.status.value == "timed_out", solution.reason
+    assert "cancelled: the wait for a person's answer about round 1's plan" in solution.reason
+    [rnd] = solution.rounds
+    assert rnd.result is None and rnd.outcome == "timed_out" and rnd.plan is not None

@@ -500,6 +500,7 @@ class _Follower:
         """Round ``step["round"]``'s plan waits for a person's answer (unless one came
         already): ask ``confirm`` and hand the answer to the workflow."""
         n = step["round"]
+        self._round(n).plan = Plan.model_validate(step["plan"])  # the round has it, run or not
         waiting = await self._waiting()
         if waiting is None or waiting.get("kind") != "plan" or waiting.get("round") != n:
             return  # answered already: the steps after this one say how
@@ -510,11 +511,37 @@ class _Follower:
                 "or from Python attach_solve(..., confirm=...)"
             )
         graph = validate(step["plan"], self.registry)
-        answer = self.confirm(graph)
-        if inspect.isawaitable(answer):
-            answer = await answer
-        assert self.handle is not None
-        await self.handle.signal(PLAN_ANSWER, {"round": n, "approved": bool(answer)})
+        confirm, answered = self.confirm, []
+        async with anyio.create_task_group() as tg:
+
+            async def ask() -> None:
+                answer = confirm(graph)
+                if inspect.isawaitable(answer):
+                    answer = await answer
+                answered.append(bool(answer))
+                tg.cancel_scope.cancel()
+
+            async def watch() -> None:
+                # the workflow stops waiting without this answer (its deadline passed, or
+                # another driver answered): an async confirm is not waited for any more
+                while True:
+                    await anyio.sleep(self.executor.poll_s)
+                    assert self.handle is not None
+                    try:
+                        now = await self.handle.query(
+                            "waiting", rpc_timeout=timedelta(seconds=_QUERY_TIMEOUT_S)
+                        )
+                    except Exception:  # no answer now: ask again later
+                        continue
+                    if not now or now.get("kind") != "plan" or now.get("round") != n:
+                        tg.cancel_scope.cancel()
+
+            tg.start_soon(watch)
+            tg.start_soon(ask)
+        if answered:
+            assert self.handle is not None
+            with contextlib.suppress(RPCError):  # it ended meanwhile: its steps say how
+                await self.handle.signal(PLAN_ANSWER, {"round": n, "approved": answered[0]})
 
     async def _paused(self, step: dict[str, Any]) -> None:
         """Round ``step["round"]``'s run holds calls for a person's decision. If the workflow
