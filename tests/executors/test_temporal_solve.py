@@ -886,7 +886,8 @@ def test_ask_and_policy_on_a_solve_pause_it_then_approve_and_resume_go_on(
     again = cli.invoke(dagagent.cli.app, ["resume", run_id, "--store", db], env=env)
     assert again.exit_code == 7, again.output
     # the history (a pause, a signal, the run again under the same id) replays the same
-    anyio.run(replay_solve, executor(workers), summary.solve_id)
+    # and stays small: a pause adds a signal and the run's second start, a few events
+    assert anyio.run(replay_solve, executor(workers), summary.solve_id) < 60
     # --no-wait: the call is denied on the worker instead of waiting, as a local ask's
     model.plans, model.decisions = [HELD], [{"action": "finish", "answer": "no", "cites": []}]
     denied = cli.invoke(
@@ -904,10 +905,12 @@ def test_ask_and_policy_on_a_solve_pause_it_then_approve_and_resume_go_on(
     assert "approval needed for tool 'echo'" in (asked.error or "")
 
 
-async def replay_solve(ex: TemporalExecutor, solve_id: str) -> None:
+async def replay_solve(ex: TemporalExecutor, solve_id: str) -> int:
+    """Replay solve ``solve_id``'s history; its length."""
     async with ex.session():
-        _, history = await history_of(ex, solve_workflow_id(solve_id))
+        info, history = await history_of(ex, solve_workflow_id(solve_id))
         await replay(ex, history)
+    return int(info.history_length)
 
 
 def st_calls(db: str, solve_id: str) -> list[Any]:
