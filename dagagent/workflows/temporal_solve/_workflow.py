@@ -15,6 +15,12 @@ history), and the workflow's result is all of them. Plans, results and model tex
 as payloads, by reference when large (the executor's payload store), so the history holds
 a few events per round, not the conversation.
 
+**A person's word** waits in the workflow, durably, within the deadline (query
+``waiting`` says for what): with ``confirm``, each plan waits for an answer (signal
+:data:`PLAN_ANSWER`; a refusal ends the solve ``gave_up``); a round's run that paused (the
+approval rules it carries held calls) waits for the decisions (signal :data:`DECISIONS`),
+then goes on in place, on a new workflow under the same id.
+
 A lost worker under a model step: the server notices at the heartbeat timeout and gives the
 activity to another worker (a model call has no side effect); a finished step is in the
 history and never runs again.
@@ -303,8 +309,8 @@ class SolveWorkflow:
                     return self._end("gave_up", reason)
             self._step("planned", round=n, run_id=run_id, plan=plan, parent_id=parent_id)
             self.round = (n, run_id)
-            run_input = replace(
-                RunInput(**planned["run_input"]),
+            run_input = replace(  # the run keeps the deadline itself: it ends with what
+                RunInput(**planned["run_input"]),  # finished by then
                 deadline_at=self.deadline_at,
                 approval=inp.approval,
             )
