@@ -338,12 +338,18 @@ def run_interceptors(
 
 
 def rules_to_workers(
-    executor: Any, rules: ApprovalRules, interceptors: list[Interceptor], *, no_wait: bool
+    executor: Any,
+    rules: ApprovalRules,
+    interceptors: list[Interceptor],
+    *,
+    no_wait: bool,
+    what: str = "run",
 ) -> list[Interceptor]:
     """A run on Temporal (an executor that takes ``approval``): its approval rules go to the
     workers, where its calls are made, as data (:func:`dagagent.approval.run_policies`), and
     none stay in this process; a call they hold waits for a decision (``dagagent approve``,
-    then ``resume``), nobody is asked here. Any other run keeps ``interceptors``. Raises
+    then ``resume``), nobody is asked here (``what`` pauses: the run, or the solve whose
+    rounds' runs carry the rules). Any other run keeps ``interceptors``. Raises
     :class:`ConfigError` for a policy with limits (a worker sees one task's calls)."""
     if not rules or not hasattr(executor, "approval"):
         return interceptors
@@ -359,7 +365,7 @@ def rules_to_workers(
         + (
             "they hold is denied (--no-wait)"
             if no_wait
-            else "they hold waits for a decision (dagagent approvals), the run pauses"
+            else f"they hold waits for a decision (dagagent approvals), the {what} pauses"
         )
         + "; nobody is asked here",
         markup=False,

@@ -96,8 +96,10 @@ if TYPE_CHECKING:
 __all__ = [
     "AskProgress",
     "ask_cmd",
+    "attach_and_report",
     "exit_code_of",
     "report_solution",
+    "solve_executor",
     "solve_interrupted",
     "temporal_executor",
 ]
@@ -491,6 +493,17 @@ def ask_cmd(
     )
     registry, rules, llm, planner = setup.registry, setup.rules, setup.llm, setup.planner
     first, interceptors = setup.policy, setup.interceptors
+    if rules and hasattr(run_executor, "approval"):  # on Temporal: the rules go with the solve
+        from .approve import rules_to_workers
+
+        interceptors = rules_to_workers(
+            run_executor,
+            rules,
+            [*([first] if first else []), *interceptors],
+            no_wait=no_wait,
+            what="solve",
+        )
+        first = None
     budget, price_table = setup.budget, setup.prices
     path = default_store_path(store)
     spec = recorded_tools_spec(tools, mcp or ())
@@ -613,50 +626,92 @@ def attach_cmd(
 ) -> None:
     """Follow solve SOLVE on Temporal (started by 'ask --executor temporal' whose process is
     gone) to its end, and record what its record lacks: its rounds, runs, model calls and
-    answer. The answer on stdout; exit codes as for 'ask'. Stopping it (Ctrl-C) leaves the
-    solve running on the workers. No --tools: the workers run them."""
-    from ..executors.temporal import TemporalExecutor
+    answer. A plan waiting for approval (ask --approve) is shown and asked about again; a
+    paused round goes on with the decisions recorded about its calls (dagagent approve). The
+    answer on stdout; exit codes as for 'ask'. Stopping it (Ctrl-C) leaves the solve running
+    on the workers. No --tools: the workers run them. The server is the one the solve
+    recorded, or --temporal-address."""
     from ..store import RunStore, default_store_path
-    from ..text import printable
-    from ..tools._loop import run_own_loop
-    from ..workflows.temporal_solve import attach_solve
-    from .render import print_json
-    from .signals import stoppable
-    from .writing import ModelProgress
 
-    executor = temporal_executor(
-        "temporal", temporal_address, temporal_namespace, task_queue, payload_store
-    )
-    assert isinstance(executor, TemporalExecutor)
     price_table = BudgetOptions(None, None, None, None, prices).prices()
     path = default_store_path(store)
     with RunStore(path) as run_store:
         solve_id = run_store.resolve_solve(solve) or solve
-        writing = ModelProgress(err, answer_to=None, live=True)
-        progress = AskProgress(writing)
+        executor = solve_executor(
+            run_store, solve_id, temporal_address, temporal_namespace, task_queue, payload_store
+        )
+        code = attach_and_report(solve_id, executor, run_store, json_out, price_table)
+    raise typer.Exit(code)
 
-        async def main() -> Solution:
-            return await stoppable(
-                attach_solve(
-                    solve_id,
-                    executor=executor,
-                    store=run_store,
-                    listeners=[progress],
-                    prices=price_table,
-                )
+
+def solve_executor(
+    run_store: Any,
+    solve_id: str,
+    address: str | None,
+    namespace: str | None,
+    task_queue: str | None,
+    payloads: Path | None,
+) -> Any:
+    """The Temporal executor of solve ``solve_id``: on the server its record names (``ask``
+    keeps it with the solve's options), the options given winning over it."""
+    from ..errors import StoreError
+    from ..workflows.resume import resumed_executor
+
+    given = temporal_options(address, namespace, task_queue, payloads)
+    try:
+        options = run_store.get_solve(solve_id).options or {}
+    except StoreError:  # not on record here: the options say where
+        options = {}
+    recorded = options.get("temporal")
+    return resumed_executor(
+        "temporal", {"temporal": recorded} if isinstance(recorded, dict) else {}, **given
+    )
+
+
+def attach_and_report(
+    solve_id: str, executor: Any, run_store: Any, json_out: bool, prices: Any
+) -> int:
+    """Follow solve ``solve_id`` on Temporal to its end (``attach``, and ``resume`` of such a
+    solve): a plan waiting for approval is shown and asked about on a terminal, decisions
+    recorded about a paused round's calls are handed on; report as ``ask`` does; the exit
+    code."""
+    from ..text import printable
+    from ..tools._loop import run_own_loop
+    from ..workflows.temporal_solve import attach_solve
+    from .approve import confirm_plan, stdin_is_terminal
+    from .render import print_json
+    from .signals import stoppable
+    from .writing import ModelProgress
+
+    writing = ModelProgress(err, answer_to=None, live=not stdin_is_terminal())
+    progress = AskProgress(writing)
+
+    def confirm(graph: Any) -> bool:
+        return confirm_plan(graph)
+
+    async def main() -> Solution:
+        return await stoppable(
+            attach_solve(
+                solve_id,
+                executor=executor,
+                store=run_store,
+                listeners=[progress],
+                prices=prices,
+                confirm=confirm if stdin_is_terminal() else None,
             )
+        )
 
-        try:
-            with writing:
-                solution = run_own_loop(main)
-        except KeyboardInterrupt:
-            raise Interrupted(
-                f"stopped following solve {solve_id}; it goes on on the workers "
-                f"(dagagent attach {solve_id} follows it again)"
-            ) from None
-    report_solution(solution, path)
+    try:
+        with writing:
+            solution = run_own_loop(main)
+    except KeyboardInterrupt:
+        raise Interrupted(
+            f"stopped following solve {solve_id}; it goes on on the workers "
+            f"(dagagent attach {solve_id} follows it again)"
+        ) from None
+    report_solution(solution, run_store.path)
     if json_out:
         print_json(out, solution.to_json_dict())
     elif solution.ok:
         out.print(printable(solution.answer_text, lines=True), markup=False, highlight=False)
-    raise typer.Exit(exit_code_of(solution))
+    return exit_code_of(solution)

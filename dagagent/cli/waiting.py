@@ -521,6 +521,7 @@ def resume_cmd(
             code = _resume_solve(
                 st, run, tools, mcp, model, base_url, stream_timeout, executor, no_wait,
                 json_out, price_table, skills,
+                (temporal_address, temporal_namespace, task_queue, payload_store),
             )  # fmt: skip
             raise typer.Exit(code) from None
         solve = st.solve_of_run(record.run_id)
@@ -529,6 +530,7 @@ def resume_cmd(
             code = _resume_solve(
                 st, record.run_id, tools, mcp, model, base_url, stream_timeout, executor,
                 no_wait, json_out, price_table, skills,
+                (temporal_address, temporal_namespace, task_queue, payload_store),
             )  # fmt: skip
             raise typer.Exit(code)
         chosen = executor or record.executor
@@ -628,11 +630,13 @@ def _resume_solve(
     json_out: bool,
     prices: Any,
     skills: Path | None = None,
+    temporal: tuple[Any, Any, Any, Any] | None = None,
 ) -> int:
     """``resume`` of a paused solve: its round's run goes on with the tools and approval
     rules it was recorded with, then the joiner and the rounds after it; progress on stderr,
     the answer on stdout (``--json``: the solution), as ``ask`` prints them; its model calls
-    are costed at ``prices`` (``--prices``). The exit code."""
+    are costed at ``prices`` (``--prices``). A solve on Temporal goes on there, as ``attach``
+    does (``temporal``: the server options given). The exit code."""
     import asyncio
 
     from ..approval import Policy
@@ -645,6 +649,12 @@ def _resume_solve(
     from .signals import stoppable
 
     solve, last = resumable_solve(st, ref)
+    if (solve.options or {}).get("executor") == "temporal":
+        # its workflow waits on the server: the decisions on record go to it there
+        from .ask import attach_and_report, solve_executor
+
+        going_on = solve_executor(st, solve.solve_id, *(temporal or (None,) * 4))
+        return attach_and_report(solve.solve_id, going_on, st, json_out, prices)
     record = _a_run_of(st, solve)
     if record is None:
         raise ConfigError(

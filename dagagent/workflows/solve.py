@@ -1037,9 +1037,11 @@ async def solve(
             listeners=listeners,
             prices=prices,
             model_settings=model_settings,
+            confirm=confirm,
+            policy=policy,
             refused={
-                "confirm": confirm is not None,
-                "interceptors": bool(interceptors) or policy is not None,
+                "interceptors": bool(interceptors)
+                or (policy is not None and not isinstance(policy, (str, Path))),
                 # the model steps spend a budget on the workers; a round's run does not
                 "budget": budget is not None
                 and budget.limited
@@ -1100,18 +1102,26 @@ async def _solve_on_temporal(
     prices: Prices | None,
     model_settings: ModelSettings | None,
     refused: dict[str, bool],
+    confirm: Confirm | None = None,
+    policy: Policy | str | Path | None = None,
 ) -> Solution:
     """:func:`solve` on the temporal executor: its rounds on the workers, followed and
-    recorded here (:mod:`dagagent.workflows.temporal_solve`)."""
+    recorded here (:mod:`dagagent.workflows.temporal_solve`). A policy file (``policy``)
+    travels with each round's run as data, with the executor's own ``approval`` rules."""
     from ..executors import get_executor
     from ..executors.temporal import TemporalExecutor
-    from .temporal_solve import model_of, refuse_unsupported, solve_on_temporal
+    from .temporal_solve import model_of, refuse_unsupported, solve_on_temporal, with_policy_file
 
     refuse_unsupported(**refused)
     if not isinstance(options["max_rounds"], int) or options["max_rounds"] < 1:
         raise ConfigError(f"max_rounds must be at least 1, not {options['max_rounds']}")
     executor = get_executor(settings.executor)
     assert isinstance(executor, TemporalExecutor)
+    approval = executor.approval  # the rules each round's run carries to the workers
+    if isinstance(policy, (str, Path)):  # a policy file's too
+        approval = with_policy_file(approval, Path(policy))
+    # where the workflow runs: 'dagagent resume' and 'attach' of the solve find it there
+    options = {**options, "executor": "temporal", "temporal": executor.reach()}
     model = model_of(llm, model_settings)
     budget = options.get("budget")
     name = str(getattr(llm, "model", "") or "")
@@ -1140,6 +1150,9 @@ async def _solve_on_temporal(
             deadline_s=options.get("deadline_s"),
             budget=options.get("budget"),
             price=price.model_dump() if price is not None else None,
+            confirm=confirm,
+            registry=registry,
+            approval=approval,
         )
     finally:
         if opened is not None and opened is not store:

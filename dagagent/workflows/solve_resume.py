@@ -190,6 +190,13 @@ async def resume_solve(
     opened = store if isinstance(store, RunStore) else RunStore(store)
     try:
         record, last = resumable_solve(opened, ref)
+        if (record.options or {}).get("executor") == "temporal":
+            raise DecisionError(
+                f"solve {record.solve_id} runs on Temporal: its workflow goes on (or waits for "
+                "decisions) on the server, not in this process; follow it there with "
+                "dagagent.workflows.temporal_solve.attach_solve (dagagent attach "
+                f"{record.solve_id}), which hands it the decisions on record"
+            )
         turn = opened.session_of_solve(record.solve_id)
         if turn is not None and conversation is None:
             raise DecisionError(

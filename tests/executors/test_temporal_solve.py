@@ -421,6 +421,29 @@ async def test_what_a_solve_on_temporal_cannot_take_is_refused_before_anything_r
                 settings=on_temporal,
                 discovery=ToolDiscovery(embed=lambda texts: [[1.0] for _ in texts]),
             )
+        # approval rules travel as data; an object of this process cannot
+        with pytest.raises(ConfigError, match=r"interceptors of this process .*policy=PATH"):
+            await dagagent.solve(
+                "g",
+                temporal_tools.registry,
+                llm,
+                settings=on_temporal,
+                policy=dagagent.Policy([dagagent.Rule(tool="echo", action="ask")]),
+            )
+        with pytest.raises(ConfigError, match="dagagent worker --interceptors"):
+            await dagagent.solve(
+                "g",
+                temporal_tools.registry,
+                llm,
+                settings=on_temporal,
+                interceptors=[dagagent.Policy([])],
+            )
+        limited = tmp_path / "limits.json"
+        limited.write_text(json.dumps({"rules": [], "limits": [{"tool": "add", "max_calls": 1}]}))
+        with pytest.raises(ConfigError, match="its limits count a run's calls together"):
+            await dagagent.solve(
+                "g", temporal_tools.registry, llm, settings=on_temporal, policy=limited
+            )
         async with dagagent.Session(
             "talk", temporal_tools.registry, llm, store=tmp_path / "runs.db", settings=on_temporal
         ) as session:
@@ -756,3 +779,283 @@ async def test_a_cost_budget_on_temporal_leaves_the_joiner_its_reserve(
     assert solution.calls[0].cost_usd == pytest.approx(0.014021)
     _, history = await history_of(ex, solve_workflow_id(solution.solve_id))
     await replay(ex, history)
+
+
+HELD = {
+    "goal": "g",
+    "tasks": [
+        {"id": "a", "tool": "add", "args": {"a": 1, "b": 2}},
+        {"id": "asked", "tool": "echo", "args": {"value": "hi"}},
+        {"id": "then", "tool": "add", "args": {"a": "${a}", "b": 1}, "depends_on": ["asked"]},
+        {"id": "no", "tool": "big", "args": {"i": "${then}", "n": 2}},
+    ],
+}
+
+
+def _where(workers: Workers) -> list[str]:
+    return [
+        "--executor", "temporal", "--temporal-address", workers.address,
+        "--task-queue", workers.queue, "--payload-store", str(workers.payloads),
+    ]  # fmt: skip
+
+
+def test_ask_and_policy_on_a_solve_pause_it_then_approve_and_resume_go_on(
+    workers: Workers, model_server: LLMTestServer, tmp_path: Path
+) -> None:
+    """``ask --executor temporal --ask echo --policy FILE``: the rules travel with the
+    round's run to the workers; the call ``--ask`` holds pauses the solve (exit 6, the joiner
+    not asked). ``approve`` records the decision; ``resume`` hands it to the waiting
+    workflow, the run goes on in place (what succeeded stands, the rules still apply: the
+    file denies a call), and the joiner answers, seeing the denial as a local solve's joiner
+    does."""
+    from dagagent.store import RunStore
+
+    model = Model([HELD], [{"action": "finish", "answer": "hi, 4", "cites": ["asked", "then"]}])
+    model_server.responder = model
+    rules = tmp_path / "rules.json"
+    rules.write_text(
+        json.dumps(
+            {"default": "allow", "rules": [{"tool": "big", "action": "deny", "reason": "no"}]}
+        )
+    )
+    db = str(tmp_path / "runs.db")
+    cli = CliRunner()
+    env = {"OPENAI_API_KEY": DRIVER_KEY}
+    paused = cli.invoke(
+        dagagent.cli.app,
+        ["ask", "echo hi", "--tools", TOOLS, "--model", "openai:gpt-test",
+         "--base-url", f"{model_server.url}/v1", "--store", db, "--ask", "echo",
+         "--policy", str(rules), *_where(workers)],
+        env=env,
+    )  # fmt: skip
+    assert paused.exit_code == 6, paused.output
+    assert "Traceback" not in paused.output
+    assert "paused: 1 task waits for a person's decision (asked)" in paused.output
+    assert model.count == 1  # planned; the joiner is not asked about a paused round
+    with RunStore(db, create=False) as st:
+        [summary] = st.list_solves()
+        solve = st.get_solve(summary.solve_id)
+        assert solve.status == "paused"
+        [rnd] = solve.rounds
+        assert rnd.outcome == "paused" and rnd.run_id is not None
+        run_id = rnd.run_id
+        [waiting] = st.approvals(run_id, states=("waiting",))
+        before = st.get_run(run_id)
+    assert (waiting.task_id, waiting.tool, waiting.rule) == ("asked", "echo", "rule '--ask echo'")
+    assert before.status.value == "paused"
+    assert before.tasks["no"].status is dagagent.TaskStatus.SKIPPED
+    assert before.tasks["a"].output == 3
+    # nothing decided yet: attach (on the server the solve recorded) finds it paused still
+    still = cli.invoke(dagagent.cli.app, ["attach", summary.solve_id, "--store", db], env=env)
+    assert still.exit_code == 6, still.output
+    assert f"solve {summary.solve_id} is paused in round 1" in still.output
+
+    async def resume_here() -> None:  # the workflow waits on the server: not resumed here
+        await dagagent.resume_solve(
+            run_id, temporal_tools.registry, dagagent.llm.ScriptedLLM([]), store=db
+        )
+
+    with pytest.raises(dagagent.errors.DecisionError, match="runs on Temporal"):
+        anyio.run(resume_here)
+    decided = cli.invoke(
+        dagagent.cli.app, ["approve", run_id, "asked", "--allow", "--by", "ann", "--store", db]
+    )
+    assert decided.exit_code == 0, decided.output
+    resumed = cli.invoke(dagagent.cli.app, ["resume", run_id, "--store", db, "--json"], env=env)
+    assert resumed.exit_code == 0, resumed.output
+    assert json.loads(resumed.stdout)["answer"] == "hi, 4"
+    assert model.count == 2  # the joiner, once; the plan was not asked for again
+    joined = json.dumps(model_server.requests[-1].json)
+    assert "denied by rule #1 (deny tool big)" in joined  # the joiner saw the denial
+    with RunStore(db, create=False) as st:
+        solve = st.get_solve(summary.solve_id)
+        run = st.get_run(run_id)
+        assert st.approvals(run_id) == []  # the decision was used
+    assert solve.status == "answered"
+    assert [r.outcome for r in solve.rounds] == ["answered"]
+    assert {t: (r.status.value, r.output) for t, r in run.tasks.items()} == {
+        "a": ("succeeded", 3),
+        "asked": ("succeeded", "hi"),
+        "no": ("denied", None),
+        "then": ("succeeded", 4),
+    }
+    assert run.tasks["a"].finished_at == before.tasks["a"].finished_at  # kept, not run again
+    assert "ann" in [d.decided_by for d in run.tasks["asked"].decisions or ()]
+    assert [c.role for c in st_calls(db, summary.solve_id)] == ["planner", "joiner"]
+    # a second resume finds nothing to do
+    again = cli.invoke(dagagent.cli.app, ["resume", run_id, "--store", db], env=env)
+    assert again.exit_code == 7, again.output
+    # the history (a pause, a signal, the run again under the same id) replays the same
+    # and stays small: a pause adds a signal and the run's second start, a few events
+    assert anyio.run(replay_solve, executor(workers), summary.solve_id) < 60
+    # --no-wait: the call is denied on the worker instead of waiting, as a local ask's
+    model.plans, model.decisions = [HELD], [{"action": "finish", "answer": "no", "cites": []}]
+    denied = cli.invoke(
+        dagagent.cli.app,
+        ["ask", "echo hi", "--tools", TOOLS, "--model", "openai:gpt-test",
+         "--base-url", f"{model_server.url}/v1", "--store", db, "--ask", "echo",
+         "--no-wait", "--json", *_where(workers)],
+        env=env,
+    )  # fmt: skip
+    assert denied.exit_code == 0, denied.output
+    [rnd] = json.loads(denied.stdout)["rounds"]
+    with RunStore(db, create=False) as st:
+        asked = st.get_run(rnd["run_id"]).tasks["asked"]
+    assert asked.status is dagagent.TaskStatus.DENIED
+    assert "approval needed for tool 'echo'" in (asked.error or "")
+
+
+async def replay_solve(ex: TemporalExecutor, solve_id: str) -> int:
+    """Replay solve ``solve_id``'s history; its length."""
+    async with ex.session():
+        info, history = await history_of(ex, solve_workflow_id(solve_id))
+        await replay(ex, history)
+    return int(info.history_length)
+
+
+def st_calls(db: str, solve_id: str) -> list[Any]:
+    with dagagent.RunStore(db, create=False) as st:
+        return st.model_calls(solve_id=solve_id)
+
+
+def test_approve_on_temporal_the_solve_waits_for_each_plan_and_attach_asks_again(
+    workers: Workers, model_server: LLMTestServer, tmp_path: Path
+) -> None:
+    """``ask --approve --executor temporal`` on a terminal: the solve's workflow waits after
+    the plan for the person's answer. The driver killed while it asks, the solve waits on
+    the server, nothing of the plan run; ``attach`` without a terminal does not answer for
+    the person (exit 7, saying what waits); ``attach_solve(confirm=...)`` shows the plan
+    again and, approved, the solve goes on to its answer. A refusal ends a solve
+    ``gave_up`` with nothing of its plan run, as locally; both histories replay."""
+    model = Model([ROUND2, ROUND2], [FINISH])
+    model_server.responder = model
+    db = tmp_path / "runs.db"
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("DAGAGENT_", "OPENAI_"))},
+        "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")]),
+        "OPENAI_API_KEY": DRIVER_KEY,
+    }
+    terminal, its_end = os.openpty()  # the driver asks on a terminal
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "dagagent", "ask", "double 1 + 2", "--tools", TOOLS,
+         "--model", "openai:gpt-test", "--base-url", f"{model_server.url}/v1",
+         "--store", str(db), "--approve", *_where(workers)],
+        stdin=its_end, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+        cwd=tmp_path,
+    )  # fmt: skip
+    os.close(its_end)
+    ex = executor(workers)
+    try:
+        solve_id = anyio.run(_asked_about_a_plan, ex, db, driver)
+    finally:
+        driver.kill()
+        driver.wait()
+        os.close(terminal)
+    assert model.count == 1  # planned; the run waits for the answer
+    refused = CliRunner().invoke(
+        dagagent.cli.app, ["attach", solve_id, "--store", str(db), *_where(workers)[2:]]
+    )
+    assert refused.exit_code == 7, refused.output
+    assert f"solve {solve_id} waits for a person to approve round 1's plan" in refused.output
+    shown: list[Any] = []
+
+    def confirm(graph: Any) -> bool:
+        shown.append([t.id for t in graph.plan.tasks])
+        return True
+
+    solution = anyio.run(_attach, ex, solve_id, db, confirm)
+    assert shown == [["a", "d"]]
+    assert solution.status.value == "answered", solution.reason
+    assert solution.answer == FINISH["answer"]
+    assert [c.role for c in solution.calls] == ["planner", "joiner"]  # not planned again
+    with dagagent.RunStore(db) as runs:
+        record = runs.get_solve(solve_id)
+        assert record.status == "answered"
+        assert runs.get_run(record.run_id or "").tasks["d"].output == 6
+
+    async def refuse() -> tuple[dagagent.Solution, Any, Any]:
+        async with client_of(model_server) as llm:
+            no = await dagagent.solve(
+                "double 1 + 2",
+                temporal_tools.registry,
+                llm,
+                settings=RunSettings(executor=ex, retry=FAST_RETRY),
+                confirm=lambda _graph: False,
+                store=db,
+            )
+        async with ex.session():
+            _, answered = await history_of(ex, solve_workflow_id(solve_id))
+            info, history = await history_of(ex, solve_workflow_id(no.solve_id))
+            await replay(ex, answered)
+            await replay(ex, history)
+        return no, info, history
+
+    no, info, _ = anyio.run(refuse)
+    assert no.status.value == "gave_up"
+    assert no.reason == "round 1: the plan was not approved; nothing of it ran"
+    [rnd] = no.rounds
+    assert rnd.result is None and rnd.plan is not None
+    assert model.count == 3  # its planner only
+    assert info.history_length < 30
+
+
+async def _asked_about_a_plan(
+    ex: TemporalExecutor, db: Path, driver: subprocess.Popen[bytes]
+) -> str:
+    """The solve the driver started, once its workflow waits for the answer about round 1's
+    plan (the driver asks it on its terminal)."""
+    solve_id = None
+    async with ex.session():
+        assert ex.client is not None
+        while True:
+            assert driver.poll() is None, "the driver ended before it asked"
+            if solve_id is None and await anyio.Path(db).exists():
+                with dagagent.RunStore(db) as runs:
+                    solves = runs.list_solves()
+                solve_id = solves[0].solve_id if solves else None
+            if solve_id is not None:
+                handle = ex.client.get_workflow_handle(solve_workflow_id(solve_id))
+                try:
+                    waiting = await handle.query("waiting")
+                except Exception:  # not started yet
+                    waiting = None
+                if waiting is not None and waiting["kind"] == "plan":
+                    return solve_id
+            await anyio.sleep(0.05)
+
+
+async def _attach(ex: TemporalExecutor, solve_id: str, db: Path, confirm: Any) -> Any:
+    with dagagent.RunStore(db) as runs:
+        return await attach_solve(solve_id, executor=ex, store=runs, confirm=confirm)
+
+
+@pytest.mark.anyio
+async def test_a_deadline_passes_while_a_plan_waits_for_its_answer(
+    workers: Workers, model_server: LLMTestServer, tmp_path: Path
+) -> None:
+    """The solve's workflow waits for the answer about its plan within the deadline: when it
+    passes, the solve ends ``timed_out`` saying what it waited for, nothing of the plan run,
+    and the driver stops asking (an async ``confirm`` is cancelled, not waited for)."""
+    model_server.responder = Model([ROUND2], [FINISH])
+    asked = anyio.Event()
+
+    async def never(_graph: Any) -> bool:
+        asked.set()
+        await anyio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    async with client_of(model_server) as llm:
+        solution = await dagagent.solve(
+            "double 1 + 2",
+            temporal_tools.registry,
+            llm,
+            settings=RunSettings(executor=executor(workers), retry=FAST_RETRY),
+            confirm=never,
+            deadline_s=1.5,
+            store=tmp_path / "runs.db",
+        )
+    assert asked.is_set()
+    assert solution.status.value == "timed_out", solution.reason
+    assert "cancelled: the wait for a person's answer about round 1's plan" in solution.reason
+    [rnd] = solution.rounds
+    assert rnd.result is None and rnd.outcome == "timed_out" and rnd.plan is not None

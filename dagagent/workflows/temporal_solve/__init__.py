@@ -20,7 +20,13 @@ from typing import TYPE_CHECKING, Any
 from ...executors.temporal import INSTALL_HINT
 from ._activities import SolveActivities
 from ._agents import agent_models
-from ._driver import attach_solve, refuse_unsupported, solve_on_temporal, solve_workflow_id
+from ._driver import (
+    attach_solve,
+    refuse_unsupported,
+    solve_on_temporal,
+    solve_workflow_id,
+    with_policy_file,
+)
 from ._model import model_of
 from ._workflow import SolveWorkflow
 
@@ -37,6 +43,7 @@ __all__ = [
     "refuse_unsupported",
     "solve_on_temporal",
     "solve_workflow_id",
+    "with_policy_file",
     "worker_parts",
 ]
 

@@ -16,16 +16,28 @@ solve on Temporal as a local one; the listeners hear the same events.
 The workflow does not need the driver: kill it, and the solve goes on on the workers;
 :func:`attach_solve` (``dagagent attach SOLVE``) picks it up. Interrupting the driver on
 purpose (Ctrl-C, cancelling the call) cancels the workflow, as for a plan run.
+
+**A person's word.** With ``confirm``, the workflow waits after each plan for a person's
+answer: the driver shows the plan (``confirm(graph)``) and signals the answer; a driver that
+died while it waited leaves the workflow waiting, and the next :func:`attach_solve` asks
+again. A round's run whose calls the approval rules held (they travel with the solve, see
+:class:`~dagagent.executors.temporal.TemporalExecutor`'s ``approval``) pauses the solve: the
+driver records it ``paused`` and returns, the workflow waits; once decisions are recorded
+(``dagagent approve``), :func:`attach_solve` claims them (as ``dagagent resume`` claims a
+run's: each is used once), hands them to the workflow by a signal, and follows the run as it
+goes on in place.
 """
 
 from __future__ import annotations
 
 import contextlib
+import inspect
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from datetime import timedelta
 from functools import partial
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -35,7 +47,15 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from ...budget import Prices
-from ...errors import ClusterError, ConfigError, JoinerError, LLMError, PlanningError, StoreError
+from ...errors import (
+    ClusterError,
+    ConfigError,
+    DecisionError,
+    JoinerError,
+    LLMError,
+    PlanningError,
+    StoreError,
+)
 from ...events import (
     JoinerDecided,
     Listener,
@@ -47,22 +67,30 @@ from ...events import (
 )
 from ...executors.temporal import TemporalExecutor, workflow_id
 from ...executors.temporal._connect import has_workers, worker_hint
+from ...executors.temporal._executor import _settle_here
+from ...graph import validate
 from ...llm import Usage
 from ...plan import Plan
 from ...planners import JoinDecision
 from ...results import ModelCall, RunResult, SolveStatus
-from ...run import execute
+from ...run import Resuming, execute
 from ...settings import RunSettings
 from ..solution import Round, Solution, SolveUsage
 from ._activities import _run_result
-from ._workflow import SOLVE_WORKFLOW, SolveInput
+from ._workflow import DECISIONS, PLAN_ANSWER, SOLVE_WORKFLOW, SolveInput
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable, Mapping
+
+    from ...approval import Approval
     from ...graph import PlanGraph
     from ...runner import TaskRunner
     from ...store import RunStore
+    from ...tools import Registry
 
-__all__ = ["attach_solve", "solve_on_temporal", "solve_workflow_id"]
+    Confirm = Callable[[PlanGraph], bool | Awaitable[bool]]
+
+__all__ = ["attach_solve", "solve_on_temporal", "solve_workflow_id", "with_policy_file"]
 
 _QUERY_TIMEOUT_S = 5.0
 
@@ -90,12 +118,20 @@ async def solve_on_temporal(
     deadline_s: float | None = None,
     budget: dict[str, Any] | None = None,
     price: dict[str, float] | None = None,
+    confirm: Confirm | None = None,
+    registry: Registry | None = None,
+    approval: Mapping[str, Any] | None = None,
 ) -> Solution:
-    """Start solve ``solve_id`` as a workflow and follow it to its end (see the module
-    docstring). ``model``: the spec the workers build the model from; ``deadline_s``: the
-    whole solve's time, kept by the workflow (workflow time, from its start); ``budget``: what
-    it may spend (``Budget`` JSON), its model's calls priced at ``price``."""
-    follower = _Follower(solve_id, executor, settings, store, listeners, prices)
+    """Start solve ``solve_id`` as a workflow and follow it to its end, or until it waits
+    for a person's decisions (see the module docstring). ``model``: the spec the workers
+    build the model from; ``deadline_s``: the whole solve's time, kept by the workflow
+    (workflow time, from its start); ``budget``: what it may spend (``Budget`` JSON), its
+    model's calls priced at ``price``; ``confirm``: asked about each plan before it runs
+    (``registry``: the tools it is shown with); ``approval``: the rules every round's run
+    carries to the workers (default: the executor's)."""
+    follower = _Follower(
+        solve_id, executor, settings, store, listeners, prices, confirm=confirm, registry=registry
+    )
     async with executor.session():
         await executor._wait_for_workers()
         client = executor._client()
@@ -127,6 +163,8 @@ async def solve_on_temporal(
             budget=budget,
             price=price,
             history_events=executor.history_events,
+            approval=dict(approval) if approval is not None else executor.approval,
+            confirm=confirm is not None,
         )
         await follower.write("start_solve", goal=goal, options=options)
         wid = solve_workflow_id(solve_id)
@@ -151,12 +189,35 @@ async def attach_solve(
     listeners: Sequence[Listener] = (),
     prices: Prices | None = None,
     settings: RunSettings | None = None,
+    confirm: Confirm | None = None,
+    registry: Registry | None = None,
+    decisions: Mapping[str, Approval] | None = None,
+    decided_by: str | None = None,
 ) -> Solution:
     """Follow solve ``solve_id`` on Temporal (under way, or finished) to its end, recording
-    what its record lacks; its :class:`Solution`. No tools are needed: the workers run them.
-    Stopping this call leaves the solve running. Raises
-    :class:`~dagagent.errors.ClusterError` when the server has no such solve."""
-    follower = _Follower(solve_id, executor, settings or RunSettings(), store, listeners, prices)
+    what its record lacks; its :class:`Solution`. No tools are needed: the workers run them
+    (``registry``, if given, only shows a plan with its tools).
+
+    A solve that waits for a person goes on with their word: for a plan to be approved,
+    ``confirm`` is asked (without it, :class:`~dagagent.errors.DecisionError`); for decisions
+    about the calls its paused round's run holds, those recorded in ``store`` (``dagagent
+    approve``; ``decisions``, ``{task id: Approval}``, are recorded first, as by ``decided_by``
+    when the approval does not say) are claimed and handed to it, and the run goes on; with
+    none recorded, the solution is ``paused`` again. Stopping this call leaves the solve
+    running. Raises :class:`~dagagent.errors.ClusterError` when the server has no such
+    solve."""
+    follower = _Follower(
+        solve_id,
+        executor,
+        settings or RunSettings(),
+        store,
+        listeners,
+        prices,
+        confirm=confirm,
+        registry=registry,
+        decisions=decisions,
+        decided_by=decided_by,
+    )
     async with executor.session():
         client = executor._client()
         wid = solve_workflow_id(solve_id)
@@ -191,7 +252,11 @@ class _RunFollower(TemporalExecutor):
             workflow_id(runner.run_id), result_type=list
         )
         await _started(handle, self.worker_timeout_s + 60.0)
-        await self._follow(handle, runner, 0)
+        seen = 0
+        if runner.prior is not None:  # a paused run going on: what succeeded stands
+            # (the workflow starts with the same results: they are recorded once)
+            seen = len(await _settle_here(graph, runner))
+        await self._follow(handle, runner, seen)
 
 
 async def _started(handle: WorkflowHandle[Any, Any], within_s: float) -> None:
@@ -220,8 +285,20 @@ class _Follower:
         store: RunStore | None,
         listeners: Sequence[Listener],
         prices: Prices | None,
+        *,
+        confirm: Confirm | None = None,
+        registry: Registry | None = None,
+        decisions: Mapping[str, Approval] | None = None,
+        decided_by: str | None = None,
     ) -> None:
         self.solve_id = solve_id
+        self.confirm = confirm
+        self.registry = registry
+        self.decisions = dict(decisions or {})
+        self.decided_by = decided_by
+        self.handle: WorkflowHandle[Any, list[dict[str, Any]]] | None = None
+        #: Runs whose decisions this driver claimed and handed on: how each goes on.
+        self.resuming: dict[str, Resuming] = {}
         self.executor = executor
         self.settings = settings
         self.store = store
@@ -260,6 +337,7 @@ class _Follower:
         self, handle: WorkflowHandle[Any, list[dict[str, Any]]], *, cancel_on_stop: bool
     ) -> Solution:
         seen = 0
+        self.handle = handle
         try:
             while self.solution is None:
                 steps = await self._steps(handle, seen)
@@ -370,6 +448,14 @@ class _Follower:
             rnd.plan = Plan.model_validate(step["plan"])
             if step["run_id"] is not None:
                 rnd.result = await self._run(rnd.plan, step["run_id"], step.get("parent_id"))
+        elif kind == "confirm":
+            await self._confirm(step)
+        elif kind == "paused":
+            await self._paused(step)
+        elif kind == "resumed":
+            rnd = self._round(step["round"])
+            assert rnd.plan is not None
+            rnd.result = await self._resumed(rnd.plan, step["run_id"])
         elif kind == "joined":
             rnd = self._round(step["round"])
             decision = rnd.decision = JoinDecision.model_validate(step["decision"])
@@ -401,6 +487,158 @@ class _Follower:
             )
         elif kind == "end":
             await self._end(step)
+
+    async def _waiting(self) -> dict[str, Any] | None:
+        """What the workflow waits for from a person now (``None``: nothing, or it ended)."""
+        assert self.handle is not None
+        try:
+            found: dict[str, Any] | None = await self.handle.query(
+                "waiting", rpc_timeout=timedelta(seconds=_QUERY_TIMEOUT_S)
+            )
+        except Exception:  # ended (or no worker answers): the steps say what follows
+            return None
+        return found
+
+    async def _confirm(self, step: dict[str, Any]) -> None:
+        """Round ``step["round"]``'s plan waits for a person's answer (unless one came
+        already): ask ``confirm`` and hand the answer to the workflow."""
+        n = step["round"]
+        self._round(n).plan = Plan.model_validate(step["plan"])  # the round has it, run or not
+        waiting = await self._waiting()
+        if waiting is None or waiting.get("kind") != "plan" or waiting.get("round") != n:
+            return  # answered already: the steps after this one say how
+        if self.confirm is None:
+            raise DecisionError(
+                f"solve {self.solve_id} waits for a person to approve round {n}'s plan before "
+                f"it runs: attach on a terminal to be asked (dagagent attach {self.solve_id}), "
+                "or from Python attach_solve(..., confirm=...)"
+            )
+        graph = validate(step["plan"], self.registry)
+        confirm, answered = self.confirm, []
+        async with anyio.create_task_group() as tg:
+
+            async def ask() -> None:
+                answer = confirm(graph)
+                if inspect.isawaitable(answer):
+                    answer = await answer
+                answered.append(bool(answer))
+                tg.cancel_scope.cancel()
+
+            async def watch() -> None:
+                # the workflow stops waiting without this answer (its deadline passed, or
+                # another driver answered): an async confirm is not waited for any more
+                while True:
+                    await anyio.sleep(self.executor.poll_s)
+                    assert self.handle is not None
+                    try:
+                        now = await self.handle.query(
+                            "waiting", rpc_timeout=timedelta(seconds=_QUERY_TIMEOUT_S)
+                        )
+                    except Exception:  # no answer now: ask again later
+                        continue
+                    if not now or now.get("kind") != "plan" or now.get("round") != n:
+                        tg.cancel_scope.cancel()
+
+            tg.start_soon(watch)
+            tg.start_soon(ask)
+        if answered:
+            assert self.handle is not None
+            with contextlib.suppress(RPCError):  # it ended meanwhile: its steps say how
+                await self.handle.signal(PLAN_ANSWER, {"round": n, "approved": answered[0]})
+
+    async def _paused(self, step: dict[str, Any]) -> None:
+        """Round ``step["round"]``'s run holds calls for a person's decision. If the workflow
+        still waits for them: hand it the decisions on record, claimed (the round goes on);
+        with none, the solve is ``paused`` (recorded so) and this driver is done."""
+        n, run_id = step["round"], step["run_id"]
+        waiting = await self._waiting()
+        if waiting is None or waiting.get("kind") != "decisions" or waiting.get("run_id") != run_id:
+            return  # the decisions came already: the steps after this one say how
+        rnd = self._round(n)
+        store = self.store
+        if store is not None:
+            answers = await anyio.to_thread.run_sync(self._claim, store, run_id)
+            if answers is not None:
+                assert self.handle is not None
+                try:
+                    await self.handle.signal(DECISIONS, {"run_id": run_id, "answers": answers})
+                except BaseException:
+                    with anyio.CancelScope(shield=True):
+                        await anyio.to_thread.run_sync(store.release_resume, run_id)
+                        await anyio.to_thread.run_sync(store.release_solve, self.solve_id)
+                    raise
+                await self.write(
+                    "record_round", round=n, run_id=run_id, outcome="running", feedback=rnd.feedback
+                )
+                return
+        rnd.outcome, rnd.reason = "paused", step["reason"]
+        await self.write(
+            "record_round",
+            round=n,
+            run_id=run_id,
+            outcome="paused",
+            reason=rnd.reason,
+            feedback=rnd.feedback,
+        )
+        self.emit(RoundFinished(self.solve_id, n, run_id, "paused", rnd.reason))
+        await self._end({"status": "paused", "reason": rnd.reason})
+
+    def _claim(self, store: RunStore, run_id: str) -> dict[str, list[dict[str, Any]]] | None:
+        """The decisions recorded about run ``run_id``'s held calls (``decisions`` given to
+        this driver recorded first), claimed: the solve and the run go from ``paused`` to
+        ``running`` and the decisions are used, in this process. ``None`` when none are
+        recorded (nothing is claimed)."""
+        from ..resume import record_decision
+
+        for task_id, approval in self.decisions.items():
+            record_decision(store, run_id, task_id, approval, by=self.decided_by)
+        self.decisions = {}
+        if not store.approvals(run_id, states=("decided",)):
+            return None
+        with contextlib.suppress(DecisionError):  # not paused on record (its driver died)
+            store.claim_solve(self.solve_id)
+        try:
+            run, answers = store.claim_resume(run_id)
+        except BaseException:  # another process holds the run: the solve stays as it was
+            store.release_solve(self.solve_id)
+            raise
+        record = store.get_run(run)
+        prior = {
+            t: r for t, r in record.tasks.items() if r.status.ok or r.status.value == "waiting"
+        }
+        self.resuming[run] = Resuming(prior, answers, store.effects(run))
+        return {t: [a.model_dump(mode="json") for a in given] for t, given in answers.items()}
+
+    async def _resumed(self, plan: Plan, run_id: str) -> RunResult:
+        """Round's run ``run_id`` goes on in place with the decisions handed to it: followed
+        and recorded as ``dagagent resume`` records a run it continues (what succeeded
+        stands), by the driver that claimed them; another driver takes it as it ends."""
+        resuming = self.resuming.pop(run_id, None)
+        store = self.store
+        if resuming is None:
+            if store is not None and await anyio.to_thread.run_sync(store.exists, run_id):
+                return await self._catch_up_run(plan, run_id, going_on=True)
+            return await self._run(plan, run_id, None)
+        assert store is not None
+        record = await anyio.to_thread.run_sync(store.get_run, run_id)
+        settings = RunSettings(
+            executor=_RunFollower(self.executor),
+            on_failure=self.settings.on_failure,
+            max_elements=self.settings.max_elements,
+            retry=self.settings.retry,
+        )
+        # Stopped before it ends, the run stays claimed by this process: once it is gone,
+        # the record says interrupted, and the next driver takes the run as it ended.
+        return await execute(
+            validate(record.plan),
+            None,
+            settings=settings,
+            run_id=run_id,
+            parent_id=record.parent_id,
+            store=store,
+            listeners=self.listeners,
+            resuming=resuming,
+        )
 
     def _round(self, n: int) -> Round:
         return next(r for r in self.rounds if r.number == n)
@@ -446,13 +684,16 @@ class _Follower:
             listeners=self.listeners,
         )
 
-    async def _catch_up_run(self, plan: Plan, run_id: str) -> RunResult:
+    async def _catch_up_run(self, plan: Plan, run_id: str, *, going_on: bool = False) -> RunResult:
+        """Run ``run_id`` as its workflow ended, recorded (unless its record has its end
+        already; ``going_on``: a paused record is not its end, the run went on since)."""
         from ...store import RunRecorder
 
         store = self.store
         assert store is not None
         record = await anyio.to_thread.run_sync(store.get_run, run_id)
-        if record.status.value not in ("running", "interrupted"):
+        pending = ("running", "interrupted", "paused") if going_on else ("running", "interrupted")
+        if record.status.value not in pending:
             return record.as_result()  # recorded whole by the driver before
         handle: WorkflowHandle[Any, list[dict[str, Any]]] = (
             self.executor._client().get_workflow_handle(workflow_id(run_id), result_type=list)
@@ -535,12 +776,38 @@ def _usage(calls: Sequence[ModelCall], *roles: str) -> Usage:
     return sum((c.usage for c in calls if c.role in roles), Usage())
 
 
+def with_policy_file(approval: Mapping[str, Any] | None, path: Path) -> dict[str, Any]:
+    """``approval`` (a run's rules as data, see :func:`dagagent.approval.run_policies`) with
+    the rules of the policy file ``path``, read now, as the workers will apply them. Raises
+    :class:`ConfigError` for a file that cannot be used (its mistakes, limits, which the
+    workers cannot keep) or when ``approval`` has a policy's rules already."""
+    from ...approval import Policy, read_policy_file
+
+    given = dict(approval or {})
+    if given.get("rules") is not None:
+        raise ConfigError(
+            f"the solve has two policies: the executor's approval rules hold one already, and "
+            f"policy file {path} is another; give one (merge their rules)"
+        )
+    document, origin = read_policy_file(path)
+    if Policy.from_dict(document, origin=origin).limits:
+        raise ConfigError(
+            f"policy file {path}: its limits count a run's calls together, which the workers "
+            "of a solve on Temporal (each seeing one task's calls) cannot do: run without "
+            "limits, or on another executor"
+        )
+    return {**given, "policy": str(path.resolve()), "rules": document}
+
+
 def refuse_unsupported(**given: Any) -> None:
     """A :class:`ConfigError` naming the first option a solve on Temporal cannot honour."""
     reasons = {
-        "confirm": "confirming each plan (--approve): the workers run the rounds unattended",
-        "interceptors": "interceptors and approval rules (--ask, --policy, --approve): the "
-        "tool calls run on the workers, which this process's interceptors cannot reach",
+        "interceptors": "interceptors of this process (a Policy object, redaction, tracing): "
+        "the tool calls run on the workers, which they cannot reach. Give approval rules as "
+        "data, which travel with each round's run (a policy file: policy=PATH, --policy; "
+        "TemporalExecutor(approval={'rules': ..., 'ask': [...]}); --ask), or give the "
+        "interceptors to the workers (dagagent worker --interceptors MODULE:ATTR, "
+        "serve(..., interceptors=...))",
         "budget": "a budget of tool calls (--max-tool-calls), nor a budget with agent tasks "
         "(--agent-tasks): a round's run on the workers does not spend it yet",
         "planner": "a planner of your own (--planner-prompt, --examples): the workers plan with "
@@ -554,6 +821,9 @@ def refuse_unsupported(**given: Any) -> None:
     for name, why in reasons.items():
         if given.get(name):
             raise ConfigError(
-                f"a solve on the temporal executor cannot take {why}; run without it, or "
+                f"a solve on the temporal executor cannot take {why}; or run without them, "
+                "or choose another executor"
+                if name == "interceptors"
+                else f"a solve on the temporal executor cannot take {why}; run without it, or "
                 "choose another executor"
             )

@@ -24,6 +24,11 @@ reference, in the payload store, when large). Steps keep their numbers across ru
 driver reading them by query from the workflow id (never a run id) goes on where it was;
 the last run's result is every step of the solve. A round's run (a child workflow) is
 never under way when the workflow continues as new.
+**A person's word** waits in the workflow, durably, within the deadline (query
+``waiting`` says for what): with ``confirm``, each plan waits for an answer (signal
+:data:`PLAN_ANSWER`; a refusal ends the solve ``gave_up``); a round's run that paused (the
+approval rules it carries held calls) waits for the decisions (signal :data:`DECISIONS`),
+then goes on in place, on a new workflow under the same id.
 
 A lost worker under a model step: the server notices at the heartbeat timeout and gives the
 activity to another worker (a model call has no side effect); a finished step is in the
@@ -46,16 +51,34 @@ from temporalio.workflow import ParentClosePolicy
 from ...executors.temporal import workflow_id
 from ...executors.temporal._workflow import WORKFLOW as RUN_WORKFLOW, RunInput
 
-__all__ = ["JOIN", "PLAN", "REPLAN", "SOLVE_WORKFLOW", "STEPS_BATCH", "SolveInput", "SolveWorkflow"]
+__all__ = [
+    "DECISIONS",
+    "JOIN",
+    "PLAN",
+    "PLAN_ANSWER",
+    "REPLAN",
+    "SOLVE_WORKFLOW",
+    "STEPS_BATCH",
+    "SolveInput",
+    "SolveWorkflow",
+]
 
 SOLVE_WORKFLOW = "dagagent.solve"
 PLAN = "dagagent.solve.plan"
 REPLAN = "dagagent.solve.replan"
 JOIN = "dagagent.solve.join"
+#: Signals of a person's word: about a round's plan (``{"round", "approved"}``), and the
+#: decisions about the calls a paused round's run held (``{"run_id", "answers"}``, the
+#: answers by task as ``ApprovalAnswer`` JSON).
+PLAN_ANSWER = "plan_answer"
+DECISIONS = "decisions"
 #: A query of the solve's steps returns at most this many.
 STEPS_BATCH = 50
 
 _OK = ("succeeded", "reused")
+#: The change after which a round's run that paused pauses the solve (before it, the joiner
+#: was asked): the workflows started before it replay as they ran.
+_PAUSES = "dagagent-solve-pauses"
 # A model step is bounded by its client's timeouts and retries; Temporal needs a bound too.
 _STEP_BOUND = timedelta(hours=2)
 
@@ -97,6 +120,13 @@ class SolveInput:
     #: What the runs of the workflow before this one did, when it continued as new (see
     #: :meth:`SolveWorkflow._carry`); ``None``: the solve's first run.
     carried: dict[str, Any] | None = None
+    #: The approval rules every round's run carries to the workers (``TemporalExecutor.
+    #: approval``): a call they hold makes its task wait, and the solve waits for decisions
+    #: (signal :data:`DECISIONS`). ``None``: no rules.
+    approval: dict[str, Any] | None = None
+    #: Each round's plan waits for a person's answer (signal :data:`PLAN_ANSWER`) before it
+    #: runs; a refusal ends the solve ``gave_up``.
+    confirm: bool = False
 
 
 class _Expired(Exception):
@@ -109,6 +139,14 @@ class _Expired(Exception):
 
 def _ok_outputs(results: list[dict[str, Any]]) -> dict[str, Any]:
     return {r["task_id"]: r.get("output") for r in results if r["status"] in _OK}
+
+
+def _paused(results: list[dict[str, Any]]) -> bool:
+    """Whether a run with ``results`` paused: tasks wait for a person's decision and none
+    failed or was denied (then the run failed, and what waits cannot be approved any more:
+    the joiner decides, as after a local run)."""
+    statuses = {r["status"] for r in results}
+    return "waiting" in statuses and not statuses & {"failed", "denied"}
 
 
 def _failure_summary(results: list[dict[str, Any]], limit: int = 3) -> str:
@@ -148,6 +186,43 @@ class SolveWorkflow:
             "cost": 0.0,
             "model_calls": 0,
         }
+        #: What the solve waits for from a person (query ``waiting``): ``{"kind": "plan",
+        #: "round", "run_id"}`` or ``{"kind": "decisions", "round", "run_id", "tasks"}``.
+        self.waiting: dict[str, Any] | None = None
+        self.plan_answers: dict[int, bool] = {}  # round -> whether its plan was approved
+        self.decisions: dict[str, dict[str, Any]] = {}  # run id -> answers by task
+
+    @workflow.query(name="waiting")
+    def waiting_for(self) -> dict[str, Any] | None:
+        """What the solve waits for from a person, if anything."""
+        return self.waiting
+
+    @workflow.signal(name=PLAN_ANSWER)
+    def plan_answer(self, answer: dict[str, Any]) -> None:
+        """A person's answer about round ``answer["round"]``'s plan; the first one counts."""
+        self.plan_answers.setdefault(int(answer["round"]), bool(answer["approved"]))
+
+    @workflow.signal(name=DECISIONS)
+    def decisions_given(self, given: dict[str, Any]) -> None:
+        """The decisions about the held calls of run ``given["run_id"]``; the first ones
+        count."""
+        self.decisions.setdefault(str(given["run_id"]), dict(given.get("answers") or {}))
+
+    async def _wait_for(self, what: dict[str, Any], until: Any, doing: str) -> None:
+        """Wait for a person (``what`` says for what, ``until`` tells when it came), within
+        the deadline (``doing``: what the deadline cut short)."""
+        self.waiting = what
+        try:
+            left = self._left()
+            if left is None:
+                await workflow.wait_condition(until)
+            else:
+                try:
+                    await workflow.wait_condition(until, timeout=left)
+                except asyncio.TimeoutError:
+                    raise _Expired(doing) from None
+        finally:
+            self.waiting = None
 
     @workflow.query(name="steps")
     def steps_since(self, since: int) -> dict[str, Any]:
@@ -249,25 +324,31 @@ class SolveWorkflow:
                 return self._end("gave_up", reason)
             plan = planned["plan"]
             self._left()  # a run never starts after the deadline
+            if inp.confirm:  # a person approves the plan first
+                self._step("confirm", round=n, run_id=run_id, plan=plan)
+                await self._wait_for(
+                    {"kind": "plan", "round": n, "run_id": run_id},
+                    lambda n=n: n in self.plan_answers,
+                    f"the wait for a person's answer about round {n}'s plan",
+                )
+                if not self.plan_answers[n]:
+                    reason = f"round {n}: the plan was not approved; nothing of it ran"
+                    self._step("planned", round=n, run_id=None, plan=plan)
+                    self._close(n, None, "gave_up", reason)
+                    return self._end("gave_up", reason)
             self._step("planned", round=n, run_id=run_id, plan=plan, parent_id=parent_id)
             self.round = (n, run_id)
-            try:
-                # the run keeps the deadline itself, and ends with what finished by then
-                results: list[dict[str, Any]] = await workflow.execute_child_workflow(
-                    RUN_WORKFLOW,
-                    replace(RunInput(**planned["run_input"]), deadline_at=self.deadline_at),
-                    id=workflow_id(run_id),
-                    task_queue=inp.task_queue,
-                    result_type=list,
-                    parent_close_policy=ParentClosePolicy.REQUEST_CANCEL,
-                )
-            except ChildWorkflowError as exc:
-                cause = exc.cause or exc
-                reason = f"round {n}: run {run_id} ended without finishing: {cause}"
+            run_input = replace(  # the run keeps the deadline itself: it ends with what
+                RunInput(**planned["run_input"]),  # finished by then
+                deadline_at=self.deadline_at,
+                approval=inp.approval,
+            )
+            ran = await self._run_round(n, run_id, run_input)
+            if isinstance(ran, str):
                 self._step("ran", round=n, run_id=run_id)
-                self._close(n, run_id, "failed", reason)
-                return self._end("failed", reason)
-            self._agent_calls(n, results)
+                self._close(n, run_id, "failed", ran)
+                return self._end("failed", ran)
+            results = ran
             self._step("ran", round=n, run_id=run_id)
             self.kept += sum(1 for r in results if r["status"] in _OK)
             try:
@@ -357,6 +438,64 @@ class SolveWorkflow:
             "spent": self.spent,
         }
         workflow.continue_as_new(replace(self.inp, carried=carried))
+
+    async def _run_round(
+        self, n: int, run_id: str, run_input: RunInput
+    ) -> list[dict[str, Any]] | str:
+        """Round ``n``'s run as a child workflow: its results, or why it ended without them.
+        A run that paused (calls the approval rules held wait for a person) pauses the solve:
+        it waits for the decisions (signal :data:`DECISIONS`), then the run goes on in
+        place, on a new workflow of the same id, with what succeeded kept and the decisions
+        handed to the calls, as ``dagagent resume`` continues a run."""
+        try:
+            results: list[dict[str, Any]] = await workflow.execute_child_workflow(
+                RUN_WORKFLOW,
+                run_input,
+                id=workflow_id(run_id),
+                task_queue=self.inp.task_queue,
+                result_type=list,
+                parent_close_policy=ParentClosePolicy.REQUEST_CANCEL,
+            )
+            self._agent_calls(n, results)
+            # (a solve started before solves paused went on to the joiner: its replay still
+            # does, see _PAUSES)
+            while _paused(results) and workflow.patched(_PAUSES):
+                waiting = [r["task_id"] for r in results if r["status"] == "waiting"]
+                shown = ", ".join(waiting[:10]) + (", ..." if len(waiting) > 10 else "")
+                reason = (
+                    f"round {n}: run {run_id} paused: {len(waiting)} task"
+                    f"{'s' if len(waiting) != 1 else ''} wait{'s' if len(waiting) == 1 else ''} "
+                    f"for a person's decision ({shown})"
+                )
+                self._step("paused", round=n, run_id=run_id, reason=reason)
+                await self._wait_for(
+                    {"kind": "decisions", "round": n, "run_id": run_id, "tasks": waiting},
+                    lambda: run_id in self.decisions,
+                    f"the wait for a person's decisions about run {run_id}",
+                )
+                kept = [r for r in results if r["status"] in _OK]
+                run_input = replace(
+                    run_input,
+                    finished=kept,
+                    answers=self.decisions.pop(run_id),
+                    generation=0,
+                )
+                child = await workflow.start_child_workflow(
+                    RUN_WORKFLOW,
+                    run_input,
+                    id=workflow_id(run_id),
+                    task_queue=self.inp.task_queue,
+                    result_type=list,
+                    parent_close_policy=ParentClosePolicy.REQUEST_CANCEL,
+                )
+                # started: the driver finds this run's new workflow under its id
+                self._step("resumed", round=n, run_id=run_id, kept=len(kept))
+                results = await child
+                self._agent_calls(n, results)
+        except ChildWorkflowError as exc:
+            cause = exc.cause or exc
+            return f"round {n}: run {run_id} ended without finishing: {cause}"
+        return results
 
     async def _out_of_budget(
         self, n: int, run_id: str | None, source: dict[str, Any] | None, why: str
