@@ -1040,10 +1040,6 @@ async def solve(
             refused={
                 "confirm": confirm is not None,
                 "interceptors": bool(interceptors) or policy is not None,
-                # the model steps spend a budget on the workers; a round's run does not
-                "budget": budget is not None
-                and budget.limited
-                and (budget.tool_calls is not None or agent_tasks),
                 "planner": planner is not None,
                 "conversation": conversation is not None,
                 "sub_solves": sub_solves,

@@ -34,7 +34,7 @@ pytest.importorskip("temporalio")
 import temporal_tools  # the workers import it too
 from llm_server import LLMTestServer, Recorded, Reply, SSEReply
 
-from dagagent.executors.temporal import TemporalExecutor
+from dagagent.executors.temporal import TemporalExecutor, workflow_id
 from dagagent.workflows.temporal_solve import attach_solve, solve_workflow_id
 
 from .temporal_fixtures import READY_S, ROOT, TOOLS, WORKER_KEY, Workers
@@ -140,11 +140,12 @@ async def replay(ex: TemporalExecutor, history: Any) -> None:
     from temporalio.worker import Replayer
     from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
+    from dagagent.executors.temporal import RunWorkflow
     from dagagent.workflows.temporal_solve import SolveWorkflow
 
     assert ex.client is not None
     await Replayer(
-        workflows=[SolveWorkflow],
+        workflows=[SolveWorkflow, RunWorkflow],
         data_converter=ex.client.data_converter,
         workflow_runner=SandboxedWorkflowRunner(
             restrictions=SandboxRestrictions.default.with_passthrough_modules("dagagent")
@@ -376,23 +377,6 @@ async def test_what_a_solve_on_temporal_cannot_take_is_refused_before_anything_r
     ex = executor(workers)
     on_temporal = RunSettings(executor=ex)
     async with client_of(model_server) as llm:
-        with pytest.raises(ConfigError, match=r"a budget of tool calls \(--max-tool-calls\)"):
-            await dagagent.solve(
-                "g",
-                temporal_tools.registry,
-                llm,
-                settings=on_temporal,
-                budget=dagagent.Budget(tokens=10_000, tool_calls=3),
-            )
-        with pytest.raises(ConfigError, match=r"nor a budget with agent tasks"):
-            await dagagent.solve(
-                "g",
-                temporal_tools.registry,
-                llm,
-                settings=on_temporal,
-                budget=dagagent.Budget(tokens=10_000),
-                agent_tasks=True,
-            )
         with pytest.raises(ConfigError, match="a cost budget needs the price of the model"):
             await dagagent.solve(
                 "g",
@@ -756,3 +740,142 @@ async def test_a_cost_budget_on_temporal_leaves_the_joiner_its_reserve(
     assert solution.calls[0].cost_usd == pytest.approx(0.014021)
     _, history = await history_of(ex, solve_workflow_id(solution.solve_id))
     await replay(ex, history)
+
+
+BUDGETED = {
+    "goal": "g",
+    "tasks": [
+        {"id": "a", "tool": "add", "args": {"a": 1, "b": 2}},
+        {"id": "m", "tool": "add", "for_each": [1, 2, 3], "args": {"a": "${@item}", "b": 1}},
+    ],
+}
+PARTIAL = {"action": "finish", "answer": "a is 3; m got cut short", "cites": ["a"]}
+
+
+def ask_args(server: LLMTestServer, store: Path, *more: str) -> list[str]:
+    return [
+        "ask",
+        "what are a and m?",
+        "--tools",
+        TOOLS,
+        "--model",
+        "openai:gpt-test",
+        "--base-url",
+        f"{server.url}/v1",
+        "--store",
+        str(store),
+        "--json",
+        *more,
+    ]
+
+
+def on_temporal(workers: Workers) -> list[str]:
+    return [
+        "--executor",
+        "temporal",
+        "--temporal-address",
+        workers.address,
+        "--task-queue",
+        workers.queue,
+        "--payload-store",
+        str(workers.payloads),
+    ]
+
+
+def test_a_tool_call_budget_is_spent_in_the_workflow_as_a_local_solve_spends_it(
+    workers: Workers, model_server: LLMTestServer, tmp_path: Path
+) -> None:
+    """``ask --max-tool-calls 3`` with a task and a map of three: on Temporal the workflow
+    counts the calls it lets the workers make, the third element's call is not made (denied
+    by the budget, with the local message), and the joiner answers from what the round had,
+    exactly as the same solve run locally; ``show`` reads the denial."""
+    outcomes = {}
+    for where, more in (("local", []), ("temporal", on_temporal(workers))):
+        model_server.responder = Model([BUDGETED], [PARTIAL])
+        store = tmp_path / f"{where}.db"
+        result = CliRunner().invoke(
+            dagagent.cli.app,
+            ask_args(model_server, store, "--max-tool-calls", "3", "--on-failure", "continue")
+            + more,
+            env={"OPENAI_API_KEY": WORKER_KEY},
+        )
+        assert result.exit_code == 0, result.output
+        doc = json.loads(result.stdout)
+        with dagagent.RunStore(store) as runs:
+            [run_id] = [r["run_id"] for r in doc["rounds"]]
+            run = runs.get_run(run_id)
+            elements = run.tasks["m"].elements or []
+            outcomes[where] = (
+                doc["status"],
+                doc["reason"],
+                run.tasks["a"].status.value,
+                run.tasks["m"].status.value,
+                [(e.status.value, e.error) for e in elements],
+                [d.decided_by for e in elements for d in e.decisions or ()],
+            )
+    assert outcomes["temporal"] == outcomes["local"]
+    status, reason, a, m, elements, deciders = outcomes["temporal"]
+    assert status == "answered"
+    refused = "the call of add by task 'm' was refused: the budget of 3 tool calls is used up"
+    assert reason == f"answered in round 1 (from what it had when the budget ran low: {refused})"
+    assert (a, m) == ("succeeded", "denied")
+    assert [e[0] for e in elements] == ["succeeded", "succeeded", "denied"]
+    assert elements[2][1] == f"denied by budget: {refused}"
+    assert deciders == ["budget"]
+
+
+@pytest.mark.anyio
+async def test_agent_tasks_spend_the_solve_budget_on_the_workers_as_locally(
+    workers: Workers, model_server: LLMTestServer, tmp_path: Path
+) -> None:
+    """A budget of two model calls (and five tool calls) with an agent task: the planner
+    spends one, the agent's call is refused on its worker (one call is kept for the joiner's
+    last answer), the task fails saying so, and the joiner answers within the reserve: the
+    same calls, statuses and reason as the same solve run locally. The solve's and its run's
+    histories replay to the same decisions."""
+    plan = {
+        "goal": "g",
+        "tasks": [
+            {"id": "a", "tool": "add", "args": {"a": 1, "b": 2}},
+            {"id": "think", "instruction": "Say what ${a} is.", "depends_on": ["a"]},
+        ],
+    }
+    finish = {"action": "finish", "answer": "a is three", "cites": ["a"]}
+    seen = {}
+    for where in ("local", "temporal"):
+        model_server.responder = Model([plan], [finish], agents=["It is three."])
+        ex = executor(workers) if where == "temporal" else None
+        async with client_of(model_server) as llm:
+            solution = await dagagent.solve(
+                "what is a?",
+                temporal_tools.registry,
+                llm,
+                settings=RunSettings(executor=ex or "dataflow", retry=FAST_RETRY),
+                agent_tasks=True,
+                budget=dagagent.Budget(model_calls=2, tool_calls=5),
+                store=tmp_path / f"{where}.db",
+            )
+            if ex is not None:
+                async with ex.session():
+                    [rnd] = solution.rounds
+                    for wid in (solve_workflow_id(solution.solve_id), workflow_id(rnd.run_id)):
+                        _, history = await history_of(ex, wid)
+                        await replay(ex, history)
+        [rnd] = solution.rounds
+        assert rnd.result is not None
+        think = rnd.result.tasks["think"]
+        seen[where] = (
+            solution.status.value,
+            solution.reason,
+            think.status.value,
+            think.error,
+            [(c.role, c.status) for c in solution.calls],
+            solution.usage.agents.calls,
+        )
+    assert seen["temporal"] == seen["local"]
+    status, reason, think_status, think_error, calls, agent_calls = seen["temporal"]
+    assert status == "answered", reason
+    assert "when the budget ran low" in reason and "refused" in reason
+    assert think_status == "failed" and "refused" in (think_error or "")
+    assert calls == [("planner", "answered"), ("agent", "refused"), ("joiner", "answered")]
+    assert agent_calls == 0  # refused: nothing sent

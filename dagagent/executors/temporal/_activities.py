@@ -41,8 +41,9 @@ import anyio
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from ...budget import tool_calls_refused
 from ...conditions import parse_condition
-from ...errors import ConfigError, PlanValidationError
+from ...errors import ConfigError, PlanValidationError, TaskDeniedError
 from ...events import Event, TaskElementFinished
 from ...graph import validate
 from ...plan import AgentTask
@@ -54,7 +55,7 @@ from ._workflow import COUNT_ELEMENTS, RUN_TASK
 
 if TYPE_CHECKING:
     from ...graph import PlanGraph
-    from ...runner import Interceptor
+    from ...runner import CallNext, Interceptor, ToolInvocation
     from ...tools import Registry
 
 __all__ = ["Activities", "AgentModels", "RunPolicies", "worker_identity"]
@@ -120,23 +121,39 @@ class Activities:
         agent task's model calls under ``model_calls`` (see :data:`AgentModels`)."""
         model = call.get("model")
         task = self._graph(plan).tasks.get(call["task_id"])
+        grant = call.get("grant")
+        gate = _Allowance(grant) if grant is not None else None
         if (
             model is None
             or self.agents is None
             or call.get("assemble")
             or not isinstance(task, AgentTask)  # no model call: no client to open
         ):
-            return await self._run_task(call, plan, outputs, None)
+            doc = await self._run_task(call, plan, outputs, None, gate)
+            if gate is not None:
+                doc["budget"] = gate.spent()
+            return doc
+        if grant is not None and grant.get("lease"):  # the solve's budget, for its calls
+            model = {**model, "ledger": grant}
         async with self.agents(model) as agent_model:
             agent_model.redaction = self._redaction
-            doc = await self._run_task(call, plan, outputs, agent_model)
+            doc = await self._run_task(call, plan, outputs, agent_model, gate)
             doc["model_calls"] = agent_model.records()
+            if gate is not None:
+                spent = {**gate.spent(), **agent_model.spent()}
+                spent["low"] = gate.low or agent_model.spent().get("low")
+                doc["budget"] = spent
             return doc
 
     async def _run_task(
-        self, call: dict[str, Any], plan: dict[str, Any], outputs: Sequence[Any], model: Any
+        self,
+        call: dict[str, Any],
+        plan: dict[str, Any],
+        outputs: Sequence[Any],
+        model: Any,
+        gate: _Allowance | None = None,
     ) -> Any:
-        runner = self._runner(call, plan, outputs, model)
+        runner = self._runner(call, plan, outputs, model, gate)
         task_id = call["task_id"]
         if call.get("in_doubt"):
             # run again after its worker was lost: a call not known to have ended is in
@@ -155,7 +172,7 @@ class Activities:
 
             runner.emit = keep
         async with anyio.create_task_group() as tg:
-            tg.start_soon(_heartbeat, reported)
+            tg.start_soon(_heartbeat, reported, gate)
             r = await runner.run_task(task_id)
             tg.cancel_scope.cancel()
         doc = r.to_json_dict()
@@ -209,6 +226,7 @@ class Activities:
         plan: dict[str, Any],
         outputs: Sequence[Any],
         model: Any = None,
+        gate: _Allowance | None = None,
     ) -> TaskRunner:
         graph = self._graph(plan)
         task_id = call["task_id"]
@@ -219,6 +237,8 @@ class Activities:
         interceptors = self.interceptors
         if call.get("approval"):  # the run's own rules, after the worker's interceptors
             interceptors = (*interceptors, *self._run_policies(call["approval"]))
+        if gate is not None:  # a solve's budget of tool calls is spent before anyone is asked
+            interceptors = (gate, *interceptors)
         runner = TaskRunner(
             graph,
             self.registry,
@@ -334,9 +354,10 @@ def _record(doc: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in doc.items() if k != "duration_s"}
 
 
-async def _heartbeat(reported: list[dict[str, Any]]) -> None:
-    """Tell the server the worker is alive (and which elements it finished) four times per
-    heartbeat timeout, until cancelled. Local activities have no heartbeat."""
+async def _heartbeat(reported: list[dict[str, Any]], gate: _Allowance | None = None) -> None:
+    """Tell the server the worker is alive (and which elements it finished; under a solve's
+    budget, what it spent) four times per heartbeat timeout, until cancelled. Local
+    activities have no heartbeat."""
     info = activity.info()
     timeout = info.heartbeat_timeout
     if info.is_local or not timeout:
@@ -344,4 +365,36 @@ async def _heartbeat(reported: list[dict[str, Any]]) -> None:
     every = max(0.05, timeout.total_seconds() / 4)
     while True:  # a call shorter than ``every`` never heartbeats: no request for nothing
         await anyio.sleep(every)
-        activity.heartbeat(list(reported))
+        if gate is None:
+            activity.heartbeat(list(reported))
+        else:
+            activity.heartbeat(list(reported), gate.spent())
+
+
+class _Allowance:
+    """The interceptor that spends what a solve's budget lets one activity make of tool
+    calls (``grant``, held for it by the run's workflow): outside every other one, it counts
+    each call and denies the one past the allowance, as the budget's own gate does in a
+    local solve (the workflow holds fewer than the task may make only when the budget has no
+    more)."""
+
+    def __init__(self, grant: Mapping[str, Any]) -> None:
+        held = grant.get("tool_calls")
+        self.allowed: int | None = None if held is None else int(held)
+        limits = grant.get("limits") or {}
+        self.limit = int(grant.get("limit") or limits.get("tool_calls") or 0)
+        self.made = 0
+        #: Why the budget ran low here: the first call denied (``None``: none was).
+        self.low: str | None = None
+
+    async def __call__(self, call: ToolInvocation, call_next: CallNext) -> Any:
+        if self.allowed is not None and self.made + 1 > self.allowed:
+            message = tool_calls_refused(call.tool.name, call.task_id, self.limit)
+            self.low = self.low or message
+            call.decide("deny", "budget", message)
+            raise TaskDeniedError(message, decided_by="budget")
+        self.made += 1
+        return await call_next(call)
+
+    def spent(self) -> dict[str, Any]:
+        return {"tool_calls": self.made, "low": self.low}

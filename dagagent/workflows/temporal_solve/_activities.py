@@ -233,6 +233,7 @@ def _spending(ask: dict[str, Any], prices: Prices) -> Spending:
     spending.tokens = int(spent.get("tokens", 0))
     spending.cost = float(spent.get("cost", 0.0))
     spending.model_calls = int(spent.get("model_calls", 0))
+    spending.tool_calls = int(spent.get("tool_calls", 0))
     return spending
 
 

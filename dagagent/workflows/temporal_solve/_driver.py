@@ -538,8 +538,6 @@ def refuse_unsupported(**given: Any) -> None:
         "confirm": "confirming each plan (--approve): the workers run the rounds unattended",
         "interceptors": "interceptors and approval rules (--ask, --policy, --approve): the "
         "tool calls run on the workers, which this process's interceptors cannot reach",
-        "budget": "a budget of tool calls (--max-tool-calls), nor a budget with agent tasks "
-        "(--agent-tasks): a round's run on the workers does not spend it yet",
         "planner": "a planner of your own (--planner-prompt, --examples): the workers plan with "
         "the default planner",
         "conversation": "a turn of a conversation (--session): the workers plan without the "

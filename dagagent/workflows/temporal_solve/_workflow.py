@@ -225,7 +225,11 @@ class SolveWorkflow:
                 # the run keeps the deadline itself, and ends with what finished by then
                 results: list[dict[str, Any]] = await workflow.execute_child_workflow(
                     RUN_WORKFLOW,
-                    replace(RunInput(**planned["run_input"]), deadline_at=self.deadline_at),
+                    replace(
+                        RunInput(**planned["run_input"]),
+                        deadline_at=self.deadline_at,
+                        **self._run_budget(),
+                    ),
                     id=workflow_id(run_id),
                     task_queue=inp.task_queue,
                     result_type=list,
@@ -238,6 +242,7 @@ class SolveWorkflow:
                 self._close(n, run_id, "failed", reason)
                 return self._end("failed", reason)
             self._agent_calls(n, results)
+            low = self._run_spent(results)
             self._step("ran", round=n, run_id=run_id)
             self.kept += sum(1 for r in results if r["status"] in _OK)
             try:
@@ -250,6 +255,9 @@ class SolveWorkflow:
                     and str(r.get("error") or "").startswith("cancelled while running")
                 ]
                 raise
+            if low is not None:  # the budget ran low during the round: the last answer
+                here = {"round": n, "run_id": run_id, "plan": plan, "results": results}
+                return await self._out_of_budget(n, run_id, here, low)
             ok = _ok_outputs(results)
             fresh = [
                 r["task_id"]
@@ -335,6 +343,28 @@ class SolveWorkflow:
         self._close(n, run_id, "budget_exhausted", reason)
         return self._end("budget_exhausted", reason)
 
+    def _run_budget(self) -> dict[str, Any]:
+        """What a round's run gets of a budget of tool calls, or of any budget when its plan
+        may hold agent tasks (``RunInput.budget``): nothing else is spent in a run."""
+        b = self.inp.budget
+        if not b or (b.get("tool_calls") is None and not self.inp.agent_tasks):
+            return {}
+        return {"budget": {"limits": b, "price": self.inp.price, "spent": dict(self.spent)}}
+
+    def _run_spent(self, results: list[dict[str, Any]]) -> str | None:
+        """Count what the run's tasks spent (each result's ``budget``, taken out of it); why
+        the budget ran low in the run, if it did (the first task's refusal to end)."""
+        low: str | None = None
+        for r in results:
+            used = r.pop("budget", None)
+            if not used:
+                continue
+            for key in ("tool_calls", "tokens", "cost", "model_calls"):
+                if used.get(key):
+                    self.spent[key] = self.spent.get(key, 0) + used[key]
+            low = low or used.get("low")
+        return low
+
     def _spent(self) -> str:
         """``"1,234 of 5,000 tokens, 3 of 10 model calls"``: what was spent of each limit."""
         b, used = self.inp.budget or {}, self.spent
@@ -345,6 +375,8 @@ class SolveWorkflow:
             parts.append(f"${used['cost']:.4f} of ${b['cost_usd']:g}")
         if b.get("model_calls") is not None:
             parts.append(f"{used['model_calls']} of {b['model_calls']} model calls")
+        if b.get("tool_calls") is not None:
+            parts.append(f"{used.get('tool_calls', 0)} of {b['tool_calls']} tool calls")
         return ", ".join(parts)
 
     def _agent_calls(self, n: int, results: list[dict[str, Any]]) -> None:
@@ -411,7 +443,7 @@ class SolveWorkflow:
             message = cause.message if isinstance(cause, ApplicationError) else str(cause or exc)
             return {"error": " ".join(message.split()), "kind": "worker", "calls": []}
         calls = answer.pop("calls", None) or []
-        self.spent = answer.pop("spent", None) or self.spent
+        self.spent = {**self.spent, **(answer.pop("spent", None) or {})}
         if calls:
             self.seq += len(calls)
             self._step("calls", round=n, calls=calls)
