@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import threading
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -222,12 +223,17 @@ async def test_a_worker_killed_mid_model_call_the_step_runs_on_another(
     own_workers: Workers, model_server: LLMTestServer, tmp_path: Path
 ) -> None:
     """SIGKILL the worker whose joiner call is under way: the join runs again on the other
-    worker; the planning, which had finished, is not asked again."""
+    worker; the planning, which had finished, is not asked again. The lost call is on
+    record (cut off, naming the killed worker) and spends the budget as a call cut off does:
+    with it, the budget of three model calls has only the joiner's reserve left, so the
+    join runs again as the joiner's last answer."""
     own_workers.start(2)
     model = Model([ROUND2], [FINISH, FINISH], hold=2)  # request 2: the joiner's first call
     model_server.responder = model
     ex = executor(own_workers, heartbeat_s=1.0)
     solutions: list[dagagent.Solution] = []
+    solve_id = uuid.uuid4().hex[:12]
+    store = tmp_path / "runs.db"
 
     async def solve() -> None:
         async with client_of(model_server) as llm:
@@ -237,13 +243,16 @@ async def test_a_worker_killed_mid_model_call_the_step_runs_on_another(
                     temporal_tools.registry,
                     llm,
                     settings=RunSettings(executor=ex, retry=FAST_RETRY),
-                    store=tmp_path / "runs.db",
+                    store=store,
+                    solve_id=solve_id,
+                    budget=dagagent.Budget(model_calls=3),
                 )
             )
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(solve)
         await anyio.to_thread.run_sync(model.held.wait, READY_S)
+        await _call_reported(ex, solve_workflow_id(solve_id))
         caller = _worker_of(own_workers, model_server.requests[-1])
         os.kill(caller.pid, signal.SIGKILL)
         caller.wait()
@@ -251,9 +260,42 @@ async def test_a_worker_killed_mid_model_call_the_step_runs_on_another(
     [solution] = solutions
     assert solution.status.value == "answered", solution.reason
     assert solution.answer == FINISH["answer"]
-    assert [c.role for c in solution.calls] == ["planner", "joiner"]  # the lost call: unrecorded
+    assert [(c.role, c.status) for c in solution.calls] == [
+        ("planner", "answered"),
+        ("joiner", "cut"),
+        ("joiner", "refused"),  # counted: the reserve is the joiner's last answer's
+        ("joiner", "answered"),
+    ]
+    lost = solution.calls[1]
+    assert lost.round == 1 and lost.estimated and lost.input_tokens > 0
+    assert f"its worker {caller.pid}@" in (lost.error or "")
+    assert "was lost while the call was under way" in (lost.error or "")
+    assert solution.usage.joiner.calls == 2  # the refused call sent nothing
+    assert "when the budget ran low" in solution.reason
     assert model.count == 3  # planned once, joined twice (the second time on the other worker)
     assert len({r.client_port for r in model_server.requests}) >= 2
+    shown = CliRunner().invoke(
+        dagagent.cli.app, ["show", solve_id, "--store", str(store), "--json"]
+    )
+    assert shown.exit_code == 0, shown.output
+    assert lost.call_id in shown.output and "was lost while the call was under way" in shown.output
+
+
+async def _call_reported(ex: TemporalExecutor, workflow: str) -> None:
+    """Until the workflow's pending model step has heartbeated the call under way (what its
+    next attempt records if the worker is lost)."""
+    assert ex.client is not None
+    handle = ex.client.get_workflow_handle(workflow)
+    with anyio.fail_after(READY_S):
+        while True:
+            described = await handle.describe()
+            for pending in described.raw_description.pending_activities:
+                details = pending.heartbeat_details.payloads
+                if details:
+                    [records] = await ex.client.data_converter.decode(list(details))
+                    if records:
+                        return
+            await anyio.sleep(0.05)
 
 
 def _worker_of(workers: Workers, request: Recorded) -> subprocess.Popen[bytes]:

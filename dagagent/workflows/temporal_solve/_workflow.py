@@ -30,7 +30,12 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    ChildWorkflowError,
+    TimeoutError,
+)
 from temporalio.workflow import ParentClosePolicy
 
 from ...executors.temporal import workflow_id
@@ -379,6 +384,28 @@ class SolveWorkflow:
             parts.append(f"{used.get('tool_calls', 0)} of {b['tool_calls']} tool calls")
         return ", ".join(parts)
 
+    def _lost_calls(self, n: int, details: Any) -> None:
+        """The calls a model step had under way when the last worker it was given was lost
+        (its last heartbeat's records, cut off): a step, and spent, as a local solve spends
+        a call cut off."""
+        lost = [
+            d
+            for d in (details[0] if details and isinstance(details[0], list) else ())
+            if isinstance(d, dict) and "call_id" in d
+        ]
+        if not lost:
+            return
+        calls = [{**c, "seq": self.seq + i} for i, c in enumerate(lost)]
+        self.seq += len(calls)
+        spent = dict(self.spent)
+        for c in calls:
+            spent["tokens"] = spent.get("tokens", 0) + c.get("input_tokens", 0)
+            spent["tokens"] += c.get("output_tokens", 0)
+            spent["cost"] = spent.get("cost", 0.0) + (c.get("cost_usd") or 0.0)
+            spent["model_calls"] = spent.get("model_calls", 0) + 1
+        self.spent = spent
+        self._step("calls", round=n, calls=calls)
+
     def _agent_calls(self, n: int, results: list[dict[str, Any]]) -> None:
         """The model calls of the round's agent tasks (they came with their results), in
         the order they started, numbered on from the solve's calls: a step."""
@@ -440,6 +467,8 @@ class SolveWorkflow:
             answer: dict[str, Any] = await step
         except ActivityError as exc:
             cause = exc.cause
+            if isinstance(cause, TimeoutError):  # the calls lost with its last worker
+                self._lost_calls(n, cause.last_heartbeat_details)
             message = cause.message if isinstance(cause, ApplicationError) else str(cause or exc)
             return {"error": " ".join(message.split()), "kind": "worker", "calls": []}
         calls = answer.pop("calls", None) or []
