@@ -66,6 +66,7 @@ class Model:
         self.agents = list(agents)
         self.hold = hold
         self.held = threading.Event()
+        self.held_request: Recorded | None = None
         self.release = threading.Event()
         self.count = 0
         self.lock = threading.Lock()
@@ -84,6 +85,7 @@ class Model:
                 else self.agents.pop(0)  # an agent task's turn
             )
         if n == self.hold:
+            self.held_request = request
             self.held.set()
             self.release.wait(READY_S)
         text = answer if isinstance(answer, str) else json.dumps(answer)
@@ -230,7 +232,7 @@ async def test_a_worker_killed_mid_model_call_the_step_runs_on_another(
     own_workers.start(2)
     model = Model([ROUND2], [FINISH, FINISH], hold=2)  # request 2: the joiner's first call
     model_server.responder = model
-    ex = executor(own_workers, heartbeat_s=1.0)
+    ex = executor(own_workers, heartbeat_s=2.0)  # not missed on a loaded machine
     solutions: list[dagagent.Solution] = []
     solve_id = uuid.uuid4().hex[:12]
     store = tmp_path / "runs.db"
@@ -252,11 +254,14 @@ async def test_a_worker_killed_mid_model_call_the_step_runs_on_another(
     async with anyio.create_task_group() as tg:
         tg.start_soon(solve)
         await anyio.to_thread.run_sync(model.held.wait, READY_S)
-        await _call_reported(ex, solve_workflow_id(solve_id))
-        caller = _worker_of(own_workers, model_server.requests[-1])
-        os.kill(caller.pid, signal.SIGKILL)
-        caller.wait()
-        model.release.set()
+        try:
+            await _call_reported(ex, solve_workflow_id(solve_id))
+            assert model.held_request is not None
+            caller = _worker_of(own_workers, model.held_request)
+            os.kill(caller.pid, signal.SIGKILL)
+            caller.wait()
+        finally:
+            model.release.set()
     [solution] = solutions
     assert solution.status.value == "answered", solution.reason
     assert solution.answer == FINISH["answer"]
@@ -279,23 +284,88 @@ async def test_a_worker_killed_mid_model_call_the_step_runs_on_another(
     )
     assert shown.exit_code == 0, shown.output
     assert lost.call_id in shown.output and "was lost while the call was under way" in shown.output
+    async with ex.session():
+        _, history = await history_of(ex, solve_workflow_id(solve_id))
+        await replay(ex, history)
 
 
-async def _call_reported(ex: TemporalExecutor, workflow: str) -> None:
-    """Until the workflow's pending model step has heartbeated the call under way (what its
-    next attempt records if the worker is lost)."""
+async def _call_reported(ex: TemporalExecutor, workflow: str, at: int = 0) -> None:
+    """Until an activity pending in ``workflow`` has heartbeated a model call under way (in
+    its details' item ``at``: what is recorded of it if its worker is lost)."""
     assert ex.client is not None
     handle = ex.client.get_workflow_handle(workflow)
     with anyio.fail_after(READY_S):
         while True:
             described = await handle.describe()
             for pending in described.raw_description.pending_activities:
-                details = pending.heartbeat_details.payloads
-                if details:
-                    [records] = await ex.client.data_converter.decode(list(details))
-                    if records:
+                details = list(pending.heartbeat_details.payloads)
+                if len(details) > at:
+                    said = (await ex.client.data_converter.decode(details))[at]
+                    if said.get("model_calls") if isinstance(said, dict) else said:
                         return
             await anyio.sleep(0.05)
+
+
+@pytest.mark.anyio
+async def test_a_worker_killed_mid_agent_call_the_lost_call_is_recorded(
+    own_workers: Workers, model_server: LLMTestServer, tmp_path: Path
+) -> None:
+    """SIGKILL the worker whose agent task's model call is under way: the task runs again on
+    the other worker, and the lost call is on record with its task, cut off, naming the
+    killed worker."""
+    own_workers.start(2)
+    plan = {"goal": "g", "tasks": [{"id": "think", "instruction": "Say what 1 + 2 is."}]}
+    finish = {"action": "finish", "answer": "three", "cites": ["think"]}
+    model = Model([plan], [finish], hold=2, agents=["It is three.", "It is three."])
+    model_server.responder = model
+    ex = executor(own_workers, heartbeat_s=2.0)  # not missed on a loaded machine
+    solutions: list[dagagent.Solution] = []
+    solve_id = uuid.uuid4().hex[:12]
+
+    async def solve() -> None:
+        async with client_of(model_server) as llm:
+            solutions.append(
+                await dagagent.solve(
+                    "what is 1 + 2?",
+                    temporal_tools.registry,
+                    llm,
+                    settings=RunSettings(executor=ex, retry=FAST_RETRY),
+                    agent_tasks=True,
+                    solve_id=solve_id,
+                    store=tmp_path / "runs.db",
+                )
+            )
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(solve)
+        await anyio.to_thread.run_sync(model.held.wait, READY_S)
+        try:
+            assert ex.client is not None
+            handle = ex.client.get_workflow_handle(solve_workflow_id(solve_id))
+            steps = await handle.query("steps", 0)
+            [run_id] = [s["run_id"] for s in steps["steps"] if s["step"] == "round"]
+            await _call_reported(ex, workflow_id(run_id), at=1)
+            assert model.held_request is not None
+            caller = _worker_of(own_workers, model.held_request)
+            os.kill(caller.pid, signal.SIGKILL)
+            caller.wait()
+        finally:
+            model.release.set()
+    [solution] = solutions
+    assert solution.status.value == "answered", solution.reason
+    assert [(c.role, c.status, c.task_id) for c in solution.calls] == [
+        ("planner", "answered", None),
+        ("agent", "cut", "think"),
+        ("agent", "answered", "think"),
+        ("joiner", "answered", None),
+    ]
+    lost = solution.calls[1]
+    assert lost.run_id == run_id and lost.round == 1 and lost.estimated
+    assert f"its worker {caller.pid}@" in (lost.error or "")
+    assert solution.usage.agents.calls == 2
+    with dagagent.RunStore(tmp_path / "runs.db") as runs:
+        recorded = runs.model_calls(solve_id=solve_id)
+        assert [(c.role, c.status) for c in recorded][1] == ("agent", "cut")
 
 
 def _worker_of(workers: Workers, request: Recorded) -> subprocess.Popen[bytes]:

@@ -35,6 +35,7 @@ import socket
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -63,9 +64,10 @@ __all__ = ["Activities", "AgentModels", "RunPolicies", "worker_identity"]
 #: How a worker gets the model of a run's agent tasks: called with the run's model spec
 #: (``RunInput.model``), an async context manager whose value has ``llm`` and
 #: ``agent_runner`` (for the task runner), ``records()``, the JSON of each model call made,
-#: and ``redaction``, set to what the worker's redacting interceptors hide, which the
-#: records' texts then hide too (``dagagent.workflows.temporal_solve`` provides it; this
-#: layer knows no model).
+#: ``redaction``, set to what the worker's redacting interceptors hide, which the records'
+#: texts then hide too, ``spent()``, what its calls spent of a solve's budget, and
+#: ``cut_off(why)``, the records of its calls under way as if cut off now
+#: (``dagagent.workflows.temporal_solve`` provides it; this layer knows no model).
 AgentModels = Callable[[dict[str, Any]], AbstractAsyncContextManager[Any]]
 
 RunPolicies = Callable[[Mapping[str, Any]], Sequence["Interceptor"]]
@@ -140,9 +142,7 @@ class Activities:
             doc = await self._run_task(call, plan, outputs, agent_model, gate)
             doc["model_calls"] = agent_model.records()
             if gate is not None:
-                spent = {**gate.spent(), **agent_model.spent()}
-                spent["low"] = gate.low or agent_model.spent().get("low")
-                doc["budget"] = spent
+                doc["budget"] = _spent(gate, agent_model)
             return doc
 
     async def _run_task(
@@ -172,7 +172,7 @@ class Activities:
 
             runner.emit = keep
         async with anyio.create_task_group() as tg:
-            tg.start_soon(_heartbeat, reported, gate)
+            tg.start_soon(_heartbeat, reported, partial(_if_lost, gate, model))
             r = await runner.run_task(task_id)
             tg.cancel_scope.cancel()
         doc = r.to_json_dict()
@@ -354,10 +354,12 @@ def _record(doc: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in doc.items() if k != "duration_s"}
 
 
-async def _heartbeat(reported: list[dict[str, Any]], gate: _Allowance | None = None) -> None:
-    """Tell the server the worker is alive (and which elements it finished; under a solve's
-    budget, what it spent) four times per heartbeat timeout, until cancelled. Local
-    activities have no heartbeat."""
+async def _heartbeat(
+    reported: list[dict[str, Any]], if_lost: Callable[[], dict[str, Any] | None]
+) -> None:
+    """Tell the server the worker is alive (and which elements it finished, and what
+    ``if_lost`` says the activity leaves behind if the worker is lost now) four times per
+    heartbeat timeout, until cancelled. Local activities have no heartbeat."""
     info = activity.info()
     timeout = info.heartbeat_timeout
     if info.is_local or not timeout:
@@ -365,10 +367,45 @@ async def _heartbeat(reported: list[dict[str, Any]], gate: _Allowance | None = N
     every = max(0.05, timeout.total_seconds() / 4)
     while True:  # a call shorter than ``every`` never heartbeats: no request for nothing
         await anyio.sleep(every)
-        if gate is None:
+        left = if_lost()
+        if left is None:
             activity.heartbeat(list(reported))
         else:
-            activity.heartbeat(list(reported), gate.spent())
+            activity.heartbeat(list(reported), left)
+
+
+def _spent(gate: _Allowance, model: Any, lost: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
+    """What an activity spent of a solve's budget: its tool calls (``gate``), its agent
+    model's calls, and the calls ``lost`` under way (as cut off)."""
+    spent = {**gate.spent(), **(model.spent() if model is not None else {})}
+    spent["low"] = gate.low or spent.get("low")
+    if not lost:
+        return spent
+    spent["model_calls"] = spent.get("model_calls", 0) + len(lost)
+    spent["tokens"] = spent.get("tokens", 0) + sum(
+        c.get("input_tokens", 0) + c.get("output_tokens", 0) for c in lost
+    )
+    spent["cost"] = spent.get("cost", 0.0) + sum(c.get("cost_usd") or 0.0 for c in lost)
+    return spent
+
+
+def _if_lost(gate: _Allowance | None, model: Any) -> dict[str, Any] | None:
+    """What an activity would leave behind if its worker were lost now: what it spent of a
+    solve's budget (``budget``), its agent model's calls under way, as cut off
+    (``model_calls``); ``None``: nothing."""
+    lost: list[dict[str, Any]] = []
+    if model is not None:
+        lost = model.cut_off(
+            f"cut off: its worker {worker_identity()} was lost while the call was under way "
+            f"(the agent task ran again on another worker); what it used is estimated from "
+            "what the worker last reported (the provider may have charged it)"
+        )
+    if gate is None and not lost:
+        return None
+    left: dict[str, Any] = {"model_calls": lost}
+    if gate is not None:
+        left["budget"] = _spent(gate, model, lost)
+    return left
 
 
 class _Allowance:

@@ -483,6 +483,7 @@ class RunWorkflow:
         done_elements: list[dict[str, Any]] = []
         bound = inp.bounds.get(task_id)
         spent: dict[str, Any] | None = None
+        lost_calls: list[dict[str, Any]] = []  # an agent's, under way when a worker was lost
         if task_id in inp.in_doubt:  # its call may have happened in the run's ended workflow
             extra = {**extra, "in_doubt": True}
         while True:
@@ -517,14 +518,17 @@ class RunWorkflow:
                 used = r.pop("budget", None)
                 if grant is not None:
                     r["budget"] = _added(spent or {}, self._settle(grant, used))
+                if lost_calls:
+                    r["model_calls"] = [*lost_calls, *(r.get("model_calls") or ())]
                 return r
             except ActivityError as exc:
                 cause = exc.cause
+                left = _left_behind(
+                    cause.last_heartbeat_details if isinstance(cause, TimeoutError) else ()
+                )
+                lost_calls.extend(left.get("model_calls") or ())
                 if grant is not None:  # what it spent before it ended without a result
-                    reported = (
-                        cause.last_heartbeat_details if isinstance(cause, TimeoutError) else ()
-                    )
-                    spent = _added(spent or {}, self._settle(grant, _spent_of(reported)))
+                    spent = _added(spent or {}, self._settle(grant, left.get("budget")))
                 if isinstance(cause, CancelledError):  # this workflow cancelled it
                     raise asyncio.CancelledError from None
                 if isinstance(cause, TimeoutError):
@@ -542,6 +546,7 @@ class RunWorkflow:
                                 attempts=1,
                             ),
                             spent,
+                            lost_calls,
                         )
                     lost += 1
                     if lost > inp.lost_worker_retries:
@@ -554,12 +559,13 @@ class RunWorkflow:
                                 attempts=lost,
                             ),
                             spent,
+                            lost_calls,
                         )
                     done_elements = _reported(cause, done_elements)
                     if task_id in inp.side_effects:  # its calls cut off are in doubt there
                         extra = {**extra, "in_doubt": True}
                     continue
-                return _with_spent(_failed(task_id, exc), spent)
+                return _with_spent(_failed(task_id, exc), spent, lost_calls)
             except BaseException:  # cancelled: what it held counts as made (it may have been)
                 if grant is not None:
                     self._settle(grant, None)
@@ -735,18 +741,25 @@ def _added(spent: dict[str, Any], more: dict[str, Any]) -> dict[str, Any]:
     return total
 
 
-def _with_spent(r: dict[str, Any], spent: dict[str, Any] | None) -> dict[str, Any]:
+def _with_spent(
+    r: dict[str, Any], spent: dict[str, Any] | None, lost_calls: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """``r`` with what its task spent of a solve's budget and its agent's calls lost with
+    a worker."""
     if spent is not None:
         r["budget"] = spent
+    if lost_calls:
+        r["model_calls"] = lost_calls
     return r
 
 
-def _spent_of(details: Any) -> dict[str, Any] | None:
-    """What a lost activity's last heartbeat said it had spent (``None``: it said nothing)."""
+def _left_behind(details: Any) -> dict[str, Any]:
+    """What a lost activity's last heartbeat said it leaves behind: ``budget``, what it had
+    spent of a solve's budget, ``model_calls``, its agent's calls under way, cut off."""
     if details and len(details) > 1 and isinstance(details[1], dict):
-        spent: dict[str, Any] = details[1]
-        return spent
-    return None
+        left: dict[str, Any] = details[1]
+        return left
+    return {}
 
 
 def _failed(task_id: str, exc: ActivityError) -> dict[str, Any]:

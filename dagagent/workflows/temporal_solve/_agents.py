@@ -50,6 +50,10 @@ class AgentModel:
     def records(self) -> list[dict[str, Any]]:
         return [r.model_dump(mode="json") for r in self.calls.records]
 
+    def cut_off(self, why: str) -> list[dict[str, Any]]:
+        """The records of the calls under way, as if cut off now (``why``)."""
+        return [r.model_dump(mode="json") for r in self.calls.cut_off(why)]
+
     def spent(self) -> dict[str, Any]:
         """What the task's model calls spent of the solve's budget (what its ledger counts
         past ``before``), and why the budget ran low, if it did."""
