@@ -396,7 +396,7 @@ def _if_lost(gate: _Allowance | None, model: Any) -> dict[str, Any] | None:
     lost: list[dict[str, Any]] = []
     if model is not None:
         lost = model.cut_off(
-            f"cut off: its worker {worker_identity()} was lost while the call was under way "
+            f"its worker {worker_identity()} was lost while the call was under way "
             f"(the agent task ran again on another worker); what it used is estimated from "
             "what the worker last reported (the provider may have charged it)"
         )

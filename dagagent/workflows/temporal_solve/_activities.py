@@ -172,7 +172,7 @@ class SolveActivities:
             info.activity_type, info.activity_type
         )
         why = (
-            f"cut off: its worker {worker_identity()} was lost while the call was under way "
+            f"its worker {worker_identity()} was lost while the call was under way "
             f"(attempt {info.attempt} of the {step_name}'s step, which ran again); what it "
             "used is estimated from what the worker last reported (the provider may have "
             "charged it)"
