@@ -74,6 +74,8 @@ RunPolicies = Callable[[Mapping[str, Any]], Sequence["Interceptor"]]
 """``(a run's approval rules as data) -> interceptors``: see
 :func:`dagagent.approval.run_policies`."""
 
+# How often an activity's heartbeat looks for an agent's model call that started or ended.
+_CALLS_LOOK_S = 0.05
 # Plans validated on this worker, by the hash of their JSON.
 _GRAPHS_KEPT = 32
 
@@ -365,9 +367,17 @@ async def _heartbeat(
     if info.is_local or not timeout:
         return
     every = max(0.05, timeout.total_seconds() / 4)
+    look = min(every, _CALLS_LOOK_S)
+    told: tuple[str, ...] = ()
+    since = 0.0
     while True:  # a call shorter than ``every`` never heartbeats: no request for nothing
-        await anyio.sleep(every)
+        await anyio.sleep(look)
+        since += look
         left = if_lost()
+        flying = tuple(c["call_id"] for c in (left or {}).get("model_calls") or ())
+        if since < every and flying == told:
+            continue  # at once when an agent's model call starts or ends, else every ``every``
+        told, since = flying, 0.0
         if left is None:
             activity.heartbeat(list(reported))
         else:
