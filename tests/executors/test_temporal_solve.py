@@ -289,6 +289,60 @@ async def test_a_worker_killed_mid_model_call_the_step_runs_on_another(
         await replay(ex, history)
 
 
+@pytest.mark.anyio
+async def test_a_model_step_lost_with_its_last_worker_the_workflow_records_the_call(
+    own_workers: Workers, model_server: LLMTestServer, tmp_path: Path
+) -> None:
+    """No retry left for a lost worker (``lost_worker_retries=0``): SIGKILL the worker under
+    the joiner's call; the solve fails saying no worker could join, and the workflow itself
+    records the lost call from the step's last heartbeat."""
+    own_workers.start(2)
+    model = Model([ROUND2], [FINISH], hold=2)
+    model_server.responder = model
+    ex = executor(own_workers, heartbeat_s=2.0, lost_worker_retries=0)
+    solutions: list[dagagent.Solution] = []
+    solve_id = uuid.uuid4().hex[:12]
+
+    async def solve() -> None:
+        async with client_of(model_server) as llm:
+            solutions.append(
+                await dagagent.solve(
+                    "double 1 + 2",
+                    temporal_tools.registry,
+                    llm,
+                    settings=RunSettings(executor=ex, retry=FAST_RETRY),
+                    store=tmp_path / "runs.db",
+                    solve_id=solve_id,
+                )
+            )
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(solve)
+        await anyio.to_thread.run_sync(model.held.wait, READY_S)
+        try:
+            await _call_reported(ex, solve_workflow_id(solve_id))
+            assert model.held_request is not None
+            caller = _worker_of(own_workers, model.held_request)
+            os.kill(caller.pid, signal.SIGKILL)
+            caller.wait()
+        finally:
+            model.release.set()
+    [solution] = solutions
+    assert solution.status.value == "failed"
+    assert solution.reason.startswith("round 1: no worker could join"), solution.reason
+    assert [(c.role, c.status) for c in solution.calls] == [
+        ("planner", "answered"),
+        ("joiner", "cut"),
+    ]
+    assert f"its worker {caller.pid}@" in (solution.calls[1].error or "")
+    assert model.count == 2
+    with dagagent.RunStore(tmp_path / "runs.db") as runs:
+        assert [c.status for c in runs.model_calls(solve_id=solve_id)] == ["answered", "cut"]
+    async with ex.session():
+        _, history = await history_of(ex, solve_workflow_id(solve_id))
+        await replay(ex, history)
+
+
 async def _call_reported(ex: TemporalExecutor, workflow: str, at: int = 0) -> None:
     """Until an activity pending in ``workflow`` has heartbeated a model call under way (in
     its details' item ``at``: what is recorded of it if its worker is lost)."""
