@@ -948,37 +948,64 @@ def on_temporal(workers: Workers) -> list[str]:
     ]
 
 
+def _budgeted_ask(
+    server: LLMTestServer, store: Path, decisions: list[Any], *options: str
+) -> tuple[int, dict[str, Any], Any]:
+    """``ask`` the goal of :data:`BUDGETED` with ``options``: its exit code, its JSON, and
+    its round's run as recorded."""
+    server.responder = Model([BUDGETED], decisions)
+    result = CliRunner().invoke(
+        dagagent.cli.app,
+        ask_args(server, store, "--on-failure", "continue", *options),
+        env={"OPENAI_API_KEY": WORKER_KEY},
+    )
+    assert "Traceback" not in result.output
+    doc = json.loads(result.stdout)
+    [run_id] = [r["run_id"] for r in doc["rounds"]]
+    with dagagent.RunStore(store) as runs:
+        return result.exit_code, doc, runs.get_run(run_id)
+
+
 def test_a_tool_call_budget_is_spent_in_the_workflow_as_a_local_solve_spends_it(
     workers: Workers, model_server: LLMTestServer, tmp_path: Path
 ) -> None:
     """``ask --max-tool-calls 3`` with a task and a map of three: on Temporal the workflow
     counts the calls it lets the workers make, the third element's call is not made (denied
     by the budget, with the local message), and the joiner answers from what the round had,
-    exactly as the same solve run locally; ``show`` reads the denial."""
+    exactly as the same solve run locally; ``show`` reads the denial. When the joiner's last
+    answer cannot be had within the reserve, the solve ends ``budget_exhausted`` (exit 9) as
+    locally."""
     outcomes = {}
     for where, more in (("local", []), ("temporal", on_temporal(workers))):
-        model_server.responder = Model([BUDGETED], [PARTIAL])
         store = tmp_path / f"{where}.db"
-        result = CliRunner().invoke(
-            dagagent.cli.app,
-            ask_args(model_server, store, "--max-tool-calls", "3", "--on-failure", "continue")
-            + more,
-            env={"OPENAI_API_KEY": WORKER_KEY},
+        code, doc, run = _budgeted_ask(
+            model_server, store, [PARTIAL], "--max-tool-calls", "3", *more
         )
-        assert result.exit_code == 0, result.output
-        doc = json.loads(result.stdout)
-        with dagagent.RunStore(store) as runs:
-            [run_id] = [r["run_id"] for r in doc["rounds"]]
-            run = runs.get_run(run_id)
-            elements = run.tasks["m"].elements or []
-            outcomes[where] = (
-                doc["status"],
-                doc["reason"],
-                run.tasks["a"].status.value,
-                run.tasks["m"].status.value,
-                [(e.status.value, e.error) for e in elements],
-                [d.decided_by for e in elements for d in e.decisions or ()],
-            )
+        assert code == 0, doc
+        elements = run.tasks["m"].elements or []
+        outcomes[where] = (
+            doc["status"],
+            doc["reason"],
+            run.tasks["a"].status.value,
+            run.tasks["m"].status.value,
+            [(e.status.value, e.error) for e in elements],
+            [d.decided_by for e in elements for d in e.decisions or ()],
+        )
+        shown = CliRunner().invoke(dagagent.cli.app, ["show", run.run_id, "--store", str(store)])
+        assert shown.exit_code == 0 and "denied" in shown.output, shown.output
+        # one model call for the planner, the reserve for the joiner, whose answer is no
+        # answer: nothing is left to ask it again
+        code, doc, _ = _budgeted_ask(
+            model_server,
+            tmp_path / f"{where}-out.db",
+            ["not a decision"],
+            "--max-tool-calls",
+            "3",
+            "--max-model-calls",
+            "2",
+            *more,
+        )
+        outcomes[where + " exhausted"] = (code, doc["status"], doc["reason"])
     assert outcomes["temporal"] == outcomes["local"]
     status, reason, a, m, elements, deciders = outcomes["temporal"]
     assert status == "answered"
@@ -988,6 +1015,11 @@ def test_a_tool_call_budget_is_spent_in_the_workflow_as_a_local_solve_spends_it(
     assert [e[0] for e in elements] == ["succeeded", "succeeded", "denied"]
     assert elements[2][1] == f"denied by budget: {refused}"
     assert deciders == ["budget"]
+    assert outcomes["temporal exhausted"] == outcomes["local exhausted"]
+    code, status, reason = outcomes["temporal exhausted"]
+    assert (code, status) == (9, "budget_exhausted"), reason
+    assert reason.startswith("round 1: the budget ran out (")
+    assert "3 of 3 tool calls" in reason and refused in reason
 
 
 @pytest.mark.anyio
