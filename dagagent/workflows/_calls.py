@@ -287,8 +287,10 @@ class SolveCalls:
             call = flying.call
             reservation = flying.reservation
             output = call.output_tokens_so_far
-            if not output and reservation is not None:
+            counted = f"~{output:,} tokens it had written" if output else "nothing written"
+            if not output and reservation is not None and reservation.output:
                 output = reservation.output
+                counted = f"the {output:,} output tokens the budget held for it"
             cost = self.spending.prices.cost(call.model, call.provider, call.prompt_tokens, output)
             text = self._redacted(call, flying.role)
             records.append(
@@ -305,7 +307,8 @@ class SolveCalls:
                     server=call.server,
                     options=call.options,
                     status="cut",
-                    error=why,
+                    error=f"{why}; counted: its prompt (~{call.prompt_tokens:,} tokens) and "
+                    f"{counted}",
                     started_at=call.started_at,
                     first_token_s=call.first_token_s,
                     duration_s=call.elapsed_s,

@@ -407,8 +407,7 @@ def _if_lost(gate: _Allowance | None, model: Any) -> dict[str, Any] | None:
     if model is not None:
         lost = model.cut_off(
             f"its worker {worker_identity()} was lost while the call was under way "
-            f"(the agent task ran again on another worker); what it used is estimated from "
-            "what the worker last reported (the provider may have charged it)"
+            "(an attempt of the agent task); the provider may have charged it"
         )
     if gate is None and not lost:
         return None

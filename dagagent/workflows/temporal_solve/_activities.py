@@ -173,9 +173,8 @@ class SolveActivities:
         )
         why = (
             f"its worker {worker_identity()} was lost while the call was under way "
-            f"(attempt {info.attempt} of the {step_name}'s step, which ran again); what it "
-            "used is estimated from what the worker last reported (the provider may have "
-            "charged it)"
+            f"(attempt {info.attempt} of the {step_name}'s step); the provider may have "
+            "charged it"
         )
 
         def lost_now() -> list[dict[str, Any]]:
