@@ -99,6 +99,15 @@ class Budget(BaseModel):
         return ", ".join(parts) or "no limit"
 
 
+def tool_calls_refused(tool: str, task_id: str, limit: int) -> str:
+    """Why the call of ``tool`` by task ``task_id`` is not made: the budget of ``limit`` tool
+    calls is used up (the denied task's error, wherever the solve runs)."""
+    return (
+        f"the call of {tool} by task {task_id!r} was refused: the budget of "
+        f"{limit} tool call{'s' if limit != 1 else ''} is used up"
+    )
+
+
 class Price(BaseModel):
     """US dollars per million tokens of input and of output."""
 

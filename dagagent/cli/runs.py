@@ -1034,6 +1034,8 @@ def _show_solve_record(
             line(f"call {c.seq} ({c.role}, round {c.round}) was rejected:")
             for issue in c.issues:
                 line(f"  {issue}")
+        if c.error and c.status != "answered":
+            line(f"call {c.seq} ({c.role}, round {c.round}) {c.status}: {c.error}")
         if verbose:
             line(f"call {c.seq} ({c.role}, round {c.round}) wrote:")
             out.print(printable(c.text, lines=True), markup=False, highlight=False)

@@ -276,6 +276,53 @@ class SolveCalls:
             sum(prior, Usage()),
         )
 
+    def cut_off(self, why: str) -> list[ModelCall]:
+        """The records the calls under way would have if they were cut off now, ``why``
+        saying how (their process is about to be lost, say): what each had written, its
+        tokens as far as they are known (the prompt, estimated; what it had written, or, when
+        it had written nothing yet, the answer its reservation held), priced. Nothing is
+        spent nor recorded here: whoever learns the calls were lost does that."""
+        records = []
+        for flying in self.running():
+            call = flying.call
+            reservation = flying.reservation
+            output = call.output_tokens_so_far
+            counted = f"~{output:,} tokens it had written" if output else "nothing written"
+            if not output and reservation is not None and reservation.output:
+                output = reservation.output
+                counted = f"the {output:,} output tokens the budget held for it"
+            cost = self.spending.prices.cost(call.model, call.provider, call.prompt_tokens, output)
+            text = self._redacted(call, flying.role)
+            records.append(
+                ModelCall(
+                    call_id=call.id,
+                    solve_id=self.solve_id,
+                    round=flying.round,
+                    run_id=flying.run_id,
+                    role=flying.role,
+                    task_id=flying.task_id,
+                    seq=flying.seq,
+                    model=call.model,
+                    provider=call.provider,
+                    server=call.server,
+                    options=call.options,
+                    status="cut",
+                    error=f"{why}; counted: its prompt (~{call.prompt_tokens:,} tokens) and "
+                    f"{counted}",
+                    started_at=call.started_at,
+                    first_token_s=call.first_token_s,
+                    duration_s=call.elapsed_s,
+                    input_tokens=call.prompt_tokens,
+                    output_tokens=output,
+                    estimated=True,
+                    cost_usd=cost,
+                    text=text[:MAX_TEXT_CHARS],
+                    text_chars=len(text),
+                    replan_of=self.replan_of if flying.role == "replanner" else None,
+                )
+            )
+        return records
+
     def of_round(self, round: int) -> list[ModelCall]:
         return [r for r in self.records if r.round == round]
 

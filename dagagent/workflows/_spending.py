@@ -32,7 +32,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..budget import Budget, Price, Prices
+from ..budget import Budget, Price, Prices, tool_calls_refused
 from ..errors import BudgetExceededError, ConfigError
 from ..llm import LiveCall, Usage
 
@@ -259,10 +259,7 @@ class Spending:
     def _tool_call(self, tool: str, task_id: str) -> None:
         b = self.budget
         if b is not None and b.tool_calls is not None and self.tool_calls + 1 > b.tool_calls:
-            message = (
-                f"the call of {tool} by task {task_id!r} was refused: the budget of "
-                f"{b.tool_calls} tool call{'s' if b.tool_calls != 1 else ''} is used up"
-            )
+            message = tool_calls_refused(tool, task_id, b.tool_calls)
             if self.low is None:
                 self.low = message
             raise BudgetExceededError(message, what="tool_calls")

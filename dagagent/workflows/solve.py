@@ -1042,10 +1042,6 @@ async def solve(
             refused={
                 "interceptors": bool(interceptors)
                 or (policy is not None and not isinstance(policy, (str, Path))),
-                # the model steps spend a budget on the workers; a round's run does not
-                "budget": budget is not None
-                and budget.limited
-                and (budget.tool_calls is not None or agent_tasks),
                 "planner": planner is not None,
                 "conversation": conversation is not None,
                 "sub_solves": sub_solves,

@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import threading
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -34,7 +35,7 @@ pytest.importorskip("temporalio")
 import temporal_tools  # the workers import it too
 from llm_server import LLMTestServer, Recorded, Reply, SSEReply
 
-from dagagent.executors.temporal import TemporalExecutor
+from dagagent.executors.temporal import TemporalExecutor, workflow_id
 from dagagent.workflows.temporal_solve import attach_solve, solve_workflow_id
 
 from .temporal_fixtures import READY_S, ROOT, TOOLS, WORKER_KEY, Workers
@@ -65,6 +66,7 @@ class Model:
         self.agents = list(agents)
         self.hold = hold
         self.held = threading.Event()
+        self.held_request: Recorded | None = None
         self.release = threading.Event()
         self.count = 0
         self.lock = threading.Lock()
@@ -83,6 +85,7 @@ class Model:
                 else self.agents.pop(0)  # an agent task's turn
             )
         if n == self.hold:
+            self.held_request = request
             self.held.set()
             self.release.wait(READY_S)
         text = answer if isinstance(answer, str) else json.dumps(answer)
@@ -140,11 +143,12 @@ async def replay(ex: TemporalExecutor, history: Any) -> None:
     from temporalio.worker import Replayer
     from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
+    from dagagent.executors.temporal import RunWorkflow
     from dagagent.workflows.temporal_solve import SolveWorkflow
 
     assert ex.client is not None
     await Replayer(
-        workflows=[SolveWorkflow],
+        workflows=[SolveWorkflow, RunWorkflow],
         data_converter=ex.client.data_converter,
         workflow_runner=SandboxedWorkflowRunner(
             restrictions=SandboxRestrictions.default.with_passthrough_modules("dagagent")
@@ -221,30 +225,83 @@ async def test_a_worker_killed_mid_model_call_the_step_runs_on_another(
     own_workers: Workers, model_server: LLMTestServer, tmp_path: Path
 ) -> None:
     """SIGKILL the worker whose joiner call is under way: the join runs again on the other
-    worker; the planning, which had finished, is not asked again."""
+    worker; the planning, which had finished, is not asked again. The lost call is on
+    record (cut off, naming the killed worker) and spends the budget as a call cut off does:
+    with it, the budget of three model calls has only the joiner's reserve left, so the
+    join runs again as the joiner's last answer."""
     own_workers.start(2)
-    roles: list[str] = []  # what each request asked for, in order
-    held = threading.Event()
-    release = threading.Event()
-    held_request: list[Recorded] = []
-
-    def model(request: Recorded) -> Reply:
-        # by what is asked, not by count: on a loaded machine a heartbeat the SDK throttles
-        # to 80 % of its 1 s timeout can arrive late, and the server then starts a step again
-        # (a second planner request before the first answered, say)
-        name = request.json["response_format"]["json_schema"]["name"]
-        role = "planner" if "plan" in name else "joiner"
-        roles.append(role)
-        if role == "joiner" and not held.is_set():
-            held_request.append(request)
-            held.set()
-            release.wait(READY_S)
-        answer = ROUND2 if role == "planner" else FINISH
-        return Reply(json=wire.openai_text(json.dumps(answer), input_tokens=100, output_tokens=20))
-
+    model = Model([ROUND2], [FINISH, FINISH], hold=2)  # request 2: the joiner's first call
     model_server.responder = model
-    ex = executor(own_workers, heartbeat_s=1.0)
+    ex = executor(own_workers, heartbeat_s=2.0)  # not missed on a loaded machine
     solutions: list[dagagent.Solution] = []
+    solve_id = uuid.uuid4().hex[:12]
+    store = tmp_path / "runs.db"
+
+    async def solve() -> None:
+        async with client_of(model_server) as llm:
+            solutions.append(
+                await dagagent.solve(
+                    "double 1 + 2",
+                    temporal_tools.registry,
+                    llm,
+                    settings=RunSettings(executor=ex, retry=FAST_RETRY),
+                    store=store,
+                    solve_id=solve_id,
+                    budget=dagagent.Budget(model_calls=3),
+                )
+            )
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(solve)
+        await anyio.to_thread.run_sync(model.held.wait, READY_S)
+        try:
+            await _call_reported(ex, solve_workflow_id(solve_id))
+            assert model.held_request is not None
+            caller = _worker_of(own_workers, model.held_request)
+            os.kill(caller.pid, signal.SIGKILL)
+            caller.wait()
+        finally:
+            model.release.set()
+    [solution] = solutions
+    assert solution.status.value == "answered", solution.reason
+    assert solution.answer == FINISH["answer"]
+    assert [(c.role, c.status) for c in solution.calls] == [
+        ("planner", "answered"),
+        ("joiner", "cut"),
+        ("joiner", "refused"),  # counted: the reserve is the joiner's last answer's
+        ("joiner", "answered"),
+    ]
+    lost = solution.calls[1]
+    assert lost.round == 1 and lost.estimated and lost.input_tokens > 0
+    assert f"its worker {caller.pid}@" in (lost.error or "")
+    assert "was lost while the call was under way" in (lost.error or "")
+    assert solution.usage.joiner.calls == 2  # the refused call sent nothing
+    assert "when the budget ran low" in solution.reason
+    assert model.count == 3  # planned once, joined twice (the second time on the other worker)
+    assert len({r.client_port for r in model_server.requests}) >= 2
+    shown = CliRunner().invoke(
+        dagagent.cli.app, ["show", solve_id, "--store", str(store), "--json"]
+    )
+    assert shown.exit_code == 0, shown.output
+    assert lost.call_id in shown.output and "was lost while the call was under way" in shown.output
+    async with ex.session():
+        _, history = await history_of(ex, solve_workflow_id(solve_id))
+        await replay(ex, history)
+
+
+@pytest.mark.anyio
+async def test_a_model_step_lost_with_its_last_worker_the_workflow_records_the_call(
+    own_workers: Workers, model_server: LLMTestServer, tmp_path: Path
+) -> None:
+    """No retry left for a lost worker (``lost_worker_retries=0``): SIGKILL the worker under
+    the joiner's call; the solve fails saying no worker could join, and the workflow itself
+    records the lost call from the step's last heartbeat."""
+    own_workers.start(2)
+    model = Model([ROUND2], [FINISH], hold=2)
+    model_server.responder = model
+    ex = executor(own_workers, heartbeat_s=2.0, lost_worker_retries=0)
+    solutions: list[dagagent.Solution] = []
+    solve_id = uuid.uuid4().hex[:12]
 
     async def solve() -> None:
         async with client_of(model_server) as llm:
@@ -255,26 +312,114 @@ async def test_a_worker_killed_mid_model_call_the_step_runs_on_another(
                     llm,
                     settings=RunSettings(executor=ex, retry=FAST_RETRY),
                     store=tmp_path / "runs.db",
+                    solve_id=solve_id,
                 )
             )
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(solve)
-        assert await anyio.to_thread.run_sync(held.wait, READY_S), roles
-        caller = _worker_of(own_workers, held_request[0])
-        os.kill(caller.pid, signal.SIGKILL)
-        caller.wait()
-        release.set()
+        await anyio.to_thread.run_sync(model.held.wait, READY_S)
+        try:
+            await _call_reported(ex, solve_workflow_id(solve_id))
+            assert model.held_request is not None
+            caller = _worker_of(own_workers, model.held_request)
+            os.kill(caller.pid, signal.SIGKILL)
+            caller.wait()
+        finally:
+            model.release.set()
+    [solution] = solutions
+    assert solution.status.value == "failed"
+    assert solution.reason.startswith("round 1: no worker could join"), solution.reason
+    assert [(c.role, c.status) for c in solution.calls] == [
+        ("planner", "answered"),
+        ("joiner", "cut"),
+    ]
+    assert f"its worker {caller.pid}@" in (solution.calls[1].error or "")
+    assert model.count == 2
+    with dagagent.RunStore(tmp_path / "runs.db") as runs:
+        assert [c.status for c in runs.model_calls(solve_id=solve_id)] == ["answered", "cut"]
+    async with ex.session():
+        _, history = await history_of(ex, solve_workflow_id(solve_id))
+        await replay(ex, history)
+
+
+async def _call_reported(ex: TemporalExecutor, workflow: str, at: int = 0) -> None:
+    """Until an activity pending in ``workflow`` has heartbeated a model call under way (in
+    its details' item ``at``: what is recorded of it if its worker is lost)."""
+    assert ex.client is not None
+    handle = ex.client.get_workflow_handle(workflow)
+    with anyio.fail_after(READY_S):
+        while True:
+            described = await handle.describe()
+            for pending in described.raw_description.pending_activities:
+                details = list(pending.heartbeat_details.payloads)
+                if len(details) > at:
+                    said = (await ex.client.data_converter.decode(details))[at]
+                    if said.get("model_calls") if isinstance(said, dict) else said:
+                        return
+            await anyio.sleep(0.05)
+
+
+@pytest.mark.anyio
+async def test_a_worker_killed_mid_agent_call_the_lost_call_is_recorded(
+    own_workers: Workers, model_server: LLMTestServer, tmp_path: Path
+) -> None:
+    """SIGKILL the worker whose agent task's model call is under way: the task runs again on
+    the other worker, and the lost call is on record with its task, cut off, naming the
+    killed worker."""
+    own_workers.start(2)
+    plan = {"goal": "g", "tasks": [{"id": "think", "instruction": "Say what 1 + 2 is."}]}
+    finish = {"action": "finish", "answer": "three", "cites": ["think"]}
+    model = Model([plan], [finish], hold=2, agents=["It is three.", "It is three."])
+    model_server.responder = model
+    ex = executor(own_workers, heartbeat_s=2.0)  # not missed on a loaded machine
+    solutions: list[dagagent.Solution] = []
+    solve_id = uuid.uuid4().hex[:12]
+
+    async def solve() -> None:
+        async with client_of(model_server) as llm:
+            solutions.append(
+                await dagagent.solve(
+                    "what is 1 + 2?",
+                    temporal_tools.registry,
+                    llm,
+                    settings=RunSettings(executor=ex, retry=FAST_RETRY),
+                    agent_tasks=True,
+                    solve_id=solve_id,
+                    store=tmp_path / "runs.db",
+                )
+            )
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(solve)
+        await anyio.to_thread.run_sync(model.held.wait, READY_S)
+        try:
+            assert ex.client is not None
+            handle = ex.client.get_workflow_handle(solve_workflow_id(solve_id))
+            steps = await handle.query("steps", 0)
+            [run_id] = [s["run_id"] for s in steps["steps"] if s["step"] == "round"]
+            await _call_reported(ex, workflow_id(run_id), at=1)
+            assert model.held_request is not None
+            caller = _worker_of(own_workers, model.held_request)
+            os.kill(caller.pid, signal.SIGKILL)
+            caller.wait()
+        finally:
+            model.release.set()
     [solution] = solutions
     assert solution.status.value == "answered", solution.reason
-    assert solution.answer == FINISH["answer"]
-    assert [c.role for c in solution.calls] == ["planner", "joiner"]  # the lost call: unrecorded
-    # the planning, which had finished before the join began, is not asked again; the join
-    # is asked again (on the other worker)
-    first_join = roles.index("joiner")
-    assert "planner" not in roles[first_join:], roles
-    assert roles.count("joiner") >= 2, roles
-    assert len({r.client_port for r in model_server.requests}) >= 2
+    assert [(c.role, c.status, c.task_id) for c in solution.calls] == [
+        ("planner", "answered", None),
+        ("agent", "cut", "think"),
+        ("agent", "answered", "think"),
+        ("joiner", "answered", None),
+    ]
+    lost = solution.calls[1]
+    assert lost.run_id == run_id and lost.round == 1 and lost.estimated
+    assert f"its worker {caller.pid}@" in (lost.error or "")
+    assert solution.usage.agents.calls == 2
+    with dagagent.RunStore(tmp_path / "runs.db") as runs:
+        recorded = runs.model_calls(solve_id=solve_id)
+        assert [(c.role, c.status) for c in recorded][1] == ("agent", "cut")
 
 
 def _worker_of(workers: Workers, request: Recorded) -> subprocess.Popen[bytes]:
@@ -398,23 +543,6 @@ async def test_what_a_solve_on_temporal_cannot_take_is_refused_before_anything_r
     ex = executor(workers)
     on_temporal = RunSettings(executor=ex)
     async with client_of(model_server) as llm:
-        with pytest.raises(ConfigError, match=r"a budget of tool calls \(--max-tool-calls\)"):
-            await dagagent.solve(
-                "g",
-                temporal_tools.registry,
-                llm,
-                settings=on_temporal,
-                budget=dagagent.Budget(tokens=10_000, tool_calls=3),
-            )
-        with pytest.raises(ConfigError, match=r"nor a budget with agent tasks"):
-            await dagagent.solve(
-                "g",
-                temporal_tools.registry,
-                llm,
-                settings=on_temporal,
-                budget=dagagent.Budget(tokens=10_000),
-                agent_tasks=True,
-            )
         with pytest.raises(ConfigError, match="a cost budget needs the price of the model"):
             await dagagent.solve(
                 "g",
@@ -1081,3 +1209,174 @@ async def test_a_deadline_passes_while_a_plan_waits_for_its_answer(
     assert "cancelled: the wait for a person's answer about round 1's plan" in solution.reason
     [rnd] = solution.rounds
     assert rnd.result is None and rnd.outcome == "timed_out" and rnd.plan is not None
+
+
+BUDGETED = {
+    "goal": "g",
+    "tasks": [
+        {"id": "a", "tool": "add", "args": {"a": 1, "b": 2}},
+        {"id": "m", "tool": "add", "for_each": [1, 2, 3], "args": {"a": "${@item}", "b": 1}},
+    ],
+}
+PARTIAL = {"action": "finish", "answer": "a is 3; m got cut short", "cites": ["a"]}
+
+
+def ask_args(server: LLMTestServer, store: Path, *more: str) -> list[str]:
+    return [
+        "ask",
+        "what are a and m?",
+        "--tools",
+        TOOLS,
+        "--model",
+        "openai:gpt-test",
+        "--base-url",
+        f"{server.url}/v1",
+        "--store",
+        str(store),
+        "--json",
+        *more,
+    ]
+
+
+def on_temporal(workers: Workers) -> list[str]:
+    return [
+        "--executor",
+        "temporal",
+        "--temporal-address",
+        workers.address,
+        "--task-queue",
+        workers.queue,
+        "--payload-store",
+        str(workers.payloads),
+    ]
+
+
+def _budgeted_ask(
+    server: LLMTestServer, store: Path, decisions: list[Any], *options: str
+) -> tuple[int, dict[str, Any], Any]:
+    """``ask`` the goal of :data:`BUDGETED` with ``options``: its exit code, its JSON, and
+    its round's run as recorded."""
+    server.responder = Model([BUDGETED], decisions)
+    result = CliRunner().invoke(
+        dagagent.cli.app,
+        ask_args(server, store, "--on-failure", "continue", *options),
+        env={"OPENAI_API_KEY": WORKER_KEY},
+    )
+    assert "Traceback" not in result.output
+    doc = json.loads(result.stdout)
+    [run_id] = [r["run_id"] for r in doc["rounds"]]
+    with dagagent.RunStore(store) as runs:
+        return result.exit_code, doc, runs.get_run(run_id)
+
+
+def test_a_tool_call_budget_is_spent_in_the_workflow_as_a_local_solve_spends_it(
+    workers: Workers, model_server: LLMTestServer, tmp_path: Path
+) -> None:
+    """``ask --max-tool-calls 3`` with a task and a map of three: on Temporal the workflow
+    counts the calls it lets the workers make, the third element's call is not made (denied
+    by the budget, with the local message), and the joiner answers from what the round had,
+    exactly as the same solve run locally; ``show`` reads the denial. When the joiner's last
+    answer cannot be had within the reserve, the solve ends ``budget_exhausted`` (exit 9) as
+    locally."""
+    outcomes = {}
+    for where, more in (("local", []), ("temporal", on_temporal(workers))):
+        store = tmp_path / f"{where}.db"
+        code, doc, run = _budgeted_ask(
+            model_server, store, [PARTIAL], "--max-tool-calls", "3", *more
+        )
+        assert code == 0, doc
+        elements = run.tasks["m"].elements or []
+        outcomes[where] = (
+            doc["status"],
+            doc["reason"],
+            run.tasks["a"].status.value,
+            run.tasks["m"].status.value,
+            [(e.status.value, e.error) for e in elements],
+            [d.decided_by for e in elements for d in e.decisions or ()],
+        )
+        shown = CliRunner().invoke(dagagent.cli.app, ["show", run.run_id, "--store", str(store)])
+        assert shown.exit_code == 0 and "denied" in shown.output, shown.output
+        # one model call for the planner, the reserve for the joiner, whose answer is no
+        # answer: nothing is left to ask it again
+        code, doc, _ = _budgeted_ask(
+            model_server,
+            tmp_path / f"{where}-out.db",
+            ["not a decision"],
+            "--max-tool-calls",
+            "3",
+            "--max-model-calls",
+            "2",
+            *more,
+        )
+        outcomes[where + " exhausted"] = (code, doc["status"], doc["reason"])
+    assert outcomes["temporal"] == outcomes["local"]
+    status, reason, a, m, elements, deciders = outcomes["temporal"]
+    assert status == "answered"
+    refused = "the call of add by task 'm' was refused: the budget of 3 tool calls is used up"
+    assert reason == f"answered in round 1 (from what it had when the budget ran low: {refused})"
+    assert (a, m) == ("succeeded", "denied")
+    assert [e[0] for e in elements] == ["succeeded", "succeeded", "denied"]
+    assert elements[2][1] == f"denied by budget: {refused}"
+    assert deciders == ["budget"]
+    assert outcomes["temporal exhausted"] == outcomes["local exhausted"]
+    code, status, reason = outcomes["temporal exhausted"]
+    assert (code, status) == (9, "budget_exhausted"), reason
+    assert reason.startswith("round 1: the budget ran out (")
+    assert "3 of 3 tool calls" in reason and refused in reason
+
+
+@pytest.mark.anyio
+async def test_agent_tasks_spend_the_solve_budget_on_the_workers_as_locally(
+    workers: Workers, model_server: LLMTestServer, tmp_path: Path
+) -> None:
+    """A budget of two model calls (and five tool calls) with an agent task: the planner
+    spends one, the agent's call is refused on its worker (one call is kept for the joiner's
+    last answer), the task fails saying so, and the joiner answers within the reserve: the
+    same calls, statuses and reason as the same solve run locally. The solve's and its run's
+    histories replay to the same decisions."""
+    plan = {
+        "goal": "g",
+        "tasks": [
+            {"id": "a", "tool": "add", "args": {"a": 1, "b": 2}},
+            {"id": "think", "instruction": "Say what ${a} is.", "depends_on": ["a"]},
+        ],
+    }
+    finish = {"action": "finish", "answer": "a is three", "cites": ["a"]}
+    seen = {}
+    for where in ("local", "temporal"):
+        model_server.responder = Model([plan], [finish], agents=["It is three."])
+        ex = executor(workers) if where == "temporal" else None
+        async with client_of(model_server) as llm:
+            solution = await dagagent.solve(
+                "what is a?",
+                temporal_tools.registry,
+                llm,
+                settings=RunSettings(executor=ex or "dataflow", retry=FAST_RETRY),
+                agent_tasks=True,
+                budget=dagagent.Budget(model_calls=2, tool_calls=5),
+                store=tmp_path / f"{where}.db",
+            )
+            if ex is not None:
+                async with ex.session():
+                    [rnd] = solution.rounds
+                    for wid in (solve_workflow_id(solution.solve_id), workflow_id(rnd.run_id)):
+                        _, history = await history_of(ex, wid)
+                        await replay(ex, history)
+        [rnd] = solution.rounds
+        assert rnd.result is not None
+        think = rnd.result.tasks["think"]
+        seen[where] = (
+            solution.status.value,
+            solution.reason,
+            think.status.value,
+            think.error,
+            [(c.role, c.status) for c in solution.calls],
+            solution.usage.agents.calls,
+        )
+    assert seen["temporal"] == seen["local"]
+    status, reason, think_status, think_error, calls, agent_calls = seen["temporal"]
+    assert status == "answered", reason
+    assert "when the budget ran low" in reason and "refused" in reason
+    assert think_status == "failed" and "refused" in (think_error or "")
+    assert calls == [("planner", "answered"), ("agent", "refused"), ("joiner", "answered")]
+    assert agent_calls == 0  # refused: nothing sent

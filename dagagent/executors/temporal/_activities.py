@@ -35,14 +35,16 @@ import socket
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import anyio
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from ...budget import tool_calls_refused
 from ...conditions import parse_condition
-from ...errors import ConfigError, PlanValidationError
+from ...errors import ConfigError, PlanValidationError, TaskDeniedError
 from ...events import Event, TaskElementFinished
 from ...graph import validate
 from ...plan import AgentTask
@@ -54,7 +56,7 @@ from ._workflow import COUNT_ELEMENTS, RUN_TASK
 
 if TYPE_CHECKING:
     from ...graph import PlanGraph
-    from ...runner import Interceptor
+    from ...runner import CallNext, Interceptor, ToolInvocation
     from ...tools import Registry
 
 __all__ = ["Activities", "AgentModels", "RunPolicies", "worker_identity"]
@@ -62,15 +64,18 @@ __all__ = ["Activities", "AgentModels", "RunPolicies", "worker_identity"]
 #: How a worker gets the model of a run's agent tasks: called with the run's model spec
 #: (``RunInput.model``), an async context manager whose value has ``llm`` and
 #: ``agent_runner`` (for the task runner), ``records()``, the JSON of each model call made,
-#: and ``redaction``, set to what the worker's redacting interceptors hide, which the
-#: records' texts then hide too (``dagagent.workflows.temporal_solve`` provides it; this
-#: layer knows no model).
+#: ``redaction``, set to what the worker's redacting interceptors hide, which the records'
+#: texts then hide too, ``spent()``, what its calls spent of a solve's budget, and
+#: ``cut_off(why)``, the records of its calls under way as if cut off now
+#: (``dagagent.workflows.temporal_solve`` provides it; this layer knows no model).
 AgentModels = Callable[[dict[str, Any]], AbstractAsyncContextManager[Any]]
 
 RunPolicies = Callable[[Mapping[str, Any]], Sequence["Interceptor"]]
 """``(a run's approval rules as data) -> interceptors``: see
 :func:`dagagent.approval.run_policies`."""
 
+# How often an activity's heartbeat looks for an agent's model call that started or ended.
+_CALLS_LOOK_S = 0.05
 # Plans validated on this worker, by the hash of their JSON.
 _GRAPHS_KEPT = 32
 
@@ -120,23 +125,37 @@ class Activities:
         agent task's model calls under ``model_calls`` (see :data:`AgentModels`)."""
         model = call.get("model")
         task = self._graph(plan).tasks.get(call["task_id"])
+        grant = call.get("grant")
+        gate = _Allowance(grant) if grant is not None else None
         if (
             model is None
             or self.agents is None
             or call.get("assemble")
             or not isinstance(task, AgentTask)  # no model call: no client to open
         ):
-            return await self._run_task(call, plan, outputs, None)
+            doc = await self._run_task(call, plan, outputs, None, gate)
+            if gate is not None:
+                doc["budget"] = gate.spent()
+            return doc
+        if grant is not None and grant.get("lease"):  # the solve's budget, for its calls
+            model = {**model, "ledger": grant}
         async with self.agents(model) as agent_model:
             agent_model.redaction = self._redaction
-            doc = await self._run_task(call, plan, outputs, agent_model)
+            doc = await self._run_task(call, plan, outputs, agent_model, gate)
             doc["model_calls"] = agent_model.records()
+            if gate is not None:
+                doc["budget"] = _spent(gate, agent_model)
             return doc
 
     async def _run_task(
-        self, call: dict[str, Any], plan: dict[str, Any], outputs: Sequence[Any], model: Any
+        self,
+        call: dict[str, Any],
+        plan: dict[str, Any],
+        outputs: Sequence[Any],
+        model: Any,
+        gate: _Allowance | None = None,
     ) -> Any:
-        runner = self._runner(call, plan, outputs, model)
+        runner = self._runner(call, plan, outputs, model, gate)
         task_id = call["task_id"]
         if call.get("in_doubt"):
             # run again after its worker was lost: a call not known to have ended is in
@@ -155,7 +174,7 @@ class Activities:
 
             runner.emit = keep
         async with anyio.create_task_group() as tg:
-            tg.start_soon(_heartbeat, reported)
+            tg.start_soon(_heartbeat, reported, partial(_if_lost, gate, model))
             r = await runner.run_task(task_id)
             tg.cancel_scope.cancel()
         doc = r.to_json_dict()
@@ -209,6 +228,7 @@ class Activities:
         plan: dict[str, Any],
         outputs: Sequence[Any],
         model: Any = None,
+        gate: _Allowance | None = None,
     ) -> TaskRunner:
         graph = self._graph(plan)
         task_id = call["task_id"]
@@ -219,6 +239,8 @@ class Activities:
         interceptors = self.interceptors
         if call.get("approval"):  # the run's own rules, after the worker's interceptors
             interceptors = (*interceptors, *self._run_policies(call["approval"]))
+        if gate is not None:  # a solve's budget of tool calls is spent before anyone is asked
+            interceptors = (gate, *interceptors)
         runner = TaskRunner(
             graph,
             self.registry,
@@ -334,14 +356,91 @@ def _record(doc: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in doc.items() if k != "duration_s"}
 
 
-async def _heartbeat(reported: list[dict[str, Any]]) -> None:
-    """Tell the server the worker is alive (and which elements it finished) four times per
+async def _heartbeat(
+    reported: list[dict[str, Any]], if_lost: Callable[[], dict[str, Any] | None]
+) -> None:
+    """Tell the server the worker is alive (and which elements it finished, and what
+    ``if_lost`` says the activity leaves behind if the worker is lost now) four times per
     heartbeat timeout, until cancelled. Local activities have no heartbeat."""
     info = activity.info()
     timeout = info.heartbeat_timeout
     if info.is_local or not timeout:
         return
     every = max(0.05, timeout.total_seconds() / 4)
+    look = min(every, _CALLS_LOOK_S)
+    told: tuple[str, ...] = ()
+    since = 0.0
     while True:  # a call shorter than ``every`` never heartbeats: no request for nothing
-        await anyio.sleep(every)
-        activity.heartbeat(list(reported))
+        await anyio.sleep(look)
+        since += look
+        left = if_lost()
+        flying = tuple(c["call_id"] for c in (left or {}).get("model_calls") or ())
+        if since < every and flying == told:
+            continue  # at once when an agent's model call starts or ends, else every ``every``
+        told, since = flying, 0.0
+        if left is None:
+            activity.heartbeat(list(reported))
+        else:
+            activity.heartbeat(list(reported), left)
+
+
+def _spent(gate: _Allowance, model: Any, lost: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
+    """What an activity spent of a solve's budget: its tool calls (``gate``), its agent
+    model's calls, and the calls ``lost`` under way (as cut off)."""
+    spent = {**gate.spent(), **(model.spent() if model is not None else {})}
+    spent["low"] = gate.low or spent.get("low")
+    if not lost:
+        return spent
+    spent["model_calls"] = spent.get("model_calls", 0) + len(lost)
+    spent["tokens"] = spent.get("tokens", 0) + sum(
+        c.get("input_tokens", 0) + c.get("output_tokens", 0) for c in lost
+    )
+    spent["cost"] = spent.get("cost", 0.0) + sum(c.get("cost_usd") or 0.0 for c in lost)
+    return spent
+
+
+def _if_lost(gate: _Allowance | None, model: Any) -> dict[str, Any] | None:
+    """What an activity would leave behind if its worker were lost now: what it spent of a
+    solve's budget (``budget``), its agent model's calls under way, as cut off
+    (``model_calls``); ``None``: nothing."""
+    lost: list[dict[str, Any]] = []
+    if model is not None:
+        lost = model.cut_off(
+            f"its worker {worker_identity()} was lost while the call was under way "
+            "(an attempt of the agent task); the provider may have charged it"
+        )
+    if gate is None and not lost:
+        return None
+    left: dict[str, Any] = {"model_calls": lost}
+    if gate is not None:
+        left["budget"] = _spent(gate, model, lost)
+    return left
+
+
+class _Allowance:
+    """The interceptor that spends what a solve's budget lets one activity make of tool
+    calls (``grant``, held for it by the run's workflow): outside every other one, it counts
+    each call and denies the one past the allowance, as the budget's own gate does in a
+    local solve (the workflow holds fewer than the task may make only when the budget has no
+    more)."""
+
+    def __init__(self, grant: Mapping[str, Any]) -> None:
+        held = grant.get("tool_calls")
+        self.allowed: int | None = None if held is None else int(held)
+        limits = grant.get("limits") or {}
+        self.limit = int(grant.get("limit") or limits.get("tool_calls") or 0)
+        self.made = 0
+        #: Why the budget ran low here: the first call denied (``None``: none was).
+        self.low: str | None = None
+
+    async def __call__(self, call: ToolInvocation, call_next: CallNext) -> Any:
+        if self.allowed is not None and self.made + 1 > self.allowed:
+            message = tool_calls_refused(call.tool.name, call.task_id, self.limit)
+            self.low = self.low or message
+            call.decide("deny", "budget", message)
+            raise TaskDeniedError(message, decided_by="budget")
+        self.made += 1
+        return await call_next(call)
+
+    def spent(self) -> dict[str, Any]:
+        return {"tool_calls": self.made, "low": self.low}

@@ -386,6 +386,7 @@ class TemporalExecutor(BaseExecutor):
             side_effects=facts.side_effects,
             reconciled=facts.reconciled,
             bounds=facts.bounds,
+            attempts=facts.attempts,
             allow_partial=facts.allow_partial,
             on_failure=on_failure,
             max_elements=runner.max_elements,
@@ -669,7 +670,7 @@ def _task_result(doc: dict[str, Any], runner: TaskRunner | None = None) -> TaskR
     if calls and runner is not None and runner.llm is not None:
         _model(runner).made_elsewhere(calls)
     return TaskResult.validate(
-        {k: v for k, v in doc.items() if k not in ("duration_s", "model_calls")}
+        {k: v for k, v in doc.items() if k not in ("duration_s", "model_calls", "budget")}
     )
 
 
@@ -716,6 +717,7 @@ def _facts(graph: PlanGraph, runner: TaskRunner, tasks: list[Task]) -> Arrived:
             facts.local.append(task.id)  # declared never to block, without side effects
         timeout = task.timeout_s if task.timeout_s is not None else tool.timeout_s
         retries = task.retries if task.retries is not None else tool.retries
+        facts.attempts[task.id] = retries + 1
         facts.bounds[task.id] = (
             (timeout + retry.max_delay_s) * (retries + 1) + _BOUND_SLACK_S
             if timeout is not None and task.for_each is None

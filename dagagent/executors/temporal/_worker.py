@@ -34,6 +34,8 @@ __all__ = ["STICKY_S", "running_worker", "serve"]
 
 #: Seconds a run's next workflow task waits for the worker that holds the run in its cache.
 STICKY_S = 2.0
+#: How long the SDK may hold back a heartbeat an activity gave (seconds).
+HEARTBEAT_FLUSH_S = 0.25
 
 
 @contextlib.asynccontextmanager
@@ -84,6 +86,11 @@ async def running_worker(
         # A run's workflow tasks go to the worker that ran its last one while it answers in
         # this time; when that worker is gone, to any other, sooner than the SDK's 10 s.
         sticky_queue_schedule_to_start_timeout=timedelta(seconds=STICKY_S),
+        # The activities pace their own heartbeats (four per heartbeat timeout, and at once
+        # when a model call starts or ends); the SDK would hold each back to 80 % of the
+        # timeout, so a worker busy for a fifth of it was taken for lost, and the record of a
+        # call under way reached the server seconds late.
+        max_heartbeat_throttle_interval=timedelta(seconds=HEARTBEAT_FLUSH_S),
         # dagagent's modules hold no state a workflow could change: imported once, not per run
         workflow_runner=SandboxedWorkflowRunner(
             restrictions=SandboxRestrictions.default.with_passthrough_modules("dagagent")

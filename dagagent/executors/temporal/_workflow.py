@@ -135,6 +135,14 @@ class RunInput:
     #: time: the tasks under way are cancelled, those not started are not run, and the run
     #: ends with what finished. ``None``: no deadline.
     deadline_at: float | None = None
+    #: What the run may spend of a solve's budget (a solve on Temporal gives it): ``limits``
+    #: (``Budget`` JSON), ``price`` (its model's), ``spent`` (what the solve spent before the
+    #: run). The workflow counts the tool calls and holds what each activity may make (see
+    #: :meth:`RunWorkflow._grant`); ``None``: nothing is limited.
+    budget: dict[str, Any] | None = None
+    #: The most attempts each tool task makes (its retries and one): the tool calls the
+    #: workflow holds for it under a budget of tool calls (a task not named: one).
+    attempts: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -152,6 +160,8 @@ class Arrived:
     reuse: dict[str, list[Any]] = field(default_factory=dict)
     #: Those of ``side_effects`` whose tool has a reconciler (see ``RunInput.reconciled``).
     reconciled: list[str] = field(default_factory=list)
+    #: The most attempts of each tool task (see ``RunInput.attempts``).
+    attempts: dict[str, int] = field(default_factory=dict)
 
 
 def _result(task_id: str, status: str, error: str | None = None, **more: Any) -> dict[str, Any]:
@@ -194,6 +204,11 @@ class RunWorkflow:
         self.waiting = {t: sum(1 for d in deps[t] if d not in self.outputs) for t in inp.order}
         self.ready = [t for t in inp.order if t not in self.results and not self.waiting[t]]
         self.running: dict[asyncio.Task[dict[str, Any]], str] = {}
+        # A solve's budget (``RunInput.budget``): what the run's activities spent, what the
+        # running ones hold, and whether an agent task holds all that is left.
+        self.spent: dict[str, Any] = dict((inp.budget or {}).get("spent") or {})
+        self.held_tool_calls = 0
+        self.leased = False
 
     @workflow.query(name="progress")
     def progress(self, since: int) -> dict[str, Any]:
@@ -222,6 +237,7 @@ class RunWorkflow:
         inp.bounds.update(arrived.bounds)
         inp.allow_partial.extend(arrived.allow_partial)
         inp.reuse.update(arrived.reuse)
+        inp.attempts.update(arrived.attempts)
         for task in arrived.tasks:
             self._arrived(task["id"])
 
@@ -336,8 +352,9 @@ class RunWorkflow:
             raise
         if rolling_over and (len(self.results) < len(inp.order) or inp.streaming):
             self.done = True  # this run's part: the driver follows the next
+            budget = {**inp.budget, "spent": self.spent} if inp.budget else None
             workflow.continue_as_new(
-                replace(inp, finished=self.finished, generation=inp.generation + 1)
+                replace(inp, finished=self.finished, generation=inp.generation + 1, budget=budget)
             )
         self._finish_unstarted()
         self.done = True
@@ -449,20 +466,33 @@ class RunWorkflow:
         return [call, inp.plan, *(self.outputs[d] for d in deps)]
 
     async def _call(
-        self, task_id: str, window: tuple[int, int] | None = None, **extra: Any
+        self,
+        task_id: str,
+        window: tuple[int, int] | None = None,
+        *,
+        size: int = 1,
+        **extra: Any,
     ) -> dict[str, Any]:
-        """Run ``task_id`` (or the elements ``window`` of a map) in one activity; run it
-        again on another worker when its worker is lost, if its tool has no side effects (or
-        has a reconciler: then in doubt, see the module docstring)."""
+        """Run ``task_id`` (or the elements ``window`` of a map, ``size`` of them) in one
+        activity; run it again on another worker when its worker is lost, if its tool has no
+        side effects (or has a reconciler: then in doubt, see the module docstring). Under a
+        solve's budget, each attempt holds what it may spend (:meth:`_grant`), and the result
+        says what the task spent (``budget``)."""
         inp = self.inp
         lost = 0
         done_elements: list[dict[str, Any]] = []
         bound = inp.bounds.get(task_id)
+        spent: dict[str, Any] | None = None
+        lost_calls: list[dict[str, Any]] = []  # an agent's, under way when a worker was lost
         if task_id in inp.in_doubt:  # its call may have happened in the run's ended workflow
             extra = {**extra, "in_doubt": True}
         while True:
             call = {"window": list(window) if window else None, "done": done_elements, **extra}
+            grant = await self._grant(task_id, size) if inp.budget is not None else None
+            if grant is not None:
+                call["grant"] = grant
             args = self._args(task_id, call)
+            used: dict[str, Any] | None = None
             try:
                 async with self.slots:
                     if task_id in inp.local and window is None:
@@ -485,9 +515,20 @@ class RunWorkflow:
                             heartbeat_timeout=timedelta(seconds=inp.heartbeat_s),
                             retry_policy=_ONCE,
                         )
+                used = r.pop("budget", None)
+                if grant is not None:
+                    r["budget"] = _added(spent or {}, self._settle(grant, used))
+                if lost_calls:
+                    r["model_calls"] = [*lost_calls, *(r.get("model_calls") or ())]
                 return r
             except ActivityError as exc:
                 cause = exc.cause
+                left = _left_behind(
+                    cause.last_heartbeat_details if isinstance(cause, TimeoutError) else ()
+                )
+                lost_calls.extend(left.get("model_calls") or ())
+                if grant is not None:  # what it spent before it ended without a result
+                    spent = _added(spent or {}, self._settle(grant, left.get("budget")))
                 if isinstance(cause, CancelledError):  # this workflow cancelled it
                     raise asyncio.CancelledError from None
                 if isinstance(cause, TimeoutError):
@@ -495,28 +536,99 @@ class RunWorkflow:
                     if task_id in inp.side_effects and not (
                         task_id in inp.reconciled and lost < inp.lost_worker_retries
                     ):
-                        return _result(
-                            task_id,
-                            "failed",
-                            f"{what}; its tool has side effects, so it is not run again (they "
-                            "may or may not have happened)",
-                            error_type="WorkerLostError",
-                            attempts=1,
+                        return _with_spent(
+                            _result(
+                                task_id,
+                                "failed",
+                                f"{what}; its tool has side effects, so it is not run again "
+                                "(they may or may not have happened)",
+                                error_type="WorkerLostError",
+                                attempts=1,
+                            ),
+                            spent,
+                            lost_calls,
                         )
                     lost += 1
                     if lost > inp.lost_worker_retries:
-                        return _result(
-                            task_id,
-                            "failed",
-                            f"{what}, {lost} times: not run again",
-                            error_type="WorkerLostError",
-                            attempts=lost,
+                        return _with_spent(
+                            _result(
+                                task_id,
+                                "failed",
+                                f"{what}, {lost} times: not run again",
+                                error_type="WorkerLostError",
+                                attempts=lost,
+                            ),
+                            spent,
+                            lost_calls,
                         )
                     done_elements = _reported(cause, done_elements)
                     if task_id in inp.side_effects:  # its calls cut off are in doubt there
                         extra = {**extra, "in_doubt": True}
                     continue
-                return _failed(task_id, exc)
+                return _with_spent(_failed(task_id, exc), spent, lost_calls)
+            except BaseException:  # cancelled: what it held counts as made (it may have been)
+                if grant is not None:
+                    self._settle(grant, None)
+                raise
+
+    # -- a solve's budget ------------------------------------------------------------------
+
+    async def _grant(self, task_id: str, size: int) -> dict[str, Any] | None:
+        """What one activity of ``task_id`` (``size`` elements of a map) may spend of the
+        solve's budget, held until it ends (:meth:`_settle`); ``None``: nothing to hold.
+
+        A tool task holds a tool call for each element and attempt, once the budget has that
+        many left that no other activity holds, or all that is left once no other activity
+        holds any: so a call is refused on the worker only when the budget is used up, as in
+        a local solve. An agent task (its model calls and tool calls unknown in advance)
+        holds all the budget has left, alone, and spends it on its worker as a local agent
+        spends the solve's ledger."""
+        budget = self.inp.budget
+        assert budget is not None
+        limits = budget.get("limits") or {}
+        tool_limit = limits.get("tool_calls")
+        task: dict[str, Any] = next(
+            (t for t in self.inp.plan["tasks"] if t.get("id") == task_id), {}
+        )
+        if "instruction" in task:
+            await workflow.wait_condition(lambda: not self.leased and not self.held_tool_calls)
+            self.leased = True
+            left = None if tool_limit is None else max(0, tool_limit - self._tool_calls())
+            return {
+                "lease": True,
+                "limits": limits,
+                "price": budget.get("price"),
+                "spent": dict(self.spent),
+                "tool_calls": left,
+                "held": left or 0,
+            }
+        if tool_limit is None:
+            return None
+        need = size * max(1, int(self.inp.attempts.get(task_id, 1)))
+        await workflow.wait_condition(
+            lambda: not self.leased and (self._tool_left() >= need or not self.held_tool_calls)
+        )
+        allowed = max(0, min(need, self._tool_left()))
+        self.held_tool_calls += allowed
+        return {"tool_calls": allowed, "limit": tool_limit, "held": allowed}
+
+    def _tool_calls(self) -> int:
+        return int(self.spent.get("tool_calls", 0))
+
+    def _tool_left(self) -> int:
+        limit = int((self.inp.budget or {}).get("limits", {}).get("tool_calls") or 0)
+        return limit - self._tool_calls() - self.held_tool_calls
+
+    def _settle(self, grant: dict[str, Any], used: dict[str, Any] | None) -> dict[str, Any]:
+        """An activity that held ``grant`` ended, having spent ``used`` (``None``: not known,
+        and every tool call it held counts as made); what it spent, now counted."""
+        self.held_tool_calls -= int(grant.get("held") or 0)
+        if grant.get("lease"):
+            self.leased = False
+        if used is None:
+            used = {"tool_calls": int(grant.get("held") or 0)}
+        self.spent = _added(self.spent, {k: v for k, v in used.items() if k != "low"})
+        return used
 
     async def _map(self, task_id: str) -> dict[str, Any]:
         """A map task: in one activity when its list is short, else in chunks of
@@ -539,12 +651,15 @@ class RunWorkflow:
         n: int = counted["n"]
         size = max(1, inp.chunk_elements)
         if n <= size:
-            return await self._call(task_id)
+            return await self._call(task_id, size=n)
         windows = [(i, min(i + size, n)) for i in range(0, n, size)]
-        chunks = {asyncio.create_task(self._call(task_id, w, n=n)): w for w in windows}
+        chunks = {
+            asyncio.create_task(self._call(task_id, w, size=w[1] - w[0], n=n)): w for w in windows
+        }
         cancel_siblings = inp.on_failure == "cancel" and task_id not in inp.allow_partial
         elements: dict[int, dict[str, Any]] = {}
         model_calls: list[dict[str, Any]] = []  # agent elements': they go with the task
+        spent: dict[str, Any] | None = None  # under a budget: what the chunks spent
         failure: dict[str, Any] | None = None
         pending = list(chunks)  # a list: cancelled in the same order on every replay
         try:
@@ -556,6 +671,8 @@ class RunWorkflow:
                         continue
                     r = fut.result()
                     model_calls.extend(r.pop("model_calls", None) or ())
+                    if "budget" in r:
+                        spent = _added(spent or {}, r.pop("budget"))
                     start, _ = chunks[fut]
                     for i, e in enumerate(r.get("elements") or (), start):
                         elements[i] = e
@@ -589,6 +706,7 @@ class RunWorkflow:
                 "started_at": first_start,
                 "attempts": 1,
                 "model_calls": model_calls,
+                **({"budget": spent} if spent is not None else {}),
             }
         try:
             whole: dict[str, Any] = await workflow.execute_local_activity(
@@ -606,7 +724,42 @@ class RunWorkflow:
             return _failed(task_id, exc)
         whole["started_at"] = first_start
         whole["model_calls"] = model_calls
+        if spent is not None:
+            whole["budget"] = spent
         return whole
+
+
+def _added(spent: dict[str, Any], more: dict[str, Any]) -> dict[str, Any]:
+    """What ``spent`` and ``more`` spent together (``tool_calls``, ``tokens``, ``cost``,
+    ``model_calls``); the first ``low`` (why the budget ran low) of the two."""
+    total = dict(spent)
+    for key, value in more.items():
+        if key == "low":
+            total["low"] = total.get("low") or value
+        elif value:
+            total[key] = total.get(key, 0) + value
+    return total
+
+
+def _with_spent(
+    r: dict[str, Any], spent: dict[str, Any] | None, lost_calls: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """``r`` with what its task spent of a solve's budget and its agent's calls lost with
+    a worker."""
+    if spent is not None:
+        r["budget"] = spent
+    if lost_calls:
+        r["model_calls"] = lost_calls
+    return r
+
+
+def _left_behind(details: Any) -> dict[str, Any]:
+    """What a lost activity's last heartbeat said it leaves behind: ``budget``, what it had
+    spent of a solve's budget, ``model_calls``, its agent's calls under way, cut off."""
+    if details and len(details) > 1 and isinstance(details[1], dict):
+        left: dict[str, Any] = details[1]
+        return left
+    return {}
 
 
 def _failed(task_id: str, exc: ActivityError) -> dict[str, Any]:

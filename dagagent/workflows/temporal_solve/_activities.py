@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -43,7 +43,7 @@ from ...llm import MeteredLLM
 from ...llm.spec import from_spec
 from ...plan import Plan
 from ...planners import Joiner, LLMPlanner, LLMReplanner
-from ...results import ModelRole, RunResult, RunStatus, TaskResult
+from ...results import ModelCall, ModelRole, RunResult, RunStatus, TaskResult
 from ...runner import TaskRunner
 from ...settings import TaskRetryPolicy
 from .._calls import SolveCalls
@@ -58,6 +58,9 @@ if TYPE_CHECKING:
     from ...tools import Registry
 
 __all__ = ["SolveActivities"]
+
+# How often a step's heartbeat looks for a model call that started or ended (seconds).
+_CALLS_LOOK_S = 0.05
 
 
 class SolveActivities:
@@ -157,13 +160,32 @@ class SolveActivities:
         calls = SolveCalls(ask["solve_id"], spending=spending, emit=lambda _event: None)
         calls.round, calls.run_id = ask["round"], ask["run_id"]
         calls.final = bool(ask.get("final"))
+        info = activity.info()
+        # The calls the step's earlier attempts had under way when their workers were lost
+        # (their last heartbeats said): recorded as cut off, and spent, as a local solve
+        # spends a call cut off.
+        lost = _lost_before(info.heartbeat_details)
+        for doc in lost:
+            record = ModelCall.model_validate(doc)
+            spending.spend(record.usage, record.cost_usd)
+        step_name = {PLAN: "planner", REPLAN: "replanner", JOIN: "joiner"}.get(
+            info.activity_type, info.activity_type
+        )
+        why = (
+            f"its worker {worker_identity()} was lost while the call was under way "
+            f"(attempt {info.attempt} of the {step_name}'s step); the provider may have "
+            "charged it"
+        )
+
+        def lost_now() -> list[dict[str, Any]]:
+            return [*lost, *(r.model_dump(mode="json") for r in calls.cut_off(why))]
 
         def llm(role: ModelRole) -> LLM:
             return MeteredLLM(client, observer=calls.observer(role))
 
         answer: dict[str, Any]
         async with client, anyio.create_task_group() as tg:
-            tg.start_soon(_heartbeat)
+            tg.start_soon(_heartbeat, calls, lost_now)
             try:
                 answer = await step(llm, calls)
             except PlanningError as exc:
@@ -188,10 +210,8 @@ class SolveActivities:
             "model_calls": spending.model_calls,
         }
         first = int(ask["seq"])
-        answer["calls"] = [
-            r.model_copy(update={"seq": first + i}).model_dump(mode="json")
-            for i, r in enumerate(calls.records)
-        ]
+        made = [*lost, *(r.model_dump(mode="json") for r in calls.records)]
+        answer["calls"] = [{**doc, "seq": first + i} for i, doc in enumerate(made)]
         return answer
 
     def _planned(self, ask: dict[str, Any], plan: Plan, graph: PlanGraph) -> dict[str, Any]:
@@ -233,6 +253,7 @@ def _spending(ask: dict[str, Any], prices: Prices) -> Spending:
     spending.tokens = int(spent.get("tokens", 0))
     spending.cost = float(spent.get("cost", 0.0))
     spending.model_calls = int(spent.get("model_calls", 0))
+    spending.tool_calls = int(spent.get("tool_calls", 0))
     return spending
 
 
@@ -268,13 +289,29 @@ def _run_result(run_id: str, plan: Plan, docs: list[dict[str, Any]]) -> RunResul
     )
 
 
-async def _heartbeat() -> None:
+def _lost_before(details: Sequence[Any]) -> list[dict[str, Any]]:
+    """The records of the calls lost with the workers of a step's earlier attempts, from
+    the last heartbeat's details (see :func:`_heartbeat`)."""
+    if details and isinstance(details[0], list):
+        return [d for d in details[0] if isinstance(d, dict) and "call_id" in d]
+    return []
+
+
+async def _heartbeat(calls: SolveCalls, lost: Callable[[], list[dict[str, Any]]]) -> None:
     """Tell the server the worker is alive, four times per heartbeat timeout, until
-    cancelled."""
+    cancelled, and at once when a model call starts or ends: each heartbeat carries the
+    records the calls under way would have if the worker were lost now (with those lost
+    before), so that the next attempt, or the workflow, records them."""
     timeout = activity.info().heartbeat_timeout
     if not timeout:
         return
     every = max(0.05, timeout.total_seconds() / 4)
+    told: tuple[str, ...] | None = None
+    since = 0.0
     while True:
-        await anyio.sleep(every)
-        activity.heartbeat()
+        await anyio.sleep(min(every, _CALLS_LOOK_S))
+        since += min(every, _CALLS_LOOK_S)
+        flying = tuple(f.call.id for f in calls.running())
+        if flying != told or since >= every:
+            activity.heartbeat(lost())
+            told, since = flying, 0.0

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from ...budget import Prices
+from ...budget import Budget, Prices
 from ...errors import ConfigError
 from ...llm import LLM, MeteredLLM
 from ...llm.spec import from_spec
@@ -44,8 +44,26 @@ class AgentModel:
     def redaction(self, redaction: Redaction) -> None:
         self.calls.redaction = redaction
 
+    #: What the solve had spent when the task started (``tokens``, ``cost``, ``model_calls``).
+    before: dict[str, Any] = field(default_factory=dict)
+
     def records(self) -> list[dict[str, Any]]:
         return [r.model_dump(mode="json") for r in self.calls.records]
+
+    def cut_off(self, why: str) -> list[dict[str, Any]]:
+        """The records of the calls under way, as if cut off now (``why``)."""
+        return [r.model_dump(mode="json") for r in self.calls.cut_off(why)]
+
+    def spent(self) -> dict[str, Any]:
+        """What the task's model calls spent of the solve's budget (what its ledger counts
+        past ``before``), and why the budget ran low, if it did."""
+        ledger = self.calls.spending
+        return {
+            "tokens": ledger.tokens - int(self.before.get("tokens", 0)),
+            "cost": ledger.cost - float(self.before.get("cost", 0.0)),
+            "model_calls": ledger.model_calls - int(self.before.get("model_calls", 0)),
+            "low": ledger.low,
+        }
 
 
 @contextlib.asynccontextmanager
@@ -59,13 +77,33 @@ async def agent_models(model: dict[str, Any]) -> AsyncIterator[AgentModel]:
         client = from_spec(model["spec"], base_url=model.get("base_url"), settings=settings)
     except ConfigError as exc:
         raise ConfigError(f"the worker cannot build the solve's model: {exc}") from None
-    calls = SolveCalls(
-        model.get("solve_id"), spending=Spending(None, Prices()), emit=lambda _event: None
-    )
+    ledger = model.get("ledger") or {}
+    spending, before = _spending(ledger)
+    calls = SolveCalls(model.get("solve_id"), spending=spending, emit=lambda _event: None)
     calls.round = model.get("round")
     async with client:
         yield AgentModel(
             MeteredLLM(client, observer=calls.observer("agent")),
             make_agent_runner(settings=settings),
             calls,
+            before,
         )
+
+
+def _spending(ledger: dict[str, Any]) -> tuple[Spending, dict[str, Any]]:
+    """The ledger an agent task spends on its worker: the solve's budget (``limits``) with
+    what the solve spent before the task (``spent``), its model priced as the driver priced
+    it (``price``), so that each call is reserved, cut off or refused as a local agent's;
+    without a budget, one that only counts."""
+    limits = ledger.get("limits")
+    if not limits:
+        return Spending(None, Prices()), {}
+    price = ledger.get("price")
+    prices = Prices({"*": price} if price is not None else {}, defaults=False)
+    spending = Spending(Budget.model_validate(limits), prices)
+    spent = dict(ledger.get("spent") or {})
+    spending.tokens = int(spent.get("tokens", 0))
+    spending.cost = float(spent.get("cost", 0.0))
+    spending.model_calls = int(spent.get("model_calls", 0))
+    spending.tool_calls = int(spent.get("tool_calls", 0))
+    return spending, spent

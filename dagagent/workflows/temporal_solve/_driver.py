@@ -808,8 +808,6 @@ def refuse_unsupported(**given: Any) -> None:
         "TemporalExecutor(approval={'rules': ..., 'ask': [...]}); --ask), or give the "
         "interceptors to the workers (dagagent worker --interceptors MODULE:ATTR, "
         "serve(..., interceptors=...))",
-        "budget": "a budget of tool calls (--max-tool-calls), nor a budget with agent tasks "
-        "(--agent-tasks): a round's run on the workers does not spend it yet",
         "planner": "a planner of your own (--planner-prompt, --examples): the workers plan with "
         "the default planner",
         "conversation": "a turn of a conversation (--session): the workers plan without the "

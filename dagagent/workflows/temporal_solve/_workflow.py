@@ -45,7 +45,12 @@ from typing import Any, NoReturn
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    ChildWorkflowError,
+    TimeoutError,
+)
 from temporalio.workflow import ParentClosePolicy
 
 from ...executors.temporal import workflow_id
@@ -342,6 +347,7 @@ class SolveWorkflow:
                 RunInput(**planned["run_input"]),  # finished by then
                 deadline_at=self.deadline_at,
                 approval=inp.approval,
+                **self._run_budget(),
             )
             ran = await self._run_round(n, run_id, run_input)
             if isinstance(ran, str):
@@ -349,6 +355,7 @@ class SolveWorkflow:
                 self._close(n, run_id, "failed", ran)
                 return self._end("failed", ran)
             results = ran
+            low = self._run_spent(results)
             self._step("ran", round=n, run_id=run_id)
             self.kept += sum(1 for r in results if r["status"] in _OK)
             try:
@@ -361,6 +368,9 @@ class SolveWorkflow:
                     and str(r.get("error") or "").startswith("cancelled while running")
                 ]
                 raise
+            if low is not None:  # the budget ran low during the round: the last answer
+                here = {"round": n, "run_id": run_id, "plan": plan, "results": results}
+                return await self._out_of_budget(n, run_id, here, low)
             ok = _ok_outputs(results)
             fresh = [
                 r["task_id"]
@@ -534,6 +544,28 @@ class SolveWorkflow:
         self._close(n, run_id, "budget_exhausted", reason)
         return self._end("budget_exhausted", reason)
 
+    def _run_budget(self) -> dict[str, Any]:
+        """What a round's run gets of a budget of tool calls, or of any budget when its plan
+        may hold agent tasks (``RunInput.budget``): nothing else is spent in a run."""
+        b = self.inp.budget
+        if not b or (b.get("tool_calls") is None and not self.inp.agent_tasks):
+            return {}
+        return {"budget": {"limits": b, "price": self.inp.price, "spent": dict(self.spent)}}
+
+    def _run_spent(self, results: list[dict[str, Any]]) -> str | None:
+        """Count what the run's tasks spent (each result's ``budget``, taken out of it); why
+        the budget ran low in the run, if it did (the first task's refusal to end)."""
+        low: str | None = None
+        for r in results:
+            used = r.pop("budget", None)
+            if not used:
+                continue
+            for key in ("tool_calls", "tokens", "cost", "model_calls"):
+                if used.get(key):
+                    self.spent[key] = self.spent.get(key, 0) + used[key]
+            low = low or used.get("low")
+        return low
+
     def _spent(self) -> str:
         """``"1,234 of 5,000 tokens, 3 of 10 model calls"``: what was spent of each limit."""
         b, used = self.inp.budget or {}, self.spent
@@ -544,7 +576,31 @@ class SolveWorkflow:
             parts.append(f"${used['cost']:.4f} of ${b['cost_usd']:g}")
         if b.get("model_calls") is not None:
             parts.append(f"{used['model_calls']} of {b['model_calls']} model calls")
+        if b.get("tool_calls") is not None:
+            parts.append(f"{used.get('tool_calls', 0)} of {b['tool_calls']} tool calls")
         return ", ".join(parts)
+
+    def _lost_calls(self, n: int, details: Any) -> None:
+        """The calls a model step had under way when the last worker it was given was lost
+        (its last heartbeat's records, cut off): a step, and spent, as a local solve spends
+        a call cut off."""
+        lost = [
+            d
+            for d in (details[0] if details and isinstance(details[0], list) else ())
+            if isinstance(d, dict) and "call_id" in d
+        ]
+        if not lost:
+            return
+        calls = [{**c, "seq": self.seq + i} for i, c in enumerate(lost)]
+        self.seq += len(calls)
+        spent = dict(self.spent)
+        for c in calls:
+            spent["tokens"] = spent.get("tokens", 0) + c.get("input_tokens", 0)
+            spent["tokens"] += c.get("output_tokens", 0)
+            spent["cost"] = spent.get("cost", 0.0) + (c.get("cost_usd") or 0.0)
+            spent["model_calls"] = spent.get("model_calls", 0) + 1
+        self.spent = spent
+        self._step("calls", round=n, calls=calls)
 
     def _agent_calls(self, n: int, results: list[dict[str, Any]]) -> None:
         """The model calls of the round's agent tasks (they came with their results), in
@@ -607,10 +663,12 @@ class SolveWorkflow:
             answer: dict[str, Any] = await step
         except ActivityError as exc:
             cause = exc.cause
+            if isinstance(cause, TimeoutError):  # the calls lost with its last worker
+                self._lost_calls(n, cause.last_heartbeat_details)
             message = cause.message if isinstance(cause, ApplicationError) else str(cause or exc)
             return {"error": " ".join(message.split()), "kind": "worker", "calls": []}
         calls = answer.pop("calls", None) or []
-        self.spent = answer.pop("spent", None) or self.spent
+        self.spent = {**self.spent, **(answer.pop("spent", None) or {})}
         if calls:
             self.seq += len(calls)
             self._step("calls", round=n, calls=calls)
