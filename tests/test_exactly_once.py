@@ -1130,3 +1130,43 @@ async def test_resolving_a_call_in_doubt_refuses_what_it_cannot_resolve(tmp_path
         conn.execute("UPDATE runs SET pid = ? WHERE id = ?", (os.getpid(), crashed))
     with RunStore(store) as st, pytest.raises(dagagent.DecisionError, match="is running"):
         st.resolve_in_doubt(crashed, "p", "happened", by="ann")
+
+
+async def test_an_inherited_key_is_claimed_by_one_run_only(tmp_path: Path) -> None:
+    """Two revisions that inherit the same key (a call found not to have happened in the run
+    both revise): the intent of the second is not written while the first made the call
+    under it, or may be making it; checked and written in one transaction."""
+    from dagagent.store._effects import EffectJournal
+
+    db = tmp_path / "r.db"
+    RunStore(db).close()  # the schema
+    journal = EffectJournal(db)
+    call: dict[str, Any] = {
+        "task_id": "pay",
+        "element": None,
+        "occurrence": 1,
+        "tool": "pay",
+        "fingerprint": "fp",
+        "source": "plan",
+        "args": None,
+        "attempt": 1,
+    }
+    try:
+        assert await journal.intent("a", "dga-k", **call, exclusive=True)
+        assert not await journal.intent("b", "dga-k", **call, exclusive=True)  # a makes it
+        assert await journal.intent("a", "dga-k", **call, exclusive=True)  # a again: its own
+        await journal.outcome("a", "dga-k", "succeeded", output="1", error=None)
+        assert not await journal.intent("b", "dga-k", **call, exclusive=True)  # a made it
+        await journal.outcome("a", "dga-k", "failed", output=None, error="refused")
+        assert await journal.intent("b", "dga-k", **call, exclusive=True)  # it did not happen
+        assert await journal.intent("c", "dga-other", **call, exclusive=True)
+    finally:
+        journal.close()
+    with sqlite3.connect(db) as conn:
+        rows = conn.execute("SELECT run_id, key, state FROM effects ORDER BY run_id").fetchall()
+    conn.close()
+    assert rows == [
+        ("a", "dga-k", "failed"),
+        ("b", "dga-k", "started"),
+        ("c", "dga-other", "started"),
+    ]
