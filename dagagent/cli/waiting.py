@@ -776,7 +776,8 @@ def _recorded_planner(
             f"{exc}; solve {solve.solve_id} was asked with it (recorded with run "
             f"{record.run_id}): give it again with --planner-prompt FILE / --examples FILE"
         ) from None
-    if given:  # recorded: the runs of the later rounds, and the run a next resume reads
+    resumable = solve.parent is None and st.session_of_solve(solve.solve_id) is None
+    if given and resumable:  # recorded: the runs of later rounds, and the run a resume reads
         st.context.update(given)
         st.update_context(record.run_id, given)
     return planner
