@@ -259,10 +259,12 @@ class _Run:
         )
 
     def _parent_effects(self) -> Sequence[EffectRecord]:
-        """The calls with side effects that took effect in the run this one revises (its
-        parent, in the same store): the same calls here are taken over, never made again;
-        and its calls in doubt that a person resolved otherwise (made again with their key,
-        or not made) (see :class:`~dagagent.runner.Effects`)."""
+        """The calls with side effects that took effect in the runs this one revises (its
+        parent, in the same store, the parent's parent, ...): the same calls here are taken
+        over, never made again; and their calls in doubt that a person resolved otherwise
+        (made again with their key, or not made), with what other runs did under such a key
+        (see :meth:`~dagagent.store.RunStore.inherited_effects` and
+        :class:`~dagagent.runner.Effects`)."""
         if self.parent_id is None or self.journal is None or self.recorder is None:
             return ()
         from .errors import StoreError
@@ -272,11 +274,7 @@ class _Run:
             with RunStore(self.recorder.path) as store:
                 if not store.exists(self.parent_id):
                     return ()
-                return [
-                    e
-                    for e in store.effects(self.parent_id)
-                    if e.state == "succeeded" or e.resolution in ("not_happened", "denied")
-                ]
+                return store.inherited_effects(self.parent_id, revising=self.run_id)
         except StoreError as exc:
             raise StoreError(
                 f"cannot read the calls with side effects of run {self.parent_id}, which run "

@@ -20,6 +20,7 @@ from typing import Any
 import anyio
 import pytest
 from backends import BACKENDS, both_backends
+from eventually import until
 
 import dagagent
 from dagagent import Reconciled, RunStatus
@@ -1130,3 +1131,82 @@ async def test_resolving_a_call_in_doubt_refuses_what_it_cannot_resolve(tmp_path
         conn.execute("UPDATE runs SET pid = ? WHERE id = ?", (os.getpid(), crashed))
     with RunStore(store) as st, pytest.raises(dagagent.DecisionError, match="is running"):
         st.resolve_in_doubt(crashed, "p", "happened", by="ann")
+
+
+async def test_an_inherited_key_is_claimed_by_one_run_only(tmp_path: Path) -> None:
+    """Two revisions that inherit the same key (a call found not to have happened in the run
+    both revise): the intent of the second is not written while the first made the call
+    under it, or may be making it; checked and written in one transaction."""
+    from dagagent.store._effects import EffectJournal
+
+    db = tmp_path / "r.db"
+    RunStore(db).close()  # the schema
+    journal = EffectJournal(db)
+    call: dict[str, Any] = {
+        "task_id": "pay",
+        "element": None,
+        "occurrence": 1,
+        "tool": "pay",
+        "fingerprint": "fp",
+        "source": "plan",
+        "args": None,
+        "attempt": 1,
+    }
+    try:
+        assert await journal.intent("a", "dga-k", **call, exclusive=True)
+        assert not await journal.intent("b", "dga-k", **call, exclusive=True)  # a makes it
+        assert await journal.intent("a", "dga-k", **call, exclusive=True)  # a again: its own
+        await journal.outcome("a", "dga-k", "succeeded", output="1", error=None)
+        assert not await journal.intent("b", "dga-k", **call, exclusive=True)  # a made it
+        await journal.outcome("a", "dga-k", "failed", output=None, error="refused")
+        assert await journal.intent("b", "dga-k", **call, exclusive=True)  # it did not happen
+        assert await journal.intent("c", "dga-other", **call, exclusive=True)
+    finally:
+        journal.close()
+    with sqlite3.connect(db) as conn:
+        rows = conn.execute("SELECT run_id, key, state FROM effects ORDER BY run_id").fetchall()
+    conn.close()
+    assert rows == [
+        ("a", "dga-k", "failed"),
+        ("b", "dga-k", "started"),
+        ("c", "dga-other", "started"),
+    ]
+
+
+async def test_two_revisions_at_once_make_a_call_found_not_to_have_happened_once(
+    tmp_path: Path,
+) -> None:
+    """A person found that the payment did not happen; two revisions of the run then reach
+    it at the same moment: one makes it, under the key it had, and the other's intent is
+    refused (its task fails, nothing made). A third revision takes the payment over."""
+    from dagagent.workflows.replan import revise_run, run_revision
+
+    store, world = tmp_path / "runs.db", World()
+    reg = registry(world)
+    run_id = await _ended_in_doubt(store, world, reg, after=False)
+    with RunStore(store) as st:
+        (e,) = st.resolve_in_doubt(run_id, "p", "not_happened", by="ann")
+        record = st.get_run(run_id)
+    world.entered, world.release = anyio.Event(), anyio.Event()
+    world.hang_after.add("p")  # the payment holds once made, until both revisions got to it
+    results: list[dagagent.RunResult] = []
+
+    async def revise() -> None:
+        revision = await revise_run(record, reg, plan=_plan(PAY, AFTER))
+        results.append(await run_revision(revision, reg, store=store))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(revise)
+        tg.start_soon(revise)
+        # one revision ends (refused) while the other holds its payment, or both paid
+        await until(lambda: results or len(world.keys("pay")) > 1, "a revision to end or pay")
+        world.hang_after.clear()
+        world.release.set()
+    assert world.keys("pay") == [e.key]  # once
+    refused, made = results
+    assert refused.status is RunStatus.FAILED and made.status is RunStatus.SUCCEEDED
+    error = refused.tasks["p"].error or ""
+    assert f"another run made it under the same key ({e.key})" in error
+    third = await _revision(store, reg, run_id)
+    assert third.status is RunStatus.SUCCEEDED
+    assert third.outputs["p"] == made.outputs["p"] and world.keys("pay") == [e.key]

@@ -1421,6 +1421,121 @@ def test_secrets_a_plan_writes_out_never_reach_the_store_through_the_plan(tmp_pa
         assert sorted(map(str, got)) == first
 
 
+def test_a_secret_given_as_a_bare_map_element_never_reaches_the_store(tmp_path: Path) -> None:
+    """A map task whose literal list holds the secrets themselves (``"for_each": ["sk-...",
+    ...]``, each passed on as ``{"api_key": "${@item}"}``, or a part of an element put into a
+    secret-named argument) is stored with those elements hidden, in the plan and in the map
+    task's record alike, whatever the order of the interceptors. A part of an element also read
+    where nothing hides it (another argument, the task's ``when``) is kept: the tool and the
+    condition get it as it is. The stored plan, run again, gives the tools what the run did."""
+    from typer.testing import CliRunner
+
+    from dagagent.cli import app
+    from dagagent.interceptors import redacting
+
+    keys = ["sk-live-Kx81Qa", "sk-live-Pz27Wn"]
+    tokens = ["tok-Hq55Vr0", "tok-Lm39Dc2"]
+    got: list[Any] = []
+    reg = dagagent.Registry()
+
+    @reg.tool(side_effects=True)
+    def charge(api_key: str, n: int) -> str:
+        """Charge with a key."""
+        got.append(("charge", api_key, n))
+        return f"charged {n}"
+
+    @reg.tool
+    def fetch(user: str, bearer_token: str) -> str:
+        """Fetch as a user."""
+        got.append(("fetch", user, bearer_token))
+        return user
+
+    plan = {
+        "goal": "charge and fetch",
+        "tasks": [
+            {
+                "id": "pay",
+                "tool": "charge",
+                "for_each": keys,
+                "args": {"api_key": "${@item}", "n": "${@index}"},
+            },
+            {
+                "id": "get",
+                "tool": "fetch",
+                "for_each": [{"who": "ann", "tok": tokens[0]}, {"who": "bo", "tok": tokens[1]}],
+                "args": {"user": "${@item.who}", "bearer_token": "Bearer ${@item.tok}"},
+                "when": "${@item.who} != 'nobody'",
+            },
+        ],
+    }
+    allow = dagagent.Policy([dagagent.Rule(tool="*", action="allow", name="all")])
+    db = tmp_path / "r.db"
+    for order in ([redacting()], [allow, redacting()]):
+        got.clear()
+        result = dagagent.execute_sync(plan, reg, store=db, interceptors=order)
+        assert result.ok, result.tasks
+        assert sorted(map(str, got)) == sorted(
+            map(
+                str,
+                [
+                    ("charge", "[redacted]", 0),
+                    ("charge", "[redacted]", 1),
+                    ("fetch", "ann", "[redacted]"),
+                    ("fetch", "bo", "[redacted]"),
+                ],
+            )
+        )
+        stored = _store_bytes(db)
+        assert not [s for s in (*keys, *tokens) if s.encode() in stored], order
+        with RunStore(db) as st:
+            rec = st.get_run(result.run_id)
+        pay, get = rec.plan.tasks
+        assert pay.for_each == ["[redacted]", "[redacted]"]
+        assert get.for_each == [
+            {"who": "ann", "tok": "[redacted]"},  # "who" is read as it is: kept
+            {"who": "bo", "tok": "[redacted]"},
+        ]
+        assert rec.tasks["pay"].args == ["[redacted]", "[redacted]"]  # the map task's record
+        assert rec.tasks["get"].args == get.for_each
+        shown = CliRunner().invoke(app, ["show", result.run_id, "--json", "--store", str(db)])
+        assert shown.exit_code == 0, shown.output
+        assert "[redacted]" in shown.stdout
+        assert not [s for s in (*keys, *tokens) if s in shown.stdout]
+        first = sorted(map(str, got))
+        got.clear()
+        assert dagagent.execute_sync(rec.plan, reg, interceptors=order).ok
+        assert sorted(map(str, got)) == first
+
+
+def test_a_map_task_error_does_not_quote_a_bare_secret_element(tmp_path: Path) -> None:
+    """A map task's error names its failed elements by their value; one that only goes where
+    the redacting interceptors hide it is not quoted, in the result nor in the store."""
+    from dagagent.interceptors import redacting
+
+    reg = dagagent.Registry()
+
+    @reg.tool
+    def unlock(pin_secret: int) -> str:
+        """Unlock with a number (given a word: its arguments do not fit)."""
+        return "open"
+
+    plan = {
+        "tasks": [
+            {
+                "id": "open",
+                "tool": "unlock",
+                "for_each": ["word-Qz71Kd"],
+                "args": {"pin_secret": "${@item}"},
+            }
+        ]
+    }
+    db = tmp_path / "r.db"
+    result = dagagent.execute_sync(plan, reg, store=db, interceptors=[redacting()])
+    error = result.tasks["open"].error or ""
+    assert "element 0 ([redacted]) failed" in error and "Qz71Kd" not in error
+    assert b"Qz71Kd" not in _store_bytes(db)
+
+
 # ---------------------------------------------------------------------------------------------
 # Map tasks
 

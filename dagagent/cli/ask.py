@@ -86,7 +86,7 @@ from .otel import configure_otel
 from .recording import recorded_tools_spec, tools_context
 from .run import paused_hint
 from .sessions import ContextTokensOpt, KeepTurnsOpt, SessionOpt, session_turn
-from .solving import solve_setup
+from .solving import planner_context, solve_setup
 
 if TYPE_CHECKING:
     from ..events import Event
@@ -509,6 +509,7 @@ def ask_cmd(
     spec = recorded_tools_spec(tools, mcp or ())
     context = tools_context(spec, mcp or (), skills)  # replan and resume load them again
     context.update(choice.to_record(llm))  # a resume asks the same model, on the same server
+    context.update(planner_context(planner_prompt, examples))  # ... plans with the same planner
     approval = rules.context()
     if approval:  # what 'dagagent resume' asks with
         context["approval"] = approval

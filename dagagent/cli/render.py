@@ -77,7 +77,7 @@ def plan_table(graph: PlanGraph, *, whole: bool = False) -> Table:
         if isinstance(t, ToolTask):
             what, args = t.tool, shorten(t.args, width, one_line=not whole)
         else:
-            what, args = f"agent: {shorten(t.instruction, width, one_line=not whole)}", ""
+            what, args = f"{t.label}: {shorten(t.instruction, width, one_line=not whole)}", ""
         table.add_row(
             str(level_of[tid]),
             tid,
@@ -166,11 +166,14 @@ def print_warnings(console: Console, warnings: Iterable[Any]) -> None:
     """Print a plan's warnings, one line each, except that every ``no_llm`` warning (agent
     tasks and no model) makes one line, worded for the command line."""
     no_model: list[str] = []
+    sub_solves: set[str] = set()
     seen: set[str] = set()
     for w in warnings:
         if getattr(w, "code", None) == "no_llm":
             if w.task_id not in no_model:
                 no_model.append(w.task_id)
+            if str(getattr(w, "message", "")).startswith("sub-solve"):
+                sub_solves.add(w.task_id)
             continue
         text = f"warning: {w}"
         if text not in seen:
@@ -179,6 +182,12 @@ def print_warnings(console: Console, warnings: Iterable[Any]) -> None:
     if no_model:
         tasks = ", ".join(repr(t) for t in no_model)
         noun = "agent task" if len(no_model) == 1 else "agent tasks"
+        if sub_solves:
+            noun = (
+                ("sub-solve" if len(no_model) == 1 else "sub-solves")
+                if len(sub_solves) == len(no_model)
+                else "agent tasks and sub-solves"
+            )
         console.print(
             f"warning: [no_llm] {noun} {tasks} will fail without a model: pass --model SPEC "
             "or set DAGAGENT_MODEL",

@@ -75,13 +75,25 @@ def validate_cmd(
         help="The model agent tasks would use (only checked for presence; nothing is sent). "
         "Default: $DAGAGENT_MODEL.",
     ),
+    sub_solves: bool = typer.Option(
+        False,
+        "--sub-solves",
+        help="Check the plan as a plan of a solve given sub-solves (dagagent ask --sub-solves), "
+        'which may hold tasks with "solve": true; without it, as dagagent run runs it, where '
+        "such a task is an issue.",
+    ),
 ) -> None:
     """Check a plan (graph, tools, arguments) and report every issue at once."""
     from ..graph import validate
     from .render import plan_table, print_json, print_warnings
 
     registry = load_tools(tools, mcp, skills)
-    graph = validate(plan, registry, check_llm=not ModelChoice(model).configured)
+    graph = validate(
+        plan,
+        registry,
+        check_llm=not ModelChoice(model).configured,
+        solve_depth=0 if sub_solves else None,
+    )
     if json_out:
         print_json(
             out,
@@ -376,6 +388,6 @@ def run_cmd(
     options = RunOptions.of(ctx)  # --executor, --ask, --dask-*...: read from ctx
     registry = load_tools(tools, mcp, skills)
     llm = agent_model(model, base_url, stream_timeout)
-    graph = validate(plan, registry, llm=llm, check_llm=True)
+    graph = validate(plan, registry, llm=llm, check_llm=True, solve_depth=None)
     print_warnings(err, graph.warnings)
     raise typer.Exit(run_graph(graph, registry, options, as_json=json_out, llm=llm))

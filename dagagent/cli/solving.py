@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from ..approval import Policy
     from ..budget import Budget, Prices
     from ..planners import LLMPlanner
-    from ..tools import Registry
+    from ..tools import Registry, ToolDiscovery
 
 
 @dataclass
@@ -72,20 +72,18 @@ def solve_setup(
     policies = run_interceptors(None, registry, approve=False, rules=rules, no_wait=no_wait)
     first = policies[0] if policies and isinstance(policies[0], Policy) else None
     llm = choice.client()
-    planner = None
-    if planner_prompt is not None or examples is not None:  # a planner of the user's own
-        planner = make_planner(
-            llm,
-            registry,
-            settings=choice.settings(),
-            prompt_file=planner_prompt,
-            examples_file=examples,
-            agent_tasks=agent_tasks,
-            max_attempts=max_attempts,
-            structured=structured,
-            solve_depth=0 if sub_solves else None,
-            discovery=discovery_of(max_tools),
-        )
+    planner = own_planner(
+        llm,
+        registry,
+        choice,
+        planner_prompt=planner_prompt,
+        examples=examples,
+        agent_tasks=agent_tasks,
+        max_attempts=max_attempts,
+        structured=structured,
+        sub_solves=sub_solves,
+        discovery=discovery_of(max_tools),
+    )
     return SolveSetup(
         choice=choice,
         llm=llm,
@@ -96,4 +94,46 @@ def solve_setup(
         planner=planner,
         budget=budget,
         prices=prices,
+    )
+
+
+#: The keys of a solve's runs' context that record a planner of one's own.
+PLANNER_KEYS = ("planner_prompt", "examples")
+
+
+def planner_context(planner_prompt: Path | None, examples: Path | None) -> dict[str, str]:
+    """What a solve's runs record of ``--planner-prompt`` and ``--examples`` (each file's
+    absolute path), so that ``dagagent resume`` plans with them again."""
+    given = {"planner_prompt": planner_prompt, "examples": examples}
+    return {k: str(Path(v).resolve()) for k, v in given.items() if v is not None}
+
+
+def own_planner(
+    llm: Any,
+    registry: Registry,
+    choice: ModelChoice,
+    *,
+    planner_prompt: Path | None,
+    examples: Path | None,
+    agent_tasks: bool,
+    max_attempts: int,
+    structured: bool,
+    sub_solves: bool,
+    discovery: ToolDiscovery,
+) -> LLMPlanner | None:
+    """The planner of one's own that ``--planner-prompt`` and ``--examples`` make, for a
+    solve with these options; ``None`` without either (the solve's built-in planner)."""
+    if planner_prompt is None and examples is None:
+        return None
+    return make_planner(
+        llm,
+        registry,
+        settings=choice.settings(),
+        prompt_file=planner_prompt,
+        examples_file=examples,
+        agent_tasks=agent_tasks,
+        max_attempts=max_attempts,
+        structured=structured,
+        solve_depth=0 if sub_solves else None,
+        discovery=discovery,
     )

@@ -27,12 +27,14 @@ from .ask import AskProgress, exit_code_of, report_solution, solve_interrupted
 from .options import (
     BaseUrlOpt,
     BudgetOptions,
+    ExamplesOpt,
     MaxConcurrencyOpt,
     McpOpt,
     ModelChoice,
     ModelOpt,
     NoWaitOpt,
     PayloadStoreOpt,
+    PlannerPromptOpt,
     PricesOpt,
     SkillsOpt,
     StoreOpt,
@@ -482,6 +484,8 @@ def resume_cmd(
     base_url: BaseUrlOpt = None,
     stream_timeout: StreamTimeoutOpt = None,
     prices: PricesOpt = None,
+    planner_prompt: PlannerPromptOpt = None,
+    examples: ExamplesOpt = None,
     store: StoreOpt = None,
     json_out: bool = typer.Option(False, "--json", help="Print only the result, as JSON."),
 ) -> None:
@@ -490,11 +494,14 @@ def resume_cmd(
     wait again, and nothing that succeeded runs again. Exit as 'run' does (6: paused again).
     A run of a paused 'ask' (or the solve's id) continues the solve: the run, then the
     joiner and the rounds after it, with --model; exit as 'ask' does. --prices costs the
-    model calls it makes, as for 'ask'. A run on Temporal whose driver died (interrupted)
-    follows its workflow and records what it did, or runs the rest if the workflow ended
-    without finishing (what it did read from its history: a call with side effects that may
-    have happened there refuses the resume, exit 7, unless --in-doubt says what to do); the
-    server is the one the run recorded, or --temporal-address."""
+    model calls it makes, as for 'ask'. A solve goes on with the planner of its own it was
+    asked with (--planner-prompt, --examples: a round planned anew and every sub-solve plan
+    with it); given here, they replace those, for this resume and the next ones. A run on
+    Temporal whose driver died (interrupted) follows its workflow and records what it did,
+    or runs the rest if the workflow ended without finishing (what it did read from its
+    history: a call with side effects that may have happened there refuses the resume, exit
+    7, unless --in-doubt says what to do); the server is the one the run recorded, or
+    --temporal-address."""
     from ..graph import validate
     from ..plan import AgentTask
     from ..store import RunStore
@@ -520,7 +527,7 @@ def resume_cmd(
             _no_in_doubt_for_solves(in_doubt)
             code = _resume_solve(
                 st, run, tools, mcp, model, base_url, stream_timeout, executor, no_wait,
-                json_out, price_table, skills,
+                json_out, price_table, skills, planner_prompt, examples,
                 (temporal_address, temporal_namespace, task_queue, payload_store),
             )  # fmt: skip
             raise typer.Exit(code) from None
@@ -529,10 +536,17 @@ def resume_cmd(
             _no_in_doubt_for_solves(in_doubt)
             code = _resume_solve(
                 st, record.run_id, tools, mcp, model, base_url, stream_timeout, executor,
-                no_wait, json_out, price_table, skills,
+                no_wait, json_out, price_table, skills, planner_prompt, examples,
                 (temporal_address, temporal_namespace, task_queue, payload_store),
             )  # fmt: skip
             raise typer.Exit(code)
+        if planner_prompt is not None or examples is not None:
+            option = "--planner-prompt" if planner_prompt is not None else "--examples"
+            raise ConfigError(
+                f"{option} is for resuming a solve, which plans with it: run {record.run_id} "
+                "is not a round of a paused or interrupted solve, and plans nothing when it "
+                "goes on"
+            )
         chosen = executor or record.executor
         given = temporal_options(temporal_address, temporal_namespace, task_queue, payload_store)
         if given and chosen != "temporal":
@@ -630,13 +644,17 @@ def _resume_solve(
     json_out: bool,
     prices: Any,
     skills: Path | None = None,
+    planner_prompt: Path | None = None,
+    examples: Path | None = None,
     temporal: tuple[Any, Any, Any, Any] | None = None,
 ) -> int:
     """``resume`` of a paused solve: its round's run goes on with the tools and approval
     rules it was recorded with, then the joiner and the rounds after it; progress on stderr,
     the answer on stdout (``--json``: the solution), as ``ask`` prints them; its model calls
-    are costed at ``prices`` (``--prices``). A solve on Temporal goes on there, as ``attach``
-    does (``temporal``: the server options given). The exit code."""
+    are costed at ``prices`` (``--prices``). Its later rounds plan with the planner of one's
+    own it was recorded with, or the one ``planner_prompt`` and ``examples`` make (then
+    recorded in its place). A solve on Temporal goes on there, as ``attach`` does
+    (``temporal``: the server options given). The exit code."""
     import asyncio
 
     from ..approval import Policy
@@ -650,6 +668,12 @@ def _resume_solve(
 
     solve, last = resumable_solve(st, ref)
     if (solve.options or {}).get("executor") == "temporal":
+        if planner_prompt is not None or examples is not None:
+            option = "--planner-prompt" if planner_prompt is not None else "--examples"
+            raise ConfigError(
+                f"{option}: solve {solve.solve_id} runs on Temporal, whose workflow plans its "
+                "later rounds as it was asked to; resume it without the option"
+            )
         # its workflow waits on the server: the decisions on record go to it there
         from .ask import attach_and_report, solve_executor
 
@@ -677,6 +701,7 @@ def _resume_solve(
             "(--model SPEC or DAGAGENT_MODEL)"
         )
     llm = choice.client()
+    planner = _recorded_planner(st, solve, record, llm, registry, choice, planner_prompt, examples)
     progress = AskProgress()
     progress.solve_id, progress.round, progress.run_id = solve.solve_id, round_, record.run_id
     if last is not None and last.run_id == record.run_id:
@@ -703,6 +728,7 @@ def _resume_solve(
                     listeners=[progress],
                     executor=executor,
                     prices=prices,
+                    planner=planner,
                 )
             )
 
@@ -716,3 +742,58 @@ def _resume_solve(
     elif solution.ok:
         out.print(printable(solution.answer_text, lines=True), markup=False, highlight=False)
     return exit_code_of(solution)
+
+
+def _recorded_planner(
+    st: RunStore,
+    solve: Any,
+    record: RunRecord,
+    llm: Any,
+    registry: Any,
+    choice: Any,
+    planner_prompt: Path | None,
+    examples: Path | None,
+) -> Any:
+    """The planner of one's own a resumed solve plans with: ``--planner-prompt`` and
+    ``--examples`` given to the resume (recorded then, in place of those before, for the
+    runs of its later rounds and for the run a later resume reads), else those its run
+    ``record`` was recorded with; ``None``: the built-in planner. With the solve's recorded
+    options (agent tasks, attempts, schema, sub-solves, tool discovery)."""
+    from ..tools import ToolDiscovery
+    from ..workflows.solve_resume import recorded_options
+    from .solving import PLANNER_KEYS, own_planner, planner_context
+
+    given = planner_context(planner_prompt, examples)
+    files = {k: given.get(k, record.context.get(k)) for k in PLANNER_KEYS}
+    options = recorded_options(solve)
+    shown = options.get("discovery")
+    discovery = (
+        ToolDiscovery(threshold=shown.get("threshold"), limit=shown.get("limit"))
+        if isinstance(shown, dict)
+        else ToolDiscovery()
+    )
+    try:
+        planner = own_planner(
+            llm,
+            registry,
+            choice,
+            planner_prompt=Path(files["planner_prompt"]) if files["planner_prompt"] else None,
+            examples=Path(files["examples"]) if files["examples"] else None,
+            agent_tasks=bool(options["agent_tasks"]),
+            max_attempts=int(options["max_attempts"]),
+            structured=bool(options["structured"]),
+            sub_solves=bool(options.get("sub_solves", False)),
+            discovery=discovery,
+        )
+    except ConfigError as exc:
+        if given:
+            raise
+        raise ConfigError(
+            f"{exc}; solve {solve.solve_id} was asked with it (recorded with run "
+            f"{record.run_id}): give it again with --planner-prompt FILE / --examples FILE"
+        ) from None
+    resumable = solve.parent is None and st.session_of_solve(solve.solve_id) is None
+    if given and resumable:  # recorded: the runs of later rounds, and the run a resume reads
+        st.context.update(given)
+        st.update_context(record.run_id, given)
+    return planner

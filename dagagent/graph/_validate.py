@@ -39,13 +39,14 @@ The last four are about a task's kind (see :mod:`dagagent.plan`): a plan read fr
 dict is read leniently (:func:`~dagagent.plan.read_plan`), so that they are reported together
 with every other issue.
 
-Warnings (do not stop a run): ``no_llm`` — the plan has agent tasks but no model was given.
+Warnings (do not stop a run): ``no_llm`` — the plan has agent tasks (or sub-solves) but no
+model was given; ``sub_solve_retries`` — a sub-solve has ``retries``, which it does not use.
 """
 
 from __future__ import annotations
 
 from collections.abc import Container, Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from ..conditions import condition_references, parse_condition
 from ..errors import ConditionSyntaxError, Issue, PlanLoadError, PlanValidationError
@@ -364,15 +365,26 @@ def validate(
     *,
     llm: LLM | None = None,
     check_llm: bool = False,
+    solve_depth: int | Literal["any"] | None = "any",
 ) -> PlanGraph:
     """Check ``plan`` and return its :class:`PlanGraph`.
 
     Raises :class:`PlanValidationError` with every issue found (:class:`PlanLoadError` if it
     cannot be read as a plan at all). Without a ``registry`` the tool and argument checks are
-    skipped. With ``check_llm=True`` and no ``llm``, a plan that has agent tasks gets a
-    ``no_llm`` warning in ``PlanGraph.warnings``.
+    skipped. With ``check_llm=True`` and no ``llm``, a plan that has agent tasks (sub-solves
+    included: their planner, runs and joiner need one) gets a ``no_llm`` warning in
+    ``PlanGraph.warnings``.
+
+    ``solve_depth`` says where the plan will run, for its sub-solves (tasks with
+    ``"solve": true``; see :func:`sub_solve_issues`): ``None`` outside a solve, or in a solve
+    without ``sub_solves`` (as ``dagagent run`` runs it): each sub-solve is an issue
+    (``sub_solve``); the depth of a solve given ``sub_solves=True`` (0: the top solve): past
+    :data:`~dagagent.limits.MAX_SOLVE_DEPTH` each is an issue (``sub_solve_too_deep``);
+    ``"any"`` (the default): not checked.
     """
     plan, kind_issues = read_plan(plan)
+    if solve_depth != "any":
+        kind_issues = [*kind_issues, *sub_solve_issues(plan.tasks, solve_depth)]
     return _checked(plan, registry, kind_issues, llm=llm, check_llm=check_llm)
 
 
@@ -407,9 +419,24 @@ def _checked(
     if check_llm and llm is None:
         warnings = [
             Issue(
-                "no_llm", t.id, "agent task needs a model (llm=...), none was given; it will fail"
+                "no_llm",
+                t.id,
+                "sub-solve needs a model (llm=...) to plan, run and join its rounds, none was "
+                "given; it will fail"
+                if t.solve
+                else "agent task needs a model (llm=...), none was given; it will fail",
             )
             for t in plan.tasks
             if isinstance(t, AgentTask)
         ]
+    warnings.extend(
+        Issue(
+            "sub_solve_retries",
+            t.id,
+            f"retries={t.retries} is not used: a sub-solve is not tried again (it had its "
+            "rounds); one that ends without an answer fails its task",
+        )
+        for t in plan.tasks
+        if isinstance(t, AgentTask) and t.solve and t.retries
+    )
     return PlanGraph(plan, templates, warnings, dependencies=preds, levels=levels, dependents=succs)

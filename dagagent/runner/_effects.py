@@ -141,6 +141,15 @@ class _Call:
         self.fingerprint = fingerprint
 
 
+def _slot(r: EffectRecord) -> tuple[str, int | None, str, str, int]:
+    """Who made a call on record and what it was (its key aside)."""
+    return (r.task_id, r.element, r.source, r.fingerprint, r.occurrence)
+
+
+def _slot_of(call: CallIdentity) -> tuple[str, int | None, str, str, int]:
+    return (call.task_id, call.element, call.source, call.fingerprint, call.occurrence)
+
+
 def _json(value: Any) -> str | None:
     if value is None:
         return None
@@ -190,25 +199,45 @@ class Effects:
             for r in prior
             if r.source == "plan" and r.state == "succeeded"
         }
-        #: Whether anything on record may decide about a call (then the runner keeps the
-        #: decisions of every task, interceptors or not).
-        #: Calls that took effect in the run this one revises (its parent), by who made
-        #: them and what they were: the same call here is taken over, never made again
-        #: under a new key (whether the parent's task records hold it or not).
-        self._revised: dict[tuple[str, int | None, str, str, int], EffectRecord] = {
-            (r.task_id, r.element, r.source, r.fingerprint, r.occurrence): r
-            for r in revised
-            if r.state == "succeeded"
-        }
-        #: Calls in doubt in the parent that a person resolved after it ended
-        #: (:meth:`~dagagent.store.RunStore.resolve_in_doubt`): found not to have happened
-        #: (the same call here is made with the parent's key: if it did take effect, the
-        #: service sees the key again) or not to be made (its task here is denied).
+        #: Calls in doubt in the runs this one revises that a person resolved after their
+        #: run ended (:meth:`~dagagent.store.RunStore.resolve_in_doubt`): found not to have
+        #: happened (the same call here is made with the key it had: if it did take effect,
+        #: the service sees the key again) or not to be made (its task here is denied).
         self._settled: dict[tuple[str, int | None, str, str, int], EffectRecord] = {
-            (r.task_id, r.element, r.source, r.fingerprint, r.occurrence): r
+            _slot(r): r
             for r in revised
             if r.state in _IN_DOUBT_STATES and r.resolution in ("not_happened", "denied")
         }
+        again = {r.key: r for r in self._settled.values() if r.resolution == "not_happened"}
+        #: Calls that took effect in the runs this one revises (its parent, the parent's
+        #: parent, ...), by who made them and what they were: the same call here is taken
+        #: over, never made again under a new key (whether their task records hold it or
+        #: not). Also a call found not to have happened that another revision made since
+        #: under the key it had (a sibling of this run).
+        self._revised: dict[tuple[str, int | None, str, str, int], EffectRecord] = {}
+        #: Calls found not to have happened that another run is making under the key they
+        #: had, or may have made (it has no outcome): in doubt here too.
+        self._held: dict[tuple[str, int | None, str, str, int], EffectRecord] = {}
+        for r in revised:
+            inherited = again.get(r.key)
+            if inherited is not None and r is not inherited:  # another run's call, same key
+                slot = _slot(inherited)
+                if r.state == "succeeded":
+                    self._revised[slot] = r
+                    self._held.pop(slot, None)
+                elif (
+                    r.state in _IN_DOUBT_STATES
+                    and r.resolution is None
+                    and slot not in self._revised
+                ):
+                    self._held[slot] = r
+            elif r.state == "succeeded":
+                self._revised.setdefault(_slot(r), r)
+        #: The keys this run makes calls under that it inherited (see ``_settled``): other
+        #: runs may hold them too, so their intents are written only where none does.
+        self._inherited: set[str] = set()
+        #: Whether anything on record may decide about a call (then the runner keeps the
+        #: decisions of every task, interceptors or not).
         self.has_prior = bool(self._known) or bool(self._revised) or bool(self._settled)
         self._occurrences: dict[tuple[str, int | None, int, str], int] = {}
         #: Calls on record with their arguments unredacted (see :meth:`_as_recorded`):
@@ -266,7 +295,8 @@ class Effects:
         key = idempotency_key(self.run_id, task_id, element, fingerprint, occurrence)
         settled = self._settled.get((task_id, element, source, fingerprint, occurrence))
         if settled is not None and settled.resolution == "not_happened":
-            key = settled.key  # the parent's: made again under the key it was made with
+            key = settled.key  # the one it had: made again under the key it was made with
+            self._inherited.add(key)
         if fingerprint != recorded and key in self._known:
             self._unredacted.add(key)
         return CallIdentity(
@@ -373,14 +403,25 @@ class Effects:
                 )
         known = self._known.get(call.idempotency_key)
         if known is None and self._revised:
-            slot = (call.task_id, call.element, call.source, call.fingerprint, call.occurrence)
-            before = self._revised.get(slot)
+            before = self._revised.get(_slot_of(call))
             if before is not None:
                 return True, await self._take_over(call, before, decisions)
         settled = None
         if known is None and self._settled:
-            slot = (call.task_id, call.element, call.source, call.fingerprint, call.occurrence)
-            settled = self._settled.get(slot)
+            settled = self._settled.get(_slot_of(call))
+        held = self._held.get(_slot_of(call)) if settled is not None else None
+        if held is not None and settled is not None:
+            stopped = (
+                f"it was in doubt in run {settled.run_id} and found not to have happened; run "
+                f"{held.run_id} made it again since, under the same key, and its outcome is "
+                "not on record"
+            )
+            done, output = await self._in_doubt(
+                call, tool, _Known("started"), decisions, answers, stopped
+            )
+            # Decided (a person, the reconciler, the policy): made under the key whoever holds it
+            self._inherited.discard(call.idempotency_key)
+            return done, output
         if settled is not None:
             who = settled.resolved_by or "record"
             if settled.resolution == "denied":
@@ -428,12 +469,14 @@ class Effects:
         known: _Known,
         decisions: list[CallDecision] | None,
         answers: Sequence[ApprovalAnswer],
+        stopped: str | None = None,
     ) -> tuple[bool, Any]:
-        stopped = (
-            "it was cut off (the run stopped, or its worker or MCP server was lost)"
-            if known.state == "cancelled"
-            else "its process ended during it"
-        )
+        if stopped is None:
+            stopped = (
+                "it was cut off (the run stopped, or its worker or MCP server was lost)"
+                if known.state == "cancelled"
+                else "its process ended during it"
+            )
         # A person's decision first: they were asked because nothing else could tell.
         args = self.recorded_args(call.tool, call.args)  # as the question holds them
         answer = next(
@@ -491,10 +534,7 @@ class Effects:
         """``call`` took effect in the run this one revises (``before``): its output, on
         record here as found to have happened (so that a resume of this run finds it too)."""
         who = f"run {before.run_id}"
-        why = (
-            f"it took effect in run {before.run_id} (key {before.key}), which this run "
-            "revises: not made again"
-        )
+        why = f"it took effect in run {before.run_id} (key {before.key}): not made again"
         if self.journal is not None:
             try:
                 await self.journal.taken_over(
@@ -545,7 +585,7 @@ class Effects:
         journal, key = self.journal, call.idempotency_key
         if journal is not None:
             try:
-                await journal.intent(
+                alone = await journal.intent(
                     self.run_id,
                     key,
                     task_id=call.task_id,
@@ -556,12 +596,20 @@ class Effects:
                     source=call.source,
                     args=_json(self.recorded_args(call.tool, call.args)),
                     attempt=call.attempt,
+                    exclusive=key in self._inherited,
                 )
             except StoreError as exc:
                 raise StoreError(
                     f"the call of {call.tool!r} by {call.where} was not made: its intent could "
                     f"not be recorded first ({exc})"
                 ) from None
+            if not alone:
+                raise StoreError(
+                    f"the call of {call.tool!r} by {call.where} was not made: another run "
+                    f"made it under the same key ({key}), inherited from the run both revise, "
+                    "or is making it now; a later revision takes its output over, or asks "
+                    "about it"
+                )
         self._known[key] = _Known("started")
         token = using_call(call)
         try:

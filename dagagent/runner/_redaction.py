@@ -11,13 +11,16 @@ quote a secret. :class:`Redaction` does that for every result, event and span, i
 
 from __future__ import annotations
 
+import json
 import time
+import uuid
 from collections.abc import Sequence
 from typing import Any, cast
 
+from ..conditions import condition_references
 from ..graph import dependencies_of
 from ..plan import Plan, Task, ToolTask
-from ..references import Template
+from ..references import ITEM, Template
 from ..results import REDACT, AgentStep, CallDecision
 from ..text import jsonable
 from ._calls import ArgumentRedactor, Interceptor
@@ -27,6 +30,113 @@ __all__ = ["Redaction"]
 #: The name under which a map task's list of elements is shown to the redacting interceptors
 #: (as if it were one argument: a secret name inside an element is still found).
 _ITEMS = "for_each"
+
+#: A path into a map's element, as a reference walks it (``${@item.cfg.0}``: ``("cfg", "0")``).
+_Path = tuple[str, ...]
+#: What a hidden part of an element is replaced with when the redaction's own replacement
+#: cannot be read off (a pattern ate the probe only in part).
+_HIDDEN = "[redacted]"
+
+
+class _ElementUse:
+    """Where a map task's arguments put its element: the parts of the element that only ever
+    go where a redacting interceptor hides them (``{"api_key": "${@item}"}``,
+    ``{"auth": "Bearer ${@item.token}"}``), and what the redaction puts there.
+
+    Found with a probe: each argument string that reads the element is replaced with a marker
+    of its own, the redacting interceptors rewrite those arguments, and a marker that did not
+    come through marks a hidden place. A part of the element that is read anywhere else too
+    (an argument left as it is, the task's ``when``) is not hidden: the tool, or the
+    condition, gets it as it is, so the record of the element's call shows it anyway, and the
+    stored plan must give a resume what the run had."""
+
+    __slots__ = ("hidden", "replacement", "visible")
+
+    def __init__(self, redaction: Redaction, task: ToolTask) -> None:
+        self.hidden: list[_Path] = []
+        self.visible: list[_Path] = [r.path for r in condition_references(task.when) if _item(r)]
+        self.replacement = _HIDDEN
+        probes: dict[str, tuple[tuple[Any, ...], list[_Path]]] = {}
+        tag = uuid.uuid4().hex
+
+        def probe(value: Any, where: tuple[Any, ...]) -> Any:
+            if isinstance(value, str):
+                paths = [r.path for r in Template(value).refs if _item(r)]
+                if not paths:
+                    return value
+                marker = f"\x00{tag}:{len(probes)}\x00"
+                probes[marker] = (where, paths)
+                return marker
+            if isinstance(value, dict):
+                return {k: probe(v, (*where, k)) for k, v in value.items()}
+            if isinstance(value, list):
+                return [probe(v, (*where, i)) for i, v in enumerate(value)]
+            return value
+
+        probed = probe(task.args, ())
+        if not probes:
+            return
+        after = redaction.args(task.tool, probed)
+        text = json.dumps(after, default=str)
+        for marker, (where, paths) in probes.items():
+            if json.dumps(marker)[1:-1] in text:
+                self.visible.extend(paths)
+                continue
+            self.hidden.extend(paths)
+            put = _at(after, where)
+            if isinstance(put, str) and tag not in put:
+                self.replacement = put
+
+    def __bool__(self) -> bool:
+        return bool(self.hidden)
+
+    def redact(self, items: list[Any], found: list[str]) -> list[Any]:
+        """``items`` with the parts of each that only go to hidden places replaced; the
+        strings (and numbers) replaced are added to ``found``."""
+        return [self._element(v, (), found) for v in items]
+
+    def _element(self, value: Any, path: _Path, found: list[str]) -> Any:
+        n = len(path)
+        if any(v == path[: len(v)] for v in self.visible):
+            return value  # read as it is somewhere: kept whole
+        if any(h == path[: len(h)] for h in self.hidden) and not any(
+            len(v) > n and v[:n] == path for v in self.visible
+        ):
+            return self._all(value, found)
+        if not any(len(p) > n and p[:n] == path for p in self.hidden):
+            return value
+        if isinstance(value, dict):
+            return {k: self._element(v, (*path, str(k)), found) for k, v in value.items()}
+        if isinstance(value, list):
+            return [self._element(v, (*path, str(i)), found) for i, v in enumerate(value)]
+        return value
+
+    def _all(self, value: Any, found: list[str]) -> Any:
+        if isinstance(value, (str, bytes)) or (
+            isinstance(value, (int, float)) and not isinstance(value, bool)
+        ):
+            if value != self.replacement:
+                text = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+                found.append(str(text))
+            return self.replacement
+        if isinstance(value, dict):
+            return {k: self._all(v, found) for k, v in value.items()}
+        if isinstance(value, list):
+            return [self._all(v, found) for v in value]
+        return value
+
+
+def _item(ref: Any) -> bool:
+    return bool(ref.task_id == ITEM)
+
+
+def _at(value: Any, where: tuple[Any, ...]) -> Any:
+    for key in where:
+        within = isinstance(value, list) and isinstance(key, int) and key < len(value)
+        if not (within or (isinstance(value, dict) and key in value)):
+            return None
+        value = value[key]
+    return value
 
 
 class Redaction:
@@ -70,11 +180,26 @@ class Redaction:
             tasks.append(new)
         return Plan.model_construct(goal=plan.goal, tasks=tasks) if changed else plan
 
+    def items(self, task: ToolTask, items: list[Any], found: list[str] | None = None) -> list[Any]:
+        """A map task's list of elements as the store keeps it: what the redacting
+        interceptors hide in the elements themselves (a secret name inside one, a pattern),
+        and each part of an element that the task's arguments only put where they hide it
+        (a bare secret ``"for_each": ["sk-...", ...]`` given as ``{"api_key": "${@item}"}``).
+        The same object when nothing is hidden. ``found``: where to add the values hidden
+        for the task's arguments (to take out of text about the task)."""
+        new = self.args(task.tool, {_ITEMS: items})[_ITEMS]
+        use = _ElementUse(self, task)
+        if use:
+            hidden = use.redact(new, [] if found is None else found)
+            if hidden != new:
+                new = hidden
+        return items if new == items else new
+
     def _task(self, task: ToolTask) -> ToolTask:
         args = self.args(task.tool, task.args)
         for_each = task.for_each
         if isinstance(for_each, list):
-            for_each = self.args(task.tool, {_ITEMS: for_each})[_ITEMS]
+            for_each = self.items(task, for_each)
         if args == task.args and for_each == task.for_each:
             return task
         update: dict[str, Any] = {"args": args, "for_each": for_each}
@@ -101,6 +226,7 @@ class Redaction:
         error: str | None,
         traceback: str | None,
         decisions: list[CallDecision],
+        task: ToolTask | None = None,
     ) -> tuple[str | None, str | None]:
         """What a task's (or an element's) record keeps of a call of ``tool`` with ``args``
         (a dict; for a map task, its list of elements): its error and traceback without the
@@ -108,7 +234,8 @@ class Redaction:
         decision as they pass them on (a policy outside them saw the secrets). When the call
         did not reach them (the task failed before it, a map task's own list), the arguments
         they would have passed on are added as a redaction, which the run store keeps instead
-        of ``args``."""
+        of ``args``. ``task``: the map task whose list ``args`` is (its arguments say which
+        parts of an element go where the interceptors hide them)."""
         if not self.redactors:
             return error, traceback
         for i, d in enumerate(decisions):
@@ -123,7 +250,16 @@ class Redaction:
             error = self.text(tool, view, error)
         if traceback is not None:
             traceback = self.text(tool, view, traceback)
-        hidden = self.args(tool, view)
+        if view is not args and task is not None:
+            found: list[str] = []
+            items = self.items(task, cast(list[Any], args), found)
+            hidden = view if items is args else {_ITEMS: items}
+            for secret in sorted(set(found), key=len, reverse=True):
+                if len(secret) >= 4:  # shorter ones would blank out ordinary words
+                    error = None if error is None else error.replace(secret, _HIDDEN)
+                    traceback = None if traceback is None else traceback.replace(secret, _HIDDEN)
+        else:
+            hidden = self.args(tool, view)
         if hidden is not view and not any(d.redacts_task_call for d in decisions):
             decisions.append(
                 CallDecision(

@@ -507,11 +507,11 @@ class TaskRunner:
     ) -> TaskResult:
         """The end of a task (``run``): its result, redacted, kept, recorded and announced."""
         if self.redaction:
-            tool = getattr(self.tasks.get(run.task_id), "tool", None)
-            if isinstance(tool, str):
+            task = self.tasks.get(run.task_id)
+            if isinstance(task, ToolTask):
                 decisions = run.decisions if run.decisions is not None else []
                 error, traceback = self.redaction.record(
-                    tool, run.args, error, traceback, decisions
+                    task.tool, run.args, error, traceback, decisions, task
                 )
                 run.decisions = decisions or None
             if run.steps:

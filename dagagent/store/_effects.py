@@ -101,6 +101,15 @@ _INTENT = (
     "pid = excluded.pid, args = excluded.args, resolution = NULL, resolved_by = NULL, "
     "resolved_at = NULL, reason = NULL"
 )
+#: The intent of a call under a key other runs may hold (see :meth:`EffectJournal.intent`):
+#: written only if no other run made the call with it, or may be making it.
+_INTENT_ALONE = (
+    "INSERT INTO effects (run_id, key, task_id, element, occurrence, tool, fingerprint, "
+    "source, args, attempt, state, started_at, pid) "
+    "SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'started', ?, ? WHERE NOT EXISTS (SELECT 1 FROM "
+    "effects WHERE key = ? AND run_id != ? AND (state = 'succeeded' OR (state IN "
+    "('started', 'cancelled') AND resolution IS NULL))) " + _INTENT[_INTENT.index("ON CONFLICT") :]
+)
 _TAKEN_OVER = (
     "INSERT INTO effects (run_id, key, task_id, element, occurrence, tool, fingerprint, "
     "source, args, attempt, state, output, started_at, ended_at, pid, resolution, "
@@ -160,6 +169,54 @@ class EffectQueries(StorePart):
             )
             for r in rows
         ]
+
+    def ancestry(self, run: str) -> list[str]:
+        """Run ``run`` (an id or a unique prefix) and the runs it revises, nearest first: its
+        parent (the run a replan of it, or a solve's round, was made from), the parent's
+        parent, and so on. A parent no longer in the store ends the line."""
+        line = [self.resolve(run)]
+        seen = set(line)
+        while True:
+            rows = self._query(
+                "SELECT p.id FROM runs AS r JOIN runs AS p ON p.id = r.parent_id WHERE r.id = ?",
+                (line[-1],),
+            )
+            parent = rows[0][0] if rows else None
+            if parent is None or parent in seen:
+                return line
+            line.append(parent)
+            seen.add(parent)
+
+    def inherited_effects(self, run: str, *, revising: str | None = None) -> list[EffectRecord]:
+        """What a revision of run ``run`` (an id or a unique prefix) finds on record about its
+        calls with side effects, over the whole line of runs it descends from (a revision of a
+        revision, a solve's later rounds): for each call (task, element, source, fingerprint,
+        occurrence), the record of the nearest run of :meth:`ancestry` that says it took
+        effect (``succeeded``) or that a person resolved the doubt about it
+        (``not_happened``: made again under its key; ``denied``).
+
+        A call found not to have happened is made again under the key it had, which other
+        revisions of that line inherit too (siblings, revisions of an earlier run): the
+        records of other runs (but ``revising``, the revision itself) that hold that key are
+        added, so that the call is taken over where one of them made it, and not made where
+        one is making it or may have."""
+        found: dict[tuple[str, int | None, str, str, int], EffectRecord] = {}
+        line = self.ancestry(run)
+        for run_id in line:
+            for e in self.effects(run_id):
+                if e.state == "succeeded" or e.resolution in ("not_happened", "denied"):
+                    slot = (e.task_id, e.element, e.source, e.fingerprint, e.occurrence)
+                    found.setdefault(slot, e)
+        out = list(found.values())
+        keys = {e.key: e.run_id for e in out if e.resolution == "not_happened"}
+        for key, where in keys.items():
+            rows = self._query(
+                "SELECT DISTINCT run_id FROM effects WHERE key = ? AND run_id != ?", (key, where)
+            )
+            for (other,) in rows:
+                if other != revising:
+                    out.extend(e for e in self.effects(other) if e.key == key)
+        return out
 
     def _held_outputs(self, run_id: str, task_ids: set[str]) -> dict[tuple[str, int | None], Any]:
         """The outputs that the rows of ``task_ids`` hold for their calls (see the module
@@ -403,11 +460,12 @@ class _Write:
     """A write waiting for the journal's thread: its statement and values, and how the thread
     tells its caller that it is committed (or why it is not)."""
 
-    __slots__ = ("done", "error", "params", "sql", "token", "waiter")
+    __slots__ = ("done", "error", "params", "rows", "sql", "token", "waiter")
 
     def __init__(self, sql: str, params: tuple[Any, ...]) -> None:
         self.sql = sql
         self.params = params
+        self.rows = 0  # how many rows it wrote
         self.error: BaseException | None = None
         self.done = threading.Event()
         self.waiter: anyio.Event | None = None
@@ -444,27 +502,32 @@ class EffectJournal:
         source: str,
         args: str | None,
         attempt: int,
-    ) -> None:
+        exclusive: bool = False,
+    ) -> bool:
         """Commit the intent of a call (before it starts); raises
         :class:`~dagagent.errors.StoreError` when it cannot be recorded: the call must not
-        start then."""
-        await self._commit(
-            _INTENT,
-            (
-                run_id,
-                key,
-                task_id,
-                element,
-                occurrence,
-                tool,
-                fingerprint,
-                source,
-                args,
-                attempt,
-                time.time(),
-                os.getpid(),
-            ),
+        start then. ``exclusive``: a key another run may hold too (inherited from the run
+        both revise): the intent is committed only if no other run made the call with it
+        or is making it (checked and written in one transaction); ``False`` when it is not
+        (the call must not start)."""
+        values = (
+            run_id,
+            key,
+            task_id,
+            element,
+            occurrence,
+            tool,
+            fingerprint,
+            source,
+            args,
+            attempt,
+            time.time(),
+            os.getpid(),
         )
+        if exclusive:
+            return await self._commit(_INTENT_ALONE, (*values, key, run_id)) > 0
+        await self._commit(_INTENT, values)
+        return True
 
     async def taken_over(
         self,
@@ -564,7 +627,7 @@ class EffectJournal:
 
     # -- the thread -----------------------------------------------------------------------
 
-    async def _commit(self, sql: str, params: tuple[Any, ...]) -> None:
+    async def _commit(self, sql: str, params: tuple[Any, ...]) -> int:
         write = _Write(sql, params)
         write.waiter = anyio.Event()
         write.token = anyio.lowlevel.current_token()
@@ -583,6 +646,7 @@ class EffectJournal:
             await write.waiter.wait()
         if write.error is not None:
             raise StoreError(f"cannot record a side effect in run store {self.path}: {write.error}")
+        return write.rows
 
     def _work(self) -> None:
         conn: sqlite3.Connection | None = None
@@ -610,7 +674,7 @@ class EffectJournal:
                     conn.execute("BEGIN IMMEDIATE")
                     try:
                         for w in batch:
-                            conn.execute(w.sql, w.params)
+                            w.rows = conn.execute(w.sql, w.params).rowcount
                         conn.execute("COMMIT")
                     except BaseException:
                         if conn.in_transaction:

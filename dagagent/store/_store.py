@@ -14,7 +14,7 @@ from ..errors import StoreError
 from ..plan import task_fingerprint
 from ..results import RunStatus, TaskResult, TaskStatus
 from ._approvals import ApprovalQueries
-from ._codec import ELEMENT_KEYS, from_column
+from ._codec import ELEMENT_KEYS, from_column, to_column
 from ._effects import EffectQueries
 from ._file import connect
 from ._ids import check_run_id
@@ -238,6 +238,28 @@ class RunStore(SolveQueries, SessionQueries, EffectQueries, ApprovalQueries):
     def exists(self, run_id: str) -> bool:
         run_id = check_run_id(run_id, prefix=False)
         return bool(self._query("SELECT 1 FROM runs WHERE id = ?", (run_id,)))
+
+    def update_context(self, run: str, values: Mapping[str, Any]) -> None:
+        """Add ``values`` (JSON-able; ``None`` takes a key out) to the context run ``run`` (an
+        id or a unique prefix) is recorded with: what the command line loads again to resume
+        or revise it (its tools, model, rules, planner of one's own), changed by a resume
+        that was given other ones."""
+        run_id = self.resolve(run)
+        with self._transaction() as conn:
+            row = conn.execute("SELECT context FROM runs WHERE id = ?", (run_id,)).fetchone()
+            if row is None:
+                raise StoreError(f"no run {run_id} in {self.path}")
+            found = from_column(row[0]) if row[0] is not None else {}
+            context = dict(found) if isinstance(found, dict) else {}
+            for key, value in values.items():
+                if value is None:
+                    context.pop(key, None)
+                else:
+                    context[key] = value
+            conn.execute(
+                "UPDATE runs SET context = ? WHERE id = ?",
+                (to_column(context) if context else None, run_id),
+            )
 
     def last_run_id(self) -> str:
         rows = self._query("SELECT id FROM runs ORDER BY created DESC, rowid DESC LIMIT 1")

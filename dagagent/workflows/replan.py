@@ -216,22 +216,33 @@ def refuse_in_doubt(revision: Revision, store: Any) -> None:
     from ..errors import DecisionError
     from ..store import RunStore
 
+    again = {t.id for t in revision.plan.tasks} - set(revision.reuse_map())
     opened = store if isinstance(store, RunStore) else RunStore(store)
+    blocked: list[Any] = []
+    status = ""
     try:
         if not opened.exists(revision.parent.run_id):
             return
         # In doubt: no outcome (its process died: ``started``) or cut off (a timeout, a
-        # cancellation, a lost worker or server: ``cancelled``), and not resolved since.
-        doubts = [e for e in opened.effects(revision.parent.run_id) if e.in_doubt]
-        status = opened.get_run(revision.parent.run_id).status.value if doubts else ""
+        # cancellation, a lost worker or server: ``cancelled``), and not resolved since; in
+        # the reviewed run or in a run it descends from (a revision of a revision may bring
+        # back a task its parent left out), unless a nearer run has the call on record.
+        settled: set[tuple[Any, ...]] = set()
+        for run_id in opened.ancestry(revision.parent.run_id):
+            effects = opened.effects(run_id)
+            blocked = [
+                e for e in effects if e.in_doubt and e.task_id in again and _slot(e) not in settled
+            ]
+            if blocked:
+                status = opened.get_run(run_id).status.value
+                break
+            settled.update(_slot(e) for e in effects if not e.in_doubt)
     finally:
         if opened is not store:
             opened.close()
-    again = {t.id for t in revision.plan.tasks} - set(revision.reuse_map())
-    blocked = [e for e in doubts if e.task_id in again]
     if blocked:
         shown = ", ".join(f"{e.where} ({e.tool}, key {e.key})" for e in blocked[:5])
-        parent = revision.parent.run_id
+        parent = blocked[0].run_id
         if status in ("paused", "interrupted"):
             how = (
                 f"resume run {parent} first (dagagent resume {parent}) so that they are "
@@ -246,7 +257,17 @@ def refuse_in_doubt(revision: Revision, store: Any) -> None:
                 "'--allow' to make it again with its key, or '--deny'; see 'dagagent "
                 "approvals'), or leave their tasks out of the revised plan"
             )
+        of = (
+            ""
+            if parent == revision.parent.run_id
+            else f", which run {revision.parent.run_id} descends from,"
+        )
         raise DecisionError(
-            f"run {parent} has calls with side effects in doubt that the revised plan would "
+            f"run {parent}{of} has calls with side effects in doubt that the revised plan would "
             f"make again under a new run, and new keys: {shown}; {how}"
         )
+
+
+def _slot(e: Any) -> tuple[Any, ...]:
+    """Who made a call on record and what it was (its key aside)."""
+    return (e.task_id, e.element, e.source, e.fingerprint, e.occurrence)

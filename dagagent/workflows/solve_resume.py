@@ -73,7 +73,13 @@ if TYPE_CHECKING:
     from ..runner import CallLedger, Interceptor
     from ..tools import Registry
 
-__all__ = ["paused_solve", "resumable_solve", "resume_solve", "resume_solve_sync"]
+__all__ = [
+    "paused_solve",
+    "recorded_options",
+    "resumable_solve",
+    "resume_solve",
+    "resume_solve_sync",
+]
 
 #: The options of a solve recorded before solves recorded theirs: :func:`solve`'s defaults.
 _DEFAULTS: dict[str, Any] = {
@@ -84,6 +90,13 @@ _DEFAULTS: dict[str, Any] = {
     "structured": True,
     **SOLVE_SETTINGS.to_record(),
 }
+
+
+def recorded_options(record: SolveRecord) -> dict[str, Any]:
+    """The options solve ``record`` was started with (rounds, agent tasks, attempts,
+    sub-solves, tool discovery...), with :func:`~dagagent.solve`'s defaults for those a solve
+    recorded before it recorded them."""
+    return {**_DEFAULTS, **(record.options or {})}
 
 
 def resumable_solve(store: RunStore, ref: str) -> tuple[SolveRecord, RoundRecord | None]:
@@ -264,7 +277,7 @@ async def _resume(
     docstring. ``connect``: a top solve's resume, which opens the tools' connections and
     counts on its ledger the tool calls its runs and its sub-solves' made; a sub-solve's
     (``False``) has its parent's connections and ledger, which counted them already."""
-    options = {**_DEFAULTS, **(record.options or {})}
+    options = recorded_options(record)
     run = _round_run(opened, last)
     if run is not None:
         validate(run.plan, registry)  # before anything is claimed: the tools are there

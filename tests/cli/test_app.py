@@ -547,3 +547,49 @@ def test_a_cyclic_output_is_referenced_and_its_result_serialized(executor: str) 
     assert result.ok
     assert result.outputs["e"].startswith("v=2 all=")
     json.dumps(result.to_json_dict())
+
+
+def test_validate_checks_and_describes_sub_solves(tmp_path: Path) -> None:
+    """A sub-solve (``"solve": true``) runs only in a solve given sub-solves: ``validate``
+    names each one as an issue (and ``run`` refuses the plan before anything runs);
+    ``validate --sub-solves`` checks the plan as such a solve's, shows each task as a
+    sub-solve and says what it needs (a model) and what it does not use (retries)."""
+    plan = {
+        "goal": "suppliers",
+        "tasks": [
+            {"id": "regions", "tool": "lookup", "args": {"entity": "regions"}},
+            {"id": "best", "solve": True, "instruction": "Best supplier in ${regions}"},
+            {"id": "cheap", "solve": True, "instruction": "Cheapest one", "retries": 2},
+        ],
+    }
+    path = write(tmp_path, "plan.json", plan)
+    for cmd in (["validate", path], ["run", path, "--store", str(tmp_path / "r.db")]):
+        r = runner.invoke(app, cmd)
+        assert r.exit_code == 2, (cmd, r.output)
+        said = " ".join(r.stderr.split())
+        for task in ("best", "cheap"):
+            assert f"[sub_solve] task {task!r}: the task is a sub-solve ('solve': true)" in said
+        assert "dagagent ask --sub-solves" in said and "Traceback" not in r.output
+    assert not (tmp_path / "r.db").exists()  # nothing ran
+    r = runner.invoke(app, ["validate", path, "--sub-solves"], env={"DAGAGENT_MODEL": ""})
+    assert r.exit_code == 0, r.output
+    shown = " ".join(r.stdout.split())
+    assert shown.count("sub-solve:") == 2 and "agent:" not in shown
+    assert "valid: 3 tasks in 2 levels" in shown
+    warned = " ".join(r.stderr.split())
+    assert "[no_llm] sub-solves 'best', 'cheap' will fail without a model" in warned
+    assert "[sub_solve_retries] task 'cheap': retries=2 is not used" in warned
+    r = runner.invoke(app, ["validate", path, "--sub-solves", "--json", "--model", "openai:m"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert doc["levels"] == [["regions", "cheap"], ["best"]]
+    assert [w[:2] for w in doc["warnings"]] == [["sub_solve_retries", "cheap"]]
+    # In Python: where the plan runs decides
+    assert len(dagagent.validate(plan)) == 3  # not said: not checked
+    assert len(dagagent.validate(plan, solve_depth=0)) == 3
+    with pytest.raises(dagagent.PlanValidationError) as deep:
+        dagagent.validate(plan, solve_depth=2)
+    assert [(i.code, i.task_id) for i in deep.value.issues] == [
+        ("sub_solve_too_deep", "best"),
+        ("sub_solve_too_deep", "cheap"),
+    ]

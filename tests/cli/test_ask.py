@@ -672,3 +672,61 @@ def test_a_rate_limited_first_model_falls_back_and_the_record_says_so(
     for call in calls:
         (gave_up,) = call["options"]["fallback"]
         assert gave_up["model"] == "openai:down" and gave_up["reason"] == "rate_limit"
+
+
+def test_a_resumed_solve_plans_with_the_planner_it_was_asked_with_or_one_given(
+    user: User, model: Model, tmp_path: Path
+) -> None:
+    """``resume SOLVE`` plans with the ``--planner-prompt`` and ``--examples`` the solve was
+    asked with (here its sub-solves, which plan with their parent's planner); given to a
+    resume, they replace those, for it and for the resumes after it. The solve pauses on
+    each Tokyo look-up: before its first sub-solve, then in each of the first two."""
+    if model.flavor != "openai":
+        pytest.skip("the planner's own prompt reaches both wire formats alike: once is enough")
+    policy = _ask_policy(user)
+    files = {}
+    for n, city in ((1, "Oslo"), (2, "Lima")):
+        prompt, examples = tmp_path / f"prompt{n}.txt", tmp_path / f"examples{n}.json"
+        prompt.write_text(f"Planner {n} plans weather look-ups.\n{{tools}}", encoding="utf-8")
+        example = {"goal": f"How warm is {city}?", "plan": [weather("w", city)]}
+        examples.write_text(json.dumps([example]), encoding="utf-8")
+        files[n] = ["--planner-prompt", str(prompt), "--examples", str(examples)]
+
+    def sub_solve(n: int) -> dict[str, Any]:
+        after = "tokyo" if n == 1 else f"best{n - 1}"
+        return {"id": f"best{n}", "solve": True, "instruction": f"Tokyo, look {n}",
+                "depends_on": [after]}  # fmt: skip
+
+    def approve_and_resume(*given: str, code: int = 6) -> None:
+        (waiting,) = json.loads(user("approvals", "--json", code=0).stdout)["approvals"]
+        runs.append(waiting["run_id"])
+        user("approve", waiting["run_id"], waiting["task_id"], "--allow", code=0)
+        user("resume", solve_id, *given, code=code)
+
+    def planned_with(n: int, request: int) -> None:
+        body = model.server.requests[request].json
+        assert body["messages"][0]["content"].startswith(f"Planner {n} plans weather"), n
+        said = json.dumps(body["messages"])
+        assert ("How warm is Oslo?" in said, "How warm is Lima?" in said) == (n == 1, n == 2)
+
+    runs: list[str] = []
+    model.plan(weather("tokyo", "Tokyo"), sub_solve(1), sub_solve(2), sub_solve(3))
+    user.ask("--policy", policy, "--sub-solves", *files[1], code=6)
+    solve_id = json.loads(user("show", "--last", "--json", code=0).stdout)["solve"]["solve_id"]
+    model.plan(weather("tokyo_a", "Tokyo"))  # the first sub-solve's plan, which pauses
+    approve_and_resume()  # the planner it was asked with, on record
+    planned_with(1, -1)
+    model.decide(finish("21 C", ["tokyo_a"]))  # the first sub-solve answers
+    model.plan(weather("tokyo_b", "Tokyo"))  # the second's plan, which pauses
+    approve_and_resume(*files[2])  # another planner, given
+    planned_with(2, -1)
+    refused = user("resume", solve_id, "--examples", str(tmp_path / "none.json"), code=2)
+    assert "none.json" in refused.stderr  # a file that cannot be read: nothing runs
+    model.decide(finish("21 C", ["tokyo_b"]))
+    model.plan(weather("paris", "Paris"))  # the third's
+    model.decide(finish("18 C", ["paris"]))
+    model.decide(finish("Tokyo is warmer.", ["best1", "best2", "best3"]))
+    approve_and_resume(code=0)  # the planner given to the resume before, on record since
+    planned_with(2, -3)
+    plain = user("resume", runs[0], *files[1], code=2)  # the solve's run, which plans nothing
+    assert "--planner-prompt is for resuming a solve, which plans with it" in plain.stderr

@@ -156,3 +156,80 @@ def test_what_cannot_be_resolved_is_refused_with_a_clear_code(sh: PayShell) -> N
     revised = sh.json("replan", run_id, *sh.tools, "--execute", "--json", code=1)
     assert revised["result"]["tasks"]["pay"]["status"] == "denied"
     assert sh.paid() == []
+
+
+# A revision of a revision: what was found about the payment holds over the whole line of
+# runs, and for every revision of it (siblings too), not only for the run revised.
+
+ASIDE = {
+    "goal": "pay a supplier",
+    "tasks": [{"id": "note", "tool": "double", "args": {"payment": {"paid": 1}}}],
+}
+
+
+def _revise(sh: PayShell, run_id: str, plan: dict[str, Any] | None = None) -> dict[str, Any]:
+    given = ["--from", sh.write_plan(plan, "revised.json")] if plan is not None else []
+    doc = sh.json("replan", run_id, *sh.tools, *given, "--execute", "--json")
+    assert doc["result"]["status"] == "succeeded", doc
+    return dict(doc["result"])
+
+
+def test_a_payment_that_happened_is_taken_over_two_revisions_later(sh: PayShell) -> None:
+    run_id, call = sh.ended_in_doubt("after")
+    receipt = {"paid": 500, "key": call["key"]}
+    sh("approve", run_id, "pay", "--happened", "--output", json.dumps(receipt))
+    aside = _revise(sh, run_id, ASIDE)  # leaves the payment out: nothing of it on record
+    back = _revise(sh, aside["run_id"], PLAN)  # brings it back
+    assert back["tasks"]["pay"]["output"] == receipt
+    assert sh.paid() == [["acme", call["key"]]]  # paid once, two revisions later too
+
+
+def test_a_payment_found_not_made_is_made_once_under_its_key_by_all_revisions(
+    sh: PayShell,
+) -> None:
+    run_id, call = sh.ended_in_doubt("before")
+    sh("approve", run_id, "pay", "--allow")
+    aside = _revise(sh, run_id, ASIDE)
+    back = _revise(sh, aside["run_id"], PLAN)  # the grandparent's key, not a new one
+    assert sh.paid() == [["acme", call["key"]]]
+    sibling = _revise(sh, run_id)  # another revision of the run: takes the payment over
+    assert sibling["tasks"]["pay"]["output"] == back["tasks"]["pay"]["output"]
+    again = _revise(sh, aside["run_id"], PLAN)  # a sibling two levels down: the same
+    assert again["tasks"]["pay"]["output"] == back["tasks"]["pay"]["output"]
+    assert sh.paid() == [["acme", call["key"]]]  # once, whichever revision asks
+
+
+def test_a_payment_in_doubt_blocks_a_revision_of_a_revision_that_brings_it_back(
+    sh: PayShell,
+) -> None:
+    run_id, call = sh.ended_in_doubt("before")
+    aside = _revise(sh, run_id, ASIDE)  # the payment left out: allowed
+    refused = sh(
+        "replan", aside["run_id"], *sh.tools, "--from", sh.write_plan(PLAN, "revised.json"),
+        "--execute", code=7,
+    )  # fmt: skip
+    said = " ".join(refused.stderr.split())
+    assert f"run {run_id}, which run {aside['run_id']} descends from," in said
+    assert call["key"] in said and f"dagagent approve {run_id} pay" in said
+    assert sh.paid() == []
+
+
+def test_no_revision_pays_while_a_sibling_s_payment_under_the_key_is_in_doubt(
+    sh: PayShell,
+) -> None:
+    run_id, call = sh.ended_in_doubt("before")
+    sh("approve", run_id, "pay", "--allow")
+    sh.hang.write_text("after")  # the first revision pays under the key, then is cut off
+    first = sh.json("replan", run_id, *sh.tools, "--execute", "--json", code=1)
+    sh.hang.unlink()
+    assert sh.paid() == [["acme", call["key"]]]
+    first_id = first["result"]["run_id"]
+    second = sh("replan", run_id, *sh.tools, "--execute", "--json", code=6)  # waits
+    said = " ".join(json.loads(second.stdout)["result"]["tasks"]["pay"]["error"].split())
+    assert f"run {first_id} made it again since, under the same key" in said
+    assert sh.paid() == [["acme", call["key"]]]  # not paid a second time
+    receipt = {"paid": 500, "key": call["key"]}
+    sh("approve", first_id, "pay", "--happened", "--output", json.dumps(receipt))
+    third = _revise(sh, run_id)
+    assert third["tasks"]["pay"]["output"] == receipt
+    assert sh.paid() == [["acme", call["key"]]]

@@ -480,3 +480,37 @@ async def test_a_joiner_model_that_fails_ends_the_solve_as_failed(world: World):
     (rnd,) = solution.rounds
     assert rnd.result is not None and rnd.result.ok and rnd.outcome == "failed"
     assert world.calls["get_weather Paris"] == 1
+
+
+async def test_a_payment_of_round_one_is_taken_over_by_round_three(
+    world: World, tmp_path: Any
+) -> None:
+    """Round 2's plan leaves the payment out, round 3's brings it back: what took effect in
+    round 1 is taken over, not paid again (the payments counted in a file)."""
+    paid = tmp_path / "paid.log"
+
+    @world.registry.tool(side_effects=True)
+    def pay(account: str, cents: int) -> str:
+        """Pay an account."""
+        with paid.open("a") as f:
+            f.write(f"{account} {dagagent.current_call().idempotency_key}\n")
+        return f"paid {cents}"
+
+    payment = {"id": "pay", "tool": "pay", "args": {"account": "acme", "cents": 500}}
+    llm = openai(
+        plan(payment, ATLANTIS),
+        replan("Atlantis is not a city"),
+        plan(PARIS),  # the payment left out
+        replan("now Tokyo, and the payment"),
+        plan(payment, TOKYO),  # ... and back
+        finish("Tokyo, paid.", ["pay", "tokyo"]),
+    )
+    async with llm:
+        solution = await dagagent.solve(
+            GOAL, world.registry, llm, stream=False, store=tmp_path / "runs.db"
+        )
+    assert solution.status is SolveStatus.ANSWERED, solution.reason
+    third = solution.rounds[2].result
+    assert third is not None and third.tasks["pay"].output == "paid 500"
+    assert [d.decision for d in third.tasks["pay"].decisions or ()] == ["replayed"]
+    assert len(paid.read_text().splitlines()) == 1  # paid once, in round 1
