@@ -168,3 +168,28 @@ def _redactors() -> list[Any]:
 
 
 redactors = _redactors()
+
+
+@registry.tool(side_effects=True)
+def pay_hold(name: str, where: str, pay_first: bool, note: str = "") -> dict[str, Any]:
+    """A payment around ``hold``, made before the wait (``pay_first``) or after it, without
+    a reconciler: each payment is a line (the call's idempotency key) appended to
+    ``<where>/<name>.payments``; ``note`` stands for an argument a redaction hides."""
+    key = current_call().idempotency_key
+
+    def pay() -> None:
+        with open(Path(where) / f"{name}.payments", "a") as out:
+            out.write(f"{key}\n")
+
+    if pay_first:
+        pay()
+    _hold(name, where)
+    if not pay_first:
+        pay()
+    return {"key": key, "pid": os.getpid()}
+
+
+def payments(where: Path, name: str) -> list[str]:
+    """The keys of the payments ``pay_hold(name)`` made, in order."""
+    path = where / f"{name}.payments"
+    return path.read_text().splitlines() if path.exists() else []

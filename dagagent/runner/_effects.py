@@ -215,6 +215,10 @@ class Effects:
         #: their rows get the redacted ones before anything is decided about them.
         self._unredacted: set[str] = set()
         self._lost: set[str] = set()
+        #: The calls in doubt this run left for a person (:class:`CallInDoubtError`), as
+        #: their records hold them: a run whose calls are made elsewhere (on a Temporal
+        #: worker, without the store) hands them to the process that records the run.
+        self.asked: list[dict[str, Any]] = []
 
     def lost_during(self, task_id: str) -> None:
         """The worker that ran task ``task_id`` was lost during it (a Temporal activity run
@@ -329,6 +333,16 @@ class Effects:
         return TookEffect(
             known.output, call.args, call.attempt, call.fingerprint, note, self.fingerprint
         )
+
+    def doubt_of(self, task_id: str) -> tuple[str, _Known] | None:
+        """The call of tool task ``task_id`` on record whose outcome is unknown (in doubt, or
+        found by a person not to have happened, or not to be made): its key and what is
+        known of it (``resolution``, ``resolved_by``, ``reason``). ``None``: there is none."""
+        call = self._plan_calls.get((task_id, None))
+        known = self._known.get(call.key) if call is not None else None
+        if call is None or known is None or known.state not in _IN_DOUBT_STATES:
+            return None
+        return call.key, known
 
     def has_element_calls(self, task_id: str) -> bool:
         """Whether elements of map task ``task_id`` made calls with side effects (on record,
@@ -483,6 +497,19 @@ class Effects:
             raise TaskDeniedError(why, decided_by="in_doubt policy")
         why = f"{stopped}; {unknown}: a person decides whether it happened"
         self._note(decisions, call, WAIT, IN_DOUBT_RULE, why, rule=IN_DOUBT_RULE)
+        self.asked.append(
+            {
+                "key": call.idempotency_key,
+                "task_id": call.task_id,
+                "element": call.element,
+                "occurrence": call.occurrence,
+                "tool": call.tool,
+                "fingerprint": call.fingerprint,
+                "source": call.source,
+                "args": self.recorded_args(call.tool, call.args),
+                "attempt": call.attempt,
+            }
+        )
         raise CallInDoubtError(why, tool=call.tool, key=call.idempotency_key)
 
     async def _take_over(

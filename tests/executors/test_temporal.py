@@ -576,8 +576,9 @@ def test_a_resume_after_the_workflow_ended_never_makes_a_call_twice(
     run. The resume reads what the ended workflow did from its history: a call with side
     effects that completed there is recorded from it, not made again; one cut short whose
     tool has a reconciler is the reconciler's to decide (here: it happened); one cut short
-    whose tool has none (``last="hold_effect"``) refuses the resume (exit 7, naming the task)
-    until told what to do with it (``--in-doubt deny``: not made, the task denied)."""
+    whose tool has none (``last="hold_effect"``) is not made: its task waits for a person
+    (``dagagent approvals`` lists the call) and the run pauses, until told what to do with it
+    (here ``--in-doubt deny``: not made, the task denied)."""
     from dagagent.store import RunStore
 
     where = str(tmp_path)
@@ -645,23 +646,20 @@ def test_a_resume_after_the_workflow_ended_never_makes_a_call_twice(
 
         anyio.run(terminate)
         resume = ["resume", run_id, "--store", str(db), "--tools", TOOLS, "--json"]
-        if last == "hold_effect":
-            with pytest.raises(DecisionError, match="task 'last': its call started on a worker"):
-                anyio.run(
-                    lambda: dagagent.resume(run_id, temporal_tools.registry, store=db),
-                    backend="asyncio",
-                )
-            with RunStore(db, create=False) as st:  # nothing ran: the run waits for a person
+        if last == "hold_effect":  # the task waits for a person; the run pauses
+            paused = anyio.run(
+                lambda: dagagent.resume(run_id, temporal_tools.registry, store=db),
+                backend="asyncio",
+            )
+            assert paused.tasks["last"].status.value == "waiting", paused.tasks["last"]
+            with RunStore(db, create=False) as st:
                 assert st.get_run(run_id).status.value == "paused"
-                assert "last" not in st.get_run(run_id).tasks
-            shown = CliRunner().invoke(dagagent.cli.app, ["show", run_id, "--store", str(db)])
-            assert "paused: no task waits for a person's decision" in shown.output
-            assert "dagagent approve" not in shown.output  # nothing to approve: resume says
-            refused = CliRunner().invoke(dagagent.cli.app, resume)
-            assert refused.exit_code == 7, refused.output
-            said = " ".join(refused.output.split())
-            assert "task 'last': its call started on a worker" in said, said
-            assert "may have happened" in said and f"dagagent resume {run_id} --in-doubt" in said
+                [doubt] = [e for e in st.effects(run_id) if e.in_doubt]
+            assert doubt.task_id == "last" and doubt.tool == "hold_effect"
+            listed = CliRunner().invoke(dagagent.cli.app, ["approvals", "--store", str(db)])
+            said = " ".join(listed.output.split())
+            assert "task 'last'" in said and doubt.key in said, said
+            assert "its call started on a worker and the workflow ended first" in said, said
             assert "'paid'" not in said and "'done'" not in said  # decided, or known
             resume += ["--in-doubt", "deny"]
         else:
@@ -691,6 +689,132 @@ def test_a_resume_after_the_workflow_ended_never_makes_a_call_twice(
     else:
         assert record.status.value == "succeeded"
         assert tasks["last"].status.value == "succeeded"
+
+
+def test_a_person_decides_the_calls_in_doubt_of_a_run_whose_workflow_ended(
+    own_workers: Workers, tmp_path: Path
+) -> None:
+    """The driver dies, then the workflow is terminated while three payments (a tool with
+    side effects and no reconciler) hold on a worker, which is lost too: one paid before it
+    held, two would have paid after. The resume makes none of them: each task waits for a
+    person and the run pauses; ``dagagent approvals`` lists the calls (why, arguments as the
+    workers' redaction hides them, keys). A person says the first happened, the second did
+    not, the third is not to be made; the next resume takes the first's output over (paid
+    once), makes the second once with its original key, and denies the third (never paid)."""
+    from dagagent.store import RunStore
+
+    redact = ("--interceptors", "temporal_tools:redactors")
+    [lost] = own_workers.start(1, *redact)
+    where = str(tmp_path)
+
+    def pay(name: str, first: bool) -> dict[str, Any]:
+        args = {"name": name, "where": where, "pay_first": first, "note": "sk-abc123"}
+        return {"id": name, "tool": "pay_hold", "args": args}
+
+    plan_file, db = tmp_path / "plan.json", tmp_path / "runs.db"
+    plan_file.write_text(
+        json.dumps(
+            plan(
+                pay("h", True),
+                pay("a", False),
+                pay("d", False),
+                {"id": "after", "tool": "echo", "args": {"value": "${a}"}},
+            )
+        )
+    )
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("DAGAGENT_")},
+        "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")]),
+        "DAGAGENT_HOME": str(tmp_path / "home"),
+    }
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "dagagent", "run", str(plan_file), "--tools", TOOLS,
+         "--executor", "temporal", "--temporal-address", own_workers.address,
+         "--task-queue", own_workers.queue, "--payload-store", str(own_workers.payloads),
+         "--store", str(db), "--json"],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env=env, cwd=tmp_path,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + READY_S
+        while not all(temporal_tools.started(tmp_path, n) for n in ("h", "a", "d")):
+            assert driver.poll() is None and time.monotonic() < deadline
+            time.sleep(0.02)
+    finally:
+        driver.kill()
+        driver.wait()
+    [first_h] = temporal_tools.payments(tmp_path, "h")  # paid before it held
+    with RunStore(db, create=False) as st:
+        run_id = st.last_run_id()
+
+    async def terminate() -> None:
+        ex = executor(own_workers)
+        async with ex.session():
+            assert ex.client is not None
+            await ex.client.get_workflow_handle(workflow_id(run_id)).terminate("operator")
+
+    anyio.run(terminate)
+    lost.kill()  # its calls never end: whatever they did is all they did
+    lost.wait()
+    own_workers.start(1, *redact)
+    resume = ["resume", run_id, "--store", str(db), "--tools", TOOLS, "--json"]
+    paused = CliRunner().invoke(dagagent.cli.app, resume)
+    assert paused.exit_code == 6, paused.output  # paused: calls wait for a person
+    with RunStore(db, create=False) as st:
+        record = st.get_run(run_id)
+        doubts = {e.task_id: e for e in st.effects(run_id) if e.in_doubt}
+    assert record.status.value == "paused"
+    assert [record.tasks[t].status.value for t in ("h", "a", "d")] == ["waiting"] * 3
+    assert sorted(doubts) == ["a", "d", "h"]
+    assert doubts["h"].key == first_h  # the key the lost call paid with
+    assert all(e.args["note"] == "[redacted]" for e in doubts.values()), doubts
+    listed = CliRunner().invoke(dagagent.cli.app, ["approvals", "--store", str(db)])
+    said = " ".join(listed.output.split())
+    assert "sk-abc123" not in listed.output
+    for name, e in doubts.items():
+        assert f"task '{name}' of run {run_id}" in said and e.key in said, said
+    assert "its call started on a worker and the workflow ended first" in said, said
+    as_json = CliRunner().invoke(dagagent.cli.app, ["approvals", "--store", str(db), "--json"])
+    rows = json.loads(as_json.output)["approvals"]
+    assert {r["task_id"]: r["keys"] for r in rows} == {t: [e.key] for t, e in doubts.items()}
+    assert all("workflow ended first" in r["why"] for r in rows)
+
+    def approve(*args: str) -> None:
+        done = CliRunner().invoke(
+            dagagent.cli.app, ["approve", run_id, *args, "--store", str(db), "--by", "ann"]
+        )
+        assert done.exit_code == 0, done.output
+
+    approve("h", "--happened", "--output", '{"paid": "by hand"}')
+    approve("a", "--allow")
+    approve("d", "--deny", "--reason", "not to be paid")
+    (tmp_path / "a.go").touch()  # the call made again does not hold
+    (tmp_path / "d.go").touch()  # a call made against the decision would not hold either
+    resumed = CliRunner().invoke(dagagent.cli.app, resume)
+    assert resumed.exit_code == 1, resumed.output  # a task denied: the run failed
+    with RunStore(db, create=False) as st:
+        record = st.get_run(run_id)
+    tasks = record.tasks
+    assert (tasks["h"].status.value, tasks["h"].output) == ("succeeded", {"paid": "by hand"})
+    assert [(d.decision, d.decided_by) for d in tasks["h"].decisions or ()] == [("happened", "ann")]
+    assert temporal_tools.payments(tmp_path, "h") == [first_h]  # paid once, not again
+    assert tasks["a"].status.value == "succeeded"
+    assert temporal_tools.payments(tmp_path, "a") == [doubts["a"].key]  # once, its own key
+    assert tasks["a"].output["key"] == doubts["a"].key
+    assert ("allow", "ann") in [(d.decision, d.decided_by) for d in tasks["a"].decisions or ()]
+    assert (tasks["after"].status.value, tasks["after"].output) == ("succeeded", tasks["a"].output)
+    assert tasks["d"].status.value == "denied", tasks["d"]
+    assert "not to be paid" in (tasks["d"].error or "")
+    assert temporal_tools.payments(tmp_path, "d") == []  # never paid
+    assert len(temporal_tools.started(tmp_path, "d")) == 1  # never called again
+
+    async def replayed() -> None:  # the workflow that ran a call in doubt, decided
+        ex = executor(own_workers)
+        async with ex.session():
+            ex.workflow_id = workflow_id(run_id)
+            await replay(ex)
+
+    anyio.run(replayed)
 
 
 _STREAMING_DRIVER = """

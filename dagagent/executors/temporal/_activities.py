@@ -48,7 +48,7 @@ from ...graph import validate
 from ...plan import AgentTask
 from ...references import Template
 from ...results import ApprovalAnswer, TaskResult, TaskStatus
-from ...runner import Redaction, TaskRunner, ToolCalls
+from ...runner import Effects, Redaction, TaskRunner, ToolCalls
 from ...settings import TaskRetryPolicy
 from ._workflow import COUNT_ELEMENTS, RUN_TASK
 
@@ -71,6 +71,8 @@ RunPolicies = Callable[[Mapping[str, Any]], Sequence["Interceptor"]]
 """``(a run's approval rules as data) -> interceptors``: see
 :func:`dagagent.approval.run_policies`."""
 
+# What a resumed run may do with a call in doubt (``RunSettings.in_doubt``).
+_IN_DOUBT = ("ask", "retry", "deny")
 # Plans validated on this worker, by the hash of their JSON.
 _GRAPHS_KEPT = 32
 
@@ -138,12 +140,15 @@ class Activities:
     ) -> Any:
         runner = self._runner(call, plan, outputs, model)
         task_id = call["task_id"]
-        if call.get("in_doubt"):
-            # run again after its worker was lost: a call not known to have ended is in
-            # doubt, its reconciler's to decide; nobody can be asked here, so a call it
-            # cannot decide about is not made (the task is denied)
+        in_doubt = call.get("in_doubt")
+        if in_doubt:
+            # run again after its worker was lost, or its workflow ended: a call not known to
+            # have ended is in doubt, a person's to decide (their answer comes with the call)
+            # or its reconciler's; else, after a lost worker, nobody can be asked here, so it
+            # is not made (the task is denied); a resumed run's policy (``ask``: the task
+            # waits for a person, and the call goes back to the driver to be recorded)
             runner.calls.effects.lost_during(task_id)
-            runner.calls.effects.in_doubt = "deny"
+            runner.calls.effects.in_doubt = in_doubt if in_doubt in _IN_DOUBT else "deny"
         window = call.get("window")
         reported: list[dict[str, Any]] = list(call.get("done") or ())
         if window is not None:
@@ -159,6 +164,8 @@ class Activities:
             r = await runner.run_task(task_id)
             tg.cancel_scope.cancel()
         doc = r.to_json_dict()
+        if runner.calls.effects.asked:  # calls in doubt left for a person: the driver records
+            doc["in_doubt_calls"] = runner.calls.effects.asked
         if window is not None:
             doc["elements"] = doc["elements"][start:stop] if doc.get("elements") else []
         return self._where(doc, ran_here=not call.get("assemble"))
@@ -223,7 +230,15 @@ class Activities:
             graph,
             self.registry,
             run_id=call["run_id"],
-            calls=ToolCalls(call["run_id"], self.registry, interceptors, answers=answers),
+            calls=ToolCalls(
+                call["run_id"],
+                self.registry,
+                interceptors,
+                answers=answers,
+                # keys and records of calls with side effects as a run in one process with
+                # these interceptors has them: what the redaction hides, hidden
+                effects=Effects(call["run_id"], redaction=self._redaction),
+            ),
             redaction=self._redaction,
             retry=TaskRetryPolicy(**call["retry"]),
             on_failure=call["on_failure"],

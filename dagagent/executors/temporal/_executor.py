@@ -41,9 +41,9 @@ from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from ...errors import ClusterError, ConfigError, DecisionError
+from ...errors import IN_DOUBT_RULE, WORKFLOW_ENDED, ClusterError, ConfigError
 from ...plan import AgentTask, Task, ToolTask
-from ...results import TaskResult, TaskStatus
+from ...results import CallDecision, TaskResult, TaskStatus
 from ..base import BaseExecutor, Wakeup
 from ._connect import (
     DEFAULT_ADDRESS,
@@ -173,6 +173,9 @@ class TemporalExecutor(BaseExecutor):
         self._resumed: dict[str, _Resumed] = {}
         # The model of a run's agent tasks, by run id, as the workers build it (prepare()).
         self._models: dict[str, dict[str, Any]] = {}
+        # A resumed run's tasks whose calls in doubt a person decides, by run id: why each
+        # is in doubt (the record of a call left for a person says it).
+        self._asking: dict[str, dict[str, str]] = {}
 
     def reach(self) -> dict[str, str]:
         """How to reach this run's server again (``dagagent resume`` of a run whose driver
@@ -214,7 +217,7 @@ class TemporalExecutor(BaseExecutor):
         """Refuse what cannot run on the workers (the driver's interceptors; a model for the
         agent tasks that the workers cannot build from a spec), and wait
         (``worker_timeout_s``) for a worker on the task queue."""
-        if runner.calls.intercepted:
+        if runner.calls.interceptors:
             raise ConfigError(
                 "the temporal executor runs tool calls on its workers, which the interceptors "
                 "of this process (approval rules, --ask, --policy, redaction, tracing) cannot "
@@ -268,6 +271,7 @@ class TemporalExecutor(BaseExecutor):
             inp = self._input(graph, runner, on_failure, settled)
             if resumed is not None:
                 inp.in_doubt = list(resumed.reconcile)
+                inp.in_doubt_policy = runner.calls.effects.in_doubt
             try:
                 handle = await client.start_workflow(
                     WORKFLOW,
@@ -303,8 +307,10 @@ class TemporalExecutor(BaseExecutor):
     async def _resumed_from(self, graph: PlanGraph, runner: TaskRunner) -> _Resumed:
         """How a resumed run goes on: following its workflow if it still runs (or finished
         unwatched), else on a new workflow, with what the ended one did (its history, see
-        :func:`_read_ended`). Raises :class:`DecisionError` when calls with side effects of
-        the ended workflow are in doubt and nothing may decide about them."""
+        :func:`_read_ended`), and with a person's decisions about the calls in doubt an
+        earlier resume left waiting (:func:`_decided`). A call in doubt there that nothing
+        decides about is run in doubt on a worker under the run's ``in_doubt`` policy
+        (``ask``: its task waits for a person; ``deny``: settled here as denied)."""
         prior = runner.prior or {}
         wid = workflow_id(runner.run_id)
         waited = any(r.status is TaskStatus.WAITING for r in prior.values())
@@ -316,15 +322,18 @@ class TemporalExecutor(BaseExecutor):
         try:
             await _read_ended(ended, self._client().data_converter, graph, runner, found)
         except RPCError as exc:
-            if exc.status is RPCStatusCode.NOT_FOUND:
-                return found  # no workflow ever started (or the server forgot it)
-            raise ClusterError(
-                f"cannot read the history of workflow {wid} on the Temporal server at "
-                f"{self.address}: {' '.join(str(exc).split())}"
-            ) from None
+            if exc.status is not RPCStatusCode.NOT_FOUND:  # NOT_FOUND: none ever started
+                raise ClusterError(
+                    f"cannot read the history of workflow {wid} on the Temporal server at "
+                    f"{self.address}: {' '.join(str(exc).split())}"
+                ) from None
+        _decided(graph, runner, found)
         policy = runner.calls.effects.in_doubt
-        if found.doubt and policy == "ask":
-            raise DecisionError(_doubt_message(runner.run_id, wid, found.doubt))
+        if policy == "ask":  # run in doubt on a worker: the task waits for a person
+            found.reconcile.extend(found.doubt)
+            found.asking = {t: f"{why} (workflow {wid})" for t, why in found.doubt.items()}
+            found.doubt.clear()
+            self._asking[runner.run_id] = found.asking
         if policy == "deny":
             for task_id, why in found.doubt.items():
                 found.denied[task_id] = TaskResult(
@@ -496,7 +505,9 @@ class TemporalExecutor(BaseExecutor):
                 f"without finishing the run: {' '.join(str(cause).split()) or type(cause).__name__}"
             )
         for doc in final[0][seen:]:
+            await self._record_doubts(doc, runner)
             runner.ran_elsewhere(_task_result(doc, runner))
+        self._asking.pop(runner.run_id, None)
 
     async def _catch_up(
         self, handle: WorkflowHandle[Any, list[dict[str, Any]]], runner: TaskRunner, seen: int
@@ -508,10 +519,40 @@ class TemporalExecutor(BaseExecutor):
             )
             batch = progress["results"]
             for doc in batch:
+                await self._record_doubts(doc, runner)
                 runner.ran_elsewhere(_task_result(doc, runner))
             seen += len(batch)
             if seen >= progress["total"] or not batch:
                 return seen
+
+    async def _record_doubts(self, doc: dict[str, Any], runner: TaskRunner) -> None:
+        """Record the calls in doubt that a worker left for a person in task result
+        ``doc`` (``in_doubt_calls``; its task waits): in the run's store, as a call whose
+        outcome is unknown, with its key and why, so that ``dagagent approvals`` lists it,
+        ``dagagent approve`` decides about it and the next resume finds the decision."""
+        asked = doc.pop("in_doubt_calls", None)
+        journal = runner.calls.effects.journal
+        if not asked or journal is None:  # a run without a store: its result says it all
+            return
+        why = self._asking.get(runner.run_id, {}).get(
+            doc["task_id"], "its call started on a worker and its workflow ended first"
+        )
+        for c in asked:
+            await journal.intent(
+                runner.run_id,
+                c["key"],
+                task_id=c["task_id"],
+                element=c.get("element"),
+                occurrence=c.get("occurrence", 1),
+                tool=c["tool"],
+                fingerprint=c["fingerprint"],
+                source=c.get("source", "plan"),
+                args=json.dumps(c.get("args"), ensure_ascii=False),
+                attempt=c.get("attempt", 1),
+            )
+            await journal.outcome(
+                runner.run_id, c["key"], "cancelled", output=None, error=f"{WORKFLOW_ENDED}{why}"
+            )
 
 
 class _WorkersModel(Protocol):
@@ -548,8 +589,11 @@ class _Resumed:
     doubt: dict[str, str] = field(default_factory=dict)
     #: Those of ``doubt`` whose tool has a reconciler: it decides on the worker.
     reconcile: list[str] = field(default_factory=list)
-    #: Those of ``doubt`` settled as denied (``in_doubt="deny"``).
+    #: Those of ``doubt`` settled as denied (``in_doubt="deny"``), or by a person.
     denied: dict[str, TaskResult] = field(default_factory=dict)
+    #: Those of ``doubt`` run in doubt under ``in_doubt="ask"``: why each is in doubt (a
+    #: call no reconciler decides waits for a person).
+    asking: dict[str, str] = field(default_factory=dict)
 
 
 async def _read_ended(
@@ -646,19 +690,73 @@ async def _read_ended(
         found.doubt.pop(task_id)  # its reconciler decides: nothing to refuse
 
 
-def _doubt_message(run_id: str, wid: str, doubt: Mapping[str, str]) -> str:
-    """Why a resume is refused: calls with side effects of the ended workflow in doubt."""
-    each = "; ".join(f"task {t!r}: {why}" for t, why in list(doubt.items())[:5])
-    more = f"; and {len(doubt) - 5} more" if len(doubt) > 5 else ""
-    return (
-        f"run {run_id} cannot go on by itself: its workflow {wid} ended without finishing, "
-        f"and the calls with side effects of {len(doubt)} task{'s' if len(doubt) != 1 else ''} "
-        f"may have happened ({each}{more}); their tools have no reconciler to tell, so they "
-        "are not made again without a person's word. Check with what they call whether they "
-        "took effect (made again, a call carries the same idempotency key), then: `dagagent resume "
-        f"{run_id} --in-doubt deny` does not make them (those tasks are denied), `--in-doubt "
-        "retry` makes them again with the same keys"
-    )
+def _decided(graph: PlanGraph, runner: TaskRunner, found: _Resumed) -> None:
+    """A person's decisions (``dagagent approve``) about the calls in doubt that an earlier
+    resume of the run left waiting, as the run's record holds them: a call that
+    ``happened`` gives its task its output (settled here, not made); one ``denied`` denies
+    its task (settled here); one that did not happen is made again, on a worker, with the
+    same key (run in doubt there, where the person's answer goes with it)."""
+    kept = {t for t, r in (runner.prior or {}).items() if r.status.ok}
+    effects = runner.calls.effects
+    answered = {
+        t
+        for t, given in runner.calls.answers.items()
+        if any(a.rule == IN_DOUBT_RULE for a in given)
+    }
+    for task_id in graph.order:
+        task = graph.tasks[task_id]
+        if task_id in kept or task_id in found.finished or not isinstance(task, ToolTask):
+            continue
+        took = effects.took_effect(task_id)
+        if took is not None:  # a person found that it happened: its output, not made again
+            found.finished[task_id] = TaskResult(
+                task_id=task_id,
+                status=TaskStatus.SUCCEEDED,
+                output=took.output,
+                args=took.args,
+                attempts=took.attempt,
+                finished_at=time.time(),
+                decisions=[took.decision],
+            )
+            found.doubt.pop(task_id, None)
+            continue
+        held = effects.doubt_of(task_id)
+        if held is None:
+            continue
+        key, known = held
+        if known.resolution == "denied":
+            who = known.resolved_by or "record"
+            why = known.reason or f"it was in doubt (key {key}) and is not made, said {who}"
+            found.denied[task_id] = TaskResult(
+                task_id=task_id,
+                status=TaskStatus.DENIED,
+                error=why,
+                error_type="TaskDeniedError",
+                finished_at=time.time(),
+                decisions=[
+                    CallDecision(
+                        tool=task.tool,
+                        decision="deny",
+                        decided_by=who,
+                        reason=why,
+                        at=time.time(),
+                        rule=IN_DOUBT_RULE,
+                        source="plan",
+                    )
+                ],
+            )
+            found.doubt.pop(task_id, None)
+        elif known.resolution == "not_happened":
+            found.doubt.pop(task_id, None)
+            if task_id in answered and task_id not in found.reconcile:
+                found.reconcile.append(task_id)  # the answer goes with it: made, same key
+        elif known.resolution is None and task_id not in found.reconcile:
+            # left for a person, who has not decided: in doubt still, for the run's policy
+            found.doubt.setdefault(
+                task_id,
+                f"its call (key {key}) was cut off when the run's workflow ended, and nobody "
+                "has said what became of it",
+            )
 
 
 def _task_result(doc: dict[str, Any], runner: TaskRunner | None = None) -> TaskResult:
@@ -669,7 +767,7 @@ def _task_result(doc: dict[str, Any], runner: TaskRunner | None = None) -> TaskR
     if calls and runner is not None and runner.llm is not None:
         _model(runner).made_elsewhere(calls)
     return TaskResult.validate(
-        {k: v for k, v in doc.items() if k not in ("duration_s", "model_calls")}
+        {k: v for k, v in doc.items() if k not in ("duration_s", "model_calls", "in_doubt_calls")}
     )
 
 

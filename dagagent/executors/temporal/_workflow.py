@@ -131,6 +131,10 @@ class RunInput:
     #: ended workflow started and did not see end: run in doubt, where the reconciler
     #: decides whether the call happened.
     in_doubt: list[str] = field(default_factory=list)
+    #: What the workers do with a call of ``in_doubt`` that neither a person's answer nor
+    #: a reconciler decides: the resumed run's ``in_doubt`` policy (``ask``: its task waits
+    #: for a person); ``None``: it is not made (the task is denied).
+    in_doubt_policy: str | None = None
     #: When the run must stop (a solve's deadline), in seconds since the epoch of workflow
     #: time: the tasks under way are cancelled, those not started are not run, and the run
     #: ends with what finished. ``None``: no deadline.
@@ -459,7 +463,7 @@ class RunWorkflow:
         done_elements: list[dict[str, Any]] = []
         bound = inp.bounds.get(task_id)
         if task_id in inp.in_doubt:  # its call may have happened in the run's ended workflow
-            extra = {**extra, "in_doubt": True}
+            extra = {**extra, "in_doubt": inp.in_doubt_policy or True}
         while True:
             call = {"window": list(window) if window else None, "done": done_elements, **extra}
             args = self._args(task_id, call)
@@ -514,7 +518,7 @@ class RunWorkflow:
                         )
                     done_elements = _reported(cause, done_elements)
                     if task_id in inp.side_effects:  # its calls cut off are in doubt there
-                        extra = {**extra, "in_doubt": True}
+                        extra = {**extra, "in_doubt": extra.get("in_doubt") or True}
                     continue
                 return _failed(task_id, exc)
 
