@@ -1277,6 +1277,42 @@ def test_a_run_whose_driver_died_is_not_resumed_in_process_over_its_workers(
     assert temporal_tools.started(tmp_path, "e") == [own_workers.procs[0].pid]  # made once
 
 
+def test_plan_execute_runs_its_plan_on_temporal(
+    workers: Workers, server: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``dagagent plan GOAL --execute --executor temporal`` with the options ``run`` takes
+    (server, task queue, payload store): the plan a model wrote runs on the workers and is
+    recorded as a run on Temporal, each task with the worker that ran it."""
+    from llm_server import Reply
+
+    from dagagent.llm import wire
+    from dagagent.store import RunStore
+
+    monkeypatch.setenv("DAGAGENT_HOME", str(tmp_path / "home"))
+    written = plan(
+        {"id": "a", "tool": "add", "args": {"a": 2, "b": 3}},
+        {"id": "b", "tool": "add", "args": {"a": "${a}", "b": 10}},
+    )
+    server.push(Reply(json=wire.openai_text(json.dumps(written), output_tokens=80)))
+    db = tmp_path / "runs.db"
+    r = CliRunner().invoke(
+        dagagent.cli.app,
+        ["plan", "add things", "--tools", TOOLS, "--model", "openai:test-model",
+         "--base-url", server.url + "/v1", "--execute", "--json", "--store", str(db),
+         "--executor", "temporal", "--temporal-address", workers.address,
+         "--task-queue", workers.queue, "--payload-store", str(workers.payloads)],
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    done = json.loads(r.stdout)
+    assert done["executor"] == "temporal" and done["tasks"]["b"]["output"] == 15
+    with RunStore(db, create=False) as st:
+        record = st.get_run(st.last_run_id())
+    assert record.executor == "temporal"
+    assert record.context is not None and record.context["temporal"]["task_queue"] == workers.queue
+    served = {f"{p.pid}@{socket.gethostname()}" for p in workers.procs}
+    assert {t: r.worker in served for t, r in record.tasks.items()} == {"a": True, "b": True}
+
+
 # -- what a user can get wrong ---------------------------------------------------------------
 
 
