@@ -193,3 +193,19 @@ def payments(where: Path, name: str) -> list[str]:
     """The keys of the payments ``pay_hold(name)`` made, in order."""
     path = where / f"{name}.payments"
     return path.read_text().splitlines() if path.exists() else []
+
+
+@registry.tool(max_calls=2)
+def counted(name: str, where: str, i: int = 0) -> int:
+    """A call counted outside the worker (a line, this process's id, appended to
+    ``<where>/<name>.calls``), at most twice in a run: how many lines there are."""
+    path = Path(where) / f"{name}.calls"
+    with open(path, "a") as out:
+        out.write(f"{os.getpid()}\n")
+    return len(path.read_text().splitlines())
+
+
+@registry.tool(cooldown_s=3600)
+def cooled(n: int) -> int:
+    """n, at most once an hour."""
+    return n

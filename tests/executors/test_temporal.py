@@ -1313,6 +1313,67 @@ def test_plan_execute_runs_its_plan_on_temporal(
     assert {t: r.worker in served for t, r in record.tasks.items()} == {"a": True, "b": True}
 
 
+@pytest.mark.anyio
+async def test_limits_hold_across_the_workers_of_a_run(workers: Workers, tmp_path: Path) -> None:
+    """A tool's ``max_calls`` and ``cooldown_s``, and a limit of the run's approval rules,
+    count the calls of the whole run, whichever of the two workers makes them: the workflow
+    counts them and each task's worker checks its calls against the count, with the
+    outcomes and messages of a run in one process (a tool's limit fails its task, not
+    retried; a policy's limit denies it)."""
+    import re
+
+    where = str(tmp_path)
+    rules = {"default": "allow", "limits": [{"tool": "echo", "max_calls": 1}]}
+    ex = executor(workers, approval={"rules": rules})
+    result = await dagagent.execute(
+        plan(
+            *[
+                {
+                    "id": f"c{i}",
+                    "tool": "counted",
+                    "args": {"name": "c", "where": where, "i": i},
+                    "retries": 3,
+                }
+                for i in range(5)
+            ],
+            {"id": "first", "tool": "cooled", "args": {"n": 1}},
+            {"id": "soon", "tool": "cooled", "args": {"n": 2}, "depends_on": ["first"]},
+            *[{"id": f"e{i}", "tool": "echo", "args": {"value": i}} for i in range(3)],
+        ),
+        temporal_tools.registry,
+        settings=settings(ex, on_failure="continue"),
+    )
+    counted = [result.tasks[f"c{i}"] for i in range(5)]
+    assert sorted(r.status.value for r in counted) == ["failed"] * 3 + ["succeeded"] * 2
+    assert (tmp_path / "c.calls").read_text().count("\n") == 2  # the tool ran twice
+    for r in counted:
+        if r.status.value == "failed":
+            assert r.error_type == "ToolLimitError" and r.attempts == 1, r
+            assert r.error == (
+                "tool 'counted' may be called at most 2 times in a run (max_calls=2) and was "
+                "called 2 times"
+            )
+    assert result.tasks["first"].status.value == "succeeded"
+    soon = result.tasks["soon"]
+    assert soon.status.value == "failed" and soon.error_type == "ToolLimitError", soon
+    assert re.fullmatch(
+        r"tool 'cooled' was called \S+ s ago and needs 3600 s between calls "
+        r"\(cooldown_s=3600\): it may be called again in \S+ s",
+        soon.error or "",
+    ), soon.error
+    echoed = [result.tasks[f"e{i}"] for i in range(3)]
+    assert sorted(r.status.value for r in echoed) == ["denied", "denied", "succeeded"]
+    for r in echoed:
+        if r.status.value == "denied":
+            assert r.error == (
+                "denied by limit #1 (deny tool 'echo' past max_calls=1): tool 'echo' may be "
+                "called at most 1 time in a run (max_calls=1) and was called 1 time"
+            )
+            [decision] = r.decisions or []
+            assert decision.decided_by == "limit #1 (deny tool 'echo' past max_calls=1)"
+    await replay(ex)
+
+
 # -- what a user can get wrong ---------------------------------------------------------------
 
 

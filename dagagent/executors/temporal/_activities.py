@@ -48,7 +48,7 @@ from ...graph import validate
 from ...plan import AgentTask
 from ...references import Template
 from ...results import ApprovalAnswer, TaskResult, TaskStatus
-from ...runner import Effects, Redaction, TaskRunner, ToolCalls
+from ...runner import CallLedger, Effects, Redaction, TaskRunner, ToolCalls
 from ...settings import TaskRetryPolicy
 from ._workflow import COUNT_ELEMENTS, RUN_TASK
 
@@ -103,8 +103,9 @@ class Activities:
             if getattr(i, "limits", None):
                 raise ConfigError(
                     f"worker interceptor {i!r} has limits, which count a run's calls "
-                    "together: a worker sees one task's calls at a time, so it cannot keep "
-                    "them; give the worker rules without limits"
+                    "together: a worker sees one task's calls at a time, and the run does not "
+                    "know its interceptors; give the run its limits instead (dagagent run "
+                    "--policy FILE, TemporalExecutor(approval=...)), which its workflow counts"
                 )
         self.run_policies = run_policies
         self._redaction = Redaction(self.interceptors)
@@ -140,6 +141,7 @@ class Activities:
     ) -> Any:
         runner = self._runner(call, plan, outputs, model)
         task_id = call["task_id"]
+        counting = self._counting(call, runner.calls.ledger)
         in_doubt = call.get("in_doubt")
         if in_doubt:
             # run again after its worker was lost, or its workflow ended: a call not known to
@@ -164,6 +166,9 @@ class Activities:
             r = await runner.run_task(task_id)
             tg.cancel_scope.cancel()
         doc = r.to_json_dict()
+        if counting:  # what it counted against the run's limits: the workflow keeps it
+            ledger = runner.calls.ledger
+            doc["ledger"] = {k: [ledger.calls(o), ledger.last_at(o)] for k, o in counting.items()}
         if runner.calls.effects.asked:  # calls in doubt left for a person: the driver records
             doc["in_doubt_calls"] = runner.calls.effects.asked
         if window is not None:
@@ -263,6 +268,32 @@ class Activities:
                     non_retryable=True,
                 )
         return runner
+
+    def _counting(self, call: dict[str, Any], ledger: CallLedger) -> dict[str, Any]:
+        """Seed ``ledger`` with the calls the run counted so far on each limit this task's
+        calls count against (``call["ledger"]``: ``{key: [calls, last start]}``, from the
+        workflow, see ``RunWorkflow._counted``): the runner checks and counts each call as
+        in a run in one process, with the same outcomes and messages. The keys, with what
+        the ledger counts each by (a tool's name, a policy's :class:`Limit`)."""
+        given = call.get("ledger")
+        if not given:
+            return {}
+        limits = [
+            lim
+            for p in (self._run_policies(call["approval"]) if call.get("approval") else ())
+            for lim in getattr(p, "limits", ())
+        ]
+        counting: dict[str, Any] = {}
+        for key, (calls, last_at) in given.items():
+            kind, _, name = key.partition(":")
+            if kind == "tool":
+                counting[key] = name
+            elif kind == "limit" and name.isdigit() and 0 < int(name) <= len(limits):
+                counting[key] = limits[int(name) - 1]
+            else:
+                continue
+            ledger.seed(counting[key], int(calls), last_at)
+        return counting
 
     def _run_policies(self, approval: dict[str, Any]) -> tuple[Interceptor, ...]:
         """The run's approval rules as this worker's policies (made once per set of rules);

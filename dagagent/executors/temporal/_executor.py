@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fnmatch
 import json
 import sys
 import time
@@ -62,6 +63,7 @@ if TYPE_CHECKING:
 
     from ...graph import PlanGraph
     from ...runner import TaskRunner
+    from ...tools import Registry, Tool
     from ..base import FailurePolicy
 
 __all__ = ["TemporalExecutor", "workflow_id"]
@@ -381,7 +383,7 @@ class TemporalExecutor(BaseExecutor):
         settled: list[TaskResult],
     ) -> RunInput:
         plan = graph.plan
-        facts = _facts(graph, runner, list(plan.tasks))
+        facts = _facts(graph, runner, list(plan.tasks), self._limits())
         max_running = self.max_running
         if runner.max_concurrency is not None:
             max_running = min(max_running, runner.max_concurrency)
@@ -414,7 +416,16 @@ class TemporalExecutor(BaseExecutor):
             },
             approval=self.approval,
             model=self._model_of(runner),
+            limited=facts.limited,
+            ledger=_counted_before(runner, self._limits(), facts.limited),
         )
+
+    def _limits(self) -> list[Mapping[str, Any]]:
+        """The limits of the run's approval rules, as their file form has them (the workers
+        apply them; the workflow counts the calls they limit)."""
+        rules = (self.approval or {}).get("rules") or {}
+        limits = rules.get("limits") if isinstance(rules, Mapping) else None
+        return [lim for lim in limits or () if isinstance(lim, Mapping)]
 
     def _model_of(self, runner: TaskRunner) -> dict[str, Any] | None:
         """The spec of the run's model for its agent tasks (``None``: no model)."""
@@ -444,7 +455,9 @@ class TemporalExecutor(BaseExecutor):
                 tasks = list(graph.plan.tasks)
                 complete, aborted = graph.complete, graph.aborted
                 if len(tasks) > known:
-                    await handle.signal(ADD_TASKS, _facts(graph, runner, tasks[known:]))
+                    await handle.signal(
+                        ADD_TASKS, _facts(graph, runner, tasks[known:], self._limits())
+                    )
                     known = len(tasks)
                 if complete:
                     await handle.signal(PLAN_COMPLETE, aborted)
@@ -784,10 +797,17 @@ async def _tasks_known(handle: WorkflowHandle[Any, Any], otherwise: int) -> int:
         return otherwise
 
 
-def _facts(graph: PlanGraph, runner: TaskRunner, tasks: list[Task]) -> Arrived:
+def _facts(
+    graph: PlanGraph,
+    runner: TaskRunner,
+    tasks: list[Task],
+    limits: Sequence[Mapping[str, Any]] = (),
+) -> Arrived:
     """What the workflow needs of ``tasks``: their JSON, their dependencies (in plan
     order), which map, which run as local activities, which have side effects, how long
-    each may take on a worker, and the earlier outputs the workers may reuse."""
+    each may take on a worker, the earlier outputs the workers may reuse, and the limits
+    of the run (``limits``: its approval rules') and of its tools their calls count
+    against."""
     registry, retry = runner.registry, runner.retry
     position = {t.id: i for i, t in enumerate(graph.plan.tasks)}
     facts = Arrived(
@@ -802,6 +822,10 @@ def _facts(graph: PlanGraph, runner: TaskRunner, tasks: list[Task]) -> Arrived:
         allow_partial=[t.id for t in tasks if getattr(t, "allow_partial", False)],
         reuse=_reuse_of(runner.reuse, {t.id for t in tasks}),
     )
+    for task in tasks:
+        keys = _limit_keys(registry, task, limits)
+        if keys:
+            facts.limited[task.id] = keys
     for task in tasks:
         if not isinstance(task, ToolTask) or task.tool not in registry:
             continue
@@ -820,6 +844,57 @@ def _facts(graph: PlanGraph, runner: TaskRunner, tasks: list[Task]) -> Arrived:
             else None
         )
     return facts
+
+
+def _limit_keys(registry: Registry, task: Task, limits: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The keys the calls of ``task`` count on (see ``RunInput.limited``): ``tool:NAME``
+    for each tool it may call that has a ``max_calls`` or ``cooldown_s`` of its own,
+    ``limit:N`` for each of the run's ``limits`` that counts calls of one of them."""
+    names = task.tool_names
+    keys: set[str] = set()
+    for name in registry.names if names is None else names:
+        if name not in registry:
+            continue
+        tool = registry.get(name)
+        if tool.max_calls is not None or tool.cooldown_s is not None:
+            keys.add(f"tool:{name}")
+        keys.update(f"limit:{i}" for i, lim in enumerate(limits, 1) if _limits_tool(lim, tool))
+    return sorted(keys)
+
+
+def _limits_tool(limit: Mapping[str, Any], tool: Tool) -> bool:
+    """Whether a limit in its file form counts the calls of ``tool``: its globs match the
+    tool's name, and its ``side_effects`` (if given) the tool's (as
+    :meth:`dagagent.approval.Limit.matches` decides on the workers)."""
+    globs = limit.get("tool", "*")
+    globs = [globs] if isinstance(globs, str) else list(globs or ())
+    if not any(isinstance(g, str) and fnmatch.fnmatchcase(tool.name, g) for g in globs):
+        return False
+    wanted = limit.get("side_effects")
+    return wanted is None or bool(tool.side_effects) is bool(wanted)
+
+
+def _counted_before(
+    runner: TaskRunner, limits: Sequence[Mapping[str, Any]], limited: Mapping[str, list[str]]
+) -> dict[str, list[Any]]:
+    """The calls the run's ledger counted before its workflow starts (a resumed run's,
+    from its record) on each key of ``limited``: ``{key: [calls, last start]}``; a limit
+    of the run's rules counts the calls of every tool it matches, as a policy carries
+    them over on resume."""
+    ledger, registry = runner.calls.ledger, runner.registry
+    out: dict[str, list[Any]] = {}
+    for key in sorted({k for keys in limited.values() for k in keys}):
+        kind, _, name = key.partition(":")
+        tools = (
+            [name]
+            if kind == "tool"
+            else [t.name for t in registry if _limits_tool(limits[int(name) - 1], t)]
+        )
+        calls = sum(ledger.calls(t) for t in tools)
+        starts = [at for t in tools if (at := ledger.last_at(t)) is not None]
+        if calls:
+            out[key] = [calls, max(starts) if starts else None]
+    return out
 
 
 def _reuse_of(reuse: Mapping[str, tuple[str, Any]], tasks: set[str]) -> dict[str, list[Any]]:

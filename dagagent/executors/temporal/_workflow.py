@@ -33,6 +33,8 @@ task is denied). One whose tool has side effects and no reconciler fails with
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any
@@ -135,6 +137,13 @@ class RunInput:
     #: a reconciler decides: the resumed run's ``in_doubt`` policy (``ask``: its task waits
     #: for a person); ``None``: it is not made (the task is denied).
     in_doubt_policy: str | None = None
+    #: Tasks whose calls count against a limit of the run (a tool's ``max_calls`` or
+    #: ``cooldown_s``: ``tool:NAME``; a limit of the run's approval rules: ``limit:N``, the
+    #: N-th of its ``limits``): the keys each counts on (see :meth:`RunWorkflow._counted`).
+    limited: dict[str, list[str]] = field(default_factory=dict)
+    #: The calls counted so far on each key: ``[calls, start of the last one (Unix time)]``
+    #: (a resumed run's record; then those carried over by continue-as-new).
+    ledger: dict[str, list[Any]] = field(default_factory=dict)
     #: When the run must stop (a solve's deadline), in seconds since the epoch of workflow
     #: time: the tasks under way are cancelled, those not started are not run, and the run
     #: ends with what finished. ``None``: no deadline.
@@ -156,6 +165,8 @@ class Arrived:
     reuse: dict[str, list[Any]] = field(default_factory=dict)
     #: Those of ``side_effects`` whose tool has a reconciler (see ``RunInput.reconciled``).
     reconciled: list[str] = field(default_factory=list)
+    #: The limits each task's calls count against (see ``RunInput.limited``).
+    limited: dict[str, list[str]] = field(default_factory=dict)
 
 
 def _result(task_id: str, status: str, error: str | None = None, **more: Any) -> dict[str, Any]:
@@ -198,6 +209,9 @@ class RunWorkflow:
         self.waiting = {t: sum(1 for d in deps[t] if d not in self.outputs) for t in inp.order}
         self.ready = [t for t in inp.order if t not in self.results and not self.waiting[t]]
         self.running: dict[asyncio.Task[dict[str, Any]], str] = {}
+        self.ledger: dict[str, list[Any]] = {k: list(v) for k, v in inp.ledger.items()}
+        # One task at a time counts on a key (see _counted).
+        self.counting: dict[str, asyncio.Lock] = {}
 
     @workflow.query(name="progress")
     def progress(self, since: int) -> dict[str, Any]:
@@ -226,6 +240,7 @@ class RunWorkflow:
         inp.bounds.update(arrived.bounds)
         inp.allow_partial.extend(arrived.allow_partial)
         inp.reuse.update(arrived.reuse)
+        inp.limited.update(arrived.limited)
         for task in arrived.tasks:
             self._arrived(task["id"])
 
@@ -341,7 +356,12 @@ class RunWorkflow:
         if rolling_over and (len(self.results) < len(inp.order) or inp.streaming):
             self.done = True  # this run's part: the driver follows the next
             workflow.continue_as_new(
-                replace(inp, finished=self.finished, generation=inp.generation + 1)
+                replace(
+                    inp,
+                    finished=self.finished,
+                    generation=inp.generation + 1,
+                    ledger=self.ledger,
+                )
             )
         self._finish_unstarted()
         self.done = True
@@ -466,30 +486,9 @@ class RunWorkflow:
             extra = {**extra, "in_doubt": inp.in_doubt_policy or True}
         while True:
             call = {"window": list(window) if window else None, "done": done_elements, **extra}
-            args = self._args(task_id, call)
             try:
-                async with self.slots:
-                    if task_id in inp.local and window is None:
-                        r: dict[str, Any] = await workflow.execute_local_activity(
-                            RUN_TASK,
-                            args=args,
-                            start_to_close_timeout=(
-                                timedelta(seconds=bound) if bound else _LOCAL_BOUND
-                            ),
-                            retry_policy=_ONCE,
-                        )
-                    else:
-                        r = await workflow.execute_activity(
-                            RUN_TASK,
-                            args=args,
-                            task_queue=inp.task_queue,
-                            start_to_close_timeout=(
-                                timedelta(seconds=bound) if bound else _UNBOUNDED
-                            ),
-                            heartbeat_timeout=timedelta(seconds=inp.heartbeat_s),
-                            retry_policy=_ONCE,
-                        )
-                return r
+                async with self._counted(task_id, call):
+                    return await self._activity(task_id, call, bound)
             except ActivityError as exc:
                 cause = exc.cause
                 if isinstance(cause, CancelledError):  # this workflow cancelled it
@@ -521,6 +520,79 @@ class RunWorkflow:
                         extra = {**extra, "in_doubt": extra.get("in_doubt") or True}
                     continue
                 return _failed(task_id, exc)
+
+    async def _activity(
+        self, task_id: str, call: dict[str, Any], bound: float | None
+    ) -> dict[str, Any]:
+        """One activity of ``task_id`` (a local one for a task that never blocks)."""
+        inp = self.inp
+        args = self._args(task_id, call)
+        async with self.slots:
+            if task_id in inp.local and call.get("window") is None:
+                r: dict[str, Any] = await workflow.execute_local_activity(
+                    RUN_TASK,
+                    args=args,
+                    start_to_close_timeout=(timedelta(seconds=bound) if bound else _LOCAL_BOUND),
+                    retry_policy=_ONCE,
+                )
+            else:
+                r = await workflow.execute_activity(
+                    RUN_TASK,
+                    args=args,
+                    task_queue=inp.task_queue,
+                    start_to_close_timeout=(timedelta(seconds=bound) if bound else _UNBOUNDED),
+                    heartbeat_timeout=timedelta(seconds=inp.heartbeat_s),
+                    retry_policy=_ONCE,
+                )
+        counted = r.pop("ledger", None)
+        if counted is not None:  # what it counted against the run's limits (see _counted)
+            call["counted"] = counted
+        return r
+
+    @contextlib.asynccontextmanager
+    async def _counted(self, task_id: str, call: dict[str, Any]) -> AsyncIterator[None]:
+        """Around an activity of ``task_id`` whose calls count against limits of the run
+        (``RunInput.limited``): one activity at a time per limit (its locks taken in the
+        same order everywhere), told the calls counted so far on each (``call["ledger"]``),
+        where its worker's runner checks and counts them as a run in one process does; what
+        it reports counted (``ledger`` in its result) stands for the next. An activity that
+        ends without a report (its worker lost) counts as one call on each: the limits fail
+        closed. Tasks without limits pass straight through."""
+        keys = sorted(set(self.inp.limited.get(task_id) or ()))
+        if not keys:
+            yield
+            return
+        locks = [self.counting.setdefault(k, asyncio.Lock()) for k in keys]
+        taken: list[asyncio.Lock] = []
+        try:
+            for lock in locks:
+                await lock.acquire()
+                taken.append(lock)
+            call["ledger"] = {k: list(self.ledger.get(k) or (0, None)) for k in keys}
+            try:
+                yield
+            except ActivityError as exc:
+                if isinstance(exc.cause, (TimeoutError, CancelledError)):
+                    self._unknown(keys)  # its worker was lost, or it was stopped, under it
+                raise  # else its worker could not run it: no call was made
+            except asyncio.CancelledError:
+                self._unknown(keys)
+                raise
+            counted = call.pop("counted", None)
+            for k in keys:
+                if isinstance(counted, dict) and isinstance(counted.get(k), list):
+                    self.ledger[k] = counted[k]
+        finally:
+            for lock in reversed(taken):
+                lock.release()
+
+    def _unknown(self, keys: list[str]) -> None:
+        """An activity that counted on ``keys`` ended without saying what it counted: at
+        least one call on each, now (the limits fail closed)."""
+        now = workflow.now().timestamp()
+        for k in keys:
+            calls, _ = self.ledger.get(k) or (0, None)
+            self.ledger[k] = [int(calls) + 1, now]
 
     async def _map(self, task_id: str) -> dict[str, Any]:
         """A map task: in one activity when its list is short, else in chunks of
