@@ -170,7 +170,13 @@ def _redactors() -> list[Any]:
 redactors = _redactors()
 
 
-@registry.tool(side_effects=True)
+# Tools of their own (``temporal_tools:extra``, served by workers a test starts for them),
+# apart from ``registry``, whose catalogue the planner tests of solves on Temporal size their
+# budgets by.
+extra = Registry([registry.get("echo")])
+
+
+@extra.tool(side_effects=True)
 def pay_hold(name: str, where: str, pay_first: bool, note: str = "") -> dict[str, Any]:
     """A payment around ``hold``, made before the wait (``pay_first``) or after it, without
     a reconciler: each payment is a line (the call's idempotency key) appended to
@@ -195,8 +201,8 @@ def payments(where: Path, name: str) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
 
 
-@registry.tool(max_calls=2)
-def counted(name: str, where: str, i: int = 0) -> int:
+@extra.tool(max_calls=2)
+def metered(name: str, where: str, i: int = 0) -> int:
     """A call counted outside the worker (a line, this process's id, appended to
     ``<where>/<name>.calls``), at most twice in a run: how many lines there are."""
     path = Path(where) / f"{name}.calls"
@@ -205,7 +211,7 @@ def counted(name: str, where: str, i: int = 0) -> int:
     return len(path.read_text().splitlines())
 
 
-@registry.tool(cooldown_s=3600)
-def cooled(n: int) -> int:
+@extra.tool(cooldown_s=3600)
+def rested(n: int) -> int:
     """n, at most once an hour."""
     return n

@@ -35,7 +35,7 @@ import temporal_tools  # tests/ is on sys.path under pytest; the workers import 
 
 from dagagent.executors.temporal import TemporalExecutor, workflow_id
 
-from .temporal_fixtures import QUEUE, READY_S, ROOT, TOOLS, Workers, _free_port
+from .temporal_fixtures import EXTRA, QUEUE, READY_S, ROOT, TOOLS, Workers, _free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio_only("Temporal's client runs on asyncio")]
 
@@ -704,7 +704,7 @@ def test_a_person_decides_the_calls_in_doubt_of_a_run_whose_workflow_ended(
     from dagagent.store import RunStore
 
     redact = ("--interceptors", "temporal_tools:redactors")
-    [lost] = own_workers.start(1, *redact)
+    [lost] = own_workers.start(1, *redact, tools=EXTRA)
     where = str(tmp_path)
 
     def pay(name: str, first: bool) -> dict[str, Any]:
@@ -728,7 +728,7 @@ def test_a_person_decides_the_calls_in_doubt_of_a_run_whose_workflow_ended(
         "DAGAGENT_HOME": str(tmp_path / "home"),
     }
     driver = subprocess.Popen(
-        [sys.executable, "-m", "dagagent", "run", str(plan_file), "--tools", TOOLS,
+        [sys.executable, "-m", "dagagent", "run", str(plan_file), "--tools", EXTRA,
          "--executor", "temporal", "--temporal-address", own_workers.address,
          "--task-queue", own_workers.queue, "--payload-store", str(own_workers.payloads),
          "--store", str(db), "--json"],
@@ -756,8 +756,8 @@ def test_a_person_decides_the_calls_in_doubt_of_a_run_whose_workflow_ended(
     anyio.run(terminate)
     lost.kill()  # its calls never end: whatever they did is all they did
     lost.wait()
-    own_workers.start(1, *redact)
-    resume = ["resume", run_id, "--store", str(db), "--tools", TOOLS, "--json"]
+    own_workers.start(1, *redact, tools=EXTRA)
+    resume = ["resume", run_id, "--store", str(db), "--tools", EXTRA, "--json"]
     paused = CliRunner().invoke(dagagent.cli.app, resume)
     assert paused.exit_code == 6, paused.output  # paused: calls wait for a person
     with RunStore(db, create=False) as st:
@@ -1314,7 +1314,9 @@ def test_plan_execute_runs_its_plan_on_temporal(
 
 
 @pytest.mark.anyio
-async def test_limits_hold_across_the_workers_of_a_run(workers: Workers, tmp_path: Path) -> None:
+async def test_limits_hold_across_the_workers_of_a_run(
+    own_workers: Workers, tmp_path: Path
+) -> None:
     """A tool's ``max_calls`` and ``cooldown_s``, and a limit of the run's approval rules,
     count the calls of the whole run, whichever of the two workers makes them: the workflow
     counts them and each task's worker checks its calls against the count, with the
@@ -1322,25 +1324,26 @@ async def test_limits_hold_across_the_workers_of_a_run(workers: Workers, tmp_pat
     retried; a policy's limit denies it)."""
     import re
 
+    own_workers.start(2, tools=EXTRA)
     where = str(tmp_path)
     rules = {"default": "allow", "limits": [{"tool": "echo", "max_calls": 1}]}
-    ex = executor(workers, approval={"rules": rules})
+    ex = executor(own_workers, approval={"rules": rules})
     result = await dagagent.execute(
         plan(
             *[
                 {
                     "id": f"c{i}",
-                    "tool": "counted",
+                    "tool": "metered",
                     "args": {"name": "c", "where": where, "i": i},
                     "retries": 3,
                 }
                 for i in range(5)
             ],
-            {"id": "first", "tool": "cooled", "args": {"n": 1}},
-            {"id": "soon", "tool": "cooled", "args": {"n": 2}, "depends_on": ["first"]},
+            {"id": "first", "tool": "rested", "args": {"n": 1}},
+            {"id": "soon", "tool": "rested", "args": {"n": 2}, "depends_on": ["first"]},
             *[{"id": f"e{i}", "tool": "echo", "args": {"value": i}} for i in range(3)],
         ),
-        temporal_tools.registry,
+        temporal_tools.extra,
         settings=settings(ex, on_failure="continue"),
     )
     counted = [result.tasks[f"c{i}"] for i in range(5)]
@@ -1350,14 +1353,14 @@ async def test_limits_hold_across_the_workers_of_a_run(workers: Workers, tmp_pat
         if r.status.value == "failed":
             assert r.error_type == "ToolLimitError" and r.attempts == 1, r
             assert r.error == (
-                "tool 'counted' may be called at most 2 times in a run (max_calls=2) and was "
+                "tool 'metered' may be called at most 2 times in a run (max_calls=2) and was "
                 "called 2 times"
             )
     assert result.tasks["first"].status.value == "succeeded"
     soon = result.tasks["soon"]
     assert soon.status.value == "failed" and soon.error_type == "ToolLimitError", soon
     assert re.fullmatch(
-        r"tool 'cooled' was called \S+ s ago and needs 3600 s between calls "
+        r"tool 'rested' was called \S+ s ago and needs 3600 s between calls "
         r"\(cooldown_s=3600\): it may be called again in \S+ s",
         soon.error or "",
     ), soon.error
