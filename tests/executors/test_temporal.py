@@ -685,6 +685,9 @@ def test_a_resume_after_the_workflow_ended_never_makes_a_call_twice(
         assert record.status.value == "failed"
         assert tasks["last"].status.value == "denied", tasks["last"]
         assert "in_doubt='deny'" in (tasks["last"].error or "")
+        with RunStore(db, create=False) as st:  # decided by the policy, on record too
+            [call] = st.effects(run_id)
+        assert (call.resolution, call.resolved_by, call.in_doubt) == ("denied", "policy", False)
         assert len(temporal_tools.started(tmp_path, "e")) == 1  # never made again
     else:
         assert record.status.value == "succeeded"
@@ -807,6 +810,13 @@ def test_a_person_decides_the_calls_in_doubt_of_a_run_whose_workflow_ended(
     assert "not to be paid" in (tasks["d"].error or "")
     assert temporal_tools.payments(tmp_path, "d") == []  # never paid
     assert len(temporal_tools.started(tmp_path, "d")) == 1  # never called again
+    with RunStore(db, create=False) as st:  # nothing is in doubt any more, on record
+        calls = {e.task_id: (e.state, e.resolution, e.in_doubt) for e in st.effects(run_id)}
+    assert calls == {
+        "h": ("succeeded", "happened", False),
+        "a": ("succeeded", "not_happened", False),
+        "d": ("cancelled", "denied", False),
+    }
 
     async def replayed() -> None:  # the workflow that ran a call in doubt, decided
         ex = executor(own_workers)

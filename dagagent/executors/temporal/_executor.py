@@ -178,6 +178,9 @@ class TemporalExecutor(BaseExecutor):
         # A resumed run's tasks whose calls in doubt a person decides, by run id: why each
         # is in doubt (the record of a call left for a person says it).
         self._asking: dict[str, dict[str, str]] = {}
+        # A resumed run's tasks whose call in doubt on record is made again: its key, by
+        # task, by run id (its record gets the call's outcome).
+        self._made_again: dict[str, dict[str, str]] = {}
 
     def reach(self) -> dict[str, str]:
         """How to reach this run's server again (``dagagent resume`` of a run whose driver
@@ -336,6 +339,20 @@ class TemporalExecutor(BaseExecutor):
             found.asking = {t: f"{why} (workflow {wid})" for t, why in found.doubt.items()}
             found.doubt.clear()
             self._asking[runner.run_id] = found.asking
+        journal = runner.calls.effects.journal
+        if policy != "ask" and journal is not None:  # the policy decides, on the record too
+            resolution = "denied" if policy == "deny" else "not_happened"
+            for task_id, key in found.held.items():
+                why = (
+                    "not made: the resume was told not to make calls in doubt (in_doubt='deny')"
+                    if policy == "deny"
+                    else "made again with the same key (in_doubt='retry')"
+                )
+                await journal.resolved(runner.run_id, key, resolution, by="policy", reason=why)
+                if policy == "retry":
+                    found.made_again[task_id] = key
+        if found.made_again:
+            self._made_again[runner.run_id] = found.made_again
         if policy == "deny":
             for task_id, why in found.doubt.items():
                 found.denied[task_id] = TaskResult(
@@ -521,6 +538,7 @@ class TemporalExecutor(BaseExecutor):
             await self._record_doubts(doc, runner)
             runner.ran_elsewhere(_task_result(doc, runner))
         self._asking.pop(runner.run_id, None)
+        self._made_again.pop(runner.run_id, None)
 
     async def _catch_up(
         self, handle: WorkflowHandle[Any, list[dict[str, Any]]], runner: TaskRunner, seen: int
@@ -545,7 +563,14 @@ class TemporalExecutor(BaseExecutor):
         ``dagagent approve`` decides about it and the next resume finds the decision."""
         asked = doc.pop("in_doubt_calls", None)
         journal = runner.calls.effects.journal
-        if not asked or journal is None:  # a run without a store: its result says it all
+        if journal is None:  # a run without a store: its result says it all
+            return
+        again = self._made_again.get(runner.run_id, {}).get(doc["task_id"])
+        if again is not None and doc.get("status") == "succeeded" and not asked:
+            # the call in doubt on record, made again: its outcome, as a local run records it
+            output = json.dumps(doc.get("output"), ensure_ascii=False, default=str)
+            await journal.outcome(runner.run_id, again, "succeeded", output=output, error=None)
+        if not asked:
             return
         why = self._asking.get(runner.run_id, {}).get(
             doc["task_id"], "its call started on a worker and its workflow ended first"
@@ -607,6 +632,11 @@ class _Resumed:
     #: Those of ``doubt`` run in doubt under ``in_doubt="ask"``: why each is in doubt (a
     #: call no reconciler decides waits for a person).
     asking: dict[str, str] = field(default_factory=dict)
+    #: Tasks whose call in doubt is on the run's record, undecided: its key.
+    held: dict[str, str] = field(default_factory=dict)
+    #: Tasks whose call in doubt is made again (a person, or the policy, said it did not
+    #: happen): its key, whose record gets the outcome.
+    made_again: dict[str, str] = field(default_factory=dict)
 
 
 async def _read_ended(
@@ -761,10 +791,12 @@ def _decided(graph: PlanGraph, runner: TaskRunner, found: _Resumed) -> None:
             found.doubt.pop(task_id, None)
         elif known.resolution == "not_happened":
             found.doubt.pop(task_id, None)
+            found.made_again[task_id] = key
             if task_id in answered and task_id not in found.reconcile:
                 found.reconcile.append(task_id)  # the answer goes with it: made, same key
         elif known.resolution is None and task_id not in found.reconcile:
             # left for a person, who has not decided: in doubt still, for the run's policy
+            found.held[task_id] = key
             found.doubt.setdefault(
                 task_id,
                 f"its call (key {key}) was cut off when the run's workflow ended, and nobody "
