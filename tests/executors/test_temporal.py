@@ -1185,6 +1185,60 @@ def test_run_ask_and_policy_apply_on_the_workers_then_approve_and_resume(
     assert json.loads(denied.stdout)["tasks"]["b"]["status"] == "denied"
 
 
+def test_run_policy_limits_count_the_run_across_a_pause_on_temporal(
+    workers: Workers, tmp_path: Path
+) -> None:
+    """``dagagent run --executor temporal --policy FILE`` whose limit asks past two calls of
+    ``add``: the third call waits for a person (exit 6); allowed, it goes beyond the limit on
+    the resume, and the fourth asks again: the resume counted on from the record."""
+    from dagagent.store import RunStore
+
+    adds = [
+        {"id": f"a{i}", "tool": "add", "args": {"a": i, "b": 1}}
+        | ({"depends_on": [f"a{i - 1}"]} if i else {})
+        for i in range(4)
+    ]
+    plan_file = _plan_file(tmp_path, *adds)
+    rules = tmp_path / "rules.json"
+    rules.write_text(
+        json.dumps(
+            {"default": "allow", "limits": [{"tool": "add", "max_calls": 2, "action": "ask"}]}
+        )
+    )
+    db = str(tmp_path / "runs.db")
+    where = [
+        "--executor", "temporal", "--temporal-address", workers.address,
+        "--task-queue", workers.queue, "--payload-store", str(workers.payloads),
+    ]  # fmt: skip
+    cli = CliRunner()
+    paused = cli.invoke(
+        dagagent.cli.app,
+        ["run", str(plan_file), "--tools", TOOLS, "--policy", str(rules), "--store", db,
+         "--json", *where],
+    )  # fmt: skip
+    assert paused.exit_code == 6, paused.output
+    with RunStore(db, create=False) as st:
+        run_id = st.last_run_id()
+        [waiting] = st.approvals(run_id, states=("waiting",))
+        statuses = {t: r.status.value for t, r in st.get_run(run_id).tasks.items()}
+    assert (statuses["a0"], statuses["a1"], statuses["a2"]) == ("succeeded",) * 2 + ("waiting",)
+    assert (waiting.task_id, waiting.rule) == ("a2", "limit #1 (ask tool 'add' past max_calls=2)")
+    decided = cli.invoke(
+        dagagent.cli.app, ["approve", run_id, "a2", "--allow", "--by", "ann", "--store", db]
+    )
+    assert decided.exit_code == 0, decided.output
+    resumed = cli.invoke(
+        dagagent.cli.app, ["resume", run_id, "--tools", TOOLS, "--store", db, "--json"]
+    )
+    assert resumed.exit_code == 6, resumed.output  # the fourth call asks in turn
+    with RunStore(db, create=False) as st:
+        record = st.get_run(run_id)
+        [again] = st.approvals(run_id, states=("waiting",))
+    assert (record.tasks["a2"].status.value, record.tasks["a2"].output) == ("succeeded", 3)
+    assert record.tasks["a3"].status.value == "waiting"
+    assert again.task_id == "a3"
+
+
 def _plan_file(where: Path, *tasks: dict[str, Any]) -> Path:
     import json
 
