@@ -173,6 +173,7 @@ class Effects:
         self._known: dict[str, _Known] = {
             r.key: _Known(r.state, r.output, r.resolution, r.resolved_by, r.reason) for r in prior
         }
+        self._prior = tuple(prior)
         #: The calls of tool tasks (and of the elements of map tasks), by task and element:
         #: the last one started of each (a tool task makes one call per attempt, all with
         #: the same key unless its arguments changed).
@@ -334,15 +335,17 @@ class Effects:
             known.output, call.args, call.attempt, call.fingerprint, note, self.fingerprint
         )
 
-    def doubt_of(self, task_id: str) -> tuple[str, _Known] | None:
-        """The call of tool task ``task_id`` on record whose outcome is unknown (in doubt, or
-        found by a person not to have happened, or not to be made): its key and what is
-        known of it (``resolution``, ``resolved_by``, ``reason``). ``None``: there is none."""
-        call = self._plan_calls.get((task_id, None))
-        known = self._known.get(call.key) if call is not None else None
-        if call is None or known is None or known.state not in _IN_DOUBT_STATES:
-            return None
-        return call.key, known
+    def in_doubt_of(self, task_id: str) -> list[EffectRecord]:
+        """The calls of tool task ``task_id`` (and of its elements, for a map task) on record
+        whose outcome was unknown when the run stopped: in doubt still, or resolved since
+        (``resolution``: a person's, a reconciler's or a policy's finding)."""
+        return [
+            r
+            for r in self._prior
+            if r.task_id == task_id
+            and r.source == "plan"
+            and (r.state in _IN_DOUBT_STATES or r.resolution is not None)
+        ]
 
     def has_element_calls(self, task_id: str) -> bool:
         """Whether elements of map task ``task_id`` made calls with side effects (on record,

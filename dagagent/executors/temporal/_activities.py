@@ -35,6 +35,7 @@ import socket
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -242,7 +243,12 @@ class Activities:
                 answers=answers,
                 # keys and records of calls with side effects as a run in one process with
                 # these interceptors has them: what the redaction hides, hidden
-                effects=Effects(call["run_id"], redaction=self._redaction),
+                effects=Effects(
+                    call["run_id"],
+                    prior=_effect_records(call.get("effects")),
+                    in_doubt=call.get("in_doubt_policy") or "ask",
+                    redaction=self._redaction,
+                ),
             ),
             redaction=self._redaction,
             retry=TaskRetryPolicy(**call["retry"]),
@@ -373,6 +379,13 @@ def _holds(when: str, outputs: dict[str, Any]) -> bool:
         return bool(parse_condition(when).decide(outputs))
     except Exception:
         return "@" in when  # an element's condition cannot be decided here; else: settled there
+
+
+def _effect_records(docs: Sequence[dict[str, Any]] | None) -> list[Any]:
+    """The records of calls in doubt a resumed run's driver sends with a task (the JSON of
+    the run store's ``EffectRecord``): what :class:`~dagagent.runner.Effects` reads of each,
+    by attribute (the worker has no run store)."""
+    return [SimpleNamespace(**doc) for doc in docs or ()]
 
 
 def _record(doc: dict[str, Any]) -> dict[str, Any]:

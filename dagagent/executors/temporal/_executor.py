@@ -42,9 +42,9 @@ from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from ...errors import IN_DOUBT_RULE, WORKFLOW_ENDED, ClusterError, ConfigError
+from ...errors import WORKFLOW_ENDED, ClusterError, ConfigError
 from ...plan import AgentTask, Task, ToolTask
-from ...results import CallDecision, TaskResult, TaskStatus
+from ...results import TaskResult, TaskStatus
 from ..base import BaseExecutor, Wakeup
 from ._connect import (
     DEFAULT_ADDRESS,
@@ -178,9 +178,9 @@ class TemporalExecutor(BaseExecutor):
         # A resumed run's tasks whose calls in doubt a person decides, by run id: why each
         # is in doubt (the record of a call left for a person says it).
         self._asking: dict[str, dict[str, str]] = {}
-        # A resumed run's tasks whose call in doubt on record is made again: its key, by
-        # task, by run id (its record gets the call's outcome).
-        self._made_again: dict[str, dict[str, str]] = {}
+        # A resumed run's calls in doubt on record that are made again: their keys, by task
+        # and element, by run id (their records get the calls' outcomes).
+        self._made_again: dict[str, dict[str, dict[int | None, str]]] = {}
 
     def reach(self) -> dict[str, str]:
         """How to reach this run's server again (``dagagent resume`` of a run whose driver
@@ -277,6 +277,7 @@ class TemporalExecutor(BaseExecutor):
             if resumed is not None:
                 inp.in_doubt = list(resumed.reconcile)
                 inp.in_doubt_policy = runner.calls.effects.in_doubt
+                inp.effects = resumed.records
             try:
                 handle = await client.start_workflow(
                     WORKFLOW,
@@ -342,15 +343,16 @@ class TemporalExecutor(BaseExecutor):
         journal = runner.calls.effects.journal
         if policy != "ask" and journal is not None:  # the policy decides, on the record too
             resolution = "denied" if policy == "deny" else "not_happened"
-            for task_id, key in found.held.items():
-                why = (
-                    "not made: the resume was told not to make calls in doubt (in_doubt='deny')"
-                    if policy == "deny"
-                    else "made again with the same key (in_doubt='retry')"
-                )
-                await journal.resolved(runner.run_id, key, resolution, by="policy", reason=why)
-                if policy == "retry":
-                    found.made_again[task_id] = key
+            why = (
+                "not made: the resume was told not to make calls in doubt (in_doubt='deny')"
+                if policy == "deny"
+                else "made again with the same key (in_doubt='retry')"
+            )
+            for task_id, keys in found.held.items():
+                for element, key in keys.items():
+                    await journal.resolved(runner.run_id, key, resolution, by="policy", reason=why)
+                    if policy == "retry":
+                        found.made_again.setdefault(task_id, {})[element] = key
         if found.made_again:
             self._made_again[runner.run_id] = found.made_again
         if policy == "deny":
@@ -565,11 +567,16 @@ class TemporalExecutor(BaseExecutor):
         journal = runner.calls.effects.journal
         if journal is None:  # a run without a store: its result says it all
             return
-        again = self._made_again.get(runner.run_id, {}).get(doc["task_id"])
-        if again is not None and doc.get("status") == "succeeded" and not asked:
-            # the call in doubt on record, made again: its outcome, as a local run records it
-            output = json.dumps(doc.get("output"), ensure_ascii=False, default=str)
-            await journal.outcome(runner.run_id, again, "succeeded", output=output, error=None)
+        again = self._made_again.get(runner.run_id, {}).get(doc["task_id"]) or {}
+        elements = doc.get("elements") or []
+        for element, key in again.items():
+            # a call in doubt on record, made again: its outcome, as a local run records it
+            done = (
+                doc if element is None else (elements[element] if element < len(elements) else {})
+            )
+            if done.get("status") == "succeeded":
+                output = json.dumps(done.get("output"), ensure_ascii=False, default=str)
+                await journal.outcome(runner.run_id, key, "succeeded", output=output, error=None)
         if not asked:
             return
         why = self._asking.get(runner.run_id, {}).get(
@@ -632,11 +639,14 @@ class _Resumed:
     #: Those of ``doubt`` run in doubt under ``in_doubt="ask"``: why each is in doubt (a
     #: call no reconciler decides waits for a person).
     asking: dict[str, str] = field(default_factory=dict)
-    #: Tasks whose call in doubt is on the run's record, undecided: its key.
-    held: dict[str, str] = field(default_factory=dict)
-    #: Tasks whose call in doubt is made again (a person, or the policy, said it did not
-    #: happen): its key, whose record gets the outcome.
-    made_again: dict[str, str] = field(default_factory=dict)
+    #: Tasks with calls in doubt on the run's record (an earlier resume left them for a
+    #: person): those records, as JSON, for the task's worker to decide by.
+    records: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    #: Of those, the calls nobody decided about yet: their keys, by task and element.
+    held: dict[str, dict[int | None, str]] = field(default_factory=dict)
+    #: Of those, the calls made again (a person, or the policy, said they did not happen):
+    #: their keys, by task and element, whose records get the outcome.
+    made_again: dict[str, dict[int | None, str]] = field(default_factory=dict)
 
 
 async def _read_ended(
@@ -734,74 +744,30 @@ async def _read_ended(
 
 
 def _decided(graph: PlanGraph, runner: TaskRunner, found: _Resumed) -> None:
-    """A person's decisions (``dagagent approve``) about the calls in doubt that an earlier
-    resume of the run left waiting, as the run's record holds them: a call that
-    ``happened`` gives its task its output (settled here, not made); one ``denied`` denies
-    its task (settled here); one that did not happen is made again, on a worker, with the
-    same key (run in doubt there, where the person's answer goes with it)."""
+    """The calls in doubt an earlier resume of the run left waiting for a person, as the
+    run's record holds them (with what a person decided since: ``dagagent approve``): each
+    task that has some runs on a worker with their records (``found.records``), where its
+    runner decides about each call as a resumed run in one process does (``happened``: its
+    output, not made; ``not_happened``: made, with its key; ``denied``: the task is denied;
+    undecided: the run's ``in_doubt`` policy). Undecided calls are ``found.held``, those
+    made again ``found.made_again``, by task and element: their records get the outcome."""
     kept = {t for t, r in (runner.prior or {}).items() if r.status.ok}
     effects = runner.calls.effects
-    answered = {
-        t
-        for t, given in runner.calls.answers.items()
-        if any(a.rule == IN_DOUBT_RULE for a in given)
-    }
     for task_id in graph.order:
-        task = graph.tasks[task_id]
-        if task_id in kept or task_id in found.finished or not isinstance(task, ToolTask):
+        if task_id in kept or task_id in found.finished:
             continue
-        took = effects.took_effect(task_id)
-        if took is not None:  # a person found that it happened: its output, not made again
-            found.finished[task_id] = TaskResult(
-                task_id=task_id,
-                status=TaskStatus.SUCCEEDED,
-                output=took.output,
-                args=took.args,
-                attempts=took.attempt,
-                finished_at=time.time(),
-                decisions=[took.decision],
-            )
-            found.doubt.pop(task_id, None)
+        records = effects.in_doubt_of(task_id)
+        if not records:
             continue
-        held = effects.doubt_of(task_id)
-        if held is None:
-            continue
-        key, known = held
-        if known.resolution == "denied":
-            who = known.resolved_by or "record"
-            why = known.reason or f"it was in doubt (key {key}) and is not made, said {who}"
-            found.denied[task_id] = TaskResult(
-                task_id=task_id,
-                status=TaskStatus.DENIED,
-                error=why,
-                error_type="TaskDeniedError",
-                finished_at=time.time(),
-                decisions=[
-                    CallDecision(
-                        tool=task.tool,
-                        decision="deny",
-                        decided_by=who,
-                        reason=why,
-                        at=time.time(),
-                        rule=IN_DOUBT_RULE,
-                        source="plan",
-                    )
-                ],
-            )
-            found.doubt.pop(task_id, None)
-        elif known.resolution == "not_happened":
-            found.doubt.pop(task_id, None)
-            found.made_again[task_id] = key
-            if task_id in answered and task_id not in found.reconcile:
-                found.reconcile.append(task_id)  # the answer goes with it: made, same key
-        elif known.resolution is None and task_id not in found.reconcile:
-            # left for a person, who has not decided: in doubt still, for the run's policy
-            found.held[task_id] = key
-            found.doubt.setdefault(
-                task_id,
-                f"its call (key {key}) was cut off when the run's workflow ended, and nobody "
-                "has said what became of it",
-            )
+        found.records[task_id] = [r.model_dump(mode="json") for r in records]
+        found.doubt.pop(task_id, None)  # decided on the worker, by these
+        if task_id in found.reconcile:  # its records say what is in doubt there
+            found.reconcile.remove(task_id)
+        for r in records:
+            if r.resolution is None and r.state in ("started", "cancelled"):
+                found.held.setdefault(task_id, {})[r.element] = r.key
+            elif r.resolution == "not_happened":
+                found.made_again.setdefault(task_id, {})[r.element] = r.key
 
 
 def _task_result(doc: dict[str, Any], runner: TaskRunner | None = None) -> TaskResult:

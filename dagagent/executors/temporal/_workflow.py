@@ -141,6 +141,10 @@ class RunInput:
     #: ``cooldown_s``: ``tool:NAME``; a limit of the run's approval rules: ``limit:N``, the
     #: N-th of its ``limits``): the keys each counts on (see :meth:`RunWorkflow._counted`).
     limited: dict[str, list[str]] = field(default_factory=dict)
+    #: The calls in doubt on the run's record of a resumed run's tasks (an earlier resume
+    #: left them for a person, who may have decided since), as JSON, by task: the task's
+    #: worker decides about each by its record, under ``in_doubt_policy``.
+    effects: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     #: The calls counted so far on each key: ``[calls, start of the last one (Unix time)]``
     #: (a resumed run's record; then those carried over by continue-as-new).
     ledger: dict[str, list[Any]] = field(default_factory=dict)
@@ -467,6 +471,9 @@ class RunWorkflow:
             call["answers"] = answers
         if inp.approval:
             call["approval"] = inp.approval
+        if task_id in inp.effects:  # its calls in doubt on record, and what became of them
+            call["effects"] = inp.effects[task_id]
+            call["in_doubt_policy"] = inp.in_doubt_policy
         own = {k: v for k, v in inp.reuse.items() if k == task_id or k.startswith(f"{task_id}@")}
         if own:  # its earlier output (or its elements'), and those of its dependencies
             call["reuse"] = {**own, **{d: inp.reuse[d] for d in deps if d in inp.reuse}}
