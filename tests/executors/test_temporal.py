@@ -697,13 +697,15 @@ def test_a_resume_after_the_workflow_ended_never_makes_a_call_twice(
 def test_a_person_decides_the_calls_in_doubt_of_a_run_whose_workflow_ended(
     own_workers: Workers, tmp_path: Path
 ) -> None:
-    """The driver dies, then the workflow is terminated while three payments (a tool with
+    """The driver dies, then the workflow is terminated while five payments (a tool with
     side effects and no reconciler) hold on a worker, which is lost too: one paid before it
-    held, two would have paid after. The resume makes none of them: each task waits for a
+    held, four would have paid after. The resume makes none of them: each task waits for a
     person and the run pauses; ``dagagent approvals`` lists the calls (why, arguments as the
     workers' redaction hides them, keys). A person says the first happened, the second did
-    not, the third is not to be made; the next resume takes the first's output over (paid
-    once), makes the second once with its original key, and denies the third (never paid)."""
+    not, the third is not to be made, and decides the two calls of a map's elements one by
+    one (by key); the next resume takes the first's output over (paid once), makes the
+    second (and the allowed element) once with its original key, and denies the third (and
+    the other element: never paid)."""
     from dagagent.store import RunStore
 
     redact = ("--interceptors", "temporal_tools:redactors")
@@ -721,7 +723,13 @@ def test_a_person_decides_the_calls_in_doubt_of_a_run_whose_workflow_ended(
                 pay("h", True),
                 pay("a", False),
                 pay("d", False),
-                {"id": "after", "tool": "echo", "args": {"value": "${a}"}},
+                {
+                    "id": "m",
+                    "for_each": ["mx", "my"],
+                    "tool": "pay_hold",
+                    "args": {"name": "${@item}", "where": where, "pay_first": False},
+                    "allow_partial": True,  # an element denied does not stop the other
+                },
             )
         )
     )
@@ -734,13 +742,13 @@ def test_a_person_decides_the_calls_in_doubt_of_a_run_whose_workflow_ended(
         [sys.executable, "-m", "dagagent", "run", str(plan_file), "--tools", EXTRA,
          "--executor", "temporal", "--temporal-address", own_workers.address,
          "--task-queue", own_workers.queue, "--payload-store", str(own_workers.payloads),
-         "--store", str(db), "--json"],
+         "--store", str(db), "--on-failure", "continue", "--json"],
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         env=env, cwd=tmp_path,
     )  # fmt: skip
     try:
         deadline = time.monotonic() + READY_S
-        while not all(temporal_tools.started(tmp_path, n) for n in ("h", "a", "d")):
+        while not all(temporal_tools.started(tmp_path, n) for n in ("h", "a", "d", "mx", "my")):
             assert driver.poll() is None and time.monotonic() < deadline
             time.sleep(0.02)
     finally:
@@ -765,10 +773,12 @@ def test_a_person_decides_the_calls_in_doubt_of_a_run_whose_workflow_ended(
     assert paused.exit_code == 6, paused.output  # paused: calls wait for a person
     with RunStore(db, create=False) as st:
         record = st.get_run(run_id)
-        doubts = {e.task_id: e for e in st.effects(run_id) if e.in_doubt}
+        doubts = {e.task_id: e for e in st.effects(run_id) if e.in_doubt and e.task_id != "m"}
+        mapped = {e.element: e for e in st.effects(run_id) if e.in_doubt and e.task_id == "m"}
     assert record.status.value == "paused"
-    assert [record.tasks[t].status.value for t in ("h", "a", "d")] == ["waiting"] * 3
+    assert [record.tasks[t].status.value for t in ("h", "a", "d", "m")] == ["waiting"] * 4
     assert sorted(doubts) == ["a", "d", "h"]
+    assert sorted(mapped) == [0, 1]  # each element's call, with its own key
     assert doubts["h"].key == first_h  # the key the lost call paid with
     assert all(e.args["note"] == "[redacted]" for e in doubts.values()), doubts
     listed = CliRunner().invoke(dagagent.cli.app, ["approvals", "--store", str(db)])
@@ -779,7 +789,8 @@ def test_a_person_decides_the_calls_in_doubt_of_a_run_whose_workflow_ended(
     assert "its call started on a worker and the workflow ended first" in said, said
     as_json = CliRunner().invoke(dagagent.cli.app, ["approvals", "--store", str(db), "--json"])
     rows = json.loads(as_json.output)["approvals"]
-    assert {r["task_id"]: r["keys"] for r in rows} == {t: [e.key] for t, e in doubts.items()}
+    keys = {r["task_id"]: r["keys"] for r in rows if r["task_id"] != "m"}
+    assert keys == {t: [e.key] for t, e in doubts.items()}
     assert all("workflow ended first" in r["why"] for r in rows)
 
     def approve(*args: str) -> None:
@@ -791,6 +802,10 @@ def test_a_person_decides_the_calls_in_doubt_of_a_run_whose_workflow_ended(
     approve("h", "--happened", "--output", '{"paid": "by hand"}')
     approve("a", "--allow")
     approve("d", "--deny", "--reason", "not to be paid")
+    approve("m", "--key", mapped[0].key, "--allow")  # a map's calls, one by one
+    approve("m", "--key", mapped[1].key, "--deny")
+    (tmp_path / "mx.go").touch()
+    (tmp_path / "my.go").touch()
     (tmp_path / "a.go").touch()  # the call made again does not hold
     (tmp_path / "d.go").touch()  # a call made against the decision would not hold either
     resumed = CliRunner().invoke(dagagent.cli.app, resume)
@@ -805,18 +820,25 @@ def test_a_person_decides_the_calls_in_doubt_of_a_run_whose_workflow_ended(
     assert temporal_tools.payments(tmp_path, "a") == [doubts["a"].key]  # once, its own key
     assert tasks["a"].output["key"] == doubts["a"].key
     assert ("allow", "ann") in [(d.decision, d.decided_by) for d in tasks["a"].decisions or ()]
-    assert (tasks["after"].status.value, tasks["after"].output) == ("succeeded", tasks["a"].output)
     assert tasks["d"].status.value == "denied", tasks["d"]
     assert "not to be paid" in (tasks["d"].error or "")
     assert ("deny", "ann") in [(d.decision, d.decided_by) for d in tasks["d"].decisions or ()]
     assert temporal_tools.payments(tmp_path, "d") == []  # never paid
     assert len(temporal_tools.started(tmp_path, "d")) == 1  # never called again
+    elements = tasks["m"].elements or []
+    assert [e.status.value for e in elements] == ["succeeded", "denied"], tasks["m"]
+    assert temporal_tools.payments(tmp_path, "mx") == [mapped[0].key]  # once, its own key
+    assert temporal_tools.payments(tmp_path, "my") == []
     with RunStore(db, create=False) as st:  # nothing is in doubt any more, on record
-        calls = {e.task_id: (e.state, e.resolution, e.in_doubt) for e in st.effects(run_id)}
+        calls = {
+            (e.task_id, e.element): (e.state, e.resolution, e.in_doubt) for e in st.effects(run_id)
+        }
     assert calls == {
-        "h": ("succeeded", "happened", False),
-        "a": ("succeeded", "not_happened", False),
-        "d": ("cancelled", "denied", False),
+        ("h", None): ("succeeded", "happened", False),
+        ("a", None): ("succeeded", "not_happened", False),
+        ("d", None): ("cancelled", "denied", False),
+        ("m", 0): ("succeeded", "not_happened", False),
+        ("m", 1): ("cancelled", "denied", False),
     }
 
     async def replayed() -> None:  # the workflow that ran a call in doubt, decided
