@@ -759,6 +759,15 @@ def _decided(graph: PlanGraph, runner: TaskRunner, found: _Resumed) -> None:
         records = effects.in_doubt_of(task_id)
         if not records:
             continue
+        if task_id in found.doubt or task_id in found.reconcile:
+            # its call was made again in the workflow that just ended, and cut off there:
+            # what was found before is not what became of that call, which is in doubt anew
+            records = [
+                r.model_copy(update={"state": "cancelled", "resolution": None})
+                if r.resolution == "not_happened"
+                else r
+                for r in records
+            ]
         found.records[task_id] = [r.model_dump(mode="json") for r in records]
         found.doubt.pop(task_id, None)  # decided on the worker, by these
         if task_id in found.reconcile:  # its records say what is in doubt there
