@@ -302,6 +302,10 @@ class SubSolveWaitingError(TaskWaitingError):
 #: shows, and how a person's decision finds its way back to the call.
 IN_DOUBT_RULE = "in doubt"
 
+#: How the record of a call in doubt that a run's ended Temporal workflow left for a person
+#: starts its ``error`` (the rest says why it is in doubt, in words).
+WORKFLOW_ENDED = "WorkflowEnded: "
+
 
 class NoCurrentCallError(DagagentError, LookupError):
     """:func:`dagagent.current_call` was called outside the call of a tool with side effects

@@ -168,3 +168,50 @@ def _redactors() -> list[Any]:
 
 
 redactors = _redactors()
+
+
+# Tools of their own (``temporal_tools:extra``, served by workers a test starts for them),
+# apart from ``registry``, whose catalogue the planner tests of solves on Temporal size their
+# budgets by.
+extra = Registry([registry.get("echo")])
+
+
+@extra.tool(side_effects=True)
+def pay_hold(name: str, where: str, pay_first: bool, note: str = "") -> dict[str, Any]:
+    """A payment around ``hold``, made before the wait (``pay_first``) or after it, without
+    a reconciler: each payment is a line (the call's idempotency key) appended to
+    ``<where>/<name>.payments``; ``note`` stands for an argument a redaction hides."""
+    key = current_call().idempotency_key
+
+    def pay() -> None:
+        with open(Path(where) / f"{name}.payments", "a") as out:
+            out.write(f"{key}\n")
+
+    if pay_first:
+        pay()
+    _hold(name, where)
+    if not pay_first:
+        pay()
+    return {"key": key, "pid": os.getpid()}
+
+
+def payments(where: Path, name: str) -> list[str]:
+    """The keys of the payments ``pay_hold(name)`` made, in order."""
+    path = where / f"{name}.payments"
+    return path.read_text().splitlines() if path.exists() else []
+
+
+@extra.tool(max_calls=2)
+def metered(name: str, where: str, i: int = 0) -> int:
+    """A call counted outside the worker (a line, this process's id, appended to
+    ``<where>/<name>.calls``), at most twice in a run: how many lines there are."""
+    path = Path(where) / f"{name}.calls"
+    with open(path, "a") as out:
+        out.write(f"{os.getpid()}\n")
+    return len(path.read_text().splitlines())
+
+
+@extra.tool(cooldown_s=3600)
+def rested(n: int) -> int:
+    """n, at most once an hour."""
+    return n

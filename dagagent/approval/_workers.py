@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..errors import ConfigError
 from ._asking import ask_later
 from ._policy import Policy
 from ._rules import Rule
@@ -23,21 +22,15 @@ def run_policies(spec: Mapping[str, Any]) -> list[Policy]:
     ``spec["no_wait"]`` is denied. Give it to the workers: ``serve(...,
     run_policies=run_policies)`` (``dagagent worker`` does).
 
-    Raises :class:`~dagagent.errors.ConfigError` for rules with limits: a limit counts a
-    run's calls together, and each worker sees one task's."""
+    Their ``limits`` count the calls of the whole run: the run's workflow counts them and
+    tells each task's worker the calls counted so far (each task's calls are checked and
+    counted there as in a run in one process)."""
     ask = None if spec.get("no_wait") else ask_later
     policies: list[Policy] = []
     rules = spec.get("rules")
     if rules is not None:
         origin = f"policy file {spec.get('policy') or '(given)'}"
-        policy = Policy.from_dict(rules, ask=ask, origin=origin)
-        if policy.limits:
-            raise ConfigError(
-                f"{origin}: its limits count a run's calls together, which the workers of a "
-                "run on Temporal (each seeing one task's calls) cannot do: run it on another "
-                "executor, or without limits"
-            )
-        policies.append(policy)
+        policies.append(Policy.from_dict(rules, ask=ask, origin=origin))
     globs = spec.get("ask") or ()
     if globs:
         asked = [Rule(action="ask", tool=g, name=f"--ask {g}") for g in globs]

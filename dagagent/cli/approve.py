@@ -349,16 +349,10 @@ def rules_to_workers(
     workers, where its calls are made, as data (:func:`dagagent.approval.run_policies`), and
     none stay in this process; a call they hold waits for a decision (``dagagent approve``,
     then ``resume``), nobody is asked here (``what`` pauses: the run, or the solve whose
-    rounds' runs carry the rules). Any other run keeps ``interceptors``. Raises
-    :class:`ConfigError` for a policy with limits (a worker sees one task's calls)."""
+    rounds' runs carry the rules); the policy's limits are counted across the run by its
+    workflow. Any other run keeps ``interceptors``."""
     if not rules or not hasattr(executor, "approval"):
         return interceptors
-    if rules.policy and rules.policy.get("limits"):
-        raise ConfigError(
-            f"policy file {rules.policy_file}: its limits count a run's calls together, which "
-            "the workers of a run on Temporal (each seeing one task's calls) cannot do: run "
-            "it on another executor, or without limits"
-        )
     executor.approval = {**(rules.context() or {}), "no_wait": no_wait}
     err.print(
         f"note: {rules.describe()} apply on the Temporal workers: a call "

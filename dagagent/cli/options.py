@@ -145,6 +145,34 @@ ExecutorOpt = Annotated[
         help=f"When tasks start: {', '.join(EXECUTORS)}.",
     ),
 ]
+DaskAddressOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--dask-address",
+        metavar="tcp://HOST:PORT",
+        help="With --executor dask: the Dask scheduler to use. Default: a local cluster "
+        "started and shut down with the run.",
+    ),
+]
+DaskWorkersOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--dask-workers",
+        min=1,
+        metavar="N",
+        help="With --executor dask: worker processes of the local cluster. Default: as Dask "
+        "picks for this machine.",
+    ),
+]
+DaskThreadsOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--dask-threads",
+        min=1,
+        metavar="N",
+        help="With --executor dask: tool calls each worker of the local cluster runs at once.",
+    ),
+]
 TemporalAddressOpt = Annotated[
     str | None,
     typer.Option(

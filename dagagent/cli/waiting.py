@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from ..errors import IN_DOUBT_RULE, ConfigError, StoreError
+from ..errors import IN_DOUBT_RULE, WORKFLOW_ENDED, ConfigError, StoreError
 from ..executors import IN_PROCESS_EXECUTORS
 from ..settings import RunSettings
 from ._app import EXIT_RECORD, Interrupted, app, err, guard, out
@@ -108,7 +108,7 @@ def approvals_cmd(
 
     with RunStore(store, create=False) as st:
         rows = st.approvals(run)
-        keys = _doubt_keys(st, rows)
+        keys, whys = _doubt_keys(st, rows)
         doubts = st.in_doubt_of_ended(run)
         ended = {e.run_id: st.get_run(e.run_id).status.value for e in doubts}
     if json_out:
@@ -116,7 +116,11 @@ def approvals_cmd(
             out,
             {
                 "approvals": [
-                    {**r.to_json_dict(), "keys": keys.get((r.run_id, r.task_id), [])}
+                    {
+                        **r.to_json_dict(),
+                        "keys": keys.get((r.run_id, r.task_id), []),
+                        "why": whys.get((r.run_id, r.task_id)),
+                    }
                     if r.rule == IN_DOUBT_RULE
                     else r.to_json_dict()
                     for r in rows
@@ -153,10 +157,11 @@ def approvals_cmd(
     for r in rows:
         if r.rule == IN_DOUBT_RULE and r.state == "waiting":
             shown = ", ".join(keys.get((r.run_id, r.task_id), [])) or "-"
+            why = whys.get((r.run_id, r.task_id), "its process ended during the call")
             out.print(
                 f"in doubt: task {printable(r.task_id)!r} of run {r.run_id} called "
-                f"{printable(r.tool)} (idempotency key {shown}) and its process ended during "
-                "the call: check whether it took effect, then --happened [--output JSON], "
+                f"{printable(r.tool)} (idempotency key {shown}) and {printable(why)}: check "
+                "whether it took effect, then --happened [--output JSON], "
                 "--allow (made again, same key) or --deny",
                 markup=False,
                 highlight=False,
@@ -182,6 +187,8 @@ def _why_in_doubt(e: EffectRecord) -> str:
     if e.state == "started":
         return "its process ended during the call"
     error = e.error or ""
+    if error.startswith(WORKFLOW_ENDED):  # a call a Temporal workflow left: why, in words
+        return error.removeprefix(WORKFLOW_ENDED)
     if "deadline exceeded" in error:
         return "it was cut off during the call by its timeout"
     if error.startswith("CancelledError"):
@@ -231,14 +238,19 @@ def _print_ended_doubts(doubts: list[EffectRecord], ended: dict[str, str]) -> No
 MAX_EDIT_BYTES = 1024 * 1024
 
 
-def _doubt_keys(st: RunStore, rows: list[ApprovalRecord]) -> dict[tuple[str, str], list[str]]:
-    """The idempotency keys of the calls in doubt that ``rows`` wait on, by run and task."""
+def _doubt_keys(
+    st: RunStore, rows: list[ApprovalRecord]
+) -> tuple[dict[tuple[str, str], list[str]], dict[tuple[str, str], str]]:
+    """The idempotency keys of the calls in doubt that ``rows`` wait on, by run and task,
+    and why they are in doubt (that of the first call of each task)."""
     keys: dict[tuple[str, str], list[str]] = {}
+    whys: dict[tuple[str, str], str] = {}
     for run_id in sorted({r.run_id for r in rows if r.rule == IN_DOUBT_RULE}):
         for e in st.effects(run_id):
             if e.state in ("started", "cancelled") and e.resolution is None:
                 keys.setdefault((run_id, e.task_id), []).append(e.key)
-    return keys
+                whys.setdefault((run_id, e.task_id), _why_in_doubt(e))
+    return keys, whys
 
 
 def _read_edit(path: Path) -> dict[str, Any]:

@@ -205,6 +205,11 @@ class ToolCalls:
         return self._answers
 
     @property
+    def interceptors(self) -> tuple[Interceptor, ...]:
+        """The interceptors every call goes through, outermost first."""
+        return self._interceptors
+
+    @property
     def intercepted(self) -> bool:
         """Whether decisions may be taken about calls: they go through interceptors, or a
         resumed run's record of calls with side effects decides about some."""

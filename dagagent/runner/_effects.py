@@ -182,6 +182,7 @@ class Effects:
         self._known: dict[str, _Known] = {
             r.key: _Known(r.state, r.output, r.resolution, r.resolved_by, r.reason) for r in prior
         }
+        self._prior = tuple(prior)
         #: The calls of tool tasks (and of the elements of map tasks), by task and element:
         #: the last one started of each (a tool task makes one call per attempt, all with
         #: the same key unless its arguments changed).
@@ -244,6 +245,10 @@ class Effects:
         #: their rows get the redacted ones before anything is decided about them.
         self._unredacted: set[str] = set()
         self._lost: set[str] = set()
+        #: The calls in doubt this run left for a person (:class:`CallInDoubtError`), as
+        #: their records hold them: a run whose calls are made elsewhere (on a Temporal
+        #: worker, without the store) hands them to the process that records the run.
+        self.asked: list[dict[str, Any]] = []
 
     def lost_during(self, task_id: str) -> None:
         """The worker that ran task ``task_id`` was lost during it (a Temporal activity run
@@ -359,6 +364,18 @@ class Effects:
         return TookEffect(
             known.output, call.args, call.attempt, call.fingerprint, note, self.fingerprint
         )
+
+    def in_doubt_of(self, task_id: str) -> list[EffectRecord]:
+        """The calls of tool task ``task_id`` (and of its elements, for a map task) on record
+        whose outcome was unknown when the run stopped: in doubt still, or resolved since
+        (``resolution``: a person's, a reconciler's or a policy's finding)."""
+        return [
+            r
+            for r in self._prior
+            if r.task_id == task_id
+            and r.source == "plan"
+            and (r.state in _IN_DOUBT_STATES or r.resolution is not None)
+        ]
 
     def has_element_calls(self, task_id: str) -> bool:
         """Whether elements of map task ``task_id`` made calls with side effects (on record,
@@ -526,6 +543,19 @@ class Effects:
             raise TaskDeniedError(why, decided_by="in_doubt policy")
         why = f"{stopped}; {unknown}: a person decides whether it happened"
         self._note(decisions, call, WAIT, IN_DOUBT_RULE, why, rule=IN_DOUBT_RULE)
+        self.asked.append(
+            {
+                "key": call.idempotency_key,
+                "task_id": call.task_id,
+                "element": call.element,
+                "occurrence": call.occurrence,
+                "tool": call.tool,
+                "fingerprint": call.fingerprint,
+                "source": call.source,
+                "args": self.recorded_args(call.tool, call.args),
+                "attempt": call.attempt,
+            }
+        )
         raise CallInDoubtError(why, tool=call.tool, key=call.idempotency_key)
 
     async def _take_over(

@@ -99,6 +99,19 @@ class CallLedger:
                 )
         return None
 
+    def last_at(self, key: Hashable) -> float | None:
+        """When the last call ``key`` counted started, as a Unix time (``None``: none yet)."""
+        since = self.since_last(key)
+        return None if since is None else time.time() - since
+
+    def seed(self, key: Hashable, calls: int, last_at: float | None) -> None:
+        """Count for ``key`` the ``calls`` made elsewhere in the same run, the last one
+        started at ``last_at`` (a Unix time): a task run on a worker, told what the run's
+        other tasks made (the Temporal executor's workflow counts them). A policy's limit so
+        seeded is not carried again (:meth:`carry`)."""
+        self._carried.add(key)
+        self._add(key, calls, last_at)
+
     def count(self, key: Hashable) -> None:
         """Count a call of ``key`` starting now."""
         self._count[key] = self._count.get(key, 0) + 1

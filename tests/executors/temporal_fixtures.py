@@ -27,6 +27,8 @@ ROOT = Path(__file__).resolve().parents[2]
 #: The API key the workers have in their environment (the driver's never reaches them).
 WORKER_KEY = "sk-worker-own-key"
 TOOLS = "temporal_tools:registry"
+#: The tools of the tests that start workers of their own for them (``temporal_tools.extra``).
+EXTRA = "temporal_tools:extra"
 QUEUE = "tests"
 # Seconds a process (the server, a worker) may take to get ready before the test fails.
 READY_S = 60.0
@@ -122,9 +124,9 @@ class Workers:
         self.logs = logs
         self.procs: list[subprocess.Popen[bytes]] = []
 
-    def start(self, n: int = 1, *options: str) -> list[subprocess.Popen[bytes]]:
-        """Start ``n`` workers (with ``dagagent worker`` ``options``) and return once each
-        says it serves the task queue."""
+    def start(self, n: int = 1, *options: str, tools: str = TOOLS) -> list[subprocess.Popen[bytes]]:
+        """Start ``n`` workers serving ``tools`` (with ``dagagent worker`` ``options``) and
+        return once each says it serves the task queue."""
         env = {
             **{k: v for k, v in os.environ.items() if not k.startswith("DAGAGENT_")},
             "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")]),
@@ -139,7 +141,7 @@ class Workers:
                     "dagagent",
                     "worker",
                     "--tools",
-                    TOOLS,
+                    tools,
                     "--temporal-address",
                     self.address,
                     "--task-queue",

@@ -35,7 +35,7 @@ import temporal_tools  # tests/ is on sys.path under pytest; the workers import 
 
 from dagagent.executors.temporal import TemporalExecutor, workflow_id
 
-from .temporal_fixtures import QUEUE, READY_S, ROOT, TOOLS, Workers, _free_port
+from .temporal_fixtures import EXTRA, QUEUE, READY_S, ROOT, TOOLS, Workers, _free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio_only("Temporal's client runs on asyncio")]
 
@@ -576,8 +576,9 @@ def test_a_resume_after_the_workflow_ended_never_makes_a_call_twice(
     run. The resume reads what the ended workflow did from its history: a call with side
     effects that completed there is recorded from it, not made again; one cut short whose
     tool has a reconciler is the reconciler's to decide (here: it happened); one cut short
-    whose tool has none (``last="hold_effect"``) refuses the resume (exit 7, naming the task)
-    until told what to do with it (``--in-doubt deny``: not made, the task denied)."""
+    whose tool has none (``last="hold_effect"``) is not made: its task waits for a person
+    (``dagagent approvals`` lists the call) and the run pauses, until told what to do with it
+    (here ``--in-doubt deny``: not made, the task denied)."""
     from dagagent.store import RunStore
 
     where = str(tmp_path)
@@ -645,23 +646,20 @@ def test_a_resume_after_the_workflow_ended_never_makes_a_call_twice(
 
         anyio.run(terminate)
         resume = ["resume", run_id, "--store", str(db), "--tools", TOOLS, "--json"]
-        if last == "hold_effect":
-            with pytest.raises(DecisionError, match="task 'last': its call started on a worker"):
-                anyio.run(
-                    lambda: dagagent.resume(run_id, temporal_tools.registry, store=db),
-                    backend="asyncio",
-                )
-            with RunStore(db, create=False) as st:  # nothing ran: the run waits for a person
+        if last == "hold_effect":  # the task waits for a person; the run pauses
+            paused = anyio.run(
+                lambda: dagagent.resume(run_id, temporal_tools.registry, store=db),
+                backend="asyncio",
+            )
+            assert paused.tasks["last"].status.value == "waiting", paused.tasks["last"]
+            with RunStore(db, create=False) as st:
                 assert st.get_run(run_id).status.value == "paused"
-                assert "last" not in st.get_run(run_id).tasks
-            shown = CliRunner().invoke(dagagent.cli.app, ["show", run_id, "--store", str(db)])
-            assert "paused: no task waits for a person's decision" in shown.output
-            assert "dagagent approve" not in shown.output  # nothing to approve: resume says
-            refused = CliRunner().invoke(dagagent.cli.app, resume)
-            assert refused.exit_code == 7, refused.output
-            said = " ".join(refused.output.split())
-            assert "task 'last': its call started on a worker" in said, said
-            assert "may have happened" in said and f"dagagent resume {run_id} --in-doubt" in said
+                [doubt] = [e for e in st.effects(run_id) if e.in_doubt]
+            assert doubt.task_id == "last" and doubt.tool == "hold_effect"
+            listed = CliRunner().invoke(dagagent.cli.app, ["approvals", "--store", str(db)])
+            said = " ".join(listed.output.split())
+            assert "task 'last'" in said and doubt.key in said, said
+            assert "its call started on a worker and the workflow ended first" in said, said
             assert "'paid'" not in said and "'done'" not in said  # decided, or known
             resume += ["--in-doubt", "deny"]
         else:
@@ -687,10 +685,169 @@ def test_a_resume_after_the_workflow_ended_never_makes_a_call_twice(
         assert record.status.value == "failed"
         assert tasks["last"].status.value == "denied", tasks["last"]
         assert "in_doubt='deny'" in (tasks["last"].error or "")
+        with RunStore(db, create=False) as st:  # decided by the policy, on record too
+            [call] = st.effects(run_id)
+        assert (call.resolution, call.resolved_by, call.in_doubt) == ("denied", "policy", False)
         assert len(temporal_tools.started(tmp_path, "e")) == 1  # never made again
     else:
         assert record.status.value == "succeeded"
         assert tasks["last"].status.value == "succeeded"
+
+
+def test_a_person_decides_the_calls_in_doubt_of_a_run_whose_workflow_ended(
+    own_workers: Workers, tmp_path: Path
+) -> None:
+    """The driver dies, then the workflow is terminated while five payments (a tool with
+    side effects and no reconciler) hold on a worker, which is lost too: one paid before it
+    held, four would have paid after. The resume makes none of them: each task waits for a
+    person and the run pauses; ``dagagent approvals`` lists the calls (why, arguments as the
+    workers' redaction hides them, keys). A person says the first happened, the second did
+    not, the third is not to be made, and decides the two calls of a map's elements one by
+    one (by key); the next resume takes the first's output over (paid once), makes the
+    second (and the allowed element) once with its original key, and denies the third (and
+    the other element: never paid)."""
+    from dagagent.store import RunStore
+
+    redact = ("--interceptors", "temporal_tools:redactors")
+    [lost] = own_workers.start(1, *redact, tools=EXTRA)
+    where = str(tmp_path)
+
+    def pay(name: str, first: bool) -> dict[str, Any]:
+        args = {"name": name, "where": where, "pay_first": first, "note": "sk-abc123"}
+        return {"id": name, "tool": "pay_hold", "args": args}
+
+    plan_file, db = tmp_path / "plan.json", tmp_path / "runs.db"
+    plan_file.write_text(
+        json.dumps(
+            plan(
+                pay("h", True),
+                pay("a", False),
+                pay("d", False),
+                {
+                    "id": "m",
+                    "for_each": ["mx", "my"],
+                    "tool": "pay_hold",
+                    "args": {"name": "${@item}", "where": where, "pay_first": False},
+                    "allow_partial": True,  # an element denied does not stop the other
+                },
+            )
+        )
+    )
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("DAGAGENT_")},
+        "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")]),
+        "DAGAGENT_HOME": str(tmp_path / "home"),
+    }
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "dagagent", "run", str(plan_file), "--tools", EXTRA,
+         "--executor", "temporal", "--temporal-address", own_workers.address,
+         "--task-queue", own_workers.queue, "--payload-store", str(own_workers.payloads),
+         "--store", str(db), "--on-failure", "continue", "--json"],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env=env, cwd=tmp_path,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + READY_S
+        while not all(temporal_tools.started(tmp_path, n) for n in ("h", "a", "d", "mx", "my")):
+            assert driver.poll() is None and time.monotonic() < deadline
+            time.sleep(0.02)
+    finally:
+        driver.kill()
+        driver.wait()
+    [first_h] = temporal_tools.payments(tmp_path, "h")  # paid before it held
+    with RunStore(db, create=False) as st:
+        run_id = st.last_run_id()
+
+    async def terminate() -> None:
+        ex = executor(own_workers)
+        async with ex.session():
+            assert ex.client is not None
+            await ex.client.get_workflow_handle(workflow_id(run_id)).terminate("operator")
+
+    anyio.run(terminate)
+    lost.kill()  # its calls never end: whatever they did is all they did
+    lost.wait()
+    own_workers.start(1, *redact, tools=EXTRA)
+    resume = ["resume", run_id, "--store", str(db), "--tools", EXTRA, "--json"]
+    paused = CliRunner().invoke(dagagent.cli.app, resume)
+    assert paused.exit_code == 6, paused.output  # paused: calls wait for a person
+    with RunStore(db, create=False) as st:
+        record = st.get_run(run_id)
+        doubts = {e.task_id: e for e in st.effects(run_id) if e.in_doubt and e.task_id != "m"}
+        mapped = {e.element: e for e in st.effects(run_id) if e.in_doubt and e.task_id == "m"}
+    assert record.status.value == "paused"
+    assert [record.tasks[t].status.value for t in ("h", "a", "d", "m")] == ["waiting"] * 4
+    assert sorted(doubts) == ["a", "d", "h"]
+    assert sorted(mapped) == [0, 1]  # each element's call, with its own key
+    assert doubts["h"].key == first_h  # the key the lost call paid with
+    assert all(e.args["note"] == "[redacted]" for e in doubts.values()), doubts
+    listed = CliRunner().invoke(dagagent.cli.app, ["approvals", "--store", str(db)])
+    said = " ".join(listed.output.split())
+    assert "sk-abc123" not in listed.output
+    for name, e in doubts.items():
+        assert f"task '{name}' of run {run_id}" in said and e.key in said, said
+    assert "its call started on a worker and the workflow ended first" in said, said
+    as_json = CliRunner().invoke(dagagent.cli.app, ["approvals", "--store", str(db), "--json"])
+    rows = json.loads(as_json.output)["approvals"]
+    keys = {r["task_id"]: r["keys"] for r in rows if r["task_id"] != "m"}
+    assert keys == {t: [e.key] for t, e in doubts.items()}
+    assert all("workflow ended first" in r["why"] for r in rows)
+
+    def approve(*args: str) -> None:
+        done = CliRunner().invoke(
+            dagagent.cli.app, ["approve", run_id, *args, "--store", str(db), "--by", "ann"]
+        )
+        assert done.exit_code == 0, done.output
+
+    approve("h", "--happened", "--output", '{"paid": "by hand"}')
+    approve("a", "--allow")
+    approve("d", "--deny", "--reason", "not to be paid")
+    approve("m", "--key", mapped[0].key, "--allow")  # a map's calls, one by one
+    approve("m", "--key", mapped[1].key, "--deny")
+    (tmp_path / "mx.go").touch()
+    (tmp_path / "my.go").touch()
+    (tmp_path / "a.go").touch()  # the call made again does not hold
+    (tmp_path / "d.go").touch()  # a call made against the decision would not hold either
+    resumed = CliRunner().invoke(dagagent.cli.app, resume)
+    assert resumed.exit_code == 1, resumed.output  # a task denied: the run failed
+    with RunStore(db, create=False) as st:
+        record = st.get_run(run_id)
+    tasks = record.tasks
+    assert (tasks["h"].status.value, tasks["h"].output) == ("succeeded", {"paid": "by hand"})
+    assert ("happened", "ann") in [(d.decision, d.decided_by) for d in tasks["h"].decisions or ()]
+    assert temporal_tools.payments(tmp_path, "h") == [first_h]  # paid once, not again
+    assert tasks["a"].status.value == "succeeded"
+    assert temporal_tools.payments(tmp_path, "a") == [doubts["a"].key]  # once, its own key
+    assert tasks["a"].output["key"] == doubts["a"].key
+    assert ("allow", "ann") in [(d.decision, d.decided_by) for d in tasks["a"].decisions or ()]
+    assert tasks["d"].status.value == "denied", tasks["d"]
+    assert "not to be paid" in (tasks["d"].error or "")
+    assert ("deny", "ann") in [(d.decision, d.decided_by) for d in tasks["d"].decisions or ()]
+    assert temporal_tools.payments(tmp_path, "d") == []  # never paid
+    assert len(temporal_tools.started(tmp_path, "d")) == 1  # never called again
+    elements = tasks["m"].elements or []
+    assert [e.status.value for e in elements] == ["succeeded", "denied"], tasks["m"]
+    assert temporal_tools.payments(tmp_path, "mx") == [mapped[0].key]  # once, its own key
+    assert temporal_tools.payments(tmp_path, "my") == []
+    with RunStore(db, create=False) as st:  # nothing is in doubt any more, on record
+        calls = {
+            (e.task_id, e.element): (e.state, e.resolution, e.in_doubt) for e in st.effects(run_id)
+        }
+    assert calls == {
+        ("h", None): ("succeeded", "happened", False),
+        ("a", None): ("succeeded", "not_happened", False),
+        ("d", None): ("cancelled", "denied", False),
+        ("m", 0): ("succeeded", "not_happened", False),
+        ("m", 1): ("cancelled", "denied", False),
+    }
+
+    async def replayed() -> None:  # the workflow that ran a call in doubt, decided
+        ex = executor(own_workers)
+        async with ex.session():
+            ex.workflow_id = workflow_id(run_id)
+            await replay(ex)
+
+    anyio.run(replayed)
 
 
 _STREAMING_DRIVER = """
@@ -1051,6 +1208,60 @@ def test_run_ask_and_policy_apply_on_the_workers_then_approve_and_resume(
     assert json.loads(denied.stdout)["tasks"]["b"]["status"] == "denied"
 
 
+def test_run_policy_limits_count_the_run_across_a_pause_on_temporal(
+    workers: Workers, tmp_path: Path
+) -> None:
+    """``dagagent run --executor temporal --policy FILE`` whose limit asks past two calls of
+    ``add``: the third call waits for a person (exit 6); allowed, it goes beyond the limit on
+    the resume, and the fourth asks again: the resume counted on from the record."""
+    from dagagent.store import RunStore
+
+    adds = [
+        {"id": f"a{i}", "tool": "add", "args": {"a": i, "b": 1}}
+        | ({"depends_on": [f"a{i - 1}"]} if i else {})
+        for i in range(4)
+    ]
+    plan_file = _plan_file(tmp_path, *adds)
+    rules = tmp_path / "rules.json"
+    rules.write_text(
+        json.dumps(
+            {"default": "allow", "limits": [{"tool": "add", "max_calls": 2, "action": "ask"}]}
+        )
+    )
+    db = str(tmp_path / "runs.db")
+    where = [
+        "--executor", "temporal", "--temporal-address", workers.address,
+        "--task-queue", workers.queue, "--payload-store", str(workers.payloads),
+    ]  # fmt: skip
+    cli = CliRunner()
+    paused = cli.invoke(
+        dagagent.cli.app,
+        ["run", str(plan_file), "--tools", TOOLS, "--policy", str(rules), "--store", db,
+         "--json", *where],
+    )  # fmt: skip
+    assert paused.exit_code == 6, paused.output
+    with RunStore(db, create=False) as st:
+        run_id = st.last_run_id()
+        [waiting] = st.approvals(run_id, states=("waiting",))
+        statuses = {t: r.status.value for t, r in st.get_run(run_id).tasks.items()}
+    assert (statuses["a0"], statuses["a1"], statuses["a2"]) == ("succeeded",) * 2 + ("waiting",)
+    assert (waiting.task_id, waiting.rule) == ("a2", "limit #1 (ask tool 'add' past max_calls=2)")
+    decided = cli.invoke(
+        dagagent.cli.app, ["approve", run_id, "a2", "--allow", "--by", "ann", "--store", db]
+    )
+    assert decided.exit_code == 0, decided.output
+    resumed = cli.invoke(
+        dagagent.cli.app, ["resume", run_id, "--tools", TOOLS, "--store", db, "--json"]
+    )
+    assert resumed.exit_code == 6, resumed.output  # the fourth call asks in turn
+    with RunStore(db, create=False) as st:
+        record = st.get_run(run_id)
+        [again] = st.approvals(run_id, states=("waiting",))
+    assert (record.tasks["a2"].status.value, record.tasks["a2"].output) == ("succeeded", 3)
+    assert record.tasks["a3"].status.value == "waiting"
+    assert again.task_id == "a3"
+
+
 def _plan_file(where: Path, *tasks: dict[str, Any]) -> Path:
     import json
 
@@ -1151,6 +1362,106 @@ def test_a_run_whose_driver_died_is_not_resumed_in_process_over_its_workers(
     [paid] = anyio.run(finished)
     assert paid["status"] == "succeeded"
     assert temporal_tools.started(tmp_path, "e") == [own_workers.procs[0].pid]  # made once
+
+
+def test_plan_execute_runs_its_plan_on_temporal(
+    workers: Workers, server: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``dagagent plan GOAL --execute --executor temporal`` with the options ``run`` takes
+    (server, task queue, payload store): the plan a model wrote runs on the workers and is
+    recorded as a run on Temporal, each task with the worker that ran it."""
+    from llm_server import Reply
+
+    from dagagent.llm import wire
+    from dagagent.store import RunStore
+
+    monkeypatch.setenv("DAGAGENT_HOME", str(tmp_path / "home"))
+    written = plan(
+        {"id": "a", "tool": "add", "args": {"a": 2, "b": 3}},
+        {"id": "b", "tool": "add", "args": {"a": "${a}", "b": 10}},
+    )
+    server.push(Reply(json=wire.openai_text(json.dumps(written), output_tokens=80)))
+    db = tmp_path / "runs.db"
+    r = CliRunner().invoke(
+        dagagent.cli.app,
+        ["plan", "add things", "--tools", TOOLS, "--model", "openai:test-model",
+         "--base-url", server.url + "/v1", "--execute", "--json", "--store", str(db),
+         "--executor", "temporal", "--temporal-address", workers.address,
+         "--task-queue", workers.queue, "--payload-store", str(workers.payloads)],
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    done = json.loads(r.stdout)
+    assert done["executor"] == "temporal" and done["tasks"]["b"]["output"] == 15
+    with RunStore(db, create=False) as st:
+        record = st.get_run(st.last_run_id())
+    assert record.executor == "temporal"
+    assert record.context is not None and record.context["temporal"]["task_queue"] == workers.queue
+    served = {f"{p.pid}@{socket.gethostname()}" for p in workers.procs}
+    assert {t: r.worker in served for t, r in record.tasks.items()} == {"a": True, "b": True}
+
+
+@pytest.mark.anyio
+async def test_limits_hold_across_the_workers_of_a_run(
+    own_workers: Workers, tmp_path: Path
+) -> None:
+    """A tool's ``max_calls`` and ``cooldown_s``, and a limit of the run's approval rules,
+    count the calls of the whole run, whichever of the two workers makes them: the workflow
+    counts them and each task's worker checks its calls against the count, with the
+    outcomes and messages of a run in one process (a tool's limit fails its task, not
+    retried; a policy's limit denies it)."""
+    import re
+
+    own_workers.start(2, tools=EXTRA)
+    where = str(tmp_path)
+    rules = {"default": "allow", "limits": [{"tool": "echo", "max_calls": 1}]}
+    ex = executor(own_workers, approval={"rules": rules})
+    result = await dagagent.execute(
+        plan(
+            *[
+                {
+                    "id": f"c{i}",
+                    "tool": "metered",
+                    "args": {"name": "c", "where": where, "i": i},
+                    "retries": 3,
+                }
+                for i in range(5)
+            ],
+            {"id": "first", "tool": "rested", "args": {"n": 1}},
+            {"id": "soon", "tool": "rested", "args": {"n": 2}, "depends_on": ["first"]},
+            *[{"id": f"e{i}", "tool": "echo", "args": {"value": i}} for i in range(3)],
+        ),
+        temporal_tools.extra,
+        settings=settings(ex, on_failure="continue"),
+    )
+    counted = [result.tasks[f"c{i}"] for i in range(5)]
+    assert sorted(r.status.value for r in counted) == ["failed"] * 3 + ["succeeded"] * 2
+    assert (tmp_path / "c.calls").read_text().count("\n") == 2  # the tool ran twice
+    for r in counted:
+        if r.status.value == "failed":
+            assert r.error_type == "ToolLimitError" and r.attempts == 1, r
+            assert r.error == (
+                "tool 'metered' may be called at most 2 times in a run (max_calls=2) and was "
+                "called 2 times"
+            )
+    assert result.tasks["first"].status.value == "succeeded"
+    soon = result.tasks["soon"]
+    assert soon.status.value == "failed" and soon.error_type == "ToolLimitError", soon
+    assert re.fullmatch(
+        r"tool 'rested' was called \S+ s ago and needs 3600 s between calls "
+        r"\(cooldown_s=3600\): it may be called again in \S+ s",
+        soon.error or "",
+    ), soon.error
+    echoed = [result.tasks[f"e{i}"] for i in range(3)]
+    assert sorted(r.status.value for r in echoed) == ["denied", "denied", "succeeded"]
+    for r in echoed:
+        if r.status.value == "denied":
+            assert r.error == (
+                "denied by limit #1 (deny tool 'echo' past max_calls=1): tool 'echo' may be "
+                "called at most 1 time in a run (max_calls=1) and was called 1 time"
+            )
+            [decision] = r.decisions or []
+            assert decision.decided_by == "limit #1 (deny tool 'echo' past max_calls=1)"
+    await replay(ex)
 
 
 # -- what a user can get wrong ---------------------------------------------------------------

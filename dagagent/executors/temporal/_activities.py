@@ -36,6 +36,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from functools import partial
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -50,7 +51,7 @@ from ...graph import validate
 from ...plan import AgentTask
 from ...references import Template
 from ...results import ApprovalAnswer, TaskResult, TaskStatus
-from ...runner import Redaction, TaskRunner, ToolCalls
+from ...runner import CallLedger, Effects, Redaction, TaskRunner, ToolCalls
 from ...settings import TaskRetryPolicy
 from ._workflow import COUNT_ELEMENTS, RUN_TASK
 
@@ -76,6 +77,8 @@ RunPolicies = Callable[[Mapping[str, Any]], Sequence["Interceptor"]]
 
 # How often an activity's heartbeat looks for an agent's model call that started or ended.
 _CALLS_LOOK_S = 0.05
+# What a resumed run may do with a call in doubt (``RunSettings.in_doubt``).
+_IN_DOUBT = ("ask", "retry", "deny")
 # Plans validated on this worker, by the hash of their JSON.
 _GRAPHS_KEPT = 32
 
@@ -106,8 +109,9 @@ class Activities:
             if getattr(i, "limits", None):
                 raise ConfigError(
                     f"worker interceptor {i!r} has limits, which count a run's calls "
-                    "together: a worker sees one task's calls at a time, so it cannot keep "
-                    "them; give the worker rules without limits"
+                    "together: a worker sees one task's calls at a time, and the run does not "
+                    "know its interceptors; give the run its limits instead (dagagent run "
+                    "--policy FILE, TemporalExecutor(approval=...)), which its workflow counts"
                 )
         self.run_policies = run_policies
         self._redaction = Redaction(self.interceptors)
@@ -157,12 +161,16 @@ class Activities:
     ) -> Any:
         runner = self._runner(call, plan, outputs, model, gate)
         task_id = call["task_id"]
-        if call.get("in_doubt"):
-            # run again after its worker was lost: a call not known to have ended is in
-            # doubt, its reconciler's to decide; nobody can be asked here, so a call it
-            # cannot decide about is not made (the task is denied)
+        counting = self._counting(call, runner.calls.ledger)
+        in_doubt = call.get("in_doubt")
+        if in_doubt:
+            # run again after its worker was lost, or its workflow ended: a call not known to
+            # have ended is in doubt, a person's to decide (their answer comes with the call)
+            # or its reconciler's; else, after a lost worker, nobody can be asked here, so it
+            # is not made (the task is denied); a resumed run's policy (``ask``: the task
+            # waits for a person, and the call goes back to the driver to be recorded)
             runner.calls.effects.lost_during(task_id)
-            runner.calls.effects.in_doubt = "deny"
+            runner.calls.effects.in_doubt = in_doubt if in_doubt in _IN_DOUBT else "deny"
         window = call.get("window")
         reported: list[dict[str, Any]] = list(call.get("done") or ())
         if window is not None:
@@ -178,6 +186,11 @@ class Activities:
             r = await runner.run_task(task_id)
             tg.cancel_scope.cancel()
         doc = r.to_json_dict()
+        if counting:  # what it counted against the run's limits: the workflow keeps it
+            ledger = runner.calls.ledger
+            doc["ledger"] = {k: [ledger.calls(o), ledger.last_at(o)] for k, o in counting.items()}
+        if runner.calls.effects.asked:  # calls in doubt left for a person: the driver records
+            doc["in_doubt_calls"] = runner.calls.effects.asked
         if window is not None:
             doc["elements"] = doc["elements"][start:stop] if doc.get("elements") else []
         return self._where(doc, ran_here=not call.get("assemble"))
@@ -245,7 +258,20 @@ class Activities:
             graph,
             self.registry,
             run_id=call["run_id"],
-            calls=ToolCalls(call["run_id"], self.registry, interceptors, answers=answers),
+            calls=ToolCalls(
+                call["run_id"],
+                self.registry,
+                interceptors,
+                answers=answers,
+                # keys and records of calls with side effects as a run in one process with
+                # these interceptors has them: what the redaction hides, hidden
+                effects=Effects(
+                    call["run_id"],
+                    prior=_effect_records(call.get("effects")),
+                    in_doubt=call.get("in_doubt_policy") or "ask",
+                    redaction=self._redaction,
+                ),
+            ),
             redaction=self._redaction,
             retry=TaskRetryPolicy(**call["retry"]),
             on_failure=call["on_failure"],
@@ -270,6 +296,32 @@ class Activities:
                     non_retryable=True,
                 )
         return runner
+
+    def _counting(self, call: dict[str, Any], ledger: CallLedger) -> dict[str, Any]:
+        """Seed ``ledger`` with the calls the run counted so far on each limit this task's
+        calls count against (``call["ledger"]``: ``{key: [calls, last start]}``, from the
+        workflow, see ``RunWorkflow._counted``): the runner checks and counts each call as
+        in a run in one process, with the same outcomes and messages. The keys, with what
+        the ledger counts each by (a tool's name, a policy's :class:`Limit`)."""
+        given = call.get("ledger")
+        if not given:
+            return {}
+        limits = [
+            lim
+            for p in (self._run_policies(call["approval"]) if call.get("approval") else ())
+            for lim in getattr(p, "limits", ())
+        ]
+        counting: dict[str, Any] = {}
+        for key, (calls, last_at) in given.items():
+            kind, _, name = key.partition(":")
+            if kind == "tool":
+                counting[key] = name
+            elif kind == "limit" and name.isdigit() and 0 < int(name) <= len(limits):
+                counting[key] = limits[int(name) - 1]
+            else:
+                continue
+            ledger.seed(counting[key], int(calls), last_at)
+        return counting
 
     def _run_policies(self, approval: dict[str, Any]) -> tuple[Interceptor, ...]:
         """The run's approval rules as this worker's policies (made once per set of rules);
@@ -349,6 +401,13 @@ def _holds(when: str, outputs: dict[str, Any]) -> bool:
         return bool(parse_condition(when).decide(outputs))
     except Exception:
         return "@" in when  # an element's condition cannot be decided here; else: settled there
+
+
+def _effect_records(docs: Sequence[dict[str, Any]] | None) -> list[Any]:
+    """The records of calls in doubt a resumed run's driver sends with a task (the JSON of
+    the run store's ``EffectRecord``): what :class:`~dagagent.runner.Effects` reads of each,
+    by attribute (the worker has no run store)."""
+    return [SimpleNamespace(**doc) for doc in docs or ()]
 
 
 def _record(doc: dict[str, Any]) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fnmatch
 import json
 import sys
 import time
@@ -41,7 +42,7 @@ from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from ...errors import ClusterError, ConfigError, DecisionError
+from ...errors import WORKFLOW_ENDED, ClusterError, ConfigError
 from ...plan import AgentTask, Task, ToolTask
 from ...results import TaskResult, TaskStatus
 from ..base import BaseExecutor, Wakeup
@@ -62,6 +63,7 @@ if TYPE_CHECKING:
 
     from ...graph import PlanGraph
     from ...runner import TaskRunner
+    from ...tools import Registry, Tool
     from ..base import FailurePolicy
 
 __all__ = ["TemporalExecutor", "workflow_id"]
@@ -173,6 +175,12 @@ class TemporalExecutor(BaseExecutor):
         self._resumed: dict[str, _Resumed] = {}
         # The model of a run's agent tasks, by run id, as the workers build it (prepare()).
         self._models: dict[str, dict[str, Any]] = {}
+        # A resumed run's tasks whose calls in doubt a person decides, by run id: why each
+        # is in doubt (the record of a call left for a person says it).
+        self._asking: dict[str, dict[str, str]] = {}
+        # A resumed run's calls in doubt on record that are made again: their keys, by task
+        # and element, by run id (their records get the calls' outcomes).
+        self._made_again: dict[str, dict[str, dict[int | None, str]]] = {}
 
     def reach(self) -> dict[str, str]:
         """How to reach this run's server again (``dagagent resume`` of a run whose driver
@@ -214,7 +222,7 @@ class TemporalExecutor(BaseExecutor):
         """Refuse what cannot run on the workers (the driver's interceptors; a model for the
         agent tasks that the workers cannot build from a spec), and wait
         (``worker_timeout_s``) for a worker on the task queue."""
-        if runner.calls.intercepted:
+        if runner.calls.interceptors:
             raise ConfigError(
                 "the temporal executor runs tool calls on its workers, which the interceptors "
                 "of this process (approval rules, --ask, --policy, redaction, tracing) cannot "
@@ -268,6 +276,8 @@ class TemporalExecutor(BaseExecutor):
             inp = self._input(graph, runner, on_failure, settled)
             if resumed is not None:
                 inp.in_doubt = list(resumed.reconcile)
+                inp.in_doubt_policy = runner.calls.effects.in_doubt
+                inp.effects = resumed.records
             try:
                 handle = await client.start_workflow(
                     WORKFLOW,
@@ -303,8 +313,10 @@ class TemporalExecutor(BaseExecutor):
     async def _resumed_from(self, graph: PlanGraph, runner: TaskRunner) -> _Resumed:
         """How a resumed run goes on: following its workflow if it still runs (or finished
         unwatched), else on a new workflow, with what the ended one did (its history, see
-        :func:`_read_ended`). Raises :class:`DecisionError` when calls with side effects of
-        the ended workflow are in doubt and nothing may decide about them."""
+        :func:`_read_ended`), and with a person's decisions about the calls in doubt an
+        earlier resume left waiting (:func:`_decided`). A call in doubt there that nothing
+        decides about is run in doubt on a worker under the run's ``in_doubt`` policy
+        (``ask``: its task waits for a person; ``deny``: settled here as denied)."""
         prior = runner.prior or {}
         wid = workflow_id(runner.run_id)
         waited = any(r.status is TaskStatus.WAITING for r in prior.values())
@@ -316,15 +328,33 @@ class TemporalExecutor(BaseExecutor):
         try:
             await _read_ended(ended, self._client().data_converter, graph, runner, found)
         except RPCError as exc:
-            if exc.status is RPCStatusCode.NOT_FOUND:
-                return found  # no workflow ever started (or the server forgot it)
-            raise ClusterError(
-                f"cannot read the history of workflow {wid} on the Temporal server at "
-                f"{self.address}: {' '.join(str(exc).split())}"
-            ) from None
+            if exc.status is not RPCStatusCode.NOT_FOUND:  # NOT_FOUND: none ever started
+                raise ClusterError(
+                    f"cannot read the history of workflow {wid} on the Temporal server at "
+                    f"{self.address}: {' '.join(str(exc).split())}"
+                ) from None
+        _decided(graph, runner, found)
         policy = runner.calls.effects.in_doubt
-        if found.doubt and policy == "ask":
-            raise DecisionError(_doubt_message(runner.run_id, wid, found.doubt))
+        if policy == "ask":  # run in doubt on a worker: the task waits for a person
+            found.reconcile.extend(found.doubt)
+            found.asking = {t: f"{why} (workflow {wid})" for t, why in found.doubt.items()}
+            found.doubt.clear()
+            self._asking[runner.run_id] = found.asking
+        journal = runner.calls.effects.journal
+        if policy != "ask" and journal is not None:  # the policy decides, on the record too
+            resolution = "denied" if policy == "deny" else "not_happened"
+            why = (
+                "not made: the resume was told not to make calls in doubt (in_doubt='deny')"
+                if policy == "deny"
+                else "made again with the same key (in_doubt='retry')"
+            )
+            for task_id, keys in found.held.items():
+                for element, key in keys.items():
+                    await journal.resolved(runner.run_id, key, resolution, by="policy", reason=why)
+                    if policy == "retry":
+                        found.made_again.setdefault(task_id, {})[element] = key
+        if found.made_again:
+            self._made_again[runner.run_id] = found.made_again
         if policy == "deny":
             for task_id, why in found.doubt.items():
                 found.denied[task_id] = TaskResult(
@@ -372,7 +402,7 @@ class TemporalExecutor(BaseExecutor):
         settled: list[TaskResult],
     ) -> RunInput:
         plan = graph.plan
-        facts = _facts(graph, runner, list(plan.tasks))
+        facts = _facts(graph, runner, list(plan.tasks), self._limits())
         max_running = self.max_running
         if runner.max_concurrency is not None:
             max_running = min(max_running, runner.max_concurrency)
@@ -406,7 +436,16 @@ class TemporalExecutor(BaseExecutor):
             },
             approval=self.approval,
             model=self._model_of(runner),
+            limited=facts.limited,
+            ledger=_counted_before(runner, self._limits(), facts.limited),
         )
+
+    def _limits(self) -> list[Mapping[str, Any]]:
+        """The limits of the run's approval rules, as their file form has them (the workers
+        apply them; the workflow counts the calls they limit)."""
+        rules = (self.approval or {}).get("rules") or {}
+        limits = rules.get("limits") if isinstance(rules, Mapping) else None
+        return [lim for lim in limits or () if isinstance(lim, Mapping)]
 
     def _model_of(self, runner: TaskRunner) -> dict[str, Any] | None:
         """The spec of the run's model for its agent tasks (``None``: no model)."""
@@ -436,7 +475,9 @@ class TemporalExecutor(BaseExecutor):
                 tasks = list(graph.plan.tasks)
                 complete, aborted = graph.complete, graph.aborted
                 if len(tasks) > known:
-                    await handle.signal(ADD_TASKS, _facts(graph, runner, tasks[known:]))
+                    await handle.signal(
+                        ADD_TASKS, _facts(graph, runner, tasks[known:], self._limits())
+                    )
                     known = len(tasks)
                 if complete:
                     await handle.signal(PLAN_COMPLETE, aborted)
@@ -497,7 +538,10 @@ class TemporalExecutor(BaseExecutor):
                 f"without finishing the run: {' '.join(str(cause).split()) or type(cause).__name__}"
             )
         for doc in final[0][seen:]:
+            await self._record_doubts(doc, runner)
             runner.ran_elsewhere(_task_result(doc, runner))
+        self._asking.pop(runner.run_id, None)
+        self._made_again.pop(runner.run_id, None)
 
     async def _catch_up(
         self, handle: WorkflowHandle[Any, list[dict[str, Any]]], runner: TaskRunner, seen: int
@@ -509,10 +553,52 @@ class TemporalExecutor(BaseExecutor):
             )
             batch = progress["results"]
             for doc in batch:
+                await self._record_doubts(doc, runner)
                 runner.ran_elsewhere(_task_result(doc, runner))
             seen += len(batch)
             if seen >= progress["total"] or not batch:
                 return seen
+
+    async def _record_doubts(self, doc: dict[str, Any], runner: TaskRunner) -> None:
+        """Record the calls in doubt that a worker left for a person in task result
+        ``doc`` (``in_doubt_calls``; its task waits): in the run's store, as a call whose
+        outcome is unknown, with its key and why, so that ``dagagent approvals`` lists it,
+        ``dagagent approve`` decides about it and the next resume finds the decision."""
+        asked = doc.pop("in_doubt_calls", None)
+        journal = runner.calls.effects.journal
+        if journal is None:  # a run without a store: its result says it all
+            return
+        again = self._made_again.get(runner.run_id, {}).get(doc["task_id"]) or {}
+        elements = doc.get("elements") or []
+        for element, key in again.items():
+            # a call in doubt on record, made again: its outcome, as a local run records it
+            done = (
+                doc if element is None else (elements[element] if element < len(elements) else {})
+            )
+            if done.get("status") == "succeeded":
+                output = json.dumps(done.get("output"), ensure_ascii=False, default=str)
+                await journal.outcome(runner.run_id, key, "succeeded", output=output, error=None)
+        if not asked:
+            return
+        why = self._asking.get(runner.run_id, {}).get(
+            doc["task_id"], "its call started on a worker and its workflow ended first"
+        )
+        for c in asked:
+            await journal.intent(
+                runner.run_id,
+                c["key"],
+                task_id=c["task_id"],
+                element=c.get("element"),
+                occurrence=c.get("occurrence", 1),
+                tool=c["tool"],
+                fingerprint=c["fingerprint"],
+                source=c.get("source", "plan"),
+                args=json.dumps(c.get("args"), ensure_ascii=False),
+                attempt=c.get("attempt", 1),
+            )
+            await journal.outcome(
+                runner.run_id, c["key"], "cancelled", output=None, error=f"{WORKFLOW_ENDED}{why}"
+            )
 
 
 class _WorkersModel(Protocol):
@@ -549,8 +635,19 @@ class _Resumed:
     doubt: dict[str, str] = field(default_factory=dict)
     #: Those of ``doubt`` whose tool has a reconciler: it decides on the worker.
     reconcile: list[str] = field(default_factory=list)
-    #: Those of ``doubt`` settled as denied (``in_doubt="deny"``).
+    #: Those of ``doubt`` settled as denied (``in_doubt="deny"``), or by a person.
     denied: dict[str, TaskResult] = field(default_factory=dict)
+    #: Those of ``doubt`` run in doubt under ``in_doubt="ask"``: why each is in doubt (a
+    #: call no reconciler decides waits for a person).
+    asking: dict[str, str] = field(default_factory=dict)
+    #: Tasks with calls in doubt on the run's record (an earlier resume left them for a
+    #: person): those records, as JSON, for the task's worker to decide by.
+    records: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    #: Of those, the calls nobody decided about yet: their keys, by task and element.
+    held: dict[str, dict[int | None, str]] = field(default_factory=dict)
+    #: Of those, the calls made again (a person, or the policy, said they did not happen):
+    #: their keys, by task and element, whose records get the outcome.
+    made_again: dict[str, dict[int | None, str]] = field(default_factory=dict)
 
 
 async def _read_ended(
@@ -647,19 +744,40 @@ async def _read_ended(
         found.doubt.pop(task_id)  # its reconciler decides: nothing to refuse
 
 
-def _doubt_message(run_id: str, wid: str, doubt: Mapping[str, str]) -> str:
-    """Why a resume is refused: calls with side effects of the ended workflow in doubt."""
-    each = "; ".join(f"task {t!r}: {why}" for t, why in list(doubt.items())[:5])
-    more = f"; and {len(doubt) - 5} more" if len(doubt) > 5 else ""
-    return (
-        f"run {run_id} cannot go on by itself: its workflow {wid} ended without finishing, "
-        f"and the calls with side effects of {len(doubt)} task{'s' if len(doubt) != 1 else ''} "
-        f"may have happened ({each}{more}); their tools have no reconciler to tell, so they "
-        "are not made again without a person's word. Check with what they call whether they "
-        "took effect (made again, a call carries the same idempotency key), then: `dagagent resume "
-        f"{run_id} --in-doubt deny` does not make them (those tasks are denied), `--in-doubt "
-        "retry` makes them again with the same keys"
-    )
+def _decided(graph: PlanGraph, runner: TaskRunner, found: _Resumed) -> None:
+    """The calls in doubt an earlier resume of the run left waiting for a person, as the
+    run's record holds them (with what a person decided since: ``dagagent approve``): each
+    task that has some runs on a worker with their records (``found.records``), where its
+    runner decides about each call as a resumed run in one process does (``happened``: its
+    output, not made; ``not_happened``: made, with its key; ``denied``: the task is denied;
+    undecided: the run's ``in_doubt`` policy). Undecided calls are ``found.held``, those
+    made again ``found.made_again``, by task and element: their records get the outcome."""
+    kept = {t for t, r in (runner.prior or {}).items() if r.status.ok}
+    effects = runner.calls.effects
+    for task_id in graph.order:
+        if task_id in kept or task_id in found.finished:
+            continue
+        records = effects.in_doubt_of(task_id)
+        if not records:
+            continue
+        if task_id in found.doubt or task_id in found.reconcile:
+            # its call was made again in the workflow that just ended, and cut off there:
+            # what was found before is not what became of that call, which is in doubt anew
+            records = [
+                r.model_copy(update={"state": "cancelled", "resolution": None})
+                if r.resolution == "not_happened"
+                else r
+                for r in records
+            ]
+        found.records[task_id] = [r.model_dump(mode="json") for r in records]
+        found.doubt.pop(task_id, None)  # decided on the worker, by these
+        if task_id in found.reconcile:  # its records say what is in doubt there
+            found.reconcile.remove(task_id)
+        for r in records:
+            if r.resolution is None and r.state in ("started", "cancelled"):
+                found.held.setdefault(task_id, {})[r.element] = r.key
+            elif r.resolution == "not_happened":
+                found.made_again.setdefault(task_id, {})[r.element] = r.key
 
 
 def _task_result(doc: dict[str, Any], runner: TaskRunner | None = None) -> TaskResult:
@@ -670,7 +788,11 @@ def _task_result(doc: dict[str, Any], runner: TaskRunner | None = None) -> TaskR
     if calls and runner is not None and runner.llm is not None:
         _model(runner).made_elsewhere(calls)
     return TaskResult.validate(
-        {k: v for k, v in doc.items() if k not in ("duration_s", "model_calls", "budget")}
+        {
+            k: v
+            for k, v in doc.items()
+            if k not in ("duration_s", "model_calls", "budget", "in_doubt_calls")
+        }
     )
 
 
@@ -687,10 +809,17 @@ async def _tasks_known(handle: WorkflowHandle[Any, Any], otherwise: int) -> int:
         return otherwise
 
 
-def _facts(graph: PlanGraph, runner: TaskRunner, tasks: list[Task]) -> Arrived:
+def _facts(
+    graph: PlanGraph,
+    runner: TaskRunner,
+    tasks: list[Task],
+    limits: Sequence[Mapping[str, Any]] = (),
+) -> Arrived:
     """What the workflow needs of ``tasks``: their JSON, their dependencies (in plan
     order), which map, which run as local activities, which have side effects, how long
-    each may take on a worker, and the earlier outputs the workers may reuse."""
+    each may take on a worker, the earlier outputs the workers may reuse, and the limits
+    of the run (``limits``: its approval rules') and of its tools their calls count
+    against."""
     registry, retry = runner.registry, runner.retry
     position = {t.id: i for i, t in enumerate(graph.plan.tasks)}
     facts = Arrived(
@@ -705,6 +834,10 @@ def _facts(graph: PlanGraph, runner: TaskRunner, tasks: list[Task]) -> Arrived:
         allow_partial=[t.id for t in tasks if getattr(t, "allow_partial", False)],
         reuse=_reuse_of(runner.reuse, {t.id for t in tasks}),
     )
+    for task in tasks:
+        keys = _limit_keys(registry, task, limits)
+        if keys:
+            facts.limited[task.id] = keys
     for task in tasks:
         if not isinstance(task, ToolTask) or task.tool not in registry:
             continue
@@ -724,6 +857,57 @@ def _facts(graph: PlanGraph, runner: TaskRunner, tasks: list[Task]) -> Arrived:
             else None
         )
     return facts
+
+
+def _limit_keys(registry: Registry, task: Task, limits: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The keys the calls of ``task`` count on (see ``RunInput.limited``): ``tool:NAME``
+    for each tool it may call that has a ``max_calls`` or ``cooldown_s`` of its own,
+    ``limit:N`` for each of the run's ``limits`` that counts calls of one of them."""
+    names = task.tool_names
+    keys: set[str] = set()
+    for name in registry.names if names is None else names:
+        if name not in registry:
+            continue
+        tool = registry.get(name)
+        if tool.max_calls is not None or tool.cooldown_s is not None:
+            keys.add(f"tool:{name}")
+        keys.update(f"limit:{i}" for i, lim in enumerate(limits, 1) if _limits_tool(lim, tool))
+    return sorted(keys)
+
+
+def _limits_tool(limit: Mapping[str, Any], tool: Tool) -> bool:
+    """Whether a limit in its file form counts the calls of ``tool``: its globs match the
+    tool's name, and its ``side_effects`` (if given) the tool's (as
+    :meth:`dagagent.approval.Limit.matches` decides on the workers)."""
+    globs = limit.get("tool", "*")
+    globs = [globs] if isinstance(globs, str) else list(globs or ())
+    if not any(isinstance(g, str) and fnmatch.fnmatchcase(tool.name, g) for g in globs):
+        return False
+    wanted = limit.get("side_effects")
+    return wanted is None or bool(tool.side_effects) is bool(wanted)
+
+
+def _counted_before(
+    runner: TaskRunner, limits: Sequence[Mapping[str, Any]], limited: Mapping[str, list[str]]
+) -> dict[str, list[Any]]:
+    """The calls the run's ledger counted before its workflow starts (a resumed run's,
+    from its record) on each key of ``limited``: ``{key: [calls, last start]}``; a limit
+    of the run's rules counts the calls of every tool it matches, as a policy carries
+    them over on resume."""
+    ledger, registry = runner.calls.ledger, runner.registry
+    out: dict[str, list[Any]] = {}
+    for key in sorted({k for keys in limited.values() for k in keys}):
+        kind, _, name = key.partition(":")
+        tools = (
+            [name]
+            if kind == "tool"
+            else [t.name for t in registry if _limits_tool(limits[int(name) - 1], t)]
+        )
+        calls = sum(ledger.calls(t) for t in tools)
+        starts = [at for t in tools if (at := ledger.last_at(t)) is not None]
+        if calls:
+            out[key] = [calls, max(starts) if starts else None]
+    return out
 
 
 def _reuse_of(reuse: Mapping[str, tuple[str, Any]], tasks: set[str]) -> dict[str, list[Any]]:

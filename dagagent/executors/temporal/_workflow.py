@@ -33,6 +33,8 @@ task is denied). One whose tool has side effects and no reconciler fails with
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any
@@ -131,6 +133,21 @@ class RunInput:
     #: ended workflow started and did not see end: run in doubt, where the reconciler
     #: decides whether the call happened.
     in_doubt: list[str] = field(default_factory=list)
+    #: What the workers do with a call of ``in_doubt`` that neither a person's answer nor
+    #: a reconciler decides: the resumed run's ``in_doubt`` policy (``ask``: its task waits
+    #: for a person); ``None``: it is not made (the task is denied).
+    in_doubt_policy: str | None = None
+    #: Tasks whose calls count against a limit of the run (a tool's ``max_calls`` or
+    #: ``cooldown_s``: ``tool:NAME``; a limit of the run's approval rules: ``limit:N``, the
+    #: N-th of its ``limits``): the keys each counts on (see :meth:`RunWorkflow._counted`).
+    limited: dict[str, list[str]] = field(default_factory=dict)
+    #: The calls in doubt on the run's record of a resumed run's tasks (an earlier resume
+    #: left them for a person, who may have decided since), as JSON, by task: the task's
+    #: worker decides about each by its record, under ``in_doubt_policy``.
+    effects: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    #: The calls counted so far on each key: ``[calls, start of the last one (Unix time)]``
+    #: (a resumed run's record; then those carried over by continue-as-new).
+    ledger: dict[str, list[Any]] = field(default_factory=dict)
     #: When the run must stop (a solve's deadline), in seconds since the epoch of workflow
     #: time: the tasks under way are cancelled, those not started are not run, and the run
     #: ends with what finished. ``None``: no deadline.
@@ -162,6 +179,8 @@ class Arrived:
     reconciled: list[str] = field(default_factory=list)
     #: The most attempts of each tool task (see ``RunInput.attempts``).
     attempts: dict[str, int] = field(default_factory=dict)
+    #: The limits each task's calls count against (see ``RunInput.limited``).
+    limited: dict[str, list[str]] = field(default_factory=dict)
 
 
 def _result(task_id: str, status: str, error: str | None = None, **more: Any) -> dict[str, Any]:
@@ -209,6 +228,9 @@ class RunWorkflow:
         self.spent: dict[str, Any] = dict((inp.budget or {}).get("spent") or {})
         self.held_tool_calls = 0
         self.leased = False
+        self.ledger: dict[str, list[Any]] = {k: list(v) for k, v in inp.ledger.items()}
+        # One task at a time counts on a key (see _counted).
+        self.counting: dict[str, asyncio.Lock] = {}
 
     @workflow.query(name="progress")
     def progress(self, since: int) -> dict[str, Any]:
@@ -238,6 +260,7 @@ class RunWorkflow:
         inp.allow_partial.extend(arrived.allow_partial)
         inp.reuse.update(arrived.reuse)
         inp.attempts.update(arrived.attempts)
+        inp.limited.update(arrived.limited)
         for task in arrived.tasks:
             self._arrived(task["id"])
 
@@ -354,7 +377,13 @@ class RunWorkflow:
             self.done = True  # this run's part: the driver follows the next
             budget = {**inp.budget, "spent": self.spent} if inp.budget else None
             workflow.continue_as_new(
-                replace(inp, finished=self.finished, generation=inp.generation + 1, budget=budget)
+                replace(
+                    inp,
+                    finished=self.finished,
+                    generation=inp.generation + 1,
+                    budget=budget,
+                    ledger=self.ledger,
+                )
             )
         self._finish_unstarted()
         self.done = True
@@ -460,6 +489,9 @@ class RunWorkflow:
             call["answers"] = answers
         if inp.approval:
             call["approval"] = inp.approval
+        if task_id in inp.effects:  # its calls in doubt on record, and what became of them
+            call["effects"] = inp.effects[task_id]
+            call["in_doubt_policy"] = inp.in_doubt_policy
         own = {k: v for k, v in inp.reuse.items() if k == task_id or k.startswith(f"{task_id}@")}
         if own:  # its earlier output (or its elements'), and those of its dependencies
             call["reuse"] = {**own, **{d: inp.reuse[d] for d in deps if d in inp.reuse}}
@@ -485,36 +517,15 @@ class RunWorkflow:
         spent: dict[str, Any] | None = None
         lost_calls: list[dict[str, Any]] = []  # an agent's, under way when a worker was lost
         if task_id in inp.in_doubt:  # its call may have happened in the run's ended workflow
-            extra = {**extra, "in_doubt": True}
+            extra = {**extra, "in_doubt": inp.in_doubt_policy or True}
         while True:
             call = {"window": list(window) if window else None, "done": done_elements, **extra}
             grant = await self._grant(task_id, size) if inp.budget is not None else None
             if grant is not None:
                 call["grant"] = grant
-            args = self._args(task_id, call)
-            used: dict[str, Any] | None = None
             try:
-                async with self.slots:
-                    if task_id in inp.local and window is None:
-                        r: dict[str, Any] = await workflow.execute_local_activity(
-                            RUN_TASK,
-                            args=args,
-                            start_to_close_timeout=(
-                                timedelta(seconds=bound) if bound else _LOCAL_BOUND
-                            ),
-                            retry_policy=_ONCE,
-                        )
-                    else:
-                        r = await workflow.execute_activity(
-                            RUN_TASK,
-                            args=args,
-                            task_queue=inp.task_queue,
-                            start_to_close_timeout=(
-                                timedelta(seconds=bound) if bound else _UNBOUNDED
-                            ),
-                            heartbeat_timeout=timedelta(seconds=inp.heartbeat_s),
-                            retry_policy=_ONCE,
-                        )
+                async with self._counted(task_id, call):
+                    r = await self._activity(task_id, call, bound)
                 used = r.pop("budget", None)
                 if grant is not None:
                     r["budget"] = _added(spent or {}, self._settle(grant, used))
@@ -563,7 +574,7 @@ class RunWorkflow:
                         )
                     done_elements = _reported(cause, done_elements)
                     if task_id in inp.side_effects:  # its calls cut off are in doubt there
-                        extra = {**extra, "in_doubt": True}
+                        extra = {**extra, "in_doubt": extra.get("in_doubt") or True}
                     continue
                 return _with_spent(_failed(task_id, exc), spent, lost_calls)
             except BaseException:  # cancelled: what it held counts as made (it may have been)
@@ -629,6 +640,79 @@ class RunWorkflow:
             used = {"tool_calls": int(grant.get("held") or 0)}
         self.spent = _added(self.spent, {k: v for k, v in used.items() if k != "low"})
         return used
+
+    async def _activity(
+        self, task_id: str, call: dict[str, Any], bound: float | None
+    ) -> dict[str, Any]:
+        """One activity of ``task_id`` (a local one for a task that never blocks)."""
+        inp = self.inp
+        args = self._args(task_id, call)
+        async with self.slots:
+            if task_id in inp.local and call.get("window") is None:
+                r: dict[str, Any] = await workflow.execute_local_activity(
+                    RUN_TASK,
+                    args=args,
+                    start_to_close_timeout=(timedelta(seconds=bound) if bound else _LOCAL_BOUND),
+                    retry_policy=_ONCE,
+                )
+            else:
+                r = await workflow.execute_activity(
+                    RUN_TASK,
+                    args=args,
+                    task_queue=inp.task_queue,
+                    start_to_close_timeout=(timedelta(seconds=bound) if bound else _UNBOUNDED),
+                    heartbeat_timeout=timedelta(seconds=inp.heartbeat_s),
+                    retry_policy=_ONCE,
+                )
+        counted = r.pop("ledger", None)
+        if counted is not None:  # what it counted against the run's limits (see _counted)
+            call["counted"] = counted
+        return r
+
+    @contextlib.asynccontextmanager
+    async def _counted(self, task_id: str, call: dict[str, Any]) -> AsyncIterator[None]:
+        """Around an activity of ``task_id`` whose calls count against limits of the run
+        (``RunInput.limited``): one activity at a time per limit (its locks taken in the
+        same order everywhere), told the calls counted so far on each (``call["ledger"]``),
+        where its worker's runner checks and counts them as a run in one process does; what
+        it reports counted (``ledger`` in its result) stands for the next. An activity that
+        ends without a report (its worker lost) counts as one call on each: the limits fail
+        closed. Tasks without limits pass straight through."""
+        keys = sorted(set(self.inp.limited.get(task_id) or ()))
+        if not keys:
+            yield
+            return
+        locks = [self.counting.setdefault(k, asyncio.Lock()) for k in keys]
+        taken: list[asyncio.Lock] = []
+        try:
+            for lock in locks:
+                await lock.acquire()
+                taken.append(lock)
+            call["ledger"] = {k: list(self.ledger.get(k) or (0, None)) for k in keys}
+            try:
+                yield
+            except ActivityError as exc:
+                if isinstance(exc.cause, (TimeoutError, CancelledError)):
+                    self._unknown(keys)  # its worker was lost, or it was stopped, under it
+                raise  # else its worker could not run it: no call was made
+            except asyncio.CancelledError:
+                self._unknown(keys)
+                raise
+            counted = call.pop("counted", None)
+            for k in keys:
+                if isinstance(counted, dict) and isinstance(counted.get(k), list):
+                    self.ledger[k] = counted[k]
+        finally:
+            for lock in reversed(taken):
+                lock.release()
+
+    def _unknown(self, keys: list[str]) -> None:
+        """An activity that counted on ``keys`` ended without saying what it counted: at
+        least one call on each, now (the limits fail closed)."""
+        now = workflow.now().timestamp()
+        for k in keys:
+            calls, _ = self.ledger.get(k) or (0, None)
+            self.ledger[k] = [int(calls) + 1, now]
 
     async def _map(self, task_id: str) -> dict[str, Any]:
         """A map task: in one activity when its list is short, else in chunks of
