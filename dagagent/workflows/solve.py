@@ -1046,7 +1046,6 @@ async def solve(
                 and (budget.tool_calls is not None or agent_tasks),
                 "planner": planner is not None,
                 "conversation": conversation is not None,
-                "sub_solves": sub_solves,
                 "discovery": discovery is not None
                 and (discovery != ToolDiscovery() or discovery.embed is not None),
             },
@@ -1140,6 +1139,7 @@ async def _solve_on_temporal(
             deadline_s=options.get("deadline_s"),
             budget=options.get("budget"),
             price=price.model_dump() if price is not None else None,
+            sub_solves=bool(options.get("sub_solves")),
         )
     finally:
         if opened is not None and opened is not store:

@@ -11,6 +11,13 @@ the solve, its rounds, every model call (role, tokens, cost at the driver's pric
 the model wrote) and each round's run with its tasks, so ``show`` and the viewer read a
 solve on Temporal as a local one; the listeners hear the same events.
 
+**Sub-solves.** A round's run whose sub-solve tasks started child solves (the run's
+workflow lists them: its query ``sub_solves``): each is followed as the solve itself is, by a
+follower of its own, and recorded as a local sub-solve is: a solve of its own linked to its
+task (:class:`~dagagent.store.SolveLink`) at its depth, whose events reach the listeners
+wrapped in :class:`~dagagent.events.InSubSolve`, between ``SubSolveStarted`` and
+``SubSolveFinished``. The run is over for the driver once its sub-solves are recorded.
+
 The workflow does not need the driver: kill it, and the solve goes on on the workers;
 :func:`attach_solve` (``dagagent attach SOLVE``) picks it up. Interrupting the driver on
 purpose (Ctrl-C, cancelling the call) cancels the workflow, as for a plan run.
@@ -27,6 +34,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import anyio
+import anyio.abc
 import anyio.to_thread
 from temporalio.client import WorkflowExecutionStatus, WorkflowHandle
 from temporalio.exceptions import WorkflowAlreadyStartedError
@@ -35,12 +43,15 @@ from temporalio.service import RPCError, RPCStatusCode
 from ...budget import Prices
 from ...errors import ClusterError, ConfigError, JoinerError, LLMError, PlanningError, StoreError
 from ...events import (
+    InSubSolve,
     JoinerDecided,
     Listener,
     ModelCallFinished,
     RoundFinished,
     RoundStarted,
     RunFinished,
+    SubSolveFinished,
+    SubSolveStarted,
     get_logger,
 )
 from ...executors.temporal import TemporalExecutor, workflow_id
@@ -51,9 +62,10 @@ from ...planners import JoinDecision
 from ...results import ModelCall, RunResult, SolveStatus
 from ...run import execute
 from ...settings import RunSettings
+from ...store import SolveLink
 from ..solution import Round, Solution, SolveUsage
 from ._activities import _run_result
-from ._workflow import SOLVE_WORKFLOW, SolveInput
+from ._workflow import SOLVE_WORKFLOW, SOLVE_WORKFLOW_PREFIX, SolveInput
 
 if TYPE_CHECKING:
     from ...graph import PlanGraph
@@ -67,7 +79,7 @@ _QUERY_TIMEOUT_S = 5.0
 
 def solve_workflow_id(solve_id: str) -> str:
     """The id of the workflow that runs solve ``solve_id``."""
-    return f"dagagent-solve-{solve_id}"
+    return f"{SOLVE_WORKFLOW_PREFIX}{solve_id}"
 
 
 async def solve_on_temporal(
@@ -88,12 +100,15 @@ async def solve_on_temporal(
     deadline_s: float | None = None,
     budget: dict[str, Any] | None = None,
     price: dict[str, float] | None = None,
+    sub_solves: bool = False,
 ) -> Solution:
     """Start solve ``solve_id`` as a workflow and follow it to its end (see the module
     docstring). ``model``: the spec the workers build the model from; ``deadline_s``: the
     whole solve's time, kept by the workflow (workflow time, from its start); ``budget``: what
-    it may spend (``Budget`` JSON), its model's calls priced at ``price``."""
+    it may spend (``Budget`` JSON), its model's calls priced at ``price``; ``sub_solves``:
+    its plans may hold sub-solves, each a child solve workflow."""
     follower = _Follower(solve_id, executor, settings, store, listeners, prices)
+    follower.options = dict(options)
     async with executor.session():
         await executor._wait_for_workers()
         client = executor._client()
@@ -124,6 +139,7 @@ async def solve_on_temporal(
             deadline_s=deadline_s,
             budget=budget,
             price=price,
+            sub_solves=sub_solves,
         )
         await follower.write("start_solve", goal=goal, options=options)
         wid = solve_workflow_id(solve_id)
@@ -170,6 +186,10 @@ async def attach_solve(
                 ) from None
             raise ClusterError(f"cannot ask the Temporal server about {wid}: {exc}") from None
         executor.workflow_id = wid
+        if store is not None:  # what its sub-solves are recorded with
+            with contextlib.suppress(StoreError):
+                recorded = await anyio.to_thread.run_sync(store.get_solve, solve_id)
+                follower.options = dict(recorded.options or {})
         return await follower.follow(handle, cancel_on_stop=False)
 
 
@@ -230,6 +250,10 @@ class _Follower:
         self.not_recorded: list[str] = []
         self.solution: Solution | None = None
         self.log = get_logger(solve_id=solve_id)
+        #: The options the solve was started with (its sub-solves are recorded with them).
+        self.options: dict[str, Any] = {}
+        #: Its sub-solves, as they ended (what they used counts for it).
+        self.below: list[Solution] = []
 
     def emit(self, event: Any) -> None:
         for listener in self.listeners:
@@ -339,8 +363,11 @@ class _Follower:
         kind = step["step"]
         if kind == "start":
             self.goal = step["goal"]
+            if step.get("sub_solves"):  # its runs' sub-solves are followed too
+                self.options["sub_solves"] = True
             if self.store is not None and not await self._solve_recorded():
-                await self.write("start_solve", goal=self.goal, options={"executor": "temporal"})
+                options = {"executor": "temporal", **self.options}
+                await self.write("start_solve", goal=self.goal, options=options)
         elif kind == "round":
             n = step["round"]
             self.emit(
@@ -419,6 +446,20 @@ class _Follower:
         return True
 
     async def _run(self, plan: Plan, run_id: str, parent_id: str | None) -> RunResult:
+        """Round's run ``run_id`` and the sub-solves its tasks started, each followed and
+        recorded (see :meth:`_the_run` and :class:`_SubSolves`)."""
+        if not self.options.get("sub_solves"):
+            return await self._the_run(plan, run_id, parent_id)
+        async with anyio.create_task_group() as tg:
+            below = _SubSolves(self, run_id, tg)
+            watching = anyio.CancelScope()
+            tg.start_soon(below.watch, watching)
+            result = await self._the_run(plan, run_id, parent_id)
+            watching.cancel()
+            await below.last()  # those the watch had not seen yet; then each to its end
+        return result
+
+    async def _the_run(self, plan: Plan, run_id: str, parent_id: str | None) -> RunResult:
         """Round's run ``run_id``: followed and recorded as it goes (as ``execute`` records a
         run), or, when a driver before this one recorded part of it, taken whole from its
         workflow and recorded as it ended."""
@@ -488,6 +529,7 @@ class _Follower:
             planner=_usage(self.calls, "planner", "replanner"),
             agents=_usage(self.calls, "agent"),
             joiner=_usage(self.calls, "joiner"),
+            sub_solves=sum((s.usage.total for s in self.below), Usage()),
         )
         solution = Solution(
             solve_id=self.solve_id,
@@ -519,6 +561,120 @@ class _Follower:
         self.solution = solution
 
 
+class _SubSolves:
+    """The sub-solves of run ``run_id`` of ``owner``'s solve: each followed and recorded as
+    a solve of its own, linked to its task (see the module docstring)."""
+
+    def __init__(self, owner: _Follower, run_id: str, tg: anyio.abc.TaskGroup) -> None:
+        self.owner = owner
+        self.tg = tg
+        self.seen: set[str] = set()
+        self.handle: WorkflowHandle[Any, list[dict[str, Any]]] = (
+            owner.executor._client().get_workflow_handle(workflow_id(run_id), result_type=list)
+        )
+
+    async def watch(self, scope: anyio.CancelScope) -> None:
+        """Follow each sub-solve the run's workflow says it started, until ``scope`` is
+        cancelled (the run is over)."""
+        with scope:
+            while True:
+                try:
+                    started: list[dict[str, Any]] = await self.handle.query(
+                        "sub_solves", 0, rpc_timeout=timedelta(seconds=_QUERY_TIMEOUT_S)
+                    )
+                except Exception:  # not started yet, or no worker answered: asked again
+                    started = []
+                for child in started:
+                    self._follow(child)
+                await anyio.sleep(self.owner.executor.poll_s)
+
+    async def last(self) -> None:
+        """The run is over: the sub-solves its results name (those the watch missed, or
+        all of them when it had ended before this driver came) are followed too."""
+        try:
+            docs = await self.handle.result()
+        except Exception:  # it ended without results: its sub-solves were cancelled with it
+            return
+        for doc in docs:
+            for child in doc.get("sub_solves") or ():
+                self._follow(child)
+
+    def _follow(self, child: dict[str, Any]) -> None:
+        if child["solve_id"] not in self.seen:
+            self.seen.add(child["solve_id"])
+            self.tg.start_soon(self._child, child)
+
+    async def _child(self, child: dict[str, Any]) -> None:
+        owner = self.owner
+        child_id = child["solve_id"]
+        link = SolveLink(
+            solve_id=owner.solve_id,
+            run_id=child["run_id"],
+            task_id=child["task_id"],
+            element=child["element"],
+        )
+        where: dict[str, Any] = {
+            "solve_id": link.solve_id,
+            "run_id": link.run_id,
+            "task_id": link.task_id,
+            "element": link.element,
+        }
+        depth = int(child["depth"])
+
+        def forward(event: Any) -> None:
+            if isinstance(event, (SubSolveStarted, SubSolveFinished, InSubSolve)):
+                owner.emit(event)  # from further below: it says whose it is already
+            else:
+                owner.emit(InSubSolve(**where, child_id=child_id, depth=depth, event=event))
+
+        follower = _Follower(
+            child_id,
+            owner.executor,
+            owner.settings,
+            owner.store,
+            (forward,) if owner.listeners else (),
+            owner.prices,
+        )
+        follower.options = {**owner.options, "sub_solves": True}
+        for gone in ("budget", "deadline_s", "tools"):
+            follower.options.pop(gone, None)
+        for kept in ("budget", "deadline_s", "tools"):
+            if child.get(kept) is not None:
+                follower.options[kept] = child[kept]
+        if owner.store is not None and not await follower._solve_recorded():
+            await follower.write(
+                "start_solve",
+                goal=child["goal"],
+                options=follower.options,
+                parent=link,
+                depth=depth,
+            )
+        owner.emit(SubSolveStarted(**where, child_id=child_id, goal=child["goal"], depth=depth))
+        owner.log.info("solve.sub_solve", task_id=link.task_id, child=child_id)
+        handle: WorkflowHandle[Any, list[dict[str, Any]]] = (
+            owner.executor._client().get_workflow_handle(
+                solve_workflow_id(child_id), result_type=list
+            )
+        )
+        try:
+            await _started(handle, owner.executor.worker_timeout_s + 60.0)
+            solution = await follower.follow(handle, cancel_on_stop=False)
+        except ClusterError as exc:  # its task's result says how it ended
+            owner.log.warning("solve.not_recorded", what=f"sub-solve {child_id}", error=str(exc))
+            owner.not_recorded.append(f"sub-solve {child_id} ({exc})")
+            return
+        owner.below.append(solution)
+        owner.not_recorded.extend(f"sub-solve {child_id}: {n}" for n in solution.not_recorded)
+        owner.emit(
+            SubSolveFinished(
+                **where,
+                child_id=child_id,
+                status=solution.status.value,
+                reason=solution.reason,
+            )
+        )
+
+
 def _unreachable(workflow: str, exc: RPCError) -> ClusterError:
     """The server did not answer about ``workflow``: the solve goes on without this driver."""
     return ClusterError(
@@ -544,7 +700,6 @@ def refuse_unsupported(**given: Any) -> None:
         "the default planner",
         "conversation": "a turn of a conversation (--session): the workers plan without the "
         "turns before it",
-        "sub_solves": "sub-solves (--sub-solves): the workers do not run a solve inside a task",
         "discovery": "a tool discovery of your own (--max-tools, an embed function): the "
         "workers show tools to the model as the default discovery does",
     }

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from datetime import timedelta
 from typing import Any
 
@@ -36,12 +36,26 @@ from temporalio.workflow import ParentClosePolicy
 from ...executors.temporal import workflow_id
 from ...executors.temporal._workflow import WORKFLOW as RUN_WORKFLOW, RunInput
 
-__all__ = ["JOIN", "PLAN", "REPLAN", "SOLVE_WORKFLOW", "STEPS_BATCH", "SolveInput", "SolveWorkflow"]
+__all__ = [
+    "CARVE",
+    "JOIN",
+    "PLAN",
+    "REPLAN",
+    "SOLVE_WORKFLOW",
+    "SOLVE_WORKFLOW_PREFIX",
+    "STEPS_BATCH",
+    "SolveInput",
+    "SolveWorkflow",
+]
 
 SOLVE_WORKFLOW = "dagagent.solve"
 PLAN = "dagagent.solve.plan"
 REPLAN = "dagagent.solve.replan"
 JOIN = "dagagent.solve.join"
+#: The local activity that carves a sub-solve's budget from its parent's.
+CARVE = "dagagent.solve.carve"
+#: A solve's workflow id is this and the solve's id.
+SOLVE_WORKFLOW_PREFIX = "dagagent-solve-"
 #: A query of the solve's steps returns at most this many.
 STEPS_BATCH = 50
 
@@ -81,6 +95,13 @@ class SolveInput:
     #: tokens) as the driver's price table gives it: the cost of every call, on every worker
     #: and in every replay. ``None``: the model has no price.
     price: dict[str, float] | None = None
+    #: Plans may hold sub-solves (``"solve": true``): each runs as a child solve workflow of
+    #: the round's run, ``depth`` below this one (a top solve is at depth 0), down to
+    #: ``MAX_SOLVE_DEPTH``.
+    sub_solves: bool = False
+    depth: int = 0
+    #: The tools the solve may plan with (a sub-solve task's ``tools``); ``None``: all.
+    tools: list[str] | None = None
 
 
 class _Expired(Exception):
@@ -137,7 +158,7 @@ class SolveWorkflow:
         self._step("closed", round=n, run_id=run_id, outcome=outcome, reason=reason)
 
     def _end(self, status: str, reason: str, **more: Any) -> list[dict[str, Any]]:
-        self._step("end", status=status, reason=reason, **more)
+        self._step("end", status=status, reason=reason, spent=dict(self.spent), **more)
         return self.steps
 
     @workflow.run
@@ -180,7 +201,13 @@ class SolveWorkflow:
         return left
 
     async def _rounds(self, inp: SolveInput) -> list[dict[str, Any]]:
-        self._step("start", solve_id=inp.solve_id, goal=inp.goal, max_rounds=inp.max_rounds)
+        self._step(
+            "start",
+            solve_id=inp.solve_id,
+            goal=inp.goal,
+            max_rounds=inp.max_rounds,
+            sub_solves=inp.sub_solves,
+        )
         outputs: dict[str, Any] = {}
         previous: dict[str, Any] | None = None
         feedback: str | None = None
@@ -221,11 +248,20 @@ class SolveWorkflow:
             self._left()  # a run never starts after the deadline
             self._step("planned", round=n, run_id=run_id, plan=plan, parent_id=parent_id)
             self.round = (n, run_id)
+            run_input = replace(RunInput(**planned["run_input"]), deadline_at=self.deadline_at)
+            if inp.sub_solves:  # its sub-solve tasks: child solves of the run's workflow
+                run_input.sub_solve = {
+                    "input": asdict(inp),
+                    "workflow": SOLVE_WORKFLOW,
+                    "id_prefix": SOLVE_WORKFLOW_PREFIX,
+                    "carve": CARVE,
+                    "spent": dict(self.spent),
+                }
             try:
                 # the run keeps the deadline itself, and ends with what finished by then
                 results: list[dict[str, Any]] = await workflow.execute_child_workflow(
                     RUN_WORKFLOW,
-                    replace(RunInput(**planned["run_input"]), deadline_at=self.deadline_at),
+                    run_input,
                     id=workflow_id(run_id),
                     task_queue=inp.task_queue,
                     result_type=list,
@@ -238,6 +274,7 @@ class SolveWorkflow:
                 self._close(n, run_id, "failed", reason)
                 return self._end("failed", reason)
             self._agent_calls(n, results)
+            self._sub_solves_spent(results)
             self._step("ran", round=n, run_id=run_id)
             self.kept += sum(1 for r in results if r["status"] in _OK)
             try:
@@ -358,6 +395,14 @@ class SolveWorkflow:
         self.seq += len(calls)
         self._step("calls", round=n, calls=calls)
 
+    def _sub_solves_spent(self, results: list[dict[str, Any]]) -> None:
+        """What the round's sub-solves spent (they came with their tasks' results): spent by
+        this solve too."""
+        for r in results:
+            for child in r.pop("sub_solves", None) or ():
+                for k, v in (child.get("spent") or {}).items():
+                    self.spent[k] = self.spent.get(k, 0) + v
+
     async def _model_step(
         self, name: str, n: int, ask: dict[str, Any], *, final: bool = False
     ) -> dict[str, Any]:
@@ -380,6 +425,8 @@ class SolveWorkflow:
             "price": inp.price,
             "spent": dict(self.spent),
             "final": final,
+            "solve_depth": inp.depth if inp.sub_solves else None,
+            "tools": inp.tools,
         }
         left = self._left()
         step = workflow.start_activity(
