@@ -11,17 +11,24 @@ have the same shape, ids apart.
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
+import subprocess
+import sys
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from typer.testing import CliRunner
 
 import dagagent
+import dagagent.cli
 from dagagent.events import InSubSolve, SubSolveFinished, SubSolveStarted
 from dagagent.llm import OpenAIChat, wire
 from dagagent.settings import RunSettings, TaskRetryPolicy
@@ -34,7 +41,7 @@ from llm_server import LLMTestServer, Recorded, Reply
 from dagagent.executors.temporal import TemporalExecutor, workflow_id
 from dagagent.workflows.temporal_solve import attach_solve, solve_workflow_id
 
-from .temporal_fixtures import TOOLS, Workers
+from .temporal_fixtures import ROOT, TOOLS, Workers
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio_only("Temporal's client runs on asyncio")]
 
@@ -126,7 +133,8 @@ def executor(workers: Workers) -> TemporalExecutor:
 
 def _norm(value: Any) -> Any:
     """``value`` with every id (12 hex digits) as ``<id>``."""
-    return json.loads(_ID.sub("<id>", json.dumps(value, default=str)))
+    normalised: Any = json.loads(_ID.sub("<id>", json.dumps(value, default=str)))
+    return normalised
 
 
 def _task(r: Any) -> list[Any]:
@@ -424,3 +432,164 @@ def test_ask_with_sub_solves_on_temporal_and_show_lists_them(
     assert "task best: 2 sub-solves (dagagent show ID)" in shown.stdout
     assert re.search(r"\[0\] [0-9a-f]{12} answered: Acme", shown.stdout), shown.stdout
     assert re.search(r"\[1\] [0-9a-f]{12} answered: Bolt", shown.stdout), shown.stdout
+
+
+def _wait_for_start(where: Path) -> None:
+    """Until the held tool has started (its marker file exists)."""
+    while not temporal_tools.started(where, "w"):
+        time.sleep(0.02)
+
+
+def _held(where: Path) -> Router:
+    """A solve whose one sub-solve holds a tool (``hold``, named ``w``) until ``where/w.go``
+    exists."""
+    child_goal = "Find the best supplier in EU"
+    return Router(
+        {
+            GOAL: {
+                "tasks": [
+                    {"id": "best", "instruction": child_goal, "solve": True, "tools": ["hold"]}
+                ]
+            },
+            child_goal: {
+                "tasks": [
+                    {"id": "wait", "tool": "hold", "args": {"name": "w", "where": str(where)}}
+                ]
+            },
+        },
+        {
+            GOAL: {"action": "finish", "answer": "EU: Acme", "cites": ["best"]},
+            child_goal: {"action": "finish", "answer": "Acme", "cites": ["wait"]},
+        },
+    )
+
+
+@pytest.mark.anyio
+async def test_a_worker_killed_under_a_sub_solve_s_task_the_sub_solve_goes_on(
+    own_workers: Workers, model_server: LLMTestServer, tmp_path: Path
+) -> None:
+    """SIGKILL the worker running the tool of a sub-solve's task: the task runs again on the
+    other worker, the sub-solve finishes, and no model call is made twice."""
+    own_workers.start(2)
+    router = _held(tmp_path)
+    model_server.responder = router
+    ex = TemporalExecutor(
+        own_workers.address,
+        task_queue=own_workers.queue,
+        payloads=own_workers.payloads,
+        heartbeat_s=1.0,
+    )
+    solutions: list[dagagent.Solution] = []
+
+    async def solve() -> None:
+        async with OpenAIChat(
+            "gpt-test", base_url=f"{model_server.url}/v1", api_key=DRIVER_KEY
+        ) as llm:
+            solutions.append(
+                await dagagent.solve(
+                    GOAL,
+                    temporal_tools.registry,
+                    llm,
+                    settings=RunSettings(executor=ex, on_failure="continue", retry=FAST_RETRY),
+                    store=tmp_path / "runs.db",
+                    sub_solves=True,
+                )
+            )
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(solve)
+        await anyio.to_thread.run_sync(_wait_for_start, tmp_path)
+        [pid] = temporal_tools.started(tmp_path, "w")
+        victim = next(p for p in own_workers.procs if p.pid == pid)
+        victim.send_signal(signal.SIGKILL)
+        victim.wait()
+        (tmp_path / "w.go").touch()
+    [solution] = solutions
+    assert solution.status.value == "answered", solution.reason
+    assert solution.answer == "EU: Acme"
+    assert set(router.seen.values()) == {1}  # each model call made once
+    [survivor] = [p.pid for p in own_workers.procs if p.pid != pid]
+    with dagagent.RunStore(tmp_path / "runs.db") as runs:
+        [child] = runs.get_solve(solution.solve_id).children
+        assert (child.status, child.answer) == ("answered", "Acme")
+        record = runs.get_solve(child.solve_id)
+        run = runs.get_run(record.run_id or "")
+        assert run.tasks["wait"].output == {"pid": survivor}  # run again on the other worker
+
+
+def test_the_driver_killed_during_a_sub_solve_attach_records_it(
+    own_workers: Workers, model_server: LLMTestServer, tmp_path: Path
+) -> None:
+    """SIGKILL ``dagagent ask --sub-solves --executor temporal`` while its sub-solve holds a
+    tool: the solve and its sub-solve finish on the workers; ``dagagent attach`` of the
+    parent follows the sub-solve too and records it, no model call made twice."""
+    own_workers.start(1)
+    router = _held(tmp_path)
+    model_server.responder = router
+    store = tmp_path / "runs.db"
+    temporal = [
+        "--temporal-address",
+        own_workers.address,
+        "--task-queue",
+        own_workers.queue,
+        "--payload-store",
+        str(own_workers.payloads),
+    ]
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("DAGAGENT_", "OPENAI_"))},
+        "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")]),
+        "OPENAI_API_KEY": DRIVER_KEY,
+    }
+    driver = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "dagagent",
+            "ask",
+            GOAL,
+            "--tools",
+            TOOLS,
+            "--model",
+            "openai:gpt-test",
+            "--base-url",
+            f"{model_server.url}/v1",
+            "--store",
+            str(store),
+            "--sub-solves",
+            "--executor",
+            "temporal",
+            *temporal,
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+        cwd=tmp_path,
+    )
+    try:
+        while not temporal_tools.started(tmp_path, "w"):
+            assert driver.poll() is None, "the driver ended before the sub-solve held its tool"
+        driver.kill()
+    finally:
+        driver.kill()
+        driver.wait()
+    (tmp_path / "w.go").touch()
+    with dagagent.RunStore(store) as runs:
+        [summary] = [s for s in runs.list_solves() if s.goal == GOAL]
+        solve_id = summary.solve_id
+    result = CliRunner().invoke(
+        dagagent.cli.app, ["attach", solve_id, "--store", str(store), "--json", *temporal]
+    )
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["answer"] == "EU: Acme"
+    assert set(router.seen.values()) == {1}  # each model call made once
+    with dagagent.RunStore(store) as runs:
+        record = runs.get_solve(solve_id)
+        assert record.status == "answered"
+        [child] = record.children
+        assert (child.link.task_id, child.status, child.answer) == ("best", "answered", "Acme")
+        below = runs.get_solve(child.solve_id)
+        assert below.depth == 1 and below.status == "answered"
+        assert [c.role for c in below.calls] == ["planner", "joiner"]
+        run = runs.get_run(below.run_id or "")
+        assert run.tasks["wait"].output == {"pid": own_workers.procs[0].pid}
