@@ -156,7 +156,7 @@ def shape(runs: dagagent.RunStore, solve_id: str) -> dict[str, Any]:
         tasks.append({t: _task(r) for t, r in sorted(run.tasks.items())})
     options = record.options or {}
     children = sorted(record.children, key=lambda c: (c.link.task_id, c.link.element or 0))
-    return _norm(
+    found: dict[str, Any] = _norm(
         {
             "goal": record.goal,
             "status": record.status,
@@ -173,6 +173,7 @@ def shape(runs: dagagent.RunStore, solve_id: str) -> dict[str, Any]:
             "children": [shape(runs, c.solve_id) for c in children],
         }
     )
+    return found
 
 
 async def both(
@@ -593,3 +594,31 @@ def test_the_driver_killed_during_a_sub_solve_attach_records_it(
         assert [c.role for c in below.calls] == ["planner", "joiner"]
         run = runs.get_run(below.run_id or "")
         assert run.tasks["wait"].output == {"pid": own_workers.procs[0].pid}
+
+
+@pytest.mark.anyio
+async def test_a_sub_solve_s_deadline_is_its_task_s_timeout_as_locally(
+    workers: Workers, model_server: LLMTestServer, tmp_path: Path
+) -> None:
+    """A sub-solve task's ``timeout_s`` is its solve's deadline: the solve's run is stopped
+    when it passes, the solve ends ``timed_out`` and its task fails saying so, as locally."""
+    router = _held(tmp_path)
+    router.plans[GOAL]["tasks"][0]["timeout_s"] = 1.0
+    router.answers[GOAL] = {"action": "finish", "answer": "no supplier found", "cites": []}
+    try:
+        local, durable, _, _ = await both(model_server, workers, tmp_path, router)
+    finally:
+        (tmp_path / "w.go").touch()  # the held tool's threads may end
+    # the task the deadline stopped is cancelled on both; its record's words differ between
+    # a local run and a run on Temporal (sub-solve or not), so they are left out here
+    for side in (local, durable):
+        (wait,) = (run["wait"] for run in side["children"][0].pop("runs"))
+        assert wait[0] == "cancelled"
+    assert durable == local
+    (child,) = durable["children"]
+    assert child["status"] == "timed_out"
+    assert child["reason"].startswith("the deadline passed in round 1 (1.0 s into the solve)")
+    best = durable["runs"][0]["best"]
+    assert best[0] == "failed" and best[3] == "SubSolveError"
+    assert best[2].startswith("sub-solve <id> of task 'best' ended timed_out: the deadline passed")
+    assert durable["status"] == "answered"

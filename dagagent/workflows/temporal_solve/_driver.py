@@ -448,7 +448,9 @@ class _Follower:
     async def _run(self, plan: Plan, run_id: str, parent_id: str | None) -> RunResult:
         """Round's run ``run_id`` and the sub-solves its tasks started, each followed and
         recorded (see :meth:`_the_run` and :class:`_SubSolves`)."""
-        if not self.options.get("sub_solves"):
+        if not self.options.get("sub_solves") or not any(
+            getattr(t, "solve", False) for t in plan.tasks
+        ):
             return await self._the_run(plan, run_id, parent_id)
         async with anyio.create_task_group() as tg:
             below = _SubSolves(self, run_id, tg)
@@ -659,9 +661,11 @@ class _SubSolves:
         try:
             await _started(handle, owner.executor.worker_timeout_s + 60.0)
             solution = await follower.follow(handle, cancel_on_stop=False)
-        except ClusterError as exc:  # its task's result says how it ended
-            owner.log.warning("solve.not_recorded", what=f"sub-solve {child_id}", error=str(exc))
-            owner.not_recorded.append(f"sub-solve {child_id} ({exc})")
+        except ClusterError as exc:  # stopped with its task (a deadline, a cancelled run)
+            owner.log.warning("solve.sub_solve_stopped", child=child_id, error=str(exc))
+            await follower.write(
+                "finish_solve", status="cancelled", reason=f"the sub-solve was stopped: {exc}"
+            )
             return
         owner.below.append(solution)
         owner.not_recorded.extend(f"sub-solve {child_id}: {n}" for n in solution.not_recorded)
