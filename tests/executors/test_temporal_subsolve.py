@@ -622,3 +622,41 @@ async def test_a_sub_solve_s_deadline_is_its_task_s_timeout_as_locally(
     assert best[0] == "failed" and best[3] == "SubSolveError"
     assert best[2].startswith("sub-solve <id> of task 'best' ended timed_out: the deadline passed")
     assert durable["status"] == "answered"
+
+
+@pytest.mark.anyio
+async def test_the_parent_s_deadline_stops_its_sub_solve_and_its_record_says_so(
+    workers: Workers, model_server: LLMTestServer, tmp_path: Path
+) -> None:
+    """The parent's deadline passes while its sub-solve runs: the parent ends ``timed_out``
+    and the sub-solve's record ends too, never left ``running``: stopped with its task
+    (``cancelled``, as a local sub-solve stopped with its parent), or ``timed_out`` when its
+    own deadline (the parent's) came first; which of the two is a race, locally too."""
+    router = _held(tmp_path)
+    model_server.responder = router
+    store = tmp_path / "runs.db"
+    try:
+        async with OpenAIChat(
+            "gpt-test", base_url=f"{model_server.url}/v1", api_key=DRIVER_KEY
+        ) as llm:
+            solution = await dagagent.solve(
+                GOAL,
+                temporal_tools.registry,
+                llm,
+                settings=RunSettings(executor=executor(workers), on_failure="continue"),
+                store=store,
+                sub_solves=True,
+                deadline_s=1.5,
+            )
+    finally:
+        (tmp_path / "w.go").touch()
+    assert solution.status.value == "timed_out"
+    with dagagent.RunStore(store) as runs:
+        found = shape(runs, solution.solve_id)
+    (child,) = found["children"]
+    ended = (child["status"], child["rounds"][0][0])
+    assert ended in (("cancelled", "cancelled"), ("timed_out", "timed_out")), child
+    if ended[0] == "cancelled":
+        assert child["reason"] == "the solve was stopped"
+    (run,) = child["runs"]  # the round keeps its run
+    assert run["wait"][0] == "cancelled"

@@ -252,6 +252,8 @@ class _Follower:
         self.log = get_logger(solve_id=solve_id)
         #: The options the solve was started with (its sub-solves are recorded with them).
         self.options: dict[str, Any] = {}
+        #: The run each round started (by round number), once it started.
+        self.runs_started: dict[int, str] = {}
         #: Its sub-solves, as they ended (what they used counts for it).
         self.below: list[Solution] = []
 
@@ -307,7 +309,7 @@ class _Follower:
             await self.write(
                 "record_round",
                 round=rnd.number,
-                run_id=rnd.run_id,
+                run_id=rnd.run_id or self.runs_started.get(rnd.number),
                 outcome="cancelled",
                 reason="the solve was stopped",
                 feedback=rnd.feedback,
@@ -393,6 +395,7 @@ class _Follower:
             rnd = self._round(step["round"])
             rnd.plan = Plan.model_validate(step["plan"])
             if step["run_id"] is not None:
+                self.runs_started[rnd.number] = step["run_id"]
                 rnd.result = await self._run(rnd.plan, step["run_id"], step.get("parent_id"))
         elif kind == "joined":
             rnd = self._round(step["round"])
@@ -663,20 +666,13 @@ class _SubSolves:
             solution = await follower.follow(handle, cancel_on_stop=False)
         except ClusterError as exc:  # stopped with its task (a deadline, a cancelled run)
             owner.log.warning("solve.sub_solve_stopped", child=child_id, error=str(exc))
-            await follower.write(
-                "finish_solve", status="cancelled", reason=f"the sub-solve was stopped: {exc}"
-            )
-            return
-        owner.below.append(solution)
-        owner.not_recorded.extend(f"sub-solve {child_id}: {n}" for n in solution.not_recorded)
-        owner.emit(
-            SubSolveFinished(
-                **where,
-                child_id=child_id,
-                status=solution.status.value,
-                reason=solution.reason,
-            )
-        )
+            await follower._stopped()  # as a local sub-solve stopped with its parent
+            status, reason = "cancelled", "the solve was stopped"
+        else:
+            owner.below.append(solution)
+            owner.not_recorded.extend(f"sub-solve {child_id}: {n}" for n in solution.not_recorded)
+            status, reason = solution.status.value, solution.reason
+        owner.emit(SubSolveFinished(**where, child_id=child_id, status=status, reason=reason))
 
 
 def _unreachable(workflow: str, exc: RPCError) -> ClusterError:
