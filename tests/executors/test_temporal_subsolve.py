@@ -137,6 +137,39 @@ def _norm(value: Any) -> Any:
     return normalised
 
 
+async def replay(workers: Workers, solution: dagagent.Solution, store: Path, children: int) -> None:
+    """Replay the history of the first round's run of ``solution`` (which started
+    ``children`` sub-solves) and of each sub-solve (as ``store`` records them), as a worker
+    taking them over would: Temporal raises if a workflow decides differently."""
+    from temporalio.worker import Replayer
+    from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+
+    from dagagent.executors.temporal._workflow import RunWorkflow
+    from dagagent.workflows.temporal_solve import SolveWorkflow
+
+    ex = executor(workers)
+    async with ex.session():
+        client = ex._client()
+        replayer = Replayer(
+            workflows=[SolveWorkflow, RunWorkflow],
+            data_converter=client.data_converter,
+            workflow_runner=SandboxedWorkflowRunner(
+                restrictions=SandboxRestrictions.default.with_passthrough_modules("dagagent")
+            ),
+        )
+        run_id = solution.rounds[0].run_id or ""
+        history = await client.get_workflow_handle(workflow_id(run_id)).fetch_history()
+        kinds = [e.WhichOneof("attributes") for e in history.events]
+        started = kinds.count("start_child_workflow_execution_initiated_event_attributes")
+        assert started == children
+        await replayer.replay_workflow(history)
+        with dagagent.RunStore(store) as runs:
+            below = runs.child_solves(solution.solve_id)
+        for child in below:
+            handle = client.get_workflow_handle(solve_workflow_id(child.solve_id))
+            await replayer.replay_workflow(await handle.fetch_history())
+
+
 def _task(r: Any) -> list[Any]:
     found = [r.status.value, r.output, r.error, r.error_type, r.args]
     if r.elements:
@@ -257,30 +290,7 @@ async def test_a_map_of_sub_solves_runs_as_child_solve_workflows_recorded_as_loc
 
     # the new workflows replay as they ran: the round's run (its local activities and
     # child solve workflows) and a child solve
-    from temporalio.worker import Replayer
-    from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
-
-    from dagagent.executors.temporal._workflow import RunWorkflow
-    from dagagent.workflows.temporal_solve import SolveWorkflow
-
-    ex = executor(workers)
-    async with ex.session():
-        client = ex._client()
-        run_id = solution.rounds[0].run_id or ""
-        replayer = Replayer(
-            workflows=[SolveWorkflow, RunWorkflow],
-            data_converter=client.data_converter,
-            workflow_runner=SandboxedWorkflowRunner(
-                restrictions=SandboxRestrictions.default.with_passthrough_modules("dagagent")
-            ),
-        )
-        run_history = await client.get_workflow_handle(workflow_id(run_id)).fetch_history()
-        events_of_run = [e.WhichOneof("attributes") for e in run_history.events]
-        assert events_of_run.count("start_child_workflow_execution_initiated_event_attributes") == 2
-        await replayer.replay_workflow(run_history)
-        child = next(e.child_id for e in started)
-        child_history = await client.get_workflow_handle(solve_workflow_id(child)).fetch_history()
-        await replayer.replay_workflow(child_history)
+    await replay(workers, solution, tmp_path / "temporal.db", children=2)
 
 
 @pytest.mark.anyio
@@ -336,6 +346,8 @@ async def test_a_sub_solve_s_budget_is_carved_from_its_parent_s_as_locally(
     assert child["status"] == "answered"
     assert solution.usage.sub_solves.calls == 2
     assert durable["status"] == "answered"
+    # the run's history with a carved budget (one more local activity) replays too
+    await replay(workers, solution, tmp_path / "temporal.db", children=1)
 
 
 @pytest.mark.anyio

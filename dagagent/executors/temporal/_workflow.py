@@ -736,14 +736,15 @@ class RunWorkflow:
                 "deadline_s": left,
             }
             try:
-                steps: list[dict[str, Any]] = await workflow.execute_child_workflow(
-                    ctx["workflow"],
-                    child,
-                    id=f"{ctx['id_prefix']}{child_id}",
-                    task_queue=self.inp.task_queue,
-                    result_type=list,
-                    parent_close_policy=ParentClosePolicy.REQUEST_CANCEL,
-                )
+                async with self.slots:  # a child is pending as an activity is (max_running)
+                    steps: list[dict[str, Any]] = await workflow.execute_child_workflow(
+                        ctx["workflow"],
+                        child,
+                        id=f"{ctx['id_prefix']}{child_id}",
+                        task_queue=self.inp.task_queue,
+                        result_type=list,
+                        parent_close_policy=ParentClosePolicy.REQUEST_CANCEL,
+                    )
             except ChildWorkflowError as exc:
                 if isinstance(exc.cause, CancelledError):  # this run cancelled it
                     raise asyncio.CancelledError from None
