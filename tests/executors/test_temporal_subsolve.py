@@ -37,6 +37,7 @@ pytest.importorskip("temporalio")
 
 import temporal_tools  # the workers import it too
 from llm_server import LLMTestServer, Recorded, Reply
+from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
 
 from dagagent.executors.temporal import TemporalExecutor, workflow_id
 from dagagent.workflows.temporal_solve import attach_solve, solve_workflow_id
@@ -672,3 +673,59 @@ async def test_the_parent_s_deadline_stops_its_sub_solve_and_its_record_says_so(
         assert child["reason"] == "the solve was stopped"
     (run,) = child["runs"]  # the round keeps its run
     assert run["wait"][0] == "cancelled"
+
+
+@pytest.mark.anyio
+async def test_stopping_the_driver_stops_the_sub_solve_and_records_it_cancelled(
+    workers: Workers, model_server: LLMTestServer, tmp_path: Path
+) -> None:
+    """Cancelling the solve's call (Ctrl-C) while its sub-solve runs cancels the solve on the
+    workers, and the sub-solve with it: both are recorded ``cancelled``, as locally."""
+    router = _held(tmp_path)
+    model_server.responder = router
+    store = tmp_path / "runs.db"
+    ex = executor(workers)
+    followed = anyio.Event()  # the driver follows the sub-solve
+
+    def listen(event: Any) -> None:
+        if isinstance(event, SubSolveStarted):
+            followed.set()
+
+    try:
+        async with (
+            OpenAIChat("gpt-test", base_url=f"{model_server.url}/v1", api_key=DRIVER_KEY) as llm,
+            anyio.create_task_group() as tg,
+        ):
+
+            async def solve() -> None:
+                await dagagent.solve(
+                    GOAL,
+                    temporal_tools.registry,
+                    llm,
+                    settings=RunSettings(executor=ex, on_failure="continue"),
+                    store=store,
+                    sub_solves=True,
+                    listeners=[listen],
+                )
+
+            tg.start_soon(solve)
+            await followed.wait()
+            await anyio.to_thread.run_sync(_wait_for_start, tmp_path)
+            tg.cancel_scope.cancel()
+        with dagagent.RunStore(store) as runs:
+            [parent] = [s for s in runs.list_solves() if s.goal == GOAL]
+            record = runs.get_solve(parent.solve_id)
+            assert (record.status, record.reason) == ("cancelled", "the solve was stopped")
+            [child] = record.children
+            below = runs.get_solve(child.solve_id)
+            assert (below.status, below.reason) == ("cancelled", "the solve was stopped")
+            assert {r.outcome for r in below.rounds} <= {"cancelled"}  # none left running
+        # the sub-solve's workflow was cancelled on the server too (its held tool holds)
+        async with ex.session():
+            handle = ex._client().get_workflow_handle(solve_workflow_id(child.solve_id))
+            with pytest.raises(WorkflowFailureError):
+                await handle.result()
+            described = await handle.describe()
+            assert described.status is WorkflowExecutionStatus.CANCELED
+    finally:
+        (tmp_path / "w.go").touch()

@@ -109,6 +109,7 @@ async def solve_on_temporal(
     its plans may hold sub-solves, each a child solve workflow."""
     follower = _Follower(solve_id, executor, settings, store, listeners, prices)
     follower.options = dict(options)
+    follower.stopping = True
     async with executor.session():
         await executor._wait_for_workers()
         client = executor._client()
@@ -252,6 +253,8 @@ class _Follower:
         self.log = get_logger(solve_id=solve_id)
         #: The options the solve was started with (its sub-solves are recorded with them).
         self.options: dict[str, Any] = {}
+        #: Whether stopping this driver stops the solve (and its sub-solves) on the workers.
+        self.stopping = False
         #: The run each round started (by round number), once it started.
         self.runs_started: dict[int, str] = {}
         #: Its sub-solves, as they ended (what they used counts for it).
@@ -459,7 +462,12 @@ class _Follower:
             below = _SubSolves(self, run_id, tg)
             watching = anyio.CancelScope()
             tg.start_soon(below.watch, watching)
-            result = await self._the_run(plan, run_id, parent_id)
+            try:
+                result = await self._the_run(plan, run_id, parent_id)
+            except anyio.get_cancelled_exc_class():
+                if self.stopping:  # those under way stop with the solve
+                    await below.stopped()
+                raise
             watching.cancel()
             await below.last()  # those the watch had not seen yet; then each to its end
         return result
@@ -609,7 +617,9 @@ class _SubSolves:
             self.seen.add(child["solve_id"])
             self.tg.start_soon(self._child, child)
 
-    async def _child(self, child: dict[str, Any]) -> None:
+    async def _begin(self, child: dict[str, Any]) -> tuple[_Follower, dict[str, Any]]:
+        """The follower of sub-solve ``child``, its start recorded (linked to its task), and
+        where it comes from (the fields of its events)."""
         owner = self.owner
         child_id = child["solve_id"]
         link = SolveLink(
@@ -641,6 +651,7 @@ class _SubSolves:
             owner.prices,
         )
         follower.options = {**owner.options, "sub_solves": True}
+        follower.stopping = owner.stopping
         for gone in ("budget", "deadline_s", "tools"):
             follower.options.pop(gone, None)
         for kept in ("budget", "deadline_s", "tools"):
@@ -654,8 +665,31 @@ class _SubSolves:
                 parent=link,
                 depth=depth,
             )
+        return follower, where
+
+    async def stopped(self) -> None:
+        """The driver stops the solve while the run is under way: the sub-solves the run
+        started that the watch had not seen yet are recorded, stopped with it."""
+        with anyio.CancelScope(shield=True), anyio.move_on_after(_QUERY_TIMEOUT_S):
+            try:
+                started: list[dict[str, Any]] = await self.handle.query(
+                    "sub_solves", 0, rpc_timeout=timedelta(seconds=_QUERY_TIMEOUT_S)
+                )
+            except Exception:  # no worker answered: they are not recorded
+                return
+            for child in started:
+                if child["solve_id"] not in self.seen:
+                    self.seen.add(child["solve_id"])
+                    follower, _ = await self._begin(child)
+                    await follower._stopped()
+
+    async def _child(self, child: dict[str, Any]) -> None:
+        owner = self.owner
+        child_id = child["solve_id"]
+        depth = int(child["depth"])
+        follower, where = await self._begin(child)
         owner.emit(SubSolveStarted(**where, child_id=child_id, goal=child["goal"], depth=depth))
-        owner.log.info("solve.sub_solve", task_id=link.task_id, child=child_id)
+        owner.log.info("solve.sub_solve", task_id=child["task_id"], child=child_id)
         handle: WorkflowHandle[Any, list[dict[str, Any]]] = (
             owner.executor._client().get_workflow_handle(
                 solve_workflow_id(child_id), result_type=list
@@ -664,15 +698,36 @@ class _SubSolves:
         try:
             await _started(handle, owner.executor.worker_timeout_s + 60.0)
             solution = await follower.follow(handle, cancel_on_stop=False)
-        except ClusterError as exc:  # stopped with its task (a deadline, a cancelled run)
+        except ClusterError as exc:
+            if not await _ended(handle, owner.executor.worker_timeout_s):
+                raise  # no worker, or no server: it goes on without this driver
+            # stopped with its task (a deadline, a cancelled run), as a local sub-solve
+            # stopped with its parent
             owner.log.warning("solve.sub_solve_stopped", child=child_id, error=str(exc))
-            await follower._stopped()  # as a local sub-solve stopped with its parent
+            await follower._stopped()
             status, reason = "cancelled", "the solve was stopped"
+        except anyio.get_cancelled_exc_class():
+            if owner.stopping:  # the driver stops the solve, and so this one with it
+                with anyio.CancelScope(shield=True):
+                    await follower._stopped()
+            raise
         else:
             owner.below.append(solution)
             owner.not_recorded.extend(f"sub-solve {child_id}: {n}" for n in solution.not_recorded)
             status, reason = solution.status.value, solution.reason
         owner.emit(SubSolveFinished(**where, child_id=child_id, status=status, reason=reason))
+
+
+async def _ended(handle: WorkflowHandle[Any, Any], within_s: float) -> bool:
+    """Whether the workflow ``handle`` names has ended (waiting up to ``within_s`` for a
+    workflow that is being stopped to end)."""
+    with anyio.move_on_after(within_s), contextlib.suppress(Exception):
+        await handle.result()  # its end, however it ended
+    try:
+        described = await handle.describe()
+    except RPCError:
+        return False
+    return described.status not in (None, WorkflowExecutionStatus.RUNNING)
 
 
 def _unreachable(workflow: str, exc: RPCError) -> ClusterError:

@@ -30,7 +30,12 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    CancelledError,
+    ChildWorkflowError,
+)
 from temporalio.workflow import ParentClosePolicy
 
 from ...executors.temporal import workflow_id
@@ -268,6 +273,8 @@ class SolveWorkflow:
                     parent_close_policy=ParentClosePolicy.REQUEST_CANCEL,
                 )
             except ChildWorkflowError as exc:
+                if isinstance(exc.cause, CancelledError):  # with this solve (a sub-solve's
+                    raise asyncio.CancelledError from None  # parent was stopped, say)
                 cause = exc.cause or exc
                 reason = f"round {n}: run {run_id} ended without finishing: {cause}"
                 self._step("ran", round=n, run_id=run_id)
