@@ -675,9 +675,8 @@ class RunWorkflow:
             if isinstance(exc.cause, CancelledError):
                 raise asyncio.CancelledError from None
             return _failed(task_id, exc)
-        mine = [c for c in self.children[started:] if c["task_id"] == task_id]
-        spent = {o["solve_id"]: o.get("spent") for o in outcomes if o.get("solve_id")}
-        settled["sub_solves"] = [{**c, "spent": spent.get(c["solve_id"])} for c in mine]
+        # its solves go with its result: what they spent counts for the solve of this run
+        settled["sub_solves"] = [c for c in self.children[started:] if c["task_id"] == task_id]
         return settled
 
     async def _child(self, task_id: str, goal: dict[str, Any]) -> dict[str, Any]:
