@@ -732,3 +732,34 @@ async def test_stopping_the_driver_stops_the_sub_solve_and_records_it_cancelled(
             assert described.status is WorkflowExecutionStatus.CANCELED
     finally:
         (tmp_path / "w.go").touch()
+
+
+@pytest.mark.anyio
+async def test_with_a_budget_a_map_s_sub_solves_start_one_at_a_time_each_carved(
+    workers: Workers, model_server: LLMTestServer, tmp_path: Path
+) -> None:
+    """Ten model calls, one kept for the joiner: the planner spent one, so the first
+    sub-solve gets eight; it spends two, so the second gets six (they start one at a time,
+    never holding the same calls); the parent's joiner spends its own after them."""
+    router = Router({GOAL: MAP_PLAN}, {GOAL: FINISH})
+    model_server.responder = router
+    store = tmp_path / "runs.db"
+    async with OpenAIChat("gpt-test", base_url=f"{model_server.url}/v1", api_key=DRIVER_KEY) as llm:
+        solution = await dagagent.solve(
+            GOAL,
+            temporal_tools.registry,
+            llm,
+            settings=RunSettings(executor=executor(workers), on_failure="continue"),
+            store=store,
+            sub_solves=True,
+            budget=dagagent.Budget(model_calls=10),
+        )
+    assert solution.ok, solution.reason
+    assert solution.usage.sub_solves.calls == 4 and solution.usage.total.calls == 6
+    with dagagent.RunStore(store) as runs:
+        children = sorted(
+            runs.get_solve(solution.solve_id).children, key=lambda c: c.link.element or 0
+        )
+        budgets = [(runs.get_solve(c.solve_id).options or {}).get("budget") for c in children]
+    assert budgets == [{"model_calls": 8}, {"model_calls": 6}]  # the second after the first
+    await replay(workers, solution, store, children=2)
