@@ -535,22 +535,21 @@ async def test_a_worker_killed_under_a_sub_solve_s_task_the_sub_solve_goes_on(
 
 
 def test_the_driver_killed_during_a_sub_solve_attach_records_it(
-    own_workers: Workers, model_server: LLMTestServer, tmp_path: Path
+    workers: Workers, model_server: LLMTestServer, tmp_path: Path
 ) -> None:
     """SIGKILL ``dagagent ask --sub-solves --executor temporal`` while its sub-solve holds a
     tool: the solve and its sub-solve finish on the workers; ``dagagent attach`` of the
     parent follows the sub-solve too and records it, no model call made twice."""
-    own_workers.start(1)
     router = _held(tmp_path)
     model_server.responder = router
     store = tmp_path / "runs.db"
     temporal = [
         "--temporal-address",
-        own_workers.address,
+        workers.address,
         "--task-queue",
-        own_workers.queue,
+        workers.queue,
         "--payload-store",
-        str(own_workers.payloads),
+        str(workers.payloads),
     ]
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith(("DAGAGENT_", "OPENAI_"))},
@@ -609,7 +608,7 @@ def test_the_driver_killed_during_a_sub_solve_attach_records_it(
         assert below.depth == 1 and below.status == "answered"
         assert [c.role for c in below.calls] == ["planner", "joiner"]
         run = runs.get_run(below.run_id or "")
-        assert run.tasks["wait"].output == {"pid": own_workers.procs[0].pid}
+        assert run.tasks["wait"].output in [{"pid": p.pid} for p in workers.procs]
 
 
 @pytest.mark.anyio
