@@ -29,7 +29,7 @@ from typer.testing import CliRunner
 
 import dagagent
 import dagagent.cli
-from dagagent.events import InSubSolve, SubSolveFinished, SubSolveStarted
+from dagagent.events import InSubSolve, SubSolveFinished, SubSolveStarted, TaskFinished
 from dagagent.llm import OpenAIChat, wire
 from dagagent.settings import RunSettings, TaskRetryPolicy
 
@@ -288,6 +288,13 @@ async def test_a_map_of_sub_solves_runs_as_child_solve_workflows_recorded_as_loc
     assert all(e.solve_id == solution.solve_id for e in inner)
     kinds = Counter(e.event.kind for e in inner)
     assert kinds["round.started"] == 2 and kinds["model_call.finished"] == 4
+    # in their order: the task that started them finishes after both sub-solves have
+    (best_done,) = [
+        i
+        for i, e in enumerate(events)
+        if isinstance(e, TaskFinished) and e.result.task_id == "best"
+    ]
+    assert all(events.index(e) < best_done for e in finished)
 
     # the new workflows replay as they ran: the round's run (its local activities and
     # child solve workflows) and a child solve

@@ -496,7 +496,12 @@ class TemporalExecutor(BaseExecutor):
                 f"without finishing the run: {' '.join(str(cause).split()) or type(cause).__name__}"
             )
         for doc in final[0][seen:]:
+            await self._before_recording(doc)
             runner.ran_elsewhere(_task_result(doc, runner))
+
+    async def _before_recording(self, doc: dict[str, Any]) -> None:
+        """What must happen before the result ``doc`` is recorded: nothing here (a solve's
+        driver first lets the sub-solves of a task end on record)."""
 
     async def _catch_up(
         self, handle: WorkflowHandle[Any, list[dict[str, Any]]], runner: TaskRunner, seen: int
@@ -508,6 +513,7 @@ class TemporalExecutor(BaseExecutor):
             )
             batch = progress["results"]
             for doc in batch:
+                await self._before_recording(doc)
                 runner.ran_elsewhere(_task_result(doc, runner))
             seen += len(batch)
             if seen >= progress["total"] or not batch:

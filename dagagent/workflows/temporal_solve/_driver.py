@@ -198,8 +198,9 @@ class _RunFollower(TemporalExecutor):
     """The executor of a round's run: follows the run workflow the solve's workflow started,
     instead of starting one."""
 
-    def __init__(self, base: TemporalExecutor) -> None:
+    def __init__(self, base: TemporalExecutor, below: _SubSolves | None = None) -> None:
         self.__dict__.update(base.__dict__)
+        self.below = below
 
     async def prepare(self, graph: PlanGraph, runner: TaskRunner) -> None:
         return None  # the solve's workflow runs the plan: nothing to refuse or wait for here
@@ -210,6 +211,10 @@ class _RunFollower(TemporalExecutor):
         )
         await _started(handle, self.worker_timeout_s + 60.0)
         await self._follow(handle, runner, 0)
+
+    async def _before_recording(self, doc: dict[str, Any]) -> None:
+        if self.below is not None:  # a task's sub-solves end on record before it does
+            await self.below.ended(doc.get("sub_solves") or ())
 
 
 async def _started(handle: WorkflowHandle[Any, Any], within_s: float) -> None:
@@ -463,7 +468,7 @@ class _Follower:
             watching = anyio.CancelScope()
             tg.start_soon(below.watch, watching)
             try:
-                result = await self._the_run(plan, run_id, parent_id)
+                result = await self._the_run(plan, run_id, parent_id, below)
             except anyio.get_cancelled_exc_class():
                 if self.stopping:  # those under way stop with the solve
                     await below.stopped()
@@ -472,7 +477,9 @@ class _Follower:
             await below.last()  # those the watch had not seen yet; then each to its end
         return result
 
-    async def _the_run(self, plan: Plan, run_id: str, parent_id: str | None) -> RunResult:
+    async def _the_run(
+        self, plan: Plan, run_id: str, parent_id: str | None, below: _SubSolves | None = None
+    ) -> RunResult:
         """Round's run ``run_id``: followed and recorded as it goes (as ``execute`` records a
         run), or, when a driver before this one recorded part of it, taken whole from its
         workflow and recorded as it ended."""
@@ -480,7 +487,7 @@ class _Follower:
         if store is not None and await anyio.to_thread.run_sync(store.exists, run_id):
             return await self._catch_up_run(plan, run_id)
         settings = RunSettings(
-            executor=_RunFollower(self.executor),
+            executor=_RunFollower(self.executor, below),
             on_failure=self.settings.on_failure,
             max_elements=self.settings.max_elements,
             retry=self.settings.retry,
@@ -582,6 +589,7 @@ class _SubSolves:
         self.owner = owner
         self.tg = tg
         self.seen: set[str] = set()
+        self.done: dict[str, anyio.Event] = {}  # each followed one's end, on record
         self.handle: WorkflowHandle[Any, list[dict[str, Any]]] = (
             owner.executor._client().get_workflow_handle(workflow_id(run_id), result_type=list)
         )
@@ -615,7 +623,16 @@ class _SubSolves:
     def _follow(self, child: dict[str, Any]) -> None:
         if child["solve_id"] not in self.seen:
             self.seen.add(child["solve_id"])
+            self.done[child["solve_id"]] = anyio.Event()
             self.tg.start_soon(self._child, child)
+
+    async def ended(self, children: Sequence[dict[str, Any]]) -> None:
+        """Until each of ``children`` (a task's sub-solves, ended on the workers) has ended
+        on record too."""
+        for child in children:
+            self._follow(child)
+        for child in children:
+            await self.done[child["solve_id"]].wait()
 
     async def _begin(self, child: dict[str, Any]) -> tuple[_Follower, dict[str, Any]]:
         """The follower of sub-solve ``child``, its start recorded (linked to its task), and
@@ -680,10 +697,18 @@ class _SubSolves:
             for child in started:
                 if child["solve_id"] not in self.seen:
                     self.seen.add(child["solve_id"])
+                    self.done[child["solve_id"]] = ended = anyio.Event()
                     follower, _ = await self._begin(child)
                     await follower._stopped()
+                    ended.set()
 
     async def _child(self, child: dict[str, Any]) -> None:
+        try:
+            await self._followed(child)
+        finally:
+            self.done[child["solve_id"]].set()
+
+    async def _followed(self, child: dict[str, Any]) -> None:
         owner = self.owner
         child_id = child["solve_id"]
         depth = int(child["depth"])
