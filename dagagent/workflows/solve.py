@@ -1044,7 +1044,6 @@ async def solve(
                 or (policy is not None and not isinstance(policy, (str, Path))),
                 "planner": planner is not None,
                 "conversation": conversation is not None,
-                "sub_solves": sub_solves,
                 "discovery": discovery is not None
                 and (discovery != ToolDiscovery() or discovery.embed is not None),
             },
@@ -1149,6 +1148,7 @@ async def _solve_on_temporal(
             confirm=confirm,
             registry=registry,
             approval=approval,
+            sub_solves=bool(options.get("sub_solves")),
         )
     finally:
         if opened is not None and opened is not store:

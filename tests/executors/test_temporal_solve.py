@@ -551,10 +551,6 @@ async def test_what_a_solve_on_temporal_cannot_take_is_refused_before_anything_r
                 settings=on_temporal,
                 budget=dagagent.Budget(cost_usd=1),
             )
-        with pytest.raises(ConfigError, match=r"sub-solves \(--sub-solves\)"):
-            await dagagent.solve(
-                "g", temporal_tools.registry, llm, settings=on_temporal, sub_solves=True
-            )
         with pytest.raises(ConfigError, match="a tool discovery of your own"):
             await dagagent.solve(
                 "g",

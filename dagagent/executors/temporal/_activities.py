@@ -22,6 +22,12 @@ with the decisions a person took about the calls that waited (a resumed run's an
 the result names the worker that ran it (``worker``, ``pid@host``), and each element of a
 map the worker that ran its chunk.
 
+A sub-solve task (``"solve": true``, in a solve's round) is not run here: ``dagagent.sub_solve.
+goals`` resolves its goals through the task runner (its instruction, each element's for a map,
+its conditions), the run's workflow reaches each by a child solve, and ``dagagent.sub_solve.
+settle`` makes the task's result from their outcomes, through the task runner again (an
+answer is the output; a solve without one fails the task with a ``SubSolveError``).
+
 A worker whose registry lacks a tool of the plan (or has one whose arguments differ) fails
 the task at once, saying what the worker serves: the error is not retried.
 """
@@ -45,7 +51,7 @@ from temporalio.exceptions import ApplicationError
 
 from ...budget import tool_calls_refused
 from ...conditions import parse_condition
-from ...errors import ConfigError, PlanValidationError, TaskDeniedError
+from ...errors import AgentError, ConfigError, PlanValidationError, SubSolveError, TaskDeniedError
 from ...events import Event, TaskElementFinished
 from ...graph import validate
 from ...plan import AgentTask
@@ -53,11 +59,12 @@ from ...references import Template
 from ...results import ApprovalAnswer, TaskResult, TaskStatus
 from ...runner import CallLedger, Effects, Redaction, TaskRunner, ToolCalls
 from ...settings import TaskRetryPolicy
-from ._workflow import COUNT_ELEMENTS, RUN_TASK
+from ._workflow import COUNT_ELEMENTS, RUN_TASK, SUB_SOLVE_GOALS, SUB_SOLVE_SETTLE
 
 if TYPE_CHECKING:
     from ...graph import PlanGraph
-    from ...runner import CallNext, Interceptor, ToolInvocation
+    from ...results import AgentStep
+    from ...runner import AgentNode, CallNext, Interceptor, ToolInvocation
     from ...tools import Registry
 
 __all__ = ["Activities", "AgentModels", "RunPolicies", "worker_identity"]
@@ -119,7 +126,7 @@ class Activities:
         self._graphs: OrderedDict[str, PlanGraph] = OrderedDict()
 
     def definitions(self) -> list[Any]:
-        return [self.run_task, self.count_elements]
+        return [self.run_task, self.count_elements, self.sub_solve_goals, self.sub_solve_settle]
 
     # -- the activities ----------------------------------------------------------------------
 
@@ -222,6 +229,61 @@ class Activities:
             r = await runner.run_task(task.id)
             return {"result": self._where(r.to_json_dict(), ran_here=True)}
         return {"n": len(items)}
+
+    @activity.defn(name=SUB_SOLVE_GOALS)
+    async def sub_solve_goals(
+        self, call: dict[str, Any], plan: dict[str, Any], *outputs: Any
+    ) -> dict[str, Any]:
+        """A sub-solve task's goals, ``{"goals": [...]}``, one per element of a map that its
+        conditions let run (``element``, ``goal``, ``tools``: those its solve may use,
+        ``own_tools``: whether the task chose them); or ``{"result": ...}``, the task
+        settled without a solve (a condition that is false, a reference that fails)."""
+        goals: dict[int | None, dict[str, Any]] = {}
+
+        async def note(node: AgentNode) -> tuple[Any, list[AgentStep] | None]:
+            goals[node.element] = {
+                "element": node.element,
+                "goal": node.instruction.strip(),
+                "tools": sorted(node.tools.names),
+                "own_tools": node.task.tools is not None,  # else: all the worker's
+            }
+            return None, None
+
+        runner = self._runner(call, plan, outputs, _Seam(note))
+        r = await runner.run_task(call["task_id"])
+        if not goals:
+            return {"result": self._where(r.to_json_dict(), ran_here=True)}
+        return {"goals": [goals[k] for k in sorted(goals, key=lambda e: -1 if e is None else e)]}
+
+    @activity.defn(name=SUB_SOLVE_SETTLE)
+    async def sub_solve_settle(
+        self, call: dict[str, Any], plan: dict[str, Any], *outputs: Any
+    ) -> dict[str, Any]:
+        """A sub-solve task's result from the ``outcomes`` of its solves (each an
+        ``answer``, or the ``error`` that fails it, with its ``status`` and ``solve_id``)."""
+        outcomes = {o["element"]: o for o in call["outcomes"]}
+
+        async def answer(node: AgentNode) -> tuple[Any, list[AgentStep] | None]:
+            found = outcomes.get(node.element)
+            if found is None:
+                raise AgentError("the sub-solve of this task did not run")
+            if "error" in found:
+                raise SubSolveError(
+                    found["error"], solve_id=found.get("solve_id"), status=found["status"]
+                )
+            return found.get("answer"), None
+
+        runner = self._runner(call, plan, outputs, _Seam(answer))
+        doc = (await runner.run_task(call["task_id"])).to_json_dict()
+        # each goal's time is its solve's, from its start
+        for e in doc.get("elements") or ():
+            found = outcomes.get(int(e["task_id"].rsplit("[", 1)[1][:-1]))
+            if found is not None:
+                e["started_at"] = found["started_at"]
+        started = [o["started_at"] for o in outcomes.values()]
+        if started:
+            doc["started_at"] = min(started)
+        return self._where(doc, ran_here=True)
 
     # -- how -----------------------------------------------------------------------------------
 
@@ -392,6 +454,15 @@ class Activities:
         if len(self._graphs) > _GRAPHS_KEPT:
             self._graphs.popitem(last=False)
         return graph
+
+
+class _Seam:
+    """The model seam of a task runner whose agent tasks are sub-solves: no model (a
+    sub-solve task's agent runner does not call one), and ``agent_runner``."""
+
+    def __init__(self, agent_runner: Any) -> None:
+        self.llm = self  # what the runner checks for: the task has what it needs
+        self.agent_runner = agent_runner
 
 
 def _holds(when: str, outputs: dict[str, Any]) -> bool:

@@ -539,9 +539,14 @@ class TemporalExecutor(BaseExecutor):
             )
         for doc in final[0][seen:]:
             await self._record_doubts(doc, runner)
+            await self._before_recording(doc)
             runner.ran_elsewhere(_task_result(doc, runner))
         self._asking.pop(runner.run_id, None)
         self._made_again.pop(runner.run_id, None)
+
+    async def _before_recording(self, doc: dict[str, Any]) -> None:
+        """What must happen before the result ``doc`` is recorded: nothing here (a solve's
+        driver first lets the sub-solves of a task end on record)."""
 
     async def _catch_up(
         self, handle: WorkflowHandle[Any, list[dict[str, Any]]], runner: TaskRunner, seen: int
@@ -554,6 +559,7 @@ class TemporalExecutor(BaseExecutor):
             batch = progress["results"]
             for doc in batch:
                 await self._record_doubts(doc, runner)
+                await self._before_recording(doc)
                 runner.ran_elsewhere(_task_result(doc, runner))
             seen += len(batch)
             if seen >= progress["total"] or not batch:

@@ -28,6 +28,13 @@ and reported are not run again). One whose tool has side effects and a reconcile
 its output; it did not: it is made, with the same key; it cannot tell: it is not made, and the
 task is denied). One whose tool has side effects and no reconciler fails with
 ``WorkerLostError``, since whether its effect happened is unknown.
+
+**Sub-solves.** In a round of a solve whose plans may hold sub-solves (``RunInput.sub_solve``),
+a task with ``"solve": true`` is reached by a child solve workflow per goal: a local activity
+resolves its instruction (each element's, for a map; its ``when``, as for any task), each
+goal's solve runs as a child workflow of this one, and a second local activity makes the
+task's result from their answers, through the same task runner (see ``_sub_solve``). With a
+budget, the sub-solves of a run start one at a time, each carved what the solve has left then.
 """
 
 from __future__ import annotations
@@ -45,15 +52,19 @@ from temporalio.exceptions import (
     ActivityError,
     ApplicationError,
     CancelledError,
+    ChildWorkflowError,
     TimeoutError,
     TimeoutType,
 )
+from temporalio.workflow import ParentClosePolicy
 
 __all__ = [
     "ADD_TASKS",
     "PLAN_COMPLETE",
     "QUERY_BATCH",
     "RUN_TASK",
+    "SUB_SOLVE_GOALS",
+    "SUB_SOLVE_SETTLE",
     "Arrived",
     "RunInput",
     "RunWorkflow",
@@ -62,6 +73,10 @@ __all__ = [
 WORKFLOW = "dagagent.run"
 RUN_TASK = "dagagent.run_task"
 COUNT_ELEMENTS = "dagagent.count_elements"
+#: The local activities of a sub-solve task: its goals (resolved instructions), then its
+#: result from the answers of their solves.
+SUB_SOLVE_GOALS = "dagagent.sub_solve.goals"
+SUB_SOLVE_SETTLE = "dagagent.sub_solve.settle"
 #: Signals of a plan being written: more tasks (an :class:`Arrived`), then its end (whether
 #: it was rejected).
 ADD_TASKS = "add_tasks"
@@ -160,6 +175,12 @@ class RunInput:
     #: The most attempts each tool task makes (its retries and one): the tool calls the
     #: workflow holds for it under a budget of tool calls (a task not named: one).
     attempts: dict[str, int] = field(default_factory=dict)
+    #: The solve this run is a round of, when its plans may hold sub-solves: ``input`` (the
+    #: solve workflow's input, which each child's is made from), ``workflow`` (the name of
+    #: the solve workflow), ``id_prefix`` (of a solve's workflow id), ``carve`` (the local
+    #: activity that carves a child's budget) and ``spent`` (what the solve had spent when
+    #: the run started). ``None``: a sub-solve task fails, as in a run of its own.
+    sub_solve: dict[str, Any] | None = None
 
 
 @dataclass
@@ -231,6 +252,16 @@ class RunWorkflow:
         self.ledger: dict[str, list[Any]] = {k: list(v) for k, v in inp.ledger.items()}
         # One task at a time counts on a key (see _counted).
         self.counting: dict[str, asyncio.Lock] = {}
+        #: The sub-solves started (those of tasks finished before a continue-as-new too).
+        self.children = [s for r in self.finished for s in r.get("sub_solves") or ()]
+        self.one_at_a_time = asyncio.Lock()  # sub-solves carved from a budget
+
+    @workflow.query(name="sub_solves")
+    def sub_solves(self, since: int) -> list[dict[str, Any]]:
+        """The sub-solves started, from number ``since`` on: each one's ``solve_id``,
+        ``run_id``, ``task_id``, ``element``, ``goal``, ``depth``, ``tools``, ``budget`` and
+        ``deadline_s`` (and, once it ended, what it ``spent``)."""
+        return self.children[since:]
 
     @workflow.query(name="progress")
     def progress(self, since: int) -> dict[str, Any]:
@@ -461,6 +492,8 @@ class RunWorkflow:
 
     async def _task(self, task_id: str) -> dict[str, Any]:
         try:
+            if self.inp.sub_solve is not None and self._task_json(task_id).get("solve"):
+                return await self._sub_solve(task_id)
             if task_id in self.inp.maps:
                 return await self._map(task_id)
             return await self._call(task_id)
@@ -811,6 +844,132 @@ class RunWorkflow:
         if spent is not None:
             whole["budget"] = spent
         return whole
+
+    # -- a sub-solve task ------------------------------------------------------------------
+
+    def _task_json(self, task_id: str) -> dict[str, Any]:
+        task: dict[str, Any] = next(t for t in self.inp.plan["tasks"] if t["id"] == task_id)
+        return task
+
+    async def _sub_solve(self, task_id: str) -> dict[str, Any]:
+        """A task reached by a child solve per goal (one per element of a map): its goals
+        resolved on a worker, their solves run as child workflows, and its result made from
+        their answers (on a worker, by the task runner, as a local sub-solve's)."""
+        try:
+            found: dict[str, Any] = await workflow.execute_local_activity(
+                SUB_SOLVE_GOALS,
+                args=self._args(task_id, {}),
+                start_to_close_timeout=_LOCAL_BOUND,
+                retry_policy=_ONCE,
+            )
+            if "result" in found:  # settled without a solve: a condition, a reference
+                r: dict[str, Any] = found["result"]
+                return r
+            goals: list[dict[str, Any]] = found["goals"]
+            started = len(self.children)
+            outcomes = await asyncio.gather(*(self._child(task_id, g) for g in goals))
+            settled: dict[str, Any] = await workflow.execute_local_activity(
+                SUB_SOLVE_SETTLE,
+                args=self._args(task_id, {"outcomes": list(outcomes)}),
+                start_to_close_timeout=_LOCAL_BOUND,
+                retry_policy=_ONCE,
+            )
+        except ActivityError as exc:
+            if isinstance(exc.cause, CancelledError):
+                raise asyncio.CancelledError from None
+            return _failed(task_id, exc)
+        # its solves go with its result: what they spent counts for the solve of this run
+        settled["sub_solves"] = [c for c in self.children[started:] if c["task_id"] == task_id]
+        return settled
+
+    async def _child(self, task_id: str, goal: dict[str, Any]) -> dict[str, Any]:
+        """The outcome of the solve of ``goal`` (``element``, ``goal``, ``tools``): its
+        ``answer``, or the ``error`` its task fails with (and its ``status``)."""
+        ctx = self.inp.sub_solve
+        assert ctx is not None
+        parent: dict[str, Any] = ctx["input"]
+        budget = parent.get("budget")
+        outcome: dict[str, Any] = {"element": goal["element"]}
+        wait = self.one_at_a_time if budget else contextlib.nullcontext()
+        async with wait:
+            outcome["started_at"] = workflow.now().timestamp()
+            refused = f"sub-solve of task {task_id!r} did not start"
+            if budget:
+                spent = dict(ctx.get("spent") or {})
+                for c in self.children:  # what the sub-solves before this one spent
+                    for k, v in (c.get("spent") or {}).items():
+                        spent[k] = spent.get(k, 0) + v
+                carved: dict[str, Any] = await workflow.execute_local_activity(
+                    ctx["carve"],
+                    {"budget": budget, "spent": spent},
+                    start_to_close_timeout=_LOCAL_BOUND,
+                    retry_policy=_ONCE,
+                )
+                if "error" in carved:
+                    why = f"{refused}: {carved['error']}"
+                    return {**outcome, "error": why, "status": "budget_exhausted"}
+                budget = carved["budget"]
+            left = self._child_deadline(task_id)
+            if left is not None and left <= 0:
+                why = f"{refused}: the solve's deadline has passed"
+                return {**outcome, "error": why, "status": "timed_out"}
+            child_id = workflow.uuid4().hex[:12]
+            depth = int(parent.get("depth") or 0) + 1
+            tools = goal["tools"] if goal.get("own_tools") else None  # else: all
+            mine = {
+                "solve_id": child_id,
+                "run_id": self.inp.run_id,
+                "task_id": task_id,
+                "element": goal["element"],
+                "goal": goal["goal"],
+                "depth": depth,
+                "tools": goal.get("tools"),
+                "budget": budget,
+                "deadline_s": left,
+            }
+            self.children.append(mine)
+            child = {
+                **parent,
+                "solve_id": child_id,
+                "goal": goal["goal"],
+                "depth": depth,
+                "tools": tools,
+                "budget": budget,
+                "deadline_s": left,
+            }
+            try:
+                async with self.slots:  # a child is pending as an activity is (max_running)
+                    steps: list[dict[str, Any]] = await workflow.execute_child_workflow(
+                        ctx["workflow"],
+                        child,
+                        id=f"{ctx['id_prefix']}{child_id}",
+                        task_queue=self.inp.task_queue,
+                        result_type=list,
+                        parent_close_policy=ParentClosePolicy.REQUEST_CANCEL,
+                    )
+            except ChildWorkflowError as exc:
+                if isinstance(exc.cause, CancelledError):  # this run cancelled it
+                    raise asyncio.CancelledError from None
+                why = f"sub-solve {child_id} of task {task_id!r} ended without finishing: "
+                return {**outcome, "solve_id": child_id, "error": why + str(exc.cause or exc)}
+            end = steps[-1]
+            mine["spent"] = end.get("spent")  # for the next one's carve
+            outcome.update(solve_id=child_id, spent=end.get("spent"), status=end["status"])
+            if end["status"] == "answered":
+                return {**outcome, "answer": (end.get("decision") or {}).get("answer")}
+            why = f"sub-solve {child_id} of task {task_id!r} ended {end['status']}: "
+            return {**outcome, "error": why + end["reason"]}
+
+    def _child_deadline(self, task_id: str) -> float | None:
+        """A child's time in seconds: the task's ``timeout_s``, never past the run's
+        deadline (``None``: neither)."""
+        timeout = self._task_json(task_id).get("timeout_s")
+        left = None
+        if self.inp.deadline_at is not None:
+            left = self.inp.deadline_at - workflow.now().timestamp()
+        if timeout is None:
+            return left
+        return float(timeout) if left is None else min(float(timeout), left)
 
 
 def _added(spent: dict[str, Any], more: dict[str, Any]) -> dict[str, Any]:

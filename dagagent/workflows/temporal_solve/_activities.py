@@ -9,7 +9,12 @@ solve runs it, and returns what it got with a record of each model call it made:
 - ``dagagent.solve.plan``: the planner (:class:`~dagagent.planners.LLMPlanner`), and the
   plan run workflow's input for the plan (checked against the worker's tools);
 - ``dagagent.solve.replan``: the replanner, from the previous round's plan and results;
-- ``dagagent.solve.join``: the joiner (:class:`~dagagent.planners.Joiner`).
+- ``dagagent.solve.join``: the joiner (:class:`~dagagent.planners.Joiner`);
+- ``dagagent.solve.carve`` (a local activity): a sub-solve's budget, carved from what its
+  parent has left (:meth:`~dagagent.workflows._spending.Spending.carve`).
+
+A solve given sub-solves plans at its depth (``solve_depth``), with the tools its task gave
+it (``tools``; else the worker's).
 
 A planning or joining failure (no valid answer, a model that cannot be reached) is an
 answer (``{"error": ..., "kind": ...}``), not a failed activity: the solve ends ``failed``
@@ -50,7 +55,7 @@ from .._calls import SolveCalls
 from .._spending import Spending
 from ..replan import record_of, revise_run
 from ._model import settings_of
-from ._workflow import JOIN, PLAN, REPLAN
+from ._workflow import CARVE, JOIN, PLAN, REPLAN
 
 if TYPE_CHECKING:
     from ...graph import PlanGraph
@@ -71,7 +76,7 @@ class SolveActivities:
         self.prices = prices or Prices()
 
     def definitions(self) -> list[Any]:
-        return [self.plan, self.replan, self.join]
+        return [self.plan, self.replan, self.join, self.carve]
 
     # -- the activities ----------------------------------------------------------------------
 
@@ -80,11 +85,12 @@ class SolveActivities:
         async def step(llm: Callable[[ModelRole], LLM], calls: SolveCalls) -> dict[str, Any]:
             planner = LLMPlanner(
                 llm("planner"),
-                self.registry,
+                self._tools(ask),
                 agent_tasks=bool(ask.get("agent_tasks")),
                 max_attempts=ask["max_attempts"],
                 structured=ask["structured"],
                 settings=settings_of(ask["model"]),
+                solve_depth=ask.get("solve_depth"),
             )
             planning = await planner.plan_with_report(ask["goal"])
             return self._planned(ask, planning.plan, planning.graph)
@@ -97,17 +103,19 @@ class SolveActivities:
             previous = ask["previous"]
             plan = Plan.model_validate(previous["plan"])
             result = _run_result(previous["run_id"], plan, previous["results"])
+            tools = self._tools(ask)
             replanner = LLMReplanner(
                 llm("replanner"),
-                self.registry,
+                tools,
                 agent_tasks=bool(ask.get("agent_tasks")),
                 max_attempts=ask["max_attempts"],
                 structured=ask["structured"],
                 settings=settings_of(ask["model"]),
+                solve_depth=ask.get("solve_depth"),
             )
             revision = await revise_run(
                 record_of(plan, result),
-                self.registry,
+                tools,
                 replanner=replanner,
                 feedback=ask.get("feedback"),
                 goal=ask["goal"],
@@ -136,7 +144,26 @@ class SolveActivities:
 
         return await self._step(ask, step)
 
+    @activity.defn(name=CARVE)
+    async def carve(self, ask: dict[str, Any]) -> dict[str, Any]:
+        """The budget of a sub-solve starting now: ``{"budget": ...}``, carved from
+        ``ask["budget"]`` with ``ask["spent"]`` spent of it, or ``{"error": ...}``, why
+        nothing is left for one."""
+        spending = _spending({"budget": ask["budget"], "spent": ask["spent"]}, self.prices)
+        try:
+            carved = spending.carve()
+        except BudgetExceededError as exc:
+            return {"error": str(exc)}
+        if carved is None:
+            return {"budget": None}
+        return {"budget": carved.model_dump(mode="json", exclude_defaults=True)}
+
     # -- how -----------------------------------------------------------------------------------
+
+    def _tools(self, ask: dict[str, Any]) -> Registry:
+        """The tools a solve plans with: its task's (a sub-solve's ``tools``), else all."""
+        tools = ask.get("tools")
+        return self.registry.subset(tools) if tools is not None else self.registry
 
     async def _step(
         self,

@@ -13,6 +13,13 @@ the solve, its rounds, every model call (role, tokens, cost at the driver's pric
 the model wrote) and each round's run with its tasks, so ``show`` and the viewer read a
 solve on Temporal as a local one; the listeners hear the same events.
 
+**Sub-solves.** A round's run whose sub-solve tasks started child solves (the run's
+workflow lists them: its query ``sub_solves``): each is followed as the solve itself is, by a
+follower of its own, and recorded as a local sub-solve is: a solve of its own linked to its
+task (:class:`~dagagent.store.SolveLink`) at its depth, whose events reach the listeners
+wrapped in :class:`~dagagent.events.InSubSolve`, between ``SubSolveStarted`` and
+``SubSolveFinished``. The run is over for the driver once its sub-solves are recorded.
+
 The workflow does not need the driver: kill it, and the solve goes on on the workers;
 :func:`attach_solve` (``dagagent attach SOLVE``) picks it up. Interrupting the driver on
 purpose (Ctrl-C, cancelling the call) cancels the workflow, as for a plan run.
@@ -41,6 +48,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
+import anyio.abc
 import anyio.to_thread
 from temporalio.client import WorkflowExecutionStatus, WorkflowHandle
 from temporalio.exceptions import WorkflowAlreadyStartedError
@@ -57,12 +65,15 @@ from ...errors import (
     StoreError,
 )
 from ...events import (
+    InSubSolve,
     JoinerDecided,
     Listener,
     ModelCallFinished,
     RoundFinished,
     RoundStarted,
     RunFinished,
+    SubSolveFinished,
+    SubSolveStarted,
     get_logger,
 )
 from ...executors.temporal import TemporalExecutor, workflow_id
@@ -75,9 +86,10 @@ from ...planners import JoinDecision
 from ...results import ModelCall, RunResult, SolveStatus
 from ...run import Resuming, execute
 from ...settings import RunSettings
+from ...store import SolveLink
 from ..solution import Round, Solution, SolveUsage
 from ._activities import _run_result
-from ._workflow import DECISIONS, PLAN_ANSWER, SOLVE_WORKFLOW, SolveInput
+from ._workflow import DECISIONS, PLAN_ANSWER, SOLVE_WORKFLOW, SOLVE_WORKFLOW_PREFIX, SolveInput
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Mapping
@@ -97,7 +109,7 @@ _QUERY_TIMEOUT_S = 5.0
 
 def solve_workflow_id(solve_id: str) -> str:
     """The id of the workflow that runs solve ``solve_id``."""
-    return f"dagagent-solve-{solve_id}"
+    return f"{SOLVE_WORKFLOW_PREFIX}{solve_id}"
 
 
 async def solve_on_temporal(
@@ -121,6 +133,7 @@ async def solve_on_temporal(
     confirm: Confirm | None = None,
     registry: Registry | None = None,
     approval: Mapping[str, Any] | None = None,
+    sub_solves: bool = False,
 ) -> Solution:
     """Start solve ``solve_id`` as a workflow and follow it to its end, or until it waits
     for a person's decisions (see the module docstring). ``model``: the spec the workers
@@ -128,10 +141,13 @@ async def solve_on_temporal(
     (workflow time, from its start); ``budget``: what it may spend (``Budget`` JSON), its
     model's calls priced at ``price``; ``confirm``: asked about each plan before it runs
     (``registry``: the tools it is shown with); ``approval``: the rules every round's run
-    carries to the workers (default: the executor's)."""
+    carries to the workers (default: the executor's); ``sub_solves``: its plans may hold
+    sub-solves, each a child solve workflow."""
     follower = _Follower(
         solve_id, executor, settings, store, listeners, prices, confirm=confirm, registry=registry
     )
+    follower.options = dict(options)
+    follower.stopping = True
     async with executor.session():
         await executor._wait_for_workers()
         client = executor._client()
@@ -165,6 +181,7 @@ async def solve_on_temporal(
             history_events=executor.history_events,
             approval=dict(approval) if approval is not None else executor.approval,
             confirm=confirm is not None,
+            sub_solves=sub_solves,
         )
         await follower.write("start_solve", goal=goal, options=options)
         wid = solve_workflow_id(solve_id)
@@ -234,6 +251,10 @@ async def attach_solve(
                 ) from None
             raise ClusterError(f"cannot ask the Temporal server about {wid}: {exc}") from None
         executor.workflow_id = wid
+        if store is not None:  # what its sub-solves are recorded with
+            with contextlib.suppress(StoreError):
+                recorded = await anyio.to_thread.run_sync(store.get_solve, solve_id)
+                follower.options = dict(recorded.options or {})
         return await follower.follow(handle, cancel_on_stop=False)
 
 
@@ -241,8 +262,9 @@ class _RunFollower(TemporalExecutor):
     """The executor of a round's run: follows the run workflow the solve's workflow started,
     instead of starting one."""
 
-    def __init__(self, base: TemporalExecutor) -> None:
+    def __init__(self, base: TemporalExecutor, below: _SubSolves | None = None) -> None:
         self.__dict__.update(base.__dict__)
+        self.below = below
 
     async def prepare(self, graph: PlanGraph, runner: TaskRunner) -> None:
         return None  # the solve's workflow runs the plan: nothing to refuse or wait for here
@@ -257,6 +279,10 @@ class _RunFollower(TemporalExecutor):
             # (the workflow starts with the same results: they are recorded once)
             seen = len(await _settle_here(graph, runner))
         await self._follow(handle, runner, seen)
+
+    async def _before_recording(self, doc: dict[str, Any]) -> None:
+        if self.below is not None:  # a task's sub-solves end on record before it does
+            await self.below.ended(doc.get("sub_solves") or ())
 
 
 async def _started(handle: WorkflowHandle[Any, Any], within_s: float) -> None:
@@ -310,6 +336,14 @@ class _Follower:
         self.not_recorded: list[str] = []
         self.solution: Solution | None = None
         self.log = get_logger(solve_id=solve_id)
+        #: The options the solve was started with (its sub-solves are recorded with them).
+        self.options: dict[str, Any] = {}
+        #: Whether stopping this driver stops the solve (and its sub-solves) on the workers.
+        self.stopping = False
+        #: The run each round started (by round number), once it started.
+        self.runs_started: dict[int, str] = {}
+        #: Its sub-solves, as they ended (what they used counts for it).
+        self.below: list[Solution] = []
 
     def emit(self, event: Any) -> None:
         for listener in self.listeners:
@@ -364,7 +398,7 @@ class _Follower:
             await self.write(
                 "record_round",
                 round=rnd.number,
-                run_id=rnd.run_id,
+                run_id=rnd.run_id or self.runs_started.get(rnd.number),
                 outcome="cancelled",
                 reason="the solve was stopped",
                 feedback=rnd.feedback,
@@ -420,8 +454,11 @@ class _Follower:
         kind = step["step"]
         if kind == "start":
             self.goal = step["goal"]
+            if step.get("sub_solves"):  # its runs' sub-solves are followed too
+                self.options["sub_solves"] = True
             if self.store is not None and not await self._solve_recorded():
-                await self.write("start_solve", goal=self.goal, options={"executor": "temporal"})
+                options = {"executor": "temporal", **self.options}
+                await self.write("start_solve", goal=self.goal, options=options)
         elif kind == "round":
             n = step["round"]
             self.emit(
@@ -447,6 +484,7 @@ class _Follower:
             rnd = self._round(step["round"])
             rnd.plan = Plan.model_validate(step["plan"])
             if step["run_id"] is not None:
+                self.runs_started[rnd.number] = step["run_id"]
                 rnd.result = await self._run(rnd.plan, step["run_id"], step.get("parent_id"))
         elif kind == "confirm":
             await self._confirm(step)
@@ -660,6 +698,29 @@ class _Follower:
         return True
 
     async def _run(self, plan: Plan, run_id: str, parent_id: str | None) -> RunResult:
+        """Round's run ``run_id`` and the sub-solves its tasks started, each followed and
+        recorded (see :meth:`_the_run` and :class:`_SubSolves`)."""
+        if not self.options.get("sub_solves") or not any(
+            getattr(t, "solve", False) for t in plan.tasks
+        ):
+            return await self._the_run(plan, run_id, parent_id)
+        async with anyio.create_task_group() as tg:
+            below = _SubSolves(self, run_id, tg)
+            watching = anyio.CancelScope()
+            tg.start_soon(below.watch, watching)
+            try:
+                result = await self._the_run(plan, run_id, parent_id, below)
+            except anyio.get_cancelled_exc_class():
+                if self.stopping:  # those under way stop with the solve
+                    await below.stopped()
+                raise
+            watching.cancel()
+            await below.last()  # those the watch had not seen yet; then each to its end
+        return result
+
+    async def _the_run(
+        self, plan: Plan, run_id: str, parent_id: str | None, below: _SubSolves | None = None
+    ) -> RunResult:
         """Round's run ``run_id``: followed and recorded as it goes (as ``execute`` records a
         run), or, when a driver before this one recorded part of it, taken whole from its
         workflow and recorded as it ended."""
@@ -667,7 +728,7 @@ class _Follower:
         if store is not None and await anyio.to_thread.run_sync(store.exists, run_id):
             return await self._catch_up_run(plan, run_id)
         settings = RunSettings(
-            executor=_RunFollower(self.executor),
+            executor=_RunFollower(self.executor, below),
             on_failure=self.settings.on_failure,
             max_elements=self.settings.max_elements,
             retry=self.settings.retry,
@@ -732,6 +793,7 @@ class _Follower:
             planner=_usage(self.calls, "planner", "replanner"),
             agents=_usage(self.calls, "agent"),
             joiner=_usage(self.calls, "joiner"),
+            sub_solves=sum((s.usage.total for s in self.below), Usage()),
         )
         solution = Solution(
             solve_id=self.solve_id,
@@ -761,6 +823,180 @@ class _Follower:
         ]
         solution.not_recorded = [*self.not_recorded, *lost]
         self.solution = solution
+
+
+class _SubSolves:
+    """The sub-solves of run ``run_id`` of ``owner``'s solve: each followed and recorded as
+    a solve of its own, linked to its task (see the module docstring)."""
+
+    def __init__(self, owner: _Follower, run_id: str, tg: anyio.abc.TaskGroup) -> None:
+        self.owner = owner
+        self.tg = tg
+        self.seen: set[str] = set()
+        self.done: dict[str, anyio.Event] = {}  # each followed one's end, on record
+        self.handle: WorkflowHandle[Any, list[dict[str, Any]]] = (
+            owner.executor._client().get_workflow_handle(workflow_id(run_id), result_type=list)
+        )
+
+    async def watch(self, scope: anyio.CancelScope) -> None:
+        """Follow each sub-solve the run's workflow says it started, until ``scope`` is
+        cancelled (the run is over)."""
+        with scope:
+            while True:
+                try:
+                    started: list[dict[str, Any]] = await self.handle.query(
+                        "sub_solves", 0, rpc_timeout=timedelta(seconds=_QUERY_TIMEOUT_S)
+                    )
+                except Exception:  # not started yet, or no worker answered: asked again
+                    started = []
+                for child in started:
+                    self._follow(child)
+                await anyio.sleep(self.owner.executor.poll_s)
+
+    async def last(self) -> None:
+        """The run is over: the sub-solves its results name (those the watch missed, or
+        all of them when it had ended before this driver came) are followed too."""
+        try:
+            docs = await self.handle.result()
+        except Exception:  # it ended without results: its sub-solves were cancelled with it
+            return
+        for doc in docs:
+            for child in doc.get("sub_solves") or ():
+                self._follow(child)
+
+    def _follow(self, child: dict[str, Any]) -> None:
+        if child["solve_id"] not in self.seen:
+            self.seen.add(child["solve_id"])
+            self.done[child["solve_id"]] = anyio.Event()
+            self.tg.start_soon(self._child, child)
+
+    async def ended(self, children: Sequence[dict[str, Any]]) -> None:
+        """Until each of ``children`` (a task's sub-solves, ended on the workers) has ended
+        on record too."""
+        for child in children:
+            self._follow(child)
+        for child in children:
+            await self.done[child["solve_id"]].wait()
+
+    async def _begin(self, child: dict[str, Any]) -> tuple[_Follower, dict[str, Any]]:
+        """The follower of sub-solve ``child``, its start recorded (linked to its task), and
+        where it comes from (the fields of its events)."""
+        owner = self.owner
+        child_id = child["solve_id"]
+        link = SolveLink(
+            solve_id=owner.solve_id,
+            run_id=child["run_id"],
+            task_id=child["task_id"],
+            element=child["element"],
+        )
+        where: dict[str, Any] = {
+            "solve_id": link.solve_id,
+            "run_id": link.run_id,
+            "task_id": link.task_id,
+            "element": link.element,
+        }
+        depth = int(child["depth"])
+
+        def forward(event: Any) -> None:
+            if isinstance(event, (SubSolveStarted, SubSolveFinished, InSubSolve)):
+                owner.emit(event)  # from further below: it says whose it is already
+            else:
+                owner.emit(InSubSolve(**where, child_id=child_id, depth=depth, event=event))
+
+        follower = _Follower(
+            child_id,
+            owner.executor,
+            owner.settings,
+            owner.store,
+            (forward,) if owner.listeners else (),
+            owner.prices,
+        )
+        follower.options = {**owner.options, "sub_solves": True}
+        follower.stopping = owner.stopping
+        for gone in ("budget", "deadline_s", "tools"):
+            follower.options.pop(gone, None)
+        for kept in ("budget", "deadline_s", "tools"):
+            if child.get(kept) is not None:
+                follower.options[kept] = child[kept]
+        if owner.store is not None and not await follower._solve_recorded():
+            await follower.write(
+                "start_solve",
+                goal=child["goal"],
+                options=follower.options,
+                parent=link,
+                depth=depth,
+            )
+        return follower, where
+
+    async def stopped(self) -> None:
+        """The driver stops the solve while the run is under way: the sub-solves the run
+        started that the watch had not seen yet are recorded, stopped with it."""
+        with anyio.CancelScope(shield=True), anyio.move_on_after(_QUERY_TIMEOUT_S):
+            try:
+                started: list[dict[str, Any]] = await self.handle.query(
+                    "sub_solves", 0, rpc_timeout=timedelta(seconds=_QUERY_TIMEOUT_S)
+                )
+            except Exception:  # no worker answered: they are not recorded
+                return
+            for child in started:
+                if child["solve_id"] not in self.seen:
+                    self.seen.add(child["solve_id"])
+                    self.done[child["solve_id"]] = ended = anyio.Event()
+                    follower, _ = await self._begin(child)
+                    await follower._stopped()
+                    ended.set()
+
+    async def _child(self, child: dict[str, Any]) -> None:
+        try:
+            await self._followed(child)
+        finally:
+            self.done[child["solve_id"]].set()
+
+    async def _followed(self, child: dict[str, Any]) -> None:
+        owner = self.owner
+        child_id = child["solve_id"]
+        depth = int(child["depth"])
+        follower, where = await self._begin(child)
+        owner.emit(SubSolveStarted(**where, child_id=child_id, goal=child["goal"], depth=depth))
+        owner.log.info("solve.sub_solve", task_id=child["task_id"], child=child_id)
+        handle: WorkflowHandle[Any, list[dict[str, Any]]] = (
+            owner.executor._client().get_workflow_handle(
+                solve_workflow_id(child_id), result_type=list
+            )
+        )
+        try:
+            await _started(handle, owner.executor.worker_timeout_s + 60.0)
+            solution = await follower.follow(handle, cancel_on_stop=False)
+        except ClusterError as exc:
+            if not await _ended(handle, owner.executor.worker_timeout_s):
+                raise  # no worker, or no server: it goes on without this driver
+            # stopped with its task (a deadline, a cancelled run), as a local sub-solve
+            # stopped with its parent
+            owner.log.warning("solve.sub_solve_stopped", child=child_id, error=str(exc))
+            await follower._stopped()
+            status, reason = "cancelled", "the solve was stopped"
+        except anyio.get_cancelled_exc_class():
+            if owner.stopping:  # the driver stops the solve, and so this one with it
+                with anyio.CancelScope(shield=True):
+                    await follower._stopped()
+            raise
+        else:
+            owner.below.append(solution)
+            owner.not_recorded.extend(f"sub-solve {child_id}: {n}" for n in solution.not_recorded)
+            status, reason = solution.status.value, solution.reason
+        owner.emit(SubSolveFinished(**where, child_id=child_id, status=status, reason=reason))
+
+
+async def _ended(handle: WorkflowHandle[Any, Any], within_s: float) -> bool:
+    """Whether the workflow ``handle`` names has ended (waiting up to ``within_s`` for a
+    workflow that is being stopped to end)."""
+    with anyio.move_on_after(within_s), contextlib.suppress(Exception):
+        await handle.result()  # its end, however it ended
+    try:
+        described = await handle.describe()
+    except RPCError:
+        return False
+    return described.status not in (None, WorkflowExecutionStatus.RUNNING)
 
 
 def _unreachable(workflow: str, exc: RPCError) -> ClusterError:
@@ -813,7 +1049,6 @@ def refuse_unsupported(**given: Any) -> None:
         "the default planner",
         "conversation": "a turn of a conversation (--session): the workers plan without the "
         "turns before it",
-        "sub_solves": "sub-solves (--sub-solves): the workers do not run a solve inside a task",
         "discovery": "a tool discovery of your own (--max-tools, an embed function): the "
         "workers show tools to the model as the default discovery does",
     }

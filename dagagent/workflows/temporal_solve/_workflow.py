@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from datetime import timedelta
 from typing import Any, NoReturn
 
@@ -48,6 +48,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import (
     ActivityError,
     ApplicationError,
+    CancelledError,
     ChildWorkflowError,
     TimeoutError,
 )
@@ -57,12 +58,14 @@ from ...executors.temporal import workflow_id
 from ...executors.temporal._workflow import WORKFLOW as RUN_WORKFLOW, RunInput
 
 __all__ = [
+    "CARVE",
     "DECISIONS",
     "JOIN",
     "PLAN",
     "PLAN_ANSWER",
     "REPLAN",
     "SOLVE_WORKFLOW",
+    "SOLVE_WORKFLOW_PREFIX",
     "STEPS_BATCH",
     "SolveInput",
     "SolveWorkflow",
@@ -77,6 +80,10 @@ JOIN = "dagagent.solve.join"
 #: answers by task as ``ApprovalAnswer`` JSON).
 PLAN_ANSWER = "plan_answer"
 DECISIONS = "decisions"
+#: The local activity that carves a sub-solve's budget from its parent's.
+CARVE = "dagagent.solve.carve"
+#: A solve's workflow id is this and the solve's id.
+SOLVE_WORKFLOW_PREFIX = "dagagent-solve-"
 #: A query of the solve's steps returns at most this many.
 STEPS_BATCH = 50
 
@@ -132,6 +139,13 @@ class SolveInput:
     #: Each round's plan waits for a person's answer (signal :data:`PLAN_ANSWER`) before it
     #: runs; a refusal ends the solve ``gave_up``.
     confirm: bool = False
+    #: Plans may hold sub-solves (``"solve": true``): each runs as a child solve workflow of
+    #: the round's run, ``depth`` below this one (a top solve is at depth 0), down to
+    #: ``MAX_SOLVE_DEPTH``.
+    sub_solves: bool = False
+    depth: int = 0
+    #: The tools the solve may plan with (a sub-solve task's ``tools``); ``None``: all.
+    tools: list[str] | None = None
 
 
 class _Expired(Exception):
@@ -242,7 +256,7 @@ class SolveWorkflow:
         self._step("closed", round=n, run_id=run_id, outcome=outcome, reason=reason)
 
     def _end(self, status: str, reason: str, **more: Any) -> list[dict[str, Any]]:
-        self._step("end", status=status, reason=reason, **more)
+        self._step("end", status=status, reason=reason, spent=dict(self.spent), **more)
         return self.steps
 
     @workflow.run
@@ -286,7 +300,13 @@ class SolveWorkflow:
     async def _rounds(self, inp: SolveInput) -> list[dict[str, Any]]:
         carried = inp.carried
         if carried is None:
-            self._step("start", solve_id=inp.solve_id, goal=inp.goal, max_rounds=inp.max_rounds)
+            self._step(
+                "start",
+                solve_id=inp.solve_id,
+                goal=inp.goal,
+                max_rounds=inp.max_rounds,
+                sub_solves=inp.sub_solves,
+            )
         outputs: dict[str, Any] = carried["outputs"] if carried else {}
         previous: dict[str, Any] | None = carried["previous"] if carried else None
         feedback: str | None = carried["feedback"] if carried else None
@@ -349,12 +369,23 @@ class SolveWorkflow:
                 approval=inp.approval,
                 **self._run_budget(),
             )
+            if inp.sub_solves:  # its sub-solve tasks: child solves of the run's workflow
+                run_input.sub_solve = {
+                    # a child starts afresh (none of this run's carried state is its own)
+                    # and unattended, as a local sub-solve: nobody confirms its plans
+                    "input": {**asdict(inp), "carried": None, "confirm": False},
+                    "workflow": SOLVE_WORKFLOW,
+                    "id_prefix": SOLVE_WORKFLOW_PREFIX,
+                    "carve": CARVE,
+                    "spent": dict(self.spent),
+                }
             ran = await self._run_round(n, run_id, run_input)
             if isinstance(ran, str):
                 self._step("ran", round=n, run_id=run_id)
                 self._close(n, run_id, "failed", ran)
                 return self._end("failed", ran)
             results = ran
+            self._sub_solves_spent(results)
             low = self._run_spent(results)
             self._step("ran", round=n, run_id=run_id)
             self.kept += sum(1 for r in results if r["status"] in _OK)
@@ -503,6 +534,8 @@ class SolveWorkflow:
                 results = await child
                 self._agent_calls(n, results)
         except ChildWorkflowError as exc:
+            if isinstance(exc.cause, CancelledError):  # with this solve (a sub-solve's
+                raise asyncio.CancelledError from None  # parent was stopped, say)
             cause = exc.cause or exc
             return f"round {n}: run {run_id} ended without finishing: {cause}"
         return results
@@ -613,6 +646,14 @@ class SolveWorkflow:
         self.seq += len(calls)
         self._step("calls", round=n, calls=calls)
 
+    def _sub_solves_spent(self, results: list[dict[str, Any]]) -> None:
+        """What the round's sub-solves spent (they came with their tasks' results): spent by
+        this solve too."""
+        for r in results:
+            for child in r.pop("sub_solves", None) or ():
+                for k, v in (child.get("spent") or {}).items():
+                    self.spent[k] = self.spent.get(k, 0) + v
+
     async def _model_step(
         self, name: str, n: int, ask: dict[str, Any], *, final: bool = False
     ) -> dict[str, Any]:
@@ -635,6 +676,8 @@ class SolveWorkflow:
             "price": inp.price,
             "spent": dict(self.spent),
             "final": final,
+            "solve_depth": inp.depth if inp.sub_solves else None,
+            "tools": inp.tools,
         }
         left = self._left()
         step = workflow.start_activity(
