@@ -38,7 +38,7 @@ import anyio.to_thread
 from ..errors import ConfigError, SessionError, StoreError
 from ..plan import ToolTask
 from ..planners import LLMPlanner
-from ..planners.conversation import EARLIER_TURN, Conversation, Turn
+from ..planners.conversation import EARLIER_TURN, Conversation, Turn, earlier_turn_tool
 from ..results import SolveStatus, TaskStatus
 from ..run import new_run_id
 from ..store import OUTPUT_NOT_RECORDED, RunStore, SessionRecord, check_session_name
@@ -324,20 +324,7 @@ class Session:
 
 
 def _earlier_turn_tool(session: Session) -> Tool:
-    async def earlier_turn(turn: int) -> dict[str, Any]:
-        """The outputs of an earlier turn of this conversation, by task id (plans reach them
-        as ${turnN.task} references, which reuse them).
-
-        Args:
-            turn: The turn's number (1 is the first question).
-        """
-        for t in session.turns:
-            if t.number == turn:
-                return dict(t.outputs)
-        known = ", ".join(str(t.number) for t in session.turns) or "none yet"
-        raise LookupError(f"session {session.name!r} has no turn {turn} (turns: {known})")
-
-    return Tool(earlier_turn)
+    return earlier_turn_tool(lambda: session.turns, f"session {session.name!r}")
 
 
 def _load(store: RunStore, name: str) -> tuple[SessionRecord | None, list[Turn]]:

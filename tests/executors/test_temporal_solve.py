@@ -405,15 +405,7 @@ async def test_what_a_solve_on_temporal_cannot_take_is_refused_before_anything_r
             await dagagent.solve(
                 "g", temporal_tools.registry, llm, settings=on_temporal, sub_solves=True
             )
-        with pytest.raises(ConfigError, match="a tool discovery of your own"):
-            await dagagent.solve(
-                "g",
-                temporal_tools.registry,
-                llm,
-                settings=on_temporal,
-                discovery=ToolDiscovery(threshold=5),
-            )
-        with pytest.raises(ConfigError, match="a tool discovery of your own"):
+        with pytest.raises(ConfigError, match=r"an embed function for tool discovery"):
             await dagagent.solve(
                 "g",
                 temporal_tools.registry,
@@ -422,9 +414,14 @@ async def test_what_a_solve_on_temporal_cannot_take_is_refused_before_anything_r
                 discovery=ToolDiscovery(embed=lambda texts: [[1.0] for _ in texts]),
             )
         async with dagagent.Session(
-            "talk", temporal_tools.registry, llm, store=tmp_path / "runs.db", settings=on_temporal
+            "talk",
+            temporal_tools.registry,
+            llm,
+            store=tmp_path / "runs.db",
+            settings=on_temporal,
+            sub_solves=True,
         ) as session:
-            with pytest.raises(ConfigError, match=r"a turn of a conversation \(--session\)"):
+            with pytest.raises(ConfigError, match=r"sub-solves \(--sub-solves\)"):
                 await session.ask("g")
             assert session.turns == []  # the refused turn is not taken
     with pytest.raises(ConfigError, match="needs a model its workers can build"):

@@ -42,15 +42,17 @@ from ...executors.temporal._activities import worker_identity
 from ...llm import MeteredLLM
 from ...llm.spec import from_spec
 from ...plan import Plan
-from ...planners import Joiner, LLMPlanner, LLMReplanner
+from ...planners import Joiner, LLMPlanner
 from ...results import ModelRole, RunResult, RunStatus, TaskResult
 from ...runner import TaskRunner
 from ...settings import TaskRetryPolicy
 from .._calls import SolveCalls
 from .._spending import Spending
 from ..replan import record_of, revise_run
+from ..solve import COMPRESS_TOKENS, replanner_of
 from ._model import settings_of
-from ._workflow import JOIN, PLAN, REPLAN
+from ._planning import conversation_of, discovery_of, own_planner, planning_registry
+from ._workflow import COMPRESS, JOIN, PLAN, REPLAN
 
 if TYPE_CHECKING:
     from ...graph import PlanGraph
@@ -68,21 +70,14 @@ class SolveActivities:
         self.prices = prices or Prices()
 
     def definitions(self) -> list[Any]:
-        return [self.plan, self.replan, self.join]
+        return [self.plan, self.replan, self.join, self.compress]
 
     # -- the activities ----------------------------------------------------------------------
 
     @activity.defn(name=PLAN)
     async def plan(self, ask: dict[str, Any]) -> dict[str, Any]:
         async def step(llm: Callable[[ModelRole], LLM], calls: SolveCalls) -> dict[str, Any]:
-            planner = LLMPlanner(
-                llm("planner"),
-                self.registry,
-                agent_tasks=bool(ask.get("agent_tasks")),
-                max_attempts=ask["max_attempts"],
-                structured=ask["structured"],
-                settings=settings_of(ask["model"]),
-            )
+            planner = self._planner(ask, llm("planner"))
             planning = await planner.plan_with_report(ask["goal"])
             return self._planned(ask, planning.plan, planning.graph)
 
@@ -94,17 +89,13 @@ class SolveActivities:
             previous = ask["previous"]
             plan = Plan.model_validate(previous["plan"])
             result = _run_result(previous["run_id"], plan, previous["results"])
-            replanner = LLMReplanner(
-                llm("replanner"),
-                self.registry,
-                agent_tasks=bool(ask.get("agent_tasks")),
-                max_attempts=ask["max_attempts"],
-                structured=ask["structured"],
-                settings=settings_of(ask["model"]),
-            )
+            # as a local solve makes its replanner: from its planner, for its tools
+            planner = self._planner(ask, llm("replanner"))
+            replanner = replanner_of(planner, planner.registry, planner.llm)
+            replanner = replanner.with_conversation(planner.conversation)
             revision = await revise_run(
                 record_of(plan, result),
-                self.registry,
+                planner.registry,
                 replanner=replanner,
                 feedback=ask.get("feedback"),
                 goal=ask["goal"],
@@ -124,6 +115,7 @@ class SolveActivities:
                 structured=ask["structured"],
                 settings=settings_of(ask["model"]),
             )
+            joiner.conversation = conversation_of(ask.get("conversation"))
             plan = Plan.model_validate(ask["plan"])
             results = {d["task_id"]: _task_result(d) for d in ask["results"]}
             report = await joiner.join(
@@ -132,6 +124,53 @@ class SolveActivities:
             return {"decision": report.decision.to_json_dict()}
 
         return await self._step(ask, step)
+
+    @activity.defn(name=COMPRESS)
+    async def compress(self, ask: dict[str, Any]) -> dict[str, Any]:
+        """A turn's older turns summarised (as :meth:`dagagent.Session.ask`'s turn does
+        locally): ``{"summary", "upto"}``, or an error the turn goes on without."""
+
+        async def step(llm: Callable[[ModelRole], LLM], calls: SolveCalls) -> dict[str, Any]:
+            conversation = conversation_of(ask["conversation"])
+            assert conversation is not None
+            upto = conversation.compress_upto()
+            response = await llm("compress").complete(
+                conversation.compress_messages(), max_tokens=COMPRESS_TOKENS
+            )
+            summary = response.content.strip()
+            if not summary:
+                return {"error": "the model wrote no summary", "kind": "model"}
+            return {"summary": summary, "upto": upto}
+
+        return await self._step(ask, step)
+
+    def _planner(self, ask: dict[str, Any], llm: LLM) -> LLMPlanner:
+        """The planner a local solve would plan ``ask``'s goal with: the built-in one, or the
+        one of one's own ``ask`` describes, for this worker's tools (and, in a turn of a
+        session, the reader of earlier turns' outputs), showing the turns before it."""
+        conversation = conversation_of(ask.get("conversation"))
+        try:
+            tools = planning_registry(self.registry, conversation)
+            options: dict[str, Any] = {
+                "agent_tasks": bool(ask.get("agent_tasks")),
+                "discovery": discovery_of(ask.get("discovery")),
+            }
+            own = ask.get("planner")
+            planner = (
+                own_planner(own, llm, self.registry, tools, **options)
+                if own is not None
+                else LLMPlanner(
+                    llm,
+                    tools,
+                    max_attempts=ask["max_attempts"],
+                    structured=ask["structured"],
+                    settings=settings_of(ask["model"]),
+                    **options,
+                )
+            )
+        except ConfigError as exc:  # a step no worker like this one can make
+            raise _Unusable(f"worker {worker_identity()}: {exc}") from None
+        return planner.with_conversation(conversation)
 
     # -- how -----------------------------------------------------------------------------------
 
@@ -155,7 +194,7 @@ class SolveActivities:
             ) from None
         spending = _spending(ask, self.prices)
         calls = SolveCalls(ask["solve_id"], spending=spending, emit=lambda _event: None)
-        calls.round, calls.run_id = ask["round"], ask["run_id"]
+        calls.round, calls.run_id = ask.get("round"), ask.get("run_id")
         calls.final = bool(ask.get("final"))
 
         def llm(role: ModelRole) -> LLM:
@@ -170,6 +209,8 @@ class SolveActivities:
                 answer = {"error": " ".join(str(exc).split()), "kind": "planning"}
             except JoinerError as exc:
                 answer = {"error": " ".join(str(exc).split()), "kind": "joining"}
+            except _Unusable as exc:  # the workflow ends the solve with it
+                answer = {"error": " ".join(str(exc).split()), "kind": "worker"}
             except BudgetExceededError as exc:  # the workflow decides what follows
                 answer = {"error": " ".join(str(exc).split()), "kind": "budget", "what": exc.what}
             except LLMError as exc:
@@ -195,7 +236,11 @@ class SolveActivities:
         return answer
 
     def _planned(self, ask: dict[str, Any], plan: Plan, graph: PlanGraph) -> dict[str, Any]:
-        """The plan, and the input of the workflow that runs it (from this worker's tools)."""
+        """The plan, and the input of the workflow that runs it (from this worker's tools).
+        In a turn of a session, the plan's ``turnN`` tasks are settled here as reused, with
+        the earlier turns' outputs: the run starts with them finished, and never calls
+        anything for them (as a local turn reuses them)."""
+        conversation = conversation_of(ask.get("conversation"))
         run = ask["run"]
         executor = TemporalExecutor(
             task_queue=ask["task_queue"],
@@ -213,11 +258,24 @@ class SolveActivities:
             on_failure=run["on_failure"],
             max_concurrency=run.get("max_concurrency"),
             max_elements=run["max_elements"],
+            reuse=conversation.reuse() if conversation is not None else None,
         )
-        run_input = executor._input(graph, runner, run["on_failure"], [])
-        if ask.get("agent_tasks"):  # their model, and where its calls belong
+        settled = [
+            found
+            for task_id in graph.order
+            if conversation is not None and (found := runner.reuse_now(task_id)) is not None
+        ]
+        run_input = executor._input(graph, runner, run["on_failure"], settled)
+        if ask.get("agent_tasks"):  # their model, where its calls belong, what they are shown
             run_input.model = {**ask["model"], "solve_id": ask["solve_id"], "round": ask["round"]}
+            if ask.get("discovery") is not None:
+                run_input.model["discovery"] = ask["discovery"]
         return {"plan": _plan_json(plan), "run_input": _dataclass_json(run_input)}
+
+
+class _Unusable(Exception):
+    """What the step needs cannot be made on this worker (a planner of one's own whose
+    examples do not fit its tools, say)."""
 
 
 def _spending(ask: dict[str, Any], prices: Prices) -> Spending:

@@ -88,12 +88,21 @@ async def solve_on_temporal(
     deadline_s: float | None = None,
     budget: dict[str, Any] | None = None,
     price: dict[str, float] | None = None,
+    planner: dict[str, Any] | None = None,
+    discovery: dict[str, Any] | None = None,
+    conversation: dict[str, Any] | None = None,
+    record_compression: Callable[[str, int], None] | None = None,
 ) -> Solution:
     """Start solve ``solve_id`` as a workflow and follow it to its end (see the module
     docstring). ``model``: the spec the workers build the model from; ``deadline_s``: the
     whole solve's time, kept by the workflow (workflow time, from its start); ``budget``: what
-    it may spend (``Budget`` JSON), its model's calls priced at ``price``."""
+    it may spend (``Budget`` JSON), its model's calls priced at ``price``. ``planner``,
+    ``discovery``, ``conversation``: a planner of one's own, the tool discovery and a
+    session's turns as data (:mod:`._planning`); ``record_compression``: what records the
+    summary the turn's ``compress`` step makes (default: the session turn the store has for
+    the solve)."""
     follower = _Follower(solve_id, executor, settings, store, listeners, prices)
+    follower.record_compression = record_compression
     async with executor.session():
         await executor._wait_for_workers()
         client = executor._client()
@@ -124,6 +133,9 @@ async def solve_on_temporal(
             deadline_s=deadline_s,
             budget=budget,
             price=price,
+            planner=planner,
+            discovery=discovery,
+            conversation=conversation,
         )
         await follower.write("start_solve", goal=goal, options=options)
         wid = solve_workflow_id(solve_id)
@@ -230,6 +242,8 @@ class _Follower:
         self.not_recorded: list[str] = []
         self.solution: Solution | None = None
         self.log = get_logger(solve_id=solve_id)
+        #: Records a turn's summary (``None``: in the session turn the store has for it).
+        self.record_compression: Callable[[str, int], None] | None = None
 
     def emit(self, event: Any) -> None:
         for listener in self.listeners:
@@ -396,8 +410,28 @@ class _Follower:
             self.emit(
                 RoundFinished(self.solve_id, rnd.number, step["run_id"], rnd.outcome, rnd.reason)
             )
+        elif kind == "compressed":
+            await self._compressed(step["summary"], int(step["upto"]))
+        elif kind == "not_compressed":  # the turn goes on with the conversation whole
+            self.log.warning("solve.not_compressed", error=step["error"])
         elif kind == "end":
             await self._end(step)
+
+    async def _compressed(self, summary: str, upto: int) -> None:
+        """The turn's compression: recorded with the turn, so that a resume reads it rather
+        than asking the model again (a failed write is noted, as a local turn notes it)."""
+        record, store = self.record_compression, self.store
+        try:
+            with anyio.CancelScope(shield=True):
+                if record is None and store is not None:
+                    found = await anyio.to_thread.run_sync(store.session_of_solve, self.solve_id)
+                    if found is not None:
+                        record = partial(store.record_compression, *found)
+                if record is not None:
+                    await anyio.to_thread.run_sync(record, summary, upto)
+        except StoreError as exc:
+            self.log.warning("solve.not_recorded", what="compression", error=str(exc))
+            self.not_recorded.append(f"the conversation's summary ({exc})")
 
     def _round(self, n: int) -> Round:
         return next(r for r in self.rounds if r.number == n)
@@ -488,6 +522,7 @@ class _Follower:
             planner=_usage(self.calls, "planner", "replanner"),
             agents=_usage(self.calls, "agent"),
             joiner=_usage(self.calls, "joiner"),
+            compress=_usage(self.calls, "compress"),
         )
         solution = Solution(
             solve_id=self.solve_id,
@@ -540,13 +575,7 @@ def refuse_unsupported(**given: Any) -> None:
         "tool calls run on the workers, which this process's interceptors cannot reach",
         "budget": "a budget of tool calls (--max-tool-calls), nor a budget with agent tasks "
         "(--agent-tasks): a round's run on the workers does not spend it yet",
-        "planner": "a planner of your own (--planner-prompt, --examples): the workers plan with "
-        "the default planner",
-        "conversation": "a turn of a conversation (--session): the workers plan without the "
-        "turns before it",
         "sub_solves": "sub-solves (--sub-solves): the workers do not run a solve inside a task",
-        "discovery": "a tool discovery of your own (--max-tools, an embed function): the "
-        "workers show tools to the model as the default discovery does",
     }
     for name, why in reasons.items():
         if given.get(name):

@@ -36,12 +36,22 @@ from temporalio.workflow import ParentClosePolicy
 from ...executors.temporal import workflow_id
 from ...executors.temporal._workflow import WORKFLOW as RUN_WORKFLOW, RunInput
 
-__all__ = ["JOIN", "PLAN", "REPLAN", "SOLVE_WORKFLOW", "STEPS_BATCH", "SolveInput", "SolveWorkflow"]
+__all__ = [
+    "COMPRESS",
+    "JOIN",
+    "PLAN",
+    "REPLAN",
+    "SOLVE_WORKFLOW",
+    "STEPS_BATCH",
+    "SolveInput",
+    "SolveWorkflow",
+]
 
 SOLVE_WORKFLOW = "dagagent.solve"
 PLAN = "dagagent.solve.plan"
 REPLAN = "dagagent.solve.replan"
 JOIN = "dagagent.solve.join"
+COMPRESS = "dagagent.solve.compress"
 #: A query of the solve's steps returns at most this many.
 STEPS_BATCH = 50
 
@@ -81,6 +91,15 @@ class SolveInput:
     #: tokens) as the driver's price table gives it: the cost of every call, on every worker
     #: and in every replay. ``None``: the model has no price.
     price: dict[str, float] | None = None
+    #: A planner of one's own, as data (``_planning.planner_data``): the workers' planner
+    #: and replanner are made from it. ``None``: the built-in planner.
+    planner: dict[str, Any] | None = None
+    #: The tool discovery's ``{"threshold", "limit"}``; ``None``: the default one.
+    discovery: dict[str, Any] | None = None
+    #: A turn of a session: the turns before it as data (``_planning.conversation_data``),
+    #: shown to the planner, the replanner and the joiner; with ``compress``, the older
+    #: ones are summarised first (step ``compress``). ``None``: not a turn.
+    conversation: dict[str, Any] | None = None
 
 
 class _Expired(Exception):
@@ -116,6 +135,7 @@ def _failure_summary(results: list[dict[str, Any]], limit: int = 3) -> str:
 class SolveWorkflow:
     def __init__(self) -> None:
         self.steps: list[dict[str, Any]] = []
+        self.conversation: dict[str, Any] | None = None  # a turn's (see SolveInput)
         self.seq = 1  # the next model call's place among the solve's calls
         self.deadline_at: float | None = None  # seconds since the epoch, workflow time
         self.round: tuple[int, str | None] | None = None  # the round under way, its run
@@ -143,6 +163,7 @@ class SolveWorkflow:
     @workflow.run
     async def run(self, inp: SolveInput) -> list[dict[str, Any]]:
         self.inp = inp
+        self.conversation = inp.conversation  # with its summary, once compressed
         if inp.deadline_s is not None:
             self.deadline_at = workflow.now().timestamp() + inp.deadline_s
         try:
@@ -179,8 +200,25 @@ class SolveWorkflow:
             raise _Expired()
         return left
 
+    async def _compress(self) -> None:
+        """A turn whose conversation is past its size: the older turns summarised by one
+        model step (as a local turn does before it plans), a step the driver records with
+        the turn; without a summary, the turn goes on with the conversation whole."""
+        conversation = self.conversation
+        assert conversation is not None
+        done = await self._model_step(COMPRESS, None, {"round": None, "run_id": None})
+        if "error" in done:
+            self._step("not_compressed", error=done["error"])
+            return
+        summary, upto = done["summary"], done["upto"]
+        self.conversation = {**conversation, "summary": summary, "summarized": upto}
+        self.conversation["compress"] = False
+        self._step("compressed", summary=summary, upto=upto)
+
     async def _rounds(self, inp: SolveInput) -> list[dict[str, Any]]:
         self._step("start", solve_id=inp.solve_id, goal=inp.goal, max_rounds=inp.max_rounds)
+        if self.conversation is not None and self.conversation.get("compress"):
+            await self._compress()
         outputs: dict[str, Any] = {}
         previous: dict[str, Any] | None = None
         feedback: str | None = None
@@ -359,7 +397,7 @@ class SolveWorkflow:
         self._step("calls", round=n, calls=calls)
 
     async def _model_step(
-        self, name: str, n: int, ask: dict[str, Any], *, final: bool = False
+        self, name: str, n: int | None, ask: dict[str, Any], *, final: bool = False
     ) -> dict[str, Any]:
         """One model step as an activity; its calls become a step. A step that fails on
         every worker it was given is an error the solve ends with. ``final``: the joiner's
@@ -381,6 +419,12 @@ class SolveWorkflow:
             "spent": dict(self.spent),
             "final": final,
         }
+        planning = {
+            "planner": inp.planner,
+            "discovery": inp.discovery,
+            "conversation": self.conversation,
+        }
+        ask.update((k, v) for k, v in planning.items() if v is not None)
         left = self._left()
         step = workflow.start_activity(
             name,
@@ -400,10 +444,9 @@ class SolveWorkflow:
                 step.cancel()  # the worker's call is cancelled at its next heartbeat
                 with contextlib.suppress(ActivityError, asyncio.CancelledError):
                     await step
-                role = {PLAN: "planner", REPLAN: "replanner", JOIN: "joiner"}[name]
-                raise _Expired(
-                    f"the {role}'s step (round {n}), its model calls unrecorded"
-                ) from None
+                role = {PLAN: "planner", REPLAN: "replanner", JOIN: "joiner"}.get(name)
+                what = f"the {role}'s step (round {n})" if role else "the turn's compression"
+                raise _Expired(f"{what}, its model calls unrecorded") from None
         try:
             answer: dict[str, Any] = await step
         except ActivityError as exc:
