@@ -191,8 +191,9 @@ async def test_a_planner_or_discovery_that_cannot_travel_is_refused_saying_why(
 def test_turns_of_a_session_on_temporal_reuse_earlier_outputs_and_compress(
     workers: Workers, model_server: LLMTestServer, tmp_path: Path
 ) -> None:
-    """Three turns of one session on the workers: ``ask --session --executor temporal``
-    twice (with a planner prompt of one's own and --max-tools), then ``Session.ask``. The
+    """Three turns of one session on the workers: ``ask --session --executor temporal``, then
+    ``chat --executor temporal`` (each with a planner prompt of one's own and --max-tools),
+    then ``Session.ask``. The
     workers' models see the conversation so far; turn 2's ``${turn1.t}`` is reused, its tool
     never called again (the effect is counted outside the workers); turn 3 summarises turn 1
     first (one ``compress`` step, recorded with the turn) and plans with the summary. Each
@@ -226,14 +227,16 @@ def test_turns_of_a_session_on_temporal_reuse_earlier_outputs_and_compress(
         "--payload-store",
         str(workers.payloads),
     ]
-    ask = ["ask", "--session", "talk", "--tools", TOOLS, "--model", "openai:gpt-test"]
-    ask += ["--base-url", f"{model_server.url}/v1", "--store", str(store), "--json"]
-    ask += ["--planner-prompt", str(prompt), "--max-tools", "4", *temporal]
+    common = ["--session", "talk", "--tools", TOOLS, "--model", "openai:gpt-test"]
+    common += ["--base-url", f"{model_server.url}/v1", "--store", str(store)]
+    common += ["--planner-prompt", str(prompt), "--max-tools", "4", *temporal]
     env = {"OPENAI_API_KEY": DRIVER_KEY}
-    for question, answer in (("count once", "counted 1"), ("double that", "doubled: 2")):
-        result = CliRunner().invoke(dagagent.cli.app, [*ask, question], env=env)
-        assert result.exit_code == 0, result.output
-        assert json.loads(result.stdout)["answer"] == answer
+    result = CliRunner().invoke(dagagent.cli.app, ["ask", *common, "--json", "count once"], env=env)
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["answer"] == "counted 1"
+    result = CliRunner().invoke(dagagent.cli.app, ["chat", *common], input="double that\n", env=env)
+    assert result.exit_code == 0, result.output
+    assert result.stdout.strip() == "doubled: 2"
     effects = (tmp_path / "n.effects").read_text().splitlines()
     assert len(effects) == 1  # turn 2 reused turn 1's output: the tool ran once
     plans = talk.texts("plan")
