@@ -285,7 +285,10 @@ class Session:
         ``executor``, ``confirm``, ``model_settings``, ``prices``) go to
         :func:`~dagagent.resume_solve`; the session's own options of those names are used
         when not given. A turn whose process died before its solve began (nothing of it is
-        on record but its question) is asked again, as that turn."""
+        on record but its question) is asked again, as that turn. A turn on the temporal
+        executor (the session's ``settings``) whose process died went on on the workers: it
+        is followed there to its end and recorded
+        (:func:`~dagagent.workflows.temporal_solve.attach_solve`), never run again."""
         store = self._store()
         await self.refresh()
         waiting = self.unfinished
@@ -306,8 +309,26 @@ class Session:
                 )
             finally:
                 await self.refresh()
+        chosen = self._turn_options(options)
+        durable = _temporal(chosen.get("settings"))
+        if durable is not None and last.status is not SolveStatus.PAUSED:
+            # its process died, and its solve goes on (or ended) on the workers: follow it
+            # there, recording what its record lacks, instead of running it again here
+            from .temporal_solve import attach_solve
+
+            try:
+                return await attach_solve(
+                    last.solve_id,
+                    executor=durable,
+                    store=store,
+                    listeners=chosen.get("listeners", ()),
+                    prices=chosen.get("prices"),
+                    settings=chosen.get("settings"),
+                )
+            finally:
+                await self.refresh()
         taken = ("policy", "listeners", "interceptors", "model_settings", "prices", "confirm")
-        given = {k: v for k, v in self._turn_options(options).items() if k in taken}
+        given = {k: v for k, v in chosen.items() if k in taken}
         try:
             return await resume_solve(
                 self.record.last.solve_id,
@@ -321,6 +342,18 @@ class Session:
             )
         finally:
             await self.refresh()
+
+
+def _temporal(settings: Any) -> Any:
+    """The :class:`~dagagent.executors.temporal.TemporalExecutor` ``settings`` (a
+    :class:`~dagagent.RunSettings`) run on, or ``None``."""
+    chosen = getattr(settings, "executor", None)
+    name = chosen if isinstance(chosen, str) else getattr(chosen, "name", None)
+    if chosen is None or name != "temporal":
+        return None
+    from ..executors import get_executor
+
+    return get_executor(chosen)
 
 
 def _earlier_turn_tool(session: Session) -> Tool:

@@ -7,6 +7,9 @@ call (see ``test_temporal_solve``)."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -30,7 +33,7 @@ from dagagent.executors.temporal import TemporalExecutor
 from dagagent.llm import OpenAIChat, wire
 from dagagent.workflows.temporal_solve import solve_workflow_id
 
-from .temporal_fixtures import TOOLS, Workers
+from .temporal_fixtures import ROOT, TOOLS, Workers
 from .test_temporal_solve import (
     DRIVER_KEY,
     FAST_RETRY,
@@ -300,3 +303,74 @@ def test_turns_of_a_session_on_temporal_reuse_earlier_outputs_and_compress(
             c for c in runs.model_calls(solve_id=solution.solve_id) if c.role == "compress"
         ]
         assert compressed.text == summary
+
+
+def test_a_turn_whose_driver_died_is_followed_on_the_workers_before_the_next(
+    workers: Workers, model_server: LLMTestServer, tmp_path: Path
+) -> None:
+    """SIGKILL ``ask --session --executor temporal`` while its turn's run holds a tool: the
+    next ``ask --session`` follows that turn to its end on the workers (as ``dagagent
+    attach`` would) and records it, instead of running it again here; then asks its own
+    question, which reuses the first turn's output."""
+    talk = Talk(
+        plan=[
+            {
+                "tasks": [
+                    {"id": "wait", "tool": "hold", "args": {"name": "w", "where": str(tmp_path)}},
+                    {"id": "then", "tool": "add", "args": {"a": 1, "b": 2}, "depends_on": ["wait"]},
+                ]
+            },
+            {"tasks": [{"id": "d", "tool": "double", "args": {"x": "${turn1.then}"}}]},
+        ],
+        join=[
+            {"action": "finish", "answer": "3", "cites": ["then"]},
+            {"action": "finish", "answer": "6", "cites": ["d"]},
+        ],
+    )
+    model_server.responder = talk
+    store = tmp_path / "runs.db"
+    common = ["--session", "talk", "--tools", TOOLS, "--model", "openai:gpt-test"]
+    common += ["--base-url", f"{model_server.url}/v1", "--store", str(store)]
+    common += ["--executor", "temporal", "--temporal-address", workers.address]
+    common += ["--task-queue", workers.queue, "--payload-store", str(workers.payloads)]
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("DAGAGENT_", "OPENAI_"))},
+        "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")]),
+        "OPENAI_API_KEY": DRIVER_KEY,
+    }
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "dagagent", "ask", *common, "add 1 and 2"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+        cwd=tmp_path,
+    )
+    try:
+        while not temporal_tools.started(tmp_path, "w"):
+            assert driver.poll() is None, "the driver ended before the run held its tool"
+    finally:
+        driver.kill()
+        driver.wait()
+    (tmp_path / "w.go").touch()
+    result = CliRunner().invoke(
+        dagagent.cli.app,
+        ["ask", *common, "--json", "and doubled?"],
+        env={"OPENAI_API_KEY": DRIVER_KEY},
+    )
+    assert result.exit_code == 0, result.output
+    assert "resuming turn 1 of session talk (interrupted)" in result.stderr
+    assert "turn 1 answered: 3" in result.stderr
+    assert json.loads(result.stdout)["answer"] == "6"
+    assert len(temporal_tools.started(tmp_path, "w")) == 1  # turn 1 ran once, on the workers
+    assert (
+        len(talk.texts("plan")) == 2
+        and "${turn1.then}: <output>3</output>" in (talk.texts("plan")[1])
+    )
+    with dagagent.RunStore(store) as runs:
+        session = runs.get_session("talk")
+        assert session is not None
+        assert [(t.turn, t.status.value, t.answer) for t in session.turns] == [
+            (1, "answered", "3"),
+            (2, "answered", "6"),
+        ]
