@@ -113,6 +113,7 @@ async def test_a_planner_of_one_s_own_and_its_tool_discovery_plan_on_the_workers
     model_server.responder = talk
     store = tmp_path / "runs.db"
     goal = "double 1 + 2"
+    ex = executor(workers)
     async with client_of(model_server) as llm:
         planner = LLMPlanner(
             llm,
@@ -126,7 +127,7 @@ async def test_a_planner_of_one_s_own_and_its_tool_discovery_plan_on_the_workers
             goal,
             temporal_tools.registry,
             llm,
-            settings=RunSettings(executor=executor(workers), retry=FAST_RETRY),
+            settings=RunSettings(executor=ex, retry=FAST_RETRY),
             store=store,
             planner=planner,
         )
@@ -156,6 +157,9 @@ async def test_a_planner_of_one_s_own_and_its_tool_discovery_plan_on_the_workers
     with dagagent.RunStore(store) as runs:
         [recorded, *_] = runs.model_calls(solve_id=solution.solve_id)
         assert recorded.options["tool_selection"] == selection
+    # a worker taking the solve over decides as the first did, with the planner in its input
+    _, history = await history_of(ex, solve_workflow_id(solution.solve_id))
+    await replay(ex, history)
 
 
 class _OwnPlanner(LLMPlanner):
