@@ -203,8 +203,9 @@ def test_turns_of_a_session_on_temporal_reuse_earlier_outputs_and_compress(
     then ``Session.ask``. The
     workers' models see the conversation so far; turn 2's ``${turn1.t}`` is reused, its tool
     never called again (the effect is counted outside the workers); turn 3 summarises turn 1
-    first (one ``compress`` step, recorded with the turn) and plans with the summary. Each
-    turn is on record in the session as a local turn is."""
+    first (one ``compress`` step, recorded with the turn) and plans with the summary; turn 4's
+    compression gets no summary and the turn goes on with the conversation whole. Each turn
+    is on record in the session as a local turn is."""
     tally = {"name": "n", "where": str(tmp_path)}
     summary = "The person counted once; the count was 1."
     talk = Talk(
@@ -212,13 +213,15 @@ def test_turns_of_a_session_on_temporal_reuse_earlier_outputs_and_compress(
             {"tasks": [{"id": "t", "tool": "tally_effect", "args": tally}]},
             {"tasks": [{"id": "d", "tool": "double", "args": {"x": "${turn1.t}"}}]},
             {"tasks": [{"id": "e", "tool": "add", "args": {"a": "${turn2.d}", "b": 1}}]},
+            {"tasks": [{"id": "f", "tool": "echo", "args": {"value": "${turn3.e}"}}]},
         ],
         join=[
             {"action": "finish", "answer": "counted 1", "cites": ["t"]},
             {"action": "finish", "answer": "doubled: 2", "cites": ["d"]},
             {"action": "finish", "answer": "plus one: 3", "cites": ["e"]},
+            {"action": "finish", "answer": "still 3", "cites": ["f"]},
         ],
-        compress=[summary],
+        compress=[summary, "  "],  # the second compression gets no summary
     )
     model_server.responder = talk
     store = tmp_path / "runs.db"
@@ -268,7 +271,7 @@ def test_turns_of_a_session_on_temporal_reuse_earlier_outputs_and_compress(
         [planned] = [c for c in runs.model_calls(solve_id=second.solve_id) if c.role == "planner"]
         assert planned.options["tool_selection"]["threshold"] == 4
 
-    async def third_turn() -> dagagent.Solution:
+    async def last_turns() -> tuple[dagagent.Solution, dagagent.Solution]:
         ex = executor(workers)
         async with (
             client_of(model_server) as llm,
@@ -285,11 +288,14 @@ def test_turns_of_a_session_on_temporal_reuse_earlier_outputs_and_compress(
             solution = await chat.ask("add one to the double")
             assert [t.number for t in chat.turns] == [1, 2, 3]
             assert chat.turns[2].outputs == {"e": 3}
-            _, history = await history_of(ex, solve_workflow_id(solution.solve_id))
-            await replay(ex, history)  # the compress step replays to the same decisions
-            return solution
+            # a compression without a summary: the turn goes on with the conversation whole
+            fourth = await chat.ask("echo it")
+            for solved in (solution, fourth):  # each compress step replays to its decisions
+                _, history = await history_of(ex, solve_workflow_id(solved.solve_id))
+                await replay(ex, history)
+            return solution, fourth
 
-    solution = anyio.run(third_turn)
+    solution, fourth = anyio.run(last_turns)
     assert solution.status.value == "answered", solution.reason
     assert solution.answer == "plus one: 3"
     assert [c.role for c in solution.calls] == ["compress", "planner", "joiner"]
@@ -307,6 +313,11 @@ def test_turns_of_a_session_on_temporal_reuse_earlier_outputs_and_compress(
             c for c in runs.model_calls(solve_id=solution.solve_id) if c.role == "compress"
         ]
         assert compressed.text == summary
+        assert (session.turns[3].status.value, session.turns[3].summary) == ("answered", None)
+    assert fourth.answer == "still 3"
+    assert [c.role for c in fourth.calls] == ["compress", "planner", "joiner"]
+    last_plan = talk.texts("plan")[3]
+    assert "Summary of turns 1-1:" in last_plan and "Turn 2:" in last_plan
 
 
 def test_a_turn_whose_driver_died_is_followed_on_the_workers_before_the_next(
