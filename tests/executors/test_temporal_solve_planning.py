@@ -389,3 +389,28 @@ def test_a_turn_whose_driver_died_is_followed_on_the_workers_before_the_next(
             (1, "answered", "3"),
             (2, "answered", "6"),
         ]
+
+
+@pytest.mark.anyio
+async def test_a_follower_without_the_turn_s_callback_records_its_summary_in_the_session(
+    tmp_path: Path,
+) -> None:
+    """``dagagent attach`` (or a session's resume) follows a turn with no conversation at
+    hand: the summary its compress step made is recorded with the turn the store has for the
+    solve, so that the next turns read it rather than asking again."""
+    from dagagent.workflows.temporal_solve._driver import _Follower
+
+    with dagagent.RunStore(tmp_path / "runs.db") as store:
+        store.start_turn("talk", "0123456789ab", "first?", after=0)
+        store.start_turn("talk", "0123456789ac", "second?", after=1)
+        follower = _Follower(
+            "0123456789ac", TemporalExecutor("127.0.0.1:9"), RunSettings(), store, (), None
+        )
+        await follower._apply({"step": "compressed", "summary": "one question", "upto": 1})
+        session = store.get_session("talk")
+        assert session is not None
+        assert [(t.summary, t.summarized) for t in session.turns] == [
+            (None, 0),
+            ("one question", 1),
+        ]
+        assert follower.not_recorded == []
