@@ -14,8 +14,15 @@ the history of the solve's workflow and of each round's run workflow (their leng
 next to what the payload store holds (the values that travel by reference instead of in the
 histories). Temporal warns at 10 MB of history and terminates a workflow at 50 MB.
 
+With ``--turns N`` the solve is the next turn of a conversation (a session's) of ``N``
+earlier turns, each with a ``--text``-character question and answer and one
+``--output``-character output: the conversation travels to every model step, as its own
+payload (kept once by the payload store, whichever steps carry it), and the results go to
+``temporal_solve_history_turns.*``.
+
     python benchmarks/temporal_solve_history.py
     python benchmarks/temporal_solve_history.py --rounds 50 --text 20000 --output 100000 --write
+    python benchmarks/temporal_solve_history.py --rounds 5 --turns 20 --output 50000 --write
 """
 
 from __future__ import annotations
@@ -128,12 +135,31 @@ def _dir_bytes(path: Path) -> tuple[int, int]:
     return len(files), sum(p.stat().st_size for p in files)
 
 
+def _at_least(path: Path, size: float) -> int:
+    """How many stored values are at least ``size`` bytes: those that hold the whole
+    conversation (the workflow's input, and the argument every model step shares)."""
+    return sum(1 for p in path.rglob("*") if p.is_file() and p.stat().st_size >= size)
+
+
 async def measure(args: argparse.Namespace, address: str, payloads: Path) -> dict[str, Any]:
     from dagagent.executors.temporal import TemporalExecutor, workflow_id
+    from dagagent.planners.conversation import Conversation, Turn
     from dagagent.workflows.temporal_solve import solve_workflow_id
+    from dagagent.workflows.temporal_solve._planning import conversation_data
 
     model = Model(args.rounds, args.text, args.output)
     ex = TemporalExecutor(address, task_queue=QUEUE, payloads=payloads)
+    conversation = (
+        Conversation(
+            turns=tuple(
+                Turn(k, "q" * args.text, "a" * args.text, {f"out{k}": big(k, args.output)})
+                for k in range(1, args.turns + 1)
+            ),
+            max_tokens=None,  # no compression: the whole conversation goes to every step
+        )
+        if args.turns
+        else None
+    )
     t0 = time.perf_counter()
     async with OpenAIChat("bench", base_url=model.base_url, api_key="sk-driver") as llm:
         solution = await dagagent.solve(
@@ -142,6 +168,7 @@ async def measure(args: argparse.Namespace, address: str, payloads: Path) -> dic
             llm,
             settings=RunSettings(executor=ex),
             max_rounds=args.rounds,
+            conversation=conversation,
         )
     took = time.perf_counter() - t0
     if solution.status.value != "answered" or len(solution.calls) != 2 * args.rounds:
@@ -157,6 +184,12 @@ async def measure(args: argparse.Namespace, address: str, payloads: Path) -> dic
             info = rd.raw_description.workflow_execution_info
             runs.append((info.history_length, info.history_size_bytes))
     files, stored = _dir_bytes(payloads)
+    size = (
+        len(json.dumps(conversation_data(conversation), separators=(",", ":")))
+        if conversation is not None
+        else 0
+    )
+    copies = _at_least(payloads, size * 0.9) if size else 0
     texts = sum(c.text_chars for c in solution.calls)
     outputs = sum(
         len(json.dumps(r.output))
@@ -165,6 +198,9 @@ async def measure(args: argparse.Namespace, address: str, payloads: Path) -> dic
         for r in rnd.result.tasks.values()
     )
     return {
+        "turns": args.turns,
+        "conversation_chars": size,
+        "conversation_copies_stored": copies,
         "rounds": args.rounds,
         "model_calls": len(solution.calls),
         "text_chars": args.text,
@@ -240,10 +276,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=50, help="rounds (two model calls each)")
     parser.add_argument("--text", type=int, default=20_000, help="characters of model texts")
     parser.add_argument("--output", type=int, default=100_000, help="characters of tool outputs")
+    parser.add_argument(
+        "--turns", type=int, default=0, help="earlier turns of the conversation (0: none)"
+    )
     common.add_output_options(parser)
     args = parser.parse_args(argv)
-    if args.rounds < 1 or args.text < 1 or args.output < 1:
-        parser.error("--rounds, --text and --output must be at least 1")
+    if args.rounds < 1 or args.text < 1 or args.output < 1 or args.turns < 0:
+        parser.error("--rounds, --text and --output must be at least 1, --turns at least 0")
     try:
         import temporalio  # noqa: F401
     except ImportError:
@@ -283,6 +322,12 @@ def main(argv: list[str] | None = None) -> None:
         f"{h['payload_files']:,} values, {h['payload_bytes'] / 1e6:.1f} MB, each once, that "
         f"travel by reference instead of in the histories. The solve took {h['wall_s']:.1f} s."
     )
+    if h["turns"]:
+        line += (
+            f" The conversation of {h['turns']} earlier turns ({h['conversation_chars']:,} "
+            f"characters as it travels) went to each of the {h['model_calls']} model steps; "
+            f"the payload store holds it {h['conversation_copies_stored']} times."
+        )
     print()
     print(common.text_table(headers, rows))
     print()
@@ -291,8 +336,13 @@ def main(argv: list[str] | None = None) -> None:
     print()
     print(line)
     command = common.command_line()
+    title = (
+        f"# The history of a turn of a {h['turns'] + 1}-turn conversation on Temporal"
+        if h["turns"]
+        else "# The history of a 100-call solve on Temporal"
+    )
     md = [
-        "# The history of a 100-call solve on Temporal",
+        title,
         "",
         f"Command: `{command}`  ",
         f"Machine: {common.machine_line(info)}  ",
@@ -322,7 +372,8 @@ def main(argv: list[str] | None = None) -> None:
     if out is None:
         print("results not written (pass --write to update benchmarks/results, or --out DIR)")
     else:
-        for p in common.write_results(out, "temporal_solve_history", data, "\n".join(md)):
+        name = "temporal_solve_history_turns" if h["turns"] else "temporal_solve_history"
+        for p in common.write_results(out, name, data, "\n".join(md)):
             print(f"wrote {p}")
 
 

@@ -75,7 +75,11 @@ class SolveActivities:
     # -- the activities ----------------------------------------------------------------------
 
     @activity.defn(name=PLAN)
-    async def plan(self, ask: dict[str, Any]) -> dict[str, Any]:
+    async def plan(
+        self, ask: dict[str, Any], conversation: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        ask = _with_conversation(ask, conversation)
+
         async def step(llm: Callable[[ModelRole], LLM], calls: SolveCalls) -> dict[str, Any]:
             planner = self._planner(ask, llm("planner"))
             planning = await planner.plan_with_report(ask["goal"])
@@ -84,7 +88,11 @@ class SolveActivities:
         return await self._step(ask, step)
 
     @activity.defn(name=REPLAN)
-    async def replan(self, ask: dict[str, Any]) -> dict[str, Any]:
+    async def replan(
+        self, ask: dict[str, Any], conversation: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        ask = _with_conversation(ask, conversation)
+
         async def step(llm: Callable[[ModelRole], LLM], calls: SolveCalls) -> dict[str, Any]:
             previous = ask["previous"]
             plan = Plan.model_validate(previous["plan"])
@@ -107,7 +115,11 @@ class SolveActivities:
         return await self._step(ask, step)
 
     @activity.defn(name=JOIN)
-    async def join(self, ask: dict[str, Any]) -> dict[str, Any]:
+    async def join(
+        self, ask: dict[str, Any], conversation: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        ask = _with_conversation(ask, conversation)
+
         async def step(llm: Callable[[ModelRole], LLM], calls: SolveCalls) -> dict[str, Any]:
             joiner = Joiner(
                 llm("joiner"),
@@ -126,9 +138,12 @@ class SolveActivities:
         return await self._step(ask, step)
 
     @activity.defn(name=COMPRESS)
-    async def compress(self, ask: dict[str, Any]) -> dict[str, Any]:
+    async def compress(
+        self, ask: dict[str, Any], conversation: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
         """A turn's older turns summarised (as :meth:`dagagent.Session.ask`'s turn does
         locally): ``{"summary", "upto"}``, or an error the turn goes on without."""
+        ask = _with_conversation(ask, conversation)
 
         async def step(llm: Callable[[ModelRole], LLM], calls: SolveCalls) -> dict[str, Any]:
             conversation = conversation_of(ask["conversation"])
@@ -271,6 +286,11 @@ class SolveActivities:
             if ask.get("discovery") is not None:
                 run_input.model["discovery"] = ask["discovery"]
         return {"plan": _plan_json(plan), "run_input": _dataclass_json(run_input)}
+
+
+def _with_conversation(ask: dict[str, Any], conversation: dict[str, Any] | None) -> dict[str, Any]:
+    """``ask`` with the turn's conversation (an argument of its own; ``None``: not a turn)."""
+    return ask if conversation is None else {**ask, "conversation": conversation}
 
 
 class _Unusable(Exception):

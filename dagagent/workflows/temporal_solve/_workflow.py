@@ -419,16 +419,15 @@ class SolveWorkflow:
             "spent": dict(self.spent),
             "final": final,
         }
-        planning = {
-            "planner": inp.planner,
-            "discovery": inp.discovery,
-            "conversation": self.conversation,
-        }
+        planning = {"planner": inp.planner, "discovery": inp.discovery}
         ask.update((k, v) for k, v in planning.items() if v is not None)
+        # A turn's conversation goes as an argument of its own: the same payload for every
+        # step, which the payload store keeps once however many steps carry it.
+        args = [ask] if self.conversation is None else [ask, self.conversation]
         left = self._left()
         step = workflow.start_activity(
             name,
-            ask,
+            args=args,
             task_queue=inp.task_queue,
             start_to_close_timeout=_STEP_BOUND,
             heartbeat_timeout=timedelta(seconds=inp.heartbeat_s),
