@@ -146,11 +146,11 @@ class SolveActivities:
         ask = _with_conversation(ask, conversation)
 
         async def step(llm: Callable[[ModelRole], LLM], calls: SolveCalls) -> dict[str, Any]:
-            conversation = conversation_of(ask["conversation"])
-            assert conversation is not None
-            upto = conversation.compress_upto()
+            turns = conversation_of(ask["conversation"])
+            assert turns is not None
+            upto = turns.compress_upto()
             response = await llm("compress").complete(
-                conversation.compress_messages(), max_tokens=COMPRESS_TOKENS
+                turns.compress_messages(), max_tokens=COMPRESS_TOKENS
             )
             summary = response.content.strip()
             if not summary:

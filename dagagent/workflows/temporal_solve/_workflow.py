@@ -6,7 +6,9 @@ made as records. Each round's run is a child workflow, the plan run workflow of
 :mod:`dagagent.executors.temporal` (whose tool calls are activities of their own). The
 decisions between rounds (give up when a revised plan is the same, or a round adds no new
 success; the last round must answer) are the local solve's, made here on plain JSON, so
-that a worker replaying the workflow makes the same ones.
+that a worker replaying the workflow makes the same ones. A turn of a session past its size
+first has its older turns summarised (the ``compress`` step, before round 1, as a local turn
+does: a step ``compressed``, or ``not_compressed``, that the driver records with the turn).
 
 What the driver needs to record the solve is a list of **steps** (a round began, model calls
 were made, a plan is ready and its run starts, the run ended, the joiner decided, a round
