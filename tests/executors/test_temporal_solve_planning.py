@@ -204,7 +204,8 @@ def test_turns_of_a_session_on_temporal_reuse_earlier_outputs_and_compress(
     workers' models see the conversation so far; turn 2's ``${turn1.t}`` is reused, its tool
     never called again (the effect is counted outside the workers); turn 3 summarises turn 1
     first (one ``compress`` step, recorded with the turn) and plans with the summary; turn 4's
-    compression gets no summary and the turn goes on with the conversation whole. Each turn
+    compression gets no summary and the turn goes on with the conversation whole (and its
+    second round's replanner and joiner see it too). Each turn
     is on record in the session as a local turn is."""
     tally = {"name": "n", "where": str(tmp_path)}
     summary = "The person counted once; the count was 1."
@@ -214,12 +215,19 @@ def test_turns_of_a_session_on_temporal_reuse_earlier_outputs_and_compress(
             {"tasks": [{"id": "d", "tool": "double", "args": {"x": "${turn1.t}"}}]},
             {"tasks": [{"id": "e", "tool": "add", "args": {"a": "${turn2.d}", "b": 1}}]},
             {"tasks": [{"id": "f", "tool": "echo", "args": {"value": "${turn3.e}"}}]},
+            {
+                "tasks": [
+                    {"id": "f", "tool": "echo", "args": {"value": "${turn3.e}"}},
+                    {"id": "g", "tool": "add", "args": {"a": "${turn3.e}", "b": 10}},
+                ]
+            },
         ],
         join=[
             {"action": "finish", "answer": "counted 1", "cites": ["t"]},
             {"action": "finish", "answer": "doubled: 2", "cites": ["d"]},
             {"action": "finish", "answer": "plus one: 3", "cites": ["e"]},
-            {"action": "finish", "answer": "still 3", "cites": ["f"]},
+            {"action": "replan", "feedback": "add ten too"},
+            {"action": "finish", "answer": "3 and 13", "cites": ["f", "g"]},
         ],
         compress=[summary, "  "],  # the second compression gets no summary
     )
@@ -314,10 +322,15 @@ def test_turns_of_a_session_on_temporal_reuse_earlier_outputs_and_compress(
         ]
         assert compressed.text == summary
         assert (session.turns[3].status.value, session.turns[3].summary) == ("answered", None)
-    assert fourth.answer == "still 3"
-    assert [c.role for c in fourth.calls] == ["compress", "planner", "joiner"]
-    last_plan = talk.texts("plan")[3]
-    assert "Summary of turns 1-1:" in last_plan and "Turn 2:" in last_plan
+    assert fourth.answer == "3 and 13"
+    roles = [c.role for c in fourth.calls]
+    assert roles == ["compress", "planner", "joiner", "replanner", "joiner"]
+    planned, replanned = talk.texts("plan")[3:]
+    assert "Summary of turns 1-1:" in planned and "Turn 2:" in planned
+    # the replanner and the joiner of a later round are shown the conversation too
+    assert "Summary of turns 1-1:" in replanned and "${turn3.e}: <output>3</output>" in replanned
+    assert "Summary of turns 1-1:" in talk.texts("join")[-1]
+    assert len((tmp_path / "n.effects").read_text().splitlines()) == 1
 
 
 def test_a_turn_whose_driver_died_is_followed_on_the_workers_before_the_next(
