@@ -1126,7 +1126,7 @@ async def _solve_on_temporal(
     own: dict[str, Any] | None = None
     if planner is not None:  # checked as a local solve checks it, then described
         _check_planner(planner, registry, bool(options["agent_tasks"]), None)
-        own = planner_data(planner, model)
+        own = planner_data(planner, model, prices)
         discovery = planner.discovery  # a local solve's planner and replanner show its own
     shown = discovery_data(discovery)
     budget = options.get("budget")

@@ -105,18 +105,19 @@ class Talk:
 async def test_a_planner_of_one_s_own_and_its_tool_discovery_plan_on_the_workers(
     workers: Workers, model_server: LLMTestServer, tmp_path: Path
 ) -> None:
-    """The workers plan with the planner's prompt, examples and discovery: the planner's
-    request is the one a local solve sends, word for word, and shows only the tools the
-    discovery chose (recorded with each planning call); the replanner gets the planner's
-    discovery and options, as locally."""
+    """The workers plan with the planner's prompt, examples, discovery and model (another
+    than the solve's): the planner's request is the one a local solve sends, word for word,
+    and shows only the tools the discovery chose (recorded with each planning call); the
+    replanner gets the planner's model, discovery and options, as locally."""
     talk = Talk(plan=[ROUND1, ROUND2], join=[REPLAN, FINISH])
     model_server.responder = talk
     store = tmp_path / "runs.db"
     goal = "double 1 + 2"
     ex = executor(workers)
-    async with client_of(model_server) as llm:
+    plans_with = OpenAIChat("gpt-plan", base_url=f"{model_server.url}/v1", api_key=DRIVER_KEY)
+    async with client_of(model_server) as llm, plans_with:
         planner = LLMPlanner(
-            llm,
+            plans_with,  # a model of its own: the workers build it too, with their key
             temporal_tools.registry,
             system_prompt=PROMPT,
             examples=EXAMPLES,
@@ -146,7 +147,13 @@ async def test_a_planner_of_one_s_own_and_its_tool_discovery_plan_on_the_workers
     schema = json.dumps(first["response_format"])
     assert all(f'"{name}"' not in schema for name in ("hold_paid", "tally_effect"))
     # the replanner: the planner's discovery (its own prompt is the built-in one's, as locally)
-    assert [c.role for c in solution.calls] == ["planner", "joiner", "replanner", "joiner"]
+    assert [(c.role, c.model) for c in solution.calls] == [
+        ("planner", "gpt-plan"),
+        ("joiner", "gpt-test"),
+        ("replanner", "gpt-plan"),
+        ("joiner", "gpt-test"),
+    ]
+    assert [b["model"] for _, b in talk.seen] == ["gpt-plan", "gpt-test", "gpt-plan", "gpt-test"]
     assert solution.calls[2].options["tool_selection"]["threshold"] == 3
     assert "You plan for the arithmetic lab." not in second["messages"][0]["content"]
     shown_cmd = CliRunner().invoke(
@@ -178,8 +185,8 @@ async def test_a_planner_or_discovery_that_cannot_travel_is_refused_saying_why(
             await dagagent.solve(
                 "g", registry, llm, settings=on_temporal, planner=_OwnPlanner(llm, registry)
             )
-        other = OpenAIChat("gpt-other", base_url=f"{model_server.url}/v1", api_key=DRIVER_KEY)
-        with pytest.raises(ConfigError, match=r"another model \(openai:gpt-other\)"):
+        other = dagagent.llm.ScriptedLLM(["{}"])
+        with pytest.raises(ConfigError, match=r"this planner: .*not ScriptedLLM"):
             await dagagent.solve(
                 "g", registry, llm, settings=on_temporal, planner=LLMPlanner(other, registry)
             )

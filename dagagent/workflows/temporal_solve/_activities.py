@@ -85,7 +85,7 @@ class SolveActivities:
             planning = await planner.plan_with_report(ask["goal"])
             return self._planned(ask, planning.plan, planning.graph)
 
-        return await self._step(ask, step)
+        return await self._step(ask, step, planning=True)
 
     @activity.defn(name=REPLAN)
     async def replan(
@@ -112,7 +112,7 @@ class SolveActivities:
                 return {"unchanged": True, "plan": _plan_json(revision.plan)}
             return self._planned(ask, revision.plan, revision.graph)
 
-        return await self._step(ask, step)
+        return await self._step(ask, step, planning=True)
 
     @activity.defn(name=JOIN)
     async def join(
@@ -193,10 +193,16 @@ class SolveActivities:
         self,
         ask: dict[str, Any],
         step: Callable[[Callable[[ModelRole], LLM], SolveCalls], Awaitable[dict[str, Any]]],
+        *,
+        planning: bool = False,
     ) -> dict[str, Any]:
-        """Run ``step`` with the solve's model, metered per role; its answer with the record
-        of each model call (numbered from ``ask["seq"]``)."""
-        model = ask["model"]
+        """Run ``step`` with the solve's model (``planning``: the planner's, when a planner of
+        one's own has a model of its own), metered per role; its answer with the record of
+        each model call (numbered from ``ask["seq"]``)."""
+        model, price = ask["model"], ask.get("price")
+        own = ask.get("planner") or {}
+        if planning and own.get("model") is not None:
+            model, price = own["model"], own.get("price")
         try:
             client = from_spec(
                 model["spec"], base_url=model.get("base_url"), settings=settings_of(model)
@@ -207,7 +213,7 @@ class SolveActivities:
                 type="ConfigError",
                 non_retryable=True,
             ) from None
-        spending = _spending(ask, self.prices)
+        spending = _spending(ask, self.prices, price)
         calls = SolveCalls(ask["solve_id"], spending=spending, emit=lambda _event: None)
         calls.round, calls.run_id = ask.get("round"), ask.get("run_id")
         calls.final = bool(ask.get("final"))
@@ -298,13 +304,12 @@ class _Unusable(Exception):
     examples do not fit its tools, say)."""
 
 
-def _spending(ask: dict[str, Any], prices: Prices) -> Spending:
+def _spending(ask: dict[str, Any], prices: Prices, price: dict[str, Any] | None) -> Spending:
     """The ledger of one step: the solve's budget with what the steps before it spent, its
-    model priced as the driver priced it (the workflow's input), so that every worker
-    reserves, cuts off and refuses a call as the local solve would."""
+    model priced as the driver priced it (``price``, from the workflow's input), so that
+    every worker reserves, cuts off and refuses a call as the local solve would."""
     budget = ask.get("budget")
     if budget is not None:
-        price = ask.get("price")
         prices = Prices({"*": price} if price is not None else {}, defaults=False)
     spending = Spending(Budget.model_validate(budget) if budget else None, prices)
     spent = ask.get("spent") or {}

@@ -5,9 +5,10 @@ replanner and joiner are made from them as a local solve makes its own.
 - **A planner of one's own** (:class:`~dagagent.planners.LLMPlanner` with a system prompt,
   few-shot examples, options): ``{"system_prompt", "examples", "max_attempts", "strict",
   "structured", "max_tasks", "settings"}``. Its examples are checked against the worker's
-  tools as the driver checked them against its own. A planner that is not an
-  ``LLMPlanner`` itself (a subclass may plan in code of its own), or that asks another
-  model than the solve's, cannot be described so and is refused.
+  tools as the driver checked them against its own; a model of its own travels as a spec
+  (the workers' key), with its price. A planner that is not an ``LLMPlanner`` itself (a
+  subclass may plan in code of its own), or whose model no spec names, cannot be described
+  so and is refused.
 - **The tool discovery**: ``{"threshold", "limit"}``; the workers rank the tools with the
   same BM25 code. An ``embed`` function cannot travel, and is refused.
 - **A conversation** (a turn of a :class:`~dagagent.Session`): the earlier turns (question,
@@ -29,6 +30,7 @@ from ...planners.conversation import EARLIER_TURN, Conversation, Turn, earlier_t
 from ...tools import ToolDiscovery
 
 if TYPE_CHECKING:
+    from ...budget import Prices
     from ...tools import Registry
 
 __all__ = [
@@ -52,9 +54,15 @@ def _refused(what: str) -> ConfigError:
 # -- the driver's side: what travels ----------------------------------------------------------
 
 
-def planner_data(planner: LLMPlanner, model: dict[str, Any]) -> dict[str, Any]:
+def planner_data(
+    planner: LLMPlanner, model: dict[str, Any], prices: Prices | None = None
+) -> dict[str, Any]:
     """A planner of one's own as the workers make it again (see the module docstring);
-    ``model``: the solve's model spec. A :class:`ConfigError` when it cannot travel."""
+    ``model``: the solve's model spec. A planner with a model of its own has it (a spec, its
+    key from the workers' environment) and its price at ``prices``, which its calls are
+    costed at. A :class:`ConfigError` when it cannot travel."""
+    from ...budget import Prices
+    from ...llm import MeteredLLM
     from ...llm._described import model_of
 
     if type(planner) is not LLMPlanner:
@@ -67,12 +75,17 @@ def planner_data(planner: LLMPlanner, model: dict[str, Any]) -> dict[str, Any]:
         own = model_of(planner.llm, planner.settings, what="a planner of your own")
     except ConfigError as exc:
         raise _refused(f"this planner: {exc}") from None
+    data: dict[str, Any] = {}
     if (own["spec"], own["base_url"]) != (model["spec"], model["base_url"]):
-        raise _refused(
-            f"a planner with another model ({own['spec']}) than the solve's ({model['spec']}): "
-            "the workers plan with the solve's model (build the planner with the solve's)"
+        llm = planner.llm
+        while isinstance(llm, MeteredLLM):
+            llm = llm.llm
+        price = (prices or Prices()).price(
+            str(getattr(llm, "model", "") or ""), str(getattr(llm, "provider_name", "") or "")
         )
+        data = {"model": own, "price": price.model_dump() if price is not None else None}
     return {
+        **data,
         "system_prompt": planner.own_prompt,
         "examples": [
             {"goal": e.goal, "plan": json.loads(e.plan.model_dump_json(exclude_defaults=True))}
