@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio.to_thread
 
-from ..errors import ConfigError, SessionError, StoreError
+from ..errors import ClusterError, ConfigError, SessionError, StoreError
 from ..plan import ToolTask
 from ..planners import LLMPlanner
 from ..planners.conversation import EARLIER_TURN, Conversation, Turn, earlier_turn_tool
@@ -249,7 +249,9 @@ class Session:
                 conversation=conversation,
                 **chosen,
             )
-        except ConfigError:  # refused before it began: the turn is not taken after all
+        except (ConfigError, ClusterError):
+            # refused before it began (a bad option; a Temporal server it cannot reach): the
+            # turn is not taken after all, unless its solve is on record (it began)
             await anyio.to_thread.run_sync(lambda: store.drop_unstarted_turn(self.name, number))
             raise
         finally:

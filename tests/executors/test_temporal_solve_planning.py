@@ -434,3 +434,29 @@ async def test_a_follower_without_the_turn_s_callback_records_its_summary_in_the
             ("one question", 1),
         ]
         assert follower.not_recorded == []
+
+
+@pytest.mark.anyio
+async def test_a_turn_whose_temporal_server_cannot_be_reached_is_not_taken(
+    model_server: LLMTestServer, tmp_path: Path
+) -> None:
+    """Nothing of the turn began: the session stays as it was, and the next question is
+    asked as the next turn, not as the resume of one that never started."""
+    from .temporal_fixtures import _free_port
+
+    ex = TemporalExecutor(f"127.0.0.1:{_free_port()}")  # nothing listens there
+    async with (
+        client_of(model_server) as llm,
+        dagagent.Session(
+            "talk",
+            temporal_tools.registry,
+            llm,
+            store=tmp_path / "runs.db",
+            settings=RunSettings(executor=ex),
+        ) as session,
+    ):
+        for _ in range(2):
+            with pytest.raises(dagagent.ClusterError, match="cannot reach the Temporal server"):
+                await session.ask("g")
+            assert session.turns == [] and session.unfinished is None
+    assert model_server.requests == []
