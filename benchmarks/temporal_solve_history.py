@@ -19,7 +19,14 @@ as new whenever its history passes ``--history-events`` (default 1,000): each ru
 solve's workflow (the chain from its first run to its last, as the server has them) keeps
 a history of about that many events, however many rounds the solve has.
 
+With ``--turns N`` the solve is the next turn of a conversation (a session's) of ``N``
+earlier turns, each with a ``--text``-character question and answer and one
+``--output``-character output: the conversation travels to every model step, as its own
+payload (kept once by the payload store, whichever steps carry it), and the results go to
+``temporal_solve_history_turns.*`` (no long solve then).
+
     python benchmarks/temporal_solve_history.py
+    python benchmarks/temporal_solve_history.py --rounds 5 --turns 20 --output 50000 --write
     python benchmarks/temporal_solve_history.py --rounds 50 --text 20000 --output 100000 \
         --long-rounds 300 --history-events 1000 --write
 """
@@ -153,6 +160,12 @@ async def _chain(client: Any, workflow: str) -> list[tuple[int, int]]:
     return found
 
 
+def _at_least(path: Path, size: float) -> int:
+    """How many stored values are at least ``size`` bytes: those that hold the whole
+    conversation (the workflow's input, and the argument every model step shares)."""
+    return sum(1 for p in path.rglob("*") if p.is_file() and p.stat().st_size >= size)
+
+
 async def measure(
     address: str,
     payloads: Path,
@@ -161,15 +174,30 @@ async def measure(
     text: int,
     output: int,
     history_events: int | None = None,
+    turns: int = 0,
 ) -> dict[str, Any]:
-    """One solve of ``rounds`` rounds, and the histories the server has of it."""
+    """One solve of ``rounds`` rounds (the next turn of a conversation of ``turns``), and
+    the histories the server has of it."""
     from dagagent.executors.temporal import TemporalExecutor, workflow_id
+    from dagagent.planners.conversation import Conversation, Turn
     from dagagent.workflows.temporal_solve import solve_workflow_id
+    from dagagent.workflows.temporal_solve._planning import conversation_data
 
     model = Model(rounds, text, output)
     more = {} if history_events is None else {"history_events": history_events}
     ex = TemporalExecutor(address, task_queue=QUEUE, payloads=payloads, **more)
     stored_before = await asyncio.to_thread(_dir_bytes, payloads)  # a solve before this one's
+    conversation = (
+        Conversation(
+            turns=tuple(
+                Turn(k, "q" * text, "a" * text, {f"out{k}": big(k, output)})
+                for k in range(1, turns + 1)
+            ),
+            max_tokens=None,  # no compression: the whole conversation goes to every step
+        )
+        if turns
+        else None
+    )
     t0 = time.perf_counter()
     async with OpenAIChat("bench", base_url=model.base_url, api_key="sk-driver") as llm:
         solution = await dagagent.solve(
@@ -178,6 +206,7 @@ async def measure(
             llm,
             settings=RunSettings(executor=ex),
             max_rounds=rounds,
+            conversation=conversation,
         )
     took = time.perf_counter() - t0
     if solution.status.value != "answered" or len(solution.calls) != 2 * rounds:
@@ -192,6 +221,12 @@ async def measure(
             info = rd.raw_description.workflow_execution_info
             runs.append((info.history_length, info.history_size_bytes))
     files, stored = _dir_bytes(payloads)
+    size = (
+        len(json.dumps(conversation_data(conversation), separators=(",", ":")))
+        if conversation is not None
+        else 0
+    )
+    copies = _at_least(payloads, size * 0.9) if size else 0
     texts = sum(c.text_chars for c in solution.calls)
     outputs = sum(
         len(json.dumps(r.output))
@@ -200,6 +235,9 @@ async def measure(
         for r in rnd.result.tasks.values()
     )
     return {
+        "turns": turns,
+        "conversation_chars": size,
+        "conversation_copies_stored": copies,
         "rounds": rounds,
         "model_calls": len(solution.calls),
         "text_chars": text,
@@ -226,8 +264,15 @@ async def measure(
 async def measure_both(
     args: argparse.Namespace, address: str, payloads: Path
 ) -> tuple[dict[str, Any], dict[str, Any] | None]:
-    h = await measure(address, payloads, rounds=args.rounds, text=args.text, output=args.output)
-    if not args.long_rounds:
+    h = await measure(
+        address,
+        payloads,
+        rounds=args.rounds,
+        text=args.text,
+        output=args.output,
+        turns=args.turns,
+    )
+    if not args.long_rounds or args.turns:
         return h, None
     long = await measure(
         address,
@@ -314,12 +359,15 @@ def main(argv: list[str] | None = None) -> None:
         help="the long solve's history_events: the history length at which its workflow "
         "continues as new",
     )
+    parser.add_argument(
+        "--turns", type=int, default=0, help="earlier turns of the conversation (0: none)"
+    )
     common.add_output_options(parser)
     args = parser.parse_args(argv)
     if min(args.rounds, args.text, args.output, args.long_text, args.long_output) < 1:
         parser.error("--rounds, --text, --output, --long-text and --long-output must be >= 1")
-    if args.long_rounds < 0 or args.history_events < 100:
-        parser.error("--long-rounds must be at least 0, --history-events at least 100")
+    if args.long_rounds < 0 or args.history_events < 100 or args.turns < 0:
+        parser.error("--long-rounds and --turns must be at least 0, --history-events at least 100")
     try:
         import temporalio  # noqa: F401
     except ImportError:
@@ -377,8 +425,13 @@ def main(argv: list[str] | None = None) -> None:
     for what, ok, got in targets:
         print(f"  {'met   ' if ok else 'MISSED'}  {what}: {got}")
     command = common.command_line()
+    title = (
+        f"# The history of a turn of a {h['turns'] + 1}-turn conversation on Temporal"
+        if h["turns"]
+        else "# The history of a 100-call solve on Temporal"
+    )
     md = [
-        "# The history of a 100-call solve on Temporal",
+        title,
         "",
         f"Command: `{command}`  ",
         f"Machine: {common.machine_line(info)}  ",
@@ -426,7 +479,8 @@ def main(argv: list[str] | None = None) -> None:
     if out is None:
         print("results not written (pass --write to update benchmarks/results, or --out DIR)")
     else:
-        for p in common.write_results(out, "temporal_solve_history", data, "\n".join(md)):
+        name = "temporal_solve_history_turns" if h["turns"] else "temporal_solve_history"
+        for p in common.write_results(out, name, data, "\n".join(md)):
             print(f"wrote {p}")
 
 
@@ -449,13 +503,20 @@ def _rows(h: dict[str, Any]) -> list[list[Any]]:
 
 
 def _line(h: dict[str, Any]) -> str:
-    return (
+    line = (
         f"{h['rounds']} rounds, {h['model_calls']} model calls writing "
         f"{h['model_text_chars_total'] / 1e6:.1f} M characters, tool outputs of "
         f"{h['tool_output_chars_total'] / 1e6:.1f} M characters: the payload store holds "
         f"{h['payload_files']:,} values, {h['payload_bytes'] / 1e6:.1f} MB, each once, that "
         f"travel by reference instead of in the histories. The solve took {h['wall_s']:.1f} s."
     )
+    if h["turns"]:
+        line += (
+            f" The conversation of {h['turns']} earlier turns ({h['conversation_chars']:,} "
+            f"characters as it travels) went to each of the {h['model_calls']} model steps; "
+            f"the payload store holds it {h['conversation_copies_stored']} times."
+        )
+    return line
 
 
 if __name__ == "__main__":

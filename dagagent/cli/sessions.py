@@ -15,8 +15,9 @@ turn that runs out is reported and the next line is the next turn.
 Exit codes (``chat``): 0 the input ended; 2 a bad option or no model; 4 the store cannot be
 used; 6 the last turn is still paused (a task waits for a person's decision: ``dagagent
 approve``, then ``dagagent chat`` again); 8 (9) the input ended, and the last turn that ran
-out ran out of time (budget); 130 interrupted (Ctrl-C; the turn under way is recorded as
-cancelled).
+out ran out of time (budget); 10 the Temporal server cannot be reached (``--executor
+temporal``, where each turn runs on ``dagagent worker`` processes); 130 interrupted (Ctrl-C;
+the turn under way is recorded as cancelled).
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ from .options import (
     BaseUrlOpt,
     BudgetOptions,
     ExamplesOpt,
+    ExecutorOpt,
     MaxAttemptsOpt,
     MaxCostOpt,
     MaxModelCallsOpt,
@@ -61,12 +63,16 @@ from .options import (
     ModelOpt,
     NoSchemaOpt,
     NoWaitOpt,
+    PayloadStoreOpt,
     PlannerPromptOpt,
     PolicyOpt,
     PricesOpt,
     SkillsOpt,
     StoreOpt,
     SubSolvesOpt,
+    TaskQueueOpt,
+    TemporalAddressOpt,
+    TemporalNamespaceOpt,
     TimeoutOpt,
     ToolsOpt,
     TurnDeadlineOpt,
@@ -265,6 +271,11 @@ def chat_cmd(
     store: StoreOpt = None,
     context_tokens: ContextTokensOpt = 2000,
     keep_turns: KeepTurnsOpt = 2,
+    executor: ExecutorOpt = "dataflow",
+    temporal_address: TemporalAddressOpt = None,
+    task_queue: TaskQueueOpt = None,
+    temporal_namespace: TemporalNamespaceOpt = None,
+    payload_store: PayloadStoreOpt = None,
 ) -> None:
     """Talk with the tools: each line of stdin is the next question of the conversation
     --session NAME, answered by a solve that sees the earlier turns (and may reuse their
@@ -274,22 +285,27 @@ def chat_cmd(
     budget options bound each turn afresh (a turn that runs out is reported, and the next
     line is the next turn). Exit 0 when the input ended, 2 a bad option, 6 a turn is paused
     (a call waits for a person's decision), 8 (9) the input ended and the last turn that ran
-    out ran out of time (budget), 130 interrupted."""
+    out ran out of time (budget), 10 the Temporal server cannot be reached (--executor
+    temporal: each turn runs on 'dagagent worker' processes), 130 interrupted."""
     import asyncio
 
     import anyio.to_thread
 
+    from ..settings import RunSettings
     from ..store import RunStore, check_session_name, default_store_path
     from ..text import printable
     from ..tools._loop import run_own_loop
     from ..workflows import Session
     from .approve import confirm_plan
-    from .ask import AskProgress, exit_code_of, report_solution
+    from .ask import AskProgress, exit_code_of, report_solution, temporal_executor
     from .recording import recorded_tools_spec, tools_context
     from .signals import stoppable
     from .solving import solve_setup
 
     check_session_name(session)
+    run_executor = temporal_executor(
+        executor, temporal_address, temporal_namespace, task_queue, payload_store
+    )
     # The deadline is each turn's: streamed answers are bounded by it, as in 'ask'.
     choice = ModelChoice(model, base_url, timeout, max_tokens, deadline, None)
     setup = solve_setup(
@@ -354,6 +370,7 @@ def chat_cmd(
                 prices=price_table,
                 sub_solves=sub_solves,
                 discovery=discovery_of(max_tools),
+                settings=RunSettings(executor=run_executor, on_failure="continue"),
             ) as chat,
         ):
             ran_out = EXIT_OK  # the exit code of the last turn that ran out of time or budget

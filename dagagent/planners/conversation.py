@@ -35,6 +35,7 @@ from ..llm import Message, SystemMessage, UserMessage
 from ..llm.observe import estimate_tokens
 from ..plan import Task, ToolTask, task_fingerprint
 from ..text import as_data
+from ..tools import Tool
 from .prompts import shorten
 
 __all__ = [
@@ -42,6 +43,7 @@ __all__ = [
     "EARLIER_TURN",
     "Conversation",
     "Turn",
+    "earlier_turn_tool",
     "in_conversation",
     "referenced_turns",
     "turn_id",
@@ -213,6 +215,29 @@ class Conversation:
                 task = ToolTask(id=turn_id(t.number), tool=EARLIER_TURN, args={"turn": t.number})
                 found[task.id] = (task_fingerprint(task, task.args), dict(t.outputs))
         return found
+
+
+def earlier_turn_tool(turns: Callable[[], Sequence[Turn]], where: str) -> Tool:
+    """The :data:`EARLIER_TURN` tool over ``turns`` (called for the turns each time): what a
+    session adds to its registry, and what a worker planning a turn of one on Temporal
+    shows its model, the same name, description and arguments. ``where`` names the
+    conversation in its error (``"session 'trip'"``)."""
+
+    async def earlier_turn(turn: int) -> dict[str, Any]:
+        """The outputs of an earlier turn of this conversation, by task id (plans reach them
+        as ${turnN.task} references, which reuse them).
+
+        Args:
+            turn: The turn's number (1 is the first question).
+        """
+        known = list(turns())
+        for t in known:
+            if t.number == turn:
+                return dict(t.outputs)
+        listed = ", ".join(str(t.number) for t in known) or "none yet"
+        raise LookupError(f"{where} has no turn {turn} (turns: {listed})")
+
+    return Tool(earlier_turn)
 
 
 def in_conversation(conversation: Conversation | None, text: str) -> str:

@@ -35,10 +35,10 @@ from typing import TYPE_CHECKING, Any
 
 import anyio.to_thread
 
-from ..errors import ConfigError, SessionError, StoreError
+from ..errors import ClusterError, ConfigError, SessionError, StoreError
 from ..plan import ToolTask
 from ..planners import LLMPlanner
-from ..planners.conversation import EARLIER_TURN, Conversation, Turn
+from ..planners.conversation import EARLIER_TURN, Conversation, Turn, earlier_turn_tool
 from ..results import SolveStatus, TaskStatus
 from ..run import new_run_id
 from ..store import OUTPUT_NOT_RECORDED, RunStore, SessionRecord, check_session_name
@@ -249,7 +249,9 @@ class Session:
                 conversation=conversation,
                 **chosen,
             )
-        except ConfigError:  # refused before it began: the turn is not taken after all
+        except (ConfigError, ClusterError):
+            # refused before it began (a bad option; a Temporal server it cannot reach): the
+            # turn is not taken after all, unless its solve is on record (it began)
             await anyio.to_thread.run_sync(lambda: store.drop_unstarted_turn(self.name, number))
             raise
         finally:
@@ -285,7 +287,10 @@ class Session:
         ``executor``, ``confirm``, ``model_settings``, ``prices``) go to
         :func:`~dagagent.resume_solve`; the session's own options of those names are used
         when not given. A turn whose process died before its solve began (nothing of it is
-        on record but its question) is asked again, as that turn."""
+        on record but its question) is asked again, as that turn. A turn on the temporal
+        executor (the session's ``settings``) whose process died went on on the workers: it
+        is followed there to its end and recorded
+        (:func:`~dagagent.workflows.temporal_solve.attach_solve`), never run again."""
         store = self._store()
         await self.refresh()
         waiting = self.unfinished
@@ -306,8 +311,26 @@ class Session:
                 )
             finally:
                 await self.refresh()
+        chosen = self._turn_options(options)
+        durable = _temporal(chosen.get("settings"))
+        if durable is not None and last.status is not SolveStatus.PAUSED:
+            # its process died, and its solve goes on (or ended) on the workers: follow it
+            # there, recording what its record lacks, instead of running it again here
+            from .temporal_solve import attach_solve
+
+            try:
+                return await attach_solve(
+                    last.solve_id,
+                    executor=durable,
+                    store=store,
+                    listeners=chosen.get("listeners", ()),
+                    prices=chosen.get("prices"),
+                    settings=chosen.get("settings"),
+                )
+            finally:
+                await self.refresh()
         taken = ("policy", "listeners", "interceptors", "model_settings", "prices", "confirm")
-        given = {k: v for k, v in self._turn_options(options).items() if k in taken}
+        given = {k: v for k, v in chosen.items() if k in taken}
         try:
             return await resume_solve(
                 self.record.last.solve_id,
@@ -323,21 +346,20 @@ class Session:
             await self.refresh()
 
 
+def _temporal(settings: Any) -> Any:
+    """The :class:`~dagagent.executors.temporal.TemporalExecutor` ``settings`` (a
+    :class:`~dagagent.RunSettings`) run on, or ``None``."""
+    chosen = getattr(settings, "executor", None)
+    name = chosen if isinstance(chosen, str) else getattr(chosen, "name", None)
+    if chosen is None or name != "temporal":
+        return None
+    from ..executors import get_executor
+
+    return get_executor(chosen)
+
+
 def _earlier_turn_tool(session: Session) -> Tool:
-    async def earlier_turn(turn: int) -> dict[str, Any]:
-        """The outputs of an earlier turn of this conversation, by task id (plans reach them
-        as ${turnN.task} references, which reuse them).
-
-        Args:
-            turn: The turn's number (1 is the first question).
-        """
-        for t in session.turns:
-            if t.number == turn:
-                return dict(t.outputs)
-        known = ", ".join(str(t.number) for t in session.turns) or "none yet"
-        raise LookupError(f"session {session.name!r} has no turn {turn} (turns: {known})")
-
-    return Tool(earlier_turn)
+    return earlier_turn_tool(lambda: session.turns, f"session {session.name!r}")
 
 
 def _load(store: RunStore, name: str) -> tuple[SessionRecord | None, list[Turn]]:

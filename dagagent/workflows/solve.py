@@ -249,18 +249,7 @@ class _Solve:
         #: completed before its process died are not made again (see :mod:`._replay`).
         self.recorded = RecordedAnswers()
         self.planner = planner.with_llm(self._replaying(planner.llm, "planner"))
-        self.replanner = LLMReplanner(  # with the planner's model, settings and options
-            self._replaying(planner.llm, "replanner"),
-            registry,
-            agent_tasks=planner.agent_tasks,
-            max_attempts=planner.max_attempts,
-            structured=planner.response_format is not None,
-            strict=planner.strict if planner.response_format is not None else None,
-            max_tasks=planner.max_tasks,
-            settings=planner.settings,
-            solve_depth=planner.solve_depth,
-            discovery=planner.discovery,
-        )
+        self.replanner = replanner_of(planner, registry, self._replaying(planner.llm, "replanner"))
         self.joiner = Joiner(
             self._replaying(llm, "joiner"),
             max_attempts=max_attempts,
@@ -819,6 +808,23 @@ class _Solve:
         return None
 
 
+def replanner_of(planner: LLMPlanner, registry: Registry, llm: LLM) -> LLMReplanner:
+    """The replanner of a solve whose plans ``planner`` makes: with its model's settings and
+    its options, asking ``llm`` (its model, metered), for ``registry``'s tools."""
+    return LLMReplanner(
+        llm,
+        registry,
+        agent_tasks=planner.agent_tasks,
+        max_attempts=planner.max_attempts,
+        structured=planner.response_format is not None,
+        strict=planner.strict if planner.response_format is not None else None,
+        max_tasks=planner.max_tasks,
+        settings=planner.settings,
+        solve_depth=planner.solve_depth,
+        discovery=planner.discovery,
+    )
+
+
 def _check_planner(
     planner: Any, registry: Registry, agent_tasks: bool, solve_depth: int | None
 ) -> None:
@@ -1042,11 +1048,10 @@ async def solve(
             refused={
                 "interceptors": bool(interceptors)
                 or (policy is not None and not isinstance(policy, (str, Path))),
-                "planner": planner is not None,
-                "conversation": conversation is not None,
-                "discovery": discovery is not None
-                and (discovery != ToolDiscovery() or discovery.embed is not None),
             },
+            planner=planner,
+            conversation=conversation,
+            discovery=discovery,
         )
     opened: RunStore | None = None
     if store is not None:
@@ -1099,13 +1104,19 @@ async def _solve_on_temporal(
     refused: dict[str, bool],
     confirm: Confirm | None = None,
     policy: Policy | str | Path | None = None,
+    planner: LLMPlanner | None = None,
+    conversation: Conversation | None = None,
+    discovery: ToolDiscovery | None = None,
 ) -> Solution:
     """:func:`solve` on the temporal executor: its rounds on the workers, followed and
     recorded here (:mod:`dagagent.workflows.temporal_solve`). A policy file (``policy``)
-    travels with each round's run as data, with the executor's own ``approval`` rules."""
+    travels with each round's run as data, with the executor's own ``approval`` rules; a
+    planner of one's own, the tool discovery and a session's conversation travel as data
+    (see its ``_planning``)."""
     from ..executors import get_executor
     from ..executors.temporal import TemporalExecutor
     from .temporal_solve import model_of, refuse_unsupported, solve_on_temporal, with_policy_file
+    from .temporal_solve._planning import conversation_data, discovery_data, planner_data
 
     refuse_unsupported(**refused)
     if not isinstance(options["max_rounds"], int) or options["max_rounds"] < 1:
@@ -1118,6 +1129,12 @@ async def _solve_on_temporal(
     # where the workflow runs: 'dagagent resume' and 'attach' of the solve find it there
     options = {**options, "executor": "temporal", "temporal": executor.reach()}
     model = model_of(llm, model_settings)
+    own: dict[str, Any] | None = None
+    if planner is not None:  # checked as a local solve checks it, then described
+        _check_planner(planner, registry, bool(options["agent_tasks"]), None)
+        own = planner_data(planner, model, prices)
+        discovery = planner.discovery  # a local solve's planner and replanner show its own
+    shown = discovery_data(discovery)
     budget = options.get("budget")
     name = str(getattr(llm, "model", "") or "")
     provider = str(getattr(llm, "provider_name", "") or "")
@@ -1149,6 +1166,10 @@ async def _solve_on_temporal(
             registry=registry,
             approval=approval,
             sub_solves=bool(options.get("sub_solves")),
+            planner=own,
+            discovery=shown,
+            conversation=conversation_data(conversation) if conversation is not None else None,
+            record_compression=conversation.record if conversation is not None else None,
         )
     finally:
         if opened is not None and opened is not store:

@@ -141,6 +141,15 @@ def test_chat_checks_its_approval_options_before_anything(user: Shell, model: Mo
     assert not model.server.requests
 
 
+def test_chat_takes_the_temporal_options_with_the_temporal_executor_only(
+    user: Shell, model: Model
+) -> None:
+    base = ["chat", "--session", "trip", *model.spec, "--tools", TOOLS]
+    proc = user(*base, "--task-queue", "q", code=2)
+    assert "--task-queue needs --executor temporal" in proc.stderr
+    assert not model.server.requests
+
+
 def test_an_unknown_session_is_named(user: Shell, model: Model) -> None:
     script_two_turns(model)
     user("chat", "--session", "trip", *model.spec, "--tools", TOOLS, stdin="Weather in Paris?\n")

@@ -901,7 +901,7 @@ class RunWorkflow:
                         spent[k] = spent.get(k, 0) + v
                 carved: dict[str, Any] = await workflow.execute_local_activity(
                     ctx["carve"],
-                    {"budget": budget, "spent": spent},
+                    {"budget": budget, "spent": spent, "price": parent.get("price")},
                     start_to_close_timeout=_LOCAL_BOUND,
                     retry_policy=_ONCE,
                 )

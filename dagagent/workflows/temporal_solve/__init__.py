@@ -5,7 +5,8 @@ replanner's and joiner's model calls run on the workers as activities
 (:mod:`._activities`), each round's run is the plan run workflow of
 :mod:`dagagent.executors.temporal`, and the driver follows and records it all
 (:mod:`._driver`). The workers build the model from a spec without a secret
-(:mod:`._model`) and read its key from their own environment.
+(:mod:`._model`) and read its key from their own environment; a planner of one's own, the
+tool discovery and a session's earlier turns travel as data (:mod:`._planning`).
 
 A worker serves solves when it registers :func:`worker_parts`'s workflows and activities
 (``dagagent worker`` always does)::

@@ -47,15 +47,17 @@ from ...executors.temporal._activities import worker_identity
 from ...llm import MeteredLLM
 from ...llm.spec import from_spec
 from ...plan import Plan
-from ...planners import Joiner, LLMPlanner, LLMReplanner
+from ...planners import Joiner, LLMPlanner
 from ...results import ModelCall, ModelRole, RunResult, RunStatus, TaskResult
 from ...runner import TaskRunner
 from ...settings import TaskRetryPolicy
 from .._calls import SolveCalls
 from .._spending import Spending
 from ..replan import record_of, revise_run
+from ..solve import COMPRESS_TOKENS, replanner_of
 from ._model import settings_of
-from ._workflow import CARVE, JOIN, PLAN, REPLAN
+from ._planning import conversation_of, discovery_of, own_planner, planning_registry
+from ._workflow import CARVE, COMPRESS, JOIN, PLAN, REPLAN
 
 if TYPE_CHECKING:
     from ...graph import PlanGraph
@@ -76,46 +78,40 @@ class SolveActivities:
         self.prices = prices or Prices()
 
     def definitions(self) -> list[Any]:
-        return [self.plan, self.replan, self.join, self.carve]
+        return [self.plan, self.replan, self.join, self.carve, self.compress]
 
     # -- the activities ----------------------------------------------------------------------
 
     @activity.defn(name=PLAN)
-    async def plan(self, ask: dict[str, Any]) -> dict[str, Any]:
+    async def plan(
+        self, ask: dict[str, Any], conversation: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        ask = _with_conversation(ask, conversation)
+
         async def step(llm: Callable[[ModelRole], LLM], calls: SolveCalls) -> dict[str, Any]:
-            planner = LLMPlanner(
-                llm("planner"),
-                self._tools(ask),
-                agent_tasks=bool(ask.get("agent_tasks")),
-                max_attempts=ask["max_attempts"],
-                structured=ask["structured"],
-                settings=settings_of(ask["model"]),
-                solve_depth=ask.get("solve_depth"),
-            )
+            planner = self._planner(ask, llm("planner"))
             planning = await planner.plan_with_report(ask["goal"])
             return self._planned(ask, planning.plan, planning.graph)
 
-        return await self._step(ask, step)
+        return await self._step(ask, step, planning=True)
 
     @activity.defn(name=REPLAN)
-    async def replan(self, ask: dict[str, Any]) -> dict[str, Any]:
+    async def replan(
+        self, ask: dict[str, Any], conversation: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        ask = _with_conversation(ask, conversation)
+
         async def step(llm: Callable[[ModelRole], LLM], calls: SolveCalls) -> dict[str, Any]:
             previous = ask["previous"]
             plan = Plan.model_validate(previous["plan"])
             result = _run_result(previous["run_id"], plan, previous["results"])
-            tools = self._tools(ask)
-            replanner = LLMReplanner(
-                llm("replanner"),
-                tools,
-                agent_tasks=bool(ask.get("agent_tasks")),
-                max_attempts=ask["max_attempts"],
-                structured=ask["structured"],
-                settings=settings_of(ask["model"]),
-                solve_depth=ask.get("solve_depth"),
-            )
+            # as a local solve makes its replanner: from its planner, for its tools
+            planner = self._planner(ask, llm("replanner"))
+            replanner = replanner_of(planner, planner.registry, planner.llm)
+            replanner = replanner.with_conversation(planner.conversation)
             revision = await revise_run(
                 record_of(plan, result),
-                tools,
+                planner.registry,
                 replanner=replanner,
                 feedback=ask.get("feedback"),
                 goal=ask["goal"],
@@ -124,10 +120,14 @@ class SolveActivities:
                 return {"unchanged": True, "plan": _plan_json(revision.plan)}
             return self._planned(ask, revision.plan, revision.graph)
 
-        return await self._step(ask, step)
+        return await self._step(ask, step, planning=True)
 
     @activity.defn(name=JOIN)
-    async def join(self, ask: dict[str, Any]) -> dict[str, Any]:
+    async def join(
+        self, ask: dict[str, Any], conversation: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        ask = _with_conversation(ask, conversation)
+
         async def step(llm: Callable[[ModelRole], LLM], calls: SolveCalls) -> dict[str, Any]:
             joiner = Joiner(
                 llm("joiner"),
@@ -135,6 +135,7 @@ class SolveActivities:
                 structured=ask["structured"],
                 settings=settings_of(ask["model"]),
             )
+            joiner.conversation = conversation_of(ask.get("conversation"))
             plan = Plan.model_validate(ask["plan"])
             results = {d["task_id"]: _task_result(d) for d in ask["results"]}
             report = await joiner.join(
@@ -147,9 +148,12 @@ class SolveActivities:
     @activity.defn(name=CARVE)
     async def carve(self, ask: dict[str, Any]) -> dict[str, Any]:
         """The budget of a sub-solve starting now: ``{"budget": ...}``, carved from
-        ``ask["budget"]`` with ``ask["spent"]`` spent of it, or ``{"error": ...}``, why
+        ``ask["budget"]`` with ``ask["spent"]`` spent of it (its model priced at
+        ``ask["price"]``, as the solve's steps price it), or ``{"error": ...}``, why
         nothing is left for one."""
-        spending = _spending({"budget": ask["budget"], "spent": ask["spent"]}, self.prices)
+        spending = _spending(
+            {"budget": ask["budget"], "spent": ask["spent"]}, self.prices, ask.get("price")
+        )
         try:
             carved = spending.carve()
         except BudgetExceededError as exc:
@@ -157,6 +161,58 @@ class SolveActivities:
         if carved is None:
             return {"budget": None}
         return {"budget": carved.model_dump(mode="json", exclude_defaults=True)}
+
+    @activity.defn(name=COMPRESS)
+    async def compress(
+        self, ask: dict[str, Any], conversation: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """A turn's older turns summarised (as :meth:`dagagent.Session.ask`'s turn does
+        locally): ``{"summary", "upto"}``, or an error the turn goes on without."""
+        ask = _with_conversation(ask, conversation)
+
+        async def step(llm: Callable[[ModelRole], LLM], calls: SolveCalls) -> dict[str, Any]:
+            turns = conversation_of(ask["conversation"])
+            assert turns is not None
+            upto = turns.compress_upto()
+            response = await llm("compress").complete(
+                turns.compress_messages(), max_tokens=COMPRESS_TOKENS
+            )
+            summary = response.content.strip()
+            if not summary:
+                return {"error": "the model wrote no summary", "kind": "model"}
+            return {"summary": summary, "upto": upto}
+
+        return await self._step(ask, step)
+
+    def _planner(self, ask: dict[str, Any], llm: LLM) -> LLMPlanner:
+        """The planner a local solve would plan ``ask``'s goal with: the built-in one, or the
+        one of one's own ``ask`` describes, for this worker's tools (and, in a turn of a
+        session, the reader of earlier turns' outputs), showing the turns before it."""
+        conversation = conversation_of(ask.get("conversation"))
+        try:
+            base = self._tools(ask)  # a sub-solve's task's tools, else all
+            tools = planning_registry(base, conversation)
+            options: dict[str, Any] = {
+                "agent_tasks": bool(ask.get("agent_tasks")),
+                "discovery": discovery_of(ask.get("discovery")),
+                "solve_depth": ask.get("solve_depth"),
+            }
+            own = ask.get("planner")
+            planner = (
+                own_planner(own, llm, base, tools, **options)
+                if own is not None
+                else LLMPlanner(
+                    llm,
+                    tools,
+                    max_attempts=ask["max_attempts"],
+                    structured=ask["structured"],
+                    settings=settings_of(ask["model"]),
+                    **options,
+                )
+            )
+        except ConfigError as exc:  # a step no worker like this one can make
+            raise _Unusable(f"worker {worker_identity()}: {exc}") from None
+        return planner.with_conversation(conversation)
 
     # -- how -----------------------------------------------------------------------------------
 
@@ -169,10 +225,16 @@ class SolveActivities:
         self,
         ask: dict[str, Any],
         step: Callable[[Callable[[ModelRole], LLM], SolveCalls], Awaitable[dict[str, Any]]],
+        *,
+        planning: bool = False,
     ) -> dict[str, Any]:
-        """Run ``step`` with the solve's model, metered per role; its answer with the record
-        of each model call (numbered from ``ask["seq"]``)."""
-        model = ask["model"]
+        """Run ``step`` with the solve's model (``planning``: the planner's, when a planner of
+        one's own has a model of its own), metered per role; its answer with the record of
+        each model call (numbered from ``ask["seq"]``)."""
+        model, price = ask["model"], ask.get("price")
+        own = ask.get("planner") or {}
+        if planning and own.get("model") is not None:
+            model, price = own["model"], own.get("price")
         try:
             client = from_spec(
                 model["spec"], base_url=model.get("base_url"), settings=settings_of(model)
@@ -183,9 +245,9 @@ class SolveActivities:
                 type="ConfigError",
                 non_retryable=True,
             ) from None
-        spending = _spending(ask, self.prices)
+        spending = _spending(ask, self.prices, price)
         calls = SolveCalls(ask["solve_id"], spending=spending, emit=lambda _event: None)
-        calls.round, calls.run_id = ask["round"], ask["run_id"]
+        calls.round, calls.run_id = ask.get("round"), ask.get("run_id")
         calls.final = bool(ask.get("final"))
         info = activity.info()
         # The calls the step's earlier attempts had under way when their workers were lost
@@ -219,6 +281,8 @@ class SolveActivities:
                 answer = {"error": " ".join(str(exc).split()), "kind": "planning"}
             except JoinerError as exc:
                 answer = {"error": " ".join(str(exc).split()), "kind": "joining"}
+            except _Unusable as exc:  # the workflow ends the solve with it
+                answer = {"error": " ".join(str(exc).split()), "kind": "worker"}
             except BudgetExceededError as exc:  # the workflow decides what follows
                 answer = {"error": " ".join(str(exc).split()), "kind": "budget", "what": exc.what}
             except LLMError as exc:
@@ -242,7 +306,11 @@ class SolveActivities:
         return answer
 
     def _planned(self, ask: dict[str, Any], plan: Plan, graph: PlanGraph) -> dict[str, Any]:
-        """The plan, and the input of the workflow that runs it (from this worker's tools)."""
+        """The plan, and the input of the workflow that runs it (from this worker's tools).
+        In a turn of a session, the plan's ``turnN`` tasks are settled here as reused, with
+        the earlier turns' outputs: the run starts with them finished, and never calls
+        anything for them (as a local turn reuses them)."""
+        conversation = conversation_of(ask.get("conversation"))
         run = ask["run"]
         executor = TemporalExecutor(
             task_queue=ask["task_queue"],
@@ -260,20 +328,37 @@ class SolveActivities:
             on_failure=run["on_failure"],
             max_concurrency=run.get("max_concurrency"),
             max_elements=run["max_elements"],
+            reuse=conversation.reuse() if conversation is not None else None,
         )
-        run_input = executor._input(graph, runner, run["on_failure"], [])
-        if ask.get("agent_tasks"):  # their model, and where its calls belong
+        settled = [
+            found
+            for task_id in graph.order
+            if conversation is not None and (found := runner.reuse_now(task_id)) is not None
+        ]
+        run_input = executor._input(graph, runner, run["on_failure"], settled)
+        if ask.get("agent_tasks"):  # their model, where its calls belong, what they are shown
             run_input.model = {**ask["model"], "solve_id": ask["solve_id"], "round": ask["round"]}
+            if ask.get("discovery") is not None:
+                run_input.model["discovery"] = ask["discovery"]
         return {"plan": _plan_json(plan), "run_input": _dataclass_json(run_input)}
 
 
-def _spending(ask: dict[str, Any], prices: Prices) -> Spending:
+def _with_conversation(ask: dict[str, Any], conversation: dict[str, Any] | None) -> dict[str, Any]:
+    """``ask`` with the turn's conversation (an argument of its own; ``None``: not a turn)."""
+    return ask if conversation is None else {**ask, "conversation": conversation}
+
+
+class _Unusable(Exception):
+    """What the step needs cannot be made on this worker (a planner of one's own whose
+    examples do not fit its tools, say)."""
+
+
+def _spending(ask: dict[str, Any], prices: Prices, price: dict[str, Any] | None) -> Spending:
     """The ledger of one step: the solve's budget with what the steps before it spent, its
-    model priced as the driver priced it (the workflow's input), so that every worker
-    reserves, cuts off and refuses a call as the local solve would."""
+    model priced as the driver priced it (``price``, from the workflow's input), so that
+    every worker reserves, cuts off and refuses a call as the local solve would."""
     budget = ask.get("budget")
     if budget is not None:
-        price = ask.get("price")
         prices = Prices({"*": price} if price is not None else {}, defaults=False)
     spending = Spending(Budget.model_validate(budget) if budget else None, prices)
     spent = ask.get("spent") or {}

@@ -22,6 +22,7 @@ from ...runner import AgentTaskRunner, Redaction
 from .._calls import SolveCalls
 from .._spending import Spending
 from ._model import settings_of
+from ._planning import discovery_of
 
 __all__ = ["AgentModel", "agent_models"]
 
@@ -84,7 +85,7 @@ async def agent_models(model: dict[str, Any]) -> AsyncIterator[AgentModel]:
     async with client:
         yield AgentModel(
             MeteredLLM(client, observer=calls.observer("agent")),
-            make_agent_runner(settings=settings),
+            make_agent_runner(settings=settings, discovery=discovery_of(model.get("discovery"))),
             calls,
             before,
         )

@@ -134,6 +134,10 @@ async def solve_on_temporal(
     registry: Registry | None = None,
     approval: Mapping[str, Any] | None = None,
     sub_solves: bool = False,
+    planner: dict[str, Any] | None = None,
+    discovery: dict[str, Any] | None = None,
+    conversation: dict[str, Any] | None = None,
+    record_compression: Callable[[str, int], None] | None = None,
 ) -> Solution:
     """Start solve ``solve_id`` as a workflow and follow it to its end, or until it waits
     for a person's decisions (see the module docstring). ``model``: the spec the workers
@@ -142,12 +146,16 @@ async def solve_on_temporal(
     model's calls priced at ``price``; ``confirm``: asked about each plan before it runs
     (``registry``: the tools it is shown with); ``approval``: the rules every round's run
     carries to the workers (default: the executor's); ``sub_solves``: its plans may hold
-    sub-solves, each a child solve workflow."""
+    sub-solves, each a child solve workflow. ``planner``, ``discovery``, ``conversation``:
+    a planner of one's own, the tool discovery and a session's turns as data
+    (:mod:`._planning`); ``record_compression``: what records the summary the turn's
+    ``compress`` step makes (default: the session turn the store has for the solve)."""
     follower = _Follower(
         solve_id, executor, settings, store, listeners, prices, confirm=confirm, registry=registry
     )
     follower.options = dict(options)
     follower.stopping = True
+    follower.record_compression = record_compression
     async with executor.session():
         await executor._wait_for_workers()
         client = executor._client()
@@ -182,6 +190,9 @@ async def solve_on_temporal(
             approval=dict(approval) if approval is not None else executor.approval,
             confirm=confirm is not None,
             sub_solves=sub_solves,
+            planner=planner,
+            discovery=discovery,
+            conversation=conversation,
         )
         await follower.write("start_solve", goal=goal, options=options)
         wid = solve_workflow_id(solve_id)
@@ -344,6 +355,8 @@ class _Follower:
         self.runs_started: dict[int, str] = {}
         #: Its sub-solves, as they ended (what they used counts for it).
         self.below: list[Solution] = []
+        #: Records a turn's summary (``None``: in the session turn the store has for it).
+        self.record_compression: Callable[[str, int], None] | None = None
 
     def emit(self, event: Any) -> None:
         for listener in self.listeners:
@@ -523,6 +536,10 @@ class _Follower:
             self.emit(
                 RoundFinished(self.solve_id, rnd.number, step["run_id"], rnd.outcome, rnd.reason)
             )
+        elif kind == "compressed":
+            await self._compressed(step["summary"], int(step["upto"]))
+        elif kind == "not_compressed":  # the turn goes on with the conversation whole
+            self.log.warning("solve.not_compressed", error=step["error"])
         elif kind == "end":
             await self._end(step)
 
@@ -678,6 +695,22 @@ class _Follower:
             resuming=resuming,
         )
 
+    async def _compressed(self, summary: str, upto: int) -> None:
+        """The turn's compression: recorded with the turn, so that a resume reads it rather
+        than asking the model again (a failed write is noted, as a local turn notes it)."""
+        record, store = self.record_compression, self.store
+        try:
+            with anyio.CancelScope(shield=True):
+                if record is None and store is not None:
+                    found = await anyio.to_thread.run_sync(store.session_of_solve, self.solve_id)
+                    if found is not None:
+                        record = partial(store.record_compression, *found)
+                if record is not None:
+                    await anyio.to_thread.run_sync(record, summary, upto)
+        except StoreError as exc:
+            self.log.warning("solve.not_recorded", what="compression", error=str(exc))
+            self.not_recorded.append(f"the conversation's summary ({exc})")
+
     def _round(self, n: int) -> Round:
         return next(r for r in self.rounds if r.number == n)
 
@@ -794,6 +827,7 @@ class _Follower:
             agents=_usage(self.calls, "agent"),
             joiner=_usage(self.calls, "joiner"),
             sub_solves=sum((s.usage.total for s in self.below), Usage()),
+            compress=_usage(self.calls, "compress"),
         )
         solution = Solution(
             solve_id=self.solve_id,
@@ -1045,12 +1079,6 @@ def refuse_unsupported(**given: Any) -> None:
         "TemporalExecutor(approval={'rules': ..., 'ask': [...]}); --ask), or give the "
         "interceptors to the workers (dagagent worker --interceptors MODULE:ATTR, "
         "serve(..., interceptors=...))",
-        "planner": "a planner of your own (--planner-prompt, --examples): the workers plan with "
-        "the default planner",
-        "conversation": "a turn of a conversation (--session): the workers plan without the "
-        "turns before it",
-        "discovery": "a tool discovery of your own (--max-tools, an embed function): the "
-        "workers show tools to the model as the default discovery does",
     }
     for name, why in reasons.items():
         if given.get(name):

@@ -6,7 +6,9 @@ made as records. Each round's run is a child workflow, the plan run workflow of
 :mod:`dagagent.executors.temporal` (whose tool calls are activities of their own). The
 decisions between rounds (give up when a revised plan is the same, or a round adds no new
 success; the last round must answer) are the local solve's, made here on plain JSON, so
-that a worker replaying the workflow makes the same ones.
+that a worker replaying the workflow makes the same ones. A turn of a session past its size
+first has its older turns summarised (the ``compress`` step, before round 1, as a local turn
+does: a step ``compressed``, or ``not_compressed``, that the driver records with the turn).
 
 What the driver needs to record the solve is a list of **steps** (a round began, model calls
 were made, a plan is ready and its run starts, the run ended, the joiner decided, a round
@@ -59,6 +61,7 @@ from ...executors.temporal._workflow import WORKFLOW as RUN_WORKFLOW, RunInput
 
 __all__ = [
     "CARVE",
+    "COMPRESS",
     "DECISIONS",
     "JOIN",
     "PLAN",
@@ -84,6 +87,7 @@ DECISIONS = "decisions"
 CARVE = "dagagent.solve.carve"
 #: A solve's workflow id is this and the solve's id.
 SOLVE_WORKFLOW_PREFIX = "dagagent-solve-"
+COMPRESS = "dagagent.solve.compress"
 #: A query of the solve's steps returns at most this many.
 STEPS_BATCH = 50
 
@@ -146,6 +150,15 @@ class SolveInput:
     depth: int = 0
     #: The tools the solve may plan with (a sub-solve task's ``tools``); ``None``: all.
     tools: list[str] | None = None
+    #: A planner of one's own, as data (``_planning.planner_data``): the workers' planner
+    #: and replanner are made from it. ``None``: the built-in planner.
+    planner: dict[str, Any] | None = None
+    #: The tool discovery's ``{"threshold", "limit"}``; ``None``: the default one.
+    discovery: dict[str, Any] | None = None
+    #: A turn of a session: the turns before it as data (``_planning.conversation_data``),
+    #: shown to the planner, the replanner and the joiner; with ``compress``, the older
+    #: ones are summarised first (step ``compress``). ``None``: not a turn.
+    conversation: dict[str, Any] | None = None
 
 
 class _Expired(Exception):
@@ -193,6 +206,9 @@ class SolveWorkflow:
         self.inp = inp
         carried = inp.carried or {}
         self.steps: list[dict[str, Any]] = list(carried.get("steps") or ())
+        #: a turn's (see SolveInput), with its summary once compressed (a run continued as
+        #: new starts with the compressed one)
+        self.conversation: dict[str, Any] | None = inp.conversation
         self.seq: int = carried.get("seq", 1)  # the next model call's place in the solve
         #: seconds since the epoch, workflow time (from the solve's first run)
         self.deadline_at: float | None = carried.get("deadline_at")
@@ -297,6 +313,21 @@ class SolveWorkflow:
             raise _Expired()
         return left
 
+    async def _compress(self) -> None:
+        """A turn whose conversation is past its size: the older turns summarised by one
+        model step (as a local turn does before it plans), a step the driver records with
+        the turn; without a summary, the turn goes on with the conversation whole."""
+        conversation = self.conversation
+        assert conversation is not None
+        done = await self._model_step(COMPRESS, None, {"round": None, "run_id": None})
+        if "error" in done:
+            self._step("not_compressed", error=done["error"])
+            return
+        summary, upto = done["summary"], done["upto"]
+        self.conversation = {**conversation, "summary": summary, "summarized": upto}
+        self.conversation["compress"] = False
+        self._step("compressed", summary=summary, upto=upto)
+
     async def _rounds(self, inp: SolveInput) -> list[dict[str, Any]]:
         carried = inp.carried
         if carried is None:
@@ -307,6 +338,8 @@ class SolveWorkflow:
                 max_rounds=inp.max_rounds,
                 sub_solves=inp.sub_solves,
             )
+            if self.conversation is not None and self.conversation.get("compress"):
+                await self._compress()
         outputs: dict[str, Any] = carried["outputs"] if carried else {}
         previous: dict[str, Any] | None = carried["previous"] if carried else None
         feedback: str | None = carried["feedback"] if carried else None
@@ -372,8 +405,13 @@ class SolveWorkflow:
             if inp.sub_solves:  # its sub-solve tasks: child solves of the run's workflow
                 run_input.sub_solve = {
                     # a child starts afresh (none of this run's carried state is its own)
-                    # and unattended, as a local sub-solve: nobody confirms its plans
-                    "input": {**asdict(inp), "carried": None, "confirm": False},
+                    # and unattended, outside the conversation, as a local sub-solve
+                    "input": {
+                        **asdict(inp),
+                        "carried": None,
+                        "confirm": False,
+                        "conversation": None,
+                    },
                     "workflow": SOLVE_WORKFLOW,
                     "id_prefix": SOLVE_WORKFLOW_PREFIX,
                     "carve": CARVE,
@@ -478,7 +516,7 @@ class SolveWorkflow:
             "kept": self.kept,
             "spent": self.spent,
         }
-        workflow.continue_as_new(replace(self.inp, carried=carried))
+        workflow.continue_as_new(replace(self.inp, carried=carried, conversation=self.conversation))
 
     async def _run_round(
         self, n: int, run_id: str, run_input: RunInput
@@ -613,7 +651,7 @@ class SolveWorkflow:
             parts.append(f"{used.get('tool_calls', 0)} of {b['tool_calls']} tool calls")
         return ", ".join(parts)
 
-    def _lost_calls(self, n: int, details: Any) -> None:
+    def _lost_calls(self, n: int | None, details: Any) -> None:
         """The calls a model step had under way when the last worker it was given was lost
         (its last heartbeat's records, cut off): a step, and spent, as a local solve spends
         a call cut off."""
@@ -655,7 +693,7 @@ class SolveWorkflow:
                     self.spent[k] = self.spent.get(k, 0) + v
 
     async def _model_step(
-        self, name: str, n: int, ask: dict[str, Any], *, final: bool = False
+        self, name: str, n: int | None, ask: dict[str, Any], *, final: bool = False
     ) -> dict[str, Any]:
         """One model step as an activity; its calls become a step. A step that fails on
         every worker it was given is an error the solve ends with. ``final``: the joiner's
@@ -679,10 +717,15 @@ class SolveWorkflow:
             "solve_depth": inp.depth if inp.sub_solves else None,
             "tools": inp.tools,
         }
+        planning = {"planner": inp.planner, "discovery": inp.discovery}
+        ask.update((k, v) for k, v in planning.items() if v is not None)
+        # A turn's conversation goes as an argument of its own: the same payload for every
+        # step, which the payload store keeps once however many steps carry it.
+        args = [ask] if self.conversation is None else [ask, self.conversation]
         left = self._left()
         step = workflow.start_activity(
             name,
-            ask,
+            args=args,
             task_queue=inp.task_queue,
             start_to_close_timeout=_STEP_BOUND,
             heartbeat_timeout=timedelta(seconds=inp.heartbeat_s),
@@ -698,10 +741,9 @@ class SolveWorkflow:
                 step.cancel()  # the worker's call is cancelled at its next heartbeat
                 with contextlib.suppress(ActivityError, asyncio.CancelledError):
                     await step
-                role = {PLAN: "planner", REPLAN: "replanner", JOIN: "joiner"}[name]
-                raise _Expired(
-                    f"the {role}'s step (round {n}), its model calls unrecorded"
-                ) from None
+                role = {PLAN: "planner", REPLAN: "replanner", JOIN: "joiner"}.get(name)
+                what = f"the {role}'s step (round {n})" if role else "the turn's compression"
+                raise _Expired(f"{what}, its model calls unrecorded") from None
         try:
             answer: dict[str, Any] = await step
         except ActivityError as exc:
