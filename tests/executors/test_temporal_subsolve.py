@@ -358,6 +358,48 @@ async def test_a_sub_solve_s_budget_is_carved_from_its_parent_s_as_locally(
     await replay(workers, solution, tmp_path / "temporal.db", children=1)
 
 
+class AgentRouter(Router):
+    """A :class:`Router` whose region's plan is an agent task: the agent answers the region's
+    supplier, and ``offered`` keeps the names of the tools each agent's request offered."""
+
+    def __init__(self) -> None:
+        plans = {
+            f"Find the best supplier in {region}": {
+                "tasks": [{"id": "s", "instruction": f"Name the best supplier in {region}"}]
+            }
+            for region in SUPPLIERS
+        }
+        super().__init__({GOAL: ONE_PLAN, **plans}, {GOAL: FINISH})
+        self.offered: list[list[str]] = []
+
+    def __call__(self, request: Recorded) -> Reply:
+        body = request.json
+        if body.get("response_format") is not None:  # a planner's or joiner's
+            return super().__call__(request)
+        with self.lock:
+            self.offered.append(sorted(t["function"]["name"] for t in body.get("tools") or ()))
+        region = str(body["messages"][-1]["content"]).rsplit(" ", 1)[-1]
+        return Reply(json=wire.openai_text(SUPPLIERS[region], input_tokens=50, output_tokens=5))
+
+
+@pytest.mark.anyio
+async def test_an_agent_in_a_sub_solve_is_offered_its_task_s_tools_alone_as_locally(
+    workers: Workers, model_server: LLMTestServer, tmp_path: Path
+) -> None:
+    """A sub-solve task with ``tools: ["echo"]`` whose child plans an agent task: the
+    agent's model request offers ``echo`` alone, on Temporal as locally (not every tool
+    the worker serves)."""
+    router = AgentRouter()
+    local, durable, solution, _ = await both(
+        model_server, workers, tmp_path, router, agent_tasks=True
+    )
+    assert durable == local
+    (child,) = durable["children"]
+    assert child["status"] == "answered" and child["runs"][0]["s"][:2] == ["succeeded", "Acme"]
+    assert router.offered == [["echo"], ["echo"]]  # locally, then on Temporal
+    await replay(workers, solution, tmp_path / "temporal.db", children=1)
+
+
 @pytest.mark.anyio
 async def test_a_sub_solve_without_budget_left_does_not_start_as_locally(
     workers: Workers, model_server: LLMTestServer, tmp_path: Path

@@ -67,7 +67,7 @@ if TYPE_CHECKING:
     from ...runner import AgentNode, CallNext, Interceptor, ToolInvocation
     from ...tools import Registry
 
-__all__ = ["Activities", "AgentModels", "RunPolicies", "worker_identity"]
+__all__ = ["Activities", "AgentModels", "Conversing", "RunPolicies", "worker_identity"]
 
 #: How a worker gets the model of a run's agent tasks: called with the run's model spec
 #: (``RunInput.model``), an async context manager whose value has ``llm`` and
@@ -81,6 +81,11 @@ AgentModels = Callable[[dict[str, Any]], AbstractAsyncContextManager[Any]]
 RunPolicies = Callable[[Mapping[str, Any]], Sequence["Interceptor"]]
 """``(a run's approval rules as data) -> interceptors``: see
 :func:`dagagent.approval.run_policies`."""
+
+Conversing = Callable[["Registry", Mapping[str, Any]], "Registry"]
+"""``(a run's tools, the conversation a turn's run carries) -> the tools of its tasks``: the
+run's with those that read the conversation (``dagagent.workflows.temporal_solve`` provides
+it: the ``earlier_turn`` tool of a session; this layer knows no conversation)."""
 
 # How often an activity's heartbeat looks for an agent's model call that started or ended.
 _CALLS_LOOK_S = 0.05
@@ -106,11 +111,13 @@ class Activities:
         interceptors: Sequence[Interceptor] = (),
         run_policies: RunPolicies | None = None,
         agents: AgentModels | None = None,
+        conversing: Conversing | None = None,
     ) -> None:
         self.registry = registry
         self.task_queue = task_queue
         self.identity = identity or worker_identity()
         self.agents = agents
+        self.conversing = conversing
         self.interceptors = tuple(interceptors)
         for i in self.interceptors:
             if getattr(i, "limits", None):
@@ -133,7 +140,13 @@ class Activities:
     @activity.defn(name=RUN_TASK)
     async def run_task(self, call: dict[str, Any], plan: dict[str, Any], *outputs: Any) -> Any:
         """Run one task (or a window of a map's elements) and return its result's JSON; an
-        agent task's model calls under ``model_calls`` (see :data:`AgentModels`)."""
+        agent task's model calls under ``model_calls`` (see :data:`AgentModels`). A task of
+        a turn's run that reads its conversation (``call["conversation"]``) has it last."""
+        conversation: dict[str, Any] | None = None
+        if call.get("conversation"):
+            *deps, conversation = outputs
+            outputs = tuple(deps)
+        call = {**call, "conversation": conversation}
         model = call.get("model")
         task = self._graph(plan).tasks.get(call["task_id"])
         grant = call.get("grant")
@@ -245,7 +258,9 @@ class Activities:
                 "element": node.element,
                 "goal": node.instruction.strip(),
                 "tools": sorted(node.tools.names),
-                "own_tools": node.task.tools is not None,  # else: all the worker's
+                # the task's, or its run's part of the worker's (a sub-solve's sub-solve);
+                # else: all the worker's
+                "own_tools": node.task.tools is not None or call.get("tools") is not None,
             }
             return None, None
 
@@ -308,6 +323,7 @@ class Activities:
         graph = self._graph(plan)
         task_id = call["task_id"]
         prior = self._prior(graph, call)
+        registry = self._tools(call)
         answers: dict[str, list[ApprovalAnswer]] = {}
         for key, given in (call.get("answers") or {}).items():
             answers[key] = [ApprovalAnswer.model_validate(a) for a in given]
@@ -318,11 +334,11 @@ class Activities:
             interceptors = (gate, *interceptors)
         runner = TaskRunner(
             graph,
-            self.registry,
+            registry,
             run_id=call["run_id"],
             calls=ToolCalls(
                 call["run_id"],
-                self.registry,
+                registry,
                 interceptors,
                 answers=answers,
                 # keys and records of calls with side effects as a run in one process with
@@ -348,7 +364,7 @@ class Activities:
         if task is None:
             raise ApplicationError(f"task {task_id!r} is not in the plan", non_retryable=True)
         for name in task.tool_names or ():
-            if name not in self.registry:
+            if name not in registry:
                 served = ", ".join(sorted(self.registry.names)) or "none"
                 raise ApplicationError(
                     f"the worker {self.identity} on task queue {self.task_queue!r} does not "
@@ -358,6 +374,27 @@ class Activities:
                     non_retryable=True,
                 )
         return runner
+
+    def _tools(self, call: dict[str, Any]) -> Registry:
+        """The tools of the call's run: the worker's, or the part the run may use (a
+        sub-solve's, ``call["tools"]``: an agent task is offered those alone, as a local
+        sub-solve's), with those that read a turn's conversation (``call["conversation"]``,
+        see :data:`Conversing`)."""
+        registry = self.registry
+        names = call.get("tools")
+        if names is not None:  # a name the worker lacks fails its task below, saying so
+            registry = registry.subset(n for n in names if n in registry)
+        conversation = call.get("conversation")
+        if conversation is not None and self.conversing is not None:
+            try:
+                registry = self.conversing(registry, conversation)
+            except ConfigError as exc:
+                raise ApplicationError(
+                    f"the worker {self.identity} on task queue {self.task_queue!r}: {exc}",
+                    type="ConfigError",
+                    non_retryable=True,
+                ) from None
+        return registry
 
     def _counting(self, call: dict[str, Any], ledger: CallLedger) -> dict[str, Any]:
         """Seed ``ledger`` with the calls the run counted so far on each limit this task's

@@ -18,7 +18,7 @@ from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from ...tools import connected
-from ._activities import Activities, AgentModels, RunPolicies, worker_identity
+from ._activities import Activities, AgentModels, Conversing, RunPolicies, worker_identity
 from ._connect import DEFAULT_ADDRESS, DEFAULT_NAMESPACE, DEFAULT_TASK_QUEUE, connect
 from ._payloads import DEFAULT_INLINE_BYTES
 from ._workflow import RunWorkflow
@@ -56,6 +56,7 @@ async def running_worker(
     workflows: Sequence[type] = (),
     activities: Sequence[Callable[..., Any]] = (),
     agents: AgentModels | None = None,
+    conversing: Conversing | None = None,
 ) -> AsyncIterator[Worker]:
     """A worker serving ``registry`` on ``task_queue`` while the block runs; on exit it
     stops, its calls cancelled (the server gives them to other workers).
@@ -68,14 +69,18 @@ async def running_worker(
     the task's record (interceptors with limits are refused: a limit counts a run's calls,
     and a worker sees one task's). ``run_policies``: how it applies the approval rules a run
     carries (``run --policy``, ``--ask``): :func:`dagagent.approval.run_policies`; without
-    it, the tasks of such a run fail saying so. Raises
+    it, the tasks of such a run fail saying so. ``agents`` and ``conversing``: the model of
+    a solve's agent tasks, and the tools that read a session's turns
+    (:func:`dagagent.workflows.temporal_solve.worker_parts` gives both). Raises
     :class:`~dagagent.errors.ClusterError` when the server cannot be reached."""
     if client is None:
         client = await connect(
             address, namespace, payloads, inline_bytes=inline_bytes, timeout_s=connect_timeout_s
         )
     identity = identity or worker_identity()
-    tool_calls = Activities(registry, task_queue, identity, interceptors, run_policies, agents)
+    tool_calls = Activities(
+        registry, task_queue, identity, interceptors, run_policies, agents, conversing
+    )
     worker = Worker(
         client,
         task_queue=task_queue,
@@ -132,6 +137,7 @@ async def serve(
     workflows: Sequence[type] = (),
     activities: Sequence[Callable[..., Any]] = (),
     agents: AgentModels | None = None,
+    conversing: Conversing | None = None,
 ) -> None:
     """Run a worker (see :func:`running_worker`) until cancelled; ``on_ready`` is told, in
     a line of text, once it serves the task queue."""
@@ -152,6 +158,7 @@ async def serve(
         workflows=workflows,
         activities=activities,
         agents=agents,
+        conversing=conversing,
     ):
         if on_ready is not None:
             n = len(registry)

@@ -181,6 +181,15 @@ class RunInput:
     #: activity that carves a child's budget) and ``spent`` (what the solve had spent when
     #: the run started). ``None``: a sub-solve task fails, as in a run of its own.
     sub_solve: dict[str, Any] | None = None
+    #: The tools the run's tasks may use, of the worker's (a sub-solve's: its task's
+    #: ``tools``): an agent task is offered those alone; ``None``: all the worker's.
+    tools: list[str] | None = None
+    #: A turn of a session: its conversation as data (the earlier turns and their outputs),
+    #: which the workers' tools of the turn read (the ``earlier_turn`` tool a session adds);
+    #: given to the activities of the tasks in ``conversing`` (an agent task, a call of that
+    #: tool) as an argument of its own, one payload for them all. ``None``: not a turn.
+    conversation: dict[str, Any] | None = None
+    conversing: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -515,6 +524,8 @@ class RunWorkflow:
             "model": inp.model,
             **call,
         }
+        if inp.tools is not None:  # the run's part of the worker's tools
+            call["tools"] = inp.tools
         answers = {
             k: a for k, a in inp.answers.items() if k == task_id or k.startswith(f"{task_id}[")
         }
@@ -680,6 +691,10 @@ class RunWorkflow:
         """One activity of ``task_id`` (a local one for a task that never blocks)."""
         inp = self.inp
         args = self._args(task_id, call)
+        if inp.conversation is not None and task_id in inp.conversing:
+            # last, a payload of its own: the same for every task, stored once
+            args[0]["conversation"] = True
+            args.append(inp.conversation)
         async with self.slots:
             if task_id in inp.local and call.get("window") is None:
                 r: dict[str, Any] = await workflow.execute_local_activity(

@@ -29,6 +29,7 @@ from ._driver import (
     with_policy_file,
 )
 from ._model import model_of
+from ._planning import conversing
 from ._workflow import SolveWorkflow
 
 if TYPE_CHECKING:
@@ -51,10 +52,11 @@ __all__ = [
 
 def worker_parts(registry: Registry, *, prices: Prices | None = None) -> dict[str, Any]:
     """The keywords of :func:`~dagagent.executors.temporal.running_worker` (and ``serve``)
-    that make a worker serve solves too: the solve's workflow, its model steps and the model
-    of its agent tasks."""
+    that make a worker serve solves too: the solve's workflow, its model steps, the model
+    of its agent tasks and the tools of a session's turns."""
     return {
         "workflows": [SolveWorkflow],
         "activities": SolveActivities(registry, prices=prices).definitions(),
         "agents": agent_models,
+        "conversing": conversing,
     }

@@ -46,8 +46,9 @@ from ...executors.temporal import TemporalExecutor
 from ...executors.temporal._activities import worker_identity
 from ...llm import MeteredLLM
 from ...llm.spec import from_spec
-from ...plan import Plan
+from ...plan import AgentTask, Plan, ToolTask
 from ...planners import Joiner, LLMPlanner
+from ...planners.conversation import EARLIER_TURN
 from ...results import ModelCall, ModelRole, RunResult, RunStatus, TaskResult
 from ...runner import TaskRunner
 from ...settings import TaskRetryPolicy
@@ -336,6 +337,18 @@ class SolveActivities:
             if conversation is not None and (found := runner.reuse_now(task_id)) is not None
         ]
         run_input = executor._input(graph, runner, run["on_failure"], settled)
+        run_input.tools = ask.get("tools")  # a sub-solve's: its agents are offered those
+        if conversation is not None:  # what reads the earlier turns (given by the workflow)
+            done = {r.task_id for r in settled}
+            run_input.conversing = [
+                t.id
+                for t in plan.tasks
+                if t.id not in done
+                and (
+                    (isinstance(t, AgentTask) and not t.solve)
+                    or (isinstance(t, ToolTask) and t.tool == EARLIER_TURN)
+                )
+            ]
         if ask.get("agent_tasks"):  # their model, where its calls belong, what they are shown
             run_input.model = {**ask["model"], "solve_id": ask["solve_id"], "round": ask["round"]}
             if ask.get("discovery") is not None:

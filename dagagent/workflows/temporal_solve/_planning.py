@@ -22,6 +22,7 @@ replanner and joiner are made from them as a local solve makes its own.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ...errors import ConfigError
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
 __all__ = [
     "conversation_data",
     "conversation_of",
+    "conversing",
     "discovery_data",
     "discovery_of",
     "own_planner",
@@ -184,6 +186,14 @@ def planning_registry(registry: Registry, conversation: Conversation | None) -> 
     turns = conversation.turns
     tools.add(earlier_turn_tool(lambda: turns, "this conversation"))
     return tools
+
+
+def conversing(registry: Registry, data: Mapping[str, Any]) -> Registry:
+    """The tools of a turn's run on a worker (:data:`~dagagent.executors.temporal.
+    _activities.Conversing`): ``registry`` with the ``earlier_turn`` tool over the turns of
+    the conversation ``data`` describes, so that an agent task of the turn reads earlier
+    outputs as a local turn's does."""
+    return planning_registry(registry, conversation_of(dict(data)))
 
 
 def own_planner(

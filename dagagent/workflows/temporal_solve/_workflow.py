@@ -402,6 +402,8 @@ class SolveWorkflow:
                 approval=inp.approval,
                 **self._run_budget(),
             )
+            if run_input.conversing:  # its tasks that read earlier turns (agents, say)
+                run_input.conversation = self.conversation
             if inp.sub_solves:  # its sub-solve tasks: child solves of the run's workflow
                 run_input.sub_solve = {
                     # a child starts afresh (none of this run's carried state is its own)
