@@ -340,6 +340,78 @@ def test_turns_of_a_session_on_temporal_reuse_earlier_outputs_and_compress(
     assert len((tmp_path / "n.effects").read_text().splitlines()) == 1
 
 
+class Reader(Talk):
+    """A :class:`Talk` whose agent first calls ``earlier_turn(1)``, then answers with what the
+    call returned; ``offered`` keeps the tools each agent request offered, ``read`` what the
+    call returned (the tool message the agent's second request carries)."""
+
+    def __init__(self, **answers: list[Any]) -> None:
+        super().__init__(**answers)
+        self.offered: list[list[str]] = []
+        self.read: list[Any] = []
+
+    def __call__(self, request: Recorded) -> Reply | SSEReply:
+        body = request.json
+        if body.get("response_format") is not None:  # a planner's or joiner's
+            return super().__call__(request)
+        with self.lock:
+            self.offered.append(sorted(t["function"]["name"] for t in body.get("tools") or ()))
+        said = [m for m in body["messages"] if m["role"] == "tool"]
+        if not said:
+            reply = wire.openai_tool_calls([("earlier_turn", {"turn": 1})])
+        else:
+            self.read.extend(m["content"] for m in said)
+            reply = wire.openai_text(f"turn 1 counted: {said[-1]['content']}")
+        return Reply(json=reply)
+
+
+@pytest.mark.anyio
+async def test_an_agent_task_of_a_turn_on_temporal_reads_an_earlier_turn(
+    workers: Workers, model_server: LLMTestServer, tmp_path: Path
+) -> None:
+    """Turn 2 of a session on Temporal plans an agent task, which calls the session's
+    ``earlier_turn`` tool on its worker, as a local turn's agent can: it gets turn 1's
+    outputs from the conversation, and turn 1's tool is not run again."""
+    tally = {"name": "n", "where": str(tmp_path)}
+    talk = Reader(
+        plan=[
+            {"tasks": [{"id": "t", "tool": "tally_effect", "args": tally}]},
+            {"tasks": [{"id": "look", "instruction": "Say what turn 1 counted."}]},
+        ],
+        join=[
+            {"action": "finish", "answer": "counted 1", "cites": ["t"]},
+            {"action": "finish", "answer": "it counted 1", "cites": ["look"]},
+        ],
+    )
+    model_server.responder = talk
+    ex = executor(workers)
+    async with (
+        client_of(model_server) as llm,
+        dagagent.Session(
+            "reads",
+            temporal_tools.registry,
+            llm,
+            store=tmp_path / "runs.db",
+            settings=RunSettings(executor=ex, retry=FAST_RETRY),
+            agent_tasks=True,
+        ) as chat,
+    ):
+        first = await chat.ask("count once")
+        assert first.status.value == "answered", first.reason
+        second = await chat.ask("what did it count?")
+        assert second.status.value == "answered", second.reason
+        [rnd] = second.rounds
+        assert rnd.result is not None
+        look = rnd.result.tasks["look"]
+        assert (look.status.value, look.output) == ("succeeded", 'turn 1 counted: {"t": 1}')
+        _, history = await history_of(ex, solve_workflow_id(second.solve_id))
+        await replay(ex, history)
+    assert [json.loads(r) for r in talk.read] == [{"t": 1}]
+    assert "earlier_turn" in talk.offered[0]
+    # turn 1's tool ran once: the agent read its output, nothing ran it again
+    assert len((tmp_path / "n.effects").read_text().splitlines()) == 1
+
+
 def test_a_turn_whose_driver_died_is_followed_on_the_workers_before_the_next(
     workers: Workers, model_server: LLMTestServer, tmp_path: Path
 ) -> None:
