@@ -29,7 +29,7 @@ pytest.importorskip("temporalio")
 import temporal_tools  # the workers import it too
 from llm_server import LLMTestServer, Recorded, Reply, SSEReply
 
-from dagagent.executors.temporal import TemporalExecutor
+from dagagent.executors.temporal import TemporalExecutor, workflow_id
 from dagagent.llm import OpenAIChat, wire
 from dagagent.workflows.temporal_solve import solve_workflow_id
 
@@ -370,13 +370,19 @@ async def test_an_agent_task_of_a_turn_on_temporal_reads_an_earlier_turn(
     workers: Workers, model_server: LLMTestServer, tmp_path: Path
 ) -> None:
     """Turn 2 of a session on Temporal plans an agent task, which calls the session's
-    ``earlier_turn`` tool on its worker, as a local turn's agent can: it gets turn 1's
-    outputs from the conversation, and turn 1's tool is not run again."""
+    ``earlier_turn`` tool on its worker, as a local turn's agent can (and a tool task of
+    that tool): it gets turn 1's outputs from the conversation, and turn 1's tool is not
+    run again."""
     tally = {"name": "n", "where": str(tmp_path)}
     talk = Reader(
         plan=[
             {"tasks": [{"id": "t", "tool": "tally_effect", "args": tally}]},
-            {"tasks": [{"id": "look", "instruction": "Say what turn 1 counted."}]},
+            {
+                "tasks": [
+                    {"id": "look", "instruction": "Say what turn 1 counted."},
+                    {"id": "again", "tool": "earlier_turn", "args": {"turn": 1}},
+                ]
+            },
         ],
         join=[
             {"action": "finish", "answer": "counted 1", "cites": ["t"]},
@@ -404,8 +410,21 @@ async def test_an_agent_task_of_a_turn_on_temporal_reads_an_earlier_turn(
         assert rnd.result is not None
         look = rnd.result.tasks["look"]
         assert (look.status.value, look.output) == ("succeeded", 'turn 1 counted: {"t": 1}')
+        # a task of the plan may call the tool too, as in a local turn
+        assert rnd.result.tasks["again"].output == {"t": 1}
         _, history = await history_of(ex, solve_workflow_id(second.solve_id))
         await replay(ex, history)
+        # the conversation reaches both tasks as one payload of its own (the same for each:
+        # stored once, by reference when large), after the call and the plan
+        _, ran = await history_of(ex, workflow_id(rnd.run_id or ""))
+        inputs = [
+            list(e.activity_task_scheduled_event_attributes.input.payloads)
+            for e in ran.events
+            if e.HasField("activity_task_scheduled_event_attributes")
+        ]
+        assert len(inputs) == 2 and all(len(i) == 3 for i in inputs)
+        assert inputs[0][2].SerializeToString() == inputs[1][2].SerializeToString()
+        await replay(ex, ran)
     assert [json.loads(r) for r in talk.read] == [{"t": 1}]
     assert "earlier_turn" in talk.offered[0]
     # turn 1's tool ran once: the agent read its output, nothing ran it again
