@@ -359,15 +359,20 @@ async def test_a_sub_solve_s_budget_is_carved_from_its_parent_s_as_locally(
 
 
 class AgentRouter(Router):
-    """A :class:`Router` whose region's plan is an agent task: the agent answers the region's
-    supplier, and ``offered`` keeps the names of the tools each agent's request offered."""
+    """A :class:`Router` whose sub-solve (``ONE_PLAN``'s) has a sub-solve of its own, without
+    ``tools``, whose plan is an agent task: the agent answers the region's supplier, and
+    ``offered`` keeps the names of the tools each agent's request offered."""
 
     def __init__(self) -> None:
         plans = {
-            f"Find the best supplier in {region}": {
-                "tasks": [{"id": "s", "instruction": f"Name the best supplier in {region}"}]
-            }
-            for region in SUPPLIERS
+            "Find the best supplier in EU": {
+                "tasks": [
+                    {"id": "s", "instruction": "Ask for the best supplier in EU", "solve": True}
+                ]
+            },
+            "Ask for the best supplier in EU": {
+                "tasks": [{"id": "s", "instruction": "Name the best supplier in EU"}]
+            },
         }
         super().__init__({GOAL: ONE_PLAN, **plans}, {GOAL: FINISH})
         self.offered: list[list[str]] = []
@@ -386,16 +391,19 @@ class AgentRouter(Router):
 async def test_an_agent_in_a_sub_solve_is_offered_its_task_s_tools_alone_as_locally(
     workers: Workers, model_server: LLMTestServer, tmp_path: Path
 ) -> None:
-    """A sub-solve task with ``tools: ["echo"]`` whose child plans an agent task: the
-    agent's model request offers ``echo`` alone, on Temporal as locally (not every tool
-    the worker serves)."""
+    """A sub-solve task with ``tools: ["echo"]`` whose child's own sub-solve (without
+    ``tools``: the child's are its) plans an agent task: the agent's model request offers
+    ``echo`` alone, on Temporal as locally (not every tool the worker serves)."""
     router = AgentRouter()
     local, durable, solution, _ = await both(
         model_server, workers, tmp_path, router, agent_tasks=True
     )
     assert durable == local
     (child,) = durable["children"]
-    assert child["status"] == "answered" and child["runs"][0]["s"][:2] == ["succeeded", "Acme"]
+    (grandchild,) = child["children"]
+    assert (child["tools"], grandchild["tools"]) == (["echo"], ["echo"])
+    assert grandchild["runs"][0]["s"][:2] == ["succeeded", "Acme"]
+    assert child["status"] == "answered" and child["answer"] == "Acme"
     assert router.offered == [["echo"], ["echo"]]  # locally, then on Temporal
     await replay(workers, solution, tmp_path / "temporal.db", children=1)
 
