@@ -189,6 +189,7 @@ class RunInput:
     #: given to the activities of the tasks in ``conversing`` (an agent task, a call of that
     #: tool) as an argument of its own, one payload for them all. ``None``: not a turn.
     conversation: dict[str, Any] | None = None
+    #: The tasks whose activities get ``conversation``.
     conversing: list[str] = field(default_factory=list)
 
 

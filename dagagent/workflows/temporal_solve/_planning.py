@@ -16,7 +16,9 @@ replanner and joiner are made from them as a local solve makes its own.
   first (decided by the driver, made by the workflow's ``compress`` step, recorded with the
   turn). The worker shows its model the same ``earlier_turn`` tool a session adds to its
   registry, and a plan's ``turnN`` tasks are settled as reused from the conversation's
-  outputs before the run starts: nothing of an earlier turn runs again.
+  outputs before the run starts: nothing of an earlier turn runs again. The turn's run
+  carries the conversation to the activities of its tasks that may read it (its agent
+  tasks, a call of ``earlier_turn``), whose workers add the tool over it (:func:`conversing`).
 """
 
 from __future__ import annotations
