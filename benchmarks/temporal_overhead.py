@@ -14,16 +14,18 @@ per side, each on a task queue of its own:
   middle ones, one more for the fan) and the same function as their activity;
 - **dataflow**: the same plan on the dataflow executor, in this process (no durability).
 
-Two shapes: a chain of ``--chain`` tasks and a fan-out/fan-in of 1 + ``--fan`` + 1 tasks;
-every task adds one to its input (the join counts its inputs). Runs are interleaved; the
+Three shapes: a chain of ``--chain`` tasks, a fan-out/fan-in of 1 + ``--fan`` + 1 tasks and
+a wider one of 1 + ``--wide`` + 1; every task adds one to its input (the join counts its
+inputs). Runs are interleaved; the
 table gives the best of ``--repeats`` and the ratio of the medians, which the targets judge
 (a best-of ratio turns on one lucky run of either side: the server's latency per activity
 varies from run to run by more than dagagent's share of a task). The server and workers are
 started once and not timed. Each fan run's phases are read from its history by the server's
 clock (the root, the middle activities, the join), with the driver's time outside them (the
-worker check, the start, reading the result). After the runs, a breakdown of where a chain
-task's time goes outside the server: each side's workflow decisions (a replay of its last
-chain run), the activity's body and its arguments' encoding, measured in this process.
+worker check, the start, reading the result), for both fans. After the runs, a breakdown of
+where a chain task's time goes outside the server: each side's workflow decisions (a replay
+of its last chain run), the activity's body and its arguments' encoding, measured in this
+process.
 
     python benchmarks/temporal_overhead.py
     python benchmarks/temporal_overhead.py --chain 50 --fan 64 --repeats 5 --write
@@ -235,7 +237,23 @@ def start_dev_server(port: int) -> subprocess.Popen[bytes]:
     return proc
 
 
-async def measure(args: argparse.Namespace, address: str, payloads: str) -> dict[str, Any]:
+def cpu_s(pid: int) -> float:
+    """The CPU time (user and system) process ``pid`` has used so far, in seconds (Linux's
+    ``/proc``; ``nan`` elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+#: Whose CPU time each run is charged with: the side's worker, the server, this process.
+CPU_OF = ("worker", "server", "driver")
+
+
+async def measure(
+    args: argparse.Namespace, address: str, payloads: str, pids: dict[str, int]
+) -> dict[str, Any]:
     from temporalio.client import Client
 
     from dagagent.executors.temporal import TemporalExecutor
@@ -243,8 +261,9 @@ async def measure(args: argparse.Namespace, address: str, payloads: str) -> dict
     shapes = {
         "chain": (dagagent.validate(chain_plan(args.chain), registry), "bench.chain", args.chain),
         "fan": (dagagent.validate(fan_plan(args.fan), registry), "bench.fan", args.fan),
+        "wide": (dagagent.validate(fan_plan(args.wide), registry), "bench.fan", args.wide),
     }
-    expected = {"chain": args.chain, "fan": args.fan}
+    expected = {"chain": args.chain, "fan": args.fan, "wide": args.wide}
     sides = ("by hand", "dagagent", "dataflow")
     times: dict[str, dict[str, list[float]]] = {s: {k: [] for k in sides} for s in shapes}
     hand = await Client.connect(address)
@@ -252,10 +271,26 @@ async def measure(args: argparse.Namespace, address: str, payloads: str) -> dict
     settings = RunSettings(executor=exe)
 
     last_ids: dict[tuple[str, str], str] = {}
-    phases: dict[str, list[dict[str, float]]] = {"by hand": [], "dagagent": []}
+    fans = ("fan", "wide")
+    # CPU seconds of each run, by shape, side and process (see CPU_OF)
+    cpu: dict[str, dict[str, dict[str, list[float]]]] = {
+        s: {k: {c: [] for c in CPU_OF} for k in ("by hand", "dagagent")} for s in shapes
+    }
+
+    def cpu_now(side: str) -> dict[str, float]:
+        return {
+            "worker": cpu_s(pids[side]),
+            "server": cpu_s(pids["server"]),
+            "driver": time.process_time(),
+        }
+
+    phases: dict[tuple[str, str], list[dict[str, float]]] = {
+        (shape, side): [] for shape in fans for side in ("by hand", "dagagent")
+    }
 
     async def one(shape: str, side: str, record: bool) -> None:
         graph, workflow_name, n = shapes[shape]
+        cpu0 = cpu_now(side) if side != "dataflow" else {}
         t0 = time.perf_counter()
         if side == "by hand":
             wid = last_ids[shape, side] = f"hand-{time.time_ns()}"
@@ -268,14 +303,20 @@ async def measure(args: argparse.Namespace, address: str, payloads: str) -> dict
             result.raise_for_status()
             got = result.tasks[graph.plan.tasks[-1].id].output
         took = time.perf_counter() - t0
+        if cpu0:
+            cpu1 = cpu_now(side)
+            spent = {c: cpu1[c] - cpu0[c] for c in CPU_OF}
         if side == "dagagent" and exe.workflow_id is not None:
             last_ids[shape, side] = exe.workflow_id
         assert got == expected[shape], (shape, side, got)
         if record:
             times[shape][side].append(took)
-            if shape == "fan" and side != "dataflow":
+            if cpu0:
+                for c in CPU_OF:
+                    cpu[shape][side][c].append(spent[c])
+            if shape in fans and side != "dataflow":
                 client = hand if side == "by hand" else exe.client
-                phases[side].append(await fan_phases(client, last_ids[shape, side], took))
+                phases[shape, side].append(await fan_phases(client, last_ids[shape, side], took))
 
     async with exe.session():
         for shape in shapes:  # warm up: imports, caches, the workers' sticky queues
@@ -308,10 +349,13 @@ async def measure(args: argparse.Namespace, address: str, payloads: str) -> dict
             "naive_output_bytes": args.history_outputs * args.history_size,
         }
     fan = {
-        side: {k: common.median([p[k] for p in runs]) for k in FAN_PHASES}
-        for side, runs in phases.items()
+        shape: {
+            side: {k: common.median([p[k] for p in phases[shape, side]]) for k in FAN_PHASES}
+            for side in ("by hand", "dagagent")
+        }
+        for shape in fans
     }
-    return {"times": times, "history": history, "where": where, "fan": fan, "poll_s": exe.poll_s}
+    return {"times": times, "history": history, "where": where, "fan": fan, "cpu": cpu}
 
 
 #: The phases of a fan run, by the server's clock (ms), and the driver's time outside it.
@@ -454,7 +498,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:  # {"times": ..., "history"
             )
             procs.append(proc)
             _wait_ready(proc)
-        return asyncio.run(measure(args, address, payloads))
+        pids = {"server": procs[0].pid, "dagagent": procs[1].pid, "by hand": procs[2].pid}
+        return asyncio.run(measure(args, address, payloads, pids))
     finally:
         for proc in reversed(procs):
             proc.terminate()
@@ -473,6 +518,7 @@ def main(argv: list[str] | None = None) -> None:
         "run. Writes temporal_overhead.json and temporal_overhead.md.",
     )
     common.add_shape_options(parser, repeats=5)
+    parser.add_argument("--wide", type=int, default=150, help="parallel tasks of the wider fan-out")
     parser.add_argument(
         "--history-elements", type=int, default=5000, help="elements of the history run's map"
     )
@@ -488,8 +534,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.serve_by_hand:
         asyncio.run(serve_by_hand(args.serve_by_hand))
         return
-    if args.chain < 2 or args.fan < 1 or args.repeats < 1:
-        parser.error("--chain must be at least 2, --fan and --repeats at least 1")
+    if args.chain < 2 or args.fan < 1 or args.wide < 1 or args.repeats < 1:
+        parser.error("--chain must be at least 2, --fan, --wide and --repeats at least 1")
     try:
         import temporalio  # noqa: F401
     except ImportError:
@@ -518,7 +564,7 @@ def main(argv: list[str] | None = None) -> None:
     rows = []
     summary: dict[str, Any] = {}
     for shape, t in times.items():
-        n = args.chain if shape == "chain" else args.fan + 2
+        n = {"chain": args.chain, "fan": args.fan + 2, "wide": args.wide + 2}[shape]
         best, med = common.best_and_median(t)
         x, xm = best["dagagent"] / best["by hand"], med["dagagent"] / med["by hand"]
         per_task = {k: v * 1e3 / n for k, v in best.items()}
@@ -578,19 +624,40 @@ def main(argv: list[str] | None = None) -> None:
         f"its arguments through the data converter {where['payloads_dagagent_ms']:.2f} "
         f"against {where['payloads_by_hand_ms']:.2f}."
     )
-    fan_line = (
-        f"Where a fan run's time goes (medians of {args.repeats}, ms, the phases by the "
-        "server's clock from each run's history): "
+    fan_lines = [
+        f"Where a {shape} run's time goes ({summary[shape]['tasks']} tasks, medians of "
+        f"{args.repeats}, ms, the phases by the server's clock from each run's history): "
         + "; ".join(
-            f"{what} {fan['by hand'][k]:.1f} by hand, {fan['dagagent'][k]:.1f} dagagent"
+            f"{what} {fan[shape]['by hand'][k]:.1f} by hand, "
+            f"{fan[shape]['dagagent'][k]:.1f} dagagent"
             for k, what in FAN_PHASES.items()
         )
-        + f". dagagent's driver also queries the workflow's progress every "
-        f"{measured['poll_s']:g} s while it runs (the workflow's worker answers each query), "
-        "so a run longer than that answers at least one."
+        + "."
+        for shape in ("fan", "wide")
+    ]
+    cpu = {
+        shape: {
+            side: {c: common.median(v) * 1e3 / summary[shape]["tasks"] for c, v in by.items()}
+            for side, by in sides.items()
+        }
+        for shape, sides in measured["cpu"].items()
+    }
+    cpu_line = (
+        f"CPU time per task (ms, medians of {args.repeats}) of the side's worker process, of "
+        "the server and of the driver's process, by hand against dagagent: "
+        + "; ".join(
+            f"{shape}: "
+            + ", ".join(
+                f"{c} {cpu[shape]['by hand'][c]:.2f} / {cpu[shape]['dagagent'][c]:.2f}"
+                for c in CPU_OF
+            )
+            for shape in cpu
+        )
+        + "."
     )
-    print()
-    print(fan_line)
+    for line in [*fan_lines, cpu_line]:
+        print()
+        print(line)
     print()
     print(history_line)
     print()
@@ -611,7 +678,8 @@ def main(argv: list[str] | None = None) -> None:
         common.markdown_table(headers, rows),
         *common.markdown_targets(targets),
     ]
-    md += ["", fan_line, "", history_line, "", where_line]
+    md += [x for line in [*fan_lines, cpu_line] for x in ("", line)]
+    md += ["", history_line, "", where_line]
     data = {
         "benchmark": "temporal_overhead",
         "command": command,
@@ -622,6 +690,7 @@ def main(argv: list[str] | None = None) -> None:
         "history": history,
         "where_ms_per_task": where,
         "fan_phases_ms": fan,
+        "cpu_ms_per_task": cpu,
         "targets": common.targets_json(targets),
     }
     common.save(args, "temporal_overhead", data, "\n".join(md))
