@@ -33,6 +33,8 @@ task is denied). One whose tool has side effects and no reconciler fails with
 from __future__ import annotations
 
 import asyncio
+import functools
+import json
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any
@@ -172,7 +174,11 @@ def _halts(r: dict[str, Any]) -> bool:
     return r["status"] not in (*_OK, "waiting") and not _by_condition(r)
 
 
-@workflow.defn(name=WORKFLOW)
+# Outside Temporal's sandbox: the sandbox guards workflow code a user writes, and this
+# workflow holds none (it schedules activities; the tools run on the workers), while it
+# costs every decision and every payload of every task (each runs code through the
+# sandbox's importer). Determinism is the replay tests' to check.
+@workflow.defn(name=WORKFLOW, sandboxed=False)
 class RunWorkflow:
     @workflow.init
     def __init__(self, inp: RunInput) -> None:
@@ -194,6 +200,11 @@ class RunWorkflow:
         self.waiting = {t: sum(1 for d in deps[t] if d not in self.outputs) for t in inp.order}
         self.ready = [t for t in inp.order if t not in self.results and not self.waiting[t]]
         self.running: dict[asyncio.Task[dict[str, Any]], str] = {}
+        # the tasks of ``running`` that have ended, in the order they did
+        self.ended: list[asyncio.Task[dict[str, Any]]] = []
+        # the plan as every activity gets it: its JSON text, made once (and again when
+        # tasks arrive), which a worker reads once per plan (see Activities._graph)
+        self.plan_text = _plan_text(inp.plan)
 
     @workflow.query(name="progress")
     def progress(self, since: int) -> dict[str, Any]:
@@ -222,6 +233,7 @@ class RunWorkflow:
         inp.bounds.update(arrived.bounds)
         inp.allow_partial.extend(arrived.allow_partial)
         inp.reuse.update(arrived.reuse)
+        self.plan_text = _plan_text(inp.plan)
         for task in arrived.tasks:
             self._arrived(task["id"])
 
@@ -283,25 +295,17 @@ class RunWorkflow:
             while True:
                 if self.stop_cause is None and not rolling_over:
                     for t in self.ready:
-                        running[asyncio.create_task(self._task(t))] = t
+                        fut = asyncio.create_task(self._task(t))
+                        fut.add_done_callback(self.ended.append)
+                        running[fut] = t
                     self.ready = []
                 more = inp.streaming and self.stop_cause is None and not rolling_over
                 if not running and not more:
                     break
-                if more:  # a task ends, or the plan being written grows or ends
-                    await workflow.wait_condition(
-                        lambda: (
-                            bool(self.ready)
-                            or not self.inp.streaming
-                            or self.stop_cause is not None
-                            or any(f.done() for f in running)
-                        )
-                    )
-                    done = {f for f in running if f.done()}
-                else:
-                    done, _ = await workflow.wait(
-                        list(running), return_when=asyncio.FIRST_COMPLETED
-                    )
+                # a task ends, or (a plan being written) the plan grows or ends
+                await workflow.wait_condition(functools.partial(self._woken, more))
+                done = self.ended[:]  # the callbacks hold this list: emptied, not replaced
+                self.ended.clear()
                 for fut in sorted(done, key=lambda f: self.position[running[f]]):
                     task_id = running.pop(fut)
                     r = (
@@ -342,6 +346,13 @@ class RunWorkflow:
         self._finish_unstarted()
         self.done = True
         return self.finished
+
+    def _woken(self, more: bool) -> bool:
+        """Whether the run has something to do: a task ended, or (``more``: a plan being
+        written) tasks arrived, the plan ended or the run stops."""
+        return bool(self.ended) or (
+            more and (bool(self.ready) or not self.inp.streaming or self.stop_cause is not None)
+        )
 
     # -- results ---------------------------------------------------------------------------
 
@@ -446,7 +457,7 @@ class RunWorkflow:
         own = {k: v for k, v in inp.reuse.items() if k == task_id or k.startswith(f"{task_id}@")}
         if own:  # its earlier output (or its elements'), and those of its dependencies
             call["reuse"] = {**own, **{d: inp.reuse[d] for d in deps if d in inp.reuse}}
-        return [call, inp.plan, *(self.outputs[d] for d in deps)]
+        return [call, self.plan_text, *(self.outputs[d] for d in deps)]
 
     async def _call(
         self, task_id: str, window: tuple[int, int] | None = None, **extra: Any
@@ -607,6 +618,10 @@ class RunWorkflow:
         whole["started_at"] = first_start
         whole["model_calls"] = model_calls
         return whole
+
+
+def _plan_text(plan: dict[str, Any]) -> str:
+    return json.dumps(plan, separators=(",", ":"), ensure_ascii=False)
 
 
 def _failed(task_id: str, exc: ActivityError) -> dict[str, Any]:
