@@ -699,6 +699,7 @@ def main(argv: list[str] | None = None) -> None:
         f"{args.repeats} interleaved runs; the ratio of the medians too, which the targets "
         "judge (all times in temporal_overhead.json). **by hand**: "
         "the same DAG written as a Temporal workflow, each task a plain activity; "
+        "**by hand+store**: the same with dagagent's data converter and payload store; "
         "**dagagent**: `--executor temporal` (dataflow scheduling in the workflow, each task "
         "an activity run by the task runner on a `dagagent worker`, results followed by the "
         "driver); **dataflow**: the in-process executor, no durability.",
