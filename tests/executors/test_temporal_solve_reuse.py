@@ -8,6 +8,8 @@ Nothing waits on a clock: the solves run to their ends.
 
 from __future__ import annotations
 
+import itertools
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,13 +17,14 @@ from typing import Any
 import pytest
 
 import dagagent
+from dagagent.llm import wire
 from dagagent.review import reuse_map
 from dagagent.settings import RunSettings
 
 pytest.importorskip("temporalio")
 
 import temporal_tools  # the workers import it too
-from llm_server import LLMTestServer
+from llm_server import LLMTestServer, Recorded, Reply
 
 from dagagent.executors.temporal import workflow_id
 from dagagent.workflows.temporal_solve import solve_workflow_id
@@ -35,7 +38,7 @@ from .test_temporal_solve import (
     history_of,
     replay,
 )
-from .test_temporal_subsolve import shape
+from .test_temporal_subsolve import GOAL, MAP_PLAN, Router, _goal, both, shape
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio_only("Temporal's client runs on asyncio")]
 
@@ -193,3 +196,50 @@ async def test_a_later_round_reuses_the_round_before_s_successes_as_locally(
     for workflow in (solve_workflow_id(there.solve_id), workflow_id(second.run_id)):
         _, history = await history_of(ex, workflow)
         await replay(ex, history)
+
+
+class Revising(Router):
+    """:class:`Router`, but the top goal's plans and answers come in turn from ``plans`` and
+    ``answers`` (again from the first once each is used: the same script for a local solve
+    and for one on Temporal)."""
+
+    def __init__(self, plans: list[dict[str, Any]], answers: list[dict[str, Any]]) -> None:
+        super().__init__({}, {})
+        self.turns = {"plan": itertools.cycle(plans), "join": itertools.cycle(answers)}
+
+    def __call__(self, request: Recorded) -> Reply:
+        body = request.json
+        name = ((body.get("response_format") or {}).get("json_schema") or {}).get("name", "")
+        if _goal(body) != GOAL:
+            return super().__call__(request)
+        kind = "plan" if "plan" in name else "join"
+        with self.lock:
+            self.seen[(GOAL, kind)] += 1
+            answer = next(self.turns[kind])
+        return Reply(json=wire.openai_text(json.dumps(answer), input_tokens=100, output_tokens=20))
+
+
+@pytest.mark.anyio
+async def test_a_kept_sub_solve_task_is_reused_without_solving_again_as_locally(
+    workers: Workers, model_server: LLMTestServer, tmp_path: Path
+) -> None:
+    """Round 2 keeps round 1's map of sub-solves: on Temporal, as locally, the task is
+    reused and no child solve starts again (each region's goal is planned and joined once
+    per solve); the records (children too) have the same shape."""
+    failing = {"tasks": [*MAP_PLAN["tasks"], {"id": "f", "tool": "boom", "args": {"x": 7}}]}
+    revised = {
+        "tasks": [*MAP_PLAN["tasks"], {"id": "n", "tool": "echo", "args": {"value": "${best}"}}]
+    }
+    replan = {"action": "replan", "feedback": "f failed: echo the suppliers instead"}
+    finish = {"action": "finish", "answer": "EU: Acme; US: Bolt", "cites": ["n"]}
+    router = Revising([failing, revised], [replan, finish])
+    local, durable, _, _ = await both(model_server, workers, tmp_path, router)
+    assert durable == local
+    assert durable["status"] == "answered"
+    first, second = durable["runs"]
+    assert first["best"][0] == "succeeded" and second["best"][0] == "reused"
+    assert second["n"][:2] == ["succeeded", ["Acme", "Bolt"]]
+    assert len(durable["children"]) == 2  # round 1's; round 2 started none
+    # each region's sub-solve planned and joined once locally, once on Temporal
+    regions = {k: n for k, n in router.seen.items() if k[0] != GOAL}
+    assert regions and set(regions.values()) == {2}
