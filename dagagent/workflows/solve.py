@@ -715,9 +715,7 @@ class _Solve:
     ) -> dict[str, tuple[str, Any]] | None:
         """``reuse`` and the earlier turns' outputs (a session's turn): a ``${turnN...}``
         task is reused from the record, never run."""
-        if self.conversation is None or not self.conversation.turns:
-            return reuse
-        return {**self.conversation.reuse(), **(reuse or {})}
+        return with_earlier(self.conversation, reuse)
 
     async def plan_and_run(
         self, rnd: Round, previous: Round | None, feedback: str | None
@@ -893,6 +891,17 @@ class _BudgetGate:
             call.decide("deny", "budget", str(exc))
             raise TaskDeniedError(str(exc), decided_by="budget") from None
         return await call_next(call)
+
+
+def with_earlier(
+    conversation: Conversation | None, reuse: dict[str, tuple[str, Any]] | None
+) -> dict[str, tuple[str, Any]] | None:
+    """What a round's run reuses: ``reuse`` (the round before's successes) and, in a turn of
+    a session (``conversation``), the earlier turns' outputs. A solve on Temporal gives its
+    rounds' runs the same (its replanner's worker computes it)."""
+    if conversation is None or not conversation.turns:
+        return reuse
+    return {**conversation.reuse(), **(reuse or {})}
 
 
 def _reuse_of(record: Any) -> dict[str, tuple[str, Any]] | None:

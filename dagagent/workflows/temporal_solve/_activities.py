@@ -8,7 +8,9 @@ solve runs it, and returns what it got with a record of each model call it made:
 
 - ``dagagent.solve.plan``: the planner (:class:`~dagagent.planners.LLMPlanner`), and the
   plan run workflow's input for the plan (checked against the worker's tools);
-- ``dagagent.solve.replan``: the replanner, from the previous round's plan and results;
+- ``dagagent.solve.replan``: the replanner, from the previous round's plan and results, and
+  the input of the run of the revised plan, which reuses the previous round's successes (the
+  reuse a local solve's revision computes, with the same code);
 - ``dagagent.solve.join``: the joiner (:class:`~dagagent.planners.Joiner`);
 - ``dagagent.solve.carve`` (a local activity): a sub-solve's budget, carved from what its
   parent has left (:meth:`~dagagent.workflows._spending.Spending.carve`).
@@ -55,7 +57,7 @@ from ...settings import TaskRetryPolicy
 from .._calls import SolveCalls
 from .._spending import Spending
 from ..replan import record_of, revise_run
-from ..solve import COMPRESS_TOKENS, replanner_of
+from ..solve import COMPRESS_TOKENS, replanner_of, with_earlier
 from ._model import settings_of
 from ._planning import conversation_of, discovery_of, own_planner, planning_registry
 from ._workflow import CARVE, COMPRESS, JOIN, PLAN, REPLAN
@@ -119,7 +121,8 @@ class SolveActivities:
             )
             if revision.unchanged:
                 return {"unchanged": True, "plan": _plan_json(revision.plan)}
-            return self._planned(ask, revision.plan, revision.graph)
+            # the round before's successes, as a local solve's revision reuses them
+            return self._planned(ask, revision.plan, revision.graph, revision.reuse_map())
 
         return await self._step(ask, step, planning=True)
 
@@ -306,12 +309,22 @@ class SolveActivities:
         answer["calls"] = [{**doc, "seq": first + i} for i, doc in enumerate(made)]
         return answer
 
-    def _planned(self, ask: dict[str, Any], plan: Plan, graph: PlanGraph) -> dict[str, Any]:
-        """The plan, and the input of the workflow that runs it (from this worker's tools).
-        In a turn of a session, the plan's ``turnN`` tasks are settled here as reused, with
-        the earlier turns' outputs: the run starts with them finished, and never calls
-        anything for them (as a local turn reuses them)."""
+    def _planned(
+        self,
+        ask: dict[str, Any],
+        plan: Plan,
+        graph: PlanGraph,
+        reuse: dict[str, tuple[str, Any]] | None = None,
+    ) -> dict[str, Any]:
+        """The plan, and the input of the workflow that runs it (from this worker's tools),
+        reusing what a local solve's round reuses (:func:`~..solve.with_earlier`): ``reuse``
+        (a revision's: the round before's successes) and, in a turn of a session, the
+        earlier turns' outputs. The tasks that may be reused now (their upstream tasks too)
+        are settled here: the run starts with them finished and never calls anything for
+        them; the workers reuse the others that turn out unchanged once their upstream
+        outputs are known (as :func:`dagagent.execute` with ``reuse=`` does)."""
         conversation = conversation_of(ask.get("conversation"))
+        reuse = with_earlier(conversation, reuse)
         run = ask["run"]
         executor = TemporalExecutor(
             task_queue=ask["task_queue"],
@@ -329,12 +342,12 @@ class SolveActivities:
             on_failure=run["on_failure"],
             max_concurrency=run.get("max_concurrency"),
             max_elements=run["max_elements"],
-            reuse=conversation.reuse() if conversation is not None else None,
+            reuse=reuse,
         )
         settled = [
             found
             for task_id in graph.order
-            if conversation is not None and (found := runner.reuse_now(task_id)) is not None
+            if reuse and (found := runner.reuse_now(task_id)) is not None
         ]
         run_input = executor._input(graph, runner, run["on_failure"], settled)
         run_input.tools = ask.get("tools")  # a sub-solve's: its agents are offered those
