@@ -617,6 +617,17 @@ class TemporalExecutor(BaseExecutor):
         named = await self._name_in_doubt(wid, runner, graph, on_failure, doubt)
         tasks = ", ".join(repr(t) for t in doubt)
         if named is not None:
+            for task_id, why in doubt.items():
+                if task_id not in done:  # cut off during its call, which may have happened
+                    runner.ran_elsewhere(
+                        TaskResult(
+                            task_id=task_id,
+                            status=TaskStatus.CANCELLED,
+                            error=f"cut off: {why}; whether its call took effect is unknown, "
+                            "and no worker could name it for the run's record",
+                            error_type="InDoubt",
+                        )
+                    )
             return (
                 f"; what it finished is recorded, but the calls with side effects of task "
                 f"{tasks} may have taken effect and could not be named for the run's record "
@@ -665,8 +676,12 @@ class TemporalExecutor(BaseExecutor):
             await self._record_doubts(doc, runner)
             runner.ran_elsewhere(_cut_off(_task_result(doc, runner), doubt[doc["task_id"]]))
 
+        client = self._client()
+        handle: WorkflowHandle[Any, list[dict[str, Any]]] | None = None
         try:
-            handle = await self._client().start_workflow(
+            if not await has_workers(client, self.task_queue):
+                return f"no worker serves task queue {self.task_queue!r}"
+            handle = await client.start_workflow(
                 WORKFLOW,
                 inp,
                 id=wid,
@@ -676,6 +691,9 @@ class TemporalExecutor(BaseExecutor):
             )
             await self._follow(handle, runner, len(settled), cut_off)
         except (ClusterError, RPCError, WorkflowAlreadyStartedError) as exc:
+            if handle is not None:  # not left to run when a worker comes, with nobody to record
+                with anyio.move_on_after(_QUERY_TIMEOUT_S), contextlib.suppress(Exception):
+                    await handle.terminate("its driver could not follow it")
             return " ".join(str(exc).split()) or type(exc).__name__
         finally:
             self._asking.pop(runner.run_id, None)
