@@ -965,6 +965,9 @@ def test_a_workflow_ended_under_its_driver_leaves_its_calls_in_doubt_on_record(
     assert (tasks["e"].status.value, tasks["e"].output) == ("succeeded", 7)  # from the history
     assert [tasks[t].status.value for t in ("h", "a")] == ["cancelled"] * 2
     assert "in doubt" in (tasks["h"].error or ""), tasks["h"].error
+    assert tasks["after"].status.value == "cancelled"
+    assert "workflow dagagent-run-" in (tasks["after"].error or ""), tasks["after"].error
+    assert "terminated" in (tasks["after"].error or ""), tasks["after"].error
     assert sorted(doubts) == ["a", "h"]
     assert doubts["h"].key == paid_h  # the key the call paid with, named on a worker
     assert len(temporal_tools.started(tmp_path, "h")) == 1  # neither was made again
@@ -983,6 +986,8 @@ def test_a_workflow_ended_under_its_driver_leaves_its_calls_in_doubt_on_record(
         assert done.exit_code == code, done.output
         return done
 
+    shown = " ".join(cli("show", run_id).output.split())
+    assert "2 calls in doubt" in shown and doubts["a"].key in shown, shown
     cli("approve", run_id, "h", "--happened", "--output", '{"paid": "by hand"}', "--by", "ann")
     cli("approve", run_id, "a", "--allow", "--by", "ann")
     own_workers.start(1, tools=EXTRA)

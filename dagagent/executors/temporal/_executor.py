@@ -30,7 +30,7 @@ import fnmatch
 import json
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from datetime import timedelta
 from functools import partial
@@ -613,9 +613,11 @@ class TemporalExecutor(BaseExecutor):
         run_id = runner.run_id
         hint = f"'dagagent replan {run_id} --execute' runs the rest"
         if not doubt:
+            self._not_run(graph, runner, f"{wid} {what}")
             return f"; what it finished is recorded: {hint}"
         named = await self._name_in_doubt(wid, runner, graph, on_failure, doubt)
-        tasks = ", ".join(repr(t) for t in doubt)
+        self._not_run(graph, runner, f"{wid} {what}", doubt)
+        tasks = ("task " if len(doubt) == 1 else "tasks ") + ", ".join(repr(t) for t in doubt)
         if named is not None:
             for task_id, why in doubt.items():
                 if task_id not in done:  # cut off during its call, which may have happened
@@ -629,17 +631,33 @@ class TemporalExecutor(BaseExecutor):
                         )
                     )
             return (
-                f"; what it finished is recorded, but the calls with side effects of task "
+                f"; what it finished is recorded, but the calls with side effects of "
                 f"{tasks} may have taken effect and could not be named for the run's record "
                 f"({named}): check with the service before {hint}"
             )
         return (
             f"; what it finished is recorded, and the calls with side effects it left in doubt "
-            f"(task {tasks}) are on the run's record: check with the service whether each took "
+            f"({tasks}) are on the run's record: check with the service whether each took "
             f"effect ('dagagent approvals' lists them with their keys), say so with 'dagagent "
             f"approve {run_id} TASK --happened | --allow | --deny', then {hint}, taking over "
             "those that happened and making those that did not with their keys"
         )
+
+    @staticmethod
+    def _not_run(
+        graph: PlanGraph, runner: TaskRunner, workflow: str, besides: Collection[str] = ()
+    ) -> None:
+        """Record the tasks of ``graph`` the run's ended ``workflow`` (its id and how it
+        ended) never ran, but those of ``besides``, as cancelled: not run, and why."""
+        for task_id in graph.order:
+            if task_id not in runner.results and task_id not in besides:
+                runner.ran_elsewhere(
+                    TaskResult(
+                        task_id=task_id,
+                        status=TaskStatus.CANCELLED,
+                        error=f"not run: the run's workflow {workflow} first",
+                    )
+                )
 
     async def _name_in_doubt(
         self,
