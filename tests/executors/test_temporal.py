@@ -874,10 +874,12 @@ def test_a_person_decides_the_calls_in_doubt_of_a_run_whose_workflow_ended(
     anyio.run(replayed)
 
 
+@pytest.mark.parametrize("how", ["terminated", "cancelled"])
 def test_a_workflow_ended_under_its_driver_leaves_its_calls_in_doubt_on_record(
-    own_workers: Workers, tmp_path: Path
+    own_workers: Workers, tmp_path: Path, how: str
 ) -> None:
-    """The workflow is terminated (by an operator, say) while its driver follows it and two
+    """The workflow is terminated or cancelled (by an operator, with ``temporal workflow
+    terminate`` or ``cancel``, say) while its driver follows it and two
     payments hold on a worker: one paid before it held, one would have paid after. The
     driver sees the workflow end: it records what the history says finished (here it asked
     for nothing before), names the two calls in doubt on a worker (their keys, neither made
@@ -938,7 +940,10 @@ def test_a_workflow_ended_under_its_driver_leaves_its_calls_in_doubt_on_record(
                         break
                     assert time.monotonic() < deadline
                     await anyio.sleep(0.02)
-                await handle.terminate("by an operator")
+                if how == "terminated":
+                    await handle.terminate("by an operator")
+                else:
+                    await handle.cancel()
 
         anyio.run(terminate, backend="asyncio")
         driver.join(READY_S)
@@ -967,7 +972,7 @@ def test_a_workflow_ended_under_its_driver_leaves_its_calls_in_doubt_on_record(
     assert "in doubt" in (tasks["h"].error or ""), tasks["h"].error
     assert tasks["after"].status.value == "cancelled"
     assert "workflow dagagent-run-" in (tasks["after"].error or ""), tasks["after"].error
-    assert "terminated" in (tasks["after"].error or ""), tasks["after"].error
+    assert how in (tasks["after"].error or ""), tasks["after"].error
     assert sorted(doubts) == ["a", "h"]
     assert doubts["h"].key == paid_h  # the key the call paid with, named on a worker
     assert len(temporal_tools.started(tmp_path, "h")) == 1  # neither was made again
@@ -979,7 +984,7 @@ def test_a_workflow_ended_under_its_driver_leaves_its_calls_in_doubt_on_record(
     as_json = CliRunner().invoke(dagagent.cli.app, ["approvals", "--store", str(db), "--json"])
     whys = {r["task_id"]: r["why"] for r in json.loads(as_json.output)["in_doubt"]}
     assert sorted(whys) == ["a", "h"]
-    assert all("terminated" in w and "workflow ended first" in w for w in whys.values()), whys
+    assert all(how in w and "workflow ended first" in w for w in whys.values()), whys
 
     def cli(*args: str, code: int = 0) -> Any:
         done = CliRunner().invoke(dagagent.cli.app, [*args, "--store", str(db)])

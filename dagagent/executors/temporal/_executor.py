@@ -604,7 +604,13 @@ class TemporalExecutor(BaseExecutor):
         for task_id, r in found.finished.items():
             if task_id not in done:
                 runner.ran_elsewhere(r)
-        what = how.name.lower().replace("_", " ") if how is not None else "ended"
+        what = (
+            "ended"
+            if how is None
+            else "cancelled"
+            if how is WorkflowExecutionStatus.CANCELED
+            else how.name.lower().replace("_", " ")
+        )
         doubt = {
             t: f"{found.why.get(t, 'its call started on a worker')} (workflow {wid} {what})"
             for t in graph.order
