@@ -601,6 +601,10 @@ class TemporalExecutor(BaseExecutor):
                 "run's record"
             )
         done = runner.results
+        for task_id in graph.order:  # a resumed run's successes stand as recorded
+            prior = (runner.prior or {}).get(task_id)
+            if prior is not None and prior.status.ok and task_id not in done:
+                await runner.run_task(task_id)
         for task_id, r in found.finished.items():
             if task_id not in done:
                 runner.ran_elsewhere(r)
