@@ -83,3 +83,36 @@ async def test_a_map_decides_element_by_element_and_a_call_nobody_can_tell_is_no
     assert two.status.value == "succeeded" and made == [two.output]
     assert three.status.value == "denied"
     assert "no record of it" in (three.error or "")
+
+
+@pytest.mark.anyio
+async def test_calls_named_for_the_record_are_neither_reconciled_nor_made() -> None:
+    """A task run again only to name its calls in doubt (a Temporal workflow that ended under
+    its driver): each call is asked about, with its key, and neither its reconciler nor the
+    tool is called."""
+    made: list[dict[str, Any]] = []
+    asked: list[int] = []
+    reg = registry({1: "not_happened", 2: "not_happened"}, made)
+    check = reg.get("pay").reconcile
+    assert check is not None
+
+    def counting(call: dagagent.CallIdentity) -> dagagent.Reconciled:
+        asked.append(int(call.args["n"]))
+        return check(call)  # type: ignore[no-any-return]
+
+    reg.get("pay").reconcile = counting
+    plan = {"tasks": [{"id": "m", "for_each": [1, 2], "tool": "pay", "args": {"n": "${@item}"}}]}
+    runner = TaskRunner(
+        dagagent.validate(plan, reg), reg, run_id="0123456789ab", on_failure="continue"
+    )
+    effects = runner.calls.effects
+    effects.lost_during("m")
+    effects.in_doubt = "ask"
+    effects.reconciling = False
+    r = await runner.run_task("m")
+    assert r.status.value == "waiting", r.error
+    assert made == [] and asked == []
+    first = TaskRunner(dagagent.validate(plan, reg), reg, run_id="0123456789ab")
+    keys = [e.output["key"] for e in (await first.run_task("m")).elements or ()]
+    assert [(c["element"], c["key"]) for c in effects.asked] == list(enumerate(keys))
+    assert all("its reconciler was not asked" in (e.error or "") for e in r.elements or ())

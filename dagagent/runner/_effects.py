@@ -183,6 +183,9 @@ class Effects:
             r.key: _Known(r.state, r.output, r.resolution, r.resolved_by, r.reason) for r in prior
         }
         self._prior = tuple(prior)
+        #: What the runs this one revises have on record about their calls (``revised``):
+        #: a run whose calls are made elsewhere (on Temporal workers) sends them there.
+        self.revised = tuple(revised)
         #: The calls of tool tasks (and of the elements of map tasks), by task and element:
         #: the last one started of each (a tool task makes one call per attempt, all with
         #: the same key unless its arguments changed).
@@ -249,6 +252,10 @@ class Effects:
         #: their records hold them: a run whose calls are made elsewhere (on a Temporal
         #: worker, without the store) hands them to the process that records the run.
         self.asked: list[dict[str, Any]] = []
+        #: Whether a call in doubt that nobody decided about goes to its tool's reconciler
+        #: (``False``: straight to the ``in_doubt`` policy; the calls a Temporal workflow
+        #: left when it ended under its driver are named for the record, never made).
+        self.reconciling = True
 
     def lost_during(self, task_id: str) -> None:
         """The worker that ran task ``task_id`` was lost during it (a Temporal activity run
@@ -515,8 +522,10 @@ class Effects:
             await self._resolve(call, "not_happened", who, why)
             self._note(decisions, call, "allow", who, why, rule=IN_DOUBT_RULE)
             return False, None
-        reconcile = tool.reconcile
+        reconcile = tool.reconcile if self.reconciling else None
         unknown = "the tool has no reconciler"
+        if tool.reconcile is not None and reconcile is None:
+            unknown = "its reconciler was not asked"
         if reconcile is not None:
             name = f"reconcile:{getattr(reconcile, '__name__', type(reconcile).__name__)}"
             verdict = await _ask_reconciler(reconcile, call)

@@ -874,6 +874,168 @@ def test_a_person_decides_the_calls_in_doubt_of_a_run_whose_workflow_ended(
     anyio.run(replayed)
 
 
+@pytest.mark.parametrize("how", ["terminated", "cancelled"])
+def test_a_workflow_ended_under_its_driver_leaves_its_calls_in_doubt_on_record(
+    own_workers: Workers, tmp_path: Path, how: str
+) -> None:
+    """The workflow is terminated or cancelled (by an operator, with ``temporal workflow
+    terminate`` or ``cancel``, say) while its driver follows it and two
+    payments hold on a worker: one paid before it held, one would have paid after. The
+    driver sees the workflow end: it records what the history says finished (here it asked
+    for nothing before), names the two calls in doubt on a worker (their keys, neither made
+    again) and puts them on the run's record; the run is cancelled and says what to do.
+    ``dagagent approvals`` lists both calls with their keys; a person says the first
+    happened and the second did not; ``replan --execute`` takes the first over (paid once)
+    and makes the second once, with the key it was first made with."""
+    import threading
+
+    from dagagent.store import RunStore
+
+    [first_worker] = own_workers.start(1, tools=EXTRA)
+    where = str(tmp_path)
+    db = tmp_path / "runs.db"
+
+    def pay(name: str, first: bool) -> dict[str, Any]:
+        return {"id": name, "tool": "pay_hold", "args": {"name": name, "where": where,
+                                                          "pay_first": first}}  # fmt: skip
+
+    the_plan = plan(
+        {"id": "e", "tool": "echo", "args": {"value": 7}},
+        pay("h", True),
+        pay("a", False),
+        {"id": "after", "tool": "echo", "args": {"value": "${h}"}},
+    )
+    # the driver asks for no progress while the run lasts: all it records is read at the end
+    ex = executor(own_workers, poll_s=600.0)
+    ended: list[BaseException] = []
+
+    async def drive() -> None:
+        try:
+            await dagagent.execute(the_plan, temporal_tools.extra, settings=settings(ex), store=db)
+        except BaseException as exc:
+            ended.append(exc)
+
+    driver = threading.Thread(target=lambda: anyio.run(drive, backend="asyncio"))
+    driver.start()
+    try:
+        deadline = time.monotonic() + READY_S
+        while not (
+            temporal_tools.started(tmp_path, "h")
+            and temporal_tools.started(tmp_path, "a")
+            and _recorded_run(db)
+        ):
+            assert driver.is_alive() and time.monotonic() < deadline, ended
+            time.sleep(0.02)
+        with RunStore(db, create=False) as st:
+            run_id = st.last_run_id()
+
+        async def terminate() -> None:
+            other = executor(own_workers)
+            async with other.session():
+                assert other.client is not None
+                handle = other.client.get_workflow_handle(workflow_id(run_id))
+                while True:  # 'e' finished on the workflow (the driver did not ask)
+                    progress = await handle.query("progress", 0)
+                    if progress["total"] >= 1:
+                        break
+                    assert time.monotonic() < deadline
+                    await anyio.sleep(0.02)
+                if how == "terminated":
+                    await handle.terminate("by an operator")
+                else:
+                    await handle.cancel()
+
+        anyio.run(terminate, backend="asyncio")
+        driver.join(READY_S)
+        assert not driver.is_alive()
+    finally:
+        if driver.is_alive():
+            for name in ("h", "a"):
+                (tmp_path / f"{name}.go").touch()
+            driver.join()
+    [exc] = ended
+    assert isinstance(exc, ClusterError), exc
+    said = " ".join(str(exc).split())
+    assert "ended without finishing the run" in said and "dagagent approvals" in said, said
+    assert f"dagagent replan {run_id} --execute" in said, said
+    first_worker.kill()  # its calls never end: whatever they did is all they did
+    first_worker.wait()
+    [paid_h] = temporal_tools.payments(tmp_path, "h")
+    assert temporal_tools.payments(tmp_path, "a") == []
+    with RunStore(db, create=False) as st:
+        record = st.get_run(run_id)
+        doubts = {e.task_id: e for e in st.effects(run_id) if e.in_doubt}
+    assert record.status.value == "cancelled"
+    tasks = record.tasks
+    assert (tasks["e"].status.value, tasks["e"].output) == ("succeeded", 7)  # from the history
+    assert [tasks[t].status.value for t in ("h", "a")] == ["cancelled"] * 2
+    assert "in doubt" in (tasks["h"].error or ""), tasks["h"].error
+    assert tasks["after"].status.value == "cancelled"
+    assert "workflow dagagent-run-" in (tasks["after"].error or ""), tasks["after"].error
+    assert how in (tasks["after"].error or ""), tasks["after"].error
+    assert sorted(doubts) == ["a", "h"]
+    assert doubts["h"].key == paid_h  # the key the call paid with, named on a worker
+    assert len(temporal_tools.started(tmp_path, "h")) == 1  # neither was made again
+    assert len(temporal_tools.started(tmp_path, "a")) == 1
+    listed = CliRunner().invoke(dagagent.cli.app, ["approvals", "--store", str(db)])
+    shown = " ".join(listed.output.split())
+    assert "calls in doubt of runs that ended" in shown, shown
+    assert doubts["h"].key in listed.output and doubts["a"].key in listed.output, listed.output
+    as_json = CliRunner().invoke(dagagent.cli.app, ["approvals", "--store", str(db), "--json"])
+    whys = {r["task_id"]: r["why"] for r in json.loads(as_json.output)["in_doubt"]}
+    assert sorted(whys) == ["a", "h"]
+    assert all(how in w and "workflow ended first" in w for w in whys.values()), whys
+
+    def cli(*args: str, code: int = 0) -> Any:
+        done = CliRunner().invoke(dagagent.cli.app, [*args, "--store", str(db)])
+        assert done.exit_code == code, done.output
+        return done
+
+    shown = " ".join(cli("show", run_id).output.split())
+    assert "2 calls in doubt" in shown and doubts["a"].key in shown, shown
+    cli("approve", run_id, "h", "--happened", "--output", '{"paid": "by hand"}', "--by", "ann")
+    cli("approve", run_id, "a", "--allow", "--by", "ann")
+    own_workers.start(1, tools=EXTRA)
+    (tmp_path / "a.go").touch()  # made again, it does not hold
+    (tmp_path / "h.go").touch()  # a payment made again would not hold either
+    cli(
+        "replan", run_id, "--execute", "--json", "--tools", EXTRA, "--executor", "temporal",
+        "--temporal-address", own_workers.address, "--task-queue", own_workers.queue,
+        "--payload-store", str(own_workers.payloads),
+    )  # fmt: skip
+    with RunStore(db, create=False) as st:
+        revision = st.get_run(st.last_run_id())
+    assert revision.parent_id == run_id and revision.executor == "temporal"
+    again = revision.tasks
+    assert (again["h"].status.value, again["h"].output) == ("succeeded", {"paid": "by hand"})
+    assert temporal_tools.payments(tmp_path, "h") == [paid_h]  # paid once, not again
+    assert again["a"].status.value == "succeeded", again["a"]
+    assert temporal_tools.payments(tmp_path, "a") == [doubts["a"].key]  # once, its first key
+    assert again["after"].output == {"paid": "by hand"}
+    assert [(d.decision, d.decided_by) for d in again["h"].decisions or ()] == [
+        ("replayed", f"run {run_id}")
+    ]
+
+    async def replayed() -> None:  # the workflow that named the calls, and the revision's
+        other = executor(own_workers)
+        async with other.session():
+            for rid in (run_id, revision.run_id):
+                other.workflow_id = workflow_id(rid)
+                await replay(other)
+
+    anyio.run(replayed, backend="asyncio")
+
+
+def _recorded_run(db: Path) -> bool:
+    """Whether store ``db`` holds a run yet."""
+    from dagagent.store import RunStore
+
+    if not db.exists():
+        return False
+    with RunStore(db, create=False) as st:
+        return bool(st.list_runs())
+
+
 _STREAMING_DRIVER = """
 import sys
 import anyio

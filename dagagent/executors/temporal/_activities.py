@@ -59,7 +59,13 @@ from ...references import Template
 from ...results import ApprovalAnswer, TaskResult, TaskStatus
 from ...runner import CallLedger, Effects, Redaction, TaskRunner, ToolCalls
 from ...settings import TaskRetryPolicy
-from ._workflow import COUNT_ELEMENTS, RUN_TASK, SUB_SOLVE_GOALS, SUB_SOLVE_SETTLE
+from ._workflow import (
+    COUNT_ELEMENTS,
+    IN_DOUBT_RECORD,
+    RUN_TASK,
+    SUB_SOLVE_GOALS,
+    SUB_SOLVE_SETTLE,
+)
 
 if TYPE_CHECKING:
     from ...graph import PlanGraph
@@ -192,7 +198,12 @@ class Activities:
             # is not made (the task is denied); a resumed run's policy (``ask``: the task
             # waits for a person, and the call goes back to the driver to be recorded)
             runner.calls.effects.lost_during(task_id)
-            runner.calls.effects.in_doubt = in_doubt if in_doubt in _IN_DOUBT else "deny"
+            if in_doubt == IN_DOUBT_RECORD:  # its workflow ended under its driver: its calls
+                # are named (their keys, for the run's record) and none is made or reconciled
+                runner.calls.effects.in_doubt = "ask"
+                runner.calls.effects.reconciling = False
+            else:
+                runner.calls.effects.in_doubt = in_doubt if in_doubt in _IN_DOUBT else "deny"
         window = call.get("window")
         reported: list[dict[str, Any]] = list(call.get("done") or ())
         if window is not None:
@@ -347,6 +358,7 @@ class Activities:
                 effects=Effects(
                     call["run_id"],
                     prior=_effect_records(call.get("effects")),
+                    revised=_effect_records(call.get("revised")),
                     in_doubt=call.get("in_doubt_policy") or "ask",
                     redaction=self._redaction,
                 ),
@@ -514,9 +526,10 @@ def _holds(when: str, outputs: dict[str, Any]) -> bool:
 
 
 def _effect_records(docs: Sequence[dict[str, Any]] | None) -> list[Any]:
-    """The records of calls in doubt a resumed run's driver sends with a task (the JSON of
-    the run store's ``EffectRecord``): what :class:`~dagagent.runner.Effects` reads of each,
-    by attribute (the worker has no run store)."""
+    """The records of calls a driver sends with a task (a resumed run's calls in doubt, the
+    calls of the runs a revision revises: the JSON of the run store's ``EffectRecord``):
+    what :class:`~dagagent.runner.Effects` reads of each, by attribute (the worker has no
+    run store)."""
     return [SimpleNamespace(**doc) for doc in docs or ()]
 
 

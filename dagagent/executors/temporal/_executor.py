@@ -30,9 +30,10 @@ import fnmatch
 import json
 import sys
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
 from datetime import timedelta
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
@@ -56,7 +57,15 @@ from ._connect import (
     worker_hint,
 )
 from ._payloads import DEFAULT_INLINE_BYTES
-from ._workflow import ADD_TASKS, PLAN_COMPLETE, RUN_TASK, WORKFLOW, Arrived, RunInput
+from ._workflow import (
+    ADD_TASKS,
+    IN_DOUBT_RECORD,
+    PLAN_COMPLETE,
+    RUN_TASK,
+    WORKFLOW,
+    Arrived,
+    RunInput,
+)
 
 if TYPE_CHECKING:
     from temporalio.converter import DataConverter, StorageDriver
@@ -181,6 +190,9 @@ class TemporalExecutor(BaseExecutor):
         # A resumed run's calls in doubt on record that are made again: their keys, by task
         # and element, by run id (their records get the calls' outcomes).
         self._made_again: dict[str, dict[str, dict[int | None, str]]] = {}
+        # The plan of each run whose workflow this driver follows (and its failure policy):
+        # if the workflow ends without finishing the run, its history is recorded by them.
+        self._following: dict[str, tuple[PlanGraph, FailurePolicy]] = {}
 
     def reach(self) -> dict[str, str]:
         """How to reach this run's server again (``dagagent resume`` of a run whose driver
@@ -293,6 +305,8 @@ class TemporalExecutor(BaseExecutor):
                     "run ids are not reused"
                 ) from None
             seen = len(settled)  # recorded here already
+        # should the workflow end without finishing the run, what it did is recorded
+        self._following[run_id] = (graph, on_failure)
         try:
             if graph.complete and not running:
                 await self._follow(handle, runner, seen)
@@ -309,6 +323,8 @@ class TemporalExecutor(BaseExecutor):
             ):
                 await handle.cancel()  # interrupted: the run stops on the workers too
             raise
+        finally:
+            self._following.pop(run_id, None)
 
     async def _resumed_from(self, graph: PlanGraph, runner: TaskRunner) -> _Resumed:
         """How a resumed run goes on: following its workflow if it still runs (or finished
@@ -438,6 +454,7 @@ class TemporalExecutor(BaseExecutor):
             model=self._model_of(runner),
             limited=facts.limited,
             ledger=_counted_before(runner, self._limits(), facts.limited),
+            revised=_revised_of(runner),
         )
 
     def _limits(self) -> list[Mapping[str, Any]]:
@@ -489,10 +506,17 @@ class TemporalExecutor(BaseExecutor):
             graph.unwatch(arrived)
 
     async def _follow(
-        self, handle: WorkflowHandle[Any, list[dict[str, Any]]], runner: TaskRunner, seen: int
+        self,
+        handle: WorkflowHandle[Any, list[dict[str, Any]]],
+        runner: TaskRunner,
+        seen: int,
+        record: Callable[[dict[str, Any]], Awaitable[None]] | None = None,
     ) -> None:
         """Record the workflow's results as they come, from number ``seen`` on, until it
-        ends."""
+        ends (each through ``record``, by default :meth:`_record`). A workflow that ends
+        without finishing the run raises :class:`ClusterError`, after what its history
+        holds is recorded (:meth:`_record_ended`) when this driver started it."""
+        record = record or partial(self._record, runner)
         final: list[list[dict[str, Any]]] = []
         failure: list[BaseException] = []
         ended = anyio.Event()
@@ -514,7 +538,7 @@ class TemporalExecutor(BaseExecutor):
                 if ended.is_set():
                     break
                 try:
-                    seen = await self._catch_up(handle, runner, seen)
+                    seen = await self._catch_up(handle, seen, record)
                     unanswered_since = None
                 except Exception:  # no workflow worker answered
                     now = time.monotonic()
@@ -533,23 +557,185 @@ class TemporalExecutor(BaseExecutor):
         if failure:
             exc = failure[0]
             cause = getattr(exc, "cause", None) or exc
-            raise ClusterError(
+            said = (
                 f"the workflow {handle.id} on the Temporal server at {self.address} ended "
                 f"without finishing the run: {' '.join(str(cause).split()) or type(cause).__name__}"
             )
+            following = self._following.pop(runner.run_id, None)
+            if following is not None:
+                said += await self._record_ended(handle.id, runner, *following)
+            raise ClusterError(said)
         for doc in final[0][seen:]:
-            await self._record_doubts(doc, runner)
-            await self._before_recording(doc)
-            runner.ran_elsewhere(_task_result(doc, runner))
+            await record(doc)
         self._asking.pop(runner.run_id, None)
         self._made_again.pop(runner.run_id, None)
+
+    async def _record(self, runner: TaskRunner, doc: dict[str, Any]) -> None:
+        """Record the task result ``doc`` of the workflow, with its calls in doubt."""
+        await self._record_doubts(doc, runner)
+        await self._before_recording(doc)
+        runner.ran_elsewhere(_task_result(doc, runner))
+
+    async def _record_ended(
+        self, wid: str, runner: TaskRunner, graph: PlanGraph, on_failure: FailurePolicy
+    ) -> str:
+        """The run's workflow ``wid`` ended under this driver (terminated, cancelled, timed
+        out) without finishing the run: record what its history holds, as a resume of the
+        run reads it (:func:`_read_ended`). The tasks it finished are recorded; the calls
+        with side effects it started and did not see end are in doubt: a workflow started
+        for this alone runs each of their tasks on a worker, which names the calls (their
+        keys, made there as when they were made) and makes none, and they are recorded in
+        doubt (``dagagent approvals`` lists them; a revision of the run takes them over,
+        makes them with their keys, or denies their tasks, as a person says). What was
+        recorded and what to do, for the run's error."""
+        client = self._client()
+        ended = client.get_workflow_handle(wid, result_type=list)
+        found = _Resumed(None, False)
+        try:
+            how = (await ended.describe(rpc_timeout=timedelta(seconds=_QUERY_TIMEOUT_S))).status
+            await _read_ended(ended, client.data_converter, graph, runner, found)
+        except Exception as exc:
+            return (
+                f"; its history cannot be read ({' '.join(str(exc).split()) or type(exc).__name__})"
+                ": calls with side effects it started may have taken effect, and are not on the "
+                "run's record"
+            )
+        done = runner.results
+        for task_id in graph.order:  # a resumed run's successes stand as recorded
+            prior = (runner.prior or {}).get(task_id)
+            if prior is not None and prior.status.ok and task_id not in done:
+                await runner.run_task(task_id)
+        for task_id, r in found.finished.items():
+            if task_id not in done:
+                runner.ran_elsewhere(r)
+        what = (
+            "ended"
+            if how is None
+            else "cancelled"
+            if how is WorkflowExecutionStatus.CANCELED
+            else how.name.lower().replace("_", " ")
+        )
+        doubt = {
+            t: f"{found.why.get(t, 'its call started on a worker')} (workflow {wid} {what})"
+            for t in graph.order
+            if t in found.why and t not in done
+        }
+        run_id = runner.run_id
+        hint = f"'dagagent replan {run_id} --execute' runs the rest"
+        if not doubt:
+            self._not_run(graph, runner, f"{wid} {what}")
+            return f"; what it finished is recorded: {hint}"
+        named = await self._name_in_doubt(wid, runner, graph, on_failure, doubt)
+        self._not_run(graph, runner, f"{wid} {what}", doubt)
+        tasks = ("task " if len(doubt) == 1 else "tasks ") + ", ".join(repr(t) for t in doubt)
+        if named is not None:
+            for task_id, why in doubt.items():
+                if task_id not in done:  # cut off during its call, which may have happened
+                    runner.ran_elsewhere(
+                        TaskResult(
+                            task_id=task_id,
+                            status=TaskStatus.CANCELLED,
+                            error=f"cut off: {why}; whether its call took effect is unknown, "
+                            "and no worker could name it for the run's record",
+                            error_type="InDoubt",
+                        )
+                    )
+            return (
+                f"; what it finished is recorded, but the calls with side effects of "
+                f"{tasks} may have taken effect and could not be named for the run's record "
+                f"({named}): check with the service before {hint}"
+            )
+        return (
+            f"; what it finished is recorded, and the calls with side effects it left in doubt "
+            f"({tasks}) are on the run's record: check with the service whether each took "
+            f"effect ('dagagent approvals' lists them with their keys), say so with 'dagagent "
+            f"approve {run_id} TASK --happened | --allow | --deny', then {hint}, taking over "
+            "those that happened and making those that did not with their keys"
+        )
+
+    @staticmethod
+    def _not_run(
+        graph: PlanGraph, runner: TaskRunner, workflow: str, besides: Collection[str] = ()
+    ) -> None:
+        """Record the tasks of ``graph`` the run's ended ``workflow`` (its id and how it
+        ended) never ran, but those of ``besides``, as cancelled: not run, and why."""
+        for task_id in graph.order:
+            if task_id not in runner.results and task_id not in besides:
+                runner.ran_elsewhere(
+                    TaskResult(
+                        task_id=task_id,
+                        status=TaskStatus.CANCELLED,
+                        error=f"not run: the run's workflow {workflow} first",
+                    )
+                )
+
+    async def _name_in_doubt(
+        self,
+        wid: str,
+        runner: TaskRunner,
+        graph: PlanGraph,
+        on_failure: FailurePolicy,
+        doubt: dict[str, str],
+    ) -> str | None:
+        """Run the tasks ``doubt`` (why each is in doubt) on a worker in a workflow of their
+        own that makes none of their calls (``IN_DOUBT_RECORD``: a call not known to have
+        ended is named, not made nor reconciled), and record each call in doubt and its
+        task, cut off. The other tasks stand as recorded, or as not run. ``None``, or why
+        the calls could not be named."""
+        done = runner.results
+        settled = [done[t] for t in graph.order if t in done]
+        settled += [
+            TaskResult(
+                task_id=t,
+                status=TaskStatus.CANCELLED,
+                error="not run: the run's workflow ended first",
+            )
+            for t in graph.order
+            if t not in done and t not in doubt
+        ]
+        inp = self._input(graph, runner, on_failure, settled)
+        inp.in_doubt = list(doubt)
+        inp.in_doubt_policy = IN_DOUBT_RECORD
+        inp.answers = {}  # no decision of a person makes any of them here
+        inp.streaming = False
+        self._asking[runner.run_id] = doubt
+
+        async def cut_off(doc: dict[str, Any]) -> None:
+            await self._record_doubts(doc, runner)
+            runner.ran_elsewhere(_cut_off(_task_result(doc, runner), doubt[doc["task_id"]]))
+
+        client = self._client()
+        handle: WorkflowHandle[Any, list[dict[str, Any]]] | None = None
+        try:
+            if not await has_workers(client, self.task_queue):
+                return f"no worker serves task queue {self.task_queue!r}"
+            handle = await client.start_workflow(
+                WORKFLOW,
+                inp,
+                id=wid,
+                task_queue=self.task_queue,
+                result_type=list,
+                id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+            )
+            await self._follow(handle, runner, len(settled), cut_off)
+        except (ClusterError, RPCError, WorkflowAlreadyStartedError) as exc:
+            if handle is not None:  # not left to run when a worker comes, with nobody to record
+                with anyio.move_on_after(_QUERY_TIMEOUT_S), contextlib.suppress(Exception):
+                    await handle.terminate("its driver could not follow it")
+            return " ".join(str(exc).split()) or type(exc).__name__
+        finally:
+            self._asking.pop(runner.run_id, None)
+        return None
 
     async def _before_recording(self, doc: dict[str, Any]) -> None:
         """What must happen before the result ``doc`` is recorded: nothing here (a solve's
         driver first lets the sub-solves of a task end on record)."""
 
     async def _catch_up(
-        self, handle: WorkflowHandle[Any, list[dict[str, Any]]], runner: TaskRunner, seen: int
+        self,
+        handle: WorkflowHandle[Any, list[dict[str, Any]]],
+        seen: int,
+        record: Callable[[dict[str, Any]], Awaitable[None]],
     ) -> int:
         """Record the results the workflow has that are not recorded yet; how many are."""
         while True:
@@ -558,9 +744,7 @@ class TemporalExecutor(BaseExecutor):
             )
             batch = progress["results"]
             for doc in batch:
-                await self._record_doubts(doc, runner)
-                await self._before_recording(doc)
-                runner.ran_elsewhere(_task_result(doc, runner))
+                await record(doc)
             seen += len(batch)
             if seen >= progress["total"] or not batch:
                 return seen
@@ -641,6 +825,8 @@ class _Resumed:
     doubt: dict[str, str] = field(default_factory=dict)
     #: Those of ``doubt`` whose tool has a reconciler: it decides on the worker.
     reconcile: list[str] = field(default_factory=list)
+    #: Why the call of each task of ``doubt`` and ``reconcile`` is in doubt.
+    why: dict[str, str] = field(default_factory=dict)
     #: Those of ``doubt`` settled as denied (``in_doubt="deny"``), or by a person.
     denied: dict[str, TaskResult] = field(default_factory=dict)
     #: Those of ``doubt`` run in doubt under ``in_doubt="ask"``: why each is in doubt (a
@@ -746,6 +932,7 @@ async def _read_ended(
             )
             if effects[task_id]:
                 found.reconcile.append(task_id)
+    found.why = dict(found.doubt)
     for task_id in found.reconcile:
         found.doubt.pop(task_id)  # its reconciler decides: nothing to refuse
 
@@ -799,6 +986,29 @@ def _task_result(doc: dict[str, Any], runner: TaskRunner | None = None) -> TaskR
             for k, v in doc.items()
             if k not in ("duration_s", "model_calls", "budget", "in_doubt_calls")
         }
+    )
+
+
+def _cut_off(r: TaskResult, why: str) -> TaskResult:
+    """Task result ``r`` of a task named in doubt after its run's workflow ended (see
+    :meth:`TemporalExecutor._name_in_doubt`): its calls waiting for a person are in doubt on
+    the run's record, and the task (each such element) was cut off during them."""
+    said = (
+        f"cut off: {why}; whether its call took effect is unknown: it is in doubt on the "
+        "run's record ('dagagent approvals')"
+    )
+    if r.status is not TaskStatus.WAITING:
+        return r
+    elements = [
+        replace(e, status=TaskStatus.CANCELLED, error=said) if e.status is TaskStatus.WAITING else e
+        for e in r.elements or ()
+    ]
+    return replace(
+        r,
+        status=TaskStatus.CANCELLED,
+        error=said,
+        error_type="InDoubt",
+        elements=elements if r.elements is not None else None,
     )
 
 
@@ -913,6 +1123,17 @@ def _counted_before(
         starts = [at for t in tools if (at := ledger.last_at(t)) is not None]
         if calls:
             out[key] = [calls, max(starts) if starts else None]
+    return out
+
+
+def _revised_of(runner: TaskRunner) -> dict[str, list[dict[str, Any]]]:
+    """What the runs a revision revises have on record about its tasks' calls (see
+    :class:`~dagagent.runner.Effects`), as JSON, by task: the workers that make the calls
+    take over those that took effect, and make those found not to have happened with the
+    keys they had (or deny them), as a run in one process does."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for r in runner.calls.effects.revised:
+        out.setdefault(r.task_id, []).append(r.model_dump(mode="json"))
     return out
 
 

@@ -83,6 +83,9 @@ SUB_SOLVE_SETTLE = "dagagent.sub_solve.settle"
 #: it was rejected).
 ADD_TASKS = "add_tasks"
 PLAN_COMPLETE = "plan_complete"
+#: The ``in_doubt_policy`` of a workflow started by a driver whose run's workflow ended under
+#: it: the workers name each call in doubt (its key, for the run's record) and make none.
+IN_DOUBT_RECORD = "record"
 #: A query of the run's progress returns at most this many results.
 QUERY_BATCH = 200
 
@@ -152,7 +155,8 @@ class RunInput:
     in_doubt: list[str] = field(default_factory=list)
     #: What the workers do with a call of ``in_doubt`` that neither a person's answer nor
     #: a reconciler decides: the resumed run's ``in_doubt`` policy (``ask``: its task waits
-    #: for a person); ``None``: it is not made (the task is denied).
+    #: for a person; ``IN_DOUBT_RECORD``: named for the run's record, neither made nor
+    #: reconciled); ``None``: it is not made (the task is denied).
     in_doubt_policy: str | None = None
     #: Tasks whose calls count against a limit of the run (a tool's ``max_calls`` or
     #: ``cooldown_s``: ``tool:NAME``; a limit of the run's approval rules: ``limit:N``, the
@@ -162,6 +166,10 @@ class RunInput:
     #: left them for a person, who may have decided since), as JSON, by task: the task's
     #: worker decides about each by its record, under ``in_doubt_policy``.
     effects: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    #: What the runs a revision revises have on record about the calls of its tasks (calls
+    #: that took effect, calls in doubt a person resolved), as JSON, by task: the task's
+    #: worker takes over, makes with their keys, or denies the same calls.
+    revised: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     #: The calls counted so far on each key: ``[calls, start of the last one (Unix time)]``
     #: (a resumed run's record; then those carried over by continue-as-new).
     ledger: dict[str, list[Any]] = field(default_factory=dict)
@@ -548,6 +556,8 @@ class RunWorkflow:
         if task_id in inp.effects:  # its calls in doubt on record, and what became of them
             call["effects"] = inp.effects[task_id]
             call["in_doubt_policy"] = inp.in_doubt_policy
+        if task_id in inp.revised:  # what the runs it revises did with its calls
+            call["revised"] = inp.revised[task_id]
         own = {k: v for k, v in inp.reuse.items() if k == task_id or k.startswith(f"{task_id}@")}
         if own:  # its earlier output (or its elements'), and those of its dependencies
             call["reuse"] = {**own, **{d: inp.reuse[d] for d in deps if d in inp.reuse}}
