@@ -94,10 +94,11 @@ def run_recorded(
         except (KeyboardInterrupt, asyncio.CancelledError):  # see guard: 3.10 gives the latter
             try:  # execute raises instead of returning the result: its record has it
                 record: RunRecord | None = run_store.get_run(run_id)
+                in_doubt = sum(1 for e in run_store.effects(run_id) if e.in_doubt)
             except StoreError:  # stopped before the run was recorded (a cluster starting)
-                record = None
+                record, in_doubt = None, 0
             raise Interrupted(
-                interrupted_message(record, store),
+                interrupted_message(record, store, in_doubt),
                 record.as_result().to_json_dict() if record is not None else None,
             ) from None
 
@@ -106,10 +107,13 @@ def _say_on_stderr(text: str) -> None:
     err.print(text, markup=False, highlight=False)
 
 
-def interrupted_message(record: RunRecord | None, store: str | Path | None) -> str:
+def interrupted_message(
+    record: RunRecord | None, store: str | Path | None, in_doubt: int = 0
+) -> str:
     """What Ctrl-C during a run leaves behind (``record``: ``None`` if nothing) and how to go
     on: the run's id and the commands that show it and run the rest of it (``replan
-    --execute`` reuses every task that succeeded)."""
+    --execute`` reuses every task that succeeded), and, with calls in doubt on its record
+    (``in_doubt``: calls with side effects it cut off), the command that lists them."""
     if record is None:
         return "interrupted before the run started: nothing was recorded"
     run_id = record.run_id
@@ -117,10 +121,17 @@ def interrupted_message(record: RunRecord | None, store: str | Path | None) -> s
     done = sum(1 for r in record.tasks.values() if r.status.ok)
     those = "that one" if done == 1 else f"those {done}"
     reuses = f"  # reuses {those}" if done else ""  # the line fits 80 columns
+    doubt = (
+        f"  in doubt:     dagagent approvals --run {run_id}{where}  # {in_doubt} call"
+        f"{'s' if in_doubt != 1 else ''}: check, then approve\n"
+        if in_doubt
+        else ""
+    )
     return (
         f"interrupted: run {run_id} is recorded as cancelled ({done} of "
         f"{len(record.plan.tasks)} tasks succeeded)\n"
         f"  see it:       dagagent show {run_id}{where}\n"
+        f"{doubt}"
         f"  run the rest: dagagent replan {run_id}{where} --execute{reuses}"
     )
 

@@ -1026,6 +1026,193 @@ def test_a_workflow_ended_under_its_driver_leaves_its_calls_in_doubt_on_record(
     anyio.run(replayed, backend="asyncio")
 
 
+def test_ctrl_c_on_the_driver_leaves_the_calls_it_cut_off_in_doubt_on_record(
+    own_workers: Workers, tmp_path: Path
+) -> None:
+    """SIGINT to ``dagagent run --executor temporal`` while two payments hold on a worker:
+    one paid before it held, one would have paid after. The driver cancels the workflow,
+    then records what it finished and names the two calls in doubt on a worker (neither
+    made again) for the run's record, and exits 130. ``dagagent approvals`` lists both with
+    their keys; a person says the first happened and the second did not; ``replan
+    --execute`` pays nothing more for the first and makes the second once, with its key."""
+    from dagagent.store import RunStore
+
+    [first_worker] = own_workers.start(1, tools=EXTRA)
+    where = str(tmp_path)
+    db = tmp_path / "runs.db"
+
+    def pay(name: str, first: bool) -> dict[str, Any]:
+        return {"id": name, "tool": "pay_hold", "args": {"name": name, "where": where,
+                                                          "pay_first": first}}  # fmt: skip
+
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(
+        json.dumps(
+            plan(
+                {"id": "e", "tool": "echo", "args": {"value": 7}},
+                pay("h", True),
+                pay("a", False),
+                {"id": "after", "tool": "echo", "args": {"value": "${h}"}},
+            )
+        )
+    )
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("DAGAGENT_")},
+        "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")]),
+        "DAGAGENT_HOME": str(tmp_path / "home"),
+    }
+    temporal = [
+        "--executor", "temporal", "--temporal-address", own_workers.address,
+        "--task-queue", own_workers.queue, "--payload-store", str(own_workers.payloads),
+    ]  # fmt: skip
+    command = [
+        sys.executable, "-m", "dagagent", "run", str(plan_file), "--tools", EXTRA, *temporal,
+        "--store", str(db),
+    ]  # fmt: skip
+    driver = subprocess.Popen(
+        command,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        cwd=tmp_path,
+    )
+    try:
+        deadline = time.monotonic() + READY_S
+        while not (
+            temporal_tools.started(tmp_path, "h")
+            and temporal_tools.started(tmp_path, "a")
+            and _recorded(db, "e")
+        ):
+            assert driver.poll() is None and time.monotonic() < deadline
+            time.sleep(0.02)
+        driver.send_signal(signal.SIGINT)
+        _, err = driver.communicate(timeout=READY_S)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            driver.kill()
+        for name in ("h", "a"):  # should the driver not end, nothing holds the test up
+            if driver.returncode != 130:
+                (tmp_path / f"{name}.go").touch()
+    assert driver.returncode == 130, err.decode()
+    said = " ".join(err.decode().split())
+    assert "interrupted: run" in said and "dagagent approvals" in said, said
+    first_worker.kill()  # its calls never end: whatever they did is all they did
+    first_worker.wait()
+    [paid_h] = temporal_tools.payments(tmp_path, "h")
+    assert temporal_tools.payments(tmp_path, "a") == []
+    with RunStore(db, create=False) as st:
+        [run_id] = [r.run_id for r in st.list_runs()]
+        record = st.get_run(run_id)
+        doubts = {e.task_id: e for e in st.effects(run_id) if e.in_doubt}
+    assert record.status.value == "cancelled"
+    tasks = record.tasks
+    assert (tasks["e"].status.value, tasks["e"].output) == ("succeeded", 7)
+    assert [tasks[t].status.value for t in ("h", "a", "after")] == ["cancelled"] * 3
+    assert "in doubt" in (tasks["h"].error or ""), tasks["h"].error
+    assert sorted(doubts) == ["a", "h"]
+    assert doubts["h"].key == paid_h  # the key the call paid with, named on a worker
+    assert len(temporal_tools.started(tmp_path, "h")) == 1  # neither was made again
+    assert len(temporal_tools.started(tmp_path, "a")) == 1
+    listed = CliRunner().invoke(dagagent.cli.app, ["approvals", "--store", str(db), "--json"])
+    whys = {r["task_id"]: r["why"] for r in json.loads(listed.output)["in_doubt"]}
+    assert sorted(whys) == ["a", "h"]
+    assert all("cancelled" in w for w in whys.values()), whys
+
+    def cli(*args: str) -> Any:
+        done = CliRunner().invoke(dagagent.cli.app, [*args, "--store", str(db)])
+        assert done.exit_code == 0, done.output
+        return done
+
+    cli("approve", run_id, "h", "--happened", "--output", '{"paid": "by hand"}', "--by", "ann")
+    cli("approve", run_id, "a", "--allow", "--by", "ann")
+    own_workers.start(1, tools=EXTRA)
+    (tmp_path / "a.go").touch()  # made again, it does not hold
+    (tmp_path / "h.go").touch()  # a payment made again would not hold either
+    cli("replan", run_id, "--execute", "--json", "--tools", EXTRA, *temporal)
+    with RunStore(db, create=False) as st:
+        revision = st.get_run(st.last_run_id())
+    assert revision.parent_id == run_id
+    again = revision.tasks
+    assert (again["h"].status.value, again["h"].output) == ("succeeded", {"paid": "by hand"})
+    assert temporal_tools.payments(tmp_path, "h") == [paid_h]  # paid once, not again
+    assert again["a"].status.value == "succeeded", again["a"]
+    assert temporal_tools.payments(tmp_path, "a") == [doubts["a"].key]  # once, its first key
+    assert again["after"].output == {"paid": "by hand"}
+
+
+def test_a_driver_stopped_without_workers_bounds_its_record_and_says_what_it_could_not_name(
+    own_workers: Workers, tmp_path: Path
+) -> None:
+    """The only worker dies (SIGKILL) while a payment holds on it, then the driver is
+    stopped (its caller cancels the run): nobody can take the workflow's cancellation nor
+    name the call. The driver waits for that no longer than ``worker_timeout_s`` each, ends
+    the workflow, and records the task cut off, saying that its call may have taken effect
+    and could not be named, and why."""
+    import threading
+
+    from dagagent.store import RunStore
+
+    [worker] = own_workers.start(1, tools=EXTRA)
+    db = tmp_path / "runs.db"
+    the_plan = plan(
+        {"id": "e", "tool": "echo", "args": {"value": 7}},
+        {
+            "id": "h",
+            "tool": "pay_hold",
+            "args": {"name": "h", "where": str(tmp_path), "pay_first": True},
+        },
+    )
+    ex = executor(own_workers, worker_timeout_s=1.0)
+    stop = threading.Event()
+    ended: list[BaseException] = []
+
+    async def drive() -> None:
+        async def stopper(scope: anyio.CancelScope) -> None:
+            await anyio.to_thread.run_sync(stop.wait)
+            scope.cancel()
+
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(stopper, tg.cancel_scope)
+                await dagagent.execute(
+                    the_plan, temporal_tools.extra, settings=settings(ex), store=db
+                )
+        except BaseException as exc:
+            ended.append(exc)
+
+    driver = threading.Thread(target=lambda: anyio.run(drive, backend="asyncio"))
+    driver.start()
+    try:
+        deadline = time.monotonic() + READY_S
+        while not (temporal_tools.started(tmp_path, "h") and _recorded(db, "e")):
+            assert driver.is_alive() and time.monotonic() < deadline, ended
+            time.sleep(0.02)
+        worker.kill()
+        worker.wait()
+        stop.set()
+        driver.join(READY_S)
+        assert not driver.is_alive()
+    finally:
+        stop.set()
+        (tmp_path / "h.go").touch()
+        driver.join()
+    assert ended == []  # stopped by its caller: the run returns, cancelled
+    with RunStore(db, create=False) as st:
+        [run] = st.list_runs()
+        record = st.get_run(run.run_id)
+        doubts = [e for e in st.effects(run.run_id) if e.in_doubt]
+    assert record.status.value == "cancelled"
+    assert record.tasks["e"].output == 7
+    h = record.tasks["h"]
+    assert h.status.value == "cancelled"
+    said = " ".join((h.error or "").split())
+    assert "whether its call took effect is unknown" in said, said
+    assert "no worker could name it for the run's record (" in said, said
+    assert doubts == []  # no key to put on record: the task's record says so instead
+    assert len(temporal_tools.payments(tmp_path, "h")) == 1
+
+
 def _recorded_run(db: Path) -> bool:
     """Whether store ``db`` holds a run yet."""
     from dagagent.store import RunStore

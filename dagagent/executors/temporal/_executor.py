@@ -315,13 +315,14 @@ class TemporalExecutor(BaseExecutor):
                     tg.start_soon(self._stream, graph, runner, handle, known)
                     await self._follow(handle, runner, seen)
                     tg.cancel_scope.cancel()  # the run ended before its plan did
-        except BaseException:
-            with (
-                anyio.CancelScope(shield=True),
-                anyio.move_on_after(_QUERY_TIMEOUT_S),
-                contextlib.suppress(Exception),
-            ):
-                await handle.cancel()  # interrupted: the run stops on the workers too
+        except BaseException as exc:
+            with anyio.CancelScope(shield=True):
+                with anyio.move_on_after(_QUERY_TIMEOUT_S), contextlib.suppress(Exception):
+                    await handle.cancel()  # interrupted: the run stops on the workers too
+                following = self._following.pop(run_id, None)
+                if following is not None and not isinstance(exc, ClusterError):
+                    # (a ClusterError: recorded as the workflow ended, or no worker answers)
+                    await self._record_stopped(handle, runner, *following)
             raise
         finally:
             self._following.pop(run_id, None)
@@ -577,7 +578,13 @@ class TemporalExecutor(BaseExecutor):
         runner.ran_elsewhere(_task_result(doc, runner))
 
     async def _record_ended(
-        self, wid: str, runner: TaskRunner, graph: PlanGraph, on_failure: FailurePolicy
+        self,
+        wid: str,
+        runner: TaskRunner,
+        graph: PlanGraph,
+        on_failure: FailurePolicy,
+        *,
+        within_s: float | None = None,
     ) -> str:
         """The run's workflow ``wid`` ended under this driver (terminated, cancelled, timed
         out) without finishing the run: record what its history holds, as a resume of the
@@ -587,7 +594,8 @@ class TemporalExecutor(BaseExecutor):
         keys, made there as when they were made) and makes none, and they are recorded in
         doubt (``dagagent approvals`` lists them; a revision of the run takes them over,
         makes them with their keys, or denies their tasks, as a person says). What was
-        recorded and what to do, for the run's error."""
+        recorded and what to do, for the run's error. ``within_s``: how long the calls'
+        naming may take (``None``: as long as a worker answers)."""
         client = self._client()
         ended = client.get_workflow_handle(wid, result_type=list)
         found = _Resumed(None, False)
@@ -625,7 +633,7 @@ class TemporalExecutor(BaseExecutor):
         if not doubt:
             self._not_run(graph, runner, f"{wid} {what}")
             return f"; what it finished is recorded: {hint}"
-        named = await self._name_in_doubt(wid, runner, graph, on_failure, doubt)
+        named = await self._name_in_doubt(wid, runner, graph, on_failure, doubt, within_s)
         self._not_run(graph, runner, f"{wid} {what}", doubt)
         tasks = ("task " if len(doubt) == 1 else "tasks ") + ", ".join(repr(t) for t in doubt)
         if named is not None:
@@ -636,7 +644,7 @@ class TemporalExecutor(BaseExecutor):
                             task_id=task_id,
                             status=TaskStatus.CANCELLED,
                             error=f"cut off: {why}; whether its call took effect is unknown, "
-                            "and no worker could name it for the run's record",
+                            f"and no worker could name it for the run's record ({named})",
                             error_type="InDoubt",
                         )
                     )
@@ -651,6 +659,38 @@ class TemporalExecutor(BaseExecutor):
             f"effect ('dagagent approvals' lists them with their keys), say so with 'dagagent "
             f"approve {run_id} TASK --happened | --allow | --deny', then {hint}, taking over "
             "those that happened and making those that did not with their keys"
+        )
+
+    async def _record_stopped(
+        self,
+        handle: WorkflowHandle[Any, list[dict[str, Any]]],
+        runner: TaskRunner,
+        graph: PlanGraph,
+        on_failure: FailurePolicy,
+    ) -> None:
+        """This driver was stopped (Ctrl-C, a signal, its caller cancelled) and cancelled the
+        run's workflow ``handle``: record what it did as for a workflow that ended under the
+        driver (:meth:`_record_ended`): what it finished, and the calls with side effects
+        it left in doubt, named on a worker and put on the run's record. Bounded: up to
+        ``worker_timeout_s`` for the workflow to end (then it is terminated, so that it does
+        not go on with nobody to record it) and up to ``worker_timeout_s`` for a worker to
+        name the calls; calls not named then are said to be so in their tasks' records."""
+        with anyio.move_on_after(self.worker_timeout_s), contextlib.suppress(Exception):
+            await handle.result()  # its end, however it ended (cancelled, as asked)
+        try:
+            described = await handle.describe(rpc_timeout=timedelta(seconds=_QUERY_TIMEOUT_S))
+            running = described.status in (None, WorkflowExecutionStatus.RUNNING)
+        except Exception:
+            running = True
+        if running:  # no worker took the cancellation in time
+            with anyio.move_on_after(_QUERY_TIMEOUT_S), contextlib.suppress(Exception):
+                await handle.terminate(
+                    f"its driver was stopped, and it did not end within "
+                    f"{self.worker_timeout_s:g} s of being cancelled"
+                )
+        # what to do next is the run's record's to say (its calls in doubt, its tasks)
+        await self._record_ended(
+            handle.id, runner, graph, on_failure, within_s=self.worker_timeout_s
         )
 
     @staticmethod
@@ -676,12 +716,14 @@ class TemporalExecutor(BaseExecutor):
         graph: PlanGraph,
         on_failure: FailurePolicy,
         doubt: dict[str, str],
+        within_s: float | None = None,
     ) -> str | None:
         """Run the tasks ``doubt`` (why each is in doubt) on a worker in a workflow of their
         own that makes none of their calls (``IN_DOUBT_RECORD``: a call not known to have
         ended is named, not made nor reconciled), and record each call in doubt and its
         task, cut off. The other tasks stand as recorded, or as not run. ``None``, or why
-        the calls could not be named."""
+        the calls could not be named (``within_s``: a worker named none within that many
+        seconds)."""
         done = runner.results
         settled = [done[t] for t in graph.order if t in done]
         settled += [
@@ -717,7 +759,13 @@ class TemporalExecutor(BaseExecutor):
                 result_type=list,
                 id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
             )
-            await self._follow(handle, runner, len(settled), cut_off)
+            with anyio.fail_after(within_s):
+                await self._follow(handle, runner, len(settled), cut_off)
+        except TimeoutError:
+            if handle is not None:  # not left to run when a worker comes, with nobody to record
+                with anyio.move_on_after(_QUERY_TIMEOUT_S), contextlib.suppress(Exception):
+                    await handle.terminate("its driver could not wait longer")
+            return f"no worker named them within {within_s:g} s"
         except (ClusterError, RPCError, WorkflowAlreadyStartedError) as exc:
             if handle is not None:  # not left to run when a worker comes, with nobody to record
                 with anyio.move_on_after(_QUERY_TIMEOUT_S), contextlib.suppress(Exception):
@@ -874,6 +922,12 @@ async def _read_ended(
                 for doc in inp.get("finished") or ():
                     if doc.get("status") in _OK:
                         finished[doc["task_id"]] = doc
+                _with_effects(effects, inp)
+        elif kind == "workflow_execution_signaled_event_attributes":
+            signaled = event.workflow_execution_signaled_event_attributes
+            if signaled.signal_name == ADD_TASKS and signaled.input.payloads:
+                [arrived] = await converter.decode(signaled.input.payloads[:1], [dict])
+                _with_effects(effects, arrived)
         elif kind == "activity_task_scheduled_event_attributes":
             attrs = event.activity_task_scheduled_event_attributes
             if attrs.activity_type.name != RUN_TASK or not attrs.input.payloads:
@@ -935,6 +989,16 @@ async def _read_ended(
     found.why = dict(found.doubt)
     for task_id in found.reconcile:
         found.doubt.pop(task_id)  # its reconciler decides: nothing to refuse
+
+
+def _with_effects(effects: dict[str, bool], facts: Mapping[str, Any]) -> None:
+    """Add to ``effects`` the tasks with side effects of a workflow's input or of tasks
+    sent to it (``facts``: a ``RunInput`` or an ``Arrived``, as JSON), with whether their
+    tool reconciles: what the workers knew of the tools, which the driver may not know (a
+    solve's driver follows its rounds' runs without the tools)."""
+    reconciled = set(facts.get("reconciled") or ())
+    for task_id in facts.get("side_effects") or ():
+        effects.setdefault(task_id, task_id in reconciled)
 
 
 def _decided(graph: PlanGraph, runner: TaskRunner, found: _Resumed) -> None:
