@@ -33,6 +33,7 @@ from dagagent.settings import RunSettings, TaskRetryPolicy
 pytest.importorskip("temporalio")
 
 import temporal_tools  # the workers import it too
+from eventually import until
 from llm_server import LLMTestServer, Recorded, Reply, SSEReply
 
 from dagagent.executors.temporal import TemporalExecutor, workflow_id
@@ -810,6 +811,89 @@ async def test_a_deadline_stops_a_round_s_run_keeping_what_finished(
         assert run.tasks["wait"].status.value == "cancelled"
     _, history = await history_of(ex, solve_workflow_id(solution.solve_id))
     await replay(ex, history)  # the deadline is workflow time: a replay decides the same
+
+
+@pytest.mark.anyio
+async def test_a_round_s_run_terminated_under_the_driver_leaves_its_calls_in_doubt(
+    workers: Workers, model_server: LLMTestServer, tmp_path: Path
+) -> None:
+    """An operator terminates the round's run workflow while a call with side effects holds
+    on a worker. The driver records the run as it ended (what finished; the call in doubt,
+    named on a worker with its key and not made again, on the run's record), the round and
+    the solve fail as the solve's workflow says, and ``dagagent approvals`` lists the
+    call."""
+    from dagagent.store import RunStore
+
+    plan = {
+        "goal": "g",
+        "tasks": [
+            {"id": "a", "tool": "add", "args": {"a": 1, "b": 2}},
+            {"id": "p", "tool": "hold_effect", "args": {"name": "rp", "where": str(tmp_path)}},
+            {"id": "then", "tool": "add", "args": {"a": 1, "b": 2}, "depends_on": ["p"]},
+        ],
+    }
+    model_server.responder = Model([plan], [FINISH])
+    store = tmp_path / "runs.db"
+    ex = executor(workers)
+    found: list[Any] = []
+
+    def the_run() -> str | None:
+        """The round's run, once its record has task ``a``."""
+        if not store.exists():
+            return None
+        with RunStore(store, create=False) as st:
+            runs = st.list_runs()
+            return runs[0].run_id if runs and "a" in st.get_run(runs[0].run_id).tasks else None
+
+    async def operator() -> None:
+        await until(
+            lambda: temporal_tools.started(tmp_path, "rp") and the_run(),
+            "the call holds and the round's run is recorded",
+        )
+        other = executor(workers)
+        async with other.session():
+            assert other.client is not None
+            run_id = the_run()
+            assert run_id is not None
+            await other.client.get_workflow_handle(workflow_id(run_id)).terminate("an operator")
+
+    try:
+        async with client_of(model_server) as llm, anyio.create_task_group() as tg:
+            tg.start_soon(operator)
+            with anyio.fail_after(READY_S):
+                found.append(
+                    await dagagent.solve(
+                        "add",
+                        temporal_tools.registry,
+                        llm,
+                        settings=RunSettings(executor=ex, retry=FAST_RETRY),
+                        store=store,
+                    )
+                )
+    finally:
+        (tmp_path / "rp.go").touch()  # the worker's thread ends its call
+    [solution] = found
+    assert solution.status.value == "failed", solution.reason
+    assert "ended without finishing" in solution.reason, solution.reason
+    [rnd] = solution.rounds
+    assert rnd.outcome == "failed" and rnd.result is not None
+    assert [c.role for c in solution.calls] == ["planner"]  # the joiner is never asked
+    run_id = rnd.result.run_id
+    with RunStore(store, create=False) as st:
+        record = st.get_run(run_id)
+        doubts = [e for e in st.effects(run_id) if e.in_doubt]
+        assert st.get_solve(solution.solve_id).status == "failed"
+    assert record.tasks["a"].output == 3
+    assert record.tasks["p"].status.value == "cancelled"
+    assert "in doubt" in (record.tasks["p"].error or ""), record.tasks["p"].error
+    assert record.tasks["then"].status.value == "cancelled"
+    [doubt] = doubts
+    assert (doubt.task_id, doubt.tool) == ("p", "hold_effect")
+    assert len(temporal_tools.started(tmp_path, "rp")) == 1  # named, not made again
+    listed = CliRunner().invoke(dagagent.cli.app, ["approvals", "--store", str(store), "--json"])
+    [shown] = json.loads(listed.output)["in_doubt"]
+    assert (shown["task_id"], shown["key"]) == ("p", doubt.key)
+    assert "terminated" in shown["why"], shown
 
 
 def test_a_budget_stops_a_solve_on_temporal_before_it_spends_past_it_exit_9(

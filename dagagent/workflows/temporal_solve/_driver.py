@@ -273,6 +273,10 @@ class _RunFollower(TemporalExecutor):
     """The executor of a round's run: follows the run workflow the solve's workflow started,
     instead of starting one."""
 
+    #: The run's tools are the workers' (none here) and may have side effects: calls in
+    #: doubt go on the run's record (see :meth:`TemporalExecutor._record_ended`).
+    effects_elsewhere = True
+
     def __init__(self, base: TemporalExecutor, below: _SubSolves | None = None) -> None:
         self.__dict__.update(base.__dict__)
         self.below = below
