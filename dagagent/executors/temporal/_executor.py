@@ -44,6 +44,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from ...errors import WORKFLOW_ENDED, ClusterError, ConfigError
+from ...events import get_logger
 from ...plan import AgentTask, Task, ToolTask
 from ...results import TaskResult, TaskStatus
 from ..base import BaseExecutor, Wakeup
@@ -322,7 +323,12 @@ class TemporalExecutor(BaseExecutor):
                 following = self._following.pop(run_id, None)
                 if following is not None and not isinstance(exc, ClusterError):
                     # (a ClusterError: recorded as the workflow ended, or no worker answers)
-                    await self._record_stopped(handle, runner, *following)
+                    try:
+                        await self._record_stopped(handle, runner, *following)
+                    except Exception as lost:  # what stopped the run is what it raises
+                        get_logger(run_id=run_id).warning(
+                            "run.stop_not_recorded", workflow=handle.id, error=repr(lost)
+                        )
             raise
         finally:
             self._following.pop(run_id, None)
@@ -675,8 +681,14 @@ class TemporalExecutor(BaseExecutor):
         ``worker_timeout_s`` for the workflow to end (then it is terminated, so that it does
         not go on with nobody to record it) and up to ``worker_timeout_s`` for a worker to
         name the calls; calls not named then are said to be so in their tasks' records."""
+        final: list[dict[str, Any]] | None = None
         with anyio.move_on_after(self.worker_timeout_s), contextlib.suppress(Exception):
-            await handle.result()  # its end, however it ended (cancelled, as asked)
+            final = await handle.result()  # its end, however it ended (cancelled, as asked)
+        if final is not None:  # it finished the run as the stop came: its results stand
+            for doc in final:
+                if doc.get("task_id") not in runner.results:
+                    await self._record(runner, doc)
+            return
         try:
             described = await handle.describe(rpc_timeout=timedelta(seconds=_QUERY_TIMEOUT_S))
             running = described.status in (None, WorkflowExecutionStatus.RUNNING)
@@ -762,6 +774,8 @@ class TemporalExecutor(BaseExecutor):
             with anyio.fail_after(within_s):
                 await self._follow(handle, runner, len(settled), cut_off)
         except TimeoutError:
+            if within_s is None:
+                raise
             if handle is not None:  # not left to run when a worker comes, with nobody to record
                 with anyio.move_on_after(_QUERY_TIMEOUT_S), contextlib.suppress(Exception):
                     await handle.terminate("its driver could not wait longer")
