@@ -124,6 +124,49 @@ async def runs_of(ex: TemporalExecutor, workflow: str) -> list[tuple[Any, Any]]:
     return found
 
 
+async def assert_carried_once(ex: TemporalExecutor, workflow: str, chain: list[Any]) -> None:
+    """What each run of ``workflow`` (its ``chain``) started with: its first argument (where
+    the runs before left the solve) stays about the same size however many steps came
+    before, and after it one argument per earlier run, holding that run's own steps and
+    passed on unchanged (the same reference to the same stored value: each step is stored
+    once); together with the last run's own steps, they are every step of the solve, each
+    once, in order."""
+    assert ex.client is not None
+    inputs = [
+        list(history.events[0].workflow_execution_started_event_attributes.input.payloads)
+        for _, history in chain
+    ]
+    for k, payloads in enumerate(inputs):
+        assert len(payloads) == 1 + k  # the input, then one argument per earlier run
+        if k > 1:
+            assert payloads[1:k] == inputs[k - 1][1:]  # passed on as it came
+    sizes = [_stored_size(payloads[0]) for payloads in inputs[1:]]
+    carried = [_stored_size(p) for p in inputs[-1][1:]]
+    # (with every step so far in the input, the last run's would be larger than the second's
+    # by all the steps of the runs between them)
+    assert max(sizes) - min(sizes) < min(carried) / 4, (sizes, carried)
+    runs = await ex.client.data_converter.decode(inputs[-1][1:])
+    firsts = await ex.client.data_converter.decode([payloads[0] for payloads in inputs])
+    for k, run in enumerate(runs):  # each run's own steps: from the round it began with
+        begun = firsts[k]["carried"]["round"] if k else None
+        assert run["steps"][0]["step"] == ("round" if k else "start")
+        assert run["steps"][0].get("round") == begun
+    steps = [step for run in runs for step in run["steps"]]
+    result = await ex.client.get_workflow_handle(workflow).result()
+    assert firsts[-1]["carried"]["round"] == next(
+        s["round"] for s in result[len(steps) :] if s["step"] == "round"
+    )
+    assert result[: len(steps)] == steps
+
+
+def _stored_size(payload: Any) -> int:
+    """The size of the value ``payload`` (in a history) stands for: in the payload store,
+    or inline."""
+    return int(
+        payload.external_payloads[0].size_bytes if payload.external_payloads else payload.ByteSize()
+    )
+
+
 def _at(event: Any) -> float:
     """When the server wrote history ``event`` (seconds since the epoch)."""
     return float(event.event_time.ToDatetime(tzinfo=timezone.utc).timestamp())
@@ -184,7 +227,8 @@ async def test_a_long_solve_continues_as_new_and_is_recorded_as_a_local_one(
     follows it across its runs and hears and records every round and model call once; the
     record equals a local solve's, down to the budget (of model calls) that runs out in a
     later run, where what the earlier runs spent counts; the deadline stays the first run's;
-    each run's history replays."""
+    each run's input stays the same size, its earlier runs' steps stored once; each run's
+    history replays."""
     rounds = 12
     deadline_s = 600.0
     options: dict[str, Any] = {"budget": Budget(model_calls=19), "deadline_s": deadline_s}
@@ -222,6 +266,7 @@ async def test_a_long_solve_continues_as_new_and_is_recorded_as_a_local_one(
     start = next(  # the solve's start, in workflow time: its first workflow task's
         _at(e) for e in chain[0][1].events if e.HasField("workflow_task_started_event_attributes")
     )
+    await assert_carried_once(ex, solve_workflow_id(solution.solve_id), chain)
     for info, history in chain:
         assert info.history_length <= SHORT + ROUND_EVENTS
         await replay(ex, history)
@@ -311,6 +356,7 @@ async def test_the_driver_killed_attach_follows_the_solve_across_continue_as_new
     assert [e.round for e in heard if e.kind == "round.started"] == list(range(1, rounds + 1))
     async with ex.session():
         after = await runs_of(ex, solve_workflow_id(solve_id))
+        await assert_carried_once(ex, solve_workflow_id(solve_id), after)
     assert len(after) > len(before)  # and continued as new again while attach followed it
     for _, history in after:
         await replay(ex, history)
