@@ -8,6 +8,7 @@ round the driver heard of, the workflow's end).
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import signal
@@ -15,6 +16,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from dataclasses import asdict
 from datetime import timezone
 from functools import partial
 from pathlib import Path
@@ -383,3 +385,86 @@ async def test_the_driver_killed_attach_follows_the_solve_across_continue_as_new
     assert json.loads(result.stdout)["answer"] == f"counted to {rounds + 1}"
     assert record_of(store, solve_id) == recorded
     assert recorded == await local_record(model_server, rounds, tmp_path / "local.db")
+
+
+#: The two runs of a seven-round solve whose workflow continued as new before each run's
+#: steps became an argument of their own (``_CARRIES_RUNS``): the first run's input held
+#: every step and output so far. Made by that version's workflow, every payload inline.
+BEFORE_RUNS = [
+    ROOT / "tests" / "data" / "temporal" / f"solve_continued_before_runs_{k}.json.gz"
+    for k in (1, 2)
+]
+
+
+def _history(path: Path) -> Any:
+    from temporalio.client import WorkflowHistory
+
+    with gzip.open(path, "rt") as f:
+        return WorkflowHistory.from_json("dagagent-solve-before", f.read())
+
+
+def _decoded(payloads: Any) -> list[Any]:
+    """Inline JSON payloads, as the workflow gets them."""
+    return [json.loads(p.data) for p in payloads]
+
+
+@pytest.mark.anyio
+async def test_a_solve_continued_as_new_before_each_run_carried_its_own_steps_replays(
+    tmp_path: Path,
+) -> None:
+    """The histories of a solve that continued as new carrying every step in its input
+    replay on this version (its first run continues as new as it did, one argument), and a
+    run that starts from such an input has the earlier steps under their numbers and the
+    outputs so far, and passes them on as one earlier run's."""
+    from temporalio.worker import Replayer
+    from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+
+    from dagagent.executors.temporal import RunWorkflow
+    from dagagent.executors.temporal._payloads import DirectoryPayloads, data_converter
+    from dagagent.workflows.temporal_solve import SolveWorkflow
+
+    histories = [_history(p) for p in BEFORE_RUNS]
+    replayer = Replayer(
+        workflows=[SolveWorkflow, RunWorkflow],
+        data_converter=data_converter(DirectoryPayloads(tmp_path)),
+        workflow_runner=SandboxedWorkflowRunner(
+            restrictions=SandboxRestrictions.default.with_passthrough_modules("dagagent")
+        ),
+    )
+    for history in histories:
+        await replayer.replay_workflow(history)
+    first, second = (h.events for h in histories)
+    [given] = _decoded(second[0].workflow_execution_started_event_attributes.input.payloads)
+    carried = given["carried"]
+    assert carried["steps"][0]["step"] == "start" and carried["outputs"]
+    workflow = SolveWorkflow(given)
+    assert workflow.steps_since(0)["total"] == len(carried["steps"])
+    assert workflow.steps_since(0)["steps"] == carried["steps"][:50]
+    assert workflow.outputs == carried["outputs"]
+    assert workflow.earlier == [{"steps": carried["steps"], "outputs": carried["outputs"]}]
+    assert workflow.first == len(carried["steps"])
+    [moved] = _decoded(
+        first[-1].workflow_execution_continued_as_new_event_attributes.input.payloads
+    )
+    assert moved == given
+
+
+def test_a_run_continued_as_new_numbers_the_earlier_runs_steps_on() -> None:
+    """A run's earlier runs' arguments, in order: their steps numbered on from 0 (the
+    ``steps`` query answers them), their outputs merged (a later run's output of a task
+    replaces an earlier one's); what the input carries keeps only what the rules need."""
+    from dagagent.workflows.temporal_solve import SolveWorkflow
+    from dagagent.workflows.temporal_solve._workflow import SolveInput
+
+    inp = SolveInput("s1", "g", {}, 9, 1, True, {}, "q", carried={"round": 4, "seq": 7})
+    runs = [
+        {"steps": [{"step": "start"}, {"step": "round", "round": 1}], "outputs": {"a": 1}},
+        {"steps": [{"step": "round", "round": 3}], "outputs": {"a": 2, "b": 3}},
+    ]
+    workflow = SolveWorkflow(asdict(inp), *runs)
+    assert workflow.inp == inp
+    assert workflow.steps_since(0) == {"steps": runs[0]["steps"] + runs[1]["steps"], "total": 3}
+    assert workflow.steps_since(2) == {"steps": runs[1]["steps"], "total": 3}
+    assert workflow.first == 3 and workflow.seq == 7
+    assert workflow.outputs == {"a": 2, "b": 3}
+    assert workflow.earlier == runs
