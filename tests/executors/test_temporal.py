@@ -206,6 +206,30 @@ async def test_a_failure_cancels_the_run_under_cancel(workers: Workers, tmp_path
     (tmp_path / "never.go").touch()  # the cancelled call's thread on the worker may end now
 
 
+@pytest.mark.anyio
+async def test_a_wide_fan_runs_each_task_once_and_replays(workers: Workers) -> None:
+    """Sixty tasks at once, their ends reaching the workflow a few at a time: each runs in
+    one activity, each output reaches the join, and the history replays."""
+    n = 60
+    p = plan(
+        {"id": "root", "tool": "add", "args": {"a": 0, "b": 1}},
+        *({"id": f"m{i}", "tool": "add", "args": {"a": "${root}", "b": i}} for i in range(n)),
+        {"id": "join", "tool": "echo", "args": {"value": [f"${{m{i}}}" for i in range(n)]}},
+    )
+    ex = executor(workers)
+    result = await dagagent.execute(p, temporal_tools.registry, settings=settings(ex))
+    assert result.ok, result.failed
+    assert result.tasks["join"].output == [1 + i for i in range(n)]
+    assert ex.client is not None and ex.workflow_id is not None
+    scheduled = [
+        e
+        async for e in ex.client.get_workflow_handle(ex.workflow_id).fetch_history_events()
+        if e.HasField("activity_task_scheduled_event_attributes")
+    ]
+    assert len(scheduled) == n + 2
+    await replay(ex)
+
+
 # -- history: bounded by design ------------------------------------------------------------
 
 

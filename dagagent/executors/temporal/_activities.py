@@ -1,12 +1,13 @@
 """What runs on the workers: one task through the task runner, as an activity.
 
 :class:`Activities` holds a worker's registry. Its activity ``dagagent.run_task`` gets the
-call (which task of which run; for a map, which window of its elements), the plan, and the
-output of each dependency; it validates the plan against the worker's own tools (once per
-plan and worker), makes a :class:`~dagagent.runner.TaskRunner` that knows those outputs, and
-runs the task with it: references, argument validation, retries and their spacing, the
-timeout, the map's elements, the result record: all as in a local run. The result goes back
-as the JSON of :meth:`TaskResult.to_json_dict <dagagent.results.TaskResult.to_json_dict>`.
+call (which task of which run; for a map, which window of its elements), the plan (its JSON
+text) and the output of each dependency; it reads and validates the plan (once per plan and
+worker; each task checks its own tools against the worker's), makes a
+:class:`~dagagent.runner.TaskRunner` that knows those outputs, and runs the task with it:
+references, argument validation, retries and their spacing, the timeout, the map's
+elements, the result record: all as in a local run. The result goes back as the JSON of
+:meth:`TaskResult.to_json_dict <dagagent.results.TaskResult.to_json_dict>`.
 
 A map's window: the elements outside it stand as placeholders and those the window finished
 before its worker was lost stand as they were reported (see ``_window_prior``), so the
@@ -34,7 +35,6 @@ the task at once, saying what the worker serves: the error is not retried.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import socket
@@ -86,7 +86,7 @@ RunPolicies = Callable[[Mapping[str, Any]], Sequence["Interceptor"]]
 _CALLS_LOOK_S = 0.05
 # What a resumed run may do with a call in doubt (``RunSettings.in_doubt``).
 _IN_DOUBT = ("ask", "retry", "deny")
-# Plans validated on this worker, by the hash of their JSON.
+# Plans validated on this worker (the most recent), by their JSON text.
 _GRAPHS_KEPT = 32
 
 
@@ -131,11 +131,13 @@ class Activities:
     # -- the activities ----------------------------------------------------------------------
 
     @activity.defn(name=RUN_TASK)
-    async def run_task(self, call: dict[str, Any], plan: dict[str, Any], *outputs: Any) -> Any:
-        """Run one task (or a window of a map's elements) and return its result's JSON; an
-        agent task's model calls under ``model_calls`` (see :data:`AgentModels`)."""
+    async def run_task(self, call: dict[str, Any], plan: str, *outputs: Any) -> Any:
+        """Run one task (or a window of a map's elements) of ``plan`` (its JSON text) and
+        return its result's JSON; an agent task's model calls under ``model_calls`` (see
+        :data:`AgentModels`)."""
         model = call.get("model")
-        task = self._graph(plan).tasks.get(call["task_id"])
+        graph = self._graph(plan)
+        task = graph.tasks.get(call["task_id"])
         grant = call.get("grant")
         gate = _Allowance(grant) if grant is not None else None
         if (
@@ -144,7 +146,7 @@ class Activities:
             or call.get("assemble")
             or not isinstance(task, AgentTask)  # no model call: no client to open
         ):
-            doc = await self._run_task(call, plan, outputs, None, gate)
+            doc = await self._run_task(call, graph, outputs, None, gate)
             if gate is not None:
                 doc["budget"] = gate.spent()
             return doc
@@ -152,7 +154,7 @@ class Activities:
             model = {**model, "ledger": grant}
         async with self.agents(model) as agent_model:
             agent_model.redaction = self._redaction
-            doc = await self._run_task(call, plan, outputs, agent_model, gate)
+            doc = await self._run_task(call, graph, outputs, agent_model, gate)
             doc["model_calls"] = agent_model.records()
             if gate is not None:
                 doc["budget"] = _spent(gate, agent_model)
@@ -161,12 +163,12 @@ class Activities:
     async def _run_task(
         self,
         call: dict[str, Any],
-        plan: dict[str, Any],
+        graph: PlanGraph,
         outputs: Sequence[Any],
         model: Any,
         gate: _Allowance | None = None,
     ) -> Any:
-        runner = self._runner(call, plan, outputs, model, gate)
+        runner = self._runner(call, graph, outputs, model, gate)
         task_id = call["task_id"]
         counting = self._counting(call, runner.calls.ledger)
         in_doubt = call.get("in_doubt")
@@ -204,11 +206,11 @@ class Activities:
 
     @activity.defn(name=COUNT_ELEMENTS)
     async def count_elements(
-        self, call: dict[str, Any], plan: dict[str, Any], *outputs: Any
+        self, call: dict[str, Any], plan: str, *outputs: Any
     ) -> dict[str, Any]:
         """How many elements a map task's list has: ``{"n": ...}``, or ``{"result": ...}``,
         the task's failure, when it has no list (or one too long) to map over."""
-        runner = self._runner(call, plan, outputs)
+        runner = self._runner(call, self._graph(plan), outputs)
         task = runner.tasks[call["task_id"]]
         if task.when is not None and not _holds(task.when, runner.outputs):
             # a condition on the whole task that is false (or cannot be decided): the runner
@@ -232,7 +234,7 @@ class Activities:
 
     @activity.defn(name=SUB_SOLVE_GOALS)
     async def sub_solve_goals(
-        self, call: dict[str, Any], plan: dict[str, Any], *outputs: Any
+        self, call: dict[str, Any], plan: str, *outputs: Any
     ) -> dict[str, Any]:
         """A sub-solve task's goals, ``{"goals": [...]}``, one per element of a map that its
         conditions let run (``element``, ``goal``, ``tools``: those its solve may use,
@@ -249,7 +251,7 @@ class Activities:
             }
             return None, None
 
-        runner = self._runner(call, plan, outputs, _Seam(note))
+        runner = self._runner(call, self._graph(plan), outputs, _Seam(note))
         r = await runner.run_task(call["task_id"])
         if not goals:
             return {"result": self._where(r.to_json_dict(), ran_here=True)}
@@ -257,7 +259,7 @@ class Activities:
 
     @activity.defn(name=SUB_SOLVE_SETTLE)
     async def sub_solve_settle(
-        self, call: dict[str, Any], plan: dict[str, Any], *outputs: Any
+        self, call: dict[str, Any], plan: str, *outputs: Any
     ) -> dict[str, Any]:
         """A sub-solve task's result from the ``outcomes`` of its solves (each an
         ``answer``, or the ``error`` that fails it, with its ``status`` and ``solve_id``)."""
@@ -273,7 +275,7 @@ class Activities:
                 )
             return found.get("answer"), None
 
-        runner = self._runner(call, plan, outputs, _Seam(answer))
+        runner = self._runner(call, self._graph(plan), outputs, _Seam(answer))
         doc = (await runner.run_task(call["task_id"])).to_json_dict()
         # each goal's time is its solve's, from its start
         for e in doc.get("elements") or ():
@@ -300,12 +302,11 @@ class Activities:
     def _runner(
         self,
         call: dict[str, Any],
-        plan: dict[str, Any],
+        graph: PlanGraph,
         outputs: Sequence[Any],
         model: Any = None,
         gate: _Allowance | None = None,
     ) -> TaskRunner:
-        graph = self._graph(plan)
         task_id = call["task_id"]
         prior = self._prior(graph, call)
         answers: dict[str, list[ApprovalAnswer]] = {}
@@ -435,14 +436,15 @@ class Activities:
                     elements.append(TaskResult(task_id=name, status=TaskStatus.SUCCEEDED))
         return {task_id: TaskResult(task_id=task_id, status=TaskStatus.WAITING, elements=elements)}
 
-    def _graph(self, plan: dict[str, Any]) -> PlanGraph:
-        key = hashlib.sha256(json.dumps(plan, sort_keys=True).encode()).hexdigest()
-        graph = self._graphs.get(key)
+    def _graph(self, plan: str) -> PlanGraph:
+        """The plan whose JSON text is ``plan``, read and validated once per worker: every
+        activity of a run carries the same text."""
+        graph = self._graphs.get(plan)
         if graph is not None:
-            self._graphs.move_to_end(key)
+            self._graphs.move_to_end(plan)
             return graph
         try:  # its shape only: each task checks its own tool (see _runner)
-            graph = validate(plan)
+            graph = validate(json.loads(plan))
         except PlanValidationError as exc:
             issues = "; ".join(str(i) for i in exc.issues)
             raise ApplicationError(
@@ -450,7 +452,7 @@ class Activities:
                 type="PlanValidationError",
                 non_retryable=True,
             ) from None
-        self._graphs[key] = graph
+        self._graphs[plan] = graph
         if len(self._graphs) > _GRAPHS_KEPT:
             self._graphs.popitem(last=False)
         return graph

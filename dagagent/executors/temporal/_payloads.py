@@ -26,10 +26,13 @@ from pathlib import Path
 
 import anyio
 from temporalio.api.common.v1 import Payload
-from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.contrib.pydantic import PydanticJSONPlainPayloadConverter, pydantic_data_converter
 from temporalio.converter import (
+    CompositePayloadConverter,
     DataConverter,
+    DefaultPayloadConverter,
     ExternalStorage,
+    JSONPlainPayloadConverter,
     StorageDriver,
     StorageDriverClaim,
     StorageDriverRetrieveContext,
@@ -168,11 +171,31 @@ def payload_driver(payloads: StorageDriver | str | Path | None) -> StorageDriver
     return DirectoryPayloads(payloads if payloads is not None else default_payload_dir())
 
 
+# One for the process: it keeps the type adapters it builds (one per type it reads).
+_JSON = PydanticJSONPlainPayloadConverter()
+
+
+class _PayloadConverter(CompositePayloadConverter):
+    """Pydantic's payload converter, whose JSON part is one for the process. Temporal makes a
+    payload converter anew for every activity and workflow task once payloads may go to a
+    store (each gets the context of its store); each would otherwise build its type
+    adapters again."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            *(
+                _JSON if isinstance(c, JSONPlainPayloadConverter) else c
+                for c in DefaultPayloadConverter.default_encoding_payload_converters
+            )
+        )
+
+
 def data_converter(
     driver: StorageDriver, inline_bytes: int = DEFAULT_INLINE_BYTES
 ) -> DataConverter:
     """Pydantic's JSON converter, with payloads over ``inline_bytes`` in ``driver``."""
     return dataclasses.replace(
         pydantic_data_converter,
+        payload_converter_class=_PayloadConverter,
         external_storage=ExternalStorage(drivers=[driver], payload_size_threshold=inline_bytes),
     )

@@ -41,6 +41,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
@@ -222,7 +224,11 @@ def _halts(r: dict[str, Any]) -> bool:
     return r["status"] not in (*_OK, "waiting") and not _by_condition(r)
 
 
-@workflow.defn(name=WORKFLOW)
+# Outside Temporal's sandbox: the sandbox guards workflow code a user writes, and this
+# workflow holds none (it schedules activities; the tools run on the workers), while it
+# costs every decision and every payload of every task (each runs code through the
+# sandbox's importer). Determinism is the replay tests' to check.
+@workflow.defn(name=WORKFLOW, sandboxed=False)
 class RunWorkflow:
     @workflow.init
     def __init__(self, inp: RunInput) -> None:
@@ -255,6 +261,11 @@ class RunWorkflow:
         #: The sub-solves started (those of tasks finished before a continue-as-new too).
         self.children = [s for r in self.finished for s in r.get("sub_solves") or ()]
         self.one_at_a_time = asyncio.Lock()  # sub-solves carved from a budget
+        # the tasks of ``running`` that have ended, in the order they did
+        self.ended: list[asyncio.Task[dict[str, Any]]] = []
+        # the plan as every activity gets it: its JSON text, made once (and again when
+        # tasks arrive), which a worker reads once per plan (see Activities._graph)
+        self.plan_text = _plan_text(inp.plan)
 
     @workflow.query(name="sub_solves")
     def sub_solves(self, since: int) -> list[dict[str, Any]]:
@@ -292,6 +303,7 @@ class RunWorkflow:
         inp.reuse.update(arrived.reuse)
         inp.attempts.update(arrived.attempts)
         inp.limited.update(arrived.limited)
+        self.plan_text = _plan_text(inp.plan)
         for task in arrived.tasks:
             self._arrived(task["id"])
 
@@ -353,25 +365,17 @@ class RunWorkflow:
             while True:
                 if self.stop_cause is None and not rolling_over:
                     for t in self.ready:
-                        running[asyncio.create_task(self._task(t))] = t
+                        fut = asyncio.create_task(self._task(t))
+                        fut.add_done_callback(self.ended.append)
+                        running[fut] = t
                     self.ready = []
                 more = inp.streaming and self.stop_cause is None and not rolling_over
                 if not running and not more:
                     break
-                if more:  # a task ends, or the plan being written grows or ends
-                    await workflow.wait_condition(
-                        lambda: (
-                            bool(self.ready)
-                            or not self.inp.streaming
-                            or self.stop_cause is not None
-                            or any(f.done() for f in running)
-                        )
-                    )
-                    done = {f for f in running if f.done()}
-                else:
-                    done, _ = await workflow.wait(
-                        list(running), return_when=asyncio.FIRST_COMPLETED
-                    )
+                # a task ends, or (a plan being written) the plan grows or ends
+                await workflow.wait_condition(functools.partial(self._woken, more))
+                done = self.ended[:]  # the callbacks hold this list: emptied, not replaced
+                self.ended.clear()
                 for fut in sorted(done, key=lambda f: self.position[running[f]]):
                     task_id = running.pop(fut)
                     r = (
@@ -419,6 +423,13 @@ class RunWorkflow:
         self._finish_unstarted()
         self.done = True
         return self.finished
+
+    def _woken(self, more: bool) -> bool:
+        """Whether the run has something to do: a task ended, or (``more``: a plan being
+        written) tasks arrived, the plan ended or the run stops."""
+        return bool(self.ended) or (
+            more and (bool(self.ready) or not self.inp.streaming or self.stop_cause is not None)
+        )
 
     # -- results ---------------------------------------------------------------------------
 
@@ -528,7 +539,7 @@ class RunWorkflow:
         own = {k: v for k, v in inp.reuse.items() if k == task_id or k.startswith(f"{task_id}@")}
         if own:  # its earlier output (or its elements'), and those of its dependencies
             call["reuse"] = {**own, **{d: inp.reuse[d] for d in deps if d in inp.reuse}}
-        return [call, inp.plan, *(self.outputs[d] for d in deps)]
+        return [call, self.plan_text, *(self.outputs[d] for d in deps)]
 
     async def _call(
         self,
@@ -1003,6 +1014,10 @@ def _left_behind(details: Any) -> dict[str, Any]:
         left: dict[str, Any] = details[1]
         return left
     return {}
+
+
+def _plan_text(plan: dict[str, Any]) -> str:
+    return json.dumps(plan, separators=(",", ":"), ensure_ascii=False)
 
 
 def _failed(task_id: str, exc: ActivityError) -> dict[str, Any]:
