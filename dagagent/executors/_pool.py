@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable, Iterable
 
 import anyio
 import anyio.abc
-from anyio.lowlevel import checkpoint
+from anyio.lowlevel import checkpoint, checkpoint_if_cancelled
 
 __all__ = ["YIELD_EVERY", "WorkerPool"]
 
@@ -38,7 +38,8 @@ class WorkerPool:
 
     ``run`` may push more ids (a finished task making its dependents ready); it must not raise
     but for the cancellation of ``tg``. :meth:`drive` returns once the queue is empty and no
-    worker is left, and, for an ``open`` pool, once :meth:`close` has been called."""
+    worker is left, and, for an ``open`` pool, once :meth:`close` has been called; if the
+    surrounding scope was cancelled by then, it raises the cancellation instead."""
 
     def __init__(self, tg: anyio.abc.TaskGroup, *, open: bool = False) -> None:
         self._tg = tg
@@ -81,6 +82,12 @@ class WorkerPool:
                 self._wake = anyio.Event()
                 await self._wake.wait()  # a worker ended, or ids came
             else:
+                # Every id is done, or its worker was cancelled. If the run was cancelled, say
+                # so now: anyio cancels a task while it waits, not while it is being woken, so
+                # the wait above may have returned normally, and the group ending next raises
+                # nothing when no task is left in it. The owner would go on (the levels
+                # executor to its next level, with a cancelled task's output missing).
+                await checkpoint_if_cancelled()
                 return
 
     async def _worker(self, run: Callable[[str], Awaitable[object]]) -> None:

@@ -4,6 +4,7 @@ run."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from typing import Any
 
@@ -13,7 +14,7 @@ import anyio.to_thread
 import pytest
 
 import dagagent
-from dagagent.events import TaskStarted
+from dagagent.events import TaskFinished, TaskStarted
 from dagagent.results import TaskStatus
 from dagagent.settings import RunSettings
 
@@ -300,6 +301,57 @@ async def test_a_failure_in_a_later_level_cancels_it_and_runs_nothing_after() ->
     assert {statuses[f"l2-{j}"] for j in (1, 2, 3)} == {TaskStatus.CANCELLED}
     assert all(statuses[f"l{i}-{j}"] is TaskStatus.SUCCEEDED for i in (0, 1) for j in range(4))
     assert not [n for n in started if n.startswith(("l3-", "l4-"))]
+
+
+@pytest.mark.asyncio_only("the cancellation is called from the event loop, as a stop signal's is")
+async def test_a_run_cancelled_as_its_level_ends_starts_nothing_of_the_next_one() -> None:
+    """The run is cancelled (Ctrl-C) in the turn of the event loop after a task of the level
+    ended, whose end had already woken the level's owner: anyio does not cancel a task that
+    is being woken, so the level's task group can end without raising. The next level must
+    not start: its task would run without the output of the one cancelled (and fail)."""
+    reg = dagagent.Registry()
+    stop = anyio.CancelScope()  # the caller's, as the command line's stop signal cancels it
+    b_started = anyio.Event()
+
+    @reg.tool
+    async def first() -> str:
+        await b_started.wait()
+        # as a stop signal does (call_soon_threadsafe): in the next turn of the loop, once
+        # this task's end has woken the level's owner
+        asyncio.get_running_loop().call_soon(stop.cancel)
+        return "a"
+
+    @reg.tool
+    async def block() -> str:
+        b_started.set()
+        await anyio.sleep_forever()
+        return "b"
+
+    @reg.tool
+    async def join(a: str, b: str) -> str:
+        return a + b
+
+    plan = {
+        "tasks": [
+            {"id": "a", "tool": "first"},
+            {"id": "b", "tool": "block"},
+            {"id": "c", "tool": "join", "args": {"a": "${a}", "b": "${b}"}},
+        ]
+    }
+    events: list[Any] = []
+    with anyio.fail_after(LONG), stop:
+        await dagagent.execute(
+            plan, reg, listeners=[events.append], settings=RunSettings(executor="levels")
+        )
+    assert stop.cancelled_caught  # the run was cancelled, not ended
+    finished = {e.result.task_id: e.result for e in events if isinstance(e, TaskFinished)}
+    assert _started(events) == ["a", "b"]
+    assert {t: r.status.value for t, r in finished.items()} == {
+        "a": "succeeded",
+        "b": "cancelled",
+        "c": "cancelled",
+    }
+    assert finished["c"].error is not None and finished["c"].error.startswith("not run")
 
 
 async def test_a_failure_under_continue_skips_its_descendants_and_the_levels_go_on() -> None:
