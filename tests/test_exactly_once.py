@@ -315,6 +315,8 @@ async def test_a_call_in_doubt_waits_for_a_person_and_never_runs_again_silently(
     with RunStore(store) as st:
         (e,) = st.effects(run_id)
         assert e.state == "succeeded" and not e.in_doubt
+        (used,) = [a for a in st.approval_history(run_id) if a.state == "used"]
+    assert decision.at == used.decided_at  # when ann decided, not when the resume used it
 
 
 async def test_a_person_may_deny_a_call_in_doubt(tmp_path: Path) -> None:

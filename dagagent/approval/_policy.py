@@ -16,6 +16,7 @@ from ._limits import Limit
 from ._rules import ACTIONS, Action, Rule
 
 if TYPE_CHECKING:
+    from ..results import ApprovalAnswer
     from ..runner import CallNext, ToolInvocation
     from ..tools import Tool
 
@@ -174,6 +175,7 @@ class Policy:
             _decide(call, "deny", label, reason, label)
             raise TaskDeniedError(reason, decided_by=label)
         answer = call.answer()
+        taken = _taken_at(answer)
         if answer is not None:  # a person decided while the run was paused
             approval = Approval.from_answer(answer)
         else:
@@ -191,22 +193,22 @@ class Policy:
         who = approval.decided_by or self._asker.name or label
         if not approval.approved:
             why = approval.reason or "not approved"
-            _decide(call, "deny", who, why, label)
+            _decide(call, "deny", who, why, label, at=taken)
             raise TaskDeniedError(why, decided_by=who)
         if approval.args is None:
-            _decide(call, "allow", who, approval.reason, label)
+            _decide(call, "allow", who, approval.reason, label, at=taken)
             return await self._within_limits(call, call_next)
         edited = dict(approval.args)
         try:
             call.tool.validate_args(edited)
         except ToolArgumentsError as exc:
             call.args = edited
-            _decide(call, "edit", who, approval.reason, label)
+            _decide(call, "edit", who, approval.reason, label, at=taken)
             raise ToolArgumentsError(
                 call.tool.name, [f"{e} (arguments edited by {who})" for e in exc.errors]
             ) from None
         call.args = edited
-        _decide(call, "edit", who, approval.reason, label)
+        _decide(call, "edit", who, approval.reason, label, at=taken)
         return await self._within_limits(call, call_next)
 
     async def _within_limits(self, call: ToolInvocation, call_next: CallNext) -> Any:
@@ -239,7 +241,7 @@ class Policy:
             if lim.action == "deny":
                 _decide(call, "deny", label, why, label)
                 raise TaskDeniedError(why, decided_by=label)
-            approval = await self._limit_answer(call, label, why)
+            approval, taken = await self._limit_answer(call, label, why)
             if approval.wait:
                 reason = call.changed_answer_note() or approval.reason or why
                 _decide(call, WAIT, label, reason, label)
@@ -247,20 +249,24 @@ class Policy:
             who = approval.decided_by or self._asker.name or label
             if not approval.approved:
                 reason = approval.reason or "not approved beyond the limit"
-                _decide(call, "deny", who, reason, label)
+                _decide(call, "deny", who, reason, label, at=taken)
                 raise TaskDeniedError(reason, decided_by=who)
-            _decide(call, "allow", who, approval.reason or f"beyond the limit: {why}", label)
+            said = approval.reason or f"beyond the limit: {why}"
+            _decide(call, "allow", who, said, label, at=taken)
             passed.add(lim)  # other limits are checked again: the question took time
         for lim, _ in mine:
             ledger.count(lim)
         return await call_next(call)
 
-    async def _limit_answer(self, call: ToolInvocation, label: str, why: str) -> Approval:
+    async def _limit_answer(
+        self, call: ToolInvocation, label: str, why: str
+    ) -> tuple[Approval, float | None]:
+        """The answer about a call beyond a limit, and when it was taken if not now."""
         answer = call.answer()
         if answer is not None:  # a person decided while the run was paused
-            return Approval.from_answer(answer)
+            return Approval.from_answer(answer), _taken_at(answer)
         try:
-            return await self._asker(ApprovalRequest(call, None, label, why))
+            return await self._asker(ApprovalRequest(call, None, label, why)), None
         except anyio.get_cancelled_exc_class():
             _decide(call, UNANSWERED, "nobody", "the run stopped before an answer came", label)
             raise
@@ -287,6 +293,20 @@ def load_policy(path: str | Path, *, ask: AskCallback | None = None) -> Policy:
 
 
 def _decide(
-    call: ToolInvocation, decision: Decision, by: str, reason: str | None, rule: str
+    call: ToolInvocation,
+    decision: Decision,
+    by: str,
+    reason: str | None,
+    rule: str,
+    *,
+    at: float | None = None,
 ) -> None:
-    call.decide(decision, by, reason, rule=rule)
+    call.decide(decision, by, reason, rule=rule, at=at)
+
+
+def _taken_at(answer: ApprovalAnswer | None) -> float | None:
+    """When a person took the recorded decision ``answer`` (``None``: none, or not known):
+    its call's record says so, not when the resume came to use it; a call the question
+    held up waited for it from the question to the resume, a span the store keeps
+    (:func:`~dagagent.store.person_waits`), and no time of its resumed run."""
+    return answer.at if answer is not None and answer.at > 0 else None

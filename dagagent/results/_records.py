@@ -81,8 +81,9 @@ class CallDecision(BaseModel):
     is not made again) or ``replayed`` (a resumed run found the call's outcome on record and
     took it instead of making the call again). ``args`` are the call's arguments when it was decided
     (JSON-able; after an edit or a redaction, the new ones), ``source`` whether the call was
-    the plan task's own (``plan``) or one its agent made (``agent``), ``at`` a Unix
-    timestamp."""
+    the plan task's own (``plan``) or one its agent made (``agent``), ``at`` when it was
+    taken (a Unix timestamp; a decision on record from before the run, such as a person's
+    recorded while the run was paused, keeps the time it was taken, not when it was used)."""
 
     model_config = ConfigDict(defer_build=True)
 

@@ -125,16 +125,19 @@ class ToolInvocation:
         reason: str | None = None,
         *,
         rule: str | None = None,
+        at: float | None = None,
     ) -> CallDecision:
         """Record a decision about this call (allow / deny / edit by an approval ``rule``,
-        redact...) in the task's record, and emit it as an event."""
+        redact...) in the task's record, and emit it as an event. ``at``: when it was taken,
+        if not now (a person's decision recorded while the run was paused: when they took
+        it, not when the resume came to use it)."""
         entry = CallDecision(
             tool=self.tool.name,
             decision=decision,
             decided_by=decided_by,
             reason=reason,
             args=jsonable(self.args),
-            at=time.time(),
+            at=time.time() if at is None else at,
             rule=rule,
             source=self.source,
         )

@@ -71,9 +71,10 @@ _IN_DOUBT_STATES = ("started", "cancelled")
 
 
 class _Known:
-    """What this run knows of a call: its state, output and how a doubt was resolved."""
+    """What this run knows of a call: its state, output and how a doubt was resolved (and
+    when, if before this run)."""
 
-    __slots__ = ("output", "reason", "resolution", "resolved_by", "state")
+    __slots__ = ("output", "reason", "resolution", "resolved_at", "resolved_by", "state")
 
     def __init__(
         self,
@@ -82,12 +83,14 @@ class _Known:
         resolution: str | None = None,
         by: str | None = None,
         reason: str | None = None,
+        at: float | None = None,
     ) -> None:
         self.state = state
         self.output = output
         self.resolution = resolution
         self.resolved_by = by
         self.reason = reason
+        self.resolved_at = at
 
 
 class TookEffect:
@@ -180,7 +183,8 @@ class Effects:
         self.in_doubt = in_doubt
         self._redaction = redaction if redaction else None
         self._known: dict[str, _Known] = {
-            r.key: _Known(r.state, r.output, r.resolution, r.resolved_by, r.reason) for r in prior
+            r.key: _Known(r.state, r.output, r.resolution, r.resolved_by, r.reason, r.resolved_at)
+            for r in prior
         }
         self._prior = tuple(prior)
         #: What the runs this one revises have on record about their calls (``revised``):
@@ -453,13 +457,17 @@ class Effects:
                     f"it was in doubt in run {settled.run_id} (key {settled.key}), which this "
                     f"run revises, and is not to be made: {settled.reason or 'denied'}"
                 )
-                self._note(decisions, call, "deny", who, why, rule=IN_DOUBT_RULE)
+                self._note(
+                    decisions, call, "deny", who, why, rule=IN_DOUBT_RULE, at=settled.resolved_at
+                )
                 raise TaskDeniedError(why, decided_by=who)
             why = (
                 f"it was in doubt in run {settled.run_id}, which this run revises, and {who} "
                 f"found that it did not happen: made again with its key {settled.key}"
             )
-            self._note(decisions, call, "allow", who, why, rule=IN_DOUBT_RULE)
+            self._note(
+                decisions, call, "allow", who, why, rule=IN_DOUBT_RULE, at=settled.resolved_at
+            )
         if known is None and call.task_id in self._lost:
             known = _Known("cancelled")
         if known is None or known.state == "failed":
@@ -468,7 +476,7 @@ class Effects:
         if known.state == "succeeded":
             if known.resolution == "happened":
                 why = known.reason or f"it took effect before the run stopped, said {who}"
-                self._note(decisions, call, "happened", who, why)
+                self._note(decisions, call, "happened", who, why, at=known.resolved_at)
             else:
                 why = "its outcome was on record: the call was not made again"
                 self._note(decisions, call, "replayed", "record", why)
@@ -478,11 +486,13 @@ class Effects:
         who = known.resolved_by or "record"
         if known.resolution == "not_happened":  # a person (or a resume before) said so
             why = known.reason or "it was in doubt; it is made again, with the same key"
-            self._note(decisions, call, "allow", who, why, rule=IN_DOUBT_RULE)
+            at = known.resolved_at
+            self._note(decisions, call, "allow", who, why, rule=IN_DOUBT_RULE, at=at)
             return False, None
         if known.resolution == "denied":
             why = known.reason or "it was in doubt and is not made"
-            self._note(decisions, call, "deny", who, why, rule=IN_DOUBT_RULE)
+            at = known.resolved_at
+            self._note(decisions, call, "deny", who, why, rule=IN_DOUBT_RULE, at=at)
             raise TaskDeniedError(why, decided_by=who)
         return await self._in_doubt(call, tool, known, decisions, answers)
 
@@ -513,14 +523,15 @@ class Effects:
         )
         if answer is not None and answer.decision != "happened":
             who = answer.decided_by
+            taken = answer.at or None  # when the person decided, not when it is used
             if answer.decision == "deny":
                 why = answer.reason or f"{stopped}; {who} decided it is not made again"
                 await self._resolve(call, "denied", who, why)
-                self._note(decisions, call, "deny", who, why)
+                self._note(decisions, call, "deny", who, why, at=taken)
                 raise TaskDeniedError(why, decided_by=who)
             why = answer.reason or f"{stopped}; {who} decided it did not happen: made again"
             await self._resolve(call, "not_happened", who, why)
-            self._note(decisions, call, "allow", who, why, rule=IN_DOUBT_RULE)
+            self._note(decisions, call, "allow", who, why, rule=IN_DOUBT_RULE, at=taken)
             return False, None
         reconcile = tool.reconcile if self.reconciling else None
         unknown = "the tool has no reconciler"
@@ -690,9 +701,11 @@ class Effects:
         why: str,
         *,
         rule: str | None = None,
+        at: float | None = None,
     ) -> None:
         """Add a decision about ``call`` to ``decisions`` (with its recorded arguments: a
-        question about it is matched with its record by them)."""
+        question about it is matched with its record by them), taken ``at`` (default: now; a
+        decision on record from before this run: when it was taken)."""
         if decisions is None:
             return
         decisions.append(
@@ -702,7 +715,7 @@ class Effects:
                 decided_by=by,
                 reason=why,
                 args=self.recorded_args(call.tool, call.args),
-                at=time.time(),
+                at=time.time() if at is None else at,
                 rule=rule,
                 source=call.source,
             )

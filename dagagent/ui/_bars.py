@@ -16,8 +16,9 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from ..errors import IN_DOUBT_RULE
 from ..graph import PlanGraph
-from ..results import TaskResult, TaskStatus
+from ..results import UNANSWERED, CallDecision, TaskResult, TaskStatus
 from ..store import RunRecord
 from ._labels import fmt_s, short_label
 
@@ -267,23 +268,35 @@ def _approval_spans(
 ) -> list[tuple[float, float]]:
     """When the task waited for a person (Unix times): its questions to a person that a
     resume answered, or that still wait (``people``); and, inside its run, its call's wait
-    for the decisions taken then (a question on the terminal)."""
+    for the answers a person gave then (a question on the terminal: :func:`_asked_then`).
+    A decision a person recorded while the run was paused is dated when they took it,
+    before the resumed task started: its wait is the question's, in ``people``."""
     assert r.started_at is not None
     spans = [(a, b) for a, b in people if b - a > _NOTICEABLE_S]
     if not spans and r.status is TaskStatus.WAITING:  # no history given: since it asked
         asked = [d.at for d in r.decisions or () if d.source == "plan" and d.decision == "wait"]
         if asked and end - min(asked) > _NOTICEABLE_S:
             spans.append((min(asked), end))
-    decided = [
-        d.at
-        for d in r.decisions or ()
-        if d.source == "plan" and d.decision not in ("wait", "redact")
-    ]
+    decided = [d.at for d in r.decisions or () if d.source == "plan" and _asked_then(d)]
     if decided:
         last = min(max(decided), end)
         if last - r.started_at > _NOTICEABLE_S and not any(a <= r.started_at < b for a, b in spans):
             spans.append((r.started_at, last))
     return sorted(spans)
+
+
+def _asked_then(d: CallDecision) -> bool:
+    """Whether decision ``d`` is the answer to a question put to a person while its call
+    waited (an ``ask`` rule's or a limit's, or the run stopped before it came): not what a
+    rule decided by itself (the rule is who decided), nor a redaction, nor what became of a
+    call in doubt (decided while the run was paused, or by its reconciler), nor a call's
+    outcome taken from the record. Those take no person's time, however long the call took
+    to reach them."""
+    return (
+        d.decision in ("allow", "deny", "edit", UNANSWERED)
+        and d.rule != IN_DOUBT_RULE
+        and d.decided_by != d.rule
+    )
 
 
 def _nice_step(span: float) -> float:

@@ -469,6 +469,59 @@ def test_a_resumed_runs_wall_time_says_how_much_was_waiting_for_a_person() -> No
     assert "▒" in timeline_text(view, width=80).splitlines()[2]
 
 
+def test_only_a_persons_answer_during_the_call_is_drawn_as_waiting_for_them() -> None:
+    """Each call reached its policy 10 ms after its task started (a loaded machine): a
+    question answered then waited for a person; a rule's own decision, a call in doubt's
+    resolution, a replay, and a decision a person recorded while the run was paused (dated
+    when they took it; its wait is the question's, to the resume) took no one's time then."""
+    from dagagent.errors import IN_DOUBT_RULE
+    from dagagent.store import ApprovalRecord
+
+    def decided(decision: str, by: str, at: float, rule: str | None = "rule #1") -> CallDecision:
+        return CallDecision(tool="send", decision=decision, decided_by=by, at=at, rule=rule)  # type: ignore[arg-type]
+
+    def ran(tid: str, *decisions: CallDecision) -> TaskResult:
+        task = _done(tid, 102.0, 105.0)
+        task.decisions = list(decisions)
+        return task
+
+    tasks = {
+        "asked": ran("asked", decided("allow", "ask callback 'ask'", 104.0)),
+        "ruled": ran("ruled", decided("allow", "rule #1", 102.01)),
+        "refused": ran("refused", decided("deny", "rule #1", 102.01)),
+        "doubt": ran("doubt", decided("allow", "ann", 102.01, IN_DOUBT_RULE)),
+        "replayed": ran("replayed", decided("replayed", "record", 102.01, None)),
+        "resumed": ran("resumed", decided("allow", "ann", 101.5)),
+    }
+    record = _record(
+        {"tasks": [_tool("a"), *(_tool(t, "a", tool="send") for t in tasks)]},
+        [_done("a", 100.0, 101.0), *tasks.values()],
+        finished_at=105.0,
+    )
+    used = ApprovalRecord(
+        run_id="abcdef012345",
+        task_id="resumed",
+        seq=1,
+        tool="send",
+        asked_at=101.0,
+        state="used",
+        decision="allow",
+        decided_by="ann",
+        decided_at=101.5,
+        used_at=101.8,
+    )
+    bars = {b.task_id: b for b in build_view(record, approvals=[used]).timeline.bars}
+    drawn = {t: bars[t].approvals for t in tasks}
+    assert drawn == {
+        "asked": [(2.0, 4.0)],  # from its start to the answer
+        "ruled": [],
+        "refused": [],
+        "doubt": [],
+        "replayed": [],
+        "resumed": [(1.0, pytest.approx(1.8))],  # from the question to the resume, once
+    }
+
+
 def test_a_map_node_counts_its_elements_and_long_tool_names_fit_their_node() -> None:
     from dagagent.ui._dag import MAX_NODE_W, map_count
 

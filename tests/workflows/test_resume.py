@@ -104,6 +104,42 @@ async def test_a_run_pauses_and_resumes_in_place_with_the_decision(tmp_path: Pat
     assert len(calls) == 4
 
 
+@pytest.mark.parametrize(
+    "approval",
+    [
+        Approval.approve("ok", by="ann"),
+        Approval.deny("no", by="ann"),
+        Approval.edit({"to": "Lyon"}, by="ann"),
+    ],
+    ids=["allow", "deny", "edit"],
+)
+async def test_a_decision_recorded_while_paused_is_dated_when_the_person_took_it(
+    tmp_path: Path, approval: Approval
+) -> None:
+    """The resumed call's record dates its decision when the person took it, not when the
+    resume came to use it: the call took none of their time then (their wait is from the
+    question to the resume, in the store); dated on use, a viewer took the moments between
+    the resumed task's start and its policy for a second wait for a person."""
+    calls: list[str] = []
+    result, store = await _paused(tmp_path, calls)
+    resumed = await dagagent.resume(
+        result.run_id,
+        _tools(calls),
+        store=store,
+        decisions={"mail": approval},
+        interceptors=[_policy()],
+        settings=RunSettings(on_failure="continue"),
+    )
+    mail = resumed.tasks["mail"]
+    decision = (mail.decisions or [])[-1]
+    assert decision.decided_by == "ann"
+    with dagagent.RunStore(store) as s:
+        (used,) = s.approval_history(result.run_id)
+    assert used.state == "used" and used.decided_at is not None and used.used_at is not None
+    assert decision.at == used.decided_at  # not the time the resumed call reached the policy
+    assert mail.started_at is not None and decision.at <= used.used_at <= mail.started_at
+
+
 async def test_a_denied_call_denies_its_task_and_nothing_is_sent(tmp_path: Path) -> None:
     calls: list[str] = []
     result, store = await _paused(tmp_path, calls)

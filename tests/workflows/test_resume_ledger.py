@@ -142,3 +142,36 @@ def test_recorded_calls_count_what_reached_the_tools() -> None:
     ledger = CallLedger(clock=lambda: 100.0)
     ledger.restore(recorded_calls(plan.tasks, results, registry))
     assert ledger.calls("ping") == 2 and ledger.calls("post") == 2
+
+
+async def test_a_call_let_beyond_a_limit_while_paused_is_dated_when_the_person_decided(
+    tmp_path: Path,
+) -> None:
+    """A limit's question answered while the run was paused: the resumed call's decision
+    is dated when the person took it, not when the resume came to use it."""
+    registry = _registry([])
+    store = tmp_path / "runs.db"
+    policy = Policy(
+        [], default="allow", limits=[Limit(tool="post", max_calls=1, action="ask")], ask=ask_later
+    )
+    plan = {
+        "tasks": [
+            {"id": "p1", "tool": "post", "args": {"name": "1"}},
+            {"id": "p2", "tool": "post", "args": {"name": "2"}, "depends_on": ["p1"]},
+        ]
+    }
+    paused = await dagagent.execute(plan, registry, interceptors=[policy], store=store)
+    assert paused.tasks["p2"].status is TaskStatus.WAITING
+    result = await dagagent.resume(
+        paused.run_id,
+        registry,
+        store=store,
+        interceptors=[policy],
+        decisions={"p2": Approval.approve("once more", by="ann")},
+    )
+    assert result.tasks["p2"].status is TaskStatus.SUCCEEDED
+    decision = (result.tasks["p2"].decisions or [])[-1]
+    with dagagent.RunStore(store) as s:
+        (used,) = s.approval_history(paused.run_id)
+    assert (decision.decision, decision.decided_by) == ("allow", "ann")
+    assert decision.at == used.decided_at
