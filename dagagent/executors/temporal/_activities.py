@@ -353,6 +353,8 @@ class Activities:
                 registry,
                 interceptors,
                 answers=answers,
+                # a solve's limits count its calls across its rounds: its messages say so
+                ledger=CallLedger(scope=str(call.get("ledger_scope") or "run")),
                 # keys and records of calls with side effects as a run in one process with
                 # these interceptors has them: what the redaction hides, hidden
                 effects=Effects(

@@ -984,7 +984,7 @@ def _task_result(doc: dict[str, Any], runner: TaskRunner | None = None) -> TaskR
         {
             k: v
             for k, v in doc.items()
-            if k not in ("duration_s", "model_calls", "budget", "in_doubt_calls")
+            if k not in ("duration_s", "model_calls", "budget", "in_doubt_calls", "ledger")
         }
     )
 

@@ -194,6 +194,9 @@ class RunInput:
     #: The tools the run's tasks may use, of the worker's (a sub-solve's: its task's
     #: ``tools``): an agent task is offered those alone; ``None``: all the worker's.
     tools: list[str] | None = None
+    #: What the limits count the calls of (``"run"``, or ``"solve"``: a round's run, whose
+    #: ``ledger`` is the solve's so far), as the workers' messages say it.
+    ledger_scope: str = "run"
     #: A turn of a session: its conversation as data (the earlier turns and their outputs),
     #: which the workers' tools of the turn read (the ``earlier_turn`` tool a session adds);
     #: given to the activities of the tasks in ``conversing`` (an agent task, a call of that
@@ -452,6 +455,9 @@ class RunWorkflow:
     # -- results ---------------------------------------------------------------------------
 
     def _finish(self, r: dict[str, Any]) -> None:
+        keys = self.inp.limited.get(r["task_id"])
+        if keys:  # what the run counted on its limits by then (a solve counts on from it)
+            r["ledger"] = {k: list(self.ledger[k]) for k in keys if k in self.ledger}
         self.results[r["task_id"]] = r
         self.finished.append(r)
         if r["status"] in _OK:
@@ -759,6 +765,8 @@ class RunWorkflow:
                 await lock.acquire()
                 taken.append(lock)
             call["ledger"] = {k: list(self.ledger.get(k) or (0, None)) for k in keys}
+            if self.inp.ledger_scope != "run":
+                call["ledger_scope"] = self.inp.ledger_scope
             try:
                 yield
             except ActivityError as exc:
