@@ -369,6 +369,9 @@ class Activities:
             retry=TaskRetryPolicy(**call["retry"]),
             on_failure=call["on_failure"],
             max_elements=call["max_elements"],
+            # a map's elements at once here: the workflow holds a slot of the run (and of the
+            # task) for each
+            element_concurrency=call.get("element_concurrency"),
             prior=prior,
             llm=model.llm if model is not None else None,
             agent_runner=model.agent_runner if model is not None else None,

@@ -467,6 +467,7 @@ class TemporalExecutor(BaseExecutor):
             limited=facts.limited,
             ledger=_counted_before(runner, self._limits(), facts.limited),
             revised=_revised_of(runner),
+            max_concurrency=runner.max_concurrency,
         )
 
     def _limits(self) -> list[Mapping[str, Any]]:
