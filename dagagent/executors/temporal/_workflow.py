@@ -773,12 +773,10 @@ class RunWorkflow:
         and its chunks together no more than the task's bound. So a map runs as many
         elements at once as in a local run, however it is cut into chunks."""
         size = int(call.pop("size", 1))
+        if task_id not in self.inp.maps:
+            return [(None, self.slots, 1)]
         m, own = self.inp.max_concurrency, self._own_bound(task_id)
-        if (
-            task_id not in self.inp.maps
-            or (m is None and own is None)
-            or not workflow.patched(_ELEMENT_SLOTS)
-        ):
+        if (m is None and own is None) or not workflow.patched(_ELEMENT_SLOTS):
             return [(None, self.slots, 1)]
         width = max(1, min(size, own or DEFAULT_ELEMENT_CONCURRENCY, m or size))
         call["element_concurrency"] = width
