@@ -141,23 +141,51 @@ def _dir_bytes(path: Path) -> tuple[int, int]:
     return len(files), sum(p.stat().st_size for p in files)
 
 
-async def _chain(client: Any, workflow: str) -> list[tuple[int, int]]:
+def _stored(payload: Any) -> tuple[bytes, int]:
+    """A payload of a history: what it is (its bytes: the reference, for a value in the
+    payload store) and the size of the value it stands for."""
+    size = payload.external_payloads[0].size_bytes if payload.external_payloads else None
+    return payload.SerializeToString(deterministic=True), size or payload.ByteSize()
+
+
+async def _chain(client: Any, workflow: str) -> tuple[list[tuple[int, int]], dict[str, Any]]:
     """Each run of ``workflow``, first to last (its continue-as-new chain): the length and
-    size of its history, as the server describes it."""
+    size of its history, as the server describes it; and what the runs started with (the
+    sizes of each run's arguments: its input, then the earlier runs' steps), what that
+    stored (each value once) and the size of the last run's result (every step)."""
     latest = await client.get_workflow_handle(workflow).describe()
     run_id = latest.raw_description.workflow_execution_info.first_run_id
     found = []
+    inputs: list[list[int]] = []
+    values: dict[bytes, int] = {}
+    result = 0
     while run_id:
         handle = client.get_workflow_handle(workflow, run_id=run_id)
         info = (await handle.describe()).raw_description.workflow_execution_info
         found.append((info.history_length, info.history_size_bytes))
-        last = (await handle.fetch_history()).events[-1]
+        events = (await handle.fetch_history()).events
+        started = [
+            _stored(p) for p in events[0].workflow_execution_started_event_attributes.input.payloads
+        ]
+        inputs.append([size for _, size in started])
+        values.update(started)
+        last = events[-1]
+        if last.HasField("workflow_execution_completed_event_attributes"):
+            result = sum(
+                _stored(p)[1]
+                for p in last.workflow_execution_completed_event_attributes.result.payloads
+            )
         run_id = (
             last.workflow_execution_continued_as_new_event_attributes.new_execution_run_id
             if last.HasField("workflow_execution_continued_as_new_event_attributes")
             else None
         )
-    return found
+    carried = {
+        "input_bytes": inputs,
+        "inputs_stored_bytes": sum(values.values()),
+        "steps_bytes": result,
+    }
+    return found, carried
 
 
 def _at_least(path: Path, size: float) -> int:
@@ -213,7 +241,7 @@ async def measure(
         raise SystemExit(f"the solve did not go as scripted: {solution.reason}")
     async with ex.session():
         assert ex.client is not None
-        solve_runs = await _chain(ex.client, solve_workflow_id(solution.solve_id))
+        solve_runs, carried = await _chain(ex.client, solve_workflow_id(solution.solve_id))
         runs = []
         for rnd in solution.rounds:
             assert rnd.run_id is not None
@@ -251,6 +279,12 @@ async def measure(
         "solve_history_bytes": sum(b for _, b in solve_runs),
         "solve_run_events_max": max(e for e, _ in solve_runs),
         "solve_run_bytes_max": max(b for _, b in solve_runs),
+        # what each run of the solve's workflow started with: the sizes of its arguments
+        # (its input, then one per earlier run: that run's steps), the values they stored
+        # (each once), and the size of the last run's result (every step of the solve)
+        "solve_run_input_bytes": carried["input_bytes"],
+        "solve_inputs_stored_bytes": carried["inputs_stored_bytes"],
+        "solve_steps_bytes": carried["steps_bytes"],
         "run_histories": len(runs),
         "run_history_bytes_max": max(b for _, b in runs),
         "run_history_bytes_total": sum(b for _, b in runs),
@@ -396,6 +430,12 @@ def main(argv: list[str] | None = None) -> None:
     if long is not None:
         # a run of the solve's workflow ends at the first round boundary past the limit
         per_round = long["solve_history_events"] / long["rounds"]
+        inputs = long["solve_run_input_bytes"]
+        bound_stored = (
+            long["solve_steps_bytes"]
+            + long["tool_output_chars_total"]
+            + len(inputs) * (inputs[1][0] if len(inputs) > 1 else 0)
+        )
         bound = long["history_events_option"] + 2 * per_round
         targets += [
             (
@@ -411,6 +451,14 @@ def main(argv: list[str] | None = None) -> None:
                 f"largest {long['solve_run_events_max']:,} events, "
                 f"{long['solve_run_bytes_max'] / 1e3:,.0f} kB",
             ),
+            (
+                f"a {long['rounds']}-round solve: continuing as new stores each step and output "
+                "once (what the runs' inputs store is at most the solve's steps, its outputs "
+                "and, for each run, as much as the second run's input)",
+                long["solve_inputs_stored_bytes"] <= bound_stored,
+                f"{long['solve_inputs_stored_bytes'] / 1e6:.1f} MB, at most "
+                f"{bound_stored / 1e6:.1f} MB",
+            ),
         ]
     print()
     print(common.text_table(headers, rows))
@@ -421,6 +469,8 @@ def main(argv: list[str] | None = None) -> None:
         print(common.text_table(headers, _rows(long)))
         print()
         print(_line(long))
+        print()
+        print(_carried_line(long))
     print()
     for what, ok, got in targets:
         print(f"  {'met   ' if ok else 'MISSED'}  {what}: {got}")
@@ -465,6 +515,8 @@ def main(argv: list[str] | None = None) -> None:
             common.markdown_table(headers, _rows(long)),
             "",
             _line(long),
+            "",
+            _carried_line(long),
         ]
     data = {
         "benchmark": "temporal_solve_history",
@@ -517,6 +569,20 @@ def _line(h: dict[str, Any]) -> str:
             f"the payload store holds it {h['conversation_copies_stored']} times."
         )
     return line
+
+
+def _carried_line(h: dict[str, Any]) -> str:
+    inputs = h["solve_run_input_bytes"]
+    return (
+        "What each run of the solve's workflow started with, first to last: its input of "
+        + ", ".join(f"{sizes[0] / 1e3:,.1f}" for sizes in inputs)
+        + " kB, and after it one argument per earlier run, that run's own steps and the "
+        "outputs its rounds added ("
+        + ", ".join(f"{sizes[-1] / 1e3:,.0f}" for sizes in inputs[1:] if len(sizes) > 1)
+        + " kB), passed on by reference. Stored for the runs' inputs, each value once: "
+        f"{h['solve_inputs_stored_bytes'] / 1e6:.2f} MB; the solve's steps (its last run's "
+        f"result): {h['solve_steps_bytes'] / 1e6:.2f} MB."
+    )
 
 
 if __name__ == "__main__":

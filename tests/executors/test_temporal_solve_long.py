@@ -8,6 +8,7 @@ round the driver heard of, the workflow's end).
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import signal
@@ -15,6 +16,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from dataclasses import asdict
 from datetime import timezone
 from functools import partial
 from pathlib import Path
@@ -124,6 +126,49 @@ async def runs_of(ex: TemporalExecutor, workflow: str) -> list[tuple[Any, Any]]:
     return found
 
 
+async def assert_carried_once(ex: TemporalExecutor, workflow: str, chain: list[Any]) -> None:
+    """What each run of ``workflow`` (its ``chain``) started with: its first argument (where
+    the runs before left the solve) stays about the same size however many steps came
+    before, and after it one argument per earlier run, holding that run's own steps and
+    passed on unchanged (the same reference to the same stored value: each step is stored
+    once); together with the last run's own steps, they are every step of the solve, each
+    once, in order."""
+    assert ex.client is not None
+    inputs = [
+        list(history.events[0].workflow_execution_started_event_attributes.input.payloads)
+        for _, history in chain
+    ]
+    for k, payloads in enumerate(inputs):
+        assert len(payloads) == 1 + k  # the input, then one argument per earlier run
+        if k > 1:
+            assert payloads[1:k] == inputs[k - 1][1:]  # passed on as it came
+    sizes = [_stored_size(payloads[0]) for payloads in inputs[1:]]
+    carried = [_stored_size(p) for p in inputs[-1][1:]]
+    # (with every step so far in the input, the last run's would be larger than the second's
+    # by all the steps of the runs between them)
+    assert max(sizes) - min(sizes) < min(carried) / 4, (sizes, carried)
+    runs = await ex.client.data_converter.decode(inputs[-1][1:])
+    firsts = await ex.client.data_converter.decode([payloads[0] for payloads in inputs])
+    for k, run in enumerate(runs):  # each run's own steps: from the round it began with
+        begun = firsts[k]["carried"]["round"] if k else None
+        assert run["steps"][0]["step"] == ("round" if k else "start")
+        assert run["steps"][0].get("round") == begun
+    steps = [step for run in runs for step in run["steps"]]
+    result = await ex.client.get_workflow_handle(workflow).result()
+    assert firsts[-1]["carried"]["round"] == next(
+        s["round"] for s in result[len(steps) :] if s["step"] == "round"
+    )
+    assert result[: len(steps)] == steps
+
+
+def _stored_size(payload: Any) -> int:
+    """The size of the value ``payload`` (in a history) stands for: in the payload store,
+    or inline."""
+    return int(
+        payload.external_payloads[0].size_bytes if payload.external_payloads else payload.ByteSize()
+    )
+
+
 def _at(event: Any) -> float:
     """When the server wrote history ``event`` (seconds since the epoch)."""
     return float(event.event_time.ToDatetime(tzinfo=timezone.utc).timestamp())
@@ -188,7 +233,8 @@ async def test_a_long_solve_continues_as_new_and_is_recorded_as_a_local_one(
     follows it across its runs and hears and records every round and model call once; the
     record equals a local solve's, down to the budget (of model calls) that runs out in a
     later run, where what the earlier runs spent counts; the deadline stays the first run's;
-    each run's history replays."""
+    each run's input stays the same size, its earlier runs' steps stored once; each run's
+    history replays."""
     rounds = 12
     deadline_s = 600.0
     options: dict[str, Any] = {"budget": Budget(model_calls=19), "deadline_s": deadline_s}
@@ -226,6 +272,7 @@ async def test_a_long_solve_continues_as_new_and_is_recorded_as_a_local_one(
     start = next(  # the solve's start, in workflow time: its first workflow task's
         _at(e) for e in chain[0][1].events if e.HasField("workflow_task_started_event_attributes")
     )
+    await assert_carried_once(ex, solve_workflow_id(solution.solve_id), chain)
     for info, history in chain:
         assert info.history_length <= SHORT + ROUND_EVENTS
         await replay(ex, history)
@@ -315,6 +362,7 @@ async def test_the_driver_killed_attach_follows_the_solve_across_continue_as_new
     assert [e.round for e in heard if e.kind == "round.started"] == list(range(1, rounds + 1))
     async with ex.session():
         after = await runs_of(ex, solve_workflow_id(solve_id))
+        await assert_carried_once(ex, solve_workflow_id(solve_id), after)
     assert len(after) > len(before)  # and continued as new again while attach followed it
     for _, history in after:
         await replay(ex, history)
@@ -341,6 +389,89 @@ async def test_the_driver_killed_attach_follows_the_solve_across_continue_as_new
     assert json.loads(result.stdout)["answer"] == f"counted to {rounds + 1}"
     assert record_of(store, solve_id) == recorded
     assert recorded == await local_record(model_server, rounds, tmp_path / "local.db")
+
+
+#: The two runs of a seven-round solve whose workflow continued as new before each run's
+#: steps became an argument of their own (``_CARRIES_RUNS``): the first run's input held
+#: every step and output so far. Made by that version's workflow, every payload inline.
+BEFORE_RUNS = [
+    ROOT / "tests" / "data" / "temporal" / f"solve_continued_before_runs_{k}.json.gz"
+    for k in (1, 2)
+]
+
+
+def _history(path: Path) -> Any:
+    from temporalio.client import WorkflowHistory
+
+    with gzip.open(path, "rt") as f:
+        return WorkflowHistory.from_json("dagagent-solve-before", f.read())
+
+
+def _decoded(payloads: Any) -> list[Any]:
+    """Inline JSON payloads, as the workflow gets them."""
+    return [json.loads(p.data) for p in payloads]
+
+
+@pytest.mark.anyio
+async def test_a_solve_continued_as_new_before_each_run_carried_its_own_steps_replays(
+    tmp_path: Path,
+) -> None:
+    """The histories of a solve that continued as new carrying every step in its input
+    replay on this version (its first run continues as new as it did, one argument), and a
+    run that starts from such an input has the earlier steps under their numbers and the
+    outputs so far, and passes them on as one earlier run's."""
+    from temporalio.worker import Replayer
+    from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+
+    from dagagent.executors.temporal import RunWorkflow
+    from dagagent.executors.temporal._payloads import DirectoryPayloads, data_converter
+    from dagagent.workflows.temporal_solve import SolveWorkflow
+
+    histories = [_history(p) for p in BEFORE_RUNS]
+    replayer = Replayer(
+        workflows=[SolveWorkflow, RunWorkflow],
+        data_converter=data_converter(DirectoryPayloads(tmp_path)),
+        workflow_runner=SandboxedWorkflowRunner(
+            restrictions=SandboxRestrictions.default.with_passthrough_modules("dagagent")
+        ),
+    )
+    for history in histories:
+        await replayer.replay_workflow(history)
+    first, second = (h.events for h in histories)
+    [given] = _decoded(second[0].workflow_execution_started_event_attributes.input.payloads)
+    carried = given["carried"]
+    assert carried["steps"][0]["step"] == "start" and carried["outputs"]
+    workflow = SolveWorkflow(given)
+    assert workflow.steps_since(0)["total"] == len(carried["steps"])
+    assert workflow.steps_since(0)["steps"] == carried["steps"][:50]
+    assert workflow.outputs == carried["outputs"]
+    assert workflow.earlier == [{"steps": carried["steps"], "outputs": carried["outputs"]}]
+    assert workflow.first == len(carried["steps"])
+    [moved] = _decoded(
+        first[-1].workflow_execution_continued_as_new_event_attributes.input.payloads
+    )
+    assert moved == given
+
+
+def test_a_run_continued_as_new_numbers_the_earlier_runs_steps_on() -> None:
+    """A run's earlier runs' arguments, in order: their steps numbered on from 0 (the
+    ``steps`` query answers them), their outputs merged (a later run's output of a task
+    replaces an earlier one's); what the input carries keeps only what the rules need."""
+    from dagagent.workflows.temporal_solve import SolveWorkflow
+    from dagagent.workflows.temporal_solve._workflow import SolveInput
+
+    inp = SolveInput("s1", "g", {}, 9, 1, True, {}, "q", carried={"round": 4, "seq": 7})
+    runs = [
+        {"steps": [{"step": "start"}, {"step": "round", "round": 1}], "outputs": {"a": 1}},
+        {"steps": [{"step": "round", "round": 3}], "outputs": {"a": 2, "b": 3}},
+    ]
+    workflow = SolveWorkflow(asdict(inp), *runs)
+    assert workflow.inp == inp
+    assert workflow.steps_since(0) == {"steps": runs[0]["steps"] + runs[1]["steps"], "total": 3}
+    assert workflow.steps_since(2) == {"steps": runs[1]["steps"], "total": 3}
+    assert workflow.first == 3 and workflow.seq == 7
+    assert workflow.outputs == {"a": 2, "b": 3}
+    assert workflow.earlier == runs
 
 
 @pytest.mark.anyio

@@ -20,12 +20,15 @@ a few events per round, not the conversation.
 **Long solves.** Between two rounds, when the history has passed ``history_events`` (or the
 server suggests it), the workflow continues as new: the next run of the same workflow id
 starts with what the rules between rounds need (the round it begins with, the last round's
-plan and results, the outputs so far, the joiner's feedback, what was spent, the model
-calls' numbering, the deadline as an instant) and every step so far, as its input (by
-reference, in the payload store, when large). Steps keep their numbers across runs, so a
-driver reading them by query from the workflow id (never a run id) goes on where it was;
-the last run's result is every step of the solve. A round's run (a child workflow) is
-never under way when the workflow continues as new.
+plan and results, the joiner's feedback, what was spent, the model calls' numbering, the
+deadline as an instant) as its input, and after it one more argument per run before it:
+that run's own steps and the outputs its rounds added. Each argument is a payload of its
+own (by reference, in the payload store, when large), passed on unchanged by every later
+run: the store, which keeps a value once by its content, holds each step once, however many
+runs carry it (storage grows with the solve, not with its square). Steps keep their numbers
+across runs, so a driver reading them by query from the workflow id (never a run id) goes on
+where it was; the last run's result is every step of the solve. A round's run (a child
+workflow) is never under way when the workflow continues as new.
 **A person's word** waits in the workflow, durably, within the deadline (query
 ``waiting`` says for what): with ``confirm``, each plan waits for an answer (signal
 :data:`PLAN_ANSWER`; a refusal ends the solve ``gave_up``); a round's run that paused (the
@@ -41,7 +44,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 from datetime import timedelta
 from typing import Any, NoReturn
 
@@ -95,6 +98,10 @@ _OK = ("succeeded", "reused")
 #: The change after which a round's run that paused pauses the solve (before it, the joiner
 #: was asked): the workflows started before it replay as they ran.
 _PAUSES = "dagagent-solve-pauses"
+#: The change after which a run continues as new with its own steps (and the outputs its
+#: rounds added) as an argument of their own, after the earlier runs' (``_carry``): the runs
+#: before it carried every step and output so far in their input.
+_CARRIES_RUNS = "dagagent-solve-carries-runs"
 # A model step is bounded by its client's timeouts and retries; Temporal needs a bound too.
 _STEP_BOUND = timedelta(hours=2)
 
@@ -133,8 +140,9 @@ class SolveInput:
     #: The history length at which the workflow continues as new, between two rounds (it
     #: does so too when the server suggests it).
     history_events: int = 10_000
-    #: What the runs of the workflow before this one did, when it continued as new (see
-    #: :meth:`SolveWorkflow._carry`); ``None``: the solve's first run.
+    #: Where the runs of the workflow before this one left the solve, when it continued as
+    #: new (see :meth:`SolveWorkflow._carry`; their steps come as arguments of their own);
+    #: ``None``: the solve's first run.
     carried: dict[str, Any] | None = None
     #: The approval rules every round's run carries to the workers (``TemporalExecutor.
     #: approval``): a call they hold makes its task wait, and the solve waits for decisions
@@ -198,14 +206,36 @@ def _failure_summary(results: list[dict[str, Any]], limit: int = 3) -> str:
     return "; ".join(parts) + (f"; {more} more" if more > 0 else "")
 
 
+def _solve_input(given: SolveInput | dict[str, Any]) -> SolveInput:
+    """The workflow's input as :class:`SolveInput`. Its arguments after the first (the
+    earlier runs', see :meth:`SolveWorkflow._carry`) make Temporal hand every argument over
+    as plain JSON, so the input comes as a dict (its fields, as :func:`dataclasses.asdict`
+    gives them)."""
+    if isinstance(given, SolveInput):
+        return given
+    names = {f.name for f in fields(SolveInput)}
+    return SolveInput(**{k: v for k, v in given.items() if k in names})
+
+
 @workflow.defn(name=SOLVE_WORKFLOW)
 class SolveWorkflow:
     @workflow.init
-    def __init__(self, inp: SolveInput) -> None:
+    def __init__(self, given: SolveInput | dict[str, Any], *earlier: dict[str, Any]) -> None:
         # here, not in run: a query that reaches a run continued as new finds its steps
-        self.inp = inp
+        self.inp = inp = _solve_input(given)
         carried = inp.carried or {}
-        self.steps: list[dict[str, Any]] = list(carried.get("steps") or ())
+        #: What each run before this one carried on: its own steps and the outputs its
+        #: rounds added (``{"steps", "outputs"}``), passed on as they came.
+        self.earlier: list[dict[str, Any]] = list(earlier)
+        if "steps" in carried:  # continued as new before _CARRIES_RUNS: all in the input
+            self.earlier.append({"steps": carried["steps"], "outputs": carried["outputs"]})
+        self.steps: list[dict[str, Any]] = [s for run in self.earlier for s in run["steps"]]
+        self.first = len(self.steps)  # this run's first step
+        #: The outputs of the tasks that succeeded in the rounds so far (by task id).
+        self.outputs: dict[str, Any] = {}
+        for run in self.earlier:
+            self.outputs.update(run["outputs"])
+        self.carried_outputs = dict(self.outputs)  # those of the runs before this one
         #: a turn's (see SolveInput), with its summary once compressed (a run continued as
         #: new starts with the compressed one)
         self.conversation: dict[str, Any] | None = inp.conversation
@@ -279,7 +309,10 @@ class SolveWorkflow:
         return self.steps
 
     @workflow.run
-    async def run(self, inp: SolveInput) -> list[dict[str, Any]]:
+    async def run(
+        self, given: SolveInput | dict[str, Any], *earlier: dict[str, Any]
+    ) -> list[dict[str, Any]]:
+        inp = self.inp
         if inp.deadline_s is not None and inp.carried is None:  # from the solve's start
             self.deadline_at = workflow.now().timestamp() + inp.deadline_s
         try:
@@ -343,7 +376,7 @@ class SolveWorkflow:
             )
             if self.conversation is not None and self.conversation.get("compress"):
                 await self._compress()
-        outputs: dict[str, Any] = carried["outputs"] if carried else {}
+        outputs = self.outputs
         previous: dict[str, Any] | None = carried["previous"] if carried else None
         feedback: str | None = carried["feedback"] if carried else None
         first: int = carried["round"] if carried else 1
@@ -511,20 +544,31 @@ class SolveWorkflow:
         feedback: str | None,
     ) -> NoReturn:
         """Continue as new, to begin with round ``n``, carrying what the rules between
-        rounds need and every step so far (their numbers stay what the driver knows)."""
-        carried = {
+        rounds need, then the earlier runs' arguments as they came and this run's own: its
+        steps (their numbers stay what the driver knows) and the outputs its rounds added.
+        Each run's argument is the same payload in every later run, stored once."""
+        carried: dict[str, Any] = {
             "round": n,
-            "outputs": outputs,
             "previous": previous,
             "feedback": feedback,
-            "steps": self.steps,
             "seq": self.seq,
             "deadline_at": self.deadline_at,
             "kept": self.kept,
             "spent": self.spent,
             "ledger": self.ledger,
         }
-        workflow.continue_as_new(replace(self.inp, carried=carried, conversation=self.conversation))
+        if not workflow.patched(_CARRIES_RUNS):  # as the run carried on when it ran
+            carried.update(outputs=outputs, steps=self.steps)
+            workflow.continue_as_new(
+                replace(self.inp, carried=carried, conversation=self.conversation)
+            )
+        before = self.carried_outputs
+        own = {
+            "steps": self.steps[self.first :],
+            "outputs": {k: v for k, v in outputs.items() if k not in before or before[k] != v},
+        }
+        inp = replace(self.inp, carried=carried, conversation=self.conversation)
+        workflow.continue_as_new(args=[inp, *self.earlier, own])
 
     async def _run_round(
         self, n: int, run_id: str, run_input: RunInput
