@@ -1421,3 +1421,57 @@ def test_a_policy_s_limit_counts_the_calls_of_the_whole_solve_as_locally(
     assert b_status == "denied"
     assert "at most 1 time in a solve" in (b_error or ""), b_error
     assert anyio.run(replay_solve, executor(workers), solves["temporal"]) > 0
+
+
+def _metered_plan(where: Path, name: str, calls: list[str], note: str) -> dict[str, Any]:
+    tasks: list[dict[str, Any]] = [
+        {"id": c, "tool": "metered", "args": {"name": name, "where": str(where)}} for c in calls
+    ]
+    tasks.append({"id": f"note_{note}", "tool": "echo", "args": {"value": note}})
+    return {"goal": "g", "tasks": tasks}
+
+
+def test_a_tool_s_max_calls_counts_the_calls_of_the_whole_solve_as_locally(
+    own_workers: Workers, model_server: LLMTestServer, tmp_path: Path
+) -> None:
+    """A tool that may be called twice (``max_calls=2``), called twice in round 1 and once
+    in round 2: round 2's call fails its task with ``ToolLimitError``, on Temporal as in the
+    local solve, with the same message (counted across the solve); the tool ran twice."""
+    from .temporal_fixtures import EXTRA
+
+    own_workers.start(1, tools=EXTRA)
+    decisions = [
+        {"action": "replan", "feedback": "once more"},
+        {"action": "finish", "answer": "done", "cites": []},
+    ]
+    outcomes = {}
+    for where, more in (
+        ("local", []),
+        ("temporal", [
+            "--executor", "temporal", "--temporal-address", own_workers.address,
+            "--task-queue", own_workers.queue, "--payload-store", str(own_workers.payloads),
+        ]),
+    ):  # fmt: skip
+        model_server.responder = Model(
+            [
+                _metered_plan(tmp_path, where, ["m1", "m2"], "one"),
+                _metered_plan(tmp_path, where, ["m3"], "two"),
+            ],
+            list(decisions),
+        )
+        store = tmp_path / f"{where}.db"
+        args = ask_args(model_server, store, "--on-failure", "continue", *more)
+        args[args.index(TOOLS)] = EXTRA
+        result = CliRunner().invoke(dagagent.cli.app, args, env={"OPENAI_API_KEY": WORKER_KEY})
+        assert "Traceback" not in result.output
+        assert result.exit_code == 0, result.output
+        doc = json.loads(result.stdout)
+        with dagagent.RunStore(store) as runs:
+            second = runs.get_run(doc["rounds"][1]["run_id"])
+        m3 = second.tasks["m3"]
+        outcomes[where] = (doc["status"], m3.status.value, m3.error_type, m3.error)
+        assert len((tmp_path / f"{where}.calls").read_text().split()) == 2
+    assert outcomes["temporal"] == outcomes["local"]
+    status, m3_status, error_type, error = outcomes["temporal"]
+    assert (status, m3_status, error_type) == ("answered", "failed", "ToolLimitError")
+    assert "may be called at most 2 times in a solve" in (error or ""), error
