@@ -31,6 +31,10 @@ os.environ.setdefault("DAGAGENT_DEMO_LATENCY", "0")
 # command's environment instead (tests/cli_shell.py gives 200), as in a serial run.
 for _name in ("COLUMNS", "LINES"):
     os.environ.pop(_name, None)
+# A Temporal Cloud key in the developer's environment would turn TLS on for every command and
+# worker the tests start against the plain local development server: the tests that want a key
+# give one themselves.
+os.environ.pop("TEMPORAL_API_KEY", None)
 
 # The tests stop dagagent processes with Ctrl-C (SIGINT). Where the suite itself runs with
 # SIGINT ignored (started in the background by a shell without job control), every process it

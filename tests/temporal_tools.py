@@ -215,3 +215,32 @@ def metered(name: str, where: str, i: int = 0) -> int:
 def rested(n: int) -> int:
     """n, at most once an hour."""
     return n
+
+
+@extra.tool
+def crowd(name: str, where: str, i: int, n: int, bound: int) -> int:
+    """Element ``i`` of ``n`` of a map meant to run ``bound`` at once: marks itself in
+    (``<where>/<name>.<i>.in``) and appends how many are in now to ``<where>/<name>.seen``;
+    goes once ``bound`` more have come in after it (so more than ``bound`` at once, if the
+    map lets them, all come in together) or once ``<where>/<name>.go`` exists; i."""
+    here = Path(where)
+    mark = here / f"{name}.{i}.in"
+    mark.touch()
+    with open(here / f"{name}.seen", "a") as out:
+        out.write(f"{len(list(here.glob(f'{name}.*.in')))}\n")
+    (here / f"{name}.{i}.came").touch()
+    go = here / f"{name}.go"
+    while not go.exists() and len(list(here.glob(f"{name}.*.came"))) < min(n, i + bound + 1):
+        time.sleep(0.01)  # the tool's own wait (it stands for a long call)
+    mark.unlink()
+    return i
+
+
+def crowded(where: Path, name: str) -> int:
+    """How many elements of ``crowd(name)`` are in it now."""
+    return len(list(where.glob(f"{name}.*.in")))
+
+
+def let_go(where: Path, name: str) -> None:
+    """Let the elements of ``crowd(name)`` go without waiting for more."""
+    (where / f"{name}.go").touch()

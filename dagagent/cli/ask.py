@@ -18,6 +18,7 @@ the solve); 8 the deadline passed; 9 the budget ran out before an answer; 130 in
 from __future__ import annotations
 
 import shlex
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -76,11 +77,17 @@ from .options import (
     SubSolvesOpt,
     TaskQueueOpt,
     TemporalAddressOpt,
+    TemporalApiKeyOpt,
     TemporalNamespaceOpt,
+    TemporalTlsCaOpt,
+    TemporalTlsCertOpt,
+    TemporalTlsKeyOpt,
+    TemporalTlsOpt,
     TimeoutOpt,
     ToolsOpt,
     discovery_of,
     temporal_options,
+    temporal_security,
 )
 from .otel import configure_otel
 from .recording import recorded_tools_spec, tools_context
@@ -111,8 +118,10 @@ def temporal_executor(
     namespace: str | None,
     task_queue: str | None,
     payloads: Path | None,
+    security: Mapping[str, Any] | None = None,
 ) -> Any:
-    """The executor ``--executor`` names, the Temporal one made with its options; a
+    """The executor ``--executor`` names, the Temporal one made with its options (and
+    ``security``'s ``tls`` and ``api_key``, see :func:`~.options.temporal_security`); a
     :class:`ConfigError` for a Temporal option without ``--executor temporal``."""
     given = temporal_options(address, namespace, task_queue, payloads)
     if executor != "temporal":
@@ -127,7 +136,7 @@ def temporal_executor(
         return executor
     from ..executors import get_executor
 
-    return get_executor("temporal", **given)
+    return get_executor("temporal", **given, **(security or {}))
 
 
 def solve_interrupted(progress: AskProgress, store: Path | None) -> str:
@@ -384,6 +393,7 @@ def report_solution(solution: Solution, path: Path) -> None:
 @app.command("ask")
 @guard
 def ask_cmd(
+    ctx: typer.Context,
     goal: str = typer.Argument(..., help="The question or goal to answer.", metavar="GOAL"),
     tools: ToolsOpt = None,
     mcp: McpOpt = None,
@@ -443,6 +453,11 @@ def ask_cmd(
     task_queue: TaskQueueOpt = None,
     temporal_namespace: TemporalNamespaceOpt = None,
     payload_store: PayloadStoreOpt = None,
+    temporal_api_key: TemporalApiKeyOpt = None,
+    temporal_tls: TemporalTlsOpt = None,
+    temporal_tls_cert: TemporalTlsCertOpt = None,
+    temporal_tls_key: TemporalTlsKeyOpt = None,
+    temporal_tls_ca: TemporalTlsCaOpt = None,
 ) -> None:
     """Answer GOAL: plan with the model, run the plan, let the model answer from the results
     or plan again (reusing every success), for at most --max-rounds rounds. Progress on
@@ -468,7 +483,12 @@ def ask_cmd(
     if otel:
         configure_otel()
     run_executor: Any = temporal_executor(
-        executor, temporal_address, temporal_namespace, task_queue, payload_store
+        executor,
+        temporal_address,
+        temporal_namespace,
+        task_queue,
+        payload_store,
+        temporal_security(ctx, temporal=executor == "temporal"),
     )
     if not goal.strip():
         raise ConfigError("the goal is empty: say what the answer should be about")
@@ -612,6 +632,7 @@ def ask_cmd(
 @app.command("attach")
 @guard
 def attach_cmd(
+    ctx: typer.Context,
     solve: str = typer.Argument(
         ..., help="The solve's id (as 'dagagent ask' printed it).", metavar="SOLVE"
     ),
@@ -624,6 +645,11 @@ def attach_cmd(
     task_queue: TaskQueueOpt = None,
     temporal_namespace: TemporalNamespaceOpt = None,
     payload_store: PayloadStoreOpt = None,
+    temporal_api_key: TemporalApiKeyOpt = None,
+    temporal_tls: TemporalTlsOpt = None,
+    temporal_tls_cert: TemporalTlsCertOpt = None,
+    temporal_tls_key: TemporalTlsKeyOpt = None,
+    temporal_tls_ca: TemporalTlsCaOpt = None,
 ) -> None:
     """Follow solve SOLVE on Temporal (started by 'ask --executor temporal' whose process is
     gone) to its end, and record what its record lacks: its rounds, runs, model calls and
@@ -635,11 +661,18 @@ def attach_cmd(
     from ..store import RunStore, default_store_path
 
     price_table = BudgetOptions(None, None, None, None, prices).prices()
+    security = temporal_security(ctx, temporal=True)  # its files read, before anything
     path = default_store_path(store)
     with RunStore(path) as run_store:
         solve_id = run_store.resolve_solve(solve) or solve
         executor = solve_executor(
-            run_store, solve_id, temporal_address, temporal_namespace, task_queue, payload_store
+            run_store,
+            solve_id,
+            temporal_address,
+            temporal_namespace,
+            task_queue,
+            payload_store,
+            security,
         )
         code = attach_and_report(solve_id, executor, run_store, json_out, price_table)
     raise typer.Exit(code)
@@ -652,9 +685,11 @@ def solve_executor(
     namespace: str | None,
     task_queue: str | None,
     payloads: Path | None,
+    security: Mapping[str, Any] | None = None,
 ) -> Any:
     """The Temporal executor of solve ``solve_id``: on the server its record names (``ask``
-    keeps it with the solve's options), the options given winning over it."""
+    keeps it with the solve's options), the options given winning over it (and
+    ``security``'s ``tls`` and ``api_key``, which are never recorded)."""
     from ..errors import StoreError
     from ..workflows.resume import resumed_executor
 
@@ -665,7 +700,10 @@ def solve_executor(
         options = {}
     recorded = options.get("temporal")
     return resumed_executor(
-        "temporal", {"temporal": recorded} if isinstance(recorded, dict) else {}, **given
+        "temporal",
+        {"temporal": recorded} if isinstance(recorded, dict) else {},
+        **given,
+        **(security or {}),
     )
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import os
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, cast
 
@@ -209,6 +209,60 @@ PayloadStoreOpt = Annotated[
         "the workflow's history "
         "go (a directory every worker and the driver share). Default: "
         "~/.cache/dagagent/payloads ($DAGAGENT_PAYLOADS).",
+    ),
+]
+#: The environment variable ``--temporal-api-key`` is read from when not given.
+TEMPORAL_API_KEY_ENV = "TEMPORAL_API_KEY"
+TemporalApiKeyOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--temporal-api-key",
+        envvar=TEMPORAL_API_KEY_ENV,
+        show_envvar=True,
+        show_default=False,
+        metavar="KEY",
+        help="With --executor temporal (and for dagagent worker): the API key of the Temporal "
+        "server (Temporal Cloud), sent as a bearer token, with TLS. Default: "
+        f"${TEMPORAL_API_KEY_ENV}; keep it there (a key on the command line is visible to "
+        "the machine's other users). Never shown, logged or recorded.",
+    ),
+]
+TemporalTlsOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--temporal-tls/--no-temporal-tls",
+        show_default=False,
+        help="With --executor temporal (and for dagagent worker): reach the Temporal server "
+        "over TLS, checking its certificate against the system's root certificates (or "
+        "--temporal-tls-ca). Default: TLS when there is an API key, else none.",
+    ),
+]
+TemporalTlsCertOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--temporal-tls-cert",
+        metavar="FILE",
+        help="With --executor temporal (and for dagagent worker): the client certificate "
+        "(PEM) for mutual TLS, with --temporal-tls-key. Implies --temporal-tls.",
+    ),
+]
+TemporalTlsKeyOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--temporal-tls-key",
+        metavar="FILE",
+        help="With --executor temporal (and for dagagent worker): the private key (PEM) of "
+        "--temporal-tls-cert. Implies --temporal-tls.",
+    ),
+]
+TemporalTlsCaOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--temporal-tls-ca",
+        metavar="FILE",
+        help="With --executor temporal (and for dagagent worker): the CA certificate (PEM) the "
+        "server's certificate is checked against, instead of the system's. Implies "
+        "--temporal-tls.",
     ),
 ]
 OnFailureOpt = Annotated[
@@ -679,6 +733,8 @@ class RunOptions:
     temporal_namespace: str | None = None
     payload_store: Path | None = None
     no_wait: bool = False
+    #: ``tls`` and ``api_key`` of the Temporal executor (see :func:`temporal_security`).
+    security: dict[str, Any] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         for given, option in (
@@ -717,6 +773,8 @@ class RunOptions:
             if name in params:
                 value = params[name]
                 given[f.name] = tuple(value or ()) if f.name in _REPEATABLE else value
+        on = {**given, **overrides}.get("executor") == "temporal"
+        given["security"] = temporal_security(ctx, temporal=on)
         return cls(**{**given, **overrides})
 
     @functools.cached_property
@@ -757,6 +815,7 @@ class RunOptions:
                     self.task_queue,
                     self.payload_store,
                 ),
+                **self.security,
             )
         return RunSettings(
             executor=executor,
@@ -796,6 +855,73 @@ class RunOptions:
             **self.agent_runner(),
             "approval": self.rules.context(),
         }
+
+
+#: The parameters of the options that say how the Temporal server is reached securely.
+_SECURITY = {
+    "temporal_tls": "--temporal-tls",
+    "temporal_tls_cert": "--temporal-tls-cert",
+    "temporal_tls_key": "--temporal-tls-key",
+    "temporal_tls_ca": "--temporal-tls-ca",
+    "temporal_api_key": "--temporal-api-key",
+}
+
+
+def temporal_security(ctx: typer.Context, *, temporal: bool) -> dict[str, Any]:
+    """The Temporal executor's (or worker's) ``tls`` and ``api_key`` from the command's
+    ``--temporal-tls*`` and ``--temporal-api-key`` (or ``$TEMPORAL_API_KEY``), those given;
+    the certificate files read now. ``temporal``: whether the command runs on Temporal;
+    if not, an option given on the command line is a :class:`ConfigError` (a key in the
+    environment is not). A file that cannot be read, or a certificate without its key, is
+    a :class:`ConfigError` naming the option and the file. The key is never in a message."""
+    params = ctx.params
+    if not temporal:
+        for name, option in _SECURITY.items():
+            source = getattr(ctx.get_parameter_source(name), "name", None)
+            if params.get(name) is not None and (
+                name != "temporal_api_key" or source == "COMMANDLINE"
+            ):
+                raise ConfigError(f"{option} needs --executor temporal")
+        return {}
+    found: dict[str, Any] = {}
+    api_key = params.get("temporal_api_key")
+    if isinstance(api_key, str) and api_key.strip():
+        found["api_key"] = api_key.strip()
+    pem: dict[str, bytes] = {}
+    for name, attr in (
+        ("temporal_tls_cert", "client_cert"),
+        ("temporal_tls_key", "client_private_key"),
+        ("temporal_tls_ca", "server_root_ca_cert"),
+    ):
+        path = params.get(name)
+        if path is None:
+            continue
+        try:
+            pem[attr] = Path(path).expanduser().read_bytes()
+        except OSError as exc:
+            why = exc.strerror or type(exc).__name__
+            raise ConfigError(f"{_SECURITY[name]}: cannot read {path}: {why}") from None
+    if ("client_cert" in pem) != ("client_private_key" in pem):
+        raise ConfigError(
+            "--temporal-tls-cert and --temporal-tls-key go together: a client certificate "
+            "needs its private key (mutual TLS)"
+        )
+    if pem and params.get("temporal_tls") is False:
+        raise ConfigError(
+            "--no-temporal-tls goes against --temporal-tls-cert, --temporal-tls-key and "
+            "--temporal-tls-ca, which are for TLS"
+        )
+    if pem:
+        from temporalio.service import TLSConfig
+
+        found["tls"] = TLSConfig(
+            server_root_ca_cert=pem.get("server_root_ca_cert"),
+            client_cert=pem.get("client_cert"),
+            client_private_key=pem.get("client_private_key"),
+        )
+    elif params.get("temporal_tls") is not None:
+        found["tls"] = bool(params["temporal_tls"])
+    return found
 
 
 def temporal_options(

@@ -72,11 +72,17 @@ from .options import (
     SubSolvesOpt,
     TaskQueueOpt,
     TemporalAddressOpt,
+    TemporalApiKeyOpt,
     TemporalNamespaceOpt,
+    TemporalTlsCaOpt,
+    TemporalTlsCertOpt,
+    TemporalTlsKeyOpt,
+    TemporalTlsOpt,
     TimeoutOpt,
     ToolsOpt,
     TurnDeadlineOpt,
     discovery_of,
+    temporal_security,
 )
 from .rules import ApprovalRules
 
@@ -232,6 +238,7 @@ async def _resume_last(
 @app.command("chat")
 @guard
 def chat_cmd(
+    ctx: typer.Context,
     session: str = typer.Option(
         ...,
         "--session",
@@ -276,6 +283,11 @@ def chat_cmd(
     task_queue: TaskQueueOpt = None,
     temporal_namespace: TemporalNamespaceOpt = None,
     payload_store: PayloadStoreOpt = None,
+    temporal_api_key: TemporalApiKeyOpt = None,
+    temporal_tls: TemporalTlsOpt = None,
+    temporal_tls_cert: TemporalTlsCertOpt = None,
+    temporal_tls_key: TemporalTlsKeyOpt = None,
+    temporal_tls_ca: TemporalTlsCaOpt = None,
 ) -> None:
     """Talk with the tools: each line of stdin is the next question of the conversation
     --session NAME, answered by a solve that sees the earlier turns (and may reuse their
@@ -304,7 +316,12 @@ def chat_cmd(
 
     check_session_name(session)
     run_executor = temporal_executor(
-        executor, temporal_address, temporal_namespace, task_queue, payload_store
+        executor,
+        temporal_address,
+        temporal_namespace,
+        task_queue,
+        payload_store,
+        temporal_security(ctx, temporal=executor == "temporal"),
     )
     # The deadline is each turn's: streamed answers are bounded by it, as in 'ask'.
     choice = ModelChoice(model, base_url, timeout, max_tokens, deadline, None)

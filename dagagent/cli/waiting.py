@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -41,9 +42,15 @@ from .options import (
     StreamTimeoutOpt,
     TaskQueueOpt,
     TemporalAddressOpt,
+    TemporalApiKeyOpt,
     TemporalNamespaceOpt,
+    TemporalTlsCaOpt,
+    TemporalTlsCertOpt,
+    TemporalTlsKeyOpt,
+    TemporalTlsOpt,
     ToolsOpt,
     temporal_options,
+    temporal_security,
 )
 from .replan import registry_for
 from .rules import recorded_rules
@@ -466,6 +473,7 @@ def _read_output(text: str) -> Any:
 @app.command("resume")
 @guard
 def resume_cmd(
+    ctx: typer.Context,
     run: str = RunId,
     tools: ToolsOpt = None,
     mcp: McpOpt = None,
@@ -483,6 +491,11 @@ def resume_cmd(
     task_queue: TaskQueueOpt = None,
     temporal_namespace: TemporalNamespaceOpt = None,
     payload_store: PayloadStoreOpt = None,
+    temporal_api_key: TemporalApiKeyOpt = None,
+    temporal_tls: TemporalTlsOpt = None,
+    temporal_tls_cert: TemporalTlsCertOpt = None,
+    temporal_tls_key: TemporalTlsKeyOpt = None,
+    temporal_tls_ca: TemporalTlsCaOpt = None,
     no_wait: NoWaitOpt = False,
     in_doubt: str = typer.Option(
         "ask",
@@ -541,6 +554,7 @@ def resume_cmd(
                 st, run, tools, mcp, model, base_url, stream_timeout, executor, no_wait,
                 json_out, price_table, skills, planner_prompt, examples,
                 (temporal_address, temporal_namespace, task_queue, payload_store),
+                temporal_security(ctx, temporal=True),
             )  # fmt: skip
             raise typer.Exit(code) from None
         solve = st.solve_of_run(record.run_id)
@@ -550,6 +564,7 @@ def resume_cmd(
                 st, record.run_id, tools, mcp, model, base_url, stream_timeout, executor,
                 no_wait, json_out, price_table, skills, planner_prompt, examples,
                 (temporal_address, temporal_namespace, task_queue, payload_store),
+                temporal_security(ctx, temporal=True),
             )  # fmt: skip
             raise typer.Exit(code)
         if planner_prompt is not None or examples is not None:
@@ -575,7 +590,8 @@ def resume_cmd(
         _, _, registry = registry_for(record, tools, mcp, skills)
         rules = recorded_rules(record)
         graph = validate(record.plan, registry)
-        going_on = resumed_executor(chosen, record.context, **given)
+        security = temporal_security(ctx, temporal=chosen == "temporal")
+        going_on = resumed_executor(chosen, record.context, **given, **security)
         interceptors = rules_to_workers(
             going_on,
             rules,
@@ -659,6 +675,7 @@ def _resume_solve(
     planner_prompt: Path | None = None,
     examples: Path | None = None,
     temporal: tuple[Any, Any, Any, Any] | None = None,
+    security: Mapping[str, Any] | None = None,
 ) -> int:
     """``resume`` of a paused solve: its round's run goes on with the tools and approval
     rules it was recorded with, then the joiner and the rounds after it; progress on stderr,
@@ -666,7 +683,8 @@ def _resume_solve(
     are costed at ``prices`` (``--prices``). Its later rounds plan with the planner of one's
     own it was recorded with, or the one ``planner_prompt`` and ``examples`` make (then
     recorded in its place). A solve on Temporal goes on there, as ``attach`` does
-    (``temporal``: the server options given). The exit code."""
+    (``temporal``: the server options given; ``security``: how it is reached, see
+    :func:`~.options.temporal_security`). The exit code."""
     import asyncio
 
     from ..approval import Policy
@@ -689,7 +707,8 @@ def _resume_solve(
         # its workflow waits on the server: the decisions on record go to it there
         from .ask import attach_and_report, solve_executor
 
-        going_on = solve_executor(st, solve.solve_id, *(temporal or (None,) * 4))
+        address, namespace, queue, payloads = temporal or (None, None, None, None)
+        going_on = solve_executor(st, solve.solve_id, address, namespace, queue, payloads, security)
         return attach_and_report(solve.solve_id, going_on, st, json_out, prices)
     record = _a_run_of(st, solve)
     if record is None:

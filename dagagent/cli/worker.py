@@ -13,9 +13,15 @@ from .options import (
     PayloadStoreOpt,
     TaskQueueOpt,
     TemporalAddressOpt,
+    TemporalApiKeyOpt,
     TemporalNamespaceOpt,
+    TemporalTlsCaOpt,
+    TemporalTlsCertOpt,
+    TemporalTlsKeyOpt,
+    TemporalTlsOpt,
     ToolsOpt,
     temporal_options,
+    temporal_security,
 )
 from .signals import run_stoppable
 from .tools import load_tools
@@ -29,12 +35,18 @@ __all__: list[str] = []
 @app.command("worker")
 @guard
 def worker_cmd(
+    ctx: typer.Context,
     tools: ToolsOpt = None,
     mcp: McpOpt = None,
     temporal_address: TemporalAddressOpt = None,
     task_queue: TaskQueueOpt = None,
     temporal_namespace: TemporalNamespaceOpt = None,
     payload_store: PayloadStoreOpt = None,
+    temporal_api_key: TemporalApiKeyOpt = None,
+    temporal_tls: TemporalTlsOpt = None,
+    temporal_tls_cert: TemporalTlsCertOpt = None,
+    temporal_tls_key: TemporalTlsKeyOpt = None,
+    temporal_tls_ca: TemporalTlsCaOpt = None,
     interceptors_spec: str | None = typer.Option(
         None,
         "--interceptors",
@@ -71,6 +83,7 @@ def worker_cmd(
         err.print(f"{line} (Ctrl-C stops it)", markup=False, highlight=False)
 
     options = temporal_options(temporal_address, temporal_namespace, task_queue, payload_store)
+    options.update(temporal_security(ctx, temporal=True))
 
     async def main() -> None:
         await serve(

@@ -577,11 +577,11 @@ async def test_what_a_solve_on_temporal_cannot_take_is_refused_before_anything_r
                 settings=on_temporal,
                 interceptors=[dagagent.Policy([])],
             )
-        limited = tmp_path / "limits.json"
-        limited.write_text(json.dumps({"rules": [], "limits": [{"tool": "add", "max_calls": 1}]}))
-        with pytest.raises(ConfigError, match="its limits count a run's calls together"):
+        wrong = tmp_path / "wrong.json"
+        wrong.write_text(json.dumps({"rules": [], "limits": [{"tool": "add"}]}))
+        with pytest.raises(ConfigError, match="a limit needs max_calls, cooldown_s or both"):
             await dagagent.solve(
-                "g", temporal_tools.registry, llm, settings=on_temporal, policy=limited
+                "g", temporal_tools.registry, llm, settings=on_temporal, policy=wrong
             )
     with pytest.raises(ConfigError, match="needs a model its workers can build"):
         await dagagent.solve(
@@ -1446,3 +1446,116 @@ async def test_agent_tasks_spend_the_solve_budget_on_the_workers_as_locally(
     assert think_status == "failed" and "refused" in (think_error or "")
     assert calls == [("planner", "answered"), ("agent", "refused"), ("joiner", "answered")]
     assert agent_calls == 0  # refused: nothing sent
+
+
+LIMITED_1 = {"goal": "g", "tasks": [{"id": "a", "tool": "add", "args": {"a": 1, "b": 2}}]}
+LIMITED_2 = {
+    "goal": "g",
+    "tasks": [
+        {"id": "b", "tool": "add", "args": {"a": 2, "b": 3}},
+        {"id": "d", "tool": "double", "args": {"x": 3}},
+    ],
+}
+
+
+def test_a_policy_s_limit_counts_the_calls_of_the_whole_solve_as_locally(
+    workers: Workers, model_server: LLMTestServer, tmp_path: Path
+) -> None:
+    """``ask --policy FILE`` whose limit lets ``add`` be called once: round 1's run uses it
+    up, so round 2's call of ``add`` is denied by the limit, on Temporal as in a local solve
+    (the same outcome, the same message: counted across the solve), and the joiner answers
+    from what round 2 had. The solve's history replays."""
+    rules = tmp_path / "rules.json"
+    rules.write_text(
+        json.dumps({"default": "allow", "rules": [], "limits": [{"tool": "add", "max_calls": 1}]})
+    )
+    decisions = [
+        {"action": "replan", "feedback": "add 2 and 3 too"},
+        {"action": "finish", "answer": "6", "cites": ["d"]},
+    ]
+    outcomes = {}
+    solves = {}
+    for where, more in (("local", []), ("temporal", on_temporal(workers))):
+        store = tmp_path / f"{where}.db"
+        model_server.responder = Model([LIMITED_1, LIMITED_2], list(decisions))
+        result = CliRunner().invoke(
+            dagagent.cli.app,
+            ask_args(model_server, store, "--on-failure", "continue", "--policy", str(rules))
+            + more,
+            env={"OPENAI_API_KEY": WORKER_KEY},
+        )
+        assert "Traceback" not in result.output
+        assert result.exit_code == 0, result.output
+        doc = json.loads(result.stdout)
+        solves[where] = doc["solve_id"]
+        with dagagent.RunStore(store) as runs:
+            first, second = (runs.get_run(r["run_id"]) for r in doc["rounds"])
+        outcomes[where] = (
+            doc["status"],
+            doc["answer"],
+            {t: (r.status.value, r.error) for t, r in first.tasks.items()},
+            {t: (r.status.value, r.error) for t, r in second.tasks.items()},
+        )
+    assert outcomes["temporal"] == outcomes["local"]
+    status, answer, first_tasks, second_tasks = outcomes["temporal"]
+    assert (status, answer) == ("answered", "6")
+    assert first_tasks == {"a": ("succeeded", None)}
+    assert second_tasks["d"] == ("succeeded", None)
+    b_status, b_error = second_tasks["b"]
+    assert b_status == "denied"
+    assert "at most 1 time in a solve" in (b_error or ""), b_error
+    assert anyio.run(replay_solve, executor(workers), solves["temporal"]) > 0
+
+
+def _metered_plan(where: Path, name: str, calls: list[str], note: str) -> dict[str, Any]:
+    tasks: list[dict[str, Any]] = [
+        {"id": c, "tool": "metered", "args": {"name": name, "where": str(where)}} for c in calls
+    ]
+    tasks.append({"id": f"note_{note}", "tool": "echo", "args": {"value": note}})
+    return {"goal": "g", "tasks": tasks}
+
+
+def test_a_tool_s_max_calls_counts_the_calls_of_the_whole_solve_as_locally(
+    own_workers: Workers, model_server: LLMTestServer, tmp_path: Path
+) -> None:
+    """A tool that may be called twice (``max_calls=2``), called twice in round 1 and once
+    in round 2: round 2's call fails its task with ``ToolLimitError``, on Temporal as in the
+    local solve, with the same message (counted across the solve); the tool ran twice."""
+    from .temporal_fixtures import EXTRA
+
+    own_workers.start(1, tools=EXTRA)
+    decisions = [
+        {"action": "replan", "feedback": "once more"},
+        {"action": "finish", "answer": "done", "cites": []},
+    ]
+    outcomes = {}
+    for where, more in (
+        ("local", []),
+        ("temporal", [
+            "--executor", "temporal", "--temporal-address", own_workers.address,
+            "--task-queue", own_workers.queue, "--payload-store", str(own_workers.payloads),
+        ]),
+    ):  # fmt: skip
+        model_server.responder = Model(
+            [
+                _metered_plan(tmp_path, where, ["m1", "m2"], "one"),
+                _metered_plan(tmp_path, where, ["m3"], "two"),
+            ],
+            list(decisions),
+        )
+        store = tmp_path / f"{where}.db"
+        args = ask_args(model_server, store, "--on-failure", "continue", *more)
+        args[args.index(TOOLS)] = EXTRA
+        result = CliRunner().invoke(dagagent.cli.app, args, env={"OPENAI_API_KEY": WORKER_KEY})
+        assert "Traceback" not in result.output
+        assert result.exit_code == 0, result.output
+        doc = json.loads(result.stdout)
+        with dagagent.RunStore(store) as runs:
+            second = runs.get_run(doc["rounds"][1]["run_id"])
+        m3 = second.tasks["m3"]
+        outcomes[where] = (doc["status"], m3.status.value, m3.error_type, m3.error)
+        assert len((tmp_path / f"{where}.calls").read_text().split()) == 2
+    assert outcomes["temporal"] == outcomes["local"]
+    status, m3_status, error_type, error = outcomes["temporal"]
+    assert (status, m3_status, error_type) == ("answered", "failed", "ToolLimitError")
+    assert "may be called at most 2 times in a solve" in (error or ""), error

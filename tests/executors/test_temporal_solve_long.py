@@ -20,7 +20,7 @@ from dataclasses import asdict
 from datetime import timezone
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 import pytest
@@ -201,7 +201,11 @@ def record_of(store: Path, solve_id: str) -> dict[str, Any]:
 
 
 async def local_record(
-    model_server: LLMTestServer, rounds: int, store: Path, **options: Any
+    model_server: LLMTestServer,
+    rounds: int,
+    store: Path,
+    on_failure: Literal["cancel", "continue"] = "cancel",
+    **options: Any,
 ) -> dict[str, Any]:
     """The record of the same script solved locally (with ``dagagent.solve``'s
     ``options``)."""
@@ -211,7 +215,7 @@ async def local_record(
             "count up",
             temporal_tools.registry,
             llm,
-            settings=RunSettings(retry=FAST_RETRY),
+            settings=RunSettings(retry=FAST_RETRY, on_failure=on_failure),
             store=store,
             max_rounds=rounds,
             **options,
@@ -468,3 +472,47 @@ def test_a_run_continued_as_new_numbers_the_earlier_runs_steps_on() -> None:
     assert workflow.first == 3 and workflow.seq == 7
     assert workflow.outputs == {"a": 2, "b": 3}
     assert workflow.earlier == runs
+
+
+@pytest.mark.anyio
+async def test_a_policy_s_limit_counts_on_across_continue_as_new(
+    workers: Workers, model_server: LLMTestServer, tmp_path: Path
+) -> None:
+    """A policy file whose limit lets ``add`` be called six times, over eight rounds that
+    call it once each, with ``history_events=100``: the solve's workflow continues as new
+    before round 7, and the new run counts on from the six calls the earlier one counted,
+    so rounds 7 and 8 have their ``add`` denied by the limit, as in the same solve run
+    locally (the records are equal, the message counts the solve's calls); each run's
+    history replays."""
+    rounds = 8
+    rules = tmp_path / "rules.json"
+    rules.write_text(
+        json.dumps({"default": "allow", "rules": [], "limits": [{"tool": "add", "max_calls": 6}]})
+    )
+    model_server.responder = Rounds(rounds)
+    ex = executor(workers, history_events=SHORT)
+    store = tmp_path / "temporal.db"
+    async with client_of(model_server) as llm:
+        solution = await dagagent.solve(
+            "count up",
+            temporal_tools.registry,
+            llm,
+            settings=RunSettings(executor=ex, retry=FAST_RETRY, on_failure="continue"),
+            store=store,
+            max_rounds=rounds,
+            policy=rules,
+        )
+    assert solution.status.value == "answered", solution.reason
+    chain = await runs_of(ex, solve_workflow_id(solution.solve_id))
+    assert len(chain) >= 2, [info.history_length for info, _ in chain]
+    for _, history in chain:
+        await replay(ex, history)
+    here = record_of(store, solution.solve_id)
+    assert [r[5][f"up{r[0]}"][0] for r in here["rounds"]] == ["succeeded"] * 6 + ["denied"] * 2
+    with dagagent.RunStore(store) as runs:
+        last = runs.get_run(solution.rounds[-1].run_id or "")
+    assert "may be called at most 6 times in a solve" in (last.tasks["up8"].error or "")
+    there = await local_record(
+        model_server, rounds, tmp_path / "local.db", "continue", policy=rules
+    )
+    assert here == there

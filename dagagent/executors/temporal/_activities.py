@@ -353,6 +353,8 @@ class Activities:
                 registry,
                 interceptors,
                 answers=answers,
+                # a solve's limits count its calls across its rounds: its messages say so
+                ledger=CallLedger(scope=str(call.get("ledger_scope") or "run")),
                 # keys and records of calls with side effects as a run in one process with
                 # these interceptors has them: what the redaction hides, hidden
                 effects=Effects(
@@ -367,6 +369,9 @@ class Activities:
             retry=TaskRetryPolicy(**call["retry"]),
             on_failure=call["on_failure"],
             max_elements=call["max_elements"],
+            # a map's elements at once here: the workflow holds a slot of the run (and of the
+            # task) for each
+            element_concurrency=call.get("element_concurrency"),
             prior=prior,
             llm=model.llm if model is not None else None,
             agent_runner=model.agent_runner if model is not None else None,

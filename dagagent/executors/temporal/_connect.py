@@ -16,6 +16,7 @@ from ._payloads import DEFAULT_INLINE_BYTES, data_converter, payload_driver
 
 if TYPE_CHECKING:
     from temporalio.converter import StorageDriver
+    from temporalio.service import TLSConfig
 
 __all__ = [
     "DEFAULT_ADDRESS",
@@ -51,15 +52,22 @@ async def connect(
     *,
     inline_bytes: int = DEFAULT_INLINE_BYTES,
     timeout_s: float = 10.0,
+    tls: bool | TLSConfig | None = None,
+    api_key: str | None = None,
 ) -> Client:
     """A client of the server at ``address``, whose payloads over ``inline_bytes`` go to
-    ``payloads``; :class:`ClusterError` when the server cannot be reached in ``timeout_s``."""
+    ``payloads``; :class:`ClusterError` when the server cannot be reached in ``timeout_s``.
+    ``tls``: ``True`` for TLS with the system's root certificates, a ``TLSConfig`` for one's
+    own (a CA, a client certificate and key); ``None``: TLS when there is an ``api_key``
+    (sent as a bearer token, as Temporal Cloud wants it), else none."""
     address = check_address(address)
     converter = data_converter(payload_driver(payloads), inline_bytes)
     failure: str | None = None
     with anyio.move_on_after(timeout_s):
         try:
-            return await Client.connect(address, namespace=namespace, data_converter=converter)
+            return await Client.connect(
+                address, namespace=namespace, data_converter=converter, tls=tls, api_key=api_key
+            )
         except Exception as exc:  # the SDK raises RuntimeError with the transport's reason
             failure = " ".join(str(exc).split()) or type(exc).__name__
     if failure is None:
@@ -68,7 +76,12 @@ async def connect(
         why = "the connection was refused (no server listens there: for development, "
         why += "`temporal server start-dev` starts one)"
     else:
-        why = failure
+        why = failure if api_key is None else failure.replace(api_key, "***")
+        if (tls or (tls is None and api_key)) and "InvalidContentType" in failure:
+            why += (
+                "; the server did not answer over TLS (TLS is on with --temporal-tls, its "
+                "files, or an API key: --no-temporal-tls turns it off for a server without it)"
+            )
     raise ClusterError(
         f"cannot reach the Temporal server at {address} (namespace {namespace!r}): {why}"
     )

@@ -41,7 +41,7 @@ import anyio
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
-from temporalio.service import RPCError, RPCStatusCode
+from temporalio.service import RPCError, RPCStatusCode, TLSConfig
 
 from ...errors import WORKFLOW_ENDED, ClusterError, ConfigError
 from ...events import get_logger
@@ -98,6 +98,10 @@ class TemporalExecutor(BaseExecutor):
 
     - ``address`` (``HOST:PORT``), ``namespace``: the server; or a connected ``client``
       (its data converter must be :func:`~dagagent.executors.temporal.data_converter`'s).
+    - ``tls``: ``True`` (TLS, the system's root certificates) or a ``temporalio.service.
+      TLSConfig`` (a CA, a client certificate and key: mTLS); ``api_key``: sent to the
+      server as a bearer token (Temporal Cloud), never recorded; with it, TLS unless
+      ``tls=False``.
     - ``payloads``: where values over ``inline_bytes`` go instead of the history: a
       directory every worker shares, or any Temporal ``StorageDriver`` (S3, GCS); default
       :func:`~dagagent.executors.temporal.default_payload_dir`.
@@ -134,6 +138,8 @@ class TemporalExecutor(BaseExecutor):
         history_events: int = 10_000,
         poll_s: float = 0.2,
         approval: Mapping[str, Any] | None = None,
+        tls: bool | TLSConfig | None = None,
+        api_key: str | None = None,
     ) -> None:
         self.address = check_address(address)
         if not task_queue or not isinstance(task_queue, str):
@@ -179,6 +185,10 @@ class TemporalExecutor(BaseExecutor):
         #: interceptors (see :func:`dagagent.approval.run_policies`); ``dagagent run
         #: --policy FILE --ask GLOB`` sets it.
         self.approval = dict(approval) if approval else None
+        #: TLS to the server (see :func:`connect`); the API key is kept out of sight (never
+        #: in ``repr``, ``reach()``, the run store or the workflow's history).
+        self.tls = tls
+        self._api_key = api_key or None
         #: The workflow of the last run started (its id), for the server's tools.
         self.workflow_id: str | None = None
         # A resumed run, by run id: the workflow to follow, or what its ended one did.
@@ -223,6 +233,8 @@ class TemporalExecutor(BaseExecutor):
                 self.payloads,
                 inline_bytes=self.inline_bytes,
                 timeout_s=self.connect_timeout_s,
+                tls=self.tls,
+                api_key=self._api_key,
             )
         yield
 
@@ -462,6 +474,7 @@ class TemporalExecutor(BaseExecutor):
             limited=facts.limited,
             ledger=_counted_before(runner, self._limits(), facts.limited),
             revised=_revised_of(runner),
+            max_concurrency=runner.max_concurrency,
         )
 
     def _limits(self) -> list[Mapping[str, Any]]:
@@ -1062,7 +1075,7 @@ def _task_result(doc: dict[str, Any], runner: TaskRunner | None = None) -> TaskR
         {
             k: v
             for k, v in doc.items()
-            if k not in ("duration_s", "model_calls", "budget", "in_doubt_calls")
+            if k not in ("duration_s", "model_calls", "budget", "in_doubt_calls", "ledger")
         }
     )
 

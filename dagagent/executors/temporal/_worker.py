@@ -26,6 +26,7 @@ from ._workflow import RunWorkflow
 if TYPE_CHECKING:
     from temporalio.client import Client
     from temporalio.converter import StorageDriver
+    from temporalio.service import TLSConfig
 
     from ...runner import Interceptor
     from ...tools import Registry
@@ -51,6 +52,8 @@ async def running_worker(
     identity: str | None = None,
     connect_timeout_s: float = 10.0,
     client: Client | None = None,
+    tls: bool | TLSConfig | None = None,
+    api_key: str | None = None,
     interceptors: Sequence[Interceptor] = (),
     run_policies: RunPolicies | None = None,
     workflows: Sequence[type] = (),
@@ -61,9 +64,11 @@ async def running_worker(
     """A worker serving ``registry`` on ``task_queue`` while the block runs; on exit it
     stops, its calls cancelled (the server gives them to other workers).
 
-    ``client``: a client connected as a production cluster needs it (TLS, an API key), whose
-    data converter is :func:`~dagagent.executors.temporal.data_converter`'s; then
-    ``address``, ``namespace``, ``payloads`` and ``inline_bytes`` are the client's business.
+    ``tls`` and ``api_key``: how a production cluster is reached (as
+    :class:`~dagagent.executors.temporal.TemporalExecutor` takes them); or ``client``, a
+    client connected as one likes, whose data converter is
+    :func:`~dagagent.executors.temporal.data_converter`'s: then ``address``, ``namespace``,
+    ``payloads``, ``inline_bytes``, ``tls`` and ``api_key`` are the client's business.
     ``interceptors``: every tool call this worker makes goes through them, as through a
     local run's (approval rules, redaction, tracing, caching), and their decisions are on
     the task's record (interceptors with limits are refused: a limit counts a run's calls,
@@ -75,7 +80,13 @@ async def running_worker(
     :class:`~dagagent.errors.ClusterError` when the server cannot be reached."""
     if client is None:
         client = await connect(
-            address, namespace, payloads, inline_bytes=inline_bytes, timeout_s=connect_timeout_s
+            address,
+            namespace,
+            payloads,
+            inline_bytes=inline_bytes,
+            timeout_s=connect_timeout_s,
+            tls=tls,
+            api_key=api_key,
         )
     identity = identity or worker_identity()
     tool_calls = Activities(
@@ -131,6 +142,8 @@ async def serve(
     identity: str | None = None,
     connect_timeout_s: float = 10.0,
     client: Client | None = None,
+    tls: bool | TLSConfig | None = None,
+    api_key: str | None = None,
     interceptors: Sequence[Interceptor] = (),
     run_policies: RunPolicies | None = None,
     on_ready: Callable[[str], None] | None = None,
@@ -153,6 +166,8 @@ async def serve(
         identity=identity,
         connect_timeout_s=connect_timeout_s,
         client=client,
+        tls=tls,
+        api_key=api_key,
         interceptors=interceptors,
         run_policies=run_policies,
         workflows=workflows,

@@ -60,6 +60,8 @@ from temporalio.exceptions import (
 )
 from temporalio.workflow import ParentClosePolicy
 
+from ...limits import DEFAULT_ELEMENT_CONCURRENCY
+
 __all__ = [
     "ADD_TASKS",
     "PLAN_COMPLETE",
@@ -92,6 +94,9 @@ QUERY_BATCH = 200
 _OK = ("succeeded", "reused")
 #: The ``error_type`` of a task a condition skipped (``dagagent.results.CONDITION_FALSE``).
 CONDITION_FALSE = "ConditionFalse"
+#: The patch under which a map's elements on a worker take the run's and the task's
+#: concurrency slots (a run started before ran each chunk's elements at the chunk's width).
+_ELEMENT_SLOTS = "element-slots"
 # Activities are attempted once by Temporal: retries are the task runner's (on the worker)
 # and the workflow's own, for lost workers (see _call).
 _ONCE = RetryPolicy(maximum_attempts=1)
@@ -194,6 +199,13 @@ class RunInput:
     #: The tools the run's tasks may use, of the worker's (a sub-solve's: its task's
     #: ``tools``): an agent task is offered those alone; ``None``: all the worker's.
     tools: list[str] | None = None
+    #: What the limits count the calls of (``"run"``, or ``"solve"``: a round's run, whose
+    #: ``ledger`` is the solve's so far), as the workers' messages say it.
+    ledger_scope: str = "run"
+    #: The run's ``max_concurrency``: at most this many tasks and map elements run at once
+    #: (a chunk of a map holds a slot for each element it runs at once); ``None``: no bound
+    #: but ``max_running`` activities.
+    max_concurrency: int | None = None
     #: A turn of a session: its conversation as data (the earlier turns and their outputs),
     #: which the workers' tools of the turn read (the ``earlier_turn`` tool a session adds);
     #: given to the activities of the tasks in ``conversing`` (an agent task, a call of that
@@ -258,6 +270,10 @@ class RunWorkflow:
         self.results: dict[str, dict[str, Any]] = {r["task_id"]: r for r in self.finished}
         self.outputs = {t: r.get("output") for t, r in self.results.items() if r["status"] in _OK}
         self.slots = asyncio.Semaphore(max(1, inp.max_running))
+        # A chunk of a map takes its slots together (see _slots); a map task with a bound of
+        # its own (its ``max_concurrency``) has slots of its own, shared by its chunks.
+        self.taking = asyncio.Lock()
+        self.element_slots: dict[str, tuple[asyncio.Lock, asyncio.Semaphore]] = {}
         self.stop_cause: str | None = None
         self.position = {t: i for i, t in enumerate(inp.order)}
         deps = inp.dependencies
@@ -452,6 +468,9 @@ class RunWorkflow:
     # -- results ---------------------------------------------------------------------------
 
     def _finish(self, r: dict[str, Any]) -> None:
+        keys = self.inp.limited.get(r["task_id"])
+        if keys:  # what the run counted on its limits by then (a solve counts on from it)
+            r["ledger"] = {k: list(self.ledger[k]) for k in keys if k in self.ledger}
         self.results[r["task_id"]] = r
         self.finished.append(r)
         if r["status"] in _OK:
@@ -585,7 +604,12 @@ class RunWorkflow:
         if task_id in inp.in_doubt:  # its call may have happened in the run's ended workflow
             extra = {**extra, "in_doubt": inp.in_doubt_policy or True}
         while True:
-            call = {"window": list(window) if window else None, "done": done_elements, **extra}
+            call = {
+                "window": list(window) if window else None,
+                "done": done_elements,
+                "size": size,
+                **extra,
+            }
             grant = await self._grant(task_id, size) if inp.budget is not None else None
             if grant is not None:
                 call["grant"] = grant
@@ -712,12 +736,13 @@ class RunWorkflow:
     ) -> dict[str, Any]:
         """One activity of ``task_id`` (a local one for a task that never blocks)."""
         inp = self.inp
+        pools = self._pools(task_id, call)
         args = self._args(task_id, call)
         if inp.conversation is not None and task_id in inp.conversing:
             # last, a payload of its own: the same for every task, stored once
             args[0]["conversation"] = True
             args.append(inp.conversation)
-        async with self.slots:
+        async with self._slots(pools):
             if task_id in inp.local and call.get("window") is None:
                 r: dict[str, Any] = await workflow.execute_local_activity(
                     RUN_TASK,
@@ -739,6 +764,57 @@ class RunWorkflow:
             call["counted"] = counted
         return r
 
+    def _pools(self, task_id: str, call: dict[str, Any]) -> list[tuple[Any, Any, int]]:
+        """The slots an activity of ``task_id`` holds while it runs, as ``(lock, pool,
+        count)``: one of the run's, or for a map's elements (``call["size"]`` of them, taken
+        out of ``call``) one per element it runs at once, as many as the task's own
+        ``max_concurrency`` (else the default), the run's ``max_concurrency`` and their
+        number allow: its worker runs that many at once (``call["element_concurrency"]``),
+        and its chunks together no more than the task's bound. So a map runs as many
+        elements at once as in a local run, however it is cut into chunks."""
+        size = int(call.pop("size", 1))
+        if task_id not in self.inp.maps:
+            return [(None, self.slots, 1)]
+        m, own = self.inp.max_concurrency, self._own_bound(task_id)
+        if (m is None and own is None) or not workflow.patched(_ELEMENT_SLOTS):
+            return [(None, self.slots, 1)]
+        width = max(1, min(size, own or DEFAULT_ELEMENT_CONCURRENCY, m or size))
+        call["element_concurrency"] = width
+        pools: list[tuple[Any, Any, int]] = []
+        if own is not None and call.get("window") is not None:  # its chunks share its bound
+            lock, pool = self.element_slots.setdefault(
+                task_id, (asyncio.Lock(), asyncio.Semaphore(own))
+            )
+            pools.append((lock, pool, width))
+        pools.append((self.taking, self.slots, width if m is not None else 1))
+        return pools
+
+    @contextlib.asynccontextmanager
+    async def _slots(self, pools: list[tuple[Any, Any, int]]) -> AsyncIterator[None]:
+        """Hold ``pools`` (see :meth:`_pools`) while the block runs: the task's own slots
+        first, then the run's, each pool's all at once (under its lock: no two activities
+        hold part of a pool each while waiting for the rest)."""
+        held: list[asyncio.Semaphore] = []
+        try:
+            for lock, pool, count in pools:
+                if lock is None:
+                    await pool.acquire()
+                    held.append(pool)
+                    continue
+                async with lock:
+                    for _ in range(count):
+                        await pool.acquire()
+                        held.append(pool)
+            yield
+        finally:
+            for pool in held:
+                pool.release()
+
+    def _own_bound(self, task_id: str) -> int | None:
+        """A map task's own ``max_concurrency``, if it has one."""
+        bound = self._task_json(task_id).get("max_concurrency")
+        return bound if isinstance(bound, int) and bound > 0 else None
+
     @contextlib.asynccontextmanager
     async def _counted(self, task_id: str, call: dict[str, Any]) -> AsyncIterator[None]:
         """Around an activity of ``task_id`` whose calls count against limits of the run
@@ -759,6 +835,8 @@ class RunWorkflow:
                 await lock.acquire()
                 taken.append(lock)
             call["ledger"] = {k: list(self.ledger.get(k) or (0, None)) for k in keys}
+            if self.inp.ledger_scope != "run":
+                call["ledger_scope"] = self.inp.ledger_scope
             try:
                 yield
             except ActivityError as exc:

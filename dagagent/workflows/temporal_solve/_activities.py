@@ -333,6 +333,8 @@ class SolveActivities:
             heartbeat_s=run["heartbeat_s"],
             lost_worker_retries=run["lost_worker_retries"],
             history_events=run["history_events"],
+            # the limits of the solve's rules: its run counts the calls they limit
+            approval={"rules": {"limits": ask["limits"]}} if ask.get("limits") else None,
         )
         runner = TaskRunner(
             graph,
@@ -407,7 +409,7 @@ def _dataclass_json(value: Any) -> dict[str, Any]:
 
 
 def _task_result(doc: dict[str, Any]) -> TaskResult:
-    return TaskResult.validate({k: v for k, v in doc.items() if k != "duration_s"})
+    return TaskResult.validate({k: v for k, v in doc.items() if k not in ("duration_s", "ledger")})
 
 
 def _run_result(run_id: str, plan: Plan, docs: list[dict[str, Any]]) -> RunResult:

@@ -1065,9 +1065,9 @@ def _usage(calls: Sequence[ModelCall], *roles: str) -> Usage:
 def with_policy_file(approval: Mapping[str, Any] | None, path: Path) -> dict[str, Any]:
     """``approval`` (a run's rules as data, see :func:`dagagent.approval.run_policies`) with
     the rules of the policy file ``path``, read now, as the workers will apply them. Raises
-    :class:`ConfigError` for a file that cannot be used (its mistakes; limits, which a
-    solve on Temporal does not count across its rounds) or when ``approval`` has a policy's
-    rules already."""
+    :class:`ConfigError` for a file that cannot be used (its mistakes) or when ``approval``
+    has a policy's rules already. Its limits count the solve's calls across its rounds, as
+    a local solve's do."""
     from ...approval import Policy, read_policy_file
 
     given = dict(approval or {})
@@ -1077,12 +1077,7 @@ def with_policy_file(approval: Mapping[str, Any] | None, path: Path) -> dict[str
             f"policy file {path} is another; give one (merge their rules)"
         )
     document, origin = read_policy_file(path)
-    if Policy.from_dict(document, origin=origin).limits:
-        raise ConfigError(
-            f"policy file {path}: its limits count a run's calls together, across a solve's "
-            "rounds, which a solve on Temporal (each round's run counting its own) does not "
-            "do: run without limits, or on another executor"
-        )
+    Policy.from_dict(document, origin=origin)  # its mistakes, said now
     return {**given, "policy": str(path.resolve()), "rules": document}
 
 

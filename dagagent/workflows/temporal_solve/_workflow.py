@@ -251,6 +251,9 @@ class SolveWorkflow:
             "cost": 0.0,
             "model_calls": 0,
         }
+        #: The calls the solve's runs counted on each limit (``RunInput.ledger``): each
+        #: round's run counts on from the rounds before, as a local solve's ledger does.
+        self.ledger: dict[str, list[Any]] = dict(carried.get("ledger") or {})
         #: What the solve waits for from a person (query ``waiting``): ``{"kind": "plan",
         #: "round", "run_id"}`` or ``{"kind": "decisions", "round", "run_id", "tasks"}``.
         self.waiting: dict[str, Any] | None = None
@@ -433,6 +436,8 @@ class SolveWorkflow:
                 RunInput(**planned["run_input"]),  # finished by then
                 deadline_at=self.deadline_at,
                 approval=inp.approval,
+                ledger=dict(self.ledger),
+                ledger_scope="solve",
                 **self._run_budget(),
             )
             if run_input.conversing:  # its tasks that read earlier turns (agents, say)
@@ -550,6 +555,7 @@ class SolveWorkflow:
             "deadline_at": self.deadline_at,
             "kept": self.kept,
             "spent": self.spent,
+            "ledger": self.ledger,
         }
         if not workflow.patched(_CARRIES_RUNS):  # as the run carried on when it ran
             carried.update(outputs=outputs, steps=self.steps)
@@ -582,6 +588,7 @@ class SolveWorkflow:
                 parent_close_policy=ParentClosePolicy.REQUEST_CANCEL,
             )
             self._agent_calls(n, results)
+            self._counted(results)
             # (a solve started before solves paused went on to the joiner: its replay still
             # does, see _PAUSES)
             while _paused(results) and workflow.patched(_PAUSES):
@@ -604,6 +611,7 @@ class SolveWorkflow:
                     finished=kept,
                     answers=self.decisions.pop(run_id),
                     generation=0,
+                    ledger=dict(self.ledger),  # what the run counted before it paused
                 )
                 child = await workflow.start_child_workflow(
                     RUN_WORKFLOW,
@@ -617,6 +625,7 @@ class SolveWorkflow:
                 self._step("resumed", round=n, run_id=run_id, kept=len(kept))
                 results = await child
                 self._agent_calls(n, results)
+                self._counted(results)
         except ChildWorkflowError as exc:
             if isinstance(exc.cause, CancelledError):  # with this solve (a sub-solve's
                 raise asyncio.CancelledError from None  # parent was stopped, say)
@@ -730,6 +739,16 @@ class SolveWorkflow:
         self.seq += len(calls)
         self._step("calls", round=n, calls=calls)
 
+    def _counted(self, results: list[dict[str, Any]]) -> None:
+        """What a run counted on its limits (each limited task's result says it, taken out
+        of it): the solve's ledger, on which the next run counts on. Counts and starts only
+        grow, so the larger of each stands, whatever order the results come in."""
+        for r in results:
+            for key, (calls, last_at) in (r.pop("ledger", None) or {}).items():
+                had_calls, had_last = self.ledger.get(key) or (0, None)
+                starts = [t for t in (had_last, last_at) if t is not None]
+                self.ledger[key] = [max(int(had_calls), int(calls)), max(starts, default=None)]
+
     def _sub_solves_spent(self, results: list[dict[str, Any]]) -> None:
         """What the round's sub-solves spent (they came with their tasks' results): spent by
         this solve too."""
@@ -763,6 +782,10 @@ class SolveWorkflow:
             "solve_depth": inp.depth if inp.sub_solves else None,
             "tools": inp.tools,
         }
+        rules = (inp.approval or {}).get("rules")
+        limits = rules.get("limits") if isinstance(rules, dict) else None
+        if limits and name in (PLAN, REPLAN):  # the run counts the calls they limit
+            ask["limits"] = limits
         planning = {"planner": inp.planner, "discovery": inp.discovery}
         ask.update((k, v) for k, v in planning.items() if v is not None)
         # A turn's conversation goes as an argument of its own: the same payload for every
