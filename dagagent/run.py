@@ -166,11 +166,7 @@ class _Run:
         if store is not None:
             from .store import RunRecorder
 
-            # (an executor that follows a run whose tools only its workers know, a solve's
-            # round's run on Temporal, says its calls may have side effects to record)
-            side_effects = (registry is not None and any(t.side_effects for t in registry)) or (
-                getattr(self.executor, "effects_elsewhere", False) is True
-            )
+            side_effects = registry is not None and any(t.side_effects for t in registry)
             # checks the run id; starts nothing yet
             self.recorder = RunRecorder(store, run_id, resumed=resumed, side_effects=side_effects)
             if side_effects:

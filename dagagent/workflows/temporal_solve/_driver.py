@@ -273,10 +273,6 @@ class _RunFollower(TemporalExecutor):
     """The executor of a round's run: follows the run workflow the solve's workflow started,
     instead of starting one."""
 
-    #: The run's tools are the workers' (none here) and may have side effects: calls in
-    #: doubt go on the run's record (see :meth:`TemporalExecutor._record_ended`).
-    effects_elsewhere = True
-
     def __init__(self, base: TemporalExecutor, below: _SubSolves | None = None) -> None:
         self.__dict__.update(base.__dict__)
         self.below = below
@@ -293,19 +289,7 @@ class _RunFollower(TemporalExecutor):
         if runner.prior is not None:  # a paused run going on: what succeeded stands
             # (the workflow starts with the same results: they are recorded once)
             seen = len(await _settle_here(graph, runner))
-        # should the run's workflow end under this driver (terminated by an operator), what
-        # it did is recorded as for a plan run's: what it finished, and its calls in doubt
-        self._following[runner.run_id] = (graph, on_failure)
-        try:
-            await self._follow(handle, runner, seen)
-        except ClusterError as exc:
-            if runner.run_id in self._following:
-                raise  # no worker answers: the run goes on without this driver
-            # recorded as it ended; the solve's workflow closes the round as it does a local
-            # solve's round whose run failed, and its steps say so
-            get_logger(run_id=runner.run_id).warning("solve.round_run_ended", error=str(exc))
-        finally:
-            self._following.pop(runner.run_id, None)
+        await self._follow(handle, runner, seen)
 
     async def _before_recording(self, doc: dict[str, Any]) -> None:
         if self.below is not None:  # a task's sub-solves end on record before it does
