@@ -33,7 +33,6 @@ from dagagent.settings import RunSettings, TaskRetryPolicy
 pytest.importorskip("temporalio")
 
 import temporal_tools  # the workers import it too
-from eventually import until
 from llm_server import LLMTestServer, Recorded, Reply, SSEReply
 
 from dagagent.executors.temporal import TemporalExecutor, workflow_id
