@@ -56,6 +56,8 @@ class SSEReply:
     ``cut_after=n`` closes the connection after n events, without finishing the body.
     ``chunked=False`` sends no length and ends the body by closing the connection.
     ``pause`` waits before each event from number ``pause_from`` on.
+    ``gate=(n, wait)`` calls ``wait()`` (which returns once a state holds) before event
+    number n: the rest of the answer is held until then.
     """
 
     events: list[tuple[str | None, Any]]
@@ -66,6 +68,7 @@ class SSEReply:
     chunked: bool = True
     pause: float = 0.0
     pause_from: int = 0
+    gate: tuple[int, Callable[[], object]] | None = None
 
 
 @dataclass
@@ -316,6 +319,8 @@ class LLMTestServer:
                 return
             if reply.pause and i >= reply.pause_from and self._stop.wait(reply.pause):
                 return
+            if reply.gate is not None and i == reply.gate[0]:
+                reply.gate[1]()
             raw = encode_sse([event])
             if reply.chunked:
                 h.wfile.write(b"%x\r\n%s\r\n" % (len(raw), raw))

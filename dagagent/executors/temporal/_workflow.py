@@ -300,6 +300,10 @@ class RunWorkflow:
         # the plan as every activity gets it: its JSON text, made once (and again when
         # tasks arrive), which a worker reads once per plan (see Activities._graph)
         self.plan_text = _plan_text(inp.plan)
+        #: a plan written while the run ran was rejected halfway (see :data:`PLAN_COMPLETE`)
+        self.plan_aborted = False
+        #: the tasks the run started with (then, of a plan being written, those to come)
+        self.initial = len(inp.plan["tasks"]) if inp.generation == 0 else 0
 
     @workflow.query(name="sub_solves")
     def sub_solves(self, since: int) -> list[dict[str, Any]]:
@@ -319,6 +323,19 @@ class RunWorkflow:
             "done": self.done,
             "generation": self.generation,
             "tasks": len(self.inp.order),
+        }
+
+    @workflow.query(name="plan_tasks")
+    def plan_tasks(self, since: int) -> dict[str, Any]:
+        """The plan's tasks from number ``since`` on (at most :data:`QUERY_BATCH`), how many
+        it has, and whether more may come (a plan being written)."""
+        tasks = self.inp.plan["tasks"]
+        return {
+            "tasks": tasks[since : since + QUERY_BATCH],
+            "total": len(tasks),
+            "streaming": self.inp.streaming,
+            "aborted": self.plan_aborted,
+            "initial": self.initial,
         }
 
     @workflow.signal(name=ADD_TASKS)
@@ -346,6 +363,7 @@ class RunWorkflow:
         """No task will follow (``aborted``: the plan was rejected while it was written,
         which stops the run as a failure would under ``on_failure="cancel"``)."""
         self.inp.streaming = False
+        self.plan_aborted = aborted
         if aborted and self.inp.on_failure == "cancel" and self.stop_cause is None:
             self.stop_cause = "the run was stopped because the plan being written was rejected"
             for other in self.running:

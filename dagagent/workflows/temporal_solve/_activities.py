@@ -26,14 +26,18 @@ lost under a call is noticed at the heartbeat timeout and the step runs on anoth
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 import anyio
 from temporalio import activity
+from temporalio.client import WorkflowHandle
 from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError, RPCStatusCode
 
 from ...budget import Budget, Prices
 from ...errors import (
@@ -44,23 +48,27 @@ from ...errors import (
     LLMError,
     PlanningError,
 )
-from ...executors.temporal import TemporalExecutor
+from ...executors.temporal import TemporalExecutor, workflow_id
 from ...executors.temporal._activities import worker_identity
+from ...executors.temporal._executor import _facts, _tasks_known
+from ...executors.temporal._workflow import PLAN_COMPLETE
 from ...llm import MeteredLLM
 from ...llm.spec import from_spec
-from ...plan import AgentTask, Plan, ToolTask
+from ...plan import AgentTask, Plan, ToolTask, task_fingerprint
 from ...planners import Joiner, LLMPlanner
 from ...planners.conversation import EARLIER_TURN
+from ...planners.streaming import plan_and_execute_streamed
 from ...results import ModelCall, ModelRole, RunResult, RunStatus, TaskResult
+from ...run import new_run_id
 from ...runner import TaskRunner
-from ...settings import TaskRetryPolicy
+from ...settings import RunSettings, TaskRetryPolicy
 from .._calls import SolveCalls
 from .._spending import Spending
 from ..replan import record_of, revise_run
 from ..solve import COMPRESS_TOKENS, replanner_of, with_earlier
 from ._model import settings_of
 from ._planning import conversation_of, discovery_of, own_planner, planning_registry
-from ._workflow import CARVE, COMPRESS, JOIN, PLAN, REPLAN
+from ._workflow import ATTEMPT, CARVE, COMPRESS, JOIN, PLAN, REPLAN
 
 if TYPE_CHECKING:
     from ...graph import PlanGraph
@@ -93,6 +101,8 @@ class SolveActivities:
 
         async def step(llm: Callable[[ModelRole], LLM], calls: SolveCalls) -> dict[str, Any]:
             planner = self._planner(ask, llm("planner"))
+            if ask.get("stream_to"):
+                return await self._streamed(ask, planner)
             planning = await planner.plan_with_report(ask["goal"])
             return self._planned(ask, planning.plan, planning.graph)
 
@@ -309,6 +319,55 @@ class SolveActivities:
         answer["calls"] = [{**doc, "seq": first + i} for i, doc in enumerate(made)]
         return answer
 
+    async def _streamed(self, ask: dict[str, Any], planner: LLMPlanner) -> dict[str, Any]:
+        """Plan with a streamed answer, as a local streamed solve plans
+        (:func:`~dagagent.planners.streaming.plan_and_execute_streamed`): each task goes to
+        the attempt's run, a child workflow of the solve started with no task, the moment it
+        is written and valid. An attempt rejected halfway stops its run (followed here to
+        its end: the next attempt reuses what succeeded); the next attempt's run is asked of
+        the solve's workflow (signal :data:`ATTEMPT`). Once an attempt's plan is whole and
+        valid, its run is the solve's to follow: the step ends with the plan and the run of
+        each attempt."""
+        run = ask["run"]
+        executor = _IntoRound(
+            ask,
+            client=activity.client(),
+            task_queue=ask["task_queue"],
+            max_running=run["max_running"],
+            chunk_elements=run["chunk_elements"],
+            heartbeat_s=run["heartbeat_s"],
+            lost_worker_retries=run["lost_worker_retries"],
+            history_events=run["history_events"],
+        )
+        settings = RunSettings(
+            executor=executor,
+            on_failure=run["on_failure"],
+            max_elements=run["max_elements"],
+            max_concurrency=run.get("max_concurrency"),
+            retry=TaskRetryPolicy(**run["retry"]),
+        )
+        run_id, parent_id, reuse = ask["run_id"], None, None
+        if activity.info().attempt > 1:  # an earlier attempt's worker was lost
+            earlier = await _earlier(executor, ask)
+            if isinstance(earlier, dict):
+                return earlier  # it had handed its run over: the plan is whole
+            if earlier is not None:  # its last run stops; the next one reuses what ran
+                executor.runs, reuse = earlier
+                parent_id, run_id = executor.runs[-1], new_run_id()
+        try:
+            await plan_and_execute_streamed(
+                planner,
+                ask["goal"],
+                planner.registry,
+                settings=settings,
+                run_id=run_id,
+                parent_id=parent_id,
+                reuse=reuse,
+            )
+        except _HandedOver as over:
+            return {"plan": _plan_json(over.plan), "runs": executor.runs, "run_input": over.input}
+        raise AssertionError("a streamed round's valid plan is handed over to the solve")
+
     def _planned(
         self,
         ask: dict[str, Any],
@@ -369,6 +428,101 @@ class SolveActivities:
             if ask.get("discovery") is not None:
                 run_input.model["discovery"] = ask["discovery"]
         return {"plan": _plan_json(plan), "run_input": _dataclass_json(run_input)}
+
+
+class _HandedOver(Exception):
+    """An attempt's plan is whole and valid: its run goes on under the solve's workflow."""
+
+    def __init__(self, plan: Plan, run_input: dict[str, Any]) -> None:
+        super().__init__("the plan is whole")
+        self.plan = plan
+        #: the run's input as if it had started with the whole plan (a run that pauses goes
+        #: on from it)
+        self.input = run_input
+
+
+class _IntoRound(TemporalExecutor):
+    """The executor of a streamed round's attempts: each attempt's run streams into a child
+    workflow of the solve (the first one started with the planner's step, each later one
+    asked for by signal :data:`ATTEMPT`), as a plan written while it runs streams into its
+    own workflow. A rejected attempt's run is followed to its end; a valid one's is handed
+    over (:class:`_HandedOver`)."""
+
+    def __init__(self, ask: dict[str, Any], **options: Any) -> None:
+        super().__init__(**options)
+        self.ask = ask
+        self.runs: list[str] = []  # the attempts' runs, in order
+
+    async def prepare(self, graph: PlanGraph, runner: TaskRunner) -> None:
+        return None  # the workers are here; the solve's workflow starts the runs
+
+    async def run(self, graph: PlanGraph, runner: TaskRunner, on_failure: Any) -> None:
+        client, run_id = self._client(), runner.run_id
+        if run_id != self.ask["run_id"]:  # a later attempt: the solve starts its run, with
+            # the tasks it has already (an earlier attempt's that ran: reused here)
+            solve = client.get_workflow_handle(self.ask["solve_workflow"])
+            given = _facts(graph, runner, list(graph.plan.tasks), self._limits())
+            wanted = {"run_id": run_id, "parent_id": self.runs[-1], "given": asdict(given)}
+            await solve.signal(ATTEMPT, wanted)
+        self.runs.append(run_id)
+        handle = client.get_workflow_handle(workflow_id(run_id), result_type=list)
+        await _exists(handle)
+        known = await _tasks_known(handle, 0)  # an earlier attempt of this step sent those
+        # each task as it is accepted, then the plan's end (or its rejection)
+        await self._stream(graph, runner, handle, known)
+        if graph.complete and not graph.aborted:
+            whole = self._input(graph, runner, on_failure, [])
+            whole.streaming = False
+            raise _HandedOver(graph.plan, _dataclass_json(whole))
+        await self._follow(handle, runner, 0)
+
+
+async def _earlier(
+    executor: _IntoRound, ask: dict[str, Any]
+) -> dict[str, Any] | tuple[list[str], dict[str, tuple[str, Any]]] | None:
+    """What an earlier attempt of a streamed planner's step, whose worker was lost, left:
+    nothing (``None``: its run has no task, start afresh); its answer, when its last run
+    was handed over whole (the plan is that run's); else the runs of its attempts and what
+    succeeded in the last one (which is stopped here, as a plan rejected halfway), for the
+    next attempt's run to reuse."""
+    client = executor._client()
+    solve = client.get_workflow_handle(ask["solve_workflow"])
+    runs: list[str] = await solve.query("attempts")
+    handle = client.get_workflow_handle(workflow_id(runs[-1]), result_type=list)
+    tasks: list[dict[str, Any]] = []
+    while True:
+        batch = await handle.query("plan_tasks", len(tasks))
+        tasks.extend(batch["tasks"])
+        if not batch["tasks"] or len(tasks) >= batch["total"]:
+            break
+    if not tasks and batch["streaming"]:
+        return None
+    if not batch["streaming"] and not batch["aborted"]:
+        plan = Plan.model_validate({"goal": ask["goal"], "tasks": tasks})
+        return {"plan": _plan_json(plan), "runs": runs}
+    with contextlib.suppress(RPCError):  # (it may have ended already)
+        await handle.signal(PLAN_COMPLETE, True)
+    docs = await handle.result()
+    plan = Plan.model_validate({"goal": ask["goal"], "tasks": tasks})
+    by_id = {t.id: t for t in plan.tasks}
+    reuse = {
+        d["task_id"]: (task_fingerprint(by_id[d["task_id"]], d.get("args")), d.get("output"))
+        for d in docs
+        if d["status"] in ("succeeded", "reused") and d["task_id"] in by_id
+    }
+    return runs, reuse
+
+
+async def _exists(handle: WorkflowHandle[Any, Any]) -> None:
+    """Until the workflow ``handle`` names exists (the solve starts it on a signal)."""
+    while True:
+        try:
+            await handle.describe()
+            return
+        except RPCError as exc:
+            if exc.status is not RPCStatusCode.NOT_FOUND:
+                raise
+        await anyio.sleep(0.05)
 
 
 def _with_conversation(ask: dict[str, Any], conversation: dict[str, Any] | None) -> dict[str, Any]:

@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import anyio.abc
 import anyio.to_thread
+from pydantic import TypeAdapter
 from temporalio.client import WorkflowExecutionStatus, WorkflowHandle
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
@@ -69,19 +70,21 @@ from ...events import (
     JoinerDecided,
     Listener,
     ModelCallFinished,
+    PlanExtended,
     RoundFinished,
     RoundStarted,
     RunFinished,
     SubSolveFinished,
     SubSolveStarted,
+    TaskParsed,
     get_logger,
 )
 from ...executors.temporal import TemporalExecutor, workflow_id
 from ...executors.temporal._connect import has_workers, worker_hint
 from ...executors.temporal._executor import _settle_here
-from ...graph import validate
+from ...graph import GrowingGraph, PlanChecker, validate
 from ...llm import Usage
-from ...plan import Plan
+from ...plan import Plan, Task
 from ...planners import JoinDecision
 from ...results import ModelCall, RunResult, SolveStatus
 from ...run import Resuming, execute
@@ -105,6 +108,9 @@ if TYPE_CHECKING:
 __all__ = ["attach_solve", "solve_on_temporal", "solve_workflow_id", "with_policy_file"]
 
 _QUERY_TIMEOUT_S = 5.0
+
+
+_TASK: TypeAdapter[Task] = TypeAdapter(Task)
 
 
 def solve_workflow_id(solve_id: str) -> str:
@@ -193,6 +199,7 @@ async def solve_on_temporal(
             planner=planner,
             discovery=discovery,
             conversation=conversation,
+            stream=bool(options.get("stream")) and confirm is None,
         )
         await follower.write("start_solve", goal=goal, options=options)
         wid = solve_workflow_id(solve_id)
@@ -273,9 +280,22 @@ class _RunFollower(TemporalExecutor):
     """The executor of a round's run: follows the run workflow the solve's workflow started,
     instead of starting one."""
 
-    def __init__(self, base: TemporalExecutor, below: _SubSolves | None = None) -> None:
+    def __init__(
+        self,
+        base: TemporalExecutor,
+        below: _SubSolves | None = None,
+        growing: GrowingGraph | None = None,
+        joined: Callable[[Task], None] | None = None,
+    ) -> None:
         self.__dict__.update(base.__dict__)
         self.below = below
+        self.joined = joined  # told of each task read from the workflow of a growing plan
+        #: a plan being written: its tasks are read from the run's workflow as they reach it
+        #: (checked there: here only how they depend on each other)
+        self.growing = growing
+        self._checker = PlanChecker(None)
+        self._handle: WorkflowHandle[Any, Any] | None = None
+        self._reading = anyio.Lock()
 
     async def prepare(self, graph: PlanGraph, runner: TaskRunner) -> None:
         return None  # the solve's workflow runs the plan: nothing to refuse or wait for here
@@ -289,11 +309,73 @@ class _RunFollower(TemporalExecutor):
         if runner.prior is not None:  # a paused run going on: what succeeded stands
             # (the workflow starts with the same results: they are recorded once)
             seen = len(await _settle_here(graph, runner))
-        await self._follow(handle, runner, seen)
+        if self.growing is None:
+            await self._follow(handle, runner, seen)
+            return
+        self._handle = handle
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._read_plan, handle)
+            await self._follow(handle, runner, seen)
+            tg.cancel_scope.cancel()
+        await self._grow(handle, final=True)  # what the run had when it ended
+
+    async def _read_plan(self, handle: WorkflowHandle[Any, Any]) -> None:
+        """Add the tasks of the plan being written to the run's graph as they reach its
+        workflow, until the plan is complete."""
+        while True:  # asked a few times a second, as the run's progress is
+            if await self._grow(handle):
+                return
+            await anyio.sleep(self.poll_s)
+
+    async def _grow(self, handle: WorkflowHandle[Any, Any], *, final: bool = False) -> bool:
+        """Add the tasks the run's workflow has that its graph lacks; whether the plan is
+        complete (``final``: the run ended, so it is)."""
+        graph = self.growing
+        assert graph is not None
+        async with self._reading:  # one reader at a time: each task is added once
+            return await self._grow_now(handle, graph, final)
+
+    async def _grow_now(
+        self, handle: WorkflowHandle[Any, Any], graph: GrowingGraph, final: bool
+    ) -> bool:
+        if graph.complete:
+            return True
+        while True:
+            try:
+                known = await handle.query("plan_tasks", len(graph.plan.tasks))
+            except Exception:  # no workflow worker answered now: asked again later
+                if not final:
+                    return False
+                known = {"tasks": [], "streaming": False, "total": len(graph.plan.tasks)}
+            for doc in known["tasks"]:
+                task = _TASK.validate_python(doc)
+                graph.add(self._checker.check(task))
+                if self.joined is not None:
+                    self.joined(task)
+            if len(graph.plan.tasks) >= known["total"]:
+                break
+        if final or not known["streaming"]:
+            graph.close(aborted=bool(known.get("aborted")))
+            return True
+        return False
 
     async def _before_recording(self, doc: dict[str, Any]) -> None:
+        if self.growing is not None and doc["task_id"] not in self.growing.tasks:
+            assert self._handle is not None
+            await self._grow(self._handle)  # a result before the driver read its task
         if self.below is not None:  # a task's sub-solves end on record before it does
             await self.below.ended(doc.get("sub_solves") or ())
+
+
+async def _plan_tasks(handle: WorkflowHandle[Any, Any]) -> tuple[list[dict[str, Any]], int]:
+    """The tasks a run's workflow has (query ``plan_tasks``, batch by batch), and how many
+    it started with."""
+    tasks: list[dict[str, Any]] = []
+    while True:
+        batch = await handle.query("plan_tasks", len(tasks))
+        tasks.extend(batch["tasks"])
+        if not batch["tasks"] or len(tasks) >= batch["total"]:
+            return tasks, int(batch.get("initial", 0))
 
 
 async def _started(handle: WorkflowHandle[Any, Any], within_s: float) -> None:
@@ -493,10 +575,17 @@ class _Follower:
             await self.write("record_model_calls", calls=records)
             for record in records:
                 self.emit(ModelCallFinished(self.solve_id, record))
+        elif kind == "streaming":  # the run starts before its plan is written
+            rnd = self._round(step["round"])
+            self.runs_started[rnd.number] = step["run_id"]
+            rnd.result = await self._streamed_run(step["run_id"], step.get("parent_id"))
         elif kind == "planned":
             rnd = self._round(step["round"])
             rnd.plan = Plan.model_validate(step["plan"])
-            if step["run_id"] is not None:
+            followed = rnd.result is not None and rnd.result.run_id == step["run_id"]
+            if step.get("streamed") and followed:
+                pass  # recorded as its plan was written
+            elif step["run_id"] is not None:
                 self.runs_started[rnd.number] = step["run_id"]
                 rnd.result = await self._run(rnd.plan, step["run_id"], step.get("parent_id"))
         elif kind == "confirm":
@@ -778,9 +867,55 @@ class _Follower:
             listeners=self.listeners,
         )
 
-    async def _catch_up_run(self, plan: Plan, run_id: str, *, going_on: bool = False) -> RunResult:
+    async def _streamed_run(self, run_id: str, parent_id: str | None) -> RunResult:
+        """Round's run ``run_id``, whose plan is written while it runs: followed and
+        recorded as a local streamed round's run is (each task on record when it joins the
+        plan), or taken whole from its workflow when a driver before this one recorded part
+        of it."""
+        store = self.store
+        if store is not None and await anyio.to_thread.run_sync(store.exists, run_id):
+            handle = self.executor._client().get_workflow_handle(workflow_id(run_id))
+            with contextlib.suppress(Exception):  # its plan is whole once it has ended
+                await handle.result()
+            tasks, _ = await _plan_tasks(handle)
+            plan = Plan.model_validate({"goal": self.goal, "tasks": tasks})
+            return await self._catch_up_run(plan, run_id, grown=True)
+        graph = GrowingGraph(self.goal)
+        began = time.monotonic()
+
+        def parsed(task: Task) -> None:  # as the planner's reader tells a local solve's
+            self.emit(TaskParsed(run_id, task.id, task, time.monotonic() - began))
+
+        follower = _RunFollower(self.executor, growing=graph, joined=parsed)
+        # the tasks it started with (an earlier attempt's that ran) are its plan at its start
+        handle = self.executor._client().get_workflow_handle(workflow_id(run_id))
+        await _started(handle, self.executor.worker_timeout_s + 60.0)
+        tasks, initial = await _plan_tasks(handle)
+        for doc in tasks[:initial]:
+            graph.add(follower._checker.check(_TASK.validate_python(doc)))
+        settings = RunSettings(
+            executor=follower,
+            on_failure=self.settings.on_failure,
+            max_elements=self.settings.max_elements,
+            retry=self.settings.retry,
+        )
+        return await execute(
+            graph,
+            None,
+            settings=settings,
+            run_id=run_id,
+            parent_id=parent_id,
+            store=store,
+            listeners=self.listeners,
+        )
+
+    async def _catch_up_run(
+        self, plan: Plan, run_id: str, *, going_on: bool = False, grown: bool = False
+    ) -> RunResult:
         """Run ``run_id`` as its workflow ended, recorded (unless its record has its end
-        already; ``going_on``: a paused record is not its end, the run went on since)."""
+        already; ``going_on``: a paused record is not its end, the run went on since;
+        ``grown``: its plan was written while it ran, and its record has the part the driver
+        before saw: the rest joins it, each task at its start if nobody saw it join)."""
         from ...store import RunRecorder
 
         store = self.store
@@ -799,6 +934,15 @@ class _Follower:
         recorder = RunRecorder(store, run_id, resumed=True)
         recorder.start()
         try:
+            if grown:
+                now = time.time()
+                joined = {
+                    t.id: record.planned_at.get(t.id)
+                    or getattr(result.tasks.get(t.id), "started_at", None)
+                    or now
+                    for t in plan.tasks
+                }
+                recorder(PlanExtended(run_id, plan, joined))
             for r in result.tasks.values():
                 recorder.record(r)
             recorder(RunFinished(run_id, result))

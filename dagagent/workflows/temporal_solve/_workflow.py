@@ -60,9 +60,14 @@ from temporalio.exceptions import (
 from temporalio.workflow import ParentClosePolicy
 
 from ...executors.temporal import workflow_id
-from ...executors.temporal._workflow import WORKFLOW as RUN_WORKFLOW, RunInput
+from ...executors.temporal._workflow import (
+    PLAN_COMPLETE,
+    WORKFLOW as RUN_WORKFLOW,
+    RunInput,
+)
 
 __all__ = [
+    "ATTEMPT",
     "CARVE",
     "COMPRESS",
     "DECISIONS",
@@ -86,6 +91,10 @@ JOIN = "dagagent.solve.join"
 #: answers by task as ``ApprovalAnswer`` JSON).
 PLAN_ANSWER = "plan_answer"
 DECISIONS = "decisions"
+#: Signal of a streamed round's planner step: its next attempt's run (``{"run_id",
+#: "parent_id"}``), which the workflow starts as a child, with no task, for the step to
+#: stream into.
+ATTEMPT = "attempt"
 #: The local activity that carves a sub-solve's budget from its parent's.
 CARVE = "dagagent.solve.carve"
 #: A solve's workflow id is this and the solve's id.
@@ -167,6 +176,11 @@ class SolveInput:
     #: shown to the planner, the replanner and the joiner; with ``compress``, the older
     #: ones are summarised first (step ``compress``). ``None``: not a turn.
     conversation: dict[str, Any] | None = None
+    #: Round 1's plan is streamed (without ``confirm``): its run's workflow starts first,
+    #: with no task, and the planner's step hands it each task the moment it is written
+    #: and valid (signals ``add_tasks``, then ``plan_complete``), as a local streamed solve
+    #: starts its tasks while the model writes.
+    stream: bool = False
 
 
 class _Expired(Exception):
@@ -259,6 +273,8 @@ class SolveWorkflow:
         self.waiting: dict[str, Any] | None = None
         self.plan_answers: dict[int, bool] = {}  # round -> whether its plan was approved
         self.decisions: dict[str, dict[str, Any]] = {}  # run id -> answers by task
+        #: the runs of a streamed round's attempts, by run id (see :data:`ATTEMPT`)
+        self.attempt_runs: dict[str, Any] = {}
 
     @workflow.query(name="waiting")
     def waiting_for(self) -> dict[str, Any] | None:
@@ -275,6 +291,22 @@ class SolveWorkflow:
         """The decisions about the held calls of run ``given["run_id"]``; the first ones
         count."""
         self.decisions.setdefault(str(given["run_id"]), dict(given.get("answers") or {}))
+
+    @workflow.query(name="attempts")
+    def attempts(self) -> list[str]:
+        """The runs of the streamed round's attempts so far, in the order they started."""
+        return list(self.attempt_runs)
+
+    @workflow.signal(name=ATTEMPT)
+    async def attempt(self, wanted: dict[str, Any]) -> None:
+        """The planner's step of the round under way wants its next attempt's run."""
+        run_id = str(wanted["run_id"])
+        if self.round is None or run_id in self.attempt_runs:
+            return
+        n = self.round[0]
+        given = wanted.get("given")
+        self.attempt_runs[run_id] = await self._start_streamed(run_id, n, given)
+        self._step("streaming", round=n, run_id=run_id, parent_id=wanted.get("parent_id"))
 
     async def _wait_for(self, what: dict[str, Any], until: Any, doing: str) -> None:
         """Wait for a person (``what`` says for what, ``until`` tells when it came), within
@@ -389,11 +421,34 @@ class SolveWorkflow:
             self._step("round", round=n, run_id=run_id, parent_id=parent_id, feedback=feedback)
             self.round = (n, None)
             ask: dict[str, Any] = {"round": n, "run_id": run_id}
-            if previous is None:
+            streamed: Any = None  # the round's run, started before its plan is written
+            if previous is None and self._streams():
+                streamed = await self._start_streamed(run_id, n)
+                self.attempt_runs = {run_id: streamed}
+                self.round = (n, run_id)
+                # started: the driver follows the run as its plan is written
+                self._step("streaming", round=n, run_id=run_id, parent_id=parent_id)
+                ask["stream_to"] = workflow_id(run_id)
+                ask["solve_workflow"] = workflow.info().workflow_id
+                planned = await self._model_step(PLAN, n, ask)
+            elif previous is None:
                 planned = await self._model_step(PLAN, n, ask)
             else:
                 ask.update(previous=previous, feedback=feedback)
                 planned = await self._model_step(REPLAN, n, ask)
+            if streamed is not None:  # the attempts' runs; the last one is the round's
+                runs = list(self.attempt_runs)  # in the order they started
+                for earlier in runs[:-1]:  # stopped when their plans were rejected
+                    await self._ended_quietly(self.attempt_runs[earlier])
+                if "error" in planned:  # no task will follow: what started runs to its end
+                    last = self.attempt_runs[runs[-1]]
+                    with contextlib.suppress(Exception):  # (ended already, as a rule)
+                        await last.signal(PLAN_COMPLETE, True)
+                    await self._ended_quietly(last)
+                else:
+                    if len(runs) > 1:
+                        parent_id, run_id = runs[-2], runs[-1]
+                    streamed = self.attempt_runs[run_id]
             if planned.get("kind") == "budget":  # answer from the round before, if any
                 return await self._out_of_budget(n, None, previous, planned["error"])
             if "error" in planned:
@@ -417,8 +472,9 @@ class SolveWorkflow:
                 self._close(n, None, "gave_up", reason)
                 return self._end("gave_up", reason)
             plan = planned["plan"]
-            self._left()  # a run never starts after the deadline
-            if inp.confirm:  # a person approves the plan first
+            if streamed is None:
+                self._left()  # a run never starts after the deadline
+            if inp.confirm and streamed is None:  # a person approves the plan first
                 self._step("confirm", round=n, run_id=run_id, plan=plan)
                 await self._wait_for(
                     {"kind": "plan", "round": n, "run_id": run_id},
@@ -430,34 +486,18 @@ class SolveWorkflow:
                     self._step("planned", round=n, run_id=None, plan=plan)
                     self._close(n, None, "gave_up", reason)
                     return self._end("gave_up", reason)
-            self._step("planned", round=n, run_id=run_id, plan=plan, parent_id=parent_id)
-            self.round = (n, run_id)
-            run_input = replace(  # the run keeps the deadline itself: it ends with what
-                RunInput(**planned["run_input"]),  # finished by then
-                deadline_at=self.deadline_at,
-                approval=inp.approval,
-                ledger=dict(self.ledger),
-                ledger_scope="solve",
-                **self._run_budget(),
+            self._step(
+                "planned",
+                round=n,
+                run_id=run_id,
+                plan=plan,
+                parent_id=parent_id,
+                **({"streamed": True} if streamed is not None else {}),
             )
-            if run_input.conversing:  # its tasks that read earlier turns (agents, say)
-                run_input.conversation = self.conversation
-            if inp.sub_solves:  # its sub-solve tasks: child solves of the run's workflow
-                run_input.sub_solve = {
-                    # a child starts afresh (none of this run's carried state is its own)
-                    # and unattended, outside the conversation, as a local sub-solve
-                    "input": {
-                        **asdict(inp),
-                        "carried": None,
-                        "confirm": False,
-                        "conversation": None,
-                    },
-                    "workflow": SOLVE_WORKFLOW,
-                    "id_prefix": SOLVE_WORKFLOW_PREFIX,
-                    "carve": CARVE,
-                    "spent": dict(self.spent),
-                }
-            ran = await self._run_round(n, run_id, run_input)
+            self.round = (n, run_id)
+            ran = await self._run_round(
+                n, run_id, self._dressed(planned["run_input"]), started=streamed
+            )
             if isinstance(ran, str):
                 self._step("ran", round=n, run_id=run_id)
                 self._close(n, run_id, "failed", ran)
@@ -570,22 +610,133 @@ class SolveWorkflow:
         inp = replace(self.inp, carried=carried, conversation=self.conversation)
         workflow.continue_as_new(args=[inp, *self.earlier, own])
 
+    def _dressed(self, doc: dict[str, Any]) -> RunInput:
+        """The input of a round's run from its planner's (``doc``), with what the solve gives
+        every run: the deadline, the approval rules, what its limits counted so far, the
+        budget, the turn's conversation, the sub-solves."""
+        inp = self.inp
+        run_input = replace(  # the run keeps the deadline itself: it ends with what
+            RunInput(**doc),  # finished by then
+            deadline_at=self.deadline_at,
+            approval=inp.approval,
+            ledger=dict(self.ledger),  # the solve's limits count across its rounds
+            ledger_scope="solve",
+            **self._run_budget(),
+        )
+        if run_input.conversing:  # its tasks that read earlier turns (agents, say)
+            run_input.conversation = self.conversation
+        if inp.sub_solves:  # its sub-solve tasks: child solves of the run's workflow
+            run_input.sub_solve = {
+                # a child starts afresh (none of this run's carried state is its own)
+                # and unattended, outside the conversation, as a local sub-solve
+                "input": {
+                    **asdict(inp),
+                    "carried": None,
+                    "confirm": False,
+                    "conversation": None,
+                },
+                "workflow": SOLVE_WORKFLOW,
+                "id_prefix": SOLVE_WORKFLOW_PREFIX,
+                "carve": CARVE,
+                "spent": dict(self.spent),
+            }
+        return run_input
+
+    def _streams(self) -> bool:
+        """Whether round 1's plan is streamed into its run (see ``SolveInput.stream``): not
+        when a person approves each plan first, in a turn of a session, with sub-solves,
+        nor when agent tasks would spend a model budget while the planner's call, in
+        flight, holds its share of it on another worker (their runs would not see it)."""
+        inp = self.inp
+        budget = inp.budget or {}
+        shared = inp.agent_tasks and any(
+            budget.get(k) is not None for k in ("tokens", "cost_usd", "model_calls")
+        )
+        return (
+            inp.stream
+            and not inp.confirm
+            and self.conversation is None
+            and not inp.sub_solves
+            and not shared
+        )
+
+    async def _start_streamed(
+        self, run_id: str, n: int, given: dict[str, Any] | None = None
+    ) -> Any:
+        """An attempt's run of round ``n`` (round 1), started with no task, or with the tasks
+        ``given`` (``Arrived`` JSON: an earlier attempt's that ran): the planner's step
+        streams the others to it."""
+        inp, run = self.inp, self.inp.run
+        max_running = run["max_running"]
+        if run.get("max_concurrency") is not None:
+            max_running = min(max_running, run["max_concurrency"])
+        doc: dict[str, Any] = {
+            "run_id": run_id,
+            "plan": {"goal": inp.goal, "tasks": []},
+            "order": [],
+            "dependencies": {},
+            "maps": [],
+            "local": [],
+            "side_effects": [],
+            "bounds": {},
+            "allow_partial": [],
+            "on_failure": run["on_failure"],
+            "max_elements": run["max_elements"],
+            "retry": run["retry"],
+            "task_queue": inp.task_queue,
+            "max_running": max_running,
+            "chunk_elements": run["chunk_elements"],
+            "heartbeat_s": run["heartbeat_s"],
+            "lost_worker_retries": run["lost_worker_retries"],
+            "history_events": run["history_events"],
+            "streaming": True,
+        }
+        if given:
+            doc["plan"]["tasks"] = list(given["tasks"])
+            doc["order"] = [t["id"] for t in given["tasks"]]
+            doc.update((k, v) for k, v in given.items() if k != "tasks")
+        if inp.agent_tasks:
+            doc["model"] = {**inp.model, "solve_id": inp.solve_id, "round": n}
+            if inp.discovery is not None:
+                doc["model"]["discovery"] = inp.discovery
+        self._left()  # a run never starts after the deadline
+        return await workflow.start_child_workflow(
+            RUN_WORKFLOW,
+            self._dressed(doc),
+            id=workflow_id(run_id),
+            task_queue=inp.task_queue,
+            result_type=list,
+            parent_close_policy=ParentClosePolicy.REQUEST_CANCEL,
+        )
+
+    async def _ended_quietly(self, child: Any) -> None:
+        """Wait for a streamed run whose plan was rejected to end (its results are on the
+        run's own record)."""
+        with contextlib.suppress(ChildWorkflowError):
+            await child
+
     async def _run_round(
-        self, n: int, run_id: str, run_input: RunInput
+        self, n: int, run_id: str, run_input: RunInput, started: Any = None
     ) -> list[dict[str, Any]] | str:
         """Round ``n``'s run as a child workflow: its results, or why it ended without them.
         A run that paused (calls the approval rules held wait for a person) pauses the solve:
         it waits for the decisions (signal :data:`DECISIONS`), then the run goes on in
         place, on a new workflow of the same id, with what succeeded kept and the decisions
-        handed to the calls, as ``dagagent resume`` continues a run."""
+        handed to the calls, as ``dagagent resume`` continues a run. ``started``: the run's
+        workflow, started before its plan was written (``run_input``: as if with the whole
+        plan)."""
         try:
-            results: list[dict[str, Any]] = await workflow.execute_child_workflow(
-                RUN_WORKFLOW,
-                run_input,
-                id=workflow_id(run_id),
-                task_queue=self.inp.task_queue,
-                result_type=list,
-                parent_close_policy=ParentClosePolicy.REQUEST_CANCEL,
+            results: list[dict[str, Any]] = (
+                await started
+                if started is not None
+                else await workflow.execute_child_workflow(
+                    RUN_WORKFLOW,
+                    run_input,
+                    id=workflow_id(run_id),
+                    task_queue=self.inp.task_queue,
+                    result_type=list,
+                    parent_close_policy=ParentClosePolicy.REQUEST_CANCEL,
+                )
             )
             self._agent_calls(n, results)
             self._counted(results)
