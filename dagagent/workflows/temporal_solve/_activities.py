@@ -338,6 +338,8 @@ class SolveActivities:
             heartbeat_s=run["heartbeat_s"],
             lost_worker_retries=run["lost_worker_retries"],
             history_events=run["history_events"],
+            # the limits of the solve's rules: its run counts the calls they limit
+            approval={"rules": {"limits": ask["limits"]}} if ask.get("limits") else None,
         )
         settings = RunSettings(
             executor=executor,
