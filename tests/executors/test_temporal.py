@@ -32,6 +32,7 @@ from dagagent.settings import RunSettings, TaskRetryPolicy
 pytest.importorskip("temporalio")
 
 import temporal_tools  # tests/ is on sys.path under pytest; the workers import it too
+from eventually import wait_until
 
 from dagagent.executors.temporal import TemporalExecutor, workflow_id
 
@@ -509,12 +510,15 @@ def test_the_driver_killed_the_workflow_finishes_and_resume_completes_its_record
         cwd=tmp_path,
     )
     try:
-        deadline = time.monotonic() + READY_S
-        while not temporal_tools.started(tmp_path, "w") or (
-            moment == "terminated" and not _recorded(db, "first")
-        ):
-            assert driver.poll() is None and time.monotonic() < deadline
-            time.sleep(0.02)
+        wait_until(
+            lambda: (
+                temporal_tools.started(tmp_path, "w")
+                and (moment != "terminated" or _recorded(db, "first"))
+            ),
+            "the held tool started (and, to terminate, 'first' recorded)",
+            timeout=READY_S,
+            unless=lambda: None if driver.poll() is None else "the driver ended",
+        )
         driver.kill()
         driver.wait()
     finally:
@@ -645,17 +649,18 @@ def test_a_resume_after_the_workflow_ended_never_makes_a_call_twice(
         env=env, cwd=tmp_path,
     )  # fmt: skip
     try:
-        deadline = time.monotonic() + READY_S
         # both hold: the payment is made (before its hold), nothing recorded past the start
-        while not (temporal_tools.started(tmp_path, "g") and temporal_tools.started(tmp_path, "p")):
-            assert driver.poll() is None and time.monotonic() < deadline
-            time.sleep(0.02)
+        wait_until(
+            lambda: temporal_tools.started(tmp_path, "g") and temporal_tools.started(tmp_path, "p"),
+            "both held tools started",
+            timeout=READY_S,
+            unless=lambda: None if driver.poll() is None else "the driver ended",
+        )
         driver.kill()
         driver.wait()
         (tmp_path / "g.go").touch()  # the workflow goes on alone: 'done' makes its effect
-        while not temporal_tools.started(tmp_path, "e"):  # 'last' runs: 'done' completed
-            assert time.monotonic() < deadline
-            time.sleep(0.02)
+        # 'last' runs: 'done' completed
+        wait_until(lambda: temporal_tools.started(tmp_path, "e"), "'last' started", timeout=READY_S)
         with RunStore(db, create=False) as st:
             [run_id] = [r.run_id for r in st.list_runs()]
             left = st.get_run(run_id)
@@ -771,10 +776,12 @@ def test_a_person_decides_the_calls_in_doubt_of_a_run_whose_workflow_ended(
         env=env, cwd=tmp_path,
     )  # fmt: skip
     try:
-        deadline = time.monotonic() + READY_S
-        while not all(temporal_tools.started(tmp_path, n) for n in ("h", "a", "d", "mx", "my")):
-            assert driver.poll() is None and time.monotonic() < deadline
-            time.sleep(0.02)
+        wait_until(
+            lambda: all(temporal_tools.started(tmp_path, n) for n in ("h", "a", "d", "mx", "my")),
+            "the five held calls started",
+            timeout=READY_S,
+            unless=lambda: None if driver.poll() is None else "the driver ended",
+        )
     finally:
         driver.kill()
         driver.wait()
@@ -1078,14 +1085,16 @@ def test_ctrl_c_on_the_driver_leaves_the_calls_it_cut_off_in_doubt_on_record(
         cwd=tmp_path,
     )
     try:
-        deadline = time.monotonic() + READY_S
-        while not (
-            temporal_tools.started(tmp_path, "h")
-            and temporal_tools.started(tmp_path, "a")
-            and _recorded(db, "e")
-        ):
-            assert driver.poll() is None and time.monotonic() < deadline
-            time.sleep(0.02)
+        wait_until(
+            lambda: (
+                temporal_tools.started(tmp_path, "h")
+                and temporal_tools.started(tmp_path, "a")
+                and _recorded(db, "e")
+            ),
+            "both held calls started and 'e' recorded",
+            timeout=READY_S,
+            unless=lambda: None if driver.poll() is None else "the driver ended",
+        )
         driver.send_signal(signal.SIGINT)
         _, err = driver.communicate(timeout=READY_S)
     finally:

@@ -17,7 +17,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -36,13 +35,14 @@ from dagagent.settings import RunSettings, TaskRetryPolicy
 pytest.importorskip("temporalio")
 
 import temporal_tools  # the workers import it too
+from eventually import wait_until
 from llm_server import LLMTestServer, Recorded, Reply
 from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
 
 from dagagent.executors.temporal import TemporalExecutor, workflow_id
 from dagagent.workflows.temporal_solve import attach_solve, solve_workflow_id
 
-from .temporal_fixtures import ROOT, TOOLS, Workers
+from .temporal_fixtures import READY_S, ROOT, TOOLS, Workers
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio_only("Temporal's client runs on asyncio")]
 
@@ -507,8 +507,7 @@ def test_ask_with_sub_solves_on_temporal_and_show_lists_them(
 
 def _wait_for_start(where: Path) -> None:
     """Until the held tool has started (its marker file exists)."""
-    while not temporal_tools.started(where, "w"):
-        time.sleep(0.02)
+    wait_until(lambda: temporal_tools.started(where, "w"), "the held tool started", timeout=READY_S)
 
 
 def _held(where: Path) -> Router:
