@@ -18,7 +18,7 @@ import subprocess
 import sys
 import threading
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -61,15 +61,16 @@ def _goal(body: dict[str, Any]) -> str:
 
 class Router:
     """Answers each request from its goal and kind: ``plans`` and ``answers`` by goal (a
-    goal not listed is a region's: its plan echoes its supplier, its answer names it).
-    ``seen`` counts the (goal, kind) of every request."""
+    goal not listed is a region's: its plan echoes its supplier, its answer names it; a
+    list: one per request of that goal and kind, in order, the last one for any more).
+    ``seen`` counts the (goal, kind) of every request; ``turns`` too, from the start of the
+    solve under way."""
 
-    def __init__(
-        self, plans: dict[str, dict[str, Any]], answers: dict[str, dict[str, Any]]
-    ) -> None:
+    def __init__(self, plans: dict[str, Any], answers: dict[str, Any]) -> None:
         self.plans = plans
         self.answers = answers
         self.seen: Counter[tuple[str, str]] = Counter()
+        self.turns: Counter[tuple[str, str]] = Counter()
         self.prompts: dict[str, str] = {}  # goal -> the planner's system prompt (the last)
         self.lock = threading.Lock()
 
@@ -80,15 +81,20 @@ class Router:
         kind = "plan" if "plan" in name else "join"
         with self.lock:
             self.seen[(goal, kind)] += 1
+            self.turns[(goal, kind)] += 1
+            turn = self.turns[(goal, kind)] - 1
             if kind == "plan":
                 self.prompts[goal] = body["messages"][0]["content"]
         region = goal.rsplit(" ", 1)[-1]
+        given = (self.plans if kind == "plan" else self.answers).get(goal)
+        if isinstance(given, list):
+            given = given[min(turn, len(given) - 1)]
         if kind == "plan":
-            answer = self.plans.get(goal) or {
+            answer = given or {
                 "tasks": [{"id": "s", "tool": "echo", "args": {"value": SUPPLIERS[region]}}]
             }
         else:
-            answer = self.answers.get(goal) or {
+            answer = given or {
                 "action": "finish",
                 "answer": SUPPLIERS[region],
                 "cites": ["s"],
@@ -215,15 +221,22 @@ async def both(
     workers: Workers,
     tmp_path: Path,
     router: Router,
+    registry: dagagent.Registry = temporal_tools.registry,
+    between: Callable[[], None] | None = None,
     **options: Any,
 ) -> tuple[dict[str, Any], dict[str, Any], dagagent.Solution, list[Any]]:
-    """The scenario as a local solve and on Temporal: the shapes of their records, the
+    """The scenario as a local solve and on Temporal (``between`` them: ``between()``, and
+    the router's count of requests starts again): the shapes of their records, the
     Temporal solve's solution and the events its listeners heard."""
     server.responder = router
     shapes = []
     events: list[Any] = []
     solution = None
     for where in ("local", "temporal"):
+        if where == "temporal":
+            router.turns.clear()
+            if between is not None:
+                between()
         store = tmp_path / f"{where}.db"
         settings = RunSettings(on_failure="continue", retry=FAST_RETRY)
         if where == "temporal":
@@ -233,7 +246,7 @@ async def both(
         async with OpenAIChat("gpt-test", base_url=f"{server.url}/v1", api_key=DRIVER_KEY) as llm:
             solution = await dagagent.solve(
                 GOAL,
-                temporal_tools.registry,
+                registry,
                 llm,
                 settings=settings,
                 store=store,
@@ -818,3 +831,142 @@ async def test_with_a_budget_a_map_s_sub_solves_start_one_at_a_time_each_carved(
         budgets = [(runs.get_solve(c.solve_id).options or {}).get("budget") for c in children]
     assert budgets == [{"model_calls": 8}, {"model_calls": 6}]  # the second after the first
     await replay(workers, solution, store, children=2)
+
+
+def _metered(where: Path, task_id: str, i: Any, *after: str) -> dict[str, Any]:
+    """A task calling ``metered`` (``max_calls=2``), counted in ``<where>/m.calls``."""
+    args = {"name": "m", "where": str(where), "i": i}
+    return {"id": task_id, "tool": "metered", "args": args, "depends_on": list(after)}
+
+
+@pytest.mark.anyio
+async def test_a_sub_solve_and_its_parent_share_a_tool_s_max_calls_as_locally(
+    own_workers: Workers, model_server: LLMTestServer, tmp_path: Path
+) -> None:
+    """``metered`` may be called twice in a solve: the parent's task calls it once, its
+    sub-solve's first task once more (counting on from the parent's count), so the
+    sub-solve's second task fails with ``ToolLimitError``; the sub-solve's call counts for
+    the parent, whose round 2 call fails too. The same records, messages and counts on
+    Temporal as locally; the tool ran twice each time; the new histories replay."""
+    from .temporal_fixtures import EXTRA
+
+    own_workers.start(1, tools=EXTRA)
+    child_goal = "Count in EU"
+    router = Router(
+        {
+            GOAL: [
+                {
+                    "tasks": [
+                        _metered(tmp_path, "m1", 1),
+                        {
+                            "id": "best",
+                            "instruction": child_goal,
+                            "solve": True,
+                            "tools": ["metered", "echo"],
+                            "depends_on": ["m1"],
+                        },
+                    ]
+                },
+                {
+                    "tasks": [
+                        _metered(tmp_path, "m4", 4),
+                        {"id": "note", "tool": "echo", "args": {"value": "again"}},
+                    ]
+                },
+            ],
+            child_goal: {
+                "tasks": [_metered(tmp_path, "m2", 2), _metered(tmp_path, "m3", "${m2}", "m2")]
+            },
+        },
+        {
+            GOAL: [
+                {"action": "replan", "feedback": "count once more"},
+                {"action": "finish", "answer": "counted", "cites": ["note"]},
+            ],
+            child_goal: {"action": "finish", "answer": "counted once", "cites": ["m2"]},
+        },
+    )
+    calls = tmp_path / "m.calls"
+    counted = []
+
+    def between() -> None:
+        counted.append(len(calls.read_text().split()))
+        calls.unlink()
+
+    local, durable, solution, _ = await both(
+        model_server,
+        own_workers,
+        tmp_path,
+        router,
+        registry=temporal_tools.extra,
+        between=between,
+        max_rounds=2,
+    )
+    counted.append(len(calls.read_text().split()))
+    assert durable == local
+    assert counted == [2, 2]  # the tool ran twice in each solve, parent and child together
+    assert durable["status"] == "answered", durable["reason"]
+    first, second = durable["runs"]
+    assert first["m1"][:2] == ["succeeded", 1]
+    assert first["best"][:2] == ["succeeded", "counted once"]
+    (child,) = durable["children"]
+    (child_run,) = child["runs"]
+    assert child_run["m2"][:2] == ["succeeded", 2]
+    m3_status, _, m3_error, m3_type, _ = child_run["m3"]
+    assert (m3_status, m3_type) == ("failed", "ToolLimitError")
+    assert "may be called at most 2 times in a solve" in m3_error, m3_error
+    m4_status, _, m4_error, m4_type, _ = second["m4"]
+    assert (m4_status, m4_type) == ("failed", "ToolLimitError")
+    assert "may be called at most 2 times in a solve" in m4_error, m4_error
+    await replay(own_workers, solution, tmp_path / "temporal.db", children=1)
+
+
+@pytest.mark.anyio
+async def test_a_limit_the_parent_used_up_leaves_its_sub_solve_no_call_as_locally(
+    workers: Workers, model_server: LLMTestServer, tmp_path: Path
+) -> None:
+    """A policy's limit lets ``add`` be called once in the solve: the parent's task calls
+    it, so its sub-solve's call of ``add`` is denied by the limit (counted across the
+    solve), on Temporal as locally; the new histories replay."""
+    rules = tmp_path / "rules.json"
+    rules.write_text(
+        json.dumps({"default": "allow", "rules": [], "limits": [{"tool": "add", "max_calls": 1}]})
+    )
+    child_goal = "Add in EU"
+    router = Router(
+        {
+            GOAL: {
+                "tasks": [
+                    {"id": "a", "tool": "add", "args": {"a": 1, "b": 2}},
+                    {
+                        "id": "best",
+                        "instruction": child_goal,
+                        "solve": True,
+                        "tools": ["add", "echo"],
+                        "depends_on": ["a"],
+                    },
+                ]
+            },
+            child_goal: {
+                "tasks": [
+                    {"id": "b", "tool": "add", "args": {"a": 2, "b": 3}},
+                    {"id": "note", "tool": "echo", "args": {"value": "tried"}},
+                ]
+            },
+        },
+        {
+            GOAL: {"action": "finish", "answer": "3", "cites": ["a"]},
+            child_goal: {"action": "finish", "answer": "none left", "cites": ["note"]},
+        },
+    )
+    local, durable, solution, _ = await both(
+        model_server, workers, tmp_path, router, max_rounds=1, policy=rules
+    )
+    assert durable == local
+    assert durable["status"] == "answered", durable["reason"]
+    assert durable["runs"][0]["a"][:2] == ["succeeded", 3]
+    (child,) = durable["children"]
+    b_status, _, b_error, _, _ = child["runs"][0]["b"]
+    assert b_status == "denied"
+    assert "at most 1 time in a solve" in b_error, b_error
+    await replay(workers, solution, tmp_path / "temporal.db", children=1)

@@ -35,6 +35,10 @@ resolves its instruction (each element's, for a map; its ``when``, as for any ta
 goal's solve runs as a child workflow of this one, and a second local activity makes the
 task's result from their answers, through the same task runner (see ``_sub_solve``). With a
 budget, the sub-solves of a run start one at a time, each carved what the solve has left then.
+A sub-solve whose tools count against limits (``RunInput.limited``) counts on the run's
+counts, as a local one counts on its parent's ledger: it holds those limits while it runs,
+as an activity does (see ``_counted``), its solve starts from the counts so far, and what it
+counted comes back with its end, for the run and the solve.
 """
 
 from __future__ import annotations
@@ -97,6 +101,9 @@ CONDITION_FALSE = "ConditionFalse"
 #: The patch under which a map's elements on a worker take the run's and the task's
 #: concurrency slots (a run started before ran each chunk's elements at the chunk's width).
 _ELEMENT_SLOTS = "element-slots"
+#: The patch under which a sub-solve counts on the run's limits (a run started before gave
+#: each child solve none of its counts, and took none of the child's back).
+_SUB_SOLVE_COUNTS = "sub-solve-counts"
 # Activities are attempted once by Temporal: retries are the task runner's (on the worker)
 # and the workflow's own, for lost workers (see _call).
 _ONCE = RetryPolicy(maximum_attempts=1)
@@ -1024,7 +1031,13 @@ class RunWorkflow:
         budget = parent.get("budget")
         outcome: dict[str, Any] = {"element": goal["element"]}
         wait = self.one_at_a_time if budget else contextlib.nullcontext()
-        async with wait:
+        # the limits its calls may count on: it holds them while it runs, and counts on
+        # from the run's counts (see _counted); what it counted comes back with its end
+        counts: dict[str, Any] = {}
+        counting: Any = contextlib.nullcontext()
+        if self.inp.limited.get(task_id) and workflow.patched(_SUB_SOLVE_COUNTS):
+            counting = self._counted(task_id, counts)
+        async with wait, counting:
             outcome["started_at"] = workflow.now().timestamp()
             refused = f"sub-solve of task {task_id!r} did not start"
             if budget:
@@ -1070,6 +1083,8 @@ class RunWorkflow:
                 "budget": budget,
                 "deadline_s": left,
             }
+            if "ledger" in counts:
+                child["ledger"] = counts["ledger"]
             try:
                 async with self.slots:  # a child is pending as an activity is (max_running)
                     steps: list[dict[str, Any]] = await workflow.execute_child_workflow(
@@ -1083,9 +1098,13 @@ class RunWorkflow:
             except ChildWorkflowError as exc:
                 if isinstance(exc.cause, CancelledError):  # this run cancelled it
                     raise asyncio.CancelledError from None
+                if "ledger" in counts:  # what it counted is not known: one call each
+                    self._unknown(sorted(counts["ledger"]))
                 why = f"sub-solve {child_id} of task {task_id!r} ended without finishing: "
                 return {**outcome, "solve_id": child_id, "error": why + str(exc.cause or exc)}
             end = steps[-1]
+            if "ledger" in counts:
+                counts["counted"] = end.get("ledger")
             mine["spent"] = end.get("spent")  # for the next one's carve
             outcome.update(solve_id=child_id, spent=end.get("spent"), status=end["status"])
             if end["status"] == "answered":

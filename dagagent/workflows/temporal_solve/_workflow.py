@@ -153,6 +153,10 @@ class SolveInput:
     #: new (see :meth:`SolveWorkflow._carry`; their steps come as arguments of their own);
     #: ``None``: the solve's first run.
     carried: dict[str, Any] | None = None
+    #: A sub-solve's: the calls its parent's run counted so far on each limit its calls may
+    #: count against (``RunInput.ledger``); it counts on from them, and its end step says
+    #: what it counted (``ledger``), which counts for the parent. ``None``: from zero.
+    ledger: dict[str, list[Any]] | None = None
     #: The approval rules every round's run carries to the workers (``TemporalExecutor.
     #: approval``): a call they hold makes its task wait, and the solve waits for decisions
     #: (signal :data:`DECISIONS`). ``None``: no rules.
@@ -267,7 +271,7 @@ class SolveWorkflow:
         }
         #: The calls the solve's runs counted on each limit (``RunInput.ledger``): each
         #: round's run counts on from the rounds before, as a local solve's ledger does.
-        self.ledger: dict[str, list[Any]] = dict(carried.get("ledger") or {})
+        self.ledger: dict[str, list[Any]] = dict(carried.get("ledger") or inp.ledger or {})
         #: What the solve waits for from a person (query ``waiting``): ``{"kind": "plan",
         #: "round", "run_id"}`` or ``{"kind": "decisions", "round", "run_id", "tasks"}``.
         self.waiting: dict[str, Any] | None = None
@@ -337,6 +341,8 @@ class SolveWorkflow:
         self._step("closed", round=n, run_id=run_id, outcome=outcome, reason=reason)
 
     def _end(self, status: str, reason: str, **more: Any) -> list[dict[str, Any]]:
+        if self.ledger:  # what its limits counted (a sub-solve's count for its parent)
+            more["ledger"] = dict(self.ledger)
         self._step("end", status=status, reason=reason, spent=dict(self.spent), **more)
         return self.steps
 
@@ -634,6 +640,7 @@ class SolveWorkflow:
                     "carried": None,
                     "confirm": False,
                     "conversation": None,
+                    "ledger": None,  # the run gives each child the counts when it starts
                 },
                 "workflow": SOLVE_WORKFLOW,
                 "id_prefix": SOLVE_WORKFLOW_PREFIX,
