@@ -970,3 +970,86 @@ async def test_a_limit_the_parent_used_up_leaves_its_sub_solve_no_call_as_locall
     assert b_status == "denied"
     assert "at most 1 time in a solve" in b_error, b_error
     await replay(workers, solution, tmp_path / "temporal.db", children=1)
+
+
+@pytest.mark.anyio
+async def test_a_map_s_sub_solves_share_the_count_one_after_another(
+    workers: Workers, model_server: LLMTestServer, tmp_path: Path
+) -> None:
+    """A policy's limit lets ``add`` be called twice in the solve; the parent calls it once,
+    then each of a map's two sub-solves once: one of them gets the last call and the other's
+    is denied, on Temporal as locally (locally the two run at once and share the parent's
+    ledger; on Temporal they hold the limit in turn, the first element first)."""
+    rules = tmp_path / "rules.json"
+    rules.write_text(
+        json.dumps({"default": "allow", "rules": [], "limits": [{"tool": "add", "max_calls": 2}]})
+    )
+    plan = {
+        "tasks": [
+            {"id": "a", "tool": "add", "args": {"a": 1, "b": 2}},
+            {"id": "regions", "tool": "echo", "args": {"value": ["EU", "US"]}},
+            {
+                "id": "best",
+                "for_each": "${regions}",
+                "instruction": "Add in ${@item}",
+                "solve": True,
+                "tools": ["add", "echo"],
+                "depends_on": ["a"],
+            },
+        ]
+    }
+    child_plan = {
+        "tasks": [
+            {"id": "b", "tool": "add", "args": {"a": 2, "b": 3}},
+            {"id": "note", "tool": "echo", "args": {"value": "tried"}},
+        ]
+    }
+    done = {"action": "finish", "answer": "tried", "cites": ["note"]}
+    router = Router(
+        {GOAL: plan, "Add in EU": child_plan, "Add in US": child_plan},
+        {GOAL: FINISH, "Add in EU": done, "Add in US": done},
+    )
+    local, durable, solution, _ = await both(
+        model_server, workers, tmp_path, router, max_rounds=1, policy=rules
+    )
+
+    def outcomes(shape: dict[str, Any]) -> list[Any]:
+        return sorted(tuple(c["runs"][0]["b"][:3]) for c in shape["children"])
+
+    assert outcomes(durable) == outcomes(local)
+    denied, granted = outcomes(durable)
+    assert (denied[0], granted[:2]) == ("denied", ("succeeded", 5))
+    assert "at most 2 times in a solve" in denied[2], denied
+    eu, us = durable["children"]
+    assert (eu["runs"][0]["b"][0], us["runs"][0]["b"][0]) == ("succeeded", "denied")
+    await replay(workers, solution, tmp_path / "temporal.db", children=2)
+
+
+def test_a_sub_solve_counts_on_from_its_input_and_its_end_says_what_it_counted() -> None:
+    """A sub-solve's workflow starts its ledger from its input's (its parent's counts), a
+    run of it continued as new from what the run before carried (which counted on from
+    them); its end step says what it counted, for the parent to count on."""
+    from dataclasses import asdict
+
+    from dagagent.workflows.temporal_solve import SolveWorkflow
+    from dagagent.workflows.temporal_solve._workflow import SolveInput
+
+    given = {"tool:metered": [1, 100.0], "limit:1": [3, 90.0]}
+    inp = SolveInput("s1", "g", {}, 2, 1, True, {}, "q", ledger=given)
+    workflow = SolveWorkflow(asdict(inp))
+    assert workflow.ledger == given
+    workflow.ledger["tool:metered"] = [2, 120.0]
+    end = workflow._end("answered", "answered in round 1")[-1]
+    assert end["ledger"] == {"tool:metered": [2, 120.0], "limit:1": [3, 90.0]}
+    carried = {"round": 2, "seq": 3, "ledger": {"tool:metered": [2, 120.0]}}
+    later = SolveWorkflow(
+        asdict(SolveInput("s1", "g", {}, 2, 1, True, {}, "q", carried=carried, ledger=given))
+    )
+    assert later.ledger == {"tool:metered": [2, 120.0]}
+    # a solve that counted nothing says nothing of it
+    assert (
+        "ledger"
+        not in SolveWorkflow(asdict(SolveInput("s2", "g", {}, 1, 1, True, {}, "q")))._end(
+            "failed", "r"
+        )[-1]
+    )
