@@ -16,6 +16,7 @@ import pytest
 from eventually import until
 
 import dagagent
+from dagagent.errors import ClusterError
 from dagagent.settings import RunSettings, TaskRetryPolicy
 
 pytest.importorskip("temporalio")
@@ -23,7 +24,7 @@ pytest.importorskip("temporalio")
 import temporal_tools  # tests/ is on sys.path under pytest; the workers import it too
 from temporalio.service import RPCError
 
-from dagagent.executors.temporal import RunWorkflow, TemporalExecutor
+from dagagent.executors.temporal import RunWorkflow, TemporalExecutor, workflow_id
 from dagagent.executors.temporal._workflow import RunInput
 
 from .temporal_fixtures import READY_S, ROOT, Workers
@@ -310,6 +311,61 @@ async def test_a_run_stopped_when_its_history_is_long_does_not_carry_on(
     async with ex.session():
         histories = await runs_of(ex)
         assert len(histories) == 1  # it ended where it stopped
+
+
+@pytest.mark.slow
+@asyncio_only
+@pytest.mark.anyio
+async def test_a_workflow_ended_after_continuing_as_new_leaves_every_result_on_record(
+    workers: Workers, tmp_path: Path
+) -> None:
+    """The driver follows a run slowly (it has recorded nothing yet) when the run's
+    workflow, continued as new several times, is terminated: what the earlier runs finished
+    (carried in arguments of their own) is read from the last run's history and recorded,
+    and the run's error says so."""
+    held = {
+        "id": "held",
+        "tool": "hold",
+        "args": {"name": "h", "where": str(tmp_path)},
+        "depends_on": ["c39"],
+    }
+    p = {"goal": "ended", "tasks": [*chain("c", 40), held]}
+    ex = executor(workers, history_events=SHORT, poll_s=3600.0)
+    store = tmp_path / "runs.db"
+    failure: list[BaseException] = []
+
+    async def run() -> None:
+        try:
+            await dagagent.execute(
+                p,
+                temporal_tools.registry,
+                settings=RunSettings(executor=ex, retry=FAST_RETRY),
+                store=store,
+            )
+        except ClusterError as exc:
+            failure.append(exc)
+
+    try:
+        with anyio.fail_after(READY_S):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(run)
+                await until(lambda: temporal_tools.started(tmp_path, "h"), "the held call")
+                assert ex.client is not None and ex.workflow_id is not None
+                await ex.client.get_workflow_handle(ex.workflow_id).terminate("a test ends it")
+    finally:
+        (tmp_path / "h.go").touch()  # the tool's thread on the worker ends too
+    [exc] = failure
+    assert "what it finished is recorded" in str(exc)
+    async with ex.session():
+        histories = await runs_of(ex)
+    assert len(histories) >= 3 and len(started_with(histories[-1])) == len(histories)
+    assert ex.workflow_id is not None
+    with dagagent.RunStore(store) as runs:
+        record = runs.get_run(ex.workflow_id.removeprefix(workflow_id("")))
+    assert {t: r.output for t, r in record.tasks.items() if r.ok} == {
+        f"c{i}": i + 1 for i in range(40)
+    }
+    assert not record.tasks["held"].ok
 
 
 # -- runs of the workflow that carried every result in their input -------------------------
