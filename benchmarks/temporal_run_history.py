@@ -372,7 +372,14 @@ def main(argv: list[str] | None = None) -> None:
         f"`history_events={args.history_events:,}`, so the run's workflow continues as new "
         "many times. Stored: the histories of every run of the workflow "
         "(`history_size_bytes`) and what the payload store gained (values over 2 kB travel "
-        "by reference, each stored once by its hash).",
+        "by reference, each stored once by its hash)."
+        + (
+            f" `before`: the workers of the checkout given to `--before` (at "
+            f"{commits['before'] or 'an unknown commit'}), the same plans run first; `after`: "
+            "this checkout's. Times are of one run each on a shared machine: not compared."
+            if args.before
+            else ""
+        ),
         "",
         common.markdown_table(headers, rows),
         "",
