@@ -944,12 +944,16 @@ async def _read_ended(
         kind = event.WhichOneof("attributes")
         if kind == "workflow_execution_started_event_attributes":
             started = event.workflow_execution_started_event_attributes.input
-            if started.payloads:  # the results an earlier part of the run carried over
-                [inp] = await converter.decode(started.payloads[:1], [dict])
-                for doc in inp.get("finished") or ():
+            # the results an earlier part of the run carried over: in its input, then in
+            # one argument per earlier run (with the tasks that reached it)
+            carried = await converter.decode(started.payloads, [dict] * len(started.payloads))
+            for part in carried:
+                for doc in part.get("finished") or ():
                     if doc.get("status") in _OK:
                         finished[doc["task_id"]] = doc
-                _with_effects(effects, inp)
+                _with_effects(effects, part)
+                for arrived in part.get("arrived") or ():
+                    _with_effects(effects, arrived)
         elif kind == "workflow_execution_signaled_event_attributes":
             signaled = event.workflow_execution_signaled_event_attributes
             if signaled.signal_name == ADD_TASKS and signaled.input.payloads:

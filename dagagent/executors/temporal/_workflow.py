@@ -11,7 +11,8 @@ per workflow); a map wider than ``chunk_elements`` runs in chunks of that many e
 activity each, and its result is put together by a local activity; values over the inline
 limit travel by reference (:mod:`._payloads`); when the history passes ``history_events``
 (or Temporal suggests it), the workflow lets the running tasks end, starts none, and
-continues as new with the results so far.
+continues as new with the results so far: each run's own results go on as an argument of
+their own, the same payload in every later run, so a long run stores each result once.
 
 **A plan being written.** The workflow starts with the tasks accepted so far
 (``RunInput.streaming``); each later task comes as a signal (:data:`ADD_TASKS`) and runs as
@@ -45,12 +46,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import functools
 import json
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from datetime import timedelta
-from typing import Any
+from typing import Any, NoReturn
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -104,6 +106,12 @@ _ELEMENT_SLOTS = "element-slots"
 #: The patch under which a sub-solve counts on the run's limits (a run started before gave
 #: each child solve none of its counts, and took none of the child's back).
 _SUB_SOLVE_COUNTS = "sub-solve-counts"
+#: The change after which a run continues as new with what it added as an argument of its
+#: own (the results it finished, the tasks that reached it, where it left the run), after
+#: the earlier runs' as they came and the run's first input, unchanged (see ``_carry``):
+#: each is stored once. Before it, the new run's input carried every result so far (and a
+#: run stopped by a failure under ``on_failure="cancel"`` continued as new all the same).
+_CARRIES_RUNS = "dagagent-run-carries-runs"
 # Activities are attempted once by Temporal: retries are the task runner's (on the worker)
 # and the workflow's own, for lost workers (see _call).
 _ONCE = RetryPolicy(maximum_attempts=1)
@@ -243,6 +251,48 @@ class Arrived:
     limited: dict[str, list[str]] = field(default_factory=dict)
 
 
+def _grow(inp: RunInput, arrived: Arrived) -> None:
+    """Add the tasks of ``arrived`` (and what it says of them) to ``inp``'s plan; the
+    run's order is the workflow's (see ``RunWorkflow._arrived``)."""
+    inp.plan["tasks"].extend(arrived.tasks)
+    inp.dependencies.update(arrived.dependencies)
+    inp.maps.extend(arrived.maps)
+    inp.local.extend(arrived.local)
+    inp.side_effects.extend(arrived.side_effects)
+    inp.reconciled.extend(arrived.reconciled)
+    inp.bounds.update(arrived.bounds)
+    inp.allow_partial.extend(arrived.allow_partial)
+    inp.reuse.update(arrived.reuse)
+    inp.attempts.update(arrived.attempts)
+    inp.limited.update(arrived.limited)
+
+
+def _run_input(given: dict[str, Any], earlier: list[dict[str, Any]]) -> RunInput:
+    """The run as this workflow begins it: ``given`` (the input of the run's first
+    workflow, or of one continued as new before ``_CARRIES_RUNS``, as JSON: the workflow's
+    arguments after the first make Temporal hand every argument over as plain JSON), with
+    what each earlier run added (see ``RunWorkflow._carry``): its results, the tasks that
+    reached it, and, from the last, where it left the run. ``given`` is left as it came."""
+    names = {f.name for f in fields(RunInput)}
+    inp = RunInput(**{k: v for k, v in copy.deepcopy(given).items() if k in names})
+    known = set(inp.order)
+    for run in earlier:
+        inp.finished.extend(run["finished"])
+        for doc in run["arrived"]:
+            arrived = Arrived(**doc)
+            _grow(inp, arrived)
+            inp.order.extend(t["id"] for t in arrived.tasks if t["id"] not in known)
+            known.update(t["id"] for t in arrived.tasks)
+    if earlier:
+        left = earlier[-1]["left"]
+        inp.generation = left["generation"]
+        inp.streaming = left["streaming"]
+        inp.ledger = left["ledger"]
+        if inp.budget is not None:
+            inp.budget = {**inp.budget, "spent": left["spent"]}
+    return inp
+
+
 def _result(task_id: str, status: str, error: str | None = None, **more: Any) -> dict[str, Any]:
     return {"task_id": task_id, "status": status, "error": error, **more}
 
@@ -268,9 +318,16 @@ def _halts(r: dict[str, Any]) -> bool:
 @workflow.defn(name=WORKFLOW, sandboxed=False)
 class RunWorkflow:
     @workflow.init
-    def __init__(self, inp: RunInput) -> None:
+    def __init__(self, given: RunInput | dict[str, Any], *earlier: dict[str, Any]) -> None:
         # here, not in run: a signal handled before run starts finds the run's state
-        self.inp = inp
+        #: The input of the run's first workflow (or of one continued as new before
+        #: _CARRIES_RUNS), passed on unchanged; then what each run before this one added
+        #: (see _carry), as it came.
+        self.given: dict[str, Any] = given if isinstance(given, dict) else asdict(given)
+        self.earlier: list[dict[str, Any]] = list(earlier)
+        self.inp = inp = _run_input(self.given, self.earlier)
+        self.first = len(inp.finished)  # the results this run started with
+        self.arrived: list[dict[str, Any]] = []  # the tasks that reached this run (signals)
         self.done = False
         self.generation = inp.generation
         self.finished: list[dict[str, Any]] = list(inp.finished)
@@ -308,7 +365,7 @@ class RunWorkflow:
         # tasks arrive), which a worker reads once per plan (see Activities._graph)
         self.plan_text = _plan_text(inp.plan)
         #: a plan written while the run ran was rejected halfway (see :data:`PLAN_COMPLETE`)
-        self.plan_aborted = False
+        self.plan_aborted = bool(self.earlier and self.earlier[-1]["left"].get("aborted"))
         #: the tasks the run started with (then, of a plan being written, those to come)
         self.initial = len(inp.plan["tasks"]) if inp.generation == 0 else 0
 
@@ -350,17 +407,8 @@ class RunWorkflow:
         """Tasks of the plan being written: each runs once its dependencies have succeeded
         (at once if they have), is skipped if one of them did not."""
         inp = self.inp
-        inp.plan["tasks"].extend(arrived.tasks)
-        inp.dependencies.update(arrived.dependencies)
-        inp.maps.extend(arrived.maps)
-        inp.local.extend(arrived.local)
-        inp.side_effects.extend(arrived.side_effects)
-        inp.reconciled.extend(arrived.reconciled)
-        inp.bounds.update(arrived.bounds)
-        inp.allow_partial.extend(arrived.allow_partial)
-        inp.reuse.update(arrived.reuse)
-        inp.attempts.update(arrived.attempts)
-        inp.limited.update(arrived.limited)
+        _grow(inp, arrived)
+        self.arrived.append(asdict(arrived))  # for the next run, should this one carry on
         self.plan_text = _plan_text(inp.plan)
         for task in arrived.tasks:
             self._arrived(task["id"])
@@ -397,7 +445,10 @@ class RunWorkflow:
             self.ready.append(task_id)
 
     @workflow.run
-    async def run(self, inp: RunInput) -> list[dict[str, Any]]:
+    async def run(
+        self, given: RunInput | dict[str, Any], *earlier: dict[str, Any]
+    ) -> list[dict[str, Any]]:
+        inp = self.inp
         if inp.deadline_at is None:
             return await self._run(inp)
         if inp.deadline_at <= workflow.now().timestamp():
@@ -468,20 +519,41 @@ class RunWorkflow:
                 other.cancel()
             raise
         if rolling_over and (len(self.results) < len(inp.order) or inp.streaming):
-            self.done = True  # this run's part: the driver follows the next
-            budget = {**inp.budget, "spent": self.spent} if inp.budget else None
-            workflow.continue_as_new(
-                replace(
-                    inp,
-                    finished=self.finished,
-                    generation=inp.generation + 1,
-                    budget=budget,
-                    ledger=self.ledger,
+            if not workflow.patched(_CARRIES_RUNS):  # as the run carried on when it ran
+                self.done = True  # this run's part: the driver follows the next
+                budget = {**inp.budget, "spent": self.spent} if inp.budget else None
+                workflow.continue_as_new(
+                    replace(
+                        inp,
+                        finished=self.finished,
+                        generation=inp.generation + 1,
+                        budget=budget,
+                        ledger=self.ledger,
+                    )
                 )
-            )
+            if self.stop_cause is None:  # a run stopped ends here: nothing more starts
+                self._carry()
         self._finish_unstarted()
         self.done = True
         return self.finished
+
+    def _carry(self) -> NoReturn:
+        """Continue as new: the run's first input and the earlier runs' arguments as they
+        came, then this run's own: the results it finished, the tasks that reached it, and
+        where it leaves the run (``left``: how many times it continued as new, whether its
+        plan is still being written or was rejected, what it spent of a solve's budget,
+        what its limits counted). Each argument is the same payload in every later run, so
+        each result is stored once however often the run continues as new."""
+        self.done = True  # this run's part: the driver follows the next
+        left: dict[str, Any] = {
+            "generation": self.inp.generation + 1,
+            "streaming": self.inp.streaming,
+            "aborted": self.plan_aborted,
+            "spent": self.spent if self.inp.budget else None,
+            "ledger": self.ledger,
+        }
+        own = {"finished": self.finished[self.first :], "arrived": self.arrived, "left": left}
+        workflow.continue_as_new(args=[self.given, *self.earlier, own])
 
     def _woken(self, more: bool) -> bool:
         """Whether the run has something to do: a task ended, or (``more``: a plan being
