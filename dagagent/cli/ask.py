@@ -17,6 +17,7 @@ the solve); 8 the deadline passed; 9 the budget ran out before an answer; 130 in
 
 from __future__ import annotations
 
+import contextlib
 import shlex
 from collections.abc import Mapping
 from pathlib import Path
@@ -419,10 +420,12 @@ def report_solution(solution: Solution, path: Path) -> None:
         SolveStatus.BUDGET_EXHAUSTED: "budget exhausted",
     }.get(solution.status, "error")
     err.print(f"{label}: {printable(solution.reason)}", markup=False, highlight=False)
+    doubts: dict[str, int] = {}
     if path.exists():  # calls its runs cut off (a run's workflow ended under it), in doubt
+        from ..errors import StoreError
         from ..store import RunStore
 
-        with RunStore(path, create=False) as st:
+        with contextlib.suppress(StoreError), RunStore(path, create=False) as st:
             doubts = calls_in_doubt(st, solution.solve_id)
         for line in in_doubt_lines(doubts, f" --store {shlex.quote(str(path))}"):
             err.print(line, markup=False, highlight=False)
