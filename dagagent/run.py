@@ -166,7 +166,11 @@ class _Run:
         if store is not None:
             from .store import RunRecorder
 
-            side_effects = registry is not None and any(t.side_effects for t in registry)
+            # (an executor that follows a run whose tools only its workers know, a solve's
+            # round's run on Temporal, says that calls in doubt may come to record)
+            side_effects = (registry is not None and any(t.side_effects for t in registry)) or (
+                getattr(self.executor, "effects_elsewhere", False) is True
+            )
             # checks the run id; starts nothing yet
             self.recorder = RunRecorder(store, run_id, resumed=resumed, side_effects=side_effects)
             if side_effects:

@@ -17,6 +17,7 @@ the solve); 8 the deadline passed; 9 the budget ran out before an answer; 130 in
 
 from __future__ import annotations
 
+import contextlib
 import shlex
 from collections.abc import Mapping
 from pathlib import Path
@@ -97,6 +98,7 @@ from .solving import planner_context, solve_setup
 
 if TYPE_CHECKING:
     from ..events import Event
+    from ..store import RunStore
     from ..workflows import Solution
     from .writing import ModelProgress
 
@@ -139,18 +141,55 @@ def temporal_executor(
     return get_executor("temporal", **given, **(security or {}))
 
 
-def solve_interrupted(progress: AskProgress, store: Path | None) -> str:
+def solve_interrupted(
+    progress: AskProgress, store: Path | None, run_store: RunStore | None = None
+) -> str:
     """What Ctrl-C during ``ask`` leaves behind: the solve and its last round's run, on
-    record as stopped, and the command that shows them."""
+    record as stopped, and the command that shows them; with the calls with side effects
+    the stop cut off, in doubt on its runs' records (``run_store``), the command that lists
+    them."""
     if progress.solve_id is None:
         return "interrupted before the first round started: nothing was recorded"
     where = f" --store {shlex.quote(str(store))}" if store is not None and str(store) else ""
     if progress.run_id is None:
         return f"interrupted: solve {progress.solve_id} is recorded as cancelled"
-    return (
-        f"interrupted: solve {progress.solve_id} is recorded as cancelled in round "
-        f"{progress.round}\n  see its run: dagagent show {progress.run_id}{where}"
+    doubts = calls_in_doubt(run_store, progress.solve_id) if run_store is not None else {}
+    return "\n".join(
+        [
+            f"interrupted: solve {progress.solve_id} is recorded as cancelled in round "
+            f"{progress.round}",
+            f"  see its run: dagagent show {progress.run_id}{where}",
+            *in_doubt_lines(doubts, where),
+        ]
     )
+
+
+def calls_in_doubt(store: RunStore, solve_id: str) -> dict[str, int]:
+    """The runs of solve ``solve_id``'s rounds with calls with side effects in doubt on
+    record (cut off by a stop, or by their workflow's end on Temporal), and how many each
+    has; ``{}`` when the store cannot tell."""
+    from ..errors import StoreError
+
+    found: dict[str, int] = {}
+    try:
+        for r in store.get_solve(solve_id).rounds:
+            if r.run_id is not None and r.run_id not in found and store.exists(r.run_id):
+                n = sum(1 for e in store.effects(r.run_id) if e.in_doubt)
+                if n:
+                    found[r.run_id] = n
+    except StoreError:
+        return found
+    return found
+
+
+def in_doubt_lines(doubts: Mapping[str, int], where: str) -> list[str]:
+    """The lines that point at each run's calls in doubt (``doubts``, see
+    :func:`calls_in_doubt`; ``where``: the ``--store`` option, if any)."""
+    return [
+        f"  in doubt:    dagagent approvals --run {run}{where}  # {n} call"
+        f"{'s' if n != 1 else ''}: check, then approve"
+        for run, n in doubts.items()
+    ]
 
 
 class AskProgress:
@@ -381,6 +420,15 @@ def report_solution(solution: Solution, path: Path) -> None:
         SolveStatus.BUDGET_EXHAUSTED: "budget exhausted",
     }.get(solution.status, "error")
     err.print(f"{label}: {printable(solution.reason)}", markup=False, highlight=False)
+    doubts: dict[str, int] = {}
+    if path.exists():  # calls its runs cut off (a run's workflow ended under it), in doubt
+        from ..errors import StoreError
+        from ..store import RunStore
+
+        with contextlib.suppress(StoreError), RunStore(path, create=False) as st:
+            doubts = calls_in_doubt(st, solution.solve_id)
+        for line in in_doubt_lines(doubts, f" --store {shlex.quote(str(path))}"):
+            err.print(line, markup=False, highlight=False)
     error = solution.error
     if isinstance(error, (PlanningError, JoinerError)):
         for i, (_raw, issues) in enumerate(error.attempts, 1):
@@ -620,7 +668,7 @@ def ask_cmd(
             with writing:
                 solution = run_own_loop(main)
         except (KeyboardInterrupt, asyncio.CancelledError):  # see guard: 3.10 gives the latter
-            raise Interrupted(solve_interrupted(progress, store)) from None
+            raise Interrupted(solve_interrupted(progress, store, run_store)) from None
     report_solution(solution, path)
     if json_out:
         print_json(out, solution.to_json_dict())

@@ -766,7 +766,7 @@ def _resume_solve(
     try:
         solution = run_own_loop(main)
     except (KeyboardInterrupt, asyncio.CancelledError):  # see guard: 3.10 gives the latter
-        raise Interrupted(solve_interrupted(progress, st.path)) from None
+        raise Interrupted(solve_interrupted(progress, st.path, st)) from None
     report_solution(solution, st.path)
     if json_out:
         print_json(out, solution.to_json_dict())

@@ -28,7 +28,13 @@ from typer.testing import CliRunner
 
 import dagagent
 import dagagent.cli
-from dagagent.events import InSubSolve, SubSolveFinished, SubSolveStarted, TaskFinished
+from dagagent.events import (
+    InSubSolve,
+    RunStarted,
+    SubSolveFinished,
+    SubSolveStarted,
+    TaskFinished,
+)
 from dagagent.llm import OpenAIChat, wire
 from dagagent.settings import RunSettings, TaskRetryPolicy
 
@@ -523,21 +529,17 @@ def _wait_for_start(where: Path) -> None:
     wait_until(lambda: temporal_tools.started(where, "w"), "the held tool started", timeout=READY_S)
 
 
-def _held(where: Path) -> Router:
-    """A solve whose one sub-solve holds a tool (``hold``, named ``w``) until ``where/w.go``
-    exists."""
+def _held(where: Path, tool: str = "hold") -> Router:
+    """A solve whose one sub-solve holds a tool (``hold``, or ``tool``, named ``w``) until
+    ``where/w.go`` exists."""
     child_goal = "Find the best supplier in EU"
     return Router(
         {
             GOAL: {
-                "tasks": [
-                    {"id": "best", "instruction": child_goal, "solve": True, "tools": ["hold"]}
-                ]
+                "tasks": [{"id": "best", "instruction": child_goal, "solve": True, "tools": [tool]}]
             },
             child_goal: {
-                "tasks": [
-                    {"id": "wait", "tool": "hold", "args": {"name": "w", "where": str(where)}}
-                ]
+                "tasks": [{"id": "wait", "tool": tool, "args": {"name": "w", "where": str(where)}}]
             },
         },
         {
@@ -747,19 +749,22 @@ async def test_the_parent_s_deadline_stops_its_sub_solve_and_its_record_says_so(
 
 
 @pytest.mark.anyio
+@pytest.mark.parametrize("tool", ["hold", "hold_effect"])
 async def test_stopping_the_driver_stops_the_sub_solve_and_records_it_cancelled(
-    workers: Workers, model_server: LLMTestServer, tmp_path: Path
+    workers: Workers, model_server: LLMTestServer, tmp_path: Path, tool: str
 ) -> None:
     """Cancelling the solve's call (Ctrl-C) while its sub-solve runs cancels the solve on the
-    workers, and the sub-solve with it: both are recorded ``cancelled``, as locally."""
-    router = _held(tmp_path)
+    workers, and the sub-solve with it: both are recorded ``cancelled``, as locally. A call
+    with side effects the stop cut off in the sub-solve's run is in doubt on that run's
+    record, with its key, and was not made again."""
+    router = _held(tmp_path, tool)
     model_server.responder = router
     store = tmp_path / "runs.db"
     ex = executor(workers)
-    followed = anyio.Event()  # the driver follows the sub-solve
+    followed = anyio.Event()  # the driver follows the sub-solve's run
 
     def listen(event: Any) -> None:
-        if isinstance(event, SubSolveStarted):
+        if isinstance(event, InSubSolve) and isinstance(event.event, RunStarted):
             followed.set()
 
     try:
@@ -791,6 +796,17 @@ async def test_stopping_the_driver_stops_the_sub_solve_and_records_it_cancelled(
             below = runs.get_solve(child.solve_id)
             assert (below.status, below.reason) == ("cancelled", "the solve was stopped")
             assert {r.outcome for r in below.rounds} <= {"cancelled"}  # none left running
+            [run_id] = [r.run_id for r in below.rounds if r.run_id is not None]
+            wait = runs.get_run(run_id).tasks["wait"]
+            doubts = [e for e in runs.effects(run_id) if e.in_doubt]
+        assert wait.status.value == "cancelled"
+        if tool == "hold_effect":  # named on a worker for the record, not made again
+            assert "in doubt on the run's record" in (wait.error or ""), wait.error
+            assert [(e.task_id, e.tool) for e in doubts] == [("wait", "hold_effect")]
+            assert doubts[0].key.startswith("dga-")
+            assert len(temporal_tools.started(tmp_path, "w")) == 1
+        else:
+            assert doubts == []
         # the sub-solve's workflow was cancelled on the server too (its held tool holds)
         async with ex.session():
             handle = ex._client().get_workflow_handle(solve_workflow_id(child.solve_id))

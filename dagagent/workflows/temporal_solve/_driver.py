@@ -41,7 +41,7 @@ import contextlib
 import inspect
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from datetime import timedelta
 from functools import partial
 from pathlib import Path
@@ -213,7 +213,7 @@ async def solve_on_temporal(
                 "solve ids are not reused"
             ) from None
         executor.workflow_id = wid
-        return await follower.follow(handle, cancel_on_stop=True)
+        return await _follow_stoppable(follower, handle)
 
 
 async def attach_solve(
@@ -278,7 +278,20 @@ async def attach_solve(
 
 class _RunFollower(TemporalExecutor):
     """The executor of a round's run: follows the run workflow the solve's workflow started,
-    instead of starting one."""
+    instead of starting one.
+
+    Should the run's workflow end under it without finishing (an operator terminated it,
+    say), what it did is recorded as for a plan run's (:meth:`TemporalExecutor.
+    _record_ended`): what it finished, and the calls with side effects it cut off, named on a
+    worker and in doubt on the run's record; the solve's workflow closes the round (failed)
+    as its steps say. Not so when the solve itself cancelled it (its parent's deadline, say):
+    the solve's own end says what became of it. When the solve's driver is stopped on
+    purpose (``stop``), the run is stopped and recorded as a plan run's driver records a
+    run it was stopped during (:meth:`TemporalExecutor._record_stopped`)."""
+
+    #: The run's tools are the workers' (none here) and may have side effects: the calls
+    #: it leaves in doubt go on the run's record.
+    effects_elsewhere = True
 
     def __init__(
         self,
@@ -286,9 +299,13 @@ class _RunFollower(TemporalExecutor):
         below: _SubSolves | None = None,
         growing: GrowingGraph | None = None,
         joined: Callable[[Task], None] | None = None,
+        stop: _DriverStop | None = None,
     ) -> None:
         self.__dict__.update(base.__dict__)
         self.below = below
+        #: Whether the solve's driver was stopped on purpose (``None``: it cannot be, as a
+        #: driver that attached to the solve, whose stop leaves the solve running).
+        self.stop = stop
         self.joined = joined  # told of each task read from the workflow of a growing plan
         #: a plan being written: its tasks are read from the run's workflow as they reach it
         #: (checked there: here only how they depend on each other)
@@ -309,15 +326,79 @@ class _RunFollower(TemporalExecutor):
         if runner.prior is not None:  # a paused run going on: what succeeded stands
             # (the workflow starts with the same results: they are recorded once)
             seen = len(await _settle_here(graph, runner))
-        if self.growing is None:
-            await self._follow(handle, runner, seen)
+        try:
+            if self.growing is None:
+                await self._follow(handle, runner, seen)
+                return
+            self._handle = handle
+            ended: list[ClusterError] = []
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._read_plan, handle)
+                try:
+                    await self._follow(handle, runner, seen)
+                except ClusterError as exc:  # raised below as it is, not in a group
+                    ended.append(exc)
+                tg.cancel_scope.cancel()
+            if ended:
+                raise ended[0]
+            await self._grow(handle, final=True)  # what the run had when it ended
+        except ClusterError as exc:
+            if self._stopped_by_driver():  # it ended as its driver stopped the solve
+                with anyio.CancelScope(shield=True):
+                    await self._record_stop(handle, runner, graph, on_failure)
+                raise
+            how = await _ended_under_driver(handle)
+            if how is None:
+                raise  # no worker answers (it goes on without this driver), or the solve
+                # cancelled it: the solve's own end says what became of it
+            # recorded as it ended; the solve's workflow closes the round as failed, as a
+            # local solve's round whose run failed, and its steps say so
+            get_logger(run_id=runner.run_id).warning(
+                "solve.round_run_ended", workflow=handle.id, how=how, error=str(exc)
+            )
+            await self._grown_whole(handle)
+            await self._record_ended(
+                handle.id, runner, graph, on_failure, within_s=self.worker_timeout_s
+            )
+        except BaseException:
+            if self._stopped_by_driver():  # (the solve's workflow, cancelled, cancels it)
+                with anyio.CancelScope(shield=True):
+                    await self._record_stop(handle, runner, graph, on_failure)
+            raise
+
+    def _stopped_by_driver(self) -> bool:
+        """Whether the solve's driver was stopped on purpose (its caller cancelled it, not a
+        task beside this one that failed: see :func:`_follow_stoppable`)."""
+        return self.stop is not None and self.stop.stopped
+
+    async def _record_stop(
+        self,
+        handle: WorkflowHandle[Any, list[dict[str, Any]]],
+        runner: TaskRunner,
+        graph: PlanGraph,
+        on_failure: Any,
+    ) -> None:
+        """The solve's driver was stopped during this run: record what the run did as a
+        plan run's driver does when it is stopped (bounded by ``worker_timeout_s``, twice):
+        what it finished, and the calls with side effects it cut off, in doubt on its
+        record."""
+        try:
+            await self._grown_whole(handle)
+            await self._record_stopped(handle, runner, graph, on_failure)
+        except Exception as lost:  # what stopped the solve is what it raises
+            get_logger(run_id=runner.run_id).warning(
+                "run.stop_not_recorded", workflow=handle.id, error=repr(lost)
+            )
+
+    async def _grown_whole(self, handle: WorkflowHandle[Any, Any]) -> None:
+        """A plan being written, whose run ended: its tasks the run's workflow had, read
+        (within ``worker_timeout_s``), and the plan closed."""
+        graph = self.growing
+        if graph is None or graph.complete:
             return
-        self._handle = handle
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(self._read_plan, handle)
-            await self._follow(handle, runner, seen)
-            tg.cancel_scope.cancel()
-        await self._grow(handle, final=True)  # what the run had when it ended
+        with anyio.move_on_after(self.worker_timeout_s):
+            await self._grow(handle, final=True)
+        graph.close()  # (when no worker answered in time: with the tasks read so far)
 
     async def _read_plan(self, handle: WorkflowHandle[Any, Any]) -> None:
         """Add the tasks of the plan being written to the run's graph as they reach its
@@ -439,6 +520,9 @@ class _Follower:
         self.below: list[Solution] = []
         #: Records a turn's summary (``None``: in the session turn the store has for it).
         self.record_compression: Callable[[str, int], None] | None = None
+        #: Whether the driver that started the solve was stopped on purpose (``None``: this
+        #: driver attached to the solve, and stopping it leaves the solve running).
+        self.stop: _DriverStop | None = None
 
     def emit(self, event: Any) -> None:
         for listener in self.listeners:
@@ -476,7 +560,10 @@ class _Follower:
                 if not steps and self.solution is None:
                     await anyio.sleep(self.executor.poll_s)
         except BaseException as exc:
-            if cancel_on_stop and not isinstance(exc, ClusterError):
+            # (a ClusterError: no worker answers, or the workflow ended: unless it ended as
+            # the driver stopped it)
+            stopped = self.stop is not None and self.stop.stopped
+            if cancel_on_stop and (stopped or not isinstance(exc, ClusterError)):
                 with (
                     anyio.CancelScope(shield=True),
                     anyio.move_on_after(_QUERY_TIMEOUT_S),
@@ -766,7 +853,7 @@ class _Follower:
         assert store is not None
         record = await anyio.to_thread.run_sync(store.get_run, run_id)
         settings = RunSettings(
-            executor=_RunFollower(self.executor),
+            executor=_RunFollower(self.executor, stop=self.stop),
             on_failure=self.settings.on_failure,
             max_elements=self.settings.max_elements,
             retry=self.settings.retry,
@@ -850,7 +937,7 @@ class _Follower:
         if store is not None and await anyio.to_thread.run_sync(store.exists, run_id):
             return await self._catch_up_run(plan, run_id)
         settings = RunSettings(
-            executor=_RunFollower(self.executor, below),
+            executor=_RunFollower(self.executor, below, stop=self.stop),
             on_failure=self.settings.on_failure,
             max_elements=self.settings.max_elements,
             retry=self.settings.retry,
@@ -886,7 +973,7 @@ class _Follower:
         def parsed(task: Task) -> None:  # as the planner's reader tells a local solve's
             self.emit(TaskParsed(run_id, task.id, task, time.monotonic() - began))
 
-        follower = _RunFollower(self.executor, growing=graph, joined=parsed)
+        follower = _RunFollower(self.executor, growing=graph, joined=parsed, stop=self.stop)
         # the tasks it started with (an earlier attempt's that ran) are its plan at its start
         handle = self.executor._client().get_workflow_handle(workflow_id(run_id))
         await _started(handle, self.executor.worker_timeout_s + 60.0)
@@ -1091,6 +1178,7 @@ class _SubSolves:
         )
         follower.options = {**owner.options, "sub_solves": True}
         follower.stopping = owner.stopping
+        follower.stop = owner.stop
         for gone in ("budget", "deadline_s", "tools"):
             follower.options.pop(gone, None)
         for kept in ("budget", "deadline_s", "tools"):
@@ -1163,6 +1251,88 @@ class _SubSolves:
             owner.not_recorded.extend(f"sub-solve {child_id}: {n}" for n in solution.not_recorded)
             status, reason = solution.status.value, solution.reason
         owner.emit(SubSolveFinished(**where, child_id=child_id, status=status, reason=reason))
+
+
+@dataclass
+class _DriverStop:
+    """Whether the driver of a solve (the caller of :func:`solve_on_temporal`) was stopped on
+    purpose (Ctrl-C, a signal, its caller cancelled it): shared by the followers of the
+    solve, of its sub-solves and of their rounds' runs."""
+
+    stopped: bool = False
+
+
+async def _follow_stoppable(
+    follower: _Follower, handle: WorkflowHandle[Any, list[dict[str, Any]]]
+) -> Solution:
+    """``follower.follow(handle)`` for the driver that started the solve, stopped as its
+    caller is. The following runs shielded from the caller's cancellation, which is noted
+    first (``follower.stop``), then stops the solve's workflow on the server (which cancels
+    its round's run), and only then reaches the following: so each round's run followed
+    knows that the driver was stopped on purpose, not that a task beside it failed, and
+    records what the run did and the calls it cut off (see :class:`_RunFollower`). Each of
+    those steps is bounded; a second signal ends the command-line process at once."""
+    stop = follower.stop = _DriverStop()
+    inner = anyio.CancelScope(shield=True)
+    done = anyio.Event()
+    found: list[Solution] = []
+    failed: list[BaseException] = []
+
+    async def following() -> None:
+        try:
+            with inner:
+                found.append(await follower.follow(handle, cancel_on_stop=True))
+        except BaseException as exc:  # raised to the caller, below
+            failed.append(exc)
+        finally:
+            done.set()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(following)
+        try:
+            await done.wait()
+        except BaseException:  # the caller stops the solve
+            with anyio.CancelScope(shield=True):
+                stop.stopped = True  # (first: a run that ends from now on ended by this stop)
+                with anyio.move_on_after(_QUERY_TIMEOUT_S), contextlib.suppress(Exception):
+                    await handle.cancel()  # the solve stops on the workers, its run with it
+                inner.cancel()
+                await done.wait()
+            raise
+    if failed:
+        raise failed[0]
+    return found[0]
+
+
+async def _ended_under_driver(handle: WorkflowHandle[Any, Any]) -> str | None:
+    """How round's run workflow ``handle`` ended, when it ended without finishing and not
+    because its solve cancelled it: ``"terminated"`` (by an operator, say), ``"cancelled"``
+    (by a client, not by its solve's workflow), ``"timed out"``, ``"failed"``. ``None`` when
+    it runs still (no worker answers), when its solve's workflow cancelled it (the solve was
+    stopped: by its parent's deadline, say), or when the server cannot tell (within a few
+    seconds)."""
+    try:
+        with anyio.fail_after(2 * _QUERY_TIMEOUT_S):
+            rpc = timedelta(seconds=_QUERY_TIMEOUT_S)
+            status = (await handle.describe(rpc_timeout=rpc)).status
+            if status in (
+                None,
+                WorkflowExecutionStatus.RUNNING,
+                WorkflowExecutionStatus.COMPLETED,
+                WorkflowExecutionStatus.CONTINUED_AS_NEW,
+            ):
+                return None
+            if status is not WorkflowExecutionStatus.CANCELED:
+                return status.name.lower().replace("_", " ")
+            async for event in handle.fetch_history_events(rpc_timeout=rpc):
+                if event.HasField("workflow_execution_cancel_requested_event_attributes"):
+                    asked = event.workflow_execution_cancel_requested_event_attributes
+                    if asked.external_workflow_execution.workflow_id:
+                        return None  # its solve's workflow (its parent) cancelled it
+                    break
+            return "cancelled"
+    except Exception:  # the server did not answer: the run's error stands
+        return None
 
 
 async def _ended(handle: WorkflowHandle[Any, Any], within_s: float) -> bool:
