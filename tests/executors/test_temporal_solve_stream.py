@@ -445,3 +445,140 @@ async def test_a_worker_lost_mid_stream_the_plan_goes_on_from_what_ran(
     async with ex.session():
         _, history = await history_of(ex, solve_workflow_id(solution.solve_id))
         await replay(ex, history)
+
+
+# -- a later round's revised plan ---------------------------------------------------------------
+
+FAILING = {
+    "goal": "g",
+    "tasks": [
+        {"id": "b", "tool": "add", "args": {"a": 1, "b": 2}},
+        {"id": "f", "tool": "boom", "args": {"x": 7}},
+    ],
+}
+REPLAN = {"action": "replan", "feedback": "f failed: double b instead"}
+
+
+def revised_of(where: Path) -> dict[str, Any]:
+    """Round 2's plan: ``b`` kept (reused), then the tasks of :func:`plan_of`."""
+    kept = FAILING["tasks"][0]
+    return {"goal": "g", "tasks": [kept, *(t for t in plan_of(where)["tasks"] if t["id"] != "b")]}
+
+
+class RevisingModel(StreamingModel):
+    """Round 1's plan (``b``, and ``f``, which fails) streamed whole; the joiner asks for
+    another round; the revised plan keeps ``b`` and is held after its first new task until
+    that task's tool was entered (``entered_mid_plan``); then the joiner answers
+    ``FINISH``."""
+
+    def __init__(self, where: Path) -> None:
+        super().__init__(where)
+        self.plan = revised_of(where)
+        self.answers = [FAILING, self.plan]
+        self.decisions = [REPLAN, FINISH]
+
+    def __call__(self, request: Recorded) -> Reply | SSEReply:
+        body = request.json
+        name = ((body.get("response_format") or {}).get("json_schema") or {}).get("name", "")
+        with self.lock:
+            self.count += 1
+            n = self.count
+            answer = self.answers.pop(0) if "plan" in name else self.decisions.pop(0)
+        text = json.dumps(answer)
+        reply = wire.openai_text(text, input_tokens=100 + n, output_tokens=20)
+        if not body.get("stream"):
+            return Reply(json=reply)
+        events = wire.openai_events(reply, chunk_size=8)
+        if answer is not self.plan:
+            return SSEReply(events)
+        # held once the reader has seen the task after the first new one begin (a few
+        # pieces into it: the last piece before the hold may reach the reader only after it)
+        gate = text.index('"double"') // 8 + 2
+        assert gate < len(events) - 4  # much of the plan is still to come
+        return SSEReply(events, gate=(gate, self._hold_until_entered))
+
+
+async def _revised_solve(
+    model: RevisingModel,
+    server: LLMTestServer,
+    store: Path,
+    executor: TemporalExecutor | str,
+    heard: list[Any],
+    **options: Any,
+) -> dagagent.Solution:
+    server.responder = model
+    async with OpenAIChat("gpt-test", base_url=f"{server.url}/v1", api_key="k") as llm:
+        return await dagagent.solve(
+            "double 1 + 2",
+            temporal_tools.registry,
+            llm,
+            settings=RunSettings(executor=executor, retry=FAST_RETRY, on_failure="continue"),
+            store=store,
+            listeners=[heard.append],
+            **options,
+        )
+
+
+@pytest.mark.anyio
+async def test_a_later_round_s_first_tool_is_entered_while_the_revised_plan_is_written(
+    workers: Workers, model_server: LLMTestServer, tmp_path: Path
+) -> None:
+    """Round 2's revised plan streams into its run as round 1's does: its first new task's
+    tool is entered on a worker while the model still holds the rest of the plan; the task
+    it keeps from round 1 is settled as it arrives, reused without an activity; the
+    records are those of a local streamed solve of the same answers; the histories (the
+    solve's, round 2's run's) replay."""
+    from temporalio.api.enums.v1 import EventType
+
+    from .test_temporal_solve import history_of, replay
+
+    here, there = tmp_path / "temporal", tmp_path / "local"
+    here.mkdir()
+    there.mkdir()
+    ex = TemporalExecutor(workers.address, task_queue=workers.queue, payloads=workers.payloads)
+    model = RevisingModel(here)
+    heard: list[Any] = []
+    solution = await _revised_solve(model, model_server, tmp_path / "temporal.db", ex, heard)
+    assert model.entered_mid_plan, "round 2's first tool waited for the whole revised plan"
+    assert solution.status.value == "answered", solution.reason
+    first, second = (r.result for r in solution.rounds)
+    assert first is not None and second is not None
+    assert {t: r.status.value for t, r in second.tasks.items()} == {
+        "b": "reused",
+        "first": "succeeded",
+        "c": "succeeded",
+        "d": "succeeded",
+    }
+    assert second.tasks["c"].output == 6 and second.parent_id == first.run_id
+
+    local_model = RevisingModel(there)
+    heard_here: list[Any] = []
+    local = await _revised_solve(
+        local_model, model_server, tmp_path / "local.db", "dataflow", heard_here
+    )
+    assert local_model.entered_mid_plan
+    assert local.status.value == "answered", local.reason
+
+    def parsed(events: list[Any]) -> list[tuple[str, str]]:
+        return [(e.run_id, e.task_id) for e in events if e.kind == "task.parsed"]
+
+    assert [t for _, t in parsed(heard)] == [t for _, t in parsed(heard_here)]
+    assert {r for r, _ in parsed(heard)} == {first.run_id, second.run_id}
+    got = _records(tmp_path / "temporal.db", solution, here)
+    want = _records(tmp_path / "local.db", local, there)
+    _same_records(got, want)
+
+    async with ex.session():
+        _, history = await history_of(ex, solve_workflow_id(solution.solve_id))
+        await replay(ex, history)
+        info, run_history = await history_of(ex, workflow_id(second.run_id))
+        assert info.parent_execution.workflow_id == solve_workflow_id(solution.solve_id)
+        await replay(ex, run_history)
+    # the kept task cost no activity: those of the new tasks alone were scheduled (``c``,
+    # whose tool never blocks, as a local activity)
+    scheduled = [
+        e
+        for e in run_history.events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+    ]
+    assert len(scheduled) == 2  # first, d
