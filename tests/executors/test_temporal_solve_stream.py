@@ -781,3 +781,63 @@ def test_the_driver_killed_mid_revision_attach_records_the_revised_round(
             "replanner",
             "joiner",
         ]
+
+
+class SamePlanModel:
+    """Round 1's plan (``b``, ``f``, which fails) and the same plan again when asked to
+    revise it (each streamed whole); the joiner asks for another round."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.lock = threading.Lock()
+
+    def __call__(self, request: Recorded) -> Reply | SSEReply:
+        body = request.json
+        name = ((body.get("response_format") or {}).get("json_schema") or {}).get("name", "")
+        with self.lock:
+            self.count += 1
+            n = self.count
+        answer = FAILING if "plan" in name else REPLAN
+        reply = wire.openai_text(json.dumps(answer), input_tokens=100 + n, output_tokens=20)
+        return SSEReply(wire.openai_events(reply)) if body.get("stream") else Reply(json=reply)
+
+
+@pytest.mark.anyio
+async def test_a_streamed_revision_the_same_as_the_round_before_s_gives_up_as_locally(
+    workers: Workers, model_server: LLMTestServer, tmp_path: Path
+) -> None:
+    """The revised plan is round 1's again: as a local streamed round, it ran as it came
+    (``b`` reused, ``f`` failing again), then the solve gives up saying the plan is the
+    same; the records are the local solve's; the history replays."""
+    from .test_temporal_solve import history_of, replay
+
+    ex = TemporalExecutor(workers.address, task_queue=workers.queue, payloads=workers.payloads)
+    solutions = {}
+    for where in ("local", "temporal"):
+        model_server.responder = SamePlanModel()
+        async with OpenAIChat("gpt-test", base_url=f"{model_server.url}/v1", api_key="k") as llm:
+            solutions[where] = await dagagent.solve(
+                "double 1 + 2",
+                temporal_tools.registry,
+                llm,
+                settings=RunSettings(
+                    executor=ex if where == "temporal" else "dataflow",
+                    retry=FAST_RETRY,
+                    on_failure="continue",
+                ),
+                store=tmp_path / f"{where}.db",
+            )
+    solution = solutions["temporal"]
+    assert solution.status.value == "gave_up"
+    assert "the revised plan is the same as round 1's" in solution.reason
+    assert solution.reason == solutions["local"].reason
+    second = solution.rounds[1].result
+    assert second is not None
+    assert {t: r.status.value for t, r in second.tasks.items()} == {"b": "reused", "f": "failed"}
+    got = _records(tmp_path / "temporal.db", solution, tmp_path)
+    want = _records(tmp_path / "local.db", solutions["local"], tmp_path)
+    assert [r[2] for r in got["rounds"]] == ["replan", "gave_up"]
+    _same_records(got, want)
+    async with ex.session():
+        _, history = await history_of(ex, solve_workflow_id(solution.solve_id))
+        await replay(ex, history)
