@@ -299,9 +299,12 @@ class TemporalExecutor(BaseExecutor):
             if running and handle is not None:
                 known = await _tasks_known(handle, known)
         seen = 0  # a workflow followed from its start: every result is recorded here
+        whole = True  # the workflow has (or had) the whole plan: nothing is to be sent to it
         if handle is None:
             settled = await _settle_here(graph, runner, resumed)
             inp = self._input(graph, runner, on_failure, settled)
+            # what it starts with: tasks added (or the plan's end) since are sent to it
+            known, whole = len(inp.order), not inp.streaming
             if resumed is not None:
                 inp.in_doubt = list(resumed.reconcile)
                 inp.in_doubt_policy = runner.calls.effects.in_doubt
@@ -324,7 +327,7 @@ class TemporalExecutor(BaseExecutor):
         # should the workflow end without finishing the run, what it did is recorded
         self._following[run_id] = (graph, on_failure)
         try:
-            if graph.complete and not running:
+            if graph.complete and whole and not running:
                 await self._follow(handle, runner, seen)
             else:  # tell it the tasks it lacks (a plan still being written), then the end
                 async with anyio.create_task_group() as tg:
