@@ -1431,6 +1431,67 @@ async def test_a_streamed_plan_starts_its_tasks_as_they_arrive(workers: Workers)
 
 
 @pytest.mark.anyio
+async def test_a_streamed_plan_s_reused_task_is_settled_by_the_driver_as_it_arrives(
+    workers: Workers, tmp_path: Path
+) -> None:
+    """A task of a plan being written whose earlier output may be reused (a streamed
+    revision's kept task) is settled by the driver the moment it arrives: no activity, on
+    record once; the tasks that use it run on the workers with its output."""
+    from dagagent.events import TaskFinished
+    from dagagent.plan import ToolTask, task_fingerprint
+    from dagagent.store import RunStore
+
+    feed = Feed()
+    ex = executor(workers)
+    kept = ToolTask(id="a", tool="add", args={"a": 1, "b": 2})
+    reuse = {"a": (task_fingerprint(kept, {"a": 1, "b": 2}), 3)}
+    finished: list[str] = []
+    ended = {t: anyio.Event() for t in ("x", "a")}
+
+    def listener(event: Any) -> None:
+        if isinstance(event, TaskFinished):
+            finished.append(event.result.task_id)
+            if event.result.task_id in ended:
+                ended[event.result.task_id].set()
+
+    result: list[dagagent.RunResult] = []
+
+    async def run(store: RunStore) -> None:
+        result.append(
+            await dagagent.execute(
+                feed.graph,
+                temporal_tools.registry,
+                settings=settings(ex),
+                listeners=[listener],
+                reuse=reuse,
+                store=store,
+            )
+        )
+
+    with RunStore(tmp_path / "runs.db") as store, anyio.fail_after(READY_S):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run, store)
+            feed.add(id="x", tool="add", args={"a": 0, "b": 0})
+            await ended["x"].wait()  # the workflow runs the plan being written
+            feed.add(id="a", tool="add", args={"a": 1, "b": 2})
+            await ended["a"].wait()  # settled while the plan is being written
+            feed.add(id="b", tool="add", args={"a": "${a}", "b": 10})
+            feed.graph.close()
+        [r] = result
+        record = store.get_run(r.run_id)
+    assert {t: (x.status.value, x.output) for t, x in r.tasks.items()} == {
+        "x": ("succeeded", 0),
+        "a": ("reused", 3),
+        "b": ("succeeded", 13),
+    }
+    assert r.tasks["a"].worker is None and r.tasks["b"].worker is not None
+    assert record.tasks["a"].status.value == "reused"
+    assert finished == ["x", "a", "b"]  # each recorded once
+    async with ex.session():
+        await replay(ex)
+
+
+@pytest.mark.anyio
 async def test_a_streamed_plan_cut_short_stops_the_run_on_the_workers(
     workers: Workers, tmp_path: Path
 ) -> None:

@@ -107,7 +107,7 @@ def calls_made(where: Path) -> dict[str, int]:
 
 
 async def solved(
-    server: LLMTestServer, where: Path, store: Path, settings: RunSettings
+    server: LLMTestServer, where: Path, store: Path, settings: RunSettings, *, stream: bool = False
 ) -> dagagent.Solution:
     server.responder = Model(plans(where), [REPLAN, MORE, FINISH])
     async with client_of(server) as llm:
@@ -117,21 +117,23 @@ async def solved(
             llm,
             settings=settings,
             store=store,
-            stream=False,  # as on Temporal, where the workers plan whole plans
+            stream=stream,
         )
     assert solution.status.value == "answered", solution.reason
     return solution
 
 
 @pytest.mark.anyio
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
 async def test_a_later_round_reuses_the_round_before_s_successes_as_locally(
-    workers: Workers, model_server: LLMTestServer, tmp_path: Path
+    workers: Workers, model_server: LLMTestServer, tmp_path: Path, stream: bool
 ) -> None:
     """Three rounds whose revised plans keep tasks of the round before: on Temporal, as
     locally, each kept success is reused and its tool is not called again (an unchanged task
-    settled before its run starts, one whose upstream ran again with the same output reused
-    by its worker, a map's unchanged elements), and the records (statuses, outputs,
-    arguments, rounds, model calls) equal the local solve's; the histories replay."""
+    settled before its run starts, or as it arrives when the revised plan is streamed, one
+    whose upstream ran again with the same output reused by its worker, a map's unchanged
+    elements), and the records (statuses, outputs, arguments, rounds, model calls) equal the
+    local solve's; the histories replay."""
     where = tmp_path / "calls"
     where.mkdir()
     once = {"t": 1, "e-3": 1, "m1": 1, "m2": 1, "m3": 1}
@@ -140,6 +142,7 @@ async def test_a_later_round_reuses_the_round_before_s_successes_as_locally(
         where,
         tmp_path / "local.db",
         RunSettings(on_failure="continue", retry=FAST_RETRY),
+        stream=stream,
     )
     assert calls_made(where) == once
     for counted in where.iterdir():
@@ -152,6 +155,7 @@ async def test_a_later_round_reuses_the_round_before_s_successes_as_locally(
         where,
         store,
         RunSettings(executor=ex, on_failure="continue", retry=FAST_RETRY),
+        stream=stream,
     )
     # each call made once over both rounds: round 2 reused what round 1 made
     assert calls_made(where) == once

@@ -13,6 +13,8 @@ import json
 import os
 import re
 import signal
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +23,7 @@ from typing import Any
 import anyio
 import anyio.to_thread
 import pytest
+from typer.testing import CliRunner
 
 import dagagent
 from dagagent.llm import OpenAIChat, wire
@@ -35,7 +38,7 @@ from llm_server import LLMTestServer, Recorded, Reply, SSEReply
 from dagagent.executors.temporal import TemporalExecutor, workflow_id
 from dagagent.workflows.temporal_solve import solve_workflow_id
 
-from .temporal_fixtures import READY_S, Workers
+from .temporal_fixtures import READY_S, ROOT, TOOLS, Workers
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio_only("Temporal's client runs on asyncio")]
 
@@ -442,6 +445,399 @@ async def test_a_worker_lost_mid_stream_the_plan_goes_on_from_what_ran(
     with dagagent.RunStore(store) as runs:
         first = runs.get_run(rnd.result.parent_id or "")
         assert first.parent_id is None and first.status.value in ("failed", "cancelled")
+    async with ex.session():
+        _, history = await history_of(ex, solve_workflow_id(solution.solve_id))
+        await replay(ex, history)
+
+
+# -- a later round's revised plan ---------------------------------------------------------------
+
+FAILING = {
+    "goal": "g",
+    "tasks": [
+        {"id": "b", "tool": "add", "args": {"a": 1, "b": 2}},
+        {"id": "f", "tool": "boom", "args": {"x": 7}},
+    ],
+}
+REPLAN = {"action": "replan", "feedback": "f failed: double b instead"}
+
+
+def revised_of(where: Path) -> dict[str, Any]:
+    """Round 2's plan: ``b`` kept (reused), then the tasks of :func:`plan_of`."""
+    kept = FAILING["tasks"][0]
+    return {"goal": "g", "tasks": [kept, *(t for t in plan_of(where)["tasks"] if t["id"] != "b")]}
+
+
+class RevisingModel(StreamingModel):
+    """Round 1's plan (``b``, and ``f``, which fails) streamed whole; the joiner asks for
+    another round; the revised plan keeps ``b`` and is held after its first new task until
+    that task's tool was entered (``entered_mid_plan``); then the joiner answers
+    ``FINISH``."""
+
+    def __init__(self, where: Path) -> None:
+        super().__init__(where)
+        self.plan = revised_of(where)
+        self.answers = [FAILING, self.plan]
+        self.decisions = [REPLAN, FINISH]
+
+    def __call__(self, request: Recorded) -> Reply | SSEReply:
+        body = request.json
+        name = ((body.get("response_format") or {}).get("json_schema") or {}).get("name", "")
+        with self.lock:
+            self.count += 1
+            n = self.count
+            answer = self.answers.pop(0) if "plan" in name else self.decisions.pop(0)
+        text = json.dumps(answer)
+        reply = wire.openai_text(text, input_tokens=100 + n, output_tokens=20)
+        if not body.get("stream"):
+            return Reply(json=reply)
+        events = wire.openai_events(reply, chunk_size=8)
+        if answer is not self.plan:
+            return SSEReply(events)
+        # held once the reader has seen the task after the first new one begin (a few
+        # pieces into it: the last piece before the hold may reach the reader only after it)
+        gate = text.index('"double"') // 8 + 2
+        assert gate < len(events) - 4  # much of the plan is still to come
+        return SSEReply(events, gate=(gate, self._hold_until_entered))
+
+
+async def _revised_solve(
+    model: RevisingModel,
+    server: LLMTestServer,
+    store: Path,
+    executor: TemporalExecutor | str,
+    heard: list[Any],
+    **options: Any,
+) -> dagagent.Solution:
+    server.responder = model
+    async with OpenAIChat("gpt-test", base_url=f"{server.url}/v1", api_key="k") as llm:
+        return await dagagent.solve(
+            "double 1 + 2",
+            temporal_tools.registry,
+            llm,
+            settings=RunSettings(executor=executor, retry=FAST_RETRY, on_failure="continue"),
+            store=store,
+            listeners=[heard.append],
+            **options,
+        )
+
+
+@pytest.mark.anyio
+async def test_a_later_round_s_first_tool_is_entered_while_the_revised_plan_is_written(
+    workers: Workers, model_server: LLMTestServer, tmp_path: Path
+) -> None:
+    """Round 2's revised plan streams into its run as round 1's does: its first new task's
+    tool is entered on a worker while the model still holds the rest of the plan; the task
+    it keeps from round 1 is settled as it arrives, reused without an activity; the
+    records are those of a local streamed solve of the same answers; the histories (the
+    solve's, round 2's run's) replay."""
+    from temporalio.api.enums.v1 import EventType
+
+    from .test_temporal_solve import history_of, replay
+
+    here, there = tmp_path / "temporal", tmp_path / "local"
+    here.mkdir()
+    there.mkdir()
+    ex = TemporalExecutor(workers.address, task_queue=workers.queue, payloads=workers.payloads)
+    model = RevisingModel(here)
+    heard: list[Any] = []
+    solution = await _revised_solve(model, model_server, tmp_path / "temporal.db", ex, heard)
+    assert model.entered_mid_plan, "round 2's first tool waited for the whole revised plan"
+    assert solution.status.value == "answered", solution.reason
+    first, second = (r.result for r in solution.rounds)
+    assert first is not None and second is not None
+    assert {t: r.status.value for t, r in second.tasks.items()} == {
+        "b": "reused",
+        "first": "succeeded",
+        "c": "succeeded",
+        "d": "succeeded",
+    }
+    assert second.tasks["c"].output == 6 and second.parent_id == first.run_id
+
+    local_model = RevisingModel(there)
+    heard_here: list[Any] = []
+    local = await _revised_solve(
+        local_model, model_server, tmp_path / "local.db", "dataflow", heard_here
+    )
+    assert local_model.entered_mid_plan
+    assert local.status.value == "answered", local.reason
+
+    def parsed(events: list[Any]) -> list[tuple[str, str]]:
+        return [(e.run_id, e.task_id) for e in events if e.kind == "task.parsed"]
+
+    assert [t for _, t in parsed(heard)] == [t for _, t in parsed(heard_here)]
+    assert {r for r, _ in parsed(heard)} == {first.run_id, second.run_id}
+    got = _records(tmp_path / "temporal.db", solution, here)
+    want = _records(tmp_path / "local.db", local, there)
+    _same_records(got, want)
+
+    async with ex.session():
+        _, history = await history_of(ex, solve_workflow_id(solution.solve_id))
+        await replay(ex, history)
+        info, run_history = await history_of(ex, workflow_id(second.run_id))
+        assert info.parent_execution.workflow_id == solve_workflow_id(solution.solve_id)
+        await replay(ex, run_history)
+    # the kept task cost no activity: those of the new tasks alone were scheduled (``c``,
+    # whose tool never blocks, as a local activity)
+    scheduled = [
+        e
+        for e in run_history.events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+    ]
+    assert len(scheduled) == 2  # first, d
+
+
+class LostRevisingModel(RevisingModel):
+    """``RevisingModel``, whose revised plan is held, once its first new task's tool was
+    entered, until ``release`` (its worker is killed meanwhile); the revised plan asked
+    again is streamed whole."""
+
+    def __init__(self, where: Path) -> None:
+        super().__init__(where)
+        self.answers.append(self.plan)  # asked again, on the other worker
+        self.held = threading.Event()
+        self.held_request: Recorded | None = None
+        self.release = threading.Event()
+        self.revisions = 0
+
+    def __call__(self, request: Recorded) -> Reply | SSEReply:
+        reply = super().__call__(request)
+        if not isinstance(reply, SSEReply) or reply.gate is None:
+            return reply
+        with self.lock:
+            self.revisions += 1
+            first = self.revisions == 1
+        if not first:
+            return SSEReply(reply.events)
+
+        def hold() -> None:
+            self._hold_until_entered()
+            self.held_request = request
+            self.held.set()
+            self.release.wait(READY_S)
+
+        return SSEReply(reply.events, gate=(reply.gate[0], hold))
+
+
+async def _succeeded_in_attempt(ex: TemporalExecutor, solve: str, task_id: str) -> None:
+    """Until ``task_id`` has succeeded in the run of the round's latest attempt."""
+    assert ex.client is not None
+    handle = ex.client.get_workflow_handle(solve)
+    with anyio.fail_after(READY_S):
+        while True:
+            runs = await handle.query("attempts")
+            run = ex.client.get_workflow_handle(workflow_id(runs[-1]))
+            progress = await run.query("progress", 0)
+            if any(
+                r["task_id"] == task_id and r["status"] == "succeeded" for r in progress["results"]
+            ):
+                return
+            await anyio.sleep(0.05)
+
+
+@pytest.mark.anyio
+async def test_a_worker_lost_mid_revision_the_revised_plan_goes_on_from_what_ran(
+    own_workers: Workers, model_server: LLMTestServer, tmp_path: Path
+) -> None:
+    """SIGKILL the worker whose replanner step is streaming round 2's plan (its first new
+    task ran): the step runs again on the other worker, stops the run it was streaming
+    into, and plans again into a run of its own (the first one's child, a child of round
+    1's run in turn) that reuses what ran there and what round 1 kept: no tool runs twice;
+    the lost call is on record, cut off; the history replays."""
+    from .test_temporal_solve import _call_reported, _worker_of, history_of, replay
+
+    own_workers.start(2)
+    model = LostRevisingModel(tmp_path)
+    ex = TemporalExecutor(
+        own_workers.address,
+        task_queue=own_workers.queue,
+        payloads=own_workers.payloads,
+        heartbeat_s=2.0,  # not missed on a loaded machine
+    )
+    solutions: list[dagagent.Solution] = []
+    solve_id = "lost" + os.urandom(4).hex()
+
+    async def solve() -> None:
+        solutions.append(
+            await _revised_solve(
+                model, model_server, tmp_path / "runs.db", ex, [], solve_id=solve_id
+            )
+        )
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(solve)
+        await anyio.to_thread.run_sync(model.held.wait, READY_S)
+        try:
+            await _succeeded_in_attempt(ex, solve_workflow_id(solve_id), "first")
+            await _call_reported(ex, solve_workflow_id(solve_id))  # the call would be recorded
+            assert model.held_request is not None
+            caller = _worker_of(own_workers, model.held_request)
+            os.kill(caller.pid, signal.SIGKILL)
+            caller.wait()
+        finally:
+            model.release.set()
+    [solution] = solutions
+    assert model.entered_mid_plan
+    assert solution.status.value == "answered", solution.reason
+    first, second = (r.result for r in solution.rounds)
+    assert first is not None and second is not None
+    assert {t: r.status.value for t, r in second.tasks.items()} == {
+        "b": "reused",
+        "first": "reused",
+        "c": "succeeded",
+        "d": "succeeded",
+    }
+    assert len(temporal_tools.started(tmp_path, "first")) == 1  # entered once, on one worker
+    assert [(c.role, c.status) for c in solution.calls] == [
+        ("planner", "answered"),
+        ("joiner", "answered"),
+        ("replanner", "cut"),
+        ("replanner", "answered"),
+        ("joiner", "answered"),
+    ]
+    with dagagent.RunStore(tmp_path / "runs.db") as runs:
+        stopped = runs.get_run(second.parent_id or "")
+        assert stopped.parent_id == first.run_id
+        assert stopped.tasks["first"].status.value == "succeeded"
+    async with ex.session():
+        _, history = await history_of(ex, solve_workflow_id(solution.solve_id))
+        await replay(ex, history)
+
+
+def test_the_driver_killed_mid_revision_attach_records_the_revised_round(
+    own_workers: Workers, model_server: LLMTestServer, tmp_path: Path
+) -> None:
+    """SIGKILL ``dagagent ask --executor temporal`` while round 2's revised plan is being
+    written into its run (its first new task ran): the solve finishes on the workers, and
+    ``dagagent attach`` records the rest of the revised round (the tasks that joined its
+    plan after the driver died, the joiner's call, the answer)."""
+    from .test_temporal_solve import DRIVER_KEY
+
+    own_workers.start(1)
+    model = LostRevisingModel(tmp_path)
+    model_server.responder = model
+    store = tmp_path / "runs.db"
+    temporal = [
+        "--executor",
+        "temporal",
+        "--temporal-address",
+        own_workers.address,
+        "--task-queue",
+        own_workers.queue,
+        "--payload-store",
+        str(own_workers.payloads),
+    ]
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("DAGAGENT_", "OPENAI_"))},
+        "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")]),
+        "OPENAI_API_KEY": DRIVER_KEY,
+    }
+    command = ["ask", "double 1 + 2", "--tools", TOOLS, "--model", "openai:gpt-test"]
+    command += ["--base-url", f"{model_server.url}/v1", "--store", str(store)]
+    command += ["--on-failure", "continue", *temporal]
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "dagagent", *command],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+        cwd=tmp_path,
+    )
+    try:
+        assert model.held.wait(READY_S), "round 2's revised plan was never held"
+        driver.kill()
+    finally:
+        driver.kill()
+        driver.wait()
+        model.release.set()
+    assert model.entered_mid_plan
+    with dagagent.RunStore(store) as runs:
+        [summary] = runs.list_solves()
+        solve_id = summary.solve_id
+        assert runs.get_solve(solve_id).status in ("running", "interrupted")
+    result = CliRunner().invoke(
+        dagagent.cli.app,
+        ["attach", solve_id, "--store", str(store), "--json", *temporal[2:]],
+    )
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["answer"] == FINISH["answer"]
+    with dagagent.RunStore(store) as runs:
+        record = runs.get_solve(solve_id)
+        assert record.status == "answered"
+        assert [r.outcome for r in record.rounds] == ["replan", "answered"]
+        run = runs.get_run(record.rounds[1].run_id or "")
+        assert run.parent_id == record.rounds[0].run_id
+        assert [t.id for t in run.plan.tasks] == ["b", "first", "c", "d"]
+        assert {t: r.status.value for t, r in run.tasks.items()} == {
+            "b": "reused",
+            "first": "succeeded",
+            "c": "succeeded",
+            "d": "succeeded",
+        }
+        assert run.tasks["c"].output == 6
+        assert [c.role for c in runs.model_calls(solve_id=solve_id)] == [
+            "planner",
+            "joiner",
+            "replanner",
+            "joiner",
+        ]
+
+
+class SamePlanModel:
+    """Round 1's plan (``b``, ``f``, which fails) and the same plan again when asked to
+    revise it (each streamed whole); the joiner asks for another round."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.lock = threading.Lock()
+
+    def __call__(self, request: Recorded) -> Reply | SSEReply:
+        body = request.json
+        name = ((body.get("response_format") or {}).get("json_schema") or {}).get("name", "")
+        with self.lock:
+            self.count += 1
+            n = self.count
+        answer = FAILING if "plan" in name else REPLAN
+        reply = wire.openai_text(json.dumps(answer), input_tokens=100 + n, output_tokens=20)
+        return SSEReply(wire.openai_events(reply)) if body.get("stream") else Reply(json=reply)
+
+
+@pytest.mark.anyio
+async def test_a_streamed_revision_the_same_as_the_round_before_s_gives_up_as_locally(
+    workers: Workers, model_server: LLMTestServer, tmp_path: Path
+) -> None:
+    """The revised plan is round 1's again: as a local streamed round, it ran as it came
+    (``b`` reused, ``f`` failing again), then the solve gives up saying the plan is the
+    same; the records are the local solve's; the history replays."""
+    from .test_temporal_solve import history_of, replay
+
+    ex = TemporalExecutor(workers.address, task_queue=workers.queue, payloads=workers.payloads)
+    solutions = {}
+    for where in ("local", "temporal"):
+        model_server.responder = SamePlanModel()
+        async with OpenAIChat("gpt-test", base_url=f"{model_server.url}/v1", api_key="k") as llm:
+            solutions[where] = await dagagent.solve(
+                "double 1 + 2",
+                temporal_tools.registry,
+                llm,
+                settings=RunSettings(
+                    executor=ex if where == "temporal" else "dataflow",
+                    retry=FAST_RETRY,
+                    on_failure="continue",
+                ),
+                store=tmp_path / f"{where}.db",
+            )
+    solution = solutions["temporal"]
+    assert solution.status.value == "gave_up"
+    assert "the revised plan is the same as round 1's" in solution.reason
+    assert solution.reason == solutions["local"].reason
+    second = solution.rounds[1].result
+    assert second is not None
+    assert {t: r.status.value for t, r in second.tasks.items()} == {"b": "reused", "f": "failed"}
+    got = _records(tmp_path / "temporal.db", solution, tmp_path)
+    want = _records(tmp_path / "local.db", solutions["local"], tmp_path)
+    assert [r[2] for r in got["rounds"]] == ["replan", "gave_up"]
+    _same_records(got, want)
     async with ex.session():
         _, history = await history_of(ex, solve_workflow_id(solution.solve_id))
         await replay(ex, history)

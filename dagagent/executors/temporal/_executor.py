@@ -14,7 +14,7 @@ side effects it made, or may have made, is made again unseen. Interrupting the d
 A plan still being written starts with the tasks accepted so far; the others reach the
 workflow as signals as they are accepted (``_stream``). Tasks a resumed run keeps and
 those reused from an earlier run are settled here, before the workflow starts
-(``_settle_here``).
+(``_settle_here``), or, of a plan still being written, as they arrive (``_reused_now``).
 
 Agent tasks run on the workers with the run's model, sent as a spec without its key
 (``RunInput.model``); each agent call's record comes back with its task's result, and the
@@ -204,6 +204,9 @@ class TemporalExecutor(BaseExecutor):
         # The plan of each run whose workflow this driver follows (and its failure policy):
         # if the workflow ends without finishing the run, its history is recorded by them.
         self._following: dict[str, tuple[PlanGraph, FailurePolicy]] = {}
+        # The tasks of a plan being written that were settled here as they arrived (their
+        # earlier output reused), by run id: on record already when the workflow has them.
+        self._settled_arriving: dict[str, set[str]] = {}
 
     def reach(self) -> dict[str, str]:
         """How to reach this run's server again (``dagagent resume`` of a run whose driver
@@ -296,9 +299,12 @@ class TemporalExecutor(BaseExecutor):
             if running and handle is not None:
                 known = await _tasks_known(handle, known)
         seen = 0  # a workflow followed from its start: every result is recorded here
+        whole = True  # the workflow has (or had) the whole plan: nothing is to be sent to it
         if handle is None:
             settled = await _settle_here(graph, runner, resumed)
             inp = self._input(graph, runner, on_failure, settled)
+            # what it starts with: tasks added (or the plan's end) since are sent to it
+            known, whole = len(inp.order), not inp.streaming
             if resumed is not None:
                 inp.in_doubt = list(resumed.reconcile)
                 inp.in_doubt_policy = runner.calls.effects.in_doubt
@@ -321,7 +327,7 @@ class TemporalExecutor(BaseExecutor):
         # should the workflow end without finishing the run, what it did is recorded
         self._following[run_id] = (graph, on_failure)
         try:
-            if graph.complete and not running:
+            if graph.complete and whole and not running:
                 await self._follow(handle, runner, seen)
             else:  # tell it the tasks it lacks (a plan still being written), then the end
                 async with anyio.create_task_group() as tg:
@@ -344,6 +350,7 @@ class TemporalExecutor(BaseExecutor):
             raise
         finally:
             self._following.pop(run_id, None)
+            self._settled_arriving.pop(run_id, None)
 
     async def _resumed_from(self, graph: PlanGraph, runner: TaskRunner) -> _Resumed:
         """How a resumed run goes on: following its workflow if it still runs (or finished
@@ -512,9 +519,9 @@ class TemporalExecutor(BaseExecutor):
                 tasks = list(graph.plan.tasks)
                 complete, aborted = graph.complete, graph.aborted
                 if len(tasks) > known:
-                    await handle.signal(
-                        ADD_TASKS, _facts(graph, runner, tasks[known:], self._limits())
-                    )
+                    facts = _facts(graph, runner, tasks[known:], self._limits())
+                    facts.finished = self._reused_now(runner, tasks[known:])
+                    await handle.signal(ADD_TASKS, facts)
                     known = len(tasks)
                 if complete:
                     await handle.signal(PLAN_COMPLETE, aborted)
@@ -524,6 +531,18 @@ class TemporalExecutor(BaseExecutor):
             return  # the workflow ended (it was stopped, or cancelled): nothing to tell it
         finally:
             graph.unwatch(arrived)
+
+    def _reused_now(self, runner: TaskRunner, tasks: Sequence[Task]) -> list[dict[str, Any]]:
+        """Those of ``tasks`` (just added to a plan being written, each after its
+        dependencies) whose earlier output may be reused now (:meth:`TaskRunner.reuse_now`:
+        a revision's unchanged tasks, say), settled here as they arrive: their results, for
+        the workflow to finish them at once, without an activity; the workers reuse the
+        others they may."""
+        if not runner.reuse:
+            return []
+        settled = [r for t in tasks if (r := runner.reuse_now(t.id)) is not None]
+        self._settled_arriving.setdefault(runner.run_id, set()).update(r.task_id for r in settled)
+        return [r.to_json_dict() for r in settled]
 
     async def _follow(
         self,
@@ -591,7 +610,10 @@ class TemporalExecutor(BaseExecutor):
         self._made_again.pop(runner.run_id, None)
 
     async def _record(self, runner: TaskRunner, doc: dict[str, Any]) -> None:
-        """Record the task result ``doc`` of the workflow, with its calls in doubt."""
+        """Record the task result ``doc`` of the workflow, with its calls in doubt (not one
+        settled here as it arrived: on record already)."""
+        if doc["task_id"] in self._settled_arriving.get(runner.run_id, ()):
+            return
         await self._record_doubts(doc, runner)
         await self._before_recording(doc)
         runner.ran_elsewhere(_task_result(doc, runner))

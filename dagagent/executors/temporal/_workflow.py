@@ -249,6 +249,9 @@ class Arrived:
     attempts: dict[str, int] = field(default_factory=dict)
     #: The limits each task's calls count against (see ``RunInput.limited``).
     limited: dict[str, list[str]] = field(default_factory=dict)
+    #: Results of ``tasks`` the sender settled without a call (reused from an earlier
+    #: run): finished the moment they arrive.
+    finished: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _grow(inp: RunInput, arrived: Arrived) -> None:
@@ -405,11 +408,15 @@ class RunWorkflow:
     @workflow.signal(name=ADD_TASKS)
     def add_tasks(self, arrived: Arrived) -> None:
         """Tasks of the plan being written: each runs once its dependencies have succeeded
-        (at once if they have), is skipped if one of them did not."""
+        (at once if they have), is skipped if one of them did not; those the sender settled
+        (``finished``: reused) are finished at once."""
         inp = self.inp
         _grow(inp, arrived)
         self.arrived.append(asdict(arrived))  # for the next run, should this one carry on
         self.plan_text = _plan_text(inp.plan)
+        for r in arrived.finished:
+            if r["task_id"] not in self.results:
+                self._finish(r)
         for task in arrived.tasks:
             self._arrived(task["id"])
 

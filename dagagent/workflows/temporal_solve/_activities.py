@@ -55,10 +55,11 @@ from ...executors.temporal._workflow import PLAN_COMPLETE
 from ...llm import MeteredLLM
 from ...llm.spec import from_spec
 from ...plan import AgentTask, Plan, ToolTask, task_fingerprint
-from ...planners import Joiner, LLMPlanner
+from ...planners import Joiner, LLMPlanner, LLMReplanner
 from ...planners.conversation import EARLIER_TURN
 from ...planners.streaming import plan_and_execute_streamed
 from ...results import ModelCall, ModelRole, RunResult, RunStatus, TaskResult
+from ...review import diff_plans, reuse_map
 from ...run import new_run_id
 from ...runner import TaskRunner
 from ...settings import RunSettings, TaskRetryPolicy
@@ -73,6 +74,7 @@ from ._workflow import ATTEMPT, CARVE, COMPRESS, JOIN, PLAN, REPLAN
 if TYPE_CHECKING:
     from ...graph import PlanGraph
     from ...llm import LLM
+    from ...store import RunRecord
     from ...tools import Registry
 
 __all__ = ["SolveActivities"]
@@ -122,8 +124,21 @@ class SolveActivities:
             planner = self._planner(ask, llm("replanner"))
             replanner = replanner_of(planner, planner.registry, planner.llm)
             replanner = replanner.with_conversation(planner.conversation)
+            record = record_of(plan, result)
+            if ask.get("stream_to"):  # as round 1's, reusing the round before's successes
+                answer = await self._streamed(
+                    ask,
+                    replanner,
+                    replan_of=record,
+                    feedback=ask.get("feedback"),
+                    reuse=with_earlier(conversation_of(ask.get("conversation")), reuse_map(record)),
+                )
+                # a local streamed round gives up after its run when nothing changed
+                diff = diff_plans(plan, Plan.model_validate(answer["plan"]))
+                answer["unchanged"] = not (diff.added or diff.removed or diff.changed)
+                return answer
             revision = await revise_run(
-                record_of(plan, result),
+                record,
                 planner.registry,
                 replanner=replanner,
                 feedback=ask.get("feedback"),
@@ -319,11 +334,22 @@ class SolveActivities:
         answer["calls"] = [{**doc, "seq": first + i} for i, doc in enumerate(made)]
         return answer
 
-    async def _streamed(self, ask: dict[str, Any], planner: LLMPlanner) -> dict[str, Any]:
+    async def _streamed(
+        self,
+        ask: dict[str, Any],
+        planner: LLMPlanner | LLMReplanner,
+        *,
+        replan_of: RunRecord | None = None,
+        feedback: str | None = None,
+        reuse: dict[str, tuple[str, Any]] | None = None,
+    ) -> dict[str, Any]:
         """Plan with a streamed answer, as a local streamed solve plans
         (:func:`~dagagent.planners.streaming.plan_and_execute_streamed`): each task goes to
         the attempt's run, a child workflow of the solve started with no task, the moment it
-        is written and valid. An attempt rejected halfway stops its run (followed here to
+        is written and valid. A later round's replanner (``planner``, revising ``replan_of``
+        with ``feedback``) streams its revised plan so too: the tasks whose earlier output
+        ``reuse`` holds are settled as they arrive (see ``TemporalExecutor._reused_now``),
+        the others start. An attempt rejected halfway stops its run (followed here to
         its end: the next attempt reuses what succeeded); the next attempt's run is asked of
         the solve's workflow (signal :data:`ATTEMPT`). Once an attempt's plan is whole and
         valid, its run is the solve's to follow: the step ends with the plan and the run of
@@ -348,19 +374,23 @@ class SolveActivities:
             max_concurrency=run.get("max_concurrency"),
             retry=TaskRetryPolicy(**run["retry"]),
         )
-        run_id, parent_id, reuse = ask["run_id"], None, None
+        run_id = ask["run_id"]
+        parent_id = replan_of.run_id if replan_of is not None else None
         if activity.info().attempt > 1:  # an earlier attempt's worker was lost
             earlier = await _earlier(executor, ask)
             if isinstance(earlier, dict):
                 return earlier  # it had handed its run over: the plan is whole
             if earlier is not None:  # its last run stops; the next one reuses what ran
-                executor.runs, reuse = earlier
+                executor.runs, ran = earlier
+                reuse = {**(reuse or {}), **ran}
                 parent_id, run_id = executor.runs[-1], new_run_id()
         try:
             await plan_and_execute_streamed(
                 planner,
                 ask["goal"],
                 planner.registry,
+                replan_of=replan_of,
+                feedback=feedback,
                 settings=settings,
                 run_id=run_id,
                 parent_id=parent_id,
@@ -464,6 +494,7 @@ class _IntoRound(TemporalExecutor):
             # the tasks it has already (an earlier attempt's that ran: reused here)
             solve = client.get_workflow_handle(self.ask["solve_workflow"])
             given = _facts(graph, runner, list(graph.plan.tasks), self._limits())
+            given.finished = self._reused_now(runner, list(graph.plan.tasks))
             wanted = {"run_id": run_id, "parent_id": self.runs[-1], "given": asdict(given)}
             await solve.signal(ATTEMPT, wanted)
         self.runs.append(run_id)

@@ -111,6 +111,9 @@ _PAUSES = "dagagent-solve-pauses"
 #: rounds added) as an argument of their own, after the earlier runs' (``_carry``): the runs
 #: before it carried every step and output so far in their input.
 _CARRIES_RUNS = "dagagent-solve-carries-runs"
+#: The change after which a later round's revised plan streams into its run (as round 1's
+#: plan does, see ``SolveInput.stream``): the workflows before it had it written whole.
+_REVISIONS_STREAM = "dagagent-solve-revisions-stream"
 # A model step is bounded by its client's timeouts and retries; Temporal needs a bound too.
 _STEP_BOUND = timedelta(hours=2)
 
@@ -180,10 +183,12 @@ class SolveInput:
     #: shown to the planner, the replanner and the joiner; with ``compress``, the older
     #: ones are summarised first (step ``compress``). ``None``: not a turn.
     conversation: dict[str, Any] | None = None
-    #: Round 1's plan is streamed (without ``confirm``): its run's workflow starts first,
-    #: with no task, and the planner's step hands it each task the moment it is written
-    #: and valid (signals ``add_tasks``, then ``plan_complete``), as a local streamed solve
-    #: starts its tasks while the model writes.
+    #: Each round's plan is streamed (without ``confirm``): its run's workflow starts first,
+    #: with no task, and the planner's step (a later round's: the replanner's) hands it each
+    #: task the moment it is written and valid (signals ``add_tasks``, then
+    #: ``plan_complete``), as a local streamed solve starts its tasks while the model
+    #: writes; a revised plan's tasks unchanged from the round before are reused as they
+    #: arrive.
     stream: bool = False
 
 
@@ -428,7 +433,11 @@ class SolveWorkflow:
             self.round = (n, None)
             ask: dict[str, Any] = {"round": n, "run_id": run_id}
             streamed: Any = None  # the round's run, started before its plan is written
-            if previous is None and self._streams():
+            if previous is not None:
+                ask.update(previous=previous, feedback=feedback)
+            # (a later round's revised plan was written whole before _REVISIONS_STREAM: the
+            # workflows started before it replay as they ran)
+            if self._streams() and (previous is None or workflow.patched(_REVISIONS_STREAM)):
                 streamed = await self._start_streamed(run_id, n)
                 self.attempt_runs = {run_id: streamed}
                 self.round = (n, run_id)
@@ -436,12 +445,7 @@ class SolveWorkflow:
                 self._step("streaming", round=n, run_id=run_id, parent_id=parent_id)
                 ask["stream_to"] = workflow_id(run_id)
                 ask["solve_workflow"] = workflow.info().workflow_id
-                planned = await self._model_step(PLAN, n, ask)
-            elif previous is None:
-                planned = await self._model_step(PLAN, n, ask)
-            else:
-                ask.update(previous=previous, feedback=feedback)
-                planned = await self._model_step(REPLAN, n, ask)
+            planned = await self._model_step(PLAN if previous is None else REPLAN, n, ask)
             if streamed is not None:  # the attempts' runs; the last one is the round's
                 runs = list(self.attempt_runs)  # in the order they started
                 for earlier in runs[:-1]:  # stopped when their plans were rejected
@@ -469,7 +473,7 @@ class SolveWorkflow:
                 )
                 self._close(n, None, "failed", reason)
                 return self._end("failed", reason, error=planned)
-            if planned.get("unchanged"):
+            if planned.get("unchanged") and streamed is None:
                 reason = (
                     f"round {n}: the revised plan is the same as round {n - 1}'s; running it "
                     "again would change nothing"
@@ -523,6 +527,13 @@ class SolveWorkflow:
                     and str(r.get("error") or "").startswith("cancelled while running")
                 ]
                 raise
+            if planned.get("unchanged"):  # a streamed revision: it ran as it came, as locally
+                reason = (
+                    f"round {n}: the revised plan is the same as round {n - 1}'s; running it "
+                    "again would change nothing"
+                )
+                self._close(n, run_id, "gave_up", reason)
+                return self._end("gave_up", reason)
             if low is not None:  # the budget ran low during the round: the last answer
                 here = {"round": n, "run_id": run_id, "plan": plan, "results": results}
                 return await self._out_of_budget(n, run_id, here, low)
@@ -650,7 +661,7 @@ class SolveWorkflow:
         return run_input
 
     def _streams(self) -> bool:
-        """Whether round 1's plan is streamed into its run (see ``SolveInput.stream``): not
+        """Whether each round's plan is streamed into its run (see ``SolveInput.stream``): not
         when a person approves each plan first, in a turn of a session, with sub-solves,
         nor when agent tasks would spend a model budget while the planner's call, in
         flight, holds its share of it on another worker (their runs would not see it)."""
@@ -670,9 +681,9 @@ class SolveWorkflow:
     async def _start_streamed(
         self, run_id: str, n: int, given: dict[str, Any] | None = None
     ) -> Any:
-        """An attempt's run of round ``n`` (round 1), started with no task, or with the tasks
-        ``given`` (``Arrived`` JSON: an earlier attempt's that ran): the planner's step
-        streams the others to it."""
+        """An attempt's run of round ``n``, started with no task, or with the tasks ``given``
+        (``Arrived`` JSON: an earlier attempt's that ran): the planner's (or replanner's)
+        step streams the others to it."""
         inp, run = self.inp, self.inp.run
         max_running = run["max_running"]
         if run.get("max_concurrency") is not None:
