@@ -209,7 +209,7 @@ class Revising(Router):
 
     def __init__(self, plans: list[dict[str, Any]], answers: list[dict[str, Any]]) -> None:
         super().__init__({}, {})
-        self.turns = {"plan": itertools.cycle(plans), "join": itertools.cycle(answers)}
+        self.scripts = {"plan": itertools.cycle(plans), "join": itertools.cycle(answers)}
 
     def __call__(self, request: Recorded) -> Reply:
         body = request.json
@@ -219,7 +219,7 @@ class Revising(Router):
         kind = "plan" if "plan" in name else "join"
         with self.lock:
             self.seen[(GOAL, kind)] += 1
-            answer = next(self.turns[kind])
+            answer = next(self.scripts[kind])
         return Reply(json=wire.openai_text(json.dumps(answer), input_tokens=100, output_tokens=20))
 
 
