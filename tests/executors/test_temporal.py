@@ -68,6 +68,12 @@ async def describe(ex: TemporalExecutor) -> Any:
     return d.raw_description.workflow_execution_info
 
 
+async def client_history(ex: TemporalExecutor) -> Any:
+    """The last run's workflow's history (its latest run), from the server."""
+    assert ex.client is not None and ex.workflow_id is not None
+    return await ex.client.get_workflow_handle(ex.workflow_id).fetch_history()
+
+
 async def replay(ex: TemporalExecutor) -> None:
     """Replay the last run's workflow from its history, as a worker picking it up would:
     Temporal raises if the workflow code decides differently the second time."""
@@ -144,6 +150,21 @@ async def test_a_run_ends_as_on_the_dataflow_executor(
     assert record.tasks["ix"].output == [7, 9, 11, 13, 15, 17, 19]
     # the workflow is deterministic: its history replays to the same decisions
     await replay(ex)
+    # nothing ran as a local activity, whose result a replay may get a workflow task
+    # earlier than the workflow did (the fast tool, the maps' counts and assembly included)
+    history = await client_history(ex)
+    markers = [
+        e.marker_recorded_event_attributes.marker_name
+        for e in history.events
+        if e.HasField("marker_recorded_event_attributes")
+    ]
+    assert markers == ["core_patch"]  # no "core_local_activity"
+    scheduled = [
+        e.activity_task_scheduled_event_attributes.activity_type.name
+        for e in history.events
+        if e.HasField("activity_task_scheduled_event_attributes")
+    ]
+    assert scheduled.count("dagagent.count_elements") == 4
 
 
 CONDITIONS = plan(
