@@ -116,6 +116,9 @@ class Workers:
     def __init__(self, address: str, payloads: str, count: int) -> None:
         self.address = address
         self.payloads = payloads
+        # ``python -m`` puts its working directory first on the path: a neutral one, so that
+        # the workers import the dagagent of PYTHONPATH, not a checkout they happen to be in
+        self.cwd = str(Path(payloads).parent)
         self.env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SOURCE), str(HERE)])}
         self.procs = [self._start() for _ in range(count)]
         self.killed = 0
@@ -132,6 +135,7 @@ class Workers:
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             env=self.env,
+            cwd=self.cwd,
         )
         _wait_ready(proc)
         assert proc.stdout is not None
@@ -221,9 +225,14 @@ async def check(args: argparse.Namespace, workers: Workers) -> dict[str, Any]:
     logging.getLogger("temporalio").setLevel(logging.ERROR)  # each failure is listed below
     failed: list[dict[str, Any]] = []
     task_failures = 0
+    with_local = 0  # histories with local activities: which workflow the workers ran
     for wid, history in histories:
         task_failures += sum(
             1 for e in history.events if e.HasField("workflow_task_failed_event_attributes")
+        )
+        with_local += any(
+            e.marker_recorded_event_attributes.marker_name == "core_local_activity"
+            for e in history.events
         )
         try:
             await replayer.replay_workflow(history)
@@ -238,6 +247,7 @@ async def check(args: argparse.Namespace, workers: Workers) -> dict[str, Any]:
         "replay_failures": len(failed),
         "workflow_task_failures": task_failures,
         "workers_killed": workers.killed,
+        "histories_with_local_activities": with_local,
         "median_wall_s": common.median([r["wall_s"] for r in runs]),
         "failed": failed,
     }
@@ -282,6 +292,12 @@ def main(argv: list[str] | None = None) -> None:
         server.wait(timeout=30)
     load_after = list(os.getloadavg())
     found["dagagent"] = str(SOURCE)
+    found["dagagent_commit"] = subprocess.run(
+        ["git", "-C", str(SOURCE), "rev-parse", "--short", "HEAD"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.strip()
     found["load_after"] = [round(x, 2) for x in load_after]
     print(json.dumps({k: v for k, v in found.items() if k != "failed"}, indent=2))
     for f in found["failed"]:
@@ -291,6 +307,9 @@ def main(argv: list[str] | None = None) -> None:
     )
     lines += [
         "",
+        f"dagagent from `{found['dagagent']}` (driver and workers), at commit "
+        f"{found['dagagent_commit']}.",
+        "",
         f"{found['runs']} runs of the mixed plan (maps in chunks of {args.chunk}), "
         f"{args.at_once} at a time on {args.workers} workers"
         + (f", {found['workers_killed']} workers killed mid-run" if args.kill else "")
@@ -299,6 +318,7 @@ def main(argv: list[str] | None = None) -> None:
         f"- ended as on the dataflow executor: {found['ended_right']} of {found['runs']}",
         f"- histories that do not replay: **{found['replay_failures']}**",
         f"- workflow tasks failed on a live worker: {found['workflow_task_failures']}",
+        f"- histories with local activities: {found['histories_with_local_activities']}",
         f"- median wall time of a run: {found['median_wall_s']:.3f} s",
     ]
     common.save(args, args.name, {"machine": info, **found}, "\n".join(lines))

@@ -853,13 +853,24 @@ def test_a_person_decides_the_calls_in_doubt_of_a_run_whose_workflow_ended(
 
     approve("h", "--happened", "--output", '{"paid": "by hand"}')
     approve("a", "--allow")
-    approve("d", "--deny", "--reason", "not to be paid")
     approve("m", "--key", mapped[0].key, "--allow")  # a map's calls, one by one
     approve("m", "--key", mapped[1].key, "--deny")
     (tmp_path / "mx.go").touch()
     (tmp_path / "my.go").touch()
     (tmp_path / "a.go").touch()  # the call made again does not hold
     (tmp_path / "d.go").touch()  # a call made against the decision would not hold either
+    # d's call, not decided yet, still waits (a resume under on_failure="cancel" would
+    # otherwise stop at its denial whatever of the map had not ended by then)
+    again = CliRunner().invoke(dagagent.cli.app, resume)
+    assert again.exit_code == 6, again.output
+    with RunStore(db, create=False) as st:
+        assert {t: r.status.value for t, r in st.get_run(run_id).tasks.items()} == {
+            "h": "succeeded",
+            "a": "succeeded",
+            "d": "waiting",
+            "m": "succeeded",  # allow_partial: one element succeeded, the other denied
+        }
+    approve("d", "--deny", "--reason", "not to be paid")
     resumed = CliRunner().invoke(dagagent.cli.app, resume)
     assert resumed.exit_code == 1, resumed.output  # a task denied: the run failed
     with RunStore(db, create=False) as st:
