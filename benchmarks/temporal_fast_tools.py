@@ -147,15 +147,30 @@ def main(argv: list[str] | None = None) -> None:
         common.command_line(),
         info,
     )
+    commits = {
+        v: subprocess.run(
+            ["git", "-C", str(path), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout.strip()
+        for v, path in versions.items()
+    }
     lines += [
         "",
-        f"this: {versions['this']}; against: {versions['against']}; {args.rounds} rounds "
+        f"this: {versions['this']} ({commits['this']}); against: {versions['against']} "
+        f"({commits['against']}); {args.rounds} rounds "
         f"each, alternating, {args.repeats} runs of each shape per round (after one warm-up), "
         f"one worker, maps in chunks of 2; load average at the end {load}.",
         "",
         common.markdown_table(headers, rows),
     ]
-    data = {"machine": info, "versions": {k: str(v) for k, v in versions.items()}, "times": times}
+    data = {
+        "machine": info,
+        "versions": {k: str(v) for k, v in versions.items()},
+        "commits": commits,
+        "times": times,
+    }
     common.save(args, "temporal_fast_tools", data, "\n".join(lines))
 
 
