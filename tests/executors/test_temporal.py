@@ -68,6 +68,12 @@ async def describe(ex: TemporalExecutor) -> Any:
     return d.raw_description.workflow_execution_info
 
 
+async def client_history(ex: TemporalExecutor) -> Any:
+    """The last run's workflow's history (its latest run), from the server."""
+    assert ex.client is not None and ex.workflow_id is not None
+    return await ex.client.get_workflow_handle(ex.workflow_id).fetch_history()
+
+
 async def replay(ex: TemporalExecutor) -> None:
     """Replay the last run's workflow from its history, as a worker picking it up would:
     Temporal raises if the workflow code decides differently the second time."""
@@ -144,6 +150,21 @@ async def test_a_run_ends_as_on_the_dataflow_executor(
     assert record.tasks["ix"].output == [7, 9, 11, 13, 15, 17, 19]
     # the workflow is deterministic: its history replays to the same decisions
     await replay(ex)
+    # nothing ran as a local activity, whose result a replay may get a workflow task
+    # earlier than the workflow did (the fast tool, the maps' counts and assembly included)
+    history = await client_history(ex)
+    markers = [
+        e.marker_recorded_event_attributes.marker_name
+        for e in history.events
+        if e.HasField("marker_recorded_event_attributes")
+    ]
+    assert markers == ["core_patch"]  # no "core_local_activity"
+    scheduled = [
+        e.activity_task_scheduled_event_attributes.activity_type.name
+        for e in history.events
+        if e.HasField("activity_task_scheduled_event_attributes")
+    ]
+    assert scheduled.count("dagagent.count_elements") == 4
 
 
 CONDITIONS = plan(
@@ -832,13 +853,24 @@ def test_a_person_decides_the_calls_in_doubt_of_a_run_whose_workflow_ended(
 
     approve("h", "--happened", "--output", '{"paid": "by hand"}')
     approve("a", "--allow")
-    approve("d", "--deny", "--reason", "not to be paid")
     approve("m", "--key", mapped[0].key, "--allow")  # a map's calls, one by one
     approve("m", "--key", mapped[1].key, "--deny")
     (tmp_path / "mx.go").touch()
     (tmp_path / "my.go").touch()
     (tmp_path / "a.go").touch()  # the call made again does not hold
     (tmp_path / "d.go").touch()  # a call made against the decision would not hold either
+    # d's call, not decided yet, still waits (a resume under on_failure="cancel" would
+    # otherwise stop at its denial whatever of the map had not ended by then)
+    again = CliRunner().invoke(dagagent.cli.app, resume)
+    assert again.exit_code == 6, again.output
+    with RunStore(db, create=False) as st:
+        assert {t: r.status.value for t, r in st.get_run(run_id).tasks.items()} == {
+            "h": "succeeded",
+            "a": "succeeded",
+            "d": "waiting",
+            "m": "succeeded",  # allow_partial: one element succeeded, the other denied
+        }
+    approve("d", "--deny", "--reason", "not to be paid")
     resumed = CliRunner().invoke(dagagent.cli.app, resume)
     assert resumed.exit_code == 1, resumed.output  # a task denied: the run failed
     with RunStore(db, create=False) as st:

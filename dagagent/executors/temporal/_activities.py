@@ -39,11 +39,11 @@ import json
 import os
 import socket
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from functools import partial
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 from temporalio import activity
@@ -92,6 +92,8 @@ Conversing = Callable[["Registry", Mapping[str, Any]], "Registry"]
 """``(a run's tools, the conversation a turn's run carries) -> the tools of its tasks``: the
 run's with those that read the conversation (``dagagent.workflows.temporal_solve`` provides
 it: the ``earlier_turn`` tool of a session; this layer knows no conversation)."""
+
+_T = TypeVar("_T")
 
 # How often an activity's heartbeat looks for an agent's model call that started or ended.
 _CALLS_LOOK_S = 0.05
@@ -234,6 +236,11 @@ class Activities:
     ) -> dict[str, Any]:
         """How many elements a map task's list has: ``{"n": ...}``, or ``{"result": ...}``,
         the task's failure, when it has no list (or one too long) to map over."""
+        return await _beating(self._count_elements(call, plan, outputs))
+
+    async def _count_elements(
+        self, call: dict[str, Any], plan: str, outputs: Sequence[Any]
+    ) -> dict[str, Any]:
         runner = self._runner(call, self._graph(plan), outputs)
         task = runner.tasks[call["task_id"]]
         if task.when is not None and not _holds(task.when, runner.outputs):
@@ -264,6 +271,11 @@ class Activities:
         conditions let run (``element``, ``goal``, ``tools``: those its solve may use,
         ``own_tools``: whether the task chose them); or ``{"result": ...}``, the task
         settled without a solve (a condition that is false, a reference that fails)."""
+        return await _beating(self._sub_solve_goals(call, plan, outputs))
+
+    async def _sub_solve_goals(
+        self, call: dict[str, Any], plan: str, outputs: Sequence[Any]
+    ) -> dict[str, Any]:
         goals: dict[int | None, dict[str, Any]] = {}
 
         async def note(node: AgentNode) -> tuple[Any, list[AgentStep] | None]:
@@ -289,6 +301,11 @@ class Activities:
     ) -> dict[str, Any]:
         """A sub-solve task's result from the ``outcomes`` of its solves (each an
         ``answer``, or the ``error`` that fails it, with its ``status`` and ``solve_id``)."""
+        return await _beating(self._sub_solve_settle(call, plan, outputs))
+
+    async def _sub_solve_settle(
+        self, call: dict[str, Any], plan: str, outputs: Sequence[Any]
+    ) -> dict[str, Any]:
         outcomes = {o["element"]: o for o in call["outcomes"]}
 
         async def answer(node: AgentNode) -> tuple[Any, list[AgentStep] | None]:
@@ -569,6 +586,21 @@ async def _heartbeat(
             activity.heartbeat(list(reported))
         else:
             activity.heartbeat(list(reported), left)
+
+
+async def _beating(step: Awaitable[_T]) -> _T:
+    """``step``'s result, the activity heartbeating while it runs (as ``run_task`` does), so
+    that a worker lost under one of the workflow's own steps is noticed at the heartbeat
+    timeout, and a slow one is not taken for lost."""
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(_heartbeat, [], _nothing_left)
+        done = await step
+        tg.cancel_scope.cancel()
+    return done
+
+
+def _nothing_left() -> None:
+    return None
 
 
 def _spent(gate: _Allowance, model: Any, lost: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:

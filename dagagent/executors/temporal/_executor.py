@@ -1149,10 +1149,10 @@ def _facts(
     limits: Sequence[Mapping[str, Any]] = (),
 ) -> Arrived:
     """What the workflow needs of ``tasks``: their JSON, their dependencies (in plan
-    order), which map, which run as local activities, which have side effects, how long
-    each may take on a worker, the earlier outputs the workers may reuse, and the limits
-    of the run (``limits``: its approval rules') and of its tools their calls count
-    against."""
+    order), which map, which are fast (local activities in a workflow started before it ran
+    none), which have side effects, how long each may take on a worker, the earlier outputs
+    the workers may reuse, and the limits of the run (``limits``: its approval rules') and
+    of its tools their calls count against."""
     registry, retry = runner.registry, runner.retry
     position = {t.id: i for i, t in enumerate(graph.plan.tasks)}
     facts = Arrived(

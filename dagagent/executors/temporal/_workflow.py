@@ -8,7 +8,7 @@ they mean here. The workflow holds the plan and the results as JSON and never im
 
 **Bounded.** At most ``max_running`` activities are pending at once (Temporal allows 2,000
 per workflow); a map wider than ``chunk_elements`` runs in chunks of that many elements, one
-activity each, and its result is put together by a local activity; values over the inline
+activity each, and its result is put together by one more; values over the inline
 limit travel by reference (:mod:`._payloads`); when the history passes ``history_events``
 (or Temporal suggests it), the workflow lets the running tasks end, starts none, and
 continues as new with the results so far: each run's own results go on as an argument of
@@ -31,15 +31,20 @@ task is denied). One whose tool has side effects and no reconciler fails with
 ``WorkerLostError``, since whether its effect happened is unknown.
 
 **Sub-solves.** In a round of a solve whose plans may hold sub-solves (``RunInput.sub_solve``),
-a task with ``"solve": true`` is reached by a child solve workflow per goal: a local activity
+a task with ``"solve": true`` is reached by a child solve workflow per goal: an activity
 resolves its instruction (each element's, for a map; its ``when``, as for any task), each
-goal's solve runs as a child workflow of this one, and a second local activity makes the
-task's result from their answers, through the same task runner (see ``_sub_solve``). With a
+goal's solve runs as a child workflow of this one, and a second activity makes the task's
+result from their answers, through the same task runner (see ``_sub_solve``). With a
 budget, the sub-solves of a run start one at a time, each carved what the solve has left then.
 A sub-solve whose tools count against limits (``RunInput.limited``) counts on the run's
 counts, as a local one counts on its parent's ledger: it holds those limits while it runs,
 as an activity does (see ``_counted``), its solve starts from the counts so far, and what it
 counted comes back with its end, for the run and the solve.
+
+**No local activities.** Every step on a worker is a regular activity on the run's task
+queue, fast tools' calls included (see ``_NO_LOCAL``): a local activity's result may reach the
+workflow a workflow task later than the one whose completion recorded it, and a replay, which
+follows the record, would then decide in another order. Runs started before keep theirs.
 """
 
 from __future__ import annotations
@@ -83,7 +88,7 @@ __all__ = [
 WORKFLOW = "dagagent.run"
 RUN_TASK = "dagagent.run_task"
 COUNT_ELEMENTS = "dagagent.count_elements"
-#: The local activities of a sub-solve task: its goals (resolved instructions), then its
+#: The activities of a sub-solve task: its goals (resolved instructions), then its
 #: result from the answers of their solves.
 SUB_SOLVE_GOALS = "dagagent.sub_solve.goals"
 SUB_SOLVE_SETTLE = "dagagent.sub_solve.settle"
@@ -112,6 +117,14 @@ _SUB_SOLVE_COUNTS = "sub-solve-counts"
 #: each is stored once. Before it, the new run's input carried every result so far (and a
 #: run stopped by a failure under ``on_failure="cancel"`` continued as new all the same).
 _CARRIES_RUNS = "dagagent-run-carries-runs"
+#: The patch under which the workflow runs no local activity: its own steps (a map's element
+#: count and assembly, a sub-solve's goals and result, a budget's carve) and the calls of
+#: fast tools are activities on the run's task queue. A local activity's result can reach
+#: the workflow one workflow task later than the task whose completion recorded it; a
+#: replay delivers it where it was recorded, so the workflow decides in another order and
+#: its history no longer replays (see ``docs/temporal.md``). A run started before keeps
+#: running its local activities, as its history says.
+_NO_LOCAL = "no-local-activities"
 # Activities are attempted once by Temporal: retries are the task runner's (on the worker)
 # and the workflow's own, for lost workers (see _call).
 _ONCE = RetryPolicy(maximum_attempts=1)
@@ -119,6 +132,9 @@ _ONCE = RetryPolicy(maximum_attempts=1)
 # worker long before this.
 _UNBOUNDED = timedelta(days=7)
 _LOCAL_BOUND = timedelta(minutes=10)
+# The workflow's own steps (see _step): quick, without side effects, so run again when their
+# worker is lost, at once.
+_STEP_BOUND = timedelta(minutes=10)
 
 
 @dataclass
@@ -130,7 +146,8 @@ class RunInput:
     order: list[str]
     dependencies: dict[str, list[str]]
     maps: list[str]
-    #: Tasks whose tool declares no side effects and that it never blocks: local activities.
+    #: Tasks whose tool declares no side effects and that it never blocks: local activities
+    #: in a run started before ``_NO_LOCAL`` (activities as any other's since).
     local: list[str]
     #: Tasks whose tool has side effects: never run again after a lost worker, unless the
     #: tool has a reconciler (``reconciled``).
@@ -207,7 +224,7 @@ class RunInput:
     attempts: dict[str, int] = field(default_factory=dict)
     #: The solve this run is a round of, when its plans may hold sub-solves: ``input`` (the
     #: solve workflow's input, which each child's is made from), ``workflow`` (the name of
-    #: the solve workflow), ``id_prefix`` (of a solve's workflow id), ``carve`` (the local
+    #: the solve workflow), ``id_prefix`` (of a solve's workflow id), ``carve`` (the
     #: activity that carves a child's budget) and ``spent`` (what the solve had spent when
     #: the run started). ``None``: a sub-solve task fails, as in a run of its own.
     sub_solve: dict[str, Any] | None = None
@@ -362,6 +379,8 @@ class RunWorkflow:
         #: The sub-solves started (those of tasks finished before a continue-as-new too).
         self.children = [s for r in self.finished for s in r.get("sub_solves") or ()]
         self.one_at_a_time = asyncio.Lock()  # sub-solves carved from a budget
+        #: Whether the run uses no local activity (patch ``_NO_LOCAL``, decided when it starts)
+        self.no_local = False
         # the tasks of ``running`` that have ended, in the order they did
         self.ended: list[asyncio.Task[dict[str, Any]]] = []
         # the plan as every activity gets it: its JSON text, made once (and again when
@@ -456,6 +475,9 @@ class RunWorkflow:
         self, given: RunInput | dict[str, Any], *earlier: dict[str, Any]
     ) -> list[dict[str, Any]]:
         inp = self.inp
+        # once per run, before any step: a run started before this patch keeps its local
+        # activities to the end (its history has them), one started after has none
+        self.no_local = workflow.patched(_NO_LOCAL)
         if inp.deadline_at is None:
             return await self._run(inp)
         if inp.deadline_at <= workflow.now().timestamp():
@@ -838,7 +860,8 @@ class RunWorkflow:
     async def _activity(
         self, task_id: str, call: dict[str, Any], bound: float | None
     ) -> dict[str, Any]:
-        """One activity of ``task_id`` (a local one for a task that never blocks)."""
+        """One activity of ``task_id`` (in a run started before ``_NO_LOCAL``, a local one for
+        a task that never blocks)."""
         inp = self.inp
         pools = self._pools(task_id, call)
         args = self._args(task_id, call)
@@ -847,7 +870,7 @@ class RunWorkflow:
             args[0]["conversation"] = True
             args.append(inp.conversation)
         async with self._slots(pools):
-            if task_id in inp.local and call.get("window") is None:
+            if not self.no_local and task_id in inp.local and call.get("window") is None:
                 r: dict[str, Any] = await workflow.execute_local_activity(
                     RUN_TASK,
                     args=args,
@@ -966,17 +989,39 @@ class RunWorkflow:
             calls, _ = self.ledger.get(k) or (0, None)
             self.ledger[k] = [int(calls) + 1, now]
 
+    async def _step(self, name: str, args: list[Any]) -> dict[str, Any]:
+        """One of the workflow's own steps on a worker (a map's element count or assembly, a
+        sub-solve's goals or result, a budget's carve): an activity on the run's task queue,
+        holding one of the run's slots while it is pending (so that the run's activities
+        stay under Temporal's limit), run again on another worker when its worker is lost
+        (each is quick and has no side effect); a local activity in a run started before
+        (``_NO_LOCAL``)."""
+        if not self.no_local:
+            done: dict[str, Any] = await workflow.execute_local_activity(
+                name, args=args, start_to_close_timeout=_LOCAL_BOUND, retry_policy=_ONCE
+            )
+            return done
+        inp = self.inp
+        async with self.slots:  # pending as a task's activity is (max_running)
+            result: dict[str, Any] = await workflow.execute_activity(
+                name,
+                args=args,
+                task_queue=inp.task_queue,
+                start_to_close_timeout=_STEP_BOUND,
+                heartbeat_timeout=timedelta(seconds=inp.heartbeat_s),
+                retry_policy=RetryPolicy(
+                    maximum_attempts=1 + inp.lost_worker_retries,
+                    initial_interval=timedelta(milliseconds=100),
+                ),
+            )
+        return result
+
     async def _map(self, task_id: str) -> dict[str, Any]:
         """A map task: in one activity when its list is short, else in chunks of
         ``chunk_elements`` elements (an activity each), put together at the end."""
         inp = self.inp
         try:
-            counted: dict[str, Any] = await workflow.execute_local_activity(
-                COUNT_ELEMENTS,
-                args=self._args(task_id, {}),
-                start_to_close_timeout=_LOCAL_BOUND,
-                retry_policy=_ONCE,
-            )
+            counted = await self._step(COUNT_ELEMENTS, self._args(task_id, {}))
         except ActivityError as exc:
             if isinstance(exc.cause, CancelledError):
                 raise asyncio.CancelledError from None
@@ -1045,14 +1090,12 @@ class RunWorkflow:
                 **({"budget": spent} if spent is not None else {}),
             }
         try:
-            whole: dict[str, Any] = await workflow.execute_local_activity(
+            whole = await self._step(
                 RUN_TASK,
-                args=self._args(
+                self._args(
                     task_id,
                     {"window": None, "assemble": True, "done": [elements[i] for i in range(n)]},
                 ),
-                start_to_close_timeout=_LOCAL_BOUND,
-                retry_policy=_ONCE,
             )
         except ActivityError as exc:
             if isinstance(exc.cause, CancelledError):
@@ -1075,23 +1118,15 @@ class RunWorkflow:
         resolved on a worker, their solves run as child workflows, and its result made from
         their answers (on a worker, by the task runner, as a local sub-solve's)."""
         try:
-            found: dict[str, Any] = await workflow.execute_local_activity(
-                SUB_SOLVE_GOALS,
-                args=self._args(task_id, {}),
-                start_to_close_timeout=_LOCAL_BOUND,
-                retry_policy=_ONCE,
-            )
+            found = await self._step(SUB_SOLVE_GOALS, self._args(task_id, {}))
             if "result" in found:  # settled without a solve: a condition, a reference
                 r: dict[str, Any] = found["result"]
                 return r
             goals: list[dict[str, Any]] = found["goals"]
             started = len(self.children)
             outcomes = await asyncio.gather(*(self._child(task_id, g) for g in goals))
-            settled: dict[str, Any] = await workflow.execute_local_activity(
-                SUB_SOLVE_SETTLE,
-                args=self._args(task_id, {"outcomes": list(outcomes)}),
-                start_to_close_timeout=_LOCAL_BOUND,
-                retry_policy=_ONCE,
+            settled = await self._step(
+                SUB_SOLVE_SETTLE, self._args(task_id, {"outcomes": list(outcomes)})
             )
         except ActivityError as exc:
             if isinstance(exc.cause, CancelledError):
@@ -1124,11 +1159,8 @@ class RunWorkflow:
                 for c in self.children:  # what the sub-solves before this one spent
                     for k, v in (c.get("spent") or {}).items():
                         spent[k] = spent.get(k, 0) + v
-                carved: dict[str, Any] = await workflow.execute_local_activity(
-                    ctx["carve"],
-                    {"budget": budget, "spent": spent, "price": parent.get("price")},
-                    start_to_close_timeout=_LOCAL_BOUND,
-                    retry_policy=_ONCE,
+                carved = await self._step(
+                    ctx["carve"], [{"budget": budget, "spent": spent, "price": parent.get("price")}]
                 )
                 if "error" in carved:
                     why = f"{refused}: {carved['error']}"

@@ -12,7 +12,7 @@ solve runs it, and returns what it got with a record of each model call it made:
   the input of the run of the revised plan, which reuses the previous round's successes (the
   reuse a local solve's revision computes, with the same code);
 - ``dagagent.solve.join``: the joiner (:class:`~dagagent.planners.Joiner`);
-- ``dagagent.solve.carve`` (a local activity): a sub-solve's budget, carved from what its
+- ``dagagent.solve.carve`` (of a run's workflow): a sub-solve's budget, carved from what its
   parent has left (:meth:`~dagagent.workflows._spending.Spending.carve`).
 
 A solve given sub-solves plans at its depth (``solve_depth``), with the tools its task gave

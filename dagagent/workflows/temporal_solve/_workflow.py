@@ -95,7 +95,7 @@ DECISIONS = "decisions"
 #: "parent_id"}``), which the workflow starts as a child, with no task, for the step to
 #: stream into.
 ATTEMPT = "attempt"
-#: The local activity that carves a sub-solve's budget from its parent's.
+#: The activity (of a run's workflow) that carves a sub-solve's budget from its parent's.
 CARVE = "dagagent.solve.carve"
 #: A solve's workflow id is this and the solve's id.
 SOLVE_WORKFLOW_PREFIX = "dagagent-solve-"
