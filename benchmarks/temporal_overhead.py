@@ -557,6 +557,13 @@ async def breakdown(
     for _ in range(reps):
         await converter.decode(await converter.encode([1]))
     out["payloads_by_hand_ms"] = (time.perf_counter() - t0) * 1e3 / reps
+    # the same call with its task alone in the plan's place: what carrying the whole plan (in
+    # the payload store past the inline limit) costs each activity
+    task_text = json.dumps(plan["tasks"][1])
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        await converter.decode(await converter.encode([call, task_text, 1]))
+    out["payloads_task_alone_ms"] = (time.perf_counter() - t0) * 1e3 / reps
     return out
 
 
@@ -740,6 +747,7 @@ def main(argv: list[str] | None = None) -> None:
         f"{where['activity_dagagent_ms']:.2f} (the task runner: plan checked, arguments "
         f"resolved and validated, record made) against {where['activity_by_hand_ms']:.4f}; "
         f"its arguments through the data converter {where['payloads_dagagent_ms']:.2f} "
+        f"({where['payloads_task_alone_ms']:.2f} with the task alone in the plan's place) "
         f"against {where['payloads_by_hand_ms']:.2f}."
     )
     fan_lines = [
