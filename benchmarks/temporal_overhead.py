@@ -401,7 +401,13 @@ async def measure(
         for shape in fans
     }
     chain = {
-        side: {k: common.median([p[k] for p in by]) for k in CHAIN_PHASES}
+        side: {
+            # means, which add up to a step's (a step that waited for the server's next read
+            # of its queue and one that did not make two humps a median hides), and the
+            # share of the steps whose workflow task waited for such a read
+            **{k: sum(p[k] for p in by) / len(by) for k in CHAIN_PHASES},
+            "waited": sum(p["task_wait"] > WAITED_MS for p in by) / len(by),
+        }
         for side, by in steps.items()
     }
     return {
@@ -443,6 +449,9 @@ async def fan_phases(client: Any, wid: str, wall_s: float) -> dict[str, float]:
     }
 
 
+#: A workflow task that waited longer than this (ms) before a worker got it waited for the
+#: server's next read of its transfer queue (a worker's poll takes one or two).
+WAITED_MS = 20.0
 #: The phases of a chain step, by the server's clock (ms): from one activity scheduled to the
 #: next, through the workflow task its result starts.
 CHAIN_PHASES = {
@@ -785,13 +794,15 @@ def main(argv: list[str] | None = None) -> None:
     )
     chain = measured["chain"]
     chain_line = (
-        f"Where a chain step's time goes ({args.chain} tasks, medians of every step of "
+        f"Where a chain step's time goes ({args.chain} tasks, means of every step of "
         f"{args.repeats} runs, ms, by the server's clock from each run's history), by hand / "
         "by hand+store / dagagent: "
         + "; ".join(
             f"{what} " + " / ".join(f"{chain[side][k]:.1f}" for side in chain)
             for k, what in CHAIN_PHASES.items()
         )
+        + f"; the steps whose workflow task waited over {WAITED_MS:g} ms "
+        + " / ".join(f"{chain[side]['waited']:.0%}" for side in chain)
         + ". "
         + (
             "The server runs with its own transfer-queue read rate (20 a second): the workflow "
@@ -800,8 +811,8 @@ def main(argv: list[str] | None = None) -> None:
             else "The server reads its transfer queue up to "
             f"{TRANSFER_READS_PER_S} times a second (`--dynamic-config-value "
             f"history.transferProcessorMaxPollRPS={TRANSFER_READS_PER_S}`, as docs/temporal.md "
-            "recommends; at the server's default of 20, each step waits about 45 ms for the "
-            "next read: temporal_overhead_server_defaults.md)."
+            "recommends; at the server's default of 20, a step's workflow task waits up to "
+            "50 ms for the next read: temporal_overhead_server_defaults.md)."
         )
     )
     for line in [chain_line, *fan_lines, cpu_line]:
