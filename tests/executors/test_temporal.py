@@ -32,7 +32,7 @@ from dagagent.settings import RunSettings, TaskRetryPolicy
 pytest.importorskip("temporalio")
 
 import temporal_tools  # tests/ is on sys.path under pytest; the workers import it too
-from eventually import wait_until
+from eventually import until, wait_until
 
 from dagagent.executors.temporal import TemporalExecutor, workflow_id
 
@@ -340,7 +340,8 @@ async def test_current_call_on_a_worker_is_the_call_a_local_run_makes(
 @pytest.mark.parametrize("tool", ["hold", "hold_effect"])
 async def test_a_worker_killed_mid_call(own_workers: Workers, tool: str, tmp_path: Path) -> None:
     """SIGKILL the worker running a call: a tool without side effects runs again on the
-    other worker; one with side effects fails (its effect may have happened), not repeated."""
+    other worker; one with side effects (no reconciler) is not made again: its effect may
+    have happened, so its task waits for a person and the run pauses."""
     own_workers.start(2)
     ex = executor(own_workers, heartbeat_s=1.0)
     p = plan({"id": "call", "tool": tool, "args": {"name": "call", "where": str(tmp_path)}})
@@ -365,9 +366,11 @@ async def test_a_worker_killed_mid_call(own_workers: Workers, tool: str, tmp_pat
         assert r.output["pid"] != victim
         assert temporal_tools.started(tmp_path, "call") == sorted([victim, r.output["pid"]])
     else:
-        assert r.status.value == "failed"
-        assert r.error_type == "WorkerLostError"
-        assert "side effects" in (r.error or "")
+        assert result.status is dagagent.RunStatus.PAUSED
+        assert r.status.value == "waiting", (r.status, r.error)
+        assert f"its call started on worker {victim}@" in (r.error or ""), r.error
+        assert "the worker was lost (no heartbeat for 1 s)" in (r.error or "")
+        assert "the tool has no reconciler: a person decides" in (r.error or "")
         assert temporal_tools.started(tmp_path, "call") == [victim]  # never run again
 
 
@@ -416,12 +419,12 @@ async def test_a_worker_lost_mid_call_its_reconciler_decides(
 
 
 @pytest.mark.anyio
-async def test_a_call_in_doubt_its_reconciler_cannot_decide_is_not_made_again(
+async def test_a_call_in_doubt_its_reconciler_cannot_decide_waits_for_a_person(
     own_workers: Workers, tmp_path: Path
 ) -> None:
-    """A worker lost during a call whose reconciler cannot tell whether it happened: nobody
-    can be asked on the workers, so the call is not made again and the task is denied,
-    saying why."""
+    """A worker lost during a call whose reconciler cannot tell whether it happened: the
+    call is not made again and its task waits for a person, saying why (the run pauses);
+    with the run's ``in_doubt="deny"`` (``--no-wait``) it is denied instead."""
     own_workers.start(2)
     ex = executor(own_workers, heartbeat_s=1.0)
     p = plan({"id": "call", "tool": "hold_unsure", "args": {"name": "u", "where": str(tmp_path)}})
@@ -441,9 +444,144 @@ async def test_a_call_in_doubt_its_reconciler_cannot_decide_is_not_made_again(
         (tmp_path / "u.go").touch()
     [result] = results
     r = result.tasks["call"]
-    assert r.status.value == "denied", (r.status, r.error)
+    assert result.status is dagagent.RunStatus.PAUSED
+    assert r.status.value == "waiting", (r.status, r.error)
     assert "keeps no record of its calls" in (r.error or ""), r.error
+    assert f"its call started on worker {victim}@" in (r.error or ""), r.error
     assert temporal_tools.started(tmp_path, "u") == [victim]  # never made again
+    own_workers.start(1)  # two again: one to lose, one to run the call in doubt
+    denying = settings(executor(own_workers, heartbeat_s=1.0), in_doubt="deny")
+    results.clear()
+
+    async def run_denying() -> None:
+        p = plan({"id": "call", "tool": "hold_unsure", "args": {"name": "v", "where": where}})
+        results.append(await dagagent.execute(p, temporal_tools.registry, settings=denying))
+
+    where = str(tmp_path)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run_denying)
+        [victim] = await until(lambda: temporal_tools.started(tmp_path, "v"), "v started")
+        os.kill(victim, signal.SIGKILL)
+        (tmp_path / "v.go").touch()
+    [result] = results
+    r = result.tasks["call"]
+    assert r.status.value == "denied", (r.status, r.error)
+    assert "in_doubt='deny'" in (r.error or ""), r.error
+    assert temporal_tools.started(tmp_path, "v") == [victim]  # never made again
+
+
+@pytest.mark.parametrize("decision", ["happened", "allow"])
+def test_a_person_decides_a_call_a_lost_worker_left_in_doubt_while_the_run_goes_on(
+    own_workers: Workers, decision: str, tmp_path: Path
+) -> None:
+    """SIGKILL the worker during a payment (a tool with side effects, no reconciler) that it
+    made before the kill: the rest of the run goes on on the other worker, the payment's task
+    waits for a person and the run pauses; ``dagagent approvals`` lists the call with its key,
+    saying it started on that worker and the worker was lost. ``--happened --output`` then
+    ``resume``: the task's output is the one given, paid once; ``--allow``: paid exactly once
+    more, under the same key. The workflow that lost the worker replays."""
+    from dagagent.store import RunStore
+
+    own_workers.start(2, tools=EXTRA)
+    where, db = str(tmp_path), tmp_path / "runs.db"
+
+    def pay(name: str, first: bool) -> dict[str, Any]:
+        args = {"name": name, "where": where, "pay_first": first}
+        return {"id": name, "tool": "pay_hold", "args": args}
+
+    held = {"i": 0, "n": 2, "bound": 1}  # crowd's element 0 of 2 waits for its go file
+    p = plan(
+        pay("pay", True),
+        {"id": "after", "tool": "echo", "args": {"value": "${pay}"}},
+        # holds until the worker is lost (no side effects: it may run again), then the run
+        # goes on with it
+        {"id": "gate", "tool": "crowd", "args": {"name": "g", "where": where, **held}},
+        {"id": "other", "tool": "echo", "args": {"value": "${gate}"}},
+    )
+    results: list[dagagent.RunResult] = []
+
+    async def first() -> None:
+        ex = executor(own_workers, heartbeat_s=1.0)
+        run_settings = settings(ex, on_failure="continue")
+        async with anyio.create_task_group() as tg:
+
+            async def run() -> None:
+                results.append(
+                    await dagagent.execute(p, temporal_tools.extra, settings=run_settings, store=db)
+                )
+
+            tg.start_soon(run)
+            await until(  # the payment was made, and its call holds on a worker
+                lambda: temporal_tools.payments(tmp_path, "pay"), "the payment made"
+            )
+            [victim] = await until(lambda: temporal_tools.started(tmp_path, "pay"), "it holds")
+            os.kill(victim, signal.SIGKILL)
+            # the run goes on: a task that holds until now finishes, and the one after it runs
+            temporal_tools.let_go(tmp_path, "g")
+        await replay(ex)  # the history that lost a worker, run again by the workflow's code
+
+    anyio.run(first)
+    [paused] = results
+    victim_pid = temporal_tools.started(tmp_path, "pay")[0]
+    [key] = temporal_tools.payments(tmp_path, "pay")  # paid, before the worker was lost
+    assert paused.status is dagagent.RunStatus.PAUSED, outcome(paused)
+    assert paused.tasks["pay"].status.value == "waiting", paused.tasks["pay"].error
+    assert paused.tasks["other"].status.value == "succeeded"  # the rest went on
+    assert paused.tasks["other"].output == 0
+    assert paused.tasks["after"].status.value != "succeeded"
+    assert temporal_tools.started(tmp_path, "pay") == [victim_pid]  # not made again
+    listed = CliRunner().invoke(dagagent.cli.app, ["approvals", "--store", str(db)])
+    said = " ".join(listed.output.split())
+    assert f"task 'pay' of run {paused.run_id}" in said, said
+    assert key in said, said
+    assert f"its call started on worker {victim_pid}@" in said, said
+    assert "the worker was lost (no heartbeat for 1 s)" in said, said
+    as_json = CliRunner().invoke(dagagent.cli.app, ["approvals", "--store", str(db), "--json"])
+    [row] = json.loads(as_json.output)["approvals"]
+    assert (row["task_id"], row["keys"]) == ("pay", [key])
+    assert row["why"].startswith(f"its call started on worker {victim_pid}@"), row
+    given = (
+        ["--happened", "--output", '{"paid": "by hand"}'] if decision == "happened" else ["--allow"]
+    )
+    done = CliRunner().invoke(
+        dagagent.cli.app,
+        ["approve", paused.run_id, "pay", *given, "--store", str(db), "--by", "ann"],
+    )
+    assert done.exit_code == 0, done.output
+    (tmp_path / "pay.go").touch()  # a call made again does not hold
+
+    async def resume() -> None:
+        ex = executor(own_workers, heartbeat_s=1.0)
+        results.append(
+            await dagagent.resume(
+                paused.run_id,
+                temporal_tools.extra,
+                store=db,
+                settings=settings(ex, on_failure="continue"),
+            )
+        )
+
+    anyio.run(resume)
+    resumed = results[-1]
+    assert resumed.status is dagagent.RunStatus.SUCCEEDED, outcome(resumed)
+    pay = resumed.tasks["pay"]
+    people = [(d.decision, d.decided_by) for d in pay.decisions or ()]
+    if decision == "happened":
+        assert pay.output == {"paid": "by hand"}
+        assert ("happened", "ann") in people, people
+        assert temporal_tools.payments(tmp_path, "pay") == [key]  # paid once
+        assert temporal_tools.started(tmp_path, "pay") == [victim_pid]  # never called again
+    else:
+        assert pay.output["key"] == key
+        assert ("allow", "ann") in people, people
+        assert temporal_tools.payments(tmp_path, "pay") == [key, key]  # once more, same key
+    assert resumed.tasks["after"].output == pay.output  # what came after it, with its output
+    with RunStore(db, create=False) as st:  # nothing in doubt any more, on record
+        [call] = [e for e in st.effects(paused.run_id) if e.task_id == "pay"]
+        assert not st.approvals(paused.run_id, states=("waiting", "decided"))
+    assert (call.state, call.resolution) == (
+        ("succeeded", "happened") if decision == "happened" else ("succeeded", "not_happened")
+    )
 
 
 @pytest.mark.parametrize("moment", ["running", "finished", "terminated"])
