@@ -2089,6 +2089,16 @@ def test_bad_options_are_config_errors(options: dict[str, Any], message: str) ->
         TemporalExecutor(**options)
 
 
+def test_no_wait_on_temporal_denies_the_calls_a_lost_worker_left_in_doubt() -> None:
+    """``--no-wait``: nobody decides later, so a call a lost worker left in doubt on Temporal
+    is not made (its task denied) rather than waiting; other executors keep asking."""
+    from dagagent.cli.options import RunOptions
+
+    assert RunOptions(executor="temporal", no_wait=True).settings().in_doubt == "deny"
+    assert RunOptions(executor="temporal").settings().in_doubt == "ask"
+    assert RunOptions(executor="dataflow", no_wait=True).settings().in_doubt == "ask"
+
+
 def test_temporal_options_need_the_temporal_executor(tmp_path: Path) -> None:
     plan_file = tmp_path / "plan.json"
     plan_file.write_text(
