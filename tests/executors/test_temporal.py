@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 import uuid
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -470,31 +471,32 @@ async def test_a_call_in_doubt_its_reconciler_cannot_decide_waits_for_a_person(
     assert temporal_tools.started(tmp_path, "v") == [victim]  # never made again
 
 
-@pytest.mark.parametrize("decision", ["happened", "allow"])
-def test_a_person_decides_a_call_a_lost_worker_left_in_doubt_while_the_run_goes_on(
-    own_workers: Workers, decision: str, tmp_path: Path
+def test_a_person_decides_the_calls_a_lost_worker_left_in_doubt_while_the_run_goes_on(
+    own_workers: Workers, tmp_path: Path
 ) -> None:
-    """SIGKILL the worker during a payment (a tool with side effects, no reconciler) that it
-    made before the kill: the rest of the run goes on on the other worker, the payment's task
-    waits for a person and the run pauses; ``dagagent approvals`` lists the call with its key,
-    saying it started on that worker and the worker was lost. ``--happened --output`` then
-    ``resume``: the task's output is the one given, paid once; ``--allow``: paid exactly once
-    more, under the same key. The workflow that lost the worker replays."""
+    """SIGKILL the worker during two payments (a tool with side effects, no reconciler) that
+    it made before the kill: the rest of the run goes on on another worker, each payment's
+    task waits for a person and the run pauses; ``dagagent approvals`` lists each call with
+    its key, saying it started on that worker and the worker was lost. ``--happened
+    --output`` for one and ``--allow`` for the other, then ``resume``: the first's output is
+    the one given, paid once; the second is paid exactly once more, under the same key. The
+    workflow that lost the worker replays."""
     from dagagent.store import RunStore
 
-    own_workers.start(2, tools=EXTRA)
+    [victim_proc] = own_workers.start(1, tools=EXTRA)
     where, db = str(tmp_path), tmp_path / "runs.db"
 
-    def pay(name: str, first: bool) -> dict[str, Any]:
-        args = {"name": name, "where": where, "pay_first": first}
+    def pay(name: str) -> dict[str, Any]:
+        args = {"name": name, "where": where, "pay_first": True}
         return {"id": name, "tool": "pay_hold", "args": args}
 
     held = {"i": 0, "n": 2, "bound": 1}  # crowd's element 0 of 2 waits for its go file
     p = plan(
-        pay("pay", True),
-        {"id": "after", "tool": "echo", "args": {"value": "${pay}"}},
-        # holds until the worker is lost (no side effects: it may run again), then the run
-        # goes on with it
+        pay("h"),
+        pay("a"),
+        {"id": "after", "tool": "echo", "args": {"value": ["${h}", "${a}"]}},
+        # holds until the worker is lost (no side effects: it runs again), then the run goes
+        # on with it
         {"id": "gate", "tool": "crowd", "args": {"name": "g", "where": where, **held}},
         {"id": "other", "tool": "echo", "args": {"value": "${gate}"}},
     )
@@ -511,77 +513,74 @@ def test_a_person_decides_a_call_a_lost_worker_left_in_doubt_while_the_run_goes_
                 )
 
             tg.start_soon(run)
-            await until(  # the payment was made, and its call holds on a worker
-                lambda: temporal_tools.payments(tmp_path, "pay"), "the payment made"
-            )
-            [victim] = await until(lambda: temporal_tools.started(tmp_path, "pay"), "it holds")
-            os.kill(victim, signal.SIGKILL)
-            # the run goes on: a task that holds until now finishes, and the one after it runs
+            for name in ("h", "a"):  # each paid, and its call holds on the one worker
+                await until(partial(temporal_tools.started, tmp_path, name), f"{name} holds")
+                await until(partial(temporal_tools.payments, tmp_path, name), f"{name} paid")
+            await anyio.to_thread.run_sync(partial(own_workers.start, 1, tools=EXTRA))
+            os.kill(victim_proc.pid, signal.SIGKILL)
             temporal_tools.let_go(tmp_path, "g")
         await replay(ex)  # the history that lost a worker, run again by the workflow's code
 
     anyio.run(first)
     [paused] = results
-    victim_pid = temporal_tools.started(tmp_path, "pay")[0]
-    [key] = temporal_tools.payments(tmp_path, "pay")  # paid, before the worker was lost
+    victim = victim_proc.pid
+    [key_h] = temporal_tools.payments(tmp_path, "h")  # paid, before the worker was lost
+    [key_a] = temporal_tools.payments(tmp_path, "a")
     assert paused.status is dagagent.RunStatus.PAUSED, outcome(paused)
-    assert paused.tasks["pay"].status.value == "waiting", paused.tasks["pay"].error
+    assert [paused.tasks[t].status.value for t in ("h", "a")] == ["waiting"] * 2
     assert paused.tasks["other"].status.value == "succeeded"  # the rest went on
     assert paused.tasks["other"].output == 0
     assert paused.tasks["after"].status.value != "succeeded"
-    assert temporal_tools.started(tmp_path, "pay") == [victim_pid]  # not made again
+    assert (
+        temporal_tools.started(tmp_path, "h") == temporal_tools.started(tmp_path, "a") == [victim]
+    )  # not made again
     listed = CliRunner().invoke(dagagent.cli.app, ["approvals", "--store", str(db)])
     said = " ".join(listed.output.split())
-    assert f"task 'pay' of run {paused.run_id}" in said, said
-    assert key in said, said
-    assert f"its call started on worker {victim_pid}@" in said, said
+    for name, key in (("h", key_h), ("a", key_a)):
+        assert f"task '{name}' of run {paused.run_id}" in said and key in said, said
+    assert f"its call started on worker {victim}@" in said, said
     assert "the worker was lost (no heartbeat for 1 s)" in said, said
     as_json = CliRunner().invoke(dagagent.cli.app, ["approvals", "--store", str(db), "--json"])
-    [row] = json.loads(as_json.output)["approvals"]
-    assert (row["task_id"], row["keys"]) == ("pay", [key])
-    assert row["why"].startswith(f"its call started on worker {victim_pid}@"), row
-    given = (
-        ["--happened", "--output", '{"paid": "by hand"}'] if decision == "happened" else ["--allow"]
-    )
-    done = CliRunner().invoke(
-        dagagent.cli.app,
-        ["approve", paused.run_id, "pay", *given, "--store", str(db), "--by", "ann"],
-    )
-    assert done.exit_code == 0, done.output
-    (tmp_path / "pay.go").touch()  # a call made again does not hold
+    rows = json.loads(as_json.output)["approvals"]
+    assert {r["task_id"]: r["keys"] for r in rows} == {"h": [key_h], "a": [key_a]}
+    assert all(r["why"].startswith(f"its call started on worker {victim}@") for r in rows), rows
+
+    def approve(*args: str) -> None:
+        done = CliRunner().invoke(
+            dagagent.cli.app, ["approve", paused.run_id, *args, "--store", str(db), "--by", "ann"]
+        )
+        assert done.exit_code == 0, done.output
+
+    approve("h", "--happened", "--output", '{"paid": "by hand"}')
+    approve("a", "--allow")
+    (tmp_path / "a.go").touch()  # a call made again does not hold
+    (tmp_path / "h.go").touch()  # nor would one made against the decision
 
     async def resume() -> None:
         ex = executor(own_workers, heartbeat_s=1.0)
+        run_settings = settings(ex, on_failure="continue")
         results.append(
             await dagagent.resume(
-                paused.run_id,
-                temporal_tools.extra,
-                store=db,
-                settings=settings(ex, on_failure="continue"),
+                paused.run_id, temporal_tools.extra, store=db, settings=run_settings
             )
         )
 
     anyio.run(resume)
     resumed = results[-1]
     assert resumed.status is dagagent.RunStatus.SUCCEEDED, outcome(resumed)
-    pay = resumed.tasks["pay"]
-    people = [(d.decision, d.decided_by) for d in pay.decisions or ()]
-    if decision == "happened":
-        assert pay.output == {"paid": "by hand"}
-        assert ("happened", "ann") in people, people
-        assert temporal_tools.payments(tmp_path, "pay") == [key]  # paid once
-        assert temporal_tools.started(tmp_path, "pay") == [victim_pid]  # never called again
-    else:
-        assert pay.output["key"] == key
-        assert ("allow", "ann") in people, people
-        assert temporal_tools.payments(tmp_path, "pay") == [key, key]  # once more, same key
-    assert resumed.tasks["after"].output == pay.output  # what came after it, with its output
+    h, a = resumed.tasks["h"], resumed.tasks["a"]
+    assert h.output == {"paid": "by hand"}
+    assert ("happened", "ann") in [(d.decision, d.decided_by) for d in h.decisions or ()]
+    assert temporal_tools.payments(tmp_path, "h") == [key_h]  # paid once
+    assert temporal_tools.started(tmp_path, "h") == [victim]  # never called again
+    assert a.output["key"] == key_a
+    assert ("allow", "ann") in [(d.decision, d.decided_by) for d in a.decisions or ()]
+    assert temporal_tools.payments(tmp_path, "a") == [key_a, key_a]  # once more, same key
+    assert resumed.tasks["after"].output == [h.output, a.output]  # after them, their outputs
     with RunStore(db, create=False) as st:  # nothing in doubt any more, on record
-        [call] = [e for e in st.effects(paused.run_id) if e.task_id == "pay"]
+        calls = {e.task_id: (e.state, e.resolution) for e in st.effects(paused.run_id)}
         assert not st.approvals(paused.run_id, states=("waiting", "decided"))
-    assert (call.state, call.resolution) == (
-        ("succeeded", "happened") if decision == "happened" else ("succeeded", "not_happened")
-    )
+    assert calls == {"h": ("succeeded", "happened"), "a": ("succeeded", "not_happened")}
 
 
 @pytest.mark.parametrize("moment", ["running", "finished", "terminated"])

@@ -280,6 +280,10 @@ class _RunFollower(TemporalExecutor):
     """The executor of a round's run: follows the run workflow the solve's workflow started,
     instead of starting one."""
 
+    #: The run's calls with side effects are made on the workers, which report those a lost
+    #: worker left in doubt: the run records them (its journal), though it has no tools.
+    reports_effects = True
+
     def __init__(
         self,
         base: TemporalExecutor,
