@@ -1036,6 +1036,21 @@ def test_ask_and_policy_on_a_solve_pause_it_then_approve_and_resume_go_on(
         asked = st.get_run(rnd["run_id"]).tasks["asked"]
     assert asked.status is dagagent.TaskStatus.DENIED
     assert "approval needed for tool 'echo'" in (asked.error or "")
+    # and a call a lost worker would leave in doubt is not made either: nobody decides later
+    run_input = anyio.run(started_with, executor(workers), workflow_id(rnd["run_id"]))
+    assert run_input["in_doubt_policy"] == "deny"
+
+
+async def started_with(ex: TemporalExecutor, wid: str) -> dict[str, Any]:
+    """The input workflow ``wid`` started with."""
+    async with ex.session():
+        assert ex.client is not None
+        handle = ex.client.get_workflow_handle(wid)
+        async for event in handle.fetch_history_events():
+            started = event.workflow_execution_started_event_attributes
+            [given] = await ex.client.data_converter.decode(started.input.payloads[:1], [dict])
+            return dict(given)
+    raise AssertionError(f"workflow {wid} has no history")
 
 
 async def replay_solve(ex: TemporalExecutor, solve_id: str) -> int:

@@ -166,7 +166,7 @@ async def solve_on_temporal(
         await executor._wait_for_workers()
         client = executor._client()
         retry = settings.retry
-        run = {
+        run: dict[str, Any] = {
             "on_failure": settings.on_failure,
             "max_elements": settings.max_elements,
             "retry": {k: float(v) for k, v in asdict(retry).items()},
@@ -177,6 +177,8 @@ async def solve_on_temporal(
             "lost_worker_retries": executor.lost_worker_retries,
             "history_events": executor.history_events,
         }
+        if settings.in_doubt != "ask":  # a call a lost worker left in doubt is not asked about
+            run["in_doubt"] = settings.in_doubt
         inp = SolveInput(
             solve_id=solve_id,
             goal=goal,

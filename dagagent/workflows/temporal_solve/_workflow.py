@@ -627,6 +627,9 @@ class SolveWorkflow:
             approval=inp.approval,
             ledger=dict(self.ledger),  # the solve's limits count across its rounds
             ledger_scope="solve",
+            # a call a lost worker left in doubt that nothing decides: the solve's policy
+            # (``ask``, unless given: its task waits, the solve pauses)
+            in_doubt_policy=inp.run.get("in_doubt"),
             **self._run_budget(),
         )
         if run_input.conversing:  # its tasks that read earlier turns (agents, say)
