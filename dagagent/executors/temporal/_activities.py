@@ -616,6 +616,8 @@ async def _beating(step: Awaitable[_T]) -> _T:
 
 def _nothing_left() -> None:
     return None
+
+
 def _has_effects(graph: PlanGraph, task_id: str, runner: TaskRunner) -> bool:
     """Whether task ``task_id`` calls a tool with side effects."""
     task = graph.tasks.get(task_id)
