@@ -353,20 +353,10 @@ class _RunFollower(TemporalExecutor):
                 with anyio.CancelScope(shield=True):
                     await self._record_stop(handle, runner, graph, on_failure)
                 raise
-            how = await _ended_under_driver(handle)
-            if how == _BY_ITS_SOLVE and await _solve_ended_first(self._client(), handle):
-                # its solve's workflow cancelled it as it ended (its deadline passed while
-                # the plan was written, say): recorded as it ended, and the solve's last
-                # steps, which this driver reads next, say how the round and the solve end
-                await self._grown_whole(handle)
-                await self._record_ended(
-                    handle.id, runner, graph, on_failure, within_s=self.worker_timeout_s
-                )
-                return
-            if how is None or how == _BY_ITS_SOLVE:
+            how = await _ended_under_driver(handle, self._client())
+            if how is None:
                 raise  # no worker answers (it goes on without this driver), or the solve
-                # was cancelled with it (its driver's stop, its parent's deadline): the
-                # solve's own end says what became of it
+                # cancelled it: the solve's own end says what became of it
             # recorded as it ended; the solve's workflow closes the round as failed, as a
             # local solve's round whose run failed, and its steps say so
             get_logger(run_id=runner.run_id).warning(
@@ -1329,21 +1319,18 @@ async def _follow_stoppable(
     return found[0]
 
 
-#: What :func:`_ended_under_driver` says of a run its solve's workflow cancelled.
-_BY_ITS_SOLVE = "cancelled by its solve"
-
-
-async def _ended_under_driver(handle: WorkflowHandle[Any, Any]) -> str | None:
-    """How round's run workflow ``handle`` ended, when it ended without finishing:
-    ``"terminated"`` (by an operator, say), ``"cancelled"`` (by a client, not by its solve's
-    workflow), ``"timed out"``, ``"failed"``; :data:`_BY_ITS_SOLVE` when its solve's workflow
-    cancelled it (its deadline passed, or the solve was stopped: by its parent's deadline,
-    say). ``None`` when it runs still (no worker answers), or when the server cannot tell
-    (within a few seconds)."""
+async def _ended_under_driver(handle: WorkflowHandle[Any, Any], client: Client) -> str | None:
+    """How round's run workflow ``handle`` ended, when it ended without finishing and not
+    because its solve cancelled it: ``"terminated"`` (by an operator, say), ``"cancelled"``
+    (by a client, not by its solve's workflow), ``"timed out"``, ``"failed"``. ``None`` when
+    it runs still (no worker answers), when its solve's workflow cancelled it (the solve was
+    stopped: by its parent's deadline, say), or when the server cannot tell (within a few
+    seconds)."""
     try:
         with anyio.fail_after(2 * _QUERY_TIMEOUT_S):
             rpc = timedelta(seconds=_QUERY_TIMEOUT_S)
-            status = (await handle.describe(rpc_timeout=rpc)).status
+            described = await handle.describe(rpc_timeout=rpc)
+            status = described.status
             if status in (
                 None,
                 WorkflowExecutionStatus.RUNNING,
@@ -1357,33 +1344,19 @@ async def _ended_under_driver(handle: WorkflowHandle[Any, Any]) -> str | None:
                 if event.HasField("workflow_execution_cancel_requested_event_attributes"):
                     asked = event.workflow_execution_cancel_requested_event_attributes
                     if asked.external_workflow_execution.workflow_id:
-                        return _BY_ITS_SOLVE  # its solve's workflow (its parent) cancelled it
+                        return None  # its solve's workflow (its parent) cancelled it
                     break
+            if described.parent_id:  # a solve that ended (its deadline passed, say) cancels
+                # the round's run as it closes, by the server's hand: the solve's end says why
+                parent = client.get_workflow_handle(described.parent_id)
+                if (await parent.describe(rpc_timeout=rpc)).status not in (
+                    None,
+                    WorkflowExecutionStatus.RUNNING,
+                ):
+                    return None
             return "cancelled"
     except Exception:  # the server did not answer: the run's error stands
         return None
-
-
-async def _solve_ended_first(client: Client, handle: WorkflowHandle[Any, Any]) -> bool:
-    """Whether the solve's workflow that cancelled round's run ``handle`` completed (its
-    deadline passed: its steps say how the round and the solve ended), rather than being
-    cancelled itself; asked for a few seconds while it is still running (it cancels the run
-    as it ends). ``False`` when the server cannot tell."""
-    try:
-        with anyio.fail_after(2 * _QUERY_TIMEOUT_S):
-            rpc = timedelta(seconds=_QUERY_TIMEOUT_S)
-            described = await handle.describe(rpc_timeout=rpc)
-            parent = described.raw_description.workflow_execution_info.parent_execution
-            if not parent.workflow_id:
-                return False
-            solve = client.get_workflow_handle(parent.workflow_id, run_id=parent.run_id)
-            while True:
-                status = (await solve.describe(rpc_timeout=rpc)).status
-                if status is not WorkflowExecutionStatus.RUNNING:
-                    return status is WorkflowExecutionStatus.COMPLETED
-                await anyio.sleep(0.05)
-    except Exception:  # the server did not answer: the run's error stands
-        return False
 
 
 async def _ended(handle: WorkflowHandle[Any, Any], within_s: float) -> bool:
