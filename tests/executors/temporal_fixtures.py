@@ -88,6 +88,11 @@ def temporal_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                 str(_free_port()),
                 "--log-level",
                 "error",
+                # as docs/temporal.md recommends: at the server's default (20 reads a second
+                # of its one shard's transfer queue) every workflow task an activity's result
+                # starts waits up to 50 ms, most of these tests' time
+                "--dynamic-config-value",
+                "history.transferProcessorMaxPollRPS=1000",
             ],
             stdout=out,
             stderr=subprocess.STDOUT,

@@ -45,6 +45,11 @@ pytestmark = [pytest.mark.slow, pytest.mark.asyncio_only("Temporal's client runs
 
 DRIVER_KEY = "sk-driver-only-secret"
 FAST_RETRY = TaskRetryPolicy(base_delay_s=0.01, jitter=0)
+#: The heartbeat timeout of the tests that SIGKILL a worker under a step (how soon it is taken
+#: for lost). A live worker on a loaded machine missed 1 and 2 s: its model step was then
+#: taken for lost and made its call again on the other worker, which the scripted model had
+#: no answer for (the step failed, and the test waited for a call that never came).
+HEARTBEAT_S = 4.0
 
 
 class Model:
@@ -233,28 +238,31 @@ async def test_a_worker_killed_mid_model_call_the_step_runs_on_another(
     own_workers.start(2)
     model = Model([ROUND2], [FINISH, FINISH], hold=2)  # request 2: the joiner's first call
     model_server.responder = model
-    ex = executor(own_workers, heartbeat_s=2.0)  # not missed on a loaded machine
+    ex = executor(own_workers, heartbeat_s=HEARTBEAT_S)
     solutions: list[dagagent.Solution] = []
     solve_id = uuid.uuid4().hex[:12]
     store = tmp_path / "runs.db"
 
     async def solve() -> None:
-        async with client_of(model_server) as llm:
-            solutions.append(
-                await dagagent.solve(
-                    "double 1 + 2",
-                    temporal_tools.registry,
-                    llm,
-                    settings=RunSettings(executor=ex, retry=FAST_RETRY),
-                    store=store,
-                    solve_id=solve_id,
-                    budget=dagagent.Budget(model_calls=3),
+        try:
+            async with client_of(model_server) as llm:
+                solutions.append(
+                    await dagagent.solve(
+                        "double 1 + 2",
+                        temporal_tools.registry,
+                        llm,
+                        settings=RunSettings(executor=ex, retry=FAST_RETRY),
+                        store=store,
+                        solve_id=solve_id,
+                        budget=dagagent.Budget(model_calls=3),
+                    )
                 )
-            )
+        finally:
+            model.held.set()  # wakes _held: the solve ended
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(solve)
-        await anyio.to_thread.run_sync(model.held.wait, READY_S)
+        await _held(model, solutions)
         try:
             await _call_reported(ex, solve_workflow_id(solve_id))
             assert model.held_request is not None
@@ -300,26 +308,29 @@ async def test_a_model_step_lost_with_its_last_worker_the_workflow_records_the_c
     own_workers.start(2)
     model = Model([ROUND2], [FINISH], hold=2)
     model_server.responder = model
-    ex = executor(own_workers, heartbeat_s=2.0, lost_worker_retries=0)
+    ex = executor(own_workers, heartbeat_s=HEARTBEAT_S, lost_worker_retries=0)
     solutions: list[dagagent.Solution] = []
     solve_id = uuid.uuid4().hex[:12]
 
     async def solve() -> None:
-        async with client_of(model_server) as llm:
-            solutions.append(
-                await dagagent.solve(
-                    "double 1 + 2",
-                    temporal_tools.registry,
-                    llm,
-                    settings=RunSettings(executor=ex, retry=FAST_RETRY),
-                    store=tmp_path / "runs.db",
-                    solve_id=solve_id,
+        try:
+            async with client_of(model_server) as llm:
+                solutions.append(
+                    await dagagent.solve(
+                        "double 1 + 2",
+                        temporal_tools.registry,
+                        llm,
+                        settings=RunSettings(executor=ex, retry=FAST_RETRY),
+                        store=tmp_path / "runs.db",
+                        solve_id=solve_id,
+                    )
                 )
-            )
+        finally:
+            model.held.set()  # wakes _held: the solve ended
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(solve)
-        await anyio.to_thread.run_sync(model.held.wait, READY_S)
+        await _held(model, solutions)
         try:
             await _call_reported(ex, solve_workflow_id(solve_id))
             assert model.held_request is not None
@@ -361,6 +372,18 @@ async def _call_reported(ex: TemporalExecutor, workflow: str, at: int = 0) -> No
             await anyio.sleep(0.05)
 
 
+async def _held(model: Model, solutions: list[dagagent.Solution]) -> Recorded:
+    """The request ``model`` holds, once it holds it. The solve's task wakes this wait as it
+    ends (``model.held``): a solve that ended before the held call was made (a call before
+    it failed, say) fails the test at once, saying how, instead of holding it until the
+    suite's timeout ends its process."""
+    await anyio.to_thread.run_sync(model.held.wait, READY_S)
+    if model.held_request is None:
+        how = f"{solutions[0].status.value}: {solutions[0].reason}" if solutions else "no solution"
+        raise AssertionError(f"no model call held (request {model.hold}); the solve: {how}")
+    return model.held_request
+
+
 @pytest.mark.anyio
 async def test_a_worker_killed_mid_agent_call_the_lost_call_is_recorded(
     own_workers: Workers, model_server: LLMTestServer, tmp_path: Path
@@ -373,27 +396,30 @@ async def test_a_worker_killed_mid_agent_call_the_lost_call_is_recorded(
     finish = {"action": "finish", "answer": "three", "cites": ["think"]}
     model = Model([plan], [finish], hold=2, agents=["It is three.", "It is three."])
     model_server.responder = model
-    ex = executor(own_workers, heartbeat_s=2.0)  # not missed on a loaded machine
+    ex = executor(own_workers, heartbeat_s=HEARTBEAT_S)
     solutions: list[dagagent.Solution] = []
     solve_id = uuid.uuid4().hex[:12]
 
     async def solve() -> None:
-        async with client_of(model_server) as llm:
-            solutions.append(
-                await dagagent.solve(
-                    "what is 1 + 2?",
-                    temporal_tools.registry,
-                    llm,
-                    settings=RunSettings(executor=ex, retry=FAST_RETRY),
-                    agent_tasks=True,
-                    solve_id=solve_id,
-                    store=tmp_path / "runs.db",
+        try:
+            async with client_of(model_server) as llm:
+                solutions.append(
+                    await dagagent.solve(
+                        "what is 1 + 2?",
+                        temporal_tools.registry,
+                        llm,
+                        settings=RunSettings(executor=ex, retry=FAST_RETRY),
+                        agent_tasks=True,
+                        solve_id=solve_id,
+                        store=tmp_path / "runs.db",
+                    )
                 )
-            )
+        finally:
+            model.held.set()  # wakes _held: the solve ended
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(solve)
-        await anyio.to_thread.run_sync(model.held.wait, READY_S)
+        await _held(model, solutions)
         try:
             assert ex.client is not None
             handle = ex.client.get_workflow_handle(solve_workflow_id(solve_id))
@@ -1527,7 +1553,7 @@ def test_a_solve_pauses_for_the_calls_a_lost_worker_left_in_doubt(
     solutions: list[Any] = []
 
     async def first() -> None:
-        ex = executor(own_workers, heartbeat_s=1.0)
+        ex = executor(own_workers, heartbeat_s=HEARTBEAT_S)
         run_settings = RunSettings(executor=ex, retry=FAST_RETRY)
         async with client_of(model_server) as llm, anyio.create_task_group() as tg:
 
@@ -1584,7 +1610,7 @@ def test_a_solve_pauses_for_the_calls_a_lost_worker_left_in_doubt(
 
     async def attach() -> None:
         with RunStore(db) as st:
-            ex = executor(own_workers, heartbeat_s=1.0)
+            ex = executor(own_workers, heartbeat_s=HEARTBEAT_S)
             solutions.append(await attach_solve(paused.solve_id, executor=ex, store=st))
 
     anyio.run(attach)

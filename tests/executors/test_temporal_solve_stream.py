@@ -840,3 +840,62 @@ async def test_a_streamed_revision_the_same_as_the_round_before_s_gives_up_as_lo
     async with ex.session():
         _, history = await history_of(ex, solve_workflow_id(solution.solve_id))
         await replay(ex, history)
+
+
+class HeldAfterFirstTask:
+    """Streams a plan and holds it after its first task (``b``) until ``release``: the
+    round's run starts with that task while the model still writes."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.count = 0
+
+    def __call__(self, request: Recorded) -> Reply | SSEReply:
+        self.count += 1
+        plan = {
+            "goal": "g",
+            "tasks": [
+                {"id": "b", "tool": "add", "args": {"a": 1, "b": 2}},
+                {"id": "c", "tool": "double", "args": {"x": "${b}"}},
+            ],
+        }
+        text = json.dumps(plan)
+        reply = wire.openai_text(text, input_tokens=100, output_tokens=20)
+        events = wire.openai_events(reply, chunk_size=8)
+        gate = text.index('{"id": "c"') // 8 + 2  # once the reader knows ``b`` is whole
+        return SSEReply(events, gate=(gate, lambda: self.release.wait(READY_S)))
+
+
+@pytest.mark.anyio
+async def test_a_deadline_passing_while_the_plan_is_written_ends_the_solve_timed_out(
+    workers: Workers, model_server: LLMTestServer, tmp_path: Path
+) -> None:
+    """The deadline passes while the model holds the plan's stream and the round's run has
+    started: the solve's workflow cancels the run as it ends, and the driver, following it,
+    records the run as it ended and the solve ``timed_out`` (not the run's cancellation as a
+    cluster error)."""
+    model = HeldAfterFirstTask()
+    model_server.responder = model
+    ex = TemporalExecutor(workers.address, task_queue=workers.queue, payloads=workers.payloads)
+    store = tmp_path / "runs.db"
+    try:
+        async with OpenAIChat("gpt-test", base_url=f"{model_server.url}/v1", api_key="k") as llm:
+            solution = await dagagent.solve(
+                "add 1 and 2, doubled",
+                temporal_tools.registry,
+                llm,
+                settings=RunSettings(executor=ex, retry=FAST_RETRY),
+                store=store,
+                deadline_s=4.0,
+            )
+    finally:
+        model.release.set()
+    assert solution.status.value == "timed_out", solution.reason
+    assert "cancelled: the planner's step (round 1)" in solution.reason
+    assert model.count == 1
+    [rnd] = solution.rounds
+    assert rnd.outcome == "timed_out" and rnd.run_id is not None
+    with dagagent.RunStore(store) as runs:
+        assert runs.get_solve(solution.solve_id).status == "timed_out"
+        assert runs.exists(rnd.run_id)  # the run is on record, ended
+        assert runs.get_run(rnd.run_id).status.value != "running"
