@@ -182,12 +182,14 @@ class _PayloadConverter(CompositePayloadConverter):
     adapters again."""
 
     def __init__(self) -> None:
-        super().__init__(
-            *(
-                _JSON if isinstance(c, JSONPlainPayloadConverter) else c
-                for c in DefaultPayloadConverter.default_encoding_payload_converters
-            )
-        )
+        super().__init__(*_CONVERTERS)
+
+
+# Temporal's default encodings, pydantic's JSON in the place of its own: chosen once.
+_CONVERTERS = tuple(
+    _JSON if isinstance(c, JSONPlainPayloadConverter) else c
+    for c in DefaultPayloadConverter.default_encoding_payload_converters
+)
 
 
 def data_converter(
