@@ -35,17 +35,17 @@ the task at once, saying what the worker serves: the error is not retried.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import socket
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from contextlib import AbstractAsyncContextManager
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, contextmanager
 from functools import partial
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, TypeVar
 
-import anyio
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
@@ -223,10 +223,8 @@ class Activities:
                     reported.append({**event.result.to_json_dict(), "worker": self.identity})
 
             runner.emit = keep
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(_heartbeat, reported, partial(_if_lost, gate, model))
+        with _heartbeats(reported, partial(_if_lost, gate, model)):
             r = await runner.run_task(task_id)
-            tg.cancel_scope.cancel()
         doc = r.to_json_dict()
         if counting:  # what it counted against the run's limits: the workflow keeps it
             ledger = runner.calls.ledger
@@ -588,43 +586,56 @@ def _record(doc: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in doc.items() if k != "duration_s"}
 
 
-async def _heartbeat(
+@contextmanager
+def _heartbeats(
     reported: list[dict[str, Any]], if_lost: Callable[[], dict[str, Any] | None]
-) -> None:
-    """Tell the server the worker is alive (and which elements it finished, and what
-    ``if_lost`` says the activity leaves behind if the worker is lost now) four times per
-    heartbeat timeout, until cancelled. Local activities have no heartbeat."""
+) -> Iterator[None]:
+    """While the block runs, tell the server the worker is alive (and which elements it
+    finished, and what ``if_lost`` says the activity leaves behind if the worker is lost
+    now) four times per heartbeat timeout. Local activities have no heartbeat.
+
+    A timer of the activity's event loop (Temporal runs activities on asyncio), not a task
+    of its own: a task costs a quick tool's activity more than its call."""
     info = activity.info()
     timeout = info.heartbeat_timeout
     if info.is_local or not timeout:
+        yield
         return
     every = max(0.05, timeout.total_seconds() / 4)
     look = min(every, _CALLS_LOOK_S)
+    loop = asyncio.get_running_loop()
     told: tuple[str, ...] = ()
     since = 0.0
-    while True:  # a call shorter than ``every`` never heartbeats: no request for nothing
-        await anyio.sleep(look)
+    timer: asyncio.TimerHandle | None = None
+
+    def beat() -> None:  # in the activity's context (the timer's): heartbeat() knows it
+        nonlocal told, since, timer
+        timer = loop.call_later(look, beat)
         since += look
         left = if_lost()
         flying = tuple(c["call_id"] for c in (left or {}).get("model_calls") or ())
         if since < every and flying == told:
-            continue  # at once when an agent's model call starts or ends, else every ``every``
+            return  # at once when an agent's model call starts or ends, else every ``every``
         told, since = flying, 0.0
         if left is None:
             activity.heartbeat(list(reported))
         else:
             activity.heartbeat(list(reported), left)
 
+    # a call shorter than ``every`` never heartbeats: no request for nothing
+    timer = loop.call_later(look, beat)
+    try:
+        yield
+    finally:
+        timer.cancel()  # the last one set
+
 
 async def _beating(step: Awaitable[_T]) -> _T:
     """``step``'s result, the activity heartbeating while it runs (as ``run_task`` does), so
     that a worker lost under one of the workflow's own steps is noticed at the heartbeat
     timeout, and a slow one is not taken for lost."""
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(_heartbeat, [], _nothing_left)
-        done = await step
-        tg.cancel_scope.cancel()
-    return done
+    with _heartbeats([], _nothing_left):
+        return await step
 
 
 def _nothing_left() -> None:
