@@ -166,10 +166,10 @@ class _Run:
         if store is not None:
             from .store import RunRecorder
 
-            # (an executor that follows a run whose tools only its workers know, a solve's
-            # round's run on Temporal, says that calls in doubt may come to record)
+            # (an executor that follows calls made elsewhere, without the tools, says whether
+            # they may come back in doubt, to be recorded here: ``reports_effects``)
             side_effects = (registry is not None and any(t.side_effects for t in registry)) or (
-                getattr(self.executor, "effects_elsewhere", False) is True
+                getattr(self.executor, "reports_effects", False) is True
             )
             # checks the run id; starts nothing yet
             self.recorder = RunRecorder(store, run_id, resumed=resumed, side_effects=side_effects)

@@ -61,10 +61,10 @@ class RunSettings:
     - ``retry``: the wait between a task's attempts.
     - ``in_doubt``: what a resumed run does with a call of a tool with side effects that its
       process left in doubt (started, no outcome on record) when neither a person nor the
-      tool's reconciler resolved it: ``"ask"`` a person (the task waits, as for an
-      approval), ``"retry"`` it with the same idempotency key (for services that drop a key
-      they have seen), or ``"deny"`` it (not made; the task is denied). See
-      ``docs/exactly-once.md``.
+      tool's reconciler resolved it (and a run on Temporal with one a lost worker left):
+      ``"ask"`` a person (the task waits, as for an approval), ``"retry"`` it with the same
+      idempotency key (for services that drop a key they have seen), or ``"deny"`` it (not
+      made; the task is denied). See ``docs/exactly-once.md``.
 
     Invalid values raise :class:`~dagagent.errors.ConfigError` when the settings are made.
     ``settings.but(on_failure="continue")`` is a copy with some values changed.

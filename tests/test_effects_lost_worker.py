@@ -2,7 +2,8 @@
 task whose activity timed out, ``tests/executors/test_temporal.py`` on a real server): its
 calls with side effects that are not known to have ended are in doubt, and the tool's
 reconciler decides, element by element for a map; a call the reconciler cannot decide about
-is not made (nobody can be asked on a worker)."""
+goes by the run's ``in_doubt`` policy (``ask``: the task waits for a person, and the call is
+named, with why, for the driver to record; ``deny``: it is not made)."""
 
 from __future__ import annotations
 
@@ -116,3 +117,30 @@ async def test_calls_named_for_the_record_are_neither_reconciled_nor_made() -> N
     keys = [e.output["key"] for e in (await first.run_task("m")).elements or ()]
     assert [(c["element"], c["key"]) for c in effects.asked] == list(enumerate(keys))
     assert all("its reconciler was not asked" in (e.error or "") for e in r.elements or ())
+
+
+@pytest.mark.anyio
+async def test_a_call_nobody_can_tell_about_waits_for_a_person_saying_which_worker_was_lost() -> (
+    None
+):
+    """Under ``in_doubt="ask"`` (a Temporal run's default), the call its reconciler cannot
+    decide about is not made: its task waits, its error and its record for the driver say
+    which worker was lost (as the workflow told it); the one decided is settled as before."""
+    made: list[dict[str, Any]] = []
+    plan = {"tasks": [{"id": "m", "for_each": [1, 3], "tool": "pay", "args": {"n": "${@item}"}}]}
+    reg = registry({1: "happened", 3: "unknown"}, made)
+    runner = TaskRunner(
+        dagagent.validate(plan, reg), reg, run_id="0123456789ab", on_failure="continue"
+    )
+    effects = runner.calls.effects
+    why = "its call started on worker 42@there and the worker was lost (no heartbeat for 1 s)"
+    effects.lost_during("m", why)
+    effects.in_doubt = "ask"
+    r = await runner.run_task("m")
+    one, three = r.elements or []
+    assert (one.status.value, one.output) == ("succeeded", {"n": 1, "key": "before"})
+    assert three.status.value == "waiting"
+    assert why in (three.error or "") and "no record of it" in (three.error or "")
+    assert made == []
+    [asked] = effects.asked
+    assert (asked["element"], asked["why"]) == (1, why)

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, cast
 import typer
 
 from ..errors import ConfigError, JoinerError, LLMError, PlanningError
-from ..results import FailurePolicy
+from ..results import FailurePolicy, InDoubtPolicy
 from ..settings import RunSettings
 from ..tools import DEFAULT_THRESHOLD
 from ._app import (
@@ -587,6 +587,9 @@ def ask_cmd(
         return confirm_plan(graph, registry)
 
     progress = AskProgress()  # shows what the model writes once the writer is made below
+    # on Temporal, a call a lost worker left in doubt waits for a person; with --no-wait
+    # nobody decides later: it is not made
+    in_doubt: InDoubtPolicy = "deny" if no_wait and hasattr(run_executor, "approval") else "ask"
 
     with RunStore(path, context=context or None) as run_store:
 
@@ -605,6 +608,7 @@ def ask_cmd(
                             executor=run_executor,
                             on_failure=cast(FailurePolicy, on_failure),  # checked there
                             max_concurrency=max_concurrency,
+                            in_doubt=in_doubt,
                         ),
                         policy=first,
                         interceptors=interceptors,
@@ -640,6 +644,7 @@ def ask_cmd(
                 executor=run_executor,
                 on_failure=cast(FailurePolicy, on_failure),
                 max_concurrency=max_concurrency,
+                in_doubt=in_doubt,
             ),
             "policy": first,
             "interceptors": interceptors,

@@ -822,6 +822,9 @@ class RunOptions:
             on_failure=cast(FailurePolicy, self.on_failure),  # checked by RunSettings
             max_concurrency=self.max_concurrency,
             max_elements=self.max_elements,
+            # on Temporal, a call a lost worker left in doubt that nothing decides waits for
+            # a person; with --no-wait nobody decides later: it is not made
+            in_doubt="deny" if self.no_wait and self.executor == "temporal" else "ask",
         )
 
     def agent_runner(self) -> dict[str, Any]:

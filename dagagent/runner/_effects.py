@@ -74,7 +74,7 @@ class _Known:
     """What this run knows of a call: its state, output and how a doubt was resolved (and
     when, if before this run)."""
 
-    __slots__ = ("output", "reason", "resolution", "resolved_at", "resolved_by", "state")
+    __slots__ = ("lost", "output", "reason", "resolution", "resolved_at", "resolved_by", "state")
 
     def __init__(
         self,
@@ -91,6 +91,8 @@ class _Known:
         self.resolved_by = by
         self.reason = reason
         self.resolved_at = at
+        #: Cut off with a worker that was lost (see :meth:`Effects.lost_during`).
+        self.lost = False
 
 
 class TookEffect:
@@ -251,7 +253,9 @@ class Effects:
         #: Calls on record with their arguments unredacted (see :meth:`_as_recorded`):
         #: their rows get the redacted ones before anything is decided about them.
         self._unredacted: set[str] = set()
-        self._lost: set[str] = set()
+        #: Tasks whose worker was lost during them (a Temporal activity run again), with why
+        #: in words when the workflow said it (which worker, how it was noticed).
+        self._lost: dict[str, str | None] = {}
         #: The calls in doubt this run left for a person (:class:`CallInDoubtError`), as
         #: their records hold them: a run whose calls are made elsewhere (on a Temporal
         #: worker, without the store) hands them to the process that records the run.
@@ -261,10 +265,12 @@ class Effects:
         #: left when it ended under its driver are named for the record, never made).
         self.reconciling = True
 
-    def lost_during(self, task_id: str) -> None:
+    def lost_during(self, task_id: str, why: str | None = None) -> None:
         """The worker that ran task ``task_id`` was lost during it (a Temporal activity run
-        again): its calls with nothing on record here were cut off, and are in doubt."""
-        self._lost.add(task_id)
+        again): its calls with nothing on record here were cut off, and are in doubt.
+        ``why``: how they were cut off, in words (which worker, how it was noticed), as the
+        task's record and a person asked about them read it."""
+        self._lost[task_id] = why
         self.has_prior = True
 
     def recorded_args(self, tool: str, args: Mapping[str, Any]) -> Any:
@@ -470,6 +476,7 @@ class Effects:
             )
         if known is None and call.task_id in self._lost:
             known = _Known("cancelled")
+            known.lost = True
         if known is None or known.state == "failed":
             return False, None
         who = known.resolved_by or "record"
@@ -505,6 +512,8 @@ class Effects:
         answers: Sequence[ApprovalAnswer],
         stopped: str | None = None,
     ) -> tuple[bool, Any]:
+        lost = self._lost.get(call.task_id) if known.lost else None
+        stopped = stopped or lost  # its worker was lost, said the workflow (see lost_during)
         if stopped is None:
             stopped = (
                 "it was cut off (the run stopped, or its worker or MCP server was lost)"
@@ -574,6 +583,7 @@ class Effects:
                 "source": call.source,
                 "args": self.recorded_args(call.tool, call.args),
                 "attempt": call.attempt,
+                **({"why": lost} if lost else {}),
             }
         )
         raise CallInDoubtError(why, tool=call.tool, key=call.idempotency_key)

@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 import uuid
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,7 @@ from dagagent.settings import RunSettings, TaskRetryPolicy
 pytest.importorskip("temporalio")
 
 import temporal_tools  # tests/ is on sys.path under pytest; the workers import it too
-from eventually import wait_until
+from eventually import until, wait_until
 
 from dagagent.executors.temporal import TemporalExecutor, workflow_id
 
@@ -362,7 +363,8 @@ async def test_current_call_on_a_worker_is_the_call_a_local_run_makes(
 @pytest.mark.parametrize("tool", ["hold", "hold_effect"])
 async def test_a_worker_killed_mid_call(own_workers: Workers, tool: str, tmp_path: Path) -> None:
     """SIGKILL the worker running a call: a tool without side effects runs again on the
-    other worker; one with side effects fails (its effect may have happened), not repeated."""
+    other worker; one with side effects (no reconciler) is not made again: its effect may
+    have happened, so its task waits for a person and the run pauses."""
     own_workers.start(2)
     ex = executor(own_workers, heartbeat_s=1.0)
     p = plan({"id": "call", "tool": tool, "args": {"name": "call", "where": str(tmp_path)}})
@@ -387,9 +389,11 @@ async def test_a_worker_killed_mid_call(own_workers: Workers, tool: str, tmp_pat
         assert r.output["pid"] != victim
         assert temporal_tools.started(tmp_path, "call") == sorted([victim, r.output["pid"]])
     else:
-        assert r.status.value == "failed"
-        assert r.error_type == "WorkerLostError"
-        assert "side effects" in (r.error or "")
+        assert result.status is dagagent.RunStatus.PAUSED
+        assert r.status.value == "waiting", (r.status, r.error)
+        assert f"its call started on worker {victim}@" in (r.error or ""), r.error
+        assert "the worker was lost (no heartbeat for 1 s)" in (r.error or "")
+        assert "the tool has no reconciler: a person decides" in (r.error or "")
         assert temporal_tools.started(tmp_path, "call") == [victim]  # never run again
 
 
@@ -438,12 +442,12 @@ async def test_a_worker_lost_mid_call_its_reconciler_decides(
 
 
 @pytest.mark.anyio
-async def test_a_call_in_doubt_its_reconciler_cannot_decide_is_not_made_again(
+async def test_a_call_in_doubt_its_reconciler_cannot_decide_waits_for_a_person(
     own_workers: Workers, tmp_path: Path
 ) -> None:
-    """A worker lost during a call whose reconciler cannot tell whether it happened: nobody
-    can be asked on the workers, so the call is not made again and the task is denied,
-    saying why."""
+    """A worker lost during a call whose reconciler cannot tell whether it happened: the
+    call is not made again and its task waits for a person, saying why (the run pauses);
+    with the run's ``in_doubt="deny"`` (``--no-wait``) it is denied instead."""
     own_workers.start(2)
     ex = executor(own_workers, heartbeat_s=1.0)
     p = plan({"id": "call", "tool": "hold_unsure", "args": {"name": "u", "where": str(tmp_path)}})
@@ -463,9 +467,142 @@ async def test_a_call_in_doubt_its_reconciler_cannot_decide_is_not_made_again(
         (tmp_path / "u.go").touch()
     [result] = results
     r = result.tasks["call"]
-    assert r.status.value == "denied", (r.status, r.error)
+    assert result.status is dagagent.RunStatus.PAUSED
+    assert r.status.value == "waiting", (r.status, r.error)
     assert "keeps no record of its calls" in (r.error or ""), r.error
+    assert f"its call started on worker {victim}@" in (r.error or ""), r.error
     assert temporal_tools.started(tmp_path, "u") == [victim]  # never made again
+    own_workers.start(1)  # two again: one to lose, one to run the call in doubt
+    denying = settings(executor(own_workers, heartbeat_s=1.0), in_doubt="deny")
+    results.clear()
+
+    async def run_denying() -> None:
+        p = plan({"id": "call", "tool": "hold_unsure", "args": {"name": "v", "where": where}})
+        results.append(await dagagent.execute(p, temporal_tools.registry, settings=denying))
+
+    where = str(tmp_path)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run_denying)
+        [victim] = await until(lambda: temporal_tools.started(tmp_path, "v"), "v started")
+        os.kill(victim, signal.SIGKILL)
+        (tmp_path / "v.go").touch()
+    [result] = results
+    r = result.tasks["call"]
+    assert r.status.value == "denied", (r.status, r.error)
+    assert "in_doubt='deny'" in (r.error or ""), r.error
+    assert temporal_tools.started(tmp_path, "v") == [victim]  # never made again
+
+
+def test_a_person_decides_the_calls_a_lost_worker_left_in_doubt_while_the_run_goes_on(
+    own_workers: Workers, tmp_path: Path
+) -> None:
+    """SIGKILL the worker during two payments (a tool with side effects, no reconciler) that
+    it made before the kill: the rest of the run goes on on another worker, each payment's
+    task waits for a person and the run pauses; ``dagagent approvals`` lists each call with
+    its key, saying it started on that worker and the worker was lost. ``--happened
+    --output`` for one and ``--allow`` for the other, then ``resume``: the first's output is
+    the one given, paid once; the second is paid exactly once more, under the same key. The
+    workflow that lost the worker replays."""
+    from dagagent.store import RunStore
+
+    [victim_proc] = own_workers.start(1, tools=EXTRA)
+    where, db = str(tmp_path), tmp_path / "runs.db"
+
+    def pay(name: str) -> dict[str, Any]:
+        args = {"name": name, "where": where, "pay_first": True}
+        return {"id": name, "tool": "pay_hold", "args": args}
+
+    held = {"i": 0, "n": 2, "bound": 1}  # crowd's element 0 of 2 waits for its go file
+    p = plan(
+        pay("h"),
+        pay("a"),
+        {"id": "after", "tool": "echo", "args": {"value": ["${h}", "${a}"]}},
+        # holds until the worker is lost (no side effects: it runs again), then the run goes
+        # on with it
+        {"id": "gate", "tool": "crowd", "args": {"name": "g", "where": where, **held}},
+        {"id": "other", "tool": "echo", "args": {"value": "${gate}"}},
+    )
+    results: list[dagagent.RunResult] = []
+
+    async def first() -> None:
+        ex = executor(own_workers, heartbeat_s=1.0)
+        run_settings = settings(ex, on_failure="continue")
+        async with anyio.create_task_group() as tg:
+
+            async def run() -> None:
+                results.append(
+                    await dagagent.execute(p, temporal_tools.extra, settings=run_settings, store=db)
+                )
+
+            tg.start_soon(run)
+            for name in ("h", "a"):  # each paid, and its call holds on the one worker
+                await until(partial(temporal_tools.started, tmp_path, name), f"{name} holds")
+                await until(partial(temporal_tools.payments, tmp_path, name), f"{name} paid")
+            await anyio.to_thread.run_sync(partial(own_workers.start, 1, tools=EXTRA))
+            os.kill(victim_proc.pid, signal.SIGKILL)
+            temporal_tools.let_go(tmp_path, "g")
+        await replay(ex)  # the history that lost a worker, run again by the workflow's code
+
+    anyio.run(first)
+    [paused] = results
+    victim = victim_proc.pid
+    [key_h] = temporal_tools.payments(tmp_path, "h")  # paid, before the worker was lost
+    [key_a] = temporal_tools.payments(tmp_path, "a")
+    assert paused.status is dagagent.RunStatus.PAUSED, outcome(paused)
+    assert [paused.tasks[t].status.value for t in ("h", "a")] == ["waiting"] * 2
+    assert paused.tasks["other"].status.value == "succeeded"  # the rest went on
+    assert paused.tasks["other"].output == 0
+    assert paused.tasks["after"].status.value != "succeeded"
+    assert (
+        temporal_tools.started(tmp_path, "h") == temporal_tools.started(tmp_path, "a") == [victim]
+    )  # not made again
+    listed = CliRunner().invoke(dagagent.cli.app, ["approvals", "--store", str(db)])
+    said = " ".join(listed.output.split())
+    for name, key in (("h", key_h), ("a", key_a)):
+        assert f"task '{name}' of run {paused.run_id}" in said and key in said, said
+    assert f"its call started on worker {victim}@" in said, said
+    assert "the worker was lost (no heartbeat for 1 s)" in said, said
+    as_json = CliRunner().invoke(dagagent.cli.app, ["approvals", "--store", str(db), "--json"])
+    rows = json.loads(as_json.output)["approvals"]
+    assert {r["task_id"]: r["keys"] for r in rows} == {"h": [key_h], "a": [key_a]}
+    assert all(r["why"].startswith(f"its call started on worker {victim}@") for r in rows), rows
+
+    def approve(*args: str) -> None:
+        done = CliRunner().invoke(
+            dagagent.cli.app, ["approve", paused.run_id, *args, "--store", str(db), "--by", "ann"]
+        )
+        assert done.exit_code == 0, done.output
+
+    approve("h", "--happened", "--output", '{"paid": "by hand"}')
+    approve("a", "--allow")
+    (tmp_path / "a.go").touch()  # a call made again does not hold
+    (tmp_path / "h.go").touch()  # nor would one made against the decision
+
+    async def resume() -> None:
+        ex = executor(own_workers, heartbeat_s=1.0)
+        run_settings = settings(ex, on_failure="continue")
+        results.append(
+            await dagagent.resume(
+                paused.run_id, temporal_tools.extra, store=db, settings=run_settings
+            )
+        )
+
+    anyio.run(resume)
+    resumed = results[-1]
+    assert resumed.status is dagagent.RunStatus.SUCCEEDED, outcome(resumed)
+    h, a = resumed.tasks["h"], resumed.tasks["a"]
+    assert h.output == {"paid": "by hand"}
+    assert ("happened", "ann") in [(d.decision, d.decided_by) for d in h.decisions or ()]
+    assert temporal_tools.payments(tmp_path, "h") == [key_h]  # paid once
+    assert temporal_tools.started(tmp_path, "h") == [victim]  # never called again
+    assert a.output["key"] == key_a
+    assert ("allow", "ann") in [(d.decision, d.decided_by) for d in a.decisions or ()]
+    assert temporal_tools.payments(tmp_path, "a") == [key_a, key_a]  # once more, same key
+    assert resumed.tasks["after"].output == [h.output, a.output]  # after them, their outputs
+    with RunStore(db, create=False) as st:  # nothing in doubt any more, on record
+        calls = {e.task_id: (e.state, e.resolution) for e in st.effects(paused.run_id)}
+        assert not st.approvals(paused.run_id, states=("waiting", "decided"))
+    assert calls == {"h": ("succeeded", "happened"), "a": ("succeeded", "not_happened")}
 
 
 @pytest.mark.parametrize("moment", ["running", "finished", "terminated"])
@@ -2043,6 +2180,16 @@ async def test_what_cannot_run_on_workers_is_refused_before_anything_runs(
 def test_bad_options_are_config_errors(options: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         TemporalExecutor(**options)
+
+
+def test_no_wait_on_temporal_denies_the_calls_a_lost_worker_left_in_doubt() -> None:
+    """``--no-wait``: nobody decides later, so a call a lost worker left in doubt on Temporal
+    is not made (its task denied) rather than waiting; other executors keep asking."""
+    from dagagent.cli.options import RunOptions
+
+    assert RunOptions(executor="temporal", no_wait=True).settings().in_doubt == "deny"
+    assert RunOptions(executor="temporal").settings().in_doubt == "ask"
+    assert RunOptions(executor="dataflow", no_wait=True).settings().in_doubt == "ask"
 
 
 def test_temporal_options_need_the_temporal_executor(tmp_path: Path) -> None:

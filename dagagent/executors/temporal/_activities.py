@@ -14,9 +14,12 @@ before its worker was lost stand as they were reported (see ``_window_prior``), 
 runner runs only the rest (the same road as a resumed run's waiting elements). Finished
 elements are reported in the activity's heartbeats.
 
-A task run again after its worker was lost (``in_doubt``), whose tool has side effects and
-a reconciler: the calls it had not finished are in doubt, and the reconciler decides about
-each (``Effects.lost_during`` in the runner).
+A task run again after its worker was lost (``in_doubt``), whose tool has side effects: the
+calls it had not finished are in doubt (``Effects.lost_during`` in the runner), and its
+reconciler decides about each; one it cannot decide (or without a reconciler) waits for a
+person under the run's ``in_doubt`` policy, named for the driver to record
+(``in_doubt_calls``), with the worker that was lost (``lost``, which the workflow read from
+the lost activity's heartbeats).
 
 Each call goes through the worker's interceptors (approval rules, redaction, tracing),
 with the decisions a person took about the calls that waited (a resumed run's answers);
@@ -61,7 +64,7 @@ from ...errors import (
 )
 from ...events import Event, TaskElementFinished
 from ...graph import PlanGraph, check_task, validate
-from ...plan import AgentTask, read_plan
+from ...plan import AgentTask, ToolTask, read_plan
 from ...references import Template
 from ...results import ApprovalAnswer, TaskResult, TaskStatus
 from ...runner import CallLedger, Effects, Redaction, TaskRunner, ToolCalls
@@ -203,10 +206,11 @@ class Activities:
         if in_doubt:
             # run again after its worker was lost, or its workflow ended: a call not known to
             # have ended is in doubt, a person's to decide (their answer comes with the call)
-            # or its reconciler's; else, after a lost worker, nobody can be asked here, so it
-            # is not made (the task is denied); a resumed run's policy (``ask``: the task
-            # waits for a person, and the call goes back to the driver to be recorded)
-            runner.calls.effects.lost_during(task_id)
+            # or its reconciler's; else the run's policy says (``ask``: the task waits for a
+            # person, and the call goes back to the driver to be recorded; ``deny``: not
+            # made; ``retry``: made again, same key; a workflow started before lost workers
+            # asked says ``True``: not made)
+            runner.calls.effects.lost_during(task_id, call.get("lost"))
             if in_doubt == IN_DOUBT_RECORD:  # its workflow ended under its driver: its calls
                 # are named (their keys, for the run's record) and none is made or reconciled
                 runner.calls.effects.in_doubt = "ask"
@@ -223,7 +227,10 @@ class Activities:
                     reported.append({**event.result.to_json_dict(), "worker": self.identity})
 
             runner.emit = keep
-        with _heartbeats(reported, partial(_if_lost, gate, model)):
+        # a task whose tool has side effects names this worker in its heartbeats, from the
+        # start: should it be lost, a person asked about its call is told where it was made
+        named = self.identity if _has_effects(graph, task_id, runner) else None
+        with _heartbeats(reported, partial(_if_lost, gate, model), named):
             r = await runner.run_task(task_id)
         doc = r.to_json_dict()
         if counting:  # what it counted against the run's limits: the workflow keeps it
@@ -588,11 +595,15 @@ def _record(doc: dict[str, Any]) -> dict[str, Any]:
 
 @contextmanager
 def _heartbeats(
-    reported: list[dict[str, Any]], if_lost: Callable[[], dict[str, Any] | None]
+    reported: list[dict[str, Any]],
+    if_lost: Callable[[], dict[str, Any] | None],
+    named: str | None = None,
 ) -> Iterator[None]:
     """While the block runs, tell the server the worker is alive (and which elements it
     finished, and what ``if_lost`` says the activity leaves behind if the worker is lost
-    now) four times per heartbeat timeout. Local activities have no heartbeat.
+    now) four times per heartbeat timeout. ``named``: this worker, told at once and in every
+    heartbeat (``worker``; a task with side effects: see ``RunWorkflow._call``). Local
+    activities have no heartbeat.
 
     A timer of the activity's event loop (Temporal runs activities on asyncio), not a task
     of its own: a task costs a quick tool's activity more than its call."""
@@ -607,6 +618,8 @@ def _heartbeats(
     told: tuple[str, ...] = ()
     since = 0.0
     timer: asyncio.TimerHandle | None = None
+    if named is not None:
+        activity.heartbeat(list(reported), {**(if_lost() or {}), "worker": named})
 
     def beat() -> None:  # in the activity's context (the timer's): heartbeat() knows it
         nonlocal told, since, timer
@@ -617,6 +630,8 @@ def _heartbeats(
         if since < every and flying == told:
             return  # at once when an agent's model call starts or ends, else every ``every``
         told, since = flying, 0.0
+        if named is not None:
+            left = {**(left or {}), "worker": named}
         if left is None:
             activity.heartbeat(list(reported))
         else:
@@ -640,6 +655,14 @@ async def _beating(step: Awaitable[_T]) -> _T:
 
 def _nothing_left() -> None:
     return None
+
+
+def _has_effects(graph: PlanGraph, task_id: str, runner: TaskRunner) -> bool:
+    """Whether task ``task_id`` calls a tool with side effects."""
+    task = graph.tasks.get(task_id)
+    if not isinstance(task, ToolTask) or task.tool not in runner.registry:
+        return False
+    return bool(runner.registry.get(task.tool).side_effects)
 
 
 def _spent(gate: _Allowance, model: Any, lost: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:

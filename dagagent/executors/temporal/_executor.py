@@ -80,6 +80,8 @@ __all__ = ["TemporalExecutor", "workflow_id"]
 
 _OK = ("succeeded", "reused")
 
+# Why a call a worker named for the record is in doubt, when nothing says more.
+_ENDED_FIRST = "its call started on a worker and its workflow ended first"
 # Seconds a query of the workflow's progress may take before it counts as unanswered.
 _QUERY_TIMEOUT_S = 5.0
 # Seconds added to a task's own bound (its attempts, their timeouts and the waits between
@@ -305,9 +307,10 @@ class TemporalExecutor(BaseExecutor):
             inp = self._input(graph, runner, on_failure, settled)
             # what it starts with: tasks added (or the plan's end) since are sent to it
             known, whole = len(inp.order), not inp.streaming
+            # what becomes of a call in doubt nothing decides (a lost worker's, say)
+            inp.in_doubt_policy = runner.calls.effects.in_doubt
             if resumed is not None:
                 inp.in_doubt = list(resumed.reconcile)
-                inp.in_doubt_policy = runner.calls.effects.in_doubt
                 inp.effects = resumed.records
             try:
                 handle = await client.start_workflow(
@@ -871,10 +874,11 @@ class TemporalExecutor(BaseExecutor):
                 await journal.outcome(runner.run_id, key, "succeeded", output=output, error=None)
         if not asked:
             return
-        why = self._asking.get(runner.run_id, {}).get(
-            doc["task_id"], "its call started on a worker and its workflow ended first"
-        )
+        asking = self._asking.get(runner.run_id, {}).get(doc["task_id"])
         for c in asked:
+            # why it is in doubt: the ended workflow's (a resume, a naming), else the lost
+            # worker's (which worker, said the workflow)
+            why = asking or c.get("why") or _ENDED_FIRST
             await journal.intent(
                 runner.run_id,
                 c["key"],
@@ -1092,6 +1096,21 @@ def _decided(graph: PlanGraph, runner: TaskRunner, found: _Resumed) -> None:
                 found.held.setdefault(task_id, {})[r.element] = r.key
             elif r.resolution == "not_happened":
                 found.made_again.setdefault(task_id, {})[r.element] = r.key
+
+
+def made_again(graph: PlanGraph, runner: TaskRunner) -> dict[str, dict[int | None, str]]:
+    """The calls in doubt on the record of a run going on that a person said did not happen
+    (made again, with their keys, on the tasks' workers), by task and element: their
+    records get the outcomes of the calls made again (see ``_record_doubts``)."""
+    kept = {t for t, r in (runner.prior or {}).items() if r.status.ok}
+    found: dict[str, dict[int | None, str]] = {}
+    for task_id in graph.order:
+        if task_id in kept:
+            continue
+        for r in runner.calls.effects.in_doubt_of(task_id):
+            if r.resolution == "not_happened" and r.state in ("started", "cancelled"):
+                found.setdefault(task_id, {})[r.element] = r.key
+    return found
 
 
 def _task_result(doc: dict[str, Any], runner: TaskRunner | None = None) -> TaskResult:

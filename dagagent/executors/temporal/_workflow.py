@@ -24,11 +24,13 @@ decides the same.
 **Lost workers.** Each activity heartbeats. A worker that dies (or stops answering) under
 a task is noticed at the heartbeat timeout: a task whose tool has no side effects runs again
 on another worker (at most ``lost_worker_retries`` times; the elements a map chunk finished
-and reported are not run again). One whose tool has side effects and a reconciler runs again
-*in doubt*: there, a call not known to have ended is its reconciler's to decide (it happened:
-its output; it did not: it is made, with the same key; it cannot tell: it is not made, and the
-task is denied). One whose tool has side effects and no reconciler fails with
-``WorkerLostError``, since whether its effect happened is unknown.
+and reported are not run again). One whose tool has side effects runs again *in doubt*:
+there, a call not known to have ended is its reconciler's to decide (it happened: its
+output; it did not: it is made, with the same key); one nothing decides (no reconciler, or
+it cannot tell) goes by the run's ``in_doubt`` policy: ``ask`` (the default) names it and
+its task waits for a person, as a call an approval rule holds (the run goes on, and
+pauses), ``deny`` does not make it, ``retry`` makes it with the same key. Its heartbeats
+name its worker, which the call's record then names.
 
 **Sub-solves.** In a round of a solve whose plans may hold sub-solves (``RunInput.sub_solve``),
 a task with ``"solve": true`` is reached by a child solve workflow per goal: an activity
@@ -105,6 +107,11 @@ QUERY_BATCH = 200
 _OK = ("succeeded", "reused")
 #: The ``error_type`` of a task a condition skipped (``dagagent.results.CONDITION_FALSE``).
 CONDITION_FALSE = "ConditionFalse"
+#: The patch under which a task with side effects whose worker was lost runs again in doubt
+#: under the run's ``in_doubt`` policy (``ask``: a call nothing decides waits for a person),
+#: with or without a reconciler (a run started before failed the task without one, and
+#: denied it when its reconciler could not tell).
+_LOST_ASKS = "lost-calls-ask"
 #: The patch under which a map's elements on a worker take the run's and the task's
 #: concurrency slots (a run started before ran each chunk's elements at the chunk's width).
 _ELEMENT_SLOTS = "element-slots"
@@ -196,10 +203,11 @@ class RunInput:
     #: ended workflow started and did not see end: run in doubt, where the reconciler
     #: decides whether the call happened.
     in_doubt: list[str] = field(default_factory=list)
-    #: What the workers do with a call of ``in_doubt`` that neither a person's answer nor
-    #: a reconciler decides: the resumed run's ``in_doubt`` policy (``ask``: its task waits
-    #: for a person; ``IN_DOUBT_RECORD``: named for the run's record, neither made nor
-    #: reconciled); ``None``: it is not made (the task is denied).
+    #: What the workers do with a call in doubt (of ``in_doubt``, or cut off with a lost
+    #: worker) that neither a person's answer nor a reconciler decides: the run's
+    #: ``in_doubt`` policy (``ask``: its task waits for a person; ``IN_DOUBT_RECORD``: named
+    #: for the run's record, neither made nor reconciled); ``None``: ``ask`` after a lost
+    #: worker, else it is not made (the task is denied).
     in_doubt_policy: str | None = None
     #: Tasks whose calls count against a limit of the run (a tool's ``max_calls`` or
     #: ``cooldown_s``: ``tool:NAME``; a limit of the run's approval rules: ``limit:N``, the
@@ -782,7 +790,20 @@ class RunWorkflow:
                     raise asyncio.CancelledError from None
                 if isinstance(cause, TimeoutError):
                     what = _timeout_what(cause.type, inp.heartbeat_s)
-                    if task_id in inp.side_effects and not (
+                    # (a workflow started before lost calls were asked about replays as it ran:
+                    # then one without a reconciler failed, and one it could not tell denied)
+                    asks = (
+                        task_id in inp.side_effects
+                        and lost < inp.lost_worker_retries
+                        and workflow.patched(_LOST_ASKS)
+                    )
+                    if asks:  # run again in doubt: its reconciler decides, else a person
+                        extra = {
+                            **extra,
+                            "in_doubt": extra.get("in_doubt") or inp.in_doubt_policy or "ask",
+                            "lost": _lost_why(cause, left, inp.heartbeat_s),
+                        }
+                    elif task_id in inp.side_effects and not (
                         task_id in inp.reconciled and lost < inp.lost_worker_retries
                     ):
                         return _with_spent(
@@ -1062,6 +1083,7 @@ class RunWorkflow:
         cancel_siblings = inp.on_failure == "cancel" and task_id not in inp.allow_partial
         elements: dict[int, dict[str, Any]] = {}
         model_calls: list[dict[str, Any]] = []  # agent elements': they go with the task
+        asked: list[dict[str, Any]] = []  # calls in doubt left for a person: the driver's
         spent: dict[str, Any] | None = None  # under a budget: what the chunks spent
         failure: dict[str, Any] | None = None
         pending = list(chunks)  # a list: cancelled in the same order on every replay
@@ -1074,6 +1096,7 @@ class RunWorkflow:
                         continue
                     r = fut.result()
                     model_calls.extend(r.pop("model_calls", None) or ())
+                    asked.extend(r.pop("in_doubt_calls", None) or ())
                     if "budget" in r:
                         spent = _added(spent or {}, r.pop("budget"))
                     start, _ = chunks[fut]
@@ -1110,6 +1133,7 @@ class RunWorkflow:
                 "attempts": 1,
                 "model_calls": model_calls,
                 **({"budget": spent} if spent is not None else {}),
+                **({"in_doubt_calls": asked} if asked else {}),
             }
         try:
             whole = await self._step(
@@ -1125,6 +1149,8 @@ class RunWorkflow:
             return _failed(task_id, exc)
         whole["started_at"] = first_start
         whole["model_calls"] = model_calls
+        if asked:
+            whole["in_doubt_calls"] = asked
         if spent is not None:
             whole["budget"] = spent
         return whole
@@ -1309,6 +1335,20 @@ def _timeout_what(kind: TimeoutType | None, heartbeat_s: float) -> str:
     if kind is TimeoutType.START_TO_CLOSE:
         return "its worker did not finish it within the task's time bound (the worker was lost)"
     return f"its activity timed out on the server ({kind.name if kind else 'unknown'})"
+
+
+def _lost_why(cause: TimeoutError, left: dict[str, Any], heartbeat_s: float) -> str:
+    """Why the calls of an activity whose worker was lost are in doubt, in words: which
+    worker it was (its heartbeats named it, ``left["worker"]``) and how it was noticed."""
+    worker = left.get("worker")
+    where = f"worker {worker}" if isinstance(worker, str) and worker else "a worker"
+    if cause.type is TimeoutType.HEARTBEAT:
+        how = f"no heartbeat for {heartbeat_s:g} s"
+    elif cause.type is TimeoutType.START_TO_CLOSE:
+        how = "it did not finish within the task's time bound"
+    else:
+        how = f"its activity timed out on the server, {cause.type.name if cause.type else '?'}"
+    return f"its call started on {where} and the worker was lost ({how})"
 
 
 def _reported(cause: TimeoutError, before: list[dict[str, Any]]) -> list[dict[str, Any]]:

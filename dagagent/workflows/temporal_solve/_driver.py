@@ -81,7 +81,7 @@ from ...events import (
 )
 from ...executors.temporal import TemporalExecutor, workflow_id
 from ...executors.temporal._connect import has_workers, worker_hint
-from ...executors.temporal._executor import _settle_here
+from ...executors.temporal._executor import _settle_here, made_again
 from ...graph import GrowingGraph, PlanChecker, validate
 from ...llm import Usage
 from ...plan import Plan, Task
@@ -166,7 +166,7 @@ async def solve_on_temporal(
         await executor._wait_for_workers()
         client = executor._client()
         retry = settings.retry
-        run = {
+        run: dict[str, Any] = {
             "on_failure": settings.on_failure,
             "max_elements": settings.max_elements,
             "retry": {k: float(v) for k, v in asdict(retry).items()},
@@ -177,6 +177,8 @@ async def solve_on_temporal(
             "lost_worker_retries": executor.lost_worker_retries,
             "history_events": executor.history_events,
         }
+        if settings.in_doubt != "ask":  # a call a lost worker left in doubt is not asked about
+            run["in_doubt"] = settings.in_doubt
         inp = SolveInput(
             solve_id=solve_id,
             goal=goal,
@@ -289,9 +291,10 @@ class _RunFollower(TemporalExecutor):
     purpose (``stop``), the run is stopped and recorded as a plan run's driver records a
     run it was stopped during (:meth:`TemporalExecutor._record_stopped`)."""
 
-    #: The run's tools are the workers' (none here) and may have side effects: the calls
-    #: it leaves in doubt go on the run's record.
-    effects_elsewhere = True
+    #: The run's calls with side effects are made on the workers, which report those a lost
+    #: worker or a stop left in doubt: the run records them (its journal), though it has no
+    #: tools.
+    reports_effects = True
 
     def __init__(
         self,
@@ -326,6 +329,9 @@ class _RunFollower(TemporalExecutor):
         if runner.prior is not None:  # a paused run going on: what succeeded stands
             # (the workflow starts with the same results: they are recorded once)
             seen = len(await _settle_here(graph, runner))
+            again = made_again(graph, runner)  # calls in doubt a person said did not happen
+            if again:  # their records get the outcomes of the calls made again
+                self._made_again[runner.run_id] = again
         try:
             if self.growing is None:
                 await self._follow(handle, runner, seen)
@@ -788,11 +794,11 @@ class _Follower:
         rnd = self._round(n)
         store = self.store
         if store is not None:
-            answers = await anyio.to_thread.run_sync(self._claim, store, run_id)
-            if answers is not None:
+            decided = await anyio.to_thread.run_sync(self._claim, store, run_id)
+            if decided is not None:
                 assert self.handle is not None
                 try:
-                    await self.handle.signal(DECISIONS, {"run_id": run_id, "answers": answers})
+                    await self.handle.signal(DECISIONS, {"run_id": run_id, **decided})
                 except BaseException:
                     with anyio.CancelScope(shield=True):
                         await anyio.to_thread.run_sync(store.release_resume, run_id)
@@ -814,11 +820,12 @@ class _Follower:
         self.emit(RoundFinished(self.solve_id, n, run_id, "paused", rnd.reason))
         await self._end({"status": "paused", "reason": rnd.reason})
 
-    def _claim(self, store: RunStore, run_id: str) -> dict[str, list[dict[str, Any]]] | None:
+    def _claim(self, store: RunStore, run_id: str) -> dict[str, Any] | None:
         """The decisions recorded about run ``run_id``'s held calls (``decisions`` given to
         this driver recorded first), claimed: the solve and the run go from ``paused`` to
-        ``running`` and the decisions are used, in this process. ``None`` when none are
-        recorded (nothing is claimed)."""
+        ``running`` and the decisions are used, in this process. ``answers``, by task, and
+        ``effects``, the records of its calls in doubt (a lost worker's) with what a person
+        found, by task. ``None`` when none are recorded (nothing is claimed)."""
         from ..resume import record_decision
 
         for task_id, approval in self.decisions.items():
@@ -837,8 +844,16 @@ class _Follower:
         prior = {
             t: r for t, r in record.tasks.items() if r.status.ok or r.status.value == "waiting"
         }
-        self.resuming[run] = Resuming(prior, answers, store.effects(run))
-        return {t: [a.model_dump(mode="json") for a in given] for t, given in answers.items()}
+        effects = store.effects(run)
+        self.resuming[run] = Resuming(prior, answers, effects)
+        doubts: dict[str, list[dict[str, Any]]] = {}
+        for e in effects:  # as Effects.in_doubt_of finds them, for the tasks' workers
+            doubted = e.state in ("started", "cancelled") or e.resolution is not None
+            kept = e.task_id in prior and prior[e.task_id].status.ok
+            if e.source == "plan" and doubted and not kept:
+                doubts.setdefault(e.task_id, []).append(e.model_dump(mode="json"))
+        given = {t: [a.model_dump(mode="json") for a in said] for t, said in answers.items()}
+        return {"answers": given, "effects": doubts}
 
     async def _resumed(self, plan: Plan, run_id: str) -> RunResult:
         """Round's run ``run_id`` goes on in place with the decisions handed to it: followed

@@ -282,6 +282,9 @@ class SolveWorkflow:
         self.waiting: dict[str, Any] | None = None
         self.plan_answers: dict[int, bool] = {}  # round -> whether its plan was approved
         self.decisions: dict[str, dict[str, Any]] = {}  # run id -> answers by task
+        #: run id -> the records of its calls in doubt a person decided about (a lost
+        #: worker's), by task, as ``RunInput.effects`` holds them
+        self.decided_calls: dict[str, dict[str, list[dict[str, Any]]]] = {}
         #: the runs of a streamed round's attempts, by run id (see :data:`ATTEMPT`)
         self.attempt_runs: dict[str, Any] = {}
 
@@ -297,9 +300,12 @@ class SolveWorkflow:
 
     @workflow.signal(name=DECISIONS)
     def decisions_given(self, given: dict[str, Any]) -> None:
-        """The decisions about the held calls of run ``given["run_id"]``; the first ones
-        count."""
-        self.decisions.setdefault(str(given["run_id"]), dict(given.get("answers") or {}))
+        """The decisions about the held calls of run ``given["run_id"]`` (``effects``: the
+        records of its calls in doubt, with what a person found); the first ones count."""
+        run_id = str(given["run_id"])
+        if run_id not in self.decisions:
+            self.decided_calls[run_id] = dict(given.get("effects") or {})
+        self.decisions.setdefault(run_id, dict(given.get("answers") or {}))
 
     @workflow.query(name="attempts")
     def attempts(self) -> list[str]:
@@ -638,6 +644,9 @@ class SolveWorkflow:
             approval=inp.approval,
             ledger=dict(self.ledger),  # the solve's limits count across its rounds
             ledger_scope="solve",
+            # a call a lost worker left in doubt that nothing decides: the solve's policy
+            # (``ask``, unless given: its task waits, the solve pauses)
+            in_doubt_policy=inp.run.get("in_doubt"),
             **self._run_budget(),
         )
         if run_input.conversing:  # its tasks that read earlier turns (agents, say)
@@ -781,6 +790,9 @@ class SolveWorkflow:
                     answers=self.decisions.pop(run_id),
                     generation=0,
                     ledger=dict(self.ledger),  # what the run counted before it paused
+                    # its calls in doubt (a lost worker's), each as a person found it: taken
+                    # over, made again with its key, or denied, on the task's worker
+                    effects=self.decided_calls.pop(run_id, {}),
                 )
                 child = await workflow.start_child_workflow(
                     RUN_WORKFLOW,
