@@ -857,9 +857,7 @@ class RunWorkflow:
         assert budget is not None
         limits = budget.get("limits") or {}
         tool_limit = limits.get("tool_calls")
-        task: dict[str, Any] = next(
-            (t for t in self.inp.plan["tasks"] if t.get("id") == task_id), {}
-        )
+        task = self.task_docs.get(task_id, {})
         if "instruction" in task:
             await workflow.wait_condition(lambda: not self.leased and not self.held_tool_calls)
             self.leased = True
