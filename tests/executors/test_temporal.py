@@ -159,7 +159,8 @@ async def test_a_run_ends_as_on_the_dataflow_executor(
         for e in history.events
         if e.HasField("marker_recorded_event_attributes")
     ]
-    assert markers == ["core_patch"]  # no "core_local_activity"
+    # the patches no-local-activities and dagagent-run-task-alone; no "core_local_activity"
+    assert markers == ["core_patch", "core_patch"]
     scheduled = [
         e.activity_task_scheduled_event_attributes.activity_type.name
         for e in history.events

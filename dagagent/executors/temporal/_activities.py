@@ -1,9 +1,9 @@
 """What runs on the workers: one task through the task runner, as an activity.
 
 :class:`Activities` holds a worker's registry. Its activity ``dagagent.run_task`` gets the
-call (which task of which run; for a map, which window of its elements), the plan (its JSON
-text) and the output of each dependency; it reads and validates the plan (once per plan and
-worker; each task checks its own tools against the worker's), makes a
+call (which task of which run, the task itself; for a map, which window of its elements) and
+the output of each dependency; it reads the task (the driver validated the plan; each task
+checks its own tools against the worker's), makes a
 :class:`~dagagent.runner.TaskRunner` that knows those outputs, and runs the task with it:
 references, argument validation, retries and their spacing, the timeout, the map's
 elements, the result record: all as in a local run. The result goes back as the JSON of
@@ -38,26 +38,33 @@ the task at once, saying what the worker serves: the error is not retried.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import socket
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from contextlib import AbstractAsyncContextManager
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, contextmanager
 from functools import partial
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, TypeVar
 
-import anyio
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from ...budget import tool_calls_refused
 from ...conditions import parse_condition
-from ...errors import AgentError, ConfigError, PlanValidationError, SubSolveError, TaskDeniedError
+from ...errors import (
+    AgentError,
+    ConfigError,
+    PlanError,
+    PlanValidationError,
+    SubSolveError,
+    TaskDeniedError,
+)
 from ...events import Event, TaskElementFinished
-from ...graph import validate
-from ...plan import AgentTask, ToolTask
+from ...graph import PlanGraph, check_task, validate
+from ...plan import AgentTask, ToolTask, read_plan
 from ...references import Template
 from ...results import ApprovalAnswer, TaskResult, TaskStatus
 from ...runner import CallLedger, Effects, Redaction, TaskRunner, ToolCalls
@@ -71,7 +78,6 @@ from ._workflow import (
 )
 
 if TYPE_CHECKING:
-    from ...graph import PlanGraph
     from ...results import AgentStep
     from ...runner import AgentNode, CallNext, Interceptor, ToolInvocation
     from ...tools import Registry
@@ -149,18 +155,19 @@ class Activities:
     # -- the activities ----------------------------------------------------------------------
 
     @activity.defn(name=RUN_TASK)
-    async def run_task(self, call: dict[str, Any], plan: str, *outputs: Any) -> Any:
-        """Run one task (or a window of a map's elements) of ``plan`` (its JSON text) and
-        return its result's JSON; an agent task's model calls under ``model_calls`` (see
-        :data:`AgentModels`). A task of a turn's run that reads its conversation
+    async def run_task(self, call: dict[str, Any], *given: Any) -> Any:
+        """Run one task (or a window of a map's elements), ``call["task"]``, and return its
+        result's JSON; an agent task's model calls under ``model_calls`` (see
+        :data:`AgentModels`). ``given``: the output of each dependency (see
+        :meth:`_graph`); a task of a turn's run that reads its conversation
         (``call["conversation"]``) has it last."""
+        graph, outputs = self._graph(call, given)
         conversation: dict[str, Any] | None = None
         if call.get("conversation"):
             *deps, conversation = outputs
             outputs = tuple(deps)
         call = {**call, "conversation": conversation}
         model = call.get("model")
-        graph = self._graph(plan)
         task = graph.tasks.get(call["task_id"])
         grant = call.get("grant")
         gate = _Allowance(grant) if grant is not None else None
@@ -223,10 +230,8 @@ class Activities:
         # a task whose tool has side effects names this worker in its heartbeats, from the
         # start: should it be lost, a person asked about its call is told where it was made
         named = self.identity if _has_effects(graph, task_id, runner) else None
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(_heartbeat, reported, partial(_if_lost, gate, model), named)
+        with _heartbeats(reported, partial(_if_lost, gate, model), named):
             r = await runner.run_task(task_id)
-            tg.cancel_scope.cancel()
         doc = r.to_json_dict()
         if counting:  # what it counted against the run's limits: the workflow keeps it
             ledger = runner.calls.ledger
@@ -238,17 +243,15 @@ class Activities:
         return self._where(doc, ran_here=not call.get("assemble"))
 
     @activity.defn(name=COUNT_ELEMENTS)
-    async def count_elements(
-        self, call: dict[str, Any], plan: str, *outputs: Any
-    ) -> dict[str, Any]:
+    async def count_elements(self, call: dict[str, Any], *given: Any) -> dict[str, Any]:
         """How many elements a map task's list has: ``{"n": ...}``, or ``{"result": ...}``,
         the task's failure, when it has no list (or one too long) to map over."""
-        return await _beating(self._count_elements(call, plan, outputs))
+        return await _beating(self._count_elements(call, *self._graph(call, given)))
 
     async def _count_elements(
-        self, call: dict[str, Any], plan: str, outputs: Sequence[Any]
+        self, call: dict[str, Any], graph: PlanGraph, outputs: Sequence[Any]
     ) -> dict[str, Any]:
-        runner = self._runner(call, self._graph(plan), outputs)
+        runner = self._runner(call, graph, outputs)
         task = runner.tasks[call["task_id"]]
         if task.when is not None and not _holds(task.when, runner.outputs):
             # a condition on the whole task that is false (or cannot be decided): the runner
@@ -271,17 +274,15 @@ class Activities:
         return {"n": len(items)}
 
     @activity.defn(name=SUB_SOLVE_GOALS)
-    async def sub_solve_goals(
-        self, call: dict[str, Any], plan: str, *outputs: Any
-    ) -> dict[str, Any]:
+    async def sub_solve_goals(self, call: dict[str, Any], *given: Any) -> dict[str, Any]:
         """A sub-solve task's goals, ``{"goals": [...]}``, one per element of a map that its
         conditions let run (``element``, ``goal``, ``tools``: those its solve may use,
         ``own_tools``: whether the task chose them); or ``{"result": ...}``, the task
         settled without a solve (a condition that is false, a reference that fails)."""
-        return await _beating(self._sub_solve_goals(call, plan, outputs))
+        return await _beating(self._sub_solve_goals(call, *self._graph(call, given)))
 
     async def _sub_solve_goals(
-        self, call: dict[str, Any], plan: str, outputs: Sequence[Any]
+        self, call: dict[str, Any], graph: PlanGraph, outputs: Sequence[Any]
     ) -> dict[str, Any]:
         goals: dict[int | None, dict[str, Any]] = {}
 
@@ -296,22 +297,20 @@ class Activities:
             }
             return None, None
 
-        runner = self._runner(call, self._graph(plan), outputs, _Seam(note))
+        runner = self._runner(call, graph, outputs, _Seam(note))
         r = await runner.run_task(call["task_id"])
         if not goals:
             return {"result": self._where(r.to_json_dict(), ran_here=True)}
         return {"goals": [goals[k] for k in sorted(goals, key=lambda e: -1 if e is None else e)]}
 
     @activity.defn(name=SUB_SOLVE_SETTLE)
-    async def sub_solve_settle(
-        self, call: dict[str, Any], plan: str, *outputs: Any
-    ) -> dict[str, Any]:
+    async def sub_solve_settle(self, call: dict[str, Any], *given: Any) -> dict[str, Any]:
         """A sub-solve task's result from the ``outcomes`` of its solves (each an
         ``answer``, or the ``error`` that fails it, with its ``status`` and ``solve_id``)."""
-        return await _beating(self._sub_solve_settle(call, plan, outputs))
+        return await _beating(self._sub_solve_settle(call, *self._graph(call, given)))
 
     async def _sub_solve_settle(
-        self, call: dict[str, Any], plan: str, outputs: Sequence[Any]
+        self, call: dict[str, Any], graph: PlanGraph, outputs: Sequence[Any]
     ) -> dict[str, Any]:
         outcomes = {o["element"]: o for o in call["outcomes"]}
 
@@ -325,7 +324,7 @@ class Activities:
                 )
             return found.get("answer"), None
 
-        runner = self._runner(call, self._graph(plan), outputs, _Seam(answer))
+        runner = self._runner(call, graph, outputs, _Seam(answer))
         doc = (await runner.run_task(call["task_id"])).to_json_dict()
         # each goal's time is its solve's, from its start
         for e in doc.get("elements") or ():
@@ -514,26 +513,53 @@ class Activities:
                     elements.append(TaskResult(task_id=name, status=TaskStatus.SUCCEEDED))
         return {task_id: TaskResult(task_id=task_id, status=TaskStatus.WAITING, elements=elements)}
 
-    def _graph(self, plan: str) -> PlanGraph:
-        """The plan whose JSON text is ``plan``, read and validated once per worker: every
-        activity of a run carries the same text."""
+    def _graph(self, call: dict[str, Any], given: Sequence[Any]) -> tuple[PlanGraph, Sequence[Any]]:
+        """The graph an activity's task runs in, and the outputs of its dependencies (then
+        the conversation, see :meth:`run_task`): its task alone, ``call["task"]``, with its
+        dependencies, ``call["deps"]``, whose outputs are ``given``; in a run started
+        before the workflow's patch ``dagagent-run-task-alone``, the plan's JSON text comes
+        first in ``given`` (read and validated once per plan and worker)."""
+        doc = call.get("task")
+        if doc is not None:
+            return self._task_graph(doc, call["deps"]), given
+        plan, *outputs = given
         graph = self._graphs.get(plan)
         if graph is not None:
             self._graphs.move_to_end(plan)
-            return graph
+            return graph, outputs
         try:  # its shape only: each task checks its own tool (see _runner)
             graph = validate(json.loads(plan))
         except PlanValidationError as exc:
-            issues = "; ".join(str(i) for i in exc.issues)
-            raise ApplicationError(
-                f"the worker {self.identity} cannot read the plan: {issues}",
-                type="PlanValidationError",
-                non_retryable=True,
-            ) from None
+            raise self._unreadable(exc) from None
         self._graphs[plan] = graph
         if len(self._graphs) > _GRAPHS_KEPT:
             self._graphs.popitem(last=False)
-        return graph
+        return graph, outputs
+
+    def _task_graph(self, doc: dict[str, Any], deps: Sequence[str]) -> PlanGraph:
+        """The graph of one task (its JSON ``doc``) whose dependencies are ``deps``: what
+        the task runner reads of a plan to run that task (its template, its dependencies),
+        checked as :func:`~dagagent.graph.validate` checks it (its tool, on the worker: see
+        :meth:`_runner`). Reading a task costs less than looking it up would."""
+        try:
+            plan, kind_issues = read_plan({"tasks": [doc]})
+            task = plan.tasks[0]
+            issues, template, mine = check_task(task, set(deps), None, kind_issues)
+        except PlanError as exc:  # PlanLoadError: not a task at all
+            raise self._unreadable(exc) from None
+        if issues:
+            raise self._unreadable(PlanValidationError(issues))
+        return PlanGraph(
+            plan, {task.id: template}, [], dependencies={task.id: tuple(mine)}, levels=[[task.id]]
+        )
+
+    def _unreadable(self, exc: PlanError) -> ApplicationError:
+        issues = "; ".join(str(i) for i in getattr(exc, "issues", ())) or str(exc)
+        return ApplicationError(
+            f"the worker {self.identity} cannot read the plan: {issues}",
+            type="PlanValidationError",
+            non_retryable=True,
+        )
 
 
 class _Seam:
@@ -567,33 +593,42 @@ def _record(doc: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in doc.items() if k != "duration_s"}
 
 
-async def _heartbeat(
+@contextmanager
+def _heartbeats(
     reported: list[dict[str, Any]],
     if_lost: Callable[[], dict[str, Any] | None],
     named: str | None = None,
-) -> None:
-    """Tell the server the worker is alive (and which elements it finished, and what
-    ``if_lost`` says the activity leaves behind if the worker is lost now) four times per
-    heartbeat timeout, until cancelled. ``named``: this worker, told at once and in every
+) -> Iterator[None]:
+    """While the block runs, tell the server the worker is alive (and which elements it
+    finished, and what ``if_lost`` says the activity leaves behind if the worker is lost
+    now) four times per heartbeat timeout. ``named``: this worker, told at once and in every
     heartbeat (``worker``; a task with side effects: see ``RunWorkflow._call``). Local
-    activities have no heartbeat."""
+    activities have no heartbeat.
+
+    A timer of the activity's event loop (Temporal runs activities on asyncio), not a task
+    of its own: a task costs a quick tool's activity more than its call."""
     info = activity.info()
     timeout = info.heartbeat_timeout
     if info.is_local or not timeout:
+        yield
         return
     every = max(0.05, timeout.total_seconds() / 4)
     look = min(every, _CALLS_LOOK_S)
+    loop = asyncio.get_running_loop()
     told: tuple[str, ...] = ()
     since = 0.0
+    timer: asyncio.TimerHandle | None = None
     if named is not None:
         activity.heartbeat(list(reported), {**(if_lost() or {}), "worker": named})
-    while True:  # a call shorter than ``every`` never heartbeats: no request for nothing
-        await anyio.sleep(look)
+
+    def beat() -> None:  # in the activity's context (the timer's): heartbeat() knows it
+        nonlocal told, since, timer
+        timer = loop.call_later(look, beat)
         since += look
         left = if_lost()
         flying = tuple(c["call_id"] for c in (left or {}).get("model_calls") or ())
         if since < every and flying == told:
-            continue  # at once when an agent's model call starts or ends, else every ``every``
+            return  # at once when an agent's model call starts or ends, else every ``every``
         told, since = flying, 0.0
         if named is not None:
             left = {**(left or {}), "worker": named}
@@ -602,16 +637,20 @@ async def _heartbeat(
         else:
             activity.heartbeat(list(reported), left)
 
+    # a call shorter than ``every`` never heartbeats: no request for nothing
+    timer = loop.call_later(look, beat)
+    try:
+        yield
+    finally:
+        timer.cancel()  # the last one set
+
 
 async def _beating(step: Awaitable[_T]) -> _T:
     """``step``'s result, the activity heartbeating while it runs (as ``run_task`` does), so
     that a worker lost under one of the workflow's own steps is noticed at the heartbeat
     timeout, and a slow one is not taken for lost."""
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(_heartbeat, [], _nothing_left)
-        done = await step
-        tg.cancel_scope.cancel()
-    return done
+    with _heartbeats([], _nothing_left):
+        return await step
 
 
 def _nothing_left() -> None:

@@ -453,7 +453,11 @@ class TemporalExecutor(BaseExecutor):
             max_running = min(max_running, runner.max_concurrency)
         return RunInput(
             run_id=runner.run_id,
-            plan={**json.loads(plan.to_json(indent=None)), "tasks": facts.tasks},
+            # as plan.to_json() has it, each task as _facts made it
+            plan={
+                **plan.model_dump(mode="json", exclude_defaults=True, exclude={"tasks"}),
+                "tasks": facts.tasks,
+            },
             order=[t.id for t in plan.tasks],
             dependencies=facts.dependencies,
             maps=facts.maps,
@@ -1175,7 +1179,7 @@ def _facts(
     registry, retry = runner.registry, runner.retry
     position = {t.id: i for i, t in enumerate(graph.plan.tasks)}
     facts = Arrived(
-        tasks=[json.loads(t.model_dump_json(exclude_defaults=True)) for t in tasks],
+        tasks=[t.model_dump(mode="json", exclude_defaults=True) for t in tasks],
         dependencies={
             t.id: sorted(graph.dependencies[t.id], key=position.__getitem__) for t in tasks
         },

@@ -70,8 +70,8 @@ class DirectoryPayloads(StorageDriver):
 
     A payload never changes once stored (its name is its hash), so the driver remembers
     which it has written or read and keeps the most recent ones (up to ``cache_bytes``) in
-    memory: the plan every activity of a run carries costs one write and one read per
-    process, not one per activity."""
+    memory: a value many activities read (an output several tasks depend on, a turn's
+    conversation) costs one write and one read per process, not one per activity."""
 
     def __init__(self, root: str | Path, *, cache_bytes: int = 32 * 1024 * 1024) -> None:
         self.root = Path(root).expanduser()
@@ -182,12 +182,14 @@ class _PayloadConverter(CompositePayloadConverter):
     adapters again."""
 
     def __init__(self) -> None:
-        super().__init__(
-            *(
-                _JSON if isinstance(c, JSONPlainPayloadConverter) else c
-                for c in DefaultPayloadConverter.default_encoding_payload_converters
-            )
-        )
+        super().__init__(*_CONVERTERS)
+
+
+# Temporal's default encodings, pydantic's JSON in the place of its own: chosen once.
+_CONVERTERS = tuple(
+    _JSON if isinstance(c, JSONPlainPayloadConverter) else c
+    for c in DefaultPayloadConverter.default_encoding_payload_converters
+)
 
 
 def data_converter(

@@ -132,6 +132,12 @@ _CARRIES_RUNS = "dagagent-run-carries-runs"
 #: its history no longer replays (see ``docs/temporal.md``). A run started before keeps
 #: running its local activities, as its history says.
 _NO_LOCAL = "no-local-activities"
+#: The patch under which an activity carries its task alone (in its call: ``task``), not the
+#: plan: a worker needs no other task to run one, and every payload of a scheduled activity
+#: costs the workflow and the worker (a plan past the inline limit went through the payload
+#: store for each). A run started before keeps sending the plan's JSON text, which the
+#: workers still read (see ``Activities._graph``).
+_TASK_ALONE = "dagagent-run-task-alone"
 # Activities are attempted once by Temporal: retries are the task runner's (on the worker)
 # and the workflow's own, for lost workers (see _call).
 _ONCE = RetryPolicy(maximum_attempts=1)
@@ -391,9 +397,14 @@ class RunWorkflow:
         self.no_local = False
         # the tasks of ``running`` that have ended, in the order they did
         self.ended: list[asyncio.Task[dict[str, Any]]] = []
-        # the plan as every activity gets it: its JSON text, made once (and again when
-        # tasks arrive), which a worker reads once per plan (see Activities._graph)
-        self.plan_text = _plan_text(inp.plan)
+        #: Whether each activity carries its task alone (patch ``_TASK_ALONE``, decided when
+        #: the run starts); before, the plan as every activity got it: its JSON text, made
+        #: when first needed (and again after tasks arrive)
+        self.task_alone = False
+        self.plan_text: str | None = None
+        self.task_docs: dict[str, dict[str, Any]] = {}
+        for t in inp.plan["tasks"]:
+            self.task_docs.setdefault(t["id"], t)
         #: a plan written while the run ran was rejected halfway (see :data:`PLAN_COMPLETE`)
         self.plan_aborted = bool(self.earlier and self.earlier[-1]["left"].get("aborted"))
         #: the tasks the run started with (then, of a plan being written, those to come)
@@ -440,7 +451,9 @@ class RunWorkflow:
         inp = self.inp
         _grow(inp, arrived)
         self.arrived.append(asdict(arrived))  # for the next run, should this one carry on
-        self.plan_text = _plan_text(inp.plan)
+        self.plan_text = None
+        for task in arrived.tasks:
+            self.task_docs.setdefault(task["id"], task)
         for r in arrived.finished:
             if r["task_id"] not in self.results:
                 self._finish(r)
@@ -486,6 +499,7 @@ class RunWorkflow:
         # once per run, before any step: a run started before this patch keeps its local
         # activities to the end (its history has them), one started after has none
         self.no_local = workflow.patched(_NO_LOCAL)
+        self.task_alone = workflow.patched(_TASK_ALONE)
         if inp.deadline_at is None:
             return await self._run(inp)
         if inp.deadline_at <= workflow.now().timestamp():
@@ -683,8 +697,10 @@ class RunWorkflow:
             return _result(task_id, "cancelled", self._cancelled_why())
 
     def _args(self, task_id: str, call: dict[str, Any]) -> list[Any]:
-        """An activity's arguments: the call, the plan, then each dependency's output, each
-        a payload of its own (so that a large one is stored once, whoever reads it)."""
+        """An activity's arguments: the call (with its task, ``task``), then each
+        dependency's output, each a payload of its own (so that a large one is stored once,
+        whoever reads it); in a run started before ``_TASK_ALONE``, the plan's JSON text
+        after the call."""
         inp = self.inp
         deps = inp.dependencies[task_id]
         call = {
@@ -714,7 +730,13 @@ class RunWorkflow:
         own = {k: v for k, v in inp.reuse.items() if k == task_id or k.startswith(f"{task_id}@")}
         if own:  # its earlier output (or its elements'), and those of its dependencies
             call["reuse"] = {**own, **{d: inp.reuse[d] for d in deps if d in inp.reuse}}
-        return [call, self.plan_text, *(self.outputs[d] for d in deps)]
+        outputs = [self.outputs[d] for d in deps]
+        if self.task_alone:
+            call["task"] = self.task_docs[task_id]
+            return [call, *outputs]
+        if self.plan_text is None:
+            self.plan_text = _plan_text(inp.plan)
+        return [call, self.plan_text, *outputs]
 
     async def _call(
         self,
@@ -835,9 +857,7 @@ class RunWorkflow:
         assert budget is not None
         limits = budget.get("limits") or {}
         tool_limit = limits.get("tool_calls")
-        task: dict[str, Any] = next(
-            (t for t in self.inp.plan["tasks"] if t.get("id") == task_id), {}
-        )
+        task = self.task_docs.get(task_id, {})
         if "instruction" in task:
             await workflow.wait_condition(lambda: not self.leased and not self.held_tool_calls)
             self.leased = True
@@ -1136,8 +1156,7 @@ class RunWorkflow:
     # -- a sub-solve task ------------------------------------------------------------------
 
     def _task_json(self, task_id: str) -> dict[str, Any]:
-        task: dict[str, Any] = next(t for t in self.inp.plan["tasks"] if t["id"] == task_id)
-        return task
+        return self.task_docs[task_id]
 
     async def _sub_solve(self, task_id: str) -> dict[str, Any]:
         """A task reached by a child solve per goal (one per element of a map): its goals
