@@ -102,6 +102,12 @@ def square(i: int, ms: int) -> int:
     return i * i
 
 
+@registry.tool
+def refuse(x: int) -> int:
+    """Fail, naming x."""
+    raise ValueError(f"refused {x}")
+
+
 @registry.tool(blocking=False)
 def fast(x: int) -> int:
     """Twice x (declared never to block, without side effects: a local activity)."""
@@ -164,7 +170,9 @@ def make_plan(rng: random.Random, where: str, label: str, scale: float) -> dict[
     def ms() -> int:
         return int(rng.uniform(100, 1500) * scale)
 
-    parts = rng.sample(["chain", "fan", "map", "pay", "mail", "paymap"], rng.randint(2, 4))
+    parts = rng.sample(
+        ["chain", "fan", "map", "pay", "mail", "paymap", "fail", "wide"], rng.randint(2, 4)
+    )
     if "chain" in parts:
         n = rng.randint(3, 6)
         for i in range(n):
@@ -217,6 +225,22 @@ def make_plan(rng: random.Random, where: str, label: str, scale: float) -> dict[
                 },
             }
         )
+    if "wide" in parts:  # a map of thousands of elements: tens of chunks at once
+        n = rng.choice([2000, 3500])
+        tasks.append({"id": "many", "tool": "upto", "args": {"n": n}})
+        tasks.append(
+            {
+                "id": "wsq",
+                "for_each": "${many}",
+                "tool": "square",
+                "args": {"i": "${@item}", "ms": rng.choice([0, 2])},
+            }
+        )
+        tasks.append({"id": "wsum", "tool": "total", "args": {"xs": "${wsq}"}})
+    if "fail" in parts:
+        tasks.append({"id": "no", "tool": "refuse", "args": {"x": 1}, "retries": 1})
+        tasks.append({"id": "after_no", "tool": "fast", "args": {"x": "${no}"}})
+        tasks.append({"id": "no_fast", "tool": "fast", "args": {"x": 3}})
     return {"goal": f"chaos {label}", "tasks": tasks}
 
 
@@ -233,23 +257,32 @@ def with_where(plan: dict[str, Any], where: str) -> dict[str, Any]:
 
 # -- the model of the solves --------------------------------------------------------------
 
-#: What the joiner's feedback says to get a second round, and what round two's plan outputs.
-AGAIN = "now the second round"
-SECOND = "second-round-done"
+
+def done_marker(k: int) -> str:
+    """The id of a task of round ``k``'s plan (the joiner sees it among the round's results)."""
+    return f"round_{k}_done"
+
+
+def again(k: int) -> str:
+    """The joiner's feedback that asks for round ``k``."""
+    return f"now do round {k}"
+
+
+def _latest(text: str, what: Any, rounds: int) -> int:
+    return max((k for k in range(1, rounds + 1) if what(k) in text), default=0)
 
 
 class Model:
-    """Answers that depend on the request alone: the planner plans the solve its goal names
-    (``chaos solve LABEL``, ``two rounds`` for a replan), the joiner asks for a second round
-    when the goal says so and the request does not show round two's marker, else answers."""
+    """Answers that depend on the request alone (a model call made again gets the same
+    answer): the goal names the solve (``chaos solve LABEL``); the planner plans round ``k``
+    when the request carries the feedback asking for it (round 1 without), the joiner asks for
+    the next round until it sees the last round's marker task, then answers."""
 
-    def __init__(self, plans: dict[str, tuple[dict[str, Any], dict[str, Any] | None]]) -> None:
+    def __init__(self, plans: dict[str, list[dict[str, Any]]]) -> None:
         self.plans = plans
-        self.lock = threading.Lock()
-        self.calls = 0
 
     def __call__(self, request: Any) -> Any:
-        from llm_server import Reply, SSEReply
+        from llm_server import Reply, SSEReply  # type: ignore[import-not-found]
 
         from dagagent.llm import wire
 
@@ -257,15 +290,15 @@ class Model:
         text = json.dumps(body)
         name = ((body.get("response_format") or {}).get("json_schema") or {}).get("name", "")
         label = text.split("chaos solve ", 1)[1].split(" ", 1)[0].strip('".\\')
-        first, second = self.plans[label]
-        with self.lock:
-            self.calls += 1
+        rounds = self.plans[label]
         if "plan" in name:
-            answer: Any = second if (second is not None and AGAIN in text) else first
-        elif second is not None and SECOND not in text:
-            answer = {"action": "replan", "feedback": AGAIN}
+            answer: Any = rounds[max(_latest(text, again, len(rounds)), 1) - 1]
         else:
-            answer = {"action": "finish", "answer": f"done {label}", "cites": []}
+            k = _latest(text, done_marker, len(rounds))
+            if k < len(rounds):
+                answer = {"action": "replan", "feedback": again(k + 1)}
+            else:
+                answer = {"action": "finish", "answer": f"done {label}", "cites": []}
         reply = wire.openai_text(json.dumps(answer), input_tokens=100, output_tokens=20)
         return SSEReply(wire.openai_events(reply)) if body.get("stream") else Reply(json=reply)
 
@@ -348,8 +381,7 @@ class Run:
     index: int
     kind: str  # "plan" | "solve"
     label: str
-    plan: dict[str, Any]
-    second: dict[str, Any] | None
+    rounds: list[dict[str, Any]]  # a plan's plan; a solve's, round by round
     dir: Path
     drivers: list[subprocess.Popen[bytes]] = field(default_factory=list)
     driver_kills: int = 0
@@ -362,6 +394,7 @@ class Run:
     histories: list[dict[str, Any]] = field(default_factory=list)
     wall_s: float = 0.0
     done: bool = False
+    ended_on_record: bool = False
 
     @property
     def store(self) -> Path:
@@ -370,6 +403,11 @@ class Run:
     @property
     def where(self) -> str:
         return str(self.dir / "effects-dir")
+
+    @property
+    def plan(self) -> dict[str, Any]:
+        """The plan a run ran (a solve's last round's)."""
+        return self.rounds[-1]
 
     def alive(self) -> subprocess.Popen[bytes] | None:
         live = [p for p in self.drivers if p.poll() is None]
@@ -397,8 +435,8 @@ class Chaos:
         while not self.stop.wait(self.kill_rng.expovariate(1 / self.args.kill_every)):
             if self.kill_rng.random() < 1 / self.args.driver_share:
                 with self.lock:
-                    live = [(r, r.alive()) for r in self.active if not r.done]
-                    live = [(r, p) for r, p in live if p is not None]
+                    procs = [(r, r.alive()) for r in self.active if not r.done]
+                    live = [(r, p) for r, p in procs if p is not None]
                     if not live:
                         continue
                     run, proc = self.kill_rng.choice(live)
@@ -408,14 +446,20 @@ class Chaos:
                     run.killed.add(proc.pid)
                     proc.kill()
                 self.kills["driver"] += 1
-            else:
+            else:  # a worker, or (--all-but-one of the time) all workers but one
                 with self.workers.lock:
-                    victim = self.kill_rng.choice(self.workers.procs)
-                victim.kill()
-                victim.wait()
-                self.kills["worker"] += 1
+                    many = self.kill_rng.random() < self.args.all_but_one
+                    n = len(self.workers.procs) - 1 if many else 1
+                    victims = self.kill_rng.sample(self.workers.procs, max(n, 1))
+                for victim in victims:
+                    victim.kill()
+                for victim in victims:
+                    victim.wait()
+                self.kills["worker"] += len(victims)
+                self.kills["all workers but one at once"] += many
                 try:
-                    self.workers.replace(victim)
+                    for victim in victims:
+                        self.workers.replace(victim)
                 except SystemExit as exc:
                     print(f"  ! {exc}", file=sys.stderr)
                     self.stop.set()
@@ -454,16 +498,17 @@ class Chaos:
         if run.kind == "plan":
             (run.dir / "plan.json").write_text(json.dumps(run.plan))
             return ["run", str(run.dir / "plan.json"), *common, "--json", *self.temporal_opts()]
-        goal = f"chaos solve {run.label} " + ("in two rounds" if run.second else "at once")
+        goal = f"chaos solve {run.label} in {len(run.rounds)} rounds"
         return [
             *("ask", goal, *common, "--json", "--no-stream"),
             *("--model", "openai:chaos", "--base-url", f"{self.model_url}/v1"),
-            *("--max-rounds", "3"),
+            *("--max-rounds", "6"),
             *self.temporal_opts(),
         ]
 
-    def follow_argv(self, run: Run) -> list[str] | None:
-        """``resume`` or ``attach`` of what the store has of the run (None: nothing yet)."""
+    def follow_argv(self, run: Run) -> list[str] | str | None:
+        """``resume`` or ``attach`` of what the store has of the run (None: nothing yet;
+        ``"ended"``: the run ended on record before its driver was killed)."""
         from dagagent.store import RunStore
 
         if not run.store.exists():
@@ -473,11 +518,20 @@ class Chaos:
                 found = [r.run_id for r in st.list_runs()]
                 if not found:
                     return None
+                if st.get_run(found[0]).status.value in ("succeeded", "failed", "cancelled"):
+                    return "ended"
                 return ["resume", found[0], "--store", str(run.store), "--tools", TOOLS, "--json"]
             solves = [s.solve_id for s in st.list_solves()]
             if not solves:
                 return None
-            return ["attach", solves[0], "--store", str(run.store), "--json", *self.temporal_opts()[2:]]
+            return [
+                "attach",
+                solves[0],
+                "--store",
+                str(run.store),
+                "--json",
+                *self.temporal_opts()[2:],
+            ]
 
     def drive(self, run: Run) -> None:
         t0 = time.monotonic()
@@ -492,7 +546,9 @@ class Chaos:
                 proc.kill()
                 proc.wait()
                 run.exits.append(None)
-                run.failures.append(("hang", f"{name} still running after {self.args.run_timeout} s"))
+                run.failures.append(
+                    ("hang", f"{name} still running after {self.args.run_timeout} s")
+                )
                 break
             run.exits.append(proc.returncode)
             if proc.pid not in run.killed:
@@ -502,6 +558,10 @@ class Chaos:
                 run.notes.append(f"driver killed before its record: {name} again")
                 run.restarts += 1
                 continue
+            if isinstance(follow, str):  # killed on its way out: nothing to follow
+                run.notes.append("driver killed after the run ended on record")
+                run.ended_on_record = True
+                break
             argv, name = follow, follow[0]
         run.wall_s = time.monotonic() - t0
 
@@ -513,7 +573,7 @@ class Chaos:
         if any(k == "hang" for k, _ in run.failures):
             return
         last = run.exits[-1]
-        if last not in (0, 1):
+        if last not in (0, 1) and not run.ended_on_record:
             err = sorted(run.dir.glob(f"{len(run.drivers) - 1}-*.err"))
             said = err[-1].read_text()[-600:] if err else ""
             run.failures.append(("exit", f"the last driver exited {last}: {said.strip()}"))
@@ -548,14 +608,15 @@ class Chaos:
         """Each task as the local run had it, or ended for a lost call's reason."""
         got = {t: (r.status.value, r.output, r.error or "") for t, r in record.tasks.items()}
         excused: set[str] = set()
-        deps = _dependencies(run.second or run.plan)
+        deps = _dependencies(run.plan)
         for task_id in _order(deps):
             want = expected.get(task_id)
             have = got.get(task_id)
             if have is None:
                 run.failures.append(("result", f"task {task_id!r} not on record"))
                 continue
-            if want is not None and (have[0], have[1]) == want:
+            # a round of a solve reuses what the round before it ran unchanged
+            if want is not None and (_settled(have[0]), have[1]) == want:
                 continue
             status, _, error = have
             upstream = deps.get(task_id, set())
@@ -566,8 +627,10 @@ class Chaos:
                 excused.add(task_id)
             else:
                 run.failures.append(
-                    ("result", f"task {task_id!r}: {status} {have[1]!r} {error[:300]!r}, "
-                     f"locally {want!r}")
+                    (
+                        "result",
+                        f"task {task_id!r}: {status} {have[1]!r} {error[:300]!r}, locally {want!r}",
+                    )
                 )
 
     def count_effects(self, run: Run, record: Any) -> None:
@@ -576,9 +639,11 @@ class Chaos:
         for what, seen in (("key", [k for k, _, _ in made]), ("name", [n for _, _, n in made])):
             twice = [k for k, n in Counter(seen).items() if n > 1]
             if twice:
-                run.failures.append(("twice", f"{len(twice)} effects made twice (same {what}): {twice[:3]}"))
+                run.failures.append(
+                    ("twice", f"{len(twice)} effects made twice (same {what}): {twice[:3]}")
+                )
         names = {n for _, _, n in made}
-        plan = run.second or run.plan
+        plan = run.plan
         for t in plan["tasks"]:
             r = record.tasks.get(t["id"])
             if r is None or r.status.value != "succeeded" or t["tool"] not in ("pay", "mail"):
@@ -586,7 +651,11 @@ class Chaos:
             outputs = r.output if "for_each" in t else [r.output]
             for out in outputs:
                 # "paid A for NAME" / "mailed NAME": the effect's name
-                name = out.split(" for ")[1] + ":" + out.split()[1] if out.startswith("paid") else out.split(" ", 1)[1]
+                name = (
+                    out.split(" for ")[1] + ":" + out.split()[1]
+                    if out.startswith("paid")
+                    else out.split(" ", 1)[1]
+                )
                 if name not in names:
                     run.failures.append(("lost effect", f"{t['id']}: {out!r} but no such effect"))
 
@@ -595,7 +664,7 @@ class Chaos:
     def one(self, run: Run) -> None:
         try:
             self.drive(run)
-            expected = local_results(run.second or run.plan, run.dir / "local")
+            expected = local_results(run.plan, run.dir / "local")
             self.check(run, expected)
         except Exception as exc:  # the harness's own trouble: say so, go on
             run.failures.append(("harness", f"{type(exc).__name__}: {exc}"))
@@ -603,6 +672,8 @@ class Chaos:
             run.done = True
             with self.lock:
                 self.active.remove(run)
+            said = "ok" if not run.failures else "FAILED: " + "; ".join(k for k, _ in run.failures)
+            print(f"  {run.label} ended in {run.wall_s:.1f} s, exits {run.exits}: {said}")
 
     def make_runs(self) -> None:
         for i in range(self.args.runs):
@@ -612,16 +683,16 @@ class Chaos:
             (d / "home").mkdir()
             kind = "solve" if self.rng.random() < self.args.solve_share else "plan"
             plan = make_plan(self.rng, str(d / "effects-dir"), label, self.args.scale)
-            second = None
-            if kind == "solve" and self.rng.random() < 0.5:
-                second = make_plan(self.rng, str(d / "effects-dir"), label + "b", self.args.scale)
-                second["tasks"].append(
-                    {"id": "marker", "tool": "upto", "args": {"n": 0}}
-                )
-                second["tasks"].append(
-                    {"id": "said", "tool": "fast", "args": {"x": 0}, "depends_on": ["marker"]}
-                )
-            self.runs.append(Run(i, kind, label, plan, second, d))
+            rounds = [plan]
+            if kind == "solve":
+                for k in range(2, self.rng.choice([1, 1, 2, 3, 5]) + 1):
+                    more = make_plan(
+                        self.rng, str(d / "effects-dir"), f"{label}r{k}", self.args.scale
+                    )
+                    rounds.append(more)
+                for k, each in enumerate(rounds, 1):
+                    each["tasks"].append({"id": done_marker(k), "tool": "upto", "args": {"n": k}})
+            self.runs.append(Run(i, kind, label, rounds, d))
 
     def go(self) -> None:
         self.workers.start(self.args.workers)
@@ -663,6 +734,10 @@ def _order(deps: dict[str, set[str]]) -> list[str]:
             if t not in done and up <= set(done):
                 done.append(t)
     return done
+
+
+def _settled(status: str) -> str:
+    return "succeeded" if status == "reused" else status
 
 
 def _lost_reason(error: str) -> bool:
@@ -722,18 +797,18 @@ async def histories(where: dict[str, str], chaos: Chaos) -> dict[str, Any]:
         handle = client.get_workflow_handle(ex.id, run_id=ex.run_id)
         info = (await handle.describe()).raw_description.workflow_execution_info
         history = await handle.fetch_history()
-        run = next((r for i, r in owner.items() if ex.id.endswith(i)), None)
+        of = next((r for i, r in owner.items() if ex.id.endswith(i)), None)
         entry = {
             "workflow_id": ex.id,
             "run_id": ex.run_id,
             "status": ex.status.name if ex.status else None,
             "events": info.history_length,
             "bytes": info.history_size_bytes,
-            "of": run.label if run else None,
+            "of": of.label if of else None,
         }
         sizes.append(entry)
-        if run is not None:
-            run.histories.append(entry)
+        if of is not None:
+            of.histories.append(entry)
         else:
             stats["orphans"] += 1
         if ex.status is not None and ex.status.name == "RUNNING":
@@ -745,8 +820,8 @@ async def histories(where: dict[str, str], chaos: Chaos) -> dict[str, Any]:
             known = "KeyError" in text and "'n'" in text
             kind = "replay (known KeyError 'n')" if known else "replay"
             failures.append((kind, f"{ex.id} {ex.run_id}", text[:600]))
-            if run is not None:
-                run.failures.append((kind, f"{ex.id}: {text[:300]}"))
+            if of is not None:
+                of.failures.append((kind, f"{ex.id}: {text[:300]}"))
     return {"stats": dict(stats), "failures": failures, "sizes": sizes}
 
 
@@ -764,6 +839,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kill-every", type=float, default=8.0, help="mean seconds between kills")
     parser.add_argument("--driver-share", type=float, default=4.0, help="one kill in N a driver")
     parser.add_argument("--max-driver-kills", type=int, default=2, help="per run")
+    parser.add_argument(
+        "--all-but-one",
+        type=float,
+        default=0.15,
+        help="share of worker kills that kill all but one",
+    )
     parser.add_argument("--solve-share", type=float, default=0.35, help="share of runs that solve")
     parser.add_argument("--scale", type=float, default=1.0, help="tool durations times this")
     parser.add_argument("--run-timeout", type=float, default=300.0, help="seconds a run may take")
@@ -796,7 +877,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     chaos = Chaos(args, work, where)
     chaos.make_runs()
-    plans = {r.label: (r.plan, r.second) for r in chaos.runs}
+    plans = {r.label: r.rounds for r in chaos.runs}
     t0 = time.monotonic()
     print(f"temporal chaos: seed {args.seed}, {args.runs} runs, work dir {work}")
     try:
@@ -900,7 +981,9 @@ def summarise(
     head = (
         f"{data['runs']} runs ({data['plans']} plans, {data['solves']} solves) in {wall:.0f} s; "
         f"kills: {chaos.kills['worker']} workers, {chaos.kills['driver']} drivers; "
-        f"{found['stats'].get('replayed', 0)} workflow executions replayed; largest history "
+        f"{found['stats'].get('replayed', 0)} workflow executions replayed "
+        f"({found['stats'].get('orphans', 0)} of no run, "
+        f"{found['stats'].get('still running', 0)} still running); largest history "
         f"{data['history_events_max']} events, {data['history_bytes_max']:,} bytes"
     )
     fails = ", ".join(f"{k}: {n}" for k, n in sorted(kinds.items())) or "none"
