@@ -58,6 +58,7 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -571,6 +572,10 @@ class Chaos:
         from dagagent.store import RunStore
 
         if any(k == "hang" for k, _ in run.failures):
+            if run.store.exists():  # its workflows, for the replays
+                with RunStore(run.store) as st:
+                    run.ids = [r.run_id for r in st.list_runs()]
+                    run.ids += [s.solve_id for s in st.list_solves()]
             return
         last = run.exits[-1]
         if last not in (0, 1) and not run.ended_on_record:
@@ -812,14 +817,24 @@ async def histories(where: dict[str, str], chaos: Chaos) -> dict[str, Any]:
         else:
             stats["orphans"] += 1
         if ex.status is not None and ex.status.name == "RUNNING":
-            stats["still running"] += 1
+            stats["still running"] += 1  # a run that hung: it stops here
+            await handle.terminate("the chaos script ends: this run's workflow hung")
         result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
         stats["replayed"] += 1
         if result.replay_failure is not None:
-            text = f"{type(result.replay_failure).__name__}: {result.replay_failure}"
-            known = "KeyError" in text and "'n'" in text
-            kind = "replay (known KeyError 'n')" if known else "replay"
+            failure = result.replay_failure
+            text = f"{type(failure).__name__}: {failure}"
+            trace = "".join(traceback.format_exception(failure)) + str(failure.__cause__ or "")
+            # a local activity's result reaching the workflow a workflow task later than
+            # its marker: on replay a task starts before the output it reads (a KeyError
+            # in the workflow's _map or _args)
+            known = "KeyError" in trace and ("_map" in trace or "_args" in trace)
+            kind = "replay: KeyError (local activity order)" if known else "replay"
             failures.append((kind, f"{ex.id} {ex.run_id}", text[:600]))
+            kept = chaos.work / "replay-failures"
+            kept.mkdir(exist_ok=True)
+            (kept / f"{ex.id}-{ex.run_id}.json").write_text(history.to_json())
+            (kept / f"{ex.id}-{ex.run_id}.txt").write_text(trace)
             if of is not None:
                 of.failures.append((kind, f"{ex.id}: {text[:300]}"))
     return {"stats": dict(stats), "failures": failures, "sizes": sizes}
@@ -848,6 +863,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--solve-share", type=float, default=0.35, help="share of runs that solve")
     parser.add_argument("--scale", type=float, default=1.0, help="tool durations times this")
     parser.add_argument("--run-timeout", type=float, default=300.0, help="seconds a run may take")
+    parser.add_argument(
+        "--suggest-continue-as-new",
+        type=int,
+        default=120,
+        metavar="EVENTS",
+        help="the history length at which the development server suggests continuing as new "
+        "(its own default is 4,096; 0 keeps it): runs and solves continue as new often",
+    )
     parser.add_argument("--temporal-address", default=None, help="a server of your own")
     parser.add_argument("--temporal-namespace", default="default")
     parser.add_argument("--payload-store", default=None, help="with --temporal-address")
@@ -865,7 +888,11 @@ def main(argv: list[str] | None = None) -> int:
         from temporal_overhead import _free_port, start_dev_server
 
         port = _free_port()
-        server = start_dev_server(port)
+        extra = []
+        if args.suggest_continue_as_new:
+            value = f"limit.historyCount.suggestContinueAsNew={args.suggest_continue_as_new}"
+            extra = ["--dynamic-config-value", value]
+        server = start_dev_server(port, *extra)
         address = f"127.0.0.1:{port}"
     else:
         address = args.temporal_address

@@ -228,15 +228,16 @@ async def _answers(address: str) -> bool:
     return True
 
 
-def start_dev_server(port: int) -> subprocess.Popen[bytes]:
-    """``temporal server start-dev`` on loopback ``port``, once it answers (SystemExit when
-    it does not within a minute)."""
+def start_dev_server(port: int, *extra: str) -> subprocess.Popen[bytes]:
+    """``temporal server start-dev`` on loopback ``port`` (with ``extra`` options), once it
+    answers (SystemExit when it does not within a minute)."""
     proc = subprocess.Popen(
         [
             _binary(),
             *("server", "start-dev", "--headless", "--ip", "127.0.0.1", "--port", str(port)),
             *("--http-port", str(_free_port()), "--metrics-port", str(_free_port())),
             *("--log-level", "error"),
+            *extra,
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
