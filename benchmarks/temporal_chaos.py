@@ -819,6 +819,12 @@ async def histories(where: dict[str, str], chaos: Chaos) -> dict[str, Any]:
         if ex.status is not None and ex.status.name == "RUNNING":
             stats["still running"] += 1  # a run that hung: it stops here
             await handle.terminate("the chaos script ends: this run's workflow hung")
+        for event in history.events:  # a workflow task that failed on a worker, and why
+            if event.HasField("workflow_task_failed_event_attributes"):
+                why = event.workflow_task_failed_event_attributes.failure.message
+                stats[f"workflow task failed: {_cause(why)}"] += 1
+                if of is not None:
+                    of.notes.append(f"{ex.id}: a workflow task failed: {why[:200]}")
         result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
         stats["replayed"] += 1
         if result.replay_failure is not None:
@@ -838,6 +844,15 @@ async def histories(where: dict[str, str], chaos: Chaos) -> dict[str, Any]:
             if of is not None:
                 of.failures.append((kind, f"{ex.id}: {text[:300]}"))
     return {"stats": dict(stats), "failures": failures, "sizes": sizes}
+
+
+def _cause(message: str) -> str:
+    """A workflow task failure's kind, from its message."""
+    if "deadlock" in message.lower():
+        return "deadlock (the workflow did not yield within 2 s)"
+    if "nondetermin" in message.lower():
+        return "nondeterminism"
+    return message.split("\n", 1)[0][:80]
 
 
 # -- main ---------------------------------------------------------------------------------
@@ -1014,7 +1029,11 @@ def summarise(
         f"{data['history_events_max']} events, {data['history_bytes_max']:,} bytes"
     )
     fails = ", ".join(f"{k}: {n}" for k, n in sorted(kinds.items())) or "none"
-    text = "\n".join([*lines, "", head, f"failures by kind: {fails}"])
+    wft = {k: n for k, n in found["stats"].items() if k.startswith("workflow task failed")}
+    tasks = "; ".join(f"{k[len('workflow task failed: ') :]}: {n}" for k, n in wft.items())
+    tasks = f"workflow tasks failed on a worker (retried by the server): {tasks or 'none'}"
+    kills = ", ".join(f"{k}: {n}" for k, n in sorted(chaos.kills.items()))
+    text = "\n".join([*lines, "", head, f"kills: {kills}", tasks, f"failures by kind: {fails}"])
     md = "\n".join(
         [
             "# Chaos on Temporal: workers and drivers killed at random moments",
@@ -1023,6 +1042,10 @@ def summarise(
             f"Machine: {__import__('_common').machine_line(info)}",
             "",
             head + ".",
+            "",
+            f"Kills: {kills}.",
+            "",
+            tasks + ".",
             "",
             f"Failures by kind: {fails}.",
             "",
