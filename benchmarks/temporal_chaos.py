@@ -6,20 +6,23 @@ a free loopback port; or uses ``--temporal-address`` of a cluster of your own) a
 ``--workers`` ``dagagent worker`` processes serving this module's tools, then runs
 ``--runs`` runs, ``--parallel`` at once, each in its own run store:
 
-- **plans** (``dagagent run --executor temporal``), made at random from a chain of slow
-  tools, a fan-out and its fan-in, a map wide enough to run in chunks (and a map of
-  payments, in chunks too), a tool declared fast (a local activity), payments (a tool with
-  side effects and a reconciler) and mails (side effects, no reconciler);
-- **solves** (``dagagent ask --executor temporal``) of one or two rounds, the model a
+- **plans** (``dagagent run --executor temporal --on-failure continue``), made at random
+  from a chain of slow tools, a fan-out and its fan-in, a map wide enough to run in chunks,
+  a map of thousands of elements, a map of payments, a tool declared fast (a local
+  activity), payments (a tool with side effects and a reconciler), mails (side effects, no
+  reconciler) and a tool that fails;
+- **solves** (``dagagent ask --executor temporal``) of one to five rounds, the model a
   loopback server speaking OpenAI's wire format (``tests/llm_server.py``) whose answers
   depend on the request alone (a model call made again gets the same answer).
 
-A killer (seeded by ``--seed``) waits a random time (exponential, mean ``--kill-every``
-seconds), then SIGKILLs a random worker and starts another in its place, or (one time in
-``--driver-share``) the driver of a random run in flight: ``dagagent resume RUN`` (a plan)
-or ``dagagent attach SOLVE`` (a solve) follows, and may be killed in turn. Which moment a
-kill lands on depends on the machine: a seed fixes the plans and the kill schedule, not the
-outcome.
+The development server suggests continuing as new early (``--suggest-continue-as-new``), so
+runs and solves roll over while the kills go on. A killer (seeded by ``--seed``) waits a
+random time (exponential, mean ``--kill-every`` seconds), then SIGKILLs a random worker
+(sometimes all workers but one at once, ``--all-but-one``) and starts others in their
+place, or (one time in ``--driver-share``) the driver of a random run in flight: ``dagagent
+resume RUN`` (a plan) or ``dagagent attach SOLVE`` (a solve) follows, and may be killed in
+turn (a driver killed before it recorded anything starts again). Which moment a kill lands
+on depends on the machine: a seed fixes the plans and the kill schedule, not the outcome.
 
 Each run is then checked:
 
@@ -34,7 +37,11 @@ Each run is then checked:
 - **its histories replay**: every execution of every workflow of the run (the run's, the
   solve's, each round's, and each run a workflow continued as new into, as the server lists
   them) replays with ``temporalio.worker.Replayer`` from the history the server returns;
-- **their size**: the events and bytes the server reports for each history.
+- **their size**: the events and bytes the server reports for each history; and the
+  workflow tasks that failed on a worker (the server retried them), by cause.
+
+The exit code is 1 when a check failed; the working directory (each run's store and
+processes' output, the histories that did not replay) is then kept.
 
     python benchmarks/temporal_chaos.py --seed 1 --runs 12
     python benchmarks/temporal_chaos.py --seed 7 --runs 40 --parallel 3 --write
