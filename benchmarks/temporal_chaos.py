@@ -939,6 +939,11 @@ def main(argv: list[str] | None = None) -> int:
         found = asyncio.run(histories(where, chaos))
     finally:
         chaos.stop.set()
+        for run in chaos.runs:  # drivers still running (the script was interrupted)
+            for proc in run.drivers:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
         chaos.workers.stop()
         if server is not None:
             server.terminate()
