@@ -7,11 +7,17 @@ elements, failures under ``on_failure="continue"``) by an in-process worker of
 ``tests/temporal_tools.py``, every payload inline: ``run_local_activities`` by the workflow
 before the patch (its maps' element counts and assembly, and the fast tool's call, are local
 activities), ``run_no_local_activities`` by this one. Replaying needs no server.
+
+Two more are of a revision's run whose map reuses four of its five elements' earlier outputs
+(``tests/data/temporal`` names them; made alike, its map in chunks of two): one by the
+workflow before its map's reuse went by reference (patch ``reuse-by-reference``: every
+activity of the map carried the whole of it), one by this one (each gets the reference).
 """
 
 from __future__ import annotations
 
 import gzip
+import json
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -27,6 +33,8 @@ pytestmark = pytest.mark.asyncio_only("Temporal's client runs on asyncio")
 STORED = ROOT / "tests" / "data" / "temporal"
 BEFORE = STORED / "run_local_activities.json.gz"
 SINCE = STORED / "run_no_local_activities.json.gz"
+REUSED_INLINE = STORED / "run_reused_map_inline.json.gz"
+REUSED_BY_REFERENCE = STORED / "run_reused_map_by_reference.json.gz"
 
 
 def _history(path: Path) -> Any:
@@ -88,4 +96,43 @@ async def test_a_run_started_since_replays_with_no_local_activity(tmp_path: Path
     history = _history(SINCE)
     assert _markers(history) == {"core_patch": 1}
     assert _activities(history) == {"dagagent.count_elements": 4, "dagagent.run_task": 21}
+    await _replayer(tmp_path).replay_workflow(history)
+
+
+def _calls_of(history: Any, task_id: str) -> list[dict[str, Any]]:
+    """The call (first argument) of each activity scheduled for ``task_id``."""
+    calls = []
+    for e in history.events:
+        if e.HasField("activity_task_scheduled_event_attributes"):
+            call = json.loads(e.activity_task_scheduled_event_attributes.input.payloads[0].data)
+            if call["task_id"] == task_id:
+                calls.append(call)
+    return calls
+
+
+@pytest.mark.anyio
+async def test_a_run_whose_map_reuse_went_inline_replays_so(tmp_path: Path) -> None:
+    """A run started before the patch gave each activity of its map the whole reuse of it:
+    it replays so."""
+    history = _history(REUSED_INLINE)
+    assert _markers(history) == {"core_patch": 1}
+    calls = _calls_of(history, "m")
+    assert len(calls) == 5  # its count, three chunks, its assembly
+    for call in calls:
+        assert "reuse_ref" not in call
+        assert sum(k.startswith("m@") for k in call["reuse"]) == 5  # the earlier run's
+    await _replayer(tmp_path).replay_workflow(history)
+
+
+@pytest.mark.anyio
+async def test_a_run_whose_map_reuse_goes_by_reference_replays(tmp_path: Path) -> None:
+    """A run started since has the patch's marker, and each activity of its map gets the
+    reference to its reuse alone, the same for all (the replay reads no payload store)."""
+    history = _history(REUSED_BY_REFERENCE)
+    assert _markers(history) == {"core_patch": 2}
+    calls = _calls_of(history, "m")
+    assert len(calls) == 5
+    assert all("reuse" not in call for call in calls)
+    assert len({call["reuse_ref"] for call in calls}) == 1
+    assert len(calls[0]["reuse_ref"]) < 1000
     await _replayer(tmp_path).replay_workflow(history)
