@@ -1538,6 +1538,66 @@ async def test_a_revision_reuses_unchanged_successes_on_temporal(
     assert {r.status.value for r in record.tasks.values()} <= {"reused", "succeeded"}
 
 
+@pytest.mark.anyio
+async def test_a_wide_reused_map_gives_its_chunks_a_reference_to_its_reuse(
+    workers: Workers, tmp_path: Path
+) -> None:
+    """A revision whose map of 2,000 elements reuses all but one of them: every activity of
+    the map gets a reference to its reuse (a few hundred bytes) where it carried the whole
+    of it (every element's earlier output), and the run ends as a local one does."""
+    from base64 import b64decode
+
+    from temporalio.api.common.v1 import Payload
+
+    from dagagent.review import reuse_map
+    from dagagent.store import RunStore
+
+    n = 2000
+
+    def wide(items: list[int]) -> dict[str, Any]:
+        return plan(
+            {"id": "xs", "tool": "echo", "args": {"value": items}},
+            {"id": "m", "for_each": "${xs}", "tool": "big", "args": {"i": "${@item}", "n": 40}},
+        )
+
+    revised = wide([*range(n - 1), n + 7])  # one element changed: it runs, the rest reused
+    with RunStore(tmp_path / "runs.db") as st:
+        before = await dagagent.execute(
+            wide(list(range(n))), temporal_tools.registry, settings=RunSettings(), store=st
+        )
+        reuse = reuse_map(st.get_run(before.run_id))
+    ex = executor(workers)
+    there = await dagagent.execute(
+        revised, temporal_tools.registry, settings=settings(ex), reuse=reuse
+    )
+    here = await dagagent.execute(revised, temporal_tools.registry, reuse=reuse)
+    assert there.ok and here.ok
+    assert outcome(there) == outcome(here)
+    elements = there.tasks["m"].elements or []
+    assert [e.status.value for e in elements] == ["reused"] * (n - 1) + ["succeeded"]
+    assert [e.output for e in elements] == [e.output for e in here.tasks["m"].elements or []]
+
+    assert ex.client is not None and ex.workflow_id is not None
+    history = await ex.client.get_workflow_handle(ex.workflow_id).fetch_history()
+    calls = []
+    for e in history.events:
+        if e.HasField("activity_task_scheduled_event_attributes"):
+            first = e.activity_task_scheduled_event_attributes.input.payloads[0]
+            if not first.external_payloads and json.loads(first.data)["task_id"] == "m":
+                calls.append((first.ByteSize(), json.loads(first.data)))
+    # its count and its chunks, each inline and small (its assembly, which carries the
+    # elements' results, is in the payload store)
+    assert len(calls) == 1 + n // 100
+    for size, call in calls:
+        assert size < 1500
+        assert "reuse" not in call
+    refs = {call["reuse_ref"] for _, call in calls}
+    assert len(refs) == 1
+    # what the reference stands for: every element's earlier output, stored once
+    stored = Payload.FromString(b64decode(refs.pop()))
+    assert sum(p.size_bytes for p in stored.external_payloads) > 40 * n
+
+
 class Feed:
     """A plan written task by task (as a model streams it) into a growing graph."""
 
