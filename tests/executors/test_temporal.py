@@ -1598,6 +1598,71 @@ async def test_a_wide_reused_map_gives_its_chunks_a_reference_to_its_reuse(
     assert sum(p.size_bytes for p in stored.external_payloads) > 40 * n
 
 
+def test_a_workflow_task_that_keeps_failing_is_said_once_while_the_driver_follows(
+    own_workers: Workers, tmp_path: Path
+) -> None:
+    """A worker whose workflow code fails at a task (as a deadlock or a nondeterminism
+    would, every time): the server tries the workflow task again and again and nothing
+    moves. ``dagagent run`` says so on stderr once, naming the workflow and the failure
+    (escaped), and goes on following; here the workflow is then terminated, which ends it."""
+    from temporal_wedged import FAILURE
+
+    own_workers.start(1, tools="temporal_wedged:registry")
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(
+        json.dumps(
+            plan(
+                {"id": "a", "tool": "add", "args": {"a": 1, "b": 2}},
+                {"id": "wedged", "tool": "echo", "args": {"value": "${a}"}},
+            )
+        )
+    )
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("DAGAGENT_")},
+        "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")]),
+        "DAGAGENT_HOME": str(tmp_path / "home"),
+    }
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "dagagent", "run", str(plan_file), "--tools", TOOLS,
+         "--executor", "temporal", "--temporal-address", own_workers.address,
+         "--task-queue", own_workers.queue, "--payload-store", str(own_workers.payloads),
+         "--store", str(tmp_path / "runs.db"), "--json"],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        env=env, cwd=tmp_path,
+    )  # fmt: skip
+    assert driver.stderr is not None
+    said: list[str] = []
+    try:
+        while not any("is stuck" in line for line in said):  # the driver's lines as they come
+            line = driver.stderr.readline().decode()
+            assert line, f"the driver ended first: {''.join(said)}"
+            said.append(line)
+        [notice] = [line for line in said if "is stuck" in line]
+        [wid] = [w for w in notice.split() if w.startswith("dagagent-run-")]
+
+        async def terminate() -> None:
+            ex = TemporalExecutor(own_workers.address, task_queue=own_workers.queue)
+            async with ex.session():
+                assert ex.client is not None
+                await ex.client.get_workflow_handle(wid).terminate("the test is over")
+
+        anyio.run(terminate)
+        rest = driver.stderr.read().decode()
+        assert driver.wait(timeout=READY_S) != 0
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait()
+        driver.stderr.close()
+    assert notice.startswith(f"warning: the workflow {wid} on the Temporal server at ")
+    assert "its workflow task fails on the workers" in notice
+    assert FAILURE.replace("\x1b", "\\x1b") in notice  # escaped: no control character
+    assert "\x1b" not in "".join(said) + rest
+    assert "still following it" in notice
+    assert ("".join(said) + rest).count("is stuck") == 1  # said once, while it kept failing
+    assert "terminated" in rest  # the driver followed it to its end
+
+
 class Feed:
     """A plan written task by task (as a model streams it) into a growing graph."""
 

@@ -58,6 +58,7 @@ from ._connect import (
     worker_hint,
 )
 from ._payloads import DEFAULT_INLINE_BYTES, stored
+from ._stuck import StuckWatch
 from ._workflow import (
     ADD_TASKS,
     IN_DOUBT_RECORD,
@@ -209,6 +210,9 @@ class TemporalExecutor(BaseExecutor):
         # The tasks of a plan being written that were settled here as they arrived (their
         # earlier output reused), by run id: on record already when the workflow has them.
         self._settled_arriving: dict[str, set[str]] = {}
+        #: Says when a workflow this driver follows has a workflow task that keeps failing on
+        #: the workers (the driver goes on following it: the server tries it again).
+        self._stuck = StuckWatch(self.address)
 
     def reach(self) -> dict[str, str]:
         """How to reach this run's server again (``dagagent resume`` of a run whose driver
@@ -589,6 +593,7 @@ class TemporalExecutor(BaseExecutor):
                     await ended.wait()
                 if ended.is_set():
                     break
+                await self._stuck.look(self._client(), handle, run_id=runner.run_id)
                 try:
                     seen = await self._catch_up(handle, seen, record)
                     unanswered_since = None
