@@ -88,7 +88,9 @@ async def measure(args: argparse.Namespace, address: str, payloads: str) -> dict
     ex = TemporalExecutor(address, task_queue=QUEUE, payloads=payloads, chunk_elements=args.chunk)
     revised = wide([*range(n - 1), n + 7], args.bytes)
     started = time.perf_counter()
-    result = await dagagent.execute(revised, registry, settings=RunSettings(executor=ex), reuse=reuse)
+    result = await dagagent.execute(
+        revised, registry, settings=RunSettings(executor=ex), reuse=reuse
+    )
     wall = time.perf_counter() - started
     elements = result.tasks["m"].elements or []
     reused = sum(1 for e in elements if e.status.value == "reused")
