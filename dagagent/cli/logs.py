@@ -39,7 +39,7 @@ def _incomplete(fields: MutableMapping[str, Any]) -> str:
 def _task_failing(fields: MutableMapping[str, Any]) -> str:
     workflow, address = fields.get("workflow", ""), fields.get("address", "")
     attempts = fields.get("attempts")
-    times = f" ({attempts} attempt{'s' if attempts != 1 else ''} so far)" if attempts else ""
+    times = f" (failed {attempts} time{'s' if attempts != 1 else ''} so far)" if attempts else ""
     error = shorten(str(fields.get("error") or "no message"), 500)
     return (
         f"the workflow {workflow} on the Temporal server at {address} is stuck: its workflow "

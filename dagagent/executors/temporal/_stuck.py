@@ -4,11 +4,12 @@ A workflow task that fails on a worker (its code raised, a nondeterminism met in
 worker with code of another version, the SDK's deadlock detector) does not end the workflow:
 the server hands it out again, and again, until one succeeds. Meanwhile nothing moves, and a
 driver following the workflow by queries sees nothing to report. :class:`StuckWatch` looks
-now and then (the server's description of the workflow: its pending workflow task's attempt)
-and, when the task has failed and is being tried again, reads why from the history (its last
-``WorkflowTaskFailed`` event) and says so once, as a warning naming the workflow and the
-failure's message (escaped). The driver goes on following: the server keeps retrying, and a
-fixed worker deployed meanwhile picks the workflow up where it was.
+now and then (the server's description of the workflow: its pending workflow task's
+attempt) and, once the task has failed twice in a row (once may be a worker stopped under
+it), reads why from the history (its last ``WorkflowTaskFailed`` event) and says so once, as
+a warning naming the workflow and the failure's message (escaped). The driver goes on
+following: the server keeps retrying, and a fixed worker deployed meanwhile picks the
+workflow up where it was.
 """
 
 from __future__ import annotations
@@ -83,7 +84,7 @@ class StuckWatch:
         if not raw.HasField("pending_workflow_task"):
             return
         attempt = raw.pending_workflow_task.attempt
-        if attempt < 2:  # not failed yet (or once, and not tried again yet)
+        if attempt < 3:  # failed at most once: a worker stopped under it, say
             return
         found = await _last_failure(client, handle.id, described.run_id)
         if found is None:
