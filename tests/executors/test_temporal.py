@@ -16,6 +16,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from functools import partial
@@ -1632,6 +1633,9 @@ def test_a_workflow_task_that_keeps_failing_is_said_once_while_the_driver_follow
     )  # fmt: skip
     assert driver.stderr is not None
     said: list[str] = []
+    # no notice within READY_S: the driver is stopped, and the test fails saying what it said
+    watchdog = threading.Timer(READY_S, driver.kill)
+    watchdog.start()
     try:
         while not any("is stuck" in line for line in said):  # the driver's lines as they come
             line = driver.stderr.readline().decode()
@@ -1650,6 +1654,7 @@ def test_a_workflow_task_that_keeps_failing_is_said_once_while_the_driver_follow
         rest = driver.stderr.read().decode()
         assert driver.wait(timeout=READY_S) != 0
     finally:
+        watchdog.cancel()
         if driver.poll() is None:
             driver.kill()
             driver.wait()
