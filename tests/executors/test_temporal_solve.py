@@ -752,10 +752,10 @@ def test_a_deadline_ends_a_solve_whose_model_never_answers_exit_8(
     assert "Traceback" not in result.output
     reason = json.loads(result.stdout)["reason"]
     # the CLI's --deadline counts from the command's start: what is left of it when the
-    # solve started reaches here (less than the whole: the command started before the solve)
+    # solve started reaches here (under load, the command's start can take a good part)
     passed = re.match(r"the deadline passed in round 1 \((\d+\.\d) s into the solve\)", reason)
     assert passed is not None, reason
-    assert 0 < float(passed.group(1)) < 2.5
+    assert 0 < float(passed.group(1)) <= 2.5
     assert "cancelled: the planner's step (round 1)" in reason
     assert model.count == 1  # the step was cancelled, not tried again
     with dagagent.RunStore(store) as runs:

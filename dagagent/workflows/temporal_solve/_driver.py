@@ -51,7 +51,7 @@ import anyio
 import anyio.abc
 import anyio.to_thread
 from pydantic import TypeAdapter
-from temporalio.client import WorkflowExecutionStatus, WorkflowHandle
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -353,7 +353,7 @@ class _RunFollower(TemporalExecutor):
                 with anyio.CancelScope(shield=True):
                     await self._record_stop(handle, runner, graph, on_failure)
                 raise
-            how = await _ended_under_driver(handle)
+            how = await _ended_under_driver(handle, self._client())
             if how is None:
                 raise  # no worker answers (it goes on without this driver), or the solve
                 # cancelled it: the solve's own end says what became of it
@@ -1321,7 +1321,7 @@ async def _follow_stoppable(
     return found[0]
 
 
-async def _ended_under_driver(handle: WorkflowHandle[Any, Any]) -> str | None:
+async def _ended_under_driver(handle: WorkflowHandle[Any, Any], client: Client) -> str | None:
     """How round's run workflow ``handle`` ended, when it ended without finishing and not
     because its solve cancelled it: ``"terminated"`` (by an operator, say), ``"cancelled"``
     (by a client, not by its solve's workflow), ``"timed out"``, ``"failed"``. ``None`` when
@@ -1331,7 +1331,8 @@ async def _ended_under_driver(handle: WorkflowHandle[Any, Any]) -> str | None:
     try:
         with anyio.fail_after(2 * _QUERY_TIMEOUT_S):
             rpc = timedelta(seconds=_QUERY_TIMEOUT_S)
-            status = (await handle.describe(rpc_timeout=rpc)).status
+            described = await handle.describe(rpc_timeout=rpc)
+            status = described.status
             if status in (
                 None,
                 WorkflowExecutionStatus.RUNNING,
@@ -1347,6 +1348,14 @@ async def _ended_under_driver(handle: WorkflowHandle[Any, Any]) -> str | None:
                     if asked.external_workflow_execution.workflow_id:
                         return None  # its solve's workflow (its parent) cancelled it
                     break
+            if described.parent_id:  # a solve that ended (its deadline passed, say) cancels
+                # the round's run as it closes, by the server's hand: the solve's end says why
+                parent = client.get_workflow_handle(described.parent_id)
+                if (await parent.describe(rpc_timeout=rpc)).status not in (
+                    None,
+                    WorkflowExecutionStatus.RUNNING,
+                ):
+                    return None
             return "cancelled"
     except Exception:  # the server did not answer: the run's error stands
         return None
