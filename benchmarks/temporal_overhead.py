@@ -239,10 +239,12 @@ async def _answers(address: str) -> bool:
 TRANSFER_READS_PER_S = 1000
 
 
-def start_dev_server(port: int, *, server_defaults: bool = False) -> subprocess.Popen[bytes]:
-    """``temporal server start-dev`` on loopback ``port``, once it answers (SystemExit when
-    it does not within a minute); with the transfer-queue read rate docs/temporal.md
-    recommends, or the server's own with ``server_defaults``."""
+def start_dev_server(
+    port: int, *extra: str, server_defaults: bool = False
+) -> subprocess.Popen[bytes]:
+    """``temporal server start-dev`` on loopback ``port`` (with ``extra`` options), once it
+    answers (SystemExit when it does not within a minute); with the transfer-queue read rate
+    docs/temporal.md recommends, or the server's own with ``server_defaults``."""
     dynamic = (
         []
         if server_defaults
@@ -258,6 +260,7 @@ def start_dev_server(port: int, *, server_defaults: bool = False) -> subprocess.
             *("--http-port", str(_free_port()), "--metrics-port", str(_free_port())),
             *("--log-level", "error"),
             *dynamic,
+            *extra,
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

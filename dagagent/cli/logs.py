@@ -36,12 +36,25 @@ def _incomplete(fields: MutableMapping[str, Any]) -> str:
     return f"the run store {path} could not write all of the run: {lost}"
 
 
+def _task_failing(fields: MutableMapping[str, Any]) -> str:
+    workflow, address = fields.get("workflow", ""), fields.get("address", "")
+    attempts = fields.get("attempts")
+    times = f" (failed {attempts} time{'s' if attempts != 1 else ''} so far)" if attempts else ""
+    error = shorten(str(fields.get("error") or "no message"), 500)
+    return (
+        f"the workflow {workflow} on the Temporal server at {address} is stuck: its workflow "
+        f"task fails on the workers{times}: {error}. The server keeps trying it, and it goes "
+        "on once a worker can run it (deploy a fixed worker); still following it"
+    )
+
+
 #: Events said in words; ``None``: not said at all (the command says it its own way).
 _SAID: dict[str, Callable[[MutableMapping[str, Any]], str] | None] = {
     "llm.retry": _retry,
     "llm.error": None,
     "store.locked": _locked,
     "store.record_incomplete": _incomplete,
+    "temporal.workflow_task_failing": _task_failing,
 }
 _NOT_SHOWN = ("timestamp", "level", "event", "provider", "model", "run_id", "solve_id")
 

@@ -16,6 +16,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from functools import partial
@@ -1537,6 +1538,135 @@ async def test_a_revision_reuses_unchanged_successes_on_temporal(
     assert record.tasks["w"].worker is None  # settled by the driver: no activity
     assert record.tasks["d"].worker is not None  # settled by its worker, without a call
     assert {r.status.value for r in record.tasks.values()} <= {"reused", "succeeded"}
+
+
+@pytest.mark.anyio
+async def test_a_wide_reused_map_gives_its_chunks_a_reference_to_its_reuse(
+    workers: Workers, tmp_path: Path
+) -> None:
+    """A revision whose map of 2,000 elements reuses all but one of them: every activity of
+    the map gets a reference to its reuse (a few hundred bytes) where it carried the whole
+    of it (every element's earlier output), and the run ends as a local one does."""
+    from base64 import b64decode
+
+    from temporalio.api.common.v1 import Payload
+
+    from dagagent.review import reuse_map
+    from dagagent.store import RunStore
+
+    n = 2000
+
+    def wide(items: list[int]) -> dict[str, Any]:
+        return plan(
+            {"id": "xs", "tool": "echo", "args": {"value": items}},
+            {"id": "m", "for_each": "${xs}", "tool": "big", "args": {"i": "${@item}", "n": 40}},
+        )
+
+    revised = wide([*range(n - 1), n + 7])  # one element changed: it runs, the rest reused
+    with RunStore(tmp_path / "runs.db") as st:
+        before = await dagagent.execute(
+            wide(list(range(n))), temporal_tools.registry, settings=RunSettings(), store=st
+        )
+        reuse = reuse_map(st.get_run(before.run_id))
+    ex = executor(workers)
+    there = await dagagent.execute(
+        revised, temporal_tools.registry, settings=settings(ex), reuse=reuse
+    )
+    here = await dagagent.execute(revised, temporal_tools.registry, reuse=reuse)
+    assert there.ok and here.ok
+    assert outcome(there) == outcome(here)
+    elements = there.tasks["m"].elements or []
+    assert [e.status.value for e in elements] == ["reused"] * (n - 1) + ["succeeded"]
+    assert [e.output for e in elements] == [e.output for e in here.tasks["m"].elements or []]
+
+    assert ex.client is not None and ex.workflow_id is not None
+    history = await ex.client.get_workflow_handle(ex.workflow_id).fetch_history()
+    calls = []
+    for e in history.events:
+        if e.HasField("activity_task_scheduled_event_attributes"):
+            first = e.activity_task_scheduled_event_attributes.input.payloads[0]
+            if not first.external_payloads and json.loads(first.data)["task_id"] == "m":
+                calls.append((first.ByteSize(), json.loads(first.data)))
+    # its count and its chunks, each inline and small (its assembly, which carries the
+    # elements' results, is in the payload store)
+    assert len(calls) == 1 + n // 100
+    for size, call in calls:
+        assert size < 1500
+        assert "reuse" not in call
+    refs = {call["reuse_ref"] for _, call in calls}
+    assert len(refs) == 1
+    # what the reference stands for: every element's earlier output, stored once
+    stored = Payload.FromString(b64decode(refs.pop()))
+    assert sum(p.size_bytes for p in stored.external_payloads) > 40 * n
+
+
+def test_a_workflow_task_that_keeps_failing_is_said_once_while_the_driver_follows(
+    own_workers: Workers, tmp_path: Path
+) -> None:
+    """A worker whose workflow code fails at a task (as a deadlock or a nondeterminism
+    would, every time): the server tries the workflow task again and again and nothing
+    moves. ``dagagent run`` says so on stderr once, naming the workflow and the failure
+    (escaped), and goes on following; here the workflow is then terminated, which ends it."""
+    from temporal_wedged import FAILURE
+
+    own_workers.start(1, tools="temporal_wedged:registry")
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(
+        json.dumps(
+            plan(
+                {"id": "a", "tool": "add", "args": {"a": 1, "b": 2}},
+                {"id": "wedged", "tool": "echo", "args": {"value": "${a}"}},
+            )
+        )
+    )
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("DAGAGENT_")},
+        "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")]),
+        "DAGAGENT_HOME": str(tmp_path / "home"),
+    }
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "dagagent", "run", str(plan_file), "--tools", TOOLS,
+         "--executor", "temporal", "--temporal-address", own_workers.address,
+         "--task-queue", own_workers.queue, "--payload-store", str(own_workers.payloads),
+         "--store", str(tmp_path / "runs.db"), "--json"],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        env=env, cwd=tmp_path,
+    )  # fmt: skip
+    assert driver.stderr is not None
+    said: list[str] = []
+    # no notice within READY_S: the driver is stopped, and the test fails saying what it said
+    watchdog = threading.Timer(READY_S, driver.kill)
+    watchdog.start()
+    try:
+        while not any("is stuck" in line for line in said):  # the driver's lines as they come
+            line = driver.stderr.readline().decode()
+            assert line, f"the driver ended first: {''.join(said)}"
+            said.append(line)
+        [notice] = [line for line in said if "is stuck" in line]
+        [wid] = [w for w in notice.split() if w.startswith("dagagent-run-")]
+
+        async def terminate() -> None:
+            ex = TemporalExecutor(own_workers.address, task_queue=own_workers.queue)
+            async with ex.session():
+                assert ex.client is not None
+                await ex.client.get_workflow_handle(wid).terminate("the test is over")
+
+        anyio.run(terminate)
+        rest = driver.stderr.read().decode()
+        assert driver.wait(timeout=READY_S) != 0
+    finally:
+        watchdog.cancel()
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait()
+        driver.stderr.close()
+    assert notice.startswith(f"warning: the workflow {wid} on the Temporal server at ")
+    assert "its workflow task fails on the workers" in notice
+    assert FAILURE.replace("\x1b", "\\x1b") in notice  # escaped: no control character
+    assert "\x1b" not in "".join(said) + rest
+    assert "still following it" in notice
+    assert ("".join(said) + rest).count("is stuck") == 1  # said once, while it kept failing
+    assert "terminated" in rest  # the driver followed it to its end
 
 
 class Feed:

@@ -11,6 +11,12 @@ before the first patch (its maps' element counts and assembly, and the fast tool
 local activities), ``run_no_local_activities`` by the workflow between the two (each
 activity carries the plan's JSON text), ``run_task_alone`` by this one. Replaying needs no
 server.
+
+Two more are of a revision's run whose map reuses four of its five elements' earlier outputs
+(``tests/data/temporal`` names them; made alike, its map in chunks of two): one by the
+workflow before its map's reuse went by reference (patch ``reuse-by-reference``: every
+activity of the map carried the whole of it), one by the workflow since (each gets the
+reference).
 """
 
 from __future__ import annotations
@@ -39,6 +45,8 @@ STORED = ROOT / "tests" / "data" / "temporal"
 BEFORE = STORED / "run_local_activities.json.gz"
 SINCE = STORED / "run_no_local_activities.json.gz"
 TASK_ALONE = STORED / "run_task_alone.json.gz"
+REUSED_INLINE = STORED / "run_reused_map_inline.json.gz"
+REUSED_BY_REFERENCE = STORED / "run_reused_map_by_reference.json.gz"
 
 
 def _history(path: Path) -> Any:
@@ -133,6 +141,28 @@ async def test_a_run_started_since_sends_each_activity_its_task_alone(tmp_path: 
     for _, (call, *outputs) in scheduled:
         assert call["task"] == tasks[call["task_id"]]
         assert len(outputs) == len(call["deps"])  # the outputs alone: no plan's text
+def _calls_of(history: Any, task_id: str) -> list[dict[str, Any]]:
+    """The call (first argument) of each activity scheduled for ``task_id``."""
+    calls = []
+    for e in history.events:
+        if e.HasField("activity_task_scheduled_event_attributes"):
+            call = json.loads(e.activity_task_scheduled_event_attributes.input.payloads[0].data)
+            if call["task_id"] == task_id:
+                calls.append(call)
+    return calls
+
+
+@pytest.mark.anyio
+async def test_a_run_whose_map_reuse_went_inline_replays_so(tmp_path: Path) -> None:
+    """A run started before the patch gave each activity of its map the whole reuse of it:
+    it replays so."""
+    history = _history(REUSED_INLINE)
+    assert _markers(history) == {"core_patch": 1}
+    calls = _calls_of(history, "m")
+    assert len(calls) == 5  # its count, three chunks, its assembly
+    for call in calls:
+        assert "reuse_ref" not in call
+        assert sum(k.startswith("m@") for k in call["reuse"]) == 5  # the earlier run's
     await _replayer(tmp_path).replay_workflow(history)
 
 

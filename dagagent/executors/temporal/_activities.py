@@ -12,7 +12,9 @@ elements, the result record: all as in a local run. The result goes back as the 
 A map's window: the elements outside it stand as placeholders and those the window finished
 before its worker was lost stand as they were reported (see ``_window_prior``), so the
 runner runs only the rest (the same road as a resumed run's waiting elements). Finished
-elements are reported in the activity's heartbeats.
+elements are reported in the activity's heartbeats. A map's reuse (its elements' earlier
+outputs) comes as a reference to the payload store (``call["reuse_ref"]``), read once per
+worker and kept for the map's other chunks (see ``_with_reuse``).
 
 A task run again after its worker was lost (``in_doubt``), whose tool has side effects: the
 calls it had not finished are in doubt (``Effects.lost_during`` in the runner), and its
@@ -69,6 +71,7 @@ from ...references import Template
 from ...results import ApprovalAnswer, TaskResult, TaskStatus
 from ...runner import CallLedger, Effects, Redaction, TaskRunner, ToolCalls
 from ...settings import TaskRetryPolicy
+from ._payloads import fetched
 from ._workflow import (
     COUNT_ELEMENTS,
     IN_DOUBT_RECORD,
@@ -110,6 +113,8 @@ _CALLS_LOOK_S = 0.05
 _IN_DOUBT = ("ask", "retry", "deny")
 # Plans validated on this worker (the most recent), by their JSON text.
 _GRAPHS_KEPT = 32
+# Maps' reuse read from the payload store on this worker (the most recent), by reference.
+_REUSE_KEPT = 4
 
 
 def worker_identity() -> str:
@@ -148,6 +153,7 @@ class Activities:
         self._redaction = Redaction(self.interceptors)
         self._policies: dict[str, tuple[Interceptor, ...]] = {}
         self._graphs: OrderedDict[str, PlanGraph] = OrderedDict()
+        self._reuse: OrderedDict[str, dict[str, Any]] = OrderedDict()
 
     def definitions(self) -> list[Any]:
         return [self.run_task, self.count_elements, self.sub_solve_goals, self.sub_solve_settle]
@@ -161,6 +167,7 @@ class Activities:
         :data:`AgentModels`). ``given``: the output of each dependency (see
         :meth:`_graph`); a task of a turn's run that reads its conversation
         (``call["conversation"]``) has it last."""
+        call = await self._with_reuse(call)
         graph, outputs = self._graph(call, given)
         conversation: dict[str, Any] | None = None
         if call.get("conversation"):
@@ -251,6 +258,7 @@ class Activities:
     async def _count_elements(
         self, call: dict[str, Any], graph: PlanGraph, outputs: Sequence[Any]
     ) -> dict[str, Any]:
+        call = await self._with_reuse(call)
         runner = self._runner(call, graph, outputs)
         task = runner.tasks[call["task_id"]]
         if task.when is not None and not _holds(task.when, runner.outputs):
@@ -284,6 +292,7 @@ class Activities:
     async def _sub_solve_goals(
         self, call: dict[str, Any], graph: PlanGraph, outputs: Sequence[Any]
     ) -> dict[str, Any]:
+        call = await self._with_reuse(call)
         goals: dict[int | None, dict[str, Any]] = {}
 
         async def note(node: AgentNode) -> tuple[Any, list[AgentStep] | None]:
@@ -312,6 +321,7 @@ class Activities:
     async def _sub_solve_settle(
         self, call: dict[str, Any], graph: PlanGraph, outputs: Sequence[Any]
     ) -> dict[str, Any]:
+        call = await self._with_reuse(call)
         outcomes = {o["element"]: o for o in call["outcomes"]}
 
         async def answer(node: AgentNode) -> tuple[Any, list[AgentStep] | None]:
@@ -337,6 +347,28 @@ class Activities:
         return self._where(doc, ran_here=True)
 
     # -- how -----------------------------------------------------------------------------------
+
+    async def _with_reuse(self, call: dict[str, Any]) -> dict[str, Any]:
+        """``call`` with the reuse its reference names (``reuse_ref``: a map's, in the
+        payload store), read once and kept for the map's other chunks on this worker."""
+        ref = call.get("reuse_ref")
+        if ref is None:
+            return call
+        found = self._reuse.get(ref)
+        if found is None:
+            found = await fetched(activity.client().data_converter, ref)
+            if not isinstance(found, dict):
+                raise ApplicationError(
+                    f"the reuse of task {call.get('task_id')!r} read from the payload store "
+                    "is not a mapping",
+                    non_retryable=True,
+                )
+            self._reuse[ref] = found
+            while len(self._reuse) > _REUSE_KEPT:
+                self._reuse.popitem(last=False)
+        else:
+            self._reuse.move_to_end(ref)
+        return {**call, "reuse": found}
 
     def _where(self, doc: dict[str, Any], *, ran_here: bool) -> dict[str, Any]:
         """``doc`` with this worker as the one that ran it (``ran_here``: and each of its

@@ -57,7 +57,8 @@ from ._connect import (
     has_workers,
     worker_hint,
 )
-from ._payloads import DEFAULT_INLINE_BYTES
+from ._payloads import DEFAULT_INLINE_BYTES, stored
+from ._stuck import StuckWatch
 from ._workflow import (
     ADD_TASKS,
     IN_DOUBT_RECORD,
@@ -209,6 +210,9 @@ class TemporalExecutor(BaseExecutor):
         # The tasks of a plan being written that were settled here as they arrived (their
         # earlier output reused), by run id: on record already when the workflow has them.
         self._settled_arriving: dict[str, set[str]] = {}
+        #: Says when a workflow this driver follows has a workflow task that keeps failing on
+        #: the workers (the driver goes on following it: the server tries it again).
+        self._stuck = StuckWatch(self.address)
 
     def reach(self) -> dict[str, str]:
         """How to reach this run's server again (``dagagent resume`` of a run whose driver
@@ -305,6 +309,7 @@ class TemporalExecutor(BaseExecutor):
         if handle is None:
             settled = await _settle_here(graph, runner, resumed)
             inp = self._input(graph, runner, on_failure, settled)
+            await self._by_reference(inp, runner)
             # what it starts with: tasks added (or the plan's end) since are sent to it
             known, whole = len(inp.order), not inp.streaming
             # what becomes of a call in doubt nothing decides (a lost worker's, say)
@@ -491,6 +496,14 @@ class TemporalExecutor(BaseExecutor):
             max_concurrency=runner.max_concurrency,
         )
 
+    async def _by_reference(self, facts: RunInput | Arrived, runner: TaskRunner) -> None:
+        """Put the reuse of each map task of ``facts`` in the payload store, one payload per
+        task (its elements' earlier outputs, its own, its dependencies'), and name it by its
+        reference alone (``RunInput.reuse_refs``): every chunk of the map gets the reference,
+        and each worker reads the payload once, where the workflow would otherwise write the
+        whole of it into every chunk's arguments."""
+        await reuse_by_reference(self._client().data_converter, facts, runner.reuse)
+
     def _limits(self) -> list[Mapping[str, Any]]:
         """The limits of the run's approval rules, as their file form has them (the workers
         apply them; the workflow counts the calls they limit)."""
@@ -528,6 +541,7 @@ class TemporalExecutor(BaseExecutor):
                 if len(tasks) > known:
                     facts = _facts(graph, runner, tasks[known:], self._limits())
                     facts.finished = self._reused_now(runner, tasks[known:])
+                    await self._by_reference(facts, runner)
                     await handle.signal(ADD_TASKS, facts)
                     known = len(tasks)
                 if complete:
@@ -583,6 +597,7 @@ class TemporalExecutor(BaseExecutor):
                     await ended.wait()
                 if ended.is_set():
                     break
+                await self._stuck.look(self._client(), handle, run_id=runner.run_id)
                 try:
                     seen = await self._catch_up(handle, seen, record)
                     unanswered_since = None
@@ -790,6 +805,7 @@ class TemporalExecutor(BaseExecutor):
             if t not in done and t not in doubt
         ]
         inp = self._input(graph, runner, on_failure, settled)
+        await self._by_reference(inp, runner)
         inp.in_doubt = list(doubt)
         inp.in_doubt_policy = IN_DOUBT_RECORD
         inp.answers = {}  # no decision of a person makes any of them here
@@ -1282,6 +1298,29 @@ def _reuse_of(reuse: Mapping[str, tuple[str, Any]], tasks: set[str]) -> dict[str
     task's own (those of a task settled here too: a later task compares its upstream outputs
     with them) and those of a map task's elements (``task@fingerprint``)."""
     return {k: list(v) for k, v in reuse.items() if k in tasks or k.partition("@")[0] in tasks}
+
+
+async def reuse_by_reference(
+    converter: DataConverter,
+    facts: RunInput | Arrived,
+    reuse: Mapping[str, tuple[str, Any]],
+) -> None:
+    """Move the reuse ``facts`` holds for each of its map tasks to the payload store of
+    ``converter`` (see :meth:`TemporalExecutor._by_reference`); ``reuse``: the run's whole
+    reuse map, where the tasks' dependencies' entries are."""
+    maps = set(facts.maps)
+    own: dict[str, dict[str, list[Any]]] = {}
+    for key, entry in facts.reuse.items():
+        task_id = key.partition("@")[0]
+        if task_id in maps:
+            own.setdefault(task_id, {})[key] = entry
+    for task_id, entries in own.items():
+        deps = facts.dependencies[task_id]
+        whole = {**entries, **{d: list(reuse[d]) for d in deps if d in reuse}}
+        facts.reuse_refs[task_id] = await stored(converter, whole)
+        for key in entries:
+            if key != task_id:  # its own entry stays: its dependents compare with it
+                del facts.reuse[key]
 
 
 async def _settle_here(

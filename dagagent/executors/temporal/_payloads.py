@@ -12,10 +12,16 @@ under a directory that every worker and the driver can read (one machine: the de
 the user's cache directory; several: a shared file system). Any other
 :class:`temporalio.converter.StorageDriver` (Temporal ships drivers for S3 and Google Cloud
 Storage) may be given instead.
+
+A value many activities of a run need (a wide map's reuse: its elements' earlier outputs)
+goes to the store once, by the driver (:func:`stored`), and the workflow hands each
+activity the reference alone, which its worker reads (:func:`fetched`): the workflow never
+writes the value out again, however many activities need it.
 """
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import hashlib
 import os
@@ -23,6 +29,7 @@ import tempfile
 from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import anyio
 from temporalio.api.common.v1 import Payload
@@ -46,7 +53,9 @@ __all__ = [
     "DirectoryPayloads",
     "data_converter",
     "default_payload_dir",
+    "fetched",
     "payload_driver",
+    "stored",
 ]
 
 #: Payloads up to this size stay in the workflow's history; larger ones go to the store.
@@ -201,3 +210,21 @@ def data_converter(
         payload_converter_class=_PayloadConverter,
         external_storage=ExternalStorage(drivers=[driver], payload_size_threshold=inline_bytes),
     )
+
+
+async def stored(converter: DataConverter, value: Any) -> str:
+    """A reference to ``value``, put in ``converter``'s payload store whatever its size (the
+    payload itself, inline, when the converter has no store): text a workflow passes on as
+    it is, which :func:`fetched` reads back."""
+    storage = converter.external_storage
+    if storage is not None and storage.payload_size_threshold > 0:
+        storage = dataclasses.replace(storage, payload_size_threshold=0)
+        converter = dataclasses.replace(converter, external_storage=storage)
+    [payload] = await converter.encode([value])
+    return base64.b64encode(payload.SerializeToString(deterministic=True)).decode("ascii")
+
+
+async def fetched(converter: DataConverter, ref: str) -> Any:
+    """The value a reference of :func:`stored` stands for, read from the payload store."""
+    [value] = await converter.decode([Payload.FromString(base64.b64decode(ref))])
+    return value

@@ -138,6 +138,12 @@ _NO_LOCAL = "no-local-activities"
 #: store for each). A run started before keeps sending the plan's JSON text, which the
 #: workers still read (see ``Activities._graph``).
 _TASK_ALONE = "dagagent-run-task-alone"
+#: The patch under which a task's activities find its reuse by task (indexed once, not
+#: looked for among every entry of the run's) and a map task whose reuse went to the payload
+#: store (``RunInput.reuse_refs``) gives its activities the reference alone: each chunk of a
+#: wide map carried the whole of it, and the workflow task that scheduled the chunks spent
+#: seconds writing them out. A run started before builds each activity's reuse as it did.
+_REUSE_REFS = "reuse-by-reference"
 # Activities are attempted once by Temporal: retries are the task runner's (on the worker)
 # and the workflow's own, for lost workers (see _call).
 _ONCE = RetryPolicy(maximum_attempts=1)
@@ -182,6 +188,11 @@ class RunInput:
     finished: list[dict[str, Any]] = field(default_factory=list)
     #: An earlier run's outputs the workers may reuse: ``{task id: [fingerprint, output]}``.
     reuse: dict[str, list[Any]] = field(default_factory=dict)
+    #: Map tasks whose reuse (their elements', their own, their dependencies') is one payload
+    #: in the payload store, by task: a reference each of their activities gets in its place
+    #: (see ``dagagent.executors.temporal._payloads.stored``); their elements' entries are not
+    #: in ``reuse``.
+    reuse_refs: dict[str, str] = field(default_factory=dict)
     #: The plan is still being written: more tasks come by signal (:data:`ADD_TASKS`), then
     #: its end (:data:`PLAN_COMPLETE`).
     streaming: bool = False
@@ -274,6 +285,8 @@ class Arrived:
     bounds: dict[str, float | None]
     allow_partial: list[str]
     reuse: dict[str, list[Any]] = field(default_factory=dict)
+    #: Those of ``tasks`` whose reuse is in the payload store (see ``RunInput.reuse_refs``).
+    reuse_refs: dict[str, str] = field(default_factory=dict)
     #: Those of ``side_effects`` whose tool has a reconciler (see ``RunInput.reconciled``).
     reconciled: list[str] = field(default_factory=list)
     #: The most attempts of each tool task (see ``RunInput.attempts``).
@@ -297,6 +310,7 @@ def _grow(inp: RunInput, arrived: Arrived) -> None:
     inp.bounds.update(arrived.bounds)
     inp.allow_partial.extend(arrived.allow_partial)
     inp.reuse.update(arrived.reuse)
+    inp.reuse_refs.update(arrived.reuse_refs)
     inp.attempts.update(arrived.attempts)
     inp.limited.update(arrived.limited)
 
@@ -325,6 +339,13 @@ def _run_input(given: dict[str, Any], earlier: list[dict[str, Any]]) -> RunInput
         if inp.budget is not None:
             inp.budget = {**inp.budget, "spent": left["spent"]}
     return inp
+
+
+def _index_reuse(index: dict[str, dict[str, list[Any]]], reuse: dict[str, list[Any]]) -> None:
+    """Add the entries of ``reuse`` to ``index``, under the task each is for (a map
+    element's, ``task@fingerprint``, under its task: ``@`` is never part of a task id)."""
+    for key, entry in reuse.items():
+        index.setdefault(key.partition("@")[0], {})[key] = entry
 
 
 def _result(task_id: str, status: str, error: str | None = None, **more: Any) -> dict[str, Any]:
@@ -405,6 +426,13 @@ class RunWorkflow:
         self.task_docs: dict[str, dict[str, Any]] = {}
         for t in inp.plan["tasks"]:
             self.task_docs.setdefault(t["id"], t)
+        #: the run's reuse by the task it is for (a map task's elements' under it too): each
+        #: activity finds its task's at once (see _args)
+        self.reuse_of: dict[str, dict[str, list[Any]]] = {}
+        _index_reuse(self.reuse_of, inp.reuse)
+        #: whether the run finds reuse by task, by reference (patch _REUSE_REFS; ``None``:
+        #: not asked yet, which only a task with reuse asks)
+        self.reuse_by_ref: bool | None = None
         #: a plan written while the run ran was rejected halfway (see :data:`PLAN_COMPLETE`)
         self.plan_aborted = bool(self.earlier and self.earlier[-1]["left"].get("aborted"))
         #: the tasks the run started with (then, of a plan being written, those to come)
@@ -450,6 +478,7 @@ class RunWorkflow:
         (``finished``: reused) are finished at once."""
         inp = self.inp
         _grow(inp, arrived)
+        _index_reuse(self.reuse_of, arrived.reuse)
         self.arrived.append(asdict(arrived))  # for the next run, should this one carry on
         self.plan_text = None
         for task in arrived.tasks:
@@ -727,8 +756,17 @@ class RunWorkflow:
             call["in_doubt_policy"] = inp.in_doubt_policy
         if task_id in inp.revised:  # what the runs it revises did with its calls
             call["revised"] = inp.revised[task_id]
-        own = {k: v for k, v in inp.reuse.items() if k == task_id or k.startswith(f"{task_id}@")}
-        if own:  # its earlier output (or its elements'), and those of its dependencies
+        ref = inp.reuse_refs.get(task_id)
+        own = self.reuse_of.get(task_id)
+        if (ref is not None or own) and self._reuse_by_ref():
+            if ref is not None:  # in the payload store: its workers read it once each
+                call["reuse_ref"] = ref
+            elif own:  # its earlier output (or its elements'), and those of its dependencies
+                call["reuse"] = {**own, **{d: inp.reuse[d] for d in deps if d in inp.reuse}}
+        elif own:  # (a run started before _REUSE_REFS, as it ran)
+            own = {
+                k: v for k, v in inp.reuse.items() if k == task_id or k.startswith(f"{task_id}@")
+            }
             call["reuse"] = {**own, **{d: inp.reuse[d] for d in deps if d in inp.reuse}}
         outputs = [self.outputs[d] for d in deps]
         if self.task_alone:
@@ -737,6 +775,13 @@ class RunWorkflow:
         if self.plan_text is None:
             self.plan_text = _plan_text(inp.plan)
         return [call, self.plan_text, *outputs]
+
+    def _reuse_by_ref(self) -> bool:
+        """Whether the run finds its tasks' reuse by task, and a map's by reference (patch
+        ``_REUSE_REFS``), asked once, when the first task with reuse starts."""
+        if self.reuse_by_ref is None:
+            self.reuse_by_ref = workflow.patched(_REUSE_REFS)
+        return self.reuse_by_ref
 
     async def _call(
         self,

@@ -50,7 +50,7 @@ from ...errors import (
 )
 from ...executors.temporal import TemporalExecutor, workflow_id
 from ...executors.temporal._activities import worker_identity
-from ...executors.temporal._executor import _facts, _tasks_known
+from ...executors.temporal._executor import _facts, _tasks_known, reuse_by_reference
 from ...executors.temporal._workflow import PLAN_COMPLETE
 from ...llm import MeteredLLM
 from ...llm.spec import from_spec
@@ -106,7 +106,7 @@ class SolveActivities:
             if ask.get("stream_to"):
                 return await self._streamed(ask, planner)
             planning = await planner.plan_with_report(ask["goal"])
-            return self._planned(ask, planning.plan, planning.graph)
+            return await self._planned(ask, planning.plan, planning.graph)
 
         return await self._step(ask, step, planning=True)
 
@@ -147,7 +147,7 @@ class SolveActivities:
             if revision.unchanged:
                 return {"unchanged": True, "plan": _plan_json(revision.plan)}
             # the round before's successes, as a local solve's revision reuses them
-            return self._planned(ask, revision.plan, revision.graph, revision.reuse_map())
+            return await self._planned(ask, revision.plan, revision.graph, revision.reuse_map())
 
         return await self._step(ask, step, planning=True)
 
@@ -400,7 +400,7 @@ class SolveActivities:
             return {"plan": _plan_json(over.plan), "runs": executor.runs, "run_input": over.input}
         raise AssertionError("a streamed round's valid plan is handed over to the solve")
 
-    def _planned(
+    async def _planned(
         self,
         ask: dict[str, Any],
         plan: Plan,
@@ -443,6 +443,8 @@ class SolveActivities:
             if reuse and (found := runner.reuse_now(task_id)) is not None
         ]
         run_input = executor._input(graph, runner, run["on_failure"], settled)
+        # a map's reuse in the payload store, once: its chunks get the reference
+        await reuse_by_reference(activity.client().data_converter, run_input, runner.reuse)
         run_input.tools = ask.get("tools")  # a sub-solve's: its agents are offered those
         if conversation is not None:  # what reads the earlier turns (given by the workflow)
             done = {r.task_id for r in settled}
@@ -495,6 +497,7 @@ class _IntoRound(TemporalExecutor):
             solve = client.get_workflow_handle(self.ask["solve_workflow"])
             given = _facts(graph, runner, list(graph.plan.tasks), self._limits())
             given.finished = self._reused_now(runner, list(graph.plan.tasks))
+            await self._by_reference(given, runner)
             wanted = {"run_id": run_id, "parent_id": self.runs[-1], "given": asdict(given)}
             await solve.signal(ATTEMPT, wanted)
         self.runs.append(run_id)
@@ -506,6 +509,7 @@ class _IntoRound(TemporalExecutor):
         if graph.complete and not graph.aborted:
             whole = self._input(graph, runner, on_failure, [])
             whole.streaming = False
+            await self._by_reference(whole, runner)
             raise _HandedOver(graph.plan, _dataclass_json(whole))
         await self._follow(handle, runner, 0)
 

@@ -609,7 +609,10 @@ class _Follower:
         """The steps from number ``seen`` on: by a query while the workflow runs, from its
         result once it has ended."""
         unanswered_since: float | None = None
+        ex = self.executor
         while True:
+            # a workflow task that keeps failing on the workers is said, once
+            await ex._stuck.look(ex._client(), handle, solve_id=self.solve_id)
             try:
                 answer: dict[str, Any] = await handle.query(
                     "steps", seen, rpc_timeout=timedelta(seconds=_QUERY_TIMEOUT_S)
@@ -633,7 +636,6 @@ class _Follower:
                 )
             now = time.monotonic()
             unanswered_since = unanswered_since or now
-            ex = self.executor
             if now - unanswered_since >= ex.worker_timeout_s and not await has_workers(
                 ex._client(), ex.task_queue
             ):
