@@ -141,6 +141,8 @@ async def test_a_run_started_since_sends_each_activity_its_task_alone(tmp_path: 
     for _, (call, *outputs) in scheduled:
         assert call["task"] == tasks[call["task_id"]]
         assert len(outputs) == len(call["deps"])  # the outputs alone: no plan's text
+
+
 def _calls_of(history: Any, task_id: str) -> list[dict[str, Any]]:
     """The call (first argument) of each activity scheduled for ``task_id``."""
     calls = []
