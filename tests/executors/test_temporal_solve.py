@@ -34,6 +34,7 @@ from dagagent.settings import RunSettings, TaskRetryPolicy
 pytest.importorskip("temporalio")
 
 import temporal_tools  # the workers import it too
+from eventually import until
 from llm_server import LLMTestServer, Recorded, Reply, SSEReply
 
 from dagagent.executors.temporal import TemporalExecutor, workflow_id
@@ -358,18 +359,21 @@ async def test_a_model_step_lost_with_its_last_worker_the_workflow_records_the_c
 async def _call_reported(ex: TemporalExecutor, workflow: str, at: int = 0) -> None:
     """Until an activity pending in ``workflow`` has heartbeated a model call under way (in
     its details' item ``at``: what is recorded of it if its worker is lost)."""
-    assert ex.client is not None
-    handle = ex.client.get_workflow_handle(workflow)
-    with anyio.fail_after(READY_S):
-        while True:
-            described = await handle.describe()
-            for pending in described.raw_description.pending_activities:
-                details = list(pending.heartbeat_details.payloads)
-                if len(details) > at:
-                    said = (await ex.client.data_converter.decode(details))[at]
-                    if said.get("model_calls") if isinstance(said, dict) else said:
-                        return
-            await anyio.sleep(0.05)
+    client = ex.client
+    assert client is not None
+    handle = client.get_workflow_handle(workflow)
+
+    async def reported() -> bool:
+        described = await handle.describe()
+        for pending in described.raw_description.pending_activities:
+            details = list(pending.heartbeat_details.payloads)
+            if len(details) > at:
+                said = (await client.data_converter.decode(details))[at]
+                if said.get("model_calls") if isinstance(said, dict) else said:
+                    return True
+        return False
+
+    await until(reported, f"a model call under way heartbeated in {workflow}", timeout=READY_S)
 
 
 async def _held(model: Model, solutions: list[dagagent.Solution]) -> Recorded:

@@ -32,7 +32,7 @@ from dagagent.settings import RunSettings, TaskRetryPolicy
 pytest.importorskip("temporalio")
 
 import temporal_tools  # the workers import it too
-from eventually import wait_until
+from eventually import until, wait_until
 from llm_server import LLMTestServer, Recorded, Reply, SSEReply
 
 from dagagent.executors.temporal import TemporalExecutor, workflow_id
@@ -620,18 +620,19 @@ class LostRevisingModel(RevisingModel):
 
 async def _succeeded_in_attempt(ex: TemporalExecutor, solve: str, task_id: str) -> None:
     """Until ``task_id`` has succeeded in the run of the round's latest attempt."""
-    assert ex.client is not None
-    handle = ex.client.get_workflow_handle(solve)
-    with anyio.fail_after(READY_S):
-        while True:
-            runs = await handle.query("attempts")
-            run = ex.client.get_workflow_handle(workflow_id(runs[-1]))
-            progress = await run.query("progress", 0)
-            if any(
-                r["task_id"] == task_id and r["status"] == "succeeded" for r in progress["results"]
-            ):
-                return
-            await anyio.sleep(0.05)
+    client = ex.client
+    assert client is not None
+    handle = client.get_workflow_handle(solve)
+
+    async def succeeded() -> bool:
+        runs = await handle.query("attempts")
+        run = client.get_workflow_handle(workflow_id(runs[-1]))
+        progress = await run.query("progress", 0)
+        return any(
+            r["task_id"] == task_id and r["status"] == "succeeded" for r in progress["results"]
+        )
+
+    await until(succeeded, f"{task_id} succeeded in the latest attempt", timeout=READY_S)
 
 
 @pytest.mark.anyio
