@@ -21,6 +21,7 @@ from dagagent.settings import RunSettings
 pytest.importorskip("temporalio")
 
 import temporal_tools
+from eventually import until
 
 from dagagent.executors.temporal import TemporalExecutor
 
@@ -56,10 +57,11 @@ async def _most_at_once(
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(run)
-        while True:  # until the bound is reached (the elements' markers, on the workers')
-            if result or temporal_tools.crowded(where, name) >= bound:
-                break
-            await anyio.sleep(0.02)
+        # the bound reached (the elements' markers, on the workers'), or the run ended
+        await until(
+            lambda: result or temporal_tools.crowded(where, name) >= bound,
+            f"{bound} elements of {name} in at once",
+        )
         temporal_tools.let_go(where, name)
     [done] = result
     assert done.tasks["m"].status.value == "succeeded", done.tasks["m"].error

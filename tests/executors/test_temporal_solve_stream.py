@@ -355,24 +355,25 @@ async def test_a_planning_error_mid_stream_ends_the_round_as_locally(
     _same_records(got, want)
 
 
-class LostModel(StreamingModel):
-    """``StreamingModel``, whose first plan is held, once the first tool was entered, until
-    ``release`` (its worker is killed meanwhile); the plan asked again is streamed whole."""
+class _HeldOnce(StreamingModel):
+    """A streaming model whose first streamed plan is held, once its first tool was entered,
+    until ``release`` (``held``: it is; ``held_request``: its request); the plans streamed
+    after it are streamed whole."""
 
     def __init__(self, where: Path) -> None:
         super().__init__(where)
         self.held = threading.Event()
         self.held_request: Recorded | None = None
         self.release = threading.Event()
-        self.plans = 0
+        self.streamed = 0
 
     def __call__(self, request: Recorded) -> Reply | SSEReply:
         reply = super().__call__(request)
         if not isinstance(reply, SSEReply) or reply.gate is None:
             return reply
         with self.lock:
-            self.plans += 1
-            first = self.plans == 1
+            self.streamed += 1
+            first = self.streamed == 1
         if not first:
             return SSEReply(reply.events)
 
@@ -383,6 +384,11 @@ class LostModel(StreamingModel):
             self.release.wait(READY_S)
 
         return SSEReply(reply.events, gate=(reply.gate[0], hold))
+
+
+class LostModel(_HeldOnce):
+    """``StreamingModel``, whose first plan is held, once the first tool was entered, until
+    ``release`` (its worker is killed meanwhile); the plan asked again is streamed whole."""
 
 
 @pytest.mark.anyio
@@ -586,7 +592,7 @@ async def test_a_later_round_s_first_tool_is_entered_while_the_revised_plan_is_w
     assert len(scheduled) == 3  # first, c, d
 
 
-class LostRevisingModel(RevisingModel):
+class LostRevisingModel(_HeldOnce, RevisingModel):
     """``RevisingModel``, whose revised plan is held, once its first new task's tool was
     entered, until ``release`` (its worker is killed meanwhile); the revised plan asked
     again is streamed whole."""
@@ -594,28 +600,6 @@ class LostRevisingModel(RevisingModel):
     def __init__(self, where: Path) -> None:
         super().__init__(where)
         self.answers.append(self.plan)  # asked again, on the other worker
-        self.held = threading.Event()
-        self.held_request: Recorded | None = None
-        self.release = threading.Event()
-        self.revisions = 0
-
-    def __call__(self, request: Recorded) -> Reply | SSEReply:
-        reply = super().__call__(request)
-        if not isinstance(reply, SSEReply) or reply.gate is None:
-            return reply
-        with self.lock:
-            self.revisions += 1
-            first = self.revisions == 1
-        if not first:
-            return SSEReply(reply.events)
-
-        def hold() -> None:
-            self._hold_until_entered()
-            self.held_request = request
-            self.held.set()
-            self.release.wait(READY_S)
-
-        return SSEReply(reply.events, gate=(reply.gate[0], hold))
 
 
 async def _succeeded_in_attempt(ex: TemporalExecutor, solve: str, task_id: str) -> None:
