@@ -759,7 +759,13 @@ async def test_map_elements_that_took_effect_stand_when_the_run_is_stopped_first
     each = result.tasks["each"]
     assert [e.status.value for e in each.elements or ()] == ["succeeded", "succeeded", "cancelled"]
     assert [e.output for e in each.elements or ()][:2] == paid
-    assert each.status is dagagent.TaskStatus.CANCELLED  # the third did not run
+    assert each.status is dagagent.TaskStatus.CANCELLED  # the third did not run again
+    # its call, cut off before the crash, is still in doubt: its record says so, not "not run"
+    with RunStore(store) as st:
+        (doubt,) = st.in_doubt_of_ended(run_id)
+    third = (each.elements or [])[2].error or ""
+    assert (doubt.task_id, doubt.element) == ("each", 2)
+    assert third.startswith("not run again: ") and f"key {doubt.key}) is in doubt" in third
     assert len(world.keys("pay")) == 2  # none made again
     with RunStore(store) as st:
         recorded = st.get_run(run_id).tasks["each"]

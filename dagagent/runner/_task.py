@@ -601,6 +601,8 @@ class TaskRunner:
             # Its record keeps the steps it took before it waited (the calls they made, and
             # what those calls returned, stay on record).
             steps = self._resume_steps.pop(task_id, None)
+        if isinstance(task, ToolTask) and task.for_each is None:
+            error = self._in_doubt_still(task_id, None, error)
         r = TaskResult(
             task_id=task_id,
             status=status,
@@ -611,6 +613,25 @@ class TaskRunner:
         )
         self._ended(r)
         return r
+
+    def _in_doubt_still(self, task_id: str, element: int | None, error: str | None) -> str | None:
+        """The record's ``error`` for a tool task (or map element) that the run ends
+        without running: when a call it made before this run is in doubt still (nobody
+        said what became of it), it says so, not that the task did not run (the call may
+        have taken effect; ``dagagent approvals`` lists it for a person)."""
+        keys = [
+            r.key
+            for r in self.calls.effects.in_doubt_of(task_id)
+            if r.element == element and r.resolution is None
+        ]
+        if not keys:
+            return error
+        why = (error or "").removeprefix("not run: ").removeprefix("not run") or "the run ended"
+        return (
+            f"not run again: {why}; its call before (idempotency key {', '.join(keys)}) is in "
+            "doubt, it may have taken effect: 'dagagent approvals' lists it for a person to "
+            "say what became of it"
+        )
 
     def _took_effect(self, task_id: str, done: TookEffect) -> TaskResult:
         """A tool task that the run ends without running, whose call took effect before
@@ -687,7 +708,7 @@ class TaskRunner:
                     TaskResult(
                         task_id=f"{task.id}[{i}]",
                         status=_CANCELLED,
-                        error=why or "not run",
+                        error=self._in_doubt_still(task.id, i, why or "not run"),
                         steps=steps,
                     )
                 )
