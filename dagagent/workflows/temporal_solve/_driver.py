@@ -324,15 +324,17 @@ class _RunFollower(TemporalExecutor):
         handle: WorkflowHandle[Any, list[dict[str, Any]]] = self._client().get_workflow_handle(
             workflow_id(runner.run_id), result_type=list
         )
-        await _started(handle, self.worker_timeout_s + 60.0)
-        seen = 0
-        if runner.prior is not None:  # a paused run going on: what succeeded stands
-            # (the workflow starts with the same results: they are recorded once)
-            seen = len(await _settle_here(graph, runner))
-            again = made_again(graph, runner)  # calls in doubt a person said did not happen
-            if again:  # their records get the outcomes of the calls made again
-                self._made_again[runner.run_id] = again
         try:
+            # (a stop while the driver waits to see the run's workflow, which its workers may
+            # have started already: what the run did is recorded all the same, below)
+            await _started(handle, self.worker_timeout_s + 60.0)
+            seen = 0
+            if runner.prior is not None:  # a paused run going on: what succeeded stands
+                # (the workflow starts with the same results: they are recorded once)
+                seen = len(await _settle_here(graph, runner))
+                again = made_again(graph, runner)  # calls in doubt said not to have happened
+                if again:  # their records get the outcomes of the calls made again
+                    self._made_again[runner.run_id] = again
             if self.growing is None:
                 await self._follow(handle, runner, seen)
                 return
