@@ -573,8 +573,8 @@ class _Follower:
             while self.solution is None:
                 steps = await self._steps(handle, seen)
                 for step in steps:
+                    seen += 1  # (counted as it starts: a stop during it does not apply it again)
                     await self._apply(step)
-                    seen += 1
                 if not steps and self.solution is None:
                     await anyio.sleep(self.executor.poll_s)
         except BaseException as exc:
@@ -582,15 +582,35 @@ class _Follower:
             # the driver stopped it)
             stopped = self.stop is not None and self.stop.stopped
             if cancel_on_stop and (stopped or not isinstance(exc, ClusterError)):
-                with (
-                    anyio.CancelScope(shield=True),
-                    anyio.move_on_after(_QUERY_TIMEOUT_S),
-                ):
-                    with contextlib.suppress(Exception):  # gone already: nothing to stop
-                        await handle.cancel()  # interrupted: the solve stops on the workers
-                    await self._stopped()
+                with anyio.CancelScope(shield=True):
+                    with anyio.move_on_after(_QUERY_TIMEOUT_S):
+                        with contextlib.suppress(Exception):  # gone already: nothing to stop
+                            await handle.cancel()  # interrupted: the solve stops on the workers
+                    if stopped:
+                        await self._unseen(handle, seen)
+                    with anyio.move_on_after(_QUERY_TIMEOUT_S):
+                        await self._stopped()
             raise
         return self.solution
+
+    async def _unseen(self, handle: WorkflowHandle[Any, list[dict[str, Any]]], seen: int) -> None:
+        """The driver was stopped before it read the solve's steps from number ``seen`` on:
+        the rounds among them, their model calls, and the runs they had started (which the
+        stop cut off) are recorded, each run as a run its driver was stopped during is (what
+        it finished, the calls with side effects it cut off in doubt). Bounded: a stop does
+        not wait on a cluster that does not answer."""
+        ex = self.executor
+        steps: list[dict[str, Any]] = []
+        with anyio.move_on_after(_QUERY_TIMEOUT_S), contextlib.suppress(Exception):
+            steps = await self._steps(handle, seen)
+        with anyio.move_on_after(3 * ex.worker_timeout_s + 2 * _QUERY_TIMEOUT_S):
+            for step in steps:
+                if step["step"] not in ("round", "calls", "planned", "streaming"):
+                    continue
+                try:
+                    await self._apply(step)
+                except Exception as exc:  # the run stopped, as its record now says
+                    self.log.info("solve.stopped_run", step=step["step"], error=str(exc))
 
     async def _stopped(self) -> None:
         if self.rounds and not self.rounds[-1].outcome:
