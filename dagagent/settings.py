@@ -68,7 +68,9 @@ class RunSettings:
       made; the task is denied). See ``docs/exactly-once.md``.
 
     Invalid values raise :class:`~dagagent.errors.ConfigError` when the settings are made.
-    ``settings.but(on_failure="continue")`` is a copy with some values changed.
+    ``settings.but(on_failure="continue")`` is a copy with some values changed. A recorded
+    run keeps its settings (``RunRecord.settings``), and :func:`dagagent.resume` goes on
+    with them unless it is given others.
     """
 
     executor: str | Executor = "dataflow"
