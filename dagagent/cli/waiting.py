@@ -47,12 +47,13 @@ from .options import (
     TemporalTlsKeyOpt,
     TemporalTlsOpt,
     ToolsOpt,
+    discovery_of,
     temporal_options,
     temporal_security,
 )
 from .replan import registry_for
 from .rules import recorded_rules
-from .run import agent_calls, agent_model, print_result
+from .run import agent_calls, print_result
 
 if TYPE_CHECKING:
     from ..store import ApprovalRecord, EffectRecord, RunRecord, RunStore
@@ -527,6 +528,14 @@ def resume_cmd(
     model: ModelOpt = None,
     base_url: BaseUrlOpt = None,
     stream_timeout: StreamTimeoutOpt = None,
+    max_tools: int | None = typer.Option(
+        None,
+        "--max-tools",
+        min=0,
+        metavar="N",
+        help="Past N tools, an agent task without a tools list is shown only the N most "
+        "relevant (0: every tool). Default: the run's own --max-tools.",
+    ),
     prices: PricesOpt = None,
     planner_prompt: PlannerPromptOpt = None,
     examples: ExamplesOpt = None,
@@ -581,7 +590,7 @@ def resume_cmd(
                 st.get_solve(run)
             except StoreError:
                 raise StoreError(f"no run {run} (nor solve) in {st.path}") from None
-            _no_settings_for_solves(changed)
+            _no_settings_for_solves({**changed, "max_tools": max_tools})
             code = _resume_solve(
                 st, run, tools, mcp, model, base_url, stream_timeout, executor, no_wait,
                 json_out, price_table, skills, planner_prompt, examples,
@@ -591,7 +600,7 @@ def resume_cmd(
             raise typer.Exit(code) from None
         solve = st.solve_of_run(record.run_id)
         if solve is not None and solve.status in ("paused", "interrupted"):
-            _no_settings_for_solves(changed)
+            _no_settings_for_solves({**changed, "max_tools": max_tools})
             code = _resume_solve(
                 st, record.run_id, tools, mcp, model, base_url, stream_timeout, executor,
                 no_wait, json_out, price_table, skills, planner_prompt, examples,
@@ -632,8 +641,12 @@ def resume_cmd(
         )
         settings = recorded_settings(record, executor=going_on, **changed)
         llm = None
+        agent_runner: dict[str, Any] = {}
         if any(isinstance(t, AgentTask) for t in record.plan.tasks):
-            llm = agent_model(model, base_url, stream_timeout)
+            # the model the run was started with (never its key), unless --model says
+            choice = ModelChoice.recorded(record.context, model, base_url, stream_timeout)
+            llm = choice.client_if_named()
+            agent_runner = _agent_runner(record, max_tools)
         progress = progress_for(graph, out, live=not rules) if not json_out else None
         # The agent tasks' model calls are the run's, after those on record before.
         calls = run_calls(st, record.run_id, prices=price_table, interceptors=interceptors)
@@ -651,6 +664,7 @@ def resume_cmd(
                         listeners=(progress,) if progress is not None else (),
                         settings=settings,
                         llm=metered,
+                        **agent_runner,
                     )
                 )
 
@@ -670,15 +684,35 @@ def resume_cmd(
     raise typer.Exit(code)
 
 
+def _agent_runner(record: RunRecord, max_tools: int | None) -> dict[str, Any]:
+    """``{"agent_runner": ...}`` showing the agent tasks of run ``record`` the tools
+    ``--max-tools`` says, else those the run's own ``--max-tools`` said (empty: the
+    default)."""
+    from ..tools import DEFAULT_THRESHOLD
+
+    if max_tools is None:
+        kept = record.context.get("max_tools")
+        max_tools = kept if isinstance(kept, int) and kept >= 0 else DEFAULT_THRESHOLD
+    if max_tools == DEFAULT_THRESHOLD:
+        return {}
+    from ..agent import make_agent_runner
+
+    return {"agent_runner": make_agent_runner(discovery=discovery_of(max_tools))}
+
+
 def _no_settings_for_solves(changed: Mapping[str, Any]) -> None:
-    """A solve goes on with the settings it was asked with: those of a run's resume are
-    refused, not ignored."""
+    """A solve goes on with the settings it was asked with: the options of a run's resume
+    (``changed``: those given, by name) are refused, not ignored."""
     if changed.get("in_doubt", "ask") != "ask":
         raise ConfigError(
             "--in-doubt applies to resuming a run, not a solve: a solve's calls in doubt wait "
             "for a person (dagagent approvals, then approve --happened, --allow or --deny)"
         )
-    given = [_SETTING_OPTIONS[name] for name in changed if name != "in_doubt"]
+    given = [
+        _RUN_OPTIONS[name]
+        for name, value in changed.items()
+        if name != "in_doubt" and value is not None
+    ]
     if given:
         raise ConfigError(
             f"{' and '.join(given)} appl{'y' if len(given) > 1 else 'ies'} to resuming a run, "
@@ -687,12 +721,14 @@ def _no_settings_for_solves(changed: Mapping[str, Any]) -> None:
         )
 
 
-#: The options of ``resume`` that change a run's recorded settings, by setting.
-_SETTING_OPTIONS = {
+#: The options of ``resume`` that change what a run was recorded with: its settings, and
+#: the tools its agent tasks are shown.
+_RUN_OPTIONS = {
     "on_failure": "--on-failure",
     "max_concurrency": "--max-concurrency",
     "max_elements": "--max-elements",
     "in_doubt": "--in-doubt",
+    "max_tools": "--max-tools",
 }
 
 
