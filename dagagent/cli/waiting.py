@@ -22,6 +22,7 @@ import typer
 
 from ..errors import IN_DOUBT_RULE, WORKFLOW_ENDED, ConfigError, StoreError
 from ..executors import IN_PROCESS_EXECUTORS
+from ..tools import DEFAULT_THRESHOLD
 from ._app import EXIT_RECORD, Interrupted, app, err, guard, out
 from .ask import AskProgress, exit_code_of, report_solution, solve_interrupted
 from .options import (
@@ -642,7 +643,8 @@ def resume_cmd(
         settings = recorded_settings(record, executor=going_on, **changed)
         llm = None
         agent_runner: dict[str, Any] = {}
-        if any(isinstance(t, AgentTask) for t in record.plan.tasks):
+        agents = any(isinstance(t, AgentTask) for t in record.plan.tasks)
+        if agents:
             # the model the run was started with (never its key), unless --model says
             choice = ModelChoice.recorded(record.context, model, base_url, stream_timeout)
             llm = choice.client_if_named()
@@ -678,6 +680,11 @@ def resume_cmd(
                 lost = calls.close()
                 if lost is not None:
                     err.print(f"error: not recorded: {lost}", markup=False, highlight=False)
+        if max_tools is not None and agents:
+            # the run went on with these: its next resume does too (as with its settings)
+            st.update_context(
+                record.run_id, {"max_tools": None if max_tools == DEFAULT_THRESHOLD else max_tools}
+            )
     code = print_result(result, as_json=json_out, graph=graph)
     if not say_recorded(result, store, detail="resumed", quiet=json_out):
         code = EXIT_RECORD
@@ -688,8 +695,6 @@ def _agent_runner(record: RunRecord, max_tools: int | None) -> dict[str, Any]:
     """``{"agent_runner": ...}`` showing the agent tasks of run ``record`` the tools
     ``--max-tools`` says, else those the run's own ``--max-tools`` said (empty: the
     default)."""
-    from ..tools import DEFAULT_THRESHOLD
-
     if max_tools is None:
         kept = record.context.get("max_tools")
         max_tools = kept if isinstance(kept, int) and kept >= 0 else DEFAULT_THRESHOLD

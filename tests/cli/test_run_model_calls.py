@@ -271,3 +271,21 @@ def test_resume_gives_agent_tasks_the_model_and_max_tools_the_run_was_started_wi
     (request,) = server.requests
     shown = [t["function"]["name"] for t in request.json.get("tools", [])]
     assert len(shown) == 2 and "find_tools" in shown  # one tool, and the search for the rest
+
+
+def test_max_tools_given_to_a_resume_wins_and_the_next_resume_keeps_it(
+    user: User, model: Model, server: LLMTestServer
+) -> None:
+    model.text(NOTE)
+    plan = user.write_plan(
+        {"goal": "A note", "tasks": [*AGENT_PLAN["tasks"], weather("tokyo", "Tokyo")]}
+    )
+    user("run", plan, "--tools", TOOLS, *user.model, "--ask", "get_weather", "--max-tools", "1",
+         code=6)  # fmt: skip
+    run = user.json("show", "--last")["run_id"]
+    user("approve", run, "paris", "--allow")  # tokyo still waits
+    resumed = user.json("resume", run, "--max-tools", "0", code=6)  # 0: every tool
+    assert resumed["tasks"]["note"]["output"] == NOTE
+    (request,) = server.requests
+    assert len(request.json.get("tools", [])) > 2
+    assert user.json("show", run)["context"]["max_tools"] == 0  # for the next resume too
