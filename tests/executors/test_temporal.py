@@ -1393,6 +1393,69 @@ def test_a_driver_stopped_without_workers_bounds_its_record_and_says_what_it_cou
     assert len(temporal_tools.payments(tmp_path, "h")) == 1
 
 
+@pytest.mark.anyio
+async def test_a_run_whose_workflow_is_deleted_records_the_tasks_it_cannot_know_as_unknown(
+    own_workers: Workers, tmp_path: Path
+) -> None:
+    """An operator deletes a run's workflow (or the cluster's retention did) while a payment
+    holds on a worker: its history cannot be read any more, so the task cut off is recorded
+    as unknown, its call perhaps made (not "not run", which would hide a payment), and what
+    finished before stands."""
+    from temporalio.api.common.v1 import WorkflowExecution
+    from temporalio.api.workflowservice.v1 import DeleteWorkflowExecutionRequest
+
+    from dagagent.store import RunStore
+
+    own_workers.start(1, tools=EXTRA)
+    db = tmp_path / "runs.db"
+    the_plan = plan(
+        {"id": "e", "tool": "echo", "args": {"value": 7}},
+        {
+            "id": "h",
+            "tool": "pay_hold",
+            "args": {"name": "h", "where": str(tmp_path), "pay_first": True},
+        },
+    )
+    ex = executor(own_workers, worker_timeout_s=1.0)
+    run_id = dagagent.new_run_id()
+    failed: list[BaseException] = []
+
+    async def drive() -> None:
+        try:
+            await dagagent.execute(
+                the_plan, temporal_tools.extra, settings=settings(ex), store=db, run_id=run_id
+            )
+        except BaseException as exc:
+            failed.append(exc)
+
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(drive)
+            await until(
+                lambda: temporal_tools.started(tmp_path, "h") and _recorded(db, "e"),
+                "the payment held on the worker, the echo on record",
+            )
+            async with ex.session():  # as `temporal workflow delete` does
+                client = ex._client()
+                await client.workflow_service.delete_workflow_execution(
+                    DeleteWorkflowExecutionRequest(
+                        namespace=client.namespace,
+                        workflow_execution=WorkflowExecution(workflow_id=workflow_id(run_id)),
+                    )
+                )
+    finally:
+        (tmp_path / "h.go").touch()
+    with RunStore(db, create=False) as st:
+        record = st.get_run(run_id)
+    assert record.tasks["e"].output == 7
+    h = record.tasks["h"]
+    said = " ".join((h.error or "").split())
+    assert h.status.value == "cancelled" and said.startswith("unknown: the history of"), said
+    assert "cannot be read" in said and "may have taken effect" in said, said
+    assert len(temporal_tools.payments(tmp_path, "h")) == 1
+    assert failed and "cannot be read" in str(failed[0]), failed
+
+
 def _recorded_run(db: Path) -> bool:
     """Whether store ``db`` holds a run yet."""
     from dagagent.store import RunStore
