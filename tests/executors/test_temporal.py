@@ -1321,6 +1321,19 @@ def test_ctrl_c_on_the_driver_leaves_the_calls_it_cut_off_in_doubt_on_record(
     assert again["after"].output == {"paid": "by hand"}
 
 
+def _echo_then_held_payment(where: Path) -> dict[str, Any]:
+    """A task that finishes at once (``e``, output 7) beside a payment that pays, then holds
+    on its worker until ``where/h.go`` exists (``h``)."""
+    return plan(
+        {"id": "e", "tool": "echo", "args": {"value": 7}},
+        {
+            "id": "h",
+            "tool": "pay_hold",
+            "args": {"name": "h", "where": str(where), "pay_first": True},
+        },
+    )
+
+
 def test_a_driver_stopped_without_workers_bounds_its_record_and_says_what_it_could_not_name(
     own_workers: Workers, tmp_path: Path
 ) -> None:
@@ -1335,14 +1348,7 @@ def test_a_driver_stopped_without_workers_bounds_its_record_and_says_what_it_cou
 
     [worker] = own_workers.start(1, tools=EXTRA)
     db = tmp_path / "runs.db"
-    the_plan = plan(
-        {"id": "e", "tool": "echo", "args": {"value": 7}},
-        {
-            "id": "h",
-            "tool": "pay_hold",
-            "args": {"name": "h", "where": str(tmp_path), "pay_first": True},
-        },
-    )
+    the_plan = _echo_then_held_payment(tmp_path)
     ex = executor(own_workers, worker_timeout_s=1.0)
     stop = threading.Event()
     ended: list[BaseException] = []
@@ -1408,14 +1414,7 @@ async def test_a_run_whose_workflow_is_deleted_records_the_tasks_it_cannot_know_
 
     own_workers.start(1, tools=EXTRA)
     db = tmp_path / "runs.db"
-    the_plan = plan(
-        {"id": "e", "tool": "echo", "args": {"value": 7}},
-        {
-            "id": "h",
-            "tool": "pay_hold",
-            "args": {"name": "h", "where": str(tmp_path), "pay_first": True},
-        },
-    )
+    the_plan = _echo_then_held_payment(tmp_path)
     ex = executor(own_workers, worker_timeout_s=1.0)
     run_id = dagagent.new_run_id()
     failed: list[BaseException] = []
