@@ -324,7 +324,7 @@ def test_an_operator_terminating_a_round_s_run_leaves_its_calls_in_doubt_on_reco
         worker.wait()
 
 
-class _Asleep(TemporalExecutor):
+class _SaysIdle(TemporalExecutor):
     """The executor of a solve whose driver says when it goes to sleep until its next read
     of the solve's steps (it reads ``poll_s`` then), once ``watching``."""
 
@@ -362,7 +362,7 @@ async def test_a_stop_before_the_driver_follows_the_round_s_run_still_records_th
     model = Model([_plan(tmp_path)], [FINISH], hold=1)  # the planner's answer waits
     model_server.responder = model
     db = tmp_path / "runs.db"
-    ex = _Asleep(
+    ex = _SaysIdle(
         own_workers.address,
         task_queue=own_workers.queue,
         payloads=own_workers.payloads,
