@@ -37,6 +37,7 @@ from .errors import (
     DagagentError as DagagentError,
     DeadlineError as DeadlineError,
     DecisionError as DecisionError,
+    DriverLostError as DriverLostError,
     Issue as Issue,
     JoinerError as JoinerError,
     LLMAuthError as LLMAuthError,

@@ -52,7 +52,9 @@ The tree::
     │   └── SessionError              a session's next turn cannot start: its last turn has
     │                                 not ended, or another process took the turn
     ├── ClusterError                  the executor's cluster cannot run the plan: a Temporal
-    │                                 server unreachable, no worker on the task queue
+    │   │                             server unreachable, no worker on the task queue
+    │   └── DriverLostError           the driver lost a run that goes on on the cluster
+    │                                 (recorded ``interrupted``: ``resume`` follows it again)
     ├── NoCurrentCallError            ``current_call()`` outside a side-effecting tool's call
     └── ConfigError                   bad option value (executor name, model spec, ...)
         └── MCPConnectError           an MCP server cannot be started, reached or listed
@@ -88,6 +90,7 @@ __all__ = [
     "DagagentError",
     "DeadlineError",
     "DecisionError",
+    "DriverLostError",
     "Issue",
     "JoinerError",
     "LLMAuthError",
@@ -479,6 +482,14 @@ class ClusterError(DagagentError):
     server cannot be reached, no worker serves the task queue (or the last one left), the
     workflow was terminated on the server. The message names the server, the task queue
     and, once the run started, the workflow to look at."""
+
+
+class DriverLostError(ClusterError):
+    """This driver lost a run that goes on without it on the cluster: no worker serves the
+    task queue any more, or the server stopped answering. The run's workflow is left as it
+    is (it goes on once a worker, or the server, is back); the run is recorded
+    ``interrupted``, its tasks not followed to their end saying so, and ``dagagent resume
+    RUN`` (:func:`dagagent.resume`) follows it again."""
 
 
 class DecisionError(DagagentError):

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import anyio.lowlevel
 
+from .errors import DriverLostError
 from .events import Emitter, Listener, PlanExtended, RunFinished, RunStarted, get_logger
 from .executors import Executor, finish_unstarted, get_executor
 from .graph import PlanGraph, finished_critical_path, validate
@@ -324,7 +325,7 @@ class _Run:
                 graph.unwatch(self._extended)
             try:
                 finish_unstarted(graph, runner)
-                result = self._result(runner, started, interrupted)
+                result = self._result(runner, started, interrupted, failure)
                 if emit is not None:
                     emit(RunFinished(self.run_id, result))
             finally:
@@ -346,11 +347,19 @@ class _Run:
             plan = _snapshot(self.graph.plan)
             self.emit(PlanExtended(self.run_id, plan, dict(self.planned_at)))
 
-    def _result(self, runner: TaskRunner, started: float, interrupted: bool) -> RunResult:
+    def _result(
+        self,
+        runner: TaskRunner,
+        started: float,
+        interrupted: bool,
+        failure: BaseException | None = None,
+    ) -> RunResult:
         graph = self.graph
         tasks = {t: runner.results[t] for t in graph.tasks}  # in plan order
         statuses = [r.status for r in tasks.values()]
-        if interrupted:
+        if isinstance(failure, DriverLostError):  # it goes on on the cluster: resumable
+            status = RunStatus.INTERRUPTED
+        elif interrupted:
             status = RunStatus.CANCELLED
         elif graph.aborted:
             # A plan cut short while it was written (an invalid task, a model that failed

