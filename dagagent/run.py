@@ -88,9 +88,10 @@ async def execute(
       ``RunResult.usage``. ``agent_runner`` fills an agent task (default: the ReAct agent).
     - ``reuse``: ``{task_id: (fingerprint, output)}`` from an earlier run; a task whose
       fingerprint is unchanged is not run again and gets status ``reused``.
-    - ``store``: record the run (plan and every task result, durable as each task finishes)
-      in this :class:`~dagagent.store.RunStore` or SQLite file (see :mod:`dagagent.store`);
-      what the store could not write is ``RunResult.record_loss``. Each call of a tool with
+    - ``store``: record the run (plan, settings and every task result, durable as each task
+      finishes) in this :class:`~dagagent.store.RunStore` or SQLite file (see
+      :mod:`dagagent.store`); what the store could not write is ``RunResult.record_loss``.
+      :func:`dagagent.resume` goes on with the settings recorded. Each call of a tool with
       side effects has its intent committed before it starts and its outcome after it ends
       (see ``docs/exactly-once.md``).
 
@@ -171,8 +172,12 @@ class _Run:
             side_effects = (registry is not None and any(t.side_effects for t in registry)) or (
                 getattr(self.executor, "reports_effects", False) is True
             )
-            # checks the run id; starts nothing yet
-            self.recorder = RunRecorder(store, run_id, resumed=resumed, side_effects=side_effects)
+            # checks the run id; starts nothing yet. The settings are kept for a resume (the
+            # executor is the run's row's own column).
+            kept = {k: v for k, v in settings.to_record().items() if k != "executor"}
+            self.recorder = RunRecorder(
+                store, run_id, resumed=resumed, side_effects=side_effects, settings=kept
+            )
             if side_effects:
                 from .store._effects import EffectJournal
 

@@ -4,7 +4,8 @@
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any, get_args
 
 from .errors import ConfigError
@@ -67,7 +68,9 @@ class RunSettings:
       made; the task is denied). See ``docs/exactly-once.md``.
 
     Invalid values raise :class:`~dagagent.errors.ConfigError` when the settings are made.
-    ``settings.but(on_failure="continue")`` is a copy with some values changed.
+    ``settings.but(on_failure="continue")`` is a copy with some values changed. A recorded
+    run keeps its settings (``RunRecord.settings``), and :func:`dagagent.resume` goes on
+    with them unless it is given others.
     """
 
     executor: str | Executor = "dataflow"
@@ -92,20 +95,25 @@ class RunSettings:
         return replace(self, **changes)
 
     def to_record(self) -> dict[str, Any]:
-        """The settings as a solve's record keeps them (JSON; an executor object is not
-        recorded: ``executor`` is then ``None``, and a resume uses the run's own)."""
+        """The settings as a record keeps them (JSON): a solve's options, and a run's
+        (``RunRecord.settings``, without the executor, which the run's row names). An
+        executor object is not recorded: ``executor`` is then ``None``, and a resume uses
+        the run's own."""
         return {
             "executor": self.executor if isinstance(self.executor, str) else None,
             "on_failure": self.on_failure,
             "max_concurrency": self.max_concurrency,
             "max_elements": self.max_elements,
             "in_doubt": self.in_doubt,
+            "retry": asdict(self.retry),
         }
 
     @classmethod
-    def from_record(cls, data: dict[str, Any], **changes: Any) -> RunSettings:
+    def from_record(cls, data: Mapping[str, Any], **changes: Any) -> RunSettings:
         """The settings a record kept (see :meth:`to_record`), with ``changes``; what the
-        record does not say keeps its default."""
+        record does not say keeps its default. A value the record holds that is not one
+        these settings take (a damaged record) is a :class:`~dagagent.errors.ConfigError`
+        naming it."""
         kept: dict[str, Any] = {
             k: data[k]
             for k in ("on_failure", "max_concurrency", "max_elements", "in_doubt")
@@ -113,4 +121,16 @@ class RunSettings:
         }
         if isinstance(data.get("executor"), str):
             kept["executor"] = data["executor"]
+        retry = data.get("retry")
+        if isinstance(retry, Mapping):
+            try:
+                kept["retry"] = TaskRetryPolicy(
+                    **{k: float(v) for k, v in retry.items() if k in _RETRY_FIELDS}
+                )
+            except (TypeError, ValueError) as exc:
+                raise ConfigError(f"the recorded retry spacing {dict(retry)!r}: {exc}") from None
         return cls(**{**kept, **changes})
+
+
+#: The fields of a recorded :class:`TaskRetryPolicy`.
+_RETRY_FIELDS = frozenset(f.name for f in fields(TaskRetryPolicy))

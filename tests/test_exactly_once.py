@@ -535,6 +535,23 @@ async def test_the_in_doubt_policy(tmp_path: Path, policy: str) -> None:
         RunSettings(in_doubt="maybe")  # type: ignore[arg-type]
 
 
+async def test_the_in_doubt_policy_the_run_was_started_with_holds_on_resume(
+    tmp_path: Path,
+) -> None:
+    """A run started with in_doubt="deny" whose process died mid-call: a resume given no
+    settings denies the call in doubt (the default would leave it waiting for a person)."""
+    store, world = tmp_path / "runs.db", World()
+    reg = registry(world)
+    run_id = await _crashed(
+        store, world, reg, _plan(PAY, AFTER), after=False, settings=RunSettings(in_doubt="deny")
+    )
+    result = await dagagent.resume(run_id, reg, store=store)
+    assert result.tasks["p"].status.value == "denied", result.tasks["p"]
+    assert world.keys("pay") == []
+    with RunStore(store) as st:
+        assert st.get_run(run_id).settings["in_doubt"] == "deny"
+
+
 async def test_a_call_that_took_effect_is_replayed_not_made_again(tmp_path: Path) -> None:
     """Its outcome is on record but its task's row is not (a kill between the two): the
     resumed run takes the recorded output."""

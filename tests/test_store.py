@@ -726,6 +726,57 @@ def test_a_v8_store_migrates_and_reads_as_it_did(tmp_path: Path) -> None:
     assert _schema_of(db) == _schema_of(tmp_path / "fresh.db")
 
 
+def test_a_v17_store_keeps_the_failure_policy_its_runs_context_held_as_their_settings(
+    tmp_path: Path,
+) -> None:
+    """Version 17 kept the failure policy of a run started with approval rules in the run's
+    context (for ``dagagent resume``); version 18 keeps a run's settings in a column of their
+    own: the policy moves there, the rest of the context stays, and what is not a policy
+    stays where it was."""
+    from dagagent.store import MIGRATIONS
+    from dagagent.workflows import recorded_settings
+
+    db = tmp_path / "v17.db"
+    RunStore(db, migrations=MIGRATIONS[:17]).close()
+    approval = {"rules": [{"tool": "send", "action": "ask"}], "source": "--ask send"}
+    contexts = {
+        "0123456789a1": json.dumps({"tools": "t.py:registry", "approval": approval,
+                                    "on_failure": "continue"}),
+        "0123456789a2": json.dumps({"approval": approval, "on_failure": "cancel"}),
+        "0123456789a3": json.dumps({"tools": "t.py:registry"}),
+        "0123456789a4": None,
+        "0123456789a5": json.dumps({"on_failure": "maybe"}),  # not a policy: left alone
+        "0123456789a6": json.dumps(["on_failure"]),  # not an object: left alone
+    }  # fmt: skip
+    plan = Plan.model_validate({"goal": "g", "tasks": [{"id": "a", "tool": "t"}]}).to_json()
+    with sqlite3.connect(db) as conn:
+        for run_id, context in contexts.items():
+            conn.execute(
+                "INSERT INTO runs (id, created, goal, plan, status, executor, context) "
+                "VALUES (?, 1, 'g', '', 'paused', 'serial', ?)",
+                (run_id, context),
+            )
+            conn.execute("INSERT INTO run_plans (run_id, plan) VALUES (?, ?)", (run_id, plan))
+    with RunStore(db) as st:
+        assert st.schema_version == SCHEMA_VERSION
+        first, second = st.get_run("0123456789a1"), st.get_run("0123456789a2")
+        assert first.settings == {"on_failure": "continue"}
+        assert first.context == {"tools": "t.py:registry", "approval": approval}
+        assert second.settings == {"on_failure": "cancel"} and second.context == {
+            "approval": approval
+        }
+        assert recorded_settings(first) == RunSettings(executor="serial", on_failure="continue")
+        for run_id in ("0123456789a3", "0123456789a4"):
+            record = st.get_run(run_id)
+            assert record.settings == {} and "settings" not in record.to_json_dict()
+            assert recorded_settings(record) == RunSettings(executor="serial")
+    with sqlite3.connect(db) as conn:
+        left = dict(conn.execute("SELECT id, context FROM runs WHERE settings IS NULL"))
+    assert left == {k: v for k, v in contexts.items() if k[-1] in "3456"}  # unchanged
+    RunStore(tmp_path / "fresh.db").close()
+    assert _schema_of(db) == _schema_of(tmp_path / "fresh.db")
+
+
 def _schema_of(path: Path) -> list[tuple[Any, ...]]:
     with sqlite3.connect(path) as conn:
         return conn.execute(

@@ -75,3 +75,17 @@ TWO = {
         {"id": "d2", "tool": "after", "args": {"note": "${m2}"}},
     ],
 }
+
+#: Two waiting calls; once both are approved, the task after the first fails (it looks up a
+#: field of a text) and the second's branch is independent of it. Run serially (a level
+#: at a time, each in plan order), ``d2`` starts after ``bad`` failed: it runs under
+#: ``on_failure="continue"`` only.
+BESIDE = {
+    "goal": "a failure beside an independent branch",
+    "tasks": [
+        {"id": "m1", "tool": "send", "args": {"to": "ann"}},
+        {"id": "bad", "tool": "after", "args": {"note": "${m1.missing}"}},
+        {"id": "m2", "tool": "send", "args": {"to": "bob"}},
+        {"id": "d2", "tool": "after", "args": {"note": "${m2}"}},
+    ],
+}

@@ -394,5 +394,11 @@ def _plan_and_run(
     if not execute:
         return EXIT_OK
     return run_graph(
-        graph, registry, options, as_json=json_out, llm=llm if agent_tasks else None, calls=calls
+        graph,
+        registry,
+        options,
+        as_json=json_out,
+        llm=llm if agent_tasks else None,
+        calls=calls,
+        model=model,
     )

@@ -42,6 +42,7 @@ def run_recorded(
     mcp_specs: tuple[str, ...] = (),
     skills_dir: Path | None = None,
     approval: dict[str, Any] | None = None,
+    agents: dict[str, Any] | None = None,
     **options: Any,
 ) -> RunResult:
     """Run a validated plan, recording it in the run store (``store``, or the default path),
@@ -49,8 +50,10 @@ def run_recorded(
     terminal). ``tools_spec`` (see :func:`recorded_tools_spec`), ``mcp_specs`` (``--mcp``) and
     ``skills_dir`` (``--skills``) are recorded with the run, so that ``replan``, ``resume`` and
     ``approve`` load the same tools by default, and so are the approval rules (``approval``:
-    see :meth:`~dagagent.cli.rules.ApprovalRules.context`) and the failure policy, so that
-    ``resume`` asks the same questions. Returns the result."""
+    see :meth:`~dagagent.cli.rules.ApprovalRules.context`), so that ``resume`` asks the same
+    questions, and what its agent tasks were given (``agents``: the model, its server and
+    timeouts, ``--max-tools``), so that ``resume`` gives them the same (the run's settings
+    are recorded by ``execute``). Returns the result."""
     import asyncio
 
     from ..errors import StoreError
@@ -65,7 +68,7 @@ def run_recorded(
     settings: RunSettings = options.get("settings") or RunSettings()
     if approval:  # what 'dagagent resume' asks with
         context["approval"] = approval
-        context["on_failure"] = settings.on_failure
+    context.update(agents or {})  # what 'dagagent resume' gives the agent tasks
     progress = progress_for(graph, console, live=live) if console is not None else None
     if progress is not None:
         listeners = (*listeners, progress)

@@ -231,17 +231,24 @@ def run_graph(
     as_json: bool,
     llm: Any = None,
     calls: SolveCalls | None = None,
+    model: ModelChoice | None = None,
 ) -> int:
     """What ``run`` and ``plan --execute`` do with a validated plan: confirm it and set up
     approval as the options say, run it recorded in the run store with progress (none with
     ``as_json``), print the result; return the exit code. The agent tasks' model calls (of
     ``llm``) are recorded with the run and their task: by ``calls`` (``plan --execute``'s,
     whose ``run_id`` is the run's, with the planner's calls already in it), else by a
-    recorder of the run's own."""
+    recorder of the run's own. The run's record keeps the model (``model``, the choice that
+    made ``llm``) and ``--max-tools``, which ``resume`` gives its agent tasks again."""
     from .approve import rules_to_workers
     from .recording import run_recorded, say_recorded
 
     execute_options = options.execute_options()
+    agents: dict[str, Any] = {}
+    if llm is not None and model is not None:
+        agents.update(model.to_record(llm))  # never a key: see ModelChoice.to_record
+    if options.max_tools != DEFAULT_THRESHOLD:
+        agents["max_tools"] = options.max_tools
     interceptors = rules_to_workers(
         execute_options["settings"].executor,
         options.rules,
@@ -258,6 +265,7 @@ def run_graph(
             live=options.live,  # questions on the terminal: no live display over them
             interceptors=interceptors,
             llm=metered,
+            agents=agents,
             **execute_options,
         )
     startup = getattr(execute_options["settings"].executor, "startup_s", None)
@@ -381,7 +389,8 @@ def run_cmd(
         configure_otel()
     options = RunOptions.of(ctx)  # --executor, --ask, --dask-*...: read from ctx
     registry = load_tools(tools, mcp, skills)
-    llm = agent_model(model, base_url, stream_timeout)
+    choice = ModelChoice(model, base_url, stream_timeout=stream_timeout)
+    llm = choice.client_if_named()
     graph = validate(plan, registry, llm=llm, check_llm=True, solve_depth=None)
     print_warnings(err, graph.warnings)
-    raise typer.Exit(run_graph(graph, registry, options, as_json=json_out, llm=llm))
+    raise typer.Exit(run_graph(graph, registry, options, as_json=json_out, llm=llm, model=choice))

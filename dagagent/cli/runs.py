@@ -76,6 +76,23 @@ IN_DOUBT = "in doubt"
 _STATUS_ORDER = ("running", "succeeded", "reused", "failed", "denied", "cancelled", "skipped")
 
 
+def _settings_text(settings: dict[str, Any]) -> str:
+    """The settings a run was recorded with that are not the defaults (a resume goes on with
+    them), as ``" (on_failure continue, max_concurrency 2)"``; ``""`` if none."""
+    from ..settings import RunSettings
+    from ..text import printable
+
+    default = RunSettings().to_record()
+    shown = []
+    for name, value in settings.items():
+        if name not in default or value == default[name]:
+            continue
+        if isinstance(value, dict):
+            value = ", ".join(f"{k} {v}" for k, v in value.items() if v != default[name].get(k))
+        shown.append(f"{name} {printable(str(value))}")
+    return f" ({'; '.join(shown)})" if shown else ""
+
+
 def _when(ts: float | None, *, seconds: bool = True) -> str:
     if ts is None:
         return "-"
@@ -466,8 +483,8 @@ def show_cmd(
         )
     tools = record.context.get("tools")
     out.print(
-        f"executor {record.executor or '-'}; started {_when(started)}; {wall}"
-        + (f"; tools {tools}" if tools else ""),
+        f"executor {record.executor or '-'}{_settings_text(record.settings)}; "
+        f"started {_when(started)}; {wall}" + (f"; tools {tools}" if tools else ""),
         markup=False,
         highlight=False,
     )

@@ -22,14 +22,13 @@ import typer
 
 from ..errors import IN_DOUBT_RULE, WORKFLOW_ENDED, ConfigError, StoreError
 from ..executors import IN_PROCESS_EXECUTORS
-from ..settings import RunSettings
+from ..tools import DEFAULT_THRESHOLD
 from ._app import EXIT_RECORD, Interrupted, app, err, guard, out
 from .ask import AskProgress, exit_code_of, report_solution, solve_interrupted
 from .options import (
     BaseUrlOpt,
     BudgetOptions,
     ExamplesOpt,
-    MaxConcurrencyOpt,
     McpOpt,
     ModelChoice,
     ModelOpt,
@@ -49,12 +48,13 @@ from .options import (
     TemporalTlsKeyOpt,
     TemporalTlsOpt,
     ToolsOpt,
+    discovery_of,
     temporal_options,
     temporal_security,
 )
 from .replan import registry_for
 from .rules import recorded_rules
-from .run import agent_calls, agent_model, print_result
+from .run import agent_calls, print_result
 
 if TYPE_CHECKING:
     from ..store import ApprovalRecord, EffectRecord, RunRecord, RunStore
@@ -486,7 +486,27 @@ def resume_cmd(
         help="When tasks start. Default: the executor the run was started with (a run on "
         "Temporal goes on there: its workflow is followed if it still runs or finished).",
     ),
-    max_concurrency: MaxConcurrencyOpt = None,
+    on_failure: str | None = typer.Option(
+        None,
+        "--on-failure",
+        metavar="cancel|continue",
+        help="cancel: stop the run at the first failure; continue: run independent branches "
+        "to the end. Default: the policy the run was started with (or last resumed with).",
+    ),
+    max_concurrency: int | None = typer.Option(
+        None,
+        "--max-concurrency",
+        "-j",
+        min=1,
+        help="At most N tasks at once. Default: the run's own limit (none if it had none).",
+    ),
+    max_elements: int | None = typer.Option(
+        None,
+        "--max-elements",
+        min=0,
+        metavar="N",
+        help="The longest list a map task (for_each) may expand. Default: the run's own.",
+    ),
     temporal_address: TemporalAddressOpt = None,
     task_queue: TaskQueueOpt = None,
     temporal_namespace: TemporalNamespaceOpt = None,
@@ -497,17 +517,26 @@ def resume_cmd(
     temporal_tls_key: TemporalTlsKeyOpt = None,
     temporal_tls_ca: TemporalTlsCaOpt = None,
     no_wait: NoWaitOpt = False,
-    in_doubt: str = typer.Option(
-        "ask",
+    in_doubt: str | None = typer.Option(
+        None,
         "--in-doubt",
         metavar="ask|retry|deny",
         help="A call with side effects that may or may not have happened, that no reconciler "
         "and no person decided about: ask a person (the task waits; on Temporal, the resume "
-        "is refused, exit 7), retry it (same idempotency key) or deny it (not made).",
+        "is refused, exit 7), retry it (same idempotency key) or deny it (not made). "
+        "Default: the run's own policy (ask, unless it was started otherwise).",
     ),
     model: ModelOpt = None,
     base_url: BaseUrlOpt = None,
     stream_timeout: StreamTimeoutOpt = None,
+    max_tools: int | None = typer.Option(
+        None,
+        "--max-tools",
+        min=0,
+        metavar="N",
+        help="Past N tools, an agent task without a tools list is shown only the N most "
+        "relevant (0: every tool). Default: the run's own --max-tools.",
+    ),
     prices: PricesOpt = None,
     planner_prompt: PlannerPromptOpt = None,
     examples: ExamplesOpt = None,
@@ -532,15 +561,28 @@ def resume_cmd(
     from ..store import RunStore
     from ..tools._loop import run_own_loop
     from ..workflows._calls import run_calls
-    from ..workflows.resume import resume, resumed_executor
+    from ..workflows.resume import recorded_settings, resume, resumed_executor
     from .approve import rules_to_workers, run_interceptors
     from .progress import progress_for
     from .recording import say_recorded
     from .signals import stoppable
 
     price_table = BudgetOptions(prices_file=prices).prices()  # a bad file: before anything
-    if in_doubt not in ("ask", "retry", "deny"):
+    if in_doubt is not None and in_doubt not in ("ask", "retry", "deny"):
         raise ConfigError(f"--in-doubt must be ask, retry or deny, not {in_doubt!r}")
+    if on_failure is not None and on_failure not in ("cancel", "continue"):
+        raise ConfigError(f"--on-failure must be cancel or continue, not {on_failure!r}")
+    # the settings given here; the others are the run's own (its record keeps them)
+    changed = {
+        name: value
+        for name, value in (
+            ("on_failure", on_failure),
+            ("max_concurrency", max_concurrency),
+            ("max_elements", max_elements),
+            ("in_doubt", in_doubt),
+        )
+        if value is not None
+    }
     with RunStore(store, create=False) as st:
         try:
             record = st.get_run(run)
@@ -549,7 +591,7 @@ def resume_cmd(
                 st.get_solve(run)
             except StoreError:
                 raise StoreError(f"no run {run} (nor solve) in {st.path}") from None
-            _no_in_doubt_for_solves(in_doubt)
+            _no_settings_for_solves({**changed, "max_tools": max_tools})
             code = _resume_solve(
                 st, run, tools, mcp, model, base_url, stream_timeout, executor, no_wait,
                 json_out, price_table, skills, planner_prompt, examples,
@@ -559,7 +601,7 @@ def resume_cmd(
             raise typer.Exit(code) from None
         solve = st.solve_of_run(record.run_id)
         if solve is not None and solve.status in ("paused", "interrupted"):
-            _no_in_doubt_for_solves(in_doubt)
+            _no_settings_for_solves({**changed, "max_tools": max_tools})
             code = _resume_solve(
                 st, record.run_id, tools, mcp, model, base_url, stream_timeout, executor,
                 no_wait, json_out, price_table, skills, planner_prompt, examples,
@@ -598,10 +640,15 @@ def resume_cmd(
             run_interceptors(graph, registry, approve=False, rules=rules, no_wait=no_wait),
             no_wait=no_wait,
         )
+        settings = recorded_settings(record, executor=going_on, **changed)
         llm = None
-        if any(isinstance(t, AgentTask) for t in record.plan.tasks):
-            llm = agent_model(model, base_url, stream_timeout)
-        on_failure = record.context.get("on_failure", "cancel")
+        agent_runner: dict[str, Any] = {}
+        agents = any(isinstance(t, AgentTask) for t in record.plan.tasks)
+        if agents:
+            # the model the run was started with (never its key), unless --model says
+            choice = ModelChoice.recorded(record.context, model, base_url, stream_timeout)
+            llm = choice.client_if_named()
+            agent_runner = _agent_runner(record, max_tools)
         progress = progress_for(graph, out, live=not rules) if not json_out else None
         # The agent tasks' model calls are the run's, after those on record before.
         calls = run_calls(st, record.run_id, prices=price_table, interceptors=interceptors)
@@ -617,13 +664,9 @@ def resume_cmd(
                         store=st,
                         interceptors=interceptors,
                         listeners=(progress,) if progress is not None else (),
-                        settings=RunSettings(
-                            executor=going_on,
-                            on_failure="continue" if on_failure == "continue" else "cancel",
-                            max_concurrency=max_concurrency,
-                            in_doubt=in_doubt,  # type: ignore[arg-type]  # checked there
-                        ),
+                        settings=settings,
                         llm=metered,
+                        **agent_runner,
                     )
                 )
 
@@ -637,18 +680,61 @@ def resume_cmd(
                 lost = calls.close()
                 if lost is not None:
                     err.print(f"error: not recorded: {lost}", markup=False, highlight=False)
+        if max_tools is not None and agents:
+            # the run went on with these: its next resume does too (as with its settings)
+            st.update_context(
+                record.run_id, {"max_tools": None if max_tools == DEFAULT_THRESHOLD else max_tools}
+            )
     code = print_result(result, as_json=json_out, graph=graph)
     if not say_recorded(result, store, detail="resumed", quiet=json_out):
         code = EXIT_RECORD
     raise typer.Exit(code)
 
 
-def _no_in_doubt_for_solves(in_doubt: str) -> None:
-    if in_doubt != "ask":
+def _agent_runner(record: RunRecord, max_tools: int | None) -> dict[str, Any]:
+    """``{"agent_runner": ...}`` showing the agent tasks of run ``record`` the tools
+    ``--max-tools`` says, else those the run's own ``--max-tools`` said (empty: the
+    default)."""
+    if max_tools is None:
+        kept = record.context.get("max_tools")
+        max_tools = kept if isinstance(kept, int) and kept >= 0 else DEFAULT_THRESHOLD
+    if max_tools == DEFAULT_THRESHOLD:
+        return {}
+    from ..agent import make_agent_runner
+
+    return {"agent_runner": make_agent_runner(discovery=discovery_of(max_tools))}
+
+
+def _no_settings_for_solves(changed: Mapping[str, Any]) -> None:
+    """A solve goes on with the settings it was asked with: the options of a run's resume
+    (``changed``: those given, by name) are refused, not ignored."""
+    if changed.get("in_doubt", "ask") != "ask":
         raise ConfigError(
             "--in-doubt applies to resuming a run, not a solve: a solve's calls in doubt wait "
             "for a person (dagagent approvals, then approve --happened, --allow or --deny)"
         )
+    given = [
+        _RUN_OPTIONS[name]
+        for name, value in changed.items()
+        if name != "in_doubt" and value is not None
+    ]
+    if given:
+        raise ConfigError(
+            f"{' and '.join(given)} appl{'y' if len(given) > 1 else 'ies'} to resuming a run, "
+            "not a solve: a solve goes on with the settings it was asked with (its rounds' "
+            "runs too)"
+        )
+
+
+#: The options of ``resume`` that change what a run was recorded with: its settings, and
+#: the tools its agent tasks are shown.
+_RUN_OPTIONS = {
+    "on_failure": "--on-failure",
+    "max_concurrency": "--max-concurrency",
+    "max_elements": "--max-elements",
+    "in_doubt": "--in-doubt",
+    "max_tools": "--max-tools",
+}
 
 
 def _a_run_of(st: RunStore, solve: Any) -> RunRecord | None:

@@ -4,7 +4,7 @@ to, and :func:`flush_recorders` for a process about to end."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +52,10 @@ class RunRecorder:
     inserted, and the results of the tasks that run again replace theirs. With
     ``side_effects=True`` (a run whose tools may have side effects) each task's row takes its
     output over from the record of the call that made it, in the same transaction: stored
-    once (see :mod:`dagagent.store._effects`).
+    once (see :mod:`dagagent.store._effects`). ``settings`` (JSON-able; ``execute`` gives
+    ``RunSettings.to_record()`` without the executor) are recorded with the run, and a
+    resumed run's replace those it was recorded with (without them, those stay):
+    :attr:`~dagagent.store.RunRecord.settings`.
 
     Calling the recorder with a run event (the listener), or :attr:`record` with a task's
     result (what ``execute`` does, without making an event), only puts it on the writer's
@@ -88,6 +91,7 @@ class RunRecorder:
         write_timeout_s: float = 60.0,
         resumed: bool = False,
         side_effects: bool = False,
+        settings: Mapping[str, Any] | None = None,
     ) -> None:
         run_id = check_run_id(run_id, prefix=False)
         if flush_interval_s < 0:
@@ -123,6 +127,7 @@ class RunRecorder:
             context=to_column(context) if context else None,
             resumed=resumed,
             side_effects=side_effects,
+            settings=to_column(dict(settings)) if settings is not None else None,
             flush_interval_s=flush_interval_s,
             write_timeout_s=write_timeout_s,
             opened=opened,

@@ -94,6 +94,9 @@ class RunRow:
     #: The run may call tools with side effects: the outputs of its tasks' rows are taken
     #: off the rows of the calls that made them (each output stored once).
     side_effects: bool = False
+    #: The settings the run runs with (JSON text; see ``RunRecord.settings``): written with
+    #: its first row, and over the recorded ones when a resume goes on with them.
+    settings: str | None = None
 
 
 _WHERE = {name.strip(): i for i, name in enumerate(TASK_COLUMNS.split(","))}
@@ -197,15 +200,16 @@ def _start(conn: sqlite3.Connection, run: RunRow, ev: RunStarted) -> int:
     lease = time.time() + LEASE_S
     if run.resumed:
         conn.execute(
-            "UPDATE runs SET executor = ?, pid = ?, owner = ?, lease_until = ? WHERE id = ?",
-            (ev.executor, os.getpid(), here(), lease, run.run_id),
+            "UPDATE runs SET executor = ?, pid = ?, owner = ?, lease_until = ?, "
+            "settings = COALESCE(?, settings) WHERE id = ?",
+            (ev.executor, os.getpid(), here(), lease, run.settings, run.run_id),
         )
         return 0
     plan = ev.plan
     text = _plan(run, plan)
     conn.execute(
         "INSERT INTO runs (id, parent_id, created, goal, plan, n_tasks, status, executor, pid, "
-        "context, owner, lease_until) VALUES (?, ?, ?, ?, '', ?, ?, ?, ?, ?, ?, ?)",
+        "context, owner, lease_until, settings) VALUES (?, ?, ?, ?, '', ?, ?, ?, ?, ?, ?, ?, ?)",
         (
             run.run_id,
             ev.parent_id,
@@ -218,6 +222,7 @@ def _start(conn: sqlite3.Connection, run: RunRow, ev: RunStarted) -> int:
             run.context,
             here(),
             lease,
+            run.settings,
         ),
     )
     conn.execute("INSERT INTO run_plans (run_id, plan) VALUES (?, ?)", (run.run_id, text))

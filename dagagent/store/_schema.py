@@ -15,6 +15,7 @@ from pydantic_core import to_json
 
 from ..errors import StoreError
 from ..plan import Plan
+from ._codec import to_column
 from ._file import failure, open_error, refuse_foreign
 
 __all__ = ["MIGRATIONS", "SCHEMA", "SCHEMA_VERSION", "TASK_COLUMNS", "Migration", "migrate"]
@@ -214,6 +215,32 @@ _SESSIONS = (
 )
 
 
+def _settings_from_context(conn: sqlite3.Connection) -> None:
+    """v18: the failure policy ``dagagent run`` kept in a run's context (``on_failure``, with
+    its approval rules, for ``resume``) becomes the run's recorded settings; the context
+    keeps the rest. A context that is not a JSON object is left as it is (its readers say
+    what is wrong with it)."""
+    rows = conn.execute(
+        "SELECT id, context FROM runs WHERE instr(context, '\"on_failure\"') > 0"
+    ).fetchall()
+    for run_id, text in rows:
+        try:
+            context = json.loads(text)
+        except ValueError:
+            continue
+        if not isinstance(context, dict) or context.get("on_failure") not in _FAILURE_POLICIES:
+            continue
+        settings = {"on_failure": context.pop("on_failure")}
+        conn.execute(
+            "UPDATE runs SET settings = ?, context = ? WHERE id = ?",
+            (to_column(settings), to_column(context) if context else None, run_id),
+        )
+
+
+#: The failure policies a run's context could name (see dagagent.results.FailurePolicy).
+_FAILURE_POLICIES = ("cancel", "continue")
+
+
 def _move_task_log(conn: sqlite3.Connection) -> None:
     """v9: the task rows of version 8's batch documents (table ``task_log``), as its view
     ``task_log_rows`` gives them, into the table of rows. The view is the store's own, as
@@ -381,6 +408,11 @@ MIGRATIONS: list[Sequence[Migration]] = [
     # where a task ran when not in the run's process: the worker (``pid@host``) of a
     # run on Temporal (TaskResult.worker).
     ("ALTER TABLE tasks ADD COLUMN worker TEXT",),
+    # v18: the settings a run was started with (or, once resumed, last went on with), as a
+    # JSON object (RunSettings.to_record() without the executor, which ``runs.executor``
+    # names), so that a resume keeps them. The failure policy that ``dagagent run`` kept in
+    # the run's context moves there.
+    ("ALTER TABLE runs ADD COLUMN settings TEXT", _settings_from_context),
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -406,7 +438,7 @@ SCHEMA: tuple[str, ...] = (
             critical_path TEXT,
             critical_path_s REAL,
             pid INTEGER
-        , context TEXT, owner TEXT, lease_until REAL)""",
+        , context TEXT, owner TEXT, lease_until REAL, settings TEXT)""",
     _RUNS_BY_CREATED,
     _RUNS_BY_PARENT,
     """CREATE TABLE "tasks" (

@@ -331,7 +331,7 @@ class RunStore(SolveQueries, SessionQueries, EffectQueries, ApprovalQueries):
             "SELECT id, parent_id, created, goal, "
             "(SELECT p.plan FROM run_plans AS p WHERE p.run_id = runs.id), status, executor, "
             "started_at, finished_at, critical_path, critical_path_s, pid, context, owner, "
-            "lease_until FROM runs WHERE id = ?",
+            "lease_until, settings FROM runs WHERE id = ?",
             (run_id,),
         )
         if not rows:  # pragma: no cover - resolve() just found it
@@ -379,6 +379,7 @@ class RunStore(SolveQueries, SessionQueries, EffectQueries, ApprovalQueries):
         tasks = {k: by_id[k] for k in order if k in by_id}
         context = from_column(r[12]) or {}
         planned = context.pop(PLANNED_AT, None) if isinstance(context, dict) else None
+        settings = from_column(r[15]) or {}
         return RunRecord(
             run_id=r[0],
             parent_id=r[1],
@@ -395,6 +396,7 @@ class RunStore(SolveQueries, SessionQueries, EffectQueries, ApprovalQueries):
             fingerprints=fingerprints,
             context=context,
             planned_at=planned if isinstance(planned, dict) else {},
+            settings=settings,
         )
 
     def last_run(self) -> RunRecord:

@@ -113,6 +113,7 @@ class Writer:
         context: str | None,
         resumed: bool,
         side_effects: bool = False,
+        settings: str | None = None,
         flush_interval_s: float,
         write_timeout_s: float,
         opened: RunStore | None,
@@ -126,7 +127,9 @@ class Writer:
         #: Set once the first write was tried (written, or the store is locked: the run goes
         #: on either way).
         self.run_written = threading.Event()
-        self._run = RunRow(run_id, time.time(), context, resumed, side_effects=side_effects)
+        self._run = RunRow(
+            run_id, time.time(), context, resumed, side_effects=side_effects, settings=settings
+        )
         self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
         #: Takes an event or a task result to write: a queue's ``put``, the whole hand-over.
         self.put = self._queue.put

@@ -110,6 +110,14 @@ class RunRecord(BaseModel):
         description="a plan written while it ran (streamed): when each task joined the plan "
         "(Unix times; a task held until the plan was whole joined it then)",
     )
+    settings: dict[str, Any] = Field(
+        default_factory=dict,
+        description="the settings the run was started with, or last resumed with "
+        "(RunSettings.to_record() without the executor, which `executor` names: on_failure, "
+        "max_concurrency, max_elements, in_doubt, retry); a resume goes on with them unless "
+        "given others. Empty for a run recorded before dagagent kept them (a resume then "
+        "uses the defaults)",
+    )
 
     @property
     def counts(self) -> StatusCounts:
@@ -155,7 +163,10 @@ class RunRecord(BaseModel):
         )
 
     def to_json_dict(self) -> dict[str, Any]:
-        planned = {"planned_at": self.planned_at} if self.planned_at else {}
+        # what not every run has (streamed plans; runs recorded since settings are kept)
+        optional: dict[str, Any] = {"planned_at": self.planned_at} if self.planned_at else {}
+        if self.settings:
+            optional["settings"] = self.settings
         return {
             "run_id": self.run_id,
             "parent_id": self.parent_id,
@@ -171,7 +182,7 @@ class RunRecord(BaseModel):
             "counts": dict(self.counts),
             "unrecorded": self.unrecorded,
             "context": self.context,
-            **planned,
+            **optional,
             "plan": self.plan.model_dump(mode="json", exclude_defaults=True),
             "tasks": {
                 k: {**r.to_json_dict(), "fingerprint": self.fingerprints.get(k)}

@@ -11,7 +11,11 @@ here), then :func:`resume` continues the run **in place** (same run id, same rec
 - an agent task whose call waited continues from its recorded steps, not from scratch;
 - every decision is used once: the resume takes the run from ``paused`` to ``running`` and
   its decisions from ``decided`` to ``used`` in one store transaction, so two resumes (or an
-  ``approve`` racing a resume) can never use one decision twice.
+  ``approve`` racing a resume) can never use one decision twice;
+- the run goes on with the settings it was started with (its failure policy, concurrency,
+  map size, retry spacing, what to do with calls in doubt, and its executor:
+  :func:`recorded_settings`), unless the resume is given others, which the record then
+  keeps instead.
 
 ::
 
@@ -28,6 +32,7 @@ from __future__ import annotations
 import getpass
 import os
 from collections.abc import Mapping, Sequence
+from dataclasses import fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -57,6 +62,7 @@ __all__ = [
     "continue_claimed",
     "decider",
     "record_decision",
+    "recorded_settings",
     "resumable_executor",
     "resume",
     "resume_sync",
@@ -92,6 +98,31 @@ def resumed_executor(executor: str, context: Mapping[str, Any], **temporal: Any)
         if k in _TEMPORAL_KEYS and isinstance(v, str)
     }
     return get_executor("temporal", **{**options, **temporal})
+
+
+def recorded_settings(record: RunRecord, **changes: Any) -> RunSettings:
+    """The settings run ``record`` goes on with when it is resumed: those it was recorded
+    with (:attr:`~dagagent.store.RunRecord.settings`: ``on_failure``, ``max_concurrency``,
+    ``max_elements``, ``retry``, ``in_doubt``) and its executor (as :func:`resumed_executor`
+    says), each replaced by the one ``changes`` gives (:class:`~dagagent.RunSettings`
+    names). A run recorded before dagagent kept its settings has the defaults on record.
+
+    ``resume(run, ..., settings=recorded_settings(store.get_run(run), max_concurrency=2))``
+    changes one setting and keeps the others. Raises
+    :class:`~dagagent.errors.ConfigError` for a name that is not a setting, or a value that
+    is not one it takes."""
+    unknown = sorted(set(changes) - _SETTING_NAMES)
+    if unknown:
+        raise ConfigError(
+            f"not run settings: {', '.join(unknown)} (they are {', '.join(sorted(_SETTING_NAMES))})"
+        )
+    if "executor" not in changes:
+        changes["executor"] = resumed_executor(record.executor, record.context)
+    return RunSettings.from_record(record.settings, **changes)
+
+
+#: The names :func:`recorded_settings` takes: the fields of :class:`RunSettings`.
+_SETTING_NAMES = frozenset(f.name for f in fields(RunSettings))
 
 
 def decider(by: str | None = None) -> str:
@@ -170,8 +201,11 @@ async def resume(
     ``decided_by`` naming who when the approval does not); decisions recorded earlier are
     used too. ``interceptors`` should hold the run's approval policy again: it is what
     hands each decision to its call (and makes a call nobody decided about wait again).
-    The other options are :func:`dagagent.execute`'s; without ``settings``, the run goes on
-    with the executor it was started with.
+    The other options are :func:`dagagent.execute`'s. Without ``settings``, the run goes on
+    with the settings it was started with (or last resumed with) and its executor
+    (:func:`recorded_settings`); ``settings`` given are used as they are, and recorded with
+    the run in their place: to change some and keep the others, give
+    ``recorded_settings(record, name=value)``.
 
     Raises :class:`~dagagent.errors.StoreError` if there is no such run and
     :class:`~dagagent.errors.DecisionError` if it is not paused (or a decision is refused);
@@ -262,7 +296,7 @@ async def continue_claimed(
         }
         effects = store.effects(run_id)  # calls with side effects, by idempotency key
         if settings is None:
-            settings = RunSettings(executor=resumed_executor(record.executor, record.context))
+            settings = recorded_settings(record)
         return await execute(
             validate(record.plan, registry),
             registry,

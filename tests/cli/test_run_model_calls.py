@@ -248,3 +248,44 @@ def test_a_resumed_runs_agent_calls_follow_those_before(user: User, model: Model
     assert after["cost_usd"] == pytest.approx(
         (after["input_tokens"] * 1.0 + after["output_tokens"] * 4.0) / 1_000_000
     )
+
+
+def test_resume_gives_agent_tasks_the_model_and_max_tools_the_run_was_started_with(
+    user: User, model: Model, server: LLMTestServer
+) -> None:
+    """A run with an agent task pauses before the task: its resume, given no --model (and
+    no $DAGAGENT_MODEL), asks the model the run was started with, on its server, showing the
+    agent the tools --max-tools said."""
+    model.text(NOTE)  # the agent task's answer, once the run resumes
+    plan = user.write_plan(AGENT_PLAN)
+    user("run", plan, "--tools", TOOLS, *user.model, "--ask", "get_weather", "--max-tools", "1",
+         code=6)  # fmt: skip
+    run = user.json("show", "--last")["run_id"]
+    assert server.requests == []  # the agent task waits behind the call
+    context = user.json("show", run)["context"]
+    assert (context["model"], context["max_tools"]) == (model.spec[1], 1)
+    assert "sk-test" not in json.dumps(context)  # never the key
+    user("approve", run, "paris", "--allow")
+    resumed = user.json("resume", run)
+    assert resumed["tasks"]["note"]["output"] == NOTE
+    (request,) = server.requests
+    shown = [t["function"]["name"] for t in request.json.get("tools", [])]
+    assert len(shown) == 2 and "find_tools" in shown  # one tool, and the search for the rest
+
+
+def test_max_tools_given_to_a_resume_wins_and_the_next_resume_keeps_it(
+    user: User, model: Model, server: LLMTestServer
+) -> None:
+    model.text(NOTE)
+    plan = user.write_plan(
+        {"goal": "A note", "tasks": [*AGENT_PLAN["tasks"], weather("tokyo", "Tokyo")]}
+    )
+    user("run", plan, "--tools", TOOLS, *user.model, "--ask", "get_weather", "--max-tools", "1",
+         code=6)  # fmt: skip
+    run = user.json("show", "--last")["run_id"]
+    user("approve", run, "paris", "--allow")  # tokyo still waits
+    resumed = user.json("resume", run, "--max-tools", "0", code=6)  # 0: every tool
+    assert resumed["tasks"]["note"]["output"] == NOTE
+    (request,) = server.requests
+    assert len(request.json.get("tools", [])) > 2
+    assert user.json("show", run)["context"]["max_tools"] == 0  # for the next resume too

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import shutil
 import signal
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,9 @@ import pytest
 import wait_tools
 from cli_shell import TIMEOUT, Shell
 from eventually import wait_until
-from wait_tools import PLAN, TWO
+from wait_tools import BESIDE, PLAN, TWO
+
+import dagagent
 
 SLOW = {
     "goal": "a message beside a slow branch",
@@ -226,3 +229,125 @@ def test_concurrent_approve_and_resume_never_use_a_decision_twice(sh: WaitShell)
     assert sh.json("show", run)["status"] == "succeeded"
     assert [c for c in sh.calls() if c.startswith("send")] == ["send Paris hi"]
     assert sh.calls().count("fetch Paris") == 1
+
+
+def _paused_beside(sh: WaitShell, *options: str) -> str:
+    """A paused run of BESIDE, serially, with ``options``; both its calls approved."""
+    run = sh("run", sh.plan(BESIDE), *sh.tools, "--ask", "send", "-e", "serial", *options,
+             "--json", code=6)  # fmt: skip
+    run_id = str(json.loads(run.stdout)["run_id"])
+    for task in ("m1", "m2"):
+        sh("approve", run_id, task, "--allow")
+    return run_id
+
+
+def test_resume_goes_on_with_the_failure_policy_the_run_was_started_with(sh: WaitShell) -> None:
+    run = _paused_beside(sh, "--on-failure", "continue", "-j", "2")
+    resumed = sh.json("resume", run, code=1)  # a task failed: the run did
+    assert statuses(resumed) == {
+        "m1": "succeeded",
+        "bad": "failed",
+        "m2": "succeeded",
+        "d2": "succeeded",  # its branch went on after the failure, as the run was started
+    }
+    assert sh.calls() == ["send ann hi", "send bob hi", "after sent to bob"]
+    record = sh.json("show", run)
+    assert record["executor"] == "serial"
+    kept = record["settings"]
+    assert (kept["on_failure"], kept["max_concurrency"], kept["in_doubt"]) == ("continue", 2, "ask")
+    assert "on_failure" not in record["context"]  # kept once, with the settings
+    line = next(x for x in sh("show", run).stdout.splitlines() if x.startswith("executor"))
+    assert line.startswith("executor serial (on_failure continue; max_concurrency 2); started")
+
+
+def test_resume_options_win_over_the_recorded_settings_and_are_recorded(sh: WaitShell) -> None:
+    run = _paused_beside(sh, "--on-failure", "continue", "-j", "2")
+    resumed = sh.json("resume", run, "--on-failure", "cancel", "--max-elements", "7", code=1)
+    assert statuses(resumed)["d2"] == "cancelled"
+    assert "after sent to bob" not in sh.calls()
+    kept = sh.json("show", run)["settings"]
+    # what the resume was given replaces what it was recorded with; the rest stays
+    assert (kept["on_failure"], kept["max_elements"], kept["max_concurrency"]) == ("cancel", 7, 2)
+
+
+def test_resume_refuses_a_failure_policy_it_does_not_know(sh: WaitShell) -> None:
+    run = _paused_beside(sh)
+    bad = sh("resume", run, "--on-failure", "stop", code=2)
+    assert "--on-failure must be cancel or continue, not 'stop'" in bad.stderr
+    assert sh.calls() == []  # refused before anything ran
+    assert sh.json("show", run)["status"] == "paused"
+
+
+def test_a_run_paused_by_an_older_version_resumes_with_its_failure_policy(
+    sh: WaitShell,
+) -> None:
+    """A store of schema version 17 kept the failure policy of a run with approval rules in
+    its context: migrated, it is the run's recorded setting, and the resume keeps it."""
+    from dagagent.store import MIGRATIONS
+
+    run = _paused_beside(sh, "--on-failure", "continue")
+    current = sh.dir / "home" / "runs.db"
+    old = sh.dir / "v17.db"
+    dagagent.RunStore(old, migrations=MIGRATIONS[:17]).close()
+    with sqlite3.connect(old) as conn:  # the run as version 17 recorded it
+        conn.execute("ATTACH DATABASE ? AS cur", (str(current),))
+        found = conn.execute("SELECT name FROM main.sqlite_master WHERE type = 'table'")
+        tables = [r[0] for r in found.fetchall()]
+        for table in tables:
+            columns = ", ".join(r[1] for r in conn.execute(f"PRAGMA main.table_info({table})"))
+            conn.execute(f"INSERT INTO main.{table} ({columns}) SELECT {columns} FROM cur.{table}")
+        (text,) = conn.execute("SELECT context FROM runs").fetchone()
+        context = {**json.loads(text), "on_failure": "continue"}
+        conn.execute("UPDATE runs SET context = ?", (json.dumps(context),))
+    with dagagent.RunStore(old) as st:  # migrated to the current version
+        record = st.get_run(run)
+    assert record.settings == {"on_failure": "continue"}
+    assert "on_failure" not in record.context and record.context["approval"]
+    resumed = sh.json("resume", run, "--store", str(old), code=1)
+    assert statuses(resumed)["d2"] == "succeeded"
+    kept = sh.json("show", run, "--store", str(old))["settings"]
+    assert (kept["on_failure"], kept["max_concurrency"]) == ("continue", None)
+
+
+@pytest.mark.slow
+def test_a_killed_run_resumes_with_the_failure_policy_it_was_started_with(
+    sh: WaitShell,
+) -> None:
+    """No approval rules: the run's process dies mid-run (SIGKILL); its resume meets a
+    failure and, as the run was started with --on-failure continue, the independent branch
+    after it runs."""
+    plan = {
+        "goal": "a failure beside an independent branch, after a slow task",
+        "tasks": [
+            {"id": "long", "tool": "slow", "args": {"name": "long"}},
+            {"id": "y", "tool": "fetch", "args": {"city": "Paris"}},
+            {"id": "bad", "tool": "after", "args": {"note": "${long.missing}"}},
+            {"id": "x", "tool": "after", "args": {"note": "${y.city}"}},
+        ],
+    }
+    sh.flag.write_text("")
+    proc = sh.start("run", "run", sh.plan(plan), *sh.tools, "-e", "serial", "--on-failure",
+                    "continue")  # fmt: skip
+    try:
+        wait_until(
+            lambda: sh.calls() == ["slow long"],
+            "the slow task runs",
+            unless=lambda: None if proc.poll() is None else "the run ended",
+        )
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(TIMEOUT)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    run = proc_run_id(sh)
+    assert sh.json("show", run)["status"] == "interrupted"
+    sh.flag.unlink()
+    resumed = sh.json("resume", run, code=1)
+    assert statuses(resumed) == {
+        "long": "succeeded",
+        "y": "succeeded",
+        "bad": "failed",
+        "x": "succeeded",
+    }
+    assert sh.calls() == ["slow long", "slow long", "fetch Paris", "after Paris"]

@@ -376,10 +376,9 @@ async def test_a_worker_killed_mid_call(own_workers: Workers, tool: str, tmp_pat
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(run)
-        while True:  # until the call has started on a worker (its marker, in another process)
-            if temporal_tools.started(tmp_path, "call"):
-                break
-            await anyio.sleep(0.02)
+        await until(  # its marker, written in another process
+            lambda: temporal_tools.started(tmp_path, "call"), "the call started on a worker"
+        )
         [victim] = temporal_tools.started(tmp_path, "call")
         os.kill(victim, signal.SIGKILL)
         (tmp_path / "call.go").touch()
@@ -418,10 +417,9 @@ async def test_a_worker_lost_mid_call_its_reconciler_decides(
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(run)
-        while True:  # until the call has started on a worker (its marker, in another process)
-            if temporal_tools.started(tmp_path, "pay"):
-                break
-            await anyio.sleep(0.02)
+        await until(  # its marker, written in another process
+            lambda: temporal_tools.started(tmp_path, "pay"), "the call started on a worker"
+        )
         [victim] = temporal_tools.started(tmp_path, "pay")
         os.kill(victim, signal.SIGKILL)
         (tmp_path / "pay.go").touch()
@@ -459,10 +457,9 @@ async def test_a_call_in_doubt_its_reconciler_cannot_decide_waits_for_a_person(
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(run)
-        while True:  # until the call has started on a worker (its marker, in another process)
-            if temporal_tools.started(tmp_path, "u"):
-                break
-            await anyio.sleep(0.02)
+        await until(  # its marker, written in another process
+            lambda: temporal_tools.started(tmp_path, "u"), "the call started on a worker"
+        )
         [victim] = temporal_tools.started(tmp_path, "u")
         os.kill(victim, signal.SIGKILL)
         (tmp_path / "u.go").touch()
@@ -1096,14 +1093,16 @@ def test_a_workflow_ended_under_its_driver_leaves_its_calls_in_doubt_on_record(
     driver = threading.Thread(target=lambda: anyio.run(drive, backend="asyncio"))
     driver.start()
     try:
-        deadline = time.monotonic() + READY_S
-        while not (
-            temporal_tools.started(tmp_path, "h")
-            and temporal_tools.started(tmp_path, "a")
-            and _recorded_run(db)
-        ):
-            assert driver.is_alive() and time.monotonic() < deadline, ended
-            time.sleep(0.02)
+        wait_until(
+            lambda: (
+                temporal_tools.started(tmp_path, "h")
+                and temporal_tools.started(tmp_path, "a")
+                and _recorded_run(db)
+            ),
+            "both payments held and the run on record",
+            timeout=READY_S,
+            unless=lambda: None if driver.is_alive() else f"the driver ended: {ended}",
+        )
         with RunStore(db, create=False) as st:
             run_id = st.last_run_id()
 
@@ -1112,12 +1111,12 @@ def test_a_workflow_ended_under_its_driver_leaves_its_calls_in_doubt_on_record(
             async with other.session():
                 assert other.client is not None
                 handle = other.client.get_workflow_handle(workflow_id(run_id))
-                while True:  # 'e' finished on the workflow (the driver did not ask)
+
+                async def e_finished() -> bool:  # on the workflow (the driver did not ask)
                     progress = await handle.query("progress", 0)
-                    if progress["total"] >= 1:
-                        break
-                    assert time.monotonic() < deadline
-                    await anyio.sleep(0.02)
+                    return bool(progress["total"] >= 1)
+
+                await until(e_finished, "'e' finished on the workflow", timeout=READY_S)
                 if how == "terminated":
                     await handle.terminate("by an operator")
                 else:
@@ -1321,6 +1320,19 @@ def test_ctrl_c_on_the_driver_leaves_the_calls_it_cut_off_in_doubt_on_record(
     assert again["after"].output == {"paid": "by hand"}
 
 
+def _echo_then_held_payment(where: Path) -> dict[str, Any]:
+    """A task that finishes at once (``e``, output 7) beside a payment that pays, then holds
+    on its worker until ``where/h.go`` exists (``h``)."""
+    return plan(
+        {"id": "e", "tool": "echo", "args": {"value": 7}},
+        {
+            "id": "h",
+            "tool": "pay_hold",
+            "args": {"name": "h", "where": str(where), "pay_first": True},
+        },
+    )
+
+
 def test_a_driver_stopped_without_workers_bounds_its_record_and_says_what_it_could_not_name(
     own_workers: Workers, tmp_path: Path
 ) -> None:
@@ -1335,14 +1347,7 @@ def test_a_driver_stopped_without_workers_bounds_its_record_and_says_what_it_cou
 
     [worker] = own_workers.start(1, tools=EXTRA)
     db = tmp_path / "runs.db"
-    the_plan = plan(
-        {"id": "e", "tool": "echo", "args": {"value": 7}},
-        {
-            "id": "h",
-            "tool": "pay_hold",
-            "args": {"name": "h", "where": str(tmp_path), "pay_first": True},
-        },
-    )
+    the_plan = _echo_then_held_payment(tmp_path)
     ex = executor(own_workers, worker_timeout_s=1.0)
     stop = threading.Event()
     ended: list[BaseException] = []
@@ -1364,10 +1369,12 @@ def test_a_driver_stopped_without_workers_bounds_its_record_and_says_what_it_cou
     driver = threading.Thread(target=lambda: anyio.run(drive, backend="asyncio"))
     driver.start()
     try:
-        deadline = time.monotonic() + READY_S
-        while not (temporal_tools.started(tmp_path, "h") and _recorded(db, "e")):
-            assert driver.is_alive() and time.monotonic() < deadline, ended
-            time.sleep(0.02)
+        wait_until(
+            lambda: temporal_tools.started(tmp_path, "h") and _recorded(db, "e"),
+            "the payment held and 'e' on record",
+            timeout=READY_S,
+            unless=lambda: None if driver.is_alive() else f"the driver ended: {ended}",
+        )
         worker.kill()
         worker.wait()
         stop.set()
@@ -1391,6 +1398,62 @@ def test_a_driver_stopped_without_workers_bounds_its_record_and_says_what_it_cou
     assert "no worker could name it for the run's record (" in said, said
     assert doubts == []  # no key to put on record: the task's record says so instead
     assert len(temporal_tools.payments(tmp_path, "h")) == 1
+
+
+@pytest.mark.anyio
+async def test_a_run_whose_workflow_is_deleted_records_the_tasks_it_cannot_know_as_unknown(
+    own_workers: Workers, tmp_path: Path
+) -> None:
+    """An operator deletes a run's workflow (or the cluster's retention did) while a payment
+    holds on a worker: its history cannot be read any more, so the task cut off is recorded
+    as unknown, its call perhaps made (not "not run", which would hide a payment), and what
+    finished before stands."""
+    from temporalio.api.common.v1 import WorkflowExecution
+    from temporalio.api.workflowservice.v1 import DeleteWorkflowExecutionRequest
+
+    from dagagent.store import RunStore
+
+    own_workers.start(1, tools=EXTRA)
+    db = tmp_path / "runs.db"
+    the_plan = _echo_then_held_payment(tmp_path)
+    ex = executor(own_workers, worker_timeout_s=1.0)
+    run_id = dagagent.new_run_id()
+    failed: list[BaseException] = []
+
+    async def drive() -> None:
+        try:
+            await dagagent.execute(
+                the_plan, temporal_tools.extra, settings=settings(ex), store=db, run_id=run_id
+            )
+        except BaseException as exc:
+            failed.append(exc)
+
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(drive)
+            await until(
+                lambda: temporal_tools.started(tmp_path, "h") and _recorded(db, "e"),
+                "the payment held on the worker, the echo on record",
+            )
+            async with ex.session():  # as `temporal workflow delete` does
+                client = ex._client()
+                await client.workflow_service.delete_workflow_execution(
+                    DeleteWorkflowExecutionRequest(
+                        namespace=client.namespace,
+                        workflow_execution=WorkflowExecution(workflow_id=workflow_id(run_id)),
+                    )
+                )
+    finally:
+        (tmp_path / "h.go").touch()
+    with RunStore(db, create=False) as st:
+        record = st.get_run(run_id)
+    assert record.tasks["e"].output == 7
+    h = record.tasks["h"]
+    said = " ".join((h.error or "").split())
+    assert h.status.value == "cancelled" and said.startswith("unknown: the history of"), said
+    assert "cannot be read" in said and "may have taken effect" in said, said
+    assert len(temporal_tools.payments(tmp_path, "h")) == 1
+    assert failed and "cannot be read" in str(failed[0]), failed
 
 
 def _recorded_run(db: Path) -> bool:
@@ -1449,10 +1512,12 @@ def test_a_driver_killed_while_its_plan_was_written_resume_ends_the_plan(
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
     )  # fmt: skip
     try:
-        deadline = time.monotonic() + READY_S
-        while not temporal_tools.started(tmp_path, "w"):
-            assert driver.poll() is None and time.monotonic() < deadline
-            time.sleep(0.02)
+        wait_until(
+            lambda: temporal_tools.started(tmp_path, "w"),
+            "the call started on a worker",
+            timeout=READY_S,
+            unless=lambda: None if driver.poll() is None else "the driver ended",
+        )
         driver.kill()
         driver.wait()
     finally:
@@ -1811,10 +1876,9 @@ async def test_a_streamed_plan_cut_short_stops_the_run_on_the_workers(
         async with anyio.create_task_group() as tg:
             tg.start_soon(run)
             feed.add(id="held", tool="hold", args={"name": "s", "where": str(tmp_path)})
-            deadline = time.monotonic() + READY_S
-            while not temporal_tools.started(tmp_path, "s"):  # it runs on a worker
-                assert time.monotonic() < deadline
-                await anyio.sleep(0.02)
+            await until(  # it runs on a worker
+                lambda: temporal_tools.started(tmp_path, "s"), "'held' started", timeout=READY_S
+            )
             feed.graph.close(aborted=True)
     finally:
         (tmp_path / "s.go").touch()  # the tool's thread on the worker ends too
@@ -2062,10 +2126,12 @@ def test_a_run_whose_driver_died_is_not_resumed_in_process_over_its_workers(
         cwd=tmp_path,
     )
     try:
-        deadline = time.monotonic() + READY_S
-        while not temporal_tools.started(tmp_path, "e"):
-            assert driver.poll() is None and time.monotonic() < deadline
-            time.sleep(0.02)
+        wait_until(
+            lambda: temporal_tools.started(tmp_path, "e"),
+            "the call started on a worker",
+            timeout=READY_S,
+            unless=lambda: None if driver.poll() is None else "the driver ended",
+        )
         driver.kill()
         driver.wait()
     finally:
@@ -2427,10 +2493,11 @@ async def test_a_lost_map_chunk_runs_again_without_the_elements_it_finished(
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(run)
-        while True:  # until "b" runs and its chunk has reported "a" to the server
-            if temporal_tools.started(tmp_path, "b") and await reported_a():
-                break
-            await anyio.sleep(0.05)
+
+        async def b_runs_a_reported() -> bool:  # its chunk has reported "a" to the server
+            return bool(temporal_tools.started(tmp_path, "b")) and await reported_a()
+
+        await until(b_runs_a_reported, "'b' running, 'a' reported")
         [victim] = temporal_tools.started(tmp_path, "b")
         os.kill(victim, signal.SIGKILL)
         (tmp_path / "b.go").touch()

@@ -29,11 +29,14 @@ import pytest
 from typer.testing import CliRunner
 
 import dagagent
+from dagagent.events import RunStarted
+from dagagent.llm import OpenAIChat
+from dagagent.settings import RunSettings
 
 pytest.importorskip("temporalio")
 
 import temporal_tools  # the workers import it too
-from eventually import wait_until
+from eventually import until, wait_until
 from llm_server import LLMTestServer
 
 from dagagent.executors.temporal import TemporalExecutor, workflow_id
@@ -319,3 +322,100 @@ def test_an_operator_terminating_a_round_s_run_leaves_its_calls_in_doubt_on_reco
     finally:
         worker.kill()  # a's first call still holds there: it never pays
         worker.wait()
+
+
+class _SaysIdle(TemporalExecutor):
+    """The executor of a solve whose driver says when it goes to sleep until its next read
+    of the solve's steps (it reads ``poll_s`` then), once ``watching``."""
+
+    def __init__(self, *args: Any, **options: Any) -> None:
+        self.asleep = anyio.Event()
+        self.watching = False
+        super().__init__(*args, **options)
+
+    @property  # type: ignore[override]
+    def poll_s(self) -> float:
+        if self.watching:
+            self.asleep.set()
+        value: float = self.__dict__["poll_s"]
+        return value
+
+    @poll_s.setter
+    def poll_s(self, value: float) -> None:
+        self.__dict__["poll_s"] = value  # (where the executors of its runs find it)
+
+
+@pytest.mark.anyio
+async def test_a_stop_before_the_driver_follows_the_round_s_run_still_records_that_run(
+    own_workers: Workers, model_server: LLMTestServer, tmp_path: Path
+) -> None:
+    """The driver has read the round's start and sleeps (it reads the solve's steps every
+    30 s here) when the planner answers: the solve's workflow starts the round's run, whose
+    two payments hold on a worker, and the driver has not read the step that starts it.
+    Stopping the driver then still records that run as a stop records one it followed: what
+    it finished, both calls in doubt with their keys (named on a worker, neither made
+    again), the round cancelled with it."""
+    from dagagent.events import RoundStarted
+    from dagagent.store import RunStore
+
+    own_workers.start(1, tools=EXTRA)
+    model = Model([_plan(tmp_path)], [FINISH], hold=1)  # the planner's answer waits
+    model_server.responder = model
+    db = tmp_path / "runs.db"
+    ex = _SaysIdle(
+        own_workers.address,
+        task_queue=own_workers.queue,
+        payloads=own_workers.payloads,
+        poll_s=30.0,
+    )
+    followed: list[str] = []
+
+    def listen(event: Any) -> None:
+        if isinstance(event, RoundStarted):
+            ex.watching = True  # its next read of poll_s: nothing more to read, it sleeps
+        if isinstance(event, RunStarted):
+            followed.append(event.run_id)
+
+    try:
+        async with (
+            OpenAIChat("gpt-test", base_url=f"{model_server.url}/v1", api_key=DRIVER_KEY) as llm,
+            anyio.create_task_group() as tg,
+        ):
+
+            async def solve() -> None:
+                await dagagent.solve(
+                    "pay twice",
+                    temporal_tools.extra,
+                    llm,
+                    settings=RunSettings(executor=ex),
+                    store=db,
+                    listeners=[listen],
+                    # (so its plan is written whole, not streamed into a run started first:
+                    # the round's run starts after the planner answers)
+                    sub_solves=True,
+                )
+
+            tg.start_soon(solve)
+            await ex.asleep.wait()
+            model.release.set()
+            await until(
+                lambda: (
+                    temporal_tools.started(tmp_path, "h") and temporal_tools.started(tmp_path, "a")
+                ),
+                "both payments held on the worker",
+            )
+            assert followed == []  # the driver sleeps: it has not seen the run start
+            tg.cancel_scope.cancel()
+    finally:
+        model.release.set()
+        for name in ("h", "a"):
+            (tmp_path / f"{name}.go").touch()
+    with RunStore(db, create=False) as st:
+        [solve] = st.list_solves()
+        record = st.get_solve(solve.solve_id)
+        [run_id] = [r.run_id for r in record.rounds]
+        assert run_id is not None and st.get_run(run_id).status.value == "cancelled"
+    assert (record.status, record.reason) == ("cancelled", "the solve was stopped")
+    assert [r.outcome for r in record.rounds] == ["cancelled"]
+    assert followed == [run_id]  # recorded as a followed run is, events and all
+    _check_in_doubt(db, run_id, tmp_path, "cancelled")

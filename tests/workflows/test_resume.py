@@ -8,12 +8,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from wait_tools import PLAN, TWO, make_registry
+from wait_tools import BESIDE, PLAN, TWO, make_registry
 
 import dagagent
 from dagagent import Approval, DecisionError, Policy, Rule, RunStatus, StoreError, ask_later
 from dagagent.graph import finished_critical_path
 from dagagent.settings import RunSettings
+from dagagent.workflows import recorded_settings
 
 pytestmark = pytest.mark.anyio
 
@@ -403,3 +404,139 @@ async def test_a_call_asked_about_outside_the_redaction_resumes_with_its_decisio
     )
     assert result.status is RunStatus.SUCCEEDED, result.tasks["p"]
     assert sent == [("kestrel/site", "[redacted]", "[redacted]")]
+
+
+def _both_approved() -> dict[str, Approval]:
+    return {"m1": Approval.approve("ok", by="ann"), "m2": Approval.approve("ok", by="ann")}
+
+
+async def test_a_resume_goes_on_with_the_failure_policy_the_run_was_started_with(
+    tmp_path: Path,
+) -> None:
+    """Started with on_failure="continue", paused, resumed without settings: the failure the
+    resume meets leaves the independent branch running (the defaults would cancel it)."""
+    calls: list[str] = []
+    store = tmp_path / "runs.db"
+    started = RunSettings(executor="serial", on_failure="continue", max_concurrency=3)
+    paused = await dagagent.execute(
+        BESIDE, _tools(calls), interceptors=[_policy()], store=store, settings=started
+    )
+    assert paused.status is RunStatus.PAUSED and calls == []
+    with dagagent.RunStore(store) as s:
+        record = s.get_run(paused.run_id)
+    assert record.settings == {
+        "on_failure": "continue",
+        "max_concurrency": 3,
+        "max_elements": started.max_elements,
+        "in_doubt": "ask",
+        "retry": {"base_delay_s": 0.2, "max_delay_s": 30.0, "jitter": 0.5},
+    }
+    assert record.to_json_dict()["settings"] == record.settings
+    assert recorded_settings(record) == started  # its executor too
+
+    resumed = await dagagent.resume(
+        paused.run_id,
+        _tools(calls),
+        store=store,
+        interceptors=[_policy()],
+        decisions=_both_approved(),
+    )
+    statuses = {k: r.status.value for k, r in resumed.tasks.items()}
+    assert statuses == {"m1": "succeeded", "bad": "failed", "m2": "succeeded", "d2": "succeeded"}
+    assert resumed.status is RunStatus.FAILED and resumed.executor == "serial"
+    assert calls == ["send ann hi", "send bob hi", "after sent to bob"]
+    with dagagent.RunStore(store) as s:
+        assert s.get_run(paused.run_id).settings == record.settings  # kept as they were
+
+
+async def test_settings_given_to_a_resume_win_and_the_record_says_so(tmp_path: Path) -> None:
+    calls: list[str] = []
+    store = tmp_path / "runs.db"
+    paused = await dagagent.execute(
+        BESIDE,
+        _tools(calls),
+        interceptors=[_policy()],
+        store=store,
+        settings=RunSettings(executor="serial", on_failure="continue", max_concurrency=3),
+    )
+    resumed = await dagagent.resume(
+        paused.run_id,
+        _tools(calls),
+        store=store,
+        interceptors=[_policy()],
+        decisions=_both_approved(),
+        settings=RunSettings(executor="serial"),  # the resume's, all of them
+    )
+    assert resumed.tasks["bad"].status.value == "failed"
+    assert resumed.tasks["d2"].status.value == "cancelled"  # on_failure="cancel", as given
+    assert "after sent to bob" not in calls
+    with dagagent.RunStore(store) as s:
+        record = s.get_run(paused.run_id)
+    assert (record.settings["on_failure"], record.settings["max_concurrency"]) == ("cancel", None)
+
+
+async def test_recorded_settings_change_only_what_is_given(tmp_path: Path) -> None:
+    store = tmp_path / "runs.db"
+    retry = dagagent.TaskRetryPolicy(base_delay_s=0.05, max_delay_s=1.0, jitter=0.0)
+    started = RunSettings(
+        executor="levels",
+        on_failure="continue",
+        max_concurrency=3,
+        max_elements=50,
+        retry=retry,
+        in_doubt="deny",
+    )
+    paused = await dagagent.execute(
+        PLAN, _tools([]), interceptors=[_policy()], store=store, settings=started
+    )
+    with dagagent.RunStore(store) as s:
+        record = s.get_run(paused.run_id)
+    assert recorded_settings(record) == started
+    assert recorded_settings(record, max_concurrency=None, executor="serial") == started.but(
+        max_concurrency=None, executor="serial"
+    )
+    with pytest.raises(dagagent.ConfigError, match="not run settings: concurrency"):
+        recorded_settings(record, concurrency=2)
+    with pytest.raises(dagagent.ConfigError, match="on_failure must be"):
+        recorded_settings(record, on_failure="stop")
+    # a run recorded without settings (a recorder of one's own): the defaults
+    assert recorded_settings(record.model_copy(update={"settings": {}})) == RunSettings(
+        executor="levels"
+    )
+
+
+async def test_a_resume_keeps_the_map_size_limit_the_run_was_started_with(
+    tmp_path: Path,
+) -> None:
+    """A map task that only runs once the run resumes expands under the run's own
+    max_elements (the default would let its three elements through)."""
+    reg = _tools([])
+
+    @reg.tool
+    def cities(n: int) -> list[str]:
+        """Some cities."""
+        return ["Paris", "Tokyo", "Lima"][:n]
+
+    plan = {
+        "goal": "a map after a waiting call",
+        "tasks": [
+            {"id": "m1", "tool": "send", "args": {"to": "ann"}},
+            {"id": "lst", "tool": "cities", "args": {"n": 3}, "depends_on": ["m1"]},
+            {"id": "each", "for_each": "${lst}", "tool": "fetch", "args": {"city": "${@item}"}},
+        ],
+    }
+    store = tmp_path / "runs.db"
+    paused = await dagagent.execute(
+        plan, reg, interceptors=[_policy()], store=store, settings=RunSettings(max_elements=2)
+    )
+    assert paused.status is RunStatus.PAUSED
+    resumed = await dagagent.resume(
+        paused.run_id,
+        reg,
+        store=store,
+        interceptors=[_policy()],
+        decisions={"m1": Approval.approve("ok", by="ann")},
+    )
+    each = resumed.tasks["each"]
+    assert each.status.value == "failed" and each.error_type == "MapError", each
+    assert "2" in (each.error or "")

@@ -673,20 +673,31 @@ class TemporalExecutor(BaseExecutor):
         client = self._client()
         ended = client.get_workflow_handle(wid, result_type=list)
         found = _Resumed(None, False)
-        try:
-            how = (await ended.describe(rpc_timeout=timedelta(seconds=_QUERY_TIMEOUT_S))).status
-            await _read_ended(ended, client.data_converter, graph, runner, found)
-        except Exception as exc:
-            return (
-                f"; its history cannot be read ({' '.join(str(exc).split()) or type(exc).__name__})"
-                ": calls with side effects it started may have taken effect, and are not on the "
-                "run's record"
-            )
         done = runner.results
         for task_id in graph.order:  # a resumed run's successes stand as recorded
             prior = (runner.prior or {}).get(task_id)
             if prior is not None and prior.status.ok and task_id not in done:
                 await runner.run_task(task_id)
+        try:
+            how = (await ended.describe(rpc_timeout=timedelta(seconds=_QUERY_TIMEOUT_S))).status
+            await _read_ended(ended, client.data_converter, graph, runner, found)
+        except Exception as exc:
+            unread = f"{' '.join(str(exc).split()) or type(exc).__name__}"
+            for task_id in graph.order:  # what became of them is unknown, not "not run"
+                if task_id not in done:
+                    runner.ran_elsewhere(
+                        TaskResult(
+                            task_id=task_id,
+                            status=TaskStatus.CANCELLED,
+                            error=f"unknown: the history of the run's workflow {wid} cannot be "
+                            f"read ({unread}); a call with side effects it started may have "
+                            "taken effect",
+                        )
+                    )
+            return (
+                f"; its history cannot be read ({unread}): calls with side effects it started "
+                "may have taken effect, and are not on the run's record"
+            )
         for task_id, r in found.finished.items():
             if task_id not in done:
                 runner.ran_elsewhere(r)

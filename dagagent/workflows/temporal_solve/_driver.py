@@ -324,15 +324,17 @@ class _RunFollower(TemporalExecutor):
         handle: WorkflowHandle[Any, list[dict[str, Any]]] = self._client().get_workflow_handle(
             workflow_id(runner.run_id), result_type=list
         )
-        await _started(handle, self.worker_timeout_s + 60.0)
-        seen = 0
-        if runner.prior is not None:  # a paused run going on: what succeeded stands
-            # (the workflow starts with the same results: they are recorded once)
-            seen = len(await _settle_here(graph, runner))
-            again = made_again(graph, runner)  # calls in doubt a person said did not happen
-            if again:  # their records get the outcomes of the calls made again
-                self._made_again[runner.run_id] = again
         try:
+            # (a stop while the driver waits to see the run's workflow, which its workers may
+            # have started already: what the run did is recorded all the same, below)
+            await _started(handle, self.worker_timeout_s + 60.0)
+            seen = 0
+            if runner.prior is not None:  # a paused run going on: what succeeded stands
+                # (the workflow starts with the same results: they are recorded once)
+                seen = len(await _settle_here(graph, runner))
+                again = made_again(graph, runner)  # calls in doubt said not to have happened
+                if again:  # their records get the outcomes of the calls made again
+                    self._made_again[runner.run_id] = again
             if self.growing is None:
                 await self._follow(handle, runner, seen)
                 return
@@ -571,8 +573,8 @@ class _Follower:
             while self.solution is None:
                 steps = await self._steps(handle, seen)
                 for step in steps:
+                    seen += 1  # (counted as it starts: a stop during it does not apply it again)
                     await self._apply(step)
-                    seen += 1
                 if not steps and self.solution is None:
                     await anyio.sleep(self.executor.poll_s)
         except BaseException as exc:
@@ -580,15 +582,35 @@ class _Follower:
             # the driver stopped it)
             stopped = self.stop is not None and self.stop.stopped
             if cancel_on_stop and (stopped or not isinstance(exc, ClusterError)):
-                with (
-                    anyio.CancelScope(shield=True),
-                    anyio.move_on_after(_QUERY_TIMEOUT_S),
-                ):
-                    with contextlib.suppress(Exception):  # gone already: nothing to stop
-                        await handle.cancel()  # interrupted: the solve stops on the workers
-                    await self._stopped()
+                with anyio.CancelScope(shield=True):
+                    with anyio.move_on_after(_QUERY_TIMEOUT_S):
+                        with contextlib.suppress(Exception):  # gone already: nothing to stop
+                            await handle.cancel()  # interrupted: the solve stops on the workers
+                    if stopped:
+                        await self._unseen(handle, seen)
+                    with anyio.move_on_after(_QUERY_TIMEOUT_S):
+                        await self._stopped()
             raise
         return self.solution
+
+    async def _unseen(self, handle: WorkflowHandle[Any, list[dict[str, Any]]], seen: int) -> None:
+        """The driver was stopped before it read the solve's steps from number ``seen`` on:
+        the rounds among them, their model calls, and the runs they had started (which the
+        stop cut off) are recorded, each run as a run its driver was stopped during is (what
+        it finished, the calls with side effects it cut off in doubt). Bounded: a stop does
+        not wait on a cluster that does not answer."""
+        ex = self.executor
+        steps: list[dict[str, Any]] = []
+        with anyio.move_on_after(_QUERY_TIMEOUT_S), contextlib.suppress(Exception):
+            steps = await self._steps(handle, seen)
+        with anyio.move_on_after(3 * ex.worker_timeout_s + 2 * _QUERY_TIMEOUT_S):
+            for step in steps:
+                if step["step"] not in ("round", "calls", "planned", "streaming"):
+                    continue
+                try:
+                    await self._apply(step)
+                except Exception as exc:  # the run stopped, as its record now says
+                    self.log.info("solve.stopped_run", step=step["step"], error=str(exc))
 
     async def _stopped(self) -> None:
         if self.rounds and not self.rounds[-1].outcome:
