@@ -2404,6 +2404,35 @@ async def test_no_worker_on_the_task_queue_is_an_error_not_a_hang(
         )
 
 
+@pytest.mark.anyio
+async def test_workers_seen_a_moment_ago_are_not_asked_about_again(
+    workers: Workers, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run started just after workers finished the last one starts without asking the
+    server whether workers serve the queue; once that is longer ago than the window, the
+    next run asks again (and a queue nobody serves still fails: the test above)."""
+    from dagagent.executors.temporal import _executor
+
+    asked: list[str] = []
+    real = _executor.has_workers
+
+    async def counted(client: Any, task_queue: str) -> bool:
+        asked.append(task_queue)
+        return await real(client, task_queue)
+
+    monkeypatch.setattr(_executor, "has_workers", counted)
+    ex = executor(workers)
+    one = plan({"id": "a", "tool": "add", "args": {"a": 1, "b": 1}})
+    first = await dagagent.execute(one, temporal_tools.registry, settings=settings(ex))
+    second = await dagagent.execute(one, temporal_tools.registry, settings=settings(ex))
+    assert first.tasks["a"].output == second.tasks["a"].output == 2
+    assert asked == [workers.queue]  # the second run found them seen by the first
+    monkeypatch.setattr(_executor, "_WORKERS_SEEN_S", 0.0)
+    third = await dagagent.execute(one, temporal_tools.registry, settings=settings(ex))
+    assert third.tasks["a"].output == 2
+    assert asked == [workers.queue, workers.queue]
+
+
 def test_an_unreachable_server_exits_10(tmp_path: Path) -> None:
     plan_file = tmp_path / "plan.json"
     plan_file.write_text(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -88,19 +89,25 @@ async def connect(
 
 
 async def has_workers(client: Client, task_queue: str) -> bool:
-    """Whether some worker polls ``task_queue`` for workflow tasks and for activities."""
+    """Whether some worker polls ``task_queue`` for workflow tasks and for activities (the
+    server is asked about both at once: one round trip, not two)."""
     service = client.workflow_service
-    for kind in (TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW, TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY):
-        answer = await service.describe_task_queue(
-            DescribeTaskQueueRequest(
-                namespace=client.namespace,
-                task_queue=TaskQueue(name=task_queue),
-                task_queue_type=kind,
+    answers = await asyncio.gather(
+        *(
+            service.describe_task_queue(
+                DescribeTaskQueueRequest(
+                    namespace=client.namespace,
+                    task_queue=TaskQueue(name=task_queue),
+                    task_queue_type=kind,
+                )
+            )
+            for kind in (
+                TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
+                TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY,
             )
         )
-        if not answer.pollers:
-            return False
-    return True
+    )
+    return all(answer.pollers for answer in answers)
 
 
 def worker_hint(address: str, task_queue: str) -> str:

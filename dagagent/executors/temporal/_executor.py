@@ -85,6 +85,10 @@ _OK = ("succeeded", "reused")
 _ENDED_FIRST = "its call started on a worker and its workflow ended first"
 # Seconds a query of the workflow's progress may take before it counts as unanswered.
 _QUERY_TIMEOUT_S = 5.0
+# Seconds for which workers seen on the task queue (the server said so, or they just finished
+# a run of this executor) stand for workers there: a run started sooner does not ask again.
+# A worker gone since is noticed as the run goes (no worker answers its progress queries).
+_WORKERS_SEEN_S = 2.0
 # Seconds added to a task's own bound (its attempts, their timeouts and the waits between
 # them) for the activity's time on the server.
 _BOUND_SLACK_S = 60.0
@@ -214,6 +218,8 @@ class TemporalExecutor(BaseExecutor):
         # The tasks of a plan being written that were settled here as they arrived (their
         # earlier output reused), by run id: on record already when the workflow has them.
         self._settled_arriving: dict[str, set[str]] = {}
+        # When workers were last seen on the task queue (time.monotonic()), if ever.
+        self._workers_seen: float | None = None
         #: Says when a workflow this driver follows has a workflow task that keeps failing on
         #: the workers (the driver goes on following it: the server tries it again).
         self._stuck = StuckWatch(self.address)
@@ -279,9 +285,13 @@ class TemporalExecutor(BaseExecutor):
 
     async def _wait_for_workers(self) -> None:
         client = self._client()
+        seen = self._workers_seen
+        if seen is not None and time.monotonic() - seen < _WORKERS_SEEN_S:
+            return  # they were there a moment ago (see _WORKERS_SEEN_S)
         with anyio.move_on_after(self.worker_timeout_s):
             while True:  # the server knows: ask it again a few times a second
                 if await has_workers(client, self.task_queue):
+                    self._workers_seen = time.monotonic()
                     return
                 await anyio.sleep(min(0.25, self.worker_timeout_s / 4))
         raise ClusterError(
@@ -651,6 +661,7 @@ class TemporalExecutor(BaseExecutor):
             if following is not None:
                 said += await self._record_ended(handle.id, runner, *following)
             raise ClusterError(said)
+        self._workers_seen = time.monotonic()  # they just finished the workflow
         for doc in final[0][seen:]:
             await record(doc)
         self._asking.pop(runner.run_id, None)

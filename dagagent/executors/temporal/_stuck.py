@@ -53,7 +53,8 @@ _TASK_ENDS = {
 
 
 class StuckWatch:
-    """Looks at the workflows a driver follows (at most every ``every_s`` each) and warns once
+    """Looks at the workflows a driver follows (``every_s`` after it first asks about one,
+    then at most every ``every_s``) and warns once
     per failure when one's workflow task keeps failing on the workers (see the module
     docstring). ``bound``: what the warning is bound to (``run_id``, ``solve_id``)."""
 
@@ -68,7 +69,12 @@ class StuckWatch:
         failing and that failure was not said yet. Never raises: a look that fails is
         skipped (the driver's own requests say when the server cannot be reached)."""
         now = time.monotonic()
-        if now < self._next.get(handle.id, 0.0):
+        due = self._next.get(handle.id)
+        if due is None:  # first seen: looked at once it has run for a while (a workflow
+            # task fails twice before it counts, and a run over by then costs no request)
+            self._next[handle.id] = now + self.every_s
+            return
+        if now < due:
             return
         self._next[handle.id] = now + self.every_s
         try:
