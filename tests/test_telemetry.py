@@ -13,13 +13,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from opentelemetry import metrics, trace
-from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.util._once import Once
+from otel_support import Telemetry, _reset_globals, in_memory
 
 import dagagent
 from dagagent import TaskRetryPolicy, execute, telemetry
@@ -34,58 +32,14 @@ pytestmark = pytest.mark.anyio
 FAST_RETRY = TaskRetryPolicy(base_delay_s=0.001, max_delay_s=0.01)
 
 
-class Telemetry:
-    def __init__(self) -> None:
-        self.spans = InMemorySpanExporter()
-        self.reader = InMemoryMetricReader()
-
-    def finished(self) -> list[ReadableSpan]:
-        return list(self.spans.get_finished_spans())
-
-    def named(self, name: str) -> list[ReadableSpan]:
-        return [s for s in self.finished() if s.name == name]
-
-    def children(self, parent: ReadableSpan) -> list[ReadableSpan]:
-        pid = parent.context.span_id
-        return [s for s in self.finished() if s.parent is not None and s.parent.span_id == pid]
-
-    def points(self, metric: str) -> list[Any]:
-        data = self.reader.get_metrics_data()
-        found = []
-        for rm in data.resource_metrics if data is not None else ():
-            for sm in rm.scope_metrics:
-                for m in sm.metrics:
-                    if m.name == metric:
-                        found.extend(m.data.data_points)
-        return found
-
-
-def _reset_globals() -> None:
-    # What OpenTelemetry's own test utilities do: the global providers may be set once per
-    # process, so tests reset them to "never set".
-    trace._TRACER_PROVIDER_SET_ONCE = Once()
-    trace._TRACER_PROVIDER = None
-    metrics._internal._METER_PROVIDER_SET_ONCE = Once()
-    metrics._internal._METER_PROVIDER = None
-
-
 @pytest.fixture
 def otel() -> Iterator[Telemetry]:
     """Global tracer and meter providers of the SDK, exporting to memory, for one test."""
-    t = Telemetry()
-    tracer_provider = TracerProvider()
-    tracer_provider.add_span_processor(SimpleSpanProcessor(t.spans))
-    meter_provider = MeterProvider(metric_readers=[t.reader])
-    _reset_globals()
-    trace.set_tracer_provider(tracer_provider)
-    metrics.set_meter_provider(meter_provider)
-    try:
-        yield t
-    finally:
-        telemetry.capture_content(None)
-        _reset_globals()
-        tracer_provider.shutdown()
-        meter_provider.shutdown()
+    with in_memory() as t:
+        try:
+            yield t
+        finally:
+            telemetry.capture_content(None)
 
 
 @pytest.fixture
