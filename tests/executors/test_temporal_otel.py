@@ -15,7 +15,9 @@ import pytest
 
 pytest.importorskip("temporalio")
 
+import temporal_tools  # the workers import it too
 from eventually import wait_until
+from llm_server import LLMTestServer
 from otel_support import Collector, Telemetry, in_memory
 
 import dagagent
@@ -24,6 +26,7 @@ from dagagent.settings import RunSettings, TaskRetryPolicy
 
 from .temporal_fixtures import Workers
 from .test_temporal import replay
+from .test_temporal_solve import Model, client_of
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio_only("Temporal's client runs on asyncio")]
 
@@ -127,3 +130,90 @@ async def test_a_run_on_temporal_is_one_trace_from_driver_to_worker(
 
     # the workflow that carried the trace context replays as it ran
     await replay(ex)
+
+
+@pytest.fixture
+def model_server() -> Iterator[LLMTestServer]:
+    with LLMTestServer() as srv:
+        yield srv
+
+
+@pytest.mark.anyio
+async def test_a_solve_on_temporal_is_one_trace_with_the_workers_model_calls(
+    own_workers: Workers, collector: Collector, otel: Telemetry, model_server: LLMTestServer
+) -> None:
+    plan = {
+        "goal": "g",
+        "tasks": [
+            {"id": "a", "tool": "add", "args": {"a": 1, "b": 2}},
+            {"id": "ctx", "tool": "trace_context", "args": {}},
+        ],
+    }
+    model_server.responder = Model([plan], [{"action": "finish", "answer": "3", "cites": ["a"]}])
+    own_workers.start(
+        1,
+        "--otel",
+        tools=TRACED,
+        env={
+            "OTEL_EXPORTER_OTLP_ENDPOINT": collector.url,
+            "OTEL_SERVICE_NAME": "the-worker",
+            "OTEL_BSP_SCHEDULE_DELAY": "20",
+            "OTEL_METRIC_EXPORT_INTERVAL": "50",
+        },
+    )
+    ex = TemporalExecutor(
+        own_workers.address, task_queue=own_workers.queue, payloads=own_workers.payloads
+    )
+    async with client_of(model_server) as llm:
+        solution = await dagagent.solve(
+            "add 1 and 2",
+            temporal_tools.traced,
+            llm,
+            settings=RunSettings(executor=ex, retry=TaskRetryPolicy(base_delay_s=0.01)),
+        )
+    assert solution.status.value == "answered", solution.reason
+
+    # the driver: the solve's span, and its round's run (followed here) under it
+    (solve,) = otel.named("invoke_workflow dagagent.solve")
+    assert solve.attributes is not None
+    assert solve.attributes["dagagent.solve.id"] == solution.solve_id
+    assert solve.attributes["dagagent.solve.status"] == "answered"
+    (run,) = otel.named("invoke_workflow dagagent.run")
+    assert run.parent is not None and run.parent.span_id == solve.context.span_id
+    trace_id = solve.context.trace_id.to_bytes(16, "big")
+    solve_span_id = solve.context.span_id.to_bytes(8, "big")
+
+    # the worker: the planner's and the joiner's steps with their model calls, the tasks
+    def received() -> dict[str, list[Any]]:
+        by_name: dict[str, list[Any]] = {}
+        for s, _ in collector.received_spans():
+            by_name.setdefault(s.name, []).append(s)
+        wanted = ("plan planner", "invoke_agent joiner", "execute_tool add")
+        return by_name if all(w in by_name for w in wanted) else {}
+
+    spans = wait_until(received, "the worker's spans of the solve reached the collector")
+    assert len(spans["chat gpt-test"]) == 2
+    assert "invoke_workflow dagagent.run" not in spans  # the round's run is the driver's
+    for name in ("plan planner", "invoke_agent joiner", "execute_tool add"):
+        (span,) = spans[name]
+        assert (span.trace_id, span.parent_span_id) == (trace_id, solve_span_id), name
+    for role, step in (("planner", "plan planner"), ("joiner", "invoke_agent joiner")):
+        (chat,) = [c for c in spans["chat gpt-test"] if _attrs(c)["dagagent.role"] == role]
+        assert chat.parent_span_id == spans[step][0].span_id and chat.trace_id == trace_id
+        assert _attrs(chat)["dagagent.round"] == 1
+        assert _attrs(chat)["dagagent.solve.id"] == solution.solve_id
+    (ctx_span,) = spans["execute_tool trace_context"]
+    seen = solution.rounds[0].result.tasks["ctx"].output  # type: ignore[union-attr]
+    assert seen["span_id"].to_bytes(8, "big") == ctx_span.span_id
+
+    # the workers' metrics: their model calls' tokens (the tasks' are the driver's)
+    names = wait_until(
+        lambda: (n := collector.metric_names()) and "gen_ai.client.token.usage" in n and n,
+        "the worker's model-call metrics reached the collector",
+    )
+    assert "dagagent.tasks" not in names
+    counted = {
+        (p.attributes["gen_ai.tool.name"], p.attributes["dagagent.task.status"]): p.value
+        for p in otel.points("dagagent.tasks")
+    }
+    assert counted == {("add", "succeeded"): 1, ("trace_context", "succeeded"): 1}
