@@ -439,3 +439,42 @@ async def test_a_solves_chat_spans_name_its_round_and_role_and_rounds_sum_their_
     (whole,) = otel.named("invoke_workflow dagagent.solve")
     assert whole.attributes["dagagent.model_calls"] == 2
     assert whole.attributes["dagagent.usage.joiner.output_tokens"] > 0
+
+
+async def test_a_task_run_in_another_process_joins_its_runs_trace(
+    otel: Telemetry, reg: dagagent.Registry
+) -> None:
+    """What a Temporal worker does with the W3C context its activity carries: the task's
+    spans are children of the run's span (made by the driver), and the task's metrics are
+    left to the driver, which records every task once."""
+    from dagagent.runner import Redaction, RunTelemetry, TaskRunner
+
+    plan = {"tasks": [{"id": "a", "tool": "add", "args": {"a": 1, "b": 2}}]}
+    graph = dagagent.validate(plan, reg)
+    driver = RunTelemetry.start(graph, "0123456789ab", "temporal", None, Redaction(()))
+    assert driver is not None and driver.span is not None
+    headers = driver.carrier()
+    assert headers is not None and "traceparent" in headers
+
+    joined = RunTelemetry.joined(graph, "0123456789ab", "temporal", Redaction(()), headers)
+    runner = TaskRunner(graph, reg, run_id="0123456789ab", telemetry=joined)
+    assert (await runner.run_task("a")).output == 3
+    (span,) = otel.named("execute_tool add")
+    assert span.parent is not None and span.parent.is_remote
+    assert (span.context.trace_id, span.parent.span_id) == (
+        driver.span.get_span_context().trace_id,
+        driver.span.get_span_context().span_id,
+    )
+    assert span.attributes is not None and span.attributes["dagagent.task.status"] == "succeeded"
+    assert otel.points("dagagent.tasks") == []  # the driver's to count
+    driver.end(None)
+
+
+def test_without_a_provider_a_worker_makes_no_telemetry(reg: dagagent.Registry) -> None:
+    from dagagent.runner import Redaction, RunTelemetry
+
+    graph = dagagent.validate(
+        {"tasks": [{"id": "a", "tool": "add", "args": {"a": 1, "b": 2}}]}, reg
+    )
+    headers = {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
+    assert RunTelemetry.joined(graph, "0123456789ab", "temporal", Redaction(()), headers) is None
