@@ -23,10 +23,11 @@ from otel_support import Collector, Telemetry, in_memory
 import dagagent
 from dagagent.executors.temporal import TemporalExecutor
 from dagagent.settings import RunSettings, TaskRetryPolicy
+from dagagent.workflows.temporal_solve import solve_workflow_id
 
 from .temporal_fixtures import Workers
 from .test_temporal import replay
-from .test_temporal_solve import Model, client_of
+from .test_temporal_solve import Model, client_of, history_of, replay as replay_solve
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio_only("Temporal's client runs on asyncio")]
 
@@ -217,3 +218,7 @@ async def test_a_solve_on_temporal_is_one_trace_with_the_workers_model_calls(
         for p in otel.points("dagagent.tasks")
     }
     assert counted == {("add", "succeeded"): 1, ("trace_context", "succeeded"): 1}
+
+    # the solve's workflow, which carried the context to its steps and its round, replays
+    _, history = await history_of(ex, solve_workflow_id(solution.solve_id))
+    await replay_solve(ex, history)
