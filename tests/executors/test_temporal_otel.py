@@ -1,9 +1,11 @@
-"""OpenTelemetry on Temporal: a run is one trace from its driver to the workers.
+"""OpenTelemetry on Temporal: a run, or a solve, is one trace from its driver to the workers.
 
 The driver (this process) exports to memory; a ``dagagent worker --otel`` process exports
 over OTLP/HTTP to a loopback collector the test starts, configured by the standard
-``OTEL_*`` variables alone. The task spans are made on the worker, where the tasks ran, and
-are children of the run's span on the driver.
+``OTEL_*`` variables alone. The spans of the tasks, and of the model calls (an agent task's,
+a solve's planner's and joiner's), are made on the worker, where they ran, as children of
+the run's (or the solve's) span on the driver; the workflows that carried the context
+replay as they ran.
 """
 
 from __future__ import annotations
@@ -17,11 +19,12 @@ pytest.importorskip("temporalio")
 
 import temporal_tools  # the workers import it too
 from eventually import wait_until
-from llm_server import LLMTestServer
+from llm_server import LLMTestServer, Reply
 from otel_support import Collector, Telemetry, in_memory
 
 import dagagent
 from dagagent.executors.temporal import TemporalExecutor
+from dagagent.llm import wire
 from dagagent.settings import RunSettings, TaskRetryPolicy
 from dagagent.workflows.temporal_solve import solve_workflow_id
 
@@ -48,6 +51,12 @@ def otel() -> Iterator[Telemetry]:
         yield t
 
 
+@pytest.fixture
+def model_server() -> Iterator[LLMTestServer]:
+    with LLMTestServer() as srv:
+        yield srv
+
+
 def _attrs(span: Any) -> dict[str, Any]:
     """An OTLP span's attributes as plain values."""
     return {a.key: getattr(a.value, a.value.WhichOneof("value")) for a in span.attributes}
@@ -55,7 +64,7 @@ def _attrs(span: Any) -> dict[str, Any]:
 
 @pytest.mark.anyio
 async def test_a_run_on_temporal_is_one_trace_from_driver_to_worker(
-    own_workers: Workers, collector: Collector, otel: Telemetry
+    own_workers: Workers, collector: Collector, otel: Telemetry, model_server: LLMTestServer
 ) -> None:
     own_workers.start(
         1,
@@ -76,13 +85,17 @@ async def test_a_run_on_temporal_is_one_trace_from_driver_to_worker(
             {"id": "a", "tool": "add", "args": {"a": 1, "b": 2}},
             {"id": "ctx", "tool": "trace_context", "args": {}},
             {"id": "f", "tool": "boom", "args": {"x": "${a}"}, "retries": 1},
+            {"id": "think", "instruction": "Say what ${a} is."},
         ]
     }
+    model_server.responder = lambda _request: Reply(json=wire.openai_text("It is three."))
     settings = RunSettings(
         executor=ex, on_failure="continue", retry=TaskRetryPolicy(base_delay_s=0.01, jitter=0)
     )
-    result = await dagagent.execute(plan, None, settings=settings)
+    async with client_of(model_server) as llm:
+        result = await dagagent.execute(plan, None, llm=llm, settings=settings)
     assert result.tasks["a"].output == 3 and result.tasks["f"].attempts == 2, result.tasks
+    assert result.tasks["think"].output == "It is three."
 
     # the driver: the run's span, and no task span (the tasks ran on the worker)
     (run,) = otel.finished()
@@ -123,6 +136,18 @@ async def test_a_run_on_temporal_is_one_trace_from_driver_to_worker(
         assert "boom 3" in str(_attrs(event)["exception.message"])
         assert "temporal_tools.py" in str(_attrs(event)["exception.stacktrace"])
 
+    # an agent task's attempt, with its model call under it
+    def agent_spans() -> dict[str, Any]:
+        found = {s.name: s for s, _ in collector.received_spans()}
+        return found if {"invoke_agent think", "chat gpt-test"} <= set(found) else {}
+
+    found = wait_until(agent_spans, "the worker's agent task spans reached the collector")
+    agent, chat = found["invoke_agent think"], found["chat gpt-test"]
+    assert (agent.trace_id, agent.parent_span_id) == (trace_id, run_span_id)
+    assert _attrs(agent)["dagagent.task.status"] == "succeeded"
+    assert (chat.trace_id, chat.parent_span_id) == (trace_id, agent.span_id)
+    assert _attrs(chat)["dagagent.role"] == "agent"
+
     # a tool's own instrumentation nests under its task's span, on the worker
     seen = result.tasks["ctx"].output
     ctx_span = by_task["ctx", 1]
@@ -131,12 +156,6 @@ async def test_a_run_on_temporal_is_one_trace_from_driver_to_worker(
 
     # the workflow that carried the trace context replays as it ran
     await replay(ex)
-
-
-@pytest.fixture
-def model_server() -> Iterator[LLMTestServer]:
-    with LLMTestServer() as srv:
-        yield srv
 
 
 @pytest.mark.anyio
