@@ -223,8 +223,13 @@ class _Run:
         if redaction and self.recorder is not None:
             # the stored plan hides what the redacting interceptors hide from the tools
             self.recorder.redact_plans(redaction.plan)
-        self.telemetry = RunTelemetry.start(
-            graph, self.run_id, self.executor.name, self.parent_id, redaction
+        # (an executor that hands the run to a process that traces it says so: ``traced_here``
+        # false, as a streamed round's planner step on a worker, whose run the solve's driver
+        # follows and traces)
+        self.telemetry = (
+            RunTelemetry.start(graph, self.run_id, self.executor.name, self.parent_id, redaction)
+            if getattr(self.executor, "traced_here", True) is not False
+            else None
         )
         from .runner import Effects
 

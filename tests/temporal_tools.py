@@ -244,3 +244,17 @@ def crowded(where: Path, name: str) -> int:
 def let_go(where: Path, name: str) -> None:
     """Let the elements of ``crowd(name)`` go without waiting for more."""
     (where / f"{name}.go").touch()
+
+
+# The tools of the OpenTelemetry tests (``temporal_tools:traced``, on a worker with --otel).
+traced = Registry([registry.get("add"), registry.get("boom")])
+
+
+@traced.tool
+def trace_context() -> dict[str, Any]:
+    """The trace and span the call runs under, as the worker process sees them: what a
+    tool's own instrumentation (an HTTP client's, say) nests its spans under."""
+    from opentelemetry import trace
+
+    ctx = trace.get_current_span().get_span_context()
+    return {"pid": os.getpid(), "trace_id": ctx.trace_id, "span_id": ctx.span_id}

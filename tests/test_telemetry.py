@@ -13,13 +13,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from opentelemetry import metrics, trace
-from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.util._once import Once
+from otel_support import Telemetry, _reset_globals, in_memory
 
 import dagagent
 from dagagent import TaskRetryPolicy, execute, telemetry
@@ -34,58 +32,14 @@ pytestmark = pytest.mark.anyio
 FAST_RETRY = TaskRetryPolicy(base_delay_s=0.001, max_delay_s=0.01)
 
 
-class Telemetry:
-    def __init__(self) -> None:
-        self.spans = InMemorySpanExporter()
-        self.reader = InMemoryMetricReader()
-
-    def finished(self) -> list[ReadableSpan]:
-        return list(self.spans.get_finished_spans())
-
-    def named(self, name: str) -> list[ReadableSpan]:
-        return [s for s in self.finished() if s.name == name]
-
-    def children(self, parent: ReadableSpan) -> list[ReadableSpan]:
-        pid = parent.context.span_id
-        return [s for s in self.finished() if s.parent is not None and s.parent.span_id == pid]
-
-    def points(self, metric: str) -> list[Any]:
-        data = self.reader.get_metrics_data()
-        found = []
-        for rm in data.resource_metrics if data is not None else ():
-            for sm in rm.scope_metrics:
-                for m in sm.metrics:
-                    if m.name == metric:
-                        found.extend(m.data.data_points)
-        return found
-
-
-def _reset_globals() -> None:
-    # What OpenTelemetry's own test utilities do: the global providers may be set once per
-    # process, so tests reset them to "never set".
-    trace._TRACER_PROVIDER_SET_ONCE = Once()
-    trace._TRACER_PROVIDER = None
-    metrics._internal._METER_PROVIDER_SET_ONCE = Once()
-    metrics._internal._METER_PROVIDER = None
-
-
 @pytest.fixture
 def otel() -> Iterator[Telemetry]:
     """Global tracer and meter providers of the SDK, exporting to memory, for one test."""
-    t = Telemetry()
-    tracer_provider = TracerProvider()
-    tracer_provider.add_span_processor(SimpleSpanProcessor(t.spans))
-    meter_provider = MeterProvider(metric_readers=[t.reader])
-    _reset_globals()
-    trace.set_tracer_provider(tracer_provider)
-    metrics.set_meter_provider(meter_provider)
-    try:
-        yield t
-    finally:
-        telemetry.capture_content(None)
-        _reset_globals()
-        tracer_provider.shutdown()
-        meter_provider.shutdown()
+    with in_memory() as t:
+        try:
+            yield t
+        finally:
+            telemetry.capture_content(None)
 
 
 @pytest.fixture
@@ -485,3 +439,42 @@ async def test_a_solves_chat_spans_name_its_round_and_role_and_rounds_sum_their_
     (whole,) = otel.named("invoke_workflow dagagent.solve")
     assert whole.attributes["dagagent.model_calls"] == 2
     assert whole.attributes["dagagent.usage.joiner.output_tokens"] > 0
+
+
+async def test_a_task_run_in_another_process_joins_its_runs_trace(
+    otel: Telemetry, reg: dagagent.Registry
+) -> None:
+    """What a Temporal worker does with the W3C context its activity carries: the task's
+    spans are children of the run's span (made by the driver), and the task's metrics are
+    left to the driver, which records every task once."""
+    from dagagent.runner import Redaction, RunTelemetry, TaskRunner
+
+    plan = {"tasks": [{"id": "a", "tool": "add", "args": {"a": 1, "b": 2}}]}
+    graph = dagagent.validate(plan, reg)
+    driver = RunTelemetry.start(graph, "0123456789ab", "temporal", None, Redaction(()))
+    assert driver is not None and driver.span is not None
+    headers = driver.carrier()
+    assert headers is not None and "traceparent" in headers
+
+    joined = RunTelemetry.joined(graph, "0123456789ab", "temporal", Redaction(()), headers)
+    runner = TaskRunner(graph, reg, run_id="0123456789ab", telemetry=joined)
+    assert (await runner.run_task("a")).output == 3
+    (span,) = otel.named("execute_tool add")
+    assert span.parent is not None and span.parent.is_remote
+    assert (span.context.trace_id, span.parent.span_id) == (
+        driver.span.get_span_context().trace_id,
+        driver.span.get_span_context().span_id,
+    )
+    assert span.attributes is not None and span.attributes["dagagent.task.status"] == "succeeded"
+    assert otel.points("dagagent.tasks") == []  # the driver's to count
+    driver.end(None)
+
+
+def test_without_a_provider_a_worker_makes_no_telemetry(reg: dagagent.Registry) -> None:
+    from dagagent.runner import Redaction, RunTelemetry
+
+    graph = dagagent.validate(
+        {"tasks": [{"id": "a", "tool": "add", "args": {"a": 1, "b": 2}}]}, reg
+    )
+    headers = {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
+    assert RunTelemetry.joined(graph, "0123456789ab", "temporal", Redaction(()), headers) is None

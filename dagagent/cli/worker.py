@@ -10,6 +10,7 @@ from ..errors import ConfigError
 from ._app import app, err, guard
 from .options import (
     McpOpt,
+    OtelOpt,
     PayloadStoreOpt,
     TaskQueueOpt,
     TemporalAddressOpt,
@@ -61,18 +62,24 @@ def worker_cmd(
         metavar="N",
         help="Tool calls (activities) this worker runs at once.",
     ),
+    otel: OtelOpt = False,
 ) -> None:
     """Serve the tools of --tools (and --mcp) to runs and solves on Temporal (run/ask
     --executor temporal): the worker runs their scheduling, their tool calls and a solve's
     model calls (with the API key of its own environment: OPENAI_API_KEY, ...) until stopped
     (Ctrl-C). Start any number, on any machines that reach the server and share the payload
-    store. Exit 10 if the server cannot be reached."""
+    store. With --otel, the spans of the tasks it runs (and of a solve's model calls) join
+    the trace of their run or solve, when its driver traces too. Exit 10 if the server cannot
+    be reached."""
     import logging
 
     from ..approval import run_policies
     from ..executors.temporal import serve
     from ..workflows.temporal_solve import worker_parts
+    from .otel import configure_otel
 
+    if otel:
+        configure_otel()
     registry: Registry = load_tools(tools, mcp)
     interceptors = load_interceptors(interceptors_spec) if interceptors_spec else []
     # A tool that fails is the run's record, not the worker's log: Temporal's SDK would log

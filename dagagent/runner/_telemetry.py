@@ -17,6 +17,12 @@ The tree of a run::
 Each task span is current while its tool runs, and the context travels into sync tools'
 worker threads (anyio copies it) and to Dask workers (the Dask invoker sends it along), so
 a tool's own instrumentation (httpx, a database client) nests under its task.
+
+On Temporal, a task runs on a worker, in a task runner of its own: its telemetry there is
+:meth:`RunTelemetry.joined` to the run's span on the driver, whose W3C trace context the
+run's workflow hands each activity (:meth:`RunTelemetry.carrier`); the task's spans are
+made on the worker, under the driver's run span, and the driver records the tasks' metrics
+(it sees every task end, those no worker ran too).
 """
 
 from __future__ import annotations
@@ -74,6 +80,9 @@ class RunTelemetry:
         self._cancelled = anyio.get_cancelled_exc_class()
         #: Applied to what a failure's span says (its message and traceback).
         self.redaction = redaction
+        #: Whether this runner records the tasks' metrics (and the spans of reused tasks):
+        #: ``False`` on a worker, whose driver records them (see :meth:`joined`).
+        self.records = True
 
     @classmethod
     def start(
@@ -104,6 +113,42 @@ class RunTelemetry:
             self.span = tracer.start_span("invoke_workflow dagagent.run", attributes=attributes)
             self._context = trace.set_span_in_context(self.span)
         return self
+
+    @classmethod
+    def joined(
+        cls,
+        graph: PlanGraph,
+        run_id: str,
+        executor: str,
+        redaction: Redaction,
+        headers: Mapping[str, str] | None,
+    ) -> RunTelemetry | None:
+        """The telemetry of a task run on a worker for a run whose span is in another
+        process: its task spans are children of the span ``headers`` carry (W3C trace
+        context, from :meth:`carrier`; without them, each attempt's span begins a trace),
+        and it records no metrics of tasks (the run's driver does). ``None`` when
+        OpenTelemetry is off here."""
+        tracer, instruments = otel.tracer(), otel.instruments()
+        if tracer is None and instruments is None:
+            return None
+        self = cls(tracer, None, graph, run_id, executor, redaction)
+        self.records = False
+        if tracer is not None and headers:
+            from opentelemetry import propagate
+
+            self._context = propagate.extract(dict(headers))
+        return self
+
+    def carrier(self) -> dict[str, str] | None:
+        """The run span's trace context as W3C headers, for the tasks run in another
+        process to join (see :meth:`joined`); ``None`` when not tracing."""
+        if self._context is None:
+            return None
+        from opentelemetry import propagate
+
+        headers: dict[str, str] = {}
+        propagate.inject(headers, context=self._context)
+        return headers or None
 
     @contextmanager
     def current(self) -> Iterator[None]:
@@ -257,6 +302,8 @@ class RunTelemetry:
 
     def finished(self, r: TaskResult) -> None:
         """A task's result is recorded: its metrics, and the span of a reused task."""
+        if not self.records:
+            return
         task = self.graph.tasks.get(r.task_id)
         status = r.status
         if status is TaskStatus.REUSED and self.tracer is not None and task is not None:

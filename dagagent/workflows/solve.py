@@ -1154,32 +1154,42 @@ async def _solve_on_temporal(
     if store is not None:
         opened = store if isinstance(store, RunStore) else RunStore(store)
     try:
-        return await solve_on_temporal(
-            goal,
-            model=model,
-            executor=executor,
-            settings=settings,
-            solve_id=solve_id,
-            options=options,
-            max_rounds=int(options["max_rounds"]),
-            max_attempts=int(options["max_attempts"]),
-            structured=bool(options["structured"]),
-            agent_tasks=bool(options["agent_tasks"]),
-            store=opened,
-            listeners=listeners,
-            prices=prices,
-            deadline_s=options.get("deadline_s"),
-            budget=options.get("budget"),
-            price=price.model_dump() if price is not None else None,
-            confirm=confirm,
-            registry=registry,
-            approval=approval,
-            sub_solves=bool(options.get("sub_solves")),
-            planner=own,
-            discovery=shown,
-            conversation=conversation_data(conversation) if conversation is not None else None,
-            record_compression=conversation.record if conversation is not None else None,
-        )
+        # the solve's span, here; its steps' and its rounds' tasks' spans, made on the
+        # workers, join its trace (its context travels in the workflow's input)
+        attributes = {**_SOLVE, telemetry.SOLVE_ID: solve_id}
+        with telemetry.operation("invoke_workflow dagagent.solve", attributes) as span:
+            solution = await solve_on_temporal(
+                goal,
+                model=model,
+                executor=executor,
+                settings=settings,
+                solve_id=solve_id,
+                options=options,
+                max_rounds=int(options["max_rounds"]),
+                max_attempts=int(options["max_attempts"]),
+                structured=bool(options["structured"]),
+                agent_tasks=bool(options["agent_tasks"]),
+                store=opened,
+                listeners=listeners,
+                prices=prices,
+                deadline_s=options.get("deadline_s"),
+                budget=options.get("budget"),
+                price=price.model_dump() if price is not None else None,
+                confirm=confirm,
+                registry=registry,
+                approval=approval,
+                sub_solves=bool(options.get("sub_solves")),
+                planner=own,
+                discovery=shown,
+                conversation=conversation_data(conversation) if conversation is not None else None,
+                record_compression=conversation.record if conversation is not None else None,
+                trace=telemetry.carrier() if span is not None else None,
+            )
+            if span is not None:
+                span.set_attribute(telemetry.SOLVE_STATUS, solution.status.value)
+                span.set_attribute("dagagent.solve.rounds", len(solution.rounds))
+                _usage_attributes(span, solution.usage.total)
+            return solution
     finally:
         if opened is not None and opened is not store:
             opened.close()

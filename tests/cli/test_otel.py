@@ -11,69 +11,16 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
-    ExportMetricsServiceRequest,
-)
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from otel_support import Collector  # tests/ is on sys.path under pytest
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 pytestmark = pytest.mark.slow
-
-
-class Collector:
-    def __init__(self) -> None:
-        self.requests: list[tuple[str, bytes]] = []
-        collector = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-                collector.requests.append((self.path, body))
-                self.send_response(200)
-                self.send_header("Content-Type", "application/x-protobuf")
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def spans(self) -> list[tuple[str, dict[str, object], str]]:
-        found = []
-        for path, body in self.requests:
-            if path != "/v1/traces":
-                continue
-            req = ExportTraceServiceRequest.FromString(body)
-            for rs in req.resource_spans:
-                service = next(
-                    a.value.string_value for a in rs.resource.attributes if a.key == "service.name"
-                )
-                for ss in rs.scope_spans:
-                    for s in ss.spans:
-                        attrs = {a.key: a.value for a in s.attributes}
-                        found.append((s.name, attrs, service))
-        return found
-
-    def metric_names(self) -> set[str]:
-        names = set()
-        for path, body in self.requests:
-            if path == "/v1/metrics":
-                req = ExportMetricsServiceRequest.FromString(body)
-                for rm in req.resource_metrics:
-                    for sm in rm.scope_metrics:
-                        names.update(m.name for m in sm.metrics)
-        return names
 
 
 @pytest.fixture

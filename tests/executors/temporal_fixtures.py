@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import anyio
@@ -142,13 +142,21 @@ class Workers:
         self.logs = logs
         self.procs: list[subprocess.Popen[bytes]] = []
 
-    def start(self, n: int = 1, *options: str, tools: str = TOOLS) -> list[subprocess.Popen[bytes]]:
-        """Start ``n`` workers serving ``tools`` (with ``dagagent worker`` ``options``) and
-        return once each says it serves the task queue."""
+    def start(
+        self,
+        n: int = 1,
+        *options: str,
+        tools: str = TOOLS,
+        env: Mapping[str, str] | None = None,
+    ) -> list[subprocess.Popen[bytes]]:
+        """Start ``n`` workers serving ``tools`` (with ``dagagent worker`` ``options``, and
+        ``env`` added to their environment) and return once each says it serves the task
+        queue."""
         env = {
             **{k: v for k, v in os.environ.items() if not k.startswith("DAGAGENT_")},
             "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")]),
             "OPENAI_API_KEY": WORKER_KEY,
+            **(env or {}),
         }
         started = []
         for _ in range(n):

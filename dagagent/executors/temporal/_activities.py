@@ -28,6 +28,11 @@ with the decisions a person took about the calls that waited (a resumed run's an
 the result names the worker that ran it (``worker``, ``pid@host``), and each element of a
 map the worker that ran its chunk.
 
+With OpenTelemetry on in the worker (``dagagent worker --otel``, or the application's own
+providers), each attempt of the task is a span made here (``execute_tool TOOL``,
+``invoke_agent TASK`` with its model calls), a child of the run's span on the driver when
+the driver traces (its W3C trace context comes as ``call["trace"]``).
+
 A sub-solve task (``"solve": true``, in a solve's round) is not run here: ``dagagent.sub_solve.
 goals`` resolves its goals through the task runner (its instruction, each element's for a map,
 its conditions), the run's workflow reaches each by a child solve, and ``dagagent.sub_solve.
@@ -69,7 +74,7 @@ from ...graph import PlanGraph, check_task, validate
 from ...plan import AgentTask, ToolTask, read_plan
 from ...references import Template
 from ...results import ApprovalAnswer, TaskResult, TaskStatus
-from ...runner import CallLedger, Effects, Redaction, TaskRunner, ToolCalls
+from ...runner import CallLedger, Effects, Redaction, RunTelemetry, TaskRunner, ToolCalls
 from ...settings import TaskRetryPolicy
 from ._payloads import fetched
 from ._workflow import (
@@ -206,7 +211,7 @@ class Activities:
         model: Any,
         gate: _Allowance | None = None,
     ) -> Any:
-        runner = self._runner(call, graph, outputs, model, gate)
+        runner = self._runner(call, graph, outputs, model, gate, traced=True)
         task_id = call["task_id"]
         counting = self._counting(call, runner.calls.ledger)
         in_doubt = call.get("in_doubt")
@@ -387,7 +392,12 @@ class Activities:
         outputs: Sequence[Any],
         model: Any = None,
         gate: _Allowance | None = None,
+        *,
+        traced: bool = False,
     ) -> TaskRunner:
+        """The task runner of the call's task. ``traced``: with OpenTelemetry on here, its
+        attempts' spans join the run's trace (``call["trace"]``, see
+        :meth:`RunTelemetry.joined <dagagent.runner.RunTelemetry.joined>`)."""
         task_id = call["task_id"]
         prior = self._prior(graph, call)
         registry = self._tools(call)
@@ -431,6 +441,13 @@ class Activities:
             llm=model.llm if model is not None else None,
             agent_runner=model.agent_runner if model is not None else None,
             reuse={t: (fp, out) for t, (fp, out) in (call.get("reuse") or {}).items()},
+            telemetry=(
+                RunTelemetry.joined(
+                    graph, call["run_id"], "temporal", self._redaction, call.get("trace")
+                )
+                if traced
+                else None
+            ),
         )
         runner.outputs.update(zip(call["deps"], outputs, strict=True))
         task = graph.tasks.get(task_id)

@@ -509,6 +509,7 @@ class TemporalExecutor(BaseExecutor):
             ledger=_counted_before(runner, self._limits(), facts.limited),
             revised=_revised_of(runner),
             max_concurrency=runner.max_concurrency,
+            trace=runner.telemetry.carrier() if runner.telemetry is not None else None,
         )
 
     async def _by_reference(self, facts: RunInput | Arrived, runner: TaskRunner) -> None:

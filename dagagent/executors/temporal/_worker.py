@@ -3,6 +3,10 @@
 Start any number of them, on any machines that reach the server (and share the payload
 store): each polls the task queue for workflow tasks (the scheduling, cheap) and activity
 tasks (the tool calls). ``dagagent worker`` is :func:`serve` on the command line.
+
+With OpenTelemetry's providers set in the worker's process (``dagagent worker --otel``, or
+the application's own), the spans of the tasks it runs, and of their model calls, join the
+trace of their run (see ``docs/opentelemetry.md``); without, it does no span work.
 """
 
 from __future__ import annotations

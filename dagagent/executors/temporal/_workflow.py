@@ -270,6 +270,10 @@ class RunInput:
     conversation: dict[str, Any] | None = None
     #: The tasks whose activities get ``conversation``.
     conversing: list[str] = field(default_factory=list)
+    #: The W3C trace context of the run's span on its driver (``traceparent``, ...), when
+    #: the driver traces: each task's activity gets it (``call["trace"]``), and its worker's
+    #: spans of the task join the run's trace. ``None``: not traced.
+    trace: dict[str, str] | None = None
 
 
 @dataclass
@@ -744,6 +748,8 @@ class RunWorkflow:
         }
         if inp.tools is not None:  # the run's part of the worker's tools
             call["tools"] = inp.tools
+        if inp.trace:  # the run's trace context: the worker's spans of the task join it
+            call["trace"] = inp.trace
         answers = {
             k: a for k, a in inp.answers.items() if k == task_id or k.startswith(f"{task_id}[")
         }

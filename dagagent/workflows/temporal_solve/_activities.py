@@ -39,6 +39,7 @@ from temporalio.client import WorkflowHandle
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
+from ... import telemetry
 from ...budget import Budget, Prices
 from ...errors import (
     BudgetExceededError,
@@ -301,11 +302,18 @@ class SolveActivities:
         def llm(role: ModelRole) -> LLM:
             return MeteredLLM(client, observer=calls.observer(role))
 
+        async def traced(llm: Callable[[ModelRole], LLM], calls: SolveCalls) -> dict[str, Any]:
+            # with OpenTelemetry on here, the step's spans (the planner's or the joiner's,
+            # with their model calls) join the solve's trace (``ask["trace"]``, when its
+            # driver traces)
+            with telemetry.attached(ask.get("trace")):
+                return await step(llm, calls)
+
         answer: dict[str, Any]
         async with client, anyio.create_task_group() as tg:
             tg.start_soon(_heartbeat, calls, lost_now)
             try:
-                answer = await step(llm, calls)
+                answer = await traced(llm, calls)
             except PlanningError as exc:
                 answer = {"error": " ".join(str(exc).split()), "kind": "planning"}
             except JoinerError as exc:
@@ -481,6 +489,10 @@ class _IntoRound(TemporalExecutor):
     asked for by signal :data:`ATTEMPT`), as a plan written while it runs streams into its
     own workflow. A rejected attempt's run is followed to its end; a valid one's is handed
     over (:class:`_HandedOver`)."""
+
+    #: Its runs are traced by the solve's driver, which follows them (their tasks' spans
+    #: are their workers'): the planner's step makes no run span, nor task metrics, here.
+    traced_here = False
 
     def __init__(self, ask: dict[str, Any], **options: Any) -> None:
         super().__init__(**options)

@@ -144,6 +144,7 @@ async def solve_on_temporal(
     discovery: dict[str, Any] | None = None,
     conversation: dict[str, Any] | None = None,
     record_compression: Callable[[str, int], None] | None = None,
+    trace: dict[str, str] | None = None,
 ) -> Solution:
     """Start solve ``solve_id`` as a workflow and follow it to its end, or until it waits
     for a person's decisions (see the module docstring). ``model``: the spec the workers
@@ -155,7 +156,9 @@ async def solve_on_temporal(
     sub-solves, each a child solve workflow. ``planner``, ``discovery``, ``conversation``:
     a planner of one's own, the tool discovery and a session's turns as data
     (:mod:`._planning`); ``record_compression``: what records the summary the turn's
-    ``compress`` step makes (default: the session turn the store has for the solve)."""
+    ``compress`` step makes (default: the session turn the store has for the solve);
+    ``trace``: the W3C trace context of the solve's span (the driver's), which the workers'
+    spans of its steps and tasks join."""
     follower = _Follower(
         solve_id, executor, settings, store, listeners, prices, confirm=confirm, registry=registry
     )
@@ -202,6 +205,7 @@ async def solve_on_temporal(
             discovery=discovery,
             conversation=conversation,
             stream=bool(options.get("stream")) and confirm is None,
+            trace=trace,
         )
         await follower.write("start_solve", goal=goal, options=options)
         wid = solve_workflow_id(solve_id)

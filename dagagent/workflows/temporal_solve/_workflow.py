@@ -190,6 +190,11 @@ class SolveInput:
     #: writes; a revised plan's tasks unchanged from the round before are reused as they
     #: arrive.
     stream: bool = False
+    #: The W3C trace context of the solve's span on its driver, when the driver traces: its
+    #: model steps and each round's run carry it to the workers, whose spans (the planner's,
+    #: the joiner's, the tasks', their model calls) join the solve's trace. ``None``: not
+    #: traced.
+    trace: dict[str, str] | None = None
 
 
 class _Expired(Exception):
@@ -647,6 +652,7 @@ class SolveWorkflow:
             # a call a lost worker left in doubt that nothing decides: the solve's policy
             # (``ask``, unless given: its task waits, the solve pauses)
             in_doubt_policy=inp.run.get("in_doubt"),
+            trace=inp.trace,  # its tasks' spans join the solve's trace
             **self._run_budget(),
         )
         if run_input.conversing:  # its tasks that read earlier turns (agents, say)
@@ -969,6 +975,8 @@ class SolveWorkflow:
             ask["limits"] = limits
         planning = {"planner": inp.planner, "discovery": inp.discovery}
         ask.update((k, v) for k, v in planning.items() if v is not None)
+        if inp.trace:  # the solve's trace context: the step's spans on the worker join it
+            ask["trace"] = inp.trace
         # A turn's conversation goes as an argument of its own: the same payload for every
         # step, which the payload store keeps once however many steps carry it.
         args = [ask] if self.conversation is None else [ask, self.conversation]
