@@ -160,3 +160,34 @@ def charge_slowly(account: str, ledger: str, seconds: float) -> dict[str, Any]:
         f.write(dagagent.current_call().idempotency_key + "\n")
     time.sleep(seconds)
     return {"account": account, **_identity()}
+
+
+@registry.tool(side_effects=True)
+def note(ledger: str) -> int:
+    """A side effect counted outside the process: append the worker's process id to
+    ``ledger``, and return it.
+
+    Args:
+        ledger: A file each call appends a line to.
+    """
+    with open(ledger, "a", encoding="utf-8") as f:
+        f.write(f"{os.getpid()}\n")
+    return os.getpid()
+
+
+@registry.tool(side_effects=True)
+def note_and_die(ledger: str) -> None:
+    """A side effect, then the end of the worker process that made it (before it could
+    report it).
+
+    Args:
+        ledger: A file each call appends a line to.
+    """
+    note.fn(ledger)
+    os._exit(1)
+
+
+async def end_process() -> None:
+    """End the process at once (for ``Client.run`` on a worker, which takes a coroutine
+    function when it is not to wait for an answer)."""
+    os._exit(1)

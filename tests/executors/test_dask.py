@@ -809,6 +809,62 @@ async def test_worker_killed_mid_task_is_retried(process_cluster: Any, tmp_path:
     assert r.status.value == "succeeded" and r.output == "survived" and r.attempts == 2
 
 
+@pytest.mark.slow
+@pytest.mark.anyio
+async def test_a_call_with_side_effects_is_not_made_again_when_dask_recomputes_it(
+    process_cluster: Any, tmp_path: Path
+) -> None:
+    """A finished call's result lives on its worker while the run holds it; when that worker
+    dies, Dask computes the call again elsewhere, as it does for any task whose result is
+    lost. A call with side effects must refuse that second run: its effect was made."""
+    ledger = tmp_path / "ledger"
+    exe = DaskExecutor(address=process_cluster.scheduler_address)
+    async with exe.session():
+        client, invoke = exe.dask_client, exe.invoker
+        assert client is not None and invoke is not None
+        pid = await invoke(dask_tools.note, {"ledger": str(ledger)})
+        [key] = [k for k in await client.who_has() if str(k).startswith("note-")]
+
+        async def holders() -> tuple[str, ...]:
+            return tuple((await client.who_has()).get(key, ()))
+
+        [worker] = await until(holders, "the call's result is kept on its worker")
+        await client.run(dask_tools.end_process, workers=[worker], wait=False)  # it dies
+        await until(lambda: _elsewhere(holders, worker), "Dask runs the call again elsewhere")
+        [gone] = [e for _, e in await client.get_events(worker) if e["action"] == "remove-worker"]
+        assert key in gone["lost-computed-tasks"]  # Dask did run it again...
+    assert ledger.read_text().split() == [str(pid)]  # ... and the effect was made once
+
+
+async def _elsewhere(holders: Callable[[], Awaitable[tuple[str, ...]]], gone: str) -> bool:
+    where = await holders()
+    return bool(where) and gone not in where
+
+
+@pytest.mark.slow
+@pytest.mark.anyio
+async def test_a_call_with_side_effects_that_dask_runs_again_after_its_worker_died_refuses(
+    tmp_path: Path,
+) -> None:
+    """A cluster that lets Dask run a call again when its worker died (``allowed_failures``
+    above 0, Dask's default is 3) must not make a call with side effects twice: the second
+    run refuses, and the call is in doubt on record."""
+    ledger, store = tmp_path / "ledger", tmp_path / "runs.db"
+    exe = DaskExecutor(n_workers=2, threads_per_worker=1, allowed_failures=1)
+    p = plan({"id": "pay", "tool": "note_and_die", "args": {"ledger": str(ledger)}})
+    with anyio.fail_after(120):
+        result = await dagagent.execute(
+            p, dask_tools.registry, store=store, settings=RunSettings(executor=exe)
+        )
+    assert len(ledger.read_text().split()) == 1  # made once, by the worker that died
+    r = result.tasks["pay"]
+    assert r.status.value == "failed" and r.error_type == "WorkerLostError" and r.attempts == 1
+    assert "was not made again" in (r.error or ""), r.error
+    with dagagent.RunStore(store) as st:
+        [effect] = st.effects(result.run_id)
+    assert effect.state == "cancelled" and effect.in_doubt
+
+
 @pytest.fixture(scope="module")
 def shared_cluster() -> Iterator[Any]:
     """Two worker processes of three threads: calls share a worker, and die with it."""

@@ -49,7 +49,17 @@ class _Call:
     same turn of the event loop (see :meth:`_Session.flush`); ``future`` is its Dask future
     once ``submitted`` is done."""
 
-    __slots__ = ("args", "future", "identity", "key", "push", "shipped", "submitted", "trace")
+    __slots__ = (
+        "args",
+        "future",
+        "identity",
+        "key",
+        "once",
+        "push",
+        "shipped",
+        "submitted",
+        "trace",
+    )
 
     def __init__(
         self,
@@ -60,6 +70,7 @@ class _Call:
         key: str,
         submitted: asyncio.Future[None],
         identity: CallIdentity | None = None,
+        once: bool = False,
     ) -> None:
         self.shipped = shipped
         self.args = args
@@ -69,6 +80,12 @@ class _Call:
         self.key = key
         self.submitted = submitted
         self.future: Any = None
+        #: A call with side effects: its run claims its key first (see :mod:`~._once`).
+        self.once = once
+
+    @property
+    def claim(self) -> str | None:
+        return self.key if self.once else None
 
 
 @dataclass
@@ -144,6 +161,7 @@ class _Session:
                         [c.trace for c in calls],
                         [c.push for c in calls],
                         [c.identity for c in calls],
+                        [c.claim for c in calls],
                         key=[c.key for c in calls],
                         pure=False,
                     )
@@ -173,6 +191,7 @@ class _Session:
                 call.trace,
                 call.push,
                 call.identity,
+                call.claim,
                 key=call.key,
                 pure=False,
             )
@@ -212,10 +231,13 @@ async def call_on_cluster(
     tool: Tool,
     args: Mapping[str, Any],
     identity: CallIdentity | None = None,
+    *,
+    once: bool = False,
 ) -> Any:
     """Submit one call and await it; a worker that died under it is
     :class:`~._crashes._Killed`. ``identity``: a call with side effects, current on the
-    worker while it runs (see :func:`~._worker.carried`)."""
+    worker while it runs (see :func:`~._worker.carried`). ``once``: a call with side
+    effects, made by one run of its task at most (see :mod:`~._once`)."""
     client = state.client
     trace = telemetry.carrier() if state.traced else None  # the task's trace context
     key = f"{shipped.prefix}{next(state.keys)}"
@@ -226,7 +248,7 @@ async def call_on_cluster(
     if waiting is not None:  # a small result comes with the completion (see _push)
         waiter = waiting[key] = loop.create_future()
         push = (client.id, key)
-    call = _Call(shipped, args, trace, push, key, loop.create_future(), identity)
+    call = _Call(shipped, args, trace, push, key, loop.create_future(), identity, once)
     state.submit(call)
     try:
         await call.submitted  # with the other calls of this turn (raises what Dask raised)

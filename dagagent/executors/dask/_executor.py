@@ -19,12 +19,13 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from ...errors import ConfigError
+from ...errors import ConfigError, WorkerLostError
 from ..dataflow import DataflowExecutor
 from ._calls import _quietly, _Session, call_on_cluster
 from ._crashes import surviving_crashes
+from ._once import PLUGIN, once_only
 from ._shipping import ship_tools
-from ._worker import _brief, _RaisedOnWorker, carried
+from ._worker import _brief, _RaisedOnWorker, _Refused, carried
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -173,6 +174,7 @@ class DaskExecutor(DataflowExecutor):
         given = self.client
         if given is not None:
             if given.asynchronous and getattr(given.loop, "asyncio_loop", None) is loop:
+                await _install_once_only(given, "the given client's scheduler")
                 return _Session(given, None, own_client=False)
             target: Any = _any(given).scheduler.address
         else:
@@ -207,6 +209,14 @@ class DaskExecutor(DataflowExecutor):
                 f"cannot connect to the Dask scheduler at {where} "
                 f"(within {self.connect_timeout_s:g} s): {_brief(exc)}"
             ) from None
+        try:
+            await _install_once_only(client, where)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await _quietly(client.close())
+                if cluster is not None:
+                    await _quietly(cluster.close())
+            raise
         state = _Session(client, cluster, own_client=True)
         state.listen()
         return state
@@ -326,13 +336,31 @@ class DaskExecutor(DataflowExecutor):
         identity = carried(tool.name) if tool.side_effects else None
         result = await surviving_crashes(
             state.crashes,
-            lambda: call_on_cluster(state, shipped, tool, args, identity),
+            lambda: call_on_cluster(state, shipped, tool, args, identity, once=tool.side_effects),
             tool.name,
             side_effects=tool.side_effects,
         )
         if isinstance(result, _RaisedOnWorker):
             raise result.rebuild() from None
+        if isinstance(result, _Refused):
+            raise WorkerLostError(
+                f"Dask ran the call of tool {tool.name!r} a second time (on {result.worker}), "
+                "after losing the worker that ran it first; the tool has side effects and the "
+                "first run may have taken effect, so the call was not made again"
+            )
         return result
+
+
+async def _install_once_only(client: Any, where: str) -> None:
+    """Install, once per scheduler, what makes a call with side effects run once at most
+    there (see :mod:`~._once`)."""
+    try:
+        await client.register_plugin(once_only(), name=PLUGIN)
+    except Exception as exc:
+        raise ConfigError(
+            f"cannot install on the Dask scheduler at {where} the guard that keeps Dask from "
+            f"making a call with side effects twice: {_brief(exc)}"
+        ) from None
 
 
 def _require_asyncio() -> None:

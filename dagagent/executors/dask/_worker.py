@@ -5,7 +5,9 @@ dagagent installed (and whatever the tools themselves import). A call never rais
 worker: what the tool raised is returned as a value (:class:`_RaisedOnWorker`), and a small
 result is pushed to the driver with the call's completion (:func:`_push`). A call of a tool
 with side effects travels with its identity (:func:`carried`), current while it runs there,
-so that :func:`dagagent.current_call` works on the worker as in the driver's process.
+so that :func:`dagagent.current_call` works on the worker as in the driver's process, and with
+its Dask key, which it claims on the scheduler before it runs: a second run of the same task
+(Dask's, after a worker was lost) refuses (:class:`_Refused`, see :mod:`~._once`).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from ... import telemetry
 from ...tools import materialize_async
 from ...tools._effects import call_of, reset_call, using_call
+from ._once import CLAIM
 
 if TYPE_CHECKING:
     from ...tools import CallIdentity
@@ -66,6 +69,49 @@ class _RaisedOnWorker:
         return own(self.text)
 
 
+class _Refused:
+    """What a run of a call with side effects returns when another run of its Dask task
+    claimed the call first (see :mod:`~._once`): the call was not made by this run."""
+
+    __slots__ = ("worker",)
+
+    def __init__(self, worker: str) -> None:
+        self.worker = worker
+
+
+def _claim(key: str) -> bool:
+    """In a worker thread: take the claim of the call under Dask key ``key``."""
+    from distributed import get_worker
+
+    worker = get_worker()
+    ask = getattr(worker.scheduler, CLAIM)
+    loop: Any = worker.loop  # tornado's IOLoop on asyncio: its loop is asyncio_loop
+    return bool(asyncio.run_coroutine_threadsafe(ask(key=key), loop.asyncio_loop).result())
+
+
+async def _aclaim(key: str) -> bool:
+    """On the worker's event loop: :func:`_claim`."""
+    from distributed import get_worker
+
+    return bool(await getattr(get_worker().scheduler, CLAIM)(key=key))
+
+
+def _unclaimed(exc: BaseException) -> _RaisedOnWorker:
+    """What a call whose claim could not be asked for returns: it was not made."""
+    return _RaisedOnWorker(
+        RuntimeError(
+            "the call was not made: the Dask scheduler could not be asked to make sure it "
+            f"runs once ({_brief(exc)})"
+        )
+    )
+
+
+def _worker_address() -> str:
+    from distributed import get_worker
+
+    return str(get_worker().address)
+
+
 def _round_trips(exc: BaseException) -> bool:
     import cloudpickle  # type: ignore[import-untyped]
 
@@ -94,11 +140,21 @@ def _call(
     trace: dict[str, str] | None = None,
     push: tuple[str, str] | None = None,
     call: CallIdentity | None = None,
+    claim: str | None = None,
 ) -> Any:
     """Run a sync tool (in a worker thread); a generator it returns travels as a list.
     ``trace``: the task's trace context (with OpenTelemetry on), current while it runs.
     ``push``: where to send a small result at once (see :func:`_push`). ``call``: the
-    identity of a call with side effects, :func:`~dagagent.current_call` while it runs."""
+    identity of a call with side effects, :func:`~dagagent.current_call` while it runs.
+    ``claim``: the Dask key of a call with side effects, claimed before it is made (a run
+    that does not get the claim returns :class:`_Refused`)."""
+    if claim is not None:
+        try:
+            claimed = _claim(claim)
+        except Exception as exc:
+            return _unclaimed(exc)
+        if not claimed:
+            return _refused(push)
     token = using_call(call) if call is not None else None
     try:
         with telemetry.attached(trace):
@@ -123,8 +179,18 @@ async def _acall(
     trace: dict[str, str] | None = None,
     push: tuple[str, str] | None = None,
     call: CallIdentity | None = None,
+    claim: str | None = None,
 ) -> Any:
     """Run an async tool (on the worker's event loop)."""
+    if claim is not None:
+        try:
+            claimed = await _aclaim(claim)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            return _unclaimed(exc)
+        if not claimed:
+            return _refused(push)
     token = using_call(call) if call is not None else None
     try:
         with telemetry.attached(trace):
@@ -139,6 +205,13 @@ async def _acall(
     if push is not None:
         _push(push, result)
     return result
+
+
+def _refused(push: tuple[str, str] | None) -> _Refused:
+    refused = _Refused(_worker_address())
+    if push is not None:  # a driver still waiting for the call hears it at once
+        _push(push, refused)
+    return refused
 
 
 def _push(push: tuple[str, str], result: Any) -> None:
