@@ -119,7 +119,9 @@ class _Session:
         on the same stream and within the same few milliseconds as the next call of a chain
         it may be sending that worker: Dask's stream then holds the call back until its
         send interval (5 ms) has passed. What the held futures keep on the workers is
-        small: a pushed result is at most :data:`~._worker._PUSH_MAX_BYTES` pickled."""
+        small: a pushed result is at most :data:`~._worker._PUSH_MAX_BYTES` pickled. A held
+        result lost with its worker is computed again by Dask, as any wanted result is: a
+        call with side effects refuses that second run (see :mod:`~._once`)."""
         held = self.held
         held.append(future)
         if len(held) >= _HOLD_MAX:

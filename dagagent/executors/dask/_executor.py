@@ -57,7 +57,8 @@ class DaskExecutor(DataflowExecutor):
     started for the run (``n_workers``, ``threads_per_worker``, ``processes`` and any other
     ``cluster_options`` are passed to it) and shut down after it. ``allowed_failures``
     applies to that local cluster: how many times Dask itself re-runs a call whose worker
-    died before reporting it (default 0: dagagent's retries decide). ``connect_timeout_s``
+    died before reporting it (default 0: dagagent's retries decide; a call of a tool with
+    side effects is made by one of Dask's runs at most, on any cluster). ``connect_timeout_s``
     bounds connecting to the scheduler, waiting for a first worker and checking the workers.
     ``on_progress`` is told what happens while the cluster starts (a line of text each step),
     and ``startup_s`` says how long a run waited for it.
