@@ -176,6 +176,21 @@ def note(ledger: str) -> int:
 
 
 @registry.tool(side_effects=True)
+def note_slowly(ledger: str, seconds: float) -> int:
+    """``note``, then sleep (a call still running after its effect).
+
+    Args:
+        ledger: A file each call appends a line to.
+        seconds: How long to sleep after the effect.
+    """
+    import time
+
+    pid = note.fn(ledger)
+    time.sleep(seconds)
+    return pid
+
+
+@registry.tool(side_effects=True)
 def note_and_die(ledger: str) -> None:
     """A side effect, then the end of the worker process that made it (before it could
     report it).

@@ -841,16 +841,34 @@ async def _elsewhere(holders: Callable[[], Awaitable[tuple[str, ...]]], gone: st
     return bool(where) and gone not in where
 
 
+@pytest.fixture(scope="module")
+def rerunning_cluster() -> Iterator[Any]:
+    """Two single-threaded worker processes, on a scheduler that runs a call whose worker died
+    once more elsewhere before reporting it (``allowed_failures=1``; Dask's default is 3)."""
+    from distributed import LocalCluster
+
+    cluster = LocalCluster(
+        n_workers=2,
+        threads_per_worker=1,
+        processes=True,
+        dashboard_address=":0",
+        scheduler_kwargs={"dashboard": False, "allowed_failures": 1},
+    )
+    try:
+        yield cluster
+    finally:
+        cluster.close()
+
+
 @pytest.mark.slow
 @pytest.mark.anyio
 async def test_a_call_with_side_effects_that_dask_runs_again_after_its_worker_died_refuses(
-    tmp_path: Path,
+    rerunning_cluster: Any, tmp_path: Path
 ) -> None:
-    """A cluster that lets Dask run a call again when its worker died (``allowed_failures``
-    above 0, Dask's default is 3) must not make a call with side effects twice: the second
-    run refuses, and the call is in doubt on record."""
+    """A scheduler that runs a call again when its worker died must not make a call with
+    side effects twice: the second run refuses, and the call is in doubt on record."""
     ledger, store = tmp_path / "ledger", tmp_path / "runs.db"
-    exe = DaskExecutor(n_workers=2, threads_per_worker=1, allowed_failures=1)
+    exe = DaskExecutor(address=rerunning_cluster.scheduler_address)
     p = plan({"id": "pay", "tool": "note_and_die", "args": {"ledger": str(ledger)}})
     with anyio.fail_after(120):
         result = await dagagent.execute(
@@ -859,10 +877,47 @@ async def test_a_call_with_side_effects_that_dask_runs_again_after_its_worker_di
     assert len(ledger.read_text().split()) == 1  # made once, by the worker that died
     r = result.tasks["pay"]
     assert r.status.value == "failed" and r.error_type == "WorkerLostError" and r.attempts == 1
-    assert "was not made again" in (r.error or ""), r.error
+    assert "Dask ran the call of tool 'note_and_die' a second time" in (r.error or ""), r.error
+    assert "was not made again" in (r.error or "")
     with dagagent.RunStore(store) as st:
         [effect] = st.effects(result.run_id)
     assert effect.state == "cancelled" and effect.in_doubt
+
+
+@pytest.mark.slow
+@pytest.mark.anyio
+async def test_a_call_with_side_effects_on_a_worker_retired_under_it_is_not_made_again(
+    rerunning_cluster: Any, tmp_path: Path
+) -> None:
+    """A worker retired while a call runs there (a cluster scaling down, say) is an expected
+    departure for Dask, which runs its calls again elsewhere, whatever ``allowed_failures``
+    says, while the first run may still be going: the second run of a call with side effects
+    refuses, and the caller hears that the call is in doubt."""
+    ledger = tmp_path / "ledger"
+    exe = DaskExecutor(address=rerunning_cluster.scheduler_address)
+    outcome: list[BaseException] = []
+    async with exe.session():
+        client, invoke = exe.dask_client, exe.invoker
+        assert client is not None and invoke is not None
+
+        async def call() -> None:
+            try:
+                await invoke(dask_tools.note_slowly, {"ledger": str(ledger), "seconds": 3})
+            except Exception as exc:
+                outcome.append(exc)
+
+        async def running_on() -> list[str]:
+            return [w for w, keys in (await client.processing()).items() if keys]
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(call)
+            await until(ledger.exists, "the call makes its effect")
+            [worker] = await until(running_on, "the call runs on a worker")
+            await client.retire_workers(workers=[worker], close_workers=True)
+    assert len(ledger.read_text().split()) == 1  # made once, by the retired worker
+    [error] = outcome
+    assert isinstance(error, dagagent.errors.WorkerLostError), error
+    assert "a second time" in str(error) and "was not made again" in str(error)
 
 
 @pytest.fixture(scope="module")
