@@ -1424,7 +1424,7 @@ async def _left_running(pool: Workers, run_id: str) -> None:
 
 @pytest.mark.slow
 def test_a_driver_that_loses_the_server_says_so_and_leaves_the_run_running(
-    payloads: Path, tmp_path: Path
+    payloads: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The server stops (SIGKILL; its state on disk) while ``dagagent run`` follows a run
     whose call holds on a worker: the driver says the server stopped answering and that the
@@ -1473,6 +1473,10 @@ def test_a_driver_that_loses_the_server_says_so_and_leaves_the_run_running(
             assert lost.exit_code == 10, said
             assert "Traceback" not in said, said
             assert f"the Temporal server at {address} stopped answering" in said, said
+            # the SDK core's lines about its retries went to Python's logging (shown on
+            # stderr, escaped), not to stdout in its own colours
+            core = [r for r in caplog.records if r.name.startswith("temporalio.core")]
+            assert any("retried" in r.getMessage() for r in core), caplog.records
             with dagagent.RunStore(db, create=False) as st:
                 record = st.get_run(st.last_run_id())
             run_id = record.run_id

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import functools
+import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -11,6 +13,13 @@ from temporalio.api.enums.v1 import TaskQueueType
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client
+from temporalio.runtime import (
+    LogForwardingConfig,
+    LoggingConfig,
+    Runtime,
+    TelemetryConfig,
+    TelemetryFilter,
+)
 
 from ...errors import ClusterError, ConfigError
 from ._payloads import DEFAULT_INLINE_BYTES, data_converter, payload_driver
@@ -46,6 +55,24 @@ def check_address(address: str) -> str:
     return address
 
 
+@functools.cache
+def runtime() -> Runtime:
+    """The SDK runtime of dagagent's clients (and so of its workers): the SDK core's own log
+    lines (a call it retried while the server did not answer, say) go to Python's logging,
+    logger ``temporalio.core``, warnings and up, where the command line shows them on stderr
+    one escaped line each (or as JSON), instead of the core writing them to stdout, which
+    carries a command's output (``--json``), in colours of its own. One for the process."""
+    forwarded = LogForwardingConfig(
+        logger=logging.getLogger("temporalio.core"), prepend_target_on_message=False
+    )
+    telemetry = TelemetryConfig(
+        logging=LoggingConfig(
+            filter=TelemetryFilter(core_level="WARN", other_level="ERROR"), forwarding=forwarded
+        )
+    )
+    return Runtime(telemetry=telemetry)
+
+
 async def connect(
     address: str,
     namespace: str,
@@ -67,7 +94,12 @@ async def connect(
     with anyio.move_on_after(timeout_s):
         try:
             return await Client.connect(
-                address, namespace=namespace, data_converter=converter, tls=tls, api_key=api_key
+                address,
+                namespace=namespace,
+                data_converter=converter,
+                tls=tls,
+                api_key=api_key,
+                runtime=runtime(),
             )
         except Exception as exc:  # the SDK raises RuntimeError with the transport's reason
             failure = " ".join(str(exc).split()) or type(exc).__name__
