@@ -308,7 +308,6 @@ class _Run:
                 graph.watch(self._extended)
         self.log.info("run.started", tasks=len(graph), executor=self.executor.name)
         started = time.time()
-        interrupted = False
         failure: BaseException | None = None
         result: RunResult | None = None
         try:
@@ -323,14 +322,14 @@ class _Run:
             # run was stopped all the same: recorded as cancelled, and cancelled.
             await anyio.lowlevel.checkpoint_if_cancelled()
         except BaseException as exc:
-            interrupted, failure = True, exc
+            failure = exc
             raise
         finally:
             if emit is not None and growing:
                 graph.unwatch(self._extended)
             try:
                 finish_unstarted(graph, runner)
-                result = self._result(runner, started, interrupted, failure)
+                result = self._result(runner, started, failure)
                 if emit is not None:
                     emit(RunFinished(self.run_id, result))
             finally:
@@ -356,15 +355,15 @@ class _Run:
         self,
         runner: TaskRunner,
         started: float,
-        interrupted: bool,
-        failure: BaseException | None = None,
+        failure: BaseException | None,
     ) -> RunResult:
+        """The run's result; ``failure``: what interrupted it (``None``: it ran to its end)."""
         graph = self.graph
         tasks = {t: runner.results[t] for t in graph.tasks}  # in plan order
         statuses = [r.status for r in tasks.values()]
         if isinstance(failure, DriverLostError):  # it goes on on the cluster: resumable
             status = RunStatus.INTERRUPTED
-        elif interrupted:
+        elif failure is not None:
             status = RunStatus.CANCELLED
         elif graph.aborted:
             # A plan cut short while it was written (an invalid task, a model that failed

@@ -709,17 +709,12 @@ class TemporalExecutor(BaseExecutor):
             await _read_ended(ended, client.data_converter, graph, runner, found)
         except Exception as exc:
             unread = f"{' '.join(str(exc).split()) or type(exc).__name__}"
-            for task_id in graph.order:  # what became of them is unknown, not "not run"
-                if task_id not in done:
-                    runner.ran_elsewhere(
-                        TaskResult(
-                            task_id=task_id,
-                            status=TaskStatus.CANCELLED,
-                            error=f"unknown: the history of the run's workflow {wid} cannot be "
-                            f"read ({unread}); a call with side effects it started may have "
-                            "taken effect",
-                        )
-                    )
+            self._unfinished(  # what became of them is unknown, not "not run"
+                graph,
+                runner,
+                f"unknown: the history of the run's workflow {wid} cannot be read ({unread}); "
+                "a call with side effects it started may have taken effect",
+            )
             return (
                 f"; its history cannot be read ({unread}): calls with side effects it started "
                 "may have taken effect, and are not on the run's record"
@@ -742,10 +737,10 @@ class TemporalExecutor(BaseExecutor):
         run_id = runner.run_id
         hint = f"'dagagent replan {run_id} --execute' runs the rest"
         if not doubt:
-            self._not_run(graph, runner, f"{wid} {what}")
+            self._unfinished(graph, runner, f"not run: the run's workflow {wid} {what} first")
             return f"; what it finished is recorded: {hint}"
         named = await self._name_in_doubt(wid, runner, graph, on_failure, doubt, within_s)
-        self._not_run(graph, runner, f"{wid} {what}", doubt)
+        self._unfinished(graph, runner, f"not run: the run's workflow {wid} {what} first", doubt)
         tasks = ("task " if len(doubt) == 1 else "tasks ") + ", ".join(repr(t) for t in doubt)
         if named is not None:
             for task_id, why in doubt.items():
@@ -811,19 +806,15 @@ class TemporalExecutor(BaseExecutor):
         )
 
     @staticmethod
-    def _not_run(
-        graph: PlanGraph, runner: TaskRunner, workflow: str, besides: Collection[str] = ()
+    def _unfinished(
+        graph: PlanGraph, runner: TaskRunner, error: str, besides: Collection[str] = ()
     ) -> None:
-        """Record the tasks of ``graph`` the run's ended ``workflow`` (its id and how it
-        ended) never ran, but those of ``besides``, as cancelled: not run, and why."""
+        """Record the tasks of ``graph`` the run's ended workflow left without a result, but
+        those of ``besides``, as cancelled, ``error`` saying why."""
         for task_id in graph.order:
             if task_id not in runner.results and task_id not in besides:
                 runner.ran_elsewhere(
-                    TaskResult(
-                        task_id=task_id,
-                        status=TaskStatus.CANCELLED,
-                        error=f"not run: the run's workflow {workflow} first",
-                    )
+                    TaskResult(task_id=task_id, status=TaskStatus.CANCELLED, error=error)
                 )
 
     async def _name_in_doubt(
